@@ -1,0 +1,8 @@
+export { serve, registration } from "./serve.js";
+export type { ServeOptions, RunningServer, ServiceRegistration } from "./serve.js";
+export { HealthRegistry, LIVENESS, READINESS, ServingStatus } from "./health.js";
+export { createLogger } from "./logger.js";
+export type { Logger, LoggerOptions } from "./logger.js";
+export { onShutdownSignal } from "./shutdown.js";
+export { unexpectedErrorInterceptor } from "./error-interceptor.js";
+export type { RequestHandler } from "./protocol-sniffing-server.js";

@@ -1,0 +1,75 @@
+// One TCP port for HTTP/2 cleartext (gRPC, Connect) and HTTP/1.1 (Connect,
+// gRPC-Web, plain HTTP): Node's http2.createServer cannot take HTTP/1.1
+// without TLS, so each connection is routed by its first bytes.
+import http from "node:http";
+import http2 from "node:http2";
+import net from "node:net";
+
+const HTTP2_PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+
+export type RequestHandler = (
+  req: http.IncomingMessage | http2.Http2ServerRequest,
+  res: http.ServerResponse | http2.Http2ServerResponse,
+) => void;
+
+export interface SniffingServer {
+  readonly tcp: net.Server;
+  readonly h1: http.Server;
+  readonly h2: http2.Http2Server;
+  /** Stop accepting connections; ask HTTP/2 peers to go away; close idle HTTP/1.1 sockets. */
+  stopAccepting(): Promise<void>;
+  /** Destroy every open connection. */
+  destroyConnections(): void;
+}
+
+export function createSniffingServer(handler: RequestHandler): SniffingServer {
+  const h1 = http.createServer(handler as http.RequestListener);
+  h1.keepAliveTimeout = 5_000;
+  const h2 = http2.createServer({}, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
+  const sockets = new Set<net.Socket>();
+  const sessions = new Set<http2.ServerHttp2Session>();
+  h2.on("session", (session) => {
+    sessions.add(session);
+    session.on("close", () => sessions.delete(session));
+  });
+
+  const tcp = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+    socket.on("error", () => socket.destroy());
+    let head = Buffer.alloc(0);
+    const onData = (chunk: Buffer): void => {
+      head = Buffer.concat([head, chunk]);
+      const n = Math.min(head.length, HTTP2_PREFACE.length);
+      const isH2Prefix = head.subarray(0, n).equals(HTTP2_PREFACE.subarray(0, n));
+      if (isH2Prefix && head.length < HTTP2_PREFACE.length) return; // need more bytes to decide
+      socket.off("data", onData);
+      // Both servers read what is buffered on the socket before taking it over.
+      socket.pause();
+      socket.unshift(head);
+      if (isH2Prefix) {
+        h2.emit("connection", socket);
+      } else {
+        h1.emit("connection", socket);
+        socket.resume();
+      }
+    };
+    socket.on("data", onData);
+  });
+
+  return {
+    tcp,
+    h1,
+    h2,
+    async stopAccepting() {
+      const closed = new Promise<void>((resolve) => tcp.close(() => resolve()));
+      for (const session of sessions) session.close();
+      h1.closeIdleConnections();
+      await Promise.race([closed, new Promise((r) => setTimeout(r, 0))]);
+    },
+    destroyConnections() {
+      for (const session of sessions) session.destroy();
+      for (const socket of sockets) socket.destroy();
+    },
+  };
+}

@@ -1,0 +1,112 @@
+// The one way every service serves its API.
+import type { DescService } from "@bufbuild/protobuf";
+import type { ConnectRouter, Interceptor, ServiceImpl } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { Health } from "@oz0/proto/grpc/health/v1/health_pb";
+import { ServerReflection as ReflectionV1 } from "@oz0/proto/grpc/reflection/v1/reflection_pb";
+import { ServerReflection as ReflectionV1alpha } from "@oz0/proto/grpc/reflection/v1alpha/reflection_pb";
+import type { AddressInfo } from "node:net";
+import { unexpectedErrorInterceptor } from "./error-interceptor.js";
+import { HealthRegistry } from "./health.js";
+import { createLogger, type Logger } from "./logger.js";
+import { createSniffingServer, type RequestHandler } from "./protocol-sniffing-server.js";
+import { ReflectionIndex, reflectionServiceV1, reflectionServiceV1alpha } from "./reflection.js";
+
+/** One RPC service and its implementation. */
+export interface ServiceRegistration<S extends DescService = DescService> {
+  service: S;
+  impl: Partial<ServiceImpl<S>>;
+}
+
+/** Pair a service with its implementation, keeping the implementation type-checked. */
+export function registration<S extends DescService>(service: S, impl: Partial<ServiceImpl<S>>): ServiceRegistration {
+  return { service, impl } as unknown as ServiceRegistration;
+}
+
+export interface ServeOptions {
+  /** The service's name in logs and health, for example `sandbox`. */
+  name: string;
+  /** Address to listen on. Default 127.0.0.1. */
+  host?: string;
+  /** Port to listen on; 0 picks a free one. */
+  port: number;
+  services: ServiceRegistration[];
+  /** Plain HTTP handler for requests that are not RPCs (the LLM proxy's HTTP API). */
+  fallback?: RequestHandler;
+  interceptors?: Interceptor[];
+  logger?: Logger;
+  /** Mark the server ready as soon as it listens. Default true. */
+  readyOnListen?: boolean;
+}
+
+export interface RunningServer {
+  /** `http://host:port`. */
+  readonly url: string;
+  readonly port: number;
+  readonly health: HealthRegistry;
+  readonly logger: Logger;
+  /**
+   * Stop taking requests (readiness goes NOT_SERVING first), give streams
+   * `graceMs` to finish, then close every connection.
+   */
+  close(options?: { graceMs?: number }): Promise<void>;
+}
+
+export async function serve(options: ServeOptions): Promise<RunningServer> {
+  const logger = options.logger ?? createLogger({ name: options.name });
+  const health = new HealthRegistry(options.services.map((s) => s.service.typeName));
+  const reflection = new ReflectionIndex([
+    ...options.services.map((s) => s.service),
+    Health,
+    ReflectionV1,
+  ]);
+  const routes = (router: ConnectRouter): void => {
+    for (const { service, impl } of options.services) router.service(service, impl);
+    router.service(Health, health.service());
+    router.service(ReflectionV1, reflectionServiceV1(reflection));
+    router.service(ReflectionV1alpha, reflectionServiceV1alpha(reflection));
+  };
+  const handler = connectNodeAdapter({
+    routes,
+    interceptors: [unexpectedErrorInterceptor(logger), ...(options.interceptors ?? [])],
+    fallback: options.fallback as Parameters<typeof connectNodeAdapter>[0]["fallback"],
+  });
+  const server = createSniffingServer(handler as RequestHandler);
+  const host = options.host ?? "127.0.0.1";
+  await new Promise<void>((resolve, reject) => {
+    server.tcp.once("error", reject);
+    server.tcp.listen(options.port, host, () => {
+      server.tcp.off("error", reject);
+      resolve();
+    });
+  });
+  const port = (server.tcp.address() as AddressInfo).port;
+  const url = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
+  if (options.readyOnListen ?? true) health.setReady(true);
+  logger.info({ url }, `${options.name} listening`);
+
+  let closing: Promise<void> | undefined;
+  return {
+    url,
+    port,
+    health,
+    logger,
+    close({ graceMs = 5_000 } = {}) {
+      closing ??= (async () => {
+        health.setReady(false);
+        await server.stopAccepting();
+        const deadline = Date.now() + graceMs;
+        while (Date.now() < deadline && (await openConnections(server.tcp)) > 0) {
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        server.destroyConnections();
+        logger.info(`${options.name} stopped`);
+      })();
+      return closing;
+    },
+  };
+}
+
+function openConnections(tcp: import("node:net").Server): Promise<number> {
+  return new Promise((resolve) => tcp.getConnections((err, count) => resolve(err ? 0 : count)));
+}

@@ -1,0 +1,42 @@
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { createRequire } from "node:module";
+import { test } from "node:test";
+import { promisify } from "node:util";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport, createConnectTransport } from "@connectrpc/connect-node";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "@oz0/proto/grpc/health/v1/health_pb";
+import { serve } from "../src/serve.js";
+
+const run = promisify(execFile);
+const buf = createRequire(import.meta.url).resolve("@bufbuild/buf/bin/buf");
+
+test("health tells liveness from readiness over gRPC and Connect", async () => {
+  const server = await serve({ name: "test", port: 0, services: [], readyOnListen: false });
+  try {
+    const grpc = createClient(Health, createGrpcTransport({ baseUrl: server.url }));
+    const connect = createClient(Health, createConnectTransport({ baseUrl: server.url, httpVersion: "1.1" }));
+    assert.equal((await grpc.check({ service: "liveness" })).status, ServingStatus.SERVING);
+    assert.equal((await connect.check({ service: "readiness" })).status, ServingStatus.NOT_SERVING);
+    server.health.setReady(true);
+    assert.equal((await grpc.check({ service: "readiness" })).status, ServingStatus.SERVING);
+    await assert.rejects(grpc.check({ service: "nope" }), (e: unknown) => ConnectError.from(e).code === Code.NotFound);
+  } finally {
+    await server.close({ graceMs: 100 });
+  }
+});
+
+test("buf curl lists and calls services through reflection", async () => {
+  const server = await serve({ name: "test", port: 0, services: [] });
+  try {
+    const list = await run(buf, ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--list-methods", server.url]);
+    assert.match(list.stdout, /grpc\.health\.v1\.Health\/Check/);
+    const check = await run(buf, [
+      "curl", "--protocol", "grpc", "--http2-prior-knowledge",
+      "-d", '{"service":"liveness"}', `${server.url}/grpc.health.v1.Health/Check`,
+    ]);
+    assert.deepEqual(JSON.parse(check.stdout), { status: "SERVING" });
+  } finally {
+    await server.close({ graceMs: 100 });
+  }
+});

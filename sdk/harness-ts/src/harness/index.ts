@@ -1,0 +1,2 @@
+// Filled in by the SDK work (issue 2).
+export {};

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Debian packages the tests use: bubblewrap (session isolation), PostgreSQL
+# (the store at scale), git (plugin installs from repositories).
+# Java 17 and Maven come with the machine; Kafka's jars are fetched by the
+# Kafka launcher through Maven and cached.
+set -euo pipefail
+need=()
+command -v bwrap >/dev/null || need+=(bubblewrap)
+command -v git >/dev/null || need+=(git)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "missing Debian packages: ${need[*]} (install them as root)" >&2
+    exit 1
+  fi
+fi

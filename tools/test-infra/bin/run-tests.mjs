@@ -1,0 +1,63 @@
+#!/usr/bin/env node
+// `npm test`: run every package's tests (files named *.test.ts under a
+// package's test/ folder) with Node's test runner through tsx.
+// Infrastructure the tests need (Kafka, PostgreSQL) is started here when
+// KAFKA_BROKERS / DATABASE_URL are unset, and stopped when the tests end.
+// Usage: run-tests.mjs [path-substring ...]   (only matching test files)
+import { spawn } from "node:child_process";
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
+const filters = process.argv.slice(2);
+
+function workspaces() {
+  const pkg = JSON.parse(readFileSync(path.join(root, "package.json"), "utf8"));
+  return pkg.workspaces.map((w) => path.join(root, w));
+}
+
+function testFiles(dir) {
+  const out = [];
+  const walk = (d) => {
+    let entries;
+    try {
+      entries = readdirSync(d, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const e of entries) {
+      if (e.name === "node_modules" || e.name === "dist" || e.name === "fixtures") continue;
+      const p = path.join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name.endsWith(".test.ts")) out.push(p);
+    }
+  };
+  walk(path.join(dir, "test"));
+  return out;
+}
+
+const files = workspaces()
+  .flatMap(testFiles)
+  .filter((f) => filters.length === 0 || filters.some((x) => f.includes(x)))
+  .sort();
+
+if (files.length === 0) {
+  console.error(`no test files match ${filters.join(" ")}`);
+  process.exit(1);
+}
+
+const { startInfrastructure } = await import("./infrastructure.mjs");
+const infra = await startInfrastructure({ root, files });
+
+const child = spawn(
+  process.execPath,
+  ["--import", "tsx", "--test", "--test-reporter=spec", ...files.map((f) => path.relative(root, f))],
+  { cwd: root, stdio: "inherit", env: { ...process.env, ...infra.env } },
+);
+const stopOnSignal = (signal) => child.kill(signal);
+process.on("SIGINT", stopOnSignal);
+process.on("SIGTERM", stopOnSignal);
+const code = await new Promise((resolve) => child.on("exit", (c, s) => resolve(c ?? (s ? 1 : 0))));
+await infra.stop();
+process.exit(code);
