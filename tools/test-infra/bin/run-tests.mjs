@@ -5,17 +5,11 @@
 // KAFKA_BROKERS / DATABASE_URL are unset, and stopped when the tests end.
 // Usage: run-tests.mjs [path-substring ...]   (only matching test files)
 import { spawn } from "node:child_process";
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { readdirSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { root, workspaceDirs } from "./workspaces.mjs";
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
 const filters = process.argv.slice(2);
-
-function workspaces() {
-  const pkg = JSON.parse(readFileSync(path.join(root, "package.json"), "utf8"));
-  return pkg.workspaces.map((w) => path.join(root, w));
-}
 
 function testFiles(dir) {
   const out = [];
@@ -37,7 +31,7 @@ function testFiles(dir) {
   return out;
 }
 
-const files = workspaces()
+const files = workspaceDirs()
   .flatMap(testFiles)
   .filter((f) => filters.length === 0 || filters.some((x) => f.includes(x)))
   .sort();
@@ -53,7 +47,7 @@ const infra = await startInfrastructure({ root, files });
 const child = spawn(
   process.execPath,
   ["--import", "tsx", "--test", "--test-reporter=spec", ...files.map((f) => path.relative(root, f))],
-  { cwd: root, stdio: "inherit", env: { ...process.env, ...infra.env } },
+  { cwd: root, stdio: "inherit", env: { OZ0_LOG_LEVEL: "warn", ...process.env, ...infra.env } },
 );
 const stopOnSignal = (signal) => child.kill(signal);
 process.on("SIGINT", stopOnSignal);

@@ -1,0 +1,2 @@
+// Filled in by the issue that builds this package.
+export {};
