@@ -1,2 +1,9 @@
-// Filled in by the issue that builds this package.
-export {};
+// @oz0/events: the events service and the client producers publish with.
+export { createEventPublisher, rawEvent } from "./event-publisher.js";
+export type {
+  EventPublisher,
+  EventPublisherOptions,
+  PublisherLogger,
+  RawEventInit,
+  TokenCountsInit,
+} from "./event-publisher.js";

@@ -1,0 +1,286 @@
+// The producers' side: orchestrator, sandbox and llm-proxy hand raw events to
+// this client, which batches them to the events service over gRPC and keeps
+// retrying until they are accepted. A producer's own work never waits on (or
+// fails because of) the events service.
+import { create, type JsonObject } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import {
+  EventsService,
+  RawEventSchema,
+  TokenCountsSchema,
+  type RawEvent,
+} from "@oz0/proto/oz0/events/v1/events_pb";
+import { createLogger } from "@oz0/serving";
+import { randomUUID } from "node:crypto";
+
+/** The few logger methods the publisher uses (a pino logger fits). */
+export interface PublisherLogger {
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+export interface EventPublisherOptions {
+  /** The events service, for example `http://127.0.0.1:7703` (OZ0_EVENTS_URL). */
+  url: string;
+  logger?: PublisherLogger;
+  /** Events per Publish call. Default 256. */
+  maxBatch?: number;
+  /** How long a lone event waits for company before it is sent. Default 5 ms. */
+  lingerMs?: number;
+  /**
+   * Events held while the service is unreachable. Past it the oldest are
+   * dropped, and the drop is logged with a count. Default 100 000.
+   */
+  maxQueued?: number;
+  /** Longest wait between retries. Default 5 000 ms. */
+  maxBackoffMs?: number;
+}
+
+export interface EventPublisher {
+  /** Queue one or more events. Never blocks and never throws. */
+  publish(events: RawEvent | RawEvent[]): void;
+  /** Resolves once every event queued before the call was accepted by the service. */
+  flush(): Promise<void>;
+  /**
+   * Flush for at most `timeoutMs` (default 5 000), then stop. Events still
+   * queued are logged as dropped, with their count.
+   */
+  close(options?: { timeoutMs?: number }): Promise<void>;
+}
+
+/** Token counts in a raw event. */
+export interface TokenCountsInit {
+  inputTokens?: number;
+  outputTokens?: number;
+  cacheReadTokens?: number;
+  cacheWriteTokens?: number;
+}
+
+/** Everything a raw event may carry besides its type. */
+export interface RawEventInit {
+  /** Defaults to a random UUID. Reuse an id only to say "the same event". */
+  id?: string;
+  /** Defaults to now. */
+  time?: Date;
+  /** The producer: `orchestrator`, `sandbox`, `llm-proxy`, ... */
+  source?: string;
+  jobId?: string;
+  sessionId?: string;
+  toolCallId?: string;
+  operationInvocationId?: string;
+  graphRunId?: string;
+  graphStepId?: string;
+  agentName?: string;
+  agentVersion?: string;
+  /** Lower-case letters and `_` only (`completed`, `timed_out`, `denied`). */
+  status?: string;
+  tokens?: TokenCountsInit;
+  /**
+   * Everything else the producer knows, sensitive content included (the
+   * service keeps only what the type's allowlist allows). Values must be JSON.
+   */
+  attributes?: Record<string, unknown>;
+  traceparent?: string;
+}
+
+/** Build a raw event: `rawEvent("tool.called", { jobId, toolCallId, attributes: { tool_name: "read", input } })`. */
+export function rawEvent(type: string, init: RawEventInit = {}): RawEvent {
+  return create(RawEventSchema, {
+    id: init.id ?? randomUUID(),
+    type,
+    time: timestampFromDate(init.time ?? new Date()),
+    source: init.source ?? "",
+    jobId: init.jobId ?? "",
+    sessionId: init.sessionId ?? "",
+    toolCallId: init.toolCallId ?? "",
+    operationInvocationId: init.operationInvocationId ?? "",
+    graphRunId: init.graphRunId ?? "",
+    graphStepId: init.graphStepId ?? "",
+    agentName: init.agentName ?? "",
+    agentVersion: init.agentVersion ?? "",
+    status: init.status ?? "",
+    tokens: init.tokens ? create(TokenCountsSchema, init.tokens) : undefined,
+    attributes: init.attributes ? toJsonObject(init.attributes) : undefined,
+    traceparent: init.traceparent ?? "",
+  });
+}
+
+// Struct fields accept JSON only: drop undefined, turn Dates into strings,
+// so a producer can pass what it has without preparing it.
+function toJsonObject(value: Record<string, unknown>): JsonObject {
+  return JSON.parse(JSON.stringify(value)) as JsonObject;
+}
+
+export function createEventPublisher(options: EventPublisherOptions): EventPublisher {
+  const logger: PublisherLogger = options.logger ?? createLogger({ name: "event-publisher" });
+  const maxBatch = options.maxBatch ?? 256;
+  const lingerMs = options.lingerMs ?? 5;
+  const maxQueued = options.maxQueued ?? 100_000;
+  const maxBackoffMs = options.maxBackoffMs ?? 5_000;
+  const client: Client<typeof EventsService> = createClient(
+    EventsService,
+    createGrpcTransport({ baseUrl: options.url }),
+  );
+
+  const queue: RawEvent[] = [];
+  // Counts of events ever queued and ever settled (accepted or dropped), so
+  // flush() can wait for "everything queued before me".
+  let queued = 0;
+  let settled = 0;
+  const waiters: { upTo: number; resolve: () => void }[] = [];
+  let sending = false;
+  let closed = false;
+  let lingerTimer: NodeJS.Timeout | undefined;
+  let abort = new AbortController();
+
+  const settle = (count: number): void => {
+    settled += count;
+    for (let i = waiters.length - 1; i >= 0; i--) {
+      const waiter = waiters[i]!;
+      if (settled >= waiter.upTo) {
+        waiters.splice(i, 1);
+        waiter.resolve();
+      }
+    }
+  };
+
+  const schedule = (): void => {
+    if (sending || lingerTimer || queue.length === 0) return;
+    lingerTimer = setTimeout(
+      () => {
+        lingerTimer = undefined;
+        void drain();
+      },
+      queue.length >= maxBatch ? 0 : lingerMs,
+    );
+    lingerTimer.unref();
+  };
+
+  // One Publish in flight at a time keeps each producer's events in order.
+  const drain = async (): Promise<void> => {
+    if (sending) return;
+    sending = true;
+    let backoffMs = 100;
+    try {
+      while (queue.length > 0 && !closed) {
+        const batch = queue.slice(0, maxBatch);
+        try {
+          await client.publish({ events: batch }, { signal: abort.signal });
+          queue.splice(0, batch.length);
+          settle(batch.length);
+          backoffMs = 100;
+        } catch (error) {
+          if (closed) break;
+          const err = ConnectError.from(error);
+          if (err.code === Code.InvalidArgument) {
+            // Retrying cannot help a batch the service refuses; say which events went.
+            queue.splice(0, batch.length);
+            settle(batch.length);
+            logger.error(
+              { code: "EVENTS_BATCH_REJECTED", count: batch.length, ids: batch.map((e) => e.id), reason: err.rawMessage },
+              "the events service refused a batch of events; they are dropped (fix the producer)",
+            );
+            continue;
+          }
+          logger.warn(
+            { code: "EVENTS_UNREACHABLE", url: options.url, queued: queue.length, retryInMs: backoffMs, reason: err.rawMessage },
+            "cannot publish events yet; retrying",
+          );
+          await sleep(backoffMs, abort.signal);
+          backoffMs = Math.min(backoffMs * 2, maxBackoffMs);
+        }
+      }
+    } finally {
+      sending = false;
+    }
+    schedule();
+  };
+
+  return {
+    publish(events) {
+      try {
+        const list = Array.isArray(events) ? events : [events];
+        if (closed) {
+          logger.error(
+            { code: "EVENTS_PUBLISHER_CLOSED", count: list.length, ids: list.map((e) => e.id) },
+            "events published after close() are dropped; publish before closing",
+          );
+          return;
+        }
+        for (const event of list) {
+          if (!event.id || !event.type) {
+            logger.error(
+              { code: "EVENTS_INVALID_EVENT", id: event.id, type: event.type },
+              "an event without an id or a type is dropped; build events with rawEvent()",
+            );
+            continue;
+          }
+          queue.push(event);
+          queued++;
+        }
+        if (queue.length > maxQueued) {
+          const dropped = queue.splice(0, queue.length - maxQueued);
+          settle(dropped.length);
+          logger.error(
+            { code: "EVENTS_QUEUE_FULL", dropped: dropped.length, maxQueued, firstId: dropped[0]?.id },
+            "the events service has been unreachable too long; the oldest queued events are dropped",
+          );
+        }
+        schedule();
+      } catch (error) {
+        logger.error({ code: "EVENTS_PUBLISH_FAILED", err: String(error) }, "could not queue events");
+      }
+    },
+    flush() {
+      const upTo = queued;
+      if (settled >= upTo) return Promise.resolve();
+      if (lingerTimer) {
+        clearTimeout(lingerTimer);
+        lingerTimer = undefined;
+      }
+      void drain();
+      return new Promise((resolve) => waiters.push({ upTo, resolve }));
+    },
+    async close({ timeoutMs = 5_000 } = {}) {
+      if (closed) return;
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        this.flush(),
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, timeoutMs);
+        }),
+      ]);
+      clearTimeout(timer);
+      closed = true;
+      if (lingerTimer) clearTimeout(lingerTimer);
+      abort.abort();
+      abort = new AbortController();
+      if (queue.length > 0) {
+        logger.error(
+          { code: "EVENTS_DROPPED_ON_CLOSE", dropped: queue.length, url: options.url },
+          "closing with events the service never accepted; they are dropped",
+        );
+        const count = queue.length;
+        queue.length = 0;
+        settle(count);
+      }
+      for (const waiter of waiters.splice(0)) waiter.resolve();
+    },
+  };
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    timer.unref();
+    signal.addEventListener("abort", done, { once: true });
+    function done(): void {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    }
+  });
+}
