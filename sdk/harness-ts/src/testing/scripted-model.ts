@@ -1,0 +1,269 @@
+// The one test double for model providers: an HTTP server on loopback that
+// answers the Anthropic Messages and OpenAI Chat Completions APIs from a
+// script, so the official SDKs and the Claude Code binary run offline.
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Script, ScriptedRequest, ScriptedTurn, ScriptedUsage, ScriptedWireFormat, TokensServed } from "./scripted-model-types.js";
+import {
+  anthropicError,
+  anthropicMessage,
+  anthropicStream,
+  estimateTokens,
+  openAiCompletion,
+  openAiError,
+  openAiStream,
+  type AnswerInput,
+  type StreamFrame,
+} from "./scripted-model-wire.js";
+
+export type {
+  Script,
+  ScriptedRequest,
+  ScriptedToolCall,
+  ScriptedTurn,
+  ScriptedUsage,
+  ScriptedWireFormat,
+  TokensServed,
+} from "./scripted-model-types.js";
+
+/** Options of {@link startScriptedModel}. */
+export interface ScriptedModelOptions {
+  /** Turns consumed in order, or a function choosing the turn for each request. */
+  turns: Script;
+  /** Default 0 (a free port). */
+  port?: number;
+  /** Default 127.0.0.1. */
+  host?: string;
+  /**
+   * Decides which Messages/Chat requests are side calls, answered with
+   * {@link SIDE_CALL_REPLY} without consuming a turn. Defaults to
+   * {@link isClaudeCodeSideCall}. Pass `() => false` to script every call.
+   */
+  isSideCall?: (request: ScriptedRequest) => boolean;
+}
+
+/** A running scripted model. */
+export interface ScriptedModel {
+  /** `http://127.0.0.1:port`: an Anthropic base URL; `${url}/v1` is an OpenAI base URL. */
+  readonly url: string;
+  /** Every call received, in order, side calls included. */
+  readonly requests: ScriptedRequest[];
+  /** The usage reported so far (a cut stream counts what its first event reported). */
+  readonly tokensServed: TokensServed;
+  /** Turns consumed so far. */
+  readonly turnsUsed: number;
+  close(): Promise<void>;
+}
+
+/** What a side call gets. */
+export const SIDE_CALL_REPLY = "OK";
+
+/**
+ * Which calls are not the agent's own turns. Observed with Claude Code
+ * 2.1.332 (agent SDK 0.3.332) in SDK mode: one `POST /v1/messages?beta=true`
+ * per turn, always with tools (12 by default), `max_tokens` 32000, streaming,
+ * `user-agent: claude-cli/…` and `x-app: cli`; with or without
+ * `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC` it made no other call. Other
+ * versions and modes make small side calls (a quota probe with
+ * `max_tokens: 1`, small-model title or topic calls without tools and a few
+ * hundred `max_tokens`), and `count_tokens` never consumes a turn. So the
+ * rule: a Messages request is a side call when it asks for `max_tokens: 1`,
+ * or comes from Claude Code (`user-agent` claude-cli or `x-app: cli`) with no
+ * tools and `max_tokens` ≤ 1024. An agent run with no tools still asks for
+ * its configured (large) `max_tokens`, so its turns stay scripted.
+ */
+export function isClaudeCodeSideCall(request: ScriptedRequest): boolean {
+  if (request.wire !== "anthropic-messages") return false;
+  const body = request.body as { tools?: unknown[]; max_tokens?: number; system?: unknown } | undefined;
+  if (!body) return false;
+  if (Array.isArray(body.tools) && body.tools.length > 0) return false;
+  if (body.max_tokens === 1) return true;
+  const fromClaudeCode = (request.headers["user-agent"] ?? "").includes("claude-cli") || (request.headers["x-app"] ?? "") === "cli";
+  return fromClaudeCode && typeof body.max_tokens === "number" && body.max_tokens <= 1024;
+}
+
+function classify(path: string, method: string): ScriptedWireFormat | undefined {
+  if (method === "GET" && /\/models(\/[^/]+)?$/.test(path)) return "models";
+  if (method !== "POST") return undefined;
+  if (path.endsWith("/messages/count_tokens")) return "anthropic-count-tokens";
+  if (path.endsWith("/messages")) return "anthropic-messages";
+  if (path.endsWith("/chat/completions")) return "openai-chat-completions";
+  return undefined;
+}
+
+function inputTokens(body: Record<string, unknown> | undefined): number {
+  if (!body) return 1;
+  return estimateTokens({ system: body.system, messages: body.messages, tools: body.tools });
+}
+
+function sendJson(res: http.ServerResponse, status: number, value: unknown, headers: Record<string, string> = {}): void {
+  const text = JSON.stringify(value);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text), ...headers });
+  res.end(text);
+}
+
+function readBody(req: http.IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const parts: Buffer[] = [];
+    req.on("data", (c: Buffer) => parts.push(c));
+    req.on("end", () => resolve(Buffer.concat(parts).toString("utf8")));
+    req.on("error", reject);
+  });
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Start a scripted model on loopback.
+ *
+ * @example
+ * const model = await startScriptedModel({ turns: [{ text: "hello" }] });
+ * const client = new Anthropic({ baseURL: model.url, apiKey: "x" });
+ */
+export async function startScriptedModel(options: ScriptedModelOptions): Promise<ScriptedModel> {
+  const requests: ScriptedRequest[] = [];
+  const served: TokensServed = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, reasoning: 0, total: 0 };
+  const isSideCall = options.isSideCall ?? isClaudeCodeSideCall;
+  let next = 0;
+  let seq = 0;
+
+  const count = (usage: Partial<ScriptedUsage>): void => {
+    served.input += usage.input ?? 0;
+    served.output += usage.output ?? 0;
+    served.cacheRead += usage.cacheRead ?? 0;
+    served.cacheWrite += usage.cacheWrite ?? 0;
+    served.reasoning += usage.reasoning ?? 0;
+    served.total = served.input + served.output + served.cacheRead + served.cacheWrite;
+  };
+
+  const chooseTurn = async (request: ScriptedRequest): Promise<ScriptedTurn | undefined> => {
+    if (request.sideCall) return { text: SIDE_CALL_REPLY };
+    if (typeof options.turns === "function") {
+      request.turn = next++;
+      return options.turns(request);
+    }
+    const turn = options.turns[next];
+    if (turn === undefined) return undefined;
+    request.turn = next++;
+    return turn;
+  };
+
+  const handle = async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
+    const url = new URL(req.url ?? "/", "http://scripted");
+    const method = req.method ?? "GET";
+    const raw = await readBody(req);
+    let body: any; // eslint-disable-line @typescript-eslint/no-explicit-any
+    try {
+      body = raw ? JSON.parse(raw) : undefined;
+    } catch {
+      body = undefined;
+    }
+    const headers: Record<string, string> = {};
+    for (const [name, value] of Object.entries(req.headers)) {
+      if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(", ") : value;
+    }
+    const wire = classify(url.pathname, method);
+    if (wire === undefined) {
+      sendJson(res, 404, anthropicError(404, `scripted model: no route for ${method} ${url.pathname}; it serves POST /v1/messages, /v1/messages/count_tokens and /v1/chat/completions`));
+      return;
+    }
+    const request: ScriptedRequest = { method, path: url.pathname, headers, body, wire, stream: body?.stream === true, sideCall: false };
+    requests.push(request);
+
+    if (wire === "models") {
+      sendJson(res, 200, { object: "list", data: [{ id: "scripted", object: "model", type: "model", created: 0, owned_by: "oz0", display_name: "Scripted" }], has_more: false });
+      return;
+    }
+    if (wire === "anthropic-count-tokens") {
+      sendJson(res, 200, { input_tokens: inputTokens(body) });
+      return;
+    }
+    const isOpenAi = wire === "openai-chat-completions";
+    const errorBody = isOpenAi ? openAiError : anthropicError;
+    if (body === undefined || typeof body !== "object") {
+      sendJson(res, 400, errorBody(400, "scripted model: the request body must be a JSON object"));
+      return;
+    }
+    request.sideCall = isSideCall(request);
+    const turn = await chooseTurn(request);
+    if (turn === undefined) {
+      // 400 rather than 5xx so clients do not retry: the test must see it at once.
+      const total = Array.isArray(options.turns) ? options.turns.length : 0;
+      sendJson(res, 400, errorBody(400, `scripted model: the script has no turn left (all ${total} consumed); add a turn for request #${requests.length} to ${url.pathname}`));
+      return;
+    }
+    if (turn.delayMs) await sleep(turn.delayMs);
+    if (turn.fail) {
+      const failBody = turn.fail.body ?? errorBody(turn.fail.status, `scripted failure ${turn.fail.status}`);
+      sendJson(res, turn.fail.status, failBody, turn.fail.headers);
+      return;
+    }
+    const answer: AnswerInput = {
+      turn,
+      usage: {
+        input: turn.usage?.input ?? inputTokens(body),
+        output: turn.usage?.output ?? estimateTokens((turn.text ?? "") + JSON.stringify(turn.toolCalls ?? [])),
+        cacheRead: turn.usage?.cacheRead ?? 0,
+        cacheWrite: turn.usage?.cacheWrite ?? 0,
+        reasoning: turn.usage?.reasoning ?? 0,
+      },
+      model: typeof body.model === "string" ? body.model : "scripted",
+      seq: ++seq,
+    };
+    if (!request.stream) {
+      count(answer.usage);
+      sendJson(res, 200, isOpenAi ? openAiCompletion(answer) : anthropicMessage(answer));
+      return;
+    }
+    const frames: StreamFrame[] = isOpenAi
+      ? openAiStream(answer, body.stream_options?.include_usage === true)
+      : anthropicStream(answer);
+    // A cut stream reported only what came before the cut: Anthropic's
+    // message_start (input, cache, one output token); OpenAI nothing.
+    if (turn.cutMidStream) {
+      if (!isOpenAi) count({ ...answer.usage, output: Math.min(1, answer.usage.output), reasoning: 0 });
+    } else count(answer.usage);
+    res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });
+    for (const frame of frames) {
+      if ("cut" in frame) {
+        // Let the bytes so far reach the client before the connection dies.
+        await new Promise<void>((resolve) => res.write("", () => resolve()));
+        await sleep(5);
+        res.socket?.destroy();
+        return;
+      }
+      res.write(frame.data);
+    }
+    res.end();
+  };
+
+  const server = http.createServer((req, res) => {
+    handle(req, res).catch((error: unknown) => {
+      if (!res.headersSent) sendJson(res, 500, anthropicError(500, `scripted model: ${(error as Error).message}`));
+      else res.destroy();
+    });
+  });
+  server.keepAliveTimeout = 5_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port ?? 0, options.host ?? "127.0.0.1", () => resolve());
+  });
+  const address = server.address() as AddressInfo;
+  const host = options.host ?? "127.0.0.1";
+  return {
+    url: `http://${host.includes(":") ? `[${host}]` : host}:${address.port}`,
+    requests,
+    get tokensServed() {
+      return { ...served };
+    },
+    get turnsUsed() {
+      return next;
+    },
+    close() {
+      return new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+    },
+  };
+}
