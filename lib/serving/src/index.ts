@@ -6,3 +6,11 @@ export type { Logger, LoggerOptions } from "./logger.js";
 export { onShutdownSignal } from "./shutdown.js";
 export { unexpectedErrorInterceptor } from "./error-interceptor.js";
 export type { RequestHandler } from "./protocol-sniffing-server.js";
+export {
+  startTelemetry,
+  telemetryConfigured,
+  oz0Tracer,
+  traceContextClientInterceptor,
+  traceServerInterceptor,
+} from "./telemetry.js";
+export type { Telemetry, TelemetryOptions } from "./telemetry.js";

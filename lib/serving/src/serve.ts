@@ -7,6 +7,7 @@ import { ServerReflection as ReflectionV1 } from "@oz0/proto/grpc/reflection/v1/
 import { ServerReflection as ReflectionV1alpha } from "@oz0/proto/grpc/reflection/v1alpha/reflection_pb";
 import type { AddressInfo } from "node:net";
 import { unexpectedErrorInterceptor } from "./error-interceptor.js";
+import { traceServerInterceptor } from "./telemetry.js";
 import { HealthRegistry } from "./health.js";
 import { createLogger, type Logger } from "./logger.js";
 import { createSniffingServer, type RequestHandler } from "./protocol-sniffing-server.js";
@@ -68,7 +69,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   };
   const handler = connectNodeAdapter({
     routes,
-    interceptors: [unexpectedErrorInterceptor(logger), ...(options.interceptors ?? [])],
+    interceptors: [traceServerInterceptor, unexpectedErrorInterceptor(logger), ...(options.interceptors ?? [])],
     fallback: options.fallback as Parameters<typeof connectNodeAdapter>[0]["fallback"],
   });
   const server = createSniffingServer(handler as RequestHandler);

@@ -1,0 +1,50 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { context, propagation, trace } from "@opentelemetry/api";
+import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
+import { W3CTraceContextPropagator } from "@opentelemetry/core";
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { Health } from "@oz0/proto/grpc/health/v1/health_pb";
+import { serve } from "../src/serve.js";
+import { telemetryConfigured, traceContextClientInterceptor } from "../src/telemetry.js";
+
+test("telemetry is off unless the OTEL_* environment configures an exporter", () => {
+  assert.equal(telemetryConfigured({}), false);
+  assert.equal(telemetryConfigured({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:4318" }), true);
+  assert.equal(telemetryConfigured({ OTEL_TRACES_EXPORTER: "none", OTEL_EXPORTER_OTLP_ENDPOINT: "http://x" }), false);
+  assert.equal(telemetryConfigured({ OTEL_SDK_DISABLED: "true", OTEL_TRACES_EXPORTER: "otlp" }), false);
+});
+
+test("an RPC continues the caller's trace: the server span is a child of the client span", async () => {
+  const exporter = new InMemorySpanExporter();
+  const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+  trace.setGlobalTracerProvider(provider);
+  const server = await serve({ name: "test", port: 0, services: [] });
+  try {
+    const client = createClient(
+      Health,
+      createGrpcTransport({ baseUrl: server.url, interceptors: [traceContextClientInterceptor] }),
+    );
+    const tracer = trace.getTracer("test");
+    await tracer.startActiveSpan("caller", async (span) => {
+      await client.check({ service: "liveness" });
+      span.end();
+    });
+    const spans = exporter.getFinishedSpans();
+    const caller = spans.find((s) => s.name === "caller");
+    const rpc = spans.find((s) => s.name === "grpc.health.v1.Health/Check");
+    assert.ok(caller && rpc, `spans: ${spans.map((s) => s.name).join(", ")}`);
+    assert.equal(rpc.spanContext().traceId, caller.spanContext().traceId);
+    assert.equal(rpc.parentSpanContext?.spanId, caller.spanContext().spanId);
+    assert.equal(rpc.attributes["rpc.method"], "Check");
+  } finally {
+    await server.close({ graceMs: 100 });
+    trace.disable();
+    propagation.disable();
+    context.disable();
+  }
+});
