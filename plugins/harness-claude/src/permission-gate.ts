@@ -1,0 +1,83 @@
+// Every tool call asks the runtime first. Claude Code skips canUseTool for
+// calls its permission mode already allows (Read in `default`, edits in
+// `acceptEdits`, everything in `bypassPermissions`), so a PreToolUse hook
+// answers `ask` for every call: that sends each one through canUseTool, which
+// turns it into a protocol permission request. Verified with Claude Code
+// 2.1.332 in all four modes (test/permission-modes.test.ts).
+import type { JsonObject } from "@bufbuild/protobuf";
+import { PermissionAnswer_Outcome, type PermissionAnswer } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { CanUseTool, HookCallback, PermissionResult } from "@anthropic-ai/claude-agent-sdk";
+import type { SessionPort } from "./session-port.js";
+import { toolTitle } from "./tool-titles.js";
+
+export interface PermissionGateOptions {
+  port: SessionPort;
+  /** Claude Code tools the session may use (harness.tools). */
+  tools: readonly string[];
+  /** True when the runtime serves this model-facing name (runtime tools ask nobody: the runtime sees each call). */
+  isRuntimeTool(sdkName: string): boolean;
+  /** Announces the tool call before its permission request, as the protocol orders them. */
+  announceToolCall(callId: string, sdkName: string, input: unknown): void;
+}
+
+export interface PermissionGate {
+  canUseTool: CanUseTool;
+  preToolUse: HookCallback;
+}
+
+function asObject(value: unknown): JsonObject {
+  return value !== null && typeof value === "object" && !Array.isArray(value) ? (JSON.parse(JSON.stringify(value)) as JsonObject) : {};
+}
+
+/** What the model reads when a call is refused: the answer's reason, or why there was none. */
+export function denialMessage(answer: PermissionAnswer): string {
+  const reason = answer.reason.trim();
+  switch (answer.outcome) {
+    case PermissionAnswer_Outcome.TIMED_OUT:
+      return reason || "Nobody approved this tool call in time, so it was not run.";
+    case PermissionAnswer_Outcome.CANCELLED:
+      return reason || "The job was cancelled while this tool call waited for approval, so it was not run.";
+    default:
+      return reason || "The runtime's policy denied this tool call, so it was not run.";
+  }
+}
+
+export function createPermissionGate(options: PermissionGateOptions): PermissionGate {
+  const { port } = options;
+  const tools = new Set(options.tools);
+
+  const canUseTool: CanUseTool = async (toolName, input, context): Promise<PermissionResult> => {
+    if (options.isRuntimeTool(toolName)) return { behavior: "allow", updatedInput: input };
+    if (!tools.has(toolName)) {
+      // Claude Code only offers harness.tools; this catches anything it adds on its own.
+      return { behavior: "deny", message: `${toolName} is not available in this session (harness.tools is ${[...tools].join(", ")}).` };
+    }
+    if (!port.request.permissions) return { behavior: "allow", updatedInput: input };
+    options.announceToolCall(context.toolUseID, toolName, input);
+    const answer = await port.requestPermission({
+      tool: toolName,
+      input: asObject(input),
+      title: context.title ?? toolTitle(toolName, input),
+      callId: context.toolUseID,
+    });
+    if (answer.allow && answer.outcome !== PermissionAnswer_Outcome.CANCELLED && answer.outcome !== PermissionAnswer_Outcome.TIMED_OUT) {
+      return { behavior: "allow", updatedInput: answer.input ?? input };
+    }
+    return { behavior: "deny", message: denialMessage(answer) };
+  };
+
+  const preToolUse: HookCallback = async (input) => {
+    if (input.hook_event_name !== "PreToolUse") return {};
+    options.announceToolCall(input.tool_use_id, input.tool_name, input.tool_input);
+    if (options.isRuntimeTool(input.tool_name)) return {};
+    return {
+      hookSpecificOutput: {
+        hookEventName: "PreToolUse",
+        permissionDecision: "ask",
+        permissionDecisionReason: "Every tool call in an Orchestrator Zero session is decided by the runtime's policy.",
+      },
+    };
+  };
+
+  return { canUseTool, preToolUse };
+}

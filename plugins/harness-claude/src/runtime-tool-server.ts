@@ -1,0 +1,58 @@
+// Runtime tools (SessionRequest.runtime_tools) offered to the model through an
+// in-process SDK MCP server; each call goes to the runtime over the protocol.
+import type { JsonObject } from "@bufbuild/protobuf";
+import type { RuntimeTool } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { createSdkMcpServer, tool, type McpSdkServerConfigWithInstance } from "@anthropic-ai/claude-agent-sdk";
+import { z } from "zod";
+import type { SessionPort } from "./session-port.js";
+
+/** The MCP server's name; Claude Code calls its tools `mcp__oz0__<name>`. */
+export const RUNTIME_TOOL_SERVER = "oz0";
+const PREFIX = `mcp__${RUNTIME_TOOL_SERVER}__`;
+
+/** The runtime's name for a model-facing tool name, or undefined when it is not a runtime tool. */
+export function runtimeToolName(sdkName: string): string | undefined {
+  return sdkName.startsWith(PREFIX) ? sdkName.slice(PREFIX.length) : undefined;
+}
+
+export function sdkRuntimeToolName(name: string): string {
+  return `${PREFIX}${name}`;
+}
+
+/** Thrown when a runtime tool's input schema cannot be offered to the model. */
+export class RuntimeToolSchemaError extends Error {
+  readonly code = "invalid_runtime_tool";
+  constructor(readonly tool: string, detail: string) {
+    super(`runtime tool ${tool}: ${detail}`);
+    this.name = "RuntimeToolSchemaError";
+  }
+}
+
+function inputShape(runtimeTool: RuntimeTool): z.ZodRawShape {
+  const schema = runtimeTool.inputSchema ?? { type: "object", properties: {} };
+  let converted: z.ZodType;
+  try {
+    converted = z.fromJSONSchema(schema as Parameters<typeof z.fromJSONSchema>[0]);
+  } catch (error) {
+    throw new RuntimeToolSchemaError(runtimeTool.name, `its input schema is not a JSON Schema zod can read (${(error as Error).message})`);
+  }
+  if (!(converted instanceof z.ZodObject)) {
+    throw new RuntimeToolSchemaError(runtimeTool.name, "its input schema must describe an object (`type: object`)");
+  }
+  return converted.shape;
+}
+
+export function createRuntimeToolServer(options: { port: SessionPort; tools: RuntimeTool[] }): McpSdkServerConfigWithInstance {
+  const { port } = options;
+  const tools = options.tools.map((runtimeTool) =>
+    tool(runtimeTool.name, runtimeTool.description || runtimeTool.name, inputShape(runtimeTool), async (args) => {
+      const result = await port.callRuntimeTool({ name: runtimeTool.name, input: JSON.parse(JSON.stringify(args ?? {})) as JsonObject });
+      if (result.isError) {
+        return { isError: true, content: [{ type: "text" as const, text: result.error || `${runtimeTool.name} failed` }] };
+      }
+      const output = result.output;
+      return { content: [{ type: "text" as const, text: typeof output === "string" ? output : JSON.stringify(output ?? null) }] };
+    }, { alwaysLoad: true }),
+  );
+  return createSdkMcpServer({ name: RUNTIME_TOOL_SERVER, version: "1.0.0", tools, alwaysLoad: true });
+}

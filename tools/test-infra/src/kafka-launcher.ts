@@ -1,0 +1,231 @@
+// A real single-node KRaft Apache Kafka broker for tests, from Apache Kafka's
+// own jars on Maven Central (no Docker engine on our CI machines). The jars
+// are fetched once with the machine's Maven and cached, so later runs start
+// offline; each broker gets its own loopback ports and temporary data folder.
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { homedir, tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { Kafka, logLevel } from "kafkajs";
+import { runToCompletion, spawnOwned, type OwnedProcess } from "./child-process.js";
+import { freePort } from "./free-port.js";
+import { InfrastructureError } from "./infrastructure-error.js";
+
+/** The Kafka release the launcher runs unless told otherwise (served by Maven Central here). */
+export const DEFAULT_KAFKA_VERSION = "4.1.1";
+
+const pomFile = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../kafka/pom.xml");
+
+export interface KafkaJarsOptions {
+  /** Default `OZ0_KAFKA_CACHE`, else `~/.cache/oz0/kafka`. */
+  cacheDir?: string;
+  version?: string;
+}
+
+/** The cache folder Kafka's jars go to. */
+export function kafkaCacheDir(options: KafkaJarsOptions = {}): string {
+  return options.cacheDir ?? process.env.OZ0_KAFKA_CACHE ?? path.join(homedir(), ".cache", "oz0", "kafka");
+}
+
+/**
+ * Make sure Kafka's jars are in the cache (fetching them with Maven the first
+ * time) and return the folder that holds them.
+ */
+export async function ensureKafkaJars(options: KafkaJarsOptions = {}): Promise<string> {
+  const version = options.version ?? DEFAULT_KAFKA_VERSION;
+  const cache = kafkaCacheDir(options);
+  const libs = path.join(cache, `libs-${version}`);
+  if (existsSync(path.join(libs, `kafka_2.13-${version}.jar`))) return libs;
+  mkdirSync(cache, { recursive: true });
+  // Fetch into a private folder and rename it into place, so two test runs
+  // fetching at once never see half a classpath.
+  const staging = mkdtempSync(path.join(cache, `.fetch-${version}-`));
+  try {
+    await runToCompletion({
+      command: "mvn",
+      args: [
+        "-q",
+        "-B",
+        "-f",
+        pomFile,
+        `-Dkafka.version=${version}`,
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        `-DoutputDirectory=${staging}`,
+      ],
+    });
+  } catch (error) {
+    rmSync(staging, { recursive: true, force: true });
+    throw new InfrastructureError(
+      "KAFKA_JARS_UNAVAILABLE",
+      `could not fetch Apache Kafka ${version} with Maven (is mvn installed and Maven Central reachable?), ` +
+        `or set KAFKA_BROKERS to a broker you run: ${(error as Error).message}`,
+    );
+  }
+  try {
+    renameSync(staging, libs);
+  } catch {
+    // Another run put it there first; theirs is as good as ours.
+    rmSync(staging, { recursive: true, force: true });
+  }
+  return libs;
+}
+
+export interface KafkaOptions extends KafkaJarsOptions {
+  /** Max heap. Default `512m`: the CI machines have 2 cores shared by every test run. */
+  heap?: string;
+  /** How long to wait for the broker to answer. Default 90 s. */
+  readyTimeoutMs?: number;
+}
+
+export interface RunningKafka {
+  /** `127.0.0.1:<port>`, for kafkajs `brokers` (or KAFKA_BROKERS). */
+  readonly brokers: string[];
+  /** The broker's data and log folder (its output is in `broker.log`). */
+  readonly dir: string;
+  /** Stop the broker (controlled shutdown) and keep its data, so `restart()` brings it back. */
+  stop(): Promise<void>;
+  /** Start a stopped broker again on the same port with the same data. */
+  restart(): Promise<void>;
+  /** Stop the broker and delete its data. */
+  close(): Promise<void>;
+}
+
+/** Start a single-node KRaft broker on loopback and wait until it answers. */
+export async function startKafka(options: KafkaOptions = {}): Promise<RunningKafka> {
+  const libs = await ensureKafkaJars(options);
+  const dir = mkdtempSync(path.join(tmpdir(), "oz0-kafka-"));
+  const port = await freePort();
+  const controllerPort = await freePort();
+  const properties = path.join(dir, "server.properties");
+  writeFileSync(properties, serverProperties({ dir, port, controllerPort }));
+  const classpath = `${libs}/*`;
+  const java = javaCommand();
+  const jvm = [`-Xmx${options.heap ?? "512m"}`, "-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"];
+  // A cluster id is 16 random bytes in URL-safe base64, as `StorageTool random-uuid` prints.
+  const clusterId = randomBytes(16).toString("base64url");
+  await runToCompletion({
+    command: java,
+    args: [...jvm, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone", "-t", clusterId, "-c", properties],
+  });
+  const brokers = [`127.0.0.1:${port}`];
+  const logFile = path.join(dir, "broker.log");
+  const readyTimeoutMs = options.readyTimeoutMs ?? 90_000;
+  let process_: OwnedProcess | undefined;
+
+  const launch = async (): Promise<void> => {
+    const child = spawnOwned({ command: java, args: [...jvm, "-cp", classpath, "kafka.Kafka", properties], logFile });
+    process_ = child;
+    try {
+      await waitForKafka({ brokers, timeoutMs: readyTimeoutMs, exited: child.exited });
+    } catch (error) {
+      await child.stop({ signal: "SIGKILL" });
+      throw new InfrastructureError(
+        "KAFKA_NOT_READY",
+        `Apache Kafka did not answer on ${brokers[0]}: ${(error as Error).message}; see ${logFile}`,
+      );
+    }
+  };
+  await launch();
+
+  let closed = false;
+  return {
+    brokers,
+    dir,
+    async stop() {
+      await process_?.stop({ signal: "SIGTERM", graceMs: 15_000 });
+      process_ = undefined;
+    },
+    async restart() {
+      if (closed) throw new InfrastructureError("KAFKA_CLOSED", "this broker was closed; start a new one with startKafka()");
+      if (process_) return;
+      await launch();
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await process_?.stop({ signal: "SIGTERM", graceMs: 10_000 });
+      process_ = undefined;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Poll the broker with kafkajs until it describes its cluster (or the process exits). */
+export async function waitForKafka(options: {
+  brokers: string[];
+  timeoutMs: number;
+  exited?: Promise<number | null>;
+}): Promise<void> {
+  const deadline = Date.now() + options.timeoutMs;
+  let exitedWith: number | null | undefined;
+  void options.exited?.then((code) => {
+    exitedWith = code;
+  });
+  const kafka = new Kafka({
+    clientId: "oz0-test-infra",
+    brokers: options.brokers,
+    logLevel: logLevel.NOTHING,
+    connectionTimeout: 1_000,
+    retry: { retries: 0 },
+  });
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    if (exitedWith !== undefined) throw new Error(`the broker exited with code ${exitedWith}`);
+    const admin = kafka.admin();
+    try {
+      await admin.connect();
+      const cluster = await admin.describeCluster();
+      if (cluster.brokers.length > 0 && cluster.controller !== null) return;
+    } catch (error) {
+      lastError = error;
+    } finally {
+      await admin.disconnect().catch(() => undefined);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  throw new Error(`timed out after ${options.timeoutMs} ms (${String((lastError as Error | undefined)?.message ?? lastError)})`);
+}
+
+function serverProperties(options: { dir: string; port: number; controllerPort: number }): string {
+  return [
+    "process.roles=broker,controller",
+    "node.id=1",
+    `controller.quorum.bootstrap.servers=127.0.0.1:${options.controllerPort}`,
+    `listeners=PLAINTEXT://127.0.0.1:${options.port},CONTROLLER://127.0.0.1:${options.controllerPort}`,
+    `advertised.listeners=PLAINTEXT://127.0.0.1:${options.port}`,
+    "controller.listener.names=CONTROLLER",
+    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+    "inter.broker.listener.name=PLAINTEXT",
+    `log.dirs=${path.join(options.dir, "data")}`,
+    "num.partitions=1",
+    "auto.create.topics.enable=true",
+    // One node: every internal topic has one replica, and few partitions so
+    // the first consumer group and the first idempotent producer start fast.
+    "offsets.topic.replication.factor=1",
+    "offsets.topic.num.partitions=1",
+    "transaction.state.log.replication.factor=1",
+    "transaction.state.log.min.isr=1",
+    "transaction.state.log.num.partitions=1",
+    "share.coordinator.state.topic.replication.factor=1",
+    "share.coordinator.state.topic.min.isr=1",
+    "share.coordinator.state.topic.num.partitions=1",
+    "group.initial.rebalance.delay.ms=0",
+    "num.network.threads=2",
+    "num.io.threads=2",
+    "background.threads=2",
+    "log.cleaner.enable=false",
+    "",
+  ].join("\n");
+}
+
+function javaCommand(): string {
+  return process.env.JAVA_HOME ? path.join(process.env.JAVA_HOME, "bin", "java") : "java";
+}
+
+/** True when the jars for `version` are already cached (so start-up needs no network). */
+export function kafkaJarsCached(options: KafkaJarsOptions = {}): boolean {
+  const libs = path.join(kafkaCacheDir(options), `libs-${options.version ?? DEFAULT_KAFKA_VERSION}`);
+  return existsSync(libs) && readdirSync(libs).some((f) => f.startsWith("kafka_2.13-"));
+}
