@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { DEFAULT_TOOLS, HarnessOptionsError, parseHarnessOptions, validateHarnessOptions } from "../src/index.js";
 
-test("no options: the default tools, permission mode and system prompt", () => {
+void test("no options: the default tools, permission mode and system prompt", () => {
   assert.deepEqual(parseHarnessOptions(undefined), {
     tools: [...DEFAULT_TOOLS],
     permissionMode: "default",
@@ -13,7 +13,7 @@ test("no options: the default tools, permission mode and system prompt", () => {
   assert.deepEqual(DEFAULT_TOOLS, ["Read", "Write", "Edit", "Glob", "Grep", "Bash"]);
 });
 
-test("the options of the seed's example are accepted as written", () => {
+void test("the options of the seed's example are accepted as written", () => {
   const options = parseHarnessOptions({
     tools: ["Read", "Glob", "Grep", "Bash"],
     requires_approval: ["Bash"],
@@ -30,7 +30,7 @@ test("the options of the seed's example are accepted as written", () => {
   });
 });
 
-test("every bad option is named, with what it accepts", () => {
+void test("every bad option is named, with what it accepts", () => {
   const problems = validateHarnessOptions({
     tools: ["Read", "WebFetch", "Task"],
     permission_mode: "dontAsk",
@@ -51,7 +51,7 @@ test("every bad option is named, with what it accepts", () => {
   });
 });
 
-test("valid options have no problems", () => {
+void test("valid options have no problems", () => {
   assert.deepEqual(validateHarnessOptions({ tools: ["Bash"], permission_mode: "plan" }), []);
   assert.deepEqual(validateHarnessOptions(null), []);
 });
