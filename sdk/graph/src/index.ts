@@ -1,2 +1,84 @@
-// Filled in by the issue that builds this package.
-export {};
+/**
+ * @oz0/graph: declare graph harnesses (deterministic workflows of agents and
+ * steps), validate and serialise them, and run them durably.
+ */
+export {
+  GRAPH_DEFINITION_FORMAT,
+  slugify,
+  type AgentNode,
+  type ChoiceArm,
+  type ChoiceNode,
+  type CustomStepNode,
+  type Flow,
+  type GraphDefinition,
+  type GraphNode,
+  type GraphRefNode,
+  type LoopNode,
+  type ParallelNode,
+  type TriggerDefinition,
+} from "./definition.js";
+export { definitionToYaml, graphDefinitionSchema, parseDefinition, parseDefinitionYaml } from "./definition-schema.js";
+export { canonicalJson, definitionHash } from "./definition-hash.js";
+export { GraphError, GraphValidationError, type DefinitionProblem, type GraphErrorCode } from "./errors.js";
+export {
+  AgentStep,
+  ApiTrigger,
+  Chain,
+  ChoiceBuilder,
+  Flowable,
+  Graph,
+  Harness,
+  LoopBuilder,
+  Step,
+  agent,
+  type AgentStepOptions,
+  type GraphOptions,
+  type HarnessProps,
+  type IStep,
+  type ParallelOptions,
+  type StepLike,
+  type StepOptions,
+  type StepRunInfo,
+  type Trigger,
+} from "./graph-builder.js";
+export {
+  InProcessExecutor,
+  type AgentFunction,
+  type AgentRequest,
+  type CustomStepRequest,
+  type CustomStepResult,
+  type GraphExecutor,
+  type InProcessExecutorOptions,
+} from "./graph-executor.js";
+export {
+  decisionFromToolCall,
+  managerTools,
+  type ControlEvent,
+  type GraphManager,
+  type ManagerDecision,
+} from "./graph-manager.js";
+export { HarnessContext, redactNothing, type BagDelta, type HarnessContextOptions, type RedactFn } from "./harness-context.js";
+export {
+  InMemoryCheckpointStore,
+  type CheckpointStore,
+  type MergeConflict,
+  type RunEnd,
+  type RunRecord,
+  type RunStatus,
+  type StepOutcome,
+  type StepRecord,
+  type StoredRun,
+} from "./checkpoint-store.js";
+export {
+  GraphRunner,
+  MAX_LABEL_LENGTH,
+  buildAgentPrompt,
+  labelFromText,
+  type GraphEvent,
+  type GraphRunnerOptions,
+  type InvokeOutcome,
+  type RunHandle,
+  type RunResult,
+  type StartOptions,
+} from "./graph-runner.js";
+export { assertValidDefinition, validateDefinition, type ValidateOptions, type ValidationResult } from "./validate-definition.js";

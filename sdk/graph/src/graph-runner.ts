@@ -1,0 +1,763 @@
+/**
+ * The engine. It walks a definition deterministically over one bag per run;
+ * each step's writes are checkpointed as a delta under the step's path before
+ * they reach the bag. On resume the same walk replays recorded deltas instead
+ * of running their steps, so control decisions (choice labels, loop verdicts)
+ * come out the same and execution continues at the step that was in flight.
+ */
+import { randomUUID } from "node:crypto";
+import {
+  InMemoryCheckpointStore,
+  type CheckpointStore,
+  type MergeConflict,
+  type RunStatus,
+  type StepOutcome,
+  type StepRecord,
+  type StoredRun,
+} from "./checkpoint-store.js";
+import type { AgentNode, ChoiceNode, CustomStepNode, Flow, GraphDefinition, GraphNode, LoopNode, ParallelNode } from "./definition.js";
+import { definitionHash } from "./definition-hash.js";
+import { GraphError } from "./errors.js";
+import type { GraphExecutor } from "./graph-executor.js";
+import type { ControlEvent, GraphManager, ManagerDecision } from "./graph-manager.js";
+import { HarnessContext, type BagDelta, type RedactFn } from "./harness-context.js";
+import { assertValidDefinition, type ValidateOptions } from "./validate-definition.js";
+
+/** The longest final text still read as a choice label. */
+export const MAX_LABEL_LENGTH = 64;
+
+/** Something the engine did; the orchestrator turns these into lifecycle events and spans. */
+export interface GraphEvent {
+  type:
+    | "run_started"
+    | "run_resumed"
+    | "step_started"
+    | "step_finished"
+    | "step_replayed"
+    | "step_failed"
+    | "control"
+    | "conflict"
+    | "run_finished";
+  runId: string;
+  graph: string;
+  /** ISO time. */
+  time: string;
+  nodeId?: string;
+  /** Step path: unique per run, includes loop iteration and branch. */
+  path?: string;
+  /** Innermost loop iteration (0 outside loops): loops reuse node ids, this tells rounds apart. */
+  iteration?: number;
+  attempt?: number;
+  /** Keys the step wrote. */
+  writes?: string[];
+  /** For `control`: what happened and what was decided. */
+  control?: { kind: string; decision?: ManagerDecision; detail?: string };
+  conflict?: MergeConflict;
+  status?: RunStatus;
+  error?: { code: string; message: string };
+}
+
+/** Options for {@link GraphRunner}. */
+export interface GraphRunnerOptions {
+  /** The definition to run; validated (structure and meaning) on construction. */
+  definition: GraphDefinition;
+  /** Runs agents and custom steps. */
+  executor: GraphExecutor;
+  /** Durable run state; defaults to an {@link InMemoryCheckpointStore}. */
+  store?: CheckpointStore;
+  /** Decides control events; without one, step errors and in-flight invokes fail. */
+  manager?: GraphManager;
+  /** Applied to every bag snapshot that leaves the engine; default redacts nothing. */
+  redact?: RedactFn;
+  /** Receives every engine event, synchronously; must not throw. */
+  onEvent?: (event: GraphEvent) => void;
+  /** Retries a manager may ask for per step before the step fails anyway (default 3). */
+  maxRetries?: number;
+  /** Known agent and step names for validation; omitted names are not checked. */
+  validate?: ValidateOptions;
+}
+
+/** Input of a new run. */
+export interface StartOptions {
+  prompt: string;
+  /** Extra initial bag keys. */
+  input?: Record<string, unknown>;
+  /** Defaults to a random UUID. */
+  runId?: string;
+}
+
+/** How a run ended. */
+export interface RunResult {
+  runId: string;
+  status: Exclude<RunStatus, "running">;
+  /** The final bag (unredacted). */
+  bag: Record<string, unknown>;
+  /** The bag's `output`, or null. */
+  output: unknown;
+  conflicts: MergeConflict[];
+  error?: { code: string; message: string };
+}
+
+/** A run in progress; `result` never rejects. */
+export interface RunHandle {
+  runId: string;
+  result: Promise<RunResult>;
+}
+
+/** What {@link GraphRunner.invoke} did. */
+export type InvokeOutcome =
+  | { kind: "started"; run: RunHandle }
+  | { kind: "answered"; runId: string; text: string }
+  | { kind: "ignored"; runId: string }
+  | { kind: "aborted"; runId: string };
+
+interface Scope {
+  iteration: number;
+  signal: AbortSignal;
+}
+
+class RunAborted extends GraphError {
+  public constructor(reason: string) {
+    super("RUN_ABORTED", `the run was aborted by the manager: ${reason}`);
+  }
+}
+
+/**
+ * Runs one definition. Pure with respect to the outside world: agents, custom
+ * steps, the manager and storage all come in through options, which is how the
+ * orchestrator plugs in sandbox sessions and its own database.
+ */
+export class GraphRunner {
+  /** The validated definition. */
+  public readonly definition: GraphDefinition;
+  /** What runs started here are pinned to. */
+  public readonly definitionHash: string;
+  readonly #options: GraphRunnerOptions;
+  readonly #store: CheckpointStore;
+  readonly #inFlight = new Map<string, RunExecution>();
+
+  public constructor(options: GraphRunnerOptions) {
+    this.definition = assertValidDefinition(options.definition, options.validate);
+    this.definitionHash = definitionHash(this.definition);
+    this.#options = options;
+    this.#store = options.store ?? new InMemoryCheckpointStore();
+  }
+
+  /** Ids of runs this runner is executing now. */
+  public inFlight(): string[] {
+    return [...this.#inFlight.keys()];
+  }
+
+  /** Starts a new run and returns at once; await `result` for the end. */
+  public async start(options: StartOptions): Promise<RunHandle> {
+    const runId = options.runId ?? randomUUID();
+    const input = { ...options.input, prompt: options.prompt };
+    await this.#store.createRun({
+      runId,
+      graph: this.definition.name,
+      definitionHash: this.definitionHash,
+      ...(this.definition.version !== undefined ? { definitionVersion: this.definition.version } : {}),
+      definition: this.definition,
+      input,
+      status: "running",
+      startedAt: new Date().toISOString(),
+    });
+    return this.#launch(runId, input, [], "run_started");
+  }
+
+  /** Starts a run and waits for it to end. */
+  public async run(options: StartOptions): Promise<RunResult> {
+    return (await this.start(options)).result;
+  }
+
+  /**
+   * The harness's entry point for triggers: an idle invoke starts a new run;
+   * an invoke while a run is in flight is a control event for the manager, and
+   * fails without one.
+   * @throws GraphError `RUN_IN_FLIGHT` when busy and no manager is configured.
+   */
+  public async invoke(options: StartOptions): Promise<InvokeOutcome> {
+    const busy = [...this.#inFlight.values()][0];
+    if (!busy) return { kind: "started", run: await this.start(options) };
+    const manager = this.#options.manager;
+    if (!manager) {
+      throw new GraphError(
+        "RUN_IN_FLIGHT",
+        `harness "${this.definition.name}" is still running run ${busy.runId}; wait for it to finish, or configure a managerAgent to answer invokes while a run is in flight`,
+      );
+    }
+    const event: ControlEvent = {
+      kind: "invoke_in_flight",
+      runId: busy.runId,
+      graph: this.definition.name,
+      prompt: options.prompt,
+      snapshot: busy.root.snapshot(),
+    };
+    const decision = await manager.decide(event);
+    busy.emit({ type: "control", control: { kind: event.kind, decision } });
+    switch (decision.action) {
+      case "answer":
+        return { kind: "answered", runId: busy.runId, text: decision.text };
+      case "abort":
+        busy.abort(new RunAborted(decision.reason ?? "a new invoke arrived"));
+        return { kind: "aborted", runId: busy.runId };
+      case "skip":
+        return { kind: "ignored", runId: busy.runId };
+      case "retry":
+        throw new GraphError(
+          "MANAGER_FAILED",
+          "the manager answered an in-flight invoke with retry, which has no meaning there; it must answer, skip or abort",
+        );
+    }
+  }
+
+  /**
+   * Continues a run that did not finish (its process died) or that failed:
+   * recorded steps are replayed from their deltas, never run again, and
+   * execution continues at the first unrecorded step.
+   * @throws GraphError `DEFINITION_MISMATCH` when the run is pinned to another definition.
+   */
+  public async resume(options: { runId: string }): Promise<RunHandle> {
+    const { runId } = options;
+    const live = this.#inFlight.get(runId);
+    if (live) return { runId, result: live.result };
+    const run = await this.#store.getRun(runId);
+    if (!run) throw new GraphError("RUN_NOT_FOUND", `run ${runId} is not in the checkpoint store; check the id`);
+    this.#checkPinned(run);
+    if (run.status === "succeeded") {
+      throw new GraphError("RUN_FINISHED", `run ${runId} already succeeded; start a new run instead`);
+    }
+    if (run.status !== "running") await this.#store.reopenRun(runId);
+    const records = await this.#store.loadSteps(runId);
+    return this.#launch(runId, run.input, records, "run_resumed");
+  }
+
+  /**
+   * Resumes every run left `running` in the store that is pinned to this
+   * definition and not executing here: what an orchestrator calls at start-up.
+   */
+  public async resumeAll(): Promise<RunHandle[]> {
+    const runs = await this.#store.listRuns({ status: "running" });
+    const handles: RunHandle[] = [];
+    for (const run of runs) {
+      if (run.definitionHash !== this.definitionHash || this.#inFlight.has(run.runId)) continue;
+      handles.push(await this.resume({ runId: run.runId }));
+    }
+    return handles;
+  }
+
+  /** Cancels a run executing here: in-flight steps get an aborted signal; the run ends `cancelled`. */
+  public cancel(runId: string, reason = "cancelled by request"): boolean {
+    const live = this.#inFlight.get(runId);
+    if (!live) return false;
+    live.abort(new GraphError("RUN_CANCELLED", `run ${runId} was cancelled: ${reason}`));
+    return true;
+  }
+
+  #checkPinned(run: StoredRun): void {
+    if (run.definitionHash !== this.definitionHash) {
+      throw new GraphError(
+        "DEFINITION_MISMATCH",
+        `run ${run.runId} is pinned to definition ${run.definitionHash}${run.definitionVersion ? ` (version ${run.definitionVersion})` : ""}, not ${this.definitionHash}; resume it with a GraphRunner built from the run's stored definition`,
+      );
+    }
+  }
+
+  #launch(runId: string, input: Record<string, unknown>, records: StepRecord[], first: "run_started" | "run_resumed"): RunHandle {
+    const execution = new RunExecution({
+      runId,
+      definition: this.definition,
+      options: this.#options,
+      store: this.#store,
+      input,
+      records,
+    });
+    this.#inFlight.set(runId, execution);
+    execution.emit({ type: first });
+    execution.result = execution.execute().finally(() => this.#inFlight.delete(runId));
+    return { runId, result: execution.result };
+  }
+}
+
+/** Builds an agent step's prompt from the bag: `prompt`, then `output` and `feedback` when present. */
+export function buildAgentPrompt(ctx: HarnessContext): string {
+  const parts = [ctx.getString("prompt") ?? ""];
+  const output = ctx.getString("output");
+  if (output !== null) parts.push(`Previous output:\n${output}`);
+  const feedback = ctx.getString("feedback");
+  if (feedback !== null) parts.push(`Feedback:\n${feedback}`);
+  return parts.join("\n\n");
+}
+
+/** A final text usable as a choice label: one line of at most {@link MAX_LABEL_LENGTH} characters after trimming. */
+export function labelFromText(text: unknown): string | null {
+  if (typeof text !== "string") return null;
+  const t = text.trim();
+  return t.length > 0 && t.length <= MAX_LABEL_LENGTH && !/[\r\n]/.test(t) ? t : null;
+}
+
+function errorInfo(e: unknown): { code: string; message: string } {
+  if (e instanceof GraphError) return { code: e.code, message: e.message };
+  if (e instanceof Error) return { code: "STEP_FAILED", message: e.message };
+  return { code: "STEP_FAILED", message: String(e) };
+}
+
+function isCancellation(e: unknown): boolean {
+  return e instanceof GraphError && (e.code === "BRANCH_CANCELLED" || e.code === "RUN_CANCELLED");
+}
+
+/** Settles with `work`, or rejects with the signal's reason as soon as it aborts (executors may ignore signals). */
+async function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) throw signal.reason;
+  let onAbort: (() => void) | undefined;
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+  // The loser of the race must not surface as an unhandled rejection.
+  work.catch(() => undefined);
+  aborted.catch(() => undefined);
+  try {
+    return await Promise.race([work, aborted]);
+  } finally {
+    if (onAbort) signal.removeEventListener("abort", onAbort);
+  }
+}
+
+type StepNode = AgentNode | CustomStepNode;
+
+interface GuardedStep {
+  nodeId: string;
+  path: string;
+  ctx: HarnessContext;
+  scope: Scope;
+  /** Writes to the overlay; throws to fail the step. */
+  work: (overlay: HarnessContext) => Promise<void>;
+  /** Checks or completes the delta before it is recorded; throwing fails the step. */
+  finish?: (delta: BagDelta) => void;
+  /** Keys an `answer` decision writes the text to. */
+  answerKeys: string[];
+}
+
+class RunExecution {
+  public readonly runId: string;
+  public readonly root: HarnessContext;
+  public result!: Promise<RunResult>;
+  readonly #def: GraphDefinition;
+  readonly #options: GraphRunnerOptions;
+  readonly #store: CheckpointStore;
+  readonly #recorded: Map<string, StepRecord>;
+  readonly #conflicts = new Map<string, MergeConflict>();
+  readonly #controller = new AbortController();
+
+  public constructor(args: {
+    runId: string;
+    definition: GraphDefinition;
+    options: GraphRunnerOptions;
+    store: CheckpointStore;
+    input: Record<string, unknown>;
+    records: StepRecord[];
+  }) {
+    this.runId = args.runId;
+    this.#def = args.definition;
+    this.#options = args.options;
+    this.#store = args.store;
+    this.#recorded = new Map(args.records.map((r) => [r.path, r]));
+    this.root = new HarnessContext({ initial: args.input, ...(args.options.redact ? { redact: args.options.redact } : {}) });
+  }
+
+  public emit(event: Omit<GraphEvent, "runId" | "graph" | "time">): void {
+    this.#options.onEvent?.({ ...event, runId: this.runId, graph: this.#def.name, time: new Date().toISOString() });
+  }
+
+  public abort(reason: GraphError): void {
+    this.#controller.abort(reason);
+  }
+
+  public async execute(): Promise<RunResult> {
+    let status: RunResult["status"] = "succeeded";
+    let error: { code: string; message: string } | undefined;
+    try {
+      await this.#flow(this.#def.root, this.root, { iteration: 0, signal: this.#controller.signal }, "");
+    } catch (e) {
+      error = errorInfo(e);
+      status =
+        e instanceof RunAborted ? "aborted" : e instanceof GraphError && e.code === "RUN_CANCELLED" ? "cancelled" : "failed";
+    }
+    const bag = this.root.toJSON();
+    const conflicts = [...this.#conflicts.values()];
+    const result: RunResult = { runId: this.runId, status, bag, output: bag.output ?? null, conflicts };
+    if (error) result.error = error;
+    try {
+      await this.#store.finishRun(this.runId, { status, conflicts, result: bag, ...(error ? { error } : {}) });
+    } catch (e) {
+      result.status = "failed";
+      result.error = { code: "STORE_FAILED", message: `the run ended but its end could not be stored: ${errorInfo(e).message}` };
+    }
+    this.emit({ type: "run_finished", status: result.status, ...(result.error ? { error: result.error } : {}) });
+    return result;
+  }
+
+  async #flow(flow: Flow, ctx: HarnessContext, scope: Scope, base: string): Promise<void> {
+    for (let i = 0; i < flow.length; i++) {
+      await this.#node(flow[i] as GraphNode, ctx, scope, `${base}/${i}`);
+    }
+  }
+
+  async #node(node: GraphNode, ctx: HarnessContext, scope: Scope, path: string): Promise<void> {
+    switch (node.kind) {
+      case "agent":
+      case "step":
+        await this.#step(node, ctx, scope, path);
+        return;
+      case "graph": {
+        const flow = this.#def.graphs?.[node.graph] ?? (node.graph === this.#def.name ? this.#def.root : undefined);
+        if (!flow) throw new GraphError("INVALID_DEFINITION", `subgraph "${node.graph}" is not defined; publish a definition that includes it`);
+        await this.#flow(flow, ctx, scope, path);
+        return;
+      }
+      case "parallel":
+        await this.#parallel(node, ctx, scope, path);
+        return;
+      case "choice":
+        await this.#choice(node, ctx, scope, path);
+        return;
+      case "loop":
+        await this.#loop(node, ctx, scope, path);
+        return;
+    }
+  }
+
+  #step(node: StepNode, ctx: HarnessContext, scope: Scope, path: string, finish?: (delta: BagDelta) => void): Promise<StepRecord> {
+    return this.#guarded({
+      nodeId: node.id,
+      path,
+      ctx,
+      scope,
+      ...(finish ? { finish } : {}),
+      answerKeys: node.kind === "agent" ? ["output", node.agent] : ["output"],
+      work: async (overlay) => {
+        const common = {
+          runId: this.runId,
+          stepId: node.id,
+          path,
+          iteration: scope.iteration,
+          idempotencyKey: `${this.runId}${path}`,
+          signal: scope.signal,
+        };
+        if (node.kind === "agent") {
+          const { text } = await untilAborted(
+            this.#options.executor.runAgent({ ...common, agent: node.agent, prompt: buildAgentPrompt(overlay) }),
+            scope.signal,
+          );
+          overlay.set("output", text);
+          overlay.set(node.agent, text);
+        } else {
+          const res = await untilAborted(
+            this.#options.executor.runCustomStep({
+              ...common,
+              name: node.step,
+              ...(node.module !== undefined ? { module: node.module } : {}),
+              ...(node.export !== undefined ? { export: node.export } : {}),
+              ctx: overlay,
+            }),
+            scope.signal,
+          );
+          for (const [k, v] of Object.entries(res?.set ?? {})) overlay.set(k, v);
+        }
+      },
+    });
+  }
+
+  /** Runs one unit of work exactly-once-recorded, consulting the manager on failure. */
+  async #guarded(g: GuardedStep): Promise<StepRecord> {
+    const recorded = this.#recorded.get(g.path);
+    if (recorded) {
+      g.ctx.apply(recorded.delta);
+      this.emit({ type: "step_replayed", nodeId: g.nodeId, path: g.path, iteration: g.scope.iteration });
+      return recorded;
+    }
+    const retries = this.#options.maxRetries ?? 3;
+    for (let attempt = 1; ; attempt++) {
+      if (g.scope.signal.aborted) throw g.scope.signal.reason;
+      this.emit({ type: "step_started", nodeId: g.nodeId, path: g.path, iteration: g.scope.iteration, attempt });
+      const overlay = g.ctx.overlay();
+      let failure: unknown;
+      try {
+        await g.work(overlay);
+        const delta = overlay.writes();
+        g.finish?.(delta);
+        return await this.#record(g, "ok", delta);
+      } catch (e) {
+        if (g.scope.signal.aborted) throw g.scope.signal.reason;
+        failure = e;
+      }
+      const error = errorInfo(failure);
+      this.emit({ type: "step_failed", nodeId: g.nodeId, path: g.path, iteration: g.scope.iteration, attempt, error });
+      const manager = this.#options.manager;
+      if (!manager) {
+        throw new GraphError(
+          "STEP_FAILED",
+          `step ${g.nodeId} at ${g.path} failed: ${error.message}. Fix the cause and resume the run, or configure a managerAgent to retry or skip failed steps`,
+          { cause: failure },
+        );
+      }
+      const decision = await this.#decide({
+        kind: "step_error",
+        runId: this.runId,
+        graph: this.#def.name,
+        nodeId: g.nodeId,
+        path: g.path,
+        iteration: g.scope.iteration,
+        attempt,
+        error,
+        snapshot: g.ctx.snapshot(),
+      });
+      switch (decision.action) {
+        case "retry":
+          if (attempt > retries) {
+            throw new GraphError(
+              "STEP_FAILED",
+              `step ${g.nodeId} at ${g.path} failed ${attempt} times: ${error.message}. The manager may retry at most ${retries} times; fix the cause and resume the run`,
+              { cause: failure },
+            );
+          }
+          continue;
+        case "skip":
+          return this.#record(g, "skipped", {});
+        case "answer": {
+          const delta: BagDelta = Object.fromEntries(g.answerKeys.map((k) => [k, decision.text]));
+          try {
+            g.finish?.(delta);
+          } catch (e) {
+            throw new GraphError("STEP_FAILED", `the manager's answer for step ${g.nodeId} at ${g.path} is not usable: ${errorInfo(e).message}`, { cause: e });
+          }
+          return this.#record(g, "answered", delta);
+        }
+        case "abort":
+          throw new RunAborted(decision.reason ?? `step ${g.nodeId} at ${g.path} failed: ${error.message}`);
+      }
+    }
+  }
+
+  async #record(g: GuardedStep, outcome: StepOutcome, delta: BagDelta): Promise<StepRecord> {
+    const stored = await this.#store.recordStep(this.runId, {
+      path: g.path,
+      nodeId: g.nodeId,
+      iteration: g.scope.iteration,
+      outcome,
+      delta,
+    });
+    this.#recorded.set(g.path, stored);
+    g.ctx.apply(stored.delta);
+    this.emit({
+      type: "step_finished",
+      nodeId: g.nodeId,
+      path: g.path,
+      iteration: g.scope.iteration,
+      writes: Object.keys(stored.delta),
+    });
+    return stored;
+  }
+
+  async #decide(event: ControlEvent): Promise<ManagerDecision> {
+    let decision: ManagerDecision;
+    try {
+      decision = await (this.#options.manager as GraphManager).decide(event);
+    } catch (e) {
+      throw new GraphError("MANAGER_FAILED", `the manager failed to decide a ${event.kind} event: ${errorInfo(e).message}`, { cause: e });
+    }
+    this.emit({
+      type: "control",
+      ...("nodeId" in event ? { nodeId: event.nodeId, path: event.path, iteration: event.iteration } : {}),
+      control: { kind: event.kind, decision },
+    });
+    return decision;
+  }
+
+  async #parallel(node: ParallelNode, ctx: HarnessContext, scope: Scope, path: string): Promise<void> {
+    const failFast = node.failFast !== false;
+    const controllers = node.branches.map(() => new AbortController());
+    const overlays = node.branches.map(() => ctx.overlay());
+    const onParentAbort = (): void => controllers.forEach((c) => c.abort(scope.signal.reason));
+    scope.signal.addEventListener("abort", onParentAbort, { once: true });
+    let firstError: { error: unknown } | undefined;
+    const settled = await Promise.allSettled(
+      node.branches.map(async (flow, j) => {
+        try {
+          await this.#flow(flow, overlays[j] as HarnessContext, { ...scope, signal: (controllers[j] as AbortController).signal }, `${path}/b${j}`);
+        } catch (e) {
+          if (!firstError && !isCancellation(e)) {
+            firstError = { error: e };
+            this.emit({
+              type: "control",
+              nodeId: node.id,
+              path: `${path}/b${j}`,
+              iteration: scope.iteration,
+              control: { kind: "branch_failed", detail: `branch ${j} failed: ${errorInfo(e).message}${failFast ? "; cancelling its siblings" : ""}` },
+            });
+            if (failFast) {
+              controllers.forEach((c, k) => {
+                if (k !== j) c.abort(new GraphError("BRANCH_CANCELLED", `branch ${k} of ${node.id} was cancelled because branch ${j} failed`));
+              });
+            }
+          }
+          throw e;
+        }
+      }),
+    );
+    scope.signal.removeEventListener("abort", onParentAbort);
+    if (scope.signal.aborted) throw scope.signal.reason;
+    if (firstError) throw (firstError as { error: unknown }).error;
+    const rejected = settled.find((s): s is PromiseRejectedResult => s.status === "rejected");
+    if (rejected) throw rejected.reason;
+
+    // Merge in declaration order: a later-declared branch's value wins, and
+    // every key written by more than one branch is reported on the run.
+    const writers = new Map<string, number[]>();
+    overlays.forEach((o, j) => {
+      const writes = o.writes();
+      for (const k of Object.keys(writes)) writers.set(k, [...(writers.get(k) ?? []), j]);
+      ctx.apply(writes);
+    });
+    for (const [key, branches] of writers) {
+      if (branches.length < 2) continue;
+      const conflict: MergeConflict = { path, nodeId: node.id, key, branches, winner: branches[branches.length - 1] as number };
+      const id = `${path}\u0000${key}`;
+      if (!this.#conflicts.has(id)) {
+        this.#conflicts.set(id, conflict);
+        this.emit({ type: "conflict", nodeId: node.id, path, iteration: scope.iteration, conflict });
+      }
+    }
+  }
+
+  async #choice(node: ChoiceNode, ctx: HarnessContext, scope: Scope, path: string): Promise<void> {
+    const armFor = (label: string): number | "otherwise" | null => {
+      const i = node.arms.findIndex((a) => a.label === label);
+      return i >= 0 ? i : node.otherwise ? "otherwise" : null;
+    };
+    const noArm = (label: string): GraphError =>
+      new GraphError(
+        "CHOICE_NO_ARM",
+        `choice ${node.id} got label "${label}", which matches no arm (${node.arms.map((a) => a.label).join(", ")}) and there is no otherwise; add .when("${label}", step) or .otherwise(step)`,
+      );
+    let record: StepRecord;
+    if (node.evaluator) {
+      record = await this.#step(node.evaluator, ctx, scope, `${path}/eval`, (delta) => {
+        let label = typeof delta.choice === "string" ? delta.choice : null;
+        if (label === null) {
+          label = labelFromText(delta.output);
+          if (label === null) {
+            throw new GraphError(
+              "CHOICE_NO_LABEL",
+              `evaluator ${node.evaluator?.id} neither set "choice" nor replied with a short label (one line, at most ${MAX_LABEL_LENGTH} characters); make it reply with just the label`,
+            );
+          }
+          delta.choice = label;
+        }
+        if (armFor(label) === null) throw noArm(label);
+      });
+    } else {
+      record = await this.#guarded({
+        nodeId: node.id,
+        path: `${path}/key`,
+        ctx,
+        scope,
+        answerKeys: ["output"],
+        work: async (overlay) => {
+          const label = overlay.getString(node.key) ?? "";
+          if (armFor(label) === null) throw noArm(label);
+        },
+      });
+    }
+    if (record.outcome === "skipped" || record.outcome === "answered") return;
+    const label = ctx.getString(node.key) ?? "";
+    const arm = armFor(label);
+    if (arm === "otherwise") await this.#flow(node.otherwise as Flow, ctx, scope, `${path}/else`);
+    else if (arm !== null) await this.#flow((node.arms[arm] as { flow: Flow }).flow, ctx, scope, `${path}/arm${arm}`);
+  }
+
+  async #loop(node: LoopNode, ctx: HarnessContext, scope: Scope, path: string): Promise<void> {
+    const step = node.maxIterations as number;
+    const until = node.until as Flow;
+    let limit = step;
+    const badVerdict = (v: unknown): GraphError =>
+      new GraphError(
+        "LOOP_BAD_CHOICE",
+        `the terminal of loop ${node.id} set choice to ${JSON.stringify(v)}; it must set "again" or "break"`,
+      );
+    for (let iteration = 1; ; iteration++) {
+      if (iteration > limit) {
+        const decision = await this.#maxIterations(node, ctx, scope, path, limit);
+        if (decision.action === "retry") limit += step;
+        else if (decision.action === "abort") throw new RunAborted(decision.reason ?? `loop ${node.id} reached maxIterations`);
+        else return;
+      }
+      const inner: Scope = { ...scope, iteration };
+      await this.#flow(node.body, ctx, inner, `${path}/${iteration}/body`);
+      const only = until.length === 1 ? until[0] : undefined;
+      if (only && (only.kind === "agent" || only.kind === "step")) {
+        const record = await this.#step(only, ctx, inner, `${path}/${iteration}/until/0`, (delta) => {
+          if (only.kind === "agent" && delta.choice === undefined) {
+            // An agent cannot set keys, so its reply carries the verdict on the
+            // first line and anything after it is feedback for the next round.
+            const text = typeof delta.output === "string" ? delta.output.trim() : "";
+            const [first = "", ...rest] = text.split(/\r?\n/);
+            const verdict = first.trim().toLowerCase();
+            if (verdict === "again" || verdict === "break") {
+              delta.choice = verdict;
+              const feedback = rest.join("\n").trim();
+              if (feedback !== "") delta.feedback = feedback;
+            }
+          }
+          if (delta.choice !== "again" && delta.choice !== "break") throw badVerdict(delta.choice ?? null);
+        });
+        if (record.outcome === "skipped") return;
+      } else {
+        await this.#flow(until, ctx, inner, `${path}/${iteration}/until`);
+        const verdict = ctx.get("choice");
+        if (verdict !== "again" && verdict !== "break") throw badVerdict(verdict);
+      }
+      if (ctx.get("choice") === "break") return;
+    }
+  }
+
+  /** maxIterations reached: a control event whose decision is recorded, so a resumed run takes the same path. */
+  async #maxIterations(node: LoopNode, ctx: HarnessContext, scope: Scope, path: string, limit: number): Promise<ManagerDecision> {
+    const at = `${path}/max${limit}`;
+    const recorded = this.#recorded.get(at);
+    if (recorded) {
+      ctx.apply(recorded.delta);
+      return recorded.decision as ManagerDecision;
+    }
+    let decision: ManagerDecision;
+    if (this.#options.manager) {
+      decision = await this.#decide({
+        kind: "max_iterations",
+        runId: this.runId,
+        graph: this.#def.name,
+        nodeId: node.id,
+        path,
+        iteration: limit,
+        maxIterations: limit,
+        snapshot: ctx.snapshot(),
+      });
+    } else {
+      // Without a manager the loop just ends: the bag keeps the last round's work.
+      decision = { action: "skip" };
+      this.emit({ type: "control", nodeId: node.id, path, iteration: limit, control: { kind: "max_iterations", decision } });
+    }
+    const delta: BagDelta = decision.action === "answer" ? { output: decision.text } : {};
+    const stored = await this.#store.recordStep(this.runId, {
+      path: at,
+      nodeId: node.id,
+      iteration: limit,
+      outcome: "control",
+      delta,
+      decision,
+    });
+    this.#recorded.set(at, stored);
+    ctx.apply(stored.delta);
+    return stored.decision as ManagerDecision;
+  }
+}

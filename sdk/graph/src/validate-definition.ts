@@ -1,0 +1,291 @@
+/**
+ * Publish-time validation: the checks a schema cannot express. The
+ * orchestrator calls it with the agent and step names it knows, so a graph
+ * that could never run is refused before anyone invokes it.
+ */
+import type { Flow, GraphDefinition, GraphNode } from "./definition.js";
+import { parseDefinition } from "./definition-schema.js";
+import { GraphValidationError, type DefinitionProblem } from "./errors.js";
+
+/** Options for {@link validateDefinition}. */
+export interface ValidateOptions {
+  /** Agent names that resolve; when absent, agent names are not checked. */
+  knownAgents?: Iterable<string>;
+  /** Custom step names that resolve; when absent, step names are not checked. */
+  knownSteps?: Iterable<string>;
+}
+
+/** Result of {@link validateDefinition}. */
+export type ValidationResult =
+  | { ok: true; definition: GraphDefinition; problems: [] }
+  | { ok: false; problems: DefinitionProblem[] };
+
+interface Occurrence {
+  id: string;
+  where: string;
+  /** Choice arms on the way here, as `<choice position>#<arm>`; different arms of one choice never both run. */
+  arms: string[];
+}
+
+/**
+ * Validates a definition (or any value claimed to be one): schema first, then
+ * loops, choices, unknown agents and steps, graph references and cycles, and
+ * node ids that would be ambiguous on events.
+ */
+export function validateDefinition(value: unknown, options: ValidateOptions = {}): ValidationResult {
+  let def: GraphDefinition;
+  try {
+    def = parseDefinition(value);
+  } catch (e) {
+    if (e instanceof GraphValidationError) return { ok: false, problems: [...e.problems] };
+    throw e;
+  }
+  const problems: DefinitionProblem[] = [];
+  const agents = options.knownAgents ? new Set(options.knownAgents) : null;
+  const steps = options.knownSteps ? new Set(options.knownSteps) : null;
+  const graphs = def.graphs ?? {};
+
+  if (def.managerAgent !== undefined && agents && !agents.has(def.managerAgent)) {
+    problems.push({
+      code: "UNKNOWN_AGENT",
+      path: "/managerAgent",
+      message: `manager agent "${def.managerAgent}" is not a known agent; publish the agent first or fix the name`,
+    });
+  }
+
+  // Structural checks, once per written node.
+  const checkFlow = (flow: Flow, at: string): void => flow.forEach((n, i) => checkNode(n, `${at}/${i}`));
+  const checkNode = (node: GraphNode, at: string): void => {
+    switch (node.kind) {
+      case "agent":
+        if (agents && !agents.has(node.agent)) {
+          problems.push({
+            code: "UNKNOWN_AGENT",
+            path: `${at}/agent`,
+            message: `agent "${node.agent}" is not a known agent; publish the agent first or fix the name`,
+          });
+        }
+        return;
+      case "step":
+        if (steps && !steps.has(node.step)) {
+          problems.push({
+            code: "UNKNOWN_STEP",
+            path: `${at}/step`,
+            message: `custom step "${node.step}" is not provided by any installed plugin; install the plugin that exports it or fix the name`,
+          });
+        }
+        return;
+      case "graph":
+        if (!(node.graph in graphs) && node.graph !== def.name) {
+          problems.push({
+            code: "UNKNOWN_GRAPH",
+            path: `${at}/graph`,
+            message: `subgraph "${node.graph}" is not defined under /graphs; add it or fix the name`,
+          });
+        }
+        return;
+      case "parallel":
+        node.branches.forEach((b, i) => checkFlow(b, `${at}/branches/${i}`));
+        return;
+      case "choice": {
+        if (node.evaluator) checkNode(node.evaluator, `${at}/evaluator`);
+        if (node.arms.length === 0) {
+          problems.push({
+            code: "CHOICE_NO_ARMS",
+            path: `${at}/arms`,
+            message: `choice "${node.id}" has no arms; add at least one .when(label, step)`,
+          });
+        }
+        const labels = new Set<string>();
+        node.arms.forEach((arm, i) => {
+          if (labels.has(arm.label)) {
+            problems.push({
+              code: "CHOICE_DUPLICATE_LABEL",
+              path: `${at}/arms/${i}/label`,
+              message: `label "${arm.label}" is already used by an earlier arm, so this arm can never run; remove it or change the label`,
+            });
+          }
+          labels.add(arm.label);
+          checkFlow(arm.flow, `${at}/arms/${i}/flow`);
+        });
+        if (node.otherwise) checkFlow(node.otherwise, `${at}/otherwise`);
+        return;
+      }
+      case "loop":
+        if (node.until === undefined || node.until.length === 0) {
+          problems.push({
+            code: "LOOP_MISSING_UNTIL",
+            path: `${at}/until`,
+            message: `loop "${node.id}" has no terminal step; add .until(step) that sets choice to "again" or "break"`,
+          });
+        }
+        if (node.maxIterations === undefined) {
+          problems.push({
+            code: "LOOP_MISSING_MAX_ITERATIONS",
+            path: `${at}/maxIterations`,
+            message: `loop "${node.id}" has no iteration limit; add .maxIterations(n) with n >= 1`,
+          });
+        } else if (!Number.isInteger(node.maxIterations) || node.maxIterations < 1) {
+          problems.push({
+            code: "LOOP_MAX_ITERATIONS_INVALID",
+            path: `${at}/maxIterations`,
+            message: `loop "${node.id}" has maxIterations ${node.maxIterations}; it must be an integer >= 1`,
+          });
+        }
+        if (node.body.length === 0) {
+          problems.push({
+            code: "LOOP_EMPTY_BODY",
+            path: `${at}/body`,
+            message: `loop "${node.id}" has an empty body; give loop(...) at least one step`,
+          });
+        }
+        checkFlow(node.body, `${at}/body`);
+        if (node.until) checkFlow(node.until, `${at}/until`);
+        return;
+    }
+  };
+  checkFlow(def.root, "/root");
+  for (const [name, flow] of Object.entries(graphs)) checkFlow(flow, `/graphs/${escapePointer(name)}`);
+
+  // Cycles: a graph reference that leads back to itself repeats steps with no
+  // bound; only loop(...) may repeat.
+  const refsOf = (flow: Flow): { graph: string; at: string }[] => {
+    const out: { graph: string; at: string }[] = [];
+    walkNodes(flow, "", (n, at) => {
+      if (n.kind === "graph") out.push({ graph: n.graph, at });
+    });
+    return out;
+  };
+  const state = new Map<string, "visiting" | "done">();
+  const reported = new Set<string>();
+  const visit = (name: string, flow: Flow, base: string, stack: string[]): void => {
+    state.set(name, "visiting");
+    for (const ref of refsOf(flow)) {
+      const target = ref.graph === def.name && !(ref.graph in graphs) ? def.name : ref.graph;
+      const targetFlow = target === def.name && !(target in graphs) ? def.root : graphs[target];
+      if (targetFlow === undefined) continue;
+      if (state.get(target) === "visiting") {
+        const cycle = [...stack.slice(stack.indexOf(target)), target].join(" → ");
+        if (!reported.has(cycle)) {
+          reported.add(cycle);
+          problems.push({
+            code: "GRAPH_CYCLE",
+            path: `${base}${ref.at}/graph`,
+            message: `graph references form a cycle (${cycle}) outside a loop; use loop(body).until(step).maxIterations(n) to repeat steps`,
+          });
+        }
+      } else if (state.get(target) !== "done") {
+        visit(target, targetFlow, target === def.name ? "/root" : `/graphs/${escapePointer(target)}`, [...stack, target]);
+      }
+    }
+    state.set(name, "done");
+  };
+  visit(def.name, def.root, "/root", [def.name]);
+
+  if (reported.size === 0) problems.push(...duplicateIds(def));
+
+  return problems.length === 0 ? { ok: true, definition: def, problems: [] } : { ok: false, problems };
+}
+
+/**
+ * Like {@link validateDefinition} but throws.
+ * @throws GraphValidationError listing every problem.
+ */
+export function assertValidDefinition(value: unknown, options: ValidateOptions = {}): GraphDefinition {
+  const result = validateDefinition(value, options);
+  if (!result.ok) throw new GraphValidationError(result.problems);
+  return result.definition;
+}
+
+function escapePointer(s: string): string {
+  return s.replace(/~/g, "~0").replace(/\//g, "~1");
+}
+
+/** Visits every node written in `flow` (not following graph references). */
+function walkNodes(flow: Flow, at: string, fn: (n: GraphNode, at: string) => void): void {
+  flow.forEach((n, i) => {
+    const here = `${at}/${i}`;
+    fn(n, here);
+    switch (n.kind) {
+      case "parallel":
+        n.branches.forEach((b, j) => walkNodes(b, `${here}/branches/${j}`, fn));
+        break;
+      case "choice":
+        if (n.evaluator) fn(n.evaluator, `${here}/evaluator`);
+        n.arms.forEach((a, j) => walkNodes(a.flow, `${here}/arms/${j}/flow`, fn));
+        if (n.otherwise) walkNodes(n.otherwise, `${here}/otherwise`, fn);
+        break;
+      case "loop":
+        walkNodes(n.body, `${here}/body`, fn);
+        if (n.until) walkNodes(n.until, `${here}/until`, fn);
+        break;
+      default:
+        break;
+    }
+  });
+}
+
+/**
+ * Two step nodes with one id are ambiguous when both can run in one run
+ * (events and spans could not tell them apart); in different arms of one
+ * choice only one ever runs, so reuse there is fine (the seed's triage
+ * example sends every arm to the same writer).
+ */
+function duplicateIds(def: GraphDefinition): DefinitionProblem[] {
+  const occurrences: Occurrence[] = [];
+  const graphs = def.graphs ?? {};
+  const expand = (flow: Flow, at: string, arms: string[]): void => {
+    flow.forEach((n, i) => {
+      const here = `${at}/${i}`;
+      switch (n.kind) {
+        case "agent":
+        case "step":
+          occurrences.push({ id: n.id, where: here, arms });
+          break;
+        case "graph": {
+          const target = graphs[n.graph];
+          if (target) expand(target, `${here} → /graphs/${escapePointer(n.graph)}`, arms);
+          break;
+        }
+        case "parallel":
+          n.branches.forEach((b, j) => expand(b, `${here}/branches/${j}`, arms));
+          break;
+        case "choice":
+          if (n.evaluator) occurrences.push({ id: n.evaluator.id, where: `${here}/evaluator`, arms });
+          n.arms.forEach((a, j) => expand(a.flow, `${here}/arms/${j}/flow`, [...arms, `${here}#${j}`]));
+          if (n.otherwise) expand(n.otherwise, `${here}/otherwise`, [...arms, `${here}#otherwise`]);
+          break;
+        case "loop":
+          expand(n.body, `${here}/body`, arms);
+          if (n.until) expand(n.until, `${here}/until`, arms);
+          break;
+      }
+    });
+  };
+  expand(def.root, "/root", []);
+  const exclusive = (a: Occurrence, b: Occurrence): boolean =>
+    a.arms.some((x) => {
+      const choice = x.slice(0, x.lastIndexOf("#"));
+      return b.arms.some((y) => y !== x && y.slice(0, y.lastIndexOf("#")) === choice);
+    });
+  const problems: DefinitionProblem[] = [];
+  const byId = new Map<string, Occurrence[]>();
+  for (const o of occurrences) byId.set(o.id, [...(byId.get(o.id) ?? []), o]);
+  for (const [id, list] of byId) {
+    for (let i = 0; i < list.length; i++) {
+      for (let j = 0; j < i; j++) {
+        const a = list[j] as Occurrence;
+        const b = list[i] as Occurrence;
+        if (!exclusive(a, b)) {
+          problems.push({
+            code: "DUPLICATE_NODE_ID",
+            path: b.where,
+            message: `node id "${id}" is also used at ${a.where} and both can run in one run, so events would be ambiguous; give one its own id (agent("name", { id }) or the step's id option)`,
+          });
+          j = i;
+        }
+      }
+    }
+  }
+  return problems;
+}
