@@ -76,7 +76,9 @@ export async function runClaudeSession(options: RunClaudeSessionOptions): Promis
     }
   } catch (error) {
     if (port.signal.aborted) return cancelled();
-    return failure(error);
+    // The SDK throws after yielding an error result (max turns, budget): the
+    // result says more than the exception.
+    if (!result) return failure(error);
   } finally {
     port.signal.removeEventListener("abort", onAbort);
   }

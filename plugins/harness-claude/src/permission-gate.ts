@@ -10,6 +10,12 @@ import type { CanUseTool, HookCallback, PermissionResult } from "@anthropic-ai/c
 import type { SessionPort } from "./session-port.js";
 import { toolTitle } from "./tool-titles.js";
 
+/**
+ * Claude Code's own tool for `outputFormat`: the model "calls" it to hand in
+ * the structured result. It runs nothing, so it asks nobody.
+ */
+export const STRUCTURED_OUTPUT_TOOL = "StructuredOutput";
+
 export interface PermissionGateOptions {
   port: SessionPort;
   /** Claude Code tools the session may use (harness.tools). */
@@ -47,7 +53,7 @@ export function createPermissionGate(options: PermissionGateOptions): Permission
   const tools = new Set(options.tools);
 
   const canUseTool: CanUseTool = async (toolName, input, context): Promise<PermissionResult> => {
-    if (options.isRuntimeTool(toolName)) return { behavior: "allow", updatedInput: input };
+    if (options.isRuntimeTool(toolName) || toolName === STRUCTURED_OUTPUT_TOOL) return { behavior: "allow", updatedInput: input };
     if (!tools.has(toolName)) {
       // Claude Code only offers harness.tools; this catches anything it adds on its own.
       return { behavior: "deny", message: `${toolName} is not available in this session (harness.tools is ${[...tools].join(", ")}).` };
@@ -67,7 +73,7 @@ export function createPermissionGate(options: PermissionGateOptions): Permission
   };
 
   const preToolUse: HookCallback = async (input) => {
-    if (input.hook_event_name !== "PreToolUse") return {};
+    if (input.hook_event_name !== "PreToolUse" || input.tool_name === STRUCTURED_OUTPUT_TOOL) return {};
     options.announceToolCall(input.tool_use_id, input.tool_name, input.tool_input);
     if (options.isRuntimeTool(input.tool_name)) return {};
     return {

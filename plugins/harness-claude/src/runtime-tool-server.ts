@@ -1,6 +1,7 @@
 // Runtime tools (SessionRequest.runtime_tools) offered to the model through an
 // in-process SDK MCP server; each call goes to the runtime over the protocol.
-import type { JsonObject } from "@bufbuild/protobuf";
+import { toJson, type JsonObject } from "@bufbuild/protobuf";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import type { RuntimeTool } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { createSdkMcpServer, tool, type McpSdkServerConfigWithInstance } from "@anthropic-ai/claude-agent-sdk";
 import { z } from "zod";
@@ -50,8 +51,8 @@ export function createRuntimeToolServer(options: { port: SessionPort; tools: Run
       if (result.isError) {
         return { isError: true, content: [{ type: "text" as const, text: result.error || `${runtimeTool.name} failed` }] };
       }
-      const output = result.output;
-      return { content: [{ type: "text" as const, text: typeof output === "string" ? output : JSON.stringify(output ?? null) }] };
+      const output = result.output ? toJson(ValueSchema, result.output) : null;
+      return { content: [{ type: "text" as const, text: typeof output === "string" ? output : JSON.stringify(output) }] };
     }, { alwaysLoad: true }),
   );
   return createSdkMcpServer({ name: RUNTIME_TOOL_SERVER, version: "1.0.0", tools, alwaysLoad: true });

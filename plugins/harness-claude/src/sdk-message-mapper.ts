@@ -5,6 +5,7 @@ import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { SDKMessage, SDKResultMessage } from "@anthropic-ai/claude-agent-sdk";
 import type { SessionEventInit, SessionResultInit } from "./session-port.js";
+import { STRUCTURED_OUTPUT_TOOL } from "./permission-gate.js";
 import { toolTitle } from "./tool-titles.js";
 
 export interface SdkMessageMapperOptions {
@@ -66,6 +67,7 @@ export class SdkMessageMapper {
   private currentMessageId = "";
   private currentCall: CallUsage | undefined;
   private readonly announced = new Set<string>();
+  private readonly hidden = new Set<string>();
   private wholeItems = 0;
 
   constructor(options: SdkMessageMapperOptions) {
@@ -78,6 +80,11 @@ export class SdkMessageMapper {
    * or the permission gate (which must announce it before asking).
    */
   announceToolCall(callId: string, sdkName: string, input: unknown): void {
+    // The structured result is the session result's structured_output, not a tool call.
+    if (sdkName === STRUCTURED_OUTPUT_TOOL) {
+      this.hidden.add(callId);
+      return;
+    }
     if (this.announced.has(callId)) return;
     this.announced.add(callId);
     const tool = this.displayToolName(sdkName);
@@ -183,7 +190,7 @@ export class SdkMessageMapper {
   private handleUser(content: unknown): void {
     if (!Array.isArray(content)) return;
     for (const block of content as Array<Record<string, unknown>>) {
-      if (block["type"] !== "tool_result") continue;
+      if (block["type"] !== "tool_result" || this.hidden.has(String(block["tool_use_id"]))) continue;
       this.emit({
         case: "toolResult",
         value: { callId: String(block["tool_use_id"]), output: toolResultOutput(block["content"]), isError: block["is_error"] === true },
@@ -217,9 +224,13 @@ export class SdkMessageMapper {
         };
       }
       case "error_max_turns":
-        return { ...base, stopReason: StopReason.MAX_TURNS, error: `stopped after the maximum of ${message.num_turns} turns` };
+        return { ...base, stopReason: StopReason.MAX_TURNS, error: message.errors.join("; ") || "reached the turn limit (limits.max_turns)" };
       case "error_max_budget_usd":
-        return { ...base, stopReason: StopReason.BUDGET_EXHAUSTED, error: `stopped at the harness.max_budget_usd budget (spent about $${message.total_cost_usd.toFixed(4)})` };
+        return {
+          ...base,
+          stopReason: StopReason.BUDGET_EXHAUSTED,
+          error: `${message.errors.join("; ") || "reached harness.max_budget_usd"} (spent about $${message.total_cost_usd.toFixed(4)} at list prices)`,
+        };
       case "error_max_structured_output_retries":
         return { ...base, stopReason: StopReason.ERROR, error: `the model did not produce output valid against the output schema: ${message.errors.join("; ")}` };
       default:

@@ -55,3 +55,10 @@ void test("valid options have no problems", () => {
   assert.deepEqual(validateHarnessOptions({ tools: ["Bash"], permission_mode: "plan" }), []);
   assert.deepEqual(validateHarnessOptions(null), []);
 });
+
+void test("the README's install-time check says what it shows", () => {
+  assert.deepEqual(validateHarnessOptions({ tools: ["Read", "WebFetch"], permission_mode: "dontAsk" }), [
+    { option: "tools", message: "WebFetch is not supported; choose from Read, Write, Edit, Glob, Grep, Bash" },
+    { option: "permission_mode", message: 'must be one of default, acceptEdits, plan, bypassPermissions, got "dontAsk"' },
+  ]);
+});
