@@ -90,7 +90,7 @@ export interface CheckpointStore {
   listRuns(filter?: { status?: RunStatus }): Promise<StoredRun[]>;
   /** Records a step; returns the record now stored (the earlier one when the path was already recorded). */
   recordStep(runId: string, record: StepRecord): Promise<StepRecord>;
-  /** Every record of a run, in recording order. */
+  /** Every record of a run, in any order (the engine looks them up by path). */
   loadSteps(runId: string): Promise<StepRecord[]>;
   /** Marks a run as ended. */
   finishRun(runId: string, end: RunEnd): Promise<void>;

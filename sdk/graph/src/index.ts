@@ -82,3 +82,4 @@ export {
   type StartOptions,
 } from "./graph-runner.js";
 export { assertValidDefinition, validateDefinition, type ValidateOptions, type ValidationResult } from "./validate-definition.js";
+export { SqliteCheckpointStore, type SqliteCheckpointStoreOptions } from "./sqlite-checkpoint-store.js";
