@@ -167,7 +167,13 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
       while (queue.length > 0 && !closed) {
         const batch = queue.slice(0, maxBatch);
         try {
-          await client.publish({ events: batch }, { signal: abort.signal });
+          const response = await client.publish({ events: batch }, { signal: abort.signal });
+          if (response.dropped > 0) {
+            logger.error(
+              { code: "EVENTS_DROPPED_BY_SERVICE", dropped: response.dropped, count: batch.length },
+              "the events service dropped events whose id or type is not a plain identifier; build events with rawEvent()",
+            );
+          }
           queue.splice(0, batch.length);
           settle(batch.length);
           backoffMs = 100;

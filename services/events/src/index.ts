@@ -7,3 +7,10 @@ export type {
   RawEventInit,
   TokenCountsInit,
 } from "./event-publisher.js";
+export { startEvents, DEFAULT_TOPIC } from "./start-events.js";
+export type { EventsConfig, RunningEvents } from "./start-events.js";
+export { EVENT_POLICY, FINISH_SUMMARY, publicAttributes, redactEvent } from "./redaction-policy.js";
+export type { RedactionOutcome } from "./redaction-policy.js";
+export { buildTranscript } from "./transcript.js";
+export { cloudEventType, toKafkaMessage, CLOUDEVENTS_SPEC_VERSION } from "./cloudevents.js";
+export type { KafkaMessage } from "./cloudevents.js";

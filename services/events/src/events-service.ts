@@ -1,0 +1,80 @@
+// The RPC handlers, kept thin: redaction, the log and the transcript live in
+// their own modules and know nothing about Connect.
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import type { Logger } from "@oz0/serving";
+import { EventsService, type PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import type { KafkaRelay } from "./kafka-relay.js";
+import type { Outbox } from "./outbox.js";
+import { redactEvent } from "./redaction-policy.js";
+import { buildTranscript } from "./transcript.js";
+
+/** Events per Publish call; a producer with more splits its batch. */
+export const MAX_PUBLISH_BATCH = 10_000;
+const WATCH_PAGE = 500;
+
+export interface EventsServiceDeps {
+  outbox: Outbox;
+  relay?: KafkaRelay;
+  logger: Logger;
+  /** Aborted when the service closes, ending every Watch stream. */
+  shutdown: AbortSignal;
+}
+
+export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof EventsService> {
+  const { outbox, relay, logger } = deps;
+  return {
+    publish(request) {
+      if (request.events.length > MAX_PUBLISH_BATCH) {
+        throw new ConnectError(
+          `a Publish carries at most ${MAX_PUBLISH_BATCH} events (got ${request.events.length}); split the batch`,
+          Code.InvalidArgument,
+        );
+      }
+      const redacted: PublicEvent[] = [];
+      let dropped = 0;
+      request.events.forEach((raw, index) => {
+        const outcome = redactEvent(raw);
+        if (outcome.ok) {
+          redacted.push(outcome.event);
+          return;
+        }
+        dropped++;
+        // Neither the id nor the type is logged: either may be what was wrong.
+        logger.warn(
+          { code: outcome.code, index },
+          "dropped a raw event whose id or type is not a plain identifier; build events with rawEvent()",
+        );
+      });
+      const { appended, duplicates } = outbox.append(redacted);
+      relay?.wake();
+      return { accepted: appended.length, duplicates, dropped };
+    },
+
+    async *watch(request, context) {
+      const signal = AbortSignal.any([context.signal, deps.shutdown]);
+      const jobId = request.jobId || undefined;
+      let next = request.fromPosition > 0n ? request.fromPosition : 1n;
+      while (!signal.aborted) {
+        // Reading is synchronous, so nothing lands between `head` and the read:
+        // a short page means everything up to `head` was sent.
+        const head = outbox.headPosition;
+        const page = outbox.read({ fromPosition: next, jobId, limit: WATCH_PAGE });
+        for (const event of page) yield { event };
+        if (page.length === WATCH_PAGE) {
+          next = page[page.length - 1]!.position + 1n;
+          continue;
+        }
+        if (head + 1n > next) next = head + 1n;
+        if (request.untilCaughtUp) return;
+        await outbox.waitForAfter(next - 1n, signal);
+      }
+    },
+
+    transcript(request) {
+      if (!request.jobId) {
+        throw new ConnectError("job_id is required: name the job whose transcript you want", Code.InvalidArgument);
+      }
+      return buildTranscript(request.jobId, outbox.job(request.jobId));
+    },
+  };
+}

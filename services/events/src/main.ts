@@ -1,0 +1,25 @@
+#!/usr/bin/env node
+// oz0-events: the events service as a process, configured from the environment.
+import { createLogger, onShutdownSignal } from "@oz0/serving";
+import { homedir } from "node:os";
+import path from "node:path";
+import { DEFAULT_TOPIC, startEvents } from "./start-events.js";
+
+const logger = createLogger({ name: "events" });
+const list = (value: string | undefined): string[] => (value ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+
+try {
+  const events = await startEvents({
+    host: process.env.OZ0_HOST || "127.0.0.1",
+    port: process.env.OZ0_PORT ? Number(process.env.OZ0_PORT) : 7703,
+    dataDir: process.env.OZ0_EVENTS_DATA || path.join(homedir(), ".oz0", "events"),
+    kafkaBrokers: list(process.env.KAFKA_BROKERS),
+    topic: process.env.OZ0_KAFKA_TOPIC || DEFAULT_TOPIC,
+    logger,
+  });
+  onShutdownSignal(logger, () => events.close());
+} catch (error) {
+  logger.fatal({ err: error }, "events failed to start");
+  process.stderr.write(`oz0-events: ${(error as Error).message}\n`);
+  process.exit(1);
+}

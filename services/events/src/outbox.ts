@@ -1,0 +1,162 @@
+// The durable local log of public events (SQLite). Publish writes here before
+// it answers, so an accepted event survives a crash and a broker outage; the
+// Kafka relay reads undelivered rows in position order and marks them
+// delivered; Watch and Transcript read the same rows. Only redacted events are
+// ever stored: raw producer content never touches the disk.
+import { fromJsonString, toJsonString } from "@bufbuild/protobuf";
+import { PublicEventSchema, type PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import Database from "better-sqlite3";
+import { mkdirSync } from "node:fs";
+import path from "node:path";
+
+export interface OutboxOptions {
+  /** Folder for `events.sqlite`; undefined keeps the log in memory (tests). */
+  dataDir?: string;
+}
+
+export interface AppendResult {
+  /** The newly stored events, with their positions. */
+  appended: PublicEvent[];
+  /** Events whose id was already stored. */
+  duplicates: number;
+}
+
+interface Row {
+  position: number | bigint;
+  event: string;
+}
+
+export class Outbox {
+  private readonly db: Database.Database;
+  private readonly insert: Database.Statement;
+  private readonly waiters = new Set<() => void>();
+  private head: bigint;
+
+  constructor(options: OutboxOptions = {}) {
+    let file = ":memory:";
+    if (options.dataDir) {
+      mkdirSync(options.dataDir, { recursive: true });
+      file = path.join(options.dataDir, "events.sqlite");
+    }
+    this.db = new Database(file);
+    this.db.defaultSafeIntegers(true);
+    // WAL with synchronous=FULL: an acknowledged Publish survives power loss.
+    this.db.pragma("journal_mode = WAL");
+    this.db.pragma("synchronous = FULL");
+    this.db.exec(`
+      CREATE TABLE IF NOT EXISTS events (
+        position  INTEGER PRIMARY KEY AUTOINCREMENT,
+        id        TEXT NOT NULL UNIQUE,
+        job_id    TEXT NOT NULL,
+        event     TEXT NOT NULL,
+        delivered INTEGER NOT NULL DEFAULT 0
+      );
+      CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, position);
+      CREATE INDEX IF NOT EXISTS events_undelivered ON events (position) WHERE delivered = 0;
+    `);
+    this.insert = this.db.prepare("INSERT OR IGNORE INTO events (id, job_id, event) VALUES (?, ?, ?)");
+    this.head = this.lastPosition();
+  }
+
+  /** Store events in one transaction, ignoring ids already stored. */
+  append(events: PublicEvent[]): AppendResult {
+    const appended: PublicEvent[] = [];
+    let duplicates = 0;
+    const run = this.db.transaction(() => {
+      for (const event of events) {
+        // The position is the row id; store the event without it, and set it on read.
+        const info = this.insert.run(event.id, event.jobId, toJsonString(PublicEventSchema, { ...event, position: 0n }));
+        if (info.changes === 0) {
+          duplicates++;
+          continue;
+        }
+        appended.push({ ...event, position: BigInt(info.lastInsertRowid) });
+      }
+    });
+    run();
+    if (appended.length > 0) {
+      this.head = appended[appended.length - 1]!.position;
+      for (const wake of [...this.waiters]) wake();
+    }
+    return { appended, duplicates };
+  }
+
+  /** The position of the last stored event (0 when empty). */
+  lastPosition(): bigint {
+    const row = this.db.prepare("SELECT max(position) AS head FROM events").get() as { head: bigint | null };
+    return row.head ?? 0n;
+  }
+
+  /** Events from `fromPosition` (inclusive), optionally only one job's, in order. */
+  read(options: { fromPosition: bigint; jobId?: string; limit: number }): PublicEvent[] {
+    const rows = (
+      options.jobId
+        ? this.db
+            .prepare("SELECT position, event FROM events WHERE job_id = ? AND position >= ? ORDER BY position LIMIT ?")
+            .all(options.jobId, options.fromPosition, options.limit)
+        : this.db
+            .prepare("SELECT position, event FROM events WHERE position >= ? ORDER BY position LIMIT ?")
+            .all(options.fromPosition, options.limit)
+    ) as Row[];
+    return rows.map(toEvent);
+  }
+
+  /** Every event of one job, in order. */
+  job(jobId: string): PublicEvent[] {
+    const rows = this.db
+      .prepare("SELECT position, event FROM events WHERE job_id = ? ORDER BY position")
+      .all(jobId) as Row[];
+    return rows.map(toEvent);
+  }
+
+  /** The oldest events not yet delivered to Kafka, in position order. */
+  undelivered(limit: number): PublicEvent[] {
+    const rows = this.db
+      .prepare("SELECT position, event FROM events WHERE delivered = 0 ORDER BY position LIMIT ?")
+      .all(limit) as Row[];
+    return rows.map(toEvent);
+  }
+
+  /** How many events wait for delivery. */
+  undeliveredCount(): number {
+    const row = this.db.prepare("SELECT count(*) AS n FROM events WHERE delivered = 0").get() as { n: bigint };
+    return Number(row.n);
+  }
+
+  markDelivered(positions: bigint[]): void {
+    const update = this.db.prepare("UPDATE events SET delivered = 1 WHERE position = ?");
+    this.db.transaction(() => {
+      for (const position of positions) update.run(position);
+    })();
+  }
+
+  /** Resolves once an event after `position` is stored, or when `signal` aborts. */
+  waitForAfter(position: bigint, signal?: AbortSignal): Promise<void> {
+    if (this.head > position || signal?.aborted) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = (): void => {
+        this.waiters.delete(done);
+        signal?.removeEventListener("abort", done);
+        resolve();
+      };
+      this.waiters.add(done);
+      signal?.addEventListener("abort", done, { once: true });
+    });
+  }
+
+  /** The current last position, as last appended (no query). */
+  get headPosition(): bigint {
+    return this.head;
+  }
+
+  close(): void {
+    for (const wake of [...this.waiters]) wake();
+    this.db.close();
+  }
+}
+
+function toEvent(row: Row): PublicEvent {
+  const event = fromJsonString(PublicEventSchema, row.event);
+  event.position = BigInt(row.position);
+  return event;
+}

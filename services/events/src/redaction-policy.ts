@@ -1,0 +1,270 @@
+// The one redaction policy: what a public event may carry, per event type.
+// It is an allowlist that fails closed: an attribute a type does not list is
+// dropped, a value that does not look like what the list expects is dropped,
+// and a type the policy does not know keeps only its envelope (ids, type,
+// time, status, token counts) and is marked `reduced`. Nothing free-form ever
+// passes: labels are composed here from identifiers and paths, never copied.
+import { create, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import {
+  PublicEventSchema,
+  TokenCountsSchema,
+  type PublicEvent,
+  type RawEvent,
+} from "@oz0/proto/oz0/events/v1/events_pb";
+
+/** A step's summary when a model turn finished with the operation's result. */
+export const FINISH_SUMMARY = "Returned the structured result for validation";
+
+// Identifiers: names, ids, codes, model names. No spaces, so no prose fits.
+const IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,127}$/;
+// An operation key as the agent version declares it.
+const OPERATION_KEY = /^[a-z][a-z0-9_-]{0,63}$/;
+const STATUS = /^[a-z][a-z_]{0,31}$/;
+const EVENT_TYPE = /^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$/;
+const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
+// A path: one line, no control characters, bounded.
+const PATH = /^[^\u0000-\u001f\u007f]{1,512}$/;
+const MAX_COUNT = 2 ** 31 - 1;
+
+type Extract = (attributes: JsonObject) => JsonValue | undefined;
+
+function identifier(value: JsonValue | undefined): string | undefined {
+  return typeof value === "string" && IDENTIFIER.test(value) ? value : undefined;
+}
+
+function path(value: JsonValue | undefined): string | undefined {
+  return typeof value === "string" && PATH.test(value) ? value : undefined;
+}
+
+function count(value: JsonValue | undefined): number | undefined {
+  const n = typeof value === "string" && /^\d{1,10}$/.test(value) ? Number(value) : value;
+  return typeof n === "number" && Number.isInteger(n) && n >= 0 && n <= MAX_COUNT ? n : undefined;
+}
+
+const id = (key: string): Extract => (a) => identifier(a[key]);
+const pathOf = (key: string): Extract => (a) => path(a[key]);
+const countOf = (key: string): Extract => (a) => count(a[key]);
+const flag = (key: string): Extract => (a) => (typeof a[key] === "boolean" ? a[key] : undefined);
+const oneOf =
+  (key: string, values: readonly string[]): Extract =>
+  (a) =>
+    typeof a[key] === "string" && values.includes(a[key]) ? a[key] : undefined;
+const operationKey: Extract = (a) =>
+  typeof a.operation_key === "string" && OPERATION_KEY.test(a.operation_key) ? a.operation_key : undefined;
+const exitCode: Extract = (a) =>
+  typeof a.exit_code === "number" && Number.isInteger(a.exit_code) && Math.abs(a.exit_code) <= 255 ? a.exit_code : undefined;
+
+// A task is never public: only how long it was, in characters (code points).
+const taskChars: Extract = (a) =>
+  typeof a.task === "string" ? [...a.task].length : count(a.task_chars);
+
+// A tool step's action summary: the tool and the path it touched, if any.
+const toolLabel: Extract = (a) => {
+  const tool = identifier(a.tool_name);
+  if (!tool) return undefined;
+  const target = path(a.path);
+  return target ? `${tool} ${target}` : tool;
+};
+
+// A model turn is summarised only by the tool it requested or by finishing.
+const modelLabel: Extract = (a) => {
+  if (a.finish === true || a.action === "finish") return FINISH_SUMMARY;
+  const tool = identifier(a.requested_tool);
+  return tool ? `Requested ${tool}` : "Model turn";
+};
+
+const stepLabel: Extract = (a) => (a.step_kind === "model" ? modelLabel(a) : toolLabel(a));
+
+type Allowlist = Readonly<Record<string, Extract>>;
+
+const jobStart: Allowlist = {
+  harness: id("harness"),
+  plugin: id("plugin"),
+  task_chars: taskChars,
+  timeout_ms: countOf("timeout_ms"),
+  attachment_count: countOf("attachment_count"),
+};
+const jobEnd: Allowlist = {
+  stop_reason: id("stop_reason"),
+  error_code: id("error_code"),
+  duration_ms: countOf("duration_ms"),
+  turns: countOf("turns"),
+};
+const toolCall: Allowlist = {
+  tool_name: id("tool_name"),
+  path: pathOf("path"),
+  label: toolLabel,
+};
+const operationEnd: Allowlist = {
+  operation_key: operationKey,
+  duration_ms: countOf("duration_ms"),
+  error_code: id("error_code"),
+  result_validation: oneOf("result_validation", ["valid", "invalid", "unknown"]),
+  timeout_ms: countOf("timeout_ms"),
+};
+const graphRunEnd: Allowlist = {
+  graph_name: id("graph_name"),
+  stop_reason: id("stop_reason"),
+  error_code: id("error_code"),
+  duration_ms: countOf("duration_ms"),
+};
+const graphStep: Allowlist = {
+  step_name: id("step_name"),
+  step_kind: id("step_kind"),
+  attempt: countOf("attempt"),
+  iteration: countOf("iteration"),
+  branch: id("branch"),
+  error_code: id("error_code"),
+  duration_ms: countOf("duration_ms"),
+};
+
+/**
+ * Every event type the policy knows, with the public attributes it keeps.
+ * Anything else a producer sends in `attributes` is dropped.
+ */
+export const EVENT_POLICY: Readonly<Record<string, Allowlist>> = {
+  "job.submitted": jobStart,
+  "job.started": jobStart,
+  "job.completed": jobEnd,
+  "job.failed": jobEnd,
+  "job.cancelled": jobEnd,
+  "job.timed_out": jobEnd,
+  "session.started": {
+    harness: id("harness"),
+    node: id("node"),
+    isolation: id("isolation"),
+    resumed: flag("resumed"),
+  },
+  "session.exited": {
+    exit_code: exitCode,
+    signal: id("signal"),
+    stop_reason: id("stop_reason"),
+    duration_ms: countOf("duration_ms"),
+  },
+  "tool.called": toolCall,
+  "tool.decided": {
+    ...toolCall,
+    decision: id("decision"),
+    decided_by: id("decided_by"),
+    hook: id("hook"),
+    input_changed: flag("input_changed"),
+  },
+  "tool.completed": {
+    ...toolCall,
+    duration_ms: countOf("duration_ms"),
+    is_error: flag("is_error"),
+  },
+  "approval.requested": {
+    approval_id: id("approval_id"),
+    tool_name: id("tool_name"),
+    timeout_ms: countOf("timeout_ms"),
+  },
+  "approval.answered": {
+    approval_id: id("approval_id"),
+    tool_name: id("tool_name"),
+    decision: id("decision"),
+    waited_ms: countOf("waited_ms"),
+  },
+  "approval.timed_out": {
+    approval_id: id("approval_id"),
+    tool_name: id("tool_name"),
+    waited_ms: countOf("waited_ms"),
+  },
+  "model.call_metered": {
+    provider: id("provider"),
+    model: id("model"),
+    duration_ms: countOf("duration_ms"),
+    attempts: countOf("attempts"),
+    stop_reason: id("stop_reason"),
+    cost_microdollars: countOf("cost_microdollars"),
+  },
+  "harness.operation_started": {
+    operation_key: operationKey,
+    task_chars: taskChars,
+    timeout_ms: countOf("timeout_ms"),
+  },
+  "harness.operation_step": {
+    step_index: countOf("step_index"),
+    step_kind: oneOf("step_kind", ["model", "tool"]),
+    label: stepLabel,
+    tool_name: (a) => (a.step_kind === "tool" ? identifier(a.tool_name) : undefined),
+    requested_tool: (a) => (a.step_kind === "model" ? identifier(a.requested_tool) : undefined),
+    finish: (a) => (a.step_kind === "model" && (a.finish === true || a.action === "finish") ? true : undefined),
+    path: (a) => (a.step_kind === "tool" ? path(a.path) : undefined),
+    duration_ms: countOf("duration_ms"),
+  },
+  "harness.operation_completed": {
+    ...operationEnd,
+    // Completion means the result validated against the schema.
+    result_validation: () => "valid",
+  },
+  "harness.operation_failed": operationEnd,
+  "harness.operation_cancelled": operationEnd,
+  "harness.operation_timed_out": operationEnd,
+  "graph.run_started": { graph_name: id("graph_name"), graph_version: id("graph_version") },
+  "graph.run_completed": graphRunEnd,
+  "graph.run_failed": graphRunEnd,
+  "graph.run_cancelled": graphRunEnd,
+  "graph.step_started": graphStep,
+  "graph.step_completed": graphStep,
+  "graph.step_failed": graphStep,
+  "graph.manager_invoked": { control_event: id("control_event") },
+};
+
+/** The public attribute names each known type keeps (for documentation and tests). */
+export function publicAttributes(type: string): string[] {
+  return Object.keys(EVENT_POLICY[type] ?? {});
+}
+
+export type RedactionOutcome =
+  | { ok: true; event: PublicEvent }
+  | { ok: false; code: "EVENT_ID_INVALID" | "EVENT_TYPE_INVALID" };
+
+/** Redact one raw event into its public form (position 0: the log assigns it). */
+export function redactEvent(raw: RawEvent): RedactionOutcome {
+  // The id is the dedup key and a Kafka header; the type names the policy.
+  if (!IDENTIFIER.test(raw.id)) return { ok: false, code: "EVENT_ID_INVALID" };
+  if (raw.type.length > 64 || !EVENT_TYPE.test(raw.type)) return { ok: false, code: "EVENT_TYPE_INVALID" };
+  const allowlist = EVENT_POLICY[raw.type];
+  const attributes: JsonObject = {};
+  if (allowlist) {
+    const source = raw.attributes ?? {};
+    for (const [key, extract] of Object.entries(allowlist)) {
+      const value = extract(source);
+      if (value !== undefined) attributes[key] = value;
+    }
+  }
+  const ident = (value: string): string => identifier(value) ?? "";
+  const tokens = raw.tokens
+    ? create(TokenCountsSchema, {
+        inputTokens: raw.tokens.inputTokens,
+        outputTokens: raw.tokens.outputTokens,
+        cacheReadTokens: raw.tokens.cacheReadTokens,
+        cacheWriteTokens: raw.tokens.cacheWriteTokens,
+      })
+    : undefined;
+  return {
+    ok: true,
+    event: create(PublicEventSchema, {
+      id: raw.id,
+      type: raw.type,
+      time: raw.time ?? timestampNow(),
+      source: ident(raw.source),
+      jobId: ident(raw.jobId),
+      sessionId: ident(raw.sessionId),
+      toolCallId: ident(raw.toolCallId),
+      operationInvocationId: ident(raw.operationInvocationId),
+      graphRunId: ident(raw.graphRunId),
+      graphStepId: ident(raw.graphStepId),
+      agentName: ident(raw.agentName),
+      agentVersion: ident(raw.agentVersion),
+      status: STATUS.test(raw.status) ? raw.status : "",
+      tokens,
+      attributes,
+      traceparent: TRACEPARENT.test(raw.traceparent) ? raw.traceparent : "",
+      position: 0n,
+      reduced: !allowlist,
+    }),
+  };
+}

@@ -1,0 +1,78 @@
+// Starts the events service: the outbox, the Kafka relay (when brokers are
+// configured) and the RPC server. Tests and the embedded stack call this very
+// function; main.ts only reads the environment.
+import { EventsService } from "@oz0/proto/oz0/events/v1/events_pb";
+import { createLogger, registration, serve, type Logger } from "@oz0/serving";
+import { eventsService } from "./events-service.js";
+import { KafkaRelay } from "./kafka-relay.js";
+import { Outbox } from "./outbox.js";
+
+export const DEFAULT_TOPIC = "oz0.lifecycle.v1";
+
+export interface EventsConfig {
+  /** Port to listen on; 0 picks a free one. Default 0. */
+  port?: number;
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** Folder for the durable log (OZ0_EVENTS_DATA). Undefined keeps it in memory: tests only. */
+  dataDir?: string;
+  /** Kafka bootstrap brokers (KAFKA_BROKERS). Empty: the local log only (the embedded default). */
+  kafkaBrokers?: string[];
+  /** Default `oz0.lifecycle.v1` (OZ0_KAFKA_TOPIC). */
+  topic?: string;
+  /** Partitions when the service creates the topic. Default 3. */
+  partitions?: number;
+  logger?: Logger;
+}
+
+export interface RunningEvents {
+  /** `http://host:port`: give it to producers as OZ0_EVENTS_URL. */
+  readonly url: string;
+  readonly port: number;
+  /** Stop serving, end Watch streams, let the relay finish its batch, close the log. */
+  close(): Promise<void>;
+}
+
+export async function startEvents(config: EventsConfig = {}): Promise<RunningEvents> {
+  const logger = config.logger ?? createLogger({ name: "events" });
+  const outbox = new Outbox({ dataDir: config.dataDir });
+  const brokers = config.kafkaBrokers?.filter(Boolean) ?? [];
+  const topic = config.topic || DEFAULT_TOPIC;
+  const relay =
+    brokers.length > 0
+      ? new KafkaRelay({ brokers, topic, outbox, logger, partitions: config.partitions })
+      : undefined;
+  const shutdown = new AbortController();
+  let server;
+  try {
+    server = await serve({
+      name: "events",
+      host: config.host,
+      port: config.port ?? 0,
+      logger,
+      services: [registration(EventsService, eventsService({ outbox, relay, logger, shutdown: shutdown.signal }))],
+    });
+  } catch (error) {
+    outbox.close();
+    throw error;
+  }
+  // Started after listening, and never awaited: a broker that is down must
+  // not keep the service from accepting events into its outbox.
+  relay?.start();
+  logger.info({ kafka: brokers.length > 0 ? { brokers, topic } : "off (local log only)", dataDir: config.dataDir ?? "memory" }, "events ready");
+
+  let closing: Promise<void> | undefined;
+  return {
+    url: server.url,
+    port: server.port,
+    close() {
+      closing ??= (async () => {
+        shutdown.abort();
+        await server.close({ graceMs: 1_000 });
+        await relay?.close();
+        outbox.close();
+      })();
+      return closing;
+    },
+  };
+}
