@@ -1,2 +1,123 @@
-// Filled in by the issue that builds this package.
-export {};
+// @oz0/llm-proxy: the edge every model call goes through.
+import { createLogger, registration, serve, type Logger } from "@oz0/serving";
+import { startScriptedModel, type ScriptedModel } from "@oz0/harness/testing";
+import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import { randomBytes } from "node:crypto";
+import { BudgetLedger } from "./budget-ledger.js";
+import { createHttpApi } from "./http-api.js";
+import { KeyVault } from "./key-vault.js";
+import { adminTokenInterceptor, llmProxyService, secretService } from "./llm-proxy-service.js";
+import { Metering } from "./metering.js";
+import type { ResolvedProvider } from "./model-call.js";
+import { defaultProviders, validateProviders, type ProviderConfig } from "./provider-config.js";
+import type { ProxyStore } from "./proxy-store.js";
+import { DEFAULT_RETRY_POLICY, type RetryPolicy } from "./retry-policy.js";
+import { SessionTokens } from "./session-tokens.js";
+import { SqliteProxyStore } from "./sqlite-proxy-store.js";
+import { eventsUsageSink, memoryUsageSink, type UsageSink } from "./usage-sink.js";
+
+export { loadKek } from "./key-vault.js";
+export { loadProvidersFile, defaultProviders, priceOf, costOf } from "./provider-config.js";
+export type { ModelPrice, ProviderConfig } from "./provider-config.js";
+export type { RetryPolicy } from "./retry-policy.js";
+export { DEFAULT_RETRY_POLICY } from "./retry-policy.js";
+export type { AttemptRecord, CallRecord, ProxyStore, TokenUsage, UsageTotals } from "./proxy-store.js";
+export { SqliteProxyStore } from "./sqlite-proxy-store.js";
+export type { UsageSink } from "./usage-sink.js";
+export { USAGE_EVENT_TYPE, usageEventAttributes } from "./usage-sink.js";
+
+export interface LlmProxyConfig {
+  /** Default 0 (a free port). */
+  port?: number;
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** Directory for the SQLite store (OZ0_LLM_PROXY_DATA); `:memory:` keeps nothing. Ignored when `store` is given. */
+  dataDir?: string;
+  /** Another store (PostgreSQL later). */
+  store?: ProxyStore;
+  /** 32-byte key-encryption key. Without it a random one is made, and secrets do not survive a restart. */
+  kek?: Buffer;
+  /** Default: Anthropic, OpenAI and the scripted provider. */
+  providers?: ProviderConfig[];
+  /** The events service (OZ0_EVENTS_URL), for usage events. */
+  eventsUrl?: string;
+  /** Where usage events go, instead of the events service (tests). */
+  usageSink?: UsageSink;
+  /** When set, the gRPC control API needs `authorization: Bearer <adminToken>`. */
+  adminToken?: string;
+  retry?: Partial<RetryPolicy>;
+  /** Output tokens a call without max_tokens is assumed to be able to produce, for budget reservations. Default 32 000. */
+  defaultMaxOutputTokens?: number;
+  logger?: Logger;
+}
+
+export interface LlmProxy {
+  /** `http://host:port`: gRPC and model calls on the same port. */
+  readonly url: string;
+  /** The store, for audits and tests. */
+  readonly store: ProxyStore;
+  close(): Promise<void>;
+}
+
+/** Start the proxy: gRPC control API and the HTTP model API on one port. */
+export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmProxy> {
+  const logger = config.logger ?? createLogger({ name: "llm-proxy" });
+  const store = config.store ?? new SqliteProxyStore({ dataDir: config.dataDir ?? ":memory:" });
+  const ownsStore = config.store === undefined;
+  if (!config.kek) logger.warn("no OZ0_KEK or OZ0_KEK_FILE: using a random key-encryption key, so secrets set now will not survive a restart");
+  const vault = new KeyVault({ store, kek: config.kek ?? randomBytes(32) });
+  const tokens = new SessionTokens({ store });
+  const sink = config.usageSink ?? (config.eventsUrl ? eventsUsageSink({ url: config.eventsUrl, logger }) : memoryUsageSink());
+  const metering = new Metering({ store, sink, logger });
+
+  const scripted: ScriptedModel[] = [];
+  const providers = new Map<string, ResolvedProvider>();
+  try {
+    for (const provider of validateProviders(config.providers ?? defaultProviders())) {
+      let baseUrl = provider.baseUrl ?? "";
+      if (provider.kind === "scripted") {
+        const model = await startScriptedModel({ turns: provider.script ?? (() => ({ text: "This is the scripted provider's reply." })) });
+        scripted.push(model);
+        baseUrl = model.url;
+      }
+      providers.set(provider.name, { config: provider, baseUrl });
+    }
+  } catch (error) {
+    await Promise.all(scripted.map((m) => m.close()));
+    if (ownsStore) store.close();
+    throw error;
+  }
+
+  let publicUrl = "";
+  const httpApi = createHttpApi({
+    providers,
+    tokens,
+    vault,
+    ledger: new BudgetLedger(),
+    metering,
+    retry: { ...DEFAULT_RETRY_POLICY, ...config.retry },
+    logger,
+    chargedToSession: (session) => store.chargedToSession(session),
+    defaultMaxOutputTokens: config.defaultMaxOutputTokens ?? 32_000,
+  });
+  const server = await serve({
+    name: "llm-proxy",
+    ...(config.host ? { host: config.host } : {}),
+    port: config.port ?? 0,
+    logger,
+    services: [registration(SecretService, secretService(vault)), registration(LlmProxyService, llmProxyService({ tokens, metering, publicUrl: () => publicUrl }))],
+    ...(config.adminToken ? { interceptors: [adminTokenInterceptor(config.adminToken)] } : {}),
+    fallback: httpApi,
+  });
+  publicUrl = server.url;
+  return {
+    url: server.url,
+    store,
+    async close() {
+      await server.close({ graceMs: 1_000 });
+      await sink.close();
+      await Promise.all(scripted.map((m) => m.close()));
+      if (ownsStore) store.close();
+    },
+  };
+}

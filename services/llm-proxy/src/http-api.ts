@@ -1,0 +1,204 @@
+// The plain-HTTP side of the proxy: routes `/{provider}/v1/messages`,
+// `/{provider}/v1/messages/count_tokens` and `/{provider}/v1/chat/completions`
+// (the `/v1` may be left out), checks who is calling, and hands model calls
+// to runModelCall.
+import type http from "node:http";
+import type http2 from "node:http2";
+import type { Logger } from "@oz0/serving";
+import type { KeyVault } from "./key-vault.js";
+import { runModelCall, type ModelCallDeps, type ResolvedProvider } from "./model-call.js";
+import { ProxyError } from "./proxy-error.js";
+import type { TokenRecord } from "./proxy-store.js";
+import { scrubSecret } from "./secret-scrubber.js";
+import type { SessionTokens } from "./session-tokens.js";
+import { readAll, sendUpstream } from "./upstream-client.js";
+import { sendError, type ClientResponse, type Wire } from "./wire-errors.js";
+
+export type ClientRequest = http.IncomingMessage | http2.Http2ServerRequest;
+
+export interface HttpApiOptions extends ModelCallDeps {
+  providers: Map<string, ResolvedProvider>;
+  tokens: SessionTokens;
+  vault: KeyVault;
+  logger: Logger;
+  /** Largest request body accepted. Default 32 MiB. */
+  maxBodyBytes?: number;
+}
+
+type Operation = "messages" | "count_tokens" | "chat_completions";
+
+interface Route {
+  provider: string;
+  operation: Operation;
+  wire: Wire;
+  upstreamPath: string;
+}
+
+function route(rawUrl: string): Route | undefined {
+  const url = new URL(rawUrl, "http://proxy");
+  const match = /^\/([a-z][a-z0-9-]*)(\/v1)?\/(messages\/count_tokens|messages|chat\/completions)\/?$/.exec(url.pathname);
+  if (!match) return undefined;
+  const tail = match[3]!;
+  const operation: Operation = tail === "messages" ? "messages" : tail === "chat/completions" ? "chat_completions" : "count_tokens";
+  return { provider: match[1]!, operation, wire: operation === "chat_completions" ? "openai" : "anthropic", upstreamPath: `/v1/${tail}${url.search}` };
+}
+
+/** Request headers never passed upstream: hop-by-hop, the session token, our own. */
+const DROP_REQUEST_HEADERS = new Set([
+  "host",
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "transfer-encoding",
+  "te",
+  "upgrade",
+  "content-length",
+  "authorization",
+  "x-api-key",
+  "proxy-authorization",
+  "cookie",
+  "accept-encoding",
+]);
+
+function forwardHeaders(req: ClientRequest, wire: Wire): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (value === undefined || name.startsWith(":") || name.startsWith("oz0-") || DROP_REQUEST_HEADERS.has(name)) continue;
+    out[name] = Array.isArray(value) ? value.join(", ") : value;
+  }
+  // The proxy reads every answer to meter it: ask for it uncompressed.
+  out["accept-encoding"] = "identity";
+  out["content-type"] = "application/json";
+  if (wire === "anthropic" && !out["anthropic-version"]) out["anthropic-version"] = "2023-06-01";
+  return out;
+}
+
+function header(req: ClientRequest, name: string): string | undefined {
+  const value = req.headers[name];
+  return Array.isArray(value) ? value[0] : value;
+}
+
+/** The caller's token record, or a ProxyError naming what is wrong. */
+function authenticate(req: ClientRequest, tokens: SessionTokens): TokenRecord {
+  const bearer = /^Bearer\s+(.+)$/i.exec(header(req, "authorization") ?? "")?.[1]?.trim();
+  const token = header(req, "x-api-key")?.trim() || bearer;
+  if (!token) throw new ProxyError("unauthenticated", "missing session token: send the token from LlmEndpoint.token as x-api-key or Authorization: Bearer");
+  const record = tokens.lookup(token);
+  if (!record) throw new ProxyError("unauthenticated", "the session token is unknown or revoked (a token dies with its session); ask the orchestrator for a new session");
+  for (const [name, expected] of [
+    ["Oz0-Job", record.job],
+    ["Oz0-Agent", record.agent],
+  ] as const) {
+    const value = header(req, name.toLowerCase());
+    if (value === undefined || value === "") throw new ProxyError("unauthenticated", `missing ${name} header: send the headers from LlmEndpoint.headers on every call`);
+    if (value !== expected) throw new ProxyError("permission_denied", `the ${name} header does not match the session token; send the ${name} value the session was started with`);
+  }
+  return record;
+}
+
+export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res: ClientResponse) => void {
+  const maxBodyBytes = options.maxBodyBytes ?? 32 * 1024 * 1024;
+
+  const handle = async (req: ClientRequest, res: ClientResponse): Promise<void> => {
+    const found = req.method === "POST" ? route(req.url ?? "/") : undefined;
+    if (!found) {
+      sendError(res, { wire: (req.url ?? "").includes("chat/completions") ? "openai" : "anthropic", status: 404, type: "not_found_error", message: `no route for ${req.method} ${(req.url ?? "").split("?")[0]}; model calls are POST /{provider}/v1/messages, /{provider}/v1/messages/count_tokens or /{provider}/v1/chat/completions` });
+      return;
+    }
+    const { wire } = found;
+    const provider = options.providers.get(found.provider);
+    if (!provider) {
+      sendError(res, { wire, status: 404, type: "not_found_error", message: `no provider named ${found.provider}; configured: ${[...options.providers.keys()].join(", ")}` });
+      return;
+    }
+    let token: TokenRecord;
+    try {
+      token = authenticate(req, options.tokens);
+    } catch (error) {
+      const e = error as ProxyError;
+      sendError(res, { wire, status: e.code === "permission_denied" ? 403 : 401, type: e.code === "permission_denied" ? "permission_error" : "authentication_error", message: e.message });
+      return;
+    }
+    const rawBody = await readBody(req, maxBodyBytes);
+    if (rawBody === undefined) {
+      sendError(res, { wire, status: 413, type: "invalid_request_error", message: `the request body is larger than ${maxBodyBytes} bytes` });
+      return;
+    }
+    let body: Record<string, unknown>;
+    try {
+      body = JSON.parse(rawBody.toString("utf8"));
+      if (body === null || typeof body !== "object" || Array.isArray(body)) throw new Error("not an object");
+    } catch {
+      sendError(res, { wire, status: 400, type: "invalid_request_error", message: "the request body must be a JSON object" });
+      return;
+    }
+    const clientGone = new AbortController();
+    res.on("close", () => {
+      if (!res.writableEnded) clientGone.abort();
+    });
+    const headers = forwardHeaders(req, wire);
+    if (found.operation === "count_tokens") {
+      await countTokens({ options, res, provider, headers, rawBody, upstreamPath: found.upstreamPath, signal: clientGone.signal });
+      return;
+    }
+    await runModelCall(options, { res, clientGone: clientGone.signal, provider, wire, upstreamPath: found.upstreamPath, forwardHeaders: headers, token, rawBody, body });
+  };
+
+  return (req, res) => {
+    handle(req, res).catch((error: unknown) => {
+      const code = error instanceof ProxyError ? error.code : "internal";
+      options.logger.error({ code, message: error instanceof ProxyError ? error.message : (error as Error).message }, "model call failed in the proxy");
+      sendError(res, { wire: (req.url ?? "").includes("chat/completions") ? "openai" : "anthropic", status: 500, type: "api_error", message: error instanceof ProxyError ? error.message : "the proxy failed on this call; its log has the details" });
+    });
+  };
+}
+
+async function readBody(req: ClientRequest, max: number): Promise<Buffer | undefined> {
+  const parts: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > max) return undefined;
+    parts.push(chunk as Buffer);
+  }
+  return Buffer.concat(parts);
+}
+
+/** count_tokens is free and not metered: one pass-through with the provider key. */
+async function countTokens(args: {
+  options: HttpApiOptions;
+  res: ClientResponse;
+  provider: ResolvedProvider;
+  headers: Record<string, string>;
+  rawBody: Buffer;
+  upstreamPath: string;
+  signal: AbortSignal;
+}): Promise<void> {
+  const { options, res, provider } = args;
+  const secretName = provider.config.keySecret;
+  const secret = secretName ? options.vault.reveal(secretName) : undefined;
+  if (secretName && secret === undefined) {
+    sendError(res, { wire: "anthropic", status: 503, type: "api_error", message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})` });
+    return;
+  }
+  const headers = { ...args.headers };
+  if (secret !== undefined) {
+    if ((provider.config.auth ?? "x-api-key") === "x-api-key") headers["x-api-key"] = secret;
+    else headers.authorization = `Bearer ${secret}`;
+  }
+  let status: number;
+  let text: string;
+  let contentType: string;
+  try {
+    const upstream = await sendUpstream({ url: new URL(args.upstreamPath, provider.baseUrl), headers, body: args.rawBody, signal: args.signal });
+    status = upstream.statusCode ?? 502;
+    contentType = String(upstream.headers["content-type"] ?? "application/json");
+    text = scrubSecret((await readAll(upstream)).toString("utf8"), secret);
+  } catch (error) {
+    sendError(res, { wire: "anthropic", status: 502, type: "api_error", message: `provider ${provider.config.name} could not be reached (${(error as { code?: string }).code ?? "error"}); try again later` });
+    return;
+  }
+  if (res.headersSent) return;
+  res.writeHead(status, { "content-type": contentType, "content-length": String(Buffer.byteLength(text)) });
+  res.end(text);
+}

@@ -1,0 +1,108 @@
+// Provider keys, encrypted at rest with AES-256-GCM under a key-encryption
+// key (KEK) from the environment. Write-only from the outside: `reveal` is
+// for the proxy's own upstream calls, one call at a time.
+import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { ProxyError } from "./proxy-error.js";
+import type { ProxyStore, SecretInfo } from "./proxy-store.js";
+
+const NAME = /^[A-Z][A-Z0-9_]{0,127}$/;
+const MAX_VALUE_BYTES = 16 * 1024;
+
+/**
+ * The KEK from `OZ0_KEK` (base64 of 32 bytes) or `OZ0_KEK_FILE` (a file
+ * holding the same base64, or the 32 raw bytes). Undefined when neither is set.
+ */
+export function loadKek(env: Record<string, string | undefined>): Buffer | undefined {
+  if (env.OZ0_KEK) return decodeKek(env.OZ0_KEK, "OZ0_KEK");
+  if (env.OZ0_KEK_FILE) {
+    let raw: Buffer;
+    try {
+      raw = readFileSync(env.OZ0_KEK_FILE);
+    } catch {
+      throw new ProxyError("kek_invalid", "OZ0_KEK_FILE cannot be read; point it at a file holding a base64 32-byte key");
+    }
+    return raw.length === 32 ? raw : decodeKek(raw.toString("utf8").trim(), "OZ0_KEK_FILE");
+  }
+  return undefined;
+}
+
+function decodeKek(text: string, source: string): Buffer {
+  const kek = Buffer.from(text.trim(), "base64");
+  if (kek.length !== 32) {
+    throw new ProxyError("kek_invalid", `${source} must hold 32 bytes in base64 (make one with: openssl rand -base64 32)`);
+  }
+  return kek;
+}
+
+export interface KeyVaultOptions {
+  store: ProxyStore;
+  /** 32 bytes. */
+  kek: Buffer;
+  now?: () => Date;
+}
+
+export class KeyVault {
+  readonly #store: ProxyStore;
+  readonly #kek: Buffer;
+  readonly #now: () => Date;
+
+  constructor(options: KeyVaultOptions) {
+    if (options.kek.length !== 32) throw new ProxyError("kek_invalid", "the key-encryption key must be 32 bytes");
+    this.#store = options.store;
+    this.#kek = Buffer.from(options.kek);
+    this.#now = options.now ?? (() => new Date());
+  }
+
+  set(name: string, value: string): { replaced: boolean } {
+    checkName(name);
+    if (value.length === 0) throw new ProxyError("invalid_argument", `secret ${name} needs a non-empty value`);
+    if (Buffer.byteLength(value) > MAX_VALUE_BYTES) throw new ProxyError("invalid_argument", `secret ${name} is longer than ${MAX_VALUE_BYTES} bytes`);
+    const iv = randomBytes(12);
+    const cipher = createCipheriv("aes-256-gcm", this.#kek, iv);
+    // The name is authenticated with the value, so a row copied under another name does not decrypt.
+    cipher.setAAD(aad(name));
+    const ciphertext = Buffer.concat([cipher.update(value, "utf8"), cipher.final()]);
+    return this.#store.putSecret({ name, iv, ciphertext, tag: cipher.getAuthTag() }, this.#now());
+  }
+
+  delete(name: string): void {
+    checkName(name);
+    if (!this.#store.deleteSecret(name)) throw new ProxyError("not_found", `no secret named ${name}; ListSecrets shows the names that exist`);
+  }
+
+  list(): SecretInfo[] {
+    return this.#store.listSecrets();
+  }
+
+  has(name: string): boolean {
+    return this.#store.getSecret(name) !== undefined;
+  }
+
+  /** The plaintext, for one upstream call; undefined when no such secret is set. */
+  reveal(name: string): string | undefined {
+    const stored = this.#store.getSecret(name);
+    if (!stored) return undefined;
+    try {
+      const decipher = createDecipheriv("aes-256-gcm", this.#kek, stored.iv);
+      decipher.setAAD(aad(name));
+      decipher.setAuthTag(stored.tag);
+      const plain = Buffer.concat([decipher.update(stored.ciphertext), decipher.final()]);
+      const text = plain.toString("utf8");
+      plain.fill(0);
+      return text;
+    } catch {
+      throw new ProxyError("kek_mismatch", `secret ${name} cannot be decrypted with the current KEK; start the proxy with the KEK it was written under, or set the secret again`);
+    }
+  }
+}
+
+function aad(name: string): Buffer {
+  return Buffer.from(`oz0.llmproxy.secret:${name}`, "utf8");
+}
+
+function checkName(name: string): void {
+  if (!NAME.test(name)) {
+    throw new ProxyError("invalid_argument", `secret name "${name.slice(0, 64)}" is invalid: use upper-case letters, digits and _ (for example ANTHROPIC_API_KEY)`);
+  }
+}

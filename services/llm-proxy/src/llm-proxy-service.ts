@@ -1,0 +1,133 @@
+// Thin gRPC handlers over the domain modules: SecretService (write-only keys)
+// and LlmProxyService (session tokens, usage).
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
+import {
+  AgentUsageSchema,
+  GetUsageResponseSchema,
+  ListSecretsResponseSchema,
+  LlmProxyService,
+  MintSessionTokenResponseSchema,
+  RevokeSessionTokenResponseSchema,
+  SecretInfoSchema,
+  SecretService,
+  SetSecretResponseSchema,
+  DeleteSecretResponseSchema,
+  UsageSchema,
+  type Usage,
+} from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import { timingSafeEqual } from "node:crypto";
+import type { KeyVault } from "./key-vault.js";
+import type { Metering } from "./metering.js";
+import { ProxyError } from "./proxy-error.js";
+import type { UsageTotals } from "./proxy-store.js";
+import type { SessionTokens } from "./session-tokens.js";
+
+const CODES: Record<ProxyError["code"], Code> = {
+  invalid_argument: Code.InvalidArgument,
+  not_found: Code.NotFound,
+  kek_invalid: Code.FailedPrecondition,
+  kek_mismatch: Code.FailedPrecondition,
+  unauthenticated: Code.Unauthenticated,
+  permission_denied: Code.PermissionDenied,
+  budget_exhausted: Code.ResourceExhausted,
+  price_unknown: Code.FailedPrecondition,
+};
+
+function mapped<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (error) {
+    if (error instanceof ProxyError) throw new ConnectError(error.message, CODES[error.code]);
+    throw error;
+  }
+}
+
+export function secretService(vault: KeyVault): Partial<ServiceImpl<typeof SecretService>> {
+  return {
+    setSecret: (request) => mapped(() => create(SetSecretResponseSchema, vault.set(request.name, request.value))),
+    deleteSecret: (request) =>
+      mapped(() => {
+        vault.delete(request.name);
+        return create(DeleteSecretResponseSchema, {});
+      }),
+    listSecrets: () =>
+      create(ListSecretsResponseSchema, {
+        secrets: vault.list().map((s) =>
+          create(SecretInfoSchema, { name: s.name, createdAt: timestampFromDate(s.createdAt), updatedAt: timestampFromDate(s.updatedAt) }),
+        ),
+      }),
+  };
+}
+
+function usageMessage(totals: UsageTotals): Usage {
+  return create(UsageSchema, {
+    calls: BigInt(totals.calls),
+    failedCalls: BigInt(totals.failedCalls),
+    attempts: BigInt(totals.attempts),
+    inputTokens: BigInt(totals.usage.input),
+    outputTokens: BigInt(totals.usage.output),
+    cacheReadTokens: BigInt(totals.usage.cacheRead),
+    cacheWriteTokens: BigInt(totals.usage.cacheWrite),
+    reasoningTokens: BigInt(totals.usage.reasoning),
+    costUsd: totals.costUsd,
+    estimated: totals.estimated,
+  });
+}
+
+export interface LlmProxyServiceOptions {
+  tokens: SessionTokens;
+  metering: Metering;
+  /** The proxy's own URL, to hand out ready-made base URLs. */
+  publicUrl: () => string;
+}
+
+export function llmProxyService(options: LlmProxyServiceOptions): Partial<ServiceImpl<typeof LlmProxyService>> {
+  return {
+    mintSessionToken: (request) =>
+      mapped(() => {
+        const { token } = options.tokens.mint({ job: request.job, agent: request.agent, session: request.session, budgetUsd: request.budgetUsd });
+        const base = options.publicUrl();
+        return create(MintSessionTokenResponseSchema, {
+          token,
+          headers: { "Oz0-Job": request.job, "Oz0-Agent": request.agent },
+          anthropicBaseUrl: `${base}/anthropic`,
+          openaiBaseUrl: `${base}/openai/v1`,
+        });
+      }),
+    revokeSessionToken: (request) =>
+      mapped(() =>
+        create(RevokeSessionTokenResponseSchema, {
+          revoked: options.tokens.revoke({ ...(request.token ? { token: request.token } : {}), ...(request.session ? { session: request.session } : {}) }).length,
+        }),
+      ),
+    getUsage: (request) => {
+      if (!request.job) throw new ConnectError("GetUsage needs a job id", Code.InvalidArgument);
+      const usage = options.metering.usage(request.job);
+      return create(GetUsageResponseSchema, {
+        job: request.job,
+        total: usageMessage(usage.total),
+        agents: [...usage.agents].map(([agent, totals]) => create(AgentUsageSchema, { agent, usage: usageMessage(totals) })),
+      });
+    },
+  };
+}
+
+/**
+ * Control-plane calls need `authorization: Bearer <admin token>` when one is
+ * configured: sessions reach the same port for model calls and must not mint
+ * themselves budget-free tokens or replace keys.
+ */
+export function adminTokenInterceptor(adminToken: string): Interceptor {
+  const expected = Buffer.from(`Bearer ${adminToken}`);
+  return (next) => async (request) => {
+    // Health and reflection stay open for probes and tooling.
+    if (!request.service.typeName.startsWith("oz0.llmproxy.")) return next(request);
+    const given = Buffer.from(request.header.get("authorization") ?? "");
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+      throw new ConnectError("the llm-proxy control API needs authorization: Bearer <OZ0_LLM_PROXY_ADMIN_TOKEN>", Code.Unauthenticated);
+    }
+    return next(request);
+  };
+}

@@ -1,0 +1,65 @@
+// Records what each attempt and each logical call used and cost, and rolls
+// usage up per job and agent.
+import type { Logger } from "@oz0/serving";
+import type { AttemptRecord, CallRecord, ProxyStore, TokenUsage, UsageTotals } from "./proxy-store.js";
+import type { UsageSink } from "./usage-sink.js";
+
+export interface MeteringOptions {
+  store: ProxyStore;
+  sink: UsageSink;
+  logger: Logger;
+}
+
+export interface JobUsage {
+  total: UsageTotals;
+  agents: Map<string, UsageTotals>;
+}
+
+export class Metering {
+  readonly #store: ProxyStore;
+  readonly #sink: UsageSink;
+  readonly #logger: Logger;
+
+  constructor(options: MeteringOptions) {
+    this.#store = options.store;
+    this.#sink = options.sink;
+    this.#logger = options.logger;
+  }
+
+  attempt(record: AttemptRecord): void {
+    try {
+      this.#store.recordAttempt(record);
+    } catch (error) {
+      this.#logger.error({ err: error, operationId: record.operationId, attempt: record.attempt }, "could not record a metering attempt");
+    }
+  }
+
+  call(record: CallRecord): void {
+    try {
+      this.#store.recordCall(record);
+    } catch (error) {
+      this.#logger.error({ err: error, operationId: record.operationId }, "could not record a metered call");
+    }
+    this.#sink.callCompleted(record);
+  }
+
+  usage(job: string): JobUsage {
+    const agents = this.#store.usageByAgent(job);
+    const total = emptyTotals();
+    for (const totals of agents.values()) addTotals(total, totals);
+    return { total, agents };
+  }
+}
+
+export function emptyTotals(): UsageTotals {
+  return { calls: 0, failedCalls: 0, attempts: 0, usage: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, reasoning: 0 }, costUsd: 0, estimated: false };
+}
+
+function addTotals(into: UsageTotals, add: UsageTotals): void {
+  into.calls += add.calls;
+  into.failedCalls += add.failedCalls;
+  into.attempts += add.attempts;
+  for (const key of Object.keys(into.usage) as (keyof TokenUsage)[]) into.usage[key] += add.usage[key];
+  into.costUsd += add.costUsd;
+  into.estimated ||= add.estimated;
+}

@@ -1,0 +1,414 @@
+// One logical model call: reserve budget, try up to five attempts upstream,
+// forward the answer (streamed event by event, metered as it goes), meter
+// every attempt and the call, settle the budget with what the caller received.
+import { randomUUID } from "node:crypto";
+import type http from "node:http";
+import { once } from "node:events";
+import { performance } from "node:perf_hooks";
+import type { Logger } from "@oz0/serving";
+import { AnthropicStreamMeter, type StreamMeterReading } from "./anthropic-stream-meter.js";
+import type { BudgetLedger, Reservation } from "./budget-ledger.js";
+import type { KeyVault } from "./key-vault.js";
+import type { Metering } from "./metering.js";
+import { OpenAiStreamMeter } from "./openai-stream-meter.js";
+import { costOf, priceOf, type ModelPrice, type ProviderConfig } from "./provider-config.js";
+import { ProxyError } from "./proxy-error.js";
+import { ZERO_USAGE, type Outcome, type TokenRecord, type TokenUsage } from "./proxy-store.js";
+import { isRetryableStatus, retryDelayMs, type RetryPolicy } from "./retry-policy.js";
+import { containsSecret, scrubSecret } from "./secret-scrubber.js";
+import { SseEventSplitter } from "./sse-event-splitter.js";
+import { discard, readAll, sendUpstream } from "./upstream-client.js";
+import { abortResponse, sendError, streamErrorEvent, type ClientResponse, type Wire } from "./wire-errors.js";
+import { estimateTokens, fromAnthropicUsage, fromOpenAiUsage } from "./wire-usage.js";
+
+/** A provider with the URL its calls go to (a scripted provider's local URL included). */
+export interface ResolvedProvider {
+  config: ProviderConfig;
+  baseUrl: string;
+}
+
+export interface ModelCallDeps {
+  vault: KeyVault;
+  ledger: BudgetLedger;
+  metering: Metering;
+  retry: RetryPolicy;
+  logger: Logger;
+  /** What the session was charged before this process started (the ledger's starting point). */
+  chargedToSession: (session: string) => number;
+  /** Output tokens reserved for a call that gives no max_tokens. */
+  defaultMaxOutputTokens: number;
+}
+
+export interface ModelCallInput {
+  res: ClientResponse;
+  /** Fires when the client goes away. */
+  clientGone: AbortSignal;
+  provider: ResolvedProvider;
+  wire: Wire;
+  /** Upstream path and query, for example `/v1/messages?beta=true`. */
+  upstreamPath: string;
+  /** Headers to forward (already stripped of the token and hop-by-hop headers). */
+  forwardHeaders: Record<string, string>;
+  token: TokenRecord;
+  rawBody: Buffer;
+  body: Record<string, unknown>;
+}
+
+/** Headers a provider's answer must not pass on as they are. */
+const DROP_RESPONSE_HEADERS = new Set(["connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "upgrade", "proxy-connection"]);
+
+function responseHeaders(upstream: http.IncomingMessage, operationId: string, secret: string | undefined): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(upstream.headers)) {
+    if (value === undefined || DROP_RESPONSE_HEADERS.has(name)) continue;
+    out[name] = Array.isArray(value) ? value.map((v) => scrubSecret(v, secret)) : scrubSecret(value, secret);
+  }
+  out["oz0-operation-id"] = operationId;
+  return out;
+}
+
+interface AttemptSummary {
+  status: number;
+  outcome: Outcome;
+  usage: TokenUsage;
+  estimated: boolean;
+  /** Since the attempt started. */
+  ttftMs?: number;
+  /** True once any byte of this attempt's answer reached the client. */
+  delivered: boolean;
+  /** A failure that another attempt may fix (only when nothing was delivered). */
+  retryable: boolean;
+  /** Held back until the loop decides whether to retry. */
+  pendingError?: { status: number; headers: Record<string, string | string[]>; body: Buffer };
+  retryHeaders?: http.IncomingHttpHeaders;
+  /** For the log and the last-resort 502 message; never holds a secret. */
+  errorCode?: string;
+}
+
+const sleep = (ms: number, signal: AbortSignal): Promise<void> =>
+  new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    }
+    signal.addEventListener("abort", done);
+  });
+
+export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): Promise<void> {
+  const { res, provider, wire, token, body, rawBody } = input;
+  const operationId = randomUUID();
+  const startedAt = new Date();
+  const callStart = performance.now();
+  const model = typeof body.model === "string" ? body.model : "";
+  const stream = body.stream === true;
+  const price = priceOf(provider.config, model);
+  const estimatedInput = estimateTokens(rawBody.length);
+  const common = { operationId, job: token.job, agent: token.agent, session: token.session, provider: provider.config.name, model, wire, stream };
+
+  // OpenAI streams carry usage only when asked: always ask, hide it from clients that did not.
+  let sendBody = rawBody;
+  const streamOptions = body.stream_options as { include_usage?: boolean } | undefined;
+  const clientWantsUsage = wire === "anthropic" || !stream || streamOptions?.include_usage === true;
+  if (!clientWantsUsage) sendBody = Buffer.from(JSON.stringify({ ...body, stream_options: { ...(streamOptions ?? {}), include_usage: true } }));
+
+  let reservation: Reservation | undefined;
+  if (token.budgetUsd > 0) {
+    if (!price) {
+      sendError(res, { wire, status: 400, type: "invalid_request_error", operationId, message: `model "${model}" has no price in provider ${provider.config.name}'s price table, so this session's budget cannot be enforced; add the model's prices to the provider configuration` });
+      return;
+    }
+    try {
+      reservation = deps.ledger.reserve({
+        session: token.session,
+        limitUsd: token.budgetUsd,
+        spentBefore: () => deps.chargedToSession(token.session),
+        worstCaseUsd: worstCaseUsd({ price, body, rawBytes: rawBody.length, defaultMaxOutputTokens: deps.defaultMaxOutputTokens }),
+        minimumUsd: costOf(price, { ...ZERO_USAGE, cacheRead: estimatedInput }),
+        partial: stream,
+      });
+    } catch (error) {
+      if (!(error instanceof ProxyError) || error.code !== "budget_exhausted") throw error;
+      sendError(res, { wire, status: 402, type: "budget_exhausted", operationId, message: error.message });
+      deps.metering.call({ ...common, status: 402, outcome: "budget_refused", usage: { ...ZERO_USAGE }, costUsd: 0, latencyMs: performance.now() - callStart, estimated: false, startedAt, attempts: 0 });
+      return;
+    }
+  }
+
+  let summary: AttemptSummary | undefined;
+  let attempt = 0;
+  let firstByteMs: number | undefined;
+  try {
+    while (attempt < deps.retry.maxAttempts) {
+      attempt += 1;
+      const attemptStartedAt = new Date();
+      const attemptStart = performance.now();
+      summary = await runAttempt(deps, input, { operationId, sendBody, clientWantsUsage, price, estimatedInput, reservation });
+      const latencyMs = performance.now() - attemptStart;
+      if (summary.ttftMs !== undefined && summary.delivered) firstByteMs = attemptStart - callStart + summary.ttftMs;
+      deps.metering.attempt({
+        ...common,
+        attempt,
+        status: summary.status,
+        outcome: summary.outcome,
+        usage: summary.usage,
+        costUsd: costOf(price, summary.usage),
+        latencyMs,
+        ...(summary.ttftMs !== undefined ? { ttftMs: summary.ttftMs } : {}),
+        estimated: summary.estimated || !price,
+        startedAt: attemptStartedAt,
+      });
+      if (!summary.retryable || summary.delivered || attempt >= deps.retry.maxAttempts || input.clientGone.aborted) break;
+      const delay = retryDelayMs({ policy: deps.retry, nextAttempt: attempt + 1, ...(summary.retryHeaders ? { headers: summary.retryHeaders } : {}) });
+      deps.logger.debug({ operationId, attempt, status: summary.status, errorCode: summary.errorCode, delayMs: delay }, "retrying model call");
+      await sleep(delay, input.clientGone);
+      if (input.clientGone.aborted) break;
+    }
+  } finally {
+    const final = summary ?? { status: 0, outcome: "proxy_error" as Outcome, usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable: false };
+    if (final.pendingError && !res.headersSent && !input.clientGone.aborted) {
+      res.writeHead(final.pendingError.status, { ...final.pendingError.headers, "content-length": String(final.pendingError.body.length) });
+      res.end(final.pendingError.body);
+    } else if (!final.delivered && !res.headersSent && !input.clientGone.aborted) {
+      sendError(res, {
+        wire,
+        status: 502,
+        type: "api_error",
+        operationId,
+        message: `provider ${provider.config.name} could not be reached after ${attempt} attempt(s) (${final.errorCode ?? "no answer"}); try again later`,
+      });
+    }
+    const charged = costOf(price, final.usage);
+    reservation?.settle(charged);
+    deps.metering.call({
+      ...common,
+      status: final.pendingError?.status ?? (final.delivered || final.status >= 200 ? final.status : 502),
+      outcome: input.clientGone.aborted && final.outcome === "ok" ? "client_aborted" : final.outcome,
+      usage: final.usage,
+      costUsd: charged,
+      latencyMs: performance.now() - callStart,
+      ...(firstByteMs !== undefined ? { ttftMs: firstByteMs } : {}),
+      estimated: final.estimated || !price,
+      startedAt,
+      attempts: attempt,
+    });
+    deps.logger.debug({ operationId, job: token.job, agent: token.agent, status: final.status, outcome: final.outcome, attempts: attempt }, "model call done");
+  }
+}
+
+/**
+ * The most a call can cost: every request byte an input token at the dearest
+ * input price (a token is rarely shorter than two bytes, so half is still an
+ * over-estimate), and every allowed output token.
+ */
+function worstCaseUsd(options: { price: ModelPrice; body: Record<string, unknown>; rawBytes: number; defaultMaxOutputTokens: number }): number {
+  const { price, body } = options;
+  const maxOut = [body.max_tokens, body.max_completion_tokens].find((v): v is number => typeof v === "number" && v > 0) ?? options.defaultMaxOutputTokens;
+  const inputTokens = Math.ceil(options.rawBytes / 2);
+  const dearestInput = Math.max(price.input, price.cacheWrite ?? price.input, price.cacheRead ?? price.input);
+  return (inputTokens * dearestInput + maxOut * price.output) / 1_000_000;
+}
+
+interface AttemptContext {
+  operationId: string;
+  sendBody: Buffer;
+  clientWantsUsage: boolean;
+  price: ModelPrice | undefined;
+  estimatedInput: number;
+  reservation: Reservation | undefined;
+}
+
+function connectionFailure(error: unknown): AttemptSummary {
+  const code = (error as { code?: string }).code ?? (error as Error).name ?? "error";
+  return { status: 0, outcome: "connection_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable: true, errorCode: code };
+}
+
+async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: AttemptContext): Promise<AttemptSummary> {
+  const { res, provider, wire } = input;
+  const secretName = provider.config.keySecret;
+  // Decrypted for this attempt only; it goes out of scope when the attempt ends.
+  const secret = secretName ? deps.vault.reveal(secretName) : undefined;
+  if (secretName && secret === undefined) {
+    sendError(res, { wire, status: 503, type: "api_error", operationId: ctx.operationId, message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})` });
+    return { status: 503, outcome: "proxy_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: true, retryable: false, errorCode: "no_key" };
+  }
+  const headers = { ...input.forwardHeaders };
+  if (secret !== undefined) {
+    const auth = provider.config.auth ?? (wire === "anthropic" ? "x-api-key" : "bearer");
+    if (auth === "x-api-key") headers["x-api-key"] = secret;
+    else headers.authorization = `Bearer ${secret}`;
+  }
+  const abort = new AbortController();
+  const onGone = (): void => abort.abort();
+  input.clientGone.addEventListener("abort", onGone);
+  const attemptStart = performance.now();
+  try {
+    let upstream: http.IncomingMessage;
+    try {
+      upstream = await sendUpstream({ url: new URL(input.upstreamPath, provider.baseUrl), headers, body: ctx.sendBody, signal: abort.signal });
+    } catch (error) {
+      return connectionFailure(error);
+    }
+    const status = upstream.statusCode ?? 502;
+    if (status < 200 || status >= 300) {
+      if (isRetryableStatus(status)) {
+        // Keep the body in case this is the last attempt; it is small.
+        let bodyBytes: Buffer;
+        try {
+          bodyBytes = await readAll(upstream);
+        } catch {
+          return { status, outcome: "http_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable: true, retryHeaders: upstream.headers, errorCode: `http_${status}` };
+        }
+        return {
+          status,
+          outcome: "http_error",
+          usage: { ...ZERO_USAGE },
+          estimated: false,
+          delivered: false,
+          retryable: true,
+          retryHeaders: upstream.headers,
+          errorCode: `http_${status}`,
+          pendingError: { status, headers: responseHeaders(upstream, ctx.operationId, secret), body: Buffer.from(scrubSecret(bodyBytes.toString("utf8"), secret)) },
+        };
+      }
+      let bodyBytes: Buffer;
+      try {
+        bodyBytes = await readAll(upstream);
+      } catch (error) {
+        return connectionFailure(error);
+      }
+      return {
+        status,
+        outcome: "http_error",
+        usage: { ...ZERO_USAGE },
+        estimated: false,
+        delivered: false,
+        retryable: false,
+        errorCode: `http_${status}`,
+        pendingError: { status, headers: responseHeaders(upstream, ctx.operationId, secret), body: Buffer.from(scrubSecret(bodyBytes.toString("utf8"), secret)) },
+      };
+    }
+    const contentType = String(upstream.headers["content-type"] ?? "");
+    if (input.body.stream === true && contentType.includes("text/event-stream")) {
+      return await forwardStream({ deps, input, ctx, upstream, secret, abort, attemptStart });
+    }
+    // A whole answer: read it, meter it, pass it on.
+    let bodyBytes: Buffer;
+    try {
+      bodyBytes = await readAll(upstream);
+    } catch (error) {
+      return connectionFailure(error);
+    }
+    const ttftMs = performance.now() - attemptStart;
+    let text = bodyBytes.toString("utf8");
+    let parsed: { usage?: unknown } | undefined;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      parsed = undefined;
+    }
+    const reported = parsed?.usage !== undefined && parsed.usage !== null;
+    const usage = reported
+      ? wire === "anthropic"
+        ? fromAnthropicUsage(parsed?.usage as never)
+        : fromOpenAiUsage(parsed?.usage as never)
+      : { ...ZERO_USAGE, input: ctx.estimatedInput, output: estimateTokens(text.length) };
+    if (containsSecret(text, secret)) text = scrubSecret(text, secret);
+    const out = text.length === bodyBytes.length ? bodyBytes : Buffer.from(text);
+    if (!input.clientGone.aborted) {
+      res.writeHead(status, { ...responseHeaders(upstream, ctx.operationId, secret), "content-length": String(out.length) });
+      res.end(out);
+    }
+    return { status, outcome: "ok", usage, estimated: !reported, ttftMs, delivered: true, retryable: false };
+  } finally {
+    input.clientGone.removeEventListener("abort", onGone);
+  }
+}
+
+async function forwardStream(options: {
+  deps: ModelCallDeps;
+  input: ModelCallInput;
+  ctx: AttemptContext;
+  upstream: http.IncomingMessage;
+  secret: string | undefined;
+  abort: AbortController;
+  attemptStart: number;
+}): Promise<AttemptSummary> {
+  const { input, ctx, upstream, secret, abort, attemptStart } = options;
+  const { res, wire } = input;
+  const anthropic = wire === "anthropic" ? new AnthropicStreamMeter() : undefined;
+  const openai = wire === "openai" ? new OpenAiStreamMeter({ clientWantsUsage: ctx.clientWantsUsage }) : undefined;
+  const reading = (): StreamMeterReading => (anthropic ?? openai)!.reading(ctx.estimatedInput);
+  const splitter = new SseEventSplitter();
+  let delivered = false;
+  let ttftMs: number | undefined;
+  let outcome: Outcome = "ok";
+  const headers = responseHeaders(upstream, ctx.operationId, secret);
+
+  const deliver = async (text: string): Promise<void> => {
+    if (input.clientGone.aborted) return;
+    if (!delivered) {
+      res.writeHead(200, headers);
+      delivered = true;
+      ttftMs = performance.now() - attemptStart;
+    }
+    if (!(res as NodeJS.WritableStream).write(text)) await Promise.race([once(res, "drain"), once(res, "close")]);
+  };
+
+  try {
+    chunks: for await (const chunk of upstream) {
+      let batch = "";
+      for (const event of splitter.push(chunk as Buffer)) {
+        let forward: string | undefined = event;
+        if (anthropic) anthropic.onEvent(event);
+        else forward = openai!.onEvent(event);
+        if (ctx.reservation && costOf(ctx.price, reading().usage) > ctx.reservation.amountUsd) {
+          // This event would take the session past its budget: it is not delivered.
+          outcome = "budget_cut";
+          const message = "the session's budget is exhausted; the answer was cut off here";
+          if (!delivered && !batch) {
+            sendError(res, { wire, status: 402, type: "budget_exhausted", operationId: ctx.operationId, message });
+            delivered = true;
+          } else {
+            await deliver(batch + streamErrorEvent(wire, "budget_exhausted", message));
+            batch = "";
+            res.end();
+          }
+          abort.abort();
+          break chunks;
+        }
+        if (forward === undefined) continue;
+        batch += containsSecret(forward, secret) ? scrubSecret(forward, secret) : forward;
+      }
+      if (batch) await deliver(batch);
+      if (input.clientGone.aborted) {
+        outcome = "client_aborted";
+        abort.abort();
+        break;
+      }
+    }
+    if (outcome === "ok") {
+      const complete = (anthropic ?? openai)!.complete;
+      if (!complete) {
+        // The provider ended the response without finishing the stream.
+        outcome = "stream_cut";
+        if (!delivered) return { status: 200, outcome: "stream_cut", ...reading(), delivered: false, retryable: true, errorCode: "incomplete_stream" };
+        abortResponse(res);
+      } else {
+        if (!delivered) await deliver("");
+        res.end();
+      }
+    }
+  } catch (error) {
+    if (outcome === "ok") outcome = input.clientGone.aborted ? "client_aborted" : "stream_cut";
+    if (!delivered && outcome === "stream_cut") {
+      const code = (error as { code?: string }).code ?? "stream_error";
+      return { status: 200, outcome, ...reading(), delivered: false, retryable: true, errorCode: code };
+    }
+    if (delivered && !res.writableEnded) abortResponse(res);
+  } finally {
+    if (!upstream.complete) discard(upstream);
+  }
+  return { status: 200, outcome, ...reading(), ...(ttftMs !== undefined ? { ttftMs } : {}), delivered, retryable: false };
+}

@@ -1,0 +1,129 @@
+// Upstream providers: where each is, which secret holds its key, and what
+// its models cost. Read from OZ0_PROVIDERS_FILE (JSON) or given in code.
+import { readFileSync } from "node:fs";
+import type { ScriptedTurn } from "@oz0/harness/testing";
+import { ProxyError } from "./proxy-error.js";
+import type { TokenUsage } from "./proxy-store.js";
+
+/** US dollars per million tokens. Cache prices default to the input price. */
+export interface ModelPrice {
+  input: number;
+  output: number;
+  cacheRead?: number;
+  cacheWrite?: number;
+}
+
+export interface ProviderConfig {
+  /** The first path segment of its routes: `/{name}/v1/messages`. Lower-case letters, digits and `-`. */
+  name: string;
+  /**
+   * Root URL of the provider's API, without `/v1` (for example
+   * `https://api.anthropic.com`). Omit for `kind: "scripted"`.
+   */
+  baseUrl?: string;
+  /** `http` (default) forwards to `baseUrl`; `scripted` serves an in-process scripted model. */
+  kind?: "http" | "scripted";
+  /** Name of the secret holding the API key. Omit for a provider that needs none. */
+  keySecret?: string;
+  /** How the key is sent: `x-api-key` (default for Anthropic routes) or `bearer` (OpenAI routes). */
+  auth?: "x-api-key" | "bearer";
+  /**
+   * Prices by model. A model matches its exact name, else the longest key
+   * that prefixes it (`claude-sonnet-4-5` prices `claude-sonnet-4-5-20250929`),
+   * else `*`.
+   */
+  prices?: Record<string, ModelPrice>;
+  /** For `kind: "scripted"`: turns to serve, in order; by default every call gets a short reply. */
+  script?: ScriptedTurn[];
+}
+
+export interface ProvidersFile {
+  providers: ProviderConfig[];
+}
+
+/** Anthropic and OpenAI at their public URLs, plus an offline scripted provider. */
+export function defaultProviders(): ProviderConfig[] {
+  return [
+    {
+      name: "anthropic",
+      baseUrl: "https://api.anthropic.com",
+      keySecret: "ANTHROPIC_API_KEY",
+      prices: {
+        "claude-opus-4": { input: 15, output: 75, cacheRead: 1.5, cacheWrite: 18.75 },
+        "claude-sonnet-4": { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75 },
+        "claude-sonnet-5": { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75 },
+        "claude-haiku-4": { input: 1, output: 5, cacheRead: 0.1, cacheWrite: 1.25 },
+        "claude-3-5-haiku": { input: 0.8, output: 4, cacheRead: 0.08, cacheWrite: 1 },
+      },
+    },
+    {
+      name: "openai",
+      baseUrl: "https://api.openai.com",
+      keySecret: "OPENAI_API_KEY",
+      auth: "bearer",
+      prices: {
+        "gpt-4o": { input: 2.5, output: 10, cacheRead: 1.25 },
+        "gpt-4o-mini": { input: 0.15, output: 0.6, cacheRead: 0.075 },
+        "gpt-4.1": { input: 2, output: 8, cacheRead: 0.5 },
+        "gpt-5": { input: 1.25, output: 10, cacheRead: 0.125 },
+      },
+    },
+    { name: "scripted", kind: "scripted", prices: { "*": { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75 } } },
+  ];
+}
+
+export function loadProvidersFile(file: string): ProviderConfig[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFileSync(file, "utf8"));
+  } catch (error) {
+    throw new ProxyError("invalid_argument", `OZ0_PROVIDERS_FILE (${file}) is not readable JSON: ${(error as Error).message}`);
+  }
+  const providers = (parsed as ProvidersFile | undefined)?.providers;
+  if (!Array.isArray(providers)) throw new ProxyError("invalid_argument", `OZ0_PROVIDERS_FILE (${file}) must be {"providers": [...]}`);
+  return validateProviders(providers);
+}
+
+export function validateProviders(providers: ProviderConfig[]): ProviderConfig[] {
+  const seen = new Set<string>();
+  for (const p of providers) {
+    if (!/^[a-z][a-z0-9-]{0,62}$/.test(p.name ?? "")) throw new ProxyError("invalid_argument", `provider name "${p.name}" must be lower-case letters, digits and -`);
+    if (seen.has(p.name)) throw new ProxyError("invalid_argument", `provider ${p.name} is configured twice`);
+    seen.add(p.name);
+    if ((p.kind ?? "http") === "http") {
+      try {
+        new URL(p.baseUrl ?? "");
+      } catch {
+        throw new ProxyError("invalid_argument", `provider ${p.name} needs a baseUrl such as https://api.anthropic.com`);
+      }
+    }
+    for (const [model, price] of Object.entries(p.prices ?? {})) {
+      if (!(price.input >= 0 && price.output >= 0)) throw new ProxyError("invalid_argument", `price of ${p.name}/${model} needs input and output dollars per million tokens`);
+    }
+  }
+  return providers;
+}
+
+/** The price of a model, or undefined when the table has none. */
+export function priceOf(provider: ProviderConfig, model: string): ModelPrice | undefined {
+  const prices = provider.prices ?? {};
+  const exact = prices[model];
+  if (exact) return exact;
+  let best: string | undefined;
+  for (const key of Object.keys(prices)) {
+    if (key !== "*" && model.startsWith(key) && (best === undefined || key.length > best.length)) best = key;
+  }
+  return best !== undefined ? prices[best] : prices["*"];
+}
+
+/** Dollars for some usage; cache tokens at their own prices. */
+export function costOf(price: ModelPrice | undefined, usage: TokenUsage): number {
+  if (!price) return 0;
+  return (
+    (usage.input * price.input +
+      usage.output * price.output +
+      usage.cacheRead * (price.cacheRead ?? price.input) +
+      usage.cacheWrite * (price.cacheWrite ?? price.input)) /
+    1_000_000
+  );
+}

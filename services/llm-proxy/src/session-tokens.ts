@@ -1,0 +1,71 @@
+// Session tokens: minted per session by the orchestrator, carried by every
+// model call. Only a SHA-256 of each token is stored.
+import { createHash, randomBytes } from "node:crypto";
+import { ProxyError } from "./proxy-error.js";
+import type { ProxyStore, TokenRecord } from "./proxy-store.js";
+
+const PREFIX = "oz0st_";
+
+export interface MintTokenInput {
+  job: string;
+  agent: string;
+  session: string;
+  /** 0 or absent: no budget. */
+  budgetUsd?: number;
+}
+
+export interface SessionTokensOptions {
+  store: ProxyStore;
+  now?: () => Date;
+}
+
+export function hashToken(token: string): string {
+  return createHash("sha256").update(token).digest("hex");
+}
+
+export class SessionTokens {
+  readonly #store: ProxyStore;
+  readonly #now: () => Date;
+  /** Hot-path cache of live tokens by hash. */
+  readonly #live = new Map<string, TokenRecord>();
+
+  constructor(options: SessionTokensOptions) {
+    this.#store = options.store;
+    this.#now = options.now ?? (() => new Date());
+  }
+
+  mint(input: MintTokenInput): { token: string; record: TokenRecord } {
+    for (const field of ["job", "agent", "session"] as const) {
+      if (!input[field]) throw new ProxyError("invalid_argument", `MintSessionToken needs a ${field}`);
+      if (!/^[\x21-\x7e]{1,256}$/.test(input[field])) {
+        throw new ProxyError("invalid_argument", `${field} must be 1 to 256 printable ASCII characters without spaces (it travels as an HTTP header)`);
+      }
+    }
+    const budgetUsd = input.budgetUsd ?? 0;
+    if (!Number.isFinite(budgetUsd) || budgetUsd < 0) throw new ProxyError("invalid_argument", "budget_usd must be 0 (no budget) or a positive number of dollars");
+    const token = PREFIX + randomBytes(32).toString("base64url");
+    const record: TokenRecord = { hash: hashToken(token), job: input.job, agent: input.agent, session: input.session, budgetUsd, createdAt: this.#now() };
+    this.#store.putToken(record);
+    this.#live.set(record.hash, record);
+    return { token, record };
+  }
+
+  /** Ends the token, or every token of a session. Returns the records it ended. */
+  revoke(by: { token?: string; session?: string }): TokenRecord[] {
+    if (!by.token && !by.session) throw new ProxyError("invalid_argument", "RevokeSessionToken needs a token or a session");
+    const revoked = this.#store.revokeTokens({ ...(by.token ? { hash: hashToken(by.token) } : {}), ...(by.session ? { session: by.session } : {}) }, this.#now());
+    for (const record of revoked) this.#live.delete(record.hash);
+    return revoked;
+  }
+
+  /** The live token's record, or undefined when unknown or revoked. */
+  lookup(token: string): TokenRecord | undefined {
+    const hash = hashToken(token);
+    const cached = this.#live.get(hash);
+    if (cached) return cached;
+    const stored = this.#store.findToken(hash);
+    if (!stored || stored.revokedAt) return undefined;
+    this.#live.set(hash, stored);
+    return stored;
+  }
+}

@@ -1,0 +1,290 @@
+// The ProxyStore on SQLite (better-sqlite3), one file under OZ0_LLM_PROXY_DATA.
+import { mkdirSync } from "node:fs";
+import path from "node:path";
+import Database from "better-sqlite3";
+import type {
+  AttemptRecord,
+  CallRecord,
+  Outcome,
+  ProxyStore,
+  SecretInfo,
+  StoredSecret,
+  TokenRecord,
+  UsageTotals,
+} from "./proxy-store.js";
+
+const METERING_COLUMNS = `operation_id TEXT NOT NULL, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
+  provider TEXT NOT NULL, model TEXT NOT NULL, wire TEXT NOT NULL, stream INTEGER NOT NULL, status INTEGER NOT NULL,
+  outcome TEXT NOT NULL, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, cache_read_tokens INTEGER NOT NULL,
+  cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL, cost_usd REAL NOT NULL, latency_ms REAL NOT NULL,
+  ttft_ms REAL, estimated INTEGER NOT NULL, started_at INTEGER NOT NULL`;
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, iv BLOB NOT NULL, ciphertext BLOB NOT NULL, tag BLOB NOT NULL,
+  created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS session_tokens (hash TEXT PRIMARY KEY, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
+  budget_usd REAL NOT NULL, created_at INTEGER NOT NULL, revoked_at INTEGER);
+CREATE INDEX IF NOT EXISTS session_tokens_by_session ON session_tokens (session);
+CREATE TABLE IF NOT EXISTS attempts (${METERING_COLUMNS}, attempt INTEGER NOT NULL, PRIMARY KEY (operation_id, attempt));
+CREATE INDEX IF NOT EXISTS attempts_by_job ON attempts (job);
+CREATE TABLE IF NOT EXISTS calls (${METERING_COLUMNS}, attempts INTEGER NOT NULL, PRIMARY KEY (operation_id));
+CREATE INDEX IF NOT EXISTS calls_by_job ON calls (job);
+CREATE INDEX IF NOT EXISTS calls_by_session ON calls (session);
+`;
+
+interface MeteringRow {
+  operation_id: string;
+  job: string;
+  agent: string;
+  session: string;
+  provider: string;
+  model: string;
+  wire: string;
+  stream: number;
+  status: number;
+  outcome: string;
+  input_tokens: number;
+  output_tokens: number;
+  cache_read_tokens: number;
+  cache_write_tokens: number;
+  reasoning_tokens: number;
+  cost_usd: number;
+  latency_ms: number;
+  ttft_ms: number | null;
+  estimated: number;
+  started_at: number;
+}
+
+function meteringParams(record: AttemptRecord | CallRecord): Record<string, unknown> {
+  return {
+    operation_id: record.operationId,
+    job: record.job,
+    agent: record.agent,
+    session: record.session,
+    provider: record.provider,
+    model: record.model,
+    wire: record.wire,
+    stream: record.stream ? 1 : 0,
+    status: record.status,
+    outcome: record.outcome,
+    input_tokens: record.usage.input,
+    output_tokens: record.usage.output,
+    cache_read_tokens: record.usage.cacheRead,
+    cache_write_tokens: record.usage.cacheWrite,
+    reasoning_tokens: record.usage.reasoning,
+    cost_usd: record.costUsd,
+    latency_ms: record.latencyMs,
+    ttft_ms: record.ttftMs ?? null,
+    estimated: record.estimated ? 1 : 0,
+    started_at: record.startedAt.getTime(),
+  };
+}
+
+function meteringFromRow(row: MeteringRow): Omit<AttemptRecord, "attempt"> {
+  return {
+    operationId: row.operation_id,
+    job: row.job,
+    agent: row.agent,
+    session: row.session,
+    provider: row.provider,
+    model: row.model,
+    wire: row.wire as "anthropic" | "openai",
+    stream: row.stream === 1,
+    status: row.status,
+    outcome: row.outcome as Outcome,
+    usage: {
+      input: row.input_tokens,
+      output: row.output_tokens,
+      cacheRead: row.cache_read_tokens,
+      cacheWrite: row.cache_write_tokens,
+      reasoning: row.reasoning_tokens,
+    },
+    costUsd: row.cost_usd,
+    latencyMs: row.latency_ms,
+    ...(row.ttft_ms === null ? {} : { ttftMs: row.ttft_ms }),
+    estimated: row.estimated === 1,
+    startedAt: new Date(row.started_at),
+  };
+}
+
+const COLUMN_LIST =
+  "operation_id, job, agent, session, provider, model, wire, stream, status, outcome, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, latency_ms, ttft_ms, estimated, started_at";
+const VALUE_LIST = COLUMN_LIST.split(", ")
+  .map((c) => `@${c}`)
+  .join(", ");
+
+export interface SqliteProxyStoreOptions {
+  /** A directory (the file is `llm-proxy.sqlite` in it), or `:memory:`. */
+  dataDir: string;
+}
+
+export class SqliteProxyStore implements ProxyStore {
+  readonly #db: Database.Database;
+  readonly #statements;
+
+  constructor(options: SqliteProxyStoreOptions) {
+    let file = ":memory:";
+    if (options.dataDir !== ":memory:") {
+      mkdirSync(options.dataDir, { recursive: true, mode: 0o700 });
+      file = path.join(options.dataDir, "llm-proxy.sqlite");
+    }
+    this.#db = new Database(file);
+    this.#db.pragma("journal_mode = WAL");
+    // Metering rows lost in a power cut are acceptable; a slow fsync per call is not.
+    this.#db.pragma("synchronous = NORMAL");
+    this.#db.exec(SCHEMA);
+    const db = this.#db;
+    this.#statements = {
+      getSecret: db.prepare("SELECT * FROM secrets WHERE name = ?"),
+      insertSecret: db.prepare(
+        "INSERT INTO secrets (name, iv, ciphertext, tag, created_at, updated_at) VALUES (@name, @iv, @ciphertext, @tag, @now, @now) ON CONFLICT (name) DO UPDATE SET iv = @iv, ciphertext = @ciphertext, tag = @tag, updated_at = @now",
+      ),
+      deleteSecret: db.prepare("DELETE FROM secrets WHERE name = ?"),
+      listSecrets: db.prepare("SELECT name, created_at, updated_at FROM secrets ORDER BY name"),
+      putToken: db.prepare(
+        "INSERT INTO session_tokens (hash, job, agent, session, budget_usd, created_at, revoked_at) VALUES (@hash, @job, @agent, @session, @budget_usd, @created_at, NULL)",
+      ),
+      findToken: db.prepare("SELECT * FROM session_tokens WHERE hash = ?"),
+      tokensByHash: db.prepare("SELECT * FROM session_tokens WHERE hash = ? AND revoked_at IS NULL"),
+      tokensBySession: db.prepare("SELECT * FROM session_tokens WHERE session = ? AND revoked_at IS NULL"),
+      revokeToken: db.prepare("UPDATE session_tokens SET revoked_at = ? WHERE hash = ?"),
+      insertAttempt: db.prepare(`INSERT INTO attempts (${COLUMN_LIST}, attempt) VALUES (${VALUE_LIST}, @attempt)`),
+      insertCall: db.prepare(`INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES (${VALUE_LIST}, @attempts)`),
+      listAttempts: db.prepare("SELECT * FROM attempts WHERE job = ? ORDER BY started_at, operation_id, attempt"),
+      listCalls: db.prepare("SELECT * FROM calls WHERE job = ? ORDER BY started_at, operation_id"),
+      usageByAgent: db.prepare(`SELECT agent, COUNT(*) AS calls, SUM(CASE WHEN outcome = 'ok' THEN 0 ELSE 1 END) AS failed_calls,
+        SUM(attempts) AS attempts, SUM(input_tokens) AS input, SUM(output_tokens) AS output, SUM(cache_read_tokens) AS cache_read,
+        SUM(cache_write_tokens) AS cache_write, SUM(reasoning_tokens) AS reasoning, SUM(cost_usd) AS cost, MAX(estimated) AS estimated
+        FROM calls WHERE job = ? GROUP BY agent ORDER BY agent`),
+      chargedToSession: db.prepare("SELECT COALESCE(SUM(cost_usd), 0) AS cost FROM calls WHERE session = ?"),
+    };
+  }
+
+  putSecret(secret: Omit<StoredSecret, "createdAt" | "updatedAt">, now: Date): { replaced: boolean } {
+    const replaced = this.#statements.getSecret.get(secret.name) !== undefined;
+    this.#statements.insertSecret.run({ name: secret.name, iv: secret.iv, ciphertext: secret.ciphertext, tag: secret.tag, now: now.getTime() });
+    return { replaced };
+  }
+
+  getSecret(name: string): StoredSecret | undefined {
+    const row = this.#statements.getSecret.get(name) as
+      | { name: string; iv: Buffer; ciphertext: Buffer; tag: Buffer; created_at: number; updated_at: number }
+      | undefined;
+    if (!row) return undefined;
+    return { name: row.name, iv: row.iv, ciphertext: row.ciphertext, tag: row.tag, createdAt: new Date(row.created_at), updatedAt: new Date(row.updated_at) };
+  }
+
+  deleteSecret(name: string): boolean {
+    return this.#statements.deleteSecret.run(name).changes > 0;
+  }
+
+  listSecrets(): SecretInfo[] {
+    const rows = this.#statements.listSecrets.all() as { name: string; created_at: number; updated_at: number }[];
+    return rows.map((r) => ({ name: r.name, createdAt: new Date(r.created_at), updatedAt: new Date(r.updated_at) }));
+  }
+
+  putToken(token: TokenRecord): void {
+    this.#statements.putToken.run({
+      hash: token.hash,
+      job: token.job,
+      agent: token.agent,
+      session: token.session,
+      budget_usd: token.budgetUsd,
+      created_at: token.createdAt.getTime(),
+    });
+  }
+
+  findToken(hash: string): TokenRecord | undefined {
+    const row = this.#statements.findToken.get(hash) as TokenRow | undefined;
+    return row ? tokenFromRow(row) : undefined;
+  }
+
+  revokeTokens(by: { hash?: string; session?: string }, now: Date): TokenRecord[] {
+    return this.#db.transaction(() => {
+      const rows = [
+        ...(by.hash ? (this.#statements.tokensByHash.all(by.hash) as TokenRow[]) : []),
+        ...(by.session ? (this.#statements.tokensBySession.all(by.session) as TokenRow[]) : []),
+      ];
+      const unique = new Map(rows.map((r) => [r.hash, r]));
+      for (const hash of unique.keys()) this.#statements.revokeToken.run(now.getTime(), hash);
+      return [...unique.values()].map((r) => ({ ...tokenFromRow(r), revokedAt: now }));
+    })();
+  }
+
+  recordAttempt(attempt: AttemptRecord): void {
+    this.#statements.insertAttempt.run({ ...meteringParams(attempt), attempt: attempt.attempt });
+  }
+
+  recordCall(call: CallRecord): void {
+    this.#statements.insertCall.run({ ...meteringParams(call), attempts: call.attempts });
+  }
+
+  listAttempts(job: string): AttemptRecord[] {
+    const rows = this.#statements.listAttempts.all(job) as (MeteringRow & { attempt: number })[];
+    return rows.map((r) => ({ ...meteringFromRow(r), attempt: r.attempt }));
+  }
+
+  listCalls(job: string): CallRecord[] {
+    const rows = this.#statements.listCalls.all(job) as (MeteringRow & { attempts: number })[];
+    return rows.map((r) => ({ ...meteringFromRow(r), attempts: r.attempts }));
+  }
+
+  usageByAgent(job: string): Map<string, UsageTotals> {
+    const rows = this.#statements.usageByAgent.all(job) as {
+      agent: string;
+      calls: number;
+      failed_calls: number;
+      attempts: number;
+      input: number;
+      output: number;
+      cache_read: number;
+      cache_write: number;
+      reasoning: number;
+      cost: number;
+      estimated: number;
+    }[];
+    return new Map(
+      rows.map((r) => [
+        r.agent,
+        {
+          calls: r.calls,
+          failedCalls: r.failed_calls,
+          attempts: r.attempts,
+          usage: { input: r.input, output: r.output, cacheRead: r.cache_read, cacheWrite: r.cache_write, reasoning: r.reasoning },
+          costUsd: r.cost,
+          estimated: r.estimated === 1,
+        },
+      ]),
+    );
+  }
+
+  chargedToSession(session: string): number {
+    return (this.#statements.chargedToSession.get(session) as { cost: number }).cost;
+  }
+
+  close(): void {
+    this.#db.close();
+  }
+}
+
+interface TokenRow {
+  hash: string;
+  job: string;
+  agent: string;
+  session: string;
+  budget_usd: number;
+  created_at: number;
+  revoked_at: number | null;
+}
+
+function tokenFromRow(row: TokenRow): TokenRecord {
+  return {
+    hash: row.hash,
+    job: row.job,
+    agent: row.agent,
+    session: row.session,
+    budgetUsd: row.budget_usd,
+    createdAt: new Date(row.created_at),
+    ...(row.revoked_at === null ? {} : { revokedAt: new Date(row.revoked_at) }),
+  };
+}

@@ -1,0 +1,41 @@
+// Splits a server-sent-events byte stream into whole events (each with its
+// blank-line terminator), so the proxy forwards, meters or drops event by event.
+import { StringDecoder } from "node:string_decoder";
+
+const BOUNDARY = /\r?\n\r?\n/g;
+
+export class SseEventSplitter {
+  readonly #decoder = new StringDecoder("utf8");
+  #buffer = "";
+
+  /** Whole events completed by this chunk, in order. */
+  push(chunk: Buffer): string[] {
+    this.#buffer += this.#decoder.write(chunk);
+    const events: string[] = [];
+    let start = 0;
+    BOUNDARY.lastIndex = 0;
+    for (let match = BOUNDARY.exec(this.#buffer); match; match = BOUNDARY.exec(this.#buffer)) {
+      const end = match.index + match[0].length;
+      events.push(this.#buffer.slice(start, end));
+      start = end;
+    }
+    this.#buffer = this.#buffer.slice(start);
+    return events;
+  }
+
+  /** Bytes received after the last whole event (a stream cut mid-event). */
+  get pending(): string {
+    return this.#buffer;
+  }
+}
+
+/** The `data:` payload of an event, lines joined; undefined when it has none. */
+export function sseData(event: string): string | undefined {
+  let data: string | undefined;
+  for (const line of event.split(/\r?\n/)) {
+    if (!line.startsWith("data:")) continue;
+    const value = line.charAt(5) === " " ? line.slice(6) : line.slice(5);
+    data = data === undefined ? value : `${data}\n${value}`;
+  }
+  return data;
+}

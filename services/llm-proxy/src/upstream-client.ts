@@ -1,0 +1,45 @@
+// One HTTP request to a provider over pooled keep-alive connections. The
+// provider SDKs are not used here: they retry on their own, and the proxy's
+// retry loop must be the only one.
+import http from "node:http";
+import https from "node:https";
+
+const httpAgent = new http.Agent({ keepAlive: true, maxSockets: 256, maxFreeSockets: 64 });
+const httpsAgent = new https.Agent({ keepAlive: true, maxSockets: 256, maxFreeSockets: 64 });
+
+export interface UpstreamRequest {
+  url: URL;
+  headers: Record<string, string>;
+  body: Buffer;
+  /** Aborts the request and its response (the client went away, the budget ran out). */
+  signal: AbortSignal;
+}
+
+/** Resolves with the response once its headers arrived; rejects when no response came. */
+export function sendUpstream(request: UpstreamRequest): Promise<http.IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const secure = request.url.protocol === "https:";
+    const req = (secure ? https : http).request(request.url, {
+      method: "POST",
+      agent: secure ? httpsAgent : httpAgent,
+      headers: { ...request.headers, "content-length": String(request.body.length) },
+      signal: request.signal,
+    });
+    req.once("response", resolve);
+    req.once("error", reject);
+    req.end(request.body);
+  });
+}
+
+/** Reads a whole response body. Rejects when the connection dies before its end. */
+export async function readAll(response: http.IncomingMessage): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const chunk of response) parts.push(chunk as Buffer);
+  return Buffer.concat(parts);
+}
+
+/** Reads and discards a body so the connection can be reused. */
+export function discard(response: http.IncomingMessage): void {
+  response.on("error", () => {});
+  response.resume();
+}
