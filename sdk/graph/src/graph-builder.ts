@@ -436,6 +436,8 @@ function buildDefinition(graph: Graph, kind: "harness" | "graph"): GraphDefiniti
   return def;
 }
 
+/** The name a placed step is known by: a chain placed anywhere stands for its named graph. */
 function nameOf(s: StepLike): string {
+  if (s instanceof Chain && s.chainRoot instanceof Graph) return s.chainRoot.name;
   return s.name;
 }

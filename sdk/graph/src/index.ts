@@ -83,3 +83,4 @@ export {
 } from "./graph-runner.js";
 export { assertValidDefinition, validateDefinition, type ValidateOptions, type ValidationResult } from "./validate-definition.js";
 export { SqliteCheckpointStore, type SqliteCheckpointStoreOptions } from "./sqlite-checkpoint-store.js";
+export { renderGraph, toMermaid } from "./render-graph.js";

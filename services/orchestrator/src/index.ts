@@ -1,2 +1,27 @@
-// Filled in by the issue that builds this package.
-export {};
+// @oz0/orchestrator: the orchestrator service and the pieces the CLI and tests use.
+export { startOrchestrator, defaultHome } from "./start-orchestrator.js";
+export type { OrchestratorConfig, RunningOrchestrator } from "./start-orchestrator.js";
+export { SqliteJobStore } from "./sqlite-store.js";
+export type {
+  AgentVersionRecord,
+  JobAppend,
+  JobPatch,
+  JobRecord,
+  JobStateName,
+  JobStore,
+  ListJobsQuery,
+  ListPermissionsQuery,
+  NewAgentVersion,
+  PermissionRecord,
+  PluginRecord,
+  PublishResult,
+  ResolvedHarness,
+} from "./job-store.js";
+export { PermissionPolicy, toolListStage, requiresApprovalStage, allowedTools } from "./permission-policy.js";
+export type { PermissionQuestion, PermissionStage, PolicyDecision } from "./permission-policy.js";
+export { OrchestratorError } from "./orchestrator-error.js";
+export type { OrchestratorErrorCode } from "./orchestrator-error.js";
+export { agentContentHash, canonicalJson, parseDuration } from "./agent-versions.js";
+
+export { startEmbeddedStack, startServiceProcess, serviceMain, readDiscovery, discoveryFile } from "./embedded-stack.js";
+export type { EmbeddedStack, EmbeddedStackOptions, StackProcess, StackServiceName, DevDiscovery } from "./embedded-stack.js";

@@ -1,0 +1,205 @@
+// Definitions: the YAML form parses to what the fluent API produces, the
+// schema names bad fields, and publish-time validation names every problem.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  Graph,
+  GraphValidationError,
+  Harness,
+  Step,
+  agent,
+  assertValidDefinition,
+  definitionHash,
+  definitionToYaml,
+  parseDefinitionYaml,
+  renderGraph,
+  toMermaid,
+  validateDefinition,
+  type GraphDefinition,
+} from "../src/index.js";
+
+class ParseEmail extends Step {
+  public constructor() {
+    super("parse-email", { module: "@acme/email-steps", exportName: "ParseEmail" });
+  }
+
+  public run(): void {}
+}
+
+function codes(value: unknown, options = {}): string[] {
+  const result = validateDefinition(value, options);
+  return result.ok ? [] : result.problems.map((p) => `${p.code} ${p.path}`);
+}
+
+function harnessWith(build: (h: Harness) => void): GraphDefinition {
+  const h = new Harness("h");
+  build(h);
+  return h.toDefinition();
+}
+
+test("the YAML form of the triage harness parses to the same definition as the TypeScript one", () => {
+  const inbox = new Harness("inbox", { managerAgent: "supervisor", version: "3" });
+  const writer = agent("writer");
+  inbox.next(new ParseEmail()).choice(agent("email-triage")).when("bug_report", writer).otherwise(writer);
+  const fromTs = inbox.toDefinition();
+
+  const yaml = `
+format: oz0.graph/v1
+kind: harness
+name: inbox
+id: harness:inbox
+version: "3"
+managerAgent: supervisor
+root:
+  - kind: step
+    id: step:parse-email
+    step: parse-email
+    module: "@acme/email-steps"
+    export: ParseEmail
+  - kind: choice
+    id: choice:email-triage
+    evaluator: { kind: agent, id: agent:email-triage, agent: email-triage }
+    key: choice
+    arms:
+      - label: bug_report
+        flow: [{ kind: agent, id: agent:writer, agent: writer }]
+    otherwise: [{ kind: agent, id: agent:writer, agent: writer }]
+`;
+  const fromYaml = parseDefinitionYaml(yaml);
+  assert.deepEqual(fromYaml, fromTs);
+  assert.equal(definitionHash(fromYaml), definitionHash(fromTs));
+  // Round trip through our own YAML writer too.
+  assert.deepEqual(parseDefinitionYaml(definitionToYaml(fromTs)), fromTs);
+  assertValidDefinition(fromYaml, { knownAgents: ["writer", "email-triage", "supervisor"], knownSteps: ["parse-email"] });
+});
+
+test("the schema names the offending field", () => {
+  assert.throws(
+    () => parseDefinitionYaml("format: oz0.graph/v1\nkind: harness\nname: x\nid: harness:x\nroot:\n  - kind: agent\n    id: agent:a\n    agnt: a\n"),
+    (e: unknown) =>
+      e instanceof GraphValidationError &&
+      e.problems.some((p) => p.path === "/root/0" && p.message.includes('"agent"')) &&
+      e.problems.some((p) => p.path === "/root/0" && p.message.includes('"agnt"')),
+  );
+  assert.throws(
+    () => parseDefinitionYaml("format: oz0.graph/v1\nkind: harness\nname: x\nid: harness:x\nroot:\n  - kind: loop\n    id: loop:a\n    body: []\n    maxIterations: two\n"),
+    (e: unknown) => e instanceof GraphValidationError && e.problems.some((p) => p.path === "/root/0/maxIterations"),
+  );
+  assert.throws(() => parseDefinitionYaml("root: [unclosed"), (e: unknown) => e instanceof GraphValidationError && e.problems[0]?.code === "YAML_SYNTAX");
+});
+
+test("a loop without until or maxIterations, or with n < 1, is refused", () => {
+  const body = new Graph("implement").next(agent("coder"));
+  assert.deepEqual(codes(harnessWith((h) => h.loop(body).maxIterations(3))), ["LOOP_MISSING_UNTIL /root/0/until"]);
+  assert.deepEqual(codes(harnessWith((h) => h.loop(body).until(agent("reviewer")))), [
+    "LOOP_MISSING_MAX_ITERATIONS /root/0/maxIterations",
+  ]);
+  assert.deepEqual(codes(harnessWith((h) => h.loop(body).until(agent("reviewer")).maxIterations(0))), [
+    "LOOP_MAX_ITERATIONS_INVALID /root/0/maxIterations",
+  ]);
+  const result = validateDefinition(harnessWith((h) => h.loop(body)));
+  assert.equal(result.ok, false);
+  assert.match(result.ok ? "" : (result.problems[0]?.message ?? ""), /add \.until\(step\)/);
+});
+
+test("a choice without arms is refused, and so is a label no arm can reach", () => {
+  assert.deepEqual(codes(harnessWith((h) => h.choice(agent("triage")).otherwise(agent("writer")))), ["CHOICE_NO_ARMS /root/0/arms"]);
+  assert.deepEqual(codes(harnessWith((h) => h.choiceKey("route").when("a", agent("x")).when("a", agent("y")))), [
+    "CHOICE_DUPLICATE_LABEL /root/0/arms/1/label",
+  ]);
+});
+
+test("unknown agents (including the manager) and unknown custom steps are named", () => {
+  const def = new Harness("h", { managerAgent: "boss" });
+  def.next(new ParseEmail()).next(agent("writer"));
+  assert.deepEqual(codes(def.toDefinition(), { knownAgents: ["boss"], knownSteps: [] }), [
+    "UNKNOWN_STEP /root/0/step",
+    "UNKNOWN_AGENT /root/1/agent",
+  ]);
+  assert.deepEqual(codes(def.toDefinition(), { knownAgents: ["writer"], knownSteps: ["parse-email"] }), ["UNKNOWN_AGENT /managerAgent"]);
+});
+
+test("a cycle outside a loop is refused, from TypeScript and from YAML", () => {
+  const a = new Graph("a");
+  const b = new Graph("b");
+  a.next(agent("x")).next(b);
+  b.next(a);
+  const h = new Harness("h");
+  h.next(a);
+  const problems = codes(h.toDefinition());
+  assert.deepEqual(problems, ["GRAPH_CYCLE /graphs/b/0/graph"]);
+  const self = new Harness("self");
+  self.next(agent("x")).next(self);
+  assert.deepEqual(codes(self.toDefinition()), ["GRAPH_CYCLE /root/1/graph"]);
+  const yaml = parseDefinitionYaml(`
+format: oz0.graph/v1
+kind: harness
+name: h
+id: harness:h
+root: [{ kind: graph, id: "graph:p", graph: p }]
+graphs:
+  p: [{ kind: graph, id: "graph:q", graph: q }]
+  q: [{ kind: graph, id: "graph:p", graph: p }]
+`);
+  assert.deepEqual(codes(yaml), ["GRAPH_CYCLE /graphs/q/0/graph"]);
+  assert.deepEqual(codes({ ...yaml, graphs: {} }), ["UNKNOWN_GRAPH /root/0/graph"]);
+});
+
+test("duplicate node ids are refused where both can run, allowed across arms of one choice", () => {
+  assert.deepEqual(codes(harnessWith((h) => h.next(agent("writer")).next(agent("editor")).next(agent("writer")))), [
+    "DUPLICATE_NODE_ID /root/2",
+  ]);
+  assert.deepEqual(codes(harnessWith((h) => h.next(agent("writer")).next(agent("writer", { id: "agent:writer-final" })))), []);
+  const writer = agent("writer");
+  assert.deepEqual(codes(harnessWith((h) => h.choiceKey("k").when("a", writer).when("b", writer).otherwise(writer))), []);
+  // The same subgraph in two parallel branches: its steps would be indistinguishable.
+  const g = new Graph("g").next(agent("x"));
+  assert.deepEqual(codes(harnessWith((h) => h.parallel(g, g))), ["DUPLICATE_NODE_ID /root/0/branches/1/0 → /graphs/g/0"]);
+});
+
+test("a builder cannot name two different subgraphs the same", () => {
+  const h = new Harness("h");
+  h.parallel(new Graph("dup").next(agent("a")), new Graph("dup").next(agent("b")));
+  assert.throws(() => h.toDefinition(), { code: "INVALID_DECLARATION" });
+});
+
+test("renderGraph and toMermaid draw the research/draft join with stable ids", () => {
+  const h = new Harness("Article Flow");
+  h.parallel(new Graph("research").next(agent("search")).next(agent("summarize")), new Graph("draft").next(agent("drafter"))).next(
+    agent("editor"),
+  );
+  const def = h.toDefinition();
+  assert.equal(def.id, "harness:article-flow");
+  assert.equal(
+    renderGraph(def),
+    [
+      "harness:article-flow",
+      "├─ parallel:research+draft  (branches run at the same time, then join; a failure cancels the others)",
+      "│  ├─ branch 1",
+      "│  │  └─ graph:research",
+      "│  │     ├─ agent:search",
+      "│  │     └─ agent:summarize",
+      "│  └─ branch 2",
+      "│     └─ graph:draft",
+      "│        └─ agent:drafter",
+      "└─ agent:editor",
+      "",
+    ].join("\n"),
+  );
+  const mermaid = toMermaid(def);
+  assert.match(mermaid, /^flowchart TD\n/);
+  for (const id of ["harness:article-flow", "agent:search", "agent:summarize", "agent:drafter", "agent:editor", "graph:research"]) {
+    assert.ok(mermaid.includes(`"${id}"`), `${id} is drawn`);
+  }
+  // search → summarize, both branch ends → join → editor
+  assert.equal((mermaid.match(/-->/g) ?? []).length, 8);
+});
+
+test("loops draw their again/break edges", () => {
+  const code = new Graph("code");
+  code.loop(new Graph("implement").next(agent("coder"))).until(agent("reviewer")).maxIterations(5);
+  const mermaid = toMermaid(code.toDefinition());
+  assert.match(mermaid, /-->\|"again \(max 5\)"\|/);
+  assert.match(mermaid, /-->\|"break"\|/);
+  assert.match(renderGraph(code.toDefinition()), /loop:implement {2}\(at most 5 iterations\)/);
+});

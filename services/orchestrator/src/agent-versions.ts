@@ -1,0 +1,85 @@
+// Immutable agent versions: an agent's definition, its rendered instructions
+// and the harness it runs are hashed; a different hash publishes version N+1,
+// the same hash keeps the latest version. Jobs pin the version they start on.
+import { createHash } from "node:crypto";
+import type { AgentVersionRecord, JobStore, PublishResult, ResolvedHarness } from "./job-store.js";
+import { notFound } from "./orchestrator-error.js";
+import type { AgentDefinition } from "./plugin-types.js";
+
+/** JSON with object keys sorted, so equal content always hashes the same. */
+export function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+export function agentContentHash(options: { definition: AgentDefinition; instructions: string; harness: ResolvedHarness }): string {
+  const content = canonicalJson({
+    definition: options.definition,
+    instructions: options.instructions,
+    harness: { plugin: options.harness.plugin, manifest: options.harness.manifest },
+  });
+  return `sha256:${createHash("sha256").update(content).digest("hex")}`;
+}
+
+export class AgentVersions {
+  readonly #store: JobStore;
+
+  constructor(options: { store: JobStore }) {
+    this.#store = options.store;
+  }
+
+  async publish(options: {
+    definition: AgentDefinition;
+    instructions: string;
+    plugin: string;
+    pluginVersion: string;
+    pluginPath: string;
+    harness: ResolvedHarness;
+  }): Promise<PublishResult> {
+    return this.#store.publishAgentVersion({
+      name: options.definition.name,
+      contentHash: agentContentHash(options),
+      plugin: options.plugin,
+      pluginVersion: options.pluginVersion,
+      pluginPath: options.pluginPath,
+      definition: options.definition,
+      instructions: options.instructions,
+      harness: options.harness,
+    });
+  }
+
+  /** The latest version, or the one asked for; not_found says what to do. */
+  async resolve(name: string, version?: number): Promise<AgentVersionRecord> {
+    const found = await this.#store.getAgentVersion(name, version || undefined);
+    if (found) return found;
+    const known = await this.#store.getAgentVersion(name);
+    if (known && version) {
+      throw notFound(`agent ${name} has no version ${version} (latest is ${known.version}); see \`oz0 agents versions ${name}\``);
+    }
+    throw notFound(`unknown agent "${name}"; see \`oz0 agents list\`, or install the plugin that defines it with \`oz0 plugin install\``);
+  }
+
+  list(): Promise<AgentVersionRecord[]> {
+    return this.#store.listAgents();
+  }
+
+  async versions(name: string): Promise<AgentVersionRecord[]> {
+    const versions = await this.#store.listAgentVersions(name);
+    if (versions.length === 0) throw notFound(`unknown agent "${name}"; see \`oz0 agents list\``);
+    return versions;
+  }
+}
+
+/** `30m`, `1h30m`, `90s` → milliseconds. */
+export function parseDuration(text: string): number {
+  const match = /^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/.exec(text);
+  if (!match || text === "") throw new Error(`invalid duration "${text}": use forms like 30m, 1h30m or 90s`);
+  const [, h, m, s] = match;
+  return ((Number(h ?? 0) * 60 + Number(m ?? 0)) * 60 + Number(s ?? 0)) * 1000;
+}

@@ -1,0 +1,318 @@
+// The `oz0` commands, each a client of the orchestrator's API.
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { createInterface } from "node:readline/promises";
+import { toJson, type JsonObject } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  AgentVersionSchema,
+  JobSchema,
+  JobState,
+  PluginSchema,
+  ApprovalSchema,
+  type Job,
+} from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { stringify } from "yaml";
+import { CliError } from "./cli-error.js";
+import type { Connection } from "./connection.js";
+import { describeJob, EventPrinter, stateName } from "./event-printer.js";
+import { EXIT } from "./exit-codes.js";
+
+export interface Output {
+  out: NodeJS.WritableStream;
+  err: NodeJS.WritableStream;
+}
+
+const TERMINAL = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]);
+
+export function exitCodeFor(state: JobState): number {
+  switch (state) {
+    case JobState.SUCCEEDED:
+      return EXIT.ok;
+    case JobState.FAILED:
+      return EXIT.failed;
+    case JobState.CANCELLED:
+      return EXIT.cancelled;
+    case JobState.WAITING:
+      return EXIT.waiting;
+    default:
+      return EXIT.error;
+  }
+}
+
+function canPrompt(json: boolean): boolean {
+  return !json && Boolean(process.stdin.isTTY && process.stdout.isTTY);
+}
+
+async function ask(question: string): Promise<string> {
+  const rl = createInterface({ input: process.stdin, output: process.stdout });
+  try {
+    return (await rl.question(question)).trim();
+  } finally {
+    rl.close();
+  }
+}
+
+function isUnreachable(error: unknown): boolean {
+  if (!(error instanceof ConnectError)) return false;
+  const cause = String((error.cause as Error | undefined)?.message ?? "");
+  return error.code === Code.Unavailable || /ECONNREFUSED|ECONNRESET|socket hang up/.test(cause + error.rawMessage);
+}
+
+/**
+ * Follow a job's events until it ends; resumes from the last sequence number
+ * when the stream drops (the orchestrator restarting), so nothing is lost or
+ * printed twice. Returns the exit status for the job's state.
+ */
+export async function followJob(options: {
+  conn: Connection;
+  jobId: string;
+  json: boolean;
+  afterSeq?: number;
+  /** Return EXIT.waiting when the job waits for a person and nobody can be asked here. */
+  stopWhenWaiting: boolean;
+  io: Output;
+}): Promise<number> {
+  const { conn, jobId, io } = options;
+  const printer = new EventPrinter({ out: io.out, json: options.json });
+  const interactive = canPrompt(options.json);
+  let last = options.afterSeq ?? 0;
+  let failures = 0;
+  for (;;) {
+    try {
+      for await (const response of conn.clients.jobs.watchJob({ jobId, afterSeq: BigInt(last) })) {
+        const event = response.event!;
+        printer.print(event);
+        last = Number(event.seq);
+        failures = 0;
+        const e = event.event;
+        if (e.case === "stateChanged" && TERMINAL.has(e.value.state)) {
+          printer.end();
+          return exitCodeFor(e.value.state);
+        }
+        if (e.case === "permissionDecision" && e.value.pending) {
+          if (interactive) {
+            const answer = await ask(`Allow ${e.value.tool}? [y/N] `);
+            const allow = /^y(es)?$/i.test(answer);
+            const reason = allow ? "" : (await ask("Reason (shown to the model): ")) || "denied at the terminal";
+            await conn.clients.jobs.answerPermission({ jobId, callId: e.value.id, allow, reason, answeredBy: process.env.USER ?? "terminal" });
+          } else if (options.stopWhenWaiting) {
+            printer.end();
+            if (conn.mode === "embedded") {
+              io.err.write(
+                "oz0: the job waits for a person, and this embedded stack stops with the command; run `oz0 dev` in another terminal to keep jobs alive between commands\n",
+              );
+            }
+            return EXIT.waiting;
+          }
+        }
+      }
+      const { job } = await conn.clients.jobs.getJob({ jobId });
+      if (job && TERMINAL.has(job.state)) {
+        printer.end();
+        return exitCodeFor(job.state);
+      }
+    } catch (error) {
+      if (conn.mode === "embedded" || !isUnreachable(error) || failures >= 30) throw error;
+      failures += 1;
+      if (failures === 1 && !options.json) io.err.write(`oz0: lost the orchestrator at ${conn.url}; reconnecting…\n`);
+      await new Promise((r) => setTimeout(r, 1_000));
+    }
+  }
+}
+
+function resolveLocal(p: string): string {
+  return path.resolve(p);
+}
+
+export async function runCommand(options: {
+  conn: Connection;
+  agent: string;
+  input: string;
+  attach: string[];
+  json: boolean;
+  detach: boolean;
+  io: Output;
+}): Promise<number> {
+  const { conn, io } = options;
+  const attachments = options.attach.map((a) => {
+    const abs = resolveLocal(a);
+    if (!existsSync(abs)) throw new CliError(`attachment ${a} does not exist; check the path`);
+    return abs;
+  });
+  if (options.detach && conn.mode === "embedded") {
+    throw new CliError("--detach needs a running orchestrator (the embedded stack stops with the command): start `oz0 dev` in another terminal, or set OZ0_URL");
+  }
+  for (const note of conn.notes) if (!options.json) io.err.write(`oz0: ${note}\n`);
+  const { job } = await conn.clients.jobs.runAgent({ agent: options.agent, input: options.input, attachments });
+  if (!job) throw new CliError("the orchestrator returned no job");
+  if (options.detach) {
+    io.out.write(options.json ? `${JSON.stringify(toJson(JobSchema, job))}\n` : `${job.id}\n`);
+    return EXIT.ok;
+  }
+  if (!options.json) io.err.write(`job ${job.id}: ${job.agent?.name} v${job.agent?.version}\n`);
+  const code = await followJob({ conn, jobId: job.id, json: options.json, stopWhenWaiting: true, io });
+  if (!options.json && code !== EXIT.waiting) {
+    const { artifacts } = await conn.clients.jobs.getArtifacts({ jobId: job.id });
+    if (artifacts.length === 0) io.out.write(`no artifacts (see \`oz0 jobs show ${job.id}\`)\n`);
+    else io.out.write(`artifacts of ${job.id} are in ${path.dirname(artifacts[0]!.path)}\n`);
+  }
+  return code;
+}
+
+function jobLine(job: Job): string {
+  const created = job.createdAt ? new Date(Number(job.createdAt.seconds) * 1000).toISOString().replace("T", " ").slice(0, 19) : "";
+  return `${job.id}  ${stateName(job.state).padEnd(9)}  ${`${job.agent?.name} v${job.agent?.version}`.padEnd(20)}  ${created}  ${job.input.replace(/\s+/g, " ").slice(0, 50)}`;
+}
+
+export async function jobsList(options: { conn: Connection; json: boolean; limit: number; state?: string; agent?: string; io: Output }): Promise<number> {
+  let state = JobState.UNSPECIFIED;
+  if (options.state) {
+    const found = JobState[options.state.toUpperCase() as keyof typeof JobState] as JobState | undefined;
+    if (found === undefined || found === JobState.UNSPECIFIED) {
+      throw new CliError(`unknown state ${options.state}: use pending, running, waiting, succeeded, failed or cancelled`, EXIT.usage);
+    }
+    state = found;
+  }
+  const { jobs } = await options.conn.clients.jobs.listJobs({ limit: options.limit, state, agent: options.agent ?? "" });
+  if (options.json) for (const job of jobs) options.io.out.write(`${JSON.stringify(toJson(JobSchema, job))}\n`);
+  else if (jobs.length === 0) options.io.out.write("no jobs yet: start one with `oz0 run AGENT \"INPUT\"`\n");
+  else for (const job of jobs) options.io.out.write(`${jobLine(job)}\n`);
+  return EXIT.ok;
+}
+
+export async function jobsShow(options: { conn: Connection; jobId: string; json: boolean; io: Output }): Promise<number> {
+  const { job } = await options.conn.clients.jobs.getJob({ jobId: options.jobId });
+  if (!job) throw new CliError(`job ${options.jobId} not found`);
+  options.io.out.write(options.json ? `${JSON.stringify(toJson(JobSchema, job))}\n` : `${describeJob(job)}\n`);
+  return EXIT.ok;
+}
+
+export async function jobsCancel(options: { conn: Connection; jobId: string; reason?: string; io: Output }): Promise<number> {
+  const { job } = await options.conn.clients.jobs.cancelJob({ jobId: options.jobId, reason: options.reason ?? "" });
+  options.io.out.write(`job ${options.jobId}: ${job && TERMINAL.has(job.state) ? stateName(job.state) : "cancelling"}\n`);
+  return EXIT.ok;
+}
+
+export async function jobsArtifacts(options: { conn: Connection; jobId: string; out?: string; json: boolean; io: Output }): Promise<number> {
+  const { artifacts, contents } = await options.conn.clients.jobs.getArtifacts({ jobId: options.jobId, includeContent: Boolean(options.out) });
+  if (artifacts.length === 0) {
+    options.io.out.write(`job ${options.jobId} has no artifacts\n`);
+    return EXIT.ok;
+  }
+  if (options.out) mkdirSync(options.out, { recursive: true });
+  artifacts.forEach((a, i) => {
+    let where = a.path;
+    if (options.out) {
+      where = path.join(options.out, a.name);
+      writeFileSync(where, contents[i] ?? new Uint8Array());
+    }
+    options.io.out.write(options.json ? `${JSON.stringify({ name: a.name, path: where, sizeBytes: Number(a.sizeBytes), mediaType: a.mediaType })}\n` : `${where}\n`);
+  });
+  return EXIT.ok;
+}
+
+export async function agentsList(options: { conn: Connection; json: boolean; io: Output }): Promise<number> {
+  const { agents } = await options.conn.clients.agents.listAgents({});
+  if (options.json) for (const a of agents) options.io.out.write(`${JSON.stringify(toJson(AgentVersionSchema, a))}\n`);
+  else if (agents.length === 0) options.io.out.write("no agents yet: install a plugin with `oz0 plugin install <git url|path>`\n");
+  else for (const a of agents) options.io.out.write(`${a.name.padEnd(20)} v${String(a.version).padEnd(4)} ${a.runtime.padEnd(28)} ${a.description}\n`);
+  return EXIT.ok;
+}
+
+export async function agentsVersions(options: { conn: Connection; name: string; json: boolean; io: Output }): Promise<number> {
+  const { versions } = await options.conn.clients.agents.listAgentVersions({ name: options.name });
+  for (const a of versions) {
+    const published = a.publishedAt ? new Date(Number(a.publishedAt.seconds) * 1000).toISOString() : "";
+    options.io.out.write(
+      options.json ? `${JSON.stringify(toJson(AgentVersionSchema, a))}\n` : `v${a.version}  ${published}  ${a.contentHash.slice(0, 19)}  plugin ${a.plugin} ${a.pluginVersion}\n`,
+    );
+  }
+  return EXIT.ok;
+}
+
+export async function agentsShow(options: { conn: Connection; name: string; version?: number; json: boolean; io: Output }): Promise<number> {
+  const { agent } = await options.conn.clients.agents.getAgent({ name: options.name, version: options.version ?? 0 });
+  if (!agent) throw new CliError(`unknown agent ${options.name}`);
+  if (options.json) {
+    options.io.out.write(`${JSON.stringify(toJson(AgentVersionSchema, agent))}\n`);
+  } else {
+    const definition = { ...(agent.definition as JsonObject | undefined) };
+    const instructions = definition.instructions_text;
+    delete definition.instructions_text;
+    options.io.out.write(`# ${agent.name} v${agent.version} (${agent.contentHash}), plugin ${agent.plugin} ${agent.pluginVersion}\n`);
+    options.io.out.write(stringify(definition));
+    if (typeof instructions === "string") options.io.out.write(`# instructions (${String(definition.instructions)}):\n${instructions.replace(/^/gm, "#   ")}\n`);
+  }
+  return EXIT.ok;
+}
+
+export async function pluginInstall(options: { conn: Connection; source: string; json: boolean; io: Output }): Promise<number> {
+  const local = path.resolve(options.source);
+  const source = existsSync(local) ? local : options.source;
+  const { plugin, published } = await options.conn.clients.plugins.installPlugin({ source });
+  if (!plugin) throw new CliError("the orchestrator returned no plugin");
+  if (options.json) {
+    options.io.out.write(`${JSON.stringify({ plugin: toJson(PluginSchema, plugin), published: published.map((p) => ({ name: p.name, version: p.version })) })}\n`);
+  } else {
+    options.io.out.write(`installed plugin ${plugin.name} ${plugin.version} from ${options.source}\n`);
+    for (const p of published) options.io.out.write(`  published agent ${p.name} v${p.version}\n`);
+    if (published.length === 0 && plugin.agents.length > 0) options.io.out.write("  no agent changed: every agent keeps its version\n");
+  }
+  return EXIT.ok;
+}
+
+export async function pluginList(options: { conn: Connection; json: boolean; io: Output }): Promise<number> {
+  const { plugins } = await options.conn.clients.plugins.listPlugins({});
+  if (options.json) for (const p of plugins) options.io.out.write(`${JSON.stringify(toJson(PluginSchema, p))}\n`);
+  else if (plugins.length === 0) options.io.out.write("no plugins installed: install one with `oz0 plugin install <git url|path>`\n");
+  else
+    for (const p of plugins) {
+      options.io.out.write(`${p.name.padEnd(20)} ${p.version.padEnd(10)} harnesses: ${p.harnesses.map((h) => h.name).join(", ") || "-"}  agents: ${p.agents.length}  (${p.source})\n`);
+    }
+  return EXIT.ok;
+}
+
+export async function secretSet(options: { conn: Connection; name: string; io: Output }): Promise<number> {
+  if (process.stdin.isTTY) options.io.err.write(`oz0: type the value of ${options.name}, then Ctrl-D (it is not echoed back later)\n`);
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(Buffer.from(chunk as Buffer));
+  const value = Buffer.concat(chunks).toString("utf8").replace(/\r?\n$/, "");
+  if (!value) throw new CliError(`no value on stdin: pipe it in, for example printf %s "$${options.name}" | oz0 secret set ${options.name}`);
+  await options.conn.clients.secrets.setSecret({ name: options.name, value });
+  options.io.out.write(`secret ${options.name} set\n`);
+  return EXIT.ok;
+}
+
+export async function approvalsList(options: { conn: Connection; jobId?: string; all: boolean; json: boolean; io: Output }): Promise<number> {
+  const { approvals } = await options.conn.clients.jobs.listApprovals({ jobId: options.jobId ?? "", includeAnswered: options.all });
+  if (options.json) for (const a of approvals) options.io.out.write(`${JSON.stringify(toJson(ApprovalSchema, a))}\n`);
+  else if (approvals.length === 0) options.io.out.write("nothing waits for approval\n");
+  else
+    for (const a of approvals) {
+      options.io.out.write(`${a.jobId}  ${a.callId}  ${a.tool}  ${a.title || JSON.stringify(a.input ?? {})}\n`);
+    }
+  return EXIT.ok;
+}
+
+export async function answer(options: { conn: Connection; jobId: string; callId: string; allow: boolean; input?: string; reason?: string; io: Output }): Promise<number> {
+  let input: JsonObject | undefined;
+  if (options.input) {
+    try {
+      input = JSON.parse(options.input) as JsonObject;
+    } catch {
+      throw new CliError(`--input is not valid JSON: pass an object, for example --input '{"command":"npm test"}'`, EXIT.usage);
+    }
+    if (input === null || typeof input !== "object" || Array.isArray(input)) throw new CliError("--input must be a JSON object", EXIT.usage);
+  }
+  const { approval } = await options.conn.clients.jobs.answerPermission({
+    jobId: options.jobId,
+    callId: options.callId,
+    allow: options.allow,
+    ...(input ? { input } : {}),
+    reason: options.reason ?? "",
+    answeredBy: process.env.USER ?? "",
+  });
+  options.io.out.write(`call ${approval?.callId ?? options.callId} of job ${options.jobId} ${options.allow ? "approved" : "denied"}\n`);
+  return EXIT.ok;
+}

@@ -1,0 +1,105 @@
+// How a job's live events look on a terminal, and as JSON lines for scripts.
+import { toJsonString } from "@bufbuild/protobuf";
+import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { Decider, JobEventSchema, JobState, type Job, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+
+export function stateName(state: JobState): string {
+  return (JobState[state] ?? "UNSPECIFIED").toLowerCase();
+}
+
+export function stopReasonName(reason: StopReason): string {
+  return (StopReason[reason] ?? "UNSPECIFIED").toLowerCase();
+}
+
+function short(value: unknown, max = 160): string {
+  const text = typeof value === "string" ? value : JSON.stringify(value) ?? "";
+  const one = text.replace(/\s+/g, " ").trim();
+  return one.length > max ? `${one.slice(0, max - 1)}…` : one;
+}
+
+export class EventPrinter {
+  readonly #out: NodeJS.WritableStream;
+  readonly #json: boolean;
+  #midLine = false;
+
+  constructor(options: { out?: NodeJS.WritableStream; json: boolean }) {
+    this.#out = options.out ?? process.stdout;
+    this.#json = options.json;
+  }
+
+  #line(text: string): void {
+    if (this.#midLine) this.#out.write("\n");
+    this.#midLine = false;
+    this.#out.write(`${text}\n`);
+  }
+
+  print(event: JobEvent): void {
+    if (this.#json) {
+      this.#out.write(`${toJsonString(JobEventSchema, event)}\n`);
+      return;
+    }
+    const e = event.event;
+    switch (e.case) {
+      case "text":
+        if (e.value.role === "thinking") return;
+        if (e.value.delta) {
+          this.#out.write(e.value.text);
+          this.#midLine = !e.value.text.endsWith("\n");
+        } else {
+          this.#line(e.value.text);
+        }
+        return;
+      case "toolCall":
+        this.#line(`▸ ${e.value.tool}${e.value.title ? `: ${e.value.title}` : ` ${short(e.value.input ?? {})}`}`);
+        return;
+      case "toolResult":
+        this.#line(`  ${e.value.isError ? "✗" : "✓"} ${short(e.value.output ?? "")}`);
+        return;
+      case "permissionDecision": {
+        const d = e.value;
+        if (d.pending) this.#line(`? ${d.tool} waits for approval (call ${d.id}): oz0 approve ${event.jobId} ${d.id}   or   oz0 deny ${event.jobId} ${d.id} --reason TEXT`);
+        else if (!d.allow) this.#line(`  ✗ ${d.tool} denied${d.decider === Decider.PERSON && d.answeredBy ? ` by ${d.answeredBy}` : ""}: ${d.reason}`);
+        else if (d.decider === Decider.PERSON) this.#line(`  ✓ ${d.tool} approved${d.answeredBy ? ` by ${d.answeredBy}` : ""}`);
+        return;
+      }
+      case "result":
+        this.#line(`\n── result (${stopReasonName(e.value.stopReason)}, ${e.value.turns} turns)`);
+        if (e.value.text) this.#line(e.value.text);
+        if (e.value.error) this.#line(`error: ${e.value.error}`);
+        return;
+      case "artifacts":
+        for (const a of e.value.artifacts) this.#line(`artifact: ${a.path} (${a.sizeBytes} bytes)`);
+        return;
+      case "stateChanged": {
+        const s = e.value.state;
+        if (s === JobState.SUCCEEDED || s === JobState.FAILED || s === JobState.CANCELLED) {
+          this.#line(`job ${event.jobId} ${stateName(s)}${e.value.reason ? `: ${e.value.reason}` : ""}`);
+        }
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  /** Finish a line left open by text deltas. */
+  end(): void {
+    if (this.#midLine && !this.#json) this.#out.write("\n");
+    this.#midLine = false;
+  }
+}
+
+export function describeJob(job: Job): string {
+  const lines = [
+    `job ${job.id}`,
+    `  agent     ${job.agent?.name} v${job.agent?.version}`,
+    `  state     ${stateName(job.state)}`,
+    `  input     ${short(job.input, 200)}`,
+    `  created   ${job.createdAt ? new Date(Number(job.createdAt.seconds) * 1000).toISOString() : ""}`,
+  ];
+  if (job.finishedAt) lines.push(`  finished  ${new Date(Number(job.finishedAt.seconds) * 1000).toISOString()}`);
+  if (job.stopReason) lines.push(`  stop      ${stopReasonName(job.stopReason)}`);
+  if (job.error) lines.push(`  error     ${job.error}`);
+  if (job.resultText) lines.push(`  result    ${short(job.resultText, 400)}`);
+  return lines.join("\n");
+}

@@ -1,0 +1,245 @@
+#!/usr/bin/env node
+// oz0 (also orchestrator-zero): the command line an operator uses.
+import path from "node:path";
+import { Command, CommanderError, Option } from "commander";
+import { defaultHome } from "../start-orchestrator.js";
+import { readDiscovery, removeDiscovery, startEmbeddedStack, writeDiscovery } from "../embedded-stack.js";
+import { CliError, describeError } from "./cli-error.js";
+import {
+  agentsList,
+  agentsShow,
+  agentsVersions,
+  answer,
+  approvalsList,
+  followJob,
+  jobsArtifacts,
+  jobsCancel,
+  jobsList,
+  jobsShow,
+  pluginInstall,
+  pluginList,
+  runCommand,
+  secretSet,
+  type Output,
+} from "./commands.js";
+import { connect, type Connection } from "./connection.js";
+import { embeddedStackEnv } from "./embedded-defaults.js";
+import { EXIT } from "./exit-codes.js";
+
+const io: Output = { out: process.stdout, err: process.stderr };
+const home = path.resolve(defaultHome());
+let target = process.env.OZ0_URL || "the orchestrator";
+let open: Connection | undefined;
+
+async function withConnection(fn: (conn: Connection) => Promise<number>): Promise<void> {
+  const conn = await connect({ home, onEmbeddedStart: () => undefined });
+  open = conn;
+  target = conn.url;
+  try {
+    process.exitCode = await fn(conn);
+  } finally {
+    open = undefined;
+    await conn.close();
+  }
+}
+
+const collect = (value: string, previous: string[]): string[] => [...previous, value];
+const positiveInt = (value: string): number => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new CliError(`expected a whole number, got ${value}`, EXIT.usage);
+  return n;
+};
+
+const program = new Command()
+  .name("oz0")
+  .description("Orchestrator Zero: run AI agents inside harnesses; watch, approve and cancel their jobs.")
+  .version("0.1.0")
+  .showHelpAfterError("(run with --help for usage)")
+  .exitOverride()
+  .addHelpText(
+    "after",
+    `
+Where commands go: OZ0_URL when set; else the stack \`oz0 dev\` runs (found in $OZ0_HOME/dev.json);
+else an embedded stack started for the length of the command. OZ0_HOME defaults to ~/.oz0.
+
+Exit status: 0 ok (job succeeded), 1 error, 2 usage, 3 job failed, 4 job cancelled, 5 job waits for approval.`,
+  );
+
+program
+  .command("run")
+  .description("run an agent and stream its text and tool calls live")
+  .argument("<agent>", "the agent's name")
+  .argument("<input>", "what to ask it")
+  .option("--attach <path>", "a file or directory copied into the session's working directory (repeatable)", collect, [])
+  .option("--json", "one JSON event per line")
+  .option("--detach", "print the job id and return at once")
+  .action(async (agent: string, input: string, opts: { attach: string[]; json?: boolean; detach?: boolean }) =>
+    withConnection((conn) => runCommand({ conn, agent, input, attach: opts.attach, json: Boolean(opts.json), detach: Boolean(opts.detach), io })),
+  );
+
+const jobs = program.command("jobs").description("list, show, watch and cancel jobs; fetch their artifacts");
+jobs
+  .command("list")
+  .description("newest first")
+  .option("--state <state>", "pending, running, waiting, succeeded, failed or cancelled")
+  .option("--agent <name>", "only this agent's jobs")
+  .option("--limit <n>", "at most this many", positiveInt, 50)
+  .option("--json", "one JSON job per line")
+  .action(async (opts: { state?: string; agent?: string; limit: number; json?: boolean }) =>
+    withConnection((conn) => jobsList({ conn, json: Boolean(opts.json), limit: opts.limit, ...(opts.state ? { state: opts.state } : {}), ...(opts.agent ? { agent: opts.agent } : {}), io })),
+  );
+jobs
+  .command("show")
+  .argument("<job>")
+  .option("--json")
+  .action(async (jobId: string, opts: { json?: boolean }) => withConnection((conn) => jobsShow({ conn, jobId, json: Boolean(opts.json), io })));
+jobs
+  .command("watch")
+  .description("follow a job's events until it ends (exit status as for run)")
+  .argument("<job>")
+  .option("--after <seq>", "start after this event sequence number", positiveInt, 0)
+  .option("--json", "one JSON event per line")
+  .action(async (jobId: string, opts: { after: number; json?: boolean }) =>
+    withConnection((conn) => followJob({ conn, jobId, json: Boolean(opts.json), afterSeq: opts.after, stopWhenWaiting: false, io })),
+  );
+jobs
+  .command("cancel")
+  .argument("<job>")
+  .option("--reason <text>", "why, for the record")
+  .action(async (jobId: string, opts: { reason?: string }) => withConnection((conn) => jobsCancel({ conn, jobId, ...(opts.reason ? { reason: opts.reason } : {}), io })));
+jobs
+  .command("artifacts")
+  .description("where a job's artifacts (the patch of what changed) are")
+  .argument("<job>")
+  .option("--out <dir>", "copy them into this directory")
+  .option("--json")
+  .action(async (jobId: string, opts: { out?: string; json?: boolean }) =>
+    withConnection((conn) => jobsArtifacts({ conn, jobId, json: Boolean(opts.json), ...(opts.out ? { out: path.resolve(opts.out) } : {}), io })),
+  );
+
+const agents = program.command("agents").description("agents and their immutable versions");
+agents
+  .command("list")
+  .option("--json")
+  .action(async (opts: { json?: boolean }) => withConnection((conn) => agentsList({ conn, json: Boolean(opts.json), io })));
+agents
+  .command("versions")
+  .argument("<name>")
+  .option("--json")
+  .action(async (name: string, opts: { json?: boolean }) => withConnection((conn) => agentsVersions({ conn, name, json: Boolean(opts.json), io })));
+agents
+  .command("show")
+  .argument("<name>")
+  .option("--version <n>", "this version instead of the latest", positiveInt)
+  .option("--json")
+  .action(async (name: string, opts: { version?: number; json?: boolean }) =>
+    withConnection((conn) => agentsShow({ conn, name, json: Boolean(opts.json), ...(opts.version ? { version: opts.version } : {}), io })),
+  );
+
+const plugin = program.command("plugin").description("install and list plugins");
+plugin
+  .command("install")
+  .description("clone (git URL) or copy (path) a plugin, validate it, and publish its agents")
+  .argument("<source>", "a git URL or a directory with oz0-plugin.yaml")
+  .option("--json")
+  .action(async (source: string, opts: { json?: boolean }) => withConnection((conn) => pluginInstall({ conn, source, json: Boolean(opts.json), io })));
+plugin
+  .command("list")
+  .option("--json")
+  .action(async (opts: { json?: boolean }) => withConnection((conn) => pluginList({ conn, json: Boolean(opts.json), io })));
+
+program
+  .command("secret")
+  .description("provider keys, handed to the LLM proxy (write-only)")
+  .command("set")
+  .description("set a secret from stdin; the value is never printed or stored by the orchestrator")
+  .argument("<name>", "for example ANTHROPIC_API_KEY")
+  .action(async (name: string) => withConnection((conn) => secretSet({ conn, name, io })));
+
+program
+  .command("approvals")
+  .description("tool calls that wait for a person")
+  .command("list")
+  .option("--job <job>", "only this job's")
+  .option("--all", "answered ones too")
+  .option("--json")
+  .action(async (opts: { job?: string; all?: boolean; json?: boolean }) =>
+    withConnection((conn) => approvalsList({ conn, all: Boolean(opts.all), json: Boolean(opts.json), ...(opts.job ? { jobId: opts.job } : {}), io })),
+  );
+program
+  .command("approve")
+  .description("approve a waiting tool call")
+  .argument("<job>")
+  .argument("<call>", "the call id `oz0 approvals list` shows")
+  .option("--input <json>", "run the call with this input instead")
+  .action(async (jobId: string, callId: string, opts: { input?: string }) =>
+    withConnection((conn) => answer({ conn, jobId, callId, allow: true, ...(opts.input ? { input: opts.input } : {}), io })),
+  );
+program
+  .command("deny")
+  .description("deny a waiting tool call")
+  .argument("<job>")
+  .argument("<call>")
+  .addOption(new Option("--reason <text>", "why (shown to the model)").makeOptionMandatory())
+  .action(async (jobId: string, callId: string, opts: { reason: string }) =>
+    withConnection((conn) => answer({ conn, jobId, callId, allow: false, reason: opts.reason, io })),
+  );
+
+program
+  .command("dev")
+  .description("run the whole stack in the foreground on loopback; other commands find it through $OZ0_HOME/dev.json")
+  .option("--port <port>", "the orchestrator's port (0: any free one)", positiveInt, 7700)
+  .action(async (opts: { port: number }) => {
+    const running = readDiscovery(home);
+    if (running) throw new CliError(`a dev stack already runs at ${running.url} (pid ${running.pid}); stop it first, or use it`);
+    const defaults = embeddedStackEnv({ home });
+    io.err.write(`oz0: starting the stack (data in ${home}, logs in ${path.join(home, "logs")})\n`);
+    const stack = await startEmbeddedStack({ home, orchestratorPort: opts.port, env: defaults.env });
+    writeDiscovery(home, { url: stack.urls.orchestrator, pid: process.pid, urls: stack.urls, startedAt: new Date().toISOString() });
+    io.out.write(
+      [
+        `orchestrator  ${stack.urls.orchestrator}`,
+        `sandbox       ${stack.urls.sandbox}`,
+        `llm-proxy     ${stack.urls["llm-proxy"]}`,
+        `events        ${stack.urls.events}`,
+        ...defaults.notes.map((n) => `note: ${n}`),
+        `ready: other oz0 commands now use this stack (Ctrl-C stops it)`,
+        "",
+      ].join("\n"),
+    );
+    await new Promise<void>((resolve) => {
+      const stop = (): void => resolve();
+      process.once("SIGINT", stop);
+      process.once("SIGTERM", stop);
+      for (const p of stack.processes) {
+        void p.exited.then(() => {
+          io.err.write(`oz0: the ${p.name} service stopped; see ${p.logFile}\n`);
+          resolve();
+        });
+      }
+    });
+    removeDiscovery(home, process.pid);
+    io.err.write("oz0: stopping the stack\n");
+    await stack.close();
+  });
+
+let interrupted = false;
+process.on("SIGINT", () => {
+  if (interrupted || !open) process.exit(130);
+  interrupted = true;
+  const conn = open;
+  if (conn.mode !== "embedded") io.err.write("\noz0: stopped following; the job keeps running (oz0 jobs watch JOB)\n");
+  void conn.close().finally(() => process.exit(130));
+});
+
+try {
+  await program.parseAsync(process.argv);
+} catch (error) {
+  if (error instanceof CommanderError) {
+    process.exitCode = error.exitCode === 0 ? EXIT.ok : EXIT.usage;
+  } else {
+    if (process.env.OZ0_DEBUG) console.error(error);
+    io.err.write(`oz0: ${describeError(error, target)}\n`);
+    process.exitCode = error instanceof CliError ? error.exitCode : EXIT.error;
+  }
+}

@@ -1,0 +1,209 @@
+// The embedded stack: the same four services as a deployment (events,
+// llm-proxy, sandbox, orchestrator), each its own child process on loopback,
+// with embedded defaults under the data directory. `oz0 dev` keeps it in the
+// foreground; any other command starts it for its own length when no server
+// is configured. One code path: each child is the service's own dist/main.js.
+import { spawn, type ChildProcess } from "node:child_process";
+import { createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync, type WriteStream } from "node:fs";
+import path from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+
+export type StackServiceName = "events" | "llm-proxy" | "sandbox" | "orchestrator";
+
+export interface EmbeddedStackOptions {
+  /** The data directory (OZ0_HOME). */
+  home: string;
+  /** The orchestrator's port; default 0 (a free one). The others always take free ports. */
+  orchestratorPort?: number;
+  /** Extra environment per service (for example the LLM proxy's providers file). */
+  env?: Partial<Record<StackServiceName, Record<string, string>>>;
+  /** Log level of the services (their logs go to <home>/logs/<service>.log). Default info. */
+  logLevel?: string;
+  /** Start only these (in this order); default all four. */
+  services?: StackServiceName[];
+}
+
+export interface StackProcess {
+  readonly name: StackServiceName;
+  readonly url: string;
+  readonly pid: number;
+  readonly logFile: string;
+  /** SIGTERM, then SIGKILL after `graceMs`. */
+  stop(options?: { signal?: NodeJS.Signals; graceMs?: number }): Promise<void>;
+  /** Resolves when the process has exited. */
+  readonly exited: Promise<void>;
+}
+
+export interface EmbeddedStack {
+  readonly urls: Record<StackServiceName, string>;
+  readonly processes: StackProcess[];
+  close(): Promise<void>;
+}
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+/** Where a service's main.js is: the orchestrator's beside this file, the others through their packages. */
+export function serviceMain(name: StackServiceName): string {
+  if (name === "orchestrator") return path.join(here, "main.js");
+  const entry = fileURLToPath(import.meta.resolve(`@oz0/${name}`));
+  return path.join(path.dirname(entry), "main.js");
+}
+
+const READY_TIMEOUT_MS = 60_000;
+
+/** Start one service as a child process and wait until it says where it listens. */
+export async function startServiceProcess(options: {
+  name: StackServiceName;
+  env: Record<string, string>;
+  logFile: string;
+  logLevel?: string;
+}): Promise<StackProcess> {
+  const main = serviceMain(options.name);
+  if (!existsSync(main)) {
+    throw new Error(`the ${options.name} service is not built (${path.relative(process.cwd(), main)} is missing); run \`npm run build\``);
+  }
+  mkdirSync(path.dirname(options.logFile), { recursive: true });
+  const log: WriteStream = createWriteStream(options.logFile, { flags: "a" });
+  const child: ChildProcess = spawn(process.execPath, [main], {
+    env: { ...process.env, OZ0_HOST: "127.0.0.1", OZ0_PORT: "0", ...options.env, OZ0_LOG_LEVEL: options.logLevel ?? "info" },
+    stdio: ["ignore", "pipe", "pipe"],
+    // Its own process group, so a Ctrl-C at the terminal reaches only the CLI, which stops the stack in order.
+    detached: true,
+  });
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  child.stdout!.pipe(log, { end: false });
+  const tail: string[] = [];
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the ${options.name} service did not start within ${READY_TIMEOUT_MS / 1000} s; see ${options.logFile}`)), READY_TIMEOUT_MS);
+    const lines = createInterface({ input: child.stderr! });
+    let found = false;
+    lines.on("line", (line) => {
+      log.write(`${line}\n`);
+      if (found) return;
+      tail.push(line);
+      if (tail.length > 5) tail.shift();
+      try {
+        const entry = JSON.parse(line) as { url?: unknown; msg?: unknown };
+        if (typeof entry.url === "string" && typeof entry.msg === "string" && /listening/.test(entry.msg)) {
+          found = true;
+          clearTimeout(timer);
+          resolve(entry.url);
+        }
+      } catch {
+        // not a log line
+      }
+    });
+    child.once("exit", (code, signal) => {
+      if (found) return;
+      clearTimeout(timer);
+      const last = tail.map((l) => {
+        try {
+          const e = JSON.parse(l) as { msg?: string; err?: { message?: string } };
+          return e.err?.message ?? e.msg ?? l;
+        } catch {
+          return l;
+        }
+      });
+      reject(new Error(`the ${options.name} service exited while starting (${signal ?? `code ${code}`}): ${last.pop() ?? "no output"}; see ${options.logFile}`));
+    });
+  });
+  let stopping: Promise<void> | undefined;
+  return {
+    name: options.name,
+    url,
+    pid: child.pid!,
+    logFile: options.logFile,
+    exited,
+    stop({ signal = "SIGTERM", graceMs = 12_000 } = {}) {
+      stopping ??= (async () => {
+        if (child.exitCode !== null || child.signalCode !== null) return;
+        child.kill(signal);
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([exited, new Promise<void>((r) => (timer = setTimeout(r, graceMs)))]);
+        clearTimeout(timer);
+        if (child.exitCode === null && child.signalCode === null) {
+          child.kill("SIGKILL");
+          await exited;
+        }
+        log.end();
+      })();
+      return stopping;
+    },
+  };
+}
+
+export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise<EmbeddedStack> {
+  const home = path.resolve(options.home);
+  const logs = path.join(home, "logs");
+  const order = options.services ?? ["events", "llm-proxy", "sandbox", "orchestrator"];
+  const started: StackProcess[] = [];
+  const urls = {} as Record<StackServiceName, string>;
+  const close = async (): Promise<void> => {
+    // Reverse order: the orchestrator stops following sessions first, then the sandbox ends them.
+    for (const p of [...started].reverse()) await p.stop();
+  };
+  try {
+    for (const name of order) {
+      const env: Record<string, string> = { ...(urls.events ? { OZ0_EVENTS_URL: urls.events } : {}) };
+      switch (name) {
+        case "events":
+          env.OZ0_EVENTS_DATA = path.join(home, "events");
+          break;
+        case "llm-proxy":
+          env.OZ0_LLM_PROXY_DATA = path.join(home, "llm-proxy");
+          break;
+        case "sandbox":
+          env.OZ0_SANDBOX_ROOT = path.join(home, "sandbox");
+          break;
+        case "orchestrator":
+          env.OZ0_HOME = home;
+          env.OZ0_PORT = String(options.orchestratorPort ?? 0);
+          if (urls.sandbox) env.OZ0_SANDBOX_URLS = urls.sandbox;
+          if (urls["llm-proxy"]) env.OZ0_LLM_PROXY_URL = urls["llm-proxy"];
+          break;
+      }
+      Object.assign(env, options.env?.[name] ?? {});
+      const p = await startServiceProcess({ name, env, logFile: path.join(logs, `${name}.log`), ...(options.logLevel ? { logLevel: options.logLevel } : {}) });
+      started.push(p);
+      urls[name] = p.url;
+    }
+  } catch (error) {
+    await close();
+    throw error;
+  }
+  return { urls, processes: started, close };
+}
+
+/** What `oz0 dev` writes so other commands find its stack. */
+export interface DevDiscovery {
+  url: string;
+  pid: number;
+  urls: Record<string, string>;
+  startedAt: string;
+}
+
+export function discoveryFile(home: string): string {
+  return path.join(home, "dev.json");
+}
+
+export function writeDiscovery(home: string, discovery: DevDiscovery): void {
+  mkdirSync(home, { recursive: true });
+  writeFileSync(discoveryFile(home), `${JSON.stringify(discovery, null, 2)}\n`);
+}
+
+export function removeDiscovery(home: string, pid: number): void {
+  const found = readDiscovery(home);
+  if (found && found.pid === pid) rmSync(discoveryFile(home), { force: true });
+}
+
+/** The running `oz0 dev` stack's discovery, or undefined when there is none (or its process is gone). */
+export function readDiscovery(home: string): DevDiscovery | undefined {
+  try {
+    const found = JSON.parse(readFileSync(discoveryFile(home), "utf8")) as DevDiscovery;
+    process.kill(found.pid, 0);
+    return found;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,611 @@
+// Runs jobs: pins the agent version, stores the job, mints the session token,
+// opens the session on a sandbox, stores every session event with its
+// sequence number (and the sandbox's, for re-attach), answers permission
+// requests through the policy, finishes the job with its result and
+// artifacts. On start-up it re-attaches to every job that was running.
+import { randomUUID } from "node:crypto";
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { create, type JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import {
+  PermissionAnswer_Outcome,
+  PermissionAnswerSchema,
+  ProtocolVersion,
+  SessionRequestSchema,
+  StopReason,
+  type SessionEvent,
+  type SessionResult,
+} from "@oz0/proto/oz0/harness/v1/harness_pb";
+import {
+  Decider,
+  JobEventSchema,
+  JobState,
+  type JobEvent,
+} from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import type { Logger } from "@oz0/serving";
+import { AgentVersions, parseDuration } from "./agent-versions.js";
+import { resolveHarnessCommand } from "./harness-command.js";
+import type { JobFeed } from "./job-feed.js";
+import {
+  ACTIVE_JOB_STATES,
+  type AgentVersionRecord,
+  type DeciderName,
+  type JobPatch,
+  type JobRecord,
+  type JobStateName,
+  type JobStore,
+  type JsonObject,
+  type PermissionRecord,
+} from "./job-store.js";
+import { failedPrecondition, invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
+import type { PermissionPolicy } from "./permission-policy.js";
+import {
+  SessionNotFoundError,
+  type LifecycleSink,
+  type SandboxMessage,
+  type SessionArtifact,
+  type SessionChannel,
+  type SessionRunner,
+  type TokenIssuer,
+} from "./session-runner.js";
+
+export const JOB_STATE_TO_PROTO: Record<JobStateName, JobState> = {
+  pending: JobState.PENDING,
+  running: JobState.RUNNING,
+  waiting: JobState.WAITING,
+  succeeded: JobState.SUCCEEDED,
+  failed: JobState.FAILED,
+  cancelled: JobState.CANCELLED,
+};
+
+const DECIDER_TO_PROTO: Record<DeciderName, Decider> = {
+  policy: Decider.POLICY,
+  hook: Decider.HOOK,
+  person: Decider.PERSON,
+  runtime: Decider.RUNTIME,
+};
+
+export function isTerminal(state: JobStateName): boolean {
+  return !ACTIVE_JOB_STATES.includes(state);
+}
+
+export interface JobRunnerOptions {
+  store: JobStore;
+  feed: JobFeed;
+  sandboxes: SessionRunner[];
+  tokens: TokenIssuer;
+  policy: PermissionPolicy;
+  lifecycle?: LifecycleSink;
+  /** The data directory; artifacts go under jobs/<id>/artifacts. */
+  home: string;
+  logger: Logger;
+  /** How often a lost sandbox stream is re-attached before the job fails. Default 5. */
+  reattachAttempts?: number;
+}
+
+interface ActiveJob {
+  agent: AgentVersionRecord;
+  channel?: SessionChannel;
+  sandbox: SessionRunner;
+  sandboxSeq: number;
+  result?: SessionResult;
+  exitError: string;
+  artifacts: SessionArtifact[];
+}
+
+export class JobRunner {
+  readonly #o: JobRunnerOptions;
+  readonly #agents: AgentVersions;
+  readonly #active = new Map<string, ActiveJob>();
+  readonly #running = new Set<Promise<void>>();
+  readonly #locks = new Map<string, Promise<unknown>>();
+  #next = 0;
+  #closing = false;
+
+  constructor(options: JobRunnerOptions) {
+    if (options.sandboxes.length === 0) throw invalidArgument("no sandbox configured: set OZ0_SANDBOX_URLS");
+    this.#o = options;
+    this.#agents = new AgentVersions({ store: options.store });
+  }
+
+  /** Serialize everything that changes one job (session messages, answers, cancel). */
+  #withLock<T>(jobId: string, fn: () => Promise<T>): Promise<T> {
+    const previous = this.#locks.get(jobId) ?? Promise.resolve();
+    const next = previous.then(fn, fn);
+    const settled = next.catch(() => undefined);
+    this.#locks.set(jobId, settled);
+    void settled.then(() => {
+      if (this.#locks.get(jobId) === settled) this.#locks.delete(jobId);
+    });
+    return next;
+  }
+
+  #track(work: Promise<void>): void {
+    const p = work.catch((error: unknown) => this.#o.logger.error({ err: error }, "job work failed"));
+    this.#running.add(p);
+    void p.finally(() => this.#running.delete(p));
+  }
+
+  #sandboxFor(url: string): SessionRunner {
+    const found = this.#o.sandboxes.find((s) => s.url === url);
+    if (found) return found;
+    throw new OrchestratorError("unavailable", `the job's sandbox ${url} is not configured any more; add it to OZ0_SANDBOX_URLS`);
+  }
+
+  async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch, permissions?: PermissionRecord[]): Promise<JobEvent[]> {
+    const stored = await this.#o.store.append({
+      jobId,
+      events: events.map((e) => create(JobEventSchema, e as JobEvent)),
+      ...(job ? { job } : {}),
+      ...(permissions ? { permissions } : {}),
+    });
+    this.#o.feed.publish(jobId, stored);
+    return stored;
+  }
+
+  async runAgent(options: { agent: string; input: string; attachments?: string[] }): Promise<JobRecord> {
+    if (this.#closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
+    const agent = await this.#agents.resolve(options.agent);
+    const attachments = (options.attachments ?? []).map((a) => {
+      if (!path.isAbsolute(a)) throw invalidArgument(`attachment ${a} is not an absolute path; pass absolute paths on the orchestrator's host`);
+      if (!existsSync(a)) throw invalidArgument(`attachment ${a} does not exist on the orchestrator's host; check the path`);
+      return a;
+    });
+    const sandbox = this.#o.sandboxes[this.#next++ % this.#o.sandboxes.length]!;
+    const now = new Date();
+    const job: JobRecord = {
+      id: `job_${randomUUID().replaceAll("-", "").slice(0, 20)}`,
+      agentName: agent.name,
+      agentVersion: agent.version,
+      input: options.input,
+      state: "pending",
+      createdAt: now,
+      updatedAt: now,
+      resultText: "",
+      stopReason: 0,
+      error: "",
+      sessionId: `ses_${randomUUID().replaceAll("-", "").slice(0, 20)}`,
+      sandboxUrl: sandbox.url,
+      lastSeq: 0,
+      sandboxSeq: 0,
+      attachments,
+      tokenId: "",
+    };
+    await this.#o.store.createJob(job);
+    await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.PENDING, reason: "" } } } as Partial<JobEvent>]);
+    this.#o.lifecycle?.publish("job.created", { jobId: job.id, agentName: agent.name, agentVersion: String(agent.version), status: "pending" });
+    const active: ActiveJob = { agent, sandbox, sandboxSeq: 0, exitError: "", artifacts: [] };
+    this.#active.set(job.id, active);
+    this.#track(this.#startSession(job, active));
+    return (await this.#o.store.getJob(job.id))!;
+  }
+
+  async #startSession(job: JobRecord, active: ActiveJob): Promise<void> {
+    const agent = active.agent;
+    const definition = agent.definition;
+    let token;
+    try {
+      token = await this.#o.tokens.mint({
+        jobId: job.id,
+        agent: agent.name,
+        agentVersion: agent.version,
+        sessionId: job.sessionId,
+        ...(typeof definition.harness?.max_budget_usd === "number" ? { budgetUsd: definition.harness.max_budget_usd } : {}),
+      });
+    } catch (error) {
+      await this.#finish(job.id, { failure: `could not mint a session token at the LLM proxy: ${(error as Error).message}` });
+      return;
+    }
+    const current = await this.#o.store.updateJob(job.id, { tokenId: token.tokenId });
+    if (current.cancelRequestedAt || isTerminal(current.state)) {
+      await this.#finish(job.id, {});
+      return;
+    }
+    const timeoutMs = definition.limits?.timeout ? parseDuration(definition.limits.timeout) : 0;
+    const request = create(SessionRequestSchema, {
+      protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+      sessionId: job.sessionId,
+      jobId: job.id,
+      agent: { name: agent.name, version: agent.version },
+      model: { primary: definition.model.primary, fallbacks: definition.model.fallbacks ?? [] },
+      instructions: agent.instructions,
+      input: job.input,
+      limits: {
+        maxTurns: definition.limits?.max_steps ?? 0,
+        ...(timeoutMs > 0 ? { deadline: timestampFromDate(new Date(Date.now() + timeoutMs)) } : {}),
+      },
+      harnessOptions: (definition.harness ?? {}) as ProtoJsonObject,
+      permissions: agent.harness.manifest.permissions ?? false,
+      llm: {
+        anthropicBaseUrl: token.anthropicBaseUrl,
+        openaiBaseUrl: token.openaiBaseUrl,
+        token: token.token,
+        headers: { ...token.headers, "Oz0-Job": job.id, "Oz0-Agent": agent.name },
+      },
+    });
+    if (this.#closing) return;
+    const channel = active.sandbox.start({
+      request,
+      command: resolveHarnessCommand(agent.harness),
+      pluginDir: agent.harness.pluginPath,
+      env: agent.harness.manifest.env ?? {},
+      attachments: job.attachments,
+    });
+    active.channel = channel;
+    await this.#consume(job.id, active);
+  }
+
+  /** Re-attach to every job that was running when the orchestrator stopped. */
+  async resumeAll(): Promise<number> {
+    const jobs: JobRecord[] = [];
+    for (const state of ACTIVE_JOB_STATES) jobs.push(...(await this.#o.store.listJobs({ state, limit: 100_000 })));
+    for (const job of jobs) {
+      const agent = await this.#o.store.getAgentVersion(job.agentName, job.agentVersion);
+      if (!agent) {
+        await this.#finish(job.id, { failure: `agent version ${job.agentName} v${job.agentVersion} is missing from the store` });
+        continue;
+      }
+      let sandbox: SessionRunner;
+      try {
+        sandbox = this.#sandboxFor(job.sandboxUrl);
+      } catch (error) {
+        await this.#finish(job.id, { failure: (error as Error).message });
+        continue;
+      }
+      const active: ActiveJob = { agent, sandbox, sandboxSeq: job.sandboxSeq, exitError: "", artifacts: [] };
+      this.#active.set(job.id, active);
+      if (job.state === "pending" && !job.tokenId) {
+        this.#track(this.#startSession(job, active));
+      } else {
+        this.#track(this.#reattach(job.id, active));
+      }
+    }
+    return jobs.length;
+  }
+
+  async #reattach(jobId: string, active: ActiveJob): Promise<void> {
+    const job = await this.#o.store.getJob(jobId);
+    if (!job) return;
+    active.channel = active.sandbox.reattach({ sessionId: job.sessionId, afterSeq: active.sandboxSeq });
+    // Answers decided but never written to the session (the orchestrator stopped in between).
+    for (const p of await this.#o.store.listPermissions({ jobId, undeliveredOnly: true })) await this.#deliver(jobId, p);
+    await this.#consume(jobId, active);
+  }
+
+  async #consume(jobId: string, active: ActiveJob): Promise<void> {
+    const attempts = this.#o.reattachAttempts ?? 5;
+    for (let attempt = 0; ; attempt++) {
+      const channel = active.channel!;
+      try {
+        for await (const message of channel) {
+          if (message.seq <= active.sandboxSeq) continue; // already handled before a re-attach
+          await this.#withLock(jobId, () => this.#handle(jobId, active, message));
+          attempt = 0;
+        }
+        if (this.#closing) return;
+        await this.#finish(jobId, {});
+        return;
+      } catch (error) {
+        if (this.#closing) return;
+        if (error instanceof SessionNotFoundError) {
+          await this.#finish(jobId, { failure: "the session was lost: its sandbox no longer knows it (was the sandbox restarted?)" });
+          return;
+        }
+        if (attempt + 1 >= attempts) {
+          await this.#finish(jobId, { failure: `lost the session's stream and could not re-attach: ${(error as Error).message}` });
+          return;
+        }
+        this.#o.logger.warn({ jobId, err: String(error), attempt }, "session stream lost; re-attaching");
+        await new Promise((r) => setTimeout(r, 200 * 2 ** attempt));
+        const job = await this.#o.store.getJob(jobId);
+        if (!job) return;
+        active.channel = active.sandbox.reattach({ sessionId: job.sessionId, afterSeq: active.sandboxSeq });
+      }
+    }
+  }
+
+  async #handle(jobId: string, active: ActiveJob, message: SandboxMessage): Promise<void> {
+    active.sandboxSeq = message.seq;
+    const seqPatch: JobPatch = { sandboxSeq: message.seq };
+    switch (message.kind) {
+      case "started":
+        await this.#o.store.updateJob(jobId, seqPatch);
+        return;
+      case "exited":
+        if (!active.result && message.result) active.result = message.result;
+        active.exitError = message.error || (message.exitCode !== 0 || message.signal ? `the harness exited (code ${message.exitCode}${message.signal ? `, signal ${message.signal}` : ""})` : "");
+        await this.#o.store.updateJob(jobId, seqPatch);
+        return;
+      case "artifacts":
+        active.artifacts.push(...message.artifacts);
+        await this.#o.store.updateJob(jobId, seqPatch);
+        return;
+      case "event":
+        await this.#handleEvent(jobId, active, message.event, seqPatch);
+        return;
+    }
+  }
+
+  async #handleEvent(jobId: string, active: ActiveJob, event: SessionEvent, patch: JobPatch): Promise<void> {
+    const e = event.event;
+    const time = event.time;
+    switch (e.case) {
+      case "started": {
+        const job = await this.#o.store.getJob(jobId);
+        const events: Partial<JobEvent>[] = [{ time, event: { case: "sessionStarted", value: e.value } } as Partial<JobEvent>];
+        if (job && job.state === "pending") {
+          events.push({ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>);
+          patch.state = "running";
+        }
+        await this.#append(jobId, events, patch);
+        this.#o.lifecycle?.publish("session.started", { jobId, sessionId: job?.sessionId ?? "", status: "running", attributes: { harness_name: e.value.harnessName } });
+        return;
+      }
+      case "text":
+        await this.#append(jobId, [{ time, event: { case: "text", value: e.value } } as Partial<JobEvent>], patch);
+        return;
+      case "toolCall":
+        await this.#append(jobId, [{ time, event: { case: "toolCall", value: e.value } } as Partial<JobEvent>], patch);
+        this.#o.lifecycle?.publish("tool.called", { jobId, toolCallId: e.value.callId, attributes: { tool_name: e.value.tool, input: e.value.input } });
+        return;
+      case "toolResult":
+        await this.#append(jobId, [{ time, event: { case: "toolResult", value: e.value } } as Partial<JobEvent>], patch);
+        return;
+      case "usage":
+        await this.#append(jobId, [{ time, event: { case: "usage", value: e.value } } as Partial<JobEvent>], patch);
+        return;
+      case "result":
+        active.result = e.value;
+        await this.#append(jobId, [{ time, event: { case: "result", value: e.value } } as Partial<JobEvent>], {
+          ...patch,
+          resultText: e.value.text,
+          stopReason: e.value.stopReason,
+        });
+        return;
+      case "permissionRequest":
+        await this.#decidePermission(jobId, active, event, patch);
+        return;
+      case "runtimeToolCall":
+        // Runtime tools (harness operations, issue 10) are not served yet.
+        this.#o.logger.warn({ jobId, tool: e.value.name }, "runtime tool call ignored: no runtime tools are offered yet");
+        await this.#o.store.updateJob(jobId, patch);
+        return;
+      default:
+        await this.#o.store.updateJob(jobId, patch);
+    }
+  }
+
+  async #decidePermission(jobId: string, active: ActiveJob, event: SessionEvent, patch: JobPatch): Promise<void> {
+    if (event.event.case !== "permissionRequest") return;
+    const request = event.event.value;
+    const job = (await this.#o.store.getJob(jobId))!;
+    const input = request.input as JsonObject | undefined;
+    const cancelled = job.cancelRequestedAt !== undefined;
+    const decision = cancelled
+      ? ({ kind: "deny", decider: "runtime", reason: "the job was cancelled" } as const)
+      : await this.#o.policy.decide({
+          jobId,
+          sessionId: job.sessionId,
+          agent: active.agent,
+          id: request.id,
+          tool: request.tool,
+          ...(input ? { input } : {}),
+          title: request.title,
+          callId: request.callId,
+        });
+    const record: PermissionRecord = {
+      jobId,
+      id: request.id,
+      callId: request.callId,
+      sessionId: job.sessionId,
+      tool: request.tool,
+      ...(input ? { input } : {}),
+      title: request.title,
+      needsPerson: decision.kind === "ask",
+      status: decision.kind === "ask" ? "pending" : decision.kind === "allow" ? "approved" : cancelled ? "cancelled" : "denied",
+      reason: decision.reason,
+      ...(decision.kind !== "ask" ? { decider: decision.decider, answeredAt: new Date() } : {}),
+      answeredBy: "",
+      ...(decision.kind === "allow" && decision.input ? { answerInput: decision.input } : {}),
+      requestedAt: new Date(),
+      delivered: false,
+    };
+    if (decision.kind === "ask") patch.state = "waiting";
+    await this.#append(
+      jobId,
+      [
+        { time: event.time, event: { case: "permissionRequested", value: request } } as Partial<JobEvent>,
+        ...(decision.kind === "ask" ? [{ event: { case: "stateChanged", value: { state: JobState.WAITING, reason: decision.reason } } } as Partial<JobEvent>] : []),
+        this.#decisionEvent(record),
+      ],
+      patch,
+      [record],
+    );
+    this.#o.lifecycle?.publish(decision.kind === "ask" ? "approval.requested" : "permission.decided", {
+      jobId,
+      sessionId: job.sessionId,
+      toolCallId: request.callId,
+      status: record.status,
+      attributes: { tool_name: request.tool, decider: record.decider ?? "person" },
+    });
+    if (decision.kind !== "ask") await this.#deliver(jobId, record);
+  }
+
+  #decisionEvent(p: PermissionRecord): Partial<JobEvent> {
+    const outcome =
+      p.status === "cancelled" ? PermissionAnswer_Outcome.CANCELLED : p.status === "timed_out" ? PermissionAnswer_Outcome.TIMED_OUT : p.status === "pending" ? 0 : PermissionAnswer_Outcome.ANSWERED;
+    return {
+      event: {
+        case: "permissionDecision",
+        value: {
+          id: p.id,
+          tool: p.tool,
+          callId: p.callId,
+          pending: p.status === "pending",
+          allow: p.status === "approved",
+          reason: p.reason,
+          decider: p.decider ? DECIDER_TO_PROTO[p.decider] : Decider.UNSPECIFIED,
+          answeredBy: p.answeredBy,
+          ...(p.answerInput ? { input: p.answerInput as ProtoJsonObject } : {}),
+          outcome,
+        },
+      },
+    } as Partial<JobEvent>;
+  }
+
+  /** Write a decided answer to the session, if it is attached, and record that it was written. */
+  async #deliver(jobId: string, p: PermissionRecord): Promise<void> {
+    const channel = this.#active.get(jobId)?.channel;
+    if (!channel || p.status === "pending") return;
+    const outcome =
+      p.status === "cancelled" ? PermissionAnswer_Outcome.CANCELLED : p.status === "timed_out" ? PermissionAnswer_Outcome.TIMED_OUT : PermissionAnswer_Outcome.ANSWERED;
+    try {
+      await channel.answerPermission(
+        create(PermissionAnswerSchema, {
+          id: p.id,
+          allow: p.status === "approved",
+          reason: p.reason,
+          outcome,
+          ...(p.answerInput ? { input: p.answerInput as ProtoJsonObject } : {}),
+        }),
+      );
+      await this.#o.store.markPermissionDelivered(jobId, p.id);
+    } catch (error) {
+      // Left undelivered: the next re-attach writes it.
+      this.#o.logger.warn({ jobId, permission: p.id, err: String(error) }, "could not deliver a permission answer yet");
+    }
+  }
+
+  /** A person's answer to a call that waits for approval. Idempotent for the same answer. */
+  async answerPermission(options: { jobId: string; callId: string; allow: boolean; input?: JsonObject; reason?: string; answeredBy?: string }): Promise<PermissionRecord> {
+    return this.#withLock(options.jobId, async () => {
+      const job = await this.#o.store.getJob(options.jobId);
+      if (!job) throw notFound(`job ${options.jobId} not found; list jobs with \`oz0 jobs list\``);
+      const p = await this.#o.store.getPermission(options.jobId, options.callId);
+      if (!p) throw notFound(`job ${options.jobId} has no permission request ${options.callId}; see \`oz0 approvals list\``);
+      if (!p.needsPerson) throw failedPrecondition(`call ${p.id} was decided by the ${p.decider ?? "policy"} (${p.status}); it does not wait for a person`);
+      if (p.status !== "pending") {
+        if ((p.status === "approved" && options.allow) || (p.status === "denied" && !options.allow)) return p;
+        if (p.status === "cancelled" || p.status === "timed_out") {
+          throw failedPrecondition(`call ${p.id} is ${p.status === "cancelled" ? "cancelled" : "timed out"}: the answer came too late and was not used`);
+        }
+        throw failedPrecondition(`call ${p.id} was already ${p.status} by ${p.answeredBy || "someone"}; a different answer is refused`);
+      }
+      if (!options.allow && !options.reason) throw invalidArgument("a denial needs a reason (it is shown to the model): pass --reason TEXT");
+      const updated: PermissionRecord = {
+        ...p,
+        status: options.allow ? "approved" : "denied",
+        decider: "person",
+        answeredBy: options.answeredBy ?? "",
+        reason: options.reason ?? (options.allow ? "approved" : ""),
+        ...(options.input ? { answerInput: options.input } : {}),
+        answeredAt: new Date(),
+        delivered: false,
+      };
+      const stillWaiting = (await this.#o.store.listPermissions({ jobId: options.jobId, pendingOnly: true })).filter((x) => x.id !== p.id).length;
+      const events: Partial<JobEvent>[] = [this.#decisionEvent(updated)];
+      const patch: JobPatch = {};
+      if (!stillWaiting && job.state === "waiting") {
+        patch.state = "running";
+        events.push({ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>);
+      }
+      await this.#append(options.jobId, events, patch, [updated]);
+      this.#o.lifecycle?.publish("approval.answered", { jobId: options.jobId, toolCallId: p.callId, status: updated.status, attributes: { tool_name: p.tool } });
+      await this.#deliver(options.jobId, updated);
+      return updated;
+    });
+  }
+
+  async cancel(options: { jobId: string; reason?: string }): Promise<JobRecord> {
+    const job = await this.#o.store.getJob(options.jobId);
+    if (!job) throw notFound(`job ${options.jobId} not found; list jobs with \`oz0 jobs list\``);
+    if (isTerminal(job.state)) return job;
+    const reason = options.reason || "cancelled by request";
+    const active = this.#active.get(job.id);
+    await this.#withLock(job.id, async () => {
+      const pending = await this.#o.store.listPermissions({ jobId: job.id, pendingOnly: true });
+      const cancelled = pending.map((p): PermissionRecord => ({ ...p, status: "cancelled", decider: "runtime", reason: "the job was cancelled", answeredAt: new Date(), delivered: false }));
+      await this.#append(job.id, cancelled.map((p) => this.#decisionEvent(p)), { cancelRequestedAt: new Date(), error: reason }, cancelled);
+      for (const p of cancelled) await this.#deliver(job.id, p);
+    });
+    let sessionGone = !active?.channel;
+    if (!sessionGone) {
+      try {
+        await active!.sandbox.cancel({ sessionId: job.sessionId, reason });
+      } catch (error) {
+        sessionGone = error instanceof SessionNotFoundError;
+        if (!sessionGone) throw error;
+      }
+    }
+    if (sessionGone && !active?.channel) await this.#finish(job.id, {});
+    return (await this.#o.store.getJob(job.id))!;
+  }
+
+  /** End the job: state from the result (or the failure), artifacts stored, token revoked. */
+  async #finish(jobId: string, options: { failure?: string }): Promise<void> {
+    await this.#withLock(jobId, async () => {
+      const job = await this.#o.store.getJob(jobId);
+      if (!job || isTerminal(job.state)) return;
+      const active = this.#active.get(jobId);
+      const result = active?.result;
+      let state: JobStateName;
+      let error = "";
+      if (job.cancelRequestedAt) {
+        state = "cancelled";
+        error = job.error || "cancelled by request";
+      } else if (options.failure) {
+        state = "failed";
+        error = options.failure;
+      } else if (result && result.stopReason === StopReason.COMPLETED) {
+        state = "succeeded";
+      } else {
+        state = "failed";
+        error = result
+          ? `the session ended ${StopReason[result.stopReason]?.toLowerCase() ?? "badly"}${result.error ? `: ${result.error}` : ""}`
+          : active?.exitError
+            ? `${active.exitError} without a result`
+            : "the session ended without a result";
+      }
+      const events: Partial<JobEvent>[] = [];
+      const artifacts = this.#storeArtifacts(jobId, active?.artifacts ?? []);
+      if (artifacts.length) events.push({ event: { case: "artifacts", value: { artifacts } } } as Partial<JobEvent>);
+      // Calls still waiting can never be answered now.
+      const pending = await this.#o.store.listPermissions({ jobId, pendingOnly: true });
+      const closed = pending.map((p): PermissionRecord => ({ ...p, status: "cancelled", decider: "runtime", reason: "the job ended", answeredAt: new Date(), delivered: true }));
+      events.push(...closed.map((p) => this.#decisionEvent(p)));
+      events.push({ event: { case: "stateChanged", value: { state: JOB_STATE_TO_PROTO[state], reason: error } } } as Partial<JobEvent>);
+      await this.#append(jobId, events, { state, error, finishedAt: new Date(), ...(result ? { resultText: result.text, stopReason: result.stopReason } : {}) }, closed);
+      this.#active.get(jobId)?.channel?.close();
+      this.#active.delete(jobId);
+      this.#o.lifecycle?.publish(`job.${state}`, { jobId, sessionId: job.sessionId, agentName: job.agentName, agentVersion: String(job.agentVersion), status: state });
+      if (job.tokenId) {
+        await this.#o.tokens.revoke({ tokenId: job.tokenId }).catch((err: unknown) => this.#o.logger.warn({ jobId, err: String(err) }, "could not revoke the session token"));
+      }
+    });
+  }
+
+  #storeArtifacts(jobId: string, artifacts: SessionArtifact[]): { name: string; path: string; sizeBytes: bigint; mediaType: string }[] {
+    if (artifacts.length === 0) return [];
+    const dir = path.join(this.#o.home, "jobs", jobId, "artifacts");
+    mkdirSync(dir, { recursive: true });
+    return artifacts.map((a) => {
+      const name = path.basename(a.name) || "artifact";
+      const file = path.join(dir, name);
+      writeFileSync(file, a.content);
+      return { name, path: file, sizeBytes: BigInt(a.content.byteLength), mediaType: a.mediaType };
+    });
+  }
+
+  /** Jobs whose session this process follows right now. */
+  get activeCount(): number {
+    return this.#active.size;
+  }
+
+  /** Stop following sessions (they keep running on their sandboxes; the next start re-attaches). */
+  async close(): Promise<void> {
+    this.#closing = true;
+    for (const active of this.#active.values()) active.channel?.close();
+    await Promise.allSettled([...this.#running]);
+  }
+}

@@ -1,0 +1,177 @@
+// The orchestrator's durable state behind one interface: plugins, immutable
+// agent versions, jobs, every job event with its sequence number, and
+// permission requests (the durable approval records). SQLite implements it
+// for the embedded default (sqlite-store.ts); a PostgreSQL store implements
+// the same interface and passes the same suite (test/job-store-suite.ts).
+import type { JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import type { AgentDefinition, HarnessManifest, PluginManifest } from "./plugin-types.js";
+
+export type JobStateName = "pending" | "running" | "waiting" | "succeeded" | "failed" | "cancelled";
+
+export const ACTIVE_JOB_STATES: readonly JobStateName[] = ["pending", "running", "waiting"];
+
+export type JsonObject = { [key: string]: unknown };
+
+export interface PluginRecord {
+  name: string;
+  version: string;
+  description: string;
+  /** Where it was installed from (git URL or path). */
+  source: string;
+  /** Its immutable copy in the data directory. */
+  path: string;
+  manifest: PluginManifest;
+  installedAt: Date;
+}
+
+/** The harness an agent version runs, resolved at publication. */
+export interface ResolvedHarness {
+  /** The plugin that declares the harness. */
+  plugin: string;
+  /** That plugin's copy in the data directory (relative commands resolve here). */
+  pluginPath: string;
+  manifest: HarnessManifest;
+}
+
+export interface AgentVersionRecord {
+  name: string;
+  version: number;
+  contentHash: string;
+  plugin: string;
+  pluginVersion: string;
+  /** The plugin copy this version runs with (the harness command resolves here). */
+  pluginPath: string;
+  definition: AgentDefinition;
+  /** The instructions file's content, rendered at publication. */
+  instructions: string;
+  harness: ResolvedHarness;
+  publishedAt: Date;
+}
+
+export interface NewAgentVersion {
+  name: string;
+  contentHash: string;
+  plugin: string;
+  pluginVersion: string;
+  pluginPath: string;
+  definition: AgentDefinition;
+  instructions: string;
+  harness: ResolvedHarness;
+}
+
+export interface JobRecord {
+  id: string;
+  agentName: string;
+  agentVersion: number;
+  input: string;
+  state: JobStateName;
+  createdAt: Date;
+  updatedAt: Date;
+  finishedAt?: Date;
+  resultText: string;
+  /** oz0.harness.v1.StopReason number; 0 until the session ends. */
+  stopReason: number;
+  error: string;
+  sessionId: string;
+  sandboxUrl: string;
+  /** Sequence number of the job's last stored event. */
+  lastSeq: number;
+  /** The sandbox's sequence number of the last session message handled (for re-attach). */
+  sandboxSeq: number;
+  attachments: string[];
+  /** The LLM proxy's id for the session token, to revoke it. */
+  tokenId: string;
+  /** Set once someone asked to cancel; the job ends `cancelled`. */
+  cancelRequestedAt?: Date;
+}
+
+export type JobPatch = Partial<Omit<JobRecord, "id" | "createdAt" | "lastSeq">>;
+
+export type PermissionStatus = "pending" | "approved" | "denied" | "cancelled" | "timed_out";
+export type DeciderName = "policy" | "hook" | "person" | "runtime";
+
+/** One permission request of a session and what became of it. */
+export interface PermissionRecord {
+  jobId: string;
+  /** The PermissionRequest's id. */
+  id: string;
+  callId: string;
+  sessionId: string;
+  tool: string;
+  input?: JsonObject;
+  title: string;
+  /** True when it waits (or waited) for a person: an approval. */
+  needsPerson: boolean;
+  status: PermissionStatus;
+  reason: string;
+  decider?: DeciderName;
+  answeredBy: string;
+  /** The changed input an answer carries. */
+  answerInput?: JsonObject;
+  requestedAt: Date;
+  answeredAt?: Date;
+  /** The answer has been written to the session. */
+  delivered: boolean;
+}
+
+export interface ListJobsQuery {
+  limit?: number;
+  state?: JobStateName;
+  agent?: string;
+}
+
+export interface ListPermissionsQuery {
+  jobId?: string;
+  /** Only approvals (requests that need a person). */
+  approvalsOnly?: boolean;
+  /** Only undecided ones. */
+  pendingOnly?: boolean;
+  /** Only decided but not yet delivered to the session. */
+  undeliveredOnly?: boolean;
+}
+
+/** Everything one step of a job changes, written in one transaction. */
+export interface JobAppend {
+  jobId: string;
+  /** Stored in order with the next sequence numbers; `seq` and `jobId` are filled in. */
+  events: JobEvent[];
+  job?: JobPatch;
+  permissions?: PermissionRecord[];
+}
+
+export interface PublishResult {
+  record: AgentVersionRecord;
+  /** False when the latest version already had this content. */
+  published: boolean;
+}
+
+export interface JobStore {
+  putPlugin(record: PluginRecord): Promise<void>;
+  getPlugin(name: string): Promise<PluginRecord | undefined>;
+  listPlugins(): Promise<PluginRecord[]>;
+
+  /** Publish a new version unless the latest one has the same content hash. */
+  publishAgentVersion(version: NewAgentVersion): Promise<PublishResult>;
+  /** The latest version when `version` is unset. */
+  getAgentVersion(name: string, version?: number): Promise<AgentVersionRecord | undefined>;
+  /** Every agent at its latest version, by name. */
+  listAgents(): Promise<AgentVersionRecord[]>;
+  /** Oldest first. */
+  listAgentVersions(name: string): Promise<AgentVersionRecord[]>;
+
+  createJob(job: JobRecord): Promise<void>;
+  getJob(id: string): Promise<JobRecord | undefined>;
+  /** Newest first. */
+  listJobs(query?: ListJobsQuery): Promise<JobRecord[]>;
+  updateJob(id: string, patch: JobPatch): Promise<JobRecord>;
+  /** Appends events (assigning seq), applies the job patch and upserts permissions atomically; returns the stored events. */
+  append(change: JobAppend): Promise<JobEvent[]>;
+  /** Events with seq > afterSeq, in order. */
+  listJobEvents(jobId: string, afterSeq: number, limit?: number): Promise<JobEvent[]>;
+
+  getPermission(jobId: string, id: string): Promise<PermissionRecord | undefined>;
+  listPermissions(query: ListPermissionsQuery): Promise<PermissionRecord[]>;
+  markPermissionDelivered(jobId: string, id: string): Promise<void>;
+
+  close(): Promise<void>;
+}

@@ -1,0 +1,50 @@
+// TokenIssuer and SecretWriter over the LLM proxy's oz0.llmproxy.v1 API.
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import { invalidArgument, OrchestratorError } from "./orchestrator-error.js";
+import type { MintedToken, SecretWriter, TokenIssuer } from "./session-runner.js";
+
+export class LlmProxyClient implements TokenIssuer, SecretWriter {
+  readonly url: string;
+  readonly #tokens: Client<typeof LlmProxyService>;
+  readonly #secrets: Client<typeof SecretService>;
+
+  constructor(options: { url: string }) {
+    this.url = options.url.replace(/\/$/, "");
+    const transport = createGrpcTransport({ baseUrl: this.url });
+    this.#tokens = createClient(LlmProxyService, transport);
+    this.#secrets = createClient(SecretService, transport);
+  }
+
+  async mint(options: { jobId: string; agent: string; sessionId: string; budgetUsd?: number }): Promise<MintedToken> {
+    const response = await this.#tokens.mintSessionToken({
+      job: options.jobId,
+      agent: options.agent,
+      session: options.sessionId,
+      budgetUsd: options.budgetUsd ?? 0,
+    });
+    return {
+      token: response.token,
+      // Revoked by session, so the token itself is never stored.
+      tokenId: options.sessionId,
+      anthropicBaseUrl: response.anthropicBaseUrl || `${this.url}/anthropic`,
+      openaiBaseUrl: response.openaiBaseUrl || `${this.url}/openai`,
+      headers: { ...response.headers },
+    };
+  }
+
+  async revoke(options: { tokenId: string }): Promise<void> {
+    await this.#tokens.revokeSessionToken({ session: options.tokenId });
+  }
+
+  async setSecret(options: { name: string; value: string }): Promise<void> {
+    try {
+      await this.#secrets.setSecret({ name: options.name, value: options.value });
+    } catch (error) {
+      const err = ConnectError.from(error);
+      if (err.code === Code.InvalidArgument) throw invalidArgument(err.rawMessage);
+      throw new OrchestratorError("unavailable", `the LLM proxy did not take the secret: ${err.rawMessage}`);
+    }
+  }
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env node
+// oz0-orchestrator: the orchestrator as a process, configured from the environment.
+import { createLogger, onShutdownSignal } from "@oz0/serving";
+import { startOrchestrator } from "./start-orchestrator.js";
+
+const logger = createLogger({ name: "orchestrator" });
+const list = (value: string | undefined): string[] => (value ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+
+try {
+  const orchestrator = await startOrchestrator({
+    host: process.env.OZ0_HOST || "127.0.0.1",
+    port: process.env.OZ0_PORT ? Number(process.env.OZ0_PORT) : 7700,
+    ...(process.env.OZ0_HOME ? { home: process.env.OZ0_HOME } : {}),
+    sandboxUrls: list(process.env.OZ0_SANDBOX_URLS),
+    ...(process.env.OZ0_LLM_PROXY_URL ? { llmProxyUrl: process.env.OZ0_LLM_PROXY_URL } : {}),
+    ...(process.env.OZ0_EVENTS_URL ? { eventsUrl: process.env.OZ0_EVENTS_URL } : {}),
+    logger,
+  });
+  onShutdownSignal(logger, () => orchestrator.close());
+} catch (error) {
+  logger.fatal({ err: error }, "orchestrator failed to start");
+  process.stderr.write(`oz0-orchestrator: ${(error as Error).message}\n`);
+  process.exit(1);
+}

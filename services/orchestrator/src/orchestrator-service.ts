@@ -1,0 +1,272 @@
+// Thin RPC handlers: JobService, PluginService, AgentService and SecretService
+// over the domain modules. Domain errors map to Connect codes here.
+import { create, type JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
+import {
+  AgentService,
+  AgentVersionSchema,
+  ApprovalSchema,
+  ApprovalState,
+  ArtifactSchema,
+  JobSchema,
+  JobService,
+  PluginSchema,
+  PluginService,
+  SecretService,
+  type AgentVersion,
+  type JobState,
+  type Approval,
+  type Job,
+  type JobEvent,
+  type Plugin,
+  type WatchJobResponse,
+} from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { registration, type ServiceRegistration } from "@oz0/serving";
+import { existsSync, readFileSync, statSync } from "node:fs";
+import type { AgentVersions } from "./agent-versions.js";
+import type { JobFeed } from "./job-feed.js";
+import { isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
+import type { AgentVersionRecord, JobRecord, JobStateName, JobStore, JsonObject, PermissionRecord, PluginRecord } from "./job-store.js";
+import { OrchestratorError } from "./orchestrator-error.js";
+import type { PluginRegistry } from "./plugin-registry.js";
+import type { SecretWriter } from "./session-runner.js";
+
+const CODES: Record<OrchestratorError["code"], Code> = {
+  not_found: Code.NotFound,
+  invalid_argument: Code.InvalidArgument,
+  already_exists: Code.AlreadyExists,
+  failed_precondition: Code.FailedPrecondition,
+  unavailable: Code.Unavailable,
+  internal: Code.Internal,
+};
+
+function mapError(error: unknown): never {
+  if (error instanceof OrchestratorError) throw new ConnectError(error.message, CODES[error.code], undefined, undefined, error);
+  throw error;
+}
+
+async function handle<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (error) {
+    mapError(error);
+  }
+}
+
+function required(value: string, field: string): string {
+  if (!value.trim()) throw new ConnectError(`${field} is required`, Code.InvalidArgument);
+  return value.trim();
+}
+
+const PROTO_TO_STATE = new Map<JobState, JobStateName>(Object.entries(JOB_STATE_TO_PROTO).map(([k, v]) => [v, k as JobStateName]));
+
+export function jobToProto(job: JobRecord): Job {
+  return create(JobSchema, {
+    id: job.id,
+    agent: { name: job.agentName, version: job.agentVersion },
+    input: job.input,
+    state: JOB_STATE_TO_PROTO[job.state],
+    createdAt: timestampFromDate(job.createdAt),
+    updatedAt: timestampFromDate(job.updatedAt),
+    ...(job.finishedAt ? { finishedAt: timestampFromDate(job.finishedAt) } : {}),
+    resultText: job.resultText,
+    stopReason: job.stopReason,
+    error: job.error,
+    sessionId: job.sessionId,
+    sandboxUrl: job.sandboxUrl,
+    lastSeq: BigInt(job.lastSeq),
+    attachments: job.attachments,
+  });
+}
+
+export function agentToProto(a: AgentVersionRecord): AgentVersion {
+  return create(AgentVersionSchema, {
+    name: a.name,
+    version: a.version,
+    description: a.definition.description ?? "",
+    runtime: a.definition.runtime,
+    plugin: a.plugin,
+    pluginVersion: a.pluginVersion,
+    contentHash: a.contentHash,
+    publishedAt: timestampFromDate(a.publishedAt),
+    definition: JSON.parse(JSON.stringify({ ...a.definition, instructions_text: a.instructions })) as ProtoJsonObject,
+  });
+}
+
+export function pluginToProto(p: PluginRecord): Plugin {
+  return create(PluginSchema, {
+    name: p.name,
+    version: p.version,
+    description: p.description,
+    source: p.source,
+    path: p.path,
+    installedAt: timestampFromDate(p.installedAt),
+    agents: p.manifest.agents ?? [],
+    harnesses: (p.manifest.harnesses ?? []).map((h) => ({
+      name: h.name,
+      command: h.command,
+      permissions: h.permissions ?? false,
+      capabilities: h.capabilities ?? [],
+      defaultTools: h.tools ?? [],
+    })),
+  });
+}
+
+const APPROVAL_STATE: Record<PermissionRecord["status"], ApprovalState> = {
+  pending: ApprovalState.PENDING,
+  approved: ApprovalState.APPROVED,
+  denied: ApprovalState.DENIED,
+  cancelled: ApprovalState.CANCELLED,
+  timed_out: ApprovalState.TIMED_OUT,
+};
+
+export function approvalToProto(p: PermissionRecord, job?: JobRecord): Approval {
+  return create(ApprovalSchema, {
+    jobId: p.jobId,
+    callId: p.id,
+    sessionId: p.sessionId,
+    tool: p.tool,
+    ...(p.input ? { input: p.input as ProtoJsonObject } : {}),
+    title: p.title,
+    state: APPROVAL_STATE[p.status],
+    requestedAt: timestampFromDate(p.requestedAt),
+    ...(p.answeredAt ? { answeredAt: timestampFromDate(p.answeredAt) } : {}),
+    answeredBy: p.answeredBy,
+    reason: p.reason,
+    ...(job ? { agent: { name: job.agentName, version: job.agentVersion } } : {}),
+  });
+}
+
+function isTerminalEvent(event: JobEvent): boolean {
+  if (event.event.case !== "stateChanged") return false;
+  const state = PROTO_TO_STATE.get(event.event.value.state);
+  return state !== undefined && isTerminal(state);
+}
+
+export interface OrchestratorServiceDeps {
+  store: JobStore;
+  feed: JobFeed;
+  runner: JobRunner;
+  plugins: PluginRegistry;
+  agents: AgentVersions;
+  secrets: SecretWriter;
+}
+
+async function* watch(deps: OrchestratorServiceDeps, jobId: string, afterSeq: number, context: HandlerContext): AsyncGenerator<WatchJobResponse> {
+  const job = await deps.store.getJob(jobId);
+  if (!job) throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
+  const buffer: JobEvent[] = [];
+  let wake: (() => void) | undefined;
+  const unsubscribe = deps.feed.subscribe(jobId, (event) => {
+    buffer.push(event);
+    wake?.();
+  });
+  const onAbort = (): void => wake?.();
+  context.signal.addEventListener("abort", onAbort);
+  try {
+    let last = afterSeq;
+    for (;;) {
+      const page = await deps.store.listJobEvents(jobId, last, 500);
+      if (page.length === 0) break;
+      for (const event of page) {
+        yield { event } as WatchJobResponse;
+        last = Number(event.seq);
+        if (isTerminalEvent(event)) return;
+      }
+    }
+    const current = await deps.store.getJob(jobId);
+    if (current && isTerminal(current.state) && Number(current.lastSeq) <= last) return;
+    while (!context.signal.aborted) {
+      while (buffer.length > 0) {
+        const event = buffer.shift()!;
+        if (Number(event.seq) <= last) continue;
+        yield { event } as WatchJobResponse;
+        last = Number(event.seq);
+        if (isTerminalEvent(event)) return;
+      }
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+        if (buffer.length > 0 || context.signal.aborted) resolve();
+      });
+      wake = undefined;
+    }
+  } finally {
+    unsubscribe();
+    context.signal.removeEventListener("abort", onAbort);
+  }
+}
+
+export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegistration[] {
+  const jobs = registration(JobService, {
+    runAgent: (req) =>
+      handle(async () => ({
+        job: jobToProto(await deps.runner.runAgent({ agent: required(req.agent, "agent"), input: req.input, attachments: req.attachments })),
+      })),
+    getJob: (req) =>
+      handle(async () => {
+        const job = await deps.store.getJob(required(req.jobId, "job_id"));
+        if (!job) throw new ConnectError(`job ${req.jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
+        return { job: jobToProto(job) };
+      }),
+    listJobs: (req) =>
+      handle(async () => {
+        const state = req.state ? PROTO_TO_STATE.get(req.state) : undefined;
+        const list = await deps.store.listJobs({ limit: req.limit || 50, ...(state ? { state } : {}), ...(req.agent ? { agent: req.agent } : {}) });
+        return { jobs: list.map(jobToProto) };
+      }),
+    watchJob: (req, context) => watch(deps, required(req.jobId, "job_id"), Number(req.afterSeq), context),
+    cancelJob: (req) => handle(async () => ({ job: jobToProto(await deps.runner.cancel({ jobId: required(req.jobId, "job_id"), reason: req.reason })) })),
+    getArtifacts: (req) =>
+      handle(async () => {
+        const job = await deps.store.getJob(required(req.jobId, "job_id"));
+        if (!job) throw new ConnectError(`job ${req.jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
+        const found = [];
+        for (const event of await deps.store.listJobEvents(job.id, 0, 100_000)) {
+          if (event.event.case === "artifacts") found.push(...event.event.value.artifacts);
+        }
+        const artifacts = found.filter((a) => existsSync(a.path)).map((a) => create(ArtifactSchema, { ...a, sizeBytes: BigInt(statSync(a.path).size) }));
+        return { artifacts, contents: req.includeContent ? artifacts.map((a) => readFileSync(a.path)) : [] };
+      }),
+    answerPermission: (req) =>
+      handle(async () => {
+        const record = await deps.runner.answerPermission({
+          jobId: required(req.jobId, "job_id"),
+          callId: required(req.callId, "call_id"),
+          allow: req.allow,
+          ...(req.input ? { input: req.input as JsonObject } : {}),
+          reason: req.reason,
+          answeredBy: req.answeredBy,
+        });
+        return { approval: approvalToProto(record, await deps.store.getJob(record.jobId)) };
+      }),
+    listApprovals: (req) =>
+      handle(async () => {
+        const list = await deps.store.listPermissions({ approvalsOnly: true, pendingOnly: !req.includeAnswered, ...(req.jobId ? { jobId: req.jobId } : {}) });
+        const approvals = [];
+        for (const p of list) approvals.push(approvalToProto(p, await deps.store.getJob(p.jobId)));
+        return { approvals };
+      }),
+  });
+  const plugins = registration(PluginService, {
+    installPlugin: (req) =>
+      handle(async () => {
+        const result = await deps.plugins.install({ source: required(req.source, "source") });
+        return { plugin: pluginToProto(result.plugin), published: result.published.map((a) => ({ name: a.name, version: a.version })) };
+      }),
+    listPlugins: () => handle(async () => ({ plugins: (await deps.plugins.list()).map(pluginToProto) })),
+  });
+  const agents = registration(AgentService, {
+    listAgents: () => handle(async () => ({ agents: (await deps.agents.list()).map(agentToProto) })),
+    listAgentVersions: (req) => handle(async () => ({ versions: (await deps.agents.versions(required(req.name, "name"))).map(agentToProto) })),
+    getAgent: (req) => handle(async () => ({ agent: agentToProto(await deps.agents.resolve(required(req.name, "name"), req.version)) })),
+  });
+  const secrets = registration(SecretService, {
+    setSecret: (req) =>
+      handle(async () => {
+        await deps.secrets.setSecret({ name: required(req.name, "name"), value: req.value });
+        return {};
+      }),
+  });
+  return [jobs, plugins, agents, secrets];
+}

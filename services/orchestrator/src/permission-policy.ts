@@ -1,0 +1,74 @@
+// The tool policy every permission request of a session goes through, in
+// order: (1) the tool must be in the agent's harness.tools (else the harness's
+// default tools); (2) hooks, when configured, may allow, deny, change the
+// input or ask a person (issue 5 plugs its stages in here); (3) tools in
+// harness.requires_approval wait for a person; (4) anything else is allowed.
+import type { AgentVersionRecord, DeciderName, JsonObject } from "./job-store.js";
+
+export interface PermissionQuestion {
+  jobId: string;
+  sessionId: string;
+  agent: AgentVersionRecord;
+  /** The PermissionRequest's id. */
+  id: string;
+  tool: string;
+  input?: JsonObject;
+  title: string;
+  callId: string;
+}
+
+export type PolicyDecision =
+  | { kind: "allow"; decider: DeciderName; reason: string; input?: JsonObject }
+  | { kind: "deny"; decider: DeciderName; reason: string }
+  | { kind: "ask"; reason: string };
+
+/** One step of the policy. `undefined` means "no opinion": the next stage decides. */
+export interface PermissionStage {
+  readonly name: string;
+  decide(question: PermissionQuestion): Promise<PolicyDecision | undefined>;
+}
+
+/** The tools an agent version may use: harness.tools, else the harness's declared defaults. */
+export function allowedTools(agent: AgentVersionRecord): string[] | undefined {
+  return agent.definition.harness?.tools ?? agent.harness.manifest.tools;
+}
+
+export const toolListStage: PermissionStage = {
+  name: "tool-list",
+  async decide(q) {
+    const tools = allowedTools(q.agent);
+    if (tools === undefined) return undefined;
+    if (tools.includes(q.tool)) return undefined;
+    return {
+      kind: "deny",
+      decider: "policy",
+      reason: `tool ${q.tool} is not in this agent's harness.tools (${tools.join(", ") || "none"}); the call was refused`,
+    };
+  },
+};
+
+export const requiresApprovalStage: PermissionStage = {
+  name: "requires-approval",
+  async decide(q) {
+    const list = q.agent.definition.harness?.requires_approval ?? [];
+    if (!list.includes(q.tool)) return undefined;
+    return { kind: "ask", reason: `${q.tool} is in harness.requires_approval: a person approves each call` };
+  },
+};
+
+export class PermissionPolicy {
+  readonly #stages: PermissionStage[];
+
+  /** `hooks` run between the tool list and requires_approval. */
+  constructor(options: { hooks?: PermissionStage[] } = {}) {
+    this.#stages = [toolListStage, ...(options.hooks ?? []), requiresApprovalStage];
+  }
+
+  async decide(question: PermissionQuestion): Promise<PolicyDecision> {
+    for (const stage of this.#stages) {
+      const decision = await stage.decide(question);
+      if (decision) return decision;
+    }
+    return { kind: "allow", decider: "policy", reason: "no rule asks for approval" };
+  }
+}

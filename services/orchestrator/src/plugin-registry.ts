@@ -1,0 +1,166 @@
+// Plugins: a folder or git repository with oz0-plugin.yaml. Installing copies
+// (or clones) it into the data directory under a content-addressed folder, so
+// an installed copy never changes under an agent version that points at it;
+// then validates the manifest and every agent against the published schemas,
+// registers the plugin and publishes its agents.
+import { execFile } from "node:child_process";
+import { createHash, randomUUID } from "node:crypto";
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
+import path from "node:path";
+import { promisify } from "node:util";
+import { AgentVersions } from "./agent-versions.js";
+import type { AgentVersionRecord, JobStore, PluginRecord, ResolvedHarness } from "./job-store.js";
+import { invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
+import type { AgentDefinition, HarnessManifest, PluginManifest } from "./plugin-types.js";
+import { readYamlDocument } from "./yaml-validation.js";
+
+const run = promisify(execFile);
+
+export const MANIFEST_FILE = "oz0-plugin.yaml";
+
+export interface InstallResult {
+  plugin: PluginRecord;
+  published: AgentVersionRecord[];
+}
+
+function isGitSource(source: string): boolean {
+  return /^(https?|git|ssh|file):\/\//.test(source) || /^[\w.-]+@[\w.-]+:/.test(source) || source.endsWith(".git");
+}
+
+/** sha256 over every file's relative path and content (the .git folder excluded). */
+function hashTree(root: string): string {
+  const hash = createHash("sha256");
+  const walk = (dir: string): void => {
+    for (const entry of readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+      if (entry.name === ".git" || entry.name === "node_modules") continue;
+      const full = path.join(dir, entry.name);
+      const rel = path.relative(root, full);
+      if (entry.isDirectory()) walk(full);
+      else if (entry.isFile()) {
+        hash.update(`${rel}\0`);
+        hash.update(readFileSync(full));
+        hash.update("\0");
+      }
+    }
+  };
+  walk(root);
+  return hash.digest("hex");
+}
+
+export class PluginRegistry {
+  readonly #store: JobStore;
+  readonly #pluginsDir: string;
+  readonly #agents: AgentVersions;
+
+  constructor(options: { store: JobStore; home: string }) {
+    this.#store = options.store;
+    this.#pluginsDir = path.join(options.home, "plugins");
+    this.#agents = new AgentVersions({ store: options.store });
+  }
+
+  async install(options: { source: string }): Promise<InstallResult> {
+    const source = options.source.trim();
+    if (!source) throw invalidArgument("no plugin source given: pass a git URL or a directory that holds oz0-plugin.yaml");
+    const staging = path.join(this.#pluginsDir, ".staging", randomUUID());
+    mkdirSync(path.dirname(staging), { recursive: true });
+    try {
+      await this.#fetch(source, staging);
+      const manifest = readYamlDocument<PluginManifest>({ schema: "plugin-manifest", file: path.join(staging, MANIFEST_FILE), displayName: MANIFEST_FILE });
+      // Validate every agent before anything is registered: an install is all or nothing.
+      const agents = this.#readAgents(staging, manifest);
+      const finalDir = path.join(this.#pluginsDir, manifest.name, hashTree(staging).slice(0, 16));
+      if (existsSync(finalDir)) {
+        rmSync(staging, { recursive: true, force: true });
+      } else {
+        mkdirSync(path.dirname(finalDir), { recursive: true });
+        rmSync(path.join(staging, ".git"), { recursive: true, force: true });
+        renameSync(staging, finalDir);
+      }
+      const harnesses = new Map<string, ResolvedHarness>();
+      for (const h of manifest.harnesses ?? []) harnesses.set(h.name, { plugin: manifest.name, pluginPath: finalDir, manifest: h });
+      const resolved: { agent: (typeof agents)[number]; harness: ResolvedHarness }[] = [];
+      for (const agent of agents) {
+        resolved.push({ agent, harness: await this.#resolveHarness(agent.definition, agent.file, harnesses) });
+      }
+      const record: PluginRecord = {
+        name: manifest.name,
+        version: manifest.version,
+        description: manifest.description ?? "",
+        source,
+        path: finalDir,
+        manifest,
+        installedAt: new Date(),
+      };
+      await this.#store.putPlugin(record);
+      const published: AgentVersionRecord[] = [];
+      for (const { agent, harness } of resolved) {
+        const result = await this.#agents.publish({
+          definition: agent.definition,
+          instructions: agent.instructions,
+          plugin: manifest.name,
+          pluginVersion: manifest.version,
+          pluginPath: finalDir,
+          harness,
+        });
+        if (result.published) published.push(result.record);
+      }
+      return { plugin: record, published };
+    } finally {
+      rmSync(staging, { recursive: true, force: true });
+    }
+  }
+
+  async #fetch(source: string, into: string): Promise<void> {
+    const local = path.resolve(source);
+    if (!isGitSource(source) && existsSync(local) && statSync(local).isDirectory()) {
+      if (!existsSync(path.join(local, MANIFEST_FILE))) {
+        throw notFound(`plugin not found: ${source} has no ${MANIFEST_FILE}; point at the plugin's folder or git repository`);
+      }
+      cpSync(local, into, { recursive: true, filter: (src) => !/[\\/](\.git|node_modules)$/.test(src) });
+      return;
+    }
+    if (!isGitSource(source)) {
+      throw notFound(`plugin not found: ${source} is neither a directory nor a git URL; pass a path to the plugin folder or a git URL`);
+    }
+    try {
+      await run("git", ["clone", "--quiet", "--depth", "1", source, into], { timeout: 120_000, env: { ...process.env, GIT_TERMINAL_PROMPT: "0" } });
+    } catch (error) {
+      const stderr = (error as { stderr?: string }).stderr?.trim().split("\n").pop() ?? "";
+      throw new OrchestratorError("not_found", `plugin not found: git clone ${source} failed${stderr ? ` (${stderr})` : ""}; check the URL and your access`);
+    }
+    if (!existsSync(path.join(into, MANIFEST_FILE))) {
+      throw notFound(`plugin not found: the repository ${source} has no ${MANIFEST_FILE} at its root`);
+    }
+  }
+
+  #readAgents(root: string, manifest: PluginManifest): { file: string; definition: AgentDefinition; instructions: string }[] {
+    const seen = new Set<string>();
+    return (manifest.agents ?? []).map((rel) => {
+      const file = path.resolve(root, rel);
+      if (!file.startsWith(root + path.sep)) throw invalidArgument(`${MANIFEST_FILE}: field /agents: ${rel} is outside the plugin; list files inside it`);
+      const definition = readYamlDocument<AgentDefinition>({ schema: "agent", file, displayName: rel });
+      if (seen.has(definition.name)) throw invalidArgument(`${rel}: field /name: agent "${definition.name}" is defined twice in this plugin; rename one`);
+      seen.add(definition.name);
+      const instructionsFile = path.resolve(path.dirname(file), definition.instructions);
+      if (!instructionsFile.startsWith(root + path.sep) || !existsSync(instructionsFile)) {
+        throw invalidArgument(`${rel}: field /instructions: expected a file in the plugin, relative to ${rel}; ${definition.instructions} does not exist`);
+      }
+      return { file: rel, definition, instructions: readFileSync(instructionsFile, "utf8") };
+    });
+  }
+
+  async #resolveHarness(definition: AgentDefinition, file: string, own: Map<string, ResolvedHarness>): Promise<ResolvedHarness> {
+    const name = definition.runtime.slice("harness:".length);
+    const local = own.get(name);
+    if (local) return local;
+    for (const plugin of await this.#store.listPlugins()) {
+      const h = plugin.manifest.harnesses?.find((x: HarnessManifest) => x.name === name);
+      if (h) return { plugin: plugin.name, pluginPath: plugin.path, manifest: h };
+    }
+    throw invalidArgument(`${file}: field /runtime: no installed plugin declares harness "${name}"; install the plugin that provides it first`);
+  }
+
+  list(): Promise<PluginRecord[]> {
+    return this.#store.listPlugins();
+  }
+}

@@ -1,0 +1,137 @@
+// SessionRunner over one sandbox node's oz0.sandbox.v1.SandboxService.
+import path from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import type { PermissionAnswer } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import {
+  RunSessionRequestSchema,
+  SandboxService,
+  SessionStatus,
+  type RunSessionRequest,
+  type RunSessionResponse,
+} from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { MessageQueue } from "./message-queue.js";
+import {
+  SessionNotFoundError,
+  type SandboxMessage,
+  type SessionChannel,
+  type SessionRunner,
+  type StartSessionOptions,
+} from "./session-runner.js";
+
+const encoder = new TextEncoder();
+
+function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
+  const seq = Number(response.seq);
+  const m = response.message;
+  switch (m.case) {
+    case "started":
+      return { seq, kind: "started", sessionId: response.sessionId };
+    case "event":
+      return { seq, kind: "event", event: m.value };
+    case "artifacts": {
+      const artifacts = [];
+      if (m.value.patch) artifacts.push({ name: "changes.patch", mediaType: "text/x-diff", content: encoder.encode(m.value.patch) });
+      for (const file of m.value.files) artifacts.push({ name: file.path, mediaType: "application/octet-stream", content: file.content });
+      return { seq, kind: "artifacts", artifacts };
+    }
+    case "exited": {
+      const e = m.value;
+      const failed = e.status === SessionStatus.FAILED || e.status === SessionStatus.TIMED_OUT;
+      const error = failed
+        ? `${e.errorCode || "failed"}: ${e.errorMessage || "the session failed"}${e.stderrTail ? ` (stderr: ${e.stderrTail.trim().split("\n").slice(-3).join(" | ")})` : ""}`
+        : "";
+      return {
+        seq,
+        kind: "exited",
+        exitCode: e.how.case === "exitCode" ? e.how.value : 0,
+        signal: e.how.case === "signal" ? e.how.value : "",
+        error,
+        ...(e.result ? { result: e.result } : {}),
+      };
+    }
+    default:
+      return undefined; // `rejected` answers this stream only; the session is unaffected
+  }
+}
+
+class SandboxChannel implements SessionChannel {
+  readonly #requests = new MessageQueue<RunSessionRequest>();
+  readonly #abort = new AbortController();
+  readonly #responses: AsyncIterable<RunSessionResponse>;
+  readonly #sessionId: string;
+
+  constructor(client: Client<typeof SandboxService>, first: RunSessionRequest, sessionId: string) {
+    this.#sessionId = sessionId;
+    this.#requests.push(first);
+    this.#responses = client.runSession(this.#requests, { signal: this.#abort.signal });
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<SandboxMessage> {
+    try {
+      for await (const response of this.#responses) {
+        const message = toMessage(response);
+        if (message) yield message;
+      }
+    } catch (error) {
+      if (this.#abort.signal.aborted) return;
+      const err = ConnectError.from(error);
+      if (err.code === Code.NotFound) throw new SessionNotFoundError(this.#sessionId);
+      throw err;
+    } finally {
+      this.#requests.end();
+    }
+  }
+
+  async answerPermission(answer: PermissionAnswer): Promise<void> {
+    if (this.#requests.ended) throw new Error("the session stream is closed");
+    this.#requests.push(create(RunSessionRequestSchema, { message: { case: "permissionAnswer", value: answer } }));
+  }
+
+  close(): void {
+    this.#requests.end();
+    this.#abort.abort();
+  }
+}
+
+export class SandboxClient implements SessionRunner {
+  readonly url: string;
+  readonly #client: Client<typeof SandboxService>;
+
+  constructor(options: { url: string }) {
+    this.url = options.url;
+    this.#client = createClient(SandboxService, createGrpcTransport({ baseUrl: options.url }));
+  }
+
+  start(options: StartSessionOptions): SessionChannel {
+    const first = create(RunSessionRequestSchema, {
+      message: {
+        case: "start",
+        value: {
+          request: options.request,
+          command: options.command,
+          pluginDir: options.pluginDir,
+          attachments: options.attachments.map((nodePath) => ({ path: path.basename(nodePath), source: { case: "nodePath" as const, value: nodePath } })),
+        },
+      },
+    });
+    return new SandboxChannel(this.#client, first, options.request.sessionId);
+  }
+
+  reattach(options: { sessionId: string; afterSeq: number }): SessionChannel {
+    const first = create(RunSessionRequestSchema, {
+      message: { case: "attach", value: { sessionId: options.sessionId, afterSeq: BigInt(options.afterSeq) } },
+    });
+    return new SandboxChannel(this.#client, first, options.sessionId);
+  }
+
+  async cancel(options: { sessionId: string; reason: string }): Promise<void> {
+    try {
+      await this.#client.cancelSession({ sessionId: options.sessionId, reason: options.reason });
+    } catch (error) {
+      if (ConnectError.from(error).code === Code.NotFound) throw new SessionNotFoundError(options.sessionId);
+      throw error;
+    }
+  }
+}

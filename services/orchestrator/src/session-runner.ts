@@ -1,0 +1,78 @@
+// What the job runner needs from a sandbox node: start a session, re-attach
+// to it by session id after the last sequence number handled, answer its
+// permission requests, cancel it. sandbox-client.ts implements it over the
+// sandbox's RunSession stream.
+import type { PermissionAnswer, SessionEvent, SessionRequest, SessionResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
+
+export interface SessionArtifact {
+  name: string;
+  mediaType: string;
+  content: Uint8Array;
+}
+
+/** One message of a session, numbered by the sandbox (per session, from 1). */
+export type SandboxMessage =
+  | { seq: number; kind: "started"; sessionId: string }
+  | { seq: number; kind: "event"; event: SessionEvent }
+  | { seq: number; kind: "exited"; exitCode: number; signal: string; error: string; result?: SessionResult }
+  | { seq: number; kind: "artifacts"; artifacts: SessionArtifact[] };
+
+export interface StartSessionOptions {
+  request: SessionRequest;
+  /** The harness command, paths already absolute. */
+  command: string[];
+  /** The plugin's folder (the harness's own files). */
+  pluginDir: string;
+  /** Extra environment for the harness (from the manifest). */
+  env: Record<string, string>;
+  /** Absolute paths copied into the working directory. */
+  attachments: string[];
+}
+
+export interface SessionChannel extends AsyncIterable<SandboxMessage> {
+  answerPermission(answer: PermissionAnswer): Promise<void>;
+  /** Stop listening (the session keeps running on the sandbox). */
+  close(): void;
+}
+
+export class SessionNotFoundError extends Error {
+  constructor(sessionId: string) {
+    super(`session ${sessionId} is not known to the sandbox`);
+    this.name = "SessionNotFoundError";
+  }
+}
+
+export interface SessionRunner {
+  readonly url: string;
+  start(options: StartSessionOptions): SessionChannel;
+  /** Messages with seq > afterSeq; the channel throws SessionNotFoundError when the sandbox has no such session. */
+  reattach(options: { sessionId: string; afterSeq: number }): SessionChannel;
+  /** SIGTERM to the session's process group, SIGKILL after the grace period. */
+  cancel(options: { sessionId: string; reason: string }): Promise<void>;
+}
+
+/** Session tokens at the LLM proxy. */
+export interface TokenIssuer {
+  mint(options: { jobId: string; agent: string; agentVersion: number; sessionId: string; budgetUsd?: number; ttlMs?: number }): Promise<MintedToken>;
+  revoke(options: { tokenId: string }): Promise<void>;
+}
+
+export interface MintedToken {
+  token: string;
+  tokenId: string;
+  anthropicBaseUrl: string;
+  openaiBaseUrl: string;
+  /** Headers every model call carries (Oz0-Job, Oz0-Agent). */
+  headers: Record<string, string>;
+}
+
+/** Provider keys, handed on to the LLM proxy (write-only). */
+export interface SecretWriter {
+  setSecret(options: { name: string; value: string }): Promise<void>;
+}
+
+/** Raw lifecycle events for the events service. Never blocks, never throws. */
+export interface LifecycleSink {
+  publish(type: string, init: { jobId: string; sessionId?: string; toolCallId?: string; agentName?: string; agentVersion?: string; status?: string; attributes?: Record<string, unknown> }): void;
+  close(): Promise<void>;
+}

@@ -1,0 +1,103 @@
+// Wire the orchestrator: store, registry, runner, RPC server; re-attach to
+// the jobs that were running when it last stopped.
+import os from "node:os";
+import path from "node:path";
+import { createLogger, serve, type Logger } from "@oz0/serving";
+import { AgentVersions } from "./agent-versions.js";
+import { JobFeed } from "./job-feed.js";
+import { JobRunner } from "./job-runner.js";
+import type { JobStore } from "./job-store.js";
+import { createLifecycleSink } from "./lifecycle-events.js";
+import { LlmProxyClient } from "./llm-proxy-client.js";
+import { orchestratorServices } from "./orchestrator-service.js";
+import { PermissionPolicy } from "./permission-policy.js";
+import { PluginRegistry } from "./plugin-registry.js";
+import { SandboxClient } from "./sandbox-client.js";
+import type { LifecycleSink, SecretWriter, SessionRunner, TokenIssuer } from "./session-runner.js";
+import { SqliteJobStore } from "./sqlite-store.js";
+
+export interface OrchestratorConfig {
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** 0 picks a free port. Default 7700. */
+  port?: number;
+  /** The data directory (OZ0_HOME). Default ~/.oz0. */
+  home?: string;
+  /** Sandbox nodes (OZ0_SANDBOX_URLS); or `sandboxes` for custom runners. */
+  sandboxUrls?: string[];
+  sandboxes?: SessionRunner[];
+  /** The LLM proxy (OZ0_LLM_PROXY_URL); or `tokens` and `secrets`. */
+  llmProxyUrl?: string;
+  tokens?: TokenIssuer & Partial<SecretWriter>;
+  /** The events service (OZ0_EVENTS_URL); lifecycle events are not published without it. */
+  eventsUrl?: string;
+  /** Defaults to SQLite at <home>/orchestrator.db. */
+  store?: JobStore;
+  logger?: Logger;
+}
+
+export interface RunningOrchestrator {
+  readonly url: string;
+  readonly port: number;
+  readonly home: string;
+  readonly store: JobStore;
+  readonly runner: JobRunner;
+  /** Stop serving and following sessions; sessions keep running on their sandboxes. */
+  close(): Promise<void>;
+}
+
+export function defaultHome(): string {
+  return process.env.OZ0_HOME || path.join(os.homedir(), ".oz0");
+}
+
+export async function startOrchestrator(config: OrchestratorConfig = {}): Promise<RunningOrchestrator> {
+  const home = path.resolve(config.home ?? defaultHome());
+  const logger = config.logger ?? createLogger({ name: "orchestrator" });
+  const store = config.store ?? new SqliteJobStore({ file: path.join(home, "orchestrator.db") });
+  const sandboxes = config.sandboxes ?? (config.sandboxUrls ?? []).map((url) => new SandboxClient({ url }));
+  if (sandboxes.length === 0) throw new Error("no sandbox configured: set OZ0_SANDBOX_URLS (comma-separated sandbox URLs)");
+  const proxy = config.tokens ?? (config.llmProxyUrl ? new LlmProxyClient({ url: config.llmProxyUrl }) : undefined);
+  if (!proxy) throw new Error("no LLM proxy configured: set OZ0_LLM_PROXY_URL");
+  const secrets: SecretWriter = {
+    setSecret: async (s) => {
+      if (!proxy.setSecret) throw new Error("this LLM proxy takes no secrets");
+      await proxy.setSecret(s);
+    },
+  };
+  const lifecycle: LifecycleSink | undefined = config.eventsUrl ? createLifecycleSink({ url: config.eventsUrl, logger }) : undefined;
+  const feed = new JobFeed();
+  const runner = new JobRunner({ store, feed, sandboxes, tokens: proxy, policy: new PermissionPolicy(), home, logger, ...(lifecycle ? { lifecycle } : {}) });
+  const server = await serve({
+    name: "orchestrator",
+    host: config.host ?? "127.0.0.1",
+    port: config.port ?? 7700,
+    logger,
+    services: orchestratorServices({
+      store,
+      feed,
+      runner,
+      plugins: new PluginRegistry({ store, home }),
+      agents: new AgentVersions({ store }),
+      secrets,
+    }),
+  });
+  const resumed = await runner.resumeAll();
+  if (resumed > 0) logger.info({ resumed }, "re-attached to running jobs");
+  let closing: Promise<void> | undefined;
+  return {
+    url: server.url,
+    port: server.port,
+    home,
+    store,
+    runner,
+    close() {
+      closing ??= (async () => {
+        await runner.close();
+        await server.close({ graceMs: 1_000 });
+        await lifecycle?.close();
+        await store.close();
+      })();
+      return closing;
+    },
+  };
+}

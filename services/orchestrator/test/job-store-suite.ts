@@ -1,0 +1,161 @@
+// The JobStore contract as a reusable suite: every store implementation
+// (SQLite now, PostgreSQL next) runs exactly these tests through its factory.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { create } from "@bufbuild/protobuf";
+import { JobEventSchema, JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import type { JobRecord, JobStore, NewAgentVersion, PermissionRecord } from "../src/job-store.js";
+
+export type StoreFactory = () => Promise<{ store: JobStore; cleanup?: () => Promise<void> }>;
+
+function agent(name: string, hash: string): NewAgentVersion {
+  return {
+    name,
+    contentHash: hash,
+    plugin: "example",
+    pluginVersion: "0.1.0",
+    pluginPath: "/plugins/example/abc",
+    definition: { name, runtime: "harness:fake", model: { primary: "anthropic/claude-sonnet-5-5" }, instructions: "prompts/a.md" },
+    instructions: `instructions ${hash}`,
+    harness: { plugin: "example", pluginPath: "/plugins/example/abc", manifest: { name: "fake", command: ["fake"] } },
+  };
+}
+
+function job(id: string, overrides: Partial<JobRecord> = {}): JobRecord {
+  const now = new Date();
+  return {
+    id,
+    agentName: "fixer",
+    agentVersion: 1,
+    input: "fix it",
+    state: "pending",
+    createdAt: now,
+    updatedAt: now,
+    resultText: "",
+    stopReason: 0,
+    error: "",
+    sessionId: `ses_${id}`,
+    sandboxUrl: "http://127.0.0.1:1",
+    lastSeq: 0,
+    sandboxSeq: 0,
+    attachments: [],
+    tokenId: "",
+    ...overrides,
+  };
+}
+
+function permission(jobId: string, id: string, overrides: Partial<PermissionRecord> = {}): PermissionRecord {
+  return {
+    jobId,
+    id,
+    callId: `call_${id}`,
+    sessionId: `ses_${jobId}`,
+    tool: "Bash",
+    input: { command: "npm test" },
+    title: "Run npm test",
+    needsPerson: true,
+    status: "pending",
+    reason: "",
+    answeredBy: "",
+    requestedAt: new Date(),
+    delivered: false,
+    ...overrides,
+  };
+}
+
+export function jobStoreSuite(name: string, factory: StoreFactory): void {
+  const withStore = (title: string, fn: (store: JobStore) => Promise<void>): void => {
+    test(`${name}: ${title}`, async () => {
+      const { store, cleanup } = await factory();
+      try {
+        await fn(store);
+      } finally {
+        await store.close();
+        await cleanup?.();
+      }
+    });
+  };
+
+  withStore("publishing the same content keeps the version; a change publishes the next", async (store) => {
+    const first = await store.publishAgentVersion(agent("fixer", "h1"));
+    assert.equal(first.published, true);
+    assert.equal(first.record.version, 1);
+    const same = await store.publishAgentVersion(agent("fixer", "h1"));
+    assert.equal(same.published, false);
+    assert.equal(same.record.version, 1);
+    const changed = await store.publishAgentVersion(agent("fixer", "h2"));
+    assert.equal(changed.record.version, 2);
+    assert.equal((await store.getAgentVersion("fixer"))?.version, 2);
+    assert.equal((await store.getAgentVersion("fixer", 1))?.instructions, "instructions h1");
+    assert.deepEqual((await store.listAgentVersions("fixer")).map((v) => v.version), [1, 2]);
+    await store.publishAgentVersion(agent("other", "h9"));
+    assert.deepEqual((await store.listAgents()).map((a) => `${a.name}@${a.version}`), ["fixer@2", "other@1"]);
+    assert.equal(await store.getAgentVersion("missing"), undefined);
+  });
+
+  withStore("plugins are stored and replaced by name", async (store) => {
+    const record = { name: "example", version: "0.1.0", description: "", source: "/src", path: "/p/1", manifest: { name: "example", version: "0.1.0" }, installedAt: new Date() };
+    await store.putPlugin(record);
+    await store.putPlugin({ ...record, version: "0.2.0", path: "/p/2" });
+    const list = await store.listPlugins();
+    assert.equal(list.length, 1);
+    assert.equal(list[0]!.version, "0.2.0");
+    assert.equal((await store.getPlugin("example"))?.path, "/p/2");
+  });
+
+  withStore("events get gap-free sequence numbers, with the job patch in the same step", async (store) => {
+    await store.createJob(job("j1"));
+    const stored = await store.append({
+      jobId: "j1",
+      events: [
+        create(JobEventSchema, { event: { case: "stateChanged", value: { state: JobState.RUNNING } } }),
+        create(JobEventSchema, { event: { case: "text", value: { text: "hello" } } }),
+      ],
+      job: { state: "running", sandboxSeq: 7 },
+    });
+    assert.deepEqual(stored.map((e) => Number(e.seq)), [1, 2]);
+    const more = await store.append({ jobId: "j1", events: [create(JobEventSchema, { event: { case: "text", value: { text: "again" } } })] });
+    assert.equal(Number(more[0]!.seq), 3);
+    const j = await store.getJob("j1");
+    assert.equal(j?.state, "running");
+    assert.equal(j?.sandboxSeq, 7);
+    assert.equal(j?.lastSeq, 3);
+    const after1 = await store.listJobEvents("j1", 1);
+    assert.deepEqual(after1.map((e) => Number(e.seq)), [2, 3]);
+    assert.equal(after1[0]!.event.case, "text");
+    assert.equal(after1[0]!.jobId, "j1");
+  });
+
+  withStore("jobs list newest first and filter by state and agent", async (store) => {
+    await store.createJob(job("a", { createdAt: new Date(1000) }));
+    await store.createJob(job("b", { createdAt: new Date(2000), state: "succeeded" }));
+    await store.createJob(job("c", { createdAt: new Date(3000), agentName: "other" }));
+    assert.deepEqual((await store.listJobs()).map((j) => j.id), ["c", "b", "a"]);
+    assert.deepEqual((await store.listJobs({ state: "pending" })).map((j) => j.id), ["c", "a"]);
+    assert.deepEqual((await store.listJobs({ agent: "fixer" })).map((j) => j.id), ["b", "a"]);
+    assert.deepEqual((await store.listJobs({ limit: 1 })).map((j) => j.id), ["c"]);
+    const updated = await store.updateJob("a", { state: "failed", error: "boom", finishedAt: new Date(5000), cancelRequestedAt: new Date(4000) });
+    assert.equal(updated.error, "boom");
+    assert.equal(updated.finishedAt?.getTime(), 5000);
+    assert.equal(updated.cancelRequestedAt?.getTime(), 4000);
+    await assert.rejects(store.updateJob("missing", { state: "failed" }), /not found/);
+  });
+
+  withStore("permissions are durable records: pending, answered, delivered", async (store) => {
+    await store.createJob(job("j1"));
+    await store.append({ jobId: "j1", events: [], permissions: [permission("j1", "p1"), permission("j1", "p2", { needsPerson: false, status: "approved", decider: "policy" })] });
+    assert.deepEqual((await store.listPermissions({ approvalsOnly: true, pendingOnly: true })).map((p) => p.id), ["p1"]);
+    const p1 = await store.getPermission("j1", "p1");
+    assert.deepEqual(p1?.input, { command: "npm test" });
+    assert.equal((await store.getPermission("j1", "call_p1"))?.id, "p1", "found by its tool call id too");
+    await store.append({ jobId: "j1", events: [], permissions: [{ ...p1!, status: "approved", decider: "person", answeredBy: "ann", answerInput: { command: "npm test -- --x" }, answeredAt: new Date() }] });
+    assert.deepEqual((await store.listPermissions({ jobId: "j1", undeliveredOnly: true })).map((p) => p.id).sort(), ["p1", "p2"]);
+    await store.markPermissionDelivered("j1", "p1");
+    assert.deepEqual((await store.listPermissions({ jobId: "j1", undeliveredOnly: true })).map((p) => p.id), ["p2"]);
+    const answered = await store.getPermission("j1", "p1");
+    assert.equal(answered?.status, "approved");
+    assert.equal(answered?.answeredBy, "ann");
+    assert.deepEqual(answered?.answerInput, { command: "npm test -- --x" });
+    assert.equal(answered?.delivered, true);
+  });
+}
