@@ -1,2 +1,97 @@
-// Filled in by the issue that builds this package.
-export {};
+// @oz0/sandbox: the node agent that runs harness sessions.
+import { existsSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { createLogger, READINESS, registration, serve, ServingStatus } from "@oz0/serving";
+import { DEFAULT_READ_ONLY_PATHS, detectBubblewrap, type BubblewrapDetection } from "./bubblewrap-launcher.js";
+import { createLifecycleEvents } from "./lifecycle-events.js";
+import { defaultRoot, defaultSessionPath, DEFAULT_PORT, type SandboxConfig } from "./sandbox-config.js";
+import { sandboxService } from "./sandbox-service.js";
+import { prepareRoot } from "./session-directories.js";
+import { SessionRegistry } from "./session-registry.js";
+
+export { configFromEnv, DEFAULT_PORT } from "./sandbox-config.js";
+export type { IsolationSetting, SandboxConfig } from "./sandbox-config.js";
+export { detectBubblewrap, DEFAULT_READ_ONLY_PATHS } from "./bubblewrap-launcher.js";
+export type { BubblewrapDetection } from "./bubblewrap-launcher.js";
+export { buildSessionEnvironment, QUIET_HARNESS_ENV } from "./session-environment.js";
+
+/** The health service name that says whether sessions run under bubblewrap (SERVING) or not (NOT_SERVING). */
+export const ISOLATION_HEALTH_SERVICE = "isolation";
+
+export interface RunningSandbox {
+  /** `http://host:port`. */
+  readonly url: string;
+  /** How sessions are isolated on this node. */
+  readonly isolation: "bwrap" | "none";
+  /** Why bubblewrap is or is not used, as detected at start-up. */
+  readonly bubblewrap: BubblewrapDetection;
+  /** Stop taking sessions (readiness NOT_SERVING), cancel running ones with the grace, then close. */
+  close(): Promise<void>;
+}
+
+/** The in-sandbox LLM forwarder must be plain JavaScript for the node inside bubblewrap: beside this module in dist, or in dist when run from src. */
+function entryScript(): string {
+  const here = path.dirname(fileURLToPath(import.meta.url));
+  const candidates = [path.join(here, "sandbox-entry.mjs"), path.join(here, "..", "dist", "sandbox-entry.mjs")];
+  const found = candidates.find((candidate) => existsSync(candidate));
+  if (found === undefined) throw new Error(`sandbox-entry.mjs not found (looked at ${candidates.join(", ")}); run npm run build`);
+  return found;
+}
+
+export async function startSandbox(config: SandboxConfig = {}): Promise<RunningSandbox> {
+  const logger = config.logger ?? createLogger({ name: "sandbox" });
+  const root = await prepareRoot(config.root ?? defaultRoot());
+  const setting = config.isolation ?? "auto";
+  const bubblewrap: BubblewrapDetection =
+    setting === "none" ? { available: false, reason: "OZ0_ISOLATION=none" } : await detectBubblewrap({ bwrapPath: config.bwrapPath });
+  if (setting === "bwrap" && !bubblewrap.available) {
+    throw new Error(`OZ0_ISOLATION=bwrap requires bubblewrap, which does not work here: ${bubblewrap.reason ?? "unknown reason"}`);
+  }
+  const useBwrap = bubblewrap.available && bubblewrap.path !== undefined;
+  if (useBwrap) logger.info({ isolation: "bwrap", bwrap: bubblewrap.path, version: bubblewrap.version }, "sessions run under bubblewrap");
+  else logger.warn({ isolation: "none", reason: bubblewrap.reason }, "sessions run WITHOUT OS isolation (plain process groups)");
+
+  const lifecycle = config.eventsUrl !== undefined ? createLifecycleEvents({ url: config.eventsUrl, logger }) : undefined;
+  const registry = new SessionRegistry({
+    root,
+    maxSessions: config.maxSessions ?? 16,
+    isolation: useBwrap
+      ? { mode: "bwrap", bwrapPath: bubblewrap.path as string, readOnlyPaths: [...DEFAULT_READ_ONLY_PATHS, ...(config.readOnlyPaths ?? [])], entryScript: entryScript() }
+      : { mode: "none" },
+    sessionPath: config.sessionPath ?? defaultSessionPath(),
+    locale: config.locale ?? "C.UTF-8",
+    cancelGraceMs: config.cancelGraceMs ?? 10_000,
+    retentionMs: config.retentionMs ?? 10 * 60_000,
+    maxLineBytes: config.maxLineBytes ?? 1024 * 1024,
+    maxArtifactBytes: config.maxArtifactBytes ?? 8 * 1024 * 1024,
+    logger,
+    listener: lifecycle?.listener,
+  });
+  const server = await serve({
+    name: "sandbox",
+    host: config.host,
+    port: config.port ?? DEFAULT_PORT,
+    services: [registration(SandboxService, sandboxService(registry))],
+    logger,
+  });
+  server.health.setStatus(ISOLATION_HEALTH_SERVICE, useBwrap ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);
+
+  let closing: Promise<void> | undefined;
+  return {
+    url: server.url,
+    isolation: useBwrap ? "bwrap" : "none",
+    bubblewrap,
+    close() {
+      closing ??= (async () => {
+        server.health.setStatus(READINESS, ServingStatus.NOT_SERVING);
+        server.health.setStatus("", ServingStatus.NOT_SERVING);
+        await registry.shutdown();
+        await lifecycle?.close();
+        await server.close();
+      })();
+      return closing;
+    },
+  };
+}

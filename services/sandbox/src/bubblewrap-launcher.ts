@@ -1,0 +1,202 @@
+// Runs harnesses under bubblewrap: own mount, PID, network, IPC, UTS and
+// user namespaces, every capability dropped, an environment of exactly the
+// allowlisted variables, the working and state directories writable, a few
+// system directories read-only and everything else (other sessions, /root,
+// the node's /tmp, the sandbox's files) absent.
+//
+// Signals: a SIGTERM to bwrap tears the whole PID namespace down at once, so
+// the harness would never get its grace. `--info-fd` tells the pid (on the
+// node) of the namespace's init; the harness and everything it starts share
+// that init's process group (bwrap --new-session), and the init ignores
+// signals it has no handler for. So terminate() signals that group, and
+// kill() SIGKILLs bwrap and the init, which takes the namespace with it.
+import { execFile, spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import path from "node:path";
+import type { Readable } from "node:stream";
+import type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "@oz0/harness/host";
+
+/** System paths bound read-only when they exist; /etc only in part, since it can hold secrets. */
+export const DEFAULT_READ_ONLY_PATHS: readonly string[] = [
+  "/usr",
+  "/bin",
+  "/sbin",
+  "/lib",
+  "/lib32",
+  "/lib64",
+  "/etc/alternatives",
+  "/etc/ssl",
+  "/etc/ca-certificates",
+  "/etc/pki",
+  "/etc/resolv.conf",
+  "/etc/hosts",
+  "/etc/nsswitch.conf",
+  "/etc/passwd",
+  "/etc/group",
+  "/etc/localtime",
+  "/etc/ld.so.cache",
+  "/etc/ld.so.conf",
+  "/etc/ld.so.conf.d",
+];
+
+export interface BubblewrapDetection {
+  available: boolean;
+  /** The bwrap binary that worked. */
+  path?: string;
+  version?: string;
+  /** Why it is not available, for logs and health. */
+  reason?: string;
+}
+
+/** Tries a real sandbox with every namespace this launcher uses; bwrap being installed is not enough (user namespaces may be off). */
+export async function detectBubblewrap(options: { bwrapPath?: string } = {}): Promise<BubblewrapDetection> {
+  const candidates = options.bwrapPath !== undefined ? [options.bwrapPath] : ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
+  const bwrap = candidates.find((candidate) => existsSync(candidate));
+  if (bwrap === undefined) return { available: false, reason: `bwrap not found (looked at ${candidates.join(", ")}); install the bubblewrap package` };
+  const truePath = ["/usr/bin/true", "/bin/true"].find((p) => existsSync(p)) ?? "true";
+  const args = [
+    "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
+    ...systemBinds(DEFAULT_READ_ONLY_PATHS),
+    "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev",
+    "--", truePath,
+  ];
+  const run = (argv: string[]): Promise<{ ok: boolean; output: string }> =>
+    new Promise((resolve) => {
+      execFile(bwrap, argv, { timeout: 10_000, env: {} }, (error, stdout, stderr) => {
+        resolve({ ok: error === null, output: `${stdout}${stderr}`.trim() });
+      });
+    });
+  const version = await run(["--version"]);
+  const trial = await run(args);
+  if (!trial.ok) return { available: false, path: bwrap, reason: `bwrap cannot create a sandbox on this host: ${trial.output || "it failed"}` };
+  return { available: true, path: bwrap, version: version.output };
+}
+
+export interface BubblewrapLauncherOptions {
+  bwrapPath: string;
+  /** System and tool paths visible read-only (the harness's runtime, for example). */
+  readOnlyPaths: readonly string[];
+  /** The plugin directory, read-only. */
+  pluginDir: string;
+  /** Writable: the working and state directories. */
+  writablePaths: readonly string[];
+  /** Bound to /run/oz0 (the LLM sockets), when the session has an LLM endpoint. */
+  socketDir?: string;
+  /** The in-sandbox LLM forwarder: runs first and then the harness. */
+  entry?: { script: string; forwards: { innerPort: number; innerSocketPath: string }[] };
+}
+
+/** bwrap processes a launcher started that may still run; SIGKILLed when the sandbox process exits. */
+const liveBwraps = new Set<number>();
+let exitHookInstalled = false;
+
+function killQuietly(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(pid, signal);
+  } catch {
+    // Already gone: nothing to stop.
+  }
+}
+
+function systemBinds(paths: readonly string[]): string[] {
+  return paths.flatMap((p) => ["--ro-bind-try", p, p]);
+}
+
+export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessLauncher {
+  return {
+    launch(spec: LaunchSpec): LaunchedHarness {
+      if (spec.command.length === 0) throw new Error("the harness command is empty");
+      const args = [
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop", "ALL",
+        "--hostname", "oz0-sandbox",
+        "--clearenv",
+        ...Object.entries(spec.env).flatMap(([name, value]) => ["--setenv", name, value]),
+        ...systemBinds(options.readOnlyPaths),
+        "--tmpfs", "/tmp",
+        "--proc", "/proc",
+        "--dev", "/dev",
+      ];
+      const nodeDir = path.dirname(process.execPath);
+      if (!options.readOnlyPaths.some((p) => nodeDir === p || nodeDir.startsWith(`${p}/`))) args.push("--ro-bind", nodeDir, nodeDir);
+      if (options.pluginDir !== "") args.push("--ro-bind", options.pluginDir, options.pluginDir);
+      for (const p of options.writablePaths) args.push("--bind", p, p);
+      let command = spec.command;
+      if (options.entry !== undefined && options.socketDir !== undefined) {
+        args.push("--bind", options.socketDir, "/run/oz0", "--ro-bind", options.entry.script, options.entry.script);
+        command = [
+          process.execPath,
+          options.entry.script,
+          ...options.entry.forwards.map((f) => `${f.innerPort}=${f.innerSocketPath}`),
+          "--",
+          ...spec.command,
+        ];
+      }
+      args.push("--chdir", spec.cwd, "--info-fd", "3", "--", ...command);
+
+      const child = spawn(options.bwrapPath, args, {
+        cwd: spec.cwd,
+        env: {},
+        detached: true,
+        stdio: ["pipe", "pipe", "pipe", "pipe"],
+      });
+      const bwrapPid = child.pid;
+      if (bwrapPid !== undefined) {
+        liveBwraps.add(bwrapPid);
+        if (!exitHookInstalled) {
+          exitHookInstalled = true;
+          process.on("exit", () => {
+            for (const pid of liveBwraps) killQuietly(pid, "SIGKILL");
+          });
+        }
+      }
+      child.on("exit", () => {
+        if (bwrapPid !== undefined) liveBwraps.delete(bwrapPid);
+      });
+
+      // The namespace init's pid, from bwrap's --info-fd JSON.
+      const infoStream = child.stdio[3] as Readable | null;
+      const initPid = new Promise<number | undefined>((resolve) => {
+        if (infoStream === null) return resolve(undefined);
+        let text = "";
+        infoStream.setEncoding("utf8");
+        infoStream.on("data", (chunk: string) => {
+          text += chunk;
+          const match = /"child-pid"\s*:\s*(\d+)/.exec(text);
+          if (match?.[1] !== undefined) resolve(Number(match[1]));
+        });
+        infoStream.on("error", () => resolve(undefined));
+        infoStream.on("close", () => resolve(undefined));
+        child.on("exit", () => resolve(undefined));
+      });
+
+      // Once bwrap has exited its namespace is gone, and the init's pid may be reused.
+      const exited = (): boolean => child.exitCode !== null || child.signalCode !== null;
+      return {
+        child: child as unknown as PipedChildProcess,
+        async terminate() {
+          const pid = await initPid;
+          if (pid === undefined || exited()) return;
+          try {
+            process.kill(-pid, "SIGTERM");
+          } catch {
+            // The group is gone: the harness has exited already.
+          }
+        },
+        async kill() {
+          if (exited()) return;
+          const pid = await Promise.race([initPid, Promise.resolve(undefined)]);
+          if (pid !== undefined) killQuietly(pid, "SIGKILL");
+          if (bwrapPid !== undefined) killQuietly(bwrapPid, "SIGKILL");
+        },
+        // When the harness exits, the namespace's init exits and the kernel
+        // kills whatever else ran in it: nothing can be left behind.
+        hasLiveProcesses() {
+          return false;
+        },
+      };
+    },
+  };
+}

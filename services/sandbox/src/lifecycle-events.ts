@@ -1,0 +1,60 @@
+// Session lifecycle events for the events service, which redacts and
+// publishes them. Publishing never blocks or fails a session.
+import { createEventPublisher, rawEvent, type EventPublisher } from "@oz0/events/publisher";
+import { IsolationMode, SessionStatus, type SessionExited } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import type { Logger } from "@oz0/serving";
+import type { SandboxSession } from "./sandbox-session.js";
+import type { SessionLifecycleListener } from "./session-registry.js";
+
+const STATUS_NAMES: Record<SessionStatus, string> = {
+  [SessionStatus.UNSPECIFIED]: "unknown",
+  [SessionStatus.RUNNING]: "running",
+  [SessionStatus.COMPLETED]: "completed",
+  [SessionStatus.FAILED]: "failed",
+  [SessionStatus.CANCELLED]: "cancelled",
+  [SessionStatus.TIMED_OUT]: "timed_out",
+};
+
+export interface LifecycleEvents {
+  listener: SessionLifecycleListener;
+  close(): Promise<void>;
+}
+
+export function createLifecycleEvents(options: { url: string; logger: Logger }): LifecycleEvents {
+  const publisher: EventPublisher = createEventPublisher({ url: options.url, logger: options.logger });
+  const common = (session: SandboxSession): Parameters<typeof rawEvent>[1] => ({
+    source: "sandbox",
+    jobId: session.jobId,
+    sessionId: session.id,
+    agentName: session.request.agent?.name ?? "",
+    agentVersion: session.request.agent !== undefined ? String(session.request.agent.version) : "",
+    traceparent: session.request.trace?.traceparent ?? "",
+  });
+  return {
+    listener: {
+      started(session) {
+        publisher.publish(rawEvent("session.started", { ...common(session), status: "running", attributes: { pid: session.pid, isolation: session.isolation === IsolationMode.BWRAP ? "bwrap" : "none" } }));
+      },
+      ended(session) {
+        const exited = lastExited(session);
+        publisher.publish(
+          rawEvent("session.ended", {
+            ...common(session),
+            status: STATUS_NAMES[session.status],
+            attributes: {
+              error_code: exited?.errorCode ?? "",
+              stop_reason: exited?.result?.stopReason ?? 0,
+              turns: exited?.result?.turns ?? 0,
+            },
+          }),
+        );
+      },
+    },
+    close: () => publisher.close({ timeoutMs: 2_000 }),
+  };
+}
+
+function lastExited(session: SandboxSession): SessionExited | undefined {
+  const latest = session.log.latest?.message;
+  return latest?.case === "exited" ? latest.value : undefined;
+}

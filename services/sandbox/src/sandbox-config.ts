@@ -1,0 +1,85 @@
+// The sandbox's configuration, and how it is read from the environment.
+import os from "node:os";
+import path from "node:path";
+import type { Logger } from "@oz0/serving";
+
+export type IsolationSetting = "auto" | "bwrap" | "none";
+
+export interface SandboxConfig {
+  /** Port to listen on; 0 picks a free one. Default 7701. */
+  port?: number;
+  /** Address to listen on. Default 127.0.0.1. */
+  host?: string;
+  /** Where session directories are created (OZ0_SANDBOX_ROOT). Default `<tmpdir>/oz0-sandbox`. */
+  root?: string;
+  /** Sessions running at once on this node (OZ0_MAX_SESSIONS); more are refused with RESOURCE_EXHAUSTED. Default 16. */
+  maxSessions?: number;
+  /** `auto` uses bubblewrap when it works here, `bwrap` refuses to start without it, `none` never uses it (OZ0_ISOLATION). Default auto. */
+  isolation?: IsolationSetting;
+  /** The events service for lifecycle events (OZ0_EVENTS_URL); none when unset. */
+  eventsUrl?: string;
+  /** Between SIGTERM and SIGKILL on cancel (OZ0_CANCEL_GRACE_MS). Default 10 000. */
+  cancelGraceMs?: number;
+  /** How long a finished session's log stays for late re-attach (OZ0_SESSION_RETENTION_MS). Default 10 minutes. */
+  retentionMs?: number;
+  /** Longest harness stdout line, in bytes (OZ0_MAX_LINE_BYTES). Default 1 MiB. */
+  maxLineBytes?: number;
+  /** Largest patch, and largest total of named files, returned as artifacts (OZ0_MAX_ARTIFACT_BYTES). Default 8 MiB. */
+  maxArtifactBytes?: number;
+  /**
+   * Extra paths visible read-only inside bubblewrap, beyond the system
+   * directories and the plugin directory (OZ0_SANDBOX_READ_ONLY_PATHS,
+   * `:`-separated): for example where harness runtimes are installed.
+   */
+  readOnlyPaths?: string[];
+  /** PATH of every session (OZ0_SESSION_PATH). Default `/usr/local/bin:/usr/bin:/bin` plus node's directory. */
+  sessionPath?: string;
+  /** LANG and LC_ALL of every session. Default C.UTF-8. */
+  locale?: string;
+  /** The bwrap binary; found on the usual paths when unset. */
+  bwrapPath?: string;
+  logger?: Logger;
+}
+
+export const DEFAULT_PORT = 7701;
+
+function integer(env: NodeJS.ProcessEnv, name: string): number | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return undefined;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 0) throw new Error(`${name} must be a non-negative integer, got ${JSON.stringify(raw)}`);
+  return value;
+}
+
+/** Reads the configuration from the environment; throws with the variable's name on a bad value. */
+export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
+  const isolation = env.OZ0_ISOLATION ?? "auto";
+  if (isolation !== "auto" && isolation !== "bwrap" && isolation !== "none") {
+    throw new Error(`OZ0_ISOLATION must be auto, bwrap or none, got ${JSON.stringify(isolation)}`);
+  }
+  const config: SandboxConfig = {
+    port: integer(env, "OZ0_PORT") ?? DEFAULT_PORT,
+    host: env.OZ0_HOST || undefined,
+    root: env.OZ0_SANDBOX_ROOT || undefined,
+    maxSessions: integer(env, "OZ0_MAX_SESSIONS"),
+    isolation,
+    eventsUrl: env.OZ0_EVENTS_URL || undefined,
+    cancelGraceMs: integer(env, "OZ0_CANCEL_GRACE_MS"),
+    retentionMs: integer(env, "OZ0_SESSION_RETENTION_MS"),
+    maxLineBytes: integer(env, "OZ0_MAX_LINE_BYTES"),
+    maxArtifactBytes: integer(env, "OZ0_MAX_ARTIFACT_BYTES"),
+    readOnlyPaths: env.OZ0_SANDBOX_READ_ONLY_PATHS ? env.OZ0_SANDBOX_READ_ONLY_PATHS.split(":").filter((p) => p !== "") : undefined,
+    sessionPath: env.OZ0_SESSION_PATH || undefined,
+  };
+  return config;
+}
+
+export function defaultRoot(): string {
+  return path.join(os.tmpdir(), "oz0-sandbox");
+}
+
+export function defaultSessionPath(): string {
+  const dirs = ["/usr/local/bin", "/usr/bin", "/bin"];
+  const nodeDir = path.dirname(process.execPath);
+  return (dirs.includes(nodeDir) ? dirs : [nodeDir, ...dirs]).join(":");
+}

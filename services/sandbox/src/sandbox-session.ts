@@ -1,0 +1,345 @@
+// One harness session on the node, from directories to removal: prepares
+// its files, runs the harness through the host side of @oz0/harness with
+// the right launcher, logs every message with its seq, enforces the turn
+// limit, collects the artifacts and cleans up.
+import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import type { PermissionAnswer, RuntimeToolResult, SessionEvent, SessionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import {
+  IsolationMode,
+  SessionExitedSchema,
+  SessionInfoSchema,
+  SessionStatus,
+  type SessionInfo,
+  type StartSession,
+} from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { HostSessionError, startHostSession, type HarnessLauncher, type HostSession, type SessionOutcome } from "@oz0/harness/host";
+import type { Logger } from "@oz0/serving";
+import { collectArtifacts, snapshotInitialState } from "./artifact-collector.js";
+import { bubblewrapLauncher } from "./bubblewrap-launcher.js";
+import { startLlmForwarding, type LlmForward, type LlmForwarding } from "./llm-forwarder.js";
+import { SessionEventLog } from "./event-log.js";
+import { copyAttachments, createSessionDirectories, removeSessionDirectories, type SessionPaths } from "./session-directories.js";
+import { buildSessionEnvironment, stateSubdirectories } from "./session-environment.js";
+
+/** How the session's harness is isolated, decided by the registry. */
+export type SessionIsolation =
+  | { mode: "none" }
+  | { mode: "bwrap"; bwrapPath: string; readOnlyPaths: readonly string[]; entryScript: string; forwards: LlmForward[] };
+
+export interface SandboxSessionOptions {
+  start: StartSession;
+  /** The validated request, with session id set. */
+  request: SessionRequest;
+  command: string[];
+  paths: SessionPaths;
+  isolation: SessionIsolation;
+  sessionPath: string;
+  locale: string;
+  graceMs: number;
+  maxLineBytes: number;
+  maxArtifactBytes: number;
+  logger: Logger;
+  /** Lifecycle hooks for the registry and the events publisher. */
+  onStarted?: (session: SandboxSession) => void;
+  onEvent?: (session: SandboxSession, event: SessionEvent) => void;
+  onEnded?: (session: SandboxSession) => void;
+  /** The session's directories are gone and it no longer counts against the node's limit; called once, before `exited` is logged. */
+  onReleased?: (session: SandboxSession) => void;
+}
+
+/** A client command the session could not apply; the session is unaffected. */
+export class CommandRejectedError extends Error {
+  readonly code: string;
+  constructor(code: string, message: string) {
+    super(message);
+    this.name = "CommandRejectedError";
+    this.code = code;
+  }
+}
+
+export class SandboxSession {
+  readonly id: string;
+  readonly jobId: string;
+  readonly log: SessionEventLog;
+  readonly startTime = timestampNow();
+  readonly isolation: IsolationMode;
+  endTime: ReturnType<typeof timestampNow> | undefined;
+  status: SessionStatus = SessionStatus.RUNNING;
+  /** Resolves once `exited` is logged and the directories are removed. Never rejects. */
+  readonly finished: Promise<void>;
+  readonly #options: SandboxSessionOptions;
+  #host: HostSession | undefined;
+  #forwarding: LlmForwarding | undefined;
+  #snapshotTaken = false;
+  #usageEvents = 0;
+  #turnLimitExceeded = false;
+  #cancelRequested: string | undefined;
+  #resolveFinished!: () => void;
+
+  constructor(options: SandboxSessionOptions) {
+    this.#options = options;
+    this.id = options.request.sessionId;
+    this.jobId = options.request.jobId;
+    this.log = new SessionEventLog(this.id);
+    this.isolation = options.isolation.mode === "bwrap" ? IsolationMode.BWRAP : IsolationMode.NONE;
+    this.finished = new Promise((resolve) => (this.#resolveFinished = resolve));
+  }
+
+  /** The request as the client sent it (session id filled in). */
+  get request(): SessionRequest {
+    return this.#options.request;
+  }
+
+  get pid(): number {
+    return this.#host?.pid ?? 0;
+  }
+
+  get running(): boolean {
+    return this.status === SessionStatus.RUNNING;
+  }
+
+  /**
+   * Creates the directories, copies attachments in, records the initial
+   * state and starts the harness. Throws (having cleaned up) when the
+   * session cannot start at all; the harness's own failures end up in the log.
+   */
+  async prepareAndLaunch(): Promise<void> {
+    const { paths, start, isolation, logger } = this.#options;
+    try {
+      await createSessionDirectories(paths, stateSubdirectories(paths.stateDir));
+      await copyAttachments(paths.workingDir, start.attachments);
+      try {
+        await snapshotInitialState({ gitDir: paths.gitDir, workingDir: paths.workingDir });
+        this.#snapshotTaken = true;
+      } catch (error) {
+        logger.warn({ err: error, sessionId: this.id }, "cannot record the working directory's initial state; the session will have no patch");
+      }
+      if (isolation.mode === "bwrap" && isolation.forwards.length > 0) this.#forwarding = await startLlmForwarding(isolation.forwards);
+    } catch (error) {
+      await this.#cleanup();
+      throw error;
+    }
+    if (this.#cancelRequested !== undefined) {
+      // Cancelled while the directories were being prepared: never start the harness.
+      this.#finishWithoutHarness("cancelled", this.#cancelRequested);
+      return;
+    }
+    this.#launch();
+  }
+
+  #launch(): void {
+    const { paths, start, isolation, request } = this.#options;
+    const llm = request.llm;
+    const innerUrl = (url: string): string => this.#forwarding?.innerUrl(url) ?? url;
+    const harnessRequest = clone(SessionRequestSchema, request);
+    harnessRequest.workingDir = paths.workingDir;
+    harnessRequest.stateDir = paths.stateDir;
+    if (harnessRequest.llm !== undefined) {
+      harnessRequest.llm.anthropicBaseUrl = innerUrl(harnessRequest.llm.anthropicBaseUrl);
+      harnessRequest.llm.openaiBaseUrl = innerUrl(harnessRequest.llm.openaiBaseUrl);
+    }
+    const env = buildSessionEnvironment({
+      request: harnessRequest,
+      workingDir: paths.workingDir,
+      stateDir: paths.stateDir,
+      pluginDir: start.pluginDir,
+      path: this.#options.sessionPath,
+      locale: this.#options.locale,
+      anthropicBaseUrl: innerUrl(llm?.anthropicBaseUrl ?? ""),
+      openaiBaseUrl: innerUrl(llm?.openaiBaseUrl ?? ""),
+    });
+    let launcher: HarnessLauncher | undefined;
+    if (isolation.mode === "bwrap") {
+      launcher = bubblewrapLauncher({
+        bwrapPath: isolation.bwrapPath,
+        readOnlyPaths: isolation.readOnlyPaths,
+        pluginDir: start.pluginDir,
+        writablePaths: [paths.workingDir, paths.stateDir],
+        socketDir: paths.socketDir,
+        entry: isolation.forwards.length > 0 ? { script: isolation.entryScript, forwards: isolation.forwards } : undefined,
+      });
+    }
+    const host = startHostSession({
+      command: this.#options.command,
+      cwd: paths.workingDir,
+      env,
+      request: harnessRequest,
+      graceMs: this.#options.graceMs,
+      maxLineBytes: this.#options.maxLineBytes,
+      launcher,
+      onEvent: (event) => this.#onEvent(event),
+    });
+    this.#host = host;
+    if (host.pid !== undefined) {
+      this.log.append({
+        case: "started",
+        value: {
+          pid: host.pid,
+          isolation: this.isolation,
+          workingDir: paths.workingDir,
+          stateDir: paths.stateDir,
+          startTime: this.startTime,
+        },
+      });
+      this.#options.onStarted?.(this);
+    }
+    host.outcome.then(
+      (outcome) => this.#finish(outcome),
+      (error: unknown) => {
+        // The host promises never to reject; if it does, the session still ends.
+        this.#options.logger.error({ err: error, sessionId: this.id }, "the host session failed unexpectedly");
+        this.#finishWithoutHarness("failed", "the sandbox lost track of the harness; see the node's log");
+      },
+    );
+  }
+
+  #onEvent(event: SessionEvent): void {
+    this.log.append({ case: "event", value: event });
+    this.#options.onEvent?.(this, event);
+    if (event.event.case === "usage") {
+      // One usage event per model call: past the turn limit the runtime stops
+      // the session itself rather than trusting the harness to.
+      this.#usageEvents++;
+      const maxTurns = this.#options.request.limits?.maxTurns ?? 0;
+      if (maxTurns > 0 && this.#usageEvents > maxTurns && !this.#turnLimitExceeded) {
+        this.#turnLimitExceeded = true;
+        this.#host?.cancel(`the session made more than its ${maxTurns} model turns`);
+      }
+    }
+  }
+
+  answerPermission(answer: PermissionAnswer): void {
+    this.#command(() => this.#host?.answerPermission(answer));
+  }
+
+  sendRuntimeToolResult(result: RuntimeToolResult): void {
+    this.#command(() => this.#host?.sendRuntimeToolResult(result));
+  }
+
+  #command(run: () => void): void {
+    if (!this.running || this.#host === undefined) throw new CommandRejectedError("session_ended", `session ${this.id} has ended; nothing more can be sent to it`);
+    try {
+      run();
+    } catch (error) {
+      if (error instanceof HostSessionError) throw new CommandRejectedError(error.code, error.message);
+      throw error;
+    }
+  }
+
+  /** SIGTERM, SIGKILL after the grace. Returns false when the session had already ended. */
+  cancel(reason: string): boolean {
+    if (!this.running) return false;
+    if (this.#host === undefined) this.#cancelRequested ??= reason;
+    else this.#host.cancel(reason);
+    return true;
+  }
+
+  get pendingPermissionIds(): readonly string[] {
+    return this.#host?.pendingPermissions ?? [];
+  }
+
+  info(): SessionInfo {
+    return create(SessionInfoSchema, {
+      sessionId: this.id,
+      jobId: this.jobId,
+      status: this.status,
+      pid: this.pid,
+      isolation: this.isolation,
+      lastSeq: BigInt(this.log.lastSeq),
+      pendingPermissionIds: [...this.pendingPermissionIds],
+      startTime: this.startTime,
+      endTime: this.endTime,
+    });
+  }
+
+  #finish(outcome: SessionOutcome): void {
+    const status = this.#turnLimitExceeded
+      ? SessionStatus.FAILED
+      : { completed: SessionStatus.COMPLETED, failed: SessionStatus.FAILED, cancelled: SessionStatus.CANCELLED, timed_out: SessionStatus.TIMED_OUT }[outcome.status];
+    const error = this.#turnLimitExceeded
+      ? { code: "max_turns_exceeded", message: `the harness made more model calls than the turn limit (${this.#options.request.limits?.maxTurns ?? 0}) and was stopped` }
+      : outcome.error;
+    const finish = async (): Promise<void> => {
+      const { paths } = this.#options;
+      try {
+        const artifacts = await collectArtifacts({
+          gitDir: paths.gitDir,
+          workingDir: paths.workingDir,
+          artifactPaths: this.#options.start.artifactPaths,
+          maxBytes: this.#options.maxArtifactBytes,
+          snapshotTaken: this.#snapshotTaken,
+        });
+        this.log.append({ case: "artifacts", value: artifacts });
+      } catch (collectError) {
+        this.#options.logger.warn({ err: collectError, sessionId: this.id }, "collecting artifacts failed");
+        this.log.append({ case: "artifacts", value: { error: `collecting artifacts failed: ${(collectError as Error).message}` } });
+      }
+      await this.#release();
+      this.#end(status, {
+        how: outcome.signal !== null ? { case: "signal", value: outcome.signal } : { case: "exitCode", value: outcome.exitCode ?? -1 },
+        errorCode: error?.code ?? "",
+        errorMessage: error?.message ?? "",
+        result: outcome.result,
+        leftoverProcesses: outcome.leftoverProcesses,
+        stderrTail: outcome.stderrTail,
+        cancelReason: outcome.cancelReason ?? "",
+      });
+    };
+    finish().then(
+      () => this.#resolveFinished(),
+      (finishError: unknown) => {
+        this.#options.logger.error({ err: finishError, sessionId: this.id }, "ending the session failed");
+        this.#finishWithoutHarness("failed", "the sandbox failed while ending the session; see the node's log");
+      },
+    );
+  }
+
+  #finishWithoutHarness(kind: "cancelled" | "failed", message: string): void {
+    this.#release().then(
+      () => this.#endWithoutHarness(kind, message),
+      () => this.#endWithoutHarness(kind, message),
+    );
+  }
+
+  #endWithoutHarness(kind: "cancelled" | "failed", message: string): void {
+    this.#end(kind === "cancelled" ? SessionStatus.CANCELLED : SessionStatus.FAILED, {
+      errorCode: kind === "cancelled" ? "" : "internal",
+      errorMessage: kind === "cancelled" ? "" : message,
+      cancelReason: kind === "cancelled" ? message : "",
+    });
+    this.#resolveFinished();
+  }
+
+  #end(status: SessionStatus, exited: MessageInitShape<typeof SessionExitedSchema>): void {
+    if (this.log.ended) return;
+    this.endTime = timestampNow();
+    this.status = status;
+    this.log.append({ case: "exited", value: create(SessionExitedSchema, { ...exited, status, endTime: this.endTime }) }, { last: true });
+    this.#options.onEnded?.(this);
+  }
+
+  #released = false;
+
+  /** Removes the session's files and frees its slot, once. */
+  async #release(): Promise<void> {
+    if (this.#released) return;
+    this.#released = true;
+    await this.#cleanup();
+    this.#options.onReleased?.(this);
+  }
+
+  async #cleanup(): Promise<void> {
+    try {
+      await this.#forwarding?.close();
+    } catch {
+      // Sockets already gone.
+    }
+    try {
+      await removeSessionDirectories(this.#options.paths);
+    } catch (error) {
+      this.#options.logger.warn({ err: error, sessionId: this.id }, "could not remove all of the session's directories");
+    }
+  }
+}

@@ -1,0 +1,150 @@
+// Where a session's files live on the node, and their life: created empty
+// per session, attachments copied in, removed once the artifacts are out.
+//
+//   <root>/sessions/<id>/work    the working directory (unless the request names one)
+//   <root>/sessions/<id>/state   the private state directory (idem)
+//   <root>/internal/<id>/        the sandbox's own files for the session (the
+//                                artifact snapshot, the LLM sockets); never
+//                                visible inside bubblewrap
+import { cp, lstat, mkdir, realpath, rm, writeFile } from "node:fs/promises";
+import { existsSync, realpathSync } from "node:fs";
+import path from "node:path";
+import type { Attachment } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { invalidField, SandboxError } from "./sandbox-errors.js";
+
+const SESSION_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+
+export interface SessionPaths {
+  sessionDir: string;
+  workingDir: string;
+  stateDir: string;
+  internalDir: string;
+  /** The snapshot repository the artifact patch is computed against. */
+  gitDir: string;
+  /** Unix sockets of the LLM forwarder (bound into bubblewrap as /run/oz0). */
+  socketDir: string;
+}
+
+export function validateSessionId(sessionId: string, field: string): void {
+  if (!SESSION_ID.test(sessionId)) {
+    throw invalidField(field, "use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit");
+  }
+}
+
+/** Resolves and checks where the session's directories go; creates nothing. */
+export function resolveSessionPaths(options: {
+  root: string;
+  sessionId: string;
+  workingDir: string;
+  stateDir: string;
+}): SessionPaths {
+  const root = realpathSync(options.root);
+  const sessionDir = path.join(root, "sessions", options.sessionId);
+  const internalDir = path.join(root, "internal", options.sessionId);
+  const chosen = (requested: string, fallback: string, field: string): string => {
+    if (requested === "") return fallback;
+    if (!path.isAbsolute(requested)) throw invalidField(field, "must be an absolute path inside the node's sandbox root, or empty to let the sandbox choose");
+    const resolved = path.resolve(requested);
+    if (!isInside(root, realAncestor(resolved)) || !isInside(root, resolved) || resolved === root) {
+      throw invalidField(field, "is outside the node's sandbox root (OZ0_SANDBOX_ROOT); leave it empty to let the sandbox choose");
+    }
+    if (isInside(path.join(root, "internal"), resolved)) throw invalidField(field, "is inside the sandbox's internal directory; leave it empty to let the sandbox choose");
+    if (existsSync(resolved)) throw invalidField(field, "already exists; a session starts with an empty directory of its own");
+    return resolved;
+  };
+  const workingDir = chosen(options.workingDir, path.join(sessionDir, "work"), "start.request.working_dir");
+  const stateDir = chosen(options.stateDir, path.join(sessionDir, "state"), "start.request.state_dir");
+  if (isInside(workingDir, stateDir) || isInside(stateDir, workingDir)) {
+    throw invalidField("start.request.state_dir", "must not overlap the working directory");
+  }
+  if (existsSync(sessionDir) || existsSync(internalDir)) {
+    throw new SandboxError("already_exists", `a session ${options.sessionId} already has directories on this node; use another session id`);
+  }
+  return {
+    sessionDir,
+    workingDir,
+    stateDir,
+    internalDir,
+    gitDir: path.join(internalDir, "snapshot.git"),
+    socketDir: path.join(internalDir, "run"),
+  };
+}
+
+/** Checks attachment paths and sources before anything is created. */
+export function validateAttachments(attachments: readonly Attachment[]): void {
+  attachments.forEach((attachment, index) => {
+    const field = `start.attachments[${index}]`;
+    relativeInside(attachment.path, `${field}.path`);
+    if (attachment.source.case === undefined) throw invalidField(`${field}.source`, "set content or node_path");
+    if (attachment.source.case === "nodePath" && !path.isAbsolute(attachment.source.value)) {
+      throw invalidField(`${field}.node_path`, "must be an absolute path on the node");
+    }
+  });
+}
+
+/** A path relative to the working directory that stays inside it; returns it normalized. */
+export function relativeInside(relative: string, field: string): string {
+  if (relative === "") throw invalidField(field, "is empty; give a path relative to the working directory");
+  if (path.isAbsolute(relative)) throw invalidField(field, "must be relative to the working directory");
+  const normalized = path.normalize(relative);
+  if (normalized === ".." || normalized.startsWith(`..${path.sep}`)) throw invalidField(field, "leaves the working directory");
+  return normalized;
+}
+
+export async function createSessionDirectories(paths: SessionPaths, stateSubdirectories: readonly string[]): Promise<void> {
+  await mkdir(paths.workingDir, { recursive: true, mode: 0o755 });
+  await mkdir(paths.stateDir, { recursive: true, mode: 0o700 });
+  for (const dir of stateSubdirectories) await mkdir(dir, { recursive: true, mode: 0o700 });
+  await mkdir(paths.socketDir, { recursive: true, mode: 0o700 });
+}
+
+export async function copyAttachments(workingDir: string, attachments: readonly Attachment[]): Promise<void> {
+  for (const [index, attachment] of attachments.entries()) {
+    const target = path.join(workingDir, path.normalize(attachment.path));
+    await mkdir(path.dirname(target), { recursive: true });
+    if (attachment.source.case === "content") {
+      await writeFile(target, attachment.source.value);
+    } else if (attachment.source.case === "nodePath") {
+      const source = attachment.source.value;
+      try {
+        await lstat(source);
+      } catch {
+        throw invalidField(`start.attachments[${index}].node_path`, "does not exist on this node");
+      }
+      await cp(source, target, { recursive: true, dereference: false, errorOnExist: false });
+    }
+  }
+}
+
+/** Removes everything the session had on disk. Never throws: a leftover is logged by the caller. */
+export async function removeSessionDirectories(paths: SessionPaths): Promise<void> {
+  for (const dir of [paths.workingDir, paths.stateDir, paths.internalDir, paths.sessionDir]) {
+    await rm(dir, { recursive: true, force: true, maxRetries: 2 });
+  }
+}
+
+/** Creates the node root if needed and returns its real path. */
+export async function prepareRoot(root: string): Promise<string> {
+  await mkdir(path.join(root, "sessions"), { recursive: true, mode: 0o755 });
+  await mkdir(path.join(root, "internal"), { recursive: true, mode: 0o700 });
+  return realpath(root);
+}
+
+function isInside(parent: string, child: string): boolean {
+  const relative = path.relative(parent, child);
+  return relative === "" || (!relative.startsWith(`..${path.sep}`) && relative !== ".." && !path.isAbsolute(relative));
+}
+
+/** The real path of the deepest existing ancestor, so a symlink cannot lead a "child" outside the root. */
+function realAncestor(target: string): string {
+  let current = target;
+  for (;;) {
+    try {
+      return path.join(realpathSync(current), path.relative(current, target));
+    } catch {
+      const parent = path.dirname(current);
+      if (parent === current) return target;
+      current = parent;
+    }
+  }
+}

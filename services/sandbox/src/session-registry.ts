@@ -1,0 +1,189 @@
+// Every session on the node: validates start requests, enforces the limit
+// on concurrent sessions (refusing, never queueing), finds sessions for
+// attach and cancel, keeps finished ones for the retention period, and
+// cancels everything on shutdown.
+import { randomUUID } from "node:crypto";
+import { statSync } from "node:fs";
+import path from "node:path";
+import { clone } from "@bufbuild/protobuf";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { ProtocolVersion, SessionRequestSchema, type SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { SessionInfo, StartSession } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import type { Logger } from "@oz0/serving";
+import { planLlmForwards } from "./llm-forwarder.js";
+import { invalidField, SandboxError } from "./sandbox-errors.js";
+import { SandboxSession, type SessionIsolation } from "./sandbox-session.js";
+import { relativeInside, resolveSessionPaths, validateAttachments, validateSessionId } from "./session-directories.js";
+
+/** Lifecycle hooks (the events publisher listens here). */
+export interface SessionLifecycleListener {
+  started?(session: SandboxSession): void;
+  event?(session: SandboxSession, event: SessionEvent): void;
+  ended?(session: SandboxSession): void;
+}
+
+export interface SessionRegistryOptions {
+  root: string;
+  maxSessions: number;
+  isolation: { mode: "none" } | { mode: "bwrap"; bwrapPath: string; readOnlyPaths: readonly string[]; entryScript: string };
+  sessionPath: string;
+  locale: string;
+  cancelGraceMs: number;
+  retentionMs: number;
+  maxLineBytes: number;
+  maxArtifactBytes: number;
+  logger: Logger;
+  listener?: SessionLifecycleListener;
+}
+
+export class SessionRegistry {
+  readonly #options: SessionRegistryOptions;
+  readonly #sessions = new Map<string, SandboxSession>();
+  /** Sessions counted against the limit: from validation until their directories are gone. */
+  #active = 0;
+  #shuttingDown = false;
+  readonly #retentionTimers = new Set<NodeJS.Timeout>();
+
+  constructor(options: SessionRegistryOptions) {
+    this.#options = options;
+  }
+
+  get activeCount(): number {
+    return this.#active;
+  }
+
+  /** Validates and starts a session; throws SandboxError when it cannot start. */
+  async start(start: StartSession): Promise<SandboxSession> {
+    if (this.#shuttingDown) throw new SandboxError("unavailable", "this sandbox node is shutting down; start the session on another node");
+    const { request, command } = this.#validate(start);
+    if (this.#sessions.has(request.sessionId)) {
+      throw new SandboxError("already_exists", `session ${request.sessionId} already exists on this node; attach to it, or start with another session id`);
+    }
+    if (this.#active >= this.#options.maxSessions) {
+      throw new SandboxError(
+        "resource_exhausted",
+        `this node already runs ${this.#active} sessions, its limit (OZ0_MAX_SESSIONS=${this.#options.maxSessions}); start the session on another node or retry after one ends`,
+      );
+    }
+    const paths = resolveSessionPaths({ root: this.#options.root, sessionId: request.sessionId, workingDir: request.workingDir, stateDir: request.stateDir });
+    const isolationOptions = this.#options.isolation;
+    let isolation: SessionIsolation = { mode: "none" };
+    if (isolationOptions.mode === "bwrap") {
+      const forwards = planLlmForwards({
+        socketDir: paths.socketDir,
+        urls: [
+          { field: "start.request.llm.anthropic_base_url", url: request.llm?.anthropicBaseUrl ?? "" },
+          { field: "start.request.llm.openai_base_url", url: request.llm?.openaiBaseUrl ?? "" },
+        ],
+      });
+      isolation = { ...isolationOptions, forwards };
+    }
+    const listener = this.#options.listener;
+    const session = new SandboxSession({
+      start,
+      request,
+      command,
+      paths,
+      isolation,
+      sessionPath: this.#options.sessionPath,
+      locale: this.#options.locale,
+      graceMs: this.#options.cancelGraceMs,
+      maxLineBytes: this.#options.maxLineBytes,
+      maxArtifactBytes: this.#options.maxArtifactBytes,
+      logger: this.#options.logger,
+      onStarted: (s) => listener?.started?.(s),
+      onEvent: (s, event) => listener?.event?.(s, event),
+      onEnded: (s) => listener?.ended?.(s),
+      onReleased: () => this.#active--,
+    });
+    this.#active++;
+    this.#sessions.set(session.id, session);
+    try {
+      await session.prepareAndLaunch();
+    } catch (error) {
+      this.#active--;
+      this.#sessions.delete(session.id);
+      if (error instanceof SandboxError) throw error;
+      throw new SandboxError("failed_precondition", `the session's directories could not be prepared: ${(error as NodeJS.ErrnoException).code ?? "I/O error"}; check OZ0_SANDBOX_ROOT on the node`, { cause: error });
+    }
+    session.finished.then(
+      () => this.#onFinished(session),
+      () => this.#onFinished(session),
+    );
+    return session;
+  }
+
+  #onFinished(session: SandboxSession): void {
+    const timer = setTimeout(() => {
+      this.#retentionTimers.delete(timer);
+      if (this.#sessions.get(session.id) === session) this.#sessions.delete(session.id);
+    }, this.#options.retentionMs);
+    timer.unref();
+    this.#retentionTimers.add(timer);
+  }
+
+  #validate(start: StartSession): { request: StartSession["request"] & object; command: string[] } {
+    if (start.request === undefined) throw invalidField("start.request", "is required: the oz0.harness.v1.SessionRequest to give the harness");
+    const request = clone(SessionRequestSchema, start.request);
+    if (request.protocolVersion === ProtocolVersion.PROTOCOL_VERSION_UNSPECIFIED) request.protocolVersion = ProtocolVersion.PROTOCOL_VERSION_1;
+    if (request.protocolVersion !== ProtocolVersion.PROTOCOL_VERSION_1) {
+      throw invalidField("start.request.protocol_version", "this node speaks PROTOCOL_VERSION_1 only");
+    }
+    if (request.sessionId === "") request.sessionId = randomUUID();
+    else validateSessionId(request.sessionId, "start.request.session_id");
+    if (start.command.length === 0) throw invalidField("start.command", "is empty; give the harness command from the plugin manifest");
+    start.command.forEach((part, index) => {
+      if (part === "") throw invalidField(`start.command[${index}]`, "is empty");
+      if (part.includes("\0")) throw invalidField(`start.command[${index}]`, "contains a NUL byte");
+    });
+    if (start.pluginDir !== "") {
+      if (!path.isAbsolute(start.pluginDir)) throw invalidField("start.plugin_dir", "must be an absolute path on the node");
+      let isDirectory = false;
+      try {
+        isDirectory = statSync(start.pluginDir).isDirectory();
+      } catch {
+        isDirectory = false;
+      }
+      if (!isDirectory) throw invalidField("start.plugin_dir", "is not a directory on this node; install the plugin on the node first");
+    }
+    const command = [...start.command];
+    const first = command[0] ?? "";
+    if (!path.isAbsolute(first) && first.includes("/")) {
+      if (start.pluginDir === "") throw invalidField("start.command[0]", "is a relative path but no plugin_dir was given to resolve it against");
+      command[0] = path.resolve(start.pluginDir, first);
+    }
+    const deadline = request.limits?.deadline;
+    if (deadline !== undefined && timestampDate(deadline).getTime() <= Date.now()) {
+      throw invalidField("start.request.limits.deadline", "is in the past; give a future time or leave it unset");
+    }
+    validateAttachments(start.attachments);
+    start.artifactPaths.forEach((p, index) => relativeInside(p, `start.artifact_paths[${index}]`));
+    return { request, command };
+  }
+
+  get(sessionId: string): SandboxSession {
+    const session = this.#sessions.get(sessionId);
+    if (session === undefined) {
+      throw new SandboxError("not_found", `no session ${sessionId} on this node (never started here, or ended longer ago than the retention period)`);
+    }
+    return session;
+  }
+
+  list(): SessionInfo[] {
+    return [...this.#sessions.values()].map((session) => session.info());
+  }
+
+  cancel(sessionId: string, reason: string): boolean {
+    return this.get(sessionId).cancel(reason || "cancelled by a client");
+  }
+
+  /** Refuses new sessions, cancels the running ones with the grace, and waits for them to end. */
+  async shutdown(): Promise<void> {
+    this.#shuttingDown = true;
+    const running = [...this.#sessions.values()];
+    for (const session of running) session.cancel("the sandbox node is shutting down");
+    await Promise.all(running.map((session) => session.finished));
+    for (const timer of this.#retentionTimers) clearTimeout(timer);
+    this.#retentionTimers.clear();
+  }
+}

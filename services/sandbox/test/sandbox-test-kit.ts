@@ -1,0 +1,153 @@
+// Shared by the sandbox tests: a real sandbox on loopback, a gRPC client,
+// and a RunSession stream the test drives message by message.
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { createClient, type Client } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import {
+  RunSessionRequestSchema,
+  SandboxService,
+  type RunSessionRequest,
+  type RunSessionResponse,
+  type StartSessionSchema,
+} from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { startSandbox, type RunningSandbox, type SandboxConfig } from "../src/index.js";
+
+export const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures");
+export const SCENARIO = path.join(FIXTURES, "scenario-harness.mjs");
+
+export interface TestSandbox {
+  sandbox: RunningSandbox;
+  client: Client<typeof SandboxService>;
+  root: string;
+  close(): Promise<void>;
+}
+
+export async function startTestSandbox(config: SandboxConfig = {}): Promise<TestSandbox> {
+  const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-test-"));
+  const sandbox = await startSandbox({ port: 0, root, isolation: "none", cancelGraceMs: 2_000, ...config });
+  const client = createClient(SandboxService, createGrpcTransport({ baseUrl: sandbox.url }));
+  return {
+    sandbox,
+    client,
+    root,
+    async close() {
+      await sandbox.close();
+      rmSync(root, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A start message for the scenario harness in the given mode. */
+export function scenarioStart(
+  scenario: Record<string, unknown>,
+  overrides: Partial<MessageInitShape<typeof StartSessionSchema>> = {},
+  request: Record<string, unknown> = {},
+): MessageInitShape<typeof StartSessionSchema> {
+  return {
+    command: [process.execPath, SCENARIO],
+    pluginDir: FIXTURES,
+    ...overrides,
+    request: { jobId: "job-1", input: JSON.stringify(scenario), ...request },
+  };
+}
+
+/** A RunSession stream: push client messages, read server messages, drop it. */
+export class SessionStream {
+  readonly received: RunSessionResponse[] = [];
+  readonly #abort = new AbortController();
+  readonly #outbox: RunSessionRequest[] = [];
+  #wakeOutbox: (() => void) | undefined;
+  #closedOutbox = false;
+  #waiters: (() => void)[] = [];
+  #done = false;
+  error: unknown;
+  readonly finished: Promise<void>;
+
+  constructor(client: Client<typeof SandboxService>, first: MessageInitShape<typeof RunSessionRequestSchema>) {
+    this.#outbox.push(create(RunSessionRequestSchema, first));
+    const responses = client.runSession(this.#requests(), { signal: this.#abort.signal });
+    this.finished = (async () => {
+      try {
+        for await (const response of responses) {
+          this.received.push(response);
+          this.#wake();
+        }
+      } catch (error) {
+        this.error = error;
+      } finally {
+        this.#done = true;
+        this.#closedOutbox = true;
+        this.#wakeOutbox?.();
+        this.#wake();
+      }
+    })();
+  }
+
+  async *#requests(): AsyncGenerator<RunSessionRequest> {
+    for (;;) {
+      const next = this.#outbox.shift();
+      if (next !== undefined) {
+        yield next;
+        continue;
+      }
+      if (this.#closedOutbox) return;
+      await new Promise<void>((resolve) => (this.#wakeOutbox = resolve));
+      this.#wakeOutbox = undefined;
+    }
+  }
+
+  send(message: MessageInitShape<typeof RunSessionRequestSchema>): void {
+    this.#outbox.push(create(RunSessionRequestSchema, message));
+    this.#wakeOutbox?.();
+  }
+
+  /** Drops the stream as a crashed client would. */
+  drop(): void {
+    this.#abort.abort();
+  }
+
+  #wake(): void {
+    const waiters = this.#waiters;
+    this.#waiters = [];
+    for (const w of waiters) w();
+  }
+
+  /** Waits until a received message satisfies `predicate` (or the stream ends: then throws). */
+  async waitFor(predicate: (message: RunSessionResponse) => boolean, what: string): Promise<RunSessionResponse> {
+    for (;;) {
+      const found = this.received.find(predicate);
+      if (found !== undefined) return found;
+      if (this.#done) throw new Error(`the stream ended without ${what}: ${String(this.error ?? "")} after ${this.received.map((m) => m.message.case).join(",")}`);
+      await new Promise<void>((resolve) => this.#waiters.push(resolve));
+    }
+  }
+
+  get sessionId(): string {
+    return this.received.find((m) => m.sessionId !== "")?.sessionId ?? "";
+  }
+
+  exited(): Extract<RunSessionResponse["message"], { case: "exited" }>["value"] {
+    const last = this.received.at(-1);
+    if (last?.message.case !== "exited") throw new Error(`the last message is ${last?.message.case ?? "missing"}, not exited`);
+    return last.message.value;
+  }
+
+  texts(): string[] {
+    return this.received.flatMap((m) => (m.message.case === "event" && m.message.value.event.case === "text" ? [m.message.value.event.value.text] : []));
+  }
+}
+
+/** Starts a session and reads it to its end. */
+export async function runToEnd(client: Client<typeof SandboxService>, start: MessageInitShape<typeof StartSessionSchema>): Promise<SessionStream> {
+  const stream = new SessionStream(client, { message: { case: "start", value: start } });
+  await stream.finished;
+  return stream;
+}
+
+export function isText(text: string): (m: RunSessionResponse) => boolean {
+  return (m) => m.message.case === "event" && m.message.value.event.case === "text" && m.message.value.event.value.text === text;
+}
