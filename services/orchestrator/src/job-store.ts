@@ -33,30 +33,24 @@ export interface ResolvedHarness {
   manifest: HarnessManifest;
 }
 
-export interface AgentVersionRecord {
-  name: string;
-  version: number;
-  contentHash: string;
-  plugin: string;
-  pluginVersion: string;
-  /** The plugin copy this version runs with (the harness command resolves here). */
-  pluginPath: string;
-  definition: AgentDefinition;
-  /** The instructions file's content, rendered at publication. */
-  instructions: string;
-  harness: ResolvedHarness;
-  publishedAt: Date;
-}
-
+/** What publishing an agent version takes. */
 export interface NewAgentVersion {
   name: string;
   contentHash: string;
   plugin: string;
   pluginVersion: string;
+  /** The plugin copy this version comes from. */
   pluginPath: string;
   definition: AgentDefinition;
+  /** The instructions file's content, rendered at publication. */
   instructions: string;
   harness: ResolvedHarness;
+}
+
+/** One immutable, published agent version. */
+export interface AgentVersionRecord extends NewAgentVersion {
+  version: number;
+  publishedAt: Date;
 }
 
 export interface JobRecord {
