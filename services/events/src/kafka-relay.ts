@@ -163,9 +163,10 @@ export class KafkaRelay {
     // We retry failed batches ourselves from the outbox, with the same
     // idempotent producer, so bounding kafkajs's own retries is deliberate.
     if (message.startsWith("Limiting retries for the idempotent producer")) return;
-    // kafkajs entries carry broker addresses and error names, never event content.
-    const fields = { kafka: entry.namespace, broker: rest.broker, error: rest.error };
-    if (entry.level <= logLevel.ERROR) this.logger.warn(fields, `kafkajs: ${message}`);
-    else this.logger.debug(fields, `kafkajs: ${message}`);
+    // kafkajs entries carry broker addresses and error names, never event
+    // content. They go to debug: during an outage kafkajs logs every failed
+    // connection, and the relay already warns once per outage and says when
+    // the broker is back.
+    this.logger.debug({ kafka: entry.namespace, level: entry.label, broker: rest.broker, error: rest.error }, `kafkajs: ${message}`);
   }
 }
