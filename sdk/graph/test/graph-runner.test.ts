@@ -1,0 +1,358 @@
+// The engine's rules: parallel merge and conflicts, cancellation of siblings,
+// choices, loops, the manager's decisions, in-flight invokes, pinning and
+// redaction, each with deterministic in-process "agents".
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  GraphError,
+  GraphRunner,
+  Harness,
+  HarnessContext,
+  InMemoryCheckpointStore,
+  InProcessExecutor,
+  Step,
+  agent,
+  type ControlEvent,
+  type GraphManager,
+  type ManagerDecision,
+  type StepRunInfo,
+} from "../src/index.js";
+
+/** A custom step defined by a function, for tests only (real steps are classes with their own names). */
+class FnStep extends Step {
+  readonly #fn: (ctx: HarnessContext, info: StepRunInfo) => void | Promise<void>;
+
+  public constructor(name: string, fn: (ctx: HarnessContext, info: StepRunInfo) => void | Promise<void>) {
+    super(name);
+    this.#fn = fn;
+  }
+
+  public run(ctx: HarnessContext, info: StepRunInfo): void | Promise<void> {
+    return this.#fn(ctx, info);
+  }
+}
+
+function scriptedManager(decisions: ManagerDecision[]): GraphManager & { events: ControlEvent[] } {
+  const events: ControlEvent[] = [];
+  return {
+    events,
+    decide: async (event) => {
+      events.push(event);
+      const next = decisions.shift();
+      if (!next) throw new Error("the test's manager has no decision left");
+      return next;
+    },
+  };
+}
+
+test("parallel branches see the bag as it was at the fork and merge in declaration order with conflicts reported", async () => {
+  const seen: Record<string, unknown> = {};
+  const left = new FnStep("left", (ctx) => {
+    seen.left = ctx.get("shared");
+    ctx.set("shared", "from-left");
+    ctx.set("onlyLeft", 1);
+  });
+  const right = new FnStep("right", (ctx) => {
+    seen.right = ctx.get("shared");
+    ctx.set("shared", "from-right");
+  });
+  const third = new FnStep("third", (ctx) => {
+    ctx.set("shared", "from-third");
+    ctx.set("onlyLeft", 3);
+  });
+  const h = new Harness("merge");
+  const start = h.next(new FnStep("init", (ctx) => ctx.set("shared", "initial")));
+  start.next(left);
+  start.next(right);
+  start.next(third);
+  const runner = new GraphRunner({ definition: h.toDefinition(), executor: new InProcessExecutor({ steps: [left, right, third] }) });
+  // init is not registered on purpose: it is looked up through the executor, which must find it.
+  const executor = new InProcessExecutor({ steps: [left, right, third, new FnStep("init", (ctx) => ctx.set("shared", "initial"))] });
+  const result = await new GraphRunner({ definition: runner.definition, executor }).run({ prompt: "p" });
+  assert.equal(result.status, "succeeded");
+  assert.deepEqual(seen, { left: "initial", right: "initial" });
+  assert.equal(result.bag.shared, "from-third");
+  assert.equal(result.bag.onlyLeft, 3);
+  assert.deepEqual(
+    result.conflicts.map((c) => ({ key: c.key, branches: c.branches, winner: c.winner, path: c.path })),
+    [
+      { key: "shared", branches: [0, 1, 2], winner: 2, path: "/1" },
+      { key: "onlyLeft", branches: [0, 2], winner: 2, path: "/1" },
+    ],
+  );
+  const unregistered = await runner.run({ prompt: "p" });
+  assert.equal(unregistered.status, "failed");
+  assert.equal(unregistered.error?.code, "STEP_FAILED");
+  assert.match(unregistered.error?.message ?? "", /custom step "init" is not registered/);
+});
+
+test("a failing branch cancels its siblings through their AbortSignal and the run fails with a control event", async () => {
+  let siblingSignal: AbortSignal | undefined;
+  let afterCancel = false;
+  const slow = new FnStep("slow", async (_ctx, info) => {
+    siblingSignal = info.signal;
+    await new Promise<void>((resolve) => info.signal.addEventListener("abort", () => resolve(), { once: true }));
+  });
+  const later = new FnStep("later", () => {
+    afterCancel = true;
+  });
+  const boom = new FnStep("boom", async () => {
+    await new Promise((r) => setImmediate(r));
+    throw new Error("disk full");
+  });
+  const h = new Harness("cancel");
+  h.next(slow).next(later);
+  h.next(boom);
+  const events: string[] = [];
+  const result = await new GraphRunner({
+    definition: h.toDefinition(),
+    executor: new InProcessExecutor({ steps: [slow, later, boom] }),
+    onEvent: (e) => {
+      if (e.type === "control") events.push(`${e.control?.kind}: ${e.control?.detail}`);
+    },
+  }).run({ prompt: "p" });
+  assert.equal(result.status, "failed");
+  assert.equal(result.error?.code, "STEP_FAILED");
+  assert.match(result.error?.message ?? "", /step step:boom at \/0\/b1\/0 failed: disk full\. Fix the cause and resume the run, or configure a managerAgent/);
+  assert.equal(siblingSignal?.aborted, true);
+  assert.equal((siblingSignal?.reason as GraphError).code, "BRANCH_CANCELLED");
+  assert.equal(afterCancel, false, "the cancelled branch did not continue");
+  assert.deepEqual(events, ["branch_failed: branch 1 failed: step step:boom at /0/b1/0 failed: disk full. Fix the cause and resume the run, or configure a managerAgent to retry or skip failed steps; cancelling its siblings"]);
+});
+
+test("the manager can retry, skip, answer or abort a failed step", async () => {
+  let flaky = 0;
+  const executor = new InProcessExecutor({
+    agents: {
+      flaky: () => {
+        if (++flaky < 3) throw new Error(`timeout ${flaky}`);
+        return "finally";
+      },
+      broken: () => {
+        throw new Error("always broken");
+      },
+    },
+  });
+
+  const retry = new Harness("retry");
+  retry.next(agent("flaky"));
+  const m1 = scriptedManager([{ action: "retry" }, { action: "retry" }]);
+  const r1 = await new GraphRunner({ definition: retry.toDefinition(), executor, manager: m1 }).run({ prompt: "p" });
+  assert.equal(r1.status, "succeeded");
+  assert.equal(r1.output, "finally");
+  assert.deepEqual(m1.events.map((e) => (e.kind === "step_error" ? [e.attempt, e.error.message] : [])), [
+    [1, "timeout 1"],
+    [2, "timeout 2"],
+  ]);
+
+  const skip = new Harness("skip");
+  skip.next(agent("broken")).next(new FnStep("after", (ctx) => ctx.set("after", true)));
+  const m2 = scriptedManager([{ action: "skip" }]);
+  const r2 = await new GraphRunner({
+    definition: skip.toDefinition(),
+    executor: new InProcessExecutor({ agents: { broken: () => Promise.reject(new Error("no")) }, steps: [new FnStep("after", (ctx) => ctx.set("after", true))] }),
+    manager: m2,
+  }).run({ prompt: "p" });
+  assert.equal(r2.status, "succeeded");
+  assert.equal(r2.bag.after, true);
+  assert.equal(r2.bag.broken, undefined);
+
+  const answer = new Harness("answer");
+  answer.next(agent("broken"));
+  const r3 = await new GraphRunner({ definition: answer.toDefinition(), executor, manager: scriptedManager([{ action: "answer", text: "manual reply" }]) }).run({
+    prompt: "p",
+  });
+  assert.equal(r3.status, "succeeded");
+  assert.equal(r3.bag.broken, "manual reply");
+  assert.equal(r3.output, "manual reply");
+
+  const abort = new Harness("abort");
+  abort.next(agent("broken"));
+  const m4 = scriptedManager([{ action: "abort", reason: "not worth it" }]);
+  const r4 = await new GraphRunner({ definition: abort.toDefinition(), executor, manager: m4 }).run({ prompt: "p", input: { secret: "s3cret" } });
+  assert.equal(r4.status, "aborted");
+  assert.equal(r4.error?.code, "RUN_ABORTED");
+  assert.match(r4.error?.message ?? "", /not worth it/);
+
+  // Endless retries are cut off.
+  const r5 = await new GraphRunner({
+    definition: abort.toDefinition(),
+    executor,
+    manager: scriptedManager(Array.from({ length: 10 }, () => ({ action: "retry" }) as const)),
+    maxRetries: 2,
+  }).run({ prompt: "p" });
+  assert.equal(r5.status, "failed");
+  assert.match(r5.error?.message ?? "", /failed 3 times/);
+});
+
+test("the manager sees only the redacted snapshot", async () => {
+  const h = new Harness("redact");
+  h.next(agent("broken"));
+  const manager = scriptedManager([{ action: "skip" }]);
+  await new GraphRunner({
+    definition: h.toDefinition(),
+    executor: new InProcessExecutor({ agents: { broken: () => Promise.reject(new Error("x")) } }),
+    manager,
+    redact: (bag) => ({ ...bag, apiKey: bag.apiKey === null || bag.apiKey === undefined ? bag.apiKey : "[redacted]" }),
+  }).run({ prompt: "p", input: { apiKey: "sk-live-123" } });
+  assert.deepEqual(manager.events[0]?.snapshot, { apiKey: "[redacted]", prompt: "p" });
+  // The default redacts nothing.
+  const ctx = new HarnessContext({ initial: { apiKey: "sk" } });
+  assert.deepEqual(ctx.snapshot(), { apiKey: "sk" });
+  assert.equal(ctx.get("missing"), null);
+  ctx.set("n", undefined);
+  assert.deepEqual(ctx.keys(), ["apiKey", "n"]);
+});
+
+test("maxIterations reached asks the manager, whose decision can grant more rounds or end the loop", async () => {
+  const h = new Harness("loop");
+  h.loop(agent("coder")).until(agent("reviewer")).maxIterations(2).next(new FnStep("after", (ctx) => ctx.set("after", true)));
+  let reviews = 0;
+  const executor = new InProcessExecutor({
+    agents: { coder: (r) => `v${r.iteration}`, reviewer: () => (++reviews >= 3 ? "break" : "again") },
+    steps: [new FnStep("after", (ctx) => ctx.set("after", true))],
+  });
+  const manager = scriptedManager([{ action: "retry" }]);
+  const result = await new GraphRunner({ definition: h.toDefinition(), executor, manager }).run({ prompt: "p" });
+  assert.equal(result.status, "succeeded");
+  assert.equal(result.bag.coder, "v3");
+  assert.equal(result.bag.after, true);
+  assert.deepEqual(manager.events.map((e) => (e.kind === "max_iterations" ? e.maxIterations : 0)), [2]);
+
+  reviews = -100;
+  const aborted = await new GraphRunner({ definition: h.toDefinition(), executor, manager: scriptedManager([{ action: "abort" }]) }).run({ prompt: "p" });
+  assert.equal(aborted.status, "aborted");
+});
+
+test("a terminal that sets neither again nor break fails the step", async () => {
+  const h = new Harness("bad-terminal");
+  h.loop(agent("coder")).until(new FnStep("judge", (ctx) => ctx.set("choice", "maybe"))).maxIterations(3);
+  const result = await new GraphRunner({
+    definition: h.toDefinition(),
+    executor: new InProcessExecutor({ agents: { coder: () => "x" }, steps: [new FnStep("judge", (ctx) => ctx.set("choice", "maybe"))] }),
+  }).run({ prompt: "p" });
+  assert.equal(result.status, "failed");
+  assert.match(result.error?.message ?? "", /set choice to "maybe"; it must set "again" or "break"/);
+});
+
+test("choices: a custom evaluator sets choice, an unknown label without otherwise fails, long text is not a label", async () => {
+  const h = new Harness("choice");
+  const route = new FnStep("route", (ctx) => ctx.set("choice", String(ctx.get("prompt"))));
+  h.choice(route).when("a", new FnStep("arm-a", (ctx) => ctx.set("arm", "a"))).next(new FnStep("done", (ctx) => ctx.set("done", true)));
+  const steps = [route, new FnStep("arm-a", (ctx) => ctx.set("arm", "a")), new FnStep("done", (ctx) => ctx.set("done", true))];
+  const runner = new GraphRunner({ definition: h.toDefinition(), executor: new InProcessExecutor({ steps }) });
+  const a = await runner.run({ prompt: "a" });
+  assert.deepEqual([a.status, a.bag.arm, a.bag.done], ["succeeded", "a", true]);
+  const z = await runner.run({ prompt: "z" });
+  assert.equal(z.status, "failed");
+  assert.match(z.error?.message ?? "", /label "z", which matches no arm \(a\) and there is no otherwise/);
+
+  const chatty = new Harness("chatty");
+  chatty.choice(agent("triage")).when("bug", agent("writer")).otherwise(agent("writer", { id: "agent:writer-other" }));
+  const long = await new GraphRunner({
+    definition: chatty.toDefinition(),
+    executor: new InProcessExecutor({ agents: { triage: () => "I think this is\nprobably a bug", writer: () => "w" } }),
+  }).run({ prompt: "p" });
+  assert.equal(long.status, "failed");
+  assert.equal(long.error?.code, "STEP_FAILED");
+  assert.match(long.error?.message ?? "", /neither set "choice" nor replied with a short label/);
+
+  const byKey = new Harness("by-key");
+  byKey.choiceKey("route").when("b", new FnStep("arm-b", (ctx) => ctx.set("arm", "b"))).otherwise(new FnStep("drop", (ctx) => ctx.set("arm", "drop")));
+  const keySteps = [new FnStep("arm-b", (ctx) => ctx.set("arm", "b")), new FnStep("drop", (ctx) => ctx.set("arm", "drop"))];
+  const keyRunner = new GraphRunner({ definition: byKey.toDefinition(), executor: new InProcessExecutor({ steps: keySteps }) });
+  assert.equal((await keyRunner.run({ prompt: "p", input: { route: "b" } })).bag.arm, "b");
+  assert.equal((await keyRunner.run({ prompt: "p" })).bag.arm, "drop");
+});
+
+test("an invoke while a run is in flight fails without a manager, is answered with one, and an idle invoke starts a run", async () => {
+  let release: () => void = () => undefined;
+  const gate = new Promise<void>((r) => {
+    release = r;
+  });
+  const wait = new FnStep("wait", async () => gate);
+  const h = new Harness("busy");
+  h.next(wait);
+  const executor = new InProcessExecutor({ steps: [wait] });
+
+  const plain = new GraphRunner({ definition: h.toDefinition(), executor });
+  const first = await plain.invoke({ prompt: "one" });
+  assert.equal(first.kind, "started");
+  await assert.rejects(plain.invoke({ prompt: "two" }), (e: unknown) => e instanceof GraphError && e.code === "RUN_IN_FLIGHT" && /configure a managerAgent/.test(e.message));
+
+  const manager = scriptedManager([{ action: "answer", text: "still working on it" }]);
+  const managed = new GraphRunner({ definition: h.toDefinition(), executor, manager });
+  const started = await managed.invoke({ prompt: "one" });
+  const answered = await managed.invoke({ prompt: "status?" });
+  assert.equal(answered.kind, "answered");
+  assert.equal(answered.kind === "answered" ? answered.text : "", "still working on it");
+  assert.equal(manager.events[0]?.kind === "invoke_in_flight" ? manager.events[0].prompt : "", "status?");
+
+  release();
+  if (first.kind === "started") assert.equal((await first.run.result).status, "succeeded");
+  if (started.kind === "started") assert.equal((await started.run.result).status, "succeeded");
+  const again = await plain.invoke({ prompt: "three" });
+  assert.equal(again.kind, "started", "an idle invoke starts a new run");
+  if (again.kind === "started") assert.equal((await again.run.result).bag.prompt, "three");
+});
+
+test("cancel aborts the step's signal and ends the run cancelled", async () => {
+  let signal: AbortSignal | undefined;
+  const hang = new FnStep("hang", (_ctx, info) => {
+    signal = info.signal;
+    return new Promise<void>(() => undefined);
+  });
+  const h = new Harness("cancel-run");
+  h.next(hang);
+  const runner = new GraphRunner({ definition: h.toDefinition(), executor: new InProcessExecutor({ steps: [hang] }) });
+  const handle = await runner.start({ prompt: "p", runId: "r-cancel" });
+  while (!signal) await new Promise((r) => setImmediate(r));
+  assert.equal(runner.cancel("r-cancel"), true);
+  const result = await handle.result;
+  assert.equal(result.status, "cancelled");
+  assert.equal(signal.aborted, true);
+});
+
+test("a run abandoned mid-step resumes in a new runner, replaying recorded deltas; runs are pinned to their definition", async () => {
+  const store = new InMemoryCheckpointStore();
+  const executions: string[] = [];
+  const counter = (name: string, hangOnce = false): FnStep => {
+    let hung = false;
+    return new FnStep(name, (ctx, info) => {
+      executions.push(info.idempotencyKey);
+      if (hangOnce && !hung) {
+        hung = true;
+        return new Promise<void>(() => undefined);
+      }
+      ctx.set(name, Number(ctx.get("n") ?? 0) + 1);
+      ctx.set("n", Number(ctx.get("n") ?? 0) + 1);
+    });
+  };
+  const h = new Harness("resume", { version: "1" });
+  h.next(counter("a")).next(counter("b")).next(counter("c"));
+  const def = h.toDefinition();
+  const crashed = new GraphRunner({ definition: def, executor: new InProcessExecutor({ steps: [counter("a"), counter("b", true), counter("c")] }), store });
+  await crashed.start({ prompt: "p", runId: "r1" });
+  while (executions.length < 2) await new Promise((r) => setImmediate(r));
+  // The first runner is abandoned here, as if its process had died.
+
+  const other = new Harness("resume", { version: "2" });
+  other.next(counter("a"));
+  const wrong = new GraphRunner({ definition: other.toDefinition(), executor: new InProcessExecutor(), store });
+  await assert.rejects(wrong.resume({ runId: "r1" }), (e: unknown) => e instanceof GraphError && e.code === "DEFINITION_MISMATCH" && /version 1/.test(e.message));
+  assert.deepEqual(await wrong.resumeAll(), [], "resumeAll skips runs pinned to other definitions");
+
+  const stored = await store.getRun("r1");
+  const fresh = new GraphRunner({
+    definition: stored?.definition ?? def,
+    executor: new InProcessExecutor({ steps: [counter("a"), counter("b"), counter("c")] }),
+    store,
+  });
+  const [handle] = await fresh.resumeAll();
+  const result = await handle?.result;
+  assert.equal(result?.status, "succeeded");
+  assert.deepEqual(executions, ["r1/0", "r1/1", "r1/1", "r1/2"]);
+  assert.deepEqual([result?.bag.a, result?.bag.b, result?.bag.c, result?.bag.n], [1, 2, 3, 3]);
+  assert.deepEqual((await store.loadSteps("r1")).map((s) => s.path), ["/0", "/1", "/2"]);
+  await assert.rejects(fresh.resume({ runId: "r1" }), { code: "RUN_FINISHED" });
+});
