@@ -1,0 +1,145 @@
+// What a session can see and reach, in both isolation modes.
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import http from "node:http";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, it } from "node:test";
+import { HealthCheckResponse_ServingStatus, Health } from "@oz0/proto/grpc/health/v1/health_pb";
+import { IsolationMode, SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
+
+// Looks like a provider key; planted where a careless sandbox would leak it.
+const NEEDLE = `oz0planted${process.pid}x`;
+const PLANTED_KEY = `sk-ant-api03-${NEEDLE}`;
+
+for (const mode of ["none", "bwrap"] as const) {
+  describe(`isolation ${mode}`, () => {
+    let t: TestSandbox;
+    let secretDir: string;
+    let secretFile: string;
+    const saved = { ANTHROPIC_API_KEY: process.env.ANTHROPIC_API_KEY, OZ0_INTERNAL_TOKEN: process.env.OZ0_INTERNAL_TOKEN };
+    before(async () => {
+      // In the sandbox service's own environment and in a file outside every allowed path.
+      process.env.ANTHROPIC_API_KEY = PLANTED_KEY;
+      process.env.OZ0_INTERNAL_TOKEN = PLANTED_KEY;
+      secretDir = mkdtempSync(path.join(os.tmpdir(), "oz0-secret-"));
+      secretFile = path.join(secretDir, "provider-key.txt");
+      writeFileSync(secretFile, PLANTED_KEY);
+      t = await startTestSandbox({ isolation: mode });
+    });
+    after(async () => {
+      await t.close();
+      rmSync(secretDir, { recursive: true, force: true });
+      for (const [name, value] of Object.entries(saved)) {
+        if (value === undefined) delete process.env[name];
+        else process.env[name] = value;
+      }
+    });
+
+    it("reports the isolation mode in started and in health", async () => {
+      assert.equal(t.sandbox.isolation, mode);
+      const health = createClient(Health, createGrpcTransport({ baseUrl: t.sandbox.url }));
+      const status = await health.check({ service: "isolation" });
+      assert.equal(status.status, mode === "bwrap" ? HealthCheckResponse_ServingStatus.SERVING : HealthCheckResponse_ServingStatus.NOT_SERVING);
+      const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
+      const started = stream.received[0]?.message;
+      assert(started?.case === "started");
+      assert.equal(started.value.isolation, mode === "bwrap" ? IsolationMode.BWRAP : IsolationMode.NONE);
+    });
+
+    it("gives the harness only the allowlisted environment, without the planted key", async () => {
+      const stream = await runToEnd(
+        t.client,
+        scenarioStart({ mode: "env", needle: mode === "bwrap" ? NEEDLE : undefined, read: [secretFile] }, {}, {
+          llm: { anthropicBaseUrl: "http://127.0.0.1:9/anthropic", token: "session-token-1", headers: { "Oz0-Job": "job-1", "Oz0-Agent": "coder" } },
+          trace: { traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" },
+        }),
+      );
+      assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
+      const dump = JSON.parse(stream.texts()[0] ?? "{}") as { env: Record<string, string>; search: { hits: string[]; scanned: number }; reads: Record<string, string> };
+      assert.doesNotMatch(JSON.stringify(dump.env), new RegExp(NEEDLE));
+      assert.equal(dump.env.OZ0_INTERNAL_TOKEN, undefined);
+      assert.equal(dump.env.ANTHROPIC_API_KEY, "session-token-1");
+      assert.equal(dump.env.ANTHROPIC_CUSTOM_HEADERS, "Oz0-Agent: coder\nOz0-Job: job-1");
+      assert.equal(dump.env.TRACEPARENT, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+      assert.equal(dump.env.DISABLE_TELEMETRY, "1");
+      assert.equal(dump.env.CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, "1");
+      assert.match(dump.env.HOME ?? "", /state\/home$/);
+      const allowed = new Set(Object.keys(dump.env).filter((name) => !/^(PWD|SHLVL|_|OLDPWD)$/.test(name)));
+      for (const name of allowed) assert.match(name, /^(PATH|HOME|USER|LANG|LC_ALL|TMPDIR|XDG_\w+|CLAUDE_\w+|OZ0_\w+|ANTHROPIC_\w+|OPENAI_\w+|TRACEPARENT|TRACESTATE|DISABLE_\w+|DO_NOT_TRACK|NO_UPDATE_NOTIFIER|NPM_CONFIG_UPDATE_NOTIFIER|GEMINI_TELEMETRY_ENABLED|OTEL_SDK_DISABLED|NEXT_TELEMETRY_DISABLED|DOTNET_CLI_TELEMETRY_OPTOUT|HOMEBREW_NO_ANALYTICS|CHECKPOINT_DISABLE|PIP_DISABLE_PIP_VERSION_CHECK)$/);
+      if (mode === "bwrap") {
+        // Nothing it can read holds the key: not the file, not any process's environment.
+        assert.equal(dump.reads[secretFile], "ERROR ENOENT");
+        assert.deepEqual(dump.search.hits, []);
+        assert(dump.search.scanned > 100, `the search looked at ${dump.search.scanned} files`);
+        assert.equal(dump.env.ANTHROPIC_BASE_URL, "http://127.0.0.1:41000/anthropic");
+      } else {
+        assert.equal(dump.env.ANTHROPIC_BASE_URL, "http://127.0.0.1:9/anthropic");
+      }
+    });
+
+    for (const withLlm of [false, true]) {
+      it(`lets a harness that traps SIGTERM write its cancelled result within the grace${withLlm ? " (with the LLM forwarder in front)" : ""}`, async () => {
+        const llm = withLlm ? { anthropicBaseUrl: "http://127.0.0.1:9", token: "t" } : undefined;
+        const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "slow-cancel", delayMs: 700 }, {}, { llm }) } });
+        await stream.waitFor(isText("ready"), "ready");
+        stream.send({ message: { case: "cancel", value: { reason: "user pressed stop" } } });
+        await stream.finished;
+        const exited = stream.exited();
+        assert.equal(exited.status, SessionStatus.CANCELLED);
+        assert.equal(exited.result?.stopReason, StopReason.CANCELLED);
+        assert.equal(exited.result?.text, "cancelled after cleanup");
+        assert.equal(exited.errorCode, "");
+        assert.equal(exited.cancelReason, "user pressed stop");
+      });
+    }
+
+    if (mode === "bwrap") {
+      it("cannot connect to a loopback port of the node", async () => {
+        const server = net.createServer((socket) => socket.end("hello"));
+        await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+        const port = (server.address() as net.AddressInfo).port;
+        try {
+          const stream = await runToEnd(t.client, scenarioStart({ mode: "connect", port }));
+          assert.equal(stream.exited().result?.text, "error ECONNREFUSED");
+        } finally {
+          server.close();
+        }
+      });
+
+      it("reaches the LLM endpoint, and only it, through the forwarder", async () => {
+        const seen: { url: string; key: string }[] = [];
+        const llm = http.createServer((req, res) => {
+          seen.push({ url: req.url ?? "", key: String(req.headers["x-api-key"]) });
+          res.end("pong");
+        });
+        await new Promise<void>((resolve) => llm.listen(0, "127.0.0.1", resolve));
+        const port = (llm.address() as net.AddressInfo).port;
+        try {
+          const stream = await runToEnd(t.client, scenarioStart({ mode: "llm" }, {}, { llm: { anthropicBaseUrl: `http://127.0.0.1:${port}/anthropic`, token: "tok-2" } }));
+          assert.equal(stream.exited().result?.text, "200 pong");
+          assert.deepEqual(seen, [{ url: "/anthropic/v1/messages", key: "tok-2" }]);
+        } finally {
+          llm.close();
+        }
+      });
+    } else {
+      it("still connects to loopback without isolation (the mode isolates nothing)", async () => {
+        const server = net.createServer((socket) => socket.end("hello"));
+        await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+        const port = (server.address() as net.AddressInfo).port;
+        try {
+          const stream = await runToEnd(t.client, scenarioStart({ mode: "connect", port }));
+          assert.equal(stream.exited().result?.text, "connected");
+        } finally {
+          server.close();
+        }
+      });
+    }
+  });
+}
