@@ -1,0 +1,125 @@
+// The producers' client and the Watch stream on the embedded default (no
+// Kafka: the local log only).
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, describe, test } from "node:test";
+import { createEventPublisher, rawEvent, startEvents, type PublisherLogger, type RunningEvents } from "@oz0/events";
+import { freePortForTest } from "./fixtures/free-port.js";
+import { eventsClient, watchAll } from "./fixtures/events-client.js";
+
+const cleanup: (() => Promise<void> | void)[] = [];
+after(async () => {
+  for (const step of cleanup.reverse()) await step();
+});
+
+function recordingLogger(): PublisherLogger & { lines: { obj: object; msg?: string }[] } {
+  const lines: { obj: object; msg?: string }[] = [];
+  return { lines, warn: (obj, msg) => lines.push({ obj, msg }), error: (obj, msg) => lines.push({ obj, msg }) };
+}
+
+async function service(options: { dataDir?: string; port?: number } = {}): Promise<RunningEvents> {
+  const events = await startEvents({ port: options.port ?? 0, dataDir: options.dataDir });
+  cleanup.push(() => events.close());
+  return events;
+}
+
+describe("the publisher", () => {
+  test("batches, delivers in order, and flush waits until the service accepted everything", async () => {
+    const events = await service();
+    const publisher = createEventPublisher({ url: events.url, maxBatch: 7 });
+    for (let i = 0; i < 50; i++) publisher.publish(rawEvent("graph.step_started", { jobId: "job-p", attributes: { iteration: i } }));
+    await publisher.flush();
+    const watched = await watchAll(events.url, { jobId: "job-p" });
+    assert.deepEqual(watched.map((e) => e.attributes?.iteration), Array.from({ length: 50 }, (_, i) => i));
+    await publisher.close();
+  });
+
+  test("keeps retrying while the service is down, and logs that it does", async () => {
+    const port = await freePortForTest();
+    const logger = recordingLogger();
+    const publisher = createEventPublisher({ url: `http://127.0.0.1:${port}`, logger, maxBackoffMs: 200 });
+    publisher.publish(rawEvent("job.started", { jobId: "job-late" }));
+    const flushed = publisher.flush();
+    while (!logger.lines.some((l) => (l.obj as { code?: string }).code === "EVENTS_UNREACHABLE")) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const events = await service({ port });
+    await flushed;
+    assert.equal((await watchAll(events.url, { jobId: "job-late" })).length, 1);
+    await publisher.close();
+  });
+
+  test("never throws into the caller, and says what it dropped", async () => {
+    const logger = recordingLogger();
+    const publisher = createEventPublisher({ url: "http://127.0.0.1:1", logger });
+    publisher.publish(rawEvent("", {}));
+    assert.ok(logger.lines.some((l) => (l.obj as { code?: string }).code === "EVENTS_INVALID_EVENT"));
+    publisher.publish(rawEvent("job.started", { jobId: "never-delivered" }));
+    await publisher.close({ timeoutMs: 50 });
+    assert.ok(logger.lines.some((l) => (l.obj as { code?: string; dropped?: number }).code === "EVENTS_DROPPED_ON_CLOSE"));
+    publisher.publish(rawEvent("job.started", {}));
+    assert.ok(logger.lines.some((l) => (l.obj as { code?: string }).code === "EVENTS_PUBLISHER_CLOSED"));
+  });
+
+  test("a retried event is accepted once: ids deduplicate", async () => {
+    const events = await service();
+    const event = rawEvent("job.started", { jobId: "job-dup" });
+    const client = eventsClient(events.url);
+    const first = await client.publish({ events: [event, event] });
+    assert.deepEqual([first.accepted, first.duplicates, first.dropped], [1, 1, 0]);
+    const again = await client.publish({ events: [event] });
+    assert.equal(again.duplicates, 1);
+    assert.equal((await watchAll(events.url, { jobId: "job-dup" })).length, 1);
+  });
+});
+
+describe("Watch", () => {
+  test("resumes from a position and filters by job", async () => {
+    const events = await service();
+    const client = eventsClient(events.url);
+    await client.publish({
+      events: Array.from({ length: 10 }, (_, i) => rawEvent("graph.step_started", { jobId: i % 2 ? "odd" : "even", attributes: { iteration: i } })),
+    });
+    const all = await watchAll(events.url);
+    assert.deepEqual(all.map((e) => e.position), Array.from({ length: 10 }, (_, i) => BigInt(i + 1)));
+    const resumed = await watchAll(events.url, { fromPosition: all[5]!.position + 1n });
+    assert.deepEqual(resumed.map((e) => e.attributes?.iteration), [6, 7, 8, 9]);
+    const odd = await watchAll(events.url, { jobId: "odd" });
+    assert.deepEqual(odd.map((e) => e.attributes?.iteration), [1, 3, 5, 7, 9]);
+  });
+
+  test("follows events published after it started", async () => {
+    const events = await service();
+    const client = eventsClient(events.url);
+    const abort = new AbortController();
+    const seen: number[] = [];
+    const stream = (async () => {
+      try {
+        for await (const response of client.watch({ jobId: "live" }, { signal: abort.signal })) {
+          seen.push(response.event!.attributes!.iteration as number);
+          if (seen.length === 3) abort.abort();
+        }
+      } catch (error) {
+        if (!abort.signal.aborted) throw error;
+      }
+    })();
+    for (let i = 0; i < 3; i++) {
+      await client.publish({ events: [rawEvent("graph.step_started", { jobId: "live", attributes: { iteration: i } })] });
+    }
+    await stream;
+    assert.deepEqual(seen, [0, 1, 2]);
+  });
+
+  test("the log survives a restart on the same data folder, positions included", async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-events-restart-"));
+    cleanup.push(() => rmSync(dataDir, { recursive: true, force: true }));
+    const first = await startEvents({ port: 0, dataDir });
+    await eventsClient(first.url).publish({ events: [rawEvent("job.started", { jobId: "durable" }), rawEvent("job.completed", { jobId: "durable" })] });
+    await first.close();
+    const second = await service({ dataDir });
+    const watched = await watchAll(second.url, { jobId: "durable" });
+    assert.deepEqual(watched.map((e) => [e.type, e.position]), [["job.started", 1n], ["job.completed", 2n]]);
+  });
+});

@@ -1,0 +1,222 @@
+// The redaction policy, type by type: what each keeps, and that it fails
+// closed on everything else.
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { EVENT_POLICY, FINISH_SUMMARY, publicAttributes, rawEvent, redactEvent, type RawEventInit } from "@oz0/events";
+import type { PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+
+const SECRET = "s3cr3t-content";
+// Everything sensitive a producer might attach to any event.
+const sensitive = {
+  task: `do the thing ${SECRET}`,
+  instructions: SECRET,
+  prompt: SECRET,
+  system_prompt: SECRET,
+  text: SECRET,
+  thinking: SECRET,
+  input: { command: SECRET },
+  output: SECRET,
+  result: { answer: SECRET },
+  content: SECRET,
+  skills: [{ content: SECRET }],
+  documents: [{ content: SECRET }],
+  error_message: SECRET,
+  reason: SECRET,
+  message: SECRET,
+  label: SECRET,
+  title: SECRET,
+};
+
+function redact(type: string, init: RawEventInit = {}): PublicEvent {
+  const outcome = redactEvent(rawEvent(type, { jobId: "job-1", ...init, attributes: { ...sensitive, ...init.attributes } }));
+  assert.ok(outcome.ok, `${type} was refused`);
+  assert.ok(!JSON.stringify(outcome.event.attributes).includes(SECRET), `${type} kept sensitive content`);
+  for (const key of Object.keys(outcome.event.attributes ?? {})) {
+    assert.ok(publicAttributes(type).includes(key), `${type} kept ${key}, which its allowlist does not name`);
+  }
+  return outcome.event;
+}
+
+describe("the redaction policy", () => {
+  test("knows every lifecycle type producers send", () => {
+    const required = [
+      "job.submitted", "job.started", "job.completed", "job.failed", "job.cancelled",
+      "session.started", "session.exited",
+      "tool.called", "tool.decided", "tool.completed",
+      "approval.requested", "approval.answered", "approval.timed_out",
+      "model.call_metered",
+      "harness.operation_started", "harness.operation_step", "harness.operation_completed",
+      "harness.operation_failed", "harness.operation_cancelled", "harness.operation_timed_out",
+      "graph.run_started", "graph.run_completed", "graph.step_started", "graph.step_completed", "graph.step_failed",
+    ];
+    for (const type of required) assert.ok(EVENT_POLICY[type], `${type} is unknown to the policy`);
+  });
+
+  for (const type of Object.keys(EVENT_POLICY)) {
+    test(`${type} drops every sensitive attribute`, () => {
+      redact(type);
+    });
+  }
+
+  test("job.submitted keeps the task's character count, never the task", () => {
+    const event = redact("job.submitted", { attributes: { task: "héllo wörld 🙂", harness: "claude", timeout_ms: 600000 } });
+    assert.deepEqual(event.attributes, { harness: "claude", task_chars: 13, timeout_ms: 600000 });
+  });
+
+  test("job.completed keeps stop reason and timing", () => {
+    const event = redact("job.completed", { status: "completed", attributes: { stop_reason: "completed", duration_ms: 1234, turns: 7 } });
+    assert.deepEqual(event.attributes, { stop_reason: "completed", duration_ms: 1234, turns: 7 });
+    assert.equal(event.status, "completed");
+  });
+
+  test("session.started and session.exited keep harness, node and exit facts", () => {
+    assert.deepEqual(redact("session.started", { attributes: { harness: "claude", node: "node-1", isolation: "bwrap" } }).attributes, {
+      harness: "claude",
+      node: "node-1",
+      isolation: "bwrap",
+    });
+    assert.deepEqual(redact("session.exited", { attributes: { exit_code: 137, signal: "SIGKILL", stop_reason: "cancelled" } }).attributes, {
+      exit_code: 137,
+      signal: "SIGKILL",
+      stop_reason: "cancelled",
+    });
+  });
+
+  test("tool events keep the tool, its path and a label composed from them", () => {
+    const called = redact("tool.called", { attributes: { tool_name: "read", path: "src/app.ts" } });
+    assert.deepEqual(called.attributes, { tool_name: "read", path: "src/app.ts", label: "read src/app.ts" });
+    const decided = redact("tool.decided", { attributes: { tool_name: "bash", decision: "deny", decided_by: "hook", hook: "no-rm", input_changed: false } });
+    assert.deepEqual(decided.attributes, { tool_name: "bash", label: "bash", decision: "deny", decided_by: "hook", hook: "no-rm", input_changed: false });
+    const completed = redact("tool.completed", { attributes: { tool_name: "read", duration_ms: 5, is_error: true } });
+    assert.deepEqual(completed.attributes, { tool_name: "read", label: "read", duration_ms: 5, is_error: true });
+  });
+
+  test("approvals keep ids, the tool and waiting time", () => {
+    assert.deepEqual(redact("approval.requested", { attributes: { approval_id: "ap-1", tool_name: "deploy", timeout_ms: 60000 } }).attributes, {
+      approval_id: "ap-1",
+      tool_name: "deploy",
+      timeout_ms: 60000,
+    });
+    assert.deepEqual(redact("approval.answered", { attributes: { approval_id: "ap-1", decision: "allow", waited_ms: 900 } }).attributes, {
+      approval_id: "ap-1",
+      decision: "allow",
+      waited_ms: 900,
+    });
+  });
+
+  test("model.call_metered keeps provider, model and token counts", () => {
+    const event = redact("model.call_metered", {
+      tokens: { inputTokens: 10, outputTokens: 20, cacheReadTokens: 3, cacheWriteTokens: 4 },
+      attributes: { provider: "anthropic", model: "claude-sonnet-4-5", attempts: 2, duration_ms: 800 },
+    });
+    assert.deepEqual(event.attributes, { provider: "anthropic", model: "claude-sonnet-4-5", attempts: 2, duration_ms: 800 });
+    assert.equal(event.tokens?.inputTokens, 10);
+    assert.equal(event.tokens?.cacheWriteTokens, 4);
+  });
+
+  test("harness.operation_started keeps key, task character count and timeout", () => {
+    const event = redact("harness.operation_started", {
+      operationInvocationId: "inv-1",
+      toolCallId: "call-1",
+      attributes: { operation_key: "extract_shipment", task: "Extract order 4831", timeout_ms: 120000 },
+    });
+    assert.deepEqual(event.attributes, { operation_key: "extract_shipment", task_chars: 18, timeout_ms: 120000 });
+    assert.equal(event.operationInvocationId, "inv-1");
+  });
+
+  test("a model step is summarised only by the tool it requested, or by finishing", () => {
+    const requested = redact("harness.operation_step", { attributes: { step_kind: "model", step_index: 0, requested_tool: "read" } });
+    assert.deepEqual(requested.attributes, { step_index: 0, step_kind: "model", label: "Requested read", requested_tool: "read" });
+    const finished = redact("harness.operation_step", { attributes: { step_kind: "model", step_index: 3, finish: true } });
+    assert.deepEqual(finished.attributes, { step_index: 3, step_kind: "model", label: FINISH_SUMMARY, finish: true });
+    const neither = redact("harness.operation_step", { attributes: { step_kind: "model" } });
+    assert.equal(neither.attributes?.label, "Model turn");
+  });
+
+  test("a tool step keeps the tool and the path it touched", () => {
+    const event = redact("harness.operation_step", {
+      attributes: { step_kind: "tool", step_index: 1, tool_name: "read", path: "uploads/order.pdf", duration_ms: 4 },
+    });
+    assert.deepEqual(event.attributes, { step_index: 1, step_kind: "tool", label: "read uploads/order.pdf", tool_name: "read", path: "uploads/order.pdf", duration_ms: 4 });
+  });
+
+  test("operation ends keep key, timing, error code and validation state, never the result", () => {
+    assert.deepEqual(redact("harness.operation_completed", { attributes: { operation_key: "x", duration_ms: 10, result_validation: "invalid" } }).attributes, {
+      operation_key: "x",
+      duration_ms: 10,
+      result_validation: "valid",
+    });
+    assert.deepEqual(redact("harness.operation_failed", { attributes: { operation_key: "x", error_code: "RESULT_INVALID", result_validation: "invalid" } }).attributes, {
+      operation_key: "x",
+      error_code: "RESULT_INVALID",
+      result_validation: "invalid",
+    });
+    assert.deepEqual(redact("harness.operation_timed_out", { attributes: { operation_key: "x", timeout_ms: 1000, duration_ms: 1001 } }).attributes, {
+      operation_key: "x",
+      timeout_ms: 1000,
+      duration_ms: 1001,
+    });
+  });
+
+  test("graph events keep step names, kinds and counters", () => {
+    assert.deepEqual(redact("graph.run_started", { attributes: { graph_name: "intake", graph_version: "2" } }).attributes, { graph_name: "intake", graph_version: "2" });
+    assert.deepEqual(redact("graph.step_completed", { attributes: { step_name: "verify", step_kind: "agent", iteration: 2, branch: "ok", duration_ms: 3 } }).attributes, {
+      step_name: "verify",
+      step_kind: "agent",
+      iteration: 2,
+      branch: "ok",
+      duration_ms: 3,
+    });
+  });
+
+  test("values that are not what the allowlist expects are dropped", () => {
+    const event = redact("tool.called", { attributes: { tool_name: "read this secret file please", path: "a\nb" } });
+    assert.deepEqual(event.attributes, {});
+    const counts = redact("harness.operation_started", { attributes: { operation_key: "Not A Key", timeout_ms: -5, task: 42 } });
+    assert.deepEqual(counts.attributes, {});
+  });
+
+  test("an unknown type keeps only its envelope and says so", () => {
+    const outcome = redactEvent(
+      rawEvent("custom.happened", { jobId: "job-1", status: "completed", tokens: { inputTokens: 5 }, attributes: { ...sensitive, tool_name: "read" } }),
+    );
+    assert.ok(outcome.ok);
+    assert.equal(outcome.event.reduced, true);
+    assert.deepEqual(outcome.event.attributes, {});
+    assert.equal(outcome.event.status, "completed");
+    assert.equal(outcome.event.tokens?.inputTokens, 5);
+  });
+
+  test("envelope fields that are not identifiers are cleared, not copied", () => {
+    const outcome = redactEvent(
+      rawEvent("job.started", {
+        jobId: `job with ${SECRET}`,
+        sessionId: "s-1",
+        agentName: `agent ${SECRET}`,
+        status: `failed: ${SECRET}`,
+        traceparent: SECRET,
+        source: "orchestrator",
+      }),
+    );
+    assert.ok(outcome.ok);
+    assert.equal(outcome.event.jobId, "");
+    assert.equal(outcome.event.agentName, "");
+    assert.equal(outcome.event.status, "");
+    assert.equal(outcome.event.traceparent, "");
+    assert.equal(outcome.event.sessionId, "s-1");
+    assert.equal(outcome.event.source, "orchestrator");
+  });
+
+  test("a malformed id or type is refused", () => {
+    assert.deepEqual(redactEvent(rawEvent("job.started", { id: "has spaces" })), { ok: false, code: "EVENT_ID_INVALID" });
+    assert.deepEqual(redactEvent(rawEvent("Job Started")), { ok: false, code: "EVENT_TYPE_INVALID" });
+    assert.deepEqual(redactEvent(rawEvent("nodot")), { ok: false, code: "EVENT_TYPE_INVALID" });
+  });
+
+  test("a valid traceparent is kept", () => {
+    const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const outcome = redactEvent(rawEvent("job.started", { traceparent }));
+    assert.ok(outcome.ok);
+    assert.equal(outcome.event.traceparent, traceparent);
+  });
+});
