@@ -1,0 +1,158 @@
+// Every overlay renders with kustomize, and every rendered object passes the
+// offline schema checks: kubernetes-models' validators, the unknown-field
+// walk, and (for Strimzi's kinds) the CRD schemas kept in deploy/k8s/crds.
+import assert from "node:assert/strict";
+import path from "node:path";
+import { before, describe, it } from "node:test";
+import { loadCrdSchemas, validateCustomResource } from "./support/crd-schema.js";
+import { hasModel, objectMeta, unknownFields, unknownFieldsAs, validateWithModel } from "./support/k8s-schema.js";
+import { id, k8sDir, overlayDirs, render, renderer, type K8sObject } from "./support/render.js";
+
+const crdSchemas = loadCrdSchemas();
+
+/**
+ * kustomize wraps long base64 in Secret data over several lines; the API
+ * server's decoder (Go's encoding/base64) skips the line breaks, the
+ * kubernetes-models "byte" format does not, so they are joined first.
+ */
+function joinBase64Lines(object: K8sObject): K8sObject {
+  if (object.kind !== "Secret" || typeof object.data !== "object" || object.data === null) return object;
+  const data = Object.fromEntries(
+    Object.entries(object.data as Record<string, string>).map(([k, v]) => [k, v.replace(/[\r\n]/g, "")]),
+  );
+  return { ...object, data };
+}
+
+async function schemaErrors(objects: K8sObject[]): Promise<string[]> {
+  const errors: string[] = [];
+  const builtIn = objects.filter((o) => hasModel(o.apiVersion, o.kind)).map(joinBase64Lines);
+  for (const object of builtIn) {
+    for (const e of await validateWithModel(object)) errors.push(`${id(object)}: ${e}`);
+  }
+  for (const [object, found] of unknownFields(builtIn)) {
+    for (const e of found) errors.push(`${id(object)}: ${e}`);
+  }
+  for (const object of objects.filter((o) => !hasModel(o.apiVersion, o.kind))) {
+    for (const e of validateCustomResource(object, crdSchemas)) errors.push(`${id(object)}: ${e}`);
+    for (const e of unknownFieldsAs(object.metadata, objectMeta, ".metadata")) errors.push(`${id(object)}: ${e}`);
+  }
+  return errors;
+}
+
+describe("kustomize", () => {
+  it("has a renderer (kubectl kustomize or kustomize build)", () => {
+    assert.ok(renderer().describe);
+  });
+
+  it("finds the dev and prod overlays and the component examples", () => {
+    const names = overlayDirs().map((d) => path.basename(d));
+    for (const name of ["dev", "prod", "dev-bubblewrap", "prod-gvisor", "prod-kata"]) assert.ok(names.includes(name), name);
+  });
+
+  it("renders the base on its own", () => {
+    const kinds = new Set(render(path.join(k8sDir, "base")).map((o) => o.kind));
+    for (const kind of ["Namespace", "Deployment", "Service", "ServiceAccount", "ConfigMap", "PodDisruptionBudget", "NetworkPolicy"]) {
+      assert.ok(kinds.has(kind), kind);
+    }
+  });
+});
+
+for (const dir of overlayDirs()) {
+  describe(`overlay ${path.basename(dir)}`, () => {
+    let objects: K8sObject[] = [];
+    before(() => {
+      objects = render(dir);
+    });
+
+    it("renders objects with unique kind/name", () => {
+      assert.ok(objects.length > 20);
+      const seen = new Set<string>();
+      for (const o of objects) {
+        const key = `${o.apiVersion}|${id(o)}|${o.metadata.namespace ?? ""}`;
+        assert.ok(!seen.has(key), `duplicate ${key}`);
+        seen.add(key);
+      }
+    });
+
+    it("has a schema for every kind it renders", () => {
+      const missing = objects
+        .filter((o) => !hasModel(o.apiVersion, o.kind) && !crdSchemas.has(`${o.apiVersion}|${o.kind}`))
+        .map((o) => `${o.apiVersion} ${o.kind}`);
+      assert.deepEqual(missing, []);
+    });
+
+    it("passes the Kubernetes and Strimzi schemas with no unknown fields", async () => {
+      assert.deepEqual(await schemaErrors(objects), []);
+    });
+
+    it("puts every namespaced object in the oz0 namespace", () => {
+      const clusterScoped = new Set(["Namespace", "RuntimeClass", "ClusterRole", "ClusterRoleBinding"]);
+      for (const o of objects.filter((x) => !clusterScoped.has(x.kind))) {
+        assert.equal(o.metadata.namespace, "oz0", id(o));
+      }
+    });
+  });
+}
+
+describe("the schema checks catch mistakes", () => {
+  let prod: K8sObject[] = [];
+  before(() => {
+    prod = render(path.join(k8sDir, "overlays", "prod"));
+  });
+  const copy = <T>(x: T): T => structuredClone(x);
+  const find = (kind: string, name?: string): K8sObject => {
+    const found = prod.find((o) => o.kind === kind && (name === undefined || o.metadata.name === name));
+    assert.ok(found, `${kind} ${name ?? ""}`);
+    return copy(found);
+  };
+
+  it("an unknown field in a Deployment (which kubernetes-models alone lets through)", async () => {
+    const deployment = find("Deployment", "sandbox") as any;
+    deployment.spec.template.spec.containers[0].securityContext.readOnlyRootFileSystem = true;
+    assert.deepEqual(await validateWithModel(deployment), []);
+    const errors = await schemaErrors([deployment]);
+    assert.equal(errors.length, 1);
+    assert.match(errors[0]!, /containers\[0\]\.securityContext\.readOnlyRootFileSystem: unknown field/);
+  });
+
+  it("a wrong type", async () => {
+    const deployment = find("Deployment", "orchestrator") as any;
+    deployment.spec.replicas = "two";
+    assert.match((await schemaErrors([deployment])).join("\n"), /replicas/);
+  });
+
+  it("a misspelt grpc probe field", async () => {
+    const deployment = find("Deployment", "events") as any;
+    deployment.spec.template.spec.containers[0].livenessProbe.grpc.serviceName = "liveness";
+    assert.match((await schemaErrors([deployment])).join("\n"), /livenessProbe\.grpc\.serviceName: unknown field/);
+  });
+
+  it("an unknown field, a bad enum and a missing field in Strimzi objects", async () => {
+    const kafka = find("Kafka") as any;
+    kafka.spec.kafka.replicas = 3; // gone in kafka.strimzi.io/v1 (node pools hold replicas)
+    const pool = find("KafkaNodePool") as any;
+    pool.spec.roles = ["broker", "zookeeper"];
+    const topic = find("KafkaTopic") as any;
+    topic.spec.partitions = 0;
+    const errors = (await schemaErrors([kafka, pool, topic])).join("\n");
+    assert.match(errors, /Kafka\/oz0-kafka: \.spec\.kafka\.replicas: unknown field/);
+    assert.match(errors, /KafkaNodePool\/dual-role: \.spec\.roles\[1\]: "zookeeper" is not one of/);
+    assert.match(errors, /\.spec\.partitions: 0 < minimum 1/);
+    delete pool.spec.storage;
+    assert.match((await schemaErrors([pool])).join("\n"), /missing required field "storage"/);
+  });
+
+  it("a Strimzi object with an API version the kept CRDs do not serve", async () => {
+    const kafka = find("Kafka");
+    kafka.apiVersion = "kafka.strimzi.io/v1beta1";
+    assert.match((await schemaErrors([kafka])).join("\n"), /no CRD schema kept/);
+  });
+});
+
+describe("the kept Strimzi CRDs", () => {
+  it("serve kafka.strimzi.io/v1 Kafka, KafkaNodePool and KafkaTopic", () => {
+    for (const kind of ["Kafka", "KafkaNodePool", "KafkaTopic"]) {
+      assert.ok(crdSchemas.has(`kafka.strimzi.io/v1|${kind}`), kind);
+    }
+  });
+});
