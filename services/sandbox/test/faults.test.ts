@@ -1,0 +1,110 @@
+// Harness misbehaviour ends that session with a specific error; bad requests
+// are refused with INVALID_ARGUMENT naming the field; the node keeps going.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { after, before, describe, it } from "node:test";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
+
+/** Alive and not a zombie (a killed orphan stays a zombie until some init reaps it). */
+function processAlive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return !/^\d+ \(.*\) [ZX]/.test(stat);
+  } catch {
+    return false;
+  }
+}
+
+describe("faults", () => {
+  let t: TestSandbox;
+  before(async () => {
+    t = await startTestSandbox({ isolation: "none", cancelGraceMs: 500, maxLineBytes: 1024 });
+  });
+  after(async () => {
+    await t.close();
+  });
+
+  const cases: { mode: Record<string, unknown>; code: string; status: SessionStatus; request?: Record<string, unknown> }[] = [
+    { mode: { mode: "garbage" }, code: "invalid_json", status: SessionStatus.FAILED },
+    { mode: { mode: "no-result" }, code: "no_result", status: SessionStatus.FAILED },
+    { mode: { mode: "big-line", bytes: 4096 }, code: "line_too_long", status: SessionStatus.FAILED },
+    { mode: { mode: "two-results" }, code: "duplicate_result", status: SessionStatus.FAILED },
+    { mode: { mode: "usage-loop", turns: 5 }, code: "max_turns_exceeded", status: SessionStatus.FAILED, request: { limits: { maxTurns: 2 } } },
+  ];
+  for (const c of cases) {
+    it(`ends a session whose harness does ${String(c.mode.mode)} with ${c.code}`, async () => {
+      const stream = await runToEnd(t.client, scenarioStart(c.mode, {}, c.request));
+      const exited = stream.exited();
+      assert.equal(exited.errorCode, c.code, exited.errorMessage);
+      assert.equal(exited.status, c.status);
+      assert.notEqual(exited.errorMessage, "");
+    });
+  }
+
+  it("kills a harness that ignores SIGTERM after the grace (ignored_sigterm)", async () => {
+    const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "ignore-term" }) } });
+    await stream.waitFor(isText("ready"), "ready");
+    stream.send({ message: { case: "cancel", value: {} } });
+    await stream.finished;
+    const exited = stream.exited();
+    assert.equal(exited.errorCode, "ignored_sigterm");
+    assert.equal(exited.status, SessionStatus.CANCELLED);
+    assert.deepEqual(exited.how, { case: "signal", value: "SIGKILL" });
+  });
+
+  it("times a session out at its deadline", async () => {
+    const stream = await runToEnd(t.client, scenarioStart({ mode: "wait" }, {}, { limits: { deadline: timestampFromDate(new Date(Date.now() + 1_500)) } }));
+    const exited = stream.exited();
+    assert.equal(exited.status, SessionStatus.TIMED_OUT);
+    assert.equal(exited.errorCode, "deadline_exceeded");
+  });
+
+  it("kills a grandchild the harness left behind", async () => {
+    const stream = await runToEnd(t.client, scenarioStart({ mode: "grandchild" }));
+    const exited = stream.exited();
+    const pid = Number(exited.result?.text);
+    assert(pid > 0);
+    assert.equal(exited.leftoverProcesses, true);
+    assert.equal(processAlive(pid), false);
+  });
+
+  it("reports a command that cannot start as spawn_failed", async () => {
+    const stream = await runToEnd(t.client, scenarioStart({}, { command: ["/no/such/harness"] }));
+    assert.equal(stream.exited().errorCode, "spawn_failed");
+    assert.equal(stream.exited().status, SessionStatus.FAILED);
+  });
+
+  const invalid: { name: string; start: Parameters<typeof scenarioStart>; field: string }[] = [
+    { name: "missing command", start: [{ mode: "complete" }, { command: [] }], field: "start.command" },
+    { name: "working dir outside the root", start: [{ mode: "complete" }, {}, { workingDir: "/etc/oz0-work" }], field: "start.request.working_dir" },
+    { name: "relative working dir", start: [{ mode: "complete" }, {}, { workingDir: "work" }], field: "start.request.working_dir" },
+    { name: "deadline in the past", start: [{ mode: "complete" }, {}, { limits: { deadline: timestampFromDate(new Date(Date.now() - 1000)) } }], field: "start.request.limits.deadline" },
+    { name: "bad session id", start: [{ mode: "complete" }, {}, { sessionId: "../x" }], field: "start.request.session_id" },
+    { name: "attachment escaping the working dir", start: [{ mode: "complete" }, { attachments: [{ path: "../x", source: { case: "content", value: new Uint8Array() } }] }], field: "start.attachments[0].path" },
+    { name: "artifact path escaping", start: [{ mode: "complete" }, { artifactPaths: ["/etc/passwd"] }], field: "start.artifact_paths[0]" },
+    { name: "missing plugin dir", start: [{ mode: "complete" }, { pluginDir: "/no/such/plugin" }], field: "start.plugin_dir" },
+  ];
+  for (const c of invalid) {
+    it(`refuses a start with ${c.name} as INVALID_ARGUMENT naming ${c.field}`, async () => {
+      const stream = await runToEnd(t.client, scenarioStart(...c.start));
+      const error = ConnectError.from(stream.error);
+      assert.equal(error.code, Code.InvalidArgument);
+      assert(error.rawMessage.startsWith(`${c.field}:`), error.rawMessage);
+    });
+  }
+
+  it("refuses a stream whose first message is not start or attach", async () => {
+    const stream = new SessionStream(t.client, { message: { case: "cancel", value: {} } });
+    await stream.finished;
+    assert.equal(ConnectError.from(stream.error).code, Code.InvalidArgument);
+  });
+
+  it("still runs sessions after all of that", async () => {
+    const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
+    assert.equal(stream.exited().status, SessionStatus.COMPLETED);
+    assert.equal((await t.client.listSessions({})).sessions.filter((s) => s.status === SessionStatus.RUNNING).length, 0);
+  });
+});
