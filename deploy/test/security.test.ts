@@ -1,0 +1,360 @@
+// The security and operability properties of every rendered overlay:
+// key custody, non-root read-only containers, Pod Security, probes, graceful
+// shutdown, ServiceAccounts, NetworkPolicies and the telemetry redaction.
+import assert from "node:assert/strict";
+import path from "node:path";
+import { before, describe, it } from "node:test";
+import { parse } from "yaml";
+import { overlayDirs, render, type K8sObject } from "./support/render.js";
+import {
+  allContainers,
+  containerEnv,
+  matchesSelector,
+  policiesFor,
+  ports,
+  secretRefs,
+  services,
+  workload,
+  workloads,
+  type Any,
+} from "./support/workloads.js";
+
+const KEYS_SECRET = /^llm-proxy-keys(-[a-z0-9]+)?$/;
+
+for (const dir of overlayDirs()) {
+  const overlay = path.basename(dir);
+  describe(`security of ${overlay}`, () => {
+    let objects: K8sObject[] = [];
+    let namespace: Any;
+    before(() => {
+      objects = render(dir);
+      namespace = objects.find((o) => o.kind === "Namespace" && o.metadata.name === "oz0");
+    });
+
+    it("mounts the provider-keys Secret into llm-proxy only, as files", () => {
+      const keyRefs: string[] = [];
+      for (const w of workloads(objects)) {
+        for (const ref of secretRefs(w.pod)) {
+          if (w.name === "llm-proxy") {
+            assert.equal(ref.how, "volume", `llm-proxy reads ${ref.secret} through ${ref.how}, not a file`);
+            assert.match(ref.secret, KEYS_SECRET);
+            keyRefs.push(w.name);
+            continue;
+          }
+          // Outside llm-proxy the only Secret read is PostgreSQL's URL, by the orchestrator.
+          assert.ok(
+            w.name === "orchestrator" && ref.how === "env" && ref.env === "DATABASE_URL" && ref.secret === "oz0-postgres",
+            `${w.name} reads Secret ${ref.secret} (${ref.how})`,
+          );
+        }
+        assert.ok(!(w.pod.volumes ?? []).some((v: Any) => v.hostPath), `${w.name} mounts a hostPath`);
+      }
+      assert.deepEqual(keyRefs, ["llm-proxy"]);
+      const proxy = workload(objects, "llm-proxy");
+      const mount = proxy.pod.containers[0].volumeMounts.find((m: Any) => m.name === "provider-keys");
+      assert.equal(mount.readOnly, true);
+      const env = containerEnv(objects, proxy.pod.containers[0]);
+      assert.ok(env.OZ0_KEK_FILE?.startsWith(`${mount.mountPath}/`), "OZ0_KEK_FILE points into the Secret mount");
+      assert.ok(env.OZ0_PROVIDERS_FILE?.startsWith(`${mount.mountPath}/`), "OZ0_PROVIDERS_FILE points into the Secret mount");
+      assert.equal(env.OZ0_KEK, undefined, "no KEK in the environment");
+    });
+
+    it("runs every container non-root, read-only, without privilege or capabilities", () => {
+      for (const w of workloads(objects)) {
+        const podSc = w.pod.securityContext ?? {};
+        assert.ok(!w.pod.hostNetwork && !w.pod.hostPID && !w.pod.hostIPC, `${w.name} shares a host namespace`);
+        for (const c of allContainers(w.pod)) {
+          const sc = c.securityContext ?? {};
+          const where = `${w.name}/${c.name}`;
+          assert.equal(sc.runAsNonRoot ?? podSc.runAsNonRoot, true, `${where} runAsNonRoot`);
+          const uid = sc.runAsUser ?? podSc.runAsUser;
+          assert.ok(typeof uid === "number" && uid > 0, `${where} runs as a numeric non-root uid`);
+          assert.equal(sc.readOnlyRootFilesystem, true, `${where} readOnlyRootFilesystem`);
+          assert.equal(sc.allowPrivilegeEscalation, false, `${where} allowPrivilegeEscalation`);
+          assert.notEqual(sc.privileged, true, `${where} privileged`);
+          assert.ok(sc.capabilities?.drop?.includes("ALL"), `${where} drops ALL capabilities`);
+          assert.deepEqual(sc.capabilities?.add ?? [], [], `${where} adds capabilities`);
+          // Writable paths are volumes: /tmp at least.
+          assert.ok((c.volumeMounts ?? []).some((m: Any) => m.mountPath === "/tmp"), `${where} has a /tmp volume`);
+        }
+      }
+    });
+
+    it("meets Pod Security restricted wherever the namespace enforces it", () => {
+      const enforce = namespace.metadata.labels["pod-security.kubernetes.io/enforce"];
+      assert.equal(namespace.metadata.labels["pod-security.kubernetes.io/warn"], "restricted");
+      assert.equal(namespace.metadata.labels["pod-security.kubernetes.io/audit"], "restricted");
+      const bubblewrap = workload(objects, "sandbox").pod.hostUsers === false;
+      // Only the bubblewrap variant lowers enforcement; everything else stays restricted.
+      assert.equal(enforce, bubblewrap ? "privileged" : "restricted");
+      for (const w of workloads(objects)) {
+        for (const c of allContainers(w.pod)) {
+          const sc = c.securityContext ?? {};
+          const seccomp = (sc.seccompProfile ?? w.pod.securityContext?.seccompProfile)?.type;
+          const restrictedOk = ["RuntimeDefault", "Localhost"].includes(seccomp) && (sc.procMount ?? "Default") === "Default";
+          if (enforce === "restricted" || w.name !== "sandbox") assert.ok(restrictedOk, `${w.name}/${c.name} seccomp ${seccomp}, procMount ${sc.procMount}`);
+        }
+      }
+      if (bubblewrap) {
+        const env = containerEnv(objects, workload(objects, "sandbox").pod.containers[0]);
+        assert.equal(env.OZ0_ISOLATION, "bwrap");
+      }
+    });
+
+    it("probes every service with native gRPC health checks on numeric ports", () => {
+      for (const name of services) {
+        const c = workload(objects, name).pod.containers[0];
+        const port = ports[name];
+        assert.equal(c.ports[0].containerPort, port);
+        for (const [probe, service] of [["livenessProbe", "liveness"], ["readinessProbe", "readiness"], ["startupProbe", "liveness"]] as const) {
+          assert.deepEqual(c[probe]?.grpc, { port, service }, `${name} ${probe}`);
+        }
+      }
+      for (const w of workloads(objects)) {
+        for (const c of allContainers(w.pod)) {
+          for (const probe of ["livenessProbe", "readinessProbe", "startupProbe"]) {
+            const p = c[probe];
+            if (!p) continue;
+            const port = p.grpc?.port ?? p.httpGet?.port ?? p.tcpSocket?.port;
+            assert.equal(typeof port, "number", `${w.name}/${c.name} ${probe} port is numeric`);
+          }
+        }
+      }
+    });
+
+    it("gives every service its preStop drain plus shutdown grace before SIGKILL", () => {
+      // The services' close() grace (lib/serving default 5 s); the sandbox
+      // also cancels sessions with a 10 s grace first.
+      const grace: Record<string, number> = { orchestrator: 5, sandbox: 15, "llm-proxy": 5, events: 5 };
+      for (const name of services) {
+        const { pod } = workload(objects, name);
+        const preStop = pod.containers[0].lifecycle?.preStop?.sleep?.seconds ?? 0;
+        assert.ok(preStop > 0, `${name} sleeps in preStop so endpoints drop it first`);
+        assert.ok(pod.terminationGracePeriodSeconds >= preStop + grace[name]! + 5, `${name} terminationGracePeriodSeconds`);
+      }
+      assert.ok(workload(objects, "sandbox").pod.terminationGracePeriodSeconds >= 25);
+    });
+
+    it("gives each workload its own ServiceAccount without an API token, and no RBAC over Secrets", () => {
+      const used = new Set<string>();
+      for (const w of workloads(objects)) {
+        const sa = w.pod.serviceAccountName;
+        assert.ok(sa && sa !== "default", `${w.name} has its own ServiceAccount`);
+        assert.ok(!used.has(sa), `${sa} shared`);
+        used.add(sa);
+        assert.equal(w.pod.automountServiceAccountToken, false, `${w.name} automountServiceAccountToken`);
+        const account = objects.find((o) => o.kind === "ServiceAccount" && o.metadata.name === sa) as Any;
+        assert.ok(account, `ServiceAccount ${sa} exists`);
+        assert.equal(account.automountServiceAccountToken, false, `ServiceAccount ${sa} automount`);
+      }
+      for (const role of objects.filter((o) => o.kind === "Role" || o.kind === "ClusterRole") as Any[]) {
+        for (const rule of role.rules ?? []) {
+          const r: string[] = rule.resources ?? [];
+          assert.ok(!r.includes("secrets") && !r.includes("*"), `${role.kind}/${role.metadata.name} grants secrets`);
+        }
+      }
+    });
+
+    it("denies all traffic by default and lets only llm-proxy leave the cluster, on 443", () => {
+      const deny = objects.find((o) => o.kind === "NetworkPolicy" && o.metadata.name === "default-deny-all") as Any;
+      assert.ok(deny);
+      assert.deepEqual(deny.spec.podSelector, {});
+      assert.deepEqual([...deny.spec.policyTypes].sort(), ["Egress", "Ingress"]);
+      assert.equal(deny.spec.egress, undefined);
+      assert.equal(deny.spec.ingress, undefined);
+      for (const policy of objects.filter((o) => o.kind === "NetworkPolicy") as Any[]) {
+        for (const rule of policy.spec.egress ?? []) {
+          const where = `NetworkPolicy ${policy.metadata.name}`;
+          assert.ok((rule.to ?? []).length > 0, `${where}: an egress rule without "to" allows every destination`);
+          assert.ok((rule.ports ?? []).length > 0, `${where}: an egress rule without ports`);
+          for (const peer of rule.to) {
+            if (!peer.ipBlock) continue;
+            const proxy = matchesSelector(policy.spec.podSelector, { "app.kubernetes.io/name": "llm-proxy" });
+            const apiServer = policy.spec.podSelector.matchLabels?.["strimzi.io/name"]?.endsWith("-entity-operator");
+            if (proxy) {
+              assert.deepEqual(rule.ports, [{ protocol: "TCP", port: 443 }], `${where}: llm-proxy leaves on 443 only`);
+              for (const cidr of ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"]) {
+                assert.ok(peer.ipBlock.except?.includes(cidr), `${where}: ${cidr} stays excluded`);
+              }
+            } else {
+              // The Strimzi entity operator may reach the API server: single addresses, API ports.
+              assert.ok(apiServer, `${where}: only llm-proxy may leave the cluster`);
+              assert.match(peer.ipBlock.cidr, /\/32$/);
+              for (const p of rule.ports) assert.ok([443, 6443].includes(p.port), `${where}: port ${p.port}`);
+            }
+          }
+        }
+      }
+    });
+
+    it("lets sandbox pods reach only the orchestrator, the LLM proxy, DNS and the telemetry sinks", () => {
+      const sandbox = workload(objects, "sandbox");
+      const strict = !objects.some((o) => o.kind === "NetworkPolicy" && o.metadata.name === "sandbox-telemetry");
+      const allowed = new Set(["orchestrator", "llm-proxy", ...(strict ? [] : ["events", "otel-collector"])]);
+      const reached = new Set<string>();
+      for (const policy of policiesFor(objects, sandbox.podLabels, "Egress")) {
+        for (const rule of policy.spec.egress ?? []) {
+          for (const peer of rule.to) {
+            assert.equal(peer.ipBlock, undefined, `${policy.metadata.name}: sandbox egress to an ipBlock`);
+            const dns = peer.namespaceSelector?.matchLabels?.["kubernetes.io/metadata.name"] === "kube-system" && peer.podSelector?.matchLabels?.["k8s-app"] === "kube-dns";
+            if (dns) {
+              assert.deepEqual(rule.ports.map((p: Any) => p.port), [53, 53]);
+              continue;
+            }
+            assert.equal(peer.namespaceSelector, undefined, `${policy.metadata.name}: sandbox egress to another namespace`);
+            const target = peer.podSelector?.matchLabels?.["app.kubernetes.io/name"];
+            assert.ok(allowed.has(target), `${policy.metadata.name}: sandbox may not reach ${target ?? JSON.stringify(peer)}`);
+            reached.add(target);
+          }
+        }
+      }
+      assert.ok(reached.has("orchestrator") && reached.has("llm-proxy"));
+      // And nothing but the orchestrator calls the sandbox.
+      for (const policy of policiesFor(objects, sandbox.podLabels, "Ingress")) {
+        for (const rule of policy.spec.ingress ?? []) {
+          assert.deepEqual(rule.from, [{ podSelector: { matchLabels: { "app.kubernetes.io/name": "orchestrator" } } }]);
+        }
+      }
+    });
+
+    it("lets only the orchestrator and the sandbox call the LLM proxy", () => {
+      for (const policy of policiesFor(objects, workload(objects, "llm-proxy").podLabels, "Ingress")) {
+        for (const rule of policy.spec.ingress ?? []) {
+          const from = (rule.from ?? []).map((p: Any) => p.podSelector?.matchLabels?.["app.kubernetes.io/name"]).sort();
+          assert.deepEqual(from, ["orchestrator", "sandbox"]);
+        }
+      }
+    });
+
+    it("points every service at the collector, whose pipelines drop model content", () => {
+      for (const name of services) {
+        const env = containerEnv(objects, workload(objects, name).pod.containers[0]);
+        assert.equal(env.OTEL_EXPORTER_OTLP_ENDPOINT, "http://otel-collector:4318", name);
+        assert.equal(env.OZ0_HOST, "0.0.0.0", `${name} listens on the pod's address`);
+        assert.equal(Number(env.OZ0_PORT), ports[name], `${name} OZ0_PORT`);
+      }
+      const cm = objects.find((o) => o.kind === "ConfigMap" && o.metadata.name.startsWith("otel-collector")) as Any;
+      const config = parse(cm.data["config.yaml"]);
+      const dropped = ["gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result"];
+      for (const pipeline of ["traces", "logs"]) {
+        const names: string[] = config.service.pipelines[pipeline].processors;
+        assert.deepEqual(config.service.pipelines[pipeline].receivers, ["otlp"]);
+        assert.equal(names.at(-1), "batch");
+        const attributes = names.filter((n) => n.split("/")[0] === "attributes").flatMap((n) => config.processors[n].actions);
+        const transforms = names.filter((n) => n.split("/")[0] === "transform").map((n) => config.processors[n]);
+        for (const key of dropped) {
+          assert.ok(attributes.some((a: Any) => a.key === key && a.action === "delete"), `${pipeline}: attributes processor deletes ${key}`);
+          const contexts = pipeline === "traces" ? ["span", "spanevent"] : ["log"];
+          for (const context of contexts) {
+            const statements: string[] = transforms.flatMap((t) => (t[`${pipeline === "traces" ? "trace" : "log"}_statements`] ?? []).filter((s: Any) => s.context === context).flatMap((s: Any) => s.statements));
+            const deletes = statements.some((s) => {
+              const m = /^delete_matching_keys\(attributes, "(.*)"\)$/.exec(s);
+              return m && new RegExp(JSON.parse(`"${m[1]}"`) as string).test(key); // OTTL unescapes its string literal like JSON
+            });
+            assert.ok(deletes, `${pipeline}/${context}: a transform deletes ${key}`);
+          }
+        }
+      }
+      for (const name of Object.keys(config.receivers)) assert.equal(name, "otlp");
+    });
+  });
+}
+
+describe("dev overlay: embedded defaults", () => {
+  let objects: K8sObject[] = [];
+  before(() => {
+    objects = render(path.join(overlayDirs().find((d) => path.basename(d) === "dev")!));
+  });
+
+  it("runs one replica of each service, with no Kafka and no PostgreSQL", () => {
+    for (const w of workloads(objects)) assert.equal((w.object as Any).spec.replicas, 1, w.name);
+    assert.equal(containerEnv(objects, workload(objects, "events").pod.containers[0]).KAFKA_BROKERS, undefined);
+    const orchestrator = workload(objects, "orchestrator").pod.containers[0];
+    assert.ok(!(orchestrator.env ?? []).some((e: Any) => e.name === "DATABASE_URL"));
+    assert.ok(!objects.some((o) => o.apiVersion.startsWith("kafka.strimzi.io/")));
+    assert.ok(!objects.some((o) => o.kind === "HorizontalPodAutoscaler"));
+  });
+
+  it("generates a throwaway llm-proxy-keys Secret with a 32-byte KEK", () => {
+    const secret = objects.find((o) => o.kind === "Secret" && KEYS_SECRET.test(o.metadata.name)) as Any;
+    assert.ok(secret);
+    const kek = Buffer.from(Buffer.from(secret.data.kek.replace(/\s/g, ""), "base64").toString("utf8").trim(), "base64");
+    assert.equal(kek.length, 32);
+    JSON.parse(Buffer.from(secret.data["providers.json"].replace(/\s/g, ""), "base64").toString("utf8"));
+  });
+});
+
+describe("prod overlay: scale and infrastructure", () => {
+  let objects: K8sObject[] = [];
+  before(() => {
+    objects = render(path.join(overlayDirs().find((d) => path.basename(d) === "prod")!));
+  });
+
+  it("sets requests and limits on every container and spreads pods over nodes and zones", () => {
+    for (const w of workloads(objects)) {
+      for (const c of allContainers(w.pod)) {
+        assert.ok(c.resources?.requests?.cpu && c.resources?.requests?.memory, `${w.name} requests`);
+        assert.ok(c.resources?.limits?.memory, `${w.name} memory limit`);
+      }
+      const keys = (w.pod.topologySpreadConstraints ?? []).map((t: Any) => t.topologyKey).sort();
+      assert.deepEqual(keys, ["kubernetes.io/hostname", "topology.kubernetes.io/zone"], w.name);
+      for (const t of w.pod.topologySpreadConstraints) assert.ok(matchesSelector(t.labelSelector, w.podLabels), `${w.name} spread selects its own pods`);
+    }
+  });
+
+  it("autoscales the stateless services from at least two replicas", () => {
+    const hpas = objects.filter((o) => o.kind === "HorizontalPodAutoscaler") as Any[];
+    assert.deepEqual(hpas.map((h) => h.spec.scaleTargetRef.name).sort(), ["events", "orchestrator", "sandbox"]);
+    for (const hpa of hpas) {
+      const target = workload(objects, hpa.spec.scaleTargetRef.name).object as Any;
+      assert.ok(hpa.spec.minReplicas >= 2 && hpa.spec.maxReplicas > hpa.spec.minReplicas);
+      assert.ok(target.spec.replicas >= hpa.spec.minReplicas, `${hpa.metadata.name} starts at minReplicas`);
+      assert.ok(target.spec.template.spec.containers[0].resources.requests.cpu, "CPU utilisation needs a CPU request");
+    }
+  });
+
+  it("keeps llm-proxy at one replica on a volume, replaced without overlap", () => {
+    const proxy = workload(objects, "llm-proxy");
+    const d = proxy.object as Any;
+    assert.equal(d.spec.replicas, 1);
+    assert.deepEqual(d.spec.strategy, { type: "Recreate" });
+    const data = proxy.pod.volumes.find((v: Any) => v.name === "data");
+    assert.ok(objects.some((o) => o.kind === "PersistentVolumeClaim" && o.metadata.name === data.persistentVolumeClaim?.claimName));
+  });
+
+  it("wires events to Strimzi's Kafka and the lifecycle topic, in KRaft mode", () => {
+    const kafka = objects.find((o) => o.kind === "Kafka") as Any;
+    const pool = objects.find((o) => o.kind === "KafkaNodePool") as Any;
+    const topic = objects.find((o) => o.kind === "KafkaTopic") as Any;
+    for (const o of [kafka, pool, topic]) assert.equal(o.apiVersion, "kafka.strimzi.io/v1");
+    assert.equal(pool.metadata.labels["strimzi.io/cluster"], kafka.metadata.name);
+    assert.deepEqual([...pool.spec.roles].sort(), ["broker", "controller"]);
+    assert.equal(kafka.spec.zookeeper, undefined);
+    assert.equal(topic.metadata.labels["strimzi.io/cluster"], kafka.metadata.name);
+    const env = containerEnv(objects, workload(objects, "events").pod.containers[0]);
+    assert.equal(env.OZ0_KAFKA_TOPIC, topic.spec.topicName ?? topic.metadata.name);
+    assert.equal(env.OZ0_KAFKA_TOPIC, "oz0.lifecycle.v1");
+    const listener = kafka.spec.kafka.listeners.find((l: Any) => !l.tls);
+    assert.equal(env.KAFKA_BROKERS, `${kafka.metadata.name}-kafka-bootstrap:${listener.port}`);
+    // events may reach the brokers on that port
+    const egress = policiesFor(objects, workload(objects, "events").podLabels, "Egress").flatMap((p) => p.spec.egress ?? []);
+    assert.ok(egress.some((r: Any) => r.ports.some((p: Any) => p.port === listener.port) && r.to.some((t: Any) => t.podSelector?.matchLabels?.["strimzi.io/cluster"] === kafka.metadata.name)));
+  });
+
+  it("takes DATABASE_URL for the orchestrator from a Secret", () => {
+    const env = workload(objects, "orchestrator").pod.containers[0].env;
+    const db = env.find((e: Any) => e.name === "DATABASE_URL");
+    assert.deepEqual(db.valueFrom, { secretKeyRef: { name: "oz0-postgres", key: "database-url" } });
+  });
+});
+
+describe("prod-gvisor and prod-kata: sandbox runtime classes", () => {
+  it("sets the runtime class on the sandbox only, and keeps it restricted", () => {
+    for (const [name, runtime] of [["prod-gvisor", "gvisor"], ["prod-kata", "kata"]] as const) {
+      const objects = render(overlayDirs().find((d) => path.basename(d) === name)!);
+      for (const w of workloads(objects)) assert.equal(w.pod.runtimeClassName, w.name === "sandbox" ? runtime : undefined, `${name} ${w.name}`);
+      const ns = objects.find((o) => o.kind === "Namespace")!;
+      assert.equal(ns.metadata.labels!["pod-security.kubernetes.io/enforce"], "restricted");
+    }
+  });
+});

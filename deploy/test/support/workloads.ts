@@ -1,0 +1,101 @@
+// Helpers over rendered objects: the pod templates, their containers, the
+// secrets they reference, and which NetworkPolicies select a pod.
+import type { K8sObject } from "./render.js";
+
+export const services = ["orchestrator", "sandbox", "llm-proxy", "events"] as const;
+export const ports: Record<(typeof services)[number], number> = {
+  orchestrator: 7700,
+  sandbox: 7701,
+  "llm-proxy": 7702,
+  events: 7703,
+};
+
+/* eslint-disable @typescript-eslint/no-explicit-any */
+export type Any = any;
+
+export interface Workload {
+  object: K8sObject;
+  name: string;
+  podLabels: Record<string, string>;
+  pod: Any;
+}
+
+const workloadKinds = new Set(["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"]);
+
+export function workloads(objects: K8sObject[]): Workload[] {
+  const out: Workload[] = [];
+  for (const o of objects) {
+    if (workloadKinds.has(o.kind)) {
+      const template = (o as Any).spec.template;
+      out.push({ object: o, name: o.metadata.name, podLabels: template.metadata?.labels ?? {}, pod: template.spec });
+    } else if (o.kind === "CronJob") {
+      const template = (o as Any).spec.jobTemplate.spec.template;
+      out.push({ object: o, name: o.metadata.name, podLabels: template.metadata?.labels ?? {}, pod: template.spec });
+    } else if (o.kind === "Pod") {
+      out.push({ object: o, name: o.metadata.name, podLabels: o.metadata.labels ?? {}, pod: (o as Any).spec });
+    }
+  }
+  return out;
+}
+
+export function workload(objects: K8sObject[], name: string): Workload {
+  const found = workloads(objects).find((w) => w.name === name);
+  if (!found) throw new Error(`no workload ${name}`);
+  return found;
+}
+
+export function allContainers(pod: Any): Any[] {
+  return [...(pod.initContainers ?? []), ...(pod.containers ?? []), ...(pod.ephemeralContainers ?? [])];
+}
+
+export interface SecretRef {
+  how: "volume" | "projected" | "env" | "envFrom";
+  secret: string;
+  container?: string;
+  env?: string;
+}
+
+/** Every way a pod template reads a Secret. */
+export function secretRefs(pod: Any): SecretRef[] {
+  const refs: SecretRef[] = [];
+  for (const v of pod.volumes ?? []) {
+    if (v.secret) refs.push({ how: "volume", secret: v.secret.secretName });
+    for (const s of v.projected?.sources ?? []) if (s.secret) refs.push({ how: "projected", secret: s.secret.name });
+  }
+  for (const c of allContainers(pod)) {
+    for (const e of c.env ?? []) {
+      if (e.valueFrom?.secretKeyRef) refs.push({ how: "env", secret: e.valueFrom.secretKeyRef.name, container: c.name, env: e.name });
+    }
+    for (const e of c.envFrom ?? []) if (e.secretRef) refs.push({ how: "envFrom", secret: e.secretRef.name, container: c.name });
+  }
+  return refs;
+}
+
+export function matchesSelector(selector: Any, labels: Record<string, string>): boolean {
+  for (const [k, v] of Object.entries(selector?.matchLabels ?? {})) if (labels[k] !== v) return false;
+  for (const e of selector?.matchExpressions ?? []) {
+    const has = e.key in labels;
+    if (e.operator === "In" && !(has && e.values.includes(labels[e.key]))) return false;
+    if (e.operator === "NotIn" && has && e.values.includes(labels[e.key])) return false;
+    if (e.operator === "Exists" && !has) return false;
+    if (e.operator === "DoesNotExist" && has) return false;
+  }
+  return true;
+}
+
+export function policiesFor(objects: K8sObject[], labels: Record<string, string>, type: "Ingress" | "Egress"): Any[] {
+  return objects.filter(
+    (o) => o.kind === "NetworkPolicy" && (o as Any).spec.policyTypes?.includes(type) && matchesSelector((o as Any).spec.podSelector, labels),
+  );
+}
+
+/** The env a container gets from its ConfigMaps (envFrom) and env. */
+export function containerEnv(objects: K8sObject[], container: Any): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const from of container.envFrom ?? []) {
+    const cm = objects.find((o) => o.kind === "ConfigMap" && o.metadata.name === from.configMapRef?.name) as Any;
+    Object.assign(env, cm?.data ?? {});
+  }
+  for (const e of container.env ?? []) if (e.value !== undefined) env[e.name] = e.value;
+  return env;
+}
