@@ -1,7 +1,8 @@
 // Which real servers the selected test files need, so `run-tests.mjs
 // lib/serving` starts nothing. A file needs Kafka when it says so with a
-// `// needs: kafka` line or reads KAFKA_BROKERS; PostgreSQL likewise with
-// `// needs: postgres` or DATABASE_URL.
+// `// needs: kafka` line or reads `process.env.KAFKA_BROKERS`; PostgreSQL
+// likewise with `// needs: postgres` or `process.env.DATABASE_URL`. (Merely
+// naming the variable, as a manifest test does, is not a need.)
 import { readFileSync } from "node:fs";
 
 export interface TestNeeds {
@@ -14,8 +15,12 @@ export function testNeeds(files: string[]): TestNeeds {
   for (const file of files) {
     const text = readFileSync(file, "utf8");
     const declared = [...text.matchAll(/^\s*\/\/\s*needs:\s*(.+)$/gm)].flatMap((m) => m[1]!.split(/[\s,]+/));
-    if (declared.includes("kafka") || text.includes("KAFKA_BROKERS")) needs.kafka = true;
-    if (declared.includes("postgres") || declared.includes("postgresql") || text.includes("DATABASE_URL")) needs.postgres = true;
+    if (declared.includes("kafka") || readsEnv(text, "KAFKA_BROKERS")) needs.kafka = true;
+    if (declared.includes("postgres") || declared.includes("postgresql") || readsEnv(text, "DATABASE_URL")) needs.postgres = true;
   }
   return needs;
+}
+
+function readsEnv(text: string, name: string): boolean {
+  return text.includes(`process.env.${name}`) || text.includes(`process.env["${name}"]`) || text.includes(`process.env['${name}']`);
 }
