@@ -83,7 +83,7 @@ async function kill(w: Worker): Promise<void> {
   await w.exited;
 }
 
-test("SIGKILL in the middle of a step: the resumed run continues at that step and records each step once", async () => {
+void test("SIGKILL in the middle of a step: the resumed run continues at that step and records each step once", async () => {
   const s = setup("sequence");
   const first = startWorker(s.args("start", "s3"));
   await first.waitFor("STALLED s3");
@@ -99,7 +99,7 @@ test("SIGKILL in the middle of a step: the resumed run continues at that step an
   assert.equal(out.bag["s5@0"], 5);
 });
 
-test("SIGKILL in one parallel branch: the other branch's recorded steps are not run again", async () => {
+void test("SIGKILL in one parallel branch: the other branch's recorded steps are not run again", async () => {
   const s = setup("parallel");
   const first = startWorker(s.args("start", "b2"));
   await first.waitFor("STALLED b2");
@@ -120,7 +120,7 @@ test("SIGKILL in one parallel branch: the other branch's recorded steps are not 
   assert.equal(out.bag.count, 3);
 });
 
-test("SIGKILL inside the second loop iteration: iterations replay and the loop ends where it should", async () => {
+void test("SIGKILL inside the second loop iteration: iterations replay and the loop ends where it should", async () => {
   const s = setup("loop");
   const first = startWorker(s.args("start", "w2"));
   await first.waitFor("STALLED w2");
@@ -143,7 +143,7 @@ test("SIGKILL inside the second loop iteration: iterations replay and the loop e
   assert.equal(out.rows.length, 11);
 });
 
-test("approvals waiting in two branches are independent: one answered before the crash is not asked again", async () => {
+void test("approvals waiting in two branches are independent: one answered before the crash is not asked again", async () => {
   const s = setup("approvals");
   const first = startWorker(s.args("start"));
   await first.waitFor("WAITING approve-left");

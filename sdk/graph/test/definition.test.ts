@@ -37,7 +37,7 @@ function harnessWith(build: (h: Harness) => void): GraphDefinition {
   return h.toDefinition();
 }
 
-test("the YAML form of the triage harness parses to the same definition as the TypeScript one", () => {
+void test("the YAML form of the triage harness parses to the same definition as the TypeScript one", () => {
   const inbox = new Harness("inbox", { managerAgent: "supervisor", version: "3" });
   const writer = agent("writer");
   inbox.next(new ParseEmail()).choice(agent("email-triage")).when("bug_report", writer).otherwise(writer);
@@ -73,7 +73,7 @@ root:
   assertValidDefinition(fromYaml, { knownAgents: ["writer", "email-triage", "supervisor"], knownSteps: ["parse-email"] });
 });
 
-test("the schema names the offending field", () => {
+void test("the schema names the offending field", () => {
   assert.throws(
     () => parseDefinitionYaml("format: oz0.graph/v1\nkind: harness\nname: x\nid: harness:x\nroot:\n  - kind: agent\n    id: agent:a\n    agnt: a\n"),
     (e: unknown) =>
@@ -88,7 +88,7 @@ test("the schema names the offending field", () => {
   assert.throws(() => parseDefinitionYaml("root: [unclosed"), (e: unknown) => e instanceof GraphValidationError && e.problems[0]?.code === "YAML_SYNTAX");
 });
 
-test("a loop without until or maxIterations, or with n < 1, is refused", () => {
+void test("a loop without until or maxIterations, or with n < 1, is refused", () => {
   const body = new Graph("implement").next(agent("coder"));
   assert.deepEqual(codes(harnessWith((h) => h.loop(body).maxIterations(3))), ["LOOP_MISSING_UNTIL /root/0/until"]);
   assert.deepEqual(codes(harnessWith((h) => h.loop(body).until(agent("reviewer")))), [
@@ -102,14 +102,14 @@ test("a loop without until or maxIterations, or with n < 1, is refused", () => {
   assert.match(result.ok ? "" : (result.problems[0]?.message ?? ""), /add \.until\(step\)/);
 });
 
-test("a choice without arms is refused, and so is a label no arm can reach", () => {
+void test("a choice without arms is refused, and so is a label no arm can reach", () => {
   assert.deepEqual(codes(harnessWith((h) => h.choice(agent("triage")).otherwise(agent("writer")))), ["CHOICE_NO_ARMS /root/0/arms"]);
   assert.deepEqual(codes(harnessWith((h) => h.choiceKey("route").when("a", agent("x")).when("a", agent("y")))), [
     "CHOICE_DUPLICATE_LABEL /root/0/arms/1/label",
   ]);
 });
 
-test("unknown agents (including the manager) and unknown custom steps are named", () => {
+void test("unknown agents (including the manager) and unknown custom steps are named", () => {
   const def = new Harness("h", { managerAgent: "boss" });
   def.next(new ParseEmail()).next(agent("writer"));
   assert.deepEqual(codes(def.toDefinition(), { knownAgents: ["boss"], knownSteps: [] }), [
@@ -119,7 +119,7 @@ test("unknown agents (including the manager) and unknown custom steps are named"
   assert.deepEqual(codes(def.toDefinition(), { knownAgents: ["writer"], knownSteps: ["parse-email"] }), ["UNKNOWN_AGENT /managerAgent"]);
 });
 
-test("a cycle outside a loop is refused, from TypeScript and from YAML", () => {
+void test("a cycle outside a loop is refused, from TypeScript and from YAML", () => {
   const a = new Graph("a");
   const b = new Graph("b");
   a.next(agent("x")).next(b);
@@ -145,7 +145,7 @@ graphs:
   assert.deepEqual(codes({ ...yaml, graphs: {} }), ["UNKNOWN_GRAPH /root/0/graph"]);
 });
 
-test("duplicate node ids are refused where both can run, allowed across arms of one choice", () => {
+void test("duplicate node ids are refused where both can run, allowed across arms of one choice", () => {
   assert.deepEqual(codes(harnessWith((h) => h.next(agent("writer")).next(agent("editor")).next(agent("writer")))), [
     "DUPLICATE_NODE_ID /root/2",
   ]);
@@ -157,13 +157,13 @@ test("duplicate node ids are refused where both can run, allowed across arms of 
   assert.deepEqual(codes(harnessWith((h) => h.parallel(g, g))), ["DUPLICATE_NODE_ID /root/0/branches/1/0 → /graphs/g/0"]);
 });
 
-test("a builder cannot name two different subgraphs the same", () => {
+void test("a builder cannot name two different subgraphs the same", () => {
   const h = new Harness("h");
   h.parallel(new Graph("dup").next(agent("a")), new Graph("dup").next(agent("b")));
   assert.throws(() => h.toDefinition(), { code: "INVALID_DECLARATION" });
 });
 
-test("renderGraph and toMermaid draw the research/draft join with stable ids", () => {
+void test("renderGraph and toMermaid draw the research/draft join with stable ids", () => {
   const h = new Harness("Article Flow");
   h.parallel(new Graph("research").next(agent("search")).next(agent("summarize")), new Graph("draft").next(agent("drafter"))).next(
     agent("editor"),
@@ -195,7 +195,7 @@ test("renderGraph and toMermaid draw the research/draft join with stable ids", (
   assert.equal((mermaid.match(/-->/g) ?? []).length, 8);
 });
 
-test("loops draw their again/break edges", () => {
+void test("loops draw their again/break edges", () => {
   const code = new Graph("code");
   code.loop(new Graph("implement").next(agent("coder"))).until(agent("reviewer")).maxIterations(5);
   const mermaid = toMermaid(code.toDefinition());

@@ -45,7 +45,7 @@ function scriptedManager(decisions: ManagerDecision[]): GraphManager & { events:
   };
 }
 
-test("parallel branches see the bag as it was at the fork and merge in declaration order with conflicts reported", async () => {
+void test("parallel branches see the bag as it was at the fork and merge in declaration order with conflicts reported", async () => {
   const seen: Record<string, unknown> = {};
   const left = new FnStep("left", (ctx) => {
     seen.left = ctx.get("shared");
@@ -86,7 +86,7 @@ test("parallel branches see the bag as it was at the fork and merge in declarati
   assert.match(unregistered.error?.message ?? "", /custom step "init" is not registered/);
 });
 
-test("a failing branch cancels its siblings through their AbortSignal and the run fails with a control event", async () => {
+void test("a failing branch cancels its siblings through their AbortSignal and the run fails with a control event", async () => {
   let siblingSignal: AbortSignal | undefined;
   let afterCancel = false;
   const slow = new FnStep("slow", async (_ctx, info) => {
@@ -120,7 +120,7 @@ test("a failing branch cancels its siblings through their AbortSignal and the ru
   assert.deepEqual(events, ["branch_failed: branch 1 failed: step step:boom at /0/b1/0 failed: disk full. Fix the cause and resume the run, or configure a managerAgent to retry or skip failed steps; cancelling its siblings"]);
 });
 
-test("the manager can retry, skip, answer or abort a failed step", async () => {
+void test("the manager can retry, skip, answer or abort a failed step", async () => {
   let flaky = 0;
   const executor = new InProcessExecutor({
     agents: {
@@ -185,7 +185,7 @@ test("the manager can retry, skip, answer or abort a failed step", async () => {
   assert.match(r5.error?.message ?? "", /failed 3 times/);
 });
 
-test("the manager sees only the redacted snapshot", async () => {
+void test("the manager sees only the redacted snapshot", async () => {
   const h = new Harness("redact");
   h.next(agent("broken"));
   const manager = scriptedManager([{ action: "skip" }]);
@@ -204,7 +204,7 @@ test("the manager sees only the redacted snapshot", async () => {
   assert.deepEqual(ctx.keys(), ["apiKey", "n"]);
 });
 
-test("maxIterations reached asks the manager, whose decision can grant more rounds or end the loop", async () => {
+void test("maxIterations reached asks the manager, whose decision can grant more rounds or end the loop", async () => {
   const h = new Harness("loop");
   h.loop(agent("coder")).until(agent("reviewer")).maxIterations(2).next(new FnStep("after", (ctx) => ctx.set("after", true)));
   let reviews = 0;
@@ -224,7 +224,7 @@ test("maxIterations reached asks the manager, whose decision can grant more roun
   assert.equal(aborted.status, "aborted");
 });
 
-test("a terminal that sets neither again nor break fails the step", async () => {
+void test("a terminal that sets neither again nor break fails the step", async () => {
   const h = new Harness("bad-terminal");
   h.loop(agent("coder")).until(new FnStep("judge", (ctx) => ctx.set("choice", "maybe"))).maxIterations(3);
   const result = await new GraphRunner({
@@ -235,7 +235,7 @@ test("a terminal that sets neither again nor break fails the step", async () => 
   assert.match(result.error?.message ?? "", /set choice to "maybe"; it must set "again" or "break"/);
 });
 
-test("choices: a custom evaluator sets choice, an unknown label without otherwise fails, long text is not a label", async () => {
+void test("choices: a custom evaluator sets choice, an unknown label without otherwise fails, long text is not a label", async () => {
   const h = new Harness("choice");
   const route = new FnStep("route", (ctx) => ctx.set("choice", String(ctx.get("prompt"))));
   h.choice(route).when("a", new FnStep("arm-a", (ctx) => ctx.set("arm", "a"))).next(new FnStep("done", (ctx) => ctx.set("done", true)));
@@ -265,7 +265,7 @@ test("choices: a custom evaluator sets choice, an unknown label without otherwis
   assert.equal((await keyRunner.run({ prompt: "p" })).bag.arm, "drop");
 });
 
-test("an invoke while a run is in flight fails without a manager, is answered with one, and an idle invoke starts a run", async () => {
+void test("an invoke while a run is in flight fails without a manager, is answered with one, and an idle invoke starts a run", async () => {
   let release: () => void = () => undefined;
   const gate = new Promise<void>((r) => {
     release = r;
@@ -296,7 +296,7 @@ test("an invoke while a run is in flight fails without a manager, is answered wi
   if (again.kind === "started") assert.equal((await again.run.result).bag.prompt, "three");
 });
 
-test("cancel aborts the step's signal and ends the run cancelled", async () => {
+void test("cancel aborts the step's signal and ends the run cancelled", async () => {
   let signal: AbortSignal | undefined;
   const hang = new FnStep("hang", (_ctx, info) => {
     signal = info.signal;
@@ -313,7 +313,7 @@ test("cancel aborts the step's signal and ends the run cancelled", async () => {
   assert.equal(signal.aborted, true);
 });
 
-test("a run abandoned mid-step resumes in a new runner, replaying recorded deltas; runs are pinned to their definition", async () => {
+void test("a run abandoned mid-step resumes in a new runner, replaying recorded deltas; runs are pinned to their definition", async () => {
   const store = new InMemoryCheckpointStore();
   const executions: string[] = [];
   const counter = (name: string, hangOnce = false): FnStep => {

@@ -6,8 +6,8 @@ import {
   ApiTrigger,
   Graph,
   Harness,
-  HarnessContext,
   InProcessExecutor,
+  type HarnessContext,
   GraphRunner,
   Step,
   agent,
@@ -26,7 +26,7 @@ class ParseEmail extends Step {
   }
 }
 
-test("email triage: the evaluator's short reply picks the arm; every arm may use the same writer", async () => {
+void test("email triage: the evaluator's short reply picks the arm; every arm may use the same writer", async () => {
   const triage = agent("email-triage");
   const writer = agent("writer");
   const inbox = new Harness("inbox", { triggers: [new ApiTrigger()] });
@@ -63,7 +63,7 @@ test("email triage: the evaluator's short reply picks the arm; every arm may use
   assert.equal(other.status, "succeeded");
 });
 
-test("research and draft run in parallel, join, then the editor sees both", async () => {
+void test("research and draft run in parallel, join, then the editor sees both", async () => {
   const search = agent("search");
   const summarize = agent("summarize");
   const drafter = agent("drafter");
@@ -106,7 +106,7 @@ test("research and draft run in parallel, join, then the editor sees both", asyn
   );
 });
 
-test("coder/reviewer loop: feedback flows into the next round and break ends it", async () => {
+void test("coder/reviewer loop: feedback flows into the next round and break ends it", async () => {
   const coder = agent("coder");
   const reviewer = agent("reviewer");
   const code = new Graph("code");
@@ -141,7 +141,7 @@ test("coder/reviewer loop: feedback flows into the next round and break ends it"
   assert.equal(coderPrompts[1], "make the test pass\n\nPrevious output:\nagain\nfix nit 1\n\nFeedback:\nfix nit 1");
 });
 
-test("coder/reviewer loop stops at maxIterations(5) and reports the control event", async () => {
+void test("coder/reviewer loop stops at maxIterations(5) and reports the control event", async () => {
   const code = new Graph("code");
   code.loop(new Graph("implement").next(agent("coder"))).until(agent("reviewer")).maxIterations(5);
   let coderRuns = 0;
@@ -162,7 +162,7 @@ test("coder/reviewer loop stops at maxIterations(5) and reports the control even
   assert.deepEqual(controls, ["max_iterations"]);
 });
 
-test("a custom ParseEmail step runs before the triage, and next() does not mutate steps", async () => {
+void test("a custom ParseEmail step runs before the triage, and next() does not mutate steps", async () => {
   const triage = agent("email-triage");
   const parse = new ParseEmail();
   const harness = new Harness("inbox");
@@ -187,7 +187,7 @@ test("a custom ParseEmail step runs before the triage, and next() does not mutat
   assert.equal(result.bag["email-triage"], "bug_report");
 });
 
-test("next on the same parent runs siblings in parallel; chaining runs in sequence", () => {
+void test("next on the same parent runs siblings in parallel; chaining runs in sequence", () => {
   const h = new Harness("shape");
   h.next(agent("a"));
   h.next(agent("b"));

@@ -41,7 +41,7 @@ function stepBytes(db: Database.Database, runId: string): { rows: number; bytes:
     .get(runId) as { rows: number; bytes: number };
 }
 
-test("storage grows linearly with steps: one row per step holding only that step's delta", async () => {
+void test("storage grows linearly with steps: one row per step holding only that step's delta", async () => {
   const store = new SqliteCheckpointStore({ database: path.join(dir, "linear.db"), synchronous: "normal" });
   await runChain(store, 100, "r100");
   await runChain(store, 400, "r400");
@@ -59,7 +59,7 @@ test("storage grows linearly with steps: one row per step holding only that step
   store.close();
 });
 
-test("migrations apply once on a handle shared with other tables, and records are first-write-wins", async () => {
+void test("migrations apply once on a handle shared with other tables, and records are first-write-wins", async () => {
   const db = new Database(path.join(dir, "shared.db"));
   db.exec("CREATE TABLE orchestrator_jobs (id TEXT PRIMARY KEY)");
   const one = new SqliteCheckpointStore({ database: db });
