@@ -1,0 +1,126 @@
+// No Docker engine runs here, so the images are checked by reading
+// deploy/Dockerfile: pinned Node 20 slim, production-only dependencies,
+// numeric non-root user, a gRPC HEALTHCHECK, bubblewrap and the harness
+// plugins in the sandbox image, and ports that match the manifests.
+import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { describe, it } from "node:test";
+import { chain, inherited, readDockerfile } from "./support/dockerfile.js";
+import { deployDir } from "./support/render.js";
+import { ports, services } from "./support/workloads.js";
+
+const file = readDockerfile(path.join(deployDir, "Dockerfile"));
+const stageNames = new Set(file.stages.map((s) => s.name));
+const root = path.resolve(deployDir, "..");
+
+describe("deploy/Dockerfile", () => {
+  it("builds on Node 20 slim pinned to a full version", () => {
+    const image = file.args.NODE_IMAGE;
+    assert.match(image ?? "", /^node:20\.\d+\.\d+-(bookworm|trixie|bullseye)-slim(@sha256:[0-9a-f]{64})?$/);
+    for (const stage of file.stages) {
+      assert.ok(stage.from === "${NODE_IMAGE}" || stageNames.has(stage.from), `stage ${stage.name} FROM ${stage.from}`);
+    }
+  });
+
+  it("installs with npm ci and builds in a builder stage", () => {
+    const build = file.stages.find((s) => s.name === "build")!;
+    const runs = build.instructions.filter((i) => i.keyword === "RUN").map((i) => i.args).join("\n");
+    assert.match(runs, /npm ci\b/);
+    assert.match(runs, /npm run build\b/);
+  });
+
+  for (const name of services) {
+    describe(`target ${name}`, () => {
+      const stages = chain(file, name);
+      const own = inherited(file, name);
+
+      it("exists and starts the service's compiled entry point", () => {
+        assert.equal(stages[0]?.name, name);
+        const entry = own.filter((i) => i.keyword === "ENTRYPOINT" || i.keyword === "CMD").at(-1);
+        assert.ok(entry, "ENTRYPOINT or CMD");
+        const argv = JSON.parse(entry.args) as string[];
+        assert.deepEqual(argv, ["node", `services/${name}/dist/main.js`]);
+      });
+
+      it("runs as a numeric non-root user", () => {
+        const user = own.filter((i) => i.keyword === "USER").at(-1);
+        assert.ok(user, "USER");
+        const m = /^(\d+)(?::(\d+))?$/.exec(user.args);
+        assert.ok(m, `USER ${user.args} is numeric`);
+        assert.notEqual(Number(m[1]), 0);
+        if (m[2] !== undefined) assert.notEqual(Number(m[2]), 0);
+        // Nothing runs as root after the user switch.
+        const after = own.slice(own.indexOf(user) + 1);
+        assert.ok(!after.some((i) => i.keyword === "USER"));
+      });
+
+      it("copies only a production-only dependency tree for its workspace", () => {
+        const copies = stages[0]!.instructions.filter((i) => i.keyword === "COPY");
+        const fromStages = copies.map((c) => /--from=(\S+)/.exec(c.args)?.[1]).filter((s): s is string => !!s);
+        assert.ok(fromStages.length > 0);
+        for (const from of fromStages) {
+          assert.ok(!["build", "prune"].includes(from), `copies from ${from}, which has dev dependencies`);
+          const runs = chain(file, from)[0]!.instructions.filter((i) => i.keyword === "RUN").map((i) => i.args).join("\n");
+          assert.match(runs, /npm ci --omit=dev\b/);
+          assert.match(runs, new RegExp(`--workspace @oz0/${name}\\b`));
+        }
+        // No package manager runs in the final stages.
+        for (const s of chain(file, name).filter((x) => !x.from.startsWith("$") || x.name === "runtime")) {
+          for (const i of s.instructions.filter((x) => x.keyword === "RUN")) assert.doesNotMatch(i.args, /\bnpm (ci|install)\b/);
+        }
+      });
+
+      it("has a HEALTHCHECK that asks grpc.health.v1 through deploy/healthcheck.mjs", () => {
+        const health = own.filter((i) => i.keyword === "HEALTHCHECK").at(-1);
+        assert.ok(health);
+        assert.match(health.args, /CMD \["node", "([^"]+healthcheck\.mjs)"/);
+        const script = /"([^"]+healthcheck\.mjs)"/.exec(health.args)![1];
+        assert.ok(own.some((i) => i.keyword === "COPY" && i.args.includes("deploy/healthcheck.mjs") && i.args.endsWith(script!)));
+      });
+
+      it("exposes the port the manifests probe, and sets it", () => {
+        const expose = own.filter((i) => i.keyword === "EXPOSE").map((i) => i.args);
+        assert.deepEqual(expose, [String(ports[name])]);
+        const env = own.filter((i) => i.keyword === "ENV").map((i) => i.args).join(" ");
+        assert.match(env, new RegExp(`OZ0_PORT=${ports[name]}\\b`));
+        assert.match(env, /OZ0_HOST=0\.0\.0\.0/);
+      });
+
+      it("declares its writable paths as volumes (read-only root friendly)", () => {
+        const volumes = own.filter((i) => i.keyword === "VOLUME").flatMap((i) => JSON.parse(i.args) as string[]);
+        assert.ok(volumes.includes("/tmp"));
+        assert.ok(volumes.some((v) => v.startsWith("/var/lib/oz0")), "a data directory volume");
+      });
+    });
+  }
+
+  it("puts bubblewrap, git and the harness plugins in the sandbox image only", () => {
+    const aptIn = (target: string): string =>
+      inherited(file, target).filter((i) => i.keyword === "RUN" && i.args.includes("apt-get install")).map((i) => i.args).join("\n");
+    assert.match(aptIn("sandbox"), /\bbubblewrap\b/);
+    assert.match(aptIn("sandbox"), /\bgit\b/);
+    for (const other of services.filter((s) => s !== "sandbox")) assert.doesNotMatch(aptIn(other), /bubblewrap/);
+    const from = /--from=(\S+)/.exec(chain(file, "sandbox")[0]!.instructions.find((i) => i.keyword === "COPY" && i.args.includes("--from="))!.args)![1]!;
+    const runs = chain(file, from)[0]!.instructions.map((i) => i.args).join("\n");
+    for (const plugin of ["harness-claude", "harness-acp"]) {
+      assert.match(runs, new RegExp(`--workspace @oz0/${plugin}\\b`));
+      assert.ok(existsSync(path.join(root, "plugins", plugin)), `plugins/${plugin} exists`);
+      assert.doesNotMatch(runs, new RegExp(`rm -rf[^\\n]*\\bplugins\\b`));
+    }
+  });
+
+  it("keeps node_modules, build output and VCS files out of the build context", () => {
+    const ignore = readFileSync(path.join(deployDir, "Dockerfile.dockerignore"), "utf8").split("\n").map((l) => l.trim());
+    for (const entry of ["**/node_modules", "**/dist", ".git"]) assert.ok(ignore.includes(entry), entry);
+  });
+});
+
+describe("deploy/healthcheck.mjs", () => {
+  it("needs nothing but Node's built-in modules", () => {
+    const source = readFileSync(path.join(deployDir, "healthcheck.mjs"), "utf8");
+    const imports = [...source.matchAll(/^import .* from "([^"]+)";$/gm)].map((m) => m[1]);
+    assert.ok(imports.length > 0);
+    for (const i of imports) assert.match(i!, /^node:/);
+  });
+});
