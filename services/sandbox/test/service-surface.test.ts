@@ -1,0 +1,65 @@
+// What tools and other services see: reflection for buf curl, health, and
+// lifecycle events published to the events service.
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import path from "node:path";
+import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { EventsService, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import { registration, serve, type RunningServer } from "@oz0/serving";
+import { runToEnd, scenarioStart, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
+
+const BUF = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "node_modules", "@bufbuild", "buf", "bin", "buf");
+
+function bufCurl(args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(BUF, ["curl", "--protocol", "grpc", "--http2-prior-knowledge", ...args], (error, stdout, stderr) => {
+      if (error !== null) reject(new Error(`buf curl failed: ${stderr}`));
+      else resolve(stdout);
+    });
+  });
+}
+
+describe("service surface", () => {
+  let t: TestSandbox;
+  let events: RunningServer;
+  const received: RawEvent[] = [];
+  let wake: (() => void) | undefined;
+  before(async () => {
+    events = await serve({
+      name: "fake-events",
+      port: 0,
+      services: [
+        registration(EventsService, {
+          publish(request) {
+            received.push(...request.events);
+            wake?.();
+            return { accepted: request.events.length };
+          },
+        }),
+      ],
+    });
+    t = await startTestSandbox({ isolation: "none", eventsUrl: events.url });
+  });
+  after(async () => {
+    await t.close();
+    await events.close();
+  });
+
+  it("lists its methods over reflection with buf curl, and answers a call", async () => {
+    const methods = (await bufCurl(["--list-methods", t.sandbox.url])).split("\n");
+    for (const method of ["RunSession", "ListSessions", "CancelSession"]) assert(methods.includes(`oz0.sandbox.v1.SandboxService/${method}`), methods.join(","));
+    const listed = JSON.parse(await bufCurl(["-d", "{}", `${t.sandbox.url}/oz0.sandbox.v1.SandboxService/ListSessions`])) as object;
+    assert.deepEqual(listed, {});
+  });
+
+  it("publishes session.started and session.ended to the events service", async () => {
+    const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }, {}, { agent: { name: "coder", version: 3 } }));
+    const mine = (): RawEvent[] => received.filter((e) => e.sessionId === stream.sessionId);
+    while (mine().length < 2) await new Promise<void>((resolve) => (wake = resolve));
+    assert.deepEqual(mine().map((e) => [e.type, e.status, e.source, e.jobId, e.agentName, e.agentVersion]), [
+      ["session.started", "running", "sandbox", "job-1", "coder", "3"],
+      ["session.ended", "completed", "sandbox", "job-1", "coder", "3"],
+    ]);
+  });
+});
