@@ -65,9 +65,7 @@ export async function runClaudeSession(options: RunClaudeSessionOptions): Promis
         stderr: (data) => port.log(data.trimEnd()),
       },
     });
-    const { home, configDir } = stateLayout(request.stateDir);
-    await mkdir(home, { recursive: true });
-    await mkdir(configDir, { recursive: true });
+    for (const dir of Object.values(stateLayout(request.stateDir))) await mkdir(dir, { recursive: true });
 
     const messages = query({ prompt: request.input, options: queryOptions });
     for await (const message of messages) {

@@ -31,8 +31,8 @@ export interface SessionEnvironmentOptions {
 }
 
 /** Where the session's HOME and Claude Code configuration live, inside the state directory. */
-export function stateLayout(stateDir: string): { home: string; configDir: string } {
-  return { home: path.join(stateDir, "home"), configDir: path.join(stateDir, "claude-config") };
+export function stateLayout(stateDir: string): { home: string; configDir: string; tmp: string } {
+  return { home: path.join(stateDir, "home"), configDir: path.join(stateDir, "claude-config"), tmp: path.join(stateDir, "tmp") };
 }
 
 /**
@@ -50,7 +50,7 @@ export function customHeaders(headers: Record<string, string>): string {
 }
 
 export function buildSessionEnvironment(options: SessionEnvironmentOptions): Record<string, string> {
-  const { home, configDir } = stateLayout(options.stateDir);
+  const { home, configDir, tmp } = stateLayout(options.stateDir);
   const env: Record<string, string> = {};
   for (const name of INHERITED) {
     const value = options.inherited[name];
@@ -60,6 +60,8 @@ export function buildSessionEnvironment(options: SessionEnvironmentOptions): Rec
   Object.assign(env, {
     HOME: home,
     CLAUDE_CONFIG_DIR: configDir,
+    // Claude Code's own scratch files (sockets, notes) stay in the session's state too.
+    CLAUDE_CODE_TMPDIR: tmp,
     ANTHROPIC_BASE_URL: options.anthropicBaseUrl,
     ANTHROPIC_API_KEY: options.token,
     ANTHROPIC_CUSTOM_HEADERS: customHeaders(options.headers),
