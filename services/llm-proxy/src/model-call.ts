@@ -15,7 +15,7 @@ import { costOf, priceOf, type ModelPrice, type ProviderConfig } from "./provide
 import { ProxyError } from "./proxy-error.js";
 import { ZERO_USAGE, type Outcome, type TokenRecord, type TokenUsage } from "./proxy-store.js";
 import { isRetryableStatus, retryDelayMs, type RetryPolicy } from "./retry-policy.js";
-import { containsSecret, scrubSecret } from "./secret-scrubber.js";
+import { createScrubber, scrubSecret } from "./secret-scrubber.js";
 import { SseEventSplitter } from "./sse-event-splitter.js";
 import { discard, readAll, sendUpstream } from "./upstream-client.js";
 import { abortResponse, sendError, streamErrorEvent, type ClientResponse, type Wire } from "./wire-errors.js";
@@ -166,7 +166,8 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       if (input.clientGone.aborted) break;
     }
   } finally {
-    const final = summary ?? { status: 0, outcome: "proxy_error" as Outcome, usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable: false };
+    // No summary: an attempt threw (a key that cannot be decrypted); the HTTP handler answers that one.
+    const final = summary ?? { status: 500, outcome: "proxy_error" as Outcome, usage: { ...ZERO_USAGE }, estimated: false, delivered: true, retryable: false };
     if (final.pendingError && !res.headersSent && !input.clientGone.aborted) {
       res.writeHead(final.pendingError.status, { ...final.pendingError.headers, "content-length": String(final.pendingError.body.length) });
       res.end(final.pendingError.body);
@@ -301,7 +302,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
       return connectionFailure(error);
     }
     const ttftMs = performance.now() - attemptStart;
-    let text = bodyBytes.toString("utf8");
+    const text = bodyBytes.toString("utf8");
     let parsed: { usage?: unknown } | undefined;
     try {
       parsed = JSON.parse(text);
@@ -314,8 +315,8 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
         ? fromAnthropicUsage(parsed?.usage as never)
         : fromOpenAiUsage(parsed?.usage as never)
       : { ...ZERO_USAGE, input: ctx.estimatedInput, output: estimateTokens(text.length) };
-    if (containsSecret(text, secret)) text = scrubSecret(text, secret);
-    const out = text.length === bodyBytes.length ? bodyBytes : Buffer.from(text);
+    const scrubbed = scrubSecret(text, secret);
+    const out = scrubbed === text ? bodyBytes : Buffer.from(scrubbed);
     if (!input.clientGone.aborted) {
       res.writeHead(status, { ...responseHeaders(upstream, ctx.operationId, secret), "content-length": String(out.length) });
       res.end(out);
@@ -341,6 +342,7 @@ async function forwardStream(options: {
   const openai = wire === "openai" ? new OpenAiStreamMeter({ clientWantsUsage: ctx.clientWantsUsage }) : undefined;
   const reading = (): StreamMeterReading => (anthropic ?? openai)!.reading(ctx.estimatedInput);
   const splitter = new SseEventSplitter();
+  const scrub = createScrubber(secret);
   let delivered = false;
   let ttftMs: number | undefined;
   let outcome: Outcome = "ok";
@@ -379,7 +381,7 @@ async function forwardStream(options: {
           break chunks;
         }
         if (forward === undefined) continue;
-        batch += containsSecret(forward, secret) ? scrubSecret(forward, secret) : forward;
+        batch += scrub(forward);
       }
       if (batch) await deliver(batch);
       if (input.clientGone.aborted) {

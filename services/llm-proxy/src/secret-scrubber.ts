@@ -7,10 +7,24 @@ const REDACTED = "[redacted]";
 
 /** Replace the key and every run of at least 8 of its characters found in `text`. */
 export function scrubSecret(text: string, secret: string | undefined): string {
-  if (!secret || secret.length < MIN_FRAGMENT || text.length < MIN_FRAGMENT) return text;
-  let out = text.split(secret).join(REDACTED);
+  return secret ? createScrubber(secret)(text) : text;
+}
+
+/**
+ * A scrubber for one key, its fragments indexed once: an attempt builds one
+ * and runs every streamed event through it (a key split across two deltas
+ * still leaves fragments of 8 or more characters in at least one of them).
+ */
+export function createScrubber(secret: string | undefined): (text: string) => string {
+  if (!secret || secret.length < MIN_FRAGMENT) return (text) => text;
   const windows = new Set<string>();
   for (let i = 0; i + MIN_FRAGMENT <= secret.length; i += 1) windows.add(secret.slice(i, i + MIN_FRAGMENT));
+  return (text) => scrubWith(text, secret, windows);
+}
+
+function scrubWith(text: string, secret: string, windows: Set<string>): string {
+  if (text.length < MIN_FRAGMENT) return text;
+  let out = text.includes(secret) ? text.split(secret).join(REDACTED) : text;
   // Mark every character covered by a window of the key, then cut the marked runs out.
   const covered = new Uint8Array(out.length);
   let any = false;
@@ -29,9 +43,4 @@ export function scrubSecret(text: string, secret: string | undefined): string {
   }
   out = result;
   return out;
-}
-
-/** Cheap check for the hot path: is the whole key in the text? */
-export function containsSecret(text: string, secret: string | undefined): boolean {
-  return secret !== undefined && secret.length > 0 && text.includes(secret);
 }

@@ -1,0 +1,111 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import Anthropic from "@anthropic-ai/sdk";
+import type { ScriptedRequest } from "@oz0/harness/testing";
+import { PRICE, post, startFixture } from "./proxy-fixture.js";
+
+describe("budgets", () => {
+  it("admits only one of two concurrent calls that together would exceed the budget", async () => {
+    // max_tokens 1000 at $15/M output is a $0.015 worst case each; the budget holds one, not two.
+    let releaseFirst!: () => void;
+    const firstHeld = new Promise<void>((resolve) => (releaseFirst = resolve));
+    const fx = await startFixture({
+      turns: async (request: ScriptedRequest) => {
+        // Hold the admitted call upstream until the other has been answered, so they truly overlap.
+        await firstHeld;
+        return { text: `answer ${request.turn}`, usage: { input: 10, output: 10 } };
+      },
+    });
+    try {
+      const e = await fx.session({ budgetUsd: 0.02 });
+      const headers = { "x-api-key": e.token, ...e.headers };
+      const body = { model: "claude-sonnet-5", max_tokens: 1000, messages: [{ role: "user", content: "x" }] };
+      const first = post(`${e.anthropicBaseUrl}/v1/messages`, body, headers);
+      const second = post(`${e.anthropicBaseUrl}/v1/messages`, body, headers);
+      const refused = await Promise.race([first, second]);
+      releaseFirst();
+      const results = await Promise.all([first, second]);
+      assert.equal(refused.status, 402);
+      assert.deepEqual(results.map((r) => r.status).sort(), [200, 402]);
+      const error = JSON.parse(refused.text).error;
+      assert.equal(error.type, "budget_exhausted");
+      assert.match(error.message, /budget/);
+      assert.equal(fx.model.requests.length, 1, "the refused call never reached the provider");
+      const calls = fx.proxy.store.listCalls(e.job);
+      assert.deepEqual(calls.map((c) => c.outcome).sort(), ["budget_refused", "ok"]);
+    } finally {
+      await fx.close();
+    }
+  });
+
+  it("cuts a stream off where it crosses the budget, then refuses further calls", async () => {
+    const long = "word ".repeat(2000);
+    const fx = await startFixture({ turns: [{ text: long, usage: { input: 10, output: 2500 } }, { text: "never" }] });
+    try {
+      // Input ~ $0.00003; each 16-character delta ~4 tokens ~ $0.00006: the budget is crossed mid-stream.
+      const e = await fx.session({ budgetUsd: 0.003 });
+      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      let received = "";
+      await assert.rejects(
+        async () => {
+          const stream = await client.messages.create({ model: "claude-sonnet-5", max_tokens: 4000, stream: true, messages: [{ role: "user", content: "x" }] });
+          for await (const event of stream) {
+            if (event.type === "content_block_delta" && event.delta.type === "text_delta") received += event.delta.text;
+          }
+        },
+        (error: unknown) => error instanceof Error && /budget/.test(error.message),
+      );
+      assert.ok(received.length > 0 && received.length < long.length);
+      const [call] = fx.proxy.store.listCalls(e.job);
+      assert.equal(call!.outcome, "budget_cut");
+      assert.ok(call!.costUsd <= 0.003 + (16 / 4) * (PRICE.output / 1e6), "spent at most one event past the budget");
+      const again = await post(`${e.anthropicBaseUrl}/v1/messages`, { model: "claude-sonnet-5", max_tokens: 10, messages: [{ role: "user", content: "x" }] }, { "x-api-key": e.token, ...e.headers });
+      assert.equal(again.status, 402);
+      assert.equal(JSON.parse(again.text).error.type, "budget_exhausted");
+      assert.equal(fx.model.requests.length, 1);
+    } finally {
+      await fx.close();
+    }
+  });
+
+  it("refuses a budgeted call to a model without a price (fails closed)", async () => {
+    const fx = await startFixture({
+      turns: [{ text: "never" }],
+      config: { providers: [{ name: "anthropic", baseUrl: "http://127.0.0.1:9", keySecret: "ANTHROPIC_API_KEY", prices: { "claude-opus": { input: 1, output: 1 } } }] },
+    });
+    try {
+      const e = await fx.session({ budgetUsd: 1 });
+      const r = await post(`${e.anthropicBaseUrl}/v1/messages`, { model: "unpriced-model", max_tokens: 10, messages: [] }, { "x-api-key": e.token, ...e.headers });
+      assert.equal(r.status, 400);
+      assert.match(JSON.parse(r.text).error.message, /no price/);
+    } finally {
+      await fx.close();
+    }
+  });
+
+  it("keeps the spent budget across a proxy restart", async () => {
+    const dir = (await import("node:fs")).mkdtempSync(`${(await import("node:os")).tmpdir()}/oz0-llm-proxy-`);
+    const fx = await startFixture({ turns: () => ({ text: "ok", usage: { input: 1000, output: 1000 } }), config: { dataDir: dir } });
+    let token: string;
+    let headers: Record<string, string>;
+    let base: string;
+    try {
+      const e = await fx.session({ budgetUsd: 0.02 });
+      token = e.token;
+      headers = e.headers;
+      base = e.anthropicBaseUrl;
+      const r = await post(`${base}/v1/messages`, { model: "m", max_tokens: 100, messages: [] }, { "x-api-key": token, ...headers });
+      assert.equal(r.status, 200);
+    } finally {
+      await fx.close();
+    }
+    // $0.018 of $0.02 spent: a restarted proxy on the same data must remember it.
+    const again = await startFixture({ turns: () => ({ text: "ok" }), config: { dataDir: dir } });
+    try {
+      const r = await post(`${again.proxy.url}/anthropic/v1/messages`, { model: "m", max_tokens: 1000, messages: [] }, { "x-api-key": token, ...headers });
+      assert.equal(r.status, 402);
+    } finally {
+      await again.close();
+    }
+  });
+});

@@ -1,0 +1,147 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import Anthropic from "@anthropic-ai/sdk";
+import OpenAI from "openai";
+import { startFixture } from "./proxy-fixture.js";
+
+const ask = { model: "claude-sonnet-5", max_tokens: 100, messages: [{ role: "user" as const, content: "x" }] };
+
+describe("retries", () => {
+  it("retries a 529 and succeeds: two attempts metered, one logical call charged once", async () => {
+    const fx = await startFixture({ turns: [{ fail: { status: 529 } }, { text: "after the overload", usage: { input: 10, output: 5 } }] });
+    try {
+      const e = await fx.session();
+      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      const message = await client.messages.create(ask);
+      assert.equal((message.content[0] as { text: string }).text, "after the overload");
+      const attempts = fx.proxy.store.listAttempts(e.job);
+      assert.deepEqual(attempts.map((a) => [a.attempt, a.status, a.outcome]), [
+        [1, 529, "http_error"],
+        [2, 200, "ok"],
+      ]);
+      assert.equal(new Set(attempts.map((a) => a.operationId)).size, 1, "one operation id across the retries");
+      const calls = fx.proxy.store.listCalls(e.job);
+      assert.equal(calls.length, 1);
+      assert.equal(calls[0]!.attempts, 2);
+      assert.equal(calls[0]!.status, 200);
+      assert.equal(calls[0]!.costUsd, attempts[1]!.costUsd);
+      assert.equal(fx.model.requests.length, 2);
+    } finally {
+      await fx.close();
+    }
+  });
+
+  it("gives up after five attempts and returns the fifth error, honouring retry-after", async () => {
+    const fx = await startFixture({
+      turns: [503, 429, 500, 502, 504].map((status, i) => ({
+        fail: { status, headers: { "retry-after": "0" }, body: { type: "error", error: { type: "api_error", message: `failure ${i + 1}` } } },
+      })),
+    });
+    try {
+      const e = await fx.session();
+      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      await assert.rejects(client.messages.create(ask), (error: unknown) => error instanceof Anthropic.APIError && error.status === 504 && /failure 5/.test(error.message));
+      const attempts = fx.proxy.store.listAttempts(e.job);
+      assert.deepEqual(attempts.map((a) => a.status), [503, 429, 500, 502, 504]);
+      const [call] = fx.proxy.store.listCalls(e.job);
+      assert.equal(call!.attempts, 5);
+      assert.equal(call!.status, 504);
+      assert.equal(call!.costUsd, 0);
+      assert.equal(fx.model.requests.length, 5, "never a sixth attempt");
+    } finally {
+      await fx.close();
+    }
+  });
+
+  it("does not retry a 400", async () => {
+    const fx = await startFixture({ turns: [{ fail: { status: 400 } }, { text: "never" }] });
+    try {
+      const e = await fx.session();
+      const r = await fetch(`${e.anthropicBaseUrl}/v1/messages`, { method: "POST", headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" }, body: JSON.stringify(ask) });
+      assert.equal(r.status, 400);
+      assert.equal(fx.model.requests.length, 1);
+    } finally {
+      await fx.close();
+    }
+  });
+
+  it("retries a streaming call that failed before its first byte reached the client", async () => {
+    const fx = await startFixture({ turns: [{ fail: { status: 502 } }, { text: "second time lucky", usage: { input: 3, output: 4 } }] });
+    try {
+      const e = await fx.session();
+      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      const final = await client.messages.stream(ask).finalMessage();
+      assert.equal((final.content[0] as { text: string }).text, "second time lucky");
+      assert.equal(fx.proxy.store.listCalls(e.job)[0]!.attempts, 2);
+    } finally {
+      await fx.close();
+    }
+  });
+});
+
+describe("connection failures", () => {
+  it("retries connection errors before the first byte, five attempts, then answers 502", async () => {
+    const fx = await startFixture({
+      turns: [],
+      // Port 9 (discard) on loopback refuses connections.
+      config: { providers: [{ name: "anthropic", baseUrl: "http://127.0.0.1:9", keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 1, output: 1 } } }] },
+    });
+    try {
+      const e = await fx.session();
+      const r = await fetch(`${e.anthropicBaseUrl}/v1/messages`, { method: "POST", headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" }, body: JSON.stringify(ask) });
+      assert.equal(r.status, 502);
+      assert.match(await r.text(), /could not be reached after 5 attempt/);
+      assert.deepEqual(fx.proxy.store.listAttempts(e.job).map((a) => a.outcome), Array(5).fill("connection_error"));
+      assert.equal(fx.proxy.store.listCalls(e.job)[0]!.attempts, 5);
+    } finally {
+      await fx.close();
+    }
+  });
+});
+
+describe("streams cut short", () => {
+  it("records partial usage of an Anthropic stream cut mid-way and never replays it", async () => {
+    const text = "This answer is long enough to be cut in the middle of its deltas, which the client sees as an error.";
+    const fx = await startFixture({ turns: [{ text, cutMidStream: true, usage: { input: 77, output: 40 } }, { text: "a replay would get this" }] });
+    try {
+      const e = await fx.session();
+      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      let received = "";
+      await assert.rejects(async () => {
+        const stream = await client.messages.create({ ...ask, stream: true });
+        for await (const event of stream) {
+          if (event.type === "content_block_delta" && event.delta.type === "text_delta") received += event.delta.text;
+        }
+      });
+      assert.ok(received.length > 0 && received.length < text.length, "the client got part of the answer");
+      assert.equal(fx.model.requests.length, 1, "no replay after bytes reached the client");
+      const [call] = fx.proxy.store.listCalls(e.job);
+      assert.equal(call!.outcome, "stream_cut");
+      assert.equal(call!.usage.input, 77, "input from message_start");
+      assert.ok(call!.usage.output >= Math.ceil(received.length / 4), "output estimated from what was streamed");
+      assert.equal(call!.estimated, true);
+      assert.ok(call!.costUsd > 0);
+    } finally {
+      await fx.close();
+    }
+  });
+
+  it("records an estimate for an OpenAI stream cut mid-way", async () => {
+    const text = "An OpenAI answer long enough to be cut in the middle of its chunks for this test to see.";
+    const fx = await startFixture({ turns: [{ text, cutMidStream: true }] });
+    try {
+      const e = await fx.session();
+      const client = new OpenAI({ baseURL: e.openaiBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      await assert.rejects(async () => {
+        const stream = await client.chat.completions.create({ model: "gpt-4o", stream: true, messages: [{ role: "user", content: "x" }] });
+        for await (const chunk of stream) void chunk;
+      });
+      const [call] = fx.proxy.store.listCalls(e.job);
+      assert.equal(call!.outcome, "stream_cut");
+      assert.equal(call!.estimated, true);
+      assert.ok(call!.usage.input > 0 && call!.usage.output > 0);
+    } finally {
+      await fx.close();
+    }
+  });
+});
