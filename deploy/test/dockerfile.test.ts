@@ -14,8 +14,8 @@ const file = readDockerfile(path.join(deployDir, "Dockerfile"));
 const stageNames = new Set(file.stages.map((s) => s.name));
 const root = path.resolve(deployDir, "..");
 
-describe("deploy/Dockerfile", () => {
-  it("builds on Node 20 slim pinned to a full version", () => {
+void describe("deploy/Dockerfile", () => {
+  void it("builds on Node 20 slim pinned to a full version", () => {
     const image = file.args.NODE_IMAGE;
     assert.match(image ?? "", /^node:20\.\d+\.\d+-(bookworm|trixie|bullseye)-slim(@sha256:[0-9a-f]{64})?$/);
     for (const stage of file.stages) {
@@ -23,7 +23,7 @@ describe("deploy/Dockerfile", () => {
     }
   });
 
-  it("installs with npm ci and builds in a builder stage", () => {
+  void it("installs with npm ci and builds in a builder stage", () => {
     const build = file.stages.find((s) => s.name === "build")!;
     const runs = build.instructions.filter((i) => i.keyword === "RUN").map((i) => i.args).join("\n");
     assert.match(runs, /npm ci\b/);
@@ -31,11 +31,11 @@ describe("deploy/Dockerfile", () => {
   });
 
   for (const name of services) {
-    describe(`target ${name}`, () => {
+    void describe(`target ${name}`, () => {
       const stages = chain(file, name);
       const own = inherited(file, name);
 
-      it("exists and starts the service's compiled entry point", () => {
+      void it("exists and starts the service's compiled entry point", () => {
         assert.equal(stages[0]?.name, name);
         const entry = own.filter((i) => i.keyword === "ENTRYPOINT" || i.keyword === "CMD").at(-1);
         assert.ok(entry, "ENTRYPOINT or CMD");
@@ -43,7 +43,7 @@ describe("deploy/Dockerfile", () => {
         assert.deepEqual(argv, ["node", `services/${name}/dist/main.js`]);
       });
 
-      it("runs as a numeric non-root user", () => {
+      void it("runs as a numeric non-root user", () => {
         const user = own.filter((i) => i.keyword === "USER").at(-1);
         assert.ok(user, "USER");
         const m = /^(\d+)(?::(\d+))?$/.exec(user.args);
@@ -55,7 +55,7 @@ describe("deploy/Dockerfile", () => {
         assert.ok(!after.some((i) => i.keyword === "USER"));
       });
 
-      it("copies only a production-only dependency tree for its workspace", () => {
+      void it("copies only a production-only dependency tree for its workspace", () => {
         const copies = stages[0]!.instructions.filter((i) => i.keyword === "COPY");
         const fromStages = copies.map((c) => /--from=(\S+)/.exec(c.args)?.[1]).filter((s): s is string => !!s);
         assert.ok(fromStages.length > 0);
@@ -71,7 +71,7 @@ describe("deploy/Dockerfile", () => {
         }
       });
 
-      it("has a HEALTHCHECK that asks grpc.health.v1 through deploy/healthcheck.mjs", () => {
+      void it("has a HEALTHCHECK that asks grpc.health.v1 through deploy/healthcheck.mjs", () => {
         const health = own.filter((i) => i.keyword === "HEALTHCHECK").at(-1);
         assert.ok(health);
         assert.match(health.args, /CMD \["node", "([^"]+healthcheck\.mjs)"/);
@@ -79,7 +79,7 @@ describe("deploy/Dockerfile", () => {
         assert.ok(own.some((i) => i.keyword === "COPY" && i.args.includes("deploy/healthcheck.mjs") && i.args.endsWith(script!)));
       });
 
-      it("exposes the port the manifests probe, and sets it", () => {
+      void it("exposes the port the manifests probe, and sets it", () => {
         const expose = own.filter((i) => i.keyword === "EXPOSE").map((i) => i.args);
         assert.deepEqual(expose, [String(ports[name])]);
         const env = own.filter((i) => i.keyword === "ENV").map((i) => i.args).join(" ");
@@ -87,7 +87,7 @@ describe("deploy/Dockerfile", () => {
         assert.match(env, /OZ0_HOST=0\.0\.0\.0/);
       });
 
-      it("declares its writable paths as volumes (read-only root friendly)", () => {
+      void it("declares its writable paths as volumes (read-only root friendly)", () => {
         const volumes = own.filter((i) => i.keyword === "VOLUME").flatMap((i) => JSON.parse(i.args) as string[]);
         assert.ok(volumes.includes("/tmp"));
         assert.ok(volumes.some((v) => v.startsWith("/var/lib/oz0")), "a data directory volume");
@@ -95,7 +95,7 @@ describe("deploy/Dockerfile", () => {
     });
   }
 
-  it("puts bubblewrap, git and the harness plugins in the sandbox image only", () => {
+  void it("puts bubblewrap, git and the harness plugins in the sandbox image only", () => {
     const aptIn = (target: string): string =>
       inherited(file, target).filter((i) => i.keyword === "RUN" && i.args.includes("apt-get install")).map((i) => i.args).join("\n");
     assert.match(aptIn("sandbox"), /\bbubblewrap\b/);
@@ -110,14 +110,14 @@ describe("deploy/Dockerfile", () => {
     }
   });
 
-  it("keeps node_modules, build output and VCS files out of the build context", () => {
+  void it("keeps node_modules, build output and VCS files out of the build context", () => {
     const ignore = readFileSync(path.join(deployDir, "Dockerfile.dockerignore"), "utf8").split("\n").map((l) => l.trim());
     for (const entry of ["**/node_modules", "**/dist", ".git"]) assert.ok(ignore.includes(entry), entry);
   });
 });
 
-describe("deploy/healthcheck.mjs", () => {
-  it("needs nothing but Node's built-in modules", () => {
+void describe("deploy/healthcheck.mjs", () => {
+  void it("needs nothing but Node's built-in modules", () => {
     const source = readFileSync(path.join(deployDir, "healthcheck.mjs"), "utf8");
     const imports = [...source.matchAll(/^import .* from "([^"]+)";$/gm)].map((m) => m[1]);
     assert.ok(imports.length > 0);

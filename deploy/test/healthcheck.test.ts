@@ -33,7 +33,7 @@ async function closedPort(): Promise<number> {
   return port;
 }
 
-describe("healthcheck.mjs against @oz0/serving", () => {
+void describe("healthcheck.mjs against @oz0/serving", () => {
   let server: RunningServer;
   before(async () => {
     server = await serve({ name: "healthcheck-test", port: 0, services: [] });
@@ -42,13 +42,13 @@ describe("healthcheck.mjs against @oz0/serving", () => {
     await server.close({ graceMs: 100 });
   });
 
-  it("passes readiness (the default) and liveness while the server takes work", async () => {
+  void it("passes readiness (the default) and liveness while the server takes work", async () => {
     assert.deepEqual(await check([], { OZ0_PORT: String(server.port) }), { code: 0, stderr: "" });
     assert.equal((await check(["liveness", String(server.port)])).code, 0);
     assert.equal((await check(["readiness", String(server.port)])).code, 0);
   });
 
-  it("fails readiness but passes liveness once the server stops taking work", async () => {
+  void it("fails readiness but passes liveness once the server stops taking work", async () => {
     server.health.setReady(false);
     try {
       const readiness = await check(["readiness", String(server.port)]);
@@ -60,13 +60,13 @@ describe("healthcheck.mjs against @oz0/serving", () => {
     }
   });
 
-  it("fails on an unknown health service, with the server's reason", async () => {
+  void it("fails on an unknown health service, with the server's reason", async () => {
     const result = await check(["no-such-service", String(server.port)]);
     assert.equal(result.code, 1);
     assert.match(result.stderr, /grpc-status 5/);
   });
 
-  it("fails when nothing listens, and without a port", async () => {
+  void it("fails when nothing listens, and without a port", async () => {
     assert.equal((await check(["liveness", String(await closedPort())])).code, 1);
     const noPort = await check(["liveness"]);
     assert.equal(noPort.code, 1);

@@ -7,6 +7,7 @@ import { before, describe, it } from "node:test";
 import { loadCrdSchemas, validateCustomResource } from "./support/crd-schema.js";
 import { hasModel, objectMeta, unknownFields, unknownFieldsAs, validateWithModel } from "./support/k8s-schema.js";
 import { id, k8sDir, overlayDirs, render, renderer, type K8sObject } from "./support/render.js";
+import type { Any } from "./support/workloads.js";
 
 const crdSchemas = loadCrdSchemas();
 
@@ -39,17 +40,17 @@ async function schemaErrors(objects: K8sObject[]): Promise<string[]> {
   return errors;
 }
 
-describe("kustomize", () => {
-  it("has a renderer (kubectl kustomize or kustomize build)", () => {
+void describe("kustomize", () => {
+  void it("has a renderer (kubectl kustomize or kustomize build)", () => {
     assert.ok(renderer().describe);
   });
 
-  it("finds the dev and prod overlays and the component examples", () => {
+  void it("finds the dev and prod overlays and the component examples", () => {
     const names = overlayDirs().map((d) => path.basename(d));
     for (const name of ["dev", "prod", "dev-bubblewrap", "prod-gvisor", "prod-kata"]) assert.ok(names.includes(name), name);
   });
 
-  it("renders the base on its own", () => {
+  void it("renders the base on its own", () => {
     const kinds = new Set(render(path.join(k8sDir, "base")).map((o) => o.kind));
     for (const kind of ["Namespace", "Deployment", "Service", "ServiceAccount", "ConfigMap", "PodDisruptionBudget", "NetworkPolicy"]) {
       assert.ok(kinds.has(kind), kind);
@@ -58,13 +59,13 @@ describe("kustomize", () => {
 });
 
 for (const dir of overlayDirs()) {
-  describe(`overlay ${path.basename(dir)}`, () => {
+  void describe(`overlay ${path.basename(dir)}`, () => {
     let objects: K8sObject[] = [];
     before(() => {
       objects = render(dir);
     });
 
-    it("renders objects with unique kind/name", () => {
+    void it("renders objects with unique kind/name", () => {
       assert.ok(objects.length > 20);
       const seen = new Set<string>();
       for (const o of objects) {
@@ -74,18 +75,18 @@ for (const dir of overlayDirs()) {
       }
     });
 
-    it("has a schema for every kind it renders", () => {
+    void it("has a schema for every kind it renders", () => {
       const missing = objects
         .filter((o) => !hasModel(o.apiVersion, o.kind) && !crdSchemas.has(`${o.apiVersion}|${o.kind}`))
         .map((o) => `${o.apiVersion} ${o.kind}`);
       assert.deepEqual(missing, []);
     });
 
-    it("passes the Kubernetes and Strimzi schemas with no unknown fields", async () => {
+    void it("passes the Kubernetes and Strimzi schemas with no unknown fields", async () => {
       assert.deepEqual(await schemaErrors(objects), []);
     });
 
-    it("puts every namespaced object in the oz0 namespace", () => {
+    void it("puts every namespaced object in the oz0 namespace", () => {
       const clusterScoped = new Set(["Namespace", "RuntimeClass", "ClusterRole", "ClusterRoleBinding"]);
       for (const o of objects.filter((x) => !clusterScoped.has(x.kind))) {
         assert.equal(o.metadata.namespace, "oz0", id(o));
@@ -94,7 +95,7 @@ for (const dir of overlayDirs()) {
   });
 }
 
-describe("the schema checks catch mistakes", () => {
+void describe("the schema checks catch mistakes", () => {
   let prod: K8sObject[] = [];
   before(() => {
     prod = render(path.join(k8sDir, "overlays", "prod"));
@@ -106,8 +107,8 @@ describe("the schema checks catch mistakes", () => {
     return copy(found);
   };
 
-  it("an unknown field in a Deployment (which kubernetes-models alone lets through)", async () => {
-    const deployment = find("Deployment", "sandbox") as any;
+  void it("an unknown field in a Deployment (which kubernetes-models alone lets through)", async () => {
+    const deployment = find("Deployment", "sandbox") as Any;
     deployment.spec.template.spec.containers[0].securityContext.readOnlyRootFileSystem = true;
     assert.deepEqual(await validateWithModel(deployment), []);
     const errors = await schemaErrors([deployment]);
@@ -115,24 +116,24 @@ describe("the schema checks catch mistakes", () => {
     assert.match(errors[0]!, /containers\[0\]\.securityContext\.readOnlyRootFileSystem: unknown field/);
   });
 
-  it("a wrong type", async () => {
-    const deployment = find("Deployment", "orchestrator") as any;
+  void it("a wrong type", async () => {
+    const deployment = find("Deployment", "orchestrator") as Any;
     deployment.spec.replicas = "two";
     assert.match((await schemaErrors([deployment])).join("\n"), /replicas/);
   });
 
-  it("a misspelt grpc probe field", async () => {
-    const deployment = find("Deployment", "events") as any;
+  void it("a misspelt grpc probe field", async () => {
+    const deployment = find("Deployment", "events") as Any;
     deployment.spec.template.spec.containers[0].livenessProbe.grpc.serviceName = "liveness";
     assert.match((await schemaErrors([deployment])).join("\n"), /livenessProbe\.grpc\.serviceName: unknown field/);
   });
 
-  it("an unknown field, a bad enum and a missing field in Strimzi objects", async () => {
-    const kafka = find("Kafka") as any;
+  void it("an unknown field, a bad enum and a missing field in Strimzi objects", async () => {
+    const kafka = find("Kafka") as Any;
     kafka.spec.kafka.replicas = 3; // gone in kafka.strimzi.io/v1 (node pools hold replicas)
-    const pool = find("KafkaNodePool") as any;
+    const pool = find("KafkaNodePool") as Any;
     pool.spec.roles = ["broker", "zookeeper"];
-    const topic = find("KafkaTopic") as any;
+    const topic = find("KafkaTopic") as Any;
     topic.spec.partitions = 0;
     const errors = (await schemaErrors([kafka, pool, topic])).join("\n");
     assert.match(errors, /Kafka\/oz0-kafka: \.spec\.kafka\.replicas: unknown field/);
@@ -142,15 +143,15 @@ describe("the schema checks catch mistakes", () => {
     assert.match((await schemaErrors([pool])).join("\n"), /missing required field "storage"/);
   });
 
-  it("a Strimzi object with an API version the kept CRDs do not serve", async () => {
+  void it("a Strimzi object with an API version the kept CRDs do not serve", async () => {
     const kafka = find("Kafka");
     kafka.apiVersion = "kafka.strimzi.io/v1beta1";
     assert.match((await schemaErrors([kafka])).join("\n"), /no CRD schema kept/);
   });
 });
 
-describe("the kept Strimzi CRDs", () => {
-  it("serve kafka.strimzi.io/v1 Kafka, KafkaNodePool and KafkaTopic", () => {
+void describe("the kept Strimzi CRDs", () => {
+  void it("serve kafka.strimzi.io/v1 Kafka, KafkaNodePool and KafkaTopic", () => {
     for (const kind of ["Kafka", "KafkaNodePool", "KafkaTopic"]) {
       assert.ok(crdSchemas.has(`kafka.strimzi.io/v1|${kind}`), kind);
     }

@@ -23,7 +23,7 @@ const KEYS_SECRET = /^llm-proxy-keys(-[a-z0-9]+)?$/;
 
 for (const dir of overlayDirs()) {
   const overlay = path.basename(dir);
-  describe(`security of ${overlay}`, () => {
+  void describe(`security of ${overlay}`, () => {
     let objects: K8sObject[] = [];
     let namespace: Any;
     before(() => {
@@ -31,7 +31,7 @@ for (const dir of overlayDirs()) {
       namespace = objects.find((o) => o.kind === "Namespace" && o.metadata.name === "oz0");
     });
 
-    it("mounts the provider-keys Secret into llm-proxy only, as files", () => {
+    void it("mounts the provider-keys Secret into llm-proxy only, as files", () => {
       const keyRefs: string[] = [];
       for (const w of workloads(objects)) {
         for (const ref of secretRefs(w.pod)) {
@@ -59,7 +59,7 @@ for (const dir of overlayDirs()) {
       assert.equal(env.OZ0_KEK, undefined, "no KEK in the environment");
     });
 
-    it("runs every container non-root, read-only, without privilege or capabilities", () => {
+    void it("runs every container non-root, read-only, without privilege or capabilities", () => {
       for (const w of workloads(objects)) {
         const podSc = w.pod.securityContext ?? {};
         assert.ok(!w.pod.hostNetwork && !w.pod.hostPID && !w.pod.hostIPC, `${w.name} shares a host namespace`);
@@ -80,7 +80,7 @@ for (const dir of overlayDirs()) {
       }
     });
 
-    it("meets Pod Security restricted wherever the namespace enforces it", () => {
+    void it("meets Pod Security restricted wherever the namespace enforces it", () => {
       const enforce = namespace.metadata.labels["pod-security.kubernetes.io/enforce"];
       assert.equal(namespace.metadata.labels["pod-security.kubernetes.io/warn"], "restricted");
       assert.equal(namespace.metadata.labels["pod-security.kubernetes.io/audit"], "restricted");
@@ -101,7 +101,7 @@ for (const dir of overlayDirs()) {
       }
     });
 
-    it("probes every service with native gRPC health checks on numeric ports", () => {
+    void it("probes every service with native gRPC health checks on numeric ports", () => {
       for (const name of services) {
         const c = workload(objects, name).pod.containers[0];
         const port = ports[name];
@@ -122,7 +122,7 @@ for (const dir of overlayDirs()) {
       }
     });
 
-    it("gives every service its preStop drain plus shutdown grace before SIGKILL", () => {
+    void it("gives every service its preStop drain plus shutdown grace before SIGKILL", () => {
       // The services' close() grace (lib/serving default 5 s); the sandbox
       // also cancels sessions with a 10 s grace first.
       const grace: Record<string, number> = { orchestrator: 5, sandbox: 15, "llm-proxy": 5, events: 5 };
@@ -135,7 +135,7 @@ for (const dir of overlayDirs()) {
       assert.ok(workload(objects, "sandbox").pod.terminationGracePeriodSeconds >= 25);
     });
 
-    it("gives each workload its own ServiceAccount without an API token, and no RBAC over Secrets", () => {
+    void it("gives each workload its own ServiceAccount without an API token, and no RBAC over Secrets", () => {
       const used = new Set<string>();
       for (const w of workloads(objects)) {
         const sa = w.pod.serviceAccountName;
@@ -155,7 +155,7 @@ for (const dir of overlayDirs()) {
       }
     });
 
-    it("denies all traffic by default and lets only llm-proxy leave the cluster, on 443", () => {
+    void it("denies all traffic by default and lets only llm-proxy leave the cluster, on 443", () => {
       const deny = objects.find((o) => o.kind === "NetworkPolicy" && o.metadata.name === "default-deny-all") as Any;
       assert.ok(deny);
       assert.deepEqual(deny.spec.podSelector, {});
@@ -187,7 +187,7 @@ for (const dir of overlayDirs()) {
       }
     });
 
-    it("lets sandbox pods reach only the orchestrator, the LLM proxy, DNS and the telemetry sinks", () => {
+    void it("lets sandbox pods reach only the orchestrator, the LLM proxy, DNS and the telemetry sinks", () => {
       const sandbox = workload(objects, "sandbox");
       const strict = !objects.some((o) => o.kind === "NetworkPolicy" && o.metadata.name === "sandbox-telemetry");
       const allowed = new Set(["orchestrator", "llm-proxy", ...(strict ? [] : ["events", "otel-collector"])]);
@@ -217,7 +217,7 @@ for (const dir of overlayDirs()) {
       }
     });
 
-    it("lets only the orchestrator and the sandbox call the LLM proxy", () => {
+    void it("lets only the orchestrator and the sandbox call the LLM proxy", () => {
       for (const policy of policiesFor(objects, workload(objects, "llm-proxy").podLabels, "Ingress")) {
         for (const rule of policy.spec.ingress ?? []) {
           const from = (rule.from ?? []).map((p: Any) => p.podSelector?.matchLabels?.["app.kubernetes.io/name"]).sort();
@@ -226,7 +226,7 @@ for (const dir of overlayDirs()) {
       }
     });
 
-    it("points every service at the collector, whose pipelines drop model content", () => {
+    void it("points every service at the collector, whose pipelines drop model content", () => {
       for (const name of services) {
         const env = containerEnv(objects, workload(objects, name).pod.containers[0]);
         assert.equal(env.OTEL_EXPORTER_OTLP_ENDPOINT, "http://otel-collector:4318", name);
@@ -260,13 +260,13 @@ for (const dir of overlayDirs()) {
   });
 }
 
-describe("dev overlay: embedded defaults", () => {
+void describe("dev overlay: embedded defaults", () => {
   let objects: K8sObject[] = [];
   before(() => {
     objects = render(path.join(overlayDirs().find((d) => path.basename(d) === "dev")!));
   });
 
-  it("runs one replica of each service, with no Kafka and no PostgreSQL", () => {
+  void it("runs one replica of each service, with no Kafka and no PostgreSQL", () => {
     for (const w of workloads(objects)) assert.equal((w.object as Any).spec.replicas, 1, w.name);
     assert.equal(containerEnv(objects, workload(objects, "events").pod.containers[0]).KAFKA_BROKERS, undefined);
     const orchestrator = workload(objects, "orchestrator").pod.containers[0];
@@ -275,7 +275,7 @@ describe("dev overlay: embedded defaults", () => {
     assert.ok(!objects.some((o) => o.kind === "HorizontalPodAutoscaler"));
   });
 
-  it("generates a throwaway llm-proxy-keys Secret with a 32-byte KEK", () => {
+  void it("generates a throwaway llm-proxy-keys Secret with a 32-byte KEK", () => {
     const secret = objects.find((o) => o.kind === "Secret" && KEYS_SECRET.test(o.metadata.name)) as Any;
     assert.ok(secret);
     const kek = Buffer.from(Buffer.from(secret.data.kek.replace(/\s/g, ""), "base64").toString("utf8").trim(), "base64");
@@ -284,13 +284,13 @@ describe("dev overlay: embedded defaults", () => {
   });
 });
 
-describe("prod overlay: scale and infrastructure", () => {
+void describe("prod overlay: scale and infrastructure", () => {
   let objects: K8sObject[] = [];
   before(() => {
     objects = render(path.join(overlayDirs().find((d) => path.basename(d) === "prod")!));
   });
 
-  it("sets requests and limits on every container and spreads pods over nodes and zones", () => {
+  void it("sets requests and limits on every container and spreads pods over nodes and zones", () => {
     for (const w of workloads(objects)) {
       for (const c of allContainers(w.pod)) {
         assert.ok(c.resources?.requests?.cpu && c.resources?.requests?.memory, `${w.name} requests`);
@@ -302,7 +302,7 @@ describe("prod overlay: scale and infrastructure", () => {
     }
   });
 
-  it("autoscales the stateless services from at least two replicas", () => {
+  void it("autoscales the stateless services from at least two replicas", () => {
     const hpas = objects.filter((o) => o.kind === "HorizontalPodAutoscaler") as Any[];
     assert.deepEqual(hpas.map((h) => h.spec.scaleTargetRef.name).sort(), ["events", "orchestrator", "sandbox"]);
     for (const hpa of hpas) {
@@ -313,7 +313,7 @@ describe("prod overlay: scale and infrastructure", () => {
     }
   });
 
-  it("keeps llm-proxy at one replica on a volume, replaced without overlap", () => {
+  void it("keeps llm-proxy at one replica on a volume, replaced without overlap", () => {
     const proxy = workload(objects, "llm-proxy");
     const d = proxy.object as Any;
     assert.equal(d.spec.replicas, 1);
@@ -322,7 +322,7 @@ describe("prod overlay: scale and infrastructure", () => {
     assert.ok(objects.some((o) => o.kind === "PersistentVolumeClaim" && o.metadata.name === data.persistentVolumeClaim?.claimName));
   });
 
-  it("wires events to Strimzi's Kafka and the lifecycle topic, in KRaft mode", () => {
+  void it("wires events to Strimzi's Kafka and the lifecycle topic, in KRaft mode", () => {
     const kafka = objects.find((o) => o.kind === "Kafka") as Any;
     const pool = objects.find((o) => o.kind === "KafkaNodePool") as Any;
     const topic = objects.find((o) => o.kind === "KafkaTopic") as Any;
@@ -341,15 +341,15 @@ describe("prod overlay: scale and infrastructure", () => {
     assert.ok(egress.some((r: Any) => r.ports.some((p: Any) => p.port === listener.port) && r.to.some((t: Any) => t.podSelector?.matchLabels?.["strimzi.io/cluster"] === kafka.metadata.name)));
   });
 
-  it("takes DATABASE_URL for the orchestrator from a Secret", () => {
+  void it("takes DATABASE_URL for the orchestrator from a Secret", () => {
     const env = workload(objects, "orchestrator").pod.containers[0].env;
     const db = env.find((e: Any) => e.name === "DATABASE_URL");
     assert.deepEqual(db.valueFrom, { secretKeyRef: { name: "oz0-postgres", key: "database-url" } });
   });
 });
 
-describe("prod-gvisor and prod-kata: sandbox runtime classes", () => {
-  it("sets the runtime class on the sandbox only, and keeps it restricted", () => {
+void describe("prod-gvisor and prod-kata: sandbox runtime classes", () => {
+  void it("sets the runtime class on the sandbox only, and keeps it restricted", () => {
     for (const [name, runtime] of [["prod-gvisor", "gvisor"], ["prod-kata", "kata"]] as const) {
       const objects = render(overlayDirs().find((d) => path.basename(d) === name)!);
       for (const w of workloads(objects)) assert.equal(w.pod.runtimeClassName, w.name === "sandbox" ? runtime : undefined, `${name} ${w.name}`);
