@@ -1,0 +1,145 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { create } from "@bufbuild/protobuf";
+import { EventsService, PublishResponseSchema, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import { registration, serve } from "@oz0/serving";
+import Anthropic from "@anthropic-ai/sdk";
+import pino from "pino";
+import { AnthropicStreamMeter } from "../src/anthropic-stream-meter.js";
+import { BudgetLedger } from "../src/budget-ledger.js";
+import { OpenAiStreamMeter } from "../src/openai-stream-meter.js";
+import { priceOf } from "../src/provider-config.js";
+import { DEFAULT_RETRY_POLICY, retryDelayMs } from "../src/retry-policy.js";
+import { eventsUsageSink, USAGE_EVENT_TYPE } from "../src/usage-sink.js";
+import { PLANTED_KEY, startFixture } from "./proxy-fixture.js";
+
+const sse = (type: string, data: unknown): string => `event: ${type}\ndata: ${JSON.stringify(data)}\n\n`;
+
+describe("stream meters", () => {
+  it("merges Anthropic message_delta usage into message_start usage field by field", () => {
+    const meter = new AnthropicStreamMeter();
+    meter.onEvent(sse("message_start", { type: "message_start", message: { usage: { input_tokens: 100, cache_read_input_tokens: 40, cache_creation_input_tokens: 7, output_tokens: 1 } } }));
+    // Newer API versions repeat some fields in message_delta; null or absent ones keep the start's value.
+    meter.onEvent(sse("message_delta", { type: "message_delta", delta: { stop_reason: "end_turn" }, usage: { output_tokens: 250, cache_read_input_tokens: null } }));
+    meter.onEvent(sse("message_stop", { type: "message_stop" }));
+    assert.deepEqual(meter.reading(0), { usage: { input: 100, output: 250, cacheRead: 40, cacheWrite: 7, reasoning: 0 }, estimated: false });
+    assert.equal(meter.complete, true);
+  });
+
+  it("normalises OpenAI usage: cached tokens out of prompt_tokens, reasoning kept as a part of output", () => {
+    const meter = new OpenAiStreamMeter({ clientWantsUsage: false });
+    const usageChunk = `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 100, completion_tokens: 30, prompt_tokens_details: { cached_tokens: 60 }, completion_tokens_details: { reasoning_tokens: 20 } } })}\n\n`;
+    assert.equal(meter.onEvent(usageChunk), undefined, "dropped for a client that did not ask");
+    assert.equal(meter.onEvent(`data: ${JSON.stringify({ choices: [{ delta: { content: "x" } }], usage: null })}\n\n`), `data: {"choices":[{"delta":{"content":"x"}}]}\n\n`);
+    assert.deepEqual(meter.reading(0).usage, { input: 40, output: 30, cacheRead: 60, cacheWrite: 0, reasoning: 20 });
+  });
+});
+
+describe("retry policy", () => {
+  it("honours retry-after-ms, retry-after seconds and dates, capped", () => {
+    const policy = { ...DEFAULT_RETRY_POLICY, maxRetryAfterMs: 5_000 };
+    assert.equal(retryDelayMs({ policy, nextAttempt: 2, headers: { "retry-after-ms": "250" } }), 250);
+    assert.equal(retryDelayMs({ policy, nextAttempt: 2, headers: { "retry-after": "2" } }), 2_000);
+    assert.equal(retryDelayMs({ policy, nextAttempt: 2, headers: { "retry-after": "3600" } }), 5_000);
+    assert.equal(retryDelayMs({ policy, nextAttempt: 2, headers: { "retry-after": new Date(10_000).toUTCString() }, now: () => 9_000 }), 1_000);
+  });
+
+  it("backs off exponentially with full jitter when the provider says nothing", () => {
+    const policy = DEFAULT_RETRY_POLICY;
+    assert.equal(retryDelayMs({ policy, nextAttempt: 2, random: () => 1 }), 500);
+    assert.equal(retryDelayMs({ policy, nextAttempt: 4, random: () => 1 }), 2_000);
+    assert.equal(retryDelayMs({ policy, nextAttempt: 9, random: () => 1 }), 8_000);
+    assert.equal(retryDelayMs({ policy, nextAttempt: 4, random: () => 0.5 }), 1_000);
+  });
+});
+
+describe("budget ledger", () => {
+  it("holds reservations until settled, so the next call sees what is left", () => {
+    const ledger = new BudgetLedger();
+    const base = { session: "s", limitUsd: 1, spentBefore: () => 0.25, minimumUsd: 0.01 };
+    const first = ledger.reserve({ ...base, worstCaseUsd: 0.5, partial: false });
+    assert.throws(() => ledger.reserve({ ...base, worstCaseUsd: 0.5, partial: false }), /only \$0\.2500/);
+    const partial = ledger.reserve({ ...base, worstCaseUsd: 0.5, partial: true });
+    assert.equal(partial.amountUsd, 0.25);
+    first.settle(0.1);
+    partial.settle(0.25);
+    assert.deepEqual(ledger.snapshot("s"), { limitUsd: 1, spentUsd: 0.6, reservedUsd: 0 });
+  });
+});
+
+describe("prices", () => {
+  it("matches the exact model, else the longest prefix, else *", () => {
+    const provider = { name: "p", prices: { "claude-sonnet-4": { input: 3, output: 15 }, "claude-sonnet-4-5": { input: 4, output: 16 }, "*": { input: 1, output: 1 } } };
+    assert.equal(priceOf(provider, "claude-sonnet-4-5-20250929")?.input, 4);
+    assert.equal(priceOf(provider, "claude-sonnet-4-0")?.input, 3);
+    assert.equal(priceOf(provider, "other")?.input, 1);
+  });
+});
+
+describe("usage events and count_tokens", () => {
+  it("publishes one usage event per call to the events service, counts and ids only", async () => {
+    const received: RawEvent[] = [];
+    const events = await serve({
+      name: "events-stub",
+      port: 0,
+      logger: pino({ level: "silent" }),
+      services: [
+        registration(EventsService, {
+          publish(request) {
+            received.push(...request.events);
+            return create(PublishResponseSchema, { accepted: request.events.length });
+          },
+        }),
+      ],
+    });
+    const logger = pino({ level: "silent" });
+    const fx = await startFixture({ turns: [{ text: `secret prompt answer ${PLANTED_KEY}`, usage: { input: 5, output: 6, cacheRead: 1 } }], config: { usageSink: eventsUsageSink({ url: events.url, logger }) } });
+    try {
+      const e = await fx.session();
+      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      await client.messages.create({ model: "claude-sonnet-5", max_tokens: 10, messages: [{ role: "user", content: "a private prompt" }] });
+    } finally {
+      await fx.close();
+      await events.close({ graceMs: 100 });
+    }
+    assert.equal(received.length, 1);
+    const [event] = received;
+    assert.equal(event!.type, USAGE_EVENT_TYPE);
+    assert.equal(event!.source, "llm-proxy");
+    assert.equal(event!.agentName, "coder");
+    assert.equal(event!.tokens?.inputTokens, 5);
+    assert.equal(event!.tokens?.cacheReadTokens, 1);
+    const text = JSON.stringify(event, (_k, v: unknown) => (typeof v === "bigint" ? String(v) : v));
+    assert.doesNotMatch(text, /private prompt|secret prompt|PLANTED/);
+  });
+
+  it("passes count_tokens through with the provider key, without metering it", async () => {
+    const fx = await startFixture({ turns: [] });
+    try {
+      const e = await fx.session();
+      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      const counted = await client.messages.countTokens({ model: "claude-sonnet-5", messages: [{ role: "user", content: "count these words please" }] });
+      assert.ok(counted.input_tokens > 0);
+      assert.equal(fx.model.requests[0]?.wire, "anthropic-count-tokens");
+      assert.equal(fx.model.requests[0]?.headers["x-api-key"], PLANTED_KEY);
+      assert.equal(fx.proxy.store.listCalls(e.job).length, 0);
+    } finally {
+      await fx.close();
+    }
+  });
+
+  it("answers unknown routes and providers with 404 and what to call instead", async () => {
+    const fx = await startFixture({ turns: [] });
+    try {
+      const e = await fx.session();
+      const wrongPath = await fetch(`${fx.proxy.url}/anthropic/v1/complete`, { method: "POST", body: "{}" });
+      assert.equal(wrongPath.status, 404);
+      assert.match(await wrongPath.text(), /\/\{provider\}\/v1\/messages/);
+      const wrongProvider = await fetch(`${fx.proxy.url}/nobody/v1/messages`, { method: "POST", headers: { "x-api-key": e.token, ...e.headers }, body: "{}" });
+      assert.equal(wrongProvider.status, 404);
+      assert.match(await wrongProvider.text(), /no provider named nobody/);
+    } finally {
+      await fx.close();
+    }
+  });
+});
