@@ -1,0 +1,61 @@
+// The process entry point: environment in, a serving proxy, SIGTERM out.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+
+const main = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "src", "main.ts");
+
+describe("main", () => {
+  it("reads the environment (port, data, KEK file, providers file, admin token) and stops on SIGTERM", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-main-"));
+    writeFileSync(path.join(dir, "kek"), Buffer.alloc(32, 3).toString("base64"));
+    writeFileSync(path.join(dir, "providers.json"), JSON.stringify({ providers: [{ name: "scripted", kind: "scripted" }] }));
+    const child = spawn(process.execPath, ["--import", "tsx", main], {
+      env: {
+        PATH: process.env.PATH,
+        OZ0_PORT: "0",
+        OZ0_LOG_LEVEL: "info",
+        OZ0_LLM_PROXY_DATA: path.join(dir, "data"),
+        OZ0_KEK_FILE: path.join(dir, "kek"),
+        OZ0_PROVIDERS_FILE: path.join(dir, "providers.json"),
+        OZ0_LLM_PROXY_ADMIN_TOKEN: "t0ken",
+      },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    const url = await new Promise<string>((resolve, reject) => {
+      child.stderr.on("data", (chunk: Buffer) => {
+        stderr += chunk.toString();
+        const match = /"url":"(http:\/\/[^"]+)"/.exec(stderr);
+        if (match) resolve(match[1]!);
+      });
+      child.once("exit", (code) => reject(new Error(`main exited with ${code}: ${stderr}`)));
+    });
+    const secrets = createClient(SecretService, createGrpcTransport({ baseUrl: url }));
+    const set = await secrets.setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-x-123456789" }, { headers: { authorization: "Bearer t0ken" } });
+    assert.equal(set.replaced, false);
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    child.kill("SIGTERM");
+    assert.equal(await exited, 0);
+    assert.doesNotMatch(stderr, /sk-x-123456789/);
+  });
+
+  it("refuses to start with a malformed KEK and says how to make one", async () => {
+    const child = spawn(process.execPath, ["--import", "tsx", main], {
+      env: { PATH: process.env.PATH, OZ0_PORT: "0", OZ0_LLM_PROXY_DATA: ":memory:", OZ0_KEK: "too-short" },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    const code = await new Promise<number | null>((resolve) => child.once("exit", (c) => resolve(c)));
+    assert.equal(code, 1);
+    assert.match(stderr, /openssl rand -base64 32/);
+  });
+});
