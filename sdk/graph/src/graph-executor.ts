@@ -9,12 +9,8 @@ import { GraphError } from "./errors.js";
 import { Step, type StepRunInfo } from "./graph-builder.js";
 import type { HarnessContext } from "./harness-context.js";
 
-/** What {@link GraphExecutor.runAgent} receives. */
-export interface AgentRequest {
-  /** Agent name from the definition; the orchestrator resolves it to the pinned version. */
-  agent: string;
-  /** Built from the bag's `prompt`, plus `output` and `feedback` when present. */
-  prompt: string;
+/** Where a step runs: the same for agent and custom steps. */
+export interface StepRequestBase {
   runId: string;
   /** Node id, e.g. `agent:writer` (the same in every loop iteration). */
   stepId: string;
@@ -28,8 +24,16 @@ export interface AgentRequest {
   signal: AbortSignal;
 }
 
+/** What {@link GraphExecutor.runAgent} receives. */
+export interface AgentRequest extends StepRequestBase {
+  /** Agent name from the definition; the orchestrator resolves it to the pinned version. */
+  agent: string;
+  /** Built from the bag's `prompt`, plus `output` and `feedback` when present. */
+  prompt: string;
+}
+
 /** What {@link GraphExecutor.runCustomStep} receives. */
-export interface CustomStepRequest {
+export interface CustomStepRequest extends StepRequestBase {
   /** Step name, as passed to `super(name)`. */
   name: string;
   /** Module that exports the step class, when the definition names one. */
@@ -41,13 +45,6 @@ export interface CustomStepRequest {
    * `Step.run`; a remote one sends `ctx.toJSON()` and returns the writes.
    */
   ctx: HarnessContext;
-  runId: string;
-  stepId: string;
-  path: string;
-  iteration: number;
-  /** `<runId><path>`: the same on every execution of this step instance. */
-  idempotencyKey: string;
-  signal: AbortSignal;
 }
 
 /** The writes a remote step made, when it could not write `ctx` directly. */

@@ -49,6 +49,7 @@ export {
   type CustomStepResult,
   type GraphExecutor,
   type InProcessExecutorOptions,
+  type StepRequestBase,
 } from "./graph-executor.js";
 export {
   decisionFromToolCall,

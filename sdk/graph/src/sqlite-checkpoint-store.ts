@@ -28,6 +28,12 @@ export interface SqliteCheckpointStoreOptions {
    * Only applied to databases this store opens.
    */
   synchronous?: "full" | "normal";
+  /**
+   * Write records that arrive in the same event-loop turn in one transaction
+   * (default true): parallel branches then share one sync. When false, each
+   * record is its own transaction, written before `recordStep` returns.
+   */
+  groupCommit?: boolean;
 }
 
 /** Schema versions, applied in order, each once; append, never edit. */
@@ -93,9 +99,16 @@ export class SqliteCheckpointStore implements CheckpointStore {
   /** The handle in use (for sharing or inspection). */
   public readonly db: Database.Database;
   readonly #owned: boolean;
+  readonly #groupCommit: boolean;
   readonly #runIds = new Map<string, number>();
   readonly #insertStep: Database.Statement;
   readonly #selectStep: Database.Statement;
+  readonly #pending: {
+    run: number;
+    record: StepRecord;
+    resolve: (r: StepRecord) => void;
+    reject: (e: unknown) => void;
+  }[] = [];
 
   public constructor(options: SqliteCheckpointStoreOptions) {
     if (typeof options.database === "string") {
@@ -108,6 +121,7 @@ export class SqliteCheckpointStore implements CheckpointStore {
       this.db = options.database;
       this.#owned = false;
     }
+    this.#groupCommit = options.groupCommit ?? true;
     this.db.pragma("foreign_keys = ON");
     this.#migrate();
     this.#insertStep = this.db.prepare(
@@ -172,15 +186,47 @@ export class SqliteCheckpointStore implements CheckpointStore {
     return rows.map(toStoredRun);
   }
 
-  public async recordStep(runId: string, record: StepRecord): Promise<StepRecord> {
-    const run = this.#runKey(runId);
-    // An empty delta is stored as NULL: most control steps write nothing.
-    const delta = Object.keys(record.delta).length === 0 ? null : JSON.stringify(record.delta);
-    const decision = record.decision === undefined ? null : JSON.stringify(record.decision);
-    const info = this.#insertStep.run(run, record.path, record.nodeId, record.iteration, record.outcome, delta, decision);
-    if (info.changes === 1) return record;
-    return toStepRecord(this.#selectStep.get(run, record.path) as StepRow);
+  /**
+   * Group commit: records that arrive while the event loop is busy (steps of
+   * parallel branches finishing together) are written in one transaction, so
+   * they share one WAL sync. Each promise resolves only after its commit.
+   */
+  public recordStep(runId: string, record: StepRecord): Promise<StepRecord> {
+    if (!this.#groupCommit) {
+      try {
+        return Promise.resolve(this.#writeBatch([{ run: this.#runKey(runId), record }])[0] as StepRecord);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
+    return new Promise<StepRecord>((resolve, reject) => {
+      this.#pending.push({ run: this.#runKey(runId), record, resolve, reject });
+      if (this.#pending.length === 1) setImmediate(() => this.#flush());
+    });
   }
+
+  #flush(): void {
+    const batch = this.#pending.splice(0);
+    let results: StepRecord[];
+    try {
+      results = this.#writeBatch(batch.map((p) => ({ run: p.run, record: p.record })));
+    } catch (e) {
+      for (const p of batch) p.reject(e);
+      return;
+    }
+    batch.forEach((p, i) => p.resolve(results[i] as StepRecord));
+  }
+
+  readonly #writeBatch = (batch: { run: number; record: StepRecord }[]): StepRecord[] =>
+    this.db.transaction(() =>
+      batch.map(({ run, record }) => {
+        // An empty delta is stored as NULL: most control steps write nothing.
+        const delta = Object.keys(record.delta).length === 0 ? null : JSON.stringify(record.delta);
+        const decision = record.decision === undefined ? null : JSON.stringify(record.decision);
+        const info = this.#insertStep.run(run, record.path, record.nodeId, record.iteration, record.outcome, delta, decision);
+        return info.changes === 1 ? record : toStepRecord(this.#selectStep.get(run, record.path) as StepRow);
+      }),
+    )();
 
   public async loadSteps(runId: string): Promise<StepRecord[]> {
     const rows = this.db
