@@ -32,7 +32,7 @@ export interface SessionEnvironmentOptions {
 
 /** Where the session's HOME and Claude Code configuration live, inside the state directory. */
 export function stateLayout(stateDir: string): { home: string; configDir: string; tmp: string } {
-  return { home: path.join(stateDir, "home"), configDir: path.join(stateDir, "claude-config"), tmp: path.join(stateDir, "tmp") };
+  return { home: path.join(stateDir, "home"), configDir: path.join(stateDir, "claude"), tmp: path.join(stateDir, "tmp") };
 }
 
 /**
@@ -70,7 +70,10 @@ export function buildSessionEnvironment(options: SessionEnvironmentOptions): Rec
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
     DISABLE_AUTOUPDATER: "1",
     DISABLE_TELEMETRY: "1",
+    CLAUDE_CODE_ENABLE_TELEMETRY: "0",
     DISABLE_ERROR_REPORTING: "1",
+    // No memory carried from one session to the next.
+    CLAUDE_CODE_DISABLE_AUTO_MEMORY: "1",
     DISABLE_BUG_COMMAND: "1",
     CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY: "1",
     // The seed promises at most five attempts per call from inside the session.
