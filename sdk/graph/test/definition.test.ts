@@ -1,9 +1,11 @@
 // Definitions: the YAML form parses to what the fluent API produces, the
 // schema names bad fields, and publish-time validation names every problem.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import {
   Graph,
+  GraphRunner,
   GraphValidationError,
   Harness,
   Step,
@@ -11,6 +13,8 @@ import {
   assertValidDefinition,
   definitionHash,
   definitionToYaml,
+  graphDefinitionSchema,
+  InProcessExecutor,
   parseDefinitionYaml,
   renderGraph,
   toMermaid,
@@ -202,4 +206,29 @@ void test("loops draw their again/break edges", () => {
   assert.match(mermaid, /-->\|"again \(max 5\)"\|/);
   assert.match(mermaid, /-->\|"break"\|/);
   assert.match(renderGraph(code.toDefinition()), /loop:implement {2}\(at most 5 iterations\)/);
+});
+
+void test("the published schema file is the schema the package checks against", () => {
+  const file = JSON.parse(readFileSync(new URL("../schema/graph-definition.v1.json", import.meta.url), "utf8")) as unknown;
+  assert.deepEqual(file, JSON.parse(JSON.stringify(graphDefinitionSchema)));
+});
+
+void test("a custom step is referenced by name and module, and loaded from that module when run", async () => {
+  const def = parseDefinitionYaml(`
+format: oz0.graph/v1
+kind: harness
+name: by-module
+id: harness:by-module
+root:
+  - { kind: step, id: step:parse-email, step: parse-email, module: ./fixtures/email-steps.ts, export: ParseEmail }
+`);
+  const executor = new InProcessExecutor({ baseUrl: import.meta.url });
+  const result = await new GraphRunner({ definition: def, executor }).run({ prompt: "Subject line\nbody" });
+  assert.equal(result.status, "succeeded");
+  assert.equal(result.bag.subject, "Subject line");
+  const missing = await new GraphRunner({
+    definition: { ...def, root: [{ kind: "step", id: "step:x", step: "x", module: "./fixtures/email-steps.ts", export: "Nope" }] },
+    executor,
+  }).run({ prompt: "p" });
+  assert.match(missing.error?.message ?? "", /has no step class exported as "Nope"/);
 });
