@@ -1,2 +1,19 @@
-// Filled in by the SDK work (issue 2).
-export {};
+// @oz0/harness/host: the runtime side of the harness protocol.
+export { startHostSession, DEFAULT_GRACE_MS, DEFAULT_MAX_LINE_BYTES } from "./host-session.js";
+export type {
+  HostSession,
+  HostSessionOptions,
+  PermissionAnswerInit,
+  RuntimeToolResultInit,
+  SessionCounts,
+  SessionOutcome,
+  SessionStatus,
+} from "./host-session.js";
+export { HostSessionError } from "./host-errors.js";
+export type { HostSessionErrorCode, SessionError, SessionErrorCode } from "./host-errors.js";
+export { killAllHarnessGroups, processGroupLauncher, signalGroup } from "./process-launcher.js";
+export type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "./process-launcher.js";
+export { LineSplitter } from "../protocol/line-framing.js";
+export type { LineSplitterOptions } from "../protocol/line-framing.js";
+export { decodeLine, encodeLine } from "../protocol/message-codec.js";
+export type { LineDecodeFailure, LineDecodeResult } from "../protocol/message-codec.js";

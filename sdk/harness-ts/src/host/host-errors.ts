@@ -1,0 +1,73 @@
+// What can go wrong in a session, as codes a caller can switch on.
+
+/**
+ * A harness misbehaviour (or a session end the runtime forced) the host
+ * detected. Each code has one meaning; the message says what happened.
+ */
+export type SessionErrorCode =
+  /** The command could not be started (not found, not executable, bad cwd). */
+  | "spawn_failed"
+  /** A stdout line is not JSON. */
+  | "invalid_json"
+  /** A stdout line is JSON but not a valid SessionEvent (wrong field types, not an object). */
+  | "invalid_event"
+  /** A stdout line is longer than `maxLineBytes`. */
+  | "line_too_long"
+  /** A SessionEvent with no event set, or only an event kind this version does not know. */
+  | "unknown_event_kind"
+  /** The first event is not `started`. */
+  | "first_event_not_started"
+  /** `started` carries a protocol version the host does not speak. */
+  | "unsupported_protocol_version"
+  /** A second `result`. */
+  | "duplicate_result"
+  /** An event other than `result` after the result. */
+  | "event_after_result"
+  /** A permission request or runtime tool call reuses an id still pending or already used. */
+  | "duplicate_request_id"
+  /** The harness exited without writing a result. */
+  | "no_result"
+  /** The harness was still running after SIGTERM and the grace period, and was killed. */
+  | "ignored_sigterm"
+  /** The harness wrote its result but did not exit within the grace period, and was stopped. */
+  | "did_not_exit"
+  /** The session's deadline passed. */
+  | "deadline_exceeded"
+  /** The caller's `onEvent` threw; the session was stopped. */
+  | "event_callback_failed";
+
+/** The first problem a session met, as recorded in its outcome. */
+export interface SessionError {
+  code: SessionErrorCode;
+  /** What happened, for people; never contains the request's secrets. */
+  message: string;
+}
+
+/** Codes of {@link HostSessionError}: misuse of a {@link HostSession} by its caller. */
+export type HostSessionErrorCode =
+  /** `answerPermission` for an id the harness never asked about. */
+  | "unknown_permission_id"
+  /** `answerPermission` for an id already answered. */
+  | "permission_already_answered"
+  /** `sendRuntimeToolResult` for an id the harness never called. */
+  | "unknown_runtime_tool_call_id"
+  /** `sendRuntimeToolResult` for an id already answered. */
+  | "runtime_tool_call_already_answered"
+  /** The session's result is out or the session ended: nothing more can be sent. */
+  | "session_ended";
+
+/**
+ * Thrown synchronously by {@link HostSession} methods the caller used wrongly.
+ * The session itself is unaffected.
+ */
+export class HostSessionError extends Error {
+  /** Which misuse this is. */
+  readonly code: HostSessionErrorCode;
+
+  /** Creates an error with a code and a message that says what to do. */
+  constructor(code: HostSessionErrorCode, message: string) {
+    super(message);
+    this.name = "HostSessionError";
+    this.code = code;
+  }
+}

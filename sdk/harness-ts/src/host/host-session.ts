@@ -1,0 +1,538 @@
+// The runtime side of one harness session: start the command, write the
+// request, frame and validate every stdout line, relay answers, enforce the
+// line limit, the deadline and the grace period, and report exactly one
+// outcome however the harness behaves.
+import { create } from "@bufbuild/protobuf";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import {
+  PermissionAnswer_Outcome,
+  PermissionAnswerSchema,
+  ProtocolVersion,
+  RuntimeMessageSchema,
+  RuntimeToolResultSchema,
+  SessionEventSchema,
+  SessionRequestSchema,
+} from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type {
+  RuntimeMessage,
+  SessionEvent,
+  SessionRequest,
+  SessionResult,
+  SessionStarted,
+} from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { LineSplitter } from "../protocol/line-framing.js";
+import { decodeLine, describeLine, encodeLine } from "../protocol/message-codec.js";
+import type { SessionError, SessionErrorCode } from "./host-errors.js";
+import { HostSessionError } from "./host-errors.js";
+import { processGroupLauncher } from "./process-launcher.js";
+import type { HarnessLauncher, LaunchedHarness } from "./process-launcher.js";
+
+/** Default longest stdout line accepted: 1 MiB. */
+export const DEFAULT_MAX_LINE_BYTES = 1024 * 1024;
+/** Default time between SIGTERM and SIGKILL (protocol rule 5): 10 s. */
+export const DEFAULT_GRACE_MS = 10_000;
+/** How much of the harness's stderr the outcome keeps. */
+const STDERR_TAIL_BYTES = 4096;
+/** setTimeout fires at once for delays above this, so longer waits are chained. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** A PermissionAnswer as a message or as its init object. */
+export type PermissionAnswerInit = MessageInitShape<typeof PermissionAnswerSchema>;
+/** A RuntimeToolResult as a message or as its init object. */
+export type RuntimeToolResultInit = MessageInitShape<typeof RuntimeToolResultSchema>;
+
+/** Options of {@link startHostSession}. */
+export interface HostSessionOptions {
+  /** The harness command and its arguments (from the plugin manifest). */
+  command: string[];
+  /** Working directory of the process (usually the request's `working_dir`). */
+  cwd: string;
+  /** The complete environment of the harness; nothing of the host's is inherited. */
+  env: Record<string, string>;
+  /** The session request, written as the first stdin line. */
+  request: SessionRequest;
+  /**
+   * Called synchronously for every valid event, in order, `started` and
+   * `result` included. Permission requests and runtime tool calls arrive
+   * here; answer them with {@link HostSession.answerPermission} and
+   * {@link HostSession.sendRuntimeToolResult}. A throw stops the session
+   * with `event_callback_failed`.
+   */
+  onEvent?: (event: SessionEvent) => void;
+  /** Called with each chunk of the harness's stderr (free-form logs). */
+  onStderr?: (chunk: Buffer) => void;
+  /** Longest stdout line accepted, in bytes; default {@link DEFAULT_MAX_LINE_BYTES}. */
+  maxLineBytes?: number;
+  /** Time between SIGTERM and SIGKILL, and allowed between the result and exit; default {@link DEFAULT_GRACE_MS}. */
+  graceMs?: number;
+  /** When the session is timed out; defaults to the request's `limits.deadline`. */
+  deadline?: Date;
+  /** How the process is started and signalled; default {@link processGroupLauncher}. */
+  launcher?: HarnessLauncher;
+}
+
+/**
+ * How the session ended, from the runtime's side. `completed` means the
+ * harness followed the protocol to a result; the result's `stopReason`
+ * says how the agent itself ended.
+ */
+export type SessionStatus = "completed" | "failed" | "cancelled" | "timed_out";
+
+/** Counters over one session. */
+export interface SessionCounts {
+  /** Non-blank stdout lines read. */
+  lines: number;
+  /** Valid events delivered to `onEvent`. */
+  events: number;
+  permissionRequests: number;
+  runtimeToolCalls: number;
+  stderrBytes: number;
+}
+
+/** The one outcome of a session. */
+export interface SessionOutcome {
+  status: SessionStatus;
+  /** The harness's result, when it wrote one (also for cancelled and timed-out sessions). */
+  result?: SessionResult;
+  /** The first problem detected; unset when the harness followed the protocol. */
+  error?: SessionError;
+  /** The harness's `started` event, when it sent one. */
+  started?: SessionStarted;
+  /** Exit code of the harness process, or null when a signal ended it. */
+  exitCode: number | null;
+  /** The signal that ended the harness process, if any. */
+  signal: NodeJS.Signals | null;
+  /** True when processes of the harness were still alive after it exited (they were killed). */
+  leftoverProcesses: boolean;
+  /** The reason given to {@link HostSession.cancel}. */
+  cancelReason?: string;
+  counts: SessionCounts;
+  /** The last few KiB of stderr, for diagnosis. */
+  stderrTail: string;
+  /** Wall time from start to outcome. */
+  durationMs: number;
+}
+
+/** A running harness session. */
+export interface HostSession {
+  /** The harness process id (the process group id with the default launcher); undefined when it failed to start. */
+  readonly pid: number | undefined;
+  /** Resolves exactly once, when the process has exited and its output is drained. Never rejects. */
+  readonly outcome: Promise<SessionOutcome>;
+  /** Ids of permission requests waiting for an answer. */
+  readonly pendingPermissions: readonly string[];
+  /**
+   * Answers a permission request. Throws {@link HostSessionError} for an
+   * unknown or already answered id, or once the result is out.
+   */
+  answerPermission(answer: PermissionAnswerInit): void;
+  /**
+   * Answers a runtime tool call. Throws {@link HostSessionError} for an
+   * unknown or already answered id, or once the result is out.
+   */
+  sendRuntimeToolResult(result: RuntimeToolResultInit): void;
+  /**
+   * Cancels the session: pending permissions are answered OUTCOME_CANCELLED,
+   * then SIGTERM, then SIGKILL after the grace. A `cancelled` result the
+   * harness writes within the grace is recorded. Idempotent.
+   */
+  cancel(reason?: string): void;
+}
+
+/** Starts a harness session. Never throws for harness problems: they end up in the outcome. */
+export function startHostSession(options: HostSessionOptions): HostSession {
+  return new RunningHostSession(options);
+}
+
+type EndReason = "cancelled" | "timed_out";
+
+class RunningHostSession implements HostSession {
+  readonly outcome: Promise<SessionOutcome>;
+  readonly #options: HostSessionOptions;
+  readonly #graceMs: number;
+  readonly #startedAt = performance.now();
+  #resolve!: (outcome: SessionOutcome) => void;
+  #launched: LaunchedHarness | undefined;
+
+  #started: SessionStarted | undefined;
+  #handshakeDone = false;
+  #result: SessionResult | undefined;
+  #error: SessionError | undefined;
+  #endReason: EndReason | undefined;
+  #cancelReason: string | undefined;
+  /** False after a fatal protocol error: later lines are drained but ignored. */
+  #processing = true;
+  #stopping = false;
+  #finalized = false;
+  #exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+  #stdoutEnded = false;
+  #leftoverProcesses = false;
+
+  readonly #pendingPermissions = new Set<string>();
+  readonly #usedPermissionIds = new Set<string>();
+  readonly #pendingToolCalls = new Set<string>();
+  readonly #usedToolCallIds = new Set<string>();
+  readonly #counts: SessionCounts = { lines: 0, events: 0, permissionRequests: 0, runtimeToolCalls: 0, stderrBytes: 0 };
+  #stderrTail = Buffer.alloc(0);
+  readonly #timers = new Set<NodeJS.Timeout>();
+
+  constructor(options: HostSessionOptions) {
+    this.#options = options;
+    this.#graceMs = options.graceMs ?? DEFAULT_GRACE_MS;
+    this.outcome = new Promise((resolve) => (this.#resolve = resolve));
+    this.#launch();
+  }
+
+  get pid(): number | undefined {
+    return this.#launched?.child.pid;
+  }
+
+  get pendingPermissions(): readonly string[] {
+    return [...this.#pendingPermissions];
+  }
+
+  answerPermission(answer: PermissionAnswerInit): void {
+    const message = create(PermissionAnswerSchema, answer);
+    this.#checkCanSend();
+    if (!this.#pendingPermissions.has(message.id)) {
+      if (this.#usedPermissionIds.has(message.id)) {
+        throw new HostSessionError("permission_already_answered", `permission request ${JSON.stringify(message.id)} was already answered`);
+      }
+      throw new HostSessionError("unknown_permission_id", `the harness has not asked permission ${JSON.stringify(message.id)}`);
+    }
+    if (message.outcome === PermissionAnswer_Outcome.UNSPECIFIED) message.outcome = PermissionAnswer_Outcome.ANSWERED;
+    this.#pendingPermissions.delete(message.id);
+    this.#write(create(RuntimeMessageSchema, { message: { case: "permissionAnswer", value: message } }));
+  }
+
+  sendRuntimeToolResult(result: RuntimeToolResultInit): void {
+    const message = create(RuntimeToolResultSchema, result);
+    this.#checkCanSend();
+    if (!this.#pendingToolCalls.has(message.id)) {
+      if (this.#usedToolCallIds.has(message.id)) {
+        throw new HostSessionError("runtime_tool_call_already_answered", `runtime tool call ${JSON.stringify(message.id)} was already answered`);
+      }
+      throw new HostSessionError("unknown_runtime_tool_call_id", `the harness has not made runtime tool call ${JSON.stringify(message.id)}`);
+    }
+    this.#pendingToolCalls.delete(message.id);
+    this.#write(create(RuntimeMessageSchema, { message: { case: "runtimeToolResult", value: message } }));
+  }
+
+  cancel(reason?: string): void {
+    if (this.#finalized) return;
+    if (this.#result === undefined && this.#endReason === undefined) {
+      this.#endReason = "cancelled";
+      this.#cancelReason = reason;
+    }
+    this.#stop();
+  }
+
+  #checkCanSend(): void {
+    if (this.#finalized || this.#result !== undefined || this.#launched === undefined) {
+      throw new HostSessionError("session_ended", "the session's result is out or the session ended; nothing more can be sent");
+    }
+  }
+
+  #launch(): void {
+    const options = this.#options;
+    const launcher = options.launcher ?? processGroupLauncher();
+    try {
+      this.#launched = launcher.launch({ command: options.command, cwd: options.cwd, env: options.env });
+    } catch (error) {
+      this.#fail("spawn_failed", `could not start ${JSON.stringify(options.command[0] ?? "")}: ${(error as Error).message}`);
+      queueMicrotask(() => this.#finalize());
+      return;
+    }
+    const { child } = this.#launched;
+    const splitter = new LineSplitter({
+      maxLineBytes: options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES,
+      onLine: (line) => this.#onLine(line),
+      onOversizedLine: (bytes) =>
+        this.#fail("line_too_long", `a stdout line exceeded the limit of ${options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES} bytes (${bytes} bytes so far)`),
+    });
+    child.on("error", (error: NodeJS.ErrnoException) => {
+      if (child.pid !== undefined) return; // a signal failure on a live process, not a start failure
+      this.#fail("spawn_failed", `could not start ${JSON.stringify(options.command[0] ?? "")}: ${error.code ?? error.message}`);
+      child.stdout.destroy();
+      child.stderr.destroy();
+      this.#finalize();
+    });
+    // EPIPE when the harness exits before reading everything: the exit tells the story.
+    child.stdin.on("error", () => {});
+    child.stdout.on("data", (chunk: Buffer) => {
+      if (this.#processing) splitter.push(chunk);
+    });
+    child.stdout.on("end", () => {
+      if (this.#processing) splitter.end();
+      this.#stdoutEnded = true;
+      this.#maybeFinalize();
+    });
+    child.stdout.on("error", () => {
+      this.#stdoutEnded = true;
+      this.#maybeFinalize();
+    });
+    child.stderr.on("data", (chunk: Buffer) => this.#onStderr(chunk));
+    child.stderr.on("error", () => {});
+    child.on("exit", (code, signal) => this.#onExit(code, signal));
+
+    this.#writeLine(encodeLine(SessionRequestSchema, options.request));
+    const deadline = options.deadline ?? (options.request.limits?.deadline ? timestampDate(options.request.limits.deadline) : undefined);
+    if (deadline !== undefined) this.#after(deadline.getTime() - Date.now(), () => this.#onDeadline());
+  }
+
+  #write(message: RuntimeMessage): void {
+    this.#writeLine(encodeLine(RuntimeMessageSchema, message));
+  }
+
+  #writeLine(line: string): void {
+    const stdin = this.#launched?.child.stdin;
+    if (stdin === undefined || stdin.destroyed || stdin.writableEnded) return;
+    stdin.write(line);
+  }
+
+  #onStderr(chunk: Buffer): void {
+    this.#counts.stderrBytes += chunk.length;
+    this.#stderrTail = Buffer.concat([this.#stderrTail, chunk]);
+    if (this.#stderrTail.length > STDERR_TAIL_BYTES) this.#stderrTail = this.#stderrTail.subarray(this.#stderrTail.length - STDERR_TAIL_BYTES);
+    try {
+      this.#options.onStderr?.(chunk);
+    } catch {
+      // Logs are best effort; a failing log sink must not end the session.
+    }
+  }
+
+  #onLine(line: string): void {
+    if (!this.#processing) return;
+    this.#counts.lines++;
+    const decoded = decodeLine(SessionEventSchema, line);
+    if (!decoded.ok) {
+      if (decoded.reason === "invalid_json") {
+        this.#fail("invalid_json", `stdout line ${this.#counts.lines} is not JSON: ${describeLine(line)}`);
+      } else {
+        this.#fail("invalid_event", `stdout line ${this.#counts.lines} is not a valid SessionEvent: ${decoded.detail}`);
+      }
+      return;
+    }
+    const event = decoded.message;
+    const kind = event.event.case;
+    if (kind === undefined) {
+      this.#fail("unknown_event_kind", `stdout line ${this.#counts.lines} carries no event kind this runtime knows: ${describeLine(line)}`);
+      return;
+    }
+    if (this.#result !== undefined) {
+      if (kind === "result") this.#fail("duplicate_result", "the harness wrote a second result; exactly one result ends a session");
+      else this.#fail("event_after_result", `the harness wrote a ${kind} event after its result; nothing may follow the result`);
+      return;
+    }
+    if (!this.#handshakeDone) {
+      // A harness refusing the protocol version answers with a result alone (rule 1).
+      if (kind !== "started" && kind !== "result") {
+        this.#fail("first_event_not_started", `the first event must be started, got ${kind}`);
+        return;
+      }
+      if (kind === "started") {
+        const version = event.event.value.protocolVersion;
+        if (version !== ProtocolVersion.PROTOCOL_VERSION_1) {
+          this.#fail("unsupported_protocol_version", `the harness speaks protocol version ${ProtocolVersion[version] ?? version}; this runtime speaks PROTOCOL_VERSION_1`);
+          return;
+        }
+        this.#started = event.event.value;
+      }
+      this.#handshakeDone = true;
+    } else if (kind === "started") {
+      this.#fail("first_event_not_started", "the harness wrote started twice");
+      return;
+    }
+
+    switch (kind) {
+      case "permissionRequest": {
+        const { id } = event.event.value;
+        if (!this.#claimId(id, this.#usedPermissionIds, "permission request")) return;
+        this.#pendingPermissions.add(id);
+        this.#counts.permissionRequests++;
+        break;
+      }
+      case "runtimeToolCall": {
+        const { id } = event.event.value;
+        if (!this.#claimId(id, this.#usedToolCallIds, "runtime tool call")) return;
+        this.#pendingToolCalls.add(id);
+        this.#counts.runtimeToolCalls++;
+        break;
+      }
+      case "result":
+        this.#result = event.event.value;
+        this.#pendingPermissions.clear();
+        this.#pendingToolCalls.clear();
+        this.#launched?.child.stdin.end();
+        // A harness must exit after its result; give it the grace, then stop it.
+        this.#after(this.#graceMs, () => {
+          if (this.#exit !== undefined) return;
+          this.#setError("did_not_exit", `the harness wrote its result but was still running ${this.#graceMs} ms later`);
+          this.#stop();
+        });
+        break;
+      default:
+        break;
+    }
+    this.#counts.events++;
+    try {
+      this.#options.onEvent?.(event);
+    } catch (error) {
+      this.#fail("event_callback_failed", `onEvent threw while handling a ${kind} event: ${(error as Error).message}`);
+      return;
+    }
+    // Requests that arrive while the session is being stopped are answered at once.
+    if (this.#stopping) this.#answerPendingAsEnded();
+  }
+
+  #claimId(id: string, used: Set<string>, what: string): boolean {
+    if (id === "") {
+      this.#fail("invalid_event", `a ${what} has no id`);
+      return false;
+    }
+    if (used.has(id)) {
+      this.#fail("duplicate_request_id", `the harness reused the ${what} id ${JSON.stringify(id)}; ids are unique in a session`);
+      return false;
+    }
+    used.add(id);
+    return true;
+  }
+
+  #onDeadline(): void {
+    if (this.#finalized || this.#result !== undefined || this.#endReason !== undefined) return;
+    this.#endReason = "timed_out";
+    this.#setError("deadline_exceeded", "the session's deadline passed before the harness wrote its result");
+    this.#stop();
+  }
+
+  #onExit(code: number | null, signal: NodeJS.Signals | null): void {
+    this.#exit = { code, signal };
+    const launched = this.#launched;
+    if (launched !== undefined) {
+      // Whatever the leader left in its group (a forked grandchild) goes with it.
+      try {
+        this.#leftoverProcesses = launched.hasLiveProcesses?.() ?? false;
+      } catch {
+        this.#leftoverProcesses = false;
+      }
+      this.#callLauncher(() => launched.kill());
+    }
+    // A process outside the group may still hold stdout open; do not wait forever.
+    this.#after(this.#graceMs, () => {
+      if (this.#stdoutEnded) return;
+      this.#launched?.child.stdout.destroy();
+      this.#stdoutEnded = true;
+      this.#maybeFinalize();
+    });
+    this.#maybeFinalize();
+  }
+
+  /** Records a fatal protocol error and stops the harness. */
+  #fail(code: SessionErrorCode, message: string): void {
+    this.#setError(code, message);
+    this.#processing = false;
+    this.#stop();
+  }
+
+  #setError(code: SessionErrorCode, message: string): void {
+    if (this.#error === undefined) this.#error = { code, message };
+  }
+
+  /** SIGTERM now, SIGKILL after the grace; pending requests are answered first. */
+  #stop(): void {
+    if (this.#stopping || this.#finalized || this.#launched === undefined) return;
+    this.#stopping = true;
+    this.#answerPendingAsEnded();
+    if (this.#exit !== undefined) return;
+    const launched = this.#launched;
+    this.#callLauncher(() => launched.terminate());
+    this.#after(this.#graceMs, () => {
+      if (this.#exit !== undefined) return;
+      this.#setError("ignored_sigterm", `the harness was still running ${this.#graceMs} ms after SIGTERM and was killed`);
+      this.#callLauncher(() => launched.kill());
+    });
+  }
+
+  #answerPendingAsEnded(): void {
+    const timedOut = this.#endReason === "timed_out";
+    for (const id of this.#pendingPermissions) {
+      this.#write(
+        create(RuntimeMessageSchema, {
+          message: {
+            case: "permissionAnswer",
+            value: {
+              id,
+              allow: false,
+              outcome: timedOut ? PermissionAnswer_Outcome.TIMED_OUT : PermissionAnswer_Outcome.CANCELLED,
+              reason: timedOut ? "nobody answered before the session's deadline" : "the session was cancelled",
+            },
+          },
+        }),
+      );
+    }
+    this.#pendingPermissions.clear();
+    for (const id of this.#pendingToolCalls) {
+      this.#write(
+        create(RuntimeMessageSchema, {
+          message: {
+            case: "runtimeToolResult",
+            value: { id, isError: true, error: timedOut ? "the session's deadline passed" : "the session was cancelled" },
+          },
+        }),
+      );
+    }
+    this.#pendingToolCalls.clear();
+  }
+
+  #callLauncher(signal: () => void | Promise<void>): void {
+    try {
+      const pending = signal();
+      if (pending instanceof Promise) pending.catch(() => {});
+    } catch {
+      // The process may be gone already; the exit handler reports what matters.
+    }
+  }
+
+  #after(ms: number, run: () => void): void {
+    const delay = Math.max(0, ms);
+    const timer = setTimeout(() => {
+      this.#timers.delete(timer);
+      if (delay > MAX_TIMER_MS) this.#after(delay - MAX_TIMER_MS, run);
+      else run();
+    }, Math.min(delay, MAX_TIMER_MS));
+    this.#timers.add(timer);
+  }
+
+  #maybeFinalize(): void {
+    if (this.#exit !== undefined && this.#stdoutEnded) this.#finalize();
+  }
+
+  #finalize(): void {
+    if (this.#finalized) return;
+    this.#finalized = true;
+    for (const timer of this.#timers) clearTimeout(timer);
+    this.#timers.clear();
+    this.#pendingPermissions.clear();
+    this.#pendingToolCalls.clear();
+    if (this.#result === undefined && this.#error === undefined && this.#endReason === undefined) {
+      const how = this.#exit?.signal ? `signal ${this.#exit.signal}` : `code ${this.#exit?.code ?? "unknown"}`;
+      this.#error = { code: "no_result", message: `the harness exited (${how}) without writing a result` };
+    }
+    const status: SessionStatus = this.#endReason ?? (this.#error === undefined ? "completed" : "failed");
+    const outcome: SessionOutcome = {
+      status,
+      exitCode: this.#exit?.code ?? null,
+      signal: this.#exit?.signal ?? null,
+      leftoverProcesses: this.#leftoverProcesses,
+      counts: { ...this.#counts },
+      stderrTail: this.#stderrTail.toString("utf8"),
+      durationMs: performance.now() - this.#startedAt,
+    };
+    if (this.#result !== undefined) outcome.result = this.#result;
+    if (this.#error !== undefined) outcome.error = this.#error;
+    if (this.#started !== undefined) outcome.started = this.#started;
+    if (this.#cancelReason !== undefined) outcome.cancelReason = this.#cancelReason;
+    this.#resolve(outcome);
+  }
+}

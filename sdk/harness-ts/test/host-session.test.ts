@@ -1,0 +1,289 @@
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { describe, it } from "node:test";
+import { create } from "@bufbuild/protobuf";
+import { SessionRequestSchema, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { HostSessionError, startHostSession } from "@oz0/harness/host";
+import type { HostSession, HostSessionOptions, SessionOutcome } from "@oz0/harness/host";
+
+const harness = fileURLToPath(new URL("./fixtures/host/protocol-harness.mjs", import.meta.url));
+
+function run(behaviour: string, options: Partial<HostSessionOptions> = {}): { session: HostSession; events: SessionEvent[] } {
+  const events: SessionEvent[] = [];
+  const session = startHostSession({
+    command: [process.execPath, harness, behaviour],
+    cwd: process.cwd(),
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+    request: create(SessionRequestSchema, { protocolVersion: 1, sessionId: "s1", jobId: "j1", input: "hello" }),
+    graceMs: 2000,
+    onEvent: (event) => events.push(event),
+    ...options,
+  });
+  return { session, events };
+}
+
+function processGone(pid: number): boolean {
+  try {
+    // A killed grandchild may linger as a zombie until init reaps it; that is gone too.
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z");
+  } catch {
+    return true;
+  }
+}
+
+async function expectFailure(outcome: Promise<SessionOutcome>, code: string): Promise<SessionOutcome> {
+  const result = await outcome;
+  assert.equal(result.status, "failed", `status for ${code}`);
+  assert.equal(result.error?.code, code, result.error?.message);
+  assert.ok((result.error?.message.length ?? 0) > 10);
+  return result;
+}
+
+void describe("startHostSession", () => {
+  void it("runs a well-behaved harness: events in order, permission and runtime tool answers relayed", async () => {
+    const { session, events } = run("well-behaved", {
+      onEvent: (event) => {
+        events.push(event);
+        if (event.event.case === "permissionRequest") {
+          session.answerPermission({ id: event.event.value.id, allow: true, reason: "fine" });
+        }
+        if (event.event.case === "runtimeToolCall") {
+          session.sendRuntimeToolResult({ id: event.event.value.id, output: { kind: { case: "stringValue", value: "found" } } });
+        }
+      },
+    });
+    const outcome = await session.outcome;
+    assert.equal(outcome.status, "completed", outcome.error?.message);
+    assert.equal(outcome.error, undefined);
+    assert.equal(outcome.exitCode, 0);
+    assert.deepEqual(
+      events.map((e) => e.event.case),
+      ["started", "text", "permissionRequest", "toolResult", "runtimeToolCall", "usage", "result"],
+    );
+    assert.equal(outcome.result?.stopReason, StopReason.COMPLETED);
+    const echoed = JSON.parse(outcome.result?.text ?? "{}");
+    assert.deepEqual(echoed, {
+      answer: { id: "p1", allow: true, reason: "fine", outcome: "OUTCOME_ANSWERED" },
+      tool: { id: "r1", output: "found" },
+    });
+    assert.equal(outcome.started?.harnessName, "protocol-harness");
+    assert.equal(outcome.counts.events, 7);
+    assert.equal(outcome.counts.permissionRequests, 1);
+    assert.equal(outcome.counts.runtimeToolCalls, 1);
+    assert.equal(outcome.leftoverProcesses, false);
+  });
+
+  void it("throws a typed error for unknown and repeated answers without disturbing the session", async () => {
+    const errors: string[] = [];
+    const { session } = run("well-behaved", {
+      onEvent: (event) => {
+        if (event.event.case === "permissionRequest") {
+          try {
+            session.answerPermission({ id: "nope", allow: true });
+          } catch (error) {
+            assert.ok(error instanceof HostSessionError);
+            errors.push(error.code);
+          }
+          session.answerPermission({ id: "p1", allow: false, reason: "no" });
+          try {
+            session.answerPermission({ id: "p1", allow: true });
+          } catch (error) {
+            errors.push((error as HostSessionError).code);
+          }
+        }
+        if (event.event.case === "runtimeToolCall") {
+          try {
+            session.sendRuntimeToolResult({ id: "other" });
+          } catch (error) {
+            errors.push((error as HostSessionError).code);
+          }
+          session.sendRuntimeToolResult({ id: "r1", isError: true, error: "broken" });
+        }
+      },
+    });
+    const outcome = await session.outcome;
+    assert.equal(outcome.status, "completed", outcome.error?.message);
+    assert.deepEqual(errors, ["unknown_permission_id", "permission_already_answered", "unknown_runtime_tool_call_id"]);
+    assert.throws(() => session.answerPermission({ id: "p1", allow: true }), (e: unknown) => (e as HostSessionError).code === "session_ended");
+  });
+
+  void it("ignores unknown fields in events", async () => {
+    const { session, events } = run("unknown-fields");
+    const outcome = await session.outcome;
+    assert.equal(outcome.status, "completed", outcome.error?.message);
+    assert.equal(events.length, 3);
+    assert.equal(outcome.result?.text, "done");
+  });
+
+  void it("frames lines written a byte at a time, multi-byte characters included", async () => {
+    const { session, events } = run("multibyte-chunks");
+    const outcome = await session.outcome;
+    assert.equal(outcome.status, "completed", outcome.error?.message);
+    const text = events.find((e) => e.event.case === "text");
+    assert.equal(text?.event.case === "text" ? text.event.value.text : undefined, "héllo wörld ✨ 🎉 日本語");
+  });
+
+  void it("accepts a final result line without its newline", async () => {
+    const outcome = await run("no-trailing-newline").session.outcome;
+    assert.equal(outcome.status, "completed", outcome.error?.message);
+    assert.equal(outcome.result?.text, "last");
+  });
+
+  void it("accepts a lone result as a refusal of the request", async () => {
+    const outcome = await run("refuses").session.outcome;
+    assert.equal(outcome.status, "completed", outcome.error?.message);
+    assert.equal(outcome.result?.stopReason, StopReason.ERROR);
+  });
+
+  void it("fails a non-JSON line, keeping the events before it", async () => {
+    const { session, events } = run("garbage");
+    const outcome = await expectFailure(session.outcome, "invalid_json");
+    assert.match(outcome.error?.message ?? "", /not JSON/);
+    assert.deepEqual(events.map((e) => e.event.case), ["started"]);
+    assert.equal(outcome.counts.events, 1);
+  });
+
+  void it("fails a line over the size limit", async () => {
+    const outcome = await expectFailure(run("oversized", { maxLineBytes: 1000 }).session.outcome, "line_too_long");
+    assert.match(outcome.error?.message ?? "", /1000 bytes/);
+  });
+
+  void it("fails an unknown event kind", async () => {
+    await expectFailure(run("unknown-kind").session.outcome, "unknown_event_kind");
+  });
+
+  void it("fails a first event that is not started", async () => {
+    await expectFailure(run("no-started").session.outcome, "first_event_not_started");
+  });
+
+  void it("fails a protocol version it does not speak", async () => {
+    await expectFailure(run("wrong-version").session.outcome, "unsupported_protocol_version");
+  });
+
+  void it("fails a second result but keeps the first", async () => {
+    const outcome = await expectFailure(run("two-results").session.outcome, "duplicate_result");
+    assert.equal(outcome.result?.text, "one");
+  });
+
+  void it("fails events after the result", async () => {
+    const outcome = await expectFailure(run("event-after-result").session.outcome, "event_after_result");
+    assert.equal(outcome.result?.text, "one");
+  });
+
+  void it("fails an exit without a result, with the exit code", async () => {
+    const outcome = await expectFailure(run("no-result").session.outcome, "no_result");
+    assert.equal(outcome.exitCode, 3);
+    assert.match(outcome.error?.message ?? "", /code 3/);
+  });
+
+  void it("fails a harness killed by a signal without a result", async () => {
+    const outcome = await expectFailure(run("exit-signal").session.outcome, "no_result");
+    assert.equal(outcome.signal, "SIGKILL");
+  });
+
+  void it("stops a harness that lingers after its result", async () => {
+    const outcome = await expectFailure(run("result-then-linger", { graceMs: 300 }).session.outcome, "did_not_exit");
+    assert.equal(outcome.result?.text, "done");
+  });
+
+  void it("kills a grandchild left in the group when the harness exits", async () => {
+    const { session, events } = run("forks-grandchild");
+    const outcome = await expectFailure(session.outcome, "no_result");
+    const text = events.find((e) => e.event.case === "text");
+    const pid = Number(text?.event.case === "text" ? text.event.value.text : NaN);
+    assert.ok(pid > 0);
+    assert.equal(outcome.leftoverProcesses, true);
+    // SIGKILL is delivered before outcome resolves (the pipe it held is closed), so it is gone or a zombie.
+    assert.ok(processGone(pid), `grandchild ${pid} still running`);
+  });
+
+  void it("cancels: answers pending permissions OUTCOME_CANCELLED, then SIGTERM, and records the cancelled result", async () => {
+    const { session, events } = run("cancellable", {
+      onEvent: (event) => {
+        events.push(event);
+        if (event.event.case === "permissionRequest") session.cancel("user pressed stop");
+      },
+    });
+    const outcome = await session.outcome;
+    assert.equal(outcome.status, "cancelled");
+    assert.equal(outcome.error, undefined, outcome.error?.message);
+    assert.equal(outcome.cancelReason, "user pressed stop");
+    assert.equal(outcome.result?.stopReason, StopReason.CANCELLED);
+    const texts = events.flatMap((e) => (e.event.case === "text" ? [e.event.value.text] : []));
+    assert.deepEqual(texts, ["answer: OUTCOME_CANCELLED allow=false"]);
+  });
+
+  void it("kills a harness that ignores SIGTERM after the grace", async () => {
+    const { session } = run("ignores-sigterm", {
+      graceMs: 300,
+      onEvent: (event) => {
+        if (event.event.case === "started") session.cancel();
+      },
+    });
+    const outcome = await session.outcome;
+    assert.equal(outcome.status, "cancelled");
+    assert.equal(outcome.error?.code, "ignored_sigterm");
+    assert.equal(outcome.signal, "SIGKILL");
+  });
+
+  void it("times out at the deadline: pending permissions get OUTCOME_TIMED_OUT", async () => {
+    const { session, events } = run("cancellable", { deadline: new Date(Date.now() + 300) });
+    const outcome = await session.outcome;
+    assert.equal(outcome.status, "timed_out");
+    assert.equal(outcome.error?.code, "deadline_exceeded");
+    assert.equal(outcome.result?.stopReason, StopReason.CANCELLED);
+    const texts = events.flatMap((e) => (e.event.case === "text" ? [e.event.value.text] : []));
+    assert.deepEqual(texts, ["answer: OUTCOME_TIMED_OUT allow=false"]);
+  });
+
+  void it("reports a command that cannot start", async () => {
+    const session = startHostSession({
+      command: ["/nonexistent/harness"],
+      cwd: process.cwd(),
+      env: {},
+      request: create(SessionRequestSchema, {}),
+    });
+    const outcome = await session.outcome;
+    assert.equal(outcome.status, "failed");
+    assert.equal(outcome.error?.code, "spawn_failed");
+    assert.equal(session.pid, undefined);
+  });
+
+  void it("stops the session when onEvent throws", async () => {
+    const { session } = run("cancellable", {
+      onEvent: () => {
+        throw new Error("sink broke");
+      },
+    });
+    const outcome = await expectFailure(session.outcome, "event_callback_failed");
+    assert.match(outcome.error?.message ?? "", /sink broke/);
+  });
+
+  void it("does not inherit the host environment", async () => {
+    process.env.OZ0_HOST_SECRET_FOR_TEST = "leak";
+    const { session } = startEnvProbe();
+    const outcome = await session.outcome;
+    delete process.env.OZ0_HOST_SECRET_FOR_TEST;
+    assert.equal(outcome.status, "completed", outcome.error?.message);
+    assert.deepEqual(JSON.parse(outcome.result?.text ?? ""), { secret: null, given: "yes" });
+  });
+});
+
+function startEnvProbe(): { session: HostSession } {
+  const script = `
+    process.stdin.once("data", () => {
+      const w = (e) => process.stdout.write(JSON.stringify(e) + "\\n");
+      w({ started: { protocolVersion: "PROTOCOL_VERSION_1" } });
+      w({ result: { stopReason: "STOP_REASON_COMPLETED", text: JSON.stringify({ secret: process.env.OZ0_HOST_SECRET_FOR_TEST ?? null, given: process.env.GIVEN }) } });
+    });`;
+  const session = startHostSession({
+    command: [process.execPath, "-e", script],
+    cwd: process.cwd(),
+    env: { GIVEN: "yes" },
+    request: create(SessionRequestSchema, {}),
+  });
+  return { session };
+}
