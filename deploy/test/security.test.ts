@@ -124,8 +124,10 @@ for (const dir of overlayDirs()) {
 
     void it("gives every service its preStop drain plus shutdown grace before SIGKILL", () => {
       // The services' close() grace (lib/serving default 5 s); the sandbox
-      // also cancels sessions with a 10 s grace first.
-      const grace: Record<string, number> = { orchestrator: 5, sandbox: 15, "llm-proxy": 5, events: 5 };
+      // first cancels its sessions with OZ0_CANCEL_GRACE_MS.
+      const cancelMs = Number(containerEnv(objects, workload(objects, "sandbox").pod.containers[0]).OZ0_CANCEL_GRACE_MS);
+      assert.ok(cancelMs > 0, "OZ0_CANCEL_GRACE_MS is set, so the grace below is known");
+      const grace: Record<string, number> = { orchestrator: 5, sandbox: 5 + cancelMs / 1000, "llm-proxy": 5, events: 5 };
       for (const name of services) {
         const { pod } = workload(objects, name);
         const preStop = pod.containers[0].lifecycle?.preStop?.sleep?.seconds ?? 0;
