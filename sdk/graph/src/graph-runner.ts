@@ -57,6 +57,20 @@ export interface GraphEvent {
   error?: { code: string; message: string };
 }
 
+/** OpenTelemetry's `SpanStatusCode.ERROR`, without depending on the API package. */
+const SPAN_STATUS_ERROR = 2;
+
+/** The part of a span the engine uses; an OpenTelemetry `Span` satisfies it. */
+export interface GraphSpan {
+  setStatus(status: { code: number; message?: string }): unknown;
+  end(): unknown;
+}
+
+/** The part of a tracer the engine uses; an OpenTelemetry `Tracer` satisfies it. */
+export interface GraphTracer {
+  startSpan(name: string, options?: { attributes?: Record<string, string | number | boolean> }): GraphSpan;
+}
+
 /** Options for {@link GraphRunner}. */
 export interface GraphRunnerOptions {
   /** The definition to run; validated (structure and meaning) on construction. */
@@ -71,6 +85,11 @@ export interface GraphRunnerOptions {
   redact?: RedactFn;
   /** Receives every engine event, synchronously; must not throw. */
   onEvent?: (event: GraphEvent) => void;
+  /**
+   * Gets one span per step attempt (an OpenTelemetry `Tracer` fits this shape),
+   * with the run id, node id, step path and iteration as attributes.
+   */
+  tracer?: GraphTracer;
   /** Retries a manager may ask for per step before the step fails anyway (default 3). */
   maxRetries?: number;
   /** Known agent and step names for validation; omitted names are not checked. */
@@ -172,8 +191,8 @@ export class GraphRunner {
 
   /**
    * The harness's entry point for triggers: an idle invoke starts a new run;
-   * an invoke while a run is in flight is a control event for the manager, and
-   * fails without one.
+   * an invoke while a run is in flight is a control event for the manager.
+   * Without a manager it fails the in-flight run and throws.
    * @throws GraphError `RUN_IN_FLIGHT` when busy and no manager is configured.
    */
   public async invoke(options: StartOptions): Promise<InvokeOutcome> {
@@ -181,10 +200,14 @@ export class GraphRunner {
     if (!busy) return { kind: "started", run: await this.start(options) };
     const manager = this.#options.manager;
     if (!manager) {
-      throw new GraphError(
+      // The seed's rule: with nobody to field it, an in-flight invoke fails the run.
+      const error = new GraphError(
         "RUN_IN_FLIGHT",
-        `harness "${this.definition.name}" is still running run ${busy.runId}; wait for it to finish, or configure a managerAgent to answer invokes while a run is in flight`,
+        `harness "${this.definition.name}" was invoked while run ${busy.runId} was in flight and no managerAgent is configured, so that run failed; wait for runs to finish before invoking, or configure a managerAgent to answer such invokes`,
       );
+      busy.abort(error);
+      await busy.result;
+      throw error;
     }
     const event: ControlEvent = {
       kind: "invoke_in_flight",
@@ -481,14 +504,28 @@ class RunExecution {
     for (let attempt = 1; ; attempt++) {
       if (g.scope.signal.aborted) throw g.scope.signal.reason;
       this.emit({ type: "step_started", nodeId: g.nodeId, path: g.path, iteration: g.scope.iteration, attempt });
+      const span = this.#options.tracer?.startSpan(`graph.step ${g.nodeId}`, {
+        attributes: {
+          "oz0.run_id": this.runId,
+          "oz0.graph": this.#def.name,
+          "oz0.node_id": g.nodeId,
+          "oz0.step_path": g.path,
+          "oz0.iteration": g.scope.iteration,
+          "oz0.attempt": attempt,
+        },
+      });
       const overlay = g.ctx.overlay();
       let failure: unknown;
       try {
         await g.work(overlay);
         const delta = overlay.writes();
         g.finish?.(delta);
-        return await this.#record(g, "ok", delta);
+        const stored = await this.#record(g, "ok", delta);
+        span?.end();
+        return stored;
       } catch (e) {
+        span?.setStatus({ code: SPAN_STATUS_ERROR, message: errorInfo(e).message });
+        span?.end();
         if (g.scope.signal.aborted) throw g.scope.signal.reason;
         failure = e;
       }

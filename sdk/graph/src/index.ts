@@ -77,6 +77,8 @@ export {
   labelFromText,
   type GraphEvent,
   type GraphRunnerOptions,
+  type GraphSpan,
+  type GraphTracer,
   type InvokeOutcome,
   type RunHandle,
   type RunResult,

@@ -265,7 +265,7 @@ void test("choices: a custom evaluator sets choice, an unknown label without oth
   assert.equal((await keyRunner.run({ prompt: "p" })).bag.arm, "drop");
 });
 
-void test("an invoke while a run is in flight fails without a manager, is answered with one, and an idle invoke starts a run", async () => {
+void test("an invoke while a run is in flight fails that run without a manager, is answered with one, and an idle invoke starts a run", async () => {
   let release: () => void = () => undefined;
   const gate = new Promise<void>((r) => {
     release = r;
@@ -279,6 +279,10 @@ void test("an invoke while a run is in flight fails without a manager, is answer
   const first = await plain.invoke({ prompt: "one" });
   assert.equal(first.kind, "started");
   await assert.rejects(plain.invoke({ prompt: "two" }), (e: unknown) => e instanceof GraphError && e.code === "RUN_IN_FLIGHT" && /configure a managerAgent/.test(e.message));
+  // Without a manager the in-flight run fails, as the seed says.
+  const failed = first.kind === "started" ? await first.run.result : undefined;
+  assert.equal(failed?.status, "failed");
+  assert.equal(failed?.error?.code, "RUN_IN_FLIGHT");
 
   const manager = scriptedManager([{ action: "answer", text: "still working on it" }]);
   const managed = new GraphRunner({ definition: h.toDefinition(), executor, manager });
@@ -289,7 +293,6 @@ void test("an invoke while a run is in flight fails without a manager, is answer
   assert.equal(manager.events[0]?.kind === "invoke_in_flight" ? manager.events[0].prompt : "", "status?");
 
   release();
-  if (first.kind === "started") assert.equal((await first.run.result).status, "succeeded");
   if (started.kind === "started") assert.equal((await started.run.result).status, "succeeded");
   const again = await plain.invoke({ prompt: "three" });
   assert.equal(again.kind, "started", "an idle invoke starts a new run");
@@ -355,4 +358,52 @@ void test("a run abandoned mid-step resumes in a new runner, replaying recorded 
   assert.deepEqual([result?.bag.a, result?.bag.b, result?.bag.c, result?.bag.n], [1, 2, 3, 3]);
   assert.deepEqual((await store.loadSteps("r1")).map((s) => s.path), ["/0", "/1", "/2"]);
   await assert.rejects(fresh.resume({ runId: "r1" }), { code: "RUN_FINISHED" });
+});
+
+void test("every step attempt gets a span carrying node id, path and iteration; failures are marked", async () => {
+  const spans: { name: string; attributes: Record<string, unknown>; status?: number; ended: boolean }[] = [];
+  const tracer = {
+    startSpan: (name: string, options?: { attributes?: Record<string, string | number | boolean> }) => {
+      const span: (typeof spans)[number] = { name, attributes: { ...options?.attributes }, ended: false };
+      spans.push(span);
+      return {
+        setStatus: (s: { code: number }) => {
+          span.status = s.code;
+        },
+        end: () => {
+          span.ended = true;
+        },
+      };
+    },
+  };
+  let fails = 1;
+  const h = new Harness("spans");
+  h.loop(agent("coder")).until(agent("reviewer")).maxIterations(2);
+  const result = await new GraphRunner({
+    definition: h.toDefinition(),
+    executor: new InProcessExecutor({
+      agents: {
+        coder: () => {
+          if (fails-- > 0) throw new Error("flaky");
+          return "patch";
+        },
+        reviewer: () => "again",
+      },
+    }),
+    // retry the flaky coder, then end the loop when it reaches maxIterations
+    manager: scriptedManager([{ action: "retry" }, { action: "skip" }]),
+    tracer,
+  }).run({ prompt: "p", runId: "span-run" });
+  assert.equal(result.status, "succeeded");
+  assert.deepEqual(
+    spans.map((s) => [s.name, s.attributes["oz0.step_path"], s.attributes["oz0.iteration"], s.attributes["oz0.attempt"], s.status ?? 0, s.ended]),
+    [
+      ["graph.step agent:coder", "/0/1/body/0", 1, 1, 2, true],
+      ["graph.step agent:coder", "/0/1/body/0", 1, 2, 0, true],
+      ["graph.step agent:reviewer", "/0/1/until/0", 1, 1, 0, true],
+      ["graph.step agent:coder", "/0/2/body/0", 2, 1, 0, true],
+      ["graph.step agent:reviewer", "/0/2/until/0", 2, 1, 0, true],
+    ],
+  );
+  assert.ok(spans.every((s) => s.attributes["oz0.run_id"] === "span-run"));
 });
