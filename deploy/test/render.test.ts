@@ -7,7 +7,7 @@ import { before, describe, it } from "node:test";
 import { loadCrdSchemas, validateCustomResource } from "./support/crd-schema.js";
 import { hasModel, objectMeta, unknownFields, unknownFieldsAs, validateWithModel } from "./support/k8s-schema.js";
 import { id, k8sDir, overlayDirs, render, renderer, type K8sObject } from "./support/render.js";
-import type { Any } from "./support/workloads.js";
+import { allContainers, matchesSelector, secretRefs, workloads, type Any } from "./support/workloads.js";
 
 const crdSchemas = loadCrdSchemas();
 
@@ -84,6 +84,58 @@ for (const dir of overlayDirs()) {
 
     void it("passes the Kubernetes and Strimzi schemas with no unknown fields", async () => {
       assert.deepEqual(await schemaErrors(objects), []);
+    });
+
+    void it("resolves every reference: selectors, ports, ConfigMaps, ServiceAccounts, Secrets, scale targets", () => {
+      const pods = workloads(objects);
+      const named = (kind: string, name: string): boolean => objects.some((o) => o.kind === kind && o.metadata.name === name);
+      // Secrets the operator creates (deploy/k8s/README.md), not rendered in prod.
+      const operatorSecrets = new Set(["llm-proxy-keys", "oz0-postgres"]);
+      for (const svc of objects.filter((o) => o.kind === "Service") as Any[]) {
+        const targets = pods.filter((w) => matchesSelector({ matchLabels: svc.spec.selector }, w.podLabels));
+        assert.ok(targets.length > 0, `Service ${svc.metadata.name} selects no pod`);
+        for (const port of svc.spec.ports) {
+          for (const w of targets) {
+            const cports = allContainers(w.pod).flatMap((c: Any) => c.ports ?? []);
+            const found =
+              typeof port.targetPort === "string"
+                ? cports.some((p: Any) => p.name === port.targetPort)
+                : cports.some((p: Any) => p.containerPort === (port.targetPort ?? port.port));
+            assert.ok(found, `Service ${svc.metadata.name} port ${port.name} → ${w.name}`);
+          }
+        }
+      }
+      for (const pdb of objects.filter((o) => o.kind === "PodDisruptionBudget") as Any[]) {
+        assert.equal(pods.filter((w) => matchesSelector(pdb.spec.selector, w.podLabels)).length, 1, `PDB ${pdb.metadata.name}`);
+      }
+      for (const hpa of objects.filter((o) => o.kind === "HorizontalPodAutoscaler") as Any[]) {
+        assert.ok(named(hpa.spec.scaleTargetRef.kind, hpa.spec.scaleTargetRef.name), `HPA ${hpa.metadata.name}`);
+      }
+      for (const w of pods) {
+        assert.ok(matchesSelector((w.object as Any).spec.selector, w.podLabels), `${w.name} selector matches its template`);
+        assert.ok(named("ServiceAccount", w.pod.serviceAccountName), `${w.name} ServiceAccount`);
+        const volumes = new Set((w.pod.volumes ?? []).map((v: Any) => v.name));
+        for (const v of w.pod.volumes ?? []) {
+          if (v.configMap) assert.ok(named("ConfigMap", v.configMap.name), `${w.name} volume ConfigMap ${v.configMap.name}`);
+          if (v.persistentVolumeClaim) assert.ok(named("PersistentVolumeClaim", v.persistentVolumeClaim.claimName), `${w.name} PVC`);
+        }
+        for (const c of allContainers(w.pod)) {
+          for (const e of c.envFrom ?? []) if (e.configMapRef) assert.ok(named("ConfigMap", e.configMapRef.name), `${w.name} envFrom ${e.configMapRef.name}`);
+          for (const m of c.volumeMounts ?? []) assert.ok(volumes.has(m.name), `${w.name}/${c.name} mounts ${m.name}`);
+        }
+        for (const ref of secretRefs(w.pod)) {
+          assert.ok(named("Secret", ref.secret) || operatorSecrets.has(ref.secret), `${w.name} Secret ${ref.secret}`);
+        }
+      }
+      for (const np of objects.filter((o) => o.kind === "NetworkPolicy") as Any[]) {
+        const strimzi = Object.keys(np.spec.podSelector.matchLabels ?? {}).some((k) => k.startsWith("strimzi.io/"));
+        if (!strimzi) assert.ok(pods.some((w) => matchesSelector(np.spec.podSelector, w.podLabels)), `NetworkPolicy ${np.metadata.name} selects no pod`);
+        const peers = [...(np.spec.ingress ?? []).flatMap((r: Any) => r.from ?? []), ...(np.spec.egress ?? []).flatMap((r: Any) => r.to ?? [])];
+        for (const peer of peers) {
+          const app = peer.podSelector?.matchLabels?.["app.kubernetes.io/name"];
+          if (app && !peer.namespaceSelector) assert.ok(pods.some((w) => w.podLabels["app.kubernetes.io/name"] === app), `NetworkPolicy ${np.metadata.name} peer ${app}`);
+        }
+      }
     });
 
     void it("puts every namespaced object in the oz0 namespace", () => {
