@@ -56,17 +56,26 @@ export interface CollectOptions extends GitOptions {
   artifactPaths: readonly string[];
   /** Largest patch and total file bytes returned; past it the rest is cut and `error` says so. */
   maxBytes: number;
-  /** False when the snapshot failed: only files are collected. */
-  snapshotTaken: boolean;
+  /**
+   * What the patch is against: `snapshot` (the commit snapshotInitialState
+   * made), `empty` (the session started with an empty directory, so no
+   * snapshot was needed), or `none` (the snapshot failed: files only).
+   */
+  baseline: "snapshot" | "empty" | "none";
 }
 
 export async function collectArtifacts(options: CollectOptions): Promise<SessionArtifactsInit> {
   const problems: string[] = [];
   let patch = "";
-  if (options.snapshotTaken) {
+  if (options.baseline === "empty" && (await readdir(options.workingDir)).length === 0) {
+    // Nothing was made: no git process at all (most sessions of a load).
+  } else if (options.baseline !== "none") {
     try {
+      // Against an empty start, a fresh repository's index diffed with no HEAD is the whole tree as added.
+      if (options.baseline === "empty") await git(options, ["init", "-q"], 1 << 20);
       await git(options, ["add", "-A", "-f", "."], 1 << 20);
-      patch = await git(options, ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "HEAD"], options.maxBytes);
+      const against = options.baseline === "snapshot" ? ["HEAD"] : [];
+      patch = await git(options, ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", ...against], options.maxBytes);
     } catch (error) {
       problems.push(`the patch could not be made (it may be larger than ${options.maxBytes} bytes): ${(error as Error).message}`);
     }

@@ -72,7 +72,7 @@ export class SandboxSession {
   readonly #options: SandboxSessionOptions;
   #host: HostSession | undefined;
   #forwarding: LlmForwarding | undefined;
-  #snapshotTaken = false;
+  #baseline: "snapshot" | "empty" | "none" = "none";
   #usageEvents = 0;
   #turnLimitExceeded = false;
   #cancelRequested: string | undefined;
@@ -111,8 +111,12 @@ export class SandboxSession {
       await createSessionDirectories(paths, stateSubdirectories(paths.stateDir));
       await copyAttachments(paths.workingDir, start.attachments);
       try {
-        await snapshotInitialState({ gitDir: paths.gitDir, workingDir: paths.workingDir });
-        this.#snapshotTaken = true;
+        // An empty start needs no snapshot: the patch is then everything present at the end.
+        if (start.attachments.length === 0) this.#baseline = "empty";
+        else {
+          await snapshotInitialState({ gitDir: paths.gitDir, workingDir: paths.workingDir });
+          this.#baseline = "snapshot";
+        }
       } catch (error) {
         logger.warn({ err: error, sessionId: this.id }, "cannot record the working directory's initial state; the session will have no patch");
       }
@@ -269,7 +273,7 @@ export class SandboxSession {
           workingDir: paths.workingDir,
           artifactPaths: this.#options.start.artifactPaths,
           maxBytes: this.#options.maxArtifactBytes,
-          snapshotTaken: this.#snapshotTaken,
+          baseline: this.#baseline,
         });
         this.log.append({ case: "artifacts", value: artifacts });
       } catch (collectError) {

@@ -18,7 +18,7 @@ function processAlive(pid: number): boolean {
   }
 }
 
-describe("faults", () => {
+void describe("faults", () => {
   let t: TestSandbox;
   before(async () => {
     t = await startTestSandbox({ isolation: "none", cancelGraceMs: 500, maxLineBytes: 1024 });
@@ -35,7 +35,7 @@ describe("faults", () => {
     { mode: { mode: "usage-loop", turns: 5 }, code: "max_turns_exceeded", status: SessionStatus.FAILED, request: { limits: { maxTurns: 2 } } },
   ];
   for (const c of cases) {
-    it(`ends a session whose harness does ${String(c.mode.mode)} with ${c.code}`, async () => {
+    void it(`ends a session whose harness does ${String(c.mode.mode)} with ${c.code}`, async () => {
       const stream = await runToEnd(t.client, scenarioStart(c.mode, {}, c.request));
       const exited = stream.exited();
       assert.equal(exited.errorCode, c.code, exited.errorMessage);
@@ -44,7 +44,7 @@ describe("faults", () => {
     });
   }
 
-  it("kills a harness that ignores SIGTERM after the grace (ignored_sigterm)", async () => {
+  void it("kills a harness that ignores SIGTERM after the grace (ignored_sigterm)", async () => {
     const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "ignore-term" }) } });
     await stream.waitFor(isText("ready"), "ready");
     stream.send({ message: { case: "cancel", value: {} } });
@@ -55,14 +55,14 @@ describe("faults", () => {
     assert.deepEqual(exited.how, { case: "signal", value: "SIGKILL" });
   });
 
-  it("times a session out at its deadline", async () => {
+  void it("times a session out at its deadline", async () => {
     const stream = await runToEnd(t.client, scenarioStart({ mode: "wait" }, {}, { limits: { deadline: timestampFromDate(new Date(Date.now() + 1_500)) } }));
     const exited = stream.exited();
     assert.equal(exited.status, SessionStatus.TIMED_OUT);
     assert.equal(exited.errorCode, "deadline_exceeded");
   });
 
-  it("kills a grandchild the harness left behind", async () => {
+  void it("kills a grandchild the harness left behind", async () => {
     const stream = await runToEnd(t.client, scenarioStart({ mode: "grandchild" }));
     const exited = stream.exited();
     const pid = Number(exited.result?.text);
@@ -71,7 +71,7 @@ describe("faults", () => {
     assert.equal(processAlive(pid), false);
   });
 
-  it("reports a command that cannot start as spawn_failed", async () => {
+  void it("reports a command that cannot start as spawn_failed", async () => {
     const stream = await runToEnd(t.client, scenarioStart({}, { command: ["/no/such/harness"] }));
     assert.equal(stream.exited().errorCode, "spawn_failed");
     assert.equal(stream.exited().status, SessionStatus.FAILED);
@@ -88,7 +88,7 @@ describe("faults", () => {
     { name: "missing plugin dir", start: [{ mode: "complete" }, { pluginDir: "/no/such/plugin" }], field: "start.plugin_dir" },
   ];
   for (const c of invalid) {
-    it(`refuses a start with ${c.name} as INVALID_ARGUMENT naming ${c.field}`, async () => {
+    void it(`refuses a start with ${c.name} as INVALID_ARGUMENT naming ${c.field}`, async () => {
       const stream = await runToEnd(t.client, scenarioStart(...c.start));
       const error = ConnectError.from(stream.error);
       assert.equal(error.code, Code.InvalidArgument);
@@ -96,13 +96,13 @@ describe("faults", () => {
     });
   }
 
-  it("refuses a stream whose first message is not start or attach", async () => {
+  void it("refuses a stream whose first message is not start or attach", async () => {
     const stream = new SessionStream(t.client, { message: { case: "cancel", value: {} } });
     await stream.finished;
     assert.equal(ConnectError.from(stream.error).code, Code.InvalidArgument);
   });
 
-  it("still runs sessions after all of that", async () => {
+  void it("still runs sessions after all of that", async () => {
     const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
     assert.equal(stream.exited().status, SessionStatus.COMPLETED);
     assert.equal((await t.client.listSessions({})).sessions.filter((s) => s.status === SessionStatus.RUNNING).length, 0);

@@ -18,7 +18,7 @@ const NEEDLE = `oz0planted${process.pid}x`;
 const PLANTED_KEY = `sk-ant-api03-${NEEDLE}`;
 
 for (const mode of ["none", "bwrap"] as const) {
-  describe(`isolation ${mode}`, () => {
+  void describe(`isolation ${mode}`, () => {
     let t: TestSandbox;
     let secretDir: string;
     let secretFile: string;
@@ -41,7 +41,7 @@ for (const mode of ["none", "bwrap"] as const) {
       }
     });
 
-    it("reports the isolation mode in started and in health", async () => {
+    void it("reports the isolation mode in started and in health", async () => {
       assert.equal(t.sandbox.isolation, mode);
       const health = createClient(Health, createGrpcTransport({ baseUrl: t.sandbox.url }));
       const status = await health.check({ service: "isolation" });
@@ -52,7 +52,7 @@ for (const mode of ["none", "bwrap"] as const) {
       assert.equal(started.value.isolation, mode === "bwrap" ? IsolationMode.BWRAP : IsolationMode.NONE);
     });
 
-    it("gives the harness only the allowlisted environment, without the planted key", async () => {
+    void it("gives the harness only the allowlisted environment, without the planted key", async () => {
       const stream = await runToEnd(
         t.client,
         scenarioStart({ mode: "env", needle: mode === "bwrap" ? NEEDLE : undefined, read: [secretFile] }, {}, {
@@ -84,7 +84,7 @@ for (const mode of ["none", "bwrap"] as const) {
     });
 
     for (const withLlm of [false, true]) {
-      it(`lets a harness that traps SIGTERM write its cancelled result within the grace${withLlm ? " (with the LLM forwarder in front)" : ""}`, async () => {
+      void it(`lets a harness that traps SIGTERM write its cancelled result within the grace${withLlm ? " (with the LLM forwarder in front)" : ""}`, async () => {
         const llm = withLlm ? { anthropicBaseUrl: "http://127.0.0.1:9", token: "t" } : undefined;
         const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "slow-cancel", delayMs: 700 }, {}, { llm }) } });
         await stream.waitFor(isText("ready"), "ready");
@@ -100,8 +100,11 @@ for (const mode of ["none", "bwrap"] as const) {
     }
 
     if (mode === "bwrap") {
-      it("cannot connect to a loopback port of the node", async () => {
-        const server = net.createServer((socket) => socket.end("hello"));
+      void it("cannot connect to a loopback port of the node", async () => {
+        const server = net.createServer((socket) => {
+          socket.on("error", () => {}); // the harness hangs up at once: a reset is expected
+          socket.end("hello");
+        });
         await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
         const port = (server.address() as net.AddressInfo).port;
         try {
@@ -112,7 +115,7 @@ for (const mode of ["none", "bwrap"] as const) {
         }
       });
 
-      it("reaches the LLM endpoint, and only it, through the forwarder", async () => {
+      void it("reaches the LLM endpoint, and only it, through the forwarder", async () => {
         const seen: { url: string; key: string }[] = [];
         const llm = http.createServer((req, res) => {
           seen.push({ url: req.url ?? "", key: String(req.headers["x-api-key"]) });
@@ -129,8 +132,11 @@ for (const mode of ["none", "bwrap"] as const) {
         }
       });
     } else {
-      it("still connects to loopback without isolation (the mode isolates nothing)", async () => {
-        const server = net.createServer((socket) => socket.end("hello"));
+      void it("still connects to loopback without isolation (the mode isolates nothing)", async () => {
+        const server = net.createServer((socket) => {
+          socket.on("error", () => {}); // the harness hangs up at once: a reset is expected
+          socket.end("hello");
+        });
         await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
         const port = (server.address() as net.AddressInfo).port;
         try {

@@ -9,7 +9,7 @@ import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox, type 
 const isPermissionRequest = (m: { message: { case?: string; value?: unknown } }): boolean =>
   m.message.case === "event" && (m.message.value as { event: { case?: string } }).event.case === "permissionRequest";
 
-describe("re-attach", () => {
+void describe("re-attach", () => {
   let t: TestSandbox;
   before(async () => {
     t = await startTestSandbox({ isolation: "none", retentionMs: 60_000 });
@@ -18,7 +18,7 @@ describe("re-attach", () => {
     await t.close();
   });
 
-  it("keeps a session with a pending permission running after the stream drops, and replays after the last seq", async () => {
+  void it("keeps a session with a pending permission running after the stream drops, and replays after the last seq", async () => {
     const first = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "permission", after: 20 }, {}, { permissions: true }) } });
     await first.waitFor(isPermissionRequest, "the permission request");
     const sessionId = first.sessionId;
@@ -42,7 +42,7 @@ describe("re-attach", () => {
     assert.equal(second.texts().length, 21);
   });
 
-  it("lets a late attach read a finished session's end, and a full replay from 0", async () => {
+  void it("lets a late attach read a finished session's end, and a full replay from 0", async () => {
     const done = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
     const total = done.received.length;
     const late = new SessionStream(t.client, { message: { case: "attach", value: { sessionId: done.sessionId, afterSeq: BigInt(total - 2) } } });
@@ -53,7 +53,7 @@ describe("re-attach", () => {
     assert.deepEqual(replay.received.map((m) => m.seq), done.received.map((m) => m.seq));
   });
 
-  it("refuses an attach past the last seq, and to an unknown session", async () => {
+  void it("refuses an attach past the last seq, and to an unknown session", async () => {
     const done = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
     const ahead = new SessionStream(t.client, { message: { case: "attach", value: { sessionId: done.sessionId, afterSeq: 1000n } } });
     await ahead.finished;
@@ -63,7 +63,7 @@ describe("re-attach", () => {
     assert.equal(ConnectError.from(unknown.error).code, Code.NotFound);
   });
 
-  it("serves two attached streams at once, each with the whole log", async () => {
+  void it("serves two attached streams at once, each with the whole log", async () => {
     const first = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
     await first.waitFor(isText("ready"), "ready");
     const second = new SessionStream(t.client, { message: { case: "attach", value: { sessionId: first.sessionId, afterSeq: 0n } } });
@@ -75,7 +75,7 @@ describe("re-attach", () => {
   });
 });
 
-describe("retention and limits", () => {
+void describe("retention and limits", () => {
   let t: TestSandbox;
   before(async () => {
     t = await startTestSandbox({ isolation: "none", retentionMs: 0, maxSessions: 2 });
@@ -84,7 +84,7 @@ describe("retention and limits", () => {
     await t.close();
   });
 
-  it("refuses a session beyond OZ0_MAX_SESSIONS with RESOURCE_EXHAUSTED, and takes one again once a slot frees", async () => {
+  void it("refuses a session beyond OZ0_MAX_SESSIONS with RESOURCE_EXHAUSTED, and takes one again once a slot frees", async () => {
     const a = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
     const b = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
     await a.waitFor(isText("ready"), "ready");
@@ -101,7 +101,7 @@ describe("retention and limits", () => {
     await b.finished;
   });
 
-  it("forgets a finished session after the retention period", async () => {
+  void it("forgets a finished session after the retention period", async () => {
     const done = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
     // retentionMs 0: dropped as soon as its timer runs.
     while ((await t.client.listSessions({})).sessions.some((s) => s.sessionId === done.sessionId)) {

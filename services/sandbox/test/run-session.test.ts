@@ -5,7 +5,7 @@ import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { runToEnd, scenarioStart, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
 
-describe("RunSession without isolation", () => {
+void describe("RunSession without isolation", () => {
   let t: TestSandbox;
   before(async () => {
     t = await startTestSandbox({ isolation: "none" });
@@ -14,7 +14,7 @@ describe("RunSession without isolation", () => {
     await t.close();
   });
 
-  it("runs a session to its result with seqs 1..n, and returns the patch and named files", async () => {
+  void it("runs a session to its result with seqs 1..n, and returns the patch and named files", async () => {
     const stream = await runToEnd(
       t.client,
       scenarioStart(
@@ -37,7 +37,7 @@ describe("RunSession without isolation", () => {
     assert.equal(started?.case, "started");
   });
 
-  it("removes the session's directories once it has ended", async () => {
+  void it("removes the session's directories once it has ended", async () => {
     const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
     const started = stream.received[0]?.message;
     assert(started?.case === "started");
@@ -46,7 +46,7 @@ describe("RunSession without isolation", () => {
     assert.equal(existsSync(started.value.stateDir), false);
   });
 
-  it("lists sessions and cancels one by id", async () => {
+  void it("lists sessions and cancels one by id", async () => {
     const { SessionStream, isText } = await import("./sandbox-test-kit.js");
     const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
     await stream.waitFor(isText("ready"), "ready");
@@ -65,7 +65,7 @@ describe("RunSession without isolation", () => {
     await assert.rejects(t.client.cancelSession({ sessionId: "no-such-session" }), (e: unknown) => ConnectError.from(e).code === Code.NotFound);
   });
 
-  it("relays a permission answer from the stream to the harness", async () => {
+  void it("relays a permission answer from the stream to the harness", async () => {
     const { SessionStream } = await import("./sandbox-test-kit.js");
     const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "permission" }, {}, { permissions: true }) } });
     await stream.waitFor((m) => m.message.case === "event" && m.message.value.event.case === "permissionRequest", "a permission request");

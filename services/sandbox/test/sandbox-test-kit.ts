@@ -5,6 +5,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import type { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import {
@@ -44,15 +45,11 @@ export async function startTestSandbox(config: SandboxConfig = {}): Promise<Test
 /** A start message for the scenario harness in the given mode. */
 export function scenarioStart(
   scenario: Record<string, unknown>,
-  overrides: Partial<MessageInitShape<typeof StartSessionSchema>> = {},
-  request: Record<string, unknown> = {},
+  overrides: { command?: string[]; pluginDir?: string; attachments?: { path: string; source: { case: "content"; value: Uint8Array } | { case: "nodePath"; value: string } }[]; artifactPaths?: string[] } = {},
+  request: Omit<MessageInitShape<typeof SessionRequestSchema>, "$typeName"> = {},
 ): MessageInitShape<typeof StartSessionSchema> {
-  return {
-    command: [process.execPath, SCENARIO],
-    pluginDir: FIXTURES,
-    ...overrides,
-    request: { jobId: "job-1", input: JSON.stringify(scenario), ...request },
-  };
+  const sessionRequest = { jobId: "job-1", input: JSON.stringify(scenario), ...request } as MessageInitShape<typeof SessionRequestSchema>;
+  return { command: [process.execPath, SCENARIO], pluginDir: FIXTURES, ...overrides, request: sessionRequest } as MessageInitShape<typeof StartSessionSchema>;
 }
 
 /** A RunSession stream: push client messages, read server messages, drop it. */

@@ -20,7 +20,7 @@ function bufCurl(args: string[]): Promise<string> {
   });
 }
 
-describe("service surface", () => {
+void describe("service surface", () => {
   let t: TestSandbox;
   let events: RunningServer;
   const received: RawEvent[] = [];
@@ -46,14 +46,14 @@ describe("service surface", () => {
     await events.close();
   });
 
-  it("lists its methods over reflection with buf curl, and answers a call", async () => {
+  void it("lists its methods over reflection with buf curl, and answers a call", async () => {
     const methods = (await bufCurl(["--list-methods", t.sandbox.url])).split("\n");
     for (const method of ["RunSession", "ListSessions", "CancelSession"]) assert(methods.includes(`oz0.sandbox.v1.SandboxService/${method}`), methods.join(","));
     const listed = JSON.parse(await bufCurl(["-d", "{}", `${t.sandbox.url}/oz0.sandbox.v1.SandboxService/ListSessions`])) as object;
     assert.deepEqual(listed, {});
   });
 
-  it("publishes session.started and session.ended to the events service", async () => {
+  void it("publishes session.started and session.ended to the events service", async () => {
     const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }, {}, { agent: { name: "coder", version: 3 } }));
     const mine = (): RawEvent[] => received.filter((e) => e.sessionId === stream.sessionId);
     while (mine().length < 2) await new Promise<void>((resolve) => (wake = resolve));

@@ -17,7 +17,7 @@ import { isText, runToEnd, scenarioStart, SessionStream } from "./sandbox-test-k
 
 const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist", "main.js");
 
-it("SIGTERM: readiness goes NOT_SERVING, new sessions are refused, running ones are cancelled with the grace, the process exits 0", async () => {
+void it("SIGTERM: readiness goes NOT_SERVING, new sessions are refused, running ones are cancelled with the grace, the process exits 0", async () => {
   const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-main-"));
   const child = spawn(process.execPath, [MAIN], {
     env: { PATH: process.env.PATH ?? "", OZ0_PORT: "0", OZ0_SANDBOX_ROOT: root, OZ0_ISOLATION: "none", OZ0_CANCEL_GRACE_MS: "3000", OZ0_LOG_LEVEL: "info" },

@@ -1,0 +1,175 @@
+// Load benchmark of the sandbox service: N concurrent harness sessions on one
+// node, over gRPC, against a baseline of the same sessions run straight
+// through @oz0/harness/host in the same process (no RPC, no directories, no
+// artifacts). Prints sessions/s, median and p99 session latency, peak memory
+// per session, the ratios to the baseline, and fails if any session lost or
+// repeated a message.
+//
+//   node --import tsx bench/sandbox-load.ts [--sessions 50] [--events 100] [--isolation none|bwrap|auto]
+//
+// The harness is the sandbox tests' scenario harness in its `chatty` mode
+// (started, N text deltas, usage, result): the same work the SDK's fake
+// harness does, with no dependency on its script format.
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { fileURLToPath } from "node:url";
+import { create } from "@bufbuild/protobuf";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { startHostSession } from "@oz0/harness/host";
+import { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { SandboxService, SessionStatus, type RunSessionResponse } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { startSandbox, type IsolationSetting } from "@oz0/sandbox";
+
+const { values } = parseArgs({
+  options: {
+    sessions: { type: "string", default: "50" },
+    events: { type: "string", default: "100" },
+    isolation: { type: "string", default: "none" },
+  },
+});
+const SESSIONS = Number(values.sessions);
+const EVENTS = Number(values.events);
+const ISOLATION = values.isolation as IsolationSetting;
+const HARNESS = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "services", "sandbox", "test", "fixtures", "scenario-harness.mjs");
+const COMMAND = [process.execPath, HARNESS];
+const INPUT = JSON.stringify({ mode: "chatty", events: EVENTS });
+// started + EVENTS text + usage + result, as harness events.
+const EXPECTED_EVENTS = EVENTS + 3;
+
+function quantile(sorted: number[], q: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] ?? Number.NaN;
+}
+
+function rssKiB(pid: number): number {
+  try {
+    const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    return match?.[1] !== undefined ? Number(match[1]) : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** Every descendant of this process (the harnesses, bwrap and what runs in it). */
+function descendants(): number[] {
+  const children = new Map<number, number[]>();
+  const table = execFileSync("ps", ["-e", "-o", "pid=,ppid="], { encoding: "utf8" }).trim().split("\n");
+  for (const line of table) {
+    const [pid, ppid] = line.trim().split(/\s+/).map(Number);
+    if (pid === undefined || ppid === undefined) continue;
+    children.set(ppid, [...(children.get(ppid) ?? []), pid]);
+  }
+  const out: number[] = [];
+  const walk = (pid: number): void => {
+    for (const child of children.get(pid) ?? []) {
+      out.push(child);
+      walk(child);
+    }
+  };
+  walk(process.pid);
+  return out;
+}
+
+/** Samples this process's RSS and its children's total until stopped; returns the peaks in KiB. */
+function sampleMemory(): { stop(): { selfPeak: number; childrenPeak: number } } {
+  const base = process.memoryUsage().rss / 1024;
+  let selfPeak = 0;
+  let childrenPeak = 0;
+  const timer = setInterval(() => {
+    selfPeak = Math.max(selfPeak, process.memoryUsage().rss / 1024 - base);
+    childrenPeak = Math.max(childrenPeak, descendants().reduce((sum, pid) => sum + rssKiB(pid), 0));
+  }, 100);
+  return {
+    stop() {
+      clearInterval(timer);
+      return { selfPeak, childrenPeak };
+    },
+  };
+}
+
+interface RunStats {
+  wallMs: number;
+  latencies: number[];
+  selfPeakKiB: number;
+  childrenPeakKiB: number;
+}
+
+async function baseline(): Promise<RunStats> {
+  const memory = sampleMemory();
+  const t0 = performance.now();
+  const latencies = await Promise.all(
+    Array.from({ length: SESSIONS }, async (_, i) => {
+      const started = performance.now();
+      const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-bench-baseline-"));
+      let events = 0;
+      const session = startHostSession({
+        command: COMMAND,
+        cwd: dir,
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+        request: create(SessionRequestSchema, { sessionId: `baseline-${i}`, input: INPUT, workingDir: dir }),
+        onEvent: () => events++,
+      });
+      const outcome = await session.outcome;
+      rmSync(dir, { recursive: true, force: true });
+      if (outcome.status !== "completed" || events !== EXPECTED_EVENTS) throw new Error(`baseline session ${i}: ${outcome.status}, ${events} events`);
+      return performance.now() - started;
+    }),
+  );
+  const wallMs = performance.now() - t0;
+  const { selfPeak, childrenPeak } = memory.stop();
+  return { wallMs, latencies: latencies.sort((a, b) => a - b), selfPeakKiB: selfPeak, childrenPeakKiB: childrenPeak };
+}
+
+async function throughSandbox(): Promise<RunStats & { problems: string[]; isolation: string }> {
+  const root = mkdtempSync(path.join(os.tmpdir(), "oz0-bench-sandbox-"));
+  const sandbox = await startSandbox({ port: 0, root, isolation: ISOLATION, maxSessions: SESSIONS });
+  const client = createClient(SandboxService, createGrpcTransport({ baseUrl: sandbox.url }));
+  const problems: string[] = [];
+  const memory = sampleMemory();
+  const t0 = performance.now();
+  const latencies = await Promise.all(
+    Array.from({ length: SESSIONS }, async (_, i) => {
+      const started = performance.now();
+      const received: RunSessionResponse[] = [];
+      async function* requests() {
+        yield { message: { case: "start" as const, value: { command: COMMAND, pluginDir: path.dirname(HARNESS), request: { jobId: "bench", input: INPUT } } } };
+      }
+      for await (const message of client.runSession(requests())) received.push(message);
+      const seqs = received.map((m) => Number(m.seq));
+      if (seqs.some((seq, index) => seq !== index + 1)) problems.push(`session ${i}: seqs ${seqs.join(",")} are not 1..${seqs.length}`);
+      const events = received.filter((m) => m.message.case === "event").length;
+      if (events !== EXPECTED_EVENTS) problems.push(`session ${i}: ${events} events, expected ${EXPECTED_EVENTS}`);
+      const last = received.at(-1)?.message;
+      if (last?.case !== "exited" || last.value.status !== SessionStatus.COMPLETED) problems.push(`session ${i}: did not complete (${last?.case ?? "nothing"})`);
+      return performance.now() - started;
+    }),
+  );
+  const wallMs = performance.now() - t0;
+  const { selfPeak, childrenPeak } = memory.stop();
+  await sandbox.close();
+  rmSync(root, { recursive: true, force: true });
+  return { wallMs, latencies: latencies.sort((a, b) => a - b), selfPeakKiB: selfPeak, childrenPeakKiB: childrenPeak, problems, isolation: sandbox.isolation };
+}
+
+process.env.OZ0_LOG_LEVEL ??= "warn";
+const base = await baseline();
+const load = await throughSandbox();
+const rate = (s: RunStats): number => (SESSIONS / s.wallMs) * 1000;
+const row = (name: string, s: RunStats): string =>
+  `${name.padEnd(22)} ${rate(s).toFixed(1).padStart(8)} ${quantile(s.latencies, 0.5).toFixed(0).padStart(8)} ${quantile(s.latencies, 0.99).toFixed(0).padStart(8)} ${(s.selfPeakKiB / SESSIONS).toFixed(0).padStart(12)} ${(s.childrenPeakKiB / SESSIONS).toFixed(0).padStart(14)}`;
+console.log(`${SESSIONS} concurrent sessions, ${EVENTS} text events each, isolation ${load.isolation}`);
+console.log(`${"".padEnd(22)} ${"sess/s".padStart(8)} ${"p50 ms".padStart(8)} ${"p99 ms".padStart(8)} ${"host KiB/ses".padStart(12)} ${"harness KiB/ses".padStart(14)}`);
+console.log(row("baseline (host only)", base));
+console.log(row("sandbox (gRPC)", load));
+console.log(
+  `ratios sandbox/baseline: throughput ${(rate(load) / rate(base)).toFixed(2)}, p50 ${(quantile(load.latencies, 0.5) / quantile(base.latencies, 0.5)).toFixed(2)}, p99 ${(quantile(load.latencies, 0.99) / quantile(base.latencies, 0.99)).toFixed(2)}`,
+);
+if (load.problems.length > 0) {
+  console.error(`LOST OR DUPLICATED MESSAGES:\n${load.problems.join("\n")}`);
+  process.exitCode = 1;
+} else {
+  console.log(`no message lost or duplicated in ${SESSIONS} sessions (${SESSIONS * (EXPECTED_EVENTS + 3)} messages)`);
+}
