@@ -83,7 +83,7 @@ export interface GraphRunnerOptions {
   manager?: GraphManager;
   /** Applied to every bag snapshot that leaves the engine; default redacts nothing. */
   redact?: RedactFn;
-  /** Receives every engine event, synchronously; must not throw. */
+  /** Receives every engine event, synchronously; what it throws is ignored. */
   onEvent?: (event: GraphEvent) => void;
   /**
    * Gets one span per step attempt (an OpenTelemetry `Tracer` fits this shape),
@@ -156,7 +156,8 @@ export class GraphRunner {
   readonly #inFlight = new Map<string, RunExecution>();
 
   public constructor(options: GraphRunnerOptions) {
-    this.definition = assertValidDefinition(options.definition, options.validate);
+    // A private copy: the hash runs are pinned to must not drift if the caller edits its object.
+    this.definition = assertValidDefinition(structuredClone(options.definition), options.validate);
     this.definitionHash = definitionHash(this.definition);
     this.#options = options;
     this.#store = options.store ?? new InMemoryCheckpointStore();
@@ -252,6 +253,9 @@ export class GraphRunner {
     }
     if (run.status !== "running") await this.#store.reopenRun(runId);
     const records = await this.#store.loadSteps(runId);
+    // A concurrent resume may have launched it while this one was reading.
+    const raced = this.#inFlight.get(runId);
+    if (raced) return { runId, result: raced.result };
     return this.#launch(runId, run.input, records, "run_resumed");
   }
 
@@ -390,7 +394,11 @@ class RunExecution {
   }
 
   public emit(event: Omit<GraphEvent, "runId" | "graph" | "time">): void {
-    this.#options.onEvent?.({ ...event, runId: this.runId, graph: this.#def.name, time: new Date().toISOString() });
+    try {
+      this.#options.onEvent?.({ ...event, runId: this.runId, graph: this.#def.name, time: new Date().toISOString() });
+    } catch {
+      // A faulty listener must not change how a run ends; events are observability only.
+    }
   }
 
   public abort(reason: GraphError): void {
