@@ -306,6 +306,24 @@ export class GraphRunner {
   }
 }
 
+/**
+ * What an orchestrator calls at start-up: resumes every run left `running` in
+ * `store`, each with a runner built from the definition it is pinned to.
+ */
+export async function resumeStoredRuns(options: Omit<GraphRunnerOptions, "definition"> & { store: CheckpointStore }): Promise<RunHandle[]> {
+  const handles: RunHandle[] = [];
+  const runners = new Map<string, GraphRunner>();
+  for (const run of await options.store.listRuns({ status: "running" })) {
+    let runner = runners.get(run.definitionHash);
+    if (!runner) {
+      runner = new GraphRunner({ ...options, definition: run.definition });
+      runners.set(run.definitionHash, runner);
+    }
+    handles.push(await runner.resume({ runId: run.runId }));
+  }
+  return handles;
+}
+
 /** Builds an agent step's prompt from the bag: `prompt`, then `output` and `feedback` when present. */
 export function buildAgentPrompt(ctx: HarnessContext): string {
   const parts = [ctx.getString("prompt") ?? ""];

@@ -75,6 +75,7 @@ export {
   MAX_LABEL_LENGTH,
   buildAgentPrompt,
   labelFromText,
+  resumeStoredRuns,
   type GraphEvent,
   type GraphRunnerOptions,
   type GraphSpan,

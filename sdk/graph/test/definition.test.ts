@@ -232,3 +232,19 @@ root:
   }).run({ prompt: "p" });
   assert.match(missing.error?.message ?? "", /has no step class exported as "Nope"/);
 });
+
+void test("every seed example survives TypeScript → YAML → definition unchanged", () => {
+  const writer = agent("writer");
+  const inbox = new Harness("inbox");
+  inbox.choice(agent("email-triage")).when("bug_report", writer).when("feature_request", writer).otherwise(writer);
+  const article = new Harness("article");
+  article.parallel(new Graph("research").next(agent("search")).next(agent("summarize")), new Graph("draft").next(agent("drafter"))).next(agent("editor"));
+  const code = new Graph("code");
+  code.loop(new Graph("implement").next(agent("coder"))).until(agent("reviewer")).maxIterations(5);
+  const parse = new Harness("parse");
+  parse.next(new ParseEmail()).next(agent("email-triage"));
+  for (const def of [inbox, article, code, parse].map((g) => g.toDefinition())) {
+    assert.deepEqual(parseDefinitionYaml(definitionToYaml(def)), def);
+    assert.equal(validateDefinition(def).ok, true, def.name);
+  }
+});

@@ -12,6 +12,7 @@ import {
   InProcessExecutor,
   Step,
   agent,
+  resumeStoredRuns,
   type ControlEvent,
   type GraphManager,
   type ManagerDecision,
@@ -345,14 +346,11 @@ void test("a run abandoned mid-step resumes in a new runner, replaying recorded 
   await assert.rejects(wrong.resume({ runId: "r1" }), (e: unknown) => e instanceof GraphError && e.code === "DEFINITION_MISMATCH" && /version 1/.test(e.message));
   assert.deepEqual(await wrong.resumeAll(), [], "resumeAll skips runs pinned to other definitions");
 
-  const stored = await store.getRun("r1");
-  const fresh = new GraphRunner({
-    definition: stored?.definition ?? def,
-    executor: new InProcessExecutor({ steps: [counter("a"), counter("b"), counter("c")] }),
-    store,
-  });
-  const [handle] = await fresh.resumeAll();
-  const result = await handle?.result;
+  // A restarted orchestrator: every unfinished run, each with its pinned definition.
+  const handles = await resumeStoredRuns({ executor: new InProcessExecutor({ steps: [counter("a"), counter("b"), counter("c")] }), store });
+  assert.deepEqual(handles.map((h) => h.runId), ["r1"]);
+  const result = await handles[0]?.result;
+  const fresh = new GraphRunner({ definition: def, executor: new InProcessExecutor(), store });
   assert.equal(result?.status, "succeeded");
   assert.deepEqual(executions, ["r1/0", "r1/1", "r1/1", "r1/2"]);
   assert.deepEqual([result?.bag.a, result?.bag.b, result?.bag.c, result?.bag.n], [1, 2, 3, 3]);
