@@ -5,6 +5,7 @@ import { fileURLToPath } from "node:url";
 import { SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { createLogger, READINESS, registration, serve, ServingStatus } from "@oz0/serving";
 import { DEFAULT_READ_ONLY_PATHS, detectBubblewrap, type BubblewrapDetection } from "./bubblewrap-launcher.js";
+import { findSetpriv } from "./parent-death-launcher.js";
 import { createLifecycleEvents } from "./lifecycle-events.js";
 import { defaultRoot, defaultSessionPath, DEFAULT_PORT, type SandboxConfig } from "./sandbox-config.js";
 import { sandboxService } from "./sandbox-service.js";
@@ -59,7 +60,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     maxSessions: config.maxSessions ?? 16,
     isolation: useBwrap
       ? { mode: "bwrap", bwrapPath: bubblewrap.path as string, readOnlyPaths: [...DEFAULT_READ_ONLY_PATHS, ...(config.readOnlyPaths ?? [])], entryScript: entryScript() }
-      : { mode: "none" },
+      : { mode: "none", setprivPath: findSetpriv() },
     sessionPath: config.sessionPath ?? defaultSessionPath(),
     locale: config.locale ?? "C.UTF-8",
     cancelGraceMs: config.cancelGraceMs ?? 10_000,

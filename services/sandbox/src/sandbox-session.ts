@@ -18,6 +18,7 @@ import { HostSessionError, startHostSession, type HarnessLauncher, type HostSess
 import type { Logger } from "@oz0/serving";
 import { collectArtifacts, snapshotInitialState } from "./artifact-collector.js";
 import { bubblewrapLauncher } from "./bubblewrap-launcher.js";
+import { parentDeathLauncher } from "./parent-death-launcher.js";
 import { startLlmForwarding, type LlmForward, type LlmForwarding } from "./llm-forwarder.js";
 import { SessionEventLog } from "./event-log.js";
 import { copyAttachments, createSessionDirectories, removeSessionDirectories, type SessionPaths } from "./session-directories.js";
@@ -25,7 +26,7 @@ import { buildSessionEnvironment, stateSubdirectories } from "./session-environm
 
 /** How the session's harness is isolated, decided by the registry. */
 export type SessionIsolation =
-  | { mode: "none" }
+  | { mode: "none"; setprivPath?: string }
   | { mode: "bwrap"; bwrapPath: string; readOnlyPaths: readonly string[]; entryScript: string; forwards: LlmForward[] };
 
 export interface SandboxSessionOptions {
@@ -155,6 +156,7 @@ export class SandboxSession {
       openaiBaseUrl: innerUrl(llm?.openaiBaseUrl ?? ""),
     });
     let launcher: HarnessLauncher | undefined;
+    if (isolation.mode === "none" && isolation.setprivPath !== undefined) launcher = parentDeathLauncher({ setprivPath: isolation.setprivPath });
     if (isolation.mode === "bwrap") {
       launcher = bubblewrapLauncher({
         bwrapPath: isolation.bwrapPath,

@@ -25,7 +25,7 @@ export interface SessionLifecycleListener {
 export interface SessionRegistryOptions {
   root: string;
   maxSessions: number;
-  isolation: { mode: "none" } | { mode: "bwrap"; bwrapPath: string; readOnlyPaths: readonly string[]; entryScript: string };
+  isolation: { mode: "none"; setprivPath?: string } | { mode: "bwrap"; bwrapPath: string; readOnlyPaths: readonly string[]; entryScript: string };
   sessionPath: string;
   locale: string;
   cancelGraceMs: number;
@@ -67,7 +67,7 @@ export class SessionRegistry {
     }
     const paths = resolveSessionPaths({ root: this.#options.root, sessionId: request.sessionId, workingDir: request.workingDir, stateDir: request.stateDir });
     const isolationOptions = this.#options.isolation;
-    let isolation: SessionIsolation = { mode: "none" };
+    let isolation: SessionIsolation = isolationOptions.mode === "none" ? isolationOptions : { mode: "none" };
     if (isolationOptions.mode === "bwrap") {
       const forwards = planLlmForwards({
         socketDir: paths.socketDir,

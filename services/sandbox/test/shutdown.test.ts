@@ -1,8 +1,8 @@
 // The real process: SIGTERM stops taking sessions (readiness NOT_SERVING),
 // cancels the running ones with the grace, and exits.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import readline from "node:readline";
@@ -17,6 +17,73 @@ import { isText, runToEnd, scenarioStart, SessionStream } from "./sandbox-test-k
 
 const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist", "main.js");
 
+/** Alive and not a zombie (a killed orphan stays a zombie until some init reaps it). */
+function processAlive(pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) [ZX]/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+function descendantsOf(root: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const line of execFileSync("ps", ["-e", "-o", "pid=,ppid="], { encoding: "utf8" }).trim().split("\n")) {
+    const [pid, ppid] = line.trim().split(/\s+/).map(Number);
+    if (pid !== undefined && ppid !== undefined) children.set(ppid, [...(children.get(ppid) ?? []), pid]);
+  }
+  const out: number[] = [];
+  const walk = (pid: number): void => {
+    for (const child of children.get(pid) ?? []) {
+      out.push(child);
+      walk(child);
+    }
+  };
+  walk(root);
+  return out;
+}
+
+for (const isolation of ["none", "bwrap"] as const) {
+  void it(`a sandbox killed with SIGKILL takes its harnesses with it (isolation ${isolation})`, async () => {
+    const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-kill-"));
+    const child = spawn(process.execPath, [MAIN], {
+      env: { PATH: process.env.PATH ?? "", OZ0_PORT: "0", OZ0_SANDBOX_ROOT: root, OZ0_ISOLATION: isolation, OZ0_LOG_LEVEL: "info" },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));
+    try {
+      const url = await listeningUrl(child);
+      const client = createClient(SandboxService, createGrpcTransport({ baseUrl: url }));
+      const stream = new SessionStream(client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
+      await stream.waitFor(isText("ready"), "ready");
+      const harnessProcesses = descendantsOf(child.pid ?? -1);
+      assert(harnessProcesses.length > 0);
+      child.kill("SIGKILL");
+      await exited;
+      // The kernel delivers the parent-death signal as the sandbox dies; give it the moment it needs.
+      for (let i = 0; i < 100 && harnessProcesses.some(processAlive); i++) await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.deepEqual(harnessProcesses.filter(processAlive), []);
+      stream.drop();
+      await stream.finished;
+    } finally {
+      child.kill("SIGKILL");
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+}
+
+function listeningUrl(child: ReturnType<typeof spawn>): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    if (child.stderr === null) return reject(new Error("no stderr"));
+    const lines = readline.createInterface({ input: child.stderr });
+    lines.on("line", (line) => {
+      const entry = JSON.parse(line) as { url?: string };
+      if (entry.url !== undefined) resolve(entry.url);
+    });
+    child.on("exit", () => reject(new Error("the sandbox exited before listening")));
+  });
+}
+
 void it("SIGTERM: readiness goes NOT_SERVING, new sessions are refused, running ones are cancelled with the grace, the process exits 0", async () => {
   const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-main-"));
   const child = spawn(process.execPath, [MAIN], {
@@ -25,14 +92,7 @@ void it("SIGTERM: readiness goes NOT_SERVING, new sessions are refused, running 
   });
   const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
   try {
-    const url = await new Promise<string>((resolve, reject) => {
-      const lines = readline.createInterface({ input: child.stderr });
-      lines.on("line", (line) => {
-        const entry = JSON.parse(line) as { url?: string };
-        if (entry.url !== undefined) resolve(entry.url);
-      });
-      child.on("exit", () => reject(new Error("the sandbox exited before listening")));
-    });
+    const url = await listeningUrl(child);
     const transport = createGrpcTransport({ baseUrl: url });
     const client = createClient(SandboxService, transport);
     const health = createClient(Health, transport);

@@ -1,0 +1,40 @@
+// Without bubblewrap, a harness would outlive a sandbox killed with SIGKILL
+// (no exit hook runs then). `setpriv --pdeathsig SIGKILL` (util-linux) makes
+// the kernel kill the harness when the sandbox dies; setpriv execs the
+// command, so the pid and process group are the harness's own. What the
+// harness itself started is killed only on a clean exit of the sandbox (or
+// under bubblewrap, whose --die-with-parent takes the whole namespace).
+import { accessSync, constants, existsSync } from "node:fs";
+import path from "node:path";
+import { processGroupLauncher, type HarnessLauncher, type LaunchSpec } from "@oz0/harness/host";
+
+export function findSetpriv(): string | undefined {
+  return ["/usr/bin/setpriv", "/bin/setpriv"].find((candidate) => existsSync(candidate));
+}
+
+/** Whether `command[0]` names an executable, as execvp would find it with the session's PATH. */
+function resolvable(spec: LaunchSpec): boolean {
+  const file = spec.command[0] ?? "";
+  const candidates = file.includes("/")
+    ? [path.resolve(spec.cwd, file)]
+    : (spec.env.PATH ?? "").split(":").filter((dir) => dir !== "").map((dir) => path.join(dir, file));
+  return candidates.some((candidate) => {
+    try {
+      accessSync(candidate, constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+
+export function parentDeathLauncher(options: { setprivPath: string }): HarnessLauncher {
+  const inner = processGroupLauncher();
+  return {
+    launch(spec) {
+      // A command that cannot run is started as is, so the host reports spawn_failed rather than setpriv's exit code.
+      if (!resolvable(spec)) return inner.launch(spec);
+      return inner.launch({ ...spec, command: [options.setprivPath, "--pdeathsig", "SIGKILL", "--", ...spec.command] });
+    },
+  };
+}
