@@ -1,0 +1,77 @@
+// oz0-fake-harness: a real, minimal agent loop on @oz0/harness. It calls the
+// Anthropic Messages API the runtime points it at, offers the working-directory
+// tools and the runtime's tools, asks before every call, and returns the
+// model's final text (or its JSON as structured output).
+import { realpath } from "node:fs/promises";
+import type { JsonObject } from "@bufbuild/protobuf";
+import { runHarness, StopReason } from "../harness/index.js";
+import type { HarnessSession } from "../harness/index.js";
+import { runWorkingDirTool, WORKING_DIR_TOOLS } from "./working-dir-tools.js";
+
+interface ContentBlock { type: string; text?: string; id?: string; name?: string; input?: JsonObject }
+interface Message { role: "user" | "assistant"; content: string | Array<ContentBlock | JsonObject> }
+
+async function callModel(session: HarnessSession, system: string, messages: Message[], tools: unknown[]): Promise<{ content: ContentBlock[]; usage?: { input_tokens?: number; output_tokens?: number } }> {
+  const { model } = session;
+  const response = await fetch(`${model.anthropicBaseUrl}/v1/messages`, {
+    method: "POST",
+    headers: { ...model.headers, "content-type": "application/json", "anthropic-version": "2023-06-01" },
+    body: JSON.stringify({ model: model.model, max_tokens: 4096, system, messages, tools }),
+    signal: session.signal,
+  });
+  if (!response.ok) throw new Error(`the model call failed: HTTP ${response.status} ${(await response.text()).slice(0, 200)}`);
+  return (await response.json()) as Awaited<ReturnType<typeof callModel>>;
+}
+
+async function runTool(session: HarnessSession, root: string, call: ContentBlock): Promise<{ content: string; isError: boolean }> {
+  const name = call.name ?? "";
+  session.toolCall({ callId: call.id ?? "", tool: name, input: call.input ?? {} });
+  const decision = await session.requestPermission({ tool: name, input: call.input ?? {}, callId: call.id ?? "", title: `${name} ${JSON.stringify(call.input)}` });
+  if (!decision.allow) return { content: `Permission denied: ${decision.reason || "no reason given"}`, isError: true };
+  try {
+    if (session.request.runtimeTools.some((tool) => tool.name === name)) {
+      const result = await session.callRuntimeTool(name, decision.input);
+      return result.isError ? { content: result.error, isError: true } : { content: JSON.stringify(result.output), isError: false };
+    }
+    return { content: await runWorkingDirTool(root, name, decision.input, session.signal), isError: false };
+  } catch (error) {
+    return { content: (error as Error).message, isError: true };
+  }
+}
+
+await runHarness(
+  { name: "oz0-fake-harness", version: "0.1.0", capabilities: { permissions: true, runtimeTools: true, structuredOutput: true } },
+  async (session) => {
+    const { request } = session;
+    const root = await realpath(request.workingDir || process.cwd());
+    const tools = [...WORKING_DIR_TOOLS, ...request.runtimeTools.map((t) => ({ name: t.name, description: t.description, input_schema: t.inputSchema ?? { type: "object" } }))];
+    const schema = request.outputSchema ? `\nEnd with only a JSON object valid against this JSON Schema: ${JSON.stringify(request.outputSchema)}` : "";
+    const messages: Message[] = [{ role: "user", content: request.input }];
+    const maxTurns = request.limits?.maxTurns || 25;
+    while (session.turns < maxTurns) {
+      session.turns++;
+      const reply = await callModel(session, request.instructions + schema, messages, tools);
+      session.usage({ model: session.model.model, inputTokens: reply.usage?.input_tokens ?? 0, outputTokens: reply.usage?.output_tokens ?? 0 });
+      messages.push({ role: "assistant", content: reply.content });
+      const text = reply.content.flatMap((block) => (block.type === "text" && block.text ? [block.text] : [])).join("");
+      if (text !== "") session.text(text);
+      const calls = reply.content.filter((block) => block.type === "tool_use");
+      if (calls.length === 0) {
+        if (!request.outputSchema) return text;
+        try {
+          return { text, structuredOutput: JSON.parse(text) as JsonObject };
+        } catch {
+          return { stopReason: StopReason.ERROR, text, error: "the model's final answer is not the JSON the output schema asks for" };
+        }
+      }
+      const results: JsonObject[] = [];
+      for (const call of calls) {
+        const { content, isError } = await runTool(session, root, call);
+        session.toolResult({ callId: call.id ?? "", output: content, isError });
+        results.push({ type: "tool_result", tool_use_id: call.id ?? "", content, is_error: isError });
+      }
+      messages.push({ role: "user", content: results });
+    }
+    return { stopReason: StopReason.MAX_TURNS, error: `stopped after ${maxTurns} turns` };
+  },
+);
