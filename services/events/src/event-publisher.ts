@@ -25,7 +25,7 @@ export interface EventPublisherOptions {
   /** The events service, for example `http://127.0.0.1:7703` (OZ0_EVENTS_URL). */
   url: string;
   logger?: PublisherLogger;
-  /** Events per Publish call. Default 256. */
+  /** Events per Publish call (one SQLite commit at the service). Default 1 000. */
   maxBatch?: number;
   /** How long a lone event waits for company before it is sent. Default 5 ms. */
   lingerMs?: number;
@@ -115,7 +115,7 @@ function toJsonObject(value: Record<string, unknown>): JsonObject {
 
 export function createEventPublisher(options: EventPublisherOptions): EventPublisher {
   const logger: PublisherLogger = options.logger ?? createLogger({ name: "event-publisher" });
-  const maxBatch = options.maxBatch ?? 256;
+  const maxBatch = options.maxBatch ?? 1_000;
   const lingerMs = options.lingerMs ?? 5;
   const maxQueued = options.maxQueued ?? 100_000;
   const maxBackoffMs = options.maxBackoffMs ?? 5_000;

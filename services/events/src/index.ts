@@ -12,5 +12,5 @@ export type { EventsConfig, RunningEvents } from "./start-events.js";
 export { EVENT_POLICY, FINISH_SUMMARY, publicAttributes, redactEvent } from "./redaction-policy.js";
 export type { RedactionOutcome } from "./redaction-policy.js";
 export { buildTranscript } from "./transcript.js";
-export { cloudEventType, toKafkaMessage, CLOUDEVENTS_SPEC_VERSION } from "./cloudevents.js";
+export { cloudEventType, publicEventJson, toKafkaMessage, CLOUDEVENTS_SPEC_VERSION } from "./cloudevents.js";
 export type { KafkaMessage } from "./cloudevents.js";

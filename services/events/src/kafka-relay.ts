@@ -6,9 +6,8 @@
 // order per job because nothing later is sent before it.
 import { Kafka, logLevel, type LogEntry, type Producer } from "kafkajs";
 import type { Logger } from "@oz0/serving";
-import type { PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { toKafkaMessage } from "./cloudevents.js";
-import type { Outbox } from "./outbox.js";
+import type { Outbox, StoredEvent } from "./outbox.js";
 
 export interface KafkaRelayOptions {
   brokers: string[];
@@ -80,7 +79,7 @@ export class KafkaRelay {
 
   private async run(): Promise<void> {
     let backoffMs = 100;
-    let pinned: PublicEvent[] = [];
+    let pinned: StoredEvent[] = [];
     while (!this.stopping) {
       if (pinned.length === 0) pinned = this.options.outbox.undelivered(this.options.batchSize ?? 500);
       if (pinned.length === 0) {
@@ -90,7 +89,7 @@ export class KafkaRelay {
       }
       try {
         await this.deliver(pinned);
-        this.options.outbox.markDelivered(pinned.map((e) => e.position));
+        this.options.outbox.markDeliveredThrough(pinned[pinned.length - 1]!.position);
         pinned = [];
         backoffMs = 100;
         if (this.outage) {
@@ -116,7 +115,7 @@ export class KafkaRelay {
     }
   }
 
-  private async deliver(events: PublicEvent[]): Promise<void> {
+  private async deliver(events: StoredEvent[]): Promise<void> {
     if (!this.connected) {
       await this.producer.connect();
       this.connected = true;
@@ -125,7 +124,7 @@ export class KafkaRelay {
     await this.producer.send({
       topic: this.options.topic,
       acks: -1,
-      messages: events.map(toKafkaMessage),
+      messages: events.map((e) => toKafkaMessage(e.json)),
     });
   }
 

@@ -3,11 +3,12 @@
 // Kafka relay reads undelivered rows in position order and marks them
 // delivered; Watch and Transcript read the same rows. Only redacted events are
 // ever stored: raw producer content never touches the disk.
-import { fromJsonString, toJsonString } from "@bufbuild/protobuf";
+import { fromJsonString } from "@bufbuild/protobuf";
 import { PublicEventSchema, type PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import Database from "better-sqlite3";
 import { mkdirSync } from "node:fs";
 import path from "node:path";
+import { publicEventJson } from "./cloudevents.js";
 
 export interface OutboxOptions {
   /** Folder for `events.sqlite`; undefined keeps the log in memory (tests). */
@@ -21,6 +22,12 @@ export interface AppendResult {
   duplicates: number;
 }
 
+/** A stored public event: its position and its proto3 JSON (without the position). */
+export interface StoredEvent {
+  position: bigint;
+  json: string;
+}
+
 interface Row {
   position: number | bigint;
   event: string;
@@ -28,7 +35,14 @@ interface Row {
 
 export class Outbox {
   private readonly db: Database.Database;
+  // The relay's cursor is written on its own connection without fsync: losing
+  // its last update to a power cut only means re-sending a batch, which
+  // consumers drop by event id; an fsync per Kafka batch cost more than the batch.
+  private readonly cursorDb: Database.Database;
   private readonly insert: Database.Statement;
+  private readonly selectUndelivered: Database.Statement;
+  private readonly selectCursor: Database.Statement;
+  private readonly updateCursor: Database.Statement;
   private readonly waiters = new Set<() => void>();
   private head: bigint;
 
@@ -48,13 +62,29 @@ export class Outbox {
         position  INTEGER PRIMARY KEY AUTOINCREMENT,
         id        TEXT NOT NULL UNIQUE,
         job_id    TEXT NOT NULL,
-        event     TEXT NOT NULL,
-        delivered INTEGER NOT NULL DEFAULT 0
+        event     TEXT NOT NULL
       );
       CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, position);
-      CREATE INDEX IF NOT EXISTS events_undelivered ON events (position) WHERE delivered = 0;
+      -- The relay delivers in position order, so one cursor says what is delivered.
+      CREATE TABLE IF NOT EXISTS relay_cursor (
+        name      TEXT PRIMARY KEY,
+        delivered INTEGER NOT NULL
+      );
     `);
     this.insert = this.db.prepare("INSERT OR IGNORE INTO events (id, job_id, event) VALUES (?, ?, ?)");
+    if (file === ":memory:") {
+      this.cursorDb = this.db;
+    } else {
+      this.cursorDb = new Database(file);
+      this.cursorDb.defaultSafeIntegers(true);
+      this.cursorDb.pragma("busy_timeout = 5000");
+      this.cursorDb.pragma("synchronous = OFF");
+    }
+    this.selectUndelivered = this.db.prepare("SELECT position, event FROM events WHERE position > ? ORDER BY position LIMIT ?");
+    this.selectCursor = this.db.prepare("SELECT delivered FROM relay_cursor WHERE name = 'kafka'");
+    this.updateCursor = this.cursorDb.prepare(
+      "INSERT INTO relay_cursor (name, delivered) VALUES ('kafka', ?) ON CONFLICT (name) DO UPDATE SET delivered = excluded.delivered",
+    );
     this.head = this.lastPosition();
   }
 
@@ -64,8 +94,8 @@ export class Outbox {
     let duplicates = 0;
     const run = this.db.transaction(() => {
       for (const event of events) {
-        // The position is the row id; store the event without it, and set it on read.
-        const info = this.insert.run(event.id, event.jobId, toJsonString(PublicEventSchema, { ...event, position: 0n }));
+        // The position is the row id: stored without it, set on read.
+        const info = this.insert.run(event.id, event.jobId, publicEventJson(event));
         if (info.changes === 0) {
           duplicates++;
           continue;
@@ -109,25 +139,29 @@ export class Outbox {
     return rows.map(toEvent);
   }
 
-  /** The oldest events not yet delivered to Kafka, in position order. */
-  undelivered(limit: number): PublicEvent[] {
-    const rows = this.db
-      .prepare("SELECT position, event FROM events WHERE delivered = 0 ORDER BY position LIMIT ?")
-      .all(limit) as Row[];
-    return rows.map(toEvent);
+  /**
+   * The oldest events not yet delivered to Kafka, in position order, as the
+   * stored JSON (the relay ships it as is, without parsing it back).
+   */
+  undelivered(limit: number): StoredEvent[] {
+    const rows = this.selectUndelivered.all(this.deliveredThrough(), limit) as Row[];
+    return rows.map((row) => ({ position: BigInt(row.position), json: row.event }));
   }
 
   /** How many events wait for delivery. */
   undeliveredCount(): number {
-    const row = this.db.prepare("SELECT count(*) AS n FROM events WHERE delivered = 0").get() as { n: bigint };
+    const row = this.db.prepare("SELECT count(*) AS n FROM events WHERE position > ?").get(this.deliveredThrough()) as { n: bigint };
     return Number(row.n);
   }
 
-  markDelivered(positions: bigint[]): void {
-    const update = this.db.prepare("UPDATE events SET delivered = 1 WHERE position = ?");
-    this.db.transaction(() => {
-      for (const position of positions) update.run(position);
-    })();
+  /** Every event up to `position` is on Kafka. */
+  markDeliveredThrough(position: bigint): void {
+    this.updateCursor.run(position);
+  }
+
+  private deliveredThrough(): bigint {
+    const row = this.selectCursor.get() as { delivered: bigint } | undefined;
+    return row?.delivered ?? 0n;
   }
 
   /** Resolves once an event after `position` is stored, or when `signal` aborts. */
@@ -151,6 +185,7 @@ export class Outbox {
 
   close(): void {
     for (const wake of [...this.waiters]) wake();
+    if (this.cursorDb !== this.db) this.cursorDb.close();
     this.db.close();
   }
 }

@@ -1,0 +1,74 @@
+// The Kafka message of a public event: CloudEvents binary-mode headers, and
+// the hand-written JSON printer held equal to protobuf-es's own.
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { create, toJson } from "@bufbuild/protobuf";
+import { publicEventJson, rawEvent, redactEvent, toKafkaMessage } from "@oz0/events";
+import { PublicEventSchema, TokenCountsSchema, type PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+
+function redacted(...args: Parameters<typeof rawEvent>): PublicEvent {
+  const outcome = redactEvent(rawEvent(...args));
+  assert.ok(outcome.ok);
+  return outcome.event;
+}
+
+describe("publicEventJson", () => {
+  const cases: [string, PublicEvent][] = [
+    ["a full event", redacted("model.call_metered", {
+      jobId: "j", sessionId: "s", toolCallId: "t", operationInvocationId: "o", graphRunId: "g", graphStepId: "gs",
+      agentName: "a", agentVersion: "1", status: "completed", source: "llm-proxy",
+      traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+      tokens: { inputTokens: 1, outputTokens: 2, cacheReadTokens: 3, cacheWriteTokens: 4 },
+      attributes: { provider: "anthropic", model: "m", attempts: 2 },
+    })],
+    ["a minimal event", redacted("job.started", {})],
+    ["an unknown type", redacted("custom.thing", { jobId: "j" })],
+    ["zero tokens", redacted("job.started", { tokens: {} })],
+    ["whole seconds", { ...redacted("job.started"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 0 } }],
+    ["microseconds", { ...redacted("job.started"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 123456000 } }],
+    ["nanoseconds", { ...redacted("job.started"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 5 } }],
+  ];
+  for (const [name, event] of cases) {
+    test(`prints ${name} as protobuf-es does (without the position)`, () => {
+      const withPosition = { ...event, position: 42n };
+      assert.deepEqual(JSON.parse(publicEventJson(withPosition)), toJson(PublicEventSchema, { ...event, position: 0n }));
+    });
+  }
+  test("tokens with only zeros still print as an empty object, as protobuf-es does", () => {
+    const event = create(PublicEventSchema, { id: "x", type: "job.started", tokens: create(TokenCountsSchema) });
+    assert.deepEqual(JSON.parse(publicEventJson(event)), toJson(PublicEventSchema, event));
+  });
+});
+
+describe("toKafkaMessage", () => {
+  test("puts the CloudEvents attributes in headers and keys by job", () => {
+    const event = redacted("tool.called", {
+      id: "ev-1",
+      jobId: "job-9",
+      source: "sandbox",
+      time: new Date("2026-01-05T10:00:00.250Z"),
+      traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+      attributes: { tool_name: "read" },
+    });
+    const message = toKafkaMessage(publicEventJson(event));
+    assert.equal(message.key, "job-9");
+    assert.deepEqual(message.headers, {
+      ce_specversion: "1.0",
+      ce_id: "ev-1",
+      ce_source: "/oz0/sandbox",
+      ce_type: "dev.oz0.tool.called.v1",
+      ce_time: "2026-01-05T10:00:00.250Z",
+      ce_subject: "job-9",
+      traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+      "content-type": "application/json",
+    });
+    assert.equal(JSON.parse(message.value).attributes.label, "read");
+  });
+
+  test("an event outside a job has no key and its session as subject", () => {
+    const message = toKafkaMessage(publicEventJson(redacted("session.started", { sessionId: "s-1" })));
+    assert.equal(message.key, null);
+    assert.equal(message.headers.ce_subject, "s-1");
+    assert.equal(message.headers.ce_source, "/oz0/events");
+  });
+});
