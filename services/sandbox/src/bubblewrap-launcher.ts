@@ -14,6 +14,7 @@ import { execFile, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import path from "node:path";
 import type { Readable } from "node:stream";
+import { commandIsExecutable } from "./command-lookup.js";
 import type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "@oz0/harness/host";
 
 /** System paths bound read-only when they exist; /etc only in part, since it can hold secrets. */
@@ -106,6 +107,8 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
   return {
     launch(spec: LaunchSpec): LaunchedHarness {
       if (spec.command.length === 0) throw new Error("the harness command is empty");
+      // Inside, the filesystem is a subset of the node's: what is not found here is not found there.
+      if (!commandIsExecutable(spec)) throw new Error("no such executable on the session's PATH (ENOENT)");
       const args = [
         "--unshare-all",
         "--die-with-parent",

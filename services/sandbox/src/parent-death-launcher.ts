@@ -4,28 +4,12 @@
 // command, so the pid and process group are the harness's own. What the
 // harness itself started is killed only on a clean exit of the sandbox (or
 // under bubblewrap, whose --die-with-parent takes the whole namespace).
-import { accessSync, constants, existsSync } from "node:fs";
-import path from "node:path";
-import { processGroupLauncher, type HarnessLauncher, type LaunchSpec } from "@oz0/harness/host";
+import { existsSync } from "node:fs";
+import { processGroupLauncher, type HarnessLauncher } from "@oz0/harness/host";
+import { commandIsExecutable } from "./command-lookup.js";
 
 export function findSetpriv(): string | undefined {
   return ["/usr/bin/setpriv", "/bin/setpriv"].find((candidate) => existsSync(candidate));
-}
-
-/** Whether `command[0]` names an executable, as execvp would find it with the session's PATH. */
-function resolvable(spec: LaunchSpec): boolean {
-  const file = spec.command[0] ?? "";
-  const candidates = file.includes("/")
-    ? [path.resolve(spec.cwd, file)]
-    : (spec.env.PATH ?? "").split(":").filter((dir) => dir !== "").map((dir) => path.join(dir, file));
-  return candidates.some((candidate) => {
-    try {
-      accessSync(candidate, constants.X_OK);
-      return true;
-    } catch {
-      return false;
-    }
-  });
 }
 
 export function parentDeathLauncher(options: { setprivPath: string }): HarnessLauncher {
@@ -33,7 +17,7 @@ export function parentDeathLauncher(options: { setprivPath: string }): HarnessLa
   return {
     launch(spec) {
       // A command that cannot run is started as is, so the host reports spawn_failed rather than setpriv's exit code.
-      if (!resolvable(spec)) return inner.launch(spec);
+      if (!commandIsExecutable(spec)) return inner.launch(spec);
       return inner.launch({ ...spec, command: [options.setprivPath, "--pdeathsig", "SIGKILL", "--", ...spec.command] });
     },
   };

@@ -6,7 +6,7 @@
 //   <root>/internal/<id>/        the sandbox's own files for the session (the
 //                                artifact snapshot, the LLM sockets); never
 //                                visible inside bubblewrap
-import { cp, lstat, mkdir, realpath, rm, writeFile } from "node:fs/promises";
+import { cp, lstat, mkdir, realpath, rm, rmdir, writeFile } from "node:fs/promises";
 import { existsSync, realpathSync } from "node:fs";
 import path from "node:path";
 import type { Attachment } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
@@ -23,6 +23,8 @@ export interface SessionPaths {
   gitDir: string;
   /** Unix sockets of the LLM forwarder (bound into bubblewrap as /run/oz0). */
   socketDir: string;
+  /** What createSessionDirectories made, so a failed start never removes another session's directory. */
+  created: string[];
 }
 
 export function validateSessionId(sessionId: string, field: string): void {
@@ -67,6 +69,7 @@ export function resolveSessionPaths(options: {
     internalDir,
     gitDir: path.join(internalDir, "snapshot.git"),
     socketDir: path.join(internalDir, "run"),
+    created: [],
   };
 }
 
@@ -92,8 +95,23 @@ export function relativeInside(relative: string, field: string): string {
 }
 
 export async function createSessionDirectories(paths: SessionPaths, stateSubdirectories: readonly string[]): Promise<void> {
-  await mkdir(paths.workingDir, { recursive: true, mode: 0o755 });
-  await mkdir(paths.stateDir, { recursive: true, mode: 0o700 });
+  // The last step of each is not recursive: if another start raced us to the
+  // same directory, this one fails instead of sharing it.
+  const exclusive = async (dir: string, mode: number): Promise<void> => {
+    await mkdir(path.dirname(dir), { recursive: true, mode: 0o755 });
+    try {
+      await mkdir(dir, { mode });
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "EEXIST") {
+        throw new SandboxError("already_exists", `${dir === paths.internalDir ? "the session's directories" : "the requested directory"} already exist; start with another session id or directory`);
+      }
+      throw error;
+    }
+    paths.created.push(dir);
+  };
+  await exclusive(paths.internalDir, 0o700);
+  await exclusive(paths.workingDir, 0o755);
+  await exclusive(paths.stateDir, 0o700);
   for (const dir of stateSubdirectories) await mkdir(dir, { recursive: true, mode: 0o700 });
   await mkdir(paths.socketDir, { recursive: true, mode: 0o700 });
 }
@@ -118,9 +136,9 @@ export async function copyAttachments(workingDir: string, attachments: readonly 
 
 /** Removes everything the session had on disk. Never throws: a leftover is logged by the caller. */
 export async function removeSessionDirectories(paths: SessionPaths): Promise<void> {
-  for (const dir of [paths.workingDir, paths.stateDir, paths.internalDir, paths.sessionDir]) {
-    await rm(dir, { recursive: true, force: true, maxRetries: 2 });
-  }
+  for (const dir of paths.created) await rm(dir, { recursive: true, force: true, maxRetries: 2 });
+  // The default parent of work/ and state/, once empty; rmdir leaves it if a requested directory sits in it.
+  await rmdir(paths.sessionDir).catch(() => undefined);
 }
 
 /** Creates the node root if needed and returns its real path. */

@@ -83,6 +83,12 @@ for (const mode of ["none", "bwrap"] as const) {
       }
     });
 
+    void it("reports a harness command that does not exist as spawn_failed", async () => {
+      const stream = await runToEnd(t.client, scenarioStart({}, { command: ["no-such-harness-command"] }));
+      assert.equal(stream.exited().errorCode, "spawn_failed", stream.exited().errorMessage);
+      assert.equal(stream.received.some((m) => m.message.case === "started"), false);
+    });
+
     for (const withLlm of [false, true]) {
       void it(`lets a harness that traps SIGTERM write its cancelled result within the grace${withLlm ? " (with the LLM forwarder in front)" : ""}`, async () => {
         const llm = withLlm ? { anthropicBaseUrl: "http://127.0.0.1:9", token: "t" } : undefined;

@@ -78,4 +78,24 @@ void describe("RunSession without isolation", () => {
     assert.equal(stream.exited().result?.text, "allowed");
     assert.deepEqual(stream.texts(), ["answer p1 allow=true outcome=OUTCOME_ANSWERED"]);
   });
+
+  void it("uses the working directory the request names inside the root, and refuses a second session on it without touching the first", async () => {
+    const { SessionStream, isText } = await import("./sandbox-test-kit.js");
+    const { existsSync } = await import("node:fs");
+    const path = await import("node:path");
+    const workingDir = path.join(t.root, "jobs", "job-7", "work");
+    const first = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }, {}, { workingDir }) } });
+    await first.waitFor(isText("ready"), "ready");
+    const started = first.received[0]?.message;
+    assert(started?.case === "started");
+    assert.equal(started.value.workingDir, workingDir);
+    const second = await runToEnd(t.client, scenarioStart({ mode: "complete" }, {}, { workingDir }));
+    const error = ConnectError.from(second.error);
+    assert.equal(error.code, Code.InvalidArgument);
+    assert.match(error.rawMessage, /^start\.request\.working_dir: already exists/);
+    assert.equal(existsSync(workingDir), true);
+    first.send({ message: { case: "cancel", value: {} } });
+    await first.finished;
+    assert.equal(existsSync(workingDir), false);
+  });
 });
