@@ -1,51 +1,47 @@
 // Runs one harness session with the Claude Agent SDK: request in, events out,
-// and the one result returned for the caller to write.
+// and the one result returned for runHarness to write.
 import { mkdir } from "node:fs/promises";
 import { query, type SDKResultMessage } from "@anthropic-ai/claude-agent-sdk";
-import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { StopReason, type ResultInit } from "@oz0/harness";
 import { parseHarnessOptions } from "./harness-options.js";
 import { createPermissionGate } from "./permission-gate.js";
 import { buildQueryOptions } from "./query-options.js";
 import { createRuntimeToolServer, RUNTIME_TOOL_SERVER, runtimeToolName } from "./runtime-tool-server.js";
 import { SdkMessageMapper } from "./sdk-message-mapper.js";
 import { stateLayout } from "./session-environment.js";
-import type { SessionPort, SessionResultInit } from "./session-port.js";
+import type { ClaudeSessionHost } from "./session-port.js";
 
 export interface RunClaudeSessionOptions {
-  port: SessionPort;
+  session: ClaudeSessionHost;
   /** The harness process's own environment; only PATH and locale settings are passed on. */
   inheritedEnv?: NodeJS.ProcessEnv;
   /** Defaults to the Claude Code binary the SDK ships. */
   pathToClaudeCodeExecutable?: string;
 }
 
-function cancelled(): SessionResultInit {
-  return { stopReason: StopReason.CANCELLED, error: "the session was cancelled" };
-}
+const CANCELLED: ResultInit = { stopReason: StopReason.CANCELLED, error: "the session was cancelled" };
 
-function failure(error: unknown): SessionResultInit {
-  return { stopReason: StopReason.ERROR, error: error instanceof Error ? error.message : String(error) };
-}
+/**
+ * Runs the session to its end and returns its result. Never throws: a bad
+ * request or option, a failed start and a crash of Claude Code all come back
+ * as an `error` result that says what happened.
+ */
+export async function runClaudeSession(options: RunClaudeSessionOptions): Promise<ResultInit> {
+  const { session } = options;
+  const request = session.request;
+  if (session.signal.aborted) return CANCELLED;
 
-/** Runs the session to its end and returns its result (never throws). */
-export async function runClaudeSession(options: RunClaudeSessionOptions): Promise<SessionResultInit> {
-  const { port } = options;
-  const request = port.request;
-  if (port.signal.aborted) return cancelled();
-
-  const mapper = new SdkMessageMapper({
-    emit: (event) => port.emit(event),
-    displayToolName: (name) => runtimeToolName(name) ?? name,
-  });
+  const mapper = new SdkMessageMapper({ events: session, displayToolName: (name) => runtimeToolName(name) ?? name });
+  // SIGTERM aborts the session's signal; this ends the query and the Claude Code process with it.
   const abortController = new AbortController();
   const onAbort = (): void => abortController.abort();
-  port.signal.addEventListener("abort", onAbort, { once: true });
+  session.signal.addEventListener("abort", onAbort, { once: true });
 
   let result: SDKResultMessage | undefined;
   try {
     const harness = parseHarnessOptions(request.harnessOptions);
     const gate = createPermissionGate({
-      port,
+      session,
       tools: harness.tools,
       isRuntimeTool: (name) => runtimeToolName(name) !== undefined,
       announceToolCall: (callId, name, input) => mapper.announceToolCall(callId, name, input),
@@ -60,27 +56,26 @@ export async function runClaudeSession(options: RunClaudeSessionOptions): Promis
         canUseTool: gate.canUseTool,
         hooks: { PreToolUse: [{ hooks: [gate.preToolUse] }] },
         ...(request.runtimeTools.length > 0
-          ? { mcpServers: { [RUNTIME_TOOL_SERVER]: createRuntimeToolServer({ port, tools: request.runtimeTools }) } }
+          ? { mcpServers: { [RUNTIME_TOOL_SERVER]: createRuntimeToolServer({ session, tools: request.runtimeTools }) } }
           : {}),
-        stderr: (data) => port.log(data.trimEnd()),
+        stderr: (data) => session.log("debug", "claude code", { stderr: data.trimEnd() }),
       },
     });
     for (const dir of Object.values(stateLayout(request.stateDir))) await mkdir(dir, { recursive: true });
 
-    const messages = query({ prompt: request.input, options: queryOptions });
-    for await (const message of messages) {
+    for await (const message of query({ prompt: request.input, options: queryOptions })) {
       mapper.handle(message);
       if (message.type === "result") result = message;
     }
   } catch (error) {
-    if (port.signal.aborted) return cancelled();
+    if (session.signal.aborted) return CANCELLED;
     // The SDK throws after yielding an error result (max turns, budget): the
     // result says more than the exception.
-    if (!result) return failure(error);
+    if (!result) return { stopReason: StopReason.ERROR, error: error instanceof Error ? error.message : String(error) };
   } finally {
-    port.signal.removeEventListener("abort", onAbort);
+    session.signal.removeEventListener("abort", onAbort);
   }
-  if (port.signal.aborted) return cancelled();
+  if (session.signal.aborted) return CANCELLED;
   if (!result) return { stopReason: StopReason.ERROR, error: "Claude Code ended without a result" };
   return mapper.result(result);
 }

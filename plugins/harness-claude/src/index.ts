@@ -16,4 +16,4 @@ export {
 } from "./harness-options.js";
 export { buildSessionEnvironment, customHeaders, type SessionEnvironmentOptions } from "./session-environment.js";
 export { buildQueryOptions, claudeModelName, SessionRequestError } from "./query-options.js";
-export type { PermissionAsk, RuntimeToolCallInit, SessionEventInit, SessionPort, SessionResultInit } from "./session-port.js";
+export type { ClaudeSessionHost, EventSink } from "./session-port.js";

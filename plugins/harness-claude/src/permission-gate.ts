@@ -5,9 +5,9 @@
 // turns it into a protocol permission request. Verified with Claude Code
 // 2.1.332 in all four modes (test/permission-modes.test.ts).
 import type { JsonObject } from "@bufbuild/protobuf";
-import { PermissionAnswer_Outcome, type PermissionAnswer } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { PermissionAnswer_Outcome, type PermissionDecision } from "@oz0/harness";
 import type { CanUseTool, HookCallback, PermissionResult } from "@anthropic-ai/claude-agent-sdk";
-import type { SessionPort } from "./session-port.js";
+import type { ClaudeSessionHost } from "./session-port.js";
 import { toolTitle } from "./tool-titles.js";
 
 /**
@@ -17,7 +17,7 @@ import { toolTitle } from "./tool-titles.js";
 export const STRUCTURED_OUTPUT_TOOL = "StructuredOutput";
 
 export interface PermissionGateOptions {
-  port: SessionPort;
+  session: Pick<ClaudeSessionHost, "requestPermission">;
   /** Claude Code tools the session may use (harness.tools). */
   tools: readonly string[];
   /** True when the runtime serves this model-facing name (runtime tools ask nobody: the runtime sees each call). */
@@ -36,7 +36,7 @@ function asObject(value: unknown): JsonObject {
 }
 
 /** What the model reads when a call is refused: the answer's reason, or why there was none. */
-export function denialMessage(answer: PermissionAnswer): string {
+export function denialMessage(answer: PermissionDecision): string {
   const reason = answer.reason.trim();
   switch (answer.outcome) {
     case PermissionAnswer_Outcome.TIMED_OUT:
@@ -49,7 +49,7 @@ export function denialMessage(answer: PermissionAnswer): string {
 }
 
 export function createPermissionGate(options: PermissionGateOptions): PermissionGate {
-  const { port } = options;
+  const { session } = options;
   const tools = new Set(options.tools);
 
   const canUseTool: CanUseTool = async (toolName, input, context): Promise<PermissionResult> => {
@@ -58,18 +58,16 @@ export function createPermissionGate(options: PermissionGateOptions): Permission
       // Claude Code only offers harness.tools; this catches anything it adds on its own.
       return { behavior: "deny", message: `${toolName} is not available in this session (harness.tools is ${[...tools].join(", ")}).` };
     }
-    if (!port.request.permissions) return { behavior: "allow", updatedInput: input };
     options.announceToolCall(context.toolUseID, toolName, input);
-    const answer = await port.requestPermission({
+    // Without `permissions` in the request, @oz0/harness allows at once without asking.
+    const decision = await session.requestPermission({
       tool: toolName,
       input: asObject(input),
       title: context.title ?? toolTitle(toolName, input),
       callId: context.toolUseID,
     });
-    if (answer.allow && answer.outcome !== PermissionAnswer_Outcome.CANCELLED && answer.outcome !== PermissionAnswer_Outcome.TIMED_OUT) {
-      return { behavior: "allow", updatedInput: answer.input ?? input };
-    }
-    return { behavior: "deny", message: denialMessage(answer) };
+    if (decision.allow) return { behavior: "allow", updatedInput: decision.input };
+    return { behavior: "deny", message: denialMessage(decision) };
   };
 
   const preToolUse: HookCallback = async (input) => {

@@ -1,5 +1,6 @@
 // The session request as the Claude Agent SDK's query() options.
 import type { Options } from "@anthropic-ai/claude-agent-sdk";
+import { modelEndpointFrom } from "@oz0/harness";
 import type { SessionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { ClaudeHarnessOptions } from "./harness-options.js";
 import { buildSessionEnvironment } from "./session-environment.js";
@@ -36,9 +37,10 @@ export interface QueryOptionsInput {
 
 export function buildQueryOptions(input: QueryOptionsInput): Options {
   const { request, harness } = input;
-  const llm = request.llm;
-  if (!llm?.anthropicBaseUrl) throw new SessionRequestError("the request has no llm.anthropic_base_url; Claude Code needs an Anthropic Messages endpoint (the LLM proxy)");
-  if (!llm.token) throw new SessionRequestError("the request has no llm.token; model calls need the session token");
+  // The endpoint adds Oz0-Job / Oz0-Agent from the request should the runtime have left them out.
+  const endpoint = modelEndpointFrom(request);
+  if (!endpoint.anthropicBaseUrl) throw new SessionRequestError("the request has no llm.anthropic_base_url; Claude Code needs an Anthropic Messages endpoint (the LLM proxy)");
+  if (!endpoint.apiKey) throw new SessionRequestError("the request has no llm.token; model calls need the session token");
   if (!request.workingDir) throw new SessionRequestError("the request has no working_dir");
   if (!request.stateDir) throw new SessionRequestError("the request has no state_dir; HOME and CLAUDE_CONFIG_DIR live there");
   const primary = request.model?.primary ?? "";
@@ -76,9 +78,9 @@ export function buildQueryOptions(input: QueryOptionsInput): Options {
     includePartialMessages: true,
     env: buildSessionEnvironment({
       stateDir: request.stateDir,
-      anthropicBaseUrl: llm.anthropicBaseUrl,
-      token: llm.token,
-      headers: { ...llm.headers },
+      anthropicBaseUrl: endpoint.anthropicBaseUrl,
+      token: endpoint.apiKey,
+      headers: { ...endpoint.extraHeaders },
       inherited: input.inheritedEnv,
       declareSandbox: bypass && process.getuid?.() === 0,
     }),

@@ -1,11 +1,10 @@
 // Runtime tools (SessionRequest.runtime_tools) offered to the model through an
 // in-process SDK MCP server; each call goes to the runtime over the protocol.
-import { toJson, type JsonObject } from "@bufbuild/protobuf";
-import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import type { JsonObject } from "@bufbuild/protobuf";
 import type { RuntimeTool } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { createSdkMcpServer, tool, type McpSdkServerConfigWithInstance } from "@anthropic-ai/claude-agent-sdk";
 import { z } from "zod";
-import type { SessionPort } from "./session-port.js";
+import type { ClaudeSessionHost } from "./session-port.js";
 
 /** The MCP server's name; Claude Code calls its tools `mcp__oz0__<name>`. */
 export const RUNTIME_TOOL_SERVER = "oz0";
@@ -43,15 +42,15 @@ function inputShape(runtimeTool: RuntimeTool): z.ZodRawShape {
   return converted.shape;
 }
 
-export function createRuntimeToolServer(options: { port: SessionPort; tools: RuntimeTool[] }): McpSdkServerConfigWithInstance {
-  const { port } = options;
+export function createRuntimeToolServer(options: { session: Pick<ClaudeSessionHost, "callRuntimeTool">; tools: RuntimeTool[] }): McpSdkServerConfigWithInstance {
+  const { session } = options;
   const tools = options.tools.map((runtimeTool) =>
     tool(runtimeTool.name, runtimeTool.description || runtimeTool.name, inputShape(runtimeTool), async (args) => {
-      const result = await port.callRuntimeTool({ name: runtimeTool.name, input: JSON.parse(JSON.stringify(args ?? {})) as JsonObject });
+      const result = await session.callRuntimeTool(runtimeTool.name, JSON.parse(JSON.stringify(args ?? {})) as JsonObject);
       if (result.isError) {
         return { isError: true, content: [{ type: "text" as const, text: result.error || `${runtimeTool.name} failed` }] };
       }
-      const output = result.output ? toJson(ValueSchema, result.output) : null;
+      const output = result.output ?? null;
       return { content: [{ type: "text" as const, text: typeof output === "string" ? output : JSON.stringify(output) }] };
     }, { alwaysLoad: true }),
   );

@@ -1,15 +1,14 @@
 // Turns the Claude Agent SDK's messages into harness protocol events, and its
 // final `result` message into the session's result.
-import { fromJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
-import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
-import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { StopReason, type ResultInit } from "@oz0/harness";
 import type { SDKMessage, SDKResultMessage } from "@anthropic-ai/claude-agent-sdk";
-import type { SessionEventInit, SessionResultInit } from "./session-port.js";
+import type { EventSink } from "./session-port.js";
 import { STRUCTURED_OUTPUT_TOOL } from "./permission-gate.js";
 import { toolTitle } from "./tool-titles.js";
 
 export interface SdkMessageMapperOptions {
-  emit(event: SessionEventInit): void;
+  events: EventSink;
   /** Model-facing tool names of the runtime tools mapped back to the runtime's names. */
   displayToolName(sdkName: string): string;
 }
@@ -22,10 +21,10 @@ interface StreamedItem {
 
 interface CallUsage {
   model: string;
-  inputTokens: bigint;
-  outputTokens: bigint;
-  cacheReadTokens: bigint;
-  cacheWriteTokens: bigint;
+  inputTokens: number;
+  outputTokens: number;
+  cacheReadTokens: number;
+  cacheWriteTokens: number;
 }
 
 function asObject(value: unknown): JsonObject {
@@ -36,20 +35,9 @@ function count(value: unknown): number {
   return typeof value === "number" && Number.isFinite(value) && value > 0 ? Math.floor(value) : 0;
 }
 
-function tokens(value: unknown): bigint {
-  return BigInt(count(value));
-}
 
-function larger(a: bigint, b: bigint): bigint {
-  return a > b ? a : b;
-}
-
-/** A tool result's content as one protobuf Value: plain text when it is only text. */
-function toolResultOutput(content: unknown): Value {
-  return fromJson(ValueSchema, toolResultJson(content));
-}
-
-function toolResultJson(content: unknown): JsonValue {
+/** A tool result's content as one JSON value: plain text when it is only text. */
+function toolResultOutput(content: unknown): JsonValue {
   if (typeof content === "string") return content;
   if (Array.isArray(content)) {
     const texts = content.filter((b): b is { type: "text"; text: string } => b?.type === "text" && typeof b.text === "string");
@@ -60,7 +48,7 @@ function toolResultJson(content: unknown): JsonValue {
 }
 
 export class SdkMessageMapper {
-  private readonly emit: (event: SessionEventInit) => void;
+  private readonly events: EventSink;
   private readonly displayToolName: (sdkName: string) => string;
   /** Streamed text items by `messageId/index`; whole assistant blocks that match one are not sent again. */
   private readonly streamed = new Map<string, StreamedItem>();
@@ -71,7 +59,7 @@ export class SdkMessageMapper {
   private wholeItems = 0;
 
   constructor(options: SdkMessageMapperOptions) {
-    this.emit = options.emit;
+    this.events = options.events;
     this.displayToolName = options.displayToolName;
   }
 
@@ -89,7 +77,7 @@ export class SdkMessageMapper {
     this.announced.add(callId);
     const tool = this.displayToolName(sdkName);
     const value = asObject(input);
-    this.emit({ case: "toolCall", value: { callId, tool, input: value, title: toolTitle(tool, value) } });
+    this.events.toolCall({ callId, tool, input: value, title: toolTitle(tool, value) });
   }
 
   handle(message: SDKMessage): void {
@@ -115,10 +103,10 @@ export class SdkMessageMapper {
         const usage = event.message.usage;
         this.currentCall = {
           model: event.message.model,
-          inputTokens: tokens(usage?.input_tokens),
-          outputTokens: tokens(usage?.output_tokens),
-          cacheReadTokens: tokens(usage?.cache_read_input_tokens),
-          cacheWriteTokens: tokens(usage?.cache_creation_input_tokens),
+          inputTokens: count(usage?.input_tokens),
+          outputTokens: count(usage?.output_tokens),
+          cacheReadTokens: count(usage?.cache_read_input_tokens),
+          cacheWriteTokens: count(usage?.cache_creation_input_tokens),
         };
         return;
       }
@@ -142,15 +130,15 @@ export class SdkMessageMapper {
         const usage = event.usage;
         if (this.currentCall) {
           // message_delta carries cumulative counts; input counts only on some servers.
-          this.currentCall.outputTokens = larger(this.currentCall.outputTokens, tokens(usage.output_tokens));
-          this.currentCall.inputTokens = larger(this.currentCall.inputTokens, tokens(usage.input_tokens));
-          this.currentCall.cacheReadTokens = larger(this.currentCall.cacheReadTokens, tokens(usage.cache_read_input_tokens));
-          this.currentCall.cacheWriteTokens = larger(this.currentCall.cacheWriteTokens, tokens(usage.cache_creation_input_tokens));
+          this.currentCall.outputTokens = Math.max(this.currentCall.outputTokens, count(usage.output_tokens));
+          this.currentCall.inputTokens = Math.max(this.currentCall.inputTokens, count(usage.input_tokens));
+          this.currentCall.cacheReadTokens = Math.max(this.currentCall.cacheReadTokens, count(usage.cache_read_input_tokens));
+          this.currentCall.cacheWriteTokens = Math.max(this.currentCall.cacheWriteTokens, count(usage.cache_creation_input_tokens));
         }
         return;
       }
       case "message_stop": {
-        if (this.currentCall) this.emit({ case: "usage", value: { ...this.currentCall } });
+        if (this.currentCall) this.events.usage({ ...this.currentCall });
         this.currentCall = undefined;
         return;
       }
@@ -163,7 +151,7 @@ export class SdkMessageMapper {
     const item = this.streamed.get(`${this.currentMessageId}/${index}`);
     if (!item || text === "") return;
     item.text += text;
-    this.emit({ case: "text", value: { itemId: item.itemId, text, delta: true, role: item.role } });
+    this.events.text(text, { itemId: item.itemId, delta: true, role: item.role });
   }
 
   private handleAssistant(messageId: string, content: ReadonlyArray<{ type: string }>): void {
@@ -173,7 +161,7 @@ export class SdkMessageMapper {
         const text = String((block.type === "text" ? block["text"] : block["thinking"]) ?? "");
         if (text === "" || this.alreadyStreamed(messageId, role, text)) continue;
         this.wholeItems += 1;
-        this.emit({ case: "text", value: { itemId: `${messageId}/whole-${this.wholeItems}`, text, delta: false, role } });
+        this.events.text(text, { itemId: `${messageId}/whole-${this.wholeItems}`, delta: false, role });
       } else if (block.type === "tool_use" || block.type === "server_tool_use" || block.type === "mcp_tool_use") {
         this.announceToolCall(String(block["id"]), String(block["name"]), block["input"]);
       }
@@ -191,22 +179,19 @@ export class SdkMessageMapper {
     if (!Array.isArray(content)) return;
     for (const block of content as Array<Record<string, unknown>>) {
       if (block["type"] !== "tool_result" || this.hidden.has(String(block["tool_use_id"]))) continue;
-      this.emit({
-        case: "toolResult",
-        value: { callId: String(block["tool_use_id"]), output: toolResultOutput(block["content"]), isError: block["is_error"] === true },
-      });
+      this.events.toolResult({ callId: String(block["tool_use_id"]), output: toolResultOutput(block["content"]), isError: block["is_error"] === true });
     }
   }
 
   /** The session's result from the SDK's `result` message. */
-  result(message: SDKResultMessage): SessionResultInit {
+  result(message: SDKResultMessage): ResultInit {
     const usage = Object.entries(message.modelUsage ?? {}).map(([model, u]) => ({
       model,
-      inputTokens: tokens(u.inputTokens),
-      outputTokens: tokens(u.outputTokens),
-      cacheReadTokens: tokens(u.cacheReadInputTokens),
-      cacheWriteTokens: tokens(u.cacheCreationInputTokens),
-      reasoningTokens: tokens(u.thinkingTokens),
+      inputTokens: count(u.inputTokens),
+      outputTokens: count(u.outputTokens),
+      cacheReadTokens: count(u.cacheReadInputTokens),
+      cacheWriteTokens: count(u.cacheCreationInputTokens),
+      reasoningTokens: count(u.thinkingTokens),
       costUsd: Number.isFinite(u.costUSD) ? u.costUSD : 0,
     }));
     const base = { usage, turns: count(message.num_turns) };

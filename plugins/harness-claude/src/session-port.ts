@@ -1,43 +1,9 @@
-// What a Claude session needs from the harness protocol, kept as one small
-// interface so the SDK mapping can be driven in tests and wired to
-// @oz0/harness in main.ts.
-import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
-import type {
-  PermissionAnswer,
-  RuntimeToolResult,
-  SessionEventSchema,
-  SessionRequest,
-  SessionResultSchema,
-} from "@oz0/proto/oz0/harness/v1/harness_pb";
+// The part of @oz0/harness's HarnessSession a Claude session uses, named so
+// the SDK mapping can be exercised with a stand-in in unit tests.
+import type { HarnessSession } from "@oz0/harness";
 
-/** One non-result event, as the `event` oneof of a SessionEvent. */
-export type SessionEventInit = Exclude<NonNullable<MessageInitShape<typeof SessionEventSchema>["event"]>, { case: "result" | "started" | undefined }>;
+/** Events a Claude session writes (never the result: the caller writes that). */
+export type EventSink = Pick<HarnessSession, "text" | "toolCall" | "toolResult" | "usage">;
 
-/** The session's one result. */
-export type SessionResultInit = MessageInitShape<typeof SessionResultSchema>;
-
-export interface PermissionAsk {
-  tool: string;
-  input: JsonObject;
-  title: string;
-  callId: string;
-}
-
-export interface RuntimeToolCallInit {
-  name: string;
-  input: JsonObject;
-}
-
-export interface SessionPort {
-  readonly request: SessionRequest;
-  /** Write one event; the port keeps them in order. */
-  emit(event: SessionEventInit): void;
-  /** Ask the runtime before a tool call; resolves with its answer. */
-  requestPermission(ask: PermissionAsk): Promise<PermissionAnswer>;
-  /** Call a tool the runtime serves; resolves with its result. */
-  callRuntimeTool(call: RuntimeToolCallInit): Promise<RuntimeToolResult>;
-  /** Aborted when the session is cancelled (SIGTERM). */
-  readonly signal: AbortSignal;
-  /** Free-form log line (stderr). */
-  log(message: string): void;
-}
+/** Everything runClaudeSession needs from the protocol session. */
+export type ClaudeSessionHost = EventSink & Pick<HarnessSession, "request" | "signal" | "requestPermission" | "callRuntimeTool" | "log">;
