@@ -1,0 +1,266 @@
+// Leases: how several orchestrator replicas share jobs, graph runs and
+// pending approvals with exactly one owner at a time. A lease is a row
+// (kind, resource) naming its owner, an expiry and a fencing token. The owner
+// renews it; a replica that dies stops renewing, the lease expires, and
+// another replica takes it over, which hands out a new token. Writes made
+// under a lease check the token in the same transaction (`assertLeaseHeld`),
+// so a stale owner (paused, partitioned) cannot write after a takeover.
+// Expiry is judged by the database's clock (`now()`), never a replica's, so
+// clock skew between replicas cannot make two of them owners.
+import type pg from "pg";
+import { OrchestratorError } from "./orchestrator-error.js";
+import { createPostgresPool, migrateOrchestrator, type PostgresConnectionOptions } from "./postgres-migrations.js";
+
+/** What a lease is for: a job (its session), a graph run, or a pending approval. */
+export type LeaseKind = "job" | "graph_run" | "approval";
+
+export interface Lease {
+  kind: LeaseKind;
+  resource: string;
+  owner: string;
+  /** Fencing token: grows with every acquisition or takeover, never reused. */
+  token: bigint;
+  acquiredAt: Date;
+  expiresAt: Date;
+}
+
+/** What a write under a lease carries to prove it is still the owner's. */
+export type LeaseFence = Pick<Lease, "kind" | "resource" | "token">;
+
+/** A write was refused because the lease it was made under is no longer held. */
+export class LeaseLostError extends OrchestratorError {
+  readonly fence: LeaseFence;
+
+  constructor(fence: LeaseFence, holder: string) {
+    super(
+      "failed_precondition",
+      `the lease on ${fence.kind} ${fence.resource} (token ${fence.token}) is no longer held by this replica (${holder}); it stopped renewing in time and another replica took over, so this replica must stop working on it`,
+    );
+    this.name = "LeaseLostError";
+    this.fence = fence;
+  }
+}
+
+interface LeaseRow {
+  kind: string;
+  resource: string;
+  owner: string;
+  token: string;
+  acquired_at: Date;
+  expires_at: Date;
+}
+
+function toLease(row: LeaseRow): Lease {
+  return {
+    kind: row.kind as LeaseKind,
+    resource: row.resource,
+    owner: row.owner,
+    token: BigInt(row.token),
+    acquiredAt: row.acquired_at,
+    expiresAt: row.expires_at,
+  };
+}
+
+/**
+ * Refuses (with LeaseLostError) unless `fence` still holds its lease. Run it
+ * inside the transaction of the write it guards: FOR SHARE keeps a takeover
+ * (an UPDATE of the lease row) waiting until that write has committed, so
+ * every write lands strictly before or strictly after the takeover.
+ */
+export async function assertLeaseHeld(client: pg.PoolClient, fence: LeaseFence): Promise<void> {
+  const { rows } = await client.query<{ token: string; owner: string }>("SELECT token, owner FROM leases WHERE kind = $1 AND resource = $2 FOR SHARE", [
+    fence.kind,
+    fence.resource,
+  ]);
+  const row = rows[0];
+  if (!row || BigInt(row.token) !== fence.token) throw new LeaseLostError(fence, row ? `now owned by ${row.owner}` : "released");
+}
+
+export interface LeaseManagerOptions {
+  /** The pool to use (the store's), or connection options for one of its own. */
+  pool?: pg.Pool;
+  connection?: PostgresConnectionOptions;
+  /** This replica's id (a pod name, say): the owner written on its leases. */
+  owner: string;
+  /** How long a lease lasts without renewal. Default 30 s. */
+  ttlMs?: number;
+}
+
+export interface RenewalOptions {
+  /** How often to renew every held lease. Default a third of the TTL. */
+  intervalMs?: number;
+  /** Called for each lease found lost on renewal: stop working on its resource. */
+  onLost: (lease: Lease) => void;
+  /** Called when a renewal round fails (the database unreachable); renewal goes on. */
+  onError?: (error: unknown) => void;
+}
+
+export class LeaseManager {
+  readonly owner: string;
+  readonly #pool: pg.Pool;
+  readonly #ownsPool: boolean;
+  readonly #ttlMs: number;
+  /** Leases this manager holds, by `kind/resource`, for background renewal. */
+  readonly #held = new Map<string, Lease>();
+  #timer: NodeJS.Timeout | undefined;
+  #renewing: Promise<void> | undefined;
+
+  private constructor(options: { pool: pg.Pool; ownsPool: boolean; owner: string; ttlMs: number }) {
+    this.#pool = options.pool;
+    this.#ownsPool = options.ownsPool;
+    this.owner = options.owner;
+    this.#ttlMs = options.ttlMs;
+  }
+
+  /** Runs the orchestrator migrations (idempotent) so leases work on a fresh database. */
+  static async open(options: LeaseManagerOptions): Promise<LeaseManager> {
+    if (!options.pool && !options.connection) throw new Error("LeaseManager.open needs a pool or connection options");
+    const pool = options.pool ?? createPostgresPool(options.connection!);
+    // A pool passed in is the store's, already migrated by PostgresJobStore.open.
+    if (!options.pool) await migrateOrchestrator(pool, options.connection!.schema ?? "oz0");
+    return new LeaseManager({ pool, ownsPool: !options.pool, owner: options.owner, ttlMs: options.ttlMs ?? 30_000 });
+  }
+
+  /**
+   * Takes the lease when it is free, expired, or already this owner's (then
+   * its expiry is extended and the token kept). Undefined when another owner
+   * holds it unexpired. Taking over an expired lease is the same call.
+   */
+  async acquire(kind: LeaseKind, resource: string, options: { ttlMs?: number } = {}): Promise<Lease | undefined> {
+    const ttl = options.ttlMs ?? this.#ttlMs;
+    const { rows } = await this.#pool.query<LeaseRow>(
+      `INSERT INTO leases AS l (kind, resource, owner, token, acquired_at, expires_at)
+       VALUES ($1, $2, $3, nextval('lease_tokens'), now(), now() + $4 * interval '1 millisecond')
+       ON CONFLICT (kind, resource) DO UPDATE SET
+         token = CASE WHEN l.owner = excluded.owner AND l.expires_at > now() THEN l.token ELSE excluded.token END,
+         acquired_at = CASE WHEN l.owner = excluded.owner AND l.expires_at > now() THEN l.acquired_at ELSE excluded.acquired_at END,
+         owner = excluded.owner, expires_at = excluded.expires_at
+       WHERE l.expires_at <= now() OR l.owner = excluded.owner
+       RETURNING *`,
+      [kind, resource, this.owner, ttl],
+    );
+    if (!rows[0]) return undefined;
+    const lease = toLease(rows[0]);
+    this.#held.set(`${kind}/${resource}`, lease);
+    return lease;
+  }
+
+  /** Extends the lease if its token is still current; undefined when it was lost (taken over or released). */
+  async renew(lease: LeaseFence, options: { ttlMs?: number } = {}): Promise<Lease | undefined> {
+    const { rows } = await this.#pool.query<LeaseRow>(
+      `UPDATE leases SET expires_at = now() + $4 * interval '1 millisecond'
+       WHERE kind = $1 AND resource = $2 AND token = $3 RETURNING *`,
+      [lease.kind, lease.resource, lease.token.toString(), options.ttlMs ?? this.#ttlMs],
+    );
+    const key = `${lease.kind}/${lease.resource}`;
+    if (!rows[0]) {
+      this.#held.delete(key);
+      return undefined;
+    }
+    const renewed = toLease(rows[0]);
+    this.#held.set(key, renewed);
+    return renewed;
+  }
+
+  /** Gives the lease up (the work is done); false when it was no longer held. */
+  async release(lease: LeaseFence): Promise<boolean> {
+    this.#held.delete(`${lease.kind}/${lease.resource}`);
+    const result = await this.#pool.query("DELETE FROM leases WHERE kind = $1 AND resource = $2 AND token = $3", [
+      lease.kind,
+      lease.resource,
+      lease.token.toString(),
+    ]);
+    return (result.rowCount ?? 0) > 0;
+  }
+
+  /** Leases whose owners stopped renewing them, oldest expiry first. */
+  async listExpired(kind?: LeaseKind): Promise<Lease[]> {
+    const { rows } = await this.#pool.query<LeaseRow>(
+      "SELECT * FROM leases WHERE expires_at <= now() AND ($1::text IS NULL OR kind = $1) ORDER BY expires_at, kind, resource",
+      [kind ?? null],
+    );
+    return rows.map(toLease);
+  }
+
+  /** The current lease on a resource (expired or not), if any. */
+  async get(kind: LeaseKind, resource: string): Promise<Lease | undefined> {
+    const { rows } = await this.#pool.query<LeaseRow>("SELECT * FROM leases WHERE kind = $1 AND resource = $2", [kind, resource]);
+    return rows[0] ? toLease(rows[0]) : undefined;
+  }
+
+  /**
+   * Takes over up to `limit` expired leases of `kind` in one statement.
+   * SKIP LOCKED lets replicas sweeping at the same moment split the dead
+   * replica's work between them instead of queueing on the same rows.
+   */
+  async takeOverExpired(kind: LeaseKind, options: { limit?: number } = {}): Promise<Lease[]> {
+    const { rows } = await this.#pool.query<LeaseRow>(
+      `UPDATE leases AS l SET owner = $2, token = nextval('lease_tokens'), acquired_at = now(), expires_at = now() + $3 * interval '1 millisecond'
+       FROM (SELECT kind, resource FROM leases WHERE kind = $1 AND expires_at <= now() ORDER BY expires_at LIMIT $4 FOR UPDATE SKIP LOCKED) AS due
+       WHERE l.kind = due.kind AND l.resource = due.resource AND l.expires_at <= now()
+       RETURNING l.*`,
+      [kind, this.owner, this.#ttlMs, options.limit ?? 100],
+    );
+    const taken = rows.map(toLease);
+    for (const lease of taken) this.#held.set(`${lease.kind}/${lease.resource}`, lease);
+    return taken;
+  }
+
+  /** Leases this manager believes it holds (as of its last acquire or renewal). */
+  held(): Lease[] {
+    return [...this.#held.values()];
+  }
+
+  /** Renews every held lease in the background until `stop()`. */
+  startRenewing(options: RenewalOptions): void {
+    if (this.#timer) return;
+    const interval = options.intervalMs ?? Math.max(1, Math.floor(this.#ttlMs / 3));
+    this.#timer = setInterval(() => {
+      // One round at a time: a slow database must not pile rounds up.
+      if (this.#renewing) return;
+      this.#renewing = this.renewAll(options.onLost)
+        .catch((error: unknown) => options.onError?.(error))
+        .finally(() => {
+          this.#renewing = undefined;
+        });
+    }, interval);
+    this.#timer.unref();
+  }
+
+  /** Renews every held lease once (in one statement); reports the lost ones. */
+  async renewAll(onLost: (lease: Lease) => void): Promise<void> {
+    const held = this.held();
+    if (held.length === 0) return;
+    const { rows } = await this.#pool.query<LeaseRow>(
+      `UPDATE leases AS l SET expires_at = now() + $4 * interval '1 millisecond'
+       FROM unnest($1::text[], $2::text[], $3::bigint[]) AS h(kind, resource, token)
+       WHERE l.kind = h.kind AND l.resource = h.resource AND l.token = h.token
+       RETURNING l.*`,
+      [held.map((l) => l.kind), held.map((l) => l.resource), held.map((l) => l.token.toString()), this.#ttlMs],
+    );
+    const renewed = new Map(rows.map((r) => [`${r.kind}/${r.resource}`, toLease(r)]));
+    for (const lease of held) {
+      const key = `${lease.kind}/${lease.resource}`;
+      const fresh = renewed.get(key);
+      if (fresh) {
+        this.#held.set(key, fresh);
+      } else if (this.#held.get(key) === lease) {
+        // Still the lease we tried to renew (not re-acquired meanwhile): it is lost.
+        this.#held.delete(key);
+        onLost(lease);
+      }
+    }
+  }
+
+  /** Stops renewing; held leases then expire unless released. */
+  async stop(): Promise<void> {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = undefined;
+    await this.#renewing;
+  }
+
+  async close(): Promise<void> {
+    await this.stop();
+    if (this.#ownsPool) await this.#pool.end();
+  }
+}

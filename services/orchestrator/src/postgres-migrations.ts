@@ -1,0 +1,164 @@
+// The orchestrator's PostgreSQL schema as numbered migrations, and the pool
+// every PostgreSQL module of the orchestrator shares. Several replicas start
+// at once in a cluster, so migrations run under a transaction-scoped advisory
+// lock: the first replica applies them, the others wait and then find every
+// version recorded in `oz0_migrations`. DDL is transactional in PostgreSQL,
+// so a replica killed mid-migration leaves nothing half applied.
+import pg from "pg";
+
+export interface Migration {
+  version: number;
+  /** What it does, stored beside the version for operators. */
+  name: string;
+  sql: string;
+}
+
+/** The job store (version 1), leases (2) and the sandbox node registry (3). Append only: never edit an applied one. */
+export const ORCHESTRATOR_MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: "job store",
+    sql: `
+CREATE TABLE plugins (
+  name text PRIMARY KEY, version text NOT NULL, description text NOT NULL, source text NOT NULL,
+  path text NOT NULL, manifest jsonb NOT NULL, installed_at timestamptz NOT NULL);
+CREATE TABLE agent_versions (
+  name text NOT NULL, version integer NOT NULL, content_hash text NOT NULL, plugin text NOT NULL,
+  plugin_version text NOT NULL, plugin_path text NOT NULL, definition jsonb NOT NULL, instructions text NOT NULL,
+  harness jsonb NOT NULL, published_at timestamptz NOT NULL, PRIMARY KEY (name, version));
+CREATE TABLE jobs (
+  id text PRIMARY KEY, agent_name text NOT NULL, agent_version integer NOT NULL, input text NOT NULL,
+  state text NOT NULL, created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL, finished_at timestamptz,
+  result_text text NOT NULL, stop_reason integer NOT NULL, error text NOT NULL, session_id text NOT NULL,
+  sandbox_url text NOT NULL, last_seq bigint NOT NULL, sandbox_seq bigint NOT NULL, attachments jsonb NOT NULL,
+  token_id text NOT NULL, cancel_requested_at timestamptz,
+  -- Insertion order, to break ties between jobs created in the same millisecond (SQLite's rowid).
+  ord bigserial NOT NULL);
+CREATE INDEX jobs_by_state ON jobs (state);
+CREATE INDEX jobs_by_created ON jobs (created_at DESC, ord DESC);
+CREATE TABLE job_events (
+  job_id text NOT NULL, seq bigint NOT NULL, time timestamptz NOT NULL, event jsonb NOT NULL,
+  PRIMARY KEY (job_id, seq));
+CREATE TABLE permissions (
+  job_id text NOT NULL, id text NOT NULL, call_id text NOT NULL, session_id text NOT NULL, tool text NOT NULL,
+  input jsonb, title text NOT NULL, needs_person boolean NOT NULL, status text NOT NULL, reason text NOT NULL,
+  decider text, answered_by text NOT NULL, answer_input jsonb, requested_at timestamptz NOT NULL, answered_at timestamptz,
+  delivered boolean NOT NULL, ord bigserial NOT NULL, PRIMARY KEY (job_id, id));
+CREATE INDEX permissions_by_status ON permissions (status);
+CREATE INDEX permissions_by_call ON permissions (job_id, call_id);
+`,
+  },
+  {
+    version: 2,
+    name: "leases",
+    sql: `
+-- Fencing tokens come from one sequence, so a token is never handed out twice,
+-- even after a lease row is released and acquired again.
+CREATE SEQUENCE lease_tokens;
+CREATE TABLE leases (
+  kind text NOT NULL, resource text NOT NULL, owner text NOT NULL, token bigint NOT NULL,
+  acquired_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, PRIMARY KEY (kind, resource));
+CREATE INDEX leases_by_expiry ON leases (kind, expires_at);
+CREATE INDEX leases_by_owner ON leases (owner);
+`,
+  },
+  {
+    version: 3,
+    name: "sandbox nodes",
+    sql: `
+CREATE TABLE sandbox_nodes (
+  id text PRIMARY KEY, url text NOT NULL, capacity integer NOT NULL, placed integer NOT NULL DEFAULT 0,
+  registered_at timestamptz NOT NULL, last_heartbeat timestamptz NOT NULL);
+CREATE TABLE session_placements (
+  session_id text PRIMARY KEY, job_id text NOT NULL, node_id text NOT NULL REFERENCES sandbox_nodes (id),
+  placed_at timestamptz NOT NULL);
+CREATE INDEX session_placements_by_node ON session_placements (node_id);
+`,
+  },
+];
+
+export interface PostgresConnectionOptions {
+  /** A `postgres://` URL (DATABASE_URL). */
+  connectionString: string;
+  /**
+   * The schema holding the tables, created when missing. Default `oz0`.
+   * Tests give each run its own so runs sharing a server never collide.
+   */
+  schema?: string;
+  /** Pool size. Default 10. */
+  maxConnections?: number;
+}
+
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/** Checks a schema name (it becomes an identifier and part of channel names, so no quoting games). */
+export function checkSchemaName(schema: string): string {
+  if (!SCHEMA_NAME.test(schema)) {
+    throw new Error(`schema name ${JSON.stringify(schema)} must be lower-case letters, digits and underscores, starting with a letter, at most 63 characters`);
+  }
+  return schema;
+}
+
+/** A pool whose connections resolve unqualified table names in `schema`. */
+export function createPostgresPool(options: PostgresConnectionOptions): pg.Pool {
+  const schema = checkSchemaName(options.schema ?? "oz0");
+  const pool = new pg.Pool({
+    connectionString: options.connectionString,
+    max: options.maxConnections ?? 10,
+    // search_path per connection, so every module's SQL names tables without a schema.
+    options: `-c search_path=${schema}`,
+  });
+  // An idle client losing its connection (server restart) must not crash the process; the next query reconnects.
+  pool.on("error", () => undefined);
+  return pool;
+}
+
+/** Runs `fn` in one transaction: commit when it resolves, roll back when it throws. */
+export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  try {
+    await client.query("BEGIN");
+    const result = await fn(client);
+    await client.query("COMMIT");
+    return result;
+  } catch (error) {
+    await client.query("ROLLBACK").catch(() => undefined);
+    throw error;
+  } finally {
+    client.release();
+  }
+}
+
+/**
+ * Applies the migrations not yet recorded for `component`, in order, in one
+ * transaction holding an advisory lock keyed by schema and component. Safe
+ * when many processes call it at once; a no-op once everything is applied.
+ */
+export async function runMigrations(options: { pool: pg.Pool; schema: string; component: string; migrations: readonly Migration[] }): Promise<number[]> {
+  const schema = checkSchemaName(options.schema);
+  return withTransaction(options.pool, async (client) => {
+    await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`oz0.migrations:${schema}:${options.component}`]);
+    await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
+    await client.query(
+      `CREATE TABLE IF NOT EXISTS ${schema}.oz0_migrations (component text NOT NULL, version integer NOT NULL, name text NOT NULL,
+       applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (component, version))`,
+    );
+    const applied = await client.query<{ version: number }>(`SELECT version FROM ${schema}.oz0_migrations WHERE component = $1`, [options.component]);
+    const done = new Set(applied.rows.map((r) => r.version));
+    const ran: number[] = [];
+    for (const migration of [...options.migrations].sort((a, b) => a.version - b.version)) {
+      if (done.has(migration.version)) continue;
+      // The pool's search_path names this schema, but it may not have existed when the connection opened.
+      await client.query(`SET LOCAL search_path TO ${schema}`);
+      await client.query(migration.sql);
+      await client.query(`INSERT INTO ${schema}.oz0_migrations (component, version, name) VALUES ($1, $2, $3)`, [options.component, migration.version, migration.name]);
+      ran.push(migration.version);
+    }
+    return ran;
+  });
+}
+
+/** The orchestrator's migrations on `schema`; every orchestrator PostgreSQL module calls it on open. */
+export async function migrateOrchestrator(pool: pg.Pool, schema: string): Promise<number[]> {
+  return runMigrations({ pool, schema, component: "orchestrator", migrations: ORCHESTRATOR_MIGRATIONS });
+}

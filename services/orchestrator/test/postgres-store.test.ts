@@ -1,0 +1,133 @@
+// needs: postgres
+// The shared JobStore suite against a real PostgreSQL server, each test in a
+// schema of its own (the runner's DATABASE_URL is shared by every test file),
+// plus what only a multi-replica store must get right: migrations racing at
+// start-up, appends from two replicas, and fenced writes after a takeover.
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { test } from "node:test";
+import { create } from "@bufbuild/protobuf";
+import { JobEventSchema } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import pg from "pg";
+import type { JobRecord } from "../src/job-store.js";
+import { LeaseLostError, LeaseManager } from "../src/lease-manager.js";
+import { createPostgresPool, migrateOrchestrator, ORCHESTRATOR_MIGRATIONS } from "../src/postgres-migrations.js";
+import { PostgresJobStore } from "../src/postgres-store.js";
+import { jobStoreSuite } from "./job-store-suite.js";
+
+const url = process.env.DATABASE_URL;
+if (!url) throw new Error("DATABASE_URL is unset: run through `npm test` (tools/test-infra starts PostgreSQL) or point it at a server");
+const connectionString: string = url;
+
+function freshSchema(): string {
+  return `oz0_test_${randomBytes(6).toString("hex")}`;
+}
+
+async function dropSchema(schema: string): Promise<void> {
+  const client = new pg.Client({ connectionString });
+  await client.connect();
+  try {
+    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+  } finally {
+    await client.end();
+  }
+}
+
+function job(id: string): JobRecord {
+  const now = new Date();
+  return {
+    id,
+    agentName: "fixer",
+    agentVersion: 1,
+    input: "fix it",
+    state: "pending",
+    createdAt: now,
+    updatedAt: now,
+    resultText: "",
+    stopReason: 0,
+    error: "",
+    sessionId: `ses_${id}`,
+    sandboxUrl: "",
+    lastSeq: 0,
+    sandboxSeq: 0,
+    attachments: ["a.txt"],
+    tokenId: "",
+  };
+}
+
+const textEvent = (text: string) => create(JobEventSchema, { event: { case: "text", value: { text } } });
+
+jobStoreSuite("postgres", async () => {
+  const schema = freshSchema();
+  return { store: await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 }), cleanup: () => dropSchema(schema) };
+});
+
+test("postgres: replicas starting at once apply each migration exactly once", async () => {
+  const schema = freshSchema();
+  const pools = Array.from({ length: 5 }, () => createPostgresPool({ connectionString, schema, maxConnections: 1 }));
+  try {
+    const ran = await Promise.all(pools.map((pool) => migrateOrchestrator(pool, schema)));
+    const all = ran.flat().sort((a, b) => a - b);
+    assert.deepEqual(all, ORCHESTRATOR_MIGRATIONS.map((m) => m.version), "every version applied once, by one of them");
+    const { rows } = await pools[0]!.query<{ version: number }>("SELECT version FROM oz0_migrations WHERE component = 'orchestrator' ORDER BY version");
+    assert.deepEqual(rows.map((r) => r.version), ORCHESTRATOR_MIGRATIONS.map((m) => m.version));
+    assert.deepEqual(await migrateOrchestrator(pools[1]!, schema), [], "a later start finds nothing to do");
+  } finally {
+    await Promise.all(pools.map((pool) => pool.end()));
+    await dropSchema(schema);
+  }
+});
+
+test("postgres: two replicas appending to one job get gap-free, unique sequence numbers", async () => {
+  const schema = freshSchema();
+  const a = await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 });
+  const b = await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 });
+  try {
+    await a.createJob(job("j1"));
+    const appends = Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).append({ jobId: "j1", events: [textEvent(`x${i}`), textEvent(`y${i}`)] }));
+    const stored = (await Promise.all(appends)).flat().map((e) => Number(e.seq));
+    assert.deepEqual(stored.sort((x, y) => x - y), Array.from({ length: 80 }, (_, i) => i + 1));
+    const events = await b.listJobEvents("j1", 0);
+    assert.deepEqual(events.map((e) => Number(e.seq)), Array.from({ length: 80 }, (_, i) => i + 1));
+    assert.equal((await a.getJob("j1"))?.lastSeq, 80);
+    assert.deepEqual((await a.getJob("j1"))?.attachments, ["a.txt"]);
+  } finally {
+    await a.close();
+    await b.close();
+    await dropSchema(schema);
+  }
+});
+
+test("postgres: a stale owner's fenced writes are refused once another replica took the job over", async () => {
+  const schema = freshSchema();
+  const store = await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 });
+  const first = await LeaseManager.open({ pool: store.pool, owner: "replica-a" });
+  const second = await LeaseManager.open({ pool: store.pool, owner: "replica-b" });
+  try {
+    await store.createJob(job("j1"));
+    // A lease that expires at once stands for an owner that stopped renewing (paused, partitioned).
+    const stale = await first.acquire("job", "j1", { ttlMs: 0 });
+    assert.ok(stale);
+    const asFirst = store.fenced(stale);
+    await asFirst.append({ jobId: "j1", events: [textEvent("before takeover")] });
+
+    const taken = await second.acquire("job", "j1");
+    assert.ok(taken, "the expired lease is taken over");
+    assert.ok(taken.token > stale.token, "a takeover hands out a newer token");
+    const asSecond = store.fenced(taken);
+
+    await assert.rejects(asFirst.append({ jobId: "j1", events: [textEvent("stale")] }), LeaseLostError);
+    await assert.rejects(asFirst.updateJob("j1", { state: "failed" }), LeaseLostError);
+    await asSecond.append({ jobId: "j1", events: [textEvent("new owner")], job: { state: "running" } });
+
+    const texts = (await store.listJobEvents("j1", 0)).map((e) => (e.event.case === "text" ? e.event.value.text : ""));
+    assert.deepEqual(texts, ["before takeover", "new owner"]);
+    assert.equal((await store.getJob("j1"))?.state, "running");
+    await asFirst.close();
+  } finally {
+    await first.close();
+    await second.close();
+    await store.close();
+    await dropSchema(schema);
+  }
+});
