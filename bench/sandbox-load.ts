@@ -5,11 +5,12 @@
 // per session, the ratios to the baseline, and fails if any session lost or
 // repeated a message.
 //
-//   node --import tsx bench/sandbox-load.ts [--sessions 50] [--events 100] [--isolation none|bwrap|auto]
+//   node --import tsx bench/sandbox-load.ts [--sessions 50] [--harness fake|chatty] [--events 100] [--isolation none|bwrap|auto]
 //
-// The harness is the sandbox tests' scenario harness in its `chatty` mode
-// (started, N text deltas, usage, result): the same work the SDK's fake
-// harness does, with no dependency on its script format.
+// `fake` (default) is the SDK's oz0-fake-harness, a real agent loop, making
+// one call to the scripted model per session; `chatty` is the sandbox tests'
+// scenario harness writing --events text deltas (no model call), to load the
+// event path.
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -20,7 +21,8 @@ import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { startHostSession } from "@oz0/harness/host";
-import { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { startScriptedModel } from "@oz0/harness/testing";
+import { ProtocolVersion, SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { SandboxService, SessionStatus, type RunSessionResponse } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { startSandbox, type IsolationSetting } from "@oz0/sandbox";
 
@@ -29,16 +31,29 @@ const { values } = parseArgs({
     sessions: { type: "string", default: "50" },
     events: { type: "string", default: "100" },
     isolation: { type: "string", default: "none" },
+    harness: { type: "string", default: "fake" },
   },
 });
 const SESSIONS = Number(values.sessions);
 const EVENTS = Number(values.events);
 const ISOLATION = values.isolation as IsolationSetting;
-const HARNESS = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "services", "sandbox", "test", "fixtures", "scenario-harness.mjs");
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+const FAKE = values.harness !== "chatty";
+const HARNESS = FAKE
+  ? path.join(REPO, "sdk", "harness-ts", "bin", "oz0-fake-harness.js")
+  : path.join(REPO, "services", "sandbox", "test", "fixtures", "scenario-harness.mjs");
 const COMMAND = [process.execPath, HARNESS];
-const INPUT = JSON.stringify({ mode: "chatty", events: EVENTS });
-// started + EVENTS text + usage + result, as harness events.
-const EXPECTED_EVENTS = EVENTS + 3;
+const INPUT = FAKE ? "say hello" : JSON.stringify({ mode: "chatty", events: EVENTS });
+// Harness events per session: fake = started, text, usage, result; chatty = started, EVENTS texts, usage, result.
+const EXPECTED_EVENTS = FAKE ? 4 : EVENTS + 3;
+// Every model call gets the same one-turn answer, so sessions can run in any order.
+const model = await startScriptedModel({ turns: () => ({ text: "hello", usage: { input: 10, output: 2 } }), isSideCall: () => false });
+const REQUEST = {
+  protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+  input: INPUT,
+  model: { primary: "anthropic/scripted" },
+  llm: { anthropicBaseUrl: model.url, token: "bench-token", headers: { "Oz0-Job": "bench", "Oz0-Agent": "bench" } },
+};
 
 function quantile(sorted: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] ?? Number.NaN;
@@ -109,12 +124,12 @@ async function baseline(): Promise<RunStats> {
         command: COMMAND,
         cwd: dir,
         env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
-        request: create(SessionRequestSchema, { sessionId: `baseline-${i}`, input: INPUT, workingDir: dir }),
+        request: create(SessionRequestSchema, { ...REQUEST, jobId: "bench", sessionId: `baseline-${i}`, workingDir: dir, stateDir: dir }),
         onEvent: () => events++,
       });
       const outcome = await session.outcome;
       rmSync(dir, { recursive: true, force: true });
-      if (outcome.status !== "completed" || events !== EXPECTED_EVENTS) throw new Error(`baseline session ${i}: ${outcome.status}, ${events} events`);
+      if (outcome.status !== "completed" || events !== EXPECTED_EVENTS) throw new Error(`baseline session ${i}: ${outcome.status}, ${events} events ${outcome.error?.message ?? ""} ${outcome.stderrTail}`);
       return performance.now() - started;
     }),
   );
@@ -125,7 +140,7 @@ async function baseline(): Promise<RunStats> {
 
 async function throughSandbox(): Promise<RunStats & { problems: string[]; isolation: string }> {
   const root = mkdtempSync(path.join(os.tmpdir(), "oz0-bench-sandbox-"));
-  const sandbox = await startSandbox({ port: 0, root, isolation: ISOLATION, maxSessions: SESSIONS });
+  const sandbox = await startSandbox({ port: 0, root, isolation: ISOLATION, maxSessions: SESSIONS, readOnlyPaths: [REPO] });
   const client = createClient(SandboxService, createGrpcTransport({ baseUrl: sandbox.url }));
   const problems: string[] = [];
   const memory = sampleMemory();
@@ -135,7 +150,7 @@ async function throughSandbox(): Promise<RunStats & { problems: string[]; isolat
       const started = performance.now();
       const received: RunSessionResponse[] = [];
       async function* requests() {
-        yield { message: { case: "start" as const, value: { command: COMMAND, pluginDir: path.dirname(HARNESS), request: { jobId: "bench", input: INPUT } } } };
+        yield { message: { case: "start" as const, value: { command: COMMAND, pluginDir: path.dirname(HARNESS), request: { ...REQUEST, jobId: "bench" } } } };
       }
       for await (const message of client.runSession(requests())) received.push(message);
       const seqs = received.map((m) => Number(m.seq));
@@ -160,7 +175,8 @@ const load = await throughSandbox();
 const rate = (s: RunStats): number => (SESSIONS / s.wallMs) * 1000;
 const row = (name: string, s: RunStats): string =>
   `${name.padEnd(22)} ${rate(s).toFixed(1).padStart(8)} ${quantile(s.latencies, 0.5).toFixed(0).padStart(8)} ${quantile(s.latencies, 0.99).toFixed(0).padStart(8)} ${(s.selfPeakKiB / SESSIONS).toFixed(0).padStart(12)} ${(s.childrenPeakKiB / SESSIONS).toFixed(0).padStart(14)}`;
-console.log(`${SESSIONS} concurrent sessions, ${EVENTS} text events each, isolation ${load.isolation}`);
+await model.close();
+console.log(`${SESSIONS} concurrent sessions of ${FAKE ? "oz0-fake-harness (one scripted model call each)" : `the chatty harness (${EVENTS} text events each)`}, isolation ${load.isolation}`);
 console.log(`${"".padEnd(22)} ${"sess/s".padStart(8)} ${"p50 ms".padStart(8)} ${"p99 ms".padStart(8)} ${"host KiB/ses".padStart(12)} ${"harness KiB/ses".padStart(14)}`);
 console.log(row("baseline (host only)", base));
 console.log(row("sandbox (gRPC)", load));
