@@ -50,6 +50,29 @@ const oneOf =
   (key: string, values: readonly string[]): Extract =>
   (a) =>
     typeof a[key] === "string" && values.includes(a[key]) ? a[key] : undefined;
+// A finite non-negative amount that need not be whole (a cost in dollars).
+const amountOf =
+  (key: string): Extract =>
+  (a) => {
+    const v = a[key];
+    return typeof v === "number" && Number.isFinite(v) && v >= 0 ? v : undefined;
+  };
+// An identifier, or a small enum number (producers that send proto enum values).
+const codeOf =
+  (key: string): Extract =>
+  (a) => {
+    const v = a[key];
+    return typeof v === "number" ? (Number.isInteger(v) && v >= 0 && v < 1000 ? v : undefined) : identifier(v);
+  };
+const firstOf =
+  (...extracts: Extract[]): Extract =>
+  (a) => {
+    for (const extract of extracts) {
+      const value = extract(a);
+      if (value !== undefined) return value;
+    }
+    return undefined;
+  };
 const operationKey: Extract = (a) =>
   typeof a.operation_key === "string" && OPERATION_KEY.test(a.operation_key) ? a.operation_key : undefined;
 const exitCode: Extract = (a) =>
@@ -86,10 +109,27 @@ const jobStart: Allowlist = {
   attachment_count: countOf("attachment_count"),
 };
 const jobEnd: Allowlist = {
-  stop_reason: id("stop_reason"),
+  stop_reason: codeOf("stop_reason"),
   error_code: id("error_code"),
   duration_ms: countOf("duration_ms"),
   turns: countOf("turns"),
+};
+const sessionEnd: Allowlist = {
+  exit_code: exitCode,
+  signal: id("signal"),
+  stop_reason: codeOf("stop_reason"),
+  error_code: id("error_code"),
+  turns: countOf("turns"),
+  duration_ms: countOf("duration_ms"),
+};
+const toolDecision: Allowlist = {
+  tool_name: id("tool_name"),
+  path: pathOf("path"),
+  label: toolLabel,
+  decision: id("decision"),
+  decided_by: firstOf(id("decided_by"), id("decider")),
+  hook: id("hook"),
+  input_changed: flag("input_changed"),
 };
 const toolCall: Allowlist = {
   tool_name: id("tool_name"),
@@ -126,30 +166,23 @@ const graphStep: Allowlist = {
 export const EVENT_POLICY: Readonly<Record<string, Allowlist>> = {
   "job.submitted": jobStart,
   "job.started": jobStart,
+  "job.created": jobStart,
   "job.completed": jobEnd,
   "job.failed": jobEnd,
   "job.cancelled": jobEnd,
   "job.timed_out": jobEnd,
   "session.started": {
-    harness: id("harness"),
+    harness: firstOf(id("harness"), id("harness_name")),
     node: id("node"),
     isolation: id("isolation"),
     resumed: flag("resumed"),
   },
-  "session.exited": {
-    exit_code: exitCode,
-    signal: id("signal"),
-    stop_reason: id("stop_reason"),
-    duration_ms: countOf("duration_ms"),
-  },
+  "session.exited": sessionEnd,
+  "session.ended": sessionEnd,
   "tool.called": toolCall,
-  "tool.decided": {
-    ...toolCall,
-    decision: id("decision"),
-    decided_by: id("decided_by"),
-    hook: id("hook"),
-    input_changed: flag("input_changed"),
-  },
+  "tool.decided": toolDecision,
+  // What the orchestrator sends when a hook or policy decided without a person.
+  "permission.decided": toolDecision,
   "tool.completed": {
     ...toolCall,
     duration_ms: countOf("duration_ms"),
@@ -178,6 +211,21 @@ export const EVENT_POLICY: Readonly<Record<string, Allowlist>> = {
     attempts: countOf("attempts"),
     stop_reason: id("stop_reason"),
     cost_microdollars: countOf("cost_microdollars"),
+  },
+  // The LLM proxy's record of one logical call: counts and ids only.
+  "llm.call_completed": {
+    operation_id: id("operation_id"),
+    provider: id("provider"),
+    model: id("model"),
+    wire: id("wire"),
+    stream: flag("stream"),
+    http_status: countOf("http_status"),
+    attempts: countOf("attempts"),
+    reasoning_tokens: countOf("reasoning_tokens"),
+    cost_usd: amountOf("cost_usd"),
+    latency_ms: countOf("latency_ms"),
+    ttft_ms: countOf("ttft_ms"),
+    estimated: flag("estimated"),
   },
   "harness.operation_started": {
     operation_key: operationKey,

@@ -114,6 +114,31 @@ describe("the redaction policy", () => {
     assert.equal(event.tokens?.cacheWriteTokens, 4);
   });
 
+  test("what the producers send today keeps its safe fields", () => {
+    // The LLM proxy's usage event (services/llm-proxy/src/usage-sink.ts).
+    const usage = redact("llm.call_completed", {
+      tokens: { inputTokens: 7 },
+      attributes: {
+        operation_id: "op-1", provider: "anthropic", model: "claude-x", wire: "anthropic_messages", stream: true,
+        http_status: 200, attempts: 1, reasoning_tokens: 0, cost_usd: 0.0042, latency_ms: 812, ttft_ms: 120, estimated: false,
+      },
+    });
+    assert.deepEqual(usage.attributes, {
+      operation_id: "op-1", provider: "anthropic", model: "claude-x", wire: "anthropic_messages", stream: true,
+      http_status: 200, attempts: 1, reasoning_tokens: 0, cost_usd: 0.0042, latency_ms: 812, ttft_ms: 120, estimated: false,
+    });
+    // The sandbox's session end, with a proto enum number as stop reason.
+    assert.deepEqual(redact("session.ended", { attributes: { error_code: "", stop_reason: 1, turns: 3 } }).attributes, { stop_reason: 1, turns: 3 });
+    // The orchestrator's names: harness_name, decider.
+    assert.deepEqual(redact("session.started", { attributes: { harness_name: "claude" } }).attributes, { harness: "claude" });
+    assert.deepEqual(redact("permission.decided", { status: "allowed", attributes: { tool_name: "read", decider: "hook", input: { path: SECRET } } }).attributes, {
+      tool_name: "read",
+      label: "read",
+      decided_by: "hook",
+    });
+    assert.deepEqual(redact("job.created", { attributes: { task: "abc" } }).attributes, { task_chars: 3 });
+  });
+
   test("harness.operation_started keeps key, task character count and timeout", () => {
     const event = redact("harness.operation_started", {
       operationInvocationId: "inv-1",
