@@ -1,0 +1,153 @@
+// needs: postgres
+// Leases between replicas on a real PostgreSQL server: one owner at a time
+// under races, takeover after an owner stops renewing, fencing tokens, and
+// approval answers crossing replicas through LISTEN/NOTIFY.
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { after, before, describe, it } from "node:test";
+import pg from "pg";
+import { ApprovalNotifier, type ApprovalAnswered } from "../src/approval-notifier.js";
+import { LeaseManager, type Lease } from "../src/lease-manager.js";
+import { createPostgresPool, migrateOrchestrator, withTransaction } from "../src/postgres-migrations.js";
+
+const url = process.env.DATABASE_URL;
+if (!url) throw new Error("DATABASE_URL is unset: run through `npm test` (tools/test-infra starts PostgreSQL) or point it at a server");
+const connectionString: string = url;
+const schema = `oz0_test_${randomBytes(6).toString("hex")}`;
+
+/** Polls until `check` returns a value; no deadline of its own (the test runner's timeout is the bound). */
+async function eventually<T>(check: () => Promise<T | undefined>): Promise<T> {
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+describe("leases", () => {
+  let pool: pg.Pool;
+  // Each replica gets a pool of its own, as separate processes would.
+  const managers: LeaseManager[] = [];
+  const replica = async (owner: string, ttlMs?: number): Promise<LeaseManager> => {
+    const manager = await LeaseManager.open({ connection: { connectionString, schema, maxConnections: 4 }, owner, ...(ttlMs ? { ttlMs } : {}) });
+    managers.push(manager);
+    return manager;
+  };
+
+  before(async () => {
+    pool = createPostgresPool({ connectionString, schema, maxConnections: 2 });
+    await migrateOrchestrator(pool, schema);
+  });
+
+  after(async () => {
+    await Promise.all(managers.map((m) => m.close()));
+    await pool.query(`DROP SCHEMA ${schema} CASCADE`);
+    await pool.end();
+  });
+
+  it("gives each resource to exactly one of two replicas racing for it", async () => {
+    const a = await replica("race-a");
+    const b = await replica("race-b");
+    const resources = Array.from({ length: 30 }, (_, i) => `race-job-${i}`);
+    const results = await Promise.all(resources.flatMap((r) => [a.acquire("job", r), b.acquire("job", r)]));
+    for (let i = 0; i < resources.length; i++) {
+      const pair = [results[2 * i], results[2 * i + 1]].filter((l): l is Lease => l !== undefined);
+      assert.equal(pair.length, 1, `exactly one replica owns ${resources[i]}`);
+      assert.equal((await a.get("job", resources[i]!))?.owner, pair[0]!.owner);
+    }
+    const tokens = results.filter((l): l is Lease => l !== undefined).map((l) => l.token);
+    assert.equal(new Set(tokens).size, tokens.length, "fencing tokens are unique");
+  });
+
+  it("keeps a live owner's lease: another replica cannot take it, and re-acquiring by the owner keeps the token", async () => {
+    const a = await replica("live-a");
+    const b = await replica("live-b");
+    const lease = await a.acquire("graph_run", "run-1");
+    assert.ok(lease);
+    assert.equal(await b.acquire("graph_run", "run-1"), undefined);
+    assert.deepEqual(await b.takeOverExpired("graph_run"), []);
+    const again = await a.acquire("graph_run", "run-1");
+    assert.equal(again?.token, lease.token);
+    const renewed = await a.renew(lease);
+    assert.ok(renewed && renewed.expiresAt >= lease.expiresAt);
+  });
+
+  it("hands the lease of an owner that stopped renewing to another replica, and the old owner learns it lost it", async () => {
+    // A short TTL and no renewal: the owner "died" (or paused). Nothing asserts how long expiry takes.
+    const dying = await replica("dying", 200);
+    const survivor = await replica("survivor");
+    const lease = await dying.acquire("approval", "job-7/perm-1");
+    const kept = await dying.acquire("approval", "job-7/perm-2", { ttlMs: 60_000 });
+    assert.ok(lease && kept);
+    await eventually(async () => ((await survivor.listExpired("approval")).some((l) => l.resource === "job-7/perm-1") ? true : undefined));
+    const taken = await survivor.takeOverExpired("approval");
+    assert.deepEqual(taken.map((l) => [l.resource, l.owner]), [["job-7/perm-1", "survivor"]], "only the expired lease changes hands");
+    assert.ok(taken[0]!.token > lease.token);
+
+    // The paused owner wakes up and renews what it believes it holds.
+    const lost: Lease[] = [];
+    await dying.renewAll((l) => lost.push(l));
+    assert.deepEqual(lost.map((l) => l.resource), ["job-7/perm-1"]);
+    assert.deepEqual(dying.held().map((l) => l.resource), ["job-7/perm-2"], "the live lease is renewed, the lost one dropped");
+    assert.equal(await dying.renew(lease), undefined, "a stale owner cannot renew");
+    assert.equal(await dying.release(lease), false, "nor release what is no longer its own");
+    assert.equal((await survivor.get("approval", "job-7/perm-1"))?.owner, "survivor");
+  });
+
+  it("splits a dead replica's expired leases between two replicas sweeping at once, each taken once", async () => {
+    const dead = await replica("dead", 100);
+    const resources = Array.from({ length: 40 }, (_, i) => `sweep-${i}`);
+    for (const r of resources) assert.ok(await dead.acquire("job", r));
+    const x = await replica("sweeper-x");
+    const y = await replica("sweeper-y");
+    await eventually(async () => ((await x.listExpired("job")).filter((l) => l.resource.startsWith("sweep-")).length === 40 ? true : undefined));
+    const [fromX, fromY] = await Promise.all([x.takeOverExpired("job", { limit: 100 }), y.takeOverExpired("job", { limit: 100 })]);
+    const all = [...fromX, ...fromY].map((l) => l.resource).filter((r) => r.startsWith("sweep-"));
+    assert.deepEqual(all.sort(), [...resources].sort(), "every lease taken over exactly once");
+    for (const r of resources) assert.notEqual((await x.get("job", r))?.owner, "dead");
+  });
+
+  it("released leases are free at once, with a newer token for the next owner", async () => {
+    const a = await replica("release-a");
+    const b = await replica("release-b");
+    const lease = await a.acquire("job", "done-job");
+    assert.ok(lease);
+    assert.equal(await a.release(lease), true);
+    const next = await b.acquire("job", "done-job");
+    assert.ok(next && next.token > lease.token);
+  });
+
+  it("delivers an approval answered at one replica to the owner listening on another connection, only once committed", async () => {
+    const owner = new ApprovalNotifier({ connectionString, schema });
+    const answering = new ApprovalNotifier({ connectionString, schema });
+    const answeringPool = createPostgresPool({ connectionString, schema, maxConnections: 2 });
+    try {
+      const received: ApprovalAnswered[] = [];
+      owner.subscribe((answer) => received.push(answer));
+      await owner.listen();
+      // Answered in a transaction that rolls back: listeners must never hear of it.
+      await assert.rejects(
+        withTransaction(answeringPool, async (client) => {
+          await answering.publish(client, { jobId: "j1", permissionId: "p0", status: "approved", answeredAt: "replica-2" });
+          throw new Error("storing the answer failed");
+        }),
+        /storing the answer failed/,
+      );
+      await withTransaction(answeringPool, async (client) => {
+        await answering.publish(client, { jobId: "j1", permissionId: "p1", status: "denied", answeredAt: "replica-2" });
+      });
+      await eventually(async () => (received.length > 0 ? true : undefined));
+      assert.deepEqual(received[0], { jobId: "j1", permissionId: "p1", status: "denied", answeredAt: "replica-2" });
+      // Another deployment's schema uses another channel.
+      const other = new ApprovalNotifier({ connectionString, schema: `${schema}_other` });
+      await other.publish(answeringPool, { jobId: "j9", permissionId: "p9", status: "approved", answeredAt: "elsewhere" });
+      await answering.publish(answeringPool, { jobId: "j1", permissionId: "p2", status: "approved", answeredAt: "replica-2" });
+      await eventually(async () => (received.length > 1 ? true : undefined));
+      assert.deepEqual(received.map((r) => r.permissionId), ["p1", "p2"]);
+    } finally {
+      await owner.close();
+      await answering.close();
+      await answeringPool.end();
+    }
+  });
+});
