@@ -11,7 +11,7 @@ import { IsolationMode, SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
+import { FIXTURES, isText, runToEnd, scenarioStart, SessionStream, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
 
 // Looks like a provider key; planted where a careless sandbox would leak it.
 const NEEDLE = `oz0planted${process.pid}x`;
@@ -35,6 +35,8 @@ for (const mode of ["none", "bwrap"] as const) {
     after(async () => {
       await t.close();
       rmSync(secretDir, { recursive: true, force: true });
+      // Only there if isolation failed to make them read-only (and the test said so).
+      for (const leftover of ["/usr/oz0-write-test", path.join(FIXTURES, "oz0-write-test")]) rmSync(leftover, { force: true });
       for (const [name, value] of Object.entries(saved)) {
         if (value === undefined) delete process.env[name];
         else process.env[name] = value;
@@ -55,13 +57,20 @@ for (const mode of ["none", "bwrap"] as const) {
     void it("gives the harness only the allowlisted environment, without the planted key", async () => {
       const stream = await runToEnd(
         t.client,
-        scenarioStart({ mode: "env", needle: mode === "bwrap" ? NEEDLE : undefined, read: [secretFile] }, {}, {
+        scenarioStart({ mode: "env", needle: mode === "bwrap" ? NEEDLE : undefined, read: [secretFile], write: mode === "bwrap" ? ["hello.txt", "/usr/oz0-write-test", path.join(FIXTURES, "oz0-write-test")] : ["hello.txt"] }, {}, {
           llm: { anthropicBaseUrl: "http://127.0.0.1:9/anthropic", token: "session-token-1", headers: { "Oz0-Job": "job-1", "Oz0-Agent": "coder" } },
           trace: { traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" },
         }),
       );
       assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
-      const dump = JSON.parse(stream.texts()[0] ?? "{}") as { env: Record<string, string>; search: { hits: string[]; scanned: number }; reads: Record<string, string> };
+      const dump = JSON.parse(stream.texts()[0] ?? "{}") as {
+        env: Record<string, string>;
+        search: { hits: string[]; scanned: number };
+        reads: Record<string, string>;
+        writes: Record<string, string>;
+        capEff: string;
+      };
+      assert.equal(dump.writes["hello.txt"], "ok", "the working directory is writable");
       assert.doesNotMatch(JSON.stringify(dump.env), new RegExp(NEEDLE));
       assert.equal(dump.env.OZ0_INTERNAL_TOKEN, undefined);
       assert.equal(dump.env.ANTHROPIC_API_KEY, "session-token-1");
@@ -78,6 +87,10 @@ for (const mode of ["none", "bwrap"] as const) {
         assert.deepEqual(dump.search.hits, []);
         assert(dump.search.scanned > 100, `the search looked at ${dump.search.scanned} files`);
         assert.equal(dump.env.ANTHROPIC_BASE_URL, "http://127.0.0.1:41000/anthropic");
+        // System and plugin directories are read-only; no capability is left.
+        assert.equal(dump.writes["/usr/oz0-write-test"], "ERROR EROFS");
+        assert.equal(dump.writes[path.join(FIXTURES, "oz0-write-test")], "ERROR EROFS");
+        assert.equal(dump.capEff, "0000000000000000");
       } else {
         assert.equal(dump.env.ANTHROPIC_BASE_URL, "http://127.0.0.1:9/anthropic");
       }
