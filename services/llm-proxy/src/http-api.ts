@@ -145,6 +145,10 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
   };
 
   return (req, res) => {
+    // The shared port's sockets come from a plain net.Server, which leaves
+    // Nagle's algorithm on: streamed events would wait for delayed ACKs (~40 ms).
+    const socket = req.socket as { setNoDelay?: (noDelay: boolean) => void } | undefined;
+    if (!("stream" in res) && socket?.setNoDelay) socket.setNoDelay(true);
     handle(req, res).catch((error: unknown) => {
       const code = error instanceof ProxyError ? error.code : "internal";
       options.logger.error({ code, message: error instanceof ProxyError ? error.message : (error as Error).message }, "model call failed in the proxy");

@@ -1,0 +1,160 @@
+// The LLM proxy's added latency and its throughput, against calling the same
+// scripted upstream directly, in the same run. The upstream (scripted model)
+// and the proxy each run in their own process, as in production; the load
+// generator is this process, with keep-alive connections to both.
+// For each of non-streaming and streaming Anthropic Messages calls:
+//   - latency: sequential calls (concurrency 1), median and p99, direct vs proxy;
+//   - throughput: calls per second at a fixed concurrency, direct vs proxy.
+// Prints the figures and the ratios. The goal (issue 6): under 1 ms added at
+// the median and at least 2,000 non-streaming calls per second on 2 cores.
+//   node --import tsx bench/llm-proxy-latency.ts [--calls 2000] [--concurrency 32] [--seconds 5] [--profile-proxy]
+import { spawn, type ChildProcess } from "node:child_process";
+import http from "node:http";
+import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
+
+const args = process.argv.slice(2);
+const option = (name: string, fallback: string): string => {
+  const i = args.indexOf(`--${name}`);
+  return i >= 0 ? (args[i + 1] ?? fallback) : fallback;
+};
+const role = option("role", "bench");
+
+// A role process ends with the bench: when its stdin closes.
+if (role !== "bench") {
+  process.stdin.resume();
+  process.stdin.on("end", () => process.exit(0));
+}
+
+const ANSWER = "The scripted upstream answers every call with this sentence, which is about a hundred characters long.";
+
+function startRole(name: string, extra: string[] = []): Promise<{ child: ChildProcess; info: { url: string; token?: string } }> {
+  // --profile-proxy writes a CPU profile of the proxy process (.cpuprofile in the working directory).
+  const profile = name === "proxy" && args.includes("--profile-proxy") ? ["--cpu-prof"] : [];
+  const child = spawn(process.execPath, [...profile, "--import", "tsx", fileURLToPath(import.meta.url), "--role", name, ...extra], {
+    stdio: ["pipe", "pipe", "inherit"],
+    env: { ...process.env, OZ0_LOG_LEVEL: "warn" },
+  });
+  return new Promise((resolve, reject) => {
+    let out = "";
+    child.stdout!.on("data", (chunk: Buffer) => {
+      out += chunk.toString();
+      const line = out.split("\n")[0];
+      if (out.includes("\n") && line) resolve({ child, info: JSON.parse(line) });
+    });
+    child.once("exit", (code) => reject(new Error(`${name} exited with ${code}`)));
+  });
+}
+
+interface Target {
+  name: string;
+  url: URL;
+  headers: Record<string, string>;
+}
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 512 });
+
+function call(target: Target, body: Buffer): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(target.url, { method: "POST", agent, headers: { ...target.headers, "content-type": "application/json", "content-length": String(body.length) } }, (res) => {
+      if (res.statusCode !== 200) reject(new Error(`${target.name}: HTTP ${res.statusCode}`));
+      res.on("data", () => {});
+      res.on("end", resolve);
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+function percentile(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((sorted.length - 1) * p))]!;
+}
+
+async function latency(target: Target, body: Buffer, calls: number): Promise<{ p50: number; p99: number }> {
+  for (let i = 0; i < 200; i += 1) await call(target, body); // warm-up: JIT, pools
+  const times: number[] = [];
+  for (let i = 0; i < calls; i += 1) {
+    const start = performance.now();
+    await call(target, body);
+    times.push(performance.now() - start);
+  }
+  times.sort((a, b) => a - b);
+  return { p50: percentile(times, 0.5), p99: percentile(times, 0.99) };
+}
+
+async function throughput(target: Target, body: Buffer, concurrency: number, seconds: number): Promise<number> {
+  let done = 0;
+  const end = performance.now() + seconds * 1000;
+  const start = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < end) {
+        await call(target, body);
+        done += 1;
+      }
+    }),
+  );
+  return done / ((performance.now() - start) / 1000);
+}
+
+async function bench(): Promise<void> {
+  const calls = Number(option("calls", "2000"));
+  const concurrency = Number(option("concurrency", "32"));
+  const seconds = Number(option("seconds", "5"));
+  const upstream = await startRole("upstream");
+  const proxy = await startRole("proxy", ["--upstream", upstream.info.url]);
+  try {
+    const direct: Target = { name: "direct", url: new URL("/v1/messages", upstream.info.url), headers: { "x-api-key": "sk-bench", "anthropic-version": "2023-06-01" } };
+    const viaProxy: Target = {
+      name: "proxy",
+      url: new URL("/anthropic/v1/messages", proxy.info.url),
+      headers: { "x-api-key": proxy.info.token!, "Oz0-Job": "bench", "Oz0-Agent": "bench", "anthropic-version": "2023-06-01" },
+    };
+    console.log(`llm-proxy latency and throughput: ${calls} sequential calls each; throughput at concurrency ${concurrency} for ${seconds}s; upstream and proxy in their own processes`);
+    for (const stream of [false, true]) {
+      const body = Buffer.from(JSON.stringify({ model: "claude-sonnet-5", max_tokens: 256, stream, messages: [{ role: "user", content: "Say something short." }] }));
+      console.log(`${stream ? "streaming" : "non-streaming"}: measuring…`);
+      const d = await latency(direct, body, calls);
+      const p = await latency(viaProxy, body, calls);
+      const dt = await throughput(direct, body, concurrency, seconds);
+      const pt = await throughput(viaProxy, body, concurrency, seconds);
+      const kind = stream ? "streaming    " : "non-streaming";
+      console.log(
+        `${kind}  direct p50 ${d.p50.toFixed(3)} ms p99 ${d.p99.toFixed(3)} ms ${dt.toFixed(0)}/s | proxy p50 ${p.p50.toFixed(3)} ms p99 ${p.p99.toFixed(3)} ms ${pt.toFixed(0)}/s`,
+      );
+      console.log(
+        `${kind}  added p50 ${(p.p50 - d.p50).toFixed(3)} ms, p99 ${(p.p99 - d.p99).toFixed(3)} ms; latency ratio p50 ${(p.p50 / d.p50).toFixed(2)}x p99 ${(p.p99 / d.p99).toFixed(2)}x; throughput ratio ${(pt / dt).toFixed(2)}x`,
+      );
+    }
+  } finally {
+    agent.destroy();
+    proxy.child.stdin!.end();
+    upstream.child.stdin!.end();
+  }
+}
+
+if (role === "upstream") {
+  const { startScriptedModel } = await import("@oz0/harness/testing");
+  const model = await startScriptedModel({ turns: () => ({ text: ANSWER, usage: { input: 50, output: 25 } }), isSideCall: () => false });
+  process.stdout.write(`${JSON.stringify({ url: model.url })}\n`);
+} else if (role === "proxy") {
+  const { startLlmProxy } = await import("@oz0/llm-proxy");
+  const pino = (await import("pino")).default;
+  const proxy = await startLlmProxy({
+    dataDir: ":memory:",
+    kek: Buffer.alloc(32, 1),
+    providers: [{ name: "anthropic", baseUrl: option("upstream", ""), keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15 } } }],
+    logger: pino({ level: "warn" }),
+  });
+  const { createClient } = await import("@connectrpc/connect");
+  const { createGrpcTransport } = await import("@connectrpc/connect-node");
+  const { LlmProxyService, SecretService } = await import("@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb");
+  const transport = createGrpcTransport({ baseUrl: proxy.url });
+  await createClient(SecretService, transport).setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-bench-key-0123456789" });
+  // A budget, so the reservation path is measured too.
+  const minted = await createClient(LlmProxyService, transport).mintSessionToken({ job: "bench", agent: "bench", session: "bench", budgetUsd: 1_000_000 });
+  process.stdout.write(`${JSON.stringify({ url: proxy.url, token: minted.token })}\n`);
+} else {
+  await bench();
+}
