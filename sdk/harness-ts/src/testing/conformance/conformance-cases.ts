@@ -114,9 +114,9 @@ export const CONFORMANCE_CASES: readonly ConformanceCase[] = [
           const h = request.headers;
           check(h["oz0-job"] === run.jobId, `${where} has Oz0-Job ${JSON.stringify(h["oz0-job"] ?? null)}, expected ${JSON.stringify(run.jobId)}`);
           check(h["oz0-agent"] === run.agentHeader, `${where} has Oz0-Agent ${JSON.stringify(h["oz0-agent"] ?? null)}, expected ${JSON.stringify(run.agentHeader)}`);
-          check(h["x-api-key"] === run.token || h.authorization === `Bearer ${run.token}`, `${where} does not carry the session token as x-api-key or Authorization: Bearer`);
           const sent = JSON.stringify(h) + requestText(request);
           check(!forbidden.some((key) => sent.includes(key)), `${where} sent a provider key from the environment; harnesses use only the session token`);
+          check(h["x-api-key"] === run.token || h.authorization === `Bearer ${run.token}`, `${where} does not carry the session token as x-api-key or Authorization: Bearer`);
         }
       });
     },

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""A complete Orchestrator Zero harness in plain Python (standard library only).
+
+It reads the SessionRequest line from stdin, writes SessionEvent lines to
+stdout, calls the Anthropic Messages API at the request's endpoint with its
+headers and token, asks permission before every tool call, and passes the same
+conformance kit as the TypeScript fake harness.
+"""
+import json, os, signal, subprocess, sys, urllib.request
+
+state = {"result_sent": False, "turns": 0, "ids": 0}
+
+
+def emit(**event):
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def finish(stop_reason, text="", error="", structured=None):
+    if state["result_sent"]:
+        return
+    state["result_sent"] = True
+    result = {"stopReason": stop_reason, "text": text, "error": error, "turns": state["turns"]}
+    if structured is not None:
+        result["structuredOutput"] = structured
+    emit(result=result)
+
+
+def on_sigterm(*_):  # rule 5: exactly one cancelled result, then exit
+    finish("STOP_REASON_CANCELLED", error="cancelled by the runtime")
+    os._exit(0)
+
+
+def ask(kind, answer_kind, payload):
+    """Writes a request with a fresh id and reads stdin until its answer."""
+    state["ids"] += 1
+    request_id = f"{kind}-{state['ids']}"
+    emit(**{kind: {"id": request_id, **payload}})
+    for line in sys.stdin:
+        answer = json.loads(line).get(answer_kind)
+        if answer and answer.get("id") == request_id:
+            return answer
+    raise RuntimeError("the runtime closed stdin before answering")
+
+
+def inside(root, path):
+    full = os.path.realpath(os.path.join(root, path))
+    if os.path.commonpath([root, full]) != root:
+        raise ValueError(f"{path} is outside the working directory")
+    return full
+
+
+def run_tool(root, name, args):
+    if name == "read_file":
+        with open(inside(root, args["path"])) as f:
+            return f.read()
+    if name == "write_file":
+        path = inside(root, args["path"])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(args.get("content", ""))
+        return "wrote " + args["path"]
+    if name == "run_command":
+        done = subprocess.run(["/bin/sh", "-c", args["command"]], cwd=root, capture_output=True, text=True, timeout=120)
+        return f"exit code {done.returncode}\n{done.stdout}{done.stderr}"
+    raise ValueError("unknown tool " + name)
+
+
+def main():
+    signal.signal(signal.SIGTERM, on_sigterm)
+    req = json.loads(sys.stdin.readline())
+    if req.get("protocolVersion") not in ("PROTOCOL_VERSION_1", 1):
+        return finish("STOP_REASON_ERROR", error="this harness speaks PROTOCOL_VERSION_1 only")
+    emit(started={"protocolVersion": "PROTOCOL_VERSION_1", "harnessName": "oz0-fake-harness-python", "harnessVersion": "0.1.0",
+                  "capabilities": {"permissions": True, "runtimeTools": True, "structuredOutput": True}})
+    llm, schema, root = req.get("llm", {}), req.get("outputSchema"), os.path.realpath(req.get("workingDir") or os.getcwd())
+    headers = {**llm.get("headers", {}), "x-api-key": llm.get("token", ""), "anthropic-version": "2023-06-01", "content-type": "application/json"}
+    runtime = {tool["name"] for tool in req.get("runtimeTools", [])}
+    tools = [{"name": n, "description": n.replace("_", " "), "input_schema": {"type": "object"}} for n in ("read_file", "write_file", "run_command")]
+    tools += [{"name": t["name"], "description": t.get("description", ""), "input_schema": t.get("inputSchema", {"type": "object"})} for t in req.get("runtimeTools", [])]
+    system = req.get("instructions", "") + (f"\nAnswer with only JSON valid against {json.dumps(schema)}" if schema else "")
+    messages, model = [{"role": "user", "content": req.get("input", "")}], req.get("model", {}).get("primary", "").split("/")[-1]
+    max_turns = req.get("limits", {}).get("maxTurns") or 25
+    while state["turns"] < max_turns:
+        state["turns"] += 1
+        body = json.dumps({"model": model, "max_tokens": 4096, "system": system, "messages": messages, "tools": tools}).encode()
+        url = llm["anthropicBaseUrl"].rstrip("/") + "/v1/messages"
+        reply = json.load(urllib.request.urlopen(urllib.request.Request(url, body, headers)))
+        usage = reply.get("usage", {})
+        emit(usage={"model": model, "inputTokens": str(usage.get("input_tokens", 0)), "outputTokens": str(usage.get("output_tokens", 0))})
+        messages.append({"role": "assistant", "content": reply["content"]})
+        text = "".join(block.get("text", "") for block in reply["content"] if block["type"] == "text")
+        if text:
+            emit(text={"itemId": f"turn-{state['turns']}", "text": text})
+        calls = [block for block in reply["content"] if block["type"] == "tool_use"]
+        if not calls:
+            return finish("STOP_REASON_COMPLETED", text, structured=json.loads(text) if schema else None)
+        results = []
+        for call in calls:
+            emit(toolCall={"callId": call["id"], "tool": call["name"], "input": call["input"]})
+            args, output, is_error = call["input"], "", False
+            if req.get("permissions"):  # rule 6: ask first, run only when allowed, with the answer's input
+                answer = ask("permissionRequest", "permissionAnswer", {"tool": call["name"], "input": args, "callId": call["id"]})
+                if not (answer.get("allow") and answer.get("outcome") == "OUTCOME_ANSWERED"):
+                    output, is_error = "Permission denied: " + answer.get("reason", ""), True
+                args = answer.get("input") or args
+            if not is_error:
+                try:
+                    if call["name"] in runtime:
+                        got = ask("runtimeToolCall", "runtimeToolResult", {"name": call["name"], "input": args})
+                        output, is_error = (got.get("error", ""), True) if got.get("isError") else (json.dumps(got.get("output")), False)
+                    else:
+                        output = run_tool(root, call["name"], args)
+                except Exception as error:  # the model sees what went wrong
+                    output, is_error = str(error), True
+            emit(toolResult={"callId": call["id"], "output": output, "isError": is_error})
+            results.append({"type": "tool_result", "tool_use_id": call["id"], "content": output, "is_error": is_error})
+        messages.append({"role": "user", "content": results})
+    finish("STOP_REASON_MAX_TURNS", error=f"stopped after {max_turns} turns")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as error:
+        finish("STOP_REASON_ERROR", error=str(error))
+        sys.exit(1)
