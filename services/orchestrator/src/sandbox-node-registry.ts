@@ -1,0 +1,180 @@
+// Sandbox nodes in PostgreSQL, shared by every orchestrator replica: nodes
+// register with a capacity and send heartbeats; the orchestrator places each
+// session on a live node with free capacity and stops placing on a node whose
+// heartbeats stop. Placements are rows, so capacity is counted once across
+// replicas, and the sessions of a node that went silent can be found and their
+// jobs failed (resuming a harness session elsewhere is out of scope).
+// Liveness is judged by the database's clock, so replicas' clocks never matter.
+import type pg from "pg";
+import { createPostgresPool, migrateOrchestrator, withTransaction, type PostgresConnectionOptions } from "./postgres-migrations.js";
+
+export interface SandboxNode {
+  id: string;
+  /** The sandbox service's URL on this node. */
+  url: string;
+  /** How many sessions it takes at once. */
+  capacity: number;
+  /** Sessions placed on it now. */
+  placed: number;
+  /** capacity - placed, never below 0. */
+  free: number;
+  registeredAt: Date;
+  lastHeartbeat: Date;
+}
+
+export interface Placement {
+  sessionId: string;
+  jobId: string;
+  node: SandboxNode;
+  placedAt: Date;
+}
+
+/** A session whose node stopped sending heartbeats: its job must fail with `reason`. */
+export interface LostSession {
+  sessionId: string;
+  jobId: string;
+  nodeId: string;
+  nodeUrl: string;
+  lastHeartbeat: Date;
+  reason: string;
+}
+
+interface NodeRow {
+  id: string;
+  url: string;
+  capacity: number;
+  placed: number;
+  registered_at: Date;
+  last_heartbeat: Date;
+}
+
+function toNode(row: NodeRow): SandboxNode {
+  return {
+    id: row.id,
+    url: row.url,
+    capacity: row.capacity,
+    placed: row.placed,
+    free: Math.max(0, row.capacity - row.placed),
+    registeredAt: row.registered_at,
+    lastHeartbeat: row.last_heartbeat,
+  };
+}
+
+export interface SandboxNodeRegistryOptions {
+  /** The store's pool, or connection options for one of its own. */
+  pool?: pg.Pool;
+  connection?: PostgresConnectionOptions;
+  /** A node without a heartbeat for this long gets no new sessions and its sessions count as lost. Default 15 s. */
+  staleAfterMs?: number;
+}
+
+export class SandboxNodeRegistry {
+  readonly #pool: pg.Pool;
+  readonly #ownsPool: boolean;
+  readonly #staleAfterMs: number;
+
+  private constructor(options: { pool: pg.Pool; ownsPool: boolean; staleAfterMs: number }) {
+    this.#pool = options.pool;
+    this.#ownsPool = options.ownsPool;
+    this.#staleAfterMs = options.staleAfterMs;
+  }
+
+  static async open(options: SandboxNodeRegistryOptions): Promise<SandboxNodeRegistry> {
+    if (!options.pool && !options.connection) throw new Error("SandboxNodeRegistry.open needs a pool or connection options");
+    const pool = options.pool ?? createPostgresPool(options.connection!);
+    // A pool passed in is the store's, already migrated by PostgresJobStore.open.
+    if (!options.pool) await migrateOrchestrator(pool, options.connection!.schema ?? "oz0");
+    return new SandboxNodeRegistry({ pool, ownsPool: !options.pool, staleAfterMs: options.staleAfterMs ?? 15_000 });
+  }
+
+  /** Registers a node (or updates its URL and capacity when it restarts); counts as a heartbeat. */
+  async register(node: { id: string; url: string; capacity: number }): Promise<SandboxNode> {
+    const { rows } = await this.#pool.query<NodeRow>(
+      `INSERT INTO sandbox_nodes (id, url, capacity, placed, registered_at, last_heartbeat) VALUES ($1, $2, $3, 0, now(), now())
+       ON CONFLICT (id) DO UPDATE SET url = excluded.url, capacity = excluded.capacity, last_heartbeat = now()
+       RETURNING *`,
+      [node.id, node.url, node.capacity],
+    );
+    return toNode(rows[0]!);
+  }
+
+  /** Records a heartbeat; false when the node is unknown (it must register again). */
+  async heartbeat(id: string): Promise<boolean> {
+    const result = await this.#pool.query("UPDATE sandbox_nodes SET last_heartbeat = now() WHERE id = $1", [id]);
+    return (result.rowCount ?? 0) > 0;
+  }
+
+  /** Live nodes (heartbeat within the stale limit), most free capacity first. */
+  async listLive(): Promise<SandboxNode[]> {
+    const { rows } = await this.#pool.query<NodeRow>(
+      `SELECT * FROM sandbox_nodes WHERE last_heartbeat > now() - $1 * interval '1 millisecond'
+       ORDER BY capacity - placed DESC, id`,
+      [this.#staleAfterMs],
+    );
+    return rows.map(toNode);
+  }
+
+  /**
+   * Places a session on the live node with the most free capacity (by share
+   * of its capacity). Undefined when no live node has room. Placing the same
+   * session again returns its placement, so a retried call does not take two
+   * slots.
+   */
+  async place(request: { sessionId: string; jobId: string }): Promise<Placement | undefined> {
+    return withTransaction(this.#pool, async (client) => {
+      const existing = await client.query<NodeRow & { placed_at: Date }>(
+        "SELECT n.*, p.placed_at FROM session_placements p JOIN sandbox_nodes n ON n.id = p.node_id WHERE p.session_id = $1",
+        [request.sessionId],
+      );
+      if (existing.rows[0]) return { sessionId: request.sessionId, jobId: request.jobId, node: toNode(existing.rows[0]), placedAt: existing.rows[0].placed_at };
+      // Lock the candidates in id order (one order for every replica: no deadlocks), then pick in code.
+      const candidates = await client.query<NodeRow>(
+        `SELECT * FROM sandbox_nodes WHERE last_heartbeat > now() - $1 * interval '1 millisecond' AND placed < capacity
+         ORDER BY id FOR UPDATE`,
+        [this.#staleAfterMs],
+      );
+      const chosen = candidates.rows
+        .filter((n) => n.placed < n.capacity)
+        .sort((a, b) => a.placed / a.capacity - b.placed / b.capacity || a.id.localeCompare(b.id))[0];
+      if (!chosen) return undefined;
+      const updated = await client.query<NodeRow>("UPDATE sandbox_nodes SET placed = placed + 1 WHERE id = $1 RETURNING *", [chosen.id]);
+      const placement = await client.query<{ placed_at: Date }>(
+        "INSERT INTO session_placements (session_id, job_id, node_id, placed_at) VALUES ($1, $2, $3, now()) RETURNING placed_at",
+        [request.sessionId, request.jobId, chosen.id],
+      );
+      return { sessionId: request.sessionId, jobId: request.jobId, node: toNode(updated.rows[0]!), placedAt: placement.rows[0]!.placed_at };
+    });
+  }
+
+  /** Frees a session's slot (it ended, or its loss was handled); false when it was not placed. */
+  async release(sessionId: string): Promise<boolean> {
+    return withTransaction(this.#pool, async (client) => {
+      const removed = await client.query<{ node_id: string }>("DELETE FROM session_placements WHERE session_id = $1 RETURNING node_id", [sessionId]);
+      const nodeId = removed.rows[0]?.node_id;
+      if (nodeId === undefined) return false;
+      await client.query("UPDATE sandbox_nodes SET placed = placed - 1 WHERE id = $1", [nodeId]);
+      return true;
+    });
+  }
+
+  /** Sessions placed on nodes whose heartbeats stopped: the owners of their jobs fail them with `reason`. */
+  async lostSessions(): Promise<LostSession[]> {
+    const { rows } = await this.#pool.query<{ session_id: string; job_id: string; node_id: string; url: string; last_heartbeat: Date }>(
+      `SELECT p.session_id, p.job_id, p.node_id, n.url, n.last_heartbeat FROM session_placements p JOIN sandbox_nodes n ON n.id = p.node_id
+       WHERE n.last_heartbeat <= now() - $1 * interval '1 millisecond' ORDER BY p.placed_at, p.session_id`,
+      [this.#staleAfterMs],
+    );
+    return rows.map((r) => ({
+      sessionId: r.session_id,
+      jobId: r.job_id,
+      nodeId: r.node_id,
+      nodeUrl: r.url,
+      lastHeartbeat: r.last_heartbeat,
+      reason: `sandbox node ${r.node_id} (${r.url}) stopped sending heartbeats after ${r.last_heartbeat.toISOString()}, so session ${r.session_id} was lost with it; run the job again`,
+    }));
+  }
+
+  async close(): Promise<void> {
+    if (this.#ownsPool) await this.#pool.end();
+  }
+}

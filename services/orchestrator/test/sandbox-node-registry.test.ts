@@ -1,0 +1,109 @@
+// needs: postgres
+// The sandbox node registry on a real PostgreSQL server: capacity counted
+// once across orchestrator replicas, no placement on a node whose heartbeats
+// stopped, and that node's sessions reported lost with a clear reason.
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { after, before, describe, it } from "node:test";
+import type pg from "pg";
+import { createPostgresPool, migrateOrchestrator } from "../src/postgres-migrations.js";
+import { SandboxNodeRegistry, type Placement } from "../src/sandbox-node-registry.js";
+
+const url = process.env.DATABASE_URL;
+if (!url) throw new Error("DATABASE_URL is unset: run through `npm test` (tools/test-infra starts PostgreSQL) or point it at a server");
+const connectionString: string = url;
+
+/** Polls until `check` returns a value; the test runner's timeout is the only bound. */
+async function eventually<T>(check: () => Promise<T | undefined>): Promise<T> {
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+describe("sandbox node registry", () => {
+  const schemas: string[] = [];
+  const opened: { close(): Promise<void> }[] = [];
+  let admin: pg.Pool;
+
+  // Each test gets a schema of its own (node rows are global within one), and each replica a pool of its own.
+  async function replicas(count: number, staleAfterMs?: number): Promise<SandboxNodeRegistry[]> {
+    const schema = `oz0_test_${randomBytes(6).toString("hex")}`;
+    schemas.push(schema);
+    const list: SandboxNodeRegistry[] = [];
+    for (let i = 0; i < count; i++) {
+      const registry = await SandboxNodeRegistry.open({ connection: { connectionString, schema, maxConnections: 4 }, ...(staleAfterMs ? { staleAfterMs } : {}) });
+      opened.push(registry);
+      list.push(registry);
+    }
+    return list;
+  }
+
+  before(() => {
+    admin = createPostgresPool({ connectionString, maxConnections: 1 });
+  });
+
+  after(async () => {
+    await Promise.all(opened.map((r) => r.close()));
+    for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await admin.end();
+  });
+
+  it("places sessions from two replicas at once without exceeding any node's capacity", async () => {
+    const [a, b] = await replicas(2);
+    await a!.register({ id: "node-1", url: "http://10.0.0.1:7701", capacity: 5 });
+    await b!.register({ id: "node-2", url: "http://10.0.0.2:7701", capacity: 7 });
+    const requests = Array.from({ length: 20 }, (_, i) => (i % 2 ? a! : b!).place({ sessionId: `ses-${i}`, jobId: `job-${i}` }));
+    const placed = (await Promise.all(requests)).filter((p): p is Placement => p !== undefined);
+    assert.equal(placed.length, 12, "exactly the total capacity is placed");
+    const perNode = new Map<string, number>();
+    for (const p of placed) perNode.set(p.node.id, (perNode.get(p.node.id) ?? 0) + 1);
+    assert.deepEqual(Object.fromEntries(perNode), { "node-1": 5, "node-2": 7 });
+    assert.deepEqual((await a!.listLive()).map((n) => [n.id, n.placed, n.free]), [["node-1", 5, 0], ["node-2", 7, 0]]);
+
+    // A retried placement of a placed session takes no second slot.
+    const again = await b!.place({ sessionId: placed[0]!.sessionId, jobId: placed[0]!.jobId });
+    assert.equal(again?.node.id, placed[0]!.node.id);
+    assert.equal(await a!.place({ sessionId: "ses-extra", jobId: "job-extra" }), undefined, "no room anywhere");
+
+    assert.equal(await a!.release(placed[0]!.sessionId), true);
+    assert.equal(await a!.release(placed[0]!.sessionId), false);
+    assert.equal((await b!.place({ sessionId: "ses-extra", jobId: "job-extra" }))?.node.id, placed[0]!.node.id, "the freed slot is used");
+  });
+
+  it("stops placing on a node whose heartbeats stopped and reports its sessions lost", async () => {
+    const [registry] = await replicas(1, 2_000);
+    await registry!.register({ id: "alive", url: "http://10.0.0.1:7701", capacity: 10 });
+    await registry!.register({ id: "silent", url: "http://10.0.0.2:7701", capacity: 10 });
+    // Both live: the least loaded gets each session, so one lands on each.
+    const first = await registry!.place({ sessionId: "s1", jobId: "j1" });
+    const second = await registry!.place({ sessionId: "s2", jobId: "j2" });
+    assert.deepEqual([first?.node.id, second?.node.id].sort(), ["alive", "silent"]);
+    const onSilent = first?.node.id === "silent" ? first : second;
+
+    // Only "alive" keeps sending heartbeats; wait until "silent" counts as gone.
+    await eventually(async () => {
+      await registry!.heartbeat("alive");
+      const live = (await registry!.listLive()).map((n) => n.id);
+      return live.length === 1 && live[0] === "alive" ? true : undefined;
+    });
+    for (let i = 0; i < 5; i++) {
+      const placement = await eventually(async () => {
+        await registry!.heartbeat("alive");
+        return registry!.place({ sessionId: `later-${i}`, jobId: `job-later-${i}` });
+      });
+      assert.equal(placement.node.id, "alive", "nothing goes to a node without heartbeats");
+    }
+    const lost = await registry!.lostSessions();
+    assert.deepEqual(lost.map((l) => [l.sessionId, l.jobId, l.nodeId]), [[onSilent!.sessionId, onSilent!.jobId, "silent"]]);
+    assert.match(lost[0]!.reason, /sandbox node silent \(http:\/\/10\.0\.0\.2:7701\) stopped sending heartbeats/);
+
+    assert.equal(await registry!.heartbeat("never-registered"), false);
+    // Once the owner failed the job and released the session, it is no longer reported; a node that registers again is live.
+    assert.equal(await registry!.release(onSilent!.sessionId), true);
+    assert.deepEqual(await registry!.lostSessions(), []);
+    await registry!.register({ id: "silent", url: "http://10.0.0.2:7701", capacity: 10 });
+    assert.deepEqual((await registry!.listLive()).map((n) => n.id).sort(), ["alive", "silent"]);
+  });
+});
