@@ -3,13 +3,15 @@
 import { mkdir } from "node:fs/promises";
 import { query, type SDKResultMessage } from "@anthropic-ai/claude-agent-sdk";
 import { StopReason, type ResultInit } from "@oz0/harness";
-import { parseHarnessOptions } from "./harness-options.js";
-import { createPermissionGate } from "./permission-gate.js";
+import { parseHarnessOptions, SUPPORTED_TOOLS } from "./harness-options.js";
+import { createPermissionGate, STRUCTURED_OUTPUT_TOOL } from "./permission-gate.js";
 import { buildQueryOptions } from "./query-options.js";
-import { createRuntimeToolServer, RUNTIME_TOOL_SERVER, runtimeToolName } from "./runtime-tool-server.js";
+import { createRuntimeToolServer, RUNTIME_TOOL_SERVER, runtimeToolNames } from "./runtime-tool-server.js";
 import { SdkMessageMapper } from "./sdk-message-mapper.js";
 import { stateLayout } from "./session-environment.js";
 import type { ClaudeSessionHost } from "./session-port.js";
+import { structuredOutputFromText } from "./structured-output.js";
+import { workspaceBoundary } from "./workspace-boundary.js";
 
 export interface RunClaudeSessionOptions {
   session: ClaudeSessionHost;
@@ -31,7 +33,8 @@ export async function runClaudeSession(options: RunClaudeSessionOptions): Promis
   const request = session.request;
   if (session.signal.aborted) return CANCELLED;
 
-  const mapper = new SdkMessageMapper({ events: session, displayToolName: (name) => runtimeToolName(name) ?? name });
+  const runtimeTools = runtimeToolNames(request.runtimeTools, new Set<string>([...SUPPORTED_TOOLS, STRUCTURED_OUTPUT_TOOL]));
+  const mapper = new SdkMessageMapper({ events: session, displayToolName: (name) => runtimeTools.runtimeName(name) ?? name });
   // SIGTERM aborts the session's signal; this ends the query and the Claude Code process with it.
   const abortController = new AbortController();
   const onAbort = (): void => abortController.abort();
@@ -43,7 +46,8 @@ export async function runClaudeSession(options: RunClaudeSessionOptions): Promis
     const gate = createPermissionGate({
       session,
       tools: harness.tools,
-      isRuntimeTool: (name) => runtimeToolName(name) !== undefined,
+      isRuntimeTool: (name) => runtimeTools.runtimeName(name) !== undefined,
+      boundary: workspaceBoundary({ workingDir: request.workingDir, readOnlyDirs: request.skills.map((s) => s.path).filter(Boolean) }),
       announceToolCall: (callId, name, input) => mapper.announceToolCall(callId, name, input),
     });
     const queryOptions = buildQueryOptions({
@@ -56,7 +60,10 @@ export async function runClaudeSession(options: RunClaudeSessionOptions): Promis
         canUseTool: gate.canUseTool,
         hooks: { PreToolUse: [{ hooks: [gate.preToolUse] }] },
         ...(request.runtimeTools.length > 0
-          ? { mcpServers: { [RUNTIME_TOOL_SERVER]: createRuntimeToolServer({ session, tools: request.runtimeTools }) } }
+          ? {
+              mcpServers: { [RUNTIME_TOOL_SERVER]: createRuntimeToolServer({ session, tools: request.runtimeTools }) },
+              toolAliases: runtimeTools.aliases,
+            }
           : {}),
         stderr: (data) => session.log("debug", "claude code", { stderr: data.trimEnd() }),
       },
@@ -77,5 +84,11 @@ export async function runClaudeSession(options: RunClaudeSessionOptions): Promis
   }
   if (session.signal.aborted) return CANCELLED;
   if (!result) return { stopReason: StopReason.ERROR, error: "Claude Code ended without a result" };
-  return mapper.result(result);
+  const mapped = mapper.result(result);
+  if (request.outputSchema && mapped.stopReason === StopReason.COMPLETED && !mapped.structuredOutput) {
+    // The model answered in text rather than through StructuredOutput.
+    const structured = structuredOutputFromText(mapped.text ?? "", request.outputSchema);
+    return structured.ok ? { ...mapped, structuredOutput: structured.value } : { ...mapped, stopReason: StopReason.ERROR, error: structured.error };
+  }
+  return mapped;
 }

@@ -9,6 +9,7 @@ import { PermissionAnswer_Outcome, type PermissionDecision } from "@oz0/harness"
 import type { CanUseTool, HookCallback, PermissionResult } from "@anthropic-ai/claude-agent-sdk";
 import type { ClaudeSessionHost } from "./session-port.js";
 import { toolTitle } from "./tool-titles.js";
+import type { WorkspaceBoundary } from "./workspace-boundary.js";
 
 /**
  * Claude Code's own tool for `outputFormat`: the model "calls" it to hand in
@@ -22,6 +23,8 @@ export interface PermissionGateOptions {
   tools: readonly string[];
   /** True when the runtime serves this model-facing name (runtime tools ask nobody: the runtime sees each call). */
   isRuntimeTool(sdkName: string): boolean;
+  /** File tools stay inside the working directory whatever the runtime answers. */
+  boundary: WorkspaceBoundary;
   /** Announces the tool call before its permission request, as the protocol orders them. */
   announceToolCall(callId: string, sdkName: string, input: unknown): void;
 }
@@ -59,6 +62,8 @@ export function createPermissionGate(options: PermissionGateOptions): Permission
       return { behavior: "deny", message: `${toolName} is not available in this session (harness.tools is ${[...tools].join(", ")}).` };
     }
     options.announceToolCall(context.toolUseID, toolName, input);
+    const outside = options.boundary.check(toolName, input);
+    if (outside) return { behavior: "deny", message: outside };
     // Without `permissions` in the request, @oz0/harness allows at once without asking.
     const decision = await session.requestPermission({
       tool: toolName,

@@ -30,7 +30,7 @@ export interface QueryOptionsInput {
   harness: ClaudeHarnessOptions;
   inheritedEnv: NodeJS.ProcessEnv;
   /** Hooks and callbacks from the permission gate and the runtime tool server. */
-  extra: Pick<Options, "canUseTool" | "hooks" | "mcpServers" | "abortController" | "stderr">;
+  extra: Pick<Options, "canUseTool" | "hooks" | "mcpServers" | "toolAliases" | "abortController" | "stderr">;
   /** Defaults to the binary the SDK ships. */
   pathToClaudeCodeExecutable?: string;
 }

@@ -10,13 +10,30 @@ import type { ClaudeSessionHost } from "./session-port.js";
 export const RUNTIME_TOOL_SERVER = "oz0";
 const PREFIX = `mcp__${RUNTIME_TOOL_SERVER}__`;
 
-/** The runtime's name for a model-facing tool name, or undefined when it is not a runtime tool. */
-export function runtimeToolName(sdkName: string): string | undefined {
-  return sdkName.startsWith(PREFIX) ? sdkName.slice(PREFIX.length) : undefined;
+/** The names of one session's runtime tools, as the runtime and as Claude Code call them. */
+export interface RuntimeToolNames {
+  /** The runtime's name for a name the model used, or undefined when it is not a runtime tool. */
+  runtimeName(sdkName: string): string | undefined;
+  /**
+   * Claude Code offers MCP tools as `mcp__oz0__<name>`; a model that calls a
+   * runtime tool by the plain name the runtime gave it (as the protocol's
+   * "model-facing name" invites) is routed to it too.
+   */
+  aliases: Record<string, string>;
 }
 
-export function sdkRuntimeToolName(name: string): string {
-  return `${PREFIX}${name}`;
+export function runtimeToolNames(tools: readonly RuntimeTool[], reserved: ReadonlySet<string>): RuntimeToolNames {
+  const plain = new Set(tools.map((t) => t.name));
+  const aliases: Record<string, string> = {};
+  // A plain name that is also one of Claude Code's own tools keeps meaning that tool.
+  for (const name of plain) if (!reserved.has(name)) aliases[name] = `${PREFIX}${name}`;
+  return {
+    runtimeName(sdkName) {
+      if (sdkName.startsWith(PREFIX) && plain.has(sdkName.slice(PREFIX.length))) return sdkName.slice(PREFIX.length);
+      return aliases[sdkName] !== undefined ? sdkName : undefined;
+    },
+    aliases,
+  };
 }
 
 /** Thrown when a runtime tool's input schema cannot be offered to the model. */

@@ -1,0 +1,62 @@
+// Keeps Claude Code's file tools inside the session's working directory (and
+// the skills it may read). Claude Code asks before touching a path outside its
+// cwd, but an allowing runtime would let it through, so the harness refuses
+// such calls itself. Bash is not confined here: that is the sandbox's job.
+import { realpathSync } from "node:fs";
+import path from "node:path";
+
+/** Tool input fields that hold a path, per tool. */
+const PATH_FIELDS: Readonly<Record<string, readonly string[]>> = {
+  Read: ["file_path"],
+  Write: ["file_path"],
+  Edit: ["file_path"],
+  Glob: ["path"],
+  Grep: ["path"],
+};
+
+const WRITING_TOOLS = new Set(["Write", "Edit"]);
+
+/** The real path of `target`, resolving symlinks of the part that exists already. */
+function realTarget(target: string): string {
+  const missing: string[] = [];
+  let current = target;
+  for (;;) {
+    try {
+      return path.join(realpathSync(current), ...missing.reverse());
+    } catch {
+      const parent = path.dirname(current);
+      if (parent === current) return target;
+      missing.push(path.basename(current));
+      current = parent;
+    }
+  }
+}
+
+function inside(root: string, target: string): boolean {
+  const relative = path.relative(root, target);
+  return relative === "" || (!relative.startsWith("..") && !path.isAbsolute(relative));
+}
+
+export interface WorkspaceBoundary {
+  /** Why the call is refused, or undefined when its paths stay inside. */
+  check(tool: string, input: Record<string, unknown>): string | undefined;
+}
+
+export function workspaceBoundary(options: { workingDir: string; readOnlyDirs?: readonly string[] }): WorkspaceBoundary {
+  const root = realTarget(path.resolve(options.workingDir));
+  const readable = [root, ...(options.readOnlyDirs ?? []).map((dir) => realTarget(path.resolve(dir)))];
+  return {
+    check(tool, input) {
+      for (const field of PATH_FIELDS[tool] ?? []) {
+        const value = input[field];
+        if (typeof value !== "string" || value === "") continue;
+        const target = realTarget(path.resolve(root, value));
+        const allowed = WRITING_TOOLS.has(tool) ? [root] : readable;
+        if (!allowed.some((dir) => inside(dir, target))) {
+          return `${tool} may only use paths inside the working directory ${options.workingDir}; ${value} is outside it, so the call was not run.`;
+        }
+      }
+      return undefined;
+    },
+  };
+}

@@ -1,0 +1,51 @@
+// The harness's own rules around Claude Code: file tools confined to the
+// working directory, runtime tool names, and structured output from text.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdir, mkdtemp, symlink } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { runtimeToolNames } from "../src/runtime-tool-server.js";
+import { structuredOutputFromText } from "../src/structured-output.js";
+import { workspaceBoundary } from "../src/workspace-boundary.js";
+
+void test("file tools may use paths inside the working directory only; skills are readable, not writable", async () => {
+  const root = await mkdtemp(path.join(os.tmpdir(), "oz0-boundary-"));
+  const work = path.join(root, "work");
+  const skill = path.join(root, "skill");
+  await mkdir(work);
+  await mkdir(skill);
+  await symlink(root, path.join(work, "link-out"));
+  const boundary = workspaceBoundary({ workingDir: work, readOnlyDirs: [skill] });
+  assert.equal(boundary.check("Write", { file_path: path.join(work, "a/b.txt") }), undefined);
+  assert.equal(boundary.check("Grep", { pattern: "x" }), undefined);
+  assert.equal(boundary.check("Read", { file_path: path.join(skill, "SKILL.md") }), undefined);
+  assert.match(boundary.check("Edit", { file_path: path.join(skill, "SKILL.md") }) ?? "", /Edit may only use paths inside the working directory/);
+  assert.match(boundary.check("Write", { file_path: `${work}/../escaped.txt` }) ?? "", /escaped\.txt is outside it/);
+  assert.match(boundary.check("Read", { file_path: "/etc/passwd" }) ?? "", /outside/);
+  assert.match(boundary.check("Glob", { pattern: "*", path: "/" }) ?? "", /outside/);
+  // A symlink inside that points outside does not open a way out.
+  assert.match(boundary.check("Write", { file_path: path.join(work, "link-out", "x.txt") }) ?? "", /outside/);
+  assert.equal(boundary.check("Bash", { command: "cat /etc/passwd" }), undefined);
+});
+
+void test("runtime tools answer to their MCP name and to their plain name, unless that is a Claude Code tool", () => {
+  const names = runtimeToolNames([{ name: "lookup" }, { name: "Bash" }] as never, new Set(["Bash", "Read"]));
+  assert.deepEqual(names.aliases, { lookup: "mcp__oz0__lookup" });
+  assert.equal(names.runtimeName("mcp__oz0__lookup"), "lookup");
+  assert.equal(names.runtimeName("lookup"), "lookup");
+  assert.equal(names.runtimeName("mcp__oz0__Bash"), "Bash");
+  assert.equal(names.runtimeName("Bash"), undefined);
+  assert.equal(names.runtimeName("mcp__other__lookup"), undefined);
+});
+
+void test("a plain-text JSON answer becomes the structured output when it matches the schema", () => {
+  const schema = { type: "object", properties: { answer: { type: "number" } }, required: ["answer"] };
+  assert.deepEqual(structuredOutputFromText('{"answer": 42}', schema), { ok: true, value: { answer: 42 } });
+  assert.deepEqual(structuredOutputFromText('Here:\n```json\n{"answer": 1}\n```', schema), { ok: true, value: { answer: 1 } });
+  const wrong = structuredOutputFromText('{"answer": "many"}', schema);
+  assert.equal(wrong.ok, false);
+  assert.match(wrong.ok ? "" : wrong.error, /does not match the output_schema: answer/);
+  const prose = structuredOutputFromText("forty-two", schema);
+  assert.match(prose.ok ? "" : prose.error, /not JSON/);
+});
