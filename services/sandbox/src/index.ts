@@ -67,6 +67,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     retentionMs: config.retentionMs ?? 10 * 60_000,
     maxLineBytes: config.maxLineBytes ?? 1024 * 1024,
     maxArtifactBytes: config.maxArtifactBytes ?? 8 * 1024 * 1024,
+    maxLogEvents: config.maxSessionEvents ?? 200_000,
     logger,
     listener: lifecycle?.listener,
   });

@@ -26,6 +26,8 @@ export interface SandboxConfig {
   maxLineBytes?: number;
   /** Largest patch, and largest total of named files, returned as artifacts (OZ0_MAX_ARTIFACT_BYTES). Default 8 MiB. */
   maxArtifactBytes?: number;
+  /** Harness events a session may write; each is kept for re-attach, so past it the session is stopped (OZ0_MAX_SESSION_EVENTS). Default 200 000. */
+  maxSessionEvents?: number;
   /**
    * Extra paths visible read-only inside bubblewrap, beyond the system
    * directories and the plugin directory (OZ0_SANDBOX_READ_ONLY_PATHS,
@@ -68,6 +70,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     retentionMs: integer(env, "OZ0_SESSION_RETENTION_MS"),
     maxLineBytes: integer(env, "OZ0_MAX_LINE_BYTES"),
     maxArtifactBytes: integer(env, "OZ0_MAX_ARTIFACT_BYTES"),
+    maxSessionEvents: integer(env, "OZ0_MAX_SESSION_EVENTS"),
     readOnlyPaths: env.OZ0_SANDBOX_READ_ONLY_PATHS ? env.OZ0_SANDBOX_READ_ONLY_PATHS.split(":").filter((p) => p !== "") : undefined,
     sessionPath: env.OZ0_SESSION_PATH || undefined,
   };

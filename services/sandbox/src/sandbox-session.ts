@@ -41,6 +41,8 @@ export interface SandboxSessionOptions {
   graceMs: number;
   maxLineBytes: number;
   maxArtifactBytes: number;
+  /** Harness events kept per session; past it the session is stopped. */
+  maxLogEvents: number;
   logger: Logger;
   /** Lifecycle hooks for the registry and the events publisher. */
   onStarted?: (session: SandboxSession) => void;
@@ -75,7 +77,8 @@ export class SandboxSession {
   #forwarding: LlmForwarding | undefined;
   #baseline: "snapshot" | "empty" | "none" = "none";
   #usageEvents = 0;
-  #turnLimitExceeded = false;
+  /** A limit the sandbox itself enforced (turns, log size): it fails the session whatever the harness did. */
+  #limitBroken: { code: string; message: string } | undefined;
   #cancelRequested: string | undefined;
   #resolveFinished!: () => void;
 
@@ -202,6 +205,13 @@ export class SandboxSession {
   }
 
   #onEvent(event: SessionEvent): void {
+    // The log is memory: a harness that floods it is stopped, and what it
+    // writes past the cap is not kept (the session fails, saying so).
+    const maxEvents = this.#options.maxLogEvents;
+    if (this.log.lastSeq >= maxEvents) {
+      this.#breakLimit("too_many_events", `the harness wrote more than ${maxEvents} events (OZ0_MAX_SESSION_EVENTS); later events were dropped and the session was stopped`);
+      if (event.event.case !== "result") return;
+    }
     this.log.append({ case: "event", value: event });
     this.#options.onEvent?.(this, event);
     if (event.event.case === "usage") {
@@ -209,11 +219,16 @@ export class SandboxSession {
       // the session itself rather than trusting the harness to.
       this.#usageEvents++;
       const maxTurns = this.#options.request.limits?.maxTurns ?? 0;
-      if (maxTurns > 0 && this.#usageEvents > maxTurns && !this.#turnLimitExceeded) {
-        this.#turnLimitExceeded = true;
-        this.#host?.cancel(`the session made more than its ${maxTurns} model turns`);
+      if (maxTurns > 0 && this.#usageEvents > maxTurns) {
+        this.#breakLimit("max_turns_exceeded", `the harness made more model calls than the turn limit (${maxTurns}) and was stopped`);
       }
     }
+  }
+
+  #breakLimit(code: string, message: string): void {
+    if (this.#limitBroken !== undefined) return;
+    this.#limitBroken = { code, message };
+    this.#host?.cancel(message);
   }
 
   answerPermission(answer: PermissionAnswer): void {
@@ -261,12 +276,11 @@ export class SandboxSession {
   }
 
   #finish(outcome: SessionOutcome): void {
-    const status = this.#turnLimitExceeded
-      ? SessionStatus.FAILED
-      : { completed: SessionStatus.COMPLETED, failed: SessionStatus.FAILED, cancelled: SessionStatus.CANCELLED, timed_out: SessionStatus.TIMED_OUT }[outcome.status];
-    const error = this.#turnLimitExceeded
-      ? { code: "max_turns_exceeded", message: `the harness made more model calls than the turn limit (${this.#options.request.limits?.maxTurns ?? 0}) and was stopped` }
-      : outcome.error;
+    const status =
+      this.#limitBroken !== undefined
+        ? SessionStatus.FAILED
+        : { completed: SessionStatus.COMPLETED, failed: SessionStatus.FAILED, cancelled: SessionStatus.CANCELLED, timed_out: SessionStatus.TIMED_OUT }[outcome.status];
+    const error = this.#limitBroken ?? outcome.error;
     const finish = async (): Promise<void> => {
       const { paths } = this.#options;
       try {

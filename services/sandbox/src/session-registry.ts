@@ -32,6 +32,7 @@ export interface SessionRegistryOptions {
   retentionMs: number;
   maxLineBytes: number;
   maxArtifactBytes: number;
+  maxLogEvents: number;
   logger: Logger;
   listener?: SessionLifecycleListener;
 }
@@ -90,6 +91,7 @@ export class SessionRegistry {
       graceMs: this.#options.cancelGraceMs,
       maxLineBytes: this.#options.maxLineBytes,
       maxArtifactBytes: this.#options.maxArtifactBytes,
+      maxLogEvents: this.#options.maxLogEvents,
       logger: this.#options.logger,
       onStarted: (s) => listener?.started?.(s),
       onEvent: (s, event) => listener?.event?.(s, event),

@@ -21,7 +21,7 @@ function processAlive(pid: number): boolean {
 void describe("faults", () => {
   let t: TestSandbox;
   before(async () => {
-    t = await startTestSandbox({ isolation: "none", cancelGraceMs: 500, maxLineBytes: 1024 });
+    t = await startTestSandbox({ isolation: "none", cancelGraceMs: 500, maxLineBytes: 1024, maxSessionEvents: 50 });
   });
   after(async () => {
     await t.close();
@@ -33,6 +33,7 @@ void describe("faults", () => {
     { mode: { mode: "big-line", bytes: 4096 }, code: "line_too_long", status: SessionStatus.FAILED },
     { mode: { mode: "two-results" }, code: "duplicate_result", status: SessionStatus.FAILED },
     { mode: { mode: "usage-loop", turns: 5 }, code: "max_turns_exceeded", status: SessionStatus.FAILED, request: { limits: { maxTurns: 2 } } },
+    { mode: { mode: "chatty", events: 500 }, code: "too_many_events", status: SessionStatus.FAILED },
   ];
   for (const c of cases) {
     void it(`ends a session whose harness does ${String(c.mode.mode)} with ${c.code}`, async () => {
@@ -68,6 +69,8 @@ void describe("faults", () => {
     const pid = Number(exited.result?.text);
     assert(pid > 0);
     assert.equal(exited.leftoverProcesses, true);
+    // SIGKILL was sent when the harness exited; the kernel may need a moment to carry it out on a busy machine.
+    for (let i = 0; i < 100 && processAlive(pid); i++) await new Promise((resolve) => setTimeout(resolve, 50));
     assert.equal(processAlive(pid), false);
   });
 
