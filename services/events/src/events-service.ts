@@ -2,7 +2,7 @@
 // their own modules and know nothing about Connect.
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "@oz0/serving";
-import { EventsService, type PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import type { EventsService, PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { KafkaRelay } from "./kafka-relay.js";
 import type { Outbox } from "./outbox.js";
 import { redactEvent } from "./redaction-policy.js";

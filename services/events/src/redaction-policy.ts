@@ -23,8 +23,7 @@ const OPERATION_KEY = /^[a-z][a-z0-9_-]{0,63}$/;
 const STATUS = /^[a-z][a-z_]{0,31}$/;
 const EVENT_TYPE = /^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$/;
 const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
-// A path: one line, no control characters, bounded.
-const PATH = /^[^\u0000-\u001f\u007f]{1,512}$/;
+const MAX_PATH = 512;
 const MAX_COUNT = 2 ** 31 - 1;
 
 type Extract = (attributes: JsonObject) => JsonValue | undefined;
@@ -33,8 +32,14 @@ function identifier(value: JsonValue | undefined): string | undefined {
   return typeof value === "string" && IDENTIFIER.test(value) ? value : undefined;
 }
 
+// A path: one line, no control characters, bounded.
 function path(value: JsonValue | undefined): string | undefined {
-  return typeof value === "string" && PATH.test(value) ? value : undefined;
+  if (typeof value !== "string" || value.length === 0 || value.length > MAX_PATH) return undefined;
+  for (let i = 0; i < value.length; i++) {
+    const code = value.charCodeAt(i);
+    if (code < 0x20 || code === 0x7f) return undefined;
+  }
+  return value;
 }
 
 function count(value: JsonValue | undefined): number | undefined {

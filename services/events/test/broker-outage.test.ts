@@ -45,7 +45,7 @@ async function publishAll(url: string, events: ReturnType<typeof phase>): Promis
   await publisher.close();
 }
 
-test("a broker outage loses nothing and duplicates nothing", async () => {
+void test("a broker outage loses nothing and duplicates nothing", async () => {
   const start = () => startEvents({ dataDir, kafkaBrokers: kafka.brokers, topic, partitions: 3 });
   let service = await start();
   running.push(service);

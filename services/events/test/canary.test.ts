@@ -56,7 +56,7 @@ function assertNoMarker(haystack: string, where: string, markers: Record<string,
   assert.ok(!haystack.includes(prefix), `a canary marker prefix leaked into ${where}`);
 }
 
-test("no sensitive field reaches Kafka, Watch, Transcript, the logs or the disk", async () => {
+void test("no sensitive field reaches Kafka, Watch, Transcript, the logs or the disk", async () => {
   const markers = canaryMarkers();
   const jobId = "job-canary";
   const raw = canaryJob(jobId, markers);

@@ -12,7 +12,7 @@ function redacted(...args: Parameters<typeof rawEvent>): PublicEvent {
   return outcome.event;
 }
 
-describe("publicEventJson", () => {
+void describe("publicEventJson", () => {
   const cases: [string, PublicEvent][] = [
     ["a full event", redacted("model.call_metered", {
       jobId: "j", sessionId: "s", toolCallId: "t", operationInvocationId: "o", graphRunId: "g", graphStepId: "gs",
@@ -29,19 +29,19 @@ describe("publicEventJson", () => {
     ["nanoseconds", { ...redacted("job.started"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 5 } }],
   ];
   for (const [name, event] of cases) {
-    test(`prints ${name} as protobuf-es does (without the position)`, () => {
+    void test(`prints ${name} as protobuf-es does (without the position)`, () => {
       const withPosition = { ...event, position: 42n };
       assert.deepEqual(JSON.parse(publicEventJson(withPosition)), toJson(PublicEventSchema, { ...event, position: 0n }));
     });
   }
-  test("tokens with only zeros still print as an empty object, as protobuf-es does", () => {
+  void test("tokens with only zeros still print as an empty object, as protobuf-es does", () => {
     const event = create(PublicEventSchema, { id: "x", type: "job.started", tokens: create(TokenCountsSchema) });
     assert.deepEqual(JSON.parse(publicEventJson(event)), toJson(PublicEventSchema, event));
   });
 });
 
-describe("toKafkaMessage", () => {
-  test("puts the CloudEvents attributes in headers and keys by job", () => {
+void describe("toKafkaMessage", () => {
+  void test("puts the CloudEvents attributes in headers and keys by job", () => {
     const event = redacted("tool.called", {
       id: "ev-1",
       jobId: "job-9",
@@ -65,7 +65,7 @@ describe("toKafkaMessage", () => {
     assert.equal(JSON.parse(message.value).attributes.label, "read");
   });
 
-  test("an event outside a job has no key and its session as subject", () => {
+  void test("an event outside a job has no key and its session as subject", () => {
     const message = toKafkaMessage(publicEventJson(redacted("session.started", { sessionId: "s-1" })));
     assert.equal(message.key, null);
     assert.equal(message.headers.ce_subject, "s-1");

@@ -25,8 +25,8 @@ async function service(options: { dataDir?: string; port?: number } = {}): Promi
   return events;
 }
 
-describe("the publisher", () => {
-  test("batches, delivers in order, and flush waits until the service accepted everything", async () => {
+void describe("the publisher", () => {
+  void test("batches, delivers in order, and flush waits until the service accepted everything", async () => {
     const events = await service();
     const publisher = createEventPublisher({ url: events.url, maxBatch: 7 });
     for (let i = 0; i < 50; i++) publisher.publish(rawEvent("graph.step_started", { jobId: "job-p", attributes: { iteration: i } }));
@@ -36,7 +36,7 @@ describe("the publisher", () => {
     await publisher.close();
   });
 
-  test("keeps retrying while the service is down, and logs that it does", async () => {
+  void test("keeps retrying while the service is down, and logs that it does", async () => {
     const port = await freePortForTest();
     const logger = recordingLogger();
     const publisher = createEventPublisher({ url: `http://127.0.0.1:${port}`, logger, maxBackoffMs: 200 });
@@ -51,7 +51,7 @@ describe("the publisher", () => {
     await publisher.close();
   });
 
-  test("never throws into the caller, and says what it dropped", async () => {
+  void test("never throws into the caller, and says what it dropped", async () => {
     const logger = recordingLogger();
     const publisher = createEventPublisher({ url: "http://127.0.0.1:1", logger });
     publisher.publish(rawEvent("", {}));
@@ -63,7 +63,7 @@ describe("the publisher", () => {
     assert.ok(logger.lines.some((l) => (l.obj as { code?: string }).code === "EVENTS_PUBLISHER_CLOSED"));
   });
 
-  test("a retried event is accepted once: ids deduplicate", async () => {
+  void test("a retried event is accepted once: ids deduplicate", async () => {
     const events = await service();
     const event = rawEvent("job.started", { jobId: "job-dup" });
     const client = eventsClient(events.url);
@@ -75,8 +75,8 @@ describe("the publisher", () => {
   });
 });
 
-describe("Watch", () => {
-  test("resumes from a position and filters by job", async () => {
+void describe("Watch", () => {
+  void test("resumes from a position and filters by job", async () => {
     const events = await service();
     const client = eventsClient(events.url);
     await client.publish({
@@ -90,7 +90,7 @@ describe("Watch", () => {
     assert.deepEqual(odd.map((e) => e.attributes?.iteration), [1, 3, 5, 7, 9]);
   });
 
-  test("follows events published after it started", async () => {
+  void test("follows events published after it started", async () => {
     const events = await service();
     const client = eventsClient(events.url);
     const abort = new AbortController();
@@ -112,7 +112,7 @@ describe("Watch", () => {
     assert.deepEqual(seen, [0, 1, 2]);
   });
 
-  test("the log survives a restart on the same data folder, positions included", async () => {
+  void test("the log survives a restart on the same data folder, positions included", async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-events-restart-"));
     cleanup.push(() => rmSync(dataDir, { recursive: true, force: true }));
     const first = await startEvents({ port: 0, dataDir });

@@ -12,7 +12,7 @@ import { EVENT_POLICY, publicAttributes } from "@oz0/events";
 const here = path.dirname(fileURLToPath(import.meta.url));
 const readme = readFileSync(path.join(here, "..", "README.md"), "utf8");
 
-test("the README's example runs and prints what it says", async () => {
+void test("the README's example runs and prints what it says", async () => {
   const blocks = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
   assert.equal(blocks.length, 1);
   const file = path.join(here, `.readme-${process.pid}.ts`);
@@ -28,7 +28,7 @@ test("the README's example runs and prints what it says", async () => {
   }
 });
 
-test("the README's policy table lists every type with exactly its public attributes", () => {
+void test("the README's policy table lists every type with exactly its public attributes", () => {
   const rows = [...readme.matchAll(/^\| `([a-z_.]+)` \| (.*) \|$/gm)].map((m) => [m[1]!, [...m[2]!.matchAll(/`([a-z_]+)`/g)].map((a) => a[1]!)] as const);
   assert.deepEqual(
     Object.fromEntries(rows.filter(([type]) => type.includes("."))),

@@ -37,8 +37,8 @@ function redact(type: string, init: RawEventInit = {}): PublicEvent {
   return outcome.event;
 }
 
-describe("the redaction policy", () => {
-  test("knows every lifecycle type producers send", () => {
+void describe("the redaction policy", () => {
+  void test("knows every lifecycle type producers send", () => {
     const required = [
       "job.submitted", "job.started", "job.completed", "job.failed", "job.cancelled",
       "session.started", "session.exited",
@@ -53,23 +53,23 @@ describe("the redaction policy", () => {
   });
 
   for (const type of Object.keys(EVENT_POLICY)) {
-    test(`${type} drops every sensitive attribute`, () => {
+    void test(`${type} drops every sensitive attribute`, () => {
       redact(type);
     });
   }
 
-  test("job.submitted keeps the task's character count, never the task", () => {
+  void test("job.submitted keeps the task's character count, never the task", () => {
     const event = redact("job.submitted", { attributes: { task: "héllo wörld 🙂", harness: "claude", timeout_ms: 600000 } });
     assert.deepEqual(event.attributes, { harness: "claude", task_chars: 13, timeout_ms: 600000 });
   });
 
-  test("job.completed keeps stop reason and timing", () => {
+  void test("job.completed keeps stop reason and timing", () => {
     const event = redact("job.completed", { status: "completed", attributes: { stop_reason: "completed", duration_ms: 1234, turns: 7 } });
     assert.deepEqual(event.attributes, { stop_reason: "completed", duration_ms: 1234, turns: 7 });
     assert.equal(event.status, "completed");
   });
 
-  test("session.started and session.exited keep harness, node and exit facts", () => {
+  void test("session.started and session.exited keep harness, node and exit facts", () => {
     assert.deepEqual(redact("session.started", { attributes: { harness: "claude", node: "node-1", isolation: "bwrap" } }).attributes, {
       harness: "claude",
       node: "node-1",
@@ -82,7 +82,7 @@ describe("the redaction policy", () => {
     });
   });
 
-  test("tool events keep the tool, its path and a label composed from them", () => {
+  void test("tool events keep the tool, its path and a label composed from them", () => {
     const called = redact("tool.called", { attributes: { tool_name: "read", path: "src/app.ts" } });
     assert.deepEqual(called.attributes, { tool_name: "read", path: "src/app.ts", label: "read src/app.ts" });
     const decided = redact("tool.decided", { attributes: { tool_name: "bash", decision: "deny", decided_by: "hook", hook: "no-rm", input_changed: false } });
@@ -91,7 +91,7 @@ describe("the redaction policy", () => {
     assert.deepEqual(completed.attributes, { tool_name: "read", label: "read", duration_ms: 5, is_error: true });
   });
 
-  test("approvals keep ids, the tool and waiting time", () => {
+  void test("approvals keep ids, the tool and waiting time", () => {
     assert.deepEqual(redact("approval.requested", { attributes: { approval_id: "ap-1", tool_name: "deploy", timeout_ms: 60000 } }).attributes, {
       approval_id: "ap-1",
       tool_name: "deploy",
@@ -104,7 +104,7 @@ describe("the redaction policy", () => {
     });
   });
 
-  test("model.call_metered keeps provider, model and token counts", () => {
+  void test("model.call_metered keeps provider, model and token counts", () => {
     const event = redact("model.call_metered", {
       tokens: { inputTokens: 10, outputTokens: 20, cacheReadTokens: 3, cacheWriteTokens: 4 },
       attributes: { provider: "anthropic", model: "claude-sonnet-4-5", attempts: 2, duration_ms: 800 },
@@ -114,7 +114,7 @@ describe("the redaction policy", () => {
     assert.equal(event.tokens?.cacheWriteTokens, 4);
   });
 
-  test("what the producers send today keeps its safe fields", () => {
+  void test("what the producers send today keeps its safe fields", () => {
     // The LLM proxy's usage event (services/llm-proxy/src/usage-sink.ts).
     const usage = redact("llm.call_completed", {
       tokens: { inputTokens: 7 },
@@ -139,7 +139,7 @@ describe("the redaction policy", () => {
     assert.deepEqual(redact("job.created", { attributes: { task: "abc" } }).attributes, { task_chars: 3 });
   });
 
-  test("harness.operation_started keeps key, task character count and timeout", () => {
+  void test("harness.operation_started keeps key, task character count and timeout", () => {
     const event = redact("harness.operation_started", {
       operationInvocationId: "inv-1",
       toolCallId: "call-1",
@@ -149,7 +149,7 @@ describe("the redaction policy", () => {
     assert.equal(event.operationInvocationId, "inv-1");
   });
 
-  test("a model step is summarised only by the tool it requested, or by finishing", () => {
+  void test("a model step is summarised only by the tool it requested, or by finishing", () => {
     const requested = redact("harness.operation_step", { attributes: { step_kind: "model", step_index: 0, requested_tool: "read" } });
     assert.deepEqual(requested.attributes, { step_index: 0, step_kind: "model", label: "Requested read", requested_tool: "read" });
     const finished = redact("harness.operation_step", { attributes: { step_kind: "model", step_index: 3, finish: true } });
@@ -158,14 +158,14 @@ describe("the redaction policy", () => {
     assert.equal(neither.attributes?.label, "Model turn");
   });
 
-  test("a tool step keeps the tool and the path it touched", () => {
+  void test("a tool step keeps the tool and the path it touched", () => {
     const event = redact("harness.operation_step", {
       attributes: { step_kind: "tool", step_index: 1, tool_name: "read", path: "uploads/order.pdf", duration_ms: 4 },
     });
     assert.deepEqual(event.attributes, { step_index: 1, step_kind: "tool", label: "read uploads/order.pdf", tool_name: "read", path: "uploads/order.pdf", duration_ms: 4 });
   });
 
-  test("operation ends keep key, timing, error code and validation state, never the result", () => {
+  void test("operation ends keep key, timing, error code and validation state, never the result", () => {
     assert.deepEqual(redact("harness.operation_completed", { attributes: { operation_key: "x", duration_ms: 10, result_validation: "invalid" } }).attributes, {
       operation_key: "x",
       duration_ms: 10,
@@ -183,7 +183,7 @@ describe("the redaction policy", () => {
     });
   });
 
-  test("graph events keep step names, kinds and counters", () => {
+  void test("graph events keep step names, kinds and counters", () => {
     assert.deepEqual(redact("graph.run_started", { attributes: { graph_name: "intake", graph_version: "2" } }).attributes, { graph_name: "intake", graph_version: "2" });
     assert.deepEqual(redact("graph.step_completed", { attributes: { step_name: "verify", step_kind: "agent", iteration: 2, branch: "ok", duration_ms: 3 } }).attributes, {
       step_name: "verify",
@@ -194,14 +194,14 @@ describe("the redaction policy", () => {
     });
   });
 
-  test("values that are not what the allowlist expects are dropped", () => {
+  void test("values that are not what the allowlist expects are dropped", () => {
     const event = redact("tool.called", { attributes: { tool_name: "read this secret file please", path: "a\nb" } });
     assert.deepEqual(event.attributes, {});
     const counts = redact("harness.operation_started", { attributes: { operation_key: "Not A Key", timeout_ms: -5, task: 42 } });
     assert.deepEqual(counts.attributes, {});
   });
 
-  test("an unknown type keeps only its envelope and says so", () => {
+  void test("an unknown type keeps only its envelope and says so", () => {
     const outcome = redactEvent(
       rawEvent("custom.happened", { jobId: "job-1", status: "completed", tokens: { inputTokens: 5 }, attributes: { ...sensitive, tool_name: "read" } }),
     );
@@ -212,7 +212,7 @@ describe("the redaction policy", () => {
     assert.equal(outcome.event.tokens?.inputTokens, 5);
   });
 
-  test("envelope fields that are not identifiers are cleared, not copied", () => {
+  void test("envelope fields that are not identifiers are cleared, not copied", () => {
     const outcome = redactEvent(
       rawEvent("job.started", {
         jobId: `job with ${SECRET}`,
@@ -232,13 +232,13 @@ describe("the redaction policy", () => {
     assert.equal(outcome.event.source, "orchestrator");
   });
 
-  test("a malformed id or type is refused", () => {
+  void test("a malformed id or type is refused", () => {
     assert.deepEqual(redactEvent(rawEvent("job.started", { id: "has spaces" })), { ok: false, code: "EVENT_ID_INVALID" });
     assert.deepEqual(redactEvent(rawEvent("Job Started")), { ok: false, code: "EVENT_TYPE_INVALID" });
     assert.deepEqual(redactEvent(rawEvent("nodot")), { ok: false, code: "EVENT_TYPE_INVALID" });
   });
 
-  test("a valid traceparent is kept", () => {
+  void test("a valid traceparent is kept", () => {
     const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     const outcome = redactEvent(rawEvent("job.started", { traceparent }));
     assert.ok(outcome.ok);

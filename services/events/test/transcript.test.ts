@@ -28,8 +28,8 @@ function operations(transcript: TranscriptResponse): Map<string, OperationRow> {
   return rows;
 }
 
-describe("Transcript", () => {
-  test("two overlapping operations form one group of two, each with its own ordered steps", async () => {
+void describe("Transcript", () => {
+  void test("two overlapping operations form one group of two, each with its own ordered steps", async () => {
     const transcript = await transcriptOf("job-two", twoOverlapping("job-two"));
     const rows = operations(transcript);
     assert.equal(rows.size, 2);
@@ -55,7 +55,7 @@ describe("Transcript", () => {
     assert.equal(transcript.rows.length, 2);
   });
 
-  test("three operations with two overlapping: one group of two, the third alone", async () => {
+  void test("three operations with two overlapping: one group of two, the third alone", async () => {
     const transcript = await transcriptOf("job-three", threeWithTwoOverlapping("job-three"));
     const rows = operations(transcript);
     const [a, b, c] = ["a", "b", "c"].map((id) => rows.get(id)!);
@@ -75,7 +75,7 @@ describe("Transcript", () => {
     );
   });
 
-  test("legacy steps without invocation ids stay in the parent timeline and mark the rows they may belong to partial", async () => {
+  void test("legacy steps without invocation ids stay in the parent timeline and mark the rows they may belong to partial", async () => {
     const transcript = await transcriptOf("job-legacy", legacyWithoutInvocationIds("job-legacy"));
     const rows = operations(transcript);
     const [a, b, c] = ["a", "b", "c"].map((id) => rows.get(id)!);
@@ -90,7 +90,7 @@ describe("Transcript", () => {
     assert.equal(parentSteps.length, 3);
   });
 
-  test("a new-style row next to legacy activity outside its window is not partial", async () => {
+  void test("a new-style row next to legacy activity outside its window is not partial", async () => {
     const transcript = await transcriptOf("job-mixed", [
       ...twoOverlapping("job-mixed", Date.parse("2026-01-06T00:00:00Z")),
       ...legacyWithoutInvocationIds("job-mixed", Date.parse("2026-01-06T01:00:00Z")).filter((e) => e.type === "harness.operation_step"),
@@ -100,7 +100,7 @@ describe("Transcript", () => {
     assert.equal(rows.get("b")!.attributionPartial, false);
   });
 
-  test("a running operation overlaps every operation started after it", async () => {
+  void test("a running operation overlaps every operation started after it", async () => {
     const sequence = twoOverlapping("job-running").filter((e) => !(e.type === "harness.operation_completed" && e.operationInvocationId === "a"));
     const transcript = await transcriptOf("job-running", sequence);
     const a = operations(transcript).get("a")!;
@@ -110,7 +110,7 @@ describe("Transcript", () => {
     assert.equal(a.parallelGroupSize, 2);
   });
 
-  test("asks for a job id", async () => {
+  void test("asks for a job id", async () => {
     await assert.rejects(eventsClient(events.url).transcript({ jobId: "" }), /job_id is required/);
   });
 });

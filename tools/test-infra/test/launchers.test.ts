@@ -10,8 +10,8 @@ import { Kafka, logLevel } from "kafkajs";
 import pg from "pg";
 import { startPostgres, testNeeds } from "@oz0/test-infra";
 
-describe("the runner's infrastructure", () => {
-  test("Kafka from KAFKA_BROKERS takes and returns a message", async () => {
+void describe("the runner's infrastructure", () => {
+  void test("Kafka from KAFKA_BROKERS takes and returns a message", async () => {
     const brokers = (process.env.KAFKA_BROKERS ?? "").split(",").filter(Boolean);
     assert.ok(brokers.length > 0, "the runner exports KAFKA_BROKERS");
     const kafka = new Kafka({ clientId: "oz0-test-infra-test", brokers, logLevel: logLevel.NOTHING });
@@ -30,7 +30,7 @@ describe("the runner's infrastructure", () => {
     assert.equal(value, "hello");
   });
 
-  test("PostgreSQL from DATABASE_URL runs queries", async () => {
+  void test("PostgreSQL from DATABASE_URL runs queries", async () => {
     assert.ok(process.env.DATABASE_URL, "the runner exports DATABASE_URL");
     const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
     await client.connect();
@@ -44,7 +44,7 @@ describe("the runner's infrastructure", () => {
     }
   });
 
-  test("startPostgres gives a test a server of its own, removed on close", async () => {
+  void test("startPostgres gives a test a server of its own, removed on close", async () => {
     const own = await startPostgres({ database: "mine" });
     const client = new pg.Client({ connectionString: own.url });
     await client.connect();
@@ -63,8 +63,8 @@ describe("the runner's infrastructure", () => {
   });
 });
 
-describe("testNeeds", () => {
-  test("reads `// needs:` lines and the variables a file reads", () => {
+void describe("testNeeds", () => {
+  void test("reads `// needs:` lines and the variables a file reads", () => {
     const dir = mkdtempSync(path.join(tmpdir(), "oz0-needs-"));
     try {
       const file = (name: string, text: string): string => {
