@@ -45,7 +45,8 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 
 /** Where a service's main.js is: the orchestrator's beside this file, the others through their packages. */
 export function serviceMain(name: StackServiceName): string {
-  if (name === "orchestrator") return path.join(here, "main.js");
+  // From dist/ or, under tsx in tests, from src/: the built one either way.
+  if (name === "orchestrator") return path.resolve(here, "..", "dist", "main.js");
   const entry = fileURLToPath(import.meta.resolve(`@oz0/${name}`));
   return path.join(path.dirname(entry), "main.js");
 }

@@ -43,7 +43,8 @@ export function resolveHarnessCommand(harness: ResolvedHarness): string[] {
   return harness.manifest.command.map((arg, index) => {
     if (path.isAbsolute(arg) || arg.startsWith("-")) return arg;
     const inPlugin = path.join(harness.pluginPath, arg);
-    if ((index === 0 || arg.includes("/")) && existsSync(inPlugin)) return inPlugin;
+    // Arguments naming files in the plugin (`dist/main.js`, `harness.mjs`) become absolute.
+    if (existsSync(inPlugin)) return inPlugin;
     if (index === 0 && !arg.includes("/")) return findProgram(arg) ?? arg;
     return arg;
   });

@@ -141,9 +141,9 @@ export class PluginRegistry {
       const definition = readYamlDocument<AgentDefinition>({ schema: "agent", file, displayName: rel });
       if (seen.has(definition.name)) throw invalidArgument(`${rel}: field /name: agent "${definition.name}" is defined twice in this plugin; rename one`);
       seen.add(definition.name);
-      const instructionsFile = path.resolve(path.dirname(file), definition.instructions);
+      const instructionsFile = path.resolve(root, definition.instructions);
       if (!instructionsFile.startsWith(root + path.sep) || !existsSync(instructionsFile)) {
-        throw invalidArgument(`${rel}: field /instructions: expected a file in the plugin, relative to ${rel}; ${definition.instructions} does not exist`);
+        throw invalidArgument(`${rel}: field /instructions: expected a file in the plugin (a path relative to the plugin's folder); ${definition.instructions} does not exist`);
       }
       return { file: rel, definition, instructions: readFileSync(instructionsFile, "utf8") };
     });

@@ -34,7 +34,7 @@ export interface AgentDefinition {
   description?: string;
   runtime: string;
   model: { primary: string; fallbacks?: string[] };
-  /** A file in the plugin, relative to the agent's YAML file. */
+  /** A file in the plugin, relative to the plugin's folder. */
   instructions: string;
   limits?: { max_steps?: number; timeout?: string };
   harness?: AgentHarnessOptions;

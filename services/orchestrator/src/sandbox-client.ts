@@ -40,7 +40,7 @@ function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
       const e = m.value;
       const failed = e.status === SessionStatus.FAILED || e.status === SessionStatus.TIMED_OUT;
       const error = failed
-        ? `${e.errorCode || "failed"}: ${e.errorMessage || "the session failed"}${e.stderrTail ? ` (stderr: ${e.stderrTail.trim().split("\n").slice(-3).join(" | ")})` : ""}`
+        ? `${e.errorCode || "failed"}: ${e.errorMessage || "the session failed"}${e.stderrTail ? ` (stderr: ${e.stderrTail.trim().split("\n").filter((l) => l.trim()).slice(-6).join(" | ")})` : ""}`
         : "";
       return {
         seq,

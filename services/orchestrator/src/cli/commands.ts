@@ -53,10 +53,10 @@ async function ask(question: string): Promise<string> {
   }
 }
 
-function isUnreachable(error: unknown): boolean {
-  if (!(error instanceof ConnectError)) return false;
-  const cause = String((error.cause as Error | undefined)?.message ?? "");
-  return error.code === Code.Unavailable || /ECONNREFUSED|ECONNRESET|socket hang up/.test(cause + error.rawMessage);
+/** A dropped or refused connection (the orchestrator restarting), as opposed to an answer. */
+function isTransient(error: unknown): boolean {
+  const err = ConnectError.from(error);
+  return ![Code.NotFound, Code.InvalidArgument, Code.FailedPrecondition, Code.PermissionDenied, Code.Unauthenticated, Code.Unimplemented].includes(err.code);
 }
 
 /**
@@ -113,7 +113,7 @@ export async function followJob(options: {
         return exitCodeFor(job.state);
       }
     } catch (error) {
-      if (conn.mode === "embedded" || !isUnreachable(error) || failures >= 30) throw error;
+      if (conn.mode === "embedded" || !isTransient(error) || failures >= 30) throw error;
       failures += 1;
       if (failures === 1 && !options.json) io.err.write(`oz0: lost the orchestrator at ${conn.url}; reconnecting…\n`);
       await new Promise((r) => setTimeout(r, 1_000));

@@ -1,5 +1,6 @@
 // How a job's live events look on a terminal, and as JSON lines for scripts.
-import { toJsonString } from "@bufbuild/protobuf";
+import { toJson, toJsonString } from "@bufbuild/protobuf";
+import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { Decider, JobEventSchema, JobState, type Job, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 
@@ -15,6 +16,15 @@ function short(value: unknown, max = 160): string {
   const text = typeof value === "string" ? value : JSON.stringify(value) ?? "";
   const one = text.replace(/\s+/g, " ").trim();
   return one.length > max ? `${one.slice(0, max - 1)}…` : one;
+}
+
+/** A tool's output, shortened for a terminal: short outputs whole, long ones by their head and tail. */
+export function toolOutput(value: Value | undefined, mark: string): string {
+  const json = value ? toJson(ValueSchema, value) : "";
+  const text = typeof json === "string" ? json : JSON.stringify(json);
+  const lines = text.split("\n").map((l) => l.trimEnd()).filter((l) => l.trim() !== "");
+  const shown = lines.length <= 10 ? lines : [...lines.slice(0, 2), `… (${lines.length - 10} more lines)`, ...lines.slice(-8)];
+  return shown.map((l, i) => `  ${i === 0 ? mark : " "} ${l.length > 200 ? `${l.slice(0, 199)}…` : l}`).join("\n") || `  ${mark}`;
 }
 
 export class EventPrinter {
@@ -53,7 +63,7 @@ export class EventPrinter {
         this.#line(`▸ ${e.value.tool}${e.value.title ? `: ${e.value.title}` : ` ${short(e.value.input ?? {})}`}`);
         return;
       case "toolResult":
-        this.#line(`  ${e.value.isError ? "✗" : "✓"} ${short(e.value.output ?? "")}`);
+        this.#line(toolOutput(e.value.output, e.value.isError ? "✗" : "✓"));
         return;
       case "permissionDecision": {
         const d = e.value;

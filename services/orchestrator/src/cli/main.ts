@@ -54,6 +54,7 @@ const program = new Command()
   .name("oz0")
   .description("Orchestrator Zero: run AI agents inside harnesses; watch, approve and cancel their jobs.")
   .version("0.1.0")
+  .enablePositionalOptions()
   .showHelpAfterError("(run with --help for usage)")
   .exitOverride()
   .addHelpText(

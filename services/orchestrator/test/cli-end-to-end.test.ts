@@ -1,0 +1,215 @@
+// The CLI as a user drives it, against the real four services on loopback:
+// install a plugin from a git repository, run an agent through real tools,
+// watch, cancel, kill and restart the orchestrator while a call waits for
+// approval, publish a changed agent and see the old job stay pinned.
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { promisify } from "node:util";
+import type { ScriptedTurn } from "@oz0/harness/testing";
+import { commitAll, eventually, makePluginRepo, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
+
+const run = promisify(execFile);
+const demoScript = JSON.parse(readFileSync(path.join(repoRoot, "examples/plugins/example/demo-script.json"), "utf8")) as ScriptedTurn[];
+const datesProject = path.join(repoRoot, "examples/projects/dates");
+
+const FIXER = `name: fixer
+description: Fixes failing tests.
+runtime: harness:test-harness
+model:
+  primary: anthropic/claude-sonnet-5-5
+instructions: prompts/fixer.md
+limits:
+  max_steps: 10
+  timeout: 10m
+harness:
+  tools: [Read, Write, Bash]
+`;
+
+const CAREFUL = `name: careful
+description: Every command waits for a person.
+runtime: harness:test-harness
+model:
+  primary: anthropic/claude-sonnet-5-5
+instructions: prompts/fixer.md
+harness:
+  tools: [Read, Write, Bash]
+  requires_approval: [Bash]
+`;
+
+function pick({ input, turn }: { input: string; turn: number }): ScriptedTurn {
+  if (input.startsWith("Fix")) return demoScript[turn] ?? { text: "done" };
+  if (input.startsWith("sleep")) return turn === 0 ? { toolCalls: [{ name: "Bash", input: { command: "sleep 120" } }] } : { text: "woke up" };
+  if (input.startsWith("approve")) {
+    return turn === 0 ? { text: "Writing the proof.", toolCalls: [{ name: "Bash", input: { command: "echo approved > proof.txt" } }] } : { text: "proof written" };
+  }
+  return { text: `no script for ${input}` };
+}
+
+let t: TestStack;
+let repo: string;
+const jsonLines = (text: string): Record<string, unknown>[] =>
+  text
+    .split("\n")
+    .filter((l) => l.trim())
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+
+before(async () => {
+  t = await startTestStack({ pick });
+  repo = await makePluginRepo({ agents: { fixer: FIXER, careful: CAREFUL } });
+});
+
+after(async () => {
+  await t?.close();
+});
+
+test("a plugin installs from a git repository and publishes its agents", async () => {
+  const installed = await t.cli(["plugin", "install", `file://${repo}`]);
+  assert.equal(installed.code, 0, installed.stderr);
+  assert.match(installed.stdout, /installed plugin testing 0\.1\.0/);
+  assert.match(installed.stdout, /published agent fixer v1/);
+  assert.match(installed.stdout, /published agent careful v1/);
+  const plugins = await t.cli(["plugin", "list"]);
+  assert.match(plugins.stdout, /testing\s+0\.1\.0\s+harnesses: test-harness/);
+  const agents = await t.cli(["agents", "list"]);
+  assert.match(agents.stdout, /fixer\s+v1\s+harness:test-harness/);
+  const again = await t.cli(["plugin", "install", `file://${repo}`]);
+  assert.match(again.stdout, /no agent changed/);
+});
+
+test("an invalid agent is refused naming the file, the field and what was expected", async () => {
+  const bad = await makePluginRepo({ name: "broken", agents: { bad: FIXER.replace("name: fixer", "name: bad").replace("  primary: anthropic/claude-sonnet-5-5\n", "  fallbacks: []\n") } });
+  const result = await t.cli(["plugin", "install", bad]);
+  assert.equal(result.code, 1);
+  assert.equal(result.stderr.trim().split("\n").length, 1, result.stderr);
+  assert.match(result.stderr, /agents\/bad\.yaml: field \/model\/primary: expected a value \(the field is required\)/);
+  const missing = await t.cli(["plugin", "install", "/nonexistent/plugin"]);
+  assert.equal(missing.code, 1);
+  assert.match(missing.stderr, /^oz0: plugin not found: .*\n$/);
+  const unknown = await t.cli(["run", "nosuch", "hello"]);
+  assert.equal(unknown.code, 1);
+  assert.match(unknown.stderr, /^oz0: unknown agent "nosuch"; see `oz0 agents list`.*\n$/);
+});
+
+test("oz0 run streams text and tool calls, the test passes, and the patch is stored", async () => {
+  const result = await t.cli(["run", "fixer", "Fix the failing test in dates", "--attach", datesProject]);
+  assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+  assert.match(result.stdout, /Let me read the date helpers first\./);
+  assert.match(result.stdout, /▸ Read/);
+  assert.match(result.stdout, /▸ Bash: Run cd dates && node --test/);
+  assert.match(result.stdout, /# pass 2/);
+  assert.match(result.stdout, /result \(completed, 4 turns\)/);
+  assert.match(result.stdout, /job job_\w+ succeeded/);
+  const where = /artifacts of (job_\w+) are in (.+)/.exec(result.stdout);
+  assert.ok(where, result.stdout);
+  const patch = readFileSync(path.join(where[2]!, "changes.patch"), "utf8");
+  assert.match(patch, /\+\s+const month = String\(date\.getUTCMonth\(\) \+ 1\)/);
+  const artifacts = await t.cli(["jobs", "artifacts", where[1]!]);
+  assert.match(artifacts.stdout, /changes\.patch/);
+  const json = await t.cli(["run", "fixer", "Fix the failing test in dates", "--attach", datesProject, "--json"]);
+  assert.equal(json.code, 0, json.stderr);
+  const events = jsonLines(json.stdout);
+  assert.deepEqual(
+    events.map((e) => Number(e.seq)),
+    events.map((_, i) => i + 1),
+  );
+  assert.ok(events.some((e) => (e.toolCall as { tool?: string } | undefined)?.tool === "Write"));
+  assert.deepEqual(events.at(-1)?.stateChanged, { state: "JOB_STATE_SUCCEEDED" });
+});
+
+test("cancelling a job ends its session and the job is cancelled", async () => {
+  const started = await t.cli(["run", "fixer", "sleep for a while", "--detach"]);
+  assert.equal(started.code, 0, started.stderr);
+  const jobId = started.stdout.trim();
+  const watcher = t.spawnCli(["jobs", "watch", jobId, "--json"]);
+  let watched = "";
+  watcher.stdout!.on("data", (d: Buffer) => (watched += d.toString()));
+  const watcherDone = new Promise<number>((resolve) => watcher.on("exit", (code) => resolve(code ?? 1)));
+  // The sleep runs once the policy allowed it.
+  await eventually(async () => (watched.includes('"permissionDecision"') ? true : undefined));
+  const cancelled = await t.cli(["jobs", "cancel", jobId, "--reason", "testing cancel"]);
+  assert.equal(cancelled.code, 0, cancelled.stderr);
+  assert.equal(await watcherDone, 4, watched);
+  const again = await t.cli(["jobs", "watch", jobId]);
+  assert.equal(again.code, 4, again.stdout + again.stderr);
+  assert.match(again.stdout, new RegExp(`job ${jobId} cancelled`));
+  const shown = await t.cli(["jobs", "show", jobId, "--json"]);
+  assert.equal((JSON.parse(shown.stdout) as { state: string }).state, "JOB_STATE_CANCELLED");
+});
+
+test("a job survives an orchestrator restart while a call waits for approval, and the watcher loses and repeats nothing", async () => {
+  const started = await t.cli(["run", "careful", "approve this command", "--detach"]);
+  assert.equal(started.code, 0, started.stderr);
+  const jobId = started.stdout.trim();
+  const callId = await eventually(async () => {
+    const list = await t.cli(["approvals", "list", "--job", jobId, "--json"]);
+    const first = jsonLines(list.stdout)[0];
+    return first ? String(first.callId) : undefined;
+  });
+  // A watcher that follows the job across the restart.
+  const watcher = t.spawnCli(["jobs", "watch", jobId, "--json"]);
+  let watched = "";
+  watcher.stdout!.on("data", (d: Buffer) => (watched += d.toString()));
+  const watcherDone = new Promise<number>((resolve) => watcher.on("exit", (code) => resolve(code ?? 1)));
+  await eventually(async () => (watched.includes("permissionDecision") ? true : undefined));
+
+  await t.restartOrchestrator();
+
+  const still = await t.cli(["approvals", "list"]);
+  assert.match(still.stdout, new RegExp(`${jobId}\\s+${callId}\\s+Bash`));
+  const approved = await t.cli(["approve", jobId, callId]);
+  assert.equal(approved.code, 0, approved.stderr);
+  assert.equal(await watcherDone, 0);
+  const events = jsonLines(watched);
+  assert.deepEqual(
+    events.map((e) => Number(e.seq)),
+    events.map((_, i) => i + 1),
+    "every event once, in order",
+  );
+  assert.ok(events.some((e) => (e.toolResult as { callId?: string } | undefined) !== undefined));
+  assert.deepEqual(events.at(-1)?.stateChanged, { state: "JOB_STATE_SUCCEEDED" });
+  const twice = await t.cli(["approve", jobId, callId]);
+  assert.equal(twice.code, 0, "the same answer again is accepted once");
+  const different = await t.cli(["deny", jobId, callId, "--reason", "changed my mind"]);
+  assert.equal(different.code, 1);
+  assert.match(different.stderr, /already approved/);
+});
+
+test("publishing a changed agent makes a new version; the old job stays pinned to the old one", async () => {
+  const jobs = await t.cli(["jobs", "list", "--agent", "fixer", "--json"]);
+  const oldJob = jsonLines(jobs.stdout).at(-1)!;
+  assert.deepEqual(oldJob.agent, { name: "fixer", version: 1 });
+  writeFileSync(path.join(repo, "agents", "fixer.yaml"), FIXER.replace("Fixes failing tests.", "Fixes failing tests, carefully."));
+  await commitAll(repo, "change fixer");
+  const installed = await t.cli(["plugin", "install", `file://${repo}`]);
+  assert.match(installed.stdout, /published agent fixer v2/);
+  assert.doesNotMatch(installed.stdout, /careful/);
+  const versions = await t.cli(["agents", "versions", "fixer"]);
+  assert.match(versions.stdout, /^v1 .*\nv2 /m);
+  const v1 = await t.cli(["agents", "show", "fixer", "--version", "1"]);
+  assert.match(v1.stdout, /description: Fixes failing tests\.\n/);
+  const latest = await t.cli(["agents", "show", "fixer"]);
+  assert.match(latest.stdout, /description: Fixes failing tests, carefully\./);
+  const shown = await t.cli(["jobs", "show", String(oldJob.id), "--json"]);
+  assert.deepEqual((JSON.parse(shown.stdout) as { agent: unknown }).agent, { name: "fixer", version: 1 });
+  const next = await t.cli(["run", "fixer", "Fix the failing test in dates", "--attach", datesProject]);
+  assert.equal(next.code, 0, next.stderr);
+  assert.match(next.stderr, /fixer v2/);
+});
+
+test("buf curl lists and calls the orchestrator's services through reflection", async () => {
+  const buf = path.join(repoRoot, "node_modules/@bufbuild/buf/bin/buf");
+  const args = ["curl", "--protocol", "grpc", "--http2-prior-knowledge"];
+  const listed = await run(buf, [...args, "--list-services", t.url]);
+  for (const service of ["JobService", "PluginService", "AgentService", "SecretService"]) {
+    assert.match(listed.stdout, new RegExp(`oz0\\.orchestrator\\.v1\\.${service}`));
+  }
+  const called = await run(buf, [...args, "--data", '{"name":"fixer"}', `${t.url}/oz0.orchestrator.v1.AgentService/ListAgentVersions`]);
+  const versions = (JSON.parse(called.stdout) as { versions: { version: number }[] }).versions;
+  assert.deepEqual(
+    versions.map((v) => v.version),
+    [1, 2],
+  );
+});

@@ -1,0 +1,153 @@
+// The stack the orchestrator's tests drive: the four real services as child
+// processes on loopback (the embedded stack's own code path), the LLM proxy's
+// Anthropic route pointed at a scripted model in the test process, and a
+// helper that runs the `oz0` CLI as a user would.
+import { execFile, spawn } from "node:child_process";
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { startScriptedModel, type ScriptedModel, type ScriptedRequest, type ScriptedTurn } from "@oz0/harness/testing";
+import { startEmbeddedStack, startServiceProcess, type EmbeddedStack, type StackProcess } from "../../src/embedded-stack.js";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const packageDir = path.resolve(here, "..", "..");
+export const repoRoot = path.resolve(packageDir, "..", "..");
+export const cliMain = path.join(packageDir, "dist", "cli", "main.js");
+export const fixtureHarness = path.join(packageDir, "test", "fixtures", "model-harness.mjs");
+
+const run = promisify(execFile);
+
+export interface CliResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+export interface TestStack {
+  home: string;
+  stack: EmbeddedStack;
+  model: ScriptedModel;
+  /** The orchestrator process, replaceable by restartOrchestrator. */
+  orchestrator: StackProcess;
+  url: string;
+  cli(args: string[], options?: { input?: string; env?: Record<string, string> }): Promise<CliResult>;
+  /** Start `oz0 …` and return the child, for commands that run long (watch). */
+  spawnCli(args: string[]): ReturnType<typeof spawn>;
+  /** SIGKILL the orchestrator and start a new one on the same data directory and port. */
+  restartOrchestrator(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** The model's answer, chosen from the conversation so far: how many turns the assistant already took. */
+export type TurnPicker = (options: { input: string; turn: number; request: ScriptedRequest }) => ScriptedTurn;
+
+export function userInput(request: ScriptedRequest): string {
+  const first = (request.body?.messages as { role: string; content: unknown }[] | undefined)?.[0];
+  return typeof first?.content === "string" ? first.content : "";
+}
+
+export async function startTestStack(options: { pick: TurnPicker }): Promise<TestStack> {
+  const home = mkdtempSync(path.join(os.tmpdir(), "oz0-orch-test-"));
+  const model = await startScriptedModel({
+    isSideCall: () => false,
+    turns: (request) => {
+      const messages = (request.body?.messages as { role: string }[] | undefined) ?? [];
+      return options.pick({ input: userInput(request), turn: messages.filter((m) => m.role === "assistant").length, request });
+    },
+  });
+  const providersFile = path.join(home, "providers.json");
+  writeFileSync(providersFile, JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url }] }));
+  const stack = await startEmbeddedStack({
+    home,
+    logLevel: "info",
+    env: { "llm-proxy": { OZ0_PROVIDERS_FILE: providersFile }, sandbox: { OZ0_CANCEL_GRACE_MS: "2000" } },
+  });
+  let orchestrator = stack.processes.find((p) => p.name === "orchestrator")!;
+  const url = stack.urls.orchestrator;
+  const env = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => ({ ...process.env, OZ0_URL: url, OZ0_HOME: home, OZ0_LOG_LEVEL: "warn", ...extra });
+  const t: TestStack = {
+    home,
+    stack,
+    model,
+    get orchestrator() {
+      return orchestrator;
+    },
+    url,
+    async cli(args, opts = {}) {
+      return new Promise((resolve) => {
+        const child = spawn(process.execPath, [cliMain, ...args], { env: env(opts.env), stdio: ["pipe", "pipe", "pipe"] });
+        let stdout = "";
+        let stderr = "";
+        child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+        child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+        child.stdin.end(opts.input ?? "");
+        child.on("exit", (code) => resolve({ code: code ?? 1, stdout, stderr }));
+      });
+    },
+    spawnCli(args) {
+      return spawn(process.execPath, [cliMain, ...args], { env: env(), stdio: ["ignore", "pipe", "pipe"] });
+    },
+    async restartOrchestrator() {
+      await orchestrator.stop({ signal: "SIGKILL" });
+      const port = new URL(url).port;
+      orchestrator = await startServiceProcess({
+        name: "orchestrator",
+        env: { OZ0_HOME: home, OZ0_PORT: port, OZ0_SANDBOX_URLS: stack.urls.sandbox, OZ0_LLM_PROXY_URL: stack.urls["llm-proxy"], OZ0_EVENTS_URL: stack.urls.events },
+        logFile: path.join(home, "logs", "orchestrator.log"),
+      });
+    },
+    async close() {
+      await orchestrator.stop();
+      await stack.close();
+      await model.close();
+      if (!process.env.OZ0_KEEP_TEST_HOME) rmSync(home, { recursive: true, force: true });
+    },
+  };
+  return t;
+}
+
+/** A plugin in a fresh git repository whose harness is the test harness; returns the repository's path. */
+export async function makePluginRepo(options: { agents: Record<string, string>; name?: string; version?: string }): Promise<string> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-plugin-repo-"));
+  mkdirSync(path.join(dir, "agents"));
+  mkdirSync(path.join(dir, "prompts"));
+  copyFileSync(fixtureHarness, path.join(dir, "harness.mjs"));
+  writeFileSync(path.join(dir, "prompts", "fixer.md"), "You fix failing tests. Read the code, change it, run the tests.\n");
+  writeFileSync(
+    path.join(dir, "oz0-plugin.yaml"),
+    [
+      `name: ${options.name ?? "testing"}`,
+      `version: ${options.version ?? "0.1.0"}`,
+      "harnesses:",
+      "  - name: test-harness",
+      '    command: ["node", "harness.mjs"]',
+      "    permissions: true",
+      "    capabilities: [permissions]",
+      "    tools: [Read, Write, Bash]",
+      "agents:",
+      ...Object.keys(options.agents).map((name) => `  - agents/${name}.yaml`),
+      "",
+    ].join("\n"),
+  );
+  for (const [name, yaml] of Object.entries(options.agents)) writeFileSync(path.join(dir, "agents", `${name}.yaml`), yaml);
+  await commitAll(dir, "plugin");
+  return dir;
+}
+
+export async function commitAll(dir: string, message: string): Promise<void> {
+  const git = (...args: string[]) => run("git", args, { cwd: dir, env: { ...process.env, GIT_AUTHOR_NAME: "t", GIT_AUTHOR_EMAIL: "t@t", GIT_COMMITTER_NAME: "t", GIT_COMMITTER_EMAIL: "t@t" } });
+  await git("init", "-q", "-b", "main").catch(() => undefined);
+  await git("add", "-A");
+  await git("commit", "-q", "-m", message);
+}
+
+/** Wait until `check` returns a value, polling; the test's own timeout bounds it. */
+export async function eventually<T>(check: () => Promise<T | undefined>, intervalMs = 100): Promise<T> {
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
