@@ -11,7 +11,6 @@ import {
   ProtocolVersion,
   RuntimeMessageSchema,
   RuntimeToolResultSchema,
-  SessionEventSchema,
   SessionRequestSchema,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type {
@@ -22,7 +21,8 @@ import type {
   SessionStarted,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { LineSplitter } from "../protocol/line-framing.js";
-import { decodeLine, describeLine, encodeLine } from "../protocol/message-codec.js";
+import { describeLine, encodeLine } from "../protocol/message-codec.js";
+import { decodeEventLine } from "../protocol/event-decoding.js";
 import type { SessionError, SessionErrorCode } from "./host-errors.js";
 import { HostSessionError } from "./host-errors.js";
 import { processGroupLauncher } from "./process-launcher.js";
@@ -305,7 +305,7 @@ class RunningHostSession implements HostSession {
   #onLine(line: string): void {
     if (!this.#processing) return;
     this.#counts.lines++;
-    const decoded = decodeLine(SessionEventSchema, line);
+    const decoded = decodeEventLine(line);
     if (!decoded.ok) {
       if (decoded.reason === "invalid_json") {
         this.#fail("invalid_json", `stdout line ${this.#counts.lines} is not JSON: ${describeLine(line)}`);

@@ -16,4 +16,5 @@ export type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } 
 export { LineSplitter } from "../protocol/line-framing.js";
 export type { LineSplitterOptions } from "../protocol/line-framing.js";
 export { decodeLine, encodeLine } from "../protocol/message-codec.js";
+export { decodeEventLine } from "../protocol/event-decoding.js";
 export type { LineDecodeFailure, LineDecodeResult } from "../protocol/message-codec.js";

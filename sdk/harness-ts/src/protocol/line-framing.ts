@@ -90,8 +90,10 @@ export class LineSplitter {
   }
 
   #emit(line: string): void {
-    const trimmed = line.endsWith("\r") ? line.slice(0, -1) : line;
-    if (trimmed.length === 0 || (trimmed.trim().length === 0)) return;
+    const trimmed = line.charCodeAt(line.length - 1) === 13 ? line.slice(0, -1) : line;
+    // Only a line that starts with whitespace can be blank; avoid trimming every line.
+    const first = trimmed.charCodeAt(0);
+    if (Number.isNaN(first) || ((first === 32 || first === 9 || first === 13) && trimmed.trim().length === 0)) return;
     this.#options.onLine(trimmed);
   }
 }
