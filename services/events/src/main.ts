@@ -8,10 +8,20 @@ import { DEFAULT_TOPIC, startEvents } from "./start-events.js";
 const logger = createLogger({ name: "events" });
 const list = (value: string | undefined): string[] => (value ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 
+function port(value: string | undefined, fallback: number): number {
+  if (!value) return fallback;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) {
+    process.stderr.write(`oz0-events: OZ0_PORT must be a port number (0-65535), got ${JSON.stringify(value)}\n`);
+    process.exit(2);
+  }
+  return n;
+}
+
 try {
   const events = await startEvents({
     host: process.env.OZ0_HOST || "127.0.0.1",
-    port: process.env.OZ0_PORT ? Number(process.env.OZ0_PORT) : 7703,
+    port: port(process.env.OZ0_PORT, 7703),
     dataDir: process.env.OZ0_EVENTS_DATA || path.join(homedir(), ".oz0", "events"),
     kafkaBrokers: list(process.env.KAFKA_BROKERS),
     topic: process.env.OZ0_KAFKA_TOPIC || DEFAULT_TOPIC,
