@@ -168,3 +168,24 @@ for (const mode of ["none", "bwrap"] as const) {
     }
   });
 }
+
+void describe("isolation setting", () => {
+  void it("OZ0_ISOLATION=bwrap refuses to start where bubblewrap does not work; auto falls back to none and says so", async () => {
+    const { startSandbox } = await import("../src/index.js");
+    const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-nobwrap-"));
+    try {
+      await assert.rejects(startSandbox({ port: 0, root, isolation: "bwrap", bwrapPath: "/no/such/bwrap" }), /OZ0_ISOLATION=bwrap requires bubblewrap.*bwrap not found/);
+      const fallback = await startSandbox({ port: 0, root, isolation: "auto", bwrapPath: "/no/such/bwrap" });
+      try {
+        assert.equal(fallback.isolation, "none");
+        assert.match(fallback.bubblewrap.reason ?? "", /not found/);
+        const health = createClient(Health, createGrpcTransport({ baseUrl: fallback.url }));
+        assert.equal((await health.check({ service: "isolation" })).status, HealthCheckResponse_ServingStatus.NOT_SERVING);
+      } finally {
+        await fallback.close();
+      }
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
