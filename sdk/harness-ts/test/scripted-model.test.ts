@@ -6,7 +6,7 @@ import { startScriptedModel, type ScriptedModel } from "../src/testing/scripted-
 
 const weather = { name: "get_weather", input: { city: "Paris", unit: "celsius" } };
 
-describe("scripted model with the real @anthropic-ai/sdk", () => {
+void describe("scripted model with the real @anthropic-ai/sdk", () => {
   let model: ScriptedModel;
   let client: Anthropic;
   before(async () => {
@@ -22,7 +22,7 @@ describe("scripted model with the real @anthropic-ai/sdk", () => {
   });
   after(() => model.close());
 
-  it("answers a non-streaming call with the scripted text and usage", async () => {
+  void it("answers a non-streaming call with the scripted text and usage", async () => {
     const message = await client.messages.create({ model: "claude-x", max_tokens: 100, messages: [{ role: "user", content: "hi" }] });
     assert.deepEqual(message.content, [{ type: "text", text: "Hello there, this is a scripted answer." }]);
     assert.equal(message.stop_reason, "end_turn");
@@ -35,7 +35,7 @@ describe("scripted model with the real @anthropic-ai/sdk", () => {
     assert.equal(model.requests[0]?.body.messages[0].content, "hi");
   });
 
-  it("streams tool calls as input_json_delta that the SDK reassembles", async () => {
+  void it("streams tool calls as input_json_delta that the SDK reassembles", async () => {
     const stream = client.messages.stream({ model: "claude-x", max_tokens: 100, messages: [{ role: "user", content: "weather?" }], tools: [{ name: "get_weather", input_schema: { type: "object" } }] });
     const final = await stream.finalMessage();
     assert.equal(final.stop_reason, "tool_use");
@@ -46,7 +46,7 @@ describe("scripted model with the real @anthropic-ai/sdk", () => {
     assert.equal((final.content[0] as { text: string }).text, "Let me check.");
   });
 
-  it("streams text and reports message_start and message_delta usage", async () => {
+  void it("streams text and reports message_start and message_delta usage", async () => {
     const stream = await client.messages.create({ model: "claude-x", max_tokens: 100, stream: true, messages: [{ role: "user", content: "go" }] });
     const types: string[] = [];
     let text = "";
@@ -66,14 +66,14 @@ describe("scripted model with the real @anthropic-ai/sdk", () => {
     assert.ok(types.includes("message_delta"));
   });
 
-  it("fails with the scripted status and an Anthropic error body", async () => {
+  void it("fails with the scripted status and an Anthropic error body", async () => {
     await assert.rejects(
       client.messages.create({ model: "claude-x", max_tokens: 100, messages: [{ role: "user", content: "x" }] }),
       (error: unknown) => error instanceof Anthropic.APIError && error.status === 529,
     );
   });
 
-  it("answers count_tokens without consuming a turn, then says clearly when the script ran out", async () => {
+  void it("answers count_tokens without consuming a turn, then says clearly when the script ran out", async () => {
     const used = model.turnsUsed;
     const counted = await client.messages.countTokens({ model: "claude-x", messages: [{ role: "user", content: "count me please" }] });
     assert.ok(counted.input_tokens > 0);
@@ -84,7 +84,7 @@ describe("scripted model with the real @anthropic-ai/sdk", () => {
     );
   });
 
-  it("sums the usage it reported", () => {
+  void it("sums the usage it reported", () => {
     const served = model.tokensServed;
     assert.equal(served.cacheRead, 3);
     assert.equal(served.input >= 10 + 11, true);
@@ -92,7 +92,7 @@ describe("scripted model with the real @anthropic-ai/sdk", () => {
   });
 });
 
-describe("scripted model with the real openai client", () => {
+void describe("scripted model with the real openai client", () => {
   let model: ScriptedModel;
   let client: OpenAI;
   before(async () => {
@@ -108,7 +108,7 @@ describe("scripted model with the real openai client", () => {
   });
   after(() => model.close());
 
-  it("answers a non-streaming chat completion with usage", async () => {
+  void it("answers a non-streaming chat completion with usage", async () => {
     const completion = await client.chat.completions.create({ model: "gpt-x", messages: [{ role: "user", content: "hi" }] });
     assert.equal(completion.choices[0]?.message.content, "plain answer");
     assert.equal(completion.choices[0]?.finish_reason, "stop");
@@ -118,7 +118,7 @@ describe("scripted model with the real openai client", () => {
     assert.equal(model.requests[0]?.headers.authorization, "Bearer sk-test");
   });
 
-  it("streams tool_calls deltas and the usage chunk when include_usage is set", async () => {
+  void it("streams tool_calls deltas and the usage chunk when include_usage is set", async () => {
     const stream = await client.chat.completions.create({ model: "gpt-x", stream: true, stream_options: { include_usage: true }, messages: [{ role: "user", content: "hi" }] });
     const calls: { id?: string; name: string; args: string }[] = [];
     let usageChunks = 0;
@@ -142,7 +142,7 @@ describe("scripted model with the real openai client", () => {
     assert.equal(calls[1]!.name, "lookup");
   });
 
-  it("sends no usage chunk when the client did not ask for one", async () => {
+  void it("sends no usage chunk when the client did not ask for one", async () => {
     const stream = await client.chat.completions.create({ model: "gpt-x", stream: true, messages: [{ role: "user", content: "hi" }] });
     let text = "";
     let sawUsage = false;
@@ -154,7 +154,7 @@ describe("scripted model with the real openai client", () => {
     assert.equal(sawUsage, false);
   });
 
-  it("fails with 429 and the scripted retry-after header", async () => {
+  void it("fails with 429 and the scripted retry-after header", async () => {
     await assert.rejects(
       client.chat.completions.create({ model: "gpt-x", messages: [{ role: "user", content: "hi" }] }),
       (error: unknown) => error instanceof OpenAI.APIError && error.status === 429 && error.headers?.get("retry-after") === "0",
@@ -162,8 +162,8 @@ describe("scripted model with the real openai client", () => {
   });
 });
 
-describe("scripted model edge cases", () => {
-  it("cuts a stream mid-way and the client sees the connection die", async () => {
+void describe("scripted model edge cases", () => {
+  void it("cuts a stream mid-way and the client sees the connection die", async () => {
     const model = await startScriptedModel({ turns: [{ text: "a long text that will be cut somewhere in the middle of it", cutMidStream: true, usage: { input: 9, output: 20 } }] });
     try {
       const client = new Anthropic({ baseURL: model.url, apiKey: "k", maxRetries: 0 });
@@ -182,7 +182,7 @@ describe("scripted model edge cases", () => {
     }
   });
 
-  it("serves paths without /v1, a function script, and Claude Code style side calls without consuming turns", async () => {
+  void it("serves paths without /v1, a function script, and Claude Code style side calls without consuming turns", async () => {
     const seen: string[] = [];
     const model = await startScriptedModel({
       turns: (request) => {

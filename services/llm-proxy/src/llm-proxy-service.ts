@@ -7,14 +7,14 @@ import {
   AgentUsageSchema,
   GetUsageResponseSchema,
   ListSecretsResponseSchema,
-  LlmProxyService,
   MintSessionTokenResponseSchema,
   RevokeSessionTokenResponseSchema,
   SecretInfoSchema,
-  SecretService,
   SetSecretResponseSchema,
   DeleteSecretResponseSchema,
   UsageSchema,
+  type LlmProxyService,
+  type SecretService,
   type Usage,
 } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { timingSafeEqual } from "node:crypto";

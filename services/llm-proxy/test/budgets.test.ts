@@ -4,8 +4,8 @@ import Anthropic from "@anthropic-ai/sdk";
 import type { ScriptedRequest } from "@oz0/harness/testing";
 import { PRICE, post, startFixture } from "./proxy-fixture.js";
 
-describe("budgets", () => {
-  it("admits only one of two concurrent calls that together would exceed the budget", async () => {
+void describe("budgets", () => {
+  void it("admits only one of two concurrent calls that together would exceed the budget", async () => {
     // max_tokens 1000 at $15/M output is a $0.015 worst case each; the budget holds one, not two.
     let releaseFirst!: () => void;
     const firstHeld = new Promise<void>((resolve) => (releaseFirst = resolve));
@@ -38,7 +38,7 @@ describe("budgets", () => {
     }
   });
 
-  it("cuts a stream off where it crosses the budget, then refuses further calls", async () => {
+  void it("cuts a stream off where it crosses the budget, then refuses further calls", async () => {
     const long = "word ".repeat(2000);
     const fx = await startFixture({ turns: [{ text: long, usage: { input: 10, output: 2500 } }, { text: "never" }] });
     try {
@@ -68,7 +68,7 @@ describe("budgets", () => {
     }
   });
 
-  it("refuses a budgeted call to a model without a price (fails closed)", async () => {
+  void it("refuses a budgeted call to a model without a price (fails closed)", async () => {
     const fx = await startFixture({
       turns: [{ text: "never" }],
       config: { providers: [{ name: "anthropic", baseUrl: "http://127.0.0.1:9", keySecret: "ANTHROPIC_API_KEY", prices: { "claude-opus": { input: 1, output: 1 } } }] },
@@ -83,7 +83,7 @@ describe("budgets", () => {
     }
   });
 
-  it("keeps the spent budget across a proxy restart", async () => {
+  void it("keeps the spent budget across a proxy restart", async () => {
     const dir = (await import("node:fs")).mkdtempSync(`${(await import("node:os")).tmpdir()}/oz0-llm-proxy-`);
     const fx = await startFixture({ turns: () => ({ text: "ok", usage: { input: 1000, output: 1000 } }), config: { dataDir: dir } });
     let token: string;

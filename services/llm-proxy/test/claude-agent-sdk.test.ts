@@ -6,8 +6,8 @@ import { describe, it } from "node:test";
 import { query } from "@anthropic-ai/claude-agent-sdk";
 import { startFixture } from "./proxy-fixture.js";
 
-describe("the Claude Code binary through the proxy", () => {
-  it("runs a session with only the base URL, token and headers swapped, metered under the job", async () => {
+void describe("the Claude Code binary through the proxy", () => {
+  void it("runs a session with only the base URL, token and headers swapped, metered under the job", async () => {
     const work = mkdtempSync(path.join(tmpdir(), "oz0-proxy-claude-work-"));
     const state = mkdtempSync(path.join(tmpdir(), "oz0-proxy-claude-state-"));
     const fx = await startFixture({

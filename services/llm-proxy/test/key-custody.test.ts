@@ -22,8 +22,8 @@ function leaks(text: string): string[] {
   return found;
 }
 
-describe("key custody", () => {
-  it("a planted key is found in no output: logs, responses, errors, metering rows, events, RPC answers, the data file", async () => {
+void describe("key custody", () => {
+  void it("a planted key is found in no output: logs, responses, errors, metering rows, events, RPC answers, the data file", async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-keys-"));
     const echo = `invalid x-api-key ${PLANTED_KEY} (starts ${PLANTED_KEY.slice(0, 14)}…, ends …${PLANTED_KEY.slice(-10)})`;
     const fx = await startFixture({
@@ -80,7 +80,7 @@ describe("key custody", () => {
     assert.match(all, /\[redacted\]/, "the echoes were there and were scrubbed");
   });
 
-  it("has no way to read a secret back: set, replace, list names, delete", async () => {
+  void it("has no way to read a secret back: set, replace, list names, delete", async () => {
     const fx = await startFixture({ turns: [] });
     try {
       assert.deepEqual(
@@ -101,7 +101,7 @@ describe("key custody", () => {
     }
   });
 
-  it("guards the control API with an admin token when one is configured, leaving health open", async () => {
+  void it("guards the control API with an admin token when one is configured, leaving health open", async () => {
     const { startLlmProxy } = await import("../src/index.js");
     const { Health } = await import("@oz0/proto/grpc/health/v1/health_pb");
     const proxy = await startLlmProxy({ adminToken: "admin-secret", providers: [], logger: (await import("pino")).default({ level: "silent" }) });
@@ -118,13 +118,13 @@ describe("key custody", () => {
     }
   });
 
-  it("scrubs keys and their fragments from text", () => {
+  void it("scrubs keys and their fragments from text", () => {
     assert.equal(scrubSecret("key: abcdefghijklmnop!", "abcdefghijklmnop"), "key: [redacted]!");
     assert.equal(scrubSecret("starts abcdefghij…", "abcdefghijklmnop"), "starts [redacted]…");
     assert.equal(scrubSecret("unrelated text", "abcdefghijklmnop"), "unrelated text");
   });
 
-  it("refuses a proxy started with a different KEK to decrypt, with a message saying what to do", async () => {
+  void it("refuses a proxy started with a different KEK to decrypt, with a message saying what to do", async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-kek-"));
     const first = await startFixture({ turns: [], config: { dataDir } });
     await first.close();

@@ -12,7 +12,7 @@ function openAiClient(endpoint: SessionEndpoint): OpenAI {
   return new OpenAI({ baseURL: endpoint.openaiBaseUrl, apiKey: endpoint.token, defaultHeaders: endpoint.headers, maxRetries: 0 });
 }
 
-describe("real clients through the proxy", () => {
+void describe("real clients through the proxy", () => {
   let fx: ProxyFixture;
   let endpoint: SessionEndpoint;
   before(async () => {
@@ -29,7 +29,7 @@ describe("real clients through the proxy", () => {
   });
   after(() => fx.close());
 
-  it("passes an Anthropic non-streaming call through with the provider key, and meters it", async () => {
+  void it("passes an Anthropic non-streaming call through with the provider key, and meters it", async () => {
     const message = await anthropicClient(endpoint).messages.create({ model: "claude-sonnet-5", max_tokens: 200, messages: [{ role: "user", content: "hi" }] });
     assert.deepEqual(message.content, [{ type: "text", text: "non-streamed anthropic answer" }]);
     assert.equal(message.usage.cache_read_input_tokens, 50);
@@ -46,7 +46,7 @@ describe("real clients through the proxy", () => {
     assert.ok(Math.abs(call.costUsd - expected) < 1e-12);
   });
 
-  it("streams an Anthropic answer with a tool call and meters message_start merged with message_delta", async () => {
+  void it("streams an Anthropic answer with a tool call and meters message_start merged with message_delta", async () => {
     const stream = anthropicClient(endpoint).messages.stream({ model: "claude-sonnet-5", max_tokens: 200, messages: [{ role: "user", content: "read" }], tools: [{ name: "Read", input_schema: { type: "object" } }] });
     const final = await stream.finalMessage();
     assert.equal(final.stop_reason, "tool_use");
@@ -59,7 +59,7 @@ describe("real clients through the proxy", () => {
     assert.ok(call.ttftMs !== undefined);
   });
 
-  it("passes an OpenAI non-streaming call through with a bearer key", async () => {
+  void it("passes an OpenAI non-streaming call through with a bearer key", async () => {
     const completion = await openAiClient(endpoint).chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: "hi" }] });
     assert.equal(completion.choices[0]?.message.content, "non-streamed openai answer");
     assert.equal(fx.model.requests.at(-1)!.headers.authorization, "Bearer sk-ant-api03-PLANTEDq9Zx7Lw2Vb8Nc4Md6Kf1Hg3Js5Tr0Yu-xYz0123456789AbCdEf");
@@ -67,7 +67,7 @@ describe("real clients through the proxy", () => {
     assert.deepEqual(call.usage, { input: 40, output: 8, cacheRead: 4, cacheWrite: 0, reasoning: 0 });
   });
 
-  it("meters an OpenAI stream exactly and hides the usage chunk from a client that did not ask", async () => {
+  void it("meters an OpenAI stream exactly and hides the usage chunk from a client that did not ask", async () => {
     const stream = await openAiClient(endpoint).chat.completions.create({ model: "gpt-4o", stream: true, messages: [{ role: "user", content: "hi" }] });
     let text = "";
     let sawUsage = false;
@@ -83,7 +83,7 @@ describe("real clients through the proxy", () => {
     assert.equal(call.estimated, false);
   });
 
-  it("passes the usage chunk to a client that asked for it", async () => {
+  void it("passes the usage chunk to a client that asked for it", async () => {
     const stream = await openAiClient(endpoint).chat.completions.create({ model: "gpt-4o", stream: true, stream_options: { include_usage: true }, messages: [{ role: "user", content: "hi" }] });
     let usage: OpenAI.CompletionUsage | undefined;
     for await (const chunk of stream) if (chunk.usage) usage = chunk.usage;
@@ -91,7 +91,7 @@ describe("real clients through the proxy", () => {
     assert.equal(usage?.completion_tokens, 10);
   });
 
-  it("rolls usage up per job and agent in GetUsage, and emitted a usage event per call", async () => {
+  void it("rolls usage up per job and agent in GetUsage, and emitted a usage event per call", async () => {
     const usage = await fx.control.getUsage({ job: endpoint.job });
     assert.equal(usage.total?.calls, 5n);
     assert.equal(usage.total?.attempts, 5n);
@@ -104,7 +104,7 @@ describe("real clients through the proxy", () => {
   });
 });
 
-describe("who is calling", () => {
+void describe("who is calling", () => {
   let fx: ProxyFixture;
   let endpoint: SessionEndpoint;
   const body = { model: "claude-sonnet-5", max_tokens: 10, messages: [{ role: "user", content: "x" }] };
@@ -114,19 +114,19 @@ describe("who is calling", () => {
   });
   after(() => fx.close());
 
-  it("refuses a call without a token", async () => {
+  void it("refuses a call without a token", async () => {
     const r = await post(`${endpoint.anthropicBaseUrl}/v1/messages`, body, endpoint.headers);
     assert.equal(r.status, 401);
     assert.match(JSON.parse(r.text).error.message, /missing session token/);
   });
 
-  it("refuses a call without Oz0-Job, naming the header", async () => {
+  void it("refuses a call without Oz0-Job, naming the header", async () => {
     const r = await post(`${endpoint.anthropicBaseUrl}/v1/messages`, body, { "x-api-key": endpoint.token, "Oz0-Agent": endpoint.agent });
     assert.equal(r.status, 401);
     assert.match(JSON.parse(r.text).error.message, /missing Oz0-Job header/);
   });
 
-  it("refuses a forged Oz0-Job with 403, naming the header", async () => {
+  void it("refuses a forged Oz0-Job with 403, naming the header", async () => {
     const r = await post(`${endpoint.anthropicBaseUrl}/v1/messages`, body, { "x-api-key": endpoint.token, "Oz0-Job": "someone-elses-job", "Oz0-Agent": endpoint.agent });
     assert.equal(r.status, 403);
     const error = JSON.parse(r.text).error;
@@ -134,13 +134,13 @@ describe("who is calling", () => {
     assert.match(error.message, /Oz0-Job header does not match/);
   });
 
-  it("refuses a forged Oz0-Agent on the OpenAI route in OpenAI's error shape", async () => {
+  void it("refuses a forged Oz0-Agent on the OpenAI route in OpenAI's error shape", async () => {
     const r = await post(`${endpoint.openaiBaseUrl}/chat/completions`, body, { authorization: `Bearer ${endpoint.token}`, "Oz0-Job": endpoint.job, "Oz0-Agent": "intruder" });
     assert.equal(r.status, 403);
     assert.match(JSON.parse(r.text).error.message, /Oz0-Agent header does not match/);
   });
 
-  it("refuses a revoked token, and never reached the provider for any refusal", async () => {
+  void it("refuses a revoked token, and never reached the provider for any refusal", async () => {
     const ok = await post(`${endpoint.anthropicBaseUrl}/v1/messages`, body, { "x-api-key": endpoint.token, ...endpoint.headers });
     assert.equal(ok.status, 200);
     const revoked = await fx.control.revokeSessionToken({ session: endpoint.session });

@@ -12,8 +12,8 @@ import { SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 
 const main = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "src", "main.ts");
 
-describe("main", () => {
-  it("reads the environment (port, data, KEK file, providers file, admin token) and stops on SIGTERM", async () => {
+void describe("main", () => {
+  void it("reads the environment (port, data, KEK file, providers file, admin token) and stops on SIGTERM", async () => {
     const dir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-main-"));
     writeFileSync(path.join(dir, "kek"), Buffer.alloc(32, 3).toString("base64"));
     writeFileSync(path.join(dir, "providers.json"), JSON.stringify({ providers: [{ name: "scripted", kind: "scripted" }] }));
@@ -47,7 +47,7 @@ describe("main", () => {
     assert.doesNotMatch(stderr, /sk-x-123456789/);
   });
 
-  it("refuses to start with a malformed KEK and says how to make one", async () => {
+  void it("refuses to start with a malformed KEK and says how to make one", async () => {
     const child = spawn(process.execPath, ["--import", "tsx", main], {
       env: { PATH: process.env.PATH, OZ0_PORT: "0", OZ0_LLM_PROXY_DATA: ":memory:", OZ0_KEK: "too-short" },
       stdio: ["ignore", "ignore", "pipe"],

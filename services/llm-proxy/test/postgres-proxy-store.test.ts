@@ -39,7 +39,7 @@ function isBudgetExhausted(error: unknown): boolean {
   return error instanceof ProxyError && error.code === "budget_exhausted";
 }
 
-describe("PostgresProxyStore", () => {
+void describe("PostgresProxyStore", () => {
   let a: PostgresProxyStore;
   let b: PostgresProxyStore;
 
@@ -60,7 +60,7 @@ describe("PostgresProxyStore", () => {
     await client.end();
   });
 
-  it("never holds more than the budget when two replicas reserve at once, and adds up to the cent", async () => {
+  void it("never holds more than the budget when two replicas reserve at once, and adds up to the cent", async () => {
     const session = "race-full";
     // 50 calls of $0.03 worst case against $1.00: exactly 33 fit (0.99), whichever replica asks.
     const attempts = await Promise.allSettled(
@@ -86,14 +86,14 @@ describe("PostgresProxyStore", () => {
     assert.deepEqual(await a.budgetSnapshot(session), { limitUsd: 1, spentUsd: 0.66, reservedUsd: 0.34 });
   });
 
-  it("starts a new account from what the session's calls were already charged", async () => {
+  void it("starts a new account from what the session's calls were already charged", async () => {
     await a.recordCall(call({ operationId: "op-before", session: "ses-restart", costUsd: 0.7 }));
     await assert.rejects(b.reserve({ session: "ses-restart", limitUsd: 1, worstCaseUsd: 0.5, minimumUsd: 0.01, partial: false }), /only \$0\.3000/);
     const ok = await b.reserve({ session: "ses-restart", limitUsd: 1, worstCaseUsd: 0.25, minimumUsd: 0.01, partial: false });
     assert.equal(ok.amountUsd, 0.25);
   });
 
-  it("frees the holds of a replica that died mid-call; a late settle still charges the spend", async () => {
+  void it("frees the holds of a replica that died mid-call; a late settle still charges the spend", async () => {
     const short = await PostgresProxyStore.open({ connectionString, schema, reservationHoldMs: 0 });
     try {
       const orphan = await short.reserve({ session: "ses-dead", limitUsd: 1, worstCaseUsd: 0.6, minimumUsd: 0.01, partial: false });
@@ -108,7 +108,7 @@ describe("PostgresProxyStore", () => {
     }
   });
 
-  it("meters calls and attempts from both replicas into one set of totals", async () => {
+  void it("meters calls and attempts from both replicas into one set of totals", async () => {
     await Promise.all(
       Array.from({ length: 20 }, (_, i) =>
         (i % 2 ? a : b).recordCall(call({ operationId: `op-${i}`, job: "job-metered", agent: i < 15 ? "fixer" : "reviewer", outcome: i === 3 ? "http_error" : "ok", attempts: 2 })),
@@ -131,7 +131,7 @@ describe("PostgresProxyStore", () => {
     assert.ok(Math.abs((await a.chargedToSession("ses-1")) - 0.02) < 1e-12);
   });
 
-  it("keeps secrets and session tokens, revoking each token once", async () => {
+  void it("keeps secrets and session tokens, revoking each token once", async () => {
     const secret = { name: "anthropic", iv: randomBytes(12), ciphertext: randomBytes(40), tag: randomBytes(16) };
     assert.deepEqual(await a.putSecret(secret, new Date(1000)), { replaced: false });
     assert.deepEqual(await b.putSecret({ ...secret, ciphertext: Buffer.from("new") }, new Date(2000)), { replaced: true });

@@ -7,8 +7,8 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 
 const packageDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 
-describe("README", () => {
-  it("runs the example under Use it", async () => {
+void describe("README", () => {
+  void it("runs the example under Use it", async () => {
     const readme = readFileSync(path.join(packageDir, "README.md"), "utf8");
     const example = /```ts\n([\s\S]*?)```/.exec(readme)?.[1];
     assert.ok(example, "the README has a ts example");

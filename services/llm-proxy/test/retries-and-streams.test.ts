@@ -6,8 +6,8 @@ import { startFixture } from "./proxy-fixture.js";
 
 const ask = { model: "claude-sonnet-5", max_tokens: 100, messages: [{ role: "user" as const, content: "x" }] };
 
-describe("retries", () => {
-  it("retries a 529 and succeeds: two attempts metered, one logical call charged once", async () => {
+void describe("retries", () => {
+  void it("retries a 529 and succeeds: two attempts metered, one logical call charged once", async () => {
     const fx = await startFixture({ turns: [{ fail: { status: 529 } }, { text: "after the overload", usage: { input: 10, output: 5 } }] });
     try {
       const e = await fx.session();
@@ -31,7 +31,7 @@ describe("retries", () => {
     }
   });
 
-  it("gives up after five attempts and returns the fifth error, honouring retry-after", async () => {
+  void it("gives up after five attempts and returns the fifth error, honouring retry-after", async () => {
     const fx = await startFixture({
       turns: [503, 429, 500, 502, 504].map((status, i) => ({
         fail: { status, headers: { "retry-after": "0" }, body: { type: "error", error: { type: "api_error", message: `failure ${i + 1}` } } },
@@ -53,7 +53,7 @@ describe("retries", () => {
     }
   });
 
-  it("does not retry a 400", async () => {
+  void it("does not retry a 400", async () => {
     const fx = await startFixture({ turns: [{ fail: { status: 400 } }, { text: "never" }] });
     try {
       const e = await fx.session();
@@ -65,7 +65,7 @@ describe("retries", () => {
     }
   });
 
-  it("retries a streaming call that failed before its first byte reached the client", async () => {
+  void it("retries a streaming call that failed before its first byte reached the client", async () => {
     const fx = await startFixture({ turns: [{ fail: { status: 502 } }, { text: "second time lucky", usage: { input: 3, output: 4 } }] });
     try {
       const e = await fx.session();
@@ -79,8 +79,8 @@ describe("retries", () => {
   });
 });
 
-describe("connection failures", () => {
-  it("retries connection errors before the first byte, five attempts, then answers 502", async () => {
+void describe("connection failures", () => {
+  void it("retries connection errors before the first byte, five attempts, then answers 502", async () => {
     const fx = await startFixture({
       turns: [],
       // Port 9 (discard) on loopback refuses connections.
@@ -99,8 +99,8 @@ describe("connection failures", () => {
   });
 });
 
-describe("streams cut short", () => {
-  it("records partial usage of an Anthropic stream cut mid-way and never replays it", async () => {
+void describe("streams cut short", () => {
+  void it("records partial usage of an Anthropic stream cut mid-way and never replays it", async () => {
     const text = "This answer is long enough to be cut in the middle of its deltas, which the client sees as an error.";
     const fx = await startFixture({ turns: [{ text, cutMidStream: true, usage: { input: 77, output: 40 } }, { text: "a replay would get this" }] });
     try {
@@ -126,7 +126,7 @@ describe("streams cut short", () => {
     }
   });
 
-  it("records an estimate for an OpenAI stream cut mid-way", async () => {
+  void it("records an estimate for an OpenAI stream cut mid-way", async () => {
     const text = "An OpenAI answer long enough to be cut in the middle of its chunks for this test to see.";
     const fx = await startFixture({ turns: [{ text, cutMidStream: true }] });
     try {

@@ -15,8 +15,8 @@ import { PLANTED_KEY, startFixture } from "./proxy-fixture.js";
 
 const sse = (type: string, data: unknown): string => `event: ${type}\ndata: ${JSON.stringify(data)}\n\n`;
 
-describe("stream meters", () => {
-  it("merges Anthropic message_delta usage into message_start usage field by field", () => {
+void describe("stream meters", () => {
+  void it("merges Anthropic message_delta usage into message_start usage field by field", () => {
     const meter = new AnthropicStreamMeter();
     meter.onEvent(sse("message_start", { type: "message_start", message: { usage: { input_tokens: 100, cache_read_input_tokens: 40, cache_creation_input_tokens: 7, output_tokens: 1 } } }));
     // Newer API versions repeat some fields in message_delta; null or absent ones keep the start's value.
@@ -26,7 +26,7 @@ describe("stream meters", () => {
     assert.equal(meter.complete, true);
   });
 
-  it("normalises OpenAI usage: cached tokens out of prompt_tokens, reasoning kept as a part of output", () => {
+  void it("normalises OpenAI usage: cached tokens out of prompt_tokens, reasoning kept as a part of output", () => {
     const meter = new OpenAiStreamMeter({ clientWantsUsage: false });
     const usageChunk = `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 100, completion_tokens: 30, prompt_tokens_details: { cached_tokens: 60 }, completion_tokens_details: { reasoning_tokens: 20 } } })}\n\n`;
     assert.equal(meter.onEvent(usageChunk), undefined, "dropped for a client that did not ask");
@@ -35,8 +35,8 @@ describe("stream meters", () => {
   });
 });
 
-describe("retry policy", () => {
-  it("honours retry-after-ms, retry-after seconds and dates, capped", () => {
+void describe("retry policy", () => {
+  void it("honours retry-after-ms, retry-after seconds and dates, capped", () => {
     const policy = { ...DEFAULT_RETRY_POLICY, maxRetryAfterMs: 5_000 };
     assert.equal(retryDelayMs({ policy, nextAttempt: 2, headers: { "retry-after-ms": "250" } }), 250);
     assert.equal(retryDelayMs({ policy, nextAttempt: 2, headers: { "retry-after": "2" } }), 2_000);
@@ -44,7 +44,7 @@ describe("retry policy", () => {
     assert.equal(retryDelayMs({ policy, nextAttempt: 2, headers: { "retry-after": new Date(10_000).toUTCString() }, now: () => 9_000 }), 1_000);
   });
 
-  it("backs off exponentially with full jitter when the provider says nothing", () => {
+  void it("backs off exponentially with full jitter when the provider says nothing", () => {
     const policy = DEFAULT_RETRY_POLICY;
     assert.equal(retryDelayMs({ policy, nextAttempt: 2, random: () => 1 }), 500);
     assert.equal(retryDelayMs({ policy, nextAttempt: 4, random: () => 1 }), 2_000);
@@ -53,8 +53,8 @@ describe("retry policy", () => {
   });
 });
 
-describe("budget ledger", () => {
-  it("holds reservations until settled, so the next call sees what is left", () => {
+void describe("budget ledger", () => {
+  void it("holds reservations until settled, so the next call sees what is left", () => {
     const ledger = new BudgetLedger();
     const base = { session: "s", limitUsd: 1, spentBefore: () => 0.25, minimumUsd: 0.01 };
     const first = ledger.reserve({ ...base, worstCaseUsd: 0.5, partial: false });
@@ -67,8 +67,8 @@ describe("budget ledger", () => {
   });
 });
 
-describe("prices", () => {
-  it("matches the exact model, else the longest prefix, else *", () => {
+void describe("prices", () => {
+  void it("matches the exact model, else the longest prefix, else *", () => {
     const provider = { name: "p", prices: { "claude-sonnet-4": { input: 3, output: 15 }, "claude-sonnet-4-5": { input: 4, output: 16 }, "*": { input: 1, output: 1 } } };
     assert.equal(priceOf(provider, "claude-sonnet-4-5-20250929")?.input, 4);
     assert.equal(priceOf(provider, "claude-sonnet-4-0")?.input, 3);
@@ -76,8 +76,8 @@ describe("prices", () => {
   });
 });
 
-describe("usage events and count_tokens", () => {
-  it("publishes one usage event per call to the events service, counts and ids only", async () => {
+void describe("usage events and count_tokens", () => {
+  void it("publishes one usage event per call to the events service, counts and ids only", async () => {
     const received: RawEvent[] = [];
     const events = await serve({
       name: "events-stub",
@@ -113,7 +113,7 @@ describe("usage events and count_tokens", () => {
     assert.doesNotMatch(text, /private prompt|secret prompt|PLANTED/);
   });
 
-  it("passes count_tokens through with the provider key, without metering it", async () => {
+  void it("passes count_tokens through with the provider key, without metering it", async () => {
     const fx = await startFixture({ turns: [] });
     try {
       const e = await fx.session();
@@ -128,7 +128,7 @@ describe("usage events and count_tokens", () => {
     }
   });
 
-  it("answers unknown routes and providers with 404 and what to call instead", async () => {
+  void it("answers unknown routes and providers with 404 and what to call instead", async () => {
     const fx = await startFixture({ turns: [] });
     try {
       const e = await fx.session();
