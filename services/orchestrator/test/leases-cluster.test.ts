@@ -1,0 +1,154 @@
+// needs: postgres
+// Three orchestrator replicas on one PostgreSQL schema, at the level of
+// their shared state: one dies holding jobs and a graph run, the other two
+// sweep at once and each orphaned resource is resumed by exactly one of them;
+// the dead replica's late writes are refused; an approval answered at one
+// replica reaches the replica owning the job.
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { after, describe, it } from "node:test";
+import { create } from "@bufbuild/protobuf";
+import { JobEventSchema } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import pg from "pg";
+import type { ApprovalAnswered } from "../src/approval-notifier.js";
+import type { JobRecord } from "../src/job-store.js";
+import { LeaseLostError, type Lease } from "../src/lease-manager.js";
+import { openPostgresCluster, type PostgresCluster } from "../src/postgres-cluster.js";
+
+const url = process.env.DATABASE_URL;
+if (!url) throw new Error("DATABASE_URL is unset: run through `npm test` (tools/test-infra starts PostgreSQL) or point it at a server");
+const connectionString: string = url;
+const schema = `oz0_test_${randomBytes(6).toString("hex")}`;
+
+function job(id: string): JobRecord {
+  const now = new Date();
+  return {
+    id,
+    agentName: "fixer",
+    agentVersion: 1,
+    input: `task ${id}`,
+    state: "running",
+    createdAt: now,
+    updatedAt: now,
+    resultText: "",
+    stopReason: 0,
+    error: "",
+    sessionId: `ses_${id}`,
+    sandboxUrl: "",
+    lastSeq: 0,
+    sandboxSeq: 0,
+    attachments: [],
+    tokenId: "",
+  };
+}
+
+async function eventually<T>(check: () => Promise<T | undefined>): Promise<T> {
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+interface Replica {
+  cluster: PostgresCluster;
+  resumed: Lease[];
+  answers: ApprovalAnswered[];
+}
+
+describe("orchestrator replicas sharing PostgreSQL", () => {
+  const replicas: Replica[] = [];
+  after(async () => {
+    await Promise.all(replicas.map((r) => r.cluster.close()));
+    const client = new pg.Client({ connectionString });
+    await client.connect();
+    await client.query(`DROP SCHEMA ${schema} CASCADE`);
+    await client.end();
+  });
+
+  async function replica(id: string, leaseTtlMs: number): Promise<Replica> {
+    const resumed: Lease[] = [];
+    const answers: ApprovalAnswered[] = [];
+    // Sweeping is driven by the test (sweepOnce) so the race between survivors is explicit.
+    const cluster = await openPostgresCluster({
+      connectionString,
+      schema,
+      replicaId: id,
+      maxConnections: 4,
+      leaseTtlMs,
+      sweepIntervalMs: 3_600_000,
+      onTakeOver: async (lease) => {
+        resumed.push(lease);
+      },
+      onLeaseLost: () => undefined,
+      onApprovalAnswered: (answer) => {
+        // Only the owner acts on an answer; the others hear it and ignore it.
+        if (cluster.leases.held().some((l) => l.kind === "job" && l.resource === answer.jobId)) answers.push(answer);
+      },
+    });
+    const r = { cluster, resumed, answers };
+    replicas.push(r);
+    return r;
+  }
+
+  it("resumes a dead replica's jobs and graph run exactly once between the survivors, and refuses the dead one's late writes", async () => {
+    // Replicas open at once, as pods of one Deployment would: migrations run once.
+    const [one, two, dying] = await Promise.all([replica("orch-1", 60_000), replica("orch-2", 60_000), replica("orch-3", 300)]);
+    // The dying replica stops renewing at once: it is as good as dead once its leases expire.
+    await dying!.cluster.leases.stop();
+
+    const owned = new Map<string, Lease>();
+    for (let i = 0; i < 30; i++) {
+      const owner = [one!, two!, dying!][i % 3]!;
+      // Lease first, then the job row, so a job is never visible without an owner unless its creator crashed.
+      const lease = await owner.cluster.leases.acquire("job", `job-${i}`);
+      assert.ok(lease);
+      owned.set(`job-${i}`, lease);
+      await owner.cluster.store.createJob(job(`job-${i}`));
+    }
+    // A replica crashed between creating two jobs and leasing them.
+    await one!.cluster.store.createJob(job("unleased-a"));
+    await one!.cluster.store.createJob(job("unleased-b"));
+    await one!.cluster.store.createJob({ ...job("finished"), state: "succeeded" });
+    const graphLease = await dying!.cluster.leases.acquire("graph_run", "run-1");
+    assert.ok(graphLease);
+
+    await eventually(async () => ((await one!.cluster.leases.listExpired()).length >= 11 ? true : undefined));
+    const [fromOne, fromTwo] = await Promise.all([one!.cluster.sweeper.sweepOnce(), two!.cluster.sweeper.sweepOnce()]);
+    const taken = [...fromOne, ...fromTwo].map((l) => `${l.kind}/${l.resource}`).sort();
+    const expected = [
+      ...Array.from({ length: 30 }, (_, i) => i).filter((i) => i % 3 === 2).map((i) => `job/job-${i}`),
+      "job/unleased-a",
+      "job/unleased-b",
+      "graph_run/run-1",
+    ].sort();
+    assert.deepEqual(taken, expected, "each orphaned resource taken once; live replicas' jobs and finished jobs left alone");
+    assert.deepEqual([...one!.resumed, ...two!.resumed].map((l) => `${l.kind}/${l.resource}`).sort(), expected, "and resumed once");
+
+    // The dead replica wakes up and tries to write to a job it used to own.
+    const stale = owned.get("job-2")!;
+    await assert.rejects(dying!.cluster.store.fenced(stale).append({ jobId: "job-2", events: [create(JobEventSchema, { event: { case: "text", value: { text: "late" } } })] }), LeaseLostError);
+    const newOwner = [...fromOne, ...fromTwo].find((l) => l.resource === "job-2")!;
+    const ownerCluster = newOwner.owner === "orch-1" ? one! : two!;
+    await ownerCluster.cluster.store.fenced(newOwner).updateJob("job-2", { state: "succeeded" });
+    assert.equal((await one!.cluster.store.getJob("job-2"))?.state, "succeeded");
+    assert.equal((await one!.cluster.store.listJobEvents("job-2", 0)).length, 0);
+  });
+
+  it("brings an approval answered at any replica to the replica that owns the job", async () => {
+    const [one, two] = replicas;
+    const ownedByTwo = two!.cluster.leases.held().find((l) => l.kind === "job")!;
+    // Answered at replica one: stored and published in one transaction.
+    const client = await one!.cluster.store.pool.connect();
+    try {
+      await client.query("BEGIN");
+      await one!.cluster.approvals.publish(client, { jobId: ownedByTwo.resource, permissionId: "perm-1", status: "approved", answeredAt: "orch-1" });
+      await client.query("COMMIT");
+    } finally {
+      client.release();
+    }
+    await eventually(async () => (two!.answers.length > 0 ? true : undefined));
+    assert.deepEqual(two!.answers.map((a) => [a.jobId, a.permissionId]), [[ownedByTwo.resource, "perm-1"]]);
+    assert.deepEqual(one!.answers, [], "a replica not owning the job ignores the answer");
+  });
+});
