@@ -179,6 +179,8 @@ export class SandboxSession {
       maxLineBytes: this.#options.maxLineBytes,
       launcher,
       onEvent: (event) => this.#onEvent(event),
+      // Free-form harness logs: kept (the tail) in `exited`, and here for whoever runs the node at debug level.
+      onStderr: (chunk) => this.#options.logger.debug({ sessionId: this.id, stderr: chunk.toString("utf8") }, "harness stderr"),
     });
     this.#host = host;
     if (host.pid !== undefined) {
