@@ -51,6 +51,21 @@ export function serviceMain(name: StackServiceName): string {
   return path.join(path.dirname(entry), "main.js");
 }
 
+/**
+ * Where this installation lives (the folder whose node_modules holds
+ * @oz0/harness): harness commands found in node_modules/.bin run from here,
+ * so sessions under bubblewrap need it visible, read-only.
+ */
+export function installRoot(): string | undefined {
+  let dir = here;
+  for (;;) {
+    if (existsSync(path.join(dir, "node_modules", "@oz0", "harness"))) return dir;
+    const parent = path.dirname(dir);
+    if (parent === dir) return undefined;
+    dir = parent;
+  }
+}
+
 const READY_TIMEOUT_MS = 60_000;
 
 /** Start one service as a child process and wait until it says where it listens. */
@@ -154,9 +169,12 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
         case "llm-proxy":
           env.OZ0_LLM_PROXY_DATA = path.join(home, "llm-proxy");
           break;
-        case "sandbox":
+        case "sandbox": {
           env.OZ0_SANDBOX_ROOT = path.join(home, "sandbox");
+          const root = installRoot();
+          if (root && !process.env.OZ0_SANDBOX_READ_ONLY_PATHS) env.OZ0_SANDBOX_READ_ONLY_PATHS = root;
           break;
+        }
         case "orchestrator":
           env.OZ0_HOME = home;
           env.OZ0_PORT = String(options.orchestratorPort ?? 0);

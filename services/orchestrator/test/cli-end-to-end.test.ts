@@ -17,7 +17,7 @@ const datesProject = path.join(repoRoot, "examples/projects/dates");
 
 const FIXER = `name: fixer
 description: Fixes failing tests.
-runtime: harness:test-harness
+runtime: harness:fake
 model:
   primary: anthropic/claude-sonnet-5-5
 instructions: prompts/fixer.md
@@ -25,25 +25,25 @@ limits:
   max_steps: 10
   timeout: 10m
 harness:
-  tools: [Read, Write, Bash]
+  tools: [read_file, write_file, run_command]
 `;
 
 const CAREFUL = `name: careful
 description: Every command waits for a person.
-runtime: harness:test-harness
+runtime: harness:fake
 model:
   primary: anthropic/claude-sonnet-5-5
 instructions: prompts/fixer.md
 harness:
-  tools: [Read, Write, Bash]
-  requires_approval: [Bash]
+  tools: [read_file, write_file, run_command]
+  requires_approval: [run_command]
 `;
 
 function pick({ input, turn }: { input: string; turn: number }): ScriptedTurn {
   if (input.startsWith("Fix")) return demoScript[turn] ?? { text: "done" };
-  if (input.startsWith("sleep")) return turn === 0 ? { toolCalls: [{ name: "Bash", input: { command: "sleep 120" } }] } : { text: "woke up" };
+  if (input.startsWith("sleep")) return turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: "sleep 120" } }] } : { text: "woke up" };
   if (input.startsWith("approve")) {
-    return turn === 0 ? { text: "Writing the proof.", toolCalls: [{ name: "Bash", input: { command: "echo approved > proof.txt" } }] } : { text: "proof written" };
+    return turn === 0 ? { text: "Writing the proof.", toolCalls: [{ name: "run_command", input: { command: "echo approved > proof.txt" } }] } : { text: "proof written" };
   }
   return { text: `no script for ${input}` };
 }
@@ -72,9 +72,9 @@ test("a plugin installs from a git repository and publishes its agents", async (
   assert.match(installed.stdout, /published agent fixer v1/);
   assert.match(installed.stdout, /published agent careful v1/);
   const plugins = await t.cli(["plugin", "list"]);
-  assert.match(plugins.stdout, /testing\s+0\.1\.0\s+harnesses: test-harness/);
+  assert.match(plugins.stdout, /testing\s+0\.1\.0\s+harnesses: fake/);
   const agents = await t.cli(["agents", "list"]);
-  assert.match(agents.stdout, /fixer\s+v1\s+harness:test-harness/);
+  assert.match(agents.stdout, /fixer\s+v1\s+harness:fake/);
   const again = await t.cli(["plugin", "install", `file://${repo}`]);
   assert.match(again.stdout, /no agent changed/);
 });
@@ -97,8 +97,8 @@ test("oz0 run streams text and tool calls, the test passes, and the patch is sto
   const result = await t.cli(["run", "fixer", "Fix the failing test in dates", "--attach", datesProject]);
   assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
   assert.match(result.stdout, /Let me read the date helpers first\./);
-  assert.match(result.stdout, /▸ Read/);
-  assert.match(result.stdout, /▸ Bash: Run cd dates && node --test/);
+  assert.match(result.stdout, /▸ read_file/);
+  assert.match(result.stdout, /▸ run_command: \{"command":"cd dates && node --test"\}/);
   assert.match(result.stdout, /# pass 2/);
   assert.match(result.stdout, /result \(completed, 4 turns\)/);
   assert.match(result.stdout, /job job_\w+ succeeded/);
@@ -115,7 +115,7 @@ test("oz0 run streams text and tool calls, the test passes, and the patch is sto
     events.map((e) => Number(e.seq)),
     events.map((_, i) => i + 1),
   );
-  assert.ok(events.some((e) => (e.toolCall as { tool?: string } | undefined)?.tool === "Write"));
+  assert.ok(events.some((e) => (e.toolCall as { tool?: string } | undefined)?.tool === "write_file"));
   assert.deepEqual(events.at(-1)?.stateChanged, { state: "JOB_STATE_SUCCEEDED" });
 });
 
@@ -158,7 +158,7 @@ test("a job survives an orchestrator restart while a call waits for approval, an
   await t.restartOrchestrator();
 
   const still = await t.cli(["approvals", "list"]);
-  assert.match(still.stdout, new RegExp(`${jobId}\\s+${callId}\\s+Bash`));
+  assert.match(still.stdout, new RegExp(`${jobId}\\s+${callId}\\s+run_command`));
   const approved = await t.cli(["approve", jobId, callId]);
   assert.equal(approved.code, 0, approved.stderr);
   assert.equal(await watcherDone, 0);

@@ -60,7 +60,7 @@ export class EventPrinter {
         }
         return;
       case "toolCall":
-        this.#line(`▸ ${e.value.tool}${e.value.title ? `: ${e.value.title}` : ` ${short(e.value.input ?? {})}`}`);
+        this.#line(`▸ ${e.value.tool}: ${short(e.value.title || e.value.input || {}, 120)}`);
         return;
       case "toolResult":
         this.#line(toolOutput(e.value.output, e.value.isError ? "✗" : "✓"));

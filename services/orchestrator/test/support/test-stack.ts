@@ -3,7 +3,7 @@
 // Anthropic route pointed at a scripted model in the test process, and a
 // helper that runs the `oz0` CLI as a user would.
 import { execFile, spawn } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -15,7 +15,6 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 export const packageDir = path.resolve(here, "..", "..");
 export const repoRoot = path.resolve(packageDir, "..", "..");
 export const cliMain = path.join(packageDir, "dist", "cli", "main.js");
-export const fixtureHarness = path.join(packageDir, "test", "fixtures", "model-harness.mjs");
 
 const run = promisify(execFile);
 
@@ -108,12 +107,11 @@ export async function startTestStack(options: { pick: TurnPicker }): Promise<Tes
   return t;
 }
 
-/** A plugin in a fresh git repository whose harness is the test harness; returns the repository's path. */
+/** A plugin in a fresh git repository whose harness is the SDK's fake harness; returns the repository's path. */
 export async function makePluginRepo(options: { agents: Record<string, string>; name?: string; version?: string }): Promise<string> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-plugin-repo-"));
   mkdirSync(path.join(dir, "agents"));
   mkdirSync(path.join(dir, "prompts"));
-  copyFileSync(fixtureHarness, path.join(dir, "harness.mjs"));
   writeFileSync(path.join(dir, "prompts", "fixer.md"), "You fix failing tests. Read the code, change it, run the tests.\n");
   writeFileSync(
     path.join(dir, "oz0-plugin.yaml"),
@@ -121,11 +119,11 @@ export async function makePluginRepo(options: { agents: Record<string, string>; 
       `name: ${options.name ?? "testing"}`,
       `version: ${options.version ?? "0.1.0"}`,
       "harnesses:",
-      "  - name: test-harness",
-      '    command: ["node", "harness.mjs"]',
+      "  - name: fake",
+      '    command: ["oz0-fake-harness"]',
       "    permissions: true",
       "    capabilities: [permissions]",
-      "    tools: [Read, Write, Bash]",
+      "    tools: [read_file, write_file, run_command]",
       "agents:",
       ...Object.keys(options.agents).map((name) => `  - agents/${name}.yaml`),
       "",
