@@ -132,16 +132,22 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       sendError(res, { wire, status: 400, type: "invalid_request_error", message: "the request body must be a JSON object" });
       return;
     }
+    // Agents name models `provider/model`; a harness may pass that on as it is.
+    let sendBody = rawBody;
+    if (typeof body.model === "string" && body.model.startsWith(`${found.provider}/`)) {
+      body.model = body.model.slice(found.provider.length + 1);
+      sendBody = Buffer.from(JSON.stringify(body));
+    }
     const clientGone = new AbortController();
     res.on("close", () => {
       if (!res.writableEnded) clientGone.abort();
     });
     const headers = forwardHeaders(req, wire);
     if (found.operation === "count_tokens") {
-      await countTokens({ options, res, provider, headers, rawBody, upstreamPath: found.upstreamPath, signal: clientGone.signal });
+      await countTokens({ options, res, provider, headers, rawBody: sendBody, upstreamPath: found.upstreamPath, signal: clientGone.signal });
       return;
     }
-    await runModelCall(options, { res, clientGone: clientGone.signal, provider, wire, upstreamPath: found.upstreamPath, forwardHeaders: headers, token, rawBody, body });
+    await runModelCall(options, { res, clientGone: clientGone.signal, provider, wire, upstreamPath: found.upstreamPath, forwardHeaders: headers, token, rawBody: sendBody, body });
   };
 
   return (req, res) => {

@@ -56,7 +56,8 @@ export interface LlmProxy {
   readonly url: string;
   /** The store, for audits and tests. */
   readonly store: ProxyStore;
-  close(): Promise<void>;
+  /** Stop taking calls, give calls in flight `graceMs` (default 5 000) to finish, then close. */
+  close(options?: { graceMs?: number }): Promise<void>;
 }
 
 /** Start the proxy: gRPC control API and the HTTP model API on one port. */
@@ -113,8 +114,8 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
   return {
     url: server.url,
     store,
-    async close() {
-      await server.close({ graceMs: 1_000 });
+    async close({ graceMs = 5_000 } = {}) {
+      await server.close({ graceMs });
       await sink.close();
       await Promise.all(scripted.map((m) => m.close()));
       if (ownsStore) store.close();

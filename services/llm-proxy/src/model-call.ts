@@ -169,7 +169,9 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     // No summary: an attempt threw (a key that cannot be decrypted); the HTTP handler answers that one.
     const final = summary ?? { status: 500, outcome: "proxy_error" as Outcome, usage: { ...ZERO_USAGE }, estimated: false, delivered: true, retryable: false };
     if (final.pendingError && !res.headersSent && !input.clientGone.aborted) {
-      res.writeHead(final.pendingError.status, { ...final.pendingError.headers, "content-length": String(final.pendingError.body.length) });
+      // The proxy already retried what can be retried: tell the client SDKs (which
+      // honour x-should-retry) not to multiply the attempts past five.
+      res.writeHead(final.pendingError.status, { ...final.pendingError.headers, "x-should-retry": "false", "content-length": String(final.pendingError.body.length) });
       res.end(final.pendingError.body);
     } else if (!final.delivered && !res.headersSent && !input.clientGone.aborted) {
       sendError(res, {

@@ -84,7 +84,8 @@ export async function startFixture(options: { turns: Script; config?: Partial<Ll
       return { job, agent, session, token: minted.token, headers: { ...minted.headers }, anthropicBaseUrl: minted.anthropicBaseUrl, openaiBaseUrl: minted.openaiBaseUrl };
     },
     async close() {
-      await proxy.close();
+      // Clients keep idle connections open; nothing is in flight when a test closes.
+      await proxy.close({ graceMs: 50 });
       await model.close();
     },
   };

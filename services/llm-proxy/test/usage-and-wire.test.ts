@@ -128,6 +128,19 @@ void describe("usage events and count_tokens", () => {
     }
   });
 
+  void it("accepts provider/model names and sends the provider the bare model name", async () => {
+    const fx = await startFixture({ turns: [{ text: "ok" }] });
+    try {
+      const e = await fx.session();
+      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      await client.messages.create({ model: "anthropic/claude-sonnet-5", max_tokens: 10, messages: [{ role: "user", content: "x" }] });
+      assert.equal(fx.model.requests[0]?.body.model, "claude-sonnet-5");
+      assert.equal(fx.proxy.store.listCalls(e.job)[0]?.model, "claude-sonnet-5");
+    } finally {
+      await fx.close();
+    }
+  });
+
   void it("answers unknown routes and providers with 404 and what to call instead", async () => {
     const fx = await startFixture({ turns: [] });
     try {
