@@ -43,7 +43,8 @@ function entryScript(): string {
 
 export async function startSandbox(config: SandboxConfig = {}): Promise<RunningSandbox> {
   const logger = config.logger ?? createLogger({ name: "sandbox" });
-  const root = await prepareRoot(config.root ?? defaultRoot());
+  const { root, removedStale } = await prepareRoot(config.root ?? defaultRoot());
+  if (removedStale > 0) logger.warn({ root, removedStale }, "removed the directories of sessions a previous run of the sandbox left behind");
   const setting = config.isolation ?? "auto";
   const bubblewrap: BubblewrapDetection =
     setting === "none" ? { available: false, reason: "OZ0_ISOLATION=none" } : await detectBubblewrap({ bwrapPath: config.bwrapPath });

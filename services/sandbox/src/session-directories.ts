@@ -6,7 +6,7 @@
 //   <root>/internal/<id>/        the sandbox's own files for the session (the
 //                                artifact snapshot, the LLM sockets); never
 //                                visible inside bubblewrap
-import { cp, lstat, mkdir, realpath, rm, rmdir, writeFile } from "node:fs/promises";
+import { cp, lstat, mkdir, readdir, realpath, rm, rmdir, writeFile } from "node:fs/promises";
 import { existsSync, realpathSync } from "node:fs";
 import path from "node:path";
 import type { Attachment } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
@@ -142,10 +142,23 @@ export async function removeSessionDirectories(paths: SessionPaths): Promise<voi
 }
 
 /** Creates the node root if needed and returns its real path. */
-export async function prepareRoot(root: string): Promise<string> {
-  await mkdir(path.join(root, "sessions"), { recursive: true, mode: 0o755 });
-  await mkdir(path.join(root, "internal"), { recursive: true, mode: 0o700 });
-  return realpath(root);
+/**
+ * Creates the node root if needed and returns its real path and how many
+ * stale session directories it removed. No session survives its sandbox (the
+ * harnesses die with it), so what a previous run left under `sessions/` and
+ * `internal/` belongs to nobody. One sandbox per root.
+ */
+export async function prepareRoot(root: string): Promise<{ root: string; removedStale: number }> {
+  let removedStale = 0;
+  for (const [name, mode] of [["sessions", 0o755], ["internal", 0o700]] as const) {
+    const dir = path.join(root, name);
+    await mkdir(dir, { recursive: true, mode });
+    for (const entry of await readdir(dir)) {
+      await rm(path.join(dir, entry), { recursive: true, force: true, maxRetries: 2 });
+      if (name === "internal") removedStale++;
+    }
+  }
+  return { root: await realpath(root), removedStale };
 }
 
 function isInside(parent: string, child: string): boolean {

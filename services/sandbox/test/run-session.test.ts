@@ -98,4 +98,26 @@ void describe("RunSession without isolation", () => {
     await first.finished;
     assert.equal(existsSync(workingDir), false);
   });
+
+});
+
+void it("removes what a previous run left in the root when it starts", async () => {
+  const { mkdirSync, mkdtempSync, existsSync, rmSync, writeFileSync } = await import("node:fs");
+  const os = await import("node:os");
+  const path = await import("node:path");
+  const { startSandbox } = await import("../src/index.js");
+  const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-stale-"));
+  try {
+    mkdirSync(path.join(root, "sessions", "old", "work"), { recursive: true });
+    writeFileSync(path.join(root, "sessions", "old", "work", "file"), "left behind");
+    mkdirSync(path.join(root, "internal", "old"), { recursive: true });
+    mkdirSync(path.join(root, "unrelated"));
+    const sandbox = await startSandbox({ port: 0, root, isolation: "none" });
+    await sandbox.close();
+    assert.equal(existsSync(path.join(root, "sessions", "old")), false);
+    assert.equal(existsSync(path.join(root, "internal", "old")), false);
+    assert.equal(existsSync(path.join(root, "unrelated")), true);
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
 });
