@@ -14,6 +14,7 @@ import {
 } from "@oz0/proto/oz0/events/v1/events_pb";
 import { createLogger } from "@oz0/serving";
 import { randomUUID } from "node:crypto";
+import { connect } from "node:net";
 
 /** The few logger methods the publisher uses (a pino logger fits). */
 export interface PublisherLogger {
@@ -119,10 +120,7 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
   const lingerMs = options.lingerMs ?? 5;
   const maxQueued = options.maxQueued ?? 100_000;
   const maxBackoffMs = options.maxBackoffMs ?? 5_000;
-  const client: Client<typeof EventsService> = createClient(
-    EventsService,
-    createGrpcTransport({ baseUrl: options.url }),
-  );
+  const client: Client<typeof EventsService> = createClient(EventsService, publishTransport(options.url));
 
   const queue: RawEvent[] = [];
   // Counts of events ever queued and ever settled (accepted or dropped), so
@@ -275,6 +273,21 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
       for (const waiter of waiters.splice(0)) waiter.resolve();
     },
   };
+}
+
+// Nagle's algorithm held small Publish calls back until the peer's delayed
+// ACK (tens of milliseconds per call on loopback); with it off a one-event
+// Publish takes about 3 ms instead of 16. Plain-HTTP URLs only: over TLS the
+// default connection is kept.
+function publishTransport(url: string): ReturnType<typeof createGrpcTransport> {
+  const parsed = new URL(url);
+  if (parsed.protocol !== "http:") return createGrpcTransport({ baseUrl: url });
+  const host = parsed.hostname.replace(/^\[(.*)\]$/, "$1");
+  const port = Number(parsed.port || 80);
+  return createGrpcTransport({
+    baseUrl: url,
+    nodeOptions: { createConnection: () => connect({ host, port, noDelay: true }) },
+  });
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
