@@ -5,50 +5,17 @@
 // the dead replica's late writes are refused; an approval answered at one
 // replica reaches the replica owning the job.
 import assert from "node:assert/strict";
-import { randomBytes } from "node:crypto";
 import { after, describe, it } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { JobEventSchema } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import pg from "pg";
 import type { ApprovalAnswered } from "../src/approval-notifier.js";
-import type { JobRecord } from "../src/job-store.js";
 import { LeaseLostError, type Lease } from "../src/lease-manager.js";
 import { openPostgresCluster, type PostgresCluster } from "../src/postgres-cluster.js";
+import { databaseUrl, dropSchema, eventually, freshSchema, jobRecord } from "./postgres-test-support.js";
 
-const url = process.env.DATABASE_URL;
-if (!url) throw new Error("DATABASE_URL is unset: run through `npm test` (tools/test-infra starts PostgreSQL) or point it at a server");
-const connectionString: string = url;
-const schema = `oz0_test_${randomBytes(6).toString("hex")}`;
-
-function job(id: string): JobRecord {
-  const now = new Date();
-  return {
-    id,
-    agentName: "fixer",
-    agentVersion: 1,
-    input: `task ${id}`,
-    state: "running",
-    createdAt: now,
-    updatedAt: now,
-    resultText: "",
-    stopReason: 0,
-    error: "",
-    sessionId: `ses_${id}`,
-    sandboxUrl: "",
-    lastSeq: 0,
-    sandboxSeq: 0,
-    attachments: [],
-    tokenId: "",
-  };
-}
-
-async function eventually<T>(check: () => Promise<T | undefined>): Promise<T> {
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
+const connectionString = databaseUrl();
+const schema = freshSchema();
+const job = (id: string) => jobRecord(id, { state: "running" });
 
 interface Replica {
   cluster: PostgresCluster;
@@ -60,10 +27,7 @@ describe("orchestrator replicas sharing PostgreSQL", () => {
   const replicas: Replica[] = [];
   after(async () => {
     await Promise.all(replicas.map((r) => r.cluster.close()));
-    const client = new pg.Client({ connectionString });
-    await client.connect();
-    await client.query(`DROP SCHEMA ${schema} CASCADE`);
-    await client.end();
+    await dropSchema(schema);
   });
 
   async function replica(id: string, leaseTtlMs: number): Promise<Replica> {
@@ -136,7 +100,9 @@ describe("orchestrator replicas sharing PostgreSQL", () => {
   });
 
   it("brings an approval answered at any replica to the replica that owns the job", async () => {
-    const [one, two] = replicas;
+    // By id: the replicas were opened concurrently, so their order in the list is arbitrary.
+    const one = replicas.find((r) => r.cluster.leases.owner === "orch-1");
+    const two = replicas.find((r) => r.cluster.leases.owner === "orch-2");
     const ownedByTwo = two!.cluster.leases.held().find((l) => l.kind === "job")!;
     // Answered at replica one: stored and published in one transaction.
     const client = await one!.cluster.store.pool.connect();

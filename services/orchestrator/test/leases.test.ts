@@ -3,26 +3,15 @@
 // under races, takeover after an owner stops renewing, fencing tokens, and
 // approval answers crossing replicas through LISTEN/NOTIFY.
 import assert from "node:assert/strict";
-import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
-import pg from "pg";
+import type pg from "pg";
 import { ApprovalNotifier, type ApprovalAnswered } from "../src/approval-notifier.js";
 import { LeaseManager, type Lease } from "../src/lease-manager.js";
 import { createPostgresPool, migrateOrchestrator, withTransaction } from "../src/postgres-migrations.js";
+import { databaseUrl, eventually, freshSchema } from "./postgres-test-support.js";
 
-const url = process.env.DATABASE_URL;
-if (!url) throw new Error("DATABASE_URL is unset: run through `npm test` (tools/test-infra starts PostgreSQL) or point it at a server");
-const connectionString: string = url;
-const schema = `oz0_test_${randomBytes(6).toString("hex")}`;
-
-/** Polls until `check` returns a value; no deadline of its own (the test runner's timeout is the bound). */
-async function eventually<T>(check: () => Promise<T | undefined>): Promise<T> {
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
+const connectionString = databaseUrl();
+const schema = freshSchema();
 
 describe("leases", () => {
   let pool: pg.Pool;

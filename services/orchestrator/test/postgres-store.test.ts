@@ -4,57 +4,17 @@
 // plus what only a multi-replica store must get right: migrations racing at
 // start-up, appends from two replicas, and fenced writes after a takeover.
 import assert from "node:assert/strict";
-import { randomBytes } from "node:crypto";
 import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { JobEventSchema } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import pg from "pg";
-import type { JobRecord } from "../src/job-store.js";
 import { LeaseLostError, LeaseManager } from "../src/lease-manager.js";
 import { createPostgresPool, migrateOrchestrator, ORCHESTRATOR_MIGRATIONS } from "../src/postgres-migrations.js";
 import { PostgresJobStore } from "../src/postgres-store.js";
 import { jobStoreSuite } from "./job-store-suite.js";
+import { databaseUrl, dropSchema, freshSchema, jobRecord } from "./postgres-test-support.js";
 
-const url = process.env.DATABASE_URL;
-if (!url) throw new Error("DATABASE_URL is unset: run through `npm test` (tools/test-infra starts PostgreSQL) or point it at a server");
-const connectionString: string = url;
-
-function freshSchema(): string {
-  return `oz0_test_${randomBytes(6).toString("hex")}`;
-}
-
-async function dropSchema(schema: string): Promise<void> {
-  const client = new pg.Client({ connectionString });
-  await client.connect();
-  try {
-    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-  } finally {
-    await client.end();
-  }
-}
-
-function job(id: string): JobRecord {
-  const now = new Date();
-  return {
-    id,
-    agentName: "fixer",
-    agentVersion: 1,
-    input: "fix it",
-    state: "pending",
-    createdAt: now,
-    updatedAt: now,
-    resultText: "",
-    stopReason: 0,
-    error: "",
-    sessionId: `ses_${id}`,
-    sandboxUrl: "",
-    lastSeq: 0,
-    sandboxSeq: 0,
-    attachments: ["a.txt"],
-    tokenId: "",
-  };
-}
-
+const connectionString = databaseUrl();
+const job = (id: string) => jobRecord(id, { attachments: ["a.txt"] });
 const textEvent = (text: string) => create(JobEventSchema, { event: { case: "text", value: { text } } });
 
 jobStoreSuite("postgres", async () => {

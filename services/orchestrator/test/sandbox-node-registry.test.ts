@@ -3,24 +3,13 @@
 // once across orchestrator replicas, no placement on a node whose heartbeats
 // stopped, and that node's sessions reported lost with a clear reason.
 import assert from "node:assert/strict";
-import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
 import type pg from "pg";
 import { createPostgresPool, migrateOrchestrator } from "../src/postgres-migrations.js";
 import { SandboxNodeRegistry, type Placement } from "../src/sandbox-node-registry.js";
+import { databaseUrl, eventually, freshSchema } from "./postgres-test-support.js";
 
-const url = process.env.DATABASE_URL;
-if (!url) throw new Error("DATABASE_URL is unset: run through `npm test` (tools/test-infra starts PostgreSQL) or point it at a server");
-const connectionString: string = url;
-
-/** Polls until `check` returns a value; the test runner's timeout is the only bound. */
-async function eventually<T>(check: () => Promise<T | undefined>): Promise<T> {
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
+const connectionString = databaseUrl();
 
 describe("sandbox node registry", () => {
   const schemas: string[] = [];
@@ -29,7 +18,7 @@ describe("sandbox node registry", () => {
 
   // Each test gets a schema of its own (node rows are global within one), and each replica a pool of its own.
   async function replicas(count: number, staleAfterMs?: number): Promise<SandboxNodeRegistry[]> {
-    const schema = `oz0_test_${randomBytes(6).toString("hex")}`;
+    const schema = freshSchema();
     schemas.push(schema);
     const list: SandboxNodeRegistry[] = [];
     for (let i = 0; i < count; i++) {
