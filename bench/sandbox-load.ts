@@ -127,8 +127,7 @@ async function baseline(): Promise<RunStats> {
         request: create(SessionRequestSchema, { ...REQUEST, jobId: "bench", sessionId: `baseline-${i}`, workingDir: dir, stateDir: dir }),
         onEvent: () => events++,
       });
-      const outcome = await session.outcome;
-      rmSync(dir, { recursive: true, force: true });
+      const outcome = await session.outcome.finally(() => rmSync(dir, { recursive: true, force: true }));
       if (outcome.status !== "completed" || events !== EXPECTED_EVENTS) throw new Error(`baseline session ${i}: ${outcome.status}, ${events} events ${outcome.error?.message ?? ""} ${outcome.stderrTail}`);
       return performance.now() - started;
     }),
@@ -141,7 +140,16 @@ async function baseline(): Promise<RunStats> {
 async function throughSandbox(): Promise<RunStats & { problems: string[]; isolation: string }> {
   const root = mkdtempSync(path.join(os.tmpdir(), "oz0-bench-sandbox-"));
   const sandbox = await startSandbox({ port: 0, root, isolation: ISOLATION, maxSessions: SESSIONS, readOnlyPaths: [REPO] });
-  const client = createClient(SandboxService, createGrpcTransport({ baseUrl: sandbox.url }));
+  try {
+    return await loadSandbox(sandbox.url, sandbox.isolation);
+  } finally {
+    await sandbox.close();
+    rmSync(root, { recursive: true, force: true });
+  }
+}
+
+async function loadSandbox(url: string, isolation: string): Promise<RunStats & { problems: string[]; isolation: string }> {
+  const client = createClient(SandboxService, createGrpcTransport({ baseUrl: url }));
   const problems: string[] = [];
   const memory = sampleMemory();
   const t0 = performance.now();
@@ -164,9 +172,7 @@ async function throughSandbox(): Promise<RunStats & { problems: string[]; isolat
   );
   const wallMs = performance.now() - t0;
   const { selfPeak, childrenPeak } = memory.stop();
-  await sandbox.close();
-  rmSync(root, { recursive: true, force: true });
-  return { wallMs, latencies: latencies.sort((a, b) => a - b), selfPeakKiB: selfPeak, childrenPeakKiB: childrenPeak, problems, isolation: sandbox.isolation };
+  return { wallMs, latencies: latencies.sort((a, b) => a - b), selfPeakKiB: selfPeak, childrenPeakKiB: childrenPeak, problems, isolation };
 }
 
 process.env.OZ0_LOG_LEVEL ??= "warn";
