@@ -129,6 +129,9 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
   let settled = 0;
   const waiters: { upTo: number; resolve: () => void }[] = [];
   let sending = false;
+  // The queue's first `inFlight` events are the batch being sent: an overflow
+  // never drops those, or the batch's success would remove other events.
+  let inFlight = 0;
   let closed = false;
   let lingerTimer: NodeJS.Timeout | undefined;
   let abort = new AbortController();
@@ -164,6 +167,7 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
     try {
       while (queue.length > 0 && !closed) {
         const batch = queue.slice(0, maxBatch);
+        inFlight = batch.length;
         try {
           const response = await client.publish({ events: batch }, { signal: abort.signal });
           if (response.dropped > 0) {
@@ -198,6 +202,7 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
       }
     } finally {
       sending = false;
+      inFlight = 0;
     }
     schedule();
   };
@@ -225,7 +230,7 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
           queued++;
         }
         if (queue.length > maxQueued) {
-          const dropped = queue.splice(0, queue.length - maxQueued);
+          const dropped = queue.splice(inFlight, Math.min(queue.length - maxQueued, queue.length - inFlight));
           settle(dropped.length);
           logger.error(
             { code: "EVENTS_QUEUE_FULL", dropped: dropped.length, maxQueued, firstId: dropped[0]?.id },
@@ -237,21 +242,12 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
         logger.error({ code: "EVENTS_PUBLISH_FAILED", err: String(error) }, "could not queue events");
       }
     },
-    flush() {
-      const upTo = queued;
-      if (settled >= upTo) return Promise.resolve();
-      if (lingerTimer) {
-        clearTimeout(lingerTimer);
-        lingerTimer = undefined;
-      }
-      void drain();
-      return new Promise((resolve) => waiters.push({ upTo, resolve }));
-    },
+    flush,
     async close({ timeoutMs = 5_000 } = {}) {
       if (closed) return;
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
-        this.flush(),
+        flush(),
         new Promise<void>((resolve) => {
           timer = setTimeout(resolve, timeoutMs);
         }),
@@ -273,6 +269,17 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
       for (const waiter of waiters.splice(0)) waiter.resolve();
     },
   };
+
+  function flush(): Promise<void> {
+    const upTo = queued;
+    if (settled >= upTo) return Promise.resolve();
+    if (lingerTimer) {
+      clearTimeout(lingerTimer);
+      lingerTimer = undefined;
+    }
+    void drain();
+    return new Promise((resolve) => waiters.push({ upTo, resolve }));
+  }
 }
 
 // Nagle's algorithm held small Publish calls back until the peer's delayed

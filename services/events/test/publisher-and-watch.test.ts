@@ -51,6 +51,27 @@ void describe("the publisher", () => {
     await publisher.close();
   });
 
+  void test("when its queue overflows it drops the oldest waiting events, never the batch being sent, and says so", async () => {
+    const port = await freePortForTest();
+    const logger = recordingLogger();
+    const publisher = createEventPublisher({ url: `http://127.0.0.1:${port}`, logger, maxBatch: 2, maxQueued: 5, maxBackoffMs: 100 });
+    const numbered = Array.from({ length: 10 }, (_, i) => rawEvent("graph.step_started", { jobId: "job-overflow", attributes: { iteration: i } }));
+    publisher.publish(numbered.slice(0, 3));
+    while (!logger.lines.some((l) => (l.obj as { code?: string }).code === "EVENTS_UNREACHABLE")) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    // 0 and 1 are the batch being retried; 2..6 wait; 10 queued > 5 drops 2..6.
+    publisher.publish(numbered.slice(3));
+    const full = logger.lines.find((l) => (l.obj as { code?: string }).code === "EVENTS_QUEUE_FULL")?.obj as { dropped?: number; firstId?: string } | undefined;
+    assert.equal(full?.dropped, 5);
+    assert.equal(full?.firstId, numbered[2]!.id, "the log names the events really dropped");
+    const events = await service({ port });
+    await publisher.flush();
+    const watched = await watchAll(events.url, { jobId: "job-overflow" });
+    assert.deepEqual(watched.map((e) => e.attributes?.iteration), [0, 1, 7, 8, 9]);
+    await publisher.close();
+  });
+
   void test("never throws into the caller, and says what it dropped", async () => {
     const logger = recordingLogger();
     const publisher = createEventPublisher({ url: "http://127.0.0.1:1", logger });
