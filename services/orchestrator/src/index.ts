@@ -25,3 +25,5 @@ export { agentContentHash, canonicalJson, parseDuration } from "./agent-versions
 
 export { startEmbeddedStack, startServiceProcess, serviceMain, readDiscovery, discoveryFile } from "./embedded-stack.js";
 export type { EmbeddedStack, EmbeddedStackOptions, StackProcess, StackServiceName, DevDiscovery } from "./embedded-stack.js";
+export { embeddedStackEnv, applyEnvironmentKeys, hasProviderKey } from "./cli/embedded-defaults.js";
+export type { EmbeddedDefaults, EmbeddedDefaultsOptions } from "./cli/embedded-defaults.js";

@@ -174,7 +174,13 @@ export class JobRunner {
     };
     await this.#o.store.createJob(job);
     await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.PENDING, reason: "" } } } as Partial<JobEvent>]);
-    this.#o.lifecycle?.publish("job.created", { jobId: job.id, agentName: agent.name, agentVersion: String(agent.version), status: "pending" });
+    this.#o.lifecycle?.publish("job.created", {
+      jobId: job.id,
+      agentName: agent.name,
+      agentVersion: String(agent.version),
+      status: "pending",
+      attributes: { harness: agent.harness.manifest.name, plugin: agent.plugin, attachment_count: attachments.length },
+    });
     const active: ActiveJob = { agent, sandbox, sandboxSeq: 0, exitError: "", artifacts: [] };
     this.#active.set(job.id, active);
     this.#track(this.#startSession(job, active));
@@ -427,7 +433,7 @@ export class JobRunner {
       sessionId: job.sessionId,
       toolCallId: request.callId,
       status: record.status,
-      attributes: { tool_name: request.tool, decider: record.decider ?? "person" },
+      attributes: { tool_name: request.tool, decider: record.decider ?? "person", decision: record.status },
     });
     if (decision.kind !== "ask") await this.#deliver(jobId, record);
   }
@@ -511,7 +517,12 @@ export class JobRunner {
         events.push({ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>);
       }
       await this.#append(options.jobId, events, patch, [updated]);
-      this.#o.lifecycle?.publish("approval.answered", { jobId: options.jobId, toolCallId: p.callId, status: updated.status, attributes: { tool_name: p.tool } });
+      this.#o.lifecycle?.publish("approval.answered", {
+        jobId: options.jobId,
+        toolCallId: p.callId,
+        status: updated.status,
+        attributes: { approval_id: p.id, tool_name: p.tool, decision: updated.status, waited_ms: Date.now() - p.requestedAt.getTime() },
+      });
       await this.#deliver(options.jobId, updated);
       return updated;
     });
@@ -578,7 +589,7 @@ export class JobRunner {
       await this.#append(jobId, events, { state, error, finishedAt: new Date(), ...(result ? { resultText: result.text, stopReason: result.stopReason } : {}) }, closed);
       this.#active.get(jobId)?.channel?.close();
       this.#active.delete(jobId);
-      this.#o.lifecycle?.publish(`job.${state}`, { jobId, sessionId: job.sessionId, agentName: job.agentName, agentVersion: String(job.agentVersion), status: state });
+      this.#o.lifecycle?.publish(state === "succeeded" ? "job.completed" : `job.${state}`, { jobId, sessionId: job.sessionId, agentName: job.agentName, agentVersion: String(job.agentVersion), status: state });
       if (job.tokenId) {
         await this.#o.tokens.revoke({ tokenId: job.tokenId }).catch((err: unknown) => this.#o.logger.warn({ jobId, err: String(err) }, "could not revoke the session token"));
       }

@@ -5,7 +5,7 @@ import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { AgentService, JobService, PluginService, SecretService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { readDiscovery, startEmbeddedStack, type EmbeddedStack } from "../embedded-stack.js";
-import { embeddedStackEnv } from "./embedded-defaults.js";
+import { applyEnvironmentKeys, embeddedStackEnv } from "./embedded-defaults.js";
 
 export interface Clients {
   jobs: Client<typeof JobService>;
@@ -42,10 +42,19 @@ export async function connect(options: { home: string; onEmbeddedStart?: () => v
   options.onEmbeddedStart?.();
   const defaults = embeddedStackEnv({ home: options.home });
   const stack: EmbeddedStack = await startEmbeddedStack({ home: options.home, env: defaults.env });
+  const clients = clientsFor(stack.urls.orchestrator);
+  if (!defaults.scripted) {
+    try {
+      await applyEnvironmentKeys((s) => clients.secrets.setSecret(s));
+    } catch (error) {
+      await stack.close();
+      throw error;
+    }
+  }
   return {
     url: stack.urls.orchestrator,
     mode: "embedded",
-    clients: clientsFor(stack.urls.orchestrator),
+    clients,
     notes: defaults.notes,
     close: () => stack.close(),
   };

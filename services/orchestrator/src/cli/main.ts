@@ -22,8 +22,8 @@ import {
   secretSet,
   type Output,
 } from "./commands.js";
-import { connect, type Connection } from "./connection.js";
-import { embeddedStackEnv } from "./embedded-defaults.js";
+import { clientsFor, connect, type Connection } from "./connection.js";
+import { applyEnvironmentKeys, embeddedStackEnv } from "./embedded-defaults.js";
 import { EXIT } from "./exit-codes.js";
 
 const io: Output = { out: process.stdout, err: process.stderr };
@@ -196,6 +196,10 @@ program
     const defaults = embeddedStackEnv({ home });
     io.err.write(`oz0: starting the stack (data in ${home}, logs in ${path.join(home, "logs")})\n`);
     const stack = await startEmbeddedStack({ home, orchestratorPort: opts.port, env: defaults.env });
+    if (!defaults.scripted) {
+      const keys = await applyEnvironmentKeys((s) => clientsFor(stack.urls.orchestrator).secrets.setSecret(s));
+      defaults.notes.push(`provider keys from the environment handed to the LLM proxy: ${keys.join(", ")}`);
+    }
     writeDiscovery(home, { url: stack.urls.orchestrator, pid: process.pid, urls: stack.urls, startedAt: new Date().toISOString() });
     io.out.write(
       [
@@ -223,6 +227,12 @@ program
     io.err.write("oz0: stopping the stack\n");
     await stack.close();
   });
+
+// `oz0 jobs list | head`: a reader that went away is not an error.
+process.stdout.on("error", (error: NodeJS.ErrnoException) => {
+  if (error.code === "EPIPE") process.exit(process.exitCode ?? 0);
+  throw error;
+});
 
 let interrupted = false;
 process.on("SIGINT", () => {

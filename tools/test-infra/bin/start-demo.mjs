@@ -1,0 +1,91 @@
+#!/usr/bin/env node
+// `npm start` (after `npm run build`): the main job on embedded defaults.
+// Starts the four services on loopback, installs the bundled example plugin
+// with `oz0 plugin install`, and runs its `fixer` agent with `oz0 run` on
+// examples/projects/dates, whose test fails. The agent reads the code, writes
+// the fix and runs the test through real tools in a real session (the SDK's
+// fake harness). Then the demo applies the job's patch to a fresh copy of the
+// project and runs its test again, to show it passes.
+// Without ANTHROPIC_API_KEY the model is the scripted model, answering from
+// examples/plugins/example/demo-script.json, and the output says so.
+import { execFileSync, spawn } from "node:child_process";
+import { cpSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const orchestratorDist = path.join(root, "services/orchestrator/dist");
+if (!existsSync(path.join(orchestratorDist, "index.js"))) {
+  console.error("start-demo: the orchestrator is not built; run `npm run build` (npm start does it for you)");
+  process.exit(1);
+}
+const { applyEnvironmentKeys, embeddedStackEnv, readDiscovery, startEmbeddedStack } = await import(path.join(orchestratorDist, "index.js"));
+const cli = path.join(orchestratorDist, "cli/main.js");
+const plugin = path.join(root, "examples/plugins/example");
+const project = path.join(root, "examples/projects/dates");
+
+let home = path.resolve(process.env.OZ0_HOME || path.join(os.homedir(), ".oz0"));
+if (readDiscovery(home)) home = path.join(home, "demo"); // an `oz0 dev` stack owns that data directory
+const useRealModel = Boolean(process.env.ANTHROPIC_API_KEY);
+const script = useRealModel ? undefined : JSON.parse(readFileSync(path.join(plugin, "demo-script.json"), "utf8"));
+const defaults = embeddedStackEnv({ home, ...(script ? { script } : {}) });
+
+const say = (line) => process.stdout.write(`\n\x1b[1m${line}\x1b[0m\n`);
+say(`Orchestrator Zero demo (data in ${home})`);
+if (useRealModel) console.log("Model: anthropic/claude-sonnet-5-5 through the LLM proxy, with ANTHROPIC_API_KEY from the environment.");
+else console.log("Model: the SCRIPTED model (no ANTHROPIC_API_KEY set): it answers from examples/plugins/example/demo-script.json.\nThe tools, the session and the test run are real. Set ANTHROPIC_API_KEY to use a real model.");
+
+const stack = await startEmbeddedStack({ home, env: defaults.env });
+let exitCode = 1;
+try {
+  console.log(`Stack: orchestrator ${stack.urls.orchestrator}, sandbox ${stack.urls.sandbox}, llm-proxy ${stack.urls["llm-proxy"]}, events ${stack.urls.events} (logs in ${path.join(home, "logs")})`);
+  const env = { ...process.env, OZ0_URL: stack.urls.orchestrator, OZ0_HOME: home };
+  const oz0 = (args, options = {}) =>
+    new Promise((resolve) => {
+      say(`$ oz0 ${args.map((a) => (/\s/.test(a) ? JSON.stringify(a) : a)).join(" ")}`);
+      const child = spawn(process.execPath, [cli, ...args], { env, stdio: ["pipe", options.capture ? "pipe" : "inherit", "inherit"] });
+      let out = "";
+      child.stdout?.on("data", (d) => {
+        out += d;
+        process.stdout.write(d);
+      });
+      child.stdin.end(options.input ?? "");
+      child.on("exit", (code) => resolve({ code: code ?? 1, out }));
+    });
+  if (useRealModel) {
+    const keys = await applyEnvironmentKeys(async ({ name, value }) => {
+      const r = await oz0(["secret", "set", name], { input: value });
+      if (r.code !== 0) throw new Error(`oz0 secret set ${name} failed`);
+    });
+    console.log(`(handed ${keys.join(", ")} to the LLM proxy)`);
+  }
+  const installed = await oz0(["plugin", "install", path.relative(process.cwd(), plugin) || "."]);
+  if (installed.code !== 0) throw new Error("installing the example plugin failed");
+  const run = await oz0(["run", "fixer", "Fix the failing test in the dates project", "--attach", path.relative(process.cwd(), project)], { capture: true });
+  exitCode = run.code;
+  const where = /artifacts of (job_\w+) are in (.+)/.exec(run.out);
+  if (run.code === 0 && where) {
+    const check = mkdtempSync(path.join(os.tmpdir(), "oz0-demo-check-"));
+    cpSync(project, path.join(check, "dates"), { recursive: true });
+    execFileSync("git", ["apply", path.join(where[2].trim(), "changes.patch")], { cwd: check });
+    say(`$ node --test   (in ${path.join(check, "dates")}, a fresh copy with the job's patch applied)`);
+    try {
+      const out = execFileSync(process.execPath, ["--test"], { cwd: path.join(check, "dates"), encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+      console.log(out.split("\n").filter((l) => /^# (tests|pass|fail)/.test(l)).join("\n"));
+      say(`The test passes. Job ${where[1]}: see it with \`OZ0_HOME=${home} npx oz0 jobs show ${where[1]}\`.`);
+    } catch (error) {
+      console.log(String(error.stdout ?? error));
+      say("The test still fails with the job's patch applied.");
+      exitCode = 1;
+    }
+  } else if (run.code !== 0) {
+    say(`The job did not succeed (exit status ${run.code}); the services' logs are in ${path.join(home, "logs")}.`);
+  }
+} catch (error) {
+  console.error(`start-demo: ${error.message}`);
+  exitCode = 1;
+} finally {
+  await stack.close();
+}
+process.exit(exitCode);
