@@ -9,7 +9,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Kafka, logLevel } from "kafkajs";
 import { runToCompletion, spawnOwned, type OwnedProcess } from "./child-process.js";
-import { freePort } from "./free-port.js";
+import { freePorts } from "./free-port.js";
 import { InfrastructureError } from "./infrastructure-error.js";
 
 /** The Kafka release the launcher runs unless told otherwise (served by Maven Central here). */
@@ -96,8 +96,7 @@ export interface RunningKafka {
 export async function startKafka(options: KafkaOptions = {}): Promise<RunningKafka> {
   const libs = await ensureKafkaJars(options);
   const dir = mkdtempSync(path.join(tmpdir(), "oz0-kafka-"));
-  const port = await freePort();
-  const controllerPort = await freePort();
+  const [port, controllerPort] = (await freePorts(2)) as [number, number];
   const properties = path.join(dir, "server.properties");
   writeFileSync(properties, serverProperties({ dir, port, controllerPort }));
   const classpath = `${libs}/*`;
