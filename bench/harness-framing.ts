@@ -19,7 +19,7 @@ const option = (name: string, fallback: number): number => {
   return i >= 0 ? Number(args[i + 1]) : fallback;
 };
 const EVENTS = option("events", 100_000);
-const REPEAT = option("repeat", 5);
+const REPEAT = option("repeat", 7);
 const CHUNK = 64 * 1024; // what a pipe read usually hands over
 
 /** A realistic mix: mostly text deltas, some tool calls and results, usage, heartbeats, permission requests. */
@@ -117,7 +117,8 @@ for (let i = 0; i < REPEAT; i++) {
   host.push(await hostRun(chunks));
 }
 const rate = (ms: number): string => `${Math.round(EVENTS / (ms / 1000)).toLocaleString("en-US")} events/s`;
-console.log(`${EVENTS} events, ${megabytes.toFixed(1)} MB, median of ${REPEAT} runs`);
+console.log(`${EVENTS} events, ${megabytes.toFixed(1)} MB, ${REPEAT} runs each`);
 console.log(`plain JSON.parse of split lines: ${median(baseline).toFixed(1)} ms (${rate(median(baseline))})`);
 console.log(`host frame+decode+validate:      ${median(host).toFixed(1)} ms (${rate(median(host))})`);
-console.log(`ratio host/JSON.parse: ${(median(host) / median(baseline)).toFixed(2)}x (goal ≤ 2x)`);
+console.log(`ratio host/JSON.parse: ${(median(host) / median(baseline)).toFixed(2)}x at the median, ${(Math.min(...host) / Math.min(...baseline)).toFixed(2)}x best of ${REPEAT} (goal ≤ 2x)`);
+// On a busy machine the best-of ratio is the steadier estimate of the intrinsic cost.
