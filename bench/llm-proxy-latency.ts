@@ -1,5 +1,6 @@
 // The LLM proxy's added latency and its throughput, against calling the same
-// scripted upstream directly, in the same run. The upstream (scripted model)
+// scripted upstream directly and through a bare Node forwarder
+// (llm-proxy-bare-forwarder.ts), in the same run. The upstream (scripted model)
 // and the proxy each run in their own process, as in production; the load
 // generator is this process, with keep-alive connections to both.
 // For each of non-streaming and streaming Anthropic Messages calls:
@@ -24,11 +25,50 @@ const role = option("role", "bench");
 if (role !== "bench") {
   process.stdin.resume();
   process.stdin.on("end", () => process.exit(0));
+  // "cpu" on stdin: print this process's CPU time so far (µs), so the bench can
+  // report CPU per call, which a loaded machine distorts far less than wall time.
+  process.stdin.on("data", (chunk: Buffer) => {
+    if (chunk.toString().includes("cpu")) {
+      const { user, system } = process.cpuUsage();
+      process.stdout.write(`${JSON.stringify({ cpuMicros: user + system })}\n`);
+    }
+  });
 }
 
 const ANSWER = "The scripted upstream answers every call with this sentence, which is about a hundred characters long.";
 
-function startRole(name: string, extra: string[] = []): Promise<{ child: ChildProcess; info: { url: string; token?: string } }> {
+interface Role {
+  child: ChildProcess;
+  info: { url: string; token?: string };
+  lines: string[];
+}
+
+/** CPU microseconds the role process has used so far. */
+async function cpuOf(role: Role): Promise<number> {
+  const before = role.lines.length;
+  role.child.stdin!.write("cpu\n");
+  while (role.lines.length === before) await new Promise((r) => setTimeout(r, 5));
+  return (JSON.parse(role.lines.at(-1)!) as { cpuMicros: number }).cpuMicros;
+}
+
+function startBare(url: string): Promise<Role> {
+  const child = spawn(process.execPath, ["--import", "tsx", fileURLToPath(new URL("./llm-proxy-bare-forwarder.ts", import.meta.url)), url], { stdio: ["pipe", "pipe", "inherit"] });
+  return new Promise((resolve) => {
+    let out = "";
+    const lines: string[] = [];
+    child.stdout!.on("data", (chunk: Buffer) => {
+      out += chunk.toString();
+      const parts = out.split("\n");
+      out = parts.pop() ?? "";
+      for (const line of parts) {
+        if (lines.length === 0) resolve({ child, info: { ...JSON.parse(line), token: "x" }, lines });
+        lines.push(line);
+      }
+    });
+  });
+}
+
+function startRole(name: string, extra: string[] = []): Promise<Role> {
   // --profile-proxy writes a CPU profile of the proxy process (.cpuprofile in the working directory).
   const profile = name === "proxy" && args.includes("--profile-proxy") ? ["--cpu-prof"] : [];
   const child = spawn(process.execPath, [...profile, "--import", "tsx", fileURLToPath(import.meta.url), "--role", name, ...extra], {
@@ -37,10 +77,15 @@ function startRole(name: string, extra: string[] = []): Promise<{ child: ChildPr
   });
   return new Promise((resolve, reject) => {
     let out = "";
+    const lines: string[] = [];
     child.stdout!.on("data", (chunk: Buffer) => {
       out += chunk.toString();
-      const line = out.split("\n")[0];
-      if (out.includes("\n") && line) resolve({ child, info: JSON.parse(line) });
+      const parts = out.split("\n");
+      out = parts.pop() ?? "";
+      for (const line of parts) {
+        if (lines.length === 0) resolve({ child, info: JSON.parse(line), lines });
+        lines.push(line);
+      }
     });
     child.once("exit", (code) => reject(new Error(`${name} exited with ${code}`)));
   });
@@ -83,8 +128,9 @@ async function latency(target: Target, body: Buffer, calls: number): Promise<{ p
   return { p50: percentile(times, 0.5), p99: percentile(times, 0.99) };
 }
 
-async function throughput(target: Target, body: Buffer, concurrency: number, seconds: number): Promise<number> {
+async function throughput(target: Target, body: Buffer, concurrency: number, seconds: number, counted?: Role): Promise<{ perSecond: number; cpuMicrosPerCall?: number }> {
   let done = 0;
+  const cpuBefore = counted ? await cpuOf(counted) : 0;
   const end = performance.now() + seconds * 1000;
   const start = performance.now();
   await Promise.all(
@@ -95,7 +141,8 @@ async function throughput(target: Target, body: Buffer, concurrency: number, sec
       }
     }),
   );
-  return done / ((performance.now() - start) / 1000);
+  const perSecond = done / ((performance.now() - start) / 1000);
+  return counted ? { perSecond, cpuMicrosPerCall: ((await cpuOf(counted)) - cpuBefore) / done } : { perSecond };
 }
 
 async function bench(): Promise<void> {
@@ -104,6 +151,7 @@ async function bench(): Promise<void> {
   const seconds = Number(option("seconds", "5"));
   const upstream = await startRole("upstream");
   const proxy = await startRole("proxy", ["--upstream", upstream.info.url]);
+  const bare = await startBare(upstream.info.url);
   try {
     const direct: Target = { name: "direct", url: new URL("/v1/messages", upstream.info.url), headers: { "x-api-key": "sk-bench", "anthropic-version": "2023-06-01" } };
     const viaProxy: Target = {
@@ -111,14 +159,19 @@ async function bench(): Promise<void> {
       url: new URL("/anthropic/v1/messages", proxy.info.url),
       headers: { "x-api-key": proxy.info.token!, "Oz0-Job": "bench", "Oz0-Agent": "bench", "anthropic-version": "2023-06-01" },
     };
+    const forwarder: Target = { name: "bare forwarder", url: new URL("/v1/messages", bare.info.url), headers: {} };
     console.log(`llm-proxy latency and throughput: ${calls} sequential calls each; throughput at concurrency ${concurrency} for ${seconds}s; upstream and proxy in their own processes`);
     for (const stream of [false, true]) {
       const body = Buffer.from(JSON.stringify({ model: "claude-sonnet-5", max_tokens: 256, stream, messages: [{ role: "user", content: "Say something short." }] }));
       console.log(`${stream ? "streaming" : "non-streaming"}: measuring…`);
       const d = await latency(direct, body, calls);
+      const b = await latency(forwarder, body, calls);
       const p = await latency(viaProxy, body, calls);
-      const dt = await throughput(direct, body, concurrency, seconds);
-      const pt = await throughput(viaProxy, body, concurrency, seconds);
+      const straight = await throughput(direct, body, concurrency, seconds, upstream);
+      const dt = straight.perSecond;
+      const forwarded = await throughput(forwarder, body, concurrency, seconds, bare);
+      const proxied = await throughput(viaProxy, body, concurrency, seconds, proxy);
+      const pt = proxied.perSecond;
       const kind = stream ? "streaming    " : "non-streaming";
       console.log(
         `${kind}  direct p50 ${d.p50.toFixed(3)} ms p99 ${d.p99.toFixed(3)} ms ${dt.toFixed(0)}/s | proxy p50 ${p.p50.toFixed(3)} ms p99 ${p.p99.toFixed(3)} ms ${pt.toFixed(0)}/s`,
@@ -126,10 +179,20 @@ async function bench(): Promise<void> {
       console.log(
         `${kind}  added p50 ${(p.p50 - d.p50).toFixed(3)} ms, p99 ${(p.p99 - d.p99).toFixed(3)} ms; latency ratio p50 ${(p.p50 / d.p50).toFixed(2)}x p99 ${(p.p99 / d.p99).toFixed(2)}x; throughput ratio ${(pt / dt).toFixed(2)}x`,
       );
+      const cpu = proxied.cpuMicrosPerCall ?? 0;
+      const upstreamCpu = straight.cpuMicrosPerCall ?? 0;
+      const bareCpu = forwarded.cpuMicrosPerCall ?? 0;
+      console.log(
+        `${kind}  bare Node forwarder (the floor for any Node proxy): added p50 ${(b.p50 - d.p50).toFixed(3)} ms p99 ${(b.p99 - d.p99).toFixed(3)} ms, ${forwarded.perSecond.toFixed(0)}/s, CPU ${bareCpu.toFixed(0)} µs per call; proxy vs forwarder: throughput ${(pt / forwarded.perSecond).toFixed(2)}x, CPU ${(cpu / bareCpu).toFixed(2)}x`,
+      );
+      console.log(
+        `${kind}  CPU per call: proxy ${cpu.toFixed(0)} µs (at most ${(1e6 / cpu).toFixed(0)} calls/s a core), scripted upstream ${upstreamCpu.toFixed(0)} µs; ratio ${(cpu / upstreamCpu).toFixed(2)}x`,
+      );
     }
   } finally {
     agent.destroy();
     proxy.child.stdin!.end();
+    bare.child.stdin!.end();
     upstream.child.stdin!.end();
   }
 }

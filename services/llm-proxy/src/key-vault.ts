@@ -4,7 +4,7 @@
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { ProxyError } from "./proxy-error.js";
-import type { ProxyStore, SecretInfo } from "./proxy-store.js";
+import type { ProxyStore, SecretInfo, StoredSecret } from "./proxy-store.js";
 
 const NAME = /^[A-Z][A-Z0-9_]{0,127}$/;
 const MAX_VALUE_BYTES = 16 * 1024;
@@ -46,6 +46,8 @@ export class KeyVault {
   readonly #store: ProxyStore;
   readonly #kek: Buffer;
   readonly #now: () => Date;
+  /** Encrypted rows only (never plaintext), to spare a store read per attempt. */
+  readonly #sealed = new Map<string, StoredSecret | null>();
 
   constructor(options: KeyVaultOptions) {
     if (options.kek.length !== 32) throw new ProxyError("kek_invalid", "the key-encryption key must be 32 bytes");
@@ -63,11 +65,13 @@ export class KeyVault {
     // The name is authenticated with the value, so a row copied under another name does not decrypt.
     cipher.setAAD(aad(name));
     const ciphertext = Buffer.concat([cipher.update(value, "utf8"), cipher.final()]);
+    this.#sealed.delete(name);
     return this.#store.putSecret({ name, iv, ciphertext, tag: cipher.getAuthTag() }, this.#now());
   }
 
   delete(name: string): void {
     checkName(name);
+    this.#sealed.delete(name);
     if (!this.#store.deleteSecret(name)) throw new ProxyError("not_found", `no secret named ${name}; ListSecrets shows the names that exist`);
   }
 
@@ -76,12 +80,21 @@ export class KeyVault {
   }
 
   has(name: string): boolean {
-    return this.#store.getSecret(name) !== undefined;
+    return this.#sealedRow(name) !== undefined;
+  }
+
+  #sealedRow(name: string): StoredSecret | undefined {
+    let row = this.#sealed.get(name);
+    if (row === undefined) {
+      row = this.#store.getSecret(name) ?? null;
+      this.#sealed.set(name, row);
+    }
+    return row ?? undefined;
   }
 
   /** The plaintext, for one upstream call; undefined when no such secret is set. */
   reveal(name: string): string | undefined {
-    const stored = this.#store.getSecret(name);
+    const stored = this.#sealedRow(name);
     if (!stored) return undefined;
     try {
       const decipher = createDecipheriv("aes-256-gcm", this.#kek, stored.iv);

@@ -15,7 +15,7 @@ import { costOf, priceOf, type ModelPrice, type ProviderConfig } from "./provide
 import { ProxyError } from "./proxy-error.js";
 import { ZERO_USAGE, type Outcome, type TokenRecord, type TokenUsage } from "./proxy-store.js";
 import { isRetryableStatus, retryDelayMs, type RetryPolicy } from "./retry-policy.js";
-import { createScrubber, scrubSecret } from "./secret-scrubber.js";
+import { createScrubber } from "./secret-scrubber.js";
 import { SseEventSplitter } from "./sse-event-splitter.js";
 import { discard, readAll, sendUpstream } from "./upstream-client.js";
 import { abortResponse, sendError, streamErrorEvent, type ClientResponse, type Wire } from "./wire-errors.js";
@@ -57,11 +57,11 @@ export interface ModelCallInput {
 /** Headers a provider's answer must not pass on as they are. */
 const DROP_RESPONSE_HEADERS = new Set(["connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "upgrade", "proxy-connection"]);
 
-function responseHeaders(upstream: http.IncomingMessage, operationId: string, secret: string | undefined): Record<string, string | string[]> {
+function responseHeaders(upstream: http.IncomingMessage, operationId: string, scrub: (text: string) => string): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(upstream.headers)) {
     if (value === undefined || DROP_RESPONSE_HEADERS.has(name)) continue;
-    out[name] = Array.isArray(value) ? value.map((v) => scrubSecret(v, secret)) : scrubSecret(value, secret);
+    out[name] = Array.isArray(value) ? value.map(scrub) : scrub(value);
   }
   out["oz0-operation-id"] = operationId;
   return out;
@@ -236,6 +236,8 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     sendError(res, { wire, status: 503, type: "api_error", operationId: ctx.operationId, message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})` });
     return { status: 503, outcome: "proxy_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: true, retryable: false, errorCode: "no_key" };
   }
+  // One scrubber per attempt, for the headers, the body or every streamed event.
+  const scrub = createScrubber(secret);
   const headers = { ...input.forwardHeaders };
   if (secret !== undefined) {
     const auth = provider.config.auth ?? (wire === "anthropic" ? "x-api-key" : "bearer");
@@ -272,7 +274,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
           retryable: true,
           retryHeaders: upstream.headers,
           errorCode: `http_${status}`,
-          pendingError: { status, headers: responseHeaders(upstream, ctx.operationId, secret), body: Buffer.from(scrubSecret(bodyBytes.toString("utf8"), secret)) },
+          pendingError: { status, headers: responseHeaders(upstream, ctx.operationId, scrub), body: Buffer.from(scrub(bodyBytes.toString("utf8"))) },
         };
       }
       let bodyBytes: Buffer;
@@ -289,12 +291,12 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
         delivered: false,
         retryable: false,
         errorCode: `http_${status}`,
-        pendingError: { status, headers: responseHeaders(upstream, ctx.operationId, secret), body: Buffer.from(scrubSecret(bodyBytes.toString("utf8"), secret)) },
+        pendingError: { status, headers: responseHeaders(upstream, ctx.operationId, scrub), body: Buffer.from(scrub(bodyBytes.toString("utf8"))) },
       };
     }
     const contentType = String(upstream.headers["content-type"] ?? "");
     if (input.body.stream === true && contentType.includes("text/event-stream")) {
-      return await forwardStream({ deps, input, ctx, upstream, secret, abort, attemptStart });
+      return await forwardStream({ deps, input, ctx, upstream, scrub, abort, attemptStart });
     }
     // A whole answer: read it, meter it, pass it on.
     let bodyBytes: Buffer;
@@ -317,10 +319,10 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
         ? fromAnthropicUsage(parsed?.usage as never)
         : fromOpenAiUsage(parsed?.usage as never)
       : { ...ZERO_USAGE, input: ctx.estimatedInput, output: estimateTokens(text.length) };
-    const scrubbed = scrubSecret(text, secret);
+    const scrubbed = scrub(text);
     const out = scrubbed === text ? bodyBytes : Buffer.from(scrubbed);
     if (!input.clientGone.aborted) {
-      res.writeHead(status, { ...responseHeaders(upstream, ctx.operationId, secret), "content-length": String(out.length) });
+      res.writeHead(status, { ...responseHeaders(upstream, ctx.operationId, scrub), "content-length": String(out.length) });
       res.end(out);
     }
     return { status, outcome: "ok", usage, estimated: !reported, ttftMs, delivered: true, retryable: false };
@@ -334,21 +336,20 @@ async function forwardStream(options: {
   input: ModelCallInput;
   ctx: AttemptContext;
   upstream: http.IncomingMessage;
-  secret: string | undefined;
+  scrub: (text: string) => string;
   abort: AbortController;
   attemptStart: number;
 }): Promise<AttemptSummary> {
-  const { input, ctx, upstream, secret, abort, attemptStart } = options;
+  const { input, ctx, upstream, scrub, abort, attemptStart } = options;
   const { res, wire } = input;
   const anthropic = wire === "anthropic" ? new AnthropicStreamMeter() : undefined;
   const openai = wire === "openai" ? new OpenAiStreamMeter({ clientWantsUsage: ctx.clientWantsUsage }) : undefined;
   const reading = (): StreamMeterReading => (anthropic ?? openai)!.reading(ctx.estimatedInput);
   const splitter = new SseEventSplitter();
-  const scrub = createScrubber(secret);
   let delivered = false;
   let ttftMs: number | undefined;
   let outcome: Outcome = "ok";
-  const headers = responseHeaders(upstream, ctx.operationId, secret);
+  const headers = responseHeaders(upstream, ctx.operationId, scrub);
 
   const deliver = async (text: string): Promise<void> => {
     if (input.clientGone.aborted) return;

@@ -121,6 +121,10 @@ export interface SqliteProxyStoreOptions {
 export class SqliteProxyStore implements ProxyStore {
   readonly #db: Database.Database;
   readonly #statements;
+  // Metering rows are written in one transaction per turn of the event loop:
+  // a row at a time costs more than the rest of a call. Every read flushes first.
+  readonly #pending: (() => void)[] = [];
+  #flushScheduled = false;
 
   constructor(options: SqliteProxyStoreOptions) {
     let file = ":memory:";
@@ -212,24 +216,47 @@ export class SqliteProxyStore implements ProxyStore {
   }
 
   recordAttempt(attempt: AttemptRecord): void {
-    this.#statements.insertAttempt.run({ ...meteringParams(attempt), attempt: attempt.attempt });
+    const params = { ...meteringParams(attempt), attempt: attempt.attempt };
+    this.#enqueue(() => this.#statements.insertAttempt.run(params));
   }
 
   recordCall(call: CallRecord): void {
-    this.#statements.insertCall.run({ ...meteringParams(call), attempts: call.attempts });
+    const params = { ...meteringParams(call), attempts: call.attempts };
+    this.#enqueue(() => this.#statements.insertCall.run(params));
+  }
+
+  #enqueue(write: () => void): void {
+    this.#pending.push(write);
+    if (!this.#flushScheduled) {
+      this.#flushScheduled = true;
+      setImmediate(() => this.flush());
+    }
+  }
+
+  /** Writes queued metering rows now. */
+  flush(): void {
+    this.#flushScheduled = false;
+    if (this.#pending.length === 0) return;
+    const writes = this.#pending.splice(0);
+    this.#db.transaction(() => {
+      for (const write of writes) write();
+    })();
   }
 
   listAttempts(job: string): AttemptRecord[] {
+    this.flush();
     const rows = this.#statements.listAttempts.all(job) as (MeteringRow & { attempt: number })[];
     return rows.map((r) => ({ ...meteringFromRow(r), attempt: r.attempt }));
   }
 
   listCalls(job: string): CallRecord[] {
+    this.flush();
     const rows = this.#statements.listCalls.all(job) as (MeteringRow & { attempts: number })[];
     return rows.map((r) => ({ ...meteringFromRow(r), attempts: r.attempts }));
   }
 
   usageByAgent(job: string): Map<string, UsageTotals> {
+    this.flush();
     const rows = this.#statements.usageByAgent.all(job) as {
       agent: string;
       calls: number;
@@ -259,10 +286,12 @@ export class SqliteProxyStore implements ProxyStore {
   }
 
   chargedToSession(session: string): number {
+    this.flush();
     return (this.#statements.chargedToSession.get(session) as { cost: number }).cost;
   }
 
   close(): void {
+    this.flush();
     this.#db.close();
   }
 }

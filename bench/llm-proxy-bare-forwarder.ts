@@ -1,0 +1,33 @@
+// The least any Node.js proxy can cost: a bare HTTP forwarder (no auth, no
+// metering, no parsing) in its own process, the baseline that
+// llm-proxy-latency.ts measures the LLM proxy against besides the direct call.
+// Prints its URL as a JSON line; "cpu" on stdin prints its CPU time so far.
+import http from "node:http";
+
+const upstream = new URL(process.argv[2] ?? "http://127.0.0.1:1");
+const agent = new http.Agent({ keepAlive: true, maxSockets: 256 });
+const server = http.createServer((req, res) => {
+  const parts: Buffer[] = [];
+  req.on("data", (c: Buffer) => parts.push(c));
+  req.on("end", () => {
+    const body = Buffer.concat(parts);
+    const headers = { "content-type": "application/json", "content-length": String(body.length), "x-api-key": "sk-bench" };
+    const up = http.request(new URL("/v1/messages", upstream), { method: "POST", agent, headers }, (answer) => {
+      res.writeHead(answer.statusCode ?? 502, { "content-type": String(answer.headers["content-type"]) });
+      answer.pipe(res);
+    });
+    up.on("error", () => res.destroy());
+    up.end(body);
+  });
+});
+server.listen(0, "127.0.0.1", () => {
+  process.stdout.write(`${JSON.stringify({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` })}\n`);
+});
+process.stdin.resume();
+process.stdin.on("end", () => process.exit(0));
+process.stdin.on("data", (chunk: Buffer) => {
+  if (chunk.toString().includes("cpu")) {
+    const { user, system } = process.cpuUsage();
+    process.stdout.write(`${JSON.stringify({ cpuMicros: user + system })}\n`);
+  }
+});
