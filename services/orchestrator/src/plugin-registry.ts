@@ -9,6 +9,7 @@ import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, r
 import path from "node:path";
 import { promisify } from "node:util";
 import { AgentVersions } from "./agent-versions.js";
+import { validateHarnessOperations } from "./harness-operations.js";
 import type { AgentVersionRecord, JobStore, PluginRecord, ResolvedHarness } from "./job-store.js";
 import { invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
 import type { AgentDefinition, HarnessManifest, PluginManifest } from "./plugin-types.js";
@@ -80,7 +81,14 @@ export class PluginRegistry {
       for (const h of manifest.harnesses ?? []) harnesses.set(h.name, { plugin: manifest.name, pluginPath: finalDir, manifest: h });
       const resolved: { agent: (typeof agents)[number]; harness: ResolvedHarness }[] = [];
       for (const agent of agents) {
-        resolved.push({ agent, harness: await this.#resolveHarness(agent.definition, agent.file, harnesses) });
+        const harness = await this.#resolveHarness(agent.definition, agent.file, harnesses);
+        // Operation keys share the session's tool namespace with the harness's tools.
+        validateHarnessOperations({
+          operations: agent.definition.harness_operations,
+          toolNamespace: agent.definition.harness?.tools ?? harness.manifest.tools ?? [],
+          file: agent.file,
+        });
+        resolved.push({ agent, harness });
       }
       const record: PluginRecord = {
         name: manifest.name,
