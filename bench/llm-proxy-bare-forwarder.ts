@@ -3,6 +3,7 @@
 // llm-proxy-latency.ts measures the LLM proxy against besides the direct call.
 // Prints its URL as a JSON line; "cpu" on stdin prints its CPU time so far.
 import http from "node:http";
+import { serveRoleControl } from "./llm-proxy-role-process.js";
 
 const upstream = new URL(process.argv[2] ?? "http://127.0.0.1:1");
 const agent = new http.Agent({ keepAlive: true, maxSockets: 256 });
@@ -23,11 +24,4 @@ const server = http.createServer((req, res) => {
 server.listen(0, "127.0.0.1", () => {
   process.stdout.write(`${JSON.stringify({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` })}\n`);
 });
-process.stdin.resume();
-process.stdin.on("end", () => process.exit(0));
-process.stdin.on("data", (chunk: Buffer) => {
-  if (chunk.toString().includes("cpu")) {
-    const { user, system } = process.cpuUsage();
-    process.stdout.write(`${JSON.stringify({ cpuMicros: user + system })}\n`);
-  }
-});
+serveRoleControl();

@@ -9,10 +9,10 @@
 // Prints the figures and the ratios. The goal (issue 6): under 1 ms added at
 // the median and at least 2,000 non-streaming calls per second on 2 cores.
 //   node --import tsx bench/llm-proxy-latency.ts [--calls 2000] [--concurrency 32] [--seconds 5] [--profile-proxy]
-import { spawn, type ChildProcess } from "node:child_process";
 import http from "node:http";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
+import { cpuOf, serveRoleControl, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
 
 const args = process.argv.slice(2);
 const option = (name: string, fallback: string): string => {
@@ -21,74 +21,18 @@ const option = (name: string, fallback: string): string => {
 };
 const role = option("role", "bench");
 
-// A role process ends with the bench: when its stdin closes.
-if (role !== "bench") {
-  process.stdin.resume();
-  process.stdin.on("end", () => process.exit(0));
-  // "cpu" on stdin: print this process's CPU time so far (µs), so the bench can
-  // report CPU per call, which a loaded machine distorts far less than wall time.
-  process.stdin.on("data", (chunk: Buffer) => {
-    if (chunk.toString().includes("cpu")) {
-      const { user, system } = process.cpuUsage();
-      process.stdout.write(`${JSON.stringify({ cpuMicros: user + system })}\n`);
-    }
-  });
-}
+if (role !== "bench") serveRoleControl();
 
 const ANSWER = "The scripted upstream answers every call with this sentence, which is about a hundred characters long.";
 
-interface Role {
-  child: ChildProcess;
-  info: { url: string; token?: string };
-  lines: string[];
-}
-
-/** CPU microseconds the role process has used so far. */
-async function cpuOf(role: Role): Promise<number> {
-  const before = role.lines.length;
-  role.child.stdin!.write("cpu\n");
-  while (role.lines.length === before) await new Promise((r) => setTimeout(r, 5));
-  return (JSON.parse(role.lines.at(-1)!) as { cpuMicros: number }).cpuMicros;
-}
-
 function startBare(url: string): Promise<Role> {
-  const child = spawn(process.execPath, ["--import", "tsx", fileURLToPath(new URL("./llm-proxy-bare-forwarder.ts", import.meta.url)), url], { stdio: ["pipe", "pipe", "inherit"] });
-  return new Promise((resolve) => {
-    let out = "";
-    const lines: string[] = [];
-    child.stdout!.on("data", (chunk: Buffer) => {
-      out += chunk.toString();
-      const parts = out.split("\n");
-      out = parts.pop() ?? "";
-      for (const line of parts) {
-        if (lines.length === 0) resolve({ child, info: { ...JSON.parse(line), token: "x" }, lines });
-        lines.push(line);
-      }
-    });
-  });
+  return startRoleProcess(["--import", "tsx", fileURLToPath(new URL("./llm-proxy-bare-forwarder.ts", import.meta.url)), url]);
 }
 
 function startRole(name: string, extra: string[] = []): Promise<Role> {
   // --profile-proxy writes a CPU profile of the proxy process (.cpuprofile in the working directory).
   const profile = name === "proxy" && args.includes("--profile-proxy") ? ["--cpu-prof"] : [];
-  const child = spawn(process.execPath, [...profile, "--import", "tsx", fileURLToPath(import.meta.url), "--role", name, ...extra], {
-    stdio: ["pipe", "pipe", "inherit"],
-    env: { ...process.env, OZ0_LOG_LEVEL: "warn" },
-  });
-  return new Promise((resolve, reject) => {
-    let out = "";
-    const lines: string[] = [];
-    child.stdout!.on("data", (chunk: Buffer) => {
-      out += chunk.toString();
-      const parts = out.split("\n");
-      out = parts.pop() ?? "";
-      for (const line of parts) {
-        if (lines.length === 0) resolve({ child, info: JSON.parse(line), lines });
-        lines.push(line);
-      }
-    });
-    child.once("exit", (code) => reject(new Error(`${name} exited with ${code}`)));
-  });
+  return startRoleProcess([...profile, "--import", "tsx", fileURLToPath(import.meta.url), "--role", name, ...extra]);
 }
 
 interface Target {
