@@ -3,7 +3,7 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import {
-  Health,
+  type Health,
   HealthCheckResponseSchema,
   HealthCheckResponse_ServingStatus as ServingStatus,
   type HealthCheckResponse,

@@ -5,7 +5,7 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Health } from "@oz0/proto/grpc/health/v1/health_pb";
 import { ServerReflection as ReflectionV1 } from "@oz0/proto/grpc/reflection/v1/reflection_pb";
 import { ServerReflection as ReflectionV1alpha } from "@oz0/proto/grpc/reflection/v1alpha/reflection_pb";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Server as TcpServer } from "node:net";
 import { unexpectedErrorInterceptor } from "./error-interceptor.js";
 import { traceServerInterceptor } from "./telemetry.js";
 import { HealthRegistry } from "./health.js";
@@ -72,7 +72,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     interceptors: [traceServerInterceptor, unexpectedErrorInterceptor(logger), ...(options.interceptors ?? [])],
     fallback: options.fallback as Parameters<typeof connectNodeAdapter>[0]["fallback"],
   });
-  const server = createSniffingServer(handler as RequestHandler);
+  const server = createSniffingServer(guarded(handler as RequestHandler, logger));
   const host = options.host ?? "127.0.0.1";
   await new Promise<void>((resolve, reject) => {
     server.tcp.once("error", reject);
@@ -108,6 +108,38 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   };
 }
 
-function openConnections(tcp: import("node:net").Server): Promise<number> {
+function openConnections(tcp: TcpServer): Promise<number> {
   return new Promise((resolve) => tcp.getConnections((err, count) => resolve(err ? 0 : count)));
+}
+
+/**
+ * One malformed request must never take the server down: connect-node parses
+ * the authority with `new URL` synchronously, and some clients send an IPv6
+ * authority without brackets (`::1:7700`). Bracket it, and answer anything
+ * else that throws with 400 instead of an uncaught exception.
+ */
+function guarded(handler: RequestHandler, logger: Logger): RequestHandler {
+  return (req, res) => {
+    for (const name of [":authority", "host"]) {
+      const value = req.headers[name];
+      if (typeof value === "string") req.headers[name] = bracketIpv6Authority(value);
+    }
+    try {
+      handler(req, res);
+    } catch (error) {
+      logger.warn({ err: error, url: req.url }, "malformed request refused");
+      if (!res.headersSent) {
+        res.writeHead(400, { "content-type": "text/plain" });
+        res.end("malformed request: check the :authority / Host header and the path\n");
+      }
+    }
+  };
+}
+
+/** `::1:7700` → `[::1]:7700`; anything already well-formed is returned as is. */
+export function bracketIpv6Authority(authority: string): string {
+  if (authority.startsWith("[") || authority.split(":").length <= 2) return authority;
+  const lastColon = authority.lastIndexOf(":");
+  const port = authority.slice(lastColon + 1);
+  return /^\d+$/.test(port) ? `[${authority.slice(0, lastColon)}]:${port}` : `[${authority}]`;
 }

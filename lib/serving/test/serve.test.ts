@@ -11,7 +11,7 @@ import { serve } from "../src/serve.js";
 const run = promisify(execFile);
 const buf = createRequire(import.meta.url).resolve("@bufbuild/buf/bin/buf");
 
-test("health tells liveness from readiness over gRPC and Connect", async () => {
+void test("health tells liveness from readiness over gRPC and Connect", async () => {
   const server = await serve({ name: "test", port: 0, services: [], readyOnListen: false });
   try {
     const grpc = createClient(Health, createGrpcTransport({ baseUrl: server.url }));
@@ -26,7 +26,7 @@ test("health tells liveness from readiness over gRPC and Connect", async () => {
   }
 });
 
-test("buf curl lists and calls services through reflection", async () => {
+void test("buf curl lists and calls services through reflection", async () => {
   const server = await serve({ name: "test", port: 0, services: [] });
   try {
     const list = await run(buf, ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--list-methods", server.url]);
@@ -36,6 +36,27 @@ test("buf curl lists and calls services through reflection", async () => {
       "-d", '{"service":"liveness"}', `${server.url}/grpc.health.v1.Health/Check`,
     ]);
     assert.deepEqual(JSON.parse(check.stdout), { status: "SERVING" });
+  } finally {
+    await server.close({ graceMs: 100 });
+  }
+});
+
+void test("a server on ::1 answers clients that send an unbracketed IPv6 authority, and survives malformed requests", async () => {
+  const server = await serve({ name: "test", host: "::1", port: 0, services: [] });
+  try {
+    const grpc = createClient(Health, createGrpcTransport({ baseUrl: server.url }));
+    assert.equal((await grpc.check({ service: "liveness" })).status, ServingStatus.SERVING);
+    const http2 = await import("node:http2");
+    const session = http2.connect(server.url);
+    const status = await new Promise<number>((resolve, reject) => {
+      const stream = session.request({ ":path": "/grpc.health.v1.Health/Check", ":method": "POST", ":authority": "a:b:c" });
+      stream.on("response", (headers) => resolve(Number(headers[":status"])));
+      stream.on("error", reject);
+      stream.end();
+    });
+    session.close();
+    assert.equal(status, 400);
+    assert.equal((await grpc.check({ service: "liveness" })).status, ServingStatus.SERVING);
   } finally {
     await server.close({ graceMs: 100 });
   }

@@ -10,14 +10,14 @@ import { Health } from "@oz0/proto/grpc/health/v1/health_pb";
 import { serve } from "../src/serve.js";
 import { telemetryConfigured, traceContextClientInterceptor } from "../src/telemetry.js";
 
-test("telemetry is off unless the OTEL_* environment configures an exporter", () => {
+void test("telemetry is off unless the OTEL_* environment configures an exporter", () => {
   assert.equal(telemetryConfigured({}), false);
   assert.equal(telemetryConfigured({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:4318" }), true);
   assert.equal(telemetryConfigured({ OTEL_TRACES_EXPORTER: "none", OTEL_EXPORTER_OTLP_ENDPOINT: "http://x" }), false);
   assert.equal(telemetryConfigured({ OTEL_SDK_DISABLED: "true", OTEL_TRACES_EXPORTER: "otlp" }), false);
 });
 
-test("an RPC continues the caller's trace: the server span is a child of the client span", async () => {
+void test("an RPC continues the caller's trace: the server span is a child of the client span", async () => {
   const exporter = new InMemorySpanExporter();
   const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
