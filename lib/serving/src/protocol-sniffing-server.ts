@@ -35,6 +35,9 @@ export function createSniffingServer(handler: RequestHandler): SniffingServer {
 
   const tcp = net.createServer((socket) => {
     sockets.add(socket);
+    // RPCs are small request/response exchanges: Nagle plus delayed ACKs
+    // added ~15 ms to a one-event Publish.
+    socket.setNoDelay(true);
     socket.on("close", () => sockets.delete(socket));
     socket.on("error", () => socket.destroy());
     let head = Buffer.alloc(0);
