@@ -66,8 +66,10 @@ void test("reads, edits, writes and runs commands, asking the runtime before eve
     assert.deepEqual(results.map((r) => r.isError), [false, false, false, true, false]);
     const denied = results[3];
     assert.match(String(denied?.output ? toJson(ValueSchema, denied.output) : ""), /need a ticket/);
+    // One model call per turn and no other call (no title, quota or telemetry side calls).
     const turns = run.model.requests.filter((r) => !r.sideCall);
     assert.equal(turns.length, 6);
+    assert.equal(run.model.requests.length, 6);
     const toolResultSent = JSON.stringify(turns[4]?.body?.messages?.at(-1));
     assert.match(toolResultSent, /"is_error":true/);
     assert.match(toolResultSent, /Commands that write files need a ticket\./);
