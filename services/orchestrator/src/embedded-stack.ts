@@ -159,33 +159,44 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
     // Reverse order: the orchestrator stops following sessions first, then the sandbox ends them.
     for (const p of [...started].reverse()) await p.stop();
   };
-  try {
-    for (const name of order) {
-      const env: Record<string, string> = { ...(urls.events ? { OZ0_EVENTS_URL: urls.events } : {}) };
-      switch (name) {
-        case "events":
-          env.OZ0_EVENTS_DATA = path.join(home, "events");
-          break;
-        case "llm-proxy":
-          env.OZ0_LLM_PROXY_DATA = path.join(home, "llm-proxy");
-          break;
-        case "sandbox": {
-          env.OZ0_SANDBOX_ROOT = path.join(home, "sandbox");
-          const root = installRoot();
-          if (root && !process.env.OZ0_SANDBOX_READ_ONLY_PATHS) env.OZ0_SANDBOX_READ_ONLY_PATHS = root;
-          break;
-        }
-        case "orchestrator":
-          env.OZ0_HOME = home;
-          env.OZ0_PORT = String(options.orchestratorPort ?? 0);
-          if (urls.sandbox) env.OZ0_SANDBOX_URLS = urls.sandbox;
-          if (urls["llm-proxy"]) env.OZ0_LLM_PROXY_URL = urls["llm-proxy"];
-          break;
+  // The LLM proxy and the sandbox need only the events service; the orchestrator needs both: start them in three waves.
+  const waves: StackServiceName[][] = [
+    order.filter((n) => n === "events"),
+    order.filter((n) => n === "llm-proxy" || n === "sandbox"),
+    order.filter((n) => n === "orchestrator"),
+  ];
+  const startOne = async (name: StackServiceName): Promise<void> => {
+    const env: Record<string, string> = { ...(urls.events ? { OZ0_EVENTS_URL: urls.events } : {}) };
+    switch (name) {
+      case "events":
+        env.OZ0_EVENTS_DATA = path.join(home, "events");
+        break;
+      case "llm-proxy":
+        env.OZ0_LLM_PROXY_DATA = path.join(home, "llm-proxy");
+        break;
+      case "sandbox": {
+        env.OZ0_SANDBOX_ROOT = path.join(home, "sandbox");
+        const root = installRoot();
+        if (root && !process.env.OZ0_SANDBOX_READ_ONLY_PATHS) env.OZ0_SANDBOX_READ_ONLY_PATHS = root;
+        break;
       }
-      Object.assign(env, options.env?.[name] ?? {});
-      const p = await startServiceProcess({ name, env, logFile: path.join(logs, `${name}.log`), ...(options.logLevel ? { logLevel: options.logLevel } : {}) });
-      started.push(p);
-      urls[name] = p.url;
+      case "orchestrator":
+        env.OZ0_HOME = home;
+        env.OZ0_PORT = String(options.orchestratorPort ?? 0);
+        if (urls.sandbox) env.OZ0_SANDBOX_URLS = urls.sandbox;
+        if (urls["llm-proxy"]) env.OZ0_LLM_PROXY_URL = urls["llm-proxy"];
+        break;
+    }
+    Object.assign(env, options.env?.[name] ?? {});
+    const p = await startServiceProcess({ name, env, logFile: path.join(logs, `${name}.log`), ...(options.logLevel ? { logLevel: options.logLevel } : {}) });
+    started.push(p);
+    urls[name] = p.url;
+  };
+  try {
+    for (const wave of waves) {
+      const results = await Promise.allSettled(wave.map(startOne));
+      const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
+      if (failed) throw failed.reason;
     }
   } catch (error) {
     await close();

@@ -30,6 +30,8 @@ const io: Output = { out: process.stdout, err: process.stderr };
 const home = path.resolve(defaultHome());
 let target = process.env.OZ0_URL || "the orchestrator";
 let open: Connection | undefined;
+/** `oz0 dev` handles its own signals (it stops the stack in order). */
+let devRunning = false;
 
 async function withConnection(fn: (conn: Connection) => Promise<number>): Promise<void> {
   const conn = await connect({ home, onEmbeddedStart: () => undefined });
@@ -193,6 +195,7 @@ program
   .action(async (opts: { port: number }) => {
     const running = readDiscovery(home);
     if (running) throw new CliError(`a dev stack already runs at ${running.url} (pid ${running.pid}); stop it first, or use it`);
+    devRunning = true;
     const defaults = embeddedStackEnv({ home });
     io.err.write(`oz0: starting the stack (data in ${home}, logs in ${path.join(home, "logs")})\n`);
     const stack = await startEmbeddedStack({ home, orchestratorPort: opts.port, env: defaults.env });
@@ -236,6 +239,7 @@ process.stdout.on("error", (error: NodeJS.ErrnoException) => {
 
 let interrupted = false;
 process.on("SIGINT", () => {
+  if (devRunning) return;
   if (interrupted || !open) process.exit(130);
   interrupted = true;
   const conn = open;
@@ -254,3 +258,5 @@ try {
     process.exitCode = error instanceof CliError ? error.exitCode : EXIT.error;
   }
 }
+// Idle HTTP/2 sessions to the orchestrator would keep the process alive for a while.
+process.exit(process.exitCode ?? EXIT.ok);
