@@ -262,6 +262,18 @@ void describe("startHostSession", () => {
     assert.match(outcome.error?.message ?? "", /sink broke/);
   });
 
+  void it("kills the harness's process group when the host process exits", async () => {
+    const { execFile } = await import("node:child_process");
+    const pid = await new Promise<number>((resolve, reject) =>
+      execFile(process.execPath, [fileURLToPath(new URL("./fixtures/host/exiting-host.mjs", import.meta.url))], (error, stdout) =>
+        error ? reject(error) : resolve(Number(stdout.trim())),
+      ),
+    );
+    assert.ok(pid > 0);
+    // SIGKILL was sent synchronously in the host's exit handler.
+    assert.ok(processGone(pid), `harness ${pid} outlived its host`);
+  });
+
   void it("does not inherit the host environment", async () => {
     process.env.OZ0_HOST_SECRET_FOR_TEST = "leak";
     const { session } = startEnvProbe();

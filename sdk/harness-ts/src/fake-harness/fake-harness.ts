@@ -64,12 +64,18 @@ await runHarness(
           return { stopReason: StopReason.ERROR, text, error: "the model's final answer is not the JSON the output schema asks for" };
         }
       }
-      const results: JsonObject[] = [];
-      for (const call of calls) {
+      // The runtime's tools of one turn run together (a turn asking for two
+      // harness operations gets them concurrently, as real harnesses batch
+      // them); working-directory tools keep their order, one after another.
+      const isRuntime = (call: ContentBlock): boolean => request.runtimeTools.some((tool) => tool.name === call.name);
+      const run = async (call: ContentBlock): Promise<JsonObject> => {
         const { content, isError } = await runTool(session, root, call);
         session.toolResult({ callId: call.id ?? "", output: content, isError });
-        results.push({ type: "tool_result", tool_use_id: call.id ?? "", content, is_error: isError });
-      }
+        return { type: "tool_result", tool_use_id: call.id ?? "", content, is_error: isError };
+      };
+      const runtime = new Map(calls.filter(isRuntime).map((call) => [call, run(call)] as const));
+      const results: JsonObject[] = [];
+      for (const call of calls) results.push(await (runtime.get(call) ?? run(call)));
       messages.push({ role: "user", content: results });
     }
     return { stopReason: StopReason.MAX_TURNS, error: `stopped after ${maxTurns} turns` };

@@ -6,6 +6,17 @@ import { HarnessSessionError } from "./harness-errors.js";
 import { openSession } from "./harness-session.js";
 import type { HarnessSession, OpenSessionOptions, ResultInit } from "./harness-session.js";
 
+/** Options of {@link runHarness}. */
+export interface RunHarnessOptions extends OpenSessionOptions {
+  /**
+   * Exit the process once the work has settled and the result is out.
+   * Default true: a harness is done then, and idle keep-alive sockets of
+   * `fetch` would otherwise hold the session open for a while. Set false to
+   * run more code after `runHarness` resolves.
+   */
+  exitWhenDone?: boolean;
+}
+
 /** What the work function may return: the final text, a full result, or nothing when it wrote the result itself. */
 export type HarnessWorkResult = string | ResultInit | void;
 
@@ -16,7 +27,17 @@ export type HarnessWorkResult = string | ResultInit | void;
  * cancellation ends with the SDK's `cancelled` result. Resolves when the
  * result is out.
  */
-export async function runHarness(options: OpenSessionOptions, work: (session: HarnessSession) => Promise<HarnessWorkResult>): Promise<void> {
+export async function runHarness(options: RunHarnessOptions, work: (session: HarnessSession) => Promise<HarnessWorkResult>): Promise<void> {
+  await runWork(options, work);
+  if (options.exitWhenDone ?? true) {
+    // Exit only once the result has reached the pipe.
+    const output = options.output ?? process.stdout;
+    await new Promise<void>((resolve) => output.write("", () => resolve()));
+    process.exit();
+  }
+}
+
+async function runWork(options: RunHarnessOptions, work: (session: HarnessSession) => Promise<HarnessWorkResult>): Promise<void> {
   let session: HarnessSession;
   try {
     session = await openSession(options);
