@@ -413,7 +413,8 @@ export class JobRunner {
       reason: decision.reason,
       ...(decision.kind !== "ask" ? { decider: decision.decider, answeredAt: new Date() } : {}),
       answeredBy: "",
-      ...(decision.kind === "allow" && decision.input ? { answerInput: decision.input } : {}),
+      // A hook's changed input: the call runs with it (or, when it waits, it is what the person approves).
+      ...(decision.kind !== "deny" && decision.input ? { answerInput: decision.input } : {}),
       requestedAt: new Date(),
       delivered: false,
     };

@@ -20,7 +20,7 @@ export interface PermissionQuestion {
 export type PolicyDecision =
   | { kind: "allow"; decider: DeciderName; reason: string; input?: JsonObject }
   | { kind: "deny"; decider: DeciderName; reason: string }
-  | { kind: "ask"; reason: string };
+  | { kind: "ask"; reason: string; input?: JsonObject };
 
 /** One step of the policy. `undefined` means "no opinion": the next stage decides. */
 export interface PermissionStage {
@@ -57,18 +57,30 @@ export const requiresApprovalStage: PermissionStage = {
 };
 
 export class PermissionPolicy {
-  readonly #stages: PermissionStage[];
+  readonly #hooks: PermissionStage[];
 
   /** `hooks` run between the tool list and requires_approval. */
   constructor(options: { hooks?: PermissionStage[] } = {}) {
-    this.#stages = [toolListStage, ...(options.hooks ?? []), requiresApprovalStage];
+    this.#hooks = options.hooks ?? [];
   }
 
   async decide(question: PermissionQuestion): Promise<PolicyDecision> {
-    for (const stage of this.#stages) {
+    const refused = await toolListStage.decide(question);
+    if (refused) return refused;
+    let allowed: Extract<PolicyDecision, { kind: "allow" }> | undefined;
+    for (const stage of this.#hooks) {
       const decision = await stage.decide(question);
-      if (decision) return decision;
+      if (!decision) continue;
+      if (decision.kind !== "allow") return decision;
+      allowed = decision;
+      break;
     }
-    return { kind: "allow", decider: "policy", reason: "no rule asks for approval" };
+    // A hook's allow does not skip requires_approval: the person then sees the input the hook chose.
+    const input = allowed?.input ?? question.input;
+    const asked = await requiresApprovalStage.decide({ ...question, ...(input ? { input } : {}) });
+    if (asked?.kind === "ask") {
+      return { kind: "ask", reason: allowed ? `${allowed.reason}; ${asked.reason}` : asked.reason, ...(allowed?.input ? { input: allowed.input } : {}) };
+    }
+    return allowed ?? { kind: "allow", decider: "policy", reason: "no rule asks for approval" };
   }
 }

@@ -41,4 +41,6 @@ export interface AgentDefinition {
   harness_operations?: Record<string, unknown>[];
   skills?: unknown[];
   hooks?: Record<string, unknown>[];
+  /** Calls that wait for a person: an optional deadline (timed_out denies) and who may answer. */
+  approvals?: { timeout?: string; approvers?: string[] };
 }

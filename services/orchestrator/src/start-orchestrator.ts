@@ -10,6 +10,7 @@ import type { JobStore } from "./job-store.js";
 import { createLifecycleSink } from "./lifecycle-events.js";
 import { LlmProxyClient } from "./llm-proxy-client.js";
 import { orchestratorServices } from "./orchestrator-service.js";
+import { HookStage } from "./hook-stage.js";
 import { PermissionPolicy } from "./permission-policy.js";
 import { PluginRegistry } from "./plugin-registry.js";
 import { SandboxClient } from "./sandbox-client.js";
@@ -66,7 +67,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
   };
   const lifecycle: LifecycleSink | undefined = config.eventsUrl ? createLifecycleSink({ url: config.eventsUrl, logger }) : undefined;
   const feed = new JobFeed();
-  const runner = new JobRunner({ store, feed, sandboxes, tokens: proxy, policy: new PermissionPolicy(), home, logger, ...(lifecycle ? { lifecycle } : {}) });
+  const runner = new JobRunner({ store, feed, sandboxes, tokens: proxy, policy: new PermissionPolicy({ hooks: [new HookStage()] }), home, logger, ...(lifecycle ? { lifecycle } : {}) });
   const server = await serve({
     name: "orchestrator",
     host: config.host ?? "127.0.0.1",
