@@ -3,7 +3,7 @@ import path from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import type { PermissionAnswer } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { PermissionAnswer, RuntimeToolResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import {
   RunSessionRequestSchema,
   SandboxService,
@@ -89,6 +89,11 @@ class SandboxChannel implements SessionChannel {
     this.#requests.push(create(RunSessionRequestSchema, { message: { case: "permissionAnswer", value: answer } }));
   }
 
+  async answerRuntimeTool(result: RuntimeToolResult): Promise<void> {
+    if (this.#requests.ended) throw new Error("the session stream is closed");
+    this.#requests.push(create(RunSessionRequestSchema, { message: { case: "runtimeToolResult", value: result } }));
+  }
+
   close(): void {
     this.#requests.end();
     this.#abort.abort();
@@ -113,6 +118,7 @@ export class SandboxClient implements SessionRunner {
           command: options.command,
           pluginDir: options.pluginDir,
           attachments: options.attachments.map((nodePath) => ({ path: path.basename(nodePath), source: { case: "nodePath" as const, value: nodePath } })),
+          shareWorkingDirOf: options.shareWorkingDirOf ?? "",
         },
       },
     });

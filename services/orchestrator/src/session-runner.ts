@@ -2,7 +2,7 @@
 // to it by session id after the last sequence number handled, answer its
 // permission requests, cancel it. sandbox-client.ts implements it over the
 // sandbox's RunSession stream.
-import type { PermissionAnswer, SessionEvent, SessionRequest, SessionResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { PermissionAnswer, RuntimeToolResult, SessionEvent, SessionRequest, SessionResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
 
 export interface SessionArtifact {
   name: string;
@@ -27,10 +27,14 @@ export interface StartSessionOptions {
   env: Record<string, string>;
   /** Absolute paths copied into the working directory. */
   attachments: string[];
+  /** Run in the live working directory of this other session (a harness operation's scratch session); attachments must be empty. */
+  shareWorkingDirOf?: string;
 }
 
 export interface SessionChannel extends AsyncIterable<SandboxMessage> {
   answerPermission(answer: PermissionAnswer): Promise<void>;
+  /** Answer one of the session's runtime tool calls. */
+  answerRuntimeTool(result: RuntimeToolResult): Promise<void>;
   /** Stop listening (the session keeps running on the sandbox). */
   close(): void;
 }
@@ -73,6 +77,20 @@ export interface SecretWriter {
 
 /** Raw lifecycle events for the events service. Never blocks, never throws. */
 export interface LifecycleSink {
-  publish(type: string, init: { jobId: string; sessionId?: string; toolCallId?: string; agentName?: string; agentVersion?: string; status?: string; attributes?: Record<string, unknown> }): void;
+  publish(
+    type: string,
+    init: {
+      jobId: string;
+      sessionId?: string;
+      toolCallId?: string;
+      operationInvocationId?: string;
+      agentName?: string;
+      agentVersion?: string;
+      status?: string;
+      time?: Date;
+      tokens?: { inputTokens: number; outputTokens: number };
+      attributes?: Record<string, unknown>;
+    },
+  ): void;
   close(): Promise<void>;
 }

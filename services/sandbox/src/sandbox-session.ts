@@ -100,6 +100,11 @@ export class SandboxSession {
     return this.#host?.pid ?? 0;
   }
 
+  /** The session's working directory on the node. */
+  get workingDir(): string {
+    return this.#options.paths.workingDir;
+  }
+
   get running(): boolean {
     return this.status === SessionStatus.RUNNING;
   }
@@ -114,9 +119,11 @@ export class SandboxSession {
     try {
       await createSessionDirectories(paths, stateSubdirectories(paths.stateDir));
       await copyAttachments(paths.workingDir, start.attachments);
+      // A shared directory belongs to its owner: its changes are the owner's patch, not this session's.
       try {
         // An empty start needs no snapshot: the patch is then everything present at the end.
-        if (start.attachments.length === 0) this.#baseline = "empty";
+        if (paths.sharesWorkingDir) this.#baseline = "none";
+        else if (start.attachments.length === 0) this.#baseline = "empty";
         else {
           await snapshotInitialState({ gitDir: paths.gitDir, workingDir: paths.workingDir });
           this.#baseline = "snapshot";

@@ -25,6 +25,8 @@ export interface SessionPaths {
   socketDir: string;
   /** What createSessionDirectories made, so a failed start never removes another session's directory. */
   created: string[];
+  /** The working directory belongs to another live session (start.share_working_dir_of): never created, snapshotted or removed here. */
+  sharesWorkingDir: boolean;
 }
 
 export function validateSessionId(sessionId: string, field: string): void {
@@ -39,6 +41,8 @@ export function resolveSessionPaths(options: {
   sessionId: string;
   workingDir: string;
   stateDir: string;
+  /** Another live session's working directory, to run in instead of a new one. */
+  sharedWorkingDir?: string;
 }): SessionPaths {
   const root = realpathSync(options.root);
   const sessionDir = path.join(root, "sessions", options.sessionId);
@@ -54,7 +58,7 @@ export function resolveSessionPaths(options: {
     if (existsSync(resolved)) throw invalidField(field, "already exists; a session starts with an empty directory of its own");
     return resolved;
   };
-  const workingDir = chosen(options.workingDir, path.join(sessionDir, "work"), "start.request.working_dir");
+  const workingDir = options.sharedWorkingDir ?? chosen(options.workingDir, path.join(sessionDir, "work"), "start.request.working_dir");
   const stateDir = chosen(options.stateDir, path.join(sessionDir, "state"), "start.request.state_dir");
   if (isInside(workingDir, stateDir) || isInside(stateDir, workingDir)) {
     throw invalidField("start.request.state_dir", "must not overlap the working directory");
@@ -70,6 +74,7 @@ export function resolveSessionPaths(options: {
     gitDir: path.join(internalDir, "snapshot.git"),
     socketDir: path.join(internalDir, "run"),
     created: [],
+    sharesWorkingDir: options.sharedWorkingDir !== undefined,
   };
 }
 
@@ -110,7 +115,7 @@ export async function createSessionDirectories(paths: SessionPaths, stateSubdire
     paths.created.push(dir);
   };
   await exclusive(paths.internalDir, 0o700);
-  await exclusive(paths.workingDir, 0o755);
+  if (!paths.sharesWorkingDir) await exclusive(paths.workingDir, 0o755);
   await exclusive(paths.stateDir, 0o700);
   for (const dir of stateSubdirectories) await mkdir(dir, { recursive: true, mode: 0o700 });
   await mkdir(paths.socketDir, { recursive: true, mode: 0o700 });

@@ -66,7 +66,14 @@ export class SessionRegistry {
         `this node already runs ${this.#active} sessions, its limit (OZ0_MAX_SESSIONS=${this.#options.maxSessions}); start the session on another node or retry after one ends`,
       );
     }
-    const paths = resolveSessionPaths({ root: this.#options.root, sessionId: request.sessionId, workingDir: request.workingDir, stateDir: request.stateDir });
+    const sharedWorkingDir = this.#sharedWorkingDir(start);
+    const paths = resolveSessionPaths({
+      root: this.#options.root,
+      sessionId: request.sessionId,
+      workingDir: request.workingDir,
+      stateDir: request.stateDir,
+      ...(sharedWorkingDir !== undefined ? { sharedWorkingDir } : {}),
+    });
     const isolationOptions = this.#options.isolation;
     let isolation: SessionIsolation = isolationOptions.mode === "none" ? isolationOptions : { mode: "none" };
     if (isolationOptions.mode === "bwrap") {
@@ -122,6 +129,20 @@ export class SessionRegistry {
     }, this.#options.retentionMs);
     timer.unref();
     this.#retentionTimers.add(timer);
+  }
+
+  /** The live working directory start.share_working_dir_of names, checked: the session runs on this node right now. */
+  #sharedWorkingDir(start: StartSession): string | undefined {
+    const owner = start.shareWorkingDirOf;
+    if (owner === "") return undefined;
+    validateSessionId(owner, "start.share_working_dir_of");
+    if (start.request?.workingDir) throw invalidField("start.request.working_dir", "must be empty when share_working_dir_of is set");
+    if (start.attachments.length > 0) throw invalidField("start.attachments", "must be empty when share_working_dir_of is set; attach files to the session that owns the directory");
+    const session = this.#sessions.get(owner);
+    if (session === undefined || !session.running) {
+      throw new SandboxError("failed_precondition", `start.share_working_dir_of: session ${owner} is not running on this node; a working directory can only be shared while its session runs`);
+    }
+    return session.workingDir;
   }
 
   #validate(start: StartSession): { request: StartSession["request"] & object; command: string[] } {
