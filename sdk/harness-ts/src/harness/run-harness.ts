@@ -9,10 +9,11 @@ import type { HarnessSession, OpenSessionOptions, ResultInit } from "./harness-s
 /** Options of {@link runHarness}. */
 export interface RunHarnessOptions extends OpenSessionOptions {
   /**
-   * Exit the process once the work has settled and the result is out.
-   * Default true: a harness is done then, and idle keep-alive sockets of
-   * `fetch` would otherwise hold the session open for a while. Set false to
-   * run more code after `runHarness` resolves.
+   * Exit the process once the work has settled and the result is out, even
+   * if handles (idle keep-alive sockets, timers) remain. Default false: a
+   * harness that still has children to reap (an agent CLI shutting down)
+   * must not exit before they are gone, or they are left behind in its
+   * process group.
    */
   exitWhenDone?: boolean;
 }
@@ -29,7 +30,7 @@ export type HarnessWorkResult = string | ResultInit | void;
  */
 export async function runHarness(options: RunHarnessOptions, work: (session: HarnessSession) => Promise<HarnessWorkResult>): Promise<void> {
   await runWork(options, work);
-  if (options.exitWhenDone ?? true) {
+  if (options.exitWhenDone ?? false) {
     // Exit only once the result has reached the pipe.
     const output = options.output ?? process.stdout;
     await new Promise<void>((resolve) => output.write("", () => resolve()));
