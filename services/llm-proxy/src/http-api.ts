@@ -119,7 +119,7 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       sendError(res, { wire, status: e.code === "permission_denied" ? 403 : 401, type: e.code === "permission_denied" ? "permission_error" : "authentication_error", message: e.message });
       return;
     }
-    const rawBody = await readBody(req, maxBodyBytes);
+    const rawBody = await readAll(req as NodeJS.ReadableStream, maxBodyBytes);
     if (rawBody === undefined) {
       sendError(res, { wire, status: 413, type: "invalid_request_error", message: `the request body is larger than ${maxBodyBytes} bytes` });
       return;
@@ -163,17 +163,6 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
   };
 }
 
-async function readBody(req: ClientRequest, max: number): Promise<Buffer | undefined> {
-  const parts: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > max) return undefined;
-    parts.push(chunk as Buffer);
-  }
-  return Buffer.concat(parts);
-}
-
 /** count_tokens is free and not metered: one pass-through with the provider key. */
 async function countTokens(args: {
   options: HttpApiOptions;
@@ -203,7 +192,7 @@ async function countTokens(args: {
     const upstream = await sendUpstream({ url: new URL(args.upstreamPath, provider.baseUrl), headers, body: args.rawBody, signal: args.signal });
     status = upstream.statusCode ?? 502;
     contentType = String(upstream.headers["content-type"] ?? "application/json");
-    text = scrubSecret((await readAll(upstream)).toString("utf8"), secret);
+    text = scrubSecret((await readAll(upstream))!.toString("utf8"), secret);
   } catch (error) {
     sendError(res, { wire: "anthropic", status: 502, type: "api_error", message: `provider ${provider.config.name} could not be reached (${(error as { code?: string }).code ?? "error"}); try again later` });
     return;

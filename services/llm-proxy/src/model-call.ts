@@ -261,7 +261,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
         // Keep the body in case this is the last attempt; it is small.
         let bodyBytes: Buffer;
         try {
-          bodyBytes = await readAll(upstream);
+          bodyBytes = (await readAll(upstream))!;
         } catch {
           return { status, outcome: "http_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable: true, retryHeaders: upstream.headers, errorCode: `http_${status}` };
         }
@@ -279,7 +279,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
       }
       let bodyBytes: Buffer;
       try {
-        bodyBytes = await readAll(upstream);
+        bodyBytes = (await readAll(upstream))!;
       } catch (error) {
         return connectionFailure(error);
       }
@@ -301,7 +301,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     // A whole answer: read it, meter it, pass it on.
     let bodyBytes: Buffer;
     try {
-      bodyBytes = await readAll(upstream);
+      bodyBytes = (await readAll(upstream))!;
     } catch (error) {
       return connectionFailure(error);
     }

@@ -33,11 +33,47 @@ export function sendUpstream(request: UpstreamRequest): Promise<http.IncomingMes
   });
 }
 
-/** Reads a whole response body. Rejects when the connection dies before its end. */
-export async function readAll(response: http.IncomingMessage): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  for await (const chunk of response) parts.push(chunk as Buffer);
-  return Buffer.concat(parts);
+/**
+ * Reads a whole body. Rejects when the connection dies before its end.
+ * Events rather than `for await`: the async iterator costs a promise per chunk.
+ */
+export function readAll(stream: NodeJS.ReadableStream & { readonly complete?: boolean }, maxBytes = Number.POSITIVE_INFINITY): Promise<Buffer | undefined> {
+  return new Promise((resolve, reject) => {
+    const parts: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer): void => {
+      size += chunk.length;
+      if (size > maxBytes) {
+        cleanup();
+        stream.resume();
+        resolve(undefined);
+        return;
+      }
+      parts.push(chunk);
+    };
+    const onEnd = (): void => {
+      cleanup();
+      resolve(Buffer.concat(parts));
+    };
+    const onError = (error: Error): void => {
+      cleanup();
+      reject(error);
+    };
+    const onClose = (): void => {
+      // A response whose connection closed before its end never emits `end`.
+      if (stream.complete === false) onError(Object.assign(new Error("the connection closed before the body ended"), { code: "ECONNRESET" }));
+    };
+    function cleanup(): void {
+      stream.off("data", onData);
+      stream.off("end", onEnd);
+      stream.off("error", onError);
+      stream.off("close", onClose);
+    }
+    stream.on("data", onData);
+    stream.on("end", onEnd);
+    stream.on("error", onError);
+    stream.on("close", onClose);
+  });
 }
 
 /** Reads and discards a body so the connection can be reused. */
