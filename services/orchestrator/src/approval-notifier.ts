@@ -14,9 +14,8 @@ import { checkSchemaName } from "./postgres-migrations.js";
 export interface ApprovalAnswered {
   jobId: string;
   permissionId: string;
+  /** The answer's PermissionStatus (approved, denied, cancelled, timed_out). */
   status: string;
-  /** The replica that took the answer (for logs). */
-  answeredAt: string;
 }
 
 export interface ApprovalNotifierOptions {

@@ -47,11 +47,12 @@ export interface PostgresCluster {
 
 export async function openPostgresCluster(options: PostgresClusterOptions): Promise<PostgresCluster> {
   const connection = { connectionString: options.connectionString, schema: options.schema ?? "oz0", ...(options.maxConnections ? { maxConnections: options.maxConnections } : {}) };
-  const store = await PostgresJobStore.open(connection);
+  const approvals = new ApprovalNotifier({ ...connection, ...(options.onError ? { onError: options.onError } : {}) });
+  // Decided permissions the store appends are published to the job's owner in the same transaction.
+  const store = await PostgresJobStore.open({ ...connection, approvals });
   const ttlMs = options.leaseTtlMs ?? 30_000;
   const leases = await LeaseManager.open({ pool: store.pool, owner: options.replicaId, ttlMs });
   const nodes = await SandboxNodeRegistry.open({ pool: store.pool, ...(options.nodeStaleAfterMs ? { staleAfterMs: options.nodeStaleAfterMs } : {}) });
-  const approvals = new ApprovalNotifier({ ...connection, ...(options.onError ? { onError: options.onError } : {}) });
   approvals.subscribe(options.onApprovalAnswered);
   const sweeper = new LeaseSweeper({ pool: store.pool, leases, onTakeOver: options.onTakeOver, ...(options.onError ? { onError: options.onError } : {}) });
   try {

@@ -25,6 +25,7 @@ import type {
   PluginRecord,
   PublishResult,
 } from "./job-store.js";
+import type { ApprovalNotifier } from "./approval-notifier.js";
 import { assertLeaseHeld, type LeaseFence } from "./lease-manager.js";
 import { notFound } from "./orchestrator-error.js";
 import { createPostgresPool, migrateOrchestrator, withTransaction, type PostgresConnectionOptions } from "./postgres-migrations.js";
@@ -195,17 +196,26 @@ function jsonOrNull(value: JsonObject | undefined): string | null {
   return value === undefined ? null : JSON.stringify(value);
 }
 
-export type PostgresJobStoreOptions = PostgresConnectionOptions;
+export interface PostgresJobStoreOptions extends PostgresConnectionOptions {
+  /**
+   * When set, an append that stores a decided permission also publishes it
+   * here, in the same transaction: the replica owning the job hears of an
+   * answer taken at any replica, and only once the answer is committed.
+   */
+  approvals?: ApprovalNotifier;
+}
 
 export class PostgresJobStore implements JobStore {
   readonly #pool: pg.Pool;
   readonly #ownsPool: boolean;
   readonly #fence: LeaseFence | undefined;
+  readonly #approvals: ApprovalNotifier | undefined;
 
-  private constructor(options: { pool: pg.Pool; ownsPool: boolean; fence?: LeaseFence }) {
+  private constructor(options: { pool: pg.Pool; ownsPool: boolean; fence?: LeaseFence; approvals?: ApprovalNotifier }) {
     this.#pool = options.pool;
     this.#ownsPool = options.ownsPool;
     this.#fence = options.fence;
+    this.#approvals = options.approvals;
   }
 
   /** Connects and runs pending migrations (safe when several replicas open at once). */
@@ -217,7 +227,7 @@ export class PostgresJobStore implements JobStore {
       await pool.end();
       throw error;
     }
-    return new PostgresJobStore({ pool, ownsPool: true });
+    return new PostgresJobStore({ pool, ownsPool: true, ...(options.approvals ? { approvals: options.approvals } : {}) });
   }
 
   /**
@@ -227,7 +237,7 @@ export class PostgresJobStore implements JobStore {
    * fenced view leaves the shared pool open.
    */
   fenced(fence: LeaseFence): PostgresJobStore {
-    return new PostgresJobStore({ pool: this.#pool, ownsPool: false, fence });
+    return new PostgresJobStore({ pool: this.#pool, ownsPool: false, fence, ...(this.#approvals ? { approvals: this.#approvals } : {}) });
   }
 
   /** The pool, for modules that share its connections (leases, the node registry). */
@@ -386,7 +396,13 @@ export class PostgresJobStore implements JobStore {
       }
       await client.query("UPDATE jobs SET last_seq = $2, updated_at = now() WHERE id = $1", [change.jobId, seq]);
       if (change.job) await this.#updateJob(client, change.jobId, change.job);
-      for (const permission of change.permissions ?? []) await this.#upsertPermission(client, permission);
+      for (const permission of change.permissions ?? []) {
+        await this.#upsertPermission(client, permission);
+        // Sent on commit only: a rolled-back answer wakes nobody.
+        if (this.#approvals && permission.status !== "pending") {
+          await this.#approvals.publish(client, { jobId: permission.jobId, permissionId: permission.id, status: permission.status });
+        }
+      }
       return stored;
     });
   }

@@ -104,15 +104,10 @@ describe("orchestrator replicas sharing PostgreSQL", () => {
     const one = replicas.find((r) => r.cluster.leases.owner === "orch-1");
     const two = replicas.find((r) => r.cluster.leases.owner === "orch-2");
     const ownedByTwo = two!.cluster.leases.held().find((l) => l.kind === "job")!;
-    // Answered at replica one: stored and published in one transaction.
-    const client = await one!.cluster.store.pool.connect();
-    try {
-      await client.query("BEGIN");
-      await one!.cluster.approvals.publish(client, { jobId: ownedByTwo.resource, permissionId: "perm-1", status: "approved", answeredAt: "orch-1" });
-      await client.query("COMMIT");
-    } finally {
-      client.release();
-    }
+    // A pending approval of that job, then the answer taken at replica one: the store publishes it as it commits.
+    const requested = { jobId: ownedByTwo.resource, id: "perm-1", callId: "call-1", sessionId: "ses", tool: "Bash", title: "Run it", needsPerson: true, reason: "", answeredBy: "", requestedAt: new Date(), delivered: false };
+    await two!.cluster.store.append({ jobId: ownedByTwo.resource, events: [], permissions: [{ ...requested, status: "pending" }] });
+    await one!.cluster.store.append({ jobId: ownedByTwo.resource, events: [], permissions: [{ ...requested, status: "approved", decider: "person", answeredBy: "ann", answeredAt: new Date() }] });
     await eventually(async () => (two!.answers.length > 0 ? true : undefined));
     assert.deepEqual(two!.answers.map((a) => [a.jobId, a.permissionId]), [[ownedByTwo.resource, "perm-1"]]);
     assert.deepEqual(one!.answers, [], "a replica not owning the job ignores the answer");

@@ -117,20 +117,20 @@ describe("leases", () => {
       // Answered in a transaction that rolls back: listeners must never hear of it.
       await assert.rejects(
         withTransaction(answeringPool, async (client) => {
-          await answering.publish(client, { jobId: "j1", permissionId: "p0", status: "approved", answeredAt: "replica-2" });
+          await answering.publish(client, { jobId: "j1", permissionId: "p0", status: "approved" });
           throw new Error("storing the answer failed");
         }),
         /storing the answer failed/,
       );
       await withTransaction(answeringPool, async (client) => {
-        await answering.publish(client, { jobId: "j1", permissionId: "p1", status: "denied", answeredAt: "replica-2" });
+        await answering.publish(client, { jobId: "j1", permissionId: "p1", status: "denied" });
       });
       await eventually(async () => (received.length > 0 ? true : undefined));
-      assert.deepEqual(received[0], { jobId: "j1", permissionId: "p1", status: "denied", answeredAt: "replica-2" });
+      assert.deepEqual(received[0], { jobId: "j1", permissionId: "p1", status: "denied" });
       // Another deployment's schema uses another channel.
       const other = new ApprovalNotifier({ connectionString, schema: `${schema}_other` });
-      await other.publish(answeringPool, { jobId: "j9", permissionId: "p9", status: "approved", answeredAt: "elsewhere" });
-      await answering.publish(answeringPool, { jobId: "j1", permissionId: "p2", status: "approved", answeredAt: "replica-2" });
+      await other.publish(answeringPool, { jobId: "j9", permissionId: "p9", status: "approved" });
+      await answering.publish(answeringPool, { jobId: "j1", permissionId: "p2", status: "approved" });
       await eventually(async () => (received.length > 1 ? true : undefined));
       assert.deepEqual(received.map((r) => r.permissionId), ["p1", "p2"]);
     } finally {

@@ -25,11 +25,17 @@ export async function dropSchema(schema: string): Promise<void> {
   }
 }
 
-/** Polls until `check` returns a value: waits for a condition, never asserts a duration (the runner's timeout bounds it). */
-export async function eventually<T>(check: () => Promise<T | undefined>): Promise<T> {
+/**
+ * Polls until `check` returns a value: waits for a condition, never asserts
+ * how fast it came. The two-minute guard only turns a condition that never
+ * comes (a broken implementation) into a failure instead of a hung run.
+ */
+export async function eventually<T>(check: () => Promise<T | undefined>, what = "the condition"): Promise<T> {
+  const giveUp = Date.now() + 120_000;
   for (;;) {
     const value = await check();
     if (value !== undefined) return value;
+    if (Date.now() > giveUp) throw new Error(`${what} never came about`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }
