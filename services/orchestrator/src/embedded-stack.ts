@@ -18,8 +18,8 @@ export interface EmbeddedStackOptions {
   orchestratorPort?: number;
   /** Extra environment per service (for example the LLM proxy's providers file). */
   env?: Partial<Record<StackServiceName, Record<string, string>>>;
-  /** Log level of the services (their logs go to <home>/logs/<service>.log). Default info. */
-  logLevel?: string;
+  /** Log level of the services (their logs go to <home>/logs/<service>.log): debug, trace or info (the default; readiness is read from an info line). */
+  logLevel?: "info" | "debug" | "trace";
   /** Start only these (in this order); default all four. */
   services?: StackServiceName[];
 }
@@ -73,7 +73,7 @@ export async function startServiceProcess(options: {
   name: StackServiceName;
   env: Record<string, string>;
   logFile: string;
-  logLevel?: string;
+  logLevel?: "info" | "debug" | "trace";
 }): Promise<StackProcess> {
   const main = serviceMain(options.name);
   if (!existsSync(main)) {
