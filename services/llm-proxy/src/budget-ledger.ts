@@ -79,6 +79,15 @@ export class BudgetLedger {
     };
   }
 
+  /**
+   * Drops a session's account when its tokens are revoked, so the ledger does
+   * not grow without end. Calls still in flight keep their reservation; a new
+   * token for the session starts again from the store's record of what it spent.
+   */
+  forget(session: string): void {
+    this.#accounts.delete(session);
+  }
+
   /** Spent and held dollars of a session (for tests and usage reports). */
   snapshot(session: string): { limitUsd: number; spentUsd: number; reservedUsd: number } | undefined {
     const account = this.#accounts.get(session);

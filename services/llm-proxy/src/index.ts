@@ -90,11 +90,12 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
   }
 
   let publicUrl = "";
+  const ledger = new BudgetLedger();
   const httpApi = createHttpApi({
     providers,
     tokens,
     vault,
-    ledger: new BudgetLedger(),
+    ledger,
     metering,
     retry: { ...DEFAULT_RETRY_POLICY, ...config.retry },
     logger,
@@ -106,7 +107,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     ...(config.host ? { host: config.host } : {}),
     port: config.port ?? 0,
     logger,
-    services: [registration(SecretService, secretService(vault)), registration(LlmProxyService, llmProxyService({ tokens, metering, publicUrl: () => publicUrl }))],
+    services: [registration(SecretService, secretService(vault)), registration(LlmProxyService, llmProxyService({ tokens, ledger, metering, publicUrl: () => publicUrl }))],
     ...(config.adminToken ? { interceptors: [adminTokenInterceptor(config.adminToken)] } : {}),
     fallback: httpApi,
   });

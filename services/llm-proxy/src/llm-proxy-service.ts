@@ -18,6 +18,7 @@ import {
   type Usage,
 } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { timingSafeEqual } from "node:crypto";
+import type { BudgetLedger } from "./budget-ledger.js";
 import type { KeyVault } from "./key-vault.js";
 import type { Metering } from "./metering.js";
 import { ProxyError } from "./proxy-error.js";
@@ -78,6 +79,7 @@ function usageMessage(totals: UsageTotals): Usage {
 
 export interface LlmProxyServiceOptions {
   tokens: SessionTokens;
+  ledger: BudgetLedger;
   metering: Metering;
   /** The proxy's own URL, to hand out ready-made base URLs. */
   publicUrl: () => string;
@@ -97,11 +99,11 @@ export function llmProxyService(options: LlmProxyServiceOptions): Partial<Servic
         });
       }),
     revokeSessionToken: (request) =>
-      mapped(() =>
-        create(RevokeSessionTokenResponseSchema, {
-          revoked: options.tokens.revoke({ ...(request.token ? { token: request.token } : {}), ...(request.session ? { session: request.session } : {}) }).length,
-        }),
-      ),
+      mapped(() => {
+        const revoked = options.tokens.revoke({ ...(request.token ? { token: request.token } : {}), ...(request.session ? { session: request.session } : {}) });
+        for (const record of revoked) options.ledger.forget(record.session);
+        return create(RevokeSessionTokenResponseSchema, { revoked: revoked.length });
+      }),
     getUsage: (request) => {
       if (!request.job) throw new ConnectError("GetUsage needs a job id", Code.InvalidArgument);
       const usage = options.metering.usage(request.job);
