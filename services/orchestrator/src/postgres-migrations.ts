@@ -138,7 +138,9 @@ export async function runMigrations(options: { pool: pg.Pool; schema: string; co
   const schema = checkSchemaName(options.schema);
   return withTransaction(options.pool, async (client) => {
     await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`oz0.migrations:${schema}:${options.component}`]);
-    await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
+    // Create the schema only when missing: CREATE SCHEMA IF NOT EXISTS still needs CREATE on the database, which a locked-down role lacks.
+    const exists = await client.query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [schema]);
+    if (exists.rowCount === 0) await client.query(`CREATE SCHEMA ${schema}`);
     await client.query(
       `CREATE TABLE IF NOT EXISTS ${schema}.oz0_migrations (component text NOT NULL, version integer NOT NULL, name text NOT NULL,
        applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (component, version))`,
