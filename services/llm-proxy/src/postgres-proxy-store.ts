@@ -436,6 +436,22 @@ export class PostgresProxyStore implements AsyncProxyStore {
     return Number(rows[0]!.released);
   }
 
+  /**
+   * Drops a session's account once its tokens are revoked (BudgetLedger.forget's
+   * counterpart), so the table does not grow without end. Only an account with
+   * no call in flight is dropped: a hold settled after its account was dropped
+   * would be charged to nothing, or twice to a new account started from the
+   * calls table. Returns whether it was dropped; try again after the calls end.
+   */
+  async forgetBudget(session: string): Promise<boolean> {
+    const result = await this.#pool.query(
+      "DELETE FROM budget_accounts a WHERE a.session = $1 AND NOT EXISTS (SELECT 1 FROM budget_reservations r WHERE r.session = a.session AND r.state = 'held')",
+      [session],
+    );
+    await this.#pool.query("DELETE FROM budget_reservations WHERE session = $1 AND state <> 'held' AND NOT EXISTS (SELECT 1 FROM budget_accounts WHERE session = $1)", [session]);
+    return (result.rowCount ?? 0) > 0;
+  }
+
   /** Spent and held dollars of a session's account, across every replica. */
   async budgetSnapshot(session: string): Promise<BudgetSnapshot | undefined> {
     const { rows } = await this.#pool.query<{ limit_usd: string; spent_usd: string; reserved_usd: string }>(

@@ -91,6 +91,10 @@ void describe("PostgresProxyStore", () => {
     await assert.rejects(b.reserve({ session: "ses-restart", limitUsd: 1, worstCaseUsd: 0.5, minimumUsd: 0.01, partial: false }), /only \$0\.3000/);
     const ok = await b.reserve({ session: "ses-restart", limitUsd: 1, worstCaseUsd: 0.25, minimumUsd: 0.01, partial: false });
     assert.equal(ok.amountUsd, 0.25);
+    assert.equal(await a.forgetBudget("ses-restart"), false, "kept while a call holds part of it");
+    await ok.settle(0.05);
+    assert.equal(await a.forgetBudget("ses-restart"), true);
+    assert.equal(await a.budgetSnapshot("ses-restart"), undefined);
   });
 
   void it("frees the holds of a replica that died mid-call; a late settle still charges the spend", async () => {
