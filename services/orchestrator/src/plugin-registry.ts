@@ -5,7 +5,7 @@
 // registers the plugin and publishes its agents.
 import { execFile } from "node:child_process";
 import { createHash, randomUUID } from "node:crypto";
-import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync } from "node:fs";
 import path from "node:path";
 import { promisify } from "node:util";
 import { AgentVersions } from "./agent-versions.js";
@@ -48,6 +48,27 @@ function hashTree(root: string): string {
   return hash.digest("hex");
 }
 
+/**
+ * A plugin copied from a folder keeps resolving its JavaScript dependencies
+ * where the folder did: its copy gets a `node_modules` link to the nearest
+ * node_modules at or above the source (a workspace's hoisted one included).
+ * Plugins cloned from git bring no dependencies.
+ */
+function linkDependencies(source: string, copy: string): void {
+  if (isGitSource(source) || existsSync(path.join(copy, "node_modules"))) return;
+  let dir = path.resolve(source);
+  for (;;) {
+    const candidate = path.join(dir, "node_modules");
+    if (existsSync(candidate)) {
+      symlinkSync(candidate, path.join(copy, "node_modules"), "dir");
+      return;
+    }
+    const parent = path.dirname(dir);
+    if (parent === dir) return;
+    dir = parent;
+  }
+}
+
 export class PluginRegistry {
   readonly #store: JobStore;
   readonly #pluginsDir: string;
@@ -76,6 +97,7 @@ export class PluginRegistry {
         mkdirSync(path.dirname(finalDir), { recursive: true });
         rmSync(path.join(staging, ".git"), { recursive: true, force: true });
         renameSync(staging, finalDir);
+        linkDependencies(source, finalDir);
       }
       const harnesses = new Map<string, ResolvedHarness>();
       for (const h of manifest.harnesses ?? []) harnesses.set(h.name, { plugin: manifest.name, pluginPath: finalDir, manifest: h });
