@@ -63,6 +63,7 @@ function fileContent(file: string): string | undefined {
 }
 
 const RUNTIME_TOOL = "oz0_conformance_lookup";
+const OUTSIDE_SECRET = "oz0-conformance-outside-secret-5d1c";
 
 /** Every case, in the order they run. */
 export const CONFORMANCE_CASES: readonly ConformanceCase[] = [
@@ -261,7 +262,7 @@ export const CONFORMANCE_CASES: readonly ConformanceCase[] = [
   },
   {
     id: "working-dir",
-    title: "file tools stay inside the working directory",
+    title: "file tools stay inside the working directory (writes and reads)",
     async run(settings) {
       await runScenario(settings, {
         id: "working-dir",
@@ -269,12 +270,17 @@ export const CONFORMANCE_CASES: readonly ConformanceCase[] = [
         turn: (_request, { profile, workDir, caseDir, call }) => {
           if (call === 1) return { toolCalls: [{ name: profile.writeFile.tool, input: profile.writeFile.input(workDir, "../escaped-relative.txt", "escaped") }] };
           if (call === 2) return { toolCalls: [{ name: profile.writeFile.tool, input: profile.writeFile.input(workDir, path.join(caseDir, "escaped-absolute.txt"), "escaped") }] };
+          if (call === 3) {
+            writeFileSync(path.join(caseDir, "outside-secret.txt"), OUTSIDE_SECRET);
+            return { toolCalls: [{ name: profile.readFile.tool, input: profile.readFile.input(workDir, "../outside-secret.txt") }] };
+          }
           return { text: "Done trying." };
         },
       }, (run) => {
         checkSession(run);
         check(!existsSync(path.join(run.caseDir, "escaped-relative.txt")), "the harness wrote ../escaped-relative.txt outside the working directory");
         check(!existsSync(path.join(run.caseDir, "escaped-absolute.txt")), "the harness wrote an absolute path outside the working directory");
+        check(!run.modelRequests.some((r) => requestText(r).includes(OUTSIDE_SECRET)), "the harness read ../outside-secret.txt outside the working directory and sent it to the model");
       });
     },
   },

@@ -26,6 +26,12 @@ function parse(argv: string[]): { json: boolean; command: string[]; expectedFail
   return out;
 }
 
+// A reader that stops early (`| head`) is not an error of the harness under test.
+process.stdout.on("error", (error: NodeJS.ErrnoException) => {
+  if (error.code === "EPIPE") process.exit(process.exitCode ?? 1);
+  throw error;
+});
+
 let args: ReturnType<typeof parse>;
 try {
   args = parse(process.argv.slice(2));
