@@ -3,7 +3,7 @@
 // `acceptEdits`, everything in `bypassPermissions`), so a PreToolUse hook
 // answers `ask` for every call: that sends each one through canUseTool, which
 // turns it into a protocol permission request. Verified with Claude Code
-// 2.1.332 in all four modes (test/permission-modes.test.ts).
+// 2.1.332 in all four modes (test/session.test.ts).
 import type { JsonObject } from "@bufbuild/protobuf";
 import { PermissionAnswer_Outcome, type PermissionDecision } from "@oz0/harness";
 import type { CanUseTool, HookCallback, PermissionResult } from "@anthropic-ai/claude-agent-sdk";

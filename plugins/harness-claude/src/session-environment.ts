@@ -3,13 +3,14 @@
 // (least of all a provider key) reaches the binary unless listed here.
 import path from "node:path";
 
-/** Inherited variables the binary needs to run commands sensibly; nothing else is passed on. */
+/**
+ * Inherited variables the binary needs to run commands sensibly; nothing else
+ * is passed on, so ANTHROPIC_API_KEY and every other credential the harness
+ * process may hold stay behind.
+ */
 const INHERITED = ["PATH", "LANG", "LC_ALL", "TZ", "TMPDIR"] as const;
 
 const FALLBACK_PATH = "/usr/local/bin:/usr/bin:/bin";
-
-/** Variable names that hold model provider credentials; never passed on, whatever the allow list says. */
-const PROVIDER_SECRET = /(API_KEY|AUTH_TOKEN|ACCESS_KEY|SECRET|CREDENTIALS|_TOKEN)$/i;
 
 export interface SessionEnvironmentOptions {
   /** The session's private state directory; HOME and CLAUDE_CONFIG_DIR live here. */
@@ -54,7 +55,7 @@ export function buildSessionEnvironment(options: SessionEnvironmentOptions): Rec
   const env: Record<string, string> = {};
   for (const name of INHERITED) {
     const value = options.inherited[name];
-    if (value !== undefined && value !== "" && !PROVIDER_SECRET.test(name)) env[name] = value;
+    if (value !== undefined && value !== "") env[name] = value;
   }
   env["PATH"] ??= FALLBACK_PATH;
   Object.assign(env, {
