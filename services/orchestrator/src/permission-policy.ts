@@ -28,9 +28,11 @@ export interface PermissionStage {
   decide(question: PermissionQuestion): Promise<PolicyDecision | undefined>;
 }
 
-/** The tools an agent version may use: harness.tools, else the harness's declared defaults. */
+/** The tools an agent version may use: harness.tools, else the harness's declared defaults, plus its harness operations. */
 export function allowedTools(agent: AgentVersionRecord): string[] | undefined {
-  return agent.definition.harness?.tools ?? agent.harness.manifest.tools;
+  const tools = agent.definition.harness?.tools ?? agent.harness.manifest.tools;
+  const operations = (agent.definition.harness_operations ?? []).map((op) => String(op.key));
+  return tools === undefined ? undefined : [...tools, ...operations];
 }
 
 export const toolListStage: PermissionStage = {

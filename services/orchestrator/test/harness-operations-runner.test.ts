@@ -1,0 +1,331 @@
+// The operation runner against a scripted sandbox: each scratch session is a
+// script of harness events, so repair, timeouts bounded by the parent's
+// deadline, cancellation, nesting and both crash-recovery cases are
+// deterministic. (harness-operations-shipment.test.ts runs the real stack.)
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, test } from "node:test";
+import { create, toJson, type JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
+import { timestampDate, ValueSchema } from "@bufbuild/protobuf/wkt";
+import {
+  PermissionRequestSchema,
+  RuntimeToolCallSchema,
+  SessionEventSchema,
+  SessionResultSchema,
+  StopReason,
+  ToolCallSchema,
+  UsageSchema,
+  type RuntimeToolResult,
+  type SessionEvent,
+  type SessionRequest,
+} from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { createLogger } from "@oz0/serving";
+import type { AgentVersionRecord } from "../src/job-store.js";
+import { MessageQueue } from "../src/message-queue.js";
+import { OperationRunner, operationRuntimeTools, type OperationParent } from "../src/operation-runner.js";
+import { PermissionPolicy } from "../src/permission-policy.js";
+import type { LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "../src/session-runner.js";
+
+const logger = createLogger({ name: "test", level: "silent" });
+const homes: string[] = [];
+after(() => homes.forEach((h) => rmSync(h, { recursive: true, force: true })));
+
+const shipmentSchema = {
+  type: "object",
+  properties: { shipmentReference: { type: "string" }, pickupCountry: { type: "string" } },
+  required: ["shipmentReference", "pickupCountry"],
+  additionalProperties: false,
+};
+
+function agentWith(timeoutMs = 60_000): AgentVersionRecord {
+  return {
+    name: "orchestrator",
+    version: 3,
+    publishedAt: new Date(),
+    contentHash: "sha256:x",
+    plugin: "testing",
+    pluginVersion: "0.1.0",
+    pluginPath: "/plugins/testing",
+    instructions: "You orchestrate shipments.",
+    definition: {
+      name: "orchestrator",
+      runtime: "harness:fake",
+      model: { primary: "anthropic/claude-test" },
+      instructions: "prompts/o.md",
+      harness: { tools: ["read_file"] },
+      harness_operations: [
+        { key: "extract_shipment", description: "Extract a shipment.", instructions: "Read the documents; return the shipment.", result_schema: shipmentSchema, timeout_ms: timeoutMs },
+      ],
+    },
+    harness: { plugin: "testing", pluginPath: "/plugins/testing", manifest: { name: "fake", command: ["oz0-fake-harness"], permissions: true } },
+  } as unknown as AgentVersionRecord;
+}
+
+type Step = SessionEvent["event"] | { case: "hang" } | { case: "waitFor"; value: Promise<unknown> };
+
+/** A sandbox whose sessions play scripts; `hang` waits until the session is cancelled. */
+class ScriptedSandbox implements SessionRunner {
+  readonly url = "scripted://sandbox";
+  readonly started: StartSessionOptions[] = [];
+  readonly cancelled: string[] = [];
+  readonly runtimeAnswers: RuntimeToolResult[] = [];
+  readonly #cancels = new Map<string, () => void>();
+  readonly #onStart: ((n: number) => void)[] = [];
+
+  constructor(readonly script: (request: SessionRequest, n: number) => Step[]) {}
+
+  /** Resolves when the n-th session (from 1) has started. */
+  startedNth(n: number): Promise<void> {
+    if (this.started.length >= n) return Promise.resolve();
+    return new Promise((resolve) => this.#onStart.push((count) => count >= n && resolve()));
+  }
+
+  start(options: StartSessionOptions): SessionChannel {
+    this.started.push(options);
+    const n = this.started.length;
+    this.#onStart.forEach((f) => f(n));
+    const queue = new MessageQueue<SandboxMessage>();
+    const sessionId = options.request.sessionId;
+    let seq = 0;
+    let cancelled = false;
+    let wakeCancel: () => void = () => undefined;
+    this.#cancels.set(sessionId, () => {
+      cancelled = true;
+      wakeCancel();
+    });
+    const play = async (): Promise<void> => {
+      queue.push({ seq: ++seq, kind: "started", sessionId });
+      for (const step of this.script(options.request, n)) {
+        if (cancelled) break;
+        if (step.case === "hang") {
+          await new Promise<void>((resolve) => (wakeCancel = resolve));
+          break;
+        }
+        if (step.case === "waitFor") {
+          await step.value;
+          continue;
+        }
+        queue.push({ seq: ++seq, kind: "event", event: create(SessionEventSchema, { event: step } as never) });
+        await new Promise((r) => setImmediate(r));
+      }
+      if (cancelled) queue.push({ seq: ++seq, kind: "event", event: create(SessionEventSchema, { event: { case: "result", value: { stopReason: StopReason.CANCELLED } } }) });
+      queue.push({ seq: ++seq, kind: "exited", exitCode: 0, signal: "", error: "" });
+      queue.end();
+    };
+    void play();
+    return {
+      [Symbol.asyncIterator]: () => queue[Symbol.asyncIterator](),
+      answerPermission: async () => undefined,
+      answerRuntimeTool: async (result) => {
+        this.runtimeAnswers.push(result);
+      },
+      close: () => undefined,
+    };
+  }
+
+  reattach(): SessionChannel {
+    throw new Error("not used");
+  }
+
+  async cancel(options: { sessionId: string }): Promise<void> {
+    this.cancelled.push(options.sessionId);
+    this.#cancels.get(options.sessionId)?.();
+  }
+}
+
+const usage = (): Step => ({ case: "usage", value: create(UsageSchema, { model: "claude-test", inputTokens: 100n, outputTokens: 20n }) });
+const readStep = (p: string): Step[] => [
+  usage(),
+  { case: "toolCall", value: create(ToolCallSchema, { callId: "t1", tool: "read_file", input: { path: p } }) },
+  { case: "permissionRequest", value: create(PermissionRequestSchema, { id: "p1", tool: "read_file", callId: "t1", input: { path: p } }) },
+];
+const finish = (output: unknown): Step[] => [usage(), { case: "result", value: create(SessionResultSchema, { stopReason: StopReason.COMPLETED, text: JSON.stringify(output), structuredOutput: output as ProtoJsonObject }) }];
+
+interface Published {
+  type: string;
+  init: Parameters<LifecycleSink["publish"]>[1];
+}
+
+function setup(options: { sandbox: ScriptedSandbox; home?: string; maxRepairs?: number; deadline?: Date; agent?: AgentVersionRecord; answer?: (r: RuntimeToolResult) => Promise<void> }) {
+  const home = options.home ?? mkdtempSync(path.join(os.tmpdir(), "oz0-ops-"));
+  homes.push(home);
+  const events: Published[] = [];
+  const answers: RuntimeToolResult[] = [];
+  const revoked: string[] = [];
+  const runner = new OperationRunner({
+    home,
+    logger,
+    policy: new PermissionPolicy(),
+    lifecycle: { publish: (type, init) => events.push({ type, init }), close: async () => undefined },
+    tokens: {
+      mint: async (o) => ({ token: `tok-${o.sessionId}`, tokenId: `tid-${o.sessionId}`, anthropicBaseUrl: "http://llm", openaiBaseUrl: "http://llm/v1", headers: {} }),
+      revoke: async (o) => void revoked.push(o.tokenId),
+    },
+    ...(options.maxRepairs !== undefined ? { maxRepairs: options.maxRepairs } : {}),
+  });
+  const parent: OperationParent = {
+    jobId: "job_1",
+    sessionId: "ses_parent",
+    agent: options.agent ?? agentWith(),
+    sandbox: options.sandbox,
+    ...(options.deadline ? { deadline: options.deadline } : {}),
+    answer:
+      options.answer ??
+      (async (r) => {
+        answers.push(r);
+      }),
+  };
+  return { home, runner, parent, events, answers, revoked };
+}
+
+test("offers each operation as a runtime tool taking { task }", () => {
+  const [tool] = operationRuntimeTools(agentWith());
+  assert.equal(tool?.name, "extract_shipment");
+  assert.deepEqual((tool?.inputSchema as { required: string[] }).required, ["task"]);
+});
+
+test("a validated result goes back to the parent, from a scratch session in the parent's working directory; events carry no task or result", async () => {
+  const sandbox = new ScriptedSandbox(() => [...readStep("booking.txt"), ...finish({ shipmentReference: "4831", pickupCountry: "DE" })]);
+  const { runner, parent, events, answers, revoked } = setup({ sandbox });
+  await runner.accept({ parent, callId: "rt-1", name: "extract_shipment", input: { task: "Extract order 4831 SECRET-TASK" } }).done;
+  assert.deepEqual(answers.map((a) => [a.id, a.isError, a.output && toJson(ValueSchema, a.output)]), [["rt-1", false, { shipmentReference: "4831", pickupCountry: "DE" }]]);
+  const start = sandbox.started[0]!;
+  assert.equal(start.shareWorkingDirOf, "ses_parent");
+  assert.deepEqual(start.attachments, []);
+  assert.equal(start.request.runtimeTools.length, 0, "scratch sessions get no operation tools");
+  assert.deepEqual(start.request.outputSchema, shipmentSchema);
+  assert.match(start.request.instructions, /^You orchestrate shipments\.\n\n## Harness operation: extract_shipment\n\nRead the documents/);
+  assert.equal(start.request.input, "Extract order 4831 SECRET-TASK");
+  assert.equal(start.request.model?.primary, "anthropic/claude-test");
+  assert.deepEqual(revoked, [`tid-${start.request.sessionId}`]);
+  assert.deepEqual(events.map((e) => e.type), ["harness.operation_started", "harness.operation_step", "harness.operation_step", "harness.operation_step", "harness.operation_completed"]);
+  assert.ok(events.every((e) => e.init.toolCallId === "rt-1" && e.init.operationInvocationId?.startsWith("opi_")));
+  assert.deepEqual(events[0]!.init.attributes, { operation_key: "extract_shipment", task_chars: 30, timeout_ms: 60_000 });
+  assert.deepEqual(events.slice(1, 4).map((e) => e.init.attributes), [
+    { step_index: 1, step_kind: "model", duration_ms: events[1]!.init.attributes!.duration_ms, requested_tool: "read_file" },
+    { step_index: 2, step_kind: "tool", tool_name: "read_file", path: "booking.txt" },
+    { step_index: 3, step_kind: "model", duration_ms: events[3]!.init.attributes!.duration_ms, finish: true },
+  ]);
+  assert.equal(events[4]!.init.attributes!.result_validation, "valid");
+  assert.deepEqual(events[4]!.init.tokens, { inputTokens: 200, outputTokens: 40 });
+  const serialized = JSON.stringify(events);
+  assert.ok(!serialized.includes("SECRET-TASK") && !serialized.includes("4831\""), "no task or result in events");
+});
+
+test("an invalid result is repaired with the validator's errors, then fails through the tool error path after the bound", async () => {
+  const repaired = new ScriptedSandbox((_, n) => (n === 1 ? finish({ shipmentReference: 4831 }) : finish({ shipmentReference: "4831", pickupCountry: "DE" })));
+  const one = setup({ sandbox: repaired });
+  await one.runner.accept({ parent: one.parent, callId: "rt-1", name: "extract_shipment", input: { task: "Extract 4831" } }).done;
+  assert.equal(repaired.started.length, 2);
+  assert.match(repaired.started[1]!.request.input, /^Extract 4831\n\nA previous attempt's result did not validate[\s\S]*- \/ must have required property 'pickupCountry'\n- \/shipmentReference must be string\n/);
+  assert.equal(one.answers[0]!.isError, false);
+
+  const never = new ScriptedSandbox(() => finish({ wrong: true }));
+  const two = setup({ sandbox: never, maxRepairs: 2 });
+  await two.runner.accept({ parent: two.parent, callId: "rt-2", name: "extract_shipment", input: { task: "Extract 4831" } }).done;
+  assert.equal(never.started.length, 3, "one attempt and two repairs");
+  assert.equal(two.answers[0]!.isError, true);
+  assert.equal(two.answers[0]!.output, undefined);
+  assert.match(two.answers[0]!.error, /^operation_result_invalid: extract_shipment returned no result valid against its result_schema after 2 repair attempt\(s\)/);
+  const failed = two.events.find((e) => e.type === "harness.operation_failed")!;
+  assert.deepEqual([failed.init.attributes!.result_validation, failed.init.attributes!.error_code], ["invalid", "operation_result_invalid"]);
+});
+
+test("the timeout is bounded by what is left of the parent's deadline", async () => {
+  const sandbox = new ScriptedSandbox(() => [usage(), { case: "hang" }]);
+  const deadline = new Date(Date.now() + 1_500);
+  const { runner, parent, events, answers } = setup({ sandbox, deadline, agent: agentWith(300_000) });
+  await runner.accept({ parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } }).done;
+  const scratchDeadline = timestampDate(sandbox.started[0]!.request.limits!.deadline!);
+  assert.ok(scratchDeadline.getTime() <= deadline.getTime(), "the scratch session's deadline is the parent's, not 300 s away");
+  assert.deepEqual(sandbox.cancelled, [sandbox.started[0]!.request.sessionId]);
+  assert.match(answers[0]!.error, /^operation_timed_out: /);
+  const started = events.find((e) => e.type === "harness.operation_started")!;
+  assert.ok((started.init.attributes!.timeout_ms as number) <= 1_500);
+  assert.equal(events.at(-1)!.type, "harness.operation_timed_out");
+
+  const late = setup({ sandbox: new ScriptedSandbox(() => []), deadline: new Date(Date.now() - 1) });
+  await late.runner.accept({ parent: late.parent, callId: "rt-2", name: "extract_shipment", input: { task: "t" } }).done;
+  assert.match(late.answers[0]!.error, /^operation_deadline_passed: /);
+});
+
+test("cancelling the parent cancels its running operations", async () => {
+  const sandbox = new ScriptedSandbox(() => [usage(), { case: "hang" }]);
+  const { runner, parent, events, answers } = setup({ sandbox });
+  const { done } = runner.accept({ parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } });
+  await sandbox.startedNth(1);
+  runner.cancelJob("job_1");
+  await done;
+  assert.deepEqual(sandbox.cancelled, [sandbox.started[0]!.request.sessionId]);
+  assert.match(answers[0]!.error, /^operation_cancelled: /);
+  assert.equal(events.at(-1)!.type, "harness.operation_cancelled");
+});
+
+test("a nested operation call from a scratch session is refused; bad task input is refused", async () => {
+  const sandbox = new ScriptedSandbox(() => [
+    usage(),
+    { case: "runtimeToolCall", value: create(RuntimeToolCallSchema, { id: "rt-inner", name: "extract_shipment", input: { task: "again" } }) },
+    ...finish({ shipmentReference: "1", pickupCountry: "FR" }),
+  ]);
+  const { runner, parent, answers } = setup({ sandbox });
+  await runner.accept({ parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } }).done;
+  assert.deepEqual(sandbox.runtimeAnswers.map((a) => [a.id, a.isError]), [["rt-inner", true]]);
+  assert.match(sandbox.runtimeAnswers[0]!.error, /harness operations cannot be nested/);
+  assert.equal(answers[0]!.isError, false, "the outer operation still completes");
+
+  await runner.accept({ parent, callId: "rt-2", name: "extract_shipment", input: { task: "" } }).done;
+  assert.match(answers[1]!.error, /^operation_input_invalid: extract_shipment: invalid input: task must be 1–100,000 characters/);
+});
+
+test("operations called in one turn run concurrently", async () => {
+  let secondStarted!: () => void;
+  const both = new Promise<void>((resolve) => (secondStarted = resolve));
+  // The first scratch session cannot finish until the second has started: run one after the other, this test never ends.
+  const sandbox = new ScriptedSandbox((_, n) => {
+    if (n === 2) secondStarted();
+    return n === 1 ? [{ case: "waitFor", value: both }, ...finish({ shipmentReference: "1", pickupCountry: "DE" })] : finish({ shipmentReference: "2", pickupCountry: "FR" });
+  });
+  const { runner, parent, answers } = setup({ sandbox });
+  await Promise.all([
+    runner.accept({ parent, callId: "rt-1", name: "extract_shipment", input: { task: "a" } }).done,
+    runner.accept({ parent, callId: "rt-2", name: "extract_shipment", input: { task: "b" } }).done,
+  ]);
+  assert.deepEqual(answers.map((a) => a.id).sort(), ["rt-1", "rt-2"]);
+});
+
+test("crash after the checkpoint: the recorded result is reused, not asked again", async () => {
+  const first = new ScriptedSandbox(() => finish({ shipmentReference: "4831", pickupCountry: "DE" }));
+  // The parent's stream is gone when the answer is ready (the orchestrator is going down).
+  const crashed = setup({ sandbox: first, answer: async () => Promise.reject(new Error("the job's session is not attached")) });
+  await crashed.runner.accept({ parent: crashed.parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } }).done;
+  assert.equal(crashed.runner.checkpoints.get("job_1", "rt-1")?.status, "validated");
+
+  const second = new ScriptedSandbox(() => assert.fail("the operation ran again"));
+  const restarted = setup({ sandbox: second, home: crashed.home });
+  await Promise.all(restarted.runner.resumeJob(restarted.parent));
+  assert.equal(second.started.length, 0);
+  assert.deepEqual(restarted.answers.map((a) => [a.id, a.output && toJson(ValueSchema, a.output)]), [["rt-1", { shipmentReference: "4831", pickupCountry: "DE" }]]);
+  assert.equal(restarted.runner.checkpoints.get("job_1", "rt-1")?.delivered, true);
+  assert.deepEqual(restarted.runner.resumeJob(restarted.parent), [], "nothing left to resume");
+});
+
+test("crash before the checkpoint: the operation runs again", async () => {
+  const first = new ScriptedSandbox(() => [usage(), { case: "hang" }]);
+  const crashed = setup({ sandbox: first });
+  // The orchestrator dies while the scratch session works: its promise is simply abandoned.
+  void crashed.runner.accept({ parent: crashed.parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } }).done;
+  await first.startedNth(1);
+  const leftover = first.started[0]!.request.sessionId;
+  assert.equal(crashed.runner.checkpoints.get("job_1", "rt-1")?.status, "running");
+
+  const second = new ScriptedSandbox(() => finish({ shipmentReference: "4831", pickupCountry: "DE" }));
+  const restarted = setup({ sandbox: second, home: crashed.home });
+  await Promise.all(restarted.runner.resumeJob(restarted.parent));
+  assert.deepEqual(second.cancelled, [leftover], "the previous attempt's scratch session is cancelled");
+  assert.equal(second.started.length, 1);
+  assert.equal(second.started[0]!.request.input, "t");
+  assert.equal(restarted.answers[0]!.isError, false);
+  first.cancel({ sessionId: leftover }).catch(() => undefined);
+});
