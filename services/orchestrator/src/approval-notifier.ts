@@ -22,21 +22,36 @@ export interface ApprovalNotifierOptions {
   connectionString: string;
   /** The store's schema: channels are per database, so the name scopes them per deployment (and per test). */
   schema?: string;
-  /** Called when the listening connection fails; the owner should re-read undelivered answers after `listen()` again. */
+  /** Called when the listening connection fails (it is then reopened) or a payload is unreadable. */
   onError?: (error: unknown) => void;
+  /**
+   * Called each time listening resumes after the connection was lost: answers
+   * published meanwhile were missed, so the owner re-reads undelivered
+   * answers from the store (`listPermissions({ undeliveredOnly: true })`).
+   */
+  onReconnect?: () => void;
 }
+
+// Reconnection backs off from 100 ms to 5 s, so a database restart is not hammered.
+const RETRY_FIRST_MS = 100;
+const RETRY_MAX_MS = 5_000;
 
 export class ApprovalNotifier {
   readonly channel: string;
   readonly #connectionString: string;
   readonly #onError: ((error: unknown) => void) | undefined;
+  readonly #onReconnect: (() => void) | undefined;
   readonly #handlers = new Set<(answer: ApprovalAnswered) => void>();
   #listener: pg.Client | undefined;
+  #listening = false;
+  #retryTimer: NodeJS.Timeout | undefined;
+  #retryMs = RETRY_FIRST_MS;
 
   constructor(options: ApprovalNotifierOptions) {
     this.#connectionString = options.connectionString;
     this.channel = channelName(checkSchemaName(options.schema ?? "oz0"));
     this.#onError = options.onError;
+    this.#onReconnect = options.onReconnect;
   }
 
   /**
@@ -55,9 +70,14 @@ export class ApprovalNotifier {
     return () => this.#handlers.delete(handler);
   }
 
-  /** Opens the dedicated listening connection (a pooled one would be handed to other queries). */
+  /** Opens the dedicated listening connection (a pooled one would be handed to other queries) and keeps it open until `close()`. */
   async listen(): Promise<void> {
-    if (this.#listener) return;
+    if (this.#listening) return;
+    this.#listening = true;
+    await this.#connect();
+  }
+
+  async #connect(): Promise<void> {
     const client = new pg.Client({ connectionString: this.#connectionString });
     client.on("notification", (message) => {
       if (message.channel !== this.channel || !message.payload) return;
@@ -70,18 +90,51 @@ export class ApprovalNotifier {
       }
       for (const handler of this.#handlers) handler(answer);
     });
-    client.on("error", (error) => {
-      // The connection is gone; notifications sent meanwhile are lost, so the owner re-reads the store.
-      this.#listener = undefined;
+    let lost = false;
+    const onLost = (error: unknown): void => {
+      if (lost) return;
+      lost = true;
+      if (this.#listener === client) this.#listener = undefined;
+      client.end().catch(() => undefined);
+      if (!this.#listening) return;
       this.#onError?.(error);
-    });
-    await client.connect();
-    // The channel name is checked (letters, digits, underscores), so it is safe as an identifier.
-    await client.query(`LISTEN ${this.channel}`);
+      this.#scheduleReconnect();
+    };
+    client.on("error", onLost);
+    client.on("end", () => onLost(new Error("the listening connection to PostgreSQL ended")));
+    try {
+      await client.connect();
+      // The channel name is checked (letters, digits, underscores), so it is safe as an identifier.
+      await client.query(`LISTEN ${this.channel}`);
+    } catch (error) {
+      lost = true;
+      await client.end().catch(() => undefined);
+      throw error;
+    }
     this.#listener = client;
+    this.#retryMs = RETRY_FIRST_MS;
+  }
+
+  #scheduleReconnect(): void {
+    if (this.#retryTimer || !this.#listening) return;
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = undefined;
+      if (!this.#listening) return;
+      this.#connect().then(
+        () => this.#onReconnect?.(),
+        (error: unknown) => {
+          this.#onError?.(error);
+          this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
+          this.#scheduleReconnect();
+        },
+      );
+    }, this.#retryMs);
   }
 
   async close(): Promise<void> {
+    this.#listening = false;
+    if (this.#retryTimer) clearTimeout(this.#retryTimer);
+    this.#retryTimer = undefined;
     const client = this.#listener;
     this.#listener = undefined;
     this.#handlers.clear();

@@ -32,6 +32,8 @@ export interface PostgresClusterOptions {
   onLeaseLost: (lease: Lease) => void;
   /** An approval was answered at some replica; act on it when this replica holds the job's lease. */
   onApprovalAnswered: (answer: ApprovalAnswered) => void;
+  /** Listening resumed after the connection was lost: re-read undelivered answers of the jobs this replica owns. */
+  onApprovalsReconnected?: () => void;
   onError?: (error: unknown) => void;
 }
 
@@ -47,7 +49,11 @@ export interface PostgresCluster {
 
 export async function openPostgresCluster(options: PostgresClusterOptions): Promise<PostgresCluster> {
   const connection = { connectionString: options.connectionString, schema: options.schema ?? "oz0", ...(options.maxConnections ? { maxConnections: options.maxConnections } : {}) };
-  const approvals = new ApprovalNotifier({ ...connection, ...(options.onError ? { onError: options.onError } : {}) });
+  const approvals = new ApprovalNotifier({
+    ...connection,
+    ...(options.onError ? { onError: options.onError } : {}),
+    ...(options.onApprovalsReconnected ? { onReconnect: options.onApprovalsReconnected } : {}),
+  });
   // Decided permissions the store appends are published to the job's owner in the same transaction.
   const store = await PostgresJobStore.open({ ...connection, approvals });
   const ttlMs = options.leaseTtlMs ?? 30_000;

@@ -106,6 +106,26 @@ describe("leases", () => {
     assert.ok(next && next.token > lease.token);
   });
 
+  it("keeps listening after the database drops the listening connection, and says so, so the owner re-reads the store", async () => {
+    let reconnects = 0;
+    const errors: unknown[] = [];
+    const owner = new ApprovalNotifier({ connectionString, schema, onReconnect: () => reconnects++, onError: (e) => errors.push(e) });
+    try {
+      const received: string[] = [];
+      owner.subscribe((answer) => received.push(answer.permissionId));
+      await owner.listen();
+      // What a failover or an administrator does to the connection.
+      const killed = await pool.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1", [`LISTEN ${owner.channel}`]);
+      assert.equal(killed.rowCount, 1);
+      await eventually(async () => (reconnects > 0 ? true : undefined), "reconnection");
+      assert.ok(errors.length > 0, "the loss is reported");
+      await new ApprovalNotifier({ connectionString, schema }).publish(pool, { jobId: "j1", permissionId: "after-reconnect", status: "approved" });
+      await eventually(async () => (received.includes("after-reconnect") ? true : undefined), "the answer after reconnecting");
+    } finally {
+      await owner.close();
+    }
+  });
+
   it("delivers an approval answered at one replica to the owner listening on another connection, only once committed", async () => {
     const owner = new ApprovalNotifier({ connectionString, schema });
     const answering = new ApprovalNotifier({ connectionString, schema });
