@@ -96,6 +96,8 @@ function authenticate(req: ClientRequest, tokens: SessionTokens): TokenRecord {
   return record;
 }
 
+const noDelaySockets = new WeakSet<object>();
+
 export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res: ClientResponse) => void {
   const maxBodyBytes = options.maxBodyBytes ?? 32 * 1024 * 1024;
 
@@ -153,8 +155,12 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
   return (req, res) => {
     // The shared port's sockets come from a plain net.Server, which leaves
     // Nagle's algorithm on: streamed events would wait for delayed ACKs (~40 ms).
-    const socket = req.socket as { setNoDelay?: (noDelay: boolean) => void } | undefined;
-    if (!("stream" in res) && socket?.setNoDelay) socket.setNoDelay(true);
+    // Once per connection: a syscall per request costs more than it seems on a busy machine.
+    const socket = req.socket as (object & { setNoDelay?: (noDelay: boolean) => void }) | undefined;
+    if (!("stream" in res) && socket?.setNoDelay && !noDelaySockets.has(socket)) {
+      noDelaySockets.add(socket);
+      socket.setNoDelay(true);
+    }
     handle(req, res).catch((error: unknown) => {
       const code = error instanceof ProxyError ? error.code : "internal";
       options.logger.error({ code, message: error instanceof ProxyError ? error.message : (error as Error).message }, "model call failed in the proxy");

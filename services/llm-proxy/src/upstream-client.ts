@@ -8,6 +8,9 @@ import https from "node:https";
 const httpAgent = new http.Agent({ keepAlive: true, maxSockets: 256, maxFreeSockets: 64, noDelay: true });
 const httpsAgent = new https.Agent({ keepAlive: true, maxSockets: 256, maxFreeSockets: 64, noDelay: true });
 
+/** Pooled sockets already switched to noDelay (one syscall per connection, not per request). */
+const noDelaySockets = new WeakSet<object>();
+
 export interface UpstreamRequest {
   url: URL;
   headers: Record<string, string>;
@@ -26,7 +29,11 @@ export function sendUpstream(request: UpstreamRequest): Promise<http.IncomingMes
       headers: { ...request.headers, "content-length": String(request.body.length) },
       signal: request.signal,
     });
-    req.once("socket", (socket) => socket.setNoDelay(true));
+    req.once("socket", (socket) => {
+      if (noDelaySockets.has(socket)) return;
+      noDelaySockets.add(socket);
+      socket.setNoDelay(true);
+    });
     req.once("response", resolve);
     req.once("error", reject);
     req.end(request.body);
