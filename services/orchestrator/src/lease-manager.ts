@@ -129,12 +129,12 @@ export class LeaseManager {
   async acquire(kind: LeaseKind, resource: string, options: { ttlMs?: number } = {}): Promise<Lease | undefined> {
     const ttl = options.ttlMs ?? this.#ttlMs;
     const { rows } = await this.#pool.query<LeaseRow>(
-      `INSERT INTO leases AS l (kind, resource, owner, token, acquired_at, expires_at)
-       VALUES ($1, $2, $3, nextval('lease_tokens'), now(), now() + $4 * interval '1 millisecond')
+      `INSERT INTO leases AS l (kind, resource, owner, token, acquired_at, expires_at, ttl_ms)
+       VALUES ($1, $2, $3, nextval('lease_tokens'), now(), now() + $4 * interval '1 millisecond', $4)
        ON CONFLICT (kind, resource) DO UPDATE SET
          token = CASE WHEN l.owner = excluded.owner AND l.expires_at > now() THEN l.token ELSE excluded.token END,
          acquired_at = CASE WHEN l.owner = excluded.owner AND l.expires_at > now() THEN l.acquired_at ELSE excluded.acquired_at END,
-         owner = excluded.owner, expires_at = excluded.expires_at
+         owner = excluded.owner, expires_at = excluded.expires_at, ttl_ms = excluded.ttl_ms
        WHERE l.expires_at <= now() OR l.owner = excluded.owner
        RETURNING *`,
       [kind, resource, this.owner, ttl],
@@ -145,12 +145,12 @@ export class LeaseManager {
     return lease;
   }
 
-  /** Extends the lease if its token is still current; undefined when it was lost (taken over or released). */
+  /** Extends the lease (by its own lifetime unless `ttlMs` says otherwise) if its token is still current; undefined when it was lost. */
   async renew(lease: LeaseFence, options: { ttlMs?: number } = {}): Promise<Lease | undefined> {
     const { rows } = await this.#pool.query<LeaseRow>(
-      `UPDATE leases SET expires_at = now() + $4 * interval '1 millisecond'
+      `UPDATE leases SET ttl_ms = COALESCE($4, ttl_ms), expires_at = now() + COALESCE($4, ttl_ms) * interval '1 millisecond'
        WHERE kind = $1 AND resource = $2 AND token = $3 RETURNING *`,
-      [lease.kind, lease.resource, lease.token.toString(), options.ttlMs ?? this.#ttlMs],
+      [lease.kind, lease.resource, lease.token.toString(), options.ttlMs ?? null],
     );
     const key = `${lease.kind}/${lease.resource}`;
     if (!rows[0]) {
@@ -195,7 +195,7 @@ export class LeaseManager {
    */
   async takeOverExpired(kind: LeaseKind, options: { limit?: number } = {}): Promise<Lease[]> {
     const { rows } = await this.#pool.query<LeaseRow>(
-      `UPDATE leases AS l SET owner = $2, token = nextval('lease_tokens'), acquired_at = now(), expires_at = now() + $3 * interval '1 millisecond'
+      `UPDATE leases AS l SET owner = $2, token = nextval('lease_tokens'), acquired_at = now(), expires_at = now() + $3 * interval '1 millisecond', ttl_ms = $3
        FROM (SELECT kind, resource FROM leases WHERE kind = $1 AND expires_at <= now() ORDER BY expires_at LIMIT $4 FOR UPDATE SKIP LOCKED) AS due
        WHERE l.kind = due.kind AND l.resource = due.resource AND l.expires_at <= now()
        RETURNING l.*`,
@@ -232,11 +232,11 @@ export class LeaseManager {
     const held = this.held();
     if (held.length === 0) return;
     const { rows } = await this.#pool.query<LeaseRow>(
-      `UPDATE leases AS l SET expires_at = now() + $4 * interval '1 millisecond'
+      `UPDATE leases AS l SET expires_at = now() + l.ttl_ms * interval '1 millisecond'
        FROM unnest($1::text[], $2::text[], $3::bigint[]) AS h(kind, resource, token)
        WHERE l.kind = h.kind AND l.resource = h.resource AND l.token = h.token
        RETURNING l.*`,
-      [held.map((l) => l.kind), held.map((l) => l.resource), held.map((l) => l.token.toString()), this.#ttlMs],
+      [held.map((l) => l.kind), held.map((l) => l.resource), held.map((l) => l.token.toString())],
     );
     const renewed = new Map(rows.map((r) => [`${r.kind}/${r.resource}`, toLease(r)]));
     for (const lease of held) {

@@ -13,7 +13,7 @@ export interface Migration {
   sql: string;
 }
 
-/** The job store (version 1), leases (2) and the sandbox node registry (3). Append only: never edit an applied one. */
+/** The job store (version 1), leases (2, 4) and the sandbox node registry (3). Append only: never edit an applied one. */
 export const ORCHESTRATOR_MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
@@ -74,6 +74,12 @@ CREATE TABLE session_placements (
   placed_at timestamptz NOT NULL);
 CREATE INDEX session_placements_by_node ON session_placements (node_id);
 `,
+  },
+  {
+    version: 4,
+    name: "lease lifetimes",
+    // Each lease renews for the lifetime it was acquired with, not the manager's default.
+    sql: "ALTER TABLE leases ADD COLUMN ttl_ms integer NOT NULL DEFAULT 30000;",
   },
 ];
 
