@@ -1,0 +1,117 @@
+// ACP `session/request_permission` as one harness permission request. The
+// runtime's answer selects the agent's allow_once or reject_once option,
+// never an "always" one: every call asks again.
+import path from "node:path";
+import { isDeepStrictEqual } from "node:util";
+import { PermissionAnswer_Outcome } from "@oz0/harness";
+import type { HarnessSession, PermissionDecision } from "@oz0/harness";
+import type { JsonObject } from "@bufbuild/protobuf";
+import type { SessionUpdateMapper } from "./session-update-mapper.js";
+import { toolName } from "./session-update-mapper.js";
+
+/** The ACP answer: the outcome and, for agents that read it, why (`_meta.oz0.reason`). */
+export interface AcpPermissionResponse {
+  outcome: { outcome: "cancelled" } | { outcome: "selected"; optionId: string };
+  _meta?: { oz0: { reason: string; allowed: boolean } };
+}
+
+interface PermissionOption {
+  optionId: string;
+  kind: string;
+}
+
+export interface PermissionBridgeOptions {
+  session: Pick<HarnessSession, "requestPermission" | "log">;
+  mapper: SessionUpdateMapper;
+  /** Aborted when the session is cancelled: pending requests are answered `cancelled`. */
+  cancelSignal: AbortSignal;
+  /** The session's working directory: calls on paths outside it are refused without asking. */
+  workingDir: string;
+}
+
+/** The first of `paths` outside `workingDir` (relative paths resolved against it), if any. */
+export function pathOutside(paths: readonly string[], workingDir: string): string | undefined {
+  const root = path.resolve(workingDir);
+  return paths.find((p) => {
+    const resolved = path.resolve(root, p);
+    return resolved !== root && !resolved.startsWith(`${root}${path.sep}`);
+  });
+}
+
+function options(params: Record<string, unknown>): PermissionOption[] {
+  const raw = Array.isArray(params["options"]) ? params["options"] : [];
+  return raw.flatMap((o: unknown) => {
+    if (typeof o !== "object" || o === null) return [];
+    const { optionId, kind } = o as Record<string, unknown>;
+    return typeof optionId === "string" && typeof kind === "string" ? [{ optionId, kind }] : [];
+  });
+}
+
+/** Answers one `session/request_permission`; throws AcpSessionError for a tool call never announced. */
+export async function answerPermissionRequest(params: unknown, bridge: PermissionBridgeOptions): Promise<AcpPermissionResponse> {
+  const record = (typeof params === "object" && params !== null ? params : {}) as Record<string, unknown>;
+  const tracked = bridge.mapper.toolCallForPermission(record["toolCall"]);
+  const offered = options(record);
+  const allowOnce = offered.find((o) => o.kind === "allow_once");
+  // Without reject_once, reject_always still refuses (and refuses later calls too, which fails closed).
+  const reject = offered.find((o) => o.kind === "reject_once") ?? offered.find((o) => o.kind === "reject_always");
+  if (bridge.cancelSignal.aborted) return { outcome: { outcome: "cancelled" } };
+
+  const outside = pathOutside(tracked.paths, bridge.workingDir);
+  if (outside !== undefined) {
+    // The session works only in its working directory, whatever the agent's own rules.
+    bridge.session.log("warn", "refused a tool call outside the working directory", { toolCallId: tracked.id, path: outside });
+    return refuseWith(reject, `${outside} is outside the session's working directory; work only inside ${bridge.workingDir}`);
+  }
+  const requested: JsonObject = tracked.input;
+  let decision: PermissionDecision;
+  try {
+    decision = await raceCancel(
+      bridge.session.requestPermission({ tool: toolName(tracked), input: requested, title: tracked.title, callId: tracked.id }),
+      bridge.cancelSignal,
+    );
+  } catch (error) {
+    bridge.session.log("info", "a permission request ended without an answer", { toolCallId: tracked.id, error: (error as Error).message });
+    return { outcome: { outcome: "cancelled" } };
+  }
+  if (decision.outcome === PermissionAnswer_Outcome.CANCELLED || decision.outcome === PermissionAnswer_Outcome.TIMED_OUT) {
+    return { outcome: { outcome: "cancelled" }, _meta: { oz0: { reason: decision.reason, allowed: false } } };
+  }
+  const refuse = (reason: string): AcpPermissionResponse => refuseWith(reject, reason);
+  if (!decision.allow) return refuse(decision.reason);
+  if (!isDeepStrictEqual(decision.input, requested)) {
+    // ACP has no way to run a call with another input than the agent asked for.
+    const reason = "the call was approved only with a changed input, which this ACP agent cannot run; make the call again with the approved input";
+    bridge.session.log("warn", "refused a call approved with a changed input", { toolCallId: tracked.id });
+    return refuse(decision.reason !== "" ? `${reason} (${decision.reason})` : reason);
+  }
+  if (allowOnce === undefined) {
+    bridge.session.log("warn", "the agent offered no allow_once option; refusing rather than allowing always", { toolCallId: tracked.id });
+    return refuse("this harness allows one call at a time and the agent offered no allow_once option");
+  }
+  return { outcome: { outcome: "selected", optionId: allowOnce.optionId }, _meta: { oz0: { reason: decision.reason, allowed: true } } };
+}
+
+function refuseWith(reject: PermissionOption | undefined, reason: string): AcpPermissionResponse {
+  return reject === undefined
+    ? { outcome: { outcome: "cancelled" }, _meta: { oz0: { reason, allowed: false } } }
+    : { outcome: { outcome: "selected", optionId: reject.optionId }, _meta: { oz0: { reason, allowed: false } } };
+}
+
+function raceCancel<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(new Error("the session was cancelled"));
+    if (signal.aborted) onAbort();
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(error instanceof Error ? error : new Error(String(error)));
+      },
+    );
+  });
+}

@@ -1,0 +1,287 @@
+// ACP `session/update` notifications as harness protocol events: message
+// chunks become text deltas with an item id, tool calls and their updates
+// become one tool call and one tool result each, a plan becomes a text item,
+// and usage updates become usage. Anything it cannot read ends the session.
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import type { HarnessSession } from "@oz0/harness";
+import { AcpSessionError } from "./acp-errors.js";
+
+/** The part of the harness session the mapper writes to (a fake in unit tests). */
+export type EventSink = Pick<HarnessSession, "text" | "toolCall" | "toolResult" | "usage" | "log">;
+
+/** Update kinds of ACP v1 (stable and unstable) that carry nothing for the runtime. */
+const IGNORED_KINDS = new Set([
+  "user_message_chunk",
+  "available_commands_update",
+  "current_mode_update",
+  "config_option_update",
+  "session_info_update",
+  "notice",
+  "compaction_update",
+  "compaction_summary_chunk",
+  "state_update",
+]);
+
+const TERMINAL_STATUSES = new Set(["completed", "failed"]);
+
+/** Input fields that name a file in the tool inputs of common agents (Claude Code, Gemini CLI, ours). */
+const INPUT_PATH_KEYS = ["file_path", "notebook_path", "path", "absolute_path"];
+
+/** What the harness knows about one ACP tool call. */
+export interface TrackedToolCall {
+  id: string;
+  tool: string;
+  title: string;
+  kind: string;
+  status: string;
+  input: JsonObject;
+  inputSeen: boolean;
+  content: unknown[];
+  /** Paths the call touches: ACP `locations`, and file paths in its input. */
+  paths: string[];
+  rawOutput: unknown;
+  /** The protocol `tool_call` is out. */
+  announced: boolean;
+  /** The protocol `tool_result` is out. */
+  finished: boolean;
+}
+
+interface TextItem {
+  id: string;
+  messageId: string | undefined;
+  text: string;
+}
+
+type RawRecord = Record<string, unknown>;
+
+function isRecord(value: unknown): value is RawRecord {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function str(value: unknown): string | undefined {
+  return typeof value === "string" ? value : undefined;
+}
+
+/** A tool input as a JSON object: objects as they are, anything else wrapped. */
+function asInput(value: unknown): JsonObject {
+  if (isRecord(value)) return JSON.parse(JSON.stringify(value)) as JsonObject;
+  return value === undefined || value === null ? {} : { input: JSON.parse(JSON.stringify(value)) as JsonValue };
+}
+
+/** Maps one ACP session's updates; keep one per session. */
+export class SessionUpdateMapper {
+  readonly #sink: EventSink;
+  readonly #model: string;
+  readonly #toolCalls = new Map<string, TrackedToolCall>();
+  #assistant: TextItem | undefined;
+  #thinking: TextItem | undefined;
+  #nextItem = 1;
+  #finalText = "";
+  #reportedCostUsd = 0;
+
+  constructor(options: { sink: EventSink; model: string }) {
+    this.#sink = options.sink;
+    this.#model = options.model;
+  }
+
+  /** The model's final text: the last assistant text item. */
+  get finalText(): string {
+    return this.#finalText;
+  }
+
+  /** The tool call with this id, when the agent announced it. */
+  toolCall(id: string): TrackedToolCall | undefined {
+    return this.#toolCalls.get(id);
+  }
+
+  /** Applies one `session/update` notification's params. Throws {@link AcpSessionError} on bad input. */
+  apply(params: unknown): void {
+    const update = isRecord(params) ? params["update"] : undefined;
+    if (!isRecord(update)) throw new AcpSessionError("invalid_message", "a session/update notification has no update object");
+    const kind = str(update["sessionUpdate"]);
+    if (kind === undefined) throw new AcpSessionError("invalid_message", "a session/update has no sessionUpdate kind");
+    switch (kind) {
+      case "agent_message_chunk":
+        this.#chunk(update, "assistant");
+        return;
+      case "agent_thought_chunk":
+        this.#chunk(update, "thinking");
+        return;
+      case "tool_call":
+        this.#toolCallUpdate(update, true);
+        return;
+      case "tool_call_update":
+        this.#toolCallUpdate(update, false);
+        return;
+      case "plan":
+        this.#plan(update);
+        return;
+      case "usage_update":
+        this.#usageUpdate(update);
+        return;
+      default:
+        if (IGNORED_KINDS.has(kind)) return;
+        // `_`-prefixed names are ACP extensions, which a client may ignore.
+        if (kind.startsWith("_")) return;
+        throw new AcpSessionError("unknown_update", `the agent sent a session/update of unknown kind ${JSON.stringify(kind)}; this harness speaks ACP v1`);
+    }
+  }
+
+  /**
+   * Merges the tool call of a permission request (a ToolCallUpdate) and makes
+   * sure its protocol `tool_call` is out. Throws when it was never announced.
+   */
+  toolCallForPermission(toolCall: unknown): TrackedToolCall {
+    if (!isRecord(toolCall) || str(toolCall["toolCallId"]) === undefined) {
+      throw new AcpSessionError("invalid_message", "a session/request_permission has no toolCall.toolCallId");
+    }
+    const id = toolCall["toolCallId"] as string;
+    const tracked = this.#toolCalls.get(id);
+    if (tracked === undefined) {
+      throw new AcpSessionError("unannounced_tool_call", `the agent asked permission for tool call ${JSON.stringify(id)}, which it never announced with a tool_call update`);
+    }
+    this.#merge(tracked, toolCall);
+    this.#announce(tracked);
+    return tracked;
+  }
+
+  /** Token counts of the prompt turn, from `PromptResponse.usage` (an ACP addition some agents send). */
+  promptUsage(usage: unknown): void {
+    if (!isRecord(usage)) return;
+    const n = (key: string): number => (typeof usage[key] === "number" ? (usage[key] as number) : 0);
+    this.#sink.usage({
+      model: this.#model,
+      inputTokens: n("inputTokens"),
+      outputTokens: n("outputTokens"),
+      cacheReadTokens: n("cachedReadTokens"),
+      cacheWriteTokens: n("cachedWriteTokens"),
+      reasoningTokens: n("thoughtTokens"),
+    });
+  }
+
+  #chunk(update: RawRecord, role: "assistant" | "thinking"): void {
+    const content = update["content"];
+    if (!isRecord(content)) throw new AcpSessionError("invalid_message", `an ${String(update["sessionUpdate"])} has no content block`);
+    if (content["type"] !== "text") {
+      this.#sink.log("debug", "ignored a non-text content chunk", { type: content["type"] });
+      return;
+    }
+    const text = str(content["text"]) ?? "";
+    const messageId = str(update["messageId"]);
+    let item = role === "assistant" ? this.#assistant : this.#thinking;
+    if (item === undefined || (messageId !== undefined && item.messageId !== messageId)) {
+      item = { id: `item-${this.#nextItem++}`, messageId, text: "" };
+      if (role === "assistant") this.#assistant = item;
+      else this.#thinking = item;
+    }
+    // The other kind of text starts a new item when it comes back.
+    if (role === "assistant") this.#thinking = undefined;
+    else this.#assistant = undefined;
+    item.text += text;
+    if (role === "assistant") this.#finalText = item.text;
+    if (text !== "") this.#sink.text(text, { itemId: item.id, delta: true, role });
+  }
+
+  #toolCallUpdate(update: RawRecord, isNew: boolean): void {
+    const id = str(update["toolCallId"]);
+    if (id === undefined || id === "") throw new AcpSessionError("invalid_message", `a ${String(update["sessionUpdate"])} has no toolCallId`);
+    this.#assistant = undefined;
+    this.#thinking = undefined;
+    let tracked = this.#toolCalls.get(id);
+    if (tracked === undefined) {
+      if (!isNew) this.#sink.log("warn", "a tool_call_update for a tool call never announced; tracking it from here", { toolCallId: id });
+      tracked = { id, tool: "", title: "", kind: "", status: "pending", input: {}, inputSeen: false, content: [], paths: [], rawOutput: undefined, announced: false, finished: false };
+      this.#toolCalls.set(id, tracked);
+    }
+    this.#merge(tracked, update);
+    // Agents stream a tool call before its input is known (claude-agent-acp
+    // announces it at content_block_start with `{}`); the protocol event
+    // waits for the input, a permission request or progress, whichever is first.
+    if (tracked.inputSeen || tracked.status !== "pending") this.#announce(tracked);
+    if (TERMINAL_STATUSES.has(tracked.status) && !tracked.finished) {
+      tracked.finished = true;
+      this.#sink.toolResult({ callId: id, output: toolOutput(tracked), isError: tracked.status === "failed" });
+    }
+  }
+
+  #merge(tracked: TrackedToolCall, update: RawRecord): void {
+    const title = str(update["title"]);
+    if (title !== undefined) tracked.title = title;
+    const kind = str(update["kind"]);
+    if (kind !== undefined) tracked.kind = kind;
+    const status = str(update["status"]);
+    if (status !== undefined) tracked.status = status;
+    const meta = isRecord(update["_meta"]) ? update["_meta"] : {};
+    const claude = isRecord(meta["claudeCode"]) ? meta["claudeCode"] : {};
+    const name = str(update["name"]) ?? str(claude["toolName"]);
+    if (name !== undefined && name !== "") tracked.tool = name;
+    if (update["rawInput"] !== undefined && update["rawInput"] !== null) {
+      const input = asInput(update["rawInput"]);
+      if (Object.keys(input).length > 0 || !tracked.inputSeen) {
+        tracked.input = input;
+        tracked.inputSeen = Object.keys(input).length > 0;
+      }
+    }
+    if (Array.isArray(update["content"])) tracked.content = update["content"] as unknown[];
+    const paths = new Set(tracked.paths);
+    if (Array.isArray(update["locations"])) {
+      for (const location of update["locations"]) if (isRecord(location) && typeof location["path"] === "string") paths.add(location["path"]);
+    }
+    for (const key of INPUT_PATH_KEYS) if (typeof tracked.input[key] === "string") paths.add(tracked.input[key]);
+    tracked.paths = [...paths];
+    if (update["rawOutput"] !== undefined) tracked.rawOutput = update["rawOutput"];
+  }
+
+  #announce(tracked: TrackedToolCall): void {
+    if (tracked.announced) return;
+    tracked.announced = true;
+    this.#sink.toolCall({ callId: tracked.id, tool: toolName(tracked), input: tracked.input, title: tracked.title });
+  }
+
+  #plan(update: RawRecord): void {
+    const entries = Array.isArray(update["entries"]) ? update["entries"] : [];
+    const lines = entries.filter(isRecord).map((entry) => {
+      const mark = entry["status"] === "completed" ? "x" : entry["status"] === "in_progress" ? "~" : " ";
+      return `- [${mark}] ${str(entry["content"]) ?? ""}`;
+    });
+    this.#assistant = undefined;
+    this.#thinking = undefined;
+    // A whole item of its own: shown in the stream, never taken as the final answer.
+    this.#sink.text(`Plan:\n${lines.join("\n")}`, { itemId: `plan-${this.#nextItem++}` });
+  }
+
+  #usageUpdate(update: RawRecord): void {
+    // `used`/`size` describe the context window; the only figure that adds up
+    // across calls is the cost, which agents report as a running total.
+    const cost = isRecord(update["cost"]) ? update["cost"] : undefined;
+    const amount = typeof cost?.["amount"] === "number" ? cost["amount"] : undefined;
+    this.#sink.log("debug", "context window", { used: update["used"], size: update["size"] });
+    if (amount === undefined || cost?.["currency"] !== "USD" || amount <= this.#reportedCostUsd) return;
+    this.#sink.usage({ model: this.#model, costUsd: amount - this.#reportedCostUsd });
+    this.#reportedCostUsd = amount;
+  }
+}
+
+/** The harness's tool name: the agent's own name for it, else its ACP kind. */
+export function toolName(tracked: Pick<TrackedToolCall, "tool" | "kind">): string {
+  return tracked.tool !== "" ? tracked.tool : tracked.kind !== "" ? tracked.kind : "tool";
+}
+
+/** A tool result's output: status, kind, title, the text it produced and the files it changed. */
+export function toolOutput(tracked: TrackedToolCall): JsonObject {
+  const texts: string[] = [];
+  const files: string[] = [];
+  for (const item of tracked.content) {
+    if (!isRecord(item)) continue;
+    if (item["type"] === "diff" && typeof item["path"] === "string") files.push(item["path"]);
+    else if (item["type"] === "content" && isRecord(item["content"]) && typeof item["content"]["text"] === "string") texts.push(item["content"]["text"]);
+  }
+  const output: JsonObject = { status: tracked.status };
+  if (tracked.kind !== "") output["kind"] = tracked.kind;
+  if (tracked.title !== "") output["title"] = tracked.title;
+  if (texts.length > 0) output["text"] = texts.join("\n");
+  // Diffs are summarised as the paths they change; the files themselves are in the working directory.
+  if (files.length > 0) output["files"] = files;
+  if (tracked.rawOutput !== undefined && texts.length === 0) output["output"] = JSON.parse(JSON.stringify(tracked.rawOutput)) as JsonValue;
+  return output;
+}
