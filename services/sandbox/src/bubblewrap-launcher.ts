@@ -117,10 +117,12 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
         "--hostname", "oz0-sandbox",
         "--clearenv",
         ...Object.entries(spec.env).flatMap(([name, value]) => ["--setenv", name, value]),
-        ...systemBinds(options.readOnlyPaths),
+        // The private /tmp goes first: later binds land on top of it, so an
+        // installation or plugin that lives under the node's /tmp stays visible.
         "--tmpfs", "/tmp",
         "--proc", "/proc",
         "--dev", "/dev",
+        ...systemBinds(options.readOnlyPaths),
       ];
       const nodeDir = path.dirname(process.execPath);
       if (!options.readOnlyPaths.some((p) => nodeDir === p || nodeDir.startsWith(`${p}/`))) args.push("--ro-bind", nodeDir, nodeDir);

@@ -1,0 +1,29 @@
+// An installation that lives under the node's /tmp (CI clones there) must stay
+// visible inside bubblewrap, where the session gets a private /tmp of its own.
+import assert from "node:assert/strict";
+import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, it } from "node:test";
+import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { FIXTURES, runToEnd, scenarioStart, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
+
+let t: TestSandbox;
+let install: string;
+before(async () => {
+  install = mkdtempSync(path.join(os.tmpdir(), "oz0-install-"));
+  copyFileSync(path.join(FIXTURES, "scenario-harness.mjs"), path.join(install, "scenario-harness.mjs"));
+  t = await startTestSandbox({ isolation: "bwrap", readOnlyPaths: [install] });
+});
+after(async () => {
+  await t.close();
+  rmSync(install, { recursive: true, force: true });
+});
+
+void it("runs a harness installed under /tmp while the session's own /tmp stays private", async () => {
+  const stream = await runToEnd(
+    t.client,
+    scenarioStart({ mode: "complete" }, { command: [process.execPath, path.join(install, "scenario-harness.mjs")], pluginDir: install }),
+  );
+  assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
+});
