@@ -23,6 +23,7 @@ import {
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { Logger } from "@oz0/serving";
 import type { ValidateFunction } from "ajv";
+import { sessionSkills } from "./agent-skills.js";
 import { resolveHarnessCommand } from "./harness-command.js";
 import {
   compileResultSchema,
@@ -339,6 +340,8 @@ export class OperationRunner {
         // No runtime tools: an operation cannot call another operation.
         runtimeTools: [],
         outputSchema: op.result_schema as ProtoJsonObject,
+        // The version's whole skill catalogue: an operation cannot scope it.
+        skills: sessionSkills(agent),
         llm: {
           anthropicBaseUrl: token.anthropicBaseUrl,
           openaiBaseUrl: token.openaiBaseUrl,

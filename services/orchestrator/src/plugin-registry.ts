@@ -9,6 +9,7 @@ import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, r
 import path from "node:path";
 import { promisify } from "node:util";
 import { AgentVersions } from "./agent-versions.js";
+import { resolveSkills } from "./agent-skills.js";
 import { validateHarnessOperations } from "./harness-operations.js";
 import type { AgentVersionRecord, JobStore, PluginRecord, ResolvedHarness } from "./job-store.js";
 import { invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
@@ -110,6 +111,7 @@ export class PluginRegistry {
           toolNamespace: agent.definition.harness?.tools ?? harness.manifest.tools ?? [],
           file: agent.file,
         });
+        resolveSkills({ skills: agent.definition.skills, pluginDir: finalDir, file: agent.file });
         resolved.push({ agent, harness });
       }
       const record: PluginRecord = {

@@ -92,3 +92,25 @@ test("task input 1–100,000 characters", () => {
   assert.match((readOperationTask({}) as { error: string }).error, /expected \{"task"/);
   assert.match((readOperationTask({ task: "a", extra: 1 }) as { error: string }).error, /unknown field\(s\) extra/);
 });
+
+test("the README's harness-operations example and the shipments example plugin publish", async () => {
+  const { readFileSync } = await import("node:fs");
+  const path = await import("node:path");
+  const { parse } = await import("yaml");
+  const { resolveSkills } = await import("../src/agent-skills.js");
+  const { packageDir, repoRoot } = await import("./support/test-stack.js");
+  const readme = readFileSync(path.join(packageDir, "README.md"), "utf8");
+  const section = readme.slice(readme.indexOf("## Harness operations"));
+  const yaml = /```yaml\n([\s\S]*?)```/.exec(section)?.[1];
+  assert.ok(yaml, "the section has a YAML example");
+  const excerpt = parse(yaml) as { harness_operations: unknown[]; skills: string[] };
+  assert.deepEqual(check(excerpt.harness_operations, ["read_file", "write_file", "run_command"]).map((o) => o.key), ["verify_shipment"]);
+
+  const pluginDir = path.join(repoRoot, "examples", "plugins", "shipments");
+  const agent = parse(readFileSync(path.join(pluginDir, "agents", "shipment-orchestrator.yaml"), "utf8")) as { harness_operations: unknown[]; skills: string[] };
+  assert.deepEqual(check(agent.harness_operations, ["read_file", "write_file", "run_command"]).map((o) => o.key), ["extract_shipment", "verify_shipment"]);
+  const skills = resolveSkills({ skills: agent.skills, pluginDir, file: "agents/shipment-orchestrator.yaml" });
+  assert.deepEqual(skills.map((s) => [s.name, path.relative(pluginDir, s.path)]), [["shipment-intake", path.join("skills", "shipment-intake")]]);
+  assert.throws(() => resolveSkills({ skills: ["prompts"], pluginDir, file: "a.yaml" }), /field \/skills\/0: prompts is not a folder with a SKILL.md/);
+  assert.throws(() => resolveSkills({ skills: ["../.."], pluginDir, file: "a.yaml" }), /is outside the plugin/);
+});
