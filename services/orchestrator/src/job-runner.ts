@@ -25,6 +25,7 @@ import {
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { Logger } from "@oz0/serving";
 import { AgentVersions, parseDuration } from "./agent-versions.js";
+import { approvalDeadline, ApprovalDeadlines, approversOf } from "./approval-deadlines.js";
 import { resolveHarnessCommand } from "./harness-command.js";
 import type { JobFeed } from "./job-feed.js";
 import {
@@ -49,6 +50,7 @@ import {
   type SessionRunner,
   type TokenIssuer,
 } from "./session-runner.js";
+import { toolResultViolation } from "./tool-call-audit.js";
 
 export const JOB_STATE_TO_PROTO: Record<JobStateName, JobState> = {
   pending: JobState.PENDING,
@@ -92,6 +94,8 @@ interface ActiveJob {
   result?: SessionResult;
   exitError: string;
   artifacts: SessionArtifact[];
+  /** Set when the harness broke the tool policy; the job fails with it. */
+  violation?: string;
 }
 
 export class JobRunner {
@@ -102,11 +106,16 @@ export class JobRunner {
   readonly #locks = new Map<string, Promise<unknown>>();
   #next = 0;
   #closing = false;
+  readonly #deadlines: ApprovalDeadlines;
 
   constructor(options: JobRunnerOptions) {
     if (options.sandboxes.length === 0) throw invalidArgument("no sandbox configured: set OZ0_SANDBOX_URLS");
     this.#o = options;
     this.#agents = new AgentVersions({ store: options.store });
+    this.#deadlines = new ApprovalDeadlines({
+      onDeadline: (jobId, permissionId) => this.#timeOut(jobId, permissionId),
+      onError: (error) => options.logger.error({ err: error }, "could not time out an approval"),
+    });
   }
 
   /** Serialize everything that changes one job (session messages, answers, cancel). */
@@ -261,6 +270,7 @@ export class JobRunner {
       }
       const active: ActiveJob = { agent, sandbox, sandboxSeq: job.sandboxSeq, exitError: "", artifacts: [] };
       this.#active.set(job.id, active);
+      for (const p of await this.#o.store.listPermissions({ jobId: job.id, pendingOnly: true })) this.#armDeadline(agent, p);
       if (job.state === "pending" && !job.tokenId) {
         this.#track(this.#startSession(job, active));
       } else {
@@ -357,6 +367,7 @@ export class JobRunner {
         return;
       case "toolResult":
         await this.#append(jobId, [{ time, event: { case: "toolResult", value: e.value } } as Partial<JobEvent>], patch);
+        await this.#auditToolResult(jobId, active, e.value);
         return;
       case "usage":
         await this.#append(jobId, [{ time, event: { case: "usage", value: e.value } } as Partial<JobEvent>], patch);
@@ -437,6 +448,65 @@ export class JobRunner {
       attributes: { tool_name: request.tool, decider: record.decider ?? "person", decision: record.status },
     });
     if (decision.kind !== "ask") await this.#deliver(jobId, record);
+    else this.#armDeadline(active.agent, record);
+  }
+
+  #armDeadline(agent: AgentVersionRecord, p: PermissionRecord): void {
+    const at = approvalDeadline(agent, p);
+    if (at) this.#deadlines.schedule({ jobId: p.jobId, permissionId: p.id, at });
+  }
+
+  /** A harness that declares permissions must have asked, and been allowed, before any result. */
+  async #auditToolResult(jobId: string, active: ActiveJob, result: { callId: string; isError: boolean }): Promise<void> {
+    if (!active.agent.harness.manifest.permissions || active.violation) return;
+    const permission = (await this.#o.store.listPermissions({ jobId })).find((p) => p.callId === result.callId || p.id === result.callId);
+    const violation = toolResultViolation({ result, permission, harness: active.agent.harness.manifest.name });
+    if (!violation) return;
+    active.violation = violation;
+    this.#o.logger.warn({ jobId, callId: result.callId }, violation);
+    const job = await this.#o.store.getJob(jobId);
+    // Stop the session now; the job fails with the violation when its stream ends (#finish).
+    if (job) this.#track(active.sandbox.cancel({ sessionId: job.sessionId, reason: violation }));
+  }
+
+  /** The deadline of a waiting call passed: it ends timed_out, which denies it (fail closed). */
+  async #timeOut(jobId: string, permissionId: string): Promise<void> {
+    await this.#withLock(jobId, async () => {
+      const job = await this.#o.store.getJob(jobId);
+      const p = await this.#o.store.getPermission(jobId, permissionId);
+      if (!job || !p || p.status !== "pending" || isTerminal(job.state)) return;
+      const agent = await this.#o.store.getAgentVersion(job.agentName, job.agentVersion);
+      const timeout = agent?.definition.approvals?.timeout ?? "its deadline";
+      await this.#resolve(job, {
+        ...p,
+        status: "timed_out",
+        decider: "runtime",
+        answeredBy: "",
+        reason: `nobody answered within ${timeout} (approvals.timeout), so the call is denied`,
+        answeredAt: new Date(),
+        delivered: false,
+      });
+    });
+  }
+
+  /** Store a waiting call's answer, resume the job when nothing else waits, and write the answer to the session. */
+  async #resolve(job: JobRecord, updated: PermissionRecord): Promise<void> {
+    this.#deadlines.clear(job.id, updated.id);
+    const stillWaiting = (await this.#o.store.listPermissions({ jobId: job.id, pendingOnly: true })).filter((x) => x.id !== updated.id).length;
+    const events: Partial<JobEvent>[] = [this.#decisionEvent(updated)];
+    const patch: JobPatch = {};
+    if (!stillWaiting && job.state === "waiting") {
+      patch.state = "running";
+      events.push({ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>);
+    }
+    await this.#append(job.id, events, patch, [updated]);
+    this.#o.lifecycle?.publish("approval.answered", {
+      jobId: job.id,
+      toolCallId: updated.callId,
+      status: updated.status,
+      attributes: { approval_id: updated.id, tool_name: updated.tool, decision: updated.status, waited_ms: Date.now() - updated.requestedAt.getTime() },
+    });
+    await this.#deliver(job.id, updated);
   }
 
   #decisionEvent(p: PermissionRecord): Partial<JobEvent> {
@@ -500,6 +570,13 @@ export class JobRunner {
         throw failedPrecondition(`call ${p.id} was already ${p.status} by ${p.answeredBy || "someone"}; a different answer is refused`);
       }
       if (!options.allow && !options.reason) throw invalidArgument("a denial needs a reason (it is shown to the model): pass --reason TEXT");
+      const agent = this.#active.get(job.id)?.agent ?? (await this.#o.store.getAgentVersion(job.agentName, job.agentVersion));
+      const approvers = agent ? approversOf(agent) : [];
+      if (approvers.length > 0 && !approvers.includes(options.answeredBy ?? "")) {
+        throw failedPrecondition(
+          `${options.answeredBy || "an anonymous caller"} may not answer call ${p.id}: agent ${job.agentName} lets only ${approvers.join(", ")} answer (approvals.approvers)`,
+        );
+      }
       const updated: PermissionRecord = {
         ...p,
         status: options.allow ? "approved" : "denied",
@@ -510,21 +587,7 @@ export class JobRunner {
         answeredAt: new Date(),
         delivered: false,
       };
-      const stillWaiting = (await this.#o.store.listPermissions({ jobId: options.jobId, pendingOnly: true })).filter((x) => x.id !== p.id).length;
-      const events: Partial<JobEvent>[] = [this.#decisionEvent(updated)];
-      const patch: JobPatch = {};
-      if (!stillWaiting && job.state === "waiting") {
-        patch.state = "running";
-        events.push({ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>);
-      }
-      await this.#append(options.jobId, events, patch, [updated]);
-      this.#o.lifecycle?.publish("approval.answered", {
-        jobId: options.jobId,
-        toolCallId: p.callId,
-        status: updated.status,
-        attributes: { approval_id: p.id, tool_name: p.tool, decision: updated.status, waited_ms: Date.now() - p.requestedAt.getTime() },
-      });
-      await this.#deliver(options.jobId, updated);
+      await this.#resolve(job, updated);
       return updated;
     });
   }
@@ -539,7 +602,10 @@ export class JobRunner {
       const pending = await this.#o.store.listPermissions({ jobId: job.id, pendingOnly: true });
       const cancelled = pending.map((p): PermissionRecord => ({ ...p, status: "cancelled", decider: "runtime", reason: "the job was cancelled", answeredAt: new Date(), delivered: false }));
       await this.#append(job.id, cancelled.map((p) => this.#decisionEvent(p)), { cancelRequestedAt: new Date(), error: reason }, cancelled);
-      for (const p of cancelled) await this.#deliver(job.id, p);
+      for (const p of cancelled) {
+        this.#deadlines.clear(job.id, p.id);
+        await this.#deliver(job.id, p);
+      }
     });
     let sessionGone = !active?.channel;
     if (!sessionGone) {
@@ -566,9 +632,9 @@ export class JobRunner {
       if (job.cancelRequestedAt) {
         state = "cancelled";
         error = job.error || "cancelled by request";
-      } else if (options.failure) {
+      } else if (options.failure || active?.violation) {
         state = "failed";
-        error = options.failure;
+        error = options.failure || active!.violation!;
       } else if (result && result.stopReason === StopReason.COMPLETED) {
         state = "succeeded";
       } else {
@@ -585,6 +651,7 @@ export class JobRunner {
       // Calls still waiting can never be answered now.
       const pending = await this.#o.store.listPermissions({ jobId, pendingOnly: true });
       const closed = pending.map((p): PermissionRecord => ({ ...p, status: "cancelled", decider: "runtime", reason: "the job ended", answeredAt: new Date(), delivered: true }));
+      for (const p of closed) this.#deadlines.clear(jobId, p.id);
       events.push(...closed.map((p) => this.#decisionEvent(p)));
       events.push({ event: { case: "stateChanged", value: { state: JOB_STATE_TO_PROTO[state], reason: error } } } as Partial<JobEvent>);
       await this.#append(jobId, events, { state, error, finishedAt: new Date(), ...(result ? { resultText: result.text, stopReason: result.stopReason } : {}) }, closed);
@@ -617,6 +684,7 @@ export class JobRunner {
   /** Stop following sessions (they keep running on their sandboxes; the next start re-attaches). */
   async close(): Promise<void> {
     this.#closing = true;
+    this.#deadlines.close();
     for (const active of this.#active.values()) active.channel?.close();
     await Promise.allSettled([...this.#running]);
   }

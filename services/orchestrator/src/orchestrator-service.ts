@@ -25,6 +25,7 @@ import {
 import { registration, type ServiceRegistration } from "@oz0/serving";
 import { existsSync, readFileSync, statSync } from "node:fs";
 import type { AgentVersions } from "./agent-versions.js";
+import { approvalDeadline, approversOf } from "./approval-deadlines.js";
 import type { JobFeed } from "./job-feed.js";
 import { isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
 import type { AgentVersionRecord, JobRecord, JobStateName, JobStore, JsonObject, PermissionRecord, PluginRecord } from "./job-store.js";
@@ -121,7 +122,8 @@ const APPROVAL_STATE: Record<PermissionRecord["status"], ApprovalState> = {
   timed_out: ApprovalState.TIMED_OUT,
 };
 
-export function approvalToProto(p: PermissionRecord, job?: JobRecord): Approval {
+export function approvalToProto(p: PermissionRecord, job?: JobRecord, agent?: AgentVersionRecord): Approval {
+  const deadline = agent ? approvalDeadline(agent, p) : undefined;
   return create(ApprovalSchema, {
     jobId: p.jobId,
     callId: p.id,
@@ -135,6 +137,8 @@ export function approvalToProto(p: PermissionRecord, job?: JobRecord): Approval 
     answeredBy: p.answeredBy,
     reason: p.reason,
     ...(job ? { agent: { name: job.agentName, version: job.agentVersion } } : {}),
+    ...(deadline ? { deadline: timestampFromDate(deadline) } : {}),
+    approvers: agent ? approversOf(agent) : [],
   });
 }
 
@@ -238,13 +242,17 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
           reason: req.reason,
           answeredBy: req.answeredBy,
         });
-        return { approval: approvalToProto(record, await deps.store.getJob(record.jobId)) };
+        const job = await deps.store.getJob(record.jobId);
+        return { approval: approvalToProto(record, job, job ? await deps.store.getAgentVersion(job.agentName, job.agentVersion) : undefined) };
       }),
     listApprovals: (req) =>
       handle(async () => {
         const list = await deps.store.listPermissions({ approvalsOnly: true, pendingOnly: !req.includeAnswered, ...(req.jobId ? { jobId: req.jobId } : {}) });
         const approvals = [];
-        for (const p of list) approvals.push(approvalToProto(p, await deps.store.getJob(p.jobId)));
+        for (const p of list) {
+          const job = await deps.store.getJob(p.jobId);
+          approvals.push(approvalToProto(p, job, job ? await deps.store.getAgentVersion(job.agentName, job.agentVersion) : undefined));
+        }
         return { approvals };
       }),
   });

@@ -23,7 +23,7 @@ after(async () => {
 void it("runs a harness installed under /tmp while the session's own /tmp stays private", async () => {
   const stream = await runToEnd(
     t.client,
-    scenarioStart({ mode: "complete" }, { command: [process.execPath, path.join(install, "scenario-harness.mjs")], pluginDir: install }),
+    scenarioStart({ mode: "complete" }, { command: [process.execPath, path.join(install, "scenario-harness.mjs")], pluginDir: FIXTURES }),
   );
   assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
 });

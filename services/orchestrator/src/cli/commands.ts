@@ -1,7 +1,6 @@
 // The `oz0` commands, each a client of the orchestrator's API.
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { createInterface } from "node:readline/promises";
 import { toJson, type JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
@@ -13,6 +12,7 @@ import {
   type Job,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { stringify } from "yaml";
+import { promptForAnswer } from "./approval-prompt.js";
 import { CliError } from "./cli-error.js";
 import type { Connection } from "./connection.js";
 import { describeJob, EventPrinter, stateName } from "./event-printer.js";
@@ -44,14 +44,6 @@ function canPrompt(json: boolean): boolean {
   return !json && Boolean(process.stdin.isTTY && process.stdout.isTTY);
 }
 
-async function ask(question: string): Promise<string> {
-  const rl = createInterface({ input: process.stdin, output: process.stdout });
-  try {
-    return (await rl.question(question)).trim();
-  } finally {
-    rl.close();
-  }
-}
 
 /** A dropped or refused connection (the orchestrator restarting), as opposed to an answer. */
 function isTransient(error: unknown): boolean {
@@ -78,6 +70,8 @@ export async function followJob(options: {
   const interactive = canPrompt(options.json);
   let last = options.afterSeq ?? 0;
   let failures = 0;
+  // What each waiting call asked to run with, for the prompt.
+  const requested = new Map<string, JsonObject>();
   for (;;) {
     try {
       for await (const response of conn.clients.jobs.watchJob({ jobId, afterSeq: BigInt(last) })) {
@@ -90,12 +84,19 @@ export async function followJob(options: {
           printer.end();
           return exitCodeFor(e.value.state);
         }
+        if (e.case === "permissionRequested" && e.value.input) requested.set(e.value.id, e.value.input);
         if (e.case === "permissionDecision" && e.value.pending) {
           if (interactive) {
-            const answer = await ask(`Allow ${e.value.tool}? [y/N] `);
-            const allow = /^y(es)?$/i.test(answer);
-            const reason = allow ? "" : (await ask("Reason (shown to the model): ")) || "denied at the terminal";
-            await conn.clients.jobs.answerPermission({ jobId, callId: e.value.id, allow, reason, answeredBy: process.env.USER ?? "terminal" });
+            const input = e.value.input ?? requested.get(e.value.id);
+            const answer = await promptForAnswer({ call: { tool: e.value.tool, reason: e.value.reason, ...(input ? { input } : {}) }, input: process.stdin, output: process.stdout });
+            await conn.clients.jobs.answerPermission({
+              jobId,
+              callId: e.value.id,
+              allow: answer.allow,
+              reason: answer.reason,
+              ...(answer.input ? { input: answer.input } : {}),
+              answeredBy: process.env.USER ?? "terminal",
+            });
           } else if (options.stopWhenWaiting) {
             printer.end();
             if (conn.mode === "embedded") {
@@ -290,7 +291,8 @@ export async function approvalsList(options: { conn: Connection; jobId?: string;
   else if (approvals.length === 0) options.io.out.write("nothing waits for approval\n");
   else
     for (const a of approvals) {
-      options.io.out.write(`${a.jobId}  ${a.callId}  ${a.tool}  ${a.title || JSON.stringify(a.input ?? {})}\n`);
+      const deadline = a.deadline ? `  (denied if unanswered by ${new Date(Number(a.deadline.seconds) * 1000).toISOString()})` : "";
+      options.io.out.write(`${a.jobId}  ${a.callId}  ${a.tool}  ${a.title || JSON.stringify(a.input ?? {})}${deadline}\n`);
     }
   return EXIT.ok;
 }

@@ -1,0 +1,68 @@
+// Deadlines of calls that wait for a person (`approvals.timeout` in the
+// agent). The deadline itself is durable without a column of its own: it is
+// the request's stored asked-at time plus the timeout of the agent version
+// the job is pinned to, so a restarted orchestrator re-arms the same timers
+// (and fires the ones that passed while it was down) from the store alone.
+import { parseDuration } from "./agent-versions.js";
+import type { AgentVersionRecord, PermissionRecord } from "./job-store.js";
+
+/** setTimeout's limit; longer waits (days) are re-armed in steps. */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/** The deadline of a call that waits for a person, or undefined when it may wait for ever. */
+export function approvalDeadline(agent: AgentVersionRecord, p: Pick<PermissionRecord, "requestedAt" | "needsPerson">): Date | undefined {
+  const timeout = agent.definition.approvals?.timeout;
+  if (!p.needsPerson || !timeout) return undefined;
+  return new Date(p.requestedAt.getTime() + parseDuration(timeout));
+}
+
+/** Who may answer this agent's calls; empty means anyone. */
+export function approversOf(agent: AgentVersionRecord): string[] {
+  return agent.definition.approvals?.approvers ?? [];
+}
+
+export class ApprovalDeadlines {
+  readonly #timers = new Map<string, NodeJS.Timeout>();
+  readonly #onDeadline: (jobId: string, permissionId: string) => Promise<void>;
+  readonly #onError: (error: unknown) => void;
+
+  constructor(options: { onDeadline: (jobId: string, permissionId: string) => Promise<void>; onError: (error: unknown) => void }) {
+    this.#onDeadline = options.onDeadline;
+    this.#onError = options.onError;
+  }
+
+  /** Arms (or re-arms) the timer of one call; a deadline already past fires at once. */
+  schedule(options: { jobId: string; permissionId: string; at: Date }): void {
+    const key = `${options.jobId}\0${options.permissionId}`;
+    this.clear(options.jobId, options.permissionId);
+    const arm = (): void => {
+      const wait = options.at.getTime() - Date.now();
+      const timer = setTimeout(
+        () => {
+          if (wait > MAX_TIMER_MS) {
+            arm();
+            return;
+          }
+          this.#timers.delete(key);
+          this.#onDeadline(options.jobId, options.permissionId).catch(this.#onError);
+        },
+        Math.max(0, Math.min(wait, MAX_TIMER_MS)),
+      );
+      // A waiting approval must not keep a stopping process alive; the store keeps the deadline.
+      timer.unref();
+      this.#timers.set(key, timer);
+    };
+    arm();
+  }
+
+  clear(jobId: string, permissionId: string): void {
+    const key = `${jobId}\0${permissionId}`;
+    clearTimeout(this.#timers.get(key));
+    this.#timers.delete(key);
+  }
+
+  close(): void {
+    for (const timer of this.#timers.values()) clearTimeout(timer);
+    this.#timers.clear();
+  }
+}

@@ -1,0 +1,330 @@
+// Issue 5's acceptance on the real stack (the four services on loopback, the
+// fake harness under the sandbox, the scripted model): every path of the tool
+// policy, hooks and approvals, and harnesses that try to bypass it. The
+// scripted model answers its second turn with what it read in the tool
+// results ("saw: …"), so what reached the model is in the job's result.
+import assert from "node:assert/strict";
+import { copyFileSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
+import { commitAll, eventually, startTestStack, type TestStack } from "./support/test-stack.js";
+
+const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "hooks");
+
+const agent = (name: string, extra: string): string =>
+  `name: ${name}\ndescription: ${name}\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/p.md\nlimits:\n  max_steps: 5\n${extra}`;
+
+const AGENTS: Record<string, string> = {
+  limited: agent("limited", "harness:\n  tools: [read_file]\n"),
+  guarded: agent(
+    "guarded",
+    `harness:
+  tools: [read_file, write_file, run_command]
+hooks:
+  - name: guard
+    match: fake.run_command
+    command: ["node", "hooks/guard.mjs"]
+    timeout: 30s
+`,
+  ),
+  careful: agent("careful", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n"),
+  hasty: agent("hasty", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n  timeout: 2s\n"),
+  restricted: agent("restricted", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n  approvers: [alice]\n"),
+  stuck: agent("stuck", 'harness:\n  tools: [run_command]\nhooks:\n  - name: slow-guard\n    command: ["node", "hooks/hang.mjs"]\n    timeout: 1s\n'),
+  broken: agent("broken", 'harness:\n  tools: [run_command]\nhooks:\n  - name: crashing-guard\n    command: ["node", "hooks/crash.mjs"]\n'),
+  parallel: agent("parallel", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n").replace("harness:fake", "harness:parallel"),
+  rogue: agent("rogue", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n").replace("harness:fake", "harness:rogue"),
+};
+
+/** The tool results in the conversation so far, as the model reads them. */
+function toolResults(request: ScriptedRequest): string {
+  const messages = (request.body?.messages ?? []) as { role: string; content: unknown }[];
+  const blocks = messages.flatMap((m) => (Array.isArray(m.content) ? (m.content as { type: string; content?: unknown }[]) : []));
+  return blocks
+    .filter((b) => b.type === "tool_result")
+    .map((b) => String(b.content))
+    .join(" | ");
+}
+
+const COMMANDS: Record<string, string> = {
+  refused: "echo not-allowed-here",
+  harmless: "echo harmless",
+  delete: "rm -f notes.txt",
+  rewrite: "echo plain",
+  network: "curl http://example.invalid",
+  deploy: "echo deploy",
+  wait: "echo waited",
+};
+
+function pick({ input, turn, request }: { input: string; turn: number; request: ScriptedRequest }): ScriptedTurn {
+  if (turn > 0) return { text: `saw: ${toolResults(request)}` };
+  const command = COMMANDS[input.split(" ")[0]!];
+  if (command) return { toolCalls: [{ name: "run_command", input: { command } }] };
+  return { text: `no script for ${input}` };
+}
+
+interface JobJson {
+  id: string;
+  state: string;
+  resultText?: string;
+  error?: string;
+}
+
+let t: TestStack;
+
+async function makeRepo(): Promise<string> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-hooks-repo-"));
+  for (const sub of ["agents", "prompts", "hooks"]) mkdirSync(path.join(dir, sub));
+  writeFileSync(path.join(dir, "prompts", "p.md"), "Run the command you are asked to run.\n");
+  for (const hook of ["guard-commands.mjs", "hang.mjs", "crash.mjs"]) copyFileSync(path.join(fixtures, hook), path.join(dir, "hooks", hook === "guard-commands.mjs" ? "guard.mjs" : hook));
+  writeFileSync(
+    path.join(dir, "oz0-plugin.yaml"),
+    `name: hooked
+version: 0.1.0
+harnesses:
+  - name: fake
+    command: ["oz0-fake-harness"]
+    permissions: true
+    tools: [read_file, write_file, run_command]
+  - name: parallel
+    command: ["node", "${path.join(fixtures, "parallel-harness.mjs")}"]
+    permissions: true
+    tools: [run_command]
+  - name: rogue
+    command: ["node", "${path.join(fixtures, "rogue-harness.mjs")}"]
+    permissions: true
+    tools: [run_command]
+hooks:
+  - name: no-network
+    match: "fake.*"
+    when:
+      - pointer: /command
+        regex: "^curl "
+    decision: deny
+    reason: this plugin's agents do not reach the network
+agents:
+${Object.keys(AGENTS)
+  .map((name) => `  - agents/${name}.yaml`)
+  .join("\n")}
+`,
+  );
+  for (const [name, yaml] of Object.entries(AGENTS)) writeFileSync(path.join(dir, "agents", `${name}.yaml`), yaml);
+  await commitAll(dir, "plugin");
+  return dir;
+}
+
+const jsonLines = (text: string): Record<string, unknown>[] =>
+  text
+    .split("\n")
+    .filter((l) => l.trim())
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+
+async function job(id: string): Promise<JobJson> {
+  const shown = await t.cli(["jobs", "show", id, "--json"]);
+  assert.equal(shown.code, 0, shown.stderr);
+  return JSON.parse(shown.stdout) as JobJson;
+}
+
+async function events(id: string): Promise<Record<string, unknown>[]> {
+  const watched = await t.cli(["jobs", "watch", id, "--json"]);
+  return jsonLines(watched.stdout);
+}
+
+async function start(agentName: string, input: string): Promise<string> {
+  const started = await t.cli(["run", agentName, input, "--detach"]);
+  assert.equal(started.code, 0, started.stderr);
+  return started.stdout.trim();
+}
+
+/** The call ids waiting for a person in this job, once there are `count`. */
+async function waiting(jobId: string, count = 1): Promise<Record<string, unknown>[]> {
+  return eventually(async () => {
+    const list = await t.cli(["approvals", "list", "--job", jobId, "--json"]);
+    const found = jsonLines(list.stdout);
+    return found.length >= count ? found : undefined;
+  });
+}
+
+async function finished(jobId: string): Promise<JobJson> {
+  await t.cli(["jobs", "watch", jobId]);
+  return job(jobId);
+}
+
+async function runToEnd(agentName: string, input: string): Promise<JobJson> {
+  return finished(await start(agentName, input));
+}
+
+const decisions = (all: Record<string, unknown>[]): Record<string, unknown>[] =>
+  all.flatMap((e) => (e.permissionDecision ? [e.permissionDecision as Record<string, unknown>] : []));
+
+before(async () => {
+  t = await startTestStack({ pick });
+  const installed = await t.cli(["plugin", "install", `file://${await makeRepo()}`]);
+  assert.equal(installed.code, 0, installed.stderr);
+});
+
+after(async () => {
+  await t?.close();
+});
+
+test("a tool outside harness.tools is refused without asking, and the model reads why", async () => {
+  const done = await runToEnd("limited", "refused");
+  assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
+  assert.match(done.resultText ?? "", /^saw: Permission denied: tool run_command is not in this agent's harness\.tools \(read_file\); the call was refused/);
+  const [decision] = decisions(await events(done.id));
+  assert.equal(decision?.decider, "DECIDER_POLICY");
+  assert.equal((await t.cli(["approvals", "list", "--job", done.id, "--all", "--json"])).stdout, "", "nobody was asked");
+});
+
+test("a command hook allows a call, and the hook's decision is on the job's record", async () => {
+  const done = await runToEnd("guarded", "harmless");
+  assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
+  assert.match(done.resultText ?? "", /^saw: exit code 0\nharmless/);
+  const [decision] = decisions(await events(done.id));
+  assert.equal(decision?.decider, "DECIDER_HOOK");
+  assert.equal(decision?.reason, "hook guard (agent guarded): looks harmless");
+});
+
+test("a hook denies with a reason that reaches the model, and the tool does not run", async () => {
+  const done = await runToEnd("guarded", "delete");
+  assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
+  assert.equal(done.resultText, "saw: Permission denied: hook guard (agent guarded): no deleting files (fake.run_command)");
+  const plugin = await runToEnd("guarded", "network");
+  assert.equal(plugin.resultText, "saw: Permission denied: hook no-network (plugin hooked): this plugin's agents do not reach the network", "plugin hooks are asked before the agent's");
+});
+
+test("a hook's changed input is what the tool runs with", async () => {
+  const done = await runToEnd("guarded", "rewrite");
+  assert.match(done.resultText ?? "", /^saw: exit code 0\nrewritten/);
+  const [decision] = decisions(await events(done.id));
+  assert.deepEqual(decision?.input, { command: "echo rewritten" });
+});
+
+test("a hook asks a person; the approval with a changed input runs that input", async () => {
+  const jobId = await start("guarded", "deploy");
+  const [approval] = await waiting(jobId);
+  assert.equal(approval?.tool, "run_command");
+  assert.match(String(approval?.reason), /hook guard \(agent guarded\): deploys need a person/);
+  const shown = await job(jobId);
+  assert.equal(shown.state, "JOB_STATE_WAITING");
+  const approved = await t.cli(["approve", jobId, String(approval?.callId), "--input", '{"command":"echo approved-deploy"}']);
+  assert.equal(approved.code, 0, approved.stderr);
+  const done = await finished(jobId);
+  assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
+  assert.match(done.resultText ?? "", /^saw: exit code 0\napproved-deploy/);
+});
+
+test("requires_approval → deny: the person's reason reaches the model", async () => {
+  const jobId = await start("careful", "wait");
+  const [approval] = await waiting(jobId);
+  const denied = await t.cli(["deny", jobId, String(approval?.callId), "--reason", "not on a Friday"]);
+  assert.equal(denied.code, 0, denied.stderr);
+  const done = await finished(jobId);
+  assert.equal(done.resultText, "saw: Permission denied: not on a Friday");
+  const again = await t.cli(["deny", jobId, String(approval?.callId), "--reason", "not on a Friday"]);
+  assert.equal(again.code, 0, "the same answer twice is accepted once");
+  assert.equal(decisions(await events(jobId)).filter((d) => !d.pending).length, 1, "recorded once");
+  const different = await t.cli(["approve", jobId, String(approval?.callId)]);
+  assert.equal(different.code, 1);
+  assert.match(different.stderr, /already denied by .*; a different answer is refused/);
+});
+
+test("an unanswered call times out at the agent's deadline and is denied (fail closed); a late answer is refused", async () => {
+  const jobId = await start("hasty", "wait");
+  const done = await finished(jobId);
+  assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
+  assert.equal(done.resultText, "saw: Permission denied: nobody answered within 2s (approvals.timeout), so the call is denied");
+  const [record] = jsonLines((await t.cli(["approvals", "list", "--job", jobId, "--all", "--json"])).stdout);
+  assert.equal(record?.state, "APPROVAL_STATE_TIMED_OUT");
+  assert.equal(Date.parse(String(record?.deadline)) - Date.parse(String(record?.requestedAt)), 2_000, "the deadline is on the record");
+  const late = await t.cli(["approve", jobId, String(record?.callId)]);
+  assert.equal(late.code, 1);
+  assert.match(late.stderr, /is timed out: the answer came too late and was not used/);
+});
+
+test("only the agent's approvers may answer", async () => {
+  const jobId = await start("restricted", "wait");
+  const [approval] = await waiting(jobId);
+  assert.deepEqual(approval?.approvers, ["alice"]);
+  const bob = await t.cli(["approve", jobId, String(approval?.callId)], { env: { USER: "bob" } });
+  assert.equal(bob.code, 1);
+  assert.match(bob.stderr, /bob may not answer call .*: agent restricted lets only alice answer \(approvals\.approvers\)/);
+  const alice = await t.cli(["approve", jobId, String(approval?.callId)], { env: { USER: "alice" } });
+  assert.equal(alice.code, 0, alice.stderr);
+  assert.equal((await finished(jobId)).state, "JOB_STATE_SUCCEEDED");
+});
+
+test("cancelling a job answers its waiting call cancelled, and a later answer says so", async () => {
+  const jobId = await start("careful", "wait");
+  const [approval] = await waiting(jobId);
+  const cancelled = await t.cli(["jobs", "cancel", jobId, "--reason", "changed plans"]);
+  assert.equal(cancelled.code, 0, cancelled.stderr);
+  assert.equal((await finished(jobId)).state, "JOB_STATE_CANCELLED");
+  const [record] = jsonLines((await t.cli(["approvals", "list", "--job", jobId, "--all", "--json"])).stdout);
+  assert.equal(record?.state, "APPROVAL_STATE_CANCELLED");
+  const late = await t.cli(["approve", jobId, String(approval?.callId)]);
+  assert.equal(late.code, 1);
+  assert.match(late.stderr, /is cancelled: the answer came too late and was not used/);
+});
+
+test("a hook that hangs or crashes denies the call", async () => {
+  const hung = await runToEnd("stuck", "harmless");
+  assert.equal(hung.resultText, "saw: Permission denied: hook slow-guard (agent stuck) did not answer within 1000 ms; the call is denied");
+  const crashed = await runToEnd("broken", "harmless");
+  assert.equal(crashed.resultText, "saw: Permission denied: hook crashing-guard (agent broken) failed (exit code 3): guard: cannot reach the policy server; the call is denied");
+});
+
+test("two calls waiting at once are answered in reverse order, independently", async () => {
+  const jobId = await start("parallel", "go");
+  const both = await waiting(jobId, 2);
+  const byCall = new Map(both.map((a) => [String(a.title), String(a.callId)]));
+  const second = await t.cli(["approve", jobId, byCall.get("echo second")!]);
+  assert.equal(second.code, 0, second.stderr);
+  const left = await waiting(jobId);
+  assert.deepEqual(
+    left.map((a) => a.title),
+    ["echo first"],
+    "answering one leaves the other waiting",
+  );
+  assert.equal((await job(jobId)).state, "JOB_STATE_WAITING");
+  const first = await t.cli(["deny", jobId, byCall.get("echo first")!, "--reason", "only the second"]);
+  assert.equal(first.code, 0, first.stderr);
+  const done = await finished(jobId);
+  assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
+  assert.equal(done.resultText, "call_second:allowed call_first:denied");
+  const all = await events(jobId);
+  assert.equal(all.filter((e) => e.permissionRequested).length, 2, "nothing was asked again");
+});
+
+test("restart while a call waits → approve after the restart → the job completes", async () => {
+  const jobId = await start("careful", "wait");
+  const [approval] = await waiting(jobId);
+  await t.restartOrchestrator();
+  const [still] = await waiting(jobId);
+  assert.equal(still?.callId, approval?.callId, "the record survived the restart");
+  const approved = await t.cli(["approve", jobId, String(approval?.callId)]);
+  assert.equal(approved.code, 0, approved.stderr);
+  const done = await finished(jobId);
+  assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
+  assert.match(done.resultText ?? "", /^saw: exit code 0\nwaited/);
+});
+
+test("a harness that runs a tool without asking, or runs a refused one, fails the job naming the rule", async () => {
+  const unasked = await runToEnd("rogue", "unasked");
+  assert.equal(unasked.state, "JOB_STATE_FAILED");
+  assert.equal(unasked.error, "policy bypass: harness rogue ran tool call call_rogue without asking permission first (rule: every tool call asks first); the job was stopped");
+  const refused = await runToEnd("rogue", "refused-then-ran");
+  assert.equal(refused.state, "JOB_STATE_FAILED");
+  assert.equal(refused.error, "policy bypass: harness rogue ran delete_everything call call_rogue although it was denied (rule: only the tools in harness.tools run); the job was stopped");
+  const early = await runToEnd("rogue", "ran-before-answer");
+  assert.equal(early.state, "JOB_STATE_FAILED");
+  assert.match(early.error ?? "", /ran run_command call call_rogue while it still waited for a person \(rule: a call runs only once it is allowed\)/);
+  // The control: the same harness, asking and waiting, passes.
+  const jobId = await start("rogue", "polite");
+  const [approval] = await waiting(jobId);
+  assert.equal((await t.cli(["approve", jobId, String(approval?.callId)])).code, 0);
+  assert.equal((await finished(jobId)).state, "JOB_STATE_SUCCEEDED");
+});
