@@ -1,6 +1,6 @@
 // @oz0/llm-proxy: the edge every model call goes through.
 import { createLogger, registration, serve, type Logger } from "@oz0/serving";
-import { startScriptedModel, type ScriptedModel } from "@oz0/harness/testing";
+import { startScriptedModel, type Script, type ScriptedModel } from "@oz0/harness/testing";
 import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { randomBytes } from "node:crypto";
 import { BudgetLedger } from "./budget-ledger.js";
@@ -60,6 +60,28 @@ export interface LlmProxy {
   close(options?: { graceMs?: number }): Promise<void>;
 }
 
+/** The header the proxy adds to calls to a scripted provider, naming the calling session. */
+export const SCRIPTED_SESSION_HEADER = "oz0-session";
+
+/** What a scripted provider's model answers from: one list, a list per session, or a function. */
+function scriptedTurns(provider: ProviderConfig): Script {
+  const script = provider.script;
+  if (script === undefined) return () => ({ text: "This is the scripted provider's reply." });
+  const sessionOf = (request: { headers: Record<string, string> }): string => request.headers[SCRIPTED_SESSION_HEADER] ?? "";
+  if (typeof script === "function") return (request) => script(request, sessionOf(request));
+  if (!provider.scriptPerSession) return script;
+  const next = new Map<string, number>();
+  return (request) => {
+    const session = sessionOf(request);
+    const index = next.get(session) ?? 0;
+    next.set(session, index + 1);
+    const turn = script[index];
+    if (turn) return turn;
+    const message = `scripted provider ${provider.name}: session ${session} used all ${script.length} turns of its script; add turns to the providers file`;
+    return { fail: { status: 400, body: { type: "error", error: { type: "invalid_request_error", message } } } };
+  };
+}
+
 /** Start the proxy: gRPC control API and the HTTP model API on one port. */
 export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmProxy> {
   const logger = config.logger ?? createLogger({ name: "llm-proxy" });
@@ -77,7 +99,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     for (const provider of validateProviders(config.providers ?? defaultProviders())) {
       let baseUrl = provider.baseUrl ?? "";
       if (provider.kind === "scripted") {
-        const model = await startScriptedModel({ turns: provider.script ?? (() => ({ text: "This is the scripted provider's reply." })) });
+        const model = await startScriptedModel({ turns: scriptedTurns(provider) });
         scripted.push(model);
         baseUrl = model.url;
       }

@@ -239,6 +239,8 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
   // One scrubber per attempt, for the headers, the body or every streamed event.
   const scrub = createScrubber(secret);
   const headers = { ...input.forwardHeaders };
+  // A scripted provider may keep one script per session; it learns the session here.
+  if (provider.config.kind === "scripted") headers["oz0-session"] = input.token.session;
   if (secret !== undefined) {
     const auth = provider.config.auth ?? (wire === "anthropic" ? "x-api-key" : "bearer");
     if (auth === "x-api-key") headers["x-api-key"] = secret;

@@ -1,7 +1,7 @@
 // Upstream providers: where each is, which secret holds its key, and what
 // its models cost. Read from OZ0_PROVIDERS_FILE (JSON) or given in code.
 import { readFileSync } from "node:fs";
-import type { ScriptedTurn } from "@oz0/harness/testing";
+import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
 import { ProxyError } from "./proxy-error.js";
 import type { TokenUsage } from "./proxy-store.js";
 
@@ -33,8 +33,18 @@ export interface ProviderConfig {
    * else `*`.
    */
   prices?: Record<string, ModelPrice>;
-  /** For `kind: "scripted"`: turns to serve, in order; by default every call gets a short reply. */
-  script?: ScriptedTurn[];
+  /**
+   * For `kind: "scripted"`: turns to serve, in order (by default every call
+   * gets a short reply), or, in code, a function of the request and the
+   * calling session.
+   */
+  script?: ScriptedTurn[] | ((request: ScriptedRequest, session: string) => ScriptedTurn | Promise<ScriptedTurn>);
+  /**
+   * For `kind: "scripted"` with a list: each session replays the list from
+   * its first turn, so several scripted jobs can run side by side. Default
+   * false: one list for the whole process.
+   */
+  scriptPerSession?: boolean;
 }
 
 export interface ProvidersFile {

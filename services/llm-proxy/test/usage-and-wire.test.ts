@@ -141,6 +141,42 @@ void describe("usage events and count_tokens", () => {
     }
   });
 
+  void it("replays a scripted provider's script per session when asked, and gives code scripts the session", async () => {
+    const { startLlmProxy } = await import("../src/index.js");
+    const { LlmProxyService } = await import("@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb");
+    const { createClient } = await import("@connectrpc/connect");
+    const { createGrpcTransport } = await import("@connectrpc/connect-node");
+    const proxy = await startLlmProxy({
+      providers: [
+        { name: "scripted", kind: "scripted", scriptPerSession: true, script: [{ text: "first" }, { text: "second" }] },
+        { name: "by-session", kind: "scripted", script: (_request, session) => ({ text: `hello ${session}` }) },
+      ],
+      logger: pino({ level: "silent" }),
+    });
+    try {
+      const control = createClient(LlmProxyService, createGrpcTransport({ baseUrl: proxy.url }));
+      const ask = async (session: string, provider = "scripted"): Promise<{ status: number; text: string }> => {
+        const minted = await control.mintSessionToken({ job: `job-${session}`, agent: "a", session });
+        const r = await fetch(`${proxy.url}/${provider}/v1/messages`, {
+          method: "POST",
+          headers: { "x-api-key": minted.token, ...minted.headers, "content-type": "application/json" },
+          body: JSON.stringify({ model: "m", max_tokens: 100, tools: [{ name: "t", input_schema: {} }], messages: [{ role: "user", content: "x" }] }),
+        });
+        const body = (await r.json()) as { content?: { text: string }[]; error?: { message: string } };
+        return { status: r.status, text: body.content?.[0]?.text ?? body.error?.message ?? "" };
+      };
+      assert.equal((await ask("s1")).text, "first");
+      assert.equal((await ask("s2")).text, "first");
+      assert.equal((await ask("s1")).text, "second");
+      const over = await ask("s1");
+      assert.equal(over.status, 400);
+      assert.match(over.text, /session s1 used all 2 turns/);
+      assert.equal((await ask("s9", "by-session")).text, "hello s9");
+    } finally {
+      await proxy.close({ graceMs: 50 });
+    }
+  });
+
   void it("answers unknown routes and providers with 404 and what to call instead", async () => {
     const fx = await startFixture({ turns: [] });
     try {
