@@ -168,3 +168,37 @@ test("invalid hooks are refused naming the file and the field", () => {
     }),
   );
 });
+
+test("the README's hooks example validates and decides as documented", async () => {
+  const { readFileSync, mkdirSync } = await import("node:fs");
+  const { parse } = await import("yaml");
+  const packageDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+  const readme = readFileSync(path.join(packageDir, "README.md"), "utf8");
+  const section = readme.slice(readme.indexOf("## Hooks and approvals"));
+  const yaml = /```yaml\n([\s\S]*?)```/.exec(section)?.[1];
+  const script = /```js\n([\s\S]*?)```/.exec(section)?.[1];
+  assert.ok(yaml && script, "the section has a YAML and a hook script example");
+  const excerpt = parse(yaml) as Partial<AgentDefinition>;
+  const definition = validateDocument<AgentDefinition>({
+    schema: "agent",
+    file: "README.md",
+    value: { name: "coder", runtime: "harness:fake", model: { primary: "anthropic/x" }, instructions: "p.md", ...excerpt },
+  });
+  const agent = agentWith({ agentHooks: definition.hooks ?? [], ...(definition.harness ? { harness: definition.harness } : {}) });
+  mkdirSync(path.join(agent.pluginPath, "hooks"));
+  writeFileSync(path.join(agent.pluginPath, "hooks", "review.mjs"), script);
+  const policy = new PermissionPolicy({ hooks: [new HookStage()] });
+  assert.deepEqual(await policy.decide(question(agent, "run_command", { command: "git push origin main --force" })), {
+    kind: "deny",
+    decider: "hook",
+    reason: "hook no-force-push (agent coder): force pushes are not allowed; push without --force",
+  });
+  const tests = await policy.decide(question(agent, "run_command", { command: "npm test" }));
+  assert.deepEqual(tests.kind === "allow" && tests.input, { command: "npm test --silent" });
+  assert.deepEqual(await policy.decide(question(agent, "run_command", { command: "./deploy prod" })), {
+    kind: "ask",
+    reason: "hook review-deploys (agent coder): deploys need a person",
+  });
+  assert.deepEqual(await policy.decide(question(agent, "run_command", { command: "ls" })), { kind: "allow", decider: "policy", reason: "no rule asks for approval" });
+  assert.equal((await policy.decide(question(agent, "write_file", { path: "a", content: "b" }))).kind, "ask", "requires_approval after the hooks said continue");
+});

@@ -1,0 +1,105 @@
+// The y/n/edit prompt `oz0 run` shows for a waiting call: its logic on a
+// stream pair, and the real command under a pseudo-terminal (`script`), where
+// a person approves with an edited input and the job runs that input.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { PassThrough } from "node:stream";
+import { after, before, test } from "node:test";
+import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
+import { promptForAnswer } from "../src/cli/approval-prompt.js";
+import { cliMain, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
+
+function pair(): { input: PassThrough; output: PassThrough; shown: () => string } {
+  const input = new PassThrough();
+  const output = new PassThrough();
+  let text = "";
+  output.on("data", (d: Buffer) => (text += d.toString()));
+  return { input, output, shown: () => text };
+}
+
+const call = { tool: "run_command", input: { command: "rm -rf build" }, reason: "run_command is in harness.requires_approval" };
+
+test("y approves, n asks why and denies, e takes a JSON object and approves it", async () => {
+  const yes = pair();
+  yes.input.write("y\n");
+  assert.deepEqual(await promptForAnswer({ call, input: yes.input, output: yes.output }), { allow: true, reason: "approved at the terminal" });
+  assert.match(yes.shown(), /run_command waits for approval: run_command is in harness\.requires_approval\n {2}input: \{"command":"rm -rf build"\}/);
+
+  const no = pair();
+  no.input.write("n\nnot the build folder\n");
+  assert.deepEqual(await promptForAnswer({ call, input: no.input, output: no.output }), { allow: false, reason: "not the build folder" });
+
+  const edit = pair();
+  edit.input.write('maybe\ne\n{"command":\ne\n["x"]\ne\n{"command":"rm -rf build/tmp"}\n');
+  assert.deepEqual(await promptForAnswer({ call, input: edit.input, output: edit.output }), {
+    allow: true,
+    input: { command: "rm -rf build/tmp" },
+    reason: "approved with an edited input at the terminal",
+  });
+  assert.match(edit.shown(), /Answer y, n or e\./);
+  assert.equal(edit.shown().match(/That is not a JSON object/g)?.length, 2);
+
+  const ended = pair();
+  ended.input.end();
+  assert.deepEqual(await promptForAnswer({ call, input: ended.input, output: ended.output }), { allow: false, reason: "nobody answered at the terminal (its input ended)" });
+});
+
+const CAREFUL = `name: careful
+description: Every command waits for a person.
+runtime: harness:fake
+model:
+  primary: anthropic/claude-sonnet-5-5
+instructions: prompts/fixer.md
+harness:
+  tools: [run_command]
+  requires_approval: [run_command]
+`;
+
+function toolResults(request: ScriptedRequest): string {
+  const messages = (request.body?.messages ?? []) as { content: unknown }[];
+  return messages
+    .flatMap((m) => (Array.isArray(m.content) ? (m.content as { type: string; content?: unknown }[]) : []))
+    .filter((b) => b.type === "tool_result")
+    .map((b) => String(b.content))
+    .join(" | ");
+}
+
+let t: TestStack;
+
+before(async () => {
+  t = await startTestStack({
+    pick: ({ turn, request }): ScriptedTurn => (turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: "echo original" } }] } : { text: `saw: ${toolResults(request)}` }),
+  });
+  const installed = await t.cli(["plugin", "install", await makePluginRepo({ agents: { careful: CAREFUL } })]);
+  assert.equal(installed.code, 0, installed.stderr);
+});
+
+after(async () => {
+  await t?.close();
+});
+
+test("oz0 run on a terminal prompts, and an edited input is what runs", async () => {
+  // `script` gives the CLI a pseudo-terminal, so it prompts as it would for a person.
+  const child = spawn("script", ["-qfec", `${process.execPath} ${cliMain} run careful 'run it'`, "/dev/null"], {
+    env: { ...process.env, OZ0_URL: t.url, OZ0_HOME: t.home, OZ0_LOG_LEVEL: "warn", USER: "tester" },
+    stdio: ["pipe", "pipe", "pipe"],
+  });
+  let screen = "";
+  const prompted = new Promise<void>((resolve) => {
+    child.stdout.on("data", (d: Buffer) => {
+      screen += d.toString();
+      if (screen.includes("[e]dit the input: ") && !screen.includes("New input")) {
+        child.stdin.write("e\r");
+      }
+      if (screen.includes("New input, as one line of JSON: ")) resolve();
+    });
+  });
+  await prompted;
+  child.stdin.write('{"command":"echo edited"}\r');
+  const code = await new Promise<number>((resolve) => child.on("exit", (c) => resolve(c ?? 1)));
+  assert.equal(code, 0, screen);
+  assert.match(screen, /run_command waits for approval/);
+  assert.match(screen, /input: \{"command":"echo original"\}/);
+  assert.match(screen, /saw: exit code 0\r?\nedited/);
+  assert.match(screen, /job job_\w+ succeeded/);
+});
