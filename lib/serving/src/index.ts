@@ -14,3 +14,14 @@ export {
   traceServerInterceptor,
 } from "./telemetry.js";
 export type { Telemetry, TelemetryOptions } from "./telemetry.js";
+export {
+  CONTENT_ATTRIBUTES,
+  GenAi,
+  contextFromTraceparent,
+  genAiClientMetrics,
+  recording,
+  safeAttributes,
+  traceContextOf,
+  workMetrics,
+} from "./genai-spans.js";
+export type { GenAiClientMetrics } from "./genai-spans.js";

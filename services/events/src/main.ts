@@ -1,11 +1,13 @@
 #!/usr/bin/env node
 // oz0-events: the events service as a process, configured from the environment.
-import { createLogger, onShutdownSignal } from "@oz0/serving";
+import { createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
 import { homedir } from "node:os";
 import path from "node:path";
 import { DEFAULT_TOPIC, startEvents } from "./start-events.js";
 
 const logger = createLogger({ name: "events" });
+// Before anything else starts, so every span of this process is exported (a no-op without OTEL_*).
+const telemetry = startTelemetry({ serviceName: "oz0-events" });
 const list = (value: string | undefined): string[] => (value ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 
 function port(value: string | undefined, fallback: number): number {
@@ -27,7 +29,11 @@ try {
     topic: process.env.OZ0_KAFKA_TOPIC || DEFAULT_TOPIC,
     logger,
   });
-  onShutdownSignal(logger, () => events.close());
+  onShutdownSignal(logger, async () => {
+    await events.close();
+    // Flush the spans and metrics of the last work before the process exits.
+    await telemetry.shutdown();
+  });
 } catch (error) {
   logger.fatal({ err: error }, "events failed to start");
   process.stderr.write(`oz0-events: ${(error as Error).message}\n`);

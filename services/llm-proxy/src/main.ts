@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 // The llm-proxy process: environment in, startLlmProxy, SIGTERM out.
-import { createLogger, onShutdownSignal } from "@oz0/serving";
+import { createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
 import { loadKek, loadProvidersFile, startLlmProxy } from "./index.js";
 
 const logger = createLogger({ name: "llm-proxy" });
+// Before anything else starts, so every span of this process is exported (a no-op without OTEL_*).
+const telemetry = startTelemetry({ serviceName: "oz0-llm-proxy" });
 try {
   const env = process.env;
   const proxy = await startLlmProxy({
@@ -19,7 +21,11 @@ try {
     })(),
     logger,
   });
-  onShutdownSignal(logger, () => proxy.close());
+  onShutdownSignal(logger, async () => {
+    await proxy.close();
+    // Flush the spans and metrics of the last work before the process exits.
+    await telemetry.shutdown();
+  });
 } catch (error) {
   logger.fatal({ message: (error as Error).message }, "llm-proxy could not start");
   process.exitCode = 1;

@@ -2,6 +2,7 @@
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import { traceContextClientInterceptor } from "@oz0/serving";
 import { invalidArgument, OrchestratorError } from "./orchestrator-error.js";
 import type { MintedToken, SecretWriter, TokenIssuer } from "./session-runner.js";
 
@@ -12,7 +13,7 @@ export class LlmProxyClient implements TokenIssuer, SecretWriter {
 
   constructor(options: { url: string }) {
     this.url = options.url.replace(/\/$/, "");
-    const transport = createGrpcTransport({ baseUrl: this.url });
+    const transport = createGrpcTransport({ baseUrl: this.url, interceptors: [traceContextClientInterceptor] });
     this.#tokens = createClient(LlmProxyService, transport);
     this.#secrets = createClient(SecretService, transport);
   }

@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 // oz0-orchestrator: the orchestrator as a process, configured from the environment.
-import { createLogger, onShutdownSignal } from "@oz0/serving";
+import { createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
 import { startOrchestrator } from "./start-orchestrator.js";
 
 const logger = createLogger({ name: "orchestrator" });
+// Before anything else starts, so every span of this process is exported (a no-op without OTEL_*).
+const telemetry = startTelemetry({ serviceName: "oz0-orchestrator" });
 const list = (value: string | undefined): string[] => (value ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 
 try {
@@ -16,7 +18,11 @@ try {
     ...(process.env.OZ0_EVENTS_URL ? { eventsUrl: process.env.OZ0_EVENTS_URL } : {}),
     logger,
   });
-  onShutdownSignal(logger, () => orchestrator.close());
+  onShutdownSignal(logger, async () => {
+    await orchestrator.close();
+    // Flush the spans and metrics of the last work before the process exits.
+    await telemetry.shutdown();
+  });
 } catch (error) {
   logger.fatal({ err: error }, "orchestrator failed to start");
   process.stderr.write(`oz0-orchestrator: ${(error as Error).message}\n`);

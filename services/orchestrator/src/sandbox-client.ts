@@ -11,6 +11,7 @@ import {
   type RunSessionRequest,
   type RunSessionResponse,
 } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { traceContextClientInterceptor } from "@oz0/serving";
 import { MessageQueue } from "./message-queue.js";
 import {
   SessionNotFoundError,
@@ -106,7 +107,11 @@ export class SandboxClient implements SessionRunner {
 
   constructor(options: { url: string }) {
     this.url = options.url;
-    this.#client = createClient(SandboxService, createGrpcTransport({ baseUrl: options.url }));
+    this.#client = createClient(
+      SandboxService,
+      // The session span is active when a session starts: the sandbox continues it.
+      createGrpcTransport({ baseUrl: options.url, interceptors: [traceContextClientInterceptor] }),
+    );
   }
 
   start(options: StartSessionOptions): SessionChannel {

@@ -1,12 +1,18 @@
 #!/usr/bin/env node
 // The sandbox process: configuration from the environment, SIGTERM = graceful shutdown.
-import { createLogger, onShutdownSignal } from "@oz0/serving";
+import { createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
 import { configFromEnv, startSandbox } from "./index.js";
 
 const logger = createLogger({ name: "sandbox" });
+// Before anything else starts, so every span of this process is exported (a no-op without OTEL_*).
+const telemetry = startTelemetry({ serviceName: "oz0-sandbox" });
 try {
   const sandbox = await startSandbox({ ...configFromEnv(process.env), logger });
-  onShutdownSignal(logger, () => sandbox.close());
+  onShutdownSignal(logger, async () => {
+    await sandbox.close();
+    // Flush the spans and metrics of the last work before the process exits.
+    await telemetry.shutdown();
+  });
 } catch (error) {
   logger.fatal({ err: error }, "the sandbox could not start");
   process.exitCode = 1;
