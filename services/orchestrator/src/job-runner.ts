@@ -39,6 +39,8 @@ import {
   type JsonObject,
   type PermissionRecord,
 } from "./job-store.js";
+import { sessionSkills } from "./agent-skills.js";
+import { OperationRunner, operationRuntimeTools, type OperationParent } from "./operation-runner.js";
 import { failedPrecondition, invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
 import type { PermissionPolicy } from "./permission-policy.js";
 import {
@@ -84,6 +86,8 @@ export interface JobRunnerOptions {
   logger: Logger;
   /** How often a lost sandbox stream is re-attached before the job fails. Default 5. */
   reattachAttempts?: number;
+  /** Repair sessions a harness operation gets when its result does not validate. Default 2. */
+  operationRepairs?: number;
 }
 
 interface ActiveJob {
@@ -104,6 +108,7 @@ export class JobRunner {
   readonly #active = new Map<string, ActiveJob>();
   readonly #running = new Set<Promise<void>>();
   readonly #locks = new Map<string, Promise<unknown>>();
+  readonly #operations: OperationRunner;
   #next = 0;
   #closing = false;
   readonly #deadlines: ApprovalDeadlines;
@@ -112,10 +117,37 @@ export class JobRunner {
     if (options.sandboxes.length === 0) throw invalidArgument("no sandbox configured: set OZ0_SANDBOX_URLS");
     this.#o = options;
     this.#agents = new AgentVersions({ store: options.store });
+    this.#operations = new OperationRunner({
+      tokens: options.tokens,
+      policy: options.policy,
+      home: options.home,
+      logger: options.logger,
+      ...(options.lifecycle ? { lifecycle: options.lifecycle } : {}),
+      ...(options.operationRepairs !== undefined ? { maxRepairs: options.operationRepairs } : {}),
+    });
     this.#deadlines = new ApprovalDeadlines({
       onDeadline: (jobId, permissionId) => this.#timeOut(jobId, permissionId),
       onError: (error) => options.logger.error({ err: error }, "could not time out an approval"),
     });
+  }
+
+  /** The parent side of a harness operation call: the job's session, its deadline, and its current stream. */
+  #operationParent(job: JobRecord, active: ActiveJob): OperationParent {
+    const timeout = active.agent.definition.limits?.timeout;
+    const timeoutMs = timeout ? parseDuration(timeout) : 0;
+    return {
+      jobId: job.id,
+      sessionId: job.sessionId,
+      agent: active.agent,
+      sandbox: active.sandbox,
+      // From the job's creation: never later than the deadline its session was given.
+      ...(timeoutMs > 0 ? { deadline: new Date(job.createdAt.getTime() + timeoutMs) } : {}),
+      answer: async (result) => {
+        const channel = this.#active.get(job.id)?.channel;
+        if (!channel) throw new Error("the job's session is not attached");
+        await channel.answerRuntimeTool(result);
+      },
+    };
   }
 
   /** Serialize everything that changes one job (session messages, answers, cancel). */
@@ -232,6 +264,9 @@ export class JobRunner {
       },
       harnessOptions: (definition.harness ?? {}) as ProtoJsonObject,
       permissions: agent.harness.manifest.permissions ?? false,
+      // Harness operations, as runtime tools; the skill catalogue every session of the version sees.
+      runtimeTools: operationRuntimeTools(agent),
+      skills: sessionSkills(agent),
       llm: {
         anthropicBaseUrl: token.anthropicBaseUrl,
         openaiBaseUrl: token.openaiBaseUrl,
@@ -286,6 +321,8 @@ export class JobRunner {
     active.channel = active.sandbox.reattach({ sessionId: job.sessionId, afterSeq: active.sandboxSeq });
     // Answers decided but never written to the session (the orchestrator stopped in between).
     for (const p of await this.#o.store.listPermissions({ jobId, undeliveredOnly: true })) await this.#deliver(jobId, p);
+    // Harness operations the session still waits for: a checkpointed result is delivered, an unfinished one runs again.
+    for (const work of this.#operations.resumeJob(this.#operationParent(job, active))) this.#track(work);
     await this.#consume(jobId, active);
   }
 
@@ -383,11 +420,15 @@ export class JobRunner {
       case "permissionRequest":
         await this.#decidePermission(jobId, active, event, patch);
         return;
-      case "runtimeToolCall":
-        // Runtime tools (harness operations, issue 10) are not served yet.
-        this.#o.logger.warn({ jobId, tool: e.value.name }, "runtime tool call ignored: no runtime tools are offered yet");
+      case "runtimeToolCall": {
+        // A harness operation runs beside the session (calls of one turn concurrently); its
+        // answer goes down the stream when done. Recorded before the seq advances, so a crash
+        // in between replays the call rather than losing it.
+        const job = (await this.#o.store.getJob(jobId))!;
+        this.#track(this.#operations.accept({ parent: this.#operationParent(job, active), callId: e.value.id, name: e.value.name, input: e.value.input }).done);
         await this.#o.store.updateJob(jobId, patch);
         return;
+      }
       default:
         await this.#o.store.updateJob(jobId, patch);
     }
@@ -607,6 +648,7 @@ export class JobRunner {
         await this.#deliver(job.id, p);
       }
     });
+    this.#operations.cancelJob(job.id);
     let sessionGone = !active?.channel;
     if (!sessionGone) {
       try {
@@ -655,6 +697,7 @@ export class JobRunner {
       events.push(...closed.map((p) => this.#decisionEvent(p)));
       events.push({ event: { case: "stateChanged", value: { state: JOB_STATE_TO_PROTO[state], reason: error } } } as Partial<JobEvent>);
       await this.#append(jobId, events, { state, error, finishedAt: new Date(), ...(result ? { resultText: result.text, stopReason: result.stopReason } : {}) }, closed);
+      this.#operations.cancelJob(jobId);
       this.#active.get(jobId)?.channel?.close();
       this.#active.delete(jobId);
       this.#o.lifecycle?.publish(state === "succeeded" ? "job.completed" : `job.${state}`, { jobId, sessionId: job.sessionId, agentName: job.agentName, agentVersion: String(job.agentVersion), status: state });
