@@ -201,6 +201,8 @@ export class OperationRunner {
 
   async #resume(parent: OperationParent, op: HarnessOperationDefinition, record: OperationCheckpoint): Promise<void> {
     if (record.delivered) return;
+    // Scratch sessions of a previous process are not followed by anyone now: stop them.
+    for (const id of record.scratchSessionIds) await parent.sandbox.cancel({ sessionId: id, reason: "the orchestrator restarted; this operation attempt is abandoned" }).catch(() => undefined);
     if (record.status === "validated" && record.result) {
       // The checkpoint committed: reuse it, do not ask the model again.
       this.#o.logger.info({ jobId: parent.jobId, callId: record.callId }, "harness operation result reused from its checkpoint");
@@ -209,8 +211,7 @@ export class OperationRunner {
     if (record.status === "failed") {
       return this.#deliver(parent, record.callId, { kind: "failed", code: (record.errorCode as OperationErrorCode) ?? "operation_session_failed", message: record.error ?? "the operation failed", validation: "unknown" }, record);
     }
-    // Started but never checkpointed: leftovers of the previous attempt are cancelled, and it runs again.
-    for (const id of record.scratchSessionIds) await parent.sandbox.cancel({ sessionId: id, reason: "the orchestrator restarted before the operation's checkpoint" }).catch(() => undefined);
+    // Started but never checkpointed: it runs again (at-least-once execution).
     await this.#run(parent, op, record);
   }
 

@@ -1,0 +1,110 @@
+// Durable harness operations across a real orchestrator crash (SIGKILL and a
+// new process on the same data directory), with the fake harness and the
+// scripted model:
+// - killed before the checkpoint: the operation runs again (the scratch
+//   loop's model is asked a second time) and the job succeeds;
+// - killed after the checkpoint committed but before the parent got the
+//   result: the recorded result is delivered, the model is not asked again.
+import assert from "node:assert/strict";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
+import type { OperationCheckpoint } from "../src/operation-checkpoints.js";
+import { eventually, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
+
+const plugin = path.join(repoRoot, "examples", "plugins", "shipments");
+const booking = path.join(plugin, "documents", "booking-4831.txt");
+
+/** Scratch model calls per task, and what each parent's last turn was shown. */
+const scratchCalls = new Map<string, number>();
+const parentSaw = new Map<string, string>();
+let releaseFirstAttempts!: () => void;
+const firstAttemptsReleased = new Promise<void>((r) => (releaseFirstAttempts = r));
+
+function firstUserText(request: ScriptedRequest): string {
+  const first = (request.body?.messages as { content: unknown }[] | undefined)?.[0]?.content;
+  return typeof first === "string" ? first : "";
+}
+
+async function pick({ turn, request }: { input: string; turn: number; request: ScriptedRequest }): Promise<ScriptedTurn> {
+  const system = JSON.stringify(request.body?.system ?? "");
+  const input = firstUserText(request);
+  if (system.includes("## Harness operation: extract_shipment")) {
+    const calls = (scratchCalls.get(input) ?? 0) + 1;
+    scratchCalls.set(input, calls);
+    // The first attempt hangs in its model call until the test is over: the orchestrator dies meanwhile.
+    if (calls === 1) await firstAttemptsReleased;
+    return { text: JSON.stringify({ shipmentReference: "SHP-4831", pickupCountry: "DE", deliveryCountry: "FR", sourceFiles: ["booking-4831.txt"] }) };
+  }
+  // The parent: its input names the task; one operation call, then an answer.
+  if (turn === 0) return { toolCalls: [{ name: "extract_shipment", input: { task: input } }] };
+  parentSaw.set(input, JSON.stringify(request.body?.messages ?? []));
+  return { text: "done" };
+}
+
+let t: TestStack;
+before(async () => {
+  t = await startTestStack({ pick: pick as unknown as Parameters<typeof startTestStack>[0]["pick"] });
+  const installed = await t.cli(["plugin", "install", plugin]);
+  assert.equal(installed.code, 0, installed.stdout + installed.stderr);
+});
+after(async () => {
+  releaseFirstAttempts();
+  await t.close();
+});
+
+async function startJob(task: string): Promise<string> {
+  const started = await t.cli(["run", "shipment-orchestrator", task, "--attach", booking, "--detach"]);
+  assert.equal(started.code, 0, started.stderr);
+  return started.stdout.trim();
+}
+
+function checkpointFile(jobId: string): string | undefined {
+  const dir = path.join(t.home, "jobs", jobId, "operations");
+  try {
+    const name = readdirSync(dir).find((n) => n.endsWith(".json"));
+    return name ? path.join(dir, name) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const readCheckpoint = (file: string): OperationCheckpoint => JSON.parse(readFileSync(file, "utf8")) as OperationCheckpoint;
+
+test("a crash before the checkpoint runs the operation again", async () => {
+  const task = "task-before-checkpoint";
+  const jobId = await startJob(task);
+  await eventually(async () => (scratchCalls.get(task) === 1 ? true : undefined));
+  const file = await eventually(async () => checkpointFile(jobId));
+  assert.equal(readCheckpoint(file).status, "running");
+
+  await t.restartOrchestrator();
+  const watched = await t.cli(["jobs", "watch", jobId]);
+  assert.equal(watched.code, 0, watched.stdout + watched.stderr);
+  assert.equal(scratchCalls.get(task), 2, "asked again: nothing was recorded");
+  const record = readCheckpoint(file);
+  assert.deepEqual([record.status, record.delivered, record.scratchSessionIds.length], ["validated", true, 2]);
+  assert.match(parentSaw.get(task)!, /SHP-4831/);
+});
+
+test("a crash after the checkpoint reuses the recorded result", async () => {
+  const task = "task-after-checkpoint";
+  const jobId = await startJob(task);
+  await eventually(async () => (scratchCalls.get(task) === 1 ? true : undefined));
+  const file = await eventually(async () => checkpointFile(jobId));
+  // The state a crash leaves right after the checkpoint commits and before the
+  // parent's answer is written: status validated, not delivered. (The attempt
+  // itself still hangs in its model call, so this process never touches the file.)
+  const record = readCheckpoint(file);
+  record.status = "validated";
+  record.result = { shipmentReference: "FROM-CHECKPOINT", pickupCountry: "DE", deliveryCountry: "FR", sourceFiles: ["booking-4831.txt"] };
+  writeFileSync(file, JSON.stringify(record));
+
+  await t.restartOrchestrator();
+  const watched = await t.cli(["jobs", "watch", jobId]);
+  assert.equal(watched.code, 0, watched.stdout + watched.stderr);
+  assert.equal(scratchCalls.get(task), 1, "the model was not asked again");
+  assert.match(parentSaw.get(task)!, /FROM-CHECKPOINT/);
+  assert.equal(readCheckpoint(file).delivered, true);
+});
