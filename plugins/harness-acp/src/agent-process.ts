@@ -4,6 +4,8 @@
 // an answer that never comes, so this harness ends the session instead.
 import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
+import { accessSync, constants, existsSync } from "node:fs";
+import path from "node:path";
 import { Writable } from "node:stream";
 import { ndJsonStream } from "@agentclientprotocol/sdk";
 import type { Stream } from "@agentclientprotocol/sdk";
@@ -67,11 +69,48 @@ function preview(line: string): string {
   return JSON.stringify(line.length > 120 ? `${line.slice(0, 120)}…` : line);
 }
 
+/** Whether `program` is an executable as execvp would find it with `PATH` (checked first, so a missing agent is a clear error). */
+export function findProgram(program: string, cwd: string, pathVariable: string): boolean {
+  const candidates = program.includes("/")
+    ? [path.resolve(cwd, program)]
+    : pathVariable.split(":").filter((dir) => dir !== "").map((dir) => path.join(dir, program));
+  return candidates.some((candidate) => {
+    try {
+      accessSync(candidate, constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+
+/**
+ * `setpriv --pdeathsig KILL` (util-linux) makes the kernel kill the agent if
+ * this harness dies without cleaning up (the runtime's SIGKILL reaches only
+ * the harness's own process group, and the agent has a group of its own).
+ */
+const SETPRIV = ["/usr/bin/setpriv", "/bin/setpriv"].find((candidate) => existsSync(candidate));
+
 export function startAgentProcess(options: AgentProcessOptions): AgentProcess {
   const [program, ...args] = options.command;
   if (program === undefined) throw new AcpSessionError("agent_start_failed", "the agent command is empty");
+  if (!findProgram(program, options.cwd, options.env["PATH"] ?? "")) {
+    throw new AcpSessionError("agent_start_failed", `could not start the ACP agent: ${JSON.stringify(program)} is not an executable on the agent's PATH`);
+  }
+  const argv = SETPRIV === undefined ? [program, ...args] : [SETPRIV, "--pdeathsig", "KILL", "--", program, ...args];
   // detached: its own process group, so ending the agent ends everything it started.
-  const child = spawn(program, args, { cwd: options.cwd, env: options.env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+  const child = spawn(argv[0] ?? program, argv.slice(1), { cwd: options.cwd, env: options.env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+  // A harness that exits any other way (an uncaught error) still takes the agent's group with it.
+  const killOnExit = (): void => {
+    if (child.pid !== undefined && !gone) {
+      try {
+        process.kill(-child.pid, "SIGKILL");
+      } catch {
+        // Already gone.
+      }
+    }
+  };
+  process.on("exit", killOnExit);
   let gone = false;
   let exitDescription = "";
   let failed = false;
@@ -83,6 +122,7 @@ export function startAgentProcess(options: AgentProcessOptions): AgentProcess {
   const exited = new Promise<void>((resolve) => {
     child.on("exit", (code, signal) => {
       gone = true;
+      process.off("exit", killOnExit);
       exitDescription = signal !== null ? `was killed by ${signal}` : `exited with code ${code ?? "?"}`;
       resolve();
     });

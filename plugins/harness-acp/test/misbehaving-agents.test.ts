@@ -48,7 +48,7 @@ void test("an agent command that does not exist is a clear error", async () => {
   const run = await runHarness({ harnessOptions: { agent: { command: ["oz0-no-such-acp-agent"] } }, turns: () => [] });
   try {
     assert.equal(run.outcome.result?.stopReason, StopReason.ERROR);
-    assert.match(run.outcome.result?.error ?? "", /^could not start the ACP agent "oz0-no-such-acp-agent": spawn oz0-no-such-acp-agent ENOENT$/);
+    assert.match(run.outcome.result?.error ?? "", /^could not start the ACP agent: "oz0-no-such-acp-agent" is not an executable on the agent's PATH$/);
   } finally {
     await removeRun(run);
   }
