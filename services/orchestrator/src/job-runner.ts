@@ -185,9 +185,10 @@ export class JobRunner {
     return stored;
   }
 
-  async runAgent(options: { agent: string; input: string; attachments?: string[] }): Promise<JobRecord> {
+  /** `version`: run that version instead of the latest (a graph run pins its agents' versions when it starts). */
+  async runAgent(options: { agent: string; input: string; attachments?: string[]; version?: number }): Promise<JobRecord> {
     if (this.#closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
-    const agent = await this.#agents.resolve(options.agent);
+    const agent = await this.#agents.resolve(options.agent, options.version);
     const attachments = (options.attachments ?? []).map((a) => {
       if (!path.isAbsolute(a)) throw invalidArgument(`attachment ${a} is not an absolute path; pass absolute paths on the orchestrator's host`);
       if (!existsSync(a)) throw invalidArgument(`attachment ${a} does not exist on the orchestrator's host; check the path`);
@@ -291,6 +292,8 @@ export class JobRunner {
     const jobs: JobRecord[] = [];
     for (const state of ACTIVE_JOB_STATES) jobs.push(...(await this.#o.store.listJobs({ state, limit: 100_000 })));
     for (const job of jobs) {
+      // A graph run's job has no session of its own: GraphJobs (graph-jobs.ts) resumes it from its checkpoints.
+      if (job.id.startsWith("graph_")) continue;
       const agent = await this.#o.store.getAgentVersion(job.agentName, job.agentVersion);
       if (!agent) {
         await this.#finish(job.id, { failure: `agent version ${job.agentName} v${job.agentVersion} is missing from the store` });
