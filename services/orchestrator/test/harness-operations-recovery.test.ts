@@ -5,11 +5,15 @@
 //   loop's model is asked a second time) and the job succeeds;
 // - killed after the checkpoint committed but before the parent got the
 //   result: the recorded result is delivered, the model is not asked again.
+// And cancelling the parent job cancels its running operation.
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
+import { EventsService, OperationStatus } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { OperationCheckpoint } from "../src/operation-checkpoints.js";
 import { eventually, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
 
@@ -107,4 +111,25 @@ test("a crash after the checkpoint reuses the recorded result", async () => {
   assert.equal(scratchCalls.get(task), 1, "the model was not asked again");
   assert.match(parentSaw.get(task)!, /FROM-CHECKPOINT/);
   assert.equal(readCheckpoint(file).delivered, true);
+});
+
+test("cancelling the parent job cancels its running operation", async () => {
+  const task = "task-cancelled-with-parent";
+  const jobId = await startJob(task);
+  await eventually(async () => (scratchCalls.get(task) === 1 ? true : undefined));
+  const cancelled = await t.cli(["jobs", "cancel", jobId, "--reason", "testing cancel"]);
+  assert.equal(cancelled.code, 0, cancelled.stderr);
+  const watched = await t.cli(["jobs", "watch", jobId]);
+  assert.equal(watched.code, 4, watched.stdout + watched.stderr);
+  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events }));
+  const row = await eventually(async () => {
+    const response = await events.transcript({ jobId });
+    const found = response.rows.flatMap((r) => (r.row.case === "operation" ? [r.row.value] : []))[0];
+    return found && found.status !== OperationStatus.RUNNING ? found : undefined;
+  });
+  assert.equal(row.status, OperationStatus.CANCELLED);
+  assert.equal(row.errorCode, "operation_cancelled");
+  const record = readCheckpoint((await eventually(async () => checkpointFile(jobId))));
+  assert.equal(record.status, "failed");
+  assert.equal(scratchCalls.get(task), 1);
 });
