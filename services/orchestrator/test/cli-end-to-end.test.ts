@@ -4,11 +4,14 @@
 // approval, publish a changed agent and see the old job stay pinned.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { ScriptedTurn } from "@oz0/harness/testing";
+import { SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { commitAll, eventually, makePluginRepo, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
 
 const run = promisify(execFile);
@@ -212,4 +215,23 @@ test("buf curl lists and calls the orchestrator's services through reflection", 
     versions.map((v) => v.version),
     [1, 2],
   );
+});
+
+test("oz0 secret set hands the value to the LLM proxy; the orchestrator never prints or stores it", async () => {
+  const value = `sk-test-${Math.random().toString(36).slice(2)}`;
+  const set = await t.cli(["secret", "set", "ANTHROPIC_API_KEY"], { input: `${value}\n` });
+  assert.equal(set.code, 0, set.stderr);
+  assert.equal(set.stdout, "secret ANTHROPIC_API_KEY set\n");
+  const proxy = createClient(SecretService, createGrpcTransport({ baseUrl: t.stack.urls["llm-proxy"] }));
+  const { secrets } = await proxy.listSecrets({});
+  assert.deepEqual(
+    secrets.map((s) => s.name),
+    ["ANTHROPIC_API_KEY"],
+  );
+  for (const file of ["orchestrator.db", "orchestrator.db-wal", "logs/orchestrator.log"].map((f) => path.join(t.home, f))) {
+    if (existsSync(file)) assert.equal(readFileSync(file).includes(value), false, `${file} holds the secret`);
+  }
+  const empty = await t.cli(["secret", "set", "OPENAI_API_KEY"], { input: "" });
+  assert.equal(empty.code, 1);
+  assert.match(empty.stderr, /^oz0: no value on stdin: pipe it in/);
 });
