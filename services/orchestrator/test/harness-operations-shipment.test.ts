@@ -147,3 +147,15 @@ test("changing an operation publishes a new version; the older one keeps its exa
   assert.doesNotMatch(older.stdout, /45000/);
   assert.match(newer.stdout, /key: verify_shipment[\s\S]*timeout_ms: 45000/);
 });
+
+test("publication refuses an operation past a limit, naming the operation and the rule", async () => {
+  const { cpSync, mkdtempSync, readFileSync, writeFileSync } = await import("node:fs");
+  const os = await import("node:os");
+  const copy = mkdtempSync(path.join(os.tmpdir(), "oz0-shipments-bad-"));
+  cpSync(plugin, copy, { recursive: true });
+  const file = path.join(copy, "agents", "shipment-orchestrator.yaml");
+  writeFileSync(file, readFileSync(file, "utf8").replace("timeout_ms: 60000", "timeout_ms: 300001"));
+  const refused = await t.cli(["plugin", "install", copy]);
+  assert.notEqual(refused.code, 0);
+  assert.match(refused.stderr, /agents\/shipment-orchestrator\.yaml: field \/harness_operations\/1 \(operation "verify_shipment"\): timeout_ms must be a whole number of milliseconds from 1,000 to 300,000 \(got 300001\)/);
+});
