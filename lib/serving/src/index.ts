@@ -25,3 +25,5 @@ export {
   workMetrics,
 } from "./genai-spans.js";
 export type { GenAiClientMetrics } from "./genai-spans.js";
+export { startInMemoryTelemetry } from "./in-memory-telemetry.js";
+export type { InMemoryTelemetry } from "./in-memory-telemetry.js";

@@ -12,6 +12,7 @@ import type { TokenRecord } from "./proxy-store.js";
 import { scrubSecret } from "./secret-scrubber.js";
 import type { SessionTokens } from "./session-tokens.js";
 import { readAll, sendUpstream } from "./upstream-client.js";
+import { traceModelCall } from "./tracing.js";
 import { sendError, type ClientResponse, type Wire } from "./wire-errors.js";
 
 export type ClientRequest = http.IncomingMessage | http2.Http2ServerRequest;
@@ -149,7 +150,10 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       await countTokens({ options, res, provider, headers, rawBody: sendBody, upstreamPath: found.upstreamPath, signal: clientGone.signal });
       return;
     }
-    await runModelCall(options, { res, clientGone: clientGone.signal, provider, wire, upstreamPath: found.upstreamPath, forwardHeaders: headers, token, rawBody: sendBody, body });
+    await traceModelCall(
+      { incoming: req.headers, outgoing: headers, provider: found.provider, operation: "chat", model: typeof body.model === "string" ? body.model : undefined },
+      () => runModelCall(options, { res, clientGone: clientGone.signal, provider, wire, upstreamPath: found.upstreamPath, forwardHeaders: headers, token, rawBody: sendBody, body }),
+    );
   };
 
   return (req, res) => {

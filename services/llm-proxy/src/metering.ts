@@ -2,6 +2,7 @@
 // usage up per job and agent.
 import type { Logger } from "@oz0/serving";
 import type { AttemptRecord, CallRecord, ProxyStore, TokenUsage, UsageTotals } from "./proxy-store.js";
+import { recordAttempt, recordCall } from "./tracing.js";
 import type { UsageSink } from "./usage-sink.js";
 
 export interface MeteringOptions {
@@ -27,6 +28,8 @@ export class Metering {
   }
 
   attempt(record: AttemptRecord): void {
+    // Called inside the call's chat span: the attempt becomes its child.
+    recordAttempt(record);
     try {
       this.#store.recordAttempt(record);
     } catch (error) {
@@ -35,6 +38,7 @@ export class Metering {
   }
 
   call(record: CallRecord): void {
+    recordCall(record);
     try {
       this.#store.recordCall(record);
     } catch (error) {

@@ -1,0 +1,114 @@
+// The proxy's part of a job's trace: one `chat {model}` span per model call
+// (OpenTelemetry GenAI conventions), continuing the harness's `traceparent`
+// header, with the usage the metering records and one child span per attempt
+// upstream. The GenAI client metrics are recorded from the same records.
+// Nothing of the request or the answer is put on a span: only counts, names
+// and outcomes.
+import { context, propagation, SpanKind, SpanStatusCode, trace, type Span } from "@opentelemetry/api";
+import { GenAi, genAiClientMetrics, oz0Tracer, recording } from "@oz0/serving";
+import type { AttemptRecord, CallRecord } from "./proxy-store.js";
+
+const tracer = oz0Tracer("@oz0/llm-proxy");
+
+const headerGetter = {
+  keys: (carrier: Record<string, string | string[] | undefined>) => Object.keys(carrier),
+  get: (carrier: Record<string, string | string[] | undefined>, key: string) => carrier[key],
+};
+
+export interface TracedModelCall {
+  /** The incoming request's headers (where the caller's `traceparent` is). */
+  incoming: Record<string, string | string[] | undefined>;
+  /** Headers sent upstream: their `traceparent` is replaced by the chat span's. */
+  outgoing: Record<string, string>;
+  provider: string;
+  /** `chat` for messages and chat completions. */
+  operation: string;
+  model: string | undefined;
+}
+
+/** Runs a model call inside its `chat {model}` span; metering records land on it (see recordCall). */
+export async function traceModelCall(call: TracedModelCall, run: () => Promise<void>): Promise<void> {
+  const parent = propagation.extract(context.active(), call.incoming, headerGetter);
+  const span = tracer.startSpan(
+    call.model ? `${call.operation} ${call.model}` : call.operation,
+    {
+      kind: SpanKind.CLIENT,
+      attributes: {
+        [GenAi.operationName]: call.operation,
+        [GenAi.providerName]: call.provider,
+        ...(call.model ? { [GenAi.requestModel]: call.model } : {}),
+      },
+    },
+    parent,
+  );
+  const active = trace.setSpan(parent, span);
+  // The provider sees our span as the caller, not the harness's.
+  if (span.isRecording()) propagation.inject(active, call.outgoing);
+  try {
+    await context.with(active, run);
+  } catch (error) {
+    span.setStatus({ code: SpanStatusCode.ERROR });
+    span.setAttribute("error.type", (error as { code?: string }).code ?? "internal");
+    throw error;
+  } finally {
+    span.end();
+  }
+}
+
+/** Puts a finished call's usage on the active chat span and into the GenAI client metrics. */
+export function recordCall(record: CallRecord): void {
+  const metricAttributes = {
+    [GenAi.operationName]: "chat",
+    [GenAi.providerName]: record.provider,
+    [GenAi.requestModel]: record.model,
+  };
+  const metrics = genAiClientMetrics();
+  metrics.operationDuration.record(record.latencyMs / 1000, {
+    ...metricAttributes,
+    ...(record.outcome === "ok" ? {} : { "error.type": record.outcome }),
+  });
+  if (record.usage.input > 0) metrics.tokenUsage.record(record.usage.input, { ...metricAttributes, [GenAi.tokenType]: "input" });
+  if (record.usage.output > 0) metrics.tokenUsage.record(record.usage.output, { ...metricAttributes, [GenAi.tokenType]: "output" });
+  const span = trace.getActiveSpan();
+  if (!span?.isRecording()) return;
+  span.setAttributes({
+    [GenAi.requestModel]: record.model,
+    [GenAi.inputTokens]: record.usage.input,
+    [GenAi.outputTokens]: record.usage.output,
+    [GenAi.cacheReadInputTokens]: record.usage.cacheRead,
+    [GenAi.cacheCreationInputTokens]: record.usage.cacheWrite,
+    [GenAi.conversationId]: record.session,
+    [GenAi.agentName]: record.agent,
+    "oz0.job.id": record.job,
+    "oz0.llm.attempts": record.attempts,
+    "oz0.llm.outcome": record.outcome,
+    "oz0.llm.cost_usd": record.costUsd,
+    "oz0.llm.estimated": record.estimated,
+    "http.response.status_code": record.status,
+  });
+  if (record.outcome !== "ok") {
+    span.setAttribute("error.type", record.outcome);
+    span.setStatus({ code: SpanStatusCode.ERROR });
+  }
+}
+
+/** One child span per attempt upstream, from the attempt's own start and latency. */
+export function recordAttempt(record: AttemptRecord): void {
+  if (!recording()) return;
+  const start = record.startedAt.getTime();
+  const span: Span = tracer.startSpan(`attempt ${record.attempt}`, {
+    kind: SpanKind.CLIENT,
+    startTime: start,
+    attributes: {
+      [GenAi.providerName]: record.provider,
+      [GenAi.requestModel]: record.model,
+      "oz0.llm.attempt": record.attempt,
+      "oz0.llm.outcome": record.outcome,
+      "http.response.status_code": record.status,
+      [GenAi.inputTokens]: record.usage.input,
+      [GenAi.outputTokens]: record.usage.output,
+    },
+  });
+  if (record.outcome !== "ok") span.setStatus({ code: SpanStatusCode.ERROR });
+  span.end(start + record.latencyMs);
+}
