@@ -23,6 +23,7 @@ const booking = path.join(plugin, "documents", "booking-4831.txt");
 /** Scratch model calls per task, and what each parent's last turn was shown. */
 const scratchCalls = new Map<string, number>();
 const parentSaw = new Map<string, string>();
+const scratchInputs: string[] = [];
 let releaseFirstAttempts!: () => void;
 const firstAttemptsReleased = new Promise<void>((r) => (releaseFirstAttempts = r));
 
@@ -33,10 +34,17 @@ function firstUserText(request: ScriptedRequest): string {
 
 async function pick({ turn, request }: { input: string; turn: number; request: ScriptedRequest }): Promise<ScriptedTurn> {
   const system = JSON.stringify(request.body?.system ?? "");
-  const input = firstUserText(request);
+  const input = firstUserText(request).split("\n")[0]!;
   if (system.includes("## Harness operation: extract_shipment")) {
     const calls = (scratchCalls.get(input) ?? 0) + 1;
     scratchCalls.set(input, calls);
+    scratchInputs.push(firstUserText(request));
+    // Repair: not JSON at all, then JSON of the wrong shape, then (when allowed) a valid result.
+    if (input.startsWith("task-repair") || input.startsWith("task-never-valid")) {
+      if (calls === 1) return { text: "Here is the shipment: SHP-4831" };
+      if (calls === 2 || input.startsWith("task-never-valid")) return { text: JSON.stringify({ shipmentReference: 4831 }) };
+      return { text: JSON.stringify({ shipmentReference: "SHP-4831", pickupCountry: "DE", deliveryCountry: "FR", sourceFiles: [] }) };
+    }
     // The first attempt hangs in its model call until the test is over: the orchestrator dies meanwhile.
     if (calls === 1) await firstAttemptsReleased;
     return { text: JSON.stringify({ shipmentReference: "SHP-4831", pickupCountry: "DE", deliveryCountry: "FR", sourceFiles: ["booking-4831.txt"] }) };
@@ -132,4 +140,22 @@ test("cancelling the parent job cancels its running operation", async () => {
   const record = readCheckpoint((await eventually(async () => checkpointFile(jobId))));
   assert.equal(record.status, "failed");
   assert.equal(scratchCalls.get(task), 1);
+});
+
+test("schema-invalid output is repaired with the validator's errors, and fails as a tool error after the bound", async () => {
+  const repaired = await t.cli(["run", "shipment-orchestrator", "task-repair", "--attach", booking]);
+  assert.equal(repaired.code, 0, repaired.stdout + repaired.stderr);
+  assert.equal(scratchCalls.get("task-repair"), 3, "the first answer and two repairs");
+  assert.match(parentSaw.get("task-repair")!, /SHP-4831/);
+  const repairs = scratchInputs.filter((i) => i.startsWith("task-repair"));
+  assert.equal(repairs[0], "task-repair");
+  assert.match(repairs[1]!, /did not validate[\s\S]*finish with only a JSON object/);
+  assert.match(repairs[2]!, /did not validate[\s\S]*\/shipmentReference must be string/);
+
+  const failed = await t.cli(["run", "shipment-orchestrator", "task-never-valid", "--attach", booking]);
+  assert.equal(failed.code, 0, failed.stdout + failed.stderr);
+  assert.equal(scratchCalls.get("task-never-valid"), 3, "one attempt and two repairs, then no more");
+  const saw = parentSaw.get("task-never-valid")!;
+  assert.match(saw, /operation_result_invalid: extract_shipment returned no result valid against its result_schema after 2 repair attempt\(s\)/);
+  assert.match(saw, /"is_error":true/);
 });
