@@ -26,6 +26,8 @@ import { registration, type ServiceRegistration } from "@oz0/serving";
 import { existsSync, readFileSync, statSync } from "node:fs";
 import type { AgentVersions } from "./agent-versions.js";
 import { approvalDeadline, approversOf } from "./approval-deadlines.js";
+import { isGraphJob, type GraphJobs } from "./graph-jobs.js";
+import type { GraphRegistry, GraphVersionRecord } from "./graph-registry.js";
 import type { JobFeed } from "./job-feed.js";
 import { isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
 import type { AgentVersionRecord, JobRecord, JobStateName, JobStore, JsonObject, PermissionRecord, PluginRecord } from "./job-store.js";
@@ -95,6 +97,21 @@ export function agentToProto(a: AgentVersionRecord): AgentVersion {
   });
 }
 
+/** A graph in the agents' name space: runtime `graph`, its definition as the definition. */
+export function graphToProto(g: GraphVersionRecord): AgentVersion {
+  return create(AgentVersionSchema, {
+    name: g.name,
+    version: g.version,
+    description: `graph harness ${g.definition.id}`,
+    runtime: "graph",
+    plugin: g.plugin,
+    pluginVersion: g.pluginVersion,
+    contentHash: g.contentHash,
+    publishedAt: timestampFromDate(g.publishedAt),
+    definition: JSON.parse(JSON.stringify(g.definition)) as ProtoJsonObject,
+  });
+}
+
 export function pluginToProto(p: PluginRecord): Plugin {
   return create(PluginSchema, {
     name: p.name,
@@ -155,6 +172,8 @@ export interface OrchestratorServiceDeps {
   plugins: PluginRegistry;
   agents: AgentVersions;
   secrets: SecretWriter;
+  /** Graph harnesses: RunAgent, CancelJob and the agent listings share their name space with agents. */
+  graphs?: { jobs: GraphJobs; registry: GraphRegistry };
 }
 
 async function* watch(deps: OrchestratorServiceDeps, jobId: string, afterSeq: number, context: HandlerContext): AsyncGenerator<WatchJobResponse> {
@@ -204,9 +223,14 @@ async function* watch(deps: OrchestratorServiceDeps, jobId: string, afterSeq: nu
 export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegistration[] {
   const jobs = registration(JobService, {
     runAgent: (req) =>
-      handle(async () => ({
-        job: jobToProto(await deps.runner.runAgent({ agent: required(req.agent, "agent"), input: req.input, attachments: req.attachments })),
-      })),
+      handle(async () => {
+        const name = required(req.agent, "agent");
+        if (deps.graphs?.jobs.isGraph(name)) {
+          if (req.attachments.length > 0) throw new ConnectError(`${name} is a graph; graphs take no attachments (run an agent with them instead)`, Code.InvalidArgument);
+          return { job: jobToProto(await deps.graphs.jobs.run({ graph: name, input: req.input })) };
+        }
+        return { job: jobToProto(await deps.runner.runAgent({ agent: name, input: req.input, attachments: req.attachments })) };
+      }),
     getJob: (req) =>
       handle(async () => {
         const job = await deps.store.getJob(required(req.jobId, "job_id"));
@@ -220,7 +244,12 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
         return { jobs: list.map(jobToProto) };
       }),
     watchJob: (req, context) => watch(deps, required(req.jobId, "job_id"), Number(req.afterSeq), context),
-    cancelJob: (req) => handle(async () => ({ job: jobToProto(await deps.runner.cancel({ jobId: required(req.jobId, "job_id"), reason: req.reason })) })),
+    cancelJob: (req) =>
+      handle(async () => {
+        const jobId = required(req.jobId, "job_id");
+        const cancelled = deps.graphs && isGraphJob({ id: jobId }) ? await deps.graphs.jobs.cancel({ jobId, reason: req.reason }) : await deps.runner.cancel({ jobId, reason: req.reason });
+        return { job: jobToProto(cancelled) };
+      }),
     getArtifacts: (req) =>
       handle(async () => {
         const job = await deps.store.getJob(required(req.jobId, "job_id"));
@@ -265,9 +294,15 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     listPlugins: () => handle(async () => ({ plugins: (await deps.plugins.list()).map(pluginToProto) })),
   });
   const agents = registration(AgentService, {
-    listAgents: () => handle(async () => ({ agents: (await deps.agents.list()).map(agentToProto) })),
+    listAgents: () => handle(async () => ({ agents: [...(await deps.agents.list()).map(agentToProto), ...(deps.graphs?.registry.list() ?? []).map(graphToProto)] })),
     listAgentVersions: (req) => handle(async () => ({ versions: (await deps.agents.versions(required(req.name, "name"))).map(agentToProto) })),
-    getAgent: (req) => handle(async () => ({ agent: agentToProto(await deps.agents.resolve(required(req.name, "name"), req.version)) })),
+    getAgent: (req) =>
+      handle(async () => {
+        const name = required(req.name, "name");
+        const graph = deps.graphs?.registry.find(name);
+        if (graph) return { agent: graphToProto(req.version ? deps.graphs!.registry.resolve(name, req.version) : graph) };
+        return { agent: agentToProto(await deps.agents.resolve(name, req.version)) };
+      }),
   });
   const secrets = registration(SecretService, {
     setSecret: (req) =>

@@ -10,6 +10,7 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { AgentVersions } from "./agent-versions.js";
 import { resolveSkills } from "./agent-skills.js";
+import type { GraphRegistry, GraphVersionRecord } from "./graph-registry.js";
 import { validateHarnessOperations } from "./harness-operations.js";
 import type { AgentVersionRecord, JobStore, PluginRecord, ResolvedHarness } from "./job-store.js";
 import { invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
@@ -23,6 +24,8 @@ export const MANIFEST_FILE = "oz0-plugin.yaml";
 export interface InstallResult {
   plugin: PluginRecord;
   published: AgentVersionRecord[];
+  /** Graph versions this install published (`graphs:` in the manifest). */
+  publishedGraphs: GraphVersionRecord[];
 }
 
 function isGitSource(source: string): boolean {
@@ -74,9 +77,11 @@ export class PluginRegistry {
   readonly #store: JobStore;
   readonly #pluginsDir: string;
   readonly #agents: AgentVersions;
+  readonly #graphs: GraphRegistry | undefined;
 
-  constructor(options: { store: JobStore; home: string }) {
+  constructor(options: { store: JobStore; home: string; graphs?: GraphRegistry }) {
     this.#store = options.store;
+    this.#graphs = options.graphs;
     this.#pluginsDir = path.join(options.home, "plugins");
     this.#agents = new AgentVersions({ store: options.store });
   }
@@ -114,6 +119,9 @@ export class PluginRegistry {
         resolveSkills({ skills: agent.definition.skills, pluginDir: finalDir, file: agent.file });
         resolved.push({ agent, harness });
       }
+      // Graphs are validated against this plugin's agents and the installed ones, before anything is registered.
+      if ((manifest.graphs ?? []).length > 0 && !this.#graphs) throw invalidArgument(`${MANIFEST_FILE}: field /graphs: this orchestrator runs no graphs`);
+      const graphs = this.#graphs ? await this.#graphs.prepare({ root: finalDir, files: manifest.graphs ?? [], pluginAgents: agents.map((a) => a.definition.name) }) : [];
       const record: PluginRecord = {
         name: manifest.name,
         version: manifest.version,
@@ -136,7 +144,12 @@ export class PluginRegistry {
         });
         if (result.published) published.push(result.record);
       }
-      return { plugin: record, published };
+      const publishedGraphs: GraphVersionRecord[] = [];
+      for (const graph of graphs) {
+        const result = this.#graphs!.publish({ graph, plugin: manifest.name, pluginVersion: manifest.version, pluginPath: finalDir });
+        if (result.published) publishedGraphs.push(result.record);
+      }
+      return { plugin: record, published, publishedGraphs };
     } finally {
       rmSync(staging, { recursive: true, force: true });
     }

@@ -19,6 +19,8 @@ export interface PluginManifest {
   description?: string;
   harnesses?: HarnessManifest[];
   agents?: string[];
+  /** Graph harness definitions (YAML, format oz0.graph/v1), relative to the plugin's folder. */
+  graphs?: string[];
   hooks?: Record<string, unknown>[];
 }
 

@@ -4,6 +4,8 @@ import os from "node:os";
 import path from "node:path";
 import { createLogger, serve, type Logger } from "@oz0/serving";
 import { AgentVersions } from "./agent-versions.js";
+import { GraphJobs } from "./graph-jobs.js";
+import { GraphRegistry, openGraphDatabase } from "./graph-registry.js";
 import { JobFeed } from "./job-feed.js";
 import { JobRunner } from "./job-runner.js";
 import type { JobStore } from "./job-store.js";
@@ -68,6 +70,10 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
   const lifecycle: LifecycleSink | undefined = config.eventsUrl ? createLifecycleSink({ url: config.eventsUrl, logger }) : undefined;
   const feed = new JobFeed();
   const runner = new JobRunner({ store, feed, sandboxes, tokens: proxy, policy: new PermissionPolicy({ hooks: [new HookStage()] }), home, logger, ...(lifecycle ? { lifecycle } : {}) });
+  // Graph versions, graph jobs and their checkpoints: one SQLite file of their own under the data directory.
+  const graphDb = openGraphDatabase(home);
+  const graphRegistry = new GraphRegistry({ db: graphDb, store });
+  const graphJobs = new GraphJobs({ db: graphDb, store, feed, jobs: runner, registry: graphRegistry, sandboxes, logger, ...(lifecycle ? { lifecycle } : {}) });
   const server = await serve({
     name: "orchestrator",
     host: config.host ?? "127.0.0.1",
@@ -77,13 +83,17 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       store,
       feed,
       runner,
-      plugins: new PluginRegistry({ store, home }),
+      plugins: new PluginRegistry({ store, home, graphs: graphRegistry }),
       agents: new AgentVersions({ store }),
       secrets,
+      graphs: { jobs: graphJobs, registry: graphRegistry },
     }),
   });
   const resumed = await runner.resumeAll();
   if (resumed > 0) logger.info({ resumed }, "re-attached to running jobs");
+  // After the job runner: a graph step whose job it re-attached is waited for, not started again.
+  const resumedGraphs = await graphJobs.resumeAll();
+  if (resumedGraphs > 0) logger.info({ resumed: resumedGraphs }, "resumed running graph jobs");
   let closing: Promise<void> | undefined;
   return {
     url: server.url,
@@ -93,10 +103,12 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     runner,
     close() {
       closing ??= (async () => {
+        await graphJobs.close();
         await runner.close();
         await server.close({ graceMs: 1_000 });
         await lifecycle?.close();
         await store.close();
+        graphDb.close();
       })();
       return closing;
     },

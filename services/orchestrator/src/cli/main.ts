@@ -23,6 +23,7 @@ import {
   type Output,
 } from "./commands.js";
 import { clientsFor, connect, type Connection } from "./connection.js";
+import { graphShow } from "./graph-commands.js";
 import { applyEnvironmentKeys, embeddedStackEnv } from "./embedded-defaults.js";
 import { EXIT } from "./exit-codes.js";
 
@@ -137,6 +138,18 @@ agents
   .option("--json")
   .action(async (name: string, opts: { version?: number; json?: boolean }) =>
     withConnection((conn) => agentsShow({ conn, name, json: Boolean(opts.json), ...(opts.version ? { version: opts.version } : {}), io })),
+  );
+
+program
+  .command("graph")
+  .description("graph harnesses (run one with `oz0 run GRAPH INPUT`)")
+  .command("show")
+  .description("draw a graph in the terminal, or print it as a Mermaid flowchart")
+  .argument("<name>")
+  .option("--version <n>", "this version instead of the latest", positiveInt)
+  .option("--mermaid", "print a Mermaid flowchart")
+  .action(async (name: string, opts: { version?: number; mermaid?: boolean }) =>
+    withConnection((conn) => graphShow({ conn, name, mermaid: Boolean(opts.mermaid), ...(opts.version ? { version: opts.version } : {}), io })),
   );
 
 const plugin = program.command("plugin").description("install and list plugins");

@@ -1,0 +1,266 @@
+// A graph run as a job. `RunAgent` with a graph's name (agents and graphs
+// share one name space) stores a job for the graph's latest version, pins
+// the latest version of every agent it uses, and runs a GraphRunner whose
+// executor runs each step as a session through the sandbox (graph-executor.ts).
+// The job's id is the run's id; its live events show each step (text lines
+// naming the step, its path and the job or session doing it) and end with
+// the run's result. Checkpoints go to the graph database (SqliteCheckpointStore
+// on the shared handle); on start-up every graph job still running is resumed
+// from its checkpoints, after the job runner re-attached the steps' jobs.
+import { randomUUID } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import { JobEventSchema, JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { GraphRunner, SqliteCheckpointStore, type GraphEvent, type RunResult } from "@oz0/graph";
+import type { Logger } from "@oz0/serving";
+import type Database from "better-sqlite3";
+import { SessionGraphExecutor } from "./graph-executor.js";
+import { graphAgents, type GraphRegistry, type GraphVersionRecord } from "./graph-registry.js";
+import type { JobFeed } from "./job-feed.js";
+import { isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
+import { ACTIVE_JOB_STATES, type JobPatch, type JobRecord, type JobStateName, type JobStore } from "./job-store.js";
+import { notFound, OrchestratorError } from "./orchestrator-error.js";
+import type { LifecycleSink, SessionRunner } from "./session-runner.js";
+
+/** Graph jobs' ids start with this, so the job runner leaves them to GraphJobs. */
+export const GRAPH_JOB_PREFIX = "graph_";
+
+export function isGraphJob(job: { id: string }): boolean {
+  return job.id.startsWith(GRAPH_JOB_PREFIX);
+}
+
+export interface GraphJobsOptions {
+  db: Database.Database;
+  store: JobStore;
+  feed: JobFeed;
+  jobs: JobRunner;
+  registry: GraphRegistry;
+  sandboxes: SessionRunner[];
+  lifecycle?: LifecycleSink;
+  logger: Logger;
+}
+
+interface GraphJobRow {
+  job_id: string;
+  graph: string;
+  version: number;
+  pinned_agents: string;
+}
+
+const STATUS_TO_STATE: Record<RunResult["status"], JobStateName> = {
+  succeeded: "succeeded",
+  failed: "failed",
+  cancelled: "cancelled",
+  aborted: "failed",
+};
+
+export class GraphJobs {
+  readonly #o: GraphJobsOptions;
+  readonly #checkpoints: SqliteCheckpointStore;
+  readonly #runners = new Map<string, GraphRunner>();
+  readonly #running = new Set<Promise<void>>();
+  readonly #started = new Map<string, number>();
+  #closing = false;
+
+  constructor(options: GraphJobsOptions) {
+    this.#o = options;
+    this.#checkpoints = new SqliteCheckpointStore({ database: options.db });
+  }
+
+  /** True when `name` is a graph (RunAgent then runs it instead of an agent). */
+  isGraph(name: string): boolean {
+    return this.#o.registry.find(name) !== undefined;
+  }
+
+  async run(options: { graph: string; input: string }): Promise<JobRecord> {
+    if (this.#closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
+    const graph = this.#o.registry.resolve(options.graph);
+    // Pin every agent's latest version now: a run never changes agents half way.
+    const pinned: Record<string, number> = {};
+    for (const name of graphAgents(graph.definition)) {
+      const agent = await this.#o.store.getAgentVersion(name);
+      if (!agent) throw notFound(`graph ${graph.name} uses agent "${name}", which is not installed; install the plugin that defines it`);
+      pinned[name] = agent.version;
+    }
+    const now = new Date();
+    const job: JobRecord = {
+      id: `${GRAPH_JOB_PREFIX}${randomUUID().replaceAll("-", "").slice(0, 20)}`,
+      agentName: graph.name,
+      agentVersion: graph.version,
+      input: options.input,
+      state: "running",
+      createdAt: now,
+      updatedAt: now,
+      resultText: "",
+      stopReason: 0,
+      error: "",
+      sessionId: "",
+      sandboxUrl: "",
+      lastSeq: 0,
+      sandboxSeq: 0,
+      attachments: [],
+      tokenId: "",
+    };
+    this.#o.db
+      .prepare("INSERT INTO orch_graph_jobs (job_id, graph, version, pinned_agents, created_at) VALUES (?, ?, ?, ?, ?)")
+      .run(job.id, graph.name, graph.version, JSON.stringify(pinned), now.getTime());
+    await this.#o.store.createJob(job);
+    await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>]);
+    this.#publish("graph.run_started", job.id, { graph_name: graph.name, graph_version: String(graph.version) });
+    const runner = this.#runnerFor(job.id, graph, pinned);
+    this.#started.set(job.id, Date.now());
+    const handle = await runner.start({ prompt: options.input, runId: job.id });
+    this.#track(job.id, handle.result);
+    return (await this.#o.store.getJob(job.id))!;
+  }
+
+  /** Resume every graph job that was running when the orchestrator stopped. Call after the job runner's resumeAll. */
+  async resumeAll(): Promise<number> {
+    let count = 0;
+    for (const state of ACTIVE_JOB_STATES) {
+      for (const job of await this.#o.store.listJobs({ state, limit: 100_000 })) {
+        if (!isGraphJob(job)) continue;
+        const row = this.#o.db.prepare("SELECT * FROM orch_graph_jobs WHERE job_id = ?").get(job.id) as GraphJobRow | undefined;
+        const graph = row ? this.#o.registry.find(row.graph, row.version) : undefined;
+        if (!row || !graph) {
+          await this.#finish(job.id, { state: "failed", error: `graph job ${job.id} has no pinned graph version in the graph database; run it again` });
+          continue;
+        }
+        const runner = this.#runnerFor(job.id, graph, JSON.parse(row.pinned_agents) as Record<string, number>);
+        this.#started.set(job.id, Date.now());
+        await this.#append(job.id, [{ event: { case: "text", value: { itemId: "graph", text: "resumed after an orchestrator restart\n", delta: false, role: "" } } } as Partial<JobEvent>]);
+        // A run the checkpoint store never saw (stopped between the job and the run) starts now, under the same id.
+        const handle = (await this.#checkpoints.getRun(job.id))
+          ? await runner.resume({ runId: job.id })
+          : await runner.start({ prompt: job.input, runId: job.id });
+        this.#track(job.id, handle.result);
+        count++;
+      }
+    }
+    return count;
+  }
+
+  async cancel(options: { jobId: string; reason?: string }): Promise<JobRecord> {
+    const job = await this.#o.store.getJob(options.jobId);
+    if (!job) throw notFound(`job ${options.jobId} not found; list jobs with \`oz0 jobs list\``);
+    if (isTerminal(job.state)) return job;
+    const runner = this.#runners.get(job.id);
+    // In-flight steps see an aborted signal and cancel their own jobs and sessions; the run ends cancelled.
+    if (!runner?.cancel(job.id, options.reason || "cancelled by request")) {
+      await this.#finish(job.id, { state: "cancelled", error: options.reason || "cancelled by request" });
+    }
+    return (await this.#o.store.getJob(job.id))!;
+  }
+
+  #runnerFor(jobId: string, graph: GraphVersionRecord, pinned: Record<string, number>): GraphRunner {
+    const executor = new SessionGraphExecutor({
+      db: this.#o.db,
+      store: this.#o.store,
+      feed: this.#o.feed,
+      jobs: this.#o.jobs,
+      sandboxes: this.#o.sandboxes,
+      graphJobId: jobId,
+      pinnedAgents: pinned,
+      pluginPath: graph.pluginPath,
+      onStepWork: (w) => {
+        const by = w.jobId ? `job ${w.jobId}` : `session ${w.sessionId ?? ""}`;
+        this.#note(jobId, `  ${w.stepId} ${w.path}: ${w.reattached ? "re-attached to" : "runs as"} ${by}\n`);
+      },
+    });
+    const runner = new GraphRunner({
+      definition: graph.definition,
+      executor,
+      store: this.#checkpoints,
+      onEvent: (event) => this.#onEvent(jobId, event),
+    });
+    this.#runners.set(jobId, runner);
+    return runner;
+  }
+
+  /** Engine events become lines on the graph job and lifecycle events. */
+  #onEvent(jobId: string, event: GraphEvent): void {
+    const step = event.nodeId ?? "";
+    const where = `${step} ${event.path ?? ""}${event.iteration ? ` (iteration ${event.iteration})` : ""}`;
+    const kind = step.split(":")[0] ?? "";
+    const attrs = { step_name: step, step_kind: kind, iteration: event.iteration ?? 0, attempt: event.attempt ?? 1 };
+    switch (event.type) {
+      case "step_started":
+        this.#note(jobId, `▸ ${where} started\n`);
+        this.#publish("graph.step_started", jobId, attrs, event.path);
+        return;
+      case "step_finished":
+        this.#note(jobId, `✓ ${where} finished${event.writes?.length ? `, set ${event.writes.join(", ")}` : ""}\n`);
+        this.#publish("graph.step_completed", jobId, attrs, event.path);
+        return;
+      case "step_replayed":
+        this.#note(jobId, `↺ ${where} already recorded, not run again\n`);
+        return;
+      case "step_failed":
+        this.#note(jobId, `✗ ${where} failed: ${event.error?.message ?? "unknown error"}\n`);
+        this.#publish("graph.step_failed", jobId, { ...attrs, error_code: event.error?.code ?? "" }, event.path);
+        return;
+      case "control":
+        this.#note(jobId, `! ${where} ${event.control?.kind ?? "control event"}${event.control?.detail ? `: ${event.control.detail}` : ""}\n`);
+        return;
+      case "conflict":
+        this.#note(jobId, `! branches wrote the same key ${event.conflict?.key ?? ""}; the later-declared branch wins\n`);
+        return;
+      default:
+        return;
+    }
+  }
+
+  #note(jobId: string, text: string): void {
+    // Events are ordered by the job runner's append; a note lost to a closing store is not worth failing the run.
+    void this.#append(jobId, [{ event: { case: "text", value: { itemId: "graph", text, delta: false, role: "" } } } as Partial<JobEvent>]).catch((error: unknown) =>
+      this.#o.logger.warn({ jobId, err: String(error) }, "could not store a graph step event"),
+    );
+  }
+
+  #publish(type: string, jobId: string, attributes: Record<string, unknown>, stepPath?: string): void {
+    // graphRunId/graphStepId are fields of the raw event the sink's type does not list yet.
+    const init = { jobId, graphRunId: jobId, ...(stepPath ? { graphStepId: stepPath } : {}), attributes };
+    this.#o.lifecycle?.publish(type, init);
+  }
+
+  #track(jobId: string, result: Promise<RunResult>): void {
+    const work = result.then(async (r) => {
+      if (this.#closing) return;
+      const state = STATUS_TO_STATE[r.status];
+      const output = r.output === null || r.output === undefined ? "" : typeof r.output === "string" ? r.output : JSON.stringify(r.output);
+      await this.#finish(jobId, { state, error: r.error ? `${r.error.code}: ${r.error.message}` : "", resultText: output });
+    });
+    const p = work.catch((error: unknown) => this.#o.logger.error({ jobId, err: error }, "graph job failed to finish"));
+    this.#running.add(p);
+    void p.finally(() => this.#running.delete(p));
+  }
+
+  async #finish(jobId: string, options: { state: JobStateName; error: string; resultText?: string }): Promise<void> {
+    const job = await this.#o.store.getJob(jobId);
+    if (!job || isTerminal(job.state)) return;
+    const events: Partial<JobEvent>[] = [];
+    if (options.resultText) events.push({ event: { case: "text", value: { itemId: "graph-result", text: `${options.resultText}\n`, delta: false, role: "" } } } as Partial<JobEvent>);
+    events.push({ event: { case: "stateChanged", value: { state: JOB_STATE_TO_PROTO[options.state], reason: options.error } } } as Partial<JobEvent>);
+    await this.#append(jobId, events, { state: options.state, error: options.error, finishedAt: new Date(), resultText: options.resultText ?? "" });
+    const started = this.#started.get(jobId);
+    const type = options.state === "succeeded" ? "graph.run_completed" : options.state === "cancelled" ? "graph.run_cancelled" : "graph.run_failed";
+    this.#publish(type, jobId, {
+      graph_name: job.agentName,
+      stop_reason: options.state,
+      ...(options.error ? { error_code: options.error.split(":")[0] } : {}),
+      ...(started ? { duration_ms: Date.now() - started } : {}),
+    });
+    this.#runners.delete(jobId);
+  }
+
+  async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch): Promise<void> {
+    const stored = await this.#o.store.append({ jobId, events: events.map((e) => create(JobEventSchema, e as JobEvent)), ...(job ? { job } : {}) });
+    this.#o.feed.publish(jobId, stored);
+  }
+
+  /** Stop following runs; they resume from their checkpoints at the next start. */
+  async close(): Promise<void> {
+    // Runs in flight wait on step jobs the job runner stops following too; they are not awaited (nor cancelled, which would be recorded).
+    this.#closing = true;
+    await Promise.resolve();
+  }
+}

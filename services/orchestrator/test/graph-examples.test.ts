@@ -1,0 +1,114 @@
+// The seed's graph examples, run for real: examples/plugins/support-graphs is
+// installed into the real four-service stack, each agent step is a job of the
+// fake harness through the sandbox (its model the scripted one), and the
+// custom ParseEmail step runs in the sandbox through the step runner.
+import assert from "node:assert/strict";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
+import { repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
+
+const plugin = path.join(repoRoot, "examples/plugins/support-graphs");
+
+/** The agent a model call is for: every example prompt starts "You are NAME.". */
+export function agentOf(request: ScriptedRequest): string {
+  return /You are ([a-z-]+)\./.exec(JSON.stringify(request.body?.system ?? ""))?.[1] ?? "";
+}
+
+export function exampleTurn(agent: string, input: string): ScriptedTurn {
+  switch (agent) {
+    case "email-triage":
+      return { text: input.includes("crash") ? "bug_report" : "other" };
+    case "writer":
+      return { text: `Re: ${input.split("\n")[0]}` };
+    case "search":
+      return { text: "sources" };
+    case "summarize":
+      return { text: input.includes("sources") ? "summary of sources" : "summary of nothing" };
+    case "drafter":
+      return { text: "draft" };
+    case "editor":
+      return { text: `final (${input.includes("Previous output") ? "edited" : "blank"})` };
+    case "coder":
+      return { text: input.includes("Feedback:") ? "patch with better names" : "patch" };
+    case "reviewer":
+      return { text: input.includes("better names") ? "break" : "again\nname the variable better" };
+    default:
+      return { text: `no script for ${agent}` };
+  }
+}
+
+let t: TestStack;
+
+before(async () => {
+  t = await startTestStack({ pick: ({ input, request }) => exampleTurn(agentOf(request), input) });
+  const installed = await t.cli(["plugin", "install", plugin]);
+  assert.equal(installed.code, 0, installed.stderr);
+});
+
+after(async () => {
+  await t?.close();
+});
+
+test("graphs from the plugin are versioned and drawn by oz0 graph show", async () => {
+  const shown = await t.cli(["graph", "show", "inbox"]);
+  assert.equal(shown.code, 0, shown.stderr);
+  assert.match(shown.stdout, /^inbox v1 \(plugin support-graphs 0\.1\.0\)/);
+  assert.match(shown.stdout, /harness:inbox/);
+  assert.match(shown.stdout, /agent:email-triage/);
+  const mermaid = await t.cli(["graph", "show", "article", "--mermaid"]);
+  assert.equal(mermaid.code, 0, mermaid.stderr);
+  assert.match(mermaid.stdout, /^flowchart TD/);
+  assert.match(mermaid.stdout, /editor/);
+  // One name space: the graphs are listed with the agents, runtime graph.
+  const listed = await t.cli(["agents", "list"]);
+  assert.match(listed.stdout, /inbox\s+v1\s+graph/);
+  // The same content keeps the version.
+  const again = await t.cli(["plugin", "install", plugin]);
+  assert.equal(again.code, 0, again.stderr);
+  assert.match((await t.cli(["graph", "show", "inbox"])).stdout, /^inbox v1 /);
+  const agent = await t.cli(["graph", "show", "writer"]);
+  assert.equal(agent.code, 1);
+  assert.match(agent.stderr, /writer is an agent, not a graph/);
+});
+
+test("email triage: the evaluator's label picks the arm, and each step is a job of its own", async () => {
+  const run = await t.cli(["run", "inbox", "the app crashes on start"]);
+  assert.equal(run.code, 0, run.stderr + run.stdout);
+  assert.match(run.stdout, /agent:email-triage \/0\/eval started/);
+  assert.match(run.stdout, /Re: the app crashes on start/);
+  const jobs = await t.cli(["jobs", "list", "--json"]);
+  const list = jobs.stdout.trim().split("\n").map((l) => JSON.parse(l) as { agent: { name: string }; state: string });
+  assert.ok(list.some((j) => j.agent.name === "inbox" && j.state === "JOB_STATE_SUCCEEDED"));
+  assert.ok(list.some((j) => j.agent.name === "email-triage"));
+  assert.ok(list.some((j) => j.agent.name === "writer"));
+});
+
+test("research and draft run in parallel and join before the editor", async () => {
+  const run = await t.cli(["run", "article", "graphs", "--json"]);
+  assert.equal(run.code, 0, run.stderr + run.stdout);
+  assert.match(run.stdout, /final \(edited\)/);
+  assert.match(run.stdout, /agent:summarize/);
+  assert.match(run.stdout, /agent:drafter/);
+});
+
+test("the coder/reviewer loop passes feedback and ends on break", async () => {
+  const run = await t.cli(["run", "code", "fix the parser"]);
+  assert.equal(run.code, 0, run.stderr + run.stdout);
+  assert.match(run.stdout, /agent:reviewer \S+ \(iteration 1\) started/);
+  assert.match(run.stdout, /agent:reviewer \S+ \(iteration 1\) finished, set output, reviewer, choice, feedback/);
+  // The second round's coder read the reviewer's feedback.
+  const second = /agent:coder \/0\/2\/body\/0\/0: runs as job (job_\w+)/.exec(run.stdout)?.[1];
+  assert.ok(second, run.stdout);
+  const shown = await t.cli(["jobs", "show", second, "--json"]);
+  assert.match(shown.stdout, /patch with better names/);
+  assert.match(run.stdout, /\nbreak\n/);
+});
+
+test("the custom ParseEmail step runs in the sandbox through the step runner", async () => {
+  const run = await t.cli(["run", "support", "Printer is on fire\nplease help"]);
+  assert.equal(run.code, 0, run.stderr + run.stdout);
+  assert.match(run.stdout, /step:parse-email \/0: runs as session ses_step_/);
+  assert.match(run.stdout, /set subject, output, parsed_by/);
+  assert.match(run.stdout, /\nother\n/);
+});
