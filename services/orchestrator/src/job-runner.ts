@@ -44,6 +44,7 @@ import { OperationRunner, operationRuntimeTools, type OperationParent } from "./
 import { failedPrecondition, invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
 import type { PermissionPolicy } from "./permission-policy.js";
 import {
+  SandboxFullError,
   SessionNotFoundError,
   type LifecycleSink,
   type SandboxMessage,
@@ -91,6 +92,8 @@ export interface JobRunnerOptions {
 }
 
 interface ActiveJob {
+  /** Starts the session again, while the sandbox has never taken it (it was full). */
+  restart?: () => SessionChannel;
   agent: AgentVersionRecord;
   channel?: SessionChannel;
   sandbox: SessionRunner;
@@ -276,13 +279,15 @@ export class JobRunner {
       },
     });
     if (this.#closing) return;
-    const channel = active.sandbox.start({
+    const startOptions = {
       request,
       command: resolveHarnessCommand(agent.harness),
       pluginDir: agent.harness.pluginPath,
       env: agent.harness.manifest.env ?? {},
       attachments: job.attachments,
-    });
+    };
+    active.restart = () => active.sandbox.start(startOptions);
+    const channel = active.restart();
     active.channel = channel;
     await this.#consume(job.id, active);
   }
@@ -344,6 +349,19 @@ export class JobRunner {
         return;
       } catch (error) {
         if (this.#closing) return;
+        if (error instanceof SandboxFullError && active.sandboxSeq === 0 && active.restart) {
+          // The sandbox never took the session: the job stays pending and asks again (unless it was cancelled meanwhile).
+          const job = await this.#o.store.getJob(jobId);
+          if (!job || job.cancelRequestedAt) {
+            await this.#finish(jobId, {});
+            return;
+          }
+          this.#o.logger.info({ jobId, sandbox: active.sandbox.url }, "the sandbox is full; the job waits for a free session");
+          await new Promise((r) => setTimeout(r, 500));
+          active.channel = active.restart();
+          attempt = -1;
+          continue;
+        }
         if (error instanceof SessionNotFoundError) {
           await this.#finish(jobId, { failure: "the session was lost: its sandbox no longer knows it (was the sandbox restarted?)" });
           return;

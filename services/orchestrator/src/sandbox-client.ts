@@ -14,6 +14,7 @@ import {
 import { traceContextClientInterceptor } from "@oz0/serving";
 import { MessageQueue } from "./message-queue.js";
 import {
+  SandboxFullError,
   SessionNotFoundError,
   type SandboxMessage,
   type SessionChannel,
@@ -63,8 +64,11 @@ class SandboxChannel implements SessionChannel {
   readonly #responses: AsyncIterable<RunSessionResponse>;
   readonly #sessionId: string;
 
-  constructor(client: Client<typeof SandboxService>, first: RunSessionRequest, sessionId: string) {
+  readonly #url: string;
+
+  constructor(client: Client<typeof SandboxService>, first: RunSessionRequest, sessionId: string, url: string) {
     this.#sessionId = sessionId;
+    this.#url = url;
     this.#requests.push(first);
     this.#responses = client.runSession(this.#requests, { signal: this.#abort.signal });
   }
@@ -79,6 +83,7 @@ class SandboxChannel implements SessionChannel {
       if (this.#abort.signal.aborted) return;
       const err = ConnectError.from(error);
       if (err.code === Code.NotFound) throw new SessionNotFoundError(this.#sessionId);
+      if (err.code === Code.ResourceExhausted) throw new SandboxFullError(this.#url);
       throw err;
     } finally {
       this.#requests.end();
@@ -127,14 +132,14 @@ export class SandboxClient implements SessionRunner {
         },
       },
     });
-    return new SandboxChannel(this.#client, first, options.request.sessionId);
+    return new SandboxChannel(this.#client, first, options.request.sessionId, this.url);
   }
 
   reattach(options: { sessionId: string; afterSeq: number }): SessionChannel {
     const first = create(RunSessionRequestSchema, {
       message: { case: "attach", value: { sessionId: options.sessionId, afterSeq: BigInt(options.afterSeq) } },
     });
-    return new SandboxChannel(this.#client, first, options.sessionId);
+    return new SandboxChannel(this.#client, first, options.sessionId, this.url);
   }
 
   async cancel(options: { sessionId: string; reason: string }): Promise<void> {

@@ -46,6 +46,14 @@ export class SessionNotFoundError extends Error {
   }
 }
 
+/** The sandbox node runs as many sessions as it may; try again when one ends. */
+export class SandboxFullError extends Error {
+  constructor(url: string) {
+    super(`the sandbox at ${url} runs as many sessions as it may (OZ0_MAX_SESSIONS)`);
+    this.name = "SandboxFullError";
+  }
+}
+
 export interface SessionRunner {
   readonly url: string;
   start(options: StartSessionOptions): SessionChannel;

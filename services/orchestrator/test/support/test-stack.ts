@@ -47,7 +47,7 @@ export function userInput(request: ScriptedRequest): string {
   return typeof first?.content === "string" ? first.content : "";
 }
 
-export async function startTestStack(options: { pick: TurnPicker }): Promise<TestStack> {
+export async function startTestStack(options: { pick: TurnPicker; sandboxEnv?: Record<string, string> }): Promise<TestStack> {
   const home = mkdtempSync(path.join(os.tmpdir(), "oz0-orch-test-"));
   const model = await startScriptedModel({
     isSideCall: () => false,
@@ -61,7 +61,7 @@ export async function startTestStack(options: { pick: TurnPicker }): Promise<Tes
   const stack = await startEmbeddedStack({
     home,
     logLevel: "info",
-    env: { "llm-proxy": { OZ0_PROVIDERS_FILE: providersFile }, sandbox: { OZ0_CANCEL_GRACE_MS: "2000" } },
+    env: { "llm-proxy": { OZ0_PROVIDERS_FILE: providersFile }, sandbox: { OZ0_CANCEL_GRACE_MS: "2000", ...options.sandboxEnv } },
   });
   let orchestrator = stack.processes.find((p) => p.name === "orchestrator")!;
   const url = stack.urls.orchestrator;
