@@ -91,7 +91,7 @@ export class AcpSessionRun {
 
   /** Runs the session to its result (returned, for runHarness to write). */
   async run(): Promise<ResultInit> {
-    const { session } = this;
+    const session = this.#session;
     const cancelled = (): ResultInit => ({ stopReason: StopReason.CANCELLED, error: this.#cancelReason || "the session was cancelled" });
     if (this.#cancel.signal.aborted) return cancelled();
     let launch: AgentLaunch;
@@ -107,7 +107,7 @@ export class AcpSessionRun {
     failed.catch(() => {});
     const mapper = new SessionUpdateMapper({ sink: session, model: session.model.model });
     try {
-      const result = await Promise.race([this.#converse(launch, mapper), failed]);
+      const result = await Promise.race([this.#converse(launch, mapper, failed), failed]);
       return this.#cancel.signal.aborted ? cancelled() : result;
     } catch (error) {
       if (this.#cancel.signal.aborted) return cancelled();
@@ -118,10 +118,6 @@ export class AcpSessionRun {
       this.#connection?.close();
       await this.#agent?.stop(STOP_GRACE_MS);
     }
-  }
-
-  get session(): HarnessSession {
-    return this.#session;
   }
 
   #fail(error: AcpSessionError): void {
@@ -153,7 +149,8 @@ export class AcpSessionRun {
     return launch;
   }
 
-  async #converse(launch: AgentLaunch, mapper: SessionUpdateMapper): Promise<ResultInit> {
+  /** `failed` rejects with the first misbehaviour, which wins over the request error it causes. */
+  async #converse(launch: AgentLaunch, mapper: SessionUpdateMapper, failed: Promise<never>): Promise<ResultInit> {
     const session = this.#session;
     const request = session.request;
     const { home, tmp } = agentStateLayout(request.stateDir);
@@ -193,11 +190,7 @@ export class AcpSessionRun {
         return await send();
       } catch (error) {
         // A request the dying agent could not answer: report how it died instead.
-        if (agent.gone) {
-          await agent.exited;
-          await new Promise((resolve) => setImmediate(resolve));
-          if (this.#failure !== undefined) throw this.#failure;
-        }
+        if (agent.gone) await failed;
         throw new AcpSessionError("request_failed", `the ACP agent answered ${what} with an error: ${(error as Error).message}`);
       }
     };

@@ -167,9 +167,11 @@ export function startAgentProcess(options: AgentProcessOptions): AgentProcess {
       child.stdout.on("end", () => {
         if (pending.length > 0) onLine(pending);
         gone = true;
-        // Report how it ended once the exit status is known (it follows stdout's end closely).
+        // Report how it ended once the exit status is known (it follows stdout's end
+        // closely), a moment later than the lines before it: an agent that answers
+        // and exits must not have its answer overtaken by the news of its exit.
         void exited.then(() =>
-          fail(new AcpSessionError("agent_exited", `the ACP agent ${exitDescription || "closed its stdout"} before the prompt turn ended`)),
+          setTimeout(() => fail(new AcpSessionError("agent_exited", `the ACP agent ${exitDescription || "closed its stdout"} before the prompt turn ended`)), 100),
         );
         try {
           controller.close();

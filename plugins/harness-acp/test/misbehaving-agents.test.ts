@@ -15,6 +15,7 @@ const CASES: Array<{ mode: string; stopReason: StopReason; error: RegExp }> = [
   { mode: "stop:refusal", stopReason: StopReason.REFUSED, error: /refused/ },
   { mode: "stop:max_turn_requests", stopReason: StopReason.MAX_TURNS, error: /turn limit/ },
   { mode: "stop:max_tokens", stopReason: StopReason.ERROR, error: /cut off at its output token limit/ },
+  { mode: "answer-and-exit", stopReason: StopReason.COMPLETED, error: /^$/ },
 ];
 
 for (const { mode, stopReason, error } of CASES) {
