@@ -230,6 +230,7 @@ export class AcpSessionRun {
     if (launch.instructionsInPrompt && request.instructions.trim() !== "") prompt.push({ type: "text", text: request.instructions });
     prompt.push({ type: "text", text: request.input });
     const response = await call("session/prompt", () => connection.agent.request("session/prompt", { sessionId: created.sessionId, prompt }));
+    session.log("info", "the prompt turn ended", { stopReason: response.stopReason, cancelled: this.#cancel.signal.aborted });
     mapper.promptUsage((response as { usage?: unknown }).usage);
     return resultForStopReason(response.stopReason, mapper.finalText);
   }

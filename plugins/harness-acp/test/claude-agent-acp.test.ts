@@ -99,6 +99,8 @@ void test("claude-agent-acp cancelled mid-turn: session/cancel, its cancelled st
     assert.equal(ofCase(run.events, "result").length, 1);
     assert.equal(run.outcome.leftoverProcesses, false);
     assert.equal(run.outcome.signal, null, "the harness exited by itself within the grace");
+    // The agent itself ended the turn with `cancelled` after session/cancel (the grace did not run out).
+    assert.match(run.stderr, /"message":"the prompt turn ended","stopReason":"cancelled","cancelled":true/);
   } finally {
     await removeRun(run);
   }

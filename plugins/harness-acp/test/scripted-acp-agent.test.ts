@@ -87,6 +87,8 @@ void test("SIGTERM while a permission waits: the agent gets session/cancel and t
     assert.equal(existsSync(path.join(run.workingDir, "late.txt")), false);
     assert.equal(run.model.requests.length, 1);
     assert.equal(run.outcome.leftoverProcesses, false);
+    // The agent got `cancelled` for its permission request and ended its turn the same way.
+    assert.match(run.stderr, /"message":"the prompt turn ended","stopReason":"cancelled","cancelled":true/);
   } finally {
     await removeRun(run);
   }
