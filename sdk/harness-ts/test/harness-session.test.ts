@@ -70,9 +70,17 @@ void describe("openSession (harness side)", () => {
     assert.equal(session.model.apiKey, "oz0st_token");
     assert.equal(session.model.model, "claude-sonnet-5-5");
     assert.equal(session.model.provider, "anthropic");
-    assert.deepEqual(session.model.headers, { "Oz0-Job": "job-7", "Oz0-Agent": "coder@4", "x-api-key": "oz0st_token", authorization: "Bearer oz0st_token" });
-    assert.equal(session.trace.traceparent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
-    assert.deepEqual(session.trace.carrier, { traceparent: session.trace.traceparent, tracestate: "vendor=1" });
+    // Model calls carry the session's trace context, so the LLM proxy's span continues it.
+    const trace = { traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", tracestate: "vendor=1" };
+    assert.deepEqual(session.model.headers, { "Oz0-Job": "job-7", "Oz0-Agent": "coder@4", ...trace, "x-api-key": "oz0st_token", authorization: "Bearer oz0st_token" });
+    assert.equal(session.trace.traceparent, trace.traceparent);
+    assert.deepEqual(session.trace.carrier, trace);
+    // The session's tracer parents a span on the session's span when none is active. With no SDK
+    // registered the API's tracer hands back the parent's context, which is what is checked here.
+    const span = session.tracer().startSpan("step");
+    assert.equal(span.spanContext().traceId, "0af7651916cd43dd8448eb211c80319c");
+    assert.equal(span.spanContext().spanId, "b7ad6b7169203331");
+    span.end();
     session.result({ text: "ok" });
   });
 

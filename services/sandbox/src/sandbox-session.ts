@@ -23,6 +23,7 @@ import { startLlmForwarding, type LlmForward, type LlmForwarding } from "./llm-f
 import { SessionEventLog } from "./event-log.js";
 import { copyAttachments, createSessionDirectories, removeSessionDirectories, type SessionPaths } from "./session-directories.js";
 import { buildSessionEnvironment, stateSubdirectories } from "./session-environment.js";
+import { startSessionSpan, type SessionSpan } from "./tracing.js";
 
 /** How the session's harness is isolated, decided by the registry. */
 export type SessionIsolation =
@@ -81,6 +82,7 @@ export class SandboxSession {
   #limitBroken: { code: string; message: string } | undefined;
   #cancelRequested: string | undefined;
   #resolveFinished!: () => void;
+  readonly #span: SessionSpan;
 
   constructor(options: SandboxSessionOptions) {
     this.#options = options;
@@ -89,6 +91,7 @@ export class SandboxSession {
     this.log = new SessionEventLog(this.id);
     this.isolation = options.isolation.mode === "bwrap" ? IsolationMode.BWRAP : IsolationMode.NONE;
     this.finished = new Promise((resolve) => (this.#resolveFinished = resolve));
+    this.#span = startSessionSpan(options.request, { isolation: options.isolation.mode });
   }
 
   /** The request as the client sent it (session id filled in). */
@@ -151,6 +154,8 @@ export class SandboxSession {
     const harnessRequest = clone(SessionRequestSchema, request);
     harnessRequest.workingDir = paths.workingDir;
     harnessRequest.stateDir = paths.stateDir;
+    // The harness (and its TRACEPARENT) continues this node's session span.
+    if (this.#span.harnessTrace) harnessRequest.trace = this.#span.harnessTrace;
     if (harnessRequest.llm !== undefined) {
       harnessRequest.llm.anthropicBaseUrl = innerUrl(harnessRequest.llm.anthropicBaseUrl);
       harnessRequest.llm.openaiBaseUrl = innerUrl(harnessRequest.llm.openaiBaseUrl);
@@ -346,6 +351,7 @@ export class SandboxSession {
     this.endTime = timestampNow();
     this.status = status;
     this.log.append({ case: "exited", value: create(SessionExitedSchema, { ...exited, status, endTime: this.endTime }) }, { last: true });
+    this.#span.end({ status: SessionStatus[status] ?? String(status), failed: status === SessionStatus.FAILED || status === SessionStatus.TIMED_OUT });
     this.#options.onEnded?.(this);
   }
 

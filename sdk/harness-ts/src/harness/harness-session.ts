@@ -26,8 +26,10 @@ import { decodeLine, encodeLine } from "../protocol/message-codec.js";
 import { HarnessSessionError } from "./harness-errors.js";
 import { modelEndpointFrom } from "./model-endpoint.js";
 import type { ModelEndpoint } from "./model-endpoint.js";
+import { sessionTracer } from "./session-tracer.js";
 import { traceContextFrom } from "./trace-context.js";
 import type { TraceContext } from "./trace-context.js";
+import type { Tracer } from "@opentelemetry/api";
 
 /** Requests carry instructions and skills; allow far more than an event line. */
 const DEFAULT_MAX_REQUEST_LINE_BYTES = 64 * 1024 * 1024;
@@ -236,8 +238,8 @@ export class HarnessSession {
       );
     }
     this.request = request;
-    this.model = modelEndpointFrom(request);
     this.trace = traceContextFrom(request, this.#options.env ?? process.env);
+    this.model = modelEndpointFrom(request, { trace: this.trace });
     if (this.#options.handleSigterm ?? true) {
       this.#onSigterm = () => this.cancel();
       process.on("SIGTERM", this.#onSigterm);
@@ -283,6 +285,15 @@ export class HarnessSession {
     total.reasoningTokens += usage.reasoningTokens;
     total.costUsd += usage.costUsd;
     this.#usageTotals.set(usage.model, total);
+  }
+
+  /**
+   * An OpenTelemetry tracer whose spans continue this session's trace: a span
+   * started with none active is a child of the sandbox's session span. Spans
+   * are exported once the process registers an OpenTelemetry SDK.
+   */
+  tracer(name: string = this.#options.name, version: string | undefined = this.#options.version): Tracer {
+    return sessionTracer({ name, ...(version ? { version } : {}), trace: this.trace });
   }
 
   /** Shows the runtime the harness is alive during long work. */

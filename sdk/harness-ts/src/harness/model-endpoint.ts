@@ -2,6 +2,7 @@
 // client: the runtime's base URLs, the session token as the API key, and the
 // headers every call must carry (protocol rule 4).
 import type { SessionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { TraceContext } from "./trace-context.js";
 
 /** Where and how this session calls models. */
 export interface ModelEndpoint {
@@ -17,7 +18,11 @@ export interface ModelEndpoint {
    * `Authorization: Bearer`, so either wire format authenticates.
    */
   readonly headers: Readonly<Record<string, string>>;
-  /** Only the Oz0 headers (no token), for clients that set the key themselves (`defaultHeaders`). */
+  /**
+   * Only the Oz0 headers (no token), for clients that set the key themselves
+   * (`defaultHeaders`); with the session's `traceparent` (and `tracestate`),
+   * so the LLM proxy's span continues the session's trace.
+   */
   readonly extraHeaders: Readonly<Record<string, string>>;
   /** The model id without its provider, e.g. `claude-sonnet-5-5` for `anthropic/claude-sonnet-5-5`. */
   readonly model: string;
@@ -27,10 +32,11 @@ export interface ModelEndpoint {
   readonly fallbacks: readonly string[];
 }
 
-/** Builds the endpoint from the request. */
-export function modelEndpointFrom(request: SessionRequest): ModelEndpoint {
+/** Builds the endpoint from the request (and the session's trace context, when there is one). */
+export function modelEndpointFrom(request: SessionRequest, options: { trace?: TraceContext } = {}): ModelEndpoint {
   const llm = request.llm;
   const extraHeaders: Record<string, string> = { ...(llm?.headers ?? {}) };
+  for (const [name, value] of Object.entries(options.trace?.carrier ?? {})) if (!hasHeader(extraHeaders, name)) extraHeaders[name] = value;
   // The runtime sends these, but a harness must never call without them.
   if (!hasHeader(extraHeaders, "oz0-job") && request.jobId !== "") extraHeaders["Oz0-Job"] = request.jobId;
   if (!hasHeader(extraHeaders, "oz0-agent") && request.agent?.name) extraHeaders["Oz0-Agent"] = request.agent.name;
