@@ -4,6 +4,7 @@
 // foreground; any other command starts it for its own length when no server
 // is configured. One code path: each child is the service's own dist/main.js.
 import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync, type WriteStream } from "node:fs";
 import path from "node:path";
 import { createInterface } from "node:readline";
@@ -165,8 +166,12 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
     order.filter((n) => n === "llm-proxy" || n === "sandbox"),
     order.filter((n) => n === "orchestrator"),
   ];
+  // The proxy's port also serves harnesses (through the sandbox), so its
+  // control API (minting tokens, setting keys) answers only the orchestrator.
+  const proxyAdminToken = process.env.OZ0_LLM_PROXY_ADMIN_TOKEN ?? randomBytes(32).toString("base64url");
   const startOne = async (name: StackServiceName): Promise<void> => {
     const env: Record<string, string> = { ...(urls.events ? { OZ0_EVENTS_URL: urls.events } : {}) };
+    if (name === "llm-proxy" || name === "orchestrator") env.OZ0_LLM_PROXY_ADMIN_TOKEN = proxyAdminToken;
     switch (name) {
       case "events":
         env.OZ0_EVENTS_DATA = path.join(home, "events");

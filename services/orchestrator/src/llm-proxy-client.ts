@@ -1,5 +1,5 @@
 // TokenIssuer and SecretWriter over the LLM proxy's oz0.llmproxy.v1 API.
-import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { traceContextClientInterceptor } from "@oz0/serving";
@@ -11,9 +11,15 @@ export class LlmProxyClient implements TokenIssuer, SecretWriter {
   readonly #tokens: Client<typeof LlmProxyService>;
   readonly #secrets: Client<typeof SecretService>;
 
-  constructor(options: { url: string }) {
+  /** `adminToken` defaults to OZ0_LLM_PROXY_ADMIN_TOKEN: the proxy's control API needs it when the proxy has one. */
+  constructor(options: { url: string; adminToken?: string }) {
     this.url = options.url.replace(/\/$/, "");
-    const transport = createGrpcTransport({ baseUrl: this.url, interceptors: [traceContextClientInterceptor] });
+    const adminToken = options.adminToken ?? process.env.OZ0_LLM_PROXY_ADMIN_TOKEN;
+    const authorize: Interceptor = (next) => (request) => {
+      if (adminToken) request.header.set("authorization", `Bearer ${adminToken}`);
+      return next(request);
+    };
+    const transport = createGrpcTransport({ baseUrl: this.url, interceptors: [traceContextClientInterceptor, authorize] });
     this.#tokens = createClient(LlmProxyService, transport);
     this.#secrets = createClient(SecretService, transport);
   }
