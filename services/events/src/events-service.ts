@@ -6,6 +6,7 @@ import type { EventsService, PublicEvent } from "@oz0/proto/oz0/events/v1/events
 import type { KafkaRelay } from "./kafka-relay.js";
 import type { Outbox } from "./outbox.js";
 import { redactEvent } from "./redaction-policy.js";
+import { traceAccepted } from "./tracing.js";
 import { buildTranscript } from "./transcript.js";
 
 /** Events per Publish call; a producer with more splits its batch. */
@@ -16,6 +17,8 @@ export interface EventsServiceDeps {
   outbox: Outbox;
   relay?: KafkaRelay;
   logger: Logger;
+  /** The Kafka topic events go to (for the spans). */
+  topic?: string;
   /** Aborted when the service closes, ending every Watch stream. */
   shutdown: AbortSignal;
 }
@@ -46,6 +49,7 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
         );
       });
       const { appended, duplicates } = outbox.append(redacted);
+      traceAccepted(appended, { ...(deps.topic ? { topic: deps.topic } : {}) });
       relay?.wake();
       return { accepted: appended.length, duplicates, dropped };
     },

@@ -50,7 +50,7 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
       host: config.host,
       port: config.port ?? 0,
       logger,
-      services: [registration(EventsService, eventsService({ outbox, relay, logger, shutdown: shutdown.signal }))],
+      services: [registration(EventsService, eventsService({ outbox, relay, logger, shutdown: shutdown.signal, ...(relay ? { topic } : {}) }))],
     });
   } catch (error) {
     outbox.close();
