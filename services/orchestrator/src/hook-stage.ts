@@ -16,6 +16,7 @@ import type { AgentVersionRecord } from "./job-store.js";
 import type { PermissionQuestion, PermissionStage, PolicyDecision } from "./permission-policy.js";
 import { MANIFEST_FILE } from "./plugin-registry.js";
 import type { PluginManifest } from "./plugin-types.js";
+import { orchestratorTracing } from "./tracing.js";
 
 /** A hook with where it was declared (its relative commands run from that plugin's folder). */
 export interface SourcedHook {
@@ -81,7 +82,7 @@ export class HookStage implements PermissionStage {
       if (!hookMatches(hook.spec, call)) continue;
       let verdict: HookVerdict;
       try {
-        verdict = await verdictOf(hook, call);
+        verdict = await orchestratorTracing.traceHook({ sessionId: q.sessionId, permissionId: q.id, hook: hook.spec.name ?? "hook", source: hook.source }, () => verdictOf(hook, call));
       } catch (error) {
         // A hook that cannot even be evaluated (a bad regex, a bad timeout) fails closed like a crashing one.
         verdict = { decision: "deny", reason: `${hook.label} is broken (${(error as Error).message}); the call is denied` };

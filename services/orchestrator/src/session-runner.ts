@@ -98,6 +98,8 @@ export interface LifecycleSink {
       time?: Date;
       tokens?: { inputTokens: number; outputTokens: number };
       attributes?: Record<string, unknown>;
+      /** W3C traceparent of the span the event belongs to (tracing.ts sets it). */
+      traceparent?: string;
     },
   ): void;
   close(): Promise<void>;

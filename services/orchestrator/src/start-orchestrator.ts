@@ -18,6 +18,7 @@ import { PluginRegistry } from "./plugin-registry.js";
 import { SandboxClient } from "./sandbox-client.js";
 import type { LifecycleSink, SecretWriter, SessionRunner, TokenIssuer } from "./session-runner.js";
 import { SqliteJobStore } from "./sqlite-store.js";
+import { orchestratorTracing } from "./tracing.js";
 
 export interface OrchestratorConfig {
   /** Default 127.0.0.1. */
@@ -57,7 +58,8 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
   const home = path.resolve(config.home ?? defaultHome());
   const logger = config.logger ?? createLogger({ name: "orchestrator" });
   const store = config.store ?? new SqliteJobStore({ file: path.join(home, "orchestrator.db") });
-  const sandboxes = config.sandboxes ?? (config.sandboxUrls ?? []).map((url) => new SandboxClient({ url }));
+  // Every session gets its span (tracing.ts); a no-op when OpenTelemetry is not started.
+  const sandboxes = (config.sandboxes ?? (config.sandboxUrls ?? []).map((url) => new SandboxClient({ url }))).map((runner) => orchestratorTracing.sessionRunner(runner));
   if (sandboxes.length === 0) throw new Error("no sandbox configured: set OZ0_SANDBOX_URLS (comma-separated sandbox URLs)");
   const proxy = config.tokens ?? (config.llmProxyUrl ? new LlmProxyClient({ url: config.llmProxyUrl }) : undefined);
   if (!proxy) throw new Error("no LLM proxy configured: set OZ0_LLM_PROXY_URL");
@@ -67,7 +69,8 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       await proxy.setSecret(s);
     },
   };
-  const lifecycle: LifecycleSink | undefined = config.eventsUrl ? createLifecycleSink({ url: config.eventsUrl, logger }) : undefined;
+  // Always a sink: the job's span starts and ends with its lifecycle events, published or not.
+  const lifecycle: LifecycleSink = orchestratorTracing.lifecycleSink(config.eventsUrl ? createLifecycleSink({ url: config.eventsUrl, logger }) : undefined);
   const feed = new JobFeed();
   const runner = new JobRunner({ store, feed, sandboxes, tokens: proxy, policy: new PermissionPolicy({ hooks: [new HookStage()] }), home, logger, ...(lifecycle ? { lifecycle } : {}) });
   // Graph versions, graph jobs and their checkpoints: one SQLite file of their own under the data directory.

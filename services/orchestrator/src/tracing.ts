@@ -1,0 +1,344 @@
+// The orchestrator's part of a job's trace (OpenTelemetry GenAI conventions):
+//
+//   invoke_agent {agent}            one per job, the root of the job's trace
+//   └─ session {agent}              one per harness session (its context goes
+//      │                            into SessionRequest.trace and onto the RPC)
+//      ├─ execute_tool {tool}       from the harness's tool_call .. tool_result
+//      │  └─ permission {tool}      from the permission request to its answer
+//      │     └─ hook {name}         one per hook that gave a verdict
+//      └─ execute_tool {operation}  a runtime tool call (a harness operation),
+//         └─ session {agent}        whose scratch sessions nest below it
+//
+// Built as decorators around the SessionRunner and the LifecycleSink the job
+// runner already uses, so the runner itself needs no tracing code: a job's
+// start and end come from its lifecycle events, the session's steps from the
+// sandbox's messages. Lifecycle events get the traceparent of the innermost
+// span they belong to. Only names, ids, counts and outcomes are recorded:
+// never the task, tool input or output, model text or a reason a hook wrote.
+import { create } from "@bufbuild/protobuf";
+import { context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Span } from "@opentelemetry/api";
+import { TraceContextSchema, type PermissionAnswer, type RuntimeToolResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { GenAi, oz0Tracer, traceContextOf, workMetrics } from "@oz0/serving";
+import type { LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "./session-runner.js";
+
+const tracer = oz0Tracer("@oz0/orchestrator");
+
+type WorkMetrics = ReturnType<typeof workMetrics>;
+
+interface Traced {
+  span: Span;
+  ctx: Context;
+  started: number;
+}
+
+interface JobTrace extends Traced {
+  agent: string;
+}
+
+interface SessionTrace extends Traced {
+  jobId: string;
+  agent: string;
+  tools: Map<string, Traced>;
+  runtimeCalls: Map<string, Traced>;
+  permissions: Map<string, Traced & { tool: string; callId: string; needsPerson: boolean }>;
+  usage: { input: number; output: number; cacheRead: number; cacheWrite: number };
+}
+
+const TERMINAL_JOB_EVENTS = new Map([
+  ["job.completed", "succeeded"],
+  ["job.failed", "failed"],
+  ["job.cancelled", "cancelled"],
+]);
+
+function start(name: string, parent: Context, attributes: Record<string, string | number | boolean>, kind = SpanKind.INTERNAL): Traced {
+  const span = tracer.startSpan(name, { kind, attributes }, parent);
+  return { span, ctx: trace.setSpan(parent, span), started: performance.now() };
+}
+
+/** `execute_tool {tool}` below the session: a harness's own tool, or a runtime tool (a harness operation). */
+function toolSpan(session: Traced, options: { sessionId: string; tool: string; callId: string; runtime: boolean }): Traced {
+  return start(`execute_tool ${options.tool}`, session.ctx, {
+    [GenAi.operationName]: "execute_tool",
+    [GenAi.toolName]: options.tool,
+    [GenAi.toolCallId]: options.callId,
+    [GenAi.conversationId]: options.sessionId,
+    "oz0.tool.runtime": options.runtime,
+  });
+}
+
+function fail(span: Span, errorType: string): void {
+  span.setAttribute("error.type", errorType);
+  span.setStatus({ code: SpanStatusCode.ERROR });
+}
+
+/** One per process: the hook stage and the job runner's decorators share it. */
+export class OrchestratorTracing {
+  readonly #jobs = new Map<string, JobTrace>();
+  readonly #sessions = new Map<string, SessionTrace>();
+  #instruments: { jobs: WorkMetrics; sessions: WorkMetrics; approvals: WorkMetrics } | undefined;
+
+  // Created on first use, not at import: the metrics API has no proxy, so an
+  // instrument made before startTelemetry registers the provider stays a no-op.
+  get #metrics(): { jobs: WorkMetrics; sessions: WorkMetrics; approvals: WorkMetrics } {
+    this.#instruments ??= {
+      jobs: workMetrics("job", "Jobs"),
+      sessions: workMetrics("session", "Harness sessions"),
+      approvals: workMetrics("approval", "Tool calls that waited for a person"),
+    };
+    return this.#instruments;
+  }
+
+  /** The SessionRunner with a session span around every session it starts. */
+  sessionRunner(inner: SessionRunner): SessionRunner {
+    return {
+      url: inner.url,
+      start: (options) => this.#start(inner, options),
+      reattach: (options) => this.#channel(inner.reattach(options), options.sessionId),
+      cancel: (options) => inner.cancel(options),
+    };
+  }
+
+  /** The LifecycleSink (or none) with job spans from the job's events and a traceparent on each event. */
+  lifecycleSink(inner: LifecycleSink | undefined): LifecycleSink {
+    return {
+      publish: (type, init) => {
+        this.#observeLifecycle(type, init);
+        const ctx = this.#contextOf(init);
+        const traceparent = ctx ? traceContextOf(ctx).traceparent : "";
+        inner?.publish(type, traceparent ? { ...init, traceparent } : init);
+      },
+      close: async () => {
+        await inner?.close();
+      },
+    };
+  }
+
+  /** Runs one hook's evaluation in a `hook {name}` span below the permission request it decides. */
+  async traceHook<T extends { decision: string }>(options: { sessionId: string; permissionId: string; hook: string; source: string }, run: () => Promise<T>): Promise<T> {
+    const session = this.#sessions.get(options.sessionId);
+    const parent = session?.permissions.get(options.permissionId)?.ctx ?? session?.ctx;
+    if (!parent) return run();
+    const hook = start(`hook ${options.hook}`, parent, { "oz0.hook.name": options.hook, "oz0.hook.source": options.source });
+    try {
+      const verdict = await run();
+      hook.span.setAttribute("oz0.hook.decision", verdict.decision);
+      return verdict;
+    } catch (error) {
+      fail(hook.span, "hook_error");
+      throw error;
+    } finally {
+      hook.span.end();
+    }
+  }
+
+  #start(inner: SessionRunner, options: StartSessionOptions): SessionChannel {
+    const request = options.request;
+    const job = this.#jobs.get(request.jobId);
+    const parentSession = options.shareWorkingDirOf ? this.#sessions.get(options.shareWorkingDirOf) : undefined;
+    // A harness operation's scratch session nests below the runtime tool call that asked for it.
+    const parent = (parentSession && [...parentSession.runtimeCalls.values()].at(-1)?.ctx) ?? parentSession?.ctx ?? job?.ctx ?? ROOT_CONTEXT;
+    const agent = request.agent?.name ?? job?.agent ?? "";
+    const session = start(`session ${agent}`, parent, {
+      [GenAi.conversationId]: request.sessionId,
+      [GenAi.agentName]: agent,
+      "oz0.job.id": request.jobId,
+      "oz0.session.id": request.sessionId,
+      "oz0.sandbox.url": inner.url,
+      ...(options.shareWorkingDirOf ? { "oz0.session.shares_working_dir_of": options.shareWorkingDirOf } : {}),
+    });
+    this.#sessions.set(request.sessionId, {
+      ...session,
+      jobId: request.jobId,
+      agent,
+      tools: new Map(),
+      runtimeCalls: new Map(),
+      permissions: new Map(),
+      usage: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
+    });
+    const { traceparent, tracestate } = traceContextOf(session.ctx);
+    if (traceparent) request.trace = create(TraceContextSchema, { traceparent, tracestate });
+    // Active while the RunSession call starts, so the sandbox's server span continues it.
+    return this.#channel(
+      context.with(session.ctx, () => inner.start(options)),
+      request.sessionId,
+    );
+  }
+
+  #channel(inner: SessionChannel, sessionId: string): SessionChannel {
+    const observe = (message: SandboxMessage): void => this.#observeMessage(sessionId, message);
+    return {
+      async *[Symbol.asyncIterator]() {
+        for await (const message of inner) {
+          observe(message);
+          yield message;
+        }
+      },
+      answerPermission: (answer: PermissionAnswer) => {
+        this.#answered(sessionId, answer);
+        return inner.answerPermission(answer);
+      },
+      answerRuntimeTool: (result: RuntimeToolResult) => {
+        const session = this.#sessions.get(sessionId);
+        const call = session?.runtimeCalls.get(result.id);
+        if (call) {
+          if (result.isError) fail(call.span, "tool_error");
+          call.span.end();
+          session!.runtimeCalls.delete(result.id);
+        }
+        return inner.answerRuntimeTool(result);
+      },
+      close: () => inner.close(),
+    };
+  }
+
+  #observeMessage(sessionId: string, message: SandboxMessage): void {
+    const session = this.#sessions.get(sessionId);
+    if (!session) return;
+    if (message.kind === "exited") {
+      this.#endSession(sessionId, message.error ? "session_failed" : undefined);
+      return;
+    }
+    if (message.kind !== "event") return;
+    const e = message.event.event;
+    switch (e.case) {
+      case "started":
+        session.span.setAttribute("oz0.harness.name", e.value.harnessName);
+        return;
+      case "toolCall":
+        session.tools.set(e.value.callId, toolSpan(session, { sessionId, tool: e.value.tool, callId: e.value.callId, runtime: false }));
+        return;
+      case "toolResult": {
+        const tool = session.tools.get(e.value.callId);
+        if (!tool) return;
+        if (e.value.isError) fail(tool.span, "tool_error");
+        tool.span.end();
+        session.tools.delete(e.value.callId);
+        return;
+      }
+      case "permissionRequest": {
+        const parent = session.tools.get(e.value.callId)?.ctx ?? session.ctx;
+        const permission = start(`permission ${e.value.tool}`, parent, {
+          "oz0.permission.id": e.value.id,
+          [GenAi.toolName]: e.value.tool,
+          ...(e.value.callId ? { [GenAi.toolCallId]: e.value.callId } : {}),
+        });
+        session.permissions.set(e.value.id, { ...permission, tool: e.value.tool, callId: e.value.callId, needsPerson: false });
+        return;
+      }
+      case "runtimeToolCall":
+        session.runtimeCalls.set(e.value.id, toolSpan(session, { sessionId, tool: e.value.name, callId: e.value.id, runtime: true }));
+        return;
+      case "usage":
+        session.usage.input += Number(e.value.inputTokens);
+        session.usage.output += Number(e.value.outputTokens);
+        session.usage.cacheRead += Number(e.value.cacheReadTokens);
+        session.usage.cacheWrite += Number(e.value.cacheWriteTokens);
+        return;
+      case "result":
+        session.span.setAttribute("oz0.session.stop_reason", e.value.stopReason);
+        return;
+      default:
+        return;
+    }
+  }
+
+  #answered(sessionId: string, answer: PermissionAnswer): void {
+    const session = this.#sessions.get(sessionId);
+    const permission = session?.permissions.get(answer.id);
+    if (!session || !permission) return;
+    permission.span.setAttributes({ "oz0.permission.allowed": answer.allow, "oz0.permission.outcome": answer.outcome, "oz0.permission.needs_person": permission.needsPerson });
+    permission.span.end();
+    session.permissions.delete(answer.id);
+    if (permission.needsPerson) {
+      const attributes = { "oz0.approval.allowed": answer.allow, [GenAi.toolName]: permission.tool };
+      this.#metrics.approvals.count.add(1, attributes);
+      this.#metrics.approvals.duration.record((performance.now() - permission.started) / 1000, attributes);
+    }
+  }
+
+  #endSession(sessionId: string, errorType: string | undefined): void {
+    const session = this.#sessions.get(sessionId);
+    if (!session) return;
+    this.#sessions.delete(sessionId);
+    // Whatever the harness left open ends with its session.
+    for (const open of [...session.tools.values(), ...session.runtimeCalls.values(), ...session.permissions.values()]) open.span.end();
+    session.span.setAttributes({
+      [GenAi.inputTokens]: session.usage.input,
+      [GenAi.outputTokens]: session.usage.output,
+      [GenAi.cacheReadInputTokens]: session.usage.cacheRead,
+      [GenAi.cacheCreationInputTokens]: session.usage.cacheWrite,
+    });
+    if (errorType) fail(session.span, errorType);
+    session.span.end();
+    const attributes = { [GenAi.agentName]: session.agent, "oz0.session.outcome": errorType ?? "exited" };
+    this.#metrics.sessions.count.add(1, attributes);
+    this.#metrics.sessions.duration.record((performance.now() - session.started) / 1000, attributes);
+  }
+
+  #observeLifecycle(type: string, init: Parameters<LifecycleSink["publish"]>[1]): void {
+    if (type === "job.created") {
+      // The job is the root of its own trace; the RPC that created it (if traced) is linked.
+      const caller = trace.getSpanContext(context.active());
+      const span = tracer.startSpan(
+        `invoke_agent ${init.agentName ?? ""}`.trim(),
+        {
+          kind: SpanKind.INTERNAL,
+          root: true,
+          ...(caller ? { links: [{ context: caller }] } : {}),
+          attributes: {
+            [GenAi.operationName]: "invoke_agent",
+            [GenAi.agentName]: init.agentName ?? "",
+            "oz0.agent.version": init.agentVersion ?? "",
+            "oz0.job.id": init.jobId,
+          },
+        },
+        ROOT_CONTEXT,
+      );
+      this.#jobs.set(init.jobId, { span, ctx: trace.setSpan(ROOT_CONTEXT, span), started: performance.now(), agent: init.agentName ?? "" });
+      return;
+    }
+    if (type === "approval.requested") {
+      const session = init.sessionId ? this.#sessions.get(init.sessionId) : undefined;
+      for (const permission of session?.permissions.values() ?? []) {
+        if (permission.callId === (init.toolCallId ?? "")) permission.needsPerson = true;
+      }
+      return;
+    }
+    if (type.startsWith("harness.operation_") && init.sessionId && init.toolCallId) {
+      const call = this.#sessions.get(init.sessionId)?.runtimeCalls.get(init.toolCallId);
+      const key = init.attributes?.operation_key;
+      if (call && typeof key === "string") call.span.setAttribute("oz0.operation.key", key);
+      if (call && type !== "harness.operation_started" && type !== "harness.operation_step") call.span.setAttribute("oz0.operation.outcome", type.slice("harness.operation_".length));
+      return;
+    }
+    const state = TERMINAL_JOB_EVENTS.get(type);
+    if (!state) return;
+    const job = this.#jobs.get(init.jobId);
+    if (!job) return;
+    this.#jobs.delete(init.jobId);
+    for (const [id, session] of this.#sessions) if (session.jobId === init.jobId) this.#endSession(id, state === "succeeded" ? undefined : `job_${state}`);
+    job.span.setAttributes({ "oz0.job.state": state, ...(init.sessionId ? { [GenAi.conversationId]: init.sessionId } : {}) });
+    if (state !== "succeeded") fail(job.span, `job_${state}`);
+    job.span.end();
+    const attributes = { [GenAi.agentName]: job.agent, "oz0.job.state": state };
+    this.#metrics.jobs.count.add(1, attributes);
+    this.#metrics.jobs.duration.record((performance.now() - job.started) / 1000, attributes);
+  }
+
+  /** The innermost span an event belongs to: its tool call, else its session, else its job. */
+  #contextOf(init: { jobId: string; sessionId?: string; toolCallId?: string }): Context | undefined {
+    const session = init.sessionId ? this.#sessions.get(init.sessionId) : undefined;
+    if (init.toolCallId) {
+      // tool.called names the job and the call but not the session.
+      const candidates = session ? [session] : [...this.#sessions.values()].filter((s) => s.jobId === init.jobId);
+      for (const candidate of candidates) {
+        const call = candidate.tools.get(init.toolCallId) ?? candidate.runtimeCalls.get(init.toolCallId);
+        if (call) return call.ctx;
+      }
+    }
+    return session?.ctx ?? this.#jobs.get(init.jobId)?.ctx;
+  }
+}
+
+/** The process's tracing, shared by the job runner's decorators and the hook stage. */
+export const orchestratorTracing = new OrchestratorTracing();

@@ -1,0 +1,211 @@
+// Issue 11's acceptance: one job on the real stack (the four services as
+// processes, the fake harness under the sandbox, the scripted model behind the
+// LLM proxy) is ONE OpenTelemetry trace. Every service exports over OTLP/HTTP
+// to one receiver, itself a separate process on loopback, and the test reads
+// the trace back from it: the span tree across services and into the harness,
+// the GenAI names and attributes, the metrics, and no content anywhere (a
+// marker planted in the task, the tool input and output and the model's text).
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import path from "node:path";
+import { createInterface } from "node:readline";
+import { after, before, test } from "node:test";
+import { CONTENT_ATTRIBUTES } from "@oz0/serving";
+import { eventually, makePluginRepo, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
+
+const MARKER = "PLANTED-CONTENT-MARKER-5c1e";
+
+interface ReceivedSpan {
+  service: string;
+  traceId: string;
+  spanId: string;
+  parentSpanId: string;
+  name: string;
+  attributes: Record<string, unknown>;
+  statusCode: number;
+}
+
+interface ReceivedMetricPoint {
+  service: string;
+  name: string;
+  attributes: Record<string, unknown>;
+  value: number;
+  count?: number;
+}
+
+let receiver: ChildProcess;
+let receiverUrl: string;
+let t: TestStack | undefined;
+const savedEnv = { ...process.env };
+
+async function startReceiverProcess(): Promise<string> {
+  receiver = spawn(process.execPath, [path.join(repoRoot, "tools", "test-infra", "bin", "otlp-receiver.mjs")], { stdio: ["ignore", "pipe", "inherit"] });
+  const lines = createInterface({ input: receiver.stdout! });
+  for await (const line of lines) return (JSON.parse(line) as { url: string }).url;
+  throw new Error("the OTLP receiver exited before printing its URL");
+}
+
+async function received(): Promise<{ spans: ReceivedSpan[]; metrics: ReceivedMetricPoint[] }> {
+  const [spans, metrics] = await Promise.all([fetch(`${receiverUrl}/spans`), fetch(`${receiverUrl}/metrics`)]);
+  return { spans: (await spans.json()) as ReceivedSpan[], metrics: (await metrics.json()) as ReceivedMetricPoint[] };
+}
+
+before(async () => {
+  receiverUrl = await startReceiverProcess();
+  // The services are children of this process and inherit its environment (the embedded stack's code path).
+  Object.assign(process.env, {
+    OTEL_EXPORTER_OTLP_ENDPOINT: receiverUrl,
+    OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+    OTEL_BSP_SCHEDULE_DELAY: "100",
+    OTEL_METRIC_EXPORT_INTERVAL: "500",
+    OTEL_LOGS_EXPORTER: "none",
+    OTEL_TRACES_SAMPLER: "always_on",
+  });
+  t = await startTestStack({
+    pick: ({ turn }) => (turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: `echo ${MARKER}` } }] } : { text: `done: ${MARKER}` }),
+  });
+  const repo = await makePluginRepo({
+    agents: {
+      careful: `name: careful
+description: asks before running commands
+runtime: harness:fake
+model:
+  primary: anthropic/claude-sonnet-5-5
+instructions: prompts/fixer.md
+limits:
+  max_steps: 5
+harness:
+  tools: [run_command]
+  requires_approval: [run_command]
+hooks:
+  - name: commands-need-a-person
+    match: fake.run_command
+    decision: ask
+    reason: a person checks every command
+`,
+    },
+  });
+  const installed = await t.cli(["plugin", "install", `file://${repo}`]);
+  assert.equal(installed.code, 0, installed.stderr);
+});
+
+after(async () => {
+  await t?.close();
+  receiver?.kill("SIGTERM");
+  for (const key of Object.keys(process.env)) if (!(key in savedEnv)) delete process.env[key];
+});
+
+test("a job with an approved tool call and model calls through the proxy is one trace across every service", async () => {
+  const stack = t!;
+  const started = await stack.cli(["run", "careful", `task ${MARKER}`, "--detach"]);
+  assert.equal(started.code, 0, started.stderr);
+  const jobId = started.stdout.trim();
+  const approval = await eventually(async () => {
+    const list = await stack.cli(["approvals", "list", "--job", jobId, "--json"]);
+    const line = list.stdout.split("\n").find((l) => l.trim());
+    return line ? (JSON.parse(line) as { callId: string }) : undefined;
+  });
+  const approved = await stack.cli(["approve", jobId, approval.callId]);
+  assert.equal(approved.code, 0, approved.stderr);
+  await stack.cli(["jobs", "watch", jobId]);
+  const shown = JSON.parse((await stack.cli(["jobs", "show", jobId, "--json"])).stdout) as { state: string; resultText: string; error: string };
+  assert.equal(shown.state, "JOB_STATE_SUCCEEDED", shown.error);
+  assert.equal(shown.resultText, `done: ${MARKER}`, "the marker did reach the model and back");
+
+  // SIGTERM: every service flushes its spans and metrics before it exits.
+  await stack.close();
+  t = undefined;
+  const { spans, metrics } = await eventually(async () => {
+    const all = await received();
+    return all.spans.some((s) => s.name === "invoke_agent careful") && all.spans.some((s) => s.name.startsWith("chat ")) ? all : undefined;
+  });
+
+  // One root for the job, and every span of the job in its trace.
+  const root = spans.find((s) => s.name === "invoke_agent careful" && s.attributes["oz0.job.id"] === jobId);
+  assert.ok(root, `spans: ${spans.map((s) => `${s.service}:${s.name}`).join(", ")}`);
+  assert.equal(root.service, "oz0-orchestrator");
+  assert.equal(root.parentSpanId, "", "the job is the root of its trace");
+  assert.equal(root.attributes["gen_ai.operation.name"], "invoke_agent");
+  assert.equal(root.attributes["gen_ai.agent.name"], "careful");
+  const inTrace = spans.filter((s) => s.traceId === root.traceId);
+  const byId = new Map(inTrace.map((s) => [s.spanId, s]));
+  const one = (description: string, match: (s: ReceivedSpan) => boolean): ReceivedSpan => {
+    const found = inTrace.filter(match);
+    assert.equal(found.length, 1, `${description}: ${found.length} found among ${inTrace.map((s) => `${s.service}:${s.name}`).join(", ")}`);
+    return found[0]!;
+  };
+  const parentOf = (s: ReceivedSpan): ReceivedSpan | undefined => byId.get(s.parentSpanId);
+
+  const session = one("the orchestrator's session span", (s) => s.service === "oz0-orchestrator" && s.name === "session careful");
+  assert.equal(session.parentSpanId, root.spanId);
+  const sessionId = session.attributes["gen_ai.conversation.id"];
+  assert.match(String(sessionId), /^ses_/);
+
+  // orchestrator → sandbox: the RPC and the sandbox's session span continue the orchestrator's session span.
+  const rpc = one("the sandbox's RunSession span", (s) => s.service === "oz0-sandbox" && s.name === "oz0.sandbox.v1.SandboxService/RunSession");
+  assert.equal(rpc.parentSpanId, session.spanId);
+  const sandboxSession = one("the sandbox's session span", (s) => s.service === "oz0-sandbox" && s.name === "sandbox session careful");
+  assert.equal(sandboxSession.parentSpanId, session.spanId);
+  assert.equal(sandboxSession.attributes["gen_ai.conversation.id"], sessionId);
+
+  // The tool call, its permission wait and the hook's decision.
+  const tool = one("execute_tool", (s) => s.name === "execute_tool run_command");
+  assert.equal(tool.parentSpanId, session.spanId);
+  assert.equal(tool.attributes["gen_ai.operation.name"], "execute_tool");
+  assert.equal(tool.attributes["gen_ai.tool.name"], "run_command");
+  assert.match(String(tool.attributes["gen_ai.tool.call.id"]), /^toolu_/);
+  const permission = one("the permission wait", (s) => s.name === "permission run_command");
+  assert.equal(permission.parentSpanId, tool.spanId);
+  assert.equal(permission.attributes["gen_ai.tool.call.id"], tool.attributes["gen_ai.tool.call.id"]);
+  assert.equal(permission.attributes["oz0.permission.needs_person"], true);
+  assert.equal(permission.attributes["oz0.permission.allowed"], true);
+  const hook = one("the hook's decision", (s) => s.name === "hook commands-need-a-person");
+  assert.equal(hook.parentSpanId, permission.spanId);
+  assert.equal(hook.attributes["oz0.hook.decision"], "ask");
+
+  // Into the harness and out to the proxy: the harness's model calls carry the sandbox session's
+  // traceparent (from its request / TRACEPARENT), and the proxy's chat spans continue it.
+  const chats = inTrace.filter((s) => s.service === "oz0-llm-proxy" && s.name === "chat claude-sonnet-5-5");
+  assert.equal(chats.length, 2, "two model turns");
+  for (const chat of chats) {
+    assert.equal(chat.parentSpanId, sandboxSession.spanId);
+    assert.equal(chat.attributes["gen_ai.operation.name"], "chat");
+    assert.equal(chat.attributes["gen_ai.provider.name"], "anthropic");
+    assert.equal(chat.attributes["gen_ai.request.model"], "claude-sonnet-5-5");
+    assert.equal(chat.attributes["gen_ai.conversation.id"], sessionId);
+    assert.ok(Number(chat.attributes["gen_ai.usage.input_tokens"]) > 0, JSON.stringify(chat.attributes));
+    assert.ok(Number(chat.attributes["gen_ai.usage.output_tokens"]) > 0);
+    assert.equal(typeof chat.attributes["gen_ai.usage.cache_read.input_tokens"], "number");
+    assert.equal(typeof chat.attributes["gen_ai.usage.cache_creation.input_tokens"], "number");
+    assert.ok(inTrace.some((s) => s.parentSpanId === chat.spanId && s.name === "attempt 1"), "one span per attempt upstream");
+  }
+
+  // The events service: the job's lifecycle events carry their span's traceparent, and it continues it.
+  const published = inTrace.filter((s) => s.service === "oz0-events");
+  assert.ok(published.some((s) => s.name === "publish job.created" && s.parentSpanId === root.spanId), published.map((s) => s.name).join(", "));
+  assert.ok(published.some((s) => s.name === "publish tool.called" && s.parentSpanId === tool.spanId));
+
+  // Every span of the trace hangs off the root.
+  for (const s of inTrace) {
+    let cursor: ReceivedSpan | undefined = s;
+    for (let hops = 0; cursor && cursor !== root && hops < 20; hops++) cursor = parentOf(cursor);
+    assert.equal(cursor, root, `${s.service}:${s.name} is not below the job's root`);
+  }
+
+  // No content on any span of any service.
+  for (const s of spans) {
+    for (const key of CONTENT_ATTRIBUTES) assert.equal(s.attributes[key], undefined, `${s.service}:${s.name} has ${key}`);
+    assert.ok(!JSON.stringify(s.attributes).includes(MARKER), `${s.service}:${s.name} carries content: ${JSON.stringify(s.attributes)}`);
+  }
+
+  // Metrics, exported the same way.
+  const metric = (service: string, name: string) => metrics.filter((m) => m.service === service && m.name === name);
+  const tokens = metric("oz0-llm-proxy", "gen_ai.client.token.usage");
+  assert.ok(tokens.some((m) => m.attributes["gen_ai.token.type"] === "input" && m.value > 0), JSON.stringify(tokens));
+  assert.ok(tokens.some((m) => m.attributes["gen_ai.token.type"] === "output" && m.value > 0));
+  assert.ok(metric("oz0-llm-proxy", "gen_ai.client.operation.duration").some((m) => m.count === 2));
+  assert.ok(metric("oz0-orchestrator", "oz0.job.count").some((m) => m.attributes["oz0.job.state"] === "succeeded" && m.value === 1));
+  assert.ok(metric("oz0-orchestrator", "oz0.session.duration").some((m) => m.count === 1));
+  assert.ok(metric("oz0-orchestrator", "oz0.approval.count").some((m) => m.attributes["oz0.approval.allowed"] === true && m.value === 1));
+  assert.ok(metric("oz0-orchestrator", "oz0.approval.duration").some((m) => m.count === 1));
+});
