@@ -12,7 +12,8 @@ export const schemaDir = path.resolve(path.dirname(fileURLToPath(import.meta.url
 
 export type SchemaName = "plugin-manifest" | "agent";
 
-const ajv = new Ajv({ allErrors: false, strict: false, useDefaults: false });
+// verbose: errors carry their schema, so a rule ajv words badly ("must NOT be valid") can be described by the schema itself.
+const ajv = new Ajv({ allErrors: false, strict: false, useDefaults: false, verbose: true });
 const compiled = new Map<SchemaName, ValidateFunction>();
 
 function validator(name: SchemaName): ValidateFunction {
@@ -39,6 +40,10 @@ function describe(error: ErrorObject): { pointer: string; expected: string } {
       return { pointer: base || "/", expected: `a string matching ${String(p.pattern)}` };
     case "enum":
       return { pointer: base || "/", expected: `one of ${(p.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(", ")}` };
+    case "not": {
+      const described = (error.parentSchema as { description?: unknown } | undefined)?.description;
+      return { pointer: base || "/", expected: typeof described === "string" ? described : `a value that ${error.message ?? "matches the schema"}` };
+    }
     default:
       return { pointer: base || "/", expected: `a value that ${error.message ?? "matches the schema"}` };
   }

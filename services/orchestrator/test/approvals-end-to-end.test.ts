@@ -11,6 +11,7 @@ import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
 import { commitAll, eventually, startTestStack, type TestStack } from "./support/test-stack.js";
+import { toolResults } from "./support/tool-results.js";
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "hooks");
 
@@ -32,6 +33,7 @@ hooks:
   ),
   careful: agent("careful", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n"),
   hasty: agent("hasty", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n  timeout: 2s\n"),
+  patient: agent("patient", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n  timeout: 15s\n"),
   restricted: agent("restricted", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n  approvers: [alice]\n"),
   stuck: agent("stuck", 'harness:\n  tools: [run_command]\nhooks:\n  - name: slow-guard\n    command: ["node", "hooks/hang.mjs"]\n    timeout: 1s\n'),
   broken: agent("broken", 'harness:\n  tools: [run_command]\nhooks:\n  - name: crashing-guard\n    command: ["node", "hooks/crash.mjs"]\n'),
@@ -39,15 +41,6 @@ hooks:
   rogue: agent("rogue", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n").replace("harness:fake", "harness:rogue"),
 };
 
-/** The tool results in the conversation so far, as the model reads them. */
-function toolResults(request: ScriptedRequest): string {
-  const messages = (request.body?.messages ?? []) as { role: string; content: unknown }[];
-  const blocks = messages.flatMap((m) => (Array.isArray(m.content) ? (m.content as { type: string; content?: unknown }[]) : []));
-  return blocks
-    .filter((b) => b.type === "tool_result")
-    .map((b) => String(b.content))
-    .join(" | ");
-}
 
 const COMMANDS: Record<string, string> = {
   refused: "echo not-allowed-here",
@@ -310,6 +303,18 @@ test("restart while a call waits → approve after the restart → the job compl
   const done = await finished(jobId);
   assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
   assert.match(done.resultText ?? "", /^saw: exit code 0\nwaited/);
+});
+
+test("a deadline survives a restart: the restarted orchestrator re-arms it from the store and the call times out", async () => {
+  const jobId = await start("patient", "wait");
+  const [approval] = await waiting(jobId);
+  assert.ok(approval?.deadline, "the deadline is on the record while the call waits");
+  // Killed long before the deadline, so only the restarted orchestrator can time the call out.
+  await t.restartOrchestrator();
+  const done = await finished(jobId);
+  assert.equal(done.resultText, "saw: Permission denied: nobody answered within 15s (approvals.timeout), so the call is denied");
+  const all = await events(jobId);
+  assert.equal(decisions(all).filter((d) => d.outcome === "OUTCOME_TIMED_OUT").length, 1);
 });
 
 test("a harness that runs a tool without asking, or runs a refused one, fails the job naming the rule", async () => {

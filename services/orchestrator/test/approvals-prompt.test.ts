@@ -5,9 +5,10 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { PassThrough } from "node:stream";
 import { after, before, test } from "node:test";
-import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
+import type { ScriptedTurn } from "@oz0/harness/testing";
 import { promptForAnswer } from "../src/cli/approval-prompt.js";
 import { cliMain, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
+import { toolResults } from "./support/tool-results.js";
 
 function pair(): { input: PassThrough; output: PassThrough; shown: () => string } {
   const input = new PassThrough();
@@ -55,14 +56,6 @@ harness:
   requires_approval: [run_command]
 `;
 
-function toolResults(request: ScriptedRequest): string {
-  const messages = (request.body?.messages ?? []) as { content: unknown }[];
-  return messages
-    .flatMap((m) => (Array.isArray(m.content) ? (m.content as { type: string; content?: unknown }[]) : []))
-    .filter((b) => b.type === "tool_result")
-    .map((b) => String(b.content))
-    .join(" | ");
-}
 
 let t: TestStack;
 
@@ -85,17 +78,19 @@ test("oz0 run on a terminal prompts, and an edited input is what runs", async ()
     stdio: ["pipe", "pipe", "pipe"],
   });
   let screen = "";
-  const prompted = new Promise<void>((resolve) => {
-    child.stdout.on("data", (d: Buffer) => {
-      screen += d.toString();
-      if (screen.includes("[e]dit the input: ") && !screen.includes("New input")) {
-        child.stdin.write("e\r");
-      }
-      if (screen.includes("New input, as one line of JSON: ")) resolve();
-    });
+  // Each answer is typed once, when its question is on the screen (output arrives in arbitrary chunks).
+  let step: "choice" | "input" | "done" = "choice";
+  child.stdout.on("data", (d: Buffer) => {
+    screen += d.toString();
+    if (step === "choice" && screen.includes("[e]dit the input: ")) {
+      step = "input";
+      child.stdin.write("e\r");
+    }
+    if (step === "input" && screen.includes("New input, as one line of JSON: ")) {
+      step = "done";
+      child.stdin.write('{"command":"echo edited"}\r');
+    }
   });
-  await prompted;
-  child.stdin.write('{"command":"echo edited"}\r');
   const code = await new Promise<number>((resolve) => child.on("exit", (c) => resolve(c ?? 1)));
   assert.equal(code, 0, screen);
   assert.match(screen, /run_command waits for approval/);

@@ -157,6 +157,10 @@ test("invalid hooks are refused naming the file and the field", () => {
     /oz0-plugin\.yaml: field \/hooks\/0\/command: expected a value of type array/,
   );
   assert.throws(
+    () => validateDocument({ schema: "agent", file: "agents/a.yaml", value: { ...base, hooks: [{ decision: "deny", command: ["guard"] }] } }),
+    /agents\/a\.yaml: field \/hooks\/0: expected either a rule \(decision, reason, set_input\) or a command hook \(command, timeout\), not both/,
+  );
+  assert.throws(
     () => validateDocument({ schema: "agent", file: "agents/a.yaml", value: { ...base, approvals: { timeout: "soon" } } }),
     /agents\/a\.yaml: field \/approvals\/timeout: expected a string matching/,
   );
