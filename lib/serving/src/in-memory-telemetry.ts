@@ -20,6 +20,9 @@ export function startInMemoryTelemetry(options: { serviceName?: string } = {}): 
     metricReaders: [],
     logRecordProcessors: [],
     instrumentations: [],
+    // No detectors: their attributes arrive asynchronously, and spans wait for them before export;
+    // without them a span is in memory as soon as it ends.
+    resourceDetectors: [],
   });
   sdk.start();
   return {

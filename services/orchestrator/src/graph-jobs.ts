@@ -20,6 +20,7 @@ import { isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js"
 import { ACTIVE_JOB_STATES, type JobPatch, type JobRecord, type JobStateName, type JobStore } from "./job-store.js";
 import { notFound, OrchestratorError } from "./orchestrator-error.js";
 import type { LifecycleSink, SessionRunner } from "./session-runner.js";
+import { orchestratorTracing } from "./tracing.js";
 
 /** Graph jobs' ids start with this, so the job runner leaves them to GraphJobs. */
 export const GRAPH_JOB_PREFIX = "graph_";
@@ -171,6 +172,8 @@ export class GraphJobs {
       executor,
       store: this.#checkpoints,
       onEvent: (event) => this.#onEvent(jobId, event),
+      // One span per step attempt, below the graph run's span (tracing.ts).
+      tracer: orchestratorTracing.graphTracer(jobId),
     });
     this.#runners.set(jobId, runner);
     return runner;

@@ -17,6 +17,7 @@
 // never the task, tool input or output, model text or a reason a hook wrote.
 import { create } from "@bufbuild/protobuf";
 import { context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Span } from "@opentelemetry/api";
+import type { GraphTracer } from "@oz0/graph";
 import { TraceContextSchema, type PermissionAnswer, type RuntimeToolResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { GenAi, oz0Tracer, traceContextOf, workMetrics } from "@oz0/serving";
 import type { LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "./session-runner.js";
@@ -48,6 +49,9 @@ const TERMINAL_JOB_EVENTS = new Map([
   ["job.completed", "succeeded"],
   ["job.failed", "failed"],
   ["job.cancelled", "cancelled"],
+  ["graph.run_completed", "succeeded"],
+  ["graph.run_failed", "failed"],
+  ["graph.run_cancelled", "cancelled"],
 ]);
 
 function start(name: string, parent: Context, attributes: Record<string, string | number | boolean>, kind = SpanKind.INTERNAL): Traced {
@@ -129,6 +133,23 @@ export class OrchestratorTracing {
     } finally {
       hook.span.end();
     }
+  }
+
+  /**
+   * The tracer hook for a graph job's GraphRunner: its `graph.step` spans (run
+   * id, node, path, iteration and attempt as attributes) nest below the graph
+   * run's span. A step's error message is dropped: it may quote content.
+   */
+  graphTracer(jobId: string): GraphTracer {
+    return {
+      startSpan: (name, options) => {
+        const span = tracer.startSpan(name, { attributes: options?.attributes ?? {} }, this.#jobs.get(jobId)?.ctx ?? ROOT_CONTEXT);
+        return {
+          setStatus: (status: { code: number }) => span.setStatus({ code: status.code === 2 ? SpanStatusCode.ERROR : SpanStatusCode.UNSET }),
+          end: () => span.end(),
+        };
+      },
+    };
   }
 
   #start(inner: SessionRunner, options: StartSessionOptions): SessionChannel {
@@ -295,6 +316,16 @@ export class OrchestratorTracing {
         ROOT_CONTEXT,
       );
       this.#jobs.set(init.jobId, { span, ctx: trace.setSpan(ROOT_CONTEXT, span), started: performance.now(), agent: init.agentName ?? "" });
+      return;
+    }
+    if (type === "graph.run_started") {
+      const graph = String(init.attributes?.graph_name ?? "");
+      const span = tracer.startSpan(
+        `invoke_agent ${graph}`.trim(),
+        { kind: SpanKind.INTERNAL, root: true, attributes: { [GenAi.operationName]: "invoke_agent", [GenAi.agentName]: graph, "oz0.graph.name": graph, "oz0.graph.version": String(init.attributes?.graph_version ?? ""), "oz0.job.id": init.jobId } },
+        ROOT_CONTEXT,
+      );
+      this.#jobs.set(init.jobId, { span, ctx: trace.setSpan(ROOT_CONTEXT, span), started: performance.now(), agent: graph });
       return;
     }
     if (type === "approval.requested") {

@@ -1,0 +1,162 @@
+// The orchestrator's tracing decorators in process, with spans in memory: the
+// parts the end-to-end test does not reach — a harness operation's runtime
+// tool call with its scratch session nested below it, graph runs and their
+// step spans (without the step's error message), and the traceparent each
+// lifecycle event gets. A marker planted in every piece of content must not
+// appear on any span.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import type { ReadableSpan } from "@opentelemetry/sdk-trace-base";
+import {
+  PermissionAnswerSchema,
+  RuntimeToolResultSchema,
+  SessionEventSchema,
+  SessionRequestSchema,
+} from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { CONTENT_ATTRIBUTES, startInMemoryTelemetry, type InMemoryTelemetry } from "@oz0/serving";
+import type { LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "../src/session-runner.js";
+import { OrchestratorTracing } from "../src/tracing.js";
+
+const MARKER = "PLANTED-CONTENT-MARKER-91b2";
+
+let telemetry: InMemoryTelemetry;
+before(() => {
+  telemetry = startInMemoryTelemetry({ serviceName: "oz0-orchestrator" });
+});
+after(() => telemetry.shutdown());
+
+const event = (value: MessageInitShape<typeof SessionEventSchema>["event"]): SandboxMessage => ({ seq: 0, kind: "event", event: create(SessionEventSchema, { event: value }) });
+
+/** A sandbox whose sessions replay scripted messages; records the requests it got. */
+function fakeRunner(scripts: Record<string, SandboxMessage[]>): SessionRunner & { started: StartSessionOptions[] } {
+  const started: StartSessionOptions[] = [];
+  return {
+    url: "http://sandbox.test",
+    started,
+    start(options) {
+      started.push(options);
+      const messages = scripts[options.request.sessionId] ?? [];
+      const channel: SessionChannel = {
+        async *[Symbol.asyncIterator]() {
+          yield* messages;
+        },
+        answerPermission: async () => {},
+        answerRuntimeTool: async () => {},
+        close: () => {},
+      };
+      return channel;
+    },
+    reattach: () => {
+      throw new Error("not used");
+    },
+    cancel: async () => {},
+  };
+}
+
+function recordingSink(): LifecycleSink & { events: { type: string; traceparent?: string; toolCallId?: string }[] } {
+  const events: { type: string; traceparent?: string; toolCallId?: string }[] = [];
+  return {
+    events,
+    publish: (type, init) => events.push({ type, ...(init.traceparent ? { traceparent: init.traceparent } : {}), ...(init.toolCallId ? { toolCallId: init.toolCallId } : {}) }),
+    close: async () => {},
+  };
+}
+
+const request = (sessionId: string, jobId: string) =>
+  create(SessionRequestSchema, { sessionId, jobId, agent: { name: "coder", version: 1 }, input: `task ${MARKER}`, instructions: `system ${MARKER}` });
+
+function byName(name: string): ReadableSpan {
+  const found = telemetry.spans().filter((s) => s.name === name);
+  assert.equal(found.length, 1, `${name}: ${telemetry.spans().map((s) => s.name).join(", ")}`);
+  return found[0]!;
+}
+
+void test("a runtime tool call nests its scratch session; hooks nest below the permission; events carry their span's traceparent", async () => {
+  telemetry.reset();
+  const tracing = new OrchestratorTracing();
+  const runner = fakeRunner({
+    ses_parent: [
+      event({ case: "toolCall", value: { callId: "call_1", tool: "run_command", input: { command: `echo ${MARKER}` }, title: `Run echo ${MARKER}` } }),
+      event({ case: "permissionRequest", value: { id: "perm_1", callId: "call_1", tool: "run_command", input: { command: `echo ${MARKER}` } } }),
+      event({ case: "runtimeToolCall", value: { id: "rt_1", name: "summarise", input: { task: MARKER } } }),
+    ],
+    ses_scratch: [{ seq: 1, kind: "exited", exitCode: 0, signal: "", error: "" }],
+  });
+  const traced = tracing.sessionRunner(runner);
+  const sink = recordingSink();
+  const lifecycle = tracing.lifecycleSink(sink);
+  lifecycle.publish("job.created", { jobId: "job_1", agentName: "coder", agentVersion: "1", attributes: { input: MARKER } });
+  const parent = traced.start({ request: request("ses_parent", "job_1"), command: [], pluginDir: "", env: {}, attachments: [] });
+  assert.match(runner.started[0]!.request.trace?.traceparent ?? "", /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/, "the session's context goes into the request");
+  for await (const message of parent) void message;
+  lifecycle.publish("tool.called", { jobId: "job_1", toolCallId: "call_1", attributes: { tool_name: "run_command", input: MARKER } });
+  await tracing.traceHook({ sessionId: "ses_parent", permissionId: "perm_1", hook: "guard", source: "agent coder" }, async () => ({ decision: "allow", reason: MARKER }));
+  await parent.answerPermission(create(PermissionAnswerSchema, { id: "perm_1", allow: true, reason: MARKER }));
+  // The harness operation's scratch session shares the parent's working directory.
+  const scratch = traced.start({ request: request("ses_scratch", "job_1"), command: [], pluginDir: "", env: {}, attachments: [], shareWorkingDirOf: "ses_parent" });
+  for await (const message of scratch) void message;
+  lifecycle.publish("harness.operation_completed", { jobId: "job_1", sessionId: "ses_parent", toolCallId: "rt_1", attributes: { operation_key: "summarise" } });
+  await parent.answerRuntimeTool(create(RuntimeToolResultSchema, { id: "rt_1", isError: false }));
+  parent.close();
+  lifecycle.publish("job.completed", { jobId: "job_1", sessionId: "ses_parent", status: "succeeded" });
+
+  const job = byName("invoke_agent coder");
+  const sessions = telemetry.spans().filter((s) => s.name === "session coder");
+  const parentSession = sessions.find((s) => s.attributes["gen_ai.conversation.id"] === "ses_parent")!;
+  const scratchSession = sessions.find((s) => s.attributes["gen_ai.conversation.id"] === "ses_scratch")!;
+  const tool = byName("execute_tool run_command");
+  const permission = byName("permission run_command");
+  const hook = byName("hook guard");
+  const operation = byName("execute_tool summarise");
+  assert.equal(job.parentSpanContext, undefined, "the job is a root");
+  assert.equal(parentSession.parentSpanContext?.spanId, job.spanContext().spanId);
+  assert.equal(tool.parentSpanContext?.spanId, parentSession.spanContext().spanId);
+  assert.equal(permission.parentSpanContext?.spanId, tool.spanContext().spanId);
+  assert.equal(permission.attributes["oz0.permission.allowed"], true);
+  assert.equal(hook.parentSpanContext?.spanId, permission.spanContext().spanId);
+  assert.equal(hook.attributes["oz0.hook.decision"], "allow");
+  assert.equal(operation.parentSpanContext?.spanId, parentSession.spanContext().spanId);
+  assert.equal(operation.attributes["oz0.tool.runtime"], true);
+  assert.equal(operation.attributes["oz0.operation.key"], "summarise");
+  assert.equal(operation.attributes["oz0.operation.outcome"], "completed");
+  assert.equal(scratchSession.parentSpanContext?.spanId, operation.spanContext().spanId, "the scratch session nests below its runtime tool call");
+  assert.equal(job.attributes["oz0.job.state"], "succeeded");
+  for (const span of [job, parentSession, scratchSession, tool, permission, hook, operation]) assert.equal(span.spanContext().traceId, job.spanContext().traceId);
+
+  // Each lifecycle event carries the traceparent of the innermost span it is about.
+  const traceparentOf = (span: ReadableSpan) => `00-${span.spanContext().traceId}-${span.spanContext().spanId}-01`;
+  assert.equal(sink.events.find((e) => e.type === "job.created")?.traceparent, traceparentOf(job));
+  assert.equal(sink.events.find((e) => e.type === "tool.called")?.traceparent, traceparentOf(tool));
+  assert.equal(sink.events.find((e) => e.type === "harness.operation_completed")?.traceparent, traceparentOf(operation));
+
+  for (const span of telemetry.spans()) {
+    for (const key of CONTENT_ATTRIBUTES) assert.equal(span.attributes[key], undefined, `${span.name} has ${key}`);
+    assert.ok(!JSON.stringify(span.attributes).includes(MARKER), `${span.name} carries content: ${JSON.stringify(span.attributes)}`);
+  }
+});
+
+void test("a graph run is one span with a span per step attempt below it, without the step's error message", () => {
+  telemetry.reset();
+  const tracing = new OrchestratorTracing();
+  const lifecycle = tracing.lifecycleSink(undefined);
+  lifecycle.publish("graph.run_started", { jobId: "job_g", attributes: { graph_name: "triage", graph_version: "2" } });
+  const steps = tracing.graphTracer("job_g");
+  const ok = steps.startSpan("graph.step classify", { attributes: { "oz0.node_id": "classify", "oz0.iteration": 0 } });
+  ok.end();
+  const failed = steps.startSpan("graph.step fix", { attributes: { "oz0.node_id": "fix", "oz0.iteration": 1 } });
+  failed.setStatus({ code: 2, message: `the step failed on ${MARKER}` });
+  failed.end();
+  lifecycle.publish("graph.run_failed", { jobId: "job_g", attributes: { error_code: "step_failed" } });
+
+  const run = byName("invoke_agent triage");
+  assert.equal(run.attributes["oz0.graph.name"], "triage");
+  assert.equal(run.attributes["oz0.job.state"], "failed");
+  const classify = byName("graph.step classify");
+  const fix = byName("graph.step fix");
+  assert.equal(classify.parentSpanContext?.spanId, run.spanContext().spanId);
+  assert.equal(fix.parentSpanContext?.spanId, run.spanContext().spanId);
+  assert.equal(fix.attributes["oz0.iteration"], 1);
+  assert.equal(fix.status.code, 2);
+  assert.equal(fix.status.message, undefined, "the step's error message may quote content");
+});
