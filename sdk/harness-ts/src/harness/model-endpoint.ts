@@ -2,7 +2,7 @@
 // client: the runtime's base URLs, the session token as the API key, and the
 // headers every call must carry (protocol rule 4).
 import type { SessionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import type { TraceContext } from "./trace-context.js";
+import { traceContextFrom, type TraceContext } from "./trace-context.js";
 
 /** Where and how this session calls models. */
 export interface ModelEndpoint {
@@ -32,11 +32,16 @@ export interface ModelEndpoint {
   readonly fallbacks: readonly string[];
 }
 
-/** Builds the endpoint from the request (and the session's trace context, when there is one). */
+/**
+ * Builds the endpoint from the request. `trace` defaults to the request's own
+ * trace context, so harnesses that build the endpoint themselves (Claude Code,
+ * ACP agents) send `traceparent` too.
+ */
 export function modelEndpointFrom(request: SessionRequest, options: { trace?: TraceContext } = {}): ModelEndpoint {
   const llm = request.llm;
   const extraHeaders: Record<string, string> = { ...(llm?.headers ?? {}) };
-  for (const [name, value] of Object.entries(options.trace?.carrier ?? {})) if (!hasHeader(extraHeaders, name)) extraHeaders[name] = value;
+  const trace = options.trace ?? traceContextFrom(request, {});
+  for (const [name, value] of Object.entries(trace.carrier)) if (!hasHeader(extraHeaders, name)) extraHeaders[name] = value;
   // The runtime sends these, but a harness must never call without them.
   if (!hasHeader(extraHeaders, "oz0-job") && request.jobId !== "") extraHeaders["Oz0-Job"] = request.jobId;
   if (!hasHeader(extraHeaders, "oz0-agent") && request.agent?.name) extraHeaders["Oz0-Agent"] = request.agent.name;
