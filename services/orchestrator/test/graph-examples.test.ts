@@ -5,17 +5,13 @@
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
+import type { ScriptedTurn } from "@oz0/harness/testing";
+import { agentOf } from "./support/graph-agents.js";
 import { repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
 
 const plugin = path.join(repoRoot, "examples/plugins/support-graphs");
 
-/** The agent a model call is for: every example prompt starts "You are NAME.". */
-export function agentOf(request: ScriptedRequest): string {
-  return /You are ([a-z-]+)\./.exec(JSON.stringify(request.body?.system ?? ""))?.[1] ?? "";
-}
-
-export function exampleTurn(agent: string, input: string): ScriptedTurn {
+function exampleTurn(agent: string, input: string): ScriptedTurn {
   switch (agent) {
     case "email-triage":
       return { text: input.includes("crash") ? "bug_report" : "other" };
