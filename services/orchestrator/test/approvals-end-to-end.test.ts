@@ -292,31 +292,6 @@ test("two calls waiting at once are answered in reverse order, independently", a
   assert.equal(all.filter((e) => e.permissionRequested).length, 2, "nothing was asked again");
 });
 
-test("restart while a call waits → approve after the restart → the job completes", async () => {
-  const jobId = await start("careful", "wait");
-  const [approval] = await waiting(jobId);
-  await t.restartOrchestrator();
-  const [still] = await waiting(jobId);
-  assert.equal(still?.callId, approval?.callId, "the record survived the restart");
-  const approved = await t.cli(["approve", jobId, String(approval?.callId)]);
-  assert.equal(approved.code, 0, approved.stderr);
-  const done = await finished(jobId);
-  assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
-  assert.match(done.resultText ?? "", /^saw: exit code 0\nwaited/);
-});
-
-test("a deadline survives a restart: the restarted orchestrator re-arms it from the store and the call times out", async () => {
-  const jobId = await start("patient", "wait");
-  const [approval] = await waiting(jobId);
-  assert.ok(approval?.deadline, "the deadline is on the record while the call waits");
-  // Killed long before the deadline, so only the restarted orchestrator can time the call out.
-  await t.restartOrchestrator();
-  const done = await finished(jobId);
-  assert.equal(done.resultText, "saw: Permission denied: nobody answered within 15s (approvals.timeout), so the call is denied");
-  const all = await events(jobId);
-  assert.equal(decisions(all).filter((d) => d.outcome === "OUTCOME_TIMED_OUT").length, 1);
-});
-
 test("a harness that runs a tool without asking, or runs a refused one, fails the job naming the rule", async () => {
   const unasked = await runToEnd("rogue", "unasked");
   assert.equal(unasked.state, "JOB_STATE_FAILED");
@@ -332,4 +307,25 @@ test("a harness that runs a tool without asking, or runs a refused one, fails th
   const [approval] = await waiting(jobId);
   assert.equal((await t.cli(["approve", jobId, String(approval?.callId)])).code, 0);
   assert.equal((await finished(jobId)).state, "JOB_STATE_SUCCEEDED");
+});
+
+test("restart while calls wait: an approval after the restart completes its job, and a deadline is re-armed from the store", async () => {
+  // Both jobs start before the one restart, then each is answered by the restarted orchestrator.
+  const careful = await start("careful", "wait");
+  const patient = await start("patient", "wait");
+  const [approval] = await waiting(careful);
+  const [timed] = await waiting(patient);
+  assert.ok(timed?.deadline, "the deadline is on the record while the call waits");
+  // Killed long before the 15s deadline, so only the restarted orchestrator can time the call out.
+  await t.restartOrchestrator();
+  const [still] = await waiting(careful);
+  assert.equal(still?.callId, approval?.callId, "the record survived the restart");
+  const approved = await t.cli(["approve", careful, String(approval?.callId)]);
+  assert.equal(approved.code, 0, approved.stderr);
+  const done = await finished(careful);
+  assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
+  assert.match(done.resultText ?? "", /^saw: exit code 0\nwaited/);
+  const expired = await finished(patient);
+  assert.equal(expired.resultText, "saw: Permission denied: nobody answered within 15s (approvals.timeout), so the call is denied");
+  assert.equal(decisions(await events(patient)).filter((d) => d.outcome === "OUTCOME_TIMED_OUT").length, 1);
 });
