@@ -121,9 +121,9 @@ export class JobRunner {
     this.#o = options;
     this.#agents = new AgentVersions({ store: options.store });
     this.#operations = new OperationRunner({
+      store: options.store,
       tokens: options.tokens,
       policy: options.policy,
-      home: options.home,
       logger: options.logger,
       ...(options.lifecycle ? { lifecycle: options.lifecycle } : {}),
       ...(options.operationRepairs !== undefined ? { maxRepairs: options.operationRepairs } : {}),
@@ -330,7 +330,7 @@ export class JobRunner {
     // Answers decided but never written to the session (the orchestrator stopped in between).
     for (const p of await this.#o.store.listPermissions({ jobId, undeliveredOnly: true })) await this.#deliver(jobId, p);
     // Harness operations the session still waits for: a checkpointed result is delivered, an unfinished one runs again.
-    for (const work of this.#operations.resumeJob(this.#operationParent(job, active))) this.#track(work);
+    this.#track(this.#operations.resumeJob(this.#operationParent(job, active)));
     await this.#consume(jobId, active);
   }
 
@@ -446,7 +446,9 @@ export class JobRunner {
         // answer goes down the stream when done. Recorded before the seq advances, so a crash
         // in between replays the call rather than losing it.
         const job = (await this.#o.store.getJob(jobId))!;
-        this.#track(this.#operations.accept({ parent: this.#operationParent(job, active), callId: e.value.id, name: e.value.name, input: e.value.input }).done);
+        const { recorded, done } = this.#operations.accept({ parent: this.#operationParent(job, active), callId: e.value.id, name: e.value.name, input: e.value.input });
+        this.#track(done);
+        await recorded;
         await this.#o.store.updateJob(jobId, patch);
         return;
       }

@@ -139,6 +139,32 @@ export interface PublishResult {
   published: boolean;
 }
 
+/**
+ * A harness operation invocation's durable record (operation-runner.ts),
+ * keyed by job and runtime tool call id: written when the call is accepted,
+ * again when its result validated (the checkpoint) and when it was delivered.
+ */
+export interface OperationCheckpoint {
+  jobId: string;
+  /** The RuntimeToolCall's id. */
+  callId: string;
+  invocationId: string;
+  operationKey: string;
+  /** Kept so a crash before the checkpoint can run the operation again. */
+  task: string;
+  startedAt: string;
+  status: "running" | "validated" | "failed";
+  /** The validated result, once status is validated. */
+  result?: JsonObject;
+  /** What the parent's model was told, once status is failed. */
+  error?: string;
+  errorCode?: string;
+  /** The answer reached the parent's session stream. */
+  delivered: boolean;
+  /** Scratch sessions started for it, so a restart can stop leftovers. */
+  scratchSessionIds: string[];
+}
+
 export interface JobStore {
   putPlugin(record: PluginRecord): Promise<void>;
   getPlugin(name: string): Promise<PluginRecord | undefined>;
@@ -166,6 +192,12 @@ export interface JobStore {
   getPermission(jobId: string, id: string): Promise<PermissionRecord | undefined>;
   listPermissions(query: ListPermissionsQuery): Promise<PermissionRecord[]>;
   markPermissionDelivered(jobId: string, id: string): Promise<void>;
+
+  /** Insert or replace a harness operation's record. */
+  putOperationCheckpoint(record: OperationCheckpoint): Promise<void>;
+  getOperationCheckpoint(jobId: string, callId: string): Promise<OperationCheckpoint | undefined>;
+  /** The job's operation records whose answer has not reached its session. */
+  listUndeliveredOperations(jobId: string): Promise<OperationCheckpoint[]>;
 
   close(): Promise<void>;
 }

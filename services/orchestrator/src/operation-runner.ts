@@ -32,7 +32,7 @@ import {
   readOperationTask,
   type HarnessOperationDefinition,
 } from "./harness-operations.js";
-import type { AgentVersionRecord, JsonObject } from "./job-store.js";
+import type { AgentVersionRecord, JobStore, JsonObject } from "./job-store.js";
 import { OperationCheckpoints, type OperationCheckpoint } from "./operation-checkpoints.js";
 import type { PermissionPolicy } from "./permission-policy.js";
 import type { LifecycleSink, SessionChannel, SessionRunner, TokenIssuer } from "./session-runner.js";
@@ -81,9 +81,10 @@ export interface OperationParent {
 }
 
 export interface OperationRunnerOptions {
+  /** Where invocation records and checkpoints go. */
+  store: JobStore;
   tokens: TokenIssuer;
   policy: PermissionPolicy;
-  home: string;
   logger: Logger;
   lifecycle?: LifecycleSink;
   maxRepairs?: number;
@@ -121,7 +122,7 @@ export class OperationRunner {
 
   constructor(options: OperationRunnerOptions) {
     this.#o = options;
-    this.#checkpoints = new OperationCheckpoints({ home: options.home });
+    this.#checkpoints = new OperationCheckpoints({ store: options.store });
   }
 
   get checkpoints(): OperationCheckpoints {
@@ -145,31 +146,51 @@ export class OperationRunner {
 
   /**
    * Accept one runtime tool call of a parent session and run it in the
-   * background. Resolves once the call is durably recorded (so the caller
-   * may then advance the session's sequence number); `done` settles when the
-   * answer was delivered.
+   * background. `recorded` resolves once the call is durably recorded (so the
+   * caller may then advance the session's sequence number: a crash in
+   * between replays the call instead of losing it); `done` settles when the
+   * answer was delivered. Neither rejects.
    */
-  accept(options: { parent: OperationParent; callId: string; name: string; input: unknown }): { done: Promise<void> } {
+  accept(options: { parent: OperationParent; callId: string; name: string; input: unknown }): { recorded: Promise<void>; done: Promise<void> } {
     const { parent, callId } = options;
     const flight = `${parent.jobId}/${callId}`;
-    if (this.#inFlight.has(flight)) return { done: Promise.resolve() };
+    if (this.#inFlight.has(flight)) return { recorded: Promise.resolve(), done: Promise.resolve() };
     this.#inFlight.add(flight);
-    const done = this.#accept(options).finally(() => this.#inFlight.delete(flight));
-    return { done };
+    let markRecorded!: () => void;
+    const recorded = new Promise<void>((resolve) => (markRecorded = resolve));
+    const done = this.#accept(options, markRecorded)
+      .catch((error: unknown) => this.#o.logger.error({ jobId: parent.jobId, callId, err: String(error) }, "harness operation failed unexpectedly"))
+      .finally(() => {
+        markRecorded();
+        this.#inFlight.delete(flight);
+      });
+    return { recorded, done };
   }
 
-  async #accept(options: { parent: OperationParent; callId: string; name: string; input: unknown }): Promise<void> {
+  async #accept(options: { parent: OperationParent; callId: string; name: string; input: unknown }, markRecorded: () => void): Promise<void> {
     const { parent, callId, name } = options;
-    const refuse = (code: OperationErrorCode, message: string): Promise<void> => this.#deliver(parent, callId, { kind: "failed", code, message, validation: "unknown" }, undefined);
+    // Refusals need no record: a replayed call is refused the same way again.
+    const refuse = (code: OperationErrorCode, message: string): Promise<void> => {
+      markRecorded();
+      return this.#deliver(parent, callId, { kind: "failed", code, message, validation: "unknown" }, undefined);
+    };
     if (this.#scratch.has(parent.sessionId)) {
       return refuse("operation_nested", `harness operations cannot be nested: ${name} was called from inside a harness operation's scratch session; finish this operation and let the parent call ${name}`);
     }
     const op = operationsOf(parent.agent).find((o) => o.key === name);
     if (!op) return refuse("operation_unknown", `no runtime tool ${name} on agent ${parent.agent.name} v${parent.agent.version}`);
-    const existing = this.#checkpoints.get(parent.jobId, callId);
-    if (existing) return this.#resume(parent, op, existing);
     const read = readOperationTask(options.input);
     if ("error" in read) return refuse("operation_input_invalid", `${name}: ${read.error}`);
+    let existing: OperationCheckpoint | undefined;
+    try {
+      existing = await this.#checkpoints.get(parent.jobId, callId);
+    } catch (error) {
+      return refuse("operation_session_failed", `${name} could not be recorded (${(error as Error).message}); try the call again`);
+    }
+    if (existing) {
+      markRecorded();
+      return this.#resume(parent, op, existing);
+    }
     const record: OperationCheckpoint = {
       jobId: parent.jobId,
       callId,
@@ -181,13 +202,25 @@ export class OperationRunner {
       delivered: false,
       scratchSessionIds: [],
     };
-    this.#checkpoints.put(record);
+    try {
+      await this.#checkpoints.put(record);
+    } catch (error) {
+      return refuse("operation_session_failed", `${name} could not be recorded (${(error as Error).message}); try the call again`);
+    }
+    markRecorded();
     await this.#run(parent, op, record);
   }
 
-  /** After a restart: deliver what was recorded, run again what was not. */
-  resumeJob(parent: OperationParent): Promise<void>[] {
-    return this.#checkpoints.undelivered(parent.jobId).map((record) => {
+  /** After a restart: deliver what was recorded, run again what was not (concurrently). Never rejects. */
+  async resumeJob(parent: OperationParent): Promise<void> {
+    let records: OperationCheckpoint[];
+    try {
+      records = await this.#checkpoints.undelivered(parent.jobId);
+    } catch (error) {
+      this.#o.logger.error({ jobId: parent.jobId, err: String(error) }, "could not read the job's harness operations to resume them");
+      return;
+    }
+    const work = records.map((record) => {
       const flight = `${parent.jobId}/${record.callId}`;
       if (this.#inFlight.has(flight)) return Promise.resolve();
       this.#inFlight.add(flight);
@@ -195,8 +228,11 @@ export class OperationRunner {
       const work = op
         ? this.#resume(parent, op, record)
         : this.#deliver(parent, record.callId, { kind: "failed", code: "operation_unknown", message: `operation ${record.operationKey} is not on this agent version`, validation: "unknown" }, record);
-      return work.finally(() => this.#inFlight.delete(flight));
+      return work
+        .catch((error: unknown) => this.#o.logger.error({ jobId: parent.jobId, callId: record.callId, err: String(error) }, "could not resume a harness operation"))
+        .finally(() => this.#inFlight.delete(flight));
     });
+    await Promise.all(work);
   }
 
   async #resume(parent: OperationParent, op: HarnessOperationDefinition, record: OperationCheckpoint): Promise<void> {
@@ -252,7 +288,8 @@ export class OperationRunner {
       record.error = outcome.message;
       record.errorCode = outcome.code;
     }
-    this.#checkpoints.put(record);
+    // Without the checkpoint the answer still goes out; a crash before delivery then runs the operation again.
+    await this.#checkpoints.put(record).catch((error: unknown) => this.#o.logger.warn({ jobId: parent.jobId, callId: record.callId, err: String(error) }, "could not checkpoint a harness operation's outcome"));
     await this.#deliver(parent, record.callId, outcome, record);
   }
 
@@ -311,7 +348,6 @@ export class OperationRunner {
     const definition = agent.definition;
     const sessionId = `ses_op_${randomUUID().replaceAll("-", "").slice(0, 20)}`;
     record.scratchSessionIds.push(sessionId);
-    this.#checkpoints.put(record);
     this.#scratch.add(sessionId);
     let tokenId = "";
     let channel: SessionChannel | undefined;
@@ -322,6 +358,8 @@ export class OperationRunner {
       void parent.sandbox.cancel({ sessionId, reason: "the parent run was cancelled" }).catch(() => undefined);
     };
     try {
+      // Recorded before it starts, so a restart can stop it.
+      await this.#checkpoints.put(record);
       const token = await this.#o.tokens.mint({ jobId: parent.jobId, agent: agent.name, agentVersion: agent.version, sessionId, ttlMs: Math.max(1_000, until - Date.now()) + 60_000 });
       tokenId = token.tokenId;
       const input = options.feedback.length
@@ -477,7 +515,7 @@ export class OperationRunner {
       await parent.answer(answer);
       if (record) {
         record.delivered = true;
-        this.#checkpoints.put(record);
+        await this.#checkpoints.put(record);
       }
     } catch (error) {
       // Left undelivered: the next re-attach delivers it from the checkpoint.

@@ -81,6 +81,16 @@ CREATE INDEX session_placements_by_node ON session_placements (node_id);
     // Each lease renews for the lifetime it was acquired with, not the manager's default.
     sql: "ALTER TABLE leases ADD COLUMN ttl_ms integer NOT NULL DEFAULT 30000;",
   },
+  {
+    version: 5,
+    name: "harness operation checkpoints",
+    // One row per runtime tool call of a job (operation-runner.ts), so the replica that takes a job over resumes its operations.
+    sql: `
+CREATE TABLE operation_checkpoints (
+  job_id text NOT NULL, call_id text NOT NULL, record jsonb NOT NULL, delivered boolean NOT NULL,
+  PRIMARY KEY (job_id, call_id));
+`,
+  },
 ];
 
 export interface PostgresConnectionOptions {

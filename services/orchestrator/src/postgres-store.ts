@@ -21,6 +21,7 @@ import type {
   ListJobsQuery,
   ListPermissionsQuery,
   NewAgentVersion,
+  OperationCheckpoint,
   PermissionRecord,
   PluginRecord,
   PublishResult,
@@ -470,6 +471,28 @@ export class PostgresJobStore implements JobStore {
 
   async markPermissionDelivered(jobId: string, id: string): Promise<void> {
     await this.#pool.query("UPDATE permissions SET delivered = true WHERE job_id = $1 AND id = $2", [jobId, id]);
+  }
+
+  async putOperationCheckpoint(record: OperationCheckpoint): Promise<void> {
+    // Fenced like every job write: a replica that lost the job's lease must not record its operations.
+    await withTransaction(this.#pool, async (client) => {
+      await this.#checkFence(client);
+      await client.query(
+        `INSERT INTO operation_checkpoints (job_id, call_id, record, delivered) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (job_id, call_id) DO UPDATE SET record = excluded.record, delivered = excluded.delivered`,
+        [record.jobId, record.callId, JSON.stringify(record), record.delivered],
+      );
+    });
+  }
+
+  async getOperationCheckpoint(jobId: string, callId: string): Promise<OperationCheckpoint | undefined> {
+    const { rows } = await this.#pool.query<{ record: OperationCheckpoint }>("SELECT record FROM operation_checkpoints WHERE job_id = $1 AND call_id = $2", [jobId, callId]);
+    return rows[0]?.record;
+  }
+
+  async listUndeliveredOperations(jobId: string): Promise<OperationCheckpoint[]> {
+    const { rows } = await this.#pool.query<{ record: OperationCheckpoint }>("SELECT record FROM operation_checkpoints WHERE job_id = $1 AND NOT delivered ORDER BY call_id", [jobId]);
+    return rows.map((r) => r.record);
   }
 
   async #checkFence(client: pg.PoolClient): Promise<void> {

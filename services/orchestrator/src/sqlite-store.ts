@@ -17,6 +17,7 @@ import type {
   ListJobsQuery,
   ListPermissionsQuery,
   NewAgentVersion,
+  OperationCheckpoint,
   PermissionRecord,
   PluginRecord,
   PublishResult,
@@ -48,6 +49,9 @@ CREATE TABLE IF NOT EXISTS permissions (
   decider TEXT, answered_by TEXT NOT NULL, answer_input TEXT, requested_at INTEGER NOT NULL, answered_at INTEGER,
   delivered INTEGER NOT NULL, PRIMARY KEY (job_id, id));
 CREATE INDEX IF NOT EXISTS permissions_by_status ON permissions (status);
+CREATE TABLE IF NOT EXISTS operation_checkpoints (
+  job_id TEXT NOT NULL, call_id TEXT NOT NULL, record TEXT NOT NULL, delivered INTEGER NOT NULL,
+  PRIMARY KEY (job_id, call_id));
 `;
 
 interface JobRow {
@@ -427,6 +431,25 @@ export class SqliteJobStore implements JobStore {
 
   async markPermissionDelivered(jobId: string, id: string): Promise<void> {
     this.#db.prepare("UPDATE permissions SET delivered = 1 WHERE job_id = ? AND id = ?").run(jobId, id);
+  }
+
+  async putOperationCheckpoint(record: OperationCheckpoint): Promise<void> {
+    this.#db
+      .prepare(
+        `INSERT INTO operation_checkpoints (job_id, call_id, record, delivered) VALUES (?, ?, ?, ?)
+         ON CONFLICT (job_id, call_id) DO UPDATE SET record = excluded.record, delivered = excluded.delivered`,
+      )
+      .run(record.jobId, record.callId, JSON.stringify(record), record.delivered ? 1 : 0);
+  }
+
+  async getOperationCheckpoint(jobId: string, callId: string): Promise<OperationCheckpoint | undefined> {
+    const row = this.#db.prepare("SELECT record FROM operation_checkpoints WHERE job_id = ? AND call_id = ?").get(jobId, callId) as { record: string } | undefined;
+    return row ? (JSON.parse(row.record) as OperationCheckpoint) : undefined;
+  }
+
+  async listUndeliveredOperations(jobId: string): Promise<OperationCheckpoint[]> {
+    const rows = this.#db.prepare("SELECT record FROM operation_checkpoints WHERE job_id = ? AND delivered = 0 ORDER BY call_id").all(jobId) as { record: string }[];
+    return rows.map((r) => JSON.parse(r.record) as OperationCheckpoint);
   }
 
   async close(): Promise<void> {

@@ -7,7 +7,7 @@
 //   result: the recorded result is delivered, the model is not asked again.
 // And cancelling the parent job cancels its running operation.
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import Database from "better-sqlite3";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { createClient } from "@connectrpc/connect";
@@ -72,30 +72,39 @@ async function startJob(task: string): Promise<string> {
   return started.stdout.trim();
 }
 
-function checkpointFile(jobId: string): string | undefined {
-  const dir = path.join(t.home, "jobs", jobId, "operations");
+/** The job's (one) operation record, read from the orchestrator's SQLite store. */
+function checkpointOf(jobId: string): OperationCheckpoint | undefined {
+  const db = new Database(path.join(t.home, "orchestrator.db"), { readonly: true });
   try {
-    const name = readdirSync(dir).find((n) => n.endsWith(".json"));
-    return name ? path.join(dir, name) : undefined;
-  } catch {
-    return undefined;
+    const row = db.prepare("SELECT record FROM operation_checkpoints WHERE job_id = ?").get(jobId) as { record: string } | undefined;
+    return row ? (JSON.parse(row.record) as OperationCheckpoint) : undefined;
+  } finally {
+    db.close();
   }
 }
 
-const readCheckpoint = (file: string): OperationCheckpoint => JSON.parse(readFileSync(file, "utf8")) as OperationCheckpoint;
+/** Replaces the record, as the orchestrator would have written it. */
+function writeCheckpoint(record: OperationCheckpoint): void {
+  const db = new Database(path.join(t.home, "orchestrator.db"));
+  try {
+    db.pragma("busy_timeout = 5000");
+    db.prepare("UPDATE operation_checkpoints SET record = ?, delivered = ? WHERE job_id = ? AND call_id = ?").run(JSON.stringify(record), record.delivered ? 1 : 0, record.jobId, record.callId);
+  } finally {
+    db.close();
+  }
+}
 
 test("a crash before the checkpoint runs the operation again", async () => {
   const task = "task-before-checkpoint";
   const jobId = await startJob(task);
   await eventually(async () => (scratchCalls.get(task) === 1 ? true : undefined));
-  const file = await eventually(async () => checkpointFile(jobId));
-  assert.equal(readCheckpoint(file).status, "running");
+  assert.equal((await eventually(async () => checkpointOf(jobId))).status, "running");
 
   await t.restartOrchestrator();
   const watched = await t.cli(["jobs", "watch", jobId]);
   assert.equal(watched.code, 0, watched.stdout + watched.stderr);
   assert.equal(scratchCalls.get(task), 2, "asked again: nothing was recorded");
-  const record = readCheckpoint(file);
+  const record = checkpointOf(jobId)!;
   assert.deepEqual([record.status, record.delivered, record.scratchSessionIds.length], ["validated", true, 2]);
   assert.match(parentSaw.get(task)!, /SHP-4831/);
 });
@@ -104,21 +113,20 @@ test("a crash after the checkpoint reuses the recorded result", async () => {
   const task = "task-after-checkpoint";
   const jobId = await startJob(task);
   await eventually(async () => (scratchCalls.get(task) === 1 ? true : undefined));
-  const file = await eventually(async () => checkpointFile(jobId));
   // The state a crash leaves right after the checkpoint commits and before the
   // parent's answer is written: status validated, not delivered. (The attempt
-  // itself still hangs in its model call, so this process never touches the file.)
-  const record = readCheckpoint(file);
+  // itself still hangs in its model call, so this process never touches the record.)
+  const record = await eventually(async () => checkpointOf(jobId));
   record.status = "validated";
   record.result = { shipmentReference: "FROM-CHECKPOINT", pickupCountry: "DE", deliveryCountry: "FR", sourceFiles: ["booking-4831.txt"] };
-  writeFileSync(file, JSON.stringify(record));
+  writeCheckpoint(record);
 
   await t.restartOrchestrator();
   const watched = await t.cli(["jobs", "watch", jobId]);
   assert.equal(watched.code, 0, watched.stdout + watched.stderr);
   assert.equal(scratchCalls.get(task), 1, "the model was not asked again");
   assert.match(parentSaw.get(task)!, /FROM-CHECKPOINT/);
-  assert.equal(readCheckpoint(file).delivered, true);
+  assert.equal(checkpointOf(jobId)!.delivered, true);
 });
 
 test("cancelling the parent job cancels its running operation", async () => {
@@ -137,7 +145,7 @@ test("cancelling the parent job cancels its running operation", async () => {
   });
   assert.equal(row.status, OperationStatus.CANCELLED);
   assert.equal(row.errorCode, "operation_cancelled");
-  const record = readCheckpoint((await eventually(async () => checkpointFile(jobId))));
+  const record = (await eventually(async () => checkpointOf(jobId)))!;
   assert.equal(record.status, "failed");
   assert.equal(scratchCalls.get(task), 1);
 });

@@ -26,11 +26,17 @@ import type { AgentVersionRecord } from "../src/job-store.js";
 import { MessageQueue } from "../src/message-queue.js";
 import { OperationRunner, operationRuntimeTools, type OperationParent } from "../src/operation-runner.js";
 import { PermissionPolicy } from "../src/permission-policy.js";
+import { SqliteJobStore } from "../src/sqlite-store.js";
 import type { LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "../src/session-runner.js";
+import { eventually } from "./support/test-stack.js";
 
 const logger = createLogger({ name: "test", level: "silent" });
 const homes: string[] = [];
-after(() => homes.forEach((h) => rmSync(h, { recursive: true, force: true })));
+const stores: SqliteJobStore[] = [];
+after(async () => {
+  for (const store of stores) await store.close();
+  homes.forEach((h) => rmSync(h, { recursive: true, force: true }));
+});
 
 const shipmentSchema = {
   type: "object",
@@ -151,11 +157,14 @@ interface Published {
 function setup(options: { sandbox: ScriptedSandbox; home?: string; maxRepairs?: number; deadline?: Date; agent?: AgentVersionRecord; answer?: (r: RuntimeToolResult) => Promise<void> }) {
   const home = options.home ?? mkdtempSync(path.join(os.tmpdir(), "oz0-ops-"));
   homes.push(home);
+  // A new store on the same file is what a restarted orchestrator opens.
+  const store = new SqliteJobStore({ file: path.join(home, "orchestrator.db") });
+  stores.push(store);
   const events: Published[] = [];
   const answers: RuntimeToolResult[] = [];
   const revoked: string[] = [];
   const runner = new OperationRunner({
-    home,
+    store,
     logger,
     policy: new PermissionPolicy(),
     lifecycle: { publish: (type, init) => events.push({ type, init }), close: async () => undefined },
@@ -300,15 +309,15 @@ test("crash after the checkpoint: the recorded result is reused, not asked again
   // The parent's stream is gone when the answer is ready (the orchestrator is going down).
   const crashed = setup({ sandbox: first, answer: async () => Promise.reject(new Error("the job's session is not attached")) });
   await crashed.runner.accept({ parent: crashed.parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } }).done;
-  assert.equal(crashed.runner.checkpoints.get("job_1", "rt-1")?.status, "validated");
+  assert.equal((await crashed.runner.checkpoints.get("job_1", "rt-1"))?.status, "validated");
 
   const second = new ScriptedSandbox(() => assert.fail("the operation ran again"));
   const restarted = setup({ sandbox: second, home: crashed.home });
-  await Promise.all(restarted.runner.resumeJob(restarted.parent));
+  await restarted.runner.resumeJob(restarted.parent);
   assert.equal(second.started.length, 0);
   assert.deepEqual(restarted.answers.map((a) => [a.id, a.output && toJson(ValueSchema, a.output)]), [["rt-1", { shipmentReference: "4831", pickupCountry: "DE" }]]);
-  assert.equal(restarted.runner.checkpoints.get("job_1", "rt-1")?.delivered, true);
-  assert.deepEqual(restarted.runner.resumeJob(restarted.parent), [], "nothing left to resume");
+  assert.equal((await restarted.runner.checkpoints.get("job_1", "rt-1"))?.delivered, true);
+  assert.deepEqual(await restarted.runner.checkpoints.undelivered("job_1"), [], "nothing left to resume");
 });
 
 test("crash before the checkpoint: the operation runs again", async () => {
@@ -318,11 +327,12 @@ test("crash before the checkpoint: the operation runs again", async () => {
   void crashed.runner.accept({ parent: crashed.parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } }).done;
   await first.startedNth(1);
   const leftover = first.started[0]!.request.sessionId;
-  assert.equal(crashed.runner.checkpoints.get("job_1", "rt-1")?.status, "running");
+  await eventually(async () => ((await crashed.runner.checkpoints.get("job_1", "rt-1"))?.scratchSessionIds.includes(leftover) ? true : undefined));
+  assert.equal((await crashed.runner.checkpoints.get("job_1", "rt-1"))?.status, "running");
 
   const second = new ScriptedSandbox(() => finish({ shipmentReference: "4831", pickupCountry: "DE" }));
   const restarted = setup({ sandbox: second, home: crashed.home });
-  await Promise.all(restarted.runner.resumeJob(restarted.parent));
+  await restarted.runner.resumeJob(restarted.parent);
   assert.deepEqual(second.cancelled, [leftover], "the previous attempt's scratch session is cancelled");
   assert.equal(second.started.length, 1);
   assert.equal(second.started[0]!.request.input, "t");

@@ -3,6 +3,7 @@
 // Anthropic route pointed at a scripted model in the test process, and a
 // helper that runs the `oz0` CLI as a user would.
 import { execFile, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -56,6 +57,9 @@ export async function startTestStack(options: { pick: TurnPicker; sandboxEnv?: R
       return options.pick({ input: userInput(request), turn: messages.filter((m) => m.role === "assistant").length, request });
     },
   });
+  // Fixed for the whole test process: the embedded stack gives it to the LLM
+  // proxy, and an orchestrator restarted below inherits it, so it can still mint tokens.
+  process.env.OZ0_LLM_PROXY_ADMIN_TOKEN ??= randomBytes(32).toString("base64url");
   const providersFile = path.join(home, "providers.json");
   writeFileSync(providersFile, JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url }] }));
   const stack = await startEmbeddedStack({
