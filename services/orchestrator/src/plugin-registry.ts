@@ -14,6 +14,8 @@ import type { GraphRegistry, GraphVersionRecord } from "./graph-registry.js";
 import { validateHarnessOperations } from "./harness-operations.js";
 import type { AgentVersionRecord, JobStore, PluginRecord, ResolvedHarness } from "./job-store.js";
 import { invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
+import type { HookSpec } from "./hook-rules.js";
+import { checkHooks, checkToolPolicy } from "./policy-checks.js";
 import type { AgentDefinition, HarnessManifest, PluginManifest } from "./plugin-types.js";
 import { readYamlDocument } from "./yaml-validation.js";
 
@@ -96,6 +98,7 @@ export class PluginRegistry {
       const manifest = readYamlDocument<PluginManifest>({ schema: "plugin-manifest", file: path.join(staging, MANIFEST_FILE), displayName: MANIFEST_FILE });
       // Validate every agent before anything is registered: an install is all or nothing.
       const agents = this.#readAgents(staging, manifest);
+      checkHooks((manifest.hooks ?? []) as unknown as HookSpec[], MANIFEST_FILE);
       const finalDir = path.join(this.#pluginsDir, manifest.name, hashTree(staging).slice(0, 16));
       if (existsSync(finalDir)) {
         rmSync(staging, { recursive: true, force: true });
@@ -117,6 +120,7 @@ export class PluginRegistry {
           file: agent.file,
         });
         resolveSkills({ skills: agent.definition.skills, pluginDir: finalDir, file: agent.file });
+        checkToolPolicy({ definition: agent.definition, harness: harness.manifest, file: agent.file });
         resolved.push({ agent, harness });
       }
       // Graphs are validated against this plugin's agents and the installed ones, before anything is registered.

@@ -206,3 +206,45 @@ test("the README's hooks example validates and decides as documented", async () 
   assert.deepEqual(await policy.decide(question(agent, "run_command", { command: "ls" })), { kind: "allow", decider: "policy", reason: "no rule asks for approval" });
   assert.equal((await policy.decide(question(agent, "write_file", { path: "a", content: "b" }))).kind, "ask", "requires_approval after the hooks said continue");
 });
+
+test("an agent whose harness does not ask cannot be published with hooks or approvals, and a bad regex is refused at install", async () => {
+  const { mkdirSync } = await import("node:fs");
+  const { SqliteJobStore } = await import("../src/sqlite-store.js");
+  const { PluginRegistry } = await import("../src/plugin-registry.js");
+  const home = mkdtempSync(path.join(os.tmpdir(), "oz0-hooks-home-"));
+  const store = new SqliteJobStore({ file: ":memory:" });
+  const registry = new PluginRegistry({ store, home });
+  const plugin = (options: { permissions: boolean; agent: string; manifestHooks?: string }): string => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-hooks-src-"));
+    mkdirSync(path.join(dir, "agents"));
+    writeFileSync(path.join(dir, "p.md"), "p\n");
+    writeFileSync(
+      path.join(dir, "oz0-plugin.yaml"),
+      `name: quiet\nversion: 0.1.0\nharnesses:\n  - name: quiet\n    command: ["oz0-fake-harness"]\n    permissions: ${options.permissions}\nagents: [agents/a.yaml]\n${options.manifestHooks ?? ""}`,
+    );
+    writeFileSync(path.join(dir, "agents", "a.yaml"), `name: a\nruntime: harness:quiet\nmodel:\n  primary: anthropic/x\ninstructions: p.md\n${options.agent}`);
+    return dir;
+  };
+  try {
+    await assert.rejects(
+      registry.install({ source: plugin({ permissions: false, agent: "harness:\n  requires_approval: [run_command]\n" }) }),
+      /agents\/a\.yaml: field \/harness\/requires_approval: harness quiet does not ask before tool calls/,
+    );
+    await assert.rejects(registry.install({ source: plugin({ permissions: false, agent: "hooks:\n  - decision: deny\n" }) }), /agents\/a\.yaml: field \/hooks: harness quiet does not ask/);
+    await assert.rejects(
+      registry.install({ source: plugin({ permissions: true, agent: "hooks:\n  - decision: deny\n    when:\n      - pointer: /command\n        regex: '(unclosed'\n" }) }),
+      /agents\/a\.yaml: field \/hooks\/0\/when\/0\/regex: expected a valid regular expression/,
+    );
+    await assert.rejects(
+      registry.install({ source: plugin({ permissions: true, agent: "", manifestHooks: "hooks:\n  - decision: deny\n    when: [{ pointer: /x, regex: '[' }]\n" }) }),
+      /oz0-plugin\.yaml: field \/hooks\/0\/when\/0\/regex/,
+    );
+    const ok = await registry.install({ source: plugin({ permissions: true, agent: "harness:\n  requires_approval: [run_command]\nhooks:\n  - decision: allow\n" }) });
+    assert.deepEqual(
+      ok.published.map((a) => a.name),
+      ["a"],
+    );
+  } finally {
+    await store.close();
+  }
+});
