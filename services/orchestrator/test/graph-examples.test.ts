@@ -3,11 +3,13 @@
 // fake harness through the sandbox (its model the scripted one), and the
 // custom ParseEmail step runs in the sandbox through the step runner.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { parseDefinitionYaml } from "@oz0/graph";
 import type { ScriptedTurn } from "@oz0/harness/testing";
 import { agentOf } from "./support/graph-agents.js";
-import { repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
+import { packageDir, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
 
 const plugin = path.join(repoRoot, "examples/plugins/support-graphs");
 
@@ -107,4 +109,20 @@ test("the custom ParseEmail step runs in the sandbox through the step runner", a
   assert.match(run.stdout, /step:parse-email \/0: runs as session ses_step_/);
   assert.match(run.stdout, /set subject, output, parsed_by/);
   assert.match(run.stdout, /\nother\n/);
+});
+
+test("the README's graph section shows the example plugin's inbox graph, and its commands run", async () => {
+  const readme = readFileSync(path.join(packageDir, "README.md"), "utf8");
+  const section = readme.slice(readme.indexOf("## Graph harnesses"), readme.indexOf("## The API"));
+  const yamlBlocks = [...section.matchAll(/```yaml\n([\s\S]*?)```/g)].map((m) => m[1]!);
+  const inbox = yamlBlocks.find((b) => b.includes("format: oz0.graph/v1"));
+  assert.ok(inbox, "the section shows a graph definition");
+  assert.deepEqual(parseDefinitionYaml(inbox), parseDefinitionYaml(readFileSync(path.join(plugin, "graphs/inbox.yaml"), "utf8")));
+  const commands = /```sh\n([\s\S]*?)```/.exec(section)?.[1]?.split("\n").filter((l) => l.startsWith("oz0 ")) ?? [];
+  assert.equal(commands.length, 5);
+  for (const line of commands) {
+    const args = [...line.replace(/\s+#.*$/, "").matchAll(/"([^"]*)"|(\S+)/g)].map((m) => m[1] ?? m[2]!).slice(1);
+    const result = await t.cli(args);
+    assert.equal(result.code, 0, `${line}: ${result.stderr}`);
+  }
 });
