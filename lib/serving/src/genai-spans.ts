@@ -1,7 +1,7 @@
 // Shared helpers for the OpenTelemetry GenAI semantic conventions, so every
 // service names spans and attributes the same way, and a guard that keeps
 // content (prompts, model text, tool arguments and results) off every span.
-import { context, metrics, propagation, trace, type Attributes, type Context, type Counter, type Histogram } from "@opentelemetry/api";
+import { context, metrics, propagation, trace, type Context, type Counter, type Histogram } from "@opentelemetry/api";
 
 /** Attribute names of the GenAI conventions this repository uses. */
 export const GenAi = {
@@ -22,8 +22,8 @@ export const GenAi = {
 } as const;
 
 /**
- * Attributes that carry content. They are dropped by {@link safeAttributes}
- * and a test fails when one reaches an exporter: prompts, answers and tool
+ * Attributes that carry content: no span of ours sets them, and the tracing
+ * tests fail when one reaches an exporter. Prompts, answers and tool
  * arguments may hold secrets and personal data.
  */
 export const CONTENT_ATTRIBUTES: readonly string[] = [
@@ -36,16 +36,6 @@ export const CONTENT_ATTRIBUTES: readonly string[] = [
   "gen_ai.prompt",
   "gen_ai.completion",
 ];
-
-/** The attributes without any content attribute (a second line of defence). */
-export function safeAttributes(attributes: Attributes): Attributes {
-  const out: Attributes = {};
-  for (const [key, value] of Object.entries(attributes)) {
-    if (value === undefined || CONTENT_ATTRIBUTES.includes(key)) continue;
-    out[key] = value;
-  }
-  return out;
-}
 
 /** W3C trace context of a context's span, as the harness protocol and CloudEvents carry it. */
 export function traceContextOf(ctx: Context = context.active()): { traceparent: string; tracestate: string } {

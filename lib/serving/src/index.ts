@@ -20,7 +20,6 @@ export {
   contextFromTraceparent,
   genAiClientMetrics,
   recording,
-  safeAttributes,
   traceContextOf,
   workMetrics,
 } from "./genai-spans.js";
