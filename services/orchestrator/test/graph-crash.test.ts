@@ -154,3 +154,16 @@ test("two approvals wait in parallel branches across a restart and are answered 
   assert.equal(after.finish?.length, 1);
   assert.deepEqual(recordedSteps(graphJob).map((s) => s.node_id).sort(), ["agent:careful-a", "agent:careful-b", "agent:finish"]);
 });
+
+test("cancelling a graph job cancels the step that runs and ends the run cancelled", async () => {
+  const prompt = "cancel-run";
+  const graphJob = await startGraph("chain", prompt);
+  await eventually(async () => ((await stepJobs(prompt)).slow?.some((j) => j.state === "JOB_STATE_RUNNING") ? true : undefined));
+  const cancelled = await t.cli(["jobs", "cancel", graphJob, "--reason", "changed my mind"]);
+  assert.equal(cancelled.code, 0, cancelled.stderr);
+  const watched = await t.cli(["jobs", "watch", graphJob]);
+  assert.equal(watched.code, 4, watched.stdout + watched.stderr);
+  const slow = await eventually(async () => (await stepJobs(prompt)).slow?.find((j) => j.state === "JOB_STATE_CANCELLED"));
+  assert.ok(slow);
+  assert.equal((await stepJobs(prompt)).finish, undefined);
+});

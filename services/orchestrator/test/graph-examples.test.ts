@@ -3,7 +3,8 @@
 // fake harness through the sandbox (its model the scripted one), and the
 // custom ParseEmail step runs in the sandbox through the step runner.
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { parseDefinitionYaml } from "@oz0/graph";
@@ -125,4 +126,20 @@ test("the README's graph section shows the example plugin's inbox graph, and its
     const result = await t.cli(args);
     assert.equal(result.code, 0, `${line}: ${result.stderr}`);
   }
+});
+
+test("an invalid graph refuses the whole plugin, naming the unknown agent and the incomplete loop", async () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-bad-graph-"));
+  mkdirSync(path.join(dir, "graphs"));
+  writeFileSync(path.join(dir, "oz0-plugin.yaml"), "name: bad-graphs\nversion: 0.1.0\ngraphs: [graphs/bad.yaml]\n");
+  writeFileSync(
+    path.join(dir, "graphs/bad.yaml"),
+    ["format: oz0.graph/v1", "kind: harness", "name: bad", "id: harness:bad", "root:", "  - { kind: agent, id: agent:ghost, agent: ghost }", "  - { kind: loop, id: loop:x, body: [{ kind: agent, id: agent:writer, agent: writer }] }", ""].join("\n"),
+  );
+  const refused = await t.cli(["plugin", "install", dir]);
+  assert.equal(refused.code, 1, refused.stdout);
+  assert.match(refused.stderr, /graphs\/bad\.yaml: graph "bad" is invalid/);
+  assert.match(refused.stderr, /ghost/);
+  assert.match(refused.stderr, /LOOP_MISSING_UNTIL/);
+  assert.doesNotMatch((await t.cli(["plugin", "list"])).stdout, /bad-graphs/);
 });
