@@ -47,6 +47,11 @@ interface GraphJobRow {
   pinned_agents: string;
 }
 
+/** A step's id on lifecycle events: node id and path, in the characters the events service keeps. */
+export function stepIdOf(event: { nodeId?: string; path?: string }): string {
+  return `${event.nodeId ?? ""}@${(event.path ?? "").replace(/^\//, "").replaceAll("/", ".")}`;
+}
+
 const STATUS_TO_STATE: Record<RunResult["status"], JobStateName> = {
   succeeded: "succeeded",
   failed: "failed",
@@ -188,18 +193,18 @@ export class GraphJobs {
     switch (event.type) {
       case "step_started":
         this.#note(jobId, `▸ ${where} started\n`);
-        this.#publish("graph.step_started", jobId, attrs, event.path);
+        this.#publish("graph.step_started", jobId, attrs, stepIdOf(event));
         return;
       case "step_finished":
         this.#note(jobId, `✓ ${where} finished${event.writes?.length ? `, set ${event.writes.join(", ")}` : ""}\n`);
-        this.#publish("graph.step_completed", jobId, attrs, event.path);
+        this.#publish("graph.step_completed", jobId, attrs, stepIdOf(event));
         return;
       case "step_replayed":
         this.#note(jobId, `↺ ${where} already recorded, not run again\n`);
         return;
       case "step_failed":
         this.#note(jobId, `✗ ${where} failed: ${event.error?.message ?? "unknown error"}\n`);
-        this.#publish("graph.step_failed", jobId, { ...attrs, error_code: event.error?.code ?? "" }, event.path);
+        this.#publish("graph.step_failed", jobId, { ...attrs, error_code: event.error?.code ?? "" }, stepIdOf(event));
         return;
       case "control":
         this.#note(jobId, `! ${where} ${event.control?.kind ?? "control event"}${event.control?.detail ? `: ${event.control.detail}` : ""}\n`);
@@ -219,9 +224,10 @@ export class GraphJobs {
     );
   }
 
-  #publish(type: string, jobId: string, attributes: Record<string, unknown>, stepPath?: string): void {
+  #publish(type: string, jobId: string, attributes: Record<string, unknown>, stepId?: string): void {
     // graphRunId/graphStepId are fields of the raw event the sink's type does not list yet.
-    const init = { jobId, graphRunId: jobId, ...(stepPath ? { graphStepId: stepPath } : {}), attributes };
+    // The events service keeps identifiers of [A-Za-z0-9_.:@+-] only: the step id is `<node id>@<path with dots>`, e.g. agent:writer@0.b1.0.
+    const init = { jobId, graphRunId: jobId, ...(stepId ? { graphStepId: stepId } : {}), attributes };
     this.#o.lifecycle?.publish(type, init);
   }
 

@@ -9,8 +9,11 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { parseDefinitionYaml } from "@oz0/graph";
 import type { ScriptedTurn } from "@oz0/harness/testing";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { EventsService } from "@oz0/proto/oz0/events/v1/events_pb";
 import { agentOf } from "./support/graph-agents.js";
-import { packageDir, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
+import { eventually, packageDir, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
 
 const plugin = path.join(repoRoot, "examples/plugins/support-graphs");
 
@@ -81,6 +84,20 @@ test("email triage: the evaluator's label picks the arm, and each step is a job 
   assert.ok(list.some((j) => j.agent.name === "inbox" && j.state === "JOB_STATE_SUCCEEDED"));
   assert.ok(list.some((j) => j.agent.name === "email-triage"));
   assert.ok(list.some((j) => j.agent.name === "writer"));
+  // Lifecycle events reach the events service, with the run and the step path.
+  const graphJob = /job (graph_\w+) succeeded/.exec(run.stdout)?.[1];
+  assert.ok(graphJob, run.stdout);
+  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events }));
+  const seen = await eventually(async () => {
+    const types: string[] = [];
+    for await (const r of events.watch({ jobId: graphJob, untilCaughtUp: true })) {
+      if (r.event?.graphRunId === graphJob) types.push(`${r.event.type}${r.event.graphStepId ? ` ${r.event.graphStepId}` : ""}`);
+    }
+    return types.includes("graph.run_completed") ? types : undefined;
+  });
+  assert.ok(seen.includes("graph.run_started"), seen.join());
+  assert.ok(seen.includes("graph.step_started agent:email-triage@0.eval"), seen.join());
+  assert.ok(seen.includes("graph.step_completed agent:email-triage@0.eval"), seen.join());
 });
 
 test("research and draft run in parallel and join before the editor", async () => {
