@@ -8,7 +8,7 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
-import { createClient } from "@connectrpc/connect";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { ScriptedTurn } from "@oz0/harness/testing";
 import { SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
@@ -222,8 +222,11 @@ test("oz0 secret set hands the value to the LLM proxy; the orchestrator never pr
   const set = await t.cli(["secret", "set", "ANTHROPIC_API_KEY"], { input: `${value}\n` });
   assert.equal(set.code, 0, set.stderr);
   assert.equal(set.stdout, "secret ANTHROPIC_API_KEY set\n");
+  // The proxy's control API answers only whoever holds its admin token (sessions reach the same port).
+  const anonymous = createClient(SecretService, createGrpcTransport({ baseUrl: t.stack.urls["llm-proxy"] }));
+  await assert.rejects(anonymous.listSecrets({}), (e: unknown) => ConnectError.from(e).code === Code.Unauthenticated);
   const proxy = createClient(SecretService, createGrpcTransport({ baseUrl: t.stack.urls["llm-proxy"] }));
-  const { secrets } = await proxy.listSecrets({});
+  const { secrets } = await proxy.listSecrets({}, { headers: { authorization: `Bearer ${process.env.OZ0_LLM_PROXY_ADMIN_TOKEN}` } });
   assert.deepEqual(
     secrets.map((s) => s.name),
     ["ANTHROPIC_API_KEY"],
