@@ -24,6 +24,7 @@ import { isTerminal, type JobRunner } from "./job-runner.js";
 import type { JobRecord, JobStore } from "./job-store.js";
 import { SessionNotFoundError, type SandboxMessage, type SessionChannel, type SessionRunner } from "./session-runner.js";
 import type { StepCall } from "./graph-step-runner.js";
+import { orchestratorTracing } from "./tracing.js";
 
 const stepRunnerScript = path.join(path.dirname(fileURLToPath(import.meta.url)), "graph-step-runner.js");
 
@@ -66,7 +67,10 @@ export class SessionGraphExecutor implements GraphExecutor {
       o.onStepWork?.({ path: request.path, stepId: request.stepId, jobId, reattached: true });
     } else {
       const version = o.pinnedAgents[request.agent];
-      const job = await o.jobs.runAgent({ agent: request.agent, input: request.prompt, ...(version ? { version } : {}) });
+      // Inside the step's span, so the step's job joins the graph's trace.
+      const job = await orchestratorTracing.inGraphStep({ runId: request.runId, path: request.path }, () =>
+        o.jobs.runAgent({ agent: request.agent, input: request.prompt, ...(version ? { version } : {}) }),
+      );
       jobId = job.id;
       o.db
         .prepare("INSERT OR REPLACE INTO orch_graph_step_jobs (idempotency_key, run_id, step_job_id, created_at) VALUES (?, ?, ?, ?)")

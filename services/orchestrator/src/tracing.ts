@@ -79,6 +79,9 @@ function fail(span: Span, errorType: string): void {
 export class OrchestratorTracing {
   readonly #jobs = new Map<string, JobTrace>();
   readonly #sessions = new Map<string, SessionTrace>();
+  /** Open graph.step spans by `runId|stepPath`, and their span ids. */
+  readonly #graphSteps = new Map<string, Context>();
+  readonly #graphStepSpans = new Set<string>();
   #instruments: { jobs: WorkMetrics; sessions: WorkMetrics; approvals: WorkMetrics } | undefined;
 
   // Created on first use, not at import: the metrics API has no proxy, so an
@@ -143,13 +146,31 @@ export class OrchestratorTracing {
   graphTracer(jobId: string): GraphTracer {
     return {
       startSpan: (name, options) => {
-        const span = tracer.startSpan(name, { attributes: options?.attributes ?? {} }, this.#jobs.get(jobId)?.ctx ?? ROOT_CONTEXT);
+        const parent = this.#jobs.get(jobId)?.ctx ?? ROOT_CONTEXT;
+        const span = tracer.startSpan(name, { attributes: options?.attributes ?? {} }, parent);
+        const key = `${String(options?.attributes?.["oz0.run_id"] ?? jobId)}|${String(options?.attributes?.["oz0.step_path"] ?? "")}`;
+        this.#graphSteps.set(key, trace.setSpan(parent, span));
+        this.#graphStepSpans.add(span.spanContext().spanId);
         return {
           setStatus: (status: { code: number }) => span.setStatus({ code: status.code === 2 ? SpanStatusCode.ERROR : SpanStatusCode.UNSET }),
-          end: () => span.end(),
+          end: () => {
+            span.end();
+            this.#graphSteps.delete(key);
+            this.#graphStepSpans.delete(span.spanContext().spanId);
+          },
         };
       },
     };
+  }
+
+  /**
+   * Runs `work` (starting a graph step's agent job) with the step's span
+   * active, so the step's job is an `invoke_agent` child of its `graph.step`
+   * instead of the root of a trace of its own.
+   */
+  inGraphStep<T>(step: { runId: string; path: string }, work: () => Promise<T>): Promise<T> {
+    const ctx = this.#graphSteps.get(`${step.runId}|${step.path}`);
+    return ctx ? context.with(ctx, work) : work();
   }
 
   #start(inner: SessionRunner, options: StartSessionOptions): SessionChannel {
@@ -298,14 +319,17 @@ export class OrchestratorTracing {
 
   #observeLifecycle(type: string, init: Parameters<LifecycleSink["publish"]>[1]): void {
     if (type === "job.created") {
-      // The job is the root of its own trace; the RPC that created it (if traced) is linked.
+      // The job is the root of its own trace, the RPC that created it (if traced) linked;
+      // a graph step's agent job is a child of its graph.step span instead.
       const caller = trace.getSpanContext(context.active());
+      const inGraphStep = caller !== undefined && this.#graphStepSpans.has(caller.spanId);
+      const parent = inGraphStep ? context.active() : ROOT_CONTEXT;
       const span = tracer.startSpan(
         `invoke_agent ${init.agentName ?? ""}`.trim(),
         {
           kind: SpanKind.INTERNAL,
-          root: true,
-          ...(caller ? { links: [{ context: caller }] } : {}),
+          root: !inGraphStep,
+          ...(caller && !inGraphStep ? { links: [{ context: caller }] } : {}),
           attributes: {
             [GenAi.operationName]: "invoke_agent",
             [GenAi.agentName]: init.agentName ?? "",
@@ -313,9 +337,9 @@ export class OrchestratorTracing {
             "oz0.job.id": init.jobId,
           },
         },
-        ROOT_CONTEXT,
+        parent,
       );
-      this.#jobs.set(init.jobId, { span, ctx: trace.setSpan(ROOT_CONTEXT, span), started: performance.now(), agent: init.agentName ?? "" });
+      this.#jobs.set(init.jobId, { span, ctx: trace.setSpan(parent, span), started: performance.now(), agent: init.agentName ?? "" });
       return;
     }
     if (type === "graph.run_started") {

@@ -136,13 +136,19 @@ void test("a runtime tool call nests its scratch session; hooks nest below the p
   }
 });
 
-void test("a graph run is one span with a span per step attempt below it, without the step's error message", () => {
+void test("a graph run is one trace: a span per step attempt, the agent step's job below its step, no step error message", async () => {
   telemetry.reset();
   const tracing = new OrchestratorTracing();
   const lifecycle = tracing.lifecycleSink(undefined);
   lifecycle.publish("graph.run_started", { jobId: "job_g", attributes: { graph_name: "triage", graph_version: "2" } });
   const steps = tracing.graphTracer("job_g");
-  const ok = steps.startSpan("graph.step classify", { attributes: { "oz0.node_id": "classify", "oz0.iteration": 0 } });
+  const ok = steps.startSpan("graph.step classify", { attributes: { "oz0.run_id": "job_g", "oz0.step_path": "classify#0", "oz0.node_id": "classify", "oz0.iteration": 0 } });
+  // The agent step's job is created while its step runs (graph-executor.ts).
+  await tracing.inGraphStep({ runId: "job_g", path: "classify#0" }, async () => {
+    await Promise.resolve();
+    lifecycle.publish("job.created", { jobId: "job_step", agentName: "classifier", agentVersion: "1" });
+  });
+  lifecycle.publish("job.completed", { jobId: "job_step", status: "succeeded" });
   ok.end();
   const failed = steps.startSpan("graph.step fix", { attributes: { "oz0.node_id": "fix", "oz0.iteration": 1 } });
   failed.setStatus({ code: 2, message: `the step failed on ${MARKER}` });
@@ -155,6 +161,9 @@ void test("a graph run is one span with a span per step attempt below it, withou
   const classify = byName("graph.step classify");
   const fix = byName("graph.step fix");
   assert.equal(classify.parentSpanContext?.spanId, run.spanContext().spanId);
+  const stepJob = byName("invoke_agent classifier");
+  assert.equal(stepJob.parentSpanContext?.spanId, classify.spanContext().spanId, "the step's job is a child of its step");
+  assert.equal(stepJob.spanContext().traceId, run.spanContext().traceId);
   assert.equal(fix.parentSpanContext?.spanId, run.spanContext().spanId);
   assert.equal(fix.attributes["oz0.iteration"], 1);
   assert.equal(fix.status.code, 2);
