@@ -52,6 +52,11 @@ export function stepIdOf(event: { nodeId?: string; path?: string }): string {
   return `${event.nodeId ?? ""}@${(event.path ?? "").replace(/^\//, "").replaceAll("/", ".")}`;
 }
 
+/** The bag's `output` as the job's result text. */
+function outputText(output: unknown): string {
+  return output === null || output === undefined ? "" : typeof output === "string" ? output : JSON.stringify(output);
+}
+
 const STATUS_TO_STATE: Record<RunResult["status"], JobStateName> = {
   succeeded: "succeeded",
   failed: "failed",
@@ -131,15 +136,24 @@ export class GraphJobs {
           await this.#finish(job.id, { state: "failed", error: `graph job ${job.id} has no pinned graph version in the graph database; run it again` });
           continue;
         }
-        const runner = this.#runnerFor(job.id, graph, JSON.parse(row.pinned_agents) as Record<string, number>);
-        this.#started.set(job.id, Date.now());
-        await this.#append(job.id, [{ event: { case: "text", value: { itemId: "graph", text: "resumed after an orchestrator restart\n", delta: false, role: "" } } } as Partial<JobEvent>]);
-        // A run the checkpoint store never saw (stopped between the job and the run) starts now, under the same id.
-        const handle = (await this.#checkpoints.getRun(job.id))
-          ? await runner.resume({ runId: job.id })
-          : await runner.start({ prompt: job.input, runId: job.id });
-        this.#track(job.id, handle.result);
-        count++;
+        const stored = await this.#checkpoints.getRun(job.id);
+        if (stored && stored.status !== "running") {
+          // The run ended but the orchestrator stopped before the job did: finish the job from the stored end.
+          await this.#finish(job.id, { state: STATUS_TO_STATE[stored.status], error: stored.error ? `${stored.error.code}: ${stored.error.message}` : "", resultText: outputText(stored.result?.output) });
+          continue;
+        }
+        try {
+          const runner = this.#runnerFor(job.id, graph, JSON.parse(row.pinned_agents) as Record<string, number>);
+          this.#started.set(job.id, Date.now());
+          await this.#append(job.id, [{ event: { case: "text", value: { itemId: "graph", text: "resumed after an orchestrator restart\n", delta: false, role: "" } } } as Partial<JobEvent>]);
+          // A run the checkpoint store never saw (stopped between the job and the run) starts now, under the same id.
+          const handle = stored ? await runner.resume({ runId: job.id }) : await runner.start({ prompt: job.input, runId: job.id });
+          this.#track(job.id, handle.result);
+          count++;
+        } catch (error) {
+          // One run that cannot resume must not keep the orchestrator (and every other run) from starting.
+          await this.#finish(job.id, { state: "failed", error: `could not resume the graph run: ${(error as Error).message}` });
+        }
       }
     }
     return count;
@@ -235,8 +249,7 @@ export class GraphJobs {
     const work = result.then(async (r) => {
       if (this.#closing) return;
       const state = STATUS_TO_STATE[r.status];
-      const output = r.output === null || r.output === undefined ? "" : typeof r.output === "string" ? r.output : JSON.stringify(r.output);
-      await this.#finish(jobId, { state, error: r.error ? `${r.error.code}: ${r.error.message}` : "", resultText: output });
+      await this.#finish(jobId, { state, error: r.error ? `${r.error.code}: ${r.error.message}` : "", resultText: outputText(r.output) });
     });
     const p = work.catch((error: unknown) => this.#o.logger.error({ jobId, err: error }, "graph job failed to finish"));
     this.#running.add(p);
