@@ -163,7 +163,7 @@ after(async () => {
   await t?.close();
 });
 
-test("a tool outside harness.tools is refused without asking, and the model reads why", async () => {
+void test("a tool outside harness.tools is refused without asking, and the model reads why", async () => {
   const done = await runToEnd("limited", "refused");
   assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
   assert.match(done.resultText ?? "", /^saw: Permission denied: tool run_command is not in this agent's harness\.tools \(read_file\); the call was refused/);
@@ -172,7 +172,7 @@ test("a tool outside harness.tools is refused without asking, and the model read
   assert.equal((await t.cli(["approvals", "list", "--job", done.id, "--all", "--json"])).stdout, "", "nobody was asked");
 });
 
-test("a command hook allows a call, and the hook's decision is on the job's record", async () => {
+void test("a command hook allows a call, and the hook's decision is on the job's record", async () => {
   const done = await runToEnd("guarded", "harmless");
   assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
   assert.match(done.resultText ?? "", /^saw: exit code 0\nharmless/);
@@ -181,7 +181,7 @@ test("a command hook allows a call, and the hook's decision is on the job's reco
   assert.equal(decision?.reason, "hook guard (agent guarded): looks harmless");
 });
 
-test("a hook denies with a reason that reaches the model, and the tool does not run", async () => {
+void test("a hook denies with a reason that reaches the model, and the tool does not run", async () => {
   const done = await runToEnd("guarded", "delete");
   assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
   assert.equal(done.resultText, "saw: Permission denied: hook guard (agent guarded): no deleting files (fake.run_command)");
@@ -189,14 +189,14 @@ test("a hook denies with a reason that reaches the model, and the tool does not 
   assert.equal(plugin.resultText, "saw: Permission denied: hook no-network (plugin hooked): this plugin's agents do not reach the network", "plugin hooks are asked before the agent's");
 });
 
-test("a hook's changed input is what the tool runs with", async () => {
+void test("a hook's changed input is what the tool runs with", async () => {
   const done = await runToEnd("guarded", "rewrite");
   assert.match(done.resultText ?? "", /^saw: exit code 0\nrewritten/);
   const [decision] = decisions(await events(done.id));
   assert.deepEqual(decision?.input, { command: "echo rewritten" });
 });
 
-test("a hook asks a person; the approval with a changed input runs that input", async () => {
+void test("a hook asks a person; the approval with a changed input runs that input", async () => {
   const jobId = await start("guarded", "deploy");
   const [approval] = await waiting(jobId);
   assert.equal(approval?.tool, "run_command");
@@ -210,7 +210,7 @@ test("a hook asks a person; the approval with a changed input runs that input", 
   assert.match(done.resultText ?? "", /^saw: exit code 0\napproved-deploy/);
 });
 
-test("requires_approval → deny: the person's reason reaches the model", async () => {
+void test("requires_approval → deny: the person's reason reaches the model", async () => {
   const jobId = await start("careful", "wait");
   const [approval] = await waiting(jobId);
   const denied = await t.cli(["deny", jobId, String(approval?.callId), "--reason", "not on a Friday"]);
@@ -225,7 +225,7 @@ test("requires_approval → deny: the person's reason reaches the model", async 
   assert.match(different.stderr, /already denied by .*; a different answer is refused/);
 });
 
-test("an unanswered call times out at the agent's deadline and is denied (fail closed); a late answer is refused", async () => {
+void test("an unanswered call times out at the agent's deadline and is denied (fail closed); a late answer is refused", async () => {
   const jobId = await start("hasty", "wait");
   const done = await finished(jobId);
   assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
@@ -238,7 +238,7 @@ test("an unanswered call times out at the agent's deadline and is denied (fail c
   assert.match(late.stderr, /is timed out: the answer came too late and was not used/);
 });
 
-test("only the agent's approvers may answer", async () => {
+void test("only the agent's approvers may answer", async () => {
   const jobId = await start("restricted", "wait");
   const [approval] = await waiting(jobId);
   assert.deepEqual(approval?.approvers, ["alice"]);
@@ -250,7 +250,7 @@ test("only the agent's approvers may answer", async () => {
   assert.equal((await finished(jobId)).state, "JOB_STATE_SUCCEEDED");
 });
 
-test("cancelling a job answers its waiting call cancelled, and a later answer says so", async () => {
+void test("cancelling a job answers its waiting call cancelled, and a later answer says so", async () => {
   const jobId = await start("careful", "wait");
   const [approval] = await waiting(jobId);
   const cancelled = await t.cli(["jobs", "cancel", jobId, "--reason", "changed plans"]);
@@ -263,14 +263,14 @@ test("cancelling a job answers its waiting call cancelled, and a later answer sa
   assert.match(late.stderr, /is cancelled: the answer came too late and was not used/);
 });
 
-test("a hook that hangs or crashes denies the call", async () => {
+void test("a hook that hangs or crashes denies the call", async () => {
   const hung = await runToEnd("stuck", "harmless");
   assert.equal(hung.resultText, "saw: Permission denied: hook slow-guard (agent stuck) did not answer within 1000 ms; the call is denied");
   const crashed = await runToEnd("broken", "harmless");
   assert.equal(crashed.resultText, "saw: Permission denied: hook crashing-guard (agent broken) failed (exit code 3): guard: cannot reach the policy server; the call is denied");
 });
 
-test("two calls waiting at once are answered in reverse order, independently", async () => {
+void test("two calls waiting at once are answered in reverse order, independently", async () => {
   const jobId = await start("parallel", "go");
   const both = await waiting(jobId, 2);
   const byCall = new Map(both.map((a) => [String(a.title), String(a.callId)]));
@@ -292,7 +292,7 @@ test("two calls waiting at once are answered in reverse order, independently", a
   assert.equal(all.filter((e) => e.permissionRequested).length, 2, "nothing was asked again");
 });
 
-test("a harness that runs a tool without asking, or runs a refused one, fails the job naming the rule", async () => {
+void test("a harness that runs a tool without asking, or runs a refused one, fails the job naming the rule", async () => {
   const unasked = await runToEnd("rogue", "unasked");
   assert.equal(unasked.state, "JOB_STATE_FAILED");
   assert.equal(unasked.error, "policy bypass: harness rogue ran tool call call_rogue without asking permission first (rule: every tool call asks first); the job was stopped");
@@ -309,7 +309,7 @@ test("a harness that runs a tool without asking, or runs a refused one, fails th
   assert.equal((await finished(jobId)).state, "JOB_STATE_SUCCEEDED");
 });
 
-test("restart while calls wait: an approval after the restart completes its job, and a deadline is re-armed from the store", async () => {
+void test("restart while calls wait: an approval after the restart completes its job, and a deadline is re-armed from the store", async () => {
   // Both jobs start before the one restart, then each is answered by the restarted orchestrator.
   const careful = await start("careful", "wait");
   const patient = await start("patient", "wait");

@@ -20,7 +20,7 @@ function pair(): { input: PassThrough; output: PassThrough; shown: () => string 
 
 const call = { tool: "run_command", input: { command: "rm -rf build" }, reason: "run_command is in harness.requires_approval" };
 
-test("y approves, n asks why and denies, e takes a JSON object and approves it", async () => {
+void test("y approves, n asks why and denies, e takes a JSON object and approves it", async () => {
   const yes = pair();
   yes.input.write("y\n");
   assert.deepEqual(await promptForAnswer({ call, input: yes.input, output: yes.output }), { allow: true, reason: "approved at the terminal" });
@@ -71,7 +71,7 @@ after(async () => {
   await t?.close();
 });
 
-test("oz0 run on a terminal prompts, and an edited input is what runs", async () => {
+void test("oz0 run on a terminal prompts, and an edited input is what runs", async () => {
   // `script` gives the CLI a pseudo-terminal, so it prompts as it would for a person.
   const child = spawn("script", ["-qfec", `${process.execPath} ${cliMain} run careful 'run it'`, "/dev/null"], {
     env: { ...process.env, OZ0_URL: t.url, OZ0_HOME: t.home, OZ0_LOG_LEVEL: "warn", USER: "tester" },

@@ -68,7 +68,7 @@ after(async () => {
   await t?.close();
 });
 
-test("a plugin installs from a git repository and publishes its agents", async () => {
+void test("a plugin installs from a git repository and publishes its agents", async () => {
   const installed = await t.cli(["plugin", "install", `file://${repo}`]);
   assert.equal(installed.code, 0, installed.stderr);
   assert.match(installed.stdout, /installed plugin testing 0\.1\.0/);
@@ -82,7 +82,7 @@ test("a plugin installs from a git repository and publishes its agents", async (
   assert.match(again.stdout, /no agent changed/);
 });
 
-test("an invalid agent is refused naming the file, the field and what was expected", async () => {
+void test("an invalid agent is refused naming the file, the field and what was expected", async () => {
   const bad = await makePluginRepo({ name: "broken", agents: { bad: FIXER.replace("name: fixer", "name: bad").replace("  primary: anthropic/claude-sonnet-5-5\n", "  fallbacks: []\n") } });
   const result = await t.cli(["plugin", "install", bad]);
   assert.equal(result.code, 1);
@@ -96,7 +96,7 @@ test("an invalid agent is refused naming the file, the field and what was expect
   assert.match(unknown.stderr, /^oz0: unknown agent "nosuch"; see `oz0 agents list`.*\n$/);
 });
 
-test("oz0 run streams text and tool calls, the test passes, and the patch is stored", async () => {
+void test("oz0 run streams text and tool calls, the test passes, and the patch is stored", async () => {
   const result = await t.cli(["run", "fixer", "Fix the failing test in dates", "--attach", datesProject]);
   assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
   assert.match(result.stdout, /Let me read the date helpers first\./);
@@ -122,7 +122,7 @@ test("oz0 run streams text and tool calls, the test passes, and the patch is sto
   assert.deepEqual(events.at(-1)?.stateChanged, { state: "JOB_STATE_SUCCEEDED" });
 });
 
-test("cancelling a job ends its session and the job is cancelled", async () => {
+void test("cancelling a job ends its session and the job is cancelled", async () => {
   const started = await t.cli(["run", "fixer", "sleep for a while", "--detach"]);
   assert.equal(started.code, 0, started.stderr);
   const jobId = started.stdout.trim();
@@ -142,7 +142,7 @@ test("cancelling a job ends its session and the job is cancelled", async () => {
   assert.equal((JSON.parse(shown.stdout) as { state: string }).state, "JOB_STATE_CANCELLED");
 });
 
-test("a job survives an orchestrator restart while a call waits for approval, and the watcher loses and repeats nothing", async () => {
+void test("a job survives an orchestrator restart while a call waits for approval, and the watcher loses and repeats nothing", async () => {
   const started = await t.cli(["run", "careful", "approve this command", "--detach"]);
   assert.equal(started.code, 0, started.stderr);
   const jobId = started.stdout.trim();
@@ -180,7 +180,7 @@ test("a job survives an orchestrator restart while a call waits for approval, an
   assert.match(different.stderr, /already approved/);
 });
 
-test("publishing a changed agent makes a new version; the old job stays pinned to the old one", async () => {
+void test("publishing a changed agent makes a new version; the old job stays pinned to the old one", async () => {
   const jobs = await t.cli(["jobs", "list", "--agent", "fixer", "--json"]);
   const oldJob = jsonLines(jobs.stdout).at(-1)!;
   assert.deepEqual(oldJob.agent, { name: "fixer", version: 1 });
@@ -202,7 +202,7 @@ test("publishing a changed agent makes a new version; the old job stays pinned t
   assert.match(next.stderr, /fixer v2/);
 });
 
-test("buf curl lists and calls the orchestrator's services through reflection", async () => {
+void test("buf curl lists and calls the orchestrator's services through reflection", async () => {
   const buf = path.join(repoRoot, "node_modules/@bufbuild/buf/bin/buf");
   const args = ["curl", "--protocol", "grpc", "--http2-prior-knowledge"];
   const listed = await run(buf, [...args, "--list-services", t.url]);
@@ -217,7 +217,7 @@ test("buf curl lists and calls the orchestrator's services through reflection", 
   );
 });
 
-test("oz0 secret set hands the value to the LLM proxy; the orchestrator never prints or stores it", async () => {
+void test("oz0 secret set hands the value to the LLM proxy; the orchestrator never prints or stores it", async () => {
   const value = `sk-test-${Math.random().toString(36).slice(2)}`;
   const set = await t.cli(["secret", "set", "ANTHROPIC_API_KEY"], { input: `${value}\n` });
   assert.equal(set.code, 0, set.stderr);

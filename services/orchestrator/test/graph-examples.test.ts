@@ -52,7 +52,7 @@ after(async () => {
   await t?.close();
 });
 
-test("graphs from the plugin are versioned and drawn by oz0 graph show", async () => {
+void test("graphs from the plugin are versioned and drawn by oz0 graph show", async () => {
   const shown = await t.cli(["graph", "show", "inbox"]);
   assert.equal(shown.code, 0, shown.stderr);
   assert.match(shown.stdout, /^inbox v1 \(plugin support-graphs 0\.1\.0\)/);
@@ -74,7 +74,7 @@ test("graphs from the plugin are versioned and drawn by oz0 graph show", async (
   assert.match(agent.stderr, /writer is an agent, not a graph/);
 });
 
-test("email triage: the evaluator's label picks the arm, and each step is a job of its own", async () => {
+void test("email triage: the evaluator's label picks the arm, and each step is a job of its own", async () => {
   const run = await t.cli(["run", "inbox", "the app crashes on start"]);
   assert.equal(run.code, 0, run.stderr + run.stdout);
   assert.match(run.stdout, /agent:email-triage \/0\/eval started/);
@@ -100,7 +100,7 @@ test("email triage: the evaluator's label picks the arm, and each step is a job 
   assert.ok(seen.includes("graph.step_completed agent:email-triage@0.eval"), seen.join());
 });
 
-test("research and draft run in parallel and join before the editor", async () => {
+void test("research and draft run in parallel and join before the editor", async () => {
   const run = await t.cli(["run", "article", "graphs", "--json"]);
   assert.equal(run.code, 0, run.stderr + run.stdout);
   assert.match(run.stdout, /final \(edited\)/);
@@ -108,7 +108,7 @@ test("research and draft run in parallel and join before the editor", async () =
   assert.match(run.stdout, /agent:drafter/);
 });
 
-test("the coder/reviewer loop passes feedback and ends on break", async () => {
+void test("the coder/reviewer loop passes feedback and ends on break", async () => {
   const run = await t.cli(["run", "code", "fix the parser"]);
   assert.equal(run.code, 0, run.stderr + run.stdout);
   assert.match(run.stdout, /agent:reviewer \S+ \(iteration 1\) started/);
@@ -121,7 +121,7 @@ test("the coder/reviewer loop passes feedback and ends on break", async () => {
   assert.match(run.stdout, /\nbreak\n/);
 });
 
-test("the custom ParseEmail step runs in the sandbox through the step runner", async () => {
+void test("the custom ParseEmail step runs in the sandbox through the step runner", async () => {
   const run = await t.cli(["run", "support", "Printer is on fire\nplease help"]);
   assert.equal(run.code, 0, run.stderr + run.stdout);
   assert.match(run.stdout, /step:parse-email \/0: runs as session ses_step_/);
@@ -129,7 +129,7 @@ test("the custom ParseEmail step runs in the sandbox through the step runner", a
   assert.match(run.stdout, /\nother\n/);
 });
 
-test("the README's graph section shows the example plugin's inbox graph, and its commands run", async () => {
+void test("the README's graph section shows the example plugin's inbox graph, and its commands run", async () => {
   const readme = readFileSync(path.join(packageDir, "README.md"), "utf8");
   const section = readme.slice(readme.indexOf("## Graph harnesses"), readme.indexOf("## The API"));
   const yamlBlocks = [...section.matchAll(/```yaml\n([\s\S]*?)```/g)].map((m) => m[1]!);
@@ -145,7 +145,7 @@ test("the README's graph section shows the example plugin's inbox graph, and its
   }
 });
 
-test("an invalid graph refuses the whole plugin, naming the unknown agent and the incomplete loop", async () => {
+void test("an invalid graph refuses the whole plugin, naming the unknown agent and the incomplete loop", async () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-bad-graph-"));
   mkdirSync(path.join(dir, "graphs"));
   writeFileSync(path.join(dir, "oz0-plugin.yaml"), "name: bad-graphs\nversion: 0.1.0\ngraphs: [graphs/bad.yaml]\n");

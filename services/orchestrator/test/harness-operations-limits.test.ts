@@ -22,13 +22,13 @@ function refused(operations: unknown, pattern: RegExp, toolNamespace: string[] =
   });
 }
 
-test("at most 32 operations", () => {
+void test("at most 32 operations", () => {
   const many = (n: number) => Array.from({ length: n }, (_, i) => op({ key: `op_${i}` }));
   assert.equal(check(many(32)).length, 32);
   refused(many(33), /harness_operations: declares 33 operations; at most 32/);
 });
 
-test("key length 1–64 and pattern", () => {
+void test("key length 1–64 and pattern", () => {
   assert.equal(check([op({ key: "a" })])[0]!.key, "a");
   const k64 = "a".repeat(64);
   assert.equal(check([op({ key: k64 })])[0]!.key, k64);
@@ -39,25 +39,25 @@ test("key length 1–64 and pattern", () => {
   assert.equal(check([op({ key: "a-b_9" })])[0]!.key, "a-b_9");
 });
 
-test("keys are unique across operations and the harness's tools", () => {
+void test("keys are unique across operations and the harness's tools", () => {
   refused([op(), op()], /operation "extract_shipment"\): key is declared twice/);
   refused([op({ key: "read_file" })], /operation "read_file"\): key collides with the tool "read_file"/, ["read_file", "write_file"]);
   assert.equal(check([op({ key: "read_files" })], ["read_file"]).length, 1);
 });
 
-test("description 1–2,000 characters (counted as characters, not bytes)", () => {
+void test("description 1–2,000 characters (counted as characters, not bytes)", () => {
   assert.equal(check([op({ description: "é".repeat(2_000) })]).length, 1);
   refused([op({ description: "x".repeat(2_001) })], /operation "extract_shipment"\): description must be 1–2,000 characters \(it has 2,001\)/);
   refused([op({ description: "" })], /description must be 1–2,000 characters \(it has 0\)/);
 });
 
-test("instructions 1–100,000 characters", () => {
+void test("instructions 1–100,000 characters", () => {
   assert.equal(check([op({ instructions: "x".repeat(100_000) })]).length, 1);
   refused([op({ instructions: "x".repeat(100_001) })], /instructions must be 1–100,000 characters \(it has 100,001\)/);
   refused([op({ instructions: "" })], /instructions must be 1–100,000 characters \(it has 0\)/);
 });
 
-test("timeout 1,000–300,000 ms", () => {
+void test("timeout 1,000–300,000 ms", () => {
   assert.equal(check([op({ timeout_ms: 1_000 })])[0]!.timeout_ms, 1_000);
   assert.equal(check([op({ timeout_ms: 300_000 })])[0]!.timeout_ms, 300_000);
   refused([op({ timeout_ms: 999 })], /timeout_ms must be a whole number of milliseconds from 1,000 to 300,000 \(got 999\)/);
@@ -65,7 +65,7 @@ test("timeout 1,000–300,000 ms", () => {
   refused([op({ timeout_ms: 1500.5 })], /timeout_ms must be a whole number/);
 });
 
-test("result_schema: required, top-level object, supported subset, compiles", () => {
+void test("result_schema: required, top-level object, supported subset, compiles", () => {
   refused([op({ result_schema: undefined })], /result_schema is required/);
   refused([op({ result_schema: { type: "array" } })], /result_schema must be a top-level object schema/);
   refused([op({ result_schema: { type: "object", properties: { a: { $ref: "#/x" } } } })], /result_schema\/properties\/a\/\$ref uses a keyword outside the supported subset/);
@@ -73,7 +73,7 @@ test("result_schema: required, top-level object, supported subset, compiles", ()
   refused([op({ result_schema: { type: "object", required: "a" } })], /result_schema does not compile/);
 });
 
-test("result_schema serialised size ≤ 65,536 bytes", () => {
+void test("result_schema serialised size ≤ 65,536 bytes", () => {
   // {"type":"object","description":"…"} is 33 bytes around the description.
   const sized = (bytes: number) => ({ type: "object", description: "x".repeat(bytes - JSON.stringify({ type: "object", description: "" }).length) });
   assert.equal(Buffer.byteLength(JSON.stringify(sized(65_536))), 65_536);
@@ -81,11 +81,11 @@ test("result_schema serialised size ≤ 65,536 bytes", () => {
   refused([op({ result_schema: sized(65_537) })], /result_schema serialises to 65,537 bytes; at most 65,536/);
 });
 
-test("an operation cannot attach a skill or pick a model", () => {
+void test("an operation cannot attach a skill or pick a model", () => {
   refused([op({ skills: ["shipment-intake"] })], /unknown field "skills".*cannot attach or scope a skill/);
 });
 
-test("task input 1–100,000 characters", () => {
+void test("task input 1–100,000 characters", () => {
   assert.deepEqual(readOperationTask({ task: "x".repeat(OPERATION_LIMITS.taskMaxChars) }), { task: "x".repeat(100_000) });
   assert.match((readOperationTask({ task: "x".repeat(100_001) }) as { error: string }).error, /1–100,000 characters \(it has 100,001\)/);
   assert.match((readOperationTask({ task: "" }) as { error: string }).error, /it has 0/);
@@ -93,7 +93,7 @@ test("task input 1–100,000 characters", () => {
   assert.match((readOperationTask({ task: "a", extra: 1 }) as { error: string }).error, /unknown field\(s\) extra/);
 });
 
-test("the README's harness-operations example and the shipments example plugin publish", async () => {
+void test("the README's harness-operations example and the shipments example plugin publish", async () => {
   const { readFileSync } = await import("node:fs");
   const path = await import("node:path");
   const { parse } = await import("yaml");

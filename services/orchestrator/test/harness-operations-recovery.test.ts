@@ -94,7 +94,7 @@ function writeCheckpoint(record: OperationCheckpoint): void {
   }
 }
 
-test("a crash before the checkpoint runs the operation again", async () => {
+void test("a crash before the checkpoint runs the operation again", async () => {
   const task = "task-before-checkpoint";
   const jobId = await startJob(task);
   await eventually(async () => (scratchCalls.get(task) === 1 ? true : undefined));
@@ -109,7 +109,7 @@ test("a crash before the checkpoint runs the operation again", async () => {
   assert.match(parentSaw.get(task)!, /SHP-4831/);
 });
 
-test("a crash after the checkpoint reuses the recorded result", async () => {
+void test("a crash after the checkpoint reuses the recorded result", async () => {
   const task = "task-after-checkpoint";
   const jobId = await startJob(task);
   await eventually(async () => (scratchCalls.get(task) === 1 ? true : undefined));
@@ -129,7 +129,7 @@ test("a crash after the checkpoint reuses the recorded result", async () => {
   assert.equal(checkpointOf(jobId)!.delivered, true);
 });
 
-test("cancelling the parent job cancels its running operation", async () => {
+void test("cancelling the parent job cancels its running operation", async () => {
   const task = "task-cancelled-with-parent";
   const jobId = await startJob(task);
   await eventually(async () => (scratchCalls.get(task) === 1 ? true : undefined));
@@ -150,7 +150,7 @@ test("cancelling the parent job cancels its running operation", async () => {
   assert.equal(scratchCalls.get(task), 1);
 });
 
-test("schema-invalid output is repaired with the validator's errors, and fails as a tool error after the bound", async () => {
+void test("schema-invalid output is repaired with the validator's errors, and fails as a tool error after the bound", async () => {
   const repaired = await t.cli(["run", "shipment-orchestrator", "task-repair", "--attach", booking]);
   assert.equal(repaired.code, 0, repaired.stdout + repaired.stderr);
   assert.equal(scratchCalls.get("task-repair"), 3, "the first answer and two repairs");

@@ -189,13 +189,13 @@ function setup(options: { sandbox: ScriptedSandbox; home?: string; maxRepairs?: 
   return { home, runner, parent, events, answers, revoked };
 }
 
-test("offers each operation as a runtime tool taking { task }", () => {
+void test("offers each operation as a runtime tool taking { task }", () => {
   const [tool] = operationRuntimeTools(agentWith());
   assert.equal(tool?.name, "extract_shipment");
   assert.deepEqual((tool?.inputSchema as { required: string[] }).required, ["task"]);
 });
 
-test("a validated result goes back to the parent, from a scratch session in the parent's working directory; events carry no task or result", async () => {
+void test("a validated result goes back to the parent, from a scratch session in the parent's working directory; events carry no task or result", async () => {
   const sandbox = new ScriptedSandbox(() => [...readStep("booking.txt"), ...finish({ shipmentReference: "4831", pickupCountry: "DE" })]);
   const { runner, parent, events, answers, revoked } = setup({ sandbox });
   await runner.accept({ parent, callId: "rt-1", name: "extract_shipment", input: { task: "Extract order 4831 SECRET-TASK" } }).done;
@@ -223,7 +223,7 @@ test("a validated result goes back to the parent, from a scratch session in the 
   assert.ok(!serialized.includes("SECRET-TASK") && !serialized.includes("4831\""), "no task or result in events");
 });
 
-test("an invalid result is repaired with the validator's errors, then fails through the tool error path after the bound", async () => {
+void test("an invalid result is repaired with the validator's errors, then fails through the tool error path after the bound", async () => {
   const repaired = new ScriptedSandbox((_, n) => (n === 1 ? finish({ shipmentReference: 4831 }) : finish({ shipmentReference: "4831", pickupCountry: "DE" })));
   const one = setup({ sandbox: repaired });
   await one.runner.accept({ parent: one.parent, callId: "rt-1", name: "extract_shipment", input: { task: "Extract 4831" } }).done;
@@ -242,7 +242,7 @@ test("an invalid result is repaired with the validator's errors, then fails thro
   assert.deepEqual([failed.init.attributes!.result_validation, failed.init.attributes!.error_code], ["invalid", "operation_result_invalid"]);
 });
 
-test("the timeout is bounded by what is left of the parent's deadline", async () => {
+void test("the timeout is bounded by what is left of the parent's deadline", async () => {
   const sandbox = new ScriptedSandbox(() => [usage(), { case: "hang" }]);
   const deadline = new Date(Date.now() + 1_500);
   const { runner, parent, events, answers } = setup({ sandbox, deadline, agent: agentWith(300_000) });
@@ -260,7 +260,7 @@ test("the timeout is bounded by what is left of the parent's deadline", async ()
   assert.match(late.answers[0]!.error, /^operation_deadline_passed: /);
 });
 
-test("cancelling the parent cancels its running operations", async () => {
+void test("cancelling the parent cancels its running operations", async () => {
   const sandbox = new ScriptedSandbox(() => [usage(), { case: "hang" }]);
   const { runner, parent, events, answers } = setup({ sandbox });
   const { done } = runner.accept({ parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } });
@@ -272,7 +272,7 @@ test("cancelling the parent cancels its running operations", async () => {
   assert.equal(events.at(-1)!.type, "harness.operation_cancelled");
 });
 
-test("a nested operation call from a scratch session is refused; bad task input is refused", async () => {
+void test("a nested operation call from a scratch session is refused; bad task input is refused", async () => {
   const sandbox = new ScriptedSandbox(() => [
     usage(),
     { case: "runtimeToolCall", value: create(RuntimeToolCallSchema, { id: "rt-inner", name: "extract_shipment", input: { task: "again" } }) },
@@ -288,7 +288,7 @@ test("a nested operation call from a scratch session is refused; bad task input 
   assert.match(answers[1]!.error, /^operation_input_invalid: extract_shipment: invalid input: task must be 1–100,000 characters/);
 });
 
-test("operations called in one turn run concurrently", async () => {
+void test("operations called in one turn run concurrently", async () => {
   let secondStarted!: () => void;
   const both = new Promise<void>((resolve) => (secondStarted = resolve));
   // The first scratch session cannot finish until the second has started: run one after the other, this test never ends.
@@ -304,7 +304,7 @@ test("operations called in one turn run concurrently", async () => {
   assert.deepEqual(answers.map((a) => a.id).sort(), ["rt-1", "rt-2"]);
 });
 
-test("crash after the checkpoint: the recorded result is reused, not asked again", async () => {
+void test("crash after the checkpoint: the recorded result is reused, not asked again", async () => {
   const first = new ScriptedSandbox(() => finish({ shipmentReference: "4831", pickupCountry: "DE" }));
   // The parent's stream is gone when the answer is ready (the orchestrator is going down).
   const crashed = setup({ sandbox: first, answer: async () => Promise.reject(new Error("the job's session is not attached")) });
@@ -320,7 +320,7 @@ test("crash after the checkpoint: the recorded result is reused, not asked again
   assert.deepEqual(await restarted.runner.checkpoints.undelivered("job_1"), [], "nothing left to resume");
 });
 
-test("crash before the checkpoint: the operation runs again", async () => {
+void test("crash before the checkpoint: the operation runs again", async () => {
   const first = new ScriptedSandbox(() => [usage(), { case: "hang" }]);
   const crashed = setup({ sandbox: first });
   // The orchestrator dies while the scratch session works: its promise is simply abandoned.

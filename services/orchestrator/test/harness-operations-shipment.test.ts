@@ -75,7 +75,7 @@ after(async () => {
   await t.close();
 });
 
-test("the shipment example: two operations in one turn run concurrently, validate, reach the parent, and show as 2 parallel", async () => {
+void test("the shipment example: two operations in one turn run concurrently, validate, reach the parent, and show as 2 parallel", async () => {
   const installed = await t.cli(["plugin", "install", plugin]);
   assert.equal(installed.code, 0, installed.stdout + installed.stderr);
   const shownAgent = await t.cli(["agents", "show", "shipment-orchestrator", "--json"]);
@@ -129,7 +129,7 @@ test("the shipment example: two operations in one turn run concurrently, validat
   }
 });
 
-test("changing an operation publishes a new version; the older one keeps its exact definition", async () => {
+void test("changing an operation publishes a new version; the older one keeps its exact definition", async () => {
   const { cpSync, mkdtempSync, readFileSync, writeFileSync } = await import("node:fs");
   const os = await import("node:os");
   const copy = mkdtempSync(path.join(os.tmpdir(), "oz0-shipments-"));
@@ -148,7 +148,7 @@ test("changing an operation publishes a new version; the older one keeps its exa
   assert.match(newer.stdout, /key: verify_shipment[\s\S]*timeout_ms: 45000/);
 });
 
-test("publication refuses an operation past a limit, naming the operation and the rule", async () => {
+void test("publication refuses an operation past a limit, naming the operation and the rule", async () => {
   const { cpSync, mkdtempSync, readFileSync, writeFileSync } = await import("node:fs");
   const os = await import("node:os");
   const copy = mkdtempSync(path.join(os.tmpdir(), "oz0-shipments-bad-"));

@@ -39,7 +39,7 @@ async function exercise(store: JobStore): Promise<void> {
   assert.deepEqual((await store.listUndeliveredOperations("job_2")).map((r) => r.callId), ["rt-3"]);
 }
 
-test("sqlite: operation records", async () => {
+void test("sqlite: operation records", async () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-ops-store-"));
   const store = new SqliteJobStore({ file: path.join(dir, "orchestrator.db") });
   try {
@@ -50,7 +50,7 @@ test("sqlite: operation records", async () => {
   }
 });
 
-test("postgres: operation records", async () => {
+void test("postgres: operation records", async () => {
   const schema = freshSchema();
   const store = await PostgresJobStore.open({ connectionString: databaseUrl(), schema, maxConnections: 2 });
   try {

@@ -52,7 +52,7 @@ function call(name: string, args: Record<string, unknown>): PreToolCall {
   return { event: "pre_tool_call", name, harness, tool, arguments: args, job_id: "j", session_id: "s", call_id: "c", agent: { name: "a", version: 1 } };
 }
 
-test("names match exactly or by glob, and JSON pointers walk the input", () => {
+void test("names match exactly or by glob, and JSON pointers walk the input", () => {
   assert.ok(nameMatches("claude-agent-sdk.Bash", "claude-agent-sdk.Bash"));
   assert.ok(!nameMatches("claude-agent-sdk.Bash", "claude-agent-sdk.BashOutput"));
   assert.ok(nameMatches("claude-agent-sdk.*", "claude-agent-sdk.Read"));
@@ -66,7 +66,7 @@ test("names match exactly or by glob, and JSON pointers walk the input", () => {
   assert.ok(!hookMatches(spec, call("fake.run_command", { command: "rm -rf .", cwd: "repo" })));
 });
 
-test("the policy refuses tools outside the list before any hook sees them", async () => {
+void test("the policy refuses tools outside the list before any hook sees them", async () => {
   const agent = agentWith({ pluginHooks: [{ name: "allow-all", decision: "allow" }], harness: { tools: ["read_file"] } });
   const decision = await new PermissionPolicy({ hooks: [new HookStage()] }).decide(question(agent, "run_command", { command: "ls" }));
   assert.equal(decision.kind, "deny");
@@ -74,7 +74,7 @@ test("the policy refuses tools outside the list before any hook sees them", asyn
   assert.match(decision.reason, /tool run_command is not in this agent's harness\.tools \(read_file\)/);
 });
 
-test("rules allow, deny with their reason, change the input, and ask; the first that decides wins", async () => {
+void test("rules allow, deny with their reason, change the input, and ask; the first that decides wins", async () => {
   const agent = agentWith({
     pluginHooks: [{ name: "no-rm", match: "fake.run_command", when: [{ pointer: "/command", regex: "\\brm\\b" }], decision: "deny", reason: "deleting files is not allowed" }],
     agentHooks: [
@@ -96,7 +96,7 @@ test("rules allow, deny with their reason, change the input, and ask; the first 
   assert.deepEqual(unmatched, { kind: "allow", decider: "policy", reason: "no rule asks for approval" });
 });
 
-test("a hook's allow still waits for requires_approval, with the input the hook chose", async () => {
+void test("a hook's allow still waits for requires_approval, with the input the hook chose", async () => {
   const agent = agentWith({
     agentHooks: [{ name: "pin-shell", match: "fake.run_command", decision: "allow", set_input: { shell: "sh" } }],
     harness: { tools: ["run_command"], requires_approval: ["run_command"] },
@@ -107,7 +107,7 @@ test("a hook's allow still waits for requires_approval, with the input the hook 
   assert.deepEqual(decision.kind === "ask" && decision.input, { command: "ls", shell: "sh" });
 });
 
-test("command hooks allow, deny, change the input and ask", async () => {
+void test("command hooks allow, deny, change the input and ask", async () => {
   const guard = { name: "guard", match: "fake.run_command", command: ["node", path.join(fixtures, "guard-commands.mjs")] };
   const agent = agentWith({ pluginHooks: [guard] });
   const policy = new PermissionPolicy({ hooks: [new HookStage()] });
@@ -123,7 +123,7 @@ test("command hooks allow, deny, change the input and ask", async () => {
   assert.equal((await policy.decide(question(agent, "read_file", { path: "x" }))).reason, "no rule asks for approval", "the hook only runs for the calls it matches");
 });
 
-test("a hook that hangs, crashes or prints garbage denies the call, saying why", async () => {
+void test("a hook that hangs, crashes or prints garbage denies the call, saying why", async () => {
   const c = call("fake.run_command", { command: "ls" });
   const hung = await runCommandHook({ command: [process.execPath, path.join(fixtures, "hang.mjs")], call: c, label: "hook hang", cwd: fixtures, timeoutMs: 300 });
   assert.deepEqual(hung, { decision: "deny", reason: "hook hang did not answer within 300 ms; the call is denied" });
@@ -142,7 +142,7 @@ test("a hook that hangs, crashes or prints garbage denies the call, saying why",
   assert.deepEqual(decision, { kind: "deny", decider: "hook", reason: "hook slow (agent coder) did not answer within 1000 ms; the call is denied" });
 });
 
-test("invalid hooks are refused naming the file and the field", () => {
+void test("invalid hooks are refused naming the file and the field", () => {
   const base = { name: "a", runtime: "harness:fake", model: { primary: "anthropic/x" }, instructions: "p.md" };
   assert.throws(
     () => validateDocument({ schema: "agent", file: "agents/a.yaml", value: { ...base, hooks: [{ match: "fake.*", decision: "maybe" }] } }),
@@ -173,7 +173,7 @@ test("invalid hooks are refused naming the file and the field", () => {
   );
 });
 
-test("the README's hooks example validates and decides as documented", async () => {
+void test("the README's hooks example validates and decides as documented", async () => {
   const { readFileSync, mkdirSync } = await import("node:fs");
   const { parse } = await import("yaml");
   const packageDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
@@ -207,7 +207,7 @@ test("the README's hooks example validates and decides as documented", async () 
   assert.equal((await policy.decide(question(agent, "write_file", { path: "a", content: "b" }))).kind, "ask", "requires_approval after the hooks said continue");
 });
 
-test("an agent whose harness does not ask cannot be published with hooks or approvals, and a bad regex is refused at install", async () => {
+void test("an agent whose harness does not ask cannot be published with hooks or approvals, and a bad regex is refused at install", async () => {
   const { mkdirSync } = await import("node:fs");
   const { SqliteJobStore } = await import("../src/sqlite-store.js");
   const { PluginRegistry } = await import("../src/plugin-registry.js");

@@ -65,7 +65,7 @@ function permission(jobId: string, id: string, overrides: Partial<PermissionReco
 
 export function jobStoreSuite(name: string, factory: StoreFactory): void {
   const withStore = (title: string, fn: (store: JobStore) => Promise<void>): void => {
-    test(`${name}: ${title}`, async () => {
+    void test(`${name}: ${title}`, async () => {
       const { store, cleanup } = await factory();
       try {
         await fn(store);

@@ -23,7 +23,7 @@ interface Replica {
   answers: ApprovalAnswered[];
 }
 
-describe("orchestrator replicas sharing PostgreSQL", () => {
+void describe("orchestrator replicas sharing PostgreSQL", () => {
   const replicas: Replica[] = [];
   after(async () => {
     await Promise.all(replicas.map((r) => r.cluster.close()));
@@ -55,7 +55,7 @@ describe("orchestrator replicas sharing PostgreSQL", () => {
     return r;
   }
 
-  it("resumes a dead replica's jobs and graph run exactly once between the survivors, and refuses the dead one's late writes", async () => {
+  void it("resumes a dead replica's jobs and graph run exactly once between the survivors, and refuses the dead one's late writes", async () => {
     // Replicas open at once, as pods of one Deployment would: migrations run once.
     const [one, two, dying] = await Promise.all([replica("orch-1", 60_000), replica("orch-2", 60_000), replica("orch-3", 300)]);
     // The dying replica stops renewing at once: it is as good as dead once its leases expire.
@@ -99,7 +99,7 @@ describe("orchestrator replicas sharing PostgreSQL", () => {
     assert.equal((await one!.cluster.store.listJobEvents("job-2", 0)).length, 0);
   });
 
-  it("brings an approval answered at any replica to the replica that owns the job", async () => {
+  void it("brings an approval answered at any replica to the replica that owns the job", async () => {
     // By id: the replicas were opened concurrently, so their order in the list is arbitrary.
     const one = replicas.find((r) => r.cluster.leases.owner === "orch-1");
     const two = replicas.find((r) => r.cluster.leases.owner === "orch-2");

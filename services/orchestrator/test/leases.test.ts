@@ -13,7 +13,7 @@ import { databaseUrl, eventually, freshSchema } from "./postgres-test-support.js
 const connectionString = databaseUrl();
 const schema = freshSchema();
 
-describe("leases", () => {
+void describe("leases", () => {
   let pool: pg.Pool;
   // Each replica gets a pool of its own, as separate processes would.
   const managers: LeaseManager[] = [];
@@ -34,7 +34,7 @@ describe("leases", () => {
     await pool.end();
   });
 
-  it("gives each resource to exactly one of two replicas racing for it", async () => {
+  void it("gives each resource to exactly one of two replicas racing for it", async () => {
     const a = await replica("race-a");
     const b = await replica("race-b");
     const resources = Array.from({ length: 30 }, (_, i) => `race-job-${i}`);
@@ -48,7 +48,7 @@ describe("leases", () => {
     assert.equal(new Set(tokens).size, tokens.length, "fencing tokens are unique");
   });
 
-  it("keeps a live owner's lease: another replica cannot take it, and re-acquiring by the owner keeps the token", async () => {
+  void it("keeps a live owner's lease: another replica cannot take it, and re-acquiring by the owner keeps the token", async () => {
     const a = await replica("live-a");
     const b = await replica("live-b");
     const lease = await a.acquire("graph_run", "run-1");
@@ -61,7 +61,7 @@ describe("leases", () => {
     assert.ok(renewed && renewed.expiresAt >= lease.expiresAt);
   });
 
-  it("hands the lease of an owner that stopped renewing to another replica, and the old owner learns it lost it", async () => {
+  void it("hands the lease of an owner that stopped renewing to another replica, and the old owner learns it lost it", async () => {
     // A short TTL and no renewal: the owner "died" (or paused). Nothing asserts how long expiry takes.
     const dying = await replica("dying", 200);
     const survivor = await replica("survivor");
@@ -83,7 +83,7 @@ describe("leases", () => {
     assert.equal((await survivor.get("approval", "job-7/perm-1"))?.owner, "survivor");
   });
 
-  it("splits a dead replica's expired leases between two replicas sweeping at once, each taken once", async () => {
+  void it("splits a dead replica's expired leases between two replicas sweeping at once, each taken once", async () => {
     const dead = await replica("dead", 100);
     const resources = Array.from({ length: 40 }, (_, i) => `sweep-${i}`);
     for (const r of resources) assert.ok(await dead.acquire("job", r));
@@ -96,7 +96,7 @@ describe("leases", () => {
     for (const r of resources) assert.notEqual((await x.get("job", r))?.owner, "dead");
   });
 
-  it("released leases are free at once, with a newer token for the next owner", async () => {
+  void it("released leases are free at once, with a newer token for the next owner", async () => {
     const a = await replica("release-a");
     const b = await replica("release-b");
     const lease = await a.acquire("job", "done-job");
@@ -106,7 +106,7 @@ describe("leases", () => {
     assert.ok(next && next.token > lease.token);
   });
 
-  it("keeps listening after the database drops the listening connection, and says so, so the owner re-reads the store", async () => {
+  void it("keeps listening after the database drops the listening connection, and says so, so the owner re-reads the store", async () => {
     let reconnects = 0;
     const errors: unknown[] = [];
     const owner = new ApprovalNotifier({ connectionString, schema, onReconnect: () => reconnects++, onError: (e) => errors.push(e) });
@@ -126,7 +126,7 @@ describe("leases", () => {
     }
   });
 
-  it("delivers an approval answered at one replica to the owner listening on another connection, only once committed", async () => {
+  void it("delivers an approval answered at one replica to the owner listening on another connection, only once committed", async () => {
     const owner = new ApprovalNotifier({ connectionString, schema });
     const answering = new ApprovalNotifier({ connectionString, schema });
     const answeringPool = createPostgresPool({ connectionString, schema, maxConnections: 2 });

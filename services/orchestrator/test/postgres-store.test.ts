@@ -22,7 +22,7 @@ jobStoreSuite("postgres", async () => {
   return { store: await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 }), cleanup: () => dropSchema(schema) };
 });
 
-test("postgres: replicas starting at once apply each migration exactly once", async () => {
+void test("postgres: replicas starting at once apply each migration exactly once", async () => {
   const schema = freshSchema();
   const pools = Array.from({ length: 5 }, () => createPostgresPool({ connectionString, schema, maxConnections: 1 }));
   try {
@@ -38,7 +38,7 @@ test("postgres: replicas starting at once apply each migration exactly once", as
   }
 });
 
-test("postgres: two replicas appending to one job get gap-free, unique sequence numbers", async () => {
+void test("postgres: two replicas appending to one job get gap-free, unique sequence numbers", async () => {
   const schema = freshSchema();
   const a = await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 });
   const b = await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 });
@@ -58,7 +58,7 @@ test("postgres: two replicas appending to one job get gap-free, unique sequence 
   }
 });
 
-test("postgres: a stale owner's fenced writes are refused once another replica took the job over", async () => {
+void test("postgres: a stale owner's fenced writes are refused once another replica took the job over", async () => {
   const schema = freshSchema();
   const store = await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 });
   const first = await LeaseManager.open({ pool: store.pool, owner: "replica-a" });

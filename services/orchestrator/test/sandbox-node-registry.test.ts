@@ -5,13 +5,13 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type pg from "pg";
-import { createPostgresPool, migrateOrchestrator } from "../src/postgres-migrations.js";
+import { createPostgresPool } from "../src/postgres-migrations.js";
 import { SandboxNodeRegistry, type Placement } from "../src/sandbox-node-registry.js";
 import { databaseUrl, eventually, freshSchema } from "./postgres-test-support.js";
 
 const connectionString = databaseUrl();
 
-describe("sandbox node registry", () => {
+void describe("sandbox node registry", () => {
   const schemas: string[] = [];
   const opened: { close(): Promise<void> }[] = [];
   let admin: pg.Pool;
@@ -39,7 +39,7 @@ describe("sandbox node registry", () => {
     await admin.end();
   });
 
-  it("places sessions from two replicas at once without exceeding any node's capacity", async () => {
+  void it("places sessions from two replicas at once without exceeding any node's capacity", async () => {
     const [a, b] = await replicas(2);
     await a!.register({ id: "node-1", url: "http://10.0.0.1:7701", capacity: 5 });
     await b!.register({ id: "node-2", url: "http://10.0.0.2:7701", capacity: 7 });
@@ -61,7 +61,7 @@ describe("sandbox node registry", () => {
     assert.equal((await b!.place({ sessionId: "ses-extra", jobId: "job-extra" }))?.node.id, placed[0]!.node.id, "the freed slot is used");
   });
 
-  it("stops placing on a node whose heartbeats stopped and reports its sessions lost", async () => {
+  void it("stops placing on a node whose heartbeats stopped and reports its sessions lost", async () => {
     const [registry] = await replicas(1, 2_000);
     await registry!.register({ id: "alive", url: "http://10.0.0.1:7701", capacity: 10 });
     await registry!.register({ id: "silent", url: "http://10.0.0.2:7701", capacity: 10 });

@@ -95,7 +95,7 @@ after(async () => {
   for (const key of Object.keys(process.env)) if (!(key in savedEnv)) delete process.env[key];
 });
 
-test("a job with an approved tool call and model calls through the proxy is one trace across every service", async () => {
+void test("a job with an approved tool call and model calls through the proxy is one trace across every service", async () => {
   const stack = t!;
   const started = await stack.cli(["run", "careful", `task ${MARKER}`, "--detach"]);
   assert.equal(started.code, 0, started.stderr);
