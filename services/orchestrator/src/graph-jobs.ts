@@ -57,6 +57,8 @@ function outputText(output: unknown): string {
   return output === null || output === undefined ? "" : typeof output === "string" ? output : JSON.stringify(output);
 }
 
+const PROTO_TO_STATE = new Map<JobState, JobStateName>(Object.entries(JOB_STATE_TO_PROTO).map(([k, v]) => [v, k as JobStateName]));
+
 const STATUS_TO_STATE: Record<RunResult["status"], JobStateName> = {
   succeeded: "succeeded",
   failed: "failed",
@@ -70,6 +72,9 @@ export class GraphJobs {
   readonly #runners = new Map<string, GraphRunner>();
   readonly #running = new Set<Promise<void>>();
   readonly #started = new Map<string, number>();
+  /** Graph job → `<step job>/<call>` of calls waiting for a person. */
+  readonly #waiting = new Map<string, Set<string>>();
+  readonly #updates = new Map<string, Promise<void>>();
   #closing = false;
 
   constructor(options: GraphJobsOptions) {
@@ -184,6 +189,7 @@ export class GraphJobs {
       onStepWork: (w) => {
         const by = w.jobId ? `job ${w.jobId}` : `session ${w.sessionId ?? ""}`;
         this.#note(jobId, `  ${w.stepId} ${w.path}: ${w.reattached ? "re-attached to" : "runs as"} ${by}\n`);
+        if (w.jobId) this.#followApprovals(jobId, w.stepId, w.jobId);
       },
     });
     const runner = new GraphRunner({
@@ -196,6 +202,54 @@ export class GraphJobs {
     });
     this.#runners.set(jobId, runner);
     return runner;
+  }
+
+  /**
+   * A step job's calls that wait for a person show on the graph job (a line
+   * naming the command that answers it), and the graph job is `waiting`
+   * while any of its steps' calls waits, `running` again once none does.
+   */
+  #followApprovals(graphJobId: string, stepId: string, stepJobId: string): void {
+    const waiting = this.#waiting.get(graphJobId) ?? new Set<string>();
+    this.#waiting.set(graphJobId, waiting);
+    const update = async (): Promise<void> => {
+      const job = await this.#o.store.getJob(graphJobId);
+      if (!job || isTerminal(job.state)) return;
+      const state: JobStateName = waiting.size > 0 ? "waiting" : "running";
+      if (job.state === state) return;
+      await this.#append(graphJobId, [{ event: { case: "stateChanged", value: { state: JOB_STATE_TO_PROTO[state], reason: state === "waiting" ? "a step waits for approval" : "" } } } as Partial<JobEvent>], { state });
+    };
+    const pending = (callId: string): void => {
+      const key = `${stepJobId}/${callId}`;
+      if (waiting.has(key)) return;
+      waiting.add(key);
+      this.#note(graphJobId, `  ${stepId} waits for approval: oz0 approve ${stepJobId} ${callId} (or oz0 deny … --reason TEXT)\n`);
+      this.#serialize(graphJobId, update);
+    };
+    const answered = (key: string): void => {
+      if (waiting.delete(key)) this.#serialize(graphJobId, update);
+    };
+    const unsubscribe = this.#o.feed.subscribe(stepJobId, (event) => {
+      const e = event.event;
+      if (e.case === "permissionDecision") {
+        if (e.value.pending) pending(e.value.id);
+        else answered(`${stepJobId}/${e.value.id}`);
+      } else if (e.case === "stateChanged" && isTerminal(PROTO_TO_STATE.get(e.value.state) ?? "running")) {
+        unsubscribe();
+        for (const key of [...waiting]) if (key.startsWith(`${stepJobId}/`)) answered(key);
+      }
+    });
+    // Calls that were already waiting (a step job re-attached after a restart).
+    void this.#o.store
+      .listPermissions({ jobId: stepJobId, pendingOnly: true, approvalsOnly: true })
+      .then((list) => list.forEach((p) => pending(p.id)))
+      .catch((error: unknown) => this.#o.logger.warn({ jobId: graphJobId, err: String(error) }, "could not read a step's waiting calls"));
+  }
+
+  /** Runs state updates of one graph job one after another. */
+  #serialize(graphJobId: string, fn: () => Promise<void>): void {
+    const next = (this.#updates.get(graphJobId) ?? Promise.resolve()).then(fn).catch((error: unknown) => this.#o.logger.warn({ jobId: graphJobId, err: String(error) }, "could not update the graph job's state"));
+    this.#updates.set(graphJobId, next);
   }
 
   /** Engine events become lines on the graph job and lifecycle events. */
@@ -257,6 +311,13 @@ export class GraphJobs {
   }
 
   async #finish(jobId: string, options: { state: JobStateName; error: string; resultText?: string }): Promise<void> {
+    // In line with the waiting/running updates, so none of them lands after the end.
+    const done = (this.#updates.get(jobId) ?? Promise.resolve()).then(() => this.#finishNow(jobId, options));
+    this.#updates.set(jobId, done.catch(() => undefined));
+    await done;
+  }
+
+  async #finishNow(jobId: string, options: { state: JobStateName; error: string; resultText?: string }): Promise<void> {
     const job = await this.#o.store.getJob(jobId);
     if (!job || isTerminal(job.state)) return;
     const events: Partial<JobEvent>[] = [];
@@ -272,6 +333,7 @@ export class GraphJobs {
       ...(started ? { duration_ms: Date.now() - started } : {}),
     });
     this.#runners.delete(jobId);
+    this.#waiting.delete(jobId);
   }
 
   async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch): Promise<void> {

@@ -143,11 +143,14 @@ test("two approvals wait in parallel branches across a restart and are answered 
   await eventually(async () => (recordedSteps(graphJob).some((s) => s.node_id === "agent:careful-b") ? true : undefined));
   // Answering b neither re-ran nor resumed a: its call still waits, and the run waits with it.
   assert.deepEqual((await pending()).map((p) => p.jobId), [a.id]);
+  // The graph job waits with it, and its events name the command that answers each call.
   const shown = await t.cli(["jobs", "show", graphJob, "--json"]);
-  assert.match(shown.stdout, /JOB_STATE_RUNNING/);
+  assert.match(shown.stdout, /JOB_STATE_WAITING/);
   const approveA = await t.cli(["approve", a.id, await callOf(a.id)]);
   assert.equal(approveA.code, 0, approveA.stderr);
-  await waitToSucceed(graphJob);
+  const events = await waitToSucceed(graphJob);
+  assert.match(events, new RegExp(`agent:careful-a waits for approval: oz0 approve ${a.id} `));
+  assert.match(events, new RegExp(`agent:careful-b waits for approval: oz0 approve ${b.id} `));
   const after = await stepJobs(prompt);
   assert.equal(after["careful-a"]?.length, 1);
   assert.equal(after["careful-b"]?.length, 1);
