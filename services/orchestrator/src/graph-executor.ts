@@ -22,6 +22,7 @@ import type Database from "better-sqlite3";
 import type { JobFeed } from "./job-feed.js";
 import { isTerminal, type JobRunner } from "./job-runner.js";
 import type { JobRecord, JobStore } from "./job-store.js";
+import { OrchestratorError } from "./orchestrator-error.js";
 import { SessionNotFoundError, type SandboxMessage, type SessionChannel, type SessionRunner } from "./session-runner.js";
 import type { StepCall } from "./graph-step-runner.js";
 import { orchestratorTracing } from "./tracing.js";
@@ -68,9 +69,17 @@ export class SessionGraphExecutor implements GraphExecutor {
     } else {
       const version = o.pinnedAgents[request.agent];
       // Inside the step's span, so the step's job joins the graph's trace.
-      const job = await orchestratorTracing.inGraphStep({ runId: request.runId, path: request.path }, () =>
-        o.jobs.runAgent({ agent: request.agent, input: request.prompt, ...(version ? { version } : {}) }),
-      );
+      let job: JobRecord;
+      try {
+        job = await orchestratorTracing.inGraphStep({ runId: request.runId, path: request.path }, () =>
+          o.jobs.runAgent({ agent: request.agent, input: request.prompt, ...(version ? { version } : {}) }),
+        );
+      } catch (error) {
+        // The orchestrator is shutting down: a failed step would be recorded and fail the run for good.
+        // The step stays pending instead (this promise never settles); the next start resumes the run here.
+        if (error instanceof OrchestratorError && error.code === "unavailable") return new Promise<never>(() => undefined);
+        throw error;
+      }
       jobId = job.id;
       o.db
         .prepare("INSERT OR REPLACE INTO orch_graph_step_jobs (idempotency_key, run_id, step_job_id, created_at) VALUES (?, ?, ?, ?)")
