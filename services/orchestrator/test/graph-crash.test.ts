@@ -4,6 +4,8 @@
 // by itself. Each run then finishes with every step recorded once, and no
 // step's job started twice (the running ones are re-attached, not re-run).
 import assert from "node:assert/strict";
+import { cpSync, mkdtempSync, writeFileSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import Database from "better-sqlite3";
@@ -28,7 +30,7 @@ function turn(agent: string, turnIndex: number): ScriptedTurn {
 
 interface JobJson {
   id: string;
-  agent: { name: string };
+  agent: { name: string; version?: number };
   input: string;
   state: string;
 }
@@ -169,4 +171,20 @@ test("cancelling a graph job cancels the step that runs and ends the run cancell
   const slow = await eventually(async () => (await stepJobs(prompt)).slow?.find((j) => j.state === "JOB_STATE_CANCELLED"));
   assert.ok(slow);
   assert.equal((await stepJobs(prompt)).finish, undefined);
+});
+
+test("a run keeps the agent versions it started with when a new version is published mid-run", async () => {
+  const prompt = "pinned-run";
+  const graphJob = await startGraph("chain", prompt);
+  await eventually(async () => ((await stepJobs(prompt)).slow?.some((j) => j.state === "JOB_STATE_RUNNING") ? true : undefined));
+  const changed = mkdtempSync(path.join(os.tmpdir(), "oz0-crash-graphs-v2-"));
+  cpSync(plugin, changed, { recursive: true });
+  writeFileSync(path.join(changed, "prompts/finish.md"), "You are finish. Say it differently.\n");
+  const installed = await t.cli(["plugin", "install", changed]);
+  assert.equal(installed.code, 0, installed.stderr);
+  assert.match(installed.stdout, /published agent finish v2/);
+  await waitToSucceed(graphJob);
+  const finish = (await stepJobs(prompt)).finish ?? [];
+  assert.equal(finish.length, 1);
+  assert.equal(finish[0]!.agent.version ?? 0, 1, "the finish step ran the version pinned when the run started");
 });
