@@ -22,7 +22,9 @@ void test("the README's quick start runs as written", () => {
   const script = `set -e\ntrap 'rm -rf "\${OZ0_HOME:-/nonexistent-oz0-home}"' EXIT\n${quickStart()}`;
   const result = spawnSync("bash", ["-c", script], { cwd: repoRoot, env: { ...process.env, PATH, OZ0_URL: "" }, encoding: "utf8" });
   assert.equal(result.status, 0, `${result.stdout}\n${result.stderr}`);
+  assert.match(result.stdout, /installed plugin harness-claude 0\.1\.0/);
   assert.match(result.stdout, /installed plugin example 0\.1\.0/);
+  assert.match(result.stdout, /claude-fixer\s+v1\s+harness:claude-agent-sdk/);
   assert.match(result.stdout, /fixer\s+v1\s+harness:fake/);
   assert.match(result.stdout, /job job_\w+ succeeded/);
   assert.match(result.stderr, /no provider key is configured/);
@@ -42,6 +44,8 @@ void test("oz0 dev runs the stack in the foreground and the other commands find 
     assert.ok(url, out);
     assert.equal((JSON.parse(readFileSync(path.join(home, "dev.json"), "utf8")) as { url: string }).url, url);
     const oz0 = (...args: string[]) => spawnSync(process.execPath, [cliMain, ...args], { cwd: repoRoot, env, encoding: "utf8" });
+    // The example plugin's claude-fixer needs the harness-claude plugin installed first.
+    assert.equal(oz0("plugin", "install", "plugins/harness-claude").status, 0);
     assert.equal(oz0("plugin", "install", "examples/plugins/example").status, 0);
     const detached = oz0("run", "fixer", "Say hello", "--detach");
     assert.equal(detached.status, 0, detached.stderr);

@@ -1,13 +1,16 @@
 #!/usr/bin/env node
 // `npm start` (after `npm run build`): the main job on embedded defaults.
-// Starts the four services on loopback, installs the bundled example plugin
-// with `oz0 plugin install`, and runs its `fixer` agent with `oz0 run` on
-// examples/projects/dates, whose test fails. The agent reads the code, writes
-// the fix and runs the test through real tools in a real session (the SDK's
-// fake harness). Then the demo applies the job's patch to a fresh copy of the
+// Starts the four services on loopback, installs the Claude Agent SDK harness
+// (plugins/harness-claude) and the bundled example plugin with
+// `oz0 plugin install`, and runs the example's `claude-fixer` agent with
+// `oz0 run` on examples/projects/dates, whose test fails. The agent reads the
+// code, writes the fix and runs the test through Claude Code's real tools in a
+// real session. Then the demo applies the job's patch to a fresh copy of the
 // project and runs its test again, to show it passes.
+// OZ0_DEMO_HARNESS=fake runs the example's `fixer` agent on the SDK's fake
+// harness instead, for machines where the Claude Code binary cannot run.
 // Without ANTHROPIC_API_KEY the model is the scripted model, answering from
-// examples/plugins/example/demo-script.json, and the output says so.
+// the agent's script in examples/plugins/example, and the output says so.
 import { execFileSync, spawn } from "node:child_process";
 import { cpSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
 import os from "node:os";
@@ -23,18 +26,35 @@ if (!existsSync(path.join(orchestratorDist, "index.js"))) {
 const { applyEnvironmentKeys, embeddedStackEnv, readDiscovery, startEmbeddedStack } = await import(path.join(orchestratorDist, "index.js"));
 const cli = path.join(orchestratorDist, "cli/main.js");
 const plugin = path.join(root, "examples/plugins/example");
+const harnessPlugin = path.join(root, "plugins/harness-claude");
 const project = path.join(root, "examples/projects/dates");
 
 let home = path.resolve(process.env.OZ0_HOME || path.join(os.homedir(), ".oz0"));
 if (readDiscovery(home)) home = path.join(home, "demo"); // an `oz0 dev` stack owns that data directory
+const harness = process.env.OZ0_DEMO_HARNESS || "claude";
+if (harness !== "claude" && harness !== "fake") {
+  console.error(`start-demo: OZ0_DEMO_HARNESS must be "claude" (the default) or "fake", got ${JSON.stringify(harness)}`);
+  process.exit(2);
+}
+// Each agent has its own script: Claude Code's tools (Bash) differ from the fake harness's.
+const demo =
+  harness === "claude"
+    ? { agent: "claude-fixer", script: "demo-script-claude.json", runtime: "Claude Code (harness:claude-agent-sdk, from plugins/harness-claude)" }
+    : { agent: "fixer", script: "demo-script.json", runtime: "the SDK's fake harness (harness:fake; OZ0_DEMO_HARNESS=fake)" };
+if (harness === "claude" && !existsSync(path.join(harnessPlugin, "dist/main.js"))) {
+  console.error("start-demo: plugins/harness-claude is not built; run `npm run build` (npm start does it for you)");
+  process.exit(1);
+}
 const useRealModel = Boolean(process.env.ANTHROPIC_API_KEY);
-const script = useRealModel ? undefined : JSON.parse(readFileSync(path.join(plugin, "demo-script.json"), "utf8"));
+const scriptFile = path.join("examples/plugins/example", demo.script);
+const script = useRealModel ? undefined : JSON.parse(readFileSync(path.join(root, scriptFile), "utf8"));
 const defaults = embeddedStackEnv({ home, ...(script ? { script } : {}) });
 
 const say = (line) => process.stdout.write(`\n\x1b[1m${line}\x1b[0m\n`);
 say(`Orchestrator Zero demo (data in ${home})`);
 if (useRealModel) console.log("Model: anthropic/claude-sonnet-5-5 through the LLM proxy, with ANTHROPIC_API_KEY from the environment.");
-else console.log("Model: the SCRIPTED model (no ANTHROPIC_API_KEY set): it answers from examples/plugins/example/demo-script.json.\nThe tools, the session and the test run are real. Set ANTHROPIC_API_KEY to use a real model.");
+else console.log(`Model: the SCRIPTED model (no ANTHROPIC_API_KEY set): it answers from ${scriptFile}.\nThe tools, the session and the test run are real. Set ANTHROPIC_API_KEY to use a real model.`);
+console.log(`Agent: ${demo.agent}, on ${demo.runtime}.`);
 
 const stack = await startEmbeddedStack({ home, env: defaults.env });
 let exitCode = 1;
@@ -60,9 +80,12 @@ try {
     });
     console.log(`(handed ${keys.join(", ")} to the LLM proxy)`);
   }
+  // The harness first: installing the example checks that every agent's runtime is installed.
+  const harnessInstalled = await oz0(["plugin", "install", path.relative(process.cwd(), harnessPlugin) || "."]);
+  if (harnessInstalled.code !== 0) throw new Error("installing the harness-claude plugin failed");
   const installed = await oz0(["plugin", "install", path.relative(process.cwd(), plugin) || "."]);
   if (installed.code !== 0) throw new Error("installing the example plugin failed");
-  const run = await oz0(["run", "fixer", "Fix the failing test in the dates project", "--attach", path.relative(process.cwd(), project)], { capture: true });
+  const run = await oz0(["run", demo.agent, "Fix the failing test in the dates project", "--attach", path.relative(process.cwd(), project)], { capture: true });
   exitCode = run.code;
   const where = /artifacts of (job_\w+) are in (.+)/.exec(run.out);
   if (run.code === 0 && where) {

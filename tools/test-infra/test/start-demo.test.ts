@@ -1,0 +1,67 @@
+// `npm start`'s demo as a new user runs it (after `npm run build`), with a
+// fresh data directory and no provider key: on Claude Code by default, and on
+// the fake harness with OZ0_DEMO_HARNESS=fake. Each run must end with the
+// job's patch making the dates project's test pass on a fresh copy.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const startDemo = path.join(repoRoot, "tools/test-infra/bin/start-demo.mjs");
+
+function runDemo(harness: string | undefined): Promise<{ code: number; out: string }> {
+  const home = mkdtempSync(path.join(os.tmpdir(), "oz0-demo-test-"));
+  const env: NodeJS.ProcessEnv = { ...process.env, OZ0_HOME: home };
+  // Offline, as a user without a key: the scripted model answers.
+  delete env["ANTHROPIC_API_KEY"];
+  delete env["OPENAI_API_KEY"];
+  delete env["OZ0_URL"];
+  // Set by this test runner; the demo's own `node --test` would report to it instead of printing TAP.
+  delete env["NODE_TEST_CONTEXT"];
+  if (harness) env["OZ0_DEMO_HARNESS"] = harness;
+  else delete env["OZ0_DEMO_HARNESS"];
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [startDemo], { cwd: repoRoot, env, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+    child.on("exit", (code) => {
+      if (!process.env["OZ0_KEEP_TEST_HOME"]) rmSync(home, { recursive: true, force: true });
+      resolve({ code: code ?? 1, out });
+    });
+  });
+}
+
+void test("npm start runs claude-fixer on Claude Code with the scripted model, and the patched test passes", async () => {
+  const { code, out } = await runDemo(undefined);
+  assert.equal(code, 0, out);
+  assert.match(out, /the SCRIPTED model \(no ANTHROPIC_API_KEY set\).*demo-script-claude\.json/);
+  assert.match(out, /installed plugin harness-claude 0\.1\.0/);
+  assert.match(out, /\$ oz0 run claude-fixer /);
+  // Claude Code's own Bash tool read, edited and tested the code.
+  assert.match(out, /▸ Bash: Run cat dates\/dates\.mjs/);
+  assert.match(out, /▸ Bash: Run cd dates && node --test/);
+  assert.match(out, /result \(completed, 4 turns\)/);
+  assert.match(out, /# pass 2\n# fail 0/);
+  assert.match(out, /The test passes\./);
+});
+
+void test("OZ0_DEMO_HARNESS=fake runs the fake-harness fixer instead, and the patched test passes", async () => {
+  const { code, out } = await runDemo("fake");
+  assert.equal(code, 0, out);
+  assert.match(out, /the SCRIPTED model \(no ANTHROPIC_API_KEY set\).*demo-script\.json/);
+  assert.match(out, /\$ oz0 run fixer /);
+  assert.match(out, /▸ write_file/);
+  assert.match(out, /# pass 2\n# fail 0/);
+  assert.match(out, /The test passes\./);
+});
+
+void test("an unknown OZ0_DEMO_HARNESS is refused with a usage error", async () => {
+  const { code, out } = await runDemo("bogus");
+  assert.equal(code, 2, out);
+  assert.match(out, /OZ0_DEMO_HARNESS must be "claude" \(the default\) or "fake"/);
+});
