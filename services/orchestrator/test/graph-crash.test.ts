@@ -88,7 +88,7 @@ after(async () => {
   await t?.close();
 });
 
-test("killed in the middle of an agent step: the step's job is re-attached, not run again", async () => {
+void test("killed in the middle of an agent step: the step's job is re-attached, not run again", async () => {
   const prompt = "chain-run";
   const graphJob = await startGraph("chain", prompt);
   await eventually(async () => ((await stepJobs(prompt)).slow?.some((j) => j.state === "JOB_STATE_RUNNING") ? true : undefined));
@@ -102,7 +102,7 @@ test("killed in the middle of an agent step: the step's job is re-attached, not 
   assert.deepEqual(recordedSteps(graphJob).map((s) => s.node_id), ["agent:slow", "agent:finish"]);
 });
 
-test("killed while one parallel branch runs: the recorded branch is replayed, the other finishes", async () => {
+void test("killed while one parallel branch runs: the recorded branch is replayed, the other finishes", async () => {
   const prompt = "branches-run";
   const graphJob = await startGraph("branches", prompt);
   await eventually(async () => {
@@ -123,7 +123,7 @@ test("killed while one parallel branch runs: the recorded branch is replayed, th
   assert.deepEqual(steps, ["agent:finish", "agent:quick", "agent:slow"]);
 });
 
-test("two approvals wait in parallel branches across a restart and are answered independently", async () => {
+void test("two approvals wait in parallel branches across a restart and are answered independently", async () => {
   const prompt = "approvals-run";
   const graphJob = await startGraph("approvals", prompt);
   const pending = async (): Promise<{ jobId: string; callId: string }[]> => {
@@ -160,7 +160,7 @@ test("two approvals wait in parallel branches across a restart and are answered 
   assert.deepEqual(recordedSteps(graphJob).map((s) => s.node_id).sort(), ["agent:careful-a", "agent:careful-b", "agent:finish"]);
 });
 
-test("cancelling a graph job cancels the step that runs and ends the run cancelled", async () => {
+void test("cancelling a graph job cancels the step that runs and ends the run cancelled", async () => {
   const prompt = "cancel-run";
   const graphJob = await startGraph("chain", prompt);
   await eventually(async () => ((await stepJobs(prompt)).slow?.some((j) => j.state === "JOB_STATE_RUNNING") ? true : undefined));
@@ -173,7 +173,7 @@ test("cancelling a graph job cancels the step that runs and ends the run cancell
   assert.equal((await stepJobs(prompt)).finish, undefined);
 });
 
-test("a run keeps the agent versions it started with when a new version is published mid-run", async () => {
+void test("a run keeps the agent versions it started with when a new version is published mid-run", async () => {
   const prompt = "pinned-run";
   const graphJob = await startGraph("chain", prompt);
   await eventually(async () => ((await stepJobs(prompt)).slow?.some((j) => j.state === "JOB_STATE_RUNNING") ? true : undefined));
