@@ -1,7 +1,7 @@
 // TokenIssuer and SecretWriter over the LLM proxy's oz0.llmproxy.v1 API.
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import { LlmProxyService, SecretService, type GetUsageResponse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { traceContextClientInterceptor } from "@oz0/serving";
 import { invalidArgument, OrchestratorError } from "./orchestrator-error.js";
 import type { MintedToken, SecretWriter, TokenIssuer } from "./session-runner.js";
@@ -39,6 +39,15 @@ export class LlmProxyClient implements TokenIssuer, SecretWriter {
       openaiBaseUrl: response.openaiBaseUrl || `${this.url}/openai`,
       headers: { ...response.headers },
     };
+  }
+
+  /** The job's metered usage, totals and per agent. */
+  async jobUsage(jobId: string): Promise<GetUsageResponse> {
+    try {
+      return await this.#tokens.getUsage({ job: jobId });
+    } catch (error) {
+      throw new OrchestratorError("unavailable", `the LLM proxy did not answer for the job's usage: ${ConnectError.from(error).rawMessage}`);
+    }
   }
 
   async revoke(options: { tokenId: string }): Promise<void> {

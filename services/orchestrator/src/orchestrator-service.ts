@@ -34,6 +34,7 @@ import type { AgentVersionRecord, JobRecord, JobStateName, JobStore, JsonObject,
 import { OrchestratorError } from "./orchestrator-error.js";
 import type { PluginRegistry } from "./plugin-registry.js";
 import type { SecretWriter } from "./session-runner.js";
+import type { GetUsageResponse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 
 const CODES: Record<OrchestratorError["code"], Code> = {
   not_found: Code.NotFound,
@@ -172,6 +173,8 @@ export interface OrchestratorServiceDeps {
   plugins: PluginRegistry;
   agents: AgentVersions;
   secrets: SecretWriter;
+  /** The LLM proxy's metering, for GetJobUsage; absent when the proxy is a test double. */
+  usage?: { jobUsage(jobId: string): Promise<GetUsageResponse> };
   /** Graph harnesses: RunAgent, CancelJob and the agent listings share their name space with agents. */
   graphs?: { jobs: GraphJobs; registry: GraphRegistry };
 }
@@ -283,6 +286,13 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
           approvals.push(approvalToProto(p, job, job ? await deps.store.getAgentVersion(job.agentName, job.agentVersion) : undefined));
         }
         return { approvals };
+      }),
+    getJobUsage: (req) =>
+      handle(async () => {
+        const jobId = required(req.jobId, "job_id");
+        if (!(await deps.store.getJob(jobId))) throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
+        if (!deps.usage) throw new ConnectError("this orchestrator has no LLM proxy to ask for usage; set OZ0_LLM_PROXY_URL", Code.FailedPrecondition);
+        return { usage: await deps.usage.jobUsage(jobId) };
       }),
   });
   const plugins = registration(PluginService, {

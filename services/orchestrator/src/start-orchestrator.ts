@@ -89,6 +89,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       plugins: new PluginRegistry({ store, home, graphs: graphRegistry }),
       agents: new AgentVersions({ store }),
       secrets,
+      ...(proxy instanceof LlmProxyClient ? { usage: proxy } : {}),
       graphs: { jobs: graphJobs, registry: graphRegistry },
     }),
   });

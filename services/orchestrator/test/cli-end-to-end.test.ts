@@ -111,6 +111,18 @@ void test("oz0 run streams text and tool calls, the test passes, and the patch i
   assert.match(patch, /\+\s+const month = String\(date\.getUTCMonth\(\) \+ 1\)/);
   const artifacts = await t.cli(["jobs", "artifacts", where[1]!]);
   assert.match(artifacts.stdout, /changes\.patch/);
+  // The proxy metered the job's four model calls under its agent.
+  const usage = await t.cli(["usage", where[1]!, "--json"]);
+  assert.equal(usage.code, 0, usage.stderr);
+  const metered = JSON.parse(usage.stdout) as { total?: { calls?: string; inputTokens?: string }; agents?: { agent: string; usage?: { calls?: string } }[] };
+  assert.equal(Number(metered.total?.calls), 4, usage.stdout);
+  assert.ok(Number(metered.total?.inputTokens) > 0, usage.stdout);
+  assert.deepEqual(metered.agents?.map((a) => [a.agent, Number(a.usage?.calls)]), [["fixer", 4]]);
+  const table = await t.cli(["usage", where[1]!]);
+  assert.match(table.stdout, /agent fixer\s+4 calls/);
+  const unknown = await t.cli(["usage", "job_nope"]);
+  assert.equal(unknown.code, 1);
+  assert.match(unknown.stderr, /job job_nope not found/);
   const json = await t.cli(["run", "fixer", "Fix the failing test in dates", "--attach", datesProject, "--json"]);
   assert.equal(json.code, 0, json.stderr);
   const events = jsonLines(json.stdout);

@@ -17,6 +17,7 @@ import { CliError } from "./cli-error.js";
 import type { Connection } from "./connection.js";
 import { describeJob, EventPrinter, stateName } from "./event-printer.js";
 import { EXIT } from "./exit-codes.js";
+import { GetUsageResponseSchema, type Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 
 export interface Output {
   out: NodeJS.WritableStream;
@@ -192,6 +193,22 @@ export async function jobsShow(options: { conn: Connection; jobId: string; json:
 export async function jobsCancel(options: { conn: Connection; jobId: string; reason?: string; io: Output }): Promise<number> {
   const { job } = await options.conn.clients.jobs.cancelJob({ jobId: options.jobId, reason: options.reason ?? "" });
   options.io.out.write(`job ${options.jobId}: ${job && TERMINAL.has(job.state) ? stateName(job.state) : "cancelling"}\n`);
+  return EXIT.ok;
+}
+
+export async function jobUsage(options: { conn: Connection; jobId: string; json: boolean; io: Output }): Promise<number> {
+  const { usage } = await options.conn.clients.jobs.getJobUsage({ jobId: options.jobId });
+  if (!usage) throw new CliError(`no usage recorded for job ${options.jobId}`);
+  if (options.json) {
+    options.io.out.write(`${JSON.stringify(toJson(GetUsageResponseSchema, usage))}\n`);
+    return EXIT.ok;
+  }
+  const line = (who: string, u: Usage | undefined): string =>
+    `${who.padEnd(24)} ${String(u?.calls ?? 0).padStart(5)} calls ${String(u?.attempts ?? 0).padStart(5)} attempts ` +
+    `${String(u?.inputTokens ?? 0).padStart(8)} in ${String(u?.outputTokens ?? 0).padStart(8)} out ` +
+    `${String(u?.cacheReadTokens ?? 0).padStart(7)} cache-read ${String(u?.cacheWriteTokens ?? 0).padStart(7)} cache-write  $${(u?.costUsd ?? 0).toFixed(4)}${u?.estimated ? " (estimated)" : ""}`;
+  for (const a of usage.agents) options.io.out.write(`${line(`agent ${a.agent}`, a.usage)}\n`);
+  options.io.out.write(`${line(`job ${options.jobId}`, usage.total)}\n`);
   return EXIT.ok;
 }
 

@@ -13,6 +13,7 @@ import {
   approvalsList,
   followJob,
   jobsArtifacts,
+  jobUsage,
   jobsCancel,
   jobsList,
   jobsShow,
@@ -120,6 +121,13 @@ jobs
   .action(async (jobId: string, opts: { out?: string; json?: boolean }) =>
     withConnection((conn) => jobsArtifacts({ conn, jobId, json: Boolean(opts.json), ...(opts.out ? { out: path.resolve(opts.out) } : {}), io })),
   );
+
+program
+  .command("usage")
+  .description("what a job's model calls used, per agent, as the LLM proxy metered them")
+  .argument("<job>")
+  .option("--json")
+  .action(async (jobId: string, opts: { json?: boolean }) => withConnection((conn) => jobUsage({ conn, jobId, json: Boolean(opts.json), io })));
 
 const agents = program.command("agents").description("agents and their immutable versions");
 agents
