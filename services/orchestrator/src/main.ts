@@ -16,6 +16,8 @@ try {
     sandboxUrls: list(process.env.OZ0_SANDBOX_URLS),
     ...(process.env.OZ0_LLM_PROXY_URL ? { llmProxyUrl: process.env.OZ0_LLM_PROXY_URL } : {}),
     ...(process.env.OZ0_EVENTS_URL ? { eventsUrl: process.env.OZ0_EVENTS_URL } : {}),
+    ...(process.env.DATABASE_URL ? { databaseUrl: process.env.DATABASE_URL } : {}),
+    ...(process.env.OZ0_DATABASE_SCHEMA ? { databaseSchema: process.env.OZ0_DATABASE_SCHEMA } : {}),
     logger,
   });
   onShutdownSignal(logger, async () => {

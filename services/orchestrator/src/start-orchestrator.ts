@@ -17,7 +17,7 @@ import { PermissionPolicy } from "./permission-policy.js";
 import { PluginRegistry } from "./plugin-registry.js";
 import { SandboxClient } from "./sandbox-client.js";
 import type { LifecycleSink, SecretWriter, SessionRunner, TokenIssuer } from "./session-runner.js";
-import { SqliteJobStore } from "./sqlite-store.js";
+import { openJobStore } from "./postgres-cluster.js";
 import { orchestratorTracing } from "./tracing.js";
 
 export interface OrchestratorConfig {
@@ -35,7 +35,11 @@ export interface OrchestratorConfig {
   tokens?: TokenIssuer & Partial<SecretWriter>;
   /** The events service (OZ0_EVENTS_URL); lifecycle events are not published without it. */
   eventsUrl?: string;
-  /** Defaults to SQLite at <home>/orchestrator.db. */
+  /** PostgreSQL for the job store (DATABASE_URL); migrations run on start-up. */
+  databaseUrl?: string;
+  /** The PostgreSQL schema to keep the tables in (OZ0_DATABASE_SCHEMA); default the store's own. */
+  databaseSchema?: string;
+  /** Defaults to PostgreSQL when `databaseUrl` is set, else SQLite at <home>/orchestrator.db. */
   store?: JobStore;
   logger?: Logger;
 }
@@ -57,7 +61,7 @@ export function defaultHome(): string {
 export async function startOrchestrator(config: OrchestratorConfig = {}): Promise<RunningOrchestrator> {
   const home = path.resolve(config.home ?? defaultHome());
   const logger = config.logger ?? createLogger({ name: "orchestrator" });
-  const store = config.store ?? new SqliteJobStore({ file: path.join(home, "orchestrator.db") });
+  const store = config.store ?? (await openJobStore({ dataDir: home, ...(config.databaseUrl ? { databaseUrl: config.databaseUrl } : {}), ...(config.databaseSchema ? { schema: config.databaseSchema } : {}) }));
   // Every session gets its span (tracing.ts); a no-op when OpenTelemetry is not started.
   const sandboxes = (config.sandboxes ?? (config.sandboxUrls ?? []).map((url) => new SandboxClient({ url }))).map((runner) => orchestratorTracing.sessionRunner(runner));
   if (sandboxes.length === 0) throw new Error("no sandbox configured: set OZ0_SANDBOX_URLS (comma-separated sandbox URLs)");

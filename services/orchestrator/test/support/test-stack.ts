@@ -48,7 +48,7 @@ export function userInput(request: ScriptedRequest): string {
   return typeof first?.content === "string" ? first.content : "";
 }
 
-export async function startTestStack(options: { pick: TurnPicker; sandboxEnv?: Record<string, string> }): Promise<TestStack> {
+export async function startTestStack(options: { pick: TurnPicker; sandboxEnv?: Record<string, string>; orchestratorEnv?: Record<string, string> }): Promise<TestStack> {
   const home = mkdtempSync(path.join(os.tmpdir(), "oz0-orch-test-"));
   const model = await startScriptedModel({
     isSideCall: () => false,
@@ -65,7 +65,7 @@ export async function startTestStack(options: { pick: TurnPicker; sandboxEnv?: R
   const stack = await startEmbeddedStack({
     home,
     logLevel: "info",
-    env: { "llm-proxy": { OZ0_PROVIDERS_FILE: providersFile }, sandbox: { OZ0_CANCEL_GRACE_MS: "2000", ...options.sandboxEnv } },
+    env: { "llm-proxy": { OZ0_PROVIDERS_FILE: providersFile }, sandbox: { OZ0_CANCEL_GRACE_MS: "2000", ...options.sandboxEnv }, orchestrator: { ...options.orchestratorEnv } },
   });
   let orchestrator = stack.processes.find((p) => p.name === "orchestrator")!;
   const url = stack.urls.orchestrator;
@@ -97,7 +97,7 @@ export async function startTestStack(options: { pick: TurnPicker; sandboxEnv?: R
       const port = new URL(url).port;
       orchestrator = await startServiceProcess({
         name: "orchestrator",
-        env: { OZ0_HOME: home, OZ0_PORT: port, OZ0_SANDBOX_URLS: stack.urls.sandbox, OZ0_LLM_PROXY_URL: stack.urls["llm-proxy"], OZ0_EVENTS_URL: stack.urls.events },
+        env: { ...options.orchestratorEnv, OZ0_HOME: home, OZ0_PORT: port, OZ0_SANDBOX_URLS: stack.urls.sandbox, OZ0_LLM_PROXY_URL: stack.urls["llm-proxy"], OZ0_EVENTS_URL: stack.urls.events },
         logFile: path.join(home, "logs", "orchestrator.log"),
       });
     },
