@@ -20,6 +20,7 @@ import {
 } from "./support/workloads.js";
 
 const KEYS_SECRET = /^llm-proxy-keys(-[a-z0-9]+)?$/;
+const ADMIN_SECRET_NAME = /^oz0-llm-proxy-admin(-[a-z0-9]+)?$/;
 
 for (const dir of overlayDirs()) {
   const overlay = path.basename(dir);
@@ -33,8 +34,15 @@ for (const dir of overlayDirs()) {
 
     void it("mounts the provider-keys Secret into llm-proxy only, as files", () => {
       const keyRefs: string[] = [];
+      const adminRefs: string[] = [];
       for (const w of workloads(objects)) {
         for (const ref of secretRefs(w.pod)) {
+          // The proxy's control-API token: the proxy checks it, the orchestrator presents it; nobody else has it.
+          if (ADMIN_SECRET_NAME.test(ref.secret)) {
+            assert.ok((w.name === "llm-proxy" || w.name === "orchestrator") && ref.how === "env" && ref.env === "OZ0_LLM_PROXY_ADMIN_TOKEN", `${w.name} reads the proxy's admin token (${ref.how})`);
+            adminRefs.push(w.name);
+            continue;
+          }
           if (w.name === "llm-proxy") {
             assert.equal(ref.how, "volume", `llm-proxy reads ${ref.secret} through ${ref.how}, not a file`);
             assert.match(ref.secret, KEYS_SECRET);
@@ -50,6 +58,7 @@ for (const dir of overlayDirs()) {
         assert.ok(!(w.pod.volumes ?? []).some((v: Any) => v.hostPath), `${w.name} mounts a hostPath`);
       }
       assert.deepEqual(keyRefs, ["llm-proxy"]);
+      assert.deepEqual(adminRefs.sort(), ["llm-proxy", "orchestrator"], "the proxy's control API is guarded, and only the orchestrator holds its token");
       const proxy = workload(objects, "llm-proxy");
       const mount = proxy.pod.containers[0].volumeMounts.find((m: Any) => m.name === "provider-keys");
       assert.equal(mount.readOnly, true);
