@@ -9,12 +9,9 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
 import { startScriptedModel } from "@oz0/harness/testing";
 import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
 import { startEmbeddedStack } from "@oz0/orchestrator";
-import { LlmProxyService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { PLANTED_SECRET } from "./harness-run.js";
 
 const pluginDir = fileURLToPath(new URL("..", import.meta.url));
@@ -117,12 +114,13 @@ void test("oz0 run with harness:acp: Bash under requires_approval runs after app
     assert.ok(patchFile, watched.stdout);
     assert.match(readFileSync(patchFile, "utf8"), /^\+hello from acp$/m);
 
-    const control = createClient(LlmProxyService, createGrpcTransport({ baseUrl: stack.urls["llm-proxy"] }));
-    const usage = await control.getUsage({ job: jobId });
+    const metered = await cli(["usage", jobId, "--json"]);
+    assert.equal(metered.code, 0, metered.stderr);
+    const usage = JSON.parse(metered.stdout) as { total?: { calls?: string }; agents: { agent: string }[] };
     assert.deepEqual(usage.agents.map((a) => a.agent), ["coder"]);
     const turns = model.requests.filter((r) => !r.sideCall);
     assert.equal(turns.length, 2);
-    assert.equal(usage.total?.calls, BigInt(model.requests.length));
+    assert.equal(Number(usage.total?.calls), model.requests.length);
     for (const request of model.requests) {
       assert.equal(request.headers["x-api-key"], CUSTODY_KEY);
       assert.equal(JSON.stringify(request).includes(PLANTED_SECRET), false);

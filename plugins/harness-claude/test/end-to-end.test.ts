@@ -8,11 +8,8 @@ import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
 import { startScriptedModel, type ScriptedRequest, type ScriptedTurn } from "@oz0/harness/testing";
 import { startEmbeddedStack } from "@oz0/orchestrator";
-import { LlmProxyService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { CUSTODY_KEY, PLANTED_SECRET } from "./harness-run.js";
 
 const pluginDir = fileURLToPath(new URL("..", import.meta.url));
@@ -137,9 +134,10 @@ void test("oz0 run: Read, Edit and an approved Bash call; the job succeeds, mete
     assert.match(patch, /copy\.txt/);
 
     // Metered at the proxy under the job and the agent.
-    const control = createClient(LlmProxyService, createGrpcTransport({ baseUrl: stack.urls["llm-proxy"] }));
-    const usage = await control.getUsage({ job: jobId });
-    assert.equal(usage.total?.calls, 4n);
+    const metered = await cli(["usage", jobId, "--json"]);
+    assert.equal(metered.code, 0, metered.stderr);
+    const usage = JSON.parse(metered.stdout) as { total?: { calls?: string }; agents: { agent: string }[] };
+    assert.equal(Number(usage.total?.calls), 4);
     assert.deepEqual(usage.agents.map((a) => a.agent), ["coder"]);
 
     // Upstream: four turns, the proxy's key, never the planted one.
