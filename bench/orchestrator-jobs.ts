@@ -10,6 +10,7 @@
 //     on the sandbox (RunSession with the same request, token minted at the
 //     proxy), in alternation. Prints medians and the ratio.
 //   node --import tsx bench/orchestrator-jobs.ts [--jobs 40] [--inflight 8] [--latency 10]
+import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -57,6 +58,8 @@ writeFileSync(
 writeFileSync(path.join(plugin, "instructions.md"), "Run the command, then answer.\n");
 writeFileSync(path.join(plugin, "agents", "bench.yaml"), "name: bench\nruntime: harness:fake\nmodel: { primary: anthropic/bench-model }\ninstructions: instructions.md\nlimits: { max_steps: 5 }\n");
 
+// The baseline mints its own session tokens, so it holds the proxy's admin token as the orchestrator does.
+process.env.OZ0_LLM_PROXY_ADMIN_TOKEN ??= randomBytes(32).toString("base64url");
 const stack = await startEmbeddedStack({
   home,
   env: { "llm-proxy": { OZ0_PROVIDERS_FILE: providers }, sandbox: { OZ0_MAX_SESSIONS: String(Math.max(64, JOBS)) } },
