@@ -52,6 +52,8 @@ function stepJobError(job: JobRecord): GraphError {
 
 export class SessionGraphExecutor implements GraphExecutor {
   readonly #o: SessionGraphExecutorOptions;
+  /** Step jobs whose failure this executor reported: a retry of their step starts a new job. */
+  readonly #failed = new Set<string>();
 
   constructor(options: SessionGraphExecutorOptions) {
     this.#o = options;
@@ -63,7 +65,9 @@ export class SessionGraphExecutor implements GraphExecutor {
       | { step_job_id: string }
       | undefined;
     let jobId = existing?.step_job_id;
-    if (jobId && !(await o.store.getJob(jobId))) jobId = undefined;
+    // A job this executor already reported as failed is an attempt the manager asked to retry: that needs a new job.
+    // (A job that failed while the orchestrator was down is still re-attached, so its failure is reported once.)
+    if (jobId && (this.#failed.has(jobId) || !(await o.store.getJob(jobId)))) jobId = undefined;
     if (jobId) {
       o.onStepWork?.({ path: request.path, stepId: request.stepId, jobId, reattached: true });
     } else {
@@ -87,7 +91,10 @@ export class SessionGraphExecutor implements GraphExecutor {
       o.onStepWork?.({ path: request.path, stepId: request.stepId, jobId, reattached: false });
     }
     const done = await this.#waitForJob(jobId, request.signal);
-    if (done.state !== "succeeded") throw stepJobError(done);
+    if (done.state !== "succeeded") {
+      this.#failed.add(done.id);
+      throw stepJobError(done);
+    }
     return { text: done.resultText };
   }
 

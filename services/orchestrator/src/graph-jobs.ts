@@ -14,6 +14,7 @@ import { GraphRunner, SqliteCheckpointStore, type GraphEvent, type RunResult } f
 import type { Logger } from "@oz0/serving";
 import type Database from "better-sqlite3";
 import { SessionGraphExecutor } from "./graph-executor.js";
+import { AgentGraphManager } from "./graph-manager-agent.js";
 import { graphAgents, type GraphRegistry, type GraphVersionRecord } from "./graph-registry.js";
 import type { JobFeed } from "./job-feed.js";
 import { isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
@@ -192,9 +193,22 @@ export class GraphJobs {
         if (w.jobId) this.#followApprovals(jobId, w.stepId, w.jobId);
       },
     });
+    const managerAgent = graph.definition.managerAgent;
+    // Only a definition that names a manager gets one: without it, step errors fail the run.
+    const manager = managerAgent
+      ? new AgentGraphManager({
+          store: this.#o.store,
+          feed: this.#o.feed,
+          jobs: this.#o.jobs,
+          agent: managerAgent,
+          ...(pinned[managerAgent] ? { version: pinned[managerAgent] } : {}),
+          onJob: (m) => this.#note(jobId, `  manager ${managerAgent} decides ${m.event} as job ${m.jobId}\n`),
+        })
+      : undefined;
     const runner = new GraphRunner({
       definition: graph.definition,
       executor,
+      ...(manager ? { manager } : {}),
       store: this.#checkpoints,
       onEvent: (event) => this.#onEvent(jobId, event),
       // One span per step attempt, below the graph run's span (tracing.ts).

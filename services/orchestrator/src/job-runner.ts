@@ -6,14 +6,16 @@
 import { randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { create, type JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { create, fromJson, type JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
+import { timestampFromDate, ValueSchema } from "@bufbuild/protobuf/wkt";
 import {
   PermissionAnswer_Outcome,
   PermissionAnswerSchema,
   ProtocolVersion,
+  RuntimeToolResultSchema,
   SessionRequestSchema,
   StopReason,
+  type RuntimeTool,
   type SessionEvent,
   type SessionResult,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
@@ -42,7 +44,7 @@ import {
 import { sessionSkills } from "./agent-skills.js";
 import { OperationRunner, operationRuntimeTools, type OperationParent } from "./operation-runner.js";
 import { failedPrecondition, invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
-import type { PermissionPolicy } from "./permission-policy.js";
+import type { PermissionPolicy, PolicyDecision } from "./permission-policy.js";
 import {
   SandboxFullError,
   SessionNotFoundError,
@@ -91,7 +93,22 @@ export interface JobRunnerOptions {
   operationRepairs?: number;
 }
 
+/**
+ * Runtime tools the caller of runAgent serves itself (a graph's manager
+ * agent gets its decision tools this way). Offering them is the caller's
+ * decision, so their calls are allowed without the tool policy. Kept in
+ * memory only: after a restart the job's calls to them are answered with an
+ * error.
+ */
+export interface CallerRuntimeTools {
+  tools: RuntimeTool[];
+  /** Answers one call: its output, or an error the model sees. */
+  call(call: { id: string; name: string; input: unknown }): Promise<{ output: ProtoJsonObject } | { error: string }>;
+}
+
 interface ActiveJob {
+  /** Tools served by runAgent's caller. */
+  callerTools?: CallerRuntimeTools;
   /** Starts the session again, while the sandbox has never taken it (it was full). */
   restart?: () => SessionChannel;
   agent: AgentVersionRecord;
@@ -189,7 +206,7 @@ export class JobRunner {
   }
 
   /** `version`: run that version instead of the latest (a graph run pins its agents' versions when it starts). */
-  async runAgent(options: { agent: string; input: string; attachments?: string[]; version?: number }): Promise<JobRecord> {
+  async runAgent(options: { agent: string; input: string; attachments?: string[]; version?: number; callerTools?: CallerRuntimeTools }): Promise<JobRecord> {
     if (this.#closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
     const agent = await this.#agents.resolve(options.agent, options.version);
     const attachments = (options.attachments ?? []).map((a) => {
@@ -226,7 +243,7 @@ export class JobRunner {
       status: "pending",
       attributes: { harness: agent.harness.manifest.name, plugin: agent.plugin, attachment_count: attachments.length },
     });
-    const active: ActiveJob = { agent, sandbox, sandboxSeq: 0, exitError: "", artifacts: [] };
+    const active: ActiveJob = { agent, sandbox, sandboxSeq: 0, exitError: "", artifacts: [], ...(options.callerTools ? { callerTools: options.callerTools } : {}) };
     this.#active.set(job.id, active);
     this.#track(this.#startSession(job, active));
     return (await this.#o.store.getJob(job.id))!;
@@ -269,7 +286,7 @@ export class JobRunner {
       harnessOptions: (definition.harness ?? {}) as ProtoJsonObject,
       permissions: agent.harness.manifest.permissions ?? false,
       // Harness operations, as runtime tools; the skill catalogue every session of the version sees.
-      runtimeTools: operationRuntimeTools(agent),
+      runtimeTools: [...operationRuntimeTools(agent), ...(active.callerTools?.tools ?? [])],
       skills: sessionSkills(agent),
       llm: {
         anthropicBaseUrl: token.anthropicBaseUrl,
@@ -442,6 +459,24 @@ export class JobRunner {
         await this.#decidePermission(jobId, active, event, patch);
         return;
       case "runtimeToolCall": {
+        const callerTools = active.callerTools;
+        if (callerTools?.tools.some((t) => t.name === e.value.name)) {
+          // Served by runAgent's caller; answered beside the session like an operation.
+          const call = { id: e.value.id, name: e.value.name, input: e.value.input ?? {} };
+          this.#track(
+            callerTools.call(call).then(async (outcome) => {
+              const channel = this.#active.get(jobId)?.channel;
+              if (!channel) throw new Error(`job ${jobId}'s session is not attached; the ${call.name} call stays unanswered`);
+              await channel.answerRuntimeTool(
+                "output" in outcome
+                  ? create(RuntimeToolResultSchema, { id: call.id, output: fromJson(ValueSchema, outcome.output) })
+                  : create(RuntimeToolResultSchema, { id: call.id, isError: true, error: outcome.error }),
+              );
+            }),
+          );
+          await this.#o.store.updateJob(jobId, patch);
+          return;
+        }
         // A harness operation runs beside the session (calls of one turn concurrently); its
         // answer goes down the stream when done. Recorded before the seq advances, so a crash
         // in between replays the call rather than losing it.
@@ -465,7 +500,9 @@ export class JobRunner {
     const cancelled = job.cancelRequestedAt !== undefined;
     const decision = cancelled
       ? ({ kind: "deny", decider: "runtime", reason: "the job was cancelled" } as const)
-      : await this.#o.policy.decide({
+      : active.callerTools?.tools.some((t) => t.name === request.tool)
+        ? ({ kind: "allow", decider: "runtime", reason: "a tool the runtime offered this session" } satisfies PolicyDecision as PolicyDecision)
+        : await this.#o.policy.decide({
           jobId,
           sessionId: job.sessionId,
           agent: active.agent,
