@@ -83,7 +83,7 @@ export async function startServiceProcess(options: {
   mkdirSync(path.dirname(options.logFile), { recursive: true });
   const log: WriteStream = createWriteStream(options.logFile, { flags: "a" });
   const child: ChildProcess = spawn(process.execPath, [main], {
-    env: { ...process.env, OZ0_HOST: "127.0.0.1", OZ0_PORT: "0", ...options.env, OZ0_LOG_LEVEL: options.logLevel ?? "info" },
+    env: { ...inheritedEnv(), OZ0_HOST: "127.0.0.1", OZ0_PORT: "0", ...options.env, OZ0_LOG_LEVEL: options.logLevel ?? "info" },
     stdio: ["ignore", "pipe", "pipe"],
     // Its own process group, so a Ctrl-C at the terminal reaches only the CLI, which stops the stack in order.
     detached: true,
@@ -241,4 +241,15 @@ export function readDiscovery(home: string): DevDiscovery | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * The environment a stack process inherits. DATABASE_URL is left out: the
+ * embedded stack keeps its jobs in SQLite under its own home, whatever
+ * database the surrounding shell (or test run) points at; pass it in
+ * `env.orchestrator` to run the orchestrator on PostgreSQL.
+ */
+function inheritedEnv(): NodeJS.ProcessEnv {
+  const { DATABASE_URL: _database, ...rest } = process.env;
+  return rest;
 }
