@@ -1,0 +1,27 @@
+// Which orchestrator replica works on a job. One orchestrator on SQLite owns
+// every job (`soleOwnership`). Several replicas on PostgreSQL each own the
+// jobs whose lease they hold (lease-manager.ts): a replica claims a job's
+// lease before it creates the job, works on it while it holds the lease,
+// gives it up when the job ends, and another replica takes it over when the
+// owner dies (lease-sweeper.ts). Agent jobs and graph jobs are owned the same
+// way; a graph run's step jobs each have their own lease.
+
+export interface JobOwnership {
+  /**
+   * Takes the lease of a job about to be created, so no other replica works
+   * on it. Throws when another replica holds it (a job id is fresh, so that
+   * means a bug or a collision).
+   */
+  claim(jobId: string): Promise<void>;
+  /** True while this replica works on the job: it claimed or took over the lease and has not released or lost it. */
+  owns(jobId: string): boolean;
+  /** The job ended: its lease is given up, so nobody takes it over. */
+  release(jobId: string): Promise<void>;
+}
+
+/** The one-orchestrator case: it owns every job; nothing is shared. */
+export const soleOwnership: JobOwnership = {
+  claim: () => Promise.resolve(),
+  owns: () => true,
+  release: () => Promise.resolve(),
+};
