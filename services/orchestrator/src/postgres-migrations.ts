@@ -13,7 +13,7 @@ export interface Migration {
   sql: string;
 }
 
-/** The job store (version 1), leases (2, 4) and the sandbox node registry (3). Append only: never edit an applied one. */
+/** The job store (version 1), leases (2, 4), the sandbox node registry (3), operation checkpoints (5) and graph runs (6). Append only: never edit an applied one. */
 export const ORCHESTRATOR_MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
@@ -89,6 +89,36 @@ CREATE INDEX session_placements_by_node ON session_placements (node_id);
 CREATE TABLE operation_checkpoints (
   job_id text NOT NULL, call_id text NOT NULL, record jsonb NOT NULL, delivered boolean NOT NULL,
   PRIMARY KEY (job_id, call_id));
+`,
+  },
+  {
+    version: 6,
+    name: "graph runs",
+    // Graph versions, graph jobs, step jobs and run checkpoints (postgres-graph-store.ts), shared by every replica so
+    // one can resume another's graph run. Definitions, deltas and bags are json, not jsonb: key order is kept as written.
+    sql: `
+CREATE TABLE graph_versions (
+  name text NOT NULL, version integer NOT NULL, content_hash text NOT NULL, plugin text NOT NULL,
+  plugin_version text NOT NULL, plugin_path text NOT NULL, definition json NOT NULL, published_at timestamptz NOT NULL,
+  PRIMARY KEY (name, version));
+CREATE TABLE graph_jobs (
+  job_id text PRIMARY KEY, graph text NOT NULL, version integer NOT NULL, pinned_agents jsonb NOT NULL,
+  created_at timestamptz NOT NULL);
+CREATE TABLE graph_step_jobs (
+  idempotency_key text PRIMARY KEY, run_id text NOT NULL, step_job_id text NOT NULL, created_at timestamptz NOT NULL);
+CREATE INDEX graph_step_jobs_by_run ON graph_step_jobs (run_id);
+CREATE TABLE graph_definitions (hash text PRIMARY KEY, definition json NOT NULL);
+CREATE TABLE graph_runs (
+  run_id text PRIMARY KEY, graph text NOT NULL, definition_hash text NOT NULL REFERENCES graph_definitions (hash),
+  definition_version text, input json NOT NULL, status text NOT NULL, started_at text NOT NULL, finished_at text,
+  error json, conflicts json, result json,
+  -- Creation order: listRuns returns runs oldest first.
+  ord bigserial NOT NULL);
+CREATE INDEX graph_runs_by_status ON graph_runs (status, ord);
+CREATE TABLE graph_steps (
+  run_id text NOT NULL REFERENCES graph_runs (run_id) ON DELETE CASCADE, path text NOT NULL, node_id text NOT NULL,
+  iteration integer NOT NULL, outcome text NOT NULL, delta json NOT NULL, decision json,
+  PRIMARY KEY (run_id, path));
 `,
   },
 ];
