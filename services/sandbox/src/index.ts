@@ -7,12 +7,13 @@ import { createLogger, READINESS, registration, serve, ServingStatus } from "@oz
 import { DEFAULT_READ_ONLY_PATHS, detectBubblewrap, type BubblewrapDetection } from "./bubblewrap-launcher.js";
 import { findSetpriv } from "./parent-death-launcher.js";
 import { createLifecycleEvents } from "./lifecycle-events.js";
-import { defaultRoot, defaultSessionPath, DEFAULT_PORT, type SandboxConfig } from "./sandbox-config.js";
+import { defaultNodeIdentity, startNodeHeartbeat, type NodeHeartbeat } from "./node-heartbeat.js";
+import { defaultRoot, defaultSessionPath, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, type SandboxConfig } from "./sandbox-config.js";
 import { sandboxService } from "./sandbox-service.js";
 import { prepareRoot } from "./session-directories.js";
 import { SessionRegistry } from "./session-registry.js";
 
-export { configFromEnv, DEFAULT_PORT } from "./sandbox-config.js";
+export { configFromEnv, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT } from "./sandbox-config.js";
 export type { IsolationSetting, SandboxConfig } from "./sandbox-config.js";
 export { detectBubblewrap, DEFAULT_READ_ONLY_PATHS } from "./bubblewrap-launcher.js";
 export type { BubblewrapDetection } from "./bubblewrap-launcher.js";
@@ -28,6 +29,8 @@ export interface RunningSandbox {
   readonly isolation: "bwrap" | "none";
   /** Why bubblewrap is or is not used, as detected at start-up. */
   readonly bubblewrap: BubblewrapDetection;
+  /** What this node sends heartbeats as, when it has an orchestrator to send them to (OZ0_ORCHESTRATOR_URL). */
+  readonly node: { id: string; advertiseUrl: string } | undefined;
   /** Stop taking sessions (readiness NOT_SERVING), cancel running ones with the grace, then close. */
   close(): Promise<void>;
 }
@@ -43,6 +46,9 @@ function entryScript(): string {
 
 export async function startSandbox(config: SandboxConfig = {}): Promise<RunningSandbox> {
   const logger = config.logger ?? createLogger({ name: "sandbox" });
+  if (config.orchestratorUrl !== undefined && !config.nodeToken) {
+    throw new Error("OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not: set it to the node token the orchestrators have, or the orchestrator refuses this node's heartbeats");
+  }
   const { root, removedStale } = await prepareRoot(config.root ?? defaultRoot());
   if (removedStale > 0) logger.warn({ root, removedStale }, "removed the directories of sessions a previous run of the sandbox left behind");
   const setting = config.isolation ?? "auto";
@@ -55,10 +61,11 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   if (useBwrap) logger.info({ isolation: "bwrap", bwrap: bubblewrap.path, version: bubblewrap.version }, "sessions run under bubblewrap");
   else logger.warn({ isolation: "none", reason: bubblewrap.reason }, "sessions run WITHOUT OS isolation (plain process groups)");
 
+  const maxSessions = config.maxSessions ?? 16;
   const lifecycle = config.eventsUrl !== undefined ? createLifecycleEvents({ url: config.eventsUrl, logger }) : undefined;
   const registry = new SessionRegistry({
     root,
-    maxSessions: config.maxSessions ?? 16,
+    maxSessions,
     isolation: useBwrap
       ? { mode: "bwrap", bwrapPath: bubblewrap.path as string, readOnlyPaths: [...DEFAULT_READ_ONLY_PATHS, ...(config.readOnlyPaths ?? [])], entryScript: entryScript() }
       : { mode: "none", setprivPath: findSetpriv() },
@@ -81,15 +88,35 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   });
   server.health.setStatus(ISOLATION_HEALTH_SERVICE, useBwrap ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);
 
+  let heartbeat: NodeHeartbeat | undefined;
+  let node: RunningSandbox["node"];
+  if (config.orchestratorUrl !== undefined) {
+    const identity = defaultNodeIdentity({ host: config.host, port: server.port, url: server.url });
+    node = { id: config.nodeId ?? identity.nodeId, advertiseUrl: config.advertiseUrl ?? identity.advertiseUrl };
+    heartbeat = startNodeHeartbeat({
+      orchestratorUrl: config.orchestratorUrl,
+      nodeToken: config.nodeToken!,
+      nodeId: node.id,
+      advertiseUrl: node.advertiseUrl,
+      capacity: maxSessions,
+      running: () => registry.activeCount,
+      intervalMs: config.heartbeatMs ?? DEFAULT_HEARTBEAT_MS,
+      logger,
+    });
+  }
+
   let closing: Promise<void> | undefined;
   return {
     url: server.url,
     isolation: useBwrap ? "bwrap" : "none",
     bubblewrap,
+    node,
     close() {
       closing ??= (async () => {
         server.health.setStatus(READINESS, ServingStatus.NOT_SERVING);
         server.health.setStatus("", ServingStatus.NOT_SERVING);
+        // Capacity 0 first, so orchestrators place nothing more here while the running sessions end.
+        await heartbeat?.stop({ drain: true });
         await registry.shutdown();
         await lifecycle?.close();
         await server.close();

@@ -38,12 +38,27 @@ export interface SandboxConfig {
   sessionPath?: string;
   /** LANG and LC_ALL of every session. Default C.UTF-8. */
   locale?: string;
+  /**
+   * The orchestrator to send heartbeats to (OZ0_ORCHESTRATOR_URL), so it
+   * places sessions on this node; none when unset (the orchestrator lists
+   * this node in OZ0_SANDBOX_URLS instead).
+   */
+  orchestratorUrl?: string;
+  /** The node token the orchestrators share (OZ0_NODE_TOKEN); required with `orchestratorUrl`. */
+  nodeToken?: string;
+  /** This node's id, stable across restarts (OZ0_NODE_ID). Default `<hostname>:<port>`. */
+  nodeId?: string;
+  /** Where orchestrators reach this node (OZ0_ADVERTISE_URL). Default its own URL (`http://<hostname>:<port>` when it listens on every address). */
+  advertiseUrl?: string;
+  /** Between heartbeats (OZ0_HEARTBEAT_MS). Default 5000. */
+  heartbeatMs?: number;
   /** The bwrap binary; found on the usual paths when unset. */
   bwrapPath?: string;
   logger?: Logger;
 }
 
 export const DEFAULT_PORT = 7701;
+export const DEFAULT_HEARTBEAT_MS = 5_000;
 
 function integer(env: NodeJS.ProcessEnv, name: string): number | undefined {
   const raw = env[name];
@@ -73,7 +88,13 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     maxSessionEvents: integer(env, "OZ0_MAX_SESSION_EVENTS"),
     readOnlyPaths: env.OZ0_SANDBOX_READ_ONLY_PATHS ? env.OZ0_SANDBOX_READ_ONLY_PATHS.split(":").filter((p) => p !== "") : undefined,
     sessionPath: env.OZ0_SESSION_PATH || undefined,
+    orchestratorUrl: env.OZ0_ORCHESTRATOR_URL || undefined,
+    nodeToken: env.OZ0_NODE_TOKEN || undefined,
+    nodeId: env.OZ0_NODE_ID || undefined,
+    advertiseUrl: env.OZ0_ADVERTISE_URL || undefined,
+    heartbeatMs: integer(env, "OZ0_HEARTBEAT_MS"),
   };
+  if (config.heartbeatMs === 0) throw new Error("OZ0_HEARTBEAT_MS must be a positive number of milliseconds, got 0");
   return config;
 }
 

@@ -1,0 +1,125 @@
+// Heartbeats to the orchestrators (OZ0_ORCHESTRATOR_URL): this node's id, the
+// URL orchestrators reach it at, its capacity and how many sessions it runs,
+// so sessions are placed on it while it is alive and has room. The node holds
+// only the shared node token, never database credentials. An orchestrator
+// that does not answer is logged, never fatal: the node keeps serving its
+// sessions and the next heartbeat tries again.
+import os from "node:os";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { SandboxNodeService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import type { Logger } from "@oz0/serving";
+
+export interface NodeHeartbeatOptions {
+  orchestratorUrl: string;
+  /** OZ0_NODE_TOKEN, sent as `authorization: Bearer`. */
+  nodeToken: string;
+  nodeId: string;
+  /** Where orchestrators reach this node's SandboxService. */
+  advertiseUrl: string;
+  capacity: number;
+  /** Sessions running now. */
+  running: () => number;
+  intervalMs: number;
+  logger: Logger;
+}
+
+export interface NodeHeartbeat {
+  /** Settles when the first heartbeat was answered or failed (never rejects). */
+  readonly first: Promise<void>;
+  /**
+   * Stops sending. With `drain`, a last heartbeat advertises capacity 0
+   * first, so no new session is placed here while the running ones end.
+   */
+  stop(options?: { drain?: boolean }): Promise<void>;
+}
+
+const WILDCARD_HOSTS = new Set(["", "0.0.0.0", "::", "[::]"]);
+const LOOPBACK_HOST = /^(localhost|127\.\d+\.\d+\.\d+|\[::1\])$/;
+
+/** The node's identity when OZ0_NODE_ID / OZ0_ADVERTISE_URL are unset: hostname:port, and the server's own URL (the hostname when it listens on every address). */
+export function defaultNodeIdentity(options: { host: string | undefined; port: number; url: string }): { nodeId: string; advertiseUrl: string } {
+  const hostname = os.hostname();
+  return {
+    nodeId: `${hostname}:${options.port}`,
+    advertiseUrl: WILDCARD_HOSTS.has(options.host ?? "127.0.0.1") ? `http://${hostname}:${options.port}` : options.url,
+  };
+}
+
+export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat {
+  const { logger } = options;
+  const client = createClient(SandboxNodeService, createGrpcTransport({ baseUrl: options.orchestratorUrl }));
+  const headers = { authorization: `Bearer ${options.nodeToken}` };
+  const timeoutMs = Math.min(Math.max(options.intervalMs, 1_000), 10_000);
+  const context = { orchestrator: options.orchestratorUrl, node: options.nodeId, url: options.advertiseUrl };
+  if (LOOPBACK_HOST.test(new URL(options.advertiseUrl).hostname) && !LOOPBACK_HOST.test(new URL(options.orchestratorUrl).hostname)) {
+    logger.warn(context, "this node advertises a loopback URL to an orchestrator elsewhere, which cannot reach it there; set OZ0_ADVERTISE_URL (or OZ0_HOST)");
+  }
+  const abort = new AbortController();
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  let inFlight: Promise<void> = Promise.resolve();
+  // What the last heartbeat came to, so a lasting failure is logged once, not every few seconds.
+  let last: string | undefined;
+  let warnedInterval = false;
+
+  async function beat(capacity: number): Promise<void> {
+    try {
+      const response = await client.heartbeat(
+        { nodeId: options.nodeId, url: options.advertiseUrl, capacity, running: options.running() },
+        { headers, signal: abort.signal, timeoutMs },
+      );
+      if (last !== "ok") logger.info({ ...context, capacity, placed: response.placed, staleAfterMs: response.staleAfterMs }, "sending heartbeats to the orchestrator");
+      last = "ok";
+      if (!warnedInterval && response.staleAfterMs > 0 && options.intervalMs * 2 > response.staleAfterMs) {
+        warnedInterval = true;
+        logger.warn({ ...context, heartbeatMs: options.intervalMs, staleAfterMs: response.staleAfterMs }, "heartbeats come too seldom for the orchestrator's stale limit: one late heartbeat would lose this node's sessions; lower OZ0_HEARTBEAT_MS");
+      }
+    } catch (error) {
+      if (abort.signal.aborted) return;
+      const err = ConnectError.from(error);
+      const problem = `${Code[err.code]}: ${err.rawMessage}`;
+      if (problem === last) {
+        logger.debug({ ...context, err: problem }, "heartbeat failed again");
+        return;
+      }
+      last = problem;
+      // A refused token or identity is a configuration mistake; anything else may pass (the orchestrator restarts).
+      const misconfigured = err.code === Code.Unauthenticated || err.code === Code.InvalidArgument || err.code === Code.Unimplemented;
+      logger[misconfigured ? "error" : "warn"](
+        { ...context, code: Code[err.code], err: err.rawMessage, retryMs: options.intervalMs },
+        misconfigured ? "the orchestrator refuses this node's heartbeats; it gets no sessions until that is fixed" : "could not send a heartbeat to the orchestrator; trying again",
+      );
+    }
+  }
+
+  function schedule(): void {
+    if (stopped) return;
+    timer = setTimeout(() => {
+      inFlight = beat(options.capacity).finally(schedule);
+    }, options.intervalMs);
+    // The server keeps the process alive, not the heartbeat.
+    timer.unref();
+  }
+
+  inFlight = beat(options.capacity).finally(schedule);
+  const first = inFlight;
+  let stopping: Promise<void> | undefined;
+  return {
+    first,
+    stop({ drain = false } = {}) {
+      stopping ??= (async () => {
+        stopped = true;
+        clearTimeout(timer);
+        if (drain) {
+          // After the one in flight, so it cannot land later and advertise the capacity again.
+          await inFlight;
+          await beat(0);
+        }
+        abort.abort();
+        await inFlight;
+      })();
+      return stopping;
+    },
+  };
+}

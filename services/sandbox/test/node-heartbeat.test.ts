@@ -1,0 +1,169 @@
+// Heartbeats to the orchestrator (OZ0_ORCHESTRATOR_URL): a real sandbox
+// sending them to a stand-in SandboxNodeService on loopback, with its id,
+// advertised URL, capacity, running count and the node token; a last one at
+// capacity 0 when it closes, then none; an orchestrator that is down or
+// refuses the token is logged and never stops the node serving sessions.
+import assert from "node:assert/strict";
+import os from "node:os";
+import { after, describe, it } from "node:test";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { SandboxNodeService, type HeartbeatRequest } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { registration, serve, type Logger, type RunningServer } from "@oz0/serving";
+import { configFromEnv, startSandbox } from "../src/index.js";
+import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox } from "./sandbox-test-kit.js";
+
+const TOKEN = "node-token-for-tests-0123456789";
+
+interface Received {
+  request: HeartbeatRequest;
+  authorization: string | null;
+}
+
+/** A stand-in orchestrator: records every heartbeat; refuses any other token, as the real one does. */
+async function startFakeOrchestrator(port = 0): Promise<{ server: RunningServer; received: Received[]; next(predicate: (r: Received) => boolean): Promise<Received> }> {
+  const received: Received[] = [];
+  let wake: (() => void)[] = [];
+  const server = await serve({
+    name: "fake-orchestrator",
+    port,
+    services: [
+      registration(SandboxNodeService, {
+        heartbeat(request, context) {
+          const authorization = context.requestHeader.get("authorization");
+          if (authorization !== `Bearer ${TOKEN}`) throw new ConnectError("the node token does not match", Code.Unauthenticated);
+          received.push({ request, authorization });
+          for (const w of wake) w();
+          wake = [];
+          return { placed: 0, staleAfterMs: 60_000 };
+        },
+      }),
+    ],
+  });
+  return {
+    server,
+    received,
+    async next(predicate) {
+      const from = received.length;
+      for (;;) {
+        const found = received.slice(from).find(predicate);
+        if (found) return found;
+        await new Promise<void>((resolve) => wake.push(resolve));
+      }
+    },
+  };
+}
+
+interface LogLine {
+  level: string;
+  fields: Record<string, unknown>;
+  msg: string;
+}
+
+/** The sandbox's log, kept in memory. */
+function recordingLogger(): { logger: Logger; lines: LogLine[] } {
+  const lines: LogLine[] = [];
+  const make = (): Logger => {
+    const at = (level: string) => (fields: unknown, msg?: string) => {
+      lines.push(typeof fields === "string" ? { level, fields: {}, msg: fields } : { level, fields: (fields ?? {}) as Record<string, unknown>, msg: msg ?? "" });
+    };
+    return { trace: at("trace"), debug: at("debug"), info: at("info"), warn: at("warn"), error: at("error"), fatal: at("fatal"), child: make, level: "debug" } as unknown as Logger;
+  };
+  return { logger: make(), lines };
+}
+
+async function until(check: () => boolean): Promise<void> {
+  while (!check()) await new Promise((resolve) => setTimeout(resolve, 20));
+}
+
+void describe("node heartbeats", () => {
+  const cleanup: (() => Promise<void>)[] = [];
+  after(async () => {
+    for (const c of cleanup.reverse()) await c();
+  });
+
+  void it("registers with its id, URL, capacity and running sessions, and drains on close", async () => {
+    const orchestrator = await startFakeOrchestrator();
+    cleanup.push(() => orchestrator.server.close());
+    const t = await startTestSandbox({ orchestratorUrl: orchestrator.server.url, nodeToken: TOKEN, heartbeatMs: 100, maxSessions: 3 });
+    let closed = false;
+    cleanup.push(async () => {
+      if (!closed) await t.close();
+    });
+    const port = new URL(t.sandbox.url).port;
+    assert.deepEqual(t.sandbox.node, { id: `${os.hostname()}:${port}`, advertiseUrl: t.sandbox.url });
+
+    const first = await orchestrator.next(() => true);
+    assert.equal(first.authorization, `Bearer ${TOKEN}`);
+    assert.deepEqual([first.request.nodeId, first.request.url, first.request.capacity, first.request.running], [`${os.hostname()}:${port}`, t.sandbox.url, 3, 0]);
+
+    // A running session is counted in the next heartbeats.
+    const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
+    await stream.waitFor(isText("ready"), "ready");
+    await orchestrator.next((r) => r.request.running === 1 && r.request.capacity === 3);
+
+    // Closing: one heartbeat at capacity 0 (nothing more is placed here while the session is cancelled), then silence.
+    await t.close();
+    closed = true;
+    await stream.finished;
+    const last = orchestrator.received.at(-1)!;
+    assert.equal(last.request.capacity, 0);
+    const count = orchestrator.received.length;
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    assert.equal(orchestrator.received.length, count, "no heartbeat after close");
+  });
+
+  void it("keeps serving when the orchestrator is down, logging it once, and registers when it comes back", async () => {
+    // A port that was just free: nothing listens there until the orchestrator starts on it.
+    const placeholder = await serve({ name: "placeholder", port: 0, services: [] });
+    const port = placeholder.port;
+    await placeholder.close({ graceMs: 0 });
+    const { logger, lines } = recordingLogger();
+    const t = await startTestSandbox({ orchestratorUrl: `http://127.0.0.1:${port}`, nodeToken: TOKEN, heartbeatMs: 50, nodeId: "node-down", advertiseUrl: "http://node-down.internal:7701", logger });
+    cleanup.push(() => t.close());
+    const failed = (): LogLine[] => lines.filter((l) => l.msg.startsWith("could not send a heartbeat"));
+    await until(() => failed().length > 0 && lines.filter((l) => l.msg === "heartbeat failed again").length >= 3);
+    assert.equal(failed().length, 1, "a lasting failure is logged once");
+    assert.equal(failed()[0]!.level, "warn");
+
+    const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
+    assert.equal(stream.exited().errorCode, "", "the node still runs sessions");
+
+    // The orchestrator comes up on that port: the node registers without a restart.
+    const orchestrator = await startFakeOrchestrator(port);
+    cleanup.push(() => orchestrator.server.close());
+    const registered = await orchestrator.next((r) => r.request.nodeId === "node-down");
+    assert.equal(registered.request.url, "http://node-down.internal:7701");
+    await until(() => lines.some((l) => l.msg === "sending heartbeats to the orchestrator"));
+  });
+
+  void it("logs a refused token as an error and keeps serving", async () => {
+    const orchestrator = await startFakeOrchestrator();
+    cleanup.push(() => orchestrator.server.close());
+    const { logger, lines } = recordingLogger();
+    const t = await startTestSandbox({ orchestratorUrl: orchestrator.server.url, nodeToken: "not-the-token-0123456789", heartbeatMs: 50, logger });
+    cleanup.push(() => t.close());
+    await until(() => lines.some((l) => l.level === "error"));
+    const refused = lines.find((l) => l.level === "error")!;
+    assert.match(refused.msg, /refuses this node's heartbeats/);
+    assert.equal(refused.fields.code, "Unauthenticated");
+    assert.equal(orchestrator.received.length, 0);
+    const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
+    assert.equal(stream.exited().errorCode, "");
+  });
+
+  void it("reads its settings from the environment and refuses an orchestrator URL without a token", async () => {
+    const config = configFromEnv({
+      OZ0_ORCHESTRATOR_URL: "http://orchestrator:7700",
+      OZ0_NODE_TOKEN: TOKEN,
+      OZ0_NODE_ID: "node-7",
+      OZ0_ADVERTISE_URL: "http://10.0.0.7:7701",
+      OZ0_HEARTBEAT_MS: "2000",
+    });
+    assert.deepEqual(
+      [config.orchestratorUrl, config.nodeToken, config.nodeId, config.advertiseUrl, config.heartbeatMs],
+      ["http://orchestrator:7700", TOKEN, "node-7", "http://10.0.0.7:7701", 2000],
+    );
+    assert.throws(() => configFromEnv({ OZ0_HEARTBEAT_MS: "0" }), /OZ0_HEARTBEAT_MS must be a positive/);
+    await assert.rejects(startSandbox({ orchestratorUrl: "http://127.0.0.1:1", root: "/nonexistent/never-created" }), /OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not/);
+  });
+});
