@@ -79,6 +79,11 @@ export class SandboxNodeRegistry {
     this.#staleAfterMs = options.staleAfterMs;
   }
 
+  /** How long a node may go without a heartbeat before it gets no sessions and loses the ones it has. */
+  get staleAfterMs(): number {
+    return this.#staleAfterMs;
+  }
+
   static async open(options: SandboxNodeRegistryOptions): Promise<SandboxNodeRegistry> {
     if (!options.pool && !options.connection) throw new Error("SandboxNodeRegistry.open needs a pool or connection options");
     const pool = options.pool ?? createPostgresPool(options.connection!);
@@ -170,7 +175,7 @@ export class SandboxNodeRegistry {
       nodeId: r.node_id,
       nodeUrl: r.url,
       lastHeartbeat: r.last_heartbeat,
-      reason: `sandbox node ${r.node_id} (${r.url}) stopped sending heartbeats after ${r.last_heartbeat.toISOString()}, so session ${r.session_id} was lost with it; run the job again`,
+      reason: `sandbox node ${r.node_id} (${r.url}) stopped sending heartbeats at ${r.last_heartbeat.toISOString()}; its session ${r.session_id} is lost — resuming a session on another node is not supported; run the job again`,
     }));
   }
 
