@@ -46,7 +46,7 @@ function entryScript(): string {
 
 export async function startSandbox(config: SandboxConfig = {}): Promise<RunningSandbox> {
   const logger = config.logger ?? createLogger({ name: "sandbox" });
-  if (config.orchestratorUrl !== undefined && !config.nodeToken) {
+  if (config.orchestratorUrls !== undefined && !config.nodeToken) {
     throw new Error("OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not: set it to the node token the orchestrators have, or the orchestrator refuses this node's heartbeats");
   }
   const { root, removedStale } = await prepareRoot(config.root ?? defaultRoot());
@@ -90,11 +90,11 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
 
   let heartbeat: NodeHeartbeat | undefined;
   let node: RunningSandbox["node"];
-  if (config.orchestratorUrl !== undefined) {
+  if (config.orchestratorUrls !== undefined) {
     const identity = defaultNodeIdentity({ host: config.host, port: server.port, url: server.url });
     node = { id: config.nodeId ?? identity.nodeId, advertiseUrl: config.advertiseUrl ?? identity.advertiseUrl };
     heartbeat = startNodeHeartbeat({
-      orchestratorUrl: config.orchestratorUrl,
+      orchestratorUrls: config.orchestratorUrls,
       nodeToken: config.nodeToken!,
       nodeId: node.id,
       advertiseUrl: node.advertiseUrl,

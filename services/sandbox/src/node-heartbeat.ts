@@ -3,7 +3,9 @@
 // so sessions are placed on it while it is alive and has room. The node holds
 // only the shared node token, never database credentials. An orchestrator
 // that does not answer is logged, never fatal: the node keeps serving its
-// sessions and the next heartbeat tries again.
+// sessions and the next heartbeat tries again. With several orchestrator
+// URLs a heartbeat goes to the one that last answered, and on to the next
+// when it does not: any replica records it in the shared registry.
 import os from "node:os";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
@@ -11,7 +13,8 @@ import { SandboxNodeService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_
 import type { Logger } from "@oz0/serving";
 
 export interface NodeHeartbeatOptions {
-  orchestratorUrl: string;
+  /** One or more orchestrator replicas (or one Service URL in front of them). */
+  orchestratorUrls: string[];
   /** OZ0_NODE_TOKEN, sent as `authorization: Bearer`. */
   nodeToken: string;
   nodeId: string;
@@ -48,11 +51,14 @@ export function defaultNodeIdentity(options: { host: string | undefined; port: n
 
 export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat {
   const { logger } = options;
-  const client = createClient(SandboxNodeService, createGrpcTransport({ baseUrl: options.orchestratorUrl }));
+  if (options.orchestratorUrls.length === 0) throw new Error("startNodeHeartbeat needs at least one orchestrator URL");
+  const clients = options.orchestratorUrls.map((url) => ({ url, client: createClient(SandboxNodeService, createGrpcTransport({ baseUrl: url })) }));
+  // The replica that answered last; a failure moves on to the next.
+  let current = 0;
   const headers = { authorization: `Bearer ${options.nodeToken}` };
   const timeoutMs = Math.min(Math.max(options.intervalMs, 1_000), 10_000);
-  const context = { orchestrator: options.orchestratorUrl, node: options.nodeId, url: options.advertiseUrl };
-  if (LOOPBACK_HOST.test(new URL(options.advertiseUrl).hostname) && !LOOPBACK_HOST.test(new URL(options.orchestratorUrl).hostname)) {
+  const context = { orchestrator: options.orchestratorUrls.join(","), node: options.nodeId, url: options.advertiseUrl };
+  if (LOOPBACK_HOST.test(new URL(options.advertiseUrl).hostname) && options.orchestratorUrls.some((url) => !LOOPBACK_HOST.test(new URL(url).hostname))) {
     logger.warn(context, "this node advertises a loopback URL to an orchestrator elsewhere, which cannot reach it there; set OZ0_ADVERTISE_URL (or OZ0_HOST)");
   }
   const abort = new AbortController();
@@ -63,12 +69,28 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
   let last: string | undefined;
   let warnedInterval = false;
 
+  /** Sends to the replica that answered last, then the others in turn; the first answer wins. */
+  async function send(capacity: number): Promise<{ placed: number; staleAfterMs: number }> {
+    let failure: unknown;
+    for (let tried = 0; tried < clients.length; tried++) {
+      const { client } = clients[(current + tried) % clients.length]!;
+      try {
+        const response = await client.heartbeat({ nodeId: options.nodeId, url: options.advertiseUrl, capacity, running: options.running() }, { headers, signal: abort.signal, timeoutMs });
+        current = (current + tried) % clients.length;
+        return response;
+      } catch (error) {
+        failure = error;
+        const code = ConnectError.from(error).code;
+        // A refusal is the same at every replica (they share the token); only an unreachable one is skipped.
+        if (abort.signal.aborted || code === Code.Unauthenticated || code === Code.InvalidArgument) break;
+      }
+    }
+    throw failure;
+  }
+
   async function beat(capacity: number): Promise<void> {
     try {
-      const response = await client.heartbeat(
-        { nodeId: options.nodeId, url: options.advertiseUrl, capacity, running: options.running() },
-        { headers, signal: abort.signal, timeoutMs },
-      );
+      const response = await send(capacity);
       if (last !== "ok") logger.info({ ...context, capacity, placed: response.placed, staleAfterMs: response.staleAfterMs }, "sending heartbeats to the orchestrator");
       last = "ok";
       if (!warnedInterval && response.staleAfterMs > 0 && options.intervalMs * 2 > response.staleAfterMs) {

@@ -39,12 +39,12 @@ export interface SandboxConfig {
   /** LANG and LC_ALL of every session. Default C.UTF-8. */
   locale?: string;
   /**
-   * The orchestrator to send heartbeats to (OZ0_ORCHESTRATOR_URL), so it
-   * places sessions on this node; none when unset (the orchestrator lists
-   * this node in OZ0_SANDBOX_URLS instead).
+   * The orchestrators to send heartbeats to (OZ0_ORCHESTRATOR_URL, comma-separated;
+   * one answering is enough), so they place sessions on this node; none when
+   * unset (the orchestrator lists this node in OZ0_SANDBOX_URLS instead).
    */
-  orchestratorUrl?: string;
-  /** The node token the orchestrators share (OZ0_NODE_TOKEN); required with `orchestratorUrl`. */
+  orchestratorUrls?: string[];
+  /** The node token the orchestrators share (OZ0_NODE_TOKEN); required with `orchestratorUrls`. */
   nodeToken?: string;
   /** This node's id, stable across restarts (OZ0_NODE_ID). Default `<hostname>:<port>`. */
   nodeId?: string;
@@ -88,7 +88,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     maxSessionEvents: integer(env, "OZ0_MAX_SESSION_EVENTS"),
     readOnlyPaths: env.OZ0_SANDBOX_READ_ONLY_PATHS ? env.OZ0_SANDBOX_READ_ONLY_PATHS.split(":").filter((p) => p !== "") : undefined,
     sessionPath: env.OZ0_SESSION_PATH || undefined,
-    orchestratorUrl: env.OZ0_ORCHESTRATOR_URL || undefined,
+    orchestratorUrls: env.OZ0_ORCHESTRATOR_URL ? env.OZ0_ORCHESTRATOR_URL.split(",").map((u) => u.trim()).filter(Boolean) : undefined,
     nodeToken: env.OZ0_NODE_TOKEN || undefined,
     nodeId: env.OZ0_NODE_ID || undefined,
     advertiseUrl: env.OZ0_ADVERTISE_URL || undefined,

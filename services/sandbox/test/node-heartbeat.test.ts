@@ -84,7 +84,7 @@ void describe("node heartbeats", () => {
   void it("registers with its id, URL, capacity and running sessions, and drains on close", async () => {
     const orchestrator = await startFakeOrchestrator();
     cleanup.push(() => orchestrator.server.close());
-    const t = await startTestSandbox({ orchestratorUrl: orchestrator.server.url, nodeToken: TOKEN, heartbeatMs: 100, maxSessions: 3 });
+    const t = await startTestSandbox({ orchestratorUrls: [orchestrator.server.url], nodeToken: TOKEN, heartbeatMs: 100, maxSessions: 3 });
     let closed = false;
     cleanup.push(async () => {
       if (!closed) await t.close();
@@ -118,7 +118,7 @@ void describe("node heartbeats", () => {
     const port = placeholder.port;
     await placeholder.close({ graceMs: 0 });
     const { logger, lines } = recordingLogger();
-    const t = await startTestSandbox({ orchestratorUrl: `http://127.0.0.1:${port}`, nodeToken: TOKEN, heartbeatMs: 50, nodeId: "node-down", advertiseUrl: "http://node-down.internal:7701", logger });
+    const t = await startTestSandbox({ orchestratorUrls: [`http://127.0.0.1:${port}`], nodeToken: TOKEN, heartbeatMs: 50, nodeId: "node-down", advertiseUrl: "http://node-down.internal:7701", logger });
     cleanup.push(() => t.close());
     const failed = (): LogLine[] => lines.filter((l) => l.msg.startsWith("could not send a heartbeat"));
     await until(() => failed().length > 0 && lines.filter((l) => l.msg === "heartbeat failed again").length >= 3);
@@ -136,11 +136,26 @@ void describe("node heartbeats", () => {
     await until(() => lines.some((l) => l.msg === "sending heartbeats to the orchestrator"));
   });
 
+  void it("sends each heartbeat on to the next orchestrator when one does not answer", async () => {
+    const placeholder = await serve({ name: "placeholder", port: 0, services: [] });
+    const deadPort = placeholder.port;
+    await placeholder.close({ graceMs: 0 });
+    const orchestrator = await startFakeOrchestrator();
+    cleanup.push(() => orchestrator.server.close());
+    const t = await startTestSandbox({ orchestratorUrls: [`http://127.0.0.1:${deadPort}`, orchestrator.server.url], nodeToken: TOKEN, heartbeatMs: 50, nodeId: "node-failover" });
+    cleanup.push(() => t.close());
+    const first = await orchestrator.next((r) => r.request.nodeId === "node-failover");
+    assert.equal(first.request.capacity > 0, true);
+    // And stays with the one that answered.
+    const count = orchestrator.received.length;
+    await until(() => orchestrator.received.length >= count + 3);
+  });
+
   void it("logs a refused token as an error and keeps serving", async () => {
     const orchestrator = await startFakeOrchestrator();
     cleanup.push(() => orchestrator.server.close());
     const { logger, lines } = recordingLogger();
-    const t = await startTestSandbox({ orchestratorUrl: orchestrator.server.url, nodeToken: "not-the-token-0123456789", heartbeatMs: 50, logger });
+    const t = await startTestSandbox({ orchestratorUrls: [orchestrator.server.url], nodeToken: "not-the-token-0123456789", heartbeatMs: 50, logger });
     cleanup.push(() => t.close());
     await until(() => lines.some((l) => l.level === "error"));
     const refused = lines.find((l) => l.level === "error")!;
@@ -153,17 +168,17 @@ void describe("node heartbeats", () => {
 
   void it("reads its settings from the environment and refuses an orchestrator URL without a token", async () => {
     const config = configFromEnv({
-      OZ0_ORCHESTRATOR_URL: "http://orchestrator:7700",
+      OZ0_ORCHESTRATOR_URL: "http://orchestrator-0:7700, http://orchestrator-1:7700",
       OZ0_NODE_TOKEN: TOKEN,
       OZ0_NODE_ID: "node-7",
       OZ0_ADVERTISE_URL: "http://10.0.0.7:7701",
       OZ0_HEARTBEAT_MS: "2000",
     });
     assert.deepEqual(
-      [config.orchestratorUrl, config.nodeToken, config.nodeId, config.advertiseUrl, config.heartbeatMs],
-      ["http://orchestrator:7700", TOKEN, "node-7", "http://10.0.0.7:7701", 2000],
+      [config.orchestratorUrls, config.nodeToken, config.nodeId, config.advertiseUrl, config.heartbeatMs],
+      [["http://orchestrator-0:7700", "http://orchestrator-1:7700"], TOKEN, "node-7", "http://10.0.0.7:7701", 2000],
     );
     assert.throws(() => configFromEnv({ OZ0_HEARTBEAT_MS: "0" }), /OZ0_HEARTBEAT_MS must be a positive/);
-    await assert.rejects(startSandbox({ orchestratorUrl: "http://127.0.0.1:1", root: "/nonexistent/never-created" }), /OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not/);
+    await assert.rejects(startSandbox({ orchestratorUrls: ["http://127.0.0.1:1"], root: "/nonexistent/never-created" }), /OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not/);
   });
 });
