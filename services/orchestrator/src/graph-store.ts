@@ -1,0 +1,110 @@
+// Where everything graph-related is kept, behind one interface: published
+// graph versions, graph jobs (the graph version and agent versions a run is
+// pinned to), the job each agent step runs as (keyed by the step's
+// idempotency key, so a resumed run waits for it instead of starting it
+// again) and the runs' checkpoints (@oz0/graph's CheckpointStore). One
+// orchestrator keeps them in SQLite (<home>/graphs.db, sqlite-graph-store.ts);
+// replicas sharing a PostgreSQL database keep them there, on the job store's
+// pool (postgres-graph-store.ts), so any replica can resume any graph run.
+import type { CheckpointStore, GraphDefinition } from "@oz0/graph";
+import type pg from "pg";
+import { PostgresGraphStore } from "./postgres-graph-store.js";
+import { SqliteGraphStore } from "./sqlite-graph-store.js";
+
+/** A graph version to publish; its content hash decides whether it is new. */
+export interface NewGraphVersion {
+  name: string;
+  contentHash: string;
+  plugin: string;
+  pluginVersion: string;
+  /** The plugin's installed, content-addressed folder: custom step modules resolve against it. */
+  pluginPath: string;
+  definition: GraphDefinition;
+}
+
+/** One immutable, published graph version. */
+export interface GraphVersionRecord extends NewGraphVersion {
+  version: number;
+  publishedAt: Date;
+}
+
+/** A stored version's columns, decoded (both stores keep the same columns). */
+export interface GraphVersionRow {
+  name: string;
+  version: number;
+  content_hash: string;
+  plugin: string;
+  plugin_version: string;
+  plugin_path: string;
+  definition: GraphDefinition;
+  published_at: Date;
+}
+
+export function graphVersionFromRow(r: GraphVersionRow): GraphVersionRecord {
+  return {
+    name: r.name,
+    version: r.version,
+    contentHash: r.content_hash,
+    plugin: r.plugin,
+    pluginVersion: r.plugin_version,
+    pluginPath: r.plugin_path,
+    definition: r.definition,
+    publishedAt: r.published_at,
+  };
+}
+
+/** What a graph job is pinned to when it starts. */
+export interface GraphJobRecord {
+  jobId: string;
+  graph: string;
+  version: number;
+  /** Agent name → version, pinned when the run started. */
+  pinnedAgents: Record<string, number>;
+  createdAt: Date;
+}
+
+/** The job an agent step runs as. */
+export interface StepJobRecord {
+  /** The step's idempotency key (`<run id><step path>`). */
+  idempotencyKey: string;
+  runId: string;
+  stepJobId: string;
+}
+
+export interface GraphStore {
+  /** The runs' checkpoints. */
+  readonly checkpoints: CheckpointStore;
+  /**
+   * Publishes version N+1 when the content hash differs from the latest
+   * version's, else returns the latest (`published: false`). Two publishers
+   * of one graph at once (two replicas) get one version between them.
+   */
+  publishVersion(version: NewGraphVersion): Promise<{ published: boolean; record: GraphVersionRecord }>;
+  /** The version asked for, or the latest; undefined when there is none. */
+  getVersion(name: string, version?: number): Promise<GraphVersionRecord | undefined>;
+  /** Every graph at its latest version, by name. */
+  listLatestVersions(): Promise<GraphVersionRecord[]>;
+  putGraphJob(job: GraphJobRecord): Promise<void>;
+  getGraphJob(jobId: string): Promise<GraphJobRecord | undefined>;
+  /** The job recorded for a step, if any. */
+  getStepJob(idempotencyKey: string): Promise<string | undefined>;
+  /** Records the job a step runs as; a retried step's new job replaces its failed one. */
+  putStepJob(record: StepJobRecord): Promise<void>;
+  /** Closes what the store opened itself (a pool passed in stays open). */
+  close(): Promise<void>;
+}
+
+export interface OpenGraphStoreOptions {
+  /** The data directory: without a pool, the graphs live in <home>/graphs.db. */
+  home: string;
+  /** The job store's pool (PostgresJobStore's `.pool`): the graphs live in its database. */
+  pool?: pg.Pool;
+  /** The pool's schema (OZ0_DATABASE_SCHEMA); default the schema the pool's connections use. */
+  schema?: string;
+}
+
+/** PostgreSQL when given the job store's pool, else SQLite under the data directory. */
+export async function openGraphStore(options: OpenGraphStoreOptions): Promise<GraphStore> {
+  if (options.pool) return PostgresGraphStore.open({ pool: options.pool, ...(options.schema ? { schema: options.schema } : {}) });
+  return SqliteGraphStore.open(options.home);
+}

@@ -1,0 +1,166 @@
+// The GraphStore of one orchestrator: <home>/graphs.db (better-sqlite3), its
+// own `orch_graph_*` tables beside the checkpoints' `graph_*` tables
+// (SqliteCheckpointStore on the same handle). SQLite has one writer, so a
+// publish is a plain transaction; the synchronous methods serve callers that
+// cannot await (GraphRegistry's find/list/resolve/publish, until they move to
+// the asynchronous ones).
+import { mkdirSync } from "node:fs";
+import path from "node:path";
+import Database from "better-sqlite3";
+import { SqliteCheckpointStore, type GraphDefinition } from "@oz0/graph";
+import { graphVersionFromRow, type GraphJobRecord, type GraphStore, type GraphVersionRecord, type GraphVersionRow, type NewGraphVersion, type StepJobRecord } from "./graph-store.js";
+
+/** The graph database under the data directory, with the orchestrator's graph tables. */
+export function openGraphDatabase(home: string): Database.Database {
+  mkdirSync(home, { recursive: true });
+  const db = new Database(path.join(home, "graphs.db"));
+  db.pragma("journal_mode = WAL");
+  db.pragma("synchronous = FULL");
+  db.pragma("busy_timeout = 5000");
+  createGraphTables(db);
+  return db;
+}
+
+function createGraphTables(db: Database.Database): void {
+  db.exec(`
+    CREATE TABLE IF NOT EXISTS orch_graph_versions (
+      name TEXT NOT NULL, version INTEGER NOT NULL, content_hash TEXT NOT NULL,
+      plugin TEXT NOT NULL, plugin_version TEXT NOT NULL, plugin_path TEXT NOT NULL,
+      definition TEXT NOT NULL, published_at INTEGER NOT NULL,
+      PRIMARY KEY (name, version)
+    );
+    CREATE TABLE IF NOT EXISTS orch_graph_jobs (
+      job_id TEXT PRIMARY KEY, graph TEXT NOT NULL, version INTEGER NOT NULL,
+      pinned_agents TEXT NOT NULL, created_at INTEGER NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS orch_graph_step_jobs (
+      idempotency_key TEXT PRIMARY KEY, run_id TEXT NOT NULL, step_job_id TEXT NOT NULL, created_at INTEGER NOT NULL
+    );
+  `);
+}
+
+/** As SQLite stores it: the definition as JSON text, the time in milliseconds. */
+type VersionRow = Omit<GraphVersionRow, "definition" | "published_at"> & { definition: string; published_at: number };
+
+interface GraphJobRow {
+  job_id: string;
+  graph: string;
+  version: number;
+  pinned_agents: string;
+  created_at: number;
+}
+
+function toVersion(r: VersionRow): GraphVersionRecord {
+  return graphVersionFromRow({ ...r, definition: JSON.parse(r.definition) as GraphDefinition, published_at: new Date(r.published_at) });
+}
+
+/** One store per handle, so GraphRegistry and GraphJobs given the same handle share its checkpoint store. */
+const byHandle = new WeakMap<Database.Database, SqliteGraphStore>();
+
+export class SqliteGraphStore implements GraphStore {
+  readonly db: Database.Database;
+  readonly checkpoints: SqliteCheckpointStore;
+  readonly #owned: boolean;
+
+  private constructor(db: Database.Database, owned: boolean) {
+    this.db = db;
+    this.#owned = owned;
+    createGraphTables(db);
+    this.checkpoints = new SqliteCheckpointStore({ database: db });
+  }
+
+  /** Opens <home>/graphs.db; `close()` closes it. */
+  static open(home: string): SqliteGraphStore {
+    return new SqliteGraphStore(openGraphDatabase(home), true);
+  }
+
+  /** The store on a handle its owner keeps (and closes). */
+  static forHandle(db: Database.Database): SqliteGraphStore {
+    let store = byHandle.get(db);
+    if (!store) {
+      store = new SqliteGraphStore(db, false);
+      byHandle.set(db, store);
+    }
+    return store;
+  }
+
+  publishVersionSync(version: NewGraphVersion): { published: boolean; record: GraphVersionRecord } {
+    return this.db.transaction(() => {
+      const latest = this.db.prepare("SELECT * FROM orch_graph_versions WHERE name = ? ORDER BY version DESC LIMIT 1").get(version.name) as VersionRow | undefined;
+      if (latest && latest.content_hash === version.contentHash) return { published: false, record: toVersion(latest) };
+      const row: VersionRow = {
+        name: version.name,
+        version: (latest?.version ?? 0) + 1,
+        content_hash: version.contentHash,
+        plugin: version.plugin,
+        plugin_version: version.pluginVersion,
+        plugin_path: version.pluginPath,
+        definition: JSON.stringify(version.definition),
+        published_at: Date.now(),
+      };
+      this.db
+        .prepare(
+          "INSERT INTO orch_graph_versions (name, version, content_hash, plugin, plugin_version, plugin_path, definition, published_at) VALUES (@name, @version, @content_hash, @plugin, @plugin_version, @plugin_path, @definition, @published_at)",
+        )
+        .run(row);
+      return { published: true, record: toVersion(row) };
+    })();
+  }
+
+  getVersionSync(name: string, version?: number): GraphVersionRecord | undefined {
+    const row = (
+      version
+        ? this.db.prepare("SELECT * FROM orch_graph_versions WHERE name = ? AND version = ?").get(name, version)
+        : this.db.prepare("SELECT * FROM orch_graph_versions WHERE name = ? ORDER BY version DESC LIMIT 1").get(name)
+    ) as VersionRow | undefined;
+    return row ? toVersion(row) : undefined;
+  }
+
+  listLatestVersionsSync(): GraphVersionRecord[] {
+    const rows = this.db
+      .prepare("SELECT v.* FROM orch_graph_versions v JOIN (SELECT name, MAX(version) AS version FROM orch_graph_versions GROUP BY name) m ON v.name = m.name AND v.version = m.version ORDER BY v.name")
+      .all() as VersionRow[];
+    return rows.map(toVersion);
+  }
+
+  async publishVersion(version: NewGraphVersion): Promise<{ published: boolean; record: GraphVersionRecord }> {
+    return this.publishVersionSync(version);
+  }
+
+  async getVersion(name: string, version?: number): Promise<GraphVersionRecord | undefined> {
+    return this.getVersionSync(name, version);
+  }
+
+  async listLatestVersions(): Promise<GraphVersionRecord[]> {
+    return this.listLatestVersionsSync();
+  }
+
+  async putGraphJob(job: GraphJobRecord): Promise<void> {
+    this.db
+      .prepare("INSERT INTO orch_graph_jobs (job_id, graph, version, pinned_agents, created_at) VALUES (?, ?, ?, ?, ?)")
+      .run(job.jobId, job.graph, job.version, JSON.stringify(job.pinnedAgents), job.createdAt.getTime());
+  }
+
+  async getGraphJob(jobId: string): Promise<GraphJobRecord | undefined> {
+    const row = this.db.prepare("SELECT * FROM orch_graph_jobs WHERE job_id = ?").get(jobId) as GraphJobRow | undefined;
+    if (!row) return undefined;
+    return { jobId: row.job_id, graph: row.graph, version: row.version, pinnedAgents: JSON.parse(row.pinned_agents) as Record<string, number>, createdAt: new Date(row.created_at) };
+  }
+
+  async getStepJob(idempotencyKey: string): Promise<string | undefined> {
+    const row = this.db.prepare("SELECT step_job_id FROM orch_graph_step_jobs WHERE idempotency_key = ?").get(idempotencyKey) as { step_job_id: string } | undefined;
+    return row?.step_job_id;
+  }
+
+  async putStepJob(record: StepJobRecord): Promise<void> {
+    this.db
+      .prepare("INSERT OR REPLACE INTO orch_graph_step_jobs (idempotency_key, run_id, step_job_id, created_at) VALUES (?, ?, ?, ?)")
+      .run(record.idempotencyKey, record.runId, record.stepJobId, Date.now());
+  }
+
+  async close(): Promise<void> {
+    if (!this.#owned) return;
+    this.checkpoints.close();
+    this.db.close();
+  }
+}
