@@ -12,13 +12,21 @@
 // session is re-attached by its deterministic session id when the sandbox
 // still knows it. Only a step whose job or session never got recorded runs
 // again: at-least-once execution, exactly-once recording.
+//
+// With several replicas, a step's job may run at another replica (the one
+// that created it died and a third took it over): waiting follows the job
+// feed (cluster-wide when the replicas share notifications) and also reads
+// the job from the store every second while it waits, so it never depends on
+// a notice arriving. A run this replica stops working on (`halt`: its lease
+// was lost, or the orchestrator closes) stops where it is: its steps neither
+// finish nor fail, so the engine records nothing more for it.
 import { createHash } from "node:crypto";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
 import { ProtocolVersion, SessionRequestSchema, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { GraphError, type AgentRequest, type CustomStepRequest, type CustomStepResult, type GraphExecutor } from "@oz0/graph";
-import type Database from "better-sqlite3";
+import type { GraphStore } from "./graph-store.js";
 import type { JobFeed } from "./job-feed.js";
 import { isTerminal, type JobRunner } from "./job-runner.js";
 import type { JobRecord, JobStore } from "./job-store.js";
@@ -30,7 +38,7 @@ import { orchestratorTracing } from "./tracing.js";
 const stepRunnerScript = path.join(path.dirname(fileURLToPath(import.meta.url)), "graph-step-runner.js");
 
 export interface SessionGraphExecutorOptions {
-  db: Database.Database;
+  graphStore: GraphStore;
   store: JobStore;
   feed: JobFeed;
   jobs: JobRunner;
@@ -43,6 +51,70 @@ export interface SessionGraphExecutorOptions {
   pluginPath: string;
   /** Called when a step starts its job or session, for the graph job's events. */
   onStepWork?: (info: { path: string; stepId: string; jobId?: string; sessionId?: string; reattached: boolean }) => void;
+  /** Aborted when this replica stops working on the run: steps in flight are left pending, nothing new starts. */
+  halt?: AbortSignal;
+  /** How often a step's job is read from the store while the step waits for it. Default 1 s. */
+  pollMs?: number;
+}
+
+/** A promise that never settles: what a halted run's steps return, so the engine records nothing for them. */
+export function never<T>(): Promise<T> {
+  return new Promise<T>(() => undefined);
+}
+
+export interface JobWait {
+  store: JobStore;
+  feed: JobFeed;
+  jobId: string;
+  /** How often to read the job from the store while waiting. Default 1 s. */
+  pollMs?: number;
+  /** Stop waiting: the promise then never settles. */
+  halt?: AbortSignal;
+}
+
+/**
+ * Resolves with the job once it is terminal. Follows the feed, and reads the
+ * store at start and every `pollMs` while waiting, so a job run by another
+ * replica is seen to end even when no notice reaches this one. A failed read
+ * is tried again at the next poll, not reported: a passing database hiccup
+ * must not fail a step for good.
+ */
+export function waitForTerminalJob(options: JobWait): Promise<JobRecord> {
+  const { store, feed, jobId, halt } = options;
+  return new Promise<JobRecord>((resolve) => {
+    if (halt?.aborted) return;
+    let done = false;
+    let reading = false;
+    const cleanup = (): void => {
+      done = true;
+      unsubscribe();
+      clearInterval(timer);
+      halt?.removeEventListener("abort", cleanup);
+    };
+    const check = async (): Promise<void> => {
+      if (done || reading) return;
+      reading = true;
+      try {
+        const job = await store.getJob(jobId);
+        if (done || !job || !isTerminal(job.state)) return;
+        cleanup();
+        resolve(job);
+      } catch {
+        // Read again at the next poll.
+      } finally {
+        reading = false;
+      }
+    };
+    const unsubscribe = feed.subscribe(jobId, (event) => {
+      if (event.event.case === "stateChanged") void check();
+    });
+    const timer = setInterval(() => void check(), options.pollMs ?? 1_000);
+    // Only a wait: it must not keep a process alive that has nothing else to do.
+    timer.unref();
+    halt?.addEventListener("abort", cleanup, { once: true });
+    // The job may have ended before we subscribed.
+    void check();
+  });
 }
 
 /** A step's job that did not succeed: the step fails with the job's reason. */
@@ -60,17 +132,36 @@ export class SessionGraphExecutor implements GraphExecutor {
   }
 
   async runAgent(request: AgentRequest): Promise<{ text: string }> {
+    return this.#unlessHalted(() => this.#runAgent(request));
+  }
+
+  async runCustomStep(request: CustomStepRequest): Promise<CustomStepResult> {
+    return this.#unlessHalted(() => this.#runCustomStep(request));
+  }
+
+  /** A halted run's step settles never, whatever its work did: no result or failure of it may be recorded. */
+  async #unlessHalted<T>(work: () => Promise<T>): Promise<T> {
+    const halt = this.#o.halt;
+    if (halt?.aborted) return never();
+    try {
+      const result = await work();
+      return halt?.aborted ? never() : result;
+    } catch (error) {
+      if (halt?.aborted) return never();
+      throw error;
+    }
+  }
+
+  async #runAgent(request: AgentRequest): Promise<{ text: string }> {
     const o = this.#o;
-    const existing = o.db.prepare("SELECT step_job_id FROM orch_graph_step_jobs WHERE idempotency_key = ?").get(request.idempotencyKey) as
-      | { step_job_id: string }
-      | undefined;
-    let jobId = existing?.step_job_id;
+    let jobId = await o.graphStore.getStepJob(request.idempotencyKey);
     // A job this executor already reported as failed is an attempt the manager asked to retry: that needs a new job.
     // (A job that failed while the orchestrator was down is still re-attached, so its failure is reported once.)
     if (jobId && (this.#failed.has(jobId) || !(await o.store.getJob(jobId)))) jobId = undefined;
     if (jobId) {
       o.onStepWork?.({ path: request.path, stepId: request.stepId, jobId, reattached: true });
     } else {
+      if (o.halt?.aborted) return never();
       const version = o.pinnedAgents[request.agent];
       // Inside the step's span, so the step's job joins the graph's trace.
       let job: JobRecord;
@@ -81,13 +172,13 @@ export class SessionGraphExecutor implements GraphExecutor {
       } catch (error) {
         // The orchestrator is shutting down: a failed step would be recorded and fail the run for good.
         // The step stays pending instead (this promise never settles); the next start resumes the run here.
-        if (error instanceof OrchestratorError && error.code === "unavailable") return new Promise<never>(() => undefined);
+        if (error instanceof OrchestratorError && error.code === "unavailable") return never();
         throw error;
       }
       jobId = job.id;
-      o.db
-        .prepare("INSERT OR REPLACE INTO orch_graph_step_jobs (idempotency_key, run_id, step_job_id, created_at) VALUES (?, ?, ?, ?)")
-        .run(request.idempotencyKey, request.runId, jobId, Date.now());
+      // Halted meanwhile: the run's new owner records its own step job; this one runs unobserved.
+      if (o.halt?.aborted) return never();
+      await o.graphStore.putStepJob({ idempotencyKey: request.idempotencyKey, runId: request.runId, stepJobId: jobId });
       o.onStepWork?.({ path: request.path, stepId: request.stepId, jobId, reattached: false });
     }
     const done = await this.#waitForJob(jobId, request.signal);
@@ -101,35 +192,19 @@ export class SessionGraphExecutor implements GraphExecutor {
   /** Resolves with the job once it is terminal; cancels it when the step's signal aborts. */
   async #waitForJob(jobId: string, signal: AbortSignal): Promise<JobRecord> {
     const o = this.#o;
-    return new Promise<JobRecord>((resolve, reject) => {
-      let settled = false;
-      const check = async (): Promise<void> => {
-        const job = await o.store.getJob(jobId);
-        if (settled || !job) return;
-        if (isTerminal(job.state)) {
-          settled = true;
-          cleanup();
-          resolve(job);
-        }
-      };
-      const unsubscribe = o.feed.subscribe(jobId, (event) => {
-        if (event.event.case === "stateChanged") void check().catch(reject);
-      });
-      const onAbort = (): void => {
-        // The run was cancelled or a sibling branch failed: stop this step's session too.
-        void o.jobs.cancel({ jobId, reason: "the graph run stopped this step" }).catch(() => undefined);
-      };
-      signal.addEventListener("abort", onAbort, { once: true });
-      const cleanup = (): void => {
-        unsubscribe();
-        signal.removeEventListener("abort", onAbort);
-      };
-      // The job may have ended before we subscribed.
-      void check().catch(reject);
-    });
+    const onAbort = (): void => {
+      // The run was cancelled or a sibling branch failed: stop this step's session too.
+      void o.jobs.cancel({ jobId, reason: "the graph run stopped this step" }).catch(() => undefined);
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+    try {
+      return await waitForTerminalJob({ store: o.store, feed: o.feed, jobId, ...(o.halt ? { halt: o.halt } : {}), ...(o.pollMs ? { pollMs: o.pollMs } : {}) });
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+    }
   }
 
-  async runCustomStep(request: CustomStepRequest): Promise<CustomStepResult> {
+  async #runCustomStep(request: CustomStepRequest): Promise<CustomStepResult> {
     const o = this.#o;
     if (!request.module) throw new GraphError("UNKNOWN_STEP", `custom step ${request.name} names no module; set module in the graph definition`);
     // Deterministic: a re-run after a crash finds the session it started before.
@@ -191,11 +266,16 @@ export class SessionGraphExecutor implements GraphExecutor {
       void sandbox.cancel({ sessionId, reason: "the graph run stopped this step" }).catch(() => undefined);
     };
     signal.addEventListener("abort", onAbort, { once: true });
+    // Halted: stop following the session without cancelling it; the run's new owner re-attaches to it by its id.
+    const halt = this.#o.halt;
+    const stopFollowing = (): void => channel.close();
+    halt?.addEventListener("abort", stopFollowing, { once: true });
     const out: SandboxMessage[] = [];
     try {
       for await (const message of channel) out.push(message);
     } finally {
       signal.removeEventListener("abort", onAbort);
+      halt?.removeEventListener("abort", stopFollowing);
       channel.close();
     }
     return out;

@@ -4,22 +4,34 @@
 // executor runs each step as a session through the sandbox (graph-executor.ts).
 // The job's id is the run's id; its live events show each step (text lines
 // naming the step, its path and the job or session doing it) and end with
-// the run's result. Checkpoints go to the graph database (SqliteCheckpointStore
-// on the shared handle); on start-up every graph job still running is resumed
-// from its checkpoints, after the job runner re-attached the steps' jobs.
+// the run's result. The graph job's pins, its steps' jobs and the run's
+// checkpoints go to the graph store (graph-store.ts); on start-up every graph
+// job still running is resumed from its checkpoints, after the job runner
+// re-attached the steps' jobs.
+//
+// With several replicas (job-ownership.ts) a graph job is leased like any
+// job: claimed before it is stored, released when it ends. The replica that
+// takes a dead replica's graph job over resumes it from the shared
+// checkpoints (`resumeJob`); a replica that lost a graph job's lease stops
+// working on it at once without finishing it (`abandon`): its run is halted,
+// so nothing more is recorded or written for it here. A cancel taken at a
+// replica that does not run the job is recorded on the job; the replica that
+// runs it hears of it through the job's events (or reads it when it resumes).
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { JobEventSchema, JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { GraphRunner, SqliteCheckpointStore, type GraphEvent, type RunResult } from "@oz0/graph";
+import { GraphRunner, type CheckpointStore, type GraphEvent, type RunResult } from "@oz0/graph";
 import type { Logger } from "@oz0/serving";
 import type Database from "better-sqlite3";
-import { SessionGraphExecutor } from "./graph-executor.js";
+import { never, SessionGraphExecutor } from "./graph-executor.js";
 import { AgentGraphManager } from "./graph-manager-agent.js";
-import { graphAgents, type GraphRegistry, type GraphVersionRecord } from "./graph-registry.js";
+import { graphAgents, graphStoreOf, type GraphRegistry, type GraphVersionRecord } from "./graph-registry.js";
+import type { GraphStore } from "./graph-store.js";
 import type { JobFeed } from "./job-feed.js";
+import { soleOwnership, type JobOwnership } from "./job-ownership.js";
 import { isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
 import { ACTIVE_JOB_STATES, type JobPatch, type JobRecord, type JobStateName, type JobStore } from "./job-store.js";
-import { notFound, OrchestratorError } from "./orchestrator-error.js";
+import { invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
 import type { LifecycleSink, SessionRunner } from "./session-runner.js";
 import { orchestratorTracing } from "./tracing.js";
 
@@ -31,7 +43,10 @@ export function isGraphJob(job: { id: string }): boolean {
 }
 
 export interface GraphJobsOptions {
-  db: Database.Database;
+  /** Graph jobs, step jobs and checkpoints (openGraphStore). */
+  graphStore?: GraphStore;
+  /** @deprecated The SQLite graph database's handle (openGraphDatabase); pass `graphStore`. */
+  db?: Database.Database;
   store: JobStore;
   feed: JobFeed;
   jobs: JobRunner;
@@ -39,13 +54,36 @@ export interface GraphJobsOptions {
   sandboxes: SessionRunner[];
   lifecycle?: LifecycleSink;
   logger: Logger;
+  /** Which jobs this replica works on. Default: every job (one orchestrator). */
+  ownership?: JobOwnership;
+  /** How often a step's job is read from the store while the step waits for it. Default 1 s. */
+  stepPollMs?: number;
 }
 
-interface GraphJobRow {
-  job_id: string;
-  graph: string;
-  version: number;
-  pinned_agents: string;
+/** A graph run this replica works on. */
+interface ActiveRun {
+  runner: GraphRunner;
+  /** Aborted when this replica stops working on the run (abandon, close): it records and writes nothing more. */
+  halt: AbortController;
+  /** Feed subscriptions the run holds. */
+  unsubscribes: Set<() => void>;
+}
+
+/** The item id of the event that asks the replica running a graph job to cancel it. */
+const CANCEL_REQUEST_ITEM = "graph-cancel-request";
+
+/** The checkpoint store as a halted run sees it: its writes neither happen nor settle, so its engine stops. */
+function haltable(store: CheckpointStore, halt: AbortSignal): CheckpointStore {
+  const gate = <T>(write: () => Promise<T>): Promise<T> => (halt.aborted ? never<T>() : write());
+  return {
+    createRun: (run) => gate(() => store.createRun(run)),
+    getRun: (runId) => store.getRun(runId),
+    listRuns: (filter) => store.listRuns(filter),
+    recordStep: (runId, record) => gate(() => store.recordStep(runId, record)),
+    loadSteps: (runId) => store.loadSteps(runId),
+    finishRun: (runId, end) => gate(() => store.finishRun(runId, end)),
+    reopenRun: (runId) => gate(() => store.reopenRun(runId)),
+  };
 }
 
 /** A step's id on lifecycle events: node id and path, in the characters the events service keeps. */
@@ -69,9 +107,11 @@ const STATUS_TO_STATE: Record<RunResult["status"], JobStateName> = {
 
 export class GraphJobs {
   readonly #o: GraphJobsOptions;
-  readonly #checkpoints: SqliteCheckpointStore;
-  readonly #runners = new Map<string, GraphRunner>();
-  readonly #running = new Set<Promise<void>>();
+  readonly #graphs: GraphStore;
+  readonly #ownership: JobOwnership;
+  readonly #runs = new Map<string, ActiveRun>();
+  /** Resumes in progress, so a job asked for twice at once is resumed once. */
+  readonly #resuming = new Map<string, Promise<boolean>>();
   readonly #started = new Map<string, number>();
   /** Graph job → `<step job>/<call>` of calls waiting for a person. */
   readonly #waiting = new Map<string, Set<string>>();
@@ -80,17 +120,23 @@ export class GraphJobs {
 
   constructor(options: GraphJobsOptions) {
     this.#o = options;
-    this.#checkpoints = new SqliteCheckpointStore({ database: options.db });
+    this.#graphs = graphStoreOf(options);
+    this.#ownership = options.ownership ?? soleOwnership;
   }
 
   /** True when `name` is a graph (RunAgent then runs it instead of an agent). */
+  async hasGraph(name: string): Promise<boolean> {
+    return (await this.#o.registry.findVersion(name)) !== undefined;
+  }
+
+  /** @deprecated SQLite only (GraphRegistry.find); use hasGraph. */
   isGraph(name: string): boolean {
     return this.#o.registry.find(name) !== undefined;
   }
 
   async run(options: { graph: string; input: string }): Promise<JobRecord> {
     if (this.#closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
-    const graph = this.#o.registry.resolve(options.graph);
+    const graph = await this.#o.registry.resolveVersion(options.graph);
     // Pin every agent's latest version now: a run never changes agents half way.
     const pinned: Record<string, number> = {};
     for (const name of graphAgents(graph.definition)) {
@@ -117,69 +163,151 @@ export class GraphJobs {
       attachments: [],
       tokenId: "",
     };
-    this.#o.db
-      .prepare("INSERT INTO orch_graph_jobs (job_id, graph, version, pinned_agents, created_at) VALUES (?, ?, ?, ?, ?)")
-      .run(job.id, graph.name, graph.version, JSON.stringify(pinned), now.getTime());
-    await this.#o.store.createJob(job);
+    // Leased before it exists, so no other replica takes it for an orphan.
+    await this.#ownership.claim(job.id);
+    try {
+      await this.#graphs.putGraphJob({ jobId: job.id, graph: graph.name, version: graph.version, pinnedAgents: pinned, createdAt: now });
+      await this.#o.store.createJob(job);
+    } catch (error) {
+      await this.#ownership.release(job.id).catch(() => undefined);
+      throw error;
+    }
     await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>]);
     this.#publish("graph.run_started", job.id, { graph_name: graph.name, graph_version: String(graph.version) });
-    const runner = this.#runnerFor(job.id, graph, pinned);
+    const active = this.#activate(job.id, graph, pinned);
     this.#started.set(job.id, Date.now());
-    const handle = await runner.start({ prompt: options.input, runId: job.id });
-    this.#track(job.id, handle.result);
+    const handle = await active.runner.start({ prompt: options.input, runId: job.id });
+    this.#track(job.id, active, handle.result);
     return (await this.#o.store.getJob(job.id))!;
   }
 
-  /** Resume every graph job that was running when the orchestrator stopped. Call after the job runner's resumeAll. */
+  /**
+   * Resume every graph job this replica owns that was running when the
+   * orchestrator stopped (with one orchestrator: every one). Call after the
+   * job runner's resumeAll.
+   */
   async resumeAll(): Promise<number> {
     let count = 0;
     for (const state of ACTIVE_JOB_STATES) {
       for (const job of await this.#o.store.listJobs({ state, limit: 100_000 })) {
-        if (!isGraphJob(job)) continue;
-        const row = this.#o.db.prepare("SELECT * FROM orch_graph_jobs WHERE job_id = ?").get(job.id) as GraphJobRow | undefined;
-        const graph = row ? this.#o.registry.find(row.graph, row.version) : undefined;
-        if (!row || !graph) {
-          await this.#finish(job.id, { state: "failed", error: `graph job ${job.id} has no pinned graph version in the graph database; run it again` });
-          continue;
-        }
-        const stored = await this.#checkpoints.getRun(job.id);
-        if (stored && stored.status !== "running") {
-          // The run ended but the orchestrator stopped before the job did: finish the job from the stored end.
-          await this.#finish(job.id, { state: STATUS_TO_STATE[stored.status], error: stored.error ? `${stored.error.code}: ${stored.error.message}` : "", resultText: outputText(stored.result?.output) });
-          continue;
-        }
-        try {
-          const runner = this.#runnerFor(job.id, graph, JSON.parse(row.pinned_agents) as Record<string, number>);
-          this.#started.set(job.id, Date.now());
-          await this.#append(job.id, [{ event: { case: "text", value: { itemId: "graph", text: "resumed after an orchestrator restart\n", delta: false, role: "" } } } as Partial<JobEvent>]);
-          // A run the checkpoint store never saw (stopped between the job and the run) starts now, under the same id.
-          const handle = stored ? await runner.resume({ runId: job.id }) : await runner.start({ prompt: job.input, runId: job.id });
-          this.#track(job.id, handle.result);
-          count++;
-        } catch (error) {
-          // One run that cannot resume must not keep the orchestrator (and every other run) from starting.
-          await this.#finish(job.id, { state: "failed", error: `could not resume the graph run: ${(error as Error).message}` });
-        }
+        // Another replica's graph jobs are its own to run.
+        if (!isGraphJob(job) || !this.#ownership.owns(job.id)) continue;
+        if (await this.#resumeOnce(job, "resumed after an orchestrator restart")) count++;
       }
     }
     return count;
+  }
+
+  /**
+   * Work on a graph job this replica just took over (the replica running it
+   * stopped): resume its run from the shared checkpoints. Nothing happens
+   * when the job ended meanwhile (its lease is released) or runs here already.
+   */
+  async resumeJob(jobId: string): Promise<void> {
+    if (this.#closing) return;
+    const job = await this.#o.store.getJob(jobId);
+    if (job && !isGraphJob(job)) throw invalidArgument(`job ${jobId} is not a graph job; the job runner resumes it`);
+    if (!job || isTerminal(job.state)) {
+      // Nothing to run: it ended, or its replica died before storing it.
+      await this.#ownership.release(jobId);
+      return;
+    }
+    await this.#resumeOnce(job, "resumed from its checkpoints after the orchestrator running it stopped");
+  }
+
+  /**
+   * Stop working on a graph job without finishing it: another replica took
+   * its lease. Its run is halted where it is (steps in flight neither finish
+   * nor fail, nothing more is recorded or written); its steps' jobs run on,
+   * and the new owner waits for them.
+   */
+  abandon(jobId: string): void {
+    this.#stop(jobId);
   }
 
   async cancel(options: { jobId: string; reason?: string }): Promise<JobRecord> {
     const job = await this.#o.store.getJob(options.jobId);
     if (!job) throw notFound(`job ${options.jobId} not found; list jobs with \`oz0 jobs list\``);
     if (isTerminal(job.state)) return job;
-    const runner = this.#runners.get(job.id);
+    const reason = options.reason || "cancelled by request";
     // In-flight steps see an aborted signal and cancel their own jobs and sessions; the run ends cancelled.
-    if (!runner?.cancel(job.id, options.reason || "cancelled by request")) {
-      await this.#finish(job.id, { state: "cancelled", error: options.reason || "cancelled by request" });
+    if (this.#runs.get(job.id)?.runner.cancel(job.id, reason)) return (await this.#o.store.getJob(job.id))!;
+    if (!this.#ownership.owns(job.id)) {
+      // Another replica runs it: it hears of this event (or reads the request when it resumes the job) and cancels the run.
+      await this.#append(job.id, [{ event: { case: "text", value: { itemId: CANCEL_REQUEST_ITEM, text: `cancel requested: ${reason}\n`, delta: false, role: "" } } } as Partial<JobEvent>], {
+        cancelRequestedAt: new Date(),
+        error: reason,
+      });
+    } else {
+      await this.#finish(job.id, { state: "cancelled", error: reason });
     }
     return (await this.#o.store.getJob(job.id))!;
   }
 
-  #runnerFor(jobId: string, graph: GraphVersionRecord, pinned: Record<string, number>): GraphRunner {
+  /** One resume per job at a time: a takeover and a start-up pass may ask at once. */
+  async #resumeOnce(job: JobRecord, note: string): Promise<boolean> {
+    if (this.#runs.has(job.id)) return false;
+    const pending = this.#resuming.get(job.id);
+    if (pending) {
+      await pending;
+      return false;
+    }
+    const resuming = this.#resume(job, note).finally(() => this.#resuming.delete(job.id));
+    this.#resuming.set(job.id, resuming);
+    return resuming;
+  }
+
+  async #resume(job: JobRecord, note: string): Promise<boolean> {
+    const row = await this.#graphs.getGraphJob(job.id);
+    const graph = row ? await this.#o.registry.findVersion(row.graph, row.version) : undefined;
+    if (!row || !graph) {
+      await this.#finish(job.id, { state: "failed", error: `graph job ${job.id} has no pinned graph version in the graph store; run it again` });
+      return false;
+    }
+    const stored = await this.#graphs.checkpoints.getRun(job.id);
+    if (stored && stored.status !== "running") {
+      // The run ended but its orchestrator stopped before the job did: finish the job from the stored end.
+      await this.#finish(job.id, { state: STATUS_TO_STATE[stored.status], error: stored.error ? `${stored.error.code}: ${stored.error.message}` : "", resultText: outputText(stored.result?.output) });
+      return false;
+    }
+    // The lease was lost while reading (or the orchestrator is closing): leave the run to whoever has it.
+    if (this.#closing || !this.#ownership.owns(job.id)) return false;
+    try {
+      const active = this.#activate(job.id, graph, row.pinnedAgents);
+      this.#started.set(job.id, Date.now());
+      await this.#append(job.id, [{ event: { case: "text", value: { itemId: "graph", text: `${note}\n`, delta: false, role: "" } } } as Partial<JobEvent>]);
+      // A run the checkpoint store never saw (stopped between the job and the run) starts now, under the same id.
+      const handle = stored ? await active.runner.resume({ runId: job.id }) : await active.runner.start({ prompt: job.input, runId: job.id });
+      this.#track(job.id, active, handle.result);
+      // Cancelled at another replica while nobody ran it.
+      if (job.cancelRequestedAt) active.runner.cancel(job.id, job.error || "cancelled by request");
+      return true;
+    } catch (error) {
+      // One run that cannot resume must not keep the orchestrator (and every other run) from starting.
+      await this.#finish(job.id, { state: "failed", error: `could not resume the graph run: ${(error as Error).message}` });
+      return false;
+    }
+  }
+
+  /** Forget a run here; a halted run records and writes nothing more. */
+  #stop(jobId: string): void {
+    const active = this.#runs.get(jobId);
+    if (active) {
+      this.#runs.delete(jobId);
+      active.halt.abort();
+      for (const unsubscribe of active.unsubscribes) unsubscribe();
+    }
+    this.#waiting.delete(jobId);
+    this.#started.delete(jobId);
+    this.#updates.delete(jobId);
+  }
+
+  #activate(jobId: string, graph: GraphVersionRecord, pinned: Record<string, number>): ActiveRun {
+    const halt = new AbortController();
+    const live = (): boolean => !halt.signal.aborted;
+    const poll = this.#o.stepPollMs ? { pollMs: this.#o.stepPollMs } : {};
     const executor = new SessionGraphExecutor({
-      db: this.#o.db,
+      graphStore: this.#graphs,
       store: this.#o.store,
       feed: this.#o.feed,
       jobs: this.#o.jobs,
@@ -187,10 +315,13 @@ export class GraphJobs {
       graphJobId: jobId,
       pinnedAgents: pinned,
       pluginPath: graph.pluginPath,
+      halt: halt.signal,
+      ...poll,
       onStepWork: (w) => {
+        if (!live()) return;
         const by = w.jobId ? `job ${w.jobId}` : `session ${w.sessionId ?? ""}`;
         this.#note(jobId, `  ${w.stepId} ${w.path}: ${w.reattached ? "re-attached to" : "runs as"} ${by}\n`);
-        if (w.jobId) this.#followApprovals(jobId, w.stepId, w.jobId);
+        if (w.jobId) this.#followApprovals(jobId, active, w.stepId, w.jobId);
       },
     });
     const managerAgent = graph.definition.managerAgent;
@@ -202,20 +333,39 @@ export class GraphJobs {
           jobs: this.#o.jobs,
           agent: managerAgent,
           ...(pinned[managerAgent] ? { version: pinned[managerAgent] } : {}),
-          onJob: (m) => this.#note(jobId, `  manager ${managerAgent} decides ${m.event} as job ${m.jobId}\n`),
+          halt: halt.signal,
+          ...poll,
+          onJob: (m) => {
+            if (live()) this.#note(jobId, `  manager ${managerAgent} decides ${m.event} as job ${m.jobId}\n`);
+          },
         })
       : undefined;
     const runner = new GraphRunner({
       definition: graph.definition,
       executor,
       ...(manager ? { manager } : {}),
-      store: this.#checkpoints,
-      onEvent: (event) => this.#onEvent(jobId, event),
+      store: haltable(this.#graphs.checkpoints, halt.signal),
+      onEvent: (event) => {
+        if (live()) this.#onEvent(jobId, event);
+      },
       // One span per step attempt, below the graph run's span (tracing.ts).
       tracer: orchestratorTracing.graphTracer(jobId),
     });
-    this.#runners.set(jobId, runner);
-    return runner;
+    const active: ActiveRun = { runner, halt, unsubscribes: new Set() };
+    // A cancel taken at another replica (cancel above) reaches the run here as an event on its job.
+    active.unsubscribes.add(
+      this.#o.feed.subscribe(jobId, (event) => {
+        if (event.event.case !== "text" || event.event.value.itemId !== CANCEL_REQUEST_ITEM) return;
+        void this.#o.store
+          .getJob(jobId)
+          .then((job) => {
+            if (live() && job?.cancelRequestedAt) runner.cancel(jobId, job.error || "cancelled by request");
+          })
+          .catch((error: unknown) => this.#o.logger.warn({ jobId, err: String(error) }, "could not read a graph job's cancel request"));
+      }),
+    );
+    this.#runs.set(jobId, active);
+    return active;
   }
 
   /**
@@ -223,10 +373,12 @@ export class GraphJobs {
    * naming the command that answers it), and the graph job is `waiting`
    * while any of its steps' calls waits, `running` again once none does.
    */
-  #followApprovals(graphJobId: string, stepId: string, stepJobId: string): void {
+  #followApprovals(graphJobId: string, active: ActiveRun, stepId: string, stepJobId: string): void {
     const waiting = this.#waiting.get(graphJobId) ?? new Set<string>();
     this.#waiting.set(graphJobId, waiting);
+    const live = (): boolean => !active.halt.signal.aborted;
     const update = async (): Promise<void> => {
+      if (!live()) return;
       const job = await this.#o.store.getJob(graphJobId);
       if (!job || isTerminal(job.state)) return;
       const state: JobStateName = waiting.size > 0 ? "waiting" : "running";
@@ -235,7 +387,7 @@ export class GraphJobs {
     };
     const pending = (callId: string): void => {
       const key = `${stepJobId}/${callId}`;
-      if (waiting.has(key)) return;
+      if (!live() || waiting.has(key)) return;
       waiting.add(key);
       this.#note(graphJobId, `  ${stepId} waits for approval: oz0 approve ${stepJobId} ${callId} (or oz0 deny … --reason TEXT)\n`);
       this.#serialize(graphJobId, update);
@@ -250,9 +402,11 @@ export class GraphJobs {
         else answered(`${stepJobId}/${e.value.id}`);
       } else if (e.case === "stateChanged" && isTerminal(PROTO_TO_STATE.get(e.value.state) ?? "running")) {
         unsubscribe();
+        active.unsubscribes.delete(unsubscribe);
         for (const key of [...waiting]) if (key.startsWith(`${stepJobId}/`)) answered(key);
       }
     });
+    active.unsubscribes.add(unsubscribe);
     // Calls that were already waiting (a step job re-attached after a restart).
     void this.#o.store
       .listPermissions({ jobId: stepJobId, pendingOnly: true, approvalsOnly: true })
@@ -313,15 +467,14 @@ export class GraphJobs {
     this.#o.lifecycle?.publish(type, init);
   }
 
-  #track(jobId: string, result: Promise<RunResult>): void {
-    const work = result.then(async (r) => {
-      if (this.#closing) return;
-      const state = STATUS_TO_STATE[r.status];
-      await this.#finish(jobId, { state, error: r.error ? `${r.error.code}: ${r.error.message}` : "", resultText: outputText(r.output) });
-    });
-    const p = work.catch((error: unknown) => this.#o.logger.error({ jobId, err: error }, "graph job failed to finish"));
-    this.#running.add(p);
-    void p.finally(() => this.#running.delete(p));
+  #track(jobId: string, active: ActiveRun, result: Promise<RunResult>): void {
+    void result
+      .then(async (r) => {
+        if (this.#closing || active.halt.signal.aborted) return;
+        const state = STATUS_TO_STATE[r.status];
+        await this.#finish(jobId, { state, error: r.error ? `${r.error.code}: ${r.error.message}` : "", resultText: outputText(r.output) });
+      })
+      .catch((error: unknown) => this.#o.logger.error({ jobId, err: error }, "graph job failed to finish"));
   }
 
   async #finish(jobId: string, options: { state: JobStateName; error: string; resultText?: string }): Promise<void> {
@@ -329,11 +482,16 @@ export class GraphJobs {
     const done = (this.#updates.get(jobId) ?? Promise.resolve()).then(() => this.#finishNow(jobId, options));
     this.#updates.set(jobId, done.catch(() => undefined));
     await done;
+    // Ended (now or before): nobody is to take it over.
+    await this.#ownership.release(jobId);
   }
 
   async #finishNow(jobId: string, options: { state: JobStateName; error: string; resultText?: string }): Promise<void> {
     const job = await this.#o.store.getJob(jobId);
-    if (!job || isTerminal(job.state)) return;
+    if (!job || isTerminal(job.state)) {
+      this.#stop(jobId);
+      return;
+    }
     const events: Partial<JobEvent>[] = [];
     if (options.resultText) events.push({ event: { case: "text", value: { itemId: "graph-result", text: `${options.resultText}\n`, delta: false, role: "" } } } as Partial<JobEvent>);
     events.push({ event: { case: "stateChanged", value: { state: JOB_STATE_TO_PROTO[options.state], reason: options.error } } } as Partial<JobEvent>);
@@ -346,8 +504,7 @@ export class GraphJobs {
       ...(options.error ? { error_code: options.error.split(":")[0] } : {}),
       ...(started ? { duration_ms: Date.now() - started } : {}),
     });
-    this.#runners.delete(jobId);
-    this.#waiting.delete(jobId);
+    this.#stop(jobId);
   }
 
   async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch): Promise<void> {
@@ -355,10 +512,11 @@ export class GraphJobs {
     this.#o.feed.publish(jobId, stored);
   }
 
-  /** Stop following runs; they resume from their checkpoints at the next start. */
+  /** Stop working on runs; they resume from their checkpoints at the next start (or at another replica). */
   async close(): Promise<void> {
-    // Runs in flight wait on step jobs the job runner stops following too; they are not awaited (nor cancelled, which would be recorded).
+    // Runs in flight are halted where they are, not awaited (nor cancelled, which would be recorded).
     this.#closing = true;
+    for (const jobId of [...this.#runs.keys()]) this.#stop(jobId);
     await Promise.resolve();
   }
 }

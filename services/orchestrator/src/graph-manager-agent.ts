@@ -11,9 +11,10 @@
 import type { JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
 import type { RuntimeTool } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { decisionFromToolCall, GraphError, managerTools, type ControlEvent, type GraphManager, type ManagerDecision } from "@oz0/graph";
+import { never, waitForTerminalJob } from "./graph-executor.js";
 import type { JobFeed } from "./job-feed.js";
-import { isTerminal, type JobRunner } from "./job-runner.js";
-import type { JobRecord, JobStore } from "./job-store.js";
+import type { JobRunner } from "./job-runner.js";
+import type { JobStore } from "./job-store.js";
 
 export interface AgentGraphManagerOptions {
   store: JobStore;
@@ -25,6 +26,10 @@ export interface AgentGraphManagerOptions {
   version?: number;
   /** Called with the manager's job when it starts, for the graph job's events. */
   onJob?: (info: { event: ControlEvent["kind"]; jobId: string }) => void;
+  /** Aborted when this replica stops working on the run: no decision is made (the call never settles). */
+  halt?: AbortSignal;
+  /** How often the manager's job is read from the store while waiting for it. Default 1 s. */
+  pollMs?: number;
 }
 
 const RUNTIME_TOOLS: RuntimeTool[] = managerTools.map(
@@ -73,6 +78,7 @@ export class AgentGraphManager implements GraphManager {
 
   async decide(event: ControlEvent): Promise<ManagerDecision> {
     const o = this.#o;
+    if (o.halt?.aborted) return never();
     let decision: ManagerDecision | undefined;
     const rejected: string[] = [];
     const job = await o.jobs.runAgent({
@@ -96,32 +102,12 @@ export class AgentGraphManager implements GraphManager {
       },
     });
     o.onJob?.({ event: event.kind, jobId: job.id });
-    const done = await this.#waitForJob(job.id);
+    const done = await waitForTerminalJob({ store: o.store, feed: o.feed, jobId: job.id, ...(o.halt ? { halt: o.halt } : {}), ...(o.pollMs ? { pollMs: o.pollMs } : {}) });
     if (decision) return decision;
     const why = rejected.length > 0 ? `; its calls were rejected: ${rejected.join("; ")}` : "";
     throw new GraphError(
       "MANAGER_FAILED",
       `manager agent ${o.agent} (job ${done.id}) ended ${done.state} without calling retry, skip, abort or answer${why}${done.error ? ` (${done.error})` : ""}. Make its instructions call one of those tools; see \`oz0 jobs show ${done.id}\``,
     );
-  }
-
-  /** Resolves with the job once it is terminal. */
-  async #waitForJob(jobId: string): Promise<JobRecord> {
-    const o = this.#o;
-    return new Promise<JobRecord>((resolve, reject) => {
-      let settled = false;
-      const check = async (): Promise<void> => {
-        const job = await o.store.getJob(jobId);
-        if (settled || !job || !isTerminal(job.state)) return;
-        settled = true;
-        unsubscribe();
-        resolve(job);
-      };
-      const unsubscribe = o.feed.subscribe(jobId, (event) => {
-        if (event.event.case === "stateChanged") void check().catch(reject);
-      });
-      // The job may have ended before we subscribed.
-      void check().catch(reject);
-    });
   }
 }

@@ -3,11 +3,12 @@
 // plugin is registered (an install is all or nothing), then published as
 // immutable versions the way agents are: a different content hash publishes
 // version N+1, the same hash keeps the latest. Versions live in the graph
-// database (<home>/graphs.db), next to the runs' checkpoints.
+// store (graph-store.ts: <home>/graphs.db, or the replicas' PostgreSQL),
+// next to the runs' checkpoints.
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
-import Database from "better-sqlite3";
+import type Database from "better-sqlite3";
 import {
   canonicalJson,
   parseDefinitionYaml,
@@ -16,21 +17,13 @@ import {
   type GraphDefinition,
   type GraphNode,
 } from "@oz0/graph";
-import { readFileSync } from "node:fs";
+import type { GraphStore, GraphVersionRecord, NewGraphVersion } from "./graph-store.js";
 import type { JobStore } from "./job-store.js";
 import { invalidArgument, notFound } from "./orchestrator-error.js";
+import { SqliteGraphStore } from "./sqlite-graph-store.js";
 
-export interface GraphVersionRecord {
-  name: string;
-  version: number;
-  contentHash: string;
-  plugin: string;
-  pluginVersion: string;
-  /** The plugin's installed, content-addressed folder: custom step modules resolve against it. */
-  pluginPath: string;
-  definition: GraphDefinition;
-  publishedAt: Date;
-}
+export type { GraphVersionRecord } from "./graph-store.js";
+export { openGraphDatabase } from "./sqlite-graph-store.js";
 
 /** A graph read from a plugin and validated, not yet published. */
 export interface PreparedGraph {
@@ -75,62 +68,33 @@ export function graphAgents(definition: GraphDefinition): string[] {
   return [...names].sort();
 }
 
-/** The graph database: versions, run bookkeeping and (shared handle) the checkpoints. */
-export function openGraphDatabase(home: string): Database.Database {
-  mkdirSync(home, { recursive: true });
-  const db = new Database(path.join(home, "graphs.db"));
-  db.pragma("journal_mode = WAL");
-  db.pragma("synchronous = FULL");
-  db.pragma("busy_timeout = 5000");
-  db.exec(`
-    CREATE TABLE IF NOT EXISTS orch_graph_versions (
-      name TEXT NOT NULL, version INTEGER NOT NULL, content_hash TEXT NOT NULL,
-      plugin TEXT NOT NULL, plugin_version TEXT NOT NULL, plugin_path TEXT NOT NULL,
-      definition TEXT NOT NULL, published_at INTEGER NOT NULL,
-      PRIMARY KEY (name, version)
-    );
-    CREATE TABLE IF NOT EXISTS orch_graph_jobs (
-      job_id TEXT PRIMARY KEY, graph TEXT NOT NULL, version INTEGER NOT NULL,
-      pinned_agents TEXT NOT NULL, created_at INTEGER NOT NULL
-    );
-    CREATE TABLE IF NOT EXISTS orch_graph_step_jobs (
-      idempotency_key TEXT PRIMARY KEY, run_id TEXT NOT NULL, step_job_id TEXT NOT NULL, created_at INTEGER NOT NULL
-    );
-  `);
-  return db;
+export interface GraphRegistryOptions {
+  store: JobStore;
+  /** Where versions are kept (openGraphStore). */
+  graphStore?: GraphStore;
+  /** @deprecated The SQLite graph database's handle (openGraphDatabase); pass `graphStore`. */
+  db?: Database.Database;
 }
 
-interface VersionRow {
-  name: string;
-  version: number;
-  content_hash: string;
-  plugin: string;
-  plugin_version: string;
-  plugin_path: string;
-  definition: string;
-  published_at: number;
-}
-
-function fromRow(r: VersionRow): GraphVersionRecord {
-  return {
-    name: r.name,
-    version: r.version,
-    contentHash: r.content_hash,
-    plugin: r.plugin,
-    pluginVersion: r.plugin_version,
-    pluginPath: r.plugin_path,
-    definition: JSON.parse(r.definition) as GraphDefinition,
-    publishedAt: new Date(r.published_at),
-  };
+/** The graph store given as `graphStore`, or the SQLite one on the deprecated `db` handle. */
+export function graphStoreOf(options: { graphStore?: GraphStore; db?: Database.Database }): GraphStore {
+  if (options.graphStore) return options.graphStore;
+  if (options.db) return SqliteGraphStore.forHandle(options.db);
+  throw new Error("no graph store: pass graphStore (openGraphStore)");
 }
 
 export class GraphRegistry {
-  readonly #db: Database.Database;
+  readonly #graphs: GraphStore;
   readonly #store: JobStore;
 
-  constructor(options: { db: Database.Database; store: JobStore }) {
-    this.#db = options.db;
+  constructor(options: GraphRegistryOptions) {
+    this.#graphs = graphStoreOf(options);
     this.#store = options.store;
+  }
+
+  /** The store versions are kept in. */
+  get graphStore(): GraphStore {
+    return this.#graphs;
   }
 
   /**
@@ -177,57 +141,70 @@ export class GraphRegistry {
   }
 
   /** Publish a prepared graph: version N+1 when its content changed, else the latest version stays. */
-  publish(options: { graph: PreparedGraph; plugin: string; pluginVersion: string; pluginPath: string }): { published: boolean; record: GraphVersionRecord } {
-    const { definition } = options.graph;
-    const usesSteps = graphNodes(definition).some((n) => n.kind === "step");
-    // Custom step code lives in the plugin's content-addressed folder: a changed step is a changed graph.
-    const content = canonicalJson({ definition, steps: usesSteps ? path.basename(options.pluginPath) : null });
-    const contentHash = `sha256:${createHash("sha256").update(content).digest("hex")}`;
-    return this.#db.transaction(() => {
-      const latest = this.#db.prepare("SELECT * FROM orch_graph_versions WHERE name = ? ORDER BY version DESC LIMIT 1").get(definition.name) as VersionRow | undefined;
-      if (latest && latest.content_hash === contentHash) return { published: false, record: fromRow(latest) };
-      const row: VersionRow = {
-        name: definition.name,
-        version: (latest?.version ?? 0) + 1,
-        content_hash: contentHash,
-        plugin: options.plugin,
-        plugin_version: options.pluginVersion,
-        plugin_path: options.pluginPath,
-        definition: JSON.stringify(definition),
-        published_at: Date.now(),
-      };
-      this.#db
-        .prepare(
-          "INSERT INTO orch_graph_versions (name, version, content_hash, plugin, plugin_version, plugin_path, definition, published_at) VALUES (@name, @version, @content_hash, @plugin, @plugin_version, @plugin_path, @definition, @published_at)",
-        )
-        .run(row);
-      return { published: true, record: fromRow(row) };
-    })();
+  async publishVersion(options: { graph: PreparedGraph; plugin: string; pluginVersion: string; pluginPath: string }): Promise<{ published: boolean; record: GraphVersionRecord }> {
+    return this.#graphs.publishVersion(newVersion(options));
   }
 
   /** The latest version (or the one asked for), or undefined when no graph has that name. */
-  find(name: string, version?: number): GraphVersionRecord | undefined {
-    const row = (
-      version
-        ? this.#db.prepare("SELECT * FROM orch_graph_versions WHERE name = ? AND version = ?").get(name, version)
-        : this.#db.prepare("SELECT * FROM orch_graph_versions WHERE name = ? ORDER BY version DESC LIMIT 1").get(name)
-    ) as VersionRow | undefined;
-    return row ? fromRow(row) : undefined;
+  async findVersion(name: string, version?: number): Promise<GraphVersionRecord | undefined> {
+    return this.#graphs.getVersion(name, version);
   }
 
-  resolve(name: string, version?: number): GraphVersionRecord {
-    const found = this.find(name, version);
+  /** The latest version (or the one asked for); NOT_FOUND, saying what to do, when there is none. */
+  async resolveVersion(name: string, version?: number): Promise<GraphVersionRecord> {
+    const found = await this.findVersion(name, version);
     if (found) return found;
-    const latest = this.find(name);
-    if (latest && version) throw notFound(`graph ${name} has no version ${version} (latest is ${latest.version})`);
-    throw notFound(`unknown graph "${name}"; install the plugin that declares it under graphs: with \`oz0 plugin install\``);
+    throw notFoundError(name, version, version ? await this.findVersion(name) : undefined);
   }
 
   /** Every graph at its latest version. */
-  list(): GraphVersionRecord[] {
-    const rows = this.#db
-      .prepare("SELECT v.* FROM orch_graph_versions v JOIN (SELECT name, MAX(version) AS version FROM orch_graph_versions GROUP BY name) m ON v.name = m.name AND v.version = m.version ORDER BY v.name")
-      .all() as VersionRow[];
-    return rows.map(fromRow);
+  async listLatest(): Promise<GraphVersionRecord[]> {
+    return this.#graphs.listLatestVersions();
   }
+
+  // The synchronous forms below read and write SQLite directly, for callers
+  // that cannot await yet (plugin-registry.ts, orchestrator-service.ts). A
+  // PostgreSQL graph store has no synchronous access: move those callers to
+  // publishVersion, findVersion, resolveVersion and listLatest, then delete these.
+
+  /** @deprecated SQLite only; use publishVersion. */
+  publish(options: { graph: PreparedGraph; plugin: string; pluginVersion: string; pluginPath: string }): { published: boolean; record: GraphVersionRecord } {
+    return this.#sqlite("publish", "publishVersion").publishVersionSync(newVersion(options));
+  }
+
+  /** @deprecated SQLite only; use findVersion. */
+  find(name: string, version?: number): GraphVersionRecord | undefined {
+    return this.#sqlite("find", "findVersion").getVersionSync(name, version);
+  }
+
+  /** @deprecated SQLite only; use resolveVersion. */
+  resolve(name: string, version?: number): GraphVersionRecord {
+    const found = this.find(name, version);
+    if (found) return found;
+    throw notFoundError(name, version, version ? this.find(name) : undefined);
+  }
+
+  /** @deprecated SQLite only; use listLatest. */
+  list(): GraphVersionRecord[] {
+    return this.#sqlite("list", "listLatest").listLatestVersionsSync();
+  }
+
+  #sqlite(method: string, instead: string): SqliteGraphStore {
+    if (this.#graphs instanceof SqliteGraphStore) return this.#graphs;
+    throw new Error(`GraphRegistry.${method} is synchronous and reads SQLite only; with a PostgreSQL graph store call ${instead} (and await it)`);
+  }
+}
+
+function newVersion(options: { graph: PreparedGraph; plugin: string; pluginVersion: string; pluginPath: string }): NewGraphVersion {
+  const { definition } = options.graph;
+  const usesSteps = graphNodes(definition).some((n) => n.kind === "step");
+  // Custom step code lives in the plugin's content-addressed folder: a changed step is a changed graph.
+  const content = canonicalJson({ definition, steps: usesSteps ? path.basename(options.pluginPath) : null });
+  const contentHash = `sha256:${createHash("sha256").update(content).digest("hex")}`;
+  return { name: definition.name, contentHash, plugin: options.plugin, pluginVersion: options.pluginVersion, pluginPath: options.pluginPath, definition };
+}
+
+function notFoundError(name: string, version: number | undefined, latest: GraphVersionRecord | undefined): Error {
+  if (latest && version) return notFound(`graph ${name} has no version ${version} (latest is ${latest.version})`);
+  return notFound(`unknown graph "${name}"; install the plugin that declares it under graphs: with \`oz0 plugin install\``);
 }
