@@ -1,0 +1,225 @@
+// needs: postgres
+// A graph job changes replicas. Two orchestrator replicas in this process,
+// each with its own job store pool, job feed, job runner and GraphJobs, share
+// one PostgreSQL schema, a real sandbox and the LLM proxy (with the scripted
+// model). Replica A starts a graph run; while its first step's job runs
+// (at A), A loses the graph job's lease and abandons it, and replica B takes
+// it over with resumeJob: B resumes from the shared checkpoints, waits for
+// the step's job A still runs (B's feed never hears of it: B reads it from
+// the store), then runs the last step itself. The step is not run twice, A
+// writes nothing more, and the lease is released by B when the job ends.
+import assert from "node:assert/strict";
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { createLogger } from "@oz0/serving";
+import type { ScriptedTurn } from "@oz0/harness/testing";
+import { GraphJobs } from "../src/graph-jobs.js";
+import { GraphRegistry } from "../src/graph-registry.js";
+import { openGraphStore, type GraphStore } from "../src/graph-store.js";
+import { HookStage } from "../src/hook-stage.js";
+import { JobFeed } from "../src/job-feed.js";
+import type { JobOwnership } from "../src/job-ownership.js";
+import { isTerminal, JobRunner } from "../src/job-runner.js";
+import type { JobRecord } from "../src/job-store.js";
+import { LlmProxyClient } from "../src/llm-proxy-client.js";
+import { PermissionPolicy } from "../src/permission-policy.js";
+import { PluginRegistry } from "../src/plugin-registry.js";
+import { PostgresJobStore } from "../src/postgres-store.js";
+import { SandboxClient } from "../src/sandbox-client.js";
+import { StaticPlacement } from "../src/sandbox-placement.js";
+import { agentOf } from "./support/graph-agents.js";
+import { databaseUrl, dropSchema, eventually, freshSchema } from "./postgres-test-support.js";
+import { packageDir, startTestStack, type TestStack } from "./support/test-stack.js";
+
+const schema = freshSchema();
+const fixture = path.join(packageDir, "test/fixtures/graphs/crash");
+
+/** The slow step's model call waits for this, so its job is running for as long as the test needs. */
+let releaseSlow!: () => void;
+const slowReleased = new Promise<void>((resolve) => (releaseSlow = resolve));
+
+/** Ownership as a replica's leases would give it, driven by the test: who claimed, released, lost and took over what. */
+class TestOwnership implements JobOwnership {
+  readonly claimed: string[] = [];
+  readonly released: string[] = [];
+  readonly #owned = new Set<string>();
+  readonly #store: PostgresJobStore;
+
+  constructor(store: PostgresJobStore) {
+    this.#store = store;
+  }
+
+  async claim(jobId: string): Promise<void> {
+    assert.equal(await this.#store.getJob(jobId), undefined, "a graph job is claimed before it is stored");
+    this.claimed.push(jobId);
+    this.#owned.add(jobId);
+  }
+
+  owns(jobId: string): boolean {
+    return this.#owned.has(jobId);
+  }
+
+  async release(jobId: string): Promise<void> {
+    this.released.push(jobId);
+    this.#owned.delete(jobId);
+  }
+
+  lose(jobId: string): void {
+    this.#owned.delete(jobId);
+  }
+
+  adopt(jobId: string): void {
+    this.#owned.add(jobId);
+  }
+}
+
+interface Replica {
+  home: string;
+  store: PostgresJobStore;
+  graphStore: GraphStore;
+  feed: JobFeed;
+  runner: JobRunner;
+  registry: GraphRegistry;
+  graphs: GraphJobs;
+  ownership: TestOwnership;
+  close(): Promise<void>;
+}
+
+let t: TestStack;
+const replicas: Replica[] = [];
+const homes: string[] = [];
+
+async function replica(name: string): Promise<Replica> {
+  const home = mkdtempSync(path.join(os.tmpdir(), `oz0-graph-takeover-${name}-`));
+  homes.push(home);
+  const logger = createLogger({ name: `orchestrator-${name}`, level: "warn" });
+  const store = await PostgresJobStore.open({ connectionString: databaseUrl(), schema, maxConnections: 4 });
+  const graphStore = await openGraphStore({ pool: store.pool, home });
+  const feed = new JobFeed();
+  const sandboxes = [new SandboxClient({ url: t.stack.urls.sandbox })];
+  const runner = new JobRunner({
+    store,
+    feed,
+    placement: new StaticPlacement({ runners: sandboxes }),
+    tokens: new LlmProxyClient({ url: t.stack.urls["llm-proxy"] }),
+    policy: new PermissionPolicy({ hooks: [new HookStage()] }),
+    home,
+    logger,
+  });
+  const registry = new GraphRegistry({ graphStore, store });
+  const ownership = new TestOwnership(store);
+  const graphs = new GraphJobs({ graphStore, store, feed, jobs: runner, registry, sandboxes, logger, ownership });
+  const r: Replica = {
+    home,
+    store,
+    graphStore,
+    feed,
+    runner,
+    registry,
+    graphs,
+    ownership,
+    async close() {
+      await graphs.close();
+      await runner.close();
+      await graphStore.close();
+      await store.close();
+    },
+  };
+  replicas.push(r);
+  return r;
+}
+
+/**
+ * Installs the crash fixture's agents and publishes its chain graph through
+ * the asynchronous registry (PluginRegistry still publishes graphs through
+ * the synchronous, SQLite-only calls).
+ */
+async function install(r: Replica): Promise<void> {
+  const copy = mkdtempSync(path.join(os.tmpdir(), "oz0-graph-takeover-plugin-"));
+  homes.push(copy);
+  cpSync(fixture, copy, { recursive: true });
+  const manifest = path.join(copy, "oz0-plugin.yaml");
+  writeFileSync(manifest, readFileSync(manifest, "utf8").replace(/^graphs:.*$/m, ""));
+  const installed = await new PluginRegistry({ store: r.store, home: r.home }).install({ source: copy });
+  const [chain] = await r.registry.prepare({ root: installed.plugin.path, files: ["graphs/chain.yaml"], pluginAgents: [] });
+  const published = await r.registry.publishVersion({ graph: chain!, plugin: installed.plugin.name, pluginVersion: installed.plugin.version, pluginPath: installed.plugin.path });
+  assert.equal(published.record.version, 1);
+}
+
+/** Jobs whose input starts with the run's prompt (the steps' jobs), by agent. */
+async function stepJobs(r: Replica, prompt: string): Promise<Record<string, JobRecord[]>> {
+  const out: Record<string, JobRecord[]> = {};
+  for (const job of await r.store.listJobs({ limit: 500 })) if (!job.id.startsWith("graph_") && job.input.startsWith(prompt)) (out[job.agentName] ??= []).push(job);
+  return out;
+}
+
+async function eventTexts(r: Replica, jobId: string): Promise<string[]> {
+  const events = await r.store.listJobEvents(jobId, 0, 10_000);
+  return events.flatMap((e) => (e.event.case === "text" ? [e.event.value.text] : []));
+}
+
+before(async () => {
+  t = await startTestStack({
+    pick: (async ({ request }: { request: Parameters<typeof agentOf>[0] }): Promise<ScriptedTurn> => {
+      const agent = agentOf(request);
+      if (agent === "slow") await slowReleased;
+      return { text: `${agent} done` };
+    }) as unknown as Parameters<typeof startTestStack>[0]["pick"],
+  });
+});
+
+after(async () => {
+  releaseSlow();
+  for (const r of replicas) await r.close();
+  await t?.close();
+  await dropSchema(schema);
+  for (const dir of homes) rmSync(dir, { recursive: true, force: true });
+});
+
+void test("a graph job abandoned by one replica is resumed by another from the shared checkpoints, waiting for the step job the first still runs", async () => {
+  const a = await replica("a");
+  const b = await replica("b");
+  await install(a);
+  assert.equal(await b.graphs.hasGraph("chain"), true, "a graph published at one replica is a graph at every one");
+
+  const prompt = "takeover-run";
+  const graphJob = await a.graphs.run({ graph: "chain", input: prompt });
+  assert.deepEqual(a.ownership.claimed, [graphJob.id]);
+  const slow = await eventually(async () => (await stepJobs(a, prompt)).slow?.find((j) => j.state === "running"), "the slow step's job running");
+  assert.equal(await a.graphStore.getStepJob(`${graphJob.id}/0`), slow.id, "the step's job is recorded in the shared store");
+
+  // A loses the graph job's lease (it keeps running the step's job, whose lease is its own) and B takes the graph job over.
+  a.ownership.lose(graphJob.id);
+  a.graphs.abandon(graphJob.id);
+  b.ownership.adopt(graphJob.id);
+  let heardAtB = 0;
+  b.feed.subscribe(slow.id, () => heardAtB++);
+  await b.graphs.resumeJob(graphJob.id);
+  await b.graphs.resumeJob(graphJob.id); // a second takeover notice for the same job changes nothing
+  assert.equal(isTerminal((await b.store.getJob(slow.id))!.state), false);
+  releaseSlow();
+
+  const done = await eventually(async () => {
+    const job = await b.store.getJob(graphJob.id);
+    return job && isTerminal(job.state) ? job : undefined;
+  }, "the graph job's end");
+  assert.equal(done.state, "succeeded", done.error);
+  assert.equal(done.resultText, "finish done");
+  assert.equal(heardAtB, 0, "B's feed never carried the step job's events: B saw it end by reading the store");
+
+  const byAgent = await stepJobs(b, prompt);
+  assert.deepEqual(byAgent.slow?.map((j) => j.id), [slow.id], "the slow step ran once, at A");
+  assert.equal(byAgent.finish?.length, 1, "the last step ran once: A, having abandoned the run, did not run it too");
+  const steps = await b.graphStore.checkpoints.loadSteps(graphJob.id);
+  assert.deepEqual(steps.map((s) => s.nodeId).sort(), ["agent:finish", "agent:slow"]);
+  assert.equal((await b.graphStore.checkpoints.getRun(graphJob.id))?.status, "succeeded");
+
+  const texts = await eventTexts(b, graphJob.id);
+  assert.ok(texts.some((l) => l.includes("resumed from its checkpoints after the orchestrator running it stopped")), texts.join(""));
+  assert.ok(texts.some((l) => l.includes(`agent:slow /0: re-attached to job ${slow.id}`)), texts.join(""));
+  assert.equal(texts.filter((l) => l.includes("agent:finish /1 started")).length, 1, texts.join(""));
+  assert.deepEqual(b.ownership.released, [graphJob.id], "the replica that ended the job released its lease");
+  assert.deepEqual(a.ownership.released, [], "the replica that abandoned it did not");
+});
