@@ -207,6 +207,9 @@ export class SessionGraphExecutor implements GraphExecutor {
   async #runCustomStep(request: CustomStepRequest): Promise<CustomStepResult> {
     const o = this.#o;
     if (!request.module) throw new GraphError("UNKNOWN_STEP", `custom step ${request.name} names no module; set module in the graph definition`);
+    if (o.sandboxes.length === 0) {
+      throw new GraphError("STEP_FAILED", `custom step ${request.name} needs a fixed sandbox node to run on, and this orchestrator has none; set OZ0_SANDBOX_URLS`);
+    }
     // Deterministic: a re-run after a crash finds the session it started before.
     const sessionId = `ses_step_${createHash("sha256").update(request.idempotencyKey).digest("hex").slice(0, 24)}`;
     const sandbox = o.sandboxes[Number.parseInt(sessionId.slice(-4), 16) % o.sandboxes.length]!;
