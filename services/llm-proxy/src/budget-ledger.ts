@@ -1,7 +1,13 @@
-// Session budgets. A call reserves its worst-case cost before it is sent and
-// settles its actual cost after, all synchronously on the event loop, so
-// concurrent calls cannot together spend more than the budget.
+// Session budgets held in memory, for a store one proxy process uses alone
+// (SQLite). A call reserves its worst-case cost before it is sent and settles
+// its actual cost after; the decision and the hold happen in one synchronous
+// step on the event loop, so concurrent calls cannot together spend more than
+// the budget. (Several replicas need the accounts in their shared store:
+// PostgresProxyStore keeps them as locked rows.)
 import { ProxyError } from "./proxy-error.js";
+import type { BudgetSnapshot, Reservation, ReserveInput } from "./proxy-store.js";
+
+export type { Reservation, ReserveInput } from "./proxy-store.js";
 
 interface Account {
   limitUsd: number;
@@ -9,47 +15,59 @@ interface Account {
   reservedUsd: number;
 }
 
-/** A hold on part of a session's budget; settle it exactly once. */
-export interface Reservation {
-  readonly session: string;
-  /** Dollars held: the call may spend up to this much. */
-  readonly amountUsd: number;
-  settle(actualUsd: number): void;
-}
-
-export interface ReserveInput {
-  session: string;
-  /** The budget, used when the account is first seen. */
-  limitUsd: number;
-  /** What the session was charged before the proxy (re)started, when the account is first seen. */
-  spentBefore: () => number;
-  /** The most the call can cost. */
-  worstCaseUsd: number;
-  /** The least the call can cost (its input): below this it is refused. */
-  minimumUsd: number;
-  /**
-   * When true (streams, which can be cut off at the budget) a call may hold
-   * less than its worst case, down to `minimumUsd`; otherwise the whole
-   * worst case must fit.
-   */
-  partial: boolean;
+export interface BudgetLedgerOptions {
+  /** What a session was charged before this process started: an account's starting point when first seen. */
+  spentBefore: (session: string) => number | Promise<number>;
 }
 
 export class BudgetLedger {
   readonly #accounts = new Map<string, Account>();
+  /** Accounts whose starting point is being read, so concurrent first calls open one account. */
+  readonly #opening = new Map<string, Promise<Account>>();
+  readonly #spentBefore: (session: string) => number | Promise<number>;
 
-  #account(input: { session: string; limitUsd: number; spentBefore: () => number }): Account {
-    let account = this.#accounts.get(input.session);
-    if (!account) {
-      account = { limitUsd: input.limitUsd, spentUsd: input.spentBefore(), reservedUsd: 0 };
-      this.#accounts.set(input.session, account);
-    }
-    return account;
+  constructor(options: BudgetLedgerOptions) {
+    this.#spentBefore = options.spentBefore;
   }
 
-  /** Holds budget for one call, or throws `budget_exhausted`. */
-  reserve(input: ReserveInput): Reservation {
-    const account = this.#account(input);
+  /** Holds budget for one call, or rejects with `budget_exhausted`. */
+  reserve(input: ReserveInput): Promise<Reservation> {
+    const account = this.#accounts.get(input.session);
+    // The common case stays synchronous up to the hold: no await between the check and the reservation.
+    if (account) return settled(() => this.#hold(account, input));
+    return this.#open(input).then((opened) => this.#hold(opened, input));
+  }
+
+  #open(input: ReserveInput): Promise<Account> {
+    let opening = this.#opening.get(input.session);
+    if (!opening) {
+      const start = (spentUsd: number): Account => {
+        this.#opening.delete(input.session);
+        // An account opened meanwhile (by a synchronous starting point) wins.
+        let account = this.#accounts.get(input.session);
+        if (!account) {
+          account = { limitUsd: input.limitUsd, spentUsd, reservedUsd: 0 };
+          this.#accounts.set(input.session, account);
+        }
+        return account;
+      };
+      let spent: number | Promise<number>;
+      try {
+        spent = this.#spentBefore(input.session);
+      } catch (error) {
+        return Promise.reject(error as Error);
+      }
+      if (typeof spent === "number") return Promise.resolve(start(spent));
+      opening = spent.then(start, (error: unknown) => {
+        this.#opening.delete(input.session);
+        throw error;
+      });
+      this.#opening.set(input.session, opening);
+    }
+    return opening;
+  }
+
+  #hold(account: Account, input: ReserveInput): Reservation {
     const available = account.limitUsd - account.spentUsd - account.reservedUsd;
     const budget = `$${account.limitUsd.toFixed(4)}`;
     if (available <= 0 || available < input.minimumUsd) {
@@ -66,15 +84,17 @@ export class BudgetLedger {
     }
     const amountUsd = Math.min(input.worstCaseUsd, available);
     account.reservedUsd += amountUsd;
-    let settled = false;
+    let done = false;
     return {
       session: input.session,
       amountUsd,
-      settle(actualUsd: number) {
-        if (settled) return;
-        settled = true;
-        account.reservedUsd -= amountUsd;
-        account.spentUsd += actualUsd;
+      settle(actualUsd: number): Promise<void> {
+        if (!done) {
+          done = true;
+          account.reservedUsd -= amountUsd;
+          account.spentUsd += actualUsd;
+        }
+        return Promise.resolve();
       },
     };
   }
@@ -84,13 +104,22 @@ export class BudgetLedger {
    * not grow without end. Calls still in flight keep their reservation; a new
    * token for the session starts again from the store's record of what it spent.
    */
-  forget(session: string): void {
-    this.#accounts.delete(session);
+  forget(session: string): boolean {
+    this.#opening.delete(session);
+    return this.#accounts.delete(session);
   }
 
   /** Spent and held dollars of a session (for tests and usage reports). */
-  snapshot(session: string): { limitUsd: number; spentUsd: number; reservedUsd: number } | undefined {
+  snapshot(session: string): BudgetSnapshot | undefined {
     const account = this.#accounts.get(session);
     return account ? { ...account } : undefined;
+  }
+}
+
+function settled<T>(fn: () => T): Promise<T> {
+  try {
+    return Promise.resolve(fn());
+  } catch (error) {
+    return Promise.reject(error as Error);
   }
 }

@@ -80,11 +80,11 @@ function header(req: ClientRequest, name: string): string | undefined {
 }
 
 /** The caller's token record, or a ProxyError naming what is wrong. */
-function authenticate(req: ClientRequest, tokens: SessionTokens): TokenRecord {
+async function authenticate(req: ClientRequest, tokens: SessionTokens): Promise<TokenRecord> {
   const bearer = /^Bearer\s+(.+)$/i.exec(header(req, "authorization") ?? "")?.[1]?.trim();
   const token = header(req, "x-api-key")?.trim() || bearer;
   if (!token) throw new ProxyError("unauthenticated", "missing session token: send the token from LlmEndpoint.token as x-api-key or Authorization: Bearer");
-  const record = tokens.lookup(token);
+  const record = await tokens.lookup(token);
   if (!record) throw new ProxyError("unauthenticated", "the session token is unknown or revoked (a token dies with its session); ask the orchestrator for a new session");
   for (const [name, expected] of [
     ["Oz0-Job", record.job],
@@ -116,10 +116,12 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
     }
     let token: TokenRecord;
     try {
-      token = authenticate(req, options.tokens);
+      token = await authenticate(req, options.tokens);
     } catch (error) {
-      const e = error as ProxyError;
-      sendError(res, { wire, status: e.code === "permission_denied" ? 403 : 401, type: e.code === "permission_denied" ? "permission_error" : "authentication_error", message: e.message });
+      // Anything but a refusal (the store cannot be reached) is the proxy's own failure: a 500 below.
+      if (!(error instanceof ProxyError)) throw error;
+      const denied = error.code === "permission_denied";
+      sendError(res, { wire, status: denied ? 403 : 401, type: denied ? "permission_error" : "authentication_error", message: error.message });
       return;
     }
     const rawBody = await readAll(req as NodeJS.ReadableStream, maxBodyBytes);
@@ -185,7 +187,7 @@ async function countTokens(args: {
 }): Promise<void> {
   const { options, res, provider } = args;
   const secretName = provider.config.keySecret;
-  const secret = secretName ? options.vault.reveal(secretName) : undefined;
+  const secret = secretName ? await options.vault.reveal(secretName) : undefined;
   if (secretName && secret === undefined) {
     sendError(res, { wire: "anthropic", status: 503, type: "api_error", message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})` });
     return;

@@ -3,7 +3,6 @@ import { createLogger, registration, serve, type Logger } from "@oz0/serving";
 import { startScriptedModel, type Script, type ScriptedModel } from "@oz0/harness/testing";
 import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { randomBytes } from "node:crypto";
-import { BudgetLedger } from "./budget-ledger.js";
 import { createHttpApi } from "./http-api.js";
 import { KeyVault } from "./key-vault.js";
 import { adminTokenInterceptor, llmProxyService, secretService } from "./llm-proxy-service.js";
@@ -21,8 +20,9 @@ export { loadProvidersFile, defaultProviders, priceOf, costOf } from "./provider
 export type { ModelPrice, ProviderConfig } from "./provider-config.js";
 export type { RetryPolicy } from "./retry-policy.js";
 export { DEFAULT_RETRY_POLICY } from "./retry-policy.js";
-export type { AttemptRecord, CallRecord, ProxyStore, TokenUsage, UsageTotals } from "./proxy-store.js";
+export type { AttemptRecord, BudgetSnapshot, CallRecord, ProxyStore, Reservation, ReserveInput, StoreChange, TokenUsage, UsageTotals } from "./proxy-store.js";
 export { SqliteProxyStore } from "./sqlite-proxy-store.js";
+export { PostgresProxyStore, type PostgresProxyStoreOptions } from "./postgres-proxy-store.js";
 export type { UsageSink } from "./usage-sink.js";
 export { USAGE_EVENT_TYPE, usageEventAttributes } from "./usage-sink.js";
 
@@ -33,7 +33,7 @@ export interface LlmProxyConfig {
   host?: string;
   /** Directory for the SQLite store (OZ0_LLM_PROXY_DATA); `:memory:` keeps nothing. Ignored when `store` is given. */
   dataDir?: string;
-  /** Another store (PostgreSQL later). */
+  /** Another store; the proxy does not close it. */
   store?: ProxyStore;
   /** 32-byte key-encryption key. Without it a random one is made, and secrets do not survive a restart. */
   kek?: Buffer;
@@ -82,20 +82,27 @@ function scriptedTurns(provider: ProviderConfig): Script {
   };
 }
 
+function openStore(config: LlmProxyConfig, logger: Logger): ProxyStore {
+  if (config.store) return config.store;
+  return new SqliteProxyStore({
+    dataDir: config.dataDir ?? ":memory:",
+    onWriteError: (error) => logger.error({ error: (error as Error).message }, "could not write metering rows to the SQLite store"),
+  });
+}
+
 /** Start the proxy: gRPC control API and the HTTP model API on one port. */
 export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmProxy> {
   const logger = config.logger ?? createLogger({ name: "llm-proxy" });
-  const store = config.store ?? new SqliteProxyStore({ dataDir: config.dataDir ?? ":memory:" });
+  const store = openStore(config, logger);
   const ownsStore = config.store === undefined;
-  if (!config.kek) logger.warn("no OZ0_KEK or OZ0_KEK_FILE: using a random key-encryption key, so secrets set now will not survive a restart");
-  const vault = new KeyVault({ store, kek: config.kek ?? randomBytes(32) });
-  const tokens = new SessionTokens({ store });
-  const sink = config.usageSink ?? (config.eventsUrl ? eventsUsageSink({ url: config.eventsUrl, logger }) : memoryUsageSink());
-  const metering = new Metering({ store, sink, logger });
-
   const scripted: ScriptedModel[] = [];
   const providers = new Map<string, ResolvedProvider>();
+  let vault: KeyVault;
+  let tokens: SessionTokens;
   try {
+    if (!config.kek) logger.warn("no OZ0_KEK or OZ0_KEK_FILE: using a random key-encryption key, so secrets set now will not survive a restart");
+    vault = new KeyVault({ store, kek: config.kek ?? randomBytes(32) });
+    tokens = new SessionTokens({ store });
     for (const provider of validateProviders(config.providers ?? defaultProviders())) {
       let baseUrl = provider.baseUrl ?? "";
       if (provider.kind === "scripted") {
@@ -107,32 +114,40 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     }
   } catch (error) {
     await Promise.all(scripted.map((m) => m.close()));
-    if (ownsStore) store.close();
+    if (ownsStore) await store.close();
     throw error;
   }
+  const sink = config.usageSink ?? (config.eventsUrl ? eventsUsageSink({ url: config.eventsUrl, logger }) : memoryUsageSink());
+  const metering = new Metering({ store, sink, logger });
 
   let publicUrl = "";
-  const ledger = new BudgetLedger();
   const httpApi = createHttpApi({
     providers,
     tokens,
     vault,
-    ledger,
+    budgets: store,
     metering,
     retry: { ...DEFAULT_RETRY_POLICY, ...config.retry },
     logger,
-    chargedToSession: (session) => store.chargedToSession(session),
     defaultMaxOutputTokens: config.defaultMaxOutputTokens ?? 32_000,
   });
-  const server = await serve({
-    name: "llm-proxy",
-    ...(config.host ? { host: config.host } : {}),
-    port: config.port ?? 0,
-    logger,
-    services: [registration(SecretService, secretService(vault)), registration(LlmProxyService, llmProxyService({ tokens, ledger, metering, publicUrl: () => publicUrl }))],
-    ...(config.adminToken ? { interceptors: [adminTokenInterceptor(config.adminToken)] } : {}),
-    fallback: httpApi,
-  });
+  let server: Awaited<ReturnType<typeof serve>>;
+  try {
+    server = await serve({
+      name: "llm-proxy",
+      ...(config.host ? { host: config.host } : {}),
+      port: config.port ?? 0,
+      logger,
+      services: [registration(SecretService, secretService(vault)), registration(LlmProxyService, llmProxyService({ tokens, budgets: store, metering, publicUrl: () => publicUrl }))],
+      ...(config.adminToken ? { interceptors: [adminTokenInterceptor(config.adminToken)] } : {}),
+      fallback: httpApi,
+    });
+  } catch (error) {
+    await sink.close();
+    await Promise.all(scripted.map((m) => m.close()));
+    if (ownsStore) await store.close();
+    throw error;
+  }
   publicUrl = server.url;
   return {
     url: server.url,
@@ -141,7 +156,8 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
       await server.close({ graceMs });
       await sink.close();
       await Promise.all(scripted.map((m) => m.close()));
-      if (ownsStore) store.close();
+      // After the server: the metering rows of the last calls are written first.
+      if (ownsStore) await store.close();
     },
   };
 }

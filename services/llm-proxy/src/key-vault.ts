@@ -46,56 +46,84 @@ export class KeyVault {
   readonly #store: ProxyStore;
   readonly #kek: Buffer;
   readonly #now: () => Date;
-  /** Encrypted rows only (never plaintext), to spare a store read per attempt. */
+  /** Encrypted rows only (never plaintext), to spare a store read per attempt; `null`: no such secret. */
   readonly #sealed = new Map<string, StoredSecret | null>();
+  /** Bumped by every change, so a read that raced one is not cached. */
+  #generation = 0;
 
   constructor(options: KeyVaultOptions) {
     if (options.kek.length !== 32) throw new ProxyError("kek_invalid", "the key-encryption key must be 32 bytes");
     this.#store = options.store;
     this.#kek = Buffer.from(options.kek);
     this.#now = options.now ?? (() => new Date());
+    // Another replica set or deleted a secret: read it again next time.
+    options.store.watch((change) => {
+      if (change.kind === "secret") this.#forget(change.name);
+      else if (change.kind === "reset") this.#forget();
+    });
   }
 
-  set(name: string, value: string): { replaced: boolean } {
+  async set(name: string, value: string): Promise<{ replaced: boolean }> {
     checkName(name);
     if (value.length === 0) throw new ProxyError("invalid_argument", `secret ${name} needs a non-empty value`);
     if (Buffer.byteLength(value) > MAX_VALUE_BYTES) throw new ProxyError("invalid_argument", `secret ${name} is longer than ${MAX_VALUE_BYTES} bytes`);
+    return this.#put(name, value);
+  }
+
+  async #put(name: string, value: string): Promise<{ replaced: boolean }> {
     const iv = randomBytes(12);
     const cipher = createCipheriv("aes-256-gcm", this.#kek, iv);
     // The name is authenticated with the value, so a row copied under another name does not decrypt.
     cipher.setAAD(aad(name));
     const ciphertext = Buffer.concat([cipher.update(value, "utf8"), cipher.final()]);
-    this.#sealed.delete(name);
-    return this.#store.putSecret({ name, iv, ciphertext, tag: cipher.getAuthTag() }, this.#now());
+    try {
+      return await this.#store.putSecret({ name, iv, ciphertext, tag: cipher.getAuthTag() }, this.#now());
+    } finally {
+      this.#forget(name);
+    }
   }
 
-  delete(name: string): void {
+  /** Drops a cached row (or all), and keeps reads already under way from caching what they read. */
+  #forget(name?: string): void {
+    this.#generation += 1;
+    if (name === undefined) this.#sealed.clear();
+    else this.#sealed.delete(name);
+  }
+
+  async delete(name: string): Promise<void> {
     checkName(name);
-    this.#sealed.delete(name);
-    if (!this.#store.deleteSecret(name)) throw new ProxyError("not_found", `no secret named ${name}; ListSecrets shows the names that exist`);
+    const deleted = await this.#store.deleteSecret(name);
+    this.#forget(name);
+    if (!deleted) throw new ProxyError("not_found", `no secret named ${name}; ListSecrets shows the names that exist`);
   }
 
-  list(): SecretInfo[] {
+  async list(): Promise<SecretInfo[]> {
     return this.#store.listSecrets();
   }
 
-  has(name: string): boolean {
-    return this.#sealedRow(name) !== undefined;
+  async has(name: string): Promise<boolean> {
+    return (await this.#sealedRow(name)) !== undefined;
   }
 
-  #sealedRow(name: string): StoredSecret | undefined {
-    let row = this.#sealed.get(name);
-    if (row === undefined) {
-      row = this.#store.getSecret(name) ?? null;
-      this.#sealed.set(name, row);
-    }
+  async #sealedRow(name: string): Promise<StoredSecret | undefined> {
+    const cached = this.#sealed.get(name);
+    if (cached !== undefined) return cached ?? undefined;
+    const generation = this.#generation;
+    const row = (await this.#store.getSecret(name)) ?? null;
+    if (generation === this.#generation) this.#sealed.set(name, row);
     return row ?? undefined;
   }
 
   /** The plaintext, for one upstream call; undefined when no such secret is set. */
-  reveal(name: string): string | undefined {
-    const stored = this.#sealedRow(name);
+  async reveal(name: string): Promise<string | undefined> {
+    const cached = this.#sealed.get(name);
+    // Cached (the hot path): no await before decrypting.
+    const stored = cached !== undefined ? (cached ?? undefined) : await this.#sealedRow(name);
     if (!stored) return undefined;
+    return this.#open(name, stored);
+  }
+
+  #open(name: string, stored: StoredSecret): string {
     try {
       const decipher = createDecipheriv("aes-256-gcm", this.#kek, stored.iv);
       decipher.setAAD(aad(name));

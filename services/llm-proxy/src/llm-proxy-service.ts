@@ -18,11 +18,10 @@ import {
   type Usage,
 } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { timingSafeEqual } from "node:crypto";
-import type { BudgetLedger } from "./budget-ledger.js";
 import type { KeyVault } from "./key-vault.js";
 import type { Metering } from "./metering.js";
 import { ProxyError } from "./proxy-error.js";
-import type { UsageTotals } from "./proxy-store.js";
+import type { BudgetStore, UsageTotals } from "./proxy-store.js";
 import type { SessionTokens } from "./session-tokens.js";
 
 const CODES: Record<ProxyError["code"], Code> = {
@@ -36,9 +35,9 @@ const CODES: Record<ProxyError["code"], Code> = {
   price_unknown: Code.FailedPrecondition,
 };
 
-function mapped<T>(fn: () => T): T {
+async function mapped<T>(fn: () => Promise<T>): Promise<T> {
   try {
-    return fn();
+    return await fn();
   } catch (error) {
     if (error instanceof ProxyError) throw new ConnectError(error.message, CODES[error.code]);
     throw error;
@@ -47,15 +46,15 @@ function mapped<T>(fn: () => T): T {
 
 export function secretService(vault: KeyVault): Partial<ServiceImpl<typeof SecretService>> {
   return {
-    setSecret: (request) => mapped(() => create(SetSecretResponseSchema, vault.set(request.name, request.value))),
+    setSecret: (request) => mapped(async () => create(SetSecretResponseSchema, await vault.set(request.name, request.value))),
     deleteSecret: (request) =>
-      mapped(() => {
-        vault.delete(request.name);
+      mapped(async () => {
+        await vault.delete(request.name);
         return create(DeleteSecretResponseSchema, {});
       }),
-    listSecrets: () =>
+    listSecrets: async () =>
       create(ListSecretsResponseSchema, {
-        secrets: vault.list().map((s) =>
+        secrets: (await vault.list()).map((s) =>
           create(SecretInfoSchema, { name: s.name, createdAt: timestampFromDate(s.createdAt), updatedAt: timestampFromDate(s.updatedAt) }),
         ),
       }),
@@ -79,7 +78,8 @@ function usageMessage(totals: UsageTotals): Usage {
 
 export interface LlmProxyServiceOptions {
   tokens: SessionTokens;
-  ledger: BudgetLedger;
+  /** Session budgets, dropped when a session's tokens are revoked. */
+  budgets: Pick<BudgetStore, "forgetBudget">;
   metering: Metering;
   /** The proxy's own URL, to hand out ready-made base URLs. */
   publicUrl: () => string;
@@ -88,8 +88,8 @@ export interface LlmProxyServiceOptions {
 export function llmProxyService(options: LlmProxyServiceOptions): Partial<ServiceImpl<typeof LlmProxyService>> {
   return {
     mintSessionToken: (request) =>
-      mapped(() => {
-        const { token } = options.tokens.mint({ job: request.job, agent: request.agent, session: request.session, budgetUsd: request.budgetUsd });
+      mapped(async () => {
+        const { token } = await options.tokens.mint({ job: request.job, agent: request.agent, session: request.session, budgetUsd: request.budgetUsd });
         const base = options.publicUrl();
         return create(MintSessionTokenResponseSchema, {
           token,
@@ -99,14 +99,14 @@ export function llmProxyService(options: LlmProxyServiceOptions): Partial<Servic
         });
       }),
     revokeSessionToken: (request) =>
-      mapped(() => {
-        const revoked = options.tokens.revoke({ ...(request.token ? { token: request.token } : {}), ...(request.session ? { session: request.session } : {}) });
-        for (const record of revoked) options.ledger.forget(record.session);
+      mapped(async () => {
+        const revoked = await options.tokens.revoke({ ...(request.token ? { token: request.token } : {}), ...(request.session ? { session: request.session } : {}) });
+        for (const session of new Set(revoked.map((r) => r.session))) await options.budgets.forgetBudget(session);
         return create(RevokeSessionTokenResponseSchema, { revoked: revoked.length });
       }),
-    getUsage: (request) => {
+    getUsage: async (request) => {
       if (!request.job) throw new ConnectError("GetUsage needs a job id", Code.InvalidArgument);
-      const usage = options.metering.usage(request.job);
+      const usage = await options.metering.usage(request.job);
       return create(GetUsageResponseSchema, {
         job: request.job,
         total: usageMessage(usage.total),

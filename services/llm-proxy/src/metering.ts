@@ -27,28 +27,35 @@ export class Metering {
     this.#logger = options.logger;
   }
 
-  attempt(record: AttemptRecord): void {
+  /** Resolves once the record is stored (visible to every replica), or was logged as lost; never rejects. */
+  attempt(record: AttemptRecord): Promise<void> {
     // Called inside the call's chat span: the attempt becomes its child.
     recordAttempt(record);
-    try {
-      this.#store.recordAttempt(record);
-    } catch (error) {
-      this.#logger.error({ err: error, operationId: record.operationId, attempt: record.attempt }, "could not record a metering attempt");
-    }
+    return this.#stored(() => this.#store.recordAttempt(record), { operationId: record.operationId, attempt: record.attempt }, "could not record a metering attempt");
   }
 
-  call(record: CallRecord): void {
+  /** Like `attempt`; the usage event goes out at once. */
+  call(record: CallRecord): Promise<void> {
     recordCall(record);
-    try {
-      this.#store.recordCall(record);
-    } catch (error) {
-      this.#logger.error({ err: error, operationId: record.operationId }, "could not record a metered call");
-    }
     this.#sink.callCompleted(record);
+    return this.#stored(() => this.#store.recordCall(record), { operationId: record.operationId }, "could not record a metered call");
   }
 
-  usage(job: string): JobUsage {
-    const agents = this.#store.usageByAgent(job);
+  #stored(write: () => Promise<void>, fields: Record<string, unknown>, message: string): Promise<void> {
+    const failed = (error: unknown): void => {
+      // The message only: a driver's error object may carry connection details.
+      this.#logger.error({ ...fields, error: (error as Error).message }, message);
+    };
+    try {
+      return write().catch(failed);
+    } catch (error) {
+      failed(error);
+      return Promise.resolve();
+    }
+  }
+
+  async usage(job: string): Promise<JobUsage> {
+    const agents = await this.#store.usageByAgent(job);
     const total = emptyTotals();
     for (const totals of agents.values()) addTotals(total, totals);
     return { total, agents };

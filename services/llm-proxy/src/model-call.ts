@@ -1,19 +1,20 @@
 // One logical model call: reserve budget, try up to five attempts upstream,
 // forward the answer (streamed event by event, metered as it goes), meter
 // every attempt and the call, settle the budget with what the caller received.
+// The answer's last bytes wait until the call's records are stored, so once a
+// client has its answer, GetUsage at any replica counts the call.
 import { randomUUID } from "node:crypto";
 import type http from "node:http";
 import { once } from "node:events";
 import { performance } from "node:perf_hooks";
 import type { Logger } from "@oz0/serving";
 import { AnthropicStreamMeter, type StreamMeterReading } from "./anthropic-stream-meter.js";
-import type { BudgetLedger, Reservation } from "./budget-ledger.js";
 import type { KeyVault } from "./key-vault.js";
 import type { Metering } from "./metering.js";
 import { OpenAiStreamMeter } from "./openai-stream-meter.js";
 import { costOf, priceOf, type ModelPrice, type ProviderConfig } from "./provider-config.js";
 import { ProxyError } from "./proxy-error.js";
-import { ZERO_USAGE, type Outcome, type TokenRecord, type TokenUsage } from "./proxy-store.js";
+import { ZERO_USAGE, type BudgetStore, type Outcome, type Reservation, type TokenRecord, type TokenUsage } from "./proxy-store.js";
 import { isRetryableStatus, retryDelayMs, type RetryPolicy } from "./retry-policy.js";
 import { createScrubber } from "./secret-scrubber.js";
 import { SseEventSplitter } from "./sse-event-splitter.js";
@@ -29,12 +30,11 @@ export interface ResolvedProvider {
 
 export interface ModelCallDeps {
   vault: KeyVault;
-  ledger: BudgetLedger;
+  /** Session budgets: the store's reservations. */
+  budgets: Pick<BudgetStore, "reserveBudget">;
   metering: Metering;
   retry: RetryPolicy;
   logger: Logger;
-  /** What the session was charged before this process started (the ledger's starting point). */
-  chargedToSession: (session: string) => number;
   /** Output tokens reserved for a call that gives no max_tokens. */
   defaultMaxOutputTokens: number;
 }
@@ -83,6 +83,8 @@ interface AttemptSummary {
   retryHeaders?: http.IncomingHttpHeaders;
   /** For the log and the last-resort 502 message; never holds a secret. */
   errorCode?: string;
+  /** Sends what is left of a delivered answer (its end), once the call is metered. */
+  finish?: () => void;
 }
 
 const sleep = (ms: number, signal: AbortSignal): Promise<void> =>
@@ -120,23 +122,23 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       return;
     }
     try {
-      reservation = deps.ledger.reserve({
+      reservation = await deps.budgets.reserveBudget({
         session: token.session,
         limitUsd: token.budgetUsd,
-        spentBefore: () => deps.chargedToSession(token.session),
         worstCaseUsd: worstCaseUsd({ price, body, rawBytes: rawBody.length, defaultMaxOutputTokens: deps.defaultMaxOutputTokens }),
         minimumUsd: costOf(price, { ...ZERO_USAGE, cacheRead: estimatedInput }),
         partial: stream,
       });
     } catch (error) {
       if (!(error instanceof ProxyError) || error.code !== "budget_exhausted") throw error;
+      await deps.metering.call({ ...common, status: 402, outcome: "budget_refused", usage: { ...ZERO_USAGE }, costUsd: 0, latencyMs: performance.now() - callStart, estimated: false, startedAt, attempts: 0 });
       sendError(res, { wire, status: 402, type: "budget_exhausted", operationId, message: error.message });
-      deps.metering.call({ ...common, status: 402, outcome: "budget_refused", usage: { ...ZERO_USAGE }, costUsd: 0, latencyMs: performance.now() - callStart, estimated: false, startedAt, attempts: 0 });
       return;
     }
   }
 
   let summary: AttemptSummary | undefined;
+  const meteredAttempts: Promise<void>[] = [];
   let attempt = 0;
   let firstByteMs: number | undefined;
   try {
@@ -147,18 +149,20 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       summary = await runAttempt(deps, input, { operationId, sendBody, clientWantsUsage, price, estimatedInput, reservation });
       const latencyMs = performance.now() - attemptStart;
       if (summary.ttftMs !== undefined && summary.delivered) firstByteMs = attemptStart - callStart + summary.ttftMs;
-      deps.metering.attempt({
-        ...common,
-        attempt,
-        status: summary.status,
-        outcome: summary.outcome,
-        usage: summary.usage,
-        costUsd: costOf(price, summary.usage),
-        latencyMs,
-        ...(summary.ttftMs !== undefined ? { ttftMs: summary.ttftMs } : {}),
-        estimated: summary.estimated || !price,
-        startedAt: attemptStartedAt,
-      });
+      meteredAttempts.push(
+        deps.metering.attempt({
+          ...common,
+          attempt,
+          status: summary.status,
+          outcome: summary.outcome,
+          usage: summary.usage,
+          costUsd: costOf(price, summary.usage),
+          latencyMs,
+          ...(summary.ttftMs !== undefined ? { ttftMs: summary.ttftMs } : {}),
+          estimated: summary.estimated || !price,
+          startedAt: attemptStartedAt,
+        }),
+      );
       if (!summary.retryable || summary.delivered || attempt >= deps.retry.maxAttempts || input.clientGone.aborted) break;
       const delay = retryDelayMs({ policy: deps.retry, nextAttempt: attempt + 1, ...(summary.retryHeaders ? { headers: summary.retryHeaders } : {}) });
       deps.logger.debug({ operationId, attempt, status: summary.status, errorCode: summary.errorCode, delayMs: delay }, "retrying model call");
@@ -167,8 +171,33 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     }
   } finally {
     // No summary: an attempt threw (a key that cannot be decrypted); the HTTP handler answers that one.
-    const final = summary ?? { status: 500, outcome: "proxy_error" as Outcome, usage: { ...ZERO_USAGE }, estimated: false, delivered: true, retryable: false };
-    if (final.pendingError && !res.headersSent && !input.clientGone.aborted) {
+    const final: AttemptSummary = summary ?? { status: 500, outcome: "proxy_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: true, retryable: false };
+    const charged = costOf(price, final.usage);
+    const metered = deps.metering.call({
+      ...common,
+      status: final.pendingError?.status ?? (final.delivered || final.status >= 200 ? final.status : 502),
+      outcome: input.clientGone.aborted && final.outcome === "ok" ? "client_aborted" : final.outcome,
+      usage: final.usage,
+      costUsd: charged,
+      latencyMs: performance.now() - callStart,
+      ...(firstByteMs !== undefined ? { ttftMs: firstByteMs } : {}),
+      estimated: final.estimated || !price,
+      startedAt,
+      attempts: attempt,
+    });
+    // Stored before the answer ends (never rejects: a failed write is logged), then the budget
+    // settled: once a client has its answer, every replica counts the call in its usage and
+    // its budget. In that order: a session's account is never dropped while a call holds part
+    // of it, and one started again is summed from the call records, so the call counts once.
+    await Promise.all([...meteredAttempts, metered]);
+    if (reservation) {
+      await reservation.settle(charged).catch((error: unknown) => {
+        deps.logger.error({ operationId, session: token.session, error: (error as Error).message }, "could not settle a budget reservation; its hold is freed when it expires");
+      });
+    }
+    if (final.finish) {
+      final.finish();
+    } else if (final.pendingError && !res.headersSent && !input.clientGone.aborted) {
       // The proxy already retried what can be retried: tell the client SDKs (which
       // honour x-should-retry) not to multiply the attempts past five.
       res.writeHead(final.pendingError.status, { ...final.pendingError.headers, "x-should-retry": "false", "content-length": String(final.pendingError.body.length) });
@@ -182,20 +211,6 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
         message: `provider ${provider.config.name} could not be reached after ${attempt} attempt(s) (${final.errorCode ?? "no answer"}); try again later`,
       });
     }
-    const charged = costOf(price, final.usage);
-    reservation?.settle(charged);
-    deps.metering.call({
-      ...common,
-      status: final.pendingError?.status ?? (final.delivered || final.status >= 200 ? final.status : 502),
-      outcome: input.clientGone.aborted && final.outcome === "ok" ? "client_aborted" : final.outcome,
-      usage: final.usage,
-      costUsd: charged,
-      latencyMs: performance.now() - callStart,
-      ...(firstByteMs !== undefined ? { ttftMs: firstByteMs } : {}),
-      estimated: final.estimated || !price,
-      startedAt,
-      attempts: attempt,
-    });
     deps.logger.debug({ operationId, job: token.job, agent: token.agent, status: final.status, outcome: final.outcome, attempts: attempt }, "model call done");
   }
 }
@@ -231,7 +246,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
   const { res, provider, wire } = input;
   const secretName = provider.config.keySecret;
   // Decrypted for this attempt only; it goes out of scope when the attempt ends.
-  const secret = secretName ? deps.vault.reveal(secretName) : undefined;
+  const secret = secretName ? await deps.vault.reveal(secretName) : undefined;
   if (secretName && secret === undefined) {
     sendError(res, { wire, status: 503, type: "api_error", operationId: ctx.operationId, message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})` });
     return { status: 503, outcome: "proxy_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: true, retryable: false, errorCode: "no_key" };
@@ -323,11 +338,13 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
       : { ...ZERO_USAGE, input: ctx.estimatedInput, output: estimateTokens(text.length) };
     const scrubbed = scrub(text);
     const out = scrubbed === text ? bodyBytes : Buffer.from(scrubbed);
-    if (!input.clientGone.aborted) {
-      res.writeHead(status, { ...responseHeaders(upstream, ctx.operationId, scrub), "content-length": String(out.length) });
+    const answerHeaders = { ...responseHeaders(upstream, ctx.operationId, scrub), "content-length": String(out.length) };
+    const finish = (): void => {
+      if (input.clientGone.aborted) return;
+      res.writeHead(status, answerHeaders);
       res.end(out);
-    }
-    return { status, outcome: "ok", usage, estimated: !reported, ttftMs, delivered: true, retryable: false };
+    };
+    return { status, outcome: "ok", usage, estimated: !reported, ttftMs, delivered: true, retryable: false, finish };
   } finally {
     input.clientGone.removeEventListener("abort", onGone);
   }
@@ -351,6 +368,10 @@ async function forwardStream(options: {
   let delivered = false;
   let ttftMs: number | undefined;
   let outcome: Outcome = "ok";
+  let finish: (() => void) | undefined;
+  const end = (): void => {
+    if (!res.writableEnded) res.end();
+  };
   const headers = responseHeaders(upstream, ctx.operationId, scrub);
 
   const deliver = async (text: string): Promise<void> => {
@@ -380,7 +401,7 @@ async function forwardStream(options: {
           } else {
             await deliver(batch + streamErrorEvent(wire, "budget_exhausted", message));
             batch = "";
-            res.end();
+            finish = end;
           }
           abort.abort();
           break chunks;
@@ -404,7 +425,7 @@ async function forwardStream(options: {
         abortResponse(res);
       } else {
         if (!delivered) await deliver("");
-        res.end();
+        finish = end;
       }
     }
   } catch (error) {
@@ -417,5 +438,5 @@ async function forwardStream(options: {
   } finally {
     if (!upstream.complete) discard(upstream);
   }
-  return { status: 200, outcome, ...reading(), ...(ttftMs !== undefined ? { ttftMs } : {}), delivered, retryable: false };
+  return { status: 200, outcome, ...reading(), ...(ttftMs !== undefined ? { ttftMs } : {}), delivered, retryable: false, ...(finish ? { finish } : {}) };
 }

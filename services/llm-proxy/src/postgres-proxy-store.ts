@@ -2,55 +2,63 @@
 // session tokens, metering records and, unlike the SQLite store, the budget
 // ledger itself. With one proxy, BudgetLedger holds accounts in memory; with
 // several, each would hold its own view and together they could overspend.
-// Here an account is a row, and a reservation locks it (SELECT ... FOR UPDATE)
-// so concurrent reservations from any replica are serialised per session.
-// Amounts are `numeric`, so holds and settlements add up exactly.
+// Here an account is a row, and a reservation locks it (SELECT ... FOR UPDATE,
+// in one round trip through the reserve_budget function) so concurrent
+// reservations from any replica are serialised per session. Amounts are
+// `numeric`, so holds and settlements add up exactly.
 //
-// ProxyStore (proxy-store.ts) is synchronous, built for better-sqlite3;
-// node-postgres cannot answer synchronously, so this class implements the
-// same methods returning promises (AsyncProxyStore below). Making the proxy
-// use it needs ProxyStore's callers to await (see the issue 13 report).
+// Metering rows are written in batches (one statement per turn of the event
+// loop, attempts and calls together); each write's promise resolves when its
+// batch is committed, so a record is visible to every replica by then.
+// Secret and token changes are NOTIFYed in the statement that makes them, so
+// other replicas drop what they cached (postgres-change-feed.ts).
 import { randomUUID } from "node:crypto";
 import pg from "pg";
-import type { ReserveInput } from "./budget-ledger.js";
+import { PostgresChangeFeed, changeChannel } from "./postgres-change-feed.js";
 import { ProxyError } from "./proxy-error.js";
-import type { AttemptRecord, CallRecord, Outcome, ProxyStore, SecretInfo, StoredSecret, TokenRecord, UsageTotals } from "./proxy-store.js";
+import type {
+  AttemptRecord,
+  BudgetSnapshot,
+  CallRecord,
+  Outcome,
+  ProxyStore,
+  Reservation,
+  ReserveInput,
+  SecretInfo,
+  StoreChange,
+  StoredSecret,
+  TokenRecord,
+  UsageTotals,
+} from "./proxy-store.js";
 
-/** ProxyStore with every method answering through a promise: what a networked database can implement. */
-export type AsyncProxyStore = {
-  [K in keyof ProxyStore]: (...args: Parameters<ProxyStore[K]>) => Promise<ReturnType<ProxyStore[K]>>;
-};
+export type { BudgetSnapshot } from "./proxy-store.js";
 
 /** A hold on part of a session's budget, stored so every replica counts it. Settle it once. */
-export interface StoredReservation {
+export interface StoredReservation extends Reservation {
   readonly id: string;
-  readonly session: string;
-  /** Dollars held: the call may spend up to this much. */
-  readonly amountUsd: number;
-  settle(actualUsd: number): Promise<void>;
-}
-
-export interface BudgetSnapshot {
-  limitUsd: number;
-  spentUsd: number;
-  reservedUsd: number;
 }
 
 export interface PostgresProxyStoreOptions {
+  /** A `postgres://` URL (DATABASE_URL). */
   connectionString: string;
   /**
-   * Schema of the proxy's tables, created when missing. Default `oz0_llm_proxy`.
-   * Secrets live here: in production give the proxy a database role of its own
-   * that only it can use, so no other service can read them.
+   * Schema of the proxy's tables, created when missing (OZ0_DATABASE_SCHEMA).
+   * Default `oz0_llm_proxy`. Secrets live here: in production give the proxy
+   * a database role of its own that only it can use, so no other service can
+   * read them.
    */
   schema?: string;
+  /** Pool size. Default 10 (plus one connection that listens for other replicas' changes). */
   maxConnections?: number;
   /**
-   * How long a reservation holds budget before `releaseExpiredReservations`
-   * frees it: the hold of a replica that died mid-call. Longer than any call.
-   * Default 15 minutes.
+   * How long a reservation holds budget before the sweep frees it: the hold
+   * of a replica that died mid-call. Longer than any call. Default 15 minutes.
    */
   reservationHoldMs?: number;
+  /** How often this replica frees expired holds (`releaseExpiredReservations`). Default 1 minute; 0: never. */
+  sweepIntervalMs?: number;
+  /** A background failure: the sweep, the listening connection. Never carries a secret. */
+  onError?: (error: unknown) => void;
 }
 
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -62,9 +70,10 @@ const METERING_COLUMNS = `operation_id text NOT NULL, job text NOT NULL, agent t
   latency_ms double precision NOT NULL, ttft_ms double precision, estimated boolean NOT NULL, started_at timestamptz NOT NULL`;
 
 /** Append only: never edit one that has been applied somewhere. */
-const MIGRATIONS: readonly { version: number; sql: string }[] = [
+const MIGRATIONS: readonly { version: number; name: string; sql: string }[] = [
   {
     version: 1,
+    name: "secrets, session tokens, metering, budgets",
     sql: `
 CREATE TABLE secrets (name text PRIMARY KEY, iv bytea NOT NULL, ciphertext bytea NOT NULL, tag bytea NOT NULL,
   created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL);
@@ -82,6 +91,59 @@ CREATE TABLE budget_accounts (session text PRIMARY KEY, limit_usd numeric NOT NU
 CREATE TABLE budget_reservations (id text PRIMARY KEY, session text NOT NULL, amount_usd numeric NOT NULL, state text NOT NULL,
   actual_usd numeric, created_at timestamptz NOT NULL, expires_at timestamptz NOT NULL);
 CREATE INDEX budget_reservations_held ON budget_reservations (expires_at) WHERE state = 'held';
+`,
+  },
+  {
+    version: 2,
+    name: "budget reservations in one round trip",
+    // Each function is one transaction's worth of locking: the account row is
+    // locked from the decision to the hold. A settled reservation is deleted
+    // (a second settle finds nothing); only holds in flight and expired ones stay.
+    // search_path is fixed at creation, so the functions find this schema's tables.
+    sql: `
+CREATE INDEX budget_reservations_by_session ON budget_reservations (session);
+CREATE FUNCTION reserve_budget(p_id text, p_session text, p_limit numeric, p_worst numeric, p_minimum numeric, p_partial boolean, p_hold_ms double precision)
+RETURNS TABLE (o_amount numeric, o_limit numeric, o_spent numeric, o_reserved numeric)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+DECLARE
+  a budget_accounts%ROWTYPE;
+  available numeric;
+  amount numeric;
+BEGIN
+  SELECT * INTO a FROM budget_accounts WHERE session = p_session FOR UPDATE;
+  IF NOT FOUND THEN
+    -- A first reservation starts from what the session's calls were charged (a restart, a forgotten account).
+    INSERT INTO budget_accounts (session, limit_usd, spent_usd, reserved_usd)
+      SELECT p_session, p_limit, COALESCE(SUM(c.cost_usd), 0)::numeric, 0 FROM calls c WHERE c.session = p_session
+      ON CONFLICT (session) DO NOTHING;
+    SELECT * INTO a FROM budget_accounts WHERE session = p_session FOR UPDATE;
+  END IF;
+  available := a.limit_usd - a.spent_usd - a.reserved_usd;
+  IF available <= 0 OR available < p_minimum OR (NOT p_partial AND p_worst > available) THEN
+    RETURN QUERY SELECT NULL::numeric, a.limit_usd, a.spent_usd, a.reserved_usd;
+    RETURN;
+  END IF;
+  amount := LEAST(p_worst, available);
+  UPDATE budget_accounts SET reserved_usd = reserved_usd + amount WHERE session = p_session;
+  INSERT INTO budget_reservations (id, session, amount_usd, state, created_at, expires_at)
+    VALUES (p_id, p_session, amount, 'held', now(), now() + p_hold_ms * interval '1 millisecond');
+  RETURN QUERY SELECT amount, a.limit_usd, a.spent_usd, a.reserved_usd + amount;
+END
+$fn$;
+CREATE FUNCTION settle_budget(p_id text, p_actual numeric) RETURNS void
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+DECLARE
+  r budget_reservations%ROWTYPE;
+BEGIN
+  DELETE FROM budget_reservations WHERE id = p_id RETURNING * INTO r;
+  IF NOT FOUND OR r.state = 'settled' THEN RETURN; END IF;
+  -- An expired hold was already given back by the sweep: only the spend is left to count.
+  UPDATE budget_accounts
+    SET reserved_usd = reserved_usd - CASE WHEN r.state = 'held' THEN r.amount_usd ELSE 0 END, spent_usd = spent_usd + p_actual
+    WHERE session = r.session;
+END
+$fn$;
+DELETE FROM budget_reservations WHERE state = 'settled';
 `,
   },
 ];
@@ -193,45 +255,107 @@ function usd(value: number): string {
   return String(value);
 }
 
-export class PostgresProxyStore implements AsyncProxyStore {
+
+/** Rows per metering statement: 21 parameters each, far below PostgreSQL's 65 535. */
+const BATCH_ROWS = 1_000;
+
+interface MeteringBatch {
+  attempts: unknown[][];
+  calls: unknown[][];
+  done: Promise<void>;
+  resolve: () => void;
+  reject: (error: unknown) => void;
+}
+
+function valuesClause(rows: unknown[][], params: unknown[]): string {
+  return rows
+    .map((row) => {
+      const start = params.length;
+      params.push(...row);
+      return `(${row.map((_, i) => `$${start + i + 1}`).join(", ")})`;
+    })
+    .join(", ");
+}
+
+export class PostgresProxyStore implements ProxyStore {
+  /** Several replicas share it: budgets are rows, caches follow `watch`. */
+  readonly shared = true;
+  /** The schema holding the tables. */
+  readonly schema: string;
   readonly #pool: pg.Pool;
   readonly #holdMs: number;
+  readonly #feed: PostgresChangeFeed;
+  readonly #channel: string;
+  #sweepTimer: NodeJS.Timeout | undefined;
+  #batch: MeteringBatch | undefined;
+  readonly #flushing = new Set<Promise<void>>();
 
-  private constructor(pool: pg.Pool, holdMs: number) {
-    this.#pool = pool;
-    this.#holdMs = holdMs;
+  private constructor(options: { pool: pg.Pool; schema: string; holdMs: number; feed: PostgresChangeFeed; channel: string }) {
+    this.#pool = options.pool;
+    this.schema = options.schema;
+    this.#holdMs = options.holdMs;
+    this.#feed = options.feed;
+    this.#channel = options.channel;
   }
 
-  /** Connects and migrates under an advisory lock, so replicas starting together apply each version once. */
+  /** Connects, migrates under an advisory lock (so replicas starting together apply each version once) and starts listening. */
   static async open(options: PostgresProxyStoreOptions): Promise<PostgresProxyStore> {
     const schema = options.schema ?? "oz0_llm_proxy";
-    if (!SCHEMA_NAME.test(schema)) throw new ProxyError("invalid_argument", `schema name ${JSON.stringify(schema)} must be lower-case letters, digits and underscores`);
-    const pool = new pg.Pool({ connectionString: options.connectionString, max: options.maxConnections ?? 10, options: `-c search_path=${schema}` });
+    if (!SCHEMA_NAME.test(schema)) {
+      throw new ProxyError("invalid_argument", `schema name ${JSON.stringify(schema)} must be lower-case letters, digits and underscores, starting with a letter, at most 63 characters`);
+    }
+    const pool = new pg.Pool({
+      connectionString: options.connectionString,
+      max: options.maxConnections ?? 10,
+      // search_path per connection, so the SQL names tables without a schema.
+      options: `-c search_path=${schema}`,
+      // A database that does not answer fails calls instead of hanging them.
+      connectionTimeoutMillis: 10_000,
+    });
+    // An idle client losing its connection (a server restart) must not crash the process; the next query reconnects.
     pool.on("error", () => undefined);
-    const store = new PostgresProxyStore(pool, options.reservationHoldMs ?? 15 * 60_000);
+    const onError = options.onError ?? (() => undefined);
+    const channel = changeChannel(schema);
+    const feed = new PostgresChangeFeed({ connectionString: options.connectionString, channel, onError });
+    const store = new PostgresProxyStore({ pool, schema, holdMs: options.reservationHoldMs ?? 15 * 60_000, feed, channel });
     try {
-      await store.#transaction(async (client) => {
-        await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`oz0.migrations:${schema}:llm-proxy`]);
-        // Only when missing: CREATE SCHEMA IF NOT EXISTS still needs CREATE on the database, which a locked-down role lacks.
-        const exists = await client.query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [schema]);
-        if (exists.rowCount === 0) await client.query(`CREATE SCHEMA ${schema}`);
-        await client.query(`SET LOCAL search_path TO ${schema}`);
-        await client.query(
-          "CREATE TABLE IF NOT EXISTS oz0_migrations (component text NOT NULL, version integer NOT NULL, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (component, version))",
-        );
-        const applied = await client.query<{ version: number }>("SELECT version FROM oz0_migrations WHERE component = 'llm-proxy'");
-        const done = new Set(applied.rows.map((r) => r.version));
-        for (const migration of MIGRATIONS) {
-          if (done.has(migration.version)) continue;
-          await client.query(migration.sql);
-          await client.query("INSERT INTO oz0_migrations (component, version, name) VALUES ('llm-proxy', $1, $2)", [migration.version, `llm-proxy ${migration.version}`]);
-        }
-      });
+      await store.#migrate();
+      await feed.start();
     } catch (error) {
+      await feed.close();
       await pool.end();
       throw error;
     }
+    const sweepMs = options.sweepIntervalMs ?? 60_000;
+    if (sweepMs > 0) {
+      store.#sweepTimer = setInterval(() => {
+        store.releaseExpiredReservations().catch(onError);
+      }, sweepMs);
+      store.#sweepTimer.unref();
+    }
     return store;
+  }
+
+  async #migrate(): Promise<void> {
+    const schema = this.schema;
+    await this.#transaction(async (client) => {
+      await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`oz0.migrations:${schema}:llm-proxy`]);
+      // Only when missing: CREATE SCHEMA IF NOT EXISTS still needs CREATE on the database, which a locked-down role lacks.
+      const exists = await client.query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [schema]);
+      if (exists.rowCount === 0) await client.query(`CREATE SCHEMA ${schema}`);
+      // The pool's search_path names this schema, but it may not have existed when the connection opened.
+      await client.query(`SET LOCAL search_path TO ${schema}`);
+      await client.query(
+        "CREATE TABLE IF NOT EXISTS oz0_migrations (component text NOT NULL, version integer NOT NULL, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (component, version))",
+      );
+      const applied = await client.query<{ version: number }>("SELECT version FROM oz0_migrations WHERE component = 'llm-proxy'");
+      const done = new Set(applied.rows.map((r) => r.version));
+      for (const migration of MIGRATIONS) {
+        if (done.has(migration.version)) continue;
+        await client.query(migration.sql);
+        await client.query("INSERT INTO oz0_migrations (component, version, name) VALUES ('llm-proxy', $1, $2)", [migration.version, migration.name]);
+      }
+    });
   }
 
   async #transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
@@ -249,13 +373,19 @@ export class PostgresProxyStore implements AsyncProxyStore {
     }
   }
 
+  watch(listener: (change: StoreChange) => void): () => void {
+    return this.#feed.watch(listener);
+  }
+
   async putSecret(secret: Omit<StoredSecret, "createdAt" | "updatedAt">, now: Date): Promise<{ replaced: boolean }> {
     // xmax is 0 on a freshly inserted row and set on one the upsert updated.
     const { rows } = await this.#pool.query<{ replaced: boolean }>(
-      `INSERT INTO secrets (name, iv, ciphertext, tag, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5)
-       ON CONFLICT (name) DO UPDATE SET iv = excluded.iv, ciphertext = excluded.ciphertext, tag = excluded.tag, updated_at = excluded.updated_at
-       RETURNING (xmax <> 0) AS replaced`,
-      [secret.name, secret.iv, secret.ciphertext, secret.tag, now],
+      `WITH saved AS (
+         INSERT INTO secrets (name, iv, ciphertext, tag, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5)
+         ON CONFLICT (name) DO UPDATE SET iv = excluded.iv, ciphertext = excluded.ciphertext, tag = excluded.tag, updated_at = excluded.updated_at
+         RETURNING (xmax <> 0) AS replaced)
+       SELECT replaced, pg_notify($6, $7)::text AS notified FROM saved`,
+      [secret.name, secret.iv, secret.ciphertext, secret.tag, now, this.#channel, notice({ kind: "secret", name: secret.name })],
     );
     return { replaced: rows[0]!.replaced };
   }
@@ -271,7 +401,10 @@ export class PostgresProxyStore implements AsyncProxyStore {
   }
 
   async deleteSecret(name: string): Promise<boolean> {
-    const result = await this.#pool.query("DELETE FROM secrets WHERE name = $1", [name]);
+    const result = await this.#pool.query(
+      "WITH gone AS (DELETE FROM secrets WHERE name = $1 RETURNING name) SELECT pg_notify($2, $3)::text AS notified FROM gone",
+      [name, this.#channel, notice({ kind: "secret", name })],
+    );
     return (result.rowCount ?? 0) > 0;
   }
 
@@ -293,39 +426,89 @@ export class PostgresProxyStore implements AsyncProxyStore {
   }
 
   async revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<TokenRecord[]> {
-    // One statement: two replicas revoking at once each report only the tokens they ended.
+    // One statement: two replicas revoking at once each report only the tokens they ended,
+    // and every replica hears of each token when it commits.
     const { rows } = await this.#pool.query<TokenRow>(
-      "UPDATE session_tokens SET revoked_at = $3 WHERE revoked_at IS NULL AND (hash = $1 OR session = $2) RETURNING *",
-      [by.hash ?? null, by.session ?? null, now],
+      `WITH revoked AS (
+         UPDATE session_tokens SET revoked_at = $3 WHERE revoked_at IS NULL AND (hash = $1 OR session = $2) RETURNING *)
+       SELECT revoked.*, pg_notify($4, json_build_object('kind', 'token_revoked', 'hash', revoked.hash)::text)::text AS notified FROM revoked`,
+      [by.hash ?? null, by.session ?? null, now, this.#channel],
     );
     return rows.map(tokenFromRow);
   }
 
-  async recordAttempt(attempt: AttemptRecord): Promise<void> {
-    await this.#pool.query(
-      `INSERT INTO attempts (${COLUMN_LIST}, attempt) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,
-      [...meteringValues(attempt), attempt.attempt],
-    );
+  recordAttempt(attempt: AttemptRecord): Promise<void> {
+    const batch = this.#currentBatch();
+    batch.attempts.push([...meteringValues(attempt), attempt.attempt]);
+    return batch.done;
   }
 
-  async recordCall(call: CallRecord): Promise<void> {
-    await this.#pool.query(
-      `INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,
-      [...meteringValues(call), call.attempts],
-    );
+  recordCall(call: CallRecord): Promise<void> {
+    const batch = this.#currentBatch();
+    batch.calls.push([...meteringValues(call), call.attempts]);
+    return batch.done;
+  }
+
+  #currentBatch(): MeteringBatch {
+    if (this.#batch) return this.#batch;
+    let resolve!: () => void;
+    let reject!: (error: unknown) => void;
+    const done = new Promise<void>((res, rej) => {
+      resolve = res;
+      reject = rej;
+    });
+    const batch: MeteringBatch = { attempts: [], calls: [], done, resolve, reject };
+    this.#batch = batch;
+    setImmediate(() => this.#flush(batch));
+    return batch;
+  }
+
+  #flush(batch: MeteringBatch): void {
+    if (this.#batch !== batch) return;
+    this.#batch = undefined;
+    const writing = this.#write(batch).then(batch.resolve, batch.reject);
+    this.#flushing.add(writing);
+    void writing.finally(() => this.#flushing.delete(writing));
+  }
+
+  async #write(batch: MeteringBatch): Promise<void> {
+    // Attempts and calls in one statement (one round trip, one commit) while they fit.
+    const attempts = [...batch.attempts];
+    const calls = [...batch.calls];
+    while (attempts.length > 0 || calls.length > 0) {
+      const someAttempts = attempts.splice(0, BATCH_ROWS);
+      const someCalls = calls.splice(0, BATCH_ROWS - someAttempts.length);
+      const params: unknown[] = [];
+      // ON CONFLICT: a batch retried by hand (or a duplicate id) never fails the rows beside it.
+      const insertAttempts = someAttempts.length
+        ? `INSERT INTO attempts (${COLUMN_LIST}, attempt) VALUES ${valuesClause(someAttempts, params)} ON CONFLICT DO NOTHING`
+        : "";
+      const insertCalls = someCalls.length ? `INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES ${valuesClause(someCalls, params)} ON CONFLICT DO NOTHING` : "";
+      const sql = insertAttempts && insertCalls ? `WITH a AS (${insertAttempts}) ${insertCalls}` : insertAttempts || insertCalls;
+      await this.#pool.query(sql, params);
+    }
+  }
+
+  /** Writes what is queued and waits for writes in flight: a replica reads its own records. */
+  async #drain(): Promise<void> {
+    if (this.#batch) this.#flush(this.#batch);
+    if (this.#flushing.size > 0) await Promise.allSettled([...this.#flushing]);
   }
 
   async listAttempts(job: string): Promise<AttemptRecord[]> {
+    await this.#drain();
     const { rows } = await this.#pool.query<MeteringRow & { attempt: number }>("SELECT * FROM attempts WHERE job = $1 ORDER BY started_at, operation_id, attempt", [job]);
     return rows.map((r) => ({ ...meteringFromRow(r), attempt: r.attempt }));
   }
 
   async listCalls(job: string): Promise<CallRecord[]> {
+    await this.#drain();
     const { rows } = await this.#pool.query<MeteringRow & { attempts: number }>("SELECT * FROM calls WHERE job = $1 ORDER BY started_at, operation_id", [job]);
     return rows.map((r) => ({ ...meteringFromRow(r), attempts: r.attempts }));
   }
 
   async usageByAgent(job: string): Promise<Map<string, UsageTotals>> {
+    await this.#drain();
     const { rows } = await this.#pool.query<Record<"agent" | "calls" | "failed_calls" | "attempts" | "input" | "output" | "cache_read" | "cache_write" | "reasoning", string> & {
       cost: number;
       estimated: boolean;
@@ -352,6 +535,7 @@ export class PostgresProxyStore implements AsyncProxyStore {
   }
 
   async chargedToSession(session: string): Promise<number> {
+    await this.#drain();
     const { rows } = await this.#pool.query<{ cost: number }>("SELECT COALESCE(SUM(cost_usd), 0)::double precision AS cost FROM calls WHERE session = $1", [session]);
     return rows[0]!.cost;
   }
@@ -362,65 +546,39 @@ export class PostgresProxyStore implements AsyncProxyStore {
    * so proxies on any number of replicas never hold more than the limit. An
    * account first seen starts from what the session's calls were charged.
    */
-  async reserve(input: Omit<ReserveInput, "spentBefore">): Promise<StoredReservation> {
-    const held = await this.#transaction(async (client) => {
-      await client.query(
-        `INSERT INTO budget_accounts (session, limit_usd, spent_usd, reserved_usd)
-         SELECT $1, $2::numeric, COALESCE(SUM(cost_usd), 0)::numeric, 0 FROM calls WHERE session = $1
-         ON CONFLICT (session) DO NOTHING`,
-        [input.session, usd(input.limitUsd)],
-      );
-      const { rows } = await client.query<{ limit_usd: string; spent_usd: string; reserved_usd: string; available: string }>(
-        "SELECT limit_usd, spent_usd, reserved_usd, limit_usd - spent_usd - reserved_usd AS available FROM budget_accounts WHERE session = $1 FOR UPDATE",
-        [input.session],
-      );
-      const account = rows[0]!;
-      const available = Number(account.available);
-      const budget = `$${Number(account.limit_usd).toFixed(4)}`;
+  async reserveBudget(input: ReserveInput): Promise<StoredReservation> {
+    const id = randomUUID();
+    const { rows } = await this.#pool.query<{ o_amount: string | null; o_limit: string; o_spent: string; o_reserved: string }>(
+      "SELECT o_amount, o_limit, o_spent, o_reserved FROM reserve_budget($1, $2, $3::numeric, $4::numeric, $5::numeric, $6, $7)",
+      [id, input.session, usd(input.limitUsd), usd(input.worstCaseUsd), usd(input.minimumUsd), input.partial, this.#holdMs],
+    );
+    const row = rows[0]!;
+    if (row.o_amount === null) {
+      const available = Number(row.o_limit) - Number(row.o_spent) - Number(row.o_reserved);
+      const budget = `$${Number(row.o_limit).toFixed(4)}`;
       if (available <= 0 || available < input.minimumUsd) {
         throw new ProxyError(
           "budget_exhausted",
-          `the session's budget of ${budget} is exhausted ($${Number(account.spent_usd).toFixed(4)} spent, $${Number(account.reserved_usd).toFixed(4)} held by calls in flight on any proxy); the session must end or be given a new token with a budget`,
+          `the session's budget of ${budget} is exhausted ($${Number(row.o_spent).toFixed(4)} spent, $${Number(row.o_reserved).toFixed(4)} held by calls in flight on any proxy); the session must end or be given a new token with a budget`,
         );
       }
-      if (!input.partial && input.worstCaseUsd > available) {
-        throw new ProxyError(
-          "budget_exhausted",
-          `this call could cost up to $${input.worstCaseUsd.toFixed(4)} but only $${available.toFixed(4)} of the session's ${budget} budget is left; lower max_tokens, stream the call (streams are cut off at the budget), or end the session`,
-        );
-      }
-      // The exact decimal that is left, when the call may hold less than its worst case.
-      const amount = input.worstCaseUsd <= available ? usd(input.worstCaseUsd) : account.available;
-      const id = randomUUID();
-      await client.query("UPDATE budget_accounts SET reserved_usd = reserved_usd + $2::numeric WHERE session = $1", [input.session, amount]);
-      await client.query(
-        `INSERT INTO budget_reservations (id, session, amount_usd, state, created_at, expires_at)
-         VALUES ($1, $2, $3::numeric, 'held', now(), now() + $4 * interval '1 millisecond')`,
-        [id, input.session, amount, this.#holdMs],
+      throw new ProxyError(
+        "budget_exhausted",
+        `this call could cost up to $${input.worstCaseUsd.toFixed(4)} but only $${available.toFixed(4)} of the session's ${budget} budget is left; lower max_tokens, stream the call (streams are cut off at the budget), or end the session`,
       );
-      return { id, amount: Number(amount) };
-    });
-    return { id: held.id, session: input.session, amountUsd: held.amount, settle: (actualUsd) => this.settle(held.id, actualUsd) };
+    }
+    let settled: Promise<void> | undefined;
+    return {
+      id,
+      session: input.session,
+      amountUsd: Number(row.o_amount),
+      settle: (actualUsd) => (settled ??= this.settle(id, actualUsd)),
+    };
   }
 
   /** Ends a hold, charging what the call cost. A second settle of the same reservation does nothing. */
   async settle(reservationId: string, actualUsd: number): Promise<void> {
-    await this.#transaction(async (client) => {
-      const { rows } = await client.query<{ session: string; amount_usd: string; state: string }>(
-        "SELECT session, amount_usd, state FROM budget_reservations WHERE id = $1 FOR UPDATE",
-        [reservationId],
-      );
-      const reservation = rows[0];
-      if (!reservation || reservation.state === "settled") return;
-      await client.query("UPDATE budget_reservations SET state = 'settled', actual_usd = $2::numeric WHERE id = $1", [reservationId, usd(actualUsd)]);
-      // An expired hold was already given back by the sweep: only the spend is left to count.
-      const release = reservation.state === "held" ? reservation.amount_usd : "0";
-      await client.query("UPDATE budget_accounts SET reserved_usd = reserved_usd - $2::numeric, spent_usd = spent_usd + $3::numeric WHERE session = $1", [
-        reservation.session,
-        release,
-        usd(actualUsd),
-      ]);
-    });
+    await this.#pool.query("SELECT settle_budget($1, $2::numeric)", [reservationId, usd(actualUsd)]);
   }
 
   /** Frees the holds of calls that never settled (their proxy died); returns how many. Any replica may run it. */
@@ -437,11 +595,11 @@ export class PostgresProxyStore implements AsyncProxyStore {
   }
 
   /**
-   * Drops a session's account once its tokens are revoked (BudgetLedger.forget's
-   * counterpart), so the table does not grow without end. Only an account with
-   * no call in flight is dropped: a hold settled after its account was dropped
-   * would be charged to nothing, or twice to a new account started from the
-   * calls table. Returns whether it was dropped; try again after the calls end.
+   * Drops a session's account once its tokens are revoked, so the table does
+   * not grow without end. Only an account with no call in flight is dropped:
+   * a hold settled after its account was dropped would be charged to nothing,
+   * or twice to a new account started from the calls table. Returns whether
+   * it was dropped; try again after the calls end.
    */
   async forgetBudget(session: string): Promise<boolean> {
     const result = await this.#pool.query(
@@ -462,7 +620,16 @@ export class PostgresProxyStore implements AsyncProxyStore {
     return row ? { limitUsd: Number(row.limit_usd), spentUsd: Number(row.spent_usd), reservedUsd: Number(row.reserved_usd) } : undefined;
   }
 
+  /** Writes the metering rows still queued, stops listening and sweeping, and closes the pool. */
   async close(): Promise<void> {
+    if (this.#sweepTimer) clearInterval(this.#sweepTimer);
+    this.#sweepTimer = undefined;
+    await this.#drain();
+    await this.#feed.close();
     await this.#pool.end();
   }
+}
+
+function notice(change: StoreChange): string {
+  return JSON.stringify(change);
 }

@@ -1,5 +1,6 @@
-// What the proxy keeps: encrypted secrets, session tokens (hashed) and
-// metering records. An interface so PostgreSQL can replace SQLite (issue 13).
+// What the proxy keeps: encrypted secrets, session tokens (hashed), metering
+// records and session budgets. SQLite (sqlite-proxy-store.ts) for one proxy,
+// PostgreSQL (postgres-proxy-store.ts) for several replicas sharing it.
 
 /** Token counts of one attempt or call, normalised across wire formats. */
 export interface TokenUsage {
@@ -95,26 +96,108 @@ export interface UsageTotals {
   estimated: boolean;
 }
 
-export interface ProxyStore {
-  putSecret(secret: Omit<StoredSecret, "createdAt" | "updatedAt">, now: Date): { replaced: boolean };
-  getSecret(name: string): StoredSecret | undefined;
-  deleteSecret(name: string): boolean;
-  listSecrets(): SecretInfo[];
+export interface BudgetSnapshot {
+  limitUsd: number;
+  spentUsd: number;
+  reservedUsd: number;
+}
 
-  putToken(token: TokenRecord): void;
-  findToken(hash: string): TokenRecord | undefined;
-  /** Revokes by token hash or by session; returns how many tokens it ended. */
-  revokeTokens(by: { hash?: string; session?: string }, now: Date): TokenRecord[];
+export interface ReserveInput {
+  session: string;
+  /** The budget, used when the account is first seen. */
+  limitUsd: number;
+  /** The most the call can cost. */
+  worstCaseUsd: number;
+  /** The least the call can cost (its input): below this it is refused. */
+  minimumUsd: number;
+  /**
+   * When true (streams, which can be cut off at the budget) a call may hold
+   * less than its worst case, down to `minimumUsd`; otherwise the whole
+   * worst case must fit.
+   */
+  partial: boolean;
+}
 
-  recordAttempt(attempt: AttemptRecord): void;
-  recordCall(call: CallRecord): void;
+/** A hold on part of a session's budget; settle it exactly once (a second settle does nothing). */
+export interface Reservation {
+  readonly session: string;
+  /** Dollars held: the call may spend up to this much. */
+  readonly amountUsd: number;
+  /** Ends the hold, charging what the call cost. */
+  settle(actualUsd: number): Promise<void>;
+}
+
+/**
+ * What another process changed, so caches of it are dropped: a stored secret
+ * (set or deleted), a revoked token, or `reset` when changes may have been
+ * missed (every cached secret and token must be read again).
+ */
+export type StoreChange = { kind: "secret"; name: string } | { kind: "token_revoked"; hash: string } | { kind: "reset" };
+
+export interface SecretStore {
+  putSecret(secret: Omit<StoredSecret, "createdAt" | "updatedAt">, now: Date): Promise<{ replaced: boolean }>;
+  getSecret(name: string): Promise<StoredSecret | undefined>;
+  deleteSecret(name: string): Promise<boolean>;
+  listSecrets(): Promise<SecretInfo[]>;
+}
+
+export interface TokenStore {
+  putToken(token: TokenRecord): Promise<void>;
+  findToken(hash: string): Promise<TokenRecord | undefined>;
+  /** Revokes by token hash or by session; returns the tokens this call ended (each token is ended by one caller only). */
+  revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<TokenRecord[]>;
+}
+
+export interface MeteringStore {
+  /**
+   * Both resolve once every reader of the store (every replica) sees the
+   * record, and reject when it could not be stored. Writes may be batched.
+   * (SQLite resolves at once: its only readers are in this process, and each
+   * read writes what is queued first.)
+   */
+  recordAttempt(attempt: AttemptRecord): Promise<void>;
+  recordCall(call: CallRecord): Promise<void>;
   /** Every attempt of a job, oldest first (for audits and tests). */
-  listAttempts(job: string): AttemptRecord[];
-  listCalls(job: string): CallRecord[];
+  listAttempts(job: string): Promise<AttemptRecord[]>;
+  listCalls(job: string): Promise<CallRecord[]>;
   /** Usage of a job per agent. */
-  usageByAgent(job: string): Map<string, UsageTotals>;
-  /** What a session's calls were charged so far (the budget ledger's starting point). */
-  chargedToSession(session: string): number;
+  usageByAgent(job: string): Promise<Map<string, UsageTotals>>;
+  /** What a session's calls were charged so far. */
+  chargedToSession(session: string): Promise<number>;
+}
 
-  close(): void;
+/**
+ * Session budgets. A reservation holds a call's worst case before it is sent
+ * and is settled with what it cost; however many calls (and, for a shared
+ * store, however many replicas) reserve at once, holds and spend together
+ * never pass the limit. An account first seen starts from `chargedToSession`.
+ */
+export interface BudgetStore {
+  /** Holds budget for one call, or throws ProxyError `budget_exhausted`. */
+  reserveBudget(input: ReserveInput): Promise<Reservation>;
+  /**
+   * Drops a session's account once its tokens are revoked, so accounts do not
+   * pile up; a new token for the session starts again from what it was
+   * charged. Returns whether it was dropped (a shared store keeps an account
+   * while a call holds part of it).
+   */
+  forgetBudget(session: string): Promise<boolean>;
+  /** Spent and held dollars of a session's account, when it has one. */
+  budgetSnapshot(session: string): Promise<BudgetSnapshot | undefined>;
+}
+
+/**
+ * What the proxy keeps. Every method answers through a promise, so a store on
+ * a network database (PostgreSQL, for several proxy replicas) fits as well as
+ * SQLite in the process.
+ */
+export interface ProxyStore extends SecretStore, TokenStore, MeteringStore, BudgetStore {
+  /**
+   * True when several proxy processes may use this store at once (their
+   * caches then follow `watch`, and they must share one key-encryption key).
+   */
+  readonly shared: boolean;
+  /** Calls `listener` for changes other processes made (a store only this process uses never calls it). Returns the unsubscribe. */
+  watch(listener: (change: StoreChange) => void): () => void;
+  close(): Promise<void>;
 }

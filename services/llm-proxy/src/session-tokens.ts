@@ -26,15 +26,27 @@ export function hashToken(token: string): string {
 export class SessionTokens {
   readonly #store: ProxyStore;
   readonly #now: () => Date;
-  /** Hot-path cache of live tokens by hash. */
+  /** Hot-path cache of live tokens by hash; a token revoked anywhere leaves it (ProxyStore.watch). */
   readonly #live = new Map<string, TokenRecord>();
+  /** Bumped by every revocation, so a lookup that raced one does not cache what it read. */
+  #generation = 0;
 
   constructor(options: SessionTokensOptions) {
     this.#store = options.store;
     this.#now = options.now ?? (() => new Date());
+    options.store.watch((change) => {
+      if (change.kind === "token_revoked") this.#forget(change.hash);
+      else if (change.kind === "reset") this.#forget();
+    });
   }
 
-  mint(input: MintTokenInput): { token: string; record: TokenRecord } {
+  #forget(hash?: string): void {
+    this.#generation += 1;
+    if (hash === undefined) this.#live.clear();
+    else this.#live.delete(hash);
+  }
+
+  async mint(input: MintTokenInput): Promise<{ token: string; record: TokenRecord }> {
     for (const field of ["job", "agent", "session"] as const) {
       if (!input[field]) throw new ProxyError("invalid_argument", `MintSessionToken needs a ${field}`);
       if (!/^[\x21-\x7e]{1,256}$/.test(input[field])) {
@@ -45,27 +57,30 @@ export class SessionTokens {
     if (!Number.isFinite(budgetUsd) || budgetUsd < 0) throw new ProxyError("invalid_argument", "budget_usd must be 0 (no budget) or a positive number of dollars");
     const token = PREFIX + randomBytes(32).toString("base64url");
     const record: TokenRecord = { hash: hashToken(token), job: input.job, agent: input.agent, session: input.session, budgetUsd, createdAt: this.#now() };
-    this.#store.putToken(record);
+    await this.#store.putToken(record);
     this.#live.set(record.hash, record);
     return { token, record };
   }
 
   /** Ends the token, or every token of a session. Returns the records it ended. */
-  revoke(by: { token?: string; session?: string }): TokenRecord[] {
+  async revoke(by: { token?: string; session?: string }): Promise<TokenRecord[]> {
     if (!by.token && !by.session) throw new ProxyError("invalid_argument", "RevokeSessionToken needs a token or a session");
-    const revoked = this.#store.revokeTokens({ ...(by.token ? { hash: hashToken(by.token) } : {}), ...(by.session ? { session: by.session } : {}) }, this.#now());
-    for (const record of revoked) this.#live.delete(record.hash);
+    const revoked = await this.#store.revokeTokens({ ...(by.token ? { hash: hashToken(by.token) } : {}), ...(by.session ? { session: by.session } : {}) }, this.#now());
+    for (const record of revoked) this.#forget(record.hash);
+    // Revoked already (at another replica, whose notice may still be on its way): not live here either.
+    if (by.token) this.#forget(hashToken(by.token));
     return revoked;
   }
 
   /** The live token's record, or undefined when unknown or revoked. */
-  lookup(token: string): TokenRecord | undefined {
+  async lookup(token: string): Promise<TokenRecord | undefined> {
     const hash = hashToken(token);
     const cached = this.#live.get(hash);
     if (cached) return cached;
-    const stored = this.#store.findToken(hash);
+    const generation = this.#generation;
+    const stored = await this.#store.findToken(hash);
     if (!stored || stored.revokedAt) return undefined;
-    this.#live.set(hash, stored);
+    if (generation === this.#generation) this.#live.set(hash, stored);
     return stored;
   }
 }

@@ -1,12 +1,18 @@
-// The ProxyStore on SQLite (better-sqlite3), one file under OZ0_LLM_PROXY_DATA.
+// The ProxyStore on SQLite (better-sqlite3), one file under OZ0_LLM_PROXY_DATA,
+// for one proxy process: budgets are held in its memory (budget-ledger.ts).
+// better-sqlite3 answers synchronously; the methods wrap it in promises.
 import { mkdirSync } from "node:fs";
 import path from "node:path";
 import Database from "better-sqlite3";
+import { BudgetLedger } from "./budget-ledger.js";
 import type {
   AttemptRecord,
+  BudgetSnapshot,
   CallRecord,
   Outcome,
   ProxyStore,
+  Reservation,
+  ReserveInput,
   SecretInfo,
   StoredSecret,
   TokenRecord,
@@ -116,15 +122,24 @@ const VALUE_LIST = COLUMN_LIST.split(", ")
 export interface SqliteProxyStoreOptions {
   /** A directory (the file is `llm-proxy.sqlite` in it), or `:memory:`. */
   dataDir: string;
+  /** Metering rows that could not be written (their batch is lost). Default: thrown, as an uncaught error. */
+  onWriteError?: (error: unknown) => void;
 }
 
+const STORED = Promise.resolve();
+
 export class SqliteProxyStore implements ProxyStore {
+  /** One process: budgets are held in its memory, and no other process changes the file. */
+  readonly shared = false;
   readonly #db: Database.Database;
   readonly #statements;
+  readonly #ledger: BudgetLedger;
   // Metering rows are written in one transaction per turn of the event loop:
-  // a row at a time costs more than the rest of a call. Every read flushes first.
-  readonly #pending: (() => void)[] = [];
-  #flushScheduled = false;
+  // a row at a time costs more than the rest of a call. Every read flushes
+  // first, so a queued row is already visible to every reader (all in this
+  // process): recordAttempt and recordCall resolve at once.
+  #pending: (() => void)[] = [];
+  readonly #onWriteError: (error: unknown) => void;
 
   constructor(options: SqliteProxyStoreOptions) {
     let file = ":memory:";
@@ -132,6 +147,11 @@ export class SqliteProxyStore implements ProxyStore {
       mkdirSync(options.dataDir, { recursive: true, mode: 0o700 });
       file = path.join(options.dataDir, "llm-proxy.sqlite");
     }
+    this.#onWriteError =
+      options.onWriteError ??
+      ((error) => {
+        throw error;
+      });
     this.#db = new Database(file);
     this.#db.pragma("journal_mode = WAL");
     // Metering rows lost in a power cut are acceptable; a slow fsync per call is not.
@@ -162,15 +182,17 @@ export class SqliteProxyStore implements ProxyStore {
         FROM calls WHERE job = ? GROUP BY agent ORDER BY agent`),
       chargedToSession: db.prepare("SELECT COALESCE(SUM(cost_usd), 0) AS cost FROM calls WHERE session = ?"),
     };
+    // Synchronous starting point: a first reservation decides in the same turn as it asks.
+    this.#ledger = new BudgetLedger({ spentBefore: (session) => this.#charged(session) });
   }
 
-  putSecret(secret: Omit<StoredSecret, "createdAt" | "updatedAt">, now: Date): { replaced: boolean } {
+  async putSecret(secret: Omit<StoredSecret, "createdAt" | "updatedAt">, now: Date): Promise<{ replaced: boolean }> {
     const replaced = this.#statements.getSecret.get(secret.name) !== undefined;
     this.#statements.insertSecret.run({ name: secret.name, iv: secret.iv, ciphertext: secret.ciphertext, tag: secret.tag, now: now.getTime() });
     return { replaced };
   }
 
-  getSecret(name: string): StoredSecret | undefined {
+  async getSecret(name: string): Promise<StoredSecret | undefined> {
     const row = this.#statements.getSecret.get(name) as
       | { name: string; iv: Buffer; ciphertext: Buffer; tag: Buffer; created_at: number; updated_at: number }
       | undefined;
@@ -178,16 +200,16 @@ export class SqliteProxyStore implements ProxyStore {
     return { name: row.name, iv: row.iv, ciphertext: row.ciphertext, tag: row.tag, createdAt: new Date(row.created_at), updatedAt: new Date(row.updated_at) };
   }
 
-  deleteSecret(name: string): boolean {
+  async deleteSecret(name: string): Promise<boolean> {
     return this.#statements.deleteSecret.run(name).changes > 0;
   }
 
-  listSecrets(): SecretInfo[] {
+  async listSecrets(): Promise<SecretInfo[]> {
     const rows = this.#statements.listSecrets.all() as { name: string; created_at: number; updated_at: number }[];
     return rows.map((r) => ({ name: r.name, createdAt: new Date(r.created_at), updatedAt: new Date(r.updated_at) }));
   }
 
-  putToken(token: TokenRecord): void {
+  async putToken(token: TokenRecord): Promise<void> {
     this.#statements.putToken.run({
       hash: token.hash,
       job: token.job,
@@ -198,12 +220,12 @@ export class SqliteProxyStore implements ProxyStore {
     });
   }
 
-  findToken(hash: string): TokenRecord | undefined {
+  async findToken(hash: string): Promise<TokenRecord | undefined> {
     const row = this.#statements.findToken.get(hash) as TokenRow | undefined;
     return row ? tokenFromRow(row) : undefined;
   }
 
-  revokeTokens(by: { hash?: string; session?: string }, now: Date): TokenRecord[] {
+  async revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<TokenRecord[]> {
     return this.#db.transaction(() => {
       const rows = [
         ...(by.hash ? (this.#statements.tokensByHash.all(by.hash) as TokenRow[]) : []),
@@ -215,47 +237,53 @@ export class SqliteProxyStore implements ProxyStore {
     })();
   }
 
-  recordAttempt(attempt: AttemptRecord): void {
+  recordAttempt(attempt: AttemptRecord): Promise<void> {
     const params = { ...meteringParams(attempt), attempt: attempt.attempt };
-    this.#enqueue(() => this.#statements.insertAttempt.run(params));
+    return this.#enqueue(() => this.#statements.insertAttempt.run(params));
   }
 
-  recordCall(call: CallRecord): void {
+  recordCall(call: CallRecord): Promise<void> {
     const params = { ...meteringParams(call), attempts: call.attempts };
-    this.#enqueue(() => this.#statements.insertCall.run(params));
+    return this.#enqueue(() => this.#statements.insertCall.run(params));
   }
 
-  #enqueue(write: () => void): void {
+  #enqueue(write: () => void): Promise<void> {
+    if (this.#pending.length === 0) setImmediate(() => this.#flushQueued());
     this.#pending.push(write);
-    if (!this.#flushScheduled) {
-      this.#flushScheduled = true;
-      setImmediate(() => this.flush());
+    return STORED;
+  }
+
+  #flushQueued(): void {
+    try {
+      this.flush();
+    } catch (error) {
+      this.#onWriteError(error);
     }
   }
 
   /** Writes queued metering rows now. */
   flush(): void {
-    this.#flushScheduled = false;
     if (this.#pending.length === 0) return;
-    const writes = this.#pending.splice(0);
+    const writes = this.#pending;
+    this.#pending = [];
     this.#db.transaction(() => {
       for (const write of writes) write();
     })();
   }
 
-  listAttempts(job: string): AttemptRecord[] {
+  async listAttempts(job: string): Promise<AttemptRecord[]> {
     this.flush();
     const rows = this.#statements.listAttempts.all(job) as (MeteringRow & { attempt: number })[];
     return rows.map((r) => ({ ...meteringFromRow(r), attempt: r.attempt }));
   }
 
-  listCalls(job: string): CallRecord[] {
+  async listCalls(job: string): Promise<CallRecord[]> {
     this.flush();
     const rows = this.#statements.listCalls.all(job) as (MeteringRow & { attempts: number })[];
     return rows.map((r) => ({ ...meteringFromRow(r), attempts: r.attempts }));
   }
 
-  usageByAgent(job: string): Map<string, UsageTotals> {
+  async usageByAgent(job: string): Promise<Map<string, UsageTotals>> {
     this.flush();
     const rows = this.#statements.usageByAgent.all(job) as {
       agent: string;
@@ -285,12 +313,32 @@ export class SqliteProxyStore implements ProxyStore {
     );
   }
 
-  chargedToSession(session: string): number {
+  async chargedToSession(session: string): Promise<number> {
+    return this.#charged(session);
+  }
+
+  #charged(session: string): number {
     this.flush();
     return (this.#statements.chargedToSession.get(session) as { cost: number }).cost;
   }
 
-  close(): void {
+  reserveBudget(input: ReserveInput): Promise<Reservation> {
+    return this.#ledger.reserve(input);
+  }
+
+  async forgetBudget(session: string): Promise<boolean> {
+    return this.#ledger.forget(session);
+  }
+
+  async budgetSnapshot(session: string): Promise<BudgetSnapshot | undefined> {
+    return this.#ledger.snapshot(session);
+  }
+
+  watch(): () => void {
+    return () => undefined;
+  }
+
+  async close(): Promise<void> {
     this.flush();
     this.#db.close();
   }

@@ -31,7 +31,7 @@ void describe("budgets", () => {
       assert.equal(error.type, "budget_exhausted");
       assert.match(error.message, /budget/);
       assert.equal(fx.model.requests.length, 1, "the refused call never reached the provider");
-      const calls = fx.proxy.store.listCalls(e.job);
+      const calls = (await fx.proxy.store.listCalls(e.job));
       assert.deepEqual(calls.map((c) => c.outcome).sort(), ["budget_refused", "ok"]);
     } finally {
       await fx.close();
@@ -56,7 +56,7 @@ void describe("budgets", () => {
         (error: unknown) => error instanceof Error && /budget/.test(error.message),
       );
       assert.ok(received.length > 0 && received.length < long.length);
-      const [call] = fx.proxy.store.listCalls(e.job);
+      const [call] = (await fx.proxy.store.listCalls(e.job));
       assert.equal(call!.outcome, "budget_cut");
       assert.ok(call!.costUsd <= 0.003 + (16 / 4) * (PRICE.output / 1e6), "spent at most one event past the budget");
       const again = await post(`${e.anthropicBaseUrl}/v1/messages`, { model: "claude-sonnet-5", max_tokens: 10, messages: [{ role: "user", content: "x" }] }, { "x-api-key": e.token, ...e.headers });

@@ -43,7 +43,7 @@ void describe("the Claude Code binary through the proxy", () => {
       assert.equal(result?.type, "result");
       assert.equal(result?.subtype, "success");
       assert.equal(result?.result, "I wrote the file.");
-      const calls = fx.proxy.store.listCalls(e.job);
+      const calls = (await fx.proxy.store.listCalls(e.job));
       assert.equal(calls.length, 2);
       assert.ok(calls.every((c) => c.agent === "claude-coder" && c.stream && c.outcome === "ok" && !c.estimated));
       assert.deepEqual(calls.map((c) => c.usage.input), [900, 950]);

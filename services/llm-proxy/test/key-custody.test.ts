@@ -64,7 +64,7 @@ void describe("key custody", () => {
       // The key did reach the provider: custody works, it is just never shown.
       assert.ok(fx.model.requests.every((r) => r.headers["x-api-key"] === PLANTED_KEY || r.headers.authorization === `Bearer ${PLANTED_KEY}`));
 
-      outputs.push(JSON.stringify(fx.proxy.store.listAttempts(e.job)), JSON.stringify(fx.proxy.store.listCalls(e.job)));
+      outputs.push(JSON.stringify((await fx.proxy.store.listAttempts(e.job))), JSON.stringify((await fx.proxy.store.listCalls(e.job))));
       outputs.push(JSON.stringify(fx.events));
       outputs.push(toJsonString(ListSecretsResponseSchema, await fx.secrets.listSecrets({})));
       outputs.push(toJsonString(GetUsageResponseSchema, await fx.control.getUsage({ job: e.job })));

@@ -37,7 +37,7 @@ void describe("real clients through the proxy", () => {
     assert.equal(upstream.headers["x-api-key"], "sk-ant-api03-PLANTEDq9Zx7Lw2Vb8Nc4Md6Kf1Hg3Js5Tr0Yu-xYz0123456789AbCdEf");
     assert.equal(upstream.headers["oz0-job"], undefined, "the proxy's own headers stay at the proxy");
     assert.equal(upstream.headers.authorization, undefined, "the session token never goes upstream");
-    const [call] = fx.proxy.store.listCalls(endpoint.job);
+    const [call] = (await fx.proxy.store.listCalls(endpoint.job));
     assert.ok(call);
     assert.deepEqual(call.usage, { input: 100, output: 20, cacheRead: 50, cacheWrite: 10, reasoning: 0 });
     assert.equal(call.attempts, 1);
@@ -51,7 +51,7 @@ void describe("real clients through the proxy", () => {
     const final = await stream.finalMessage();
     assert.equal(final.stop_reason, "tool_use");
     assert.deepEqual(final.content.find((b) => b.type === "tool_use")?.input, { path: "a.txt" });
-    const call = fx.proxy.store.listCalls(endpoint.job).at(-1)!;
+    const call = (await fx.proxy.store.listCalls(endpoint.job)).at(-1)!;
     assert.equal(call.stream, true);
     assert.deepEqual(call.usage, { input: 120, output: 30, cacheRead: 5, cacheWrite: 0, reasoning: 0 });
     assert.equal(call.estimated, false);
@@ -63,7 +63,7 @@ void describe("real clients through the proxy", () => {
     const completion = await openAiClient(endpoint).chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: "hi" }] });
     assert.equal(completion.choices[0]?.message.content, "non-streamed openai answer");
     assert.equal(fx.model.requests.at(-1)!.headers.authorization, "Bearer sk-ant-api03-PLANTEDq9Zx7Lw2Vb8Nc4Md6Kf1Hg3Js5Tr0Yu-xYz0123456789AbCdEf");
-    const call = fx.proxy.store.listCalls(endpoint.job).at(-1)!;
+    const call = (await fx.proxy.store.listCalls(endpoint.job)).at(-1)!;
     assert.deepEqual(call.usage, { input: 40, output: 8, cacheRead: 4, cacheWrite: 0, reasoning: 0 });
   });
 
@@ -78,7 +78,7 @@ void describe("real clients through the proxy", () => {
     assert.equal(text, "streamed openai answer without usage asked");
     assert.equal(sawUsage, false, "no usage field or chunk reaches a client that did not ask");
     assert.equal(fx.model.requests.at(-1)!.body.stream_options.include_usage, true, "the proxy asked upstream");
-    const call = fx.proxy.store.listCalls(endpoint.job).at(-1)!;
+    const call = (await fx.proxy.store.listCalls(endpoint.job)).at(-1)!;
     assert.deepEqual(call.usage, { input: 41, output: 9, cacheRead: 0, cacheWrite: 0, reasoning: 0 });
     assert.equal(call.estimated, false);
   });

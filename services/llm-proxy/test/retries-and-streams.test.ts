@@ -14,13 +14,13 @@ void describe("retries", () => {
       const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
       const message = await client.messages.create(ask);
       assert.equal((message.content[0] as { text: string }).text, "after the overload");
-      const attempts = fx.proxy.store.listAttempts(e.job);
+      const attempts = (await fx.proxy.store.listAttempts(e.job));
       assert.deepEqual(attempts.map((a) => [a.attempt, a.status, a.outcome]), [
         [1, 529, "http_error"],
         [2, 200, "ok"],
       ]);
       assert.equal(new Set(attempts.map((a) => a.operationId)).size, 1, "one operation id across the retries");
-      const calls = fx.proxy.store.listCalls(e.job);
+      const calls = (await fx.proxy.store.listCalls(e.job));
       assert.equal(calls.length, 1);
       assert.equal(calls[0]!.attempts, 2);
       assert.equal(calls[0]!.status, 200);
@@ -42,9 +42,9 @@ void describe("retries", () => {
       // The SDK's own retries left on: x-should-retry: false keeps the total at five.
       const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 2 });
       await assert.rejects(client.messages.create(ask), (error: unknown) => error instanceof Anthropic.APIError && error.status === 504 && /failure 5/.test(error.message));
-      const attempts = fx.proxy.store.listAttempts(e.job);
+      const attempts = (await fx.proxy.store.listAttempts(e.job));
       assert.deepEqual(attempts.map((a) => a.status), [503, 429, 500, 502, 504]);
-      const [call] = fx.proxy.store.listCalls(e.job);
+      const [call] = (await fx.proxy.store.listCalls(e.job));
       assert.equal(call!.attempts, 5);
       assert.equal(call!.status, 504);
       assert.equal(call!.costUsd, 0);
@@ -73,7 +73,7 @@ void describe("retries", () => {
       const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
       const final = await client.messages.stream(ask).finalMessage();
       assert.equal((final.content[0] as { text: string }).text, "second time lucky");
-      assert.equal(fx.proxy.store.listCalls(e.job)[0]!.attempts, 2);
+      assert.equal((await fx.proxy.store.listCalls(e.job))[0]!.attempts, 2);
     } finally {
       await fx.close();
     }
@@ -92,8 +92,8 @@ void describe("connection failures", () => {
       const r = await fetch(`${e.anthropicBaseUrl}/v1/messages`, { method: "POST", headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" }, body: JSON.stringify(ask) });
       assert.equal(r.status, 502);
       assert.match(await r.text(), /could not be reached after 5 attempt/);
-      assert.deepEqual(fx.proxy.store.listAttempts(e.job).map((a) => a.outcome), Array(5).fill("connection_error"));
-      assert.equal(fx.proxy.store.listCalls(e.job)[0]!.attempts, 5);
+      assert.deepEqual((await fx.proxy.store.listAttempts(e.job)).map((a) => a.outcome), Array(5).fill("connection_error"));
+      assert.equal((await fx.proxy.store.listCalls(e.job))[0]!.attempts, 5);
     } finally {
       await fx.close();
     }
@@ -116,7 +116,7 @@ void describe("streams cut short", () => {
       });
       assert.ok(received.length > 0 && received.length < text.length, "the client got part of the answer");
       assert.equal(fx.model.requests.length, 1, "no replay after bytes reached the client");
-      const [call] = fx.proxy.store.listCalls(e.job);
+      const [call] = (await fx.proxy.store.listCalls(e.job));
       assert.equal(call!.outcome, "stream_cut");
       assert.equal(call!.usage.input, 77, "input from message_start");
       assert.ok(call!.usage.output >= Math.ceil(received.length / 4), "output estimated from what was streamed");
@@ -137,7 +137,7 @@ void describe("streams cut short", () => {
         const stream = await client.chat.completions.create({ model: "gpt-4o", stream: true, messages: [{ role: "user", content: "x" }] });
         for await (const chunk of stream) void chunk;
       });
-      const [call] = fx.proxy.store.listCalls(e.job);
+      const [call] = (await fx.proxy.store.listCalls(e.job));
       assert.equal(call!.outcome, "stream_cut");
       assert.equal(call!.estimated, true);
       assert.ok(call!.usage.input > 0 && call!.usage.output > 0);

@@ -54,16 +54,32 @@ void describe("retry policy", () => {
 });
 
 void describe("budget ledger", () => {
-  void it("holds reservations until settled, so the next call sees what is left", () => {
-    const ledger = new BudgetLedger();
-    const base = { session: "s", limitUsd: 1, spentBefore: () => 0.25, minimumUsd: 0.01 };
-    const first = ledger.reserve({ ...base, worstCaseUsd: 0.5, partial: false });
-    assert.throws(() => ledger.reserve({ ...base, worstCaseUsd: 0.5, partial: false }), /only \$0\.2500/);
-    const partial = ledger.reserve({ ...base, worstCaseUsd: 0.5, partial: true });
+  void it("holds reservations until settled, so the next call sees what is left", async () => {
+    const ledger = new BudgetLedger({ spentBefore: () => 0.25 });
+    const base = { session: "s", limitUsd: 1, minimumUsd: 0.01 };
+    const first = await ledger.reserve({ ...base, worstCaseUsd: 0.5, partial: false });
+    await assert.rejects(ledger.reserve({ ...base, worstCaseUsd: 0.5, partial: false }), /only \$0\.2500/);
+    const partial = await ledger.reserve({ ...base, worstCaseUsd: 0.5, partial: true });
     assert.equal(partial.amountUsd, 0.25);
-    first.settle(0.1);
-    partial.settle(0.25);
-    assert.deepEqual(ledger.snapshot("s"), { limitUsd: 1, spentUsd: 0.6, reservedUsd: 0 });
+    await first.settle(0.1);
+    await partial.settle(0.25);
+    await partial.settle(0.25);
+    assert.deepEqual(ledger.snapshot("s"), { limitUsd: 1, spentUsd: 0.6, reservedUsd: 0 }, "a second settle changes nothing");
+  });
+
+  void it("opens one account when first calls arrive together while the starting point is read", async () => {
+    let reads = 0;
+    const ledger = new BudgetLedger({
+      spentBefore: async () => {
+        reads += 1;
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        return 0.5;
+      },
+    });
+    const results = await Promise.allSettled(Array.from({ length: 10 }, () => ledger.reserve({ session: "s", limitUsd: 1, worstCaseUsd: 0.2, minimumUsd: 0.01, partial: false })));
+    assert.equal(reads, 1);
+    assert.equal(results.filter((r) => r.status === "fulfilled").length, 2, "0.5 left holds two calls of 0.2");
+    assert.deepEqual(ledger.snapshot("s"), { limitUsd: 1, spentUsd: 0.5, reservedUsd: 0.4 });
   });
 });
 
@@ -122,7 +138,7 @@ void describe("usage events and count_tokens", () => {
       assert.ok(counted.input_tokens > 0);
       assert.equal(fx.model.requests[0]?.wire, "anthropic-count-tokens");
       assert.equal(fx.model.requests[0]?.headers["x-api-key"], PLANTED_KEY);
-      assert.equal(fx.proxy.store.listCalls(e.job).length, 0);
+      assert.equal((await fx.proxy.store.listCalls(e.job)).length, 0);
     } finally {
       await fx.close();
     }
@@ -135,7 +151,7 @@ void describe("usage events and count_tokens", () => {
       const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
       await client.messages.create({ model: "anthropic/claude-sonnet-5", max_tokens: 10, messages: [{ role: "user", content: "x" }] });
       assert.equal(fx.model.requests[0]?.body.model, "claude-sonnet-5");
-      assert.equal(fx.proxy.store.listCalls(e.job)[0]?.model, "claude-sonnet-5");
+      assert.equal((await fx.proxy.store.listCalls(e.job))[0]?.model, "claude-sonnet-5");
     } finally {
       await fx.close();
     }

@@ -1,0 +1,180 @@
+// The ProxyStore contract, run against every store (sqlite-proxy-store.test.ts,
+// postgres-proxy-store.test.ts). `a` and `b` are two handles on the same data:
+// two replicas for a shared store, the same object for a store one process uses.
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { after, before, describe, it } from "node:test";
+import { ProxyError } from "../src/proxy-error.js";
+import type { AttemptRecord, BudgetSnapshot, CallRecord, ProxyStore, Reservation } from "../src/proxy-store.js";
+
+export interface StorePair {
+  a: ProxyStore;
+  b: ProxyStore;
+  close(): Promise<void>;
+}
+
+export function call(overrides: Partial<CallRecord> & Pick<CallRecord, "operationId">): CallRecord {
+  return {
+    job: "job-1",
+    agent: "fixer",
+    session: "ses-1",
+    provider: "anthropic",
+    model: "claude-sonnet-5",
+    wire: "anthropic",
+    stream: false,
+    status: 200,
+    outcome: "ok",
+    usage: { input: 10, output: 20, cacheRead: 1, cacheWrite: 2, reasoning: 0 },
+    costUsd: 0.001,
+    latencyMs: 12.5,
+    estimated: false,
+    startedAt: new Date(),
+    attempts: 1,
+    ...overrides,
+  };
+}
+
+export function isBudgetExhausted(error: unknown): boolean {
+  return error instanceof ProxyError && error.code === "budget_exhausted";
+}
+
+/** Dollars to the nanodollar: the SQLite ledger adds doubles, PostgreSQL's adds decimals. */
+export function rounded(snapshot: BudgetSnapshot | undefined): BudgetSnapshot | undefined {
+  if (!snapshot) return undefined;
+  const r = (n: number): number => Math.round(n * 1e9) / 1e9;
+  return { limitUsd: r(snapshot.limitUsd), spentUsd: r(snapshot.spentUsd), reservedUsd: r(snapshot.reservedUsd) };
+}
+
+export function describeProxyStore(name: string, open: () => Promise<StorePair>): void {
+  void describe(`${name}: the ProxyStore contract`, () => {
+    let a: ProxyStore;
+    let b: ProxyStore;
+    let pair: StorePair;
+    // Every test names its own jobs and sessions: the data outlives each test.
+    const unique = (label: string): string => `${label}-${randomBytes(4).toString("hex")}`;
+
+    before(async () => {
+      pair = await open();
+      ({ a, b } = pair);
+    });
+    after(() => pair.close());
+
+    void it("keeps secrets: create, replace, read, list names, delete once", async () => {
+      const secret = { name: unique("KEY").toUpperCase().replace(/-/g, "_"), iv: randomBytes(12), ciphertext: randomBytes(40), tag: randomBytes(16) };
+      assert.deepEqual(await a.putSecret(secret, new Date(1000)), { replaced: false });
+      assert.deepEqual(await b.putSecret({ ...secret, ciphertext: Buffer.from("new") }, new Date(2000)), { replaced: true });
+      const stored = await a.getSecret(secret.name);
+      assert.deepEqual(stored?.ciphertext, Buffer.from("new"));
+      assert.deepEqual(stored?.iv, secret.iv);
+      assert.deepEqual(stored?.tag, secret.tag);
+      assert.equal(stored?.createdAt.getTime(), 1000);
+      assert.equal(stored?.updatedAt.getTime(), 2000);
+      assert.ok((await b.listSecrets()).some((s) => s.name === secret.name && s.updatedAt.getTime() === 2000));
+      assert.equal(await a.deleteSecret(secret.name), true);
+      assert.equal(await b.deleteSecret(secret.name), false);
+      assert.equal(await b.getSecret(secret.name), undefined);
+    });
+
+    void it("keeps session tokens, and revokes each token once however many callers revoke at once", async () => {
+      const session = unique("ses-t");
+      const [h1, h2, h3] = [unique("h1"), unique("h2"), unique("h3")];
+      for (const hash of [h1, h2]) await a.putToken({ hash, job: "j", agent: "x", session, budgetUsd: 2, createdAt: new Date(3000) });
+      await b.putToken({ hash: h3, job: "j", agent: "x", session: unique("other"), budgetUsd: 0, createdAt: new Date(3000) });
+      const found = await b.findToken(h1);
+      assert.deepEqual(found, { hash: h1, job: "j", agent: "x", session, budgetUsd: 2, createdAt: new Date(3000) });
+      assert.equal(await a.findToken(unique("nope")), undefined);
+      const [first, second] = await Promise.all([a.revokeTokens({ session }, new Date(5000)), b.revokeTokens({ hash: h1 }, new Date(6000))]);
+      assert.deepEqual([...first, ...second].map((t) => t.hash).sort(), [h1, h2].sort(), "each token revoked by exactly one caller");
+      assert.ok([...first, ...second].every((t) => t.revokedAt instanceof Date));
+      assert.ok((await a.findToken(h2))?.revokedAt);
+      assert.equal((await b.findToken(h3))?.revokedAt, undefined, "another session's token lives on");
+      assert.deepEqual(await a.revokeTokens({ session }, new Date(7000)), [], "nothing left to revoke");
+    });
+
+    void it("meters calls and attempts from every handle into one set of totals", async () => {
+      const job = unique("job-metered");
+      const session = unique("ses-metered");
+      await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          (i % 2 ? a : b).recordCall(call({ operationId: unique(`op-${i}`), job, session, agent: i < 15 ? "fixer" : "reviewer", outcome: i === 3 ? "http_error" : "ok", attempts: 2, estimated: i === 19 })),
+        ),
+      );
+      const attempt: AttemptRecord = { ...call({ operationId: unique("op-a"), job, session }), attempt: 1, ttftMs: 5, stream: true, status: 529, outcome: "http_error" };
+      await a.recordAttempt(attempt);
+      await b.recordAttempt({ ...call({ operationId: attempt.operationId, job, session, startedAt: attempt.startedAt }), attempt: 2, stream: true, status: 200, outcome: "ok" });
+      const totals = await b.usageByAgent(job);
+      assert.deepEqual([...totals.keys()], ["fixer", "reviewer"]);
+      assert.deepEqual(totals.get("fixer"), {
+        calls: 15,
+        failedCalls: 1,
+        attempts: 30,
+        usage: { input: 150, output: 300, cacheRead: 15, cacheWrite: 30, reasoning: 0 },
+        costUsd: totals.get("fixer")!.costUsd,
+        estimated: false,
+      });
+      assert.ok(Math.abs(totals.get("fixer")!.costUsd - 0.015) < 1e-12);
+      assert.equal(totals.get("reviewer")!.calls, 5);
+      assert.equal(totals.get("reviewer")!.estimated, true);
+      assert.equal((await a.listCalls(job)).length, 20);
+      const attempts = await b.listAttempts(job);
+      assert.deepEqual(
+        attempts.map((x) => [x.attempt, x.status, x.outcome, x.ttftMs, x.stream]),
+        [
+          [1, 529, "http_error", 5, true],
+          [2, 200, "ok", undefined, true],
+        ],
+      );
+      assert.equal(attempts[0]!.startedAt.getTime(), attempt.startedAt.getTime());
+      // Metered costs are doubles (only the budget ledger may be exact decimal).
+      assert.ok(Math.abs((await a.chargedToSession(session)) - 0.02) < 1e-12);
+      assert.equal(await b.chargedToSession(unique("nobody")), 0);
+      assert.deepEqual(await a.usageByAgent(unique("no-job")), new Map());
+    });
+
+    void it("never holds more than the budget when reservations race, and adds up to the cent", async () => {
+      const session = unique("race");
+      // 50 calls of $0.03 worst case against $1.00: exactly 33 fit (0.99), whichever handle asks.
+      const attempts = await Promise.allSettled(
+        Array.from({ length: 50 }, (_, i) => (i % 2 ? a : b).reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.03, minimumUsd: 0.001, partial: false })),
+      );
+      const held = attempts.filter((r): r is PromiseFulfilledResult<Reservation> => r.status === "fulfilled").map((r) => r.value);
+      const refused = attempts.filter((r): r is PromiseRejectedResult => r.status === "rejected");
+      assert.equal(held.length, 33);
+      assert.ok(refused.every((r) => isBudgetExhausted(r.reason)), "every refusal says the budget is exhausted");
+      assert.match((refused[0]!.reason as Error).message, /budget/);
+      assert.deepEqual(rounded(await a.budgetSnapshot(session)), { limitUsd: 1, spentUsd: 0, reservedUsd: 0.99 });
+
+      // Holds are given back and actual costs charged, exactly; a second settle changes nothing.
+      await Promise.all(held.map((r) => r.settle(0.02)));
+      await held[0]!.settle(0.5);
+      assert.deepEqual(rounded(await b.budgetSnapshot(session)), { limitUsd: 1, spentUsd: 0.66, reservedUsd: 0 });
+
+      // Streams may hold less than their worst case: together they take exactly what is left, then are refused.
+      const streams = await Promise.allSettled(
+        Array.from({ length: 10 }, (_, i) => (i % 2 ? a : b).reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.1, minimumUsd: 0.001, partial: true })),
+      );
+      const streamHolds = streams.filter((r): r is PromiseFulfilledResult<Reservation> => r.status === "fulfilled").map((r) => Math.round(r.value.amountUsd * 1e9) / 1e9);
+      assert.deepEqual(streamHolds.sort(), [0.04, 0.1, 0.1, 0.1]);
+      assert.deepEqual(rounded(await a.budgetSnapshot(session)), { limitUsd: 1, spentUsd: 0.66, reservedUsd: 0.34 });
+      await assert.rejects(a.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.001, minimumUsd: 0.0001, partial: true }), /exhausted/);
+    });
+
+    void it("starts an account from what the session's calls were charged, and forgets it when asked", async () => {
+      const session = unique("ses-restart");
+      await a.recordCall(call({ operationId: unique("op-before"), session, costUsd: 0.7 }));
+      await assert.rejects(b.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.5, minimumUsd: 0.01, partial: false }), /only \$0\.3000/);
+      const ok = await b.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.25, minimumUsd: 0.01, partial: false });
+      assert.equal(ok.amountUsd, 0.25);
+      assert.equal(ok.session, session);
+      await ok.settle(0.05);
+      assert.deepEqual(rounded(await a.budgetSnapshot(session)), { limitUsd: 1, spentUsd: 0.75, reservedUsd: 0 });
+      assert.equal(await a.forgetBudget(session), true);
+      assert.equal(await b.budgetSnapshot(session), undefined);
+      assert.equal(await b.forgetBudget(session), false, "nothing left to forget");
+      // A new account starts again from the calls: the settled $0.05 was never recorded as a call.
+      const again = await a.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.3, minimumUsd: 0.01, partial: false });
+      assert.equal(again.amountUsd, 0.3);
+      await again.settle(0);
+    });
+  });
+}
