@@ -7,6 +7,8 @@ import { createHttpApi } from "./http-api.js";
 import { KeyVault } from "./key-vault.js";
 import { adminTokenInterceptor, llmProxyService, secretService } from "./llm-proxy-service.js";
 import { Metering } from "./metering.js";
+import { PostgresProxyStore } from "./postgres-proxy-store.js";
+import { ProxyError } from "./proxy-error.js";
 import type { ResolvedProvider } from "./model-call.js";
 import { defaultProviders, validateProviders, type ProviderConfig } from "./provider-config.js";
 import type { ProxyStore } from "./proxy-store.js";
@@ -31,11 +33,22 @@ export interface LlmProxyConfig {
   port?: number;
   /** Default 127.0.0.1. */
   host?: string;
-  /** Directory for the SQLite store (OZ0_LLM_PROXY_DATA); `:memory:` keeps nothing. Ignored when `store` is given. */
+  /** Directory for the SQLite store (OZ0_LLM_PROXY_DATA); `:memory:` keeps nothing. Ignored when `store` or `databaseUrl` is given. */
   dataDir?: string;
+  /**
+   * PostgreSQL (DATABASE_URL) for the store, so several proxy replicas share
+   * tokens, metering and budgets; migrations run on start-up. Needs `kek`,
+   * the same for every replica.
+   */
+  databaseUrl?: string;
+  /** The PostgreSQL schema of the proxy's tables (OZ0_DATABASE_SCHEMA). Default `oz0_llm_proxy`. */
+  databaseSchema?: string;
   /** Another store; the proxy does not close it. */
   store?: ProxyStore;
-  /** 32-byte key-encryption key. Without it a random one is made, and secrets do not survive a restart. */
+  /**
+   * 32-byte key-encryption key. Without it a random one is made, and secrets
+   * do not survive a restart; a store several replicas share needs it.
+   */
   kek?: Buffer;
   /** Default: Anthropic, OpenAI and the scripted provider. */
   providers?: ProviderConfig[];
@@ -82,8 +95,24 @@ function scriptedTurns(provider: ProviderConfig): Script {
   };
 }
 
-function openStore(config: LlmProxyConfig, logger: Logger): ProxyStore {
+async function openStore(config: LlmProxyConfig, logger: Logger): Promise<ProxyStore> {
   if (config.store) return config.store;
+  if (config.databaseUrl) {
+    if (!config.kek) {
+      throw new ProxyError(
+        "kek_invalid",
+        "DATABASE_URL is set, so proxy replicas share their secrets: set OZ0_KEK or OZ0_KEK_FILE, the same key on every replica (make one with: openssl rand -base64 32)",
+      );
+    }
+    const store = await PostgresProxyStore.open({
+      connectionString: config.databaseUrl,
+      ...(config.databaseSchema ? { schema: config.databaseSchema } : {}),
+      // Background failures (the sweep, the listening connection); the message only, never connection details.
+      onError: (error) => logger.warn({ error: (error as Error).message }, "llm-proxy store: a background task failed; it is retried"),
+    });
+    logger.info({ schema: store.schema }, "llm-proxy store: PostgreSQL");
+    return store;
+  }
   return new SqliteProxyStore({
     dataDir: config.dataDir ?? ":memory:",
     onWriteError: (error) => logger.error({ error: (error as Error).message }, "could not write metering rows to the SQLite store"),
@@ -93,7 +122,7 @@ function openStore(config: LlmProxyConfig, logger: Logger): ProxyStore {
 /** Start the proxy: gRPC control API and the HTTP model API on one port. */
 export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmProxy> {
   const logger = config.logger ?? createLogger({ name: "llm-proxy" });
-  const store = openStore(config, logger);
+  const store = await openStore(config, logger);
   const ownsStore = config.store === undefined;
   const scripted: ScriptedModel[] = [];
   const providers = new Map<string, ResolvedProvider>();
@@ -103,6 +132,8 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     if (!config.kek) logger.warn("no OZ0_KEK or OZ0_KEK_FILE: using a random key-encryption key, so secrets set now will not survive a restart");
     vault = new KeyVault({ store, kek: config.kek ?? randomBytes(32) });
     tokens = new SessionTokens({ store });
+    // Replicas must share one KEK: refuse to start rather than write keys the others cannot read.
+    if (store.shared) await vault.checkKek();
     for (const provider of validateProviders(config.providers ?? defaultProviders())) {
       let baseUrl = provider.baseUrl ?? "";
       if (provider.kind === "scripted") {

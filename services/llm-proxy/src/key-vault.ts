@@ -42,6 +42,15 @@ export interface KeyVaultOptions {
   now?: () => Date;
 }
 
+/**
+ * The stored check value (not a secret; its name cannot be set through the
+ * API): a shared store holds it encrypted under the KEK of the first replica,
+ * so a replica started with another KEK refuses to start instead of writing
+ * keys the others cannot read.
+ */
+const KEK_CHECK_NAME = "oz0.kek-check";
+const KEK_CHECK_VALUE = "oz0 llm-proxy key-encryption key check";
+
 export class KeyVault {
   readonly #store: ProxyStore;
   readonly #kek: Buffer;
@@ -98,7 +107,7 @@ export class KeyVault {
   }
 
   async list(): Promise<SecretInfo[]> {
-    return this.#store.listSecrets();
+    return (await this.#store.listSecrets()).filter((s) => s.name !== KEK_CHECK_NAME);
   }
 
   async has(name: string): Promise<boolean> {
@@ -134,6 +143,28 @@ export class KeyVault {
       return text;
     } catch {
       throw new ProxyError("kek_mismatch", `secret ${name} cannot be decrypted with the current KEK; start the proxy with the KEK it was written under, or set the secret again`);
+    }
+  }
+
+  /**
+   * For a store several replicas share: the first to start stores a check
+   * value under its KEK; any other must decrypt it, or it refuses to start.
+   */
+  async checkKek(): Promise<void> {
+    if (!(await this.#store.getSecret(KEK_CHECK_NAME))) await this.#put(KEK_CHECK_NAME, KEK_CHECK_VALUE);
+    // Read back: of replicas starting at once with different KEKs, the one whose value was overwritten fails here.
+    const stored = await this.#store.getSecret(KEK_CHECK_NAME);
+    let ok = false;
+    try {
+      ok = stored !== undefined && this.#open(KEK_CHECK_NAME, stored) === KEK_CHECK_VALUE;
+    } catch {
+      ok = false;
+    }
+    if (!ok) {
+      throw new ProxyError(
+        "kek_mismatch",
+        "this proxy's key-encryption key is not the one the other replicas on this database use: give every replica the same OZ0_KEK or OZ0_KEK_FILE",
+      );
     }
   }
 }

@@ -12,6 +12,9 @@ try {
     port: Number(env.OZ0_PORT ?? 7702),
     host: env.OZ0_HOST ?? "127.0.0.1",
     dataDir: env.OZ0_LLM_PROXY_DATA ?? ".oz0/llm-proxy",
+    // PostgreSQL instead of the SQLite file: what several replicas share.
+    ...(env.DATABASE_URL ? { databaseUrl: env.DATABASE_URL } : {}),
+    ...(env.OZ0_DATABASE_SCHEMA ? { databaseSchema: env.OZ0_DATABASE_SCHEMA } : {}),
     ...(env.OZ0_PROVIDERS_FILE ? { providers: loadProvidersFile(env.OZ0_PROVIDERS_FILE) } : {}),
     ...(env.OZ0_EVENTS_URL ? { eventsUrl: env.OZ0_EVENTS_URL } : {}),
     ...(env.OZ0_LLM_PROXY_ADMIN_TOKEN ? { adminToken: env.OZ0_LLM_PROXY_ADMIN_TOKEN } : {}),

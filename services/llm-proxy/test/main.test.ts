@@ -9,8 +9,23 @@ import { fileURLToPath } from "node:url";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import pg from "pg";
 
 const main = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "src", "main.ts");
+
+/** Starts main.ts with `env` and resolves with its URL once it serves. */
+function startMain(env: Record<string, string | undefined>): Promise<{ child: ReturnType<typeof spawn>; url: string; stderr: () => string }> {
+  const child = spawn(process.execPath, ["--import", "tsx", main], { env: { PATH: process.env.PATH, OZ0_PORT: "0", ...env }, stdio: ["ignore", "ignore", "pipe"] });
+  let stderr = "";
+  return new Promise((resolve, reject) => {
+    child.stderr!.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString();
+      const match = /"url":"(http:\/\/[^"]+)"/.exec(stderr);
+      if (match) resolve({ child, url: match[1]!, stderr: () => stderr });
+    });
+    child.once("exit", (code) => reject(new Error(`main exited with ${code}: ${stderr}`)));
+  });
+}
 
 void describe("main", () => {
   void it("reads the environment (port, data, KEK file, providers file, admin token) and stops on SIGTERM", async () => {
@@ -57,5 +72,27 @@ void describe("main", () => {
     const code = await new Promise<number | null>((resolve) => child.once("exit", (c) => resolve(c)));
     assert.equal(code, 1);
     assert.match(stderr, /openssl rand -base64 32/);
+  });
+
+  void it("keeps its store in PostgreSQL when DATABASE_URL is set, in the OZ0_DATABASE_SCHEMA schema", async () => {
+    const databaseUrl = process.env.DATABASE_URL;
+    assert.ok(databaseUrl, "run through `npm test`, which starts PostgreSQL");
+    const schema = `oz0_proxy_main_${process.pid}`;
+    const { child, url, stderr } = await startMain({ OZ0_LOG_LEVEL: "info", DATABASE_URL: databaseUrl, OZ0_DATABASE_SCHEMA: schema, OZ0_KEK: Buffer.alloc(32, 4).toString("base64") });
+    const client = new pg.Client({ connectionString: databaseUrl });
+    await client.connect();
+    try {
+      await createClient(SecretService, createGrpcTransport({ baseUrl: url })).setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-in-postgres-123456" });
+      const { rows } = await client.query<{ name: string }>(`SELECT name FROM ${schema}.secrets ORDER BY name`);
+      assert.ok(rows.some((r) => r.name === "ANTHROPIC_API_KEY"));
+      const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+      child.kill("SIGTERM");
+      assert.equal(await exited, 0);
+      assert.match(stderr(), /llm-proxy store: PostgreSQL/);
+      assert.doesNotMatch(stderr(), /sk-in-postgres/);
+    } finally {
+      await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await client.end();
+    }
   });
 });
