@@ -50,6 +50,8 @@ export interface LlmProxyConfig {
    * do not survive a restart; a store several replicas share needs it.
    */
   kek?: Buffer;
+  /** A directory of provider keys, one file per secret name (OZ0_SECRETS_DIR), stored at start-up. */
+  secretsDir?: string;
   /** Default: Anthropic, OpenAI and the scripted provider. */
   providers?: ProviderConfig[];
   /** The events service (OZ0_EVENTS_URL), for usage events. */
@@ -134,6 +136,10 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     tokens = new SessionTokens({ store });
     // Replicas must share one KEK: refuse to start rather than write keys the others cannot read.
     if (store.shared) await vault.checkKek();
+    if (config.secretsDir) {
+      const loaded = await vault.loadDirectory(config.secretsDir);
+      logger.info({ stored: loaded.stored, unchanged: loaded.unchanged }, "provider keys read from OZ0_SECRETS_DIR");
+    }
     for (const provider of validateProviders(config.providers ?? defaultProviders())) {
       let baseUrl = provider.baseUrl ?? "";
       if (provider.kind === "scripted") {

@@ -2,7 +2,8 @@
 // key (KEK) from the environment. Write-only from the outside: `reveal` is
 // for the proxy's own upstream calls, one call at a time.
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import path from "node:path";
 import { ProxyError } from "./proxy-error.js";
 import type { ProxyStore, SecretInfo, StoredSecret } from "./proxy-store.js";
 
@@ -167,8 +168,52 @@ export class KeyVault {
       );
     }
   }
-}
 
+  /**
+   * Stores the provider keys found as files in `dir` (OZ0_SECRETS_DIR, where
+   * Kubernetes mounts a Secret): each file whose name is a secret name (upper
+   * case, like ANTHROPIC_API_KEY) holds the key, surrounding whitespace
+   * trimmed. Other files (`kek`, `providers.json`, Kubernetes' `..data`) are
+   * left alone. A key already stored with the same value is not rewritten.
+   * Returns the names, never the values.
+   */
+  async loadDirectory(dir: string): Promise<{ stored: string[]; unchanged: string[] }> {
+    let entries: string[];
+    try {
+      entries = readdirSync(dir);
+    } catch {
+      throw new ProxyError("invalid_argument", "OZ0_SECRETS_DIR cannot be read; point it at the directory holding one file per provider key");
+    }
+    const stored: string[] = [];
+    const unchanged: string[] = [];
+    for (const name of entries.sort()) {
+      if (!NAME.test(name)) continue;
+      const file = path.join(dir, name);
+      let value: string;
+      try {
+        // Follows Kubernetes' symlinks into ..data; a directory is skipped.
+        if (!statSync(file).isFile()) continue;
+        value = readFileSync(file, "utf8").trim();
+      } catch {
+        throw new ProxyError("invalid_argument", `the key file ${name} in OZ0_SECRETS_DIR cannot be read`);
+      }
+      if (value.length === 0) throw new ProxyError("invalid_argument", `the key file ${name} in OZ0_SECRETS_DIR is empty`);
+      let current: string | undefined;
+      try {
+        current = await this.reveal(name);
+      } catch {
+        current = undefined; // stored under another KEK: the file's value replaces it
+      }
+      if (current === value) {
+        unchanged.push(name);
+        continue;
+      }
+      await this.set(name, value);
+      stored.push(name);
+    }
+    return { stored, unchanged };
+  }
+}
 function aad(name: string): Buffer {
   return Buffer.from(`oz0.llmproxy.secret:${name}`, "utf8");
 }

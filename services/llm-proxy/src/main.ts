@@ -15,6 +15,7 @@ try {
     // PostgreSQL instead of the SQLite file: what several replicas share.
     ...(env.DATABASE_URL ? { databaseUrl: env.DATABASE_URL } : {}),
     ...(env.OZ0_DATABASE_SCHEMA ? { databaseSchema: env.OZ0_DATABASE_SCHEMA } : {}),
+    ...(env.OZ0_SECRETS_DIR ? { secretsDir: env.OZ0_SECRETS_DIR } : {}),
     ...(env.OZ0_PROVIDERS_FILE ? { providers: loadProvidersFile(env.OZ0_PROVIDERS_FILE) } : {}),
     ...(env.OZ0_EVENTS_URL ? { eventsUrl: env.OZ0_EVENTS_URL } : {}),
     ...(env.OZ0_LLM_PROXY_ADMIN_TOKEN ? { adminToken: env.OZ0_LLM_PROXY_ADMIN_TOKEN } : {}),

@@ -28,10 +28,12 @@ function startMain(env: Record<string, string | undefined>): Promise<{ child: Re
 }
 
 void describe("main", () => {
-  void it("reads the environment (port, data, KEK file, providers file, admin token) and stops on SIGTERM", async () => {
+  void it("reads the environment (port, data, KEK file, providers file, key files, admin token) and stops on SIGTERM", async () => {
     const dir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-main-"));
     writeFileSync(path.join(dir, "kek"), Buffer.alloc(32, 3).toString("base64"));
     writeFileSync(path.join(dir, "providers.json"), JSON.stringify({ providers: [{ name: "scripted", kind: "scripted" }] }));
+    // The directory Kubernetes mounts: the KEK, the providers file and one file per provider key.
+    writeFileSync(path.join(dir, "OPENAI_API_KEY"), "sk-from-a-file-987654321\n");
     const child = spawn(process.execPath, ["--import", "tsx", main], {
       env: {
         PATH: process.env.PATH,
@@ -40,6 +42,7 @@ void describe("main", () => {
         OZ0_LLM_PROXY_DATA: path.join(dir, "data"),
         OZ0_KEK_FILE: path.join(dir, "kek"),
         OZ0_PROVIDERS_FILE: path.join(dir, "providers.json"),
+        OZ0_SECRETS_DIR: dir,
         OZ0_LLM_PROXY_ADMIN_TOKEN: "t0ken",
       },
       stdio: ["ignore", "ignore", "pipe"],
@@ -56,10 +59,17 @@ void describe("main", () => {
     const secrets = createClient(SecretService, createGrpcTransport({ baseUrl: url }));
     const set = await secrets.setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-x-123456789" }, { headers: { authorization: "Bearer t0ken" } });
     assert.equal(set.replaced, false);
+    const listed = await secrets.listSecrets({}, { headers: { authorization: "Bearer t0ken" } });
+    assert.deepEqual(
+      listed.secrets.map((s) => s.name),
+      ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"],
+    );
     const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
     child.kill("SIGTERM");
     assert.equal(await exited, 0);
     assert.doesNotMatch(stderr, /sk-x-123456789/);
+    assert.doesNotMatch(stderr, /sk-from-a-file/);
+    assert.match(stderr, /OPENAI_API_KEY/, "the log names the key it read");
   });
 
   void it("refuses to start with a malformed KEK and says how to make one", async () => {
