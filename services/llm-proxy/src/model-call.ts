@@ -185,16 +185,14 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       startedAt,
       attempts: attempt,
     });
-    // Stored before the answer ends (never rejects: a failed write is logged), then the budget
-    // settled: once a client has its answer, every replica counts the call in its usage and
-    // its budget. In that order: a session's account is never dropped while a call holds part
-    // of it, and one started again is summed from the call records, so the call counts once.
-    await Promise.all([...meteredAttempts, metered]);
-    if (reservation) {
-      await reservation.settle(charged).catch((error: unknown) => {
-        deps.logger.error({ operationId, session: token.session, error: (error as Error).message }, "could not settle a budget reservation; its hold is freed when it expires");
-      });
-    }
+    // The budget settled in the same turn, so a shared store commits the charge with the record
+    // (SQLite's ledger settles in memory at once).
+    const settled = reservation?.settle(charged).catch((error: unknown) => {
+      deps.logger.error({ operationId, session: token.session, error: (error as Error).message }, "could not settle a budget reservation; its hold is freed when it expires");
+    });
+    // Both stored before the answer ends (neither rejects: a failure is logged): once a client
+    // has its answer, every replica counts the call in its usage and in its budget.
+    await Promise.all([...meteredAttempts, metered, settled]);
     if (final.finish) {
       final.finish();
     } else if (final.pendingError && !res.headersSent && !input.clientGone.aborted) {

@@ -7,9 +7,11 @@
 // reservations from any replica are serialised per session. Amounts are
 // `numeric`, so holds and settlements add up exactly.
 //
-// Metering rows are written in batches (one statement per turn of the event
-// loop, attempts and calls together); each write's promise resolves when its
-// batch is committed, so a record is visible to every replica by then.
+// Metering rows and budget settlements are written in batches: one statement
+// (one round trip, one commit) per turn of the event loop, attempts, calls
+// and settlements together, so a call's record and its charge commit at once.
+// Each write's promise resolves when its batch is committed, so the record is
+// visible to every replica by then.
 // Secret and token changes are NOTIFYed in the statement that makes them, so
 // other replicas drop what they cached (postgres-change-feed.ts).
 import { randomUUID } from "node:crypto";
@@ -262,6 +264,8 @@ const BATCH_ROWS = 1_000;
 interface MeteringBatch {
   attempts: unknown[][];
   calls: unknown[][];
+  /** Reservations to settle: session (for the lock order), id, dollars charged. */
+  settles: [string, string, string][];
   done: Promise<void>;
   resolve: () => void;
   reject: (error: unknown) => void;
@@ -457,7 +461,7 @@ export class PostgresProxyStore implements ProxyStore {
       resolve = res;
       reject = rej;
     });
-    const batch: MeteringBatch = { attempts: [], calls: [], done, resolve, reject };
+    const batch: MeteringBatch = { attempts: [], calls: [], settles: [], done, resolve, reject };
     this.#batch = batch;
     setImmediate(() => this.#flush(batch));
     return batch;
@@ -472,20 +476,44 @@ export class PostgresProxyStore implements ProxyStore {
   }
 
   async #write(batch: MeteringBatch): Promise<void> {
-    // Attempts and calls in one statement (one round trip, one commit) while they fit.
     const attempts = [...batch.attempts];
     const calls = [...batch.calls];
-    while (attempts.length > 0 || calls.length > 0) {
+    // Settled in one order (by session) by every replica, so two batches never wait on each other's accounts.
+    const settles = [...batch.settles].sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0));
+    // Settlements go with the last rows: a call's record commits with its charge, or before it.
+    while (attempts.length > 0 || calls.length > 0 || settles.length > 0) {
       const someAttempts = attempts.splice(0, BATCH_ROWS);
       const someCalls = calls.splice(0, BATCH_ROWS - someAttempts.length);
       const params: unknown[] = [];
-      // ON CONFLICT: a batch retried by hand (or a duplicate id) never fails the rows beside it.
-      const insertAttempts = someAttempts.length
-        ? `INSERT INTO attempts (${COLUMN_LIST}, attempt) VALUES ${valuesClause(someAttempts, params)} ON CONFLICT DO NOTHING`
-        : "";
-      const insertCalls = someCalls.length ? `INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES ${valuesClause(someCalls, params)} ON CONFLICT DO NOTHING` : "";
-      const sql = insertAttempts && insertCalls ? `WITH a AS (${insertAttempts}) ${insertCalls}` : insertAttempts || insertCalls;
-      await this.#pool.query(sql, params);
+      // ON CONFLICT: a statement run again (after a deadlock) or a duplicate id never fails the rows beside it.
+      const parts = [
+        someAttempts.length ? `INSERT INTO attempts (${COLUMN_LIST}, attempt) VALUES ${valuesClause(someAttempts, params)} ON CONFLICT DO NOTHING` : "",
+        someCalls.length ? `INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES ${valuesClause(someCalls, params)} ON CONFLICT DO NOTHING` : "",
+      ].filter(Boolean);
+      if (attempts.length === 0 && calls.length === 0 && settles.length > 0) {
+        const some = settles.splice(0);
+        params.push(
+          some.map((x) => x[1]),
+          some.map((x) => x[2]),
+        );
+        // unnest yields its rows in array order, and each settle_budget runs as its row is read.
+        parts.push(`SELECT settle_budget(s.id, s.amount) FROM unnest($${params.length - 1}::text[], $${params.length}::numeric[]) AS s(id, amount)`);
+      }
+      const main = parts.pop()!;
+      const sql = parts.length ? `WITH ${parts.map((part, i) => `w${i} AS (${part})`).join(", ")} ${main}` : main;
+      await this.#query(sql, params);
+    }
+  }
+
+  /** One statement (its own transaction), run again when PostgreSQL broke a deadlock by aborting it (the sweep locks many rows). */
+  async #query(sql: string, params: unknown[]): Promise<void> {
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        await this.#pool.query(sql, params);
+        return;
+      } catch (error) {
+        if ((error as { code?: string }).code !== "40P01" || attempt >= 3) throw error;
+      }
     }
   }
 
@@ -572,13 +600,25 @@ export class PostgresProxyStore implements ProxyStore {
       id,
       session: input.session,
       amountUsd: Number(row.o_amount),
-      settle: (actualUsd) => (settled ??= this.settle(id, actualUsd)),
+      settle: (actualUsd) => (settled ??= this.settle(id, actualUsd, input.session)),
     };
   }
 
-  /** Ends a hold, charging what the call cost. A second settle of the same reservation does nothing. */
-  async settle(reservationId: string, actualUsd: number): Promise<void> {
-    await this.#pool.query("SELECT settle_budget($1, $2::numeric)", [reservationId, usd(actualUsd)]);
+  /**
+   * Ends a hold, charging what the call cost, in the next batch (with the
+   * call's record when both are queued in the same turn). A second settle of
+   * the same reservation does nothing.
+   */
+  settle(reservationId: string, actualUsd: number, session = ""): Promise<void> {
+    let amount: string;
+    try {
+      amount = usd(actualUsd);
+    } catch (error) {
+      return Promise.reject(error as Error);
+    }
+    const batch = this.#currentBatch();
+    batch.settles.push([session, reservationId, amount]);
+    return batch.done;
   }
 
   /** Frees the holds of calls that never settled (their proxy died); returns how many. Any replica may run it. */
