@@ -3,10 +3,12 @@
 // (acks=all). While the broker is down the batch stays pinned and is retried
 // as is, by the same idempotent producer, so a batch the broker did write
 // before an acknowledgement was lost is not written twice; events keep their
-// order per job because nothing later is sent before it.
-import { Kafka, logLevel, type LogEntry, type Producer } from "kafkajs";
+// order per job because nothing later is sent before it. The producer itself
+// runs in a worker thread (`kafka-producer-worker.ts`), so encoding a batch
+// does not hold up the Publish calls this thread answers.
+import { Worker } from "node:worker_threads";
 import type { Logger } from "@oz0/serving";
-import { toKafkaMessage } from "./cloudevents.js";
+import type { FromProducerWorker, ProducerWorkerData, ToProducerWorker } from "./kafka-producer-worker.js";
 import type { Outbox, StoredEvent } from "./outbox.js";
 
 export interface KafkaRelayOptions {
@@ -16,17 +18,14 @@ export interface KafkaRelayOptions {
   logger: Logger;
   /** Partitions when the relay creates the topic. Default 3. */
   partitions?: number;
-  /** Events per produce request. Default 500. */
+  /** Events per produce request. Default 1 000. */
   batchSize?: number;
   clientId?: string;
 }
 
 export class KafkaRelay {
-  private readonly kafka: Kafka;
-  private readonly producer: Producer;
   private readonly logger: Logger;
-  private connected = false;
-  private topicReady = false;
+  private readonly producer: ProducerWorker;
   private stopping = false;
   private wakeUp: (() => void) | undefined;
   private loop: Promise<void> | undefined;
@@ -34,20 +33,15 @@ export class KafkaRelay {
 
   constructor(private readonly options: KafkaRelayOptions) {
     this.logger = options.logger;
-    this.kafka = new Kafka({
-      clientId: options.clientId ?? "oz0-events",
-      brokers: options.brokers,
-      connectionTimeout: 3_000,
-      retry: { retries: 5, initialRetryTime: 100, maxRetryTime: 2_000 },
-      logLevel: logLevel.WARN,
-      logCreator: () => (entry: LogEntry) => this.kafkaLog(entry),
-    });
-    this.producer = this.kafka.producer({
-      idempotent: true,
-      maxInFlightRequests: 1,
-      allowAutoTopicCreation: true,
-      retry: { retries: 5, initialRetryTime: 100, maxRetryTime: 2_000 },
-    });
+    this.producer = new ProducerWorker(
+      {
+        brokers: options.brokers,
+        topic: options.topic,
+        partitions: options.partitions ?? 3,
+        clientId: options.clientId ?? "oz0-events",
+      },
+      (entry) => this.kafkaLog(entry),
+    );
   }
 
   start(): void {
@@ -61,7 +55,7 @@ export class KafkaRelay {
 
   /** Whether the last produce request succeeded. */
   get healthy(): boolean {
-    return this.connected && !this.outage;
+    return this.producer.connected && !this.outage;
   }
 
   /**
@@ -74,21 +68,24 @@ export class KafkaRelay {
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([this.loop, new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
     clearTimeout(timer);
-    await this.producer.disconnect().catch(() => undefined);
+    await this.producer.close();
   }
 
   private async run(): Promise<void> {
+    // Connect before the first event needs it; a broker that is down only
+    // delays this (the first send connects again).
+    await this.producer.connect().catch(() => undefined);
     let backoffMs = 100;
     let pinned: StoredEvent[] = [];
     while (!this.stopping) {
-      if (pinned.length === 0) pinned = this.options.outbox.undelivered(this.options.batchSize ?? 500);
+      if (pinned.length === 0) pinned = this.options.outbox.undelivered(this.options.batchSize ?? 1_000);
       if (pinned.length === 0) {
         await new Promise<void>((resolve) => (this.wakeUp = resolve));
         this.wakeUp = undefined;
         continue;
       }
       try {
-        await this.deliver(pinned);
+        await this.producer.send(pinned.map((e) => e.json));
         this.options.outbox.markDeliveredThrough(pinned[pinned.length - 1]!.position);
         pinned = [];
         backoffMs = 100;
@@ -97,6 +94,8 @@ export class KafkaRelay {
           this.outage = undefined;
         }
       } catch (error) {
+        // Closing ends the batch in flight: it stays in the outbox for the next start.
+        if (this.stopping) break;
         if (!this.outage) {
           this.outage = { since: Date.now() };
           this.logger.warn(
@@ -115,35 +114,6 @@ export class KafkaRelay {
     }
   }
 
-  private async deliver(events: StoredEvent[]): Promise<void> {
-    if (!this.connected) {
-      await this.producer.connect();
-      this.connected = true;
-    }
-    if (!this.topicReady) await this.ensureTopic();
-    await this.producer.send({
-      topic: this.options.topic,
-      acks: -1,
-      messages: events.map((e) => toKafkaMessage(e.json)),
-    });
-  }
-
-  // The service creates its topic with several partitions (keyed by job, so
-  // order per job holds); broker auto-creation would give only its default.
-  private async ensureTopic(): Promise<void> {
-    const admin = this.kafka.admin();
-    try {
-      await admin.connect();
-      await admin.createTopics({
-        topics: [{ topic: this.options.topic, numPartitions: this.options.partitions ?? 3 }],
-        waitForLeaders: true,
-      });
-      this.topicReady = true;
-    } finally {
-      await admin.disconnect().catch(() => undefined);
-    }
-  }
-
   private sleep(ms: number): Promise<void> {
     return new Promise((resolve) => {
       const timer = setTimeout(resolve, ms);
@@ -157,15 +127,86 @@ export class KafkaRelay {
     });
   }
 
-  private kafkaLog(entry: LogEntry): void {
-    const { message, ...rest } = entry.log;
+  private kafkaLog(entry: Extract<FromProducerWorker, { kind: "log" }>): void {
     // We retry failed batches ourselves from the outbox, with the same
     // idempotent producer, so bounding kafkajs's own retries is deliberate.
-    if (message.startsWith("Limiting retries for the idempotent producer")) return;
+    if (entry.message.startsWith("Limiting retries for the idempotent producer")) return;
     // kafkajs entries carry broker addresses and error names, never event
     // content. They go to debug: during an outage kafkajs logs every failed
     // connection, and the relay already warns once per outage and says when
     // the broker is back.
-    this.logger.debug({ kafka: entry.namespace, level: entry.label, broker: rest.broker, error: rest.error }, `kafkajs: ${message}`);
+    this.logger.debug({ kafka: entry.namespace, level: entry.label, broker: entry.broker, error: entry.error }, `kafkajs: ${entry.message}`);
+  }
+}
+
+/**
+ * The main thread's handle on the producer worker: one request at a time,
+ * each answered once the broker acknowledged it (or failed). A worker that
+ * dies fails its request and is started again for the next one; its
+ * successor is a new idempotent producer, so as after a restart of the
+ * service, the batch it had in flight may be written again.
+ */
+class ProducerWorker {
+  connected = false;
+  private worker: Worker | undefined;
+  private nextId = 0;
+  private pending: { id: number; resolve: () => void; reject: (error: Error) => void } | undefined;
+
+  constructor(
+    private readonly data: ProducerWorkerData,
+    private readonly onLog: (entry: Extract<FromProducerWorker, { kind: "log" }>) => void,
+  ) {}
+
+  connect(): Promise<void> {
+    return this.request({ kind: "connect", id: this.nextId++ });
+  }
+
+  send(events: string[]): Promise<void> {
+    return this.request({ kind: "send", id: this.nextId++, events });
+  }
+
+  /** Disconnect the producer and end the thread (after `timeoutMs` it is ended anyway). */
+  async close({ timeoutMs = 2_000 } = {}): Promise<void> {
+    const worker = this.worker;
+    if (!worker) return;
+    const exited = new Promise((resolve) => worker.once("exit", resolve));
+    worker.postMessage({ kind: "close" } satisfies ToProducerWorker);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([exited, new Promise((resolve) => (timer = setTimeout(resolve, timeoutMs)))]);
+    clearTimeout(timer);
+    await worker.terminate();
+  }
+
+  private request(message: Exclude<ToProducerWorker, { kind: "close" }>): Promise<void> {
+    const worker = (this.worker ??= this.spawn());
+    return new Promise<void>((resolve, reject) => {
+      this.pending = { id: message.id, resolve, reject };
+      worker.postMessage(message);
+    });
+  }
+
+  private spawn(): Worker {
+    const worker = new Worker(new URL("./kafka-producer-worker.js", import.meta.url), { workerData: this.data });
+    worker.on("message", (message: FromProducerWorker) => {
+      if (message.kind === "log") return this.onLog(message);
+      // kind "done": the answer to the one request in flight.
+      this.connected = message.connected;
+      const pending = this.pending;
+      if (pending?.id !== message.id) return;
+      this.pending = undefined;
+      if (message.error === undefined) pending.resolve();
+      else pending.reject(new Error(message.error));
+    });
+    const lost = (reason: string): void => {
+      if (this.worker !== worker) return;
+      this.worker = undefined;
+      this.connected = false;
+      const pending = this.pending;
+      this.pending = undefined;
+      pending?.reject(new Error(`the Kafka producer thread stopped: ${reason}`));
+    };
+    worker.on("error", (error) => lost(error.message));
+    worker.on("exit", (code) => lost(`exit code ${code}`));
+    return worker;
   }
 }

@@ -1,0 +1,113 @@
+// The relay's Kafka producer, in a worker thread of its own. Encoding a
+// produce request (a record and a buffer per CloudEvents header, CRCs) was
+// the largest cost of the events service's single thread, ahead of the
+// Publish calls themselves; here it runs beside them. The relay (main thread)
+// still decides what is sent and when it counts as delivered: it hands this
+// worker one batch of stored events at a time and waits for the broker's
+// acknowledgement before it moves its cursor. One idempotent producer lives as
+// long as the worker, so a batch retried after a lost acknowledgement is not
+// written twice.
+import { parentPort, workerData } from "node:worker_threads";
+import { Kafka, logLevel, type LogEntry } from "kafkajs";
+import { toKafkaMessage } from "./cloudevents.js";
+
+export interface ProducerWorkerData {
+  brokers: string[];
+  topic: string;
+  partitions: number;
+  clientId: string;
+}
+
+export type ToProducerWorker =
+  /** Connect and make sure the topic exists; answer `done`. */
+  | { kind: "connect"; id: number }
+  /** Send these stored events (their JSON) in one produce request; answer `done` once acknowledged. */
+  | { kind: "send"; id: number; events: string[] }
+  /** Disconnect the producer and end the thread. */
+  | { kind: "close" };
+
+export type FromProducerWorker =
+  | { kind: "done"; id: number; connected: boolean; error?: string }
+  | { kind: "log"; namespace: string; label: string; message: string; broker?: unknown; error?: unknown };
+
+// kafkajs builds every record, and every header of every record, in a fresh
+// zero-filled 512-byte Buffer.alloc (eight per CloudEvent), then copies them
+// into the request: a new ArrayBuffer and backing store each, most of this
+// thread's allocation and a fifth of its time. This thread runs nothing but
+// the producer, so here small zero-filled buffers come from Node's shared
+// pool instead; they are zero-filled all the same.
+const alloc = Buffer.alloc;
+Buffer.alloc = ((size: number, fill?: string | Uint8Array | number, encoding?: BufferEncoding) =>
+  fill === undefined && size < Buffer.poolSize >>> 1 ? Buffer.allocUnsafe(size).fill(0) : alloc(size, fill, encoding)) as typeof Buffer.alloc;
+
+const port = parentPort!;
+const options = workerData as ProducerWorkerData;
+const post = (message: FromProducerWorker): void => port.postMessage(message);
+
+const kafka = new Kafka({
+  clientId: options.clientId,
+  brokers: options.brokers,
+  connectionTimeout: 3_000,
+  retry: { retries: 5, initialRetryTime: 100, maxRetryTime: 2_000 },
+  logLevel: logLevel.WARN,
+  // kafkajs entries carry broker addresses and error names, never event content.
+  logCreator: () => (entry: LogEntry) => {
+    const { message, broker, error } = entry.log as { message: string; broker?: unknown; error?: unknown };
+    post({ kind: "log", namespace: entry.namespace, label: entry.label, message, broker, error });
+  },
+});
+const producer = kafka.producer({
+  idempotent: true,
+  maxInFlightRequests: 1,
+  allowAutoTopicCreation: true,
+  retry: { retries: 5, initialRetryTime: 100, maxRetryTime: 2_000 },
+});
+let connected = false;
+let topicReady = false;
+
+async function connect(): Promise<void> {
+  if (!connected) {
+    await producer.connect();
+    connected = true;
+  }
+  if (!topicReady) await ensureTopic();
+}
+
+async function send(events: string[]): Promise<void> {
+  await connect();
+  const messages = new Array<ReturnType<typeof toKafkaMessage>>(events.length);
+  for (let i = 0; i < events.length; i++) messages[i] = toKafkaMessage(events[i]!);
+  await producer.send({ topic: options.topic, acks: -1, messages });
+}
+
+// The service creates its topic with several partitions (keyed by job, so
+// order per job holds); broker auto-creation would give only its default.
+async function ensureTopic(): Promise<void> {
+  const admin = kafka.admin();
+  try {
+    await admin.connect();
+    await admin.createTopics({
+      topics: [{ topic: options.topic, numPartitions: options.partitions }],
+      waitForLeaders: true,
+    });
+    topicReady = true;
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+}
+
+// The relay sends one request at a time and waits for its answer, so requests
+// never overlap here.
+port.on("message", (request: ToProducerWorker) => {
+  if (request.kind === "close") {
+    void producer
+      .disconnect()
+      .catch(() => undefined)
+      .then(() => process.exit(0));
+    return;
+  }
+  (request.kind === "send" ? send(request.events) : connect()).then(
+    () => post({ kind: "done", id: request.id, connected }),
+    (error: unknown) => post({ kind: "done", id: request.id, connected, error: error instanceof Error ? error.message : String(error) }),
+  );
+});
