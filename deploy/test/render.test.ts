@@ -90,7 +90,7 @@ for (const dir of overlayDirs()) {
       const pods = workloads(objects);
       const named = (kind: string, name: string): boolean => objects.some((o) => o.kind === kind && o.metadata.name === name);
       // Secrets the operator creates (deploy/k8s/README.md), not rendered in prod.
-      const operatorSecrets = new Set(["llm-proxy-keys", "oz0-postgres", "oz0-llm-proxy-admin"]);
+      const operatorSecrets = new Set(["llm-proxy-keys", "oz0-postgres", "oz0-llm-proxy-admin", "oz0-llm-proxy-postgres", "oz0-node-token"]);
       for (const svc of objects.filter((o) => o.kind === "Service") as Any[]) {
         const targets = pods.filter((w) => matchesSelector({ matchLabels: svc.spec.selector }, w.podLabels));
         assert.ok(targets.length > 0, `Service ${svc.metadata.name} selects no pod`);

@@ -58,3 +58,79 @@ for (const dir of overlayDirs()) {
     });
   });
 }
+
+/** A container's env entry (value or valueFrom) by name. */
+function envEntry(container: Any, name: string): Any {
+  return (container.env ?? []).find((e: Any) => e.name === name);
+}
+
+const prodOverlays = overlayDirs().filter((d) => path.basename(d).startsWith("prod"));
+const devOverlays = overlayDirs().filter((d) => path.basename(d).startsWith("dev"));
+
+for (const dir of prodOverlays) {
+  const overlay = path.basename(dir);
+  void describe(`${overlay}: orchestrators and sandbox nodes on PostgreSQL`, () => {
+    let objects: K8sObject[] = [];
+    before(() => {
+      objects = render(dir);
+    });
+
+    void it("runs several orchestrator replicas, each on PostgreSQL with its pod name as replica id", () => {
+      const { object, pod } = workload(objects, "orchestrator");
+      assert.ok((object as Any).spec.replicas >= 2);
+      const c = pod.containers[0];
+      assert.deepEqual(envEntry(c, "DATABASE_URL")?.valueFrom, { secretKeyRef: { name: "oz0-postgres", key: "database-url" } });
+      assert.deepEqual(envEntry(c, "OZ0_REPLICA_ID")?.valueFrom, { fieldRef: { fieldPath: "metadata.name" } });
+      const env = containerEnv(objects, c);
+      assert.equal(env.OZ0_DATABASE_SCHEMA, "oz0");
+      assert.ok(Number(env.OZ0_LEASE_TTL_MS) >= 1000, "OZ0_LEASE_TTL_MS is set");
+      assert.equal(env.OZ0_SANDBOX_URLS, undefined, "nodes register themselves: no fixed sandbox list");
+    });
+
+    void it("registers every sandbox node with heartbeats to the orchestrator Service, with the orchestrators' node token", () => {
+      const orchestrator = workload(objects, "orchestrator").pod.containers[0];
+      const sandbox = workload(objects, "sandbox").pod.containers[0];
+      const token = envEntry(orchestrator, "OZ0_NODE_TOKEN")?.valueFrom?.secretKeyRef;
+      assert.deepEqual(token, { name: "oz0-node-token", key: "token" });
+      assert.deepEqual(envEntry(sandbox, "OZ0_NODE_TOKEN")?.valueFrom, { secretKeyRef: token }, "the same Secret and key on both sides");
+
+      const env = containerEnv(objects, sandbox);
+      const url = new URL(env.OZ0_ORCHESTRATOR_URL ?? "");
+      const service = objects.find((o) => o.kind === "Service" && o.metadata.name === url.hostname) as Any;
+      assert.ok(service, `OZ0_ORCHESTRATOR_URL names the Service ${url.hostname}`);
+      assert.equal(service.spec.selector["app.kubernetes.io/name"], "orchestrator");
+      assert.ok(service.spec.ports.some((p: Any) => p.port === Number(url.port)), `the Service serves port ${url.port}`);
+      assert.equal(url.protocol, "http:");
+
+      assert.deepEqual(envEntry(sandbox, "OZ0_NODE_ID")?.valueFrom, { fieldRef: { fieldPath: "metadata.name" } });
+      // Orchestrators call this very pod back (its sessions live here): its IP, its port.
+      const names = sandbox.env.map((e: Any) => e.name);
+      assert.deepEqual(envEntry(sandbox, "POD_IP")?.valueFrom, { fieldRef: { fieldPath: "status.podIP" } });
+      assert.equal(envEntry(sandbox, "OZ0_ADVERTISE_URL")?.value, `http://$(POD_IP):${sandbox.ports[0].containerPort}`);
+      assert.ok(names.indexOf("POD_IP") < names.indexOf("OZ0_ADVERTISE_URL"), "POD_IP is defined before $(POD_IP) is expanded");
+      assert.equal(Number(env.OZ0_PORT), sandbox.ports[0].containerPort);
+    });
+
+    void it("gives up on a silent node only after at least three missed heartbeats", () => {
+      const heartbeatMs = Number(containerEnv(objects, workload(objects, "sandbox").pod.containers[0]).OZ0_HEARTBEAT_MS);
+      const staleMs = Number(containerEnv(objects, workload(objects, "orchestrator").pod.containers[0]).OZ0_NODE_STALE_AFTER_MS);
+      assert.ok(heartbeatMs > 0 && staleMs > 0, "both set explicitly");
+      assert.ok(staleMs >= 3 * heartbeatMs, `OZ0_NODE_STALE_AFTER_MS ${staleMs} >= 3 × OZ0_HEARTBEAT_MS ${heartbeatMs}`);
+    });
+  });
+}
+
+for (const dir of devOverlays) {
+  void describe(`${path.basename(dir)}: one orchestrator on SQLite`, () => {
+    void it("lists its sandbox in OZ0_SANDBOX_URLS, with no node registration and no node token", () => {
+      const objects = render(dir);
+      const orchestrator = workload(objects, "orchestrator").pod.containers[0];
+      const sandbox = workload(objects, "sandbox").pod.containers[0];
+      assert.equal(containerEnv(objects, orchestrator).OZ0_SANDBOX_URLS, "http://sandbox:7701");
+      assert.equal(envEntry(orchestrator, "DATABASE_URL"), undefined);
+      // Without PostgreSQL the orchestrator serves no SandboxNodeService: heartbeats would only be refused.
+      assert.equal(containerEnv(objects, sandbox).OZ0_ORCHESTRATOR_URL, undefined);
+      for (const c of [orchestrator, sandbox]) assert.equal(envEntry(c, "OZ0_NODE_TOKEN"), undefined);
+    });
+  });
+}

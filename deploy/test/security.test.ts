@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import path from "node:path";
 import { before, describe, it } from "node:test";
+import { isDeepStrictEqual } from "node:util";
 import { parse } from "yaml";
 import { overlayDirs, render, type K8sObject } from "./support/render.js";
 import {
@@ -14,6 +15,7 @@ import {
   ports,
   secretRefs,
   services,
+  type SecretRef,
   workload,
   workloads,
   type Any,
@@ -21,6 +23,38 @@ import {
 
 const KEYS_SECRET = /^llm-proxy-keys(-[a-z0-9]+)?$/;
 const ADMIN_SECRET_NAME = /^oz0-llm-proxy-admin(-[a-z0-9]+)?$/;
+const NODE_TOKEN_SECRET = /^oz0-node-token(-[a-z0-9]+)?$/;
+
+interface Reader {
+  workload: string;
+  how: SecretRef["how"];
+  env?: string;
+}
+
+/** Every Secret a pod may read, who reads it and how; anything else is a finding. */
+const secretReaders: { secret: RegExp; readers: Reader[] }[] = [
+  // The KEK, the providers file and the provider keys: files, in llm-proxy only.
+  { secret: KEYS_SECRET, readers: [{ workload: "llm-proxy", how: "volume" }] },
+  // The proxy's control-API token: the proxy checks it, the orchestrator presents it.
+  {
+    secret: ADMIN_SECRET_NAME,
+    readers: [
+      { workload: "llm-proxy", how: "env", env: "OZ0_LLM_PROXY_ADMIN_TOKEN" },
+      { workload: "orchestrator", how: "env", env: "OZ0_LLM_PROXY_ADMIN_TOKEN" },
+    ],
+  },
+  // PostgreSQL: the orchestrators' URL, and the proxies' own role (its schema holds encrypted keys).
+  { secret: /^oz0-postgres$/, readers: [{ workload: "orchestrator", how: "env", env: "DATABASE_URL" }] },
+  { secret: /^oz0-llm-proxy-postgres$/, readers: [{ workload: "llm-proxy", how: "env", env: "DATABASE_URL" }] },
+  // Sandbox nodes present it in their heartbeats, the orchestrators check it.
+  {
+    secret: NODE_TOKEN_SECRET,
+    readers: [
+      { workload: "orchestrator", how: "env", env: "OZ0_NODE_TOKEN" },
+      { workload: "sandbox", how: "env", env: "OZ0_NODE_TOKEN" },
+    ],
+  },
+];
 
 for (const dir of overlayDirs()) {
   const overlay = path.basename(dir);
@@ -32,40 +66,44 @@ for (const dir of overlayDirs()) {
       namespace = objects.find((o) => o.kind === "Namespace" && o.metadata.name === "oz0");
     });
 
-    void it("mounts the provider-keys Secret into llm-proxy only, as files", () => {
-      const keyRefs: string[] = [];
-      const adminRefs: string[] = [];
+    void it("lets each Secret be read only by its readers, the provider keys as files in llm-proxy only", () => {
+      const readersOf = new Map<RegExp, string[]>();
       for (const w of workloads(objects)) {
         for (const ref of secretRefs(w.pod)) {
-          // The proxy's control-API token: the proxy checks it, the orchestrator presents it; nobody else has it.
-          if (ADMIN_SECRET_NAME.test(ref.secret)) {
-            assert.ok((w.name === "llm-proxy" || w.name === "orchestrator") && ref.how === "env" && ref.env === "OZ0_LLM_PROXY_ADMIN_TOKEN", `${w.name} reads the proxy's admin token (${ref.how})`);
-            adminRefs.push(w.name);
-            continue;
-          }
-          if (w.name === "llm-proxy") {
-            assert.equal(ref.how, "volume", `llm-proxy reads ${ref.secret} through ${ref.how}, not a file`);
-            assert.match(ref.secret, KEYS_SECRET);
-            keyRefs.push(w.name);
-            continue;
-          }
-          // Outside llm-proxy the only Secret read is PostgreSQL's URL, by the orchestrator.
-          assert.ok(
-            w.name === "orchestrator" && ref.how === "env" && ref.env === "DATABASE_URL" && ref.secret === "oz0-postgres",
-            `${w.name} reads Secret ${ref.secret} (${ref.how})`,
-          );
+          const entry = secretReaders.find((e) => e.secret.test(ref.secret));
+          assert.ok(entry, `${w.name} reads Secret ${ref.secret}, which no pod should`);
+          const allowed = entry.readers.some((r) => r.workload === w.name && r.how === ref.how && (r.env === undefined || r.env === ref.env));
+          assert.ok(allowed, `${w.name} reads Secret ${ref.secret} (${ref.how}${ref.env ? ` as ${ref.env}` : ""})`);
+          readersOf.set(entry.secret, [...(readersOf.get(entry.secret) ?? []), w.name]);
         }
         assert.ok(!(w.pod.volumes ?? []).some((v: Any) => v.hostPath), `${w.name} mounts a hostPath`);
       }
-      assert.deepEqual(keyRefs, ["llm-proxy"]);
-      assert.deepEqual(adminRefs.sort(), ["llm-proxy", "orchestrator"], "the proxy's control API is guarded, and only the orchestrator holds its token");
+      assert.deepEqual(readersOf.get(KEYS_SECRET), ["llm-proxy"]);
+      assert.deepEqual(readersOf.get(ADMIN_SECRET_NAME)?.sort(), ["llm-proxy", "orchestrator"], "the proxy's control API is guarded, and only the orchestrator holds its token");
       const proxy = workload(objects, "llm-proxy");
       const mount = proxy.pod.containers[0].volumeMounts.find((m: Any) => m.name === "provider-keys");
       assert.equal(mount.readOnly, true);
       const env = containerEnv(objects, proxy.pod.containers[0]);
       assert.ok(env.OZ0_KEK_FILE?.startsWith(`${mount.mountPath}/`), "OZ0_KEK_FILE points into the Secret mount");
       assert.ok(env.OZ0_PROVIDERS_FILE?.startsWith(`${mount.mountPath}/`), "OZ0_PROVIDERS_FILE points into the Secret mount");
+      assert.equal(env.OZ0_SECRETS_DIR, mount.mountPath, "provider keys are read from the Secret mount");
       assert.equal(env.OZ0_KEK, undefined, "no KEK in the environment");
+    });
+
+    void it("lets only orchestrator and sandbox pods read the node token, both or neither", () => {
+      const readers = workloads(objects)
+        .filter((w) => secretRefs(w.pod).some((r) => NODE_TOKEN_SECRET.test(r.secret)))
+        .map((w) => w.name)
+        .sort();
+      assert.ok(readers.length === 0 || (readers.length === 2 && readers[0] === "orchestrator" && readers[1] === "sandbox"), readers.join(", "));
+      // Sandbox pods run untrusted code: the token is the only Secret they can read.
+      const sandboxSecrets = secretRefs(workload(objects, "sandbox").pod).map((r) => r.secret);
+      assert.ok(sandboxSecrets.every((name) => NODE_TOKEN_SECRET.test(name)), sandboxSecrets.join(", "));
+      for (const w of workloads(objects)) {
+        for (const c of w.pod.containers) {
+          assert.ok(!(c.env ?? []).some((e: Any) => e.name === "OZ0_NODE_TOKEN" && e.value !== undefined), `${w.name}: the node token is a literal`);
+        }
+      }
     });
 
     void it("runs every container non-root, read-only, without privilege or capabilities", () => {
@@ -215,6 +253,7 @@ for (const dir of overlayDirs()) {
             assert.equal(peer.namespaceSelector, undefined, `${policy.metadata.name}: sandbox egress to another namespace`);
             const target = peer.podSelector?.matchLabels?.["app.kubernetes.io/name"];
             assert.ok(allowed.has(target), `${policy.metadata.name}: sandbox may not reach ${target ?? JSON.stringify(peer)}`);
+            if (target === "orchestrator") assert.deepEqual(rule.ports, [{ protocol: "TCP", port: 7700 }], `${policy.metadata.name}: sandbox reaches the orchestrator on 7700 only`);
             reached.add(target);
           }
         }
@@ -226,6 +265,21 @@ for (const dir of overlayDirs()) {
           assert.deepEqual(rule.from, [{ podSelector: { matchLabels: { "app.kubernetes.io/name": "orchestrator" } } }]);
         }
       }
+    });
+
+    void it("admits sandbox heartbeats at the orchestrator on 7700 by a rule of their own, and lets the orchestrator reach every sandbox pod on 7701", () => {
+      const orchestrator = workload(objects, "orchestrator");
+      const sandboxPeer = { podSelector: { matchLabels: { "app.kubernetes.io/name": "sandbox" } } };
+      const ingress = policiesFor(objects, orchestrator.podLabels, "Ingress").flatMap((p) => p.spec.ingress ?? []);
+      // Kept when the public rule is narrowed to an ingress controller.
+      assert.ok(
+        ingress.some((r: Any) => isDeepStrictEqual(r.from, [sandboxPeer]) && isDeepStrictEqual(r.ports, [{ protocol: "TCP", port: 7700 }])),
+        "an ingress rule from sandbox pods to 7700",
+      );
+      for (const rule of ingress) for (const p of rule.ports ?? []) assert.equal(p.port, 7700, "the orchestrator takes calls on 7700 only");
+      const egress = policiesFor(objects, orchestrator.podLabels, "Egress").flatMap((p) => p.spec.egress ?? []);
+      // The sandbox's podSelector covers every node's pod IP, the address it advertises.
+      assert.ok(egress.some((r: Any) => isDeepStrictEqual(r.to, [sandboxPeer]) && r.ports.some((p: Any) => p.port === 7701)));
     });
 
     void it("lets only the orchestrator and the sandbox call the LLM proxy", () => {
