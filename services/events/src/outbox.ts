@@ -2,13 +2,16 @@
 // it answers, so an accepted event survives a crash and a broker outage; the
 // Kafka relay reads undelivered rows in position order and marks them
 // delivered; Watch and Transcript read the same rows. Only redacted events are
-// ever stored: raw producer content never touches the disk.
+// ever stored: raw producer content never touches the disk. The write-ahead
+// log is checkpointed by a thread of its own (outbox-checkpointer.ts).
 import { fromJsonString } from "@bufbuild/protobuf";
 import { PublicEventSchema, type PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import Database from "better-sqlite3";
 import { mkdirSync } from "node:fs";
 import path from "node:path";
+import { Worker } from "node:worker_threads";
 import { publicEventJson } from "./cloudevents.js";
+import type { CheckpointerData, ToCheckpointer } from "./outbox-checkpointer.js";
 
 export interface OutboxOptions {
   /** Folder for `events.sqlite`; undefined keeps the log in memory (tests). */
@@ -40,10 +43,14 @@ export class Outbox {
   // consumers drop by event id; an fsync per Kafka batch cost more than the batch.
   private readonly cursorDb: Database.Database;
   private readonly insert: Database.Statement;
+  private readonly appendAll: (events: PublicEvent[], appended: PublicEvent[], duplicate: () => void) => void;
   private readonly selectUndelivered: Database.Statement;
   private readonly selectCursor: Database.Statement;
   private readonly updateCursor: Database.Statement;
   private readonly waiters = new Set<() => void>();
+  private readonly checkpointer: Worker | undefined;
+  private readonly checkpointerExited: Promise<void> | undefined;
+  private closing = false;
   private head: bigint;
 
   constructor(options: OutboxOptions = {}) {
@@ -72,6 +79,18 @@ export class Outbox {
       );
     `);
     this.insert = this.db.prepare("INSERT OR IGNORE INTO events (id, job_id, event) VALUES (?, ?, ?)");
+    this.appendAll = this.db.transaction((events: PublicEvent[], appended: PublicEvent[], duplicate: () => void) => {
+      for (const event of events) {
+        // The position is the row id: stored without it, set on read.
+        const info = this.insert.run(event.id, event.jobId, publicEventJson(event));
+        if (info.changes === 0) {
+          duplicate();
+          continue;
+        }
+        event.position = info.lastInsertRowid as bigint;
+        appended.push(event);
+      }
+    });
     if (file === ":memory:") {
       this.cursorDb = this.db;
     } else {
@@ -79,6 +98,26 @@ export class Outbox {
       this.cursorDb.defaultSafeIntegers(true);
       this.cursorDb.pragma("busy_timeout = 5000");
       this.cursorDb.pragma("synchronous = OFF");
+      // Checkpoints run in their own thread (outbox-checkpointer.ts), off the
+      // Publish path. This connection never checkpoints: without syncs, its
+      // checkpoint could let the log restart over events the database file
+      // does not durably hold yet. The writer keeps a high threshold as a
+      // backstop, should the checkpointer fall behind.
+      this.cursorDb.pragma("wal_autocheckpoint = 0");
+      this.db.pragma("wal_autocheckpoint = 8000");
+      const checkpointer = new Worker(new URL("./outbox-checkpointer.js", import.meta.url), {
+        workerData: { file } satisfies CheckpointerData,
+      });
+      checkpointer.unref();
+      // Should the thread ever fail, the writer checkpoints by itself again.
+      checkpointer.on("error", () => undefined);
+      this.checkpointerExited = new Promise((resolve) =>
+        checkpointer.once("exit", () => {
+          if (!this.closing) this.db.pragma("wal_autocheckpoint = 1000");
+          resolve();
+        }),
+      );
+      this.checkpointer = checkpointer;
     }
     this.selectUndelivered = this.db.prepare("SELECT position, event FROM events WHERE position > ? ORDER BY position LIMIT ?");
     this.selectCursor = this.db.prepare("SELECT delivered FROM relay_cursor WHERE name = 'kafka'");
@@ -88,23 +127,16 @@ export class Outbox {
     this.head = this.lastPosition();
   }
 
-  /** Store events in one transaction, ignoring ids already stored. */
+  /**
+   * Store events in one transaction, ignoring ids already stored. Each stored
+   * event gets its position set (in place) and is returned in `appended`.
+   */
   append(events: PublicEvent[]): AppendResult {
     const appended: PublicEvent[] = [];
     let duplicates = 0;
-    const run = this.db.transaction(() => {
-      for (const event of events) {
-        // The position is the row id: stored without it, set on read.
-        const info = this.insert.run(event.id, event.jobId, publicEventJson(event));
-        if (info.changes === 0) {
-          duplicates++;
-          continue;
-        }
-        appended.push({ ...event, position: BigInt(info.lastInsertRowid) });
-      }
-    });
-    run();
+    this.appendAll(events, appended, () => duplicates++);
     if (appended.length > 0) {
+      this.checkpointer?.postMessage("appended" satisfies ToCheckpointer);
       this.head = appended[appended.length - 1]!.position;
       for (const wake of [...this.waiters]) wake();
     }
@@ -183,8 +215,16 @@ export class Outbox {
     return this.head;
   }
 
-  close(): void {
+  async close(): Promise<void> {
     for (const wake of [...this.waiters]) wake();
+    this.closing = true;
+    if (this.checkpointer) {
+      // Unreferenced while it works, so it never keeps a process alive; held
+      // now, so the wait for it does.
+      this.checkpointer.ref();
+      this.checkpointer.postMessage("close" satisfies ToCheckpointer);
+      await this.checkpointerExited;
+    }
     if (this.cursorDb !== this.db) this.cursorDb.close();
     this.db.close();
   }

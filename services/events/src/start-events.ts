@@ -53,7 +53,7 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
       services: [registration(EventsService, eventsService({ outbox, relay, logger, shutdown: shutdown.signal, ...(relay ? { topic } : {}) }))],
     });
   } catch (error) {
-    outbox.close();
+    await outbox.close();
     throw error;
   }
   // Started after listening, and never awaited: a broker that is down must
@@ -70,7 +70,7 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
         shutdown.abort();
         await server.close({ graceMs: 1_000 });
         await relay?.close();
-        outbox.close();
+        await outbox.close();
       })();
       return closing;
     },

@@ -1,7 +1,7 @@
 // The producers' client and the Watch stream on the embedded default (no
 // Kafka: the local log only).
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, describe, test } from "node:test";
@@ -131,6 +131,26 @@ void describe("Watch", () => {
     }
     await stream;
     assert.deepEqual(seen, [0, 1, 2]);
+  });
+
+  void test("the write-ahead log is checkpointed into the database file while the service runs", async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-events-checkpoint-"));
+    cleanup.push(() => rmSync(dataDir, { recursive: true, force: true }));
+    const events = await service({ dataDir });
+    const client = eventsClient(events.url);
+    for (let batch = 0; batch < 6; batch++) {
+      await client.publish({ events: Array.from({ length: 500 }, (_, i) => rawEvent("graph.step_started", { jobId: `job-${i % 7}`, attributes: { iteration: i } })) });
+    }
+    // 3 000 events are close to 1 MB of pages: SQLite alone would keep them in
+    // the log until it reaches its (raised) threshold; the checkpointer copies
+    // them over a few milliseconds after each append.
+    const file = path.join(dataDir, "events.sqlite");
+    const deadline = Date.now() + 30_000;
+    while (statSync(file).size < 500_000) {
+      assert.ok(Date.now() < deadline, `events.sqlite holds ${statSync(file).size} bytes: the log was not checkpointed`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.equal((await watchAll(events.url)).length, 3000);
   });
 
   void test("the log survives a restart on the same data folder, positions included", async () => {
