@@ -51,43 +51,49 @@ export function toKafkaMessage(eventJson: string): KafkaMessage {
  * The JSON the outbox stores and Kafka carries: the event's proto3 JSON
  * without its position (which belongs to the local log only). Written by hand
  * because protobuf-es's reflective printer was the largest cost per event;
- * a test holds it equal to `toJsonString(PublicEventSchema, ...)`.
+ * a test holds it equal to `toJsonString(PublicEventSchema, ...)`. Built as
+ * one string, fields in protobuf-es's order; every string value goes through
+ * JSON.stringify, so nothing here trusts that redaction left it plain.
  */
 export function publicEventJson(event: PublicEvent): string {
-  const out: Record<string, unknown> = { id: event.id, type: event.type };
-  if (event.time) out.time = timestampJson(event.time.seconds, event.time.nanos);
-  const strings = [
-    ["source", event.source],
-    ["jobId", event.jobId],
-    ["sessionId", event.sessionId],
-    ["toolCallId", event.toolCallId],
-    ["operationInvocationId", event.operationInvocationId],
-    ["graphRunId", event.graphRunId],
-    ["graphStepId", event.graphStepId],
-    ["agentName", event.agentName],
-    ["agentVersion", event.agentVersion],
-    ["status", event.status],
-  ] as const;
-  for (const [name, value] of strings) if (value) out[name] = value;
+  let json = `{"id":${JSON.stringify(event.id)},"type":${JSON.stringify(event.type)}`;
+  if (event.time) json += `,"time":"${timestampJson(event.time.seconds, event.time.nanos)}"`;
+  if (event.source) json += `,"source":${JSON.stringify(event.source)}`;
+  if (event.jobId) json += `,"jobId":${JSON.stringify(event.jobId)}`;
+  if (event.sessionId) json += `,"sessionId":${JSON.stringify(event.sessionId)}`;
+  if (event.toolCallId) json += `,"toolCallId":${JSON.stringify(event.toolCallId)}`;
+  if (event.operationInvocationId) json += `,"operationInvocationId":${JSON.stringify(event.operationInvocationId)}`;
+  if (event.graphRunId) json += `,"graphRunId":${JSON.stringify(event.graphRunId)}`;
+  if (event.graphStepId) json += `,"graphStepId":${JSON.stringify(event.graphStepId)}`;
+  if (event.agentName) json += `,"agentName":${JSON.stringify(event.agentName)}`;
+  if (event.agentVersion) json += `,"agentVersion":${JSON.stringify(event.agentVersion)}`;
+  if (event.status) json += `,"status":${JSON.stringify(event.status)}`;
   if (event.tokens) {
     const tokens: Record<string, number> = {};
     if (event.tokens.inputTokens) tokens.inputTokens = event.tokens.inputTokens;
     if (event.tokens.outputTokens) tokens.outputTokens = event.tokens.outputTokens;
     if (event.tokens.cacheReadTokens) tokens.cacheReadTokens = event.tokens.cacheReadTokens;
     if (event.tokens.cacheWriteTokens) tokens.cacheWriteTokens = event.tokens.cacheWriteTokens;
-    out.tokens = tokens;
+    json += `,"tokens":${JSON.stringify(tokens)}`;
   }
-  if (event.attributes) out.attributes = event.attributes;
-  if (event.traceparent) out.traceparent = event.traceparent;
-  if (event.reduced) out.reduced = true;
-  return JSON.stringify(out);
+  if (event.attributes) json += `,"attributes":${JSON.stringify(event.attributes)}`;
+  if (event.traceparent) json += `,"traceparent":${JSON.stringify(event.traceparent)}`;
+  if (event.reduced) json += `,"reduced":true`;
+  return `${json}}`;
 }
 
-// proto3 JSON for a Timestamp: RFC 3339 in UTC with 0, 3, 6 or 9 fractional digits.
+// proto3 JSON for a Timestamp: RFC 3339 in UTC with 0, 3, 6 or 9 fractional
+// digits. Events come in bursts from the same second, so the formatted second
+// is kept for the next one.
+let lastSeconds: bigint | undefined;
+let lastSecondText = "";
 function timestampJson(seconds: bigint, nanos: number): string {
-  const iso = new Date(Number(seconds) * 1000).toISOString().slice(0, 19);
-  if (nanos === 0) return `${iso}Z`;
+  if (seconds !== lastSeconds) {
+    lastSecondText = new Date(Number(seconds) * 1000).toISOString().slice(0, 19);
+    lastSeconds = seconds;
+  }
+  if (nanos === 0) return `${lastSecondText}Z`;
   const digits = String(nanos).padStart(9, "0");
   const fraction = digits.endsWith("000000") ? digits.slice(0, 3) : digits.endsWith("000") ? digits.slice(0, 6) : digits;
-  return `${iso}.${fraction}Z`;
+  return `${lastSecondText}.${fraction}Z`;
 }

@@ -6,12 +6,7 @@ import { create, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import {
-  EventsService,
-  RawEventSchema,
-  TokenCountsSchema,
-  type RawEvent,
-} from "@oz0/proto/oz0/events/v1/events_pb";
+import { EventsService, TokenCountsSchema, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { createLogger } from "@oz0/serving";
 import { randomUUID } from "node:crypto";
 import { connect } from "node:net";
@@ -88,7 +83,10 @@ export interface RawEventInit {
 
 /** Build a raw event: `rawEvent("tool.called", { jobId, toolCallId, attributes: { tool_name: "read", input } })`. */
 export function rawEvent(type: string, init: RawEventInit = {}): RawEvent {
-  return create(RawEventSchema, {
+  // Every field of the message is set, so a literal is a complete RawEvent
+  // (what create() would build, without its per-field walk).
+  return {
+    $typeName: "oz0.events.v1.RawEvent",
     id: init.id ?? randomUUID(),
     type,
     time: timestampFromDate(init.time ?? new Date()),
@@ -105,12 +103,28 @@ export function rawEvent(type: string, init: RawEventInit = {}): RawEvent {
     tokens: init.tokens ? create(TokenCountsSchema, init.tokens) : undefined,
     attributes: init.attributes ? toJsonObject(init.attributes) : undefined,
     traceparent: init.traceparent ?? "",
-  });
+  };
 }
 
 // Struct fields accept JSON only: drop undefined, turn Dates into strings,
-// so a producer can pass what it has without preparing it.
+// so a producer can pass what it has without preparing it. Flat attributes of
+// strings, booleans, finite numbers and nulls (the usual case) are copied as
+// they are; anything else takes the JSON round trip, which does all of that.
 function toJsonObject(value: Record<string, unknown>): JsonObject {
+  const out: JsonObject = {};
+  if (typeof value.toJSON === "function") return jsonRoundTrip(value);
+  for (const key of Object.keys(value)) {
+    const item = value[key];
+    if (item === undefined) continue;
+    if (key === "__proto__") return jsonRoundTrip(value);
+    if (typeof item === "string" || typeof item === "boolean" || item === null) out[key] = item;
+    else if (typeof item === "number") out[key] = Number.isFinite(item) ? item + 0 : null;
+    else return jsonRoundTrip(value);
+  }
+  return out;
+}
+
+function jsonRoundTrip(value: Record<string, unknown>): JsonObject {
   return JSON.parse(JSON.stringify(value)) as JsonObject;
 }
 

@@ -4,14 +4,9 @@
 // and a type the policy does not know keeps only its envelope (ids, type,
 // time, status, token counts) and is marked `reduced`. Nothing free-form ever
 // passes: labels are composed here from identifiers and paths, never copied.
-import { create, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
-import {
-  PublicEventSchema,
-  TokenCountsSchema,
-  type PublicEvent,
-  type RawEvent,
-} from "@oz0/proto/oz0/events/v1/events_pb";
+import type { PublicEvent, RawEvent, TokenCounts } from "@oz0/proto/oz0/events/v1/events_pb";
 
 /** A step's summary when a model turn finished with the operation's result. */
 export const FINISH_SUMMARY = "Returned the structured result for validation";
@@ -274,32 +269,43 @@ export type RedactionOutcome =
   | { ok: true; event: PublicEvent }
   | { ok: false; code: "EVENT_ID_INVALID" | "EVENT_TYPE_INVALID" };
 
+// Each allowlist as a list of [attribute, extract] pairs, walked per event.
+const POLICY_ENTRIES: ReadonlyMap<string, readonly (readonly [string, Extract])[]> = new Map(
+  Object.entries(EVENT_POLICY).map(([type, allowlist]) => [type, Object.entries(allowlist)]),
+);
+
+// An envelope id: kept when it is an identifier, else cleared.
+const ident = (value: string): string => (value === "" ? "" : (identifier(value) ?? ""));
+
 /** Redact one raw event into its public form (position 0: the log assigns it). */
 export function redactEvent(raw: RawEvent): RedactionOutcome {
   // The id is the dedup key and a Kafka header; the type names the policy.
   if (!IDENTIFIER.test(raw.id)) return { ok: false, code: "EVENT_ID_INVALID" };
   if (raw.type.length > 64 || !EVENT_TYPE.test(raw.type)) return { ok: false, code: "EVENT_TYPE_INVALID" };
-  const allowlist = EVENT_POLICY[raw.type];
+  const allowlist = POLICY_ENTRIES.get(raw.type);
   const attributes: JsonObject = {};
   if (allowlist) {
     const source = raw.attributes ?? {};
-    for (const [key, extract] of Object.entries(allowlist)) {
+    for (const [key, extract] of allowlist) {
       const value = extract(source);
       if (value !== undefined) attributes[key] = value;
     }
   }
-  const ident = (value: string): string => identifier(value) ?? "";
-  const tokens = raw.tokens
-    ? create(TokenCountsSchema, {
+  const tokens: TokenCounts | undefined = raw.tokens
+    ? {
+        $typeName: "oz0.events.v1.TokenCounts",
         inputTokens: raw.tokens.inputTokens,
         outputTokens: raw.tokens.outputTokens,
         cacheReadTokens: raw.tokens.cacheReadTokens,
         cacheWriteTokens: raw.tokens.cacheWriteTokens,
-      })
+      }
     : undefined;
+  // Every field of the message is set, so a literal is a complete PublicEvent
+  // (what create() would build, without its per-field walk).
   return {
     ok: true,
-    event: create(PublicEventSchema, {
+    event: {
+      $typeName: "oz0.events.v1.PublicEvent",
       id: raw.id,
       type: raw.type,
       time: raw.time ?? timestampNow(),
@@ -315,9 +321,9 @@ export function redactEvent(raw: RawEvent): RedactionOutcome {
       status: STATUS.test(raw.status) ? raw.status : "",
       tokens,
       attributes,
-      traceparent: TRACEPARENT.test(raw.traceparent) ? raw.traceparent : "",
+      traceparent: raw.traceparent === "" || !TRACEPARENT.test(raw.traceparent) ? "" : raw.traceparent,
       position: 0n,
       reduced: !allowlist,
-    }),
+    },
   };
 }

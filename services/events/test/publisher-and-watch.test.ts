@@ -84,6 +84,14 @@ void describe("the publisher", () => {
     assert.ok(logger.lines.some((l) => (l.obj as { code?: string }).code === "EVENTS_PUBLISHER_CLOSED"));
   });
 
+  void test("rawEvent keeps attributes as JSON: undefined dropped, dates as strings, non-finite numbers as null", () => {
+    const flat = rawEvent("job.started", { attributes: { s: "t", n: 1.5, z: -0, b: false, nil: null, u: undefined, nan: NaN } });
+    assert.deepEqual(flat.attributes, { s: "t", n: 1.5, z: 0, b: false, nil: null, nan: null });
+    assert.ok(Object.is(flat.attributes!.z, 0));
+    const nested = rawEvent("job.started", { attributes: { when: new Date(0), input: { command: "ls", skip: undefined }, list: [1, undefined] } });
+    assert.deepEqual(nested.attributes, { when: "1970-01-01T00:00:00.000Z", input: { command: "ls" }, list: [1, null] });
+  });
+
   void test("a retried event is accepted once: ids deduplicate", async () => {
     const events = await service();
     const event = rawEvent("job.started", { jobId: "job-dup" });
