@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import path from "node:path";
 import { before, describe, it } from "node:test";
 import { overlayDirs, render, type K8sObject } from "./support/render.js";
-import { containerEnv, workload, workloads, type Any } from "./support/workloads.js";
+import { containerEnv, policiesFor, workload, workloads, type Any } from "./support/workloads.js";
 
 for (const dir of overlayDirs()) {
   const overlay = path.basename(dir);
@@ -131,6 +131,51 @@ for (const dir of devOverlays) {
       // Without PostgreSQL the orchestrator serves no SandboxNodeService: heartbeats would only be refused.
       assert.equal(containerEnv(objects, sandbox).OZ0_ORCHESTRATOR_URL, undefined);
       for (const c of [orchestrator, sandbox]) assert.equal(envEntry(c, "OZ0_NODE_TOKEN"), undefined);
+    });
+  });
+}
+
+for (const dir of prodOverlays) {
+  const overlay = path.basename(dir);
+  void describe(`${overlay}: LLM proxies on PostgreSQL`, () => {
+    let objects: K8sObject[] = [];
+    before(() => {
+      objects = render(dir);
+    });
+
+    void it("runs several llm-proxy replicas on one PostgreSQL schema, with a database role of their own", () => {
+      const { object, pod } = workload(objects, "llm-proxy");
+      assert.ok((object as Any).spec.replicas >= 2);
+      const c = pod.containers[0];
+      const db = envEntry(c, "DATABASE_URL")?.valueFrom?.secretKeyRef;
+      assert.deepEqual(db, { name: "oz0-llm-proxy-postgres", key: "database-url" });
+      // The proxy's schema holds encrypted provider keys: not the orchestrators' credentials.
+      assert.notEqual(db.name, envEntry(workload(objects, "orchestrator").pod.containers[0], "DATABASE_URL").valueFrom.secretKeyRef.name);
+      assert.equal(containerEnv(objects, c).OZ0_DATABASE_SCHEMA, "oz0_llm_proxy");
+    });
+
+    void it("gives every llm-proxy replica the same KEK and provider keys, as files from one Secret", () => {
+      const { pod } = workload(objects, "llm-proxy");
+      const c = pod.containers[0];
+      const env = containerEnv(objects, c);
+      const keys = pod.volumes.find((v: Any) => v.secret);
+      assert.ok(keys, "a Secret volume");
+      const mount = c.volumeMounts.find((m: Any) => m.name === keys.name);
+      // One Deployment's template: every replica mounts this very Secret, so every replica has this KEK.
+      assert.equal(env.OZ0_KEK_FILE, `${mount.mountPath}/kek`);
+      assert.equal(env.OZ0_SECRETS_DIR, mount.mountPath);
+      assert.equal(env.OZ0_KEK, undefined);
+      assert.ok(!(c.env ?? []).some((e: Any) => e.name === "OZ0_KEK"), "the KEK is a file, never an environment variable");
+    });
+
+    void it("lets the orchestrators and the LLM proxies, and only them, reach PostgreSQL on 5432", () => {
+      const reaches = (name: string): boolean =>
+        policiesFor(objects, workload(objects, name).podLabels, "Egress").some((p) =>
+          (p.spec.egress ?? []).some((r: Any) => r.ports.some((port: Any) => port.port === 5432) && r.to.some((t: Any) => t.namespaceSelector?.matchLabels?.["oz0.dev/database"] === "postgres")),
+        );
+      for (const w of workloads(objects)) {
+        assert.equal(reaches(w.name), w.name === "orchestrator" || w.name === "llm-proxy", w.name);
+      }
     });
   });
 }

@@ -369,7 +369,7 @@ void describe("prod overlay: scale and infrastructure", () => {
 
   void it("autoscales the stateless services from at least two replicas", () => {
     const hpas = objects.filter((o) => o.kind === "HorizontalPodAutoscaler") as Any[];
-    assert.deepEqual(hpas.map((h) => h.spec.scaleTargetRef.name).sort(), ["events", "orchestrator", "sandbox"]);
+    assert.deepEqual(hpas.map((h) => h.spec.scaleTargetRef.name).sort(), ["events", "llm-proxy", "orchestrator", "sandbox"]);
     for (const hpa of hpas) {
       const target = workload(objects, hpa.spec.scaleTargetRef.name).object as Any;
       assert.ok(hpa.spec.minReplicas >= 2 && hpa.spec.maxReplicas > hpa.spec.minReplicas);
@@ -378,13 +378,11 @@ void describe("prod overlay: scale and infrastructure", () => {
     }
   });
 
-  void it("keeps llm-proxy at one replica on a volume, replaced without overlap", () => {
+  void it("claims no volume but the shared OZ0_HOME: the stores are in PostgreSQL", () => {
+    const claims = objects.filter((o) => o.kind === "PersistentVolumeClaim").map((o) => o.metadata.name);
+    assert.deepEqual(claims, ["oz0-home"]);
     const proxy = workload(objects, "llm-proxy");
-    const d = proxy.object as Any;
-    assert.equal(d.spec.replicas, 1);
-    assert.deepEqual(d.spec.strategy, { type: "Recreate" });
-    const data = proxy.pod.volumes.find((v: Any) => v.name === "data");
-    assert.ok(objects.some((o) => o.kind === "PersistentVolumeClaim" && o.metadata.name === data.persistentVolumeClaim?.claimName));
+    assert.deepEqual((proxy.object as Any).spec.strategy.type, "RollingUpdate", "replicas replace each other with overlap");
   });
 
   void it("wires events to Strimzi's Kafka and the lifecycle topic, in KRaft mode", () => {
@@ -404,12 +402,6 @@ void describe("prod overlay: scale and infrastructure", () => {
     // events may reach the brokers on that port
     const egress = policiesFor(objects, workload(objects, "events").podLabels, "Egress").flatMap((p) => p.spec.egress ?? []);
     assert.ok(egress.some((r: Any) => r.ports.some((p: Any) => p.port === listener.port) && r.to.some((t: Any) => t.podSelector?.matchLabels?.["strimzi.io/cluster"] === kafka.metadata.name)));
-  });
-
-  void it("takes DATABASE_URL for the orchestrator from a Secret", () => {
-    const env = workload(objects, "orchestrator").pod.containers[0].env;
-    const db = env.find((e: Any) => e.name === "DATABASE_URL");
-    assert.deepEqual(db.valueFrom, { secretKeyRef: { name: "oz0-postgres", key: "database-url" } });
   });
 });
 
