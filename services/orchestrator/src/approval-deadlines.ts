@@ -61,6 +61,15 @@ export class ApprovalDeadlines {
     this.#timers.delete(key);
   }
 
+  /** Clears every timer of one job (another replica works on it now). */
+  clearJob(jobId: string): void {
+    for (const [key, timer] of this.#timers) {
+      if (!key.startsWith(`${jobId}\0`)) continue;
+      clearTimeout(timer);
+      this.#timers.delete(key);
+    }
+  }
+
   close(): void {
     for (const timer of this.#timers.values()) clearTimeout(timer);
     this.#timers.clear();

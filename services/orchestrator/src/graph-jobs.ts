@@ -22,10 +22,9 @@ import { create } from "@bufbuild/protobuf";
 import { JobEventSchema, JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { GraphRunner, type CheckpointStore, type GraphEvent, type RunResult } from "@oz0/graph";
 import type { Logger } from "@oz0/serving";
-import type Database from "better-sqlite3";
 import { never, SessionGraphExecutor } from "./graph-executor.js";
 import { AgentGraphManager } from "./graph-manager-agent.js";
-import { graphAgents, graphStoreOf, type GraphRegistry, type GraphVersionRecord } from "./graph-registry.js";
+import { graphAgents, type GraphRegistry, type GraphVersionRecord } from "./graph-registry.js";
 import type { GraphStore } from "./graph-store.js";
 import type { JobFeed } from "./job-feed.js";
 import { soleOwnership, type JobOwnership } from "./job-ownership.js";
@@ -44,9 +43,7 @@ export function isGraphJob(job: { id: string }): boolean {
 
 export interface GraphJobsOptions {
   /** Graph jobs, step jobs and checkpoints (openGraphStore). */
-  graphStore?: GraphStore;
-  /** @deprecated The SQLite graph database's handle (openGraphDatabase); pass `graphStore`. */
-  db?: Database.Database;
+  graphStore: GraphStore;
   store: JobStore;
   feed: JobFeed;
   jobs: JobRunner;
@@ -120,18 +117,13 @@ export class GraphJobs {
 
   constructor(options: GraphJobsOptions) {
     this.#o = options;
-    this.#graphs = graphStoreOf(options);
+    this.#graphs = options.graphStore;
     this.#ownership = options.ownership ?? soleOwnership;
   }
 
   /** True when `name` is a graph (RunAgent then runs it instead of an agent). */
   async hasGraph(name: string): Promise<boolean> {
     return (await this.#o.registry.findVersion(name)) !== undefined;
-  }
-
-  /** @deprecated SQLite only (GraphRegistry.find); use hasGraph. */
-  isGraph(name: string): boolean {
-    return this.#o.registry.find(name) !== undefined;
   }
 
   async run(options: { graph: string; input: string }): Promise<JobRecord> {

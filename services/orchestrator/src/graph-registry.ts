@@ -8,7 +8,6 @@
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
-import type Database from "better-sqlite3";
 import {
   canonicalJson,
   parseDefinitionYaml,
@@ -20,10 +19,8 @@ import {
 import type { GraphStore, GraphVersionRecord, NewGraphVersion } from "./graph-store.js";
 import type { JobStore } from "./job-store.js";
 import { invalidArgument, notFound } from "./orchestrator-error.js";
-import { SqliteGraphStore } from "./sqlite-graph-store.js";
 
 export type { GraphVersionRecord } from "./graph-store.js";
-export { openGraphDatabase } from "./sqlite-graph-store.js";
 
 /** A graph read from a plugin and validated, not yet published. */
 export interface PreparedGraph {
@@ -71,16 +68,7 @@ export function graphAgents(definition: GraphDefinition): string[] {
 export interface GraphRegistryOptions {
   store: JobStore;
   /** Where versions are kept (openGraphStore). */
-  graphStore?: GraphStore;
-  /** @deprecated The SQLite graph database's handle (openGraphDatabase); pass `graphStore`. */
-  db?: Database.Database;
-}
-
-/** The graph store given as `graphStore`, or the SQLite one on the deprecated `db` handle. */
-export function graphStoreOf(options: { graphStore?: GraphStore; db?: Database.Database }): GraphStore {
-  if (options.graphStore) return options.graphStore;
-  if (options.db) return SqliteGraphStore.forHandle(options.db);
-  throw new Error("no graph store: pass graphStore (openGraphStore)");
+  graphStore: GraphStore;
 }
 
 export class GraphRegistry {
@@ -88,7 +76,7 @@ export class GraphRegistry {
   readonly #store: JobStore;
 
   constructor(options: GraphRegistryOptions) {
-    this.#graphs = graphStoreOf(options);
+    this.#graphs = options.graphStore;
     this.#store = options.store;
   }
 
@@ -162,37 +150,6 @@ export class GraphRegistry {
     return this.#graphs.listLatestVersions();
   }
 
-  // The synchronous forms below read and write SQLite directly, for callers
-  // that cannot await yet (plugin-registry.ts, orchestrator-service.ts). A
-  // PostgreSQL graph store has no synchronous access: move those callers to
-  // publishVersion, findVersion, resolveVersion and listLatest, then delete these.
-
-  /** @deprecated SQLite only; use publishVersion. */
-  publish(options: { graph: PreparedGraph; plugin: string; pluginVersion: string; pluginPath: string }): { published: boolean; record: GraphVersionRecord } {
-    return this.#sqlite("publish", "publishVersion").publishVersionSync(newVersion(options));
-  }
-
-  /** @deprecated SQLite only; use findVersion. */
-  find(name: string, version?: number): GraphVersionRecord | undefined {
-    return this.#sqlite("find", "findVersion").getVersionSync(name, version);
-  }
-
-  /** @deprecated SQLite only; use resolveVersion. */
-  resolve(name: string, version?: number): GraphVersionRecord {
-    const found = this.find(name, version);
-    if (found) return found;
-    throw notFoundError(name, version, version ? this.find(name) : undefined);
-  }
-
-  /** @deprecated SQLite only; use listLatest. */
-  list(): GraphVersionRecord[] {
-    return this.#sqlite("list", "listLatest").listLatestVersionsSync();
-  }
-
-  #sqlite(method: string, instead: string): SqliteGraphStore {
-    if (this.#graphs instanceof SqliteGraphStore) return this.#graphs;
-    throw new Error(`GraphRegistry.${method} is synchronous and reads SQLite only; with a PostgreSQL graph store call ${instead} (and await it)`);
-  }
 }
 
 function newVersion(options: { graph: PreparedGraph; plugin: string; pluginVersion: string; pluginPath: string }): NewGraphVersion {

@@ -42,6 +42,7 @@ import {
   type PermissionRecord,
 } from "./job-store.js";
 import { sessionSkills } from "./agent-skills.js";
+import { soleOwnership, type JobOwnership } from "./job-ownership.js";
 import { OperationRunner, operationRuntimeTools, type OperationParent } from "./operation-runner.js";
 import { failedPrecondition, invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
 import type { PermissionPolicy, PolicyDecision } from "./permission-policy.js";
@@ -55,6 +56,7 @@ import {
   type SessionRunner,
   type TokenIssuer,
 } from "./session-runner.js";
+import type { SandboxPlacement } from "./sandbox-placement.js";
 import { toolResultViolation } from "./tool-call-audit.js";
 
 export const JOB_STATE_TO_PROTO: Record<JobStateName, JobState> = {
@@ -80,7 +82,8 @@ export function isTerminal(state: JobStateName): boolean {
 export interface JobRunnerOptions {
   store: JobStore;
   feed: JobFeed;
-  sandboxes: SessionRunner[];
+  /** Which sandbox node each session runs on (sandbox-placement.ts). */
+  placement: SandboxPlacement;
   tokens: TokenIssuer;
   policy: PermissionPolicy;
   lifecycle?: LifecycleSink;
@@ -91,6 +94,8 @@ export interface JobRunnerOptions {
   reattachAttempts?: number;
   /** Repair sessions a harness operation gets when its result does not validate. Default 2. */
   operationRepairs?: number;
+  /** Which jobs this replica works on (job-ownership.ts). Default: every job (one orchestrator). */
+  ownership?: JobOwnership;
 }
 
 /**
@@ -111,15 +116,20 @@ interface ActiveJob {
   callerTools?: CallerRuntimeTools;
   /** Starts the session again, while the sandbox has never taken it (it was full). */
   restart?: () => SessionChannel;
+  /** The session's node; unset until it is placed. */
   agent: AgentVersionRecord;
   channel?: SessionChannel;
-  sandbox: SessionRunner;
+  sandbox?: SessionRunner;
   sandboxSeq: number;
   result?: SessionResult;
   exitError: string;
   artifacts: SessionArtifact[];
   /** Set when the harness broke the tool policy; the job fails with it. */
   violation?: string;
+  /** Another replica took the job's lease: stop following it without finishing it. */
+  abandoned?: boolean;
+  /** Re-attached to a session that may never have started: start it if the sandbox does not know it. */
+  startIfUnknown?: boolean;
 }
 
 export class JobRunner {
@@ -129,13 +139,14 @@ export class JobRunner {
   readonly #running = new Set<Promise<void>>();
   readonly #locks = new Map<string, Promise<unknown>>();
   readonly #operations: OperationRunner;
-  #next = 0;
+  #nodeWatch: NodeJS.Timeout | undefined;
   #closing = false;
   readonly #deadlines: ApprovalDeadlines;
+  readonly #ownership: JobOwnership;
 
   constructor(options: JobRunnerOptions) {
-    if (options.sandboxes.length === 0) throw invalidArgument("no sandbox configured: set OZ0_SANDBOX_URLS");
     this.#o = options;
+    this.#ownership = options.ownership ?? soleOwnership;
     this.#agents = new AgentVersions({ store: options.store });
     this.#operations = new OperationRunner({
       store: options.store,
@@ -159,7 +170,7 @@ export class JobRunner {
       jobId: job.id,
       sessionId: job.sessionId,
       agent: active.agent,
-      sandbox: active.sandbox,
+      sandbox: active.sandbox!,
       // From the job's creation: never later than the deadline its session was given.
       ...(timeoutMs > 0 ? { deadline: new Date(job.createdAt.getTime() + timeoutMs) } : {}),
       answer: async (result) => {
@@ -189,9 +200,28 @@ export class JobRunner {
   }
 
   #sandboxFor(url: string): SessionRunner {
-    const found = this.#o.sandboxes.find((s) => s.url === url);
-    if (found) return found;
-    throw new OrchestratorError("unavailable", `the job's sandbox ${url} is not configured any more; add it to OZ0_SANDBOX_URLS`);
+    return this.#o.placement.runnerFor(url);
+  }
+
+  /**
+   * A node with room for the job's session, stored as the job's node before
+   * the session starts (so a restart re-attaches there). Waits while every
+   * node is full; undefined when the job was cancelled or abandoned meanwhile.
+   */
+  async #place(job: JobRecord, active: ActiveJob): Promise<SessionRunner | undefined> {
+    for (let waited = false; ; waited = true) {
+      if (this.#closing || active.abandoned) return undefined;
+      if (waited) {
+        const current = await this.#o.store.getJob(job.id);
+        if (!current || current.cancelRequestedAt || isTerminal(current.state)) return undefined;
+      }
+      const sandbox = await this.#o.placement.place({ jobId: job.id, sessionId: job.sessionId });
+      if (sandbox) {
+        await this.#o.store.updateJob(job.id, { sandboxUrl: sandbox.url });
+        return sandbox;
+      }
+      await new Promise((r) => setTimeout(r, 500));
+    }
   }
 
   async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch, permissions?: PermissionRecord[]): Promise<JobEvent[]> {
@@ -214,7 +244,6 @@ export class JobRunner {
       if (!existsSync(a)) throw invalidArgument(`attachment ${a} does not exist on the orchestrator's host; check the path`);
       return a;
     });
-    const sandbox = this.#o.sandboxes[this.#next++ % this.#o.sandboxes.length]!;
     const now = new Date();
     const job: JobRecord = {
       id: `job_${randomUUID().replaceAll("-", "").slice(0, 20)}`,
@@ -228,12 +257,15 @@ export class JobRunner {
       stopReason: 0,
       error: "",
       sessionId: `ses_${randomUUID().replaceAll("-", "").slice(0, 20)}`,
-      sandboxUrl: sandbox.url,
+      // Set when the session is placed on a node (#startSession).
+      sandboxUrl: "",
       lastSeq: 0,
       sandboxSeq: 0,
       attachments,
       tokenId: "",
     };
+    // Leased before it exists, so no other replica takes it for an orphan.
+    await this.#ownership.claim(job.id);
     await this.#o.store.createJob(job);
     await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.PENDING, reason: "" } } } as Partial<JobEvent>]);
     this.#o.lifecycle?.publish("job.created", {
@@ -243,7 +275,7 @@ export class JobRunner {
       status: "pending",
       attributes: { harness: agent.harness.manifest.name, plugin: agent.plugin, attachment_count: attachments.length },
     });
-    const active: ActiveJob = { agent, sandbox, sandboxSeq: 0, exitError: "", artifacts: [], ...(options.callerTools ? { callerTools: options.callerTools } : {}) };
+    const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "", artifacts: [], ...(options.callerTools ? { callerTools: options.callerTools } : {}) };
     this.#active.set(job.id, active);
     this.#track(this.#startSession(job, active));
     return (await this.#o.store.getJob(job.id))!;
@@ -303,7 +335,13 @@ export class JobRunner {
       env: agent.harness.manifest.env ?? {},
       attachments: job.attachments,
     };
-    active.restart = () => active.sandbox.start(startOptions);
+    const sandbox = await this.#place(job, active);
+    if (!sandbox) {
+      if (!this.#closing && !active.abandoned) await this.#finish(job.id, {});
+      return;
+    }
+    active.sandbox = sandbox;
+    active.restart = () => active.sandbox!.start(startOptions);
     const channel = active.restart();
     active.channel = channel;
     await this.#consume(job.id, active);
@@ -313,37 +351,92 @@ export class JobRunner {
   async resumeAll(): Promise<number> {
     const jobs: JobRecord[] = [];
     for (const state of ACTIVE_JOB_STATES) jobs.push(...(await this.#o.store.listJobs({ state, limit: 100_000 })));
-    for (const job of jobs) {
-      // A graph run's job has no session of its own: GraphJobs (graph-jobs.ts) resumes it from its checkpoints.
-      if (job.id.startsWith("graph_")) continue;
-      const agent = await this.#o.store.getAgentVersion(job.agentName, job.agentVersion);
-      if (!agent) {
-        await this.#finish(job.id, { failure: `agent version ${job.agentName} v${job.agentVersion} is missing from the store` });
-        continue;
-      }
-      let sandbox: SessionRunner;
-      try {
-        sandbox = this.#sandboxFor(job.sandboxUrl);
-      } catch (error) {
-        await this.#finish(job.id, { failure: (error as Error).message });
-        continue;
-      }
-      const active: ActiveJob = { agent, sandbox, sandboxSeq: job.sandboxSeq, exitError: "", artifacts: [] };
-      this.#active.set(job.id, active);
-      for (const p of await this.#o.store.listPermissions({ jobId: job.id, pendingOnly: true })) this.#armDeadline(agent, p);
-      if (job.state === "pending" && !job.tokenId) {
-        this.#track(this.#startSession(job, active));
-      } else {
-        this.#track(this.#reattach(job.id, active));
-      }
+    // A graph run's job has no session of its own: GraphJobs (graph-jobs.ts) resumes it from its checkpoints.
+    const agentJobs = jobs.filter((job) => !job.id.startsWith("graph_"));
+    for (const job of agentJobs) await this.#resume(job);
+    return agentJobs.length;
+  }
+
+  /**
+   * Work on a job this replica just took over (its owner died): re-attach
+   * its session, or start it if it never reached a sandbox. Nothing happens
+   * when the job ended meanwhile or this replica already follows it.
+   */
+  async resumeJob(jobId: string): Promise<void> {
+    const job = await this.#o.store.getJob(jobId);
+    if (!job || isTerminal(job.state)) {
+      await this.#ownership.release(jobId);
+      return;
     }
-    return jobs.length;
+    if (this.#active.has(jobId)) return;
+    await this.#resume(job);
+  }
+
+  async #resume(job: JobRecord): Promise<void> {
+    const agent = await this.#o.store.getAgentVersion(job.agentName, job.agentVersion);
+    if (!agent) {
+      await this.#finish(job.id, { failure: `agent version ${job.agentName} v${job.agentVersion} is missing from the store` });
+      return;
+    }
+    let sandbox: SessionRunner | undefined;
+    try {
+      // No node yet: the session was never placed, so it is started below.
+      sandbox = job.sandboxUrl ? this.#sandboxFor(job.sandboxUrl) : undefined;
+    } catch (error) {
+      await this.#finish(job.id, { failure: (error as Error).message });
+      return;
+    }
+    const active: ActiveJob = { agent, ...(sandbox ? { sandbox } : {}), sandboxSeq: job.sandboxSeq, exitError: "", artifacts: [] };
+    this.#active.set(job.id, active);
+    for (const p of await this.#o.store.listPermissions({ jobId: job.id, pendingOnly: true })) this.#armDeadline(agent, p);
+    if (job.state === "pending" && (!job.tokenId || !sandbox)) {
+      this.#track(this.#startSession(job, active));
+    } else {
+      // Pending with nothing heard from the sandbox: the start may never have reached it (its
+      // replica died first, or it was full); then the session is started now (#consume).
+      if (job.state === "pending" && job.sandboxSeq === 0) active.startIfUnknown = true;
+      this.#track(this.#reattach(job.id, active));
+    }
+  }
+
+  /**
+   * Stop working on a job whose lease another replica took: stop following
+   * its session and its deadlines without finishing it (the new owner does).
+   */
+  abandon(jobId: string): void {
+    const active = this.#active.get(jobId);
+    if (active) {
+      active.abandoned = true;
+      active.channel?.close();
+      this.#active.delete(jobId);
+    }
+    this.#deadlines.clearJob(jobId);
+    // Its unfinished harness operations run again at the new owner (their writes here would be refused).
+    this.#operations.cancelJob(jobId);
+  }
+
+  /** A waiting call of a job this replica works on was answered at another replica: write the answer to the session. */
+  async deliverAnswer(answer: { jobId: string; permissionId: string }): Promise<void> {
+    if (!this.#ownership.owns(answer.jobId) || !this.#active.has(answer.jobId)) return;
+    await this.#withLock(answer.jobId, async () => {
+      const p = await this.#o.store.getPermission(answer.jobId, answer.permissionId);
+      if (!p || p.status === "pending" || p.delivered) return;
+      this.#deadlines.clear(answer.jobId, p.id);
+      await this.#deliver(answer.jobId, p);
+    });
+  }
+
+  /** Deliver every decided, undelivered answer of the jobs this replica works on (notices may have been missed). */
+  async deliverUndelivered(): Promise<void> {
+    for (const jobId of [...this.#active.keys()]) {
+      for (const p of await this.#o.store.listPermissions({ jobId, undeliveredOnly: true })) await this.deliverAnswer({ jobId, permissionId: p.id });
+    }
   }
 
   async #reattach(jobId: string, active: ActiveJob): Promise<void> {
     const job = await this.#o.store.getJob(jobId);
     if (!job) return;
-    active.channel = active.sandbox.reattach({ sessionId: job.sessionId, afterSeq: active.sandboxSeq });
+    active.channel = active.sandbox!.reattach({ sessionId: job.sessionId, afterSeq: active.sandboxSeq });
     // Answers decided but never written to the session (the orchestrator stopped in between).
     for (const p of await this.#o.store.listPermissions({ jobId, undeliveredOnly: true })) await this.#deliver(jobId, p);
     // Harness operations the session still waits for: a checkpointed result is delivered, an unfinished one runs again.
@@ -361,11 +454,19 @@ export class JobRunner {
           await this.#withLock(jobId, () => this.#handle(jobId, active, message));
           attempt = 0;
         }
-        if (this.#closing) return;
+        if (this.#closing || active.abandoned) return;
         await this.#finish(jobId, {});
         return;
       } catch (error) {
-        if (this.#closing) return;
+        if (this.#closing || active.abandoned) return;
+        if (error instanceof SessionNotFoundError && active.startIfUnknown && active.sandboxSeq === 0) {
+          active.startIfUnknown = false;
+          const job = await this.#o.store.getJob(jobId);
+          if (!job) return;
+          if (job.tokenId) await this.#o.tokens.revoke({ tokenId: job.tokenId }).catch(() => undefined);
+          await this.#startSession(job, active);
+          return;
+        }
         if (error instanceof SandboxFullError && active.sandboxSeq === 0 && active.restart) {
           // The sandbox never took the session: the job stays pending and asks again (unless it was cancelled meanwhile).
           const job = await this.#o.store.getJob(jobId);
@@ -373,8 +474,16 @@ export class JobRunner {
             await this.#finish(jobId, {});
             return;
           }
-          this.#o.logger.info({ jobId, sandbox: active.sandbox.url }, "the sandbox is full; the job waits for a free session");
+          this.#o.logger.info({ jobId, sandbox: active.sandbox?.url }, "the sandbox is full; the job waits for a free session");
+          // Its slot there is given back and the session placed again, on whichever node has room.
+          await this.#o.placement.release(job.sessionId);
           await new Promise((r) => setTimeout(r, 500));
+          const sandbox = await this.#place(job, active);
+          if (!sandbox) {
+            if (!this.#closing && !active.abandoned) await this.#finish(jobId, {});
+            return;
+          }
+          active.sandbox = sandbox;
           active.channel = active.restart();
           attempt = -1;
           continue;
@@ -391,13 +500,15 @@ export class JobRunner {
         await new Promise((r) => setTimeout(r, 200 * 2 ** attempt));
         const job = await this.#o.store.getJob(jobId);
         if (!job) return;
-        active.channel = active.sandbox.reattach({ sessionId: job.sessionId, afterSeq: active.sandboxSeq });
+        if (this.#active.get(jobId) !== active) return; // finished meanwhile (its node was lost)
+        active.channel = active.sandbox!.reattach({ sessionId: job.sessionId, afterSeq: active.sandboxSeq });
       }
     }
   }
 
   async #handle(jobId: string, active: ActiveJob, message: SandboxMessage): Promise<void> {
     active.sandboxSeq = message.seq;
+    active.startIfUnknown = false;
     const seqPatch: JobPatch = { sandboxSeq: message.seq };
     switch (message.kind) {
       case "started":
@@ -567,7 +678,7 @@ export class JobRunner {
     this.#o.logger.warn({ jobId, callId: result.callId }, violation);
     const job = await this.#o.store.getJob(jobId);
     // Stop the session now; the job fails with the violation when its stream ends (#finish).
-    if (job) this.#track(active.sandbox.cancel({ sessionId: job.sessionId, reason: violation }));
+    if (job && active.sandbox) this.#track(active.sandbox.cancel({ sessionId: job.sessionId, reason: violation }));
   }
 
   /** The deadline of a waiting call passed: it ends timed_out, which denies it (fail closed). */
@@ -709,10 +820,20 @@ export class JobRunner {
       }
     });
     this.#operations.cancelJob(job.id);
+    if (!this.#ownership.owns(job.id)) {
+      // Another replica runs it: stop its session; that replica sees the stream end and finishes the job.
+      await this.#sandboxFor(job.sandboxUrl)
+        .cancel({ sessionId: job.sessionId, reason })
+        .catch((error: unknown) => {
+          // Not started yet: its owner sees cancelRequestedAt before starting it.
+          if (!(error instanceof SessionNotFoundError)) throw error;
+        });
+      return (await this.#o.store.getJob(job.id))!;
+    }
     let sessionGone = !active?.channel;
     if (!sessionGone) {
       try {
-        await active!.sandbox.cancel({ sessionId: job.sessionId, reason });
+        await active!.sandbox!.cancel({ sessionId: job.sessionId, reason });
       } catch (error) {
         sessionGone = error instanceof SessionNotFoundError;
         if (!sessionGone) throw error;
@@ -724,6 +845,47 @@ export class JobRunner {
 
   /** End the job: state from the result (or the failure), artifacts stored, token revoked. */
   async #finish(jobId: string, options: { failure?: string }): Promise<void> {
+    await this.#endJob(jobId, options);
+    const job = await this.#o.store.getJob(jobId);
+    // Ended (now or before): its node's slot is free, and nobody is to take it over.
+    if (job) await this.#o.placement.release(job.sessionId).catch((error: unknown) => this.#o.logger.warn({ jobId, err: String(error) }, "could not free the session's slot on its node"));
+    await this.#ownership.release(jobId);
+  }
+
+  /**
+   * Fails the jobs this replica works on whose sandbox node stopped sending
+   * heartbeats: their sessions died with it (resuming a session on another
+   * node is not supported). Slots of sessions whose jobs already ended are freed.
+   */
+  async failLostSessions(): Promise<number> {
+    let failed = 0;
+    for (const lost of await this.#o.placement.lostSessions()) {
+      const job = await this.#o.store.getJob(lost.jobId);
+      if (!job || isTerminal(job.state) || job.sessionId !== lost.sessionId) {
+        await this.#o.placement.release(lost.sessionId);
+      } else if (this.#ownership.owns(lost.jobId)) {
+        await this.#finish(lost.jobId, { failure: lost.reason });
+        failed++;
+      }
+    }
+    return failed;
+  }
+
+  /** Checks for lost nodes every `intervalMs` until close. */
+  watchNodes(options: { intervalMs: number }): void {
+    if (this.#nodeWatch) return;
+    let checking = false;
+    this.#nodeWatch = setInterval(() => {
+      if (checking) return;
+      checking = true;
+      this.failLostSessions()
+        .catch((error: unknown) => this.#o.logger.warn({ err: String(error) }, "could not check for lost sandbox nodes"))
+        .finally(() => (checking = false));
+    }, options.intervalMs);
+    this.#nodeWatch.unref();
+  }
+
+  async #endJob(jobId: string, options: { failure?: string }): Promise<void> {
     await this.#withLock(jobId, async () => {
       const job = await this.#o.store.getJob(jobId);
       if (!job || isTerminal(job.state)) return;
@@ -787,6 +949,7 @@ export class JobRunner {
   /** Stop following sessions (they keep running on their sandboxes; the next start re-attaches). */
   async close(): Promise<void> {
     this.#closing = true;
+    clearInterval(this.#nodeWatch);
     this.#deadlines.close();
     for (const active of this.#active.values()) active.channel?.close();
     await Promise.allSettled([...this.#running]);

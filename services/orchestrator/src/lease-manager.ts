@@ -206,6 +206,24 @@ export class LeaseManager {
     return taken;
   }
 
+  /**
+   * Takes back, with new tokens, the leases held under this owner's id by an
+   * earlier process (this replica restarted with the same id), so its work
+   * resumes at once instead of after the leases expire. A process still
+   * running under the same id (a misconfiguration) loses them, and its
+   * fenced writes are refused.
+   */
+  async reclaim(kind: LeaseKind): Promise<Lease[]> {
+    const { rows } = await this.#pool.query<LeaseRow>(
+      `UPDATE leases SET token = nextval('lease_tokens'), acquired_at = now(), expires_at = now() + $3 * interval '1 millisecond', ttl_ms = $3
+       WHERE kind = $1 AND owner = $2 RETURNING *`,
+      [kind, this.owner, this.#ttlMs],
+    );
+    const taken = rows.map(toLease);
+    for (const lease of taken) this.#held.set(`${lease.kind}/${lease.resource}`, lease);
+    return taken;
+  }
+
   /** Leases this manager believes it holds (as of its last acquire or renewal). */
   held(): Lease[] {
     return [...this.#held.values()];

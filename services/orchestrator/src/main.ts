@@ -18,6 +18,10 @@ try {
     ...(process.env.OZ0_EVENTS_URL ? { eventsUrl: process.env.OZ0_EVENTS_URL } : {}),
     ...(process.env.DATABASE_URL ? { databaseUrl: process.env.DATABASE_URL } : {}),
     ...(process.env.OZ0_DATABASE_SCHEMA ? { databaseSchema: process.env.OZ0_DATABASE_SCHEMA } : {}),
+    ...(process.env.OZ0_REPLICA_ID ? { replicaId: process.env.OZ0_REPLICA_ID } : {}),
+    ...(process.env.OZ0_LEASE_TTL_MS ? { leaseTtlMs: Number(process.env.OZ0_LEASE_TTL_MS) } : {}),
+    ...(process.env.OZ0_NODE_TOKEN ? { nodeToken: process.env.OZ0_NODE_TOKEN } : {}),
+    ...(process.env.OZ0_NODE_STALE_AFTER_MS ? { nodeStaleAfterMs: Number(process.env.OZ0_NODE_STALE_AFTER_MS) } : {}),
     logger,
   });
   onShutdownSignal(logger, async () => {

@@ -228,7 +228,7 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     runAgent: (req) =>
       handle(async () => {
         const name = required(req.agent, "agent");
-        if (deps.graphs?.jobs.isGraph(name)) {
+        if (deps.graphs && (await deps.graphs.jobs.hasGraph(name))) {
           if (req.attachments.length > 0) throw new ConnectError(`${name} is a graph; graphs take no attachments (run an agent with them instead)`, Code.InvalidArgument);
           return { job: jobToProto(await deps.graphs.jobs.run({ graph: name, input: req.input })) };
         }
@@ -304,13 +304,13 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     listPlugins: () => handle(async () => ({ plugins: (await deps.plugins.list()).map(pluginToProto) })),
   });
   const agents = registration(AgentService, {
-    listAgents: () => handle(async () => ({ agents: [...(await deps.agents.list()).map(agentToProto), ...(deps.graphs?.registry.list() ?? []).map(graphToProto)] })),
+    listAgents: () => handle(async () => ({ agents: [...(await deps.agents.list()).map(agentToProto), ...(deps.graphs ? await deps.graphs.registry.listLatest() : []).map(graphToProto)] })),
     listAgentVersions: (req) => handle(async () => ({ versions: (await deps.agents.versions(required(req.name, "name"))).map(agentToProto) })),
     getAgent: (req) =>
       handle(async () => {
         const name = required(req.name, "name");
-        const graph = deps.graphs?.registry.find(name);
-        if (graph) return { agent: graphToProto(req.version ? deps.graphs!.registry.resolve(name, req.version) : graph) };
+        const graph = await deps.graphs?.registry.findVersion(name);
+        if (graph) return { agent: graphToProto(req.version ? await deps.graphs!.registry.resolveVersion(name, req.version) : graph) };
         return { agent: agentToProto(await deps.agents.resolve(name, req.version)) };
       }),
   });

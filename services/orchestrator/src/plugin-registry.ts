@@ -150,7 +150,7 @@ export class PluginRegistry {
       }
       const publishedGraphs: GraphVersionRecord[] = [];
       for (const graph of graphs) {
-        const result = this.#graphs!.publish({ graph, plugin: manifest.name, pluginVersion: manifest.version, pluginPath: finalDir });
+        const result = await this.#graphs!.publishVersion({ graph, plugin: manifest.name, pluginVersion: manifest.version, pluginPath: finalDir });
         if (result.published) publishedGraphs.push(result.record);
       }
       return { plugin: record, published, publishedGraphs };

@@ -1,10 +1,13 @@
 // Everything one orchestrator replica needs to share work with others on one
-// PostgreSQL database, opened together on one pool: the job store, leases,
-// the sandbox node registry, approval notifications and the lease sweeper.
-// start-orchestrator.ts opens this when DATABASE_URL is set (see
-// `openJobStore` for the store alone) and the SQLite store otherwise.
+// PostgreSQL database, opened together on one pool: the job store (its job
+// writes fenced by this replica's leases), leases, the sandbox node registry,
+// cross-replica notifications and the lease sweeper. start-orchestrator.ts
+// opens this when DATABASE_URL is set, and the SQLite store otherwise.
+// Opening does no work; `start` begins listening, renewing and sweeping once
+// the replica can take work over.
 import path from "node:path";
-import { ApprovalNotifier, type ApprovalAnswered } from "./approval-notifier.js";
+import { ClusterNotifier, type ApprovalAnswered } from "./cluster-notifier.js";
+import { JobLeases } from "./job-leases.js";
 import type { JobStore } from "./job-store.js";
 import { LeaseManager, type Lease } from "./lease-manager.js";
 import { LeaseSweeper } from "./lease-sweeper.js";
@@ -26,60 +29,95 @@ export interface PostgresClusterOptions {
   sweepIntervalMs?: number;
   /** A sandbox node silent this long gets no sessions and its sessions are lost. Default 15 s. */
   nodeStaleAfterMs?: number;
-  /** Resume a resource this replica now owns: re-attach a job's session, resume a graph run, re-read an approval. */
-  onTakeOver: (lease: Lease) => Promise<void>;
-  /** A lease was lost (this replica was too slow to renew): stop working on the resource at once. */
-  onLeaseLost: (lease: Lease) => void;
-  /** An approval was answered at some replica; act on it when this replica holds the job's lease. */
-  onApprovalAnswered: (answer: ApprovalAnswered) => void;
-  /** Listening resumed after the connection was lost: re-read undelivered answers of the jobs this replica owns. */
-  onApprovalsReconnected?: () => void;
   onError?: (error: unknown) => void;
 }
 
+/** What the replica does with the work it takes over, loses, or hears of. */
+export interface ClusterHandlers {
+  /** Resume a job this replica now owns (its lease is already adopted): re-attach its session or resume its graph run. */
+  onTakeOver: (lease: Lease) => Promise<void>;
+  /** A lease was lost (this replica was too slow to renew): stop working on the job at once. */
+  onLeaseLost: (lease: Lease) => void;
+  /** An approval was answered at some replica; act on it when this replica owns the job. */
+  onApprovalAnswered: (answer: ApprovalAnswered) => void;
+  /** Listening resumed after the connection was lost: re-read undelivered answers of the jobs this replica owns. */
+  onApprovalsReconnected?: () => void;
+}
+
 export interface PostgresCluster {
+  /** The job store, its job writes fenced by this replica's leases. */
   store: PostgresJobStore;
   leases: LeaseManager;
+  /** The jobs this replica works on (JobOwnership for the job runner and graph jobs). */
+  jobs: JobLeases;
   nodes: SandboxNodeRegistry;
-  approvals: ApprovalNotifier;
+  notifier: ClusterNotifier;
   sweeper: LeaseSweeper;
+  /** Listen, renew and sweep (one sweep at once, so work orphaned while no replica ran is picked up now). */
+  start(handlers: ClusterHandlers): Promise<void>;
   /** Stops renewing and sweeping; leases are left to expire so another replica takes the work over. */
   close(): Promise<void>;
 }
 
 export async function openPostgresCluster(options: PostgresClusterOptions): Promise<PostgresCluster> {
   const connection = { connectionString: options.connectionString, schema: options.schema ?? "oz0", ...(options.maxConnections ? { maxConnections: options.maxConnections } : {}) };
-  const approvals = new ApprovalNotifier({
+  const handlers: Partial<ClusterHandlers> = {};
+  const notifier = new ClusterNotifier({
     ...connection,
     ...(options.onError ? { onError: options.onError } : {}),
-    ...(options.onApprovalsReconnected ? { onReconnect: options.onApprovalsReconnected } : {}),
+    onReconnect: () => handlers.onApprovalsReconnected?.(),
   });
-  // Decided permissions the store appends are published to the job's owner in the same transaction.
-  const store = await PostgresJobStore.open({ ...connection, approvals });
+  // Decided permissions and appended events are published in the same transaction that stores them.
+  const base = await PostgresJobStore.open({ ...connection, notifier });
   const ttlMs = options.leaseTtlMs ?? 30_000;
-  const leases = await LeaseManager.open({ pool: store.pool, owner: options.replicaId, ttlMs });
-  const nodes = await SandboxNodeRegistry.open({ pool: store.pool, ...(options.nodeStaleAfterMs ? { staleAfterMs: options.nodeStaleAfterMs } : {}) });
-  approvals.subscribe(options.onApprovalAnswered);
-  const sweeper = new LeaseSweeper({ pool: store.pool, leases, onTakeOver: options.onTakeOver, ...(options.onError ? { onError: options.onError } : {}) });
-  try {
-    await approvals.listen();
-  } catch (error) {
-    await store.close();
-    throw error;
-  }
-  leases.startRenewing({ onLost: options.onLeaseLost, ...(options.onError ? { onError: options.onError } : {}) });
-  sweeper.start({ intervalMs: options.sweepIntervalMs ?? ttlMs });
+  const leases = await LeaseManager.open({ pool: base.pool, owner: options.replicaId, ttlMs });
+  const jobs = new JobLeases(leases);
+  const store = base.withFences(jobs);
+  const nodes = await SandboxNodeRegistry.open({ pool: base.pool, ...(options.nodeStaleAfterMs ? { staleAfterMs: options.nodeStaleAfterMs } : {}) });
+  const sweeper = new LeaseSweeper({
+    pool: base.pool,
+    leases,
+    kinds: ["job"],
+    onTakeOver: async (lease) => {
+      jobs.adopt(lease);
+      await handlers.onTakeOver?.(lease);
+    },
+    ...(options.onError ? { onError: options.onError } : {}),
+  });
+  let started = false;
   return {
     store,
     leases,
+    jobs,
     nodes,
-    approvals,
+    notifier,
     sweeper,
+    async start(given) {
+      if (started) return;
+      started = true;
+      Object.assign(handlers, given);
+      notifier.subscribe(given.onApprovalAnswered);
+      await notifier.listen();
+      leases.startRenewing({
+        onLost: (lease) => {
+          jobs.lose(lease);
+          given.onLeaseLost(lease);
+        },
+        ...(options.onError ? { onError: options.onError } : {}),
+      });
+      // A restarted replica's own jobs first: they resume now, not when their leases expire.
+      for (const lease of await leases.reclaim("job")) {
+        jobs.adopt(lease);
+        await given.onTakeOver(lease).catch((error: unknown) => options.onError?.(error));
+      }
+      await sweeper.sweepOnce();
+      sweeper.start({ intervalMs: options.sweepIntervalMs ?? ttlMs });
+    },
     async close() {
       await sweeper.stop();
       await leases.stop();
-      await approvals.close();
-      await store.close();
+      await notifier.close();
+      await base.close();
     },
   };
 }

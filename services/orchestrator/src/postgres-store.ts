@@ -4,8 +4,11 @@
 // SQLite has one writer, here several replicas write at once, so every
 // read-modify-write locks the row it depends on (the job row for event
 // sequence numbers, an advisory lock for an agent's next version).
-// A store opened with a fence (`fenced()`) refuses job writes once its lease
-// was taken over, in the same transaction as the write (see lease-manager.ts).
+// Job writes are fenced (lease-manager.ts): a job this replica works on is
+// written only while its lease is still this replica's, checked in the same
+// transaction as the write (`fences`, or one fixed fence for a `fenced()`
+// view). Writes to jobs this replica does not work on (a person's answer, a
+// cancel taken here for a job another replica runs) are not fenced.
 import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { JobEventSchema, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
@@ -26,9 +29,9 @@ import type {
   PluginRecord,
   PublishResult,
 } from "./job-store.js";
-import type { ApprovalNotifier } from "./approval-notifier.js";
+import type { ClusterNotifier } from "./cluster-notifier.js";
 import { assertLeaseHeld, type LeaseFence } from "./lease-manager.js";
-import { notFound } from "./orchestrator-error.js";
+import { failedPrecondition, notFound } from "./orchestrator-error.js";
 import { createPostgresPool, migrateOrchestrator, withTransaction, type PostgresConnectionOptions } from "./postgres-migrations.js";
 
 type Queryable = pg.Pool | pg.PoolClient;
@@ -203,20 +206,27 @@ export interface PostgresJobStoreOptions extends PostgresConnectionOptions {
    * here, in the same transaction: the replica owning the job hears of an
    * answer taken at any replica, and only once the answer is committed.
    */
-  approvals?: ApprovalNotifier;
+  notifier?: ClusterNotifier;
+}
+
+/** Which lease fences writes to a job (job-leases.ts). */
+export interface JobFences {
+  fenceFor(jobId: string): LeaseFence | undefined;
 }
 
 export class PostgresJobStore implements JobStore {
   readonly #pool: pg.Pool;
   readonly #ownsPool: boolean;
   readonly #fence: LeaseFence | undefined;
-  readonly #approvals: ApprovalNotifier | undefined;
+  readonly #fences: JobFences | undefined;
+  readonly #notifier: ClusterNotifier | undefined;
 
-  private constructor(options: { pool: pg.Pool; ownsPool: boolean; fence?: LeaseFence; approvals?: ApprovalNotifier }) {
+  private constructor(options: { pool: pg.Pool; ownsPool: boolean; fence?: LeaseFence; fences?: JobFences; notifier?: ClusterNotifier }) {
     this.#pool = options.pool;
     this.#ownsPool = options.ownsPool;
     this.#fence = options.fence;
-    this.#approvals = options.approvals;
+    this.#fences = options.fences;
+    this.#notifier = options.notifier;
   }
 
   /** Connects and runs pending migrations (safe when several replicas open at once). */
@@ -228,7 +238,7 @@ export class PostgresJobStore implements JobStore {
       await pool.end();
       throw error;
     }
-    return new PostgresJobStore({ pool, ownsPool: true, ...(options.approvals ? { approvals: options.approvals } : {}) });
+    return new PostgresJobStore({ pool, ownsPool: true, ...(options.notifier ? { notifier: options.notifier } : {}) });
   }
 
   /**
@@ -238,7 +248,15 @@ export class PostgresJobStore implements JobStore {
    * fenced view leaves the shared pool open.
    */
   fenced(fence: LeaseFence): PostgresJobStore {
-    return new PostgresJobStore({ pool: this.#pool, ownsPool: false, fence, ...(this.#approvals ? { approvals: this.#approvals } : {}) });
+    return new PostgresJobStore({ pool: this.#pool, ownsPool: false, fence, ...(this.#notifier ? { notifier: this.#notifier } : {}) });
+  }
+
+  /**
+   * The same store with each job's writes fenced by the lease `fences` gives
+   * for it (the jobs this replica works on); the view leaves the pool open.
+   */
+  withFences(fences: JobFences): PostgresJobStore {
+    return new PostgresJobStore({ pool: this.#pool, ownsPool: false, fences, ...(this.#notifier ? { notifier: this.#notifier } : {}) });
   }
 
   /** The pool, for modules that share its connections (leases, the node registry). */
@@ -370,14 +388,14 @@ export class PostgresJobStore implements JobStore {
 
   async updateJob(id: string, patch: JobPatch): Promise<JobRecord> {
     return withTransaction(this.#pool, async (client) => {
-      await this.#checkFence(client);
+      await this.#checkFence(client, id);
       return this.#updateJob(client, id, { ...patch, updatedAt: patch.updatedAt ?? new Date() });
     });
   }
 
   async append(change: JobAppend): Promise<JobEvent[]> {
     return withTransaction(this.#pool, async (client) => {
-      await this.#checkFence(client);
+      await this.#checkFence(client, change.jobId);
       // The row lock orders concurrent appends to one job, so sequence numbers stay gap-free across replicas.
       const locked = await client.query<{ last_seq: string }>("SELECT last_seq FROM jobs WHERE id = $1 FOR UPDATE", [change.jobId]);
       if (!locked.rows[0]) throw notFound(`job ${change.jobId} not found`);
@@ -398,14 +416,35 @@ export class PostgresJobStore implements JobStore {
       await client.query("UPDATE jobs SET last_seq = $2, updated_at = now() WHERE id = $1", [change.jobId, seq]);
       if (change.job) await this.#updateJob(client, change.jobId, change.job);
       for (const permission of change.permissions ?? []) {
+        if (permission.status !== "pending") await this.#checkUndecided(client, permission);
         await this.#upsertPermission(client, permission);
         // Sent on commit only: a rolled-back answer wakes nobody.
-        if (this.#approvals && permission.status !== "pending") {
-          await this.#approvals.publish(client, { jobId: permission.jobId, permissionId: permission.id, status: permission.status });
+        if (this.#notifier && permission.status !== "pending") {
+          await this.#notifier.publish(client, { jobId: permission.jobId, permissionId: permission.id, status: permission.status });
         }
       }
+      // Watchers at other replicas read the new events when this commits (job-feed.ts).
+      if (this.#notifier && stored.length > 0) await this.#notifier.publishAppended(client, { jobId: change.jobId, seq });
       return stored;
     });
+  }
+
+  /**
+   * Replicas decide a waiting call concurrently (a person at one, the
+   * deadline at the owner): the first decision stands, a different later
+   * one is refused and rolled back with everything it came with.
+   */
+  async #checkUndecided(client: Queryable, p: PermissionRecord): Promise<void> {
+    const { rows } = await client.query<{ status: string; answered_by: string }>("SELECT status, answered_by FROM permissions WHERE job_id = $1 AND id = $2 FOR UPDATE", [
+      p.jobId,
+      p.id,
+    ]);
+    const current = rows[0];
+    if (current && current.status !== "pending" && current.status !== p.status) {
+      throw failedPrecondition(
+        `call ${p.id} of job ${p.jobId} was already ${current.status}${current.answered_by ? ` by ${current.answered_by}` : ""} meanwhile; this ${p.status} answer is refused`,
+      );
+    }
   }
 
   async listJobEvents(jobId: string, afterSeq: number, limit = 1000): Promise<JobEvent[]> {
@@ -476,7 +515,7 @@ export class PostgresJobStore implements JobStore {
   async putOperationCheckpoint(record: OperationCheckpoint): Promise<void> {
     // Fenced like every job write: a replica that lost the job's lease must not record its operations.
     await withTransaction(this.#pool, async (client) => {
-      await this.#checkFence(client);
+      await this.#checkFence(client, record.jobId);
       await client.query(
         `INSERT INTO operation_checkpoints (job_id, call_id, record, delivered) VALUES ($1, $2, $3, $4)
          ON CONFLICT (job_id, call_id) DO UPDATE SET record = excluded.record, delivered = excluded.delivered`,
@@ -495,8 +534,9 @@ export class PostgresJobStore implements JobStore {
     return rows.map((r) => r.record);
   }
 
-  async #checkFence(client: pg.PoolClient): Promise<void> {
-    if (this.#fence) await assertLeaseHeld(client, this.#fence);
+  async #checkFence(client: pg.PoolClient, jobId: string): Promise<void> {
+    const fence = this.#fence ?? this.#fences?.fenceFor(jobId);
+    if (fence) await assertLeaseHeld(client, fence);
   }
 
   async close(): Promise<void> {

@@ -54,37 +54,22 @@ function toVersion(r: VersionRow): GraphVersionRecord {
   return graphVersionFromRow({ ...r, definition: JSON.parse(r.definition) as GraphDefinition, published_at: new Date(r.published_at) });
 }
 
-/** One store per handle, so GraphRegistry and GraphJobs given the same handle share its checkpoint store. */
-const byHandle = new WeakMap<Database.Database, SqliteGraphStore>();
-
 export class SqliteGraphStore implements GraphStore {
   readonly db: Database.Database;
   readonly checkpoints: SqliteCheckpointStore;
-  readonly #owned: boolean;
 
-  private constructor(db: Database.Database, owned: boolean) {
+  private constructor(db: Database.Database) {
     this.db = db;
-    this.#owned = owned;
     createGraphTables(db);
     this.checkpoints = new SqliteCheckpointStore({ database: db });
   }
 
   /** Opens <home>/graphs.db; `close()` closes it. */
   static open(home: string): SqliteGraphStore {
-    return new SqliteGraphStore(openGraphDatabase(home), true);
+    return new SqliteGraphStore(openGraphDatabase(home));
   }
 
-  /** The store on a handle its owner keeps (and closes). */
-  static forHandle(db: Database.Database): SqliteGraphStore {
-    let store = byHandle.get(db);
-    if (!store) {
-      store = new SqliteGraphStore(db, false);
-      byHandle.set(db, store);
-    }
-    return store;
-  }
-
-  publishVersionSync(version: NewGraphVersion): { published: boolean; record: GraphVersionRecord } {
+  async publishVersion(version: NewGraphVersion): Promise<{ published: boolean; record: GraphVersionRecord }> {
     return this.db.transaction(() => {
       const latest = this.db.prepare("SELECT * FROM orch_graph_versions WHERE name = ? ORDER BY version DESC LIMIT 1").get(version.name) as VersionRow | undefined;
       if (latest && latest.content_hash === version.contentHash) return { published: false, record: toVersion(latest) };
@@ -107,7 +92,7 @@ export class SqliteGraphStore implements GraphStore {
     })();
   }
 
-  getVersionSync(name: string, version?: number): GraphVersionRecord | undefined {
+  async getVersion(name: string, version?: number): Promise<GraphVersionRecord | undefined> {
     const row = (
       version
         ? this.db.prepare("SELECT * FROM orch_graph_versions WHERE name = ? AND version = ?").get(name, version)
@@ -116,23 +101,11 @@ export class SqliteGraphStore implements GraphStore {
     return row ? toVersion(row) : undefined;
   }
 
-  listLatestVersionsSync(): GraphVersionRecord[] {
+  async listLatestVersions(): Promise<GraphVersionRecord[]> {
     const rows = this.db
       .prepare("SELECT v.* FROM orch_graph_versions v JOIN (SELECT name, MAX(version) AS version FROM orch_graph_versions GROUP BY name) m ON v.name = m.name AND v.version = m.version ORDER BY v.name")
       .all() as VersionRow[];
     return rows.map(toVersion);
-  }
-
-  async publishVersion(version: NewGraphVersion): Promise<{ published: boolean; record: GraphVersionRecord }> {
-    return this.publishVersionSync(version);
-  }
-
-  async getVersion(name: string, version?: number): Promise<GraphVersionRecord | undefined> {
-    return this.getVersionSync(name, version);
-  }
-
-  async listLatestVersions(): Promise<GraphVersionRecord[]> {
-    return this.listLatestVersionsSync();
   }
 
   async putGraphJob(job: GraphJobRecord): Promise<void> {
@@ -159,7 +132,6 @@ export class SqliteGraphStore implements GraphStore {
   }
 
   async close(): Promise<void> {
-    if (!this.#owned) return;
     this.checkpoints.close();
     this.db.close();
   }

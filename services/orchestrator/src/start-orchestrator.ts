@@ -1,11 +1,13 @@
 // Wire the orchestrator: store, registry, runner, RPC server; re-attach to
 // the jobs that were running when it last stopped.
+import { randomBytes } from "node:crypto";
 import os from "node:os";
 import path from "node:path";
 import { createLogger, serve, type Logger } from "@oz0/serving";
 import { AgentVersions } from "./agent-versions.js";
-import { GraphJobs } from "./graph-jobs.js";
-import { GraphRegistry, openGraphDatabase } from "./graph-registry.js";
+import { GraphJobs, isGraphJob } from "./graph-jobs.js";
+import { GraphRegistry } from "./graph-registry.js";
+import { openGraphStore } from "./graph-store.js";
 import { JobFeed } from "./job-feed.js";
 import { JobRunner } from "./job-runner.js";
 import type { JobStore } from "./job-store.js";
@@ -16,8 +18,10 @@ import { HookStage } from "./hook-stage.js";
 import { PermissionPolicy } from "./permission-policy.js";
 import { PluginRegistry } from "./plugin-registry.js";
 import { SandboxClient } from "./sandbox-client.js";
+import { sandboxNodeServices } from "./sandbox-node-service.js";
+import { RegistryPlacement, StaticPlacement, type SandboxPlacement } from "./sandbox-placement.js";
 import type { LifecycleSink, SecretWriter, SessionRunner, TokenIssuer } from "./session-runner.js";
-import { openJobStore } from "./postgres-cluster.js";
+import { openJobStore, openPostgresCluster } from "./postgres-cluster.js";
 import { orchestratorTracing } from "./tracing.js";
 
 export interface OrchestratorConfig {
@@ -39,7 +43,19 @@ export interface OrchestratorConfig {
   databaseUrl?: string;
   /** The PostgreSQL schema to keep the tables in (OZ0_DATABASE_SCHEMA); default the store's own. */
   databaseSchema?: string;
-  /** Defaults to PostgreSQL when `databaseUrl` is set, else SQLite at <home>/orchestrator.db. */
+  /** This replica's id among replicas sharing `databaseUrl` (OZ0_REPLICA_ID). Default host name, pid and a random suffix. */
+  replicaId?: string;
+  /** How long a replica's jobs wait, after it stops renewing their leases, before another takes them over (OZ0_LEASE_TTL_MS). Default 30 s. */
+  leaseTtlMs?: number;
+  /**
+   * The token sandbox nodes present with their heartbeats (OZ0_NODE_TOKEN).
+   * With PostgreSQL it turns on node registration: sessions are placed on
+   * registered live nodes with free capacity instead of OZ0_SANDBOX_URLS.
+   */
+  nodeToken?: string;
+  /** A node silent this long gets no sessions and its sessions are lost (OZ0_NODE_STALE_AFTER_MS). Default 15 s. */
+  nodeStaleAfterMs?: number;
+  /** A custom store (tests); otherwise PostgreSQL when `databaseUrl` is set, else SQLite at <home>/orchestrator.db. */
   store?: JobStore;
   logger?: Logger;
 }
@@ -58,13 +74,49 @@ export function defaultHome(): string {
   return process.env.OZ0_HOME || path.join(os.homedir(), ".oz0");
 }
 
+/**
+ * Host name and port: unique among live replicas (two on one host need two
+ * ports), and the same after a restart, so a restarted replica takes its own
+ * jobs back at once (postgres-cluster.ts). With a random port, random.
+ */
+function defaultReplicaId(port: number): string {
+  return port > 0 ? `${os.hostname()}:${port}` : `${os.hostname()}:${process.pid}-${randomBytes(3).toString("hex")}`;
+}
+
 export async function startOrchestrator(config: OrchestratorConfig = {}): Promise<RunningOrchestrator> {
   const home = path.resolve(config.home ?? defaultHome());
   const logger = config.logger ?? createLogger({ name: "orchestrator" });
-  const store = config.store ?? (await openJobStore({ dataDir: home, ...(config.databaseUrl ? { databaseUrl: config.databaseUrl } : {}), ...(config.databaseSchema ? { schema: config.databaseSchema } : {}) }));
+  for (const [name, value] of [
+    ["OZ0_LEASE_TTL_MS", config.leaseTtlMs],
+    ["OZ0_NODE_STALE_AFTER_MS", config.nodeStaleAfterMs],
+  ] as const) {
+    if (value !== undefined && !(Number.isInteger(value) && value >= 100)) throw new Error(`${name} must be a whole number of milliseconds, at least 100; got ${String(value)}`);
+  }
+  // On PostgreSQL the orchestrator is one replica of many (one is a cluster of one): jobs are leased.
+  const cluster =
+    !config.store && config.databaseUrl
+      ? await openPostgresCluster({
+          connectionString: config.databaseUrl,
+          ...(config.databaseSchema ? { schema: config.databaseSchema } : {}),
+          replicaId: config.replicaId ?? defaultReplicaId(config.port ?? 7700),
+          ...(config.leaseTtlMs ? { leaseTtlMs: config.leaseTtlMs } : {}),
+          ...(config.nodeStaleAfterMs ? { nodeStaleAfterMs: config.nodeStaleAfterMs } : {}),
+          onError: (error) => logger.warn({ err: error }, "cluster coordination failed; retrying"),
+        })
+      : undefined;
+  const store = config.store ?? cluster?.store ?? (await openJobStore({ dataDir: home }));
   // Every session gets its span (tracing.ts); a no-op when OpenTelemetry is not started.
   const sandboxes = (config.sandboxes ?? (config.sandboxUrls ?? []).map((url) => new SandboxClient({ url }))).map((runner) => orchestratorTracing.sessionRunner(runner));
-  if (sandboxes.length === 0) throw new Error("no sandbox configured: set OZ0_SANDBOX_URLS (comma-separated sandbox URLs)");
+  // Nodes that register themselves (several replicas share their capacity), or the configured list.
+  const registered = cluster && config.nodeToken ? cluster.nodes : undefined;
+  if (!registered && sandboxes.length === 0) {
+    throw new Error(
+      cluster
+        ? "no sandbox configured: set OZ0_SANDBOX_URLS (comma-separated sandbox URLs), or OZ0_NODE_TOKEN so sandbox nodes register themselves"
+        : "no sandbox configured: set OZ0_SANDBOX_URLS (comma-separated sandbox URLs)",
+    );
+  }
+  const placement: SandboxPlacement = registered ? new RegistryPlacement({ registry: registered, logger }) : new StaticPlacement({ runners: sandboxes });
   const proxy = config.tokens ?? (config.llmProxyUrl ? new LlmProxyClient({ url: config.llmProxyUrl }) : undefined);
   if (!proxy) throw new Error("no LLM proxy configured: set OZ0_LLM_PROXY_URL");
   const secrets: SecretWriter = {
@@ -76,11 +128,38 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
   // Always a sink: the job's span starts and ends with its lifecycle events, published or not.
   const lifecycle: LifecycleSink = orchestratorTracing.lifecycleSink(config.eventsUrl ? createLifecycleSink({ url: config.eventsUrl, logger }) : undefined);
   const feed = new JobFeed();
-  const runner = new JobRunner({ store, feed, sandboxes, tokens: proxy, policy: new PermissionPolicy({ hooks: [new HookStage()] }), home, logger, ...(lifecycle ? { lifecycle } : {}) });
+  const stopFollowing = cluster
+    ? feed.followCluster(
+        { listJobEvents: (jobId, afterSeq, limit) => store.listJobEvents(jobId, afterSeq, limit), subscribeAppended: (handler) => cluster.notifier.subscribeAppended(handler) },
+        { onError: (error) => logger.warn({ err: error }, "could not read another replica's job events") },
+      )
+    : undefined;
+  const runner = new JobRunner({
+    store,
+    feed,
+    placement,
+    tokens: proxy,
+    policy: new PermissionPolicy({ hooks: [new HookStage()] }),
+    home,
+    logger,
+    ...(lifecycle ? { lifecycle } : {}),
+    ...(cluster ? { ownership: cluster.jobs } : {}),
+  });
   // Graph versions, graph jobs and their checkpoints: one SQLite file of their own under the data directory.
-  const graphDb = openGraphDatabase(home);
-  const graphRegistry = new GraphRegistry({ db: graphDb, store });
-  const graphJobs = new GraphJobs({ db: graphDb, store, feed, jobs: runner, registry: graphRegistry, sandboxes, logger, ...(lifecycle ? { lifecycle } : {}) });
+  // Graph versions, graph jobs and their checkpoints: beside the jobs (PostgreSQL), or a SQLite file of their own under the data directory.
+  const graphStore = await openGraphStore({ home, ...(cluster ? { pool: cluster.store.pool, ...(config.databaseSchema ? { schema: config.databaseSchema } : {}) } : {}) });
+  const graphRegistry = new GraphRegistry({ graphStore, store });
+  const graphJobs = new GraphJobs({
+    graphStore,
+    store,
+    feed,
+    jobs: runner,
+    registry: graphRegistry,
+    sandboxes,
+    logger,
+    ...(lifecycle ? { lifecycle } : {}),
+    ...(cluster ? { ownership: cluster.jobs } : {}),
+  });
   const server = await serve({
     name: "orchestrator",
     host: config.host ?? "127.0.0.1",
@@ -95,13 +174,36 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       secrets,
       ...(proxy instanceof LlmProxyClient ? { usage: proxy } : {}),
       graphs: { jobs: graphJobs, registry: graphRegistry },
-    }),
+    }).concat(registered ? sandboxNodeServices({ registry: registered, nodeToken: config.nodeToken!, logger }) : []),
   });
-  const resumed = await runner.resumeAll();
-  if (resumed > 0) logger.info({ resumed }, "re-attached to running jobs");
-  // After the job runner: a graph step whose job it re-attached is waited for, not started again.
-  const resumedGraphs = await graphJobs.resumeAll();
-  if (resumedGraphs > 0) logger.info({ resumed: resumedGraphs }, "resumed running graph jobs");
+  if (cluster) {
+    // Jobs are resumed as their leases are won: now (orphans and expired leases) and on every sweep.
+    await cluster.start({
+      onTakeOver: async (lease) => {
+        logger.info({ jobId: lease.resource }, "took over a job from a replica that stopped");
+        await (isGraphJob({ id: lease.resource }) ? graphJobs.resumeJob(lease.resource) : runner.resumeJob(lease.resource));
+      },
+      onLeaseLost: (lease) => {
+        logger.warn({ jobId: lease.resource }, "lost a job's lease to another replica; stopped working on it");
+        if (isGraphJob({ id: lease.resource })) graphJobs.abandon(lease.resource);
+        else runner.abandon(lease.resource);
+        cluster.jobs.forget(lease.resource);
+      },
+      onApprovalAnswered: (answer) => {
+        runner.deliverAnswer(answer).catch((error: unknown) => logger.warn({ err: error, jobId: answer.jobId }, "could not deliver an answer taken at another replica"));
+      },
+      onApprovalsReconnected: () => {
+        runner.deliverUndelivered().catch((error: unknown) => logger.warn({ err: error }, "could not deliver answers missed while disconnected"));
+      },
+    });
+    if (registered) runner.watchNodes({ intervalMs: 1_000 });
+  } else {
+    const resumed = await runner.resumeAll();
+    if (resumed > 0) logger.info({ resumed }, "re-attached to running jobs");
+    // After the job runner: a graph step whose job it re-attached is waited for, not started again.
+    const resumedGraphs = await graphJobs.resumeAll();
+    if (resumedGraphs > 0) logger.info({ resumed: resumedGraphs }, "resumed running graph jobs");
+  }
   let closing: Promise<void> | undefined;
   return {
     url: server.url,
@@ -115,8 +217,10 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
         await runner.close();
         await server.close({ graceMs: 1_000 });
         await lifecycle?.close();
-        await store.close();
-        graphDb.close();
+        stopFollowing?.();
+        // A replica's cluster closes its store; its leases expire and another replica takes its jobs over.
+        await (cluster ? cluster.close() : store.close());
+        await graphStore.close();
       })();
       return closing;
     },

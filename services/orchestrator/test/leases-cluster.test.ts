@@ -8,8 +8,9 @@ import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { JobEventSchema } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import type { ApprovalAnswered } from "../src/approval-notifier.js";
-import { LeaseLostError, type Lease } from "../src/lease-manager.js";
+import type { ApprovalAnswered } from "../src/cluster-notifier.js";
+import { JobFeed } from "../src/job-feed.js";
+import { LeaseLostError, type Lease, type LeaseFence } from "../src/lease-manager.js";
 import { openPostgresCluster, type PostgresCluster } from "../src/postgres-cluster.js";
 import { databaseUrl, dropSchema, eventually, freshSchema, jobRecord } from "./postgres-test-support.js";
 
@@ -41,13 +42,15 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
       maxConnections: 4,
       leaseTtlMs,
       sweepIntervalMs: 3_600_000,
+    });
+    await cluster.start({
       onTakeOver: async (lease) => {
         resumed.push(lease);
       },
       onLeaseLost: () => undefined,
       onApprovalAnswered: (answer) => {
         // Only the owner acts on an answer; the others hear it and ignore it.
-        if (cluster.leases.held().some((l) => l.kind === "job" && l.resource === answer.jobId)) answers.push(answer);
+        if (cluster.jobs.owns(answer.jobId)) answers.push(answer);
       },
     });
     const r = { cluster, resumed, answers };
@@ -55,17 +58,18 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     return r;
   }
 
-  void it("resumes a dead replica's jobs and graph run exactly once between the survivors, and refuses the dead one's late writes", async () => {
+  void it("resumes a dead replica's jobs (a graph job among them) exactly once between the survivors, and refuses the dead one's late writes", async () => {
     // Replicas open at once, as pods of one Deployment would: migrations run once.
     const [one, two, dying] = await Promise.all([replica("orch-1", 60_000), replica("orch-2", 60_000), replica("orch-3", 300)]);
     // The dying replica stops renewing at once: it is as good as dead once its leases expire.
     await dying!.cluster.leases.stop();
 
-    const owned = new Map<string, Lease>();
+    const owned = new Map<string, LeaseFence>();
     for (let i = 0; i < 30; i++) {
       const owner = [one!, two!, dying!][i % 3]!;
       // Lease first, then the job row, so a job is never visible without an owner unless its creator crashed.
-      const lease = await owner.cluster.leases.acquire("job", `job-${i}`);
+      await owner.cluster.jobs.claim(`job-${i}`);
+      const lease = owner.cluster.jobs.fenceFor(`job-${i}`);
       assert.ok(lease);
       owned.set(`job-${i}`, lease);
       await owner.cluster.store.createJob(job(`job-${i}`));
@@ -74,8 +78,9 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     await one!.cluster.store.createJob(job("unleased-a"));
     await one!.cluster.store.createJob(job("unleased-b"));
     await one!.cluster.store.createJob({ ...job("finished"), state: "succeeded" });
-    const graphLease = await dying!.cluster.leases.acquire("graph_run", "run-1");
-    assert.ok(graphLease);
+    // A graph run's job is leased like any job.
+    await dying!.cluster.jobs.claim("graph_run1");
+    await dying!.cluster.store.createJob(job("graph_run1"));
 
     await eventually(async () => ((await one!.cluster.leases.listExpired()).length >= 11 ? true : undefined));
     const [fromOne, fromTwo] = await Promise.all([one!.cluster.sweeper.sweepOnce(), two!.cluster.sweeper.sweepOnce()]);
@@ -84,7 +89,7 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
       ...Array.from({ length: 30 }, (_, i) => i).filter((i) => i % 3 === 2).map((i) => `job/job-${i}`),
       "job/unleased-a",
       "job/unleased-b",
-      "graph_run/run-1",
+      "job/graph_run1",
     ].sort();
     assert.deepEqual(taken, expected, "each orphaned resource taken once; live replicas' jobs and finished jobs left alone");
     assert.deepEqual([...one!.resumed, ...two!.resumed].map((l) => `${l.kind}/${l.resource}`).sort(), expected, "and resumed once");
@@ -103,7 +108,7 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     // By id: the replicas were opened concurrently, so their order in the list is arbitrary.
     const one = replicas.find((r) => r.cluster.leases.owner === "orch-1");
     const two = replicas.find((r) => r.cluster.leases.owner === "orch-2");
-    const ownedByTwo = two!.cluster.leases.held().find((l) => l.kind === "job")!;
+    const ownedByTwo = { resource: two!.cluster.jobs.owned()[0]! };
     // A pending approval of that job, then the answer taken at replica one: the store publishes it as it commits.
     const requested = { jobId: ownedByTwo.resource, id: "perm-1", callId: "call-1", sessionId: "ses", tool: "Bash", title: "Run it", needsPerson: true, reason: "", answeredBy: "", requestedAt: new Date(), delivered: false };
     await two!.cluster.store.append({ jobId: ownedByTwo.resource, events: [], permissions: [{ ...requested, status: "pending" }] });
@@ -111,5 +116,28 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     await eventually(async () => (two!.answers.length > 0 ? true : undefined));
     assert.deepEqual(two!.answers.map((a) => [a.jobId, a.permissionId]), [[ownedByTwo.resource, "perm-1"]]);
     assert.deepEqual(one!.answers, [], "a replica not owning the job ignores the answer");
+  });
+
+  void it("carries a job's events appended at its owner to watchers at another replica, each once and in order", async () => {
+    const one = replicas.find((r) => r.cluster.leases.owner === "orch-1")!;
+    const two = replicas.find((r) => r.cluster.leases.owner === "orch-2")!;
+    await two.cluster.jobs.claim("job-watched");
+    await two.cluster.store.createJob(job("job-watched"));
+    const feed = new JobFeed();
+    const stop = feed.followCluster({
+      listJobEvents: (jobId, afterSeq, limit) => one.cluster.store.listJobEvents(jobId, afterSeq, limit),
+      subscribeAppended: (handler) => one.cluster.notifier.subscribeAppended(handler),
+    });
+    const seen: number[] = [];
+    const unsubscribe = feed.subscribe("job-watched", (event) => seen.push(Number(event.seq)));
+    const text = (t: string) => create(JobEventSchema, { event: { case: "text", value: { text: t } } });
+    for (let i = 0; i < 5; i++) await two.cluster.store.append({ jobId: "job-watched", events: [text(`a${i}`), text(`b${i}`)] });
+    await eventually(async () => (seen.length >= 10 ? true : undefined));
+    // Published locally too (as the owner's own feed would): nothing is passed on twice.
+    feed.publish("job-watched", await one.cluster.store.listJobEvents("job-watched", 0));
+    await new Promise((r) => setTimeout(r, 200));
+    assert.deepEqual(seen, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    unsubscribe();
+    stop();
   });
 });

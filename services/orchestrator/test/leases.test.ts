@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type pg from "pg";
-import { ApprovalNotifier, type ApprovalAnswered } from "../src/approval-notifier.js";
+import { ClusterNotifier, type ApprovalAnswered } from "../src/cluster-notifier.js";
 import { LeaseManager, type Lease } from "../src/lease-manager.js";
 import { createPostgresPool, migrateOrchestrator, withTransaction } from "../src/postgres-migrations.js";
 import { databaseUrl, eventually, freshSchema } from "./postgres-test-support.js";
@@ -109,7 +109,7 @@ void describe("leases", () => {
   void it("keeps listening after the database drops the listening connection, and says so, so the owner re-reads the store", async () => {
     let reconnects = 0;
     const errors: unknown[] = [];
-    const owner = new ApprovalNotifier({ connectionString, schema, onReconnect: () => reconnects++, onError: (e) => errors.push(e) });
+    const owner = new ClusterNotifier({ connectionString, schema, onReconnect: () => reconnects++, onError: (e) => errors.push(e) });
     try {
       const received: string[] = [];
       owner.subscribe((answer) => received.push(answer.permissionId));
@@ -119,7 +119,7 @@ void describe("leases", () => {
       assert.equal(killed.rowCount, 1);
       await eventually(async () => (reconnects > 0 ? true : undefined), "reconnection");
       assert.ok(errors.length > 0, "the loss is reported");
-      await new ApprovalNotifier({ connectionString, schema }).publish(pool, { jobId: "j1", permissionId: "after-reconnect", status: "approved" });
+      await new ClusterNotifier({ connectionString, schema }).publish(pool, { jobId: "j1", permissionId: "after-reconnect", status: "approved" });
       await eventually(async () => (received.includes("after-reconnect") ? true : undefined), "the answer after reconnecting");
     } finally {
       await owner.close();
@@ -127,8 +127,8 @@ void describe("leases", () => {
   });
 
   void it("delivers an approval answered at one replica to the owner listening on another connection, only once committed", async () => {
-    const owner = new ApprovalNotifier({ connectionString, schema });
-    const answering = new ApprovalNotifier({ connectionString, schema });
+    const owner = new ClusterNotifier({ connectionString, schema });
+    const answering = new ClusterNotifier({ connectionString, schema });
     const answeringPool = createPostgresPool({ connectionString, schema, maxConnections: 2 });
     try {
       const received: ApprovalAnswered[] = [];
@@ -148,7 +148,7 @@ void describe("leases", () => {
       await eventually(async () => (received.length > 0 ? true : undefined));
       assert.deepEqual(received[0], { jobId: "j1", permissionId: "p1", status: "denied" });
       // Another deployment's schema uses another channel.
-      const other = new ApprovalNotifier({ connectionString, schema: `${schema}_other` });
+      const other = new ClusterNotifier({ connectionString, schema: `${schema}_other` });
       await other.publish(answeringPool, { jobId: "j9", permissionId: "p9", status: "approved" });
       await answering.publish(answeringPool, { jobId: "j1", permissionId: "p2", status: "approved" });
       await eventually(async () => (received.length > 1 ? true : undefined));

@@ -25,7 +25,8 @@ let t: TestStack;
 before(async () => {
   t = await startTestStack({
     pick: ({ turn }): ScriptedTurn => (turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: "echo stored > proof.txt" } }] } : { text: "proof written" }),
-    orchestratorEnv: { DATABASE_URL: databaseUrl(), OZ0_DATABASE_SCHEMA: schema },
+    // A stable replica id: the restarted orchestrator takes its own jobs back at once.
+    orchestratorEnv: { DATABASE_URL: databaseUrl(), OZ0_DATABASE_SCHEMA: schema, OZ0_REPLICA_ID: "the-only-replica" },
   });
   const installed = await t.cli(["plugin", "install", await makePluginRepo({ agents: { careful: CAREFUL } })]);
   assert.equal(installed.code, 0, installed.stderr);

@@ -112,11 +112,12 @@ export async function startTestStack(options: { pick: TurnPicker; sandboxEnv?: R
 }
 
 /** A plugin in a fresh git repository whose harness is the SDK's fake harness; returns the repository's path. */
-export async function makePluginRepo(options: { agents: Record<string, string>; name?: string; version?: string }): Promise<string> {
+export async function makePluginRepo(options: { agents: Record<string, string>; name?: string; version?: string; prompts?: Record<string, string> }): Promise<string> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-plugin-repo-"));
   mkdirSync(path.join(dir, "agents"));
   mkdirSync(path.join(dir, "prompts"));
   writeFileSync(path.join(dir, "prompts", "fixer.md"), "You fix failing tests. Read the code, change it, run the tests.\n");
+  for (const [name, text] of Object.entries(options.prompts ?? {})) writeFileSync(path.join(dir, "prompts", name), text);
   writeFileSync(
     path.join(dir, "oz0-plugin.yaml"),
     [

@@ -1,16 +1,20 @@
-// "An approval answered at any replica reaches the session": the replica that
-// takes the answer stores it and publishes a NOTIFY; the replica owning the
-// job's lease LISTENs and writes the answer to its session. NOTIFY is
-// delivered only to connected listeners and only on commit, so it is a
-// wake-up, not the record: the permission row is the record, and an owner
-// that (re)connects or takes a job over reads undelivered answers from the
-// store (`listPermissions({ undeliveredOnly: true })`) before relying on
-// notifications.
+// How orchestrator replicas on one PostgreSQL hear of each other's writes,
+// through NOTIFY on one channel per schema:
+// - "An approval answered at any replica reaches the session": the replica
+//   that takes the answer stores it and publishes `answered`; the replica
+//   owning the job's lease writes the answer to its session.
+// - A job's events appended at one replica (its owner) reach watchers at
+//   every replica: the store publishes `appended` with the job's last seq,
+//   and each replica's JobFeed reads the new events from the store.
+// NOTIFY is delivered only to connected listeners and only on commit, so it
+// is a wake-up, not the record: the rows are the record, and a replica that
+// (re)connects or takes a job over reads undelivered answers from the store
+// (`listPermissions({ undeliveredOnly: true })`) before relying on notices.
 import { createHash } from "node:crypto";
 import pg from "pg";
 import { checkSchemaName } from "./postgres-migrations.js";
 
-/** What a notification says: which request of which job was answered, and how. */
+/** Which request of which job was answered, and how. */
 export interface ApprovalAnswered {
   jobId: string;
   permissionId: string;
@@ -18,7 +22,15 @@ export interface ApprovalAnswered {
   status: string;
 }
 
-export interface ApprovalNotifierOptions {
+/** A job's events up to `seq` are stored. */
+export interface EventsAppended {
+  jobId: string;
+  seq: number;
+}
+
+type Notice = ({ kind: "answered" } & ApprovalAnswered) | ({ kind: "appended" } & EventsAppended);
+
+export interface ClusterNotifierOptions {
   connectionString: string;
   /** The store's schema: channels are per database, so the name scopes them per deployment (and per test). */
   schema?: string;
@@ -36,18 +48,19 @@ export interface ApprovalNotifierOptions {
 const RETRY_FIRST_MS = 100;
 const RETRY_MAX_MS = 5_000;
 
-export class ApprovalNotifier {
+export class ClusterNotifier {
   readonly channel: string;
   readonly #connectionString: string;
   readonly #onError: ((error: unknown) => void) | undefined;
   readonly #onReconnect: (() => void) | undefined;
-  readonly #handlers = new Set<(answer: ApprovalAnswered) => void>();
+  readonly #answered = new Set<(answer: ApprovalAnswered) => void>();
+  readonly #appended = new Set<(appended: EventsAppended) => void>();
   #listener: pg.Client | undefined;
   #listening = false;
   #retryTimer: NodeJS.Timeout | undefined;
   #retryMs = RETRY_FIRST_MS;
 
-  constructor(options: ApprovalNotifierOptions) {
+  constructor(options: ClusterNotifierOptions) {
     this.#connectionString = options.connectionString;
     this.channel = channelName(checkSchemaName(options.schema ?? "oz0"));
     this.#onError = options.onError;
@@ -60,14 +73,29 @@ export class ApprovalNotifier {
    * it is sent at once.
    */
   async publish(db: pg.Pool | pg.PoolClient | pg.Client, answer: ApprovalAnswered): Promise<void> {
+    await this.#notify(db, { kind: "answered", jobId: answer.jobId, permissionId: answer.permissionId, status: answer.status });
+  }
+
+  /** Publishes that a job's events up to `seq` are stored; pass the appending transaction's client. */
+  async publishAppended(db: pg.Pool | pg.PoolClient | pg.Client, appended: EventsAppended): Promise<void> {
+    await this.#notify(db, { kind: "appended", jobId: appended.jobId, seq: appended.seq });
+  }
+
+  async #notify(db: pg.Pool | pg.PoolClient | pg.Client, notice: Notice): Promise<void> {
     // pg_notify takes the channel as a parameter, unlike the NOTIFY statement.
-    await db.query("SELECT pg_notify($1, $2)", [this.channel, JSON.stringify(answer)]);
+    await db.query("SELECT pg_notify($1, $2)", [this.channel, JSON.stringify(notice)]);
   }
 
   /** Calls `handler` for every answer published from now on (after `listen()` resolved). Returns the unsubscribe. */
   subscribe(handler: (answer: ApprovalAnswered) => void): () => void {
-    this.#handlers.add(handler);
-    return () => this.#handlers.delete(handler);
+    this.#answered.add(handler);
+    return () => this.#answered.delete(handler);
+  }
+
+  /** Calls `handler` whenever any replica stored events of a job. Returns the unsubscribe. */
+  subscribeAppended(handler: (appended: EventsAppended) => void): () => void {
+    this.#appended.add(handler);
+    return () => this.#appended.delete(handler);
   }
 
   /** Opens the dedicated listening connection (a pooled one would be handed to other queries) and keeps it open until `close()`. */
@@ -81,14 +109,18 @@ export class ApprovalNotifier {
     const client = new pg.Client({ connectionString: this.#connectionString });
     client.on("notification", (message) => {
       if (message.channel !== this.channel || !message.payload) return;
-      let answer: ApprovalAnswered;
+      let notice: Notice;
       try {
-        answer = JSON.parse(message.payload) as ApprovalAnswered;
+        notice = JSON.parse(message.payload) as Notice;
       } catch (error) {
         this.#onError?.(error);
         return;
       }
-      for (const handler of this.#handlers) handler(answer);
+      if (notice.kind === "appended") {
+        for (const handler of this.#appended) handler({ jobId: notice.jobId, seq: notice.seq });
+      } else {
+        for (const handler of this.#answered) handler({ jobId: notice.jobId, permissionId: notice.permissionId, status: notice.status });
+      }
     });
     let lost = false;
     const onLost = (error: unknown): void => {
@@ -137,13 +169,14 @@ export class ApprovalNotifier {
     this.#retryTimer = undefined;
     const client = this.#listener;
     this.#listener = undefined;
-    this.#handlers.clear();
+    this.#answered.clear();
+    this.#appended.clear();
     await client?.end();
   }
 }
 
 // Channel names are identifiers (at most 63 bytes): a long schema name is hashed to fit.
 function channelName(schema: string): string {
-  const plain = `${schema}_approval_answered`;
-  return plain.length <= 63 ? plain : `oz0_approval_answered_${createHash("sha256").update(schema).digest("hex").slice(0, 32)}`;
+  const plain = `${schema}_cluster`;
+  return plain.length <= 63 ? plain : `oz0_cluster_${createHash("sha256").update(schema).digest("hex").slice(0, 32)}`;
 }

@@ -1,0 +1,66 @@
+// JobOwnership on leases (lease-manager.ts): the jobs this replica works on
+// are the job leases it claimed or took over and has not released or lost.
+// It is also what fences the store's job writes (postgres-store.ts): a job's
+// lease stays here after it was lost, so the stale replica's writes are
+// refused until the job runner has dropped the job (`forget`).
+import type { JobOwnership } from "./job-ownership.js";
+import type { Lease, LeaseFence, LeaseManager } from "./lease-manager.js";
+import { failedPrecondition } from "./orchestrator-error.js";
+import type { JobFences } from "./postgres-store.js";
+
+interface Working {
+  lease: LeaseFence;
+  lost: boolean;
+}
+
+export class JobLeases implements JobOwnership, JobFences {
+  readonly #leases: LeaseManager;
+  readonly #working = new Map<string, Working>();
+
+  constructor(leases: LeaseManager) {
+    this.#leases = leases;
+  }
+
+  async claim(jobId: string): Promise<void> {
+    const lease = await this.#leases.acquire("job", jobId);
+    if (!lease) throw failedPrecondition(`job ${jobId} is already leased by another orchestrator replica; submit the job again (it gets a new id)`);
+    this.#working.set(jobId, { lease, lost: false });
+  }
+
+  owns(jobId: string): boolean {
+    const working = this.#working.get(jobId);
+    return working !== undefined && !working.lost;
+  }
+
+  async release(jobId: string): Promise<void> {
+    const working = this.#working.get(jobId);
+    if (!working) return;
+    this.#working.delete(jobId);
+    if (!working.lost) await this.#leases.release(working.lease);
+  }
+
+  fenceFor(jobId: string): LeaseFence | undefined {
+    return this.#working.get(jobId)?.lease;
+  }
+
+  /** This replica took the lease over (from a dead replica, or a job nobody leased): it works on the job now. */
+  adopt(lease: Lease): void {
+    this.#working.set(lease.resource, { lease, lost: false });
+  }
+
+  /** The lease was lost: the job is no longer this replica's, and its writes stay refused until `forget`. */
+  lose(lease: Lease): void {
+    const working = this.#working.get(lease.resource);
+    if (working && working.lease.token === lease.token) working.lost = true;
+  }
+
+  /** The job runner stopped working on a job whose lease was lost. */
+  forget(jobId: string): void {
+    if (this.#working.get(jobId)?.lost) this.#working.delete(jobId);
+  }
+
+  /** Jobs this replica works on. */
+  owned(): string[] {
+    return [...this.#working].filter(([, w]) => !w.lost).map(([id]) => id);
+  }
+}
