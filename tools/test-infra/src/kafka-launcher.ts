@@ -103,10 +103,11 @@ export async function startKafka(options: KafkaOptions = {}): Promise<RunningKaf
   const java = javaCommand();
   const jvm = [`-Xmx${options.heap ?? "512m"}`, "-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"];
   // A cluster id is 16 random bytes in URL-safe base64, as `StorageTool random-uuid` prints.
+  // Passed as --cluster-id=ID: one that starts with "-" (1 in 32) would otherwise be read as an option.
   const clusterId = randomBytes(16).toString("base64url");
   await runToCompletion({
     command: java,
-    args: [...jvm, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone", "-t", clusterId, "-c", properties],
+    args: [...jvm, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone", `--cluster-id=${clusterId}`, "-c", properties],
   });
   const brokers = [`127.0.0.1:${port}`];
   const logFile = path.join(dir, "broker.log");
