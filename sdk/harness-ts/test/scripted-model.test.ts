@@ -210,3 +210,22 @@ void describe("scripted model edge cases", () => {
     }
   });
 });
+
+void describe("scripted model with a caller that goes away", () => {
+  void it("serves and counts nothing when the caller hangs up while the turn waits", async () => {
+    const model = await startScriptedModel({ turns: [{ text: "too late", usage: { input: 40, output: 9 }, delayMs: 300 }, { text: "on time", usage: { input: 5, output: 2 } }] });
+    try {
+      const client = new Anthropic({ baseURL: model.url, apiKey: "sk-test", maxRetries: 0 });
+      const abort = new AbortController();
+      const hungUp = client.messages.create({ model: "claude-x", max_tokens: 10, messages: [{ role: "user", content: "hi" }] }, { signal: abort.signal });
+      setTimeout(() => abort.abort(), 50);
+      await assert.rejects(hungUp);
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      const answered = await client.messages.create({ model: "claude-x", max_tokens: 10, messages: [{ role: "user", content: "hi" }] });
+      assert.deepEqual(answered.content, [{ type: "text", text: "on time" }]);
+      assert.deepEqual([model.tokensServed.input, model.tokensServed.output], [5, 2]);
+    } finally {
+      await model.close();
+    }
+  });
+});

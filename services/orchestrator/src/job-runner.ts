@@ -14,6 +14,7 @@ import {
   ProtocolVersion,
   RuntimeToolResultSchema,
   SessionRequestSchema,
+  SessionResultSchema,
   StopReason,
   type RuntimeTool,
   type SessionEvent,
@@ -284,6 +285,8 @@ export class JobRunner {
   async #startSession(job: JobRecord, active: ActiveJob): Promise<void> {
     const agent = active.agent;
     const definition = agent.definition;
+    // A token minted for a start that never happened (before a restart or a takeover) is not used again.
+    if (job.tokenId) await this.#o.tokens.revoke({ tokenId: job.tokenId }).catch(() => undefined);
     let token;
     try {
       token = await this.#o.tokens.mint({
@@ -382,6 +385,13 @@ export class JobRunner {
     try {
       // No node yet: the session was never placed, so it is started below.
       sandbox = job.sandboxUrl ? this.#sandboxFor(job.sandboxUrl) : undefined;
+      if (sandbox && job.state === "pending" && job.sandboxSeq === 0 && this.#o.placement.tracksNodes) {
+        // Nothing heard from the session yet. Its node holds a slot for it only while the session may
+        // run there (a slot is given back once a node refused it): without one it never started.
+        const placed = await this.#o.placement.place({ jobId: job.id, sessionId: job.sessionId });
+        // Placed elsewhere now (or waiting for room): started below, on that node.
+        if (placed?.url !== sandbox.url) sandbox = undefined;
+      }
     } catch (error) {
       await this.#finish(job.id, { failure: (error as Error).message });
       return;
@@ -463,7 +473,6 @@ export class JobRunner {
           active.startIfUnknown = false;
           const job = await this.#o.store.getJob(jobId);
           if (!job) return;
-          if (job.tokenId) await this.#o.tokens.revoke({ tokenId: job.tokenId }).catch(() => undefined);
           await this.#startSession(job, active);
           return;
         }
@@ -493,8 +502,15 @@ export class JobRunner {
           return;
         }
         if (attempt + 1 >= attempts) {
-          await this.#finish(jobId, { failure: `lost the session's stream and could not re-attach: ${(error as Error).message}` });
-          return;
+          const job = await this.#o.store.getJob(jobId);
+          const lost = job ? (await this.#o.placement.lostSessions()).find((l) => l.sessionId === job.sessionId) : undefined;
+          if (lost || !this.#o.placement.tracksNodes) {
+            await this.#finish(jobId, { failure: lost?.reason ?? `lost the session's stream and could not re-attach: ${(error as Error).message}` });
+            return;
+          }
+          // The node still sends heartbeats (a network blip, a restart): keep trying at the longest interval
+          // until it answers or goes silent, which fails the job saying so (failLostSessions).
+          attempt = attempts - 2;
         }
         this.#o.logger.warn({ jobId, err: String(error), attempt }, "session stream lost; re-attaching");
         await new Promise((r) => setTimeout(r, 200 * 2 ** attempt));
@@ -890,7 +906,9 @@ export class JobRunner {
       const job = await this.#o.store.getJob(jobId);
       if (!job || isTerminal(job.state)) return;
       const active = this.#active.get(jobId);
-      const result = active?.result;
+      // The result as this process saw it, else as stored: a session that ended before a
+      // restart or a takeover delivered its result to the replica that followed it then.
+      const result = active?.result ?? (job.stopReason ? create(SessionResultSchema, { stopReason: job.stopReason, text: job.resultText }) : undefined);
       let state: JobStateName;
       let error = "";
       if (job.cancelRequestedAt) {

@@ -70,7 +70,8 @@ export async function openPostgresCluster(options: PostgresClusterOptions): Prom
   // Decided permissions and appended events are published in the same transaction that stores them.
   const base = await PostgresJobStore.open({ ...connection, notifier });
   const ttlMs = options.leaseTtlMs ?? 30_000;
-  const leases = await LeaseManager.open({ pool: base.pool, owner: options.replicaId, ttlMs });
+  // Leases on a pool of their own: renewals must not queue behind job work, or a busy replica loses its jobs.
+  const leases = await LeaseManager.open({ connection: { ...connection, maxConnections: 2 }, owner: options.replicaId, ttlMs });
   const jobs = new JobLeases(leases);
   const store = base.withFences(jobs);
   const nodes = await SandboxNodeRegistry.open({ pool: base.pool, ...(options.nodeStaleAfterMs ? { staleAfterMs: options.nodeStaleAfterMs } : {}) });
@@ -115,7 +116,7 @@ export async function openPostgresCluster(options: PostgresClusterOptions): Prom
     },
     async close() {
       await sweeper.stop();
-      await leases.stop();
+      await leases.close();
       await notifier.close();
       await base.close();
     },

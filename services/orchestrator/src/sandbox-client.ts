@@ -61,7 +61,14 @@ function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
 class SandboxChannel implements SessionChannel {
   readonly #requests = new MessageQueue<RunSessionRequest>();
   readonly #abort = new AbortController();
-  readonly #responses: AsyncIterable<RunSessionResponse>;
+  readonly #responses: AsyncIterator<RunSessionResponse>;
+  /**
+   * The call starts at once, and an unreachable node rejects it before
+   * anyone iterates (the job runner reads the store first): the first
+   * response is asked for now, with the rejection kept for the iteration,
+   * so it never surfaces as an unhandled rejection that ends the process.
+   */
+  readonly #first: Promise<IteratorResult<RunSessionResponse>>;
   readonly #sessionId: string;
 
   readonly #url: string;
@@ -70,13 +77,15 @@ class SandboxChannel implements SessionChannel {
     this.#sessionId = sessionId;
     this.#url = url;
     this.#requests.push(first);
-    this.#responses = client.runSession(this.#requests, { signal: this.#abort.signal });
+    this.#responses = client.runSession(this.#requests, { signal: this.#abort.signal })[Symbol.asyncIterator]();
+    this.#first = this.#responses.next();
+    this.#first.catch(() => undefined);
   }
 
   async *[Symbol.asyncIterator](): AsyncIterator<SandboxMessage> {
     try {
-      for await (const response of this.#responses) {
-        const message = toMessage(response);
+      for (let next = await this.#first; !next.done; next = await this.#responses.next()) {
+        const message = toMessage(next.value);
         if (message) yield message;
       }
     } catch (error) {
@@ -87,6 +96,8 @@ class SandboxChannel implements SessionChannel {
       throw err;
     } finally {
       this.#requests.end();
+      // Stopped early (the caller broke off): end the call as for-await would.
+      await this.#responses.return?.().catch(() => undefined);
     }
   }
 

@@ -14,6 +14,8 @@ import { orchestratorTracing } from "./tracing.js";
 export type { LostSession } from "./sandbox-node-registry.js";
 
 export interface SandboxPlacement {
+  /** True when nodes send heartbeats, so a lost node is known (`lostSessions`) rather than guessed from failed connections. */
+  readonly tracksNodes: boolean;
   /** A runner for a new session, or undefined when every node is full (the job waits and asks again). */
   place(request: { jobId: string; sessionId: string }): Promise<SessionRunner | undefined>;
   /** The runner of the node a stored job's session is on (by the job's sandboxUrl), to re-attach or cancel. */
@@ -30,6 +32,7 @@ export interface SandboxPlacement {
  * ever lost here, because nothing watches these nodes' heartbeats.
  */
 export class StaticPlacement implements SandboxPlacement {
+  readonly tracksNodes = false;
   readonly #runners: SessionRunner[];
   #next = 0;
 
@@ -73,6 +76,7 @@ export interface RegistryPlacementOptions {
  * placed again after a restart) takes no second slot and finds its node.
  */
 export class RegistryPlacement implements SandboxPlacement {
+  readonly tracksNodes = true;
   readonly #o: RegistryPlacementOptions;
   readonly #runners = new Map<string, SessionRunner>();
   /** What was last logged about why nothing could be placed, so a waiting job does not log on every try. */

@@ -28,10 +28,11 @@ export async function dropSchema(schema: string): Promise<void> {
 /**
  * Polls until `check` returns a value: waits for a condition, never asserts
  * how fast it came. The two-minute guard only turns a condition that never
- * comes (a broken implementation) into a failure instead of a hung run.
+ * comes (a broken implementation) into a failure instead of a hung run;
+ * `timeoutMs` widens it for work that is long by design.
  */
-export async function eventually<T>(check: () => Promise<T | undefined>, what = "the condition"): Promise<T> {
-  const giveUp = Date.now() + 120_000;
+export async function eventually<T>(check: () => Promise<T | undefined>, what = "the condition", timeoutMs = 120_000): Promise<T> {
+  const giveUp = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();
     if (value !== undefined) return value;

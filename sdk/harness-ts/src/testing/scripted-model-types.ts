@@ -33,7 +33,7 @@ export interface ScriptedTurn {
   fail?: { status: number; body?: unknown; headers?: Record<string, string> };
   /** Streaming only: send the start and part of the text, then destroy the socket. */
   cutMidStream?: boolean;
-  /** Wait this long before the first byte of the answer. */
+  /** Wait this long before the first byte of the answer; a caller that goes away meanwhile is served (and counted) nothing. */
   delayMs?: number;
 }
 

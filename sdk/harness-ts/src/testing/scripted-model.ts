@@ -192,7 +192,14 @@ export async function startScriptedModel(options: ScriptedModelOptions): Promise
       sendJson(res, 400, errorBody(400, `scripted model: the script has no turn left (all ${total} consumed); add a turn for request #${requests.length} to ${url.pathname}`));
       return;
     }
-    if (turn.delayMs) await sleep(turn.delayMs);
+    if (turn.delayMs) {
+      let gone = false;
+      res.once("close", () => (gone = !res.writableFinished));
+      await sleep(turn.delayMs);
+      // The caller went away while the model "thought": nothing was served, so nothing is counted
+      // (a provider bills no answer it never sent), and the proxy in front meters nothing either.
+      if (gone) return;
+    }
     if (turn.fail) {
       const failBody = turn.fail.body ?? errorBody(turn.fail.status, `scripted failure ${turn.fail.status}`);
       sendJson(res, turn.fail.status, failBody, turn.fail.headers);
