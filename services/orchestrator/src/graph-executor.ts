@@ -32,6 +32,7 @@ import { isTerminal, type JobRunner } from "./job-runner.js";
 import type { JobRecord, JobStore } from "./job-store.js";
 import { OrchestratorError } from "./orchestrator-error.js";
 import { SessionNotFoundError, type SandboxMessage, type SessionChannel, type SessionRunner } from "./session-runner.js";
+import type { SandboxPlacement } from "./sandbox-placement.js";
 import type { StepCall } from "./graph-step-runner.js";
 import { orchestratorTracing } from "./tracing.js";
 
@@ -42,7 +43,8 @@ export interface SessionGraphExecutorOptions {
   store: JobStore;
   feed: JobFeed;
   jobs: JobRunner;
-  sandboxes: SessionRunner[];
+  /** Where custom steps' sessions run (the job runner's placement). */
+  placement: SandboxPlacement;
   /** The graph job: its id is the run id. */
   graphJobId: string;
   /** Agent name → version, pinned when the run started. */
@@ -207,12 +209,10 @@ export class SessionGraphExecutor implements GraphExecutor {
   async #runCustomStep(request: CustomStepRequest): Promise<CustomStepResult> {
     const o = this.#o;
     if (!request.module) throw new GraphError("UNKNOWN_STEP", `custom step ${request.name} names no module; set module in the graph definition`);
-    if (o.sandboxes.length === 0) {
-      throw new GraphError("STEP_FAILED", `custom step ${request.name} needs a fixed sandbox node to run on, and this orchestrator has none; set OZ0_SANDBOX_URLS`);
-    }
-    // Deterministic: a re-run after a crash finds the session it started before.
+    // Deterministic: a re-run after a crash (here or at another replica) is placed on the node
+    // of the session it started before, and finds it there.
     const sessionId = `ses_step_${createHash("sha256").update(request.idempotencyKey).digest("hex").slice(0, 24)}`;
-    const sandbox = o.sandboxes[Number.parseInt(sessionId.slice(-4), 16) % o.sandboxes.length]!;
+    const sandbox = await this.#place(sessionId, request.signal);
     const call: StepCall = {
       name: request.name,
       module: request.module,
@@ -249,6 +249,8 @@ export class SessionGraphExecutor implements GraphExecutor {
       messages = await this.#drain(start(), request.signal, sandbox, sessionId);
     }
     if (reattached) o.onStepWork?.({ path: request.path, stepId: request.stepId, sessionId, reattached });
+    // Ended (not halted: then the run's new owner re-attaches to it): its slot is free.
+    if (!o.halt?.aborted) await o.placement.release(sessionId);
     const exited = messages.find((m): m is Extract<SandboxMessage, { kind: "exited" }> => m.kind === "exited");
     let result = exited?.result;
     for (const m of messages) if (m.kind === "event" && m.event.event.case === "result") result = m.event.event.value;
@@ -261,6 +263,16 @@ export class SessionGraphExecutor implements GraphExecutor {
       return { set: parsed.set ?? {} };
     } catch {
       throw new GraphError("STEP_FAILED", `custom step ${request.name}: the step runner's result is not JSON; is the orchestrator's step runner current?`);
+    }
+  }
+
+  /** A node for a custom step's session, waiting while every node is full. */
+  async #place(sessionId: string, signal: AbortSignal): Promise<SessionRunner> {
+    for (;;) {
+      const sandbox = await this.#o.placement.place({ jobId: this.#o.graphJobId, sessionId });
+      if (sandbox) return sandbox;
+      if (signal.aborted || this.#o.halt?.aborted) throw new GraphError("STEP_FAILED", "the graph run stopped before the custom step found a sandbox node with room");
+      await new Promise((resolve) => setTimeout(resolve, 500));
     }
   }
 

@@ -31,7 +31,8 @@ import { soleOwnership, type JobOwnership } from "./job-ownership.js";
 import { isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
 import { ACTIVE_JOB_STATES, type JobPatch, type JobRecord, type JobStateName, type JobStore } from "./job-store.js";
 import { invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
-import type { LifecycleSink, SessionRunner } from "./session-runner.js";
+import type { LifecycleSink } from "./session-runner.js";
+import type { SandboxPlacement } from "./sandbox-placement.js";
 import { orchestratorTracing } from "./tracing.js";
 
 /** Graph jobs' ids start with this, so the job runner leaves them to GraphJobs. */
@@ -48,7 +49,8 @@ export interface GraphJobsOptions {
   feed: JobFeed;
   jobs: JobRunner;
   registry: GraphRegistry;
-  sandboxes: SessionRunner[];
+  /** Where custom steps' sessions run (the job runner's placement). */
+  placement: SandboxPlacement;
   lifecycle?: LifecycleSink;
   logger: Logger;
   /** Which jobs this replica works on. Default: every job (one orchestrator). */
@@ -303,7 +305,7 @@ export class GraphJobs {
       store: this.#o.store,
       feed: this.#o.feed,
       jobs: this.#o.jobs,
-      sandboxes: this.#o.sandboxes,
+      placement: this.#o.placement,
       graphJobId: jobId,
       pinnedAgents: pinned,
       pluginPath: graph.pluginPath,

@@ -4,6 +4,7 @@
 // (sandbox-node-service.ts), placed by free capacity through the PostgreSQL
 // registry every orchestrator replica shares, so capacity is counted once and
 // the sessions of a node that went silent are reported lost.
+import { createHash } from "node:crypto";
 import type { Logger } from "@oz0/serving";
 import { invalidArgument, OrchestratorError } from "./orchestrator-error.js";
 import { SandboxClient } from "./sandbox-client.js";
@@ -27,14 +28,15 @@ export interface SandboxPlacement {
 }
 
 /**
- * Today's behaviour: the configured nodes in turn. A full node answers
+ * The configured nodes, chosen by the session id's hash: spread evenly, and
+ * the same node again for the same session (a graph's custom step, placed
+ * again after a restart, finds the session it started). A full node answers
  * RESOURCE_EXHAUSTED (SandboxFullError) and the job asks again; nothing is
  * ever lost here, because nothing watches these nodes' heartbeats.
  */
 export class StaticPlacement implements SandboxPlacement {
   readonly tracksNodes = false;
   readonly #runners: SessionRunner[];
-  #next = 0;
 
   /** `runners` as they are: wrap them for tracing before (start-orchestrator.ts does). */
   constructor(options: { runners: SessionRunner[] }) {
@@ -42,8 +44,9 @@ export class StaticPlacement implements SandboxPlacement {
     this.#runners = [...options.runners];
   }
 
-  place(_request: { jobId: string; sessionId: string }): Promise<SessionRunner> {
-    return Promise.resolve(this.#runners[this.#next++ % this.#runners.length]!);
+  place(request: { jobId: string; sessionId: string }): Promise<SessionRunner> {
+    const hash = createHash("sha256").update(request.sessionId).digest().readUInt32BE(0);
+    return Promise.resolve(this.#runners[hash % this.#runners.length]!);
   }
 
   runnerFor(url: string): SessionRunner {

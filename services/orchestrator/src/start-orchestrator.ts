@@ -155,7 +155,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     feed,
     jobs: runner,
     registry: graphRegistry,
-    sandboxes,
+    placement,
     logger,
     ...(lifecycle ? { lifecycle } : {}),
     ...(cluster ? { ownership: cluster.jobs } : {}),

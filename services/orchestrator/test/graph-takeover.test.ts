@@ -98,11 +98,11 @@ async function replica(name: string): Promise<Replica> {
   const store = await PostgresJobStore.open({ connectionString: databaseUrl(), schema, maxConnections: 4 });
   const graphStore = await openGraphStore({ pool: store.pool, home });
   const feed = new JobFeed();
-  const sandboxes = [new SandboxClient({ url: t.stack.urls.sandbox })];
+  const placement = new StaticPlacement({ runners: [new SandboxClient({ url: t.stack.urls.sandbox })] });
   const runner = new JobRunner({
     store,
     feed,
-    placement: new StaticPlacement({ runners: sandboxes }),
+    placement,
     tokens: new LlmProxyClient({ url: t.stack.urls["llm-proxy"] }),
     policy: new PermissionPolicy({ hooks: [new HookStage()] }),
     home,
@@ -110,7 +110,7 @@ async function replica(name: string): Promise<Replica> {
   });
   const registry = new GraphRegistry({ graphStore, store });
   const ownership = new TestOwnership(store);
-  const graphs = new GraphJobs({ graphStore, store, feed, jobs: runner, registry, sandboxes, logger, ownership });
+  const graphs = new GraphJobs({ graphStore, store, feed, jobs: runner, registry, placement, logger, ownership });
   const r: Replica = {
     home,
     store,
