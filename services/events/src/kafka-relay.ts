@@ -78,7 +78,7 @@ export class KafkaRelay {
     let backoffMs = 100;
     let pinned: StoredEvent[] = [];
     while (!this.stopping) {
-      if (pinned.length === 0) pinned = this.options.outbox.undelivered(this.options.batchSize ?? 1_000);
+      if (pinned.length === 0) pinned = withinRequestSize(this.options.outbox.undelivered(this.options.batchSize ?? 1_000));
       if (pinned.length === 0) {
         await new Promise<void>((resolve) => (this.wakeUp = resolve));
         this.wakeUp = undefined;
@@ -137,6 +137,21 @@ export class KafkaRelay {
     // the broker is back.
     this.logger.debug({ kafka: entry.namespace, level: entry.label, broker: entry.broker, error: entry.error }, `kafkajs: ${entry.message}`);
   }
+}
+
+// The broker refuses a record batch over its message.max.bytes (1 MiB by
+// default), and one job's events all go to one partition: a batch stops well
+// short of that, counting each event's JSON and about 200 bytes of key and
+// headers. A single event is always sent, whatever its size.
+const MAX_BATCH_BYTES = 640 * 1024;
+
+function withinRequestSize(events: StoredEvent[]): StoredEvent[] {
+  let bytes = 0;
+  for (let i = 0; i < events.length; i++) {
+    bytes += Buffer.byteLength(events[i]!.json) + 200;
+    if (bytes > MAX_BATCH_BYTES && i > 0) return events.slice(0, i);
+  }
+  return events;
 }
 
 /**
