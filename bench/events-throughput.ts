@@ -6,7 +6,10 @@
 // broker. Each round gets a fresh topic with the same partition count.
 // Latency is from the moment an event is handed to the producer to the moment
 // the consumer sees it. Prints events/s, p50/p99 latency and the ratios.
-//   node --import tsx bench/events-throughput.ts [--events 20000] [--jobs 50] [--repeat 2]
+// `--warmup N` first sends N events down each path (the service is a fresh
+// process every round; the direct producer's process is not) and times only
+// what follows: a steady-state view. Off by default.
+//   node --import tsx bench/events-throughput.ts [--events 20000] [--jobs 50] [--repeat 2] [--warmup 0]
 // Uses KAFKA_BROKERS when set, else starts a broker with @oz0/test-infra.
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -26,6 +29,7 @@ const option = (name: string, fallback: number): number => {
 const EVENTS = option("events", 20_000);
 const JOBS = option("jobs", 50);
 const REPEAT = option("repeat", 2);
+const WARMUP = option("warmup", 0);
 const BATCH = 500;
 const PARTITIONS = 3;
 
@@ -49,14 +53,25 @@ async function freshTopic(): Promise<string> {
   return topic;
 }
 
-/** Consume `topic` until `count` messages arrived; `sentAt` gives each message's start time. */
-async function consumeAll(topic: string, count: number, sentAt: (headers: Record<string, string>) => number): Promise<{ done: Promise<number[]>; consumer: Consumer }> {
+/**
+ * Consume `topic` until `count` messages arrived; `sentAt` gives each message's
+ * start time. Warm-up messages (keyed `warmup-*`) are only counted, into `warmedUp`.
+ */
+async function consumeAll(
+  topic: string,
+  count: number,
+  sentAt: (headers: Record<string, string>) => number,
+): Promise<{ done: Promise<number[]>; warmedUp: Promise<void>; consumer: Consumer }> {
   const consumer = kafka.consumer({ groupId: `${topic}.consumer`, maxWaitTimeInMs: 20 });
   await consumer.connect();
   await consumer.subscribe({ topic, fromBeginning: true });
   const latencies: number[] = [];
   let resolveDone: (v: number[]) => void;
   const done = new Promise<number[]>((r) => (resolveDone = r));
+  let warm = 0;
+  let resolveWarm: () => void;
+  const warmedUp = new Promise<void>((r) => (resolveWarm = r));
+  if (WARMUP === 0) resolveWarm!();
   // Produce only once the group has joined and owns the partitions.
   const joined = new Promise<void>((resolve) => {
     const off = consumer.on(consumer.events.GROUP_JOIN, () => {
@@ -68,6 +83,10 @@ async function consumeAll(topic: string, count: number, sentAt: (headers: Record
     eachBatch: async ({ batch }) => {
       const now = Date.now();
       for (const message of batch.messages) {
+        if (WARMUP > 0 && message.key?.toString().startsWith("warmup-")) {
+          if (++warm === WARMUP) resolveWarm();
+          continue;
+        }
         const headers: Record<string, string> = {};
         for (const [k, v] of Object.entries(message.headers ?? {})) headers[k] = String(v);
         latencies.push(now - sentAt(headers));
@@ -76,7 +95,7 @@ async function consumeAll(topic: string, count: number, sentAt: (headers: Record
     },
   });
   await joined;
-  return { done, consumer };
+  return { done, warmedUp, consumer };
 }
 
 function summarise(started: number, latencies: number[]): Result {
@@ -101,18 +120,23 @@ const sampleValue = JSON.stringify({
 
 async function direct(): Promise<Result> {
   const topic = await freshTopic();
-  const { done, consumer } = await consumeAll(topic, EVENTS, (h) => Number(h.sent_at));
+  const { done, warmedUp, consumer } = await consumeAll(topic, EVENTS, (h) => Number(h.sent_at));
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
-  const started = performance.now();
-  for (let i = 0; i < EVENTS; i += BATCH) {
-    const sentAt = String(Date.now());
-    const messages = [];
-    for (let j = i; j < Math.min(EVENTS, i + BATCH); j++) {
-      messages.push({ key: `job-${j % JOBS}`, value: sampleValue, headers: { sent_at: sentAt, ce_id: String(j) } });
+  const produce = async (count: number, keyPrefix: string): Promise<void> => {
+    for (let i = 0; i < count; i += BATCH) {
+      const sentAt = String(Date.now());
+      const messages = [];
+      for (let j = i; j < Math.min(count, i + BATCH); j++) {
+        messages.push({ key: `${keyPrefix}-${j % JOBS}`, value: sampleValue, headers: { sent_at: sentAt, ce_id: String(j) } });
+      }
+      await producer.send({ topic, acks: -1, messages });
     }
-    await producer.send({ topic, acks: -1, messages });
-  }
+  };
+  await produce(WARMUP, "warmup");
+  await warmedUp;
+  const started = performance.now();
+  await produce(EVENTS, "job");
   const result = summarise(started, await done);
   await producer.disconnect();
   await consumer.disconnect();
@@ -150,23 +174,28 @@ async function throughService(): Promise<Result> {
   const topic = await freshTopic();
   const service = await startService(topic);
   // ce_time is when the event was built, just before it is handed to publish().
-  const { done, consumer } = await consumeAll(topic, EVENTS, (h) => Date.parse(h.ce_time!));
+  const { done, warmedUp, consumer } = await consumeAll(topic, EVENTS, (h) => Date.parse(h.ce_time!));
   const publisher = createEventPublisher({ url: service.url, maxBatch: BATCH });
+  const publish = async (count: number, jobPrefix: string): Promise<void> => {
+    for (let i = 0; i < count; i++) {
+      publisher.publish(
+        rawEvent("harness.operation_step", {
+          source: "sandbox",
+          jobId: `${jobPrefix}-${i % JOBS}`,
+          sessionId: `${jobPrefix}-${i % JOBS}-s`,
+          toolCallId: "call-1",
+          attributes: { step_index: i, step_kind: "tool", tool_name: "read", path: "uploads/order-4831.pdf", output: "redacted away" },
+        }),
+      );
+      // Yield now and then, as a producer doing real work would.
+      if (i % BATCH === BATCH - 1) await new Promise((r) => setImmediate(r));
+    }
+    await publisher.flush();
+  };
+  await publish(WARMUP, "warmup");
+  await warmedUp;
   const started = performance.now();
-  for (let i = 0; i < EVENTS; i++) {
-    publisher.publish(
-      rawEvent("harness.operation_step", {
-        source: "sandbox",
-        jobId: `job-${i % JOBS}`,
-        sessionId: `job-${i % JOBS}-s`,
-        toolCallId: "call-1",
-        attributes: { step_index: i, step_kind: "tool", tool_name: "read", path: "uploads/order-4831.pdf", output: "redacted away" },
-      }),
-    );
-    // Yield now and then, as a producer doing real work would.
-    if (i % BATCH === BATCH - 1) await new Promise((r) => setImmediate(r));
-  }
-  await publisher.flush();
+  await publish(EVENTS, "job");
   const result = summarise(started, await done);
   await publisher.close();
   await consumer.disconnect();
@@ -176,7 +205,7 @@ async function throughService(): Promise<Result> {
 
 const format = (r: Result): string => `${Math.round(r.perSecond).toString().padStart(7)} events/s  p50 ${String(r.p50).padStart(5)} ms  p99 ${String(r.p99).padStart(5)} ms`;
 
-console.log(`events-throughput: ${EVENTS} events over ${JOBS} jobs, ${PARTITIONS} partitions, batches of ${BATCH}, ${REPEAT} rounds`);
+console.log(`events-throughput: ${EVENTS} events over ${JOBS} jobs, ${PARTITIONS} partitions, batches of ${BATCH}, ${REPEAT} rounds${WARMUP ? `, ${WARMUP} warm-up events first` : ""}`);
 const ratios: { throughput: number; p99: number }[] = [];
 try {
   for (let round = 0; round < REPEAT; round++) {
