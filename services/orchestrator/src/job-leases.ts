@@ -48,10 +48,16 @@ export class JobLeases implements JobOwnership, JobFences {
     this.#working.set(lease.resource, { lease, lost: false });
   }
 
-  /** The lease was lost: the job is no longer this replica's, and its writes stay refused until `forget`. */
-  lose(lease: Lease): void {
+  /**
+   * The lease was lost: the job is no longer this replica's, and its writes
+   * stay refused until `forget`. False when `lease` is not the one the job is
+   * worked under (an older one): then nothing was lost.
+   */
+  lose(lease: Lease): boolean {
     const working = this.#working.get(lease.resource);
-    if (working && working.lease.token === lease.token) working.lost = true;
+    if (!working || working.lease.token !== lease.token) return false;
+    working.lost = true;
+    return true;
   }
 
   /** The job runner stopped working on a job whose lease was lost. */

@@ -192,11 +192,14 @@ export class LeaseManager {
    * Takes over up to `limit` expired leases of `kind` in one statement.
    * SKIP LOCKED lets replicas sweeping at the same moment split the dead
    * replica's work between them instead of queueing on the same rows.
+   * This owner's own expired leases are left alone: it is alive (it is
+   * sweeping), its renewal was late, and renewing keeps the token its work
+   * is fenced by; taking them over would fence out its own work.
    */
   async takeOverExpired(kind: LeaseKind, options: { limit?: number } = {}): Promise<Lease[]> {
     const { rows } = await this.#pool.query<LeaseRow>(
       `UPDATE leases AS l SET owner = $2, token = nextval('lease_tokens'), acquired_at = now(), expires_at = now() + $3 * interval '1 millisecond', ttl_ms = $3
-       FROM (SELECT kind, resource FROM leases WHERE kind = $1 AND expires_at <= now() ORDER BY expires_at LIMIT $4 FOR UPDATE SKIP LOCKED) AS due
+       FROM (SELECT kind, resource FROM leases WHERE kind = $1 AND expires_at <= now() AND owner <> $2 ORDER BY expires_at LIMIT $4 FOR UPDATE SKIP LOCKED) AS due
        WHERE l.kind = due.kind AND l.resource = due.resource AND l.expires_at <= now()
        RETURNING l.*`,
       [kind, this.owner, this.#ttlMs, options.limit ?? 100],

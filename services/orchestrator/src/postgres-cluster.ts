@@ -101,8 +101,7 @@ export async function openPostgresCluster(options: PostgresClusterOptions): Prom
       await notifier.listen();
       leases.startRenewing({
         onLost: (lease) => {
-          jobs.lose(lease);
-          given.onLeaseLost(lease);
+          if (jobs.lose(lease)) given.onLeaseLost(lease);
         },
         ...(options.onError ? { onError: options.onError } : {}),
       });

@@ -69,6 +69,8 @@ void describe("leases", () => {
     const kept = await dying.acquire("approval", "job-7/perm-2", { ttlMs: 60_000 });
     assert.ok(lease && kept);
     await eventually(async () => ((await survivor.listExpired("approval")).some((l) => l.resource === "job-7/perm-1") ? true : undefined));
+    // Its own sweep leaves it alone: a live replica whose renewal came late keeps its token by renewing.
+    assert.deepEqual(await dying.takeOverExpired("approval"), []);
     const taken = await survivor.takeOverExpired("approval");
     assert.deepEqual(taken.map((l) => [l.resource, l.owner]), [["job-7/perm-1", "survivor"]], "only the expired lease changes hands");
     assert.ok(taken[0]!.token > lease.token);

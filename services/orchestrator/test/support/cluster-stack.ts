@@ -88,7 +88,7 @@ export async function startClusterStack(options: ClusterStackOptions): Promise<C
         }),
       ),
     );
-    const lease = { OZ0_LEASE_TTL_MS: String(options.leaseTtlMs ?? 3_000), ...(options.nodeStaleAfterMs ? { OZ0_NODE_STALE_AFTER_MS: String(options.nodeStaleAfterMs) } : {}) };
+    const lease = { OZ0_LEASE_TTL_MS: String(options.leaseTtlMs ?? 10_000), ...(options.nodeStaleAfterMs ? { OZ0_NODE_STALE_AFTER_MS: String(options.nodeStaleAfterMs) } : {}) };
     // Orchestrator homes are apart (as pods' disks would be); plugin copies are found through the store.
     const orchestrators: StackProcess[] = [];
     for (let i = 0; i < options.orchestrators; i++) {
