@@ -124,7 +124,6 @@ interface ActiveJob {
   sandboxSeq: number;
   result?: SessionResult;
   exitError: string;
-  artifacts: SessionArtifact[];
   /** Set when the harness broke the tool policy; the job fails with it. */
   violation?: string;
   /** Another replica took the job's lease: stop following it without finishing it. */
@@ -276,7 +275,7 @@ export class JobRunner {
       status: "pending",
       attributes: { harness: agent.harness.manifest.name, plugin: agent.plugin, attachment_count: attachments.length },
     });
-    const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "", artifacts: [], ...(options.callerTools ? { callerTools: options.callerTools } : {}) };
+    const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "", ...(options.callerTools ? { callerTools: options.callerTools } : {}) };
     this.#active.set(job.id, active);
     this.#track(this.#startSession(job, active));
     return (await this.#o.store.getJob(job.id))!;
@@ -396,7 +395,7 @@ export class JobRunner {
       await this.#finish(job.id, { failure: (error as Error).message });
       return;
     }
-    const active: ActiveJob = { agent, ...(sandbox ? { sandbox } : {}), sandboxSeq: job.sandboxSeq, exitError: "", artifacts: [] };
+    const active: ActiveJob = { agent, ...(sandbox ? { sandbox } : {}), sandboxSeq: job.sandboxSeq, exitError: "" };
     this.#active.set(job.id, active);
     for (const p of await this.#o.store.listPermissions({ jobId: job.id, pendingOnly: true })) this.#armDeadline(agent, p);
     if (job.state === "pending" && (!job.tokenId || !sandbox)) {
@@ -535,10 +534,13 @@ export class JobRunner {
         active.exitError = message.error || (message.exitCode !== 0 || message.signal ? `the harness exited (code ${message.exitCode}${message.signal ? `, signal ${message.signal}` : ""})` : "");
         await this.#o.store.updateJob(jobId, seqPatch);
         return;
-      case "artifacts":
-        active.artifacts.push(...message.artifacts);
-        await this.#o.store.updateJob(jobId, seqPatch);
+      case "artifacts": {
+        // Stored as they arrive, with the seq that says they were handled: a restart or a
+        // replica taking the job over re-attaches after them and must not lose them.
+        const artifacts = this.#storeArtifacts(jobId, message.artifacts);
+        await this.#append(jobId, artifacts.length ? [{ event: { case: "artifacts", value: { artifacts } } } as Partial<JobEvent>] : [], seqPatch);
         return;
+      }
       case "event":
         await this.#handleEvent(jobId, active, message.event, seqPatch);
         return;
@@ -859,7 +861,7 @@ export class JobRunner {
     return (await this.#o.store.getJob(job.id))!;
   }
 
-  /** End the job: state from the result (or the failure), artifacts stored, token revoked. */
+  /** End the job: state from the result (or the failure), waiting calls closed, token revoked. */
   async #finish(jobId: string, options: { failure?: string }): Promise<void> {
     await this.#endJob(jobId, options);
     const job = await this.#o.store.getJob(jobId);
@@ -928,8 +930,6 @@ export class JobRunner {
             : "the session ended without a result";
       }
       const events: Partial<JobEvent>[] = [];
-      const artifacts = this.#storeArtifacts(jobId, active?.artifacts ?? []);
-      if (artifacts.length) events.push({ event: { case: "artifacts", value: { artifacts } } } as Partial<JobEvent>);
       // Calls still waiting can never be answered now.
       const pending = await this.#o.store.listPermissions({ jobId, pendingOnly: true });
       const closed = pending.map((p): PermissionRecord => ({ ...p, status: "cancelled", decider: "runtime", reason: "the job ended", answeredAt: new Date(), delivered: true }));
