@@ -22,9 +22,10 @@ export interface ApprovalAnswered {
   status: string;
 }
 
-/** A job's events up to `seq` are stored. */
+/** A job's events `fromSeq` to `seq` are stored. */
 export interface EventsAppended {
   jobId: string;
+  fromSeq: number;
   seq: number;
 }
 
@@ -78,7 +79,7 @@ export class ClusterNotifier {
 
   /** Publishes that a job's events up to `seq` are stored; pass the appending transaction's client. */
   async publishAppended(db: pg.Pool | pg.PoolClient | pg.Client, appended: EventsAppended): Promise<void> {
-    await this.#notify(db, { kind: "appended", jobId: appended.jobId, seq: appended.seq });
+    await this.#notify(db, { kind: "appended", jobId: appended.jobId, fromSeq: appended.fromSeq, seq: appended.seq });
   }
 
   async #notify(db: pg.Pool | pg.PoolClient | pg.Client, notice: Notice): Promise<void> {
@@ -117,7 +118,7 @@ export class ClusterNotifier {
         return;
       }
       if (notice.kind === "appended") {
-        for (const handler of this.#appended) handler({ jobId: notice.jobId, seq: notice.seq });
+        for (const handler of this.#appended) handler({ jobId: notice.jobId, fromSeq: notice.fromSeq, seq: notice.seq });
       } else {
         for (const handler of this.#answered) handler({ jobId: notice.jobId, permissionId: notice.permissionId, status: notice.status });
       }

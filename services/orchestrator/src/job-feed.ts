@@ -80,10 +80,11 @@ export class JobFeed {
     watched.reading = (async () => {
       do {
         watched.again = false;
-        // A watcher that subscribed before any event came through has seen what the store held then, and drops repeats by seq.
+        // Nothing passed on yet: the watchers read the store when they subscribed, so only this
+        // append's events are new to them (they drop repeats by seq).
         let events: JobEvent[];
         do {
-          events = await cluster.listJobEvents(appended.jobId, watched.seq, CATCH_UP_PAGE);
+          events = await cluster.listJobEvents(appended.jobId, watched.seq || appended.fromSeq - 1, CATCH_UP_PAGE);
           this.publish(appended.jobId, events);
         } while (events.length === CATCH_UP_PAGE);
       } while (watched.again);

@@ -863,8 +863,7 @@ export class JobRunner {
 
   /** End the job: state from the result (or the failure), waiting calls closed, token revoked. */
   async #finish(jobId: string, options: { failure?: string }): Promise<void> {
-    await this.#endJob(jobId, options);
-    const job = await this.#o.store.getJob(jobId);
+    const job = await this.#endJob(jobId, options);
     // Ended (now or before): its node's slot is free, and nobody is to take it over.
     if (job) await this.#o.placement.release(job.sessionId).catch((error: unknown) => this.#o.logger.warn({ jobId, err: String(error) }, "could not free the session's slot on its node"));
     await this.#ownership.release(jobId);
@@ -903,10 +902,11 @@ export class JobRunner {
     this.#nodeWatch.unref();
   }
 
-  async #endJob(jobId: string, options: { failure?: string }): Promise<void> {
-    await this.#withLock(jobId, async () => {
+  /** The job as it was before it ended (undefined when unknown). */
+  async #endJob(jobId: string, options: { failure?: string }): Promise<JobRecord | undefined> {
+    return this.#withLock(jobId, async () => {
       const job = await this.#o.store.getJob(jobId);
-      if (!job || isTerminal(job.state)) return;
+      if (!job || isTerminal(job.state)) return job;
       const active = this.#active.get(jobId);
       // The result as this process saw it, else as stored: a session that ended before a
       // restart or a takeover delivered its result to the replica that followed it then.
@@ -944,6 +944,7 @@ export class JobRunner {
       if (job.tokenId) {
         await this.#o.tokens.revoke({ tokenId: job.tokenId }).catch((err: unknown) => this.#o.logger.warn({ jobId, err: String(err) }, "could not revoke the session token"));
       }
+      return job;
     });
   }
 

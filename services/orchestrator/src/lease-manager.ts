@@ -116,7 +116,7 @@ export class LeaseManager {
   static async open(options: LeaseManagerOptions): Promise<LeaseManager> {
     if (!options.pool && !options.connection) throw new Error("LeaseManager.open needs a pool or connection options");
     const pool = options.pool ?? createPostgresPool(options.connection!);
-    // A pool passed in is the store's, already migrated by PostgresJobStore.open.
+    // A pool passed in is on a database already migrated (PostgresJobStore.open ran them).
     if (!options.pool) await migrateOrchestrator(pool, options.connection!.schema ?? "oz0");
     return new LeaseManager({ pool, ownsPool: !options.pool, owner: options.owner, ttlMs: options.ttlMs ?? 30_000 });
   }

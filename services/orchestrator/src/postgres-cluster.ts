@@ -11,6 +11,7 @@ import { JobLeases } from "./job-leases.js";
 import type { JobStore } from "./job-store.js";
 import { LeaseManager, type Lease } from "./lease-manager.js";
 import { LeaseSweeper } from "./lease-sweeper.js";
+import { createPostgresPool } from "./postgres-migrations.js";
 import { PostgresJobStore } from "./postgres-store.js";
 import { SandboxNodeRegistry } from "./sandbox-node-registry.js";
 import { SqliteJobStore } from "./sqlite-store.js";
@@ -71,7 +72,9 @@ export async function openPostgresCluster(options: PostgresClusterOptions): Prom
   const base = await PostgresJobStore.open({ ...connection, notifier });
   const ttlMs = options.leaseTtlMs ?? 30_000;
   // Leases on a pool of their own: renewals must not queue behind job work, or a busy replica loses its jobs.
-  const leases = await LeaseManager.open({ connection: { ...connection, maxConnections: 2 }, owner: options.replicaId, ttlMs });
+  // (The store's open already ran the migrations the leases need.)
+  const leasePool = createPostgresPool({ ...connection, maxConnections: 2 });
+  const leases = await LeaseManager.open({ pool: leasePool, owner: options.replicaId, ttlMs });
   const jobs = new JobLeases(leases);
   const store = base.withFences(jobs);
   const nodes = await SandboxNodeRegistry.open({ pool: base.pool, ...(options.nodeStaleAfterMs ? { staleAfterMs: options.nodeStaleAfterMs } : {}) });
@@ -116,6 +119,7 @@ export async function openPostgresCluster(options: PostgresClusterOptions): Prom
     async close() {
       await sweeper.stop();
       await leases.close();
+      await leasePool.end();
       await notifier.close();
       await base.close();
     },

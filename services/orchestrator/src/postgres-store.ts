@@ -424,7 +424,7 @@ export class PostgresJobStore implements JobStore {
         }
       }
       // Watchers at other replicas read the new events when this commits (job-feed.ts).
-      if (this.#notifier && stored.length > 0) await this.#notifier.publishAppended(client, { jobId: change.jobId, seq });
+      if (this.#notifier && stored.length > 0) await this.#notifier.publishAppended(client, { jobId: change.jobId, fromSeq: seq - stored.length + 1, seq });
       return stored;
     });
   }
