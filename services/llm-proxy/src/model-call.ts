@@ -240,8 +240,14 @@ function connectionFailure(error: unknown): AttemptSummary {
   return { status: 0, outcome: "connection_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable: true, errorCode: code };
 }
 
+function clientLeft(): AttemptSummary {
+  return { status: 0, outcome: "client_aborted", usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable: false };
+}
+
 async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: AttemptContext): Promise<AttemptSummary> {
   const { res, provider, wire } = input;
+  // Nobody waits any more (the client left during a reservation or a retry's pause): ask nothing.
+  if (input.clientGone.aborted) return clientLeft();
   const secretName = provider.config.keySecret;
   // Decrypted for this attempt only; it goes out of scope when the attempt ends.
   const secret = secretName ? await deps.vault.reveal(secretName) : undefined;
@@ -261,14 +267,18 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
   }
   const abort = new AbortController();
   const onGone = (): void => abort.abort();
-  input.clientGone.addEventListener("abort", onGone);
+  // A client that leaves stops a stream (the provider stops generating and bills what it
+  // sent). A whole answer, once asked for, is generated and billed in full whether anyone
+  // waits or not, so the proxy reads it to its end and meters it: the usage it records is
+  // the provider's bill, not what the client happened to receive.
+  if (input.body.stream === true) input.clientGone.addEventListener("abort", onGone);
   const attemptStart = performance.now();
   try {
     let upstream: http.IncomingMessage;
     try {
       upstream = await sendUpstream({ url: new URL(input.upstreamPath, provider.baseUrl), headers, body: ctx.sendBody, signal: abort.signal });
     } catch (error) {
-      return connectionFailure(error);
+      return input.clientGone.aborted ? clientLeft() : connectionFailure(error);
     }
     const status = upstream.statusCode ?? 502;
     if (status < 200 || status >= 300) {

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
-import { startFixture } from "./proxy-fixture.js";
+import { startFixture, type SessionEndpoint } from "./proxy-fixture.js";
 
 const ask = { model: "claude-sonnet-5", max_tokens: 100, messages: [{ role: "user" as const, content: "x" }] };
 
@@ -141,6 +141,59 @@ void describe("streams cut short", () => {
       assert.equal(call!.outcome, "stream_cut");
       assert.equal(call!.estimated, true);
       assert.ok(call!.usage.input > 0 && call!.usage.output > 0);
+    } finally {
+      await fx.close();
+    }
+  });
+});
+
+void describe("clients that leave", () => {
+  /** Waits until the proxy has recorded the job's one call (it finishes after the client left). */
+  async function oneCall(fx: Awaited<ReturnType<typeof startFixture>>, job: string) {
+    for (let i = 0; i < 200; i++) {
+      const calls = await fx.proxy.store.listCalls(job);
+      if (calls.length > 0) return calls;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    assert.fail(`the proxy recorded no call for job ${job}`);
+  }
+
+  /** Asks for `body` and hangs up 50 ms later, while the model still "thinks". */
+  async function askAndLeave(e: SessionEndpoint, body: object): Promise<void> {
+    const leave = new AbortController();
+    setTimeout(() => leave.abort(), 50);
+    await assert.rejects(
+      fetch(`${e.anthropicBaseUrl}/v1/messages`, { method: "POST", headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" }, body: JSON.stringify(body), signal: leave.signal }),
+      { name: "AbortError" },
+    );
+  }
+
+  void it("meters a whole answer the provider made after its client left, as the provider bills it", async () => {
+    const fx = await startFixture({ turns: [{ text: "nobody reads this", delayMs: 300, usage: { input: 40, output: 9 } }] });
+    try {
+      const e = await fx.session();
+      await askAndLeave(e, ask);
+      const [call] = await oneCall(fx, e.job);
+      assert.equal(call!.outcome, "client_aborted");
+      assert.deepEqual([call!.usage.input, call!.usage.output], [40, 9], "the usage the provider reported");
+      assert.deepEqual([fx.model.tokensServed.input, fx.model.tokensServed.output], [40, 9], "and what the model served");
+      assert.ok(call!.costUsd > 0);
+    } finally {
+      await fx.close();
+    }
+  });
+
+  void it("stops a stream whose client left before the answer began: nothing served, nothing metered", async () => {
+    const fx = await startFixture({ turns: [{ text: "never streamed", delayMs: 300, usage: { input: 40, output: 9 } }] });
+    try {
+      const e = await fx.session();
+      await askAndLeave(e, { ...ask, stream: true });
+      const [call] = await oneCall(fx, e.job);
+      assert.equal(call!.outcome, "client_aborted");
+      assert.equal(call!.usage.input + call!.usage.output, 0);
+      // The model saw the proxy hang up while it "thought" and served nothing.
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      assert.equal(fx.model.tokensServed.total, 0);
     } finally {
       await fx.close();
     }

@@ -197,7 +197,8 @@ export async function startScriptedModel(options: ScriptedModelOptions): Promise
       res.once("close", () => (gone = !res.writableFinished));
       await sleep(turn.delayMs);
       // The caller went away while the model "thought": nothing was served, so nothing is counted
-      // (a provider bills no answer it never sent), and the proxy in front meters nothing either.
+      // (a provider bills no answer it never sent). The proxy in front hangs up only on a stream
+      // whose client left, and then meters nothing either.
       if (gone) return;
     }
     if (turn.fail) {
