@@ -14,3 +14,4 @@ export type { RedactionOutcome } from "./redaction-policy.js";
 export { buildTranscript } from "./transcript.js";
 export { cloudEventType, publicEventJson, toKafkaMessage, CLOUDEVENTS_SPEC_VERSION } from "./cloudevents.js";
 export type { KafkaMessage } from "./cloudevents.js";
+export { poolSmallZeroFilledBuffers } from "./kafka-allocation.js";

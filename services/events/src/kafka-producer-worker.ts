@@ -10,6 +10,7 @@
 import { parentPort, workerData } from "node:worker_threads";
 import { Kafka, logLevel, type LogEntry } from "kafkajs";
 import { toKafkaMessage } from "./cloudevents.js";
+import { poolSmallZeroFilledBuffers } from "./kafka-allocation.js";
 
 export interface ProducerWorkerData {
   brokers: string[];
@@ -30,15 +31,8 @@ export type FromProducerWorker =
   | { kind: "done"; id: number; connected: boolean; error?: string }
   | { kind: "log"; namespace: string; label: string; message: string; broker?: unknown; error?: unknown };
 
-// kafkajs builds every record, and every header of every record, in a fresh
-// zero-filled 512-byte Buffer.alloc (eight per CloudEvent), then copies them
-// into the request: a new ArrayBuffer and backing store each, most of this
-// thread's allocation and a fifth of its time. This thread runs nothing but
-// the producer, so here small zero-filled buffers come from Node's shared
-// pool instead; they are zero-filled all the same.
-const alloc = Buffer.alloc;
-Buffer.alloc = ((size: number, fill?: string | Uint8Array | number, encoding?: BufferEncoding) =>
-  fill === undefined && size < Buffer.poolSize >>> 1 ? Buffer.allocUnsafe(size).fill(0) : alloc(size, fill, encoding)) as typeof Buffer.alloc;
+// This thread runs nothing but the producer (see kafka-allocation.ts).
+poolSmallZeroFilledBuffers();
 
 const port = parentPort!;
 const options = workerData as ProducerWorkerData;

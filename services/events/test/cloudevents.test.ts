@@ -72,3 +72,34 @@ void describe("toKafkaMessage", () => {
     assert.equal(message.headers.ce_source, "/oz0/events");
   });
 });
+
+void describe("poolSmallZeroFilledBuffers", () => {
+  void test("small Buffer.alloc calls stay zero-filled from a dirtied pool; filled and large ones are untouched", async () => {
+    // It changes Buffer.alloc for a whole thread, so it runs in a thread of its own.
+    const { Worker } = await import("node:worker_threads");
+    const source = `
+      const { parentPort } = require("node:worker_threads");
+      const { poolSmallZeroFilledBuffers } = await import(${JSON.stringify(import.meta.resolve("@oz0/events"))});
+      poolSmallZeroFilledBuffers();
+      poolSmallZeroFilledBuffers();
+      const first = Buffer.alloc(512);
+      // Dirty the whole pool, the part not handed out yet included.
+      new Uint8Array(first.buffer).fill(0xab);
+      const small = Buffer.alloc(512);
+      parentPort.postMessage({
+        smallZero: small.every((b) => b === 0),
+        pooled: small.buffer === first.buffer,
+        filled: Buffer.alloc(4, 7).every((b) => b === 7),
+        largeZero: Buffer.alloc(Buffer.poolSize).every((b) => b === 0),
+        largeOwn: Buffer.alloc(Buffer.poolSize).buffer.byteLength === Buffer.poolSize,
+      });
+    `;
+    const worker = new Worker(`(async () => {${source}})()`, { eval: true });
+    const result = await new Promise((resolve, reject) => {
+      worker.once("message", resolve);
+      worker.once("error", reject);
+    });
+    await worker.terminate();
+    assert.deepEqual(result, { smallZero: true, pooled: true, filled: true, largeZero: true, largeOwn: true });
+  });
+});
