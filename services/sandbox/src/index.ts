@@ -13,8 +13,10 @@ import { sandboxService } from "./sandbox-service.js";
 import { prepareRoot } from "./session-directories.js";
 import { SessionRegistry } from "./session-registry.js";
 
-export { configFromEnv, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT } from "./sandbox-config.js";
-export type { IsolationSetting, SandboxConfig } from "./sandbox-config.js";
+export { configFromEnv, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, heartbeatSidecarConfigFromEnv } from "./sandbox-config.js";
+export type { HeartbeatSidecarConfig, IsolationSetting, SandboxConfig } from "./sandbox-config.js";
+export { startHeartbeatSidecar } from "./heartbeat-sidecar.js";
+export type { RunningHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export { detectBubblewrap, DEFAULT_READ_ONLY_PATHS } from "./bubblewrap-launcher.js";
 export type { BubblewrapDetection } from "./bubblewrap-launcher.js";
 export { buildSessionEnvironment, QUIET_HARNESS_ENV } from "./session-environment.js";
@@ -98,8 +100,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
       nodeToken: config.nodeToken!,
       nodeId: node.id,
       advertiseUrl: node.advertiseUrl,
-      capacity: maxSessions,
-      running: () => registry.activeCount,
+      status: () => ({ capacity: maxSessions, running: registry.activeCount }),
       intervalMs: config.heartbeatMs ?? DEFAULT_HEARTBEAT_MS,
       logger,
     });

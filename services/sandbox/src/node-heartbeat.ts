@@ -20,11 +20,21 @@ export interface NodeHeartbeatOptions {
   nodeId: string;
   /** Where orchestrators reach this node's SandboxService. */
   advertiseUrl: string;
-  capacity: number;
-  /** Sessions running now. */
-  running: () => number;
+  /**
+   * The node's capacity and running sessions now. When it throws (a sidecar
+   * whose sandbox does not answer), no heartbeat is sent: the node goes
+   * stale, as it should.
+   */
+  status: () => NodeStatus | Promise<NodeStatus>;
   intervalMs: number;
   logger: Logger;
+}
+
+export interface NodeStatus {
+  /** Sessions the node takes at once; 0 while it drains. */
+  capacity: number;
+  /** Sessions running now. */
+  running: number;
 }
 
 export interface NodeHeartbeat {
@@ -70,12 +80,12 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
   let warnedInterval = false;
 
   /** Sends to the replica that answered last, then the others in turn; the first answer wins. */
-  async function send(capacity: number): Promise<{ placed: number; staleAfterMs: number }> {
+  async function send(status: NodeStatus): Promise<{ placed: number; staleAfterMs: number }> {
     let failure: unknown;
     for (let tried = 0; tried < clients.length; tried++) {
       const { client } = clients[(current + tried) % clients.length]!;
       try {
-        const response = await client.heartbeat({ nodeId: options.nodeId, url: options.advertiseUrl, capacity, running: options.running() }, { headers, signal: abort.signal, timeoutMs });
+        const response = await client.heartbeat({ nodeId: options.nodeId, url: options.advertiseUrl, capacity: status.capacity, running: status.running }, { headers, signal: abort.signal, timeoutMs });
         current = (current + tried) % clients.length;
         return response;
       } catch (error) {
@@ -88,10 +98,27 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
     throw failure;
   }
 
-  async function beat(capacity: number): Promise<void> {
+  /** One heartbeat; `draining` advertises capacity 0 (and sends even when the status cannot be read). */
+  async function beat(draining: boolean): Promise<void> {
+    let status: NodeStatus;
     try {
-      const response = await send(capacity);
-      if (last !== "ok") logger.info({ ...context, capacity, placed: response.placed, staleAfterMs: response.staleAfterMs }, "sending heartbeats to the orchestrator");
+      status = await options.status();
+    } catch (error) {
+      if (draining) {
+        status = { capacity: 0, running: 0 };
+      } else {
+        const problem = `status: ${(error as Error).message}`;
+        if (problem !== last) {
+          logger.warn({ ...context, err: (error as Error).message }, "cannot read this node's status, so no heartbeat is sent (orchestrators stop placing here) until it can be read");
+          last = problem;
+        }
+        return;
+      }
+    }
+    if (draining) status = { ...status, capacity: 0 };
+    try {
+      const response = await send(status);
+      if (last !== "ok") logger.info({ ...context, capacity: status.capacity, placed: response.placed, staleAfterMs: response.staleAfterMs }, "sending heartbeats to the orchestrator");
       last = "ok";
       if (!warnedInterval && response.staleAfterMs > 0 && options.intervalMs * 2 > response.staleAfterMs) {
         warnedInterval = true;
@@ -118,13 +145,13 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
   function schedule(): void {
     if (stopped) return;
     timer = setTimeout(() => {
-      inFlight = beat(options.capacity).finally(schedule);
+      inFlight = beat(false).finally(schedule);
     }, options.intervalMs);
     // The server keeps the process alive, not the heartbeat.
     timer.unref();
   }
 
-  inFlight = beat(options.capacity).finally(schedule);
+  inFlight = beat(false).finally(schedule);
   const first = inFlight;
   let stopping: Promise<void> | undefined;
   return {
@@ -136,7 +163,7 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
         if (drain) {
           // After the one in flight, so it cannot land later and advertise the capacity again.
           await inFlight;
-          await beat(0);
+          await beat(true);
         }
         abort.abort();
         await inFlight;

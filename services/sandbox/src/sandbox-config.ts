@@ -88,7 +88,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     maxSessionEvents: integer(env, "OZ0_MAX_SESSION_EVENTS"),
     readOnlyPaths: env.OZ0_SANDBOX_READ_ONLY_PATHS ? env.OZ0_SANDBOX_READ_ONLY_PATHS.split(":").filter((p) => p !== "") : undefined,
     sessionPath: env.OZ0_SESSION_PATH || undefined,
-    orchestratorUrls: env.OZ0_ORCHESTRATOR_URL ? env.OZ0_ORCHESTRATOR_URL.split(",").map((u) => u.trim()).filter(Boolean) : undefined,
+    orchestratorUrls: urlList(env.OZ0_ORCHESTRATOR_URL),
     nodeToken: env.OZ0_NODE_TOKEN || undefined,
     nodeId: env.OZ0_NODE_ID || undefined,
     advertiseUrl: env.OZ0_ADVERTISE_URL || undefined,
@@ -96,6 +96,53 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
   };
   if (config.heartbeatMs === 0) throw new Error("OZ0_HEARTBEAT_MS must be a positive number of milliseconds, got 0");
   return config;
+}
+
+function urlList(raw: string | undefined): string[] | undefined {
+  return raw ? raw.split(",").map((u) => u.trim()).filter(Boolean) : undefined;
+}
+
+/**
+ * The heartbeat sidecar (`oz0-sandbox-heartbeat`): it sends a node's
+ * heartbeats from a container of its own, so the node token is never in the
+ * sandbox's process, where a harness running without isolation could read it.
+ */
+export interface HeartbeatSidecarConfig {
+  /** The sandbox it speaks for (OZ0_SANDBOX_URL). Default `http://127.0.0.1:7701`. */
+  sandboxUrl: string;
+  /** OZ0_ORCHESTRATOR_URL, comma-separated; required. */
+  orchestratorUrls: string[];
+  /** OZ0_NODE_TOKEN; required. */
+  nodeToken: string;
+  /** OZ0_NODE_ID. Default `<hostname>:<the sandbox's port>`, as the sandbox itself would send. */
+  nodeId?: string;
+  /** OZ0_ADVERTISE_URL. Default `http://<hostname>:<the sandbox's port>`. */
+  advertiseUrl?: string;
+  /** OZ0_HEARTBEAT_MS. Default 5000. */
+  heartbeatMs: number;
+}
+
+/** Reads the sidecar's configuration; throws naming the variable to set. */
+export function heartbeatSidecarConfigFromEnv(env: NodeJS.ProcessEnv): HeartbeatSidecarConfig {
+  const orchestratorUrls = urlList(env.OZ0_ORCHESTRATOR_URL);
+  if (!orchestratorUrls?.length) throw new Error("OZ0_ORCHESTRATOR_URL is required: the orchestrator (or its Service) to send this node's heartbeats to");
+  if (!env.OZ0_NODE_TOKEN) throw new Error("OZ0_NODE_TOKEN is required: the node token the orchestrators have");
+  const sandboxUrl = env.OZ0_SANDBOX_URL || `http://127.0.0.1:${DEFAULT_PORT}`;
+  try {
+    new URL(sandboxUrl);
+  } catch {
+    throw new Error(`OZ0_SANDBOX_URL must be a URL such as http://127.0.0.1:${DEFAULT_PORT}, got ${JSON.stringify(sandboxUrl)}`);
+  }
+  const heartbeatMs = integer(env, "OZ0_HEARTBEAT_MS") ?? DEFAULT_HEARTBEAT_MS;
+  if (heartbeatMs === 0) throw new Error("OZ0_HEARTBEAT_MS must be a positive number of milliseconds, got 0");
+  return {
+    sandboxUrl,
+    orchestratorUrls,
+    nodeToken: env.OZ0_NODE_TOKEN,
+    ...(env.OZ0_NODE_ID ? { nodeId: env.OZ0_NODE_ID } : {}),
+    ...(env.OZ0_ADVERTISE_URL ? { advertiseUrl: env.OZ0_ADVERTISE_URL } : {}),
+    heartbeatMs,
+  };
 }
 
 export function defaultRoot(): string {

@@ -45,7 +45,7 @@ export function sandboxService(registry: SessionRegistry): Partial<ServiceImpl<t
     },
 
     listSessions() {
-      return { sessions: registry.list() };
+      return { sessions: registry.list(), maxSessions: registry.maxSessions };
     },
 
     cancelSession(request) {

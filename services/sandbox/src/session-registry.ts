@@ -53,6 +53,11 @@ export class SessionRegistry {
     return this.#active;
   }
 
+  /** How many sessions run at once at most (OZ0_MAX_SESSIONS). */
+  get maxSessions(): number {
+    return this.#options.maxSessions;
+  }
+
   /** Validates and starts a session; throws SandboxError when it cannot start. */
   async start(start: StartSession): Promise<SandboxSession> {
     if (this.#shuttingDown) throw new SandboxError("unavailable", "this sandbox node is shutting down; start the session on another node");

@@ -4,12 +4,15 @@
 // capacity 0 when it closes, then none; an orchestrator that is down or
 // refuses the token is logged and never stops the node serving sessions.
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { after, describe, it } from "node:test";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { SandboxNodeService, type HeartbeatRequest } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { registration, serve, type Logger, type RunningServer } from "@oz0/serving";
-import { configFromEnv, startSandbox } from "../src/index.js";
+import { configFromEnv, heartbeatSidecarConfigFromEnv, startHeartbeatSidecar, startSandbox } from "../src/index.js";
 import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox } from "./sandbox-test-kit.js";
 
 const TOKEN = "node-token-for-tests-0123456789";
@@ -75,12 +78,13 @@ async function until(check: () => boolean): Promise<void> {
   while (!check()) await new Promise((resolve) => setTimeout(resolve, 20));
 }
 
-void describe("node heartbeats", () => {
-  const cleanup: (() => Promise<void>)[] = [];
-  after(async () => {
-    for (const c of cleanup.reverse()) await c();
-  });
+/** Undone after every test of the file, last first. */
+const cleanup: (() => Promise<void>)[] = [];
+after(async () => {
+  for (const c of cleanup.reverse()) await c();
+});
 
+void describe("node heartbeats", () => {
   void it("registers with its id, URL, capacity and running sessions, and drains on close", async () => {
     const orchestrator = await startFakeOrchestrator();
     cleanup.push(() => orchestrator.server.close());
@@ -180,5 +184,91 @@ void describe("node heartbeats", () => {
     );
     assert.throws(() => configFromEnv({ OZ0_HEARTBEAT_MS: "0" }), /OZ0_HEARTBEAT_MS must be a positive/);
     await assert.rejects(startSandbox({ orchestratorUrls: ["http://127.0.0.1:1"], root: "/nonexistent/never-created" }), /OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not/);
+  });
+});
+
+const HEARTBEAT_MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist", "heartbeat-main.js");
+
+void describe("heartbeat sidecar", () => {
+  void it("registers the sandbox beside it with the sandbox's capacity and sessions, the token only in its own process, and drains on SIGTERM", async () => {
+    const orchestrator = await startFakeOrchestrator();
+    cleanup.push(() => orchestrator.server.close());
+    // The sandbox knows nothing of orchestrators or the token.
+    const t = await startTestSandbox({ maxSessions: 3 });
+    cleanup.push(() => t.close());
+    assert.equal(t.sandbox.node, undefined);
+    const child = spawn(process.execPath, [HEARTBEAT_MAIN], {
+      env: {
+        PATH: process.env.PATH ?? "",
+        OZ0_SANDBOX_URL: t.sandbox.url,
+        OZ0_ORCHESTRATOR_URL: orchestrator.server.url,
+        OZ0_NODE_TOKEN: TOKEN,
+        OZ0_NODE_ID: "pod-7",
+        OZ0_ADVERTISE_URL: "http://10.0.0.7:7701",
+        OZ0_HEARTBEAT_MS: "100",
+      },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let log = "";
+    child.stderr!.on("data", (chunk: Buffer) => (log += chunk.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    cleanup.push(async () => {
+      child.kill("SIGKILL");
+      await exited;
+    });
+
+    const first = await orchestrator.next((r) => r.request.nodeId === "pod-7");
+    assert.equal(first.authorization, `Bearer ${TOKEN}`);
+    assert.deepEqual([first.request.url, first.request.capacity, first.request.running], ["http://10.0.0.7:7701", 3, 0]);
+
+    const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
+    await stream.waitFor(isText("ready"), "ready");
+    await orchestrator.next((r) => r.request.running === 1 && r.request.capacity === 3);
+    stream.drop();
+    await stream.finished;
+
+    child.kill("SIGTERM");
+    assert.equal(await exited, 0, log);
+    const last = orchestrator.received.at(-1)!;
+    assert.deepEqual([last.request.nodeId, last.request.capacity], ["pod-7", 0], "a last heartbeat drains the node");
+    assert.doesNotMatch(log, new RegExp(TOKEN), "the token is never logged");
+  });
+
+  void it("advertises a draining sandbox with capacity 0, and sends nothing while it does not answer", async () => {
+    const orchestrator = await startFakeOrchestrator();
+    cleanup.push(() => orchestrator.server.close());
+    const t = await startTestSandbox({ maxSessions: 2, cancelGraceMs: 500 });
+    let sandboxClosed = false;
+    cleanup.push(async () => {
+      if (!sandboxClosed) await t.close();
+    });
+    const { logger, lines } = recordingLogger();
+    const sidecar = startHeartbeatSidecar({ sandboxUrl: t.sandbox.url, orchestratorUrls: [orchestrator.server.url], nodeToken: TOKEN, nodeId: "pod-8", heartbeatMs: 50, logger });
+    cleanup.push(() => sidecar.stop());
+    await orchestrator.next((r) => r.request.nodeId === "pod-8" && r.request.capacity === 2);
+
+    // A session that ignores SIGTERM keeps the sandbox draining for its cancel grace: meanwhile the node is advertised full.
+    const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "ignore-term" }) } });
+    await stream.waitFor(isText("ready"), "ready");
+    const closing = t.close();
+    await orchestrator.next((r) => r.request.nodeId === "pod-8" && r.request.capacity === 0);
+    await closing;
+    sandboxClosed = true;
+    await stream.finished;
+
+    // Gone: no heartbeat, and one warning however long it lasts.
+    await until(() => lines.some((l) => l.msg.startsWith("cannot read this node's status")));
+    const count = orchestrator.received.length;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(orchestrator.received.length, count, "no heartbeat for a sandbox that does not answer");
+    assert.equal(lines.filter((l) => l.msg.startsWith("cannot read this node's status")).length, 1);
+  });
+
+  void it("reads its settings from the environment and names what is missing", () => {
+    const config = heartbeatSidecarConfigFromEnv({ OZ0_ORCHESTRATOR_URL: "http://orchestrator:7700", OZ0_NODE_TOKEN: TOKEN, OZ0_NODE_ID: "pod-9", OZ0_HEARTBEAT_MS: "5000" });
+    assert.deepEqual(config, { sandboxUrl: "http://127.0.0.1:7701", orchestratorUrls: ["http://orchestrator:7700"], nodeToken: TOKEN, nodeId: "pod-9", heartbeatMs: 5000 });
+    assert.throws(() => heartbeatSidecarConfigFromEnv({ OZ0_NODE_TOKEN: TOKEN }), /OZ0_ORCHESTRATOR_URL is required/);
+    assert.throws(() => heartbeatSidecarConfigFromEnv({ OZ0_ORCHESTRATOR_URL: "http://orchestrator:7700" }), /OZ0_NODE_TOKEN is required/);
+    assert.throws(() => heartbeatSidecarConfigFromEnv({ OZ0_ORCHESTRATOR_URL: "http://o:7700", OZ0_NODE_TOKEN: TOKEN, OZ0_SANDBOX_URL: "127.0.0.1:7701" }), /OZ0_SANDBOX_URL must be a URL/);
   });
 });

@@ -1,0 +1,58 @@
+// A node's heartbeats sent from beside the sandbox rather than from inside
+// it. Without bubblewrap a harness runs as the sandbox's own user and could
+// read the node token from the sandbox process (/proc/<pid>/environ); in a
+// container of its own (Kubernetes gives each container its own PID
+// namespace) the token is out of the harnesses' reach. Each beat asks the
+// sandbox over loopback what it would have sent itself: its capacity
+// (ListSessions), its running sessions, and whether it takes work
+// (readiness). A sandbox that does not answer gets no heartbeat, so the
+// orchestrators stop placing on it; one that drains is advertised with
+// capacity 0.
+import os from "node:os";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { Health, HealthCheckResponse_ServingStatus } from "@oz0/proto/grpc/health/v1/health_pb";
+import { SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { READINESS, type Logger } from "@oz0/serving";
+import { startNodeHeartbeat, type NodeHeartbeat, type NodeStatus } from "./node-heartbeat.js";
+import type { HeartbeatSidecarConfig } from "./sandbox-config.js";
+
+export interface RunningHeartbeatSidecar extends NodeHeartbeat {
+  /** What it sends heartbeats as. */
+  readonly node: { id: string; advertiseUrl: string };
+}
+
+export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger: Logger }): RunningHeartbeatSidecar {
+  const transport = createGrpcTransport({ baseUrl: config.sandboxUrl });
+  const sandbox = createClient(SandboxService, transport);
+  const health = createClient(Health, transport);
+  const { hostname, port } = new URL(config.sandboxUrl);
+  // Loopback is where the sidecar reaches the sandbox, not where orchestrators do.
+  const node = {
+    id: config.nodeId ?? `${os.hostname()}:${port}`,
+    advertiseUrl: config.advertiseUrl ?? `http://${os.hostname()}:${port}`,
+  };
+  const timeoutMs = Math.min(Math.max(config.heartbeatMs, 1_000), 5_000);
+  const status = async (): Promise<NodeStatus> => {
+    const [readiness, list] = await Promise.all([
+      health.check({ service: READINESS }, { timeoutMs }),
+      sandbox.listSessions({}, { timeoutMs }),
+    ]).catch((error: unknown) => {
+      throw new Error(`the sandbox at ${hostname}:${port} does not answer (${(error as Error).message})`);
+    });
+    return {
+      capacity: readiness.status === HealthCheckResponse_ServingStatus.SERVING ? list.maxSessions : 0,
+      running: list.sessions.filter((s) => s.endTime === undefined).length,
+    };
+  };
+  const heartbeat = startNodeHeartbeat({
+    orchestratorUrls: config.orchestratorUrls,
+    nodeToken: config.nodeToken,
+    nodeId: node.id,
+    advertiseUrl: node.advertiseUrl,
+    status,
+    intervalMs: config.heartbeatMs,
+    logger: config.logger,
+  });
+  return { node, first: heartbeat.first, stop: (options) => heartbeat.stop(options) };
+}
