@@ -15,8 +15,9 @@
 // Secret and token changes are NOTIFYed in the statement that makes them, so
 // other replicas drop what they cached (postgres-change-feed.ts).
 import { randomUUID } from "node:crypto";
-import pg from "pg";
-import { PostgresChangeFeed, changeChannel } from "./postgres-change-feed.js";
+import { channelName, checkSchemaName, createSchemaPool, runMigrations, type Migration } from "@oz0/postgres";
+import type pg from "pg";
+import { PostgresChangeFeed } from "./postgres-change-feed.js";
 import { ProxyError } from "./proxy-error.js";
 import type {
   AttemptRecord,
@@ -63,8 +64,6 @@ export interface PostgresProxyStoreOptions {
   onError?: (error: unknown) => void;
 }
 
-const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
-
 const METERING_COLUMNS = `operation_id text NOT NULL, job text NOT NULL, agent text NOT NULL, session text NOT NULL,
   provider text NOT NULL, model text NOT NULL, wire text NOT NULL, stream boolean NOT NULL, status integer NOT NULL,
   outcome text NOT NULL, input_tokens bigint NOT NULL, output_tokens bigint NOT NULL, cache_read_tokens bigint NOT NULL,
@@ -72,7 +71,7 @@ const METERING_COLUMNS = `operation_id text NOT NULL, job text NOT NULL, agent t
   latency_ms double precision NOT NULL, ttft_ms double precision, estimated boolean NOT NULL, started_at timestamptz NOT NULL`;
 
 /** Append only: never edit one that has been applied somewhere. */
-const MIGRATIONS: readonly { version: number; name: string; sql: string }[] = [
+const MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
     name: "secrets, session tokens, metering, budgets",
@@ -305,25 +304,19 @@ export class PostgresProxyStore implements ProxyStore {
   /** Connects, migrates under an advisory lock (so replicas starting together apply each version once) and starts listening. */
   static async open(options: PostgresProxyStoreOptions): Promise<PostgresProxyStore> {
     const schema = options.schema ?? "oz0_llm_proxy";
-    if (!SCHEMA_NAME.test(schema)) {
-      throw new ProxyError("invalid_argument", `schema name ${JSON.stringify(schema)} must be lower-case letters, digits and underscores, starting with a letter, at most 63 characters`);
+    try {
+      checkSchemaName(schema);
+    } catch (error) {
+      throw new ProxyError("invalid_argument", (error as Error).message);
     }
-    const pool = new pg.Pool({
-      connectionString: options.connectionString,
-      max: options.maxConnections ?? 10,
-      // search_path per connection, so the SQL names tables without a schema.
-      options: `-c search_path=${schema}`,
-      // A database that does not answer fails calls instead of hanging them.
-      connectionTimeoutMillis: 10_000,
-    });
-    // An idle client losing its connection (a server restart) must not crash the process; the next query reconnects.
-    pool.on("error", () => undefined);
+    // A database that does not answer fails calls instead of hanging them.
+    const pool = createSchemaPool({ connectionString: options.connectionString, schema, maxConnections: options.maxConnections ?? 10, connectionTimeoutMs: 10_000 });
     const onError = options.onError ?? (() => undefined);
-    const channel = changeChannel(schema);
+    const channel = channelName(schema, "llm_proxy");
     const feed = new PostgresChangeFeed({ connectionString: options.connectionString, channel, onError });
     const store = new PostgresProxyStore({ pool, schema, holdMs: options.reservationHoldMs ?? 15 * 60_000, feed, channel });
     try {
-      await store.#migrate();
+      await runMigrations({ pool, schema, component: "llm-proxy", migrations: MIGRATIONS });
       await feed.start();
     } catch (error) {
       await feed.close();
@@ -338,43 +331,6 @@ export class PostgresProxyStore implements ProxyStore {
       store.#sweepTimer.unref();
     }
     return store;
-  }
-
-  async #migrate(): Promise<void> {
-    const schema = this.schema;
-    await this.#transaction(async (client) => {
-      await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`oz0.migrations:${schema}:llm-proxy`]);
-      // Only when missing: CREATE SCHEMA IF NOT EXISTS still needs CREATE on the database, which a locked-down role lacks.
-      const exists = await client.query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [schema]);
-      if (exists.rowCount === 0) await client.query(`CREATE SCHEMA ${schema}`);
-      // The pool's search_path names this schema, but it may not have existed when the connection opened.
-      await client.query(`SET LOCAL search_path TO ${schema}`);
-      await client.query(
-        "CREATE TABLE IF NOT EXISTS oz0_migrations (component text NOT NULL, version integer NOT NULL, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (component, version))",
-      );
-      const applied = await client.query<{ version: number }>("SELECT version FROM oz0_migrations WHERE component = 'llm-proxy'");
-      const done = new Set(applied.rows.map((r) => r.version));
-      for (const migration of MIGRATIONS) {
-        if (done.has(migration.version)) continue;
-        await client.query(migration.sql);
-        await client.query("INSERT INTO oz0_migrations (component, version, name) VALUES ('llm-proxy', $1, $2)", [migration.version, migration.name]);
-      }
-    });
-  }
-
-  async #transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    const client = await this.#pool.connect();
-    try {
-      await client.query("BEGIN");
-      const result = await fn(client);
-      await client.query("COMMIT");
-      return result;
-    } catch (error) {
-      await client.query("ROLLBACK").catch(() => undefined);
-      throw error;
-    } finally {
-      client.release();
-    }
   }
 
   watch(listener: (change: StoreChange) => void): () => void {

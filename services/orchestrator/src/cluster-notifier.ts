@@ -10,9 +10,8 @@
 // is a wake-up, not the record: the rows are the record, and a replica that
 // (re)connects or takes a job over reads undelivered answers from the store
 // (`listPermissions({ undeliveredOnly: true })`) before relying on notices.
-import { createHash } from "node:crypto";
-import pg from "pg";
-import { checkSchemaName } from "./postgres-migrations.js";
+import { channelName, NotificationListener } from "@oz0/postgres";
+import type pg from "pg";
 
 /** Which request of which job was answered, and how. */
 export interface ApprovalAnswered {
@@ -45,27 +44,21 @@ export interface ClusterNotifierOptions {
   onReconnect?: () => void;
 }
 
-// Reconnection backs off from 100 ms to 5 s, so a database restart is not hammered.
-const RETRY_FIRST_MS = 100;
-const RETRY_MAX_MS = 5_000;
-
 export class ClusterNotifier {
   readonly channel: string;
-  readonly #connectionString: string;
-  readonly #onError: ((error: unknown) => void) | undefined;
-  readonly #onReconnect: (() => void) | undefined;
   readonly #answered = new Set<(answer: ApprovalAnswered) => void>();
   readonly #appended = new Set<(appended: EventsAppended) => void>();
-  #listener: pg.Client | undefined;
-  #listening = false;
-  #retryTimer: NodeJS.Timeout | undefined;
-  #retryMs = RETRY_FIRST_MS;
+  readonly #listener: NotificationListener;
 
   constructor(options: ClusterNotifierOptions) {
-    this.#connectionString = options.connectionString;
-    this.channel = channelName(checkSchemaName(options.schema ?? "oz0"));
-    this.#onError = options.onError;
-    this.#onReconnect = options.onReconnect;
+    this.channel = channelName(options.schema ?? "oz0", "cluster");
+    this.#listener = new NotificationListener({
+      connectionString: options.connectionString,
+      channel: this.channel,
+      onNotification: (payload) => this.#deliver(payload, options.onError),
+      ...(options.onError ? { onError: options.onError } : {}),
+      ...(options.onReconnect ? { onReconnect: options.onReconnect } : {}),
+    });
   }
 
   /**
@@ -99,85 +92,29 @@ export class ClusterNotifier {
     return () => this.#appended.delete(handler);
   }
 
-  /** Opens the dedicated listening connection (a pooled one would be handed to other queries) and keeps it open until `close()`. */
+  /** Opens the dedicated listening connection and keeps it open (reconnecting) until `close()`. */
   async listen(): Promise<void> {
-    if (this.#listening) return;
-    this.#listening = true;
-    await this.#connect();
+    await this.#listener.start();
   }
 
-  async #connect(): Promise<void> {
-    const client = new pg.Client({ connectionString: this.#connectionString });
-    client.on("notification", (message) => {
-      if (message.channel !== this.channel || !message.payload) return;
-      let notice: Notice;
-      try {
-        notice = JSON.parse(message.payload) as Notice;
-      } catch (error) {
-        this.#onError?.(error);
-        return;
-      }
-      if (notice.kind === "appended") {
-        for (const handler of this.#appended) handler({ jobId: notice.jobId, fromSeq: notice.fromSeq, seq: notice.seq });
-      } else {
-        for (const handler of this.#answered) handler({ jobId: notice.jobId, permissionId: notice.permissionId, status: notice.status });
-      }
-    });
-    let lost = false;
-    const onLost = (error: unknown): void => {
-      if (lost) return;
-      lost = true;
-      if (this.#listener === client) this.#listener = undefined;
-      client.end().catch(() => undefined);
-      if (!this.#listening) return;
-      this.#onError?.(error);
-      this.#scheduleReconnect();
-    };
-    client.on("error", onLost);
-    client.on("end", () => onLost(new Error("the listening connection to PostgreSQL ended")));
+  #deliver(payload: string, onError: ((error: unknown) => void) | undefined): void {
+    let notice: Notice;
     try {
-      await client.connect();
-      // The channel name is checked (letters, digits, underscores), so it is safe as an identifier.
-      await client.query(`LISTEN ${this.channel}`);
+      notice = JSON.parse(payload) as Notice;
     } catch (error) {
-      lost = true;
-      await client.end().catch(() => undefined);
-      throw error;
+      onError?.(error);
+      return;
     }
-    this.#listener = client;
-    this.#retryMs = RETRY_FIRST_MS;
-  }
-
-  #scheduleReconnect(): void {
-    if (this.#retryTimer || !this.#listening) return;
-    this.#retryTimer = setTimeout(() => {
-      this.#retryTimer = undefined;
-      if (!this.#listening) return;
-      this.#connect().then(
-        () => this.#onReconnect?.(),
-        (error: unknown) => {
-          this.#onError?.(error);
-          this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
-          this.#scheduleReconnect();
-        },
-      );
-    }, this.#retryMs);
+    if (notice.kind === "appended") {
+      for (const handler of this.#appended) handler({ jobId: notice.jobId, fromSeq: notice.fromSeq, seq: notice.seq });
+    } else {
+      for (const handler of this.#answered) handler({ jobId: notice.jobId, permissionId: notice.permissionId, status: notice.status });
+    }
   }
 
   async close(): Promise<void> {
-    this.#listening = false;
-    if (this.#retryTimer) clearTimeout(this.#retryTimer);
-    this.#retryTimer = undefined;
-    const client = this.#listener;
-    this.#listener = undefined;
     this.#answered.clear();
     this.#appended.clear();
-    await client?.end();
+    await this.#listener.close();
   }
-}
-
-// Channel names are identifiers (at most 63 bytes): a long schema name is hashed to fit.
-function channelName(schema: string): string {
-  const plain = `${schema}_cluster`;
-  return plain.length <= 63 ? plain : `oz0_cluster_${createHash("sha256").update(schema).digest("hex").slice(0, 32)}`;
 }

@@ -11,7 +11,7 @@
 //   statement's snapshot could miss it).
 import type { CheckpointStore, GraphDefinition, MergeConflict, RunEnd, RunRecord, RunStatus, StepOutcome, StepRecord, StoredRun } from "@oz0/graph";
 import type pg from "pg";
-import { withTransaction } from "./postgres-migrations.js";
+import { withTransaction } from "@oz0/postgres";
 
 interface RunRow {
   run_id: string;

@@ -6,7 +6,8 @@
 import type pg from "pg";
 import { graphVersionFromRow as toVersion, type GraphJobRecord, type GraphStore, type GraphVersionRecord, type GraphVersionRow as VersionRow, type NewGraphVersion, type StepJobRecord } from "./graph-store.js";
 import { PostgresCheckpointStore } from "./postgres-checkpoint-store.js";
-import { migrateOrchestrator, withTransaction } from "./postgres-migrations.js";
+import { migrateOrchestrator } from "./postgres-migrations.js";
+import { withTransaction } from "@oz0/postgres";
 
 interface GraphJobRow {
   job_id: string;

@@ -1,17 +1,8 @@
 // The orchestrator's PostgreSQL schema as numbered migrations, and the pool
-// every PostgreSQL module of the orchestrator shares. Several replicas start
-// at once in a cluster, so migrations run under a transaction-scoped advisory
-// lock: the first replica applies them, the others wait and then find every
-// version recorded in `oz0_migrations`. DDL is transactional in PostgreSQL,
-// so a replica killed mid-migration leaves nothing half applied.
-import pg from "pg";
-
-export interface Migration {
-  version: number;
-  /** What it does, stored beside the version for operators. */
-  name: string;
-  sql: string;
-}
+// every PostgreSQL module of the orchestrator shares. The migrations run with
+// @oz0/postgres's runMigrations, safe when several replicas start at once.
+import { createSchemaPool, runMigrations, type Migration } from "@oz0/postgres";
+import type pg from "pg";
 
 /** The job store (version 1), leases (2, 4), the sandbox node registry (3), operation checkpoints (5) and graph runs (6). Append only: never edit an applied one. */
 export const ORCHESTRATOR_MIGRATIONS: readonly Migration[] = [
@@ -135,75 +126,9 @@ export interface PostgresConnectionOptions {
   maxConnections?: number;
 }
 
-const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
-
-/** Checks a schema name (it becomes an identifier and part of channel names, so no quoting games). */
-export function checkSchemaName(schema: string): string {
-  if (!SCHEMA_NAME.test(schema)) {
-    throw new Error(`schema name ${JSON.stringify(schema)} must be lower-case letters, digits and underscores, starting with a letter, at most 63 characters`);
-  }
-  return schema;
-}
-
-/** A pool whose connections resolve unqualified table names in `schema`. */
+/** A pool whose connections resolve unqualified table names in the orchestrator's schema. */
 export function createPostgresPool(options: PostgresConnectionOptions): pg.Pool {
-  const schema = checkSchemaName(options.schema ?? "oz0");
-  const pool = new pg.Pool({
-    connectionString: options.connectionString,
-    max: options.maxConnections ?? 10,
-    // search_path per connection, so every module's SQL names tables without a schema.
-    options: `-c search_path=${schema}`,
-  });
-  // An idle client losing its connection (server restart) must not crash the process; the next query reconnects.
-  pool.on("error", () => undefined);
-  return pool;
-}
-
-/** Runs `fn` in one transaction: commit when it resolves, roll back when it throws. */
-export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-  const client = await pool.connect();
-  try {
-    await client.query("BEGIN");
-    const result = await fn(client);
-    await client.query("COMMIT");
-    return result;
-  } catch (error) {
-    await client.query("ROLLBACK").catch(() => undefined);
-    throw error;
-  } finally {
-    client.release();
-  }
-}
-
-/**
- * Applies the migrations not yet recorded for `component`, in order, in one
- * transaction holding an advisory lock keyed by schema and component. Safe
- * when many processes call it at once; a no-op once everything is applied.
- */
-export async function runMigrations(options: { pool: pg.Pool; schema: string; component: string; migrations: readonly Migration[] }): Promise<number[]> {
-  const schema = checkSchemaName(options.schema);
-  return withTransaction(options.pool, async (client) => {
-    await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`oz0.migrations:${schema}:${options.component}`]);
-    // Create the schema only when missing: CREATE SCHEMA IF NOT EXISTS still needs CREATE on the database, which a locked-down role lacks.
-    const exists = await client.query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [schema]);
-    if (exists.rowCount === 0) await client.query(`CREATE SCHEMA ${schema}`);
-    await client.query(
-      `CREATE TABLE IF NOT EXISTS ${schema}.oz0_migrations (component text NOT NULL, version integer NOT NULL, name text NOT NULL,
-       applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (component, version))`,
-    );
-    const applied = await client.query<{ version: number }>(`SELECT version FROM ${schema}.oz0_migrations WHERE component = $1`, [options.component]);
-    const done = new Set(applied.rows.map((r) => r.version));
-    const ran: number[] = [];
-    for (const migration of [...options.migrations].sort((a, b) => a.version - b.version)) {
-      if (done.has(migration.version)) continue;
-      // The pool's search_path names this schema, but it may not have existed when the connection opened.
-      await client.query(`SET LOCAL search_path TO ${schema}`);
-      await client.query(migration.sql);
-      await client.query(`INSERT INTO ${schema}.oz0_migrations (component, version, name) VALUES ($1, $2, $3)`, [options.component, migration.version, migration.name]);
-      ran.push(migration.version);
-    }
-    return ran;
-  });
+  return createSchemaPool({ ...options, schema: options.schema ?? "oz0" });
 }
 
 /** The orchestrator's migrations on `schema`; every orchestrator PostgreSQL module calls it on open. */

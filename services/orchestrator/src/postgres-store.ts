@@ -32,7 +32,8 @@ import type {
 import type { ClusterNotifier } from "./cluster-notifier.js";
 import { assertLeaseHeld, type LeaseFence } from "./lease-manager.js";
 import { failedPrecondition, notFound } from "./orchestrator-error.js";
-import { createPostgresPool, migrateOrchestrator, withTransaction, type PostgresConnectionOptions } from "./postgres-migrations.js";
+import { createPostgresPool, migrateOrchestrator, type PostgresConnectionOptions } from "./postgres-migrations.js";
+import { withTransaction } from "@oz0/postgres";
 
 type Queryable = pg.Pool | pg.PoolClient;
 

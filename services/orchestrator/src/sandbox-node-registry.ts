@@ -6,7 +6,8 @@
 // jobs failed (resuming a harness session elsewhere is out of scope).
 // Liveness is judged by the database's clock, so replicas' clocks never matter.
 import type pg from "pg";
-import { createPostgresPool, migrateOrchestrator, withTransaction, type PostgresConnectionOptions } from "./postgres-migrations.js";
+import { createPostgresPool, migrateOrchestrator, type PostgresConnectionOptions } from "./postgres-migrations.js";
+import { withTransaction } from "@oz0/postgres";
 
 export interface SandboxNode {
   id: string;

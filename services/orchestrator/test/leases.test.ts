@@ -7,7 +7,8 @@ import { after, before, describe, it } from "node:test";
 import type pg from "pg";
 import { ClusterNotifier, type ApprovalAnswered } from "../src/cluster-notifier.js";
 import { LeaseManager, type Lease } from "../src/lease-manager.js";
-import { createPostgresPool, migrateOrchestrator, withTransaction } from "../src/postgres-migrations.js";
+import { createPostgresPool, migrateOrchestrator } from "../src/postgres-migrations.js";
+import { withTransaction } from "@oz0/postgres";
 import { databaseUrl, eventually, freshSchema } from "./postgres-test-support.js";
 
 const connectionString = databaseUrl();

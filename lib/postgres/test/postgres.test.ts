@@ -1,0 +1,130 @@
+// needs: postgres
+// The pieces every service on PostgreSQL shares, on a real server: schema
+// names checked, migrations applied once when replicas race, a transaction
+// rolled back on a throw, and a LISTEN connection that comes back by itself
+// after the server drops it.
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { after, describe, it } from "node:test";
+import pg from "pg";
+import { channelName, checkSchemaName, createSchemaPool, NotificationListener, runMigrations, withTransaction, type Migration } from "@oz0/postgres";
+
+const url = process.env.DATABASE_URL ?? "";
+const schemas: string[] = [];
+function freshSchema(): string {
+  const schema = `oz0_lib_${randomBytes(6).toString("hex")}`;
+  schemas.push(schema);
+  return schema;
+}
+
+async function admin<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return await fn(client);
+  } finally {
+    await client.end();
+  }
+}
+
+after(async () => {
+  await admin(async (client) => {
+    for (const schema of schemas) await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+  });
+});
+
+const MIGRATIONS: Migration[] = [
+  { version: 2, name: "a column", sql: "ALTER TABLE things ADD COLUMN colour text" },
+  { version: 1, name: "things", sql: "CREATE TABLE things (id integer PRIMARY KEY)" },
+];
+
+void describe("@oz0/postgres", () => {
+  void it("refuses a schema name that is not a plain identifier, and fits long ones into a channel name", () => {
+    for (const bad of ["Oz0", "oz0; DROP TABLE x", "0oz", "a-b", "x".repeat(64), ""]) assert.throws(() => checkSchemaName(bad), /lower-case letters, digits and underscores/);
+    assert.equal(channelName("oz0", "cluster"), "oz0_cluster");
+    const long = channelName("s".repeat(60), "cluster");
+    assert.match(long, /^oz0_cluster_[0-9a-f]{32}$/);
+    assert.notEqual(long, channelName(`${"s".repeat(59)}t`, "cluster"), "different schemas, different channels");
+  });
+
+  void it("applies each migration once, in version order, when five replicas start at once", async () => {
+    assert.ok(url, "DATABASE_URL must point at a server (npm test starts one)");
+    const schema = freshSchema();
+    const pools = Array.from({ length: 5 }, () => createSchemaPool({ connectionString: url, schema, maxConnections: 1 }));
+    try {
+      const ran = await Promise.all(pools.map((pool) => runMigrations({ pool, schema, component: "test", migrations: MIGRATIONS })));
+      assert.deepEqual(ran.flat().sort(), [1, 2], `each version applied once: ${JSON.stringify(ran)}`);
+      assert.deepEqual(ran.find((r) => r.length > 0), [1, 2], "in version order");
+      assert.deepEqual(await runMigrations({ pool: pools[0]!, schema, component: "test", migrations: MIGRATIONS }), [], "a no-op once applied");
+      // Unqualified names resolve in the schema, and the second migration's column is there.
+      await pools[1]!.query("INSERT INTO things (id, colour) VALUES (1, 'blue')");
+      const recorded = await pools[2]!.query<{ version: number; name: string }>("SELECT version, name FROM oz0_migrations WHERE component = 'test' ORDER BY version");
+      assert.deepEqual(recorded.rows, [
+        { version: 1, name: "things" },
+        { version: 2, name: "a column" },
+      ]);
+    } finally {
+      await Promise.all(pools.map((pool) => pool.end()));
+    }
+  });
+
+  void it("commits a transaction that resolves and rolls back one that throws", async () => {
+    const schema = freshSchema();
+    const pool = createSchemaPool({ connectionString: url, schema });
+    try {
+      await runMigrations({ pool, schema, component: "test", migrations: MIGRATIONS });
+      await withTransaction(pool, (client) => client.query("INSERT INTO things (id) VALUES (1)"));
+      await assert.rejects(
+        withTransaction(pool, async (client) => {
+          await client.query("INSERT INTO things (id) VALUES (2)");
+          throw new Error("changed my mind");
+        }),
+        /changed my mind/,
+      );
+      assert.deepEqual((await pool.query<{ id: number }>("SELECT id FROM things ORDER BY id")).rows, [{ id: 1 }]);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  void it("hears notices on its channel, says when the server dropped it, and hears them again once it is back", async () => {
+    const channel = channelName(freshSchema(), "test");
+    const heard: string[] = [];
+    const happened: string[] = [];
+    const errors: unknown[] = [];
+    const listener = new NotificationListener({
+      connectionString: url,
+      channel,
+      onNotification: (payload) => heard.push(payload),
+      onError: (error) => errors.push(error),
+      onLost: () => happened.push("lost"),
+      onReconnect: () => happened.push("back"),
+    });
+    const until = async (check: () => boolean): Promise<void> => {
+      while (!check()) await new Promise((resolve) => setTimeout(resolve, 20));
+    };
+    try {
+      await listener.start();
+      await admin((client) => client.query("SELECT pg_notify($1, 'one'), pg_notify('some_other_channel', 'not mine')", [channel]));
+      await until(() => heard.length === 1);
+      assert.deepEqual(heard, ["one"]);
+
+      // The server ends the listening connection, as on a restart or a failover.
+      const ended = await admin((client) => client.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1", [`LISTEN ${channel}`]));
+      assert.equal(ended.rowCount, 1, "the listener's own connection was found");
+      await until(() => happened.includes("back"));
+      assert.deepEqual(happened, ["lost", "back"]);
+      assert.ok(errors.length >= 1, "the loss is reported");
+
+      await admin((client) => client.query("SELECT pg_notify($1, 'two')", [channel]));
+      await until(() => heard.length === 2);
+      assert.deepEqual(heard, ["one", "two"]);
+    } finally {
+      await listener.close();
+    }
+    // Closed: no more notices, and no reconnecting.
+    await admin((client) => client.query("SELECT pg_notify($1, 'three')", [channel]));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.deepEqual(heard, ["one", "two"]);
+  });
+});
