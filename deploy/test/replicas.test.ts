@@ -2,10 +2,11 @@
 // so orchestrators, sandbox nodes and LLM proxies can run side by side: the
 // shared OZ0_HOME volume, the database and the node registration.
 import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { before, describe, it } from "node:test";
-import { overlayDirs, render, type K8sObject } from "./support/render.js";
-import { containerEnv, policiesFor, workload, workloads, type Any } from "./support/workloads.js";
+import { deployDir, overlayDirs, render, type K8sObject } from "./support/render.js";
+import { allContainers, container, containerEnv, policiesFor, workload, workloads, type Any } from "./support/workloads.js";
 
 for (const dir of overlayDirs()) {
   const overlay = path.basename(dir);
@@ -18,19 +19,22 @@ for (const dir of overlayDirs()) {
     void it("mounts one volume at the orchestrators' OZ0_HOME and its plugins/ read-only at the same path in sandbox pods", () => {
       const orchestrator = workload(objects, "orchestrator");
       const sandbox = workload(objects, "sandbox");
-      const home = containerEnv(objects, orchestrator.pod.containers[0]).OZ0_HOME;
+      const home = containerEnv(objects, container(orchestrator.pod, "orchestrator")).OZ0_HOME;
       assert.ok(home?.startsWith("/"), "OZ0_HOME is an absolute path");
       const claimOf = (pod: Any, volume: string): string | undefined => pod.volumes.find((v: Any) => v.name === volume)?.persistentVolumeClaim?.claimName;
 
-      const homeMount = orchestrator.pod.containers[0].volumeMounts.find((m: Any) => m.mountPath === home);
+      const homeMount = container(orchestrator.pod, "orchestrator").volumeMounts.find((m: Any) => m.mountPath === home);
       assert.ok(homeMount, "the orchestrator mounts a volume at OZ0_HOME");
       assert.notEqual(homeMount.readOnly, true, "the orchestrator writes plugin copies and artifacts there");
       assert.equal(homeMount.subPath, undefined);
       const claim = claimOf(orchestrator.pod, homeMount.name);
       assert.ok(claim, "OZ0_HOME is a PersistentVolumeClaim, not a pod's own emptyDir");
 
-      const pluginMounts = sandbox.pod.containers[0].volumeMounts.filter((m: Any) => claimOf(sandbox.pod, m.name) === claim);
-      assert.equal(pluginMounts.length, 1, "the sandbox mounts the shared volume once");
+      // Only the container that runs harnesses reads plugins (not the node-heartbeat sidecar of prod).
+      const pluginMounts = allContainers(sandbox.pod).flatMap((c: Any) =>
+        (c.volumeMounts ?? []).filter((m: Any) => claimOf(sandbox.pod, m.name) === claim).map((m: Any) => ({ ...m, container: c.name })),
+      );
+      assert.deepEqual(pluginMounts.map((m: Any) => m.container), ["sandbox"], "the sandbox container, and it alone, mounts the shared volume, once");
       const [plugins] = pluginMounts;
       // A session's plugin_dir is a path under OZ0_HOME/plugins on the orchestrator: the same path on the node.
       assert.equal(plugins.mountPath, `${home}/plugins`);
@@ -59,6 +63,8 @@ for (const dir of overlayDirs()) {
   });
 }
 
+const repoRoot = path.resolve(deployDir, "..");
+
 /** A container's env entry (value or valueFrom) by name. */
 function envEntry(container: Any, name: string): Any {
   return (container.env ?? []).find((e: Any) => e.name === name);
@@ -78,7 +84,7 @@ for (const dir of prodOverlays) {
     void it("runs several orchestrator replicas, each on PostgreSQL with its pod name as replica id", () => {
       const { object, pod } = workload(objects, "orchestrator");
       assert.ok((object as Any).spec.replicas >= 2);
-      const c = pod.containers[0];
+      const c = container(pod, "orchestrator");
       assert.deepEqual(envEntry(c, "DATABASE_URL")?.valueFrom, { secretKeyRef: { name: "oz0-postgres", key: "database-url" } });
       assert.deepEqual(envEntry(c, "OZ0_REPLICA_ID")?.valueFrom, { fieldRef: { fieldPath: "metadata.name" } });
       const env = containerEnv(objects, c);
@@ -87,14 +93,26 @@ for (const dir of prodOverlays) {
       assert.equal(env.OZ0_SANDBOX_URLS, undefined, "nodes register themselves: no fixed sandbox list");
     });
 
-    void it("registers every sandbox node with heartbeats to the orchestrator Service, with the orchestrators' node token", () => {
-      const orchestrator = workload(objects, "orchestrator").pod.containers[0];
-      const sandbox = workload(objects, "sandbox").pod.containers[0];
+    void it("registers every sandbox node with heartbeats to the orchestrator Service, with the orchestrators' node token, from a node-heartbeat sidecar", () => {
+      const orchestrator = container(workload(objects, "orchestrator").pod, "orchestrator");
+      const sandboxPod = workload(objects, "sandbox").pod;
+      const sandbox = container(sandboxPod, "sandbox");
+      const heartbeat = container(sandboxPod, "node-heartbeat");
+      assert.ok(sandboxPod.containers.includes(heartbeat), "a regular container, running beside the sandbox");
       const token = envEntry(orchestrator, "OZ0_NODE_TOKEN")?.valueFrom?.secretKeyRef;
       assert.deepEqual(token, { name: "oz0-node-token", key: "token" });
-      assert.deepEqual(envEntry(sandbox, "OZ0_NODE_TOKEN")?.valueFrom, { secretKeyRef: token }, "the same Secret and key on both sides");
+      assert.deepEqual(envEntry(heartbeat, "OZ0_NODE_TOKEN")?.valueFrom, { secretKeyRef: token }, "the same Secret and key on both sides");
 
-      const env = containerEnv(objects, sandbox);
+      // The sandbox's own image, another entry point beside the one the Dockerfile starts (services/sandbox/dist/main.js,
+      // from WORKDIR /app): the sandbox package's oz0-sandbox-heartbeat.
+      assert.equal(heartbeat.image, sandbox.image);
+      assert.deepEqual(heartbeat.command, ["node", "services/sandbox/dist/heartbeat-main.js"]);
+      assert.equal(heartbeat.args, undefined);
+      const sandboxPackage = JSON.parse(readFileSync(path.join(repoRoot, "services/sandbox/package.json"), "utf8")) as { bin?: Record<string, string> };
+      assert.equal(sandboxPackage.bin?.["oz0-sandbox-heartbeat"], "./dist/heartbeat-main.js");
+      assert.ok(existsSync(path.join(repoRoot, "services/sandbox/src/heartbeat-main.ts")), "the entry point's source");
+
+      const env = containerEnv(objects, heartbeat);
       const url = new URL(env.OZ0_ORCHESTRATOR_URL ?? "");
       const service = objects.find((o) => o.kind === "Service" && o.metadata.name === url.hostname) as Any;
       assert.ok(service, `OZ0_ORCHESTRATOR_URL names the Service ${url.hostname}`);
@@ -102,18 +120,26 @@ for (const dir of prodOverlays) {
       assert.ok(service.spec.ports.some((p: Any) => p.port === Number(url.port)), `the Service serves port ${url.port}`);
       assert.equal(url.protocol, "http:");
 
-      assert.deepEqual(envEntry(sandbox, "OZ0_NODE_ID")?.valueFrom, { fieldRef: { fieldPath: "metadata.name" } });
-      // Orchestrators call this very pod back (its sessions live here): its IP, its port.
-      const names = sandbox.env.map((e: Any) => e.name);
-      assert.deepEqual(envEntry(sandbox, "POD_IP")?.valueFrom, { fieldRef: { fieldPath: "status.podIP" } });
-      assert.equal(envEntry(sandbox, "OZ0_ADVERTISE_URL")?.value, `http://$(POD_IP):${sandbox.ports[0].containerPort}`);
+      // It asks the sandbox of its own pod, over loopback, at the port the sandbox listens on (on every address).
+      const sandboxPort = sandbox.ports[0].containerPort;
+      const sandboxEnv = containerEnv(objects, sandbox);
+      assert.equal(Number(sandboxEnv.OZ0_PORT), sandboxPort);
+      assert.equal(sandboxEnv.OZ0_HOST, "0.0.0.0", "the sandbox listens on loopback too");
+      assert.equal(env.OZ0_SANDBOX_URL, `http://127.0.0.1:${sandboxPort}`);
+
+      assert.deepEqual(envEntry(heartbeat, "OZ0_NODE_ID")?.valueFrom, { fieldRef: { fieldPath: "metadata.name" } });
+      // Orchestrators call this very pod back (its sessions live here): its IP, the sandbox's port.
+      const names = heartbeat.env.map((e: Any) => e.name);
+      assert.deepEqual(envEntry(heartbeat, "POD_IP")?.valueFrom, { fieldRef: { fieldPath: "status.podIP" } });
+      assert.equal(envEntry(heartbeat, "OZ0_ADVERTISE_URL")?.value, `http://$(POD_IP):${sandboxPort}`);
       assert.ok(names.indexOf("POD_IP") < names.indexOf("OZ0_ADVERTISE_URL"), "POD_IP is defined before $(POD_IP) is expanded");
-      assert.equal(Number(env.OZ0_PORT), sandbox.ports[0].containerPort);
+      // The sidecar serves nothing: no port, so no Service reaches it.
+      assert.equal(heartbeat.ports, undefined);
     });
 
     void it("gives up on a silent node only after at least three missed heartbeats", () => {
-      const heartbeatMs = Number(containerEnv(objects, workload(objects, "sandbox").pod.containers[0]).OZ0_HEARTBEAT_MS);
-      const staleMs = Number(containerEnv(objects, workload(objects, "orchestrator").pod.containers[0]).OZ0_NODE_STALE_AFTER_MS);
+      const heartbeatMs = Number(containerEnv(objects, container(workload(objects, "sandbox").pod, "node-heartbeat")).OZ0_HEARTBEAT_MS);
+      const staleMs = Number(containerEnv(objects, container(workload(objects, "orchestrator").pod, "orchestrator")).OZ0_NODE_STALE_AFTER_MS);
       assert.ok(heartbeatMs > 0 && staleMs > 0, "both set explicitly");
       assert.ok(staleMs >= 3 * heartbeatMs, `OZ0_NODE_STALE_AFTER_MS ${staleMs} >= 3 × OZ0_HEARTBEAT_MS ${heartbeatMs}`);
     });
@@ -121,17 +147,17 @@ for (const dir of prodOverlays) {
     void it("runs several llm-proxy replicas on one PostgreSQL schema, with a database role of their own", () => {
       const { object, pod } = workload(objects, "llm-proxy");
       assert.ok((object as Any).spec.replicas >= 2);
-      const c = pod.containers[0];
+      const c = container(pod, "llm-proxy");
       const db = envEntry(c, "DATABASE_URL")?.valueFrom?.secretKeyRef;
       assert.deepEqual(db, { name: "oz0-llm-proxy-postgres", key: "database-url" });
       // The proxy's schema holds encrypted provider keys: not the orchestrators' credentials.
-      assert.notEqual(db.name, envEntry(workload(objects, "orchestrator").pod.containers[0], "DATABASE_URL").valueFrom.secretKeyRef.name);
+      assert.notEqual(db.name, envEntry(container(workload(objects, "orchestrator").pod, "orchestrator"), "DATABASE_URL").valueFrom.secretKeyRef.name);
       assert.equal(containerEnv(objects, c).OZ0_DATABASE_SCHEMA, "oz0_llm_proxy");
     });
 
     void it("gives every llm-proxy replica the same KEK and provider keys, as files from one Secret", () => {
       const { pod } = workload(objects, "llm-proxy");
-      const c = pod.containers[0];
+      const c = container(pod, "llm-proxy");
       const env = containerEnv(objects, c);
       const keys = pod.volumes.find((v: Any) => v.secret);
       assert.ok(keys, "a Secret volume");
@@ -157,15 +183,16 @@ for (const dir of prodOverlays) {
 
 for (const dir of devOverlays) {
   void describe(`${path.basename(dir)}: one orchestrator on SQLite`, () => {
-    void it("lists its sandbox in OZ0_SANDBOX_URLS, with no node registration and no node token", () => {
+    void it("lists its sandbox in OZ0_SANDBOX_URLS, with no node registration, no heartbeat sidecar and no node token", () => {
       const objects = render(dir);
-      const orchestrator = workload(objects, "orchestrator").pod.containers[0];
-      const sandbox = workload(objects, "sandbox").pod.containers[0];
+      const orchestrator = container(workload(objects, "orchestrator").pod, "orchestrator");
+      const sandboxPod = workload(objects, "sandbox").pod;
       assert.equal(containerEnv(objects, orchestrator).OZ0_SANDBOX_URLS, "http://sandbox:7701");
       assert.equal(envEntry(orchestrator, "DATABASE_URL"), undefined);
       // Without PostgreSQL the orchestrator serves no SandboxNodeService: heartbeats would only be refused.
-      assert.equal(containerEnv(objects, sandbox).OZ0_ORCHESTRATOR_URL, undefined);
-      for (const c of [orchestrator, sandbox]) assert.equal(envEntry(c, "OZ0_NODE_TOKEN"), undefined);
+      assert.deepEqual(allContainers(sandboxPod).map((c: Any) => c.name), ["sandbox"], "no node-heartbeat sidecar");
+      for (const c of allContainers(sandboxPod)) assert.equal(containerEnv(objects, c).OZ0_ORCHESTRATOR_URL, undefined, c.name);
+      for (const c of [orchestrator, ...allContainers(sandboxPod)]) assert.equal(envEntry(c, "OZ0_NODE_TOKEN"), undefined, c.name);
     });
   });
 }

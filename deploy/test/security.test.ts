@@ -9,7 +9,9 @@ import { parse } from "yaml";
 import { overlayDirs, render, type K8sObject } from "./support/render.js";
 import {
   allContainers,
+  container,
   containerEnv,
+  containerSecretRefs,
   matchesSelector,
   policiesFor,
   ports,
@@ -27,6 +29,8 @@ const NODE_TOKEN_SECRET = /^oz0-node-token(-[a-z0-9]+)?$/;
 
 interface Reader {
   workload: string;
+  /** The one container of the pod that may read it; any container when unset. */
+  container?: string;
   how: SecretRef["how"];
   env?: string;
 }
@@ -46,12 +50,14 @@ const secretReaders: { secret: RegExp; readers: Reader[] }[] = [
   // PostgreSQL: the orchestrators' URL, and the proxies' own role (its schema holds encrypted keys).
   { secret: /^oz0-postgres$/, readers: [{ workload: "orchestrator", how: "env", env: "DATABASE_URL" }] },
   { secret: /^oz0-llm-proxy-postgres$/, readers: [{ workload: "llm-proxy", how: "env", env: "DATABASE_URL" }] },
-  // Sandbox nodes present it in their heartbeats, the orchestrators check it.
+  // Sandbox nodes present it in their heartbeats, the orchestrators check it. In a
+  // sandbox pod only the node-heartbeat sidecar holds it, never the container
+  // where harnesses run.
   {
     secret: NODE_TOKEN_SECRET,
     readers: [
       { workload: "orchestrator", how: "env", env: "OZ0_NODE_TOKEN" },
-      { workload: "sandbox", how: "env", env: "OZ0_NODE_TOKEN" },
+      { workload: "sandbox", container: "node-heartbeat", how: "env", env: "OZ0_NODE_TOKEN" },
     ],
   },
 ];
@@ -72,8 +78,10 @@ for (const dir of overlayDirs()) {
         for (const ref of secretRefs(w.pod)) {
           const entry = secretReaders.find((e) => e.secret.test(ref.secret));
           assert.ok(entry, `${w.name} reads Secret ${ref.secret}, which no pod should`);
-          const allowed = entry.readers.some((r) => r.workload === w.name && r.how === ref.how && (r.env === undefined || r.env === ref.env));
-          assert.ok(allowed, `${w.name} reads Secret ${ref.secret} (${ref.how}${ref.env ? ` as ${ref.env}` : ""})`);
+          const allowed = entry.readers.some(
+            (r) => r.workload === w.name && r.how === ref.how && (r.env === undefined || r.env === ref.env) && (r.container === undefined || r.container === ref.container),
+          );
+          assert.ok(allowed, `${w.name}${ref.container ? `/${ref.container}` : ""} reads Secret ${ref.secret} (${ref.how}${ref.env ? ` as ${ref.env}` : ""})`);
           readersOf.set(entry.secret, [...(readersOf.get(entry.secret) ?? []), w.name]);
         }
         assert.ok(!(w.pod.volumes ?? []).some((v: Any) => v.hostPath), `${w.name} mounts a hostPath`);
@@ -81,28 +89,61 @@ for (const dir of overlayDirs()) {
       assert.deepEqual(readersOf.get(KEYS_SECRET), ["llm-proxy"]);
       assert.deepEqual(readersOf.get(ADMIN_SECRET_NAME)?.sort(), ["llm-proxy", "orchestrator"], "the proxy's control API is guarded, and only the orchestrator holds its token");
       const proxy = workload(objects, "llm-proxy");
-      const mount = proxy.pod.containers[0].volumeMounts.find((m: Any) => m.name === "provider-keys");
+      const mount = container(proxy.pod, "llm-proxy").volumeMounts.find((m: Any) => m.name === "provider-keys");
       assert.equal(mount.readOnly, true);
-      const env = containerEnv(objects, proxy.pod.containers[0]);
+      const env = containerEnv(objects, container(proxy.pod, "llm-proxy"));
       assert.ok(env.OZ0_KEK_FILE?.startsWith(`${mount.mountPath}/`), "OZ0_KEK_FILE points into the Secret mount");
       assert.ok(env.OZ0_PROVIDERS_FILE?.startsWith(`${mount.mountPath}/`), "OZ0_PROVIDERS_FILE points into the Secret mount");
       assert.equal(env.OZ0_SECRETS_DIR, mount.mountPath, "provider keys are read from the Secret mount");
       assert.equal(env.OZ0_KEK, undefined, "no KEK in the environment");
     });
 
-    void it("lets only orchestrator and sandbox pods read the node token, both or neither", () => {
+    void it("lets only orchestrator and sandbox pods read the node token, both or neither, and in sandbox pods only the node-heartbeat container", () => {
       const readers = workloads(objects)
         .filter((w) => secretRefs(w.pod).some((r) => NODE_TOKEN_SECRET.test(r.secret)))
         .map((w) => w.name)
         .sort();
       assert.ok(readers.length === 0 || (readers.length === 2 && readers[0] === "orchestrator" && readers[1] === "sandbox"), readers.join(", "));
+      const sandbox = workload(objects, "sandbox");
       // Sandbox pods run untrusted code: the token is the only Secret they can read.
-      const sandboxSecrets = secretRefs(workload(objects, "sandbox").pod).map((r) => r.secret);
+      const sandboxSecrets = secretRefs(sandbox.pod).map((r) => r.secret);
       assert.ok(sandboxSecrets.every((name) => NODE_TOKEN_SECRET.test(name)), sandboxSecrets.join(", "));
       for (const w of workloads(objects)) {
-        for (const c of w.pod.containers) {
-          assert.ok(!(c.env ?? []).some((e: Any) => e.name === "OZ0_NODE_TOKEN" && e.value !== undefined), `${w.name}: the node token is a literal`);
+        for (const c of allContainers(w.pod)) {
+          assert.ok(!(c.env ?? []).some((e: Any) => e.name === "OZ0_NODE_TOKEN" && e.value !== undefined), `${w.name}/${c.name}: the node token is a literal`);
         }
+      }
+
+      // Harnesses run in the sandbox container, with OZ0_ISOLATION=none as its own
+      // user (they can read its processes' /proc/<pid>/environ): no Secret there by
+      // any route (env, envFrom, mounted volume), no token, no orchestrator to send
+      // heartbeats to.
+      const runner = container(sandbox.pod, "sandbox");
+      const runnerReads = containerSecretRefs(sandbox.pod, runner).map((r) => `${r.secret} (${r.how})`);
+      assert.deepEqual(runnerReads, [], "the sandbox container reads no Secret");
+      const runnerEnvNames = [...(runner.env ?? []).map((e: Any) => e.name), ...Object.keys(containerEnv(objects, runner))];
+      for (const name of ["OZ0_NODE_TOKEN", "OZ0_ORCHESTRATOR_URL"]) assert.ok(!runnerEnvNames.includes(name), `the sandbox container has ${name}`);
+      // One PID namespace per container: the sandbox container cannot see the sidecar's processes, nor their environ.
+      assert.ok([undefined, false].includes(sandbox.pod.shareProcessNamespace), `shareProcessNamespace: ${sandbox.pod.shareProcessNamespace}`);
+      assert.notEqual(sandbox.pod.hostPID, true);
+
+      if (readers.includes("sandbox")) {
+        const holders = allContainers(sandbox.pod).filter((c: Any) => containerSecretRefs(sandbox.pod, c).some((r) => NODE_TOKEN_SECRET.test(r.secret)));
+        assert.deepEqual(holders.map((c: Any) => c.name), ["node-heartbeat"], "only the heartbeat sidecar holds the node token");
+        const sidecar = container(sandbox.pod, "node-heartbeat");
+        // Defence in depth: another uid and gid than the container that runs harnesses.
+        const idOf = (c: Any, field: "runAsUser" | "runAsGroup"): unknown => c.securityContext?.[field] ?? sandbox.pod.securityContext?.[field];
+        for (const field of ["runAsUser", "runAsGroup"] as const) {
+          assert.equal(typeof idOf(sidecar, field), "number", `node-heartbeat ${field}`);
+          assert.equal(typeof idOf(runner, field), "number", `sandbox ${field}`);
+          assert.notEqual(idOf(sidecar, field), idOf(runner, field), `node-heartbeat and sandbox share ${field} ${String(idOf(runner, field))}`);
+        }
+        // And no volume in common, so nothing one writes is read by the other.
+        const mounted = (c: Any): string[] => (c.volumeMounts ?? []).map((m: Any) => m.name);
+        const shared = mounted(sidecar).filter((v) => mounted(runner).includes(v));
+        assert.deepEqual(shared, [], "volumes the sidecar shares with the sandbox container");
+      } else {
+        assert.ok(!allContainers(sandbox.pod).some((c: Any) => c.name === "node-heartbeat"), "a heartbeat sidecar without the node token");
       }
     });
 
@@ -143,14 +184,14 @@ for (const dir of overlayDirs()) {
         }
       }
       if (bubblewrap) {
-        const env = containerEnv(objects, workload(objects, "sandbox").pod.containers[0]);
+        const env = containerEnv(objects, container(workload(objects, "sandbox").pod, "sandbox"));
         assert.equal(env.OZ0_ISOLATION, "bwrap");
       }
     });
 
     void it("probes every service with native gRPC health checks on numeric ports", () => {
       for (const name of services) {
-        const c = workload(objects, name).pod.containers[0];
+        const c = container(workload(objects, name).pod, name);
         const port = ports[name];
         assert.equal(c.ports[0].containerPort, port);
         for (const [probe, service] of [["livenessProbe", "liveness"], ["readinessProbe", "readiness"], ["startupProbe", "liveness"]] as const) {
@@ -172,12 +213,12 @@ for (const dir of overlayDirs()) {
     void it("gives every service its preStop drain plus shutdown grace before SIGKILL", () => {
       // The services' close() grace (lib/serving default 5 s); the sandbox
       // first cancels its sessions with OZ0_CANCEL_GRACE_MS.
-      const cancelMs = Number(containerEnv(objects, workload(objects, "sandbox").pod.containers[0]).OZ0_CANCEL_GRACE_MS);
+      const cancelMs = Number(containerEnv(objects, container(workload(objects, "sandbox").pod, "sandbox")).OZ0_CANCEL_GRACE_MS);
       assert.ok(cancelMs > 0, "OZ0_CANCEL_GRACE_MS is set, so the grace below is known");
       const grace: Record<string, number> = { orchestrator: 5, sandbox: 5 + cancelMs / 1000, "llm-proxy": 5, events: 5 };
       for (const name of services) {
         const { pod } = workload(objects, name);
-        const preStop = pod.containers[0].lifecycle?.preStop?.sleep?.seconds ?? 0;
+        const preStop = container(pod, name).lifecycle?.preStop?.sleep?.seconds ?? 0;
         assert.ok(preStop > 0, `${name} sleeps in preStop so endpoints drop it first`);
         assert.ok(pod.terminationGracePeriodSeconds >= preStop + grace[name]! + 5, `${name} terminationGracePeriodSeconds`);
       }
@@ -293,7 +334,7 @@ for (const dir of overlayDirs()) {
 
     void it("points every service at the collector, whose pipelines drop model content", () => {
       for (const name of services) {
-        const env = containerEnv(objects, workload(objects, name).pod.containers[0]);
+        const env = containerEnv(objects, container(workload(objects, name).pod, name));
         assert.equal(env.OTEL_EXPORTER_OTLP_ENDPOINT, "http://otel-collector:4318", name);
         assert.equal(env.OZ0_HOST, "0.0.0.0", `${name} listens on the pod's address`);
         assert.equal(Number(env.OZ0_PORT), ports[name], `${name} OZ0_PORT`);
@@ -374,7 +415,8 @@ void describe("prod overlay: scale and infrastructure", () => {
       const target = workload(objects, hpa.spec.scaleTargetRef.name).object as Any;
       assert.ok(hpa.spec.minReplicas >= 2 && hpa.spec.maxReplicas > hpa.spec.minReplicas);
       assert.ok(target.spec.replicas >= hpa.spec.minReplicas, `${hpa.metadata.name} starts at minReplicas`);
-      assert.ok(target.spec.template.spec.containers[0].resources.requests.cpu, "CPU utilisation needs a CPU request");
+      // Utilisation is over the pod's containers' summed requests: one without a CPU request leaves the HPA without a metric.
+      for (const c of target.spec.template.spec.containers) assert.ok(c.resources?.requests?.cpu, `${hpa.metadata.name}: CPU utilisation needs a CPU request on ${c.name}`);
     }
   });
 

@@ -48,6 +48,13 @@ export function allContainers(pod: Any): Any[] {
   return [...(pod.initContainers ?? []), ...(pod.containers ?? []), ...(pod.ephemeralContainers ?? [])];
 }
 
+/** A pod's container (init, regular or ephemeral) by name; throws when there is none. */
+export function container(pod: Any, name: string): Any {
+  const found = allContainers(pod).find((c: Any) => c.name === name);
+  if (!found) throw new Error(`no container ${name} (has ${allContainers(pod).map((c: Any) => c.name).join(", ")})`);
+  return found;
+}
+
 export interface SecretRef {
   how: "volume" | "projected" | "env" | "envFrom";
   secret: string;
@@ -67,6 +74,25 @@ export function secretRefs(pod: Any): SecretRef[] {
       if (e.valueFrom?.secretKeyRef) refs.push({ how: "env", secret: e.valueFrom.secretKeyRef.name, container: c.name, env: e.name });
     }
     for (const e of c.envFrom ?? []) if (e.secretRef) refs.push({ how: "envFrom", secret: e.secretRef.name, container: c.name });
+  }
+  return refs;
+}
+
+/**
+ * The Secrets one container can read, and how: env secretKeyRef, envFrom
+ * secretRef, or a mount of a Secret volume (or of a projected volume with a
+ * Secret source).
+ */
+export function containerSecretRefs(pod: Any, c: Any): SecretRef[] {
+  const refs: SecretRef[] = [];
+  for (const e of c.env ?? []) {
+    if (e.valueFrom?.secretKeyRef) refs.push({ how: "env", secret: e.valueFrom.secretKeyRef.name, container: c.name, env: e.name });
+  }
+  for (const e of c.envFrom ?? []) if (e.secretRef) refs.push({ how: "envFrom", secret: e.secretRef.name, container: c.name });
+  for (const m of c.volumeMounts ?? []) {
+    const v = (pod.volumes ?? []).find((x: Any) => x.name === m.name);
+    if (v?.secret) refs.push({ how: "volume", secret: v.secret.secretName, container: c.name });
+    for (const s of v?.projected?.sources ?? []) if (s.secret) refs.push({ how: "projected", secret: s.secret.name, container: c.name });
   }
   return refs;
 }

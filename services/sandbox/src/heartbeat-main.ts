@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // The heartbeat sidecar process (oz0-sandbox-heartbeat): configuration from
-// the environment; SIGTERM sends a last heartbeat with capacity 0, then exits.
+// the environment; SIGTERM advertises capacity 0 until the sandbox beside it
+// stops answering, then exits.
 import { createLogger, onShutdownSignal } from "@oz0/serving";
 import { startHeartbeatSidecar } from "./heartbeat-sidecar.js";
 import { heartbeatSidecarConfigFromEnv } from "./sandbox-config.js";
@@ -12,7 +13,8 @@ try {
   // Nothing else keeps the event loop busy: the heartbeat's timer is unreferenced.
   const keepAlive = setInterval(() => undefined, 1 << 30);
   onShutdownSignal(logger, async () => {
-    await sidecar.stop({ drain: true });
+    // The sandbox beside it gets the same signal: capacity 0 until it is gone.
+    await sidecar.drain();
     clearInterval(keepAlive);
   });
 } catch (error) {

@@ -7,7 +7,8 @@
 // (ListSessions), its running sessions, and whether it takes work
 // (readiness). A sandbox that does not answer gets no heartbeat, so the
 // orchestrators stop placing on it; one that drains is advertised with
-// capacity 0.
+// capacity 0, and so is the node while the sidecar itself drains (until the
+// sandbox beside it is gone).
 import os from "node:os";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
@@ -20,6 +21,13 @@ import type { HeartbeatSidecarConfig } from "./sandbox-config.js";
 export interface RunningHeartbeatSidecar extends NodeHeartbeat {
   /** What it sends heartbeats as. */
   readonly node: { id: string; advertiseUrl: string };
+  /**
+   * For a pod shutting down: keeps sending heartbeats at capacity 0 while
+   * the sandbox still answers (its sessions are ending, and orchestrators
+   * must not take the node for lost meanwhile), then a last one, then stops.
+   * Gives up waiting after `maxMs` (default 60 s).
+   */
+  drain(options?: { maxMs?: number }): Promise<void>;
 }
 
 export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger: Logger }): RunningHeartbeatSidecar {
@@ -33,6 +41,7 @@ export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger:
     advertiseUrl: config.advertiseUrl ?? `http://${os.hostname()}:${port}`,
   };
   const timeoutMs = Math.min(Math.max(config.heartbeatMs, 1_000), 5_000);
+  let draining = false;
   const status = async (): Promise<NodeStatus> => {
     const [readiness, list] = await Promise.all([
       health.check({ service: READINESS }, { timeoutMs }),
@@ -41,7 +50,7 @@ export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger:
       throw new Error(`the sandbox at ${hostname}:${port} does not answer (${(error as Error).message})`);
     });
     return {
-      capacity: readiness.status === HealthCheckResponse_ServingStatus.SERVING ? list.maxSessions : 0,
+      capacity: !draining && readiness.status === HealthCheckResponse_ServingStatus.SERVING ? list.maxSessions : 0,
       running: list.sessions.filter((s) => s.endTime === undefined).length,
     };
   };
@@ -54,5 +63,23 @@ export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger:
     intervalMs: config.heartbeatMs,
     logger: config.logger,
   });
-  return { node, first: heartbeat.first, stop: (options) => heartbeat.stop(options) };
+  return {
+    node,
+    first: heartbeat.first,
+    stop: (options) => heartbeat.stop(options),
+    async drain({ maxMs = 60_000 } = {}) {
+      draining = true;
+      const giveUp = Date.now() + maxMs;
+      // The heartbeats go on by themselves (now at capacity 0); this only watches for the sandbox to go.
+      while (Date.now() < giveUp) {
+        await new Promise((resolve) => setTimeout(resolve, Math.min(config.heartbeatMs, 1_000)));
+        const gone = await status().then(
+          () => false,
+          () => true,
+        );
+        if (gone) break;
+      }
+      await heartbeat.stop({ drain: true });
+    },
+  };
 }

@@ -190,7 +190,7 @@ void describe("node heartbeats", () => {
 const HEARTBEAT_MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist", "heartbeat-main.js");
 
 void describe("heartbeat sidecar", () => {
-  void it("registers the sandbox beside it with the sandbox's capacity and sessions, the token only in its own process, and drains on SIGTERM", async () => {
+  void it("registers the sandbox beside it with the sandbox's capacity and sessions, the token only in its own process, and on SIGTERM drains until the sandbox is gone", async () => {
     const orchestrator = await startFakeOrchestrator();
     cleanup.push(() => orchestrator.server.close());
     // The sandbox knows nothing of orchestrators or the token.
@@ -227,10 +227,17 @@ void describe("heartbeat sidecar", () => {
     stream.drop();
     await stream.finished;
 
+    // SIGTERM (the pod is going): capacity 0 at once, and heartbeats go on while the sandbox ends its sessions.
     child.kill("SIGTERM");
+    await orchestrator.next((r) => r.request.nodeId === "pod-7" && r.request.capacity === 0);
+    const draining = orchestrator.received.length;
+    await until(() => orchestrator.received.length >= draining + 2);
+    assert.ok(orchestrator.received.slice(draining).every((r) => r.request.capacity === 0), "nothing more is placed on a draining node");
+    // The sandbox goes too: the sidecar sends a last heartbeat and exits.
+    await t.close();
     assert.equal(await exited, 0, log);
     const last = orchestrator.received.at(-1)!;
-    assert.deepEqual([last.request.nodeId, last.request.capacity], ["pod-7", 0], "a last heartbeat drains the node");
+    assert.deepEqual([last.request.nodeId, last.request.capacity], ["pod-7", 0], "the last heartbeat drains the node");
     assert.doesNotMatch(log, new RegExp(TOKEN), "the token is never logged");
   });
 
