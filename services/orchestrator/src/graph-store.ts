@@ -40,6 +40,11 @@ export interface GraphVersionRow {
   published_at: Date;
 }
 
+/** A graph version's stored columns besides name, version, hash and time, as both stores keep them (JSON as text). */
+export function graphVersionColumns(version: NewGraphVersion): { plugin: string; plugin_version: string; plugin_path: string; definition: string } {
+  return { plugin: version.plugin, plugin_version: version.pluginVersion, plugin_path: version.pluginPath, definition: JSON.stringify(version.definition) };
+}
+
 export function graphVersionFromRow(r: GraphVersionRow): GraphVersionRecord {
   return {
     name: r.name,

@@ -47,6 +47,18 @@ export interface NewAgentVersion {
   harness: ResolvedHarness;
 }
 
+/** An agent version's stored columns besides name, version, hash and time, as both stores keep them (JSON as text). */
+export function agentVersionColumns(version: NewAgentVersion): { plugin: string; plugin_version: string; plugin_path: string; definition: string; instructions: string; harness: string } {
+  return {
+    plugin: version.plugin,
+    plugin_version: version.pluginVersion,
+    plugin_path: version.pluginPath,
+    definition: JSON.stringify(version.definition),
+    instructions: version.instructions,
+    harness: JSON.stringify(version.harness),
+  };
+}
+
 /** One immutable, published agent version. */
 export interface AgentVersionRecord extends NewAgentVersion {
   version: number;

@@ -4,10 +4,10 @@
 // replica that takes a dead replica's graph job over finds everything it
 // needs to resume it. Tables: migration 6 in postgres-migrations.ts.
 import type pg from "pg";
-import { graphVersionFromRow as toVersion, type GraphJobRecord, type GraphStore, type GraphVersionRecord, type GraphVersionRow as VersionRow, type NewGraphVersion, type StepJobRecord } from "./graph-store.js";
+import { graphVersionColumns, graphVersionFromRow as toVersion, type GraphJobRecord, type GraphStore, type GraphVersionRecord, type GraphVersionRow as VersionRow, type NewGraphVersion, type StepJobRecord } from "./graph-store.js";
 import { PostgresCheckpointStore } from "./postgres-checkpoint-store.js";
 import { migrateOrchestrator } from "./postgres-migrations.js";
-import { withTransaction } from "@oz0/postgres";
+import { publishPostgresVersion } from "./postgres-versions.js";
 
 interface GraphJobRow {
   job_id: string;
@@ -43,19 +43,13 @@ export class PostgresGraphStore implements GraphStore {
   }
 
   async publishVersion(version: NewGraphVersion): Promise<{ published: boolean; record: GraphVersionRecord }> {
-    return withTransaction(this.#pool, async (client) => {
-      // Two replicas publishing one graph at once would both read the same latest version; one waits here (as agents do).
-      await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`oz0.graph:${version.name}`]);
-      const latest = await client.query<VersionRow>("SELECT * FROM graph_versions WHERE name = $1 ORDER BY version DESC LIMIT 1", [version.name]);
-      const current = latest.rows[0];
-      if (current && current.content_hash === version.contentHash) return { published: false, record: toVersion(current) };
-      const inserted = await client.query<VersionRow>(
-        `INSERT INTO graph_versions (name, version, content_hash, plugin, plugin_version, plugin_path, definition, published_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, now()) RETURNING *`,
-        [version.name, (current?.version ?? 0) + 1, version.contentHash, version.plugin, version.pluginVersion, version.pluginPath, JSON.stringify(version.definition)],
-      );
-      return { published: true, record: toVersion(inserted.rows[0]!) };
+    const { row, published } = await publishPostgresVersion<VersionRow>(this.#pool, {
+      table: "graph_versions",
+      name: version.name,
+      contentHash: version.contentHash,
+      columns: graphVersionColumns(version),
     });
+    return { published, record: toVersion(row) };
   }
 
   async getVersion(name: string, version?: number): Promise<GraphVersionRecord | undefined> {

@@ -29,10 +29,12 @@ import type {
   PluginRecord,
   PublishResult,
 } from "./job-store.js";
+import { agentVersionColumns } from "./job-store.js";
 import type { ClusterNotifier } from "./cluster-notifier.js";
 import { assertLeaseHeld, type LeaseFence } from "./lease-manager.js";
 import { failedPrecondition, notFound } from "./orchestrator-error.js";
 import { createPostgresPool, migrateOrchestrator, type PostgresConnectionOptions } from "./postgres-migrations.js";
+import { publishPostgresVersion } from "./postgres-versions.js";
 import { withTransaction } from "@oz0/postgres";
 
 type Queryable = pg.Pool | pg.PoolClient;
@@ -285,29 +287,13 @@ export class PostgresJobStore implements JobStore {
   }
 
   async publishAgentVersion(version: NewAgentVersion): Promise<PublishResult> {
-    return withTransaction(this.#pool, async (client) => {
-      // Two replicas publishing the same agent at once would both read the same latest version; one waits here.
-      await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`oz0.agent:${version.name}`]);
-      const latest = await client.query<AgentRow>("SELECT * FROM agent_versions WHERE name = $1 ORDER BY version DESC LIMIT 1", [version.name]);
-      const current = latest.rows[0];
-      if (current && current.content_hash === version.contentHash) return { record: toAgent(current), published: false };
-      const inserted = await client.query<AgentRow>(
-        `INSERT INTO agent_versions (name, version, content_hash, plugin, plugin_version, plugin_path, definition, instructions, harness, published_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now()) RETURNING *`,
-        [
-          version.name,
-          (current?.version ?? 0) + 1,
-          version.contentHash,
-          version.plugin,
-          version.pluginVersion,
-          version.pluginPath,
-          JSON.stringify(version.definition),
-          version.instructions,
-          JSON.stringify(version.harness),
-        ],
-      );
-      return { record: toAgent(inserted.rows[0]!), published: true };
+    const { row, published } = await publishPostgresVersion<AgentRow>(this.#pool, {
+      table: "agent_versions",
+      name: version.name,
+      contentHash: version.contentHash,
+      columns: agentVersionColumns(version),
     });
+    return { record: toAgent(row), published };
   }
 
   async getAgentVersion(name: string, version?: number): Promise<AgentVersionRecord | undefined> {

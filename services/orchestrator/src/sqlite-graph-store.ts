@@ -7,8 +7,9 @@
 import { mkdirSync } from "node:fs";
 import path from "node:path";
 import Database from "better-sqlite3";
+import { publishSqliteVersion } from "./sqlite-versions.js";
 import { SqliteCheckpointStore, type GraphDefinition } from "@oz0/graph";
-import { graphVersionFromRow, type GraphJobRecord, type GraphStore, type GraphVersionRecord, type GraphVersionRow, type NewGraphVersion, type StepJobRecord } from "./graph-store.js";
+import { graphVersionColumns, graphVersionFromRow, type GraphJobRecord, type GraphStore, type GraphVersionRecord, type GraphVersionRow, type NewGraphVersion, type StepJobRecord } from "./graph-store.js";
 
 /** The graph database under the data directory, with the orchestrator's graph tables. */
 export function openGraphDatabase(home: string): Database.Database {
@@ -70,26 +71,11 @@ export class SqliteGraphStore implements GraphStore {
   }
 
   async publishVersion(version: NewGraphVersion): Promise<{ published: boolean; record: GraphVersionRecord }> {
-    return this.db.transaction(() => {
-      const latest = this.db.prepare("SELECT * FROM orch_graph_versions WHERE name = ? ORDER BY version DESC LIMIT 1").get(version.name) as VersionRow | undefined;
-      if (latest && latest.content_hash === version.contentHash) return { published: false, record: toVersion(latest) };
-      const row: VersionRow = {
-        name: version.name,
-        version: (latest?.version ?? 0) + 1,
-        content_hash: version.contentHash,
-        plugin: version.plugin,
-        plugin_version: version.pluginVersion,
-        plugin_path: version.pluginPath,
-        definition: JSON.stringify(version.definition),
-        published_at: Date.now(),
-      };
-      this.db
-        .prepare(
-          "INSERT INTO orch_graph_versions (name, version, content_hash, plugin, plugin_version, plugin_path, definition, published_at) VALUES (@name, @version, @content_hash, @plugin, @plugin_version, @plugin_path, @definition, @published_at)",
-        )
-        .run(row);
-      return { published: true, record: toVersion(row) };
-    })();
+    const { row, published } = publishSqliteVersion<VersionRow>(this.db, {
+      table: "orch_graph_versions",
+      row: { name: version.name, content_hash: version.contentHash, ...graphVersionColumns(version) },
+    });
+    return { published, record: toVersion(row) };
   }
 
   async getVersion(name: string, version?: number): Promise<GraphVersionRecord | undefined> {

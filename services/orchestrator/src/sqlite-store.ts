@@ -3,6 +3,7 @@
 import { mkdirSync } from "node:fs";
 import path from "node:path";
 import Database from "better-sqlite3";
+import { publishSqliteVersion } from "./sqlite-versions.js";
 import { create, fromJsonString, toJsonString } from "@bufbuild/protobuf";
 import { JobEventSchema, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
@@ -22,6 +23,7 @@ import type {
   PluginRecord,
   PublishResult,
 } from "./job-store.js";
+import { agentVersionColumns } from "./job-store.js";
 import { notFound } from "./orchestrator-error.js";
 
 const SCHEMA = `
@@ -235,31 +237,11 @@ export class SqliteJobStore implements JobStore {
   }
 
   async publishAgentVersion(version: NewAgentVersion): Promise<PublishResult> {
-    return this.#db.transaction((): PublishResult => {
-      const latest = this.#db
-        .prepare("SELECT * FROM agent_versions WHERE name = ? ORDER BY version DESC LIMIT 1")
-        .get(version.name) as AgentRow | undefined;
-      if (latest && latest.content_hash === version.contentHash) return { record: toAgent(latest), published: false };
-      const row: AgentRow = {
-        name: version.name,
-        version: (latest?.version ?? 0) + 1,
-        content_hash: version.contentHash,
-        plugin: version.plugin,
-        plugin_version: version.pluginVersion,
-        plugin_path: version.pluginPath,
-        definition: JSON.stringify(version.definition),
-        instructions: version.instructions,
-        harness: JSON.stringify(version.harness),
-        published_at: Date.now(),
-      };
-      this.#db
-        .prepare(
-          `INSERT INTO agent_versions (name, version, content_hash, plugin, plugin_version, plugin_path, definition, instructions, harness, published_at)
-           VALUES (@name, @version, @content_hash, @plugin, @plugin_version, @plugin_path, @definition, @instructions, @harness, @published_at)`,
-        )
-        .run(row);
-      return { record: toAgent(row), published: true };
-    })();
+    const { row, published } = publishSqliteVersion<AgentRow>(this.#db, {
+      table: "agent_versions",
+      row: { name: version.name, content_hash: version.contentHash, ...agentVersionColumns(version) },
+    });
+    return { record: toAgent(row), published };
   }
 
   async getAgentVersion(name: string, version?: number): Promise<AgentVersionRecord | undefined> {
