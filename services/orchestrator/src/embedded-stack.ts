@@ -69,7 +69,12 @@ export function installRoot(): string | undefined {
 
 const READY_TIMEOUT_MS = 60_000;
 
-/** Start one service as a child process and wait until it says where it listens. */
+const SETPRIV_PATHS = ["/usr/bin/setpriv", "/bin/setpriv"];
+
+/**
+ * Starts one service's dist/main.js as a child process and waits until it
+ * says where it listens. It stops when the process that started it dies.
+ */
 export async function startServiceProcess(options: {
   name: StackServiceName;
   env: Record<string, string>;
@@ -82,7 +87,12 @@ export async function startServiceProcess(options: {
   }
   mkdirSync(path.dirname(options.logFile), { recursive: true });
   const log: WriteStream = createWriteStream(options.logFile, { flags: "a" });
-  const child: ChildProcess = spawn(process.execPath, [main], {
+  // With setpriv (util-linux), the kernel sends the service SIGTERM when the process that
+  // started it dies, however it dies: a CLI or a test killed with SIGKILL leaves no service
+  // running. setpriv execs, so the pid stays the service's own.
+  const setpriv = SETPRIV_PATHS.find((candidate) => existsSync(candidate));
+  const command = setpriv ? [setpriv, "--pdeathsig", "SIGTERM", "--", process.execPath, main] : [process.execPath, main];
+  const child: ChildProcess = spawn(command[0]!, command.slice(1), {
     env: { ...inheritedEnv(), OZ0_HOST: "127.0.0.1", OZ0_PORT: "0", ...options.env, OZ0_LOG_LEVEL: options.logLevel ?? "info" },
     stdio: ["ignore", "pipe", "pipe"],
     // Its own process group, so a Ctrl-C at the terminal reaches only the CLI, which stops the stack in order.

@@ -1,0 +1,48 @@
+// The embedded stack's service processes stop with whatever started them:
+// a CLI (or a test) killed with SIGKILL gets no chance to stop them itself,
+// so the kernel sends each one SIGTERM (setpriv --pdeathsig). An idle
+// service would otherwise run on, holding its port, with nobody to stop it.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { createInterface } from "node:readline";
+import { test } from "node:test";
+import { eventually } from "./postgres-test-support.js";
+
+/** Alive and not a zombie. */
+function alive(pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) [ZX]/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+void test("a service process stops when the process that started it is killed", { skip: !existsSync("/usr/bin/setpriv") && !existsSync("/bin/setpriv") ? "no setpriv here" : false }, async () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-embedded-"));
+  const logFile = path.join(dir, "events.log");
+  // A parent that starts the events service (no broker: the local log only), says its pid, and waits.
+  const parentScript = `
+    import { startServiceProcess } from "@oz0/orchestrator";
+    const p = await startServiceProcess({ name: "events", env: { OZ0_EVENTS_DATA: ${JSON.stringify(path.join(dir, "data"))} }, logFile: ${JSON.stringify(logFile)} });
+    console.log(JSON.stringify({ pid: p.pid }));
+    setInterval(() => {}, 1 << 30);
+  `;
+  const parent = spawn(process.execPath, ["--input-type=module", "-e", parentScript], { cwd: path.dirname(new URL(import.meta.url).pathname), stdio: ["ignore", "pipe", "inherit"] });
+  let servicePid = -1;
+  try {
+    servicePid = await new Promise<number>((resolve, reject) => {
+      createInterface({ input: parent.stdout! }).once("line", (line) => resolve((JSON.parse(line) as { pid: number }).pid));
+      parent.once("exit", (code) => reject(new Error(`the parent exited (${code}) before starting the service`)));
+    });
+    assert.ok(alive(servicePid));
+    parent.kill("SIGKILL");
+    await eventually(async () => (alive(servicePid) ? undefined : true), "the service's exit");
+  } finally {
+    parent.kill("SIGKILL");
+    if (servicePid > 0 && alive(servicePid)) process.kill(servicePid, "SIGKILL");
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
