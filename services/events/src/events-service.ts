@@ -57,8 +57,16 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
     async *watch(request, context) {
       const signal = AbortSignal.any([context.signal, deps.shutdown]);
       const jobId = request.jobId || undefined;
-      let next = request.fromPosition > 0n ? request.fromPosition : 1n;
+      // 0: from the oldest event retention kept.
+      let next = request.fromPosition > 0n ? request.fromPosition : outbox.prunedThrough() + 1n;
       while (!signal.aborted) {
+        const pruned = outbox.prunedThrough();
+        if (next <= pruned) {
+          throw new ConnectError(
+            `events up to position ${pruned} were removed by retention (OZ0_EVENTS_RETENTION_HOURS), so position ${next} cannot be read; watch from ${pruned + 1n}, or from 0 for the oldest kept`,
+            Code.OutOfRange,
+          );
+        }
         // Reading is synchronous, so nothing lands between `head` and the read:
         // a short page means everything up to `head` was sent.
         const head = outbox.headPosition;

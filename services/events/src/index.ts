@@ -7,7 +7,7 @@ export type {
   RawEventInit,
   TokenCountsInit,
 } from "./event-publisher.js";
-export { startEvents, DEFAULT_TOPIC } from "./start-events.js";
+export { startEvents, DEFAULT_RETENTION_MS, DEFAULT_TOPIC } from "./start-events.js";
 export type { EventsConfig, RunningEvents } from "./start-events.js";
 export { EVENT_POLICY, FINISH_SUMMARY, publicAttributes, redactEvent } from "./redaction-policy.js";
 export type { RedactionOutcome } from "./redaction-policy.js";

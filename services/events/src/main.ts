@@ -20,13 +20,25 @@ function port(value: string | undefined, fallback: number): number {
   return n;
 }
 
+function retentionMs(value: string | undefined): number | undefined {
+  if (!value) return undefined;
+  const hours = Number(value);
+  if (!Number.isFinite(hours) || hours < 0) {
+    process.stderr.write(`oz0-events: OZ0_EVENTS_RETENTION_HOURS must be a number of hours (0 keeps every event), got ${JSON.stringify(value)}\n`);
+    process.exit(2);
+  }
+  return hours * 3_600_000;
+}
+
 try {
+  const retention = retentionMs(process.env.OZ0_EVENTS_RETENTION_HOURS);
   const events = await startEvents({
     host: process.env.OZ0_HOST || "127.0.0.1",
     port: port(process.env.OZ0_PORT, 7703),
     dataDir: process.env.OZ0_EVENTS_DATA || path.join(homedir(), ".oz0", "events"),
     kafkaBrokers: list(process.env.KAFKA_BROKERS),
     topic: process.env.OZ0_KAFKA_TOPIC || DEFAULT_TOPIC,
+    ...(retention !== undefined ? { retentionMs: retention } : {}),
     logger,
   });
   onShutdownSignal(logger, async () => {

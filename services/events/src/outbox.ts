@@ -16,7 +16,12 @@ import type { CheckpointerData, ToCheckpointer } from "./outbox-checkpointer.js"
 export interface OutboxOptions {
   /** Folder for `events.sqlite`; undefined keeps the log in memory (tests). */
   dataDir?: string;
+  /** The clock events are stamped with when accepted (for retention). Default Date.now. */
+  now?: () => number;
 }
+
+/** Rows removed per transaction, so retention never holds the log's write lock for long. */
+const PRUNE_CHUNK = 10_000;
 
 export interface AppendResult {
   /** The newly stored events, with their positions. */
@@ -52,6 +57,7 @@ export class Outbox {
   private readonly checkpointerExited: Promise<void> | undefined;
   private closing = false;
   private head: bigint;
+  private readonly now: () => number;
 
   constructor(options: OutboxOptions = {}) {
     let file = ":memory:";
@@ -65,11 +71,13 @@ export class Outbox {
     this.db.pragma("journal_mode = WAL");
     this.db.pragma("synchronous = FULL");
     this.db.exec(`
+      -- AUTOINCREMENT: a position is never used twice, even after retention removed the newest rows.
       CREATE TABLE IF NOT EXISTS events (
-        position  INTEGER PRIMARY KEY AUTOINCREMENT,
-        id        TEXT NOT NULL UNIQUE,
-        job_id    TEXT NOT NULL,
-        event     TEXT NOT NULL
+        position    INTEGER PRIMARY KEY AUTOINCREMENT,
+        id          TEXT NOT NULL UNIQUE,
+        job_id      TEXT NOT NULL,
+        event       TEXT NOT NULL,
+        accepted_at INTEGER NOT NULL
       );
       CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, position);
       -- The relay delivers in position order, so one cursor says what is delivered.
@@ -77,12 +85,24 @@ export class Outbox {
         name      TEXT PRIMARY KEY,
         delivered INTEGER NOT NULL
       );
+      -- Retention removes the oldest events: everything up to 'through' is gone.
+      CREATE TABLE IF NOT EXISTS pruned (
+        name      TEXT PRIMARY KEY,
+        through   INTEGER NOT NULL
+      );
     `);
-    this.insert = this.db.prepare("INSERT OR IGNORE INTO events (id, job_id, event) VALUES (?, ?, ?)");
+    // A log from before retention: its events count as accepted now, so they are kept a full period.
+    const columns = this.db.prepare("SELECT name FROM pragma_table_info('events')").all() as { name: string }[];
+    if (!columns.some((c) => c.name === "accepted_at")) {
+      this.db.exec(`ALTER TABLE events ADD COLUMN accepted_at INTEGER NOT NULL DEFAULT ${Date.now()}`);
+    }
+    this.now = options.now ?? Date.now;
+    this.insert = this.db.prepare("INSERT OR IGNORE INTO events (id, job_id, event, accepted_at) VALUES (?, ?, ?, ?)");
     this.appendAll = this.db.transaction((events: PublicEvent[], appended: PublicEvent[], duplicate: () => void) => {
+      const acceptedAt = this.now();
       for (const event of events) {
         // The position is the row id: stored without it, set on read.
-        const info = this.insert.run(event.id, event.jobId, publicEventJson(event));
+        const info = this.insert.run(event.id, event.jobId, publicEventJson(event), acceptedAt);
         if (info.changes === 0) {
           duplicate();
           continue;
@@ -143,10 +163,43 @@ export class Outbox {
     return { appended, duplicates };
   }
 
-  /** The position of the last stored event (0 when empty). */
+  /** The position of the last event ever stored (0 when none was), removed ones included. */
   lastPosition(): bigint {
-    const row = this.db.prepare("SELECT max(position) AS head FROM events").get() as { head: bigint | null };
-    return row.head ?? 0n;
+    const row = this.db.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'events'").get() as { seq: bigint } | undefined;
+    return row?.seq ?? 0n;
+  }
+
+  /** Every event up to this position was removed by retention (0: none was). */
+  prunedThrough(): bigint {
+    const row = this.db.prepare("SELECT through FROM pruned WHERE name = 'retention'").get() as { through: bigint } | undefined;
+    return row?.through ?? 0n;
+  }
+
+  /**
+   * Retention: removes the events accepted before `acceptedBefore` (ms since
+   * the epoch), oldest first, but with `keepUndelivered` never one the relay
+   * has not delivered to Kafka yet. Returns how many were removed.
+   */
+  prune(options: { acceptedBefore: number; keepUndelivered: boolean }): number {
+    // Positions grow with acceptance time, so the scan stops at the first event young enough to keep.
+    const firstKept = this.db
+      .prepare("SELECT position FROM events WHERE accepted_at >= ? ORDER BY position LIMIT 1")
+      .get(options.acceptedBefore) as { position: bigint } | undefined;
+    let end = firstKept?.position ?? this.lastPosition() + 1n;
+    if (options.keepUndelivered && this.deliveredThrough() + 1n < end) end = this.deliveredThrough() + 1n;
+    let removed = 0;
+    const chunk = this.db.transaction((): number => {
+      const low = (this.db.prepare("SELECT min(position) AS low FROM events").get() as { low: bigint | null }).low;
+      if (low === null || low >= end) return 0;
+      const upTo = low + BigInt(PRUNE_CHUNK) < end ? low + BigInt(PRUNE_CHUNK) : end;
+      const changes = this.db.prepare("DELETE FROM events WHERE position < ?").run(upTo).changes;
+      this.db
+        .prepare("INSERT INTO pruned (name, through) VALUES ('retention', ?) ON CONFLICT (name) DO UPDATE SET through = max(through, excluded.through)")
+        .run(upTo - 1n);
+      return changes;
+    });
+    for (let changes = chunk(); changes > 0; changes = chunk()) removed += changes;
+    return removed;
   }
 
   /** Events from `fromPosition` (inclusive), optionally only one job's, in order. */

@@ -8,6 +8,7 @@ import { KafkaRelay } from "./kafka-relay.js";
 import { Outbox } from "./outbox.js";
 
 export const DEFAULT_TOPIC = "oz0.lifecycle.v1";
+export const DEFAULT_RETENTION_MS = 7 * 24 * 3_600_000;
 
 export interface EventsConfig {
   /** Port to listen on; 0 picks a free one. Default 0. */
@@ -22,6 +23,16 @@ export interface EventsConfig {
   topic?: string;
   /** Partitions when the service creates the topic. Default 3. */
   partitions?: number;
+  /**
+   * How long the local log keeps an event (OZ0_EVENTS_RETENTION_HOURS).
+   * Default 7 days; 0 keeps every event. An event Kafka has not received yet
+   * is kept however old it is.
+   */
+  retentionMs?: number;
+  /** How often retention runs. Default a tenth of the retention, between 1 minute and 1 hour. */
+  pruneIntervalMs?: number;
+  /** The clock retention goes by. Default Date.now; tests move it. */
+  now?: () => number;
   logger?: Logger;
 }
 
@@ -35,7 +46,8 @@ export interface RunningEvents {
 
 export async function startEvents(config: EventsConfig = {}): Promise<RunningEvents> {
   const logger = config.logger ?? createLogger({ name: "events" });
-  const outbox = new Outbox({ dataDir: config.dataDir });
+  const now = config.now ?? Date.now;
+  const outbox = new Outbox({ dataDir: config.dataDir, now });
   const brokers = config.kafkaBrokers?.filter(Boolean) ?? [];
   const topic = config.topic || DEFAULT_TOPIC;
   const relay =
@@ -59,6 +71,21 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
   // Started after listening, and never awaited: a broker that is down must
   // not keep the service from accepting events into its outbox.
   relay?.start();
+  const retentionMs = config.retentionMs ?? DEFAULT_RETENTION_MS;
+  let pruneTimer: NodeJS.Timeout | undefined;
+  if (retentionMs > 0) {
+    const prune = (): void => {
+      try {
+        const removed = outbox.prune({ acceptedBefore: now() - retentionMs, keepUndelivered: relay !== undefined });
+        if (removed > 0) logger.info({ removed, retentionHours: retentionMs / 3_600_000, prunedThrough: String(outbox.prunedThrough()) }, "removed events older than the retention period from the local log");
+      } catch (error) {
+        logger.error({ err: error }, "could not remove old events from the local log; trying again at the next interval");
+      }
+    };
+    prune();
+    pruneTimer = setInterval(prune, config.pruneIntervalMs ?? Math.min(3_600_000, Math.max(60_000, retentionMs / 10)));
+    pruneTimer.unref();
+  }
   logger.info({ kafka: brokers.length > 0 ? { brokers, topic } : "off (local log only)", dataDir: config.dataDir ?? "memory" }, "events ready");
 
   let closing: Promise<void> | undefined;
@@ -68,6 +95,7 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
     close() {
       closing ??= (async () => {
         shutdown.abort();
+        clearInterval(pruneTimer);
         await server.close({ graceMs: 1_000 });
         await relay?.close();
         await outbox.close();
