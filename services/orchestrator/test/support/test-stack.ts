@@ -48,7 +48,13 @@ export function userInput(request: ScriptedRequest): string {
   return typeof first?.content === "string" ? first.content : "";
 }
 
-export async function startTestStack(options: { pick: TurnPicker; sandboxEnv?: Record<string, string>; orchestratorEnv?: Record<string, string> }): Promise<TestStack> {
+export async function startTestStack(options: {
+  pick: TurnPicker;
+  sandboxEnv?: Record<string, string>;
+  orchestratorEnv?: Record<string, string>;
+  /** For the events service, for example KAFKA_BROKERS and OZ0_KAFKA_TOPIC. */
+  eventsEnv?: Record<string, string>;
+}): Promise<TestStack> {
   const home = mkdtempSync(path.join(os.tmpdir(), "oz0-orch-test-"));
   const model = await startScriptedModel({
     isSideCall: () => false,
@@ -65,7 +71,12 @@ export async function startTestStack(options: { pick: TurnPicker; sandboxEnv?: R
   const stack = await startEmbeddedStack({
     home,
     logLevel: "info",
-    env: { "llm-proxy": { OZ0_PROVIDERS_FILE: providersFile }, sandbox: { OZ0_CANCEL_GRACE_MS: "2000", ...options.sandboxEnv }, orchestrator: { ...options.orchestratorEnv } },
+    env: {
+      "llm-proxy": { OZ0_PROVIDERS_FILE: providersFile },
+      sandbox: { OZ0_CANCEL_GRACE_MS: "2000", ...options.sandboxEnv },
+      orchestrator: { ...options.orchestratorEnv },
+      events: { ...options.eventsEnv },
+    },
   });
   let orchestrator = stack.processes.find((p) => p.name === "orchestrator")!;
   const url = stack.urls.orchestrator;
