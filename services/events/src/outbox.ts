@@ -176,29 +176,38 @@ export class Outbox {
   }
 
   /**
-   * Retention: removes the events accepted before `acceptedBefore` (ms since
-   * the epoch), oldest first, but with `keepUndelivered` never one the relay
-   * has not delivered to Kafka yet. Returns how many were removed.
+   * Retention, one step: removes up to 10,000 of the oldest events accepted
+   * before `acceptedBefore` (ms since the epoch), but with `keepUndelivered`
+   * never one the relay has not delivered to Kafka yet. Returns how many it
+   * removed; 0 when nothing more is due. Each step is short, so a caller
+   * working through a large backlog can let other work in between.
    */
-  prune(options: { acceptedBefore: number; keepUndelivered: boolean }): number {
-    // Positions grow with acceptance time, so the scan stops at the first event young enough to keep.
-    const firstKept = this.db
-      .prepare("SELECT position FROM events WHERE accepted_at >= ? ORDER BY position LIMIT 1")
-      .get(options.acceptedBefore) as { position: bigint } | undefined;
-    let end = firstKept?.position ?? this.lastPosition() + 1n;
-    if (options.keepUndelivered && this.deliveredThrough() + 1n < end) end = this.deliveredThrough() + 1n;
-    let removed = 0;
-    const chunk = this.db.transaction((): number => {
+  pruneStep(options: { acceptedBefore: number; keepUndelivered: boolean }): number {
+    return this.db.transaction((): number => {
       const low = (this.db.prepare("SELECT min(position) AS low FROM events").get() as { low: bigint | null }).low;
-      if (low === null || low >= end) return 0;
-      const upTo = low + BigInt(PRUNE_CHUNK) < end ? low + BigInt(PRUNE_CHUNK) : end;
-      const changes = this.db.prepare("DELETE FROM events WHERE position < ?").run(upTo).changes;
+      if (low === null) return 0;
+      // Never past the last event: positions not given out yet are not removed.
+      const next = this.lastPosition() + 1n;
+      let end = low + BigInt(PRUNE_CHUNK) < next ? low + BigInt(PRUNE_CHUNK) : next;
+      // Positions grow with acceptance time: the first young enough event in the chunk ends it.
+      const young = this.db
+        .prepare("SELECT position FROM events WHERE position >= ? AND position < ? AND accepted_at >= ? ORDER BY position LIMIT 1")
+        .get(low, end, options.acceptedBefore) as { position: bigint } | undefined;
+      if (young && young.position < end) end = young.position;
+      if (options.keepUndelivered && this.deliveredThrough() + 1n < end) end = this.deliveredThrough() + 1n;
+      if (end <= low) return 0;
+      const changes = this.db.prepare("DELETE FROM events WHERE position < ?").run(end).changes;
       this.db
         .prepare("INSERT INTO pruned (name, through) VALUES ('retention', ?) ON CONFLICT (name) DO UPDATE SET through = max(through, excluded.through)")
-        .run(upTo - 1n);
+        .run(end - 1n);
       return changes;
-    });
-    for (let changes = chunk(); changes > 0; changes = chunk()) removed += changes;
+    })();
+  }
+
+  /** Retention, all at once: `pruneStep` until nothing more is due. Returns how many it removed. */
+  prune(options: { acceptedBefore: number; keepUndelivered: boolean }): number {
+    let removed = 0;
+    for (let step = this.pruneStep(options); step > 0; step = this.pruneStep(options)) removed += step;
     return removed;
   }
 

@@ -74,16 +74,27 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
   const retentionMs = config.retentionMs ?? DEFAULT_RETENTION_MS;
   let pruneTimer: NodeJS.Timeout | undefined;
   if (retentionMs > 0) {
-    const prune = (): void => {
+    let pruning = false;
+    // A step at a time, yielding between steps: a large backlog never holds Publish calls up for long.
+    const prune = async (): Promise<void> => {
+      if (pruning) return;
+      pruning = true;
+      let removed = 0;
       try {
-        const removed = outbox.prune({ acceptedBefore: now() - retentionMs, keepUndelivered: relay !== undefined });
-        if (removed > 0) logger.info({ removed, retentionHours: retentionMs / 3_600_000, prunedThrough: String(outbox.prunedThrough()) }, "removed events older than the retention period from the local log");
+        const options = { acceptedBefore: now() - retentionMs, keepUndelivered: relay !== undefined };
+        for (let step = outbox.pruneStep(options); step > 0 && !shutdown.signal.aborted; step = outbox.pruneStep(options)) {
+          removed += step;
+          await new Promise((resolve) => setImmediate(resolve));
+        }
       } catch (error) {
-        logger.error({ err: error }, "could not remove old events from the local log; trying again at the next interval");
+        if (!shutdown.signal.aborted) logger.error({ err: error }, "could not remove old events from the local log; trying again at the next interval");
+      } finally {
+        pruning = false;
       }
+      if (removed > 0) logger.info({ removed, retentionHours: retentionMs / 3_600_000, prunedThrough: String(outbox.prunedThrough()) }, "removed events older than the retention period from the local log");
     };
-    prune();
-    pruneTimer = setInterval(prune, config.pruneIntervalMs ?? Math.min(3_600_000, Math.max(60_000, retentionMs / 10)));
+    void prune();
+    pruneTimer = setInterval(() => void prune(), config.pruneIntervalMs ?? Math.min(3_600_000, Math.max(60_000, retentionMs / 10)));
     pruneTimer.unref();
   }
   logger.info({ kafka: brokers.length > 0 ? { brokers, topic } : "off (local log only)", dataDir: config.dataDir ?? "memory" }, "events ready");
