@@ -7,7 +7,7 @@ import { before, describe, it } from "node:test";
 import { loadCrdSchemas, validateCustomResource } from "./support/crd-schema.js";
 import { hasModel, objectMeta, unknownFields, unknownFieldsAs, validateWithModel } from "./support/k8s-schema.js";
 import { id, k8sDir, overlayDirs, render, renderer, type K8sObject } from "./support/render.js";
-import { allContainers, matchesSelector, secretRefs, workloads, type Any } from "./support/workloads.js";
+import { allContainers, matchesSelector, mountableVolumes, secretRefs, workloads, type Any } from "./support/workloads.js";
 
 const crdSchemas = loadCrdSchemas();
 
@@ -52,7 +52,7 @@ void describe("kustomize", () => {
 
   void it("renders the base on its own", () => {
     const kinds = new Set(render(path.join(k8sDir, "base")).map((o) => o.kind));
-    for (const kind of ["Namespace", "Deployment", "Service", "ServiceAccount", "ConfigMap", "PodDisruptionBudget", "NetworkPolicy"]) {
+    for (const kind of ["Namespace", "Deployment", "StatefulSet", "Service", "ServiceAccount", "ConfigMap", "PodDisruptionBudget", "NetworkPolicy"]) {
       assert.ok(kinds.has(kind), kind);
     }
   });
@@ -114,7 +114,16 @@ for (const dir of overlayDirs()) {
       for (const w of pods) {
         assert.ok(matchesSelector((w.object as Any).spec.selector, w.podLabels), `${w.name} selector matches its template`);
         assert.ok(named("ServiceAccount", w.pod.serviceAccountName), `${w.name} ServiceAccount`);
-        const volumes = new Set((w.pod.volumes ?? []).map((v: Any) => v.name));
+        const volumes = mountableVolumes(w);
+        for (const t of w.claimTemplates) {
+          // The controller would put the claim in place of a pod volume of the same name: say which one is meant.
+          assert.ok(!(w.pod.volumes ?? []).some((v: Any) => v.name === t.metadata.name), `${w.name}: claim template ${t.metadata.name} is also a pod volume`);
+        }
+        if (w.kind === "StatefulSet") {
+          const governing = objects.find((o) => o.kind === "Service" && o.metadata.name === (w.object as Any).spec.serviceName) as Any;
+          assert.ok(governing, `${w.name}: serviceName ${(w.object as Any).spec.serviceName} names a Service`);
+          assert.equal(governing.spec.clusterIP, "None", `${w.name}: its governing Service is headless`);
+        }
         for (const v of w.pod.volumes ?? []) {
           if (v.configMap) assert.ok(named("ConfigMap", v.configMap.name), `${w.name} volume ConfigMap ${v.configMap.name}`);
           if (v.persistentVolumeClaim) assert.ok(named("PersistentVolumeClaim", v.persistentVolumeClaim.claimName), `${w.name} PVC`);
@@ -175,9 +184,15 @@ void describe("the schema checks catch mistakes", () => {
   });
 
   void it("a misspelt grpc probe field", async () => {
-    const deployment = find("Deployment", "events") as Any;
-    deployment.spec.template.spec.containers[0].livenessProbe.grpc.serviceName = "liveness";
-    assert.match((await schemaErrors([deployment])).join("\n"), /livenessProbe\.grpc\.serviceName: unknown field/);
+    const statefulSet = find("StatefulSet", "events") as Any;
+    statefulSet.spec.template.spec.containers[0].livenessProbe.grpc.serviceName = "liveness";
+    assert.match((await schemaErrors([statefulSet])).join("\n"), /livenessProbe\.grpc\.serviceName: unknown field/);
+  });
+
+  void it("an unknown field in a StatefulSet's claim template", async () => {
+    const statefulSet = find("StatefulSet", "events") as Any;
+    statefulSet.spec.volumeClaimTemplates[0].spec.storageClass = "fast";
+    assert.match((await schemaErrors([statefulSet])).join("\n"), /volumeClaimTemplates\[0\]\.spec\.storageClass: unknown field/);
   });
 
   void it("an unknown field, a bad enum and a missing field in Strimzi objects", async () => {

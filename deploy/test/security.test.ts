@@ -12,6 +12,7 @@ import {
   container,
   containerEnv,
   containerSecretRefs,
+  declaredReplicas,
   matchesSelector,
   policiesFor,
   ports,
@@ -396,23 +397,33 @@ void describe("prod overlay: scale and infrastructure", () => {
     objects = render(path.join(overlayDirs().find((d) => path.basename(d) === "prod")!));
   });
 
-  void it("sets requests and limits on every container and spreads pods over nodes and zones", () => {
+  void it("sets requests and limits on every container and spreads the pods of every replicated service over nodes and zones", () => {
     for (const w of workloads(objects)) {
       for (const c of allContainers(w.pod)) {
         assert.ok(c.resources?.requests?.cpu && c.resources?.requests?.memory, `${w.name} requests`);
         assert.ok(c.resources?.limits?.memory, `${w.name} memory limit`);
       }
+      if (w.name === "events") {
+        // One replica (events.test.ts): nothing to spread; its claim keeps it in its volume's zone.
+        assert.equal(declaredReplicas(w), 1);
+        assert.equal(w.pod.topologySpreadConstraints, undefined, "events: a spread for one pod");
+        continue;
+      }
+      assert.ok(declaredReplicas(w) >= 2, `${w.name} runs several replicas`);
       const keys = (w.pod.topologySpreadConstraints ?? []).map((t: Any) => t.topologyKey).sort();
       assert.deepEqual(keys, ["kubernetes.io/hostname", "topology.kubernetes.io/zone"], w.name);
       for (const t of w.pod.topologySpreadConstraints) assert.ok(matchesSelector(t.labelSelector, w.podLabels), `${w.name} spread selects its own pods`);
     }
   });
 
-  void it("autoscales the stateless services from at least two replicas", () => {
+  void it("autoscales the orchestrator, sandbox and llm-proxy from at least two replicas, and not events", () => {
     const hpas = objects.filter((o) => o.kind === "HorizontalPodAutoscaler") as Any[];
-    assert.deepEqual(hpas.map((h) => h.spec.scaleTargetRef.name).sort(), ["events", "llm-proxy", "orchestrator", "sandbox"]);
+    // events runs exactly one replica (events.test.ts checks every overlay).
+    assert.deepEqual(hpas.map((h) => h.spec.scaleTargetRef.name).sort(), ["llm-proxy", "orchestrator", "sandbox"]);
     for (const hpa of hpas) {
-      const target = workload(objects, hpa.spec.scaleTargetRef.name).object as Any;
+      const scaled = workload(objects, hpa.spec.scaleTargetRef.name);
+      assert.equal(hpa.spec.scaleTargetRef.kind, scaled.kind, `${hpa.metadata.name} targets the workload's kind`);
+      const target = scaled.object as Any;
       assert.ok(hpa.spec.minReplicas >= 2 && hpa.spec.maxReplicas > hpa.spec.minReplicas);
       assert.ok(target.spec.replicas >= hpa.spec.minReplicas, `${hpa.metadata.name} starts at minReplicas`);
       // Utilisation is over the pod's containers' summed requests: one without a CPU request leaves the HPA without a metric.
@@ -420,9 +431,11 @@ void describe("prod overlay: scale and infrastructure", () => {
     }
   });
 
-  void it("claims no volume but the shared OZ0_HOME: the stores are in PostgreSQL", () => {
+  void it("claims no volume but the shared OZ0_HOME and the events outbox: the other stores are in PostgreSQL", () => {
     const claims = objects.filter((o) => o.kind === "PersistentVolumeClaim").map((o) => o.metadata.name);
     assert.deepEqual(claims, ["oz0-home"]);
+    const perPod = workloads(objects).flatMap((w) => w.claimTemplates.map((t: Any) => `${w.name}/${t.metadata.name}`));
+    assert.deepEqual(perPod, ["events/data"], "claims per pod: only the events outbox");
     const proxy = workload(objects, "llm-proxy");
     assert.deepEqual((proxy.object as Any).spec.strategy.type, "RollingUpdate", "replicas replace each other with overlap");
   });

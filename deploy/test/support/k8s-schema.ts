@@ -60,7 +60,7 @@ const preload: TypeRef[] = [
   objectMeta,
   ...[
     ["v1", "Namespace"], ["v1", "ServiceAccount"], ["v1", "ConfigMap"], ["v1", "Secret"], ["v1", "Service"],
-    ["apps/v1", "Deployment"], ["policy/v1", "PodDisruptionBudget"], ["networking.k8s.io/v1", "NetworkPolicy"],
+    ["apps/v1", "Deployment"], ["apps/v1", "StatefulSet"], ["policy/v1", "PodDisruptionBudget"], ["networking.k8s.io/v1", "NetworkPolicy"],
     ["autoscaling/v2", "HorizontalPodAutoscaler"], ["node.k8s.io/v1", "RuntimeClass"], ["v1", "PersistentVolumeClaim"],
   ].map(([v, k]) => modelType(v!, k!)),
 ];

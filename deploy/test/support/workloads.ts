@@ -15,9 +15,15 @@ export type Any = any;
 
 export interface Workload {
   object: K8sObject;
+  kind: string;
   name: string;
   podLabels: Record<string, string>;
   pod: Any;
+  /**
+   * A StatefulSet's volumeClaimTemplates: each pod gets a claim per template,
+   * mounted by the template's name like a volume of the pod. Empty for other kinds.
+   */
+  claimTemplates: Any[];
 }
 
 const workloadKinds = new Set(["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"]);
@@ -25,17 +31,29 @@ const workloadKinds = new Set(["Deployment", "StatefulSet", "DaemonSet", "Replic
 export function workloads(objects: K8sObject[]): Workload[] {
   const out: Workload[] = [];
   for (const o of objects) {
+    const base = { object: o, kind: o.kind, name: o.metadata.name };
     if (workloadKinds.has(o.kind)) {
       const template = (o as Any).spec.template;
-      out.push({ object: o, name: o.metadata.name, podLabels: template.metadata?.labels ?? {}, pod: template.spec });
+      const claimTemplates = o.kind === "StatefulSet" ? ((o as Any).spec.volumeClaimTemplates ?? []) : [];
+      out.push({ ...base, podLabels: template.metadata?.labels ?? {}, pod: template.spec, claimTemplates });
     } else if (o.kind === "CronJob") {
       const template = (o as Any).spec.jobTemplate.spec.template;
-      out.push({ object: o, name: o.metadata.name, podLabels: template.metadata?.labels ?? {}, pod: template.spec });
+      out.push({ ...base, podLabels: template.metadata?.labels ?? {}, pod: template.spec, claimTemplates: [] });
     } else if (o.kind === "Pod") {
-      out.push({ object: o, name: o.metadata.name, podLabels: o.metadata.labels ?? {}, pod: (o as Any).spec });
+      out.push({ ...base, podLabels: o.metadata.labels ?? {}, pod: (o as Any).spec, claimTemplates: [] });
     }
   }
   return out;
+}
+
+/** What a container's volumeMounts may name: the pod's volumes and, in a StatefulSet, its claim templates. */
+export function mountableVolumes(w: Workload): Set<string> {
+  return new Set([...(w.pod.volumes ?? []).map((v: Any) => v.name as string), ...w.claimTemplates.map((t: Any) => t.metadata?.name as string)]);
+}
+
+/** Replicas a workload declares: spec.replicas, which defaults to 1 for Deployments and StatefulSets. */
+export function declaredReplicas(w: Workload): number {
+  return (w.object as Any).spec?.replicas ?? 1;
 }
 
 export function workload(objects: K8sObject[], name: string): Workload {
