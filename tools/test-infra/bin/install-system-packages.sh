@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Debian packages the tests use: bubblewrap (session isolation), PostgreSQL
-# (the store at scale), git (plugin installs from repositories).
+# (the store at scale), git (plugin installs from repositories), setpriv
+# (util-linux: harnesses and embedded services die with their parent).
 # Java 17 and Maven come with the machine; Kafka's jars are fetched by the
 # Kafka launcher through Maven and cached.
 set -euo pipefail
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v git >/dev/null || need+=(git)
+command -v setpriv >/dev/null || need+=(util-linux)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
