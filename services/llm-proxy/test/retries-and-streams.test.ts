@@ -158,21 +158,20 @@ void describe("clients that leave", () => {
     assert.fail(`the proxy recorded no call for job ${job}`);
   }
 
-  /** Asks for `body` and hangs up 50 ms later, while the model still "thinks". */
-  async function askAndLeave(e: SessionEndpoint, body: object): Promise<void> {
+  /** Asks for `body` and hangs up once the model has the request, while it still "thinks". */
+  async function askAndLeave(fx: Awaited<ReturnType<typeof startFixture>>, e: SessionEndpoint, body: object): Promise<void> {
     const leave = new AbortController();
-    setTimeout(() => leave.abort(), 50);
-    await assert.rejects(
-      fetch(`${e.anthropicBaseUrl}/v1/messages`, { method: "POST", headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" }, body: JSON.stringify(body), signal: leave.signal }),
-      { name: "AbortError" },
-    );
+    const asked = fetch(`${e.anthropicBaseUrl}/v1/messages`, { method: "POST", headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" }, body: JSON.stringify(body), signal: leave.signal });
+    while (fx.model.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    leave.abort();
+    await assert.rejects(asked, { name: "AbortError" });
   }
 
   void it("meters a whole answer the provider made after its client left, as the provider bills it", async () => {
-    const fx = await startFixture({ turns: [{ text: "nobody reads this", delayMs: 300, usage: { input: 40, output: 9 } }] });
+    const fx = await startFixture({ turns: [{ text: "nobody reads this", delayMs: 1_000, usage: { input: 40, output: 9 } }] });
     try {
       const e = await fx.session();
-      await askAndLeave(e, ask);
+      await askAndLeave(fx, e, ask);
       const [call] = await oneCall(fx, e.job);
       assert.equal(call!.outcome, "client_aborted");
       assert.deepEqual([call!.usage.input, call!.usage.output], [40, 9], "the usage the provider reported");
@@ -184,15 +183,15 @@ void describe("clients that leave", () => {
   });
 
   void it("stops a stream whose client left before the answer began: nothing served, nothing metered", async () => {
-    const fx = await startFixture({ turns: [{ text: "never streamed", delayMs: 300, usage: { input: 40, output: 9 } }] });
+    const fx = await startFixture({ turns: [{ text: "never streamed", delayMs: 1_000, usage: { input: 40, output: 9 } }] });
     try {
       const e = await fx.session();
-      await askAndLeave(e, { ...ask, stream: true });
+      await askAndLeave(fx, e, { ...ask, stream: true });
       const [call] = await oneCall(fx, e.job);
       assert.equal(call!.outcome, "client_aborted");
       assert.equal(call!.usage.input + call!.usage.output, 0);
       // The model saw the proxy hang up while it "thought" and served nothing.
-      await new Promise((resolve) => setTimeout(resolve, 400));
+      await new Promise((resolve) => setTimeout(resolve, 1_100));
       assert.equal(fx.model.tokensServed.total, 0);
     } finally {
       await fx.close();

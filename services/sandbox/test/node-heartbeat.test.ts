@@ -244,7 +244,7 @@ void describe("heartbeat sidecar", () => {
   void it("advertises a draining sandbox with capacity 0, and sends nothing while it does not answer", async () => {
     const orchestrator = await startFakeOrchestrator();
     cleanup.push(() => orchestrator.server.close());
-    const t = await startTestSandbox({ maxSessions: 2, cancelGraceMs: 500 });
+    const t = await startTestSandbox({ maxSessions: 2, cancelGraceMs: 2_000 });
     let sandboxClosed = false;
     cleanup.push(async () => {
       if (!sandboxClosed) await t.close();
