@@ -208,14 +208,15 @@ export class JobRunner {
    * the session starts (so a restart re-attaches there). Waits while every
    * node is full; undefined when the job was cancelled or abandoned meanwhile.
    */
-  async #place(job: JobRecord, active: ActiveJob): Promise<SessionRunner | undefined> {
+  /** `refusedBy`: the node that just refused the session for want of room. */
+  async #place(job: JobRecord, active: ActiveJob, refusedBy?: string): Promise<SessionRunner | undefined> {
     for (let waited = false; ; waited = true) {
       if (this.#closing || active.abandoned) return undefined;
       if (waited) {
         const current = await this.#o.store.getJob(job.id);
         if (!current || current.cancelRequestedAt || isTerminal(current.state)) return undefined;
       }
-      const sandbox = await this.#o.placement.place({ jobId: job.id, sessionId: job.sessionId });
+      const sandbox = await this.#o.placement.place({ jobId: job.id, sessionId: job.sessionId, ...(refusedBy ? { refusedBy } : {}) });
       if (sandbox) {
         await this.#o.store.updateJob(job.id, { sandboxUrl: sandbox.url });
         return sandbox;
@@ -486,7 +487,7 @@ export class JobRunner {
           // Its slot there is given back and the session placed again, on whichever node has room.
           await this.#o.placement.release(job.sessionId);
           await new Promise((r) => setTimeout(r, 500));
-          const sandbox = await this.#place(job, active);
+          const sandbox = await this.#place(job, active, active.sandbox?.url);
           if (!sandbox) {
             if (!this.#closing && !active.abandoned) await this.#finish(jobId, {});
             return;

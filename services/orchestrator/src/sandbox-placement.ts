@@ -17,8 +17,12 @@ export type { LostSession } from "./sandbox-node-registry.js";
 export interface SandboxPlacement {
   /** True when nodes send heartbeats, so a lost node is known (`lostSessions`) rather than guessed from failed connections. */
   readonly tracksNodes: boolean;
-  /** A runner for a new session, or undefined when every node is full (the job waits and asks again). */
-  place(request: { jobId: string; sessionId: string }): Promise<SessionRunner | undefined>;
+  /**
+   * A runner for a new session, or undefined when every node is full (the job
+   * waits and asks again). `refusedBy`: the node that just refused this
+   * session for want of room; another is chosen when there is one.
+   */
+  place(request: { jobId: string; sessionId: string; refusedBy?: string }): Promise<SessionRunner | undefined>;
   /** The runner of the node a stored job's session is on (by the job's sandboxUrl), to re-attach or cancel. */
   runnerFor(url: string): SessionRunner;
   /** The session ended: free its slot. */
@@ -31,8 +35,9 @@ export interface SandboxPlacement {
  * The configured nodes, chosen by the session id's hash: spread evenly, and
  * the same node again for the same session (a graph's custom step, placed
  * again after a restart, finds the session it started). A full node answers
- * RESOURCE_EXHAUSTED (SandboxFullError) and the job asks again; nothing is
- * ever lost here, because nothing watches these nodes' heartbeats.
+ * RESOURCE_EXHAUSTED (SandboxFullError) and the job asks the next node in the
+ * list; nothing is ever lost here, because nothing watches these nodes'
+ * heartbeats.
  */
 export class StaticPlacement implements SandboxPlacement {
   readonly tracksNodes = false;
@@ -44,7 +49,10 @@ export class StaticPlacement implements SandboxPlacement {
     this.#runners = [...options.runners];
   }
 
-  place(request: { jobId: string; sessionId: string }): Promise<SessionRunner> {
+  place(request: { jobId: string; sessionId: string; refusedBy?: string }): Promise<SessionRunner> {
+    const refused = request.refusedBy === undefined ? -1 : this.#runners.findIndex((runner) => runner.url === request.refusedBy);
+    // A full node: the next one in the list, so a waiting job goes round the nodes rather than asking one.
+    if (refused >= 0) return Promise.resolve(this.#runners[(refused + 1) % this.#runners.length]!);
     const hash = createHash("sha256").update(request.sessionId).digest().readUInt32BE(0);
     return Promise.resolve(this.#runners[hash % this.#runners.length]!);
   }
