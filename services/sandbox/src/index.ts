@@ -75,6 +75,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     locale: config.locale ?? "C.UTF-8",
     cancelGraceMs: config.cancelGraceMs ?? 10_000,
     retentionMs: config.retentionMs ?? 10 * 60_000,
+    unreadRetentionMs: config.unreadRetentionMs ?? 24 * 3_600_000,
     maxLineBytes: config.maxLineBytes ?? 1024 * 1024,
     maxArtifactBytes: config.maxArtifactBytes ?? 8 * 1024 * 1024,
     maxLogEvents: config.maxSessionEvents ?? 200_000,

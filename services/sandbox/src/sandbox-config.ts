@@ -20,8 +20,14 @@ export interface SandboxConfig {
   eventsUrl?: string;
   /** Between SIGTERM and SIGKILL on cancel (OZ0_CANCEL_GRACE_MS). Default 10 000. */
   cancelGraceMs?: number;
-  /** How long a finished session's log stays for late re-attach (OZ0_SESSION_RETENTION_MS). Default 10 minutes. */
+  /** How long a finished session's log stays for late re-attach once a stream has read its end (OZ0_SESSION_RETENTION_MS). Default 10 minutes. */
   retentionMs?: number;
+  /**
+   * How long a finished session whose end no stream has read yet is kept
+   * (OZ0_UNREAD_SESSION_RETENTION_MS): its orchestrator may be down, and
+   * re-attaches when it is back. Default 24 hours.
+   */
+  unreadRetentionMs?: number;
   /** Longest harness stdout line, in bytes (OZ0_MAX_LINE_BYTES). Default 1 MiB. */
   maxLineBytes?: number;
   /** Largest patch, and largest total of named files, returned as artifacts (OZ0_MAX_ARTIFACT_BYTES). Default 8 MiB. */
@@ -83,6 +89,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     eventsUrl: env.OZ0_EVENTS_URL || undefined,
     cancelGraceMs: integer(env, "OZ0_CANCEL_GRACE_MS"),
     retentionMs: integer(env, "OZ0_SESSION_RETENTION_MS"),
+    unreadRetentionMs: integer(env, "OZ0_UNREAD_SESSION_RETENTION_MS"),
     maxLineBytes: integer(env, "OZ0_MAX_LINE_BYTES"),
     maxArtifactBytes: integer(env, "OZ0_MAX_ARTIFACT_BYTES"),
     maxSessionEvents: integer(env, "OZ0_MAX_SESSION_EVENTS"),

@@ -41,7 +41,7 @@ export function sandboxService(registry: SessionRegistry): Partial<ServiceImpl<t
       const first = await iterator.next();
       if (first.done === true) throw new ConnectError("the stream ended before its first message; send start or attach first", Code.InvalidArgument);
       const { session, afterSeq } = await mapErrors(() => openSession(registry, first.value));
-      yield* follow(session, afterSeq, iterator, context);
+      yield* follow(session, afterSeq, iterator, context, () => registry.endRead(session));
     },
 
     listSessions() {
@@ -90,6 +90,8 @@ async function* follow(
   afterSeq: number,
   requests: AsyncIterator<RunSessionRequest>,
   context: HandlerContext,
+  /** Called once every message of a finished session, its end included, was handed to this stream. */
+  onEndRead: () => void,
 ): AsyncGenerator<RunSessionResponse> {
   const stop = new AbortController();
   const onAbort = (): void => stop.abort();
@@ -123,7 +125,10 @@ async function* follow(
       const winner = await Promise.race([pending, rejection]);
       wakeForRejection = undefined;
       if (winner === "rejection") continue;
-      if (winner.done === true) return;
+      if (winner.done === true) {
+        if (!stop.signal.aborted) onEndRead();
+        return;
+      }
       yield winner.value;
       pending = log.next();
     }

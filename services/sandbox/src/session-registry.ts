@@ -1,7 +1,7 @@
 // Every session on the node: validates start requests, enforces the limit
 // on concurrent sessions (refusing, never queueing), finds sessions for
-// attach and cancel, keeps finished ones for the retention period, and
-// cancels everything on shutdown.
+// attach and cancel, keeps finished ones until their end was read and then for
+// the retention period, and cancels everything on shutdown.
 import { randomUUID } from "node:crypto";
 import { statSync } from "node:fs";
 import path from "node:path";
@@ -29,7 +29,13 @@ export interface SessionRegistryOptions {
   sessionPath: string;
   locale: string;
   cancelGraceMs: number;
+  /** How long a finished session stays once a stream has read its end. */
   retentionMs: number;
+  /**
+   * How long a finished session nobody has read the end of stays: its
+   * orchestrator may be down, and re-attaches when it is back.
+   */
+  unreadRetentionMs: number;
   maxLineBytes: number;
   maxArtifactBytes: number;
   maxLogEvents: number;
@@ -43,7 +49,8 @@ export class SessionRegistry {
   /** Sessions counted against the limit: from validation until their directories are gone. */
   #active = 0;
   #shuttingDown = false;
-  readonly #retentionTimers = new Set<NodeJS.Timeout>();
+  /** Finished sessions' removal timers; `read` once a stream has read the end. */
+  readonly #retention = new Map<SandboxSession, { timer: NodeJS.Timeout; read: boolean }>();
 
   constructor(options: SessionRegistryOptions) {
     this.#options = options;
@@ -128,12 +135,28 @@ export class SessionRegistry {
   }
 
   #onFinished(session: SandboxSession): void {
+    this.#retain(session, { read: false, forMs: this.#options.unreadRetentionMs });
+  }
+
+  /**
+   * A stream has read the session's whole log, its end included: from now on
+   * it is kept only for the retention period. Before, it waits for a reader
+   * (its orchestrator may be down) up to the unread retention.
+   */
+  endRead(session: SandboxSession): void {
+    const retained = this.#retention.get(session);
+    if (!retained || retained.read) return;
+    clearTimeout(retained.timer);
+    this.#retain(session, { read: true, forMs: this.#options.retentionMs });
+  }
+
+  #retain(session: SandboxSession, options: { read: boolean; forMs: number }): void {
     const timer = setTimeout(() => {
-      this.#retentionTimers.delete(timer);
+      this.#retention.delete(session);
       if (this.#sessions.get(session.id) === session) this.#sessions.delete(session.id);
-    }, this.#options.retentionMs);
+    }, options.forMs);
     timer.unref();
-    this.#retentionTimers.add(timer);
+    this.#retention.set(session, { timer, read: options.read });
   }
 
   /** The live working directory start.share_working_dir_of names, checked: the session runs on this node right now. */
@@ -211,7 +234,7 @@ export class SessionRegistry {
     const running = [...this.#sessions.values()];
     for (const session of running) session.cancel("the sandbox node is shutting down");
     await Promise.all(running.map((session) => session.finished));
-    for (const timer of this.#retentionTimers) clearTimeout(timer);
-    this.#retentionTimers.clear();
+    for (const { timer } of this.#retention.values()) clearTimeout(timer);
+    this.#retention.clear();
   }
 }

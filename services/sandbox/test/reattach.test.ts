@@ -6,6 +6,10 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
 
+async function until(check: () => Promise<boolean>): Promise<void> {
+  while (!(await check())) await new Promise((resolve) => setTimeout(resolve, 20));
+}
+
 const isPermissionRequest = (m: { message: { case?: string; value?: unknown } }): boolean =>
   m.message.case === "event" && (m.message.value as { event: { case?: string } }).event.case === "permissionRequest";
 
@@ -78,7 +82,7 @@ void describe("re-attach", () => {
 void describe("retention and limits", () => {
   let t: TestSandbox;
   before(async () => {
-    t = await startTestSandbox({ isolation: "none", retentionMs: 0, maxSessions: 2 });
+    t = await startTestSandbox({ isolation: "none", retentionMs: 0, unreadRetentionMs: 60_000, maxSessions: 2 });
   });
   after(async () => {
     await t.close();
@@ -99,6 +103,29 @@ void describe("retention and limits", () => {
     assert.equal(d.exited().status, SessionStatus.COMPLETED);
     b.send({ message: { case: "cancel", value: {} } });
     await b.finished;
+  });
+
+  void it("keeps a finished session nobody has read the end of, and forgets it once a re-attach has", async () => {
+    // Its client crashed (an orchestrator down) before the session ended.
+    const orphan = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
+    await orphan.waitFor(isText("ready"), "ready");
+    const sessionId = orphan.sessionId;
+    orphan.drop();
+    await orphan.finished;
+    assert.equal((await t.client.cancelSession({ sessionId, reason: "ended while nobody watched" })).cancelled, true);
+    // Ended (or, were it dropped at once, gone: then the attach below fails).
+    await until(async () => {
+      const listed = (await t.client.listSessions({})).sessions.find((s) => s.sessionId === sessionId);
+      return listed === undefined || listed.endTime !== undefined;
+    });
+    // retentionMs 0, yet it stays: nobody has read its end.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const back = new SessionStream(t.client, { message: { case: "attach", value: { sessionId, afterSeq: 0n } } });
+    await back.finished;
+    assert.equal(back.error, undefined, "the late re-attach gets the whole log");
+    assert.equal(back.exited().status, SessionStatus.CANCELLED);
+    // Read now: gone once the retention period (0) has passed.
+    await until(async () => !(await t.client.listSessions({})).sessions.some((s) => s.sessionId === sessionId));
   });
 
   void it("forgets a finished session after the retention period", async () => {
