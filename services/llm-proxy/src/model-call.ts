@@ -240,6 +240,12 @@ function connectionFailure(error: unknown): AttemptSummary {
   return { status: 0, outcome: "connection_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable: true, errorCode: code };
 }
 
+/** The attempt ran out of time (`attemptTimeoutMs`): a connection failure, retried like one. */
+function upstreamTimeout(deps: ModelCallDeps): AttemptSummary {
+  deps.logger.warn({ timeoutMs: deps.retry.attemptTimeoutMs }, "the provider did not answer in time; the attempt is given up");
+  return { status: 0, outcome: "connection_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable: true, errorCode: "upstream_timeout" };
+}
+
 function clientLeft(): AttemptSummary {
   return { status: 0, outcome: "client_aborted", usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable: false };
 }
@@ -271,13 +277,26 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
   // sent). A whole answer, once asked for, is generated and billed in full whether anyone
   // waits or not, so the proxy reads it to its end and meters it: the usage it records is
   // the provider's bill, not what the client happened to receive.
-  if (input.body.stream === true) input.clientGone.addEventListener("abort", onGone);
+  if (input.body.stream === true) {
+    input.clientGone.addEventListener("abort", onGone);
+    // It may have left while the key was decrypted: a listener added now would never fire.
+    if (input.clientGone.aborted) return clientLeft();
+  }
+  // A provider that accepts a request and never answers must not hold the call (and its
+  // budget hold, and a socket) forever: an attempt gets until its whole answer, or a
+  // stream's headers, to come.
+  let timedOut = false;
+  const deadline = setTimeout(() => {
+    timedOut = true;
+    abort.abort();
+  }, deps.retry.attemptTimeoutMs);
   const attemptStart = performance.now();
   try {
     let upstream: http.IncomingMessage;
     try {
       upstream = await sendUpstream({ url: new URL(input.upstreamPath, provider.baseUrl), headers, body: ctx.sendBody, signal: abort.signal });
     } catch (error) {
+      if (timedOut) return upstreamTimeout(deps);
       return input.clientGone.aborted ? clientLeft() : connectionFailure(error);
     }
     const status = upstream.statusCode ?? 502;
@@ -321,6 +340,8 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     }
     const contentType = String(upstream.headers["content-type"] ?? "");
     if (input.body.stream === true && contentType.includes("text/event-stream")) {
+      // The stream has begun: it lasts as long as the provider generates.
+      clearTimeout(deadline);
       return await forwardStream({ deps, input, ctx, upstream, scrub, abort, attemptStart });
     }
     // A whole answer: read it, meter it, pass it on.
@@ -328,7 +349,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     try {
       bodyBytes = (await readAll(upstream))!;
     } catch (error) {
-      return connectionFailure(error);
+      return timedOut ? upstreamTimeout(deps) : connectionFailure(error);
     }
     const ttftMs = performance.now() - attemptStart;
     const text = bodyBytes.toString("utf8");
@@ -354,6 +375,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     };
     return { status, outcome: "ok", usage, estimated: !reported, ttftMs, delivered: true, retryable: false, finish };
   } finally {
+    clearTimeout(deadline);
     input.clientGone.removeEventListener("abort", onGone);
   }
 }

@@ -9,6 +9,12 @@ export interface RetryPolicy {
   maxDelayMs: number;
   /** Longest wait a `retry-after` / `retry-after-ms` header can ask for. Default 20 000 ms. */
   maxRetryAfterMs: number;
+  /**
+   * How long one attempt may wait for the provider: for its whole answer, or
+   * for a stream's headers (the stream then lasts as long as it generates).
+   * Default 600 000 ms, as the provider SDKs' own timeout.
+   */
+  attemptTimeoutMs: number;
 }
 
 export const DEFAULT_RETRY_POLICY: Readonly<RetryPolicy> = Object.freeze({
@@ -16,6 +22,7 @@ export const DEFAULT_RETRY_POLICY: Readonly<RetryPolicy> = Object.freeze({
   baseDelayMs: 500,
   maxDelayMs: 8_000,
   maxRetryAfterMs: 20_000,
+  attemptTimeoutMs: 600_000,
 });
 
 const RETRYABLE = new Set([408, 429, 500, 502, 503, 504, 529]);

@@ -100,6 +100,28 @@ void describe("connection failures", () => {
   });
 });
 
+void describe("a provider that does not answer", () => {
+  void it("gives an attempt up after attemptTimeoutMs, retries, then answers 502 with every attempt metered", async () => {
+    const fx = await startFixture({
+      turns: [{ text: "too late", delayMs: 5_000 }, { text: "too late again", delayMs: 5_000 }],
+      config: { retry: { baseDelayMs: 1, maxDelayMs: 5, maxRetryAfterMs: 50, maxAttempts: 2, attemptTimeoutMs: 200 } },
+    });
+    try {
+      const e = await fx.session();
+      const r = await fetch(`${e.anthropicBaseUrl}/v1/messages`, { method: "POST", headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" }, body: JSON.stringify(ask) });
+      assert.equal(r.status, 502);
+      assert.match(await r.text(), /could not be reached after 2 attempt\(s\) \(upstream_timeout\)/);
+      const attempts = await fx.proxy.store.listAttempts(e.job);
+      assert.deepEqual(attempts.map((a) => a.outcome), ["connection_error", "connection_error"]);
+      const [call] = await fx.proxy.store.listCalls(e.job);
+      assert.equal(call!.attempts, 2);
+      assert.equal(call!.costUsd, 0);
+    } finally {
+      await fx.close();
+    }
+  });
+});
+
 void describe("streams cut short", () => {
   void it("records partial usage of an Anthropic stream cut mid-way and never replays it", async () => {
     const text = "This answer is long enough to be cut in the middle of its deltas, which the client sees as an error.";
