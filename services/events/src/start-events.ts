@@ -73,28 +73,31 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
   relay?.start();
   const retentionMs = config.retentionMs ?? DEFAULT_RETENTION_MS;
   let pruneTimer: NodeJS.Timeout | undefined;
+  // The run in progress, which close() waits for before it closes the log.
+  let pruning: Promise<void> | undefined;
   if (retentionMs > 0) {
-    let pruning = false;
     // A step at a time, yielding between steps: a large backlog never holds Publish calls up for long.
-    const prune = async (): Promise<void> => {
-      if (pruning) return;
-      pruning = true;
+    const pruneAll = async (): Promise<void> => {
       let removed = 0;
       try {
         const options = { acceptedBefore: now() - retentionMs, keepUndelivered: relay !== undefined };
-        for (let step = outbox.pruneStep(options); step > 0 && !shutdown.signal.aborted; step = outbox.pruneStep(options)) {
+        while (!shutdown.signal.aborted) {
+          const step = outbox.pruneStep(options);
+          if (step === 0) break;
           removed += step;
           await new Promise((resolve) => setImmediate(resolve));
         }
+        if (removed > 0) logger.info({ removed, retentionHours: retentionMs / 3_600_000, prunedThrough: String(outbox.prunedThrough()) }, "removed events older than the retention period from the local log");
       } catch (error) {
-        if (!shutdown.signal.aborted) logger.error({ err: error }, "could not remove old events from the local log; trying again at the next interval");
-      } finally {
-        pruning = false;
+        logger.error({ err: error }, "could not remove old events from the local log; trying again at the next interval");
       }
-      if (removed > 0) logger.info({ removed, retentionHours: retentionMs / 3_600_000, prunedThrough: String(outbox.prunedThrough()) }, "removed events older than the retention period from the local log");
     };
-    void prune();
-    pruneTimer = setInterval(() => void prune(), config.pruneIntervalMs ?? Math.min(3_600_000, Math.max(60_000, retentionMs / 10)));
+    const prune = (): void => {
+      if (pruning || shutdown.signal.aborted) return;
+      pruning = pruneAll().finally(() => (pruning = undefined));
+    };
+    prune();
+    pruneTimer = setInterval(prune, config.pruneIntervalMs ?? Math.min(3_600_000, Math.max(60_000, retentionMs / 10)));
     pruneTimer.unref();
   }
   logger.info({ kafka: brokers.length > 0 ? { brokers, topic } : "off (local log only)", dataDir: config.dataDir ?? "memory" }, "events ready");
@@ -107,6 +110,8 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
       closing ??= (async () => {
         shutdown.abort();
         clearInterval(pruneTimer);
+        // It stops at its next step; the log must stay open until it has.
+        await pruning;
         await server.close({ graceMs: 1_000 });
         await relay?.close();
         await outbox.close();

@@ -116,4 +116,25 @@ void describe("the local log's retention", () => {
     assert.deepEqual(kept.map((e) => [e.jobId, e.position]), [["job-new", 3n]]);
     await publisher.close();
   });
+
+  void test("closing while retention works through a backlog shuts down cleanly", async () => {
+    let clock = 0;
+    // In memory (no data folder): close() has nothing slow to wait for, so a prune still running would meet a closed log.
+    const events = await startEvents({ port: 0, retentionMs: HOUR, pruneIntervalMs: 20, now: () => clock });
+    const publisher = createEventPublisher({ url: events.url, maxBatch: 5_000 });
+    publisher.publish(Array.from({ length: 30_000 }, (_, i) => rawEvent("graph.step_started", { jobId: `job-${i % 7}` })));
+    await publisher.flush();
+    await publisher.close();
+    clock = 2 * HOUR;
+    // Once retention has taken its first step (position 1 is refused), close at once.
+    for (;;) {
+      const refused = await watchAll(events.url, { fromPosition: 1n }).then(
+        () => false,
+        () => true,
+      );
+      if (refused) break;
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    await events.close();
+  });
 });
