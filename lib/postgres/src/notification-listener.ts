@@ -38,7 +38,13 @@ export class NotificationListener {
   async start(): Promise<void> {
     if (this.#open) return;
     this.#open = true;
-    await this.#connect();
+    try {
+      await this.#connect();
+    } catch (error) {
+      // Not listening: a later start() tries again.
+      this.#open = false;
+      throw error;
+    }
   }
 
   async #connect(): Promise<void> {
@@ -68,6 +74,12 @@ export class NotificationListener {
       await client.end().catch(() => undefined);
       throw error;
     }
+    if (!this.#open) {
+      // Closed while this connection was being opened: it must not outlive the listener.
+      lost = true;
+      await client.end().catch(() => undefined);
+      return;
+    }
     this.#client = client;
     this.#retryMs = RETRY_FIRST_MS;
   }
@@ -78,7 +90,9 @@ export class NotificationListener {
       this.#retryTimer = undefined;
       if (!this.#open) return;
       this.#connect().then(
-        () => this.#options.onReconnect?.(),
+        () => {
+          if (this.#open) this.#options.onReconnect?.();
+        },
         (error: unknown) => {
           this.#options.onError?.(error);
           this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);

@@ -127,4 +127,26 @@ void describe("@oz0/postgres", () => {
     await new Promise((resolve) => setTimeout(resolve, 200));
     assert.deepEqual(heard, ["one", "two"]);
   });
+
+  void it("closed while its connection opens, it leaves no LISTEN connection behind, and a failed start can be retried", async () => {
+    const channel = channelName(freshSchema(), "test");
+    const heard: string[] = [];
+    const listener = new NotificationListener({ connectionString: url, channel, onNotification: (payload) => heard.push(payload) });
+    const starting = listener.start();
+    await listener.close();
+    await starting;
+    const listening = async (): Promise<number> =>
+      (await admin((client) => client.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1", [`LISTEN ${channel}`]))).rows[0].n as number;
+    // The server may take a moment to drop the ended connection from its view.
+    for (let i = 0; i < 100 && (await listening()) > 0; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(await listening(), 0, "no connection listens for a closed listener");
+    await admin((client) => client.query("SELECT pg_notify($1, 'after close')", [channel]));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.deepEqual(heard, []);
+
+    const unreachable = new NotificationListener({ connectionString: "postgres://nobody@127.0.0.1:1/none", channel, onNotification: () => undefined });
+    await assert.rejects(unreachable.start());
+    await assert.rejects(unreachable.start(), "a second start tries again rather than returning as if listening");
+    await unreachable.close();
+  });
 });
