@@ -71,13 +71,14 @@ export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger:
       draining = true;
       const giveUp = Date.now() + maxMs;
       // The heartbeats go on by themselves (now at capacity 0); this only watches for the sandbox to go.
-      while (Date.now() < giveUp) {
+      // Gone means three checks in a row without an answer: one slow answer from a busy sandbox is not enough.
+      let unanswered = 0;
+      while (Date.now() < giveUp && unanswered < 3) {
         await new Promise((resolve) => setTimeout(resolve, Math.min(config.heartbeatMs, 1_000)));
-        const gone = await status().then(
-          () => false,
-          () => true,
+        unanswered = await status().then(
+          () => 0,
+          () => unanswered + 1,
         );
-        if (gone) break;
       }
       await heartbeat.stop({ drain: true });
     },

@@ -28,6 +28,8 @@ export interface SandboxConfig {
    * re-attaches when it is back. Default 24 hours.
    */
   unreadRetentionMs?: number;
+  /** At most this many finished sessions wait for a reader (OZ0_MAX_UNREAD_SESSIONS); the oldest goes first. Default 4 × maxSessions, at least 64. */
+  maxUnreadSessions?: number;
   /** Longest harness stdout line, in bytes (OZ0_MAX_LINE_BYTES). Default 1 MiB. */
   maxLineBytes?: number;
   /** Largest patch, and largest total of named files, returned as artifacts (OZ0_MAX_ARTIFACT_BYTES). Default 8 MiB. */
@@ -90,6 +92,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     cancelGraceMs: integer(env, "OZ0_CANCEL_GRACE_MS"),
     retentionMs: integer(env, "OZ0_SESSION_RETENTION_MS"),
     unreadRetentionMs: integer(env, "OZ0_UNREAD_SESSION_RETENTION_MS"),
+    maxUnreadSessions: integer(env, "OZ0_MAX_UNREAD_SESSIONS"),
     maxLineBytes: integer(env, "OZ0_MAX_LINE_BYTES"),
     maxArtifactBytes: integer(env, "OZ0_MAX_ARTIFACT_BYTES"),
     maxSessionEvents: integer(env, "OZ0_MAX_SESSION_EVENTS"),

@@ -36,6 +36,8 @@ export interface SessionRegistryOptions {
    * orchestrator may be down, and re-attaches when it is back.
    */
   unreadRetentionMs: number;
+  /** At most this many finished sessions wait for a reader; past it the oldest is forgotten. */
+  maxUnreadSessions: number;
   maxLineBytes: number;
   maxArtifactBytes: number;
   maxLogEvents: number;
@@ -136,6 +138,17 @@ export class SessionRegistry {
 
   #onFinished(session: SandboxSession): void {
     this.#retain(session, { read: false, forMs: this.#options.unreadRetentionMs });
+    // Each keeps its whole log in memory: a node whose orchestrator never comes back must not fill up.
+    const unread = [...this.#retention].filter(([, r]) => !r.read);
+    for (const [oldest, { timer }] of unread.slice(0, Math.max(0, unread.length - this.#options.maxUnreadSessions))) {
+      clearTimeout(timer);
+      this.#retention.delete(oldest);
+      if (this.#sessions.get(oldest.id) === oldest) this.#sessions.delete(oldest.id);
+      this.#options.logger.warn(
+        { session: oldest.id, maxUnreadSessions: this.#options.maxUnreadSessions },
+        "forgot a finished session nobody has read the end of: more finished sessions wait for a reader than OZ0_MAX_UNREAD_SESSIONS allows",
+      );
+    }
   }
 
   /**

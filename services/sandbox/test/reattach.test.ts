@@ -128,6 +128,29 @@ void describe("retention and limits", () => {
     await until(async () => !(await t.client.listSessions({})).sessions.some((s) => s.sessionId === sessionId));
   });
 
+  void it("keeps at most OZ0_MAX_UNREAD_SESSIONS finished sessions waiting for a reader, forgetting the oldest first", async () => {
+    const capped = await startTestSandbox({ isolation: "none", retentionMs: 0, unreadRetentionMs: 60_000, maxUnreadSessions: 2 });
+    try {
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++) {
+        const orphan = new SessionStream(capped.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
+        await orphan.waitFor(isText("ready"), "ready");
+        ids.push(orphan.sessionId);
+        orphan.drop();
+        await orphan.finished;
+        await capped.client.cancelSession({ sessionId: orphan.sessionId, reason: "ended while nobody watched" });
+        await until(async () => {
+          const listed = (await capped.client.listSessions({})).sessions.find((s) => s.sessionId === orphan.sessionId);
+          return listed === undefined || listed.endTime !== undefined;
+        });
+      }
+      const kept = (await capped.client.listSessions({})).sessions.map((s) => s.sessionId);
+      assert.deepEqual(ids.map((id) => kept.includes(id)), [false, true, true], "the oldest unread one went first");
+    } finally {
+      await capped.close();
+    }
+  });
+
   void it("forgets a finished session after the retention period", async () => {
     const done = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
     // retentionMs 0: dropped as soon as its timer runs.
