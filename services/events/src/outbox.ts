@@ -57,6 +57,7 @@ export class Outbox {
   private readonly checkpointerExited: Promise<void> | undefined;
   private closing = false;
   private head: bigint;
+  private pruned: bigint;
   private readonly now: () => number;
 
   constructor(options: OutboxOptions = {}) {
@@ -145,6 +146,7 @@ export class Outbox {
       "INSERT INTO relay_cursor (name, delivered) VALUES ('kafka', ?) ON CONFLICT (name) DO UPDATE SET delivered = excluded.delivered",
     );
     this.head = this.lastPosition();
+    this.pruned = (this.db.prepare("SELECT through FROM pruned WHERE name = 'retention'").get() as { through: bigint } | undefined)?.through ?? 0n;
   }
 
   /**
@@ -169,10 +171,9 @@ export class Outbox {
     return row?.seq ?? 0n;
   }
 
-  /** Every event up to this position was removed by retention (0: none was). */
+  /** Every event up to this position was removed by retention (0: none was). Every Watch page asks, so it is kept in memory. */
   prunedThrough(): bigint {
-    const row = this.db.prepare("SELECT through FROM pruned WHERE name = 'retention'").get() as { through: bigint } | undefined;
-    return row?.through ?? 0n;
+    return this.pruned;
   }
 
   /**
@@ -183,11 +184,11 @@ export class Outbox {
    * working through a large backlog can let other work in between.
    */
   pruneStep(options: { acceptedBefore: number; keepUndelivered: boolean }): number {
-    return this.db.transaction((): number => {
+    const step = this.db.transaction((): { changes: number; through: bigint } | undefined => {
       const low = (this.db.prepare("SELECT min(position) AS low FROM events").get() as { low: bigint | null }).low;
-      if (low === null) return 0;
+      if (low === null) return undefined;
       // Never past the last event: positions not given out yet are not removed.
-      const next = this.lastPosition() + 1n;
+      const next = this.head + 1n;
       let end = low + BigInt(PRUNE_CHUNK) < next ? low + BigInt(PRUNE_CHUNK) : next;
       // Positions grow with acceptance time: the first young enough event in the chunk ends it.
       const young = this.db
@@ -195,13 +196,17 @@ export class Outbox {
         .get(low, end, options.acceptedBefore) as { position: bigint } | undefined;
       if (young && young.position < end) end = young.position;
       if (options.keepUndelivered && this.deliveredThrough() + 1n < end) end = this.deliveredThrough() + 1n;
-      if (end <= low) return 0;
+      if (end <= low) return undefined;
       const changes = this.db.prepare("DELETE FROM events WHERE position < ?").run(end).changes;
       this.db
         .prepare("INSERT INTO pruned (name, through) VALUES ('retention', ?) ON CONFLICT (name) DO UPDATE SET through = max(through, excluded.through)")
         .run(end - 1n);
-      return changes;
+      return { changes, through: end - 1n };
     })();
+    if (!step) return 0;
+    // Set once the transaction committed.
+    if (step.through > this.pruned) this.pruned = step.through;
+    return step.changes;
   }
 
   /** Retention, all at once: `pruneStep` until nothing more is due. Returns how many it removed. */
