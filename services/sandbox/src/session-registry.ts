@@ -51,8 +51,10 @@ export class SessionRegistry {
   /** Sessions counted against the limit: from validation until their directories are gone. */
   #active = 0;
   #shuttingDown = false;
-  /** Finished sessions' removal timers; `read` once a stream has read the end. */
-  readonly #retention = new Map<SandboxSession, { timer: NodeJS.Timeout; read: boolean }>();
+  /** Finished sessions' removal timers. */
+  readonly #retention = new Map<SandboxSession, NodeJS.Timeout>();
+  /** Finished sessions no stream has read to the end yet, oldest first. */
+  readonly #unread = new Set<SandboxSession>();
 
   constructor(options: SessionRegistryOptions) {
     this.#options = options;
@@ -137,13 +139,12 @@ export class SessionRegistry {
   }
 
   #onFinished(session: SandboxSession): void {
-    this.#retain(session, { read: false, forMs: this.#options.unreadRetentionMs });
+    this.#unread.add(session);
+    this.#forgetAfter(session, this.#options.unreadRetentionMs);
     // Each keeps its whole log in memory: a node whose orchestrator never comes back must not fill up.
-    const unread = [...this.#retention].filter(([, r]) => !r.read);
-    for (const [oldest, { timer }] of unread.slice(0, Math.max(0, unread.length - this.#options.maxUnreadSessions))) {
-      clearTimeout(timer);
-      this.#retention.delete(oldest);
-      if (this.#sessions.get(oldest.id) === oldest) this.#sessions.delete(oldest.id);
+    for (const oldest of this.#unread) {
+      if (this.#unread.size <= this.#options.maxUnreadSessions) break;
+      this.#forget(oldest);
       this.#options.logger.warn(
         { session: oldest.id, maxUnreadSessions: this.#options.maxUnreadSessions },
         "forgot a finished session nobody has read the end of: more finished sessions wait for a reader than OZ0_MAX_UNREAD_SESSIONS allows",
@@ -157,19 +158,22 @@ export class SessionRegistry {
    * (its orchestrator may be down) up to the unread retention.
    */
   endRead(session: SandboxSession): void {
-    const retained = this.#retention.get(session);
-    if (!retained || retained.read) return;
-    clearTimeout(retained.timer);
-    this.#retain(session, { read: true, forMs: this.#options.retentionMs });
+    if (!this.#unread.delete(session)) return;
+    this.#forgetAfter(session, this.#options.retentionMs);
   }
 
-  #retain(session: SandboxSession, options: { read: boolean; forMs: number }): void {
-    const timer = setTimeout(() => {
-      this.#retention.delete(session);
-      if (this.#sessions.get(session.id) === session) this.#sessions.delete(session.id);
-    }, options.forMs);
+  #forgetAfter(session: SandboxSession, ms: number): void {
+    clearTimeout(this.#retention.get(session));
+    const timer = setTimeout(() => this.#forget(session), ms);
     timer.unref();
-    this.#retention.set(session, { timer, read: options.read });
+    this.#retention.set(session, timer);
+  }
+
+  #forget(session: SandboxSession): void {
+    clearTimeout(this.#retention.get(session));
+    this.#retention.delete(session);
+    this.#unread.delete(session);
+    if (this.#sessions.get(session.id) === session) this.#sessions.delete(session.id);
   }
 
   /** The live working directory start.share_working_dir_of names, checked: the session runs on this node right now. */
@@ -247,7 +251,8 @@ export class SessionRegistry {
     const running = [...this.#sessions.values()];
     for (const session of running) session.cancel("the sandbox node is shutting down");
     await Promise.all(running.map((session) => session.finished));
-    for (const { timer } of this.#retention.values()) clearTimeout(timer);
+    for (const timer of this.#retention.values()) clearTimeout(timer);
     this.#retention.clear();
+    this.#unread.clear();
   }
 }
