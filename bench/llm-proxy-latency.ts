@@ -9,10 +9,9 @@
 // Prints the figures and the ratios. The goal (issue 6): under 1 ms added at
 // the median and at least 2,000 non-streaming calls per second on 2 cores.
 //   node --import tsx bench/llm-proxy-latency.ts [--calls 2000] [--concurrency 32] [--seconds 5] [--profile-proxy]
-import http from "node:http";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
-import { cpuOf, serveRoleControl, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
+import { closePostConnections, cpuOf, postJson, serveRoleControl, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
 
 const args = process.argv.slice(2);
 const option = (name: string, fallback: string): string => {
@@ -41,19 +40,8 @@ interface Target {
   headers: Record<string, string>;
 }
 
-const agent = new http.Agent({ keepAlive: true, maxSockets: 512 });
-
 function call(target: Target, body: Buffer): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(target.url, { method: "POST", agent, headers: { ...target.headers, "content-type": "application/json", "content-length": String(body.length) } }, (res) => {
-      if (res.statusCode !== 200) reject(new Error(`${target.name}: HTTP ${res.statusCode}`));
-      res.on("data", () => {});
-      res.on("end", resolve);
-      res.on("error", reject);
-    });
-    req.on("error", reject);
-    req.end(body);
-  });
+  return postJson({ url: target.url, headers: target.headers, body, label: target.name });
 }
 
 function percentile(sorted: number[], p: number): number {
@@ -134,7 +122,7 @@ async function bench(): Promise<void> {
       );
     }
   } finally {
-    agent.destroy();
+    closePostConnections();
     proxy.child.stdin!.end();
     bare.child.stdin!.end();
     upstream.child.stdin!.end();

@@ -9,11 +9,10 @@
 // calls per second at the concurrency, CPU per call of the proxies, and the
 // ratios against SQLite. Uses DATABASE_URL when set, else starts PostgreSQL
 // with @oz0/test-infra.
-import http from "node:http";
 import { randomBytes } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
-import { cpuOf, serveRoleControl, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
+import { closePostConnections, cpuOf, postJson, serveRoleControl, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
 
 const args = process.argv.slice(2);
 const option = (name: string, fallback: string): string => {
@@ -30,19 +29,8 @@ function startRole(name: string, extra: string[] = []): Promise<Role> {
   return startRoleProcess(["--import", "tsx", fileURLToPath(import.meta.url), "--role", name, ...extra]);
 }
 
-const agent = new http.Agent({ keepAlive: true, maxSockets: 512 });
-
 function call(url: URL, headers: Record<string, string>, body: Buffer): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(url, { method: "POST", agent, headers: { ...headers, "content-type": "application/json", "content-length": String(body.length) } }, (res) => {
-      if (res.statusCode !== 200) reject(new Error(`${url.host}: HTTP ${res.statusCode}`));
-      res.on("data", () => {});
-      res.on("end", resolve);
-      res.on("error", reject);
-    });
-    req.on("error", reject);
-    req.end(body);
-  });
+  return postJson({ url, headers, body, label: url.host });
 }
 
 interface Setup {
@@ -146,7 +134,7 @@ async function bench(): Promise<void> {
       );
     }
   } finally {
-    agent.destroy();
+    closePostConnections();
     for (const r of roles) r.child.stdin!.end();
     await new Promise((resolve) => setTimeout(resolve, 300));
     if (postgres) await postgres.close();

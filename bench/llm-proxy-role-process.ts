@@ -1,7 +1,9 @@
-// The bench's helper processes (scripted upstream, proxy, bare forwarder):
-// each prints one JSON line with its URL, answers "cpu" on stdin with its CPU
-// time so far, and exits when its stdin closes (when the bench ends).
+// The LLM proxy benches' helper processes (scripted upstream, proxy, bare
+// forwarder): each prints one JSON line with its URL, answers "cpu" on stdin
+// with its CPU time so far, and exits when its stdin closes (when the bench
+// ends). And the one way the benches call them.
 import { spawn, type ChildProcess } from "node:child_process";
+import http from "node:http";
 
 /** Call in a helper process. */
 export function serveRoleControl(): void {
@@ -47,4 +49,25 @@ export async function cpuOf(role: Role): Promise<number> {
   role.child.stdin!.write("cpu\n");
   while (role.lines.length === before) await new Promise((r) => setTimeout(r, 5));
   return (JSON.parse(role.lines.at(-1)!) as { cpuMicros: number }).cpuMicros;
+}
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 512 });
+
+/** One JSON POST over pooled keep-alive connections; rejects on anything but 200 (`label` names the target). */
+export function postJson(options: { url: URL; headers: Record<string, string>; body: Buffer; label: string }): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(options.url, { method: "POST", agent, headers: { ...options.headers, "content-type": "application/json", "content-length": String(options.body.length) } }, (res) => {
+      if (res.statusCode !== 200) reject(new Error(`${options.label}: HTTP ${res.statusCode}`));
+      res.on("data", () => {});
+      res.on("end", resolve);
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end(options.body);
+  });
+}
+
+/** Closes the pooled connections postJson keeps, so the bench can exit. */
+export function closePostConnections(): void {
+  agent.destroy();
 }
