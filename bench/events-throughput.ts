@@ -21,21 +21,16 @@ import { performance } from "node:perf_hooks";
 import { Kafka, logLevel, type Consumer } from "kafkajs";
 import { createEventPublisher, poolSmallZeroFilledBuffers, rawEvent, toKafkaMessage, type KafkaMessage } from "@oz0/events";
 import { startKafka, type RunningKafka } from "@oz0/test-infra";
+import { benchOptions } from "./bench-options.js";
 
-const args = process.argv.slice(2);
-const option = (name: string, fallback: number): number => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? Number(args[i + 1]) : fallback;
-};
-const EVENTS = option("events", 20_000);
-const JOBS = option("jobs", 50);
-const REPEAT = option("repeat", 3);
-const WARMUP = option("warmup", 0);
-/** `--profile DIR` writes the service's CPU profiles (main thread and workers) there. */
-const PROFILE = (() => {
-  const i = args.indexOf("--profile");
-  return i >= 0 ? args[i + 1] : undefined;
-})();
+const { events: EVENTS, jobs: JOBS, repeat: REPEAT, warmup: WARMUP, profile: PROFILE } = benchOptions({
+  events: { type: "number", default: 20_000 },
+  jobs: { type: "number", default: 50 },
+  repeat: { type: "number", default: 3 },
+  warmup: { type: "number", default: 0 },
+  /** `--profile DIR` writes the service's CPU profiles (main thread and workers) there. */
+  profile: { type: "string" },
+});
 const BATCH = 500;
 const PARTITIONS = 3;
 

@@ -13,20 +13,18 @@ import Database from "better-sqlite3";
 import { Annotation, END, START, StateGraph } from "@langchain/langgraph";
 import { SqliteSaver } from "@langchain/langgraph-checkpoint-sqlite";
 import { GraphRunner, Harness, InProcessExecutor, SqliteCheckpointStore, Step, type Chain, type HarnessContext } from "@oz0/graph";
+import { benchOptions } from "./bench-options.js";
 
 // LangGraph's fan-out adds one abort listener per task to a shared signal;
 // the default limit of 10 only produces a warning, not a fault.
 setMaxListeners(1000);
 
-const args = process.argv.slice(2);
-const option = (name: string, fallback: number): number => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? Number(args[i + 1]) : fallback;
-};
-const STEPS = option("steps", 1000);
-const FANOUT = option("fanout", 100);
-const REPEAT = option("repeat", 3);
-const GROW = option("grow", 200);
+const { steps: STEPS, fanout: FANOUT, repeat: REPEAT, grow: GROW } = benchOptions({
+  steps: { type: "number", default: 1000 },
+  fanout: { type: "number", default: 100 },
+  repeat: { type: "number", default: 3 },
+  grow: { type: "number", default: 200 },
+});
 
 const dir = mkdtempSync(path.join(tmpdir(), "oz0-bench-graph-"));
 let fileNo = 0;

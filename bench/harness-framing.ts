@@ -4,7 +4,7 @@
 // JSON.parse of the same lines already split, in the same run. The host runs
 // for real, fed through a launcher whose child is in-memory streams, so no
 // process or pipe cost is counted on either side. Goal: ratio ≤ 2.
-//   node --import tsx bench/harness-framing.ts [--events 100000] [--repeat 5]
+//   node --import tsx bench/harness-framing.ts [--events 100000] [--repeat 7]
 import { EventEmitter } from "node:events";
 import { performance } from "node:perf_hooks";
 import { PassThrough } from "node:stream";
@@ -12,14 +12,12 @@ import { create } from "@bufbuild/protobuf";
 import { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { startHostSession } from "@oz0/harness/host";
 import type { HarnessLauncher, PipedChildProcess } from "@oz0/harness/host";
+import { benchOptions } from "./bench-options.js";
 
-const args = process.argv.slice(2);
-const option = (name: string, fallback: number): number => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? Number(args[i + 1]) : fallback;
-};
-const EVENTS = option("events", 100_000);
-const REPEAT = option("repeat", 7);
+const { events: EVENTS, repeat: REPEAT } = benchOptions({
+  events: { type: "number", default: 100_000 },
+  repeat: { type: "number", default: 7 },
+});
 const CHUNK = 64 * 1024; // what a pipe read usually hands over
 
 /** A realistic mix: mostly text deltas, some tool calls and results, usage, heartbeats, permission requests. */

@@ -13,13 +13,9 @@ import { create, toJsonString } from "@bufbuild/protobuf";
 import { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { startHostSession } from "@oz0/harness/host";
 import { startScriptedModel } from "@oz0/harness/testing";
+import { benchOptions } from "./bench-options.js";
 
-const args = process.argv.slice(2);
-const option = (name: string, fallback: number): number => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? Number(args[i + 1]) : fallback;
-};
-const SESSIONS = option("sessions", 20);
+const SESSIONS = benchOptions({ sessions: { type: "number", default: 20 } }).sessions;
 
 const fakeHarness = path.join(import.meta.dirname, "..", "sdk", "harness-ts", "bin", "oz0-fake-harness.js");
 const command = [process.execPath, fakeHarness];

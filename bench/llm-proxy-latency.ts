@@ -11,14 +11,20 @@
 //   node --import tsx bench/llm-proxy-latency.ts [--calls 2000] [--concurrency 32] [--seconds 5] [--profile-proxy]
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
+import { benchOptions } from "./bench-options.js";
 import { closePostConnections, cpuOf, postJson, serveRoleControl, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
 
-const args = process.argv.slice(2);
-const option = (name: string, fallback: string): string => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? (args[i + 1] ?? fallback) : fallback;
-};
-const role = option("role", "bench");
+const options = benchOptions({
+  calls: { type: "number", default: 2000 },
+  concurrency: { type: "number", default: 32 },
+  seconds: { type: "number", default: 5 },
+  // Writes a CPU profile of the proxy process (.cpuprofile in the working directory).
+  "profile-proxy": { type: "boolean" },
+  // This file runs itself as the upstream and the proxy, picked by --role.
+  role: { type: "string", default: "bench", internal: true },
+  upstream: { type: "string", default: "", internal: true },
+});
+const role = options.role;
 
 if (role !== "bench") serveRoleControl();
 
@@ -29,8 +35,7 @@ function startBare(url: string): Promise<Role> {
 }
 
 function startRole(name: string, extra: string[] = []): Promise<Role> {
-  // --profile-proxy writes a CPU profile of the proxy process (.cpuprofile in the working directory).
-  const profile = name === "proxy" && args.includes("--profile-proxy") ? ["--cpu-prof"] : [];
+  const profile = name === "proxy" && options["profile-proxy"] ? ["--cpu-prof"] : [];
   return startRoleProcess([...profile, "--import", "tsx", fileURLToPath(import.meta.url), "--role", name, ...extra]);
 }
 
@@ -78,9 +83,7 @@ async function throughput(target: Target, body: Buffer, concurrency: number, sec
 }
 
 async function bench(): Promise<void> {
-  const calls = Number(option("calls", "2000"));
-  const concurrency = Number(option("concurrency", "32"));
-  const seconds = Number(option("seconds", "5"));
+  const { calls, concurrency, seconds } = options;
   const upstream = await startRole("upstream");
   const proxy = await startRole("proxy", ["--upstream", upstream.info.url]);
   const bare = await startBare(upstream.info.url);
@@ -139,7 +142,7 @@ if (role === "upstream") {
   const proxy = await startLlmProxy({
     dataDir: ":memory:",
     kek: Buffer.alloc(32, 1),
-    providers: [{ name: "anthropic", baseUrl: option("upstream", ""), keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15 } } }],
+    providers: [{ name: "anthropic", baseUrl: options.upstream, keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15 } } }],
     logger: pino({ level: "warn" }),
   });
   const { createClient } = await import("@connectrpc/connect");

@@ -12,14 +12,21 @@
 import { randomBytes } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
+import { benchOptions } from "./bench-options.js";
 import { closePostConnections, cpuOf, postJson, serveRoleControl, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
 
-const args = process.argv.slice(2);
-const option = (name: string, fallback: string): string => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? (args[i + 1] ?? fallback) : fallback;
-};
-const role = option("role", "bench");
+const options = benchOptions({
+  calls: { type: "number", default: 1000 },
+  concurrency: { type: "number", default: 32 },
+  seconds: { type: "number", default: 5 },
+  rounds: { type: "number", default: 2 },
+  // This file runs itself as the upstream and the proxies, picked by --role.
+  role: { type: "string", default: "bench", internal: true },
+  upstream: { type: "string", default: "", internal: true },
+  "database-url": { type: "string", default: "", internal: true },
+  schema: { type: "string", default: "", internal: true },
+});
+const role = options.role;
 if (role !== "bench") serveRoleControl();
 
 const KEK = Buffer.alloc(32, 1).toString("base64");
@@ -87,10 +94,7 @@ async function mint(proxyUrl: string): Promise<string> {
 const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]!;
 
 async function bench(): Promise<void> {
-  const calls = Number(option("calls", "1000"));
-  const concurrency = Number(option("concurrency", "32"));
-  const seconds = Number(option("seconds", "5"));
-  const rounds = Number(option("rounds", "2"));
+  const { calls, concurrency, seconds, rounds } = options;
   const { startPostgres } = await import("@oz0/test-infra");
   const postgres = process.env.DATABASE_URL ? undefined : await startPostgres({ database: "oz0_bench" });
   const databaseUrl = process.env.DATABASE_URL ?? postgres!.url;
@@ -148,13 +152,13 @@ if (role === "upstream") {
 } else if (role === "proxy") {
   const { startLlmProxy } = await import("@oz0/llm-proxy");
   const pino = (await import("pino")).default;
-  const databaseUrl = option("database-url", "");
+  const databaseUrl = options["database-url"];
   const proxy = await startLlmProxy({
     dataDir: ":memory:",
-    ...(databaseUrl ? { databaseUrl, databaseSchema: option("schema", "") } : {}),
+    ...(databaseUrl ? { databaseUrl, databaseSchema: options.schema } : {}),
     kek: Buffer.from(KEK, "base64"),
     adminToken: ADMIN,
-    providers: [{ name: "anthropic", baseUrl: option("upstream", ""), keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15 } } }],
+    providers: [{ name: "anthropic", baseUrl: options.upstream, keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15 } } }],
     logger: pino({ level: "warn" }),
   });
   const { createClient } = await import("@connectrpc/connect");

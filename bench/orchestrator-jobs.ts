@@ -24,15 +24,13 @@ import { startEmbeddedStack } from "../services/orchestrator/src/embedded-stack.
 import { resolveHarnessCommand } from "../services/orchestrator/src/harness-command.js";
 import { LlmProxyClient } from "../services/orchestrator/src/llm-proxy-client.js";
 import { SandboxClient } from "../services/orchestrator/src/sandbox-client.js";
+import { benchOptions } from "./bench-options.js";
 
-const args = process.argv.slice(2);
-const option = (name: string, fallback: number): number => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? Number(args[i + 1]) : fallback;
-};
-const JOBS = option("jobs", 40);
-const INFLIGHT = option("inflight", 8);
-const LATENCY = option("latency", 10);
+const { jobs: JOBS, inflight: INFLIGHT, latency: LATENCY } = benchOptions({
+  jobs: { type: "number", default: 40 },
+  inflight: { type: "number", default: 8 },
+  latency: { type: "number", default: 10 },
+});
 
 const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);

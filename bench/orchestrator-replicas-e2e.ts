@@ -16,12 +16,14 @@ import { startPostgres, type RunningPostgres } from "@oz0/test-infra";
 import pg from "pg";
 import { proxySchema, startClusterStack, type ClusterStack } from "../services/orchestrator/test/support/cluster-stack.js";
 import { makePluginRepo } from "../services/orchestrator/test/support/test-stack.js";
+import { benchOptions } from "./bench-options.js";
 
-const args = process.argv.slice(2);
-const option = (name: string, fallback: number): number => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? Number(args[i + 1]) : fallback;
-};
+// Read before main() starts PostgreSQL, so a misspelt flag costs nothing.
+const { jobs, inflight, repeat } = benchOptions({
+  jobs: { type: "number", default: 120 },
+  inflight: { type: "number", default: 16 },
+  repeat: { type: "number", default: 2 },
+});
 
 const AGENT = ["name: bench", "description: one tool call, then the answer", "runtime: harness:fake", "model:", "  primary: anthropic/claude-sonnet-5-5", "instructions: prompts/fixer.md", "harness:", "  tools: [read_file, write_file, run_command]", ""].join("\n");
 const TERMINAL = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]);
@@ -79,9 +81,6 @@ async function ended(c: ClusterStack, replica: number, jobId: string): Promise<J
 }
 
 async function main(): Promise<void> {
-  const jobs = option("jobs", 120);
-  const inflight = option("inflight", 16);
-  const repeat = option("repeat", 2);
   let own: RunningPostgres | undefined;
   const url = process.env.DATABASE_URL ?? (own = await startPostgres({ database: "bench" })).url;
   const plugin = await makePluginRepo({ name: "bench", agents: { bench: AGENT } });

@@ -18,25 +18,29 @@ import { startPostgres, type RunningPostgres } from "@oz0/test-infra";
 import { LeaseManager } from "../services/orchestrator/src/lease-manager.js";
 import { createPostgresPool, migrateOrchestrator } from "../services/orchestrator/src/postgres-migrations.js";
 import { PostgresJobStore } from "../services/orchestrator/src/postgres-store.js";
+import { benchOptions } from "./bench-options.js";
 
-const args = process.argv.slice(2);
-const option = (name: string, fallback: number): number => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? Number(args[i + 1]) : fallback;
-};
-const text = (name: string): string | undefined => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? args[i + 1] : undefined;
-};
+// --jobs has no default here: the bench's is 600 and a replica's 200, so
+// main() and worker() apply their own. --worker, --url, --schema and
+// --replica are what startReplica() passes to the replica processes.
+const options = benchOptions({
+  jobs: { type: "number" },
+  steps: { type: "number", default: 8 },
+  inflight: { type: "number", default: 8 },
+  repeat: { type: "number", default: 2 },
+  worker: { type: "boolean", internal: true },
+  url: { type: "string", internal: true },
+  schema: { type: "string", internal: true },
+  replica: { type: "string", internal: true },
+});
 
 /** One replica: waits for "go" on stdin, runs its share of jobs, prints "done". */
 async function worker(): Promise<void> {
-  const connectionString = text("url")!;
-  const schema = text("schema")!;
-  const replica = text("replica")!;
-  const jobs = option("jobs", 200);
-  const steps = option("steps", 8);
-  const inflight = option("inflight", 8);
+  const connectionString = options.url!;
+  const schema = options.schema!;
+  const replica = options.replica!;
+  const jobs = options.jobs ?? 200;
+  const { steps, inflight } = options;
   const store = await PostgresJobStore.open({ connectionString, schema, maxConnections: inflight + 2 });
   const leases = await LeaseManager.open({ pool: store.pool, owner: replica });
   process.stdout.write("ready\n");
@@ -114,10 +118,8 @@ async function round(url: string, replicas: number, total: number, steps: number
 }
 
 async function main(): Promise<void> {
-  const total = option("jobs", 600);
-  const steps = option("steps", 8);
-  const inflight = option("inflight", 8);
-  const repeat = option("repeat", 2);
+  const total = options.jobs ?? 600;
+  const { steps, inflight, repeat } = options;
   let own: RunningPostgres | undefined;
   const url = process.env.DATABASE_URL ?? (own = await startPostgres({ database: "bench" })).url;
   try {
@@ -132,5 +134,5 @@ async function main(): Promise<void> {
   }
 }
 
-if (args.includes("--worker")) await worker();
+if (options.worker) await worker();
 else await main();

@@ -15,7 +15,6 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
@@ -25,20 +24,17 @@ import { startScriptedModel } from "@oz0/harness/testing";
 import { ProtocolVersion, SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { SandboxService, SessionStatus, type RunSessionResponse } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { startSandbox, type IsolationSetting } from "@oz0/sandbox";
+import { benchOptions } from "./bench-options.js";
 
-const { values } = parseArgs({
-  options: {
-    sessions: { type: "string", default: "50" },
-    events: { type: "string", default: "100" },
-    isolation: { type: "string", default: "none" },
-    harness: { type: "string", default: "fake" },
-  },
+const { sessions: SESSIONS, events: EVENTS, isolation, harness } = benchOptions({
+  sessions: { type: "number", default: 50 },
+  events: { type: "number", default: 100 },
+  isolation: { type: "string", default: "none" },
+  harness: { type: "string", default: "fake" },
 });
-const SESSIONS = Number(values.sessions);
-const EVENTS = Number(values.events);
-const ISOLATION = values.isolation as IsolationSetting;
+const ISOLATION = isolation as IsolationSetting;
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
-const FAKE = values.harness !== "chatty";
+const FAKE = harness !== "chatty";
 const HARNESS = FAKE
   ? path.join(REPO, "sdk", "harness-ts", "bin", "oz0-fake-harness.js")
   : path.join(REPO, "services", "sandbox", "test", "fixtures", "scenario-harness.mjs");

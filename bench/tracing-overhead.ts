@@ -16,15 +16,13 @@ import { startScriptedModel, type ScriptedRequest } from "@oz0/harness/testing";
 import { clientsFor } from "../services/orchestrator/src/cli/connection.js";
 import { startEmbeddedStack, type EmbeddedStack } from "../services/orchestrator/src/embedded-stack.js";
 import { startOtlpReceiver } from "../tools/test-infra/src/otlp-receiver.js";
+import { benchOptions } from "./bench-options.js";
 
-const args = process.argv.slice(2);
-const option = (name: string, fallback: number): number => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? Number(args[i + 1]) : fallback;
-};
-const JOBS = option("jobs", 30);
-const INFLIGHT = option("inflight", 6);
-const ROUNDS = option("rounds", 3);
+const { jobs: JOBS, inflight: INFLIGHT, rounds: ROUNDS } = benchOptions({
+  jobs: { type: "number", default: 30 },
+  inflight: { type: "number", default: 6 },
+  rounds: { type: "number", default: 3 },
+});
 
 const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
