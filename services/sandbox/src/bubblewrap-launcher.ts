@@ -11,10 +11,10 @@
 // signals it has no handler for. So terminate() signals that group, and
 // kill() SIGKILLs bwrap and the init, which takes the namespace with it.
 import { execFile, spawn } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, realpathSync } from "node:fs";
 import path from "node:path";
 import type { Readable } from "node:stream";
-import { commandIsExecutable } from "./command-lookup.js";
+import { findCommand } from "./command-lookup.js";
 import type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "@oz0/harness/host";
 
 /** System paths bound read-only when they exist; /etc only in part, since it can hold secrets. */
@@ -99,6 +99,38 @@ function killQuietly(pid: number, signal: NodeJS.Signals): void {
   }
 }
 
+function isWithin(file: string, root: string): boolean {
+  return root !== "" && (file === root || file.startsWith(root.endsWith("/") ? root : `${root}/`));
+}
+
+/**
+ * The node finds the command, but inside the sandbox only the bound paths
+ * exist: refused here with what to do, rather than as a harness that could
+ * not start (ENOENT from inside, with no hint why). The command's link
+ * target must be visible too (node_modules/.bin links into the package).
+ */
+function assertVisible(command: string, visible: readonly string[]): void {
+  let target = command;
+  try {
+    target = realpathSync(command);
+  } catch {
+    // Unreadable link: the literal path decides.
+  }
+  const roots = visible.flatMap((root) => {
+    try {
+      return [root, realpathSync(root)];
+    } catch {
+      return [root];
+    }
+  });
+  const hidden = [command, target].find((file) => !roots.some((root) => isWithin(file, root)));
+  if (hidden === undefined) return;
+  throw new Error(
+    `the harness command ${command}${target !== command ? ` (${target})` : ""} is not visible inside the sandbox, where bubblewrap shows only the system paths, ` +
+      "node, the plugin, the session's own directories and OZ0_SANDBOX_READ_ONLY_PATHS: add the directory it is installed in (with its node_modules) to OZ0_SANDBOX_READ_ONLY_PATHS (':'-separated)",
+  );
+}
+
 function systemBinds(paths: readonly string[]): string[] {
   return paths.flatMap((p) => ["--ro-bind-try", p, p]);
 }
@@ -108,7 +140,10 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
     launch(spec: LaunchSpec): LaunchedHarness {
       if (spec.command.length === 0) throw new Error("the harness command is empty");
       // Inside, the filesystem is a subset of the node's: what is not found here is not found there.
-      if (!commandIsExecutable(spec)) throw new Error("no such executable on the session's PATH (ENOENT)");
+      const found = findCommand(spec);
+      if (found === undefined) throw new Error("no such executable on the session's PATH (ENOENT)");
+      const nodeDir = path.dirname(process.execPath);
+      assertVisible(found, [...options.readOnlyPaths, nodeDir, options.pluginDir, ...options.writablePaths]);
       const args = [
         "--unshare-all",
         "--die-with-parent",
@@ -124,7 +159,6 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
         "--dev", "/dev",
         ...systemBinds(options.readOnlyPaths),
       ];
-      const nodeDir = path.dirname(process.execPath);
       if (!options.readOnlyPaths.some((p) => nodeDir === p || nodeDir.startsWith(`${p}/`))) args.push("--ro-bind", nodeDir, nodeDir);
       if (options.pluginDir !== "") args.push("--ro-bind", options.pluginDir, options.pluginDir);
       for (const p of options.writablePaths) args.push("--bind", p, p);

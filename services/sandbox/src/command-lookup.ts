@@ -5,14 +5,14 @@ import { accessSync, constants } from "node:fs";
 import path from "node:path";
 import type { LaunchSpec } from "@oz0/harness/host";
 
-/** Whether `command[0]` names an executable, as execvp would find it with the session's PATH. */
-export function commandIsExecutable(spec: LaunchSpec): boolean {
+/** The file `command[0]` names, as execvp would find it with the session's PATH; undefined when there is none. */
+export function findCommand(spec: LaunchSpec): string | undefined {
   const file = spec.command[0] ?? "";
-  if (file === "") return false;
+  if (file === "") return undefined;
   const candidates = file.includes("/")
     ? [path.resolve(spec.cwd, file)]
     : (spec.env.PATH ?? "").split(":").filter((dir) => dir !== "").map((dir) => path.join(dir, file));
-  return candidates.some((candidate) => {
+  return candidates.find((candidate) => {
     try {
       accessSync(candidate, constants.X_OK);
       return true;
@@ -20,4 +20,9 @@ export function commandIsExecutable(spec: LaunchSpec): boolean {
       return false;
     }
   });
+}
+
+/** Whether `command[0]` names an executable, as execvp would find it with the session's PATH. */
+export function commandIsExecutable(spec: LaunchSpec): boolean {
+  return findCommand(spec) !== undefined;
 }

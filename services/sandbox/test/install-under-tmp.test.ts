@@ -1,7 +1,7 @@
 // An installation that lives under the node's /tmp (CI clones there) must stay
 // visible inside bubblewrap, where the session gets a private /tmp of its own.
 import assert from "node:assert/strict";
-import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, copyFileSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, it } from "node:test";
@@ -26,4 +26,19 @@ void it("runs a harness installed under /tmp while the session's own /tmp stays 
     scenarioStart({ mode: "complete" }, { command: [process.execPath, path.join(install, "scenario-harness.mjs")], pluginDir: FIXTURES }),
   );
   assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
+});
+
+void it("refuses a harness command outside every bound path, saying which setting makes it visible", async () => {
+  // The node finds it, but inside bubblewrap it would not exist: a plain ENOENT from inside helped nobody.
+  const elsewhere = mkdtempSync(path.join(os.tmpdir(), "oz0-unbound-"));
+  try {
+    const command = path.join(elsewhere, "harness.mjs");
+    copyFileSync(path.join(FIXTURES, "scenario-harness.mjs"), command);
+    chmodSync(command, 0o755);
+    const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }, { command: [command], pluginDir: FIXTURES }));
+    assert.equal(stream.exited().status, SessionStatus.FAILED);
+    assert.match(stream.exited().errorMessage, new RegExp(`${command} is not visible inside the sandbox.*OZ0_SANDBOX_READ_ONLY_PATHS`));
+  } finally {
+    rmSync(elsewhere, { recursive: true, force: true });
+  }
 });
