@@ -156,6 +156,7 @@ export class GraphJobs {
       sandboxSeq: 0,
       attachments: [],
       tokenId: "",
+      servedTools: "",
     };
     // Leased before it exists, so no other replica takes it for an orphan.
     await this.#ownership.claim(job.id);
@@ -325,12 +326,13 @@ export class GraphJobs {
           store: this.#o.store,
           feed: this.#o.feed,
           jobs: this.#o.jobs,
+          graphStore: this.#graphs,
           agent: managerAgent,
           ...(pinned[managerAgent] ? { version: pinned[managerAgent] } : {}),
           halt: halt.signal,
           ...poll,
           onJob: (m) => {
-            if (live()) this.#note(jobId, `  manager ${managerAgent} decides ${m.event} as job ${m.jobId}\n`);
+            if (live()) this.#note(jobId, `  manager ${managerAgent} ${m.reattached ? "still decides" : "decides"} ${m.event} as job ${m.jobId}\n`);
           },
         })
       : undefined;

@@ -5,27 +5,38 @@
 // its own through the job runner, exactly like an agent step (sandbox, LLM
 // proxy token, metering, hooks). Its input is the event and the bag's
 // redacted snapshot only: never a step's raw output or error text, which may
-// hold what the redaction is there to hide. The decision tools
-// (`managerTools`) are offered as runtime tools the job runner lets this
-// class answer; the first valid call is the decision.
+// hold what the redaction is there to hide.
+//
+// Durable like a step: the decision tools (`managerTools`) are runtime tools
+// the orchestrator serves the manager's job itself (`graphManagerTools`, by
+// the job's `servedTools`), so whichever replica runs the job answers them,
+// and each answer is recorded in the job's events; the first accepted call
+// is the decision. The manager's job is recorded under the event's key, so a
+// run resumed after a restart or a takeover waits for the same job and reads
+// the same decision rather than asking again.
+import { createHash } from "node:crypto";
 import type { JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
 import type { RuntimeTool } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { decisionFromToolCall, GraphError, managerTools, type ControlEvent, type GraphManager, type ManagerDecision } from "@oz0/graph";
 import { never, waitForTerminalJob } from "./graph-executor.js";
+import type { GraphStore } from "./graph-store.js";
 import type { JobFeed } from "./job-feed.js";
-import type { JobRunner } from "./job-runner.js";
+import { servedToolCalls, type JobRunner, type ServedRuntimeTools } from "./job-runner.js";
 import type { JobStore } from "./job-store.js";
+import { OrchestratorError } from "./orchestrator-error.js";
 
 export interface AgentGraphManagerOptions {
   store: JobStore;
   feed: JobFeed;
   jobs: JobRunner;
+  /** Where the manager's job for each control event is recorded, beside the steps' jobs. */
+  graphStore: GraphStore;
   /** The definition's `managerAgent`. */
   agent: string;
   /** Its version pinned when the run started (absent: the latest). */
   version?: number;
-  /** Called with the manager's job when it starts, for the graph job's events. */
-  onJob?: (info: { event: ControlEvent["kind"]; jobId: string }) => void;
+  /** Called with the manager's job when it starts, or is waited for again after a resume, for the graph job's events. */
+  onJob?: (info: { event: ControlEvent["kind"]; jobId: string; reattached: boolean }) => void;
   /** Aborted when this replica stops working on the run: no decision is made (the call never settles). */
   halt?: AbortSignal;
   /** How often the manager's job is read from the store while waiting for it. Default 1 s. */
@@ -69,6 +80,43 @@ export function managerInput(event: ControlEvent): string {
   ].join("\n");
 }
 
+/** The name under which the job runner serves a manager job its decision tools (`JobRunnerOptions.servedTools`). */
+export const GRAPH_MANAGER_TOOLS = "graph-manager";
+
+/** The decision tools, answered from the call and the job's earlier answers only: the first valid call decides. */
+export const graphManagerTools: ServedRuntimeTools = {
+  tools: RUNTIME_TOOLS,
+  answer(call, earlier) {
+    const decided = earlier.find((c) => !c.error);
+    if (decided) return { error: `the decision was already made (${decided.tool}); end your turn` };
+    try {
+      return { output: { decided: decisionFromToolCall(call.name, call.input).action } };
+    } catch (error) {
+      // The model sees why and may call again.
+      return { error: (error as Error).message };
+    }
+  },
+};
+
+/**
+ * The key a control event's manager job is recorded under, the same when the
+ * run is resumed and the event comes again. A step error's message names the
+ * failed step job, so a step that fails anew after a resume (a new job) gets
+ * a decision of its own. An invoke in flight is never replayed: no key.
+ */
+export function managerJobKey(event: ControlEvent): string | undefined {
+  switch (event.kind) {
+    case "step_error": {
+      const failure = createHash("sha256").update(`${event.error.code}\n${event.error.message}`).digest("hex").slice(0, 16);
+      return `${event.runId}#manager:step_error@${event.path}:${event.iteration}:${event.attempt}:${failure}`;
+    }
+    case "max_iterations":
+      return `${event.runId}#manager:max_iterations@${event.path}:${event.iteration}`;
+    case "invoke_in_flight":
+      return undefined;
+  }
+}
+
 export class AgentGraphManager implements GraphManager {
   readonly #o: AgentGraphManagerOptions;
 
@@ -79,31 +127,29 @@ export class AgentGraphManager implements GraphManager {
   async decide(event: ControlEvent): Promise<ManagerDecision> {
     const o = this.#o;
     if (o.halt?.aborted) return never();
-    let decision: ManagerDecision | undefined;
-    const rejected: string[] = [];
-    const job = await o.jobs.runAgent({
-      agent: o.agent,
-      input: managerInput(event),
-      ...(o.version ? { version: o.version } : {}),
-      callerTools: {
-        tools: RUNTIME_TOOLS,
-        call: ({ name, input }) => {
-          if (decision) return Promise.resolve({ error: `the decision was already made (${decision.action}); end your turn` });
-          try {
-            decision = decisionFromToolCall(name, input);
-            return Promise.resolve({ output: { decided: decision.action } });
-          } catch (error) {
-            // The model sees why and may call again.
-            const message = (error as Error).message;
-            rejected.push(message);
-            return Promise.resolve({ error: message });
-          }
-        },
-      },
-    });
-    o.onJob?.({ event: event.kind, jobId: job.id });
-    const done = await waitForTerminalJob({ store: o.store, feed: o.feed, jobId: job.id, ...(o.halt ? { halt: o.halt } : {}), ...(o.pollMs ? { pollMs: o.pollMs } : {}) });
-    if (decision) return decision;
+    const key = managerJobKey(event);
+    let jobId = key ? await o.graphStore.getStepJob(key) : undefined;
+    if (jobId && !(await o.store.getJob(jobId))) jobId = undefined;
+    const reattached = jobId !== undefined;
+    if (!jobId) {
+      try {
+        const job = await o.jobs.runAgent({ agent: o.agent, input: managerInput(event), ...(o.version ? { version: o.version } : {}), servedTools: GRAPH_MANAGER_TOOLS });
+        jobId = job.id;
+      } catch (error) {
+        // The orchestrator is shutting down: the event comes again when the run resumes.
+        if (error instanceof OrchestratorError && error.code === "unavailable") return never();
+        throw error;
+      }
+      // Halted meanwhile: the run's new owner records a manager job of its own.
+      if (o.halt?.aborted) return never();
+      if (key) await o.graphStore.putStepJob({ idempotencyKey: key, runId: event.runId, stepJobId: jobId });
+    }
+    o.onJob?.({ event: event.kind, jobId, reattached });
+    const done = await waitForTerminalJob({ store: o.store, feed: o.feed, jobId, ...(o.halt ? { halt: o.halt } : {}), ...(o.pollMs ? { pollMs: o.pollMs } : {}) });
+    const calls = await servedToolCalls(o.store, done.id);
+    const accepted = calls.find((c) => !c.error);
+    if (accepted) return decisionFromToolCall(accepted.tool, accepted.input ?? {});
+    const rejected = calls.map((c) => c.error);
     const why = rejected.length > 0 ? `; its calls were rejected: ${rejected.join("; ")}` : "";
     throw new GraphError(
       "MANAGER_FAILED",

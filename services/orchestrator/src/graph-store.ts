@@ -68,9 +68,9 @@ export interface GraphJobRecord {
   createdAt: Date;
 }
 
-/** The job an agent step runs as. */
+/** The job an agent step runs as, or a manager's job for a control event (graph-manager-agent.ts). */
 export interface StepJobRecord {
-  /** The step's idempotency key (`<run id><step path>`). */
+  /** The step's idempotency key (`<run id><step path>`), or the event's (`managerJobKey`). */
   idempotencyKey: string;
   runId: string;
   stepJobId: string;

@@ -17,6 +17,7 @@ import {
   SessionResultSchema,
   StopReason,
   type RuntimeTool,
+  type RuntimeToolCall,
   type SessionEvent,
   type SessionResult,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
@@ -24,7 +25,9 @@ import {
   Decider,
   JobEventSchema,
   JobState,
+  ServedToolCallSchema,
   type JobEvent,
+  type ServedToolCall,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { Logger } from "@oz0/serving";
 import { AgentVersions, parseDuration } from "./agent-versions.js";
@@ -97,24 +100,26 @@ export interface JobRunnerOptions {
   operationRepairs?: number;
   /** Which jobs this replica works on (job-ownership.ts). Default: every job (one orchestrator). */
   ownership?: JobOwnership;
+  /** Runtime tools the orchestrator serves jobs itself, by the name runAgent's `servedTools` gives. */
+  servedTools?: Record<string, ServedRuntimeTools>;
 }
 
 /**
- * Runtime tools the caller of runAgent serves itself (a graph's manager
- * agent gets its decision tools this way). Offering them is the caller's
- * decision, so their calls are allowed without the tool policy. Kept in
- * memory only: after a restart the job's calls to them are answered with an
- * error.
+ * Runtime tools the orchestrator serves some jobs itself (a graph's manager
+ * agent gets its decision tools this way). Offering them is the
+ * orchestrator's decision, so their calls are allowed without the tool
+ * policy. A job names its set (`JobRecord.servedTools`), so any replica that
+ * runs it, after a restart or a takeover, serves it alike. Each call and its
+ * answer are recorded as the job's `servedToolCall` event before the answer
+ * reaches the session; that record is what was decided.
  */
-export interface CallerRuntimeTools {
+export interface ServedRuntimeTools {
   tools: RuntimeTool[];
-  /** Answers one call: its output, or an error the model sees. */
-  call(call: { id: string; name: string; input: unknown }): Promise<{ output: ProtoJsonObject } | { error: string }>;
+  /** The answer to a call, from the call and the job's earlier served calls (oldest first) only. */
+  answer(call: { name: string; input: ProtoJsonObject }, earlier: readonly ServedToolCall[]): { output: ProtoJsonObject } | { error: string };
 }
 
 interface ActiveJob {
-  /** Tools served by runAgent's caller. */
-  callerTools?: CallerRuntimeTools;
   /** Starts the session again, while the sandbox has never taken it (it was full). */
   restart?: () => SessionChannel;
   /** The session's node; unset until it is placed. */
@@ -237,8 +242,10 @@ export class JobRunner {
   }
 
   /** `version`: run that version instead of the latest (a graph run pins its agents' versions when it starts). */
-  async runAgent(options: { agent: string; input: string; attachments?: string[]; version?: number; callerTools?: CallerRuntimeTools }): Promise<JobRecord> {
+  /** `servedTools`: a set of `JobRunnerOptions.servedTools` the session is offered. */
+  async runAgent(options: { agent: string; input: string; attachments?: string[]; version?: number; servedTools?: string }): Promise<JobRecord> {
     if (this.#closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
+    if (options.servedTools && !this.#o.servedTools?.[options.servedTools]) throw new Error(`no runtime tools named ${options.servedTools} are served here`);
     const agent = await this.#agents.resolve(options.agent, options.version);
     const attachments = (options.attachments ?? []).map((a) => {
       if (!path.isAbsolute(a)) throw invalidArgument(`attachment ${a} is not an absolute path; pass absolute paths on the orchestrator's host`);
@@ -264,6 +271,7 @@ export class JobRunner {
       sandboxSeq: 0,
       attachments,
       tokenId: "",
+      servedTools: options.servedTools ?? "",
     };
     // Leased before it exists, so no other replica takes it for an orphan.
     await this.#ownership.claim(job.id);
@@ -276,7 +284,7 @@ export class JobRunner {
       status: "pending",
       attributes: { harness: agent.harness.manifest.name, plugin: agent.plugin, attachment_count: attachments.length },
     });
-    const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "", ...(options.callerTools ? { callerTools: options.callerTools } : {}) };
+    const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "" };
     this.#active.set(job.id, active);
     this.#track(this.#startSession(job, active));
     return (await this.#o.store.getJob(job.id))!;
@@ -321,7 +329,7 @@ export class JobRunner {
       harnessOptions: (definition.harness ?? {}) as ProtoJsonObject,
       permissions: agent.harness.manifest.permissions ?? false,
       // Harness operations, as runtime tools; the skill catalogue every session of the version sees.
-      runtimeTools: [...operationRuntimeTools(agent), ...(active.callerTools?.tools ?? [])],
+      runtimeTools: [...operationRuntimeTools(agent), ...(this.#served(job)?.tools ?? [])],
       skills: sessionSkills(agent),
       llm: {
         anthropicBaseUrl: token.anthropicBaseUrl,
@@ -589,28 +597,15 @@ export class JobRunner {
         await this.#decidePermission(jobId, active, event, patch);
         return;
       case "runtimeToolCall": {
-        const callerTools = active.callerTools;
-        if (callerTools?.tools.some((t) => t.name === e.value.name)) {
-          // Served by runAgent's caller; answered beside the session like an operation.
-          const call = { id: e.value.id, name: e.value.name, input: e.value.input ?? {} };
-          this.#track(
-            callerTools.call(call).then(async (outcome) => {
-              const channel = this.#active.get(jobId)?.channel;
-              if (!channel) throw new Error(`job ${jobId}'s session is not attached; the ${call.name} call stays unanswered`);
-              await channel.answerRuntimeTool(
-                "output" in outcome
-                  ? create(RuntimeToolResultSchema, { id: call.id, output: fromJson(ValueSchema, outcome.output) })
-                  : create(RuntimeToolResultSchema, { id: call.id, isError: true, error: outcome.error }),
-              );
-            }),
-          );
-          await this.#o.store.updateJob(jobId, patch);
+        const job = (await this.#o.store.getJob(jobId))!;
+        const served = this.#served(job);
+        if (served?.tools.some((t) => t.name === e.value.name)) {
+          await this.#answerServed({ jobId, active, served, call: e.value, patch });
           return;
         }
         // A harness operation runs beside the session (calls of one turn concurrently); its
         // answer goes down the stream when done. Recorded before the seq advances, so a crash
         // in between replays the call rather than losing it.
-        const job = (await this.#o.store.getJob(jobId))!;
         const { recorded, done } = this.#operations.accept({ parent: this.#operationParent(job, active), callId: e.value.id, name: e.value.name, input: e.value.input });
         this.#track(done);
         await recorded;
@@ -622,6 +617,35 @@ export class JobRunner {
     }
   }
 
+  #served(job: JobRecord): ServedRuntimeTools | undefined {
+    return job.servedTools ? this.#o.servedTools?.[job.servedTools] : undefined;
+  }
+
+  /**
+   * Answers a call of a served runtime tool. Recorded before the answer is
+   * written and before the session's position moves past the call: a crash
+   * in between sees the call again and sends the recorded answer, so the
+   * answer is decided once, whichever replica runs the job then.
+   */
+  async #answerServed(o: { jobId: string; active: ActiveJob; served: ServedRuntimeTools; call: RuntimeToolCall; patch: JobPatch }): Promise<void> {
+    const earlier = await servedToolCalls(this.#o.store, o.jobId);
+    let record = earlier.find((r) => r.callId === o.call.id);
+    if (!record) {
+      const answer = o.served.answer({ name: o.call.name, input: o.call.input ?? {} }, earlier);
+      record = create(ServedToolCallSchema, {
+        callId: o.call.id,
+        tool: o.call.name,
+        input: o.call.input ?? {},
+        ...("output" in answer ? { output: fromJson(ValueSchema, answer.output) } : { error: answer.error }),
+      });
+      await this.#append(o.jobId, [{ event: { case: "servedToolCall", value: record } } as Partial<JobEvent>]);
+    }
+    await o.active.channel?.answerRuntimeTool(
+      create(RuntimeToolResultSchema, record.error ? { id: o.call.id, isError: true, error: record.error } : { id: o.call.id, ...(record.output ? { output: record.output } : {}) }),
+    );
+    await this.#o.store.updateJob(o.jobId, o.patch);
+  }
+
   async #decidePermission(jobId: string, active: ActiveJob, event: SessionEvent, patch: JobPatch): Promise<void> {
     if (event.event.case !== "permissionRequest") return;
     const request = event.event.value;
@@ -630,7 +654,7 @@ export class JobRunner {
     const cancelled = job.cancelRequestedAt !== undefined;
     const decision = cancelled
       ? ({ kind: "deny", decider: "runtime", reason: "the job was cancelled" } as const)
-      : active.callerTools?.tools.some((t) => t.name === request.tool)
+      : this.#served(job)?.tools.some((t) => t.name === request.tool)
         ? ({ kind: "allow", decider: "runtime", reason: "a tool the runtime offered this session" } satisfies PolicyDecision as PolicyDecision)
         : await this.#o.policy.decide({
           jobId,
@@ -926,9 +950,7 @@ export class JobRunner {
         state = "failed";
         error = result
           ? `the session ended ${StopReason[result.stopReason]?.toLowerCase() ?? "badly"}${result.error ? `: ${result.error}` : ""}`
-          : active?.exitError
-            ? `${active.exitError} without a result`
-            : "the session ended without a result";
+          : `the session ended without a result${active?.exitError ? `: ${active.exitError}` : ""}`;
       }
       const events: Partial<JobEvent>[] = [];
       // Calls still waiting can never be answered now.
@@ -973,5 +995,16 @@ export class JobRunner {
     this.#deadlines.close();
     for (const active of this.#active.values()) active.channel?.close();
     await Promise.allSettled([...this.#running]);
+  }
+}
+
+/** The served runtime tool calls of a job and their answers, oldest first (from its events). */
+export async function servedToolCalls(store: JobStore, jobId: string): Promise<ServedToolCall[]> {
+  const calls: ServedToolCall[] = [];
+  for (let after = 0; ; ) {
+    const page = await store.listJobEvents(jobId, after, 500);
+    for (const e of page) if (e.event.case === "servedToolCall") calls.push(e.event.value);
+    if (page.length < 500) return calls;
+    after = Number(page[page.length - 1]!.seq);
   }
 }

@@ -89,6 +89,12 @@ export interface JobRecord {
   tokenId: string;
   /** Set once someone asked to cancel; the job ends `cancelled`. */
   cancelRequestedAt?: Date;
+  /**
+   * The runtime tools the orchestrator serves this job itself, by name
+   * (`graph-manager`), or "" for none. Stored so any replica that runs the
+   * job, after a restart or a takeover, serves them the same way.
+   */
+  servedTools: string;
 }
 
 export type JobPatch = Partial<Omit<JobRecord, "id" | "createdAt" | "lastSeq">>;

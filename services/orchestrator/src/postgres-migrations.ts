@@ -112,6 +112,12 @@ CREATE TABLE graph_steps (
   PRIMARY KEY (run_id, path));
 `,
   },
+  {
+    version: 7,
+    name: "served tools",
+    // The runtime tools the orchestrator serves a job itself (a graph manager's decisions), so any replica serves them.
+    sql: "ALTER TABLE jobs ADD COLUMN served_tools text NOT NULL DEFAULT '';",
+  },
 ];
 
 export interface PostgresConnectionOptions {

@@ -58,6 +58,7 @@ interface JobRow {
   attachments: string[];
   token_id: string;
   cancel_requested_at: Date | null;
+  served_tools: string;
 }
 
 interface AgentRow {
@@ -119,6 +120,7 @@ const JOB_COLUMNS: Record<keyof JobPatch, string> = {
   attachments: "attachments",
   tokenId: "token_id",
   cancelRequestedAt: "cancel_requested_at",
+  servedTools: "served_tools",
 };
 
 function toJob(row: JobRow): JobRecord {
@@ -142,6 +144,7 @@ function toJob(row: JobRow): JobRecord {
     attachments: row.attachments,
     tokenId: row.token_id,
     ...(row.cancel_requested_at !== null ? { cancelRequestedAt: row.cancel_requested_at } : {}),
+    servedTools: row.served_tools,
   };
 }
 
@@ -316,8 +319,8 @@ export class PostgresJobStore implements JobStore {
   async createJob(job: JobRecord): Promise<void> {
     await this.#pool.query(
       `INSERT INTO jobs (id, agent_name, agent_version, input, state, created_at, updated_at, finished_at, result_text, stop_reason,
-       error, session_id, sandbox_url, last_seq, sandbox_seq, attachments, token_id, cancel_requested_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
+       error, session_id, sandbox_url, last_seq, sandbox_seq, attachments, token_id, cancel_requested_at, served_tools)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
       [
         job.id,
         job.agentName,
@@ -337,6 +340,7 @@ export class PostgresJobStore implements JobStore {
         JSON.stringify(job.attachments),
         job.tokenId,
         job.cancelRequestedAt ?? null,
+        job.servedTools,
       ],
     );
   }

@@ -39,7 +39,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   state TEXT NOT NULL, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, finished_at INTEGER,
   result_text TEXT NOT NULL, stop_reason INTEGER NOT NULL, error TEXT NOT NULL, session_id TEXT NOT NULL,
   sandbox_url TEXT NOT NULL, last_seq INTEGER NOT NULL, sandbox_seq INTEGER NOT NULL, attachments TEXT NOT NULL,
-  token_id TEXT NOT NULL, cancel_requested_at INTEGER);
+  token_id TEXT NOT NULL, cancel_requested_at INTEGER, served_tools TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created_at);
 CREATE TABLE IF NOT EXISTS job_events (
@@ -75,6 +75,7 @@ interface JobRow {
   attachments: string;
   token_id: string;
   cancel_requested_at: number | null;
+  served_tools: string;
 }
 
 interface AgentRow {
@@ -125,6 +126,7 @@ const JOB_COLUMNS: Record<keyof JobPatch, string> = {
   attachments: "attachments",
   tokenId: "token_id",
   cancelRequestedAt: "cancel_requested_at",
+  servedTools: "served_tools",
 };
 
 function toJob(row: JobRow): JobRecord {
@@ -147,6 +149,7 @@ function toJob(row: JobRow): JobRecord {
     attachments: JSON.parse(row.attachments) as string[],
     tokenId: row.token_id,
     ...(row.cancel_requested_at !== null ? { cancelRequestedAt: new Date(row.cancel_requested_at) } : {}),
+    servedTools: row.served_tools,
   };
 }
 
@@ -202,6 +205,9 @@ export class SqliteJobStore implements JobStore {
     this.#db.pragma("synchronous = NORMAL");
     this.#db.pragma("busy_timeout = 5000");
     this.#db.exec(SCHEMA);
+    // A data directory from before served tools: its jobs have none.
+    const columns = this.#db.prepare("PRAGMA table_info(jobs)").all() as { name: string }[];
+    if (!columns.some((c) => c.name === "served_tools")) this.#db.exec("ALTER TABLE jobs ADD COLUMN served_tools TEXT NOT NULL DEFAULT ''");
   }
 
   async putPlugin(record: PluginRecord): Promise<void> {
@@ -272,8 +278,8 @@ export class SqliteJobStore implements JobStore {
     this.#db
       .prepare(
         `INSERT INTO jobs (id, agent_name, agent_version, input, state, created_at, updated_at, finished_at, result_text, stop_reason,
-         error, session_id, sandbox_url, last_seq, sandbox_seq, attachments, token_id, cancel_requested_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         error, session_id, sandbox_url, last_seq, sandbox_seq, attachments, token_id, cancel_requested_at, served_tools)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       )
       .run(
         job.id,
@@ -294,6 +300,7 @@ export class SqliteJobStore implements JobStore {
         JSON.stringify(job.attachments),
         job.tokenId,
         job.cancelRequestedAt?.getTime() ?? null,
+        job.servedTools,
       );
   }
 

@@ -5,6 +5,7 @@ import os from "node:os";
 import path from "node:path";
 import { createLogger, serve, type Logger } from "@oz0/serving";
 import { AgentVersions } from "./agent-versions.js";
+import { GRAPH_MANAGER_TOOLS, graphManagerTools } from "./graph-manager-agent.js";
 import { GraphJobs, isGraphJob } from "./graph-jobs.js";
 import { GraphRegistry } from "./graph-registry.js";
 import { openGraphStore } from "./graph-store.js";
@@ -144,8 +145,8 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     logger,
     ...(lifecycle ? { lifecycle } : {}),
     ...(cluster ? { ownership: cluster.jobs } : {}),
+    servedTools: { [GRAPH_MANAGER_TOOLS]: graphManagerTools },
   });
-  // Graph versions, graph jobs and their checkpoints: one SQLite file of their own under the data directory.
   // Graph versions, graph jobs and their checkpoints: beside the jobs (PostgreSQL), or a SQLite file of their own under the data directory.
   const graphStore = await openGraphStore({ home, ...(cluster ? { pool: cluster.store.pool, ...(config.databaseSchema ? { schema: config.databaseSchema } : {}) } : {}) });
   const graphRegistry = new GraphRegistry({ graphStore, store });

@@ -11,7 +11,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import type { ScriptedTurn } from "@oz0/harness/testing";
 import { agentOf } from "./support/graph-agents.js";
-import { startTestStack, type TestStack } from "./support/test-stack.js";
+import { eventually, startTestStack, type TestStack } from "./support/test-stack.js";
 
 /** The manager's decision per run, by a word of the run's prompt (the manager sees it in the redacted bag). */
 const DECISIONS: Record<string, ScriptedTurn> = {
@@ -19,7 +19,14 @@ const DECISIONS: Record<string, ScriptedTurn> = {
   "skip-case": { toolCalls: [{ name: "skip", input: {} }] },
   "abort-case": { toolCalls: [{ name: "abort", input: { reason: "the boss said stop" } }] },
   "silent-case": { text: "I will not decide" },
+  // Slow, so the orchestrator is restarted while the manager's model call is in flight (before it decides)...
+  "restart-early-case": { toolCalls: [{ name: "retry", input: {} }], delayMs: 3_000 },
+  // ...or after its decision was answered, while its session still runs.
+  "restart-late-case": { toolCalls: [{ name: "skip", input: {} }] },
 };
+
+/** Run prompts whose manager asked the model for its second turn (after deciding). */
+const managerSecondTurns: string[] = [];
 
 /** How many sessions of `flaky` asked the model, per run prompt: only the first one fails. */
 const flakyCalls = new Map<string, number>();
@@ -41,7 +48,9 @@ function turn(agent: string, input: string, turnIndex: number): ScriptedTurn {
     }
     case "boss":
       if (turnIndex === 0) managerInputs.push(input);
-      return turnIndex === 0 ? DECISIONS[caseOf(input)]! : { text: "decided" };
+      if (turnIndex === 0) return DECISIONS[caseOf(input)]!;
+      managerSecondTurns.push(input);
+      return caseOf(input) === "restart-late-case" ? { text: "decided", delayMs: 3_000 } : { text: "decided" };
     default:
       return { text: `${agent} done` };
   }
@@ -120,11 +129,12 @@ async function jobs(): Promise<JobJson[]> {
 }
 
 /** Runs the graph to its end; returns the watch output, its exit code and the run's jobs per agent. */
-async function runManaged(prompt: string): Promise<{ code: number; out: string; byAgent: Record<string, JobJson[]> }> {
+async function runManaged(prompt: string, meanwhile?: () => Promise<void>): Promise<{ code: number; out: string; byAgent: Record<string, JobJson[]> }> {
   const started = await t.cli(["run", "managed", prompt, "--detach"]);
   assert.equal(started.code, 0, started.stderr);
   const id = /graph_\w+/.exec(started.stdout)?.[0];
   assert.ok(id, started.stdout);
+  await meanwhile?.();
   const watched = await t.cli(["jobs", "watch", id]);
   const byAgent: Record<string, JobJson[]> = {};
   // Step jobs' input starts with the run's prompt; the manager's input holds it in the bag.
@@ -179,6 +189,34 @@ void test("a manager that makes no decision fails the run with a clear message",
   assert.notEqual(r.code, 0, r.out);
   assert.match(r.out, /MANAGER_FAILED.*manager agent boss \(job job_\w+\) ended succeeded without calling retry, skip, abort or answer/);
   assert.equal(r.byAgent.after, undefined);
+});
+
+void test("an orchestrator killed while the manager decides resumes the run with the same manager job and its decision", async () => {
+  const r = await runManaged("restart-early-case six", async () => {
+    await eventually(async () => (managerInputs.some((i) => i.includes("restart-early-case six")) ? true : undefined));
+    // The manager's model call is in flight: its decision reaches the restarted orchestrator.
+    await t.restartOrchestrator();
+  });
+  assert.equal(r.code, 0, r.out);
+  assert.match(r.out, /manager boss still decides step_error as job job_\w+/);
+  assert.equal(r.byAgent.boss?.length, 1, "the manager is not asked again after the restart");
+  assert.equal(r.byAgent.boss?.[0]?.state, "JOB_STATE_SUCCEEDED");
+  assert.deepEqual(r.byAgent.flaky?.map((j) => j.state).sort(), ["JOB_STATE_FAILED", "JOB_STATE_SUCCEEDED"], "retried as decided");
+  assert.equal(r.byAgent.after?.length, 1);
+  const boss = await t.cli(["jobs", "watch", r.byAgent.boss![0]!.id]);
+  assert.match(boss.stdout, /◆ retry: \{\} ✓/, "the decision is in the manager job's events");
+});
+
+void test("an orchestrator killed after the manager decided reads the recorded decision", async () => {
+  const r = await runManaged("restart-late-case seven", async () => {
+    await eventually(async () => (managerSecondTurns.some((i) => i.includes("restart-late-case seven")) ? true : undefined));
+    // skip was answered and recorded; the manager's session is still on its next turn.
+    await t.restartOrchestrator();
+  });
+  assert.equal(r.code, 0, r.out);
+  assert.equal(r.byAgent.boss?.length, 1);
+  assert.equal(r.byAgent.flaky?.length, 1, "skipped as decided before the restart, not run again");
+  assert.equal(r.byAgent.after?.length, 1);
 });
 
 void test("a run without a control event never starts the manager", async () => {

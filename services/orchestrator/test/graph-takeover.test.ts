@@ -15,6 +15,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { createLogger } from "@oz0/serving";
 import type { ScriptedTurn } from "@oz0/harness/testing";
+import { GRAPH_MANAGER_TOOLS, graphManagerTools } from "../src/graph-manager-agent.js";
 import { GraphJobs } from "../src/graph-jobs.js";
 import { GraphRegistry } from "../src/graph-registry.js";
 import { openGraphStore, type GraphStore } from "../src/graph-store.js";
@@ -107,6 +108,7 @@ async function replica(name: string): Promise<Replica> {
     policy: new PermissionPolicy({ hooks: [new HookStage()] }),
     home,
     logger,
+    servedTools: { [GRAPH_MANAGER_TOOLS]: graphManagerTools },
   });
   const registry = new GraphRegistry({ graphStore, store });
   const ownership = new TestOwnership(store);

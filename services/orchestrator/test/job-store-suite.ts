@@ -40,6 +40,7 @@ function job(id: string, overrides: Partial<JobRecord> = {}): JobRecord {
     sandboxSeq: 0,
     attachments: [],
     tokenId: "",
+    servedTools: "",
     ...overrides,
   };
 }
@@ -124,6 +125,21 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     assert.deepEqual(after1.map((e) => Number(e.seq)), [2, 3]);
     assert.equal(after1[0]!.event.case, "text");
     assert.equal(after1[0]!.jobId, "j1");
+  });
+
+  withStore("a job keeps the runtime tools the orchestrator serves it, and their recorded answers", async (store) => {
+    // Whichever replica runs the job next serves them from this record alone.
+    await store.createJob(job("m1", { servedTools: "graph-manager" }));
+    await store.createJob(job("p1"));
+    await store.append({
+      jobId: "m1",
+      events: [create(JobEventSchema, { event: { case: "servedToolCall", value: { callId: "c1", tool: "abort", input: { reason: "stop" }, error: "" } } })],
+    });
+    assert.equal((await store.getJob("m1"))?.servedTools, "graph-manager");
+    assert.equal((await store.getJob("p1"))?.servedTools, "");
+    const [recorded] = await store.listJobEvents("m1", 0);
+    assert.equal(recorded?.event.case, "servedToolCall");
+    assert.deepEqual(recorded?.event.case === "servedToolCall" ? recorded.event.value.input : undefined, { reason: "stop" });
   });
 
   withStore("jobs list newest first and filter by state and agent", async (store) => {

@@ -60,6 +60,7 @@ export function jobRecord(id: string, overrides: Partial<JobRecord> = {}): JobRe
     sandboxSeq: 0,
     attachments: [],
     tokenId: "",
+    servedTools: "",
     ...overrides,
   };
 }

@@ -65,6 +65,10 @@ export class EventPrinter {
       case "toolResult":
         this.#line(toolOutput(e.value.output, e.value.isError ? "✗" : "✓"));
         return;
+      case "servedToolCall":
+        // A tool the orchestrator answered itself, such as a graph manager's decision.
+        this.#line(`◆ ${e.value.tool}: ${short(e.value.input ?? {}, 120)}${e.value.error ? ` ✗ ${e.value.error}` : " ✓"}`);
+        return;
       case "permissionDecision": {
         const d = e.value;
         if (d.pending) this.#line(`? ${d.tool} waits for approval (call ${d.id}): oz0 approve ${event.jobId} ${d.id}   or   oz0 deny ${event.jobId} ${d.id} --reason TEXT`);

@@ -8,7 +8,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { PermissionAnswer_Outcome, PermissionRequest, SessionResult, SessionStarted, StopReason, TextEvent, ToolCall, ToolResult, Usage } from "../../harness/v1/harness_pb.js";
 import { file_oz0_harness_v1_harness } from "../../harness/v1/harness_pb.js";
@@ -20,7 +20,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file oz0/orchestrator/v1/orchestrator.proto.
  */
 export const file_oz0_orchestrator_v1_orchestrator: GenFile = /*@__PURE__*/
-  fileDesc("CiZvejAvb3JjaGVzdHJhdG9yL3YxL29yY2hlc3RyYXRvci5wcm90bxITb3owLm9yY2hlc3RyYXRvci52MSIwCg9BZ2VudFZlcnNpb25SZWYSDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgNIrkDCgNKb2ISCgoCaWQYASABKAkSMwoFYWdlbnQYAiABKAsyJC5vejAub3JjaGVzdHJhdG9yLnYxLkFnZW50VmVyc2lvblJlZhINCgVpbnB1dBgDIAEoCRIsCgVzdGF0ZRgEIAEoDjIdLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iU3RhdGUSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3Jlc3VsdF90ZXh0GAggASgJEi8KC3N0b3BfcmVhc29uGAkgASgOMhoub3owLmhhcm5lc3MudjEuU3RvcFJlYXNvbhINCgVlcnJvchgKIAEoCRISCgpzZXNzaW9uX2lkGAsgASgJEhMKC3NhbmRib3hfdXJsGAwgASgJEhAKCGxhc3Rfc2VxGA0gASgEEhMKC2F0dGFjaG1lbnRzGA4gAygJIkQKD1J1bkFnZW50UmVxdWVzdBINCgVhZ2VudBgBIAEoCRINCgVpbnB1dBgCIAEoCRITCgthdHRhY2htZW50cxgDIAMoCSI5ChBSdW5BZ2VudFJlc3BvbnNlEiUKA2pvYhgBIAEoCzIYLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjcKDkdldEpvYlJlc3BvbnNlEiUKA2pvYhgBIAEoCzIYLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iIl0KD0xpc3RKb2JzUmVxdWVzdBINCgVsaW1pdBgBIAEoDRIsCgVzdGF0ZRgCIAEoDjIdLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iU3RhdGUSDQoFYWdlbnQYAyABKAkiOgoQTGlzdEpvYnNSZXNwb25zZRImCgRqb2JzGAEgAygLMhgub3owLm9yY2hlc3RyYXRvci52MS5Kb2IiNAoPV2F0Y2hKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAQiQAoQV2F0Y2hKb2JSZXNwb25zZRIsCgVldmVudBgBIAEoCzIdLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iRXZlbnQigAUKCEpvYkV2ZW50Eg4KBmpvYl9pZBgBIAEoCRILCgNzZXEYAiABKAQSKAoEdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASPQoNc3RhdGVfY2hhbmdlZBgEIAEoCzIkLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iU3RhdGVDaGFuZ2VkSAASOQoPc2Vzc2lvbl9zdGFydGVkGAUgASgLMh4ub3owLmhhcm5lc3MudjEuU2Vzc2lvblN0YXJ0ZWRIABIpCgR0ZXh0GAYgASgLMhkub3owLmhhcm5lc3MudjEuVGV4dEV2ZW50SAASLQoJdG9vbF9jYWxsGAcgASgLMhgub3owLmhhcm5lc3MudjEuVG9vbENhbGxIABIxCgt0b29sX3Jlc3VsdBgIIAEoCzIaLm96MC5oYXJuZXNzLnYxLlRvb2xSZXN1bHRIABJBChRwZXJtaXNzaW9uX3JlcXVlc3RlZBgJIAEoCzIhLm96MC5oYXJuZXNzLnYxLlBlcm1pc3Npb25SZXF1ZXN0SAASRgoTcGVybWlzc2lvbl9kZWNpc2lvbhgKIAEoCzInLm96MC5vcmNoZXN0cmF0b3IudjEuUGVybWlzc2lvbkRlY2lzaW9uSAASJgoFdXNhZ2UYCyABKAsyFS5vejAuaGFybmVzcy52MS5Vc2FnZUgAEi8KBnJlc3VsdBgMIAEoCzIdLm96MC5oYXJuZXNzLnYxLlNlc3Npb25SZXN1bHRIABI5CglhcnRpZmFjdHMYDSABKAsyJC5vejAub3JjaGVzdHJhdG9yLnYxLkFydGlmYWN0c1N0b3JlZEgAQgcKBWV2ZW50Ik8KD0pvYlN0YXRlQ2hhbmdlZBIsCgVzdGF0ZRgBIAEoDjIdLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iU3RhdGUSDgoGcmVhc29uGAIgASgJIpYCChJQZXJtaXNzaW9uRGVjaXNpb24SCgoCaWQYASABKAkSDAoEdG9vbBgCIAEoCRIPCgdwZW5kaW5nGAMgASgIEg0KBWFsbG93GAQgASgIEg4KBnJlYXNvbhgFIAEoCRItCgdkZWNpZGVyGAYgASgOMhwub3owLm9yY2hlc3RyYXRvci52MS5EZWNpZGVyEhMKC2Fuc3dlcmVkX2J5GAcgASgJEiYKBWlucHV0GAggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBI5CgdvdXRjb21lGAkgASgOMigub3owLmhhcm5lc3MudjEuUGVybWlzc2lvbkFuc3dlci5PdXRjb21lEg8KB2NhbGxfaWQYCiABKAkiQwoPQXJ0aWZhY3RzU3RvcmVkEjAKCWFydGlmYWN0cxgBIAMoCzIdLm96MC5vcmNoZXN0cmF0b3IudjEuQXJ0aWZhY3QiTgoIQXJ0aWZhY3QSDAoEbmFtZRgBIAEoCRIMCgRwYXRoGAIgASgJEhIKCnNpemVfYnl0ZXMYAyABKAQSEgoKbWVkaWFfdHlwZRgEIAEoCSIyChBDYW5jZWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiOgoRQ2FuY2VsSm9iUmVzcG9uc2USJQoDam9iGAEgASgLMhgub3owLm9yY2hlc3RyYXRvci52MS5Kb2IiPgoTR2V0QXJ0aWZhY3RzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSFwoPaW5jbHVkZV9jb250ZW50GAIgASgIIloKFEdldEFydGlmYWN0c1Jlc3BvbnNlEjAKCWFydGlmYWN0cxgBIAMoCzIdLm96MC5vcmNoZXN0cmF0b3IudjEuQXJ0aWZhY3QSEAoIY29udGVudHMYAiADKAwilgEKF0Fuc3dlclBlcm1pc3Npb25SZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEg0KBWFsbG93GAMgASgIEiYKBWlucHV0GAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIOCgZyZWFzb24YBSABKAkSEwoLYW5zd2VyZWRfYnkYBiABKAkiSwoYQW5zd2VyUGVybWlzc2lvblJlc3BvbnNlEi8KCGFwcHJvdmFsGAEgASgLMh0ub3owLm9yY2hlc3RyYXRvci52MS5BcHByb3ZhbCK1AwoIQXBwcm92YWwSDgoGam9iX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSEgoKc2Vzc2lvbl9pZBgDIAEoCRIMCgR0b29sGAQgASgJEiYKBWlucHV0GAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBINCgV0aXRsZRgGIAEoCRIxCgVzdGF0ZRgHIAEoDjIiLm96MC5vcmNoZXN0cmF0b3IudjEuQXBwcm92YWxTdGF0ZRIwCgxyZXF1ZXN0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2Fuc3dlcmVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgthbnN3ZXJlZF9ieRgKIAEoCRIOCgZyZWFzb24YCyABKAkSMwoFYWdlbnQYDCABKAsyJC5vejAub3JjaGVzdHJhdG9yLnYxLkFnZW50VmVyc2lvblJlZhIsCghkZWFkbGluZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJYXBwcm92ZXJzGA4gAygJIkAKFExpc3RBcHByb3ZhbHNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIYChBpbmNsdWRlX2Fuc3dlcmVkGAIgASgIIkkKFUxpc3RBcHByb3ZhbHNSZXNwb25zZRIwCglhcHByb3ZhbHMYASADKAsyHS5vejAub3JjaGVzdHJhdG9yLnYxLkFwcHJvdmFsIiQKEkdldEpvYlVzYWdlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiRwoTR2V0Sm9iVXNhZ2VSZXNwb25zZRIwCgV1c2FnZRgBIAEoCzIhLm96MC5sbG1wcm94eS52MS5HZXRVc2FnZVJlc3BvbnNlItEBCgZQbHVnaW4SDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJEg4KBnNvdXJjZRgEIAEoCRIMCgRwYXRoGAUgASgJEjMKCWhhcm5lc3NlcxgGIAMoCzIgLm96MC5vcmNoZXN0cmF0b3IudjEuSGFybmVzc0luZm8SDgoGYWdlbnRzGAcgAygJEjAKDGluc3RhbGxlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAibgoLSGFybmVzc0luZm8SDAoEbmFtZRgBIAEoCRIPCgdjb21tYW5kGAIgAygJEhMKC3Blcm1pc3Npb25zGAMgASgIEhQKDGNhcGFiaWxpdGllcxgEIAMoCRIVCg1kZWZhdWx0X3Rvb2xzGAUgAygJIiYKFEluc3RhbGxQbHVnaW5SZXF1ZXN0Eg4KBnNvdXJjZRgBIAEoCSJ9ChVJbnN0YWxsUGx1Z2luUmVzcG9uc2USKwoGcGx1Z2luGAEgASgLMhsub3owLm9yY2hlc3RyYXRvci52MS5QbHVnaW4SNwoJcHVibGlzaGVkGAIgAygLMiQub3owLm9yY2hlc3RyYXRvci52MS5BZ2VudFZlcnNpb25SZWYiFAoSTGlzdFBsdWdpbnNSZXF1ZXN0IkMKE0xpc3RQbHVnaW5zUmVzcG9uc2USLAoHcGx1Z2lucxgBIAMoCzIbLm96MC5vcmNoZXN0cmF0b3IudjEuUGx1Z2luIvABCgxBZ2VudFZlcnNpb24SDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgNEhMKC2Rlc2NyaXB0aW9uGAMgASgJEg8KB3J1bnRpbWUYBCABKAkSDgoGcGx1Z2luGAUgASgJEhYKDnBsdWdpbl92ZXJzaW9uGAYgASgJEhQKDGNvbnRlbnRfaGFzaBgHIAEoCRIwCgxwdWJsaXNoZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKCmRlZmluaXRpb24YCSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IhMKEUxpc3RBZ2VudHNSZXF1ZXN0IkcKEkxpc3RBZ2VudHNSZXNwb25zZRIxCgZhZ2VudHMYASADKAsyIS5vejAub3JjaGVzdHJhdG9yLnYxLkFnZW50VmVyc2lvbiIoChhMaXN0QWdlbnRWZXJzaW9uc1JlcXVlc3QSDAoEbmFtZRgBIAEoCSJQChlMaXN0QWdlbnRWZXJzaW9uc1Jlc3BvbnNlEjMKCHZlcnNpb25zGAEgAygLMiEub3owLm9yY2hlc3RyYXRvci52MS5BZ2VudFZlcnNpb24iMAoPR2V0QWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoDSJEChBHZXRBZ2VudFJlc3BvbnNlEjAKBWFnZW50GAEgASgLMiEub3owLm9yY2hlc3RyYXRvci52MS5BZ2VudFZlcnNpb24iLwoQU2V0U2VjcmV0UmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXZhbHVlGAIgASgJIhMKEVNldFNlY3JldFJlc3BvbnNlIlMKEEhlYXJ0YmVhdFJlcXVlc3QSDwoHbm9kZV9pZBgBIAEoCRILCgN1cmwYAiABKAkSEAoIY2FwYWNpdHkYAyABKA0SDwoHcnVubmluZxgEIAEoDSI7ChFIZWFydGJlYXRSZXNwb25zZRIOCgZwbGFjZWQYASABKA0SFgoOc3RhbGVfYWZ0ZXJfbXMYAiABKA0qsgEKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhUKEUpPQl9TVEFURV9QRU5ESU5HEAESFQoRSk9CX1NUQVRFX1JVTk5JTkcQAhIVChFKT0JfU1RBVEVfV0FJVElORxADEhcKE0pPQl9TVEFURV9TVUNDRUVERUQQBBIUChBKT0JfU1RBVEVfRkFJTEVEEAUSFwoTSk9CX1NUQVRFX0NBTkNFTExFRBAGKnEKB0RlY2lkZXISFwoTREVDSURFUl9VTlNQRUNJRklFRBAAEhIKDkRFQ0lERVJfUE9MSUNZEAESEAoMREVDSURFUl9IT09LEAISEgoOREVDSURFUl9QRVJTT04QAxITCg9ERUNJREVSX1JVTlRJTUUQBCq/AQoNQXBwcm92YWxTdGF0ZRIeChpBUFBST1ZBTF9TVEFURV9VTlNQRUNJRklFRBAAEhoKFkFQUFJPVkFMX1NUQVRFX1BFTkRJTkcQARIbChdBUFBST1ZBTF9TVEFURV9BUFBST1ZFRBACEhkKFUFQUFJPVkFMX1NUQVRFX0RFTklFRBADEhwKGEFQUFJPVkFMX1NUQVRFX0NBTkNFTExFRBAEEhwKGEFQUFJPVkFMX1NUQVRFX1RJTUVEX09VVBAFMugGCgpKb2JTZXJ2aWNlElcKCFJ1bkFnZW50EiQub3owLm9yY2hlc3RyYXRvci52MS5SdW5BZ2VudFJlcXVlc3QaJS5vejAub3JjaGVzdHJhdG9yLnYxLlJ1bkFnZW50UmVzcG9uc2USUQoGR2V0Sm9iEiIub3owLm9yY2hlc3RyYXRvci52MS5HZXRKb2JSZXF1ZXN0GiMub3owLm9yY2hlc3RyYXRvci52MS5HZXRKb2JSZXNwb25zZRJXCghMaXN0Sm9icxIkLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdEpvYnNSZXF1ZXN0GiUub3owLm9yY2hlc3RyYXRvci52MS5MaXN0Sm9ic1Jlc3BvbnNlElkKCFdhdGNoSm9iEiQub3owLm9yY2hlc3RyYXRvci52MS5XYXRjaEpvYlJlcXVlc3QaJS5vejAub3JjaGVzdHJhdG9yLnYxLldhdGNoSm9iUmVzcG9uc2UwARJaCglDYW5jZWxKb2ISJS5vejAub3JjaGVzdHJhdG9yLnYxLkNhbmNlbEpvYlJlcXVlc3QaJi5vejAub3JjaGVzdHJhdG9yLnYxLkNhbmNlbEpvYlJlc3BvbnNlEmMKDEdldEFydGlmYWN0cxIoLm96MC5vcmNoZXN0cmF0b3IudjEuR2V0QXJ0aWZhY3RzUmVxdWVzdBopLm96MC5vcmNoZXN0cmF0b3IudjEuR2V0QXJ0aWZhY3RzUmVzcG9uc2USbwoQQW5zd2VyUGVybWlzc2lvbhIsLm96MC5vcmNoZXN0cmF0b3IudjEuQW5zd2VyUGVybWlzc2lvblJlcXVlc3QaLS5vejAub3JjaGVzdHJhdG9yLnYxLkFuc3dlclBlcm1pc3Npb25SZXNwb25zZRJmCg1MaXN0QXBwcm92YWxzEikub3owLm9yY2hlc3RyYXRvci52MS5MaXN0QXBwcm92YWxzUmVxdWVzdBoqLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdEFwcHJvdmFsc1Jlc3BvbnNlEmAKC0dldEpvYlVzYWdlEicub3owLm9yY2hlc3RyYXRvci52MS5HZXRKb2JVc2FnZVJlcXVlc3QaKC5vejAub3JjaGVzdHJhdG9yLnYxLkdldEpvYlVzYWdlUmVzcG9uc2Uy2QEKDVBsdWdpblNlcnZpY2USZgoNSW5zdGFsbFBsdWdpbhIpLm96MC5vcmNoZXN0cmF0b3IudjEuSW5zdGFsbFBsdWdpblJlcXVlc3QaKi5vejAub3JjaGVzdHJhdG9yLnYxLkluc3RhbGxQbHVnaW5SZXNwb25zZRJgCgtMaXN0UGx1Z2lucxInLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdFBsdWdpbnNSZXF1ZXN0Gigub3owLm9yY2hlc3RyYXRvci52MS5MaXN0UGx1Z2luc1Jlc3BvbnNlMroCCgxBZ2VudFNlcnZpY2USXQoKTGlzdEFnZW50cxImLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdEFnZW50c1JlcXVlc3QaJy5vejAub3JjaGVzdHJhdG9yLnYxLkxpc3RBZ2VudHNSZXNwb25zZRJyChFMaXN0QWdlbnRWZXJzaW9ucxItLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdEFnZW50VmVyc2lvbnNSZXF1ZXN0Gi4ub3owLm9yY2hlc3RyYXRvci52MS5MaXN0QWdlbnRWZXJzaW9uc1Jlc3BvbnNlElcKCEdldEFnZW50EiQub3owLm9yY2hlc3RyYXRvci52MS5HZXRBZ2VudFJlcXVlc3QaJS5vejAub3JjaGVzdHJhdG9yLnYxLkdldEFnZW50UmVzcG9uc2UyawoNU2VjcmV0U2VydmljZRJaCglTZXRTZWNyZXQSJS5vejAub3JjaGVzdHJhdG9yLnYxLlNldFNlY3JldFJlcXVlc3QaJi5vejAub3JjaGVzdHJhdG9yLnYxLlNldFNlY3JldFJlc3BvbnNlMnAKElNhbmRib3hOb2RlU2VydmljZRJaCglIZWFydGJlYXQSJS5vejAub3JjaGVzdHJhdG9yLnYxLkhlYXJ0YmVhdFJlcXVlc3QaJi5vejAub3JjaGVzdHJhdG9yLnYxLkhlYXJ0YmVhdFJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_oz0_harness_v1_harness, file_oz0_llmproxy_v1_llm_proxy]);
+  fileDesc("CiZvejAvb3JjaGVzdHJhdG9yL3YxL29yY2hlc3RyYXRvci5wcm90bxITb3owLm9yY2hlc3RyYXRvci52MSIwCg9BZ2VudFZlcnNpb25SZWYSDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgNIrkDCgNKb2ISCgoCaWQYASABKAkSMwoFYWdlbnQYAiABKAsyJC5vejAub3JjaGVzdHJhdG9yLnYxLkFnZW50VmVyc2lvblJlZhINCgVpbnB1dBgDIAEoCRIsCgVzdGF0ZRgEIAEoDjIdLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iU3RhdGUSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3Jlc3VsdF90ZXh0GAggASgJEi8KC3N0b3BfcmVhc29uGAkgASgOMhoub3owLmhhcm5lc3MudjEuU3RvcFJlYXNvbhINCgVlcnJvchgKIAEoCRISCgpzZXNzaW9uX2lkGAsgASgJEhMKC3NhbmRib3hfdXJsGAwgASgJEhAKCGxhc3Rfc2VxGA0gASgEEhMKC2F0dGFjaG1lbnRzGA4gAygJIkQKD1J1bkFnZW50UmVxdWVzdBINCgVhZ2VudBgBIAEoCRINCgVpbnB1dBgCIAEoCRITCgthdHRhY2htZW50cxgDIAMoCSI5ChBSdW5BZ2VudFJlc3BvbnNlEiUKA2pvYhgBIAEoCzIYLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjcKDkdldEpvYlJlc3BvbnNlEiUKA2pvYhgBIAEoCzIYLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iIl0KD0xpc3RKb2JzUmVxdWVzdBINCgVsaW1pdBgBIAEoDRIsCgVzdGF0ZRgCIAEoDjIdLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iU3RhdGUSDQoFYWdlbnQYAyABKAkiOgoQTGlzdEpvYnNSZXNwb25zZRImCgRqb2JzGAEgAygLMhgub3owLm9yY2hlc3RyYXRvci52MS5Kb2IiNAoPV2F0Y2hKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAQiQAoQV2F0Y2hKb2JSZXNwb25zZRIsCgVldmVudBgBIAEoCzIdLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iRXZlbnQiwQUKCEpvYkV2ZW50Eg4KBmpvYl9pZBgBIAEoCRILCgNzZXEYAiABKAQSKAoEdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASPQoNc3RhdGVfY2hhbmdlZBgEIAEoCzIkLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iU3RhdGVDaGFuZ2VkSAASOQoPc2Vzc2lvbl9zdGFydGVkGAUgASgLMh4ub3owLmhhcm5lc3MudjEuU2Vzc2lvblN0YXJ0ZWRIABIpCgR0ZXh0GAYgASgLMhkub3owLmhhcm5lc3MudjEuVGV4dEV2ZW50SAASLQoJdG9vbF9jYWxsGAcgASgLMhgub3owLmhhcm5lc3MudjEuVG9vbENhbGxIABIxCgt0b29sX3Jlc3VsdBgIIAEoCzIaLm96MC5oYXJuZXNzLnYxLlRvb2xSZXN1bHRIABJBChRwZXJtaXNzaW9uX3JlcXVlc3RlZBgJIAEoCzIhLm96MC5oYXJuZXNzLnYxLlBlcm1pc3Npb25SZXF1ZXN0SAASRgoTcGVybWlzc2lvbl9kZWNpc2lvbhgKIAEoCzInLm96MC5vcmNoZXN0cmF0b3IudjEuUGVybWlzc2lvbkRlY2lzaW9uSAASJgoFdXNhZ2UYCyABKAsyFS5vejAuaGFybmVzcy52MS5Vc2FnZUgAEi8KBnJlc3VsdBgMIAEoCzIdLm96MC5oYXJuZXNzLnYxLlNlc3Npb25SZXN1bHRIABI5CglhcnRpZmFjdHMYDSABKAsyJC5vejAub3JjaGVzdHJhdG9yLnYxLkFydGlmYWN0c1N0b3JlZEgAEj8KEHNlcnZlZF90b29sX2NhbGwYDiABKAsyIy5vejAub3JjaGVzdHJhdG9yLnYxLlNlcnZlZFRvb2xDYWxsSABCBwoFZXZlbnQiTwoPSm9iU3RhdGVDaGFuZ2VkEiwKBXN0YXRlGAEgASgOMh0ub3owLm9yY2hlc3RyYXRvci52MS5Kb2JTdGF0ZRIOCgZyZWFzb24YAiABKAkilgIKElBlcm1pc3Npb25EZWNpc2lvbhIKCgJpZBgBIAEoCRIMCgR0b29sGAIgASgJEg8KB3BlbmRpbmcYAyABKAgSDQoFYWxsb3cYBCABKAgSDgoGcmVhc29uGAUgASgJEi0KB2RlY2lkZXIYBiABKA4yHC5vejAub3JjaGVzdHJhdG9yLnYxLkRlY2lkZXISEwoLYW5zd2VyZWRfYnkYByABKAkSJgoFaW5wdXQYCCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjkKB291dGNvbWUYCSABKA4yKC5vejAuaGFybmVzcy52MS5QZXJtaXNzaW9uQW5zd2VyLk91dGNvbWUSDwoHY2FsbF9pZBgKIAEoCSKOAQoOU2VydmVkVG9vbENhbGwSDwoHY2FsbF9pZBgBIAEoCRIMCgR0b29sGAIgASgJEiYKBWlucHV0GAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBImCgZvdXRwdXQYBCABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSDQoFZXJyb3IYBSABKAkiQwoPQXJ0aWZhY3RzU3RvcmVkEjAKCWFydGlmYWN0cxgBIAMoCzIdLm96MC5vcmNoZXN0cmF0b3IudjEuQXJ0aWZhY3QiTgoIQXJ0aWZhY3QSDAoEbmFtZRgBIAEoCRIMCgRwYXRoGAIgASgJEhIKCnNpemVfYnl0ZXMYAyABKAQSEgoKbWVkaWFfdHlwZRgEIAEoCSIyChBDYW5jZWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiOgoRQ2FuY2VsSm9iUmVzcG9uc2USJQoDam9iGAEgASgLMhgub3owLm9yY2hlc3RyYXRvci52MS5Kb2IiPgoTR2V0QXJ0aWZhY3RzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSFwoPaW5jbHVkZV9jb250ZW50GAIgASgIIloKFEdldEFydGlmYWN0c1Jlc3BvbnNlEjAKCWFydGlmYWN0cxgBIAMoCzIdLm96MC5vcmNoZXN0cmF0b3IudjEuQXJ0aWZhY3QSEAoIY29udGVudHMYAiADKAwilgEKF0Fuc3dlclBlcm1pc3Npb25SZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEg0KBWFsbG93GAMgASgIEiYKBWlucHV0GAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIOCgZyZWFzb24YBSABKAkSEwoLYW5zd2VyZWRfYnkYBiABKAkiSwoYQW5zd2VyUGVybWlzc2lvblJlc3BvbnNlEi8KCGFwcHJvdmFsGAEgASgLMh0ub3owLm9yY2hlc3RyYXRvci52MS5BcHByb3ZhbCK1AwoIQXBwcm92YWwSDgoGam9iX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSEgoKc2Vzc2lvbl9pZBgDIAEoCRIMCgR0b29sGAQgASgJEiYKBWlucHV0GAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBINCgV0aXRsZRgGIAEoCRIxCgVzdGF0ZRgHIAEoDjIiLm96MC5vcmNoZXN0cmF0b3IudjEuQXBwcm92YWxTdGF0ZRIwCgxyZXF1ZXN0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2Fuc3dlcmVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgthbnN3ZXJlZF9ieRgKIAEoCRIOCgZyZWFzb24YCyABKAkSMwoFYWdlbnQYDCABKAsyJC5vejAub3JjaGVzdHJhdG9yLnYxLkFnZW50VmVyc2lvblJlZhIsCghkZWFkbGluZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJYXBwcm92ZXJzGA4gAygJIkAKFExpc3RBcHByb3ZhbHNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIYChBpbmNsdWRlX2Fuc3dlcmVkGAIgASgIIkkKFUxpc3RBcHByb3ZhbHNSZXNwb25zZRIwCglhcHByb3ZhbHMYASADKAsyHS5vejAub3JjaGVzdHJhdG9yLnYxLkFwcHJvdmFsIiQKEkdldEpvYlVzYWdlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiRwoTR2V0Sm9iVXNhZ2VSZXNwb25zZRIwCgV1c2FnZRgBIAEoCzIhLm96MC5sbG1wcm94eS52MS5HZXRVc2FnZVJlc3BvbnNlItEBCgZQbHVnaW4SDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJEg4KBnNvdXJjZRgEIAEoCRIMCgRwYXRoGAUgASgJEjMKCWhhcm5lc3NlcxgGIAMoCzIgLm96MC5vcmNoZXN0cmF0b3IudjEuSGFybmVzc0luZm8SDgoGYWdlbnRzGAcgAygJEjAKDGluc3RhbGxlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAibgoLSGFybmVzc0luZm8SDAoEbmFtZRgBIAEoCRIPCgdjb21tYW5kGAIgAygJEhMKC3Blcm1pc3Npb25zGAMgASgIEhQKDGNhcGFiaWxpdGllcxgEIAMoCRIVCg1kZWZhdWx0X3Rvb2xzGAUgAygJIiYKFEluc3RhbGxQbHVnaW5SZXF1ZXN0Eg4KBnNvdXJjZRgBIAEoCSJ9ChVJbnN0YWxsUGx1Z2luUmVzcG9uc2USKwoGcGx1Z2luGAEgASgLMhsub3owLm9yY2hlc3RyYXRvci52MS5QbHVnaW4SNwoJcHVibGlzaGVkGAIgAygLMiQub3owLm9yY2hlc3RyYXRvci52MS5BZ2VudFZlcnNpb25SZWYiFAoSTGlzdFBsdWdpbnNSZXF1ZXN0IkMKE0xpc3RQbHVnaW5zUmVzcG9uc2USLAoHcGx1Z2lucxgBIAMoCzIbLm96MC5vcmNoZXN0cmF0b3IudjEuUGx1Z2luIvABCgxBZ2VudFZlcnNpb24SDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgNEhMKC2Rlc2NyaXB0aW9uGAMgASgJEg8KB3J1bnRpbWUYBCABKAkSDgoGcGx1Z2luGAUgASgJEhYKDnBsdWdpbl92ZXJzaW9uGAYgASgJEhQKDGNvbnRlbnRfaGFzaBgHIAEoCRIwCgxwdWJsaXNoZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKCmRlZmluaXRpb24YCSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IhMKEUxpc3RBZ2VudHNSZXF1ZXN0IkcKEkxpc3RBZ2VudHNSZXNwb25zZRIxCgZhZ2VudHMYASADKAsyIS5vejAub3JjaGVzdHJhdG9yLnYxLkFnZW50VmVyc2lvbiIoChhMaXN0QWdlbnRWZXJzaW9uc1JlcXVlc3QSDAoEbmFtZRgBIAEoCSJQChlMaXN0QWdlbnRWZXJzaW9uc1Jlc3BvbnNlEjMKCHZlcnNpb25zGAEgAygLMiEub3owLm9yY2hlc3RyYXRvci52MS5BZ2VudFZlcnNpb24iMAoPR2V0QWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoDSJEChBHZXRBZ2VudFJlc3BvbnNlEjAKBWFnZW50GAEgASgLMiEub3owLm9yY2hlc3RyYXRvci52MS5BZ2VudFZlcnNpb24iLwoQU2V0U2VjcmV0UmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXZhbHVlGAIgASgJIhMKEVNldFNlY3JldFJlc3BvbnNlIlMKEEhlYXJ0YmVhdFJlcXVlc3QSDwoHbm9kZV9pZBgBIAEoCRILCgN1cmwYAiABKAkSEAoIY2FwYWNpdHkYAyABKA0SDwoHcnVubmluZxgEIAEoDSI7ChFIZWFydGJlYXRSZXNwb25zZRIOCgZwbGFjZWQYASABKA0SFgoOc3RhbGVfYWZ0ZXJfbXMYAiABKA0qsgEKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhUKEUpPQl9TVEFURV9QRU5ESU5HEAESFQoRSk9CX1NUQVRFX1JVTk5JTkcQAhIVChFKT0JfU1RBVEVfV0FJVElORxADEhcKE0pPQl9TVEFURV9TVUNDRUVERUQQBBIUChBKT0JfU1RBVEVfRkFJTEVEEAUSFwoTSk9CX1NUQVRFX0NBTkNFTExFRBAGKnEKB0RlY2lkZXISFwoTREVDSURFUl9VTlNQRUNJRklFRBAAEhIKDkRFQ0lERVJfUE9MSUNZEAESEAoMREVDSURFUl9IT09LEAISEgoOREVDSURFUl9QRVJTT04QAxITCg9ERUNJREVSX1JVTlRJTUUQBCq/AQoNQXBwcm92YWxTdGF0ZRIeChpBUFBST1ZBTF9TVEFURV9VTlNQRUNJRklFRBAAEhoKFkFQUFJPVkFMX1NUQVRFX1BFTkRJTkcQARIbChdBUFBST1ZBTF9TVEFURV9BUFBST1ZFRBACEhkKFUFQUFJPVkFMX1NUQVRFX0RFTklFRBADEhwKGEFQUFJPVkFMX1NUQVRFX0NBTkNFTExFRBAEEhwKGEFQUFJPVkFMX1NUQVRFX1RJTUVEX09VVBAFMugGCgpKb2JTZXJ2aWNlElcKCFJ1bkFnZW50EiQub3owLm9yY2hlc3RyYXRvci52MS5SdW5BZ2VudFJlcXVlc3QaJS5vejAub3JjaGVzdHJhdG9yLnYxLlJ1bkFnZW50UmVzcG9uc2USUQoGR2V0Sm9iEiIub3owLm9yY2hlc3RyYXRvci52MS5HZXRKb2JSZXF1ZXN0GiMub3owLm9yY2hlc3RyYXRvci52MS5HZXRKb2JSZXNwb25zZRJXCghMaXN0Sm9icxIkLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdEpvYnNSZXF1ZXN0GiUub3owLm9yY2hlc3RyYXRvci52MS5MaXN0Sm9ic1Jlc3BvbnNlElkKCFdhdGNoSm9iEiQub3owLm9yY2hlc3RyYXRvci52MS5XYXRjaEpvYlJlcXVlc3QaJS5vejAub3JjaGVzdHJhdG9yLnYxLldhdGNoSm9iUmVzcG9uc2UwARJaCglDYW5jZWxKb2ISJS5vejAub3JjaGVzdHJhdG9yLnYxLkNhbmNlbEpvYlJlcXVlc3QaJi5vejAub3JjaGVzdHJhdG9yLnYxLkNhbmNlbEpvYlJlc3BvbnNlEmMKDEdldEFydGlmYWN0cxIoLm96MC5vcmNoZXN0cmF0b3IudjEuR2V0QXJ0aWZhY3RzUmVxdWVzdBopLm96MC5vcmNoZXN0cmF0b3IudjEuR2V0QXJ0aWZhY3RzUmVzcG9uc2USbwoQQW5zd2VyUGVybWlzc2lvbhIsLm96MC5vcmNoZXN0cmF0b3IudjEuQW5zd2VyUGVybWlzc2lvblJlcXVlc3QaLS5vejAub3JjaGVzdHJhdG9yLnYxLkFuc3dlclBlcm1pc3Npb25SZXNwb25zZRJmCg1MaXN0QXBwcm92YWxzEikub3owLm9yY2hlc3RyYXRvci52MS5MaXN0QXBwcm92YWxzUmVxdWVzdBoqLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdEFwcHJvdmFsc1Jlc3BvbnNlEmAKC0dldEpvYlVzYWdlEicub3owLm9yY2hlc3RyYXRvci52MS5HZXRKb2JVc2FnZVJlcXVlc3QaKC5vejAub3JjaGVzdHJhdG9yLnYxLkdldEpvYlVzYWdlUmVzcG9uc2Uy2QEKDVBsdWdpblNlcnZpY2USZgoNSW5zdGFsbFBsdWdpbhIpLm96MC5vcmNoZXN0cmF0b3IudjEuSW5zdGFsbFBsdWdpblJlcXVlc3QaKi5vejAub3JjaGVzdHJhdG9yLnYxLkluc3RhbGxQbHVnaW5SZXNwb25zZRJgCgtMaXN0UGx1Z2lucxInLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdFBsdWdpbnNSZXF1ZXN0Gigub3owLm9yY2hlc3RyYXRvci52MS5MaXN0UGx1Z2luc1Jlc3BvbnNlMroCCgxBZ2VudFNlcnZpY2USXQoKTGlzdEFnZW50cxImLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdEFnZW50c1JlcXVlc3QaJy5vejAub3JjaGVzdHJhdG9yLnYxLkxpc3RBZ2VudHNSZXNwb25zZRJyChFMaXN0QWdlbnRWZXJzaW9ucxItLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdEFnZW50VmVyc2lvbnNSZXF1ZXN0Gi4ub3owLm9yY2hlc3RyYXRvci52MS5MaXN0QWdlbnRWZXJzaW9uc1Jlc3BvbnNlElcKCEdldEFnZW50EiQub3owLm9yY2hlc3RyYXRvci52MS5HZXRBZ2VudFJlcXVlc3QaJS5vejAub3JjaGVzdHJhdG9yLnYxLkdldEFnZW50UmVzcG9uc2UyawoNU2VjcmV0U2VydmljZRJaCglTZXRTZWNyZXQSJS5vejAub3JjaGVzdHJhdG9yLnYxLlNldFNlY3JldFJlcXVlc3QaJi5vejAub3JjaGVzdHJhdG9yLnYxLlNldFNlY3JldFJlc3BvbnNlMnAKElNhbmRib3hOb2RlU2VydmljZRJaCglIZWFydGJlYXQSJS5vejAub3JjaGVzdHJhdG9yLnYxLkhlYXJ0YmVhdFJlcXVlc3QaJi5vejAub3JjaGVzdHJhdG9yLnYxLkhlYXJ0YmVhdFJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_oz0_harness_v1_harness, file_oz0_llmproxy_v1_llm_proxy]);
 
 /**
  * @generated from message oz0.orchestrator.v1.AgentVersionRef
@@ -400,6 +400,12 @@ export type JobEvent = Message<"oz0.orchestrator.v1.JobEvent"> & {
      */
     value: ArtifactsStored;
     case: "artifacts";
+  } | {
+    /**
+     * @generated from field: oz0.orchestrator.v1.ServedToolCall served_tool_call = 14;
+     */
+    value: ServedToolCall;
+    case: "servedToolCall";
   } | { case: undefined; value?: undefined };
 };
 
@@ -509,6 +515,54 @@ export const PermissionDecisionSchema: GenMessage<PermissionDecision> = /*@__PUR
   messageDesc(file_oz0_orchestrator_v1_orchestrator, 12);
 
 /**
+ * A runtime tool call the orchestrator answered itself (a graph manager's
+ * retry, skip, abort or answer) and its answer, recorded before the answer is
+ * written to the session. Only the orchestrator writes this kind, so the
+ * record is what was decided, whichever replica runs the job.
+ *
+ * @generated from message oz0.orchestrator.v1.ServedToolCall
+ */
+export type ServedToolCall = Message<"oz0.orchestrator.v1.ServedToolCall"> & {
+  /**
+   * The RuntimeToolCall's id.
+   *
+   * @generated from field: string call_id = 1;
+   */
+  callId: string;
+
+  /**
+   * @generated from field: string tool = 2;
+   */
+  tool: string;
+
+  /**
+   * @generated from field: google.protobuf.Struct input = 3;
+   */
+  input?: JsonObject | undefined;
+
+  /**
+   * Set when the call was accepted.
+   *
+   * @generated from field: google.protobuf.Value output = 4;
+   */
+  output?: Value | undefined;
+
+  /**
+   * Set when it was refused; the model was told this.
+   *
+   * @generated from field: string error = 5;
+   */
+  error: string;
+};
+
+/**
+ * Describes the message oz0.orchestrator.v1.ServedToolCall.
+ * Use `create(ServedToolCallSchema)` to create a new message.
+ */
+export const ServedToolCallSchema: GenMessage<ServedToolCall> = /*@__PURE__*/
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 13);
+
+/**
  * @generated from message oz0.orchestrator.v1.ArtifactsStored
  */
 export type ArtifactsStored = Message<"oz0.orchestrator.v1.ArtifactsStored"> & {
@@ -523,7 +577,7 @@ export type ArtifactsStored = Message<"oz0.orchestrator.v1.ArtifactsStored"> & {
  * Use `create(ArtifactsStoredSchema)` to create a new message.
  */
 export const ArtifactsStoredSchema: GenMessage<ArtifactsStored> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 13);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 14);
 
 /**
  * @generated from message oz0.orchestrator.v1.Artifact
@@ -559,7 +613,7 @@ export type Artifact = Message<"oz0.orchestrator.v1.Artifact"> & {
  * Use `create(ArtifactSchema)` to create a new message.
  */
 export const ArtifactSchema: GenMessage<Artifact> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 14);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 15);
 
 /**
  * @generated from message oz0.orchestrator.v1.CancelJobRequest
@@ -581,7 +635,7 @@ export type CancelJobRequest = Message<"oz0.orchestrator.v1.CancelJobRequest"> &
  * Use `create(CancelJobRequestSchema)` to create a new message.
  */
 export const CancelJobRequestSchema: GenMessage<CancelJobRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 15);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 16);
 
 /**
  * @generated from message oz0.orchestrator.v1.CancelJobResponse
@@ -598,7 +652,7 @@ export type CancelJobResponse = Message<"oz0.orchestrator.v1.CancelJobResponse">
  * Use `create(CancelJobResponseSchema)` to create a new message.
  */
 export const CancelJobResponseSchema: GenMessage<CancelJobResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 16);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 17);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetArtifactsRequest
@@ -622,7 +676,7 @@ export type GetArtifactsRequest = Message<"oz0.orchestrator.v1.GetArtifactsReque
  * Use `create(GetArtifactsRequestSchema)` to create a new message.
  */
 export const GetArtifactsRequestSchema: GenMessage<GetArtifactsRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 17);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 18);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetArtifactsResponse
@@ -646,7 +700,7 @@ export type GetArtifactsResponse = Message<"oz0.orchestrator.v1.GetArtifactsResp
  * Use `create(GetArtifactsResponseSchema)` to create a new message.
  */
 export const GetArtifactsResponseSchema: GenMessage<GetArtifactsResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 18);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 19);
 
 /**
  * @generated from message oz0.orchestrator.v1.AnswerPermissionRequest
@@ -696,7 +750,7 @@ export type AnswerPermissionRequest = Message<"oz0.orchestrator.v1.AnswerPermiss
  * Use `create(AnswerPermissionRequestSchema)` to create a new message.
  */
 export const AnswerPermissionRequestSchema: GenMessage<AnswerPermissionRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 19);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 20);
 
 /**
  * @generated from message oz0.orchestrator.v1.AnswerPermissionResponse
@@ -713,7 +767,7 @@ export type AnswerPermissionResponse = Message<"oz0.orchestrator.v1.AnswerPermis
  * Use `create(AnswerPermissionResponseSchema)` to create a new message.
  */
 export const AnswerPermissionResponseSchema: GenMessage<AnswerPermissionResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 20);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 21);
 
 /**
  * A tool call that waits (or waited) for a person.
@@ -801,7 +855,7 @@ export type Approval = Message<"oz0.orchestrator.v1.Approval"> & {
  * Use `create(ApprovalSchema)` to create a new message.
  */
 export const ApprovalSchema: GenMessage<Approval> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 21);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 22);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListApprovalsRequest
@@ -827,7 +881,7 @@ export type ListApprovalsRequest = Message<"oz0.orchestrator.v1.ListApprovalsReq
  * Use `create(ListApprovalsRequestSchema)` to create a new message.
  */
 export const ListApprovalsRequestSchema: GenMessage<ListApprovalsRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 22);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 23);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListApprovalsResponse
@@ -844,7 +898,7 @@ export type ListApprovalsResponse = Message<"oz0.orchestrator.v1.ListApprovalsRe
  * Use `create(ListApprovalsResponseSchema)` to create a new message.
  */
 export const ListApprovalsResponseSchema: GenMessage<ListApprovalsResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 23);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 24);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetJobUsageRequest
@@ -861,7 +915,7 @@ export type GetJobUsageRequest = Message<"oz0.orchestrator.v1.GetJobUsageRequest
  * Use `create(GetJobUsageRequestSchema)` to create a new message.
  */
 export const GetJobUsageRequestSchema: GenMessage<GetJobUsageRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 24);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 25);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetJobUsageResponse
@@ -878,7 +932,7 @@ export type GetJobUsageResponse = Message<"oz0.orchestrator.v1.GetJobUsageRespon
  * Use `create(GetJobUsageResponseSchema)` to create a new message.
  */
 export const GetJobUsageResponseSchema: GenMessage<GetJobUsageResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 25);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 26);
 
 /**
  * @generated from message oz0.orchestrator.v1.Plugin
@@ -934,7 +988,7 @@ export type Plugin = Message<"oz0.orchestrator.v1.Plugin"> & {
  * Use `create(PluginSchema)` to create a new message.
  */
 export const PluginSchema: GenMessage<Plugin> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 26);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 27);
 
 /**
  * @generated from message oz0.orchestrator.v1.HarnessInfo
@@ -971,7 +1025,7 @@ export type HarnessInfo = Message<"oz0.orchestrator.v1.HarnessInfo"> & {
  * Use `create(HarnessInfoSchema)` to create a new message.
  */
 export const HarnessInfoSchema: GenMessage<HarnessInfo> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 27);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 28);
 
 /**
  * @generated from message oz0.orchestrator.v1.InstallPluginRequest
@@ -990,7 +1044,7 @@ export type InstallPluginRequest = Message<"oz0.orchestrator.v1.InstallPluginReq
  * Use `create(InstallPluginRequestSchema)` to create a new message.
  */
 export const InstallPluginRequestSchema: GenMessage<InstallPluginRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 28);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 29);
 
 /**
  * @generated from message oz0.orchestrator.v1.InstallPluginResponse
@@ -1015,7 +1069,7 @@ export type InstallPluginResponse = Message<"oz0.orchestrator.v1.InstallPluginRe
  * Use `create(InstallPluginResponseSchema)` to create a new message.
  */
 export const InstallPluginResponseSchema: GenMessage<InstallPluginResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 29);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 30);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListPluginsRequest
@@ -1028,7 +1082,7 @@ export type ListPluginsRequest = Message<"oz0.orchestrator.v1.ListPluginsRequest
  * Use `create(ListPluginsRequestSchema)` to create a new message.
  */
 export const ListPluginsRequestSchema: GenMessage<ListPluginsRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 30);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 31);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListPluginsResponse
@@ -1045,7 +1099,7 @@ export type ListPluginsResponse = Message<"oz0.orchestrator.v1.ListPluginsRespon
  * Use `create(ListPluginsResponseSchema)` to create a new message.
  */
 export const ListPluginsResponseSchema: GenMessage<ListPluginsResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 31);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 32);
 
 /**
  * @generated from message oz0.orchestrator.v1.AgentVersion
@@ -1108,7 +1162,7 @@ export type AgentVersion = Message<"oz0.orchestrator.v1.AgentVersion"> & {
  * Use `create(AgentVersionSchema)` to create a new message.
  */
 export const AgentVersionSchema: GenMessage<AgentVersion> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 32);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 33);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListAgentsRequest
@@ -1121,7 +1175,7 @@ export type ListAgentsRequest = Message<"oz0.orchestrator.v1.ListAgentsRequest">
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 33);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 34);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListAgentsResponse
@@ -1138,7 +1192,7 @@ export type ListAgentsResponse = Message<"oz0.orchestrator.v1.ListAgentsResponse
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 34);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 35);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListAgentVersionsRequest
@@ -1155,7 +1209,7 @@ export type ListAgentVersionsRequest = Message<"oz0.orchestrator.v1.ListAgentVer
  * Use `create(ListAgentVersionsRequestSchema)` to create a new message.
  */
 export const ListAgentVersionsRequestSchema: GenMessage<ListAgentVersionsRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 35);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 36);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListAgentVersionsResponse
@@ -1172,7 +1226,7 @@ export type ListAgentVersionsResponse = Message<"oz0.orchestrator.v1.ListAgentVe
  * Use `create(ListAgentVersionsResponseSchema)` to create a new message.
  */
 export const ListAgentVersionsResponseSchema: GenMessage<ListAgentVersionsResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 36);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 37);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetAgentRequest
@@ -1194,7 +1248,7 @@ export type GetAgentRequest = Message<"oz0.orchestrator.v1.GetAgentRequest"> & {
  * Use `create(GetAgentRequestSchema)` to create a new message.
  */
 export const GetAgentRequestSchema: GenMessage<GetAgentRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 37);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 38);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetAgentResponse
@@ -1211,7 +1265,7 @@ export type GetAgentResponse = Message<"oz0.orchestrator.v1.GetAgentResponse"> &
  * Use `create(GetAgentResponseSchema)` to create a new message.
  */
 export const GetAgentResponseSchema: GenMessage<GetAgentResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 38);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 39);
 
 /**
  * @generated from message oz0.orchestrator.v1.SetSecretRequest
@@ -1233,7 +1287,7 @@ export type SetSecretRequest = Message<"oz0.orchestrator.v1.SetSecretRequest"> &
  * Use `create(SetSecretRequestSchema)` to create a new message.
  */
 export const SetSecretRequestSchema: GenMessage<SetSecretRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 39);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 40);
 
 /**
  * @generated from message oz0.orchestrator.v1.SetSecretResponse
@@ -1246,7 +1300,7 @@ export type SetSecretResponse = Message<"oz0.orchestrator.v1.SetSecretResponse">
  * Use `create(SetSecretResponseSchema)` to create a new message.
  */
 export const SetSecretResponseSchema: GenMessage<SetSecretResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 40);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 41);
 
 /**
  * @generated from message oz0.orchestrator.v1.HeartbeatRequest
@@ -1288,7 +1342,7 @@ export type HeartbeatRequest = Message<"oz0.orchestrator.v1.HeartbeatRequest"> &
  * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 41);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 42);
 
 /**
  * @generated from message oz0.orchestrator.v1.HeartbeatResponse
@@ -1315,7 +1369,7 @@ export type HeartbeatResponse = Message<"oz0.orchestrator.v1.HeartbeatResponse">
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 42);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 43);
 
 /**
  * @generated from enum oz0.orchestrator.v1.JobState
