@@ -193,14 +193,16 @@ void describe("scripted model edge cases", () => {
     try {
       const post = (path: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> =>
         fetch(`${model.url}${path}`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
-      const plain = await (await post("/chat/completions", { model: "m", messages: [{ role: "user", content: "x" }] })).json();
-      assert.equal(plain.choices[0].message.content, "turn 0");
-      const probe = await (await post("/v1/messages?beta=true", { model: "haiku", max_tokens: 1, messages: [{ role: "user", content: "quota" }] })).json();
-      assert.equal(probe.content[0].text, "OK");
-      const title = await (await post("/messages", { model: "haiku", max_tokens: 512, system: "name it", messages: [{ role: "user", content: "x" }] }, { "user-agent": "claude-cli/2.1 (external, sdk-ts)" })).json();
-      assert.equal(title.content[0].text, "OK");
-      const main = await (await post("/messages", { model: "sonnet", max_tokens: 32000, tools: [{ name: "Read", input_schema: {} }], messages: [{ role: "user", content: "x" }] }, { "user-agent": "claude-cli/2.1" })).json();
-      assert.equal(main.content[0].text, "turn 1");
+      type Answer = { choices: { message: { content: string } }[]; content: { text: string }[] };
+      const ask = async (path: string, body: unknown, headers: Record<string, string> = {}): Promise<Answer> => (await (await post(path, body, headers)).json()) as Answer;
+      const plain = await ask("/chat/completions", { model: "m", messages: [{ role: "user", content: "x" }] });
+      assert.equal(plain.choices[0]?.message.content, "turn 0");
+      const probe = await ask("/v1/messages?beta=true", { model: "haiku", max_tokens: 1, messages: [{ role: "user", content: "quota" }] });
+      assert.equal(probe.content[0]?.text, "OK");
+      const title = await ask("/messages", { model: "haiku", max_tokens: 512, system: "name it", messages: [{ role: "user", content: "x" }] }, { "user-agent": "claude-cli/2.1 (external, sdk-ts)" });
+      assert.equal(title.content[0]?.text, "OK");
+      const main = await ask("/messages", { model: "sonnet", max_tokens: 32000, tools: [{ name: "Read", input_schema: {} }], messages: [{ role: "user", content: "x" }] }, { "user-agent": "claude-cli/2.1" });
+      assert.equal(main.content[0]?.text, "turn 1");
       assert.deepEqual(seen, ["openai-chat-completions", "anthropic-messages"]);
       assert.deepEqual(model.requests.map((r) => r.sideCall), [false, true, true, false]);
       const missing = await fetch(`${model.url}/v1/nowhere`, { method: "POST" });
