@@ -15,7 +15,7 @@ export interface EmbeddedDefaults {
 
 export interface EmbeddedDefaultsOptions {
   home: string;
-  /** Turns the scripted model answers, in order (default: a short reply to every call). */
+  /** Turns the scripted model answers each session, in order, from the first (default: a short reply to every call). */
   script?: unknown[];
 }
 
@@ -33,7 +33,8 @@ export function embeddedStackEnv(options: EmbeddedDefaultsOptions): EmbeddedDefa
   const providersFile = path.join(dir, "providers.json");
   // Priced like a mid-size model, so budgets (harness.max_budget_usd) are enforced offline too.
   const prices = { "*": { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75 } };
-  const scripted = (name: string): Record<string, unknown> => ({ name, kind: "scripted", prices, ...(options.script ? { script: options.script } : {}) });
+  // Each session replays the script from its first turn, so scripted jobs can run side by side.
+  const scripted = (name: string): Record<string, unknown> => ({ name, kind: "scripted", prices, ...(options.script ? { script: options.script, scriptPerSession: true } : {}) });
   writeFileSync(providersFile, `${JSON.stringify({ providers: [scripted("anthropic"), scripted("openai")] }, null, 2)}\n`);
   env.OZ0_PROVIDERS_FILE = providersFile;
   return {
