@@ -8,6 +8,8 @@
 // the step's job A still runs (B's feed never hears of it: B reads it from
 // the store), then runs the last step itself. The step is not run twice, A
 // writes nothing more, and the lease is released by B when the job ends.
+// Then a managed run changes replicas while its manager decides: B's runner
+// serves the manager's job its decision tools, and B's run reads the decision.
 import assert from "node:assert/strict";
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -40,6 +42,12 @@ const fixture = path.join(packageDir, "test/fixtures/graphs/crash");
 /** The slow step's model call waits for this, so its job is running for as long as the test needs. */
 let releaseSlow!: () => void;
 const slowReleased = new Promise<void>((resolve) => (releaseSlow = resolve));
+/** Likewise the manager's first model call: it decides only once its job has changed replicas. */
+let releaseBoss!: () => void;
+const bossReleased = new Promise<void>((resolve) => (releaseBoss = resolve));
+let bossAsked!: () => void;
+const bossAsking = new Promise<void>((resolve) => (bossAsked = resolve));
+let flakyCalls = 0;
 
 /** Ownership as a replica's leases would give it, driven by the test: who claimed, released, lost and took over what. */
 class TestOwnership implements JobOwnership {
@@ -145,9 +153,10 @@ async function install(r: Replica): Promise<void> {
   const manifest = path.join(copy, "oz0-plugin.yaml");
   writeFileSync(manifest, readFileSync(manifest, "utf8").replace(/^graphs:.*$/m, ""));
   const installed = await new PluginRegistry({ store: r.store, home: r.home }).install({ source: copy });
-  const [chain] = await r.registry.prepare({ root: installed.plugin.path, files: ["graphs/chain.yaml"], pluginAgents: [] });
-  const published = await r.registry.publishVersion({ graph: chain!, plugin: installed.plugin.name, pluginVersion: installed.plugin.version, pluginPath: installed.plugin.path });
-  assert.equal(published.record.version, 1);
+  for (const graph of await r.registry.prepare({ root: installed.plugin.path, files: ["graphs/chain.yaml", "graphs/managed.yaml"], pluginAgents: [] })) {
+    const published = await r.registry.publishVersion({ graph, plugin: installed.plugin.name, pluginVersion: installed.plugin.version, pluginPath: installed.plugin.path });
+    assert.equal(published.record.version, 1);
+  }
 }
 
 /** Jobs whose input starts with the run's prompt (the steps' jobs), by agent. */
@@ -164,9 +173,16 @@ async function eventTexts(r: Replica, jobId: string): Promise<string[]> {
 
 before(async () => {
   t = await startTestStack({
-    pick: (async ({ request }: { request: Parameters<typeof agentOf>[0] }): Promise<ScriptedTurn> => {
+    pick: (async ({ request, turn }: { request: Parameters<typeof agentOf>[0]; turn: number }): Promise<ScriptedTurn> => {
       const agent = agentOf(request);
       if (agent === "slow") await slowReleased;
+      // 400: not retried, so the step's first session fails and the graph's manager is asked.
+      if (agent === "flaky" && ++flakyCalls === 1) return { fail: { status: 400, body: { type: "error", error: { type: "invalid_request_error", message: "scripted failure" } } } };
+      if (agent === "boss" && turn === 0) {
+        bossAsked();
+        await bossReleased;
+        return { toolCalls: [{ name: "retry", input: {} }] };
+      }
       return { text: `${agent} done` };
     }) as unknown as Parameters<typeof startTestStack>[0]["pick"],
   });
@@ -174,6 +190,7 @@ before(async () => {
 
 after(async () => {
   releaseSlow();
+  releaseBoss();
   for (const r of replicas) await r.close();
   await t?.close();
   await dropSchema(schema);
@@ -224,4 +241,35 @@ void test("a graph job abandoned by one replica is resumed by another from the s
   assert.equal(texts.filter((l) => l.includes("agent:finish /1 started")).length, 1, texts.join(""));
   assert.deepEqual(b.ownership.released, [graphJob.id], "the replica that ended the job released its lease");
   assert.deepEqual(a.ownership.released, [], "the replica that abandoned it did not");
+});
+
+void test("a graph run and its manager's job change replicas while the manager decides: the new owners serve its decision tools and read its decision", async () => {
+  const [a, b] = [replicas[0]!, replicas[1]!];
+  const prompt = "managed-run";
+  const graphJob = await a.graphs.run({ graph: "managed", input: prompt });
+  await bossAsking;
+  const boss = (await a.store.listJobs({ limit: 500 })).find((j) => j.agentName === "boss")!;
+  assert.equal(boss.servedTools, GRAPH_MANAGER_TOOLS, "the manager's job names the tools the orchestrator serves it");
+
+  // A loses both: the graph job (to B's GraphJobs) and the manager's job (to B's runner), while the manager's model call is in flight.
+  a.ownership.lose(graphJob.id);
+  a.graphs.abandon(graphJob.id);
+  a.runner.abandon(boss.id);
+  b.ownership.adopt(graphJob.id);
+  await b.runner.resumeJob(boss.id);
+  await b.graphs.resumeJob(graphJob.id);
+  releaseBoss();
+
+  const done = await eventually(async () => {
+    const job = await b.store.getJob(graphJob.id);
+    return job && isTerminal(job.state) ? job : undefined;
+  }, "the managed graph job's end");
+  assert.equal(done.state, "succeeded", done.error);
+  assert.equal(done.resultText, "finish done");
+  const jobs = (await b.store.listJobs({ limit: 500 })).filter((j) => !j.id.startsWith("graph_"));
+  assert.deepEqual(jobs.filter((j) => j.agentName === "boss").map((j) => j.id), [boss.id], "the manager was asked once, not again by B");
+  assert.deepEqual(jobs.filter((j) => j.agentName === "flaky").map((j) => j.state).sort(), ["failed", "succeeded"], "the step was retried as decided");
+  const decisions = (await b.store.listJobEvents(boss.id, 0, 10_000)).flatMap((e) => (e.event.case === "servedToolCall" ? [e.event.value] : []));
+  assert.deepEqual(decisions.map((d) => [d.tool, d.error]), [["retry", ""]], "B answered the manager's call and recorded it");
+  assert.ok((await eventTexts(b, graphJob.id)).some((l) => l.includes(`manager boss still decides step_error as job ${boss.id}`)));
 });
