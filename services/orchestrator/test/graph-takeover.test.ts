@@ -166,6 +166,16 @@ async function stepJobs(r: Replica, prompt: string): Promise<Record<string, JobR
   return out;
 }
 
+/** Waits for the graph job to end at `r`, and checks it ran to its last step. */
+async function succeedsAt(r: Replica, graphJobId: string): Promise<void> {
+  const done = await eventually(async () => {
+    const job = await r.store.getJob(graphJobId);
+    return job && isTerminal(job.state) ? job : undefined;
+  }, `graph job ${graphJobId}'s end`);
+  assert.equal(done.state, "succeeded", done.error);
+  assert.equal(done.resultText, "finish done");
+}
+
 async function eventTexts(r: Replica, jobId: string): Promise<string[]> {
   const events = await r.store.listJobEvents(jobId, 0, 10_000);
   return events.flatMap((e) => (e.event.case === "text" ? [e.event.value.text] : []));
@@ -220,12 +230,7 @@ void test("a graph job abandoned by one replica is resumed by another from the s
   assert.equal(isTerminal((await b.store.getJob(slow.id))!.state), false);
   releaseSlow();
 
-  const done = await eventually(async () => {
-    const job = await b.store.getJob(graphJob.id);
-    return job && isTerminal(job.state) ? job : undefined;
-  }, "the graph job's end");
-  assert.equal(done.state, "succeeded", done.error);
-  assert.equal(done.resultText, "finish done");
+  await succeedsAt(b, graphJob.id);
   assert.equal(heardAtB, 0, "B's feed never carried the step job's events: B saw it end by reading the store");
 
   const byAgent = await stepJobs(b, prompt);
@@ -260,12 +265,7 @@ void test("a graph run and its manager's job change replicas while the manager d
   await b.graphs.resumeJob(graphJob.id);
   releaseBoss();
 
-  const done = await eventually(async () => {
-    const job = await b.store.getJob(graphJob.id);
-    return job && isTerminal(job.state) ? job : undefined;
-  }, "the managed graph job's end");
-  assert.equal(done.state, "succeeded", done.error);
-  assert.equal(done.resultText, "finish done");
+  await succeedsAt(b, graphJob.id);
   const jobs = (await b.store.listJobs({ limit: 500 })).filter((j) => !j.id.startsWith("graph_"));
   assert.deepEqual(jobs.filter((j) => j.agentName === "boss").map((j) => j.id), [boss.id], "the manager was asked once, not again by B");
   assert.deepEqual(jobs.filter((j) => j.agentName === "flaky").map((j) => j.state).sort(), ["failed", "succeeded"], "the step was retried as decided");
