@@ -135,7 +135,12 @@ interface ActiveJob {
   abandoned?: boolean;
   /** Re-attached to a session that may never have started: start it if the sandbox does not know it. */
   startIfUnknown?: boolean;
+  /** The job's events already say it waits for room on a node (said once, not per attempt). */
+  waitSaid?: boolean;
 }
+
+/** Why a pending job has not started, in its events. */
+export const WAITING_FOR_ROOM = "waiting for a sandbox node with free capacity: every node is full, or none sends heartbeats; the job starts when one has room";
 
 export class JobRunner {
   readonly #o: JobRunnerOptions;
@@ -226,8 +231,16 @@ export class JobRunner {
         await this.#o.store.updateJob(job.id, { sandboxUrl: sandbox.url });
         return sandbox;
       }
+      await this.#sayWaiting(job.id, active);
       await new Promise((r) => setTimeout(r, 500));
     }
+  }
+
+  /** Once per job: otherwise a waiting job only shows "pending", and why is in the orchestrator's log alone. */
+  async #sayWaiting(jobId: string, active: ActiveJob): Promise<void> {
+    if (active.waitSaid) return;
+    active.waitSaid = true;
+    await this.#append(jobId, [{ event: { case: "stateChanged", value: { state: JobState.PENDING, reason: WAITING_FOR_ROOM } } } as Partial<JobEvent>]);
   }
 
   async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch, permissions?: PermissionRecord[]): Promise<JobEvent[]> {
@@ -241,8 +254,10 @@ export class JobRunner {
     return stored;
   }
 
-  /** `version`: run that version instead of the latest (a graph run pins its agents' versions when it starts). */
-  /** `servedTools`: a set of `JobRunnerOptions.servedTools` the session is offered. */
+  /**
+   * `version`: run that version instead of the latest (a graph run pins its agents' versions when it starts).
+   * `servedTools`: a set of `JobRunnerOptions.servedTools` the session is offered.
+   */
   async runAgent(options: { agent: string; input: string; attachments?: string[]; version?: number; servedTools?: string }): Promise<JobRecord> {
     if (this.#closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
     if (options.servedTools && !this.#o.servedTools?.[options.servedTools]) throw new Error(`no runtime tools named ${options.servedTools} are served here`);
@@ -492,6 +507,7 @@ export class JobRunner {
             return;
           }
           this.#o.logger.info({ jobId, sandbox: active.sandbox?.url }, "the sandbox is full; the job waits for a free session");
+          await this.#sayWaiting(jobId, active);
           // Its slot there is given back and the session placed again, on whichever node has room.
           await this.#o.placement.release(job.sessionId);
           await new Promise((r) => setTimeout(r, 500));

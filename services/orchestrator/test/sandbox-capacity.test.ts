@@ -48,4 +48,6 @@ void test("a job waits while the sandbox is full, then runs", async () => {
   const watchedSecond = await t.cli(["jobs", "watch", second]);
   assert.equal(watchedSecond.code, 0, watchedSecond.stdout);
   assert.match(watchedSecond.stdout, /done: wait for room/);
+  assert.match(watchedSecond.stdout, /… waiting for a sandbox node with free capacity/, "the waiting job said why it waited");
+  assert.equal(watchedSecond.stdout.match(/waiting for a sandbox node/g)?.length, 1, "said once, not per attempt");
 });

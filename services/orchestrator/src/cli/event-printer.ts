@@ -89,6 +89,8 @@ export class EventPrinter {
         if (s === JobState.SUCCEEDED || s === JobState.FAILED || s === JobState.CANCELLED) {
           this.#line(`job ${event.jobId} ${stateName(s)}${e.value.reason ? `: ${e.value.reason}` : ""}`);
         }
+        // A pending job with a reason waits for something (room on a node).
+        else if (s === JobState.PENDING && e.value.reason) this.#line(`… ${e.value.reason}`);
         return;
       }
       default:
