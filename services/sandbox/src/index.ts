@@ -8,7 +8,7 @@ import { DEFAULT_READ_ONLY_PATHS, detectBubblewrap, type BubblewrapDetection } f
 import { findSetpriv } from "./parent-death-launcher.js";
 import { createLifecycleEvents } from "./lifecycle-events.js";
 import { defaultNodeIdentity, startNodeHeartbeat, type NodeHeartbeat } from "./node-heartbeat.js";
-import { defaultRoot, defaultSessionPath, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, type SandboxConfig } from "./sandbox-config.js";
+import { checkNodeToken, defaultRoot, defaultSessionPath, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, type SandboxConfig } from "./sandbox-config.js";
 import { sandboxService } from "./sandbox-service.js";
 import { prepareRoot } from "./session-directories.js";
 import { SessionRegistry } from "./session-registry.js";
@@ -51,6 +51,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   if (config.orchestratorUrls !== undefined && !config.nodeToken) {
     throw new Error("OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not: set it to the node token the orchestrators have, or the orchestrator refuses this node's heartbeats");
   }
+  if (config.orchestratorUrls !== undefined) checkNodeToken(config.nodeToken);
   const { root, removedStale } = await prepareRoot(config.root ?? defaultRoot());
   if (removedStale > 0) logger.warn({ root, removedStale }, "removed the directories of sessions a previous run of the sandbox left behind");
   const setting = config.isolation ?? "auto";

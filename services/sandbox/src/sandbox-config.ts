@@ -132,11 +132,27 @@ export interface HeartbeatSidecarConfig {
   heartbeatMs: number;
 }
 
+/**
+ * The orchestrators refuse a node token shorter than this (their
+ * MIN_NODE_TOKEN_LENGTH): a node given one is refused here, at start, rather
+ * than by every heartbeat.
+ */
+const MIN_NODE_TOKEN_LENGTH = 16;
+
+/** Throws, saying what to do, when the node token is missing or too short for the orchestrators. */
+export function checkNodeToken(token: string | undefined): string {
+  if (!token) throw new Error("OZ0_NODE_TOKEN is required: the node token the orchestrators have");
+  if (token.length < MIN_NODE_TOKEN_LENGTH) {
+    throw new Error(`OZ0_NODE_TOKEN has ${token.length} characters; the orchestrators refuse fewer than ${MIN_NODE_TOKEN_LENGTH}. Give every orchestrator and node the same longer token (for example \`openssl rand -base64 32\`)`);
+  }
+  return token;
+}
+
 /** Reads the sidecar's configuration; throws naming the variable to set. */
 export function heartbeatSidecarConfigFromEnv(env: NodeJS.ProcessEnv): HeartbeatSidecarConfig {
   const orchestratorUrls = urlList(env.OZ0_ORCHESTRATOR_URL);
   if (!orchestratorUrls?.length) throw new Error("OZ0_ORCHESTRATOR_URL is required: the orchestrator (or its Service) to send this node's heartbeats to");
-  if (!env.OZ0_NODE_TOKEN) throw new Error("OZ0_NODE_TOKEN is required: the node token the orchestrators have");
+  const nodeToken = checkNodeToken(env.OZ0_NODE_TOKEN);
   const sandboxUrl = env.OZ0_SANDBOX_URL || `http://127.0.0.1:${DEFAULT_PORT}`;
   try {
     new URL(sandboxUrl);
@@ -148,7 +164,7 @@ export function heartbeatSidecarConfigFromEnv(env: NodeJS.ProcessEnv): Heartbeat
   return {
     sandboxUrl,
     orchestratorUrls,
-    nodeToken: env.OZ0_NODE_TOKEN,
+    nodeToken,
     ...(env.OZ0_NODE_ID ? { nodeId: env.OZ0_NODE_ID } : {}),
     ...(env.OZ0_ADVERTISE_URL ? { advertiseUrl: env.OZ0_ADVERTISE_URL } : {}),
     heartbeatMs,

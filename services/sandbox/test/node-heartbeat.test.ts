@@ -184,6 +184,8 @@ void describe("node heartbeats", () => {
     );
     assert.throws(() => configFromEnv({ OZ0_HEARTBEAT_MS: "0" }), /OZ0_HEARTBEAT_MS must be a positive/);
     await assert.rejects(startSandbox({ orchestratorUrls: ["http://127.0.0.1:1"], root: "/nonexistent/never-created" }), /OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not/);
+    // The orchestrators would refuse every heartbeat with a token this short: refused at start instead.
+    await assert.rejects(startSandbox({ orchestratorUrls: ["http://127.0.0.1:1"], nodeToken: "nodetok", root: "/nonexistent/never-created" }), /OZ0_NODE_TOKEN has 7 characters; the orchestrators refuse fewer than 16/);
   });
 });
 
@@ -276,6 +278,7 @@ void describe("heartbeat sidecar", () => {
     assert.deepEqual(config, { sandboxUrl: "http://127.0.0.1:7701", orchestratorUrls: ["http://orchestrator:7700"], nodeToken: TOKEN, nodeId: "pod-9", heartbeatMs: 5000 });
     assert.throws(() => heartbeatSidecarConfigFromEnv({ OZ0_NODE_TOKEN: TOKEN }), /OZ0_ORCHESTRATOR_URL is required/);
     assert.throws(() => heartbeatSidecarConfigFromEnv({ OZ0_ORCHESTRATOR_URL: "http://orchestrator:7700" }), /OZ0_NODE_TOKEN is required/);
+    assert.throws(() => heartbeatSidecarConfigFromEnv({ OZ0_ORCHESTRATOR_URL: "http://orchestrator:7700", OZ0_NODE_TOKEN: "short" }), /OZ0_NODE_TOKEN has 5 characters/);
     assert.throws(() => heartbeatSidecarConfigFromEnv({ OZ0_ORCHESTRATOR_URL: "http://o:7700", OZ0_NODE_TOKEN: TOKEN, OZ0_SANDBOX_URL: "127.0.0.1:7701" }), /OZ0_SANDBOX_URL must be a URL/);
   });
 });
