@@ -444,8 +444,8 @@ export class JobRunner {
       this.#active.delete(jobId);
     }
     this.#deadlines.clearJob(jobId);
-    // Its unfinished harness operations run again at the new owner (their writes here would be refused).
-    this.#operations.cancelJob(jobId);
+    // Its unfinished harness operations run again at the new owner; they write nothing more here.
+    this.#operations.abandonJob(jobId);
   }
 
   /** A waiting call of a job this replica works on was answered at another replica: write the answer to the session. */

@@ -109,6 +109,9 @@ interface EventBase {
   agentVersion: string;
 }
 
+/** The abort reason of operations whose job this replica no longer runs (`abandonJob`). */
+const ABANDONED = Symbol("abandoned by this replica");
+
 export class OperationRunner {
   readonly #o: OperationRunnerOptions;
   readonly #checkpoints: OperationCheckpoints;
@@ -141,6 +144,17 @@ export class OperationRunner {
   /** Cancel every running operation of the job (the parent was cancelled or ended). */
   cancelJob(jobId: string): void {
     this.#jobs.get(jobId)?.abort();
+    this.#jobs.delete(jobId);
+  }
+
+  /**
+   * Stop the job's running operations without recording anything: another
+   * replica took the job over and runs them again from their checkpoints. A
+   * "cancelled" outcome written now would land on that replica's job (the
+   * lease is no longer this replica's to fence with).
+   */
+  abandonJob(jobId: string): void {
+    this.#jobs.get(jobId)?.abort(ABANDONED);
     this.#jobs.delete(jobId);
   }
 
@@ -266,6 +280,7 @@ export class OperationRunner {
     } else {
       outcome = await this.#attempts({ parent, op, record, signal, until, usage, base });
     }
+    if (signal.reason === ABANDONED) return;
     const end = outcome.kind === "validated" ? "completed" : outcome.code === "operation_timed_out" || outcome.code === "operation_deadline_passed" ? "timed_out" : outcome.code === "operation_cancelled" ? "cancelled" : "failed";
     this.#o.lifecycle?.publish(`harness.operation_${end}`, {
       ...base,

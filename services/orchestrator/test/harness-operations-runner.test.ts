@@ -272,6 +272,26 @@ void test("cancelling the parent cancels its running operations", async () => {
   assert.equal(events.at(-1)!.type, "harness.operation_cancelled");
 });
 
+void test("a job abandoned to another replica: its running operations stop and record nothing more", async () => {
+  // The new owner resumes them from the checkpoint; a "cancelled" record written now would land on its job.
+  const sandbox = new ScriptedSandbox(() => [usage(), { case: "hang" }]);
+  const { runner, parent, events, answers } = setup({ sandbox });
+  const { recorded, done } = runner.accept({ parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } });
+  await recorded;
+  await sandbox.startedNth(1);
+  runner.abandonJob("job_1");
+  await done;
+  assert.deepEqual(answers, [], "nothing is answered for a job this replica no longer runs");
+  assert.deepEqual(
+    events.filter((e) => /_(completed|failed|cancelled|timed_out)$/.test(e.type)),
+    [],
+    "no end event: the new owner reports the end",
+  );
+  const record = await runner.checkpoints.get("job_1", "rt-1");
+  assert.equal(record?.status, "running", "the checkpoint is left for the new owner to resume");
+  assert.equal(record?.delivered, false);
+});
+
 void test("a nested operation call from a scratch session is refused; bad task input is refused", async () => {
   const sandbox = new ScriptedSandbox(() => [
     usage(),
