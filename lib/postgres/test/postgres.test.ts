@@ -68,6 +68,41 @@ void describe("@oz0/postgres", () => {
     }
   });
 
+  void it("lets two components migrate one fresh schema at once, each applying its own migrations once", async () => {
+    // The orchestrator and the LLM proxy may share a schema and start together: both find it
+    // missing, and both find `oz0_migrations` missing.
+    const schema = freshSchema();
+    const components = {
+      alpha: [{ version: 1, name: "alpha things", sql: "CREATE TABLE alpha_things (id integer PRIMARY KEY)" }],
+      beta: [
+        { version: 1, name: "beta things", sql: "CREATE TABLE beta_things (id integer PRIMARY KEY)" },
+        { version: 2, name: "a beta column", sql: "ALTER TABLE beta_things ADD COLUMN colour text" },
+      ],
+    } satisfies Record<string, Migration[]>;
+    const racers = Array.from({ length: 8 }, (_, i) => ({
+      component: i % 2 === 0 ? "alpha" : "beta",
+      pool: createSchemaPool({ connectionString: url, schema, maxConnections: 1 }),
+    })) as { component: keyof typeof components; pool: pg.Pool }[];
+    try {
+      // Every pool holds an open connection first, so the migrations start as close together as they can.
+      await Promise.all(racers.map(({ pool }) => pool.query("SELECT 1")));
+      const ran = await Promise.all(racers.map(({ component, pool }) => runMigrations({ pool, schema, component, migrations: components[component] })));
+      for (const component of ["alpha", "beta"] as const) {
+        const mine = ran.filter((_, i) => racers[i]!.component === component);
+        assert.deepEqual(mine.flat().sort(), components[component].map((m) => m.version), `${component}'s versions applied once: ${JSON.stringify(mine)}`);
+      }
+      const recorded = await racers[0]!.pool.query<{ component: string; version: number }>("SELECT component, version FROM oz0_migrations ORDER BY component, version");
+      assert.deepEqual(recorded.rows, [
+        { component: "alpha", version: 1 },
+        { component: "beta", version: 1 },
+        { component: "beta", version: 2 },
+      ]);
+      await racers[1]!.pool.query("INSERT INTO alpha_things (id) VALUES (1); INSERT INTO beta_things (id, colour) VALUES (1, 'blue')");
+    } finally {
+      await Promise.all(racers.map(({ pool }) => pool.end()));
+    }
+  });
+
   void it("commits a transaction that resolves and rolls back one that throws", async () => {
     const schema = freshSchema();
     const pool = createSchemaPool({ connectionString: url, schema });
