@@ -48,6 +48,7 @@ interface LeaseRow {
   token: string;
   acquired_at: Date;
   expires_at: Date;
+  ttl_ms: number;
 }
 
 function toLease(row: LeaseRow): Lease {
@@ -102,6 +103,14 @@ export class LeaseManager {
   readonly #ttlMs: number;
   /** Leases this manager holds, by `kind/resource`, for background renewal. */
   readonly #held = new Map<string, Lease>();
+  /**
+   * By the same key: when (this process's monotonic clock) the request that
+   * last set the lease's expiry was sent, and for how long it set it. The
+   * database set the expiry after that moment, so the lease surely holds
+   * until `sentAt + ttlMs` here: past that, this replica may no longer
+   * assume it owns the resource, whatever the database (unreachable) says.
+   */
+  readonly #confirmed = new Map<string, { sentAt: number; ttlMs: number }>();
   #timer: NodeJS.Timeout | undefined;
   #renewing: Promise<void> | undefined;
 
@@ -128,6 +137,7 @@ export class LeaseManager {
    */
   async acquire(kind: LeaseKind, resource: string, options: { ttlMs?: number } = {}): Promise<Lease | undefined> {
     const ttl = options.ttlMs ?? this.#ttlMs;
+    const sentAt = performance.now();
     const { rows } = await this.#pool.query<LeaseRow>(
       `INSERT INTO leases AS l (kind, resource, owner, token, acquired_at, expires_at, ttl_ms)
        VALUES ($1, $2, $3, nextval('lease_tokens'), now(), now() + $4 * interval '1 millisecond', $4)
@@ -140,31 +150,27 @@ export class LeaseManager {
       [kind, resource, this.owner, ttl],
     );
     if (!rows[0]) return undefined;
-    const lease = toLease(rows[0]);
-    this.#held.set(`${kind}/${resource}`, lease);
-    return lease;
+    return this.#hold(rows[0], sentAt);
   }
 
   /** Extends the lease (by its own lifetime unless `ttlMs` says otherwise) if its token is still current; undefined when it was lost. */
   async renew(lease: LeaseFence, options: { ttlMs?: number } = {}): Promise<Lease | undefined> {
+    const sentAt = performance.now();
     const { rows } = await this.#pool.query<LeaseRow>(
       `UPDATE leases SET ttl_ms = COALESCE($4, ttl_ms), expires_at = now() + COALESCE($4, ttl_ms) * interval '1 millisecond'
        WHERE kind = $1 AND resource = $2 AND token = $3 RETURNING *`,
       [lease.kind, lease.resource, lease.token.toString(), options.ttlMs ?? null],
     );
-    const key = `${lease.kind}/${lease.resource}`;
     if (!rows[0]) {
-      this.#held.delete(key);
+      this.#drop(`${lease.kind}/${lease.resource}`);
       return undefined;
     }
-    const renewed = toLease(rows[0]);
-    this.#held.set(key, renewed);
-    return renewed;
+    return this.#hold(rows[0], sentAt);
   }
 
   /** Gives the lease up (the work is done); false when it was no longer held. */
   async release(lease: LeaseFence): Promise<boolean> {
-    this.#held.delete(`${lease.kind}/${lease.resource}`);
+    this.#drop(`${lease.kind}/${lease.resource}`);
     const result = await this.#pool.query("DELETE FROM leases WHERE kind = $1 AND resource = $2 AND token = $3", [
       lease.kind,
       lease.resource,
@@ -192,21 +198,23 @@ export class LeaseManager {
    * Takes over up to `limit` expired leases of `kind` in one statement.
    * SKIP LOCKED lets replicas sweeping at the same moment split the dead
    * replica's work between them instead of queueing on the same rows.
-   * This owner's own expired leases are left alone: it is alive (it is
-   * sweeping), its renewal was late, and renewing keeps the token its work
-   * is fenced by; taking them over would fence out its own work.
+   * This owner's own expired leases that it still holds are left alone: it
+   * is alive (it is sweeping), its renewal was late, and renewing keeps the
+   * token its work is fenced by; taking them over would fence out its own
+   * work. Its own leases it gave up (expireUnconfirmed, while the database
+   * was unreachable) are taken over like anyone's: nobody else may be left.
    */
   async takeOverExpired(kind: LeaseKind, options: { limit?: number } = {}): Promise<Lease[]> {
+    const sentAt = performance.now();
     const { rows } = await this.#pool.query<LeaseRow>(
       `UPDATE leases AS l SET owner = $2, token = nextval('lease_tokens'), acquired_at = now(), expires_at = now() + $3 * interval '1 millisecond', ttl_ms = $3
-       FROM (SELECT kind, resource FROM leases WHERE kind = $1 AND expires_at <= now() AND owner <> $2 ORDER BY expires_at LIMIT $4 FOR UPDATE SKIP LOCKED) AS due
+       FROM (SELECT kind, resource FROM leases WHERE kind = $1 AND expires_at <= now() AND NOT (owner = $2 AND resource = ANY($5::text[]))
+             ORDER BY expires_at LIMIT $4 FOR UPDATE SKIP LOCKED) AS due
        WHERE l.kind = due.kind AND l.resource = due.resource AND l.expires_at <= now()
        RETURNING l.*`,
-      [kind, this.owner, this.#ttlMs, options.limit ?? 100],
+      [kind, this.owner, this.#ttlMs, options.limit ?? 100, this.held().filter((l) => l.kind === kind).map((l) => l.resource)],
     );
-    const taken = rows.map(toLease);
-    for (const lease of taken) this.#held.set(`${lease.kind}/${lease.resource}`, lease);
-    return taken;
+    return rows.map((row) => this.#hold(row, sentAt));
   }
 
   /**
@@ -217,14 +225,13 @@ export class LeaseManager {
    * fenced writes are refused.
    */
   async reclaim(kind: LeaseKind): Promise<Lease[]> {
+    const sentAt = performance.now();
     const { rows } = await this.#pool.query<LeaseRow>(
       `UPDATE leases SET token = nextval('lease_tokens'), acquired_at = now(), expires_at = now() + $3 * interval '1 millisecond', ttl_ms = $3
        WHERE kind = $1 AND owner = $2 RETURNING *`,
       [kind, this.owner, this.#ttlMs],
     );
-    const taken = rows.map(toLease);
-    for (const lease of taken) this.#held.set(`${lease.kind}/${lease.resource}`, lease);
-    return taken;
+    return rows.map((row) => this.#hold(row, sentAt));
   }
 
   /** Leases this manager believes it holds (as of its last acquire or renewal). */
@@ -243,6 +250,9 @@ export class LeaseManager {
         .catch((error: unknown) => options.onError?.(error))
         .finally(() => {
           this.#renewing = undefined;
+          // Renewals failing (the database unreachable) must not let this replica work on past its leases:
+          // another replica takes them over once they expire. A round's length of margin to stop in time.
+          this.expireUnconfirmed(options.onLost, { marginMs: interval });
         });
     }, interval);
     this.#timer.unref();
@@ -252,6 +262,7 @@ export class LeaseManager {
   async renewAll(onLost: (lease: Lease) => void): Promise<void> {
     const held = this.held();
     if (held.length === 0) return;
+    const sentAt = performance.now();
     const { rows } = await this.#pool.query<LeaseRow>(
       `UPDATE leases AS l SET expires_at = now() + l.ttl_ms * interval '1 millisecond'
        FROM unnest($1::text[], $2::text[], $3::bigint[]) AS h(kind, resource, token)
@@ -259,18 +270,47 @@ export class LeaseManager {
        RETURNING l.*`,
       [held.map((l) => l.kind), held.map((l) => l.resource), held.map((l) => l.token.toString())],
     );
-    const renewed = new Map(rows.map((r) => [`${r.kind}/${r.resource}`, toLease(r)]));
+    const renewed = new Map(rows.map((r) => [`${r.kind}/${r.resource}`, r]));
     for (const lease of held) {
       const key = `${lease.kind}/${lease.resource}`;
       const fresh = renewed.get(key);
       if (fresh) {
-        this.#held.set(key, fresh);
+        this.#hold(fresh, sentAt);
       } else if (this.#held.get(key) === lease) {
         // Still the lease we tried to renew (not re-acquired meanwhile): it is lost.
-        this.#held.delete(key);
+        this.#drop(key);
         onLost(lease);
       }
     }
+  }
+
+  /**
+   * Reports lost every held lease not confirmed for its lifetime less
+   * `marginMs`, by this process's clock: when renewals fail, the database
+   * cannot say the lease was taken over, but it may be within the margin.
+   */
+  expireUnconfirmed(onLost: (lease: Lease) => void, options: { marginMs: number; now?: number }): void {
+    const now = options.now ?? performance.now();
+    for (const [key, lease] of this.#held) {
+      const confirmed = this.#confirmed.get(key);
+      if (confirmed && now - confirmed.sentAt >= confirmed.ttlMs - options.marginMs) {
+        this.#drop(key);
+        onLost(lease);
+      }
+    }
+  }
+
+  #hold(row: LeaseRow, sentAt: number): Lease {
+    const lease = toLease(row);
+    const key = `${lease.kind}/${lease.resource}`;
+    this.#held.set(key, lease);
+    this.#confirmed.set(key, { sentAt, ttlMs: Number(row.ttl_ms) });
+    return lease;
+  }
+
+  #drop(key: string): void {
+    this.#held.delete(key);
+    this.#confirmed.delete(key);
   }
 
   /** Stops renewing; held leases then expire unless released. */

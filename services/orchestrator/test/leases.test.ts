@@ -86,6 +86,40 @@ void describe("leases", () => {
     assert.equal((await survivor.get("approval", "job-7/perm-1"))?.owner, "survivor");
   });
 
+  void it("a replica cut off from the database gives its leases up by its own clock before they can be taken over", async () => {
+    // Its renewals fail, so the database cannot tell it the leases were taken over: it must stop on its own.
+    const cutPool = createPostgresPool({ connectionString, schema, maxConnections: 2 });
+    const cut = await LeaseManager.open({ pool: cutPool, owner: "cut-off", ttlMs: 900 });
+    const lease = (await cut.acquire("job", "cut-off-job"))!;
+    const lost: Lease[] = [];
+    const errors: unknown[] = [];
+    await cutPool.end(); // every renewal fails from here on
+    cut.startRenewing({ onLost: (l) => lost.push(l), onError: (e) => errors.push(e) });
+    try {
+      await eventually(async () => (lost.length > 0 ? true : undefined), "the lease reported lost");
+      assert.deepEqual(lost.map((l) => l.token), [lease.token]);
+      assert.ok(errors.length > 0, "the failed renewals were reported");
+      assert.deepEqual(cut.held(), [], "no longer held");
+      // The rule itself: the database surely keeps the lease for its lifetime from the request that set it.
+      const b = await replica("clock-b", 60_000);
+      const held = (await b.acquire("job", "clock-job"))!;
+      const onLost = (l: Lease): void => void lost.push(l);
+      b.expireUnconfirmed(onLost, { marginMs: 20_000 });
+      assert.equal(b.held().length, 1, "well within its lifetime: kept");
+      b.expireUnconfirmed(onLost, { marginMs: 20_000, now: performance.now() + 40_000 });
+      assert.deepEqual(b.held(), [], "within the margin of its expiry: given up");
+      assert.equal(lost.at(-1)?.token, held.token);
+      // Its own lease given up so is taken over like anyone's once it expires: in a cluster of one, nobody else would.
+      const c = await replica("clock-c", 300);
+      const mine = (await c.acquire("job", "clock-job-c"))!;
+      c.expireUnconfirmed(onLost, { marginMs: 0, now: performance.now() + 300 });
+      const back = await eventually(async () => (await c.takeOverExpired("job")).find((l) => l.resource === "clock-job-c"), "the given-up lease taken back");
+      assert.ok(back.token > mine.token, "with a new token");
+    } finally {
+      await cut.stop();
+    }
+  });
+
   void it("splits a dead replica's expired leases between two replicas sweeping at once, each taken once", async () => {
     const dead = await replica("dead", 100);
     const resources = Array.from({ length: 40 }, (_, i) => `sweep-${i}`);
