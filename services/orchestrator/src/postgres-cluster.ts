@@ -78,14 +78,26 @@ export async function openPostgresCluster(options: PostgresClusterOptions): Prom
   const jobs = new JobLeases(leases);
   const store = base.withFences(jobs);
   const nodes = await SandboxNodeRegistry.open({ pool: base.pool, ...(options.nodeStaleAfterMs ? { staleAfterMs: options.nodeStaleAfterMs } : {}) });
+  /**
+   * Works on a job whose lease this replica just won. A handler that fails
+   * (the database blinked mid-resume) gives the lease back: kept and renewed,
+   * it would hold a job nobody works on forever. Released, the job is an
+   * unleased active job again, which the next sweep here or elsewhere takes.
+   */
+  const takeOver = async (lease: Lease): Promise<void> => {
+    jobs.adopt(lease);
+    try {
+      await handlers.onTakeOver?.(lease);
+    } catch (error) {
+      await jobs.release(lease.resource).catch(() => undefined);
+      throw error;
+    }
+  };
   const sweeper = new LeaseSweeper({
     pool: base.pool,
     leases,
     kinds: ["job"],
-    onTakeOver: async (lease) => {
-      jobs.adopt(lease);
-      await handlers.onTakeOver?.(lease);
-    },
+    onTakeOver: takeOver,
     ...(options.onError ? { onError: options.onError } : {}),
   });
   let started = false;
@@ -109,10 +121,7 @@ export async function openPostgresCluster(options: PostgresClusterOptions): Prom
         ...(options.onError ? { onError: options.onError } : {}),
       });
       // A restarted replica's own jobs first: they resume now, not when their leases expire.
-      for (const lease of await leases.reclaim("job")) {
-        jobs.adopt(lease);
-        await given.onTakeOver(lease).catch((error: unknown) => options.onError?.(error));
-      }
+      for (const lease of await leases.reclaim("job")) await takeOver(lease).catch((error: unknown) => options.onError?.(error));
       await sweeper.sweepOnce();
       sweeper.start({ intervalMs: options.sweepIntervalMs ?? ttlMs });
     },

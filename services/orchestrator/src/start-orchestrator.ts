@@ -178,16 +178,26 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     }).concat(registered ? sandboxNodeServices({ registry: registered, nodeToken: config.nodeToken!, logger }) : []),
   });
   if (cluster) {
+    const abandon = (jobId: string): void => {
+      if (isGraphJob({ id: jobId })) graphJobs.abandon(jobId);
+      else runner.abandon(jobId);
+    };
     // Jobs are resumed as their leases are won: now (orphans and expired leases) and on every sweep.
     await cluster.start({
       onTakeOver: async (lease) => {
         logger.info({ jobId: lease.resource }, "took over a job from a replica that stopped");
-        await (isGraphJob({ id: lease.resource }) ? graphJobs.resumeJob(lease.resource) : runner.resumeJob(lease.resource));
+        try {
+          await (isGraphJob({ id: lease.resource }) ? graphJobs.resumeJob(lease.resource) : runner.resumeJob(lease.resource));
+        } catch (error) {
+          // Half resumed: stop, so whoever takes the lease next starts clean.
+          abandon(lease.resource);
+          logger.warn({ jobId: lease.resource, err: error }, "could not resume a job taken over; gave its lease back for the next sweep");
+          throw error;
+        }
       },
       onLeaseLost: (lease) => {
         logger.warn({ jobId: lease.resource }, "lost a job's lease to another replica; stopped working on it");
-        if (isGraphJob({ id: lease.resource })) graphJobs.abandon(lease.resource);
-        else runner.abandon(lease.resource);
+        abandon(lease.resource);
         cluster.jobs.forget(lease.resource);
       },
       onApprovalAnswered: (answer) => {

@@ -31,7 +31,8 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     await dropSchema(schema);
   });
 
-  async function replica(id: string, leaseTtlMs: number): Promise<Replica> {
+  async function replica(id: string, leaseTtlMs: number, options: { failTakeOvers?: number } = {}): Promise<Replica> {
+    let failures = options.failTakeOvers ?? 0;
     const resumed: Lease[] = [];
     const answers: ApprovalAnswered[] = [];
     // Sweeping is driven by the test (sweepOnce) so the race between survivors is explicit.
@@ -45,6 +46,8 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     });
     await cluster.start({
       onTakeOver: async (lease) => {
+        // As a resume that hits a database error would.
+        if (failures > 0 && failures--) throw new Error("the database blinked while resuming");
         resumed.push(lease);
       },
       onLeaseLost: () => undefined,
@@ -102,6 +105,21 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     await ownerCluster.cluster.store.fenced(newOwner).updateJob("job-2", { state: "succeeded" });
     assert.equal((await one!.cluster.store.getJob("job-2"))?.state, "succeeded");
     assert.equal((await one!.cluster.store.listJobEvents("job-2", 0)).length, 0);
+  });
+
+  void it("gives back the lease of a job whose takeover failed, so a later sweep resumes it", async () => {
+    const flaky = await replica("orch-flaky", 60_000, { failTakeOvers: 1 });
+    const steady = await replica("orch-steady", 60_000);
+    // Nobody leased it (its creator died): the flaky replica wins it, and its resume fails.
+    await steady.cluster.store.createJob(job("takeover-fails"));
+    const first = await flaky.cluster.sweeper.sweepOnce();
+    assert.deepEqual(first.map((l) => l.resource), ["takeover-fails"]);
+    assert.deepEqual(flaky.resumed, []);
+    assert.equal(flaky.cluster.jobs.owns("takeover-fails"), false, "not kept by the replica that could not resume it");
+    assert.equal(await flaky.cluster.leases.get("job", "takeover-fails"), undefined, "its lease given back");
+    const second = await steady.cluster.sweeper.sweepOnce();
+    assert.deepEqual(second.map((l) => l.resource), ["takeover-fails"], "the next sweep takes it");
+    assert.deepEqual(steady.resumed.map((l) => l.resource), ["takeover-fails"]);
   });
 
   void it("brings an approval answered at any replica to the replica that owns the job", async () => {
