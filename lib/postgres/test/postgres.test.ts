@@ -5,6 +5,7 @@
 // after the server drops it.
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import net from "node:net";
 import { after, describe, it } from "node:test";
 import pg from "pg";
 import { channelName, checkSchemaName, createSchemaPool, NotificationListener, runMigrations, withTransaction, type Migration } from "@oz0/postgres";
@@ -32,6 +33,56 @@ after(async () => {
     for (const schema of schemas) await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
   });
 });
+
+async function until(check: () => boolean): Promise<void> {
+  while (!check()) await new Promise((resolve) => setTimeout(resolve, 20));
+}
+
+/**
+ * A TCP proxy to the server whose connections can be made to go silent: bytes
+ * stop flowing both ways but neither side gets a FIN or an RST, as when the
+ * peer's node fails or a NAT forgets the mapping.
+ */
+async function silenceableProxy(target: URL): Promise<{ url: string; accepted: () => number; silence: (what: { current: boolean; new: boolean }) => void; close: () => void }> {
+  const sockets: net.Socket[] = [];
+  const forwarding: [net.Socket, net.Socket][] = [];
+  let [accepted, silenceNew] = [0, false];
+  const proxy = net.createServer((client) => {
+    accepted++;
+    sockets.push(client);
+    client.on("error", () => undefined);
+    // Accepted but never read from nor forwarded: the server never answers.
+    if (silenceNew) return;
+    const server = net.connect(Number(target.port || 5432), target.hostname);
+    sockets.push(server);
+    server.on("error", () => undefined);
+    client.pipe(server);
+    server.pipe(client);
+    forwarding.push([client, server]);
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+  const via = new URL(target);
+  via.hostname = "127.0.0.1";
+  via.port = String((proxy.address() as net.AddressInfo).port);
+  return {
+    url: via.toString(),
+    accepted: () => accepted,
+    silence: (what) => {
+      silenceNew = what.new;
+      if (!what.current) return;
+      for (const [client, server] of forwarding.splice(0)) {
+        client.unpipe(server);
+        server.unpipe(client);
+        client.pause();
+        server.pause();
+      }
+    },
+    close: () => {
+      proxy.close();
+      for (const socket of sockets) socket.destroy();
+    },
+  };
+}
 
 const MIGRATIONS: Migration[] = [
   { version: 2, name: "a column", sql: "ALTER TABLE things ADD COLUMN colour text" },
@@ -135,9 +186,6 @@ void describe("@oz0/postgres", () => {
       onLost: () => happened.push("lost"),
       onReconnect: () => happened.push("back"),
     });
-    const until = async (check: () => boolean): Promise<void> => {
-      while (!check()) await new Promise((resolve) => setTimeout(resolve, 20));
-    };
     try {
       await listener.start();
       await admin((client) => client.query("SELECT pg_notify($1, 'one'), pg_notify('some_other_channel', 'not mine')", [channel]));
@@ -161,6 +209,53 @@ void describe("@oz0/postgres", () => {
     await admin((client) => client.query("SELECT pg_notify($1, 'three')", [channel]));
     await new Promise((resolve) => setTimeout(resolve, 200));
     assert.deepEqual(heard, ["one", "two"]);
+  });
+
+  void it("notices a connection gone silent (no FIN, no RST), replaces it, and hears notices again", async () => {
+    const channel = channelName(freshSchema(), "test");
+    const proxy = await silenceableProxy(new URL(url));
+    const heard: string[] = [];
+    const happened: string[] = [];
+    const errors: unknown[] = [];
+    const listener = new NotificationListener({
+      connectionString: proxy.url,
+      channel,
+      onNotification: (payload) => heard.push(payload),
+      onError: (error) => errors.push(error),
+      onLost: () => happened.push("lost"),
+      onReconnect: () => happened.push("back"),
+      // Checked often, so the test waits little; the timeout stays generous so a busy machine is not taken for a dead server.
+      livenessIntervalMs: 50,
+      livenessTimeoutMs: 2_000,
+    });
+    try {
+      await listener.start();
+      await admin((client) => client.query("SELECT pg_notify($1, 'one')", [channel]));
+      await until(() => heard.length === 1);
+
+      // The listening connection goes silent, and so does the first connection opened to replace it.
+      const accepted = proxy.accepted();
+      const [lostBefore, errorsBefore] = [happened.length, errors.length];
+      proxy.silence({ current: true, new: true });
+      await until(() => happened.length > lostBefore);
+      assert.equal(happened[lostBefore], "lost", "the unanswered liveness check counts as a loss");
+      assert.match(String(errors[errorsBefore]), /liveness check: no answer from PostgreSQL within 2000 ms/);
+      // The new connection never answers either: it is given up and tried again.
+      await until(() => proxy.accepted() > accepted && errors.length > errorsBefore + 1);
+      proxy.silence({ current: false, new: false });
+      await until(() => happened.slice(lostBefore).includes("back"));
+      assert.deepEqual(happened.slice(lostBefore), ["lost", "back"]);
+
+      await admin((client) => client.query("SELECT pg_notify($1, 'two')", [channel]));
+      await until(() => heard.length === 2);
+      assert.deepEqual(heard, ["one", "two"]);
+
+      // Closing does not wait on a connection that went silent.
+      proxy.silence({ current: true, new: true });
+    } finally {
+      await listener.close();
+      proxy.close();
+    }
   });
 
   void it("closed while its connection opens, it leaves no LISTEN connection behind, and a failed start can be retried", async () => {
