@@ -5,7 +5,11 @@
 // replicas, and the sessions of a node that went silent can be found and their
 // jobs failed (resuming a harness session elsewhere is out of scope).
 // Liveness is judged by the database's clock, so replicas' clocks never matter.
+// A slot is given back by the job's runner after it wrote the job's end; one
+// it never gave back (it died in between, or the release failed) is freed at
+// the node's next heartbeat, from the jobs table the registry shares.
 import type pg from "pg";
+import { ACTIVE_JOB_STATES } from "./job-store.js";
 import { createPostgresPool, migrateOrchestrator, type PostgresConnectionOptions } from "./postgres-migrations.js";
 import { withTransaction } from "@oz0/postgres";
 
@@ -93,21 +97,57 @@ export class SandboxNodeRegistry {
     return new SandboxNodeRegistry({ pool, ownsPool: !options.pool, staleAfterMs: options.staleAfterMs ?? 15_000 });
   }
 
-  /** Registers a node (or updates its URL and capacity when it restarts); counts as a heartbeat. */
+  /**
+   * Registers a node (or updates its URL and capacity when it restarts);
+   * counts as a heartbeat, so it frees the node's slots whose jobs ended
+   * (the RPC handler calls this on every heartbeat).
+   */
   async register(node: { id: string; url: string; capacity: number }): Promise<SandboxNode> {
-    const { rows } = await this.#pool.query<NodeRow>(
-      `INSERT INTO sandbox_nodes (id, url, capacity, placed, registered_at, last_heartbeat) VALUES ($1, $2, $3, 0, now(), now())
-       ON CONFLICT (id) DO UPDATE SET url = excluded.url, capacity = excluded.capacity, last_heartbeat = now()
-       RETURNING *`,
-      [node.id, node.url, node.capacity],
-    );
-    return toNode(rows[0]!);
+    return withTransaction(this.#pool, async (client) => {
+      const freed = await this.#freeEnded(client, node.id);
+      const { rows } = await client.query<NodeRow>(
+        `INSERT INTO sandbox_nodes (id, url, capacity, placed, registered_at, last_heartbeat) VALUES ($1, $2, $3, 0, now(), now())
+         ON CONFLICT (id) DO UPDATE SET url = excluded.url, capacity = excluded.capacity, placed = sandbox_nodes.placed - $4, last_heartbeat = now()
+         RETURNING *`,
+        [node.id, node.url, node.capacity, freed],
+      );
+      return toNode(rows[0]!);
+    });
   }
 
-  /** Records a heartbeat; false when the node is unknown (it must register again). */
+  /** Records a heartbeat and frees the node's slots whose jobs ended; false when the node is unknown (it must register again). */
   async heartbeat(id: string): Promise<boolean> {
-    const result = await this.#pool.query("UPDATE sandbox_nodes SET last_heartbeat = now() WHERE id = $1", [id]);
-    return (result.rowCount ?? 0) > 0;
+    return withTransaction(this.#pool, async (client) => {
+      const freed = await this.#freeEnded(client, id);
+      const result = await client.query("UPDATE sandbox_nodes SET last_heartbeat = now(), placed = placed - $2 WHERE id = $1", [id, freed]);
+      return (result.rowCount ?? 0) > 0;
+    });
+  }
+
+  /**
+   * Deletes the node's placements whose job is terminal, for the caller to
+   * take their count off the node's `placed` in the same transaction.
+   * A runner that writes a job's end releases its slot right after, so this
+   * frees only what a crash or a failed release left behind; it needs no
+   * grace, since a terminal job's session is never started again. A
+   * placement is the job's (`job_id`, the jobs table's key): a graph's custom
+   * step, placed under its graph's job, is freed once the graph job ended.
+   * A placement without a job row, or of a job still active, stays: the
+   * heartbeat says only how many sessions the node runs, not which, so
+   * nothing shows such a session is over (with the node's list of sessions,
+   * one it no longer runs could go too once older than the stale limit; as
+   * long as its job is active, its runner may still be reading its end).
+   * Rows a concurrent release() holds are skipped (it frees them itself),
+   * and rows are locked before the node, as release() does: no deadlock.
+   */
+  async #freeEnded(client: pg.PoolClient, nodeId: string): Promise<number> {
+    const freed = await client.query(
+      `DELETE FROM session_placements WHERE session_id IN (
+         SELECT p.session_id FROM session_placements p JOIN jobs j ON j.id = p.job_id
+         WHERE p.node_id = $1 AND NOT j.state = ANY($2::text[]) FOR UPDATE OF p SKIP LOCKED)`,
+      [nodeId, ACTIVE_JOB_STATES],
+    );
+    return freed.rowCount ?? 0;
   }
 
   /** Live nodes (heartbeat within the stale limit), most free capacity first. */
@@ -124,15 +164,31 @@ export class SandboxNodeRegistry {
    * Places a session on the live node with the most free capacity (by share
    * of its capacity). Undefined when no live node has room. Placing the same
    * session again returns its placement, so a retried call does not take two
-   * slots.
+   * slots. A session placed on a node that went silent is placed afresh on a
+   * live one when it never started there (its job is pending and nothing
+   * was heard from the session, the job runner's own test; or it has no job
+   * of its own, as a graph's custom step, which starts again when its new
+   * node does not know it): it no longer counts on the silent node, so it is
+   * not reported lost. One that started there died with the node: it keeps
+   * its placement and is reported lost (lostSessions), failing its job.
    */
   async place(request: { sessionId: string; jobId: string }): Promise<Placement | undefined> {
+    const { rows } = await this.#pool.query<NodeRow & { placed_at: Date; live: boolean; started: boolean }>(
+      `SELECT n.*, p.placed_at, n.last_heartbeat > now() - $2 * interval '1 millisecond' AS live,
+         coalesce(j.state <> 'pending' OR j.sandbox_seq > 0, false) AS started
+       FROM session_placements p JOIN sandbox_nodes n ON n.id = p.node_id
+       LEFT JOIN jobs j ON j.id = p.job_id AND j.session_id = p.session_id
+       WHERE p.session_id = $1`,
+      [request.sessionId, this.#staleAfterMs],
+    );
+    const existing = rows[0];
+    if (existing && (existing.live || existing.started)) {
+      return { sessionId: request.sessionId, jobId: request.jobId, node: toNode(existing), placedAt: existing.placed_at };
+    }
+    // Given back before, in a transaction of its own, as release() does: the new
+    // node is locked below, and locking it while holding this row could deadlock.
+    if (existing) await this.#releaseFrom(request.sessionId, existing.id);
     return withTransaction(this.#pool, async (client) => {
-      const existing = await client.query<NodeRow & { placed_at: Date }>(
-        "SELECT n.*, p.placed_at FROM session_placements p JOIN sandbox_nodes n ON n.id = p.node_id WHERE p.session_id = $1",
-        [request.sessionId],
-      );
-      if (existing.rows[0]) return { sessionId: request.sessionId, jobId: request.jobId, node: toNode(existing.rows[0]), placedAt: existing.rows[0].placed_at };
       // Lock the candidates in id order (one order for every replica: no deadlocks), then pick in code.
       const candidates = await client.query<NodeRow>(
         `SELECT * FROM sandbox_nodes WHERE last_heartbeat > now() - $1 * interval '1 millisecond' AND placed < capacity
@@ -154,11 +210,19 @@ export class SandboxNodeRegistry {
 
   /** Frees a session's slot (it ended, or its loss was handled); false when it was not placed. */
   async release(sessionId: string): Promise<boolean> {
+    return this.#releaseFrom(sessionId);
+  }
+
+  /** `nodeId`: only from that node (a concurrent call may have placed it elsewhere meanwhile). */
+  async #releaseFrom(sessionId: string, nodeId?: string): Promise<boolean> {
     return withTransaction(this.#pool, async (client) => {
-      const removed = await client.query<{ node_id: string }>("DELETE FROM session_placements WHERE session_id = $1 RETURNING node_id", [sessionId]);
-      const nodeId = removed.rows[0]?.node_id;
-      if (nodeId === undefined) return false;
-      await client.query("UPDATE sandbox_nodes SET placed = placed - 1 WHERE id = $1", [nodeId]);
+      const removed = await client.query<{ node_id: string }>(
+        "DELETE FROM session_placements WHERE session_id = $1 AND ($2::text IS NULL OR node_id = $2) RETURNING node_id",
+        [sessionId, nodeId ?? null],
+      );
+      const from = removed.rows[0]?.node_id;
+      if (from === undefined) return false;
+      await client.query("UPDATE sandbox_nodes SET placed = placed - 1 WHERE id = $1", [from]);
       return true;
     });
   }

@@ -1,13 +1,16 @@
 // needs: postgres
 // The sandbox node registry on a real PostgreSQL server: capacity counted
 // once across orchestrator replicas, no placement on a node whose heartbeats
-// stopped, and that node's sessions reported lost with a clear reason.
+// stopped, and that node's sessions reported lost with a clear reason; a slot
+// whose job ended comes back at the node's next heartbeat, and a session that
+// never started on a silent node is placed again on a live one.
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type pg from "pg";
 import { createPostgresPool } from "../src/postgres-migrations.js";
+import { PostgresJobStore } from "../src/postgres-store.js";
 import { SandboxNodeRegistry, type Placement } from "../src/sandbox-node-registry.js";
-import { databaseUrl, eventually, freshSchema } from "./postgres-test-support.js";
+import { databaseUrl, eventually, freshSchema, jobRecord } from "./postgres-test-support.js";
 
 const connectionString = databaseUrl();
 
@@ -18,15 +21,31 @@ void describe("sandbox node registry", () => {
 
   // Each test gets a schema of its own (node rows are global within one), and each replica a pool of its own.
   async function replicas(count: number, staleAfterMs?: number): Promise<SandboxNodeRegistry[]> {
+    return (await withJobs(count, staleAfterMs)).registries;
+  }
+
+  // The registries and the job store of one schema: the registry reads the jobs' states.
+  async function withJobs(count: number, staleAfterMs?: number): Promise<{ registries: SandboxNodeRegistry[]; store: PostgresJobStore }> {
     const schema = freshSchema();
     schemas.push(schema);
+    const store = await PostgresJobStore.open({ connectionString, schema, maxConnections: 2 });
+    opened.push(store);
     const list: SandboxNodeRegistry[] = [];
     for (let i = 0; i < count; i++) {
       const registry = await SandboxNodeRegistry.open({ connection: { connectionString, schema, maxConnections: 4 }, ...(staleAfterMs ? { staleAfterMs } : {}) });
       opened.push(registry);
       list.push(registry);
     }
-    return list;
+    return { registries: list, store };
+  }
+
+  // Only "alive" keeps sending heartbeats; waits until "silent" counts as gone.
+  async function untilOnlyAlive(registry: SandboxNodeRegistry): Promise<void> {
+    await eventually(async () => {
+      await registry.heartbeat("alive");
+      const live = (await registry.listLive()).map((n) => n.id);
+      return live.length === 1 && live[0] === "alive" ? true : undefined;
+    });
   }
 
   before(() => {
@@ -71,12 +90,7 @@ void describe("sandbox node registry", () => {
     assert.deepEqual([first?.node.id, second?.node.id].sort(), ["alive", "silent"]);
     const onSilent = first?.node.id === "silent" ? first : second;
 
-    // Only "alive" keeps sending heartbeats; wait until "silent" counts as gone.
-    await eventually(async () => {
-      await registry!.heartbeat("alive");
-      const live = (await registry!.listLive()).map((n) => n.id);
-      return live.length === 1 && live[0] === "alive" ? true : undefined;
-    });
+    await untilOnlyAlive(registry!);
     for (let i = 0; i < 5; i++) {
       const placement = await eventually(async () => {
         await registry!.heartbeat("alive");
@@ -94,5 +108,53 @@ void describe("sandbox node registry", () => {
     assert.deepEqual(await registry!.lostSessions(), []);
     await registry!.register({ id: "silent", url: "http://10.0.0.2:7701", capacity: 10 });
     assert.deepEqual((await registry!.listLive()).map((n) => n.id).sort(), ["alive", "silent"]);
+  });
+
+  void it("gives back the slot of a session whose job ended at its node's next heartbeat, when nobody released it", async () => {
+    const { registries: [registry], store } = await withJobs(1);
+    await registry!.register({ id: "node-1", url: "http://10.0.0.1:7701", capacity: 3 });
+    for (const id of ["ended", "running", "pending"]) {
+      await store.createJob(jobRecord(id));
+      assert.equal((await registry!.place({ sessionId: `ses_${id}`, jobId: id }))?.node.id, "node-1");
+    }
+    // Two jobs end, but their runner died (or its release failed) before it gave their slots back.
+    await store.updateJob("ended", { state: "succeeded", finishedAt: new Date() });
+    await store.updateJob("running", { state: "running", sandboxSeq: 3 });
+    assert.equal(await registry!.place({ sessionId: "ses_new", jobId: "new" }), undefined, "the node is full");
+
+    // The node's heartbeat (the RPC handler registers on each one) frees the ended job's slot only.
+    assert.equal((await registry!.register({ id: "node-1", url: "http://10.0.0.1:7701", capacity: 3 })).placed, 2);
+    assert.equal(await registry!.release("ses_ended"), false, "its placement is gone");
+    await store.updateJob("running", { state: "cancelled", finishedAt: new Date() });
+    assert.equal(await registry!.heartbeat("node-1"), true);
+    assert.deepEqual((await registry!.listLive()).map((n) => [n.id, n.placed, n.free]), [["node-1", 1, 2]]);
+    assert.equal(await registry!.release("ses_pending"), true, "an active job keeps its slot");
+    assert.equal((await registry!.place({ sessionId: "ses_new", jobId: "new" }))?.node.id, "node-1", "the freed slots are used");
+  });
+
+  void it("places a session that never started on a silent node again on a live one, and keeps reporting a started one lost", async () => {
+    const { registries: [registry], store } = await withJobs(1, 2_000);
+    await registry!.register({ id: "silent", url: "http://10.0.0.2:7701", capacity: 10 });
+    for (const id of ["waiting-to-start", "started"]) {
+      await store.createJob(jobRecord(id));
+      assert.equal((await registry!.place({ sessionId: `ses_${id}`, jobId: id }))?.node.id, "silent");
+    }
+    // A step session of a graph run is placed under the graph's job and has no job of its own: nothing tells it started.
+    assert.equal((await registry!.place({ sessionId: "ses_step_1", jobId: "started" }))?.node.id, "silent");
+    await store.updateJob("started", { state: "running", sandboxSeq: 1 });
+    await registry!.register({ id: "alive", url: "http://10.0.0.1:7701", capacity: 10 });
+    await untilOnlyAlive(registry!);
+
+    // The job whose session was never heard from (its replica died before starting it) goes to the live node.
+    const again = await registry!.place({ sessionId: "ses_waiting-to-start", jobId: "waiting-to-start" });
+    assert.equal(again?.node.id, "alive");
+    assert.equal(again!.node.placed, 1);
+    assert.equal((await registry!.place({ sessionId: "ses_step_1", jobId: "started" }))?.node.id, "alive");
+    // The session that ran on the silent node died with it: it stays there, reported lost, and its job fails.
+    assert.equal((await registry!.place({ sessionId: "ses_started", jobId: "started" }))?.node.id, "silent");
+    assert.deepEqual((await registry!.lostSessions()).map((l) => [l.sessionId, l.nodeId]), [["ses_started", "silent"]]);
+    assert.equal(await registry!.release("ses_started"), true);
+    await registry!.register({ id: "silent", url: "http://10.0.0.2:7701", capacity: 10 });
+    assert.deepEqual((await registry!.listLive()).map((n) => [n.id, n.placed]), [["silent", 0], ["alive", 2]]);
   });
 });
