@@ -470,11 +470,22 @@ export class JobRunner {
     const job = await this.#o.store.getJob(jobId);
     if (!job) return;
     active.channel = active.sandbox!.reattach({ sessionId: job.sessionId, afterSeq: active.sandboxSeq });
-    // Answers decided but never written to the session (the orchestrator stopped in between).
-    for (const p of await this.#o.store.listPermissions({ jobId, undeliveredOnly: true })) await this.#deliver(jobId, p);
+    await this.#catchUp(job, active);
+    await this.#consume(jobId, active);
+  }
+
+  /**
+   * After any re-attach (a restart, a takeover, a lost stream): what the
+   * session waits for that an earlier stream may never have carried.
+   */
+  async #catchUp(job: JobRecord, active: ActiveJob): Promise<void> {
+    // Every decided answer is written again, not only those never written: "delivered" means handed to a
+    // stream, and one that broke (or a process that died) right after may never have sent it. The sandbox
+    // refuses an answer its harness already has, which changes nothing.
+    for (const p of await this.#o.store.listPermissions({ jobId: job.id })) if (p.status !== "pending") await this.#deliver(job.id, p);
+    for (const call of this.#served(job) ? await servedToolCalls(this.#o.store, job.id) : []) await this.#sendServedAnswer(active, call);
     // Harness operations the session still waits for: a checkpointed result is delivered, an unfinished one runs again.
     this.#track(this.#operations.resumeJob(this.#operationParent(job, active)));
-    await this.#consume(jobId, active);
   }
 
   async #consume(jobId: string, active: ActiveJob): Promise<void> {
@@ -542,6 +553,7 @@ export class JobRunner {
         if (!job) return;
         if (this.#active.get(jobId) !== active) return; // finished meanwhile (its node was lost)
         active.channel = active.sandbox!.reattach({ sessionId: job.sessionId, afterSeq: active.sandboxSeq });
+        await this.#catchUp(job, active);
       }
     }
   }
@@ -656,10 +668,14 @@ export class JobRunner {
       });
       await this.#append(o.jobId, [{ event: { case: "servedToolCall", value: record } } as Partial<JobEvent>]);
     }
-    await o.active.channel?.answerRuntimeTool(
-      create(RuntimeToolResultSchema, record.error ? { id: o.call.id, isError: true, error: record.error } : { id: o.call.id, ...(record.output ? { output: record.output } : {}) }),
-    );
+    await this.#sendServedAnswer(o.active, record);
     await this.#o.store.updateJob(o.jobId, o.patch);
+  }
+
+  async #sendServedAnswer(active: ActiveJob, record: ServedToolCall): Promise<void> {
+    await active.channel?.answerRuntimeTool(
+      create(RuntimeToolResultSchema, record.error ? { id: record.callId, isError: true, error: record.error } : { id: record.callId, ...(record.output ? { output: record.output } : {}) }),
+    );
   }
 
   async #decidePermission(jobId: string, active: ActiveJob, event: SessionEvent, patch: JobPatch): Promise<void> {

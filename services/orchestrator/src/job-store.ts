@@ -214,8 +214,8 @@ export interface JobStore {
   /** Insert or replace a harness operation's record. */
   putOperationCheckpoint(record: OperationCheckpoint): Promise<void>;
   getOperationCheckpoint(jobId: string, callId: string): Promise<OperationCheckpoint | undefined>;
-  /** The job's operation records whose answer has not reached its session. */
-  listUndeliveredOperations(jobId: string): Promise<OperationCheckpoint[]>;
+  /** The job's operation records, by call id. */
+  listOperationCheckpoints(jobId: string): Promise<OperationCheckpoint[]>;
 
   close(): Promise<void>;
 }

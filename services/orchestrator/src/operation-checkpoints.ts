@@ -25,8 +25,13 @@ export class OperationCheckpoints {
     return this.#store.putOperationCheckpoint(structuredClone(record));
   }
 
+  /** Records of the job, by call id. */
+  all(jobId: string): Promise<OperationCheckpoint[]> {
+    return this.#store.listOperationCheckpoints(jobId);
+  }
+
   /** Records of the job whose answer has not reached the parent yet. */
-  undelivered(jobId: string): Promise<OperationCheckpoint[]> {
-    return this.#store.listUndeliveredOperations(jobId);
+  async undelivered(jobId: string): Promise<OperationCheckpoint[]> {
+    return (await this.all(jobId)).filter((r) => !r.delivered);
   }
 }

@@ -229,12 +229,18 @@ export class OperationRunner {
   async resumeJob(parent: OperationParent): Promise<void> {
     let records: OperationCheckpoint[];
     try {
-      records = await this.#checkpoints.undelivered(parent.jobId);
+      records = await this.#checkpoints.all(parent.jobId);
     } catch (error) {
       this.#o.logger.error({ jobId: parent.jobId, err: String(error) }, "could not read the job's harness operations to resume them");
       return;
     }
     const work = records.map((record) => {
+      const recorded = recordedOutcome(record);
+      if (record.delivered && recorded) {
+        // Handed to a stream that may have broken before it sent it: sent again (the sandbox refuses it if the harness has it).
+        return parent.answer(answerFor(record.callId, recorded)).catch(() => undefined);
+      }
+      if (record.delivered) return Promise.resolve();
       const flight = `${parent.jobId}/${record.callId}`;
       if (this.#inFlight.has(flight)) return Promise.resolve();
       this.#inFlight.add(flight);
@@ -250,16 +256,13 @@ export class OperationRunner {
   }
 
   async #resume(parent: OperationParent, op: HarnessOperationDefinition, record: OperationCheckpoint): Promise<void> {
-    if (record.delivered) return;
     // Scratch sessions of a previous process are not followed by anyone now: stop them.
     for (const id of record.scratchSessionIds) await parent.sandbox.cancel({ sessionId: id, reason: "the orchestrator restarted; this operation attempt is abandoned" }).catch(() => undefined);
-    if (record.status === "validated" && record.result) {
+    const recorded = recordedOutcome(record);
+    if (recorded) {
       // The checkpoint committed: reuse it, do not ask the model again.
       this.#o.logger.info({ jobId: parent.jobId, callId: record.callId }, "harness operation result reused from its checkpoint");
-      return this.#deliver(parent, record.callId, { kind: "validated", result: record.result }, record);
-    }
-    if (record.status === "failed") {
-      return this.#deliver(parent, record.callId, { kind: "failed", code: (record.errorCode as OperationErrorCode) ?? "operation_session_failed", message: record.error ?? "the operation failed", validation: "unknown" }, record);
+      return this.#deliver(parent, record.callId, recorded, record);
     }
     // Started but never checkpointed: it runs again (at-least-once execution).
     await this.#run(parent, op, record);
@@ -522,12 +525,8 @@ export class OperationRunner {
   }
 
   async #deliver(parent: OperationParent, callId: string, outcome: Outcome, record: OperationCheckpoint | undefined): Promise<void> {
-    const answer =
-      outcome.kind === "validated"
-        ? create(RuntimeToolResultSchema, { id: callId, output: fromJson(ValueSchema, outcome.result as ProtoJsonObject) })
-        : create(RuntimeToolResultSchema, { id: callId, isError: true, error: `${outcome.code}: ${outcome.message}` });
     try {
-      await parent.answer(answer);
+      await parent.answer(answerFor(callId, outcome));
       if (record) {
         record.delivered = true;
         await this.#checkpoints.put(record);
@@ -537,4 +536,19 @@ export class OperationRunner {
       this.#o.logger.warn({ jobId: parent.jobId, callId, err: String(error) }, "could not deliver a harness operation's result yet");
     }
   }
+}
+
+/** The outcome a record checkpointed, if it got that far. */
+function recordedOutcome(record: OperationCheckpoint): Outcome | undefined {
+  if (record.status === "validated" && record.result) return { kind: "validated", result: record.result };
+  if (record.status === "failed") {
+    return { kind: "failed", code: (record.errorCode as OperationErrorCode) ?? "operation_session_failed", message: record.error ?? "the operation failed", validation: "unknown" };
+  }
+  return undefined;
+}
+
+function answerFor(callId: string, outcome: Outcome): RuntimeToolResult {
+  return outcome.kind === "validated"
+    ? create(RuntimeToolResultSchema, { id: callId, output: fromJson(ValueSchema, outcome.result as ProtoJsonObject) })
+    : create(RuntimeToolResultSchema, { id: callId, isError: true, error: `${outcome.code}: ${outcome.message}` });
 }

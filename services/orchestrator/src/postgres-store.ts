@@ -520,8 +520,8 @@ export class PostgresJobStore implements JobStore {
     return rows[0]?.record;
   }
 
-  async listUndeliveredOperations(jobId: string): Promise<OperationCheckpoint[]> {
-    const { rows } = await this.#pool.query<{ record: OperationCheckpoint }>("SELECT record FROM operation_checkpoints WHERE job_id = $1 AND NOT delivered ORDER BY call_id", [jobId]);
+  async listOperationCheckpoints(jobId: string): Promise<OperationCheckpoint[]> {
+    const { rows } = await this.#pool.query<{ record: OperationCheckpoint }>("SELECT record FROM operation_checkpoints WHERE job_id = $1 ORDER BY call_id", [jobId]);
     return rows.map((r) => r.record);
   }
 

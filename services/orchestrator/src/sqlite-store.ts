@@ -436,8 +436,8 @@ export class SqliteJobStore implements JobStore {
     return row ? (JSON.parse(row.record) as OperationCheckpoint) : undefined;
   }
 
-  async listUndeliveredOperations(jobId: string): Promise<OperationCheckpoint[]> {
-    const rows = this.#db.prepare("SELECT record FROM operation_checkpoints WHERE job_id = ? AND delivered = 0 ORDER BY call_id").all(jobId) as { record: string }[];
+  async listOperationCheckpoints(jobId: string): Promise<OperationCheckpoint[]> {
+    const rows = this.#db.prepare("SELECT record FROM operation_checkpoints WHERE job_id = ? ORDER BY call_id").all(jobId) as { record: string }[];
     return rows.map((r) => JSON.parse(r.record) as OperationCheckpoint);
   }
 

@@ -340,6 +340,23 @@ void test("crash after the checkpoint: the recorded result is reused, not asked 
   assert.deepEqual(await restarted.runner.checkpoints.undelivered("job_1"), [], "nothing left to resume");
 });
 
+void test("a result handed to a stream that then broke is sent again at the re-attach, without running again", async () => {
+  // "Delivered" only means handed to the stream: the re-attach cannot know the harness got it, so it sends it again.
+  const sandbox = new ScriptedSandbox(() => finish({ shipmentReference: "4832", pickupCountry: "FR" }));
+  const { runner, parent, answers } = setup({ sandbox });
+  await runner.accept({ parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } }).done;
+  assert.equal((await runner.checkpoints.get("job_1", "rt-1"))?.delivered, true);
+  await runner.resumeJob(parent);
+  assert.equal(sandbox.started.length, 1, "not run again");
+  assert.deepEqual(
+    answers.map((a) => [a.id, a.output && toJson(ValueSchema, a.output)]),
+    [
+      ["rt-1", { shipmentReference: "4832", pickupCountry: "FR" }],
+      ["rt-1", { shipmentReference: "4832", pickupCountry: "FR" }],
+    ],
+  );
+});
+
 void test("crash before the checkpoint: the operation runs again", async () => {
   const first = new ScriptedSandbox(() => [usage(), { case: "hang" }]);
   const crashed = setup({ sandbox: first });

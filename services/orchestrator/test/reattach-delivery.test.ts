@@ -1,0 +1,114 @@
+// A person answers while the orchestrator's stream to the sandbox is broken:
+// writing the answer fails, and the re-attach that follows must write it, or
+// the session waits for an answer already given. The stream goes through a
+// TCP relay this test cuts, so the sandbox and its session live on.
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { createLogger } from "@oz0/serving";
+import { HookStage } from "../src/hook-stage.js";
+import { JobFeed } from "../src/job-feed.js";
+import { isTerminal, JobRunner } from "../src/job-runner.js";
+import { LlmProxyClient } from "../src/llm-proxy-client.js";
+import { PermissionPolicy } from "../src/permission-policy.js";
+import { PluginRegistry } from "../src/plugin-registry.js";
+import { SandboxClient } from "../src/sandbox-client.js";
+import { StaticPlacement } from "../src/sandbox-placement.js";
+import { SqliteJobStore } from "../src/sqlite-store.js";
+import { eventually, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
+
+/** Forwards TCP to `target` until cut: then every connection is dropped and new ones refused until resumed. */
+class CuttableRelay {
+  readonly #server: net.Server;
+  readonly #sockets = new Set<net.Socket>();
+  #refusing = false;
+
+  constructor(target: URL) {
+    this.#server = net.createServer((client) => {
+      if (this.#refusing) return client.destroy();
+      const upstream = net.connect(Number(target.port), target.hostname);
+      for (const [a, b] of [[client, upstream], [upstream, client]] as const) {
+        this.#sockets.add(a);
+        a.pipe(b);
+        a.on("error", () => b.destroy());
+        a.on("close", () => {
+          this.#sockets.delete(a);
+          b.destroy();
+        });
+      }
+    });
+  }
+
+  async listen(): Promise<string> {
+    await new Promise<void>((resolve) => this.#server.listen(0, "127.0.0.1", resolve));
+    return `http://127.0.0.1:${(this.#server.address() as net.AddressInfo).port}`;
+  }
+
+  cut(): void {
+    this.#refusing = true;
+    for (const s of this.#sockets) s.destroy();
+  }
+
+  resume(): void {
+    this.#refusing = false;
+  }
+
+  async close(): Promise<void> {
+    this.cut();
+    await new Promise((resolve) => this.#server.close(resolve));
+  }
+}
+
+let t: TestStack;
+let relay: CuttableRelay;
+let store: SqliteJobStore;
+let runner: JobRunner;
+const home = mkdtempSync(path.join(os.tmpdir(), "oz0-reattach-delivery-"));
+
+before(async () => {
+  t = await startTestStack({ pick: ({ turn }) => (turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: "echo answered" } }] } : { text: "went on" }) });
+  relay = new CuttableRelay(new URL(t.stack.urls.sandbox));
+  const sandboxUrl = await relay.listen();
+  store = new SqliteJobStore({ file: path.join(home, "orchestrator.db") });
+  runner = new JobRunner({
+    store,
+    feed: new JobFeed(),
+    placement: new StaticPlacement({ runners: [new SandboxClient({ url: sandboxUrl })] }),
+    tokens: new LlmProxyClient({ url: t.stack.urls["llm-proxy"] }),
+    policy: new PermissionPolicy({ hooks: [new HookStage()] }),
+    home,
+    logger: createLogger({ name: "orchestrator-reattach", level: "error" }),
+  });
+  const repo = await makePluginRepo({
+    agents: {
+      careful: "name: careful\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/fixer.md\nharness:\n  tools: [run_command]\n  requires_approval: [run_command]\n",
+    },
+  });
+  await new PluginRegistry({ store, home }).install({ source: repo });
+});
+
+after(async () => {
+  await runner?.close();
+  await relay?.close();
+  await store?.close();
+  await t?.close();
+  rmSync(home, { recursive: true, force: true });
+});
+
+void test("an answer given while the sandbox stream is broken reaches the session at the re-attach", async () => {
+  const job = await runner.runAgent({ agent: "careful", input: "run it" });
+  const waiting = await eventually(async () => (await store.listPermissions({ jobId: job.id, pendingOnly: true }))[0]);
+  relay.cut();
+  await runner.answerPermission({ jobId: job.id, callId: waiting.callId, allow: true, answeredBy: "reattach-test" });
+  relay.resume();
+  const done = await eventually(async () => {
+    const current = await store.getJob(job.id);
+    return current && isTerminal(current.state) ? current : undefined;
+  });
+  assert.equal(done.state, "succeeded", done.error);
+  assert.equal(done.resultText, "went on");
+  assert.equal((await store.getPermission(job.id, waiting.id))?.delivered, true);
+});
