@@ -290,7 +290,13 @@ export class JobRunner {
     };
     // Leased before it exists, so no other replica takes it for an orphan.
     await this.#ownership.claim(job.id);
-    await this.#o.store.createJob(job);
+    try {
+      await this.#o.store.createJob(job);
+    } catch (error) {
+      // Not created: a lease kept (and renewed) would be for nothing.
+      await this.#ownership.release(job.id).catch(() => undefined);
+      throw error;
+    }
     await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.PENDING, reason: "" } } } as Partial<JobEvent>]);
     this.#o.lifecycle?.publish("job.created", {
       jobId: job.id,
@@ -391,6 +397,8 @@ export class JobRunner {
   async resumeJob(jobId: string): Promise<void> {
     const job = await this.#o.store.getJob(jobId);
     if (!job || isTerminal(job.state)) {
+      // Ended, but its owner died before letting go: its node slot too, not only the lease.
+      if (job?.sessionId) await this.#o.placement.release(job.sessionId);
       await this.#ownership.release(jobId);
       return;
     }
