@@ -18,6 +18,7 @@ import type { ScriptedTurn } from "@oz0/harness/testing";
 import { EventsService, type PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { JobState, type Job } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { Kafka, logLevel } from "kafkajs";
+import pg from "pg";
 import { databaseUrl, dropSchema, eventually, freshSchema } from "./postgres-test-support.js";
 import { proxySchema, startClusterStack, type ClusterStack } from "./support/cluster-stack.js";
 import { agentOf } from "./support/graph-agents.js";
@@ -51,6 +52,8 @@ function agentYaml(name: string, extra = ""): string {
 }
 
 let c: ClusterStack;
+/** The cluster's own database, read to check what the API does not show: who owns a job, and its whole log. */
+let db: pg.Pool;
 
 before(async () => {
   assert.ok(brokers.length > 0, "KAFKA_BROKERS must point at a broker (npm test starts one)");
@@ -76,11 +79,13 @@ before(async () => {
     agents: { plain: agentYaml("plain"), careful: agentYaml("careful", "  requires_approval: [run_command]") },
     prompts: { "plain.md": "You are plain.\n", "careful.md": "You are careful.\n" },
   });
+  db = new pg.Pool({ connectionString: databaseUrl(), max: 2, options: `-c search_path=${schema}` });
   await c.plugins(0).installPlugin({ source: plugin });
   await c.plugins(1).installPlugin({ source: path.join(repoRoot, "examples/plugins/support-graphs") });
 });
 
 after(async () => {
+  await db?.end();
   await c?.close();
   await dropSchema(schema);
   await dropSchema(proxySchema(schema));
@@ -109,8 +114,9 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
   for (let i = JOBS / 2; i < JOBS; i += 10) await Promise.all(Array.from({ length: 10 }, (_, k) => submit(i + k)));
   assert.equal(submitted.length, JOBS);
 
-  // Answer every approval at the replica that does not own it... or at any live one: approve odd, deny even.
+  // Answer every approval at a live replica that does not own the job (by its lease): approve three in four, deny the fourth.
   const answered = new Map<string, boolean>();
+  let answeredElsewhere = 0;
   let waiting: string[] = [];
   const finished = await eventually(async () => {
     for (const approval of (await c.jobs(0).listApprovals({})).approvals) {
@@ -118,8 +124,11 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
       if (answered.has(key)) continue;
       const allow = answered.size % 4 !== 3;
       answered.set(key, allow);
+      const owner = (await db.query<{ owner: string }>("SELECT owner FROM leases WHERE kind = 'job' AND resource = $1", [approval.jobId])).rows[0]?.owner;
+      const at = live.find((i) => `orchestrator-${i + 1}` !== owner) ?? live[0]!;
+      if (owner && `orchestrator-${at + 1}` !== owner) answeredElsewhere++;
       await c
-        .jobs(answered.size % 2)
+        .jobs(at)
         .answerPermission({ jobId: approval.jobId, callId: approval.callId, allow, reason: allow ? "" : "not this time", answeredBy: "cluster-test" })
         .catch((error: unknown) => {
           // The job may have ended meanwhile (its node died): its approval closed with it.
@@ -133,6 +142,16 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
     throw new Error(`${(error as Error).message}: still waiting ${waiting.join(", ")}`);
   });
   assert.ok(answered.size >= 10, `approvals answered: ${answered.size}`);
+  assert.ok(answeredElsewhere >= answered.size / 2, `most answers given at a replica not owning the job: ${answeredElsewhere} of ${answered.size}`);
+
+  // Exactly once, from the store itself: each job's log holds one ending, whatever a watcher would have stopped at.
+  const { rows: endingRows } = await db.query<{ job_id: string; endings: string }>(
+    `SELECT job_id, count(*) FILTER (WHERE event->'stateChanged'->>'state' IN ('JOB_STATE_SUCCEEDED', 'JOB_STATE_FAILED', 'JOB_STATE_CANCELLED')) AS endings
+     FROM job_events WHERE job_id = ANY($1) GROUP BY job_id`,
+    [submitted.map((s) => s.id)],
+  );
+  const endings = new Map(endingRows.map((r) => [r.job_id, Number(r.endings)]));
+  for (const s of submitted) assert.equal(endings.get(s.id), 1, `job ${s.id} (${s.kind}) has one ending in its log`);
 
   // Exactly once: each job's stored events end it once, and its state agrees.
   const byId = new Map<string, Job>(finished.map((j) => [j.id, j]));
@@ -173,6 +192,22 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
   }
   assert.ok(lost > 0 && lost < JOBS / 2, `some jobs died with sandbox node 2, not most: ${lost}`);
 
+  // No job, and no graph step, ran twice: each conversation was opened once with the model (its first turn asked once).
+  const opened = new Map<string, number>();
+  for (const request of c.model.requests) {
+    const messages = (request.body?.messages as { role: string; content: unknown }[] | undefined) ?? [];
+    if (messages.some((m) => m.role === "assistant")) continue;
+    const first = JSON.stringify(messages[0]?.content ?? "");
+    const key = `${agentOf(request)}|${/\b(job|mail) \d+\b/.exec(first)?.[0] ?? first}`;
+    opened.set(key, (opened.get(key) ?? 0) + 1);
+  }
+  const twice = [...opened].filter(([, n]) => n > 1);
+  assert.deepEqual(twice, [], "every session of the run opened its conversation once");
+  for (const s of submitted.filter((s) => byId.get(s.id)!.state === JobState.SUCCEEDED && s.kind !== "graph")) {
+    const i = /\d+$/.exec(byId.get(s.id)!.input)![0];
+    assert.equal(opened.get(`${s.kind}|job ${i}`), 1, `job ${s.id} ran one session`);
+  }
+
   // Metering: every token the scripted model served is on some job, whichever proxy metered it.
   const all = await c.jobs(0).listJobs({ limit: 10_000 });
   let input = 0;
@@ -204,7 +239,7 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
     assert.equal(ofJob.filter((t) => t === created).length, 1, `job ${s.id} started once on the stream: ${ofJob.join(", ")}`);
     assert.equal(ofJob.filter((t) => ended.test(t)).length, 1, `job ${s.id} ended once on the stream: ${ofJob.join(", ")}`);
   }
-  t.diagnostic(`${JOBS} jobs: ${answered.size} approvals answered, ${lost} lost with their node; ${served.input + served.output} tokens metered; ${total} lifecycle events on Kafka`);
+  t.diagnostic(`${JOBS} jobs: ${answered.size} approvals answered (${answeredElsewhere} at a replica not owning the job), ${lost} lost with their node; ${served.input + served.output} tokens metered; ${total} lifecycle events on Kafka`);
 });
 
 async function readLog(): Promise<PublicEvent[]> {
