@@ -4,8 +4,10 @@
 // broker and one PostgreSQL, each its own process on loopback. 200 jobs —
 // plain ones, ones whose command waits for a person, and graph runs — are
 // submitted across the replicas; in the middle one orchestrator and one
-// sandbox node are SIGKILLed. Then: every job ends exactly once; every
-// approval is answered (at a replica that does not own the job) and
+// sandbox node are SIGKILLed. Then: every job ends exactly once (its whole
+// log, read from PostgreSQL, holds one ending); no job or graph step ran
+// twice (each conversation was opened with the model once); every approval
+// is answered at a replica that does not own the job (by its lease) and
 // honoured; the jobs whose sessions died with their node fail saying so;
 // the proxies' metering sums to exactly what the scripted model served; and
 // every lifecycle event the events service accepted is on Kafka once.
