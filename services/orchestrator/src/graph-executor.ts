@@ -28,7 +28,7 @@ import { ProtocolVersion, SessionRequestSchema, StopReason } from "@oz0/proto/oz
 import { GraphError, type AgentRequest, type CustomStepRequest, type CustomStepResult, type GraphExecutor } from "@oz0/graph";
 import type { GraphStore } from "./graph-store.js";
 import type { JobFeed } from "./job-feed.js";
-import { isTerminal, type JobRunner } from "./job-runner.js";
+import { isTerminal, newJobId, type JobRunner } from "./job-runner.js";
 import type { JobRecord, JobStore } from "./job-store.js";
 import { OrchestratorError } from "./orchestrator-error.js";
 import { SessionNotFoundError, type SandboxMessage, type SessionChannel, type SessionRunner } from "./session-runner.js";
@@ -159,31 +159,37 @@ export class SessionGraphExecutor implements GraphExecutor {
     let jobId = await o.graphStore.getStepJob(request.idempotencyKey);
     // A job this executor already reported as failed is an attempt the manager asked to retry: that needs a new job.
     // (A job that failed while the orchestrator was down is still re-attached, so its failure is reported once.)
-    if (jobId && (this.#failed.has(jobId) || !(await o.store.getJob(jobId)))) jobId = undefined;
-    if (jobId) {
+    if (jobId && this.#failed.has(jobId)) jobId = undefined;
+    let stepJobId: string;
+    if (jobId && (await o.store.getJob(jobId))) {
+      stepJobId = jobId;
       o.onStepWork?.({ path: request.path, stepId: request.stepId, jobId, reattached: true });
     } else {
       if (o.halt?.aborted) return never();
+      // The id is recorded before the job is created: a crash in between leaves an id the resumed run
+      // creates, where recording after would leave a job running unrecorded and the step run twice.
+      const id = jobId ?? newJobId();
+      if (!jobId) await o.graphStore.putStepJob({ idempotencyKey: request.idempotencyKey, runId: request.runId, stepJobId: id });
       const version = o.pinnedAgents[request.agent];
       // Inside the step's span, so the step's job joins the graph's trace.
-      let job: JobRecord;
       try {
-        job = await orchestratorTracing.inGraphStep({ runId: request.runId, path: request.path }, () =>
-          o.jobs.runAgent({ agent: request.agent, input: request.prompt, ...(version ? { version } : {}) }),
+        await orchestratorTracing.inGraphStep({ runId: request.runId, path: request.path }, () =>
+          o.jobs.runAgent({ agent: request.agent, input: request.prompt, ...(version ? { version } : {}), id }),
         );
       } catch (error) {
         // The orchestrator is shutting down: a failed step would be recorded and fail the run for good.
         // The step stays pending instead (this promise never settles); the next start resumes the run here.
         if (error instanceof OrchestratorError && error.code === "unavailable") return never();
+        // Halted meanwhile, and the run's new owner created the job first: it follows it.
+        if (o.halt?.aborted) return never();
         throw error;
       }
-      jobId = job.id;
-      // Halted meanwhile: the run's new owner records its own step job; this one runs unobserved.
+      stepJobId = id;
+      // Halted meanwhile: the run's new owner follows the recorded job.
       if (o.halt?.aborted) return never();
-      await o.graphStore.putStepJob({ idempotencyKey: request.idempotencyKey, runId: request.runId, stepJobId: jobId });
-      o.onStepWork?.({ path: request.path, stepId: request.stepId, jobId, reattached: false });
+      o.onStepWork?.({ path: request.path, stepId: request.stepId, jobId: id, reattached: false });
     }
-    const done = await this.#waitForJob(jobId, request.signal);
+    const done = await this.#waitForJob(stepJobId, request.signal);
     if (done.state !== "succeeded") {
       this.#failed.add(done.id);
       throw stepJobError(done);

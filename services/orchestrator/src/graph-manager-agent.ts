@@ -21,7 +21,7 @@ import { decisionFromToolCall, GraphError, managerTools, type ControlEvent, type
 import { never, waitForTerminalJob } from "./graph-executor.js";
 import type { GraphStore } from "./graph-store.js";
 import type { JobFeed } from "./job-feed.js";
-import { servedToolCalls, type JobRunner, type ServedRuntimeTools } from "./job-runner.js";
+import { newJobId, servedToolCalls, type JobRunner, type ServedRuntimeTools } from "./job-runner.js";
 import type { JobStore } from "./job-store.js";
 import { OrchestratorError } from "./orchestrator-error.js";
 
@@ -128,21 +128,22 @@ export class AgentGraphManager implements GraphManager {
     const o = this.#o;
     if (o.halt?.aborted) return never();
     const key = managerJobKey(event);
-    let jobId = key ? await o.graphStore.getStepJob(key) : undefined;
-    if (jobId && !(await o.store.getJob(jobId))) jobId = undefined;
-    const reattached = jobId !== undefined;
-    if (!jobId) {
+    const recorded = key ? await o.graphStore.getStepJob(key) : undefined;
+    const reattached = recorded !== undefined && (await o.store.getJob(recorded)) !== undefined;
+    // Recorded before it is created, as a step's job is (graph-executor.ts): a crash in between leaves an id to create.
+    const jobId = recorded ?? newJobId();
+    if (!reattached) {
+      if (key && !recorded) await o.graphStore.putStepJob({ idempotencyKey: key, runId: event.runId, stepJobId: jobId });
       try {
-        const job = await o.jobs.runAgent({ agent: o.agent, input: managerInput(event), ...(o.version ? { version: o.version } : {}), servedTools: GRAPH_MANAGER_TOOLS });
-        jobId = job.id;
+        await o.jobs.runAgent({ agent: o.agent, input: managerInput(event), ...(o.version ? { version: o.version } : {}), servedTools: GRAPH_MANAGER_TOOLS, id: jobId });
       } catch (error) {
-        // The orchestrator is shutting down: the event comes again when the run resumes.
-        if (error instanceof OrchestratorError && error.code === "unavailable") return never();
+        // The orchestrator is shutting down (the event comes again when the run resumes), or halted meanwhile
+        // and the run's new owner created the job first.
+        if ((error instanceof OrchestratorError && error.code === "unavailable") || o.halt?.aborted) return never();
         throw error;
       }
-      // Halted meanwhile: the run's new owner records a manager job of its own.
+      // Halted meanwhile: the run's new owner follows the recorded job.
       if (o.halt?.aborted) return never();
-      if (key) await o.graphStore.putStepJob({ idempotencyKey: key, runId: event.runId, stepJobId: jobId });
     }
     o.onJob?.({ event: event.kind, jobId, reattached });
     const done = await waitForTerminalJob({ store: o.store, feed: o.feed, jobId, ...(o.halt ? { halt: o.halt } : {}), ...(o.pollMs ? { pollMs: o.pollMs } : {}) });

@@ -139,6 +139,11 @@ interface ActiveJob {
   waitSaid?: boolean;
 }
 
+/** A new job's id. */
+export function newJobId(): string {
+  return `job_${randomUUID().replaceAll("-", "").slice(0, 20)}`;
+}
+
 /** Why a pending job has not started, in its events. */
 export const WAITING_FOR_ROOM = "waiting for a sandbox node with free capacity: every node is full, or none sends heartbeats; the job starts when one has room";
 
@@ -257,8 +262,10 @@ export class JobRunner {
   /**
    * `version`: run that version instead of the latest (a graph run pins its agents' versions when it starts).
    * `servedTools`: a set of `JobRunnerOptions.servedTools` the session is offered.
+   * `id`: the job's id, when the caller recorded it before asking (`newJobId`), so a crash in between
+   * leaves an id to create, never a second job.
    */
-  async runAgent(options: { agent: string; input: string; attachments?: string[]; version?: number; servedTools?: string }): Promise<JobRecord> {
+  async runAgent(options: { agent: string; input: string; attachments?: string[]; version?: number; servedTools?: string; id?: string }): Promise<JobRecord> {
     if (this.#closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
     if (options.servedTools && !this.#o.servedTools?.[options.servedTools]) throw new Error(`no runtime tools named ${options.servedTools} are served here`);
     const agent = await this.#agents.resolve(options.agent, options.version);
@@ -269,7 +276,7 @@ export class JobRunner {
     });
     const now = new Date();
     const job: JobRecord = {
-      id: `job_${randomUUID().replaceAll("-", "").slice(0, 20)}`,
+      id: options.id ?? newJobId(),
       agentName: agent.name,
       agentVersion: agent.version,
       input: options.input,

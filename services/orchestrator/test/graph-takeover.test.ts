@@ -273,3 +273,22 @@ void test("a graph run and its manager's job change replicas while the manager d
   assert.deepEqual(decisions.map((d) => [d.tool, d.error]), [["retry", ""]], "B answered the manager's call and recorded it");
   assert.ok((await eventTexts(b, graphJob.id)).some((l) => l.includes(`manager boss still decides step_error as job ${boss.id}`)));
 });
+
+void test("a step's job id is recorded before the job is created: a run resumed after a crash in between creates that job, not a second one", async () => {
+  const [a, b] = [replicas[0]!, replicas[1]!];
+  // A closing runner refuses new jobs, as a process dying right after recording the step would never create it.
+  await a.runner.close();
+  const prompt = "reserved-run";
+  const graphJob = await a.graphs.run({ graph: "chain", input: prompt });
+  const reserved = await eventually(async () => a.graphStore.getStepJob(`${graphJob.id}/0`), "the first step's job id recorded");
+  assert.equal(await a.store.getJob(reserved), undefined, "recorded, never created");
+
+  a.ownership.lose(graphJob.id);
+  a.graphs.abandon(graphJob.id);
+  b.ownership.adopt(graphJob.id);
+  await b.graphs.resumeJob(graphJob.id);
+  await succeedsAt(b, graphJob.id);
+  const byAgent = await stepJobs(b, prompt);
+  assert.deepEqual(byAgent.slow?.map((j) => j.id), [reserved], "the step ran once, as the job recorded for it");
+  assert.equal(byAgent.finish?.length, 1);
+});
