@@ -27,7 +27,7 @@ import { AgentGraphManager } from "./graph-manager-agent.js";
 import { graphAgents, type GraphRegistry, type GraphVersionRecord } from "./graph-registry.js";
 import type { GraphStore } from "./graph-store.js";
 import type { JobFeed } from "./job-feed.js";
-import { soleOwnership, type JobOwnership } from "./job-ownership.js";
+import { asBystander, soleOwnership, type JobOwnership } from "./job-ownership.js";
 import { isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
 import { ACTIVE_JOB_STATES, type JobPatch, type JobRecord, type JobStateName, type JobStore } from "./job-store.js";
 import { invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
@@ -229,10 +229,10 @@ export class GraphJobs {
     if (this.#runs.get(job.id)?.runner.cancel(job.id, reason)) return (await this.#o.store.getJob(job.id))!;
     if (!this.#ownership.owns(job.id)) {
       // Another replica runs it: it hears of this event (or reads the request when it resumes the job) and cancels the run.
-      await this.#append(job.id, [{ event: { case: "text", value: { itemId: CANCEL_REQUEST_ITEM, text: `cancel requested: ${reason}\n`, delta: false, role: "" } } } as Partial<JobEvent>], {
+      await asBystander(() => this.#append(job.id, [{ event: { case: "text", value: { itemId: CANCEL_REQUEST_ITEM, text: `cancel requested: ${reason}\n`, delta: false, role: "" } } } as Partial<JobEvent>], {
         cancelRequestedAt: new Date(),
         error: reason,
-      });
+      }));
     } else {
       await this.#finish(job.id, { state: "cancelled", error: reason });
     }

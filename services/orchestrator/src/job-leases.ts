@@ -1,9 +1,10 @@
 // JobOwnership on leases (lease-manager.ts): the jobs this replica works on
 // are the job leases it claimed or took over and has not released or lost.
 // It is also what fences the store's job writes (postgres-store.ts): a job's
-// lease stays here after it was lost, so the stale replica's writes are
-// refused until the job runner has dropped the job (`forget`).
-import type { JobOwnership } from "./job-ownership.js";
+// lease stays here after it was lost, so whatever of the job's work is still
+// in flight here has its writes refused. Writes this replica makes as a
+// bystander (`asBystander`: a person's answer, a cancel) are not fenced.
+import { isBystander, type JobOwnership } from "./job-ownership.js";
 import type { Lease, LeaseFence, LeaseManager } from "./lease-manager.js";
 import { failedPrecondition } from "./orchestrator-error.js";
 import type { JobFences } from "./postgres-store.js";
@@ -40,7 +41,7 @@ export class JobLeases implements JobOwnership, JobFences {
   }
 
   fenceFor(jobId: string): LeaseFence | undefined {
-    return this.#working.get(jobId)?.lease;
+    return isBystander() ? undefined : this.#working.get(jobId)?.lease;
   }
 
   /** This replica took the lease over (from a dead replica, or a job nobody leased): it works on the job now. */
@@ -50,19 +51,14 @@ export class JobLeases implements JobOwnership, JobFences {
 
   /**
    * The lease was lost: the job is no longer this replica's, and its writes
-   * stay refused until `forget`. False when `lease` is not the one the job is
-   * worked under (an older one): then nothing was lost.
+   * stay refused, but for a bystander's. False when `lease` is not the one
+   * the job is worked under (an older one): then nothing was lost.
    */
   lose(lease: Lease): boolean {
     const working = this.#working.get(lease.resource);
     if (!working || working.lease.token !== lease.token) return false;
     working.lost = true;
     return true;
-  }
-
-  /** The job runner stopped working on a job whose lease was lost. */
-  forget(jobId: string): void {
-    if (this.#working.get(jobId)?.lost) this.#working.delete(jobId);
   }
 
   /** Jobs this replica works on. */

@@ -5,6 +5,7 @@
 // gives it up when the job ends, and another replica takes it over when the
 // owner dies (lease-sweeper.ts). Agent jobs and graph jobs are owned the same
 // way; a graph run's step jobs each have their own lease.
+import { AsyncLocalStorage } from "node:async_hooks";
 
 export interface JobOwnership {
   /**
@@ -17,6 +18,24 @@ export interface JobOwnership {
   owns(jobId: string): boolean;
   /** The job ended: its lease is given up, so nobody takes it over. */
   release(jobId: string): Promise<void>;
+}
+
+const bystanding = new AsyncLocalStorage<true>();
+
+/**
+ * Runs `work` as a replica writing to a job it does not run (a person's
+ * answer or a cancel taken here for a job another replica runs). Its writes
+ * are then not fenced by a lease this replica lost: outside such a scope,
+ * every write to a job whose lease was lost is refused, so work of the job
+ * still in flight here cannot land on the new owner's job.
+ */
+export function asBystander<T>(work: () => Promise<T>): Promise<T> {
+  return bystanding.run(true, work);
+}
+
+/** Whether the current async context writes as a bystander (`asBystander`). */
+export function isBystander(): boolean {
+  return bystanding.getStore() === true;
 }
 
 /** The one-orchestrator case: it owns every job; nothing is shared. */

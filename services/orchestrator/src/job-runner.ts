@@ -46,7 +46,7 @@ import {
   type PermissionRecord,
 } from "./job-store.js";
 import { sessionSkills } from "./agent-skills.js";
-import { soleOwnership, type JobOwnership } from "./job-ownership.js";
+import { asBystander, soleOwnership, type JobOwnership } from "./job-ownership.js";
 import { OperationRunner, operationRuntimeTools, type OperationParent } from "./operation-runner.js";
 import { failedPrecondition, invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
 import type { PermissionPolicy, PolicyDecision } from "./permission-policy.js";
@@ -858,6 +858,15 @@ export class JobRunner {
 
   /** A person's answer to a call that waits for approval. Idempotent for the same answer. */
   async answerPermission(options: { jobId: string; callId: string; allow: boolean; input?: JsonObject; reason?: string; answeredBy?: string }): Promise<PermissionRecord> {
+    return this.#asOwnerOrBystander(options.jobId, () => this.#answerPermission(options));
+  }
+
+  /** Runs a write taken here for any job: fenced when this replica runs the job, a bystander's when another does. */
+  #asOwnerOrBystander<T>(jobId: string, work: () => Promise<T>): Promise<T> {
+    return this.#ownership.owns(jobId) ? work() : asBystander(work);
+  }
+
+  async #answerPermission(options: { jobId: string; callId: string; allow: boolean; input?: JsonObject; reason?: string; answeredBy?: string }): Promise<PermissionRecord> {
     return this.#withLock(options.jobId, async () => {
       const job = await this.#o.store.getJob(options.jobId);
       if (!job) throw notFound(`job ${options.jobId} not found; list jobs with \`oz0 jobs list\``);
@@ -895,6 +904,10 @@ export class JobRunner {
   }
 
   async cancel(options: { jobId: string; reason?: string }): Promise<JobRecord> {
+    return this.#asOwnerOrBystander(options.jobId, () => this.#cancel(options));
+  }
+
+  async #cancel(options: { jobId: string; reason?: string }): Promise<JobRecord> {
     const job = await this.#o.store.getJob(options.jobId);
     if (!job) throw notFound(`job ${options.jobId} not found; list jobs with \`oz0 jobs list\``);
     if (isTerminal(job.state)) return job;

@@ -198,7 +198,6 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       onLeaseLost: (lease) => {
         logger.warn({ jobId: lease.resource }, "lost a job's lease to another replica; stopped working on it");
         abandon(lease.resource);
-        cluster.jobs.forget(lease.resource);
       },
       onApprovalAnswered: (answer) => {
         runner.deliverAnswer(answer).catch((error: unknown) => logger.warn({ err: error, jobId: answer.jobId }, "could not deliver an answer taken at another replica"));

@@ -10,6 +10,7 @@ import { create } from "@bufbuild/protobuf";
 import { JobEventSchema } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { ApprovalAnswered } from "../src/cluster-notifier.js";
 import { JobFeed } from "../src/job-feed.js";
+import { asBystander } from "../src/job-ownership.js";
 import { LeaseLostError, type Lease, type LeaseFence } from "../src/lease-manager.js";
 import { openPostgresCluster, type PostgresCluster } from "../src/postgres-cluster.js";
 import { databaseUrl, dropSchema, eventually, freshSchema, jobRecord } from "./postgres-test-support.js";
@@ -120,6 +121,24 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     const second = await steady.cluster.sweeper.sweepOnce();
     assert.deepEqual(second.map((l) => l.resource), ["takeover-fails"], "the next sweep takes it");
     assert.deepEqual(steady.resumed.map((l) => l.resource), ["takeover-fails"]);
+  });
+
+  void it("refuses a replica's writes to a job whose lease it lost, but for a bystander's (an answer or cancel taken there)", async () => {
+    const stale = await replica("orch-stale", 300);
+    const owner = await replica("orch-owner", 60_000);
+    await stale.cluster.jobs.claim("lost-job");
+    await stale.cluster.store.createJob(job("lost-job"));
+    await stale.cluster.leases.stop(); // paused: it stops renewing, and its lease expires
+    await eventually(async () => ((await owner.cluster.sweeper.sweepOnce()).some((l) => l.resource === "lost-job") ? true : undefined), "the job taken over");
+    await stale.cluster.leases.renewAll((lease) => stale.cluster.jobs.lose(lease));
+    assert.equal(stale.cluster.jobs.owns("lost-job"), false);
+    // Work of the job still in flight at the stale replica: refused, however long after the loss.
+    await assert.rejects(stale.cluster.store.updateJob("lost-job", { error: "a late write" }), LeaseLostError);
+    // A person cancelling at the stale replica writes as a bystander.
+    await asBystander(() => stale.cluster.store.updateJob("lost-job", { cancelRequestedAt: new Date() }));
+    const seen = await owner.cluster.store.getJob("lost-job");
+    assert.ok(seen?.cancelRequestedAt, "the bystander's write landed");
+    assert.equal(seen.error, "", "the stale write did not");
   });
 
   void it("brings an approval answered at any replica to the replica that owns the job", async () => {
