@@ -177,7 +177,13 @@ export class AcpSessionRun {
     const app = client({ name: "oz0-harness-acp" })
       .onRequest("session/request_permission", (params: unknown) => params, async ({ params }) => {
         try {
-          return await answerPermissionRequest(params, { session, mapper, cancelSignal: this.#cancel.signal, workingDir: request.workingDir });
+          return await answerPermissionRequest(params, {
+            session,
+            mapper,
+            cancelSignal: this.#cancel.signal,
+            workingDir: request.workingDir,
+            onSessionCancelled: (reason) => this.cancel(reason),
+          });
         } catch (error) {
           if (error instanceof AcpSessionError) this.#fail(error);
           return { outcome: { outcome: "cancelled" } };

@@ -25,6 +25,12 @@ export interface PermissionBridgeOptions {
   mapper: SessionUpdateMapper;
   /** Aborted when the session is cancelled: pending requests are answered `cancelled`. */
   cancelSignal: AbortSignal;
+  /**
+   * The runtime answered a request `cancelled`: it is cancelling the session
+   * (its SIGTERM follows). Called before the agent hears the answer, so the
+   * agent gets `session/cancel` as the protocol asks, whichever comes first.
+   */
+  onSessionCancelled?: (reason: string) => void;
   /** The session's working directory: calls on paths outside it are refused without asking. */
   workingDir: string;
 }
@@ -74,6 +80,7 @@ export async function answerPermissionRequest(params: unknown, bridge: Permissio
     bridge.session.log("info", "a permission request ended without an answer", { toolCallId: tracked.id, error: (error as Error).message });
     return { outcome: { outcome: "cancelled" } };
   }
+  if (decision.outcome === PermissionAnswer_Outcome.CANCELLED) bridge.onSessionCancelled?.(decision.reason || "the session was cancelled");
   if (decision.outcome === PermissionAnswer_Outcome.CANCELLED || decision.outcome === PermissionAnswer_Outcome.TIMED_OUT) {
     return { outcome: { outcome: "cancelled" }, _meta: { oz0: { reason: decision.reason, allowed: false } } };
   }
