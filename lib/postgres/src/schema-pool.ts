@@ -36,6 +36,12 @@ export interface SchemaPoolOptions {
    * pool is full) before it fails. Default: as long as it takes.
    */
   connectionTimeoutMs?: number;
+  /**
+   * How long a query may take before it fails on this side, the connection
+   * with it (TCP keepalive is on as well). Default: as long as it takes. For
+   * work that must notice a silent network in time (lease renewals).
+   */
+  queryTimeoutMs?: number;
 }
 
 /** A pool whose connections resolve unqualified table names in `schema`. */
@@ -47,6 +53,7 @@ export function createSchemaPool(options: SchemaPoolOptions): pg.Pool {
     // search_path per connection, so SQL names tables without a schema.
     options: `-c search_path=${schema}`,
     ...(options.connectionTimeoutMs !== undefined ? { connectionTimeoutMillis: options.connectionTimeoutMs } : {}),
+    ...(options.queryTimeoutMs !== undefined ? { query_timeout: options.queryTimeoutMs, keepAlive: true } : {}),
   });
   // An idle client losing its connection (a server restart) must not crash the process; the next query reconnects.
   pool.on("error", () => undefined);

@@ -244,15 +244,16 @@ export class LeaseManager {
     if (this.#timer) return;
     const interval = options.intervalMs ?? Math.max(1, Math.floor(this.#ttlMs / 3));
     this.#timer = setInterval(() => {
+      // Renewals failing or hanging (the database unreachable, a silent network) must not let this replica
+      // work on past its leases: another takes them over once they expire. Checked every tick, whatever a
+      // round in flight is doing, with a round's length of margin to stop in time.
+      this.expireUnconfirmed(options.onLost, { marginMs: interval });
       // One round at a time: a slow database must not pile rounds up.
       if (this.#renewing) return;
       this.#renewing = this.renewAll(options.onLost)
         .catch((error: unknown) => options.onError?.(error))
         .finally(() => {
           this.#renewing = undefined;
-          // Renewals failing (the database unreachable) must not let this replica work on past its leases:
-          // another replica takes them over once they expire. A round's length of margin to stop in time.
-          this.expireUnconfirmed(options.onLost, { marginMs: interval });
         });
     }, interval);
     this.#timer.unref();

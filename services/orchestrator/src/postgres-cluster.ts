@@ -73,7 +73,8 @@ export async function openPostgresCluster(options: PostgresClusterOptions): Prom
   const ttlMs = options.leaseTtlMs ?? 30_000;
   // Leases on a pool of their own: renewals must not queue behind job work, or a busy replica loses its jobs.
   // (The store's open already ran the migrations the leases need.)
-  const leasePool = createPostgresPool({ ...connection, maxConnections: 2 });
+  // A renewal stuck on a silent network must fail in time, or this replica never learns to stop (lease-manager.ts).
+  const leasePool = createPostgresPool({ ...connection, maxConnections: 2, queryTimeoutMs: Math.max(1_000, Math.floor(ttlMs / 3)) });
   const leases = await LeaseManager.open({ pool: leasePool, owner: options.replicaId, ttlMs });
   const jobs = new JobLeases(leases);
   const store = base.withFences(jobs);

@@ -130,6 +130,8 @@ export interface PostgresConnectionOptions {
   schema?: string;
   /** Pool size. Default 10. */
   maxConnections?: number;
+  /** How long a query may take before it fails here (see createSchemaPool). Default: as long as it takes. */
+  queryTimeoutMs?: number;
 }
 
 /** A pool whose connections resolve unqualified table names in the orchestrator's schema. */

@@ -10,6 +10,7 @@ import { LeaseManager, type Lease } from "../src/lease-manager.js";
 import { createPostgresPool, migrateOrchestrator } from "../src/postgres-migrations.js";
 import { withTransaction } from "@oz0/postgres";
 import { databaseUrl, eventually, freshSchema } from "./postgres-test-support.js";
+import { TcpRelay } from "./support/tcp-relay.js";
 
 const connectionString = databaseUrl();
 const schema = freshSchema();
@@ -117,6 +118,29 @@ void describe("leases", () => {
       assert.ok(back.token > mine.token, "with a new token");
     } finally {
       await cut.stop();
+    }
+  });
+
+  void it("gives its leases up by its own clock even while a renewal hangs on a silent network", async () => {
+    // Nothing errors on a silent network: the renewal in flight never returns, and the next rounds wait for it.
+    const server = new URL(connectionString);
+    const relay = new TcpRelay({ host: server.hostname, port: Number(server.port) });
+    const relayed = new URL(connectionString);
+    relayed.port = String(await relay.listen());
+    const silentPool = createPostgresPool({ connectionString: relayed.toString(), schema, maxConnections: 1 });
+    const silent = await LeaseManager.open({ pool: silentPool, owner: "silent", ttlMs: 900 });
+    try {
+      const lease = (await silent.acquire("job", "silent-job"))!;
+      relay.silence();
+      const lost: Lease[] = [];
+      silent.startRenewing({ onLost: (l) => lost.push(l) });
+      await eventually(async () => (lost.length > 0 ? true : undefined), "the lease given up");
+      assert.deepEqual(lost.map((l) => l.token), [lease.token]);
+    } finally {
+      // Cut first: the hung renewal then fails, and stop() (which waits for it) returns.
+      await relay.close();
+      await silent.stop();
+      await silentPool.end().catch(() => undefined);
     }
   });
 

@@ -4,7 +4,6 @@
 // TCP relay this test cuts, so the sandbox and its session live on.
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -18,60 +17,20 @@ import { PluginRegistry } from "../src/plugin-registry.js";
 import { SandboxClient } from "../src/sandbox-client.js";
 import { StaticPlacement } from "../src/sandbox-placement.js";
 import { SqliteJobStore } from "../src/sqlite-store.js";
+import { TcpRelay } from "./support/tcp-relay.js";
 import { eventually, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
 
-/** Forwards TCP to `target` until cut: then every connection is dropped and new ones refused until resumed. */
-class CuttableRelay {
-  readonly #server: net.Server;
-  readonly #sockets = new Set<net.Socket>();
-  #refusing = false;
-
-  constructor(target: URL) {
-    this.#server = net.createServer((client) => {
-      if (this.#refusing) return client.destroy();
-      const upstream = net.connect(Number(target.port), target.hostname);
-      for (const [a, b] of [[client, upstream], [upstream, client]] as const) {
-        this.#sockets.add(a);
-        a.pipe(b);
-        a.on("error", () => b.destroy());
-        a.on("close", () => {
-          this.#sockets.delete(a);
-          b.destroy();
-        });
-      }
-    });
-  }
-
-  async listen(): Promise<string> {
-    await new Promise<void>((resolve) => this.#server.listen(0, "127.0.0.1", resolve));
-    return `http://127.0.0.1:${(this.#server.address() as net.AddressInfo).port}`;
-  }
-
-  cut(): void {
-    this.#refusing = true;
-    for (const s of this.#sockets) s.destroy();
-  }
-
-  resume(): void {
-    this.#refusing = false;
-  }
-
-  async close(): Promise<void> {
-    this.cut();
-    await new Promise((resolve) => this.#server.close(resolve));
-  }
-}
-
 let t: TestStack;
-let relay: CuttableRelay;
+let relay: TcpRelay;
 let store: SqliteJobStore;
 let runner: JobRunner;
 const home = mkdtempSync(path.join(os.tmpdir(), "oz0-reattach-delivery-"));
 
 before(async () => {
   t = await startTestStack({ pick: ({ turn }) => (turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: "echo answered" } }] } : { text: "went on" }) });
-  relay = new CuttableRelay(new URL(t.stack.urls.sandbox));
-  const sandboxUrl = await relay.listen();
+  const target = new URL(t.stack.urls.sandbox);
+  relay = new TcpRelay({ host: target.hostname, port: Number(target.port) });
+  const sandboxUrl = `http://127.0.0.1:${await relay.listen()}`;
   store = new SqliteJobStore({ file: path.join(home, "orchestrator.db") });
   runner = new JobRunner({
     store,
