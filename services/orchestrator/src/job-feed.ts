@@ -8,6 +8,7 @@
 // whichever way it arrived first.
 import type { JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { EventsAppended } from "./cluster-notifier.js";
+import { notAsBystander } from "./job-ownership.js";
 
 type Listener = (event: JobEvent) => void;
 
@@ -44,7 +45,8 @@ export class JobFeed {
         if (seq <= watched.seq) continue;
         watched.seq = seq;
       }
-      for (const listener of watched.listeners) listener(event);
+      // Outside a bystander's scope: what a listener starts is its own work (job-ownership.ts).
+      for (const listener of watched.listeners) notAsBystander(() => listener(event));
     }
   }
 

@@ -9,6 +9,9 @@ import type { Lease, LeaseFence, LeaseManager } from "./lease-manager.js";
 import { failedPrecondition } from "./orchestrator-error.js";
 import type { JobFences } from "./postgres-store.js";
 
+/** Lost leases kept to fence late writes; an outage can lose every lease at once, so there is a bound. */
+const MAX_LOST_KEPT = 10_000;
+
 interface Working {
   lease: LeaseFence;
   lost: boolean;
@@ -17,12 +20,17 @@ interface Working {
 export class JobLeases implements JobOwnership, JobFences {
   readonly #leases: LeaseManager;
   readonly #working = new Map<string, Working>();
+  /** Resources whose leases were lost, oldest first (MAX_LOST_KEPT). */
+  readonly #lostOrder: string[] = [];
 
   constructor(leases: LeaseManager) {
     this.#leases = leases;
   }
 
   async claim(jobId: string): Promise<void> {
+    // Already worked on here (or lost here): acquire would hand back that very lease, and a failed create
+    // releasing it would take the lease from under the job that runs.
+    if (this.#working.has(jobId)) throw failedPrecondition(`job ${jobId} already exists at this replica; a job id is used once`);
     const lease = await this.#leases.acquire("job", jobId);
     if (!lease) throw failedPrecondition(`job ${jobId} is already leased by another orchestrator replica; submit the job again (it gets a new id)`);
     this.#working.set(jobId, { lease, lost: false });
@@ -58,6 +66,12 @@ export class JobLeases implements JobOwnership, JobFences {
     const working = this.#working.get(lease.resource);
     if (!working || working.lease.token !== lease.token) return false;
     working.lost = true;
+    this.#lostOrder.push(lease.resource);
+    // Kept to fence late writes, but not forever: the oldest lost ones go first (their work long stopped).
+    while (this.#lostOrder.length > MAX_LOST_KEPT) {
+      const oldest = this.#lostOrder.shift()!;
+      if (this.#working.get(oldest)?.lost) this.#working.delete(oldest);
+    }
     return true;
   }
 

@@ -33,6 +33,15 @@ export function asBystander<T>(work: () => Promise<T>): Promise<T> {
   return bystanding.run(true, work);
 }
 
+/**
+ * Runs `work` outside any bystander scope: for listeners called from a
+ * bystander's write (the job feed), whose own work is the owner's and must be
+ * fenced as such.
+ */
+export function notAsBystander<T>(work: () => T): T {
+  return bystanding.exit(work);
+}
+
 /** Whether the current async context writes as a bystander (`asBystander`). */
 export function isBystander(): boolean {
   return bystanding.getStore() === true;

@@ -134,6 +134,8 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     assert.equal(stale.cluster.jobs.owns("lost-job"), false);
     // Work of the job still in flight at the stale replica: refused, however long after the loss.
     await assert.rejects(stale.cluster.store.updateJob("lost-job", { error: "a late write" }), LeaseLostError);
+    // The same id cannot be claimed here again: acquire would hand back the lost lease, and a failed create release it.
+    await assert.rejects(stale.cluster.jobs.claim("lost-job"), /already exists at this replica/);
     // A person cancelling at the stale replica writes as a bystander.
     await asBystander(() => stale.cluster.store.updateJob("lost-job", { cancelRequestedAt: new Date() }));
     const seen = await owner.cluster.store.getJob("lost-job");
