@@ -182,7 +182,8 @@ export class SessionGraphExecutor implements GraphExecutor {
         if (error instanceof OrchestratorError && error.code === "unavailable") return never();
         // Halted meanwhile, and the run's new owner created the job first: it follows it.
         if (o.halt?.aborted) return never();
-        throw error;
+        // The run's previous owner created the recorded job first (its create raced this one): follow it.
+        if (!(await o.store.getJob(id))) throw error;
       }
       stepJobId = id;
       // Halted meanwhile: the run's new owner follows the recorded job.

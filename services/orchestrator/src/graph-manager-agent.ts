@@ -140,7 +140,8 @@ export class AgentGraphManager implements GraphManager {
         // The orchestrator is shutting down (the event comes again when the run resumes), or halted meanwhile
         // and the run's new owner created the job first.
         if ((error instanceof OrchestratorError && error.code === "unavailable") || o.halt?.aborted) return never();
-        throw error;
+        // The run's previous owner created the recorded job first (its create raced this one): follow it.
+        if (!(await o.store.getJob(jobId))) throw error;
       }
       // Halted meanwhile: the run's new owner follows the recorded job.
       if (o.halt?.aborted) return never();

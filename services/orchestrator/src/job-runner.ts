@@ -496,9 +496,14 @@ export class JobRunner {
   async #catchUp(job: JobRecord, active: ActiveJob): Promise<void> {
     // Every decided answer is written again, not only those never written: "delivered" means handed to a
     // stream, and one that broke (or a process that died) right after may never have sent it. The sandbox
-    // refuses an answer its harness already has, which changes nothing.
-    for (const p of await this.#o.store.listPermissions({ jobId: job.id })) if (p.status !== "pending") await this.#deliver(job.id, p);
-    for (const call of this.#served(job) ? await servedToolCalls(this.#o.store, job.id) : []) await this.#sendServedAnswer(active, call);
+    // refuses an answer its harness already has, which changes nothing. A failure here is left for the
+    // next re-attach: the session's stream is followed regardless.
+    try {
+      for (const p of await this.#o.store.listPermissions({ jobId: job.id })) if (p.status !== "pending") await this.#deliver(job.id, p);
+      for (const call of this.#served(job) ? await servedToolCalls(this.#o.store, job.id) : []) await this.#sendServedAnswer(active, call);
+    } catch (error) {
+      this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not write the session's answers again after re-attaching; the next re-attach tries again");
+    }
     // Harness operations the session still waits for: a checkpointed result is delivered, an unfinished one runs again.
     this.#track(this.#operations.resumeJob(this.#operationParent(job, active)));
   }

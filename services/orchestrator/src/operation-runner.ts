@@ -156,6 +156,9 @@ export class OperationRunner {
   abandonJob(jobId: string): void {
     this.#jobs.get(jobId)?.abort(ABANDONED);
     this.#jobs.delete(jobId);
+    // Its calls are no longer handled here: should this replica take the job back, it runs them again
+    // (an abandoned run records nothing, so the two never both answer).
+    for (const flight of this.#inFlight) if (flight.startsWith(`${jobId}/`)) this.#inFlight.delete(flight);
   }
 
   /**
@@ -225,7 +228,11 @@ export class OperationRunner {
     await this.#run(parent, op, record);
   }
 
-  /** After a restart: deliver what was recorded, run again what was not (concurrently). Never rejects. */
+  /**
+   * After any re-attach (a restart, a takeover, a broken stream): send again
+   * every recorded result (one handed to a stream that broke may never have
+   * been sent), and run again, concurrently, what has none. Never rejects.
+   */
   async resumeJob(parent: OperationParent): Promise<void> {
     let records: OperationCheckpoint[];
     try {
