@@ -60,6 +60,39 @@ export interface SessionGraphExecutorOptions {
 }
 
 /** A promise that never settles: what a halted run's steps return, so the engine records nothing for them. */
+/**
+ * The job recorded under `key` (a step's, or a manager's for a control
+ * event), created if it is not there yet. The id is recorded before the job
+ * is created: a crash in between leaves an id the resumed run creates, where
+ * recording after would leave a job running unrecorded and its work done
+ * twice. Undefined when the caller must stop: the orchestrator is shutting
+ * down, or the run was halted (its new owner follows the recorded job).
+ */
+export async function recordedJob(o: {
+  graphStore: GraphStore;
+  store: JobStore;
+  halt?: AbortSignal;
+  /** Undefined: nothing to record under (the job is not replayed). */
+  key: string | undefined;
+  runId: string;
+  /** The id recorded under `key`, if the caller still wants that job. */
+  recorded: string | undefined;
+  create: (id: string) => Promise<unknown>;
+}): Promise<{ jobId: string; reattached: boolean } | undefined> {
+  if (o.recorded && (await o.store.getJob(o.recorded))) return { jobId: o.recorded, reattached: true };
+  if (o.halt?.aborted) return undefined;
+  const id = o.recorded ?? newJobId();
+  if (!o.recorded && o.key) await o.graphStore.putStepJob({ idempotencyKey: o.key, runId: o.runId, stepJobId: id });
+  try {
+    await o.create(id);
+  } catch (error) {
+    if ((error instanceof OrchestratorError && error.code === "unavailable") || o.halt?.aborted) return undefined;
+    // The run's previous owner created the recorded job first (its create raced this one): follow it.
+    if (!(await o.store.getJob(id))) throw error;
+  }
+  return o.halt?.aborted ? undefined : { jobId: id, reattached: false };
+}
+
 export function never<T>(): Promise<T> {
   return new Promise<T>(() => undefined);
 }
@@ -160,37 +193,23 @@ export class SessionGraphExecutor implements GraphExecutor {
     // A job this executor already reported as failed is an attempt the manager asked to retry: that needs a new job.
     // (A job that failed while the orchestrator was down is still re-attached, so its failure is reported once.)
     if (jobId && this.#failed.has(jobId)) jobId = undefined;
-    let stepJobId: string;
-    if (jobId && (await o.store.getJob(jobId))) {
-      stepJobId = jobId;
-      o.onStepWork?.({ path: request.path, stepId: request.stepId, jobId, reattached: true });
-    } else {
-      if (o.halt?.aborted) return never();
-      // The id is recorded before the job is created: a crash in between leaves an id the resumed run
-      // creates, where recording after would leave a job running unrecorded and the step run twice.
-      const id = jobId ?? newJobId();
-      if (!jobId) await o.graphStore.putStepJob({ idempotencyKey: request.idempotencyKey, runId: request.runId, stepJobId: id });
-      const version = o.pinnedAgents[request.agent];
+    const version = o.pinnedAgents[request.agent];
+    const step = await recordedJob({
+      ...o,
+      key: request.idempotencyKey,
+      runId: request.runId,
+      recorded: jobId,
       // Inside the step's span, so the step's job joins the graph's trace.
-      try {
-        await orchestratorTracing.inGraphStep({ runId: request.runId, path: request.path }, () =>
+      create: (id) =>
+        orchestratorTracing.inGraphStep({ runId: request.runId, path: request.path }, () =>
           o.jobs.runAgent({ agent: request.agent, input: request.prompt, ...(version ? { version } : {}), id }),
-        );
-      } catch (error) {
-        // The orchestrator is shutting down: a failed step would be recorded and fail the run for good.
-        // The step stays pending instead (this promise never settles); the next start resumes the run here.
-        if (error instanceof OrchestratorError && error.code === "unavailable") return never();
-        // Halted meanwhile, and the run's new owner created the job first: it follows it.
-        if (o.halt?.aborted) return never();
-        // The run's previous owner created the recorded job first (its create raced this one): follow it.
-        if (!(await o.store.getJob(id))) throw error;
-      }
-      stepJobId = id;
-      // Halted meanwhile: the run's new owner follows the recorded job.
-      if (o.halt?.aborted) return never();
-      o.onStepWork?.({ path: request.path, stepId: request.stepId, jobId: id, reattached: false });
-    }
-    const done = await this.#waitForJob(stepJobId, request.signal);
+        ),
+    });
+    // Shutting down: a failed step would be recorded and fail the run for good. The step stays pending
+    // instead (this promise never settles); the next start resumes the run here. Halted: the new owner follows it.
+    if (!step) return never();
+    o.onStepWork?.({ path: request.path, stepId: request.stepId, jobId: step.jobId, reattached: step.reattached });
+    const done = await this.#waitForJob(step.jobId, request.signal);
     if (done.state !== "succeeded") {
       this.#failed.add(done.id);
       throw stepJobError(done);

@@ -18,12 +18,11 @@ import { createHash } from "node:crypto";
 import type { JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
 import type { RuntimeTool } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { decisionFromToolCall, GraphError, managerTools, type ControlEvent, type GraphManager, type ManagerDecision } from "@oz0/graph";
-import { never, waitForTerminalJob } from "./graph-executor.js";
+import { never, recordedJob, waitForTerminalJob } from "./graph-executor.js";
 import type { GraphStore } from "./graph-store.js";
 import type { JobFeed } from "./job-feed.js";
-import { newJobId, servedToolCalls, type JobRunner, type ServedRuntimeTools } from "./job-runner.js";
+import { servedToolCalls, type JobRunner, type ServedRuntimeTools } from "./job-runner.js";
 import type { JobStore } from "./job-store.js";
-import { OrchestratorError } from "./orchestrator-error.js";
 
 export interface AgentGraphManagerOptions {
   store: JobStore;
@@ -128,24 +127,16 @@ export class AgentGraphManager implements GraphManager {
     const o = this.#o;
     if (o.halt?.aborted) return never();
     const key = managerJobKey(event);
-    const recorded = key ? await o.graphStore.getStepJob(key) : undefined;
-    const reattached = recorded !== undefined && (await o.store.getJob(recorded)) !== undefined;
-    // Recorded before it is created, as a step's job is (graph-executor.ts): a crash in between leaves an id to create.
-    const jobId = recorded ?? newJobId();
-    if (!reattached) {
-      if (key && !recorded) await o.graphStore.putStepJob({ idempotencyKey: key, runId: event.runId, stepJobId: jobId });
-      try {
-        await o.jobs.runAgent({ agent: o.agent, input: managerInput(event), ...(o.version ? { version: o.version } : {}), servedTools: GRAPH_MANAGER_TOOLS, id: jobId });
-      } catch (error) {
-        // The orchestrator is shutting down (the event comes again when the run resumes), or halted meanwhile
-        // and the run's new owner created the job first.
-        if ((error instanceof OrchestratorError && error.code === "unavailable") || o.halt?.aborted) return never();
-        // The run's previous owner created the recorded job first (its create raced this one): follow it.
-        if (!(await o.store.getJob(jobId))) throw error;
-      }
-      // Halted meanwhile: the run's new owner follows the recorded job.
-      if (o.halt?.aborted) return never();
-    }
+    const job = await recordedJob({
+      ...o,
+      key,
+      runId: event.runId,
+      recorded: key ? await o.graphStore.getStepJob(key) : undefined,
+      create: (id) => o.jobs.runAgent({ agent: o.agent, input: managerInput(event), ...(o.version ? { version: o.version } : {}), servedTools: GRAPH_MANAGER_TOOLS, id }),
+    });
+    // Shutting down (the event comes again when the run resumes), or halted (the new owner follows the job).
+    if (!job) return never();
+    const { jobId, reattached } = job;
     o.onJob?.({ event: event.kind, jobId, reattached });
     const done = await waitForTerminalJob({ store: o.store, feed: o.feed, jobId, ...(o.halt ? { halt: o.halt } : {}), ...(o.pollMs ? { pollMs: o.pollMs } : {}) });
     const calls = await servedToolCalls(o.store, done.id);

@@ -854,7 +854,8 @@ export class JobRunner {
           ...(p.answerInput ? { input: p.answerInput as ProtoJsonObject } : {}),
         }),
       );
-      await this.#o.store.markPermissionDelivered(jobId, p.id);
+      // Written again at a re-attach (#catchUp): recorded once.
+      if (!p.delivered) await this.#o.store.markPermissionDelivered(jobId, p.id);
     } catch (error) {
       // Left undelivered: the next re-attach writes it.
       this.#o.logger.warn({ jobId, permission: p.id, err: String(error) }, "could not deliver a permission answer yet");
