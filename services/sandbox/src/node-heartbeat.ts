@@ -107,7 +107,9 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
       if (draining) {
         status = { capacity: 0, running: 0 };
       } else {
-        const problem = `status: ${(error as Error).message}`;
+        // Once until a heartbeat goes out again, whatever the error says this time: a dying sandbox
+        // answers "connection refused", then "reset", then something else.
+        const problem = "status unreadable";
         if (problem !== last) {
           logger.warn({ ...context, err: (error as Error).message }, "cannot read this node's status, so no heartbeat is sent (orchestrators stop placing here) until it can be read");
           last = problem;
