@@ -84,7 +84,7 @@ async function authenticate(req: ClientRequest, tokens: SessionTokens): Promise<
   const bearer = /^Bearer\s+(.+)$/i.exec(header(req, "authorization") ?? "")?.[1]?.trim();
   const token = header(req, "x-api-key")?.trim() || bearer;
   if (!token) throw new ProxyError("unauthenticated", "missing session token: send the token from LlmEndpoint.token as x-api-key or Authorization: Bearer");
-  const record = await tokens.lookup(token);
+  const record = await tokens.use(token);
   if (!record) throw new ProxyError("unauthenticated", "the session token is unknown or revoked (a token dies with its session); ask the orchestrator for a new session");
   for (const [name, expected] of [
     ["Oz0-Job", record.job],

@@ -101,8 +101,8 @@ export function llmProxyService(options: LlmProxyServiceOptions): Partial<Servic
     revokeSessionToken: (request) =>
       mapped(async () => {
         const revoked = await options.tokens.revoke({ ...(request.token ? { token: request.token } : {}), ...(request.session ? { session: request.session } : {}) });
-        for (const session of new Set(revoked.map((r) => r.session))) await options.budgets.forgetBudget(session);
-        return create(RevokeSessionTokenResponseSchema, { revoked: revoked.length });
+        for (const session of new Set(revoked.ended.map((r) => r.session))) await options.budgets.forgetBudget(session);
+        return create(RevokeSessionTokenResponseSchema, { revoked: revoked.ended.length, used: revoked.used });
       }),
     getUsage: async (request) => {
       if (!request.job) throw new ConnectError("GetUsage needs a job id", Code.InvalidArgument);

@@ -147,6 +147,11 @@ $fn$;
 DELETE FROM budget_reservations WHERE state = 'settled';
 `,
   },
+  {
+    version: 3,
+    name: "a session token's first use",
+    sql: "ALTER TABLE session_tokens ADD COLUMN used_at timestamptz;",
+  },
 ];
 
 interface MeteringRow {
@@ -180,6 +185,7 @@ interface TokenRow {
   budget_usd: number;
   created_at: Date;
   revoked_at: Date | null;
+  used_at: Date | null;
 }
 
 const COLUMN_LIST =
@@ -247,6 +253,7 @@ function tokenFromRow(row: TokenRow): TokenRecord {
     budgetUsd: row.budget_usd,
     createdAt: row.created_at,
     ...(row.revoked_at === null ? {} : { revokedAt: row.revoked_at }),
+    ...(row.used_at === null ? {} : { usedAt: row.used_at }),
   };
 }
 
@@ -385,7 +392,16 @@ export class PostgresProxyStore implements ProxyStore {
     return rows[0] ? tokenFromRow(rows[0]) : undefined;
   }
 
-  async revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<TokenRecord[]> {
+  async useToken(hash: string, now: Date): Promise<TokenRecord | undefined> {
+    // The row lock orders this against a concurrent revocation: after one commits, the other sees it.
+    const { rows } = await this.#pool.query<TokenRow>(
+      "UPDATE session_tokens SET used_at = coalesce(used_at, $2) WHERE hash = $1 AND revoked_at IS NULL RETURNING *",
+      [hash, now],
+    );
+    return rows[0] ? tokenFromRow(rows[0]) : undefined;
+  }
+
+  async revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<{ ended: TokenRecord[]; used: boolean }> {
     // One statement: two replicas revoking at once each report only the tokens they ended,
     // and every replica hears of each token when it commits.
     const { rows } = await this.#pool.query<TokenRow>(
@@ -394,7 +410,12 @@ export class PostgresProxyStore implements ProxyStore {
        SELECT revoked.*, pg_notify($4, json_build_object('kind', 'token_revoked', 'hash', revoked.hash)::text)::text AS notified FROM revoked`,
       [by.hash ?? null, by.session ?? null, now, this.#channel],
     );
-    return rows.map(tokenFromRow);
+    // Read after that commit: every matching token is revoked by now, so none can be marked used any more.
+    const used = await this.#pool.query<{ used: boolean }>(
+      "SELECT EXISTS (SELECT 1 FROM session_tokens WHERE (hash = $1 OR session = $2) AND used_at IS NOT NULL) AS used",
+      [by.hash ?? null, by.session ?? null],
+    );
+    return { ended: rows.map(tokenFromRow), used: used.rows[0]!.used };
   }
 
   recordAttempt(attempt: AttemptRecord): Promise<void> {

@@ -42,6 +42,12 @@ export interface TokenRecord {
   budgetUsd: number;
   createdAt: Date;
   revokedAt?: Date;
+  /**
+   * When a model call first carried it. A token never used proves its
+   * session never reached a model, so the orchestrator may start that
+   * session again elsewhere without running it twice.
+   */
+  usedAt?: Date;
 }
 
 /** How an attempt or a call ended. */
@@ -144,8 +150,19 @@ export interface SecretStore {
 export interface TokenStore {
   putToken(token: TokenRecord): Promise<void>;
   findToken(hash: string): Promise<TokenRecord | undefined>;
-  /** Revokes by token hash or by session; returns the tokens this call ended (each token is ended by one caller only). */
-  revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<TokenRecord[]>;
+  /**
+   * A model call carries the token: its record, marked used (the first use's
+   * time is kept). Undefined when the token is unknown or revoked, and the
+   * call is refused. Atomic with revokeTokens: a use either comes before a
+   * revocation, which then reports it, or is refused.
+   */
+  useToken(hash: string, now: Date): Promise<TokenRecord | undefined>;
+  /**
+   * Revokes by token hash or by session. `ended`: the tokens this call ended
+   * (each token is ended by one caller only). `used`: whether any matching
+   * token, ended now or before, ever carried a model call.
+   */
+  revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<{ ended: TokenRecord[]; used: boolean }>;
 }
 
 export interface MeteringStore {

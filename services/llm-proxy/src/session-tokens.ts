@@ -62,25 +62,37 @@ export class SessionTokens {
     return { token, record };
   }
 
-  /** Ends the token, or every token of a session. Returns the records it ended. */
-  async revoke(by: { token?: string; session?: string }): Promise<TokenRecord[]> {
+  /**
+   * Ends the token, or every token of a session. `ended`: the records this
+   * call ended; `used`: whether any of them (or one ended before) ever
+   * carried a model call.
+   */
+  async revoke(by: { token?: string; session?: string }): Promise<{ ended: TokenRecord[]; used: boolean }> {
     if (!by.token && !by.session) throw new ProxyError("invalid_argument", "RevokeSessionToken needs a token or a session");
     const revoked = await this.#store.revokeTokens({ ...(by.token ? { hash: hashToken(by.token) } : {}), ...(by.session ? { session: by.session } : {}) }, this.#now());
-    for (const record of revoked) this.#forget(record.hash);
+    for (const record of revoked.ended) this.#forget(record.hash);
     // Revoked already (at another replica, whose notice may still be on its way): not live here either.
     if (by.token) this.#forget(hashToken(by.token));
     return revoked;
   }
 
-  /** The live token's record, or undefined when unknown or revoked. */
-  async lookup(token: string): Promise<TokenRecord | undefined> {
+  /**
+   * A model call carries the token: the live token's record, or undefined
+   * when unknown or revoked. Its first use here is written to the store
+   * (useToken) before the call goes on, so a revocation reports whether the
+   * session ever reached a model; later uses are answered from the cache.
+   */
+  async use(token: string): Promise<TokenRecord | undefined> {
     const hash = hashToken(token);
     const cached = this.#live.get(hash);
-    if (cached) return cached;
+    if (cached?.usedAt) return cached;
     const generation = this.#generation;
-    const stored = await this.#store.findToken(hash);
-    if (!stored || stored.revokedAt) return undefined;
-    if (generation === this.#generation) this.#live.set(hash, stored);
-    return stored;
+    const used = await this.#store.useToken(hash, this.#now());
+    if (!used) {
+      this.#forget(hash);
+      return undefined;
+    }
+    if (generation === this.#generation) this.#live.set(hash, used);
+    return used;
   }
 }

@@ -29,7 +29,7 @@ const SCHEMA = `
 CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, iv BLOB NOT NULL, ciphertext BLOB NOT NULL, tag BLOB NOT NULL,
   created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS session_tokens (hash TEXT PRIMARY KEY, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
-  budget_usd REAL NOT NULL, created_at INTEGER NOT NULL, revoked_at INTEGER);
+  budget_usd REAL NOT NULL, created_at INTEGER NOT NULL, revoked_at INTEGER, used_at INTEGER);
 CREATE INDEX IF NOT EXISTS session_tokens_by_session ON session_tokens (session);
 CREATE TABLE IF NOT EXISTS attempts (${METERING_COLUMNS}, attempt INTEGER NOT NULL, PRIMARY KEY (operation_id, attempt));
 CREATE INDEX IF NOT EXISTS attempts_by_job ON attempts (job);
@@ -157,6 +157,9 @@ export class SqliteProxyStore implements ProxyStore {
     // Metering rows lost in a power cut are acceptable; a slow fsync per call is not.
     this.#db.pragma("synchronous = NORMAL");
     this.#db.exec(SCHEMA);
+    // A store made before tokens recorded their first use gains the column in place.
+    const tokenColumns = this.#db.prepare("PRAGMA table_info(session_tokens)").all() as { name: string }[];
+    if (!tokenColumns.some((c) => c.name === "used_at")) this.#db.exec("ALTER TABLE session_tokens ADD COLUMN used_at INTEGER");
     const db = this.#db;
     this.#statements = {
       getSecret: db.prepare("SELECT * FROM secrets WHERE name = ?"),
@@ -172,6 +175,8 @@ export class SqliteProxyStore implements ProxyStore {
       tokensByHash: db.prepare("SELECT * FROM session_tokens WHERE hash = ? AND revoked_at IS NULL"),
       tokensBySession: db.prepare("SELECT * FROM session_tokens WHERE session = ? AND revoked_at IS NULL"),
       revokeToken: db.prepare("UPDATE session_tokens SET revoked_at = ? WHERE hash = ?"),
+      useToken: db.prepare("UPDATE session_tokens SET used_at = coalesce(used_at, @now) WHERE hash = @hash AND revoked_at IS NULL RETURNING *"),
+      anyUsed: db.prepare("SELECT EXISTS (SELECT 1 FROM session_tokens WHERE (hash = @hash OR session = @session) AND used_at IS NOT NULL) AS used"),
       insertAttempt: db.prepare(`INSERT INTO attempts (${COLUMN_LIST}, attempt) VALUES (${VALUE_LIST}, @attempt)`),
       insertCall: db.prepare(`INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES (${VALUE_LIST}, @attempts)`),
       listAttempts: db.prepare("SELECT * FROM attempts WHERE job = ? ORDER BY started_at, operation_id, attempt"),
@@ -225,7 +230,12 @@ export class SqliteProxyStore implements ProxyStore {
     return row ? tokenFromRow(row) : undefined;
   }
 
-  async revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<TokenRecord[]> {
+  async useToken(hash: string, now: Date): Promise<TokenRecord | undefined> {
+    const row = this.#statements.useToken.get({ hash, now: now.getTime() }) as TokenRow | undefined;
+    return row ? tokenFromRow(row) : undefined;
+  }
+
+  async revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<{ ended: TokenRecord[]; used: boolean }> {
     return this.#db.transaction(() => {
       const rows = [
         ...(by.hash ? (this.#statements.tokensByHash.all(by.hash) as TokenRow[]) : []),
@@ -233,7 +243,8 @@ export class SqliteProxyStore implements ProxyStore {
       ];
       const unique = new Map(rows.map((r) => [r.hash, r]));
       for (const hash of unique.keys()) this.#statements.revokeToken.run(now.getTime(), hash);
-      return [...unique.values()].map((r) => ({ ...tokenFromRow(r), revokedAt: now }));
+      const used = (this.#statements.anyUsed.get({ hash: by.hash ?? null, session: by.session ?? null }) as { used: number }).used === 1;
+      return { ended: [...unique.values()].map((r) => ({ ...tokenFromRow(r), revokedAt: now })), used };
     })();
   }
 
@@ -352,6 +363,7 @@ interface TokenRow {
   budget_usd: number;
   created_at: number;
   revoked_at: number | null;
+  used_at: number | null;
 }
 
 function tokenFromRow(row: TokenRow): TokenRecord {
@@ -363,5 +375,6 @@ function tokenFromRow(row: TokenRow): TokenRecord {
     budgetUsd: row.budget_usd,
     createdAt: new Date(row.created_at),
     ...(row.revoked_at === null ? {} : { revokedAt: new Date(row.revoked_at) }),
+    ...(row.used_at === null ? {} : { usedAt: new Date(row.used_at) }),
   };
 }

@@ -145,9 +145,19 @@ void describe("who is calling", () => {
     assert.equal(ok.status, 200);
     const revoked = await fx.control.revokeSessionToken({ session: endpoint.session });
     assert.equal(revoked.revoked, 1);
+    assert.equal(revoked.used, true, "the revocation says a model call carried the token");
     const r = await post(`${endpoint.anthropicBaseUrl}/v1/messages`, body, { "x-api-key": endpoint.token, ...endpoint.headers });
     assert.equal(r.status, 401);
     assert.match(JSON.parse(r.text).error.message, /unknown or revoked/);
     assert.equal(fx.model.requests.length, 1);
+  });
+
+  void it("reports a token no call carried as unused when it is revoked, and refuses it from then on", async () => {
+    const unused = await fx.session();
+    const revoked = await fx.control.revokeSessionToken({ session: unused.session });
+    assert.deepEqual({ revoked: revoked.revoked, used: revoked.used }, { revoked: 1, used: false });
+    const r = await post(`${unused.anthropicBaseUrl}/v1/messages`, body, { "x-api-key": unused.token, ...unused.headers });
+    assert.equal(r.status, 401);
+    assert.equal((await fx.control.revokeSessionToken({ session: unused.session })).used, false, "asked again: still never used");
   });
 });

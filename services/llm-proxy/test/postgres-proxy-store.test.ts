@@ -81,7 +81,7 @@ void describe("PostgresProxyStore across replicas", () => {
       const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${schema}.oz0_migrations WHERE component = 'llm-proxy' ORDER BY version`);
       assert.deepEqual(
         rows.map((r) => r.version),
-        [1, 2],
+        [1, 2, 3],
       );
     } finally {
       await client.end();
@@ -120,7 +120,7 @@ void describe("PostgresProxyStore across replicas", () => {
 
     await a.putToken({ hash: "hash-watched", job: "j", agent: "x", session: "ses-watched", budgetUsd: 0, createdAt: new Date() });
     const revokeHeard = heard(a, (c) => c.kind === "token_revoked");
-    assert.equal((await b.revokeTokens({ session: "ses-watched" }, new Date())).length, 1);
+    assert.equal((await b.revokeTokens({ session: "ses-watched" }, new Date())).ended.length, 1);
     assert.deepEqual(await revokeHeard, { kind: "token_revoked", hash: "hash-watched" });
   });
 

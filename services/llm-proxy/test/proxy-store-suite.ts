@@ -84,11 +84,42 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       assert.deepEqual(found, { hash: h1, job: "j", agent: "x", session, budgetUsd: 2, createdAt: new Date(3000) });
       assert.equal(await a.findToken(unique("nope")), undefined);
       const [first, second] = await Promise.all([a.revokeTokens({ session }, new Date(5000)), b.revokeTokens({ hash: h1 }, new Date(6000))]);
-      assert.deepEqual([...first, ...second].map((t) => t.hash).sort(), [h1, h2].sort(), "each token revoked by exactly one caller");
-      assert.ok([...first, ...second].every((t) => t.revokedAt instanceof Date));
+      const ended = [...first.ended, ...second.ended];
+      assert.deepEqual(ended.map((t) => t.hash).sort(), [h1, h2].sort(), "each token revoked by exactly one caller");
+      assert.ok(ended.every((t) => t.revokedAt instanceof Date));
+      assert.deepEqual([first.used, second.used], [false, false], "no model call carried them");
       assert.ok((await a.findToken(h2))?.revokedAt);
       assert.equal((await b.findToken(h3))?.revokedAt, undefined, "another session's token lives on");
-      assert.deepEqual(await a.revokeTokens({ session }, new Date(7000)), [], "nothing left to revoke");
+      assert.deepEqual(await a.revokeTokens({ session }, new Date(7000)), { ended: [], used: false }, "nothing left to revoke");
+    });
+
+    void it("marks a token used at its first call, keeps that time, refuses it once revoked, and a revocation reports the use", async () => {
+      const [used, unused] = [unique("ses-used"), unique("ses-unused")];
+      for (const session of [used, unused]) await a.putToken({ hash: `h-${session}`, job: "j", agent: "x", session, budgetUsd: 0, createdAt: new Date(3000) });
+      assert.equal((await b.useToken(`h-${used}`, new Date(4000)))?.usedAt?.getTime(), 4000);
+      assert.equal((await a.useToken(`h-${used}`, new Date(4500)))?.usedAt?.getTime(), 4000, "the first use's time is kept");
+      assert.equal(await a.useToken(unique("h-nope"), new Date(4500)), undefined, "an unknown token is refused");
+      assert.deepEqual(
+        (await b.revokeTokens({ session: used }, new Date(5000))).used,
+        true,
+        "the revocation of a used token says so",
+      );
+      assert.equal(await a.useToken(`h-${used}`, new Date(6000)), undefined, "a revoked token is refused");
+      assert.equal((await a.revokeTokens({ session: used }, new Date(7000))).used, true, "revoked before, used before: still reported");
+      assert.deepEqual((await a.revokeTokens({ hash: `h-${unused}` }, new Date(5000))).used, false);
+      assert.equal(await b.useToken(`h-${unused}`, new Date(6000)), undefined, "never used, now revoked: never usable");
+    });
+
+    void it("orders uses and revocations racing on one token: used is true exactly when a use got through", async () => {
+      for (let round = 0; round < 20; round++) {
+        const session = unique(`ses-race-${round}`);
+        await a.putToken({ hash: `h-${session}`, job: "j", agent: "x", session, budgetUsd: 0, createdAt: new Date(3000) });
+        const [uses, revoked] = await Promise.all([
+          Promise.all([a, b, a].map((store) => store.useToken(`h-${session}`, new Date(4000)))),
+          (round % 2 ? a : b).revokeTokens({ session }, new Date(4000)),
+        ]);
+        assert.equal(revoked.used, uses.some((u) => u !== undefined), `round ${round}: a use got through exactly when the revocation reports one`);
+      }
     });
 
     void it("meters calls and attempts from every handle into one set of totals", async () => {

@@ -203,6 +203,16 @@ void describe("two proxy replicas on one PostgreSQL", () => {
     }
   });
 
+  void it("a token minted at one replica and first used there is reported used when revoked at the other", async () => {
+    // The minting replica caches the token unused; its first call must still reach the shared store.
+    const minted = await b.control.mintSessionToken({ job: "job-used", agent: "x", session: "ses-used" });
+    const ask = { model: "claude-sonnet-5", max_tokens: 10, messages: [{ role: "user", content: "hi" }] };
+    const headers = { "x-api-key": minted.token, "Oz0-Job": "job-used", "Oz0-Agent": "x" };
+    assert.equal((await post(b.proxy.url, "/anthropic/v1/messages", ask, headers)).status, 200);
+    const revoked = await a.control.revokeSessionToken({ session: "ses-used" });
+    assert.deepEqual({ revoked: revoked.revoked, used: revoked.used }, { revoked: 1, used: true });
+  });
+
   void it("refuses to start a replica whose key-encryption key differs, or that has none", async () => {
     await assert.rejects(startLlmProxy({ ...config(), kek: randomBytes(32) }), /same OZ0_KEK/);
     const withoutKek = config();

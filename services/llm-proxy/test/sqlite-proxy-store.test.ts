@@ -1,12 +1,31 @@
 // The SQLite store against the ProxyStore contract (proxy-store-suite.ts).
 // One process uses it, so both handles are the same store.
+import assert from "node:assert/strict";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { test } from "node:test";
+import Database from "better-sqlite3";
 import { SqliteProxyStore } from "../src/sqlite-proxy-store.js";
 import { describeProxyStore } from "./proxy-store-suite.js";
 
 describeProxyStore("SqliteProxyStore", async () => {
   const store = new SqliteProxyStore({ dataDir: mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-store-")) });
   return { a: store, b: store, close: () => store.close() };
+});
+
+void test("a store made before tokens recorded their first use gains the column, keeping its tokens", async () => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-old-"));
+  const old = new Database(path.join(dataDir, "llm-proxy.sqlite"));
+  old.exec(`CREATE TABLE session_tokens (hash TEXT PRIMARY KEY, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
+    budget_usd REAL NOT NULL, created_at INTEGER NOT NULL, revoked_at INTEGER);
+    INSERT INTO session_tokens VALUES ('h-old', 'j', 'x', 'ses-old', 0, 1000, NULL);`);
+  old.close();
+  const store = new SqliteProxyStore({ dataDir });
+  try {
+    assert.equal((await store.useToken("h-old", new Date(2000)))?.usedAt?.getTime(), 2000);
+    assert.equal((await store.revokeTokens({ session: "ses-old" }, new Date(3000))).used, true);
+  } finally {
+    await store.close();
+  }
 });
