@@ -292,8 +292,13 @@ export class SessionGraphExecutor implements GraphExecutor {
     }
   }
 
-  /** A node for a custom step's session, waiting while every node is full. */
+  /**
+   * A node for a custom step's session, waiting while every node is full.
+   * A step placed before on a node that went silent is given up there: the
+   * step runs again on a live node (custom steps run at least once).
+   */
   async #place(sessionId: string, signal: AbortSignal): Promise<SessionRunner> {
+    if (await this.#o.placement.lostSession(sessionId)) await this.#o.placement.release(sessionId);
     for (;;) {
       const sandbox = await this.#o.placement.place({ jobId: this.#o.graphJobId, sessionId });
       if (sandbox) return sandbox;

@@ -318,6 +318,23 @@ export class JobRunner {
     return (await this.#o.store.getJob(job.id))!;
   }
 
+  /**
+   * Whether the job's session may have done anything: a model call carried
+   * its token (a harness's first act). The token is revoked to ask, so a
+   * session that never used it never will, and starting the session again
+   * elsewhere cannot run anything twice. A proxy that does not answer counts
+   * as used: nothing proves otherwise.
+   */
+  async #sessionReachedModel(job: JobRecord): Promise<boolean> {
+    if (!job.tokenId) return false;
+    try {
+      return (await this.#o.tokens.revoke({ tokenId: job.tokenId })).used;
+    } catch (error) {
+      this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not ask the LLM proxy whether the session used its token; it is treated as started");
+      return true;
+    }
+  }
+
   async #startSession(job: JobRecord, active: ActiveJob): Promise<void> {
     const agent = active.agent;
     const definition = agent.definition;
@@ -424,8 +441,12 @@ export class JobRunner {
       // No node yet: the session was never placed, so it is started below.
       sandbox = job.sandboxUrl ? this.#sandboxFor(job.sandboxUrl) : undefined;
       if (sandbox && job.state === "pending" && job.sandboxSeq === 0 && this.#o.placement.tracksNodes) {
-        // Nothing heard from the session yet. Its node holds a slot for it only while the session may
-        // run there (a slot is given back once a node refused it): without one it never started.
+        // Nothing heard from the session yet. On a node that went silent it is given up there and
+        // started on a live one, but only when its token proves it never reached a model; otherwise it
+        // died with its node, and is reported lost.
+        if ((await this.#o.placement.lostSession(job.sessionId)) && !(await this.#sessionReachedModel(job))) await this.#o.placement.release(job.sessionId);
+        // Its node holds a slot for it only while the session may run there (a slot is given back once
+        // a node refused it): without one it never started.
         const placed = await this.#o.placement.place({ jobId: job.id, sessionId: job.sessionId });
         // Placed elsewhere now (or waiting for room): started below, on that node.
         if (placed?.url !== sandbox.url) sandbox = undefined;
@@ -527,6 +548,12 @@ export class JobRunner {
           active.startIfUnknown = false;
           const job = await this.#o.store.getJob(jobId);
           if (!job) return;
+          // Its node does not know it: the start never reached the node, or the node restarted after it.
+          // Only the first is safe to start again, and only an unused token tells them apart.
+          if (await this.#sessionReachedModel(job)) {
+            await this.#finish(jobId, { failure: "the session was lost: its sandbox no longer knows it, and it had already called the model (was the sandbox restarted?); run the job again" });
+            return;
+          }
           await this.#startSession(job, active);
           return;
         }

@@ -50,8 +50,9 @@ export class LlmProxyClient implements TokenIssuer, SecretWriter {
     }
   }
 
-  async revoke(options: { tokenId: string }): Promise<void> {
-    await this.#tokens.revokeSessionToken({ session: options.tokenId });
+  async revoke(options: { tokenId: string }): Promise<{ used: boolean }> {
+    const response = await this.#tokens.revokeSessionToken({ session: options.tokenId });
+    return { used: response.used };
   }
 
   async setSecret(options: { name: string; value: string }): Promise<void> {

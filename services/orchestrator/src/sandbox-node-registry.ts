@@ -163,31 +163,20 @@ export class SandboxNodeRegistry {
   /**
    * Places a session on the live node with the most free capacity (by share
    * of its capacity). Undefined when no live node has room. Placing the same
-   * session again returns its placement, so a retried call does not take two
-   * slots. A session placed on a node that went silent is placed afresh on a
-   * live one when it never started there (its job is pending and nothing
-   * was heard from the session, the job runner's own test; or it has no job
-   * of its own, as a graph's custom step, which starts again when its new
-   * node does not know it): it no longer counts on the silent node, so it is
-   * not reported lost. One that started there died with the node: it keeps
-   * its placement and is reported lost (lostSessions), failing its job.
+   * session again returns its placement, live node or not, so a retried call
+   * does not take two slots and a session is never moved behind its caller's
+   * back: one on a node that went silent is reported lost (lostSessions). A
+   * caller that knows such a session never started there (or, as a graph's
+   * custom step, starts it again) gives it back first (release) and places it
+   * afresh.
    */
   async place(request: { sessionId: string; jobId: string }): Promise<Placement | undefined> {
-    const { rows } = await this.#pool.query<NodeRow & { placed_at: Date; live: boolean; started: boolean }>(
-      `SELECT n.*, p.placed_at, n.last_heartbeat > now() - $2 * interval '1 millisecond' AS live,
-         coalesce(j.state <> 'pending' OR j.sandbox_seq > 0, false) AS started
-       FROM session_placements p JOIN sandbox_nodes n ON n.id = p.node_id
-       LEFT JOIN jobs j ON j.id = p.job_id AND j.session_id = p.session_id
-       WHERE p.session_id = $1`,
-      [request.sessionId, this.#staleAfterMs],
+    const { rows } = await this.#pool.query<NodeRow & { placed_at: Date }>(
+      `SELECT n.*, p.placed_at FROM session_placements p JOIN sandbox_nodes n ON n.id = p.node_id WHERE p.session_id = $1`,
+      [request.sessionId],
     );
     const existing = rows[0];
-    if (existing && (existing.live || existing.started)) {
-      return { sessionId: request.sessionId, jobId: request.jobId, node: toNode(existing), placedAt: existing.placed_at };
-    }
-    // Given back before, in a transaction of its own, as release() does: the new
-    // node is locked below, and locking it while holding this row could deadlock.
-    if (existing) await this.#releaseFrom(request.sessionId, existing.id);
+    if (existing) return { sessionId: request.sessionId, jobId: request.jobId, node: toNode(existing), placedAt: existing.placed_at };
     return withTransaction(this.#pool, async (client) => {
       // Lock the candidates in id order (one order for every replica: no deadlocks), then pick in code.
       const candidates = await client.query<NodeRow>(
@@ -208,18 +197,10 @@ export class SandboxNodeRegistry {
     });
   }
 
-  /** Frees a session's slot (it ended, or its loss was handled); false when it was not placed. */
+  /** Frees a session's slot (it ended, its loss was handled, or it is to be placed afresh); false when it was not placed. */
   async release(sessionId: string): Promise<boolean> {
-    return this.#releaseFrom(sessionId);
-  }
-
-  /** `nodeId`: only from that node (a concurrent call may have placed it elsewhere meanwhile). */
-  async #releaseFrom(sessionId: string, nodeId?: string): Promise<boolean> {
     return withTransaction(this.#pool, async (client) => {
-      const removed = await client.query<{ node_id: string }>(
-        "DELETE FROM session_placements WHERE session_id = $1 AND ($2::text IS NULL OR node_id = $2) RETURNING node_id",
-        [sessionId, nodeId ?? null],
-      );
+      const removed = await client.query<{ node_id: string }>("DELETE FROM session_placements WHERE session_id = $1 RETURNING node_id", [sessionId]);
       const from = removed.rows[0]?.node_id;
       if (from === undefined) return false;
       await client.query("UPDATE sandbox_nodes SET placed = placed - 1 WHERE id = $1", [from]);
@@ -229,10 +210,20 @@ export class SandboxNodeRegistry {
 
   /** Sessions placed on nodes whose heartbeats stopped: the owners of their jobs fail them with `reason`. */
   async lostSessions(): Promise<LostSession[]> {
+    return this.#lost();
+  }
+
+  /** The session, when it is placed on a node whose heartbeats stopped. */
+  async lostSession(sessionId: string): Promise<LostSession | undefined> {
+    return (await this.#lost(sessionId))[0];
+  }
+
+  async #lost(sessionId?: string): Promise<LostSession[]> {
     const { rows } = await this.#pool.query<{ session_id: string; job_id: string; node_id: string; url: string; last_heartbeat: Date }>(
       `SELECT p.session_id, p.job_id, p.node_id, n.url, n.last_heartbeat FROM session_placements p JOIN sandbox_nodes n ON n.id = p.node_id
-       WHERE n.last_heartbeat <= now() - $1 * interval '1 millisecond' ORDER BY p.placed_at, p.session_id`,
-      [this.#staleAfterMs],
+       WHERE n.last_heartbeat <= now() - $1 * interval '1 millisecond' AND ($2::text IS NULL OR p.session_id = $2)
+       ORDER BY p.placed_at, p.session_id`,
+      [this.#staleAfterMs, sessionId ?? null],
     );
     return rows.map((r) => ({
       sessionId: r.session_id,

@@ -29,6 +29,8 @@ export interface SandboxPlacement {
   release(sessionId: string): Promise<void>;
   /** Sessions whose node stopped sending heartbeats (empty for static placement). */
   lostSessions(): Promise<LostSession[]>;
+  /** The session, when its node stopped sending heartbeats (never for static placement). */
+  lostSession(sessionId: string): Promise<LostSession | undefined>;
 }
 
 /**
@@ -70,11 +72,15 @@ export class StaticPlacement implements SandboxPlacement {
   lostSessions(): Promise<LostSession[]> {
     return Promise.resolve([]);
   }
+
+  lostSession(_sessionId: string): Promise<LostSession | undefined> {
+    return Promise.resolve(undefined);
+  }
 }
 
 export interface RegistryPlacementOptions {
   /** The shared registry (PostgresCluster.nodes). */
-  registry: Pick<SandboxNodeRegistry, "place" | "release" | "lostSessions" | "listLive">;
+  registry: Pick<SandboxNodeRegistry, "place" | "release" | "lostSessions" | "lostSession" | "listLive">;
   /** The runner for a node's URL; default a SandboxClient with a session span around each session. */
   connect?: (url: string) => SessionRunner;
   logger?: Logger;
@@ -83,8 +89,9 @@ export interface RegistryPlacementOptions {
 /**
  * Sessions go to live nodes (a heartbeat within the registry's stale limit)
  * with free capacity, the least loaded first. Placing the same session id
- * again returns its node, so a retried placement (or a graph step's session
- * placed again after a restart) takes no second slot and finds its node.
+ * again returns its node, live or not, so a retried placement (or a graph
+ * step's session placed again after a restart) takes no second slot and finds
+ * its node; to move a session off a silent node, release it first.
  */
 export class RegistryPlacement implements SandboxPlacement {
   readonly tracksNodes = true;
@@ -130,5 +137,9 @@ export class RegistryPlacement implements SandboxPlacement {
 
   lostSessions(): Promise<LostSession[]> {
     return this.#o.registry.lostSessions();
+  }
+
+  lostSession(sessionId: string): Promise<LostSession | undefined> {
+    return this.#o.registry.lostSession(sessionId);
   }
 }

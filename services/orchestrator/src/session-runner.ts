@@ -66,7 +66,11 @@ export interface SessionRunner {
 /** Session tokens at the LLM proxy. */
 export interface TokenIssuer {
   mint(options: { jobId: string; agent: string; agentVersion: number; sessionId: string; budgetUsd?: number; ttlMs?: number }): Promise<MintedToken>;
-  revoke(options: { tokenId: string }): Promise<void>;
+  /**
+   * Ends the session's token. `used`: whether a model call ever carried it;
+   * false proves the session never reached a model, and never will now.
+   */
+  revoke(options: { tokenId: string }): Promise<{ used: boolean }>;
 }
 
 export interface MintedToken {

@@ -170,7 +170,10 @@ function setup(options: { sandbox: ScriptedSandbox; home?: string; maxRepairs?: 
     lifecycle: { publish: (type, init) => events.push({ type, init }), close: async () => undefined },
     tokens: {
       mint: async (o) => ({ token: `tok-${o.sessionId}`, tokenId: `tid-${o.sessionId}`, anthropicBaseUrl: "http://llm", openaiBaseUrl: "http://llm/v1", headers: {} }),
-      revoke: async (o) => void revoked.push(o.tokenId),
+      revoke: async (o) => {
+        revoked.push(o.tokenId);
+        return { used: true };
+      },
     },
     ...(options.maxRepairs !== undefined ? { maxRepairs: options.maxRepairs } : {}),
   });

@@ -2,8 +2,8 @@
 // The sandbox node registry on a real PostgreSQL server: capacity counted
 // once across orchestrator replicas, no placement on a node whose heartbeats
 // stopped, and that node's sessions reported lost with a clear reason; a slot
-// whose job ended comes back at the node's next heartbeat, and a session that
-// never started on a silent node is placed again on a live one.
+// whose job ended comes back at the node's next heartbeat, and a session on a
+// silent node stays there until its caller gives it back.
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type pg from "pg";
@@ -132,29 +132,30 @@ void describe("sandbox node registry", () => {
     assert.equal((await registry!.place({ sessionId: "ses_new", jobId: "new" }))?.node.id, "node-1", "the freed slots are used");
   });
 
-  void it("places a session that never started on a silent node again on a live one, and keeps reporting a started one lost", async () => {
+  void it("keeps a session on its silent node, reporting it lost, until its caller gives it back to place it on a live one", async () => {
     const { registries: [registry], store } = await withJobs(1, 2_000);
     await registry!.register({ id: "silent", url: "http://10.0.0.2:7701", capacity: 10 });
-    for (const id of ["waiting-to-start", "started"]) {
+    for (const id of ["never-started", "started"]) {
       await store.createJob(jobRecord(id));
       assert.equal((await registry!.place({ sessionId: `ses_${id}`, jobId: id }))?.node.id, "silent");
     }
-    // A step session of a graph run is placed under the graph's job and has no job of its own: nothing tells it started.
-    assert.equal((await registry!.place({ sessionId: "ses_step_1", jobId: "started" }))?.node.id, "silent");
-    await store.updateJob("started", { state: "running", sandboxSeq: 1 });
     await registry!.register({ id: "alive", url: "http://10.0.0.1:7701", capacity: 10 });
     await untilOnlyAlive(registry!);
 
-    // The job whose session was never heard from (its replica died before starting it) goes to the live node.
-    const again = await registry!.place({ sessionId: "ses_waiting-to-start", jobId: "waiting-to-start" });
-    assert.equal(again?.node.id, "alive");
-    assert.equal(again!.node.placed, 1);
-    assert.equal((await registry!.place({ sessionId: "ses_step_1", jobId: "started" }))?.node.id, "alive");
-    // The session that ran on the silent node died with it: it stays there, reported lost, and its job fails.
-    assert.equal((await registry!.place({ sessionId: "ses_started", jobId: "started" }))?.node.id, "silent");
+    // Placing again never moves a session by itself: whether it ran there is for its caller to know.
+    for (const id of ["never-started", "started"]) assert.equal((await registry!.place({ sessionId: `ses_${id}`, jobId: id }))?.node.id, "silent");
+    assert.equal((await registry!.lostSession("ses_started"))?.nodeId, "silent");
+    assert.equal(await registry!.lostSession("ses_unknown"), undefined);
+    assert.deepEqual((await registry!.lostSessions()).map((l) => l.sessionId).sort(), ["ses_never-started", "ses_started"]);
+
+    // The caller that knows a session never started there gives it back, and it goes to the live node.
+    assert.equal(await registry!.release("ses_never-started"), true);
+    const again = await registry!.place({ sessionId: "ses_never-started", jobId: "never-started" });
+    assert.deepEqual([again?.node.id, again?.node.placed], ["alive", 1]);
+    assert.equal(await registry!.lostSession("ses_never-started"), undefined, "no longer lost");
     assert.deepEqual((await registry!.lostSessions()).map((l) => [l.sessionId, l.nodeId]), [["ses_started", "silent"]]);
     assert.equal(await registry!.release("ses_started"), true);
     await registry!.register({ id: "silent", url: "http://10.0.0.2:7701", capacity: 10 });
-    assert.deepEqual((await registry!.listLive()).map((n) => [n.id, n.placed]), [["silent", 0], ["alive", 2]]);
+    assert.deepEqual((await registry!.listLive()).map((n) => [n.id, n.placed]), [["silent", 0], ["alive", 1]]);
   });
 });

@@ -1,0 +1,142 @@
+// needs: postgres
+// A job whose session was placed on a node that then went silent, before
+// anything was heard from the session (its replica died too): the replica
+// taking the job over may start the session on a live node only when it is
+// sure the session never did anything. The session's LLM-proxy token tells:
+// revoking it says whether a model call ever carried it, and a revoked token
+// is never used again. An unused one: the job runs on the live node, once. A
+// used one: the session died with its node, the job fails saying so, and the
+// model sees no second conversation.
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, it } from "node:test";
+import { createLogger } from "@oz0/serving";
+import { HookStage } from "../src/hook-stage.js";
+import { JobFeed } from "../src/job-feed.js";
+import { isTerminal, JobRunner } from "../src/job-runner.js";
+import { LlmProxyClient } from "../src/llm-proxy-client.js";
+import { PermissionPolicy } from "../src/permission-policy.js";
+import { PluginRegistry } from "../src/plugin-registry.js";
+import { PostgresJobStore } from "../src/postgres-store.js";
+import { SandboxNodeRegistry } from "../src/sandbox-node-registry.js";
+import { RegistryPlacement } from "../src/sandbox-placement.js";
+import { databaseUrl, dropSchema, eventually, freshSchema, jobRecord } from "./postgres-test-support.js";
+import { makePluginRepo, startTestStack, userInput, type TestStack } from "./support/test-stack.js";
+
+/** Nothing listens here: the node that went silent. */
+const GONE_URL = "http://127.0.0.1:1";
+
+void describe("a session on a node that went silent before it was heard from", () => {
+  const schema = freshSchema();
+  const home = mkdtempSync(path.join(os.tmpdir(), "oz0-silent-node-"));
+  let t: TestStack;
+  let store: PostgresJobStore;
+  let registry: SandboxNodeRegistry;
+  let proxy: LlmProxyClient;
+  let runner: JobRunner;
+  let heartbeats: NodeJS.Timeout;
+
+  before(async () => {
+    t = await startTestStack({ pick: () => ({ text: "done" }) });
+    store = await PostgresJobStore.open({ connectionString: databaseUrl(), schema, maxConnections: 4 });
+    registry = await SandboxNodeRegistry.open({ connection: { connectionString: databaseUrl(), schema, maxConnections: 2 }, staleAfterMs: 1_500 });
+    proxy = new LlmProxyClient({ url: t.stack.urls["llm-proxy"] });
+    runner = new JobRunner({
+      store,
+      feed: new JobFeed(),
+      placement: new RegistryPlacement({ registry }),
+      tokens: proxy,
+      policy: new PermissionPolicy({ hooks: [new HookStage()] }),
+      home,
+      logger: createLogger({ name: "orchestrator-silent-node", level: "error" }),
+      reattachAttempts: 2,
+    });
+    const repo = await makePluginRepo({ agents: { plain: "name: plain\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/fixer.md\n" } });
+    await new PluginRegistry({ store, home }).install({ source: repo });
+    // The gone node takes the sessions first, then stops sending heartbeats; the live node keeps sending them.
+    await registry.register({ id: "gone", url: GONE_URL, capacity: 4 });
+  });
+
+  after(async () => {
+    clearInterval(heartbeats);
+    await runner?.close();
+    await registry?.close();
+    await store?.close();
+    await t?.close();
+    await dropSchema(schema);
+    rmSync(home, { recursive: true, force: true });
+  });
+
+  /** A job as its dead replica left it: token minted, placed on a node (the gone one by default), nothing heard. */
+  async function orphanedJob(id: string, node: { id: string; url: string } = { id: "gone", url: GONE_URL }): Promise<{ token: string; headers: Record<string, string>; baseUrl: string }> {
+    const sessionId = `ses_${id}`;
+    const minted = await proxy.mint({ jobId: id, agent: "plain", sessionId });
+    assert.equal((await registry.place({ sessionId, jobId: id }))?.node.id, node.id);
+    await store.createJob(jobRecord(id, { agentName: "plain", input: `task ${id}`, sessionId, tokenId: minted.tokenId, sandboxUrl: node.url }));
+    return { token: minted.token, headers: minted.headers, baseUrl: minted.anthropicBaseUrl };
+  }
+
+  const opened = (id: string): number => t.model.requests.filter((r) => userInput(r) === `task ${id}`).length;
+  const ask = (session: { token: string; headers: Record<string, string>; baseUrl: string }, id: string): Promise<Response> =>
+    fetch(`${session.baseUrl}/v1/messages`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-api-key": session.token, ...session.headers },
+      body: JSON.stringify({ model: "claude-sonnet-5-5", max_tokens: 10, messages: [{ role: "user", content: `task ${id}` }] }),
+    });
+
+  async function ended(id: string): Promise<NonNullable<Awaited<ReturnType<PostgresJobStore["getJob"]>>>> {
+    return eventually(async () => {
+      const job = await store.getJob(id);
+      return job && isTerminal(job.state) ? job : undefined;
+    }, `job ${id} ending`);
+  }
+
+  void it("starts a session whose token was never used on a live node, once, and its old token is dead", async () => {
+    const never = await orphanedJob("never-used");
+    // The harness did call the model on the gone node before it died.
+    const used = await orphanedJob("used");
+    assert.equal((await ask(used, "used")).status, 200);
+    assert.equal(opened("used"), 1);
+
+    await registry.register({ id: "live", url: t.stack.urls.sandbox, capacity: 4 });
+    heartbeats = setInterval(() => void registry.heartbeat("live").catch(() => undefined), 200);
+    await eventually(async () => ((await registry.lostSession("ses_used")) ? true : undefined), "the gone node counting as silent");
+
+    // This replica takes both jobs over.
+    await runner.resumeJob("never-used");
+    await runner.resumeJob("used");
+
+    const ran = await ended("never-used");
+    assert.equal(ran.state, "succeeded", ran.error);
+    assert.equal(ran.resultText, "done");
+    assert.equal(ran.sandboxUrl, t.stack.urls.sandbox, "started on the live node");
+    assert.equal(opened("never-used"), 1, "one conversation");
+    assert.equal((await ask(never, "never-used")).status, 401, "the first session's token was revoked before the new start");
+
+    const lost = await ended("used");
+    assert.equal(lost.state, "failed");
+    assert.match(lost.error, /sandbox node gone \(http:\/\/127\.0\.0\.1:1\) stopped sending heartbeats at .*; its session ses_used is lost/);
+    assert.equal(opened("used"), 1, "not started a second time");
+    assert.equal((await ask(used, "used")).status, 401, "its token is dead too");
+  });
+
+  void it("on a live node that does not know the session: starts it when its token is unused, fails it when used (the node restarted after it ran)", async () => {
+    const live = { id: "live", url: t.stack.urls.sandbox };
+    await orphanedJob("start-never-reached", live);
+    const ranBefore = await orphanedJob("node-restarted", live);
+    assert.equal((await ask(ranBefore, "node-restarted")).status, 200);
+
+    await runner.resumeJob("start-never-reached");
+    await runner.resumeJob("node-restarted");
+
+    const ran = await ended("start-never-reached");
+    assert.equal(ran.state, "succeeded", ran.error);
+    assert.equal(opened("start-never-reached"), 1);
+    const lost = await ended("node-restarted");
+    assert.equal(lost.state, "failed");
+    assert.match(lost.error, /its sandbox no longer knows it, and it had already called the model/);
+    assert.equal(opened("node-restarted"), 1, "not started a second time");
+  });
+});
