@@ -137,6 +137,8 @@ interface ActiveJob {
   startIfUnknown?: boolean;
   /** The job's events already say it waits for room on a node (said once, not per attempt). */
   waitSaid?: boolean;
+  /** Its node went silent, and that is being dealt with (handleLostSession): once, whoever noticed first. */
+  lostHandled?: boolean;
 }
 
 /** A new job's id. */
@@ -585,13 +587,17 @@ export class JobRunner {
         }
         if (attempt + 1 >= attempts) {
           const job = await this.#o.store.getJob(jobId);
-          const lost = job ? (await this.#o.placement.lostSessions()).find((l) => l.sessionId === job.sessionId) : undefined;
-          if (lost || !this.#o.placement.tracksNodes) {
-            await this.#finish(jobId, { failure: lost?.reason ?? `lost the session's stream and could not re-attach: ${(error as Error).message}` });
+          const lost = job ? await this.#o.placement.lostSession(job.sessionId) : undefined;
+          if (lost) {
+            await this.#handleLostSession(jobId, lost.reason);
+            return;
+          }
+          if (!this.#o.placement.tracksNodes) {
+            await this.#finish(jobId, { failure: `lost the session's stream and could not re-attach: ${(error as Error).message}` });
             return;
           }
           // The node still sends heartbeats (a network blip, a restart): keep trying at the longest interval
-          // until it answers or goes silent, which fails the job saying so (failLostSessions).
+          // until it answers or goes silent (handleLostSession).
           attempt = attempts - 2;
         }
         this.#o.logger.warn({ jobId, err: String(error), attempt }, "session stream lost; re-attaching");
@@ -988,22 +994,47 @@ export class JobRunner {
   }
 
   /**
-   * Fails the jobs this replica works on whose sandbox node stopped sending
-   * heartbeats: their sessions died with it (resuming a session on another
-   * node is not supported). Slots of sessions whose jobs already ended are freed.
+   * Deals with the jobs this replica works on whose sandbox node stopped
+   * sending heartbeats (handleLostSession). Slots of sessions whose jobs
+   * already ended are freed.
    */
-  async failLostSessions(): Promise<number> {
-    let failed = 0;
+  async failLostSessions(): Promise<void> {
     for (const lost of await this.#o.placement.lostSessions()) {
       const job = await this.#o.store.getJob(lost.jobId);
       if (!job || isTerminal(job.state) || job.sessionId !== lost.sessionId) {
         await this.#o.placement.release(lost.sessionId);
       } else if (this.#ownership.owns(lost.jobId)) {
-        await this.#finish(lost.jobId, { failure: lost.reason });
-        failed++;
+        await this.#handleLostSession(lost.jobId, lost.reason);
       }
     }
-    return failed;
+  }
+
+  /**
+   * The job's session is on a node that stopped sending heartbeats. One
+   * never heard from whose token no model call carried (revoked as it is
+   * asked) never did anything: it starts on a live node instead. Any other
+   * died with its node (resuming a session elsewhere is not supported), and
+   * the job fails with `reason`. Whoever notices first (the node watch, the
+   * session's stream) deals with it; the other does nothing.
+   */
+  async #handleLostSession(jobId: string, reason: string): Promise<void> {
+    const active = this.#active.get(jobId);
+    if (active?.lostHandled) return;
+    if (active) active.lostHandled = true;
+    const job = await this.#o.store.getJob(jobId);
+    if (!job || isTerminal(job.state)) return;
+    if (active && job.state === "pending" && job.sandboxSeq === 0 && active.sandboxSeq === 0 && !(await this.#sessionReachedModel(job))) {
+      if (this.#closing || active.abandoned || this.#active.get(jobId) !== active) return;
+      // Stop following it there (its stream's loop ends without finishing the job), and start it afresh.
+      active.abandoned = true;
+      active.channel?.close();
+      this.#active.delete(jobId);
+      await this.#o.placement.release(job.sessionId);
+      this.#o.logger.info({ jobId, sessionId: job.sessionId }, "the session's node went silent before the session reached a model: starting it on another node");
+      await this.#resume(job);
+      return;
+    }
+    await this.#finish(jobId, { failure: reason });
   }
 
   /** Checks for lost nodes every `intervalMs` until close. */

@@ -6,9 +6,11 @@
 // revoking it says whether a model call ever carried it, and a revoked token
 // is never used again. An unused one: the job runs on the live node, once. A
 // used one: the session died with its node, the job fails saying so, and the
-// model sees no second conversation.
+// model sees no second conversation. The replica that placed the session
+// decides the same way when it is still alive.
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -138,5 +140,29 @@ void describe("a session on a node that went silent before it was heard from", (
     assert.equal(lost.state, "failed");
     assert.match(lost.error, /its sandbox no longer knows it, and it had already called the model/);
     assert.equal(opened("node-restarted"), 1, "not started a second time");
+  });
+
+  void it("the live replica that placed a session starts it elsewhere when its node goes silent before it reached a model", async () => {
+    // A node that accepts connections and never answers: the start never reaches a sandbox.
+    const held = new Set<net.Socket>();
+    const hole = net.createServer((socket) => void held.add(socket));
+    await new Promise<void>((resolve) => hole.listen(0, "127.0.0.1", resolve));
+    const holeUrl = `http://127.0.0.1:${(hole.address() as net.AddressInfo).port}`;
+    try {
+      await registry.register({ id: "hole", url: holeUrl, capacity: 100 });
+      const job = await runner.runAgent({ agent: "plain", input: "task hole" });
+      await eventually(async () => ((await store.getJob(job.id))?.sandboxUrl === holeUrl ? true : undefined), "the session placed on the silent node");
+      // Its heartbeats never come again; the node watch finds its session lost.
+      await eventually(async () => ((await registry.lostSession(job.sessionId)) ? true : undefined), "the node counting as silent");
+      await runner.failLostSessions();
+      const ran = await ended(job.id);
+      assert.equal(ran.state, "succeeded", ran.error);
+      assert.equal(ran.sandboxUrl, t.stack.urls.sandbox, "started on the live node");
+      assert.equal(opened("hole"), 1);
+      assert.equal(await registry.lostSession(job.sessionId), undefined, "nothing left on the silent node");
+    } finally {
+      for (const socket of held) socket.destroy();
+      hole.close();
+    }
   });
 });
