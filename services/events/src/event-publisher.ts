@@ -134,7 +134,7 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
   const lingerMs = options.lingerMs ?? 5;
   const maxQueued = options.maxQueued ?? 100_000;
   const maxBackoffMs = options.maxBackoffMs ?? 5_000;
-  const client: Client<typeof EventsService> = createClient(EventsService, publishTransport(options.url));
+  const client: Client<typeof EventsService> = createClient(EventsService, eventsTransport(options.url));
 
   const queue: RawEvent[] = [];
   // Counts of events ever queued and ever settled (accepted or dropped), so
@@ -300,7 +300,7 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
 // ACK (tens of milliseconds per call on loopback); with it off a one-event
 // Publish takes about 3 ms instead of 16. Plain-HTTP URLs only: over TLS the
 // default connection is kept.
-function publishTransport(url: string): ReturnType<typeof createGrpcTransport> {
+export function eventsTransport(url: string): ReturnType<typeof createGrpcTransport> {
   const parsed = new URL(url);
   if (parsed.protocol !== "http:") return createGrpcTransport({ baseUrl: url });
   const host = parsed.hostname.replace(/^\[(.*)\]$/, "$1");

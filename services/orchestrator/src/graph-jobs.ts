@@ -19,6 +19,7 @@
 // runs it hears of it through the job's events (or reads it when it resumes).
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
+import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { JobEventSchema, JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { GraphRunner, type CheckpointStore, type GraphEvent, type RunResult } from "@oz0/graph";
 import type { Logger } from "@oz0/serving";
@@ -31,7 +32,7 @@ import { asBystander, soleOwnership, type JobOwnership } from "./job-ownership.j
 import { isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
 import { ACTIVE_JOB_STATES, type JobPatch, type JobRecord, type JobStateName, type JobStore } from "./job-store.js";
 import { invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
-import type { LifecycleSink } from "./session-runner.js";
+import type { LifecycleInit, LifecycleSink } from "./session-runner.js";
 import type { SandboxPlacement } from "./sandbox-placement.js";
 import { orchestratorTracing } from "./tracing.js";
 
@@ -167,8 +168,9 @@ export class GraphJobs {
       await this.#ownership.release(job.id).catch(() => undefined);
       throw error;
     }
-    await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>]);
-    this.#publish("graph.run_started", job.id, { graph_name: graph.name, graph_version: String(graph.version) });
+    await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>], undefined, [
+      this.#lifecycleEvent("graph.run_started", job.id, { graph_name: graph.name, graph_version: String(graph.version) }),
+    ]);
     const active = this.#activate(job.id, graph, pinned);
     this.#started.set(job.id, Date.now());
     const handle = await active.runner.start({ prompt: options.input, runId: job.id });
@@ -456,11 +458,19 @@ export class GraphJobs {
     );
   }
 
+  /** A step's event, stored on its own (the step's own records are the graph store's). */
   #publish(type: string, jobId: string, attributes: Record<string, unknown>, stepId?: string): void {
-    // graphRunId/graphStepId are fields of the raw event the sink's type does not list yet.
+    this.#o.lifecycle?.publish(type, this.#lifecycleInit(jobId, attributes, stepId));
+  }
+
+  /** A run's event, for #append to store with the change it reports (undefined when events are not published). */
+  #lifecycleEvent(type: string, jobId: string, attributes: Record<string, unknown>): RawEvent | undefined {
+    return this.#o.lifecycle?.event(type, this.#lifecycleInit(jobId, attributes));
+  }
+
+  #lifecycleInit(jobId: string, attributes: Record<string, unknown>, stepId?: string): LifecycleInit {
     // The events service keeps identifiers of [A-Za-z0-9_.:@+-] only: the step id is `<node id>@<path with dots>`, e.g. agent:writer@0.b1.0.
-    const init = { jobId, graphRunId: jobId, ...(stepId ? { graphStepId: stepId } : {}), attributes };
-    this.#o.lifecycle?.publish(type, init);
+    return { jobId, graphRunId: jobId, ...(stepId ? { graphStepId: stepId } : {}), attributes };
   }
 
   #track(jobId: string, active: ActiveRun, result: Promise<RunResult>): void {
@@ -491,20 +501,27 @@ export class GraphJobs {
     const events: Partial<JobEvent>[] = [];
     if (options.resultText) events.push({ event: { case: "text", value: { itemId: "graph-result", text: `${options.resultText}\n`, delta: false, role: "" } } } as Partial<JobEvent>);
     events.push({ event: { case: "stateChanged", value: { state: JOB_STATE_TO_PROTO[options.state], reason: options.error } } } as Partial<JobEvent>);
-    await this.#append(jobId, events, { state: options.state, error: options.error, finishedAt: new Date(), resultText: options.resultText ?? "" });
     const started = this.#started.get(jobId);
     const type = options.state === "succeeded" ? "graph.run_completed" : options.state === "cancelled" ? "graph.run_cancelled" : "graph.run_failed";
-    this.#publish(type, jobId, {
+    const ended = this.#lifecycleEvent(type, jobId, {
       graph_name: job.agentName,
       stop_reason: options.state,
       ...(options.error ? { error_code: options.error.split(":")[0] } : {}),
       ...(started ? { duration_ms: Date.now() - started } : {}),
     });
+    await this.#append(jobId, events, { state: options.state, error: options.error, finishedAt: new Date(), resultText: options.resultText ?? "" }, [ended]);
     this.#stop(jobId);
   }
 
-  async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch): Promise<void> {
-    const stored = await this.#o.store.append({ jobId, events: events.map((e) => create(JobEventSchema, e as JobEvent)), ...(job ? { job } : {}) });
+  async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch, lifecycle: (RawEvent | undefined)[] = []): Promise<void> {
+    const kept = lifecycle.filter((e): e is RawEvent => e !== undefined);
+    const stored = await this.#o.store.append({
+      jobId,
+      events: events.map((e) => create(JobEventSchema, e as JobEvent)),
+      ...(job ? { job } : {}),
+      ...(kept.length ? { lifecycle: kept } : {}),
+    });
+    if (kept.length) this.#o.lifecycle?.committed();
     this.#o.feed.publish(jobId, stored);
   }
 

@@ -21,6 +21,7 @@ import {
   type SessionEvent,
   type SessionResult,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import {
   Decider,
   JobEventSchema,
@@ -53,6 +54,7 @@ import type { PermissionPolicy, PolicyDecision } from "./permission-policy.js";
 import {
   SandboxFullError,
   SessionNotFoundError,
+  type LifecycleInit,
   type LifecycleSink,
   type SandboxMessage,
   type SessionArtifact,
@@ -250,15 +252,29 @@ export class JobRunner {
     await this.#append(jobId, [{ event: { case: "stateChanged", value: { state: JobState.PENDING, reason: WAITING_FOR_ROOM } } } as Partial<JobEvent>]);
   }
 
-  async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch, permissions?: PermissionRecord[]): Promise<JobEvent[]> {
+  /**
+   * One step of a job, in one transaction: its events, the job's changes,
+   * permission records, and the lifecycle events reporting it (`lifecycle`,
+   * from #lifecycle), which are shipped to the events service once committed.
+   */
+  async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch, more: { permissions?: PermissionRecord[]; lifecycle?: RawEvent[] } = {}): Promise<JobEvent[]> {
+    const lifecycle = more.lifecycle?.length ? more.lifecycle : undefined;
     const stored = await this.#o.store.append({
       jobId,
       events: events.map((e) => create(JobEventSchema, e as JobEvent)),
       ...(job ? { job } : {}),
-      ...(permissions ? { permissions } : {}),
+      ...(more.permissions ? { permissions: more.permissions } : {}),
+      ...(lifecycle ? { lifecycle } : {}),
     });
+    if (lifecycle) this.#o.lifecycle?.committed();
     this.#o.feed.publish(jobId, stored);
     return stored;
+  }
+
+  /** A lifecycle event for #append to store with the change it reports (none when events are not published). */
+  #lifecycle(type: string, init: LifecycleInit): RawEvent[] {
+    const event = this.#o.lifecycle?.event(type, init);
+    return event ? [event] : [];
   }
 
   /**
@@ -306,13 +322,14 @@ export class JobRunner {
       await this.#ownership.release(job.id).catch(() => undefined);
       throw error;
     }
-    await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.PENDING, reason: "" } } } as Partial<JobEvent>]);
-    this.#o.lifecycle?.publish("job.created", {
-      jobId: job.id,
-      agentName: agent.name,
-      agentVersion: String(agent.version),
-      status: "pending",
-      attributes: { harness: agent.harness.manifest.name, plugin: agent.plugin, attachment_count: attachments.length },
+    await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.PENDING, reason: "" } } } as Partial<JobEvent>], undefined, {
+      lifecycle: this.#lifecycle("job.created", {
+        jobId: job.id,
+        agentName: agent.name,
+        agentVersion: String(agent.version),
+        status: "pending",
+        attributes: { harness: agent.harness.manifest.name, plugin: agent.plugin, attachment_count: attachments.length },
+      }),
     });
     const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "" };
     this.#active.set(job.id, active);
@@ -648,16 +665,18 @@ export class JobRunner {
           events.push({ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>);
           patch.state = "running";
         }
-        await this.#append(jobId, events, patch);
-        this.#o.lifecycle?.publish("session.started", { jobId, sessionId: job?.sessionId ?? "", status: "running", attributes: { harness_name: e.value.harnessName } });
+        await this.#append(jobId, events, patch, {
+          lifecycle: this.#lifecycle("session.started", { jobId, sessionId: job?.sessionId ?? "", status: "running", attributes: { harness_name: e.value.harnessName } }),
+        });
         return;
       }
       case "text":
         await this.#append(jobId, [{ time, event: { case: "text", value: e.value } } as Partial<JobEvent>], patch);
         return;
       case "toolCall":
-        await this.#append(jobId, [{ time, event: { case: "toolCall", value: e.value } } as Partial<JobEvent>], patch);
-        this.#o.lifecycle?.publish("tool.called", { jobId, toolCallId: e.value.callId, attributes: { tool_name: e.value.tool, input: e.value.input } });
+        await this.#append(jobId, [{ time, event: { case: "toolCall", value: e.value } } as Partial<JobEvent>], patch, {
+          lifecycle: this.#lifecycle("tool.called", { jobId, toolCallId: e.value.callId, attributes: { tool_name: e.value.tool, input: e.value.input } }),
+        });
         return;
       case "toolResult":
         await this.#append(jobId, [{ time, event: { case: "toolResult", value: e.value } } as Partial<JobEvent>], patch);
@@ -778,15 +797,17 @@ export class JobRunner {
         this.#decisionEvent(record),
       ],
       patch,
-      [record],
+      {
+        permissions: [record],
+        lifecycle: this.#lifecycle(decision.kind === "ask" ? "approval.requested" : "permission.decided", {
+          jobId,
+          sessionId: job.sessionId,
+          toolCallId: request.callId,
+          status: record.status,
+          attributes: { tool_name: request.tool, decider: record.decider ?? "person", decision: record.status },
+        }),
+      },
     );
-    this.#o.lifecycle?.publish(decision.kind === "ask" ? "approval.requested" : "permission.decided", {
-      jobId,
-      sessionId: job.sessionId,
-      toolCallId: request.callId,
-      status: record.status,
-      attributes: { tool_name: request.tool, decider: record.decider ?? "person", decision: record.status },
-    });
     if (decision.kind !== "ask") await this.#deliver(jobId, record);
     else this.#armDeadline(active.agent, record);
   }
@@ -839,12 +860,14 @@ export class JobRunner {
       patch.state = "running";
       events.push({ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>);
     }
-    await this.#append(job.id, events, patch, [updated]);
-    this.#o.lifecycle?.publish("approval.answered", {
-      jobId: job.id,
-      toolCallId: updated.callId,
-      status: updated.status,
-      attributes: { approval_id: updated.id, tool_name: updated.tool, decision: updated.status, waited_ms: Date.now() - updated.requestedAt.getTime() },
+    await this.#append(job.id, events, patch, {
+      permissions: [updated],
+      lifecycle: this.#lifecycle("approval.answered", {
+        jobId: job.id,
+        toolCallId: updated.callId,
+        status: updated.status,
+        attributes: { approval_id: updated.id, tool_name: updated.tool, decision: updated.status, waited_ms: Date.now() - updated.requestedAt.getTime() },
+      }),
     });
     await this.#deliver(job.id, updated);
   }
@@ -955,7 +978,7 @@ export class JobRunner {
     await this.#withLock(job.id, async () => {
       const pending = await this.#o.store.listPermissions({ jobId: job.id, pendingOnly: true });
       const cancelled = pending.map((p): PermissionRecord => ({ ...p, status: "cancelled", decider: "runtime", reason: "the job was cancelled", answeredAt: new Date(), delivered: false }));
-      await this.#append(job.id, cancelled.map((p) => this.#decisionEvent(p)), { cancelRequestedAt: new Date(), error: reason }, cancelled);
+      await this.#append(job.id, cancelled.map((p) => this.#decisionEvent(p)), { cancelRequestedAt: new Date(), error: reason }, { permissions: cancelled });
       for (const p of cancelled) {
         this.#deadlines.clear(job.id, p.id);
         await this.#deliver(job.id, p);
@@ -1083,11 +1106,19 @@ export class JobRunner {
       for (const p of closed) this.#deadlines.clear(jobId, p.id);
       events.push(...closed.map((p) => this.#decisionEvent(p)));
       events.push({ event: { case: "stateChanged", value: { state: JOB_STATE_TO_PROTO[state], reason: error } } } as Partial<JobEvent>);
-      await this.#append(jobId, events, { state, error, finishedAt: new Date(), ...(result ? { resultText: result.text, stopReason: result.stopReason } : {}) }, closed);
+      await this.#append(jobId, events, { state, error, finishedAt: new Date(), ...(result ? { resultText: result.text, stopReason: result.stopReason } : {}) }, {
+        permissions: closed,
+        lifecycle: this.#lifecycle(state === "succeeded" ? "job.completed" : `job.${state}`, {
+          jobId,
+          sessionId: job.sessionId,
+          agentName: job.agentName,
+          agentVersion: String(job.agentVersion),
+          status: state,
+        }),
+      });
       this.#operations.cancelJob(jobId);
       this.#active.get(jobId)?.channel?.close();
       this.#active.delete(jobId);
-      this.#o.lifecycle?.publish(state === "succeeded" ? "job.completed" : `job.${state}`, { jobId, sessionId: job.sessionId, agentName: job.agentName, agentVersion: String(job.agentVersion), status: state });
       if (job.tokenId) {
         await this.#o.tokens.revoke({ tokenId: job.tokenId }).catch((err: unknown) => this.#o.logger.warn({ jobId, err: String(err) }, "could not revoke the session token"));
       }

@@ -3,6 +3,7 @@
 // permission requests (the durable approval records). SQLite implements it
 // for the embedded default (sqlite-store.ts); a PostgreSQL store implements
 // the same interface and passes the same suite (test/job-store-suite.ts).
+import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { AgentDefinition, HarnessManifest, PluginManifest } from "./plugin-types.js";
 
@@ -149,6 +150,18 @@ export interface JobAppend {
   events: JobEvent[];
   job?: JobPatch;
   permissions?: PermissionRecord[];
+  /**
+   * Lifecycle events reporting this change, kept for the events service in
+   * the same transaction (lifecycle-events.ts ships them): durable exactly
+   * when the change is, whatever happens to the process after.
+   */
+  lifecycle?: RawEvent[];
+}
+
+/** A lifecycle event waiting to reach the events service; `seq` orders them as stored. */
+export interface StoredLifecycleEvent {
+  seq: number;
+  event: RawEvent;
 }
 
 export interface PublishResult {
@@ -213,6 +226,19 @@ export interface JobStore {
 
   /** Insert or replace a harness operation's record. */
   putOperationCheckpoint(record: OperationCheckpoint): Promise<void>;
+
+  /** Keeps lifecycle events that go with no job write of their own, for the events service. */
+  putLifecycleEvents(events: RawEvent[]): Promise<void>;
+  /**
+   * Up to `limit` kept lifecycle events, oldest first, claimed for `claimMs`:
+   * no other caller gets them until the claim runs out, so a shipper that
+   * died lets go of them by itself.
+   */
+  claimLifecycleEvents(options: { limit: number; claimMs: number }): Promise<StoredLifecycleEvent[]>;
+  /** The events service accepted them: they are no longer kept. */
+  deleteLifecycleEvents(seqs: number[]): Promise<void>;
+  /** Not delivered this time: the claim ends, and the next claim gets them again. */
+  releaseLifecycleEvents(seqs: number[]): Promise<void>;
   getOperationCheckpoint(jobId: string, callId: string): Promise<OperationCheckpoint | undefined>;
   /** The job's operation records, by call id. */
   listOperationCheckpoints(jobId: string): Promise<OperationCheckpoint[]>;

@@ -1,15 +1,145 @@
-// LifecycleSink over @oz0/events' publisher: raw lifecycle events go to the
-// events service (which redacts and publishes them); a job never waits on it.
-import { createEventPublisher, rawEvent, type EventPublisher } from "@oz0/events";
+// Lifecycle events with a transactional outbox. The job runner stores each
+// event in the transaction of the job change it reports (JobAppend.lifecycle),
+// so an event exists exactly when its change does, whatever happens to the
+// process right after. LifecycleOutbox ships what is stored to the events
+// service and removes it once accepted. A shipper claims a batch while it
+// sends it and gives the claim back when the send fails; one that dies lets
+// go when the claim runs out, and any replica sends the batch again. The
+// events service keeps each event id once, so an event sent twice (accepted,
+// then the shipper died before removing it) is still on the stream once.
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { eventsTransport, rawEvent } from "@oz0/events";
+import { EventsService, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { Logger } from "@oz0/serving";
-import type { LifecycleSink } from "./session-runner.js";
+import type { JobStore, StoredLifecycleEvent } from "./job-store.js";
+import type { LifecycleInit, LifecycleSink } from "./session-runner.js";
 
-export function createLifecycleSink(options: { url: string; logger: Logger }): LifecycleSink {
-  const publisher: EventPublisher = createEventPublisher({ url: options.url, logger: options.logger });
-  return {
-    publish(type, init) {
-      publisher.publish(rawEvent(type, { source: "orchestrator", ...init }));
-    },
-    close: () => publisher.close({ timeoutMs: 2_000 }),
-  };
+export interface LifecycleOutboxOptions {
+  /** The events service (OZ0_EVENTS_URL). */
+  url: string;
+  store: Pick<JobStore, "putLifecycleEvents" | "claimLifecycleEvents" | "deleteLifecycleEvents" | "releaseLifecycleEvents">;
+  logger: Logger;
+  /** How often stored events are looked for without a nudge: another replica's, left by a shipper that died, or not accepted yet. Default 1 s. */
+  pollMs?: number;
+  /** How long a Publish call may take. Default 10 s. */
+  sendTimeoutMs?: number;
+  /** Events per claim and per Publish call. Default 500. */
+  batch?: number;
+}
+
+export class LifecycleOutbox implements LifecycleSink {
+  readonly #o: LifecycleOutboxOptions;
+  readonly #client: Client<typeof EventsService>;
+  readonly #poll: NodeJS.Timeout;
+  /** A ship round runs; a nudge meanwhile asks for one more after it. */
+  #shipping: Promise<void> | undefined;
+  #again = false;
+  #closed = false;
+  /** Stores of events on their own (publish) not yet finished, so close() ships them too. */
+  readonly #storing = new Set<Promise<void>>();
+  /** The last round failed and said so: the next failure is not logged again. */
+  #failing = false;
+  /** Stops a Publish still waiting when close() gives up. */
+  readonly #abort = new AbortController();
+
+  constructor(options: LifecycleOutboxOptions) {
+    this.#o = options;
+    this.#client = createClient(EventsService, eventsTransport(options.url));
+    this.#poll = setInterval(() => this.committed(), options.pollMs ?? 1_000);
+    this.#poll.unref();
+  }
+
+  event(type: string, init: LifecycleInit): RawEvent {
+    return rawEvent(type, { source: "orchestrator", ...init });
+  }
+
+  committed(): void {
+    if (this.#closed) return;
+    if (this.#shipping) {
+      this.#again = true;
+      return;
+    }
+    this.#shipping = this.#shipAll().finally(() => {
+      this.#shipping = undefined;
+      if (this.#again) {
+        this.#again = false;
+        this.committed();
+      }
+    });
+  }
+
+  publish(type: string, init: LifecycleInit): void {
+    if (this.#closed) return;
+    const stored = this.#o.store.putLifecycleEvents([this.event(type, init)]).then(
+      () => this.committed(),
+      (error: unknown) => this.#o.logger.warn({ type, jobId: init.jobId, err: String(error) }, "could not keep a lifecycle event for the events service; it is lost"),
+    );
+    this.#storing.add(stored);
+    void stored.finally(() => this.#storing.delete(stored));
+  }
+
+  /** Ships what is stored for at most `timeoutMs`, then stops; what is left stays stored for the next start or another replica. */
+  async close(options: { timeoutMs?: number } = {}): Promise<void> {
+    clearInterval(this.#poll);
+    await Promise.all(this.#storing);
+    this.#closed = true;
+    const last = (async () => {
+      await this.#shipping;
+      await this.#shipAll();
+    })();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([last, new Promise<void>((resolve) => (timer = setTimeout(resolve, options.timeoutMs ?? 2_000)))]);
+    clearTimeout(timer);
+    this.#abort.abort();
+    await last;
+  }
+
+  async #shipAll(): Promise<void> {
+    const batch = this.#o.batch ?? 500;
+    try {
+      for (;;) {
+        // Claimed for longer than a send may take, so no other shipper sends them meanwhile.
+        const claimed = await this.#o.store.claimLifecycleEvents({ limit: batch, claimMs: 1.5 * this.#sendTimeoutMs + 1_000 });
+        if (claimed.length === 0) break;
+        await this.#ship(claimed);
+        if (claimed.length < batch) break;
+      }
+      if (this.#failing) this.#o.logger.info("stored lifecycle events reach the events service again");
+      this.#failing = false;
+    } catch (error) {
+      // The events service or the store is away: the next poll tries again.
+      if (!this.#failing) this.#o.logger.warn({ code: "EVENTS_UNREACHABLE", url: this.#o.url, err: String(error) }, "cannot ship lifecycle events yet; they stay stored and are sent again");
+      this.#failing = true;
+    }
+  }
+
+  get #sendTimeoutMs(): number {
+    return this.#o.sendTimeoutMs ?? 10_000;
+  }
+
+  async #ship(claimed: StoredLifecycleEvent[]): Promise<void> {
+    const seqs = claimed.map((c) => c.seq);
+    try {
+      await this.#send(claimed.map((c) => c.event));
+    } catch (error) {
+      // Given back at once: the next round (here or at another replica) sends them again, oldest first.
+      await this.#o.store.releaseLifecycleEvents(seqs).catch(() => undefined);
+      throw error;
+    }
+    await this.#o.store.deleteLifecycleEvents(seqs);
+  }
+
+  async #send(events: RawEvent[]): Promise<void> {
+    try {
+      const response = await this.#client.publish({ events }, { timeoutMs: this.#sendTimeoutMs, signal: this.#abort.signal });
+      if (response.dropped > 0) {
+        this.#o.logger.error({ code: "EVENTS_DROPPED_BY_SERVICE", dropped: response.dropped, count: events.length }, "the events service dropped lifecycle events whose id or type is not a plain identifier");
+      }
+    } catch (error) {
+      const err = ConnectError.from(error);
+      if (err.code !== Code.InvalidArgument) throw error;
+      // Sending again cannot help a batch the service refuses: say which events went.
+      this.#o.logger.error({ code: "EVENTS_BATCH_REJECTED", ids: events.map((e) => e.id), reason: err.rawMessage }, "the events service refused lifecycle events; they are dropped");
+    }
+  }
 }

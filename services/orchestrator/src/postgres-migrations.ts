@@ -118,6 +118,13 @@ CREATE TABLE graph_steps (
     // The runtime tools the orchestrator serves a job itself (a graph manager's decisions), so any replica serves them.
     sql: "ALTER TABLE jobs ADD COLUMN served_tools text NOT NULL DEFAULT '';",
   },
+  {
+    version: 8,
+    name: "lifecycle outbox",
+    // Lifecycle events written with the job change they report, until the events service accepts them.
+    sql: `
+CREATE TABLE lifecycle_outbox (seq bigserial PRIMARY KEY, event text NOT NULL, claimed_until timestamptz);`,
+  },
 ];
 
 export interface PostgresConnectionOptions {

@@ -9,8 +9,9 @@
 // transaction as the write (`fences`, or one fixed fence for a `fenced()`
 // view). Writes to jobs this replica does not work on (a person's answer, a
 // cancel taken here for a job another replica runs) are not fenced.
-import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { create, fromJson, fromJsonString, toJson, toJsonString, type JsonValue } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { RawEventSchema, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { JobEventSchema, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type pg from "pg";
 import type {
@@ -28,6 +29,7 @@ import type {
   PermissionRecord,
   PluginRecord,
   PublishResult,
+  StoredLifecycleEvent,
 } from "./job-store.js";
 import { agentVersionColumns } from "./job-store.js";
 import type { ClusterNotifier } from "./cluster-notifier.js";
@@ -414,10 +416,42 @@ export class PostgresJobStore implements JobStore {
           await this.#notifier.publish(client, { jobId: permission.jobId, permissionId: permission.id, status: permission.status });
         }
       }
+      await this.#keepLifecycle(client, change.lifecycle ?? []);
       // Watchers at other replicas read the new events when this commits (job-feed.ts).
       if (this.#notifier && stored.length > 0) await this.#notifier.publishAppended(client, { jobId: change.jobId, fromSeq: seq - stored.length + 1, seq });
       return stored;
     });
+  }
+
+  async #keepLifecycle(client: Queryable, events: RawEvent[]): Promise<void> {
+    if (events.length === 0) return;
+    await client.query("INSERT INTO lifecycle_outbox (event) SELECT unnest($1::text[])", [events.map((e) => toJsonString(RawEventSchema, e))]);
+  }
+
+  async putLifecycleEvents(events: RawEvent[]): Promise<void> {
+    await this.#keepLifecycle(this.#pool, events);
+  }
+
+  async claimLifecycleEvents(options: { limit: number; claimMs: number }): Promise<StoredLifecycleEvent[]> {
+    // SKIP LOCKED: replicas claiming at once each get other events, and none waits for another.
+    const { rows } = await this.#pool.query<{ seq: string; event: string }>(
+      `UPDATE lifecycle_outbox SET claimed_until = now() + $2 * interval '1 millisecond'
+       WHERE seq IN (SELECT seq FROM lifecycle_outbox WHERE claimed_until IS NULL OR claimed_until < now()
+                     ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)
+       RETURNING seq, event`,
+      [options.limit, options.claimMs],
+    );
+    return rows.map((r) => ({ seq: Number(r.seq), event: fromJsonString(RawEventSchema, r.event) })).sort((a, b) => a.seq - b.seq);
+  }
+
+  async deleteLifecycleEvents(seqs: number[]): Promise<void> {
+    if (seqs.length === 0) return;
+    await this.#pool.query("DELETE FROM lifecycle_outbox WHERE seq = ANY($1::bigint[])", [seqs]);
+  }
+
+  async releaseLifecycleEvents(seqs: number[]): Promise<void> {
+    if (seqs.length === 0) return;
+    await this.#pool.query("UPDATE lifecycle_outbox SET claimed_until = NULL WHERE seq = ANY($1::bigint[])", [seqs]);
   }
 
   /**

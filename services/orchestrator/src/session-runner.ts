@@ -2,6 +2,8 @@
 // to it by session id after the last sequence number handled, answer its
 // permission requests, cancel it. sandbox-client.ts implements it over the
 // sandbox's RunSession stream.
+import type { RawEventInit } from "@oz0/events";
+import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { PermissionAnswer, RuntimeToolResult, SessionEvent, SessionRequest, SessionResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
 
 export interface SessionArtifact {
@@ -87,24 +89,24 @@ export interface SecretWriter {
   setSecret(options: { name: string; value: string }): Promise<void>;
 }
 
-/** Raw lifecycle events for the events service. Never blocks, never throws. */
+/** What a lifecycle event says besides its type: the job it is about, and the raw event's other fields (the id and the source are the sink's). */
+export type LifecycleInit = Omit<RawEventInit, "id" | "source"> & { jobId: string };
+
+/**
+ * Raw lifecycle events for the events service, kept in the job store until
+ * it accepts them (lifecycle-events.ts), so a crash loses none. Never blocks,
+ * never throws.
+ */
 export interface LifecycleSink {
-  publish(
-    type: string,
-    init: {
-      jobId: string;
-      sessionId?: string;
-      toolCallId?: string;
-      operationInvocationId?: string;
-      agentName?: string;
-      agentVersion?: string;
-      status?: string;
-      time?: Date;
-      tokens?: { inputTokens: number; outputTokens: number };
-      attributes?: Record<string, unknown>;
-      /** W3C traceparent of the span the event belongs to (tracing.ts sets it). */
-      traceparent?: string;
-    },
-  ): void;
+  /**
+   * The event reporting a job change, to be stored in that change's own
+   * transaction (JobAppend.lifecycle), then `committed()`. Undefined when
+   * lifecycle events are not published.
+   */
+  event(type: string, init: LifecycleInit): RawEvent | undefined;
+  /** A transaction that stored events committed: ship them now rather than at the next poll. */
+  committed(): void;
+  /** An event with no job write of its own: stored on its own, then shipped. */
+  publish(type: string, init: LifecycleInit): void;
   close(): Promise<void>;
 }

@@ -5,6 +5,7 @@ import path from "node:path";
 import Database from "better-sqlite3";
 import { publishSqliteVersion } from "./sqlite-versions.js";
 import { create, fromJsonString, toJsonString } from "@bufbuild/protobuf";
+import { RawEventSchema, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { JobEventSchema, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type {
@@ -22,6 +23,7 @@ import type {
   PermissionRecord,
   PluginRecord,
   PublishResult,
+  StoredLifecycleEvent,
 } from "./job-store.js";
 import { agentVersionColumns } from "./job-store.js";
 import { notFound } from "./orchestrator-error.js";
@@ -54,6 +56,7 @@ CREATE INDEX IF NOT EXISTS permissions_by_status ON permissions (status);
 CREATE TABLE IF NOT EXISTS operation_checkpoints (
   job_id TEXT NOT NULL, call_id TEXT NOT NULL, record TEXT NOT NULL, delivered INTEGER NOT NULL,
   PRIMARY KEY (job_id, call_id));
+CREATE TABLE IF NOT EXISTS lifecycle_outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, event TEXT NOT NULL, claimed_until INTEGER);
 `;
 
 interface JobRow {
@@ -357,7 +360,43 @@ export class SqliteJobStore implements JobStore {
       this.#db.prepare("UPDATE jobs SET last_seq = ?, updated_at = ? WHERE id = ?").run(seq, Date.now(), change.jobId);
       if (change.job) this.#updateJob(change.jobId, change.job);
       for (const permission of change.permissions ?? []) this.#upsertPermission(permission);
+      this.#keepLifecycle(change.lifecycle ?? []);
       return stored;
+    })();
+  }
+
+  #keepLifecycle(events: RawEvent[]): void {
+    const insert = this.#db.prepare("INSERT INTO lifecycle_outbox (event) VALUES (?)");
+    for (const event of events) insert.run(toJsonString(RawEventSchema, event));
+  }
+
+  async putLifecycleEvents(events: RawEvent[]): Promise<void> {
+    this.#db.transaction(() => this.#keepLifecycle(events))();
+  }
+
+  async claimLifecycleEvents(options: { limit: number; claimMs: number }): Promise<StoredLifecycleEvent[]> {
+    return this.#db.transaction(() => {
+      const now = Date.now();
+      const rows = this.#db
+        .prepare("SELECT seq, event FROM lifecycle_outbox WHERE claimed_until IS NULL OR claimed_until < ? ORDER BY seq LIMIT ?")
+        .all(now, options.limit) as { seq: number; event: string }[];
+      const claim = this.#db.prepare("UPDATE lifecycle_outbox SET claimed_until = ? WHERE seq = ?");
+      for (const row of rows) claim.run(now + options.claimMs, row.seq);
+      return rows.map((r) => ({ seq: r.seq, event: fromJsonString(RawEventSchema, r.event) }));
+    })();
+  }
+
+  async deleteLifecycleEvents(seqs: number[]): Promise<void> {
+    const remove = this.#db.prepare("DELETE FROM lifecycle_outbox WHERE seq = ?");
+    this.#db.transaction(() => {
+      for (const seq of seqs) remove.run(seq);
+    })();
+  }
+
+  async releaseLifecycleEvents(seqs: number[]): Promise<void> {
+    const release = this.#db.prepare("UPDATE lifecycle_outbox SET claimed_until = NULL WHERE seq = ?");
+    this.#db.transaction(() => {
+      for (const seq of seqs) release.run(seq);
     })();
   }
 

@@ -12,7 +12,7 @@ import { openGraphStore } from "./graph-store.js";
 import { JobFeed } from "./job-feed.js";
 import { JobRunner } from "./job-runner.js";
 import type { JobStore } from "./job-store.js";
-import { createLifecycleSink } from "./lifecycle-events.js";
+import { LifecycleOutbox } from "./lifecycle-events.js";
 import { LlmProxyClient } from "./llm-proxy-client.js";
 import { orchestratorServices } from "./orchestrator-service.js";
 import { HookStage } from "./hook-stage.js";
@@ -127,7 +127,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     },
   };
   // Always a sink: the job's span starts and ends with its lifecycle events, published or not.
-  const lifecycle: LifecycleSink = orchestratorTracing.lifecycleSink(config.eventsUrl ? createLifecycleSink({ url: config.eventsUrl, logger }) : undefined);
+  const lifecycle: LifecycleSink = orchestratorTracing.lifecycleSink(config.eventsUrl ? new LifecycleOutbox({ url: config.eventsUrl, store, logger }) : undefined);
   const feed = new JobFeed();
   const stopFollowing = cluster
     ? feed.followCluster(

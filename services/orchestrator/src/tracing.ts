@@ -20,7 +20,7 @@ import { context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, t
 import type { GraphTracer } from "@oz0/graph";
 import { TraceContextSchema, type PermissionAnswer, type RuntimeToolResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { GenAi, oz0Tracer, traceContextOf, workMetrics } from "@oz0/serving";
-import type { LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "./session-runner.js";
+import type { LifecycleInit, LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "./session-runner.js";
 
 const tracer = oz0Tracer("@oz0/orchestrator");
 
@@ -107,12 +107,21 @@ export class OrchestratorTracing {
 
   /** The LifecycleSink (or none) with job spans from the job's events and a traceparent on each event. */
   lifecycleSink(inner: LifecycleSink | undefined): LifecycleSink {
+    const stamped = (type: string, init: LifecycleInit): LifecycleInit => {
+      this.#observeLifecycle(type, init);
+      const ctx = this.#contextOf(init);
+      const traceparent = ctx ? traceContextOf(ctx).traceparent : "";
+      return traceparent ? { ...init, traceparent } : init;
+    };
     return {
+      event: (type, init) => {
+        const event = stamped(type, init);
+        return inner?.event(type, event);
+      },
+      committed: () => inner?.committed(),
       publish: (type, init) => {
-        this.#observeLifecycle(type, init);
-        const ctx = this.#contextOf(init);
-        const traceparent = ctx ? traceContextOf(ctx).traceparent : "";
-        inner?.publish(type, traceparent ? { ...init, traceparent } : init);
+        const event = stamped(type, init);
+        inner?.publish(type, event);
       },
       close: async () => {
         await inner?.close();
@@ -317,7 +326,7 @@ export class OrchestratorTracing {
     this.#metrics.sessions.duration.record((performance.now() - session.started) / 1000, attributes);
   }
 
-  #observeLifecycle(type: string, init: Parameters<LifecycleSink["publish"]>[1]): void {
+  #observeLifecycle(type: string, init: LifecycleInit): void {
     if (type === "job.created") {
       // The job is the root of its own trace, the RPC that created it (if traced) linked;
       // a graph step's agent job is a child of its graph.step span instead.

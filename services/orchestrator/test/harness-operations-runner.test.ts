@@ -167,7 +167,7 @@ function setup(options: { sandbox: ScriptedSandbox; home?: string; maxRepairs?: 
     store,
     logger,
     policy: new PermissionPolicy(),
-    lifecycle: { publish: (type, init) => events.push({ type, init }), close: async () => undefined },
+    lifecycle: { event: () => undefined, committed: () => undefined, publish: (type, init) => void events.push({ type, init }), close: async () => undefined },
     tokens: {
       mint: async (o) => ({ token: `tok-${o.sessionId}`, tokenId: `tid-${o.sessionId}`, anthropicBaseUrl: "http://llm", openaiBaseUrl: "http://llm/v1", headers: {} }),
       revoke: async (o) => {

@@ -3,6 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
+import { rawEvent } from "@oz0/events";
 import { JobEventSchema, JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { JobRecord, JobStore, NewAgentVersion, PermissionRecord } from "../src/job-store.js";
 
@@ -173,5 +174,34 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     assert.equal(answered?.answeredBy, "ann");
     assert.deepEqual(answered?.answerInput, { command: "npm test -- --x" });
     assert.equal(answered?.delivered, true);
+  });
+
+  withStore("lifecycle events are kept with their change, claimed oldest first, held from others while claimed, gone once delivered", async (store) => {
+    await store.createJob(job("j1"));
+    const created = rawEvent("job.created", { jobId: "j1", attributes: { plugin: "example" } });
+    await store.append({ jobId: "j1", events: [create(JobEventSchema, { event: { case: "text", value: { text: "hi" } } })], lifecycle: [created] });
+    await store.putLifecycleEvents([rawEvent("graph.step_started", { jobId: "j1" })]);
+    await assert.rejects(store.append({ jobId: "missing", events: [], lifecycle: [rawEvent("job.lost", { jobId: "missing" })] }), /not found/);
+
+    const claimed = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
+    assert.deepEqual(claimed.map((c) => c.event.type), ["job.created", "graph.step_started"], "in the order kept; nothing from the failed append");
+    assert.equal(claimed[0]!.event.id, created.id);
+    assert.deepEqual(claimed[0]!.event.attributes, { plugin: "example" });
+    assert.deepEqual(await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 }), [], "claimed: held from every other shipper");
+    await store.deleteLifecycleEvents([claimed[0]!.seq]);
+    // A send that failed gives its claim back at once.
+    await store.releaseLifecycleEvents([claimed[1]!.seq]);
+    const released = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
+    assert.deepEqual(released.map((c) => c.seq), [claimed[1]!.seq], "given back, and claimed again; the delivered one is gone");
+
+    // A claim that runs out (its shipper died) lets the events go to the next claim.
+    await store.putLifecycleEvents([rawEvent("tool.called", { jobId: "j1" })]);
+    assert.deepEqual((await store.claimLifecycleEvents({ limit: 10, claimMs: 1 })).map((c) => c.event.type), ["tool.called"]);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const again = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
+    assert.deepEqual(again.map((c) => c.event.type), ["tool.called"]);
+    await store.deleteLifecycleEvents([claimed[1]!.seq, again[0]!.seq]);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.deepEqual(await store.claimLifecycleEvents({ limit: 10, claimMs: 1 }), [], "delivered: gone");
   });
 }

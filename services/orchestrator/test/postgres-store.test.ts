@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
+import { rawEvent } from "@oz0/events";
 import { JobEventSchema } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { LeaseLostError, LeaseManager } from "../src/lease-manager.js";
 import { createPostgresPool, migrateOrchestrator, ORCHESTRATOR_MIGRATIONS } from "../src/postgres-migrations.js";
@@ -88,6 +89,23 @@ void test("postgres: a stale owner's fenced writes are refused once another repl
     await first.close();
     await second.close();
     await store.close();
+    await dropSchema(schema);
+  }
+});
+
+void test("postgres: replicas claiming lifecycle events at once each get other events, and all of them", async () => {
+  const schema = freshSchema();
+  const a = await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 });
+  const b = await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 });
+  try {
+    await a.putLifecycleEvents(Array.from({ length: 200 }, (_, i) => rawEvent("tool.called", { jobId: `j${i}` })));
+    const claims = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 ? a : b).claimLifecycleEvents({ limit: 15, claimMs: 60_000 })));
+    const seqs = claims.flat().map((c) => c.seq);
+    assert.equal(new Set(seqs).size, seqs.length, "no event claimed twice");
+    assert.equal(seqs.length, 200, "every event claimed once");
+  } finally {
+    await a.close();
+    await b.close();
     await dropSchema(schema);
   }
 });

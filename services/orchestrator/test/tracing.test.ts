@@ -15,7 +15,7 @@ import {
   SessionRequestSchema,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { CONTENT_ATTRIBUTES, startInMemoryTelemetry, type InMemoryTelemetry } from "@oz0/serving";
-import type { LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "../src/session-runner.js";
+import type { LifecycleInit, LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "../src/session-runner.js";
 import { OrchestratorTracing } from "../src/tracing.js";
 
 const MARKER = "PLANTED-CONTENT-MARKER-91b2";
@@ -56,9 +56,18 @@ function fakeRunner(scripts: Record<string, SandboxMessage[]>): SessionRunner & 
 
 function recordingSink(): LifecycleSink & { events: { type: string; traceparent?: string; toolCallId?: string }[] } {
   const events: { type: string; traceparent?: string; toolCallId?: string }[] = [];
+  const record = (type: string, init: LifecycleInit): void => {
+    events.push({ type, ...(init.traceparent ? { traceparent: init.traceparent } : {}), ...(init.toolCallId ? { toolCallId: init.toolCallId } : {}) });
+  };
   return {
     events,
-    publish: (type, init) => events.push({ type, ...(init.traceparent ? { traceparent: init.traceparent } : {}), ...(init.toolCallId ? { toolCallId: init.toolCallId } : {}) }),
+    // Events stored with a job change and events stored on their own are stamped alike.
+    event: (type, init) => {
+      record(type, init);
+      return undefined;
+    },
+    committed: () => undefined,
+    publish: record,
     close: async () => {},
   };
 }
