@@ -9,6 +9,7 @@
 import type { CheckpointStore, GraphDefinition } from "@oz0/graph";
 import type pg from "pg";
 import { PostgresGraphStore } from "./postgres-graph-store.js";
+import type { JobFences } from "./postgres-store.js";
 import { SqliteGraphStore } from "./sqlite-graph-store.js";
 
 /** A graph version to publish; its content hash decides whether it is new. */
@@ -106,10 +107,12 @@ export interface OpenGraphStoreOptions {
   pool?: pg.Pool;
   /** The pool's schema (OZ0_DATABASE_SCHEMA); default the schema the pool's connections use. */
   schema?: string;
+  /** With a pool: the leases a run's writes are made under (the cluster's job leases). */
+  fences?: JobFences;
 }
 
 /** PostgreSQL when given the job store's pool, else SQLite under the data directory. */
 export async function openGraphStore(options: OpenGraphStoreOptions): Promise<GraphStore> {
-  if (options.pool) return PostgresGraphStore.open({ pool: options.pool, ...(options.schema ? { schema: options.schema } : {}) });
+  if (options.pool) return PostgresGraphStore.open({ pool: options.pool, ...(options.schema ? { schema: options.schema } : {}), ...(options.fences ? { fences: options.fences } : {}) });
   return SqliteGraphStore.open(options.home);
 }

@@ -8,6 +8,7 @@
 // Expiry is judged by the database's clock (`now()`), never a replica's, so
 // clock skew between replicas cannot make two of them owners.
 import type pg from "pg";
+import { withTransaction } from "@oz0/postgres";
 import { OrchestratorError } from "./orchestrator-error.js";
 import { createPostgresPool, migrateOrchestrator, type PostgresConnectionOptions } from "./postgres-migrations.js";
 
@@ -68,6 +69,14 @@ function toLease(row: LeaseRow): Lease {
  * (an UPDATE of the lease row) waiting until that write has committed, so
  * every write lands strictly before or strictly after the takeover.
  */
+/** Runs `write` in a transaction that first checks that `fence`, when given, still holds its lease. */
+export async function fencedTransaction<T>(pool: pg.Pool, fence: LeaseFence | undefined, write: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  return withTransaction(pool, async (client) => {
+    if (fence) await assertLeaseHeld(client, fence);
+    return write(client);
+  });
+}
+
 export async function assertLeaseHeld(client: pg.PoolClient, fence: LeaseFence): Promise<void> {
   const { rows } = await client.query<{ token: string; owner: string }>("SELECT token, owner FROM leases WHERE kind = $1 AND resource = $2 FOR SHARE", [
     fence.kind,

@@ -9,9 +9,13 @@
 //   and the second writer reads the first record back, in a statement of its
 //   own, so it sees a row another replica committed meanwhile (a single
 //   statement's snapshot could miss it).
+// Writes to a run this replica works on are fenced by the run's lease, as
+// the job store's are (`fences`): a replica that lost the run cannot write
+// over what its new owner records.
 import type { CheckpointStore, GraphDefinition, MergeConflict, RunEnd, RunRecord, RunStatus, StepOutcome, StepRecord, StoredRun } from "@oz0/graph";
 import type pg from "pg";
-import { withTransaction } from "@oz0/postgres";
+import { fencedTransaction } from "./lease-manager.js";
+import type { JobFences } from "./postgres-store.js";
 
 interface RunRow {
   run_id: string;
@@ -74,14 +78,25 @@ function notInStore(runId: string): Error {
 
 export class PostgresCheckpointStore implements CheckpointStore {
   readonly #pool: pg.Pool;
+  readonly #fences: JobFences | undefined;
 
-  /** On a pool whose schema has the orchestrator's migrations applied (PostgresGraphStore.open does that). */
-  constructor(pool: pg.Pool) {
+  /**
+   * On a pool whose schema has the orchestrator's migrations applied
+   * (PostgresGraphStore.open does that). `fences`: the lease each run's
+   * writes are made under (a run's id is its graph job's).
+   */
+  constructor(pool: pg.Pool, fences?: JobFences) {
     this.#pool = pool;
+    this.#fences = fences;
+  }
+
+  /** A write to `runId`, refused (LeaseLostError) once this replica no longer holds the run's lease. */
+  write<T>(runId: string, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    return fencedTransaction(this.#pool, this.#fences?.fenceFor(runId), work);
   }
 
   async createRun(run: RunRecord): Promise<void> {
-    await withTransaction(this.#pool, async (client) => {
+    await this.write(run.runId, async (client) => {
       await client.query("INSERT INTO graph_definitions (hash, definition) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING", [run.definitionHash, JSON.stringify(run.definition)]);
       await client.query(
         `INSERT INTO graph_runs (run_id, graph, definition_hash, definition_version, input, status, started_at)
@@ -108,10 +123,12 @@ export class PostgresCheckpointStore implements CheckpointStore {
   async recordStep(runId: string, record: StepRecord): Promise<StepRecord> {
     let inserted: pg.QueryResult;
     try {
-      inserted = await this.#pool.query(
-        `INSERT INTO graph_steps (run_id, path, node_id, iteration, outcome, delta, decision) VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (run_id, path) DO NOTHING`,
-        [runId, record.path, record.nodeId, record.iteration, record.outcome, JSON.stringify(record.delta), record.decision === undefined ? null : JSON.stringify(record.decision)],
+      inserted = await this.write(runId, (client) =>
+        client.query(
+          `INSERT INTO graph_steps (run_id, path, node_id, iteration, outcome, delta, decision) VALUES ($1, $2, $3, $4, $5, $6, $7)
+           ON CONFLICT (run_id, path) DO NOTHING`,
+          [runId, record.path, record.nodeId, record.iteration, record.outcome, JSON.stringify(record.delta), record.decision === undefined ? null : JSON.stringify(record.decision)],
+        ),
       );
     } catch (error) {
       if ((error as { code?: string }).code === FOREIGN_KEY_VIOLATION) throw notInStore(runId);
@@ -130,19 +147,23 @@ export class PostgresCheckpointStore implements CheckpointStore {
   }
 
   async finishRun(runId: string, end: RunEnd): Promise<void> {
-    const { rowCount } = await this.#pool.query("UPDATE graph_runs SET status = $2, finished_at = $3, error = $4, conflicts = $5, result = $6 WHERE run_id = $1", [
-      runId,
-      end.status,
-      new Date().toISOString(),
-      end.error ? JSON.stringify(end.error) : null,
-      end.conflicts.length > 0 ? JSON.stringify(end.conflicts) : null,
-      JSON.stringify(end.result),
-    ]);
+    const { rowCount } = await this.write(runId, (client) =>
+      client.query("UPDATE graph_runs SET status = $2, finished_at = $3, error = $4, conflicts = $5, result = $6 WHERE run_id = $1", [
+        runId,
+        end.status,
+        new Date().toISOString(),
+        end.error ? JSON.stringify(end.error) : null,
+        end.conflicts.length > 0 ? JSON.stringify(end.conflicts) : null,
+        JSON.stringify(end.result),
+      ]),
+    );
     if (rowCount === 0) throw notInStore(runId);
   }
 
   async reopenRun(runId: string): Promise<void> {
-    const { rowCount } = await this.#pool.query("UPDATE graph_runs SET status = 'running', finished_at = NULL, error = NULL, result = NULL WHERE run_id = $1", [runId]);
+    const { rowCount } = await this.write(runId, (client) =>
+      client.query("UPDATE graph_runs SET status = 'running', finished_at = NULL, error = NULL, result = NULL WHERE run_id = $1", [runId]),
+    );
     if (rowCount === 0) throw notInStore(runId);
   }
 }

@@ -7,6 +7,7 @@ import type pg from "pg";
 import { graphVersionColumns, graphVersionFromRow as toVersion, type GraphJobRecord, type GraphStore, type GraphVersionRecord, type GraphVersionRow as VersionRow, type NewGraphVersion, type StepJobRecord } from "./graph-store.js";
 import { PostgresCheckpointStore } from "./postgres-checkpoint-store.js";
 import { migrateOrchestrator } from "./postgres-migrations.js";
+import type { JobFences } from "./postgres-store.js";
 import { publishPostgresVersion } from "./postgres-versions.js";
 
 interface GraphJobRow {
@@ -21,17 +22,18 @@ export class PostgresGraphStore implements GraphStore {
   readonly checkpoints: PostgresCheckpointStore;
   readonly #pool: pg.Pool;
 
-  private constructor(pool: pg.Pool) {
+  private constructor(pool: pg.Pool, fences?: JobFences) {
     this.#pool = pool;
-    this.checkpoints = new PostgresCheckpointStore(pool);
+    this.checkpoints = new PostgresCheckpointStore(pool, fences);
   }
 
   /**
    * On the job store's pool (left open by `close()`). Applies the
    * orchestrator's migrations, a no-op when the job store already did, on
    * `schema` or else the schema the pool's connections resolve tables in.
+   * `fences`: the leases a run's checkpoints and step jobs are written under.
    */
-  static async open(options: { pool: pg.Pool; schema?: string }): Promise<PostgresGraphStore> {
+  static async open(options: { pool: pg.Pool; schema?: string; fences?: JobFences }): Promise<PostgresGraphStore> {
     let schema = options.schema;
     if (!schema) {
       const { rows } = await options.pool.query<{ schema: string | null }>("SELECT current_schema() AS schema");
@@ -39,7 +41,7 @@ export class PostgresGraphStore implements GraphStore {
       if (!schema) throw new Error("the pool's search_path names no existing schema; open the job store first (it creates the schema) or pass schema");
     }
     await migrateOrchestrator(options.pool, schema);
-    return new PostgresGraphStore(options.pool);
+    return new PostgresGraphStore(options.pool, options.fences);
   }
 
   async publishVersion(version: NewGraphVersion): Promise<{ published: boolean; record: GraphVersionRecord }> {
@@ -86,10 +88,13 @@ export class PostgresGraphStore implements GraphStore {
   }
 
   async putStepJob(record: StepJobRecord): Promise<void> {
-    await this.#pool.query(
-      `INSERT INTO graph_step_jobs (idempotency_key, run_id, step_job_id, created_at) VALUES ($1, $2, $3, now())
-       ON CONFLICT (idempotency_key) DO UPDATE SET run_id = excluded.run_id, step_job_id = excluded.step_job_id, created_at = excluded.created_at`,
-      [record.idempotencyKey, record.runId, record.stepJobId],
+    // Under the run's lease: a replica that lost the run cannot replace the job its new owner recorded.
+    await this.checkpoints.write(record.runId, (client) =>
+      client.query(
+        `INSERT INTO graph_step_jobs (idempotency_key, run_id, step_job_id, created_at) VALUES ($1, $2, $3, now())
+         ON CONFLICT (idempotency_key) DO UPDATE SET run_id = excluded.run_id, step_job_id = excluded.step_job_id, created_at = excluded.created_at`,
+        [record.idempotencyKey, record.runId, record.stepJobId],
+      ),
     );
   }
 

@@ -148,7 +148,10 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     servedTools: { [GRAPH_MANAGER_TOOLS]: graphManagerTools },
   });
   // Graph versions, graph jobs and their checkpoints: beside the jobs (PostgreSQL), or a SQLite file of their own under the data directory.
-  const graphStore = await openGraphStore({ home, ...(cluster ? { pool: cluster.store.pool, ...(config.databaseSchema ? { schema: config.databaseSchema } : {}) } : {}) });
+  const graphStore = await openGraphStore({
+    home,
+    ...(cluster ? { pool: cluster.store.pool, fences: cluster.jobs, ...(config.databaseSchema ? { schema: config.databaseSchema } : {}) } : {}),
+  });
   const graphRegistry = new GraphRegistry({ graphStore, store });
   const graphJobs = new GraphJobs({
     graphStore,

@@ -223,7 +223,10 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
   assert.deepEqual({ input, output }, { input: served.input, output: served.output }, "metering across both proxies equals what the model served");
 
   // Lifecycle events: what the events service accepted is on Kafka, each event once.
-  // Producers publish asynchronously: wait until the log stops growing, then read it to its end.
+  // The orchestrators ship theirs from the store (a batch the killed one had claimed is sent again once its
+  // claim runs out): wait until none is left there. The other producers publish asynchronously: then wait
+  // until the log stops growing, and read it to its end.
+  await eventually(async () => ((await db.query<{ n: string }>("SELECT count(*) AS n FROM lifecycle_outbox")).rows[0]!.n === "0" ? true : undefined), "every stored lifecycle event shipped");
   const accepted = await eventually(async () => {
     const first = await readLog();
     await new Promise((r) => setTimeout(r, 1_000));
