@@ -48,6 +48,7 @@ import {
 } from "./job-store.js";
 import { sessionSkills } from "./agent-skills.js";
 import { asBystander, soleOwnership, type JobOwnership } from "./job-ownership.js";
+import { LeaseLostError } from "./lease-manager.js";
 import { OperationRunner, operationRuntimeTools, type OperationParent } from "./operation-runner.js";
 import { failedPrecondition, invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
 import type { PermissionPolicy, PolicyDecision } from "./permission-policy.js";
@@ -923,9 +924,20 @@ export class JobRunner {
     return this.#asOwnerOrBystander(options.jobId, () => this.#answerPermission(options));
   }
 
-  /** Runs a write taken here for any job: fenced when this replica runs the job, a bystander's when another does. */
-  #asOwnerOrBystander<T>(jobId: string, work: () => Promise<T>): Promise<T> {
-    return this.#ownership.owns(jobId) ? work() : asBystander(work);
+  /**
+   * Runs a write taken here for any job: fenced when this replica runs the
+   * job, a bystander's when another does. A fenced write refused because the
+   * lease went to another replica just now (before this one noticed) wrote
+   * nothing: it is made again as the bystander this replica now is.
+   */
+  async #asOwnerOrBystander<T>(jobId: string, work: () => Promise<T>): Promise<T> {
+    if (!this.#ownership.owns(jobId)) return asBystander(work);
+    try {
+      return await work();
+    } catch (error) {
+      if (!(error instanceof LeaseLostError)) throw error;
+      return asBystander(work);
+    }
   }
 
   async #answerPermission(options: { jobId: string; callId: string; allow: boolean; input?: JsonObject; reason?: string; answeredBy?: string }): Promise<PermissionRecord> {

@@ -2,17 +2,28 @@
 // Three orchestrator replicas on one PostgreSQL schema, at the level of
 // their shared state: one dies holding jobs and a graph run, the other two
 // sweep at once and each orphaned resource is resumed by exactly one of them;
-// the dead replica's late writes are refused; an approval answered at one
-// replica reaches the replica owning the job.
+// the dead replica's late writes are refused, but an answer taken at a
+// replica that lost the lease before it noticed still lands; an approval
+// answered at one replica reaches the replica owning the job.
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { after, describe, it } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { JobEventSchema } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { ApprovalAnswered } from "../src/cluster-notifier.js";
+import { createLogger } from "@oz0/serving";
+import { HookStage } from "../src/hook-stage.js";
 import { JobFeed } from "../src/job-feed.js";
+import { JobRunner } from "../src/job-runner.js";
+import type { PermissionRecord } from "../src/job-store.js";
 import { asBystander } from "../src/job-ownership.js";
 import { LeaseLostError, type Lease, type LeaseFence } from "../src/lease-manager.js";
+import { PermissionPolicy } from "../src/permission-policy.js";
 import { openPostgresCluster, type PostgresCluster } from "../src/postgres-cluster.js";
+import { SandboxClient } from "../src/sandbox-client.js";
+import { StaticPlacement } from "../src/sandbox-placement.js";
 import { databaseUrl, dropSchema, eventually, freshSchema, jobRecord } from "./postgres-test-support.js";
 
 const connectionString = databaseUrl();
@@ -141,6 +152,50 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     const seen = await owner.cluster.store.getJob("lost-job");
     assert.ok(seen?.cancelRequestedAt, "the bystander's write landed");
     assert.equal(seen.error, "", "the stale write did not");
+  });
+
+  void it("takes an answer at a replica that lost the job's lease before it noticed as a bystander's, not refused", async () => {
+    const unaware = await replica("orch-unaware", 60_000);
+    await unaware.cluster.jobs.claim("answer-job");
+    await unaware.cluster.store.createJob(job("answer-job"));
+    const waiting: PermissionRecord = {
+      jobId: "answer-job",
+      id: "perm-1",
+      callId: "call-1",
+      sessionId: "ses_answer-job",
+      tool: "run_command",
+      title: "Run it",
+      needsPerson: true,
+      status: "pending",
+      reason: "",
+      answeredBy: "",
+      requestedAt: new Date(),
+      delivered: false,
+    };
+    await unaware.cluster.store.append({ jobId: "answer-job", events: [], permissions: [waiting] });
+    // Another replica takes the lease (this one was paused): its token moves on, and this replica has not noticed yet.
+    await unaware.cluster.store.pool.query("UPDATE leases SET token = token + 1, owner = 'orch-thief' WHERE kind = 'job' AND resource = 'answer-job'");
+    const home = mkdtempSync(path.join(os.tmpdir(), "oz0-leases-answer-"));
+    const runner = new JobRunner({
+      store: unaware.cluster.store,
+      feed: new JobFeed(),
+      placement: new StaticPlacement({ runners: [new SandboxClient({ url: "http://127.0.0.1:1" })] }),
+      tokens: { mint: () => Promise.reject(new Error("not used")), revoke: () => Promise.resolve({ used: false }) },
+      policy: new PermissionPolicy({ hooks: [new HookStage()] }),
+      home,
+      logger: createLogger({ name: "leases-answer", level: "error" }),
+      ownership: unaware.cluster.jobs,
+    });
+    try {
+      assert.equal(unaware.cluster.jobs.owns("answer-job"), true, "it has not noticed");
+      const answered = await runner.answerPermission({ jobId: "answer-job", callId: "call-1", allow: true, answeredBy: "ann" });
+      assert.equal(answered.status, "approved");
+      const stored = await unaware.cluster.store.getPermission("answer-job", "perm-1");
+      assert.deepEqual([stored?.status, stored?.answeredBy], ["approved", "ann"], "stored for the new owner to deliver");
+    } finally {
+      await runner.close();
+      rmSync(home, { recursive: true, force: true });
+    }
   });
 
   void it("brings an approval answered at any replica to the replica that owns the job", async () => {
