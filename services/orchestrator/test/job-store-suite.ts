@@ -46,7 +46,8 @@ function job(id: string, overrides: Partial<JobRecord> = {}): JobRecord {
   };
 }
 
-function permission(jobId: string, id: string, overrides: Partial<PermissionRecord> = {}): PermissionRecord {
+/** A permission request waiting for a person, as the job runner stores one. */
+export function permission(jobId: string, id: string, overrides: Partial<PermissionRecord> = {}): PermissionRecord {
   return {
     jobId,
     id,

@@ -17,13 +17,13 @@ import { createLogger } from "@oz0/serving";
 import { HookStage } from "../src/hook-stage.js";
 import { JobFeed } from "../src/job-feed.js";
 import { JobRunner } from "../src/job-runner.js";
-import type { PermissionRecord } from "../src/job-store.js";
 import { asBystander } from "../src/job-ownership.js";
 import { LeaseLostError, type Lease, type LeaseFence } from "../src/lease-manager.js";
 import { PermissionPolicy } from "../src/permission-policy.js";
 import { openPostgresCluster, type PostgresCluster } from "../src/postgres-cluster.js";
 import { SandboxClient } from "../src/sandbox-client.js";
 import { StaticPlacement } from "../src/sandbox-placement.js";
+import { permission } from "./job-store-suite.js";
 import { databaseUrl, dropSchema, eventually, freshSchema, jobRecord } from "./postgres-test-support.js";
 
 const connectionString = databaseUrl();
@@ -158,20 +158,7 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     const unaware = await replica("orch-unaware", 60_000);
     await unaware.cluster.jobs.claim("answer-job");
     await unaware.cluster.store.createJob(job("answer-job"));
-    const waiting: PermissionRecord = {
-      jobId: "answer-job",
-      id: "perm-1",
-      callId: "call-1",
-      sessionId: "ses_answer-job",
-      tool: "run_command",
-      title: "Run it",
-      needsPerson: true,
-      status: "pending",
-      reason: "",
-      answeredBy: "",
-      requestedAt: new Date(),
-      delivered: false,
-    };
+    const waiting = permission("answer-job", "perm-1");
     await unaware.cluster.store.append({ jobId: "answer-job", events: [], permissions: [waiting] });
     // Another replica takes the lease (this one was paused): its token moves on, and this replica has not noticed yet.
     await unaware.cluster.store.pool.query("UPDATE leases SET token = token + 1, owner = 'orch-thief' WHERE kind = 'job' AND resource = 'answer-job'");
@@ -188,7 +175,7 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     });
     try {
       assert.equal(unaware.cluster.jobs.owns("answer-job"), true, "it has not noticed");
-      const answered = await runner.answerPermission({ jobId: "answer-job", callId: "call-1", allow: true, answeredBy: "ann" });
+      const answered = await runner.answerPermission({ jobId: "answer-job", callId: waiting.callId, allow: true, answeredBy: "ann" });
       assert.equal(answered.status, "approved");
       const stored = await unaware.cluster.store.getPermission("answer-job", "perm-1");
       assert.deepEqual([stored?.status, stored?.answeredBy], ["approved", "ann"], "stored for the new owner to deliver");
