@@ -54,11 +54,13 @@ export interface PostgresProxyStoreOptions {
   /** Pool size. Default 10 (plus one connection that listens for other replicas' changes). */
   maxConnections?: number;
   /**
-   * How long a reservation holds budget before the sweep frees it: the hold
-   * of a replica that died mid-call. Longer than any call. Default 15 minutes.
+   * How long a reservation holds budget unless renewed. The replica making
+   * the call renews its holds every third of this while the call runs, so a
+   * call may take any time; a replica that died stops renewing, and the
+   * sweep frees its holds once this has passed. Default 1 minute.
    */
   reservationHoldMs?: number;
-  /** How often this replica frees expired holds (`releaseExpiredReservations`). Default 1 minute; 0: never. */
+  /** How often this replica frees expired holds (`releaseExpiredReservations`). Default 15 s; 0: never. */
   sweepIntervalMs?: number;
   /** A background failure: the sweep, the listening connection. Never carries a secret. */
   onError?: (error: unknown) => void;
@@ -297,6 +299,9 @@ export class PostgresProxyStore implements ProxyStore {
   readonly #feed: PostgresChangeFeed;
   readonly #channel: string;
   #sweepTimer: NodeJS.Timeout | undefined;
+  /** Reservations of calls in flight here, renewed until settled (renewHolds). */
+  readonly #held = new Set<string>();
+  #renewTimer: NodeJS.Timeout | undefined;
   #batch: MeteringBatch | undefined;
   readonly #flushing = new Set<Promise<void>>();
 
@@ -321,7 +326,7 @@ export class PostgresProxyStore implements ProxyStore {
     const onError = options.onError ?? (() => undefined);
     const channel = channelName(schema, "llm_proxy");
     const feed = new PostgresChangeFeed({ connectionString: options.connectionString, channel, onError });
-    const store = new PostgresProxyStore({ pool, schema, holdMs: options.reservationHoldMs ?? 15 * 60_000, feed, channel });
+    const store = new PostgresProxyStore({ pool, schema, holdMs: options.reservationHoldMs ?? 60_000, feed, channel });
     try {
       await runMigrations({ pool, schema, component: "llm-proxy", migrations: MIGRATIONS });
       await feed.start();
@@ -330,12 +335,18 @@ export class PostgresProxyStore implements ProxyStore {
       await pool.end();
       throw error;
     }
-    const sweepMs = options.sweepIntervalMs ?? 60_000;
+    const sweepMs = options.sweepIntervalMs ?? 15_000;
     if (sweepMs > 0) {
       store.#sweepTimer = setInterval(() => {
         store.releaseExpiredReservations().catch(onError);
       }, sweepMs);
       store.#sweepTimer.unref();
+    }
+    if (store.#holdMs > 0) {
+      store.#renewTimer = setInterval(() => {
+        store.renewHolds().catch(onError);
+      }, store.#holdMs / 3);
+      store.#renewTimer.unref();
     }
     return store;
   }
@@ -572,6 +583,7 @@ export class PostgresProxyStore implements ProxyStore {
         `this call could cost up to $${input.worstCaseUsd.toFixed(4)} but only $${available.toFixed(4)} of the session's ${budget} budget is left; lower max_tokens, stream the call (streams are cut off at the budget), or end the session`,
       );
     }
+    this.#held.add(id);
     let settled: Promise<void> | undefined;
     return {
       id,
@@ -587,6 +599,7 @@ export class PostgresProxyStore implements ProxyStore {
    * the same reservation does nothing.
    */
   settle(reservationId: string, actualUsd: number, session = ""): Promise<void> {
+    this.#held.delete(reservationId);
     let amount: string;
     try {
       amount = usd(actualUsd);
@@ -596,6 +609,16 @@ export class PostgresProxyStore implements ProxyStore {
     const batch = this.#currentBatch();
     batch.settles.push([session, reservationId, amount]);
     return batch.done;
+  }
+
+  /** Extends the holds of this replica's calls in flight by the hold time; returns how many it extended. */
+  async renewHolds(): Promise<number> {
+    if (this.#held.size === 0) return 0;
+    const result = await this.#pool.query("UPDATE budget_reservations SET expires_at = now() + $2 * interval '1 millisecond' WHERE id = ANY($1::text[]) AND state = 'held'", [
+      [...this.#held],
+      this.#holdMs,
+    ]);
+    return result.rowCount ?? 0;
   }
 
   /** Frees the holds of calls that never settled (their proxy died); returns how many. Any replica may run it. */
@@ -641,6 +664,8 @@ export class PostgresProxyStore implements ProxyStore {
   async close(): Promise<void> {
     if (this.#sweepTimer) clearInterval(this.#sweepTimer);
     this.#sweepTimer = undefined;
+    if (this.#renewTimer) clearInterval(this.#renewTimer);
+    this.#renewTimer = undefined;
     await this.#drain();
     await this.#feed.close();
     await this.#pool.end();

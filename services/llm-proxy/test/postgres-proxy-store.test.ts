@@ -110,6 +110,30 @@ void describe("PostgresProxyStore across replicas", () => {
     }
   });
 
+  void it("renews the holds of its calls in flight for as long as they run, and a dead replica's stop being renewed", async () => {
+    // Renewed every 0.67 s: the holds outlive a loaded machine's pauses by far.
+    const busy = await PostgresProxyStore.open({ connectionString, schema, reservationHoldMs: 2_000, sweepIntervalMs: 0 });
+    let closed = false;
+    try {
+      const long = await busy.reserveBudget({ session: "ses-long", limitUsd: 1, worstCaseUsd: 0.6, minimumUsd: 0.01, partial: false });
+      // Several hold times pass while the call runs: the sweep at another replica frees nothing.
+      for (let i = 0; i < 2; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 2_500));
+        assert.equal(await b.releaseExpiredReservations(), 0, `still renewed after ${(i + 1) * 2.5} s`);
+      }
+      assert.equal(rounded(await a.budgetSnapshot("ses-long"))?.reservedUsd, 0.6);
+      // The replica dies (its renewals stop with it) while the call is in flight.
+      await busy.close();
+      closed = true;
+      await new Promise((resolve) => setTimeout(resolve, 2_500));
+      assert.equal(await b.releaseExpiredReservations(), 1, "freed once no longer renewed");
+      assert.equal(rounded(await a.budgetSnapshot("ses-long"))?.reservedUsd, 0);
+      assert.equal(long.amountUsd, 0.6);
+    } finally {
+      if (!closed) await busy.close();
+    }
+  });
+
   void it("tells every replica of a secret set or deleted and of a token revoked, when it commits", async () => {
     const setHeard = heard(a, (c) => c.kind === "secret" && c.name === "ROTATED_KEY");
     await b.putSecret({ name: "ROTATED_KEY", iv: randomBytes(12), ciphertext: randomBytes(8), tag: randomBytes(16) }, new Date());
