@@ -12,6 +12,7 @@ import {
   SecretInfoSchema,
   SetSecretResponseSchema,
   DeleteSecretResponseSchema,
+  TokenUse,
   UsageSchema,
   type LlmProxyService,
   type SecretService,
@@ -102,7 +103,8 @@ export function llmProxyService(options: LlmProxyServiceOptions): Partial<Servic
       mapped(async () => {
         const revoked = await options.tokens.revoke({ ...(request.token ? { token: request.token } : {}), ...(request.session ? { session: request.session } : {}) });
         for (const session of new Set(revoked.ended.map((r) => r.session))) await options.budgets.forgetBudget(session);
-        return create(RevokeSessionTokenResponseSchema, { revoked: revoked.ended.length, used: revoked.used });
+        const use = { never: TokenUse.NEVER, used: TokenUse.USED, unknown: TokenUse.UNSPECIFIED }[revoked.use];
+        return create(RevokeSessionTokenResponseSchema, { revoked: revoked.ended.length, use });
       }),
     getUsage: async (request) => {
       if (!request.job) throw new ConnectError("GetUsage needs a job id", Code.InvalidArgument);

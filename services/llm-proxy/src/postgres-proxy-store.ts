@@ -33,6 +33,7 @@ import type {
   TokenRecord,
   UsageTotals,
 } from "./proxy-store.js";
+import { tokenUse, type TokenUseAnswer } from "./proxy-store.js";
 
 export type { BudgetSnapshot } from "./proxy-store.js";
 
@@ -55,9 +56,11 @@ export interface PostgresProxyStoreOptions {
   maxConnections?: number;
   /**
    * How long a reservation holds budget unless renewed. The replica making
-   * the call renews its holds every third of this while the call runs, so a
-   * call may take any time; a replica that died stops renewing, and the
-   * sweep frees its holds once this has passed. Default 1 minute.
+   * the call renews its holds every sixth of this while the call runs, so a
+   * call may take any time and renewals may fail for most of this (a
+   * database failover) without a hold lapsing; a replica that died stops
+   * renewing, and the sweep frees its holds once this has passed. Default 2
+   * minutes.
    */
   reservationHoldMs?: number;
   /** How often this replica frees expired holds (`releaseExpiredReservations`). Default 15 s; 0: never. */
@@ -152,7 +155,8 @@ DELETE FROM budget_reservations WHERE state = 'settled';
   {
     version: 3,
     name: "a session token's first use",
-    sql: "ALTER TABLE session_tokens ADD COLUMN used_at timestamptz;",
+    // Nothing recorded the use of the tokens already there: count them used, which claims nothing false.
+    sql: "ALTER TABLE session_tokens ADD COLUMN used_at timestamptz; UPDATE session_tokens SET used_at = created_at;",
   },
 ];
 
@@ -326,7 +330,7 @@ export class PostgresProxyStore implements ProxyStore {
     const onError = options.onError ?? (() => undefined);
     const channel = channelName(schema, "llm_proxy");
     const feed = new PostgresChangeFeed({ connectionString: options.connectionString, channel, onError });
-    const store = new PostgresProxyStore({ pool, schema, holdMs: options.reservationHoldMs ?? 60_000, feed, channel });
+    const store = new PostgresProxyStore({ pool, schema, holdMs: options.reservationHoldMs ?? 120_000, feed, channel });
     try {
       await runMigrations({ pool, schema, component: "llm-proxy", migrations: MIGRATIONS });
       await feed.start();
@@ -343,9 +347,16 @@ export class PostgresProxyStore implements ProxyStore {
       store.#sweepTimer.unref();
     }
     if (store.#holdMs > 0) {
+      let renewing = false;
       store.#renewTimer = setInterval(() => {
-        store.renewHolds().catch(onError);
-      }, store.#holdMs / 3);
+        // One round at a time: a slow database must not pile renewals up.
+        if (renewing) return;
+        renewing = true;
+        store
+          .renewHolds()
+          .catch(onError)
+          .finally(() => (renewing = false));
+      }, store.#holdMs / 6);
       store.#renewTimer.unref();
     }
     return store;
@@ -412,7 +423,7 @@ export class PostgresProxyStore implements ProxyStore {
     return rows[0] ? tokenFromRow(rows[0]) : undefined;
   }
 
-  async revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<{ ended: TokenRecord[]; used: boolean }> {
+  async revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }> {
     // One statement: two replicas revoking at once each report only the tokens they ended,
     // and every replica hears of each token when it commits.
     const { rows } = await this.#pool.query<TokenRow>(
@@ -422,11 +433,11 @@ export class PostgresProxyStore implements ProxyStore {
       [by.hash ?? null, by.session ?? null, now, this.#channel],
     );
     // Read after that commit: every matching token is revoked by now, so none can be marked used any more.
-    const used = await this.#pool.query<{ used: boolean }>(
-      "SELECT EXISTS (SELECT 1 FROM session_tokens WHERE (hash = $1 OR session = $2) AND used_at IS NOT NULL) AS used",
+    const counts = await this.#pool.query<{ matched: number; used: number }>(
+      "SELECT count(*)::integer AS matched, count(used_at)::integer AS used FROM session_tokens WHERE hash = $1 OR session = $2",
       [by.hash ?? null, by.session ?? null],
     );
-    return { ended: rows.map(tokenFromRow), used: used.rows[0]!.used };
+    return { ended: rows.map(tokenFromRow), use: tokenUse(counts.rows[0]!) };
   }
 
   recordAttempt(attempt: AttemptRecord): Promise<void> {

@@ -32,6 +32,14 @@ export interface SecretInfo {
   updatedAt: Date;
 }
 
+/** What a revocation knows of its tokens' use (RevokeSessionTokenResponse.use). */
+export type TokenUseAnswer = "never" | "used" | "unknown";
+
+/** From the tokens a revocation matched and how many of them were used: unknown when none matched. */
+export function tokenUse(counts: { matched: number; used: number }): TokenUseAnswer {
+  return counts.matched === 0 ? "unknown" : counts.used > 0 ? "used" : "never";
+}
+
 export interface TokenRecord {
   /** SHA-256 of the token, hex; the token itself is never stored. */
   hash: string;
@@ -159,10 +167,11 @@ export interface TokenStore {
   useToken(hash: string, now: Date): Promise<TokenRecord | undefined>;
   /**
    * Revokes by token hash or by session. `ended`: the tokens this call ended
-   * (each token is ended by one caller only). `used`: whether any matching
-   * token, ended now or before, ever carried a model call.
+   * (each token is ended by one caller only). `use`: whether any matching
+   * token, ended now or before, ever carried a model call; `unknown` when no
+   * token matched.
    */
-  revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<{ ended: TokenRecord[]; used: boolean }>;
+  revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }>;
 }
 
 export interface MeteringStore {

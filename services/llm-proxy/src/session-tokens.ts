@@ -2,7 +2,7 @@
 // model call. Only a SHA-256 of each token is stored.
 import { createHash, randomBytes } from "node:crypto";
 import { ProxyError } from "./proxy-error.js";
-import type { ProxyStore, TokenRecord } from "./proxy-store.js";
+import type { ProxyStore, TokenRecord, TokenUseAnswer } from "./proxy-store.js";
 
 const PREFIX = "oz0st_";
 
@@ -64,10 +64,10 @@ export class SessionTokens {
 
   /**
    * Ends the token, or every token of a session. `ended`: the records this
-   * call ended; `used`: whether any of them (or one ended before) ever
+   * call ended; `use`: whether any of them (or one ended before) ever
    * carried a model call.
    */
-  async revoke(by: { token?: string; session?: string }): Promise<{ ended: TokenRecord[]; used: boolean }> {
+  async revoke(by: { token?: string; session?: string }): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }> {
     if (!by.token && !by.session) throw new ProxyError("invalid_argument", "RevokeSessionToken needs a token or a session");
     const revoked = await this.#store.revokeTokens({ ...(by.token ? { hash: hashToken(by.token) } : {}), ...(by.session ? { session: by.session } : {}) }, this.#now());
     for (const record of revoked.ended) this.#forget(record.hash);

@@ -18,6 +18,7 @@ import type {
   TokenRecord,
   UsageTotals,
 } from "./proxy-store.js";
+import { tokenUse, type TokenUseAnswer } from "./proxy-store.js";
 
 const METERING_COLUMNS = `operation_id TEXT NOT NULL, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
   provider TEXT NOT NULL, model TEXT NOT NULL, wire TEXT NOT NULL, stream INTEGER NOT NULL, status INTEGER NOT NULL,
@@ -159,7 +160,10 @@ export class SqliteProxyStore implements ProxyStore {
     this.#db.exec(SCHEMA);
     // A store made before tokens recorded their first use gains the column in place.
     const tokenColumns = this.#db.prepare("PRAGMA table_info(session_tokens)").all() as { name: string }[];
-    if (!tokenColumns.some((c) => c.name === "used_at")) this.#db.exec("ALTER TABLE session_tokens ADD COLUMN used_at INTEGER");
+    if (!tokenColumns.some((c) => c.name === "used_at")) {
+      // Nothing recorded the use of the tokens already there: count them used, which claims nothing false.
+      this.#db.exec("ALTER TABLE session_tokens ADD COLUMN used_at INTEGER; UPDATE session_tokens SET used_at = created_at;");
+    }
     const db = this.#db;
     this.#statements = {
       getSecret: db.prepare("SELECT * FROM secrets WHERE name = ?"),
@@ -176,7 +180,7 @@ export class SqliteProxyStore implements ProxyStore {
       tokensBySession: db.prepare("SELECT * FROM session_tokens WHERE session = ? AND revoked_at IS NULL"),
       revokeToken: db.prepare("UPDATE session_tokens SET revoked_at = ? WHERE hash = ?"),
       useToken: db.prepare("UPDATE session_tokens SET used_at = coalesce(used_at, @now) WHERE hash = @hash AND revoked_at IS NULL RETURNING *"),
-      anyUsed: db.prepare("SELECT EXISTS (SELECT 1 FROM session_tokens WHERE (hash = @hash OR session = @session) AND used_at IS NOT NULL) AS used"),
+      tokenUse: db.prepare("SELECT count(*) AS matched, count(used_at) AS used FROM session_tokens WHERE hash = @hash OR session = @session"),
       insertAttempt: db.prepare(`INSERT INTO attempts (${COLUMN_LIST}, attempt) VALUES (${VALUE_LIST}, @attempt)`),
       insertCall: db.prepare(`INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES (${VALUE_LIST}, @attempts)`),
       listAttempts: db.prepare("SELECT * FROM attempts WHERE job = ? ORDER BY started_at, operation_id, attempt"),
@@ -235,7 +239,7 @@ export class SqliteProxyStore implements ProxyStore {
     return row ? tokenFromRow(row) : undefined;
   }
 
-  async revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<{ ended: TokenRecord[]; used: boolean }> {
+  async revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }> {
     return this.#db.transaction(() => {
       const rows = [
         ...(by.hash ? (this.#statements.tokensByHash.all(by.hash) as TokenRow[]) : []),
@@ -243,8 +247,8 @@ export class SqliteProxyStore implements ProxyStore {
       ];
       const unique = new Map(rows.map((r) => [r.hash, r]));
       for (const hash of unique.keys()) this.#statements.revokeToken.run(now.getTime(), hash);
-      const used = (this.#statements.anyUsed.get({ hash: by.hash ?? null, session: by.session ?? null }) as { used: number }).used === 1;
-      return { ended: [...unique.values()].map((r) => ({ ...tokenFromRow(r), revokedAt: now })), used };
+      const counts = this.#statements.tokenUse.get({ hash: by.hash ?? null, session: by.session ?? null }) as { matched: number; used: number };
+      return { ended: [...unique.values()].map((r) => ({ ...tokenFromRow(r), revokedAt: now })), use: tokenUse(counts) };
     })();
   }
 

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
+import { TokenUse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { PRICE, post, startFixture, type ProxyFixture, type SessionEndpoint } from "./proxy-fixture.js";
 
 function anthropicClient(endpoint: SessionEndpoint): Anthropic {
@@ -145,7 +146,7 @@ void describe("who is calling", () => {
     assert.equal(ok.status, 200);
     const revoked = await fx.control.revokeSessionToken({ session: endpoint.session });
     assert.equal(revoked.revoked, 1);
-    assert.equal(revoked.used, true, "the revocation says a model call carried the token");
+    assert.equal(revoked.use, TokenUse.USED, "the revocation says a model call carried the token");
     const r = await post(`${endpoint.anthropicBaseUrl}/v1/messages`, body, { "x-api-key": endpoint.token, ...endpoint.headers });
     assert.equal(r.status, 401);
     assert.match(JSON.parse(r.text).error.message, /unknown or revoked/);
@@ -155,9 +156,10 @@ void describe("who is calling", () => {
   void it("reports a token no call carried as unused when it is revoked, and refuses it from then on", async () => {
     const unused = await fx.session();
     const revoked = await fx.control.revokeSessionToken({ session: unused.session });
-    assert.deepEqual({ revoked: revoked.revoked, used: revoked.used }, { revoked: 1, used: false });
+    assert.deepEqual({ revoked: revoked.revoked, use: revoked.use }, { revoked: 1, use: TokenUse.NEVER });
     const r = await post(`${unused.anthropicBaseUrl}/v1/messages`, body, { "x-api-key": unused.token, ...unused.headers });
     assert.equal(r.status, 401);
-    assert.equal((await fx.control.revokeSessionToken({ session: unused.session })).used, false, "asked again: still never used");
+    assert.equal((await fx.control.revokeSessionToken({ session: unused.session })).use, TokenUse.NEVER, "asked again: still never used");
+    assert.equal((await fx.control.revokeSessionToken({ session: "ses-never-minted" })).use, TokenUse.UNSPECIFIED, "no token matched: nothing is known");
   });
 });

@@ -87,10 +87,11 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       const ended = [...first.ended, ...second.ended];
       assert.deepEqual(ended.map((t) => t.hash).sort(), [h1, h2].sort(), "each token revoked by exactly one caller");
       assert.ok(ended.every((t) => t.revokedAt instanceof Date));
-      assert.deepEqual([first.used, second.used], [false, false], "no model call carried them");
+      assert.deepEqual([first.use, second.use], ["never", "never"], "no model call carried them");
       assert.ok((await a.findToken(h2))?.revokedAt);
       assert.equal((await b.findToken(h3))?.revokedAt, undefined, "another session's token lives on");
-      assert.deepEqual(await a.revokeTokens({ session }, new Date(7000)), { ended: [], used: false }, "nothing left to revoke");
+      assert.deepEqual(await a.revokeTokens({ session }, new Date(7000)), { ended: [], use: "never" }, "nothing left to revoke");
+      assert.deepEqual(await a.revokeTokens({ session: unique("never-minted") }, new Date(7000)), { ended: [], use: "unknown" }, "no token matched");
     });
 
     void it("marks a token used at its first call, keeps that time, refuses it once revoked, and a revocation reports the use", async () => {
@@ -100,13 +101,13 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       assert.equal((await a.useToken(`h-${used}`, new Date(4500)))?.usedAt?.getTime(), 4000, "the first use's time is kept");
       assert.equal(await a.useToken(unique("h-nope"), new Date(4500)), undefined, "an unknown token is refused");
       assert.deepEqual(
-        (await b.revokeTokens({ session: used }, new Date(5000))).used,
-        true,
+        (await b.revokeTokens({ session: used }, new Date(5000))).use,
+        "used",
         "the revocation of a used token says so",
       );
       assert.equal(await a.useToken(`h-${used}`, new Date(6000)), undefined, "a revoked token is refused");
-      assert.equal((await a.revokeTokens({ session: used }, new Date(7000))).used, true, "revoked before, used before: still reported");
-      assert.deepEqual((await a.revokeTokens({ hash: `h-${unused}` }, new Date(5000))).used, false);
+      assert.equal((await a.revokeTokens({ session: used }, new Date(7000))).use, "used", "revoked before, used before: still reported");
+      assert.deepEqual((await a.revokeTokens({ hash: `h-${unused}` }, new Date(5000))).use, "never");
       assert.equal(await b.useToken(`h-${unused}`, new Date(6000)), undefined, "never used, now revoked: never usable");
     });
 
@@ -118,7 +119,7 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
           Promise.all([a, b, a].map((store) => store.useToken(`h-${session}`, new Date(4000)))),
           (round % 2 ? a : b).revokeTokens({ session }, new Date(4000)),
         ]);
-        assert.equal(revoked.used, uses.some((u) => u !== undefined), `round ${round}: a use got through exactly when the revocation reports one`);
+        assert.equal(revoked.use, uses.some((u) => u !== undefined) ? "used" : "never", `round ${round}: a use got through exactly when the revocation reports one`);
       }
     });
 

@@ -8,7 +8,7 @@ import { after, before, describe, it } from "node:test";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { startScriptedModel, type ScriptedModel, type ScriptedRequest } from "@oz0/harness/testing";
-import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import { LlmProxyService, SecretService, TokenUse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import pg from "pg";
 import pino from "pino";
 import { startLlmProxy, type LlmProxy, type LlmProxyConfig } from "../src/index.js";
@@ -210,7 +210,7 @@ void describe("two proxy replicas on one PostgreSQL", () => {
     const headers = { "x-api-key": minted.token, "Oz0-Job": "job-used", "Oz0-Agent": "x" };
     assert.equal((await post(b.proxy.url, "/anthropic/v1/messages", ask, headers)).status, 200);
     const revoked = await a.control.revokeSessionToken({ session: "ses-used" });
-    assert.deepEqual({ revoked: revoked.revoked, used: revoked.used }, { revoked: 1, used: true });
+    assert.deepEqual({ revoked: revoked.revoked, use: revoked.use }, { revoked: 1, use: TokenUse.USED });
   });
 
   void it("refuses to start a replica whose key-encryption key differs, or that has none", async () => {

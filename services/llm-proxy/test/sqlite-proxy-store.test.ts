@@ -14,7 +14,7 @@ describeProxyStore("SqliteProxyStore", async () => {
   return { a: store, b: store, close: () => store.close() };
 });
 
-void test("a store made before tokens recorded their first use gains the column, keeping its tokens", async () => {
+void test("a store made before tokens recorded their first use gains the column, and counts its tokens used (nothing shows otherwise)", async () => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-old-"));
   const old = new Database(path.join(dataDir, "llm-proxy.sqlite"));
   old.exec(`CREATE TABLE session_tokens (hash TEXT PRIMARY KEY, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
@@ -23,8 +23,9 @@ void test("a store made before tokens recorded their first use gains the column,
   old.close();
   const store = new SqliteProxyStore({ dataDir });
   try {
-    assert.equal((await store.useToken("h-old", new Date(2000)))?.usedAt?.getTime(), 2000);
-    assert.equal((await store.revokeTokens({ session: "ses-old" }, new Date(3000))).used, true);
+    assert.equal((await store.findToken("h-old"))?.usedAt?.getTime(), 1000, "used, as of its creation");
+    assert.equal((await store.useToken("h-old", new Date(2000)))?.usedAt?.getTime(), 1000);
+    assert.equal((await store.revokeTokens({ session: "ses-old" }, new Date(3000))).use, "used");
   } finally {
     await store.close();
   }

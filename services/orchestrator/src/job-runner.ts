@@ -63,7 +63,7 @@ import {
   type SessionRunner,
   type TokenIssuer,
 } from "./session-runner.js";
-import type { SandboxPlacement } from "./sandbox-placement.js";
+import type { LostSession, SandboxPlacement } from "./sandbox-placement.js";
 import { toolResultViolation } from "./tool-call-audit.js";
 
 export const JOB_STATE_TO_PROTO: Record<JobStateName, JobState> = {
@@ -339,20 +339,32 @@ export class JobRunner {
   }
 
   /**
-   * Whether the job's session may have done anything: a model call carried
-   * its token (a harness's first act). The token is revoked to ask, so a
-   * session that never used it never will, and starting the session again
-   * elsewhere cannot run anything twice. A proxy that does not answer counts
-   * as used: nothing proves otherwise.
+   * Revokes the job's session token and answers whether that proves the
+   * session never reached a model: no model call ever carried the token, and
+   * revoked, none ever will. A model call is the first thing a harness does
+   * beyond its own sandbox, so such a session may start again elsewhere
+   * without anything done twice outside a sandbox that is gone. Without a
+   * token the session was never started. A proxy that does not answer (after
+   * a few tries) proves nothing.
    */
-  async #sessionReachedModel(job: JobRecord): Promise<boolean> {
-    if (!job.tokenId) return false;
-    try {
-      return (await this.#o.tokens.revoke({ tokenId: job.tokenId })).used;
-    } catch (error) {
-      this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not ask the LLM proxy whether the session used its token; it is treated as started");
-      return true;
+  async #revokeProvesUnused(job: JobRecord): Promise<boolean> {
+    if (!job.tokenId) return true;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return (await this.#o.tokens.revoke({ tokenId: job.tokenId })).neverUsed;
+      } catch (error) {
+        if (attempt >= 3) {
+          this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not ask the LLM proxy whether the session used its token; it counts as started");
+          return false;
+        }
+        await new Promise((resolve) => setTimeout(resolve, 300 * attempt));
+      }
     }
+  }
+
+  /** A fenced write of nothing: throws LeaseLostError once another replica took the job over. */
+  async #confirmOwner(jobId: string): Promise<void> {
+    await this.#o.store.append({ jobId, events: [] });
   }
 
   async #startSession(job: JobRecord, active: ActiveJob): Promise<void> {
@@ -464,7 +476,8 @@ export class JobRunner {
         // Nothing heard from the session yet. On a node that went silent it is given up there and
         // started on a live one, but only when its token proves it never reached a model; otherwise it
         // died with its node, and is reported lost.
-        if ((await this.#o.placement.lostSession(job.sessionId)) && !(await this.#sessionReachedModel(job))) await this.#o.placement.release(job.sessionId);
+        const lost = await this.#o.placement.lostSession(job.sessionId);
+        if (lost && (await this.#revokeProvesUnused(job))) await this.#o.placement.release(job.sessionId, { fromNode: lost.nodeId });
         // Its node holds a slot for it only while the session may run there (a slot is given back once
         // a node refused it): without one it never started.
         const placed = await this.#o.placement.place({ jobId: job.id, sessionId: job.sessionId });
@@ -570,7 +583,7 @@ export class JobRunner {
           if (!job) return;
           // Its node does not know it: the start never reached the node, or the node restarted after it.
           // Only the first is safe to start again, and only an unused token tells them apart.
-          if (await this.#sessionReachedModel(job)) {
+          if (!(await this.#revokeProvesUnused(job))) {
             await this.#finish(jobId, { failure: "the session was lost: its sandbox no longer knows it, and it had already called the model (was the sandbox restarted?); run the job again" });
             return;
           }
@@ -607,7 +620,7 @@ export class JobRunner {
           const job = await this.#o.store.getJob(jobId);
           const lost = job ? await this.#o.placement.lostSession(job.sessionId) : undefined;
           if (lost) {
-            await this.#handleLostSession(jobId, lost.reason);
+            await this.#handleLostSession(jobId, lost);
             return;
           }
           if (!this.#o.placement.tracksNodes) {
@@ -921,23 +934,20 @@ export class JobRunner {
 
   /** A person's answer to a call that waits for approval. Idempotent for the same answer. */
   async answerPermission(options: { jobId: string; callId: string; allow: boolean; input?: JsonObject; reason?: string; answeredBy?: string }): Promise<PermissionRecord> {
-    return this.#asOwnerOrBystander(options.jobId, () => this.#answerPermission(options));
+    try {
+      return await this.#asOwnerOrBystander(options.jobId, () => this.#answerPermission(options));
+    } catch (error) {
+      // The lease went to another replica just now, before this one noticed. The answer's one write was
+      // refused, and nothing else was written: it is made again as the bystander this replica now is, and
+      // the new owner delivers it.
+      if (!(error instanceof LeaseLostError)) throw error;
+      return asBystander(() => this.#answerPermission(options));
+    }
   }
 
-  /**
-   * Runs a write taken here for any job: fenced when this replica runs the
-   * job, a bystander's when another does. A fenced write refused because the
-   * lease went to another replica just now (before this one noticed) wrote
-   * nothing: it is made again as the bystander this replica now is.
-   */
-  async #asOwnerOrBystander<T>(jobId: string, work: () => Promise<T>): Promise<T> {
-    if (!this.#ownership.owns(jobId)) return asBystander(work);
-    try {
-      return await work();
-    } catch (error) {
-      if (!(error instanceof LeaseLostError)) throw error;
-      return asBystander(work);
-    }
+  /** Runs a write taken here for any job: fenced when this replica runs the job, a bystander's when another does. */
+  #asOwnerOrBystander<T>(jobId: string, work: () => Promise<T>): Promise<T> {
+    return this.#ownership.owns(jobId) ? work() : asBystander(work);
   }
 
   async #answerPermission(options: { jobId: string; callId: string; allow: boolean; input?: JsonObject; reason?: string; answeredBy?: string }): Promise<PermissionRecord> {
@@ -1030,46 +1040,74 @@ export class JobRunner {
 
   /**
    * Deals with the jobs this replica works on whose sandbox node stopped
-   * sending heartbeats (handleLostSession). Slots of sessions whose jobs
-   * already ended are freed.
+   * sending heartbeats (handleLostSession): most fail, saying so. Slots of
+   * sessions whose jobs already ended are freed. One job's failure to be
+   * dealt with is logged and tried again at the next call.
    */
-  async failLostSessions(): Promise<void> {
+  async handleLostSessions(): Promise<void> {
     for (const lost of await this.#o.placement.lostSessions()) {
-      const job = await this.#o.store.getJob(lost.jobId);
-      if (!job || isTerminal(job.state) || job.sessionId !== lost.sessionId) {
-        await this.#o.placement.release(lost.sessionId);
-      } else if (this.#ownership.owns(lost.jobId)) {
-        await this.#handleLostSession(lost.jobId, lost.reason);
+      try {
+        const job = await this.#o.store.getJob(lost.jobId);
+        if (!job || isTerminal(job.state) || job.sessionId !== lost.sessionId) {
+          await this.#o.placement.release(lost.sessionId, { fromNode: lost.nodeId });
+        } else if (this.#ownership.owns(lost.jobId)) {
+          await this.#handleLostSession(lost.jobId, lost);
+        }
+      } catch (error) {
+        this.#o.logger.warn({ jobId: lost.jobId, sessionId: lost.sessionId, err: String(error) }, "could not deal with a session lost with its node yet; trying again");
       }
     }
   }
 
   /**
    * The job's session is on a node that stopped sending heartbeats. One
-   * never heard from whose token no model call carried (revoked as it is
-   * asked) never did anything: it starts on a live node instead. Any other
-   * died with its node (resuming a session elsewhere is not supported), and
-   * the job fails with `reason`. Whoever notices first (the node watch, the
-   * session's stream) deals with it; the other does nothing.
+   * never heard from whose token proves it never reached a model
+   * (#revokeProvesUnused) starts on a live node instead. Any other died with
+   * its node (resuming a session elsewhere is not supported), and the job
+   * fails with the loss's reason. Whoever notices first (the node watch, the
+   * session's stream) deals with it; the other does nothing. A job not
+   * followed here yet is being resumed (a takeover): its re-attach meets the
+   * silent node and comes back here.
    */
-  async #handleLostSession(jobId: string, reason: string): Promise<void> {
+  async #handleLostSession(jobId: string, lost: LostSession): Promise<void> {
     const active = this.#active.get(jobId);
-    if (active?.lostHandled) return;
-    if (active) active.lostHandled = true;
-    const job = await this.#o.store.getJob(jobId);
-    if (!job || isTerminal(job.state)) return;
-    if (active && job.state === "pending" && job.sandboxSeq === 0 && active.sandboxSeq === 0 && !(await this.#sessionReachedModel(job))) {
-      if (this.#closing || active.abandoned || this.#active.get(jobId) !== active) return;
-      // Stop following it there (its stream's loop ends without finishing the job), and start it afresh.
-      active.abandoned = true;
-      active.channel?.close();
-      this.#active.delete(jobId);
-      await this.#o.placement.release(job.sessionId);
-      this.#o.logger.info({ jobId, sessionId: job.sessionId }, "the session's node went silent before the session reached a model: starting it on another node");
-      await this.#resume(job);
-      return;
+    if (!active || active.lostHandled) return;
+    active.lostHandled = true;
+    try {
+      const job = await this.#o.store.getJob(jobId);
+      if (!job || isTerminal(job.state)) return;
+      if (job.state === "pending" && job.sandboxSeq === 0 && active.sandboxSeq === 0) {
+        // Still this replica's job (a paused replica must not revoke or move a session its successor started).
+        await this.#confirmOwner(jobId);
+        if (await this.#revokeProvesUnused(job)) {
+          if (this.#closing || active.abandoned || this.#active.get(jobId) !== active) return;
+          await this.#startElsewhere(job, active, lost);
+          return;
+        }
+      }
+      await this.#finish(jobId, { failure: lost.reason });
+    } catch (error) {
+      // Another replica runs it now: nothing is left to do here.
+      if (error instanceof LeaseLostError) return;
+      active.lostHandled = false;
+      throw error;
     }
-    await this.#finish(jobId, { failure: reason });
+  }
+
+  /** Stops following the session on its silent node (its stream's loop ends without finishing the job) and starts it on a live one. */
+  async #startElsewhere(job: JobRecord, active: ActiveJob, lost: LostSession): Promise<void> {
+    active.abandoned = true;
+    active.channel?.close();
+    this.#active.delete(job.id);
+    try {
+      await this.#o.placement.release(job.sessionId, { fromNode: lost.nodeId });
+      this.#o.logger.info({ jobId: job.id, sessionId: job.sessionId, node: lost.nodeId }, "the session's node went silent before the session reached a model: starting it on another node");
+      await this.#resume(job);
+    } catch (error) {
+      // Neither followed nor failed here: its lease is given up, so the next sweep (here or at another replica) resumes it.
+      this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not start the session on another node; leaving the job to the next sweep");
+      await this.#ownership.release(job.id).catch(() => undefined);
+    }
   }
 
   /** Checks for lost nodes every `intervalMs` until close. */
@@ -1079,7 +1117,7 @@ export class JobRunner {
     this.#nodeWatch = setInterval(() => {
       if (checking) return;
       checking = true;
-      this.failLostSessions()
+      this.handleLostSessions()
         .catch((error: unknown) => this.#o.logger.warn({ err: String(error) }, "could not check for lost sandbox nodes"))
         .finally(() => (checking = false));
     }, options.intervalMs);

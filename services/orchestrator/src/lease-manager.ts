@@ -63,12 +63,6 @@ function toLease(row: LeaseRow): Lease {
   };
 }
 
-/**
- * Refuses (with LeaseLostError) unless `fence` still holds its lease. Run it
- * inside the transaction of the write it guards: FOR SHARE keeps a takeover
- * (an UPDATE of the lease row) waiting until that write has committed, so
- * every write lands strictly before or strictly after the takeover.
- */
 /** Runs `write` in a transaction that first checks that `fence`, when given, still holds its lease. */
 export async function fencedTransaction<T>(pool: pg.Pool, fence: LeaseFence | undefined, write: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   return withTransaction(pool, async (client) => {
@@ -77,6 +71,12 @@ export async function fencedTransaction<T>(pool: pg.Pool, fence: LeaseFence | un
   });
 }
 
+/**
+ * Refuses (with LeaseLostError) unless `fence` still holds its lease. Run it
+ * inside the transaction of the write it guards: FOR SHARE keeps a takeover
+ * (an UPDATE of the lease row) waiting until that write has committed, so
+ * every write lands strictly before or strictly after the takeover.
+ */
 export async function assertLeaseHeld(client: pg.PoolClient, fence: LeaseFence): Promise<void> {
   const { rows } = await client.query<{ token: string; owner: string }>("SELECT token, owner FROM leases WHERE kind = $1 AND resource = $2 FOR SHARE", [
     fence.kind,

@@ -41,9 +41,12 @@ export class LifecycleOutbox implements LifecycleSink {
   #failing = false;
   /** Stops a Publish still waiting when close() gives up. */
   readonly #abort = new AbortController();
+  /** Events per claim now: halved while a batch is too large for one message. */
+  #batch: number;
 
   constructor(options: LifecycleOutboxOptions) {
     this.#o = options;
+    this.#batch = options.batch ?? 500;
     this.#client = createClient(EventsService, eventsTransport(options.url));
     this.#poll = setInterval(() => this.committed(), options.pollMs ?? 1_000);
     this.#poll.unref();
@@ -69,7 +72,10 @@ export class LifecycleOutbox implements LifecycleSink {
   }
 
   publish(type: string, init: LifecycleInit): void {
-    if (this.#closed) return;
+    if (this.#closed) {
+      this.#o.logger.warn({ type, jobId: init.jobId }, "a lifecycle event came after the orchestrator began stopping; it is not kept");
+      return;
+    }
     const stored = this.#o.store.putLifecycleEvents([this.event(type, init)]).then(
       () => this.committed(),
       (error: unknown) => this.#o.logger.warn({ type, jobId: init.jobId, err: String(error) }, "could not keep a lifecycle event for the events service; it is lost"),
@@ -87,21 +93,23 @@ export class LifecycleOutbox implements LifecycleSink {
       await this.#shipping;
       await this.#shipAll();
     })();
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([last, new Promise<void>((resolve) => (timer = setTimeout(resolve, options.timeoutMs ?? 2_000)))]);
-    clearTimeout(timer);
+    const timeoutMs = options.timeoutMs ?? 2_000;
+    await within(last, timeoutMs);
+    // A send still waiting is stopped; a store query still waiting is not waited for past a second grace.
     this.#abort.abort();
-    await last;
+    await within(last, timeoutMs);
   }
 
   async #shipAll(): Promise<void> {
-    const batch = this.#o.batch ?? 500;
     try {
       for (;;) {
+        const batch = this.#batch;
         // Claimed for longer than a send may take, so no other shipper sends them meanwhile.
         const claimed = await this.#o.store.claimLifecycleEvents({ limit: batch, claimMs: 1.5 * this.#sendTimeoutMs + 1_000 });
         if (claimed.length === 0) break;
         await this.#ship(claimed);
+        // Back toward the full batch after a batch too large was split (#send).
+        this.#batch = Math.min(this.#o.batch ?? 500, this.#batch * 2);
         if (claimed.length < batch) break;
       }
       if (this.#failing) this.#o.logger.info("stored lifecycle events reach the events service again");
@@ -137,9 +145,21 @@ export class LifecycleOutbox implements LifecycleSink {
       }
     } catch (error) {
       const err = ConnectError.from(error);
-      if (err.code !== Code.InvalidArgument) throw error;
-      // Sending again cannot help a batch the service refuses: say which events went.
+      if (err.code === Code.ResourceExhausted && events.length > 1) {
+        // Too large for one message: the next rounds send smaller batches (the events stay stored meanwhile).
+        this.#batch = Math.max(1, Math.floor(events.length / 2));
+        throw error;
+      }
+      if (err.code !== Code.InvalidArgument && err.code !== Code.ResourceExhausted) throw error;
+      // Sending again cannot help an event the service refuses, or one too large alone: say which went.
       this.#o.logger.error({ code: "EVENTS_BATCH_REJECTED", ids: events.map((e) => e.id), reason: err.rawMessage }, "the events service refused lifecycle events; they are dropped");
     }
   }
+}
+
+/** Waits for `work` at most `ms`. */
+async function within(work: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([work, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
 }

@@ -1,7 +1,7 @@
 // TokenIssuer and SecretWriter over the LLM proxy's oz0.llmproxy.v1 API.
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { LlmProxyService, SecretService, type GetUsageResponse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import { LlmProxyService, SecretService, TokenUse, type GetUsageResponse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { traceContextClientInterceptor } from "@oz0/serving";
 import { invalidArgument, OrchestratorError } from "./orchestrator-error.js";
 import type { MintedToken, SecretWriter, TokenIssuer } from "./session-runner.js";
@@ -50,9 +50,10 @@ export class LlmProxyClient implements TokenIssuer, SecretWriter {
     }
   }
 
-  async revoke(options: { tokenId: string }): Promise<{ used: boolean }> {
+  async revoke(options: { tokenId: string }): Promise<{ neverUsed: boolean }> {
     const response = await this.#tokens.revokeSessionToken({ session: options.tokenId });
-    return { used: response.used };
+    // Only a proxy that recorded every use can say "never"; an unknown session, or an older proxy, proves nothing.
+    return { neverUsed: response.use === TokenUse.NEVER };
   }
 
   async setSecret(options: { name: string; value: string }): Promise<void> {

@@ -197,10 +197,18 @@ export class SandboxNodeRegistry {
     });
   }
 
-  /** Frees a session's slot (it ended, its loss was handled, or it is to be placed afresh); false when it was not placed. */
-  async release(sessionId: string): Promise<boolean> {
+  /**
+   * Frees a session's slot (it ended, its loss was handled, or it is to be
+   * placed afresh); false when it was not placed. `fromNode`: only from that
+   * node, so a caller acting on an old view never frees the slot another
+   * replica placed the session in since.
+   */
+  async release(sessionId: string, options: { fromNode?: string } = {}): Promise<boolean> {
     return withTransaction(this.#pool, async (client) => {
-      const removed = await client.query<{ node_id: string }>("DELETE FROM session_placements WHERE session_id = $1 RETURNING node_id", [sessionId]);
+      const removed = await client.query<{ node_id: string }>(
+        "DELETE FROM session_placements WHERE session_id = $1 AND ($2::text IS NULL OR node_id = $2) RETURNING node_id",
+        [sessionId, options.fromNode ?? null],
+      );
       const from = removed.rows[0]?.node_id;
       if (from === undefined) return false;
       await client.query("UPDATE sandbox_nodes SET placed = placed - 1 WHERE id = $1", [from]);
@@ -208,7 +216,7 @@ export class SandboxNodeRegistry {
     });
   }
 
-  /** Sessions placed on nodes whose heartbeats stopped: the owners of their jobs fail them with `reason`. */
+  /** Sessions placed on nodes whose heartbeats stopped: the owners of their jobs deal with them (most fail, with `reason`). */
   async lostSessions(): Promise<LostSession[]> {
     return this.#lost();
   }

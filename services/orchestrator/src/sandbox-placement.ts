@@ -25,8 +25,8 @@ export interface SandboxPlacement {
   place(request: { jobId: string; sessionId: string; refusedBy?: string }): Promise<SessionRunner | undefined>;
   /** The runner of the node a stored job's session is on (by the job's sandboxUrl), to re-attach or cancel. */
   runnerFor(url: string): SessionRunner;
-  /** The session ended: free its slot. */
-  release(sessionId: string): Promise<void>;
+  /** The session ended, or is to be placed afresh: free its slot (`fromNode`: only if it is still there). */
+  release(sessionId: string, options?: { fromNode?: string }): Promise<void>;
   /** Sessions whose node stopped sending heartbeats (empty for static placement). */
   lostSessions(): Promise<LostSession[]>;
   /** The session, when its node stopped sending heartbeats (never for static placement). */
@@ -65,7 +65,7 @@ export class StaticPlacement implements SandboxPlacement {
     throw new OrchestratorError("unavailable", `the job's sandbox ${url} is not configured any more; add it to OZ0_SANDBOX_URLS`);
   }
 
-  release(_sessionId: string): Promise<void> {
+  release(_sessionId: string, _options?: { fromNode?: string }): Promise<void> {
     return Promise.resolve();
   }
 
@@ -131,8 +131,8 @@ export class RegistryPlacement implements SandboxPlacement {
     return runner;
   }
 
-  async release(sessionId: string): Promise<void> {
-    await this.#o.registry.release(sessionId);
+  async release(sessionId: string, options: { fromNode?: string } = {}): Promise<void> {
+    await this.#o.registry.release(sessionId, options);
   }
 
   lostSessions(): Promise<LostSession[]> {

@@ -69,10 +69,11 @@ export interface SessionRunner {
 export interface TokenIssuer {
   mint(options: { jobId: string; agent: string; agentVersion: number; sessionId: string; budgetUsd?: number; ttlMs?: number }): Promise<MintedToken>;
   /**
-   * Ends the session's token. `used`: whether a model call ever carried it;
-   * false proves the session never reached a model, and never will now.
+   * Ends the session's token. `neverUsed`: the proxy knows that no model call
+   * ever carried it, which proves the session never reached a model (nor
+   * will, now); false when it was used or nothing is known.
    */
-  revoke(options: { tokenId: string }): Promise<{ used: boolean }>;
+  revoke(options: { tokenId: string }): Promise<{ neverUsed: boolean }>;
 }
 
 export interface MintedToken {

@@ -172,7 +172,7 @@ function setup(options: { sandbox: ScriptedSandbox; home?: string; maxRepairs?: 
       mint: async (o) => ({ token: `tok-${o.sessionId}`, tokenId: `tid-${o.sessionId}`, anthropicBaseUrl: "http://llm", openaiBaseUrl: "http://llm/v1", headers: {} }),
       revoke: async (o) => {
         revoked.push(o.tokenId);
-        return { used: true };
+        return { neverUsed: false };
       },
     },
     ...(options.maxRepairs !== undefined ? { maxRepairs: options.maxRepairs } : {}),

@@ -167,7 +167,7 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
       store: unaware.cluster.store,
       feed: new JobFeed(),
       placement: new StaticPlacement({ runners: [new SandboxClient({ url: "http://127.0.0.1:1" })] }),
-      tokens: { mint: () => Promise.reject(new Error("not used")), revoke: () => Promise.resolve({ used: false }) },
+      tokens: { mint: () => Promise.reject(new Error("not used")), revoke: () => Promise.resolve({ neverUsed: true }) },
       policy: new PermissionPolicy({ hooks: [new HookStage()] }),
       home,
       logger: createLogger({ name: "leases-answer", level: "error" }),

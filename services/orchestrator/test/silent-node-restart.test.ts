@@ -106,7 +106,8 @@ void describe("a session on a node that went silent before it was heard from", (
     heartbeats = setInterval(() => void registry.heartbeat("live").catch(() => undefined), 200);
     await eventually(async () => ((await registry.lostSession("ses_used")) ? true : undefined), "the gone node counting as silent");
 
-    // This replica takes both jobs over.
+    // This replica takes both jobs over, its node watch running meanwhile (it must leave jobs being resumed to their resume).
+    runner.watchNodes({ intervalMs: 20 });
     await runner.resumeJob("never-used");
     await runner.resumeJob("used");
 
@@ -154,7 +155,7 @@ void describe("a session on a node that went silent before it was heard from", (
       await eventually(async () => ((await store.getJob(job.id))?.sandboxUrl === holeUrl ? true : undefined), "the session placed on the silent node");
       // Its heartbeats never come again; the node watch finds its session lost.
       await eventually(async () => ((await registry.lostSession(job.sessionId)) ? true : undefined), "the node counting as silent");
-      await runner.failLostSessions();
+      await runner.handleLostSessions();
       const ran = await ended(job.id);
       assert.equal(ran.state, "succeeded", ran.error);
       assert.equal(ran.sandboxUrl, t.stack.urls.sandbox, "started on the live node");

@@ -7,8 +7,8 @@
 // @generated from file oz0/llmproxy/v1/llm_proxy.proto (package oz0.llmproxy.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file oz0/llmproxy/v1/llm_proxy.proto.
  */
 export const file_oz0_llmproxy_v1_llm_proxy: GenFile = /*@__PURE__*/
-  fileDesc("Ch9vejAvbGxtcHJveHkvdjEvbGxtX3Byb3h5LnByb3RvEg9vejAubGxtcHJveHkudjEiLwoQU2V0U2VjcmV0UmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXZhbHVlGAIgASgJIiUKEVNldFNlY3JldFJlc3BvbnNlEhAKCHJlcGxhY2VkGAEgASgIIiMKE0RlbGV0ZVNlY3JldFJlcXVlc3QSDAoEbmFtZRgBIAEoCSIWChREZWxldGVTZWNyZXRSZXNwb25zZSIUChJMaXN0U2VjcmV0c1JlcXVlc3QiQwoTTGlzdFNlY3JldHNSZXNwb25zZRIsCgdzZWNyZXRzGAEgAygLMhsub3owLmxsbXByb3h5LnYxLlNlY3JldEluZm8iegoKU2VjcmV0SW5mbxIMCgRuYW1lGAEgASgJEi4KCmNyZWF0ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIloKF01pbnRTZXNzaW9uVG9rZW5SZXF1ZXN0EgsKA2pvYhgBIAEoCRINCgVhZ2VudBgCIAEoCRIPCgdzZXNzaW9uGAMgASgJEhIKCmJ1ZGdldF91c2QYBCABKAEi1wEKGE1pbnRTZXNzaW9uVG9rZW5SZXNwb25zZRINCgV0b2tlbhgBIAEoCRJHCgdoZWFkZXJzGAIgAygLMjYub3owLmxsbXByb3h5LnYxLk1pbnRTZXNzaW9uVG9rZW5SZXNwb25zZS5IZWFkZXJzRW50cnkSGgoSYW50aHJvcGljX2Jhc2VfdXJsGAMgASgJEhcKD29wZW5haV9iYXNlX3VybBgEIAEoCRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI7ChlSZXZva2VTZXNzaW9uVG9rZW5SZXF1ZXN0Eg0KBXRva2VuGAEgASgJEg8KB3Nlc3Npb24YAiABKAkiOwoaUmV2b2tlU2Vzc2lvblRva2VuUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDRIMCgR1c2VkGAIgASgIIh4KD0dldFVzYWdlUmVxdWVzdBILCgNqb2IYASABKAkicwoQR2V0VXNhZ2VSZXNwb25zZRILCgNqb2IYASABKAkSJQoFdG90YWwYAiABKAsyFi5vejAubGxtcHJveHkudjEuVXNhZ2USKwoGYWdlbnRzGAMgAygLMhsub3owLmxsbXByb3h5LnYxLkFnZW50VXNhZ2UiQgoKQWdlbnRVc2FnZRINCgVhZ2VudBgBIAEoCRIlCgV1c2FnZRgCIAEoCzIWLm96MC5sbG1wcm94eS52MS5Vc2FnZSLhAQoFVXNhZ2USDQoFY2FsbHMYASABKAQSEAoIYXR0ZW1wdHMYAiABKAQSFAoMaW5wdXRfdG9rZW5zGAMgASgEEhUKDW91dHB1dF90b2tlbnMYBCABKAQSGQoRY2FjaGVfcmVhZF90b2tlbnMYBSABKAQSGgoSY2FjaGVfd3JpdGVfdG9rZW5zGAYgASgEEhgKEHJlYXNvbmluZ190b2tlbnMYByABKAQSEAoIY29zdF91c2QYCCABKAESEQoJZXN0aW1hdGVkGAkgASgIEhQKDGZhaWxlZF9jYWxscxgKIAEoBDKaAgoNU2VjcmV0U2VydmljZRJSCglTZXRTZWNyZXQSIS5vejAubGxtcHJveHkudjEuU2V0U2VjcmV0UmVxdWVzdBoiLm96MC5sbG1wcm94eS52MS5TZXRTZWNyZXRSZXNwb25zZRJbCgxEZWxldGVTZWNyZXQSJC5vejAubGxtcHJveHkudjEuRGVsZXRlU2VjcmV0UmVxdWVzdBolLm96MC5sbG1wcm94eS52MS5EZWxldGVTZWNyZXRSZXNwb25zZRJYCgtMaXN0U2VjcmV0cxIjLm96MC5sbG1wcm94eS52MS5MaXN0U2VjcmV0c1JlcXVlc3QaJC5vejAubGxtcHJveHkudjEuTGlzdFNlY3JldHNSZXNwb25zZTK6AgoPTGxtUHJveHlTZXJ2aWNlEmcKEE1pbnRTZXNzaW9uVG9rZW4SKC5vejAubGxtcHJveHkudjEuTWludFNlc3Npb25Ub2tlblJlcXVlc3QaKS5vejAubGxtcHJveHkudjEuTWludFNlc3Npb25Ub2tlblJlc3BvbnNlEm0KElJldm9rZVNlc3Npb25Ub2tlbhIqLm96MC5sbG1wcm94eS52MS5SZXZva2VTZXNzaW9uVG9rZW5SZXF1ZXN0Gisub3owLmxsbXByb3h5LnYxLlJldm9rZVNlc3Npb25Ub2tlblJlc3BvbnNlEk8KCEdldFVzYWdlEiAub3owLmxsbXByb3h5LnYxLkdldFVzYWdlUmVxdWVzdBohLm96MC5sbG1wcm94eS52MS5HZXRVc2FnZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("Ch9vejAvbGxtcHJveHkvdjEvbGxtX3Byb3h5LnByb3RvEg9vejAubGxtcHJveHkudjEiLwoQU2V0U2VjcmV0UmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXZhbHVlGAIgASgJIiUKEVNldFNlY3JldFJlc3BvbnNlEhAKCHJlcGxhY2VkGAEgASgIIiMKE0RlbGV0ZVNlY3JldFJlcXVlc3QSDAoEbmFtZRgBIAEoCSIWChREZWxldGVTZWNyZXRSZXNwb25zZSIUChJMaXN0U2VjcmV0c1JlcXVlc3QiQwoTTGlzdFNlY3JldHNSZXNwb25zZRIsCgdzZWNyZXRzGAEgAygLMhsub3owLmxsbXByb3h5LnYxLlNlY3JldEluZm8iegoKU2VjcmV0SW5mbxIMCgRuYW1lGAEgASgJEi4KCmNyZWF0ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIloKF01pbnRTZXNzaW9uVG9rZW5SZXF1ZXN0EgsKA2pvYhgBIAEoCRINCgVhZ2VudBgCIAEoCRIPCgdzZXNzaW9uGAMgASgJEhIKCmJ1ZGdldF91c2QYBCABKAEi1wEKGE1pbnRTZXNzaW9uVG9rZW5SZXNwb25zZRINCgV0b2tlbhgBIAEoCRJHCgdoZWFkZXJzGAIgAygLMjYub3owLmxsbXByb3h5LnYxLk1pbnRTZXNzaW9uVG9rZW5SZXNwb25zZS5IZWFkZXJzRW50cnkSGgoSYW50aHJvcGljX2Jhc2VfdXJsGAMgASgJEhcKD29wZW5haV9iYXNlX3VybBgEIAEoCRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI7ChlSZXZva2VTZXNzaW9uVG9rZW5SZXF1ZXN0Eg0KBXRva2VuGAEgASgJEg8KB3Nlc3Npb24YAiABKAkiVQoaUmV2b2tlU2Vzc2lvblRva2VuUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDRImCgN1c2UYAiABKA4yGS5vejAubGxtcHJveHkudjEuVG9rZW5Vc2UiHgoPR2V0VXNhZ2VSZXF1ZXN0EgsKA2pvYhgBIAEoCSJzChBHZXRVc2FnZVJlc3BvbnNlEgsKA2pvYhgBIAEoCRIlCgV0b3RhbBgCIAEoCzIWLm96MC5sbG1wcm94eS52MS5Vc2FnZRIrCgZhZ2VudHMYAyADKAsyGy5vejAubGxtcHJveHkudjEuQWdlbnRVc2FnZSJCCgpBZ2VudFVzYWdlEg0KBWFnZW50GAEgASgJEiUKBXVzYWdlGAIgASgLMhYub3owLmxsbXByb3h5LnYxLlVzYWdlIuEBCgVVc2FnZRINCgVjYWxscxgBIAEoBBIQCghhdHRlbXB0cxgCIAEoBBIUCgxpbnB1dF90b2tlbnMYAyABKAQSFQoNb3V0cHV0X3Rva2VucxgEIAEoBBIZChFjYWNoZV9yZWFkX3Rva2VucxgFIAEoBBIaChJjYWNoZV93cml0ZV90b2tlbnMYBiABKAQSGAoQcmVhc29uaW5nX3Rva2VucxgHIAEoBBIQCghjb3N0X3VzZBgIIAEoARIRCgllc3RpbWF0ZWQYCSABKAgSFAoMZmFpbGVkX2NhbGxzGAogASgEKk4KCFRva2VuVXNlEhkKFVRPS0VOX1VTRV9VTlNQRUNJRklFRBAAEhMKD1RPS0VOX1VTRV9ORVZFUhABEhIKDlRPS0VOX1VTRV9VU0VEEAIymgIKDVNlY3JldFNlcnZpY2USUgoJU2V0U2VjcmV0EiEub3owLmxsbXByb3h5LnYxLlNldFNlY3JldFJlcXVlc3QaIi5vejAubGxtcHJveHkudjEuU2V0U2VjcmV0UmVzcG9uc2USWwoMRGVsZXRlU2VjcmV0EiQub3owLmxsbXByb3h5LnYxLkRlbGV0ZVNlY3JldFJlcXVlc3QaJS5vejAubGxtcHJveHkudjEuRGVsZXRlU2VjcmV0UmVzcG9uc2USWAoLTGlzdFNlY3JldHMSIy5vejAubGxtcHJveHkudjEuTGlzdFNlY3JldHNSZXF1ZXN0GiQub3owLmxsbXByb3h5LnYxLkxpc3RTZWNyZXRzUmVzcG9uc2UyugIKD0xsbVByb3h5U2VydmljZRJnChBNaW50U2Vzc2lvblRva2VuEigub3owLmxsbXByb3h5LnYxLk1pbnRTZXNzaW9uVG9rZW5SZXF1ZXN0Gikub3owLmxsbXByb3h5LnYxLk1pbnRTZXNzaW9uVG9rZW5SZXNwb25zZRJtChJSZXZva2VTZXNzaW9uVG9rZW4SKi5vejAubGxtcHJveHkudjEuUmV2b2tlU2Vzc2lvblRva2VuUmVxdWVzdBorLm96MC5sbG1wcm94eS52MS5SZXZva2VTZXNzaW9uVG9rZW5SZXNwb25zZRJPCghHZXRVc2FnZRIgLm96MC5sbG1wcm94eS52MS5HZXRVc2FnZVJlcXVlc3QaIS5vejAubGxtcHJveHkudjEuR2V0VXNhZ2VSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message oz0.llmproxy.v1.SetSecretRequest
@@ -259,14 +259,15 @@ export type RevokeSessionTokenResponse = Message<"oz0.llmproxy.v1.RevokeSessionT
   revoked: number;
 
   /**
-   * True when any of the tokens, ended now or before, ever carried a model
-   * call. Once revoked a token is never used again, so false proves the
-   * session never reached a model: it may be started again elsewhere
-   * without doing anything twice.
+   * Whether any of the tokens, ended now or before, ever carried a model
+   * call. Once revoked a token is never used again, so TOKEN_USE_NEVER proves
+   * the session never reached a model (nor will): it may be started again
+   * elsewhere without calling a model twice. Anything else, including the
+   * default an older proxy answers with, proves nothing.
    *
-   * @generated from field: bool used = 2;
+   * @generated from field: oz0.llmproxy.v1.TokenUse use = 2;
    */
-  used: boolean;
+  use: TokenUse;
 };
 
 /**
@@ -416,6 +417,38 @@ export type Usage = Message<"oz0.llmproxy.v1.Usage"> & {
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
   messageDesc(file_oz0_llmproxy_v1_llm_proxy, 14);
+
+/**
+ * @generated from enum oz0.llmproxy.v1.TokenUse
+ */
+export enum TokenUse {
+  /**
+   * Not known: no token matched, or the proxy does not record use.
+   *
+   * @generated from enum value: TOKEN_USE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * No model call ever carried any of the tokens.
+   *
+   * @generated from enum value: TOKEN_USE_NEVER = 1;
+   */
+  NEVER = 1,
+
+  /**
+   * At least one model call carried one of them.
+   *
+   * @generated from enum value: TOKEN_USE_USED = 2;
+   */
+  USED = 2,
+}
+
+/**
+ * Describes the enum oz0.llmproxy.v1.TokenUse.
+ */
+export const TokenUseSchema: GenEnum<TokenUse> = /*@__PURE__*/
+  enumDesc(file_oz0_llmproxy_v1_llm_proxy, 0);
 
 /**
  * Provider keys. Write-only: a value goes in and never comes back out.
