@@ -145,6 +145,11 @@ interface ActiveJob {
 }
 
 /** A new job's id. */
+/** A session's id: a job gets one, and a new one whenever its session is started afresh elsewhere. */
+function newSessionId(): string {
+  return `ses_${randomUUID().replaceAll("-", "").slice(0, 20)}`;
+}
+
 export function newJobId(): string {
   return `job_${randomUUID().replaceAll("-", "").slice(0, 20)}`;
 }
@@ -305,7 +310,7 @@ export class JobRunner {
       resultText: "",
       stopReason: 0,
       error: "",
-      sessionId: `ses_${randomUUID().replaceAll("-", "").slice(0, 20)}`,
+      sessionId: newSessionId(),
       // Set when the session is placed on a node (#startSession).
       sandboxUrl: "",
       lastSeq: 0,
@@ -462,7 +467,8 @@ export class JobRunner {
     await this.#resume(job);
   }
 
-  async #resume(job: JobRecord): Promise<void> {
+  async #resume(resumed: JobRecord): Promise<void> {
+    let job = resumed;
     const agent = await this.#o.store.getAgentVersion(job.agentName, job.agentVersion);
     if (!agent) {
       await this.#finish(job.id, { failure: `agent version ${job.agentName} v${job.agentVersion} is missing from the store` });
@@ -477,14 +483,19 @@ export class JobRunner {
         // started on a live one, but only when its token proves it never reached a model; otherwise it
         // died with its node, and is reported lost.
         const lost = await this.#o.placement.lostSession(job.sessionId);
-        if (lost && (await this.#revokeProvesUnused(job))) await this.#o.placement.release(job.sessionId, { fromNode: lost.nodeId });
-        // Its node holds a slot for it only while the session may run there (a slot is given back once
-        // a node refused it): without one it never started.
-        const placed = await this.#o.placement.place({ jobId: job.id, sessionId: job.sessionId });
-        // Placed elsewhere now (or waiting for room): started below, on that node.
-        if (placed?.url !== sandbox.url) sandbox = undefined;
+        if (lost && (await this.#revokeProvesUnused(job))) {
+          job = await this.#renewSession(job, lost);
+          sandbox = undefined;
+        } else {
+          // Its node holds a slot for it only while the session may run there (a slot is given back once
+          // a node refused it): without one it never started.
+          const placed = await this.#o.placement.place({ jobId: job.id, sessionId: job.sessionId });
+          // Placed elsewhere now (or waiting for room): started below, on that node.
+          if (placed?.url !== sandbox.url) sandbox = undefined;
+        }
       }
     } catch (error) {
+      if (error instanceof LeaseLostError) throw error;
       await this.#finish(job.id, { failure: (error as Error).message });
       return;
     }
@@ -1100,14 +1111,33 @@ export class JobRunner {
     active.channel?.close();
     this.#active.delete(job.id);
     try {
-      await this.#o.placement.release(job.sessionId, { fromNode: lost.nodeId });
-      this.#o.logger.info({ jobId: job.id, sessionId: job.sessionId, node: lost.nodeId }, "the session's node went silent before the session reached a model: starting it on another node");
-      await this.#resume(job);
+      const renewed = await this.#renewSession(job, lost);
+      this.#o.logger.info(
+        { jobId: job.id, sessionId: renewed.sessionId, was: job.sessionId, node: lost.nodeId },
+        "the session's node went silent before the session reached a model: starting it afresh on another node",
+      );
+      await this.#resume(renewed);
     } catch (error) {
+      // Another replica runs it now.
+      if (error instanceof LeaseLostError) return;
       // Neither followed nor failed here: its lease is given up, so the next sweep (here or at another replica) resumes it.
       this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not start the session on another node; leaving the job to the next sweep");
       await this.#ownership.release(job.id).catch(() => undefined);
     }
+  }
+
+  /**
+   * The job's session, proven never to have reached a model, gives way to a
+   * new one: a new session id, no node and no token yet, written under the
+   * job's lease (a replica that lost the job is refused here). Nothing done
+   * later to the old session (its token revoked again, its slot freed, by a
+   * replica still acting on it) can touch the new one. Its slot on the
+   * silent node is freed.
+   */
+  async #renewSession(job: JobRecord, lost: LostSession): Promise<JobRecord> {
+    const renewed = await this.#o.store.updateJob(job.id, { sessionId: newSessionId(), sandboxUrl: "", tokenId: "" });
+    await this.#o.placement.release(job.sessionId, { fromNode: lost.nodeId });
+    return renewed;
   }
 
   /** Checks for lost nodes every `intervalMs` until close. */
