@@ -18,9 +18,8 @@
 // replica that does not run the job is recorded on the job; the replica that
 // runs it hears of it through the job's events (or reads it when it resumes).
 import { randomUUID } from "node:crypto";
-import { create } from "@bufbuild/protobuf";
 import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
-import { JobEventSchema, JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { GraphRunner, type CheckpointStore, type GraphEvent, type RunResult } from "@oz0/graph";
 import type { Logger } from "@oz0/serving";
 import { never, SessionGraphExecutor } from "./graph-executor.js";
@@ -29,7 +28,7 @@ import { graphAgents, type GraphRegistry, type GraphVersionRecord } from "./grap
 import type { GraphStore } from "./graph-store.js";
 import type { JobFeed } from "./job-feed.js";
 import { asBystander, soleOwnership, type JobOwnership } from "./job-ownership.js";
-import { isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
+import { appendJobStep, isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
 import { ACTIVE_JOB_STATES, type JobPatch, type JobRecord, type JobStateName, type JobStore } from "./job-store.js";
 import { invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
 import type { LifecycleInit, LifecycleSink } from "./session-runner.js";
@@ -514,15 +513,7 @@ export class GraphJobs {
   }
 
   async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch, lifecycle: (RawEvent | undefined)[] = []): Promise<void> {
-    const kept = lifecycle.filter((e): e is RawEvent => e !== undefined);
-    const stored = await this.#o.store.append({
-      jobId,
-      events: events.map((e) => create(JobEventSchema, e as JobEvent)),
-      ...(job ? { job } : {}),
-      ...(kept.length ? { lifecycle: kept } : {}),
-    });
-    if (kept.length) this.#o.lifecycle?.committed();
-    this.#o.feed.publish(jobId, stored);
+    await appendJobStep(this.#o, { jobId, events, ...(job ? { job } : {}), lifecycle });
   }
 
   /** Stop working on runs; they resume from their checkpoints at the next start (or at another replica). */

@@ -144,12 +144,35 @@ interface ActiveJob {
   lostHandled?: boolean;
 }
 
-/** A new job's id. */
 /** A session's id: a job gets one, and a new one whenever its session is started afresh elsewhere. */
 function newSessionId(): string {
   return `ses_${randomUUID().replaceAll("-", "").slice(0, 20)}`;
 }
 
+/**
+ * One step of a job, in one transaction: its events, the job's changes,
+ * permission records, and the lifecycle events reporting it (from the sink's
+ * `event`; undefined ones are left out). Once it committed, watchers in this
+ * process hear of the events and the outbox ships the lifecycle events.
+ */
+export async function appendJobStep(
+  deps: { store: JobStore; feed: JobFeed; lifecycle?: LifecycleSink },
+  step: { jobId: string; events: Partial<JobEvent>[]; job?: JobPatch; permissions?: PermissionRecord[]; lifecycle?: (RawEvent | undefined)[] },
+): Promise<JobEvent[]> {
+  const lifecycle = (step.lifecycle ?? []).filter((e): e is RawEvent => e !== undefined);
+  const stored = await deps.store.append({
+    jobId: step.jobId,
+    events: step.events.map((e) => create(JobEventSchema, e as JobEvent)),
+    ...(step.job ? { job: step.job } : {}),
+    ...(step.permissions ? { permissions: step.permissions } : {}),
+    ...(lifecycle.length ? { lifecycle } : {}),
+  });
+  if (lifecycle.length) deps.lifecycle?.committed();
+  deps.feed.publish(step.jobId, stored);
+  return stored;
+}
+
+/** A new job's id. */
 export function newJobId(): string {
   return `job_${randomUUID().replaceAll("-", "").slice(0, 20)}`;
 }
@@ -258,29 +281,13 @@ export class JobRunner {
     await this.#append(jobId, [{ event: { case: "stateChanged", value: { state: JobState.PENDING, reason: WAITING_FOR_ROOM } } } as Partial<JobEvent>]);
   }
 
-  /**
-   * One step of a job, in one transaction: its events, the job's changes,
-   * permission records, and the lifecycle events reporting it (`lifecycle`,
-   * from #lifecycle), which are shipped to the events service once committed.
-   */
-  async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch, more: { permissions?: PermissionRecord[]; lifecycle?: RawEvent[] } = {}): Promise<JobEvent[]> {
-    const lifecycle = more.lifecycle?.length ? more.lifecycle : undefined;
-    const stored = await this.#o.store.append({
-      jobId,
-      events: events.map((e) => create(JobEventSchema, e as JobEvent)),
-      ...(job ? { job } : {}),
-      ...(more.permissions ? { permissions: more.permissions } : {}),
-      ...(lifecycle ? { lifecycle } : {}),
-    });
-    if (lifecycle) this.#o.lifecycle?.committed();
-    this.#o.feed.publish(jobId, stored);
-    return stored;
+  async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch, more: { permissions?: PermissionRecord[]; lifecycle?: (RawEvent | undefined)[] } = {}): Promise<JobEvent[]> {
+    return appendJobStep(this.#o, { jobId, events, ...(job ? { job } : {}), ...more });
   }
 
-  /** A lifecycle event for #append to store with the change it reports (none when events are not published). */
-  #lifecycle(type: string, init: LifecycleInit): RawEvent[] {
-    const event = this.#o.lifecycle?.event(type, init);
-    return event ? [event] : [];
+  /** A lifecycle event for #append to store with the change it reports (undefined when events are not published). */
+  #lifecycle(type: string, init: LifecycleInit): RawEvent | undefined {
+    return this.#o.lifecycle?.event(type, init);
   }
 
   /**
@@ -329,13 +336,13 @@ export class JobRunner {
       throw error;
     }
     await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.PENDING, reason: "" } } } as Partial<JobEvent>], undefined, {
-      lifecycle: this.#lifecycle("job.created", {
+      lifecycle: [this.#lifecycle("job.created", {
         jobId: job.id,
         agentName: agent.name,
         agentVersion: String(agent.version),
         status: "pending",
         attributes: { harness: agent.harness.manifest.name, plugin: agent.plugin, attachment_count: attachments.length },
-      }),
+      })],
     });
     const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "" };
     this.#active.set(job.id, active);
@@ -691,7 +698,7 @@ export class JobRunner {
           patch.state = "running";
         }
         await this.#append(jobId, events, patch, {
-          lifecycle: this.#lifecycle("session.started", { jobId, sessionId: job?.sessionId ?? "", status: "running", attributes: { harness_name: e.value.harnessName } }),
+          lifecycle: [this.#lifecycle("session.started", { jobId, sessionId: job?.sessionId ?? "", status: "running", attributes: { harness_name: e.value.harnessName } })],
         });
         return;
       }
@@ -700,7 +707,7 @@ export class JobRunner {
         return;
       case "toolCall":
         await this.#append(jobId, [{ time, event: { case: "toolCall", value: e.value } } as Partial<JobEvent>], patch, {
-          lifecycle: this.#lifecycle("tool.called", { jobId, toolCallId: e.value.callId, attributes: { tool_name: e.value.tool, input: e.value.input } }),
+          lifecycle: [this.#lifecycle("tool.called", { jobId, toolCallId: e.value.callId, attributes: { tool_name: e.value.tool, input: e.value.input } })],
         });
         return;
       case "toolResult":
@@ -824,13 +831,13 @@ export class JobRunner {
       patch,
       {
         permissions: [record],
-        lifecycle: this.#lifecycle(decision.kind === "ask" ? "approval.requested" : "permission.decided", {
+        lifecycle: [this.#lifecycle(decision.kind === "ask" ? "approval.requested" : "permission.decided", {
           jobId,
           sessionId: job.sessionId,
           toolCallId: request.callId,
           status: record.status,
           attributes: { tool_name: request.tool, decider: record.decider ?? "person", decision: record.status },
-        }),
+        })],
       },
     );
     if (decision.kind !== "ask") await this.#deliver(jobId, record);
@@ -887,12 +894,12 @@ export class JobRunner {
     }
     await this.#append(job.id, events, patch, {
       permissions: [updated],
-      lifecycle: this.#lifecycle("approval.answered", {
+      lifecycle: [this.#lifecycle("approval.answered", {
         jobId: job.id,
         toolCallId: updated.callId,
         status: updated.status,
         attributes: { approval_id: updated.id, tool_name: updated.tool, decision: updated.status, waited_ms: Date.now() - updated.requestedAt.getTime() },
-      }),
+      })],
     });
     await this.#deliver(job.id, updated);
   }
@@ -1188,13 +1195,13 @@ export class JobRunner {
       events.push({ event: { case: "stateChanged", value: { state: JOB_STATE_TO_PROTO[state], reason: error } } } as Partial<JobEvent>);
       await this.#append(jobId, events, { state, error, finishedAt: new Date(), ...(result ? { resultText: result.text, stopReason: result.stopReason } : {}) }, {
         permissions: closed,
-        lifecycle: this.#lifecycle(state === "succeeded" ? "job.completed" : `job.${state}`, {
+        lifecycle: [this.#lifecycle(state === "succeeded" ? "job.completed" : `job.${state}`, {
           jobId,
           sessionId: job.sessionId,
           agentName: job.agentName,
           agentVersion: String(job.agentVersion),
           status: state,
-        }),
+        })],
       });
       this.#operations.cancelJob(jobId);
       this.#active.get(jobId)?.channel?.close();

@@ -114,14 +114,15 @@ export class OrchestratorTracing {
       return traceparent ? { ...init, traceparent } : init;
     };
     return {
+      // Stamped (and observed, for the job's spans) first, whether or not an inner sink publishes.
       event: (type, init) => {
-        const event = stamped(type, init);
-        return inner?.event(type, event);
+        const stampedInit = stamped(type, init);
+        return inner?.event(type, stampedInit);
       },
       committed: () => inner?.committed(),
       publish: (type, init) => {
-        const event = stamped(type, init);
-        inner?.publish(type, event);
+        const stampedInit = stamped(type, init);
+        inner?.publish(type, stampedInit);
       },
       close: async () => {
         await inner?.close();
