@@ -8,7 +8,10 @@
 // (readiness). A sandbox that does not answer gets no heartbeat, so the
 // orchestrators stop placing on it; one that drains is advertised with
 // capacity 0, and so is the node while the sidecar itself drains (until the
-// sandbox beside it is gone).
+// sandbox beside it is gone). With a health port it answers the kubelet's
+// probes over plain HTTP: /livez while the heartbeat loop still turns,
+// /readyz once the first heartbeat was tried (neither says anything more).
+import { createServer } from "node:http";
 import os from "node:os";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
@@ -30,7 +33,7 @@ export interface RunningHeartbeatSidecar extends NodeHeartbeat {
   drain(options?: { maxMs?: number }): Promise<void>;
 }
 
-export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger: Logger }): RunningHeartbeatSidecar {
+export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger: Logger; healthPort?: number }): RunningHeartbeatSidecar {
   const transport = createGrpcTransport({ baseUrl: config.sandboxUrl });
   const sandbox = createClient(SandboxService, transport);
   const health = createClient(Health, transport);
@@ -42,7 +45,10 @@ export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger:
   };
   const timeoutMs = Math.min(Math.max(config.heartbeatMs, 1_000), 5_000);
   let draining = false;
+  // Every beat (and every drain check) starts by reading the status: a loop that stopped turning leaves this behind.
+  let lastTurn = Date.now();
   const status = async (): Promise<NodeStatus> => {
+    lastTurn = Date.now();
     const [readiness, list] = await Promise.all([
       health.check({ service: READINESS }, { timeoutMs }),
       sandbox.listSessions({}, { timeoutMs }),
@@ -63,10 +69,24 @@ export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger:
     intervalMs: config.heartbeatMs,
     logger: config.logger,
   });
+  let firstTried = false;
+  void heartbeat.first.then(() => (firstTried = true));
+  // Generous: a beat may wait for the sandbox and for each orchestrator URL in turn before the next one starts.
+  const stalledAfterMs = Math.max(60_000, 3 * config.heartbeatMs);
+  const probes =
+    config.healthPort === undefined
+      ? undefined
+      : createServer((request, response) => {
+          const ok = request.url === "/livez" ? Date.now() - lastTurn < stalledAfterMs : request.url === "/readyz" ? firstTried : undefined;
+          response.writeHead(ok === undefined ? 404 : ok ? 200 : 503, { "content-type": "text/plain" }).end(ok ? "ok\n" : "not ok\n");
+        })
+          .on("error", (error) => config.logger.error({ err: error, port: config.healthPort }, "the heartbeat sidecar's health port cannot listen: its probes fail"))
+          .listen(config.healthPort, "0.0.0.0");
+  const closeHealth = (): void => void probes?.close();
   return {
     node,
     first: heartbeat.first,
-    stop: (options) => heartbeat.stop(options),
+    stop: (options) => heartbeat.stop(options).finally(closeHealth),
     async drain({ maxMs = 60_000 } = {}) {
       draining = true;
       const giveUp = Date.now() + maxMs;
@@ -81,6 +101,7 @@ export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger:
         );
       }
       await heartbeat.stop({ drain: true });
+      closeHealth();
     },
   };
 }
