@@ -2,9 +2,11 @@
 // offline schema checks: kubernetes-models' validators, the unknown-field
 // walk, and (for Strimzi's kinds) the CRD schemas kept in deploy/k8s/crds.
 import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { before, describe, it } from "node:test";
-import { loadCrdSchemas, validateCustomResource } from "./support/crd-schema.js";
+import { parse } from "yaml";
+import { crdDir, loadCrdSchemas, validateCustomResource } from "./support/crd-schema.js";
 import { hasModel, objectMeta, unknownFields, unknownFieldsAs, validateWithModel } from "./support/k8s-schema.js";
 import { id, k8sDir, overlayDirs, render, renderer, type K8sObject } from "./support/render.js";
 import { allContainers, matchesSelector, mountableVolumes, secretRefs, workloads, type Any } from "./support/workloads.js";
@@ -90,7 +92,18 @@ for (const dir of overlayDirs()) {
       const pods = workloads(objects);
       const named = (kind: string, name: string): boolean => objects.some((o) => o.kind === kind && o.metadata.name === name);
       // Secrets the operator creates (deploy/k8s/README.md), not rendered in prod.
-      const operatorSecrets = new Set(["llm-proxy-keys", "oz0-postgres", "oz0-llm-proxy-admin", "oz0-llm-proxy-postgres", "oz0-node-token"]);
+      const operatorSecrets = new Set([
+        "llm-proxy-keys",
+        "oz0-postgres",
+        "oz0-llm-proxy-postgres",
+        "oz0-node-token",
+        "oz0-orchestrator-token",
+        "oz0-sandbox-token",
+        "oz0-llm-proxy-token",
+        "oz0-events-token",
+      ]);
+      // ConfigMaps the operator creates in prod (dev generates them).
+      const operatorConfigMaps = new Set(["oz0-service-token-digests"]);
       for (const svc of objects.filter((o) => o.kind === "Service") as Any[]) {
         const targets = pods.filter((w) => matchesSelector({ matchLabels: svc.spec.selector }, w.podLabels));
         assert.ok(targets.length > 0, `Service ${svc.metadata.name} selects no pod`);
@@ -130,6 +143,13 @@ for (const dir of overlayDirs()) {
         }
         for (const c of allContainers(w.pod)) {
           for (const e of c.envFrom ?? []) if (e.configMapRef) assert.ok(named("ConfigMap", e.configMapRef.name), `${w.name} envFrom ${e.configMapRef.name}`);
+          for (const e of c.env ?? []) {
+            const ref = e.valueFrom?.configMapKeyRef;
+            if (!ref) continue;
+            const cm = objects.find((o) => o.kind === "ConfigMap" && o.metadata.name === ref.name) as Any;
+            if (cm) assert.ok(ref.key in (cm.data ?? {}), `${w.name}/${c.name} ${e.name}: ConfigMap ${ref.name} has no key ${ref.key}`);
+            else assert.ok(operatorConfigMaps.has(ref.name), `${w.name}/${c.name} ${e.name}: ConfigMap ${ref.name}`);
+          }
           for (const m of c.volumeMounts ?? []) assert.ok(volumes.has(m.name), `${w.name}/${c.name} mounts ${m.name}`);
         }
         for (const ref of secretRefs(w.pod)) {
@@ -221,6 +241,19 @@ void describe("the kept Strimzi CRDs", () => {
   void it("serve kafka.strimzi.io/v1 Kafka, KafkaNodePool and KafkaTopic", () => {
     for (const kind of ["Kafka", "KafkaNodePool", "KafkaTopic"]) {
       assert.ok(crdSchemas.has(`kafka.strimzi.io/v1|${kind}`), kind);
+    }
+  });
+
+  void it("each have exactly one storage version, which is served (or an API server refuses to install them)", () => {
+    const files = readdirSync(crdDir).filter((f) => f.endsWith(".yaml"));
+    assert.equal(files.length, 3);
+    for (const file of files) {
+      const crd = parse(readFileSync(path.join(crdDir, file), "utf8")) as Any;
+      assert.equal(crd.apiVersion, "apiextensions.k8s.io/v1", file);
+      assert.equal(crd.metadata.name, `${crd.spec.names.plural}.${crd.spec.group}`, `${file}: the name is <plural>.<group>`);
+      const storage = crd.spec.versions.filter((v: Any) => v.storage === true);
+      assert.equal(storage.length, 1, `${file}: ${storage.length} storage versions`);
+      assert.equal(storage[0].served, true, `${file}: the storage version is served`);
     }
   });
 });

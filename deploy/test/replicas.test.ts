@@ -119,6 +119,12 @@ for (const dir of prodOverlays) {
       assert.equal(service.spec.selector["app.kubernetes.io/name"], "orchestrator");
       assert.ok(service.spec.ports.some((p: Any) => p.port === Number(url.port)), `the Service serves port ${url.port}`);
       assert.equal(url.protocol, "http:");
+      // The node API's own listener (OZ0_NODE_PORT), never the public API: the node token is refused there.
+      const nodePort = Number(containerEnv(objects, orchestrator).OZ0_NODE_PORT);
+      assert.equal(Number(url.port), nodePort, "heartbeats go to the orchestrator's node port");
+      assert.notEqual(nodePort, Number(containerEnv(objects, orchestrator).OZ0_PORT));
+      const servicePort = service.spec.ports.find((p: Any) => p.port === nodePort);
+      assert.ok(orchestrator.ports.some((p: Any) => p.name === servicePort.targetPort && p.containerPort === nodePort), "the Service's node port reaches the container's");
 
       // It asks the sandbox of its own pod, over loopback, at the port the sandbox listens on (on every address).
       const sandboxPort = sandbox.ports[0].containerPort;
@@ -129,12 +135,20 @@ for (const dir of prodOverlays) {
 
       assert.deepEqual(envEntry(heartbeat, "OZ0_NODE_ID")?.valueFrom, { fieldRef: { fieldPath: "metadata.name" } });
       // Orchestrators call this very pod back (its sessions live here): its IP, the sandbox's port.
-      const names = heartbeat.env.map((e: Any) => e.name);
+      const envNames = heartbeat.env.map((e: Any) => e.name);
       assert.deepEqual(envEntry(heartbeat, "POD_IP")?.valueFrom, { fieldRef: { fieldPath: "status.podIP" } });
       assert.equal(envEntry(heartbeat, "OZ0_ADVERTISE_URL")?.value, `http://$(POD_IP):${sandboxPort}`);
-      assert.ok(names.indexOf("POD_IP") < names.indexOf("OZ0_ADVERTISE_URL"), "POD_IP is defined before $(POD_IP) is expanded");
-      // The sidecar serves nothing: no port, so no Service reaches it.
+      assert.ok(envNames.indexOf("POD_IP") < envNames.indexOf("OZ0_ADVERTISE_URL"), "POD_IP is defined before $(POD_IP) is expanded");
+      // The sidecar serves nothing but its probes: no declared port, so no Service reaches it.
       assert.equal(heartbeat.ports, undefined);
+      const healthPort = Number(env.OZ0_HEALTH_PORT);
+      assert.deepEqual(heartbeat.livenessProbe?.httpGet, { path: "/livez", port: healthPort });
+      assert.deepEqual(heartbeat.readinessProbe?.httpGet, { path: "/readyz", port: healthPort });
+      assert.notEqual(healthPort, sandboxPort, "the sidecar's probe port is not the sandbox's, in the pod they share");
+      // It holds the node token and nothing else: no service credential, no peer digest.
+      const names = heartbeat.env.map((e: Any) => e.name);
+      for (const name of names) assert.ok(!/^OZ0_SERVICE_TOKEN$|^OZ0_PEER_/.test(name), `node-heartbeat has ${name}`);
+      assert.deepEqual((heartbeat.envFrom ?? []).length, 0, "node-heartbeat reads no ConfigMap or Secret wholesale");
     });
 
     void it("gives up on a silent node only after at least three missed heartbeats", () => {

@@ -6,6 +6,7 @@ import path from "node:path";
 import { before, describe, it } from "node:test";
 import { isDeepStrictEqual } from "node:util";
 import { parse } from "yaml";
+import { ingressWithoutFromFindings, NODE_PORT, publicApiFindings, sandboxToOrchestratorFindings } from "./support/identity-checks.js";
 import { overlayDirs, render, type K8sObject } from "./support/render.js";
 import {
   allContainers,
@@ -24,9 +25,44 @@ import {
   type Any,
 } from "./support/workloads.js";
 
+const LEVELS = ["restricted", "baseline", "privileged"];
+
+/**
+ * The Pod Security level a pod template needs, for the fields these
+ * manifests set (policy version 1.35+, "latest"): why it is not restricted
+ * (or not baseline). restricted: seccomp RuntimeDefault or Localhost, no
+ * Unconfined AppArmor, procMount Default, non-root, no privilege escalation,
+ * capabilities dropped. baseline: no Unconfined seccomp or AppArmor, and
+ * procMount Default unless the pod has its own user namespace
+ * (hostUsers: false).
+ */
+function podSecurityLevel(pod: Any): { level: string; why: string[] } {
+  const notRestricted: string[] = [];
+  const notBaseline: string[] = [];
+  const userNamespace = pod.hostUsers === false;
+  for (const c of allContainers(pod)) {
+    const sc = c.securityContext ?? {};
+    const seccomp = (sc.seccompProfile ?? pod.securityContext?.seccompProfile)?.type;
+    const appArmor = (sc.appArmorProfile ?? pod.securityContext?.appArmorProfile)?.type;
+    if (seccomp === "Unconfined") notBaseline.push(`seccompProfile Unconfined (${c.name})`);
+    else if (!["RuntimeDefault", "Localhost"].includes(seccomp)) notRestricted.push(`seccompProfile ${String(seccomp)} (${c.name})`);
+    if (appArmor === "Unconfined") notBaseline.push(`appArmorProfile Unconfined (${c.name})`);
+    if ((sc.procMount ?? "Default") !== "Default") (userNamespace ? notRestricted : notBaseline).push(`procMount ${sc.procMount} (${c.name})`);
+    if (sc.privileged === true) notBaseline.push(`privileged (${c.name})`);
+    if ((sc.runAsNonRoot ?? pod.securityContext?.runAsNonRoot) !== true) notRestricted.push(`runAsNonRoot unset (${c.name})`);
+    if (sc.allowPrivilegeEscalation !== false) notRestricted.push(`allowPrivilegeEscalation (${c.name})`);
+    if (!sc.capabilities?.drop?.includes("ALL")) notRestricted.push(`capabilities not dropped (${c.name})`);
+  }
+  if (pod.hostNetwork || pod.hostPID || pod.hostIPC) notBaseline.push("host namespaces");
+  if (notBaseline.length > 0) return { level: "privileged", why: [...notBaseline, ...notRestricted] };
+  if (notRestricted.length > 0) return { level: "baseline", why: notRestricted };
+  return { level: "restricted", why: [] };
+}
+
 const KEYS_SECRET = /^llm-proxy-keys(-[a-z0-9]+)?$/;
-const ADMIN_SECRET_NAME = /^oz0-llm-proxy-admin(-[a-z0-9]+)?$/;
 const NODE_TOKEN_SECRET = /^oz0-node-token(-[a-z0-9]+)?$/;
+/** Each service's own credential (OZ0_SERVICE_TOKEN): a Secret per service (dev's carry a hash suffix). */
+const serviceTokenSecret = (service: string): RegExp => new RegExp(`^oz0-${service}-token(-[a-z0-9]+)?$`);
 
 interface Reader {
   workload: string;
@@ -40,14 +76,13 @@ interface Reader {
 const secretReaders: { secret: RegExp; readers: Reader[] }[] = [
   // The KEK, the providers file and the provider keys: files, in llm-proxy only.
   { secret: KEYS_SECRET, readers: [{ workload: "llm-proxy", how: "volume" }] },
-  // The proxy's control-API token: the proxy checks it, the orchestrator presents it.
-  {
-    secret: ADMIN_SECRET_NAME,
-    readers: [
-      { workload: "llm-proxy", how: "env", env: "OZ0_LLM_PROXY_ADMIN_TOKEN" },
-      { workload: "orchestrator", how: "env", env: "OZ0_LLM_PROXY_ADMIN_TOKEN" },
-    ],
-  },
+  // Each service's own credential, in its own container only: receivers know it by its
+  // digest (a ConfigMap), so no pod holds another service's token, and a node running
+  // only sandbox pods is never sent the orchestrator's.
+  ...services.map((service) => ({
+    secret: serviceTokenSecret(service),
+    readers: [{ workload: service, container: service, how: "env" as const, env: "OZ0_SERVICE_TOKEN" }],
+  })),
   // PostgreSQL: the orchestrators' URL, and the proxies' own role (its schema holds encrypted keys).
   { secret: /^oz0-postgres$/, readers: [{ workload: "orchestrator", how: "env", env: "DATABASE_URL" }] },
   { secret: /^oz0-llm-proxy-postgres$/, readers: [{ workload: "llm-proxy", how: "env", env: "DATABASE_URL" }] },
@@ -88,7 +123,10 @@ for (const dir of overlayDirs()) {
         assert.ok(!(w.pod.volumes ?? []).some((v: Any) => v.hostPath), `${w.name} mounts a hostPath`);
       }
       assert.deepEqual(readersOf.get(KEYS_SECRET), ["llm-proxy"]);
-      assert.deepEqual(readersOf.get(ADMIN_SECRET_NAME)?.sort(), ["llm-proxy", "orchestrator"], "the proxy's control API is guarded, and only the orchestrator holds its token");
+      for (const service of services) {
+        const entry = secretReaders.find((e) => e.secret.source === serviceTokenSecret(service).source)!;
+        assert.deepEqual(readersOf.get(entry.secret), [service], `${service}'s token is read by ${service}, and only by it`);
+      }
       const proxy = workload(objects, "llm-proxy");
       const mount = container(proxy.pod, "llm-proxy").volumeMounts.find((m: Any) => m.name === "provider-keys");
       assert.equal(mount.readOnly, true);
@@ -106,9 +144,9 @@ for (const dir of overlayDirs()) {
         .sort();
       assert.ok(readers.length === 0 || (readers.length === 2 && readers[0] === "orchestrator" && readers[1] === "sandbox"), readers.join(", "));
       const sandbox = workload(objects, "sandbox");
-      // Sandbox pods run untrusted code: the token is the only Secret they can read.
+      // Sandbox pods run untrusted code: the node token and the sandbox's own credential are the only Secrets they can read.
       const sandboxSecrets = secretRefs(sandbox.pod).map((r) => r.secret);
-      assert.ok(sandboxSecrets.every((name) => NODE_TOKEN_SECRET.test(name)), sandboxSecrets.join(", "));
+      assert.ok(sandboxSecrets.every((name) => NODE_TOKEN_SECRET.test(name) || serviceTokenSecret("sandbox").test(name)), sandboxSecrets.join(", "));
       for (const w of workloads(objects)) {
         for (const c of allContainers(w.pod)) {
           assert.ok(!(c.env ?? []).some((e: Any) => e.name === "OZ0_NODE_TOKEN" && e.value !== undefined), `${w.name}/${c.name}: the node token is a literal`);
@@ -117,11 +155,12 @@ for (const dir of overlayDirs()) {
 
       // Harnesses run in the sandbox container, with OZ0_ISOLATION=none as its own
       // user (they can read its processes' /proc/<pid>/environ): no Secret there by
-      // any route (env, envFrom, mounted volume), no token, no orchestrator to send
-      // heartbeats to.
+      // any route (env, envFrom, mounted volume) but the sandbox's own credential
+      // (which lets it publish events, nothing more), no node token, no orchestrator
+      // to send heartbeats to.
       const runner = container(sandbox.pod, "sandbox");
-      const runnerReads = containerSecretRefs(sandbox.pod, runner).map((r) => `${r.secret} (${r.how})`);
-      assert.deepEqual(runnerReads, [], "the sandbox container reads no Secret");
+      const runnerReads = containerSecretRefs(sandbox.pod, runner).map((r) => `${r.secret.replace(/-[a-z0-9]{10}$/, "")} (${r.how} ${r.env ?? ""})`);
+      assert.deepEqual(runnerReads, ["oz0-sandbox-token (env OZ0_SERVICE_TOKEN)"], "the sandbox container reads its own credential and no other Secret");
       const runnerEnvNames = [...(runner.env ?? []).map((e: Any) => e.name), ...Object.keys(containerEnv(objects, runner))];
       for (const name of ["OZ0_NODE_TOKEN", "OZ0_ORCHESTRATOR_URL"]) assert.ok(!runnerEnvNames.includes(name), `the sandbox container has ${name}`);
       // One PID namespace per container: the sandbox container cannot see the sidecar's processes, nor their environ.
@@ -169,7 +208,7 @@ for (const dir of overlayDirs()) {
       }
     });
 
-    void it("meets Pod Security restricted wherever the namespace enforces it", () => {
+    void it("admits every pod at the namespace's Pod Security enforce level, and lowers it only for the bubblewrap sandbox", () => {
       const enforce = namespace.metadata.labels["pod-security.kubernetes.io/enforce"];
       assert.equal(namespace.metadata.labels["pod-security.kubernetes.io/warn"], "restricted");
       assert.equal(namespace.metadata.labels["pod-security.kubernetes.io/audit"], "restricted");
@@ -177,16 +216,33 @@ for (const dir of overlayDirs()) {
       // Only the bubblewrap variant lowers enforcement; everything else stays restricted.
       assert.equal(enforce, bubblewrap ? "privileged" : "restricted");
       for (const w of workloads(objects)) {
-        for (const c of allContainers(w.pod)) {
-          const sc = c.securityContext ?? {};
-          const seccomp = (sc.seccompProfile ?? w.pod.securityContext?.seccompProfile)?.type;
-          const restrictedOk = ["RuntimeDefault", "Localhost"].includes(seccomp) && (sc.procMount ?? "Default") === "Default";
-          if (enforce === "restricted" || w.name !== "sandbox") assert.ok(restrictedOk, `${w.name}/${c.name} seccomp ${seccomp}, procMount ${sc.procMount}`);
-        }
+        const { level, why } = podSecurityLevel(w.pod);
+        assert.ok(LEVELS.indexOf(level) <= LEVELS.indexOf(enforce), `${w.name} needs Pod Security ${level} (${why.join("; ")}), the namespace enforces ${enforce}`);
+        if (w.name !== "sandbox") assert.equal(level, "restricted", `${w.name}: ${why.join("; ")}`);
       }
       if (bubblewrap) {
         const env = containerEnv(objects, container(workload(objects, "sandbox").pod, "sandbox"));
         assert.equal(env.OZ0_ISOLATION, "bwrap");
+        // What deploy/k8s/README.md states: refused at restricted and at baseline (the Unconfined
+        // profiles; with hostUsers: false baseline no longer minds procMount Unmasked), so privileged.
+        const { level, why } = podSecurityLevel(workload(objects, "sandbox").pod);
+        assert.equal(level, "privileged");
+        assert.deepEqual(why.sort(), [
+          "appArmorProfile Unconfined (sandbox)",
+          "procMount Unmasked (sandbox)",
+          "seccompProfile Unconfined (sandbox)",
+        ]);
+      }
+    });
+
+    void it("gives every container a liveness and a readiness probe", () => {
+      for (const w of workloads(objects)) {
+        for (const c of [...(w.pod.initContainers ?? []).filter((i: Any) => i.restartPolicy === "Always"), ...w.pod.containers]) {
+          for (const probe of ["livenessProbe", "readinessProbe"]) {
+            const p = c[probe];
+            assert.ok(p && (p.grpc || p.httpGet || p.tcpSocket || p.exec), `${w.name}/${c.name} has no ${probe}`);
+          }
+        }
       }
     });
 
@@ -295,7 +351,7 @@ for (const dir of overlayDirs()) {
             assert.equal(peer.namespaceSelector, undefined, `${policy.metadata.name}: sandbox egress to another namespace`);
             const target = peer.podSelector?.matchLabels?.["app.kubernetes.io/name"];
             assert.ok(allowed.has(target), `${policy.metadata.name}: sandbox may not reach ${target ?? JSON.stringify(peer)}`);
-            if (target === "orchestrator") assert.deepEqual(rule.ports, [{ protocol: "TCP", port: 7700 }], `${policy.metadata.name}: sandbox reaches the orchestrator on 7700 only`);
+            if (target === "orchestrator") assert.deepEqual(rule.ports, [{ protocol: "TCP", port: NODE_PORT }], `${policy.metadata.name}: sandbox reaches the orchestrator's node API only`);
             reached.add(target);
           }
         }
@@ -309,18 +365,25 @@ for (const dir of overlayDirs()) {
       }
     });
 
-    void it("admits sandbox heartbeats at the orchestrator on 7700 by a rule of their own, and lets the orchestrator reach every sandbox pod on 7701", () => {
+    void it("has no ingress rule without `from`", () => {
+      assert.deepEqual(ingressWithoutFromFindings(objects), []);
+    });
+
+    void it("lets only the named clients reach the orchestrator's public API (7700), and no pod of its own namespace", () => {
+      assert.deepEqual(publicApiFindings(objects), []);
+      // Which is why no rendered namespace or pod of ours carries the client label.
+      for (const o of objects) assert.equal(o.metadata.labels?.["oz0.dev/client"], undefined, `${o.kind}/${o.metadata.name} is labelled a client`);
+      for (const w of workloads(objects)) assert.equal(w.podLabels["oz0.dev/client"], undefined, `${w.name} pods are labelled clients`);
+    });
+
+    void it("lets sandbox pods reach the orchestrator on its node port (7710) only, at both ends, and the orchestrator reach every sandbox pod on 7701", () => {
+      assert.deepEqual(sandboxToOrchestratorFindings(objects), []);
       const orchestrator = workload(objects, "orchestrator");
-      const sandboxPeer = { podSelector: { matchLabels: { "app.kubernetes.io/name": "sandbox" } } };
-      const ingress = policiesFor(objects, orchestrator.podLabels, "Ingress").flatMap((p) => p.spec.ingress ?? []);
-      // Kept when the public rule is narrowed to an ingress controller.
-      assert.ok(
-        ingress.some((r: Any) => isDeepStrictEqual(r.from, [sandboxPeer]) && isDeepStrictEqual(r.ports, [{ protocol: "TCP", port: 7700 }])),
-        "an ingress rule from sandbox pods to 7700",
-      );
-      for (const rule of ingress) for (const p of rule.ports ?? []) assert.equal(p.port, 7700, "the orchestrator takes calls on 7700 only");
+      const orchestratorPorts = allContainers(orchestrator.pod).flatMap((c: Any) => (c.ports ?? []).map((p: Any) => p.containerPort as number));
+      assert.deepEqual(orchestratorPorts.sort(), [ports.orchestrator, NODE_PORT]);
       const egress = policiesFor(objects, orchestrator.podLabels, "Egress").flatMap((p) => p.spec.egress ?? []);
       // The sandbox's podSelector covers every node's pod IP, the address it advertises.
+      const sandboxPeer = { podSelector: { matchLabels: { "app.kubernetes.io/name": "sandbox" } } };
       assert.ok(egress.some((r: Any) => isDeepStrictEqual(r.to, [sandboxPeer]) && r.ports.some((p: Any) => p.port === 7701)));
     });
 

@@ -2,9 +2,14 @@
 // (kubectl bundles kustomize) or a standalone `kustomize` (which
 // deploy/ci-prerequisites.sh installs with `go install` where kubectl is
 // missing). No cluster is involved: both render offline.
+//
+// The dev overlays read credentials that overlays/dev/generate-secrets.sh
+// makes at deploy time (gitignored, never committed). The tests render a
+// temporary copy of deploy/k8s in which that script has run, so they need
+// no step first and never write credentials into the checkout.
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync, readdirSync } from "node:fs";
-import { homedir } from "node:os";
+import { cpSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { homedir, tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseAllDocuments } from "yaml";
@@ -63,10 +68,32 @@ export function renderer(): Renderer {
   );
 }
 
-/** `kustomize build` of a directory, parsed. */
+/** Where the dev overlay's generator writes (gitignored). */
+export const generatedDir = (k8sRoot: string): string => path.join(k8sRoot, "overlays", "dev", "generated");
+export const generateSecretsScript = (k8sRoot: string): string => path.join(k8sRoot, "overlays", "dev", "generate-secrets.sh");
+
+/**
+ * A copy of deploy/k8s without any generated credentials of the checkout,
+ * with generate-secrets.sh run in it; removed when the process exits.
+ */
+export function preparedCopy(): string {
+  const root = mkdtempSync(path.join(tmpdir(), "oz0-k8s-"));
+  process.on("exit", () => rmSync(root, { recursive: true, force: true }));
+  const copy = path.join(root, "k8s");
+  cpSync(k8sDir, copy, { recursive: true, filter: (source) => path.resolve(source) !== generatedDir(k8sDir) });
+  execFileSync("bash", [generateSecretsScript(copy)], { stdio: "pipe" });
+  return copy;
+}
+
+let prepared: string | undefined;
+
+/** `kustomize build` of a directory, parsed; a directory of deploy/k8s is rendered from the prepared copy. */
 export function render(dir: string): K8sObject[] {
   const r = renderer();
-  const yamlText = execFileSync(r.command, r.args(dir), { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 });
+  const relative = path.relative(k8sDir, path.resolve(dir));
+  const inK8s = !relative.startsWith("..") && !path.isAbsolute(relative);
+  const target = inK8s ? path.join((prepared ??= preparedCopy()), relative) : dir;
+  const yamlText = execFileSync(r.command, r.args(target), { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 });
   const docs = parseAllDocuments(yamlText);
   const objects: K8sObject[] = [];
   for (const doc of docs) {

@@ -143,3 +143,46 @@ export function containerEnv(objects: K8sObject[], container: Any): Record<strin
   for (const e of container.env ?? []) if (e.value !== undefined) env[e.name] = e.value;
   return env;
 }
+
+/** A pod as NetworkPolicy peers see it: its labels and its namespace's. */
+export interface PeerPod {
+  labels: Record<string, string>;
+  namespace: string;
+  namespaceLabels: Record<string, string>;
+}
+
+/**
+ * The labels the API server gives a rendered Namespace: its own plus
+ * kubernetes.io/metadata.name, which namespaceSelectors may match.
+ */
+export function namespaceLabels(objects: K8sObject[], name: string): Record<string, string> {
+  const ns = objects.find((o) => o.kind === "Namespace" && o.metadata.name === name);
+  return { ...(ns?.metadata.labels ?? {}), "kubernetes.io/metadata.name": name };
+}
+
+/** Each workload's pods as peers (all in their object's namespace). */
+export function peerPods(objects: K8sObject[]): Array<PeerPod & { workload: string }> {
+  return workloads(objects).map((w) => {
+    const namespace = w.object.metadata.namespace ?? "default";
+    return { workload: w.name, labels: w.podLabels, namespace, namespaceLabels: namespaceLabels(objects, namespace) };
+  });
+}
+
+/**
+ * Whether a NetworkPolicy peer (one entry of `from` or `to`) covers a pod,
+ * as the API defines it: podSelector alone means the policy's own
+ * namespace; namespaceSelector alone every pod of the namespaces it selects;
+ * both, the pods they select together. An ipBlock may cover any pod address.
+ */
+export function peerCovers(peer: Any, policyNamespace: string, pod: PeerPod): boolean {
+  if (peer.ipBlock) return true;
+  const inNamespace = peer.namespaceSelector ? matchesSelector(peer.namespaceSelector, pod.namespaceLabels) : pod.namespace === policyNamespace;
+  return inNamespace && (peer.podSelector === undefined || matchesSelector(peer.podSelector, pod.labels));
+}
+
+/** Whether a rule's ports admit a TCP port (no ports: every port). */
+export function rulePortsAdmit(ports: Any[] | undefined, port: number): boolean {
+  if (!ports || ports.length === 0) return true;
+  // A named port could be any number: counted as admitting it, so checks stay on the safe side.
+  return ports.some((p: Any) => (p.protocol ?? "TCP") === "TCP" && (p.port === undefined || typeof p.port === "string" || (p.port <= port && port <= (p.endPort ?? p.port))));
+}

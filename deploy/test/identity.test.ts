@@ -1,0 +1,305 @@
+// Identity in the manifests (issue 19; the design every service implements):
+//  - each service's container gets its own credential (OZ0_SERVICE_TOKEN, from
+//    a Secret of its own) and the SHA-256 digests of exactly the peers it
+//    accepts (OZ0_PEER_<NAME>_SHA256): events accepts the orchestrator, the
+//    sandbox and the LLM proxy (Publish); the sandbox and the LLM proxy accept
+//    the orchestrator; the orchestrator accepts no service (people on its
+//    public API, the node token on its node API);
+//  - people's roles and OIDC (OZ0_AUTH_CONFIG) reach the orchestrator and the
+//    events service, as a mounted file;
+//  - the LLM proxy's old shared admin token is gone from everything;
+//  - no credential is committed: the dev overlay's are generated at deploy
+//    time by overlays/dev/generate-secrets.sh into a gitignored directory.
+import assert from "node:assert/strict";
+import { execFileSync, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import path from "node:path";
+import { before, describe, it } from "node:test";
+import { parse, parseAllDocuments } from "yaml";
+import { deployDir, generatedDir, generateSecretsScript, k8sDir, overlayDirs, preparedCopy, render, type K8sObject } from "./support/render.js";
+import { ingressWithoutFromFindings, peerDigestFindings, publicApiFindings, sandboxToOrchestratorFindings, serviceTokenFindings } from "./support/identity-checks.js";
+import { allContainers, container, containerEnv, services, workload, workloads, type Any } from "./support/workloads.js";
+
+const DIGESTS = /^oz0-service-token-digests(-[a-z0-9]+)?$/;
+const AUTH_CONFIG_MAP = /^oz0-auth(-[a-z0-9]+)?$/;
+/** Built from parts, so this file does not name it: it must appear nowhere. */
+const RETIRED_ADMIN_TOKEN = ["OZ0", "LLM", "PROXY", "ADMIN", "TOKEN"].join("_");
+const RETIRED_ADMIN_SECRET = ["oz0", "llm", "proxy", "admin"].join("-");
+const sha256 = (text: string): string => createHash("sha256").update(text).digest("hex");
+const decode = (base64: string): string => Buffer.from(base64.replace(/\s/g, ""), "base64").toString("utf8");
+
+for (const dir of overlayDirs()) {
+  const overlay = path.basename(dir);
+  void describe(`identity in ${overlay}`, () => {
+    let objects: K8sObject[] = [];
+    before(() => {
+      objects = render(dir);
+    });
+
+    void it("gives each service's container its own credential, from a Secret of its own, and no other container one", () => {
+      assert.deepEqual(serviceTokenFindings(objects), []);
+    });
+
+    void it("gives each container exactly the peer digests the design says, from the digests ConfigMap", () => {
+      assert.deepEqual(peerDigestFindings(objects), []);
+      // Spelled out: the design's table.
+      const digestsOf = (name: string): string[] => (container(workload(objects, name).pod, name).env ?? []).map((e: Any) => e.name as string).filter((n: string) => n.startsWith("OZ0_PEER_")).sort();
+      assert.deepEqual(digestsOf("orchestrator"), []);
+      assert.deepEqual(digestsOf("sandbox"), ["OZ0_PEER_ORCHESTRATOR_SHA256"]);
+      assert.deepEqual(digestsOf("llm-proxy"), ["OZ0_PEER_ORCHESTRATOR_SHA256"]);
+      assert.deepEqual(digestsOf("events"), ["OZ0_PEER_LLM_PROXY_SHA256", "OZ0_PEER_ORCHESTRATOR_SHA256", "OZ0_PEER_SANDBOX_SHA256"]);
+    });
+
+    void it("lets the orchestrator and the events service, and no other, read people's roles (OZ0_AUTH_CONFIG) from the oz0-auth ConfigMap", () => {
+      const readers: string[] = [];
+      for (const w of workloads(objects)) {
+        for (const c of allContainers(w.pod)) {
+          const file = containerEnv(objects, c).OZ0_AUTH_CONFIG;
+          if (file === undefined) continue;
+          readers.push(c.name);
+          const mount = (c.volumeMounts ?? []).find((m: Any) => file.startsWith(`${m.mountPath}/`));
+          assert.ok(mount, `${w.name}/${c.name}: OZ0_AUTH_CONFIG ${file} is on a mount`);
+          assert.equal(mount.readOnly, true);
+          const volume = w.pod.volumes.find((v: Any) => v.name === mount.name);
+          assert.ok(volume?.configMap && AUTH_CONFIG_MAP.test(volume.configMap.name), `${w.name}: the mount is the oz0-auth ConfigMap`);
+          const cm = objects.find((o) => o.kind === "ConfigMap" && o.metadata.name === volume.configMap.name) as Any;
+          const key = path.relative(mount.mountPath, file);
+          assert.ok(typeof cm?.data?.[key] === "string", `oz0-auth has ${key}`);
+          const config = parse(cm.data[key]) as Any;
+          // The fields the services accept (lib/serving's auth config): anything else refuses the start.
+          assert.deepEqual(Object.keys(config).filter((k) => !["oidc", "roles", "tokens"].includes(k)), []);
+          for (const role of Object.keys(config.roles ?? {})) assert.ok(["admin", "operator", "approver", "viewer"].includes(role), role);
+          for (const t of config.tokens ?? []) assert.match(t.sha256, /^[0-9a-f]{64}$/, "static tokens by digest only");
+          if (config.oidc) for (const field of ["issuer", "audience"]) assert.ok(config.oidc[field], `oidc.${field}`);
+        }
+      }
+      assert.deepEqual(readers.sort(), ["events", "orchestrator"]);
+    });
+
+    void it("has no trace of the retired shared admin token", () => {
+      const text = JSON.stringify(objects);
+      assert.ok(!text.includes(RETIRED_ADMIN_TOKEN), `${RETIRED_ADMIN_TOKEN} is rendered`);
+      assert.ok(!text.includes(RETIRED_ADMIN_SECRET), `${RETIRED_ADMIN_SECRET} is rendered`);
+    });
+  });
+}
+
+void describe("dev's generated credentials, as rendered", () => {
+  let objects: K8sObject[] = [];
+  before(() => {
+    objects = render(path.join(k8sDir, "overlays", "dev"));
+  });
+
+  void it("gives each service a token of its own, and the digests ConfigMap their SHA-256", () => {
+    const digests = objects.find((o) => o.kind === "ConfigMap" && DIGESTS.test(o.metadata.name)) as Any;
+    assert.ok(digests, "a generated oz0-service-token-digests ConfigMap");
+    const tokens = new Set<string>();
+    for (const service of services) {
+      const secret = objects.find((o) => o.kind === "Secret" && new RegExp(`^oz0-${service}-token-[a-z0-9]+$`).test(o.metadata.name)) as Any;
+      assert.ok(secret, `a generated oz0-${service}-token Secret`);
+      assert.deepEqual(Object.keys(secret.data), ["token"]);
+      const token = decode(secret.data.token);
+      assert.ok(token.length >= 32 && !/\s/.test(token), `${service}'s token: ${token.length} characters, no whitespace`);
+      tokens.add(token);
+      assert.equal(digests.data[service], sha256(token), `${service}'s digest is the SHA-256 of its token, exactly`);
+    }
+    assert.equal(tokens.size, services.length, "no two services share a token");
+  });
+});
+
+void describe("overlays/dev/generate-secrets.sh", () => {
+  const read = (dir: string, file: string): string => readFileSync(path.join(generatedDir(dir), file), "utf8");
+  const token = (dir: string, service: string): string => /^token=(.*)$/m.exec(read(dir, `${service}-token.env`))![1]!;
+  let first = "";
+  let second = "";
+  before(() => {
+    first = preparedCopy();
+    second = preparedCopy();
+  });
+
+  void it("writes every credential the dev overlay reads, readable by its owner only", () => {
+    const dir = generatedDir(first);
+    assert.equal(statSync(dir).mode & 0o777, 0o700);
+    const files = readdirSync(dir).sort();
+    assert.deepEqual(files, ["admin-token", "auth.yaml", "events-token.env", "kek", "llm-proxy-token.env", "orchestrator-token.env", "sandbox-token.env", "service-token-digests.env"]);
+    for (const f of files) assert.equal(statSync(path.join(dir, f)).mode & 0o077, 0, `${f} is private`);
+    const digests = Object.fromEntries(read(first, "service-token-digests.env").trim().split("\n").map((l) => l.split("=") as [string, string]));
+    for (const service of services) assert.equal(digests[service], sha256(token(first, service)));
+    assert.equal(Buffer.from(read(first, "kek"), "base64").length, 32);
+    const auth = parse(read(first, "auth.yaml")) as Any;
+    assert.deepEqual(auth.roles, { admin: { users: ["dev-admin"] } });
+    assert.deepEqual(auth.tokens, [{ user: "dev-admin", sha256: sha256(read(first, "admin-token")) }]);
+  });
+
+  void it("makes new credentials for every deployment, keeps them when run again, and replaces them with --force", () => {
+    for (const service of services) assert.notEqual(token(first, service), token(second, service), `${service}: the same token twice`);
+    assert.notEqual(read(first, "kek"), read(second, "kek"));
+    const before = Object.fromEntries(services.map((s) => [s, token(second, s)]));
+    const kek = read(second, "kek");
+    execFileSync("bash", [generateSecretsScript(second)], { stdio: "pipe" });
+    for (const service of services) assert.equal(token(second, service), before[service], `${service}: a re-run kept the token`);
+    assert.equal(read(second, "kek"), kek);
+    execFileSync("bash", [generateSecretsScript(second), "--force"], { stdio: "pipe" });
+    for (const service of services) assert.notEqual(token(second, service), before[service], `${service}: --force made a new token`);
+    const digests = read(second, "service-token-digests.env");
+    for (const service of services) assert.ok(digests.includes(`${service}=${sha256(token(second, service))}`), `${service}'s digest follows its new token`);
+  });
+});
+
+/**
+ * The files of deploy/ that are or would be committed: tracked, or new and
+ * not ignored (outside a checkout: every file but generated ones and
+ * dependencies).
+ */
+function committedFiles(): string[] {
+  const repo = path.resolve(deployDir, "..");
+  const git = spawnSync("git", ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "deploy"], { cwd: repo, encoding: "utf8" });
+  if (git.status === 0 && git.stdout.length > 0) {
+    // Tracked files deleted in the working tree are not there to read.
+    return git.stdout.split("\0").filter(Boolean).map((f) => path.join(repo, f)).filter((f) => existsSync(f));
+  }
+  const out: string[] = [];
+  const walk = (dir: string): void => {
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      if (e.name === "node_modules" || e.name === "generated") continue;
+      const p = path.join(dir, e.name);
+      if (e.isDirectory()) walk(p);
+      else out.push(p);
+    }
+  };
+  walk(deployDir);
+  return out;
+}
+
+function gitIgnores(file: string): boolean | undefined {
+  const result = spawnSync("git", ["check-ignore", "-q", file], { cwd: deployDir });
+  return result.status === 0 ? true : result.status === 1 ? false : undefined;
+}
+
+/** What a committed credential would look like: the services' own form, a KEK, a digest-length hex, a PEM key. */
+const CREDENTIAL_SHAPES = [/\boz0_[A-Za-z0-9_-]{32,}/, /[A-Za-z0-9+/]{40,}={1,2}/, /\b[0-9a-f]{64}\b/, /-----BEGIN [A-Z ]*PRIVATE KEY-----/];
+/** Committed files a secretGenerator may read: not credentials (provider names and kinds only). */
+const NOT_CREDENTIALS = new Set([path.join(k8sDir, "overlays", "dev", "llm-proxy-keys", "providers.json")]);
+
+void describe("no credential is committed", () => {
+  const files = committedFiles();
+
+  void it("commits no Secret object and no credential-shaped string anywhere under deploy/", () => {
+    assert.ok(files.length > 30, `${files.length} files`);
+    for (const file of files) {
+      const text = readFileSync(file, "utf8");
+      const where = path.relative(deployDir, file);
+      for (const shape of CREDENTIAL_SHAPES) assert.doesNotMatch(text, shape, `${where} holds something shaped like a credential`);
+      if (!/\.ya?ml$/.test(file)) continue;
+      for (const doc of parseAllDocuments(text)) {
+        const value = doc.toJS() as Any;
+        assert.notEqual(value?.kind, "Secret", `${where} commits a Secret`);
+      }
+    }
+  });
+
+  void it("has every secretGenerator read generated, gitignored files, never literals", () => {
+    const kustomizations = files.filter((f) => path.basename(f) === "kustomization.yaml");
+    let sources = 0;
+    for (const file of kustomizations) {
+      const k = parse(readFileSync(file, "utf8")) as Any;
+      for (const generator of k.secretGenerator ?? []) {
+        const where = `${path.relative(deployDir, file)} secretGenerator ${generator.name}`;
+        assert.equal(generator.literals, undefined, `${where}: literals are committed values`);
+        for (const source of [...(generator.files ?? []), ...(generator.envs ?? [])] as string[]) {
+          sources += 1;
+          const target = path.resolve(path.dirname(file), source.includes("=") ? source.slice(source.indexOf("=") + 1) : source);
+          if (NOT_CREDENTIALS.has(target)) {
+            const providers = JSON.parse(readFileSync(target, "utf8")) as { providers: Array<Record<string, unknown>> };
+            for (const p of providers.providers) assert.deepEqual(Object.keys(p).sort(), ["kind", "name"], `${source}: provider names and kinds only`);
+            continue;
+          }
+          assert.ok(target.split(path.sep).includes("generated"), `${where}: ${source} is not a generated file`);
+          assert.ok(!files.includes(target), `${where}: ${source} is committed`);
+          assert.notEqual(gitIgnores(target), false, `${where}: git does not ignore ${source}`);
+        }
+      }
+    }
+    assert.ok(sources >= 5, "the dev overlay's generated sources were found");
+  });
+
+  void it("mentions the retired shared admin token in no file under deploy/", () => {
+    for (const file of files) {
+      const text = readFileSync(file, "utf8");
+      assert.ok(!text.includes(RETIRED_ADMIN_TOKEN) && !text.includes(RETIRED_ADMIN_SECRET), `${path.relative(deployDir, file)} names the retired admin token`);
+    }
+  });
+
+  void it("keeps the generated credentials out of image builds", () => {
+    const ignore = readFileSync(path.join(deployDir, "Dockerfile.dockerignore"), "utf8").split("\n").map((l) => l.trim());
+    assert.ok(ignore.includes("deploy/k8s/overlays/*/generated"));
+  });
+});
+
+void describe("the identity checks catch mistakes", () => {
+  let prod: K8sObject[] = [];
+  before(() => {
+    prod = render(path.join(k8sDir, "overlays", "prod"));
+  });
+  /** A copy of prod, changed by `change`. */
+  const broken = (change: (objects: Any[]) => void): K8sObject[] => {
+    const copy = structuredClone(prod) as Any[];
+    change(copy);
+    return copy;
+  };
+  const policy = (objects: Any[], name: string): Any => objects.find((o) => o.kind === "NetworkPolicy" && o.metadata.name === name);
+  const pod = (objects: Any[], name: string): Any => objects.find((o) => ["Deployment", "StatefulSet"].includes(o.kind) && o.metadata.name === name).spec.template.spec;
+
+  void it("prod as rendered has no finding", () => {
+    for (const check of [ingressWithoutFromFindings, publicApiFindings, sandboxToOrchestratorFindings, peerDigestFindings, serviceTokenFindings]) {
+      assert.deepEqual(check(prod), [], check.name);
+    }
+  });
+
+  void it("an ingress rule without `from` (the old public rule)", () => {
+    const objects = broken((o) => policy(o, "orchestrator").spec.ingress.unshift({ ports: [{ protocol: "TCP", port: 7700 }] }));
+    assert.match(ingressWithoutFromFindings(objects).join("\n"), /orchestrator ingress\[0\] has no "from"/);
+    assert.match(publicApiFindings(objects).join("\n"), /7700 is open to every pod/);
+  });
+
+  void it("the oz0 namespace labelled a client: its sandbox pods would reach 7700", () => {
+    const objects = broken((o) => (o.find((x) => x.kind === "Namespace").metadata.labels["oz0.dev/client"] = "true"));
+    assert.match(publicApiFindings(objects).join("\n"), /sandbox pods reach the orchestrator's public API/);
+  });
+
+  void it("7700 open to every namespace, or to sandbox pods", () => {
+    const any = broken((o) => policy(o, "orchestrator").spec.ingress[0].from.push({ namespaceSelector: {} }));
+    assert.match(publicApiFindings(any).join("\n"), /not one of the client selectors/);
+    const sandbox = broken((o) => policy(o, "orchestrator").spec.ingress[1].ports.push({ protocol: "TCP", port: 7700 }));
+    assert.match(sandboxToOrchestratorFindings(sandbox).join("\n"), /admits sandbox pods at the orchestrator's 7700/);
+    assert.match(publicApiFindings(sandbox).join("\n"), /sandbox pods reach the orchestrator's public API/);
+  });
+
+  void it("sandbox egress to the orchestrator's public port, or to all its ports", () => {
+    const old = broken((o) => (policy(o, "sandbox").spec.egress[0].ports = [{ protocol: "TCP", port: 7700 }]));
+    const findings = sandboxToOrchestratorFindings(old).join("\n");
+    assert.match(findings, /lets sandbox pods reach the orchestrator's 7700/);
+    assert.match(findings, /heartbeats cannot reach/);
+    const all = broken((o) => delete policy(o, "sandbox").spec.egress[0].ports);
+    assert.match(sandboxToOrchestratorFindings(all).join("\n"), /lets sandbox pods reach the orchestrator's 7700/);
+  });
+
+  void it("a peer digest too many, one missing, or one from the wrong key", () => {
+    const extra = broken((o) => pod(o, "sandbox").containers[0].env.push({ name: "OZ0_PEER_LLM_PROXY_SHA256", valueFrom: { configMapKeyRef: { name: "oz0-service-token-digests", key: "llm-proxy" } } }));
+    assert.match(peerDigestFindings(extra).join("\n"), /sandbox\/sandbox has OZ0_PEER_LLM_PROXY_SHA256, OZ0_PEER_ORCHESTRATOR_SHA256, the design says OZ0_PEER_ORCHESTRATOR_SHA256$/m);
+    const missing = broken((o) => (pod(o, "events").containers[0].env = pod(o, "events").containers[0].env.filter((e: Any) => e.name !== "OZ0_PEER_SANDBOX_SHA256")));
+    assert.match(peerDigestFindings(missing).join("\n"), /events\/events has .*, the design says/);
+    const wrongKey = broken((o) => (pod(o, "llm-proxy").containers[0].env.find((e: Any) => e.name === "OZ0_PEER_ORCHESTRATOR_SHA256").valueFrom.configMapKeyRef.key = "sandbox"));
+    assert.match(peerDigestFindings(wrongKey).join("\n"), /llm-proxy\/llm-proxy OZ0_PEER_ORCHESTRATOR_SHA256 does not come from/);
+    const sidecar = broken((o) => pod(o, "sandbox").containers[1].env.push({ name: "OZ0_PEER_ORCHESTRATOR_SHA256", value: "0".repeat(64) }));
+    assert.match(peerDigestFindings(sidecar).join("\n"), /sandbox\/node-heartbeat has OZ0_PEER_ORCHESTRATOR_SHA256, the design says none/);
+  });
+
+  void it("a service reading another's token, or the sidecar holding one", () => {
+    const borrowed = broken((o) => (pod(o, "sandbox").containers[0].env.find((e: Any) => e.name === "OZ0_SERVICE_TOKEN").valueFrom.secretKeyRef.name = "oz0-orchestrator-token"));
+    assert.match(serviceTokenFindings(borrowed).join("\n"), /sandbox\/sandbox: OZ0_SERVICE_TOKEN is not key "token" of its own Secret/);
+    const sidecar = broken((o) => pod(o, "sandbox").containers[1].env.push({ name: "OZ0_SERVICE_TOKEN", valueFrom: { secretKeyRef: { name: "oz0-sandbox-token", key: "token" } } }));
+    assert.match(serviceTokenFindings(sidecar).join("\n"), /sandbox\/node-heartbeat holds a service token/);
+  });
+});

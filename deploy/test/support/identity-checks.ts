@@ -1,0 +1,155 @@
+// The identity rules of issue 19 over rendered objects, each returning its
+// findings (empty when the rule holds), so the tests can also show that each
+// one fails on the mistake it is there for.
+import { isDeepStrictEqual } from "node:util";
+import type { K8sObject } from "./render.js";
+import { allContainers, container, containerEnv, peerCovers, peerPods, policiesFor, ports, rulePortsAdmit, services, workload, workloads, type Any } from "./workloads.js";
+
+type Service = (typeof services)[number];
+
+/** The orchestrator's public API, and its node API (OZ0_NODE_PORT): the one port sandbox pods may reach. */
+export const PUBLIC_PORT = ports.orchestrator;
+export const NODE_PORT = 7710;
+
+/**
+ * The only peers that may reach the orchestrator's public API: the ingress
+ * controller's namespace, namespaces labelled as clients, and pods of its own
+ * namespace labelled as clients (deploy/k8s/README.md, "Who may call what").
+ */
+export const CLIENT_PEERS = [
+  { namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "ingress-nginx" } } },
+  { namespaceSelector: { matchLabels: { "oz0.dev/client": "true" } } },
+  { podSelector: { matchLabels: { "oz0.dev/client": "true" } } },
+];
+
+/** Who accepts whom (the design's table; lib/serving's ACCEPTED_PEERS). */
+export const ACCEPTS: Record<Service, Service[]> = {
+  orchestrator: [],
+  sandbox: ["orchestrator"],
+  "llm-proxy": ["orchestrator"],
+  events: ["orchestrator", "sandbox", "llm-proxy"],
+};
+export const peerVariable = (name: Service): string => `OZ0_PEER_${name.toUpperCase().replace(/-/g, "_")}_SHA256`;
+const DIGESTS = /^oz0-service-token-digests(-[a-z0-9]+)?$/;
+
+const networkPolicies = (objects: K8sObject[]): Any[] => objects.filter((o) => o.kind === "NetworkPolicy");
+
+/** Ingress rules without `from` admit every pod (of every namespace). */
+export function ingressWithoutFromFindings(objects: K8sObject[]): string[] {
+  const findings: string[] = [];
+  for (const policy of networkPolicies(objects)) {
+    (policy.spec.ingress ?? []).forEach((rule: Any, i: number) => {
+      if ((rule.from ?? []).length === 0) findings.push(`NetworkPolicy ${policy.metadata.name} ingress[${i}] has no "from": it admits every pod`);
+    });
+  }
+  return findings;
+}
+
+/** 7700 admits only the client selectors, none of which covers a pod of ours; and it admits them. */
+export function publicApiFindings(objects: K8sObject[]): string[] {
+  const findings: string[] = [];
+  const orchestrator = workload(objects, "orchestrator");
+  const pods = peerPods(objects);
+  const admitted: Any[] = [];
+  for (const policy of policiesFor(objects, orchestrator.podLabels, "Ingress")) {
+    const where = `NetworkPolicy ${policy.metadata.name}`;
+    for (const rule of policy.spec.ingress ?? []) {
+      if (!rulePortsAdmit(rule.ports, PUBLIC_PORT)) continue;
+      if ((rule.from ?? []).length === 0) findings.push(`${where}: 7700 is open to every pod`);
+      for (const peer of rule.from ?? []) {
+        admitted.push(peer);
+        if (!CLIENT_PEERS.some((c) => isDeepStrictEqual(c, peer))) findings.push(`${where}: 7700 admits ${JSON.stringify(peer)}, not one of the client selectors`);
+        for (const pod of pods) {
+          if (peerCovers(peer, policy.metadata.namespace, pod)) findings.push(`${where}: ${pod.workload} pods reach the orchestrator's public API through ${JSON.stringify(peer)}`);
+        }
+      }
+    }
+  }
+  for (const client of CLIENT_PEERS) {
+    if (!admitted.some((peer) => isDeepStrictEqual(peer, client))) findings.push(`7700 does not admit the clients ${JSON.stringify(client)}`);
+  }
+  return findings;
+}
+
+/** Sandbox pods reach the orchestrator on its node port only, as the orchestrator's ingress and the sandbox's egress both say. */
+export function sandboxToOrchestratorFindings(objects: K8sObject[]): string[] {
+  const findings: string[] = [];
+  const orchestrator = workload(objects, "orchestrator");
+  const sandbox = workload(objects, "sandbox");
+  const sandboxPod = peerPods(objects).find((p) => p.workload === "sandbox")!;
+  const orchestratorPod = peerPods(objects).find((p) => p.workload === "orchestrator")!;
+  const orchestratorPorts = [...new Set([PUBLIC_PORT, NODE_PORT, ...allContainers(orchestrator.pod).flatMap((c: Any) => (c.ports ?? []).map((p: Any) => p.containerPort as number))])];
+  let admittedAtNodePort = false;
+  for (const policy of policiesFor(objects, orchestrator.podLabels, "Ingress")) {
+    for (const rule of policy.spec.ingress ?? []) {
+      if (!(rule.from ?? []).some((peer: Any) => peerCovers(peer, policy.metadata.namespace, sandboxPod))) continue;
+      for (const port of orchestratorPorts) {
+        const admits = rulePortsAdmit(rule.ports, port);
+        if (admits && port !== NODE_PORT) findings.push(`NetworkPolicy ${policy.metadata.name} admits sandbox pods at the orchestrator's ${port}`);
+        if (admits && port === NODE_PORT) admittedAtNodePort = true;
+      }
+    }
+  }
+  let leavesToNodePort = false;
+  for (const policy of policiesFor(objects, sandbox.podLabels, "Egress")) {
+    for (const rule of policy.spec.egress ?? []) {
+      if (!(rule.to ?? []).some((peer: Any) => peerCovers(peer, policy.metadata.namespace, orchestratorPod))) continue;
+      for (const port of orchestratorPorts) {
+        const admits = rulePortsAdmit(rule.ports, port);
+        if (admits && port !== NODE_PORT) findings.push(`NetworkPolicy ${policy.metadata.name} lets sandbox pods reach the orchestrator's ${port}`);
+        if (admits && port === NODE_PORT) leavesToNodePort = true;
+      }
+    }
+  }
+  if (!admittedAtNodePort || !leavesToNodePort) findings.push("sandbox heartbeats cannot reach the orchestrator's node port");
+  const env = containerEnv(objects, container(orchestrator.pod, "orchestrator"));
+  if (Number(env.OZ0_NODE_PORT) !== NODE_PORT) findings.push(`the orchestrator's OZ0_NODE_PORT is ${String(env.OZ0_NODE_PORT)}, not ${NODE_PORT}`);
+  return findings;
+}
+
+const isServiceContainer = (workloadName: string, c: Any): boolean => (services as readonly string[]).includes(c.name) && c.name === workloadName;
+
+/** Each container gets exactly the peer digests the design says, from the digests ConfigMap, and no other. */
+export function peerDigestFindings(objects: K8sObject[]): string[] {
+  const findings: string[] = [];
+  for (const w of workloads(objects)) {
+    for (const c of allContainers(w.pod)) {
+      const where = `${w.name}/${c.name}`;
+      const expected = isServiceContainer(w.name, c) ? ACCEPTS[c.name as Service].map(peerVariable).sort() : [];
+      const given = (c.env ?? []).filter((e: Any) => /^OZ0_PEER_/.test(e.name));
+      const names = given.map((e: Any) => e.name as string).sort();
+      if (!isDeepStrictEqual(names, expected)) findings.push(`${where} has ${names.join(", ") || "no peer digest"}, the design says ${expected.join(", ") || "none"}`);
+      for (const e of given) {
+        const ref = e.valueFrom?.configMapKeyRef;
+        const peer = (services as readonly string[]).find((s) => peerVariable(s as Service) === e.name);
+        if (!ref || !DIGESTS.test(ref.name) || ref.key !== peer) findings.push(`${where} ${e.name} does not come from oz0-service-token-digests, key ${peer ?? "?"}`);
+      }
+      for (const name of Object.keys(containerEnv(objects, c))) {
+        if (/^OZ0_PEER_/.test(name)) findings.push(`${where} gets ${name} from a ConfigMap read wholesale`);
+      }
+    }
+  }
+  return findings;
+}
+
+/** Each service container holds its own token, from its own Secret; no other container holds one. */
+export function serviceTokenFindings(objects: K8sObject[]): string[] {
+  const findings: string[] = [];
+  for (const w of workloads(objects)) {
+    for (const c of allContainers(w.pod)) {
+      const where = `${w.name}/${c.name}`;
+      const entries = (c.env ?? []).filter((e: Any) => e.name === "OZ0_SERVICE_TOKEN");
+      const fromConfigMaps = containerEnv(objects, c).OZ0_SERVICE_TOKEN !== undefined && entries.every((e: Any) => e.value === undefined);
+      if (fromConfigMaps) findings.push(`${where} gets OZ0_SERVICE_TOKEN from a ConfigMap`);
+      if (!isServiceContainer(w.name, c)) {
+        if (entries.length > 0) findings.push(`${where} holds a service token`);
+        continue;
+      }
+      const ref = entries.length === 1 ? entries[0].valueFrom?.secretKeyRef : undefined;
+      if (!ref || !new RegExp(`^oz0-${c.name}-token(-[a-z0-9]+)?$`).test(ref.name) || ref.key !== "token") {
+        findings.push(`${where}: OZ0_SERVICE_TOKEN is not key "token" of its own Secret oz0-${c.name}-token`);
+      }
+    }
+  }
+  return findings;
+}
