@@ -4,7 +4,8 @@
 // the session's internal directory, never inside the sandbox, so a harness
 // cannot rewrite the baseline.
 import { execFile } from "node:child_process";
-import { lstat, readdir, readFile, realpath } from "node:fs/promises";
+import { constants } from "node:fs";
+import { lstat, open, readdir, readlink, realpath } from "node:fs/promises";
 import path from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { SessionArtifactsSchema } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
@@ -104,7 +105,11 @@ export async function collectArtifacts(options: CollectOptions): Promise<Session
       problems.push(`${relative} left out: the artifacts exceed ${options.maxBytes} bytes`);
       return;
     }
-    const content = await readFile(absolute);
+    const content = await readFileInside(absolute, root);
+    if (content === undefined) {
+      problems.push(`${relative} left out: it leads outside the working directory`);
+      return;
+    }
     budget -= content.length;
     files.push({ path: relative, content });
   };
@@ -117,4 +122,29 @@ export async function collectArtifacts(options: CollectOptions): Promise<Session
     }
   }
   return { patch, files, error: problems.join("; ") };
+}
+
+/**
+ * Reads a regular file of the working directory as it is when opened: a
+ * process of the session still running (one sharing the directory) could
+ * swap it, or a directory above it, for a link between the checks above and
+ * the read. The last step is never followed (O_NOFOLLOW), a FIFO never
+ * blocks (O_NONBLOCK), and the file opened must still be inside `root`, as
+ * the kernel names it. Undefined when it is not.
+ */
+async function readFileInside(absolute: string, root: string): Promise<Buffer | undefined> {
+  const handle = await open(absolute, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  try {
+    if (!(await handle.stat()).isFile()) return undefined;
+    let opened: string | undefined;
+    try {
+      opened = await readlink(`/proc/self/fd/${handle.fd}`);
+    } catch {
+      opened = undefined; // no /proc (not Linux): the realpath check above stands alone
+    }
+    if (opened !== undefined && opened !== root && !opened.startsWith(`${root}${path.sep}`)) return undefined;
+    return await handle.readFile();
+  } finally {
+    await handle.close();
+  }
 }

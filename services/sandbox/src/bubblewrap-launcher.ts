@@ -2,7 +2,9 @@
 // user namespaces, every capability dropped, an environment of exactly the
 // allowlisted variables, the working and state directories writable, a few
 // system directories read-only and everything else (other sessions, /root,
-// the node's /tmp, the sandbox's files) absent.
+// the node's /tmp, the sandbox's files) absent. The sandbox root, its
+// parent (the stack's data directory) and the configured hidden paths stay
+// absent even when a read-only path contains them (bubblewrap-mounts.ts).
 //
 // Signals: a SIGTERM to bwrap tears the whole PID namespace down at once, so
 // the harness would never get its grace. `--info-fd` tells the pid (on the
@@ -14,6 +16,7 @@ import { execFile, spawn } from "node:child_process";
 import { existsSync, realpathSync } from "node:fs";
 import path from "node:path";
 import type { Readable } from "node:stream";
+import { planMounts, isWithin, type BindMount, type MountPlan } from "./bubblewrap-mounts.js";
 import { findCommand } from "./command-lookup.js";
 import type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "@oz0/harness/host";
 
@@ -81,6 +84,10 @@ export interface BubblewrapLauncherOptions {
   pluginDir: string;
   /** Writable: the working and state directories. */
   writablePaths: readonly string[];
+  /** Never visible, even inside a read-only path (OZ0_SANDBOX_HIDDEN_PATHS, OZ0_HOME). */
+  hiddenPaths: readonly string[];
+  /** The sandbox root: it and its parent are hidden too, unless bound themselves; the session's own directories are bound again inside. */
+  sandboxRoot: string;
   /** Bound to /run/oz0 (the LLM sockets), when the session has an LLM endpoint. */
   socketDir?: string;
   /** The in-sandbox LLM forwarder: runs first and then the harness. */
@@ -99,35 +106,25 @@ function killQuietly(pid: number, signal: NodeJS.Signals): void {
   }
 }
 
-function isWithin(file: string, root: string): boolean {
-  return root !== "" && (file === root || file.startsWith(root.endsWith("/") ? root : `${root}/`));
-}
-
 /**
  * The node finds the command, but inside the sandbox only the bound paths
  * exist: refused here with what to do, rather than as a harness that could
  * not start (ENOENT from inside, with no hint why). The command's link
  * target must be visible too (node_modules/.bin links into the package).
  */
-function assertVisible(command: string, visible: readonly string[]): void {
+function assertVisible(command: string, mounts: MountPlan): void {
   let target = command;
   try {
     target = realpathSync(command);
   } catch {
     // Unreadable link: the literal path decides.
   }
-  const roots = visible.flatMap((root) => {
-    try {
-      return [root, realpathSync(root)];
-    } catch {
-      return [root];
-    }
-  });
-  const hidden = [command, target].find((file) => !roots.some((root) => isWithin(file, root)));
+  const hidden = [command, target].find((file) => !mounts.visible(file));
   if (hidden === undefined) return;
   throw new Error(
     `the harness command ${command}${target !== command ? ` (${target})` : ""} is not visible inside the sandbox, where bubblewrap shows only the system paths, ` +
-      "node, the plugin, the session's own directories and OZ0_SANDBOX_READ_ONLY_PATHS: add the directory it is installed in (with its node_modules) to OZ0_SANDBOX_READ_ONLY_PATHS (':'-separated)",
+      "node, the plugin, the session's own directories and OZ0_SANDBOX_READ_ONLY_PATHS, never the sandbox root, its parent or OZ0_SANDBOX_HIDDEN_PATHS: " +
+      "add the directory it is installed in (with its node_modules) to OZ0_SANDBOX_READ_ONLY_PATHS (':'-separated), outside the hidden ones",
   );
 }
 
@@ -143,28 +140,13 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
       const found = findCommand(spec);
       if (found === undefined) throw new Error("no such executable on the session's PATH (ENOENT)");
       const nodeDir = path.dirname(process.execPath);
-      assertVisible(found, [...options.readOnlyPaths, nodeDir, options.pluginDir, ...options.writablePaths]);
-      const args = [
-        "--unshare-all",
-        "--die-with-parent",
-        "--new-session",
-        "--cap-drop", "ALL",
-        "--hostname", "oz0-sandbox",
-        "--clearenv",
-        ...Object.entries(spec.env).flatMap(([name, value]) => ["--setenv", name, value]),
-        // The private /tmp goes first: later binds land on top of it, so an
-        // installation or plugin that lives under the node's /tmp stays visible.
-        "--tmpfs", "/tmp",
-        "--proc", "/proc",
-        "--dev", "/dev",
-        ...systemBinds(options.readOnlyPaths),
-      ];
-      if (!options.readOnlyPaths.some((p) => nodeDir === p || nodeDir.startsWith(`${p}/`))) args.push("--ro-bind", nodeDir, nodeDir);
-      if (options.pluginDir !== "") args.push("--ro-bind", options.pluginDir, options.pluginDir);
-      for (const p of options.writablePaths) args.push("--bind", p, p);
+      const binds: BindMount[] = options.readOnlyPaths.map((p) => ({ source: p, optional: true }));
+      if (!options.readOnlyPaths.some((p) => isWithin(nodeDir, p))) binds.push({ source: nodeDir });
+      if (options.pluginDir !== "") binds.push({ source: options.pluginDir });
+      for (const p of options.writablePaths) binds.push({ source: p, writable: true });
       let command = spec.command;
       if (options.entry !== undefined && options.socketDir !== undefined) {
-        args.push("--bind", options.socketDir, "/run/oz0", "--ro-bind", options.entry.script, options.entry.script);
+        binds.push({ source: options.socketDir, dest: "/run/oz0", writable: true }, { source: options.entry.script });
         command = [
           process.execPath,
           options.entry.script,
@@ -173,6 +155,22 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
           ...spec.command,
         ];
       }
+      const mounts = planMounts({
+        binds,
+        hidden: options.hiddenPaths,
+        hiddenUnlessBound: [options.sandboxRoot, path.dirname(options.sandboxRoot)],
+      });
+      assertVisible(found, mounts);
+      const args = [
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop", "ALL",
+        "--hostname", "oz0-sandbox",
+        "--clearenv",
+        ...Object.entries(spec.env).flatMap(([name, value]) => ["--setenv", name, value]),
+        ...mounts.args,
+      ];
       args.push("--chdir", spec.cwd, "--info-fd", "3", "--", ...command);
 
       const child = spawn(options.bwrapPath, args, {

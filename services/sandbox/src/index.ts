@@ -4,17 +4,20 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { createLogger, READINESS, registration, serve, ServingStatus } from "@oz0/serving";
-import { DEFAULT_READ_ONLY_PATHS, detectBubblewrap, type BubblewrapDetection } from "./bubblewrap-launcher.js";
+import { DEFAULT_READ_ONLY_PATHS, type BubblewrapDetection } from "./bubblewrap-launcher.js";
+import { chooseIsolation, type IsolationName } from "./isolation-choice.js";
 import { findSetpriv } from "./parent-death-launcher.js";
 import { createLifecycleEvents } from "./lifecycle-events.js";
 import { defaultNodeIdentity, startNodeHeartbeat, type NodeHeartbeat } from "./node-heartbeat.js";
-import { checkNodeToken, defaultRoot, defaultSessionPath, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, type SandboxConfig } from "./sandbox-config.js";
+import { checkNodeToken, defaultRoot, defaultSessionPath, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, DEFAULT_SESSION_UIDS, type SandboxConfig } from "./sandbox-config.js";
 import { sandboxService } from "./sandbox-service.js";
-import { prepareRoot } from "./session-directories.js";
+import { prepareRoot, removeStaleSessions } from "./session-directories.js";
 import { SessionRegistry } from "./session-registry.js";
+import { SessionUserPool } from "./session-user-pool.js";
 
 export { configFromEnv, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, heartbeatSidecarConfigFromEnv } from "./sandbox-config.js";
-export type { HeartbeatSidecarConfig, IsolationSetting, SandboxConfig } from "./sandbox-config.js";
+export type { HeartbeatSidecarConfig, IsolationSetting, SandboxConfig, SessionUidRange } from "./sandbox-config.js";
+export type { IsolationName } from "./isolation-choice.js";
 export { startHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export type { RunningHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export { detectBubblewrap, DEFAULT_READ_ONLY_PATHS } from "./bubblewrap-launcher.js";
@@ -27,8 +30,10 @@ export const ISOLATION_HEALTH_SERVICE = "isolation";
 export interface RunningSandbox {
   /** `http://host:port`. */
   readonly url: string;
-  /** How sessions are isolated on this node. */
-  readonly isolation: "bwrap" | "none";
+  /** How sessions are isolated on this node: bubblewrap, an unprivileged uid per session, or not at all. */
+  readonly isolation: IsolationName;
+  /** Why no stronger isolation is used (or that OZ0_ISOLATION chose it); empty under bubblewrap. */
+  readonly isolationReason: string;
   /** Why bubblewrap is or is not used, as detected at start-up. */
   readonly bubblewrap: BubblewrapDetection;
   /** What this node sends heartbeats as, when it has an orchestrator to send them to (OZ0_ORCHESTRATOR_URL). */
@@ -52,17 +57,23 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     throw new Error("OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not: set it to the node token the orchestrators have, or the orchestrator refuses this node's heartbeats");
   }
   if (config.orchestratorUrls !== undefined) checkNodeToken(config.nodeToken);
-  const { root, removedStale } = await prepareRoot(config.root ?? defaultRoot());
-  if (removedStale > 0) logger.warn({ root, removedStale }, "removed the directories of sessions a previous run of the sandbox left behind");
-  const setting = config.isolation ?? "auto";
-  const bubblewrap: BubblewrapDetection =
-    setting === "none" ? { available: false, reason: "OZ0_ISOLATION=none" } : await detectBubblewrap({ bwrapPath: config.bwrapPath });
-  if (setting === "bwrap" && !bubblewrap.available) {
-    throw new Error(`OZ0_ISOLATION=bwrap requires bubblewrap, which does not work here: ${bubblewrap.reason ?? "unknown reason"}`);
-  }
-  const useBwrap = bubblewrap.available && bubblewrap.path !== undefined;
+  const root = await prepareRoot(config.root ?? defaultRoot());
+  const uids = config.sessionUids ?? DEFAULT_SESSION_UIDS;
+  const isolation = await chooseIsolation({ setting: config.isolation ?? "auto", root, uids, bwrapPath: config.bwrapPath, setprivPath: config.setprivPath });
+  const { bubblewrap } = isolation;
+  const useBwrap = isolation.mode === "bwrap";
+  const users = isolation.mode === "user" ? new SessionUserPool({ range: uids, logger }) : undefined;
+  // What a killed previous run's sessions still run is killed before their directories are removed, so nothing changes them meanwhile.
+  const killedLeftovers = (await users?.killLeftovers()) ?? 0;
+  const removedStale = await removeStaleSessions(root);
+  if (removedStale > 0 || killedLeftovers > 0) logger.warn({ root, removedStale, killedLeftovers }, "removed the directories (and killed the processes) of sessions a previous run of the sandbox left behind");
+  // The startup line the embedded stack reads: its `isolation` field is bwrap, user or none (with `reason`), always before "sandbox listening".
   if (useBwrap) logger.info({ isolation: "bwrap", bwrap: bubblewrap.path, version: bubblewrap.version }, "sessions run under bubblewrap");
-  else logger.warn({ isolation: "none", reason: bubblewrap.reason }, "sessions run WITHOUT OS isolation (plain process groups)");
+  else if (users !== undefined) {
+    const range = `${uids.base}-${uids.base + uids.count - 1}`;
+    logger.info({ isolation: "user", uids: range, reason: isolation.reason }, "sessions run under unprivileged uids of their own (no network, PID or mount namespaces: see the sandbox README)");
+  } else logger.warn({ isolation: "none", reason: isolation.reason }, "sessions run WITHOUT OS isolation (plain process groups of the sandbox's own user)");
+  for (const warning of isolation.sessionUsers.warnings) logger.warn({ uids: `${uids.base}-${uids.base + uids.count - 1}` }, warning);
 
   const maxSessions = config.maxSessions ?? 16;
   const lifecycle = config.eventsUrl !== undefined ? createLifecycleEvents({ url: config.eventsUrl, logger }) : undefined;
@@ -70,8 +81,16 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     root,
     maxSessions,
     isolation: useBwrap
-      ? { mode: "bwrap", bwrapPath: bubblewrap.path as string, readOnlyPaths: [...DEFAULT_READ_ONLY_PATHS, ...(config.readOnlyPaths ?? [])], entryScript: entryScript() }
-      : { mode: "none", setprivPath: findSetpriv() },
+      ? {
+          mode: "bwrap",
+          bwrapPath: bubblewrap.path as string,
+          readOnlyPaths: [...DEFAULT_READ_ONLY_PATHS, ...(config.readOnlyPaths ?? [])],
+          hiddenPaths: config.hiddenPaths ?? [],
+          entryScript: entryScript(),
+        }
+      : users !== undefined
+        ? { mode: "user", setprivPath: isolation.sessionUsers.setprivPath as string, users }
+        : { mode: "none", setprivPath: findSetpriv() },
     sessionPath: config.sessionPath ?? defaultSessionPath(),
     locale: config.locale ?? "C.UTF-8",
     cancelGraceMs: config.cancelGraceMs ?? 10_000,
@@ -112,7 +131,8 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   let closing: Promise<void> | undefined;
   return {
     url: server.url,
-    isolation: useBwrap ? "bwrap" : "none",
+    isolation: isolation.mode,
+    isolationReason: isolation.reason,
     bubblewrap,
     node,
     close() {

@@ -1,7 +1,7 @@
 // Session lifecycle events for the events service, which redacts and
 // publishes them. Publishing never blocks or fails a session.
 import { createEventPublisher, rawEvent, type EventPublisher } from "@oz0/events/publisher";
-import { IsolationMode, SessionStatus, type SessionExited } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { SessionStatus, type SessionExited } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import type { Logger } from "@oz0/serving";
 import type { SandboxSession } from "./sandbox-session.js";
 import type { SessionLifecycleListener } from "./session-registry.js";
@@ -33,7 +33,7 @@ export function createLifecycleEvents(options: { url: string; logger: Logger }):
   return {
     listener: {
       started(session) {
-        publisher.publish(rawEvent("session.started", { ...common(session), status: "running", attributes: { pid: session.pid, isolation: session.isolation === IsolationMode.BWRAP ? "bwrap" : "none" } }));
+        publisher.publish(rawEvent("session.started", { ...common(session), status: "running", attributes: { pid: session.pid, isolation: session.isolationName } }));
       },
       ended(session) {
         const exited = lastExited(session);

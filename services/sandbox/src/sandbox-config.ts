@@ -3,7 +3,17 @@ import os from "node:os";
 import path from "node:path";
 import type { Logger } from "@oz0/serving";
 
-export type IsolationSetting = "auto" | "bwrap" | "none";
+export type IsolationSetting = "auto" | "bwrap" | "user" | "none";
+
+/** The uids (and gids of the same numbers) sessions run under in the `user` isolation mode. */
+export interface SessionUidRange {
+  /** The first uid (OZ0_SANDBOX_UID_BASE). Default 200000. */
+  base: number;
+  /** How many uids from `base` (OZ0_SANDBOX_UID_COUNT). Default 65536. */
+  count: number;
+}
+
+export const DEFAULT_SESSION_UIDS: SessionUidRange = { base: 200_000, count: 65_536 };
 
 export interface SandboxConfig {
   /** Port to listen on; 0 picks a free one. Default 7701. */
@@ -14,8 +24,23 @@ export interface SandboxConfig {
   root?: string;
   /** Sessions running at once on this node (OZ0_MAX_SESSIONS); more are refused with RESOURCE_EXHAUSTED. Default 16. */
   maxSessions?: number;
-  /** `auto` uses bubblewrap when it works here, `bwrap` refuses to start without it, `none` never uses it (OZ0_ISOLATION). Default auto. */
+  /**
+   * How sessions are isolated (OZ0_ISOLATION): `bwrap` (bubblewrap, refuses
+   * to start without it), `user` (an unprivileged uid of its own per session;
+   * needs root and setpriv, refuses to start without them), `none` (plain
+   * process groups of the sandbox's user), or `auto`: bwrap when it works
+   * here, else user when it works here, else none. Default auto.
+   */
   isolation?: IsolationSetting;
+  /** The uid range of the `user` mode (OZ0_SANDBOX_UID_BASE, OZ0_SANDBOX_UID_COUNT). Default 200000, 65536 uids. */
+  sessionUids?: SessionUidRange;
+  /**
+   * Node paths a session under bubblewrap must never see, even when a
+   * read-only path (OZ0_SANDBOX_READ_ONLY_PATHS, the plugin directory)
+   * contains them: OZ0_SANDBOX_HIDDEN_PATHS (`:`-separated) and OZ0_HOME.
+   * The sandbox root and its parent are always hidden besides.
+   */
+  hiddenPaths?: string[];
   /** The events service for lifecycle events (OZ0_EVENTS_URL); none when unset. */
   eventsUrl?: string;
   /** Between SIGTERM and SIGKILL on cancel (OZ0_CANCEL_GRACE_MS). Default 10 000. */
@@ -62,6 +87,8 @@ export interface SandboxConfig {
   heartbeatMs?: number;
   /** The bwrap binary; found on the usual paths when unset. */
   bwrapPath?: string;
+  /** The setpriv binary (util-linux); found on the usual paths when unset. */
+  setprivPath?: string;
   logger?: Logger;
 }
 
@@ -78,10 +105,16 @@ function integer(env: NodeJS.ProcessEnv, name: string): number | undefined {
 
 /** Reads the configuration from the environment; throws with the variable's name on a bad value. */
 export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
-  const isolation = env.OZ0_ISOLATION ?? "auto";
-  if (isolation !== "auto" && isolation !== "bwrap" && isolation !== "none") {
-    throw new Error(`OZ0_ISOLATION must be auto, bwrap or none, got ${JSON.stringify(isolation)}`);
+  const isolation = env.OZ0_ISOLATION || "auto";
+  if (isolation !== "auto" && isolation !== "bwrap" && isolation !== "user" && isolation !== "none") {
+    throw new Error(`OZ0_ISOLATION must be auto, bwrap, user or none, got ${JSON.stringify(isolation)}`);
   }
+  const uidBase = integer(env, "OZ0_SANDBOX_UID_BASE") ?? DEFAULT_SESSION_UIDS.base;
+  const uidCount = integer(env, "OZ0_SANDBOX_UID_COUNT") ?? DEFAULT_SESSION_UIDS.count;
+  // Root's own ids, and ids past the kernel's (uid_t is 32 bits, and -1 means "unchanged"), can never be a session's.
+  if (uidBase === 0) throw new Error("OZ0_SANDBOX_UID_BASE must be above 0: uid 0 is root");
+  if (uidCount === 0) throw new Error("OZ0_SANDBOX_UID_COUNT must be at least 1");
+  if (uidBase + uidCount - 1 >= 0xffff_ffff) throw new Error(`OZ0_SANDBOX_UID_BASE + OZ0_SANDBOX_UID_COUNT must stay below ${0xffff_ffff}`);
   const config: SandboxConfig = {
     port: integer(env, "OZ0_PORT") ?? DEFAULT_PORT,
     host: env.OZ0_HOST || undefined,
@@ -96,7 +129,9 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     maxLineBytes: integer(env, "OZ0_MAX_LINE_BYTES"),
     maxArtifactBytes: integer(env, "OZ0_MAX_ARTIFACT_BYTES"),
     maxSessionEvents: integer(env, "OZ0_MAX_SESSION_EVENTS"),
+    sessionUids: { base: uidBase, count: uidCount },
     readOnlyPaths: env.OZ0_SANDBOX_READ_ONLY_PATHS ? env.OZ0_SANDBOX_READ_ONLY_PATHS.split(":").filter((p) => p !== "") : undefined,
+    hiddenPaths: hiddenPaths(env),
     sessionPath: env.OZ0_SESSION_PATH || undefined,
     orchestratorUrls: urlList(env.OZ0_ORCHESTRATOR_URL),
     nodeToken: env.OZ0_NODE_TOKEN || undefined,
@@ -106,6 +141,14 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
   };
   if (config.heartbeatMs === 0) throw new Error("OZ0_HEARTBEAT_MS must be a positive number of milliseconds, got 0");
   return config;
+}
+
+/** OZ0_SANDBOX_HIDDEN_PATHS, absolute, and OZ0_HOME: the stack's data directory, whatever a read-only path may contain. */
+function hiddenPaths(env: NodeJS.ProcessEnv): string[] {
+  const listed = (env.OZ0_SANDBOX_HIDDEN_PATHS ?? "").split(":").filter((p) => p !== "");
+  const relative = listed.find((p) => !path.isAbsolute(p));
+  if (relative !== undefined) throw new Error(`OZ0_SANDBOX_HIDDEN_PATHS must list absolute paths, got ${JSON.stringify(relative)}`);
+  return env.OZ0_HOME ? [...listed, path.resolve(env.OZ0_HOME)] : listed;
 }
 
 function urlList(raw: string | undefined): string[] | undefined {

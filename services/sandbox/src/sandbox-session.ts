@@ -18,17 +18,41 @@ import { HostSessionError, startHostSession, type HarnessLauncher, type HostSess
 import type { Logger } from "@oz0/serving";
 import { collectArtifacts, snapshotInitialState } from "./artifact-collector.js";
 import { bubblewrapLauncher } from "./bubblewrap-launcher.js";
+import type { IsolationName } from "./isolation-choice.js";
 import { parentDeathLauncher } from "./parent-death-launcher.js";
 import { startLlmForwarding, type LlmForward, type LlmForwarding } from "./llm-forwarder.js";
 import { SessionEventLog } from "./event-log.js";
-import { copyAttachments, createSessionDirectories, removeSessionDirectories, type SessionPaths } from "./session-directories.js";
+import { copyAttachments, createSessionDirectories, handOverSessionDirectories, removeSessionDirectories, type SessionPaths } from "./session-directories.js";
 import { buildSessionEnvironment, stateSubdirectories } from "./session-environment.js";
+import { sessionUserLauncher } from "./session-user-launcher.js";
+import type { SessionUserLease } from "./session-user-pool.js";
 import { startSessionSpan, type SessionSpan } from "./tracing.js";
 
 /** How the session's harness is isolated, decided by the registry. */
 export type SessionIsolation =
   | { mode: "none"; setprivPath?: string }
-  | { mode: "bwrap"; bwrapPath: string; readOnlyPaths: readonly string[]; entryScript: string; forwards: LlmForward[] };
+  /** The session's uid is taken when it prepares its directories (a new one, or the one of the session whose working directory it shares). */
+  | { mode: "user"; setprivPath: string; acquireUser: () => Promise<SessionUserLease> }
+  | {
+      mode: "bwrap";
+      bwrapPath: string;
+      readOnlyPaths: readonly string[];
+      hiddenPaths: readonly string[];
+      sandboxRoot: string;
+      entryScript: string;
+      forwards: LlmForward[];
+    };
+
+/**
+ * The proto's IsolationMode has no value for the `user` mode yet, so
+ * `started` and ListSessions report it as unspecified (never as NONE, which
+ * it is not); lifecycle events and logs name it.
+ */
+const ISOLATION_MODES: Record<IsolationName, IsolationMode> = {
+  bwrap: IsolationMode.BWRAP,
+  user: IsolationMode.UNSPECIFIED,
+  none: IsolationMode.NONE,
+};
 
 export interface SandboxSessionOptions {
   start: StartSession;
@@ -69,12 +93,15 @@ export class SandboxSession {
   readonly log: SessionEventLog;
   readonly startTime = timestampNow();
   readonly isolation: IsolationMode;
+  readonly isolationName: IsolationName;
   endTime: ReturnType<typeof timestampNow> | undefined;
   status: SessionStatus = SessionStatus.RUNNING;
   /** Resolves once `exited` is logged and the directories are removed. Never rejects. */
   readonly finished: Promise<void>;
   readonly #options: SandboxSessionOptions;
   #host: HostSession | undefined;
+  /** The session's uid in the `user` mode, once taken. */
+  #user: SessionUserLease | undefined;
   #forwarding: LlmForwarding | undefined;
   #baseline: "snapshot" | "empty" | "none" = "none";
   #usageEvents = 0;
@@ -89,7 +116,8 @@ export class SandboxSession {
     this.id = options.request.sessionId;
     this.jobId = options.request.jobId;
     this.log = new SessionEventLog(this.id);
-    this.isolation = options.isolation.mode === "bwrap" ? IsolationMode.BWRAP : IsolationMode.NONE;
+    this.isolationName = options.isolation.mode;
+    this.isolation = ISOLATION_MODES[options.isolation.mode];
     this.finished = new Promise((resolve) => (this.#resolveFinished = resolve));
     this.#span = startSessionSpan(options.request, { isolation: options.isolation.mode });
   }
@@ -108,6 +136,11 @@ export class SandboxSession {
     return this.#options.paths.workingDir;
   }
 
+  /** The uid the session runs under (the `user` mode), for a session that shares its working directory. */
+  get user(): SessionUserLease | undefined {
+    return this.#user;
+  }
+
   get running(): boolean {
     return this.status === SessionStatus.RUNNING;
   }
@@ -120,6 +153,7 @@ export class SandboxSession {
   async prepareAndLaunch(): Promise<void> {
     const { paths, start, isolation, logger } = this.#options;
     try {
+      if (isolation.mode === "user") this.#user = await isolation.acquireUser();
       await createSessionDirectories(paths, stateSubdirectories(paths.stateDir));
       await copyAttachments(paths.workingDir, start.attachments);
       // A shared directory belongs to its owner: its changes are the owner's patch, not this session's.
@@ -134,6 +168,8 @@ export class SandboxSession {
       } catch (error) {
         logger.warn({ err: error, sessionId: this.id }, "cannot record the working directory's initial state; the session will have no patch");
       }
+      // Only now: the attachments and the snapshot are the sandbox's, made before any process of the uid runs.
+      if (this.#user !== undefined) await handOverSessionDirectories(paths, this.#user);
       if (isolation.mode === "bwrap" && isolation.forwards.length > 0) this.#forwarding = await startLlmForwarding(isolation.forwards);
     } catch (error) {
       await this.#cleanup();
@@ -172,10 +208,13 @@ export class SandboxSession {
     });
     let launcher: HarnessLauncher | undefined;
     if (isolation.mode === "none" && isolation.setprivPath !== undefined) launcher = parentDeathLauncher({ setprivPath: isolation.setprivPath });
+    if (isolation.mode === "user" && this.#user !== undefined) launcher = sessionUserLauncher({ setprivPath: isolation.setprivPath, user: this.#user });
     if (isolation.mode === "bwrap") {
       launcher = bubblewrapLauncher({
         bwrapPath: isolation.bwrapPath,
         readOnlyPaths: isolation.readOnlyPaths,
+        hiddenPaths: isolation.hiddenPaths,
+        sandboxRoot: isolation.sandboxRoot,
         pluginDir: start.pluginDir,
         writablePaths: [paths.workingDir, paths.stateDir],
         socketDir: paths.socketDir,
@@ -297,6 +336,10 @@ export class SandboxSession {
     const error = this.#limitBroken ?? outcome.error;
     const finish = async (): Promise<void> => {
       const { paths } = this.#options;
+      // The sandbox (root) reads the working directory next: nothing of the
+      // uid may still run there to swap a file for a link to a node file
+      // meanwhile. Sessions sharing the directory go too; it is removed next.
+      if (this.#user !== undefined && !paths.sharesWorkingDir) await this.#user.killAll();
       try {
         const artifacts = await collectArtifacts({
           gitDir: paths.gitDir,
@@ -371,10 +414,14 @@ export class SandboxSession {
     } catch {
       // Sockets already gone.
     }
+    // Once the harness ran, its uid owns what is in its directories and may still run (a session sharing them): removed as the uid.
+    // Before, everything there is root's and nothing of the uid runs.
+    const removeAs = this.#host !== undefined ? this.#user : undefined;
     try {
-      await removeSessionDirectories(this.#options.paths);
+      await removeSessionDirectories(this.#options.paths, { ...(removeAs !== undefined ? { user: removeAs } : {}) });
     } catch (error) {
       this.#options.logger.warn({ err: error, sessionId: this.id }, "could not remove all of the session's directories");
     }
+    await this.#user?.release();
   }
 }

@@ -6,11 +6,18 @@
 //   <root>/internal/<id>/        the sandbox's own files for the session (the
 //                                artifact snapshot, the LLM sockets); never
 //                                visible inside bubblewrap
-import { cp, lstat, mkdir, readdir, realpath, rm, rmdir, writeFile } from "node:fs/promises";
+//
+// The root, `sessions/` and every directory made on the way to a session's
+// own are 0711: a session running under a uid of its own (the `user`
+// isolation mode) passes through them to its directories but cannot list
+// which other sessions there are; `internal/` is root's alone (0700).
+import { chmod, cp, lstat, mkdir, readdir, realpath, rm, rmdir, writeFile } from "node:fs/promises";
 import { existsSync, realpathSync } from "node:fs";
 import path from "node:path";
 import type { Attachment } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
+import { handOver, removeAsUser } from "./session-user-files.js";
+import type { SessionUser } from "./session-user-processes.js";
 
 const SESSION_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 
@@ -103,7 +110,7 @@ export async function createSessionDirectories(paths: SessionPaths, stateSubdire
   // The last step of each is not recursive: if another start raced us to the
   // same directory, this one fails instead of sharing it.
   const exclusive = async (dir: string, mode: number): Promise<void> => {
-    await mkdir(path.dirname(dir), { recursive: true, mode: 0o755 });
+    await makePassableParents(dir);
     try {
       await mkdir(dir, { mode });
     } catch (error) {
@@ -139,31 +146,79 @@ export async function copyAttachments(workingDir: string, attachments: readonly 
   }
 }
 
-/** Removes everything the session had on disk. Never throws: a leftover is logged by the caller. */
-export async function removeSessionDirectories(paths: SessionPaths): Promise<void> {
-  for (const dir of paths.created) await rm(dir, { recursive: true, force: true, maxRetries: 2 });
-  // The default parent of work/ and state/, once empty; rmdir leaves it if a requested directory sits in it.
-  await rmdir(paths.sessionDir).catch(() => undefined);
+/**
+ * The parents of `dir` that do not exist yet, made 0711 whatever the umask:
+ * passable for a session's uid, not listable.
+ */
+async function makePassableParents(dir: string): Promise<void> {
+  const parent = path.dirname(dir);
+  const first = await mkdir(parent, { recursive: true, mode: 0o711 });
+  if (first === undefined) return;
+  for (let made = parent; ; made = path.dirname(made)) {
+    await chmod(made, 0o711);
+    if (made === first || made === path.dirname(made)) break;
+  }
 }
 
-/** Creates the node root if needed and returns its real path. */
+/** Gives the session's own directories (not a shared working directory) to its uid, after the attachments were copied in. */
+export async function handOverSessionDirectories(paths: SessionPaths, user: SessionUser): Promise<void> {
+  if (!paths.sharesWorkingDir) await handOver(paths.workingDir, user);
+  await handOver(paths.stateDir, user);
+}
+
 /**
- * Creates the node root if needed and returns its real path and how many
- * stale session directories it removed. No session survives its sandbox (the
- * harnesses die with it), so what a previous run left under `sessions/` and
- * `internal/` belongs to nobody. One sandbox per root.
+ * Removes everything the session had on disk; what its uid owns (the `user`
+ * mode) is removed as that uid. Throws when something is left, after trying
+ * everything; the caller logs it.
  */
-export async function prepareRoot(root: string): Promise<{ root: string; removedStale: number }> {
-  let removedStale = 0;
-  for (const [name, mode] of [["sessions", 0o755], ["internal", 0o700]] as const) {
+export async function removeSessionDirectories(paths: SessionPaths, options: { user?: SessionUser } = {}): Promise<void> {
+  const { user } = options;
+  const problems: unknown[] = [];
+  const ownedByUser = user === undefined ? [] : paths.created.filter((dir) => dir !== paths.internalDir);
+  for (const dir of paths.created) {
+    if (ownedByUser.includes(dir)) continue;
+    await rm(dir, { recursive: true, force: true, maxRetries: 2 }).catch((error: unknown) => problems.push(error));
+  }
+  if (user !== undefined) await removeAsUser(ownedByUser, user).catch((error: unknown) => problems.push(error));
+  // The default parent of work/ and state/, once empty; rmdir leaves it if a requested directory sits in it.
+  await rmdir(paths.sessionDir).catch(() => undefined);
+  if (problems.length > 0) throw problems[0];
+}
+
+/**
+ * Creates the node root and its `sessions/` and `internal/` if needed, with
+ * their modes, and returns the root's real path.
+ */
+export async function prepareRoot(root: string): Promise<string> {
+  await mkdir(root, { recursive: true, mode: 0o711 });
+  // A root someone else owns keeps its mode: whether sessions' uids can pass it is then found out by trying (session-user-detection).
+  await chmod(root, 0o711).catch((error: NodeJS.ErrnoException) => {
+    if (error.code !== "EPERM") throw error;
+  });
+  for (const [name, mode] of [["sessions", 0o711], ["internal", 0o700]] as const) {
     const dir = path.join(root, name);
     await mkdir(dir, { recursive: true, mode });
+    await chmod(dir, mode);
+  }
+  return realpath(root);
+}
+
+/**
+ * Removes what a previous run left under `sessions/` and `internal/`, and
+ * returns how many sessions that was. No session survives its sandbox (the
+ * harnesses die with it, and in the `user` mode what they left running is
+ * killed before this), so it belongs to nobody. One sandbox per root.
+ */
+export async function removeStaleSessions(root: string): Promise<number> {
+  let removedStale = 0;
+  for (const name of ["sessions", "internal"]) {
+    const dir = path.join(root, name);
     for (const entry of await readdir(dir)) {
       await rm(path.join(dir, entry), { recursive: true, force: true, maxRetries: 2 });
       if (name === "internal") removedStale++;
     }
   }
-  return { root: await realpath(root), removedStale };
+  return removedStale;
 }
 
 function isInside(parent: string, child: string): boolean {

@@ -14,6 +14,7 @@ import { planLlmForwards } from "./llm-forwarder.js";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
 import { SandboxSession, type SessionIsolation } from "./sandbox-session.js";
 import { relativeInside, resolveSessionPaths, validateAttachments, validateSessionId } from "./session-directories.js";
+import type { SessionUserLease, SessionUserPool } from "./session-user-pool.js";
 
 /** Lifecycle hooks (the events publisher listens here). */
 export interface SessionLifecycleListener {
@@ -25,7 +26,10 @@ export interface SessionLifecycleListener {
 export interface SessionRegistryOptions {
   root: string;
   maxSessions: number;
-  isolation: { mode: "none"; setprivPath?: string } | { mode: "bwrap"; bwrapPath: string; readOnlyPaths: readonly string[]; entryScript: string };
+  isolation:
+    | { mode: "none"; setprivPath?: string }
+    | { mode: "user"; setprivPath: string; users: SessionUserPool }
+    | { mode: "bwrap"; bwrapPath: string; readOnlyPaths: readonly string[]; hiddenPaths: readonly string[]; entryScript: string };
   sessionPath: string;
   locale: string;
   cancelGraceMs: number;
@@ -82,26 +86,15 @@ export class SessionRegistry {
         `this node already runs ${this.#active} sessions, its limit (OZ0_MAX_SESSIONS=${this.#options.maxSessions}); start the session on another node or retry after one ends`,
       );
     }
-    const sharedWorkingDir = this.#sharedWorkingDir(start);
+    const shared = this.#sharedWorkingDir(start);
     const paths = resolveSessionPaths({
       root: this.#options.root,
       sessionId: request.sessionId,
       workingDir: request.workingDir,
       stateDir: request.stateDir,
-      ...(sharedWorkingDir !== undefined ? { sharedWorkingDir } : {}),
+      ...(shared !== undefined ? { sharedWorkingDir: shared.workingDir } : {}),
     });
-    const isolationOptions = this.#options.isolation;
-    let isolation: SessionIsolation = isolationOptions.mode === "none" ? isolationOptions : { mode: "none" };
-    if (isolationOptions.mode === "bwrap") {
-      const forwards = planLlmForwards({
-        socketDir: paths.socketDir,
-        urls: [
-          { field: "start.request.llm.anthropic_base_url", url: request.llm?.anthropicBaseUrl ?? "" },
-          { field: "start.request.llm.openai_base_url", url: request.llm?.openaiBaseUrl ?? "" },
-        ],
-      });
-      isolation = { ...isolationOptions, forwards };
-    }
+    const isolation = this.#isolationFor(shared, { socketDir: paths.socketDir, request });
     const listener = this.#options.listener;
     const session = new SandboxSession({
       start,
@@ -176,8 +169,33 @@ export class SessionRegistry {
     if (this.#sessions.get(session.id) === session) this.#sessions.delete(session.id);
   }
 
-  /** The live working directory start.share_working_dir_of names, checked: the session runs on this node right now. */
-  #sharedWorkingDir(start: StartSession): string | undefined {
+  /** What the session's launcher needs; validates the LLM URLs under bubblewrap. Takes no uid yet (the session does, counted against the limit). */
+  #isolationFor(shared: SandboxSession | undefined, options: { socketDir: string; request: StartSession["request"] & object }): SessionIsolation {
+    const isolation = this.#options.isolation;
+    if (isolation.mode === "none") return isolation;
+    if (isolation.mode === "user") {
+      const { setprivPath, users } = isolation;
+      // A session working in another's directory runs under that one's uid: only it can work in a directory private to that uid.
+      if (shared !== undefined) {
+        const owner = shared.user;
+        if (owner === undefined) throw new SandboxError("failed_precondition", `start.share_working_dir_of: session ${shared.id} is still starting; retry once it has started`);
+        const lease = owner.share();
+        return { mode: "user", setprivPath, acquireUser: (): Promise<SessionUserLease> => Promise.resolve(lease) };
+      }
+      return { mode: "user", setprivPath, acquireUser: () => users.acquire() };
+    }
+    const forwards = planLlmForwards({
+      socketDir: options.socketDir,
+      urls: [
+        { field: "start.request.llm.anthropic_base_url", url: options.request.llm?.anthropicBaseUrl ?? "" },
+        { field: "start.request.llm.openai_base_url", url: options.request.llm?.openaiBaseUrl ?? "" },
+      ],
+    });
+    return { ...isolation, sandboxRoot: this.#options.root, forwards };
+  }
+
+  /** The live session whose working directory start.share_working_dir_of names, checked: it runs on this node right now. */
+  #sharedWorkingDir(start: StartSession): SandboxSession | undefined {
     const owner = start.shareWorkingDirOf;
     if (owner === "") return undefined;
     validateSessionId(owner, "start.share_working_dir_of");
@@ -187,7 +205,7 @@ export class SessionRegistry {
     if (session === undefined || !session.running) {
       throw new SandboxError("failed_precondition", `start.share_working_dir_of: session ${owner} is not running on this node; a working directory can only be shared while its session runs`);
     }
-    return session.workingDir;
+    return session;
   }
 
   #validate(start: StartSession): { request: StartSession["request"] & object; command: string[] } {

@@ -1,6 +1,6 @@
-// What a session can see and reach, in both isolation modes.
+// What a session can see and reach, in every isolation mode.
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
 import os from "node:os";
@@ -11,14 +11,20 @@ import { IsolationMode, SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import { findSetpriv } from "../src/parent-death-launcher.js";
 import { FIXTURES, isText, runToEnd, scenarioStart, SessionStream, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 // Looks like a provider key; planted where a careless sandbox would leak it.
 const NEEDLE = `oz0planted${process.pid}x`;
 const PLANTED_KEY = `sk-ant-api03-${NEEDLE}`;
 
-for (const mode of ["none", "bwrap"] as const) {
-  void describe(`isolation ${mode}`, () => {
+// The user mode needs root (and setpriv): elsewhere there is nothing to run it with.
+const userModeSkip = process.getuid?.() !== 0 ? "the user isolation mode needs root" : findSetpriv() === undefined ? "the user isolation mode needs setpriv" : false;
+const STARTED_ISOLATION = { none: IsolationMode.NONE, user: IsolationMode.UNSPECIFIED, bwrap: IsolationMode.BWRAP } as const;
+
+for (const mode of ["none", "user", "bwrap"] as const) {
+  void describe(`isolation ${mode}`, { skip: mode === "user" ? userModeSkip : false }, () => {
     let t: TestSandbox;
     let secretDir: string;
     let secretFile: string;
@@ -51,7 +57,7 @@ for (const mode of ["none", "bwrap"] as const) {
       const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
       const started = stream.received[0]?.message;
       assert(started?.case === "started");
-      assert.equal(started.value.isolation, mode === "bwrap" ? IsolationMode.BWRAP : IsolationMode.NONE);
+      assert.equal(started.value.isolation, STARTED_ISOLATION[mode]);
     });
 
     void it("gives the harness only the allowlisted environment, without the planted key", async () => {
@@ -93,6 +99,11 @@ for (const mode of ["none", "bwrap"] as const) {
         assert.equal(dump.capEff, "0000000000000000");
       } else {
         assert.equal(dump.env.ANTHROPIC_BASE_URL, "http://127.0.0.1:9/anthropic");
+        if (mode === "user") {
+          // Under a uid of its own, a file private to the sandbox's user is out of reach, and no capability is left.
+          assert.equal(dump.reads[secretFile], "ERROR EACCES");
+          assert.equal(dump.capEff, "0000000000000000");
+        }
       }
     });
 
@@ -100,6 +111,13 @@ for (const mode of ["none", "bwrap"] as const) {
       const stream = await runToEnd(t.client, scenarioStart({}, { command: ["no-such-harness-command"] }));
       assert.equal(stream.exited().errorCode, "spawn_failed", stream.exited().errorMessage);
       assert.equal(stream.received.some((m) => m.message.case === "started"), false);
+    });
+
+    void it("leaves no directory behind when a start fails while copying its attachments", async () => {
+      const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }, { attachments: [{ path: "a.txt", source: { case: "nodePath", value: "/no/such/attachment" } }] }));
+      assert.match(String(stream.error), /start\.attachments\[0\]\.node_path/);
+      assert.deepEqual(readdirSync(path.join(t.root, "sessions")), []);
+      assert.deepEqual(readdirSync(path.join(t.root, "internal")), []);
     });
 
     for (const withLlm of [false, true]) {
@@ -151,7 +169,7 @@ for (const mode of ["none", "bwrap"] as const) {
         }
       });
     } else {
-      void it("still connects to loopback without isolation (the mode isolates nothing)", async () => {
+      void it(`still connects to loopback ${mode === "user" ? "under a uid of its own (no network namespace)" : "without isolation (the mode isolates nothing)"}`, async () => {
         const server = net.createServer((socket) => {
           socket.on("error", () => {}); // the harness hangs up at once: a reset is expected
           socket.end("hello");
@@ -170,22 +188,53 @@ for (const mode of ["none", "bwrap"] as const) {
 }
 
 void describe("isolation setting", () => {
-  void it("OZ0_ISOLATION=bwrap refuses to start where bubblewrap does not work; auto falls back to none and says so", async () => {
+  void it("OZ0_ISOLATION=bwrap and =user refuse to start without what they need; auto falls back to user, then to none, and says why", async () => {
     const { startSandbox } = await import("../src/index.js");
     const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-nobwrap-"));
+    const common = { auth: testCredentials.settingsFor("sandbox"), port: 0, root, bwrapPath: "/no/such/bwrap" };
     try {
-      await assert.rejects(startSandbox({ port: 0, root, isolation: "bwrap", bwrapPath: "/no/such/bwrap" }), /OZ0_ISOLATION=bwrap requires bubblewrap.*bwrap not found/);
-      const fallback = await startSandbox({ port: 0, root, isolation: "auto", bwrapPath: "/no/such/bwrap" });
+      await assert.rejects(startSandbox({ ...common, isolation: "bwrap" }), /OZ0_ISOLATION=bwrap requires bubblewrap.*bwrap not found/);
+      await assert.rejects(startSandbox({ ...common, isolation: "user", setprivPath: "/no/such/setpriv" }), /OZ0_ISOLATION=user requires .*(setpriv not found|not root)/);
+      // Without bubblewrap: a uid per session where that works (as root, with setpriv), else none.
+      const fallback = await startSandbox({ ...common, isolation: "auto" });
       try {
-        assert.equal(fallback.isolation, "none");
+        assert.equal(fallback.isolation, userModeSkip === false ? "user" : "none");
+        assert.match(fallback.isolationReason, /bwrap not found/);
         assert.match(fallback.bubblewrap.reason ?? "", /not found/);
-        const health = createClient(Health, createGrpcTransport({ baseUrl: fallback.url }));
+        const health = createClient(Health, createGrpcTransport({ baseUrl: fallback.url, interceptors: [testCredentials.caller] }));
         assert.equal((await health.check({ service: "isolation" })).status, HealthCheckResponse_ServingStatus.NOT_SERVING);
       } finally {
         await fallback.close();
       }
+      const none = await startSandbox({ ...common, isolation: "auto", setprivPath: "/no/such/setpriv" });
+      try {
+        assert.equal(none.isolation, "none");
+        assert.match(none.isolationReason, /bwrap not found.*(setpriv not found|not root)/);
+      } finally {
+        await none.close();
+      }
     } finally {
       rmSync(root, { recursive: true, force: true });
+    }
+  });
+
+  void it("does not run sessions under uids of their own when those could not reach the sandbox root, and names the directory in the way", { skip: userModeSkip }, async () => {
+    const { startSandbox } = await import("../src/index.js");
+    // mkdtemp makes it 0700: no other user passes it.
+    const closed = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-closed-"));
+    const common = { auth: testCredentials.settingsFor("sandbox"), port: 0, root: path.join(closed, "sandbox"), bwrapPath: "/no/such/bwrap" };
+    try {
+      const expected = new RegExp(`${closed} \\(mode 0700\\) does not let other users through`);
+      await assert.rejects(startSandbox({ ...common, isolation: "user" }), expected);
+      const fallback = await startSandbox({ ...common, isolation: "auto" });
+      try {
+        assert.equal(fallback.isolation, "none");
+        assert.match(fallback.isolationReason, expected);
+      } finally {
+        await fallback.close();
+      }
+    } finally {
+      rmSync(closed, { recursive: true, force: true });
     }
   });
 });

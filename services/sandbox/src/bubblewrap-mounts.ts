@@ -1,0 +1,125 @@
+// The filesystem a session sees under bubblewrap: bind mounts of what it
+// needs, and over them the paths it must never see. A read-only path can
+// hold more than it should (an installation folder with the stack's data
+// directory inside, a plugin directory given as `/`): every hidden path that
+// lies inside a bound one is covered (an empty tmpfs over a directory, the
+// node's /dev/null over a file, which cannot even be opened there: bwrap
+// binds with nodev), and whatever the session needs deeper inside a hidden
+// path (its own directories inside the sandbox root) is bound again on top.
+//
+// bwrap applies mounts in order, so they are sorted by depth: a directory's
+// mount comes before anything below it, and of two on the same path the
+// later one listed wins (a hidden path over the bind it hides).
+import { realpathSync, statSync } from "node:fs";
+import path from "node:path";
+
+export interface BindMount {
+  /** The node path. */
+  source: string;
+  /** Where it appears inside; default the same path. */
+  dest?: string;
+  writable?: boolean;
+  /** Skipped when it does not exist (system paths differ between distributions). */
+  optional?: boolean;
+}
+
+type MountOp =
+  | { kind: "bind"; source: string; realSource: string; dest: string; writable: boolean; optional: boolean }
+  | { kind: "tmpfs" | "proc" | "dev" | "hide-file"; dest: string };
+
+export interface MountPlan {
+  /** bwrap's mount arguments, in order. */
+  readonly args: string[];
+  /** Whether a node path can be reached inside under its own name. */
+  visible(file: string): boolean;
+}
+
+export function isWithin(file: string, root: string): boolean {
+  return root !== "" && (file === root || root === "/" || file.startsWith(root.endsWith("/") ? root : `${root}/`));
+}
+
+function realOrSelf(file: string): string {
+  try {
+    return realpathSync(file);
+  } catch {
+    return file;
+  }
+}
+
+function depth(dest: string): number {
+  return dest.split("/").filter((part) => part !== "").length;
+}
+
+export function planMounts(options: {
+  binds: readonly BindMount[];
+  /** Never visible, whatever contains them. */
+  hidden: readonly string[];
+  /** Hidden too, unless one is itself bound (then hiding it would undo the bind that was asked for) or is `/`. */
+  hiddenUnlessBound?: readonly string[];
+}): MountPlan {
+  const ops: MountOp[] = [
+    { kind: "tmpfs", dest: "/tmp" },
+    { kind: "proc", dest: "/proc" },
+    { kind: "dev", dest: "/dev" },
+    ...options.binds.map((bind): MountOp => ({
+      kind: "bind",
+      source: bind.source,
+      realSource: realOrSelf(bind.source),
+      dest: bind.dest ?? bind.source,
+      writable: bind.writable ?? false,
+      optional: bind.optional ?? false,
+    })),
+  ];
+  const binds = ops.filter((op): op is Extract<MountOp, { kind: "bind" }> => op.kind === "bind");
+  const boundSources = new Set(binds.map((bind) => bind.realSource));
+  const hidden = [
+    ...options.hidden.map((file) => ({ file, always: true })),
+    ...(options.hiddenUnlessBound ?? []).map((file) => ({ file, always: false })),
+  ];
+  const covered = new Set<string>();
+  for (const { file, always } of hidden) {
+    let real: string;
+    let directory: boolean;
+    try {
+      real = realpathSync(file);
+      directory = statSync(real).isDirectory();
+    } catch {
+      continue; // not there: nothing to hide
+    }
+    if (!always && (real === "/" || boundSources.has(real))) continue;
+    for (const bind of binds) {
+      if (!isWithin(real, bind.realSource)) continue;
+      const dest = path.join(bind.dest, path.relative(bind.realSource, real));
+      if (covered.has(dest)) continue;
+      covered.add(dest);
+      ops.push({ kind: directory ? "tmpfs" : "hide-file", dest });
+    }
+  }
+  // Array.prototype.sort is stable: on the same depth the order above holds.
+  const sorted = ops.map((op, index) => ({ op, index })).sort((a, b) => depth(a.op.dest) - depth(b.op.dest) || a.index - b.index).map(({ op }) => op);
+  const args = sorted.flatMap((op): string[] => {
+    switch (op.kind) {
+      case "bind":
+        return [op.writable ? "--bind" : op.optional ? "--ro-bind-try" : "--ro-bind", op.source, op.dest];
+      case "hide-file":
+        return ["--ro-bind", "/dev/null", op.dest];
+      default:
+        return [`--${op.kind}`, op.dest];
+    }
+  });
+  return {
+    args,
+    visible(file: string): boolean {
+      let seen: { index: number; inside: string } | undefined;
+      sorted.forEach((op, index) => {
+        if (op.kind !== "bind") return;
+        for (const source of [op.source, op.realSource]) {
+          if (isWithin(file, source)) seen = { index, inside: path.join(op.dest, path.relative(source, file)) };
+        }
+      });
+      if (seen === undefined) return false;
+      const { index: boundAt, inside } = seen;
+      return !sorted.some((op, index) => index > boundAt && op.kind !== "bind" && isWithin(inside, op.dest));
+    },
+  };
+}

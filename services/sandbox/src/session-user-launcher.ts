@@ -1,0 +1,77 @@
+// Runs a harness under its session's unprivileged uid (the `user` isolation
+// mode). setpriv (util-linux) drops root and execs the harness, so it
+// composes with the process-group launcher as the parent-death one does: the
+// pid and the process group are the harness's own, and the sandbox (root)
+// signals them as before. Besides the uid and gid, setpriv clears the
+// supplementary groups, forbids gaining privileges again (no setuid binary or
+// file capability lifts the harness back), empties the capability bounding
+// and inheritable sets, and sets the parent-death signal last: a change of
+// uid clears it, so it must come after.
+import { realpathSync, statSync } from "node:fs";
+import path from "node:path";
+import { processGroupLauncher, type HarnessLauncher } from "@oz0/harness/host";
+import { findCommand } from "./command-lookup.js";
+import type { SessionUser } from "./session-user-processes.js";
+
+/** setpriv's arguments that make the rest of the command run as `user`, unprivileged for good. */
+export function setprivUserArgs(user: SessionUser): string[] {
+  return [`--reuid=${user.uid}`, `--regid=${user.gid}`, "--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all"];
+}
+
+/**
+ * The first directory on the way to `file` that other users cannot pass
+ * (or `file` itself when they cannot run it), judged by the mode bits: the
+ * session's uid owns none of them and has no group but its own.
+ */
+export function closedToOtherUsers(file: string, options: { execute: boolean }): { path: string; mode: number } | undefined {
+  const ancestors: string[] = [];
+  for (let dir = path.dirname(file); ; dir = path.dirname(dir)) {
+    ancestors.unshift(dir);
+    if (dir === path.dirname(dir)) break;
+  }
+  for (const dir of ancestors) {
+    const mode = statSync(dir).mode & 0o7777;
+    if ((mode & 0o001) === 0) return { path: dir, mode };
+  }
+  const mode = statSync(file).mode & 0o7777;
+  return options.execute && (mode & 0o001) === 0 ? { path: file, mode } : undefined;
+}
+
+/**
+ * A command the session's uid could not run is refused before anything
+ * starts, naming the directory in the way, rather than as a harness that
+ * exited with setpriv's "Permission denied".
+ */
+function assertRunnableBy(command: string, user: SessionUser): void {
+  let target = command;
+  try {
+    target = realpathSync(command);
+  } catch {
+    // Unreadable link: the literal path decides.
+  }
+  for (const file of new Set([command, target])) {
+    const closed = closedToOtherUsers(file, { execute: true });
+    if (closed === undefined) continue;
+    throw new Error(
+      `the harness command ${command}${target !== command ? ` (${target})` : ""} cannot be run by the session's own uid ${user.uid}: ` +
+        `${closed.path} (mode ${closed.mode.toString(8).padStart(4, "0")}) does not let other users through; ` +
+        "install the harness (and node) where every user can read and run it",
+    );
+  }
+}
+
+export function sessionUserLauncher(options: { setprivPath: string; user: SessionUser }): HarnessLauncher {
+  const inner = processGroupLauncher();
+  return {
+    launch(spec) {
+      const found = findCommand(spec);
+      // A command that cannot run is started as is, so the host reports spawn_failed rather than setpriv's exit code.
+      if (found === undefined) return inner.launch(spec);
+      assertRunnableBy(found, options.user);
+      return inner.launch({
+        ...spec,
+        command: [options.setprivPath, ...setprivUserArgs(options.user), "--pdeathsig", "SIGKILL", "--", ...spec.command],
+      });
+    },
+  };
+}

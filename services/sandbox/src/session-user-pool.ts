@@ -1,0 +1,158 @@
+// Unprivileged uids for the `user` isolation mode: each session's processes
+// run under a uid (and the gid of the same number) of their own, taken from
+// a configured range, with no /etc/passwd entry.
+//
+// A uid is held host-wide, not just in this process: several sandboxes (and
+// test runs) on one host share the range, and two sessions must never share
+// a uid. The hold is an abstract Unix socket named for the uid: binding it
+// is exclusive, and the kernel drops it when its holder dies, so a sandbox
+// killed with SIGKILL leaves no stale hold. Abstract sockets belong to a
+// network namespace; sandboxes in separate containers hold separately, and
+// their sessions are apart anyway (own PID and mount namespaces).
+//
+// Before a uid is handed out its leftover processes (from a sandbox that was
+// killed) are killed, and when its last session ends everything it still
+// runs is killed, so a uid never carries one session's processes into another's.
+import { randomInt } from "node:crypto";
+import net from "node:net";
+import type { Logger } from "@oz0/serving";
+import type { SessionUidRange } from "./sandbox-config.js";
+import { SandboxError } from "./sandbox-errors.js";
+import { killAllProcessesOf, uidsWithProcesses, type SessionUser } from "./session-user-processes.js";
+
+function holdName(uid: number): string {
+  return `\0oz0-sandbox-session-uid-${uid}`;
+}
+
+/** Binds the uid's hold; undefined when another holder (this process or another) has it. */
+function tryHold(uid: number): Promise<net.Server | undefined> {
+  return new Promise((resolve) => {
+    const server = net.createServer((socket) => socket.destroy());
+    server.once("error", () => resolve(undefined));
+    server.listen(holdName(uid), () => {
+      // A hold must not keep the sandbox's event loop alive by itself.
+      server.unref();
+      resolve(server);
+    });
+  });
+}
+
+function closeHold(server: net.Server): Promise<void> {
+  return new Promise((resolve) => server.close(() => resolve()));
+}
+
+/** One held uid and the sessions running under it (a session sharing another's working directory runs under its uid). */
+class Holding {
+  holders = 1;
+  constructor(
+    readonly user: SessionUser,
+    readonly server: net.Server,
+    readonly pool: SessionUserPool,
+  ) {}
+}
+
+/** A session's claim on its uid. */
+export class SessionUserLease implements SessionUser {
+  readonly #holding: Holding;
+  #released = false;
+
+  constructor(holding: Holding) {
+    this.#holding = holding;
+  }
+
+  get uid(): number {
+    return this.#holding.user.uid;
+  }
+
+  get gid(): number {
+    return this.#holding.user.gid;
+  }
+
+  /** Another claim on the same uid, for a session that works in this one's directory. Throws once every claim was released. */
+  share(): SessionUserLease {
+    if (this.#holding.holders === 0) throw new SandboxError("failed_precondition", `the session's uid ${this.uid} was already given back`);
+    this.#holding.holders++;
+    return new SessionUserLease(this.#holding);
+  }
+
+  /** Kills every process of the uid now, this session's and those of any session sharing it. Never rejects. */
+  killAll(): Promise<void> {
+    return this.#holding.pool.killAll(this.#holding.user);
+  }
+
+  /** Gives the claim back; the last one kills what the uid still runs and frees it. Idempotent; never rejects. */
+  async release(): Promise<void> {
+    if (this.#released) return;
+    this.#released = true;
+    const holding = this.#holding;
+    if (--holding.holders > 0) return;
+    await holding.pool.free(holding);
+  }
+}
+
+export class SessionUserPool {
+  readonly range: SessionUidRange;
+  readonly #logger: Logger;
+  /** Uids this process holds, so it skips them without asking the kernel. */
+  readonly #held = new Set<number>();
+  /** Where the next search starts: uids go round the range, so a freed one is the last to be reused. */
+  #cursor: number;
+
+  constructor(options: { range: SessionUidRange; logger: Logger }) {
+    this.range = options.range;
+    this.#logger = options.logger;
+    // Sandboxes starting together begin their searches apart.
+    this.#cursor = randomInt(0, options.range.count);
+  }
+
+  /** A uid no other session on this host holds, its leftover processes killed. */
+  async acquire(): Promise<SessionUserLease> {
+    const { base, count } = this.range;
+    for (let tried = 0; tried < count; tried++) {
+      const uid = base + ((this.#cursor + tried) % count);
+      if (this.#held.has(uid)) continue;
+      const server = await tryHold(uid);
+      if (server === undefined) continue;
+      this.#cursor = (this.#cursor + tried + 1) % count;
+      this.#held.add(uid);
+      const user = { uid, gid: uid };
+      await this.killAll(user);
+      return new SessionUserLease(new Holding(user, server, this));
+    }
+    throw new SandboxError(
+      "resource_exhausted",
+      `every session uid from ${base} to ${base + count - 1} is in use on this host (OZ0_SANDBOX_UID_BASE, OZ0_SANDBOX_UID_COUNT); retry after a session ends, or widen the range`,
+    );
+  }
+
+  /**
+   * Kills the processes a previous sandbox left under uids of the range (it
+   * was killed, and only the harnesses themselves died with it), except under
+   * uids another live sandbox holds. Returns how many uids it cleared.
+   */
+  async killLeftovers(): Promise<number> {
+    let cleared = 0;
+    for (const uid of uidsWithProcesses(this.range)) {
+      if (this.#held.has(uid)) continue;
+      const server = await tryHold(uid);
+      if (server === undefined) continue; // another sandbox's running session
+      await this.killAll({ uid, gid: uid });
+      await closeHold(server);
+      cleared++;
+    }
+    return cleared;
+  }
+
+  /** @internal */
+  async killAll(user: SessionUser): Promise<void> {
+    const error = await killAllProcessesOf(user);
+    if (error !== undefined) this.#logger.error({ err: error, uid: user.uid }, "could not kill the processes of a session uid");
+  }
+
+  /** @internal Called by the last lease of a holding. */
+  async free(holding: Holding): Promise<void> {
+    await this.killAll(holding.user);
+    await closeHold(holding.server);
+    this.#held.delete(holding.user.uid);
+  }
+}

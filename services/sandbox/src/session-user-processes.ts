@@ -1,0 +1,54 @@
+// The processes of a session's uid. Everything a session starts runs under
+// its uid, whatever process group or session it moves to, so the uid is the
+// one handle that reaches a harness's escaped descendants: a process running
+// as that uid calls kill(-1, SIGKILL), and the kernel signals every process
+// of the uid in one pass that a fork cannot slip past (a process with a
+// pending SIGKILL cannot complete a fork).
+import { spawn } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
+import type { SessionUidRange } from "./sandbox-config.js";
+
+/** A session's uid and its gid (of the same number in this sandbox). */
+export interface SessionUser {
+  readonly uid: number;
+  readonly gid: number;
+}
+
+/** The uids in the range whose processes are still alive (zombies aside), by real uid, read from /proc. */
+export function uidsWithProcesses(range: SessionUidRange): Set<number> {
+  const found = new Set<number>();
+  let pids: string[];
+  try {
+    pids = readdirSync("/proc").filter((name) => /^\d+$/.test(name));
+  } catch {
+    return found;
+  }
+  for (const pid of pids) {
+    let status: string;
+    try {
+      status = readFileSync(`/proc/${pid}/status`, "utf8");
+    } catch {
+      continue; // gone meanwhile
+    }
+    if (/^State:\s+[ZX]/m.test(status)) continue;
+    const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? NaN);
+    if (uid >= range.base && uid < range.base + range.count) found.add(uid);
+  }
+  return found;
+}
+
+/**
+ * SIGKILLs every process of the uid (the killer itself aside). Resolves once
+ * the killer has exited; never rejects: resolves with the error when it
+ * could not run (the caller logs it).
+ */
+export function killAllProcessesOf(user: SessionUser): Promise<Error | undefined> {
+  return new Promise((resolve) => {
+    // spawn's uid/gid drop root (supplementary groups cleared) before exec;
+    // the shell's builtin kill needs nothing else from the node.
+    const killer = spawn("/bin/sh", ["-c", "kill -9 -1"], { uid: user.uid, gid: user.gid, env: {}, cwd: "/", stdio: "ignore" });
+    killer.once("error", (error) => resolve(error));
+    // A non-zero status only says there was nothing left to kill.
+    killer.once("exit", () => resolve(undefined));
+  });
+}

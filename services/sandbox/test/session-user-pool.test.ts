@@ -1,0 +1,95 @@
+// The user mode's uids: held host-wide (two sandboxes never hand out the
+// same uid), given back when the last session under one ends, and never
+// carrying a process from one holder to the next.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { describe, it } from "node:test";
+import { createLogger } from "@oz0/serving";
+import { findSetpriv } from "../src/parent-death-launcher.js";
+import { SandboxError } from "../src/sandbox-errors.js";
+import { setprivUserArgs } from "../src/session-user-launcher.js";
+import { SessionUserPool } from "../src/session-user-pool.js";
+
+const skip = process.getuid?.() !== 0 ? "needs root" : findSetpriv() === undefined ? "needs setpriv (util-linux)" : false;
+const logger = createLogger({ name: "session-user-pool-test", level: "silent" });
+
+/** A range of its own per test process, so test files running at once never meet in it. */
+const BASE = 3_000_000 + (process.pid % 100_000) * 4;
+
+/** Alive and not a zombie (a killed orphan stays a zombie until some init reaps it). */
+function processAlive(pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) [ZX]/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+async function until(condition: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 400 && !condition(); i++) await new Promise((resolve) => setTimeout(resolve, 25));
+  assert(condition(), what);
+}
+
+/** A process running as `uid` in a session of its own, as a harness's escaped descendant would. */
+function processAs(uid: number): number {
+  const child = spawn(findSetpriv()!, [...setprivUserArgs({ uid, gid: uid }), "--", "/bin/sleep", "600"], { detached: true, stdio: "ignore" });
+  child.unref();
+  return child.pid!;
+}
+
+void describe("session uids", { skip }, () => {
+  void it("hands out each uid to one holder on the host at a time, and again once released", async () => {
+    const range = { base: BASE, count: 2 };
+    // Two pools are two sandboxes: they share the range through the kernel, not through memory.
+    const first = new SessionUserPool({ range, logger });
+    const second = new SessionUserPool({ range, logger });
+    const a = await first.acquire();
+    const b = await second.acquire();
+    assert.notEqual(a.uid, b.uid);
+    assert.equal(a.gid, a.uid);
+    await assert.rejects(first.acquire(), (error: unknown) => error instanceof SandboxError && error.code === "resource_exhausted" && /OZ0_SANDBOX_UID_BASE/.test(error.message));
+    // A shared claim keeps the uid held until both are released.
+    const shared = a.share();
+    await a.release();
+    await assert.rejects(second.acquire(), /every session uid/);
+    await shared.release();
+    const again = await second.acquire();
+    assert.equal(again.uid, a.uid);
+    await again.release();
+    await b.release();
+  });
+
+  void it("kills what a uid still runs when its last holder releases it, and what a dead sandbox left when it is next taken", async () => {
+    const range = { base: BASE + 2, count: 1 };
+    const pool = new SessionUserPool({ range, logger });
+    const lease = await pool.acquire();
+    const escaped = processAs(lease.uid);
+    await until(() => processAlive(escaped), "the process started");
+    await lease.release();
+    await until(() => !processAlive(escaped), "the released uid's process was killed");
+
+    // Left behind by a sandbox that was killed (nobody holds the uid): the next holder starts clean.
+    const leftover = processAs(range.base);
+    await until(() => processAlive(leftover), "the leftover started");
+    const next = await pool.acquire();
+    await until(() => !processAlive(leftover), "the leftover was killed before the uid was handed out");
+    await next.release();
+  });
+
+  void it("at start-up kills the leftovers of uids nobody holds, and leaves another sandbox's running sessions alone", async () => {
+    const range = { base: BASE, count: 2 };
+    const other = new SessionUserPool({ range, logger });
+    const running = await other.acquire();
+    const alive = processAs(running.uid);
+    const freeUid = running.uid === BASE ? BASE + 1 : BASE;
+    const leftover = processAs(freeUid);
+    await until(() => processAlive(alive) && processAlive(leftover), "both started");
+    const starting = new SessionUserPool({ range, logger });
+    assert.equal(await starting.killLeftovers(), 1);
+    await until(() => !processAlive(leftover), "the leftover was killed");
+    assert.equal(processAlive(alive), true, "another sandbox's session was left alone");
+    await running.release();
+    await until(() => !processAlive(alive), "its own sandbox killed it when it gave the uid back");
+  });
+});
