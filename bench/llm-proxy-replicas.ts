@@ -30,7 +30,8 @@ const role = options.role;
 if (role !== "bench") serveRoleControl();
 
 const KEK = Buffer.alloc(32, 1).toString("base64");
-const ADMIN = "bench-admin-token";
+/** The orchestrator's service credential: the proxy's control API answers only it. */
+const ADMIN = "bench-orchestrator-credential-0123456789";
 
 function startRole(name: string, extra: string[] = []): Promise<Role> {
   return startRoleProcess(["--import", "tsx", fileURLToPath(import.meta.url), "--role", name, ...extra]);
@@ -157,7 +158,7 @@ if (role === "upstream") {
     dataDir: ":memory:",
     ...(databaseUrl ? { databaseUrl, databaseSchema: options.schema } : {}),
     kek: Buffer.from(KEK, "base64"),
-    adminToken: ADMIN,
+    auth: { peers: { orchestrator: (await import("@oz0/serving")).credentialDigest(ADMIN) } },
     providers: [{ name: "anthropic", baseUrl: options.upstream, keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15 } } }],
     logger: pino({ level: "warn" }),
   });

@@ -10,7 +10,7 @@
 //     on the sandbox (RunSession with the same request, token minted at the
 //     proxy), in alternation. Prints medians and the ratio.
 //   node --import tsx bench/orchestrator-jobs.ts [--jobs 40] [--inflight 8] [--latency 10]
-import { randomBytes } from "node:crypto";
+
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -56,14 +56,12 @@ writeFileSync(
 writeFileSync(path.join(plugin, "instructions.md"), "Run the command, then answer.\n");
 writeFileSync(path.join(plugin, "agents", "bench.yaml"), "name: bench\nruntime: harness:fake\nmodel: { primary: anthropic/bench-model }\ninstructions: instructions.md\nlimits: { max_steps: 5 }\n");
 
-// The baseline mints its own session tokens, so it holds the proxy's admin token as the orchestrator does.
-process.env.OZ0_LLM_PROXY_ADMIN_TOKEN ??= randomBytes(32).toString("base64url");
 const stack = await startEmbeddedStack({
   home,
   env: { "llm-proxy": { OZ0_PROVIDERS_FILE: providers }, sandbox: { OZ0_MAX_SESSIONS: String(Math.max(64, JOBS)) } },
 });
 try {
-  const api = clientsFor(stack.urls.orchestrator);
+  const api = clientsFor(stack.urls.orchestrator, stack.ownerToken);
   await api.plugins.installPlugin({ source: plugin });
   const { agent } = await api.agents.getAgent({ name: "bench" });
 
@@ -97,8 +95,8 @@ try {
   console.log(`  all ended after ${(allDoneMs / 1000).toFixed(2)} s: ${(JOBS / (allDoneMs / 1000)).toFixed(1)} jobs/s completed, ${succeeded}/${JOBS} succeeded`);
 
   // 2. End-to-end latency against the same session run directly on the sandbox.
-  const sandbox = new SandboxClient({ url: stack.urls.sandbox });
-  const proxy = new LlmProxyClient({ url: stack.urls["llm-proxy"] });
+  const sandbox = new SandboxClient({ url: stack.urls.sandbox, token: stack.credentials.orchestrator });
+  const proxy = new LlmProxyClient({ url: stack.urls["llm-proxy"], token: stack.credentials.orchestrator });
   const pluginPath = (await api.plugins.listPlugins({})).plugins[0]!.path;
   const command = resolveHarnessCommand({ plugin: "bench", pluginPath, manifest: { name: "fake", command: ["oz0-fake-harness"] } });
   const direct = async (i: number): Promise<number> => {

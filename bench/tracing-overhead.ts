@@ -75,7 +75,7 @@ async function stackFor(name: string, tracing: boolean): Promise<EmbeddedStack> 
 for (const key of Object.keys(process.env)) if (key.startsWith("OTEL_")) delete process.env[key];
 const stacks = { off: await stackFor("off", false), on: await stackFor("on", true) };
 try {
-  const apis = { off: clientsFor(stacks.off.urls.orchestrator), on: clientsFor(stacks.on.urls.orchestrator) };
+  const apis = { off: clientsFor(stacks.off.urls.orchestrator, stacks.off.ownerToken), on: clientsFor(stacks.on.urls.orchestrator, stacks.on.ownerToken) };
   for (const api of Object.values(apis)) await api.plugins.installPlugin({ source: plugin });
 
   /** Jobs completed per second for one round on one stack. */

@@ -6,7 +6,7 @@ import { spawn } from "node:child_process";
 import { createServer } from "node:net";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { serve, type RunningServer } from "@oz0/serving";
+import { Authenticator, serve, type RunningServer } from "@oz0/serving";
 import { deployDir } from "./support/render.js";
 
 const script = path.join(deployDir, "healthcheck.mjs");
@@ -36,7 +36,7 @@ async function closedPort(): Promise<number> {
 void describe("healthcheck.mjs against @oz0/serving", () => {
   let server: RunningServer;
   before(async () => {
-    server = await serve({ name: "healthcheck-test", port: 0, services: [] });
+    server = await serve({ name: "healthcheck-test", port: 0, services: [], auth: new Authenticator({}) });
   });
   after(async () => {
     await server.close({ graceMs: 100 });

@@ -26,3 +26,16 @@ export {
 export type { GenAiClientMetrics } from "./genai-spans.js";
 export { startInMemoryTelemetry } from "./in-memory-telemetry.js";
 export type { InMemoryTelemetry } from "./in-memory-telemetry.js";
+export { ACCESS_TABLE, shortMethodName } from "./auth/access-table.js";
+export type { Access } from "./auth/access-table.js";
+export { Authenticator, credentialDigest } from "./auth/authenticator.js";
+export type { AuthSettings, Authentication } from "./auth/authenticator.js";
+export { authSettingsFromEnv, peerVariable } from "./auth/auth-settings.js";
+export { authInterceptor, deniedBecause } from "./auth/auth-interceptor.js";
+export { bearerInterceptor } from "./auth/bearer-credential.js";
+export { parsePeopleConfig, readPeopleConfig, grantedRoles } from "./auth/people-config.js";
+export type { PeopleConfig, OidcConfig, RoleGrant, StaticToken } from "./auth/people-config.js";
+export { ROLES, SERVICE_NAMES, describePrincipal, impliedRoles, ownerPrincipal, principalKey, principalOf } from "./auth/principal.js";
+export type { Principal, Role, ServiceName } from "./auth/principal.js";
+export { ACCEPTED_PEERS, generateStackCredentials, newCredential, serviceAuthSettings, serviceIdentityEnv } from "./auth/stack-credentials.js";
+export type { StackCredentials } from "./auth/stack-credentials.js";

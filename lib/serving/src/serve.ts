@@ -6,6 +6,9 @@ import { Health } from "@oz0/proto/grpc/health/v1/health_pb";
 import { ServerReflection as ReflectionV1 } from "@oz0/proto/grpc/reflection/v1/reflection_pb";
 import { ServerReflection as ReflectionV1alpha } from "@oz0/proto/grpc/reflection/v1alpha/reflection_pb";
 import type { AddressInfo, Server as TcpServer } from "node:net";
+import { ACCESS_TABLE } from "./auth/access-table.js";
+import { authInterceptor } from "./auth/auth-interceptor.js";
+import type { Authenticator } from "./auth/authenticator.js";
 import { unexpectedErrorInterceptor } from "./error-interceptor.js";
 import { traceServerInterceptor } from "./telemetry.js";
 import { HealthRegistry } from "./health.js";
@@ -32,6 +35,14 @@ export interface ServeOptions {
   /** Port to listen on; 0 picks a free one. */
   port: number;
   services: ServiceRegistration[];
+  /**
+   * Who may call: every RPC but health needs a principal this authenticator
+   * knows, and the access table's role or service for its method. There is no
+   * open mode; a service that accepts nobody still serves health.
+   */
+  auth: Authenticator;
+  /** Where callers of this server find their credential, for Unauthenticated messages. */
+  credentialHint?: string;
   /** Plain HTTP handler for requests that are not RPCs (the LLM proxy's HTTP API). */
   fallback?: RequestHandler;
   interceptors?: Interceptor[];
@@ -55,6 +66,7 @@ export interface RunningServer {
 
 export async function serve(options: ServeOptions): Promise<RunningServer> {
   const logger = options.logger ?? createLogger({ name: options.name });
+  assertEveryMethodHasAccess(options.services);
   const health = new HealthRegistry(options.services.map((s) => s.service.typeName));
   const reflection = new ReflectionIndex([
     ...options.services.map((s) => s.service),
@@ -69,7 +81,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   };
   const handler = connectNodeAdapter({
     routes,
-    interceptors: [traceServerInterceptor, unexpectedErrorInterceptor(logger), ...(options.interceptors ?? [])],
+    interceptors: [traceServerInterceptor, unexpectedErrorInterceptor(logger), authInterceptor(options.auth, options.credentialHint ? { credentialHint: options.credentialHint } : {}), ...(options.interceptors ?? [])],
     fallback: options.fallback as Parameters<typeof connectNodeAdapter>[0]["fallback"],
   });
   const server = createSniffingServer(guarded(handler as RequestHandler, logger));
@@ -106,6 +118,12 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
       return closing;
     },
   };
+}
+
+/** Nothing is open by omission: a method with no line in the access table stops the service at start. */
+function assertEveryMethodHasAccess(services: ServiceRegistration[]): void {
+  const missing = services.flatMap(({ service }) => service.methods.map((m) => `${service.typeName}/${m.name}`)).filter((m) => !(m in ACCESS_TABLE));
+  if (missing.length > 0) throw new Error(`no access rule for ${missing.join(", ")}: add each to ACCESS_TABLE in lib/serving/src/auth/access-table.ts`);
 }
 
 function openConnections(tcp: TcpServer): Promise<number> {

@@ -6,15 +6,20 @@ import { promisify } from "node:util";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport, createConnectTransport } from "@connectrpc/connect-node";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "@oz0/proto/grpc/health/v1/health_pb";
+import { Authenticator } from "../src/auth/authenticator.js";
 import { serve } from "../src/serve.js";
+import { testCredentials } from "../src/testing.js";
+
+const auth = new Authenticator(testCredentials.settingsFor("orchestrator"));
+const bearer = `authorization: Bearer ${testCredentials.owner}`;
 
 const run = promisify(execFile);
 const buf = createRequire(import.meta.url).resolve("@bufbuild/buf/bin/buf");
 
 void test("health tells liveness from readiness over gRPC and Connect", async () => {
-  const server = await serve({ name: "test", port: 0, services: [], readyOnListen: false });
+  const server = await serve({ name: "test", auth, port: 0, services: [], readyOnListen: false });
   try {
-    const grpc = createClient(Health, createGrpcTransport({ baseUrl: server.url }));
+    const grpc = createClient(Health, createGrpcTransport({ baseUrl: server.url, interceptors: [testCredentials.caller] }));
     const connect = createClient(Health, createConnectTransport({ baseUrl: server.url, httpVersion: "1.1" }));
     assert.equal((await grpc.check({ service: "liveness" })).status, ServingStatus.SERVING);
     assert.equal((await connect.check({ service: "readiness" })).status, ServingStatus.NOT_SERVING);
@@ -27,12 +32,15 @@ void test("health tells liveness from readiness over gRPC and Connect", async ()
 });
 
 void test("buf curl lists and calls services through reflection", async () => {
-  const server = await serve({ name: "test", port: 0, services: [] });
+  const server = await serve({ name: "test", auth, port: 0, services: [] });
   try {
-    const list = await run(buf, ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--list-methods", server.url]);
+    // Reflection needs a principal; health does not.
+    await assert.rejects(run(buf, ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--list-methods", server.url]));
+    const list = await run(buf, ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "-H", bearer, "--reflect-header", "*", "--list-methods", server.url]);
     assert.match(list.stdout, /grpc\.health\.v1\.Health\/Check/);
     const check = await run(buf, [
-      "curl", "--protocol", "grpc", "--http2-prior-knowledge",
+      // buf curl learns the schema through reflection, so even a health call through it presents a credential.
+      "curl", "--protocol", "grpc", "--http2-prior-knowledge", "-H", bearer, "--reflect-header", "*",
       "-d", '{"service":"liveness"}', `${server.url}/grpc.health.v1.Health/Check`,
     ]);
     assert.deepEqual(JSON.parse(check.stdout), { status: "SERVING" });
@@ -42,9 +50,9 @@ void test("buf curl lists and calls services through reflection", async () => {
 });
 
 void test("a server on ::1 answers clients that send an unbracketed IPv6 authority, and survives malformed requests", async () => {
-  const server = await serve({ name: "test", host: "::1", port: 0, services: [] });
+  const server = await serve({ name: "test", auth, host: "::1", port: 0, services: [] });
   try {
-    const grpc = createClient(Health, createGrpcTransport({ baseUrl: server.url }));
+    const grpc = createClient(Health, createGrpcTransport({ baseUrl: server.url, interceptors: [testCredentials.caller] }));
     assert.equal((await grpc.check({ service: "liveness" })).status, ServingStatus.SERVING);
     const http2 = await import("node:http2");
     const session = http2.connect(server.url);

@@ -1,3 +1,4 @@
+import { Authenticator } from "../src/auth/authenticator.js";
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { context, propagation, trace } from "@opentelemetry/api";
@@ -23,7 +24,7 @@ void test("an RPC continues the caller's trace: the server span is a child of th
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
   propagation.setGlobalPropagator(new W3CTraceContextPropagator());
   trace.setGlobalTracerProvider(provider);
-  const server = await serve({ name: "test", port: 0, services: [] });
+  const server = await serve({ name: "test", port: 0, services: [], auth: new Authenticator({}) });
   try {
     const client = createClient(
       Health,

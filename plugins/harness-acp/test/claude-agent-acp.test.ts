@@ -14,6 +14,7 @@ import type { HostSession } from "@oz0/harness/host";
 import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { HEADERS, PLANTED_SECRET, ofCase, removeRun, runHarness } from "./harness-run.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 /** The tenant's key: only the proxy holds it, and only the scripted model sees it. */
 const CUSTODY_KEY = "sk-ant-api03-CUSTODY-key-held-by-the-proxy-only-5555";
@@ -24,11 +25,11 @@ void test("claude-agent-acp through the LLM proxy: an approved Bash runs, a deni
     harnessOptions: { agent: "claude", tools: ["Bash"] },
     request: { instructions: "You are terse." },
     llm: async (model) => {
-      proxy = await startLlmProxy({
+      proxy = await startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"),
         providers: [{ name: "anthropic", baseUrl: model.url, keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15 } } }],
         kek: Buffer.alloc(32, 9),
       });
-      const transport = createGrpcTransport({ baseUrl: proxy.url });
+      const transport = createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] });
       await createClient(SecretService, transport).setSecret({ name: "ANTHROPIC_API_KEY", value: CUSTODY_KEY });
       const minted = await createClient(LlmProxyService, transport).mintSessionToken({ job: HEADERS["Oz0-Job"], agent: HEADERS["Oz0-Agent"], session: "session-acp-1" });
       return { anthropicBaseUrl: minted.anthropicBaseUrl, token: minted.token, headers: { ...minted.headers } };
@@ -41,7 +42,7 @@ void test("claude-agent-acp through the LLM proxy: an approved Bash runs, a deni
     answer: (request) => (String(request.input?.["command"]).includes("no.txt") ? { allow: false, reason: "Policy: no.txt is off limits" } : { allow: true }),
   });
   try {
-    const usage = proxy ? await createClient(LlmProxyService, createGrpcTransport({ baseUrl: proxy.url })).getUsage({ job: HEADERS["Oz0-Job"] }) : undefined;
+    const usage = proxy ? await createClient(LlmProxyService, createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] })).getUsage({ job: HEADERS["Oz0-Job"] }) : undefined;
     assert.equal(run.outcome.result?.stopReason, StopReason.COMPLETED, `${run.outcome.result?.error}\n${run.stderr.slice(-3000)}`);
     assert.equal(run.outcome.result?.text, "Done.");
     assert.equal(await readFile(path.join(run.workingDir, "yes.txt"), "utf8"), "approved\n");

@@ -18,6 +18,7 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { startLlmProxy } from "@oz0/llm-proxy";
 import { LlmProxyService, SecretService, type GetUsageResponse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import { testCredentials } from "@oz0/serving/testing";
 
 /** The init-object form of a message (not the message itself). */
 type InitOf<T> = Exclude<T, { $typeName: string }>;
@@ -78,14 +79,14 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
   const model = await startScriptedModel({ turns: options.turns({ workingDir, stateDir }) });
   let llm: { anthropicBaseUrl: string; token: string; headers: Record<string, string> } = { anthropicBaseUrl: model.url, token: TOKEN, headers: HEADERS };
   const proxy = options.viaProxy
-    ? await startLlmProxy({
+    ? await startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"),
         providers: [{ name: "anthropic", baseUrl: model.url, keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75 } } }],
         kek: Buffer.alloc(32, 7),
       })
     : undefined;
-  const control = proxy ? createClient(LlmProxyService, createGrpcTransport({ baseUrl: proxy.url })) : undefined;
+  const control = proxy ? createClient(LlmProxyService, createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] })) : undefined;
   if (proxy && control) {
-    await createClient(SecretService, createGrpcTransport({ baseUrl: proxy.url })).setSecret({ name: "ANTHROPIC_API_KEY", value: CUSTODY_KEY });
+    await createClient(SecretService, createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] })).setSecret({ name: "ANTHROPIC_API_KEY", value: CUSTODY_KEY });
     const minted = await control.mintSessionToken({ job: HEADERS["Oz0-Job"], agent: HEADERS["Oz0-Agent"], session: "session-1" });
     llm = { anthropicBaseUrl: minted.anthropicBaseUrl, token: minted.token, headers: { ...minted.headers } };
   }

@@ -7,7 +7,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { EventsService, TokenCountsSchema, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
-import { createLogger } from "@oz0/serving";
+import { bearerInterceptor, createLogger } from "@oz0/serving";
 import { randomUUID } from "node:crypto";
 import { connect } from "node:net";
 
@@ -20,6 +20,8 @@ export interface PublisherLogger {
 export interface EventPublisherOptions {
   /** The events service, for example `http://127.0.0.1:7703` (OZ0_EVENTS_URL). */
   url: string;
+  /** This service's credential (OZ0_SERVICE_TOKEN); the events service takes Publish only from the suite's services. */
+  token?: string;
   logger?: PublisherLogger;
   /** Events per Publish call (one SQLite commit at the service). Default 1 000. */
   maxBatch?: number;
@@ -134,7 +136,7 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
   const lingerMs = options.lingerMs ?? 5;
   const maxQueued = options.maxQueued ?? 100_000;
   const maxBackoffMs = options.maxBackoffMs ?? 5_000;
-  const client: Client<typeof EventsService> = createClient(EventsService, eventsTransport(options.url));
+  const client: Client<typeof EventsService> = createClient(EventsService, eventsTransport(options.url, options.token));
 
   const queue: RawEvent[] = [];
   // Counts of events ever queued and ever settled (accepted or dropped), so
@@ -300,13 +302,15 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
 // ACK (tens of milliseconds per call on loopback); with it off a one-event
 // Publish takes about 3 ms instead of 16. Plain-HTTP URLs only: over TLS the
 // default connection is kept.
-export function eventsTransport(url: string): ReturnType<typeof createGrpcTransport> {
+export function eventsTransport(url: string, token?: string): ReturnType<typeof createGrpcTransport> {
   const parsed = new URL(url);
-  if (parsed.protocol !== "http:") return createGrpcTransport({ baseUrl: url });
+  const interceptors = [bearerInterceptor(token)];
+  if (parsed.protocol !== "http:") return createGrpcTransport({ baseUrl: url, interceptors });
   const host = parsed.hostname.replace(/^\[(.*)\]$/, "$1");
   const port = Number(parsed.port || 80);
   return createGrpcTransport({
     baseUrl: url,
+    interceptors,
     nodeOptions: { createConnection: () => connect({ host, port, noDelay: true }) },
   });
 }

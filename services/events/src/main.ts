@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // oz0-events: the events service as a process, configured from the environment.
-import { createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
+import { authSettingsFromEnv, createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
 import { homedir } from "node:os";
 import path from "node:path";
 import { DEFAULT_TOPIC, startEvents } from "./start-events.js";
@@ -39,6 +39,7 @@ try {
     kafkaBrokers: list(process.env.KAFKA_BROKERS),
     topic: process.env.OZ0_KAFKA_TOPIC || DEFAULT_TOPIC,
     ...(retention !== undefined ? { retentionMs: retention } : {}),
+    auth: authSettingsFromEnv(process.env),
     logger,
   });
   onShutdownSignal(logger, async () => {

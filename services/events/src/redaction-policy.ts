@@ -43,6 +43,11 @@ function count(value: JsonValue | undefined): number | undefined {
 }
 
 const id = (key: string): Extract => (a) => identifier(a[key]);
+/** Who answered: an identifier that is not an email address (ids such as an OIDC `sub`, or `owner`). */
+const principalId: Extract = (a) => {
+  const value = identifier(a.answered_by);
+  return value !== undefined && !value.includes("@") ? value : undefined;
+};
 const pathOf = (key: string): Extract => (a) => path(a[key]);
 const countOf = (key: string): Extract => (a) => count(a[key]);
 const flag = (key: string): Extract => (a) => (typeof a[key] === "boolean" ? a[key] : undefined);
@@ -198,6 +203,9 @@ export const EVENT_POLICY: Readonly<Record<string, Allowlist>> = {
     tool_name: id("tool_name"),
     decision: id("decision"),
     waited_ms: countOf("waited_ms"),
+    // The principal's id (an identifier; an email address is not one and is dropped), and whether the input was changed.
+    answered_by: principalId,
+    input_changed: flag("input_changed"),
   },
   "approval.timed_out": {
     approval_id: id("approval_id"),

@@ -2,7 +2,7 @@
 // configured) and the RPC server. Tests and the embedded stack call this very
 // function; main.ts only reads the environment.
 import { EventsService } from "@oz0/proto/oz0/events/v1/events_pb";
-import { createLogger, registration, serve, type Logger } from "@oz0/serving";
+import { Authenticator, createLogger, registration, serve, type AuthSettings, type Logger } from "@oz0/serving";
 import { eventsService } from "./events-service.js";
 import { KafkaRelay } from "./kafka-relay.js";
 import { Outbox } from "./outbox.js";
@@ -34,6 +34,11 @@ export interface EventsConfig {
   /** The clock retention goes by. Default Date.now; tests move it. */
   now?: () => number;
   logger?: Logger;
+  /**
+   * Who may call: producers by their service credentials (Publish), people by
+   * theirs (Watch, Transcript). Without it nobody can, but health answers.
+   */
+  auth?: AuthSettings;
 }
 
 export interface RunningEvents {
@@ -62,6 +67,7 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
       host: config.host,
       port: config.port ?? 0,
       logger,
+      auth: new Authenticator(config.auth ?? {}),
       services: [registration(EventsService, eventsService({ outbox, relay, logger, shutdown: shutdown.signal, ...(relay ? { topic } : {}) }))],
     });
   } catch (error) {

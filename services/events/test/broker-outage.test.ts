@@ -11,6 +11,7 @@ import { createEventPublisher, rawEvent, startEvents, type RunningEvents } from 
 import { startKafka, type RunningKafka } from "@oz0/test-infra";
 import { watchAll } from "./fixtures/events-client.js";
 import { readTopic } from "./fixtures/kafka-topic.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 const topic = "oz0.outage.v1";
 const jobs = ["job-a", "job-b", "job-c"];
@@ -39,14 +40,14 @@ function phase(from: number, count: number) {
 }
 
 async function publishAll(url: string, events: ReturnType<typeof phase>): Promise<void> {
-  const publisher = createEventPublisher({ url, maxBatch: 50 });
+  const publisher = createEventPublisher({ token: testCredentials.services.orchestrator, url, maxBatch: 50 });
   publisher.publish(events);
   await publisher.flush();
   await publisher.close();
 }
 
 void test("a broker outage loses nothing and duplicates nothing", async () => {
-  const start = () => startEvents({ dataDir, kafkaBrokers: kafka.brokers, topic, partitions: 3 });
+  const start = () => startEvents({ auth: testCredentials.settingsFor("events"), dataDir, kafkaBrokers: kafka.brokers, topic, partitions: 3 });
   let service = await start();
   running.push(service);
 

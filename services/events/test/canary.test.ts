@@ -16,6 +16,7 @@ import { eventsClient, watchAll } from "./fixtures/events-client.js";
 import { startEventsProcess, type EventsProcess } from "./fixtures/events-process.js";
 import { readTopic } from "./fixtures/kafka-topic.js";
 import { canaryJob, canaryMarkers } from "./fixtures/recorded-jobs.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 const brokers = (process.env.KAFKA_BROKERS ?? "").split(",").filter(Boolean);
 const topic = `oz0.canary.${Date.now()}`;
@@ -32,7 +33,7 @@ before(async () => {
     OZ0_EVENTS_DATA: dataDir,
     OZ0_LOG_LEVEL: "debug",
   });
-  publisher = createEventPublisher({
+  publisher = createEventPublisher({ token: testCredentials.services.orchestrator,
     url: service.url,
     logger: {
       warn: (obj, msg) => publisherLog.push(JSON.stringify({ obj, msg })),

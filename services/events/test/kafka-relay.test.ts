@@ -8,6 +8,7 @@ import path from "node:path";
 import { after, test } from "node:test";
 import { createEventPublisher, rawEvent, startEvents, type RunningEvents } from "@oz0/events";
 import { readTopic } from "./fixtures/kafka-topic.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 const brokers = (process.env.KAFKA_BROKERS ?? "").split(",").filter(Boolean);
 const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-events-relay-"));
@@ -21,11 +22,11 @@ after(async () => {
 void test("a batch of large events of one job stays under the broker's request size, and keeps its order", async () => {
   assert.ok(brokers.length > 0, "KAFKA_BROKERS must point at a broker (npm test starts one)");
   const topic = `oz0.relay.${Date.now()}`;
-  service = await startEvents({ dataDir, kafkaBrokers: brokers, topic, partitions: 3 });
+  service = await startEvents({ auth: testCredentials.settingsFor("events"), dataDir, kafkaBrokers: brokers, topic, partitions: 3 });
   // Over 1 KB of JSON each (a 500-character path, and a label composed from
   // it): 1 500 of them in one partition are more than a broker takes at once.
   const long = `uploads/${"d/".repeat(246)}order.pdf`;
-  const publisher = createEventPublisher({ url: service.url, maxBatch: 1_500 });
+  const publisher = createEventPublisher({ token: testCredentials.services.orchestrator, url: service.url, maxBatch: 1_500 });
   publisher.publish(
     Array.from({ length: 1_500 }, (_, i) =>
       rawEvent("tool.called", { jobId: "job-large", source: "sandbox", toolCallId: `call-${i}`, attributes: { tool_name: "read", path: long } }),

@@ -8,6 +8,7 @@ import { after, describe, test } from "node:test";
 import { createEventPublisher, rawEvent, startEvents, type PublisherLogger, type RunningEvents } from "@oz0/events";
 import { freePortForTest } from "./fixtures/free-port.js";
 import { eventsClient, watchAll } from "./fixtures/events-client.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 const cleanup: (() => Promise<void> | void)[] = [];
 after(async () => {
@@ -20,7 +21,7 @@ function recordingLogger(): PublisherLogger & { lines: { obj: object; msg?: stri
 }
 
 async function service(options: { dataDir?: string; port?: number } = {}): Promise<RunningEvents> {
-  const events = await startEvents({ port: options.port ?? 0, dataDir: options.dataDir });
+  const events = await startEvents({ auth: testCredentials.settingsFor("events"), port: options.port ?? 0, dataDir: options.dataDir });
   cleanup.push(() => events.close());
   return events;
 }
@@ -28,7 +29,7 @@ async function service(options: { dataDir?: string; port?: number } = {}): Promi
 void describe("the publisher", () => {
   void test("batches, delivers in order, and flush waits until the service accepted everything", async () => {
     const events = await service();
-    const publisher = createEventPublisher({ url: events.url, maxBatch: 7 });
+    const publisher = createEventPublisher({ token: testCredentials.services.orchestrator, url: events.url, maxBatch: 7 });
     for (let i = 0; i < 50; i++) publisher.publish(rawEvent("graph.step_started", { jobId: "job-p", attributes: { iteration: i } }));
     await publisher.flush();
     const watched = await watchAll(events.url, { jobId: "job-p" });
@@ -39,7 +40,7 @@ void describe("the publisher", () => {
   void test("keeps retrying while the service is down, and logs that it does", async () => {
     const port = await freePortForTest();
     const logger = recordingLogger();
-    const publisher = createEventPublisher({ url: `http://127.0.0.1:${port}`, logger, maxBackoffMs: 200 });
+    const publisher = createEventPublisher({ token: testCredentials.services.orchestrator, url: `http://127.0.0.1:${port}`, logger, maxBackoffMs: 200 });
     publisher.publish(rawEvent("job.started", { jobId: "job-late" }));
     const flushed = publisher.flush();
     while (!logger.lines.some((l) => (l.obj as { code?: string }).code === "EVENTS_UNREACHABLE")) {
@@ -54,7 +55,7 @@ void describe("the publisher", () => {
   void test("when its queue overflows it drops the oldest waiting events, never the batch being sent, and says so", async () => {
     const port = await freePortForTest();
     const logger = recordingLogger();
-    const publisher = createEventPublisher({ url: `http://127.0.0.1:${port}`, logger, maxBatch: 2, maxQueued: 5, maxBackoffMs: 100 });
+    const publisher = createEventPublisher({ token: testCredentials.services.orchestrator, url: `http://127.0.0.1:${port}`, logger, maxBatch: 2, maxQueued: 5, maxBackoffMs: 100 });
     const numbered = Array.from({ length: 10 }, (_, i) => rawEvent("graph.step_started", { jobId: "job-overflow", attributes: { iteration: i } }));
     publisher.publish(numbered.slice(0, 3));
     while (!logger.lines.some((l) => (l.obj as { code?: string }).code === "EVENTS_UNREACHABLE")) {
@@ -74,7 +75,7 @@ void describe("the publisher", () => {
 
   void test("never throws into the caller, and says what it dropped", async () => {
     const logger = recordingLogger();
-    const publisher = createEventPublisher({ url: "http://127.0.0.1:1", logger });
+    const publisher = createEventPublisher({ token: testCredentials.services.orchestrator, url: "http://127.0.0.1:1", logger });
     publisher.publish(rawEvent("", {}));
     assert.ok(logger.lines.some((l) => (l.obj as { code?: string }).code === "EVENTS_INVALID_EVENT"));
     publisher.publish(rawEvent("job.started", { jobId: "never-delivered" }));
@@ -164,7 +165,7 @@ void describe("Watch", () => {
   void test("the log survives a restart on the same data folder, positions included", async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-events-restart-"));
     cleanup.push(() => rmSync(dataDir, { recursive: true, force: true }));
-    const first = await startEvents({ port: 0, dataDir });
+    const first = await startEvents({ auth: testCredentials.settingsFor("events"), port: 0, dataDir });
     await eventsClient(first.url).publish({ events: [rawEvent("job.started", { jobId: "durable" }), rawEvent("job.completed", { jobId: "durable" })] });
     await first.close();
     const second = await service({ dataDir });

@@ -13,6 +13,7 @@ import type { PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import Database from "better-sqlite3";
 import { Outbox } from "../src/outbox.js";
 import { watchAll } from "./fixtures/events-client.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 const HOUR = 3_600_000;
 const dirs: string[] = [];
@@ -91,9 +92,9 @@ void describe("the local log's retention", () => {
 
   void test("a watcher from a removed position is told where to resume; from 0 it starts at the oldest kept", async () => {
     let clock = 0;
-    const events = await startEvents({ port: 0, dataDir: tempDir(), retentionMs: HOUR, pruneIntervalMs: 50, now: () => clock });
+    const events = await startEvents({ auth: testCredentials.settingsFor("events"), port: 0, dataDir: tempDir(), retentionMs: HOUR, pruneIntervalMs: 50, now: () => clock });
     after(() => events.close());
-    const publisher = createEventPublisher({ url: events.url });
+    const publisher = createEventPublisher({ token: testCredentials.services.orchestrator, url: events.url });
     publisher.publish([rawEvent("job.started", { jobId: "job-gone" }), rawEvent("job.completed", { jobId: "job-gone" })]);
     await publisher.flush();
     // Two hours later retention, which runs on its own, removes both.
@@ -120,8 +121,8 @@ void describe("the local log's retention", () => {
   void test("closing while retention works through a backlog shuts down cleanly", async () => {
     let clock = 0;
     // In memory (no data folder): close() has nothing slow to wait for, so a prune still running would meet a closed log.
-    const events = await startEvents({ port: 0, retentionMs: HOUR, pruneIntervalMs: 20, now: () => clock });
-    const publisher = createEventPublisher({ url: events.url, maxBatch: 5_000 });
+    const events = await startEvents({ auth: testCredentials.settingsFor("events"), port: 0, retentionMs: HOUR, pruneIntervalMs: 20, now: () => clock });
+    const publisher = createEventPublisher({ token: testCredentials.services.orchestrator, url: events.url, maxBatch: 5_000 });
     publisher.publish(Array.from({ length: 30_000 }, (_, i) => rawEvent("graph.step_started", { jobId: `job-${i % 7}` })));
     await publisher.flush();
     await publisher.close();

@@ -6,10 +6,11 @@ import { startEvents, type RunningEvents } from "@oz0/events";
 import { OperationStatus, type OperationRow, type TranscriptResponse } from "@oz0/proto/oz0/events/v1/events_pb";
 import { eventsClient } from "./fixtures/events-client.js";
 import { legacyWithoutInvocationIds, threeWithTwoOverlapping, twoOverlapping } from "./fixtures/recorded-jobs.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 let events: RunningEvents;
 before(async () => {
-  events = await startEvents({ port: 0 });
+  events = await startEvents({ auth: testCredentials.settingsFor("events"), port: 0 });
 });
 after(async () => {
   await events.close();

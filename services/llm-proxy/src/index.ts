@@ -1,11 +1,11 @@
 // @oz0/llm-proxy: the edge every model call goes through.
-import { createLogger, registration, serve, type Logger } from "@oz0/serving";
+import { Authenticator, createLogger, registration, serve, type AuthSettings, type Logger } from "@oz0/serving";
 import { startScriptedModel, type Script, type ScriptedModel } from "@oz0/harness/testing";
 import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { randomBytes } from "node:crypto";
 import { createHttpApi } from "./http-api.js";
 import { KeyVault } from "./key-vault.js";
-import { adminTokenInterceptor, llmProxyService, secretService } from "./llm-proxy-service.js";
+import { llmProxyService, secretService } from "./llm-proxy-service.js";
 import { Metering } from "./metering.js";
 import { PostgresProxyStore } from "./postgres-proxy-store.js";
 import { ProxyError } from "./proxy-error.js";
@@ -58,8 +58,13 @@ export interface LlmProxyConfig {
   eventsUrl?: string;
   /** Where usage events go, instead of the events service (tests). */
   usageSink?: UsageSink;
-  /** When set, the gRPC control API needs `authorization: Bearer <adminToken>`. */
-  adminToken?: string;
+  /**
+   * Who may call the control API (tokens, secrets, usage): the orchestrator's
+   * service credential only. Sessions reach the same port for model calls;
+   * their tokens are accepted by the model routes and nothing else. Without
+   * it the control API answers nobody. `serviceToken` is sent with usage events.
+   */
+  auth?: AuthSettings;
   retry?: Partial<RetryPolicy>;
   /** Output tokens a call without max_tokens is assumed to be able to produce, for budget reservations. Default 32 000. */
   defaultMaxOutputTokens?: number;
@@ -154,7 +159,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     if (ownsStore) await store.close();
     throw error;
   }
-  const sink = config.usageSink ?? (config.eventsUrl ? eventsUsageSink({ url: config.eventsUrl, logger }) : memoryUsageSink());
+  const sink = config.usageSink ?? (config.eventsUrl ? eventsUsageSink({ url: config.eventsUrl, logger, ...(config.auth?.serviceToken ? { token: config.auth.serviceToken } : {}) }) : memoryUsageSink());
   const metering = new Metering({ store, sink, logger });
 
   let publicUrl = "";
@@ -176,7 +181,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
       port: config.port ?? 0,
       logger,
       services: [registration(SecretService, secretService(vault)), registration(LlmProxyService, llmProxyService({ tokens, budgets: store, metering, publicUrl: () => publicUrl }))],
-      ...(config.adminToken ? { interceptors: [adminTokenInterceptor(config.adminToken)] } : {}),
+      auth: new Authenticator(config.auth ?? {}),
       fallback: httpApi,
     });
   } catch (error) {

@@ -2,7 +2,7 @@
 // and LlmProxyService (session tokens, usage).
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import {
   AgentUsageSchema,
   GetUsageResponseSchema,
@@ -18,7 +18,6 @@ import {
   type SecretService,
   type Usage,
 } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
-import { timingSafeEqual } from "node:crypto";
 import type { KeyVault } from "./key-vault.js";
 import type { Metering } from "./metering.js";
 import { ProxyError } from "./proxy-error.js";
@@ -115,23 +114,5 @@ export function llmProxyService(options: LlmProxyServiceOptions): Partial<Servic
         agents: [...usage.agents].map(([agent, totals]) => create(AgentUsageSchema, { agent, usage: usageMessage(totals) })),
       });
     },
-  };
-}
-
-/**
- * Control-plane calls need `authorization: Bearer <admin token>` when one is
- * configured: sessions reach the same port for model calls and must not mint
- * themselves budget-free tokens or replace keys.
- */
-export function adminTokenInterceptor(adminToken: string): Interceptor {
-  const expected = Buffer.from(`Bearer ${adminToken}`);
-  return (next) => async (request) => {
-    // Health and reflection stay open for probes and tooling.
-    if (!request.service.typeName.startsWith("oz0.llmproxy.")) return next(request);
-    const given = Buffer.from(request.header.get("authorization") ?? "");
-    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
-      throw new ConnectError("the llm-proxy control API needs authorization: Bearer <OZ0_LLM_PROXY_ADMIN_TOKEN>", Code.Unauthenticated);
-    }
-    return next(request);
   };
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // The llm-proxy process: environment in, startLlmProxy, SIGTERM out.
-import { createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
+import { authSettingsFromEnv, createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
 import { loadKek, loadProvidersFile, startLlmProxy } from "./index.js";
 
 const logger = createLogger({ name: "llm-proxy" });
@@ -24,7 +24,7 @@ try {
     ...(env.OZ0_SECRETS_DIR ? { secretsDir: env.OZ0_SECRETS_DIR } : {}),
     ...(env.OZ0_PROVIDERS_FILE ? { providers: loadProvidersFile(env.OZ0_PROVIDERS_FILE) } : {}),
     ...(env.OZ0_EVENTS_URL ? { eventsUrl: env.OZ0_EVENTS_URL } : {}),
-    ...(env.OZ0_LLM_PROXY_ADMIN_TOKEN ? { adminToken: env.OZ0_LLM_PROXY_ADMIN_TOKEN } : {}),
+    auth: authSettingsFromEnv(env),
     ...(env.OZ0_UPSTREAM_TIMEOUT_MS ? { retry: { attemptTimeoutMs: positiveMs(env.OZ0_UPSTREAM_TIMEOUT_MS, "OZ0_UPSTREAM_TIMEOUT_MS") } } : {}),
     ...((): { kek?: Buffer } => {
       const kek = loadKek(env);

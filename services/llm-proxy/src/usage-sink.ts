@@ -31,8 +31,8 @@ export function usageEventAttributes(call: CallRecord): Record<string, unknown> 
   };
 }
 
-export function eventsUsageSink(options: { url: string; logger: Logger }): UsageSink {
-  const publisher: EventPublisher = createEventPublisher({ url: options.url, logger: options.logger });
+export function eventsUsageSink(options: { url: string; logger: Logger; token?: string }): UsageSink {
+  const publisher: EventPublisher = createEventPublisher({ url: options.url, logger: options.logger, ...(options.token ? { token: options.token } : {}) });
   return {
     callCompleted(call) {
       publisher.publish(

@@ -11,6 +11,7 @@ import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { PLANTED_KEY, startFixture } from "./proxy-fixture.js";
 import { scrubSecret } from "../src/secret-scrubber.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 /** Every run of 8 characters of the key: a fragment this long in any output is a leak. */
 function leaks(text: string): string[] {
@@ -101,17 +102,26 @@ void describe("key custody", () => {
     }
   });
 
-  void it("guards the control API with an admin token when one is configured, leaving health open", async () => {
+  void it("answers the control API for the orchestrator's credential only, leaving health open", async () => {
     const { startLlmProxy } = await import("../src/index.js");
     const { Health } = await import("@oz0/proto/grpc/health/v1/health_pb");
-    const proxy = await startLlmProxy({ adminToken: "admin-secret", providers: [], logger: (await import("pino")).default({ level: "silent" }) });
+    const proxy = await startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"), providers: [], logger: (await import("pino")).default({ level: "silent" }) });
     try {
       const transport = createGrpcTransport({ baseUrl: proxy.url });
       const health = await createClient(Health, transport).check({ service: "readiness" });
       assert.equal(health.status, 1);
       const secrets = createClient(SecretService, transport);
-      await assert.rejects(secrets.setSecret({ name: "X_KEY", value: "v" }), (e: unknown) => e instanceof ConnectError && e.code === Code.Unauthenticated);
-      const ok = await secrets.setSecret({ name: "X_KEY", value: "v" }, { headers: { authorization: "Bearer admin-secret" } });
+      await assert.rejects(secrets.setSecret({ name: "X_KEY", value: "v" }), (e: unknown) => e instanceof ConnectError && e.code === Code.Unauthenticated && /needs a credential/.test(e.rawMessage));
+      // A person, even the owner with every role, is not the orchestrator.
+      await assert.rejects(
+        secrets.setSecret({ name: "X_KEY", value: "v" }, { headers: { authorization: `Bearer ${testCredentials.owner}` } }),
+        (e: unknown) => e instanceof ConnectError && e.code === Code.Unauthenticated,
+      );
+      await assert.rejects(
+        secrets.setSecret({ name: "X_KEY", value: "v" }, { headers: { authorization: `Bearer ${testCredentials.services.sandbox}` } }),
+        (e: unknown) => e instanceof ConnectError && e.code === Code.Unauthenticated,
+      );
+      const ok = await secrets.setSecret({ name: "X_KEY", value: "v" }, { headers: { authorization: `Bearer ${testCredentials.services.orchestrator}` } });
       assert.equal(ok.replaced, false);
     } finally {
       await proxy.close();
@@ -129,9 +139,9 @@ void describe("key custody", () => {
     const first = await startFixture({ turns: [], config: { dataDir } });
     await first.close();
     const { startLlmProxy } = await import("../src/index.js");
-    const proxy = await startLlmProxy({ dataDir, kek: Buffer.alloc(32, 9), providers: [{ name: "anthropic", baseUrl: "http://127.0.0.1:9", keySecret: "ANTHROPIC_API_KEY" }], logger: (await import("pino")).default({ level: "silent" }) });
+    const proxy = await startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"), dataDir, kek: Buffer.alloc(32, 9), providers: [{ name: "anthropic", baseUrl: "http://127.0.0.1:9", keySecret: "ANTHROPIC_API_KEY" }], logger: (await import("pino")).default({ level: "silent" }) });
     try {
-      const control = createClient((await import("@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb")).LlmProxyService, createGrpcTransport({ baseUrl: proxy.url }));
+      const control = createClient((await import("@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb")).LlmProxyService, createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] }));
       const minted = await control.mintSessionToken({ job: "j", agent: "a", session: "s" });
       const r = await fetch(`${proxy.url}/anthropic/v1/messages`, { method: "POST", headers: { "x-api-key": minted.token, "Oz0-Job": "j", "Oz0-Agent": "a" }, body: "{}" });
       assert.equal(r.status, 500);

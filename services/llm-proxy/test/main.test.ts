@@ -10,12 +10,13 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import pg from "pg";
+import { testCredentials } from "@oz0/serving/testing";
 
 const main = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "src", "main.ts");
 
 /** Starts main.ts with `env` and resolves with its URL once it serves. */
 function startMain(env: Record<string, string | undefined>): Promise<{ child: ReturnType<typeof spawn>; url: string; stderr: () => string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", main], { env: { PATH: process.env.PATH, OZ0_PORT: "0", ...env }, stdio: ["ignore", "ignore", "pipe"] });
+  const child = spawn(process.execPath, ["--import", "tsx", main], { env: { PATH: process.env.PATH, OZ0_PORT: "0", ...testCredentials.envFor("llm-proxy"), ...env }, stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   return new Promise((resolve, reject) => {
     child.stderr!.on("data", (chunk: Buffer) => {
@@ -28,7 +29,7 @@ function startMain(env: Record<string, string | undefined>): Promise<{ child: Re
 }
 
 void describe("main", () => {
-  void it("reads the environment (port, data, KEK file, providers file, key files, admin token) and stops on SIGTERM", async () => {
+  void it("reads the environment (port, data, KEK file, providers file, key files, its callers) and stops on SIGTERM", async () => {
     const dir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-main-"));
     writeFileSync(path.join(dir, "kek"), Buffer.alloc(32, 3).toString("base64"));
     writeFileSync(path.join(dir, "providers.json"), JSON.stringify({ providers: [{ name: "scripted", kind: "scripted" }] }));
@@ -43,7 +44,7 @@ void describe("main", () => {
         OZ0_KEK_FILE: path.join(dir, "kek"),
         OZ0_PROVIDERS_FILE: path.join(dir, "providers.json"),
         OZ0_SECRETS_DIR: dir,
-        OZ0_LLM_PROXY_ADMIN_TOKEN: "t0ken",
+        ...testCredentials.envFor("llm-proxy"),
       },
       stdio: ["ignore", "ignore", "pipe"],
     });
@@ -56,10 +57,10 @@ void describe("main", () => {
       });
       child.once("exit", (code) => reject(new Error(`main exited with ${code}: ${stderr}`)));
     });
-    const secrets = createClient(SecretService, createGrpcTransport({ baseUrl: url }));
-    const set = await secrets.setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-x-123456789" }, { headers: { authorization: "Bearer t0ken" } });
+    const secrets = createClient(SecretService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }));
+    const set = await secrets.setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-x-123456789" });
     assert.equal(set.replaced, false);
-    const listed = await secrets.listSecrets({}, { headers: { authorization: "Bearer t0ken" } });
+    const listed = await secrets.listSecrets({});
     assert.deepEqual(
       listed.secrets.map((s) => s.name),
       ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"],
@@ -92,7 +93,7 @@ void describe("main", () => {
     const client = new pg.Client({ connectionString: databaseUrl });
     await client.connect();
     try {
-      await createClient(SecretService, createGrpcTransport({ baseUrl: url })).setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-in-postgres-123456" });
+      await createClient(SecretService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] })).setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-in-postgres-123456" });
       const { rows } = await client.query<{ name: string }>(`SELECT name FROM ${schema}.secrets ORDER BY name`);
       assert.ok(rows.some((r) => r.name === "ANTHROPIC_API_KEY"));
       const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));

@@ -9,6 +9,7 @@ import pino from "pino";
 import { startLlmProxy, type LlmProxy, type LlmProxyConfig } from "../src/index.js";
 import { memoryUsageSink } from "../src/usage-sink.js";
 import type { CallRecord } from "../src/proxy-store.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 /** Looks like a real Anthropic key so fragment scrubbing is exercised on a realistic shape. */
 export const PLANTED_KEY = "sk-ant-api03-PLANTEDq9Zx7Lw2Vb8Nc4Md6Kf1Hg3Js5Tr0Yu-xYz0123456789AbCdEf";
@@ -52,7 +53,7 @@ export async function startFixture(options: { turns: Script; config?: Partial<Ll
     }),
   );
   const sink = memoryUsageSink(true);
-  const proxy = await startLlmProxy({
+  const proxy = await startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"),
     providers: [
       { name: "anthropic", baseUrl: model.url, keySecret: "ANTHROPIC_API_KEY", prices: { "*": PRICE } },
       { name: "openai", baseUrl: model.url, keySecret: "OPENAI_API_KEY", auth: "bearer", prices: { "*": PRICE } },
@@ -63,7 +64,7 @@ export async function startFixture(options: { turns: Script; config?: Partial<Ll
     retry: { baseDelayMs: 1, maxDelayMs: 5, maxRetryAfterMs: 50 },
     ...options.config,
   });
-  const transport = createGrpcTransport({ baseUrl: proxy.url });
+  const transport = createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] });
   const secrets = createClient(SecretService, transport);
   const control = createClient(LlmProxyService, transport);
   await secrets.setSecret({ name: "ANTHROPIC_API_KEY", value: PLANTED_KEY });

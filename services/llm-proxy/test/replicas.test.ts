@@ -14,6 +14,7 @@ import pino from "pino";
 import { startLlmProxy, type LlmProxy, type LlmProxyConfig } from "../src/index.js";
 import type { StoreChange } from "../src/proxy-store.js";
 import { PLANTED_KEY } from "./proxy-fixture.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 const url = process.env.DATABASE_URL;
 if (!url) throw new Error("DATABASE_URL is unset: run through `npm test` (tools/test-infra starts PostgreSQL) or point it at a server");
@@ -50,6 +51,7 @@ void describe("two proxy replicas on one PostgreSQL", () => {
   };
 
   const config = (): LlmProxyConfig => ({
+    auth: testCredentials.settingsFor("llm-proxy"),
     databaseUrl,
     databaseSchema: schema,
     kek,
@@ -61,7 +63,7 @@ void describe("two proxy replicas on one PostgreSQL", () => {
   });
 
   const replica = (proxy: LlmProxy): Replica => {
-    const transport = createGrpcTransport({ baseUrl: proxy.url });
+    const transport = createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] });
     return { proxy, control: createClient(LlmProxyService, transport), secrets: createClient(SecretService, transport) };
   };
 
@@ -69,7 +71,9 @@ void describe("two proxy replicas on one PostgreSQL", () => {
     model = await startScriptedModel({
       isSideCall: () => false,
       turns: async (request: ScriptedRequest) => {
-        const phase = request.headers["x-test-phase"];
+        // The phase rides in the prompt: the proxy passes no header of its own invention to a provider.
+        const prompt = String((request.body as { messages?: { content?: unknown }[] } | undefined)?.messages?.[0]?.content ?? "");
+        const phase = prompt.startsWith("phase:") ? prompt.slice("phase:".length) : undefined;
         if (phase === "race") {
           raceArrived += 1;
           raceDecided();
@@ -102,7 +106,9 @@ void describe("two proxy replicas on one PostgreSQL", () => {
     assert.deepEqual((await b.secrets.listSecrets({})).secrets.map((s) => s.name), ["ANTHROPIC_API_KEY"], "the KEK check value is not listed");
 
     const job = "job-replicas";
-    const body = { model: "claude-sonnet-5", max_tokens: 1000, messages: [{ role: "user", content: "race" }] };
+    // Both phases' prompts are as long, so every call's worst case is the same.
+    const bodyOf = (phase: "race" | "next") => ({ model: "claude-sonnet-5", max_tokens: 1000, messages: [{ role: "user", content: `phase:${phase}` }] });
+    const body = bodyOf("race");
     // The proxy's worst case for this call (model-call.ts): every request byte half a token at the input price, max_tokens at the output price.
     const worstCase = (Math.ceil(Buffer.byteLength(JSON.stringify(body)) / 2) * PRICE.input + 1000 * PRICE.output) / 1e6;
     const actual = (RACE_USAGE.input * PRICE.input + RACE_USAGE.output * PRICE.output) / 1e6;
@@ -114,7 +120,7 @@ void describe("two proxy replicas on one PostgreSQL", () => {
 
     const race = await Promise.all(
       Array.from({ length: RACE_CALLS }, async (_, i) => {
-        const r = await post((i % 2 ? a : b).proxy.url, "/anthropic/v1/messages", body, { ...headers, "x-test-phase": "race" });
+        const r = await post((i % 2 ? a : b).proxy.url, "/anthropic/v1/messages", body, headers);
         if (r.status === 402) {
           raceRefused += 1;
           raceDecided();
@@ -130,7 +136,7 @@ void describe("two proxy replicas on one PostgreSQL", () => {
     // Then one call after another, alternating replicas, until the budget refuses: never past it.
     let admitted = 0;
     for (let i = 0; i < 20; i += 1) {
-      const r = await post((i % 2 ? b : a).proxy.url, "/anthropic/v1/messages", body, { ...headers, "x-test-phase": "sequential" });
+      const r = await post((i % 2 ? b : a).proxy.url, "/anthropic/v1/messages", bodyOf("next"), headers);
       if (r.status === 402) break;
       assert.equal(r.status, 200);
       admitted += 1;
@@ -214,7 +220,7 @@ void describe("two proxy replicas on one PostgreSQL", () => {
   });
 
   void it("refuses to start a replica whose key-encryption key differs, or that has none", async () => {
-    await assert.rejects(startLlmProxy({ ...config(), kek: randomBytes(32) }), /same OZ0_KEK/);
+    await assert.rejects(startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"), ...config(), kek: randomBytes(32) }), /same OZ0_KEK/);
     const withoutKek = config();
     delete withoutKek.kek;
     await assert.rejects(startLlmProxy(withoutKek), /set OZ0_KEK or OZ0_KEK_FILE/);

@@ -14,6 +14,7 @@ import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_p
 import pino from "pino";
 import { startLlmProxy, type LlmProxyConfig } from "../src/index.js";
 import { PLANTED_KEY } from "./proxy-fixture.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 const OPENAI_KEY = "sk-proj-FILEKEYq9Zx7Lw2Vb8Nc4Md6Kf1Hg3Js5Tr0Yu0123456789";
 
@@ -55,6 +56,7 @@ void describe("provider keys from OZ0_SECRETS_DIR", () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-secrets-data-"));
     const model = await startScriptedModel({ turns: () => ({ text: "ok", usage: { input: 1, output: 1 } }), isSideCall: () => false });
     const config = (logger: pino.Logger): LlmProxyConfig => ({
+      auth: testCredentials.settingsFor("llm-proxy"),
       dataDir,
       secretsDir,
       kek: Buffer.alloc(32, 5),
@@ -68,7 +70,7 @@ void describe("provider keys from OZ0_SECRETS_DIR", () => {
     const proxy = await startLlmProxy(config(first.logger));
     let listed: { name: string; updatedAt?: { seconds: bigint; nanos: number } }[];
     try {
-      const transport = createGrpcTransport({ baseUrl: proxy.url });
+      const transport = createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] });
       listed = (await createClient(SecretService, transport).listSecrets({})).secrets;
       assert.deepEqual(
         listed.map((s) => s.name),
@@ -99,7 +101,7 @@ void describe("provider keys from OZ0_SECRETS_DIR", () => {
     const second = capture();
     const again = await startLlmProxy(config(second.logger));
     try {
-      const relisted = (await createClient(SecretService, createGrpcTransport({ baseUrl: again.url })).listSecrets({})).secrets;
+      const relisted = (await createClient(SecretService, createGrpcTransport({ baseUrl: again.url, interceptors: [testCredentials.caller] })).listSecrets({})).secrets;
       assert.deepEqual(
         relisted.map((s) => s.updatedAt),
         listed.map((s) => s.updatedAt),
@@ -121,7 +123,7 @@ void describe("provider keys from OZ0_SECRETS_DIR", () => {
   void it("refuses to start on an empty key file, naming the file and nothing of its neighbours", async () => {
     const secretsDir = mountedSecret({ ANTHROPIC_API_KEY: PLANTED_KEY, OPENAI_API_KEY: "\n" });
     const { logger } = capture();
-    await assert.rejects(startLlmProxy({ secretsDir, kek: Buffer.alloc(32, 5), logger, providers: [] }), (error: Error) => {
+    await assert.rejects(startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"), secretsDir, kek: Buffer.alloc(32, 5), logger, providers: [] }), (error: Error) => {
       assert.match(error.message, /OPENAI_API_KEY in OZ0_SECRETS_DIR is empty/);
       assert.ok(!error.message.includes(PLANTED_KEY.slice(0, 8)));
       return true;

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { EventsService, PublishResponseSchema, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
-import { registration, serve } from "@oz0/serving";
+import { Authenticator, registration, serve } from "@oz0/serving";
 import Anthropic from "@anthropic-ai/sdk";
 import pino from "pino";
 import { AnthropicStreamMeter } from "../src/anthropic-stream-meter.js";
@@ -12,6 +12,7 @@ import { priceOf } from "../src/provider-config.js";
 import { DEFAULT_RETRY_POLICY, retryDelayMs } from "../src/retry-policy.js";
 import { eventsUsageSink, USAGE_EVENT_TYPE } from "../src/usage-sink.js";
 import { PLANTED_KEY, startFixture } from "./proxy-fixture.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 const sse = (type: string, data: unknown): string => `event: ${type}\ndata: ${JSON.stringify(data)}\n\n`;
 
@@ -98,6 +99,7 @@ void describe("usage events and count_tokens", () => {
     const events = await serve({
       name: "events-stub",
       port: 0,
+      auth: new Authenticator(testCredentials.settingsFor("events")),
       logger: pino({ level: "silent" }),
       services: [
         registration(EventsService, {
@@ -162,7 +164,7 @@ void describe("usage events and count_tokens", () => {
     const { LlmProxyService } = await import("@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb");
     const { createClient } = await import("@connectrpc/connect");
     const { createGrpcTransport } = await import("@connectrpc/connect-node");
-    const proxy = await startLlmProxy({
+    const proxy = await startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"),
       providers: [
         { name: "scripted", kind: "scripted", scriptPerSession: true, script: [{ text: "first" }, { text: "second" }] },
         { name: "by-session", kind: "scripted", script: (_request, session) => ({ text: `hello ${session}` }) },
@@ -170,7 +172,7 @@ void describe("usage events and count_tokens", () => {
       logger: pino({ level: "silent" }),
     });
     try {
-      const control = createClient(LlmProxyService, createGrpcTransport({ baseUrl: proxy.url }));
+      const control = createClient(LlmProxyService, createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] }));
       const ask = async (session: string, provider = "scripted"): Promise<{ status: number; text: string }> => {
         const minted = await control.mintSessionToken({ job: `job-${session}`, agent: "a", session });
         const r = await fetch(`${proxy.url}/${provider}/v1/messages`, {

@@ -17,6 +17,8 @@ import type { LifecycleInit, LifecycleSink } from "./session-runner.js";
 export interface LifecycleOutboxOptions {
   /** The events service (OZ0_EVENTS_URL). */
   url: string;
+  /** The orchestrator's service credential: the events service takes Publish only from the suite's services. */
+  token?: string | undefined;
   store: Pick<JobStore, "putLifecycleEvents" | "claimLifecycleEvents" | "deleteLifecycleEvents" | "releaseLifecycleEvents">;
   logger: Logger;
   /** How often stored events are looked for without a nudge: another replica's, left by a shipper that died, or not accepted yet. Default 1 s. */
@@ -47,7 +49,7 @@ export class LifecycleOutbox implements LifecycleSink {
   constructor(options: LifecycleOutboxOptions) {
     this.#o = options;
     this.#batch = options.batch ?? 500;
-    this.#client = createClient(EventsService, eventsTransport(options.url));
+    this.#client = createClient(EventsService, eventsTransport(options.url, options.token));
     this.#poll = setInterval(() => this.committed(), options.pollMs ?? 1_000);
     this.#poll.unref();
   }

@@ -1,8 +1,8 @@
 // TokenIssuer and SecretWriter over the LLM proxy's oz0.llmproxy.v1 API.
-import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { LlmProxyService, SecretService, TokenUse, type GetUsageResponse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
-import { traceContextClientInterceptor } from "@oz0/serving";
+import { bearerInterceptor, traceContextClientInterceptor } from "@oz0/serving";
 import { invalidArgument, OrchestratorError } from "./orchestrator-error.js";
 import type { MintedToken, SecretWriter, TokenIssuer } from "./session-runner.js";
 
@@ -11,15 +11,10 @@ export class LlmProxyClient implements TokenIssuer, SecretWriter {
   readonly #tokens: Client<typeof LlmProxyService>;
   readonly #secrets: Client<typeof SecretService>;
 
-  /** `adminToken` defaults to OZ0_LLM_PROXY_ADMIN_TOKEN: the proxy's control API needs it when the proxy has one. */
-  constructor(options: { url: string; adminToken?: string }) {
+  /** `token`: the orchestrator's service credential (OZ0_SERVICE_TOKEN); the proxy's control API answers no one else. */
+  constructor(options: { url: string; token?: string | undefined }) {
     this.url = options.url.replace(/\/$/, "");
-    const adminToken = options.adminToken ?? process.env.OZ0_LLM_PROXY_ADMIN_TOKEN;
-    const authorize: Interceptor = (next) => (request) => {
-      if (adminToken) request.header.set("authorization", `Bearer ${adminToken}`);
-      return next(request);
-    };
-    const transport = createGrpcTransport({ baseUrl: this.url, interceptors: [traceContextClientInterceptor, authorize] });
+    const transport = createGrpcTransport({ baseUrl: this.url, interceptors: [traceContextClientInterceptor, bearerInterceptor(options.token)] });
     this.#tokens = createClient(LlmProxyService, transport);
     this.#secrets = createClient(SecretService, transport);
   }

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // oz0-orchestrator: the orchestrator as a process, configured from the environment.
-import { createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
+import { authSettingsFromEnv, createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
 import { startOrchestrator } from "./start-orchestrator.js";
 
 const logger = createLogger({ name: "orchestrator" });
@@ -21,6 +21,8 @@ try {
     ...(process.env.OZ0_REPLICA_ID ? { replicaId: process.env.OZ0_REPLICA_ID } : {}),
     ...(process.env.OZ0_LEASE_TTL_MS ? { leaseTtlMs: Number(process.env.OZ0_LEASE_TTL_MS) } : {}),
     ...(process.env.OZ0_NODE_TOKEN ? { nodeToken: process.env.OZ0_NODE_TOKEN } : {}),
+    ...(process.env.OZ0_NODE_PORT ? { nodePort: Number(process.env.OZ0_NODE_PORT) } : {}),
+    auth: authSettingsFromEnv(process.env),
     ...(process.env.OZ0_NODE_STALE_AFTER_MS ? { nodeStaleAfterMs: Number(process.env.OZ0_NODE_STALE_AFTER_MS) } : {}),
     logger,
   });

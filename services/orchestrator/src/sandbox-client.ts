@@ -11,7 +11,7 @@ import {
   type RunSessionRequest,
   type RunSessionResponse,
 } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
-import { traceContextClientInterceptor } from "@oz0/serving";
+import { bearerInterceptor, traceContextClientInterceptor } from "@oz0/serving";
 import { MessageQueue } from "./message-queue.js";
 import {
   SandboxFullError,
@@ -121,12 +121,13 @@ export class SandboxClient implements SessionRunner {
   readonly url: string;
   readonly #client: Client<typeof SandboxService>;
 
-  constructor(options: { url: string }) {
+  /** `token`: the orchestrator's service credential (OZ0_SERVICE_TOKEN); a sandbox takes sessions from nobody else. */
+  constructor(options: { url: string; token?: string | undefined }) {
     this.url = options.url;
     this.#client = createClient(
       SandboxService,
       // The session span is active when a session starts: the sandbox continues it.
-      createGrpcTransport({ baseUrl: options.url, interceptors: [traceContextClientInterceptor] }),
+      createGrpcTransport({ baseUrl: options.url, interceptors: [traceContextClientInterceptor, bearerInterceptor(options.token)] }),
     );
   }
 

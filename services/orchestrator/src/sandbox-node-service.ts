@@ -2,10 +2,11 @@
 // heartbeats into the node registry. Sandboxes run untrusted code, so they
 // get no database credentials; they hold only the shared node token, and a
 // caller without it cannot register a node of its own and receive sessions.
-import { createHash, timingSafeEqual } from "node:crypto";
-import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
+// The service is served on a listener of its own (startNodeListener), whose
+// only credential is the node token, so that token reaches nothing else.
+import { Code, ConnectError } from "@connectrpc/connect";
 import { SandboxNodeService, type HeartbeatRequest } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { registration, type Logger, type ServiceRegistration } from "@oz0/serving";
+import { Authenticator, credentialDigest, registration, serve, type Logger, type RunningServer, type ServiceRegistration } from "@oz0/serving";
 import type { SandboxNodeRegistry } from "./sandbox-node-registry.js";
 
 export interface SandboxNodeServiceOptions {
@@ -20,8 +21,6 @@ export const MIN_NODE_TOKEN_LENGTH = 16;
 const MAX_CAPACITY = 100_000;
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$/;
 
-const digest = (value: string): Buffer => createHash("sha256").update(value).digest();
-
 /**
  * The SandboxNodeService for `serve({ services })`. Throws when the node
  * token is missing or short: an orchestrator that takes heartbeats must
@@ -31,13 +30,10 @@ export function sandboxNodeServices(options: SandboxNodeServiceOptions): Service
   if (options.nodeToken.length < MIN_NODE_TOKEN_LENGTH) {
     throw new Error(`OZ0_NODE_TOKEN must be set to at least ${MIN_NODE_TOKEN_LENGTH} characters (the same value on the orchestrators and the sandboxes; for example \`openssl rand -base64 32\`)`);
   }
-  // Digests compare in constant time whatever the length of what was sent.
-  const expected = digest(options.nodeToken);
   const known = new Map<string, string>();
   return [
     registration(SandboxNodeService, {
-      async heartbeat(request, context) {
-        authenticate(context, expected);
+      async heartbeat(request) {
         const node = validNode(request);
         const registered = await options.registry.register(node);
         const shape = `${node.url} ${node.capacity}`;
@@ -52,15 +48,23 @@ export function sandboxNodeServices(options: SandboxNodeServiceOptions): Service
   ];
 }
 
-function authenticate(context: HandlerContext, expected: Buffer): void {
-  const header = context.requestHeader.get("authorization") ?? "";
-  const token = /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1];
-  if (token === undefined) {
-    throw new ConnectError("sandbox node heartbeats need authorization: Bearer <OZ0_NODE_TOKEN>; set OZ0_NODE_TOKEN on the sandbox to the orchestrators' node token", Code.Unauthenticated);
-  }
-  if (!timingSafeEqual(digest(token), expected)) {
-    throw new ConnectError("the node token does not match: set OZ0_NODE_TOKEN on the sandbox to the value the orchestrators have", Code.Unauthenticated);
-  }
+/**
+ * The node API's own listener (OZ0_NODE_PORT, default 7710): it serves
+ * SandboxNodeService and health, and accepts the node token and nothing else.
+ * The public API never accepts the node token, so a sandbox pod that holds it
+ * reaches no job, approval or secret.
+ */
+export async function startNodeListener(options: SandboxNodeServiceOptions & { host: string; port: number }): Promise<RunningServer> {
+  const services = sandboxNodeServices(options);
+  return serve({
+    name: "orchestrator-node-api",
+    host: options.host,
+    port: options.port,
+    services,
+    auth: new Authenticator({ nodeTokenSha256: credentialDigest(options.nodeToken) }),
+    credentialHint: "sandbox nodes send OZ0_NODE_TOKEN; set it on the sandbox to the value the orchestrators have",
+    ...(options.logger ? { logger: options.logger } : {}),
+  });
 }
 
 function validNode(request: HeartbeatRequest): { id: string; url: string; capacity: number } {

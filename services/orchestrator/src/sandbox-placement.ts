@@ -83,6 +83,8 @@ export interface RegistryPlacementOptions {
   registry: Pick<SandboxNodeRegistry, "place" | "release" | "lostSessions" | "lostSession" | "listLive">;
   /** The runner for a node's URL; default a SandboxClient with a session span around each session. */
   connect?: (url: string) => SessionRunner;
+  /** The orchestrator's service credential, for the default SandboxClient (sandboxes take sessions only from orchestrators). */
+  serviceToken?: string;
   logger?: Logger;
 }
 
@@ -125,7 +127,7 @@ export class RegistryPlacement implements SandboxPlacement {
   runnerFor(url: string): SessionRunner {
     let runner = this.#runners.get(url);
     if (!runner) {
-      runner = this.#o.connect ? this.#o.connect(url) : orchestratorTracing.sessionRunner(new SandboxClient({ url }));
+      runner = this.#o.connect ? this.#o.connect(url) : orchestratorTracing.sessionRunner(new SandboxClient({ url, token: this.#o.serviceToken }));
       this.#runners.set(url, runner);
     }
     return runner;

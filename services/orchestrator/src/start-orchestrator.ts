@@ -3,7 +3,7 @@
 import { randomBytes } from "node:crypto";
 import os from "node:os";
 import path from "node:path";
-import { createLogger, serve, type Logger } from "@oz0/serving";
+import { Authenticator, createLogger, serve, type AuthSettings, type Logger, type RunningServer } from "@oz0/serving";
 import { AgentVersions } from "./agent-versions.js";
 import { GRAPH_MANAGER_TOOLS, graphManagerTools } from "./graph-manager-agent.js";
 import { GraphJobs, isGraphJob } from "./graph-jobs.js";
@@ -19,7 +19,7 @@ import { HookStage } from "./hook-stage.js";
 import { PermissionPolicy } from "./permission-policy.js";
 import { PluginRegistry } from "./plugin-registry.js";
 import { SandboxClient } from "./sandbox-client.js";
-import { sandboxNodeServices } from "./sandbox-node-service.js";
+import { startNodeListener } from "./sandbox-node-service.js";
 import { RegistryPlacement, StaticPlacement, type SandboxPlacement } from "./sandbox-placement.js";
 import type { LifecycleSink, SecretWriter, SessionRunner, TokenIssuer } from "./session-runner.js";
 import { openJobStore, openPostgresCluster } from "./postgres-cluster.js";
@@ -54,6 +54,15 @@ export interface OrchestratorConfig {
    * registered live nodes with free capacity instead of OZ0_SANDBOX_URLS.
    */
   nodeToken?: string;
+  /** The node API's own port (OZ0_NODE_PORT); sandboxes' OZ0_ORCHESTRATOR_URL points here. Default 7710; 0 picks a free one. */
+  nodePort?: number;
+  /**
+   * Who may call (people by OIDC, configured tokens or the owner credential;
+   * roles from OZ0_AUTH_CONFIG), and this orchestrator's own service
+   * credential for its calls to the sandboxes, the LLM proxy and events.
+   * Without it only health answers.
+   */
+  auth?: AuthSettings;
   /** A node silent this long gets no sessions and its sessions are lost (OZ0_NODE_STALE_AFTER_MS). Default 15 s. */
   nodeStaleAfterMs?: number;
   /** A custom store (tests); otherwise PostgreSQL when `databaseUrl` is set, else SQLite at <home>/orchestrator.db. */
@@ -64,6 +73,8 @@ export interface OrchestratorConfig {
 export interface RunningOrchestrator {
   readonly url: string;
   readonly port: number;
+  /** The node API's listener (`http://host:port`), when sandbox nodes register themselves. */
+  readonly nodeUrl: string | undefined;
   readonly home: string;
   readonly store: JobStore;
   readonly runner: JobRunner;
@@ -86,6 +97,7 @@ function defaultReplicaId(port: number): string {
 
 export async function startOrchestrator(config: OrchestratorConfig = {}): Promise<RunningOrchestrator> {
   const home = path.resolve(config.home ?? defaultHome());
+  const serviceToken = config.auth?.serviceToken;
   const logger = config.logger ?? createLogger({ name: "orchestrator" });
   for (const [name, value] of [
     ["OZ0_LEASE_TTL_MS", config.leaseTtlMs],
@@ -107,7 +119,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       : undefined;
   const store = config.store ?? cluster?.store ?? (await openJobStore({ dataDir: home }));
   // Every session gets its span (tracing.ts); a no-op when OpenTelemetry is not started.
-  const sandboxes = (config.sandboxes ?? (config.sandboxUrls ?? []).map((url) => new SandboxClient({ url }))).map((runner) => orchestratorTracing.sessionRunner(runner));
+  const sandboxes = (config.sandboxes ?? (config.sandboxUrls ?? []).map((url) => new SandboxClient({ url, token: serviceToken }))).map((runner) => orchestratorTracing.sessionRunner(runner));
   // Nodes that register themselves (several replicas share their capacity), or the configured list.
   const registered = cluster && config.nodeToken ? cluster.nodes : undefined;
   if (!registered && sandboxes.length === 0) {
@@ -117,8 +129,8 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
         : "no sandbox configured: set OZ0_SANDBOX_URLS (comma-separated sandbox URLs)",
     );
   }
-  const placement: SandboxPlacement = registered ? new RegistryPlacement({ registry: registered, logger }) : new StaticPlacement({ runners: sandboxes });
-  const proxy = config.tokens ?? (config.llmProxyUrl ? new LlmProxyClient({ url: config.llmProxyUrl }) : undefined);
+  const placement: SandboxPlacement = registered ? new RegistryPlacement({ registry: registered, logger, serviceToken }) : new StaticPlacement({ runners: sandboxes });
+  const proxy = config.tokens ?? (config.llmProxyUrl ? new LlmProxyClient({ url: config.llmProxyUrl, token: serviceToken }) : undefined);
   if (!proxy) throw new Error("no LLM proxy configured: set OZ0_LLM_PROXY_URL");
   const secrets: SecretWriter = {
     setSecret: async (s) => {
@@ -127,7 +139,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     },
   };
   // Always a sink: the job's span starts and ends with its lifecycle events, published or not.
-  const lifecycle: LifecycleSink = orchestratorTracing.lifecycleSink(config.eventsUrl ? new LifecycleOutbox({ url: config.eventsUrl, store, logger }) : undefined);
+  const lifecycle: LifecycleSink = orchestratorTracing.lifecycleSink(config.eventsUrl ? new LifecycleOutbox({ url: config.eventsUrl, token: serviceToken, store, logger }) : undefined);
   const feed = new JobFeed();
   const stopFollowing = cluster
     ? feed.followCluster(
@@ -169,6 +181,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     host: config.host ?? "127.0.0.1",
     port: config.port ?? 7700,
     logger,
+    auth: new Authenticator(config.auth ?? {}),
     services: orchestratorServices({
       store,
       feed,
@@ -178,8 +191,17 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       secrets,
       ...(proxy instanceof LlmProxyClient ? { usage: proxy } : {}),
       graphs: { jobs: graphJobs, registry: graphRegistry },
-    }).concat(registered ? sandboxNodeServices({ registry: registered, nodeToken: config.nodeToken!, logger }) : []),
+    }),
   });
+  let nodeListener: RunningServer | undefined;
+  if (registered) {
+    try {
+      nodeListener = await startNodeListener({ registry: registered, nodeToken: config.nodeToken!, logger, host: config.host ?? "127.0.0.1", port: config.nodePort ?? 7710 });
+    } catch (error) {
+      await server.close({ graceMs: 0 });
+      throw error;
+    }
+  }
   if (cluster) {
     const abandon = (jobId: string): void => {
       if (isGraphJob({ id: jobId })) graphJobs.abandon(jobId);
@@ -221,6 +243,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
   return {
     url: server.url,
     port: server.port,
+    nodeUrl: nodeListener?.url,
     home,
     store,
     runner,
@@ -229,6 +252,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
         await graphJobs.close();
         await runner.close();
         await server.close({ graceMs: 1_000 });
+        await nodeListener?.close({ graceMs: 1_000 });
         await lifecycle?.close();
         stopFollowing?.();
         // A replica's cluster closes its store; its leases expire and another replica takes its jobs over.

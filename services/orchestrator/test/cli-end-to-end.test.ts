@@ -217,6 +217,8 @@ void test("publishing a changed agent makes a new version; the old job stays pin
 void test("buf curl lists and calls the orchestrator's services through reflection", async () => {
   const buf = path.join(repoRoot, "node_modules/@bufbuild/buf/bin/buf");
   const args = ["curl", "--protocol", "grpc", "--http2-prior-knowledge"];
+  // Reflection needs a principal: the owner's credential of this machine.
+  args.push("-H", `authorization: Bearer ${t.stack.ownerToken}`, "--reflect-header", "*");
   const listed = await run(buf, [...args, "--list-services", t.url]);
   for (const service of ["JobService", "PluginService", "AgentService", "SecretService"]) {
     assert.match(listed.stdout, new RegExp(`oz0\\.orchestrator\\.v1\\.${service}`));
@@ -234,11 +236,12 @@ void test("oz0 secret set hands the value to the LLM proxy; the orchestrator nev
   const set = await t.cli(["secret", "set", "ANTHROPIC_API_KEY"], { input: `${value}\n` });
   assert.equal(set.code, 0, set.stderr);
   assert.equal(set.stdout, "secret ANTHROPIC_API_KEY set\n");
-  // The proxy's control API answers only whoever holds its admin token (sessions reach the same port).
+  // The proxy's control API answers only the orchestrator's credential (sessions reach the same port; people do not).
   const anonymous = createClient(SecretService, createGrpcTransport({ baseUrl: t.stack.urls["llm-proxy"] }));
   await assert.rejects(anonymous.listSecrets({}), (e: unknown) => ConnectError.from(e).code === Code.Unauthenticated);
+  await assert.rejects(anonymous.listSecrets({}, { headers: { authorization: `Bearer ${t.stack.ownerToken}` } }), (e: unknown) => ConnectError.from(e).code === Code.Unauthenticated);
   const proxy = createClient(SecretService, createGrpcTransport({ baseUrl: t.stack.urls["llm-proxy"] }));
-  const { secrets } = await proxy.listSecrets({}, { headers: { authorization: `Bearer ${process.env.OZ0_LLM_PROXY_ADMIN_TOKEN}` } });
+  const { secrets } = await proxy.listSecrets({}, { headers: { authorization: `Bearer ${t.stack.credentials.orchestrator}` } });
   assert.deepEqual(
     secrets.map((s) => s.name),
     ["ANTHROPIC_API_KEY"],

@@ -11,6 +11,7 @@
 // honoured; the jobs whose sessions died with their node fail saying so;
 // the proxies' metering sums to exactly what the scripted model served; and
 // every lifecycle event the events service accepted is on Kafka once.
+import { testCredentials } from "@oz0/serving/testing";
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -131,7 +132,7 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
       if (owner && `orchestrator-${at + 1}` !== owner) answeredElsewhere++;
       await c
         .jobs(at)
-        .answerPermission({ jobId: approval.jobId, callId: approval.callId, allow, reason: allow ? "" : "not this time", answeredBy: "cluster-test" })
+        .answerPermission({ jobId: approval.jobId, callId: approval.callId, allow, reason: allow ? "" : "not this time", answeredBy: "someone-else" })
         .catch((error: unknown) => {
           // The job may have ended meanwhile (its node died): its approval closed with it.
           if (!/ended|cancelled|not found|already/.test(String(error))) throw error;
@@ -181,7 +182,8 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
     const job = byId.get(jobId!)!;
     if (job.state === JobState.FAILED) continue;
     const approvals = (await c.jobs(1).listApprovals({ jobId, includeAnswered: true })).approvals;
-    assert.ok(approvals.every((a) => a.answeredBy === "cluster-test"), `job ${jobId}'s approvals answered by the test`);
+    // The test's credential is the owner's: the recorded answerer is that principal, whatever the request claimed.
+    assert.ok(approvals.every((a) => a.answeredBy === "owner"), `job ${jobId}'s approvals answered by the test's principal`);
     assert.equal(job.state, JobState.SUCCEEDED, `job ${jobId} went on after its answer: ${job.error}`);
     const events = [];
     for await (const r of c.jobs(0).watchJob({ jobId, afterSeq: 0n })) {
@@ -248,7 +250,7 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
 });
 
 async function readLog(): Promise<PublicEvent[]> {
-  const events = createClient(EventsService, createGrpcTransport({ baseUrl: c.events.url }));
+  const events = createClient(EventsService, createGrpcTransport({ baseUrl: c.events.url, interceptors: [testCredentials.caller] }));
   const log: PublicEvent[] = [];
   for await (const r of events.watch({ fromPosition: 0n, untilCaughtUp: true })) if (r.event) log.push(r.event);
   return log;

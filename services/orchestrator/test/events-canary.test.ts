@@ -8,6 +8,7 @@
 // seen flowing through the job, and none is on the Kafka topic (values and
 // headers), in the Watch stream, in the Transcript or in the events
 // service's log.
+import { bearerInterceptor } from "@oz0/serving";
 import assert from "node:assert/strict";
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -111,7 +112,7 @@ void test("no marker of a live job's content reaches the Kafka topic, Watch, the
   const flowed = Object.values(M).filter((m) => m !== M.text);
   assert.deepEqual(flowed.filter((m) => !seen.has(m)), [], "markers the model never saw");
 
-  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events }));
+  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
   // The job's lifecycle, both operations included, is in the events service.
   const transcript = await eventually(async () => {
     const response = await events.transcript({ jobId });

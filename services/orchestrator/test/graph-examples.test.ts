@@ -2,6 +2,7 @@
 // installed into the real four-service stack, each agent step is a job of the
 // fake harness through the sandbox (its model the scripted one), and the
 // custom ParseEmail step runs in the sandbox through the step runner.
+import { bearerInterceptor } from "@oz0/serving";
 import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -87,7 +88,7 @@ void test("email triage: the evaluator's label picks the arm, and each step is a
   // Lifecycle events reach the events service, with the run and the step path.
   const graphJob = /job (graph_\w+) succeeded/.exec(run.stdout)?.[1];
   assert.ok(graphJob, run.stdout);
-  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events }));
+  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
   const seen = await eventually(async () => {
     const types: string[] = [];
     for await (const r of events.watch({ jobId: graphJob, untilCaughtUp: true })) {

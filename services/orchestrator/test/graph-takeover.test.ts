@@ -107,12 +107,12 @@ async function replica(name: string): Promise<Replica> {
   const store = await PostgresJobStore.open({ connectionString: databaseUrl(), schema, maxConnections: 4 });
   const graphStore = await openGraphStore({ pool: store.pool, home });
   const feed = new JobFeed();
-  const placement = new StaticPlacement({ runners: [new SandboxClient({ url: t.stack.urls.sandbox })] });
+  const placement = new StaticPlacement({ runners: [new SandboxClient({ url: t.stack.urls.sandbox, token: t.stack.credentials.orchestrator })] });
   const runner = new JobRunner({
     store,
     feed,
     placement,
-    tokens: new LlmProxyClient({ url: t.stack.urls["llm-proxy"] }),
+    tokens: new LlmProxyClient({ url: t.stack.urls["llm-proxy"], token: t.stack.credentials.orchestrator }),
     policy: new PermissionPolicy({ hooks: [new HookStage()] }),
     home,
     logger,

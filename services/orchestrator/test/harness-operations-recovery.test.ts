@@ -6,6 +6,7 @@
 // - killed after the checkpoint committed but before the parent got the
 //   result: the recorded result is delivered, the model is not asked again.
 // And cancelling the parent job cancels its running operation.
+import { bearerInterceptor } from "@oz0/serving";
 import assert from "node:assert/strict";
 import Database from "better-sqlite3";
 import path from "node:path";
@@ -137,7 +138,7 @@ void test("cancelling the parent job cancels its running operation", async () =>
   assert.equal(cancelled.code, 0, cancelled.stderr);
   const watched = await t.cli(["jobs", "watch", jobId]);
   assert.equal(watched.code, 4, watched.stdout + watched.stderr);
-  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events }));
+  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
   const row = await eventually(async () => {
     const response = await events.transcript({ jobId });
     const found = response.rows.flatMap((r) => (r.row.case === "operation" ? [r.row.value] : []))[0];

@@ -5,6 +5,7 @@
 // directory (reading the attached documents), their results validate and go
 // back to the parent, and the events service's Transcript shows two operation
 // rows marked 2 parallel, with no task, result or document text in them.
+import { bearerInterceptor } from "@oz0/serving";
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -106,7 +107,7 @@ void test("the shipment example: two operations in one turn run concurrently, va
   assert.match(scratchSaw.parent!, /\\"shipmentReference\\":\\"SHP-4831\\"/);
   assert.match(scratchSaw.parent!, /\\"valid\\":true,\\"issues\\":\[\]/);
 
-  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events }));
+  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
   const transcript = await eventually(async () => {
     const response = await events.transcript({ jobId });
     const rows = response.rows.flatMap((r) => (r.row.case === "operation" ? [r.row.value] : []));

@@ -5,6 +5,7 @@
 // reach (a cut TCP relay) while a job runs to its end, the orchestrator is
 // SIGKILLed, the relay comes back, and a new orchestrator on the same data
 // directory ships the job's events: each once on the events service's log.
+import { bearerInterceptor } from "@oz0/serving";
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -42,13 +43,13 @@ after(async () => {
 const startOrchestrator = (): Promise<StackProcess> =>
   startServiceProcess({
     name: "orchestrator",
-    env: { OZ0_HOME: home, OZ0_SANDBOX_URLS: t.stack.urls.sandbox, OZ0_LLM_PROXY_URL: t.stack.urls["llm-proxy"], OZ0_EVENTS_URL: relayUrl },
+    env: { ...t.stack.identityEnv("orchestrator"), OZ0_HOME: home, OZ0_SANDBOX_URLS: t.stack.urls.sandbox, OZ0_LLM_PROXY_URL: t.stack.urls["llm-proxy"], OZ0_EVENTS_URL: relayUrl },
     logFile: path.join(home, "logs", "orchestrator.log"),
   });
 
 /** What the orchestrator published about the job (the sandbox and the proxy publish their own). */
 async function eventsOf(jobId: string): Promise<PublicEvent[]> {
-  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events }));
+  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
   const log: PublicEvent[] = [];
   for await (const r of events.watch({ fromPosition: 0n, untilCaughtUp: true })) if (r.event?.jobId === jobId && r.event.source === "orchestrator") log.push(r.event);
   return log;
@@ -57,7 +58,7 @@ async function eventsOf(jobId: string): Promise<PublicEvent[]> {
 void test("a job's lifecycle events reach the events service once after its orchestrator was SIGKILLed before shipping them", async () => {
   relay.cut();
   orchestrator = await startOrchestrator();
-  const transport = createGrpcTransport({ baseUrl: orchestrator.url });
+  const transport = createGrpcTransport({ baseUrl: orchestrator.url, interceptors: [bearerInterceptor(t.stack.ownerToken)] });
   const repo = await makePluginRepo({ agents: { plain: "name: plain\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/fixer.md\n" } });
   await createClient(PluginService, transport).installPlugin({ source: repo });
   const jobs = createClient(JobService, transport);

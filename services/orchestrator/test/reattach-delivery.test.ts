@@ -35,8 +35,8 @@ before(async () => {
   runner = new JobRunner({
     store,
     feed: new JobFeed(),
-    placement: new StaticPlacement({ runners: [new SandboxClient({ url: sandboxUrl })] }),
-    tokens: new LlmProxyClient({ url: t.stack.urls["llm-proxy"] }),
+    placement: new StaticPlacement({ runners: [new SandboxClient({ url: sandboxUrl, token: t.stack.credentials.orchestrator })] }),
+    tokens: new LlmProxyClient({ url: t.stack.urls["llm-proxy"], token: t.stack.credentials.orchestrator }),
     policy: new PermissionPolicy({ hooks: [new HookStage()] }),
     home,
     logger: createLogger({ name: "orchestrator-reattach", level: "error" }),
@@ -61,7 +61,7 @@ void test("an answer given while the sandbox stream is broken reaches the sessio
   const job = await runner.runAgent({ agent: "careful", input: "run it" });
   const waiting = await eventually(async () => (await store.listPermissions({ jobId: job.id, pendingOnly: true }))[0]);
   relay.cut();
-  await runner.answerPermission({ jobId: job.id, callId: waiting.callId, allow: true, answeredBy: "reattach-test" });
+  await runner.answerPermission({ jobId: job.id, callId: waiting.callId, allow: true, answeredBy: { id: "reattach-test", groups: [] } });
   relay.resume();
   const done = await eventually(async () => {
     const current = await store.getJob(job.id);

@@ -16,10 +16,11 @@ import { Code, ConnectError, createClient, type Client } from "@connectrpc/conne
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { ProtocolVersion, SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { SandboxNodeService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { serve, type RunningServer } from "@oz0/serving";
+import type { RunningServer } from "@oz0/serving";
 import { startServiceProcess, type StackProcess } from "../src/embedded-stack.js";
 import { SandboxNodeRegistry } from "../src/sandbox-node-registry.js";
-import { sandboxNodeServices } from "../src/sandbox-node-service.js";
+import { sandboxNodeServices, startNodeListener } from "../src/sandbox-node-service.js";
+import { testCredentials } from "@oz0/serving/testing";
 import { RegistryPlacement } from "../src/sandbox-placement.js";
 import type { SessionChannel, SessionRunner } from "../src/session-runner.js";
 import { databaseUrl, dropSchema, eventually, freshSchema } from "./postgres-test-support.js";
@@ -58,6 +59,7 @@ void describe("sandbox nodes", () => {
     const node = await startServiceProcess({
       name: "sandbox",
       env: {
+        ...testCredentials.envFor("sandbox"),
         OZ0_ORCHESTRATOR_URL: server.url,
         OZ0_NODE_TOKEN: TOKEN,
         OZ0_NODE_ID: id,
@@ -94,8 +96,8 @@ void describe("sandbox nodes", () => {
     const connection = { connectionString: databaseUrl(), schema, maxConnections: 4 };
     registry = await SandboxNodeRegistry.open({ connection, staleAfterMs: STALE_AFTER_MS });
     observer = await SandboxNodeRegistry.open({ connection, staleAfterMs: 3_600_000 });
-    server = await serve({ name: "orchestrator", port: 0, services: sandboxNodeServices({ registry, nodeToken: TOKEN }) });
-    placement = new RegistryPlacement({ registry });
+    server = await startNodeListener({ registry, nodeToken: TOKEN, host: "127.0.0.1", port: 0 });
+    placement = new RegistryPlacement({ registry, serviceToken: testCredentials.services.orchestrator });
     client = createClient(SandboxNodeService, createGrpcTransport({ baseUrl: server.url }));
   });
 
@@ -193,7 +195,10 @@ void describe("sandbox nodes", () => {
     const args = ["curl", "--protocol", "grpc", "--http2-prior-knowledge"];
     const method = `${server.url}/oz0.orchestrator.v1.SandboxNodeService/Heartbeat`;
     const data = JSON.stringify({ nodeId: "curl-node", url: "http://10.9.9.9:7701/", capacity: 4, running: 1 });
-    const listed = await run(buf, [...args, "--list-methods", server.url]);
+    // Reflection, too, needs a principal; the node token is the only one this listener knows.
+    const anonymous = await run(buf, [...args, "--list-methods", server.url]);
+    assert.notEqual(anonymous.code, 0);
+    const listed = await run(buf, [...args, "-H", `authorization: Bearer ${TOKEN}`, "--reflect-header", "*", "--list-methods", server.url]);
     assert.match(listed.stdout, /oz0\.orchestrator\.v1\.SandboxNodeService\/Heartbeat/);
     const called = await run(buf, [...args, "-H", `authorization: Bearer ${TOKEN}`, "--data", data, method]);
     assert.equal(called.code, 0, called.stderr);

@@ -44,7 +44,7 @@ void describe("a session on a node that went silent before it was heard from", (
     t = await startTestStack({ pick: () => ({ text: "done" }) });
     store = await PostgresJobStore.open({ connectionString: databaseUrl(), schema, maxConnections: 4 });
     registry = await SandboxNodeRegistry.open({ connection: { connectionString: databaseUrl(), schema, maxConnections: 2 }, staleAfterMs: 1_500 });
-    proxy = new LlmProxyClient({ url: t.stack.urls["llm-proxy"] });
+    proxy = new LlmProxyClient({ url: t.stack.urls["llm-proxy"], token: t.stack.credentials.orchestrator });
     runner = new JobRunner({
       store,
       feed: new JobFeed(),

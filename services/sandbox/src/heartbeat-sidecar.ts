@@ -17,7 +17,7 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Health, HealthCheckResponse_ServingStatus } from "@oz0/proto/grpc/health/v1/health_pb";
 import { SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
-import { READINESS, type Logger } from "@oz0/serving";
+import { bearerInterceptor, READINESS, type Logger } from "@oz0/serving";
 import { startNodeHeartbeat, type NodeHeartbeat, type NodeStatus } from "./node-heartbeat.js";
 import type { HeartbeatSidecarConfig } from "./sandbox-config.js";
 
@@ -34,7 +34,8 @@ export interface RunningHeartbeatSidecar extends NodeHeartbeat {
 }
 
 export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger: Logger; healthPort?: number }): RunningHeartbeatSidecar {
-  const transport = createGrpcTransport({ baseUrl: config.sandboxUrl });
+  // The sandbox lets the node token list its sessions, and nothing else.
+  const transport = createGrpcTransport({ baseUrl: config.sandboxUrl, interceptors: [bearerInterceptor(config.nodeToken)] });
   const sandbox = createClient(SandboxService, transport);
   const health = createClient(Health, transport);
   const { hostname, port } = new URL(config.sandboxUrl);

@@ -3,7 +3,7 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
-import { createLogger, READINESS, registration, serve, ServingStatus } from "@oz0/serving";
+import { Authenticator, createLogger, READINESS, registration, serve, ServingStatus } from "@oz0/serving";
 import { DEFAULT_READ_ONLY_PATHS, type BubblewrapDetection } from "./bubblewrap-launcher.js";
 import { chooseIsolation, type IsolationName } from "./isolation-choice.js";
 import { findSetpriv } from "./parent-death-launcher.js";
@@ -76,7 +76,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   for (const warning of isolation.sessionUsers.warnings) logger.warn({ uids: `${uids.base}-${uids.base + uids.count - 1}` }, warning);
 
   const maxSessions = config.maxSessions ?? 16;
-  const lifecycle = config.eventsUrl !== undefined ? createLifecycleEvents({ url: config.eventsUrl, logger }) : undefined;
+  const lifecycle = config.eventsUrl !== undefined ? createLifecycleEvents({ url: config.eventsUrl, logger, ...(config.auth?.serviceToken ? { token: config.auth.serviceToken } : {}) }) : undefined;
   const registry = new SessionRegistry({
     root,
     maxSessions,
@@ -108,6 +108,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     host: config.host,
     port: config.port ?? DEFAULT_PORT,
     services: [registration(SandboxService, sandboxService(registry))],
+    auth: new Authenticator(config.auth ?? {}),
     logger,
   });
   server.health.setStatus(ISOLATION_HEALTH_SERVICE, useBwrap ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);

@@ -20,8 +20,8 @@ export interface LifecycleEvents {
   close(): Promise<void>;
 }
 
-export function createLifecycleEvents(options: { url: string; logger: Logger }): LifecycleEvents {
-  const publisher: EventPublisher = createEventPublisher({ url: options.url, logger: options.logger });
+export function createLifecycleEvents(options: { url: string; logger: Logger; token?: string }): LifecycleEvents {
+  const publisher: EventPublisher = createEventPublisher({ url: options.url, logger: options.logger, ...(options.token ? { token: options.token } : {}) });
   const common = (session: SandboxSession): Parameters<typeof rawEvent>[1] => ({
     source: "sandbox",
     jobId: session.jobId,

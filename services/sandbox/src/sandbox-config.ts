@@ -1,7 +1,7 @@
 // The sandbox's configuration, and how it is read from the environment.
 import os from "node:os";
 import path from "node:path";
-import type { Logger } from "@oz0/serving";
+import { authSettingsFromEnv, type AuthSettings, type Logger } from "@oz0/serving";
 
 export type IsolationSetting = "auto" | "bwrap" | "user" | "none";
 
@@ -77,6 +77,12 @@ export interface SandboxConfig {
    * unset (the orchestrator lists this node in OZ0_SANDBOX_URLS instead).
    */
   orchestratorUrls?: string[];
+  /**
+   * Who may call: orchestrators by their service credentials (the digest in
+   * OZ0_PEER_ORCHESTRATOR_SHA256), the heartbeat sidecar by the node token
+   * (ListSessions only). Without it nobody can, but health answers.
+   */
+  auth?: AuthSettings;
   /** The node token the orchestrators share (OZ0_NODE_TOKEN); required with `orchestratorUrls`. */
   nodeToken?: string;
   /** This node's id, stable across restarts (OZ0_NODE_ID). Default `<hostname>:<port>`. */
@@ -138,6 +144,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     nodeId: env.OZ0_NODE_ID || undefined,
     advertiseUrl: env.OZ0_ADVERTISE_URL || undefined,
     heartbeatMs: integer(env, "OZ0_HEARTBEAT_MS"),
+    auth: authSettingsFromEnv(env, { acceptNodes: true }),
   };
   if (config.heartbeatMs === 0) throw new Error("OZ0_HEARTBEAT_MS must be a positive number of milliseconds, got 0");
   return config;

@@ -51,7 +51,7 @@ for (const mode of ["none", "user", "bwrap"] as const) {
 
     void it("reports the isolation mode in started and in health", async () => {
       assert.equal(t.sandbox.isolation, mode);
-      const health = createClient(Health, createGrpcTransport({ baseUrl: t.sandbox.url }));
+      const health = createClient(Health, createGrpcTransport({ baseUrl: t.sandbox.url, interceptors: [testCredentials.caller] }));
       const status = await health.check({ service: "isolation" });
       assert.equal(status.status, mode === "bwrap" ? HealthCheckResponse_ServingStatus.SERVING : HealthCheckResponse_ServingStatus.NOT_SERVING);
       const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }));

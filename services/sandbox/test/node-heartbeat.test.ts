@@ -11,9 +11,10 @@ import { fileURLToPath } from "node:url";
 import { after, describe, it } from "node:test";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { SandboxNodeService, type HeartbeatRequest } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { registration, serve, type Logger, type RunningServer } from "@oz0/serving";
+import { Authenticator, credentialDigest, registration, serve, type Logger, type RunningServer } from "@oz0/serving";
 import { configFromEnv, heartbeatSidecarConfigFromEnv, startHeartbeatSidecar, startSandbox } from "../src/index.js";
 import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox } from "./sandbox-test-kit.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 const TOKEN = "node-token-for-tests-0123456789";
 
@@ -29,6 +30,7 @@ async function startFakeOrchestrator(port = 0): Promise<{ server: RunningServer;
   const server = await serve({
     name: "fake-orchestrator",
     port,
+    auth: new Authenticator({ nodeTokenSha256: credentialDigest(TOKEN) }),
     services: [
       registration(SandboxNodeService, {
         heartbeat(request, context) {
@@ -118,7 +120,7 @@ void describe("node heartbeats", () => {
 
   void it("keeps serving when the orchestrator is down, logging it once, and registers when it comes back", async () => {
     // A port that was just free: nothing listens there until the orchestrator starts on it.
-    const placeholder = await serve({ name: "placeholder", port: 0, services: [] });
+    const placeholder = await serve({ name: "placeholder", port: 0, services: [], auth: new Authenticator({}) });
     const port = placeholder.port;
     await placeholder.close({ graceMs: 0 });
     const { logger, lines } = recordingLogger();
@@ -141,7 +143,7 @@ void describe("node heartbeats", () => {
   });
 
   void it("sends each heartbeat on to the next orchestrator when one does not answer", async () => {
-    const placeholder = await serve({ name: "placeholder", port: 0, services: [] });
+    const placeholder = await serve({ name: "placeholder", port: 0, services: [], auth: new Authenticator({}) });
     const deadPort = placeholder.port;
     await placeholder.close({ graceMs: 0 });
     const orchestrator = await startFakeOrchestrator();
@@ -183,9 +185,9 @@ void describe("node heartbeats", () => {
       [["http://orchestrator-0:7700", "http://orchestrator-1:7700"], TOKEN, "node-7", "http://10.0.0.7:7701", 2000],
     );
     assert.throws(() => configFromEnv({ OZ0_HEARTBEAT_MS: "0" }), /OZ0_HEARTBEAT_MS must be a positive/);
-    await assert.rejects(startSandbox({ orchestratorUrls: ["http://127.0.0.1:1"], root: "/nonexistent/never-created" }), /OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not/);
+    await assert.rejects(startSandbox({ auth: testCredentials.settingsFor("sandbox"), orchestratorUrls: ["http://127.0.0.1:1"], root: "/nonexistent/never-created" }), /OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not/);
     // The orchestrators would refuse every heartbeat with a token this short: refused at start instead.
-    await assert.rejects(startSandbox({ orchestratorUrls: ["http://127.0.0.1:1"], nodeToken: "nodetok", root: "/nonexistent/never-created" }), /OZ0_NODE_TOKEN has 7 characters; the orchestrators refuse fewer than 16/);
+    await assert.rejects(startSandbox({ auth: testCredentials.settingsFor("sandbox"), orchestratorUrls: ["http://127.0.0.1:1"], nodeToken: "nodetok", root: "/nonexistent/never-created" }), /OZ0_NODE_TOKEN has 7 characters; the orchestrators refuse fewer than 16/);
   });
 });
 

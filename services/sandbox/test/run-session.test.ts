@@ -4,6 +4,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { runToEnd, scenarioStart, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 void describe("RunSession without isolation", () => {
   let t: TestSandbox;
@@ -112,7 +113,7 @@ void it("removes what a previous run left in the root when it starts", async () 
     writeFileSync(path.join(root, "sessions", "old", "work", "file"), "left behind");
     mkdirSync(path.join(root, "internal", "old"), { recursive: true });
     mkdirSync(path.join(root, "unrelated"));
-    const sandbox = await startSandbox({ port: 0, root, isolation: "none" });
+    const sandbox = await startSandbox({ auth: testCredentials.settingsFor("sandbox"), port: 0, root, isolation: "none" });
     await sandbox.close();
     assert.equal(existsSync(path.join(root, "sessions", "old")), false);
     assert.equal(existsSync(path.join(root, "internal", "old")), false);

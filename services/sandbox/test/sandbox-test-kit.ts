@@ -15,6 +15,7 @@ import {
   type RunSessionResponse,
   type StartSessionSchema,
 } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { testCredentials } from "@oz0/serving/testing";
 import { startSandbox, type RunningSandbox, type SandboxConfig } from "../src/index.js";
 
 export const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures");
@@ -29,8 +30,8 @@ export interface TestSandbox {
 
 export async function startTestSandbox(config: SandboxConfig = {}): Promise<TestSandbox> {
   const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-test-"));
-  const sandbox = await startSandbox({ port: 0, root, isolation: "none", cancelGraceMs: 2_000, ...config });
-  const client = createClient(SandboxService, createGrpcTransport({ baseUrl: sandbox.url }));
+  const sandbox = await startSandbox({ port: 0, root, isolation: "none", cancelGraceMs: 2_000, auth: testCredentials.settingsFor("sandbox"), ...config });
+  const client = createClient(SandboxService, createGrpcTransport({ baseUrl: sandbox.url, interceptors: [testCredentials.caller] }));
   return {
     sandbox,
     client,

@@ -1,12 +1,13 @@
 // What tools and other services see: reflection for buf curl, health, and
 // lifecycle events published to the events service.
+import { testCredentials } from "@oz0/serving/testing";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { EventsService, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
-import { registration, serve, type RunningServer } from "@oz0/serving";
+import { Authenticator, registration, serve, type RunningServer } from "@oz0/serving";
 import { runToEnd, scenarioStart, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
 
 const BUF = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "node_modules", "@bufbuild", "buf", "bin", "buf");
@@ -29,6 +30,8 @@ void describe("service surface", () => {
     events = await serve({
       name: "fake-events",
       port: 0,
+      // The real events service's rule: Publish from the suite's services only, so the sandbox must present its own.
+      auth: new Authenticator(testCredentials.settingsFor("events")),
       services: [
         registration(EventsService, {
           publish(request) {
@@ -47,9 +50,12 @@ void describe("service surface", () => {
   });
 
   void it("lists its methods over reflection with buf curl, and answers a call", async () => {
-    const methods = (await bufCurl(["--list-methods", t.sandbox.url])).split("\n");
+    // Reflection needs a principal, and ListSessions the orchestrator's credential (or the node token).
+    const bearer = ["-H", `authorization: Bearer ${testCredentials.services.orchestrator}`, "--reflect-header", "*"];
+    await assert.rejects(bufCurl(["--list-methods", t.sandbox.url]));
+    const methods = (await bufCurl([...bearer, "--list-methods", t.sandbox.url])).split("\n");
     for (const method of ["RunSession", "ListSessions", "CancelSession"]) assert(methods.includes(`oz0.sandbox.v1.SandboxService/${method}`), methods.join(","));
-    const listed = JSON.parse(await bufCurl(["-d", "{}", `${t.sandbox.url}/oz0.sandbox.v1.SandboxService/ListSessions`])) as object;
+    const listed = JSON.parse(await bufCurl([...bearer, "-d", "{}", `${t.sandbox.url}/oz0.sandbox.v1.SandboxService/ListSessions`])) as object;
     // No sessions yet; the node's limit (OZ0_MAX_SESSIONS, 16 by default).
     assert.deepEqual(listed, { maxSessions: 16 });
   });

@@ -14,6 +14,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { Health, HealthCheckResponse_ServingStatus } from "@oz0/proto/grpc/health/v1/health_pb";
 import { SandboxService, SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { isText, runToEnd, scenarioStart, SessionStream } from "./sandbox-test-kit.js";
+import { testCredentials } from "@oz0/serving/testing";
 
 const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist", "main.js");
 
@@ -49,13 +50,13 @@ for (const isolation of ["none", "user", "bwrap"] as const) {
   void it(`a sandbox killed with SIGKILL takes its harnesses with it (isolation ${isolation})`, { skip: isolation === "user" ? userModeSkip : false }, async () => {
     const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-kill-"));
     const child = spawn(process.execPath, [MAIN], {
-      env: { PATH: process.env.PATH ?? "", OZ0_PORT: "0", OZ0_SANDBOX_ROOT: root, OZ0_ISOLATION: isolation, OZ0_LOG_LEVEL: "info" },
+      env: { PATH: process.env.PATH ?? "", ...testCredentials.envFor("sandbox"), OZ0_PORT: "0", OZ0_SANDBOX_ROOT: root, OZ0_ISOLATION: isolation, OZ0_LOG_LEVEL: "info" },
       stdio: ["ignore", "ignore", "pipe"],
     });
     const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));
     try {
       const url = await listeningUrl(child);
-      const client = createClient(SandboxService, createGrpcTransport({ baseUrl: url }));
+      const client = createClient(SandboxService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }));
       const stream = new SessionStream(client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
       await stream.waitFor(isText("ready"), "ready");
       const harnessProcesses = descendantsOf(child.pid ?? -1);
@@ -89,13 +90,13 @@ function listeningUrl(child: ReturnType<typeof spawn>): Promise<string> {
 void it("SIGTERM: readiness goes NOT_SERVING, new sessions are refused, running ones are cancelled with the grace, the process exits 0", async () => {
   const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-main-"));
   const child = spawn(process.execPath, [MAIN], {
-    env: { PATH: process.env.PATH ?? "", OZ0_PORT: "0", OZ0_SANDBOX_ROOT: root, OZ0_ISOLATION: "none", OZ0_CANCEL_GRACE_MS: "3000", OZ0_LOG_LEVEL: "info" },
+    env: { PATH: process.env.PATH ?? "", ...testCredentials.envFor("sandbox"), OZ0_PORT: "0", OZ0_SANDBOX_ROOT: root, OZ0_ISOLATION: "none", OZ0_CANCEL_GRACE_MS: "3000", OZ0_LOG_LEVEL: "info" },
     stdio: ["ignore", "ignore", "pipe"],
   });
   const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
   try {
     const url = await listeningUrl(child);
-    const transport = createGrpcTransport({ baseUrl: url });
+    const transport = createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] });
     const client = createClient(SandboxService, transport);
     const health = createClient(Health, transport);
     assert.equal((await health.check({ service: "readiness" })).status, HealthCheckResponse_ServingStatus.SERVING);

@@ -18,5 +18,6 @@ export type { TestInfrastructure } from "./test-infrastructure.js";
 export { testNeeds } from "./test-needs.js";
 export type { TestNeeds } from "./test-needs.js";
 export { dockerEngineAnswers } from "./docker-engine.js";
+export { freePort, freePorts } from "./free-port.js";
 export { decodeMetrics, decodeTraces, fetchReceived, startOtlpReceiver } from "./otlp-receiver.js";
 export type { AttributeValue, OtlpReceiver, ReceivedMetricPoint, ReceivedSpan } from "./otlp-receiver.js";

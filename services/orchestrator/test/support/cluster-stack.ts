@@ -9,8 +9,10 @@ import os from "node:os";
 import path from "node:path";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import { testCredentials } from "@oz0/serving/testing";
 import { startScriptedModel, type ScriptedModel, type ScriptedRequest, type ScriptedTurn } from "@oz0/harness/testing";
 import { JobService, PluginService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { freePorts } from "@oz0/test-infra";
 import { installRoot, startServiceProcess, type StackProcess, type StackServiceName } from "../../src/embedded-stack.js";
 
 export interface ClusterStackOptions {
@@ -65,11 +67,11 @@ export async function startClusterStack(options: ClusterStackOptions): Promise<C
   };
   try {
     const database = { DATABASE_URL: options.databaseUrl, OZ0_DATABASE_SCHEMA: options.schema };
-    const adminToken = randomBytes(32).toString("base64url");
     const nodeToken = randomBytes(32).toString("base64url");
     const providersFile = path.join(home, "providers.json");
     writeFileSync(providersFile, JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url }] }));
     const events = await start("events", "events", {
+      ...testCredentials.envFor("events"),
       OZ0_EVENTS_DATA: path.join(home, "events"),
       ...(options.kafkaBrokers?.length ? { KAFKA_BROKERS: options.kafkaBrokers.join(","), OZ0_KAFKA_TOPIC: options.topic ?? "oz0.lifecycle.v1" } : {}),
     });
@@ -82,7 +84,7 @@ export async function startClusterStack(options: ClusterStackOptions): Promise<C
           OZ0_DATABASE_SCHEMA: proxySchema(options.schema),
           OZ0_EVENTS_URL: events.url,
           OZ0_LLM_PROXY_DATA: path.join(home, `llm-proxy-${i + 1}`),
-          OZ0_LLM_PROXY_ADMIN_TOKEN: adminToken,
+          ...testCredentials.envFor("llm-proxy"),
           OZ0_KEK: kek,
           OZ0_PROVIDERS_FILE: providersFile,
         }),
@@ -91,16 +93,19 @@ export async function startClusterStack(options: ClusterStackOptions): Promise<C
     const lease = { OZ0_LEASE_TTL_MS: String(options.leaseTtlMs ?? 10_000), ...(options.nodeStaleAfterMs ? { OZ0_NODE_STALE_AFTER_MS: String(options.nodeStaleAfterMs) } : {}) };
     // Orchestrator homes are apart (as pods' disks would be); plugin copies are found through the store.
     const orchestrators: StackProcess[] = [];
+    // Each replica's node API listens on a port of its own; sandboxes send heartbeats there, never to the public API.
+    const nodePorts = await freePorts(options.orchestrators);
     for (let i = 0; i < options.orchestrators; i++) {
       orchestrators.push(
         await start("orchestrator", `orchestrator-${i + 1}`, {
+          ...testCredentials.envFor("orchestrator"),
+          OZ0_NODE_PORT: String(nodePorts[i]),
           ...database,
           ...lease,
           OZ0_REPLICA_ID: `orchestrator-${i + 1}`,
           OZ0_HOME: path.join(home, `orchestrator-${i + 1}`),
           OZ0_EVENTS_URL: events.url,
           OZ0_LLM_PROXY_URL: proxies[i % proxies.length]!.url,
-          OZ0_LLM_PROXY_ADMIN_TOKEN: adminToken,
           OZ0_NODE_TOKEN: nodeToken,
         }),
       );
@@ -109,20 +114,21 @@ export async function startClusterStack(options: ClusterStackOptions): Promise<C
     const sandboxes = await Promise.all(
       Array.from({ length: options.sandboxes }, (_, i) =>
         start("sandbox", `sandbox-${i + 1}`, {
+          ...testCredentials.envFor("sandbox"),
           OZ0_EVENTS_URL: events.url,
           OZ0_SANDBOX_ROOT: path.join(home, `sandbox-${i + 1}`),
           ...(root ? { OZ0_SANDBOX_READ_ONLY_PATHS: root } : {}),
           OZ0_MAX_SESSIONS: String(options.sandboxCapacity ?? 16),
           OZ0_CANCEL_GRACE_MS: "2000",
           // Every orchestrator: a node's heartbeats reach whichever answers (a Kubernetes Service would pick one).
-          OZ0_ORCHESTRATOR_URL: orchestrators.map((o) => o.url).join(","),
+          OZ0_ORCHESTRATOR_URL: nodePorts.map((port) => `http://127.0.0.1:${port}`).join(","),
           OZ0_NODE_TOKEN: nodeToken,
           OZ0_NODE_ID: `sandbox-${i + 1}`,
           OZ0_HEARTBEAT_MS: "500",
         }),
       ),
     );
-    const transports = orchestrators.map((o) => createGrpcTransport({ baseUrl: o.url }));
+    const transports = orchestrators.map((o) => createGrpcTransport({ baseUrl: o.url, interceptors: [testCredentials.caller] }));
     return {
       home,
       model,

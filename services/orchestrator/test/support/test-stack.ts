@@ -3,7 +3,6 @@
 // Anthropic route pointed at a scripted model in the test process, and a
 // helper that runs the `oz0` CLI as a user would.
 import { execFile, spawn } from "node:child_process";
-import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -63,9 +62,6 @@ export async function startTestStack(options: {
       return options.pick({ input: userInput(request), turn: messages.filter((m) => m.role === "assistant").length, request });
     },
   });
-  // Fixed for the whole test process: the embedded stack gives it to the LLM
-  // proxy, and an orchestrator restarted below inherits it, so it can still mint tokens.
-  process.env.OZ0_LLM_PROXY_ADMIN_TOKEN ??= randomBytes(32).toString("base64url");
   const providersFile = path.join(home, "providers.json");
   writeFileSync(providersFile, JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url }] }));
   const stack = await startEmbeddedStack({
@@ -108,7 +104,7 @@ export async function startTestStack(options: {
       const port = new URL(url).port;
       orchestrator = await startServiceProcess({
         name: "orchestrator",
-        env: { ...options.orchestratorEnv, OZ0_HOME: home, OZ0_PORT: port, OZ0_SANDBOX_URLS: stack.urls.sandbox, OZ0_LLM_PROXY_URL: stack.urls["llm-proxy"], OZ0_EVENTS_URL: stack.urls.events },
+        env: { ...stack.identityEnv("orchestrator"), ...options.orchestratorEnv, OZ0_HOME: home, OZ0_PORT: port, OZ0_SANDBOX_URLS: stack.urls.sandbox, OZ0_LLM_PROXY_URL: stack.urls["llm-proxy"], OZ0_EVENTS_URL: stack.urls.events },
         logFile: path.join(home, "logs", "orchestrator.log"),
       });
     },

@@ -1,0 +1,52 @@
+// The one gate in front of every RPC of every service: who is calling
+// (Unauthenticated when nobody can be told), and whether the access table
+// lets them (PermissionDenied naming what is needed). The principal is put on
+// the call's context for handlers (principalOf).
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { ACCESS_TABLE, shortMethodName, type Access } from "./access-table.js";
+import type { Authenticator } from "./authenticator.js";
+import { describePrincipal, principalKey, type Principal } from "./principal.js";
+
+/** Where a caller finds its credential, for the Unauthenticated messages of the services. */
+export const DEFAULT_CREDENTIAL_HINT = "people: the oz0 CLI sends yours (`oz0 login`, OZ0_TOKEN, or the owner credential of oz0 dev); services: OZ0_SERVICE_TOKEN";
+
+export function authInterceptor(authenticator: Authenticator, options: { credentialHint?: string } = {}): Interceptor {
+  const hint = options.credentialHint ?? DEFAULT_CREDENTIAL_HINT;
+  return (next) => async (request) => {
+    const method = `${request.service.typeName}/${request.method.name}`;
+    const access = ACCESS_TABLE[method];
+    if (!access) throw new ConnectError(`${method} is in no access rule, so it is refused`, Code.PermissionDenied);
+    if ("open" in access) return next(request);
+    const principal = await authenticated(authenticator, request.header.get("authorization"), method, hint);
+    const denial = deniedBecause(access, principal, method);
+    if (denial) throw new ConnectError(denial, Code.PermissionDenied);
+    request.contextValues.set(principalKey, principal);
+    return next(request);
+  };
+}
+
+async function authenticated(authenticator: Authenticator, header: string | null, method: string, hint: string): Promise<Principal> {
+  const name = shortMethodName(method);
+  if (!header) throw new ConnectError(`${name} needs a credential: send \`authorization: Bearer <token>\` (${hint})`, Code.Unauthenticated);
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  if (!match) throw new ConnectError(`${name}: the authorization header must be \`Bearer <token>\` (${hint})`, Code.Unauthenticated);
+  const result = await authenticator.authenticate(match[1]!);
+  if ("refused" in result) throw new ConnectError(`${name}: ${result.refused} (${hint})`, Code.Unauthenticated);
+  return result.principal;
+}
+
+/** Why `principal` may not call `method`, or undefined when it may. */
+export function deniedBecause(access: Access, principal: Principal, method: string): string | undefined {
+  if ("open" in access || "anyPrincipal" in access) return undefined;
+  const name = shortMethodName(method);
+  if (principal.kind === "person" && access.role && principal.roles.has(access.role)) return undefined;
+  if (principal.kind === "service" && access.services?.includes(principal.id)) return undefined;
+  if (principal.kind === "node" && access.node) return undefined;
+  const allowed = [
+    ...(access.role ? [`people with the ${access.role} role`] : []),
+    ...(access.services ?? []).map((s) => `the ${s} service`),
+    ...(access.node ? ["sandbox nodes"] : []),
+  ];
+  const held = principal.kind === "person" ? ` (${principal.id} has ${principal.roles.size ? [...principal.roles].join(", ") : "no role"}; roles are granted in OZ0_AUTH_CONFIG)` : "";
+  return `${name} is open only to ${allowed.join(" and ")}; ${describePrincipal(principal)} may not call it${held}`;
+}

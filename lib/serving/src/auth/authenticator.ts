@@ -1,0 +1,81 @@
+// Turns a bearer credential into a principal. Opaque credentials (service
+// tokens, the node token, the owner's, configured people's) are known only by
+// their SHA-256, so a service never holds another's secret; OIDC tokens are
+// verified against the issuer. Results are kept in memory for their lifetime,
+// so a call costs a hash and a map look-up.
+import { createHash } from "node:crypto";
+import { OidcVerifier } from "./oidc-verifier.js";
+import { grantedRoles, type PeopleConfig } from "./people-config.js";
+import { impliedRoles, ownerPrincipal, type Principal, type Role, type ServiceName } from "./principal.js";
+
+export interface AuthSettings {
+  /** This service's own credential, sent on the calls it makes (OZ0_SERVICE_TOKEN). */
+  serviceToken?: string;
+  /** Services accepted as callers: name → hex SHA-256 of its token (OZ0_PEER_<NAME>_SHA256). */
+  peers?: Partial<Record<ServiceName, string>>;
+  /** Hex SHA-256 of the sandbox nodes' token; only the APIs nodes call accept it. */
+  nodeTokenSha256?: string;
+  /** Hex SHA-256 of the embedded owner's credential (OZ0_OWNER_TOKEN_SHA256): a person with every role. */
+  ownerTokenSha256?: string;
+  /** OIDC, role grants and configured tokens (OZ0_AUTH_CONFIG). */
+  people?: PeopleConfig;
+}
+
+export type Authentication = { principal: Principal } | { refused: string };
+
+/** Hex SHA-256 of a credential: the form in which services know each other's. */
+export function credentialDigest(token: string): string {
+  return createHash("sha256").update(token).digest("hex");
+}
+
+const CACHE_LIMIT = 10_000;
+
+export class Authenticator {
+  readonly #opaque = new Map<string, Principal>();
+  readonly #people: PeopleConfig;
+  readonly #oidc: OidcVerifier | undefined;
+  /** Verified OIDC tokens until they expire. */
+  readonly #verified = new Map<string, { principal: Principal; until: number }>();
+
+  constructor(settings: AuthSettings) {
+    this.#people = settings.people ?? {};
+    for (const [name, digest] of Object.entries(settings.peers ?? {})) {
+      if (digest) this.#opaque.set(digest, { kind: "service", id: name as ServiceName });
+    }
+    if (settings.nodeTokenSha256) this.#opaque.set(settings.nodeTokenSha256, { kind: "node", id: "node" });
+    if (settings.ownerTokenSha256) this.#opaque.set(settings.ownerTokenSha256, ownerPrincipal());
+    for (const t of this.#people.tokens ?? []) {
+      const groups = t.groups ?? [];
+      this.#opaque.set(t.sha256, { kind: "person", id: t.user, groups, roles: this.#roles(t.user, groups), via: "token" });
+    }
+    this.#oidc = this.#people.oidc ? new OidcVerifier(this.#people.oidc) : undefined;
+  }
+
+  /** Whether any person can be authenticated here (an owner, configured tokens or OIDC). */
+  get acceptsPeople(): boolean {
+    return this.#oidc !== undefined || [...this.#opaque.values()].some((p) => p.kind === "person");
+  }
+
+  async authenticate(token: string): Promise<Authentication> {
+    const known = this.#opaque.get(credentialDigest(token));
+    if (known) return { principal: known };
+    if (!looksLikeJwt(token)) return { refused: "the credential is not one this service accepts (not a known token)" };
+    if (!this.#oidc) return { refused: "the credential is a JWT, but no OIDC issuer is configured here (oidc in OZ0_AUTH_CONFIG)" };
+    const cached = this.#verified.get(token);
+    if (cached && cached.until > Date.now()) return { principal: cached.principal };
+    const person = await this.#oidc.verify(token);
+    if (person instanceof Error) return { refused: person.message };
+    const principal: Principal = { kind: "person", id: person.user, groups: person.groups, roles: this.#roles(person.user, person.groups), via: "oidc" };
+    if (this.#verified.size >= CACHE_LIMIT) this.#verified.delete(this.#verified.keys().next().value!);
+    this.#verified.set(token, { principal, until: person.expiresAt ? person.expiresAt * 1000 : Date.now() + 60_000 });
+    return { principal };
+  }
+
+  #roles(user: string, groups: readonly string[]): ReadonlySet<Role> {
+    return new Set(grantedRoles(this.#people, user, groups).flatMap(impliedRoles));
+  }
+}
+
+function looksLikeJwt(token: string): boolean {
+  return /^[\w-]+\.[\w-]+\.[\w-]+$/.test(token);
+}
