@@ -54,7 +54,7 @@ async function worker(): Promise<void> {
     const lease = await leases.acquire("job", id);
     if (!lease) throw new Error(`job ${id} already leased`);
     const now = new Date();
-    await store.createJob({ id, agentName: "bench", agentVersion: 1, input: "x", state: "running", createdAt: now, updatedAt: now, resultText: "", stopReason: 0, error: "", sessionId: `ses_${id}`, sandboxUrl: "", lastSeq: 0, sandboxSeq: 0, attachments: [], tokenId: "", servedTools: "" });
+    await store.createJob({ id, agentName: "bench", agentVersion: 1, input: "x", state: "running", createdAt: now, updatedAt: now, resultText: "", stopReason: 0, error: "", sessionId: `ses_${id}`, sandboxUrl: "", lastSeq: 0, sandboxSeq: 0, attachments: [], tokenId: "", servedTools: "", startedBy: "" });
     const fenced = store.fenced(lease);
     for (let s = 0; s < steps; s++) {
       const events = [create(JobEventSchema, { event: { case: "text", value: { text: `step ${s} of ${id}` } } }), create(JobEventSchema, { event: { case: "text", value: { text: "more" } } })];

@@ -4,7 +4,7 @@
 // the job is pinned to, so a restarted orchestrator re-arms the same timers
 // (and fires the ones that passed while it was down) from the store alone.
 import { parseDuration } from "./agent-versions.js";
-import type { AgentVersionRecord, PermissionRecord } from "./job-store.js";
+import type { AgentVersionRecord, JobRecord, PermissionRecord } from "./job-store.js";
 
 /** setTimeout's limit; longer waits (days) are re-armed in steps. */
 const MAX_TIMER_MS = 2_147_483_647;
@@ -16,9 +16,32 @@ export function approvalDeadline(agent: AgentVersionRecord, p: Pick<PermissionRe
   return new Date(p.requestedAt.getTime() + parseDuration(timeout));
 }
 
-/** Who may answer this agent's calls; empty means anyone. */
+/** Who may answer this agent's calls (user ids or group names); empty means anyone with the approver role. */
 export function approversOf(agent: AgentVersionRecord): string[] {
   return agent.definition.approvals?.approvers ?? [];
+}
+
+/** The authenticated person answering a call: their id and groups, never a name the request makes up. */
+export interface Answerer {
+  id: string;
+  groups: readonly string[];
+}
+
+/**
+ * Why `answerer` may not answer a call of `job` under its agent's rules, or
+ * undefined when they may. The API's role check (approver) comes first; these
+ * are the agent's own rules on top.
+ */
+export function answerRefusal(options: { agent: AgentVersionRecord | undefined; job: Pick<JobRecord, "agentName" | "startedBy">; callId: string; answerer: Answerer }): string | undefined {
+  const { agent, job, callId, answerer } = options;
+  const approvers = agent ? approversOf(agent) : [];
+  if (approvers.length > 0 && !approvers.includes(answerer.id) && !answerer.groups.some((g) => approvers.includes(g))) {
+    return `${answerer.id} may not answer call ${callId}: agent ${job.agentName} lets only ${approvers.join(", ")} answer (approvals.approvers names users and groups)`;
+  }
+  if (agent?.definition.approvals?.prevent_self_approval && job.startedBy !== "" && job.startedBy === answerer.id) {
+    return `${answerer.id} started this job and may not answer its own call ${callId}: agent ${job.agentName} sets approvals.prevent_self_approval; ask another approver`;
+  }
+  return undefined;
 }
 
 export class ApprovalDeadlines {

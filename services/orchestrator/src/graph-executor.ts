@@ -200,10 +200,13 @@ export class SessionGraphExecutor implements GraphExecutor {
       runId: request.runId,
       recorded: jobId,
       // Inside the step's span, so the step's job joins the graph's trace.
-      create: (id) =>
-        orchestratorTracing.inGraphStep({ runId: request.runId, path: request.path }, () =>
-          o.jobs.runAgent({ agent: request.agent, input: request.prompt, ...(version ? { version } : {}), id }),
-        ),
+      // A step's job is started by whoever started the graph: prevent_self_approval holds for steps too.
+      create: async (id) => {
+        const startedBy = (await o.store.getJob(o.graphJobId))?.startedBy ?? "";
+        return orchestratorTracing.inGraphStep({ runId: request.runId, path: request.path }, () =>
+          o.jobs.runAgent({ agent: request.agent, input: request.prompt, ...(version ? { version } : {}), id, startedBy }),
+        );
+      },
     });
     // Shutting down: a failed step would be recorded and fail the run for good. The step stays pending
     // instead (this promise never settles); the next start resumes the run here. Halted: the new owner follows it.

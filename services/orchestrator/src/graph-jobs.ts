@@ -128,7 +128,7 @@ export class GraphJobs {
     return (await this.#o.registry.findVersion(name)) !== undefined;
   }
 
-  async run(options: { graph: string; input: string }): Promise<JobRecord> {
+  async run(options: { graph: string; input: string; startedBy?: string }): Promise<JobRecord> {
     if (this.#closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
     const graph = await this.#o.registry.resolveVersion(options.graph);
     // Pin every agent's latest version now: a run never changes agents half way.
@@ -157,6 +157,7 @@ export class GraphJobs {
       attachments: [],
       tokenId: "",
       servedTools: "",
+      startedBy: options.startedBy ?? "",
     };
     // Leased before it exists, so no other replica takes it for an orphan.
     await this.#ownership.claim(job.id);

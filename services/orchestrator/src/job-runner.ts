@@ -32,7 +32,7 @@ import {
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { Logger } from "@oz0/serving";
 import { AgentVersions, parseDuration } from "./agent-versions.js";
-import { approvalDeadline, ApprovalDeadlines, approversOf } from "./approval-deadlines.js";
+import { answerRefusal, approvalDeadline, ApprovalDeadlines, type Answerer } from "./approval-deadlines.js";
 import { resolveHarnessCommand } from "./harness-command.js";
 import type { JobFeed } from "./job-feed.js";
 import {
@@ -50,7 +50,7 @@ import { sessionSkills } from "./agent-skills.js";
 import { asBystander, soleOwnership, type JobOwnership } from "./job-ownership.js";
 import { LeaseLostError } from "./lease-manager.js";
 import { OperationRunner, operationRuntimeTools, type OperationParent } from "./operation-runner.js";
-import { failedPrecondition, invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
+import { failedPrecondition, invalidArgument, notFound, OrchestratorError, permissionDenied } from "./orchestrator-error.js";
 import type { PermissionPolicy, PolicyDecision } from "./permission-policy.js";
 import {
   SandboxFullError,
@@ -180,6 +180,16 @@ export function newJobId(): string {
 /** Why a pending job has not started, in its events. */
 export const WAITING_FOR_ROOM = "waiting for a sandbox node with free capacity: every node is full, or none sends heartbeats; the job starts when one has room";
 
+/** A person's answer to a call that waits for them; `answeredBy` is the authenticated principal, never a name from the request. */
+export interface AnswerOptions {
+  jobId: string;
+  callId: string;
+  allow: boolean;
+  input?: JsonObject;
+  reason?: string;
+  answeredBy: Answerer;
+}
+
 export class JobRunner {
   readonly #o: JobRunnerOptions;
   readonly #agents: AgentVersions;
@@ -296,7 +306,7 @@ export class JobRunner {
    * `id`: the job's id, when the caller recorded it before asking (`newJobId`), so a crash in between
    * leaves an id to create, never a second job.
    */
-  async runAgent(options: { agent: string; input: string; attachments?: string[]; version?: number; servedTools?: string; id?: string }): Promise<JobRecord> {
+  async runAgent(options: { agent: string; input: string; attachments?: string[]; version?: number; servedTools?: string; id?: string; startedBy?: string }): Promise<JobRecord> {
     if (this.#closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
     if (options.servedTools && !this.#o.servedTools?.[options.servedTools]) throw new Error(`no runtime tools named ${options.servedTools} are served here`);
     const agent = await this.#agents.resolve(options.agent, options.version);
@@ -325,6 +335,7 @@ export class JobRunner {
       attachments,
       tokenId: "",
       servedTools: options.servedTools ?? "",
+      startedBy: options.startedBy ?? "",
     };
     // Leased before it exists, so no other replica takes it for an orphan.
     await this.#ownership.claim(job.id);
@@ -898,7 +909,15 @@ export class JobRunner {
         jobId: job.id,
         toolCallId: updated.callId,
         status: updated.status,
-        attributes: { approval_id: updated.id, tool_name: updated.tool, decision: updated.status, waited_ms: Date.now() - updated.requestedAt.getTime() },
+        attributes: {
+          approval_id: updated.id,
+          tool_name: updated.tool,
+          decision: updated.status,
+          waited_ms: Date.now() - updated.requestedAt.getTime(),
+          // Who answered (a principal id, "" when the runtime did) and whether they changed the input; never the input itself.
+          answered_by: updated.answeredBy,
+          input_changed: updated.answerInput !== undefined,
+        },
       })],
     });
     await this.#deliver(job.id, updated);
@@ -951,7 +970,7 @@ export class JobRunner {
   }
 
   /** A person's answer to a call that waits for approval. Idempotent for the same answer. */
-  async answerPermission(options: { jobId: string; callId: string; allow: boolean; input?: JsonObject; reason?: string; answeredBy?: string }): Promise<PermissionRecord> {
+  async answerPermission(options: AnswerOptions): Promise<PermissionRecord> {
     try {
       return await this.#asOwnerOrBystander(options.jobId, () => this.#answerPermission(options));
     } catch (error) {
@@ -968,7 +987,7 @@ export class JobRunner {
     return this.#ownership.owns(jobId) ? work() : asBystander(work);
   }
 
-  async #answerPermission(options: { jobId: string; callId: string; allow: boolean; input?: JsonObject; reason?: string; answeredBy?: string }): Promise<PermissionRecord> {
+  async #answerPermission(options: AnswerOptions): Promise<PermissionRecord> {
     return this.#withLock(options.jobId, async () => {
       const job = await this.#o.store.getJob(options.jobId);
       if (!job) throw notFound(`job ${options.jobId} not found; list jobs with \`oz0 jobs list\``);
@@ -984,17 +1003,13 @@ export class JobRunner {
       }
       if (!options.allow && !options.reason) throw invalidArgument("a denial needs a reason (it is shown to the model): pass --reason TEXT");
       const agent = this.#active.get(job.id)?.agent ?? (await this.#o.store.getAgentVersion(job.agentName, job.agentVersion));
-      const approvers = agent ? approversOf(agent) : [];
-      if (approvers.length > 0 && !approvers.includes(options.answeredBy ?? "")) {
-        throw failedPrecondition(
-          `${options.answeredBy || "an anonymous caller"} may not answer call ${p.id}: agent ${job.agentName} lets only ${approvers.join(", ")} answer (approvals.approvers)`,
-        );
-      }
+      const refusal = answerRefusal({ agent, job, callId: p.id, answerer: options.answeredBy });
+      if (refusal) throw permissionDenied(refusal);
       const updated: PermissionRecord = {
         ...p,
         status: options.allow ? "approved" : "denied",
         decider: "person",
-        answeredBy: options.answeredBy ?? "",
+        answeredBy: options.answeredBy.id,
         reason: options.reason ?? (options.allow ? "approved" : ""),
         ...(options.input ? { answerInput: options.input } : {}),
         answeredAt: new Date(),

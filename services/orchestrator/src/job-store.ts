@@ -96,6 +96,8 @@ export interface JobRecord {
    * job, after a restart or a takeover, serves them the same way.
    */
   servedTools: string;
+  /** The principal who started the job (a person's id, or "" before identities were kept); approvals.prevent_self_approval refuses their answers. */
+  startedBy: string;
 }
 
 export type JobPatch = Partial<Omit<JobRecord, "id" | "createdAt" | "lastSeq">>;

@@ -6,6 +6,7 @@ export type OrchestratorErrorCode =
   | "invalid_argument"
   | "already_exists"
   | "failed_precondition"
+  | "permission_denied"
   | "unavailable"
   | "internal";
 
@@ -29,4 +30,9 @@ export function invalidArgument(message: string): OrchestratorError {
 
 export function failedPrecondition(message: string): OrchestratorError {
   return new OrchestratorError("failed_precondition", message);
+}
+
+/** The caller is who they say, but a rule of the job's agent does not let them do this. */
+export function permissionDenied(message: string): OrchestratorError {
+  return new OrchestratorError("permission_denied", message);
 }

@@ -22,7 +22,7 @@ import {
   type Plugin,
   type WatchJobResponse,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { registration, type ServiceRegistration } from "@oz0/serving";
+import { principalOf, registration, type ServiceRegistration } from "@oz0/serving";
 import { existsSync, readFileSync, statSync } from "node:fs";
 import type { AgentVersions } from "./agent-versions.js";
 import { approvalDeadline, approversOf } from "./approval-deadlines.js";
@@ -41,6 +41,7 @@ const CODES: Record<OrchestratorError["code"], Code> = {
   invalid_argument: Code.InvalidArgument,
   already_exists: Code.AlreadyExists,
   failed_precondition: Code.FailedPrecondition,
+  permission_denied: Code.PermissionDenied,
   unavailable: Code.Unavailable,
   internal: Code.Internal,
 };
@@ -48,6 +49,13 @@ const CODES: Record<OrchestratorError["code"], Code> = {
 function mapError(error: unknown): never {
   if (error instanceof OrchestratorError) throw new ConnectError(error.message, CODES[error.code], undefined, undefined, error);
   throw error;
+}
+
+/** The person behind a call (the auth interceptor put them on its context). */
+function answererOf(context: HandlerContext): { id: string; groups: readonly string[] } {
+  const principal = principalOf(context);
+  if (principal?.kind !== "person") throw new ConnectError("this call needs a person's credential", Code.PermissionDenied);
+  return { id: principal.id, groups: principal.groups };
 }
 
 async function handle<T>(fn: () => Promise<T>): Promise<T> {
@@ -225,14 +233,15 @@ async function* watch(deps: OrchestratorServiceDeps, jobId: string, afterSeq: nu
 
 export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegistration[] {
   const jobs = registration(JobService, {
-    runAgent: (req) =>
+    runAgent: (req, context) =>
       handle(async () => {
         const name = required(req.agent, "agent");
+        const startedBy = answererOf(context).id;
         if (deps.graphs && (await deps.graphs.jobs.hasGraph(name))) {
           if (req.attachments.length > 0) throw new ConnectError(`${name} is a graph; graphs take no attachments (run an agent with them instead)`, Code.InvalidArgument);
-          return { job: jobToProto(await deps.graphs.jobs.run({ graph: name, input: req.input })) };
+          return { job: jobToProto(await deps.graphs.jobs.run({ graph: name, input: req.input, startedBy })) };
         }
-        return { job: jobToProto(await deps.runner.runAgent({ agent: name, input: req.input, attachments: req.attachments })) };
+        return { job: jobToProto(await deps.runner.runAgent({ agent: name, input: req.input, attachments: req.attachments, startedBy })) };
       }),
     getJob: (req) =>
       handle(async () => {
@@ -264,7 +273,7 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
         const artifacts = found.filter((a) => existsSync(a.path)).map((a) => create(ArtifactSchema, { ...a, sizeBytes: BigInt(statSync(a.path).size) }));
         return { artifacts, contents: req.includeContent ? artifacts.map((a) => readFileSync(a.path)) : [] };
       }),
-    answerPermission: (req) =>
+    answerPermission: (req, context) =>
       handle(async () => {
         const record = await deps.runner.answerPermission({
           jobId: required(req.jobId, "job_id"),
@@ -272,7 +281,8 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
           allow: req.allow,
           ...(req.input ? { input: req.input as JsonObject } : {}),
           reason: req.reason,
-          answeredBy: req.answeredBy,
+          // The authenticated principal answers; the request's answered_by is ignored.
+          answeredBy: answererOf(context),
         });
         const job = await deps.store.getJob(record.jobId);
         return { approval: approvalToProto(record, job, job ? await deps.store.getAgentVersion(job.agentName, job.agentVersion) : undefined) };

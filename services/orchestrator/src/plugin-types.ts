@@ -43,6 +43,6 @@ export interface AgentDefinition {
   harness_operations?: Record<string, unknown>[];
   skills?: unknown[];
   hooks?: Record<string, unknown>[];
-  /** Calls that wait for a person: an optional deadline (timed_out denies) and who may answer. */
-  approvals?: { timeout?: string; approvers?: string[] };
+  /** Calls that wait for a person: an optional deadline (timed_out denies), who may answer, and whether the job's starter may. */
+  approvals?: { timeout?: string; approvers?: string[]; prevent_self_approval?: boolean };
 }

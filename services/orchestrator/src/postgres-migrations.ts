@@ -125,6 +125,12 @@ CREATE TABLE graph_steps (
     sql: `
 CREATE TABLE lifecycle_outbox (seq bigserial PRIMARY KEY, event text NOT NULL, claimed_until timestamptz);`,
   },
+  {
+    version: 9,
+    name: "job starter",
+    // Who started a job, so approvals.prevent_self_approval can refuse that principal's answers.
+    sql: "ALTER TABLE jobs ADD COLUMN started_by text NOT NULL DEFAULT '';",
+  },
 ];
 
 export interface PostgresConnectionOptions {

@@ -61,6 +61,7 @@ interface JobRow {
   token_id: string;
   cancel_requested_at: Date | null;
   served_tools: string;
+  started_by: string;
 }
 
 interface AgentRow {
@@ -123,6 +124,7 @@ const JOB_COLUMNS: Record<keyof JobPatch, string> = {
   tokenId: "token_id",
   cancelRequestedAt: "cancel_requested_at",
   servedTools: "served_tools",
+  startedBy: "started_by",
 };
 
 function toJob(row: JobRow): JobRecord {
@@ -147,6 +149,7 @@ function toJob(row: JobRow): JobRecord {
     tokenId: row.token_id,
     ...(row.cancel_requested_at !== null ? { cancelRequestedAt: row.cancel_requested_at } : {}),
     servedTools: row.served_tools,
+    startedBy: row.started_by,
   };
 }
 
@@ -321,8 +324,8 @@ export class PostgresJobStore implements JobStore {
   async createJob(job: JobRecord): Promise<void> {
     await this.#pool.query(
       `INSERT INTO jobs (id, agent_name, agent_version, input, state, created_at, updated_at, finished_at, result_text, stop_reason,
-       error, session_id, sandbox_url, last_seq, sandbox_seq, attachments, token_id, cancel_requested_at, served_tools)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
+       error, session_id, sandbox_url, last_seq, sandbox_seq, attachments, token_id, cancel_requested_at, served_tools, started_by)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`,
       [
         job.id,
         job.agentName,
@@ -343,6 +346,7 @@ export class PostgresJobStore implements JobStore {
         job.tokenId,
         job.cancelRequestedAt ?? null,
         job.servedTools,
+        job.startedBy,
       ],
     );
   }

@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   state TEXT NOT NULL, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, finished_at INTEGER,
   result_text TEXT NOT NULL, stop_reason INTEGER NOT NULL, error TEXT NOT NULL, session_id TEXT NOT NULL,
   sandbox_url TEXT NOT NULL, last_seq INTEGER NOT NULL, sandbox_seq INTEGER NOT NULL, attachments TEXT NOT NULL,
-  token_id TEXT NOT NULL, cancel_requested_at INTEGER, served_tools TEXT NOT NULL DEFAULT '');
+  token_id TEXT NOT NULL, cancel_requested_at INTEGER, served_tools TEXT NOT NULL DEFAULT '',
+  started_by TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created_at);
 CREATE TABLE IF NOT EXISTS job_events (
@@ -79,6 +80,7 @@ interface JobRow {
   token_id: string;
   cancel_requested_at: number | null;
   served_tools: string;
+  started_by: string;
 }
 
 interface AgentRow {
@@ -130,6 +132,7 @@ const JOB_COLUMNS: Record<keyof JobPatch, string> = {
   tokenId: "token_id",
   cancelRequestedAt: "cancel_requested_at",
   servedTools: "served_tools",
+  startedBy: "started_by",
 };
 
 function toJob(row: JobRow): JobRecord {
@@ -153,6 +156,7 @@ function toJob(row: JobRow): JobRecord {
     tokenId: row.token_id,
     ...(row.cancel_requested_at !== null ? { cancelRequestedAt: new Date(row.cancel_requested_at) } : {}),
     servedTools: row.served_tools,
+    startedBy: row.started_by,
   };
 }
 
@@ -211,6 +215,8 @@ export class SqliteJobStore implements JobStore {
     // A data directory from before served tools: its jobs have none.
     const columns = this.#db.prepare("PRAGMA table_info(jobs)").all() as { name: string }[];
     if (!columns.some((c) => c.name === "served_tools")) this.#db.exec("ALTER TABLE jobs ADD COLUMN served_tools TEXT NOT NULL DEFAULT ''");
+    // ... and from before identities: nobody is recorded as their starter.
+    if (!columns.some((c) => c.name === "started_by")) this.#db.exec("ALTER TABLE jobs ADD COLUMN started_by TEXT NOT NULL DEFAULT ''");
   }
 
   async putPlugin(record: PluginRecord): Promise<void> {
@@ -281,8 +287,8 @@ export class SqliteJobStore implements JobStore {
     this.#db
       .prepare(
         `INSERT INTO jobs (id, agent_name, agent_version, input, state, created_at, updated_at, finished_at, result_text, stop_reason,
-         error, session_id, sandbox_url, last_seq, sandbox_seq, attachments, token_id, cancel_requested_at, served_tools)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         error, session_id, sandbox_url, last_seq, sandbox_seq, attachments, token_id, cancel_requested_at, served_tools, started_by)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       )
       .run(
         job.id,
@@ -304,6 +310,7 @@ export class SqliteJobStore implements JobStore {
         job.tokenId,
         job.cancelRequestedAt?.getTime() ?? null,
         job.servedTools,
+        job.startedBy,
       );
   }
 

@@ -34,7 +34,6 @@ hooks:
   careful: agent("careful", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n"),
   hasty: agent("hasty", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n  timeout: 2s\n"),
   patient: agent("patient", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n  timeout: 15s\n"),
-  restricted: agent("restricted", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n  approvers: [alice]\n"),
   stuck: agent("stuck", 'harness:\n  tools: [run_command]\nhooks:\n  - name: slow-guard\n    command: ["node", "hooks/hang.mjs"]\n    timeout: 1s\n'),
   broken: agent("broken", 'harness:\n  tools: [run_command]\nhooks:\n  - name: crashing-guard\n    command: ["node", "hooks/crash.mjs"]\n'),
   parallel: agent("parallel", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n").replace("harness:fake", "harness:parallel"),
@@ -238,17 +237,7 @@ void test("an unanswered call times out at the agent's deadline and is denied (f
   assert.match(late.stderr, /is timed out: the answer came too late and was not used/);
 });
 
-void test("only the agent's approvers may answer", async () => {
-  const jobId = await start("restricted", "wait");
-  const [approval] = await waiting(jobId);
-  assert.deepEqual(approval?.approvers, ["alice"]);
-  const bob = await t.cli(["approve", jobId, String(approval?.callId)], { env: { USER: "bob" } });
-  assert.equal(bob.code, 1);
-  assert.match(bob.stderr, /bob may not answer call .*: agent restricted lets only alice answer \(approvals\.approvers\)/);
-  const alice = await t.cli(["approve", jobId, String(approval?.callId)], { env: { USER: "alice" } });
-  assert.equal(alice.code, 0, alice.stderr);
-  assert.equal((await finished(jobId)).state, "JOB_STATE_SUCCEEDED");
-});
+// Who may answer (approvals.approvers, prevent_self_approval) is tested with real people in people-and-approvals.test.ts.
 
 void test("cancelling a job answers its waiting call cancelled, and a later answer says so", async () => {
   const jobId = await start("careful", "wait");

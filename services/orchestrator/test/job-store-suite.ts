@@ -26,6 +26,7 @@ function job(id: string, overrides: Partial<JobRecord> = {}): JobRecord {
   const now = new Date();
   return {
     id,
+    startedBy: "",
     agentName: "fixer",
     agentVersion: 1,
     input: "fix it",

@@ -175,7 +175,7 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     });
     try {
       assert.equal(unaware.cluster.jobs.owns("answer-job"), true, "it has not noticed");
-      const answered = await runner.answerPermission({ jobId: "answer-job", callId: waiting.callId, allow: true, answeredBy: "ann" });
+      const answered = await runner.answerPermission({ jobId: "answer-job", callId: waiting.callId, allow: true, answeredBy: { id: "ann", groups: [] } });
       assert.equal(answered.status, "approved");
       const stored = await unaware.cluster.store.getPermission("answer-job", "perm-1");
       assert.deepEqual([stored?.status, stored?.answeredBy], ["approved", "ann"], "stored for the new owner to deliver");

@@ -45,6 +45,7 @@ export function jobRecord(id: string, overrides: Partial<JobRecord> = {}): JobRe
   const now = new Date();
   return {
     id,
+    startedBy: "",
     agentName: "fixer",
     agentVersion: 1,
     input: `task ${id}`,
