@@ -23,7 +23,7 @@ export { OrchestratorError } from "./orchestrator-error.js";
 export type { OrchestratorErrorCode } from "./orchestrator-error.js";
 export { agentContentHash, canonicalJson, parseDuration } from "./agent-versions.js";
 
-export { startEmbeddedStack, startServiceProcess, serviceMain, readDiscovery, discoveryFile } from "./embedded-stack.js";
+export { isolationNotice, startEmbeddedStack, startServiceProcess, serviceMain, readDiscovery, discoveryFile } from "./embedded-stack.js";
 export type { EmbeddedStack, EmbeddedStackOptions, StackProcess, StackServiceName, DevDiscovery } from "./embedded-stack.js";
 export { embeddedStackEnv, applyEnvironmentKeys, hasProviderKey } from "./cli/embedded-defaults.js";
 export type { EmbeddedDefaults, EmbeddedDefaultsOptions } from "./cli/embedded-defaults.js";

@@ -23,7 +23,7 @@ if (!existsSync(path.join(orchestratorDist, "index.js"))) {
   console.error("start-demo: the orchestrator is not built; run `npm run build` (npm start does it for you)");
   process.exit(1);
 }
-const { applyEnvironmentKeys, embeddedStackEnv, readDiscovery, startEmbeddedStack } = await import(path.join(orchestratorDist, "index.js"));
+const { applyEnvironmentKeys, embeddedStackEnv, isolationNotice, readDiscovery, startEmbeddedStack } = await import(path.join(orchestratorDist, "index.js"));
 const cli = path.join(orchestratorDist, "cli/main.js");
 const plugin = path.join(root, "examples/plugins/example");
 const harnessPlugin = path.join(root, "plugins/harness-claude");
@@ -59,6 +59,8 @@ console.log(`Agent: ${demo.agent}, on ${demo.runtime}.`);
 const stack = await startEmbeddedStack({ home, env: defaults.env });
 let exitCode = 1;
 try {
+  const notice = isolationNotice(stack);
+  if (notice) console.log(`\x1b[33mnote: ${notice}\x1b[0m`);
   console.log(`Stack: orchestrator ${stack.urls.orchestrator}, sandbox ${stack.urls.sandbox}, llm-proxy ${stack.urls["llm-proxy"]}, events ${stack.urls.events} (logs in ${path.join(home, "logs")})`);
   const env = { ...process.env, OZ0_URL: stack.urls.orchestrator, OZ0_HOME: home };
   const oz0 = (args, options = {}) =>

@@ -96,7 +96,6 @@ export async function followJob(options: {
               allow: answer.allow,
               reason: answer.reason,
               ...(answer.input ? { input: answer.input } : {}),
-              answeredBy: process.env.USER ?? "terminal",
             });
           } else if (options.stopWhenWaiting) {
             printer.end();
@@ -330,7 +329,6 @@ export async function answer(options: { conn: Connection; jobId: string; callId:
     allow: options.allow,
     ...(input ? { input } : {}),
     reason: options.reason ?? "",
-    answeredBy: process.env.USER ?? "",
   });
   options.io.out.write(`call ${approval?.callId ?? options.callId} of job ${options.jobId} ${options.allow ? "approved" : "denied"}\n`);
   return EXIT.ok;

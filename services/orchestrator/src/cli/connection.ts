@@ -1,10 +1,15 @@
-// Which orchestrator a command talks to: OZ0_URL when set; else the stack a
-// running `oz0 dev` wrote to <OZ0_HOME>/dev.json; else an embedded stack
-// started for the length of the command.
+// Which orchestrator a command talks to, and as whom. Where: OZ0_URL when
+// set; else the orchestrator `oz0 login` saved; else the stack a running
+// `oz0 dev` wrote to <OZ0_HOME>/dev.json; else an embedded stack started for
+// the length of the command. As whom: OZ0_TOKEN when set; else the login's
+// token for its orchestrator; else the owner's credential of this machine
+// (<OZ0_HOME>/credentials/owner), which the local stacks accept.
 import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import { bearerInterceptor } from "@oz0/serving";
 import { AgentService, JobService, PluginService, SecretService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { readDiscovery, startEmbeddedStack, type EmbeddedStack } from "../embedded-stack.js";
+import { isolationNotice, readDiscovery, startEmbeddedStack, type EmbeddedStack } from "../embedded-stack.js";
+import { readLogin, readOwnerCredential } from "../local-credentials.js";
 import { applyEnvironmentKeys, embeddedStackEnv } from "./embedded-defaults.js";
 
 export interface Clients {
@@ -17,15 +22,16 @@ export interface Clients {
 export interface Connection {
   readonly url: string;
   /** How the target was found, for messages. */
-  readonly mode: "url" | "dev" | "embedded";
+  readonly mode: "url" | "login" | "dev" | "embedded";
   readonly clients: Clients;
   /** Notes for the person (for example: the scripted model is in use). */
   readonly notes: string[];
   close(): Promise<void>;
 }
 
-export function clientsFor(url: string): Clients {
-  const transport = createGrpcTransport({ baseUrl: url });
+/** Clients of the orchestrator at `url`, each call carrying `token` (`authorization: Bearer`). */
+export function clientsFor(url: string, token: string | undefined): Clients {
+  const transport = createGrpcTransport({ baseUrl: url, interceptors: [bearerInterceptor(token)] });
   return {
     jobs: createClient(JobService, transport),
     plugins: createClient(PluginService, transport),
@@ -36,16 +42,24 @@ export function clientsFor(url: string): Clients {
 
 export async function connect(options: { home: string; onEmbeddedStart?: () => void }): Promise<Connection> {
   const fromEnv = process.env.OZ0_URL?.trim();
-  if (fromEnv) return { url: fromEnv, mode: "url", clients: clientsFor(fromEnv), notes: [], close: async () => {} };
+  const token = process.env.OZ0_TOKEN?.trim() || undefined;
+  const login = readLogin(options.home);
+  const local = (): string | undefined => token ?? readOwnerCredential(options.home);
+  if (fromEnv) {
+    const credential = token ?? (login?.url === fromEnv ? login.token : readOwnerCredential(options.home));
+    return { url: fromEnv, mode: "url", clients: clientsFor(fromEnv, credential), notes: [], close: async () => {} };
+  }
+  if (login) return { url: login.url, mode: "login", clients: clientsFor(login.url, token ?? login.token), notes: [], close: async () => {} };
   const dev = readDiscovery(options.home);
-  if (dev) return { url: dev.url, mode: "dev", clients: clientsFor(dev.url), notes: [], close: async () => {} };
+  if (dev) return { url: dev.url, mode: "dev", clients: clientsFor(dev.url, local()), notes: [], close: async () => {} };
   options.onEmbeddedStart?.();
   const defaults = embeddedStackEnv({ home: options.home });
   const stack: EmbeddedStack = await startEmbeddedStack({ home: options.home, env: defaults.env });
-  const clients = clientsFor(stack.urls.orchestrator);
+  const clients = clientsFor(stack.urls.orchestrator, token ?? stack.ownerToken);
   if (!defaults.scripted) {
     try {
-      await applyEnvironmentKeys((s) => clients.secrets.setSecret(s));
+      // The machine's owner hands over the keys, whoever runs the command.
+      await applyEnvironmentKeys((s) => clientsFor(stack.urls.orchestrator, stack.ownerToken).secrets.setSecret(s));
     } catch (error) {
       await stack.close();
       throw error;
@@ -55,7 +69,7 @@ export async function connect(options: { home: string; onEmbeddedStart?: () => v
     url: stack.urls.orchestrator,
     mode: "embedded",
     clients,
-    notes: defaults.notes,
+    notes: [...defaults.notes, ...(isolationNotice(stack) ? [isolationNotice(stack)!] : [])],
     close: () => stack.close(),
   };
 }

@@ -3,7 +3,7 @@
 // and without a provider key in the environment the Anthropic and OpenAI
 // routes answer from the scripted model, so jobs run offline.
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 
 export interface EmbeddedDefaults {
@@ -25,7 +25,9 @@ export function hasProviderKey(): boolean {
 
 export function embeddedStackEnv(options: EmbeddedDefaultsOptions): EmbeddedDefaults {
   const dir = path.join(options.home, "llm-proxy");
-  mkdirSync(dir, { recursive: true });
+  // The proxy's keys are its own: a session running as another user lists nothing here.
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  chmodSync(dir, 0o700);
   const kekFile = path.join(dir, "kek");
   if (!existsSync(kekFile)) writeFileSync(kekFile, `${randomBytes(32).toString("base64")}\n`, { mode: 0o600 });
   const env: Record<string, string> = { OZ0_KEK_FILE: kekFile };

@@ -3,7 +3,8 @@
 import path from "node:path";
 import { Command, CommanderError, Option } from "commander";
 import { defaultHome } from "../start-orchestrator.js";
-import { readDiscovery, removeDiscovery, startEmbeddedStack, writeDiscovery } from "../embedded-stack.js";
+import { isolationNotice, readDiscovery, removeDiscovery, startEmbeddedStack, writeDiscovery } from "../embedded-stack.js";
+import { removeLogin, writeLogin } from "../local-credentials.js";
 import { CliError, describeError } from "./cli-error.js";
 import {
   agentsList,
@@ -210,6 +211,26 @@ program
   );
 
 program
+  .command("login")
+  .description("keep a credential for a remote orchestrator in $OZ0_HOME/credentials (read from standard input, or --token)")
+  .requiredOption("--url <url>", "the orchestrator, for example https://oz0.example.com")
+  .option("--token <token>", "the credential (an OIDC access or ID token from your issuer); default: read from standard input")
+  .action(async (opts: { url: string; token?: string }) => {
+    const token = (opts.token ?? (await readStdin())).trim();
+    if (!token) throw new CliError("no credential given: pass --token TOKEN or pipe it in (for example from your identity provider's CLI)", EXIT.usage);
+    // Checked before it is kept: a wrong token is refused now, not at the next command.
+    await clientsFor(opts.url, token).agents.listAgents({});
+    writeLogin(home, { url: opts.url, token });
+    io.out.write(`logged in to ${opts.url}; commands now go there (OZ0_URL and OZ0_TOKEN still take precedence; \`oz0 logout\` forgets it)\n`);
+  });
+program
+  .command("logout")
+  .description("forget the credential `oz0 login` kept")
+  .action(() => {
+    io.out.write(removeLogin(home) ? "logged out\n" : "not logged in\n");
+  });
+
+program
   .command("dev")
   .description("run the whole stack in the foreground on loopback; other commands find it through $OZ0_HOME/dev.json")
   .option("--port <port>", "the orchestrator's port (0: any free one)", positiveInt, 7700)
@@ -221,9 +242,11 @@ program
     io.err.write(`oz0: starting the stack (data in ${home}, logs in ${path.join(home, "logs")})\n`);
     const stack = await startEmbeddedStack({ home, orchestratorPort: opts.port, env: defaults.env });
     if (!defaults.scripted) {
-      const keys = await applyEnvironmentKeys((s) => clientsFor(stack.urls.orchestrator).secrets.setSecret(s));
+      const keys = await applyEnvironmentKeys((s) => clientsFor(stack.urls.orchestrator, stack.ownerToken).secrets.setSecret(s));
       defaults.notes.push(`provider keys from the environment handed to the LLM proxy: ${keys.join(", ")}`);
     }
+    const notice = isolationNotice(stack);
+    if (notice) defaults.notes.push(notice);
     writeDiscovery(home, { url: stack.urls.orchestrator, pid: process.pid, urls: stack.urls, startedAt: new Date().toISOString() });
     io.out.write(
       [
@@ -251,6 +274,13 @@ program
     io.err.write("oz0: stopping the stack\n");
     await stack.close();
   });
+
+async function readStdin(): Promise<string> {
+  if (process.stdin.isTTY) io.err.write("paste the credential, then Enter and Ctrl-D:\n");
+  let text = "";
+  for await (const chunk of process.stdin) text += String(chunk);
+  return text;
+}
 
 // `oz0 jobs list | head`: a reader that went away is not an error.
 process.stdout.on("error", (error: NodeJS.ErrnoException) => {

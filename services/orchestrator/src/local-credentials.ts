@@ -1,0 +1,78 @@
+// Credentials kept on this machine, under the data directory:
+// - the owner's (credentials/owner): made once by the embedded stack or
+//   `oz0 dev`, every role, used by the CLI on this machine with no step from
+//   the person;
+// - a login (credentials/login.json): `oz0 login` for a remote orchestrator.
+// The folder is 0700 and each file 0600: a session running as another user
+// (or under bubblewrap, where the folder is not visible) cannot read them.
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { newCredential } from "@oz0/serving";
+
+export function credentialsDir(home: string): string {
+  return path.join(home, "credentials");
+}
+
+function ensureCredentialsDir(home: string): string {
+  const dir = credentialsDir(home);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  // A folder made before (or by a wider umask) is narrowed too.
+  chmodSync(dir, 0o700);
+  return dir;
+}
+
+/** The owner's credential, made on first use. */
+export function ensureOwnerCredential(home: string): string {
+  const existing = readOwnerCredential(home);
+  if (existing) return existing;
+  const file = path.join(ensureCredentialsDir(home), "owner");
+  const token = newCredential();
+  // `wx`: two stacks starting at once on one home keep the first one's.
+  try {
+    writeFileSync(file, `${token}\n`, { mode: 0o600, flag: "wx" });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+  }
+  return readOwnerCredential(home)!;
+}
+
+export function readOwnerCredential(home: string): string | undefined {
+  try {
+    return readFileSync(path.join(credentialsDir(home), "owner"), "utf8").trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export interface Login {
+  url: string;
+  token: string;
+}
+
+function loginFile(home: string): string {
+  return path.join(credentialsDir(home), "login.json");
+}
+
+export function readLogin(home: string): Login | undefined {
+  const file = loginFile(home);
+  if (!existsSync(file)) return undefined;
+  const value = JSON.parse(readFileSync(file, "utf8")) as Partial<Login>;
+  if (typeof value.url !== "string" || typeof value.token !== "string") {
+    throw new Error(`${file} is not a login (url and token); run \`oz0 login\` again or \`oz0 logout\``);
+  }
+  return { url: value.url, token: value.token };
+}
+
+export function writeLogin(home: string, login: Login): void {
+  const file = loginFile(home);
+  ensureCredentialsDir(home);
+  rmSync(file, { force: true });
+  writeFileSync(file, `${JSON.stringify(login)}\n`, { mode: 0o600, flag: "wx" });
+}
+
+export function removeLogin(home: string): boolean {
+  const file = loginFile(home);
+  const had = existsSync(file);
+  rmSync(file, { force: true });
+  return had;
+}
