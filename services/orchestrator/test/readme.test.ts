@@ -2,6 +2,7 @@
 // stack), and `oz0 dev` serves the other commands through its discovery file.
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -61,4 +62,17 @@ void test("oz0 dev runs the stack in the foreground and the other commands find 
     assert.equal(existsSync(path.join(home, "dev.json")), false, "the discovery file is removed");
     rmSync(home, { recursive: true, force: true });
   }
+});
+
+void test("the README's auth config is one the services accept, granting what it says", async () => {
+  const { grantedRoles, parsePeopleConfig } = await import("@oz0/serving");
+  const readme = readFileSync(path.join(packageDir, "README.md"), "utf8");
+  const section = readme.slice(readme.indexOf("## Who may call what"));
+  const block = /```yaml\n([\s\S]*?)```/.exec(section);
+  assert.ok(block, "the section has the auth config");
+  const config = parsePeopleConfig(block[1]!, "the README's auth config");
+  assert.equal(config.oidc?.usernameClaim, "sub");
+  assert.deepEqual(grantedRoles(config, "alice", []), ["approver"]);
+  assert.deepEqual(grantedRoles(config, "someone", ["platform", "staff"]), ["admin", "viewer"]);
+  assert.equal(config.tokens?.[0]?.sha256, createHash("sha256").update("test").digest("hex"));
 });
