@@ -16,8 +16,9 @@ import { costOf, priceOf, type ModelPrice, type ProviderConfig } from "./provide
 import { ProxyError } from "./proxy-error.js";
 import { ZERO_USAGE, type BudgetStore, type Outcome, type Reservation, type TokenRecord, type TokenUsage } from "./proxy-store.js";
 import { isRetryableStatus, retryDelayMs, type RetryPolicy } from "./retry-policy.js";
-import { createScrubber } from "./secret-scrubber.js";
+import { createScrubber, type SecretScrubber } from "./secret-scrubber.js";
 import { SseEventSplitter } from "./sse-event-splitter.js";
+import { createStreamScrubber } from "./stream-scrubber.js";
 import { discard, readAll, sendUpstream } from "./upstream-client.js";
 import { abortResponse, sendError, streamErrorEvent, type ClientResponse, type Wire } from "./wire-errors.js";
 import { estimateTokens, fromAnthropicUsage, fromOpenAiUsage } from "./wire-usage.js";
@@ -57,7 +58,8 @@ export interface ModelCallInput {
 /** Headers a provider's answer must not pass on as they are. */
 const DROP_RESPONSE_HEADERS = new Set(["connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "upgrade", "proxy-connection"]);
 
-function responseHeaders(upstream: http.IncomingMessage, operationId: string, scrub: (text: string) => string): Record<string, string | string[]> {
+function responseHeaders(upstream: http.IncomingMessage, operationId: string, scrubber: SecretScrubber): Record<string, string | string[]> {
+  const scrub = scrubber.text;
   const out: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(upstream.headers)) {
     if (value === undefined || DROP_RESPONSE_HEADERS.has(name)) continue;
@@ -262,7 +264,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     return { status: 503, outcome: "proxy_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: true, retryable: false, errorCode: "no_key" };
   }
   // One scrubber per attempt, for the headers, the body or every streamed event.
-  const scrub = createScrubber(secret);
+  const scrubber = createScrubber(secret);
   const headers = { ...input.forwardHeaders };
   // A scripted provider may keep one script per session; it learns the session here.
   if (provider.config.kind === "scripted") headers["oz0-session"] = input.token.session;
@@ -318,7 +320,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
           retryable: true,
           retryHeaders: upstream.headers,
           errorCode: `http_${status}`,
-          pendingError: { status, headers: responseHeaders(upstream, ctx.operationId, scrub), body: Buffer.from(scrub(bodyBytes.toString("utf8"))) },
+          pendingError: { status, headers: responseHeaders(upstream, ctx.operationId, scrubber), body: Buffer.from(scrubber.json(bodyBytes.toString("utf8"))) },
         };
       }
       let bodyBytes: Buffer;
@@ -335,14 +337,14 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
         delivered: false,
         retryable: false,
         errorCode: `http_${status}`,
-        pendingError: { status, headers: responseHeaders(upstream, ctx.operationId, scrub), body: Buffer.from(scrub(bodyBytes.toString("utf8"))) },
+        pendingError: { status, headers: responseHeaders(upstream, ctx.operationId, scrubber), body: Buffer.from(scrubber.json(bodyBytes.toString("utf8"))) },
       };
     }
     const contentType = String(upstream.headers["content-type"] ?? "");
     if (input.body.stream === true && contentType.includes("text/event-stream")) {
       // The stream has begun: it lasts as long as the provider generates.
       clearTimeout(deadline);
-      return await forwardStream({ deps, input, ctx, upstream, scrub, abort, attemptStart });
+      return await forwardStream({ deps, input, ctx, upstream, scrubber, abort, attemptStart });
     }
     // A whole answer: read it, meter it, pass it on.
     let bodyBytes: Buffer;
@@ -365,9 +367,9 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
         ? fromAnthropicUsage(parsed?.usage as never)
         : fromOpenAiUsage(parsed?.usage as never)
       : { ...ZERO_USAGE, input: ctx.estimatedInput, output: estimateTokens(text.length) };
-    const scrubbed = scrub(text);
+    const scrubbed = scrubber.json(text);
     const out = scrubbed === text ? bodyBytes : Buffer.from(scrubbed);
-    const answerHeaders = { ...responseHeaders(upstream, ctx.operationId, scrub), "content-length": String(out.length) };
+    const answerHeaders = { ...responseHeaders(upstream, ctx.operationId, scrubber), "content-length": String(out.length) };
     const finish = (): void => {
       if (input.clientGone.aborted) return;
       res.writeHead(status, answerHeaders);
@@ -385,16 +387,18 @@ async function forwardStream(options: {
   input: ModelCallInput;
   ctx: AttemptContext;
   upstream: http.IncomingMessage;
-  scrub: (text: string) => string;
+  scrubber: SecretScrubber;
   abort: AbortController;
   attemptStart: number;
 }): Promise<AttemptSummary> {
-  const { input, ctx, upstream, scrub, abort, attemptStart } = options;
+  const { input, ctx, upstream, scrubber, abort, attemptStart } = options;
   const { res, wire } = input;
   const anthropic = wire === "anthropic" ? new AnthropicStreamMeter() : undefined;
   const openai = wire === "openai" ? new OpenAiStreamMeter({ clientWantsUsage: ctx.clientWantsUsage }) : undefined;
   const reading = (): StreamMeterReading => (anthropic ?? openai)!.reading(ctx.estimatedInput);
   const splitter = new SseEventSplitter();
+  // Reads each streamed text across its deltas, so a key sent a few characters per event is caught.
+  const streamScrubber = createStreamScrubber({ scrubber, wire });
   let delivered = false;
   let ttftMs: number | undefined;
   let outcome: Outcome = "ok";
@@ -402,7 +406,7 @@ async function forwardStream(options: {
   const end = (): void => {
     if (!res.writableEnded) res.end();
   };
-  const headers = responseHeaders(upstream, ctx.operationId, scrub);
+  const headers = responseHeaders(upstream, ctx.operationId, scrubber);
 
   const deliver = async (text: string): Promise<void> => {
     if (input.clientGone.aborted) return;
@@ -437,7 +441,7 @@ async function forwardStream(options: {
           break chunks;
         }
         if (forward === undefined) continue;
-        batch += scrub(forward);
+        batch += streamScrubber.push(forward);
       }
       if (batch) await deliver(batch);
       if (input.clientGone.aborted) {

@@ -1,62 +1,361 @@
-// Removes a provider key, and any fragment of it long enough to matter, from
-// text on its way out (provider error bodies echo key prefixes or suffixes,
-// and a key split across two streamed deltas leaves a fragment in each).
+// Removes a provider key, and any run of 8 or more of its characters, from
+// text on its way out. Provider error bodies echo key prefixes or suffixes; a
+// model that saw a key may repeat it whole, token by token across streamed
+// deltas, or spelled out with spaces between its characters. So a run is read
+// through white space (and zero-width characters) between the key's
+// characters, and a streamed text is read across its deltas: each delta's
+// text is held back from the run of key characters it ends with until the
+// next delta shows whether the run grows to 8 (see HeldTextScrubber).
 
-/** Fragments this long or longer are scrubbed; shorter ones are too common to mean anything. */
+import { KeyAutomaton, type KeyMatch } from "./key-automaton.js";
+
+/** Runs this long or longer are scrubbed; shorter ones are too common to mean anything. */
 const MIN_FRAGMENT = 8;
-const REDACTED = "[redacted]";
-const BASE = 257;
-// BASE^(MIN_FRAGMENT-1) mod 2^32: what the outgoing character weighs in the rolling hash.
-const TOP = Array.from({ length: MIN_FRAGMENT - 1 }).reduce<number>((acc) => Math.imul(acc, BASE) >>> 0, 1);
+/**
+ * At most this many white-space characters between two characters of a run;
+ * a longer gap ends it. Bounds what a stream holds back (the key's length
+ * times this, in the worst case) while no spacing a text would use hides a key.
+ */
+const MAX_GAP = 32;
+export const REDACTED = "[redacted]";
 
-function hashAt(text: string, start: number): number {
-  let h = 0;
-  for (let i = start; i < start + MIN_FRAGMENT; i += 1) h = (Math.imul(h, BASE) + text.charCodeAt(i)) >>> 0;
-  return h;
+/** White space as `\s` reads it, and the zero-width characters that print as nothing. */
+function isGap(code: number): boolean {
+  if (code <= 0x20) return code === 0x20 || (code >= 0x09 && code <= 0x0d);
+  if (code < 0x85) return false;
+  return (
+    code === 0x85 ||
+    code === 0xa0 ||
+    code === 0x1680 ||
+    (code >= 0x2000 && code <= 0x200d) ||
+    code === 0x2028 ||
+    code === 0x2029 ||
+    code === 0x202f ||
+    code === 0x205f ||
+    code === 0x2060 ||
+    code === 0x3000 ||
+    code === 0xfeff
+  );
+}
+
+/** What one reading of a text found. Indexes into the arrays count only the text's non-gap characters. */
+interface Scan {
+  /** Where each non-gap character starts in the text, and where it ends (an escape is several). */
+  starts: Int32Array;
+  ends: Int32Array;
+  /** How many non-gap characters the text has. */
+  count: number;
+  /** 1 for each non-gap character inside a run of 8 or more key characters. */
+  covered: Uint8Array;
+  /** 1 for each non-gap character after a gap longer than MAX_GAP (a run cannot cross it). */
+  broken: Uint8Array;
+  /** The longest run of key characters the text ends with (0 after a gap longer than MAX_GAP). */
+  tail: number;
+  /** True when anything is covered. */
+  found: boolean;
+  /** Where an escape cut off by the end of the text begins (streamed text only). */
+  incomplete: number | undefined;
+}
+
+const BACKSLASH = 0x5c;
+const SIMPLE_ESCAPES: Readonly<Record<string, number>> = { n: 0x0a, r: 0x0d, t: 0x09, f: 0x0c, b: 0x08, '"': 0x22, "\\": BACKSLASH, "/": 0x2f };
+
+/**
+ * The character a JSON escape at `at` stands for and where it ends; null when
+ * the text ends inside it; undefined when the backslash starts no escape.
+ * Tool-call arguments and partial JSON are JSON text, and a model writing a
+ * key into a JSON string may escape its white space (or its letters).
+ */
+function readEscape(text: string, at: number): { code: number; end: number } | null | undefined {
+  if (at + 1 >= text.length) return null;
+  const letter = text[at + 1]!;
+  const simple = SIMPLE_ESCAPES[letter];
+  if (simple !== undefined) return { code: simple, end: at + 2 };
+  if (letter !== "u") return undefined;
+  const hex = text.slice(at + 2, at + 6);
+  if (!/^[0-9a-fA-F]*$/.test(hex)) return undefined;
+  if (hex.length < 4) return null;
+  return { code: Number.parseInt(hex, 16), end: at + 6 };
+}
+
+/**
+ * Buffers every scan writes into, grown as needed. A scan's result is read
+ * before the next scan starts (scans are synchronous and never nested), and
+ * what outlives it is copied, so one set serves the whole process: a scan
+ * per streamed event allocates nothing.
+ */
+let buffers = { starts: new Int32Array(1024), ends: new Int32Array(1024), covered: new Uint8Array(1024), broken: new Uint8Array(1024) };
+
+function scan(options: { text: string; automata: readonly KeyAutomaton[]; carried?: Uint8Array | undefined; streaming: boolean }): Scan {
+  const { text, automata, carried } = options;
+  if (buffers.starts.length < text.length) {
+    const size = Math.max(text.length, buffers.starts.length * 2);
+    buffers = { starts: new Int32Array(size), ends: new Int32Array(size), covered: new Uint8Array(size), broken: new Uint8Array(size) };
+  }
+  const { starts, ends, covered, broken } = buffers;
+  covered.fill(0, 0, text.length);
+  broken.fill(0, 0, text.length);
+  let found = false;
+  if (carried) {
+    covered.set(carried.subarray(0, Math.min(carried.length, text.length)));
+    found = carried.includes(1);
+  }
+  const matches: KeyMatch[] = automata.map(() => ({ state: 0, length: 0 }));
+  // Per key, the highest index already covered: runs ending later never start earlier
+  // (a run ending one character later is at most one longer), so each character is marked once.
+  const coveredTo = automata.map(() => -1);
+  let count = 0;
+  let gap = 0;
+  let incomplete: number | undefined;
+  for (let i = 0; i < text.length; ) {
+    let code = text.charCodeAt(i);
+    let next = i + 1;
+    if (code === BACKSLASH) {
+      const escape = readEscape(text, i);
+      if (escape === null && options.streaming) {
+        // The rest of the escape comes with the next delta: decide nothing from here on.
+        incomplete = i;
+        break;
+      }
+      if (escape) {
+        code = escape.code;
+        next = escape.end;
+      }
+    }
+    if (isGap(code)) {
+      gap += 1;
+      if (gap === MAX_GAP + 1) {
+        for (const match of matches) {
+          match.state = 0;
+          match.length = 0;
+        }
+      }
+      i = next;
+      continue;
+    }
+    const k = count;
+    starts[k] = i;
+    ends[k] = next;
+    if (gap > MAX_GAP) broken[k] = 1;
+    gap = 0;
+    count += 1;
+    for (let s = 0; s < automata.length; s += 1) {
+      const match = matches[s]!;
+      automata[s]!.step(match, code);
+      if (match.length < MIN_FRAGMENT) continue;
+      for (let j = Math.max(k - match.length + 1, coveredTo[s]! + 1); j <= k; j += 1) covered[j] = 1;
+      coveredTo[s] = k;
+      found = true;
+    }
+    i = next;
+  }
+  let tail = 0;
+  for (const match of matches) tail = Math.max(tail, match.length);
+  return { starts, ends, count, covered, broken, tail, found, incomplete };
+}
+
+/**
+ * True when the text holds a run of 8 or more key characters: the scan
+ * without its bookkeeping, since nearly every text scrubbed holds none.
+ */
+function holdsRun(text: string, automata: readonly KeyAutomaton[]): boolean {
+  const matches: KeyMatch[] = automata.map(() => ({ state: 0, length: 0 }));
+  let gap = 0;
+  for (let i = 0; i < text.length; ) {
+    let code = text.charCodeAt(i);
+    let next = i + 1;
+    if (code === BACKSLASH) {
+      const escape = readEscape(text, i);
+      if (escape) {
+        code = escape.code;
+        next = escape.end;
+      }
+    }
+    i = next;
+    if (isGap(code)) {
+      gap += 1;
+      if (gap === MAX_GAP + 1) {
+        for (const match of matches) {
+          match.state = 0;
+          match.length = 0;
+        }
+      }
+      continue;
+    }
+    gap = 0;
+    for (let s = 0; s < automata.length; s += 1) {
+      const match = matches[s]!;
+      automata[s]!.step(match, code);
+      if (match.length >= MIN_FRAGMENT) return true;
+    }
+  }
+  return false;
+}
+
+/**
+ * The text up to `end` with each covered run, and the white space inside it,
+ * replaced by one marker. `afterCovered`: the character just before the text
+ * (already sent) was covered, so a run continuing here needs no second marker.
+ */
+function render(options: { text: string; found: Scan; end: number; afterCovered: boolean }): string {
+  const { text, found, end } = options;
+  let out = "";
+  let previousCovered = options.afterCovered;
+  let gapStart = 0;
+  for (let k = 0; k < found.count; k += 1) {
+    const at = found.starts[k]!;
+    if (at >= end) break;
+    const gap = text.slice(gapStart, at);
+    if (found.covered[k] === 1) {
+      // The white space between two characters of one run goes with it.
+      if (!previousCovered || found.broken[k] === 1) out += gap + REDACTED;
+      previousCovered = true;
+    } else {
+      out += gap + text.slice(at, found.ends[k]);
+      previousCovered = false;
+    }
+    gapStart = found.ends[k]!;
+  }
+  return out + text.slice(gapStart, end);
+}
+
+/**
+ * One streamed text (an Anthropic content block's deltas, an OpenAI choice's
+ * content): what `push` returns is final, and never the start of a key run
+ * that a later delta could complete; that tail waits for the next delta or
+ * for `flush` (the text's end). A text that ends in no character of a key
+ * passes at once; otherwise only the run it ends with waits (fewer than 8
+ * characters, unless a key is being sent).
+ */
+export class HeldTextScrubber {
+  readonly #automata: readonly KeyAutomaton[];
+  /** Received, not yet sent: starts right after the last character sent. */
+  #held = "";
+  /** Covered flags of the held non-gap characters, from the scans that saw their run. */
+  #carried: Uint8Array | undefined;
+  /** The last character sent was covered, with nothing sent after it. */
+  #afterCovered = false;
+
+  constructor(automata: readonly KeyAutomaton[]) {
+    this.#automata = automata;
+  }
+
+  /** The part of the text so far that can be sent now, scrubbed. */
+  push(delta: string): string {
+    if (this.#automata.length === 0) return delta;
+    const text = this.#held + delta;
+    const found = scan({ text, automata: this.#automata, carried: this.#carried, streaming: true });
+    const holdFrom = found.count - found.tail;
+    const end = holdFrom === found.count ? (found.incomplete ?? text.length) : holdFrom === 0 ? 0 : found.ends[holdFrom - 1]!;
+    const out = this.#send({ text, found, end, sentCount: holdFrom });
+    this.#held = text.slice(end);
+    this.#carried = holdFrom < found.count ? found.covered.slice(holdFrom, found.count) : undefined;
+    return out;
+  }
+
+  /** What is still held, scrubbed: the text ended. */
+  flush(): string {
+    if (this.#held === "") return "";
+    const text = this.#held;
+    const found = scan({ text, automata: this.#automata, carried: this.#carried, streaming: false });
+    const out = this.#send({ text, found, end: text.length, sentCount: found.count });
+    this.#held = "";
+    this.#carried = undefined;
+    return out;
+  }
+
+  #send(options: { text: string; found: Scan; end: number; sentCount: number }): string {
+    const { found, end } = options;
+    if (end === 0) return "";
+    const out = render({ text: options.text, found, end, afterCovered: this.#afterCovered });
+    const last = options.sentCount - 1;
+    // White space sent after a covered character ends its run: a run going on gets a marker of its own.
+    this.#afterCovered = last >= 0 && found.covered[last] === 1 && found.ends[last] === end;
+    return out;
+  }
+}
+
+/** A key's scrubbing for one attempt: whole texts, JSON documents, and streamed texts. */
+export interface SecretScrubber {
+  /** False when there is nothing to scrub (no key, or one shorter than 8 characters): every method returns its input. */
+  readonly active: boolean;
+  /** A whole text: a header value, a body that is not JSON, a streamed event as it goes out. */
+  text(text: string): string;
+  /**
+   * A JSON document: each string in it (names included) scrubbed as its
+   * decoded text, so JSON escapes hide nothing; a document that is not JSON
+   * is scrubbed as text. Re-serialised only when a string was scrubbed;
+   * otherwise read once more as raw text.
+   */
+  json(text: string): string;
+  /** A scrubber for one streamed text, fed delta by delta. */
+  held(): HeldTextScrubber;
+}
+
+/**
+ * A scrubber for the given secrets, built per attempt (the key is decrypted
+ * for one attempt only, and nothing derived from it outlives the attempt).
+ * White space inside a secret is ignored, as it is in the text.
+ */
+export function createScrubber(secrets: string | undefined | readonly (string | undefined)[]): SecretScrubber {
+  const list = Array.isArray(secrets) ? secrets : [secrets];
+  const automata: KeyAutomaton[] = [];
+  for (const secret of list) {
+    if (typeof secret !== "string") continue;
+    let visible = "";
+    for (let i = 0; i < secret.length; i += 1) if (!isGap(secret.charCodeAt(i))) visible += secret[i];
+    if (visible.length >= MIN_FRAGMENT) automata.push(new KeyAutomaton(visible));
+  }
+  const text = (value: string): string => {
+    if (automata.length === 0 || value.length < MIN_FRAGMENT || !holdsRun(value, automata)) return value;
+    const found = scan({ text: value, automata, streaming: false });
+    return found.found ? render({ text: value, found, end: value.length, afterCovered: false }) : value;
+  };
+  return {
+    active: automata.length > 0,
+    text,
+    json(document) {
+      if (automata.length === 0) return document;
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(document);
+      } catch {
+        return text(document);
+      }
+      const scrubbed = scrubValue(parsed, text);
+      // Unchanged, the document goes out as it came (numbers, spacing), read once more as
+      // text for what parsing hides (a property a later duplicate replaced).
+      return scrubbed === parsed ? text(document) : JSON.stringify(scrubbed);
+    },
+    held: () => new HeldTextScrubber(automata),
+  };
+}
+
+/** The value with each string (object keys included) passed through `scrub`; the same value when none changed. */
+function scrubValue(value: unknown, scrub: (text: string) => string): unknown {
+  if (typeof value === "string") return scrub(value);
+  if (Array.isArray(value)) {
+    let out: unknown[] | undefined;
+    for (let i = 0; i < value.length; i += 1) {
+      const item = scrubValue(value[i], scrub);
+      if (item !== value[i]) (out ??= value.slice())[i] = item;
+    }
+    return out ?? value;
+  }
+  if (value === null || typeof value !== "object") return value;
+  let changed = false;
+  // No prototype: a "__proto__" property stays a property.
+  const out = Object.create(null) as Record<string, unknown>;
+  for (const [key, item] of Object.entries(value)) {
+    const name = scrub(key);
+    const scrubbed = scrubValue(item, scrub);
+    if (name !== key || scrubbed !== item) changed = true;
+    out[name] = scrubbed;
+  }
+  return changed ? out : value;
 }
 
 /** Replace the key and every run of at least 8 of its characters found in `text`. */
 export function scrubSecret(text: string, secret: string | undefined): string {
-  return createScrubber(secret)(text);
-}
-
-/**
- * A scrubber for one key, built per attempt. It scans text with a rolling
- * hash of 8-character windows (no allocation per position), so running every
- * streamed event and every answer through it costs little.
- */
-export function createScrubber(secret: string | undefined): (text: string) => string {
-  if (!secret || secret.length < MIN_FRAGMENT) return (text) => text;
-  const windows = new Map<number, string[]>();
-  for (let i = 0; i + MIN_FRAGMENT <= secret.length; i += 1) {
-    const h = hashAt(secret, i);
-    const list = windows.get(h);
-    const fragment = secret.slice(i, i + MIN_FRAGMENT);
-    if (list) list.push(fragment);
-    else windows.set(h, [fragment]);
-  }
-  return (text) => scrubWith(text, windows);
-}
-
-function scrubWith(text: string, windows: Map<number, string[]>): string {
-  if (text.length < MIN_FRAGMENT) return text;
-  let covered: Uint8Array | undefined;
-  let h = hashAt(text, 0);
-  for (let i = 0; ; i += 1) {
-    const candidates = windows.get(h);
-    if (candidates && candidates.includes(text.slice(i, i + MIN_FRAGMENT))) {
-      covered ??= new Uint8Array(text.length);
-      covered.fill(1, i, i + MIN_FRAGMENT);
-    }
-    if (i + MIN_FRAGMENT >= text.length) break;
-    h = (Math.imul((h - Math.imul(text.charCodeAt(i), TOP)) >>> 0, BASE) + text.charCodeAt(i + MIN_FRAGMENT)) >>> 0;
-  }
-  if (!covered) return text;
-  let result = "";
-  for (let i = 0; i < text.length; i += 1) {
-    if (covered[i] === 1) {
-      if (i === 0 || covered[i - 1] !== 1) result += REDACTED;
-    } else result += text[i];
-  }
-  return result;
+  return createScrubber(secret).text(text);
 }
