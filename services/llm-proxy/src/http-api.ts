@@ -5,11 +5,12 @@
 import type http from "node:http";
 import type http2 from "node:http2";
 import type { Logger } from "@oz0/serving";
+import { forwardedHeaders } from "./forwarded-headers.js";
 import type { KeyVault } from "./key-vault.js";
 import { runModelCall, type ModelCallDeps, type ResolvedProvider } from "./model-call.js";
 import { ProxyError } from "./proxy-error.js";
 import type { TokenRecord } from "./proxy-store.js";
-import { scrubSecret } from "./secret-scrubber.js";
+import { createScrubber } from "./secret-scrubber.js";
 import type { SessionTokens } from "./session-tokens.js";
 import { readAll, sendUpstream } from "./upstream-client.js";
 import { traceModelCall } from "./tracing.js";
@@ -44,39 +45,20 @@ function route(rawUrl: string): Route | undefined {
   return { provider: match[1]!, operation, wire: operation === "chat_completions" ? "openai" : "anthropic", upstreamPath: `/v1/${tail}${url.search}` };
 }
 
-/** Request headers never passed upstream: hop-by-hop, the session token, our own. */
-const DROP_REQUEST_HEADERS = new Set([
-  "host",
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "transfer-encoding",
-  "te",
-  "upgrade",
-  "content-length",
-  "authorization",
-  "x-api-key",
-  "proxy-authorization",
-  "cookie",
-  "accept-encoding",
-]);
-
-function forwardHeaders(req: ClientRequest, wire: Wire): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [name, value] of Object.entries(req.headers)) {
-    if (value === undefined || name.startsWith(":") || name.startsWith("oz0-") || DROP_REQUEST_HEADERS.has(name)) continue;
-    out[name] = Array.isArray(value) ? value.join(", ") : value;
-  }
-  // The proxy reads every answer to meter it: ask for it uncompressed.
-  out["accept-encoding"] = "identity";
-  out["content-type"] = "application/json";
-  if (wire === "anthropic" && !out["anthropic-version"]) out["anthropic-version"] = "2023-06-01";
-  return out;
-}
-
 function header(req: ClientRequest, name: string): string | undefined {
   const value = req.headers[name];
   return Array.isArray(value) ? value[0] : value;
+}
+
+/**
+ * Every credential the request carries (x-api-key, Authorization with or
+ * without its scheme), so no forwarded header passes one on. Values shorter
+ * than a token cannot be one and would only drop headers by chance.
+ */
+function presentedCredentials(req: ClientRequest): string[] {
+  const authorization = header(req, "authorization")?.trim();
+  const afterScheme = /^\S+\s+(.+)$/.exec(authorization ?? "")?.[1]?.trim();
+  return [header(req, "x-api-key")?.trim(), authorization, afterScheme].filter((value): value is string => value !== undefined && value.length >= 8);
 }
 
 /** The caller's token record, or a ProxyError naming what is wrong. */
@@ -147,7 +129,7 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
     res.on("close", () => {
       if (!res.writableEnded) clientGone.abort();
     });
-    const headers = forwardHeaders(req, wire);
+    const headers = forwardedHeaders({ incoming: req.headers, wire, credentials: presentedCredentials(req) });
     if (found.operation === "count_tokens") {
       await countTokens({ options, res, provider, headers, rawBody: sendBody, upstreamPath: found.upstreamPath, signal: clientGone.signal });
       return;
@@ -204,7 +186,7 @@ async function countTokens(args: {
     const upstream = await sendUpstream({ url: new URL(args.upstreamPath, provider.baseUrl), headers, body: args.rawBody, signal: args.signal });
     status = upstream.statusCode ?? 502;
     contentType = String(upstream.headers["content-type"] ?? "application/json");
-    text = scrubSecret((await readAll(upstream))!.toString("utf8"), secret);
+    text = createScrubber(secret).json((await readAll(upstream))!.toString("utf8"));
   } catch (error) {
     sendError(res, { wire: "anthropic", status: 502, type: "api_error", message: `provider ${provider.config.name} could not be reached (${(error as { code?: string }).code ?? "error"}); try again later` });
     return;

@@ -6,6 +6,9 @@ import { describe, it } from "node:test";
 import { query } from "@anthropic-ai/claude-agent-sdk";
 import { startFixture } from "./proxy-fixture.js";
 
+/** The Anthropic allowlist, and what the proxy and HTTP set (the key, the body's type and length). */
+const PROVIDER_SEES = new Set(["anthropic-version", "anthropic-beta", "accept", "user-agent", "x-app", "x-api-key", "content-type", "accept-encoding", "content-length", "host", "connection"]);
+
 void describe("the Claude Code binary through the proxy", () => {
   void it("runs a session with only the base URL, token and headers swapped, metered under the job", async () => {
     const work = mkdtempSync(path.join(tmpdir(), "oz0-proxy-claude-work-"));
@@ -49,6 +52,15 @@ void describe("the Claude Code binary through the proxy", () => {
       assert.deepEqual(calls.map((c) => c.usage.input), [900, 950]);
       assert.equal(readFileSync(path.join(work, "hello.txt"), "utf8"), "hello\n");
       assert.ok(fx.model.requests.every((r) => r.headers["oz0-job"] === undefined));
+      // What Claude Code needs reaches the provider through the header allowlist, and nothing else does.
+      for (const request of fx.model.requests) {
+        assert.deepEqual(Object.keys(request.headers).filter((name) => !PROVIDER_SEES.has(name)), [], "only allowlisted headers");
+        assert.match(request.headers["anthropic-beta"] ?? "", /claude-code-/);
+        assert.match(request.headers["anthropic-version"] ?? "", /^\d{4}-\d{2}-\d{2}$/);
+        assert.match(request.headers["user-agent"] ?? "", /^claude-cli\//);
+        assert.equal(request.headers["x-app"], "cli");
+        assert.ok(!JSON.stringify(request.headers).includes(e.token), "the session token stays at the proxy");
+      }
     } finally {
       await fx.close();
     }
