@@ -111,7 +111,7 @@ void describe("usage events and count_tokens", () => {
       ],
     });
     const logger = pino({ level: "silent" });
-    const fx = await startFixture({ turns: [{ text: `secret prompt answer ${PLANTED_KEY}`, usage: { input: 5, output: 6, cacheRead: 1 } }], config: { usageSink: eventsUsageSink({ url: events.url, logger }) } });
+    const fx = await startFixture({ turns: [{ text: `secret prompt answer ${PLANTED_KEY}`, usage: { input: 5, output: 6, cacheRead: 1 } }], config: { usageSink: eventsUsageSink({ url: events.url, logger, token: testCredentials.services["llm-proxy"] }) } });
     try {
       const e = await fx.session();
       const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
