@@ -200,7 +200,7 @@ void describe("sandbox nodes", () => {
     assert.notEqual(anonymous.code, 0);
     const listed = await run(buf, [...args, "-H", `authorization: Bearer ${TOKEN}`, "--reflect-header", "*", "--list-methods", server.url]);
     assert.match(listed.stdout, /oz0\.orchestrator\.v1\.SandboxNodeService\/Heartbeat/);
-    const called = await run(buf, [...args, "-H", `authorization: Bearer ${TOKEN}`, "--data", data, method]);
+    const called = await run(buf, [...args, "-H", `authorization: Bearer ${TOKEN}`, "--reflect-header", "*", "--data", data, method]);
     assert.equal(called.code, 0, called.stderr);
     assert.deepEqual(JSON.parse(called.stdout), { staleAfterMs: STALE_AFTER_MS });
     const node = (await registry.listLive()).find((n) => n.id === "curl-node");

@@ -48,7 +48,7 @@ void describe("a session on a node that went silent before it was heard from", (
     runner = new JobRunner({
       store,
       feed: new JobFeed(),
-      placement: new RegistryPlacement({ registry }),
+      placement: new RegistryPlacement({ registry, serviceToken: t.stack.credentials.orchestrator }),
       tokens: proxy,
       policy: new PermissionPolicy({ hooks: [new HookStage()] }),
       home,
