@@ -54,6 +54,7 @@ import { failedPrecondition, invalidArgument, notFound, OrchestratorError, permi
 import type { PermissionPolicy, PolicyDecision } from "./permission-policy.js";
 import {
   SandboxFullError,
+  SandboxRefusedError,
   SessionNotFoundError,
   type LifecycleInit,
   type LifecycleSink,
@@ -643,6 +644,10 @@ export class JobRunner {
         }
         if (error instanceof SessionNotFoundError) {
           await this.#finish(jobId, { failure: "the session was lost: its sandbox no longer knows it (was the sandbox restarted?)" });
+          return;
+        }
+        if (error instanceof SandboxRefusedError) {
+          await this.#finish(jobId, { failure: error.message });
           return;
         }
         if (attempt + 1 >= attempts) {

@@ -15,6 +15,7 @@ import { bearerInterceptor, traceContextClientInterceptor } from "@oz0/serving";
 import { MessageQueue } from "./message-queue.js";
 import {
   SandboxFullError,
+  SandboxRefusedError,
   SessionNotFoundError,
   type SandboxMessage,
   type SessionChannel,
@@ -93,6 +94,7 @@ class SandboxChannel implements SessionChannel {
       const err = ConnectError.from(error);
       if (err.code === Code.NotFound) throw new SessionNotFoundError(this.#sessionId);
       if (err.code === Code.ResourceExhausted) throw new SandboxFullError(this.#url);
+      if (err.code === Code.Unauthenticated || err.code === Code.PermissionDenied) throw new SandboxRefusedError(this.#url, err.rawMessage);
       throw err;
     } finally {
       this.#requests.end();

@@ -56,6 +56,17 @@ export class SandboxFullError extends Error {
   }
 }
 
+/**
+ * The sandbox refused this orchestrator's credential: a configuration error
+ * that trying again does not mend, so the job fails at once saying what to set.
+ */
+export class SandboxRefusedError extends Error {
+  constructor(url: string, reason: string) {
+    super(`the sandbox at ${url} refused this orchestrator (${reason}); give the orchestrator its OZ0_SERVICE_TOKEN and the sandbox that token's SHA-256 as OZ0_PEER_ORCHESTRATOR_SHA256`);
+    this.name = "SandboxRefusedError";
+  }
+}
+
 export interface SessionRunner {
   readonly url: string;
   start(options: StartSessionOptions): SessionChannel;

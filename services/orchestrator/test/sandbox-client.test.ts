@@ -6,6 +6,7 @@ import { createServer } from "node:net";
 import { test } from "node:test";
 import { ConnectError, Code } from "@connectrpc/connect";
 import { SandboxClient } from "../src/sandbox-client.js";
+import { SandboxRefusedError, SessionNotFoundError } from "../src/session-runner.js";
 
 async function refusedPort(): Promise<number> {
   const server = createServer();
@@ -37,5 +38,37 @@ void test("a session stream to an unreachable node fails when read, and not as a
     assert.deepEqual(unhandled, []);
   } finally {
     process.off("unhandledRejection", record);
+  }
+});
+
+void test("a sandbox that refuses this orchestrator's credential gives a typed error naming what to set, not a stream to retry", async () => {
+  const { startSandbox } = await import("@oz0/sandbox");
+  const { testCredentials } = await import("@oz0/serving/testing");
+  const { mkdtempSync, rmSync } = await import("node:fs");
+  const os = await import("node:os");
+  const path = await import("node:path");
+  const root = mkdtempSync(path.join(os.tmpdir(), "oz0-refused-"));
+  const sandbox = await startSandbox({ port: 0, root, isolation: "none", auth: testCredentials.settingsFor("sandbox") });
+  try {
+    for (const token of [undefined, testCredentials.services["llm-proxy"], testCredentials.owner]) {
+      const channel = new SandboxClient({ url: sandbox.url, token }).reattach({ sessionId: "ses_any", afterSeq: 0 });
+      await assert.rejects(
+        (async () => {
+          for await (const message of channel) assert.fail(`no message expected, got ${message.kind}`);
+        })(),
+        (error: unknown) => error instanceof SandboxRefusedError && /refused this orchestrator .*OZ0_PEER_ORCHESTRATOR_SHA256/.test(error.message),
+      );
+    }
+    // With the orchestrator's credential the same call reaches the sandbox, which does not know the session.
+    const known = new SandboxClient({ url: sandbox.url, token: testCredentials.services.orchestrator }).reattach({ sessionId: "ses_any", afterSeq: 0 });
+    await assert.rejects(
+      (async () => {
+        for await (const message of known) assert.fail(`no message expected, got ${message.kind}`);
+      })(),
+      (error: unknown) => error instanceof SessionNotFoundError,
+    );
+  } finally {
+    await sandbox.close();
+    rmSync(root, { recursive: true, force: true });
   }
 });
