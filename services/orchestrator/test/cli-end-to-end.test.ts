@@ -12,7 +12,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { ScriptedTurn } from "@oz0/harness/testing";
 import { SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
-import { commitAll, eventually, makePluginRepo, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
+import { cliMain, commitAll, eventually, makePluginRepo, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
 
 const run = promisify(execFile);
 const demoScript = JSON.parse(readFileSync(path.join(repoRoot, "examples/plugins/example/demo-script.json"), "utf8")) as ScriptedTurn[];
@@ -252,4 +252,27 @@ void test("oz0 secret set hands the value to the LLM proxy; the orchestrator nev
   const empty = await t.cli(["secret", "set", "OPENAI_API_KEY"], { input: "" });
   assert.equal(empty.code, 1);
   assert.match(empty.stderr, /^oz0: no value on stdin: pipe it in/);
+});
+
+void test("output piped to another program is whole: jobs list --json over 10 MB reads the same as written to a file", async () => {
+  const { JobService } = await import("@oz0/proto/oz0/orchestrator/v1/orchestrator_pb");
+  const { bearerInterceptor } = await import("@oz0/serving");
+  const jobs = createClient(JobService, createGrpcTransport({ baseUrl: t.url, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
+  // Installed already by the first test; again, so this test also runs on its own (no agent changes: nothing new is published).
+  assert.equal((await t.cli(["plugin", "install", repo])).code, 0);
+  // Large inputs make a large listing; the jobs are cancelled at once (what they do does not matter).
+  const input = "x".repeat(1 << 20);
+  for (let i = 0; i < 11; i++) {
+    const { job } = await jobs.runAgent({ agent: "fixer", input: `${i} ${input}` });
+    await jobs.cancelJob({ jobId: job!.id, reason: "only listed" });
+  }
+  const file = path.join(t.home, "listing.json");
+  const env = { ...process.env, OZ0_URL: t.url, OZ0_HOME: t.home, OZ0_LOG_LEVEL: "warn" };
+  const cli = `${JSON.stringify(process.execPath)} ${JSON.stringify(cliMain)} jobs list --json --limit 100`;
+  await promisify(execFile)("bash", ["-c", `${cli} > ${JSON.stringify(file)}`], { env });
+  // A slow reader: the pipe fills and the CLI must wait for it before exiting.
+  const piped = await promisify(execFile)("bash", ["-c", `set -o pipefail; ${cli} | (sleep 1; wc -c)`], { env });
+  const written = readFileSync(file).length;
+  assert.ok(written > 10 * (1 << 20), `the listing is ${written} bytes`);
+  assert.equal(Number(piped.stdout.trim()), written);
 });

@@ -309,5 +309,16 @@ try {
     process.exitCode = error instanceof CliError ? error.exitCode : EXIT.error;
   }
 }
-// Idle HTTP/2 sessions to the orchestrator would keep the process alive for a while.
+// Idle HTTP/2 sessions to the orchestrator would keep the process alive for a
+// while, so the CLI exits itself, but only once what it wrote has left: writes
+// to a pipe are asynchronous, and exiting at once cut piped output at 64 KiB.
+await Promise.all([drained(process.stdout), drained(process.stderr)]);
 process.exit(process.exitCode ?? EXIT.ok);
+
+/** Resolves when everything written to `stream` so far has been handed to the OS (or the reader went away). */
+function drained(stream: NodeJS.WriteStream): Promise<void> {
+  return new Promise((resolve) => {
+    if (stream.destroyed || !stream.writable) return resolve();
+    stream.write("", () => resolve());
+  });
+}
