@@ -50,7 +50,10 @@ const scriptFile = path.join("examples/plugins/example", demo.script);
 const script = useRealModel ? undefined : JSON.parse(readFileSync(path.join(root, scriptFile), "utf8"));
 const defaults = embeddedStackEnv({ home, ...(script ? { script } : {}) });
 
-const say = (line) => process.stdout.write(`\n\x1b[1m${line}\x1b[0m\n`);
+// Bold and colour only on a terminal, and never with NO_COLOR (no-color.org).
+const styled = process.stdout.isTTY && !process.env.NO_COLOR;
+const style = (code, text) => (styled ? `\x1b[${code}m${text}\x1b[0m` : text);
+const say = (line) => process.stdout.write(`\n${style(1, line)}\n`);
 say(`Orchestrator Zero demo (data in ${home})`);
 if (useRealModel) console.log("Model: anthropic/claude-sonnet-5-5 through the LLM proxy, with ANTHROPIC_API_KEY from the environment.");
 else console.log(`Model: the SCRIPTED model (no ANTHROPIC_API_KEY set): it answers from ${scriptFile}.\nThe tools, the session and the test run are real. Set ANTHROPIC_API_KEY to use a real model.`);
@@ -60,7 +63,7 @@ const stack = await startEmbeddedStack({ home, env: defaults.env });
 let exitCode = 1;
 try {
   const notice = isolationNotice(stack);
-  if (notice) console.log(`\x1b[33mnote: ${notice}\x1b[0m`);
+  if (notice) console.log(style(33, `note: ${notice}`));
   console.log(`Stack: orchestrator ${stack.urls.orchestrator}, sandbox ${stack.urls.sandbox}, llm-proxy ${stack.urls["llm-proxy"]}, events ${stack.urls.events} (logs in ${path.join(home, "logs")})`);
   const env = { ...process.env, OZ0_URL: stack.urls.orchestrator, OZ0_HOME: home };
   const oz0 = (args, options = {}) =>

@@ -48,6 +48,8 @@ void test("npm start runs claude-fixer on Claude Code with the scripted model, a
   assert.match(out, /result \(completed, 4 turns\)/);
   assert.match(out, /# pass 2\n# fail 0/);
   assert.match(out, /The test passes\./);
+  // Piped, not a terminal: no formatting codes.
+  assert.equal(out.includes("\x1b["), false, "escape codes in piped output");
 });
 
 void test("OZ0_DEMO_HARNESS=fake runs the fake-harness fixer instead, and the patched test passes", async () => {
