@@ -26,6 +26,16 @@ function processAlive(pid: number): boolean {
   }
 }
 
+/** Running as `uid` already: setpriv starts as root and switches before it execs. */
+function runningAs(pid: number, uid: number): boolean {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    return /^Name:\s+sleep$/m.test(status) && new RegExp(`^Uid:\\s+${uid}\\s`, "m").test(status);
+  } catch {
+    return false;
+  }
+}
+
 async function until(condition: () => boolean, what: string): Promise<void> {
   for (let i = 0; i < 400 && !condition(); i++) await new Promise((resolve) => setTimeout(resolve, 25));
   assert(condition(), what);
@@ -65,13 +75,13 @@ void describe("session uids", { skip }, () => {
     const pool = new SessionUserPool({ range, logger });
     const lease = await pool.acquire();
     const escaped = processAs(lease.uid);
-    await until(() => processAlive(escaped), "the process started");
+    await until(() => runningAs(escaped, lease.uid), "the process runs as the uid");
     await lease.release();
     await until(() => !processAlive(escaped), "the released uid's process was killed");
 
     // Left behind by a sandbox that was killed (nobody holds the uid): the next holder starts clean.
     const leftover = processAs(range.base);
-    await until(() => processAlive(leftover), "the leftover started");
+    await until(() => runningAs(leftover, range.base), "the leftover runs as the uid");
     const next = await pool.acquire();
     await until(() => !processAlive(leftover), "the leftover was killed before the uid was handed out");
     await next.release();
@@ -84,7 +94,7 @@ void describe("session uids", { skip }, () => {
     const alive = processAs(running.uid);
     const freeUid = running.uid === BASE ? BASE + 1 : BASE;
     const leftover = processAs(freeUid);
-    await until(() => processAlive(alive) && processAlive(leftover), "both started");
+    await until(() => runningAs(alive, running.uid) && runningAs(leftover, freeUid), "both run as their uids");
     const starting = new SessionUserPool({ range, logger });
     assert.equal(await starting.killLeftovers(), 1);
     await until(() => !processAlive(leftover), "the leftover was killed");
