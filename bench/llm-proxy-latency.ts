@@ -139,8 +139,11 @@ if (role === "upstream") {
 } else if (role === "proxy") {
   const { startLlmProxy } = await import("@oz0/llm-proxy");
   const pino = (await import("pino")).default;
+  const { testCredentials } = await import("@oz0/serving/testing");
   const proxy = await startLlmProxy({
     dataDir: ":memory:",
+    // The control API answers the orchestrator's credential: this process holds it, as the orchestrator does.
+    auth: testCredentials.settingsFor("llm-proxy"),
     kek: Buffer.alloc(32, 1),
     providers: [{ name: "anthropic", baseUrl: options.upstream, keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15 } } }],
     logger: pino({ level: "warn" }),
@@ -148,7 +151,7 @@ if (role === "upstream") {
   const { createClient } = await import("@connectrpc/connect");
   const { createGrpcTransport } = await import("@connectrpc/connect-node");
   const { LlmProxyService, SecretService } = await import("@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb");
-  const transport = createGrpcTransport({ baseUrl: proxy.url });
+  const transport = createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] });
   await createClient(SecretService, transport).setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-bench-key-0123456789" });
   // A budget, so the reservation path is measured too.
   const minted = await createClient(LlmProxyService, transport).mintSessionToken({ job: "bench", agent: "bench", session: "bench", budgetUsd: 1_000_000 });

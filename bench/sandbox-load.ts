@@ -24,6 +24,7 @@ import { startScriptedModel } from "@oz0/harness/testing";
 import { ProtocolVersion, SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { SandboxService, SessionStatus, type RunSessionResponse } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { startSandbox, type IsolationSetting } from "@oz0/sandbox";
+import { testCredentials } from "@oz0/serving/testing";
 import { benchOptions } from "./bench-options.js";
 
 const { sessions: SESSIONS, events: EVENTS, isolation, harness } = benchOptions({
@@ -135,7 +136,7 @@ async function baseline(): Promise<RunStats> {
 
 async function throughSandbox(): Promise<RunStats & { problems: string[]; isolation: string }> {
   const root = mkdtempSync(path.join(os.tmpdir(), "oz0-bench-sandbox-"));
-  const sandbox = await startSandbox({ port: 0, root, isolation: ISOLATION, maxSessions: SESSIONS, readOnlyPaths: [REPO] });
+  const sandbox = await startSandbox({ port: 0, root, isolation: ISOLATION, maxSessions: SESSIONS, readOnlyPaths: [REPO], auth: testCredentials.settingsFor("sandbox") });
   try {
     return await loadSandbox(sandbox.url, sandbox.isolation);
   } finally {
@@ -145,7 +146,8 @@ async function throughSandbox(): Promise<RunStats & { problems: string[]; isolat
 }
 
 async function loadSandbox(url: string, isolation: string): Promise<RunStats & { problems: string[]; isolation: string }> {
-  const client = createClient(SandboxService, createGrpcTransport({ baseUrl: url }));
+  // The bench stands in for the orchestrator, with its credential.
+  const client = createClient(SandboxService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }));
   const problems: string[] = [];
   const memory = sampleMemory();
   const t0 = performance.now();

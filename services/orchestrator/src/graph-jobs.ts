@@ -28,7 +28,7 @@ import { graphAgents, type GraphRegistry, type GraphVersionRecord } from "./grap
 import type { GraphStore } from "./graph-store.js";
 import type { JobFeed } from "./job-feed.js";
 import { asBystander, soleOwnership, type JobOwnership } from "./job-ownership.js";
-import { appendJobStep, isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
+import { appendJobStep, checkJobInput, isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
 import { ACTIVE_JOB_STATES, type JobPatch, type JobRecord, type JobStateName, type JobStore } from "./job-store.js";
 import { invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
 import type { LifecycleInit, LifecycleSink } from "./session-runner.js";
@@ -129,6 +129,7 @@ export class GraphJobs {
   }
 
   async run(options: { graph: string; input: string; startedBy?: string }): Promise<JobRecord> {
+    checkJobInput(options.input);
     if (this.#closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
     const graph = await this.#o.registry.resolveVersion(options.graph);
     // Pin every agent's latest version now: a run never changes agents half way.

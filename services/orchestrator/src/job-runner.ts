@@ -4,7 +4,7 @@
 // requests through the policy, finishes the job with its result and
 // artifacts. On start-up it re-attaches to every job that was running.
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { create, fromJson, type JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate, ValueSchema } from "@bufbuild/protobuf/wkt";
@@ -135,6 +135,8 @@ interface ActiveJob {
   exitError: string;
   /** Set when the harness broke the tool policy; the job fails with it. */
   violation?: string;
+  /** Set when the sandbox failed the session (the harness broke the protocol or a limit); the job fails with it, whatever its result. */
+  sessionFailure?: string;
   /** Another replica took the job's lease: stop following it without finishing it. */
   abandoned?: boolean;
   /** Re-attached to a session that may never have started: start it if the sandbox does not know it. */
@@ -180,6 +182,32 @@ export function newJobId(): string {
 
 /** Why a pending job has not started, in its events. */
 export const WAITING_FOR_ROOM = "waiting for a sandbox node with free capacity: every node is full, or none sends heartbeats; the job starts when one has room";
+
+/** A job's input is a prompt, not a payload: larger material goes in an attachment. */
+export const MAX_JOB_INPUT_BYTES = 2 * 1024 * 1024;
+/** What a job's attachments may add up to; the sandbox copies them into every session of the job. */
+export const MAX_ATTACHMENT_BYTES = 256 * 1024 * 1024;
+
+export function checkJobInput(input: string): void {
+  const bytes = Buffer.byteLength(input);
+  if (bytes > MAX_JOB_INPUT_BYTES) {
+    throw invalidArgument(`the job's input is ${bytes} bytes; at most ${MAX_JOB_INPUT_BYTES} (2 MiB) are taken: put larger material in a file and pass it with --attach`);
+  }
+}
+
+/** Walks the attachments (symbolic links are not followed) and refuses them past MAX_ATTACHMENT_BYTES. */
+function checkAttachmentsSize(paths: readonly string[]): void {
+  let total = 0;
+  const walk = (p: string): void => {
+    const stat = lstatSync(p);
+    if (stat.isDirectory()) for (const entry of readdirSync(p)) walk(path.join(p, entry));
+    else if (stat.isFile()) total += stat.size;
+    if (total > MAX_ATTACHMENT_BYTES) {
+      throw invalidArgument(`the job's attachments add up to more than ${MAX_ATTACHMENT_BYTES} bytes (256 MiB); attach less, or give the agent a way to fetch what it needs`);
+    }
+  };
+  for (const p of paths) walk(p);
+}
 
 /** A person's answer to a call that waits for them; `answeredBy` is the authenticated principal, never a name from the request. */
 export interface AnswerOptions {
@@ -310,12 +338,14 @@ export class JobRunner {
   async runAgent(options: { agent: string; input: string; attachments?: string[]; version?: number; servedTools?: string; id?: string; startedBy?: string }): Promise<JobRecord> {
     if (this.#closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
     if (options.servedTools && !this.#o.servedTools?.[options.servedTools]) throw new Error(`no runtime tools named ${options.servedTools} are served here`);
+    checkJobInput(options.input);
     const agent = await this.#agents.resolve(options.agent, options.version);
     const attachments = (options.attachments ?? []).map((a) => {
       if (!path.isAbsolute(a)) throw invalidArgument(`attachment ${a} is not an absolute path; pass absolute paths on the orchestrator's host`);
       if (!existsSync(a)) throw invalidArgument(`attachment ${a} does not exist on the orchestrator's host; check the path`);
       return a;
     });
+    checkAttachmentsSize(attachments);
     const now = new Date();
     const job: JobRecord = {
       id: options.id ?? newJobId(),
@@ -687,6 +717,13 @@ export class JobRunner {
       case "exited":
         if (!active.result && message.result) active.result = message.result;
         active.exitError = message.error || (message.exitCode !== 0 || message.signal ? `the harness exited (code ${message.exitCode}${message.signal ? `, signal ${message.signal}` : ""})` : "");
+        if (message.failure) {
+          active.sessionFailure = message.failure;
+          // Stored with the seq that passes it: a restart or a takeover after this point re-attaches
+          // past `exited` and must fail the job alike (#endJob reads it back). A cancel keeps its reason.
+          const job = await this.#o.store.getJob(jobId);
+          if (job && !job.cancelRequestedAt) seqPatch.error = message.failure;
+        }
         await this.#o.store.updateJob(jobId, seqPatch);
         return;
       case "artifacts": {
@@ -1189,7 +1226,9 @@ export class JobRunner {
       const active = this.#active.get(jobId);
       // The result as this process saw it, else as stored: a session that ended before a
       // restart or a takeover delivered its result to the replica that followed it then.
-      const result = active?.result ?? (job.stopReason ? create(SessionResultSchema, { stopReason: job.stopReason, text: job.resultText }) : undefined);
+      let result = active?.result ?? (job.stopReason ? create(SessionResultSchema, { stopReason: job.stopReason, text: job.resultText }) : undefined);
+      // A running job's error is only ever written by a cancel (with cancelRequestedAt) or by a failed session (#handle).
+      const sessionFailure = active?.sessionFailure ?? (job.error && !job.cancelRequestedAt ? job.error : undefined);
       let state: JobStateName;
       let error = "";
       if (job.cancelRequestedAt) {
@@ -1198,6 +1237,11 @@ export class JobRunner {
       } else if (options.failure || active?.violation) {
         state = "failed";
         error = options.failure || active!.violation!;
+      } else if (sessionFailure) {
+        state = "failed";
+        error = sessionFailure;
+        // Whatever the harness wrote as its result came from a session that broke the rules: not the job's result.
+        result = create(SessionResultSchema, { stopReason: StopReason.UNSPECIFIED, text: "" });
       } else if (result && result.stopReason === StopReason.COMPLETED) {
         state = "succeeded";
       } else {

@@ -15,7 +15,7 @@ import {
   PluginService,
   SecretService,
   type AgentVersion,
-  type JobState,
+  JobState,
   type Approval,
   type Job,
   type JobEvent,
@@ -252,6 +252,8 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     listJobs: (req) =>
       handle(async () => {
         const state = req.state ? PROTO_TO_STATE.get(req.state) : undefined;
+        // An unknown state filters nothing: refused, rather than listing every job as if no filter was given.
+        if (req.state && !state) throw new ConnectError(`state ${req.state} is not a job state; use one of ${[...PROTO_TO_STATE.keys()].map((s) => JobState[s]).join(", ")}`, Code.InvalidArgument);
         const list = await deps.store.listJobs({ limit: req.limit || 50, ...(state ? { state } : {}), ...(req.agent ? { agent: req.agent } : {}) });
         return { jobs: list.map(jobToProto) };
       }),

@@ -276,3 +276,18 @@ void test("output piped to another program is whole: jobs list --json over 10 MB
   assert.ok(written > 10 * (1 << 20), `the listing is ${written} bytes`);
   assert.equal(Number(piped.stdout.trim()), written);
 });
+
+void test("the API refuses an input over its limit and a state that is not one, naming what is allowed", async () => {
+  const { JobService, JobState } = await import("@oz0/proto/oz0/orchestrator/v1/orchestrator_pb");
+  const { bearerInterceptor } = await import("@oz0/serving");
+  const jobs = createClient(JobService, createGrpcTransport({ baseUrl: t.url, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
+  assert.equal((await t.cli(["plugin", "install", repo])).code, 0);
+  await assert.rejects(jobs.runAgent({ agent: "fixer", input: "x".repeat(2 * 1024 * 1024 + 1) }), (e: unknown) => {
+    const err = ConnectError.from(e);
+    return err.code === Code.InvalidArgument && /at most 2097152 \(2 MiB\) are taken: put larger material in a file and pass it with --attach/.test(err.rawMessage);
+  });
+  await assert.rejects(jobs.listJobs({ state: 99 as typeof JobState.RUNNING }), (e: unknown) => {
+    const err = ConnectError.from(e);
+    return err.code === Code.InvalidArgument && /state 99 is not a job state; use one of .*RUNNING/.test(err.rawMessage);
+  });
+});

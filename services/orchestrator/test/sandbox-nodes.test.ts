@@ -205,7 +205,8 @@ void describe("sandbox nodes", () => {
     assert.deepEqual(JSON.parse(called.stdout), { staleAfterMs: STALE_AFTER_MS });
     const node = (await registry.listLive()).find((n) => n.id === "curl-node");
     assert.deepEqual([node?.url, node?.capacity], ["http://10.9.9.9:7701", 4]);
-    const refused = await run(buf, [...args, "--data", data, method]);
+    // Reflection with the token, the call itself without: the call is refused.
+    const refused = await run(buf, [...args, "--reflect-header", `authorization: Bearer ${TOKEN}`, "--data", data, method]);
     assert.notEqual(refused.code, 0);
     assert.match(refused.stderr, /unauthenticated/);
   });
