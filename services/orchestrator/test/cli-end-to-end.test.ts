@@ -278,7 +278,7 @@ void test("output piped to another program is whole: jobs list --json over 10 MB
 });
 
 void test("the API refuses an input over its limit and a state that is not one, naming what is allowed", async () => {
-  const { JobService, JobState } = await import("@oz0/proto/oz0/orchestrator/v1/orchestrator_pb");
+  const { JobService } = await import("@oz0/proto/oz0/orchestrator/v1/orchestrator_pb");
   const { bearerInterceptor } = await import("@oz0/serving");
   const jobs = createClient(JobService, createGrpcTransport({ baseUrl: t.url, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
   assert.equal((await t.cli(["plugin", "install", repo])).code, 0);
@@ -286,7 +286,7 @@ void test("the API refuses an input over its limit and a state that is not one, 
     const err = ConnectError.from(e);
     return err.code === Code.InvalidArgument && /at most 2097152 \(2 MiB\) are taken: put larger material in a file and pass it with --attach/.test(err.rawMessage);
   });
-  await assert.rejects(jobs.listJobs({ state: 99 as typeof JobState.RUNNING }), (e: unknown) => {
+  await assert.rejects(jobs.listJobs({ state: 99 as never }), (e: unknown) => {
     const err = ConnectError.from(e);
     return err.code === Code.InvalidArgument && /state 99 is not a job state; use one of .*RUNNING/.test(err.rawMessage);
   });
