@@ -29,11 +29,11 @@ function conformance(args: string[]): Promise<{ code: number; stdout: string; st
 void test("oz0-harness-conformance passes with a second ACP agent (expected failures: what ACP cannot express)", async () => {
   const { code, stdout, stderr } = await conformance(readmeCommand("--agent-command"));
   assert.equal(code, 0, `${stdout}\n${stderr}`);
-  for (const id of ["handshake", "text", "model-headers", "permission-allow", "permission-deny", "cancellation", "max-turns", "unknown-fields", "working-dir"]) {
+  for (const id of ["handshake", "protocol-version", "text", "model-headers", "unknown-fields", "permission-allow", "permission-deny", "permission-outcome", "tool-events", "working-dir", "max-turns", "cancellation", "cancelled-result", "processes"]) {
     assert.match(stdout, new RegExp(`^PASS {2}${id}:`, "m"));
   }
   assert.match(stdout, /^XFAIL permission-modified-input:/m);
-  assert.match(stdout, /^9 passed, 0 failed$/m);
+  assert.match(stdout, /^14 passed, 0 failed$/m);
 });
 
 void test("oz0-harness-conformance with claude-agent-acp: working directory and turn limit", async () => {

@@ -8,7 +8,7 @@ conformance kit as the TypeScript fake harness.
 """
 import json, os, signal, subprocess, sys, urllib.request
 
-state = {"result_sent": False, "turns": 0, "ids": 0}
+state = {"result_sent": False, "turns": 0, "ids": 0, "usage": {}}
 
 
 def emit(**event):
@@ -20,7 +20,8 @@ def finish(stop_reason, text="", error="", structured=None):
     if state["result_sent"]:
         return
     state["result_sent"] = True
-    result = {"stopReason": stop_reason, "text": text, "error": error, "turns": state["turns"]}
+    totals = [{"model": m, "inputTokens": str(u[0]), "outputTokens": str(u[1])} for m, u in state["usage"].items()]
+    result = {"stopReason": stop_reason, "text": text, "error": error, "turns": state["turns"], "usage": totals}
     if structured is not None:
         result["structuredOutput"] = structured
     emit(result=result)
@@ -87,6 +88,9 @@ def main():
         url = llm["anthropicBaseUrl"].rstrip("/") + "/v1/messages"
         reply = json.load(urllib.request.urlopen(urllib.request.Request(url, body, headers)))
         usage = reply.get("usage", {})
+        total = state["usage"].setdefault(model, [0, 0])
+        total[0] += usage.get("input_tokens", 0)
+        total[1] += usage.get("output_tokens", 0)
         emit(usage={"model": model, "inputTokens": str(usage.get("input_tokens", 0)), "outputTokens": str(usage.get("output_tokens", 0))})
         messages.append({"role": "assistant", "content": reply["content"]})
         text = "".join(block.get("text", "") for block in reply["content"] if block["type"] == "text")

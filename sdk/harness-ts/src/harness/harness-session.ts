@@ -227,6 +227,11 @@ export class HarnessSession {
       this.#refuse("no_request", "stdin ended before a session request arrived");
     }
     const decoded = decodeLine(SessionRequestSchema, line);
+    // A newer runtime's version is a name this SDK does not know, so the line does not decode: say which (rule 1).
+    const version = decoded.ok ? undefined : requestedVersion(line);
+    if (version !== undefined && version !== "PROTOCOL_VERSION_1" && version !== 1) {
+      this.#refuse("unsupported_protocol_version", `this harness speaks PROTOCOL_VERSION_1; the request has ${String(version)}`);
+    }
     if (!decoded.ok) {
       this.#refuse("invalid_request", `the first stdin line is not a valid SessionRequest: ${decoded.detail}`);
     }
@@ -496,4 +501,14 @@ function toUsage(init: UsageInit): Usage {
     reasoningTokens: BigInt(init.reasoningTokens ?? 0),
     costUsd: init.costUsd ?? 0,
   });
+}
+
+/** The `protocolVersion` of a request line that did not decode, when it has one. */
+function requestedVersion(line: string): unknown {
+  try {
+    const json = JSON.parse(line) as { protocolVersion?: unknown } | null;
+    return json !== null && typeof json === "object" ? json.protocolVersion : undefined;
+  } catch {
+    return undefined;
+  }
 }

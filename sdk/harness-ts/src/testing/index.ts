@@ -1,10 +1,22 @@
 // @oz0/harness/testing: the scripted model and the conformance kit.
 export { startScriptedModel, isClaudeCodeSideCall, SIDE_CALL_REPLY } from "./scripted-model.js";
 export type { ScriptedModel, ScriptedModelOptions, Script, ScriptedRequest, ScriptedToolCall, ScriptedTurn, ScriptedUsage, ScriptedWireFormat, TokensServed } from "./scripted-model.js";
-export { runConformance, readExpectedFailures, formatCaseLine, formatSummary } from "./conformance/run-conformance.js";
+export { runConformance, readExpectedFailures, formatCaseLine, formatOtherCounts, formatSummary, CONFORMANCE_REPORT_VERSION } from "./conformance/run-conformance.js";
 export type { ConformanceOptions, ConformanceReport, ConformanceCaseResult, ConformanceCaseStatus } from "./conformance/run-conformance.js";
 export { CONFORMANCE_CASES } from "./conformance/conformance-cases.js";
-export type { ConformanceCase, CapabilityName } from "./conformance/conformance-cases.js";
-export { ConformanceFailure, PLANTED_PROVIDER_KEYS } from "./conformance/conformance-scenario.js";
-export { CLAUDE_CODE_TOOL_PROFILE, KNOWN_TOOL_PROFILES, OZ0_TOOL_PROFILE, detectToolProfile, offeredToolNames } from "./conformance/tool-profiles.js";
-export type { ToolProfile } from "./conformance/tool-profiles.js";
+export type { ConformanceCase, CapabilityName, CaseLevel } from "./conformance/conformance-cases.js";
+export { ConformanceFailure, formatTranscript } from "./conformance/conformance-scenario.js";
+export type { TranscriptLine } from "./conformance/conformance-scenario.js";
+export { sessionEnvironment, defaultSessionPath, stateSubdirectories, QUIET_HARNESS_ENV } from "./conformance/session-environment.js";
+export type { SessionEnvironmentInput } from "./conformance/session-environment.js";
+export { resolveHarnessCommand } from "./conformance/harness-command.js";
+export {
+  CLAUDE_CODE_TOOL_PROFILE,
+  KNOWN_TOOL_PROFILES,
+  OZ0_TOOL_PROFILE,
+  detectToolProfile,
+  loadToolProfile,
+  offeredToolNames,
+  toolProfileFromJson,
+} from "./conformance/tool-profiles.js";
+export type { ToolProfile, ToolProfileJson } from "./conformance/tool-profiles.js";

@@ -40,12 +40,36 @@ export interface ScriptedModelOptions {
    * {@link isClaudeCodeSideCall}. Pass `() => false` to script every call.
    */
   isSideCall?: (request: ScriptedRequest) => boolean;
+  /**
+   * Which paths it answers. `provider` (the default) plays a model provider:
+   * any path ending in `/messages`, `/messages/count_tokens` or
+   * `/chat/completions`, and `GET …/models`. `llm-proxy` plays the LLM proxy
+   * a harness calls on the real stack, and answers exactly its routes:
+   * `POST /{provider}/v1/messages`, `/{provider}/v1/messages/count_tokens`
+   * and `/{provider}/v1/chat/completions` (the `/v1` may be left out), for
+   * the providers in `providers`; anything else is the proxy's 404.
+   */
+  routes?: "provider" | "llm-proxy";
+  /** With `routes: "llm-proxy"`, the configured provider names; default `anthropic`, `openai`, `scripted` (the proxy's defaults). */
+  providers?: readonly string[];
 }
 
 /** A running scripted model. */
 export interface ScriptedModel {
-  /** `http://127.0.0.1:port`: an Anthropic base URL; `${url}/v1` is an OpenAI base URL. */
+  /** `http://127.0.0.1:port`. As a provider: an Anthropic base URL; `${url}/v1` is an OpenAI base URL. */
   readonly url: string;
+  /**
+   * The Anthropic base URL a harness is given: `url` as a provider,
+   * `${url}/anthropic` as the LLM proxy (what the proxy mints). Calls go to
+   * `POST {anthropicBaseUrl}/v1/messages`.
+   */
+  readonly anthropicBaseUrl: string;
+  /**
+   * The OpenAI base URL a harness is given, ending in `/v1` as OpenAI's SDKs
+   * expect: `${url}/v1` as a provider, `${url}/openai/v1` as the LLM proxy.
+   * Calls go to `POST {openaiBaseUrl}/chat/completions`.
+   */
+  readonly openaiBaseUrl: string;
   /** Every call received, in order, side calls included. */
   readonly requests: ScriptedRequest[];
   /** The usage reported so far (a cut stream counts what its first event reported). */
@@ -80,6 +104,27 @@ export function isClaudeCodeSideCall(request: ScriptedRequest): boolean {
   if (body.max_tokens === 1) return true;
   const fromClaudeCode = (request.headers["user-agent"] ?? "").includes("claude-cli") || (request.headers["x-app"] ?? "") === "cli";
   return fromClaudeCode && typeof body.max_tokens === "number" && body.max_tokens <= 1024;
+}
+
+/** The LLM proxy's routes (services/llm-proxy/src/http-api.ts): provider, optional `/v1`, operation, optional trailing slash. */
+const PROXY_ROUTE = /^\/([a-z][a-z0-9-]*)(\/v1)?\/(messages\/count_tokens|messages|chat\/completions)\/?$/;
+const DEFAULT_PROXY_PROVIDERS = ["anthropic", "openai", "scripted"];
+
+/** Where the LLM proxy would refuse the call, as its 404 status and body; undefined when it routes it. */
+function proxyRefusal(path: string, method: string, providers: readonly string[]): { status: number; body: unknown } | undefined {
+  const wireOf = path.includes("chat/completions") ? openAiError : anthropicError;
+  const match = method === "POST" ? PROXY_ROUTE.exec(path) : null;
+  if (match === null) {
+    return {
+      status: 404,
+      body: wireOf(
+        404,
+        `no route for ${method} ${path}; model calls are POST /{provider}/v1/messages, /{provider}/v1/messages/count_tokens or /{provider}/v1/chat/completions`,
+      ),
+    };
+  }
+  if (!providers.includes(match[1] ?? "")) return { status: 404, body: wireOf(404, `no provider named ${match[1]}; configured: ${providers.join(", ")}`) };
+  return undefined;
 }
 
 function classify(path: string, method: string): ScriptedWireFormat | undefined {
@@ -162,7 +207,15 @@ export async function startScriptedModel(options: ScriptedModelOptions): Promise
     for (const [name, value] of Object.entries(req.headers)) {
       if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(", ") : value;
     }
-    const wire = classify(url.pathname, method);
+    if (options.routes === "llm-proxy") {
+      const refusal = proxyRefusal(url.pathname, method, options.providers ?? DEFAULT_PROXY_PROVIDERS);
+      if (refusal !== undefined) {
+        sendJson(res, refusal.status, refusal.body);
+        return;
+      }
+    }
+    // The proxy accepts a trailing slash; so does the scripted model.
+    const wire = classify(url.pathname.length > 1 ? url.pathname.replace(/\/$/, "") : url.pathname, method);
     if (wire === undefined) {
       sendJson(res, 404, anthropicError(404, `scripted model: no route for ${method} ${url.pathname}; it serves POST /v1/messages, /v1/messages/count_tokens and /v1/chat/completions`));
       return;
@@ -258,8 +311,12 @@ export async function startScriptedModel(options: ScriptedModelOptions): Promise
   });
   const address = server.address() as AddressInfo;
   const host = options.host ?? "127.0.0.1";
+  const url = `http://${host.includes(":") ? `[${host}]` : host}:${address.port}`;
+  const asProxy = options.routes === "llm-proxy";
   return {
-    url: `http://${host.includes(":") ? `[${host}]` : host}:${address.port}`,
+    url,
+    anthropicBaseUrl: asProxy ? `${url}/anthropic` : url,
+    openaiBaseUrl: asProxy ? `${url}/openai/v1` : `${url}/v1`,
     requests,
     get tokensServed() {
       return { ...served };

@@ -1,5 +1,7 @@
-// One conformance scenario: a scripted model, a fresh working directory, the
-// harness run through the real host side, and everything recorded for checks.
+// One conformance scenario: a scripted model on the LLM proxy's routes, a
+// fresh working directory, the environment the real stack gives, the harness
+// run through the real host side, and everything recorded for checks (events,
+// model calls, the protocol transcript, processes left behind).
 import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, realpath, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -10,11 +12,14 @@ import { create, fromJson } from "@bufbuild/protobuf";
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import type { PermissionRequest, RuntimeToolCall, SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { PermissionAnswer_Outcome, PermissionRequest, RuntimeToolCall, SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { processGroupLauncher, startHostSession } from "../../host/index.js";
 import type { HarnessLauncher, HostSession, SessionOutcome } from "../../host/index.js";
 import { startScriptedModel } from "../scripted-model.js";
 import type { ScriptedRequest, ScriptedTurn } from "../scripted-model.js";
+import { sessionEnvironment, stateSubdirectories } from "./session-environment.js";
+import { newLeftovers, STRAGGLER_MS, sweepSession, trackingLauncher } from "./session-processes.js";
+import type { LeftoverProcesses } from "./session-processes.js";
 import { detectToolProfile, KNOWN_TOOL_PROFILES, offeredToolNames } from "./tool-profiles.js";
 import type { ToolProfile } from "./tool-profiles.js";
 
@@ -25,9 +30,12 @@ export class ConformanceFailure extends Error {
 
 /** Settings shared by every scenario of one conformance run. */
 export interface ScenarioSettings {
+  /** The harness command, already resolved (absolute paths). */
   command: string[];
-  /** Extra environment for the harness (on top of PATH, HOME and the planted keys). */
+  /** Extra environment for the harness, on top of the stack's. */
   env: Record<string, string>;
+  /** The plugin folder (`OZ0_PLUGIN_DIR`). */
+  pluginDir: string;
   graceMs: number;
   /** Each scenario's deadline: a harness that hangs fails instead of blocking the run. */
   caseTimeoutMs: number;
@@ -35,18 +43,25 @@ export interface ScenarioSettings {
   toolProfiles: readonly ToolProfile[];
   /** Keep the temporary directories (for debugging). */
   keepTempDirs: boolean;
+  /** What the harness declared in `started` during the kit's first session (undefined when it sent none). */
+  capabilities?: Partial<Record<"permissions" | "runtimeTools" | "structuredOutput" | "streamingText", boolean>>;
+  /** Called with every scenario's protocol transcript. */
+  onTranscript?: (scenario: string, lines: TranscriptLine[]) => void;
 }
 
-/** Provider keys planted in the harness's environment; none may ever reach the model. */
-export const PLANTED_PROVIDER_KEYS: Readonly<Record<string, string>> = {
-  ANTHROPIC_API_KEY: "sk-ant-api03-PLANTED-BY-OZ0-CONFORMANCE-never-send-me",
-  OPENAI_API_KEY: "sk-proj-PLANTED-BY-OZ0-CONFORMANCE-never-send-me",
-};
+/** One line of the protocol as it crossed the pipes. */
+export interface TranscriptLine {
+  /** `runtime`: a stdin line (the request, an answer); `harness`: a stdout line (an event). */
+  from: "runtime" | "harness";
+  line: string;
+}
 
 /** What a scenario's scripted model sees and decides with. */
 export interface TurnContext {
-  /** The harness's tools, recognised from the first model request. */
+  /** The harness's tools, recognised from the first model request (the first known profile when none matched). */
   profile: ToolProfile;
+  /** True when the harness offers the tools of `profile`. */
+  hasTools: boolean;
   workDir: string;
   caseDir: string;
   /** Model calls so far (side calls excluded), this one included. */
@@ -59,6 +74,8 @@ export interface ScenarioPermissionAnswer {
   allow: boolean;
   input?: JsonObject;
   reason?: string;
+  /** Default OUTCOME_ANSWERED. */
+  outcome?: PermissionAnswer_Outcome;
 }
 
 /** How to set up and drive one scenario. */
@@ -81,6 +98,10 @@ export interface ScenarioSpec {
   onEvent?: (event: SessionEvent, context: ScenarioRun) => void;
   /** Add unknown fields to every stdin line (rule 2). */
   injectUnknownFields?: boolean;
+  /** Send this `protocolVersion` in the request line instead of PROTOCOL_VERSION_1 (rule 1). */
+  protocolVersion?: string;
+  /** The scenario drives the harness's file tools: not recognising them is a violation. */
+  needsTools?: boolean;
 }
 
 /** Everything a scenario recorded. */
@@ -93,12 +114,18 @@ export interface ScenarioRun {
   allRequests: ScriptedRequest[];
   workDir: string;
   caseDir: string;
+  sessionId: string;
   jobId: string;
   agentHeader: string;
   token: string;
   /** Problems noticed while the session ran (checked by the case). */
   violations: string[];
   profile: ToolProfile | undefined;
+  /** Tool names offered in the first model request (undefined when the harness made none). */
+  offeredTools: string[] | undefined;
+  /** Processes alive after the harness exited (all killed by the kit). */
+  leftovers: Pick<LeftoverProcesses, "inGroup" | "inGroupProcesses" | "escaped">;
+  transcript: TranscriptLine[];
 }
 
 /**
@@ -110,42 +137,52 @@ export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec
   const workDir = path.join(caseDir, "work");
   const stateDir = path.join(caseDir, "state");
   await mkdir(workDir);
-  await mkdir(stateDir);
+  for (const dir of [stateDir, ...stateSubdirectories(stateDir)]) await mkdir(dir, { recursive: true });
+  const sessionId = `session-${spec.id}-${randomBytes(4).toString("hex")}`;
   const jobId = `job-conformance-${spec.id}`;
   const agentHeader = "conformance-agent@3";
   const token = `oz0st_${randomBytes(12).toString("hex")}`;
   const events: SessionEvent[] = [];
   const violations: string[] = [];
+  const transcript: TranscriptLine[] = [];
+  const leftovers = newLeftovers();
   let profile: ToolProfile | undefined;
+  let hasTools = false;
+  let offeredTools: string[] | undefined;
   let calls = 0;
   let session: HostSession | undefined;
   const run = {} as ScenarioRun;
 
   const model = await startScriptedModel({
+    routes: "llm-proxy",
     turns: async (request) => {
       calls++;
       if (profile === undefined) {
-        const offered = offeredToolNames(request.body);
-        profile = detectToolProfile(offered, settings.toolProfiles);
+        offeredTools = offeredToolNames(request.body);
+        profile = detectToolProfile(offeredTools, settings.toolProfiles);
+        hasTools = profile !== undefined;
         if (profile === undefined) {
-          violations.push(
-            `the harness offered no tools the kit knows how to drive (offered: ${offered.join(", ") || "none"}; known: ${settings.toolProfiles
-              .map((p) => `${p.writeFile.tool}/${p.readFile.tool}`)
-              .join(", ")})`,
-          );
+          if (spec.needsTools) {
+            violations.push(
+              `the harness offered no tools the kit knows how to drive (offered: ${offeredTools.join(", ") || "none"}; known: ${settings.toolProfiles
+                .map((p) => `${p.readFile.tool}/${p.writeFile.tool}`)
+                .join(", ")}; map yours with --tool-profile)`,
+            );
+          }
           profile = settings.toolProfiles[0] ?? KNOWN_TOOL_PROFILES[0];
         }
       }
       run.profile = profile;
+      run.offeredTools = offeredTools;
       if (session === undefined || profile === undefined) return { text: "not ready" };
-      return spec.turn(request, { profile, workDir, caseDir, call: calls, session });
+      return spec.turn(request, { profile, hasTools, workDir, caseDir, call: calls, session });
     },
   });
 
   try {
     const request = create(SessionRequestSchema, {
       protocolVersion: 1,
-      sessionId: `session-${spec.id}-${randomBytes(4).toString("hex")}`,
+      sessionId,
       jobId,
       agent: { name: "conformance-agent", version: 3 },
       model: { primary: "anthropic/claude-conformance", fallbacks: [] },
@@ -156,8 +193,8 @@ export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec
       permissions: spec.permissions ?? false,
       limits: { maxTurns: spec.maxTurns ?? 10 },
       llm: {
-        anthropicBaseUrl: model.url,
-        openaiBaseUrl: `${model.url}/v1`,
+        anthropicBaseUrl: model.anthropicBaseUrl,
+        openaiBaseUrl: model.openaiBaseUrl,
         token,
         headers: { "Oz0-Job": jobId, "Oz0-Agent": agentHeader },
       },
@@ -165,14 +202,21 @@ export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec
       runtimeTools: spec.runtimeTools ?? [],
       outputSchema: spec.outputSchema,
     });
+    const env = { ...sessionEnvironment({ request, pluginDir: settings.pluginDir }), ...settings.env };
+    const rewrite = (line: string, index: number): string => {
+      let out = line;
+      if (index === 0 && spec.protocolVersion !== undefined) out = JSON.stringify({ ...(JSON.parse(out) as object), protocolVersion: spec.protocolVersion });
+      if (spec.injectUnknownFields) out = addUnknownFields(out);
+      return out;
+    };
     session = startHostSession({
       command: settings.command,
       cwd: workDir,
-      env: { PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin", HOME: stateDir, TMPDIR: stateDir, ...PLANTED_PROVIDER_KEYS, ...settings.env },
+      env,
       request,
       graceMs: settings.graceMs,
       deadline: new Date(Date.now() + settings.caseTimeoutMs),
-      launcher: spec.injectUnknownFields ? unknownFieldLauncher() : undefined,
+      launcher: trackingLauncher(recordingLauncher(processGroupLauncher(), transcript, rewrite), sessionId, leftovers),
       onEvent: (event) => {
         events.push(event);
         spec.onEvent?.(event, run);
@@ -193,41 +237,96 @@ export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec
         }
       },
     });
-    Object.assign(run, { events, workDir, caseDir, jobId, agentHeader, token, violations, modelRequests: [], allRequests: model.requests });
+    Object.assign(run, {
+      events,
+      workDir,
+      caseDir,
+      sessionId,
+      jobId,
+      agentHeader,
+      token,
+      violations,
+      modelRequests: [],
+      allRequests: model.requests,
+      leftovers: { inGroup: false, inGroupProcesses: [], escaped: leftovers.escaped },
+      transcript,
+      offeredTools,
+    });
     const outcome = await session.outcome;
+    // The host stopped the harness if it failed to start; then nothing was launched and nothing is left.
+    if (session.pid === undefined) leftovers.settle();
+    // Never wait forever, whatever the launcher saw.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([leftovers.settled, new Promise<void>((resolve) => (timer = setTimeout(resolve, STRAGGLER_MS + settings.graceMs)))]);
+    clearTimeout(timer);
+    // Whatever is still alive now (started late, or missed at exit) goes too.
+    // (Members of the group are the group's verdict, just killed; they may not have died yet.)
+    for (const p of sweepSession(sessionId)) if (p.pgid !== session.pid && !leftovers.escaped.some((e) => e.pid === p.pid)) leftovers.escaped.push(p);
     run.outcome = outcome;
+    run.leftovers = { inGroup: leftovers.inGroup, inGroupProcesses: leftovers.inGroupProcesses, escaped: leftovers.escaped };
     run.modelRequests = model.requests.filter((r) => !r.sideCall && r.wire !== "anthropic-count-tokens" && r.wire !== "models");
     run.profile = profile;
+    run.offeredTools = offeredTools;
+    settings.onTranscript?.(spec.id, transcript);
     verify(run);
     return run;
   } finally {
+    sweepSession(sessionId);
     await model.close();
     if (!settings.keepTempDirs) await rm(caseDir, { recursive: true, force: true });
   }
 }
 
-/** Launches with the default launcher, adding unknown fields to every line written to stdin. */
-function unknownFieldLauncher(): HarnessLauncher {
-  const inner = processGroupLauncher();
+/**
+ * Wraps a launcher to record every protocol line both ways, and to rewrite
+ * stdin lines (`rewrite(line, index)`) before the harness reads them.
+ */
+function recordingLauncher(inner: HarnessLauncher, transcript: TranscriptLine[], rewrite: (line: string, index: number) => string): HarnessLauncher {
   return {
     launch(spec) {
       const launched = inner.launch(spec);
       const realStdin = launched.child.stdin;
+      let pending = "";
+      let index = 0;
       const injector = new Transform({
         transform(chunk: Buffer, _encoding, callback: TransformCallback) {
-          const lines = chunk.toString("utf8").split("\n");
-          callback(null, lines.map((line) => (line.trim() === "" ? line : addUnknownFields(line))).join("\n"));
+          pending += chunk.toString("utf8");
+          const lines = pending.split("\n");
+          pending = lines.pop() ?? "";
+          const out = lines.map((line) => {
+            if (line.trim() === "") return line;
+            const rewritten = rewrite(line, index++);
+            transcript.push({ from: "runtime", line: rewritten });
+            return rewritten;
+          });
+          callback(null, out.length === 0 ? "" : `${out.join("\n")}\n`);
         },
       });
       injector.pipe(realStdin);
       realStdin.on("error", () => {});
       (launched.child as { stdin: unknown }).stdin = injector;
+      // Listening before the host does: an event is recorded before the answer it gets.
+      let partial = "";
+      launched.child.stdout.on("data", (chunk: Buffer) => {
+        partial += chunk.toString("utf8");
+        const lines = partial.split("\n");
+        partial = lines.pop() ?? "";
+        for (const line of lines) if (line.trim() !== "") transcript.push({ from: "harness", line });
+      });
+      launched.child.stdout.on("end", () => {
+        if (partial.trim() !== "") transcript.push({ from: "harness", line: partial });
+      });
       return launched;
     },
   };
 }
 
-/** Adds unknown fields at the top level and inside every nested object. */
+/** A transcript as text: one protocol line per line, `stdin  ` before what the runtime wrote, `stdout ` before what the harness wrote. */
+export function formatTranscript(lines: readonly TranscriptLine[]): string {
+  return lines.map((l) => `${l.from === "runtime" ? "stdin " : "stdout"} ${l.line}`).join("\n");
+}
+
+/** Adds unknown fields at the top level and inside every nested message. */
 export function addUnknownFields(line: string): string {
   const visit = (value: unknown): unknown => {
     if (Array.isArray(value)) return value.map(visit);

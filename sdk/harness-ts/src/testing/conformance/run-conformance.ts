@@ -1,63 +1,103 @@
 // Runs a harness through every conformance case and reports one line each.
 import { readFileSync } from "node:fs";
 import { CONFORMANCE_CASES } from "./conformance-cases.js";
-import type { CapabilityName, ConformanceCase } from "./conformance-cases.js";
+import type { CapabilityName, CaseLevel, ConformanceCase } from "./conformance-cases.js";
 import { ConformanceFailure, runScenario } from "./conformance-scenario.js";
-import type { ScenarioSettings } from "./conformance-scenario.js";
+import type { ScenarioSettings, TranscriptLine } from "./conformance-scenario.js";
+import { resolveHarnessCommand } from "./harness-command.js";
 import { KNOWN_TOOL_PROFILES } from "./tool-profiles.js";
 import type { ToolProfile } from "./tool-profiles.js";
 
+/** The version of the report's JSON form (`--json`); bumped only for incompatible changes. */
+export const CONFORMANCE_REPORT_VERSION = 1;
+
 /** Options of {@link runConformance}. */
 export interface ConformanceOptions {
-  /** The harness command and its arguments. */
+  /**
+   * The harness command and its arguments. Arguments naming files under
+   * `pluginDir` become absolute and a bare program is looked up on PATH, as
+   * the orchestrator does with a plugin manifest's command.
+   */
   command: string[];
-  /** Extra environment for the harness (PATH, HOME and planted provider keys are set by the kit). */
+  /** Added to the environment the stack gives (see the SDK README); wins over it. */
   env?: Record<string, string>;
+  /** The plugin's folder: relative paths in `command` resolve here, and it is `OZ0_PLUGIN_DIR`. Default the current directory. */
+  pluginDir?: string;
   /** SIGTERM-to-SIGKILL grace; default 10 s, the protocol's default. */
   graceMs?: number;
-  /** Deadline of each case; default 60 s. */
+  /** Deadline of each scenario; default 60 s. */
   caseTimeoutMs?: number;
-  /** Only these case ids (default all). */
+  /** Only these case ids (default all). An unknown id is a failed entry naming the known ones. */
   only?: string[];
   /**
    * Case ids known to fail for this harness (a burn-down list). Such a case
-   * failing is reported `xfail` and does not count as failed; such a case
-   * passing is a failure ("stale entry") so the list only shrinks.
+   * failing is reported `expected_failure` and does not count as failed;
+   * such a case passing is a failure ("stale entry") so the list only shrinks.
    */
   expectedFailures?: string[];
-  /** How to recognise the harness's file tools; default the fake harnesses' and Claude Code's. */
+  /** The harness's file tools; default the fake harnesses' (`read_file`/`write_file`) and Claude Code's (`Read`/`Write`). */
   toolProfiles?: readonly ToolProfile[];
   /** Called after each case, e.g. to print as you go. */
   onCaseDone?: (result: ConformanceCaseResult) => void;
   /** Keep each case's temporary directory. */
   keepTempDirs?: boolean;
+  /** Keep every scenario's protocol transcript in the case results. */
+  transcripts?: boolean;
 }
 
-/** How one case went. */
-export type ConformanceCaseStatus = "passed" | "failed" | "skipped" | "expected_failure";
+/**
+ * How one case went: `passed`; `failed` (a required case, or a stale
+ * expected failure); `warning` (a recommended case failed); `not_applicable`
+ * (the harness does not declare a capability the case needs, or offers no
+ * tools the kit can drive); `expected_failure` (listed, and failing).
+ */
+export type ConformanceCaseStatus = "passed" | "failed" | "warning" | "not_applicable" | "expected_failure";
 
 /** The result of one case. */
 export interface ConformanceCaseResult {
   id: string;
   title: string;
+  /** The rule it checks (`rule 5`, `ToolCall, ToolResult`, …). */
+  rule: string;
+  level: CaseLevel;
   status: ConformanceCaseStatus;
-  /** Why it failed, was skipped, or is an expected failure. */
+  /** Why it failed, warned, is not applicable, or is an expected failure; empty when it passed. */
   message: string;
   durationMs: number;
+  /** With `transcripts`: each scenario's protocol lines, both ways, in order. */
+  transcripts?: Array<{ scenario: string; lines: TranscriptLine[] }>;
 }
 
-/** The result of a conformance run. */
+/** The result of a conformance run; its JSON form is what `--json` prints. */
 export interface ConformanceReport {
-  cases: ConformanceCaseResult[];
-  passed: number;
-  /** Failed cases, stale expected failures included; expected failures excluded. */
-  failed: number;
-  skipped: number;
-  expectedFailures: number;
-  /** Capabilities the harness declared in `started` (undefined when it never sent one). */
-  capabilities: Partial<Record<CapabilityName, boolean>> | undefined;
-  /** True when every required case passed. */
+  /** {@link CONFORMANCE_REPORT_VERSION}. */
+  version: number;
+  /** True when no case failed (warnings, not-applicable cases and expected failures do not count). */
   ok: boolean;
+  /** The command as run (resolved). */
+  command: string[];
+  /** What `started` said (undefined when the harness sent none). */
+  harness: { name: string; version: string } | undefined;
+  /** Capabilities the harness declared in `started` (undefined when it sent none). */
+  capabilities: Partial<Record<CapabilityName, boolean>> | undefined;
+  /** Tool names the harness offered in its first model request (undefined when it made none). */
+  offeredTools: string[] | undefined;
+  /** The tool profile the kit drives the harness's tools with (undefined when none matched). */
+  toolProfile: string | undefined;
+  passed: number;
+  /** Failed cases, stale and unknown entries included; expected failures excluded. */
+  failed: number;
+  warnings: number;
+  notApplicable: number;
+  expectedFailures: number;
+  cases: ConformanceCaseResult[];
+}
+
+interface Probe {
+  harness: ConformanceReport["harness"];
+  capabilities: ConformanceReport["capabilities"];
+  offeredTools: string[] | undefined;
+  toolProfile: string | undefined;
 }
 
 /**
@@ -65,9 +105,12 @@ export interface ConformanceReport {
  * scripted model and temporary working directory.
  */
 export async function runConformance(options: ConformanceOptions): Promise<ConformanceReport> {
+  const pluginDir = options.pluginDir ?? process.cwd();
+  const command = resolveHarnessCommand(options.command, pluginDir);
   const settings: ScenarioSettings = {
-    command: options.command,
+    command,
     env: options.env ?? {},
+    pluginDir,
     graceMs: options.graceMs ?? 10_000,
     caseTimeoutMs: options.caseTimeoutMs ?? 60_000,
     toolProfiles: options.toolProfiles ?? KNOWN_TOOL_PROFILES,
@@ -75,64 +118,113 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
   };
   const expected = new Set(options.expectedFailures ?? []);
   const known = new Set(CONFORMANCE_CASES.map((c) => c.id));
-  const cases = CONFORMANCE_CASES.filter((c) => options.only === undefined || options.only.includes(c.id));
-  const capabilities = await declaredCapabilities(settings);
+  const knownList = CONFORMANCE_CASES.map((c) => c.id).join(", ");
   const results: ConformanceCaseResult[] = [];
+  const unknownEntry = (id: string, what: string): ConformanceCaseResult => ({
+    id,
+    title: what,
+    rule: "",
+    level: "required",
+    status: "failed",
+    message: `${what} names an unknown case ${JSON.stringify(id)}; known cases: ${knownList}`,
+    durationMs: 0,
+  });
+  for (const id of expected) if (!known.has(id)) results.push(unknownEntry(id, "the expected-failures list"));
+  for (const id of options.only ?? []) if (!known.has(id)) results.push(unknownEntry(id, "--only"));
 
-  for (const id of expected) {
-    if (!known.has(id)) results.push({ id, title: "expected failure", status: "failed", message: `the expected-failures list names an unknown case ${JSON.stringify(id)}`, durationMs: 0 });
-  }
+  const cases = CONFORMANCE_CASES.filter((c) => options.only === undefined || options.only.includes(c.id));
+  const probe = await probeHarness(settings);
+  settings.capabilities = probe.capabilities;
   for (const testCase of cases) {
-    const result = await runCase(testCase, settings, capabilities, expected.has(testCase.id));
+    const result = await runCase(testCase, settings, probe, expected.has(testCase.id), options.transcripts ?? false);
     results.push(result);
     options.onCaseDone?.(result);
   }
   const count = (status: ConformanceCaseStatus): number => results.filter((r) => r.status === status).length;
   const failed = count("failed");
-  return { cases: results, passed: count("passed"), failed, skipped: count("skipped"), expectedFailures: count("expected_failure"), capabilities, ok: failed === 0 };
+  return {
+    version: CONFORMANCE_REPORT_VERSION,
+    ok: failed === 0,
+    command,
+    harness: probe.harness,
+    capabilities: probe.capabilities,
+    offeredTools: probe.offeredTools,
+    toolProfile: probe.toolProfile,
+    passed: count("passed"),
+    failed,
+    warnings: count("warning"),
+    notApplicable: count("not_applicable"),
+    expectedFailures: count("expected_failure"),
+    cases: results,
+  };
 }
 
-async function runCase(
-  testCase: ConformanceCase,
-  settings: ScenarioSettings,
-  capabilities: Partial<Record<CapabilityName, boolean>> | undefined,
-  expectedToFail: boolean,
-): Promise<ConformanceCaseResult> {
-  const base = { id: testCase.id, title: testCase.title };
-  if (testCase.requires !== undefined && capabilities?.[testCase.requires] !== true) {
-    const why = capabilities === undefined ? "capabilities unknown: the harness sent no started event" : `not declared: capabilities.${testCase.requires}`;
-    return { ...base, status: "skipped", message: why, durationMs: 0 };
+/** Why a case cannot apply to this harness, or undefined when it applies. */
+function notApplicable(testCase: ConformanceCase, probe: Probe, profiles: readonly ToolProfile[]): string | undefined {
+  const missing = (testCase.requires ?? []).filter((name) => probe.capabilities?.[name] !== true);
+  if (missing.length > 0) {
+    if (probe.capabilities === undefined) return "capabilities unknown: the harness sent no started event";
+    return `not declared: ${missing.map((name) => `capabilities.${name}`).join(", ")}`;
   }
+  // Only when the kit saw the tools offered: a harness that never called its model is tested and fails.
+  if (testCase.needsTools && probe.offeredTools !== undefined && probe.toolProfile === undefined) {
+    return `no tools the kit can drive: the harness offers ${probe.offeredTools.join(", ") || "no tools"}; the kit drives ${profiles
+      .map((p) => `${p.readFile.tool}/${p.writeFile.tool}`)
+      .join(" or ")} (map yours with --tool-profile)`;
+  }
+  return undefined;
+}
+
+async function runCase(testCase: ConformanceCase, settings: ScenarioSettings, probe: Probe, expectedToFail: boolean, keepTranscripts: boolean): Promise<ConformanceCaseResult> {
+  const base = { id: testCase.id, title: testCase.title, rule: testCase.rule, level: testCase.level };
+  const why = notApplicable(testCase, probe, settings.toolProfiles);
+  if (why !== undefined) {
+    return { ...base, status: expectedToFail ? "failed" : "not_applicable", message: expectedToFail ? `listed as an expected failure but not applicable (${why}): remove it from the list` : why, durationMs: 0 };
+  }
+  const transcripts: Array<{ scenario: string; lines: TranscriptLine[] }> = [];
+  const caseSettings: ScenarioSettings = { ...settings, onTranscript: keepTranscripts ? (scenario, lines) => transcripts.push({ scenario, lines }) : undefined };
   const started = performance.now();
   let failure: string | undefined;
   try {
-    await testCase.run(settings);
+    await testCase.run(caseSettings);
   } catch (error) {
-    failure = error instanceof ConformanceFailure ? error.message : `the kit failed: ${(error as Error).stack ?? String(error)}`;
+    failure = error instanceof ConformanceFailure ? `${error.message} (${testCase.rule})` : `the kit failed: ${(error as Error).stack ?? String(error)}`;
   }
   const durationMs = performance.now() - started;
+  const extra = keepTranscripts ? { transcripts } : {};
   if (expectedToFail) {
     return failure === undefined
-      ? { ...base, status: "failed", message: "listed as an expected failure but passes now: remove it from the expected-failures list", durationMs }
-      : { ...base, status: "expected_failure", message: failure, durationMs };
+      ? { ...base, status: "failed", message: "listed as an expected failure but passes now: remove it from the expected-failures list", durationMs, ...extra }
+      : { ...base, status: "expected_failure", message: failure, durationMs, ...extra };
   }
-  return failure === undefined ? { ...base, status: "passed", message: "", durationMs } : { ...base, status: "failed", message: failure, durationMs };
+  if (failure === undefined) return { ...base, status: "passed", message: "", durationMs, ...extra };
+  return { ...base, status: testCase.level === "required" ? "failed" : "warning", message: failure, durationMs, ...extra };
 }
 
-/** Runs a text-only session once to learn what the harness declares. */
-async function declaredCapabilities(settings: ScenarioSettings): Promise<Partial<Record<CapabilityName, boolean>> | undefined> {
+/** Runs a text-only session once to learn what the harness declares and which tools it offers. */
+async function probeHarness(settings: ScenarioSettings): Promise<Probe> {
   try {
-    const run = await runScenario(settings, { id: "capabilities", input: "Say hello.", turn: () => ({ text: "Hello." }) });
-    const declared = run.outcome.started?.capabilities;
-    if (run.outcome.started === undefined) return undefined;
+    const run = await runScenario(settings, { id: "probe", input: "Say hello.", turn: () => ({ text: "Hello." }) });
+    const started = run.outcome.started;
+    const declared = started?.capabilities;
+    const capabilities =
+      started === undefined
+        ? undefined
+        : {
+          permissions: declared?.permissions ?? false,
+          runtimeTools: declared?.runtimeTools ?? false,
+          structuredOutput: declared?.structuredOutput ?? false,
+          streamingText: declared?.streamingText ?? false,
+        };
+    const profile = run.offeredTools === undefined ? undefined : settings.toolProfiles.find((p) => run.offeredTools?.includes(p.readFile.tool) && run.offeredTools.includes(p.writeFile.tool));
     return {
-      permissions: declared?.permissions ?? false,
-      runtimeTools: declared?.runtimeTools ?? false,
-      structuredOutput: declared?.structuredOutput ?? false,
-      streamingText: declared?.streamingText ?? false,
+      harness: started === undefined ? undefined : { name: started.harnessName, version: started.harnessVersion },
+      capabilities,
+      offeredTools: run.offeredTools,
+      toolProfile: profile?.name,
     };
   } catch {
-    return undefined;
+    return { harness: undefined, capabilities: undefined, offeredTools: undefined, toolProfile: undefined };
   }
 }
 
@@ -147,13 +239,27 @@ export function readExpectedFailures(file: string): string[] {
     .filter((line) => line !== "");
 }
 
-/** One line per case, as the CLI prints it. */
+const LABELS: Record<ConformanceCaseStatus, string> = { passed: "PASS ", failed: "FAIL ", warning: "WARN ", not_applicable: "N/A  ", expected_failure: "XFAIL" };
+
+/** One line per case, as the CLI prints it: `PASS  id: title`, `FAIL  id: title — why`, … */
 export function formatCaseLine(result: ConformanceCaseResult): string {
-  const label = { passed: "PASS ", failed: "FAIL ", skipped: "SKIP ", expected_failure: "XFAIL" }[result.status];
-  return `${label} ${result.id}: ${result.title}${result.message ? ` — ${result.message}` : ""}`;
+  return `${LABELS[result.status]} ${result.id}: ${result.title}${result.message ? ` — ${result.message}` : ""}`;
 }
 
 /** The closing line: exactly `N passed, N failed`. */
 export function formatSummary(report: ConformanceReport): string {
   return `${report.passed} passed, ${report.failed} failed`;
+}
+
+/** The line before the summary when something was neither passed nor failed, e.g. `5 not applicable, 1 warning`; empty otherwise. */
+export function formatOtherCounts(report: ConformanceReport): string {
+  const parts = [
+    [report.notApplicable, "not applicable", "not applicable"],
+    [report.warnings, "warning", "warnings"],
+    [report.expectedFailures, "expected failure", "expected failures"],
+  ] as const;
+  return parts
+    .filter(([n]) => n > 0)
+    .map(([n, one, many]) => `${n} ${n === 1 ? one : many}`)
+    .join(", ");
 }

@@ -1,0 +1,80 @@
+// What every conformance case shares: the case type and the checks most
+// scenarios end with.
+import { existsSync, readFileSync } from "node:fs";
+import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { Capabilities, SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { check } from "./conformance-scenario.js";
+import type { ScenarioRun, ScenarioSettings } from "./conformance-scenario.js";
+
+/** A capability a case needs the harness to declare in `started`. */
+export type CapabilityName = keyof Omit<Capabilities, "$typeName" | "$unknown">;
+
+/** `required`: a failure fails the run. `recommended`: a failure is a warning; the run still passes. */
+export type CaseLevel = "required" | "recommended";
+
+/** One conformance case. */
+export interface ConformanceCase {
+  /** Stable id, used in expected-failure lists and `--only`. */
+  id: string;
+  /** What the case checks, for people. */
+  title: string;
+  /** The rule it checks, as harness.proto and the SDK README name it (`rule 5`, `ToolCall / ToolResult`, …). */
+  rule: string;
+  level: CaseLevel;
+  /** Not applicable unless the harness declares every one of these capabilities in `started`. */
+  requires?: readonly CapabilityName[];
+  /** Not applicable unless the harness offers file tools the kit can drive (see the tool profiles). */
+  needsTools?: boolean;
+  /** Throws {@link ConformanceFailure} when the harness breaks the rule. */
+  run(settings: ScenarioSettings): Promise<void>;
+}
+
+export function stopReasonName(reason: StopReason | undefined): string {
+  return reason === undefined ? "no result" : `STOP_REASON_${StopReason[reason]}`;
+}
+
+/** No protocol error, the expected host status, and a result when it completed. */
+export function checkSession(run: ScenarioRun, status: "completed" | "cancelled" = "completed"): void {
+  const [violation] = run.violations;
+  check(violation === undefined, violation ?? "");
+  const { outcome } = run;
+  check(outcome.error === undefined, `the session failed (${outcome.error?.code}): ${outcome.error?.message}${stderrHint(run)}`);
+  check(outcome.status === status, `the session ended ${outcome.status}, expected ${status}`);
+  if (status === "completed") {
+    check(outcome.result !== undefined, "the harness wrote no result");
+  }
+}
+
+export function stderrHint(run: ScenarioRun): string {
+  const tail = run.outcome.stderrTail.trim().split("\n").slice(-3).join(" | ");
+  return tail === "" ? "" : ` (stderr: ${tail.length > 300 ? `…${tail.slice(-300)}` : tail})`;
+}
+
+export function checkCompletedNormally(run: ScenarioRun): void {
+  checkSession(run);
+  const reason = run.outcome.result?.stopReason;
+  check(
+    reason === StopReason.COMPLETED,
+    `the result's stop reason is ${stopReasonName(reason)}, expected STOP_REASON_COMPLETED${run.outcome.result?.error ? ` (error: ${run.outcome.result.error})` : ""}`,
+  );
+}
+
+export function allText(events: SessionEvent[]): string {
+  return events.flatMap((e) => (e.event.case === "text" ? [e.event.value.text] : [])).join("");
+}
+
+export function fileContent(file: string): string | undefined {
+  return existsSync(file) ? readFileSync(file, "utf8") : undefined;
+}
+
+type EventKind = NonNullable<SessionEvent["event"]["case"]>;
+type EventValue<K extends EventKind> = Extract<SessionEvent["event"], { case: K }>["value"];
+
+/** The events of one kind, with their position among all events. */
+export function eventsOf<K extends EventKind>(events: SessionEvent[], kind: K): Array<{ index: number; value: EventValue<K> }> {
+  const out: Array<{ index: number; value: EventValue<K> }> = [];
+  events.forEach((e, index) => {
+    if (e.event.case === kind) out.push({ index, value: e.event.value as EventValue<K> });
+  });
+  return out;
+}
