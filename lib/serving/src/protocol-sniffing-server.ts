@@ -22,8 +22,28 @@ export interface SniffingServer {
   destroyConnections(): void;
 }
 
-export function createSniffingServer(handler: RequestHandler): SniffingServer {
-  const h1 = http.createServer(handler as http.RequestListener);
+export interface SniffingServerOptions {
+  /**
+   * How long a client may take to send a request's headers (and, before that,
+   * enough bytes to tell HTTP/2 from HTTP/1.1). A client that stalls is
+   * disconnected instead of holding a connection open. Default 10 s.
+   */
+  headersTimeoutMs?: number;
+  /** How long an HTTP/1.1 request's body may take to arrive. Default 120 s. */
+  requestTimeoutMs?: number;
+}
+
+export function createSniffingServer(handler: RequestHandler, options: SniffingServerOptions = {}): SniffingServer {
+  const headersTimeout = options.headersTimeoutMs ?? 10_000;
+  const h1 = http.createServer(
+    {
+      headersTimeout,
+      requestTimeout: Math.max(options.requestTimeoutMs ?? 120_000, headersTimeout),
+      // Node checks both timeouts on this interval (30 s by default, which let a stalled client stay far past them).
+      connectionsCheckingInterval: Math.min(1_000, headersTimeout),
+    },
+    handler as http.RequestListener,
+  );
   h1.keepAliveTimeout = 5_000;
   const h2 = http2.createServer({}, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
   const sockets = new Set<net.Socket>();
@@ -41,12 +61,17 @@ export function createSniffingServer(handler: RequestHandler): SniffingServer {
     socket.on("close", () => sockets.delete(socket));
     socket.on("error", () => socket.destroy());
     let head = Buffer.alloc(0);
+    // Until the protocol is known, the socket is ours to time out: a client that sends a few bytes and stops is dropped.
+    const sniffing = setTimeout(() => socket.destroy(), headersTimeout);
+    sniffing.unref();
+    socket.once("close", () => clearTimeout(sniffing));
     const onData = (chunk: Buffer): void => {
       head = Buffer.concat([head, chunk]);
       const n = Math.min(head.length, HTTP2_PREFACE.length);
       const isH2Prefix = head.subarray(0, n).equals(HTTP2_PREFACE.subarray(0, n));
       if (isH2Prefix && head.length < HTTP2_PREFACE.length) return; // need more bytes to decide
       socket.off("data", onData);
+      clearTimeout(sniffing);
       // Both servers read what is buffered on the socket before taking it over.
       socket.pause();
       socket.unshift(head);
@@ -60,11 +85,17 @@ export function createSniffingServer(handler: RequestHandler): SniffingServer {
     socket.on("data", onData);
   });
 
+  // h1 never listens itself (connections reach it from tcp), and Node starts
+  // checking headers and request timeouts on its "listening" event: pass it on.
+  tcp.once("listening", () => h1.emit("listening"));
+
   return {
     tcp,
     h1,
     h2,
     async stopAccepting() {
+      // Stops the timeout checks started above.
+      h1.close(() => undefined);
       const closed = new Promise<void>((resolve) => tcp.close(() => resolve()));
       for (const session of sessions) session.close();
       h1.closeIdleConnections();

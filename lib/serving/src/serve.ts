@@ -49,6 +49,8 @@ export interface ServeOptions {
   logger?: Logger;
   /** Mark the server ready as soon as it listens. Default true. */
   readyOnListen?: boolean;
+  /** A client that has not sent its request's headers by then is disconnected. Default 10 s. */
+  headersTimeoutMs?: number;
 }
 
 export interface RunningServer {
@@ -84,7 +86,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     interceptors: [traceServerInterceptor, unexpectedErrorInterceptor(logger), authInterceptor(options.auth, options.credentialHint ? { credentialHint: options.credentialHint } : {}), ...(options.interceptors ?? [])],
     fallback: options.fallback as Parameters<typeof connectNodeAdapter>[0]["fallback"],
   });
-  const server = createSniffingServer(guarded(handler as RequestHandler, logger));
+  const server = createSniffingServer(guarded(handler as RequestHandler, logger), options.headersTimeoutMs ? { headersTimeoutMs: options.headersTimeoutMs } : {});
   const host = options.host ?? "127.0.0.1";
   await new Promise<void>((resolve, reject) => {
     server.tcp.once("error", reject);

@@ -69,3 +69,26 @@ void test("a server on ::1 answers clients that send an unbracketed IPv6 authori
     await server.close({ graceMs: 100 });
   }
 });
+
+// The timeout only turns a hang (no disconnect at all) into a failure; the server is told 300 ms.
+void test("a client that stalls before its headers are complete is disconnected, and others are served", { timeout: 60_000 }, async () => {
+  const { connect } = await import("node:net");
+  const server = await serve({ name: "test", port: 0, services: [], auth, headersTimeoutMs: 300 });
+  try {
+    const stall = (bytes: string): Promise<void> =>
+      new Promise((resolve, reject) => {
+        const socket = connect(server.port, "127.0.0.1", () => socket.write(bytes));
+        socket.on("error", reject);
+        // Read what comes back (a 408, or nothing), so the server's close is seen.
+        socket.resume();
+        socket.on("close", () => resolve());
+      });
+    // Mid-headers over HTTP/1.1, and before the protocol is even known.
+    await stall("POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: x\r\ncontent-type: applic");
+    await stall("PRI * HT");
+    const grpc = createClient(Health, createGrpcTransport({ baseUrl: server.url }));
+    assert.equal((await grpc.check({ service: "liveness" })).status, ServingStatus.SERVING);
+  } finally {
+    await server.close({ graceMs: 100 });
+  }
+});
