@@ -4,6 +4,7 @@ import path from "node:path";
 import { Command, CommanderError, Option } from "commander";
 import { defaultHome } from "../start-orchestrator.js";
 import { isolationNotice, readDiscovery, removeDiscovery, startEmbeddedStack, writeDiscovery } from "../embedded-stack.js";
+import { DevLockHeldError, takeDevLock } from "../dev-lock.js";
 import { removeLogin, writeLogin } from "../local-credentials.js";
 import { CliError, describeError } from "./cli-error.js";
 import {
@@ -237,6 +238,10 @@ program
   .action(async (opts: { port: number }) => {
     const running = readDiscovery(home);
     if (running) throw new CliError(`a dev stack already runs at ${running.url} (pid ${running.pid}); stop it first, or use it`);
+    // Atomic: of two started at the same instant, exactly one runs.
+    const lock = await takeDevLock(home).catch((error: unknown) => {
+      throw error instanceof DevLockHeldError ? new CliError(error.message) : error;
+    });
     devRunning = true;
     const defaults = embeddedStackEnv({ home });
     io.err.write(`oz0: starting the stack (data in ${home}, logs in ${path.join(home, "logs")})\n`);
@@ -273,6 +278,7 @@ program
     removeDiscovery(home, process.pid);
     io.err.write("oz0: stopping the stack\n");
     await stack.close();
+    await lock.release();
   });
 
 async function readStdin(): Promise<string> {
