@@ -1,0 +1,3 @@
+module github.com/oz0/examples/harness-go
+
+go 1.22
