@@ -4,13 +4,16 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, it } from "node:test";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
 import { create } from "@bufbuild/protobuf";
 import { SessionRequestSchema, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { startScriptedModel } from "@oz0/harness/testing";
+import { CONFORMANCE_CASES, startScriptedModel } from "@oz0/harness/testing";
 import { checkConformance } from "../examples/check-conformance.js";
 import { runSession } from "../examples/run-session.js";
 
 const packageDir = fileURLToPath(new URL("..", import.meta.url));
+const repoRoot = path.resolve(packageDir, "..", "..");
 const tsx = import.meta.resolve("tsx");
 
 void describe("README", () => {
@@ -67,5 +70,35 @@ void describe("README", () => {
       console.log = original;
     }
     assert.match(logged.at(-1) ?? "", /^\d+ passed, 0 failed$/);
+  });
+  void it("maps every rule of harness.proto and every conformance case in its table", async () => {
+    const readme = await readFile(path.join(packageDir, "README.md"), "utf8");
+    const section = readme.slice(readme.indexOf("### Each rule and the case that checks it"), readme.indexOf("### The session's environment"));
+    const rows = section
+      .split("\n")
+      .filter((line) => line.startsWith("| ") && !line.startsWith("| rule |") && !line.startsWith("| ---"))
+      .map((line) => line.split(" | ").map((cell) => cell.replace(/^\| ?| ?\|$/g, "").trim()));
+    const proto = await readFile(path.join(repoRoot, "proto", "oz0", "harness", "v1", "harness.proto"), "utf8");
+    const protoRules = [...proto.matchAll(/^\/\/ {1,2}(\d+)\. /gm)].map((m) => Number(m[1]));
+    const readmeRules = [...readme.matchAll(/^(\d+)\. /gm)].map((m) => Number(m[1]));
+    assert.ok(protoRules.length >= 7, "harness.proto's numbered rules were not found");
+    for (const n of new Set([...protoRules, ...readmeRules])) {
+      assert.ok(rows.some(([rule]) => rule?.split(", ").includes(`rule ${n}`)), `rule ${n} has no row in the README's table`);
+    }
+    for (const c of CONFORMANCE_CASES) {
+      const mine = rows.filter(([, , cases]) => cases?.includes(`\`${c.id}\``));
+      assert.ok(mine.length > 0, `case ${c.id} is in no row of the README's table`);
+      const rules = [...new Set(mine.flatMap(([rule]) => rule?.replaceAll("`", "").split(", ") ?? []))].sort();
+      assert.deepEqual(rules, c.rule.split(", ").sort(), `the README's rows of ${c.id} name the rules ${rules.join(", ")}, the kit ${c.rule}`);
+      for (const row of mine) assert.equal(row[3], c.level, `the README gives ${c.id} the level ${row[3]}, the kit ${c.level}`);
+    }
+  });
+
+  void it("documents every option of the conformance CLI", async () => {
+    const readme = await readFile(path.join(packageDir, "README.md"), "utf8");
+    const { stdout } = await promisify(execFile)(process.execPath, [path.join(packageDir, "bin", "oz0-harness-conformance.js"), "--help"]);
+    const flags = [...stdout.matchAll(/^ {2}(--[a-z-]+)/gm)].map((m) => m[1]);
+    assert.ok(flags.includes("--case-timeout-ms"));
+    for (const flag of flags) assert.match(readme, new RegExp(`^\\| \`${flag}[ \`,]`, "m"), `the README's option table lacks ${flag}`);
   });
 });
