@@ -197,8 +197,8 @@ void describe("heartbeat sidecar", () => {
   void it("registers the sandbox beside it with the sandbox's capacity and sessions, the token only in its own process, and on SIGTERM drains until the sandbox is gone", async () => {
     const orchestrator = await startFakeOrchestrator();
     cleanup.push(() => orchestrator.server.close());
-    // The sandbox knows nothing of orchestrators or the token.
-    const t = await startTestSandbox({ maxSessions: 3 });
+    // The sandbox knows nothing of orchestrators, and the node token only by its digest (ListSessions for the sidecar).
+    const t = await startTestSandbox({ maxSessions: 3, auth: testCredentials.settingsFor("sandbox", { nodeTokenSha256: credentialDigest(TOKEN) }) });
     cleanup.push(() => t.close());
     assert.equal(t.sandbox.node, undefined);
     const child = spawn(process.execPath, [HEARTBEAT_MAIN], {
@@ -248,7 +248,8 @@ void describe("heartbeat sidecar", () => {
   void it("advertises a draining sandbox with capacity 0, and sends nothing while it does not answer", async () => {
     const orchestrator = await startFakeOrchestrator();
     cleanup.push(() => orchestrator.server.close());
-    const t = await startTestSandbox({ maxSessions: 2, cancelGraceMs: 2_000 });
+    // The sidecar lists sessions with the node token, which this sandbox knows by its digest.
+    const t = await startTestSandbox({ maxSessions: 2, cancelGraceMs: 2_000, auth: testCredentials.settingsFor("sandbox", { nodeTokenSha256: credentialDigest(TOKEN) }) });
     let sandboxClosed = false;
     cleanup.push(async () => {
       if (!sandboxClosed) await t.close();
