@@ -50,7 +50,7 @@ export type SessionIsolation =
  */
 const ISOLATION_MODES: Record<IsolationName, IsolationMode> = {
   bwrap: IsolationMode.BWRAP,
-  user: IsolationMode.UNSPECIFIED,
+  user: IsolationMode.USER,
   none: IsolationMode.NONE,
 };
 
