@@ -9,7 +9,8 @@ import { chooseIsolation, type IsolationName } from "./isolation-choice.js";
 import { findSetpriv } from "./parent-death-launcher.js";
 import { createLifecycleEvents } from "./lifecycle-events.js";
 import { defaultNodeIdentity, startNodeHeartbeat, type NodeHeartbeat } from "./node-heartbeat.js";
-import { checkNodeToken, defaultRoot, defaultSessionPath, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, DEFAULT_SESSION_UIDS, type SandboxConfig } from "./sandbox-config.js";
+import { defaultSessionPath } from "@oz0/harness/host";
+import { checkNodeToken, defaultRoot, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, DEFAULT_SESSION_UIDS, type SandboxConfig } from "./sandbox-config.js";
 import { sandboxService } from "./sandbox-service.js";
 import { prepareRoot, removeStaleSessions } from "./session-directories.js";
 import { SessionRegistry } from "./session-registry.js";
@@ -22,7 +23,7 @@ export { startHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export type { RunningHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export { detectBubblewrap, DEFAULT_READ_ONLY_PATHS } from "./bubblewrap-launcher.js";
 export type { BubblewrapDetection } from "./bubblewrap-launcher.js";
-export { buildSessionEnvironment, QUIET_HARNESS_ENV } from "./session-environment.js";
+export { buildSessionEnvironment, QUIET_HARNESS_ENV } from "@oz0/harness/host";
 
 /** The health service name that says whether sessions run under bubblewrap (SERVING) or not (NOT_SERVING). */
 export const ISOLATION_HEALTH_SERVICE = "isolation";

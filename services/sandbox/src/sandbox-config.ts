@@ -225,8 +225,3 @@ export function defaultRoot(): string {
   return path.join(os.tmpdir(), "oz0-sandbox");
 }
 
-export function defaultSessionPath(): string {
-  const dirs = ["/usr/local/bin", "/usr/bin", "/bin"];
-  const nodeDir = path.dirname(process.execPath);
-  return (dirs.includes(nodeDir) ? dirs : [nodeDir, ...dirs]).join(":");
-}

@@ -23,7 +23,7 @@ import { parentDeathLauncher } from "./parent-death-launcher.js";
 import { startLlmForwarding, type LlmForward, type LlmForwarding } from "./llm-forwarder.js";
 import { SessionEventLog } from "./event-log.js";
 import { copyAttachments, createSessionDirectories, handOverSessionDirectories, removeSessionDirectories, type SessionPaths } from "./session-directories.js";
-import { buildSessionEnvironment, stateSubdirectories } from "./session-environment.js";
+import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host";
 import { sessionUserLauncher } from "./session-user-launcher.js";
 import type { SessionUserLease } from "./session-user-pool.js";
 import { startSessionSpan, type SessionSpan } from "./tracing.js";

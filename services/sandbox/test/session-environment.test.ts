@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { it } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { buildSessionEnvironment } from "../src/session-environment.js";
+import { buildSessionEnvironment } from "@oz0/harness/host";
 
 void it("builds the environment from the request alone, never from the sandbox's own", () => {
   process.env.OPENAI_API_KEY = "sk-node-key-must-not-leak";

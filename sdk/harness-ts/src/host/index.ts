@@ -18,3 +18,5 @@ export type { LineSplitterOptions } from "../protocol/line-framing.js";
 export { decodeLine, encodeLine } from "../protocol/message-codec.js";
 export { decodeEventLine } from "../protocol/event-decoding.js";
 export type { LineDecodeFailure, LineDecodeResult } from "../protocol/message-codec.js";
+export { buildSessionEnvironment, defaultSessionPath, QUIET_HARNESS_ENV, stateSubdirectories } from "./session-environment.js";
+export type { SessionEnvironmentOptions } from "./session-environment.js";

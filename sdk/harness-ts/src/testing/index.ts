@@ -7,7 +7,8 @@ export { CONFORMANCE_CASES } from "./conformance/conformance-cases.js";
 export type { ConformanceCase, CapabilityName, CaseLevel } from "./conformance/conformance-cases.js";
 export { ConformanceFailure, formatTranscript } from "./conformance/conformance-scenario.js";
 export type { TranscriptLine } from "./conformance/conformance-scenario.js";
-export { sessionEnvironment, defaultSessionPath, stateSubdirectories, QUIET_HARNESS_ENV } from "./conformance/session-environment.js";
+export { sessionEnvironment } from "./conformance/session-environment.js";
+export { defaultSessionPath, stateSubdirectories, QUIET_HARNESS_ENV } from "../host/session-environment.js";
 export type { SessionEnvironmentInput } from "./conformance/session-environment.js";
 export { resolveHarnessCommand } from "./conformance/harness-command.js";
 export {

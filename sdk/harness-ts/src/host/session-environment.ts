@@ -1,6 +1,8 @@
 // The harness's whole environment, built from an allowlist: nothing of the
-// sandbox's own environment is inherited, so a provider key or an internal
-// token set on the node can never reach a session.
+// runtime's own environment is inherited, so a provider key or an internal
+// token set on the node can never reach a session. The one definition: the
+// sandbox builds every session's environment with it, and the conformance kit
+// gives a harness the very same one.
 import path from "node:path";
 import type { SessionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
 
@@ -40,6 +42,13 @@ export interface SessionEnvironmentOptions {
    */
   anthropicBaseUrl: string;
   openaiBaseUrl: string;
+}
+
+/** The default session PATH (the sandbox's OZ0_SESSION_PATH): the system's bin folders, and node's folder when it is elsewhere. */
+export function defaultSessionPath(): string {
+  const dirs = ["/usr/local/bin", "/usr/bin", "/bin"];
+  const nodeDir = path.dirname(process.execPath);
+  return (dirs.includes(nodeDir) ? dirs : [nodeDir, ...dirs]).join(":");
 }
 
 /** Directories under the state directory the environment points at; created before the harness starts. */
