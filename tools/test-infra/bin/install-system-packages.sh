@@ -12,10 +12,11 @@ command -v setpriv >/dev/null || need+=(util-linux)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
+    echo "installing the Debian packages the tests need: ${need[*]}" >&2
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   else
-    echo "missing Debian packages: ${need[*]} (install them as root)" >&2
+    echo "the tests need Debian packages that are missing: ${need[*]}; install them with: sudo bash tools/test-infra/bin/install-system-packages.sh (or sudo apt-get install ${need[*]})" >&2
     exit 1
   fi
 fi

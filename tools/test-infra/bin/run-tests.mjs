@@ -4,7 +4,7 @@
 // Infrastructure the tests need (Kafka, PostgreSQL) is started here when
 // KAFKA_BROKERS / DATABASE_URL are unset, and stopped when the tests end.
 // Usage: run-tests.mjs [path-substring ...]   (only matching test files)
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { readdirSync } from "node:fs";
 import path from "node:path";
 import { root, workspaceDirs } from "./workspaces.mjs";
@@ -40,6 +40,12 @@ if (files.length === 0) {
   console.error(`no test files match ${filters.join(" ")}`);
   process.exit(1);
 }
+
+// The Debian packages the tests use (bubblewrap, PostgreSQL, git, setpriv):
+// installed here when missing and run as root, else a stop at once that names
+// the command, so `npm test` on a fresh machine needs no step before it.
+const packages = spawnSync("bash", [path.join(root, "tools/test-infra/bin/install-system-packages.sh")], { stdio: "inherit" });
+if (packages.status !== 0) process.exit(packages.status ?? 1);
 
 const { startInfrastructure } = await import("./infrastructure.mjs");
 const infra = await startInfrastructure({ root, files });
