@@ -5,7 +5,7 @@
 import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import type { PermissionAnswer, RuntimeToolResult, SessionEvent, SessionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { SessionRequestSchema, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import {
   IsolationMode,
   SessionExitedSchema,
@@ -14,11 +14,12 @@ import {
   type SessionInfo,
   type StartSession,
 } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
-import { HostSessionError, startHostSession, type HarnessLauncher, type HostSession, type SessionOutcome } from "@oz0/harness/host";
+import { HostSessionError, processGroupLauncher, startHostSession, type HarnessLauncher, type HostSession, type SessionOutcome } from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
 import { collectArtifacts, snapshotInitialState } from "./artifact-collector.js";
 import { bubblewrapLauncher } from "./bubblewrap-launcher.js";
 import type { IsolationName } from "./isolation-choice.js";
+import { MAX_LINE_NESTING, nestingLimitLauncher } from "./line-nesting.js";
 import { parentDeathLauncher } from "./parent-death-launcher.js";
 import { startLlmForwarding, type LlmForward, type LlmForwarding } from "./llm-forwarder.js";
 import { SessionEventLog } from "./event-log.js";
@@ -105,7 +106,7 @@ export class SandboxSession {
   #forwarding: LlmForwarding | undefined;
   #baseline: "snapshot" | "empty" | "none" = "none";
   #usageEvents = 0;
-  /** A limit the sandbox itself enforced (turns, log size): it fails the session whatever the harness did. */
+  /** A limit the sandbox itself enforced (turns, log size, line nesting): it fails the session whatever the harness did. */
   #limitBroken: { code: string; message: string } | undefined;
   #cancelRequested: string | undefined;
   #resolveFinished!: () => void;
@@ -228,7 +229,15 @@ export class SandboxSession {
       request: harnessRequest,
       graceMs: this.#options.graceMs,
       maxLineBytes: this.#options.maxLineBytes,
-      launcher,
+      launcher: nestingLimitLauncher({
+        inner: launcher ?? processGroupLauncher(),
+        limit: MAX_LINE_NESTING,
+        onTooDeep: ({ line, limit }) =>
+          this.#breakLimit(
+            "invalid_event",
+            `stdout line ${line} is not a valid SessionEvent: it nests objects and arrays deeper than ${limit} levels, the protocol's limit (harness.proto, rule 8); the line was refused and the session stopped`,
+          ),
+      }),
       onEvent: (event) => this.#onEvent(event),
       // Free-form harness logs: kept (the tail) in `exited`, and here for whoever runs the node at debug level.
       onStderr: (chunk) => this.#options.logger.debug({ sessionId: this.id, stderr: chunk.toString("utf8") }, "harness stderr"),
@@ -329,11 +338,12 @@ export class SandboxSession {
   }
 
   #finish(outcome: SessionOutcome): void {
+    const broken = this.#limitBroken ?? failingExitAfterResult(outcome);
     const status =
-      this.#limitBroken !== undefined
+      broken !== undefined
         ? SessionStatus.FAILED
         : { completed: SessionStatus.COMPLETED, failed: SessionStatus.FAILED, cancelled: SessionStatus.CANCELLED, timed_out: SessionStatus.TIMED_OUT }[outcome.status];
-    const error = this.#limitBroken ?? outcome.error;
+    const error = broken ?? outcome.error;
     const finish = async (): Promise<void> => {
       const { paths } = this.#options;
       // The sandbox (root) reads the working directory next: nothing of the
@@ -424,4 +434,22 @@ export class SandboxSession {
     }
     await this.#user?.release();
   }
+}
+
+/**
+ * A harness that wrote a completed result and then exited non-zero (or was
+ * ended by a signal it did not get from us) contradicts its own result: the
+ * conformance kit fails it, and so does the runtime (harness.proto, rule 3),
+ * rather than pass on a result whose process says it failed. Results of any
+ * other stop reason already fail the job; their exit code agrees with them.
+ */
+function failingExitAfterResult(outcome: SessionOutcome): { code: string; message: string } | undefined {
+  if (outcome.status !== "completed" || outcome.result?.stopReason !== StopReason.COMPLETED) return undefined;
+  if (outcome.signal !== null) {
+    return { code: "nonzero_exit_after_result", message: `the harness was ended by ${outcome.signal} after writing a completed result; a harness exits with code 0 once its result is out` };
+  }
+  if (outcome.exitCode !== 0) {
+    return { code: "nonzero_exit_after_result", message: `the harness exited with code ${outcome.exitCode ?? "unknown"} after writing a completed result; a harness exits with code 0 once its result is out` };
+  }
+  return undefined;
 }

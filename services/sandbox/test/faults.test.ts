@@ -32,11 +32,15 @@ void describe("faults", () => {
     { mode: { mode: "no-result" }, code: "no_result", status: SessionStatus.FAILED },
     { mode: { mode: "big-line", bytes: 4096 }, code: "line_too_long", status: SessionStatus.FAILED },
     { mode: { mode: "two-results" }, code: "duplicate_result", status: SessionStatus.FAILED },
+    { mode: { mode: "event-after-result" }, code: "event_after_result", status: SessionStatus.FAILED },
+    { mode: { mode: "exit-after-result", code: 3 }, code: "nonzero_exit_after_result", status: SessionStatus.FAILED },
+    { mode: { mode: "exit-after-result", signal: "SIGHUP" }, code: "nonzero_exit_after_result", status: SessionStatus.FAILED },
     { mode: { mode: "usage-loop", turns: 5 }, code: "max_turns_exceeded", status: SessionStatus.FAILED, request: { limits: { maxTurns: 2 } } },
     { mode: { mode: "chatty", events: 500 }, code: "too_many_events", status: SessionStatus.FAILED },
   ];
   for (const c of cases) {
-    void it(`ends a session whose harness does ${String(c.mode.mode)} with ${c.code}`, async () => {
+    const how = c.mode.signal ? ` (${String(c.mode.signal)})` : c.mode.code ? ` (code ${String(c.mode.code)})` : "";
+    void it(`ends a session whose harness does ${String(c.mode.mode)}${how} with ${c.code}`, async () => {
       const stream = await runToEnd(t.client, scenarioStart(c.mode, {}, c.request));
       const exited = stream.exited();
       assert.equal(exited.errorCode, c.code, exited.errorMessage);
@@ -44,6 +48,22 @@ void describe("faults", () => {
       assert.notEqual(exited.errorMessage, "");
     });
   }
+
+  void it("names the exit code, or the signal, of a harness that failed after its completed result", async () => {
+    const coded = (await runToEnd(t.client, scenarioStart({ mode: "exit-after-result", code: 3 }))).exited();
+    assert.equal(coded.errorMessage, "the harness exited with code 3 after writing a completed result; a harness exits with code 0 once its result is out");
+    assert.equal(coded.result?.text, "done", "the result is still reported, for diagnosis; the status says not to trust it");
+    const signalled = (await runToEnd(t.client, scenarioStart({ mode: "exit-after-result", signal: "SIGHUP" }))).exited();
+    assert.equal(signalled.errorMessage, "the harness was ended by SIGHUP after writing a completed result; a harness exits with code 0 once its result is out");
+  });
+
+  void it("lets an error result end with a failing exit: the exit agrees with the result", async () => {
+    const exited = (await runToEnd(t.client, scenarioStart({ mode: "error-exit" }))).exited();
+    assert.equal(exited.status, SessionStatus.COMPLETED);
+    assert.equal(exited.errorCode, "");
+    assert.deepEqual(exited.how, { case: "exitCode", value: 1 });
+    assert.equal(exited.result?.error, "the work failed");
+  });
 
   void it("kills a harness that ignores SIGTERM after the grace (ignored_sigterm)", async () => {
     const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "ignore-term" }) } });
