@@ -281,6 +281,9 @@ export class SessionGraphExecutor implements GraphExecutor {
     // Ended (not halted: then the run's new owner re-attaches to it): its slot is free.
     if (!o.halt?.aborted) await o.placement.release(sessionId);
     const exited = messages.find((m): m is Extract<SandboxMessage, { kind: "exited" }> => m.kind === "exited");
+    // The step runner is ours, but the step's module runs inside it and can break the protocol (a write to stdout
+    // after the result, a failing exit): then the bag it returned cannot be trusted.
+    if (exited?.failure) throw new GraphError("STEP_FAILED", `custom step ${request.name} failed in the sandbox: ${exited.failure}`);
     let result = exited?.result;
     for (const m of messages) if (m.kind === "event" && m.event.event.case === "result") result = m.event.event.value;
     if (!result || result.stopReason !== StopReason.COMPLETED) {

@@ -429,6 +429,7 @@ export class OperationRunner {
       }, Math.max(0, until - Date.now()));
       let result: SessionResult | undefined;
       let exitError = "";
+      let failure: string | undefined;
       let pendingModelStep: { at: number; tokens: Usage } | undefined;
       const emitStep = (attributes: Record<string, unknown>, tokens?: Usage): void => {
         options.step.index++;
@@ -442,6 +443,7 @@ export class OperationRunner {
       for await (const message of channel) {
         if (message.kind === "exited") {
           exitError = message.error;
+          failure = message.failure;
           if (!result && message.result) result = message.result;
           continue;
         }
@@ -509,6 +511,8 @@ export class OperationRunner {
       if (stop === "timed_out" || result?.stopReason === StopReason.TIMEOUT) {
         return { kind: "failed", code: "operation_timed_out", message: `${op.key} timed out before it returned a valid result (timeout ${op.timeout_ms} ms, bounded by the parent run's deadline)`, validation: "unknown" };
       }
+      // A session the sandbox failed is not repaired: its structured output, valid or not, cannot be trusted.
+      if (failure) return { kind: "failed", code: "operation_session_failed", message: `${op.key}'s scratch session failed: ${failure}`, validation: "unknown" };
       if (result?.structuredOutput) return { kind: "ran", output: result.structuredOutput as JsonObject };
       if (result && result.stopReason === StopReason.COMPLETED) return { kind: "ran" };
       // A finished loop whose answer was not JSON is a repairable result, not a crash.

@@ -25,6 +25,27 @@ import {
 
 const encoder = new TextEncoder();
 
+/**
+ * The sandbox's error codes for a harness that broke the protocol
+ * (harness.proto's rules; the sandbox README lists every code). Other
+ * codes of a failed session are the node's own limits or its own trouble.
+ */
+const PROTOCOL_ERROR_CODES = new Set([
+  "invalid_json",
+  "invalid_event",
+  "line_too_long",
+  "unknown_event_kind",
+  "first_event_not_started",
+  "unsupported_protocol_version",
+  "duplicate_result",
+  "event_after_result",
+  "duplicate_request_id",
+  "no_result",
+  "did_not_exit",
+  "ignored_sigterm",
+  "nonzero_exit_after_result",
+]);
+
 function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
   const seq = Number(response.seq);
   const m = response.message;
@@ -45,12 +66,15 @@ function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
       const error = failed
         ? `${e.errorCode || "failed"}: ${e.errorMessage || "the session failed"}${e.stderrTail ? ` (stderr: ${e.stderrTail.trim().split("\n").filter((l) => l.trim()).slice(-6).join(" | ")})` : ""}`
         : "";
+      // A timed-out session is the runtime's doing, not the harness's: its result (if any) says so itself.
+      const failure = e.status === SessionStatus.FAILED ? `${PROTOCOL_ERROR_CODES.has(e.errorCode) ? "the harness broke the protocol" : "the session failed"}: ${error}` : undefined;
       return {
         seq,
         kind: "exited",
         exitCode: e.how.case === "exitCode" ? e.how.value : 0,
         signal: e.how.case === "signal" ? e.how.value : "",
         error,
+        ...(failure !== undefined ? { failure } : {}),
         ...(e.result ? { result: e.result } : {}),
       };
     }

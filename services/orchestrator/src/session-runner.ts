@@ -16,7 +16,23 @@ export interface SessionArtifact {
 export type SandboxMessage =
   | { seq: number; kind: "started"; sessionId: string }
   | { seq: number; kind: "event"; event: SessionEvent }
-  | { seq: number; kind: "exited"; exitCode: number; signal: string; error: string; result?: SessionResult }
+  | {
+      seq: number;
+      kind: "exited";
+      exitCode: number;
+      signal: string;
+      /** What went wrong, when the session failed or timed out (`code: message (stderr: …)`); empty otherwise. */
+      error: string;
+      /**
+       * Set when the sandbox failed the session (the harness broke the
+       * protocol or a limit): whoever consumes the session fails with it,
+       * whatever result the harness wrote, since that result cannot be
+       * trusted. For example `the harness broke the protocol:
+       * duplicate_result: the harness wrote a second result; …`.
+       */
+      failure?: string;
+      result?: SessionResult;
+    }
   | { seq: number; kind: "artifacts"; artifacts: SessionArtifact[] };
 
 export interface StartSessionOptions {
