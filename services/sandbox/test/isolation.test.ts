@@ -21,7 +21,7 @@ const PLANTED_KEY = `sk-ant-api03-${NEEDLE}`;
 
 // The user mode needs root (and setpriv): elsewhere there is nothing to run it with.
 const userModeSkip = process.getuid?.() !== 0 ? "the user isolation mode needs root" : findSetpriv() === undefined ? "the user isolation mode needs setpriv" : false;
-const STARTED_ISOLATION = { none: IsolationMode.NONE, user: IsolationMode.UNSPECIFIED, bwrap: IsolationMode.BWRAP } as const;
+const STARTED_ISOLATION = { none: IsolationMode.NONE, user: IsolationMode.USER, bwrap: IsolationMode.BWRAP } as const;
 
 for (const mode of ["none", "user", "bwrap"] as const) {
   void describe(`isolation ${mode}`, { skip: mode === "user" ? userModeSkip : false }, () => {
