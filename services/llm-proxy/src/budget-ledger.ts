@@ -4,6 +4,7 @@
 // step on the event loop, so concurrent calls cannot together spend more than
 // the budget. (Several replicas need the accounts in their shared store:
 // PostgresProxyStore keeps them as locked rows.)
+import { randomUUID } from "node:crypto";
 import { ProxyError } from "./proxy-error.js";
 import type { BudgetSnapshot, Reservation, ReserveInput } from "./proxy-store.js";
 
@@ -86,6 +87,10 @@ export class BudgetLedger {
     account.reservedUsd += amountUsd;
     let done = false;
     return {
+      // Named for the call's pending record; the hold itself lives only in this
+      // process, so a process that dies takes its holds with it (a new one starts
+      // from the calls' charges, where an interrupted call counts 0).
+      id: randomUUID(),
       session: input.session,
       amountUsd,
       settle(actualUsd: number): Promise<void> {

@@ -22,7 +22,7 @@ export { loadProvidersFile, defaultProviders, priceOf, costOf } from "./provider
 export type { ModelPrice, ProviderConfig } from "./provider-config.js";
 export type { RetryPolicy } from "./retry-policy.js";
 export { DEFAULT_RETRY_POLICY } from "./retry-policy.js";
-export type { AttemptRecord, BudgetSnapshot, CallRecord, ProxyStore, Reservation, ReserveInput, StoreChange, TokenUsage, UsageTotals } from "./proxy-store.js";
+export type { AttemptRecord, BudgetSnapshot, CallRecord, PendingAttempt, ProxyStore, Reservation, ReserveInput, StoreChange, TokenUsage, UsageTotals } from "./proxy-store.js";
 export { SqliteProxyStore } from "./sqlite-proxy-store.js";
 export { PostgresProxyStore, type PostgresProxyStoreOptions } from "./postgres-proxy-store.js";
 export type { UsageSink } from "./usage-sink.js";
@@ -69,6 +69,8 @@ export interface LlmProxyConfig {
   /** Output tokens a call without max_tokens is assumed to be able to produce, for budget reservations. Default 32 000. */
   defaultMaxOutputTokens?: number;
   logger?: Logger;
+  /** With a shared store: how often calls left in flight by replicas that died are looked for. Default 15 000 ms. */
+  reconcileIntervalMs?: number;
 }
 
 export interface LlmProxy {
@@ -161,6 +163,19 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
   }
   const sink = config.usageSink ?? (config.eventsUrl ? eventsUsageSink({ url: config.eventsUrl, logger, ...(config.auth?.serviceToken ? { token: config.auth.serviceToken } : {}) }) : memoryUsageSink());
   const metering = new Metering({ store, sink, logger });
+  // Calls a proxy died in are metered (as interrupted) before this one serves. A shared store
+  // keeps looking: a replica that dies stops renewing its calls, and any replica reconciles them.
+  let reconcileTimer: NodeJS.Timeout | undefined;
+  const reconcile = (): Promise<void> =>
+    metering.reconcileInterrupted().then(
+      () => undefined,
+      (error: unknown) => logger.warn({ error: (error as Error).message }, "could not reconcile interrupted model calls; retried later"),
+    );
+  await reconcile();
+  if (store.shared) {
+    reconcileTimer = setInterval(() => void reconcile(), config.reconcileIntervalMs ?? 15_000);
+    reconcileTimer.unref();
+  }
 
   let publicUrl = "";
   const httpApi = createHttpApi({
@@ -185,6 +200,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
       fallback: httpApi,
     });
   } catch (error) {
+    clearInterval(reconcileTimer);
     await sink.close();
     await Promise.all(scripted.map((m) => m.close()));
     if (ownsStore) await store.close();
@@ -195,6 +211,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     url: server.url,
     store,
     async close({ graceMs = 5_000 } = {}) {
+      clearInterval(reconcileTimer);
       await server.close({ graceMs });
       await sink.close();
       await Promise.all(scripted.map((m) => m.close()));

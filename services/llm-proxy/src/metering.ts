@@ -1,7 +1,7 @@
 // Records what each attempt and each logical call used and cost, and rolls
 // usage up per job and agent.
 import type { Logger } from "@oz0/serving";
-import type { AttemptRecord, CallRecord, ProxyStore, TokenUsage, UsageTotals } from "./proxy-store.js";
+import type { AttemptRecord, CallRecord, PendingAttempt, ProxyStore, TokenUsage, UsageTotals } from "./proxy-store.js";
 import { recordAttempt, recordCall } from "./tracing.js";
 import type { UsageSink } from "./usage-sink.js";
 
@@ -32,6 +32,31 @@ export class Metering {
     // Called inside the call's chat span: the attempt becomes its child.
     recordAttempt(record);
     return this.#stored(() => this.#store.recordAttempt(record), { operationId: record.operationId, attempt: record.attempt }, "could not record a metering attempt");
+  }
+
+  /**
+   * Before an attempt is sent: its pending record, so a proxy that dies
+   * mid-call still meters it (as interrupted, at a later start). Resolves once
+   * it is durable, or was logged as lost; never rejects (a store that cannot
+   * write does not stop calls, as with every metering row).
+   */
+  beginAttempt(pending: PendingAttempt): Promise<void> {
+    return this.#stored(() => this.#store.beginAttempt(pending), { operationId: pending.operationId, attempt: pending.attempt }, "could not record an attempt before sending it");
+  }
+
+  /**
+   * Meters the calls a dead proxy left in flight (all of them at start-up
+   * for a store one process uses; those of replicas that stopped renewing for
+   * a shared one) as interrupted, with a usage event each, and frees their
+   * budget holds. Returns how many.
+   */
+  async reconcileInterrupted(): Promise<number> {
+    const calls = await this.#store.reconcileInterrupted();
+    for (const call of calls) {
+      this.#sink.callCompleted(call);
+      this.#logger.warn({ operationId: call.operationId, job: call.job, agent: call.agent, attempt: call.attempts }, "a model call was in flight when its proxy stopped: metered as interrupted");
+    }
+    return calls.length;
   }
 
   /** Like `attempt`; the usage event goes out at once. */

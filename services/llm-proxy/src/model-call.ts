@@ -147,6 +147,8 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     while (attempt < deps.retry.maxAttempts) {
       attempt += 1;
       const attemptStartedAt = new Date();
+      // Durable before the attempt goes out: a proxy killed now leaves a call to reconcile.
+      await deps.metering.beginAttempt({ ...common, attempt, startedAt, attemptStartedAt, ...(reservation ? { reservationId: reservation.id } : {}) });
       const attemptStart = performance.now();
       summary = await runAttempt(deps, input, { operationId, sendBody, clientWantsUsage, price, estimatedInput, reservation });
       const latencyMs = performance.now() - attemptStart;

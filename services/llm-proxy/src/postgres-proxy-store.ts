@@ -24,6 +24,7 @@ import type {
   BudgetSnapshot,
   CallRecord,
   Outcome,
+  PendingAttempt,
   ProxyStore,
   Reservation,
   ReserveInput,
@@ -33,7 +34,7 @@ import type {
   TokenRecord,
   UsageTotals,
 } from "./proxy-store.js";
-import { tokenUse, type TokenUseAnswer } from "./proxy-store.js";
+import { interruptedRecords, tokenUse, type TokenUseAnswer } from "./proxy-store.js";
 
 export type { BudgetSnapshot } from "./proxy-store.js";
 
@@ -158,6 +159,19 @@ DELETE FROM budget_reservations WHERE state = 'settled';
     // Nothing recorded the use of the tokens already there: count them used, which claims nothing false.
     sql: "ALTER TABLE session_tokens ADD COLUMN used_at timestamptz; UPDATE session_tokens SET used_at = created_at;",
   },
+  {
+    version: 4,
+    name: "calls in flight, reconciled as interrupted when their replica is gone",
+    // One row per call in flight, written before its first attempt is sent and deleted with the
+    // call's record. Its replica renews expires_at with its budget holds; once it lapses the
+    // replica is gone, and any replica turns the row into an interrupted call.
+    sql: `
+CREATE TABLE pending_calls (operation_id text PRIMARY KEY, job text NOT NULL, agent text NOT NULL, session text NOT NULL,
+  provider text NOT NULL, model text NOT NULL, wire text NOT NULL, stream boolean NOT NULL, attempt integer NOT NULL,
+  started_at timestamptz NOT NULL, attempt_started_at timestamptz NOT NULL, reservation_id text, expires_at timestamptz NOT NULL);
+CREATE INDEX pending_calls_by_expiry ON pending_calls (expires_at);
+`,
+  },
 ];
 
 interface MeteringRow {
@@ -270,6 +284,40 @@ function usd(value: number): string {
 }
 
 
+const UPDATE_CALL = [...COLUMN_LIST.split(", ").slice(1), "attempts"].map((c) => `${c} = EXCLUDED.${c}`).join(", ");
+
+interface PendingRow {
+  operation_id: string;
+  job: string;
+  agent: string;
+  session: string;
+  provider: string;
+  model: string;
+  wire: string;
+  stream: boolean;
+  attempt: number;
+  started_at: Date;
+  attempt_started_at: Date;
+  reservation_id: string | null;
+}
+
+function pendingFromRow(row: PendingRow): PendingAttempt {
+  return {
+    operationId: row.operation_id,
+    job: row.job,
+    agent: row.agent,
+    session: row.session,
+    provider: row.provider,
+    model: row.model,
+    wire: row.wire as "anthropic" | "openai",
+    stream: row.stream,
+    attempt: row.attempt,
+    startedAt: row.started_at,
+    attemptStartedAt: row.attempt_started_at,
+    ...(row.reservation_id === null ? {} : { reservationId: row.reservation_id }),
+  };
+}
+
 /** Rows per metering statement: 21 parameters each, far below PostgreSQL's 65 535. */
 const BATCH_ROWS = 1_000;
 
@@ -305,6 +353,8 @@ export class PostgresProxyStore implements ProxyStore {
   #sweepTimer: NodeJS.Timeout | undefined;
   /** Reservations of calls in flight here, renewed until settled (renewHolds). */
   readonly #held = new Set<string>();
+  /** Calls in flight here (their pending rows), renewed with the holds until their record is written. */
+  readonly #inFlight = new Set<string>();
   #renewTimer: NodeJS.Timeout | undefined;
   #batch: MeteringBatch | undefined;
   readonly #flushing = new Set<Promise<void>>();
@@ -447,9 +497,82 @@ export class PostgresProxyStore implements ProxyStore {
   }
 
   recordCall(call: CallRecord): Promise<void> {
+    this.#inFlight.delete(call.operationId);
     const batch = this.#currentBatch();
     batch.calls.push([...meteringValues(call), call.attempts]);
     return batch.done;
+  }
+
+  async beginAttempt(pending: PendingAttempt): Promise<void> {
+    this.#inFlight.add(pending.operationId);
+    // Not batched: the row must be committed before the attempt goes out.
+    await this.#pool.query(
+      `INSERT INTO pending_calls (operation_id, job, agent, session, provider, model, wire, stream, attempt, started_at, attempt_started_at, reservation_id, expires_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now() + $13 * interval '1 millisecond')
+       ON CONFLICT (operation_id) DO UPDATE SET attempt = EXCLUDED.attempt, attempt_started_at = EXCLUDED.attempt_started_at, expires_at = EXCLUDED.expires_at`,
+      [
+        pending.operationId,
+        pending.job,
+        pending.agent,
+        pending.session,
+        pending.provider,
+        pending.model,
+        pending.wire,
+        pending.stream,
+        pending.attempt,
+        pending.startedAt,
+        pending.attemptStartedAt,
+        pending.reservationId ?? null,
+        this.#holdMs,
+      ],
+    );
+  }
+
+  /**
+   * Calls whose replica stopped renewing them (it died) become interrupted
+   * calls, and their holds are freed as the sweep frees expired holds (a late
+   * settle by a replica that was only cut off still charges its spend, and
+   * its late record replaces the interrupted one). Any replica may run it;
+   * each call is reconciled once.
+   */
+  async reconcileInterrupted(): Promise<CallRecord[]> {
+    await this.#drain();
+    const client = await this.#pool.connect();
+    try {
+      await client.query("BEGIN");
+      // Row locks: a replica reconciling at the same time waits, then finds the rows gone.
+      const { rows } = await client.query<PendingRow>("DELETE FROM pending_calls WHERE expires_at <= now() RETURNING *");
+      const made: CallRecord[] = [];
+      if (rows.length > 0) {
+        const records = rows.map((row) => interruptedRecords(pendingFromRow(row)));
+        const params: unknown[] = [];
+        await client.query(`INSERT INTO attempts (${COLUMN_LIST}, attempt) VALUES ${valuesClause(records.map((r) => [...meteringValues(r.attempt), r.attempt.attempt]), params)} ON CONFLICT DO NOTHING`, params);
+        const callParams: unknown[] = [];
+        const inserted = await client.query<{ operation_id: string }>(
+          `INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES ${valuesClause(records.map((r) => [...meteringValues(r.call), r.call.attempts]), callParams)} ON CONFLICT DO NOTHING RETURNING operation_id`,
+          callParams,
+        );
+        const fresh = new Set(inserted.rows.map((r) => r.operation_id));
+        made.push(...records.filter((r) => fresh.has(r.call.operationId)).map((r) => r.call));
+        const holds = rows.map((r) => r.reservation_id).filter((id): id is string => id !== null);
+        if (holds.length > 0) {
+          await client.query(
+            `WITH expired AS (
+               UPDATE budget_reservations SET state = 'expired' WHERE id = ANY($1::text[]) AND state = 'held' RETURNING session, amount_usd),
+             per_session AS (SELECT session, SUM(amount_usd) AS amount FROM expired GROUP BY session)
+             UPDATE budget_accounts a SET reserved_usd = a.reserved_usd - p.amount FROM per_session p WHERE a.session = p.session`,
+            [holds],
+          );
+        }
+      }
+      await client.query("COMMIT");
+      return made;
+    } catch (error) {
+      await client.query("ROLLBACK").catch(() => undefined);
+      throw error;
+    } finally {
+      client.release();
+    }
   }
 
   #currentBatch(): MeteringBatch {
@@ -487,7 +610,12 @@ export class PostgresProxyStore implements ProxyStore {
       // ON CONFLICT: a statement run again (after a deadlock) or a duplicate id never fails the rows beside it.
       const parts = [
         someAttempts.length ? `INSERT INTO attempts (${COLUMN_LIST}, attempt) VALUES ${valuesClause(someAttempts, params)} ON CONFLICT DO NOTHING` : "",
-        someCalls.length ? `INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES ${valuesClause(someCalls, params)} ON CONFLICT DO NOTHING` : "",
+        // The call's record ends its pending row in the same statement (one commit).
+        someCalls.length ? `DELETE FROM pending_calls WHERE operation_id = ANY($${params.push(someCalls.map((c) => c[0]))}::text[])` : "",
+        // A call reconciled as interrupted while its replica was only cut off: its real record replaces that one.
+        someCalls.length
+          ? `INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES ${valuesClause(someCalls, params)} ON CONFLICT (operation_id) DO UPDATE SET ${UPDATE_CALL} WHERE calls.outcome = 'interrupted'`
+          : "",
       ].filter(Boolean);
       if (attempts.length === 0 && calls.length === 0 && settles.length > 0) {
         const some = settles.splice(0);
@@ -624,11 +752,13 @@ export class PostgresProxyStore implements ProxyStore {
 
   /** Extends the holds of this replica's calls in flight by the hold time; returns how many it extended. */
   async renewHolds(): Promise<number> {
-    if (this.#held.size === 0) return 0;
-    const result = await this.#pool.query("UPDATE budget_reservations SET expires_at = now() + $2 * interval '1 millisecond' WHERE id = ANY($1::text[]) AND state = 'held'", [
-      [...this.#held],
-      this.#holdMs,
-    ]);
+    if (this.#held.size === 0 && this.#inFlight.size === 0) return 0;
+    // The calls in flight too, in the same statement: a call and its hold lapse together.
+    const result = await this.#pool.query(
+      `WITH calls_in_flight AS (UPDATE pending_calls SET expires_at = now() + $2 * interval '1 millisecond' WHERE operation_id = ANY($3::text[]))
+       UPDATE budget_reservations SET expires_at = now() + $2 * interval '1 millisecond' WHERE id = ANY($1::text[]) AND state = 'held'`,
+      [[...this.#held], this.#holdMs, [...this.#inFlight]],
+    );
     return result.rowCount ?? 0;
   }
 

@@ -67,7 +67,9 @@ export type Outcome =
   | "budget_cut"
   | "budget_refused"
   | "client_aborted"
-  | "proxy_error";
+  | "proxy_error"
+  /** The proxy died while the call was in flight: reconciled at a later start (tokens unknown, estimated). */
+  | "interrupted";
 
 interface MeteringCommon {
   operationId: string;
@@ -134,6 +136,8 @@ export interface ReserveInput {
 
 /** A hold on part of a session's budget; settle it exactly once (a second settle does nothing). */
 export interface Reservation {
+  /** Names the hold in the store, so an interrupted call's record can free it. */
+  readonly id: string;
   readonly session: string;
   /** Dollars held: the call may spend up to this much. */
   readonly amountUsd: number;
@@ -174,10 +178,77 @@ export interface TokenStore {
   revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }>;
 }
 
+/**
+ * A call in flight, written before its first attempt goes upstream (and
+ * updated before each retry), so a proxy that dies mid-call leaves a trace.
+ * The call's record (recordCall) removes it in the same transaction.
+ */
+export interface PendingAttempt {
+  operationId: string;
+  job: string;
+  agent: string;
+  session: string;
+  provider: string;
+  model: string;
+  wire: "anthropic" | "openai";
+  stream: boolean;
+  /** The attempt about to be sent (1 for the first). */
+  attempt: number;
+  /** When the call started. */
+  startedAt: Date;
+  /** When this attempt started. */
+  attemptStartedAt: Date;
+  /** The budget hold the call belongs to, when it has one. */
+  reservationId?: string;
+}
+
+/** The records of a call the proxy died in: tokens unknown (0, estimated), nothing charged. */
+export function interruptedRecords(pending: PendingAttempt): { call: CallRecord; attempt: AttemptRecord } {
+  const common = {
+    operationId: pending.operationId,
+    job: pending.job,
+    agent: pending.agent,
+    session: pending.session,
+    provider: pending.provider,
+    model: pending.model,
+    wire: pending.wire,
+    stream: pending.stream,
+    status: 0,
+    outcome: "interrupted" as const,
+    usage: { ...ZERO_USAGE },
+    costUsd: 0,
+    // How long it ran is unknown too.
+    latencyMs: 0,
+    estimated: true,
+  };
+  return {
+    call: { ...common, startedAt: pending.startedAt, attempts: pending.attempt },
+    attempt: { ...common, startedAt: pending.attemptStartedAt, attempt: pending.attempt },
+  };
+}
+
 export interface MeteringStore {
+  /**
+   * Records that an attempt is about to be sent; resolves once it is durable
+   * (it survives this process being killed). The first attempt inserts the
+   * call's pending row, a retry updates it.
+   */
+  beginAttempt(pending: PendingAttempt): Promise<void>;
+  /**
+   * Turns every call in flight whose owner is gone into a call record with
+   * outcome \`interrupted\` (tokens unknown: 0, estimated), plus its attempt's
+   * record, and frees its budget hold; returns the records made. Each call is
+   * reconciled once however many processes reconcile at once, and never one
+   * whose record was written. The owner is gone when it is another process
+   * of a store one process uses (SQLite: reconcile at start-up), or, for a
+   * shared store, when it stopped renewing (the same expiry as budget holds).
+   */
+  reconcileInterrupted(): Promise<CallRecord[]>;
   /**
    * Both resolve once every reader of the store (every replica) sees the
    * record, and reject when it could not be stored. Writes may be batched.
+   * recordCall also ends the call's pending attempt (beginAttempt) in the
+   * same transaction.
    * (SQLite resolves at once: its only readers are in this process, and each
    * read writes what is queued first.)
    */

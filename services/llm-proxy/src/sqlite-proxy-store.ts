@@ -1,6 +1,7 @@
 // The ProxyStore on SQLite (better-sqlite3), one file under OZ0_LLM_PROXY_DATA,
 // for one proxy process: budgets are held in its memory (budget-ledger.ts).
 // better-sqlite3 answers synchronously; the methods wrap it in promises.
+import { randomUUID } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import path from "node:path";
 import Database from "better-sqlite3";
@@ -10,6 +11,7 @@ import type {
   BudgetSnapshot,
   CallRecord,
   Outcome,
+  PendingAttempt,
   ProxyStore,
   Reservation,
   ReserveInput,
@@ -18,7 +20,7 @@ import type {
   TokenRecord,
   UsageTotals,
 } from "./proxy-store.js";
-import { tokenUse, type TokenUseAnswer } from "./proxy-store.js";
+import { interruptedRecords, tokenUse, type TokenUseAnswer } from "./proxy-store.js";
 
 const METERING_COLUMNS = `operation_id TEXT NOT NULL, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
   provider TEXT NOT NULL, model TEXT NOT NULL, wire TEXT NOT NULL, stream INTEGER NOT NULL, status INTEGER NOT NULL,
@@ -37,6 +39,9 @@ CREATE INDEX IF NOT EXISTS attempts_by_job ON attempts (job);
 CREATE TABLE IF NOT EXISTS calls (${METERING_COLUMNS}, attempts INTEGER NOT NULL, PRIMARY KEY (operation_id));
 CREATE INDEX IF NOT EXISTS calls_by_job ON calls (job);
 CREATE INDEX IF NOT EXISTS calls_by_session ON calls (session);
+CREATE TABLE IF NOT EXISTS pending_calls (operation_id TEXT PRIMARY KEY, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
+  provider TEXT NOT NULL, model TEXT NOT NULL, wire TEXT NOT NULL, stream INTEGER NOT NULL, attempt INTEGER NOT NULL,
+  started_at INTEGER NOT NULL, attempt_started_at INTEGER NOT NULL, reservation_id TEXT, owner TEXT NOT NULL);
 `;
 
 interface MeteringRow {
@@ -141,6 +146,8 @@ export class SqliteProxyStore implements ProxyStore {
   // process): recordAttempt and recordCall resolve at once.
   #pending: (() => void)[] = [];
   readonly #onWriteError: (error: unknown) => void;
+  /** This store's pending calls carry it; those of any other (a process that died) are reconciled. */
+  readonly #owner = randomUUID();
 
   constructor(options: SqliteProxyStoreOptions) {
     let file = ":memory:";
@@ -189,6 +196,15 @@ export class SqliteProxyStore implements ProxyStore {
         SUM(attempts) AS attempts, SUM(input_tokens) AS input, SUM(output_tokens) AS output, SUM(cache_read_tokens) AS cache_read,
         SUM(cache_write_tokens) AS cache_write, SUM(reasoning_tokens) AS reasoning, SUM(cost_usd) AS cost, MAX(estimated) AS estimated
         FROM calls WHERE job = ? GROUP BY agent ORDER BY agent`),
+      beginCall: db.prepare(
+        `INSERT INTO pending_calls (operation_id, job, agent, session, provider, model, wire, stream, attempt, started_at, attempt_started_at, reservation_id, owner)
+         VALUES (@operation_id, @job, @agent, @session, @provider, @model, @wire, @stream, @attempt, @started_at, @attempt_started_at, @reservation_id, @owner)
+         ON CONFLICT (operation_id) DO UPDATE SET attempt = @attempt, attempt_started_at = @attempt_started_at`,
+      ),
+      endCall: db.prepare("DELETE FROM pending_calls WHERE operation_id = ?"),
+      orphanedCalls: db.prepare("DELETE FROM pending_calls WHERE owner <> ? RETURNING *"),
+      insertAttemptIfNew: db.prepare(`INSERT INTO attempts (${COLUMN_LIST}, attempt) VALUES (${VALUE_LIST}, @attempt) ON CONFLICT DO NOTHING`),
+      insertCallIfNew: db.prepare(`INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES (${VALUE_LIST}, @attempts) ON CONFLICT DO NOTHING`),
       chargedToSession: db.prepare("SELECT COALESCE(SUM(cost_usd), 0) AS cost FROM calls WHERE session = ?"),
     };
     // Synchronous starting point: a first reservation decides in the same turn as it asks.
@@ -259,7 +275,48 @@ export class SqliteProxyStore implements ProxyStore {
 
   recordCall(call: CallRecord): Promise<void> {
     const params = { ...meteringParams(call), attempts: call.attempts };
-    return this.#enqueue(() => this.#statements.insertCall.run(params));
+    // The call's record and the end of its pending row commit in one transaction (the batch's).
+    return this.#enqueue(() => {
+      this.#statements.insertCall.run(params);
+      this.#statements.endCall.run(call.operationId);
+    });
+  }
+
+  async beginAttempt(pending: PendingAttempt): Promise<void> {
+    // Written at once, not batched: it must be in the file before the attempt goes out. In WAL
+    // mode with synchronous = NORMAL a commit is a write to the WAL, no fsync, and survives the
+    // process being killed (not a power cut, like every other row here).
+    this.#statements.beginCall.run({
+      operation_id: pending.operationId,
+      job: pending.job,
+      agent: pending.agent,
+      session: pending.session,
+      provider: pending.provider,
+      model: pending.model,
+      wire: pending.wire,
+      stream: pending.stream ? 1 : 0,
+      attempt: pending.attempt,
+      started_at: pending.startedAt.getTime(),
+      attempt_started_at: pending.attemptStartedAt.getTime(),
+      reservation_id: pending.reservationId ?? null,
+      owner: this.#owner,
+    });
+  }
+
+  async reconcileInterrupted(): Promise<CallRecord[]> {
+    this.flush();
+    // Budget holds of SQLite live in the memory of the process that made them: the dead
+    // process's are gone with it, and an account opened now starts from the calls' charges.
+    return this.#db.transaction(() => {
+      const rows = this.#statements.orphanedCalls.all(this.#owner) as PendingRow[];
+      const made: CallRecord[] = [];
+      for (const row of rows) {
+        const { call, attempt } = interruptedRecords(pendingFromRow(row));
+        this.#statements.insertAttemptIfNew.run({ ...meteringParams(attempt), attempt: attempt.attempt });
+        if (this.#statements.insertCallIfNew.run({ ...meteringParams(call), attempts: call.attempts }).changes > 0) made.push(call);
+      }
+      return made;
+    })();
   }
 
   #enqueue(write: () => void): Promise<void> {
@@ -357,6 +414,38 @@ export class SqliteProxyStore implements ProxyStore {
     this.flush();
     this.#db.close();
   }
+}
+
+interface PendingRow {
+  operation_id: string;
+  job: string;
+  agent: string;
+  session: string;
+  provider: string;
+  model: string;
+  wire: string;
+  stream: number;
+  attempt: number;
+  started_at: number;
+  attempt_started_at: number;
+  reservation_id: string | null;
+}
+
+function pendingFromRow(row: PendingRow): PendingAttempt {
+  return {
+    operationId: row.operation_id,
+    job: row.job,
+    agent: row.agent,
+    session: row.session,
+    provider: row.provider,
+    model: row.model,
+    wire: row.wire as "anthropic" | "openai",
+    stream: row.stream === 1,
+    attempt: row.attempt,
+    startedAt: new Date(row.started_at),
+    attemptStartedAt: new Date(row.attempt_started_at),
+    ...(row.reservation_id === null ? {} : { reservationId: row.reservation_id }),
+  };
 }
 
 interface TokenRow {

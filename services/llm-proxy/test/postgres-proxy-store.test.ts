@@ -49,6 +49,8 @@ describeProxyStore("PostgresProxyStore", async () => {
   return {
     a,
     b,
+    // Holds and calls that lapse at once: a replica that stopped renewing them.
+    crashed: () => PostgresProxyStore.open({ connectionString, schema, reservationHoldMs: 0, sweepIntervalMs: 0 }),
     async close() {
       await a.close();
       await b.close();
@@ -81,7 +83,7 @@ void describe("PostgresProxyStore across replicas", () => {
       const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${schema}.oz0_migrations WHERE component = 'llm-proxy' ORDER BY version`);
       assert.deepEqual(
         rows.map((r) => r.version),
-        [1, 2, 3],
+        [1, 2, 3, 4],
       );
     } finally {
       await client.end();

@@ -5,11 +5,17 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
 import { ProxyError } from "../src/proxy-error.js";
-import type { AttemptRecord, BudgetSnapshot, CallRecord, ProxyStore, Reservation } from "../src/proxy-store.js";
+import type { AttemptRecord, BudgetSnapshot, CallRecord, PendingAttempt, ProxyStore, Reservation } from "../src/proxy-store.js";
 
 export interface StorePair {
   a: ProxyStore;
   b: ProxyStore;
+  /**
+   * Another process on the same data, about to die: closing it leaves what it
+   * had in flight (SQLite: another store on the file; PostgreSQL: a replica
+   * whose holds and calls lapse at once, as if it had stopped renewing).
+   */
+  crashed(): Promise<ProxyStore>;
   close(): Promise<void>;
 }
 
@@ -207,6 +213,66 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       const again = await a.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.3, minimumUsd: 0.01, partial: false });
       assert.equal(again.amountUsd, 0.3);
       await again.settle(0);
+    });
+
+    void it("reconciles a call a dead proxy left in flight once, as interrupted, frees its hold, and never a call that was recorded or is alive", async () => {
+      const session = unique("ses-crash");
+      const job = unique("job-crash");
+      const pending = (operationId: string, attempt: number, reservationId?: string): PendingAttempt => ({
+        operationId,
+        job,
+        agent: "fixer",
+        session,
+        provider: "anthropic",
+        model: "claude-sonnet-5",
+        wire: "anthropic",
+        stream: true,
+        attempt,
+        startedAt: new Date(Date.now() - 1_000),
+        attemptStartedAt: new Date(),
+        ...(reservationId ? { reservationId } : {}),
+      });
+      const [done, inFlight, alive] = [unique("op-done"), unique("op-in-flight"), unique("op-alive")];
+      const dead = await pair.crashed();
+      // A call that completed before the crash: recorded, and its pending row ended with it.
+      const doneHold = await dead.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.05, minimumUsd: 0.001, partial: false });
+      await dead.beginAttempt(pending(done, 1, doneHold.id));
+      await Promise.all([dead.recordAttempt({ ...call({ operationId: done, job, session }), attempt: 1 }), dead.recordCall(call({ operationId: done, job, session, costUsd: 0.01 })), doneHold.settle(0.01)]);
+      // A call whose second attempt was upstream when the proxy died, holding most of the budget.
+      const hold = await dead.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.9, minimumUsd: 0.001, partial: true });
+      await dead.beginAttempt(pending(inFlight, 1, hold.id));
+      await dead.recordAttempt({ ...call({ operationId: inFlight, job, session, status: 529, outcome: "http_error" }), attempt: 1 });
+      await dead.beginAttempt(pending(inFlight, 2, hold.id));
+      await dead.close();
+      // A call in flight at a live handle is its own and stays in flight.
+      await a.beginAttempt(pending(alive, 1));
+
+      const reconciled = (await Promise.all([a.reconcileInterrupted(), b.reconcileInterrupted()])).flat().filter((c) => c.job === job);
+      assert.deepEqual(
+        reconciled.map((c) => [c.operationId, c.outcome, c.attempts, c.costUsd, c.estimated, c.usage]),
+        [[inFlight, "interrupted", 2, 0, true, { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, reasoning: 0 }]],
+        "once, however many reconcile at once",
+      );
+      assert.equal((await b.reconcileInterrupted()).filter((c) => c.job === job).length, 0, "and never again");
+      const calls = await a.listCalls(job);
+      assert.deepEqual(calls.map((c) => [c.operationId, c.outcome]).sort(), [[done, "ok"], [inFlight, "interrupted"]].sort());
+      const attempts = await b.listAttempts(job);
+      assert.deepEqual(
+        attempts.filter((r) => r.operationId === inFlight).map((r) => [r.attempt, r.outcome]),
+        [[1, "http_error"], [2, "interrupted"]],
+      );
+      const usage = (await a.usageByAgent(job)).get("fixer");
+      assert.equal(usage?.calls, 2);
+      assert.equal(usage?.failedCalls, 1);
+      assert.equal(usage?.estimated, true);
+      // The hold is freed: a call needing all that is left fits (the completed call's $0.01 stays spent).
+      const whole = await a.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.99, minimumUsd: 0.01, partial: false });
+      await assert.rejects(b.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.001, minimumUsd: 0.001, partial: false }), isBudgetExhausted, "and no more than that");
+      await whole.settle(0);
+      // The live call ends normally: metered once, never as interrupted.
+      await a.recordCall(call({ operationId: alive, job, session, costUsd: 0 }));
+      assert.equal((await b.reconcileInterrupted()).filter((c) => c.job === job).length, 0);
+      assert.deepEqual((await b.listCalls(job)).filter((c) => c.operationId === alive).map((c) => c.outcome), ["ok"]);
     });
   });
 }

@@ -10,8 +10,10 @@ import { SqliteProxyStore } from "../src/sqlite-proxy-store.js";
 import { describeProxyStore } from "./proxy-store-suite.js";
 
 describeProxyStore("SqliteProxyStore", async () => {
-  const store = new SqliteProxyStore({ dataDir: mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-store-")) });
-  return { a: store, b: store, close: () => store.close() };
+  const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-store-"));
+  const store = new SqliteProxyStore({ dataDir });
+  // A process that used the same file before this one (its budget holds die with it).
+  return { a: store, b: store, crashed: async () => new SqliteProxyStore({ dataDir }), close: () => store.close() };
 });
 
 void test("a store made before tokens recorded their first use gains the column, and counts its tokens used (nothing shows otherwise)", async () => {

@@ -1,0 +1,168 @@
+// A proxy killed mid-call: the call in flight is metered once, as interrupted,
+// when the proxy starts again on the same store, and its budget hold is free.
+// The real process (src/main.ts), SIGKILLed, against an upstream that never
+// finishes its stream.
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { LlmProxyService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import { testCredentials } from "@oz0/serving/testing";
+import { SqliteProxyStore } from "../src/sqlite-proxy-store.js";
+
+const main = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "src", "main.ts");
+
+function startMain(env: Record<string, string>): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(process.execPath, ["--import", "tsx", main], {
+    env: { PATH: process.env.PATH, OZ0_PORT: "0", OZ0_LOG_LEVEL: "info", ...testCredentials.envFor("llm-proxy"), ...env },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let stderr = "";
+  return new Promise((resolve, reject) => {
+    child.stderr!.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString();
+      const match = /"url":"(http:\/\/[^"]+)"/.exec(stderr);
+      if (match) resolve({ child, url: match[1]! });
+    });
+    child.once("exit", (code) => reject(new Error(`main exited with ${code}: ${stderr}`)));
+  });
+}
+
+/** An Anthropic upstream: whole answers complete; a stream sends its start and one delta, then never ends. */
+async function startUpstream(): Promise<{ url: string; streaming: Promise<void>; close(): Promise<void> }> {
+  let streamStarted!: () => void;
+  const streaming = new Promise<void>((resolve) => (streamStarted = resolve));
+  const hanging = new Set<http.ServerResponse>();
+  const server = http.createServer((req, res) => {
+    let body = "";
+    req.on("data", (chunk: Buffer) => (body += chunk.toString()));
+    req.on("end", () => {
+      const request = JSON.parse(body) as { stream?: boolean; model: string };
+      if (!request.stream) {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(
+          JSON.stringify({
+            id: "msg_1",
+            type: "message",
+            role: "assistant",
+            model: request.model,
+            content: [{ type: "text", text: "done" }],
+            stop_reason: "end_turn",
+            usage: { input_tokens: 10, output_tokens: 20 },
+          }),
+        );
+        return;
+      }
+      hanging.add(res);
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      const event = (type: string, data: unknown): string => `event: ${type}\ndata: ${JSON.stringify({ type, ...(data as object) })}\n\n`;
+      res.write(
+        event("message_start", { message: { id: "msg_2", type: "message", role: "assistant", model: request.model, content: [], usage: { input_tokens: 10, output_tokens: 1 } } }) +
+          event("content_block_start", { index: 0, content_block: { type: "text", text: "" } }) +
+          event("content_block_delta", { index: 0, delta: { type: "text_delta", text: "thinking about it" } }),
+      );
+      streamStarted();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    streaming,
+    close: () => {
+      for (const res of hanging) res.destroy();
+      server.closeAllConnections();
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+void describe("a proxy killed mid-call", () => {
+  const dir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-crash-"));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  void it("meters the call in flight once, as interrupted, at its next start, frees its budget hold, and meters a completed call once", async () => {
+    const upstream = await startUpstream();
+    const children: ChildProcess[] = [];
+    try {
+      writeFileSync(
+        path.join(dir, "providers.json"),
+        JSON.stringify({ providers: [{ name: "fake", baseUrl: upstream.url, prices: { "*": { input: 3, output: 15 } } }] }),
+      );
+      const env = { OZ0_LLM_PROXY_DATA: path.join(dir, "data"), OZ0_PROVIDERS_FILE: path.join(dir, "providers.json") };
+      const first = await startMain(env);
+      children.push(first.child);
+      const control = (url: string) => createClient(LlmProxyService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }));
+      const session = await control(first.url).mintSessionToken({ job: "job-crash", agent: "coder", session: "s-crash", budgetUsd: 1 });
+      const messages = (url: string, body: Record<string, unknown>): Promise<Response> =>
+        fetch(`${url}/fake/v1/messages`, {
+          method: "POST",
+          headers: { "content-type": "application/json", "x-api-key": session.token, ...session.headers },
+          body: JSON.stringify({ model: "claude-sonnet-5", messages: [{ role: "user", content: "hi" }], ...body }),
+        });
+      // Its worst case is $0.99 of the $1 budget: it fits only when nothing else holds any.
+      const wholeBudget = { max_tokens: 66_000 };
+
+      const completed = await messages(first.url, { max_tokens: 100 });
+      assert.equal(completed.status, 200);
+      const completedId = completed.headers.get("oz0-operation-id");
+      await completed.json();
+
+      const streamed = await messages(first.url, { ...wholeBudget, stream: true });
+      assert.equal(streamed.status, 200);
+      const interruptedId = streamed.headers.get("oz0-operation-id");
+      await upstream.streaming;
+      const reader = streamed.body!.getReader();
+      assert.match(new TextDecoder().decode((await reader.read()).value), /message_start/);
+      // While the stream runs it holds most of the budget.
+      assert.equal((await messages(first.url, wholeBudget)).status, 402);
+
+      const killed = new Promise((resolve) => first.child.once("exit", resolve));
+      first.child.kill("SIGKILL");
+      await killed;
+      await reader.read().catch(() => undefined);
+
+      const second = await startMain(env);
+      children.push(second.child);
+      const usage = await control(second.url).getUsage({ job: "job-crash" });
+      assert.equal(usage.total?.calls, 3n, "the completed call, the refused one and the interrupted one, each once");
+      assert.equal(usage.total?.failedCalls, 2n);
+      assert.equal(usage.total?.estimated, true);
+
+      const store = new SqliteProxyStore({ dataDir: env.OZ0_LLM_PROXY_DATA });
+      try {
+        const calls = await store.listCalls("job-crash");
+        assert.deepEqual(calls.filter((c) => c.operationId === interruptedId).map((c) => [c.outcome, c.attempts, c.costUsd, c.estimated, c.usage.output]), [["interrupted", 1, 0, true, 0]]);
+        assert.deepEqual(calls.filter((c) => c.operationId === completedId).map((c) => c.outcome), ["ok"], "the completed call once, not also as interrupted");
+        assert.deepEqual(calls.map((c) => c.outcome).sort(), ["budget_refused", "interrupted", "ok"]);
+        assert.deepEqual((await store.listAttempts("job-crash")).filter((a) => a.operationId === interruptedId).map((a) => a.outcome), ["interrupted"]);
+      } finally {
+        await store.close();
+      }
+
+      // The hold is gone: a call needing the whole budget goes through.
+      const after = await messages(second.url, wholeBudget);
+      assert.equal(after.status, 200, await after.clone().text());
+      await after.json();
+
+      const stopped = new Promise((resolve) => second.child.once("exit", resolve));
+      second.child.kill("SIGTERM");
+      await stopped;
+      // A third start finds nothing more to reconcile: still one interrupted call.
+      const third = await startMain(env);
+      children.push(third.child);
+      const again = await control(third.url).getUsage({ job: "job-crash" });
+      assert.equal(again.total?.calls, 4n);
+      assert.equal(again.total?.failedCalls, 2n);
+    } finally {
+      for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+      await upstream.close();
+    }
+  });
+});
