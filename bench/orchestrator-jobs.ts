@@ -118,7 +118,6 @@ try {
       }),
       command,
       pluginDir: pluginPath,
-      env: {},
       attachments: [],
     });
     for await (const message of channel) {

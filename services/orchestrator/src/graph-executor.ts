@@ -264,7 +264,6 @@ export class SessionGraphExecutor implements GraphExecutor {
         }),
         command: [process.execPath, stepRunnerScript],
         pluginDir: o.pluginPath,
-        env: {},
         attachments: [],
       });
     let messages: SandboxMessage[];

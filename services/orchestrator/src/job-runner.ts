@@ -474,7 +474,6 @@ export class JobRunner {
       request,
       command: resolveHarnessCommand(agent.harness),
       pluginDir: agent.harness.pluginPath,
-      env: agent.harness.manifest.env ?? {},
       attachments: job.attachments,
     };
     const sandbox = await this.#place(job, active);

@@ -418,7 +418,6 @@ export class OperationRunner {
         request,
         command: resolveHarnessCommand(agent.harness),
         pluginDir: agent.harness.pluginPath,
-        env: agent.harness.manifest.env ?? {},
         attachments: [],
         shareWorkingDirOf: parent.sessionId,
       });

@@ -10,7 +10,6 @@ export interface HarnessManifest {
   capabilities?: HarnessCapability[];
   /** Default tools for agents that set no `harness.tools`. */
   tools?: string[];
-  env?: Record<string, string>;
 }
 
 export interface PluginManifest {

@@ -41,8 +41,6 @@ export interface StartSessionOptions {
   command: string[];
   /** The plugin's folder (the harness's own files). */
   pluginDir: string;
-  /** Extra environment for the harness (from the manifest). */
-  env: Record<string, string>;
   /** Absolute paths copied into the working directory. */
   attachments: string[];
   /** Run in the live working directory of this other session (a harness operation's scratch session); attachments must be empty. */

@@ -291,3 +291,13 @@ void test("the API refuses an input over its limit and a state that is not one, 
     return err.code === Code.InvalidArgument && /state 99 is not a job state; use one of .*RUNNING/.test(err.rawMessage);
   });
 });
+
+void test("a plugin manifest that sets harnesses[].env is refused at install, saying how to set variables instead", async () => {
+  const bad = await makePluginRepo({ name: "with-env", agents: { envy: FIXER.replace("name: fixer", "name: envy") } });
+  const manifest = path.join(bad, "oz0-plugin.yaml");
+  writeFileSync(manifest, readFileSync(manifest, "utf8").replace('    command: ["oz0-fake-harness"]\n', '    command: ["oz0-fake-harness"]\n    env:\n      MODE: fast\n'));
+  await commitAll(bad, "env");
+  const installed = await t.cli(["plugin", "install", `file://${bad}`]);
+  assert.equal(installed.code, 1, installed.stdout);
+  assert.match(installed.stderr, /field \/harnesses\/0\/env: expected no field env: a harness runs with the sandbox's minimal environment.*\["env", "NAME=value", "my-harness"\]/);
+});

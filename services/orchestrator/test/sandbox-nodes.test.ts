@@ -82,7 +82,6 @@ void describe("sandbox nodes", () => {
       request: create(SessionRequestSchema, { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, sessionId, jobId: `job-${sessionId}`, input: "hold" }),
       command: [process.execPath, "-e", HOLDING_HARNESS],
       pluginDir: dir,
-      env: {},
       attachments: [],
     });
     channels.push(channel);

@@ -96,14 +96,14 @@ void test("a runtime tool call nests its scratch session; hooks nest below the p
   const sink = recordingSink();
   const lifecycle = tracing.lifecycleSink(sink);
   lifecycle.publish("job.created", { jobId: "job_1", agentName: "coder", agentVersion: "1", attributes: { input: MARKER } });
-  const parent = traced.start({ request: request("ses_parent", "job_1"), command: [], pluginDir: "", env: {}, attachments: [] });
+  const parent = traced.start({ request: request("ses_parent", "job_1"), command: [], pluginDir: "", attachments: [] });
   assert.match(runner.started[0]!.request.trace?.traceparent ?? "", /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/, "the session's context goes into the request");
   for await (const message of parent) void message;
   lifecycle.publish("tool.called", { jobId: "job_1", toolCallId: "call_1", attributes: { tool_name: "run_command", input: MARKER } });
   await tracing.traceHook({ sessionId: "ses_parent", permissionId: "perm_1", hook: "guard", source: "agent coder" }, async () => ({ decision: "allow", reason: MARKER }));
   await parent.answerPermission(create(PermissionAnswerSchema, { id: "perm_1", allow: true, reason: MARKER }));
   // The harness operation's scratch session shares the parent's working directory.
-  const scratch = traced.start({ request: request("ses_scratch", "job_1"), command: [], pluginDir: "", env: {}, attachments: [], shareWorkingDirOf: "ses_parent" });
+  const scratch = traced.start({ request: request("ses_scratch", "job_1"), command: [], pluginDir: "", attachments: [], shareWorkingDirOf: "ses_parent" });
   for await (const message of scratch) void message;
   lifecycle.publish("harness.operation_completed", { jobId: "job_1", sessionId: "ses_parent", toolCallId: "rt_1", attributes: { operation_key: "summarise" } });
   await parent.answerRuntimeTool(create(RuntimeToolResultSchema, { id: "rt_1", isError: false }));
