@@ -1,8 +1,11 @@
 // Immutable agent versions: an agent's definition, its rendered instructions
-// and the harness it runs are hashed; a different hash publishes version N+1,
-// the same hash keeps the latest version. Jobs pin the version they start on.
+// and the harness it runs (its manifest entry and the fingerprint of what its
+// command runs, harness-fingerprint.ts) are hashed; a different hash publishes
+// version N+1, the same hash keeps the latest version. Jobs pin the version
+// they start on.
 import { createHash } from "node:crypto";
-import type { AgentVersionRecord, JobStore, PublishResult, ResolvedHarness } from "./job-store.js";
+import { fingerprintChanges, type FingerprintedHarness } from "./harness-fingerprint.js";
+import type { AgentVersionRecord, JobStore, PublishResult } from "./job-store.js";
 import { notFound } from "./orchestrator-error.js";
 import type { AgentDefinition } from "./plugin-types.js";
 
@@ -18,11 +21,11 @@ export function canonicalJson(value: unknown): string {
   return JSON.stringify(value);
 }
 
-export function agentContentHash(options: { definition: AgentDefinition; instructions: string; harness: ResolvedHarness }): string {
+export function agentContentHash(options: { definition: AgentDefinition; instructions: string; harness: FingerprintedHarness }): string {
   const content = canonicalJson({
     definition: options.definition,
     instructions: options.instructions,
-    harness: { plugin: options.harness.plugin, manifest: options.harness.manifest },
+    harness: { plugin: options.harness.plugin, manifest: options.harness.manifest, fingerprint: options.harness.fingerprint },
   });
   return `sha256:${createHash("sha256").update(content).digest("hex")}`;
 }
@@ -40,11 +43,13 @@ export class AgentVersions {
     plugin: string;
     pluginVersion: string;
     pluginPath: string;
-    harness: ResolvedHarness;
-  }): Promise<PublishResult> {
-    return this.#store.publishAgentVersion({
+    harness: FingerprintedHarness;
+  }): Promise<PublishResult & { reasons: string[] }> {
+    const previous = await this.#store.getAgentVersion(options.definition.name);
+    const contentHash = agentContentHash(options);
+    const result = await this.#store.publishAgentVersion({
       name: options.definition.name,
-      contentHash: agentContentHash(options),
+      contentHash,
       plugin: options.plugin,
       pluginVersion: options.pluginVersion,
       pluginPath: options.pluginPath,
@@ -52,6 +57,7 @@ export class AgentVersions {
       instructions: options.instructions,
       harness: options.harness,
     });
+    return { ...result, reasons: result.published ? publishReasons({ ...options, previous }) : [] };
   }
 
   /** The latest version, or the one asked for; not_found says what to do. */
@@ -74,6 +80,22 @@ export class AgentVersions {
     if (versions.length === 0) throw notFound(`unknown agent "${name}"; see \`oz0 agents list\``);
     return versions;
   }
+}
+
+/** Why a version differs from the agent's previous one, in words an install prints. */
+export function publishReasons(options: { definition: AgentDefinition; instructions: string; harness: FingerprintedHarness; previous: AgentVersionRecord | undefined }): string[] {
+  const { previous, harness } = options;
+  if (!previous) return ["first version"];
+  const before = previous.harness as FingerprintedHarness;
+  const reasons: string[] = [];
+  if (canonicalJson(previous.definition) !== canonicalJson(options.definition)) reasons.push("definition changed");
+  if (previous.instructions !== options.instructions) reasons.push("instructions changed");
+  if (before.plugin !== harness.plugin || before.manifest.name !== harness.manifest.name) reasons.push(`harness changed to ${harness.plugin}'s ${harness.manifest.name}`);
+  else {
+    if (canonicalJson(before.manifest) !== canonicalJson(harness.manifest)) reasons.push(`harness ${harness.manifest.name}'s manifest entry changed`);
+    reasons.push(...fingerprintChanges({ harness, previous: before }));
+  }
+  return reasons.length > 0 ? reasons : ["content changed"];
 }
 
 /** `30m`, `1h30m`, `90s` → milliseconds. */

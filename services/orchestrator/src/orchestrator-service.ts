@@ -311,7 +311,11 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     installPlugin: (req) =>
       handle(async () => {
         const result = await deps.plugins.install({ source: required(req.source, "source") });
-        return { plugin: pluginToProto(result.plugin), published: result.published.map((a) => ({ name: a.name, version: a.version })) };
+        return {
+          plugin: pluginToProto(result.plugin),
+          published: result.published.map((a) => ({ name: a.name, version: a.version })),
+          reasons: result.published.map((a) => ({ agent: a.name, reasons: a.reasons })),
+        };
       }),
     listPlugins: () => handle(async () => ({ plugins: (await deps.plugins.list()).map(pluginToProto) })),
   });

@@ -11,6 +11,7 @@ import { promisify } from "node:util";
 import { AgentVersions } from "./agent-versions.js";
 import { resolveSkills } from "./agent-skills.js";
 import type { GraphRegistry, GraphVersionRecord } from "./graph-registry.js";
+import { harnessFingerprint, type FingerprintedHarness } from "./harness-fingerprint.js";
 import { validateHarnessOperations } from "./harness-operations.js";
 import type { AgentVersionRecord, JobStore, PluginRecord, ResolvedHarness } from "./job-store.js";
 import { invalidArgument, notFound, OrchestratorError } from "./orchestrator-error.js";
@@ -25,7 +26,8 @@ export const MANIFEST_FILE = "oz0-plugin.yaml";
 
 export interface InstallResult {
   plugin: PluginRecord;
-  published: AgentVersionRecord[];
+  /** With why each was published ("first version", "harness fake's command file harness.mjs changed"). */
+  published: (AgentVersionRecord & { reasons: string[] })[];
   /** Graph versions this install published (`graphs:` in the manifest). */
   publishedGraphs: GraphVersionRecord[];
 }
@@ -52,6 +54,27 @@ function hashTree(root: string): string {
   };
   walk(root);
   return hash.digest("hex");
+}
+
+/**
+ * A plugin's definition files, relative to its folder: the manifest, its
+ * agents and graphs and the agents' instructions. They are hashed with each
+ * agent (its definition and instructions), not with the plugin's harnesses.
+ */
+function definitionFiles(root: string, manifest: PluginManifest, instructions?: string[]): string[] {
+  const rel = (file: string): string => path.relative(root, path.resolve(root, file)).split(path.sep).join("/");
+  let prompts = instructions;
+  if (!prompts) {
+    prompts = [];
+    for (const file of manifest.agents ?? []) {
+      try {
+        prompts.push(readYamlDocument<AgentDefinition>({ schema: "agent", file: path.resolve(root, file), displayName: file }).instructions);
+      } catch {
+        // An installed copy's agents were valid when it was installed; one that no longer reads is simply not set apart.
+      }
+    }
+  }
+  return [MANIFEST_FILE, ...(manifest.agents ?? []), ...(manifest.graphs ?? []), ...prompts].map(rel);
 }
 
 /**
@@ -108,9 +131,13 @@ export class PluginRegistry {
         renameSync(staging, finalDir);
         linkDependencies(source, finalDir);
       }
-      const harnesses = new Map<string, ResolvedHarness>();
-      for (const h of manifest.harnesses ?? []) harnesses.set(h.name, { plugin: manifest.name, pluginPath: finalDir, manifest: h });
-      const resolved: { agent: (typeof agents)[number]; harness: ResolvedHarness }[] = [];
+      const harnesses = new Map<string, FingerprintedHarness>();
+      const ownDefinitions = definitionFiles(finalDir, manifest, agents.map((a) => a.definition.instructions));
+      for (const h of manifest.harnesses ?? []) {
+        const harness: ResolvedHarness = { plugin: manifest.name, pluginPath: finalDir, manifest: h };
+        harnesses.set(h.name, { ...harness, fingerprint: harnessFingerprint({ harness, definitionFiles: ownDefinitions }) });
+      }
+      const resolved: { agent: (typeof agents)[number]; harness: FingerprintedHarness }[] = [];
       for (const agent of agents) {
         const harness = await this.#resolveHarness(agent.definition, agent.file, harnesses);
         // Operation keys share the session's tool namespace with the harness's tools.
@@ -136,7 +163,7 @@ export class PluginRegistry {
         installedAt: new Date(),
       };
       await this.#store.putPlugin(record);
-      const published: AgentVersionRecord[] = [];
+      const published: InstallResult["published"] = [];
       for (const { agent, harness } of resolved) {
         const result = await this.#agents.publish({
           definition: agent.definition,
@@ -146,7 +173,7 @@ export class PluginRegistry {
           pluginPath: finalDir,
           harness,
         });
-        if (result.published) published.push(result.record);
+        if (result.published) published.push({ ...result.record, reasons: result.reasons });
       }
       const publishedGraphs: GraphVersionRecord[] = [];
       for (const graph of graphs) {
@@ -198,13 +225,16 @@ export class PluginRegistry {
     });
   }
 
-  async #resolveHarness(definition: AgentDefinition, file: string, own: Map<string, ResolvedHarness>): Promise<ResolvedHarness> {
+  async #resolveHarness(definition: AgentDefinition, file: string, own: Map<string, FingerprintedHarness>): Promise<FingerprintedHarness> {
     const name = definition.runtime.slice("harness:".length);
     const local = own.get(name);
     if (local) return local;
     for (const plugin of await this.#store.listPlugins()) {
       const h = plugin.manifest.harnesses?.find((x: HarnessManifest) => x.name === name);
-      if (h) return { plugin: plugin.name, pluginPath: plugin.path, manifest: h };
+      if (h) {
+        const harness: ResolvedHarness = { plugin: plugin.name, pluginPath: plugin.path, manifest: h };
+        return { ...harness, fingerprint: harnessFingerprint({ harness, definitionFiles: definitionFiles(plugin.path, plugin.manifest) }) };
+      }
     }
     throw invalidArgument(`${file}: field /runtime: no installed plugin declares harness "${name}"; install the plugin that provides it first`);
   }

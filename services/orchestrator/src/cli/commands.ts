@@ -267,13 +267,17 @@ export async function agentsShow(options: { conn: Connection; name: string; vers
 export async function pluginInstall(options: { conn: Connection; source: string; json: boolean; io: Output }): Promise<number> {
   const local = path.resolve(options.source);
   const source = existsSync(local) ? local : options.source;
-  const { plugin, published } = await options.conn.clients.plugins.installPlugin({ source });
+  const { plugin, published, reasons } = await options.conn.clients.plugins.installPlugin({ source });
   if (!plugin) throw new CliError("the orchestrator returned no plugin");
+  const why = (name: string): string[] => reasons.find((r) => r.agent === name)?.reasons ?? [];
   if (options.json) {
-    options.io.out.write(`${JSON.stringify({ plugin: toJson(PluginSchema, plugin), published: published.map((p) => ({ name: p.name, version: p.version })) })}\n`);
+    options.io.out.write(`${JSON.stringify({ plugin: toJson(PluginSchema, plugin), published: published.map((p) => ({ name: p.name, version: p.version, reasons: why(p.name) })) })}\n`);
   } else {
     options.io.out.write(`installed plugin ${plugin.name} ${plugin.version} from ${options.source}\n`);
-    for (const p of published) options.io.out.write(`  published agent ${p.name} v${p.version}\n`);
+    for (const p of published) {
+      const because = why(p.name);
+      options.io.out.write(`  published agent ${p.name} v${p.version}${because.length > 0 ? `: ${because.join("; ")}` : ""}\n`);
+    }
     if (published.length === 0 && plugin.agents.length > 0) options.io.out.write("  no agent changed: every agent keeps its version\n");
   }
   return EXIT.ok;
