@@ -122,6 +122,13 @@ void describe("a proxy killed mid-call", () => {
       assert.match(new TextDecoder().decode((await reader.read()).value), /message_start/);
       // While the stream runs it holds most of the budget.
       assert.equal((await messages(first.url, wholeBudget)).status, 402);
+      // Completed calls are metered in batches a moment after they answer: the refused one is on record
+      // before the kill, so what the restart reconciles is the call in flight alone.
+      for (;;) {
+        const before = await control(first.url).getUsage({ job: "job-crash" });
+        if (before.total?.calls === 2n) break;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
 
       const killed = new Promise((resolve) => first.child.once("exit", resolve));
       first.child.kill("SIGKILL");
