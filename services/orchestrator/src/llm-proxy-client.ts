@@ -31,7 +31,8 @@ export class LlmProxyClient implements TokenIssuer, SecretWriter {
       // Revoked by session, so the token itself is never stored.
       tokenId: options.sessionId,
       anthropicBaseUrl: response.anthropicBaseUrl || `${this.url}/anthropic`,
-      openaiBaseUrl: response.openaiBaseUrl || `${this.url}/openai`,
+      // The form the harness protocol promises: the base ends in /v1 (harness.proto, LlmEndpoint).
+      openaiBaseUrl: response.openaiBaseUrl || `${this.url}/openai/v1`,
       headers: { ...response.headers },
     };
   }

@@ -286,9 +286,9 @@ export type LlmEndpoint = Message<"oz0.harness.v1.LlmEndpoint"> & {
   anthropicBaseUrl: string;
 
   /**
-   * Base URL of an OpenAI Chat Completions API
-   * (`POST {base}/v1/chat/completions`, or `{base}/chat/completions`
-   * for clients that expect the `/v1` inside the base URL).
+   * Base URL of an OpenAI Chat Completions API. It ends in `/v1`, as
+   * OpenAI's SDKs expect of a base URL: call `POST {base}/chat/completions`
+   * (never `{base}/v1/chat/completions`, which no route serves).
    *
    * @generated from field: string openai_base_url = 2;
    */
