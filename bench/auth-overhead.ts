@@ -50,7 +50,7 @@ import { startTestOidcIssuer, testCredentials, type TestOidcIssuer } from "../li
 import { SessionTokens } from "../services/llm-proxy/src/session-tokens.js";
 import { SqliteProxyStore } from "../services/llm-proxy/src/sqlite-proxy-store.js";
 import { benchOptions } from "./bench-options.js";
-import { closePostConnections, cpuOf, postJson, serveRoleControl, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
+import { closePostConnections, cpuOf, postJson, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
 
 const options = benchOptions({
   /** Cycles per round in sections 1 and 2: each calls every contender once. */
@@ -64,13 +64,9 @@ const options = benchOptions({
   fresh: { type: "number", default: 300 },
   /** Sequential model calls per contender per round (section 4). */
   "model-calls": { type: "number", default: 400 },
-  // This file runs itself as the scripted upstream and the proxy, picked by --role.
-  role: { type: "string", default: "bench", internal: true },
-  upstream: { type: "string", default: "", internal: true },
 });
 
 const GOAL_MICROS = 50;
-const ANSWER = "The scripted upstream answers every call with this sentence, which is about a hundred characters long.";
 
 // ---------------------------------------------------------------- statistics
 
@@ -404,8 +400,9 @@ async function authenticatorSection(issuer: TestOidcIssuer, people: PeopleConfig
 
 // ---------------------------------------------------------------- section 4: the LLM proxy
 
+/** The scripted upstream and the proxy: llm-proxy-latency.ts's own helper processes (the built proxy, its credentials made there). */
 function startRole(name: string, extra: string[] = []): Promise<Role> {
-  return startRoleProcess(["--import", "tsx", fileURLToPath(import.meta.url), "--role", name, ...extra]);
+  return startRoleProcess(["--import", "tsx", fileURLToPath(new URL("./llm-proxy-latency.ts", import.meta.url)), "--role", name, ...extra]);
 }
 
 async function proxySection(rounds: number, ratios: boolean, noRatio: string): Promise<void> {
@@ -538,32 +535,4 @@ async function proxySection(rounds: number, ratios: boolean, noRatio: string): P
   }
 }
 
-// ---------------------------------------------------------------- helper processes
-
-const role = options.role;
-if (role !== "bench") serveRoleControl();
-
-if (role === "upstream") {
-  const { startScriptedModel } = await import("@oz0/harness/testing");
-  const model = await startScriptedModel({ turns: () => ({ text: ANSWER, usage: { input: 50, output: 25 } }), isSideCall: () => false });
-  process.stdout.write(`${JSON.stringify({ url: model.url })}\n`);
-} else if (role === "proxy") {
-  const { startLlmProxy } = await import("../services/llm-proxy/src/index.js");
-  const pino = (await import("pino")).default;
-  const proxy = await startLlmProxy({
-    dataDir: ":memory:",
-    kek: Buffer.alloc(32, 1),
-    providers: [{ name: "anthropic", baseUrl: options.upstream, keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15 } } }],
-    // The orchestrator's credential is the one the control API accepts; this process's testCredentials mint with it.
-    auth: testCredentials.settingsFor("llm-proxy"),
-    logger: pino({ level: "warn" }),
-  });
-  const { LlmProxyService, SecretService } = await import("@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb");
-  const transport = createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] });
-  await createClient(SecretService, transport).setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-bench-key-0123456789" });
-  // A budget, so the reservation path is measured too, as in llm-proxy-latency.ts.
-  const minted = await createClient(LlmProxyService, transport).mintSessionToken({ job: "bench", agent: "bench", session: "bench", budgetUsd: 1_000_000 });
-  process.stdout.write(`${JSON.stringify({ url: proxy.url, token: minted.token })}\n`);
-} else {
-  await bench();
-}
+await bench();

@@ -2,6 +2,8 @@
 // findings (empty when the rule holds), so the tests can also show that each
 // one fails on the mistake it is there for.
 import { isDeepStrictEqual } from "node:util";
+// Who accepts whom, and the variable that carries each digest: the services' own rule, so the manifests are held to it.
+import { ACCEPTED_PEERS, peerVariable } from "@oz0/serving";
 import type { K8sObject } from "./render.js";
 import { allContainers, container, containerEnv, peerCovers, peerPods, policiesFor, ports, rulePortsAdmit, services, workload, workloads, type Any } from "./workloads.js";
 
@@ -22,14 +24,6 @@ export const CLIENT_PEERS = [
   { podSelector: { matchLabels: { "oz0.dev/client": "true" } } },
 ];
 
-/** Who accepts whom (the design's table; lib/serving's ACCEPTED_PEERS). */
-export const ACCEPTS: Record<Service, Service[]> = {
-  orchestrator: [],
-  sandbox: ["orchestrator"],
-  "llm-proxy": ["orchestrator"],
-  events: ["orchestrator", "sandbox", "llm-proxy"],
-};
-export const peerVariable = (name: Service): string => `OZ0_PEER_${name.toUpperCase().replace(/-/g, "_")}_SHA256`;
 const DIGESTS = /^oz0-service-token-digests(-[a-z0-9]+)?$/;
 
 const networkPolicies = (objects: K8sObject[]): Any[] => objects.filter((o) => o.kind === "NetworkPolicy");
@@ -115,7 +109,7 @@ export function peerDigestFindings(objects: K8sObject[]): string[] {
   for (const w of workloads(objects)) {
     for (const c of allContainers(w.pod)) {
       const where = `${w.name}/${c.name}`;
-      const expected = isServiceContainer(w.name, c) ? ACCEPTS[c.name as Service].map(peerVariable).sort() : [];
+      const expected = isServiceContainer(w.name, c) ? ACCEPTED_PEERS[c.name as Service].map(peerVariable).sort() : [];
       const given = (c.env ?? []).filter((e: Any) => /^OZ0_PEER_/.test(e.name));
       const names = given.map((e: Any) => e.name as string).sort();
       if (!isDeepStrictEqual(names, expected)) findings.push(`${where} has ${names.join(", ") || "no peer digest"}, the design says ${expected.join(", ") || "none"}`);

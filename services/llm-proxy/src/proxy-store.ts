@@ -71,7 +71,8 @@ export type Outcome =
   /** The proxy died while the call was in flight: reconciled at a later start (tokens unknown, estimated). */
   | "interrupted";
 
-interface MeteringCommon {
+/** Which call: its operation id, who made it, and where it went. */
+interface CallIdentity {
   operationId: string;
   job: string;
   agent: string;
@@ -80,6 +81,9 @@ interface MeteringCommon {
   model: string;
   wire: "anthropic" | "openai";
   stream: boolean;
+}
+
+interface MeteringCommon extends CallIdentity {
   /** HTTP status (0 when no response came). */
   status: number;
   outcome: Outcome;
@@ -183,15 +187,7 @@ export interface TokenStore {
  * updated before each retry), so a proxy that dies mid-call leaves a trace.
  * The call's record (recordCall) removes it in the same transaction.
  */
-export interface PendingAttempt {
-  operationId: string;
-  job: string;
-  agent: string;
-  session: string;
-  provider: string;
-  model: string;
-  wire: "anthropic" | "openai";
-  stream: boolean;
+export interface PendingAttempt extends CallIdentity {
   /** The attempt about to be sent (1 for the first). */
   attempt: number;
   /** When the call started. */

@@ -51,11 +51,6 @@ export class Authenticator {
     this.#oidc = this.#people.oidc ? new OidcVerifier(this.#people.oidc) : undefined;
   }
 
-  /** Whether any person can be authenticated here (an owner, configured tokens or OIDC). */
-  get acceptsPeople(): boolean {
-    return this.#oidc !== undefined || [...this.#opaque.values()].some((p) => p.kind === "person");
-  }
-
   async authenticate(token: string): Promise<Authentication> {
     const known = this.#opaque.get(credentialDigest(token));
     if (known) return { principal: known };

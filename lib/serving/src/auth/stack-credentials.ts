@@ -3,7 +3,7 @@
 // token and the digests of the callers it accepts.
 import { randomBytes } from "node:crypto";
 import { credentialDigest, type AuthSettings } from "./authenticator.js";
-import { peerVariable } from "./auth-settings.js";
+import { authSettingsFromEnv, peerVariable } from "./auth-settings.js";
 import { SERVICE_NAMES, type ServiceName } from "./principal.js";
 
 export type StackCredentials = Readonly<Record<ServiceName, string>>;
@@ -31,8 +31,7 @@ export function serviceIdentityEnv(credentials: StackCredentials, service: Servi
   return env;
 }
 
-/** The same as settings, for a service started in-process (tests). */
+/** The same as settings, for a service started in-process (tests): read back from that very environment. */
 export function serviceAuthSettings(credentials: StackCredentials, service: ServiceName, extra: AuthSettings = {}): AuthSettings {
-  const peers = Object.fromEntries(ACCEPTED_PEERS[service].map((peer) => [peer, credentialDigest(credentials[peer])]));
-  return { serviceToken: credentials[service], peers, ...extra };
+  return { ...authSettingsFromEnv(serviceIdentityEnv(credentials, service)), ...extra };
 }
