@@ -10,7 +10,7 @@ import { invalidArgument } from "./orchestrator-error.js";
 
 export const schemaDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "schemas");
 
-export type SchemaName = "plugin-manifest" | "agent";
+export type SchemaName = "plugin-manifest" | "agent" | "model-script";
 
 // verbose: errors carry their schema, so a rule ajv words badly ("must NOT be valid") can be described by the schema itself.
 const ajv = new Ajv({ allErrors: false, strict: false, useDefaults: false, verbose: true });
@@ -38,6 +38,8 @@ function describe(error: ErrorObject): { pointer: string; expected: string } {
       return { pointer: base || "/", expected: `a value of type ${String(p.type)}` };
     case "pattern":
       return { pointer: base || "/", expected: `a string matching ${String(p.pattern)}` };
+    case "minItems":
+      return { pointer: base || "/", expected: `at least ${String(p.limit)} item${p.limit === 1 ? "" : "s"}` };
     case "enum":
       return { pointer: base || "/", expected: `one of ${(p.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(", ")}` };
     case "not": {

@@ -12,7 +12,7 @@
 // Without ANTHROPIC_API_KEY the model is the scripted model, answering from
 // the agent's script in examples/plugins/example, and the output says so.
 import { execFileSync, spawn } from "node:child_process";
-import { cpSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -47,8 +47,7 @@ if (harness === "claude" && !existsSync(path.join(harnessPlugin, "dist/main.js")
 }
 const useRealModel = Boolean(process.env.ANTHROPIC_API_KEY);
 const scriptFile = path.join("examples/plugins/example", demo.script);
-const script = useRealModel ? undefined : JSON.parse(readFileSync(path.join(root, scriptFile), "utf8"));
-const defaults = embeddedStackEnv({ home, ...(script ? { script } : {}) });
+const defaults = embeddedStackEnv({ home, modelScript: useRealModel ? undefined : path.join(root, scriptFile) });
 
 // Bold and colour only on a terminal, and never with NO_COLOR (no-color.org).
 const styled = process.stdout.isTTY && !process.env.NO_COLOR;

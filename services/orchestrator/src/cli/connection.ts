@@ -10,7 +10,9 @@ import { bearerInterceptor } from "@oz0/serving";
 import { AgentService, JobService, PluginService, SecretService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { isolationNotice, readDiscovery, startEmbeddedStack, type EmbeddedStack } from "../embedded-stack.js";
 import { readLogin, readOwnerCredential } from "../local-credentials.js";
-import { applyEnvironmentKeys, embeddedStackEnv } from "./embedded-defaults.js";
+import { CliError } from "./cli-error.js";
+import { applyEnvironmentKeys, chosenModelScript, embeddedStackEnv } from "./embedded-defaults.js";
+import { EXIT } from "./exit-codes.js";
 
 export interface Clients {
   jobs: Client<typeof JobService>;
@@ -40,20 +42,39 @@ export function clientsFor(url: string, token: string | undefined): Clients {
   };
 }
 
-export async function connect(options: { home: string; onEmbeddedStart?: () => void }): Promise<Connection> {
+export async function connect(options: {
+  home: string;
+  onEmbeddedStart?: () => void;
+  /** The command's `--model-script`: only a stack this command starts can answer from it. */
+  modelScript?: string | undefined;
+}): Promise<Connection> {
   const fromEnv = process.env.OZ0_URL?.trim();
   const token = process.env.OZ0_TOKEN?.trim() || undefined;
   const login = readLogin(options.home);
   const local = (): string | undefined => token ?? readOwnerCredential(options.home);
+  // A running stack keeps the model it was started with; OZ0_MODEL_SCRIPT is for stacks started here, so it alone is no error.
+  const noScriptThere = (where: string): void => {
+    if (options.modelScript) {
+      throw new CliError(`--model-script works only on a stack this command starts, but commands go to ${where}: start that stack with \`oz0 dev --model-script FILE\` instead`, EXIT.usage);
+    }
+  };
   if (fromEnv) {
+    noScriptThere(`${fromEnv} (OZ0_URL)`);
     const credential = token ?? (login?.url === fromEnv ? login.token : readOwnerCredential(options.home));
     return { url: fromEnv, mode: "url", clients: clientsFor(fromEnv, credential), notes: [], close: async () => {} };
   }
-  if (login) return { url: login.url, mode: "login", clients: clientsFor(login.url, token ?? login.token), notes: [], close: async () => {} };
+  if (login) {
+    noScriptThere(`${login.url} (oz0 login)`);
+    return { url: login.url, mode: "login", clients: clientsFor(login.url, token ?? login.token), notes: [], close: async () => {} };
+  }
   const dev = readDiscovery(options.home);
-  if (dev) return { url: dev.url, mode: "dev", clients: clientsFor(dev.url, local()), notes: [], close: async () => {} };
+  if (dev) {
+    noScriptThere(`the oz0 dev at ${dev.url}`);
+    return { url: dev.url, mode: "dev", clients: clientsFor(dev.url, local()), notes: [], close: async () => {} };
+  }
+  // Read before the stack starts, so a bad script costs no start-up.
+  const defaults = embeddedStackEnv({ home: options.home, modelScript: chosenModelScript(options.modelScript) });
   options.onEmbeddedStart?.();
-  const defaults = embeddedStackEnv({ home: options.home });
   const stack: EmbeddedStack = await startEmbeddedStack({ home: options.home, env: defaults.env });
   const clients = clientsFor(stack.urls.orchestrator, token ?? stack.ownerToken);
   if (!defaults.scripted) {

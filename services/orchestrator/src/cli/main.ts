@@ -27,7 +27,7 @@ import {
 } from "./commands.js";
 import { clientsFor, connect, type Connection } from "./connection.js";
 import { graphShow } from "./graph-commands.js";
-import { applyEnvironmentKeys, embeddedStackEnv } from "./embedded-defaults.js";
+import { applyEnvironmentKeys, chosenModelScript, embeddedStackEnv } from "./embedded-defaults.js";
 import { EXIT } from "./exit-codes.js";
 
 const io: Output = { out: process.stdout, err: process.stderr };
@@ -37,8 +37,8 @@ let open: Connection | undefined;
 /** `oz0 dev` handles its own signals (it stops the stack in order). */
 let devRunning = false;
 
-async function withConnection(fn: (conn: Connection) => Promise<number>): Promise<void> {
-  const conn = await connect({ home, onEmbeddedStart: () => undefined });
+async function withConnection(fn: (conn: Connection) => Promise<number>, options: { modelScript?: string | undefined } = {}): Promise<void> {
+  const conn = await connect({ home, onEmbeddedStart: () => undefined, modelScript: options.modelScript });
   open = conn;
   target = conn.url;
   try {
@@ -55,6 +55,8 @@ const positiveInt = (value: string): number => {
   if (!Number.isInteger(n) || n < 0) throw new CliError(`expected a whole number, got ${value}`, EXIT.usage);
   return n;
 };
+
+const MODEL_SCRIPT_HELP = "offline: the model answers every session from this script (JSON or YAML), even with a provider key; default $OZ0_MODEL_SCRIPT";
 
 const program = new Command()
   .name("oz0")
@@ -80,8 +82,9 @@ program
   .option("--attach <path>", "a file or directory copied into the session's working directory (repeatable)", collect, [])
   .option("--json", "one JSON event per line")
   .option("--detach", "print the job id and return at once")
-  .action(async (agent: string, input: string, opts: { attach: string[]; json?: boolean; detach?: boolean }) =>
-    withConnection((conn) => runCommand({ conn, agent, input, attach: opts.attach, json: Boolean(opts.json), detach: Boolean(opts.detach), io })),
+  .option("--model-script <file>", MODEL_SCRIPT_HELP)
+  .action(async (agent: string, input: string, opts: { attach: string[]; json?: boolean; detach?: boolean; modelScript?: string }) =>
+    withConnection((conn) => runCommand({ conn, agent, input, attach: opts.attach, json: Boolean(opts.json), detach: Boolean(opts.detach), io }), opts),
   );
 
 const jobs = program.command("jobs").description("list, show, watch and cancel jobs; fetch their artifacts");
@@ -235,7 +238,8 @@ program
   .command("dev")
   .description("run the whole stack in the foreground on loopback; other commands find it through $OZ0_HOME/dev.json")
   .option("--port <port>", "the orchestrator's port (0: any free one)", positiveInt, 7700)
-  .action(async (opts: { port: number }) => {
+  .option("--model-script <file>", MODEL_SCRIPT_HELP)
+  .action(async (opts: { port: number; modelScript?: string }) => {
     const running = readDiscovery(home);
     if (running) throw new CliError(`a dev stack already runs at ${running.url} (pid ${running.pid}); stop it first, or use it`);
     // Atomic: of two started at the same instant, exactly one runs.
@@ -243,7 +247,7 @@ program
       throw error instanceof DevLockHeldError ? new CliError(error.message) : error;
     });
     devRunning = true;
-    const defaults = embeddedStackEnv({ home });
+    const defaults = embeddedStackEnv({ home, modelScript: chosenModelScript(opts.modelScript) });
     io.err.write(`oz0: starting the stack (data in ${home}, logs in ${path.join(home, "logs")})\n`);
     const stack = await startEmbeddedStack({ home, orchestratorPort: opts.port, env: defaults.env });
     if (!defaults.scripted) {
