@@ -95,13 +95,23 @@ function scriptedTurns(provider: ProviderConfig): Script {
   const next = new Map<string, number>();
   return (request) => {
     const session = sessionOf(request);
-    const index = next.get(session) ?? 0;
+    // The conversation says how far the session got, so a proxy started again (its counters
+    // gone) answers a retried call with the turn it was on, not the script's first; within one
+    // process the counter also steps past turns that answered with an error.
+    const index = Math.max(next.get(session) ?? 0, assistantTurns(request.body));
     next.set(session, index + 1);
     const turn = script[index];
     if (turn) return turn;
     const message = `scripted provider ${provider.name}: session ${session} used all ${script.length} turns of its script; add turns to the providers file`;
     return { fail: { status: 400, body: { type: "error", error: { type: "invalid_request_error", message } } } };
   };
+}
+
+/** How many answers of the model the request's conversation holds (Anthropic Messages and OpenAI Chat Completions alike). */
+function assistantTurns(body: unknown): number {
+  const messages = (body as { messages?: unknown } | undefined)?.messages;
+  if (!Array.isArray(messages)) return 0;
+  return messages.filter((m) => (m as { role?: unknown } | null)?.role === "assistant").length;
 }
 
 async function openStore(config: LlmProxyConfig, logger: Logger): Promise<ProxyStore> {

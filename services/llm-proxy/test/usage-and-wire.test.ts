@@ -195,6 +195,36 @@ void describe("usage events and count_tokens", () => {
     }
   });
 
+  void it("answers a per-session script from the conversation, so a proxy started again (counters gone) answers a retried call with the turn it was on", async () => {
+    const { startLlmProxy } = await import("../src/index.js");
+    const { LlmProxyService } = await import("@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb");
+    const { createClient } = await import("@connectrpc/connect");
+    const { createGrpcTransport } = await import("@connectrpc/connect-node");
+    const script = [{ text: "first" }, { text: "second" }, { text: "third" }];
+    // A fresh proxy: what a restart leaves, with no memory of the session's earlier calls.
+    const proxy = await startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"), providers: [{ name: "scripted", kind: "scripted", scriptPerSession: true, script }], logger: pino({ level: "silent" }) });
+    try {
+      const control = createClient(LlmProxyService, createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] }));
+      const minted = await control.mintSessionToken({ job: "job-r", agent: "a", session: "r" });
+      const conversation = [
+        { role: "user", content: "x" },
+        { role: "assistant", content: "first" },
+        { role: "user", content: "go on" },
+        { role: "assistant", content: "second" },
+        { role: "user", content: "and?" },
+      ];
+      const r = await fetch(`${proxy.url}/scripted/v1/messages`, {
+        method: "POST",
+        headers: { "x-api-key": minted.token, ...minted.headers, "content-type": "application/json" },
+        body: JSON.stringify({ model: "m", max_tokens: 100, messages: conversation }),
+      });
+      const body = (await r.json()) as { content?: { text: string }[] };
+      assert.equal(body.content?.[0]?.text, "third", "two answers in the conversation: the third turn");
+    } finally {
+      await proxy.close({ graceMs: 50 });
+    }
+  });
+
   void it("answers unknown routes and providers with 404 and what to call instead", async () => {
     const fx = await startFixture({ turns: [] });
     try {
