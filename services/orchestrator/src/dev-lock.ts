@@ -7,6 +7,7 @@
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import lockfile from "proper-lockfile";
+import { processAlive } from "./process-liveness.js";
 
 export class DevLockHeldError extends Error {
   constructor(home: string, holder: string) {
@@ -20,17 +21,27 @@ export interface DevLock {
 }
 
 /** Takes the data directory's dev lock, or throws DevLockHeldError naming the process that holds it. */
-export async function takeDevLock(home: string): Promise<DevLock> {
+export async function takeDevLock(home: string, onWait?: (line: string) => void): Promise<DevLock> {
   mkdirSync(home, { recursive: true });
   const target = path.join(home, "dev");
   const holderFile = path.join(home, "dev.pid");
+  // realpath: false locks the path itself (the target file need not exist); stale after 10 s without a refresh.
+  const options = { realpath: false, stale: STALE_MS, update: 2_000, lockfilePath: `${target}.lock` };
   let release: () => Promise<void>;
   try {
-    // realpath: false locks the path itself (the target file need not exist); stale after 10 s without a refresh.
-    release = await lockfile.lock(target, { realpath: false, stale: 10_000, update: 2_000, lockfilePath: `${target}.lock` });
+    release = await lockfile.lock(target, options);
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "ELOCKED") throw error;
-    throw new DevLockHeldError(home, holderOf(holderFile));
+    const holder = holderPid(holderFile);
+    if (holder === undefined || processAlive(holder)) throw new DevLockHeldError(home, holder === undefined ? "a process that is starting" : `pid ${holder}`);
+    // Its holder died without letting go (killed): the lock is taken over once stale, a few seconds from now.
+    onWait?.(`the oz0 dev that ran here (pid ${holder}) died without letting go of ${home}; taking it over within ${STALE_MS / 1000} s`);
+    try {
+      release = await lockfile.lock(target, { ...options, retries: { retries: Math.ceil((STALE_MS * 1.5) / 1_000), factor: 1, minTimeout: 1_000, maxTimeout: 1_000 } });
+    } catch (retried) {
+      if ((retried as NodeJS.ErrnoException).code !== "ELOCKED") throw retried;
+      throw new DevLockHeldError(home, holderOf(holderFile));
+    }
   }
   writeFileSync(holderFile, `${process.pid}\n`);
   return {
@@ -41,11 +52,18 @@ export async function takeDevLock(home: string): Promise<DevLock> {
   };
 }
 
+const STALE_MS = 10_000;
+
 function holderOf(file: string): string {
+  const pid = holderPid(file);
+  return pid === undefined ? "a process that is starting" : `pid ${pid}`;
+}
+
+function holderPid(file: string): number | undefined {
   try {
     const pid = Number(readFileSync(file, "utf8").trim());
-    return Number.isInteger(pid) && pid > 0 ? `pid ${pid}` : "a process that is starting";
+    return Number.isInteger(pid) && pid > 0 ? pid : undefined;
   } catch {
-    return "a process that is starting";
+    return undefined;
   }
 }

@@ -4,12 +4,13 @@
 // foreground; any other command starts it for its own length when no server
 // is configured. One code path: each child is the service's own dist/main.js.
 import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync, type WriteStream } from "node:fs";
+import { chmodSync, closeSync, createWriteStream, existsSync, mkdirSync, openSync, readFileSync, readSync, rmSync, statSync, writeFileSync, type WriteStream } from "node:fs";
 import path from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { credentialDigest, generateStackCredentials, serviceIdentityEnv, type StackCredentials } from "@oz0/serving";
 import { ensureOwnerCredential } from "./local-credentials.js";
+import { processAlive } from "./process-liveness.js";
 
 export type StackServiceName = "events" | "llm-proxy" | "sandbox" | "orchestrator";
 
@@ -33,10 +34,16 @@ export interface StackProcess {
   readonly logFile: string;
   /** SIGTERM, then SIGKILL after `graceMs`. */
   stop(options?: { signal?: NodeJS.Signals; graceMs?: number }): Promise<void>;
-  /** Resolves when the process has exited. */
-  readonly exited: Promise<void>;
+  /** Resolves when the process has exited, with how (unknown for a process this one did not start). */
+  readonly exited: Promise<ServiceExit>;
   /** How the sandbox isolates sessions, from its startup line (sandbox only): bwrap, user or none, and why not stronger. */
   readonly isolation?: { mode: string; reason: string };
+}
+
+/** How a service process ended. */
+export interface ServiceExit {
+  code?: number | null;
+  signal?: NodeJS.Signals | null;
 }
 
 export interface EmbeddedStack {
@@ -48,6 +55,8 @@ export interface EmbeddedStack {
   /** The identity variables a service of this stack is started with (to start one again). */
   identityEnv(name: StackServiceName): Record<string, string>;
   readonly processes: StackProcess[];
+  /** How the sandbox isolates sessions (from its start-up line), when it runs. */
+  readonly isolation: { mode: string; reason: string } | undefined;
   close(): Promise<void>;
 }
 
@@ -82,77 +91,58 @@ const SETPRIV_PATHS = ["/usr/bin/setpriv", "/bin/setpriv"];
 
 /**
  * Starts one service's dist/main.js as a child process and waits until it
- * says where it listens. It stops when the process that started it dies.
+ * says where it listens. It stops when the process that started it dies,
+ * unless `outlivesParent` (`oz0 dev`: a crashed CLI leaves its sessions
+ * running, and the next `oz0 dev` adopts the services); then the service
+ * writes its log itself, so it needs nothing of this process.
  */
 export async function startServiceProcess(options: {
   name: StackServiceName;
   env: Record<string, string>;
   logFile: string;
   logLevel?: "info" | "debug" | "trace";
+  outlivesParent?: boolean;
 }): Promise<StackProcess> {
   const main = serviceMain(options.name);
   if (!existsSync(main)) {
     throw new Error(`the ${options.name} service is not built (${path.relative(process.cwd(), main)} is missing); run \`npm run build\``);
   }
   mkdirSync(path.dirname(options.logFile), { recursive: true });
-  const log: WriteStream = createWriteStream(options.logFile, { flags: "a", mode: 0o600 });
   // With setpriv (util-linux), the kernel sends the service SIGTERM when the process that
   // started it dies, however it dies: a CLI or a test killed with SIGKILL leaves no service
   // running. setpriv execs, so the pid stays the service's own.
-  const setpriv = SETPRIV_PATHS.find((candidate) => existsSync(candidate));
+  const setpriv = options.outlivesParent ? undefined : SETPRIV_PATHS.find((candidate) => existsSync(candidate));
   const command = setpriv ? [setpriv, "--pdeathsig", "SIGTERM", "--", process.execPath, main] : [process.execPath, main];
   // Files the service makes (stores, keys, logs) are its user's alone: a session running as another user reads none.
   const umask = process.umask(0o077);
   let child: ChildProcess;
+  let log: WriteStream | undefined;
+  let logFd: number | undefined;
+  const logStart = existsSync(options.logFile) ? statSync(options.logFile).size : 0;
   try {
+    if (options.outlivesParent) logFd = openSync(options.logFile, "a", 0o600);
+    else log = createWriteStream(options.logFile, { flags: "a", mode: 0o600 });
     child = spawn(command[0]!, command.slice(1), {
       env: { ...serviceEnv(options.name), OZ0_HOST: "127.0.0.1", OZ0_PORT: "0", ...options.env, OZ0_LOG_LEVEL: options.logLevel ?? "info" },
-      stdio: ["ignore", "pipe", "pipe"],
+      stdio: logFd === undefined ? ["ignore", "pipe", "pipe"] : ["ignore", logFd, logFd],
       // Its own process group, so a Ctrl-C at the terminal reaches only the CLI, which stops the stack in order.
       detached: true,
     });
   } finally {
     process.umask(umask);
+    if (logFd !== undefined) closeSync(logFd);
   }
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  child.stdout!.pipe(log, { end: false });
-  const tail: string[] = [];
-  let isolation: { mode: string; reason: string } | undefined;
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`the ${options.name} service did not start within ${READY_TIMEOUT_MS / 1000} s; see ${options.logFile}`)), READY_TIMEOUT_MS);
-    const lines = createInterface({ input: child.stderr! });
-    let found = false;
-    lines.on("line", (line) => {
-      log.write(`${line}\n`);
-      if (found) return;
-      tail.push(line);
-      if (tail.length > 5) tail.shift();
-      try {
-        const entry = JSON.parse(line) as { url?: unknown; msg?: unknown; isolation?: unknown; reason?: unknown };
-        if (typeof entry.isolation === "string") isolation = { mode: entry.isolation, reason: typeof entry.reason === "string" ? entry.reason : "" };
-        if (typeof entry.url === "string" && typeof entry.msg === "string" && /listening/.test(entry.msg)) {
-          found = true;
-          clearTimeout(timer);
-          resolve(entry.url);
-        }
-      } catch {
-        // not a log line
-      }
-    });
-    child.once("exit", (code, signal) => {
-      if (found) return;
-      clearTimeout(timer);
-      const last = tail.map((l) => {
-        try {
-          const e = JSON.parse(l) as { msg?: string; err?: { message?: string } };
-          return e.err?.message ?? e.msg ?? l;
-        } catch {
-          return l;
-        }
-      });
-      reject(new Error(`the ${options.name} service exited while starting (${signal ?? `code ${code}`}): ${last.pop() ?? "no output"}; see ${options.logFile}`));
-    });
-  });
+  const exited = new Promise<ServiceExit>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  let lines: AsyncIterable<string> | NodeJS.EventEmitter;
+  if (log) {
+    child.stdout!.pipe(log, { end: false });
+    const reader = createInterface({ input: child.stderr! });
+    reader.on("line", (line) => log.write(`${line}\n`));
+    lines = reader;
+  } else {
+    lines = followLogLines(options.logFile, logStart, exited);
+  }
+  const { url, isolation } = await readiness({ name: options.name, logFile: options.logFile, lines, exited });
   let stopping: Promise<void> | undefined;
   return {
     name: options.name,
@@ -163,20 +153,114 @@ export async function startServiceProcess(options: {
     ...(isolation ? { isolation } : {}),
     stop({ signal = "SIGTERM", graceMs = 12_000 } = {}) {
       stopping ??= (async () => {
-        if (child.exitCode !== null || child.signalCode !== null) return;
-        child.kill(signal);
-        let timer: NodeJS.Timeout | undefined;
-        await Promise.race([exited, new Promise<void>((r) => (timer = setTimeout(r, graceMs)))]);
-        clearTimeout(timer);
         if (child.exitCode === null && child.signalCode === null) {
-          child.kill("SIGKILL");
-          await exited;
+          child.kill(signal);
+          let timer: NodeJS.Timeout | undefined;
+          await Promise.race([exited, new Promise<void>((r) => (timer = setTimeout(r, graceMs)))]);
+          clearTimeout(timer);
+          if (child.exitCode === null && child.signalCode === null) {
+            child.kill("SIGKILL");
+            await exited;
+          }
         }
-        log.end();
+        log?.end();
       })();
       return stopping;
     },
   };
+}
+
+/**
+ * Waits for the service's "listening" log line (its URL; the sandbox's also
+ * says how it isolates sessions). `lines`: a readline interface over its
+ * stderr, or the lines appended to its log file.
+ */
+async function readiness(options: {
+  name: StackServiceName;
+  logFile: string;
+  lines: AsyncIterable<string> | NodeJS.EventEmitter;
+  exited: Promise<ServiceExit>;
+}): Promise<{ url: string; isolation?: { mode: string; reason: string } }> {
+  const tail: string[] = [];
+  let isolation: { mode: string; reason: string } | undefined;
+  let settled = false;
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => fail(new Error(`the ${options.name} service did not start within ${READY_TIMEOUT_MS / 1000} s; see ${options.logFile}`)), READY_TIMEOUT_MS);
+    const fail = (error: Error): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      reject(error);
+    };
+    const onLine = (line: string): void => {
+      if (settled) return;
+      tail.push(line);
+      if (tail.length > 5) tail.shift();
+      try {
+        const entry = JSON.parse(line) as { url?: unknown; msg?: unknown; isolation?: unknown; reason?: unknown };
+        if (typeof entry.isolation === "string") isolation = { mode: entry.isolation, reason: typeof entry.reason === "string" ? entry.reason : "" };
+        if (typeof entry.url === "string" && typeof entry.msg === "string" && /listening/.test(entry.msg)) {
+          settled = true;
+          clearTimeout(timer);
+          resolve({ url: entry.url, ...(isolation ? { isolation } : {}) });
+        }
+      } catch {
+        // not a log line
+      }
+    };
+    if (Symbol.asyncIterator in options.lines) {
+      void (async () => {
+        for await (const line of options.lines as AsyncIterable<string>) {
+          onLine(line);
+          if (settled) break; // the rest of the log is the service's own business
+        }
+      })().catch(fail);
+    } else {
+      (options.lines as NodeJS.EventEmitter).on("line", onLine);
+    }
+    void options.exited.then(({ code, signal }) => {
+      // Lines still on their way are read first.
+      setImmediate(() => {
+        const last = tail.map((l) => {
+          try {
+            const e = JSON.parse(l) as { msg?: string; err?: { message?: string } };
+            return e.err?.message ?? e.msg ?? l;
+          } catch {
+            return l;
+          }
+        });
+        fail(new Error(`the ${options.name} service exited while starting (${signal ?? `code ${code}`}): ${last.pop() ?? "no output"}; see ${options.logFile}`));
+      });
+    });
+  });
+}
+
+/** The lines appended to `file` from byte `from` on, until `until` settles (then what is left is read once more). */
+async function* followLogLines(file: string, from: number, until: Promise<unknown>): AsyncGenerator<string> {
+  let done = false;
+  void until.then(() => (done = true));
+  let position = from;
+  let partial = "";
+  for (;;) {
+    const finished = done;
+    const size = existsSync(file) ? statSync(file).size : 0;
+    if (size > position) {
+      const fd = openSync(file, "r");
+      try {
+        const buffer = Buffer.alloc(size - position);
+        const read = readSync(fd, buffer, 0, buffer.length, position);
+        position += read;
+        partial += buffer.subarray(0, read).toString("utf8");
+      } finally {
+        closeSync(fd);
+      }
+      const parts = partial.split("\n");
+      partial = parts.pop() ?? "";
+      yield* parts;
+    }
+    if (finished) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise<EmbeddedStack> {
@@ -208,33 +292,9 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   mkdirSync(logs, { recursive: true, mode: 0o700 });
   chmodSync(logs, 0o700);
   const ownerToken = ensureOwnerCredential(home);
-  const identityEnv = (name: StackServiceName): Record<string, string> => ({
-    ...serviceIdentityEnv(credentials, name),
-    ...(name === "orchestrator" || name === "events" ? { OZ0_OWNER_TOKEN_SHA256: credentialDigest(ownerToken) } : {}),
-  });
+  const identityEnv = (name: StackServiceName): Record<string, string> => stackIdentityEnv({ credentials, ownerToken, name });
   const startOne = async (name: StackServiceName): Promise<void> => {
-    const env: Record<string, string> = { ...(urls.events ? { OZ0_EVENTS_URL: urls.events } : {}), ...identityEnv(name) };
-    switch (name) {
-      case "events":
-        env.OZ0_EVENTS_DATA = path.join(home, "events");
-        break;
-      case "llm-proxy":
-        env.OZ0_LLM_PROXY_DATA = path.join(home, "llm-proxy");
-        break;
-      case "sandbox": {
-        env.OZ0_SANDBOX_ROOT = path.join(home, "sandbox");
-        const root = installRoot();
-        if (root && !process.env.OZ0_SANDBOX_READ_ONLY_PATHS) env.OZ0_SANDBOX_READ_ONLY_PATHS = root;
-        break;
-      }
-      case "orchestrator":
-        env.OZ0_HOME = home;
-        env.OZ0_PORT = String(options.orchestratorPort ?? 0);
-        if (urls.sandbox) env.OZ0_SANDBOX_URLS = urls.sandbox;
-        if (urls["llm-proxy"]) env.OZ0_LLM_PROXY_URL = urls["llm-proxy"];
-        break;
-    }
-    Object.assign(env, options.env?.[name] ?? {});
+    const env = stackServiceEnv({ name, home, urls, identity: identityEnv(name), orchestratorPort: options.orchestratorPort ?? 0, extra: options.env?.[name] });
     const p = await startServiceProcess({ name, env, logFile: path.join(logs, `${name}.log`), ...(options.logLevel ? { logLevel: options.logLevel } : {}) });
     started.push(p);
     urls[name] = p.url;
@@ -249,7 +309,54 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
     await close();
     throw error;
   }
-  return { urls, credentials, ownerToken, identityEnv, processes: started, close };
+  return { urls, credentials, ownerToken, identityEnv, processes: started, isolation: started.find((p) => p.name === "sandbox")?.isolation, close };
+}
+
+/** The identity variables of one service of a stack: its own credential, its peers' digests and, where people call, the owner's digest. */
+export function stackIdentityEnv(options: { credentials: StackCredentials; ownerToken: string; name: StackServiceName }): Record<string, string> {
+  const { credentials, ownerToken, name } = options;
+  return {
+    ...serviceIdentityEnv(credentials, name),
+    ...(name === "orchestrator" || name === "events" ? { OZ0_OWNER_TOKEN_SHA256: credentialDigest(ownerToken) } : {}),
+  };
+}
+
+/** Everything one service of a stack is started with beyond the shell's allowlist: where its data lives, who it is, where the others are. */
+export function stackServiceEnv(options: {
+  name: StackServiceName;
+  home: string;
+  /** The services started so far. */
+  urls: Partial<Record<StackServiceName, string>>;
+  identity: Record<string, string>;
+  /** The port it listens on; default 0 (a free one), and the orchestrator's `orchestratorPort`. */
+  port?: number;
+  orchestratorPort?: number;
+  extra?: Record<string, string> | undefined;
+}): Record<string, string> {
+  const { name, home, urls } = options;
+  const env: Record<string, string> = { ...(urls.events ? { OZ0_EVENTS_URL: urls.events } : {}), ...options.identity };
+  if (options.port !== undefined) env.OZ0_PORT = String(options.port);
+  switch (name) {
+    case "events":
+      env.OZ0_EVENTS_DATA = path.join(home, "events");
+      break;
+    case "llm-proxy":
+      env.OZ0_LLM_PROXY_DATA = path.join(home, "llm-proxy");
+      break;
+    case "sandbox": {
+      env.OZ0_SANDBOX_ROOT = path.join(home, "sandbox");
+      const root = installRoot();
+      if (root && !process.env.OZ0_SANDBOX_READ_ONLY_PATHS) env.OZ0_SANDBOX_READ_ONLY_PATHS = root;
+      break;
+    }
+    case "orchestrator":
+      env.OZ0_HOME = home;
+      env.OZ0_PORT = String(options.port ?? options.orchestratorPort ?? 0);
+      if (urls.sandbox) env.OZ0_SANDBOX_URLS = urls.sandbox;
+      if (urls["llm-proxy"]) env.OZ0_LLM_PROXY_URL = urls["llm-proxy"];
+      break;
+  }
+  return Object.assign(env, options.extra ?? {});
 }
 
 /**
@@ -257,8 +364,8 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
  * code then runs as the services' own user and can read their files), with
  * what to do; undefined when sessions are isolated.
  */
-export function isolationNotice(stack: Pick<EmbeddedStack, "processes">): string | undefined {
-  const isolation = stack.processes.find((p) => p.name === "sandbox")?.isolation;
+export function isolationNotice(stack: Pick<EmbeddedStack, "isolation">): string | undefined {
+  const { isolation } = stack;
   if (!isolation || isolation.mode !== "none") return undefined;
   const chosen = /OZ0_ISOLATION=none/.test(isolation.reason);
   return chosen
@@ -269,7 +376,10 @@ export function isolationNotice(stack: Pick<EmbeddedStack, "processes">): string
 /** What `oz0 dev` writes so other commands find its stack. */
 export interface DevDiscovery {
   url: string;
+  /** The `oz0 dev` process. */
   pid: number;
+  /** The orchestrator's process: its stack serves commands while it runs, even after the `oz0 dev` that started it died. */
+  orchestratorPid?: number;
   urls: Record<string, string>;
   startedAt: string;
 }
@@ -288,14 +398,31 @@ export function removeDiscovery(home: string, pid: number): void {
   if (found && found.pid === pid) rmSync(discoveryFile(home), { force: true });
 }
 
-/** The running `oz0 dev` stack's discovery, or undefined when there is none (or its process is gone). */
+/** The running `oz0 dev` stack's discovery, or undefined when there is none (its `oz0 dev` and its orchestrator are both gone). */
 export function readDiscovery(home: string): DevDiscovery | undefined {
+  let found: DevDiscovery;
   try {
-    const found = JSON.parse(readFileSync(discoveryFile(home), "utf8")) as DevDiscovery;
-    process.kill(found.pid, 0);
-    return found;
+    found = JSON.parse(readFileSync(discoveryFile(home), "utf8")) as DevDiscovery;
   } catch {
     return undefined;
+  }
+  if (processAlive(found.pid)) return found;
+  if (found.orchestratorPid !== undefined && isServiceProcess(found.orchestratorPid, "orchestrator")) return found;
+  return undefined;
+}
+
+/**
+ * True when `pid` is a live process running the service's main.js (not a
+ * zombie, not another program that got the pid since).
+ */
+export function isServiceProcess(pid: number, name: StackServiceName): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // The state follows the parenthesised command name: Z is a zombie, X dead.
+    if (/^\S+ \(.*\) [ZX]/s.test(stat)) return false;
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").includes(serviceMain(name));
+  } catch {
+    return false;
   }
 }
 

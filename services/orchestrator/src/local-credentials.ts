@@ -13,7 +13,7 @@ export function credentialsDir(home: string): string {
   return path.join(home, "credentials");
 }
 
-function ensureCredentialsDir(home: string): string {
+export function ensureCredentialsDir(home: string): string {
   const dir = credentialsDir(home);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   // A folder made before (or by a wider umask) is narrowed too.

@@ -87,7 +87,7 @@ void test("no service's environment holds a provider key or another service's cr
 });
 
 void test("the isolation notice names what to install, or the choice that was made", () => {
-  const stack = (mode: string, reason: string) => ({ processes: [{ name: "sandbox", isolation: { mode, reason } }] }) as unknown as Parameters<typeof isolationNotice>[0];
+  const stack = (mode: string, reason: string): Parameters<typeof isolationNotice>[0] => ({ isolation: { mode, reason } });
   assert.equal(isolationNotice(stack("bwrap", "")), undefined);
   assert.equal(isolationNotice(stack("user", "")), undefined);
   assert.match(isolationNotice(stack("none", "bwrap not found; not root")) ?? "", /WITHOUT isolation \(bwrap not found; not root\).*install bubblewrap \(apt-get install bubblewrap\)/);

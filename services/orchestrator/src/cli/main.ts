@@ -3,7 +3,8 @@
 import path from "node:path";
 import { Command, CommanderError, Option } from "commander";
 import { defaultHome } from "../start-orchestrator.js";
-import { isolationNotice, readDiscovery, removeDiscovery, startEmbeddedStack, writeDiscovery } from "../embedded-stack.js";
+import { startDevStack } from "../dev-stack.js";
+import { isolationNotice, removeDiscovery, writeDiscovery } from "../embedded-stack.js";
 import { DevLockHeldError, takeDevLock } from "../dev-lock.js";
 import { removeLogin, writeLogin } from "../local-credentials.js";
 import { CliError, describeError } from "./cli-error.js";
@@ -240,23 +241,26 @@ program
   .option("--port <port>", "the orchestrator's port (0: any free one)", positiveInt, 7700)
   .option("--model-script <file>", MODEL_SCRIPT_HELP)
   .action(async (opts: { port: number; modelScript?: string }) => {
-    const running = readDiscovery(home);
-    if (running) throw new CliError(`a dev stack already runs at ${running.url} (pid ${running.pid}); stop it first, or use it`);
     // Atomic: of two started at the same instant, exactly one runs.
-    const lock = await takeDevLock(home).catch((error: unknown) => {
+    const lock = await takeDevLock(home, (line) => void io.err.write(`oz0: ${line}\n`)).catch((error: unknown) => {
       throw error instanceof DevLockHeldError ? new CliError(error.message) : error;
     });
     devRunning = true;
     const defaults = embeddedStackEnv({ home, modelScript: chosenModelScript(opts.modelScript) });
     io.err.write(`oz0: starting the stack (data in ${home}, logs in ${path.join(home, "logs")})\n`);
-    const stack = await startEmbeddedStack({ home, orchestratorPort: opts.port, env: defaults.env });
+    const say = (line: string): void => void io.err.write(`oz0: ${line}\n`);
+    const stack = await startDevStack({ home, orchestratorPort: opts.port, env: defaults.env, notify: say });
+    if (stack.adopted.length > 0) defaults.notes.push(`still running from an oz0 dev that ended without stopping them, and adopted: ${stack.adopted.join(", ")}`);
     if (!defaults.scripted) {
       const keys = await applyEnvironmentKeys((s) => clientsFor(stack.urls.orchestrator, stack.ownerToken).secrets.setSecret(s));
       defaults.notes.push(`provider keys from the environment handed to the LLM proxy: ${keys.join(", ")}`);
     }
     const notice = isolationNotice(stack);
     if (notice) defaults.notes.push(notice);
-    writeDiscovery(home, { url: stack.urls.orchestrator, pid: process.pid, urls: stack.urls, startedAt: new Date().toISOString() });
+    const discover = (): void =>
+      writeDiscovery(home, { url: stack.urls.orchestrator, pid: process.pid, orchestratorPid: stack.pids().orchestrator, urls: stack.urls, startedAt: new Date().toISOString() });
+    discover();
+    stack.onRestart(discover);
     io.out.write(
       [
         `orchestrator  ${stack.urls.orchestrator}`,
@@ -264,20 +268,14 @@ program
         `llm-proxy     ${stack.urls["llm-proxy"]}`,
         `events        ${stack.urls.events}`,
         ...defaults.notes.map((n) => `note: ${n}`),
-        `ready: other oz0 commands now use this stack (Ctrl-C stops it)`,
+        `ready: other oz0 commands now use this stack; a service that stops is started again (Ctrl-C stops them all)`,
         "",
       ].join("\n"),
     );
     await new Promise<void>((resolve) => {
-      const stop = (): void => resolve();
-      process.once("SIGINT", stop);
-      process.once("SIGTERM", stop);
-      for (const p of stack.processes) {
-        void p.exited.then(() => {
-          io.err.write(`oz0: the ${p.name} service stopped; see ${p.logFile}\n`);
-          resolve();
-        });
-      }
+      process.once("SIGINT", () => resolve());
+      process.once("SIGTERM", () => resolve());
+      process.once("SIGHUP", () => resolve());
     });
     removeDiscovery(home, process.pid);
     io.err.write("oz0: stopping the stack\n");
