@@ -1,13 +1,13 @@
 // The one way every service serves its API.
 import type { DescService } from "@bufbuild/protobuf";
 import type { ConnectRouter, Interceptor, ServiceImpl } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { compressionBrotli, compressionGzip, connectNodeAdapter } from "@connectrpc/connect-node";
 import { Health } from "@oz0/proto/grpc/health/v1/health_pb";
 import { ServerReflection as ReflectionV1 } from "@oz0/proto/grpc/reflection/v1/reflection_pb";
 import { ServerReflection as ReflectionV1alpha } from "@oz0/proto/grpc/reflection/v1alpha/reflection_pb";
 import type { AddressInfo, Server as TcpServer } from "node:net";
 import { ACCESS_TABLE } from "./auth/access-table.js";
-import { authInterceptor } from "./auth/auth-interceptor.js";
+import { accessCheck, authInterceptor } from "./auth/auth-interceptor.js";
 import type { Authenticator } from "./auth/authenticator.js";
 import { unexpectedErrorInterceptor } from "./error-interceptor.js";
 import { traceServerInterceptor } from "./telemetry.js";
@@ -15,6 +15,11 @@ import { HealthRegistry } from "./health.js";
 import { createLogger, type Logger } from "./logger.js";
 import { createSniffingServer, type RequestHandler } from "./protocol-sniffing-server.js";
 import { ReflectionIndex, reflectionServiceV1, reflectionServiceV1alpha } from "./reflection.js";
+import { refusingUndecodableBodies } from "./undecodable-requests.js";
+
+/** What connect decodes request bodies with (its own defaults, named so the body check uses the same). */
+const ACCEPT_COMPRESSION = [compressionGzip, compressionBrotli];
+const READ_MAX_BYTES = 0xffffffff;
 
 /** One RPC service and its implementation. */
 export interface ServiceRegistration<S extends DescService = DescService> {
@@ -75,15 +80,21 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     Health,
     ReflectionV1,
   ]);
+  const hint = options.credentialHint ? { credentialHint: options.credentialHint } : {};
   const routes = (router: ConnectRouter): void => {
     for (const { service, impl } of options.services) router.service(service, impl);
     router.service(Health, health.service());
     router.service(ReflectionV1, reflectionServiceV1(reflection));
     router.service(ReflectionV1alpha, reflectionServiceV1alpha(reflection));
+    // connect-node takes the router's handlers once this returns.
+    const bodyCheck = { compressions: ACCEPT_COMPRESSION, readMaxBytes: READ_MAX_BYTES, accessCheck: accessCheck(options.auth, hint) };
+    router.handlers.splice(0, router.handlers.length, ...router.handlers.map((h) => refusingUndecodableBodies(h, bodyCheck)));
   };
   const handler = connectNodeAdapter({
     routes,
-    interceptors: [traceServerInterceptor, unexpectedErrorInterceptor(logger), authInterceptor(options.auth, options.credentialHint ? { credentialHint: options.credentialHint } : {}), ...(options.interceptors ?? [])],
+    acceptCompression: ACCEPT_COMPRESSION,
+    readMaxBytes: READ_MAX_BYTES,
+    interceptors: [traceServerInterceptor, unexpectedErrorInterceptor(logger), authInterceptor(options.auth, hint), ...(options.interceptors ?? [])],
     fallback: options.fallback as Parameters<typeof connectNodeAdapter>[0]["fallback"],
   });
   const server = createSniffingServer(guarded(handler as RequestHandler, logger), options.headersTimeoutMs ? { headersTimeoutMs: options.headersTimeoutMs } : {});

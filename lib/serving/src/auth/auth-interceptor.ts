@@ -11,17 +11,30 @@ import { describePrincipal, principalKey, type Principal } from "./principal.js"
 export const DEFAULT_CREDENTIAL_HINT = "people: the oz0 CLI sends yours (`oz0 login`, OZ0_TOKEN, or the owner credential of oz0 dev); services: OZ0_SERVICE_TOKEN";
 
 export function authInterceptor(authenticator: Authenticator, options: { credentialHint?: string } = {}): Interceptor {
-  const hint = options.credentialHint ?? DEFAULT_CREDENTIAL_HINT;
+  const check = accessCheck(authenticator, options);
   return (next) => async (request) => {
-    const method = `${request.service.typeName}/${request.method.name}`;
+    const principal = await check(`${request.service.typeName}/${request.method.name}`, request.header.get("authorization"));
+    if (principal) request.contextValues.set(principalKey, principal);
+    return next(request);
+  };
+}
+
+/**
+ * The interceptor's decision on its own: the caller of `method` (`service/Method`),
+ * undefined for an open method; throws Unauthenticated or PermissionDenied.
+ * serve() also asks it before refusing an undecodable body, so a stranger
+ * learns nothing about a method's request type.
+ */
+export function accessCheck(authenticator: Authenticator, options: { credentialHint?: string } = {}): (method: string, authorization: string | null) => Promise<Principal | undefined> {
+  const hint = options.credentialHint ?? DEFAULT_CREDENTIAL_HINT;
+  return async (method, authorization) => {
     const access = ACCESS_TABLE[method];
     if (!access) throw new ConnectError(`${method} is in no access rule, so it is refused`, Code.PermissionDenied);
-    if ("open" in access) return next(request);
-    const principal = await authenticated(authenticator, request.header.get("authorization"), method, hint);
+    if ("open" in access) return undefined;
+    const principal = await authenticated(authenticator, authorization, method, hint);
     const denial = deniedBecause(access, principal, method);
     if (denial) throw new ConnectError(denial, Code.PermissionDenied);
-    request.contextValues.set(principalKey, principal);
-    return next(request);
+    return principal;
   };
 }
 

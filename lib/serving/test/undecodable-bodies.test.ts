@@ -1,0 +1,232 @@
+// A body that is not the method's request message is the caller's mistake:
+// InvalidArgument on every protocol, naming the request type, never Internal;
+// and a caller the access table refuses hears that first. Raw HTTP requests
+// (fetch for HTTP/1.1, node:http2 for gRPC) against a real server.
+import assert from "node:assert/strict";
+import { connect as http2Connect } from "node:http2";
+import { after, before, describe, it } from "node:test";
+import { gzipSync } from "node:zlib";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { Code } from "@connectrpc/connect";
+import { contentTypeMatcher, type UniversalHandler, type UniversalServerRequest } from "@connectrpc/connect/protocol";
+import { Health, HealthCheckRequestSchema } from "@oz0/proto/grpc/health/v1/health_pb";
+import { ServerReflectionRequestSchema } from "@oz0/proto/grpc/reflection/v1/reflection_pb";
+import { EventsService, PublishRequestSchema } from "@oz0/proto/oz0/events/v1/events_pb";
+import { Authenticator } from "../src/auth/authenticator.js";
+import { registration, serve, type RunningServer } from "../src/serve.js";
+import { testCredentials } from "../src/testing.js";
+import { refusingUndecodableBodies } from "../src/undecodable-requests.js";
+
+/** Not a protobuf message: field 536870911 with wire type 7. */
+const GARBAGE = new Uint8Array([0xff, 0xff, 0xff, 0xff, 0x0f, 0x07]);
+const CHECK = "/grpc.health.v1.Health/Check";
+const WATCH = "/grpc.health.v1.Health/Watch";
+const REFLECT = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
+const PUBLISH = "/oz0.events.v1.EventsService/Publish";
+const orchestrator = `Bearer ${testCredentials.services.orchestrator}`;
+
+function envelope(message: Uint8Array, flags = 0): Uint8Array {
+  const out = new Uint8Array(5 + message.byteLength);
+  out[0] = flags;
+  new DataView(out.buffer).setUint32(1, message.byteLength);
+  out.set(message, 5);
+  return out;
+}
+
+function envelopes(bytes: Uint8Array): { flags: number; data: Uint8Array }[] {
+  const out: { flags: number; data: Uint8Array }[] = [];
+  for (let at = 0; at + 5 <= bytes.byteLength; ) {
+    const size = new DataView(bytes.buffer, bytes.byteOffset + at, 5).getUint32(1);
+    out.push({ flags: bytes[at]!, data: bytes.subarray(at + 5, at + 5 + size) });
+    at += 5 + size;
+  }
+  return out;
+}
+
+interface GrpcAnswer {
+  status: number;
+  message: string;
+  messages: Uint8Array[];
+}
+
+/** One gRPC call over HTTP/2 with the body's envelopes written as they are given. */
+function grpc(url: string, path: string, body: Uint8Array[], headers: Record<string, string> = {}): Promise<GrpcAnswer> {
+  return new Promise((resolve, reject) => {
+    const session = http2Connect(url);
+    session.on("error", reject);
+    const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...headers });
+    const received: Buffer[] = [];
+    let answer: Record<string, unknown> = {};
+    stream.on("response", (h) => (answer = { ...h }));
+    stream.on("trailers", (t) => (answer = { ...answer, ...t }));
+    stream.on("data", (chunk: Buffer) => received.push(chunk));
+    stream.on("error", reject);
+    stream.on("close", () => {
+      session.close();
+      resolve({
+        status: Number(answer["grpc-status"]),
+        message: decodeURIComponent(String(answer["grpc-message"] ?? "")),
+        messages: envelopes(Buffer.concat(received)).map((e) => e.data),
+      });
+    });
+    for (const chunk of body) stream.write(chunk);
+    stream.end();
+  });
+}
+
+/** One gRPC-Web call over HTTP/1.1: the status is in the trailer envelope of the body. */
+async function grpcWeb(url: string, path: string, body: Uint8Array): Promise<{ status: number; message: string }> {
+  const response = await fetch(url + path, { method: "POST", headers: { "content-type": "application/grpc-web+proto" }, body });
+  const trailer = envelopes(new Uint8Array(await response.arrayBuffer())).find((e) => e.flags & 0x80);
+  const fields = Object.fromEntries(
+    new TextDecoder()
+      .decode(trailer?.data)
+      .split("\r\n")
+      .filter(Boolean)
+      .map((line) => [line.slice(0, line.indexOf(":")).toLowerCase(), line.slice(line.indexOf(":") + 1).trim()]),
+  );
+  return { status: Number(fields["grpc-status"] ?? response.headers.get("grpc-status")), message: decodeURIComponent(fields["grpc-message"] ?? "") };
+}
+
+/** One Connect unary call: the HTTP status and the error's code and message. */
+async function connectUnary(url: string, path: string, body: Uint8Array | string, headers: Record<string, string> = {}): Promise<{ http: number; code?: string; message?: string }> {
+  const response = await fetch(url + path, { method: "POST", headers: { "content-type": "application/proto", ...headers }, body });
+  const text = await response.text();
+  return { http: response.status, ...(response.ok ? {} : (JSON.parse(text) as { code: string; message: string })) };
+}
+
+void describe("an undecodable request body", () => {
+  let server: RunningServer;
+  let published = 0;
+  before(async () => {
+    server = await serve({
+      name: "test",
+      port: 0,
+      auth: new Authenticator(testCredentials.settingsFor("events")),
+      services: [registration(EventsService, { publish: () => (published++, {}) })],
+    });
+  });
+  after(() => server.close({ graceMs: 100 }));
+
+  void it("is InvalidArgument on the Connect protocol (HTTP 400), gRPC and gRPC-Web (status 3), naming the request type", async () => {
+    const connect = await connectUnary(server.url, CHECK, GARBAGE);
+    assert.equal(connect.http, 400);
+    assert.equal(connect.code, "invalid_argument");
+    assert.match(connect.message!, /the request body could not be decoded as grpc\.health\.v1\.HealthCheckRequest \(binary protobuf: .+\)/);
+
+    const overGrpc = await grpc(server.url, CHECK, [envelope(GARBAGE)]);
+    assert.equal(overGrpc.status, Code.InvalidArgument);
+    assert.match(overGrpc.message, /could not be decoded as grpc\.health\.v1\.HealthCheckRequest/);
+
+    const web = await grpcWeb(server.url, CHECK, envelope(GARBAGE));
+    assert.equal(web.status, Code.InvalidArgument);
+    assert.match(web.message, /could not be decoded as grpc\.health\.v1\.HealthCheckRequest/);
+  });
+
+  void it("is InvalidArgument on streams too: Connect server streaming, gRPC bidi", async () => {
+    const response = await fetch(server.url + WATCH, { method: "POST", headers: { "content-type": "application/connect+proto" }, body: envelope(GARBAGE) });
+    const end = envelopes(new Uint8Array(await response.arrayBuffer())).find((e) => e.flags & 0x02);
+    const { error } = JSON.parse(new TextDecoder().decode(end?.data)) as { error: { code: string; message: string } };
+    assert.equal(error.code, "invalid_argument");
+    assert.match(error.message, /could not be decoded as grpc\.health\.v1\.HealthCheckRequest/);
+
+    // A good message is answered; the garbage after it ends the stream.
+    const listServices = toBinary(ServerReflectionRequestSchema, create(ServerReflectionRequestSchema, { messageRequest: { case: "listServices", value: "" } }));
+    const bidi = await grpc(server.url, REFLECT, [envelope(listServices), envelope(GARBAGE)], { authorization: orchestrator });
+    assert.equal(bidi.status, Code.InvalidArgument);
+    assert.match(bidi.message, /could not be decoded as grpc\.reflection\.v1\.ServerReflectionRequest/);
+    assert.equal(bidi.messages.length, 1);
+  });
+
+  void it("on the Connect JSON protocol is InvalidArgument naming the type, as connect answers it", async () => {
+    const answer = await connectUnary(server.url, CHECK, "{garbage", { "content-type": "application/json" });
+    assert.equal(answer.http, 400);
+    assert.equal(answer.code, "invalid_argument");
+    assert.match(answer.message!, /grpc\.health\.v1\.HealthCheckRequest/);
+  });
+
+  void it("from a caller the access table refuses is answered with the refusal first, on every protocol", async () => {
+    const before = published;
+    assert.equal((await connectUnary(server.url, PUBLISH, GARBAGE)).code, "unauthenticated");
+    assert.equal((await connectUnary(server.url, PUBLISH, GARBAGE, { authorization: `Bearer ${testCredentials.owner}` })).code, "permission_denied");
+    assert.equal((await grpc(server.url, PUBLISH, [envelope(GARBAGE)])).status, Code.Unauthenticated);
+    assert.equal((await grpcWeb(server.url, PUBLISH, envelope(GARBAGE))).status, Code.Unauthenticated);
+    assert.equal((await grpc(server.url, REFLECT, [envelope(GARBAGE)])).status, Code.Unauthenticated);
+    // The same bodies from the caller the method is open to are about the body.
+    assert.equal((await connectUnary(server.url, PUBLISH, GARBAGE, { authorization: orchestrator })).code, "invalid_argument");
+    assert.equal((await grpc(server.url, PUBLISH, [envelope(GARBAGE)], { authorization: orchestrator })).status, Code.InvalidArgument);
+    assert.equal(published, before, "no undecodable body reached the handler");
+  });
+
+  void it("compressed is decoded after decompression; a compressed flag without an encoding is refused", async () => {
+    const before = published;
+    const good = toBinary(PublishRequestSchema, create(PublishRequestSchema, { events: [{ jobId: "j1" }] }));
+    const headers = { authorization: orchestrator, "grpc-encoding": "gzip" };
+    assert.equal((await grpc(server.url, PUBLISH, [envelope(gzipSync(good), 1)], headers)).status, 0);
+    assert.equal(published, before + 1);
+    const garbage = await grpc(server.url, PUBLISH, [envelope(gzipSync(GARBAGE), 1)], headers);
+    assert.equal(garbage.status, Code.InvalidArgument, garbage.message);
+    const unflagged = await grpc(server.url, PUBLISH, [envelope(good, 1)], { authorization: orchestrator });
+    assert.equal(unflagged.status, Code.InvalidArgument);
+    assert.match(unflagged.message, /flagged compressed, but the request names no encoding/);
+    const connect = await connectUnary(server.url, PUBLISH, gzipSync(GARBAGE), { authorization: orchestrator, "content-encoding": "gzip" });
+    assert.equal(connect.code, "invalid_argument");
+    assert.equal(published, before + 1);
+  });
+});
+
+void describe("the body check", () => {
+  /** A handler for Health/Check that reads its body the way connect does, through the check. */
+  function reading(): { handler: UniversalHandler; read: Uint8Array[] } {
+    const read: Uint8Array[] = [];
+    const inner = Object.assign(
+      async (request: UniversalServerRequest) => {
+        for await (const chunk of request.body as AsyncIterable<Uint8Array>) read.push(chunk);
+        return { status: 200 };
+      },
+      { protocolNames: ["grpc"], service: Health, method: Health.method.check, requestPath: CHECK, allowedMethods: ["POST"], supportedContentType: contentTypeMatcher(/^application\/grpc$/) },
+    );
+    const handler = refusingUndecodableBodies(inner, { compressions: [], readMaxBytes: 0xffffffff, accessCheck: () => Promise.resolve(undefined) });
+    return { handler, read };
+  }
+  const request = (contentType: string, chunks: Uint8Array[]): UniversalServerRequest => ({
+    httpVersion: "2",
+    url: `http://x${CHECK}`,
+    method: "POST",
+    header: new Headers({ "content-type": contentType }),
+    body: (async function* () {
+      yield* chunks;
+    })(),
+    signal: new AbortController().signal,
+  });
+  const bytewise = (bytes: Uint8Array): Uint8Array[] => [...bytes].map((b) => new Uint8Array([b]));
+
+  void it("passes every byte of good envelopes through, however the body is cut", async () => {
+    const message = toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, { service: "x".repeat(300) }));
+    const body = new Uint8Array([...envelope(message), ...envelope(new Uint8Array()), ...envelope(message)]);
+    for (const chunks of [[body], bytewise(body), [body.subarray(0, 3), body.subarray(3, 400), body.subarray(400)]]) {
+      const { handler, read } = reading();
+      await handler(request("application/grpc", chunks));
+      assert.deepEqual(Buffer.concat(read), Buffer.from(body));
+    }
+  });
+
+  void it("ends a body cut anywhere with InvalidArgument before the bad envelope's last byte is passed on", async () => {
+    const good = envelope(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, { service: "s" })));
+    const body = new Uint8Array([...good, ...envelope(GARBAGE)]);
+    for (const chunks of [[body], bytewise(body)]) {
+      const { handler, read } = reading();
+      await assert.rejects(handler(request("application/grpc", chunks)), (e: unknown) => (e as { code?: Code }).code === Code.InvalidArgument);
+      assert.ok(Buffer.concat(read).byteLength < body.byteLength);
+      assert.ok(Buffer.concat(read).byteLength >= good.byteLength);
+    }
+  });
+
+  void it("checks a Connect unary body whole, and leaves JSON to connect", async () => {
+    const whole = reading();
+    await assert.rejects(whole.handler(request("application/proto", bytewise(GARBAGE))), (e: unknown) => (e as { code?: Code }).code === Code.InvalidArgument);
+    const json = reading();
+    await json.handler(request("application/json", [new TextEncoder().encode("{garbage")]));
+    assert.equal(Buffer.concat(json.read).toString(), "{garbage");
+  });
+});
