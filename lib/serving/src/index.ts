@@ -38,3 +38,5 @@ export { principalOf } from "./auth/principal.js";
 export type { Principal, Role, ServiceName } from "./auth/principal.js";
 export { ACCEPTED_PEERS, generateStackCredentials, newCredential, serviceIdentityEnv } from "./auth/stack-credentials.js";
 export type { StackCredentials } from "./auth/stack-credentials.js";
+export { createScrubber, scrubSecret, REDACTED } from "./secret-scrubber.js";
+export type { HeldTextScrubber, SecretScrubber } from "./secret-scrubber.js";

@@ -1,11 +1,13 @@
-// Removes a provider key, and any run of 8 or more of its characters, from
-// text on its way out. Provider error bodies echo key prefixes or suffixes; a
-// model that saw a key may repeat it whole, token by token across streamed
-// deltas, or spelled out with spaces between its characters. So a run is read
-// through white space (and zero-width characters) between the key's
-// characters, and a streamed text is read across its deltas: each delta's
-// text is held back from the run of key characters it ends with until the
-// next delta shows whether the run grows to 8 (see HeldTextScrubber).
+// Removes a secret (a provider key at the LLM proxy, a session token in a
+// harness's stderr at the sandbox), and any run of 8 or more of its
+// characters, from text on its way out. Provider error bodies echo key
+// prefixes or suffixes; a model that saw a key may repeat it whole, token by
+// token across streamed deltas, or spelled out with spaces between its
+// characters. So a run is read through white space (and zero-width
+// characters) between the key's characters, and a streamed text is read
+// across its deltas: each delta's text is held back from the run of key
+// characters it ends with until the next delta shows whether the run grows
+// to 8 (see HeldTextScrubber).
 
 import { KeyAutomaton, type KeyMatch } from "./key-automaton.js";
 

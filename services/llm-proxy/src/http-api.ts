@@ -4,13 +4,12 @@
 // to runModelCall.
 import type http from "node:http";
 import type http2 from "node:http2";
-import type { Logger } from "@oz0/serving";
 import { forwardedHeaders } from "./forwarded-headers.js";
 import type { KeyVault } from "./key-vault.js";
 import { runModelCall, type ModelCallDeps, type ResolvedProvider } from "./model-call.js";
 import { ProxyError } from "./proxy-error.js";
 import type { TokenRecord } from "./proxy-store.js";
-import { createScrubber } from "./secret-scrubber.js";
+import { createScrubber, type Logger } from "@oz0/serving";
 import type { SessionTokens } from "./session-tokens.js";
 import { readAll, sendUpstream } from "./upstream-client.js";
 import { traceModelCall } from "./tracing.js";

@@ -7,7 +7,6 @@ import { randomUUID } from "node:crypto";
 import type http from "node:http";
 import { once } from "node:events";
 import { performance } from "node:perf_hooks";
-import type { Logger } from "@oz0/serving";
 import { AnthropicStreamMeter, type StreamMeterReading } from "./anthropic-stream-meter.js";
 import type { KeyVault } from "./key-vault.js";
 import type { Metering } from "./metering.js";
@@ -16,7 +15,7 @@ import { costOf, priceOf, type ModelPrice, type ProviderConfig } from "./provide
 import { ProxyError } from "./proxy-error.js";
 import { ZERO_USAGE, type BudgetStore, type Outcome, type Reservation, type TokenRecord, type TokenUsage } from "./proxy-store.js";
 import { isRetryableStatus, retryDelayMs, type RetryPolicy } from "./retry-policy.js";
-import { createScrubber, type SecretScrubber } from "./secret-scrubber.js";
+import { createScrubber, type Logger, type SecretScrubber } from "@oz0/serving";
 import { SseEventSplitter } from "./sse-event-splitter.js";
 import { createStreamScrubber } from "./stream-scrubber.js";
 import { discard, readAll, sendUpstream } from "./upstream-client.js";

@@ -9,7 +9,7 @@
 // event that ends it. What goes out is then scrubbed as text, once, for every
 // other string of every event (the scan reads JSON escapes, and a run cannot
 // cross a JSON string's quotes).
-import type { HeldTextScrubber, SecretScrubber } from "./secret-scrubber.js";
+import type { HeldTextScrubber, SecretScrubber } from "@oz0/serving";
 import { sseData } from "./sse-event-splitter.js";
 import type { Wire } from "./wire-errors.js";
 

@@ -10,7 +10,7 @@ import { GetUsageResponseSchema, ListSecretsResponseSchema, SecretService } from
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { PLANTED_KEY, startFixture } from "./proxy-fixture.js";
-import { scrubSecret } from "../src/secret-scrubber.js";
+import { scrubSecret } from "@oz0/serving";
 import { testCredentials } from "@oz0/serving/testing";
 
 /** Every run of 8 characters of the key: a fragment this long in any output is a leak. */

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
-import { createScrubber, REDACTED } from "../src/secret-scrubber.js";
+import { createScrubber, REDACTED } from "@oz0/serving";
 import { sseData } from "../src/sse-event-splitter.js";
 import { startEchoingUpstream, type EchoAnswer, type EchoingUpstream } from "./echoing-upstream.js";
 import { PLANTED_KEY, post, startFixture, type ProxyFixture, type SessionEndpoint } from "./proxy-fixture.js";
