@@ -1,9 +1,11 @@
 // The README's quick start runs as written (each command on an embedded
 // stack), and `oz0 dev` serves the other commands through its discovery file.
+// The root README's CLI blocks run as written too, offline, and the job they
+// run leaves a patch that makes the dates project's test pass.
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
@@ -28,7 +30,9 @@ void test("the README's quick start runs as written", () => {
   assert.match(result.stdout, /claude-fixer\s+v1\s+harness:claude-agent-sdk/);
   assert.match(result.stdout, /fixer\s+v1\s+harness:fake/);
   assert.match(result.stdout, /job job_\w+ succeeded/);
-  assert.match(result.stderr, /no provider key is configured/);
+  assert.match(result.stderr, /the scripted model answers every model call from examples\/plugins\/example\/demo-script\.json/);
+  // The script's write reached the job's patch: the fix, not a canned reply.
+  assert.match(result.stdout, /▸ write_file/);
   assert.match(result.stdout, /job_\w+\s+succeeded\s+fixer v1/);
 });
 
@@ -75,4 +79,40 @@ void test("the README's auth config is one the services accept, granting what it
   assert.deepEqual(grantedRoles(config, "alice", []), ["approver"]);
   assert.deepEqual(grantedRoles(config, "someone", ["platform", "staff"]), ["admin", "viewer"]);
   assert.equal(config.tokens?.[0]?.sha256, createHash("sha256").update("test").digest("hex"));
+});
+
+void test("the root README's CLI blocks run as written, offline, and the job's patch makes the dates test pass", () => {
+  const readme = readFileSync(path.join(repoRoot, "README.md"), "utf8");
+  const section = readme.slice(readme.indexOf("The same through the CLI"), readme.indexOf("Commands go to `OZ0_URL`"));
+  const [first, then] = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
+  assert.ok(first && then, "the CLI section has its two sh blocks");
+  const home = mkdtempSync(path.join(os.tmpdir(), "oz0-root-readme-"));
+  const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-root-readme-copy-"));
+  // As a new user without a provider key; NODE_TEST_CONTEXT would make the project's own `node --test` report to this runner.
+  const env: NodeJS.ProcessEnv = { ...process.env, PATH, OZ0_HOME: home, OZ0_URL: "" };
+  for (const name of ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OZ0_MODEL_SCRIPT", "OZ0_TOKEN", "NODE_TEST_CONTEXT"]) delete env[name];
+  const sh = (script: string, cwd: string) => spawnSync("bash", ["-c", `set -e\n${script}`], { cwd, env, encoding: "utf8" });
+  try {
+    const ran = sh(first, repoRoot);
+    assert.equal(ran.status, 0, `${ran.stdout}\n${ran.stderr}`);
+    assert.match(ran.stderr, /the scripted model answers every model call from examples\/plugins\/example\/demo-script-claude\.json/);
+    const job = /^job (job_\w+) succeeded$/m.exec(ran.stdout)?.[1];
+    assert.ok(job, ran.stdout);
+    assert.match(ran.stdout, new RegExp(`${job}\\s+succeeded\\s+claude-fixer v1`));
+    const after = sh(then.replaceAll("JOB", job), scratch);
+    assert.equal(after.status, 0, `${after.stdout}\n${after.stderr}`);
+    assert.match(after.stdout, /job \S+\s+\d+ calls/);
+    // The copy fails its test until the job's patch is applied.
+    cpSync(path.join(repoRoot, "examples", "projects", "dates"), path.join(scratch, "dates"), { recursive: true });
+    const test = () => spawnSync(process.execPath, ["--test"], { cwd: path.join(scratch, "dates"), env, encoding: "utf8" });
+    assert.notEqual(test().status, 0, "the example's test fails before the fix");
+    const applied = spawnSync("git", ["apply", path.join("fix", "changes.patch")], { cwd: scratch, encoding: "utf8" });
+    assert.equal(applied.status, 0, applied.stderr);
+    const fixed = test();
+    assert.equal(fixed.status, 0, fixed.stdout + fixed.stderr);
+    assert.match(fixed.stdout, /# pass 2\n# fail 0/);
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+    rmSync(scratch, { recursive: true, force: true });
+  }
 });
