@@ -167,6 +167,8 @@ class RunningHostSession implements HostSession {
   #finalized = false;
   #exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
   #stdoutEnded = false;
+  /** Stderr is drained too before the outcome, so `onStderr` has had every chunk by then. */
+  #stderrEnded = false;
   #leftoverProcesses = false;
 
   readonly #pendingPermissions = new Set<string>();
@@ -273,7 +275,14 @@ class RunningHostSession implements HostSession {
       this.#maybeFinalize();
     });
     child.stderr.on("data", (chunk: Buffer) => this.#onStderr(chunk));
-    child.stderr.on("error", () => {});
+    child.stderr.on("end", () => {
+      this.#stderrEnded = true;
+      this.#maybeFinalize();
+    });
+    child.stderr.on("error", () => {
+      this.#stderrEnded = true;
+      this.#maybeFinalize();
+    });
     child.on("exit", (code, signal) => this.#onExit(code, signal));
 
     this.#writeLine(encodeLine(SessionRequestSchema, options.request));
@@ -418,11 +427,13 @@ class RunningHostSession implements HostSession {
       }
       this.#callLauncher(() => launched.kill());
     }
-    // A process outside the group may still hold stdout open; do not wait forever.
+    // A process outside the group may still hold stdout or stderr open; do not wait forever.
     this.#after(this.#graceMs, () => {
-      if (this.#stdoutEnded) return;
-      this.#launched?.child.stdout.destroy();
+      if (this.#stdoutEnded && this.#stderrEnded) return;
+      if (!this.#stdoutEnded) this.#launched?.child.stdout.destroy();
+      if (!this.#stderrEnded) this.#launched?.child.stderr.destroy();
       this.#stdoutEnded = true;
+      this.#stderrEnded = true;
       this.#maybeFinalize();
     });
     this.#maybeFinalize();
@@ -505,7 +516,7 @@ class RunningHostSession implements HostSession {
   }
 
   #maybeFinalize(): void {
-    if (this.#exit !== undefined && this.#stdoutEnded) this.#finalize();
+    if (this.#exit !== undefined && this.#stdoutEnded && this.#stderrEnded) this.#finalize();
   }
 
   #finalize(): void {
