@@ -1,6 +1,8 @@
 // A session's messages in order, each with its seq (1, 2, 3, ...). Readers
 // follow it from any position, so a client that lost its stream re-attaches
-// with the last seq it saw and gets every later message exactly once.
+// with the last seq it saw and gets every later message exactly once. Old
+// stderr pieces can be dropped to bound memory (stderr-capture.ts): their seq
+// stays, and a reader gets their size instead of their text.
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { RunSessionResponseSchema, type RunSessionResponse } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { SandboxError } from "./sandbox-errors.js";
@@ -10,7 +12,8 @@ export type LogBody = MessageInitShape<typeof RunSessionResponseSchema>["message
 
 export class SessionEventLog {
   readonly sessionId: string;
-  readonly #messages: RunSessionResponse[] = [];
+  /** A number stands for a dropped stderr piece: the bytes it held (and any dropped before it). */
+  readonly #messages: (RunSessionResponse | number)[] = [];
   #ended = false;
   #wake: (() => void)[] = [];
 
@@ -24,7 +27,7 @@ export class SessionEventLog {
 
   /** The latest message, if any. */
   get latest(): RunSessionResponse | undefined {
-    return this.#messages[this.#messages.length - 1];
+    return this.#at(this.#messages.length - 1);
   }
 
   /** True once the last message (`exited`) is in. */
@@ -49,6 +52,26 @@ export class SessionEventLog {
   }
 
   /**
+   * Forgets the text of the stderr piece at `seq`, so it holds no memory:
+   * readers that come later get a piece with its size in `dropped_bytes`.
+   * Returns the bytes dropped; 0 when `seq` is no stderr piece.
+   */
+  dropStderr(seq: number): number {
+    const message = this.#messages[seq - 1];
+    if (typeof message !== "object" || message.message.case !== "stderr") return 0;
+    const piece = message.message.value;
+    const bytes = Number(piece.droppedBytes) + Buffer.byteLength(piece.text);
+    this.#messages[seq - 1] = bytes;
+    return bytes;
+  }
+
+  #at(index: number): RunSessionResponse | undefined {
+    const message = this.#messages[index];
+    if (typeof message !== "number") return message;
+    return create(RunSessionResponseSchema, { seq: BigInt(index + 1), sessionId: this.sessionId, message: { case: "stderr", value: { droppedBytes: BigInt(message) } } });
+  }
+
+  /**
    * Every message after `afterSeq`, then new ones as they come, until the
    * last message or until `signal` aborts.
    */
@@ -62,7 +85,7 @@ export class SessionEventLog {
     let next = afterSeq;
     while (!signal.aborted) {
       while (next < this.#messages.length) {
-        const message = this.#messages[next];
+        const message = this.#at(next);
         next++;
         if (message !== undefined) yield message;
       }

@@ -12,6 +12,7 @@ import { defaultNodeIdentity, startNodeHeartbeat, type NodeHeartbeat } from "./n
 import { defaultSessionPath } from "@oz0/harness/host";
 import { checkNodeToken, defaultRoot, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, DEFAULT_SESSION_UIDS, type SandboxConfig } from "./sandbox-config.js";
 import { sandboxService } from "./sandbox-service.js";
+import { DEFAULT_MAX_STDERR_BYTES } from "./stderr-capture.js";
 import { prepareRoot, removeStaleSessions } from "./session-directories.js";
 import { SessionRegistry } from "./session-registry.js";
 import { SessionUserPool } from "./session-user-pool.js";
@@ -101,6 +102,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     maxLineBytes: config.maxLineBytes ?? 1024 * 1024,
     maxArtifactBytes: config.maxArtifactBytes ?? 8 * 1024 * 1024,
     maxLogEvents: config.maxSessionEvents ?? 200_000,
+    maxStderrBytes: config.maxSessionStderrBytes ?? DEFAULT_MAX_STDERR_BYTES,
     logger,
     listener: lifecycle?.listener,
   });

@@ -61,6 +61,8 @@ export interface SandboxConfig {
   maxArtifactBytes?: number;
   /** Harness events a session may write; each is kept for re-attach, so past it the session is stopped (OZ0_MAX_SESSION_EVENTS). Default 200 000. */
   maxSessionEvents?: number;
+  /** How much of a session's stderr is kept for re-attach, its last bytes (OZ0_MAX_SESSION_STDERR_BYTES); older pieces are dropped to their size. Default 1 MiB. */
+  maxSessionStderrBytes?: number;
   /**
    * Extra paths visible read-only inside bubblewrap, beyond the system
    * directories and the plugin directory (OZ0_SANDBOX_READ_ONLY_PATHS,
@@ -135,6 +137,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     maxLineBytes: integer(env, "OZ0_MAX_LINE_BYTES"),
     maxArtifactBytes: integer(env, "OZ0_MAX_ARTIFACT_BYTES"),
     maxSessionEvents: integer(env, "OZ0_MAX_SESSION_EVENTS"),
+    maxSessionStderrBytes: integer(env, "OZ0_MAX_SESSION_STDERR_BYTES"),
     sessionUids: { base: uidBase, count: uidCount },
     readOnlyPaths: env.OZ0_SANDBOX_READ_ONLY_PATHS ? env.OZ0_SANDBOX_READ_ONLY_PATHS.split(":").filter((p) => p !== "") : undefined,
     hiddenPaths: hiddenPaths(env),

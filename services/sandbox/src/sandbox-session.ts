@@ -23,6 +23,7 @@ import { MAX_LINE_NESTING, nestingLimitLauncher } from "./line-nesting.js";
 import { parentDeathLauncher } from "./parent-death-launcher.js";
 import { startLlmForwarding, type LlmForward, type LlmForwarding } from "./llm-forwarder.js";
 import { SessionEventLog } from "./event-log.js";
+import { StderrCapture } from "./stderr-capture.js";
 import { copyAttachments, createSessionDirectories, handOverSessionDirectories, removeSessionDirectories, type SessionPaths } from "./session-directories.js";
 import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host";
 import { sessionUserLauncher } from "./session-user-launcher.js";
@@ -69,6 +70,8 @@ export interface SandboxSessionOptions {
   maxArtifactBytes: number;
   /** Harness events kept per session; past it the session is stopped. */
   maxLogEvents: number;
+  /** How much of the harness's stderr the log keeps (the last bytes of it). */
+  maxStderrBytes: number;
   logger: Logger;
   /** Lifecycle hooks for the registry and the events publisher. */
   onStarted?: (session: SandboxSession) => void;
@@ -106,6 +109,9 @@ export class SandboxSession {
   #forwarding: LlmForwarding | undefined;
   #baseline: "snapshot" | "empty" | "none" = "none";
   #usageEvents = 0;
+  /** Harness events logged (stderr pieces do not count against OZ0_MAX_SESSION_EVENTS). */
+  #events = 0;
+  readonly #stderr: StderrCapture;
   /** A limit the sandbox itself enforced (turns, log size, line nesting): it fails the session whatever the harness did. */
   #limitBroken: { code: string; message: string } | undefined;
   #cancelRequested: string | undefined;
@@ -117,6 +123,13 @@ export class SandboxSession {
     this.id = options.request.sessionId;
     this.jobId = options.request.jobId;
     this.log = new SessionEventLog(this.id);
+    this.#stderr = new StderrCapture({
+      log: this.log,
+      secret: options.request.llm?.token,
+      maxBytes: options.maxStderrBytes,
+      // For whoever runs the node at debug level; scrubbed like the log.
+      onPiece: (text) => options.logger.debug({ sessionId: this.id, stderr: text }, "harness stderr"),
+    });
     this.isolationName = options.isolation.mode;
     this.isolation = ISOLATION_MODES[options.isolation.mode];
     this.finished = new Promise((resolve) => (this.#resolveFinished = resolve));
@@ -239,8 +252,8 @@ export class SandboxSession {
           ),
       }),
       onEvent: (event) => this.#onEvent(event),
-      // Free-form harness logs: kept (the tail) in `exited`, and here for whoever runs the node at debug level.
-      onStderr: (chunk) => this.#options.logger.debug({ sessionId: this.id, stderr: chunk.toString("utf8") }, "harness stderr"),
+      // Free-form harness logs: logged as `stderr` pieces, scrubbed and bounded.
+      onStderr: (chunk) => this.#stderr.push(chunk),
     });
     this.#host = host;
     if (host.pid !== undefined) {
@@ -270,11 +283,12 @@ export class SandboxSession {
     // The log is memory: a harness that floods it is stopped, and what it
     // writes past the cap is not kept (the session fails, saying so).
     const maxEvents = this.#options.maxLogEvents;
-    if (this.log.lastSeq >= maxEvents) {
+    if (this.#events >= maxEvents) {
       this.#breakLimit("too_many_events", `the harness wrote more than ${maxEvents} events (OZ0_MAX_SESSION_EVENTS); later events were dropped and the session was stopped`);
       if (event.event.case !== "result") return;
     }
     this.log.append({ case: "event", value: event });
+    this.#events++;
     this.#options.onEvent?.(this, event);
     if (event.event.case === "usage") {
       // One usage event per model call: past the turn limit the runtime stops
@@ -346,6 +360,8 @@ export class SandboxSession {
     const error = broken ?? outcome.error;
     const finish = async (): Promise<void> => {
       const { paths } = this.#options;
+      // The host drained stderr before its outcome: all of it goes before `artifacts`.
+      this.#stderr.finish();
       // The sandbox (root) reads the working directory next: nothing of the
       // uid may still run there to swap a file for a link to a node file
       // meanwhile. Sessions sharing the directory go too; it is removed next.
@@ -370,7 +386,7 @@ export class SandboxSession {
         errorMessage: error?.message ?? "",
         result: outcome.result,
         leftoverProcesses: outcome.leftoverProcesses,
-        stderrTail: outcome.stderrTail,
+        stderrTail: this.#stderr.tail,
         cancelReason: outcome.cancelReason ?? "",
       });
     };
@@ -401,6 +417,7 @@ export class SandboxSession {
 
   #end(status: SessionStatus, exited: MessageInitShape<typeof SessionExitedSchema>): void {
     if (this.log.ended) return;
+    this.#stderr.finish();
     this.endTime = timestampNow();
     this.status = status;
     this.log.append({ case: "exited", value: create(SessionExitedSchema, { ...exited, status, endTime: this.endTime }) }, { last: true });

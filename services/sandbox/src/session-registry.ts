@@ -45,6 +45,7 @@ export interface SessionRegistryOptions {
   maxLineBytes: number;
   maxArtifactBytes: number;
   maxLogEvents: number;
+  maxStderrBytes: number;
   logger: Logger;
   listener?: SessionLifecycleListener;
 }
@@ -108,6 +109,7 @@ export class SessionRegistry {
       maxLineBytes: this.#options.maxLineBytes,
       maxArtifactBytes: this.#options.maxArtifactBytes,
       maxLogEvents: this.#options.maxLogEvents,
+      maxStderrBytes: this.#options.maxStderrBytes,
       logger: this.#options.logger,
       onStarted: (s) => listener?.started?.(s),
       onEvent: (s, event) => listener?.event?.(s, event),

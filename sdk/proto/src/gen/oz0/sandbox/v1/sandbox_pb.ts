@@ -23,7 +23,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file oz0/sandbox/v1/sandbox.proto.
  */
 export const file_oz0_sandbox_v1_sandbox: GenFile = /*@__PURE__*/
-  fileDesc("ChxvejAvc2FuZGJveC92MS9zYW5kYm94LnByb3RvEg5vejAuc2FuZGJveC52MSKwAgoRUnVuU2Vzc2lvblJlcXVlc3QSLQoFc3RhcnQYASABKAsyHC5vejAuc2FuZGJveC52MS5TdGFydFNlc3Npb25IABIvCgZhdHRhY2gYAiABKAsyHS5vejAuc2FuZGJveC52MS5BdHRhY2hTZXNzaW9uSAASPQoRcGVybWlzc2lvbl9hbnN3ZXIYAyABKAsyIC5vejAuaGFybmVzcy52MS5QZXJtaXNzaW9uQW5zd2VySAASQAoTcnVudGltZV90b29sX3Jlc3VsdBgEIAEoCzIhLm96MC5oYXJuZXNzLnYxLlJ1bnRpbWVUb29sUmVzdWx0SAASLwoGY2FuY2VsGAUgASgLMh0ub3owLnNhbmRib3gudjEuQ2FuY2VsQ29tbWFuZEgAQgkKB21lc3NhZ2UiywEKDFN0YXJ0U2Vzc2lvbhIvCgdyZXF1ZXN0GAEgASgLMh4ub3owLmhhcm5lc3MudjEuU2Vzc2lvblJlcXVlc3QSDwoHY29tbWFuZBgCIAMoCRISCgpwbHVnaW5fZGlyGAMgASgJEi8KC2F0dGFjaG1lbnRzGAQgAygLMhoub3owLnNhbmRib3gudjEuQXR0YWNobWVudBIWCg5hcnRpZmFjdF9wYXRocxgFIAMoCRIcChRzaGFyZV93b3JraW5nX2Rpcl9vZhgGIAEoCSJMCgpBdHRhY2htZW50EgwKBHBhdGgYASABKAkSEQoHY29udGVudBgCIAEoDEgAEhMKCW5vZGVfcGF0aBgDIAEoCUgAQggKBnNvdXJjZSI2Cg1BdHRhY2hTZXNzaW9uEhIKCnNlc3Npb25faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgEIh8KDUNhbmNlbENvbW1hbmQSDgoGcmVhc29uGAEgASgJIsMCChJSdW5TZXNzaW9uUmVzcG9uc2USCwoDc2VxGAEgASgEEhIKCnNlc3Npb25faWQYAiABKAkSNQoHc3RhcnRlZBgDIAEoCzIiLm96MC5zYW5kYm94LnYxLlNlc3Npb25TdGFydGVkSW5mb0gAEi0KBWV2ZW50GAQgASgLMhwub3owLmhhcm5lc3MudjEuU2Vzc2lvbkV2ZW50SAASNQoJYXJ0aWZhY3RzGAUgASgLMiAub3owLnNhbmRib3gudjEuU2Vzc2lvbkFydGlmYWN0c0gAEi8KBmV4aXRlZBgGIAEoCzIdLm96MC5zYW5kYm94LnYxLlNlc3Npb25FeGl0ZWRIABIzCghyZWplY3RlZBgHIAEoCzIfLm96MC5zYW5kYm94LnYxLkNvbW1hbmRSZWplY3RlZEgAQgkKB21lc3NhZ2UiqwEKElNlc3Npb25TdGFydGVkSW5mbxILCgNwaWQYASABKAUSMAoJaXNvbGF0aW9uGAIgASgOMh0ub3owLnNhbmRib3gudjEuSXNvbGF0aW9uTW9kZRITCgt3b3JraW5nX2RpchgDIAEoCRIRCglzdGF0ZV9kaXIYBCABKAkSLgoKc3RhcnRfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAivAIKDVNlc3Npb25FeGl0ZWQSEwoJZXhpdF9jb2RlGAEgASgFSAASEAoGc2lnbmFsGAIgASgJSAASLQoGc3RhdHVzGAMgASgOMh0ub3owLnNhbmRib3gudjEuU2Vzc2lvblN0YXR1cxISCgplcnJvcl9jb2RlGAQgASgJEhUKDWVycm9yX21lc3NhZ2UYBSABKAkSLQoGcmVzdWx0GAYgASgLMh0ub3owLmhhcm5lc3MudjEuU2Vzc2lvblJlc3VsdBIaChJsZWZ0b3Zlcl9wcm9jZXNzZXMYByABKAgSEwoLc3RkZXJyX3RhaWwYCCABKAkSLAoIZW5kX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWNhbmNlbF9yZWFzb24YCiABKAlCBQoDaG93Il0KEFNlc3Npb25BcnRpZmFjdHMSDQoFcGF0Y2gYASABKAkSKwoFZmlsZXMYAiADKAsyHC5vejAuc2FuZGJveC52MS5BcnRpZmFjdEZpbGUSDQoFZXJyb3IYAyABKAkiLQoMQXJ0aWZhY3RGaWxlEgwKBHBhdGgYASABKAkSDwoHY29udGVudBgCIAEoDCIwCg9Db21tYW5kUmVqZWN0ZWQSDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIhUKE0xpc3RTZXNzaW9uc1JlcXVlc3QiWwoUTGlzdFNlc3Npb25zUmVzcG9uc2USLQoIc2Vzc2lvbnMYASADKAsyGy5vejAuc2FuZGJveC52MS5TZXNzaW9uSW5mbxIUCgxtYXhfc2Vzc2lvbnMYAiABKAUirwIKC1Nlc3Npb25JbmZvEhIKCnNlc3Npb25faWQYASABKAkSDgoGam9iX2lkGAIgASgJEi0KBnN0YXR1cxgDIAEoDjIdLm96MC5zYW5kYm94LnYxLlNlc3Npb25TdGF0dXMSCwoDcGlkGAQgASgFEjAKCWlzb2xhdGlvbhgFIAEoDjIdLm96MC5zYW5kYm94LnYxLklzb2xhdGlvbk1vZGUSEAoIbGFzdF9zZXEYBiABKAQSHgoWcGVuZGluZ19wZXJtaXNzaW9uX2lkcxgHIAMoCRIuCgpzdGFydF90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiOgoUQ2FuY2VsU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiKgoVQ2FuY2VsU2Vzc2lvblJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCCp7Cg1Jc29sYXRpb25Nb2RlEh4KGklTT0xBVElPTl9NT0RFX1VOU1BFQ0lGSUVEEAASFwoTSVNPTEFUSU9OX01PREVfTk9ORRABEhgKFElTT0xBVElPTl9NT0RFX0JXUkFQEAISFwoTSVNPTEFUSU9OX01PREVfVVNFUhADKsABCg1TZXNzaW9uU3RhdHVzEh4KGlNFU1NJT05fU1RBVFVTX1VOU1BFQ0lGSUVEEAASGgoWU0VTU0lPTl9TVEFUVVNfUlVOTklORxABEhwKGFNFU1NJT05fU1RBVFVTX0NPTVBMRVRFRBACEhkKFVNFU1NJT05fU1RBVFVTX0ZBSUxFRBADEhwKGFNFU1NJT05fU1RBVFVTX0NBTkNFTExFRBAEEhwKGFNFU1NJT05fU1RBVFVTX1RJTUVEX09VVBAFMqICCg5TYW5kYm94U2VydmljZRJXCgpSdW5TZXNzaW9uEiEub3owLnNhbmRib3gudjEuUnVuU2Vzc2lvblJlcXVlc3QaIi5vejAuc2FuZGJveC52MS5SdW5TZXNzaW9uUmVzcG9uc2UoATABElkKDExpc3RTZXNzaW9ucxIjLm96MC5zYW5kYm94LnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaJC5vejAuc2FuZGJveC52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJcCg1DYW5jZWxTZXNzaW9uEiQub3owLnNhbmRib3gudjEuQ2FuY2VsU2Vzc2lvblJlcXVlc3QaJS5vejAuc2FuZGJveC52MS5DYW5jZWxTZXNzaW9uUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp, file_oz0_harness_v1_harness]);
+  fileDesc("ChxvejAvc2FuZGJveC92MS9zYW5kYm94LnByb3RvEg5vejAuc2FuZGJveC52MSKwAgoRUnVuU2Vzc2lvblJlcXVlc3QSLQoFc3RhcnQYASABKAsyHC5vejAuc2FuZGJveC52MS5TdGFydFNlc3Npb25IABIvCgZhdHRhY2gYAiABKAsyHS5vejAuc2FuZGJveC52MS5BdHRhY2hTZXNzaW9uSAASPQoRcGVybWlzc2lvbl9hbnN3ZXIYAyABKAsyIC5vejAuaGFybmVzcy52MS5QZXJtaXNzaW9uQW5zd2VySAASQAoTcnVudGltZV90b29sX3Jlc3VsdBgEIAEoCzIhLm96MC5oYXJuZXNzLnYxLlJ1bnRpbWVUb29sUmVzdWx0SAASLwoGY2FuY2VsGAUgASgLMh0ub3owLnNhbmRib3gudjEuQ2FuY2VsQ29tbWFuZEgAQgkKB21lc3NhZ2UiywEKDFN0YXJ0U2Vzc2lvbhIvCgdyZXF1ZXN0GAEgASgLMh4ub3owLmhhcm5lc3MudjEuU2Vzc2lvblJlcXVlc3QSDwoHY29tbWFuZBgCIAMoCRISCgpwbHVnaW5fZGlyGAMgASgJEi8KC2F0dGFjaG1lbnRzGAQgAygLMhoub3owLnNhbmRib3gudjEuQXR0YWNobWVudBIWCg5hcnRpZmFjdF9wYXRocxgFIAMoCRIcChRzaGFyZV93b3JraW5nX2Rpcl9vZhgGIAEoCSJMCgpBdHRhY2htZW50EgwKBHBhdGgYASABKAkSEQoHY29udGVudBgCIAEoDEgAEhMKCW5vZGVfcGF0aBgDIAEoCUgAQggKBnNvdXJjZSI2Cg1BdHRhY2hTZXNzaW9uEhIKCnNlc3Npb25faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgEIh8KDUNhbmNlbENvbW1hbmQSDgoGcmVhc29uGAEgASgJIvQCChJSdW5TZXNzaW9uUmVzcG9uc2USCwoDc2VxGAEgASgEEhIKCnNlc3Npb25faWQYAiABKAkSNQoHc3RhcnRlZBgDIAEoCzIiLm96MC5zYW5kYm94LnYxLlNlc3Npb25TdGFydGVkSW5mb0gAEi0KBWV2ZW50GAQgASgLMhwub3owLmhhcm5lc3MudjEuU2Vzc2lvbkV2ZW50SAASNQoJYXJ0aWZhY3RzGAUgASgLMiAub3owLnNhbmRib3gudjEuU2Vzc2lvbkFydGlmYWN0c0gAEi8KBmV4aXRlZBgGIAEoCzIdLm96MC5zYW5kYm94LnYxLlNlc3Npb25FeGl0ZWRIABIzCghyZWplY3RlZBgHIAEoCzIfLm96MC5zYW5kYm94LnYxLkNvbW1hbmRSZWplY3RlZEgAEi8KBnN0ZGVychgIIAEoCzIdLm96MC5zYW5kYm94LnYxLlNlc3Npb25TdGRlcnJIAEIJCgdtZXNzYWdlIqsBChJTZXNzaW9uU3RhcnRlZEluZm8SCwoDcGlkGAEgASgFEjAKCWlzb2xhdGlvbhgCIAEoDjIdLm96MC5zYW5kYm94LnYxLklzb2xhdGlvbk1vZGUSEwoLd29ya2luZ19kaXIYAyABKAkSEQoJc3RhdGVfZGlyGAQgASgJEi4KCnN0YXJ0X3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIrwCCg1TZXNzaW9uRXhpdGVkEhMKCWV4aXRfY29kZRgBIAEoBUgAEhAKBnNpZ25hbBgCIAEoCUgAEi0KBnN0YXR1cxgDIAEoDjIdLm96MC5zYW5kYm94LnYxLlNlc3Npb25TdGF0dXMSEgoKZXJyb3JfY29kZRgEIAEoCRIVCg1lcnJvcl9tZXNzYWdlGAUgASgJEi0KBnJlc3VsdBgGIAEoCzIdLm96MC5oYXJuZXNzLnYxLlNlc3Npb25SZXN1bHQSGgoSbGVmdG92ZXJfcHJvY2Vzc2VzGAcgASgIEhMKC3N0ZGVycl90YWlsGAggASgJEiwKCGVuZF90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCg1jYW5jZWxfcmVhc29uGAogASgJQgUKA2hvdyI0Cg1TZXNzaW9uU3RkZXJyEgwKBHRleHQYASABKAkSFQoNZHJvcHBlZF9ieXRlcxgCIAEoBCJdChBTZXNzaW9uQXJ0aWZhY3RzEg0KBXBhdGNoGAEgASgJEisKBWZpbGVzGAIgAygLMhwub3owLnNhbmRib3gudjEuQXJ0aWZhY3RGaWxlEg0KBWVycm9yGAMgASgJIi0KDEFydGlmYWN0RmlsZRIMCgRwYXRoGAEgASgJEg8KB2NvbnRlbnQYAiABKAwiMAoPQ29tbWFuZFJlamVjdGVkEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSIVChNMaXN0U2Vzc2lvbnNSZXF1ZXN0IlsKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEi0KCHNlc3Npb25zGAEgAygLMhsub3owLnNhbmRib3gudjEuU2Vzc2lvbkluZm8SFAoMbWF4X3Nlc3Npb25zGAIgASgFIq8CCgtTZXNzaW9uSW5mbxISCgpzZXNzaW9uX2lkGAEgASgJEg4KBmpvYl9pZBgCIAEoCRItCgZzdGF0dXMYAyABKA4yHS5vejAuc2FuZGJveC52MS5TZXNzaW9uU3RhdHVzEgsKA3BpZBgEIAEoBRIwCglpc29sYXRpb24YBSABKA4yHS5vejAuc2FuZGJveC52MS5Jc29sYXRpb25Nb2RlEhAKCGxhc3Rfc2VxGAYgASgEEh4KFnBlbmRpbmdfcGVybWlzc2lvbl9pZHMYByADKAkSLgoKc3RhcnRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjoKFENhbmNlbFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDgoGcmVhc29uGAIgASgJIioKFUNhbmNlbFNlc3Npb25SZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgqewoNSXNvbGF0aW9uTW9kZRIeChpJU09MQVRJT05fTU9ERV9VTlNQRUNJRklFRBAAEhcKE0lTT0xBVElPTl9NT0RFX05PTkUQARIYChRJU09MQVRJT05fTU9ERV9CV1JBUBACEhcKE0lTT0xBVElPTl9NT0RFX1VTRVIQAyrAAQoNU2Vzc2lvblN0YXR1cxIeChpTRVNTSU9OX1NUQVRVU19VTlNQRUNJRklFRBAAEhoKFlNFU1NJT05fU1RBVFVTX1JVTk5JTkcQARIcChhTRVNTSU9OX1NUQVRVU19DT01QTEVURUQQAhIZChVTRVNTSU9OX1NUQVRVU19GQUlMRUQQAxIcChhTRVNTSU9OX1NUQVRVU19DQU5DRUxMRUQQBBIcChhTRVNTSU9OX1NUQVRVU19USU1FRF9PVVQQBTKiAgoOU2FuZGJveFNlcnZpY2USVwoKUnVuU2Vzc2lvbhIhLm96MC5zYW5kYm94LnYxLlJ1blNlc3Npb25SZXF1ZXN0GiIub3owLnNhbmRib3gudjEuUnVuU2Vzc2lvblJlc3BvbnNlKAEwARJZCgxMaXN0U2Vzc2lvbnMSIy5vejAuc2FuZGJveC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiQub3owLnNhbmRib3gudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USXAoNQ2FuY2VsU2Vzc2lvbhIkLm96MC5zYW5kYm94LnYxLkNhbmNlbFNlc3Npb25SZXF1ZXN0GiUub3owLnNhbmRib3gudjEuQ2FuY2VsU2Vzc2lvblJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp, file_oz0_harness_v1_harness]);
 
 /**
  * @generated from message oz0.sandbox.v1.RunSessionRequest
@@ -294,6 +294,14 @@ export type RunSessionResponse = Message<"oz0.sandbox.v1.RunSessionResponse"> & 
      */
     value: CommandRejected;
     case: "rejected";
+  } | {
+    /**
+     * A piece of what the harness wrote to stderr, in order with its events.
+     *
+     * @generated from field: oz0.sandbox.v1.SessionStderr stderr = 8;
+     */
+    value: SessionStderr;
+    case: "stderr";
   } | { case: undefined; value?: undefined };
 };
 
@@ -402,7 +410,7 @@ export type SessionExited = Message<"oz0.sandbox.v1.SessionExited"> & {
   leftoverProcesses: boolean;
 
   /**
-   * The last few KiB of the harness's stderr.
+   * The last few KiB of the harness's stderr, redacted as in SessionStderr.
    *
    * @generated from field: string stderr_tail = 8;
    */
@@ -427,6 +435,42 @@ export type SessionExited = Message<"oz0.sandbox.v1.SessionExited"> & {
  */
 export const SessionExitedSchema: GenMessage<SessionExited> = /*@__PURE__*/
   messageDesc(file_oz0_sandbox_v1_sandbox, 7);
+
+/**
+ * A piece of the harness's stderr (its free-form logs). The sandbox gathers
+ * stderr into pieces (one per 200 ms at most, sooner once 64 KiB wait),
+ * replaces the session token and every run of 8 or more of its characters
+ * with `[redacted]`, and logs each piece with its seq like any message, so a
+ * re-attach neither loses nor repeats one. It keeps the last
+ * OZ0_MAX_SESSION_STDERR_BYTES (1 MiB by default) of each session: a piece
+ * older than that reaches a later attach with empty `text` and its size in
+ * `dropped_bytes`.
+ *
+ * @generated from message oz0.sandbox.v1.SessionStderr
+ */
+export type SessionStderr = Message<"oz0.sandbox.v1.SessionStderr"> & {
+  /**
+   * UTF-8 text; a piece may end inside a line.
+   *
+   * @generated from field: string text = 1;
+   */
+  text: string;
+
+  /**
+   * How many bytes of stderr, written just before `text`, this log no
+   * longer holds.
+   *
+   * @generated from field: uint64 dropped_bytes = 2;
+   */
+  droppedBytes: bigint;
+};
+
+/**
+ * Describes the message oz0.sandbox.v1.SessionStderr.
+ * Use `create(SessionStderrSchema)` to create a new message.
+ */
+export const SessionStderrSchema: GenMessage<SessionStderr> = /*@__PURE__*/
+  messageDesc(file_oz0_sandbox_v1_sandbox, 8);
 
 /**
  * @generated from message oz0.sandbox.v1.SessionArtifacts
@@ -461,7 +505,7 @@ export type SessionArtifacts = Message<"oz0.sandbox.v1.SessionArtifacts"> & {
  * Use `create(SessionArtifactsSchema)` to create a new message.
  */
 export const SessionArtifactsSchema: GenMessage<SessionArtifacts> = /*@__PURE__*/
-  messageDesc(file_oz0_sandbox_v1_sandbox, 8);
+  messageDesc(file_oz0_sandbox_v1_sandbox, 9);
 
 /**
  * @generated from message oz0.sandbox.v1.ArtifactFile
@@ -485,7 +529,7 @@ export type ArtifactFile = Message<"oz0.sandbox.v1.ArtifactFile"> & {
  * Use `create(ArtifactFileSchema)` to create a new message.
  */
 export const ArtifactFileSchema: GenMessage<ArtifactFile> = /*@__PURE__*/
-  messageDesc(file_oz0_sandbox_v1_sandbox, 9);
+  messageDesc(file_oz0_sandbox_v1_sandbox, 10);
 
 /**
  * @generated from message oz0.sandbox.v1.CommandRejected
@@ -511,7 +555,7 @@ export type CommandRejected = Message<"oz0.sandbox.v1.CommandRejected"> & {
  * Use `create(CommandRejectedSchema)` to create a new message.
  */
 export const CommandRejectedSchema: GenMessage<CommandRejected> = /*@__PURE__*/
-  messageDesc(file_oz0_sandbox_v1_sandbox, 10);
+  messageDesc(file_oz0_sandbox_v1_sandbox, 11);
 
 /**
  * @generated from message oz0.sandbox.v1.ListSessionsRequest
@@ -524,7 +568,7 @@ export type ListSessionsRequest = Message<"oz0.sandbox.v1.ListSessionsRequest"> 
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_sandbox_v1_sandbox, 11);
+  messageDesc(file_oz0_sandbox_v1_sandbox, 12);
 
 /**
  * @generated from message oz0.sandbox.v1.ListSessionsResponse
@@ -549,7 +593,7 @@ export type ListSessionsResponse = Message<"oz0.sandbox.v1.ListSessionsResponse"
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_sandbox_v1_sandbox, 12);
+  messageDesc(file_oz0_sandbox_v1_sandbox, 13);
 
 /**
  * @generated from message oz0.sandbox.v1.SessionInfo
@@ -612,7 +656,7 @@ export type SessionInfo = Message<"oz0.sandbox.v1.SessionInfo"> & {
  * Use `create(SessionInfoSchema)` to create a new message.
  */
 export const SessionInfoSchema: GenMessage<SessionInfo> = /*@__PURE__*/
-  messageDesc(file_oz0_sandbox_v1_sandbox, 13);
+  messageDesc(file_oz0_sandbox_v1_sandbox, 14);
 
 /**
  * @generated from message oz0.sandbox.v1.CancelSessionRequest
@@ -634,7 +678,7 @@ export type CancelSessionRequest = Message<"oz0.sandbox.v1.CancelSessionRequest"
  * Use `create(CancelSessionRequestSchema)` to create a new message.
  */
 export const CancelSessionRequestSchema: GenMessage<CancelSessionRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_sandbox_v1_sandbox, 14);
+  messageDesc(file_oz0_sandbox_v1_sandbox, 15);
 
 /**
  * @generated from message oz0.sandbox.v1.CancelSessionResponse
@@ -653,7 +697,7 @@ export type CancelSessionResponse = Message<"oz0.sandbox.v1.CancelSessionRespons
  * Use `create(CancelSessionResponseSchema)` to create a new message.
  */
 export const CancelSessionResponseSchema: GenMessage<CancelSessionResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_sandbox_v1_sandbox, 15);
+  messageDesc(file_oz0_sandbox_v1_sandbox, 16);
 
 /**
  * @generated from enum oz0.sandbox.v1.IsolationMode
