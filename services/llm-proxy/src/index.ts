@@ -102,7 +102,7 @@ function scriptedTurns(provider: ProviderConfig): Script {
     next.set(session, index + 1);
     const turn = script[index];
     if (turn) return turn;
-    const message = `scripted provider ${provider.name}: session ${session} used all ${script.length} turns of its script; add turns to the providers file`;
+    const message = `scripted provider ${provider.name}: session ${session} used all ${script.length} turns of its script; add turns to it (the model script, or the providers file's script list)`;
     return { fail: { status: 400, body: { type: "error", error: { type: "invalid_request_error", message } } } };
   };
 }

@@ -118,7 +118,7 @@ void test("both provider routes answer each session from the script's first turn
     assert.equal(second.body.content[0].text, "The notes are in notes.txt.");
     const over = await one.anthropic([...answered, { role: "assistant", content: second.body.content }, { role: "user", content: "And?" }]);
     assert.equal(over.status, 400);
-    assert.match(over.body.error.message, /used all 2 turns of its script/);
+    assert.match(over.body.error.message, /used all 2 turns of its script; add turns to it \(the model script/);
     // The OpenAI route answers from the same script.
     const openai = await one.openai(ask);
     assert.equal(openai.status, 200, JSON.stringify(openai.body));
