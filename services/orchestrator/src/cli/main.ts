@@ -241,15 +241,20 @@ program
   .option("--port <port>", "the orchestrator's port (0: any free one)", positiveInt, 7700)
   .option("--model-script <file>", MODEL_SCRIPT_HELP)
   .action(async (opts: { port: number; modelScript?: string }) => {
+    // A bad script is refused before anything is taken or written.
+    const modelScript = chosenModelScript(opts.modelScript);
+    const say = (line: string): void => void io.err.write(`oz0: ${line}\n`);
     // Atomic: of two started at the same instant, exactly one runs.
-    const lock = await takeDevLock(home, (line) => void io.err.write(`oz0: ${line}\n`)).catch((error: unknown) => {
+    const lock = await takeDevLock(home, say).catch((error: unknown) => {
       throw error instanceof DevLockHeldError ? new CliError(error.message) : error;
     });
     devRunning = true;
-    const defaults = embeddedStackEnv({ home, modelScript: chosenModelScript(opts.modelScript) });
+    const defaults = embeddedStackEnv({ home, modelScript });
     io.err.write(`oz0: starting the stack (data in ${home}, logs in ${path.join(home, "logs")})\n`);
-    const say = (line: string): void => void io.err.write(`oz0: ${line}\n`);
-    const stack = await startDevStack({ home, orchestratorPort: opts.port, env: defaults.env, notify: say });
+    const stack = await startDevStack({ home, orchestratorPort: opts.port, env: defaults.env, notify: say }).catch(async (error: unknown) => {
+      await lock.release();
+      throw error;
+    });
     if (stack.adopted.length > 0) defaults.notes.push(`still running from an oz0 dev that ended without stopping them, and adopted: ${stack.adopted.join(", ")}`);
     if (!defaults.scripted) {
       const keys = await applyEnvironmentKeys((s) => clientsFor(stack.urls.orchestrator, stack.ownerToken).secrets.setSecret(s));
