@@ -1,8 +1,9 @@
 // A complete Orchestrator Zero harness in Go, on the standard library only.
 //
 // It reads the SessionRequest from stdin, writes SessionEvents to stdout (one
-// JSON line each), calls the Anthropic Messages API at the request's endpoint
-// with its token and headers, offers the model two file tools confined to the
+// JSON line each), calls the model on the route the request's model names
+// (OpenAI Chat Completions for `openai/...` models, the Anthropic Messages API
+// for the others) with its token and headers, offers the model two file tools confined to the
 // working directory (read_file, write_file) and the runtime's tools, asks
 // before every tool call, and ends with exactly one result, also on SIGTERM.
 // It passes the whole conformance kit:
@@ -44,6 +45,7 @@ type sessionRequest struct {
 	Permissions bool `json:"permissions"`
 	LLM         struct {
 		AnthropicBaseURL string            `json:"anthropicBaseUrl"`
+		OpenAIBaseURL    string            `json:"openaiBaseUrl"`
 		Token            string            `json:"token"`
 		Headers          map[string]string `json:"headers"`
 	} `json:"llm"`
@@ -355,10 +357,23 @@ func confine(root, path string) (string, error) {
 	return target, nil
 }
 
-// callModel posts one Messages API call with the session token and the Oz0 headers (rule 4).
+// The request's model names the route: `openai/...` models are called
+// through OpenAI Chat Completions at {openaiBaseUrl}/chat/completions, every
+// other model through the Anthropic Messages API at {anthropicBaseUrl}/v1/messages.
+// The conversation is kept in the Messages form and translated for OpenAI.
+func isOpenAI(req *sessionRequest) bool {
+	return strings.HasPrefix(req.Model.Primary, "openai/")
+}
+
+// callModel makes one model call with the session token and the Oz0 headers
+// (rule 4) on the request's route, and returns the answer as Messages content.
 func callModel(ctx context.Context, req *sessionRequest, body map[string]any) (*modelReply, int, error) {
-	payload, _ := json.Marshal(body)
 	url := strings.TrimRight(req.LLM.AnthropicBaseURL, "/") + "/v1/messages"
+	if isOpenAI(req) {
+		url = strings.TrimRight(req.LLM.OpenAIBaseURL, "/") + "/chat/completions"
+		body = toOpenAI(body)
+	}
+	payload, _ := json.Marshal(body)
 	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(payload))
 	if err != nil {
 		return nil, 0, err
@@ -366,9 +381,13 @@ func callModel(ctx context.Context, req *sessionRequest, body map[string]any) (*
 	for name, value := range req.LLM.Headers {
 		httpReq.Header.Set(name, value)
 	}
-	httpReq.Header.Set("x-api-key", req.LLM.Token)
-	httpReq.Header.Set("anthropic-version", "2023-06-01")
 	httpReq.Header.Set("content-type", "application/json")
+	if isOpenAI(req) {
+		httpReq.Header.Set("authorization", "Bearer "+req.LLM.Token)
+	} else {
+		httpReq.Header.Set("x-api-key", req.LLM.Token)
+		httpReq.Header.Set("anthropic-version", "2023-06-01")
+	}
 	response, err := http.DefaultClient.Do(httpReq)
 	if err != nil {
 		return nil, 0, fmt.Errorf("the model call failed: %v", err)
@@ -379,8 +398,100 @@ func callModel(ctx context.Context, req *sessionRequest, body map[string]any) (*
 		return nil, response.StatusCode, fmt.Errorf("the model call failed: HTTP %d %s", response.StatusCode, strings.TrimSpace(string(data)))
 	}
 	var reply modelReply
-	if err := json.Unmarshal(data, &reply); err != nil {
+	if isOpenAI(req) {
+		err = fromOpenAI(data, &reply)
+	} else {
+		err = json.Unmarshal(data, &reply)
+	}
+	if err != nil {
 		return nil, response.StatusCode, fmt.Errorf("the model's answer is not JSON: %v", err)
 	}
 	return &reply, response.StatusCode, nil
+}
+
+// toOpenAI turns a Messages request body into a Chat Completions one: the
+// system prompt becomes the first message, tool_use blocks become tool_calls
+// and each tool_result a `tool` message.
+func toOpenAI(body map[string]any) map[string]any {
+	var chat []map[string]any
+	if system, _ := body["system"].(string); system != "" {
+		chat = append(chat, map[string]any{"role": "system", "content": system})
+	}
+	for _, message := range body["messages"].([]map[string]any) {
+		switch content := message["content"].(type) {
+		case string:
+			chat = append(chat, map[string]any{"role": message["role"], "content": content})
+		case []block: // the assistant's answer, kept as it came
+			var text strings.Builder
+			var calls []map[string]any
+			for _, b := range content {
+				if b.Type == "text" {
+					text.WriteString(b.Text)
+				} else if b.Type == "tool_use" {
+					calls = append(calls, map[string]any{"id": b.ID, "type": "function", "function": map[string]any{"name": b.Name, "arguments": string(b.Input)}})
+				}
+			}
+			assistant := map[string]any{"role": "assistant", "content": nil}
+			if text.Len() > 0 {
+				assistant["content"] = text.String()
+			}
+			if len(calls) > 0 {
+				assistant["tool_calls"] = calls
+			}
+			chat = append(chat, assistant)
+		case []map[string]any: // tool results
+			for _, result := range content {
+				chat = append(chat, map[string]any{"role": "tool", "tool_call_id": result["tool_use_id"], "content": result["content"]})
+			}
+		}
+	}
+	var functions []map[string]any
+	for _, tool := range body["tools"].([]map[string]any) {
+		functions = append(functions, map[string]any{"type": "function", "function": map[string]any{"name": tool["name"], "description": tool["description"], "parameters": tool["input_schema"]}})
+	}
+	return map[string]any{"model": body["model"], "max_tokens": body["max_tokens"], "messages": chat, "tools": functions}
+}
+
+// fromOpenAI reads a Chat Completions answer as Messages content and usage.
+func fromOpenAI(data []byte, reply *modelReply) error {
+	var completion struct {
+		Choices []struct {
+			Message struct {
+				Content   *string `json:"content"`
+				ToolCalls []struct {
+					ID       string `json:"id"`
+					Function struct {
+						Name      string `json:"name"`
+						Arguments string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(data, &completion); err != nil {
+		return err
+	}
+	if len(completion.Choices) == 0 {
+		return errors.New("no choices in the answer")
+	}
+	message := completion.Choices[0].Message
+	if message.Content != nil && *message.Content != "" {
+		reply.Content = append(reply.Content, block{Type: "text", Text: *message.Content})
+	}
+	for _, call := range message.ToolCalls {
+		// The arguments are JSON text; anything but an object reaches the tool as an empty input.
+		input := json.RawMessage(call.Function.Arguments)
+		var object map[string]any
+		if json.Unmarshal(input, &object) != nil {
+			input = json.RawMessage("{}")
+		}
+		reply.Content = append(reply.Content, block{Type: "tool_use", ID: call.ID, Name: call.Function.Name, Input: input})
+	}
+	reply.Usage.InputTokens = completion.Usage.PromptTokens
+	reply.Usage.OutputTokens = completion.Usage.CompletionTokens
+	return nil
 }

@@ -2,9 +2,11 @@
 """A complete Orchestrator Zero harness in plain Python (standard library only).
 
 It reads the SessionRequest line from stdin, writes SessionEvent lines to
-stdout, calls the Anthropic Messages API at the request's endpoint with its
-headers and token, asks permission before every tool call, and passes the same
-conformance kit as the TypeScript fake harness.
+stdout, calls the model on the route the request's model names (OpenAI Chat
+Completions at {openaiBaseUrl}/chat/completions for `openai/...` models, the
+Anthropic Messages API at {anthropicBaseUrl}/v1/messages for the others) with
+its headers and token, asks permission before every tool call, and passes the
+same conformance kit as the TypeScript fake harness, on both routes.
 """
 import json, os, signal, subprocess, sys, urllib.request
 
@@ -67,6 +69,53 @@ def run_tool(root, name, args):
     raise ValueError("unknown tool " + name)
 
 
+def to_openai(system, messages, tools):
+    """The conversation (kept in the Messages form) as a Chat Completions body's messages and tools."""
+    out = [{"role": "system", "content": system}] if system else []
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, str):
+            out.append({"role": message["role"], "content": content})
+        elif message["role"] == "assistant":
+            text = "".join(block.get("text", "") for block in content if block["type"] == "text")
+            calls = [{"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": json.dumps(b["input"])}}
+                     for b in content if b["type"] == "tool_use"]
+            out.append({"role": "assistant", "content": text or None, **({"tool_calls": calls} if calls else {})})
+        else:
+            out += [{"role": "tool", "tool_call_id": b["tool_use_id"], "content": b["content"]} for b in content if b["type"] == "tool_result"]
+    functions = [{"type": "function", "function": {"name": t["name"], "description": t["description"], "parameters": t["input_schema"]}} for t in tools]
+    return out, functions
+
+
+def from_openai(reply):
+    """A Chat Completions answer as Messages content blocks and (input, output) tokens."""
+    message = reply["choices"][0]["message"]
+    content = [{"type": "text", "text": message["content"]}] if message.get("content") else []
+    for call in message.get("tool_calls") or []:
+        try:
+            args = json.loads(call["function"].get("arguments") or "{}")
+        except ValueError:
+            args = {}
+        content.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": args if isinstance(args, dict) else {}})
+    usage = reply.get("usage") or {}
+    return content, (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+
+
+def call_model(llm, provider, model, system, messages, tools):
+    """One model call on the route the model's provider names; returns content blocks and (input, output) tokens."""
+    auth = {**llm.get("headers", {}), "x-api-key": llm.get("token", ""), "content-type": "application/json"}
+    if provider == "openai":
+        chat, functions = to_openai(system, messages, tools)
+        body = {"model": model, "max_tokens": 4096, "messages": chat, "tools": functions}
+        url = llm["openaiBaseUrl"].rstrip("/") + "/chat/completions"
+        return from_openai(json.load(urllib.request.urlopen(urllib.request.Request(url, json.dumps(body).encode(), auth))))
+    body = {"model": model, "max_tokens": 4096, "system": system, "messages": messages, "tools": tools}
+    url = llm["anthropicBaseUrl"].rstrip("/") + "/v1/messages"
+    reply = json.load(urllib.request.urlopen(urllib.request.Request(url, json.dumps(body).encode(), {**auth, "anthropic-version": "2023-06-01"})))
+    usage = reply.get("usage", {})
+    return reply["content"], (usage.get("input_tokens", 0), usage.get("output_tokens", 0))
+
+
 def main():
     signal.signal(signal.SIGTERM, on_sigterm)
     req = json.loads(sys.stdin.readline())
@@ -75,28 +124,25 @@ def main():
     emit(started={"protocolVersion": "PROTOCOL_VERSION_1", "harnessName": "oz0-fake-harness-python", "harnessVersion": "0.1.0",
                   "capabilities": {"permissions": True, "runtimeTools": True, "structuredOutput": True}})
     llm, schema, root = req.get("llm", {}), req.get("outputSchema"), os.path.realpath(req.get("workingDir") or os.getcwd())
-    headers = {**llm.get("headers", {}), "x-api-key": llm.get("token", ""), "anthropic-version": "2023-06-01", "content-type": "application/json"}
     runtime = {tool["name"] for tool in req.get("runtimeTools", [])}
     tools = [{"name": n, "description": n.replace("_", " "), "input_schema": {"type": "object"}} for n in ("read_file", "write_file", "run_command")]
     tools += [{"name": t["name"], "description": t.get("description", ""), "input_schema": t.get("inputSchema", {"type": "object"})} for t in req.get("runtimeTools", [])]
     system = req.get("instructions", "") + (f"\nAnswer with only JSON valid against {json.dumps(schema)}" if schema else "")
-    messages, model = [{"role": "user", "content": req.get("input", "")}], req.get("model", {}).get("primary", "").split("/")[-1]
+    primary = req.get("model", {}).get("primary", "")
+    messages, model, provider = [{"role": "user", "content": req.get("input", "")}], primary.split("/")[-1], primary.split("/")[0] if "/" in primary else ""
     max_turns = req.get("limits", {}).get("maxTurns") or 25
     while state["turns"] < max_turns:
         state["turns"] += 1
-        body = json.dumps({"model": model, "max_tokens": 4096, "system": system, "messages": messages, "tools": tools}).encode()
-        url = llm["anthropicBaseUrl"].rstrip("/") + "/v1/messages"
-        reply = json.load(urllib.request.urlopen(urllib.request.Request(url, body, headers)))
-        usage = reply.get("usage", {})
+        content, (input_tokens, output_tokens) = call_model(llm, provider, model, system, messages, tools)
         total = state["usage"].setdefault(model, [0, 0])
-        total[0] += usage.get("input_tokens", 0)
-        total[1] += usage.get("output_tokens", 0)
-        emit(usage={"model": model, "inputTokens": str(usage.get("input_tokens", 0)), "outputTokens": str(usage.get("output_tokens", 0))})
-        messages.append({"role": "assistant", "content": reply["content"]})
-        text = "".join(block.get("text", "") for block in reply["content"] if block["type"] == "text")
+        total[0] += input_tokens
+        total[1] += output_tokens
+        emit(usage={"model": model, "inputTokens": str(input_tokens), "outputTokens": str(output_tokens)})
+        messages.append({"role": "assistant", "content": content})
+        text = "".join(block.get("text", "") for block in content if block["type"] == "text")
         if text:
             emit(text={"itemId": f"turn-{state['turns']}", "text": text})
-        calls = [block for block in reply["content"] if block["type"] == "tool_use"]
+        calls = [block for block in content if block["type"] == "tool_use"]
         if not calls:
             return finish("STOP_REASON_COMPLETED", text, structured=json.loads(text) if schema else None)
         results = []

@@ -1,27 +1,15 @@
 // oz0-fake-harness: a real, minimal agent loop on @oz0/harness. It calls the
-// Anthropic Messages API the runtime points it at, offers the working-directory
-// tools and the runtime's tools, asks before every call, and returns the
-// model's final text (or its JSON as structured output).
+// model on the route the request's model names (Anthropic Messages, or OpenAI
+// Chat Completions for `openai/…` models), offers the working-directory tools
+// and the runtime's tools, asks before every call, and returns the model's
+// final text (or its JSON as structured output).
 import { realpath } from "node:fs/promises";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { runHarness, StopReason } from "../harness/index.js";
 import type { HarnessSession } from "../harness/index.js";
+import { callModel } from "./model-routes.js";
+import type { ContentBlock, Message, ToolDefinition } from "./model-routes.js";
 import { runWorkingDirTool, WORKING_DIR_TOOLS } from "./working-dir-tools.js";
-
-interface ContentBlock { type: string; text?: string; id?: string; name?: string; input?: JsonObject }
-interface Message { role: "user" | "assistant"; content: string | Array<ContentBlock | JsonObject> }
-
-async function callModel(session: HarnessSession, system: string, messages: Message[], tools: unknown[]): Promise<{ content: ContentBlock[]; usage?: { input_tokens?: number; output_tokens?: number } }> {
-  const { model } = session;
-  const response = await fetch(`${model.anthropicBaseUrl}/v1/messages`, {
-    method: "POST",
-    headers: { ...model.headers, "content-type": "application/json", "anthropic-version": "2023-06-01" },
-    body: JSON.stringify({ model: model.model, max_tokens: 4096, system, messages, tools }),
-    signal: session.signal,
-  });
-  if (!response.ok) throw new Error(`the model call failed: HTTP ${response.status} ${(await response.text()).slice(0, 200)}`);
-  return (await response.json()) as Awaited<ReturnType<typeof callModel>>;
-}
 
 async function runTool(session: HarnessSession, root: string, call: ContentBlock): Promise<{ content: string; isError: boolean }> {
   const name = call.name ?? "";
@@ -44,14 +32,14 @@ await runHarness(
   async (session) => {
     const { request } = session;
     const root = await realpath(request.workingDir || process.cwd());
-    const tools = [...WORKING_DIR_TOOLS, ...request.runtimeTools.map((t) => ({ name: t.name, description: t.description, input_schema: t.inputSchema ?? { type: "object" } }))];
+    const tools: ToolDefinition[] = [...WORKING_DIR_TOOLS, ...request.runtimeTools.map((t) => ({ name: t.name, description: t.description, input_schema: t.inputSchema ?? { type: "object" } }))];
     const schema = request.outputSchema ? `\nEnd with only a JSON object valid against this JSON Schema: ${JSON.stringify(request.outputSchema)}` : "";
     const messages: Message[] = [{ role: "user", content: request.input }];
     const maxTurns = request.limits?.maxTurns || 25;
     while (session.turns < maxTurns) {
       session.turns++;
-      const reply = await callModel(session, request.instructions + schema, messages, tools);
-      session.usage({ model: session.model.model, inputTokens: reply.usage?.input_tokens ?? 0, outputTokens: reply.usage?.output_tokens ?? 0 });
+      const reply = await callModel(session.model, { system: request.instructions + schema, messages, tools, signal: session.signal });
+      session.usage({ model: session.model.model, ...reply.usage });
       messages.push({ role: "assistant", content: reply.content });
       const text = reply.content.flatMap((block) => (block.type === "text" && block.text ? [block.text] : [])).join("");
       if (text !== "") session.text(text);
@@ -68,13 +56,13 @@ await runHarness(
       // harness operations gets them concurrently, as real harnesses batch
       // them); working-directory tools keep their order, one after another.
       const isRuntime = (call: ContentBlock): boolean => request.runtimeTools.some((tool) => tool.name === call.name);
-      const run = async (call: ContentBlock): Promise<JsonObject> => {
+      const run = async (call: ContentBlock): Promise<ContentBlock> => {
         const { content, isError } = await runTool(session, root, call);
         session.toolResult({ callId: call.id ?? "", output: content, isError });
         return { type: "tool_result", tool_use_id: call.id ?? "", content, is_error: isError };
       };
       const runtime = new Map(calls.filter(isRuntime).map((call) => [call, run(call)] as const));
-      const results: JsonObject[] = [];
+      const results: ContentBlock[] = [];
       for (const call of calls) results.push(await (runtime.get(call) ?? run(call)));
       messages.push({ role: "user", content: results });
     }
