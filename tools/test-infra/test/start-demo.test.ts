@@ -46,7 +46,7 @@ void test("npm start runs claude-fixer on Claude Code with the scripted model, a
   assert.match(out, /▸ Bash: Run cat dates\/dates\.mjs/);
   assert.match(out, /▸ Bash: Run cd dates && node --test/);
   assert.match(out, /result \(completed, 4 turns\)/);
-  assert.match(out, /# pass 2\n# fail 0/);
+  assert.match(out, /[#ℹ] pass 2\n\s*[#ℹ] fail 0/); // node --test: TAP before Node 23, spec after
   assert.match(out, /The test passes\./);
   // Piped, not a terminal: no formatting codes.
   assert.equal(out.includes("\x1b["), false, "escape codes in piped output");
@@ -58,7 +58,7 @@ void test("OZ0_DEMO_HARNESS=fake runs the fake-harness fixer instead, and the pa
   assert.match(out, /the SCRIPTED model \(no ANTHROPIC_API_KEY set\).*demo-script\.json/);
   assert.match(out, /\$ oz0 run fixer /);
   assert.match(out, /▸ write_file/);
-  assert.match(out, /# pass 2\n# fail 0/);
+  assert.match(out, /[#ℹ] pass 2\n\s*[#ℹ] fail 0/); // node --test: TAP before Node 23, spec after
   assert.match(out, /The test passes\./);
 });
 
