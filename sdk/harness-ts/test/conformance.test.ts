@@ -38,20 +38,61 @@ function processesRunning(text: string): number[] {
     .map(Number);
 }
 
+/** Every case ran on both routes, but those whose checks use no model answer, which ran on the first. */
+function assertBothRoutes(report: ConformanceReport): void {
+  assert.deepEqual(report.routes, ["anthropic", "openai"]);
+  assert.deepEqual(report.untestedRoutes, []);
+  for (const result of report.cases) {
+    const one = CONFORMANCE_CASES.find((c) => c.id === result.id)?.anyRoute === true;
+    assert.deepEqual(result.routes, one ? ["anthropic"] : ["anthropic", "openai"], result.id);
+  }
+}
+
 void describe("the conformance kit", () => {
-  void it("passes oz0-fake-harness on every case, none not applicable, no warning", async () => {
-    const report = await runConformance({ command: fakeHarness, graceMs });
+  void it("passes oz0-fake-harness on every case on both routes, none not applicable, no warning", async () => {
+    const report = await runConformance({ command: fakeHarness, graceMs, route: "both" });
     assert.equal(report.failed, 0, describeFailures(report));
     assert.equal(report.passed, CONFORMANCE_CASES.length, describeFailures(report));
     assert.deepEqual(report.capabilities, { permissions: true, runtimeTools: true, structuredOutput: true, streamingText: false });
     assert.equal(report.toolProfile, "oz0");
+    assertBothRoutes(report);
     assert.ok(report.ok);
   });
 
-  void it("passes the standard-library Python fake harness on every case", async () => {
-    const report = await runConformance({ command: pythonHarness, graceMs });
+  void it("passes the standard-library Python fake harness on every case on both routes", async () => {
+    const report = await runConformance({ command: pythonHarness, graceMs, route: "both" });
     assert.equal(report.failed, 0, describeFailures(report));
     assert.equal(report.passed, CONFORMANCE_CASES.length, describeFailures(report));
+    assertBothRoutes(report);
+  });
+
+  void it("by default (--route auto) tests every route the harness calls, and says why it left one out", async () => {
+    const auto = await runConformance({ command: fakeHarness, graceMs, only: ["text"] });
+    assert.deepEqual([auto.routes, auto.cases[0]?.routes], [["anthropic", "openai"], ["anthropic", "openai"]]);
+
+    // The base of the broken fixtures speaks only the Anthropic route: it passes there, and the report says so.
+    const anthropicOnly = await run(process.execPath, [cli, "--only", "text", "--", ...broken("correct")]);
+    assert.deepEqual(anthropicOnly.stdout.trim().split("\n").slice(1), [
+      "not tested on the OpenAI route: for a session of openai/gpt-conformance the harness called POST /anthropic/v1/messages, not the OpenAI route",
+      "1 passed, 0 failed",
+    ]);
+  });
+
+  void it("fails a harness on a route it is asked for but does not speak, naming the route the request's model asks for", async () => {
+    const report = await runConformance({ command: broken("correct"), graceMs, only: ["text", "protocol-version"], route: "both" });
+    assert.deepEqual(report.cases.map((c) => [c.id, c.status, c.routes]), [["protocol-version", "passed", ["anthropic"]], ["text", "failed", ["anthropic", "openai"]]]);
+    assert.equal(
+      report.cases[1]?.message,
+      "the OpenAI route: the session's model is openai/gpt-conformance, so its calls go to the OpenAI route, POST {llm.openai_base_url}/chat/completions; the harness called POST /anthropic/v1/messages (TextEvent, SessionResult.text)",
+    );
+  });
+
+  void it("fails a harness that calls {openai_base_url}/v1/chat/completions, which the LLM proxy does not serve, on the OpenAI route only", async () => {
+    const report = await runConformance({ command: broken("doubles-openai-path"), graceMs, only: ["text"] });
+    assert.deepEqual(report.routes, ["anthropic", "openai"], "a call to /openai/… counts as speaking the route, so auto tests it");
+    assert.equal(report.cases[0]?.status, "failed");
+    assert.match(report.cases[0]?.message ?? "", /^the OpenAI route: .* the harness called POST \/openai\/v1\/v1\/chat\/completions, a path the LLM proxy does not serve \(404\)/);
+    assert.doesNotMatch(report.cases[0]?.message ?? "", /the Anthropic route:/);
   });
 
   void it("passes the unbroken base of the broken fixtures; what it does not declare is not applicable", async () => {
@@ -186,7 +227,7 @@ void describe("the conformance kit", () => {
     assert.match(bad.stdout, /^FAIL {2}handshake: .*without writing a result/m);
     assert.equal(bad.stdout.trim().split("\n").at(-1), "0 passed, 1 failed");
 
-    const notApplicable = await run(process.execPath, [cli, "--only", "text,permission-allow", "--", ...broken("declares-nothing")]);
+    const notApplicable = await run(process.execPath, [cli, "--route", "anthropic", "--only", "text,permission-allow", "--", ...broken("declares-nothing")]);
     assert.deepEqual(notApplicable.stdout.trim().split("\n").slice(1), [
       "N/A   permission-allow: asks before a tool call and runs it when allowed — not declared: capabilities.permissions",
       "1 not applicable",
@@ -203,6 +244,12 @@ void describe("the conformance kit", () => {
     assert.equal(relative.stdout.trim().split("\n").at(-1), "1 passed, 0 failed");
     const json = await run(process.execPath, [cli, "--json", "--only", "handshake", "--", "node", "fixtures/broken/correct.mjs"], { cwd: here(".") });
     assert.deepEqual((JSON.parse(json.stdout) as ConformanceReport).command, [process.execPath, here("./fixtures/broken/correct.mjs")]);
+  });
+
+  void it("refuses a --route it does not know, naming the ones it does", async () => {
+    const bad = await run(process.execPath, [cli, "--route", "gemini", "--", ...broken("correct")]).catch((error: { code: number; stderr: string }) => error);
+    assert.ok("code" in bad && bad.code === 2);
+    assert.match(bad.stderr, /--route needs one of auto, anthropic, openai, both, got "gemini"/);
   });
 
   void it("documents every option in --help, --case-timeout-ms included", async () => {
@@ -227,12 +274,13 @@ void describe("the conformance kit", () => {
       assert.deepEqual(report.harness, { name: "oz0-fake-harness", version: "0.1.0" });
       assert.deepEqual(
         Object.keys(report).sort(),
-        ["capabilities", "cases", "command", "expectedFailures", "failed", "harness", "notApplicable", "offeredTools", "ok", "passed", "toolProfile", "version", "warnings"],
+        ["capabilities", "cases", "command", "expectedFailures", "failed", "harness", "notApplicable", "offeredTools", "ok", "passed", "routes", "toolProfile", "untestedRoutes", "version", "warnings"],
       );
-      assert.deepEqual(Object.keys(report.cases[0] ?? {}).sort(), ["durationMs", "id", "level", "message", "rule", "status", "title", "transcripts"]);
+      assert.deepEqual(Object.keys(report.cases[0] ?? {}).sort(), ["durationMs", "id", "level", "message", "routes", "rule", "status", "title", "transcripts"]);
       assert.deepEqual(report.cases.map((c) => [c.id, c.status, c.level, c.rule]), [["text", "passed", "required", "TextEvent, SessionResult.text"], ["permission-allow", "passed", "required", "rule 6"]]);
       const transcript = await readFile(path.join(dir, "permission-allow.txt"), "utf8");
-      assert.match(transcript, /^# scenario permission-allow\nstdin {2}\{"protocolVersion":"PROTOCOL_VERSION_1",/);
+      assert.match(transcript, /^# scenario permission-allow \(anthropic route\)\nstdin {2}\{"protocolVersion":"PROTOCOL_VERSION_1",.*"model":\{"primary":"anthropic\/claude-conformance"\}/);
+      assert.match(transcript, /^# scenario permission-allow \(openai route\)\nstdin {2}\{.*"model":\{"primary":"openai\/gpt-conformance"\}/m);
       assert.match(transcript, /^stdout \{"permissionRequest":\{"id":"perm-1",/m);
       assert.match(transcript, /^stdin {2}\{"permissionAnswer":\{"id":"perm-1","allow":true,"outcome":"OUTCOME_ANSWERED"\}\}$/m);
     } finally {

@@ -72,6 +72,11 @@ export interface ScriptedModel {
   readonly openaiBaseUrl: string;
   /** Every call received, in order, side calls included. */
   readonly requests: ScriptedRequest[];
+  /**
+   * With `routes: "llm-proxy"`, the calls answered with the proxy's 404 (no
+   * such route or provider), in order; they are not in `requests`.
+   */
+  readonly refused: Array<{ method: string; path: string }>;
   /** The usage reported so far (a cut stream counts what its first event reported). */
   readonly tokensServed: TokensServed;
   /** Turns consumed so far. */
@@ -109,6 +114,13 @@ export function isClaudeCodeSideCall(request: ScriptedRequest): boolean {
 /** The LLM proxy's routes (services/llm-proxy/src/http-api.ts): provider, optional `/v1`, operation, optional trailing slash. */
 const PROXY_ROUTE = /^\/([a-z][a-z0-9-]*)(\/v1)?\/(messages\/count_tokens|messages|chat\/completions)\/?$/;
 const DEFAULT_PROXY_PROVIDERS = ["anthropic", "openai", "scripted"];
+
+/** The provider and operation of an LLM proxy route (`/openai/v1/chat/completions` → openai, chat/completions), or undefined for a path it does not serve. */
+export function proxyRouteOf(path: string): { provider: string; operation: "messages" | "messages/count_tokens" | "chat/completions" } | undefined {
+  const match = PROXY_ROUTE.exec(path);
+  if (match === null) return undefined;
+  return { provider: match[1] ?? "", operation: match[3] as "messages" | "messages/count_tokens" | "chat/completions" };
+}
 
 /** Where the LLM proxy would refuse the call, as its 404 status and body; undefined when it routes it. */
 function proxyRefusal(path: string, method: string, providers: readonly string[]): { status: number; body: unknown } | undefined {
@@ -167,6 +179,7 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
  */
 export async function startScriptedModel(options: ScriptedModelOptions): Promise<ScriptedModel> {
   const requests: ScriptedRequest[] = [];
+  const refused: Array<{ method: string; path: string }> = [];
   const served: TokensServed = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, reasoning: 0, total: 0 };
   const isSideCall = options.isSideCall ?? isClaudeCodeSideCall;
   let next = 0;
@@ -210,6 +223,7 @@ export async function startScriptedModel(options: ScriptedModelOptions): Promise
     if (options.routes === "llm-proxy") {
       const refusal = proxyRefusal(url.pathname, method, options.providers ?? DEFAULT_PROXY_PROVIDERS);
       if (refusal !== undefined) {
+        refused.push({ method, path: url.pathname });
         sendJson(res, refusal.status, refusal.body);
         return;
       }
@@ -318,6 +332,7 @@ export async function startScriptedModel(options: ScriptedModelOptions): Promise
     anthropicBaseUrl: asProxy ? `${url}/anthropic` : url,
     openaiBaseUrl: asProxy ? `${url}/openai/v1` : `${url}/v1`,
     requests,
+    refused,
     get tokensServed() {
       return { ...served };
     },

@@ -25,6 +25,8 @@ export interface ConformanceCase {
   requires?: readonly CapabilityName[];
   /** Not applicable unless the harness offers file tools the kit can drive (see the tool profiles). */
   needsTools?: boolean;
+  /** What it checks does not depend on the model's route (no model answer is used): it runs on the first route only. */
+  anyRoute?: boolean;
   /** Throws {@link ConformanceFailure} when the harness breaks the rule. */
   run(settings: ScenarioSettings): Promise<void>;
 }

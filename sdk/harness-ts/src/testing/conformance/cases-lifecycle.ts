@@ -98,6 +98,7 @@ export const LIFECYCLE_CASES: readonly ConformanceCase[] = [
     title: "nothing the harness started outlives the session, in its process group or out of it (setsid)",
     rule: "rule 5",
     level: "required",
+    anyRoute: true,
     async run(settings) {
       await runScenario(settings, { id: "processes", input: "Say hello.", turn: () => ({ text: "Hello." }) }, (run) => {
         checkNothingLeft(run, "after the harness exited");

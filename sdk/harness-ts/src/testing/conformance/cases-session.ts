@@ -29,6 +29,7 @@ export const SESSION_CASES: readonly ConformanceCase[] = [
     title: `refuses a request of another major version (${FUTURE_VERSION}) with a STOP_REASON_ERROR result`,
     rule: "rule 1",
     level: "required",
+    anyRoute: true,
     async run(settings) {
       await runScenario(settings, { id: "protocol-version", input: "Say hello.", protocolVersion: FUTURE_VERSION, turn: () => ({ text: "Hello from a future runtime." }) }, (run) => {
         const { result, error } = run.outcome;

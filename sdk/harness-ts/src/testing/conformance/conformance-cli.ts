@@ -2,10 +2,12 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { CONFORMANCE_CASES } from "./conformance-cases.js";
-import { formatCaseLine, formatOtherCounts, formatSummary, readExpectedFailures, runConformance } from "./run-conformance.js";
+import { formatCaseLine, formatOtherCounts, formatSummary, formatUntestedRoutes, readExpectedFailures, runConformance } from "./run-conformance.js";
 import type { ConformanceReport } from "./run-conformance.js";
 import { formatTranscript } from "./conformance-scenario.js";
 import { loadToolProfile } from "./tool-profiles.js";
+import { parseRouteSelection } from "./model-routes.js";
+import type { RouteSelection } from "./model-routes.js";
 import type { ToolProfile } from "./tool-profiles.js";
 
 interface Flag {
@@ -18,6 +20,7 @@ interface Flag {
 export const CLI_FLAGS: readonly Flag[] = [
   { name: "--only", value: "ID[,ID...]", help: "run only these cases; an unknown id is a usage error that lists the known ones" },
   { name: "--expected-failures", value: "FILE", help: "case ids that may fail for now, one a line, # comments; a listed case that passes fails the run" },
+  { name: "--route", value: "auto|anthropic|openai|both", help: "the model routes to run the cases on (the request's model is anthropic/… or openai/…); default auto: each route the harness calls" },
   { name: "--tool-profile", value: "NAME|FILE", help: "how to call the harness's file tools: oz0 (read_file/write_file), claude-code (Read/Write) or a JSON file; repeatable; default both built-in profiles" },
   { name: "--plugin-dir", value: "DIR", help: "where relative paths in COMMAND resolve, and OZ0_PLUGIN_DIR; default the current directory" },
   { name: "--env", value: "NAME=VALUE", help: "add a variable to the harness's environment (on top of the stack's); repeatable" },
@@ -45,8 +48,8 @@ export function usageText(): string {
     "",
     `cases: ${CONFORMANCE_CASES.map((c) => c.id).join(", ")}`,
     "",
-    "output: one line per case (PASS, FAIL, WARN, N/A, XFAIL), then a line of other counts when there",
-    "are any, then exactly `N passed, N failed`.",
+    "output: one line per case (PASS, FAIL, WARN, N/A, XFAIL), then a line for each route --route auto",
+    "left untested, then a line of other counts when there are any, then exactly `N passed, N failed`.",
     "exit status: 0 no case failed; 1 a case failed; 2 usage error.",
   ].join("\n");
 }
@@ -61,6 +64,7 @@ interface Args {
   graceMs?: number;
   caseTimeoutMs?: number;
   toolProfiles?: ToolProfile[];
+  route?: RouteSelection;
   pluginDir?: string;
   env: Record<string, string>;
   transcripts?: string;
@@ -94,6 +98,7 @@ function parse(argv: string[]): Args {
     else if (flag === "--case-timeout-ms") out.caseTimeoutMs = number(flag, value());
     else if (flag === "--plugin-dir") out.pluginDir = path.resolve(value());
     else if (flag === "--transcripts") out.transcripts = path.resolve(value());
+    else if (flag === "--route") out.route = parseRouteSelection(value());
     else if (flag === "--tool-profile") (out.toolProfiles ??= []).push(loadToolProfile(value()));
     else if (flag === "--env") {
       const pair = value();
@@ -114,7 +119,7 @@ function writeTranscripts(dir: string, report: ConformanceReport): void {
   mkdirSync(dir, { recursive: true });
   for (const result of report.cases) {
     if (!result.transcripts?.length) continue;
-    const text = result.transcripts.map((t) => `# scenario ${t.scenario}\n${formatTranscript(t.lines)}`).join("\n\n");
+    const text = result.transcripts.map((t) => `# scenario ${t.scenario} (${t.route} route)\n${formatTranscript(t.lines)}`).join("\n\n");
     writeFileSync(path.join(dir, `${result.id}.txt`), `${text}\n`);
   }
 }
@@ -149,6 +154,7 @@ const report = await runConformance({
   graceMs: args.graceMs,
   caseTimeoutMs: args.caseTimeoutMs,
   toolProfiles: args.toolProfiles,
+  route: args.route,
   pluginDir: args.pluginDir,
   env: args.env,
   keepTempDirs: args.keepTempDirs,
@@ -163,6 +169,7 @@ if (args.json) {
 } else {
   // Entries that are not cases (unknown ids in a list) were not printed as they ran.
   for (const result of report.cases.filter((r) => r.rule === "")) process.stdout.write(`${formatCaseLine(result)}\n`);
+  for (const line of formatUntestedRoutes(report)) process.stdout.write(`${line}\n`);
   const other = formatOtherCounts(report);
   if (other !== "") process.stdout.write(`${other}\n`);
   process.stdout.write(`${formatSummary(report)}\n`);

@@ -16,12 +16,15 @@ import type { PermissionAnswer_Outcome, PermissionRequest, RuntimeToolCall, Sess
 import { processGroupLauncher, startHostSession } from "../../host/index.js";
 import type { HarnessLauncher, HostSession, SessionOutcome } from "../../host/index.js";
 import { startScriptedModel } from "../scripted-model.js";
+import { anthropicError, openAiError } from "../scripted-model-wire.js";
 import type { ScriptedRequest, ScriptedTurn } from "../scripted-model.js";
 import { stateSubdirectories } from "../../host/session-environment.js";
 import { sessionEnvironment } from "./session-environment.js";
 import { newLeftovers, STRAGGLER_MS, sweepSession, trackingLauncher } from "./session-processes.js";
 import type { LeftoverProcesses } from "./session-processes.js";
 import { detectToolProfile, KNOWN_TOOL_PROFILES, offeredToolNames } from "./tool-profiles.js";
+import { isOnRoute, offRouteMessage, ROUTE_MODELS } from "./model-routes.js";
+import type { ModelRoute } from "./model-routes.js";
 import type { ToolProfile } from "./tool-profiles.js";
 
 /** A conformance check that did not hold; its message says what the harness did wrong. */
@@ -46,8 +49,10 @@ export interface ScenarioSettings {
   keepTempDirs: boolean;
   /** What the harness declared in `started` during the kit's first session (undefined when it sent none). */
   capabilities?: Partial<Record<"permissions" | "runtimeTools" | "structuredOutput" | "streamingText", boolean>>;
+  /** The route the scenarios' requests name, by their model's provider. */
+  route: ModelRoute;
   /** Called with every scenario's protocol transcript. */
-  onTranscript?: (scenario: string, lines: TranscriptLine[]) => void;
+  onTranscript?: (scenario: string, route: ModelRoute, lines: TranscriptLine[]) => void;
 }
 
 /** One line of the protocol as it crossed the pipes. */
@@ -111,8 +116,10 @@ export interface ScenarioRun {
   events: SessionEvent[];
   /** Model calls that consumed a turn (side calls excluded). */
   modelRequests: ScriptedRequest[];
-  /** Every request the scripted model got. */
+  /** Every request the scripted model got (on the proxy's routes). */
   allRequests: ScriptedRequest[];
+  /** Calls the scripted model refused with the proxy's 404: paths the LLM proxy does not serve. */
+  refusedRequests: Array<{ method: string; path: string }>;
   workDir: string;
   caseDir: string;
   sessionId: string;
@@ -157,6 +164,12 @@ export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec
   const model = await startScriptedModel({
     routes: "llm-proxy",
     turns: async (request) => {
+      // A call of the other route is not the agent's turn: on the real stack it would reach the
+      // other provider with a model it does not have. Refused here as that provider would.
+      if (!isOnRoute(request.path, settings.route)) {
+        const message = `the conformance kit: ${offRouteMessage(settings.route, request, true)}`;
+        return { fail: { status: 404, body: request.wire === "openai-chat-completions" ? openAiError(404, message) : anthropicError(404, message) } };
+      }
       calls++;
       if (profile === undefined) {
         offeredTools = offeredToolNames(request.body);
@@ -186,7 +199,7 @@ export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec
       sessionId,
       jobId,
       agent: { name: "conformance-agent", version: 3 },
-      model: { primary: "anthropic/claude-conformance", fallbacks: [] },
+      model: { primary: ROUTE_MODELS[settings.route], fallbacks: [] },
       instructions: "You are being tested by the Orchestrator Zero conformance kit.",
       input: spec.input,
       workingDir: workDir,
@@ -249,6 +262,7 @@ export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec
       violations,
       modelRequests: [],
       allRequests: model.requests,
+      refusedRequests: model.refused,
       leftovers: { inGroup: false, inGroupProcesses: [], escaped: leftovers.escaped },
       transcript,
       offeredTools,
@@ -265,10 +279,17 @@ export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec
     for (const p of sweepSession(sessionId)) if (p.pgid !== session.pid && !leftovers.escaped.some((e) => e.pid === p.pid)) leftovers.escaped.push(p);
     run.outcome = outcome;
     run.leftovers = { inGroup: leftovers.inGroup, inGroupProcesses: leftovers.inGroupProcesses, escaped: leftovers.escaped };
-    run.modelRequests = model.requests.filter((r) => !r.sideCall && r.wire !== "anthropic-count-tokens" && r.wire !== "models");
+    run.modelRequests = model.requests.filter((r) => !r.sideCall && r.wire !== "anthropic-count-tokens" && r.wire !== "models" && isOnRoute(r.path, settings.route));
+    // Each wrong call once, first: a harness on the wrong route fails every case for that reason.
+    const offRoute = [
+      // Only model calls: a client's HEAD or GET of its base URL (Claude Code checks it can connect) is no call, and the proxy 404s it harmlessly.
+      ...model.refused.filter((call) => call.method === "POST").map((call) => offRouteMessage(settings.route, call, false)),
+      ...model.requests.filter((r) => !isOnRoute(r.path, settings.route)).map((call) => offRouteMessage(settings.route, call, true)),
+    ];
+    violations.unshift(...new Set(offRoute));
     run.profile = profile;
     run.offeredTools = offeredTools;
-    settings.onTranscript?.(spec.id, transcript);
+    settings.onTranscript?.(spec.id, settings.route, transcript);
     verify(run);
     return run;
   } finally {

@@ -7,6 +7,9 @@ import type { ScenarioSettings, TranscriptLine } from "./conformance-scenario.js
 import { resolveHarnessCommand } from "./harness-command.js";
 import { KNOWN_TOOL_PROFILES } from "./tool-profiles.js";
 import type { ToolProfile } from "./tool-profiles.js";
+import { calledProvider, MODEL_ROUTES, ROUTE_MODELS, routeName } from "./model-routes.js";
+import type { ModelRoute, RouteSelection } from "./model-routes.js";
+import { stopReasonName } from "./case-checks.js";
 
 /** The version of the report's JSON form (`--json`); bumped only for incompatible changes. */
 export const CONFORMANCE_REPORT_VERSION = 1;
@@ -35,6 +38,15 @@ export interface ConformanceOptions {
    * such a case passing is a failure ("stale entry") so the list only shrinks.
    */
   expectedFailures?: string[];
+  /**
+   * The routes to run the cases on, chosen in the request by its model's
+   * provider: `anthropic` (`anthropic/…` models, the Messages API),
+   * `openai` (`openai/…`, Chat Completions), `both`, or `auto` (the default):
+   * every route the harness calls when its session's model is of that
+   * provider, found by one text-only session per route; a route it does not
+   * call is reported in `untestedRoutes`, with what it did instead.
+   */
+  route?: RouteSelection;
   /** The harness's file tools; default the fake harnesses' (`read_file`/`write_file`) and Claude Code's (`Read`/`Write`). */
   toolProfiles?: readonly ToolProfile[];
   /** Called after each case, e.g. to print as you go. */
@@ -64,8 +76,10 @@ export interface ConformanceCaseResult {
   /** Why it failed, warned, is not applicable, or is an expected failure; empty when it passed. */
   message: string;
   durationMs: number;
+  /** The routes the case ran on (empty when it did not run); a failure's message names the route when there are two. */
+  routes: ModelRoute[];
   /** With `transcripts`: each scenario's protocol lines, both ways, in order. */
-  transcripts?: Array<{ scenario: string; lines: TranscriptLine[] }>;
+  transcripts?: Array<{ scenario: string; route: ModelRoute; lines: TranscriptLine[] }>;
 }
 
 /** The result of a conformance run; its JSON form is what `--json` prints. */
@@ -84,6 +98,10 @@ export interface ConformanceReport {
   offeredTools: string[] | undefined;
   /** The tool profile the kit drives the harness's tools with (undefined when none matched). */
   toolProfile: string | undefined;
+  /** The routes the cases ran on. */
+  routes: ModelRoute[];
+  /** With `route: "auto"`, the routes the harness did not call, and what it did instead. */
+  untestedRoutes: Array<{ route: ModelRoute; reason: string }>;
   passed: number;
   /** Failed cases, stale and unknown entries included; expected failures excluded. */
   failed: number;
@@ -98,6 +116,9 @@ interface Probe {
   capabilities: ConformanceReport["capabilities"];
   offeredTools: string[] | undefined;
   toolProfile: string | undefined;
+  /** Whether the harness called the route's provider (`/openai/…`) at all, and if not, what it did. */
+  calledRoute: boolean;
+  instead: string;
 }
 
 /**
@@ -107,7 +128,10 @@ interface Probe {
 export async function runConformance(options: ConformanceOptions): Promise<ConformanceReport> {
   const pluginDir = options.pluginDir ?? process.cwd();
   const command = resolveHarnessCommand(options.command, pluginDir);
+  const selection = options.route ?? "auto";
+  const candidates = selection === "auto" || selection === "both" ? MODEL_ROUTES : [selection];
   const settings: ScenarioSettings = {
+    route: candidates[0] ?? "anthropic",
     command,
     env: options.env ?? {},
     pluginDir,
@@ -128,15 +152,29 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
     status: "failed",
     message: `${what} names an unknown case ${JSON.stringify(id)}; known cases: ${knownList}`,
     durationMs: 0,
+    routes: [],
   });
   for (const id of expected) if (!known.has(id)) results.push(unknownEntry(id, "the expected-failures list"));
   for (const id of options.only ?? []) if (!known.has(id)) results.push(unknownEntry(id, "--only"));
 
   const cases = CONFORMANCE_CASES.filter((c) => options.only === undefined || options.only.includes(c.id));
-  const probe = await probeHarness(settings);
+  // `auto` probes each route; otherwise one probe tells what the harness declares.
+  const probes = new Map<ModelRoute, Probe>();
+  for (const route of selection === "auto" ? candidates : candidates.slice(0, 1)) probes.set(route, await probeHarness({ ...settings, route }));
+  let routes = [...candidates];
+  const untestedRoutes: ConformanceReport["untestedRoutes"] = [];
+  if (selection === "auto") {
+    routes = candidates.filter((route) => probes.get(route)?.calledRoute);
+    // A harness that called no model at all is tested (and fails, saying why) on the first route.
+    if (routes.length === 0) routes = candidates.slice(0, 1);
+    for (const route of candidates) {
+      if (!routes.includes(route)) untestedRoutes.push({ route, reason: probes.get(route)?.instead ?? "" });
+    }
+  }
+  const probe = probes.get(routes[0] ?? "anthropic") ?? [...probes.values()][0]!;
   settings.capabilities = probe.capabilities;
   for (const testCase of cases) {
-    const result = await runCase(testCase, settings, probe, expected.has(testCase.id), options.transcripts ?? false);
+    const result = await runCase(testCase, settings, testCase.anyRoute ? routes.slice(0, 1) : routes, probe, expected.has(testCase.id), options.transcripts ?? false);
     results.push(result);
     options.onCaseDone?.(result);
   }
@@ -150,6 +188,8 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
     capabilities: probe.capabilities,
     offeredTools: probe.offeredTools,
     toolProfile: probe.toolProfile,
+    routes,
+    untestedRoutes,
     passed: count("passed"),
     failed,
     warnings: count("warning"),
@@ -175,23 +215,34 @@ function notApplicable(testCase: ConformanceCase, probe: Probe, profiles: readon
   return undefined;
 }
 
-async function runCase(testCase: ConformanceCase, settings: ScenarioSettings, probe: Probe, expectedToFail: boolean, keepTranscripts: boolean): Promise<ConformanceCaseResult> {
+async function runCase(
+  testCase: ConformanceCase,
+  settings: ScenarioSettings,
+  routes: readonly ModelRoute[],
+  probe: Probe,
+  expectedToFail: boolean,
+  keepTranscripts: boolean,
+): Promise<ConformanceCaseResult> {
   const base = { id: testCase.id, title: testCase.title, rule: testCase.rule, level: testCase.level };
   const why = notApplicable(testCase, probe, settings.toolProfiles);
   if (why !== undefined) {
-    return { ...base, status: expectedToFail ? "failed" : "not_applicable", message: expectedToFail ? `listed as an expected failure but not applicable (${why}): remove it from the list` : why, durationMs: 0 };
+    return { ...base, status: expectedToFail ? "failed" : "not_applicable", message: expectedToFail ? `listed as an expected failure but not applicable (${why}): remove it from the list` : why, durationMs: 0, routes: [] };
   }
-  const transcripts: Array<{ scenario: string; lines: TranscriptLine[] }> = [];
-  const caseSettings: ScenarioSettings = { ...settings, onTranscript: keepTranscripts ? (scenario, lines) => transcripts.push({ scenario, lines }) : undefined };
+  const transcripts: Array<{ scenario: string; route: ModelRoute; lines: TranscriptLine[] }> = [];
   const started = performance.now();
-  let failure: string | undefined;
-  try {
-    await testCase.run(caseSettings);
-  } catch (error) {
-    failure = error instanceof ConformanceFailure ? `${error.message} (${testCase.rule})` : `the kit failed: ${(error as Error).stack ?? String(error)}`;
+  const failures: string[] = [];
+  for (const route of routes) {
+    const caseSettings: ScenarioSettings = { ...settings, route, onTranscript: keepTranscripts ? (scenario, on, lines) => transcripts.push({ scenario, route: on, lines }) : undefined };
+    try {
+      await testCase.run(caseSettings);
+    } catch (error) {
+      const message = error instanceof ConformanceFailure ? `${error.message} (${testCase.rule})` : `the kit failed: ${(error as Error).stack ?? String(error)}`;
+      failures.push(routes.length > 1 ? `${routeName(route)}: ${message}` : message);
+    }
   }
+  const failure = failures.length === 0 ? undefined : failures.join("; ");
   const durationMs = performance.now() - started;
-  const extra = keepTranscripts ? { transcripts } : {};
+  const extra = { routes: [...routes], ...(keepTranscripts ? { transcripts } : {}) };
   if (expectedToFail) {
     return failure === undefined
       ? { ...base, status: "failed", message: "listed as an expected failure but passes now: remove it from the expected-failures list", durationMs, ...extra }
@@ -201,8 +252,12 @@ async function runCase(testCase: ConformanceCase, settings: ScenarioSettings, pr
   return { ...base, status: testCase.level === "required" ? "failed" : "warning", message: failure, durationMs, ...extra };
 }
 
-/** Runs a text-only session once to learn what the harness declares and which tools it offers. */
+/**
+ * Runs a text-only session on `settings.route` to learn what the harness
+ * declares, which tools it offers, and whether it calls that route at all.
+ */
 async function probeHarness(settings: ScenarioSettings): Promise<Probe> {
+  const route = settings.route;
   try {
     const run = await runScenario(settings, { id: "probe", input: "Say hello.", turn: () => ({ text: "Hello." }) });
     const started = run.outcome.started;
@@ -217,14 +272,23 @@ async function probeHarness(settings: ScenarioSettings): Promise<Probe> {
           streamingText: declared?.streamingText ?? false,
         };
     const profile = run.offeredTools === undefined ? undefined : settings.toolProfiles.find((p) => run.offeredTools?.includes(p.readFile.tool) && run.offeredTools.includes(p.writeFile.tool));
+    const calls = [...run.refusedRequests, ...run.allRequests].filter((call) => call.method === "POST");
+    const other = calls.find((call) => !calledProvider(call.path, route));
+    const result = run.outcome.result;
+    const ended = result === undefined ? `ended ${run.outcome.status} without a result` : `ended ${stopReasonName(result.stopReason)}${result.error ? `: ${result.error}` : ""}`;
     return {
       harness: started === undefined ? undefined : { name: started.harnessName, version: started.harnessVersion },
       capabilities,
       offeredTools: run.offeredTools,
       toolProfile: profile?.name,
+      calledRoute: calls.some((call) => calledProvider(call.path, route)),
+      instead:
+        other === undefined
+          ? `for a session of ${ROUTE_MODELS[route]} the harness made no model call (it ${ended})`
+          : `for a session of ${ROUTE_MODELS[route]} the harness called ${other.method} ${other.path}, not ${routeName(route)}`,
     };
-  } catch {
-    return { harness: undefined, capabilities: undefined, offeredTools: undefined, toolProfile: undefined };
+  } catch (error) {
+    return { harness: undefined, capabilities: undefined, offeredTools: undefined, toolProfile: undefined, calledRoute: false, instead: `the kit's session of ${ROUTE_MODELS[route]} failed: ${(error as Error).message}` };
   }
 }
 
@@ -249,6 +313,11 @@ export function formatCaseLine(result: ConformanceCaseResult): string {
 /** The closing line: exactly `N passed, N failed`. */
 export function formatSummary(report: ConformanceReport): string {
   return `${report.passed} passed, ${report.failed} failed`;
+}
+
+/** One line per route `auto` left untested, e.g. `not tested on the OpenAI route: for a session of openai/gpt-conformance the harness called …`. */
+export function formatUntestedRoutes(report: ConformanceReport): string[] {
+  return report.untestedRoutes.map((r) => `not tested on ${routeName(r.route)}: ${r.reason}`);
 }
 
 /** The line before the summary when something was neither passed nor failed, e.g. `5 not applicable, 1 warning`; empty otherwise. */

@@ -227,7 +227,9 @@ export const AgentRefSchema: GenMessage<AgentRef> = /*@__PURE__*/
  */
 export type ModelSelection = Message<"oz0.harness.v1.ModelSelection"> & {
   /**
-   * `provider/model`.
+   * `provider/model`. The provider names the route of the model calls:
+   * `anthropic` the Anthropic Messages API at LlmEndpoint.anthropic_base_url,
+   * `openai` OpenAI Chat Completions at LlmEndpoint.openai_base_url.
    *
    * @generated from field: string primary = 1;
    */
