@@ -1,5 +1,5 @@
 // No Docker engine runs here, so the images are checked by reading
-// deploy/Dockerfile: pinned Node 20 slim, production-only dependencies,
+// deploy/Dockerfile: pinned Node 24 LTS slim, production-only dependencies,
 // numeric non-root user, a gRPC HEALTHCHECK, bubblewrap and the harness
 // plugins in the sandbox image, and ports that match the manifests.
 import assert from "node:assert/strict";
@@ -15,12 +15,21 @@ const stageNames = new Set(file.stages.map((s) => s.name));
 const root = path.resolve(deployDir, "..");
 
 void describe("deploy/Dockerfile", () => {
-  void it("builds on Node 20 slim pinned to a full version", () => {
+  void it("builds on Node 24 LTS slim pinned to a full version", () => {
     const image = file.args.NODE_IMAGE;
-    assert.match(image ?? "", /^node:20\.\d+\.\d+-(bookworm|trixie|bullseye)-slim(@sha256:[0-9a-f]{64})?$/);
+    assert.match(image ?? "", /^node:24\.\d+\.\d+-(bookworm|trixie|bullseye)-slim(@sha256:[0-9a-f]{64})?$/);
     for (const stage of file.stages) {
       assert.ok(stage.from === "${NODE_IMAGE}" || stageNames.has(stage.from), `stage ${stage.name} FROM ${stage.from}`);
     }
+  });
+
+  void it("runs the Node major that .nvmrc and the CI (.ci/run) name, one that package.json's engines allow", () => {
+    const major = readFileSync(path.join(root, ".nvmrc"), "utf8").trim();
+    assert.match(file.args.NODE_IMAGE ?? "", new RegExp(`^node:${major}\\.`));
+    assert.match(readFileSync(path.join(root, ".ci", "run"), "utf8"), new RegExp(`^NODE_VERSION=${major}\\.\\d+\\.\\d+$`, "m"));
+    const engines = (JSON.parse(readFileSync(path.join(root, "package.json"), "utf8")) as { engines: { node: string } }).engines.node;
+    assert.match(engines, /^>=\d+$/);
+    assert.ok(Number(major) >= Number(engines.slice(2)), `${major} is outside engines ${engines}`);
   });
 
   void it("installs with npm ci and builds in a builder stage", () => {
