@@ -12,7 +12,7 @@
 // Without ANTHROPIC_API_KEY the model is the scripted model, answering from
 // the agent's script in examples/plugins/example, and the output says so.
 import { execFileSync, spawn } from "node:child_process";
-import { cpSync, existsSync, mkdtempSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -60,6 +60,7 @@ console.log(`Agent: ${demo.agent}, on ${demo.runtime}.`);
 
 const stack = await startEmbeddedStack({ home, env: defaults.env });
 let exitCode = 1;
+let check; // the fresh copy the patch is tried on, removed at the end whatever happens
 try {
   const notice = isolationNotice(stack);
   if (notice) console.log(style(33, `note: ${notice}`));
@@ -93,13 +94,14 @@ try {
   exitCode = run.code;
   const where = /artifacts of (job_\w+) are in (.+)/.exec(run.out);
   if (run.code === 0 && where) {
-    const check = mkdtempSync(path.join(os.tmpdir(), "oz0-demo-check-"));
+    check = mkdtempSync(path.join(os.tmpdir(), "oz0-demo-check-"));
     cpSync(project, path.join(check, "dates"), { recursive: true });
     execFileSync("git", ["apply", path.join(where[2].trim(), "changes.patch")], { cwd: check });
-    say(`$ node --test   (in ${path.join(check, "dates")}, a fresh copy with the job's patch applied)`);
+    say(`$ node --test   (in a fresh copy of ${path.relative(process.cwd(), project) || "."} with the job's patch applied)`);
     try {
       const out = execFileSync(process.execPath, ["--test"], { cwd: path.join(check, "dates"), encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
-      console.log(out.split("\n").filter((l) => /^# (tests|pass|fail)/.test(l)).join("\n"));
+      // The summary lines: `# pass 2` (TAP, Node 22) or `ℹ pass 2` (spec, Node 24).
+      console.log(out.split("\n").filter((l) => /^[#ℹ] (tests|pass|fail) /.test(l)).join("\n"));
       say(`The test passes. Job ${where[1]}: see it with \`OZ0_HOME=${home} npx oz0 jobs show ${where[1]}\`.`);
     } catch (error) {
       console.log(String(error.stdout ?? error));
@@ -114,5 +116,6 @@ try {
   exitCode = 1;
 } finally {
   await stack.close();
+  if (check) rmSync(check, { recursive: true, force: true });
 }
 process.exit(exitCode);

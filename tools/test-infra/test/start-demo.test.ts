@@ -1,10 +1,11 @@
 // `npm start`'s demo as a new user runs it (after `npm run build`), with a
 // fresh data directory and no provider key: on Claude Code by default, and on
 // the fake harness with OZ0_DEMO_HARNESS=fake. Each run must end with the
-// job's patch making the dates project's test pass on a fresh copy.
+// job's patch making the dates project's test pass on a fresh copy, and
+// nothing left in the temporary folder the demo was given.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
@@ -13,9 +14,10 @@ import { fileURLToPath } from "node:url";
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const startDemo = path.join(repoRoot, "tools/test-infra/bin/start-demo.mjs");
 
-function runDemo(harness: string | undefined): Promise<{ code: number; out: string }> {
+function runDemo(harness: string | undefined): Promise<{ code: number; out: string; leftInTmp: string[] }> {
   const home = mkdtempSync(path.join(os.tmpdir(), "oz0-demo-test-"));
-  const env: NodeJS.ProcessEnv = { ...process.env, OZ0_HOME: home };
+  const tmp = mkdtempSync(path.join(os.tmpdir(), "oz0-demo-tmp-"));
+  const env: NodeJS.ProcessEnv = { ...process.env, OZ0_HOME: home, TMPDIR: tmp };
   // Offline, as a user without a key: the scripted model answers.
   delete env["ANTHROPIC_API_KEY"];
   delete env["OPENAI_API_KEY"];
@@ -31,14 +33,17 @@ function runDemo(harness: string | undefined): Promise<{ code: number; out: stri
     child.stderr.on("data", (d: Buffer) => (out += d.toString()));
     child.on("exit", (code) => {
       if (!process.env["OZ0_KEEP_TEST_HOME"]) rmSync(home, { recursive: true, force: true });
-      resolve({ code: code ?? 1, out });
+      const leftInTmp = readdirSync(tmp);
+      rmSync(tmp, { recursive: true, force: true });
+      resolve({ code: code ?? 1, out, leftInTmp });
     });
   });
 }
 
 void test("npm start runs claude-fixer on Claude Code with the scripted model, and the patched test passes", async () => {
-  const { code, out } = await runDemo(undefined);
+  const { code, out, leftInTmp } = await runDemo(undefined);
   assert.equal(code, 0, out);
+  assert.deepEqual(leftInTmp, [], "npm start left these in its temporary folder");
   assert.match(out, /the SCRIPTED model \(no ANTHROPIC_API_KEY set\).*demo-script-claude\.json/);
   assert.match(out, /installed plugin harness-claude 0\.1\.0/);
   assert.match(out, /\$ oz0 run claude-fixer /);
@@ -46,19 +51,22 @@ void test("npm start runs claude-fixer on Claude Code with the scripted model, a
   assert.match(out, /▸ Bash: Run cat dates\/dates\.mjs/);
   assert.match(out, /▸ Bash: Run cd dates && node --test/);
   assert.match(out, /result \(completed, 4 turns\)/);
-  assert.match(out, /[#ℹ] pass 2\n\s*[#ℹ] fail 0/); // node --test: TAP before Node 23, spec after
+  // The demo's own test run on the patched copy (TAP before Node 23, spec after).
+  assert.match(out.slice(out.indexOf("$ node --test   (in a fresh copy")), /^[#ℹ] pass 2\n[#ℹ] fail 0$/m);
   assert.match(out, /The test passes\./);
   // Piped, not a terminal: no formatting codes.
   assert.equal(out.includes("\x1b["), false, "escape codes in piped output");
 });
 
 void test("OZ0_DEMO_HARNESS=fake runs the fake-harness fixer instead, and the patched test passes", async () => {
-  const { code, out } = await runDemo("fake");
+  const { code, out, leftInTmp } = await runDemo("fake");
   assert.equal(code, 0, out);
+  assert.deepEqual(leftInTmp, [], "npm start left these in its temporary folder");
   assert.match(out, /the SCRIPTED model \(no ANTHROPIC_API_KEY set\).*demo-script\.json/);
   assert.match(out, /\$ oz0 run fixer /);
   assert.match(out, /▸ write_file/);
-  assert.match(out, /[#ℹ] pass 2\n\s*[#ℹ] fail 0/); // node --test: TAP before Node 23, spec after
+  // The demo's own test run on the patched copy (TAP before Node 23, spec after).
+  assert.match(out.slice(out.indexOf("$ node --test   (in a fresh copy")), /^[#ℹ] pass 2\n[#ℹ] fail 0$/m);
   assert.match(out, /The test passes\./);
 });
 
