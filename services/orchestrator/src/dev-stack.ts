@@ -159,7 +159,7 @@ function adoptedProcess(options: { name: StackServiceName; pid: number; url: str
 function describeExit(exit: ServiceExit): string {
   if (exit.signal) return `killed by ${exit.signal}`;
   if (exit.code !== undefined && exit.code !== null) return `exit code ${exit.code}`;
-  return "it is gone";
+  return "it ended; it was adopted, so how is not known";
 }
 
 export async function startDevStack(options: DevStackOptions): Promise<DevStack> {

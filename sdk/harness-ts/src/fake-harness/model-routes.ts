@@ -25,7 +25,7 @@ export async function callModel(model: ModelEndpoint, call: ModelCall): Promise<
   const body = openai
     ? { model: model.model, max_tokens: 4096, messages: toOpenAiMessages(call.system, call.messages), tools: call.tools.map(toOpenAiTool) }
     : { model: model.model, max_tokens: 4096, system: call.system, messages: call.messages, tools: call.tools };
-  const response = await fetch(url, {
+  const response = await fetchAcrossRestarts(url, {
     method: "POST",
     headers: { ...model.headers, "content-type": "application/json", ...(openai ? {} : { "anthropic-version": "2023-06-01" }) },
     body: JSON.stringify(body),
@@ -33,6 +33,26 @@ export async function callModel(model: ModelEndpoint, call: ModelCall): Promise<
   });
   if (!response.ok) throw new Error(`the model call failed: HTTP ${response.status} ${(await response.text()).slice(0, 200)}`);
   return openai ? fromOpenAi((await response.json()) as OpenAiCompletion) : fromAnthropic((await response.json()) as AnthropicMessage);
+}
+
+/** Waits between tries when the proxy does not answer at all: about 8 s in all, longer than a restart of the proxy takes. */
+const RECONNECT_DELAYS_MS = [250, 500, 1_000, 2_000, 4_000];
+
+/**
+ * A call the proxy never answered (refused or cut: it is restarting) is sent
+ * again, as the providers' SDKs do. An answer, even an error, is final: the
+ * proxy has already retried the provider's 429 and 5xx.
+ */
+async function fetchAcrossRestarts(url: string, init: RequestInit & { signal: AbortSignal }): Promise<Response> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await fetch(url, init);
+    } catch (error) {
+      const delay = RECONNECT_DELAYS_MS[attempt];
+      if (init.signal.aborted || delay === undefined) throw error;
+      await new Promise((resolve) => setTimeout(resolve, delay));
+    }
+  }
 }
 
 interface AnthropicMessage { content: ContentBlock[]; usage?: { input_tokens?: number; output_tokens?: number } }
