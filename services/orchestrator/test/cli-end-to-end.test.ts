@@ -48,6 +48,7 @@ function pick({ input, turn }: { input: string; turn: number }): ScriptedTurn {
   if (input.startsWith("approve")) {
     return turn === 0 ? { text: "Writing the proof.", toolCalls: [{ name: "run_command", input: { command: "echo approved > proof.txt" } }] } : { text: "proof written" };
   }
+  if (input.startsWith("fail")) return turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: "echo boom; exit 3" } }] } : { text: "the command failed" };
   return { text: `no script for ${input}` };
 }
 
@@ -300,4 +301,12 @@ void test("a plugin manifest that sets harnesses[].env is refused at install, sa
   const installed = await t.cli(["plugin", "install", `file://${bad}`]);
   assert.equal(installed.code, 1, installed.stdout);
   assert.match(installed.stderr, /field \/harnesses\/0\/env: expected no field env: a harness runs with the sandbox's minimal environment.*\["env", "NAME=value", "my-harness"\]/);
+});
+
+void test("a command that exits non-zero is shown as a failed call (✗), not a success", async () => {
+  const ran = await t.cli(["run", "fixer", "fail a command"]);
+  assert.equal(ran.code, 0, ran.stderr);
+  assert.match(ran.stdout, /▸ run_command: .*exit 3/);
+  assert.match(ran.stdout, /✗ exit code 3\n\s+boom/);
+  assert.doesNotMatch(ran.stdout, /✓ exit code 3/);
 });

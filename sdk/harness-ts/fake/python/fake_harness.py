@@ -65,7 +65,11 @@ def run_tool(root, name, args):
         return "wrote " + args["path"]
     if name == "run_command":
         done = subprocess.run(["/bin/sh", "-c", args["command"]], cwd=root, capture_output=True, text=True, timeout=120)
-        return f"exit code {done.returncode}\n{done.stdout}{done.stderr}"
+        output = f"exit code {done.returncode}\n{done.stdout}{done.stderr}"
+        if done.returncode != 0:
+            # A command that exits non-zero is a failed call: its output is the error.
+            raise RuntimeError(output)
+        return output
     raise ValueError("unknown tool " + name)
 
 

@@ -64,10 +64,13 @@ export async function runWorkingDirTool(root: string, name: string, input: JsonO
       return `wrote ${String(input.path)}`;
     }
     case "run_command":
-      return new Promise((resolve) => {
+      // A command that exits non-zero is a failed call (as Claude Code's Bash tool reports it): its output is the error.
+      return new Promise((resolve, reject) => {
         execFile("/bin/sh", ["-c", String(input.command)], { cwd: root, signal, timeout: 120_000, maxBuffer: 1 << 20 }, (error, stdout, stderr) => {
           const code = error ? ((error as { code?: unknown }).code ?? 1) : 0;
-          resolve(`exit code ${String(code)}\n${stdout}${stderr}`);
+          const output = `exit code ${String(code)}\n${stdout}${stderr}`;
+          if (code === 0) resolve(output);
+          else reject(new Error(output));
         });
       });
     default:
