@@ -190,5 +190,7 @@ void test("oz0 dev: each service killed in turn, then oz0 dev itself; both jobs 
   const last = servicePids();
   dev.child.kill("SIGINT");
   assert.equal(await new Promise((resolve) => dev.child.once("exit", resolve)), 0);
+  // One calm line, not a line per service that reads like a crash.
+  assert.deepEqual(dev.stderr().split("oz0: stopping the stack\n")[1], "", dev.stderr());
   for (const [name, pid] of Object.entries(last)) assert.equal(alive(pid), false, `the ${name} service is stopped`);
 });
