@@ -3,7 +3,9 @@
 # nothing else (the CI): the registry's `node-linux-<arch>` package carries
 # the official binary and its headers (include/node), so native modules are
 # built against it with no download (npm_config_nodedir). Kept per version
-# under ~/.cache/oz0/node (OZ0_NODE_CACHE), so a second run costs nothing.
+# (a second run costs nothing) in OZ0_NODE_CACHE, else /var/cache/oz0/node as
+# root, else ~/.cache/oz0/node. Not under root's home: sessions under uids of
+# their own run this node, and /root lets no other user through.
 # Prints the folder holding bin/node and include/node.
 #
 #   dir="$(bash tools/test-infra/bin/install-node.sh 24.22.3)"
@@ -15,7 +17,13 @@ case "$(uname -m)" in
   aarch64 | arm64) arch=arm64 ;;
   *) echo "install-node.sh: the npm registry has no node-linux package for $(uname -m); install Node $version another way" >&2; exit 1 ;;
 esac
-cache="${OZ0_NODE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/oz0/node}"
+if [ -n "${OZ0_NODE_CACHE:-}" ]; then
+  cache="$OZ0_NODE_CACHE"
+elif [ "$(id -u)" = 0 ]; then
+  cache=/var/cache/oz0/node
+else
+  cache="${XDG_CACHE_HOME:-$HOME/.cache}/oz0/node"
+fi
 dir="$cache/$version"
 pkg="$dir/node_modules/node-linux-$arch"
 if ! [ "$("$pkg/bin/node" --version 2>/dev/null)" = "v$version" ]; then
@@ -27,6 +35,7 @@ if ! [ "$("$pkg/bin/node" --version 2>/dev/null)" = "v$version" ]; then
   npm install --prefix "$partial" --no-save --no-package-lock --no-audit --no-fund --ignore-scripts "node-linux-$arch@$version" >&2
   [ "$("$partial/node_modules/node-linux-$arch/bin/node" --version)" = "v$version" ]
   [ -f "$partial/node_modules/node-linux-$arch/include/node/node.h" ] || { echo "install-node.sh: node-linux-$arch@$version has no headers (include/node)" >&2; exit 1; }
+  chmod 755 "$partial" # mktemp's 0700 would keep other users from this node
   rm -rf "$dir"
   mv "$partial" "$dir"
 fi
