@@ -9,6 +9,7 @@ import { describe, it } from "node:test";
 import { promisify } from "node:util";
 import { CONFORMANCE_CASES, CONFORMANCE_REPORT_VERSION, runConformance } from "@oz0/harness/testing";
 import type { ConformanceReport } from "@oz0/harness/testing";
+import { chooseContainment, CONTAINMENT_MECHANISMS } from "@oz0/harness/host";
 
 const run = promisify(execFile);
 const here = (relative: string): string => fileURLToPath(new URL(relative, import.meta.url));
@@ -19,6 +20,20 @@ const pythonHarness = ["python3", here("../fake/python/fake_harness.py")];
 const broken = (name: string): string[] => [process.execPath, here(`./fixtures/broken/${name}.mjs`)];
 // Generous: on a loaded machine a harness may need a while to exit after its result.
 const graceMs = 5000;
+/** What the clean-environment fixture's escaped child runs: only a cgroup or a subreaper finds it. */
+const CLEAN_ESCAPEE = "setInterval(() => {}, 987655)";
+
+/** Why the containment mechanism cannot run here, or false when it can (tried for real, then put away). */
+function containmentSkip(mechanism: (typeof CONTAINMENT_MECHANISMS)[number]): string | false {
+  try {
+    chooseContainment({ setting: mechanism, name: `oz0-conformance-test-${process.pid}` }).close();
+    return false;
+  } catch (error) {
+    return (error as Error).message;
+  }
+}
+/** The mechanism the kit takes in this process (the first that works). */
+const kitMechanism = CONTAINMENT_MECHANISMS.find((mechanism) => containmentSkip(mechanism) === false);
 
 function describeFailures(report: ConformanceReport): string {
   return report.cases.filter((c) => c.status !== "passed").map((c) => `${c.id} (${c.status}): ${c.message}`).join("\n");
@@ -152,6 +167,9 @@ void describe("the conformance kit", () => {
     { fixture: "ignores-answer-outcome", caseId: "permission-outcome", status: "failed", message: /the tool ran \(timed-out\.txt exists\) although the answer's outcome was OUTCOME_TIMED_OUT.*\(rule 6, rule 7\)$/ },
     { fixture: "no-tool-events", caseId: "tool-events", status: "failed", message: /wrote no tool_call event.*\(ToolCall, ToolResult\)$/ },
     { fixture: "escapes-with-setsid", caseId: "processes", status: "failed", message: /process \d+ \(sleep 987654\) left the session's process group \(setsid.*\(rule 5\)$/ },
+    ...(kitMechanism !== "environment"
+      ? [{ fixture: "escapes-with-clean-environment", caseId: "processes", status: "failed" as const, message: /process \d+ \(.*setInterval\(\(\) => \{\}, 987655\)\) left the session's process group \(setsid.*\(rule 5\)$/ }]
+      : []),
     { fixture: "runtime-tools-without-asking", caseId: "runtime-tool-permission", status: "failed", message: /relayed the runtime tool call without a permission_request first.*\(rule 6\)$/ },
     { fixture: "no-usage", caseId: "usage", status: "warning", message: /wrote no usage event.*\(Usage, SessionResult\.usage and turns\)$/ },
   ];
@@ -168,6 +186,7 @@ void describe("the conformance kit", () => {
         assert.ok(Date.now() - started < 60_000, `the run took ${Date.now() - started} ms`);
         assert.deepEqual(processesRunning("sleep 987654"), []);
       }
+      if (fixture === "escapes-with-clean-environment") assert.deepEqual(processesRunning(CLEAN_ESCAPEE), []);
     });
   }
 
@@ -238,6 +257,22 @@ void describe("the conformance kit", () => {
     assert.ok("code" in usage && usage.code === 2);
     assert.match(usage.stderr, /no harness command after --/);
   });
+
+  // The issue's harness: a child in a session of its own holding stdout and stderr, the harness gone. The CLI ends it, says so and exits.
+  for (const mechanism of CONTAINMENT_MECHANISMS) {
+    // The best-effort search finds a process only by the environment it inherited: its fixture keeps it.
+    const [fixture, escapee] = mechanism === "environment" ? ["escapes-with-setsid", "sleep 987654"] : ["escapes-with-clean-environment", CLEAN_ESCAPEE];
+    void it(`with containment by ${mechanism}, the CLI fails ${fixture} on processes, kills what it left and exits`, { skip: containmentSkip(mechanism) }, async () => {
+      const failed = await run(process.execPath, [cli, "--only", "processes", "--grace-ms", String(graceMs), "--", ...broken(fixture)], { env: { ...process.env, OZ0_CONTAINMENT: mechanism } }).then(
+        () => assert.fail("exit status 0 for a harness that leaves a process behind"),
+        (error: { code: number; stdout: string; stderr: string }) => error,
+      );
+      assert.equal(failed.code, 1, failed.stderr);
+      assert.match(failed.stdout, /^FAIL {2}processes: .*left the session's process group \(setsid.*\(rule 5\)$/m);
+      assert.equal(failed.stdout.trim().split("\n").at(-1), "0 passed, 1 failed");
+      assert.deepEqual(processesRunning(escapee), []);
+    });
+  }
 
   void it("resolves a relative harness path against the caller's directory, as plugin manifests are", async () => {
     const relative = await run(process.execPath, [cli, "--only", "handshake", "--", "node", "test/fixtures/broken/correct.mjs"], { cwd: packageDir });

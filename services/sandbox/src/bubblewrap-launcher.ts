@@ -17,7 +17,7 @@ import { existsSync, realpathSync } from "node:fs";
 import path from "node:path";
 import type { Readable } from "node:stream";
 import { planMounts, isWithin, type BindMount, type MountPlan } from "./bubblewrap-mounts.js";
-import { findCommand } from "./command-lookup.js";
+import { findCommand } from "@oz0/harness/host";
 import type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "@oz0/harness/host";
 
 /** System paths bound read-only when they exist; /etc only in part, since it can hold secrets. */

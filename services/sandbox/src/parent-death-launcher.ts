@@ -5,8 +5,7 @@
 // harness itself started is killed only on a clean exit of the sandbox (or
 // under bubblewrap, whose --die-with-parent takes the whole namespace).
 import { existsSync } from "node:fs";
-import { processGroupLauncher, type HarnessLauncher } from "@oz0/harness/host";
-import { commandIsExecutable } from "./command-lookup.js";
+import { commandIsExecutable, processGroupLauncher, type HarnessLauncher } from "@oz0/harness/host";
 
 export function findSetpriv(): string | undefined {
   return ["/usr/bin/setpriv", "/bin/setpriv"].find((candidate) => existsSync(candidate));

@@ -9,8 +9,7 @@
 // uid clears it, so it must come after.
 import { realpathSync, statSync } from "node:fs";
 import path from "node:path";
-import { processGroupLauncher, type HarnessLauncher } from "@oz0/harness/host";
-import { findCommand } from "./command-lookup.js";
+import { findCommand, processGroupLauncher, type HarnessLauncher } from "@oz0/harness/host";
 import type { SessionUser } from "./session-user-processes.js";
 
 /** setpriv's arguments that make the rest of the command run as `user`, unprivileged for good. */

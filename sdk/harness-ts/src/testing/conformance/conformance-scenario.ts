@@ -13,7 +13,7 @@ import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { PermissionAnswer_Outcome, PermissionRequest, RuntimeToolCall, SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { processGroupLauncher, startHostSession } from "../../host/index.js";
+import { startHostSession } from "../../host/index.js";
 import type { HarnessLauncher, HostSession, SessionOutcome } from "../../host/index.js";
 import { startScriptedModel } from "../scripted-model.js";
 import { anthropicError, openAiError } from "../scripted-model-wire.js";
@@ -230,7 +230,8 @@ export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec
       request,
       graceMs: settings.graceMs,
       deadline: new Date(Date.now() + settings.caseTimeoutMs),
-      launcher: trackingLauncher(recordingLauncher(processGroupLauncher(), transcript, rewrite), sessionId, leftovers),
+      // The tracking launcher innermost: it starts the harness inside its container.
+      launcher: recordingLauncher(trackingLauncher(sessionId, leftovers), transcript, rewrite),
       onEvent: (event) => {
         events.push(event);
         spec.onEvent?.(event, run);

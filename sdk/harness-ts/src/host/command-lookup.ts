@@ -1,9 +1,9 @@
 // Whether a harness command can run at all, checked before launching so a
-// wrapper (setpriv, bwrap) does not turn "no such command" into a harness
-// that exited without a result.
+// wrapper (setpriv, bwrap, a containment wrapper) does not turn "no such
+// command" into a harness that exited without a result.
 import { accessSync, constants } from "node:fs";
 import path from "node:path";
-import type { LaunchSpec } from "@oz0/harness/host";
+import type { LaunchSpec } from "./process-launcher.js";
 
 /** The file `command[0]` names, as execvp would find it with the session's PATH; undefined when there is none. */
 export function findCommand(spec: LaunchSpec): string | undefined {
