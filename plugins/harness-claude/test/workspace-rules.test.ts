@@ -2,15 +2,16 @@
 // working directory, runtime tool names, and structured output from text.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, symlink } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, symlink } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { runtimeToolNames } from "../src/runtime-tool-server.js";
 import { structuredOutputFromText } from "../src/structured-output.js";
 import { workspaceBoundary } from "../src/workspace-boundary.js";
 
-void test("file tools may use paths inside the working directory only; skills are readable, not writable", async () => {
+void test("file tools may use paths inside the working directory only; skills are readable, not writable", async (t) => {
   const root = await mkdtemp(path.join(os.tmpdir(), "oz0-boundary-"));
+  t.after(() => rm(root, { recursive: true, force: true }));
   const work = path.join(root, "work");
   const skill = path.join(root, "skill");
   await mkdir(work);

@@ -83,8 +83,10 @@ void describe("budgets", () => {
     }
   });
 
-  void it("keeps the spent budget across a proxy restart", async () => {
-    const dir = (await import("node:fs")).mkdtempSync(`${(await import("node:os")).tmpdir()}/oz0-llm-proxy-`);
+  void it("keeps the spent budget across a proxy restart", async (t) => {
+    const { mkdtempSync, rmSync } = await import("node:fs");
+    const dir = mkdtempSync(`${(await import("node:os")).tmpdir()}/oz0-llm-proxy-`);
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
     const fx = await startFixture({ turns: () => ({ text: "ok", usage: { input: 1000, output: 1000 } }), config: { dataDir: dir } });
     let token: string;
     let headers: Record<string, string>;

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, it } from "node:test";
@@ -10,9 +10,10 @@ import { startFixture } from "./proxy-fixture.js";
 const PROVIDER_SEES = new Set(["anthropic-version", "anthropic-beta", "accept", "user-agent", "x-app", "x-api-key", "content-type", "accept-encoding", "content-length", "host", "connection"]);
 
 void describe("the Claude Code binary through the proxy", () => {
-  void it("runs a session with only the base URL, token and headers swapped, metered under the job", async () => {
+  void it("runs a session with only the base URL, token and headers swapped, metered under the job", async (t) => {
     const work = mkdtempSync(path.join(tmpdir(), "oz0-proxy-claude-work-"));
     const state = mkdtempSync(path.join(tmpdir(), "oz0-proxy-claude-state-"));
+    t.after(() => [work, state].forEach((dir) => rmSync(dir, { recursive: true, force: true })));
     const fx = await startFixture({
       turns: [
         { toolCalls: [{ name: "Write", input: { file_path: path.join(work, "hello.txt"), content: "hello\n" } }], usage: { input: 900, output: 40, cacheWrite: 100 } },

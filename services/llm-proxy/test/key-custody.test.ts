@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, it } from "node:test";
@@ -24,8 +24,9 @@ function leaks(text: string): string[] {
 }
 
 void describe("key custody", () => {
-  void it("a planted key is found in no output: logs, responses, errors, metering rows, events, RPC answers, the data file", async () => {
+  void it("a planted key is found in no output: logs, responses, errors, metering rows, events, RPC answers, the data file", async (t) => {
     const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-keys-"));
+    t.after(() => rmSync(dataDir, { recursive: true, force: true }));
     const echo = `invalid x-api-key ${PLANTED_KEY} (starts ${PLANTED_KEY.slice(0, 14)}…, ends …${PLANTED_KEY.slice(-10)})`;
     const fx = await startFixture({
       config: { dataDir },
@@ -134,8 +135,9 @@ void describe("key custody", () => {
     assert.equal(scrubSecret("unrelated text", "abcdefghijklmnop"), "unrelated text");
   });
 
-  void it("refuses a proxy started with a different KEK to decrypt, with a message saying what to do", async () => {
+  void it("refuses a proxy started with a different KEK to decrypt, with a message saying what to do", async (t) => {
     const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-kek-"));
+    t.after(() => rmSync(dataDir, { recursive: true, force: true }));
     const first = await startFixture({ turns: [], config: { dataDir } });
     await first.close();
     const { startLlmProxy } = await import("../src/index.js");

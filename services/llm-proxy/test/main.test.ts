@@ -1,7 +1,7 @@
 // The process entry point: environment in, a serving proxy, SIGTERM out.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, it } from "node:test";
@@ -29,8 +29,9 @@ function startMain(env: Record<string, string | undefined>): Promise<{ child: Re
 }
 
 void describe("main", () => {
-  void it("reads the environment (port, data, KEK file, providers file, key files, its callers) and stops on SIGTERM", async () => {
+  void it("reads the environment (port, data, KEK file, providers file, key files, its callers) and stops on SIGTERM", async (t) => {
     const dir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-main-"));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
     writeFileSync(path.join(dir, "kek"), Buffer.alloc(32, 3).toString("base64"));
     writeFileSync(path.join(dir, "providers.json"), JSON.stringify({ providers: [{ name: "scripted", kind: "scripted" }] }));
     // The directory Kubernetes mounts: the KEK, the providers file and one file per provider key.

@@ -2,11 +2,11 @@
 // mounts a Secret (one file per key, the files links into `..data`, beside
 // the KEK and the providers file), read at start-up and never shown.
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Writable } from "node:stream";
-import { describe, it } from "node:test";
+import { describe, it, type TestContext } from "node:test";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { startScriptedModel } from "@oz0/harness/testing";
@@ -19,8 +19,9 @@ import { testCredentials } from "@oz0/serving/testing";
 const OPENAI_KEY = "sk-proj-FILEKEYq9Zx7Lw2Vb8Nc4Md6Kf1Hg3Js5Tr0Yu0123456789";
 
 /** A Secret volume as the kubelet lays it out: the files are links into a timestamped folder. */
-function mountedSecret(files: Record<string, string>): string {
+function mountedSecret(t: TestContext, files: Record<string, string>): string {
   const dir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-secrets-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const data = path.join(dir, "..2026_11_29_00_00_00.000000001");
   mkdirSync(data);
   for (const [name, value] of Object.entries(files)) writeFileSync(path.join(data, name), value);
@@ -44,8 +45,8 @@ function capture(): { logger: pino.Logger; lines: string[] } {
 }
 
 void describe("provider keys from OZ0_SECRETS_DIR", () => {
-  void it("stores each key file at start-up, skips the other files, never shows a key, and does not rewrite an unchanged key", async () => {
-    const secretsDir = mountedSecret({
+  void it("stores each key file at start-up, skips the other files, never shows a key, and does not rewrite an unchanged key", async (t) => {
+    const secretsDir = mountedSecret(t, {
       kek: Buffer.alloc(32, 5).toString("base64"),
       "providers.json": "{}",
       // Files written from a shell end in a newline: it is not part of the key.
@@ -54,6 +55,7 @@ void describe("provider keys from OZ0_SECRETS_DIR", () => {
       "lower-case-name": "not a key",
     });
     const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-secrets-data-"));
+    t.after(() => rmSync(dataDir, { recursive: true, force: true }));
     const model = await startScriptedModel({ turns: () => ({ text: "ok", usage: { input: 1, output: 1 } }), isSideCall: () => false });
     const config = (logger: pino.Logger): LlmProxyConfig => ({
       auth: testCredentials.settingsFor("llm-proxy"),
@@ -120,8 +122,8 @@ void describe("provider keys from OZ0_SECRETS_DIR", () => {
     }
   });
 
-  void it("refuses to start on an empty key file, naming the file and nothing of its neighbours", async () => {
-    const secretsDir = mountedSecret({ ANTHROPIC_API_KEY: PLANTED_KEY, OPENAI_API_KEY: "\n" });
+  void it("refuses to start on an empty key file, naming the file and nothing of its neighbours", async (t) => {
+    const secretsDir = mountedSecret(t, { ANTHROPIC_API_KEY: PLANTED_KEY, OPENAI_API_KEY: "\n" });
     const { logger } = capture();
     await assert.rejects(startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"), secretsDir, kek: Buffer.alloc(32, 5), logger, providers: [] }), (error: Error) => {
       assert.match(error.message, /OPENAI_API_KEY in OZ0_SECRETS_DIR is empty/);

@@ -1,7 +1,7 @@
 // The SQLite store against the ProxyStore contract (proxy-store-suite.ts).
 // One process uses it, so both handles are the same store.
 import assert from "node:assert/strict";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
@@ -13,11 +13,16 @@ describeProxyStore("SqliteProxyStore", async () => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-store-"));
   const store = new SqliteProxyStore({ dataDir });
   // A process that used the same file before this one (its budget holds die with it).
-  return { a: store, b: store, crashed: async () => new SqliteProxyStore({ dataDir }), close: () => store.close() };
+  return { a: store, b: store, crashed: async () => new SqliteProxyStore({ dataDir }), close: async () => {
+      await store.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
 });
 
-void test("a store made before tokens recorded their first use gains the column, and counts its tokens used (nothing shows otherwise)", async () => {
+void test("a store made before tokens recorded their first use gains the column, and counts its tokens used (nothing shows otherwise)", async (t) => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-old-"));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   const old = new Database(path.join(dataDir, "llm-proxy.sqlite"));
   old.exec(`CREATE TABLE session_tokens (hash TEXT PRIMARY KEY, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
     budget_usd REAL NOT NULL, created_at INTEGER NOT NULL, revoked_at INTEGER);

@@ -4,7 +4,7 @@
 // scripted model answers its second turn with what it read in the tool
 // results ("saw: …"), so what reached the model is in the job's result.
 import assert from "node:assert/strict";
-import { copyFileSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -66,6 +66,7 @@ interface JobJson {
 }
 
 let t: TestStack;
+let repo: string | undefined;
 
 async function makeRepo(): Promise<string> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-hooks-repo-"));
@@ -154,12 +155,14 @@ const decisions = (all: Record<string, unknown>[]): Record<string, unknown>[] =>
 
 before(async () => {
   t = await startTestStack({ pick });
-  const installed = await t.cli(["plugin", "install", `file://${await makeRepo()}`]);
+  repo = await makeRepo();
+  const installed = await t.cli(["plugin", "install", `file://${repo}`]);
   assert.equal(installed.code, 0, installed.stderr);
 });
 
 after(async () => {
   await t?.close();
+  if (repo) rmSync(repo, { recursive: true, force: true });
 });
 
 void test("a tool outside harness.tools is refused without asking, and the model reads why", async () => {

@@ -4,7 +4,7 @@
 // by itself. Each run then finishes with every step recorded once, and no
 // step's job started twice (the running ones are re-attached, not re-run).
 import assert from "node:assert/strict";
-import { cpSync, mkdtempSync, writeFileSync } from "node:fs";
+import { cpSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -173,11 +173,12 @@ void test("cancelling a graph job cancels the step that runs and ends the run ca
   assert.equal((await stepJobs(prompt)).finish, undefined);
 });
 
-void test("a run keeps the agent versions it started with when a new version is published mid-run", async () => {
+void test("a run keeps the agent versions it started with when a new version is published mid-run", async (ctx) => {
   const prompt = "pinned-run";
   const graphJob = await startGraph("chain", prompt);
   await eventually(async () => ((await stepJobs(prompt)).slow?.some((j) => j.state === "JOB_STATE_RUNNING") ? true : undefined));
   const changed = mkdtempSync(path.join(os.tmpdir(), "oz0-crash-graphs-v2-"));
+  ctx.after(() => rmSync(changed, { recursive: true, force: true }));
   cpSync(plugin, changed, { recursive: true });
   writeFileSync(path.join(changed, "prompts/finish.md"), "You are finish. Say it differently.\n");
   const installed = await t.cli(["plugin", "install", changed]);

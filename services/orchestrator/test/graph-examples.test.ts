@@ -4,7 +4,7 @@
 // custom ParseEmail step runs in the sandbox through the step runner.
 import { bearerInterceptor } from "@oz0/serving";
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -146,8 +146,9 @@ void test("the README's graph section shows the example plugin's inbox graph, an
   }
 });
 
-void test("an invalid graph refuses the whole plugin, naming the unknown agent and the incomplete loop", async () => {
+void test("an invalid graph refuses the whole plugin, naming the unknown agent and the incomplete loop", async (ctx) => {
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-bad-graph-"));
+  ctx.after(() => rmSync(dir, { recursive: true, force: true }));
   mkdirSync(path.join(dir, "graphs"));
   writeFileSync(path.join(dir, "oz0-plugin.yaml"), "name: bad-graphs\nversion: 0.1.0\ngraphs: [graphs/bad.yaml]\n");
   writeFileSync(

@@ -5,7 +5,7 @@
 // tools, and its tool call decides what the run does. The manager runs only
 // on that event: a run whose steps all succeed never starts a boss job.
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -57,6 +57,7 @@ function turn(agent: string, input: string, turnIndex: number): ScriptedTurn {
 }
 
 let t: TestStack;
+let plugin: string | undefined;
 
 function writePlugin(): string {
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-manager-plugin-"));
@@ -144,12 +145,14 @@ async function runManaged(prompt: string, meanwhile?: () => Promise<void>): Prom
 
 before(async () => {
   t = await startTestStack({ pick: ({ input, turn: n, request }) => turn(agentOf(request), input, n) });
-  const installed = await t.cli(["plugin", "install", writePlugin()]);
+  plugin = writePlugin();
+  const installed = await t.cli(["plugin", "install", plugin]);
   assert.equal(installed.code, 0, installed.stderr + installed.stdout);
 });
 
 after(async () => {
   await t?.close();
+  if (plugin) rmSync(plugin, { recursive: true, force: true });
 });
 
 void test("the manager retries the failed step, which then succeeds", async () => {

@@ -3,7 +3,7 @@
 // through node_modules/.bin publishes new versions that name why, and a new
 // job runs the new copy; an install without changes publishes nothing.
 import assert from "node:assert/strict";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -54,6 +54,7 @@ before(async () => {
 
 after(async () => {
   await t?.close();
+  rmSync(work, { recursive: true, force: true });
 });
 
 async function install(dir: string): Promise<string> {

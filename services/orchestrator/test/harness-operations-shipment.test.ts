@@ -130,10 +130,11 @@ void test("the shipment example: two operations in one turn run concurrently, va
   }
 });
 
-void test("changing an operation publishes a new version; the older one keeps its exact definition", async () => {
-  const { cpSync, mkdtempSync, readFileSync, writeFileSync } = await import("node:fs");
+void test("changing an operation publishes a new version; the older one keeps its exact definition", async (ctx) => {
+  const { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } = await import("node:fs");
   const os = await import("node:os");
   const copy = mkdtempSync(path.join(os.tmpdir(), "oz0-shipments-"));
+  ctx.after(() => rmSync(copy, { recursive: true, force: true }));
   cpSync(plugin, copy, { recursive: true });
   const file = path.join(copy, "agents", "shipment-orchestrator.yaml");
   writeFileSync(file, readFileSync(file, "utf8").replace("timeout_ms: 60000", "timeout_ms: 45000"));
@@ -149,10 +150,11 @@ void test("changing an operation publishes a new version; the older one keeps it
   assert.match(newer.stdout, /key: verify_shipment[\s\S]*timeout_ms: 45000/);
 });
 
-void test("publication refuses an operation past a limit, naming the operation and the rule", async () => {
-  const { cpSync, mkdtempSync, readFileSync, writeFileSync } = await import("node:fs");
+void test("publication refuses an operation past a limit, naming the operation and the rule", async (ctx) => {
+  const { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } = await import("node:fs");
   const os = await import("node:os");
   const copy = mkdtempSync(path.join(os.tmpdir(), "oz0-shipments-bad-"));
+  ctx.after(() => rmSync(copy, { recursive: true, force: true }));
   cpSync(plugin, copy, { recursive: true });
   const file = path.join(copy, "agents", "shipment-orchestrator.yaml");
   writeFileSync(file, readFileSync(file, "utf8").replace("timeout_ms: 60000", "timeout_ms: 300001"));

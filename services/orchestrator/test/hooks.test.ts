@@ -4,10 +4,10 @@
 // order tool list → hooks → requires_approval, and schema errors that name
 // the file and the field.
 import assert from "node:assert/strict";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { test } from "node:test";
+import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { runCommandHook, parseHookAnswer } from "../src/command-hooks.js";
 import { hookMatches, nameMatches, resolvePointer, type PreToolCall } from "../src/hook-rules.js";
@@ -18,9 +18,12 @@ import type { AgentDefinition } from "../src/plugin-types.js";
 import { validateDocument } from "../src/yaml-validation.js";
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "hooks");
+// Every plugin and data directory of this file, removed when it ends.
+const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-hooks-"));
+after(() => rmSync(scratch, { recursive: true, force: true }));
 
 function agentWith(options: { pluginHooks?: unknown[]; agentHooks?: unknown[]; harness?: AgentDefinition["harness"] }): AgentVersionRecord {
-  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-hooks-plugin-"));
+  const dir = mkdtempSync(path.join(scratch, "plugin-"));
   writeFileSync(path.join(dir, "oz0-plugin.yaml"), JSON.stringify({ name: "tools", version: "1.0.0", hooks: options.pluginHooks ?? [] }));
   return {
     name: "coder",
@@ -211,11 +214,11 @@ void test("an agent whose harness does not ask cannot be published with hooks or
   const { mkdirSync } = await import("node:fs");
   const { SqliteJobStore } = await import("../src/sqlite-store.js");
   const { PluginRegistry } = await import("../src/plugin-registry.js");
-  const home = mkdtempSync(path.join(os.tmpdir(), "oz0-hooks-home-"));
+  const home = mkdtempSync(path.join(scratch, "home-"));
   const store = new SqliteJobStore({ file: ":memory:" });
   const registry = new PluginRegistry({ store, home });
   const plugin = (options: { permissions: boolean; agent: string; manifestHooks?: string }): string => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-hooks-src-"));
+    const dir = mkdtempSync(path.join(scratch, "src-"));
     mkdirSync(path.join(dir, "agents"));
     writeFileSync(path.join(dir, "p.md"), "p\n");
     writeFileSync(

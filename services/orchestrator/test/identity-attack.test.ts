@@ -6,10 +6,10 @@
 // credential or store of the services is readable, and the key is nowhere.
 // Once under bubblewrap and once as an unprivileged user of the session's own.
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, copyFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, copyFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { describe, it } from "node:test";
+import { describe, it, type TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
 import { ACCESS_TABLE } from "@oz0/serving";
 import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
@@ -33,12 +33,13 @@ interface Report {
   uid: number;
 }
 
-async function attack(isolation: "bwrap" | "user"): Promise<{ report: Report; t: TestStack }> {
+async function attack(isolation: "bwrap" | "user", ctx: TestContext): Promise<{ report: Report; t: TestStack }> {
   let command = "";
   const pick = ({ turn, request }: { turn: number; request: ScriptedRequest }): ScriptedTurn =>
     turn === 0 ? { toolCalls: [{ name: "run_command", input: { command } }] } : { text: `saw: ${toolResults(request)}` };
   const t = await startTestStack({ pick, sandboxEnv: { OZ0_ISOLATION: isolation } });
   const repo = mkdtempSync(path.join(os.tmpdir(), "oz0-attack-repo-"));
+  ctx.after(() => rmSync(repo, { recursive: true, force: true }));
   for (const sub of ["agents", "prompts"]) mkdirSync(path.join(repo, sub));
   writeFileSync(path.join(repo, "prompts", "p.md"), "Do as you are told.\n");
   writeFileSync(path.join(repo, "oz0-plugin.yaml"), 'name: attack\nversion: 0.1.0\nharnesses:\n  - name: fake\n    command: ["oz0-fake-harness"]\n    permissions: true\n    tools: [run_command]\nagents:\n  - agents/intruder.yaml\n');
@@ -48,6 +49,7 @@ async function attack(isolation: "bwrap" | "user"): Promise<{ report: Report; t:
   // The key in the proxy's custody as well: encrypted in its store.
   assert.equal((await t.cli(["secret", "set", "ANTHROPIC_API_KEY"], { input: `${PLANTED_KEY}\n` })).code, 0);
   const payload = mkdtempSync(path.join(os.tmpdir(), "oz0-attack-payload-"));
+  ctx.after(() => rmSync(payload, { recursive: true, force: true }));
   copyFileSync(fixture, path.join(payload, "identity-attack.mjs"));
   const targets = {
     urls: t.stack.urls,
@@ -81,7 +83,7 @@ function assertHeld(report: Report, diagnostic: (message: string) => void): void
 
 void describe("an attacker inside a job", () => {
   void it("as an unprivileged user of its own reaches the services, and every call is refused", async (ctx) => {
-    const { report, t } = await attack("user");
+    const { report, t } = await attack("user", ctx);
     try {
       assertHeld(report, (m) => ctx.diagnostic(m));
       assert.notEqual(report.uid, 0, "the session did not run as root");
@@ -93,7 +95,7 @@ void describe("an attacker inside a job", () => {
   });
 
   void it("under bubblewrap reaches no service port at all", async (ctx) => {
-    const { report, t } = await attack("bwrap");
+    const { report, t } = await attack("bwrap", ctx);
     try {
       assertHeld(report, (m) => ctx.diagnostic(m));
       assert.equal(report.unreachable, report.attempts, "every call failed to connect: the session has a network of its own");

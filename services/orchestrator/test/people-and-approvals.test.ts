@@ -6,7 +6,7 @@
 // a viewer may look but not approve. What is recorded, on the job and in the
 // public event, is the principal's id.
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -31,8 +31,11 @@ function pick({ input, turn, request }: { input: string; turn: number; request: 
   return { toolCalls: [{ name: "run_command", input: { command: `echo ${input}` } }] };
 }
 
+// The plugin, the auth configuration and the CLI homes of this file, removed when it ends.
+const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-people-"));
+
 async function makeRepo(): Promise<string> {
-  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-people-repo-"));
+  const dir = mkdtempSync(path.join(scratch, "repo-"));
   for (const sub of ["agents", "prompts"]) mkdirSync(path.join(dir, sub));
   writeFileSync(path.join(dir, "prompts", "p.md"), "Run the command you are asked to run.\n");
   writeFileSync(
@@ -83,7 +86,7 @@ async function publicEvents(jobId: string, type: string): Promise<PublicEvent[]>
 
 before(async () => {
   issuer = await startTestOidcIssuer();
-  const home = mkdtempSync(path.join(os.tmpdir(), "oz0-people-auth-"));
+  const home = mkdtempSync(path.join(scratch, "auth-"));
   const config = path.join(home, "auth.yaml");
   writeFileSync(
     config,
@@ -112,6 +115,7 @@ before(async () => {
 after(async () => {
   await t?.close();
   await issuer?.close();
+  rmSync(scratch, { recursive: true, force: true });
 });
 
 void test("only the agent's approvers answer: bob is refused naming the rule, alice approves, and the record says alice", async () => {
@@ -173,7 +177,7 @@ void test("a viewer reads jobs but may neither approve nor run; a stale token is
 });
 
 void test("oz0 login keeps a checked credential for an orchestrator, commands use it, and oz0 logout forgets it", async () => {
-  const home = mkdtempSync(path.join(os.tmpdir(), "oz0-login-"));
+  const home = mkdtempSync(path.join(scratch, "login-"));
   const env = { OZ0_HOME: home, OZ0_URL: "" };
   const refused = await t.cli(["login", "--url", t.url, "--token", "oz0_not-a-credential-anyone-issued"], { env });
   assert.equal(refused.code, 1);

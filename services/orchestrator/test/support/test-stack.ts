@@ -1,6 +1,6 @@
 // The stack the orchestrator's tests drive: the four real services as child
 // processes on loopback (the embedded stack's own code path), the LLM proxy's
-// Anthropic route pointed at a scripted model in the test process, and a
+// Anthropic and OpenAI routes pointed at a scripted model in the test process, and a
 // helper that runs the `oz0` CLI as a user would.
 import { execFile, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -63,7 +63,8 @@ export async function startTestStack(options: {
     },
   });
   const providersFile = path.join(home, "providers.json");
-  writeFileSync(providersFile, JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url }] }));
+  // Both routes reach the scripted model, which answers each in its own wire format.
+  writeFileSync(providersFile, JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url }, { name: "openai", baseUrl: model.url, auth: "bearer" }] }));
   const stack = await startEmbeddedStack({
     home,
     logLevel: "info",
@@ -118,9 +119,16 @@ export async function startTestStack(options: {
   return t;
 }
 
+/** The plugin repositories this test process made: removed when it exits, whatever its tests did. */
+const pluginRepos: string[] = [];
+process.once("exit", () => {
+  for (const dir of pluginRepos) rmSync(dir, { recursive: true, force: true });
+});
+
 /** A plugin in a fresh git repository whose harness is the SDK's fake harness; returns the repository's path. */
 export async function makePluginRepo(options: { agents: Record<string, string>; name?: string; version?: string; prompts?: Record<string, string> }): Promise<string> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-plugin-repo-"));
+  pluginRepos.push(dir);
   mkdirSync(path.join(dir, "agents"));
   mkdirSync(path.join(dir, "prompts"));
   writeFileSync(path.join(dir, "prompts", "fixer.md"), "You fix failing tests. Read the code, change it, run the tests.\n");
