@@ -46,7 +46,7 @@ export async function runClaudeSession(options: RunClaudeSessionOptions): Promis
     const gate = createPermissionGate({
       session,
       tools: harness.tools,
-      isRuntimeTool: (name) => runtimeTools.runtimeName(name) !== undefined,
+      runtimeToolName: (name) => runtimeTools.runtimeName(name),
       boundary: workspaceBoundary({ workingDir: request.workingDir, readOnlyDirs: request.skills.map((s) => s.path).filter(Boolean) }),
       announceToolCall: (callId, name, input) => mapper.announceToolCall(callId, name, input),
     });

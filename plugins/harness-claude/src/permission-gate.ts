@@ -21,8 +21,12 @@ export interface PermissionGateOptions {
   session: Pick<ClaudeSessionHost, "requestPermission">;
   /** Claude Code tools the session may use (harness.tools). */
   tools: readonly string[];
-  /** True when the runtime serves this model-facing name (runtime tools ask nobody: the runtime sees each call). */
-  isRuntimeTool(sdkName: string): boolean;
+  /**
+   * The runtime's name of a tool it serves (`lookup` for `mcp__oz0__lookup`),
+   * or undefined for Claude Code's own tools. A runtime tool is asked about
+   * by that name, the one the runtime's policy knows.
+   */
+  runtimeToolName(sdkName: string): string | undefined;
   /** File tools stay inside the working directory whatever the runtime answers. */
   boundary: WorkspaceBoundary;
   /** Announces the tool call before its permission request, as the protocol orders them. */
@@ -56,19 +60,21 @@ export function createPermissionGate(options: PermissionGateOptions): Permission
   const tools = new Set(options.tools);
 
   const canUseTool: CanUseTool = async (toolName, input, context): Promise<PermissionResult> => {
-    if (options.isRuntimeTool(toolName) || toolName === STRUCTURED_OUTPUT_TOOL) return { behavior: "allow", updatedInput: input };
-    if (!tools.has(toolName)) {
+    if (toolName === STRUCTURED_OUTPUT_TOOL) return { behavior: "allow", updatedInput: input };
+    // Runtime tools are tool calls like any other (rule 6): asked about, and relayed only when allowed.
+    const runtimeName = options.runtimeToolName(toolName);
+    if (runtimeName === undefined && !tools.has(toolName)) {
       // Claude Code only offers harness.tools; this catches anything it adds on its own.
       return { behavior: "deny", message: `${toolName} is not available in this session (harness.tools is ${[...tools].join(", ")}).` };
     }
     options.announceToolCall(context.toolUseID, toolName, input);
-    const outside = options.boundary.check(toolName, input);
+    const outside = runtimeName === undefined ? options.boundary.check(toolName, input) : undefined;
     if (outside) return { behavior: "deny", message: outside };
     // Without `permissions` in the request, @oz0/harness allows at once without asking.
     const decision = await session.requestPermission({
-      tool: toolName,
+      tool: runtimeName ?? toolName,
       input: asObject(input),
-      title: context.title ?? toolTitle(toolName, input),
+      title: context.title ?? toolTitle(runtimeName ?? toolName, input),
       callId: context.toolUseID,
     });
     if (decision.allow) return { behavior: "allow", updatedInput: decision.input };
@@ -78,7 +84,6 @@ export function createPermissionGate(options: PermissionGateOptions): Permission
   const preToolUse: HookCallback = async (input) => {
     if (input.hook_event_name !== "PreToolUse" || input.tool_name === STRUCTURED_OUTPUT_TOOL) return {};
     options.announceToolCall(input.tool_use_id, input.tool_name, input.tool_input);
-    if (options.isRuntimeTool(input.tool_name)) return {};
     return {
       hookSpecificOutput: {
         hookEventName: "PreToolUse",
