@@ -11,7 +11,7 @@ export interface KafkaMessage {
   headers: Record<string, string>;
 }
 
-/** `job.started` → `dev.oz0.job.started.v1`: reverse-DNS prefixed, versioned. */
+/** `job.created` → `dev.oz0.job.created.v1`: reverse-DNS prefixed, versioned. */
 export function cloudEventType(type: string): string {
   return `dev.oz0.${type}.v1`;
 }

@@ -6,6 +6,7 @@ import { create, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import type { LifecycleType } from "@oz0/events-client";
 import { EventsService, TokenCountsSchema, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { bearerInterceptor, createLogger } from "@oz0/serving";
 import { randomUUID } from "node:crypto";
@@ -83,8 +84,11 @@ export interface RawEventInit {
   traceparent?: string;
 }
 
-/** Build a raw event: `rawEvent("tool.called", { jobId, toolCallId, attributes: { tool_name: "read", input } })`. */
-export function rawEvent(type: string, init: RawEventInit = {}): RawEvent {
+/**
+ * Build a raw event: `rawEvent("tool.called", { jobId, toolCallId, attributes: { tool_name: "read", input } })`.
+ * The type is one of `@oz0/events-client`'s list, so the compiler refuses one the events service does not know.
+ */
+export function rawEvent(type: LifecycleType, init: RawEventInit = {}): RawEvent {
   // Every field of the message is set, so a literal is a complete RawEvent
   // (what create() would build, without its per-field walk).
   return {

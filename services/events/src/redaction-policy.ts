@@ -4,8 +4,11 @@
 // and a type the policy does not know keeps only its envelope (ids, type,
 // time, status, token counts) and is marked `reduced`. Nothing free-form ever
 // passes: labels are composed here from identifiers and paths, never copied.
+// The policy is keyed by @oz0/events-client's list of types, so the compiler
+// refuses a policy that misses a type of the list or names one not in it.
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { isLifecycleType, type LifecycleType } from "@oz0/events-client";
 import type { PublicEvent, RawEvent, TokenCounts } from "@oz0/proto/oz0/events/v1/events_pb";
 
 /** A step's summary when a model turn finished with the operation's result. */
@@ -119,28 +122,6 @@ const jobEnd: Allowlist = {
   duration_ms: countOf("duration_ms"),
   turns: countOf("turns"),
 };
-const sessionEnd: Allowlist = {
-  exit_code: exitCode,
-  signal: id("signal"),
-  stop_reason: codeOf("stop_reason"),
-  error_code: id("error_code"),
-  turns: countOf("turns"),
-  duration_ms: countOf("duration_ms"),
-};
-const toolDecision: Allowlist = {
-  tool_name: id("tool_name"),
-  path: pathOf("path"),
-  label: toolLabel,
-  decision: id("decision"),
-  decided_by: firstOf(id("decided_by"), id("decider")),
-  hook: id("hook"),
-  input_changed: flag("input_changed"),
-};
-const toolCall: Allowlist = {
-  tool_name: id("tool_name"),
-  path: pathOf("path"),
-  label: toolLabel,
-};
 const operationEnd: Allowlist = {
   operation_key: operationKey,
   duration_ms: countOf("duration_ms"),
@@ -165,39 +146,49 @@ const graphStep: Allowlist = {
 };
 
 /**
- * Every event type the policy knows, with the public attributes it keeps.
+ * Every lifecycle type, with the public attributes it keeps.
  * Anything else a producer sends in `attributes` is dropped.
  */
-export const EVENT_POLICY: Readonly<Record<string, Allowlist>> = {
-  "job.submitted": jobStart,
-  "job.started": jobStart,
+export const EVENT_POLICY: Readonly<Record<LifecycleType, Allowlist>> = {
   "job.created": jobStart,
   "job.completed": jobEnd,
   "job.failed": jobEnd,
   "job.cancelled": jobEnd,
-  "job.timed_out": jobEnd,
   "session.started": {
     harness: firstOf(id("harness"), id("harness_name")),
     node: id("node"),
     isolation: id("isolation"),
     resumed: flag("resumed"),
   },
-  "session.exited": sessionEnd,
-  "session.ended": sessionEnd,
-  "tool.called": toolCall,
-  "tool.decided": toolDecision,
-  // What the orchestrator sends when a hook or policy decided without a person.
-  "permission.decided": toolDecision,
-  "tool.completed": {
-    ...toolCall,
+  "session.ended": {
+    exit_code: exitCode,
+    signal: id("signal"),
+    stop_reason: codeOf("stop_reason"),
+    error_code: id("error_code"),
+    turns: countOf("turns"),
     duration_ms: countOf("duration_ms"),
-    is_error: flag("is_error"),
+  },
+  "tool.called": {
+    tool_name: id("tool_name"),
+    path: pathOf("path"),
+    label: toolLabel,
+  },
+  // A hook or policy decided without a person.
+  "permission.decided": {
+    tool_name: id("tool_name"),
+    path: pathOf("path"),
+    label: toolLabel,
+    decision: id("decision"),
+    decided_by: firstOf(id("decided_by"), id("decider")),
+    hook: id("hook"),
+    input_changed: flag("input_changed"),
   },
   "approval.requested": {
     approval_id: id("approval_id"),
     tool_name: id("tool_name"),
     timeout_ms: countOf("timeout_ms"),
   },
+  // Answered by a person, or by the runtime when the deadline passed (status `timed_out`).
   "approval.answered": {
     approval_id: id("approval_id"),
     tool_name: id("tool_name"),
@@ -206,19 +197,6 @@ export const EVENT_POLICY: Readonly<Record<string, Allowlist>> = {
     // The principal's id (an identifier; an email address is not one and is dropped), and whether the input was changed.
     answered_by: principalId,
     input_changed: flag("input_changed"),
-  },
-  "approval.timed_out": {
-    approval_id: id("approval_id"),
-    tool_name: id("tool_name"),
-    waited_ms: countOf("waited_ms"),
-  },
-  "model.call_metered": {
-    provider: id("provider"),
-    model: id("model"),
-    duration_ms: countOf("duration_ms"),
-    attempts: countOf("attempts"),
-    stop_reason: id("stop_reason"),
-    cost_microdollars: countOf("cost_microdollars"),
   },
   // The LLM proxy's record of one logical call: counts and ids only.
   "llm.call_completed": {
@@ -265,12 +243,11 @@ export const EVENT_POLICY: Readonly<Record<string, Allowlist>> = {
   "graph.step_started": graphStep,
   "graph.step_completed": graphStep,
   "graph.step_failed": graphStep,
-  "graph.manager_invoked": { control_event: id("control_event") },
 };
 
 /** The public attribute names each known type keeps (for documentation and tests). */
 export function publicAttributes(type: string): string[] {
-  return Object.keys(EVENT_POLICY[type] ?? {});
+  return isLifecycleType(type) ? Object.keys(EVENT_POLICY[type]) : [];
 }
 
 export type RedactionOutcome =

@@ -10,6 +10,7 @@
 //   window it falls in says its attribution is partial.
 import { create, type JsonObject } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromMs, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { isLifecycleType, type LifecycleType } from "@oz0/events-client";
 import {
   OperationRowSchema,
   OperationStatus,
@@ -26,9 +27,10 @@ import {
 } from "@oz0/proto/oz0/events/v1/events_pb";
 
 const OPERATION_PREFIX = "harness.operation_";
-const STEP_TYPE = "harness.operation_step";
+const STEP_TYPE: LifecycleType = "harness.operation_step";
+const STARTED_TYPE: LifecycleType = "harness.operation_started";
 
-const TERMINAL: Readonly<Record<string, OperationStatus>> = {
+const TERMINAL: Readonly<Partial<Record<LifecycleType, OperationStatus>>> = {
   "harness.operation_completed": OperationStatus.COMPLETED,
   "harness.operation_failed": OperationStatus.FAILED,
   "harness.operation_cancelled": OperationStatus.CANCELLED,
@@ -148,13 +150,13 @@ function mergeLifecycle(invocation: Invocation, event: PublicEvent): void {
   if (!row.toolCallId && event.toolCallId) row.toolCallId = event.toolCallId;
   if (typeof attributes.operation_key === "string" && !row.operationKey) row.operationKey = attributes.operation_key;
   if (typeof attributes.timeout_ms === "number" && !row.timeoutMs) row.timeoutMs = attributes.timeout_ms;
-  if (event.type === "harness.operation_started") {
+  if (event.type === STARTED_TYPE) {
     row.startedAt = event.time;
     invocation.startMs = ms(event.time);
     if (typeof attributes.task_chars === "number") row.taskChars = attributes.task_chars;
     return;
   }
-  const status = TERMINAL[event.type];
+  const status = isLifecycleType(event.type) ? TERMINAL[event.type] : undefined;
   if (status === undefined) return;
   row.status = status;
   row.endedAt = event.time;

@@ -79,7 +79,7 @@ void test("no sensitive field reaches Kafka, Watch, Transcript, the logs or the 
     ["Requested read", "read uploads/order-4831.pdf", FINISH_SUMMARY],
   );
   assert.equal(operation.row.value.taskChars, markers.opTask!.length);
-  const submitted = watched.find((e) => e.type === "job.submitted")!;
+  const submitted = watched.find((e) => e.type === "job.created")!;
   assert.equal(submitted.attributes?.task_chars, `Extract order 4831 ${markers.task}`.length);
   const unknown = watched.find((e) => e.type === "custom.thing_happened")!;
   assert.equal(unknown.reduced, true);

@@ -4,29 +4,34 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { create, toJson } from "@bufbuild/protobuf";
 import { publicEventJson, rawEvent, redactEvent, toKafkaMessage } from "@oz0/events";
-import { PublicEventSchema, TokenCountsSchema, type PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import { PublicEventSchema, TokenCountsSchema, type PublicEvent, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import { foreignEvent } from "./fixtures/foreign-event.js";
 
 function redacted(...args: Parameters<typeof rawEvent>): PublicEvent {
-  const outcome = redactEvent(rawEvent(...args));
+  return redactedOk(rawEvent(...args));
+}
+
+function redactedOk(raw: RawEvent): PublicEvent {
+  const outcome = redactEvent(raw);
   assert.ok(outcome.ok);
   return outcome.event;
 }
 
 void describe("publicEventJson", () => {
   const cases: [string, PublicEvent][] = [
-    ["a full event", redacted("model.call_metered", {
+    ["a full event", redacted("llm.call_completed", {
       jobId: "j", sessionId: "s", toolCallId: "t", operationInvocationId: "o", graphRunId: "g", graphStepId: "gs",
       agentName: "a", agentVersion: "1", status: "completed", source: "llm-proxy",
       traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
       tokens: { inputTokens: 1, outputTokens: 2, cacheReadTokens: 3, cacheWriteTokens: 4 },
       attributes: { provider: "anthropic", model: "m", attempts: 2 },
     })],
-    ["a minimal event", redacted("job.started", {})],
-    ["an unknown type", redacted("custom.thing", { jobId: "j" })],
-    ["zero tokens", redacted("job.started", { tokens: {} })],
-    ["whole seconds", { ...redacted("job.started"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 0 } }],
-    ["microseconds", { ...redacted("job.started"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 123456000 } }],
-    ["nanoseconds", { ...redacted("job.started"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 5 } }],
+    ["a minimal event", redacted("job.created", {})],
+    ["an unknown type", redactedOk(foreignEvent("custom.thing", { jobId: "j" }))],
+    ["zero tokens", redacted("job.created", { tokens: {} })],
+    ["whole seconds", { ...redacted("job.created"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 0 } }],
+    ["microseconds", { ...redacted("job.created"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 123456000 } }],
+    ["nanoseconds", { ...redacted("job.created"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 5 } }],
   ];
   for (const [name, event] of cases) {
     void test(`prints ${name} as protobuf-es does (without the position)`, () => {
@@ -35,7 +40,7 @@ void describe("publicEventJson", () => {
     });
   }
   void test("tokens with only zeros still print as an empty object, as protobuf-es does", () => {
-    const event = create(PublicEventSchema, { id: "x", type: "job.started", tokens: create(TokenCountsSchema) });
+    const event = create(PublicEventSchema, { id: "x", type: "job.created", tokens: create(TokenCountsSchema) });
     assert.deepEqual(JSON.parse(publicEventJson(event)), toJson(PublicEventSchema, event));
   });
 });

@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, describe, test } from "node:test";
 import { createEventPublisher, rawEvent, startEvents, type PublisherLogger, type RunningEvents } from "@oz0/events";
+import { foreignEvent } from "./fixtures/foreign-event.js";
 import { freePortForTest } from "./fixtures/free-port.js";
 import { eventsClient, watchAll } from "./fixtures/events-client.js";
 import { testCredentials } from "@oz0/serving/testing";
@@ -41,7 +42,7 @@ void describe("the publisher", () => {
     const port = await freePortForTest();
     const logger = recordingLogger();
     const publisher = createEventPublisher({ token: testCredentials.services.orchestrator, url: `http://127.0.0.1:${port}`, logger, maxBackoffMs: 200 });
-    publisher.publish(rawEvent("job.started", { jobId: "job-late" }));
+    publisher.publish(rawEvent("job.created", { jobId: "job-late" }));
     const flushed = publisher.flush();
     while (!logger.lines.some((l) => (l.obj as { code?: string }).code === "EVENTS_UNREACHABLE")) {
       await new Promise((r) => setTimeout(r, 20));
@@ -76,26 +77,26 @@ void describe("the publisher", () => {
   void test("never throws into the caller, and says what it dropped", async () => {
     const logger = recordingLogger();
     const publisher = createEventPublisher({ token: testCredentials.services.orchestrator, url: "http://127.0.0.1:1", logger });
-    publisher.publish(rawEvent("", {}));
+    publisher.publish(foreignEvent(""));
     assert.ok(logger.lines.some((l) => (l.obj as { code?: string }).code === "EVENTS_INVALID_EVENT"));
-    publisher.publish(rawEvent("job.started", { jobId: "never-delivered" }));
+    publisher.publish(rawEvent("job.created", { jobId: "never-delivered" }));
     await publisher.close({ timeoutMs: 50 });
     assert.ok(logger.lines.some((l) => (l.obj as { code?: string; dropped?: number }).code === "EVENTS_DROPPED_ON_CLOSE"));
-    publisher.publish(rawEvent("job.started", {}));
+    publisher.publish(rawEvent("job.created", {}));
     assert.ok(logger.lines.some((l) => (l.obj as { code?: string }).code === "EVENTS_PUBLISHER_CLOSED"));
   });
 
   void test("rawEvent keeps attributes as JSON: undefined dropped, dates as strings, non-finite numbers as null", () => {
-    const flat = rawEvent("job.started", { attributes: { s: "t", n: 1.5, z: -0, b: false, nil: null, u: undefined, nan: NaN } });
+    const flat = rawEvent("job.created", { attributes: { s: "t", n: 1.5, z: -0, b: false, nil: null, u: undefined, nan: NaN } });
     assert.deepEqual(flat.attributes, { s: "t", n: 1.5, z: 0, b: false, nil: null, nan: null });
     assert.ok(Object.is(flat.attributes!.z, 0));
-    const nested = rawEvent("job.started", { attributes: { when: new Date(0), input: { command: "ls", skip: undefined }, list: [1, undefined] } });
+    const nested = rawEvent("job.created", { attributes: { when: new Date(0), input: { command: "ls", skip: undefined }, list: [1, undefined] } });
     assert.deepEqual(nested.attributes, { when: "1970-01-01T00:00:00.000Z", input: { command: "ls" }, list: [1, null] });
   });
 
   void test("a retried event is accepted once: ids deduplicate", async () => {
     const events = await service();
-    const event = rawEvent("job.started", { jobId: "job-dup" });
+    const event = rawEvent("job.created", { jobId: "job-dup" });
     const client = eventsClient(events.url);
     const first = await client.publish({ events: [event, event] });
     assert.deepEqual([first.accepted, first.duplicates, first.dropped], [1, 1, 0]);
@@ -166,10 +167,10 @@ void describe("Watch", () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-events-restart-"));
     cleanup.push(() => rmSync(dataDir, { recursive: true, force: true }));
     const first = await startEvents({ auth: testCredentials.settingsFor("events"), port: 0, dataDir });
-    await eventsClient(first.url).publish({ events: [rawEvent("job.started", { jobId: "durable" }), rawEvent("job.completed", { jobId: "durable" })] });
+    await eventsClient(first.url).publish({ events: [rawEvent("job.created", { jobId: "durable" }), rawEvent("job.completed", { jobId: "durable" })] });
     await first.close();
     const second = await service({ dataDir });
     const watched = await watchAll(second.url, { jobId: "durable" });
-    assert.deepEqual(watched.map((e) => [e.type, e.position]), [["job.started", 1n], ["job.completed", 2n]]);
+    assert.deepEqual(watched.map((e) => [e.type, e.position]), [["job.created", 1n], ["job.completed", 2n]]);
   });
 });

@@ -8,6 +8,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { test } from "node:test";
 import { EVENT_POLICY, publicAttributes } from "@oz0/events";
+import { LIFECYCLE_EVENTS, LIFECYCLE_TYPES } from "@oz0/events-client";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const readme = readFileSync(path.join(here, "..", "README.md"), "utf8");
@@ -28,10 +29,13 @@ void test("the README's example runs and prints what it says", async () => {
   }
 });
 
-void test("the README's policy table lists every type with exactly its public attributes", () => {
-  const rows = [...readme.matchAll(/^\| `([a-z_.]+)` \| (.*) \|$/gm)].map((m) => [m[1]!, [...m[2]!.matchAll(/`([a-z_]+)`/g)].map((a) => a[1]!)] as const);
-  assert.deepEqual(
-    Object.fromEntries(rows.filter(([type]) => type.includes("."))),
-    Object.fromEntries(Object.keys(EVENT_POLICY).map((type) => [type, publicAttributes(type)])),
+void test("the README's policy table lists every lifecycle type with who sends it and exactly its public attributes", () => {
+  const rows = [...readme.matchAll(/^\| `([a-z_.]+)` \| ([a-z, -]+) \| (.*) \|$/gm)].map(
+    (m) => [m[1]!, { sentBy: m[2]!.split(", "), attributes: [...m[3]!.matchAll(/`([a-z_]+)`/g)].map((a) => a[1]!) }] as const,
   );
+  assert.deepEqual(
+    Object.fromEntries(rows),
+    Object.fromEntries(LIFECYCLE_TYPES.map((type) => [type, { sentBy: [...LIFECYCLE_EVENTS[type].sentBy], attributes: publicAttributes(type) }])),
+  );
+  assert.deepEqual(Object.keys(EVENT_POLICY), [...LIFECYCLE_TYPES], "the policy follows the list's order, as the table does");
 });

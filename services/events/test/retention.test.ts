@@ -75,7 +75,7 @@ void describe("the local log's retention", () => {
     // A log written before events carried their acceptance time.
     const old = new Database(path.join(dir, "events.sqlite"));
     old.exec(`CREATE TABLE events (position INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, job_id TEXT NOT NULL, event TEXT NOT NULL);
-      INSERT INTO events (id, job_id, event) VALUES ('e-old', 'job-old', '{"id":"e-old","type":"job.started"}');`);
+      INSERT INTO events (id, job_id, event) VALUES ('e-old', 'job-old', '{"id":"e-old","type":"job.created"}');`);
     old.close();
     const outbox = new Outbox({ dataDir: dir });
     try {
@@ -95,7 +95,7 @@ void describe("the local log's retention", () => {
     const events = await startEvents({ auth: testCredentials.settingsFor("events"), port: 0, dataDir: tempDir(), retentionMs: HOUR, pruneIntervalMs: 50, now: () => clock });
     after(() => events.close());
     const publisher = createEventPublisher({ token: testCredentials.services.orchestrator, url: events.url });
-    publisher.publish([rawEvent("job.started", { jobId: "job-gone" }), rawEvent("job.completed", { jobId: "job-gone" })]);
+    publisher.publish([rawEvent("job.created", { jobId: "job-gone" }), rawEvent("job.completed", { jobId: "job-gone" })]);
     await publisher.flush();
     // Two hours later retention, which runs on its own, removes both.
     clock = 2 * HOUR;
@@ -111,7 +111,7 @@ void describe("the local log's retention", () => {
     assert.equal(refused.code, Code.OutOfRange);
     assert.match(refused.rawMessage, /were removed by retention \(OZ0_EVENTS_RETENTION_HOURS\).*watch from 3, or from 0/);
 
-    publisher.publish(rawEvent("job.started", { jobId: "job-new" }));
+    publisher.publish(rawEvent("job.created", { jobId: "job-new" }));
     await publisher.flush();
     const kept = await watchAll(events.url, { fromPosition: 0n });
     assert.deepEqual(kept.map((e) => [e.jobId, e.position]), [["job-new", 3n]]);

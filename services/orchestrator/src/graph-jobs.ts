@@ -18,6 +18,7 @@
 // replica that does not run the job is recorded on the job; the replica that
 // runs it hears of it through the job's events (or reads it when it resumes).
 import { randomUUID } from "node:crypto";
+import type { LifecycleType } from "@oz0/events-client";
 import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { GraphRunner, type CheckpointStore, type GraphEvent, type RunResult } from "@oz0/graph";
@@ -460,12 +461,12 @@ export class GraphJobs {
   }
 
   /** A step's event, stored on its own (the step's own records are the graph store's). */
-  #publish(type: string, jobId: string, attributes: Record<string, unknown>, stepId?: string): void {
+  #publish(type: LifecycleType, jobId: string, attributes: Record<string, unknown>, stepId?: string): void {
     this.#o.lifecycle?.publish(type, this.#lifecycleInit(jobId, attributes, stepId));
   }
 
   /** A run's event, for #append to store with the change it reports (undefined when events are not published). */
-  #lifecycleEvent(type: string, jobId: string, attributes: Record<string, unknown>): RawEvent | undefined {
+  #lifecycleEvent(type: LifecycleType, jobId: string, attributes: Record<string, unknown>): RawEvent | undefined {
     return this.#o.lifecycle?.event(type, this.#lifecycleInit(jobId, attributes));
   }
 

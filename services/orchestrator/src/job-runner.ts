@@ -21,6 +21,7 @@ import {
   type SessionEvent,
   type SessionResult,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { LifecycleType } from "@oz0/events-client";
 import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import {
   Decider,
@@ -325,7 +326,7 @@ export class JobRunner {
   }
 
   /** A lifecycle event for #append to store with the change it reports (undefined when events are not published). */
-  #lifecycle(type: string, init: LifecycleInit): RawEvent | undefined {
+  #lifecycle(type: LifecycleType, init: LifecycleInit): RawEvent | undefined {
     return this.#o.lifecycle?.event(type, init);
   }
 

@@ -9,6 +9,7 @@
 // then the shipper died before removing it) is still on the stream once.
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { eventsTransport, rawEvent } from "@oz0/events";
+import type { LifecycleType } from "@oz0/events-client";
 import { EventsService, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { Logger } from "@oz0/serving";
 import type { JobStore, StoredLifecycleEvent } from "./job-store.js";
@@ -54,7 +55,7 @@ export class LifecycleOutbox implements LifecycleSink {
     this.#poll.unref();
   }
 
-  event(type: string, init: LifecycleInit): RawEvent {
+  event(type: LifecycleType, init: LifecycleInit): RawEvent {
     return rawEvent(type, { source: "orchestrator", ...init });
   }
 
@@ -73,7 +74,7 @@ export class LifecycleOutbox implements LifecycleSink {
     });
   }
 
-  publish(type: string, init: LifecycleInit): void {
+  publish(type: LifecycleType, init: LifecycleInit): void {
     if (this.#closed) {
       this.#o.logger.warn({ type, jobId: init.jobId }, "a lifecycle event came after the orchestrator began stopping; it is not kept");
       return;

@@ -3,6 +3,7 @@
 // permission requests, cancel it. sandbox-client.ts implements it over the
 // sandbox's RunSession stream.
 import type { RawEventInit } from "@oz0/events";
+import type { LifecycleType } from "@oz0/events-client";
 import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { PermissionAnswer, RuntimeToolResult, SessionEvent, SessionRequest, SessionResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
 
@@ -129,10 +130,10 @@ export interface LifecycleSink {
    * transaction (JobAppend.lifecycle), then `committed()`. Undefined when
    * lifecycle events are not published.
    */
-  event(type: string, init: LifecycleInit): RawEvent | undefined;
+  event(type: LifecycleType, init: LifecycleInit): RawEvent | undefined;
   /** A transaction that stored events committed: ship them now rather than at the next poll. */
   committed(): void;
   /** An event with no job write of its own: stored on its own, then shipped. */
-  publish(type: string, init: LifecycleInit): void;
+  publish(type: LifecycleType, init: LifecycleInit): void;
   close(): Promise<void>;
 }

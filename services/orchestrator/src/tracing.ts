@@ -17,6 +17,7 @@
 // never the task, tool input or output, model text or a reason a hook wrote.
 import { create } from "@bufbuild/protobuf";
 import { context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Span } from "@opentelemetry/api";
+import type { LifecycleType } from "@oz0/events-client";
 import type { GraphTracer } from "@oz0/graph";
 import { TraceContextSchema, type PermissionAnswer, type RuntimeToolResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { GenAi, oz0Tracer, traceContextOf, workMetrics } from "@oz0/serving";
@@ -45,7 +46,7 @@ interface SessionTrace extends Traced {
   usage: { input: number; output: number; cacheRead: number; cacheWrite: number };
 }
 
-const TERMINAL_JOB_EVENTS = new Map([
+const TERMINAL_JOB_EVENTS = new Map<LifecycleType, "succeeded" | "failed" | "cancelled">([
   ["job.completed", "succeeded"],
   ["job.failed", "failed"],
   ["job.cancelled", "cancelled"],
@@ -53,6 +54,14 @@ const TERMINAL_JOB_EVENTS = new Map([
   ["graph.run_failed", "failed"],
   ["graph.run_cancelled", "cancelled"],
 ]);
+
+/** A harness operation's end, as its call span's `oz0.operation.outcome`. */
+const OPERATION_OUTCOMES: Readonly<Partial<Record<LifecycleType, string>>> = {
+  "harness.operation_completed": "completed",
+  "harness.operation_failed": "failed",
+  "harness.operation_cancelled": "cancelled",
+  "harness.operation_timed_out": "timed_out",
+};
 
 function start(name: string, parent: Context, attributes: Record<string, string | number | boolean>, kind = SpanKind.INTERNAL): Traced {
   const span = tracer.startSpan(name, { kind, attributes }, parent);
@@ -107,7 +116,7 @@ export class OrchestratorTracing {
 
   /** The LifecycleSink (or none) with job spans from the job's events and a traceparent on each event. */
   lifecycleSink(inner: LifecycleSink | undefined): LifecycleSink {
-    const stamped = (type: string, init: LifecycleInit): LifecycleInit => {
+    const stamped = (type: LifecycleType, init: LifecycleInit): LifecycleInit => {
       this.#observeLifecycle(type, init);
       const ctx = this.#contextOf(init);
       const traceparent = ctx ? traceContextOf(ctx).traceparent : "";
@@ -327,7 +336,7 @@ export class OrchestratorTracing {
     this.#metrics.sessions.duration.record((performance.now() - session.started) / 1000, attributes);
   }
 
-  #observeLifecycle(type: string, init: LifecycleInit): void {
+  #observeLifecycle(type: LifecycleType, init: LifecycleInit): void {
     if (type === "job.created") {
       // The job is the root of its own trace, the RPC that created it (if traced) linked;
       // a graph step's agent job is a child of its graph.step span instead.
@@ -373,7 +382,8 @@ export class OrchestratorTracing {
       const call = this.#sessions.get(init.sessionId)?.runtimeCalls.get(init.toolCallId);
       const key = init.attributes?.operation_key;
       if (call && typeof key === "string") call.span.setAttribute("oz0.operation.key", key);
-      if (call && type !== "harness.operation_started" && type !== "harness.operation_step") call.span.setAttribute("oz0.operation.outcome", type.slice("harness.operation_".length));
+      const outcome = OPERATION_OUTCOMES[type];
+      if (call && outcome) call.span.setAttribute("oz0.operation.outcome", outcome);
       return;
     }
     const state = TERMINAL_JOB_EVENTS.get(type);

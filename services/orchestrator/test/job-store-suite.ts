@@ -183,7 +183,7 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     const created = rawEvent("job.created", { jobId: "j1", attributes: { plugin: "example" } });
     await store.append({ jobId: "j1", events: [create(JobEventSchema, { event: { case: "text", value: { text: "hi" } } })], lifecycle: [created] });
     await store.putLifecycleEvents([rawEvent("graph.step_started", { jobId: "j1" })]);
-    await assert.rejects(store.append({ jobId: "missing", events: [], lifecycle: [rawEvent("job.lost", { jobId: "missing" })] }), /not found/);
+    await assert.rejects(store.append({ jobId: "missing", events: [], lifecycle: [rawEvent("job.failed", { jobId: "missing" })] }), /not found/);
 
     const claimed = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
     assert.deepEqual(claimed.map((c) => c.event.type), ["job.created", "graph.step_started"], "in the order kept; nothing from the failed append");
