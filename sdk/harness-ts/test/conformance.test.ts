@@ -9,7 +9,7 @@ import { describe, it } from "node:test";
 import { promisify } from "node:util";
 import { CONFORMANCE_CASES, CONFORMANCE_REPORT_VERSION, runConformance } from "@oz0/harness/testing";
 import type { ConformanceReport } from "@oz0/harness/testing";
-import { chooseContainment, CONTAINMENT_MECHANISMS } from "@oz0/harness/host";
+import { CONTAINMENT_MECHANISMS, containmentUnavailable } from "@oz0/harness/host";
 
 const run = promisify(execFile);
 const here = (relative: string): string => fileURLToPath(new URL(relative, import.meta.url));
@@ -23,17 +23,8 @@ const graceMs = 5000;
 /** What the clean-environment fixture's escaped child runs: only a cgroup or a subreaper finds it. */
 const CLEAN_ESCAPEE = "setInterval(() => {}, 987655)";
 
-/** Why the containment mechanism cannot run here, or false when it can (tried for real, then put away). */
-function containmentSkip(mechanism: (typeof CONTAINMENT_MECHANISMS)[number]): string | false {
-  try {
-    chooseContainment({ setting: mechanism, name: `oz0-conformance-test-${process.pid}` }).close();
-    return false;
-  } catch (error) {
-    return (error as Error).message;
-  }
-}
 /** The mechanism the kit takes in this process (the first that works). */
-const kitMechanism = CONTAINMENT_MECHANISMS.find((mechanism) => containmentSkip(mechanism) === false);
+const kitMechanism = CONTAINMENT_MECHANISMS.find((mechanism) => containmentUnavailable(mechanism) === undefined);
 
 function describeFailures(report: ConformanceReport): string {
   return report.cases.filter((c) => c.status !== "passed").map((c) => `${c.id} (${c.status}): ${c.message}`).join("\n");
@@ -262,7 +253,7 @@ void describe("the conformance kit", () => {
   for (const mechanism of CONTAINMENT_MECHANISMS) {
     // The best-effort search finds a process only by the environment it inherited: its fixture keeps it.
     const [fixture, escapee] = mechanism === "environment" ? ["escapes-with-setsid", "sleep 987654"] : ["escapes-with-clean-environment", CLEAN_ESCAPEE];
-    void it(`with containment by ${mechanism}, the CLI fails ${fixture} on processes, kills what it left and exits`, { skip: containmentSkip(mechanism) }, async () => {
+    void it(`with containment by ${mechanism}, the CLI fails ${fixture} on processes, kills what it left and exits`, { skip: containmentUnavailable(mechanism) ?? false }, async () => {
       const failed = await run(process.execPath, [cli, "--only", "processes", "--grace-ms", String(graceMs), "--", ...broken(fixture)], { env: { ...process.env, OZ0_CONTAINMENT: mechanism } }).then(
         () => assert.fail("exit status 0 for a harness that leaves a process behind"),
         (error: { code: number; stdout: string; stderr: string }) => error,

@@ -2,7 +2,7 @@
 // that left the process group, under every mechanism that works here.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import readline from "node:readline";
@@ -10,30 +10,14 @@ import { fileURLToPath } from "node:url";
 import { after, before, describe, it } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { chooseContainment, CONTAINMENT_MECHANISMS, processGroupLauncher, startHostSession } from "@oz0/harness/host";
-import type { Containment, ContainmentMechanism, SessionContainer } from "@oz0/harness/host";
+import { chooseContainment, CONTAINMENT_MECHANISMS, containmentUnavailable, describeProcess, processGroupLauncher, startHostSession } from "@oz0/harness/host";
+import type { Containment, SessionContainer } from "@oz0/harness/host";
 
 const harness = fileURLToPath(new URL("./fixtures/host/protocol-harness.mjs", import.meta.url));
 const containedHost = fileURLToPath(new URL("./fixtures/host/contained-host.mjs", import.meta.url));
 
 /** Gone, or a zombie waiting for init (a killed orphan). */
-function processGone(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return /^[ZX]/.test(stat.slice(stat.lastIndexOf(")") + 2));
-  } catch {
-    return true;
-  }
-}
-
-function skipFor(mechanism: ContainmentMechanism): string | false {
-  try {
-    chooseContainment({ setting: mechanism, name: `oz0-harness-test-${process.pid}` }).close();
-    return false;
-  } catch (error) {
-    return (error as Error).message;
-  }
-}
+const processGone = (pid: number): boolean => describeProcess(pid) === undefined;
 
 function run(container: SessionContainer, sessionId: string, args: string[]) {
   return startHostSession({
@@ -48,7 +32,7 @@ function run(container: SessionContainer, sessionId: string, args: string[]) {
 }
 
 for (const mechanism of CONTAINMENT_MECHANISMS) {
-  void describe(`containment by ${mechanism}`, { skip: skipFor(mechanism) }, () => {
+  void describe(`containment by ${mechanism}`, { skip: containmentUnavailable(mechanism) ?? false }, () => {
     let containment: Containment;
     let dir: string;
     before(() => {

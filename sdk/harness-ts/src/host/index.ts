@@ -14,8 +14,9 @@ export type { HostSessionErrorCode, SessionError, SessionErrorCode } from "./hos
 export { killAllHarnessGroups, processGroupLauncher, signalGroup } from "./process-launcher.js";
 export type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "./process-launcher.js";
 export { commandIsExecutable, findCommand } from "./command-lookup.js";
-export { chooseContainment, CONTAINMENT_MECHANISMS, ContainmentUnavailableError } from "./session-containment.js";
+export { chooseContainment, CONTAINMENT_MECHANISMS, containmentUnavailable, ContainmentUnavailableError } from "./session-containment.js";
 export type { ContainerOptions, Containment, ContainmentMechanism, ContainmentSetting, SessionContainer } from "./session-containment.js";
+export { describeProcess } from "./process-table.js";
 export type { SessionProcess } from "./process-table.js";
 export { LineSplitter } from "../protocol/line-framing.js";
 export type { LineSplitterOptions } from "../protocol/line-framing.js";

@@ -127,6 +127,17 @@ export function chooseContainment(options: { setting?: ContainmentSetting; name:
   };
 }
 
+/** Why `mechanism` does not work here (tried for real, then put away), or undefined when it does. */
+export function containmentUnavailable(mechanism: ContainmentMechanism): string | undefined {
+  try {
+    chooseContainment({ setting: mechanism, name: `oz0-containment-probe-${process.pid}` }).close();
+    return undefined;
+  } catch (error) {
+    if (error instanceof ContainmentUnavailableError) return error.message;
+    throw error;
+  }
+}
+
 function cgroupContainment(parent: string, reason: string): Containment {
   return {
     mechanism: "cgroup",
