@@ -6,6 +6,7 @@ import { SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { Authenticator, createLogger, READINESS, registration, serve, ServingStatus } from "@oz0/serving";
 import { DEFAULT_READ_ONLY_PATHS, type BubblewrapDetection } from "./bubblewrap-launcher.js";
 import { chooseIsolation, type IsolationName } from "./isolation-choice.js";
+import { chooseSessionContainment, type ContainmentName } from "./containment-choice.js";
 import { findSetpriv } from "./parent-death-launcher.js";
 import { createLifecycleEvents } from "./lifecycle-events.js";
 import { defaultNodeIdentity, startNodeHeartbeat, type NodeHeartbeat } from "./node-heartbeat.js";
@@ -20,6 +21,7 @@ import { SessionUserPool } from "./session-user-pool.js";
 export { configFromEnv, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, heartbeatSidecarConfigFromEnv } from "./sandbox-config.js";
 export type { HeartbeatSidecarConfig, IsolationSetting, SandboxConfig, SessionUidRange } from "./sandbox-config.js";
 export type { IsolationName } from "./isolation-choice.js";
+export type { ContainmentName } from "./containment-choice.js";
 export { startHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export type { RunningHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export { detectBubblewrap, DEFAULT_READ_ONLY_PATHS } from "./bubblewrap-launcher.js";
@@ -36,6 +38,8 @@ export interface RunningSandbox {
   readonly isolation: IsolationName;
   /** Why no stronger isolation is used (or that OZ0_ISOLATION chose it); empty under bubblewrap. */
   readonly isolationReason: string;
+  /** What ends everything a session started, also what left its process group: the PID namespace, the uid, or the `none` mode's mechanism. */
+  readonly containment: ContainmentName;
   /** Why bubblewrap is or is not used, as detected at start-up. */
   readonly bubblewrap: BubblewrapDetection;
   /** What this node sends heartbeats as, when it has an orchestrator to send them to (OZ0_ORCHESTRATOR_URL). */
@@ -65,16 +69,25 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   const { bubblewrap } = isolation;
   const useBwrap = isolation.mode === "bwrap";
   const users = isolation.mode === "user" ? new SessionUserPool({ range: uids, logger }) : undefined;
+  const contained = chooseSessionContainment({ isolation: isolation.mode, setting: config.containment ?? "auto", root });
+  const { containment } = contained;
   // What a killed previous run's sessions still run is killed before their directories are removed, so nothing changes them meanwhile.
-  const killedLeftovers = (await users?.killLeftovers()) ?? 0;
+  const killedLeftovers = ((await users?.killLeftovers()) ?? 0) + ((await containment?.removeLeftovers()) ?? 0);
   const removedStale = await removeStaleSessions(root);
   if (removedStale > 0 || killedLeftovers > 0) logger.warn({ root, removedStale, killedLeftovers }, "removed the directories (and killed the processes) of sessions a previous run of the sandbox left behind");
   // The startup line the embedded stack reads: its `isolation` field is bwrap, user or none (with `reason`), always before "sandbox listening".
-  if (useBwrap) logger.info({ isolation: "bwrap", bwrap: bubblewrap.path, version: bubblewrap.version }, "sessions run under bubblewrap");
+  // Its `containment` field names what ends everything a session started (pid-namespace, uid, cgroup, subreaper or environment).
+  if (useBwrap) logger.info({ isolation: "bwrap", containment: contained.name, bwrap: bubblewrap.path, version: bubblewrap.version }, "sessions run under bubblewrap");
   else if (users !== undefined) {
     const range = `${uids.base}-${uids.base + uids.count - 1}`;
-    logger.info({ isolation: "user", uids: range, reason: isolation.reason }, "sessions run under unprivileged uids of their own (no network, PID or mount namespaces: see the sandbox README)");
-  } else logger.warn({ isolation: "none", reason: isolation.reason }, "sessions run WITHOUT OS isolation (plain process groups of the sandbox's own user)");
+    logger.info({ isolation: "user", containment: contained.name, uids: range, reason: isolation.reason }, "sessions run under unprivileged uids of their own (no network, PID or mount namespaces: see the sandbox README)");
+  } else {
+    const where = containment?.location ? { containmentLocation: containment.location } : {};
+    logger.warn(
+      { isolation: "none", reason: isolation.reason, containment: contained.name, containmentReason: contained.reason, ...where },
+      `sessions run WITHOUT OS isolation (plain process groups of the sandbox's own user; what a session starts ends with it by ${contained.name}${contained.name === "environment" ? ", best effort: see the sandbox README" : ""})`,
+    );
+  }
   for (const warning of isolation.sessionUsers.warnings) logger.warn({ uids: `${uids.base}-${uids.base + uids.count - 1}` }, warning);
 
   const maxSessions = config.maxSessions ?? 16;
@@ -92,7 +105,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         }
       : users !== undefined
         ? { mode: "user", setprivPath: isolation.sessionUsers.setprivPath as string, users }
-        : { mode: "none", setprivPath: findSetpriv() },
+        : { mode: "none", setprivPath: findSetpriv(), containment: containment! },
     sessionPath: config.sessionPath ?? defaultSessionPath(),
     locale: config.locale ?? "C.UTF-8",
     cancelGraceMs: config.cancelGraceMs ?? 10_000,
@@ -137,6 +150,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     url: server.url,
     isolation: isolation.mode,
     isolationReason: isolation.reason,
+    containment: contained.name,
     bubblewrap,
     node,
     close() {
@@ -146,6 +160,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         // Capacity 0 first, so orchestrators place nothing more here while the running sessions end.
         await heartbeat?.stop({ drain: true });
         await registry.shutdown();
+        containment?.close();
         await lifecycle?.close();
         await server.close();
       })();

@@ -1,6 +1,7 @@
 // The sandbox's configuration, and how it is read from the environment.
 import os from "node:os";
 import path from "node:path";
+import { CONTAINMENT_MECHANISMS, type ContainmentSetting } from "@oz0/harness/host";
 import { authSettingsFromEnv, type AuthSettings, type Logger } from "@oz0/serving";
 
 export type IsolationSetting = "auto" | "bwrap" | "user" | "none";
@@ -32,6 +33,15 @@ export interface SandboxConfig {
    * here, else user when it works here, else none. Default auto.
    */
   isolation?: IsolationSetting;
+  /**
+   * How the `none` isolation mode ends everything a session started, also
+   * what left its process group (OZ0_CONTAINMENT): `cgroup` (a cgroup v2 per
+   * session), `subreaper` (a child-subreaper wrapper), `environment` (found by
+   * the session's OZ0_SESSION_ID: best effort), or `auto`: the first that
+   * works here. A named one refuses to start without it. The `bwrap` and
+   * `user` modes have their own (the PID namespace, the uid). Default auto.
+   */
+  containment?: ContainmentSetting;
   /** The uid range of the `user` mode (OZ0_SANDBOX_UID_BASE, OZ0_SANDBOX_UID_COUNT). Default 200000, 65536 uids. */
   sessionUids?: SessionUidRange;
   /**
@@ -117,6 +127,10 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
   if (isolation !== "auto" && isolation !== "bwrap" && isolation !== "user" && isolation !== "none") {
     throw new Error(`OZ0_ISOLATION must be auto, bwrap, user or none, got ${JSON.stringify(isolation)}`);
   }
+  const containment = env.OZ0_CONTAINMENT || "auto";
+  if (containment !== "auto" && !(CONTAINMENT_MECHANISMS as readonly string[]).includes(containment)) {
+    throw new Error(`OZ0_CONTAINMENT must be auto, ${CONTAINMENT_MECHANISMS.join(", ")}, got ${JSON.stringify(containment)}`);
+  }
   const uidBase = integer(env, "OZ0_SANDBOX_UID_BASE") ?? DEFAULT_SESSION_UIDS.base;
   const uidCount = integer(env, "OZ0_SANDBOX_UID_COUNT") ?? DEFAULT_SESSION_UIDS.count;
   // Root's own ids, and ids past the kernel's (uid_t is 32 bits, and -1 means "unchanged"), can never be a session's.
@@ -129,6 +143,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     root: env.OZ0_SANDBOX_ROOT || undefined,
     maxSessions: integer(env, "OZ0_MAX_SESSIONS"),
     isolation,
+    containment: containment as ContainmentSetting,
     eventsUrl: env.OZ0_EVENTS_URL || undefined,
     cancelGraceMs: integer(env, "OZ0_CANCEL_GRACE_MS"),
     retentionMs: integer(env, "OZ0_SESSION_RETENTION_MS"),

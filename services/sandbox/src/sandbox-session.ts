@@ -2,6 +2,7 @@
 // its files, runs the harness through the host side of @oz0/harness with
 // the right launcher, logs every message with its seq, enforces the turn
 // limit, collects the artifacts and cleans up.
+import path from "node:path";
 import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import type { PermissionAnswer, RuntimeToolResult, SessionEvent, SessionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
@@ -14,7 +15,16 @@ import {
   type SessionInfo,
   type StartSession,
 } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
-import { HostSessionError, processGroupLauncher, startHostSession, type HarnessLauncher, type HostSession, type SessionOutcome } from "@oz0/harness/host";
+import {
+  HostSessionError,
+  processGroupLauncher,
+  startHostSession,
+  type Containment,
+  type HarnessLauncher,
+  type HostSession,
+  type SessionContainer,
+  type SessionOutcome,
+} from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
 import { collectArtifacts, snapshotInitialState } from "./artifact-collector.js";
 import { bubblewrapLauncher } from "./bubblewrap-launcher.js";
@@ -23,6 +33,7 @@ import { MAX_LINE_NESTING, nestingLimitLauncher } from "./line-nesting.js";
 import { parentDeathLauncher } from "./parent-death-launcher.js";
 import { startLlmForwarding, type LlmForward, type LlmForwarding } from "./llm-forwarder.js";
 import { SessionEventLog } from "./event-log.js";
+import { SandboxError } from "./sandbox-errors.js";
 import { StderrCapture } from "./stderr-capture.js";
 import { copyAttachments, createSessionDirectories, handOverSessionDirectories, removeSessionDirectories, type SessionPaths } from "./session-directories.js";
 import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host";
@@ -32,7 +43,8 @@ import { startSessionSpan, type SessionSpan } from "./tracing.js";
 
 /** How the session's harness is isolated, decided by the registry. */
 export type SessionIsolation =
-  | { mode: "none"; setprivPath?: string }
+  /** Everything the harness starts runs in a container of `containment`, ended with the session. */
+  | { mode: "none"; setprivPath?: string; containment: Containment }
   /** The session's uid is taken when it prepares its directories (a new one, or the one of the session whose working directory it shares). */
   | { mode: "user"; setprivPath: string; acquireUser: () => Promise<SessionUserLease> }
   | {
@@ -106,6 +118,8 @@ export class SandboxSession {
   #host: HostSession | undefined;
   /** The session's uid in the `user` mode, once taken. */
   #user: SessionUserLease | undefined;
+  /** What ends the `none` mode's processes, also those that left the process group. */
+  #container: SessionContainer | undefined;
   #forwarding: LlmForwarding | undefined;
   #baseline: "snapshot" | "empty" | "none" = "none";
   #usageEvents = 0;
@@ -169,6 +183,7 @@ export class SandboxSession {
     try {
       if (isolation.mode === "user") this.#user = await isolation.acquireUser();
       await createSessionDirectories(paths, stateSubdirectories(paths.stateDir));
+      if (isolation.mode === "none") this.#container = containerFor(isolation.containment, this.id, paths.internalDir);
       await copyAttachments(paths.workingDir, start.attachments);
       // A shared directory belongs to its owner: its changes are the owner's patch, not this session's.
       try {
@@ -221,8 +236,14 @@ export class SandboxSession {
       openaiBaseUrl: innerUrl(llm?.openaiBaseUrl ?? ""),
     });
     let launcher: HarnessLauncher | undefined;
-    if (isolation.mode === "none" && isolation.setprivPath !== undefined) launcher = parentDeathLauncher({ setprivPath: isolation.setprivPath });
-    if (isolation.mode === "user" && this.#user !== undefined) launcher = sessionUserLauncher({ setprivPath: isolation.setprivPath, user: this.#user });
+    if (isolation.mode === "none") {
+      const inner = isolation.setprivPath !== undefined ? parentDeathLauncher({ setprivPath: isolation.setprivPath }) : processGroupLauncher();
+      launcher = this.#container?.launcher(inner) ?? inner;
+    }
+    const user = this.#user;
+    if (isolation.mode === "user" && user !== undefined) {
+      launcher = sessionUserLauncher({ setprivPath: isolation.setprivPath, user, ...(paths.sharesWorkingDir ? {} : { killAll: () => user.killAll() }) });
+    }
     if (isolation.mode === "bwrap") {
       launcher = bubblewrapLauncher({
         bwrapPath: isolation.bwrapPath,
@@ -366,6 +387,8 @@ export class SandboxSession {
       // uid may still run there to swap a file for a link to a node file
       // meanwhile. Sessions sharing the directory go too; it is removed next.
       if (this.#user !== undefined && !paths.sharesWorkingDir) await this.#user.killAll();
+      // Everything the harness started ends with it, whatever process group or session it moved to.
+      await this.#container?.end();
       try {
         const artifacts = await collectArtifacts({
           gitDir: paths.gitDir,
@@ -450,6 +473,17 @@ export class SandboxSession {
       this.#options.logger.warn({ err: error, sessionId: this.id }, "could not remove all of the session's directories");
     }
     await this.#user?.release();
+    await this.#container?.end();
+  }
+}
+
+/** The session's container; one that cannot be made refuses the session rather than run it uncontained. */
+function containerFor(containment: Containment, sessionId: string, internalDir: string): SessionContainer {
+  try {
+    // The subreaper wrapper's list of what it killed goes in the sandbox's own directory for the session.
+    return containment.container({ sessionId, reportFile: path.join(internalDir, "leftover-processes.tsv") });
+  } catch (error) {
+    throw new SandboxError("unavailable", `the session cannot be contained (${(error as Error).message}); see the sandbox's start-up line and its README's Isolation`, { cause: error });
   }
 }
 

@@ -9,6 +9,7 @@ import { clone } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { ProtocolVersion, SessionRequestSchema, type SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { SessionInfo, StartSession } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import type { Containment } from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
 import { planLlmForwards } from "./llm-forwarder.js";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
@@ -27,7 +28,7 @@ export interface SessionRegistryOptions {
   root: string;
   maxSessions: number;
   isolation:
-    | { mode: "none"; setprivPath?: string }
+    | { mode: "none"; setprivPath?: string; containment: Containment }
     | { mode: "user"; setprivPath: string; users: SessionUserPool }
     | { mode: "bwrap"; bwrapPath: string; readOnlyPaths: readonly string[]; hiddenPaths: readonly string[]; entryScript: string };
   sessionPath: string;

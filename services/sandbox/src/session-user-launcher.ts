@@ -59,7 +59,14 @@ function assertRunnableBy(command: string, user: SessionUser): void {
   }
 }
 
-export function sessionUserLauncher(options: { setprivPath: string; user: SessionUser }): HarnessLauncher {
+/**
+ * `killAll`, when given, replaces the SIGKILL to the process group once the
+ * harness has exited: it kills every process of the uid, so a process that
+ * left the group and holds the harness's stdout does not keep the session
+ * open for the grace (not for a session sharing another's uid: that one's
+ * processes are the other session's too).
+ */
+export function sessionUserLauncher(options: { setprivPath: string; user: SessionUser; killAll?: () => Promise<void> }): HarnessLauncher {
   const inner = processGroupLauncher();
   return {
     launch(spec) {
@@ -67,10 +74,19 @@ export function sessionUserLauncher(options: { setprivPath: string; user: Sessio
       // A command that cannot run is started as is, so the host reports spawn_failed rather than setpriv's exit code.
       if (found === undefined) return inner.launch(spec);
       assertRunnableBy(found, options.user);
-      return inner.launch({
+      const launched = inner.launch({
         ...spec,
         command: [options.setprivPath, ...setprivUserArgs(options.user), "--pdeathsig", "SIGKILL", "--", ...spec.command],
       });
+      const { killAll } = options;
+      if (killAll === undefined) return launched;
+      const { child } = launched;
+      return {
+        child,
+        terminate: () => launched.terminate(),
+        kill: () => (child.exitCode !== null || child.signalCode !== null ? killAll() : launched.kill()),
+        hasLiveProcesses: () => launched.hasLiveProcesses?.() === true,
+      };
     },
   };
 }

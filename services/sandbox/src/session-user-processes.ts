@@ -37,12 +37,30 @@ export function uidsWithProcesses(range: SessionUidRange): Set<number> {
   return found;
 }
 
+/** How long the processes of a uid may take to die once killed; past it the caller logs an error. */
+const KILL_WAIT_MS = 5000;
+const POLL_MS = 10;
+
 /**
- * SIGKILLs every process of the uid (the killer itself aside). Resolves once
- * the killer has exited; never rejects: resolves with the error when it
- * could not run (the caller logs it).
+ * SIGKILLs every process of the uid (the killer itself aside) and resolves
+ * once none is left alive, so nothing of the session runs when the caller
+ * goes on (reads its directory, reports its end). Never rejects: resolves
+ * with the error when the killer could not run or a process outlived the
+ * wait (the caller logs it).
  */
-export function killAllProcessesOf(user: SessionUser): Promise<Error | undefined> {
+export async function killAllProcessesOf(user: SessionUser): Promise<Error | undefined> {
+  const range = { base: user.uid, count: 1 };
+  for (let waited = 0; ; waited += POLL_MS) {
+    const error = await killOnce(user);
+    if (error !== undefined) return error;
+    // SIGKILL is carried out as each process next runs; a dying one is not a zombie yet.
+    if (uidsWithProcesses(range).size === 0) return undefined;
+    if (waited >= KILL_WAIT_MS) return new Error(`processes of uid ${user.uid} were still alive ${KILL_WAIT_MS} ms after SIGKILL`);
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+  }
+}
+
+function killOnce(user: SessionUser): Promise<Error | undefined> {
   return new Promise((resolve) => {
     // spawn's uid/gid drop root (supplementary groups cleared) before exec;
     // the shell's builtin kill needs nothing else from the node.

@@ -11,9 +11,9 @@ import { fileURLToPath } from "node:url";
 import { after, describe, it } from "node:test";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { SandboxNodeService, type HeartbeatRequest } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { Authenticator, credentialDigest, registration, serve, type Logger, type RunningServer } from "@oz0/serving";
+import { Authenticator, credentialDigest, registration, serve, type RunningServer } from "@oz0/serving";
 import { configFromEnv, heartbeatSidecarConfigFromEnv, startHeartbeatSidecar, startSandbox } from "../src/index.js";
-import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox } from "./sandbox-test-kit.js";
+import { isText, recordingLogger, runToEnd, scenarioStart, SessionStream, startTestSandbox, type LogLine } from "./sandbox-test-kit.js";
 import { testCredentials } from "@oz0/serving/testing";
 
 const TOKEN = "node-token-for-tests-0123456789";
@@ -58,23 +58,6 @@ async function startFakeOrchestrator(port = 0): Promise<{ server: RunningServer;
   };
 }
 
-interface LogLine {
-  level: string;
-  fields: Record<string, unknown>;
-  msg: string;
-}
-
-/** The sandbox's log, kept in memory. */
-function recordingLogger(): { logger: Logger; lines: LogLine[] } {
-  const lines: LogLine[] = [];
-  const make = (): Logger => {
-    const at = (level: string) => (fields: unknown, msg?: string) => {
-      lines.push(typeof fields === "string" ? { level, fields: {}, msg: fields } : { level, fields: (fields ?? {}) as Record<string, unknown>, msg: msg ?? "" });
-    };
-    return { trace: at("trace"), debug: at("debug"), info: at("info"), warn: at("warn"), error: at("error"), fatal: at("fatal"), child: make, level: "debug" } as unknown as Logger;
-  };
-  return { logger: make(), lines };
-}
 
 async function until(check: () => boolean): Promise<void> {
   while (!check()) await new Promise((resolve) => setTimeout(resolve, 20));

@@ -15,6 +15,7 @@ import {
   type RunSessionResponse,
   type StartSessionSchema,
 } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import type { Logger } from "@oz0/serving";
 import { testCredentials } from "@oz0/serving/testing";
 import { startSandbox, type RunningSandbox, type SandboxConfig } from "../src/index.js";
 
@@ -148,4 +149,22 @@ export async function runToEnd(client: Client<typeof SandboxService>, start: Mes
 
 export function isText(text: string): (m: RunSessionResponse) => boolean {
   return (m) => m.message.case === "event" && m.message.value.event.case === "text" && m.message.value.event.value.text === text;
+}
+
+export interface LogLine {
+  level: string;
+  fields: Record<string, unknown>;
+  msg: string;
+}
+
+/** The sandbox's log, kept in memory. */
+export function recordingLogger(): { logger: Logger; lines: LogLine[] } {
+  const lines: LogLine[] = [];
+  const make = (): Logger => {
+    const at = (level: string) => (fields: unknown, msg?: string) => {
+      lines.push(typeof fields === "string" ? { level, fields: {}, msg: fields } : { level, fields: (fields ?? {}) as Record<string, unknown>, msg: msg ?? "" });
+    };
+    return { trace: at("trace"), debug: at("debug"), info: at("info"), warn: at("warn"), error: at("error"), fatal: at("fatal"), child: make, level: "debug" } as unknown as Logger;
+  };
+  return { logger: make(), lines };
 }
