@@ -7,7 +7,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { LifecycleType } from "@oz0/events-client";
-import { EventsService, TokenCountsSchema, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import { EventsService, TokenCountsSchema, type PublishResponse, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { bearerInterceptor, createLogger } from "@oz0/serving";
 import { randomUUID } from "node:crypto";
 import { connect } from "node:net";
@@ -134,6 +134,22 @@ function jsonRoundTrip(value: Record<string, unknown>): JsonObject {
   return JSON.parse(JSON.stringify(value)) as JsonObject;
 }
 
+/** Says what the events service did not take as sent: events it dropped, and events whose type it did not know (kept as an envelope only). */
+export function logPublishResponse(logger: PublisherLogger, response: PublishResponse, count: number): void {
+  if (response.dropped > 0) {
+    logger.error(
+      { code: "EVENTS_DROPPED_BY_SERVICE", dropped: response.dropped, count },
+      "the events service dropped events whose id or type is not a plain identifier; build events with rawEvent()",
+    );
+  }
+  if (response.reduced > 0) {
+    logger.warn(
+      { code: "EVENTS_TYPE_UNKNOWN", reduced: response.reduced, count },
+      "the events service does not know the type of some events and kept only their envelope (no attributes); deploy the events service before the producers that send new types",
+    );
+  }
+}
+
 export function createEventPublisher(options: EventPublisherOptions): EventPublisher {
   const logger: PublisherLogger = options.logger ?? createLogger({ name: "event-publisher" });
   const maxBatch = options.maxBatch ?? 1_000;
@@ -190,12 +206,7 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
         inFlight = batch.length;
         try {
           const response = await client.publish({ events: batch }, { signal: abort.signal });
-          if (response.dropped > 0) {
-            logger.error(
-              { code: "EVENTS_DROPPED_BY_SERVICE", dropped: response.dropped, count: batch.length },
-              "the events service dropped events whose id or type is not a plain identifier; build events with rawEvent()",
-            );
-          }
+          logPublishResponse(logger, response, batch.length);
           queue.splice(0, batch.length);
           settle(batch.length);
           backoffMs = 100;

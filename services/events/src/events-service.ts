@@ -1,6 +1,7 @@
 // The RPC handlers, kept thin: redaction, the log and the transcript live in
 // their own modules and know nothing about Connect.
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { LIFECYCLE_TYPES } from "@oz0/events-client";
 import type { Logger } from "@oz0/serving";
 import type { EventsService, PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { KafkaRelay } from "./kafka-relay.js";
@@ -12,6 +13,8 @@ import { buildTranscript } from "./transcript.js";
 /** Events per Publish call; a producer with more splits its batch. */
 export const MAX_PUBLISH_BATCH = 10_000;
 const WATCH_PAGE = 500;
+/** Unknown types remembered so each is logged once; past this many, the rest go unlogged (PublishResponse.reduced still counts them). */
+const MAX_UNKNOWN_TYPES_LOGGED = 1_000;
 
 export interface EventsServiceDeps {
   outbox: Outbox;
@@ -25,6 +28,27 @@ export interface EventsServiceDeps {
 
 export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof EventsService> {
   const { outbox, relay, logger } = deps;
+  const unknownTypes = new Set<string>();
+  // A type outside the list (another version, another producer) keeps its
+  // envelope only (the policy reduces it); the producer is told by the
+  // response's count, the operator by one warning per type. It is not
+  // refused: a refused batch is dropped whole by the producer, so one event
+  // of a newer type would cost the known events it travels with.
+  const sayUnknown = (accepted: readonly PublicEvent[]): number => {
+    let reduced = 0;
+    for (const event of accepted) {
+      if (!event.reduced) continue;
+      reduced++;
+      if (unknownTypes.has(event.type) || unknownTypes.size >= MAX_UNKNOWN_TYPES_LOGGED) continue;
+      unknownTypes.add(event.type);
+      // The type is an identifier, and public on the stream anyway.
+      logger.warn(
+        { code: "EVENTS_TYPE_UNKNOWN", type: event.type, known: LIFECYCLE_TYPES },
+        `events of type ${event.type} are not a lifecycle type this events service knows: they are kept with their envelope only (reduced); deploy the events service before producers that send a new type, or send one of the known types`,
+      );
+    }
+    return reduced;
+  };
   return {
     publish(request) {
       if (request.events.length > MAX_PUBLISH_BATCH) {
@@ -51,7 +75,7 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
       const { appended, duplicates } = outbox.append(redacted);
       traceAccepted(appended, { ...(deps.topic ? { topic: deps.topic } : {}) });
       relay?.wake();
-      return { accepted: appended.length, duplicates, dropped };
+      return { accepted: appended.length, duplicates, dropped, reduced: sayUnknown(appended) };
     },
 
     async *watch(request, context) {

@@ -1,5 +1,5 @@
 // @oz0/events: the events service and the client producers publish with.
-export { createEventPublisher, eventsTransport, rawEvent } from "./event-publisher.js";
+export { createEventPublisher, eventsTransport, logPublishResponse, rawEvent } from "./event-publisher.js";
 export type {
   EventPublisher,
   EventPublisherOptions,

@@ -8,7 +8,7 @@
 // events service keeps each event id once, so an event sent twice (accepted,
 // then the shipper died before removing it) is still on the stream once.
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
-import { eventsTransport, rawEvent } from "@oz0/events";
+import { eventsTransport, logPublishResponse, rawEvent } from "@oz0/events";
 import type { LifecycleType } from "@oz0/events-client";
 import { EventsService, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { Logger } from "@oz0/serving";
@@ -143,9 +143,7 @@ export class LifecycleOutbox implements LifecycleSink {
   async #send(events: RawEvent[]): Promise<void> {
     try {
       const response = await this.#client.publish({ events }, { timeoutMs: this.#sendTimeoutMs, signal: this.#abort.signal });
-      if (response.dropped > 0) {
-        this.#o.logger.error({ code: "EVENTS_DROPPED_BY_SERVICE", dropped: response.dropped, count: events.length }, "the events service dropped lifecycle events whose id or type is not a plain identifier");
-      }
+      logPublishResponse(this.#o.logger, response, events.length);
     } catch (error) {
       const err = ConnectError.from(error);
       if (err.code === Code.ResourceExhausted && events.length > 1) {
