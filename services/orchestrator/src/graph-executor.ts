@@ -34,6 +34,7 @@ import { OrchestratorError } from "./orchestrator-error.js";
 import { SessionNotFoundError, type SandboxMessage, type SessionChannel, type SessionRunner } from "./session-runner.js";
 import type { SandboxPlacement } from "./sandbox-placement.js";
 import type { StepCall } from "./graph-step-runner.js";
+import { withStderr } from "./harness-stderr.js";
 import { orchestratorTracing } from "./tracing.js";
 
 const stepRunnerScript = path.join(path.dirname(fileURLToPath(import.meta.url)), "graph-step-runner.js");
@@ -282,12 +283,12 @@ export class SessionGraphExecutor implements GraphExecutor {
     const exited = messages.find((m): m is Extract<SandboxMessage, { kind: "exited" }> => m.kind === "exited");
     // The step runner is ours, but the step's module runs inside it and can break the protocol (a write to stdout
     // after the result, a failing exit): then the bag it returned cannot be trusted.
-    if (exited?.failure) throw new GraphError("STEP_FAILED", `custom step ${request.name} failed in the sandbox: ${exited.failure}`);
+    if (exited?.failure) throw new GraphError("STEP_FAILED", withStderr(`custom step ${request.name} failed in the sandbox: ${exited.failure}`, { stderr: exited.stderrTail ?? "" }));
     let result = exited?.result;
     for (const m of messages) if (m.kind === "event" && m.event.event.case === "result") result = m.event.event.value;
     if (!result || result.stopReason !== StopReason.COMPLETED) {
       const why = result?.error || exited?.error || "the step runner ended without a result";
-      throw new GraphError("STEP_FAILED", `custom step ${request.name} failed in the sandbox: ${why}`);
+      throw new GraphError("STEP_FAILED", withStderr(`custom step ${request.name} failed in the sandbox: ${why}`, { stderr: exited?.stderrTail ?? "" }));
     }
     try {
       const parsed = JSON.parse(result.text) as { set?: Record<string, unknown> };

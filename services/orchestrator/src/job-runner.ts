@@ -46,7 +46,9 @@ import {
   type JobStore,
   type JsonObject,
   type PermissionRecord,
+  type StderrAppend,
 } from "./job-store.js";
+import { DEFAULT_MAX_STDERR_BYTES, stderrAppend, storedStderrTail, withStderr } from "./harness-stderr.js";
 import { sessionSkills } from "./agent-skills.js";
 import { asBystander, soleOwnership, type JobOwnership } from "./job-ownership.js";
 import { LeaseLostError } from "./lease-manager.js";
@@ -107,6 +109,8 @@ export interface JobRunnerOptions {
   ownership?: JobOwnership;
   /** Runtime tools the orchestrator serves jobs itself, by the name runAgent's `servedTools` gives. */
   servedTools?: Record<string, ServedRuntimeTools>;
+  /** How much of each session's stderr is stored, its last bytes (OZ0_MAX_SESSION_STDERR_BYTES). Default 1 MiB. */
+  maxStderrBytes?: number;
 }
 
 /**
@@ -161,7 +165,7 @@ function newSessionId(): string {
  */
 export async function appendJobStep(
   deps: { store: JobStore; feed: JobFeed; lifecycle?: LifecycleSink },
-  step: { jobId: string; events: Partial<JobEvent>[]; job?: JobPatch; permissions?: PermissionRecord[]; lifecycle?: (RawEvent | undefined)[] },
+  step: { jobId: string; events: Partial<JobEvent>[]; job?: JobPatch; permissions?: PermissionRecord[]; lifecycle?: (RawEvent | undefined)[]; stderr?: StderrAppend },
 ): Promise<JobEvent[]> {
   const lifecycle = (step.lifecycle ?? []).filter((e): e is RawEvent => e !== undefined);
   const stored = await deps.store.append({
@@ -170,6 +174,7 @@ export async function appendJobStep(
     ...(step.job ? { job: step.job } : {}),
     ...(step.permissions ? { permissions: step.permissions } : {}),
     ...(lifecycle.length ? { lifecycle } : {}),
+    ...(step.stderr ? { stderr: step.stderr } : {}),
   });
   if (lifecycle.length) deps.lifecycle?.committed();
   deps.feed.publish(step.jobId, stored);
@@ -243,6 +248,7 @@ export class JobRunner {
       logger: options.logger,
       ...(options.lifecycle ? { lifecycle: options.lifecycle } : {}),
       ...(options.operationRepairs !== undefined ? { maxRepairs: options.operationRepairs } : {}),
+      ...(options.maxStderrBytes !== undefined ? { maxStderrBytes: options.maxStderrBytes } : {}),
     });
     this.#deadlines = new ApprovalDeadlines({
       onDeadline: (jobId, permissionId) => this.#timeOut(jobId, permissionId),
@@ -321,7 +327,12 @@ export class JobRunner {
     await this.#append(jobId, [{ event: { case: "stateChanged", value: { state: JobState.PENDING, reason: WAITING_FOR_ROOM } } } as Partial<JobEvent>]);
   }
 
-  async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch, more: { permissions?: PermissionRecord[]; lifecycle?: (RawEvent | undefined)[] } = {}): Promise<JobEvent[]> {
+  async #append(
+    jobId: string,
+    events: Partial<JobEvent>[],
+    job?: JobPatch,
+    more: { permissions?: PermissionRecord[]; lifecycle?: (RawEvent | undefined)[]; stderr?: StderrAppend } = {},
+  ): Promise<JobEvent[]> {
     return appendJobStep(this.#o, { jobId, events, ...(job ? { job } : {}), ...more });
   }
 
@@ -735,6 +746,10 @@ export class JobRunner {
       }
       case "event":
         await this.#handleEvent(jobId, active, message.event, seqPatch);
+        return;
+      case "stderr":
+        // Stored with the seq that passes it, like artifacts: a re-attach starts after it.
+        await this.#append(jobId, [], seqPatch, { stderr: stderrAppend(message, this.#o.maxStderrBytes ?? DEFAULT_MAX_STDERR_BYTES) });
         return;
     }
   }
@@ -1231,6 +1246,8 @@ export class JobRunner {
       const sessionFailure = active?.sessionFailure ?? (job.error && !job.cancelRequestedAt ? job.error : undefined);
       let state: JobStateName;
       let error = "";
+      // The job fails because of how its session ended: the failure says what the harness last wrote to stderr.
+      let failedBySession = false;
       if (job.cancelRequestedAt) {
         state = "cancelled";
         error = job.error || "cancelled by request";
@@ -1240,6 +1257,7 @@ export class JobRunner {
       } else if (sessionFailure) {
         state = "failed";
         error = sessionFailure;
+        failedBySession = true;
         // Whatever the harness wrote as its result came from a session that broke the rules: not the job's result.
         result = create(SessionResultSchema, { stopReason: StopReason.UNSPECIFIED, text: "" });
       } else if (result && result.stopReason === StopReason.COMPLETED) {
@@ -1249,7 +1267,9 @@ export class JobRunner {
         error = result
           ? `the session ended ${StopReason[result.stopReason]?.toLowerCase() ?? "badly"}${result.error ? `: ${result.error}` : ""}`
           : `the session ended without a result${active?.exitError ? `: ${active.exitError}` : ""}`;
+        failedBySession = true;
       }
+      if (failedBySession) error = withStderr(error, { stderr: await storedStderrTail(this.#o.store, { jobId, sessionId: job.sessionId }), jobId });
       const events: Partial<JobEvent>[] = [];
       // Calls still waiting can never be answered now.
       const pending = await this.#o.store.listPermissions({ jobId, pendingOnly: true });

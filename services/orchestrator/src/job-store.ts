@@ -158,6 +158,42 @@ export interface JobAppend {
    * when the change is, whatever happens to the process after.
    */
   lifecycle?: RawEvent[];
+  /** A piece of a session's stderr, stored with the sandbox seq that passes it. */
+  stderr?: StderrAppend;
+}
+
+/** A piece of a session's stderr as the sandbox logged it (the session token already scrubbed). */
+export interface StderrPiece {
+  /** The sandbox's seq of the piece. */
+  seq: number;
+  /** UTF-8 text; may be empty when the sandbox dropped the whole piece. */
+  text: string;
+  /** Bytes the session wrote just before `text` that are not kept. */
+  droppedBytes: number;
+}
+
+/**
+ * Storing one piece: a piece whose seq is not above the last one stored for
+ * its session is a repeat (a re-attach) and changes nothing. The session
+ * keeps at most `maxBytes` of text: a longer piece keeps its end, and the
+ * oldest pieces go (their bytes counted in `droppedBytes`) once the kept
+ * ones exceed it.
+ */
+export interface StderrAppend {
+  sessionId: string;
+  piece: StderrPiece;
+  maxBytes: number;
+}
+
+/** A session's stored stderr, without its pieces. */
+export interface SessionStderr {
+  sessionId: string;
+  /** Bytes of text its pieces hold. */
+  keptBytes: number;
+  /** Bytes written before its first piece that are not kept. */
+  droppedBytes: number;
+  /** Bytes written after its last piece that are not kept (pieces the sandbox dropped whole). */
+  trailingDroppedBytes: number;
 }
 
 /** A lifecycle event waiting to reach the events service; `seq` orders them as stored. */
@@ -221,6 +257,10 @@ export interface JobStore {
   append(change: JobAppend): Promise<JobEvent[]>;
   /** Events with seq > afterSeq, in order. */
   listJobEvents(jobId: string, afterSeq: number, limit?: number): Promise<JobEvent[]>;
+  /** The sessions of the job with stored stderr, in the order they first wrote. */
+  listStderrSessions(jobId: string): Promise<SessionStderr[]>;
+  /** A session's stored stderr pieces with seq > afterSeq, in order, at most `limit` (default 1000). */
+  listStderrPieces(jobId: string, sessionId: string, afterSeq: number, limit?: number): Promise<StderrPiece[]>;
 
   getPermission(jobId: string, id: string): Promise<PermissionRecord | undefined>;
   listPermissions(query: ListPermissionsQuery): Promise<PermissionRecord[]>;
@@ -246,4 +286,17 @@ export interface JobStore {
   listOperationCheckpoints(jobId: string): Promise<OperationCheckpoint[]>;
 
   close(): Promise<void>;
+}
+
+/**
+ * What storing `piece` keeps of it: its text cut to its last `maxBytes`
+ * (starting on a whole character), and the bytes dropped before that text.
+ */
+export function keptPiece(piece: StderrPiece, maxBytes: number): { text: string; bytes: number; droppedBytes: number } {
+  const buffer = Buffer.from(piece.text);
+  if (buffer.length <= maxBytes) return { text: piece.text, bytes: buffer.length, droppedBytes: piece.droppedBytes };
+  let start = buffer.length - maxBytes;
+  // Skip continuation bytes (10xxxxxx): a character cut in two is dropped whole.
+  while (start < buffer.length && (buffer[start]! & 0xc0) === 0x80) start++;
+  return { text: buffer.subarray(start).toString("utf8"), bytes: buffer.length - start, droppedBytes: piece.droppedBytes + start };
 }

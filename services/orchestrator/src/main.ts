@@ -24,6 +24,7 @@ try {
     ...(process.env.OZ0_NODE_PORT ? { nodePort: Number(process.env.OZ0_NODE_PORT) } : {}),
     auth: authSettingsFromEnv(process.env),
     ...(process.env.OZ0_NODE_STALE_AFTER_MS ? { nodeStaleAfterMs: Number(process.env.OZ0_NODE_STALE_AFTER_MS) } : {}),
+    ...(process.env.OZ0_MAX_SESSION_STDERR_BYTES ? { maxSessionStderrBytes: Number(process.env.OZ0_MAX_SESSION_STDERR_BYTES) } : {}),
     logger,
   });
   onShutdownSignal(logger, async () => {

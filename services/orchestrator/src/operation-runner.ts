@@ -33,6 +33,7 @@ import {
   type HarnessOperationDefinition,
 } from "./harness-operations.js";
 import type { AgentVersionRecord, JobStore, JsonObject } from "./job-store.js";
+import { DEFAULT_MAX_STDERR_BYTES, stderrAppend, withStderr } from "./harness-stderr.js";
 import { OperationCheckpoints, type OperationCheckpoint } from "./operation-checkpoints.js";
 import type { PermissionPolicy } from "./permission-policy.js";
 import type { LifecycleSink, SessionChannel, SessionRunner, TokenIssuer } from "./session-runner.js";
@@ -88,6 +89,8 @@ export interface OperationRunnerOptions {
   logger: Logger;
   lifecycle?: LifecycleSink;
   maxRepairs?: number;
+  /** How much of each scratch session's stderr is stored with the parent job (OZ0_MAX_SESSION_STDERR_BYTES). Default 1 MiB. */
+  maxStderrBytes?: number;
 }
 
 type Outcome =
@@ -429,6 +432,7 @@ export class OperationRunner {
       let result: SessionResult | undefined;
       let exitError = "";
       let failure: string | undefined;
+      let stderrTail = "";
       let pendingModelStep: { at: number; tokens: Usage } | undefined;
       const emitStep = (attributes: Record<string, unknown>, tokens?: Usage): void => {
         options.step.index++;
@@ -440,9 +444,15 @@ export class OperationRunner {
         pendingModelStep = undefined;
       };
       for await (const message of channel) {
+        if (message.kind === "stderr") {
+          // Kept with the parent job: `oz0 jobs logs` shows every session of it.
+          await this.#o.store.append({ jobId: parent.jobId, events: [], stderr: stderrAppend(message, this.#o.maxStderrBytes ?? DEFAULT_MAX_STDERR_BYTES) });
+          continue;
+        }
         if (message.kind === "exited") {
           exitError = message.error;
           failure = message.failure;
+          stderrTail = message.stderrTail ?? "";
           if (!result && message.result) result = message.result;
           continue;
         }
@@ -511,7 +521,9 @@ export class OperationRunner {
         return { kind: "failed", code: "operation_timed_out", message: `${op.key} timed out before it returned a valid result (timeout ${op.timeout_ms} ms, bounded by the parent run's deadline)`, validation: "unknown" };
       }
       // A session the sandbox failed is not repaired: its structured output, valid or not, cannot be trusted.
-      if (failure) return { kind: "failed", code: "operation_session_failed", message: `${op.key}'s scratch session failed: ${failure}`, validation: "unknown" };
+      if (failure) {
+        return { kind: "failed", code: "operation_session_failed", message: withStderr(`${op.key}'s scratch session failed: ${failure}`, { stderr: stderrTail }), validation: "unknown" };
+      }
       if (result?.structuredOutput) return { kind: "ran", output: result.structuredOutput as JsonObject };
       if (result && result.stopReason === StopReason.COMPLETED) return { kind: "ran" };
       // A finished loop whose answer was not JSON is a repairable result, not a crash.

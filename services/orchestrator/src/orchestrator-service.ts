@@ -9,6 +9,7 @@ import {
   ApprovalSchema,
   ApprovalState,
   ArtifactSchema,
+  GetJobLogsResponseSchema,
   JobSchema,
   JobService,
   PluginSchema,
@@ -17,6 +18,7 @@ import {
   type AgentVersion,
   JobState,
   type Approval,
+  type GetJobLogsResponse,
   type Job,
   type JobEvent,
   type Plugin,
@@ -28,6 +30,7 @@ import type { AgentVersions } from "./agent-versions.js";
 import { approvalDeadline, approversOf } from "./approval-deadlines.js";
 import { isGraphJob, type GraphJobs } from "./graph-jobs.js";
 import type { GraphRegistry, GraphVersionRecord } from "./graph-registry.js";
+import { readJobStderr } from "./harness-stderr.js";
 import type { JobFeed } from "./job-feed.js";
 import { isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
 import type { AgentVersionRecord, JobRecord, JobStateName, JobStore, JsonObject, PermissionRecord, PluginRecord } from "./job-store.js";
@@ -231,6 +234,13 @@ async function* watch(deps: OrchestratorServiceDeps, jobId: string, afterSeq: nu
   }
 }
 
+async function* jobLogs(deps: OrchestratorServiceDeps, jobId: string): AsyncGenerator<GetJobLogsResponse> {
+  if (!(await deps.store.getJob(jobId))) throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
+  for await (const piece of readJobStderr(deps.store, jobId)) {
+    yield create(GetJobLogsResponseSchema, { sessionId: piece.sessionId, text: piece.text, droppedBytes: BigInt(piece.droppedBytes) });
+  }
+}
+
 export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegistration[] {
   const jobs = registration(JobService, {
     runAgent: (req, context) =>
@@ -299,6 +309,7 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
         }
         return { approvals };
       }),
+    getJobLogs: (req) => jobLogs(deps, required(req.jobId, "job_id")),
     getJobUsage: (req) =>
       handle(async () => {
         const jobId = required(req.jobId, "job_id");

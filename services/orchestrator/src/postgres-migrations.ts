@@ -4,7 +4,7 @@
 import { createSchemaPool, runMigrations, type Migration } from "@oz0/postgres";
 import type pg from "pg";
 
-/** The job store (version 1), leases (2, 4), the sandbox node registry (3), operation checkpoints (5) and graph runs (6). Append only: never edit an applied one. */
+/** The job store (version 1), leases (2, 4), the sandbox node registry (3), operation checkpoints (5), graph runs (6) and sessions' stderr (10). Append only: never edit an applied one. */
 export const ORCHESTRATOR_MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
@@ -130,6 +130,20 @@ CREATE TABLE lifecycle_outbox (seq bigserial PRIMARY KEY, event text NOT NULL, c
     name: "job starter",
     // Who started a job, so approvals.prevent_self_approval can refuse that principal's answers.
     sql: "ALTER TABLE jobs ADD COLUMN started_by text NOT NULL DEFAULT '';",
+  },
+  {
+    version: 10,
+    name: "session stderr",
+    // What each session's harness wrote to stderr, bounded per session (`oz0 jobs logs`): a row per session
+    // (in the order they first wrote, `ord`), and its pieces by the sandbox's seq.
+    sql: `
+CREATE TABLE session_stderr (
+  job_id text NOT NULL, session_id text NOT NULL, last_seq bigint NOT NULL, kept_bytes bigint NOT NULL,
+  dropped_bytes bigint NOT NULL, trailing_dropped_bytes bigint NOT NULL, ord bigserial NOT NULL,
+  PRIMARY KEY (job_id, session_id));
+CREATE TABLE stderr_pieces (
+  job_id text NOT NULL, session_id text NOT NULL, seq bigint NOT NULL, text text NOT NULL, bytes integer NOT NULL,
+  dropped_bytes bigint NOT NULL, PRIMARY KEY (job_id, session_id, seq));`,
   },
 ];
 

@@ -29,9 +29,12 @@ import type {
   PermissionRecord,
   PluginRecord,
   PublishResult,
+  SessionStderr,
+  StderrAppend,
+  StderrPiece,
   StoredLifecycleEvent,
 } from "./job-store.js";
-import { agentVersionColumns } from "./job-store.js";
+import { agentVersionColumns, keptPiece } from "./job-store.js";
 import type { ClusterNotifier } from "./cluster-notifier.js";
 import { assertLeaseHeld, type LeaseFence } from "./lease-manager.js";
 import { failedPrecondition, notFound } from "./orchestrator-error.js";
@@ -421,10 +424,83 @@ export class PostgresJobStore implements JobStore {
         }
       }
       await this.#keepLifecycle(client, change.lifecycle ?? []);
+      if (change.stderr) await this.#appendStderr(client, change.jobId, change.stderr);
       // Watchers at other replicas read the new events when this commits (job-feed.ts).
       if (this.#notifier && stored.length > 0) await this.#notifier.publishAppended(client, { jobId: change.jobId, fromSeq: seq - stored.length + 1, seq });
       return stored;
     });
+  }
+
+  async #appendStderr(client: Queryable, jobId: string, { sessionId, piece, maxBytes }: StderrAppend): Promise<void> {
+    // The session's row, locked (created first when missing): its bookkeeping and its pieces change together.
+    await client.query(
+      `INSERT INTO session_stderr (job_id, session_id, last_seq, kept_bytes, dropped_bytes, trailing_dropped_bytes) VALUES ($1, $2, 0, 0, 0, 0)
+       ON CONFLICT (job_id, session_id) DO NOTHING`,
+      [jobId, sessionId],
+    );
+    const { rows } = await client.query<{ last_seq: string; kept_bytes: string; dropped_bytes: string; trailing_dropped_bytes: string }>(
+      "SELECT last_seq, kept_bytes, dropped_bytes, trailing_dropped_bytes FROM session_stderr WHERE job_id = $1 AND session_id = $2 FOR UPDATE",
+      [jobId, sessionId],
+    );
+    const row = rows[0]!;
+    if (piece.seq <= Number(row.last_seq)) return;
+    const session = { kept: Number(row.kept_bytes), dropped: Number(row.dropped_bytes), trailing: Number(row.trailing_dropped_bytes) };
+    const kept = keptPiece(piece, maxBytes);
+    if (kept.text === "") {
+      // Nothing to keep: the bytes are dropped after the last piece kept.
+      session.trailing += kept.droppedBytes;
+    } else {
+      await client.query("INSERT INTO stderr_pieces (job_id, session_id, seq, text, bytes, dropped_bytes) VALUES ($1, $2, $3, $4, $5, $6)", [
+        jobId,
+        sessionId,
+        piece.seq,
+        kept.text,
+        kept.bytes,
+        kept.droppedBytes + session.trailing,
+      ]);
+      session.trailing = 0;
+      session.kept += kept.bytes;
+      if (session.kept > maxBytes) {
+        // The oldest pieces go, as few as bring the session back under its allowance (the newest always stays).
+        const { rows: gone } = await client.query<{ bytes: number; dropped_bytes: string }>(
+          `DELETE FROM stderr_pieces p USING (
+             SELECT seq FROM (
+               SELECT seq, sum(bytes) OVER (ORDER BY seq DESC) AS newer FROM stderr_pieces WHERE job_id = $1 AND session_id = $2
+             ) w WHERE newer > $3 AND seq <> $4
+           ) old WHERE p.job_id = $1 AND p.session_id = $2 AND p.seq = old.seq
+           RETURNING p.bytes, p.dropped_bytes`,
+          [jobId, sessionId, maxBytes, piece.seq],
+        );
+        for (const old of gone) {
+          session.kept -= old.bytes;
+          session.dropped += Number(old.dropped_bytes) + old.bytes;
+        }
+      }
+    }
+    await client.query("UPDATE session_stderr SET last_seq = $3, kept_bytes = $4, dropped_bytes = $5, trailing_dropped_bytes = $6 WHERE job_id = $1 AND session_id = $2", [
+      jobId,
+      sessionId,
+      piece.seq,
+      session.kept,
+      session.dropped,
+      session.trailing,
+    ]);
+  }
+
+  async listStderrSessions(jobId: string): Promise<SessionStderr[]> {
+    const { rows } = await this.#pool.query<{ session_id: string; kept_bytes: string; dropped_bytes: string; trailing_dropped_bytes: string }>(
+      "SELECT session_id, kept_bytes, dropped_bytes, trailing_dropped_bytes FROM session_stderr WHERE job_id = $1 ORDER BY ord",
+      [jobId],
+    );
+    return rows.map((r) => ({ sessionId: r.session_id, keptBytes: Number(r.kept_bytes), droppedBytes: Number(r.dropped_bytes), trailingDroppedBytes: Number(r.trailing_dropped_bytes) }));
+  }
+
+  async listStderrPieces(jobId: string, sessionId: string, afterSeq: number, limit = 1000): Promise<StderrPiece[]> {
+    const { rows } = await this.#pool.query<{ seq: string; text: string; dropped_bytes: string }>(
+      "SELECT seq, text, dropped_bytes FROM stderr_pieces WHERE job_id = $1 AND session_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+      [jobId, sessionId, afterSeq, limit],
+    );
+    return rows.map((r) => ({ seq: Number(r.seq), text: r.text, droppedBytes: Number(r.dropped_bytes) }));
   }
 
   async #keepLifecycle(client: Queryable, events: RawEvent[]): Promise<void> {

@@ -54,6 +54,8 @@ function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
       return { seq, kind: "started", sessionId: response.sessionId };
     case "event":
       return { seq, kind: "event", event: m.value };
+    case "stderr":
+      return { seq, kind: "stderr", sessionId: response.sessionId, text: m.value.text, droppedBytes: Number(m.value.droppedBytes) };
     case "artifacts": {
       const artifacts = [];
       if (m.value.patch) artifacts.push({ name: "changes.patch", mediaType: "text/x-diff", content: encoder.encode(m.value.patch) });
@@ -63,9 +65,7 @@ function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
     case "exited": {
       const e = m.value;
       const failed = e.status === SessionStatus.FAILED || e.status === SessionStatus.TIMED_OUT;
-      const error = failed
-        ? `${e.errorCode || "failed"}: ${e.errorMessage || "the session failed"}${e.stderrTail ? ` (stderr: ${e.stderrTail.trim().split("\n").filter((l) => l.trim()).slice(-6).join(" | ")})` : ""}`
-        : "";
+      const error = failed ? `${e.errorCode || "failed"}: ${e.errorMessage || "the session failed"}` : "";
       // A timed-out session is the runtime's doing, not the harness's: its result (if any) says so itself.
       const failure = e.status === SessionStatus.FAILED ? `${PROTOCOL_ERROR_CODES.has(e.errorCode) ? "the harness broke the protocol" : "the session failed"}: ${error}` : undefined;
       return {
@@ -76,6 +76,7 @@ function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
         error,
         ...(failure !== undefined ? { failure } : {}),
         ...(e.result ? { result: e.result } : {}),
+        stderrTail: e.stderrTail,
       };
     }
     default:

@@ -17,12 +17,14 @@ export interface SessionArtifact {
 export type SandboxMessage =
   | { seq: number; kind: "started"; sessionId: string }
   | { seq: number; kind: "event"; event: SessionEvent }
+  /** A piece of the harness's stderr, the session token scrubbed; `droppedBytes` were written just before `text` and not kept. */
+  | { seq: number; kind: "stderr"; sessionId: string; text: string; droppedBytes: number }
   | {
       seq: number;
       kind: "exited";
       exitCode: number;
       signal: string;
-      /** What went wrong, when the session failed or timed out (`code: message (stderr: …)`); empty otherwise. */
+      /** What went wrong, when the session failed or timed out (`code: message`); empty otherwise. */
       error: string;
       /**
        * Set when the sandbox failed the session (the harness broke the
@@ -33,6 +35,8 @@ export type SandboxMessage =
        */
       failure?: string;
       result?: SessionResult;
+      /** The last few KiB of the harness's stderr, scrubbed (for a failure message: harness-stderr.ts). */
+      stderrTail?: string;
     }
   | { seq: number; kind: "artifacts"; artifacts: SessionArtifact[] };
 

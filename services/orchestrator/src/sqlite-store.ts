@@ -23,9 +23,12 @@ import type {
   PermissionRecord,
   PluginRecord,
   PublishResult,
+  SessionStderr,
+  StderrAppend,
+  StderrPiece,
   StoredLifecycleEvent,
 } from "./job-store.js";
-import { agentVersionColumns } from "./job-store.js";
+import { agentVersionColumns, keptPiece } from "./job-store.js";
 import { notFound } from "./orchestrator-error.js";
 
 const SCHEMA = `
@@ -58,6 +61,12 @@ CREATE TABLE IF NOT EXISTS operation_checkpoints (
   job_id TEXT NOT NULL, call_id TEXT NOT NULL, record TEXT NOT NULL, delivered INTEGER NOT NULL,
   PRIMARY KEY (job_id, call_id));
 CREATE TABLE IF NOT EXISTS lifecycle_outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, event TEXT NOT NULL, claimed_until INTEGER);
+CREATE TABLE IF NOT EXISTS session_stderr (
+  job_id TEXT NOT NULL, session_id TEXT NOT NULL, last_seq INTEGER NOT NULL, kept_bytes INTEGER NOT NULL,
+  dropped_bytes INTEGER NOT NULL, trailing_dropped_bytes INTEGER NOT NULL, PRIMARY KEY (job_id, session_id));
+CREATE TABLE IF NOT EXISTS stderr_pieces (
+  job_id TEXT NOT NULL, session_id TEXT NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL, bytes INTEGER NOT NULL,
+  dropped_bytes INTEGER NOT NULL, PRIMARY KEY (job_id, session_id, seq));
 `;
 
 interface JobRow {
@@ -368,8 +377,57 @@ export class SqliteJobStore implements JobStore {
       if (change.job) this.#updateJob(change.jobId, change.job);
       for (const permission of change.permissions ?? []) this.#upsertPermission(permission);
       this.#keepLifecycle(change.lifecycle ?? []);
+      if (change.stderr) this.#appendStderr(change.jobId, change.stderr);
       return stored;
     })();
+  }
+
+  #appendStderr(jobId: string, { sessionId, piece, maxBytes }: StderrAppend): void {
+    const row = this.#db.prepare("SELECT last_seq, kept_bytes, dropped_bytes, trailing_dropped_bytes FROM session_stderr WHERE job_id = ? AND session_id = ?").get(jobId, sessionId) as
+      | { last_seq: number; kept_bytes: number; dropped_bytes: number; trailing_dropped_bytes: number }
+      | undefined;
+    if (row && piece.seq <= row.last_seq) return;
+    const session = { kept: row?.kept_bytes ?? 0, dropped: row?.dropped_bytes ?? 0, trailing: row?.trailing_dropped_bytes ?? 0 };
+    const kept = keptPiece(piece, maxBytes);
+    if (kept.text === "") {
+      // Nothing to keep: the bytes are dropped after the last piece kept.
+      session.trailing += kept.droppedBytes;
+    } else {
+      this.#db
+        .prepare("INSERT INTO stderr_pieces (job_id, session_id, seq, text, bytes, dropped_bytes) VALUES (?, ?, ?, ?, ?, ?)")
+        .run(jobId, sessionId, piece.seq, kept.text, kept.bytes, kept.droppedBytes + session.trailing);
+      session.trailing = 0;
+      session.kept += kept.bytes;
+      const oldest = this.#db.prepare("SELECT seq, bytes, dropped_bytes FROM stderr_pieces WHERE job_id = ? AND session_id = ? ORDER BY seq LIMIT 1");
+      const remove = this.#db.prepare("DELETE FROM stderr_pieces WHERE job_id = ? AND session_id = ? AND seq = ?");
+      while (session.kept > maxBytes) {
+        const first = oldest.get(jobId, sessionId) as { seq: number; bytes: number; dropped_bytes: number };
+        remove.run(jobId, sessionId, first.seq);
+        session.kept -= first.bytes;
+        session.dropped += first.dropped_bytes + first.bytes;
+      }
+    }
+    this.#db
+      .prepare(
+        `INSERT INTO session_stderr (job_id, session_id, last_seq, kept_bytes, dropped_bytes, trailing_dropped_bytes) VALUES (?, ?, ?, ?, ?, ?)
+         ON CONFLICT (job_id, session_id) DO UPDATE SET last_seq = excluded.last_seq, kept_bytes = excluded.kept_bytes,
+         dropped_bytes = excluded.dropped_bytes, trailing_dropped_bytes = excluded.trailing_dropped_bytes`,
+      )
+      .run(jobId, sessionId, piece.seq, session.kept, session.dropped, session.trailing);
+  }
+
+  async listStderrSessions(jobId: string): Promise<SessionStderr[]> {
+    const rows = this.#db
+      .prepare("SELECT session_id, kept_bytes, dropped_bytes, trailing_dropped_bytes FROM session_stderr WHERE job_id = ? ORDER BY rowid")
+      .all(jobId) as { session_id: string; kept_bytes: number; dropped_bytes: number; trailing_dropped_bytes: number }[];
+    return rows.map((r) => ({ sessionId: r.session_id, keptBytes: r.kept_bytes, droppedBytes: r.dropped_bytes, trailingDroppedBytes: r.trailing_dropped_bytes }));
+  }
+
+  async listStderrPieces(jobId: string, sessionId: string, afterSeq: number, limit = 1000): Promise<StderrPiece[]> {
+    const rows = this.#db
+      .prepare("SELECT seq, text, dropped_bytes FROM stderr_pieces WHERE job_id = ? AND session_id = ? AND seq > ? ORDER BY seq LIMIT ?")
+      .all(jobId, sessionId, afterSeq, limit) as { seq: number; text: string; dropped_bytes: number }[];
+    return rows.map((r) => ({ seq: r.seq, text: r.text, droppedBytes: r.dropped_bytes }));
   }
 
   #keepLifecycle(events: RawEvent[]): void {

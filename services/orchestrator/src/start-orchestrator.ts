@@ -65,6 +65,8 @@ export interface OrchestratorConfig {
   auth?: AuthSettings;
   /** A node silent this long gets no sessions and its sessions are lost (OZ0_NODE_STALE_AFTER_MS). Default 15 s. */
   nodeStaleAfterMs?: number;
+  /** How much of each session's harness stderr is stored, its last bytes (OZ0_MAX_SESSION_STDERR_BYTES). Default 1 MiB. */
+  maxSessionStderrBytes?: number;
   /** A custom store (tests); otherwise PostgreSQL when `databaseUrl` is set, else SQLite at <home>/orchestrator.db. */
   store?: JobStore;
   logger?: Logger;
@@ -104,6 +106,10 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     ["OZ0_NODE_STALE_AFTER_MS", config.nodeStaleAfterMs],
   ] as const) {
     if (value !== undefined && !(Number.isInteger(value) && value >= 100)) throw new Error(`${name} must be a whole number of milliseconds, at least 100; got ${String(value)}`);
+  }
+  const stderrBytes = config.maxSessionStderrBytes;
+  if (stderrBytes !== undefined && !(Number.isInteger(stderrBytes) && stderrBytes >= 0)) {
+    throw new Error(`OZ0_MAX_SESSION_STDERR_BYTES must be a whole number of bytes (0 keeps none); got ${String(stderrBytes)}`);
   }
   // On PostgreSQL the orchestrator is one replica of many (one is a cluster of one): jobs are leased.
   const cluster =
@@ -158,6 +164,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     ...(lifecycle ? { lifecycle } : {}),
     ...(cluster ? { ownership: cluster.jobs } : {}),
     servedTools: { [GRAPH_MANAGER_TOOLS]: graphManagerTools },
+    ...(config.maxSessionStderrBytes !== undefined ? { maxStderrBytes: config.maxSessionStderrBytes } : {}),
   });
   // Graph versions, graph jobs and their checkpoints: beside the jobs (PostgreSQL), or a SQLite file of their own under the data directory.
   const graphStore = await openGraphStore({

@@ -178,6 +178,46 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     assert.equal(answered?.delivered, true);
   });
 
+  withStore("a session's stderr is kept with the seq that passes it, once per sandbox seq, at most maxBytes of it, the rest counted", async (store) => {
+    await store.createJob(job("j1"));
+    const piece = (sessionId: string, seq: number, text: string, droppedBytes = 0, maxBytes = 10) =>
+      store.append({ jobId: "j1", events: [], job: { sandboxSeq: seq }, stderr: { sessionId, piece: { seq, text, droppedBytes }, maxBytes } });
+    const text = async (sessionId: string): Promise<string> => (await store.listStderrPieces("j1", sessionId, 0)).map((p) => p.text).join("");
+    await piece("s1", 2, "abcd");
+    await piece("s2", 3, "other");
+    await piece("s1", 4, "efgh");
+    assert.equal((await store.getJob("j1"))?.sandboxSeq, 4, "in the same step as the job's patch");
+    // A re-attach delivers pieces again: each is stored once.
+    await piece("s1", 2, "abcd");
+    await piece("s1", 4, "efgh");
+    assert.equal(await text("s1"), "abcdefgh");
+    // Past 10 bytes, the oldest pieces go and are counted.
+    await piece("s1", 6, "ijk");
+    assert.equal(await text("s1"), "efghijk");
+    // The sandbox dropped a piece whole (a later attach got its size only), then a piece it cut: both counted where they were.
+    await piece("s1", 7, "", 100);
+    await piece("s1", 8, "lm", 5);
+    assert.deepEqual(await store.listStderrPieces("j1", "s1", 4), [
+      { seq: 6, text: "ijk", droppedBytes: 0 },
+      { seq: 8, text: "lm", droppedBytes: 105 },
+    ]);
+    // A piece larger than the whole allowance keeps its end (the oldest pieces all go for it).
+    await piece("s1", 9, "nopqrstuvwxyzé");
+    assert.deepEqual(await store.listStderrPieces("j1", "s1", 0), [{ seq: 9, text: "stuvwxyzé", droppedBytes: 5 }]);
+    await piece("s1", 10, "", 7);
+    assert.deepEqual(await store.listStderrSessions("j1"), [
+      { sessionId: "s1", keptBytes: 10, droppedBytes: 4 + 4 + 3 + (105 + 2), trailingDroppedBytes: 7 },
+      { sessionId: "s2", keptBytes: 5, droppedBytes: 0, trailingDroppedBytes: 0 },
+    ]);
+    // Never half a character: the last 2 bytes of "abéx" start inside "é", so only "x" is kept.
+    await piece("s3", 1, "abéx", 0, 2);
+    assert.deepEqual(await store.listStderrPieces("j1", "s3", 0), [{ seq: 1, text: "x", droppedBytes: 4 }]);
+    await piece("s3", 2, "xyz", 0, 2);
+    assert.deepEqual(await store.listStderrPieces("j1", "s3", 0), [{ seq: 2, text: "yz", droppedBytes: 1 }]);
+    assert.deepEqual((await store.listStderrSessions("j1")).find((s) => s.sessionId === "s3"), { sessionId: "s3", keptBytes: 2, droppedBytes: 5, trailingDroppedBytes: 0 });
+    assert.deepEqual(await store.listStderrSessions("j_none"), []);
+  });
+
   withStore("lifecycle events are kept with their change, claimed oldest first, held from others while claimed, gone once delivered", async (store) => {
     await store.createJob(job("j1"));
     const created = rawEvent("job.created", { jobId: "j1", attributes: { plugin: "example" } });

@@ -31,6 +31,7 @@ export const ACCESS_TABLE: Readonly<Record<string, Access>> = {
   "oz0.orchestrator.v1.JobService/AnswerPermission": { role: "approver" },
   "oz0.orchestrator.v1.JobService/ListApprovals": { role: "viewer" },
   "oz0.orchestrator.v1.JobService/GetJobUsage": { role: "viewer" },
+  "oz0.orchestrator.v1.JobService/GetJobLogs": { role: "viewer" },
   "oz0.orchestrator.v1.PluginService/InstallPlugin": { role: "admin" },
   "oz0.orchestrator.v1.PluginService/ListPlugins": { role: "viewer" },
   "oz0.orchestrator.v1.AgentService/ListAgents": { role: "viewer" },

@@ -5,6 +5,7 @@ import { toJson, type JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
   AgentVersionSchema,
+  GetJobLogsResponseSchema,
   JobSchema,
   JobState,
   PluginSchema,
@@ -208,6 +209,36 @@ export async function jobUsage(options: { conn: Connection; jobId: string; json:
     `${String(u?.cacheReadTokens ?? 0).padStart(7)} cache-read ${String(u?.cacheWriteTokens ?? 0).padStart(7)} cache-write  $${(u?.costUsd ?? 0).toFixed(4)}${u?.estimated ? " (estimated)" : ""}`;
   for (const a of usage.agents) options.io.out.write(`${line(`agent ${a.agent}`, a.usage)}\n`);
   options.io.out.write(`${line(`job ${options.jobId}`, usage.total)}\n`);
+  return EXIT.ok;
+}
+
+/**
+ * What the harness wrote to stderr in every session of the job, as stored:
+ * the text on stdout as written, and on stderr which session it comes from
+ * and how much of it was not kept.
+ */
+export async function jobsLogs(options: { conn: Connection; jobId: string; json: boolean; io: Output }): Promise<number> {
+  const { io } = options;
+  let session: string | undefined;
+  let endsLine = true;
+  for await (const piece of options.conn.clients.jobs.getJobLogs({ jobId: options.jobId })) {
+    if (options.json) {
+      io.out.write(`${JSON.stringify(toJson(GetJobLogsResponseSchema, piece))}\n`);
+      continue;
+    }
+    if (piece.sessionId !== session) {
+      // Each session starts on a line of its own.
+      if (!endsLine) io.out.write("\n");
+      endsLine = true;
+      session = piece.sessionId;
+      io.err.write(`oz0: stderr of session ${session}\n`);
+    }
+    if (piece.droppedBytes > 0n) io.err.write(`oz0: [${piece.droppedBytes} bytes of it not kept]\n`);
+    if (piece.text === "") continue;
+    io.out.write(piece.text);
+    endsLine = piece.text.endsWith("\n");
+  }
+  if (session === undefined && !options.json) io.err.write(`oz0: job ${options.jobId} has no harness stderr: its harness wrote none, or no session of it has started\n`);
   return EXIT.ok;
 }
 

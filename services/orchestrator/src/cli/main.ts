@@ -17,6 +17,7 @@ import {
   followJob,
   jobsArtifacts,
   jobUsage,
+  jobsLogs,
   jobsCancel,
   jobsList,
   jobsShow,
@@ -88,7 +89,7 @@ program
     withConnection((conn) => runCommand({ conn, agent, input, attach: opts.attach, json: Boolean(opts.json), detach: Boolean(opts.detach), io }), opts),
   );
 
-const jobs = program.command("jobs").description("list, show, watch and cancel jobs; fetch their artifacts");
+const jobs = program.command("jobs").description("list, show, watch and cancel jobs; read their harness logs; fetch their artifacts");
 jobs
   .command("list")
   .description("newest first")
@@ -113,6 +114,12 @@ jobs
   .action(async (jobId: string, opts: { after: number; json?: boolean }) =>
     withConnection((conn) => followJob({ conn, jobId, json: Boolean(opts.json), afterSeq: opts.after, stopWhenWaiting: false, io })),
   );
+jobs
+  .command("logs")
+  .description("what the job's harness wrote to stderr, every session of it (the session token redacted; each session's last 1 MiB by default)")
+  .argument("<job>")
+  .option("--json", "one JSON piece per line: sessionId, text, droppedBytes")
+  .action(async (jobId: string, opts: { json?: boolean }) => withConnection((conn) => jobsLogs({ conn, jobId, json: Boolean(opts.json), io })));
 jobs
   .command("cancel")
   .argument("<job>")
