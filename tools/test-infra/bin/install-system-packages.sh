@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Debian packages the tests use: bubblewrap (session isolation), PostgreSQL
 # (the store at scale), git (plugin installs from repositories), setpriv
-# (util-linux: harnesses and embedded services die with their parent).
+# (util-linux: harnesses and embedded services die with their parent),
+# chromium (the console's browser tests drive it with playwright-core).
 # Java 17 and Maven come with the machine; Kafka's jars are fetched by the
 # Kafka launcher through Maven and cached.
 set -euo pipefail
@@ -9,6 +10,7 @@ need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v git >/dev/null || need+=(git)
 command -v setpriv >/dev/null || need+=(util-linux)
+command -v chromium >/dev/null || need+=(chromium)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
