@@ -25,6 +25,7 @@ try {
     auth: authSettingsFromEnv(process.env),
     ...(process.env.OZ0_NODE_STALE_AFTER_MS ? { nodeStaleAfterMs: Number(process.env.OZ0_NODE_STALE_AFTER_MS) } : {}),
     ...(process.env.OZ0_MAX_SESSION_STDERR_BYTES ? { maxSessionStderrBytes: Number(process.env.OZ0_MAX_SESSION_STDERR_BYTES) } : {}),
+    ...(process.env.OZ0_CONSOLE_DIR ? { consoleDir: process.env.OZ0_CONSOLE_DIR } : {}),
     logger,
   });
   onShutdownSignal(logger, async () => {

@@ -15,6 +15,9 @@ import type { JobStore } from "./job-store.js";
 import { LifecycleOutbox } from "./lifecycle-events.js";
 import { LlmProxyClient } from "./llm-proxy-client.js";
 import { orchestratorServices } from "./orchestrator-service.js";
+import { consoleDirectory, consoleFiles } from "./console-files.js";
+import { ConsoleLogin } from "./console-login.js";
+import { loginService } from "./login-service.js";
 import { HookStage } from "./hook-stage.js";
 import { PermissionPolicy } from "./permission-policy.js";
 import { PluginRegistry } from "./plugin-registry.js";
@@ -67,6 +70,8 @@ export interface OrchestratorConfig {
   nodeStaleAfterMs?: number;
   /** How much of each session's harness stderr is stored, its last bytes (OZ0_MAX_SESSION_STDERR_BYTES). Default 1 MiB. */
   maxSessionStderrBytes?: number;
+  /** The web console's built files (OZ0_CONSOLE_DIR), served at `/`. Default the @oz0/console package's dist/. */
+  consoleDir?: string;
   /** A custom store (tests); otherwise PostgreSQL when `databaseUrl` is set, else SQLite at <home>/orchestrator.db. */
   store?: JobStore;
   logger?: Logger;
@@ -183,22 +188,27 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     ...(lifecycle ? { lifecycle } : {}),
     ...(cluster ? { ownership: cluster.jobs } : {}),
   });
+  const consoleLogin = new ConsoleLogin();
   const server = await serve({
     name: "orchestrator",
     host: config.host ?? "127.0.0.1",
     port: config.port ?? 7700,
     logger,
-    auth: new Authenticator(config.auth ?? {}),
-    services: orchestratorServices({
-      store,
-      feed,
-      runner,
-      plugins: new PluginRegistry({ store, home, graphs: graphRegistry }),
-      agents: new AgentVersions({ store }),
-      secrets,
-      ...(proxy instanceof LlmProxyClient ? { usage: proxy } : {}),
-      graphs: { jobs: graphJobs, registry: graphRegistry },
-    }),
+    auth: new Authenticator({ ...config.auth, sessions: consoleLogin }),
+    fallback: consoleFiles(consoleDirectory(config.consoleDir)),
+    services: [
+      loginService(consoleLogin),
+      ...orchestratorServices({
+        store,
+        feed,
+        runner,
+        plugins: new PluginRegistry({ store, home, graphs: graphRegistry }),
+        agents: new AgentVersions({ store }),
+        secrets,
+        ...(proxy instanceof LlmProxyClient ? { usage: proxy } : {}),
+        graphs: { jobs: graphJobs, registry: graphRegistry },
+      }),
+    ],
   });
   let nodeListener: RunningServer | undefined;
   if (registered) {

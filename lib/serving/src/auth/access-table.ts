@@ -5,7 +5,7 @@
 import type { Role, ServiceName } from "./principal.js";
 
 export type Access =
-  /** Anyone, with or without a credential: health only. */
+  /** Anyone, with or without a credential: health, and redeeming a login code (the code is the credential). */
   | { open: true }
   /** Any authenticated principal (server reflection). */
   | { anyPrincipal: true }
@@ -32,12 +32,19 @@ export const ACCESS_TABLE: Readonly<Record<string, Access>> = {
   "oz0.orchestrator.v1.JobService/ListApprovals": { role: "viewer" },
   "oz0.orchestrator.v1.JobService/GetJobUsage": { role: "viewer" },
   "oz0.orchestrator.v1.JobService/GetJobLogs": { role: "viewer" },
+  "oz0.orchestrator.v1.JobService/GetJobTranscript": { role: "viewer" },
   "oz0.orchestrator.v1.PluginService/InstallPlugin": { role: "admin" },
   "oz0.orchestrator.v1.PluginService/ListPlugins": { role: "viewer" },
   "oz0.orchestrator.v1.AgentService/ListAgents": { role: "viewer" },
   "oz0.orchestrator.v1.AgentService/ListAgentVersions": { role: "viewer" },
   "oz0.orchestrator.v1.AgentService/GetAgent": { role: "viewer" },
   "oz0.orchestrator.v1.SecretService/SetSecret": { role: "admin" },
+  // The console's log-in: a person mints a one-time code for themselves; the
+  // code is the proof when it is redeemed, so redeeming is open.
+  "oz0.orchestrator.v1.LoginService/CreateLoginCode": { role: "viewer" },
+  "oz0.orchestrator.v1.LoginService/RedeemLoginCode": { open: true },
+  "oz0.orchestrator.v1.LoginService/WhoAmI": { role: "viewer" },
+  "oz0.orchestrator.v1.LoginService/Logout": { role: "viewer" },
   // Served on the orchestrator's node listener only.
   "oz0.orchestrator.v1.SandboxNodeService/Heartbeat": { node: true },
 
@@ -57,7 +64,9 @@ export const ACCESS_TABLE: Readonly<Record<string, Access>> = {
   // Events: producers publish; people read the public stream.
   "oz0.events.v1.EventsService/Publish": { services: ["orchestrator", "sandbox", "llm-proxy"] },
   "oz0.events.v1.EventsService/Watch": { role: "viewer" },
-  "oz0.events.v1.EventsService/Transcript": { role: "viewer" },
+  // The orchestrator asks for a job's transcript on behalf of its callers (GetJobTranscript):
+  // clients then need only the orchestrator's address, as the events service is internal in a cluster.
+  "oz0.events.v1.EventsService/Transcript": { role: "viewer", services: ["orchestrator"] },
 };
 
 /** `oz0.orchestrator.v1.JobService/RunAgent` → `JobService/RunAgent`, for messages. */

@@ -19,6 +19,17 @@ export interface AuthSettings {
   ownerTokenSha256?: string;
   /** OIDC, role grants and configured tokens (OZ0_AUTH_CONFIG). */
   people?: PeopleConfig;
+  /**
+   * Credentials minted while the service runs (the orchestrator's console
+   * sessions), asked by digest after the fixed ones; they come and go, so
+   * they are never cached here.
+   */
+  sessions?: SessionCredentials;
+}
+
+/** A store of credentials that live for a while, known by their SHA-256. */
+export interface SessionCredentials {
+  principalOf(digest: string): Principal | undefined;
 }
 
 export type Authentication = { principal: Principal } | { refused: string };
@@ -34,6 +45,7 @@ export class Authenticator {
   readonly #opaque = new Map<string, Principal>();
   readonly #people: PeopleConfig;
   readonly #oidc: OidcVerifier | undefined;
+  readonly #sessions: SessionCredentials | undefined;
   /** Verified OIDC tokens until they expire. */
   readonly #verified = new Map<string, { principal: Principal; until: number }>();
 
@@ -49,10 +61,12 @@ export class Authenticator {
       this.#opaque.set(t.sha256, { kind: "person", id: t.user, groups, roles: this.#roles(t.user, groups), via: "token" });
     }
     this.#oidc = this.#people.oidc ? new OidcVerifier(this.#people.oidc) : undefined;
+    this.#sessions = settings.sessions;
   }
 
   async authenticate(token: string): Promise<Authentication> {
-    const known = this.#opaque.get(credentialDigest(token));
+    const digest = credentialDigest(token);
+    const known = this.#opaque.get(digest) ?? this.#sessions?.principalOf(digest);
     if (known) return { principal: known };
     if (!looksLikeJwt(token)) return { refused: "the credential is not one this service accepts (not a known token)" };
     if (!this.#oidc) return { refused: "the credential is a JWT, but no OIDC issuer is configured here (oidc in OZ0_AUTH_CONFIG)" };

@@ -20,8 +20,8 @@ export type Principal =
       id: string;
       groups: readonly string[];
       roles: ReadonlySet<Role>;
-      /** How the person proved who they are. */
-      via: "oidc" | "token" | "owner";
+      /** How the person proved who they are; `console`: a session opened with a one-time login code. */
+      via: "oidc" | "token" | "owner" | "console";
     }
   | { kind: "service"; id: ServiceName }
   | { kind: "node"; id: "node" };
