@@ -10,9 +10,11 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { TranscriptResponse } from "../../events/v1/events_pb.js";
+import { file_oz0_events_v1_events } from "../../events/v1/events_pb.js";
 import type { PermissionAnswer_Outcome, PermissionRequest, SessionResult, SessionStarted, StopReason, TextEvent, ToolCall, ToolResult, Usage } from "../../harness/v1/harness_pb.js";
 import { file_oz0_harness_v1_harness } from "../../harness/v1/harness_pb.js";
-import type { GetUsageResponse } from "../../llmproxy/v1/llm_proxy_pb.js";
+import type { GetUsageResponse, Usage as Usage$1 } from "../../llmproxy/v1/llm_proxy_pb.js";
 import { file_oz0_llmproxy_v1_llm_proxy } from "../../llmproxy/v1/llm_proxy_pb.js";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 
@@ -20,7 +22,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file oz0/orchestrator/v1/orchestrator.proto.
  */
 export const file_oz0_orchestrator_v1_orchestrator: GenFile = /*@__PURE__*/
-  fileDesc("CiZvejAvb3JjaGVzdHJhdG9yL3YxL29yY2hlc3RyYXRvci5wcm90bxITb3owLm9yY2hlc3RyYXRvci52MSIwCg9BZ2VudFZlcnNpb25SZWYSDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgNIrkDCgNKb2ISCgoCaWQYASABKAkSMwoFYWdlbnQYAiABKAsyJC5vejAub3JjaGVzdHJhdG9yLnYxLkFnZW50VmVyc2lvblJlZhINCgVpbnB1dBgDIAEoCRIsCgVzdGF0ZRgEIAEoDjIdLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iU3RhdGUSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3Jlc3VsdF90ZXh0GAggASgJEi8KC3N0b3BfcmVhc29uGAkgASgOMhoub3owLmhhcm5lc3MudjEuU3RvcFJlYXNvbhINCgVlcnJvchgKIAEoCRISCgpzZXNzaW9uX2lkGAsgASgJEhMKC3NhbmRib3hfdXJsGAwgASgJEhAKCGxhc3Rfc2VxGA0gASgEEhMKC2F0dGFjaG1lbnRzGA4gAygJIkQKD1J1bkFnZW50UmVxdWVzdBINCgVhZ2VudBgBIAEoCRINCgVpbnB1dBgCIAEoCRITCgthdHRhY2htZW50cxgDIAMoCSI5ChBSdW5BZ2VudFJlc3BvbnNlEiUKA2pvYhgBIAEoCzIYLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjcKDkdldEpvYlJlc3BvbnNlEiUKA2pvYhgBIAEoCzIYLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iIl0KD0xpc3RKb2JzUmVxdWVzdBINCgVsaW1pdBgBIAEoDRIsCgVzdGF0ZRgCIAEoDjIdLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iU3RhdGUSDQoFYWdlbnQYAyABKAkiOgoQTGlzdEpvYnNSZXNwb25zZRImCgRqb2JzGAEgAygLMhgub3owLm9yY2hlc3RyYXRvci52MS5Kb2IiNAoPV2F0Y2hKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAQiQAoQV2F0Y2hKb2JSZXNwb25zZRIsCgVldmVudBgBIAEoCzIdLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iRXZlbnQiwQUKCEpvYkV2ZW50Eg4KBmpvYl9pZBgBIAEoCRILCgNzZXEYAiABKAQSKAoEdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASPQoNc3RhdGVfY2hhbmdlZBgEIAEoCzIkLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iU3RhdGVDaGFuZ2VkSAASOQoPc2Vzc2lvbl9zdGFydGVkGAUgASgLMh4ub3owLmhhcm5lc3MudjEuU2Vzc2lvblN0YXJ0ZWRIABIpCgR0ZXh0GAYgASgLMhkub3owLmhhcm5lc3MudjEuVGV4dEV2ZW50SAASLQoJdG9vbF9jYWxsGAcgASgLMhgub3owLmhhcm5lc3MudjEuVG9vbENhbGxIABIxCgt0b29sX3Jlc3VsdBgIIAEoCzIaLm96MC5oYXJuZXNzLnYxLlRvb2xSZXN1bHRIABJBChRwZXJtaXNzaW9uX3JlcXVlc3RlZBgJIAEoCzIhLm96MC5oYXJuZXNzLnYxLlBlcm1pc3Npb25SZXF1ZXN0SAASRgoTcGVybWlzc2lvbl9kZWNpc2lvbhgKIAEoCzInLm96MC5vcmNoZXN0cmF0b3IudjEuUGVybWlzc2lvbkRlY2lzaW9uSAASJgoFdXNhZ2UYCyABKAsyFS5vejAuaGFybmVzcy52MS5Vc2FnZUgAEi8KBnJlc3VsdBgMIAEoCzIdLm96MC5oYXJuZXNzLnYxLlNlc3Npb25SZXN1bHRIABI5CglhcnRpZmFjdHMYDSABKAsyJC5vejAub3JjaGVzdHJhdG9yLnYxLkFydGlmYWN0c1N0b3JlZEgAEj8KEHNlcnZlZF90b29sX2NhbGwYDiABKAsyIy5vejAub3JjaGVzdHJhdG9yLnYxLlNlcnZlZFRvb2xDYWxsSABCBwoFZXZlbnQiTwoPSm9iU3RhdGVDaGFuZ2VkEiwKBXN0YXRlGAEgASgOMh0ub3owLm9yY2hlc3RyYXRvci52MS5Kb2JTdGF0ZRIOCgZyZWFzb24YAiABKAkilgIKElBlcm1pc3Npb25EZWNpc2lvbhIKCgJpZBgBIAEoCRIMCgR0b29sGAIgASgJEg8KB3BlbmRpbmcYAyABKAgSDQoFYWxsb3cYBCABKAgSDgoGcmVhc29uGAUgASgJEi0KB2RlY2lkZXIYBiABKA4yHC5vejAub3JjaGVzdHJhdG9yLnYxLkRlY2lkZXISEwoLYW5zd2VyZWRfYnkYByABKAkSJgoFaW5wdXQYCCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjkKB291dGNvbWUYCSABKA4yKC5vejAuaGFybmVzcy52MS5QZXJtaXNzaW9uQW5zd2VyLk91dGNvbWUSDwoHY2FsbF9pZBgKIAEoCSKOAQoOU2VydmVkVG9vbENhbGwSDwoHY2FsbF9pZBgBIAEoCRIMCgR0b29sGAIgASgJEiYKBWlucHV0GAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBImCgZvdXRwdXQYBCABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSDQoFZXJyb3IYBSABKAkiQwoPQXJ0aWZhY3RzU3RvcmVkEjAKCWFydGlmYWN0cxgBIAMoCzIdLm96MC5vcmNoZXN0cmF0b3IudjEuQXJ0aWZhY3QiTgoIQXJ0aWZhY3QSDAoEbmFtZRgBIAEoCRIMCgRwYXRoGAIgASgJEhIKCnNpemVfYnl0ZXMYAyABKAQSEgoKbWVkaWFfdHlwZRgEIAEoCSIyChBDYW5jZWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiOgoRQ2FuY2VsSm9iUmVzcG9uc2USJQoDam9iGAEgASgLMhgub3owLm9yY2hlc3RyYXRvci52MS5Kb2IiPgoTR2V0QXJ0aWZhY3RzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSFwoPaW5jbHVkZV9jb250ZW50GAIgASgIIloKFEdldEFydGlmYWN0c1Jlc3BvbnNlEjAKCWFydGlmYWN0cxgBIAMoCzIdLm96MC5vcmNoZXN0cmF0b3IudjEuQXJ0aWZhY3QSEAoIY29udGVudHMYAiADKAwimgEKF0Fuc3dlclBlcm1pc3Npb25SZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEg0KBWFsbG93GAMgASgIEiYKBWlucHV0GAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIOCgZyZWFzb24YBSABKAkSFwoLYW5zd2VyZWRfYnkYBiABKAlCAhgBIksKGEFuc3dlclBlcm1pc3Npb25SZXNwb25zZRIvCghhcHByb3ZhbBgBIAEoCzIdLm96MC5vcmNoZXN0cmF0b3IudjEuQXBwcm92YWwitQMKCEFwcHJvdmFsEg4KBmpvYl9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSDAoEdG9vbBgEIAEoCRImCgVpbnB1dBgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDQoFdGl0bGUYBiABKAkSMQoFc3RhdGUYByABKA4yIi5vejAub3JjaGVzdHJhdG9yLnYxLkFwcHJvdmFsU3RhdGUSMAoMcmVxdWVzdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgthbnN3ZXJlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLYW5zd2VyZWRfYnkYCiABKAkSDgoGcmVhc29uGAsgASgJEjMKBWFnZW50GAwgASgLMiQub3owLm9yY2hlc3RyYXRvci52MS5BZ2VudFZlcnNpb25SZWYSLAoIZGVhZGxpbmUYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWFwcHJvdmVycxgOIAMoCSJAChRMaXN0QXBwcm92YWxzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSGAoQaW5jbHVkZV9hbnN3ZXJlZBgCIAEoCCJJChVMaXN0QXBwcm92YWxzUmVzcG9uc2USMAoJYXBwcm92YWxzGAEgAygLMh0ub3owLm9yY2hlc3RyYXRvci52MS5BcHByb3ZhbCIkChJHZXRKb2JVc2FnZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJIkcKE0dldEpvYlVzYWdlUmVzcG9uc2USMAoFdXNhZ2UYASABKAsyIS5vejAubGxtcHJveHkudjEuR2V0VXNhZ2VSZXNwb25zZSIjChFHZXRKb2JMb2dzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiTQoSR2V0Sm9iTG9nc1Jlc3BvbnNlEhIKCnNlc3Npb25faWQYASABKAkSDAoEdGV4dBgCIAEoCRIVCg1kcm9wcGVkX2J5dGVzGAMgASgEItEBCgZQbHVnaW4SDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJEg4KBnNvdXJjZRgEIAEoCRIMCgRwYXRoGAUgASgJEjMKCWhhcm5lc3NlcxgGIAMoCzIgLm96MC5vcmNoZXN0cmF0b3IudjEuSGFybmVzc0luZm8SDgoGYWdlbnRzGAcgAygJEjAKDGluc3RhbGxlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAibgoLSGFybmVzc0luZm8SDAoEbmFtZRgBIAEoCRIPCgdjb21tYW5kGAIgAygJEhMKC3Blcm1pc3Npb25zGAMgASgIEhQKDGNhcGFiaWxpdGllcxgEIAMoCRIVCg1kZWZhdWx0X3Rvb2xzGAUgAygJIiYKFEluc3RhbGxQbHVnaW5SZXF1ZXN0Eg4KBnNvdXJjZRgBIAEoCSKzAQoVSW5zdGFsbFBsdWdpblJlc3BvbnNlEisKBnBsdWdpbhgBIAEoCzIbLm96MC5vcmNoZXN0cmF0b3IudjEuUGx1Z2luEjcKCXB1Ymxpc2hlZBgCIAMoCzIkLm96MC5vcmNoZXN0cmF0b3IudjEuQWdlbnRWZXJzaW9uUmVmEjQKB3JlYXNvbnMYAyADKAsyIy5vejAub3JjaGVzdHJhdG9yLnYxLlB1Ymxpc2hSZWFzb25zIjAKDlB1Ymxpc2hSZWFzb25zEg0KBWFnZW50GAEgASgJEg8KB3JlYXNvbnMYAiADKAkiFAoSTGlzdFBsdWdpbnNSZXF1ZXN0IkMKE0xpc3RQbHVnaW5zUmVzcG9uc2USLAoHcGx1Z2lucxgBIAMoCzIbLm96MC5vcmNoZXN0cmF0b3IudjEuUGx1Z2luIvABCgxBZ2VudFZlcnNpb24SDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgNEhMKC2Rlc2NyaXB0aW9uGAMgASgJEg8KB3J1bnRpbWUYBCABKAkSDgoGcGx1Z2luGAUgASgJEhYKDnBsdWdpbl92ZXJzaW9uGAYgASgJEhQKDGNvbnRlbnRfaGFzaBgHIAEoCRIwCgxwdWJsaXNoZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKCmRlZmluaXRpb24YCSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IhMKEUxpc3RBZ2VudHNSZXF1ZXN0IkcKEkxpc3RBZ2VudHNSZXNwb25zZRIxCgZhZ2VudHMYASADKAsyIS5vejAub3JjaGVzdHJhdG9yLnYxLkFnZW50VmVyc2lvbiIoChhMaXN0QWdlbnRWZXJzaW9uc1JlcXVlc3QSDAoEbmFtZRgBIAEoCSJQChlMaXN0QWdlbnRWZXJzaW9uc1Jlc3BvbnNlEjMKCHZlcnNpb25zGAEgAygLMiEub3owLm9yY2hlc3RyYXRvci52MS5BZ2VudFZlcnNpb24iMAoPR2V0QWdlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoDSJEChBHZXRBZ2VudFJlc3BvbnNlEjAKBWFnZW50GAEgASgLMiEub3owLm9yY2hlc3RyYXRvci52MS5BZ2VudFZlcnNpb24iLwoQU2V0U2VjcmV0UmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXZhbHVlGAIgASgJIhMKEVNldFNlY3JldFJlc3BvbnNlIlMKEEhlYXJ0YmVhdFJlcXVlc3QSDwoHbm9kZV9pZBgBIAEoCRILCgN1cmwYAiABKAkSEAoIY2FwYWNpdHkYAyABKA0SDwoHcnVubmluZxgEIAEoDSI7ChFIZWFydGJlYXRSZXNwb25zZRIOCgZwbGFjZWQYASABKA0SFgoOc3RhbGVfYWZ0ZXJfbXMYAiABKA0qsgEKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhUKEUpPQl9TVEFURV9QRU5ESU5HEAESFQoRSk9CX1NUQVRFX1JVTk5JTkcQAhIVChFKT0JfU1RBVEVfV0FJVElORxADEhcKE0pPQl9TVEFURV9TVUNDRUVERUQQBBIUChBKT0JfU1RBVEVfRkFJTEVEEAUSFwoTSk9CX1NUQVRFX0NBTkNFTExFRBAGKnEKB0RlY2lkZXISFwoTREVDSURFUl9VTlNQRUNJRklFRBAAEhIKDkRFQ0lERVJfUE9MSUNZEAESEAoMREVDSURFUl9IT09LEAISEgoOREVDSURFUl9QRVJTT04QAxITCg9ERUNJREVSX1JVTlRJTUUQBCq/AQoNQXBwcm92YWxTdGF0ZRIeChpBUFBST1ZBTF9TVEFURV9VTlNQRUNJRklFRBAAEhoKFkFQUFJPVkFMX1NUQVRFX1BFTkRJTkcQARIbChdBUFBST1ZBTF9TVEFURV9BUFBST1ZFRBACEhkKFUFQUFJPVkFMX1NUQVRFX0RFTklFRBADEhwKGEFQUFJPVkFMX1NUQVRFX0NBTkNFTExFRBAEEhwKGEFQUFJPVkFMX1NUQVRFX1RJTUVEX09VVBAFMskHCgpKb2JTZXJ2aWNlElcKCFJ1bkFnZW50EiQub3owLm9yY2hlc3RyYXRvci52MS5SdW5BZ2VudFJlcXVlc3QaJS5vejAub3JjaGVzdHJhdG9yLnYxLlJ1bkFnZW50UmVzcG9uc2USUQoGR2V0Sm9iEiIub3owLm9yY2hlc3RyYXRvci52MS5HZXRKb2JSZXF1ZXN0GiMub3owLm9yY2hlc3RyYXRvci52MS5HZXRKb2JSZXNwb25zZRJXCghMaXN0Sm9icxIkLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdEpvYnNSZXF1ZXN0GiUub3owLm9yY2hlc3RyYXRvci52MS5MaXN0Sm9ic1Jlc3BvbnNlElkKCFdhdGNoSm9iEiQub3owLm9yY2hlc3RyYXRvci52MS5XYXRjaEpvYlJlcXVlc3QaJS5vejAub3JjaGVzdHJhdG9yLnYxLldhdGNoSm9iUmVzcG9uc2UwARJaCglDYW5jZWxKb2ISJS5vejAub3JjaGVzdHJhdG9yLnYxLkNhbmNlbEpvYlJlcXVlc3QaJi5vejAub3JjaGVzdHJhdG9yLnYxLkNhbmNlbEpvYlJlc3BvbnNlEmMKDEdldEFydGlmYWN0cxIoLm96MC5vcmNoZXN0cmF0b3IudjEuR2V0QXJ0aWZhY3RzUmVxdWVzdBopLm96MC5vcmNoZXN0cmF0b3IudjEuR2V0QXJ0aWZhY3RzUmVzcG9uc2USbwoQQW5zd2VyUGVybWlzc2lvbhIsLm96MC5vcmNoZXN0cmF0b3IudjEuQW5zd2VyUGVybWlzc2lvblJlcXVlc3QaLS5vejAub3JjaGVzdHJhdG9yLnYxLkFuc3dlclBlcm1pc3Npb25SZXNwb25zZRJmCg1MaXN0QXBwcm92YWxzEikub3owLm9yY2hlc3RyYXRvci52MS5MaXN0QXBwcm92YWxzUmVxdWVzdBoqLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdEFwcHJvdmFsc1Jlc3BvbnNlEmAKC0dldEpvYlVzYWdlEicub3owLm9yY2hlc3RyYXRvci52MS5HZXRKb2JVc2FnZVJlcXVlc3QaKC5vejAub3JjaGVzdHJhdG9yLnYxLkdldEpvYlVzYWdlUmVzcG9uc2USXwoKR2V0Sm9iTG9ncxImLm96MC5vcmNoZXN0cmF0b3IudjEuR2V0Sm9iTG9nc1JlcXVlc3QaJy5vejAub3JjaGVzdHJhdG9yLnYxLkdldEpvYkxvZ3NSZXNwb25zZTABMtkBCg1QbHVnaW5TZXJ2aWNlEmYKDUluc3RhbGxQbHVnaW4SKS5vejAub3JjaGVzdHJhdG9yLnYxLkluc3RhbGxQbHVnaW5SZXF1ZXN0Gioub3owLm9yY2hlc3RyYXRvci52MS5JbnN0YWxsUGx1Z2luUmVzcG9uc2USYAoLTGlzdFBsdWdpbnMSJy5vejAub3JjaGVzdHJhdG9yLnYxLkxpc3RQbHVnaW5zUmVxdWVzdBooLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdFBsdWdpbnNSZXNwb25zZTK6AgoMQWdlbnRTZXJ2aWNlEl0KCkxpc3RBZ2VudHMSJi5vejAub3JjaGVzdHJhdG9yLnYxLkxpc3RBZ2VudHNSZXF1ZXN0Gicub3owLm9yY2hlc3RyYXRvci52MS5MaXN0QWdlbnRzUmVzcG9uc2UScgoRTGlzdEFnZW50VmVyc2lvbnMSLS5vejAub3JjaGVzdHJhdG9yLnYxLkxpc3RBZ2VudFZlcnNpb25zUmVxdWVzdBouLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdEFnZW50VmVyc2lvbnNSZXNwb25zZRJXCghHZXRBZ2VudBIkLm96MC5vcmNoZXN0cmF0b3IudjEuR2V0QWdlbnRSZXF1ZXN0GiUub3owLm9yY2hlc3RyYXRvci52MS5HZXRBZ2VudFJlc3BvbnNlMmsKDVNlY3JldFNlcnZpY2USWgoJU2V0U2VjcmV0EiUub3owLm9yY2hlc3RyYXRvci52MS5TZXRTZWNyZXRSZXF1ZXN0GiYub3owLm9yY2hlc3RyYXRvci52MS5TZXRTZWNyZXRSZXNwb25zZTJwChJTYW5kYm94Tm9kZVNlcnZpY2USWgoJSGVhcnRiZWF0EiUub3owLm9yY2hlc3RyYXRvci52MS5IZWFydGJlYXRSZXF1ZXN0GiYub3owLm9yY2hlc3RyYXRvci52MS5IZWFydGJlYXRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_oz0_harness_v1_harness, file_oz0_llmproxy_v1_llm_proxy]);
+  fileDesc("CiZvejAvb3JjaGVzdHJhdG9yL3YxL29yY2hlc3RyYXRvci5wcm90bxITb3owLm9yY2hlc3RyYXRvci52MSIwCg9BZ2VudFZlcnNpb25SZWYSDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgNIq8ECgNKb2ISCgoCaWQYASABKAkSMwoFYWdlbnQYAiABKAsyJC5vejAub3JjaGVzdHJhdG9yLnYxLkFnZW50VmVyc2lvblJlZhINCgVpbnB1dBgDIAEoCRIsCgVzdGF0ZRgEIAEoDjIdLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iU3RhdGUSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3Jlc3VsdF90ZXh0GAggASgJEi8KC3N0b3BfcmVhc29uGAkgASgOMhoub3owLmhhcm5lc3MudjEuU3RvcFJlYXNvbhINCgVlcnJvchgKIAEoCRISCgpzZXNzaW9uX2lkGAsgASgJEhMKC3NhbmRib3hfdXJsGAwgASgJEhAKCGxhc3Rfc2VxGA0gASgEEhMKC2F0dGFjaG1lbnRzGA4gAygJEi4KCnN0YXJ0ZWRfYXQYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHRyYWNlX2lkGBAgASgJEjIKCGFjdGl2aXR5GBEgASgLMiAub3owLm9yY2hlc3RyYXRvci52MS5Kb2JBY3Rpdml0eSKuAQoLSm9iQWN0aXZpdHkSMgoEa2luZBgBIAEoDjIkLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iQWN0aXZpdHlLaW5kEikKBXNpbmNlGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgV0b29scxgDIAMoCRIRCglhcHByb3ZlcnMYBCADKAkSDQoFc3RlcHMYBSADKAkSDwoHc3VtbWFyeRgGIAEoCSJECg9SdW5BZ2VudFJlcXVlc3QSDQoFYWdlbnQYASABKAkSDQoFaW5wdXQYAiABKAkSEwoLYXR0YWNobWVudHMYAyADKAkiOQoQUnVuQWdlbnRSZXNwb25zZRIlCgNqb2IYASABKAsyGC5vejAub3JjaGVzdHJhdG9yLnYxLkpvYiIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSI3Cg5HZXRKb2JSZXNwb25zZRIlCgNqb2IYASABKAsyGC5vejAub3JjaGVzdHJhdG9yLnYxLkpvYiJdCg9MaXN0Sm9ic1JlcXVlc3QSDQoFbGltaXQYASABKA0SLAoFc3RhdGUYAiABKA4yHS5vejAub3JjaGVzdHJhdG9yLnYxLkpvYlN0YXRlEg0KBWFnZW50GAMgASgJIjoKEExpc3RKb2JzUmVzcG9uc2USJgoEam9icxgBIAMoCzIYLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iIjQKD1dhdGNoSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgEIkAKEFdhdGNoSm9iUmVzcG9uc2USLAoFZXZlbnQYASABKAsyHS5vejAub3JjaGVzdHJhdG9yLnYxLkpvYkV2ZW50IsEFCghKb2JFdmVudBIOCgZqb2JfaWQYASABKAkSCwoDc2VxGAIgASgEEigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEj0KDXN0YXRlX2NoYW5nZWQYBCABKAsyJC5vejAub3JjaGVzdHJhdG9yLnYxLkpvYlN0YXRlQ2hhbmdlZEgAEjkKD3Nlc3Npb25fc3RhcnRlZBgFIAEoCzIeLm96MC5oYXJuZXNzLnYxLlNlc3Npb25TdGFydGVkSAASKQoEdGV4dBgGIAEoCzIZLm96MC5oYXJuZXNzLnYxLlRleHRFdmVudEgAEi0KCXRvb2xfY2FsbBgHIAEoCzIYLm96MC5oYXJuZXNzLnYxLlRvb2xDYWxsSAASMQoLdG9vbF9yZXN1bHQYCCABKAsyGi5vejAuaGFybmVzcy52MS5Ub29sUmVzdWx0SAASQQoUcGVybWlzc2lvbl9yZXF1ZXN0ZWQYCSABKAsyIS5vejAuaGFybmVzcy52MS5QZXJtaXNzaW9uUmVxdWVzdEgAEkYKE3Blcm1pc3Npb25fZGVjaXNpb24YCiABKAsyJy5vejAub3JjaGVzdHJhdG9yLnYxLlBlcm1pc3Npb25EZWNpc2lvbkgAEiYKBXVzYWdlGAsgASgLMhUub3owLmhhcm5lc3MudjEuVXNhZ2VIABIvCgZyZXN1bHQYDCABKAsyHS5vejAuaGFybmVzcy52MS5TZXNzaW9uUmVzdWx0SAASOQoJYXJ0aWZhY3RzGA0gASgLMiQub3owLm9yY2hlc3RyYXRvci52MS5BcnRpZmFjdHNTdG9yZWRIABI/ChBzZXJ2ZWRfdG9vbF9jYWxsGA4gASgLMiMub3owLm9yY2hlc3RyYXRvci52MS5TZXJ2ZWRUb29sQ2FsbEgAQgcKBWV2ZW50Ik8KD0pvYlN0YXRlQ2hhbmdlZBIsCgVzdGF0ZRgBIAEoDjIdLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iU3RhdGUSDgoGcmVhc29uGAIgASgJIpYCChJQZXJtaXNzaW9uRGVjaXNpb24SCgoCaWQYASABKAkSDAoEdG9vbBgCIAEoCRIPCgdwZW5kaW5nGAMgASgIEg0KBWFsbG93GAQgASgIEg4KBnJlYXNvbhgFIAEoCRItCgdkZWNpZGVyGAYgASgOMhwub3owLm9yY2hlc3RyYXRvci52MS5EZWNpZGVyEhMKC2Fuc3dlcmVkX2J5GAcgASgJEiYKBWlucHV0GAggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBI5CgdvdXRjb21lGAkgASgOMigub3owLmhhcm5lc3MudjEuUGVybWlzc2lvbkFuc3dlci5PdXRjb21lEg8KB2NhbGxfaWQYCiABKAkijgEKDlNlcnZlZFRvb2xDYWxsEg8KB2NhbGxfaWQYASABKAkSDAoEdG9vbBgCIAEoCRImCgVpbnB1dBgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSJgoGb3V0cHV0GAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEg0KBWVycm9yGAUgASgJIkMKD0FydGlmYWN0c1N0b3JlZBIwCglhcnRpZmFjdHMYASADKAsyHS5vejAub3JjaGVzdHJhdG9yLnYxLkFydGlmYWN0Ik4KCEFydGlmYWN0EgwKBG5hbWUYASABKAkSDAoEcGF0aBgCIAEoCRISCgpzaXplX2J5dGVzGAMgASgEEhIKCm1lZGlhX3R5cGUYBCABKAkiMgoQQ2FuY2VsSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSDgoGcmVhc29uGAIgASgJIjoKEUNhbmNlbEpvYlJlc3BvbnNlEiUKA2pvYhgBIAEoCzIYLm96MC5vcmNoZXN0cmF0b3IudjEuSm9iIj4KE0dldEFydGlmYWN0c1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhcKD2luY2x1ZGVfY29udGVudBgCIAEoCCJaChRHZXRBcnRpZmFjdHNSZXNwb25zZRIwCglhcnRpZmFjdHMYASADKAsyHS5vejAub3JjaGVzdHJhdG9yLnYxLkFydGlmYWN0EhAKCGNvbnRlbnRzGAIgAygMIpoBChdBbnN3ZXJQZXJtaXNzaW9uUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSDwoHY2FsbF9pZBgCIAEoCRINCgVhbGxvdxgDIAEoCBImCgVpbnB1dBgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDgoGcmVhc29uGAUgASgJEhcKC2Fuc3dlcmVkX2J5GAYgASgJQgIYASJLChhBbnN3ZXJQZXJtaXNzaW9uUmVzcG9uc2USLwoIYXBwcm92YWwYASABKAsyHS5vejAub3JjaGVzdHJhdG9yLnYxLkFwcHJvdmFsIrUDCghBcHByb3ZhbBIOCgZqb2JfaWQYASABKAkSDwoHY2FsbF9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEgwKBHRvb2wYBCABKAkSJgoFaW5wdXQYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg0KBXRpdGxlGAYgASgJEjEKBXN0YXRlGAcgASgOMiIub3owLm9yY2hlc3RyYXRvci52MS5BcHByb3ZhbFN0YXRlEjAKDHJlcXVlc3RlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLYW5zd2VyZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2Fuc3dlcmVkX2J5GAogASgJEg4KBnJlYXNvbhgLIAEoCRIzCgVhZ2VudBgMIAEoCzIkLm96MC5vcmNoZXN0cmF0b3IudjEuQWdlbnRWZXJzaW9uUmVmEiwKCGRlYWRsaW5lGA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglhcHByb3ZlcnMYDiADKAkiQAoUTGlzdEFwcHJvdmFsc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhgKEGluY2x1ZGVfYW5zd2VyZWQYAiABKAgiSQoVTGlzdEFwcHJvdmFsc1Jlc3BvbnNlEjAKCWFwcHJvdmFscxgBIAMoCzIdLm96MC5vcmNoZXN0cmF0b3IudjEuQXBwcm92YWwiJAoSR2V0Sm9iVXNhZ2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSJ5ChNHZXRKb2JVc2FnZVJlc3BvbnNlEjAKBXVzYWdlGAEgASgLMiEub3owLmxsbXByb3h5LnYxLkdldFVzYWdlUmVzcG9uc2USMAoFc3RlcHMYAiADKAsyIS5vejAub3JjaGVzdHJhdG9yLnYxLlN0ZXBKb2JVc2FnZSKIAQoMU3RlcEpvYlVzYWdlEg4KBmpvYl9pZBgBIAEoCRIMCgRzdGVwGAIgASgJEjMKBWFnZW50GAMgASgLMiQub3owLm9yY2hlc3RyYXRvci52MS5BZ2VudFZlcnNpb25SZWYSJQoFdXNhZ2UYBCABKAsyFi5vejAubGxtcHJveHkudjEuVXNhZ2UiKQoXR2V0Sm9iVHJhbnNjcmlwdFJlcXVlc3QSDgoGam9iX2lkGAEgASgJIlEKGEdldEpvYlRyYW5zY3JpcHRSZXNwb25zZRI1Cgp0cmFuc2NyaXB0GAEgASgLMiEub3owLmV2ZW50cy52MS5UcmFuc2NyaXB0UmVzcG9uc2UiIwoRR2V0Sm9iTG9nc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJIk0KEkdldEpvYkxvZ3NSZXNwb25zZRISCgpzZXNzaW9uX2lkGAEgASgJEgwKBHRleHQYAiABKAkSFQoNZHJvcHBlZF9ieXRlcxgDIAEoBCLRAQoGUGx1Z2luEgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCRIOCgZzb3VyY2UYBCABKAkSDAoEcGF0aBgFIAEoCRIzCgloYXJuZXNzZXMYBiADKAsyIC5vejAub3JjaGVzdHJhdG9yLnYxLkhhcm5lc3NJbmZvEg4KBmFnZW50cxgHIAMoCRIwCgxpbnN0YWxsZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIm4KC0hhcm5lc3NJbmZvEgwKBG5hbWUYASABKAkSDwoHY29tbWFuZBgCIAMoCRITCgtwZXJtaXNzaW9ucxgDIAEoCBIUCgxjYXBhYmlsaXRpZXMYBCADKAkSFQoNZGVmYXVsdF90b29scxgFIAMoCSImChRJbnN0YWxsUGx1Z2luUmVxdWVzdBIOCgZzb3VyY2UYASABKAkiswEKFUluc3RhbGxQbHVnaW5SZXNwb25zZRIrCgZwbHVnaW4YASABKAsyGy5vejAub3JjaGVzdHJhdG9yLnYxLlBsdWdpbhI3CglwdWJsaXNoZWQYAiADKAsyJC5vejAub3JjaGVzdHJhdG9yLnYxLkFnZW50VmVyc2lvblJlZhI0CgdyZWFzb25zGAMgAygLMiMub3owLm9yY2hlc3RyYXRvci52MS5QdWJsaXNoUmVhc29ucyIwCg5QdWJsaXNoUmVhc29ucxINCgVhZ2VudBgBIAEoCRIPCgdyZWFzb25zGAIgAygJIhQKEkxpc3RQbHVnaW5zUmVxdWVzdCJDChNMaXN0UGx1Z2luc1Jlc3BvbnNlEiwKB3BsdWdpbnMYASADKAsyGy5vejAub3JjaGVzdHJhdG9yLnYxLlBsdWdpbiLwAQoMQWdlbnRWZXJzaW9uEgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoDRITCgtkZXNjcmlwdGlvbhgDIAEoCRIPCgdydW50aW1lGAQgASgJEg4KBnBsdWdpbhgFIAEoCRIWCg5wbHVnaW5fdmVyc2lvbhgGIAEoCRIUCgxjb250ZW50X2hhc2gYByABKAkSMAoMcHVibGlzaGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgpkZWZpbml0aW9uGAkgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCITChFMaXN0QWdlbnRzUmVxdWVzdCJHChJMaXN0QWdlbnRzUmVzcG9uc2USMQoGYWdlbnRzGAEgAygLMiEub3owLm9yY2hlc3RyYXRvci52MS5BZ2VudFZlcnNpb24iKAoYTGlzdEFnZW50VmVyc2lvbnNSZXF1ZXN0EgwKBG5hbWUYASABKAkiUAoZTGlzdEFnZW50VmVyc2lvbnNSZXNwb25zZRIzCgh2ZXJzaW9ucxgBIAMoCzIhLm96MC5vcmNoZXN0cmF0b3IudjEuQWdlbnRWZXJzaW9uIjAKD0dldEFnZW50UmVxdWVzdBIMCgRuYW1lGAEgASgJEg8KB3ZlcnNpb24YAiABKA0iRAoQR2V0QWdlbnRSZXNwb25zZRIwCgVhZ2VudBgBIAEoCzIhLm96MC5vcmNoZXN0cmF0b3IudjEuQWdlbnRWZXJzaW9uIi8KEFNldFNlY3JldFJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgV2YWx1ZRgCIAEoCSITChFTZXRTZWNyZXRSZXNwb25zZSJTChBIZWFydGJlYXRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSCwoDdXJsGAIgASgJEhAKCGNhcGFjaXR5GAMgASgNEg8KB3J1bm5pbmcYBCABKA0iOwoRSGVhcnRiZWF0UmVzcG9uc2USDgoGcGxhY2VkGAEgASgNEhYKDnN0YWxlX2FmdGVyX21zGAIgASgNKrIBCghKb2JTdGF0ZRIZChVKT0JfU1RBVEVfVU5TUEVDSUZJRUQQABIVChFKT0JfU1RBVEVfUEVORElORxABEhUKEUpPQl9TVEFURV9SVU5OSU5HEAISFQoRSk9CX1NUQVRFX1dBSVRJTkcQAxIXChNKT0JfU1RBVEVfU1VDQ0VFREVEEAQSFAoQSk9CX1NUQVRFX0ZBSUxFRBAFEhcKE0pPQl9TVEFURV9DQU5DRUxMRUQQBirnAQoPSm9iQWN0aXZpdHlLaW5kEiEKHUpPQl9BQ1RJVklUWV9LSU5EX1VOU1BFQ0lGSUVEEAASHgoaSk9CX0FDVElWSVRZX0tJTkRfU1RBUlRJTkcQARIbChdKT0JfQUNUSVZJVFlfS0lORF9NT0RFTBACEhoKFkpPQl9BQ1RJVklUWV9LSU5EX1RPT0wQAxIeChpKT0JfQUNUSVZJVFlfS0lORF9BUFBST1ZBTBAEEhsKF0pPQl9BQ1RJVklUWV9LSU5EX1NURVBTEAUSGwoXSk9CX0FDVElWSVRZX0tJTkRfRU5ERUQQBipxCgdEZWNpZGVyEhcKE0RFQ0lERVJfVU5TUEVDSUZJRUQQABISCg5ERUNJREVSX1BPTElDWRABEhAKDERFQ0lERVJfSE9PSxACEhIKDkRFQ0lERVJfUEVSU09OEAMSEwoPREVDSURFUl9SVU5USU1FEAQqvwEKDUFwcHJvdmFsU3RhdGUSHgoaQVBQUk9WQUxfU1RBVEVfVU5TUEVDSUZJRUQQABIaChZBUFBST1ZBTF9TVEFURV9QRU5ESU5HEAESGwoXQVBQUk9WQUxfU1RBVEVfQVBQUk9WRUQQAhIZChVBUFBST1ZBTF9TVEFURV9ERU5JRUQQAxIcChhBUFBST1ZBTF9TVEFURV9DQU5DRUxMRUQQBBIcChhBUFBST1ZBTF9TVEFURV9USU1FRF9PVVQQBTK6CAoKSm9iU2VydmljZRJXCghSdW5BZ2VudBIkLm96MC5vcmNoZXN0cmF0b3IudjEuUnVuQWdlbnRSZXF1ZXN0GiUub3owLm9yY2hlc3RyYXRvci52MS5SdW5BZ2VudFJlc3BvbnNlElEKBkdldEpvYhIiLm96MC5vcmNoZXN0cmF0b3IudjEuR2V0Sm9iUmVxdWVzdBojLm96MC5vcmNoZXN0cmF0b3IudjEuR2V0Sm9iUmVzcG9uc2USVwoITGlzdEpvYnMSJC5vejAub3JjaGVzdHJhdG9yLnYxLkxpc3RKb2JzUmVxdWVzdBolLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdEpvYnNSZXNwb25zZRJZCghXYXRjaEpvYhIkLm96MC5vcmNoZXN0cmF0b3IudjEuV2F0Y2hKb2JSZXF1ZXN0GiUub3owLm9yY2hlc3RyYXRvci52MS5XYXRjaEpvYlJlc3BvbnNlMAESWgoJQ2FuY2VsSm9iEiUub3owLm9yY2hlc3RyYXRvci52MS5DYW5jZWxKb2JSZXF1ZXN0GiYub3owLm9yY2hlc3RyYXRvci52MS5DYW5jZWxKb2JSZXNwb25zZRJjCgxHZXRBcnRpZmFjdHMSKC5vejAub3JjaGVzdHJhdG9yLnYxLkdldEFydGlmYWN0c1JlcXVlc3QaKS5vejAub3JjaGVzdHJhdG9yLnYxLkdldEFydGlmYWN0c1Jlc3BvbnNlEm8KEEFuc3dlclBlcm1pc3Npb24SLC5vejAub3JjaGVzdHJhdG9yLnYxLkFuc3dlclBlcm1pc3Npb25SZXF1ZXN0Gi0ub3owLm9yY2hlc3RyYXRvci52MS5BbnN3ZXJQZXJtaXNzaW9uUmVzcG9uc2USZgoNTGlzdEFwcHJvdmFscxIpLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdEFwcHJvdmFsc1JlcXVlc3QaKi5vejAub3JjaGVzdHJhdG9yLnYxLkxpc3RBcHByb3ZhbHNSZXNwb25zZRJgCgtHZXRKb2JVc2FnZRInLm96MC5vcmNoZXN0cmF0b3IudjEuR2V0Sm9iVXNhZ2VSZXF1ZXN0Gigub3owLm9yY2hlc3RyYXRvci52MS5HZXRKb2JVc2FnZVJlc3BvbnNlEm8KEEdldEpvYlRyYW5zY3JpcHQSLC5vejAub3JjaGVzdHJhdG9yLnYxLkdldEpvYlRyYW5zY3JpcHRSZXF1ZXN0Gi0ub3owLm9yY2hlc3RyYXRvci52MS5HZXRKb2JUcmFuc2NyaXB0UmVzcG9uc2USXwoKR2V0Sm9iTG9ncxImLm96MC5vcmNoZXN0cmF0b3IudjEuR2V0Sm9iTG9nc1JlcXVlc3QaJy5vejAub3JjaGVzdHJhdG9yLnYxLkdldEpvYkxvZ3NSZXNwb25zZTABMtkBCg1QbHVnaW5TZXJ2aWNlEmYKDUluc3RhbGxQbHVnaW4SKS5vejAub3JjaGVzdHJhdG9yLnYxLkluc3RhbGxQbHVnaW5SZXF1ZXN0Gioub3owLm9yY2hlc3RyYXRvci52MS5JbnN0YWxsUGx1Z2luUmVzcG9uc2USYAoLTGlzdFBsdWdpbnMSJy5vejAub3JjaGVzdHJhdG9yLnYxLkxpc3RQbHVnaW5zUmVxdWVzdBooLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdFBsdWdpbnNSZXNwb25zZTK6AgoMQWdlbnRTZXJ2aWNlEl0KCkxpc3RBZ2VudHMSJi5vejAub3JjaGVzdHJhdG9yLnYxLkxpc3RBZ2VudHNSZXF1ZXN0Gicub3owLm9yY2hlc3RyYXRvci52MS5MaXN0QWdlbnRzUmVzcG9uc2UScgoRTGlzdEFnZW50VmVyc2lvbnMSLS5vejAub3JjaGVzdHJhdG9yLnYxLkxpc3RBZ2VudFZlcnNpb25zUmVxdWVzdBouLm96MC5vcmNoZXN0cmF0b3IudjEuTGlzdEFnZW50VmVyc2lvbnNSZXNwb25zZRJXCghHZXRBZ2VudBIkLm96MC5vcmNoZXN0cmF0b3IudjEuR2V0QWdlbnRSZXF1ZXN0GiUub3owLm9yY2hlc3RyYXRvci52MS5HZXRBZ2VudFJlc3BvbnNlMmsKDVNlY3JldFNlcnZpY2USWgoJU2V0U2VjcmV0EiUub3owLm9yY2hlc3RyYXRvci52MS5TZXRTZWNyZXRSZXF1ZXN0GiYub3owLm9yY2hlc3RyYXRvci52MS5TZXRTZWNyZXRSZXNwb25zZTJwChJTYW5kYm94Tm9kZVNlcnZpY2USWgoJSGVhcnRiZWF0EiUub3owLm9yY2hlc3RyYXRvci52MS5IZWFydGJlYXRSZXF1ZXN0GiYub3owLm9yY2hlc3RyYXRvci52MS5IZWFydGJlYXRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_oz0_events_v1_events, file_oz0_harness_v1_harness, file_oz0_llmproxy_v1_llm_proxy]);
 
 /**
  * @generated from message oz0.orchestrator.v1.AgentVersionRef
@@ -129,6 +131,30 @@ export type Job = Message<"oz0.orchestrator.v1.Job"> & {
    * @generated from field: repeated string attachments = 14;
    */
   attachments: string[];
+
+  /**
+   * When the job began running (its first session started; a graph run:
+   * when it was created). Unset while pending.
+   *
+   * @generated from field: google.protobuf.Timestamp started_at = 15;
+   */
+  startedAt?: Timestamp | undefined;
+
+  /**
+   * The W3C trace id of the job's trace (32 lower-case hex digits), when the
+   * orchestrator exported one for it (OTEL_* set); empty otherwise.
+   *
+   * @generated from field: string trace_id = 16;
+   */
+  traceId: string;
+
+  /**
+   * What the job is doing now, from its events. Set by GetJob only (ListJobs
+   * leaves it unset).
+   *
+   * @generated from field: oz0.orchestrator.v1.JobActivity activity = 17;
+   */
+  activity?: JobActivity | undefined;
 };
 
 /**
@@ -137,6 +163,62 @@ export type Job = Message<"oz0.orchestrator.v1.Job"> & {
  */
 export const JobSchema: GenMessage<Job> = /*@__PURE__*/
   messageDesc(file_oz0_orchestrator_v1_orchestrator, 1);
+
+/**
+ * What a job is doing now.
+ *
+ * @generated from message oz0.orchestrator.v1.JobActivity
+ */
+export type JobActivity = Message<"oz0.orchestrator.v1.JobActivity"> & {
+  /**
+   * @generated from field: oz0.orchestrator.v1.JobActivityKind kind = 1;
+   */
+  kind: JobActivityKind;
+
+  /**
+   * Since when (the event that began it).
+   *
+   * @generated from field: google.protobuf.Timestamp since = 2;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * TOOL and APPROVAL: the tool of each open call, in the order they were called.
+   *
+   * @generated from field: repeated string tools = 3;
+   */
+  tools: string[];
+
+  /**
+   * APPROVAL: who may answer (user ids or group names, among people with the
+   * approver role); empty means anyone with that role.
+   *
+   * @generated from field: repeated string approvers = 4;
+   */
+  approvers: string[];
+
+  /**
+   * STEPS: the steps running, as `<node id> <path>`.
+   *
+   * @generated from field: repeated string steps = 5;
+   */
+  steps: string[];
+
+  /**
+   * One line for people: "model call", "tool run_command",
+   * "waiting for approval of run_command by alice, reviewers".
+   *
+   * @generated from field: string summary = 6;
+   */
+  summary: string;
+};
+
+/**
+ * Describes the message oz0.orchestrator.v1.JobActivity.
+ * Use `create(JobActivitySchema)` to create a new message.
+ */
+export const JobActivitySchema: GenMessage<JobActivity> = /*@__PURE__*/
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 2);
 
 /**
  * @generated from message oz0.orchestrator.v1.RunAgentRequest
@@ -170,7 +252,7 @@ export type RunAgentRequest = Message<"oz0.orchestrator.v1.RunAgentRequest"> & {
  * Use `create(RunAgentRequestSchema)` to create a new message.
  */
 export const RunAgentRequestSchema: GenMessage<RunAgentRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 2);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 3);
 
 /**
  * @generated from message oz0.orchestrator.v1.RunAgentResponse
@@ -187,7 +269,7 @@ export type RunAgentResponse = Message<"oz0.orchestrator.v1.RunAgentResponse"> &
  * Use `create(RunAgentResponseSchema)` to create a new message.
  */
 export const RunAgentResponseSchema: GenMessage<RunAgentResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 3);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 4);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetJobRequest
@@ -204,7 +286,7 @@ export type GetJobRequest = Message<"oz0.orchestrator.v1.GetJobRequest"> & {
  * Use `create(GetJobRequestSchema)` to create a new message.
  */
 export const GetJobRequestSchema: GenMessage<GetJobRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 4);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 5);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetJobResponse
@@ -221,7 +303,7 @@ export type GetJobResponse = Message<"oz0.orchestrator.v1.GetJobResponse"> & {
  * Use `create(GetJobResponseSchema)` to create a new message.
  */
 export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 5);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 6);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListJobsRequest
@@ -254,7 +336,7 @@ export type ListJobsRequest = Message<"oz0.orchestrator.v1.ListJobsRequest"> & {
  * Use `create(ListJobsRequestSchema)` to create a new message.
  */
 export const ListJobsRequestSchema: GenMessage<ListJobsRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 6);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 7);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListJobsResponse
@@ -271,7 +353,7 @@ export type ListJobsResponse = Message<"oz0.orchestrator.v1.ListJobsResponse"> &
  * Use `create(ListJobsResponseSchema)` to create a new message.
  */
 export const ListJobsResponseSchema: GenMessage<ListJobsResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 7);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 8);
 
 /**
  * @generated from message oz0.orchestrator.v1.WatchJobRequest
@@ -295,7 +377,7 @@ export type WatchJobRequest = Message<"oz0.orchestrator.v1.WatchJobRequest"> & {
  * Use `create(WatchJobRequestSchema)` to create a new message.
  */
 export const WatchJobRequestSchema: GenMessage<WatchJobRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 8);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 9);
 
 /**
  * @generated from message oz0.orchestrator.v1.WatchJobResponse
@@ -312,7 +394,7 @@ export type WatchJobResponse = Message<"oz0.orchestrator.v1.WatchJobResponse"> &
  * Use `create(WatchJobResponseSchema)` to create a new message.
  */
 export const WatchJobResponseSchema: GenMessage<WatchJobResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 9);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 10);
 
 /**
  * One event of a job's own live stream, stored with its sequence number.
@@ -414,7 +496,7 @@ export type JobEvent = Message<"oz0.orchestrator.v1.JobEvent"> & {
  * Use `create(JobEventSchema)` to create a new message.
  */
 export const JobEventSchema: GenMessage<JobEvent> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 10);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 11);
 
 /**
  * @generated from message oz0.orchestrator.v1.JobStateChanged
@@ -438,7 +520,7 @@ export type JobStateChanged = Message<"oz0.orchestrator.v1.JobStateChanged"> & {
  * Use `create(JobStateChangedSchema)` to create a new message.
  */
 export const JobStateChangedSchema: GenMessage<JobStateChanged> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 11);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 12);
 
 /**
  * What became of one permission request.
@@ -512,7 +594,7 @@ export type PermissionDecision = Message<"oz0.orchestrator.v1.PermissionDecision
  * Use `create(PermissionDecisionSchema)` to create a new message.
  */
 export const PermissionDecisionSchema: GenMessage<PermissionDecision> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 12);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 13);
 
 /**
  * A runtime tool call the orchestrator answered itself (a graph manager's
@@ -560,7 +642,7 @@ export type ServedToolCall = Message<"oz0.orchestrator.v1.ServedToolCall"> & {
  * Use `create(ServedToolCallSchema)` to create a new message.
  */
 export const ServedToolCallSchema: GenMessage<ServedToolCall> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 13);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 14);
 
 /**
  * @generated from message oz0.orchestrator.v1.ArtifactsStored
@@ -577,7 +659,7 @@ export type ArtifactsStored = Message<"oz0.orchestrator.v1.ArtifactsStored"> & {
  * Use `create(ArtifactsStoredSchema)` to create a new message.
  */
 export const ArtifactsStoredSchema: GenMessage<ArtifactsStored> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 14);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 15);
 
 /**
  * @generated from message oz0.orchestrator.v1.Artifact
@@ -613,7 +695,7 @@ export type Artifact = Message<"oz0.orchestrator.v1.Artifact"> & {
  * Use `create(ArtifactSchema)` to create a new message.
  */
 export const ArtifactSchema: GenMessage<Artifact> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 15);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 16);
 
 /**
  * @generated from message oz0.orchestrator.v1.CancelJobRequest
@@ -635,7 +717,7 @@ export type CancelJobRequest = Message<"oz0.orchestrator.v1.CancelJobRequest"> &
  * Use `create(CancelJobRequestSchema)` to create a new message.
  */
 export const CancelJobRequestSchema: GenMessage<CancelJobRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 16);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 17);
 
 /**
  * @generated from message oz0.orchestrator.v1.CancelJobResponse
@@ -652,7 +734,7 @@ export type CancelJobResponse = Message<"oz0.orchestrator.v1.CancelJobResponse">
  * Use `create(CancelJobResponseSchema)` to create a new message.
  */
 export const CancelJobResponseSchema: GenMessage<CancelJobResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 17);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 18);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetArtifactsRequest
@@ -676,7 +758,7 @@ export type GetArtifactsRequest = Message<"oz0.orchestrator.v1.GetArtifactsReque
  * Use `create(GetArtifactsRequestSchema)` to create a new message.
  */
 export const GetArtifactsRequestSchema: GenMessage<GetArtifactsRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 18);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 19);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetArtifactsResponse
@@ -700,7 +782,7 @@ export type GetArtifactsResponse = Message<"oz0.orchestrator.v1.GetArtifactsResp
  * Use `create(GetArtifactsResponseSchema)` to create a new message.
  */
 export const GetArtifactsResponseSchema: GenMessage<GetArtifactsResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 19);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 20);
 
 /**
  * @generated from message oz0.orchestrator.v1.AnswerPermissionRequest
@@ -752,7 +834,7 @@ export type AnswerPermissionRequest = Message<"oz0.orchestrator.v1.AnswerPermiss
  * Use `create(AnswerPermissionRequestSchema)` to create a new message.
  */
 export const AnswerPermissionRequestSchema: GenMessage<AnswerPermissionRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 20);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 21);
 
 /**
  * @generated from message oz0.orchestrator.v1.AnswerPermissionResponse
@@ -769,7 +851,7 @@ export type AnswerPermissionResponse = Message<"oz0.orchestrator.v1.AnswerPermis
  * Use `create(AnswerPermissionResponseSchema)` to create a new message.
  */
 export const AnswerPermissionResponseSchema: GenMessage<AnswerPermissionResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 21);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 22);
 
 /**
  * A tool call that waits (or waited) for a person.
@@ -860,7 +942,7 @@ export type Approval = Message<"oz0.orchestrator.v1.Approval"> & {
  * Use `create(ApprovalSchema)` to create a new message.
  */
 export const ApprovalSchema: GenMessage<Approval> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 22);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 23);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListApprovalsRequest
@@ -886,7 +968,7 @@ export type ListApprovalsRequest = Message<"oz0.orchestrator.v1.ListApprovalsReq
  * Use `create(ListApprovalsRequestSchema)` to create a new message.
  */
 export const ListApprovalsRequestSchema: GenMessage<ListApprovalsRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 23);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 24);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListApprovalsResponse
@@ -903,7 +985,7 @@ export type ListApprovalsResponse = Message<"oz0.orchestrator.v1.ListApprovalsRe
  * Use `create(ListApprovalsResponseSchema)` to create a new message.
  */
 export const ListApprovalsResponseSchema: GenMessage<ListApprovalsResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 24);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 25);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetJobUsageRequest
@@ -920,16 +1002,28 @@ export type GetJobUsageRequest = Message<"oz0.orchestrator.v1.GetJobUsageRequest
  * Use `create(GetJobUsageRequestSchema)` to create a new message.
  */
 export const GetJobUsageRequestSchema: GenMessage<GetJobUsageRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 25);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 26);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetJobUsageResponse
  */
 export type GetJobUsageResponse = Message<"oz0.orchestrator.v1.GetJobUsageResponse"> & {
   /**
+   * The job's model calls, per agent and in total; for a graph run, the sum
+   * over the jobs it ran (agent steps, its manager's decisions).
+   *
    * @generated from field: oz0.llmproxy.v1.GetUsageResponse usage = 1;
    */
   usage?: GetUsageResponse | undefined;
+
+  /**
+   * A graph run's jobs, each with its own usage, in the order they were
+   * recorded; empty for an agent's job. A step retried as a new job counts
+   * that job (the one recorded for the step).
+   *
+   * @generated from field: repeated oz0.orchestrator.v1.StepJobUsage steps = 2;
+   */
+  steps: StepJobUsage[];
 };
 
 /**
@@ -937,7 +1031,78 @@ export type GetJobUsageResponse = Message<"oz0.orchestrator.v1.GetJobUsageRespon
  * Use `create(GetJobUsageResponseSchema)` to create a new message.
  */
 export const GetJobUsageResponseSchema: GenMessage<GetJobUsageResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 26);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 27);
+
+/**
+ * @generated from message oz0.orchestrator.v1.StepJobUsage
+ */
+export type StepJobUsage = Message<"oz0.orchestrator.v1.StepJobUsage"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * The step's path in the run (`/0/b1/0`), or, for a manager's job, the
+   * control event it decided (`#manager:step_error@/1:…`).
+   *
+   * @generated from field: string step = 2;
+   */
+  step: string;
+
+  /**
+   * The agent version the job ran.
+   *
+   * @generated from field: oz0.orchestrator.v1.AgentVersionRef agent = 3;
+   */
+  agent?: AgentVersionRef | undefined;
+
+  /**
+   * @generated from field: oz0.llmproxy.v1.Usage usage = 4;
+   */
+  usage?: Usage$1 | undefined;
+};
+
+/**
+ * Describes the message oz0.orchestrator.v1.StepJobUsage.
+ * Use `create(StepJobUsageSchema)` to create a new message.
+ */
+export const StepJobUsageSchema: GenMessage<StepJobUsage> = /*@__PURE__*/
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 28);
+
+/**
+ * @generated from message oz0.orchestrator.v1.GetJobTranscriptRequest
+ */
+export type GetJobTranscriptRequest = Message<"oz0.orchestrator.v1.GetJobTranscriptRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+};
+
+/**
+ * Describes the message oz0.orchestrator.v1.GetJobTranscriptRequest.
+ * Use `create(GetJobTranscriptRequestSchema)` to create a new message.
+ */
+export const GetJobTranscriptRequestSchema: GenMessage<GetJobTranscriptRequest> = /*@__PURE__*/
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 29);
+
+/**
+ * @generated from message oz0.orchestrator.v1.GetJobTranscriptResponse
+ */
+export type GetJobTranscriptResponse = Message<"oz0.orchestrator.v1.GetJobTranscriptResponse"> & {
+  /**
+   * @generated from field: oz0.events.v1.TranscriptResponse transcript = 1;
+   */
+  transcript?: TranscriptResponse | undefined;
+};
+
+/**
+ * Describes the message oz0.orchestrator.v1.GetJobTranscriptResponse.
+ * Use `create(GetJobTranscriptResponseSchema)` to create a new message.
+ */
+export const GetJobTranscriptResponseSchema: GenMessage<GetJobTranscriptResponse> = /*@__PURE__*/
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 30);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetJobLogsRequest
@@ -954,7 +1119,7 @@ export type GetJobLogsRequest = Message<"oz0.orchestrator.v1.GetJobLogsRequest">
  * Use `create(GetJobLogsRequestSchema)` to create a new message.
  */
 export const GetJobLogsRequestSchema: GenMessage<GetJobLogsRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 27);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 31);
 
 /**
  * One piece of a session's stderr.
@@ -989,7 +1154,7 @@ export type GetJobLogsResponse = Message<"oz0.orchestrator.v1.GetJobLogsResponse
  * Use `create(GetJobLogsResponseSchema)` to create a new message.
  */
 export const GetJobLogsResponseSchema: GenMessage<GetJobLogsResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 28);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 32);
 
 /**
  * @generated from message oz0.orchestrator.v1.Plugin
@@ -1045,7 +1210,7 @@ export type Plugin = Message<"oz0.orchestrator.v1.Plugin"> & {
  * Use `create(PluginSchema)` to create a new message.
  */
 export const PluginSchema: GenMessage<Plugin> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 29);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 33);
 
 /**
  * @generated from message oz0.orchestrator.v1.HarnessInfo
@@ -1082,7 +1247,7 @@ export type HarnessInfo = Message<"oz0.orchestrator.v1.HarnessInfo"> & {
  * Use `create(HarnessInfoSchema)` to create a new message.
  */
 export const HarnessInfoSchema: GenMessage<HarnessInfo> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 30);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 34);
 
 /**
  * @generated from message oz0.orchestrator.v1.InstallPluginRequest
@@ -1101,7 +1266,7 @@ export type InstallPluginRequest = Message<"oz0.orchestrator.v1.InstallPluginReq
  * Use `create(InstallPluginRequestSchema)` to create a new message.
  */
 export const InstallPluginRequestSchema: GenMessage<InstallPluginRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 31);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 35);
 
 /**
  * @generated from message oz0.orchestrator.v1.InstallPluginResponse
@@ -1133,7 +1298,7 @@ export type InstallPluginResponse = Message<"oz0.orchestrator.v1.InstallPluginRe
  * Use `create(InstallPluginResponseSchema)` to create a new message.
  */
 export const InstallPluginResponseSchema: GenMessage<InstallPluginResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 32);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 36);
 
 /**
  * Why an install published a new version of an agent: "first version",
@@ -1159,7 +1324,7 @@ export type PublishReasons = Message<"oz0.orchestrator.v1.PublishReasons"> & {
  * Use `create(PublishReasonsSchema)` to create a new message.
  */
 export const PublishReasonsSchema: GenMessage<PublishReasons> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 33);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 37);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListPluginsRequest
@@ -1172,7 +1337,7 @@ export type ListPluginsRequest = Message<"oz0.orchestrator.v1.ListPluginsRequest
  * Use `create(ListPluginsRequestSchema)` to create a new message.
  */
 export const ListPluginsRequestSchema: GenMessage<ListPluginsRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 34);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 38);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListPluginsResponse
@@ -1189,7 +1354,7 @@ export type ListPluginsResponse = Message<"oz0.orchestrator.v1.ListPluginsRespon
  * Use `create(ListPluginsResponseSchema)` to create a new message.
  */
 export const ListPluginsResponseSchema: GenMessage<ListPluginsResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 35);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 39);
 
 /**
  * @generated from message oz0.orchestrator.v1.AgentVersion
@@ -1253,7 +1418,7 @@ export type AgentVersion = Message<"oz0.orchestrator.v1.AgentVersion"> & {
  * Use `create(AgentVersionSchema)` to create a new message.
  */
 export const AgentVersionSchema: GenMessage<AgentVersion> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 36);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 40);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListAgentsRequest
@@ -1266,7 +1431,7 @@ export type ListAgentsRequest = Message<"oz0.orchestrator.v1.ListAgentsRequest">
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 37);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 41);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListAgentsResponse
@@ -1283,7 +1448,7 @@ export type ListAgentsResponse = Message<"oz0.orchestrator.v1.ListAgentsResponse
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 38);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 42);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListAgentVersionsRequest
@@ -1300,7 +1465,7 @@ export type ListAgentVersionsRequest = Message<"oz0.orchestrator.v1.ListAgentVer
  * Use `create(ListAgentVersionsRequestSchema)` to create a new message.
  */
 export const ListAgentVersionsRequestSchema: GenMessage<ListAgentVersionsRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 39);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 43);
 
 /**
  * @generated from message oz0.orchestrator.v1.ListAgentVersionsResponse
@@ -1317,7 +1482,7 @@ export type ListAgentVersionsResponse = Message<"oz0.orchestrator.v1.ListAgentVe
  * Use `create(ListAgentVersionsResponseSchema)` to create a new message.
  */
 export const ListAgentVersionsResponseSchema: GenMessage<ListAgentVersionsResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 40);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 44);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetAgentRequest
@@ -1339,7 +1504,7 @@ export type GetAgentRequest = Message<"oz0.orchestrator.v1.GetAgentRequest"> & {
  * Use `create(GetAgentRequestSchema)` to create a new message.
  */
 export const GetAgentRequestSchema: GenMessage<GetAgentRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 41);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 45);
 
 /**
  * @generated from message oz0.orchestrator.v1.GetAgentResponse
@@ -1356,7 +1521,7 @@ export type GetAgentResponse = Message<"oz0.orchestrator.v1.GetAgentResponse"> &
  * Use `create(GetAgentResponseSchema)` to create a new message.
  */
 export const GetAgentResponseSchema: GenMessage<GetAgentResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 42);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 46);
 
 /**
  * @generated from message oz0.orchestrator.v1.SetSecretRequest
@@ -1378,7 +1543,7 @@ export type SetSecretRequest = Message<"oz0.orchestrator.v1.SetSecretRequest"> &
  * Use `create(SetSecretRequestSchema)` to create a new message.
  */
 export const SetSecretRequestSchema: GenMessage<SetSecretRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 43);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 47);
 
 /**
  * @generated from message oz0.orchestrator.v1.SetSecretResponse
@@ -1391,7 +1556,7 @@ export type SetSecretResponse = Message<"oz0.orchestrator.v1.SetSecretResponse">
  * Use `create(SetSecretResponseSchema)` to create a new message.
  */
 export const SetSecretResponseSchema: GenMessage<SetSecretResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 44);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 48);
 
 /**
  * @generated from message oz0.orchestrator.v1.HeartbeatRequest
@@ -1433,7 +1598,7 @@ export type HeartbeatRequest = Message<"oz0.orchestrator.v1.HeartbeatRequest"> &
  * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 45);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 49);
 
 /**
  * @generated from message oz0.orchestrator.v1.HeartbeatResponse
@@ -1460,7 +1625,7 @@ export type HeartbeatResponse = Message<"oz0.orchestrator.v1.HeartbeatResponse">
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_orchestrator_v1_orchestrator, 46);
+  messageDesc(file_oz0_orchestrator_v1_orchestrator, 50);
 
 /**
  * @generated from enum oz0.orchestrator.v1.JobState
@@ -1513,6 +1678,64 @@ export const JobStateSchema: GenEnum<JobState> = /*@__PURE__*/
   enumDesc(file_oz0_orchestrator_v1_orchestrator, 0);
 
 /**
+ * @generated from enum oz0.orchestrator.v1.JobActivityKind
+ */
+export enum JobActivityKind {
+  /**
+   * @generated from enum value: JOB_ACTIVITY_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Waiting for room on a sandbox node, or for its session to start.
+   *
+   * @generated from enum value: JOB_ACTIVITY_KIND_STARTING = 1;
+   */
+  STARTING = 1,
+
+  /**
+   * The harness works with the model: a model call, or its own work between tool calls.
+   *
+   * @generated from enum value: JOB_ACTIVITY_KIND_MODEL = 2;
+   */
+  MODEL = 2,
+
+  /**
+   * Tool calls run (`tools`).
+   *
+   * @generated from enum value: JOB_ACTIVITY_KIND_TOOL = 3;
+   */
+  TOOL = 3,
+
+  /**
+   * Tool calls wait for a person (`tools`, `approvers`).
+   *
+   * @generated from enum value: JOB_ACTIVITY_KIND_APPROVAL = 4;
+   */
+  APPROVAL = 4,
+
+  /**
+   * A graph run's steps run (`steps`).
+   *
+   * @generated from enum value: JOB_ACTIVITY_KIND_STEPS = 5;
+   */
+  STEPS = 5,
+
+  /**
+   * The job has ended.
+   *
+   * @generated from enum value: JOB_ACTIVITY_KIND_ENDED = 6;
+   */
+  ENDED = 6,
+}
+
+/**
+ * Describes the enum oz0.orchestrator.v1.JobActivityKind.
+ */
+export const JobActivityKindSchema: GenEnum<JobActivityKind> = /*@__PURE__*/
+  enumDesc(file_oz0_orchestrator_v1_orchestrator, 1);
+
+/**
  * @generated from enum oz0.orchestrator.v1.Decider
  */
 export enum Decider {
@@ -1554,7 +1777,7 @@ export enum Decider {
  * Describes the enum oz0.orchestrator.v1.Decider.
  */
 export const DeciderSchema: GenEnum<Decider> = /*@__PURE__*/
-  enumDesc(file_oz0_orchestrator_v1_orchestrator, 1);
+  enumDesc(file_oz0_orchestrator_v1_orchestrator, 2);
 
 /**
  * @generated from enum oz0.orchestrator.v1.ApprovalState
@@ -1595,7 +1818,7 @@ export enum ApprovalState {
  * Describes the enum oz0.orchestrator.v1.ApprovalState.
  */
 export const ApprovalStateSchema: GenEnum<ApprovalState> = /*@__PURE__*/
-  enumDesc(file_oz0_orchestrator_v1_orchestrator, 2);
+  enumDesc(file_oz0_orchestrator_v1_orchestrator, 3);
 
 /**
  * @generated from service oz0.orchestrator.v1.JobService
@@ -1684,6 +1907,7 @@ export const JobService: GenService<{
   /**
    * What the job's model calls used, as the LLM proxy metered them: totals
    * and per agent (token counts, cost, calls and attempts; never content).
+   * For a graph run, the sum over the jobs it ran, and each of them.
    *
    * @generated from rpc oz0.orchestrator.v1.JobService.GetJobUsage
    */
@@ -1691,6 +1915,20 @@ export const JobService: GenService<{
     methodKind: "unary";
     input: typeof GetJobUsageRequestSchema;
     output: typeof GetJobUsageResponseSchema;
+  },
+  /**
+   * The events service's Transcript of the job (its public, redacted
+   * lifecycle events: one row per harness operation invocation, parallel
+   * groups, the parent timeline), asked by the orchestrator with its own
+   * credential, so a client needs only the orchestrator's address and a
+   * viewer's credential.
+   *
+   * @generated from rpc oz0.orchestrator.v1.JobService.GetJobTranscript
+   */
+  getJobTranscript: {
+    methodKind: "unary";
+    input: typeof GetJobTranscriptRequestSchema;
+    output: typeof GetJobTranscriptResponseSchema;
   },
   /**
    * What the harness wrote to stderr in every session of the job (its own,
