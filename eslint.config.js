@@ -3,11 +3,11 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["**/dist/**", "**/node_modules/**", "sdk/proto/src/gen/**", "**/*.mjs", "**/*.cjs", "**/*.js", "**/fixtures/**", ".cache/**"] },
+  { ignores: ["**/dist/**", "console/build/**", "**/node_modules/**", "sdk/proto/src/gen/**", "**/*.mjs", "**/*.cjs", "**/*.js", "**/fixtures/**", ".cache/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
-    files: ["**/*.ts"],
+    files: ["**/*.ts", "**/*.tsx"],
     languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
     rules: {
       "@typescript-eslint/no-floating-promises": "error",

@@ -8,6 +8,7 @@ import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { bearerInterceptor } from "@oz0/serving";
 import { AgentService, JobService, PluginService, SecretService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
 import { isolationNotice, readDiscovery, startEmbeddedStack, type EmbeddedStack } from "../embedded-stack.js";
 import { readLogin, readOwnerCredential } from "../local-credentials.js";
 import { CliError } from "./cli-error.js";
@@ -19,6 +20,7 @@ export interface Clients {
   plugins: Client<typeof PluginService>;
   agents: Client<typeof AgentService>;
   secrets: Client<typeof SecretService>;
+  login: Client<typeof LoginService>;
 }
 
 export interface Connection {
@@ -39,6 +41,7 @@ export function clientsFor(url: string, token: string | undefined): Clients {
     plugins: createClient(PluginService, transport),
     agents: createClient(AgentService, transport),
     secrets: createClient(SecretService, transport),
+    login: createClient(LoginService, transport),
   };
 }
 

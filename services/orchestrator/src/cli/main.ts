@@ -7,6 +7,7 @@ import { startDevStack } from "../dev-stack.js";
 import { isolationNotice, removeDiscovery, writeDiscovery } from "../embedded-stack.js";
 import { DevLockHeldError, takeDevLock } from "../dev-lock.js";
 import { removeLogin, writeLogin } from "../local-credentials.js";
+import { consoleLink } from "./console-link.js";
 import { CliError, describeError } from "./cli-error.js";
 import {
   agentsList,
@@ -243,6 +244,17 @@ program
   });
 
 program
+  .command("console")
+  .description("print a one-time link that opens the web console logged in as you (the running `oz0 dev`, or OZ0_URL with your credential)")
+  .action(async () =>
+    withConnection(async (conn) => {
+      if (conn.mode === "embedded") throw new CliError("the console needs a running orchestrator: start `oz0 dev` (or set OZ0_URL), then run `oz0 console` again");
+      io.out.write(`console: ${await consoleLink(conn.url, conn.clients.login)}\n`);
+      return 0;
+    }),
+  );
+
+program
   .command("dev")
   .description("run the whole stack in the foreground on loopback; other commands find it through $OZ0_HOME/dev.json")
   .option("--port <port>", "the orchestrator's port (0: any free one)", positiveInt, 7700)
@@ -273,9 +285,14 @@ program
       writeDiscovery(home, { url: stack.urls.orchestrator, pid: process.pid, orchestratorPid: stack.pids().orchestrator, urls: stack.urls, startedAt: new Date().toISOString() });
     discover();
     stack.onRestart(discover);
+    const consoleLine = await consoleLink(stack.urls.orchestrator, clientsFor(stack.urls.orchestrator, stack.ownerToken).login).then(
+      (link) => `console       ${link}  (opens once, within 5 minutes; \`oz0 console\` prints a new one)`,
+      (error: unknown) => `console       ${stack.urls.orchestrator}/ (no login link: ${(error as Error).message})`,
+    );
     io.out.write(
       [
         `orchestrator  ${stack.urls.orchestrator}`,
+        consoleLine,
         `sandbox       ${stack.urls.sandbox}`,
         `llm-proxy     ${stack.urls["llm-proxy"]}`,
         `events        ${stack.urls.events}`,

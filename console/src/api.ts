@@ -1,0 +1,34 @@
+// The generated Connect clients, over one transport to the page's own origin
+// (the orchestrator serves the page and the API on one port). Every call
+// carries the session's bearer token; a call refused as Unauthenticated ends
+// the session, so the page asks for a new login link.
+import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-web";
+import { JobService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
+import { currentSession, forgetSession } from "./session.js";
+
+const bearer: Interceptor = (next) => async (request) => {
+  const session = currentSession();
+  if (session) request.header.set("authorization", `Bearer ${session.token}`);
+  try {
+    return await next(request);
+  } catch (error) {
+    if (ConnectError.from(error).code === Code.Unauthenticated && request.method.name !== "RedeemLoginCode") {
+      forgetSession();
+      window.dispatchEvent(new Event("oz0:logged-out"));
+    }
+    throw error;
+  }
+};
+
+const transport = createConnectTransport({ baseUrl: window.location.origin, interceptors: [bearer] });
+
+export const jobs: Client<typeof JobService> = createClient(JobService, transport);
+export const login: Client<typeof LoginService> = createClient(LoginService, transport);
+
+/** What a failed call says, for a person: the server's message, without the code's prefix. */
+export function messageOf(error: unknown): string {
+  const e = ConnectError.from(error);
+  return e.rawMessage || e.message;
+}

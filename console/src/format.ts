@@ -1,0 +1,55 @@
+// How values of the API read on the page.
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { JobState, ApprovalState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+
+export const JOB_STATES: readonly JobState[] = [JobState.PENDING, JobState.RUNNING, JobState.WAITING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED];
+
+/** `JobState.WAITING` → `waiting`. */
+export function stateName(state: JobState): string {
+  return (JobState[state] ?? "unspecified").toLowerCase();
+}
+
+export function approvalStateName(state: ApprovalState): string {
+  return (ApprovalState[state] ?? "unspecified").toLowerCase().replace("_", " ");
+}
+
+export function stopReasonName(reason: StopReason): string {
+  return (StopReason[reason] ?? "unspecified").toLowerCase().replace("_", " ");
+}
+
+export function isTerminal(state: JobState): boolean {
+  return state === JobState.SUCCEEDED || state === JobState.FAILED || state === JobState.CANCELLED;
+}
+
+export function dateOf(ts: Timestamp | undefined): Date | undefined {
+  return ts ? timestampDate(ts) : undefined;
+}
+
+/** `14:03:07` today, else `2025-01-31 14:03`. */
+export function clock(date: Date | undefined): string {
+  if (!date) return "";
+  const today = new Date().toDateString() === date.toDateString();
+  const iso = new Date(date.getTime() - date.getTimezoneOffset() * 60_000).toISOString();
+  return today ? iso.slice(11, 19) : `${iso.slice(0, 10)} ${iso.slice(11, 16)}`;
+}
+
+/** 850 → `850 ms`, 61_000 → `1 min 1 s`. */
+export function duration(ms: number): string {
+  if (ms < 1000) return `${Math.max(0, Math.round(ms))} ms`;
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${(ms / 1000).toFixed(1)} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${s % 60} s`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+/** A tool's input or output as indented JSON. */
+export function json(value: unknown): string {
+  if (value === undefined || value === null) return "";
+  return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+}
+
+export function shortId(id: string): string {
+  return id.length > 14 ? `${id.slice(0, 14)}…` : id;
+}

@@ -1,0 +1,109 @@
+// The console's shell: who is logged in (WhoAmI, so roles decide what is
+// shown), the navigation, and the page the URL names.
+import { render } from "preact";
+import { useEffect, useState } from "preact/hooks";
+import type { WhoAmIResponse } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
+import { login, messageOf } from "./api.js";
+import { ApprovalsPage } from "./pages/approvals.js";
+import { JobPage } from "./pages/job.js";
+import { JobsPage } from "./pages/jobs.js";
+import { LoginPage } from "./pages/login.js";
+import { href, replaceRoute, useRoute } from "./router.js";
+import { currentSession, forgetSession } from "./session.js";
+import "./style.css";
+
+function App() {
+  const route = useRoute();
+  const [me, setMe] = useState<WhoAmIResponse | undefined>(undefined);
+  const [problem, setProblem] = useState<string | undefined>(undefined);
+  const [sessionVersion, setSessionVersion] = useState(0);
+
+  useEffect(() => {
+    const loggedOut = (): void => {
+      setMe(undefined);
+      setSessionVersion((v) => v + 1);
+    };
+    window.addEventListener("oz0:logged-out", loggedOut);
+    return () => window.removeEventListener("oz0:logged-out", loggedOut);
+  }, []);
+
+  useEffect(() => {
+    if (route.page === "login" || !currentSession()) return;
+    let stopped = false;
+    login.whoAmI({}).then(
+      (who) => {
+        if (!stopped) setMe(who);
+      },
+      (error: unknown) => {
+        if (!stopped) setProblem(messageOf(error));
+      },
+    );
+    return () => {
+      stopped = true;
+    };
+  }, [route.page, sessionVersion]);
+
+  if (route.page === "login" || !currentSession()) {
+    return (
+      <LoginPage
+        code={route.page === "login" ? route.code : undefined}
+        onLoggedIn={(who) => {
+          setMe(who);
+          setProblem(undefined);
+          replaceRoute({ page: "jobs" });
+        }}
+      />
+    );
+  }
+  const logOut = async (): Promise<void> => {
+    await login.logout({}).catch(() => undefined);
+    forgetSession();
+    setMe(undefined);
+    replaceRoute({ page: "login", code: undefined });
+  };
+  return (
+    <>
+      <a class="skip" href="#main">
+        Skip to content
+      </a>
+      <header class="top">
+        <span class="brand">Orchestrator Zero</span>
+        <nav aria-label="Pages">
+          <a href={href({ page: "jobs" })} aria-current={route.page === "jobs" || route.page === "job" ? "page" : undefined}>
+            Jobs
+          </a>
+          <a href={href({ page: "approvals" })} aria-current={route.page === "approvals" ? "page" : undefined}>
+            Approvals
+          </a>
+        </nav>
+        <span class="who">
+          {me ? (
+            <>
+              <span data-testid="principal">{me.id}</span> <span class="roles">({me.roles.join(", ") || "no role"})</span>
+            </>
+          ) : null}
+          <button type="button" class="link" onClick={() => void logOut()}>
+            Log out
+          </button>
+        </span>
+      </header>
+      <main id="main">
+        {problem ? <p role="alert" class="error">{problem}</p> : null}
+        {me ? <Page route={route} roles={me.roles} /> : <p>Loading…</p>}
+      </main>
+    </>
+  );
+}
+
+function Page({ route, roles }: { route: ReturnType<typeof useRoute>; roles: string[] }) {
+  switch (route.page) {
+    case "job":
+      return <JobPage jobId={route.jobId} roles={roles} />;
+    case "approvals":
+      return <ApprovalsPage roles={roles} />;
+    default:
+      return <JobsPage />;
+  }
+}
+
+render(<App />, document.getElementById("app")!);

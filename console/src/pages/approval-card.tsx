@@ -1,0 +1,84 @@
+// One tool call waiting for a person: what it wants to do, for whom, how long
+// it has waited; approve, or deny with a reason, for people with the approver
+// role (the API refuses everyone else anyway).
+import { useState } from "preact/hooks";
+import type { Approval } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { jobs, messageOf } from "../api.js";
+import { clock, dateOf, duration, json } from "../format.js";
+import { href } from "../router.js";
+
+export function ApprovalCard({ approval, canAnswer, onAnswered }: { approval: Approval; canAnswer: boolean; onAnswered: () => void }) {
+  const [reason, setReason] = useState("");
+  const [busy, setBusy] = useState(false);
+  const [problem, setProblem] = useState<string | undefined>(undefined);
+  const requested = dateOf(approval.requestedAt);
+  const deadline = dateOf(approval.deadline);
+  const titleId = `approval-${approval.callId}`;
+  const answer = async (allow: boolean): Promise<void> => {
+    setBusy(true);
+    setProblem(undefined);
+    try {
+      await jobs.answerPermission({ jobId: approval.jobId, callId: approval.callId, allow, reason: reason.trim() });
+      onAnswered();
+    } catch (error) {
+      setProblem(messageOf(error));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <article class="approval" aria-labelledby={titleId} data-call={approval.callId}>
+      <h2 id={titleId}>
+        <code>{approval.tool}</code> {approval.title ? <span class="muted">{approval.title}</span> : null}
+      </h2>
+      <dl class="facts">
+        <dt>Agent</dt>
+        <dd>
+          {approval.agent?.name} v{approval.agent?.version}
+        </dd>
+        <dt>Job</dt>
+        <dd>
+          <a href={href({ page: "job", jobId: approval.jobId })}>{approval.jobId}</a>
+        </dd>
+        <dt>Waiting</dt>
+        <dd>{requested ? `${duration(Date.now() - requested.getTime())} (since ${clock(requested)})` : ""}</dd>
+        <dt>Deadline</dt>
+        <dd>{deadline ? clock(deadline) : "none: it waits until answered"}</dd>
+        {approval.approvers.length > 0 ? (
+          <>
+            <dt>Who may answer</dt>
+            <dd>{approval.approvers.join(", ")}</dd>
+          </>
+        ) : null}
+      </dl>
+      <pre class="input" aria-label="Input">
+        {json(approval.input)}
+      </pre>
+      {canAnswer ? (
+        <form
+          class="answer"
+          onSubmit={(e) => {
+            e.preventDefault();
+          }}
+        >
+          <label>
+            Reason <input type="text" value={reason} placeholder="shown to the model when denied" onInput={(e) => setReason((e.target as HTMLInputElement).value)} />
+          </label>
+          <button type="button" class="approve" disabled={busy} onClick={() => void answer(true)}>
+            Approve
+          </button>
+          <button type="button" class="deny" disabled={busy} onClick={() => void answer(false)}>
+            Deny
+          </button>
+        </form>
+      ) : (
+        <p class="muted">You can see this request; answering it needs the approver role.</p>
+      )}
+      {problem ? (
+        <p role="alert" class="error">
+          {problem}
+        </p>
+      ) : null}
+    </article>
+  );
+}

@@ -1,0 +1,48 @@
+// Routes live in the URL's fragment (`#/jobs/ID`), so every page survives a
+// reload on any static host, and the login code of `#/login?code=` is never
+// sent to a server or written to its logs.
+import { useEffect, useState } from "preact/hooks";
+
+export type Route =
+  | { page: "jobs" }
+  | { page: "job"; jobId: string }
+  | { page: "approvals" }
+  | { page: "login"; code: string | undefined };
+
+export function parseRoute(hash: string): Route {
+  const [pathPart = "", query = ""] = hash.replace(/^#/, "").split("?");
+  const parts = pathPart.split("/").filter(Boolean).map(decodeURIComponent);
+  if (parts[0] === "login") return { page: "login", code: new URLSearchParams(query).get("code") ?? undefined };
+  if (parts[0] === "jobs" && parts[1]) return { page: "job", jobId: parts[1] };
+  if (parts[0] === "approvals") return { page: "approvals" };
+  return { page: "jobs" };
+}
+
+export function href(route: Route): string {
+  switch (route.page) {
+    case "jobs":
+      return "#/jobs";
+    case "job":
+      return `#/jobs/${encodeURIComponent(route.jobId)}`;
+    case "approvals":
+      return "#/approvals";
+    case "login":
+      return "#/login";
+  }
+}
+
+export function useRoute(): Route {
+  const [route, setRoute] = useState(() => parseRoute(window.location.hash));
+  useEffect(() => {
+    const changed = (): void => setRoute(parseRoute(window.location.hash));
+    window.addEventListener("hashchange", changed);
+    return () => window.removeEventListener("hashchange", changed);
+  }, []);
+  return route;
+}
+
+/** Go to `route` without leaving the current URL in the history (the login code). */
+export function replaceRoute(route: Route): void {
+  window.history.replaceState(null, "", href(route));
+  window.dispatchEvent(new HashChangeEvent("hashchange"));
+}
