@@ -1,0 +1,210 @@
+// The web console in a real browser (Debian's Chromium, driven by
+// playwright-core) against the real stack: the orchestrator serves the built
+// page at `/` beside its RPCs; a one-time login link opens it; a job waiting
+// for approval shows in the queue, is approved in the page and finishes; a
+// viewer sees the queue without the buttons, the API refuses the viewer's
+// answer, and an answer given elsewhere leaves the viewer's queue. Every page
+// passes axe with no serious violation, and a screenshot of each is written to
+// services/orchestrator/.screenshots/ (gitignored).
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { JobService, PluginService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
+import { bearerInterceptor, credentialDigest, newCredential } from "@oz0/serving";
+import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
+import { chromium, type Browser, type Page } from "playwright-core";
+import { commitAll, eventually, packageDir, startTestStack, type TestStack } from "./support/test-stack.js";
+import { toolResults } from "./support/tool-results.js";
+
+const CHROMIUM = process.env.OZ0_CHROMIUM ?? "/usr/bin/chromium";
+const screenshots = path.join(packageDir, ".screenshots");
+const axeSource = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
+
+let t: TestStack;
+let browser: Browser;
+const viewerToken = newCredential();
+const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-console-"));
+
+function pick({ input, turn, request }: { input: string; turn: number; request: ScriptedRequest }): ScriptedTurn {
+  if (turn > 0) return { text: `done: ${toolResults(request)}` };
+  return { toolCalls: [{ name: "run_command", input: { command: `echo ${input}` } }] };
+}
+
+/** Connect-protocol clients over HTTP/1.1, as the browser calls, carrying `token`. */
+function clients(token: string) {
+  const transport = createConnectTransport({ baseUrl: t.url, httpVersion: "1.1", interceptors: [bearerInterceptor(token)] });
+  return { jobs: createClient(JobService, transport), login: createClient(LoginService, transport), plugins: createClient(PluginService, transport) };
+}
+
+/** The page, logged in as whoever holds `token`, through a one-time link. */
+async function openConsole(token: string): Promise<Page> {
+  const { code } = await clients(token).login.createLoginCode({});
+  const page = await browser.newPage();
+  page.on("pageerror", (error) => assert.fail(`the page threw: ${error.message}`));
+  await page.goto(`${t.url}/#/login?code=${encodeURIComponent(code)}`);
+  await page.getByTestId("principal").waitFor();
+  assert.doesNotMatch(page.url(), /code=/, "the code is gone from the address bar");
+  return page;
+}
+
+/** axe-core in the page (evaluated, so the page's CSP needs no exception): no serious or critical violation. */
+async function assertAccessible(page: Page, name: string): Promise<void> {
+  await page.evaluate(axeSource);
+  const violations = await page.evaluate(async () => {
+    // In the page: globalThis is its window, where axe-core put itself.
+    const result = await (globalThis as unknown as { axe: { run(): Promise<{ violations: { id: string; impact: string; help: string; nodes: unknown[] }[] }> } }).axe.run();
+    return result.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.length }));
+  });
+  const serious = violations.filter((v) => v.impact === "serious" || v.impact === "critical");
+  assert.deepEqual(serious, [], `${name}: axe found serious violations`);
+}
+
+async function screenshot(page: Page, name: string): Promise<void> {
+  await page.screenshot({ path: path.join(screenshots, `${name}.png`), fullPage: true });
+}
+
+async function startJob(input: string): Promise<string> {
+  const { job } = await clients(t.stack.ownerToken).jobs.runAgent({ agent: "guarded", input });
+  return job!.id;
+}
+
+before(async () => {
+  assert.ok(existsSync(path.join(packageDir, "..", "..", "console", "dist", "index.html")), "the console is built (npm run build bundles console/dist)");
+  assert.ok(existsSync(CHROMIUM), `no Chromium at ${CHROMIUM}: tools/test-infra/bin/install-system-packages.sh installs Debian's chromium`);
+  mkdirSync(screenshots, { recursive: true });
+  const auth = path.join(scratch, "auth.json");
+  writeFileSync(auth, JSON.stringify({ roles: { viewer: { users: ["vera"] } }, tokens: [{ user: "vera", sha256: credentialDigest(viewerToken) }] }));
+  const repo = path.join(scratch, "repo");
+  for (const sub of ["agents", "prompts"]) mkdirSync(path.join(repo, sub), { recursive: true });
+  writeFileSync(path.join(repo, "prompts", "p.md"), "Run the command you are asked to run.\n");
+  writeFileSync(
+    path.join(repo, "oz0-plugin.yaml"),
+    'name: consoled\nversion: 0.1.0\nharnesses:\n  - name: fake\n    command: ["oz0-fake-harness"]\n    permissions: true\n    tools: [run_command]\nagents:\n  - agents/guarded.yaml\n',
+  );
+  writeFileSync(
+    path.join(repo, "agents", "guarded.yaml"),
+    "name: guarded\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/p.md\nlimits:\n  max_steps: 5\nharness:\n  tools: [run_command]\n  requires_approval: [run_command]\n",
+  );
+  await commitAll(repo, "plugin");
+  t = await startTestStack({ pick, orchestratorEnv: { OZ0_AUTH_CONFIG: auth } });
+  await clients(t.stack.ownerToken).plugins.installPlugin({ source: repo });
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-dev-shm-usage"] });
+});
+
+after(async () => {
+  await browser?.close();
+  await t?.close();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+void test("the orchestrator serves the console at / beside its RPCs: types, caching, SPA fallback, 404 for RPC-shaped paths", async () => {
+  const index = await fetch(`${t.url}/`);
+  assert.equal(index.status, 200);
+  assert.equal(index.headers.get("content-type"), "text/html; charset=utf-8");
+  assert.equal(index.headers.get("cache-control"), "no-cache");
+  assert.match(index.headers.get("content-security-policy") ?? "", /script-src 'self'/);
+  assert.match(index.headers.get("content-security-policy") ?? "", /frame-ancestors 'none'/);
+  const html = await index.text();
+  const script = /src="(\/assets\/[^"]+\.js)"/.exec(html)?.[1];
+  assert.ok(script, html);
+  const asset = await fetch(`${t.url}${script}`);
+  assert.equal(asset.headers.get("content-type"), "text/javascript; charset=utf-8");
+  assert.equal(asset.headers.get("cache-control"), "public, max-age=31536000, immutable");
+  assert.equal(await (await fetch(`${t.url}/jobs/some-job`)).text(), html, "an app path gets index.html");
+  assert.equal((await fetch(`${t.url}/assets/missing.js`)).status, 404);
+  assert.equal((await fetch(`${t.url}/../../etc/passwd`)).status, 200, "a path outside the folder is the app, never the file");
+  assert.equal((await fetch(`${t.url}/oz0.orchestrator.v1.JobService/NoSuchMethod`)).status, 404);
+  assert.equal((await fetch(`${t.url}/`, { method: "POST" })).status, 404);
+  // The RPCs still answer, and still want a credential.
+  const anonymous = createClient(JobService, createConnectTransport({ baseUrl: t.url, httpVersion: "1.1" }));
+  await assert.rejects(anonymous.listJobs({}), (e: unknown) => ConnectError.from(e).code === Code.Unauthenticated);
+  assert.ok(Array.isArray((await clients(t.stack.ownerToken).jobs.listJobs({})).jobs));
+});
+
+void test("a login code opens one session, once; the session is the person who asked, and logging out ends it", async () => {
+  const { login } = clients(viewerToken);
+  const { code } = await login.createLoginCode({});
+  const anonymous = createClient(LoginService, createConnectTransport({ baseUrl: t.url, httpVersion: "1.1" }));
+  const session = await anonymous.redeemLoginCode({ code });
+  assert.equal(session.principal?.id, "vera");
+  assert.deepEqual(session.principal?.roles, ["viewer"]);
+  assert.equal(session.principal?.via, "console");
+  await assert.rejects(anonymous.redeemLoginCode({ code }), (e: unknown) => ConnectError.from(e).code === Code.Unauthenticated && /used already/.test(ConnectError.from(e).rawMessage));
+  const asSession = clients(session.sessionToken);
+  assert.equal((await asSession.login.whoAmI({})).id, "vera");
+  await asSession.login.logout({});
+  await assert.rejects(asSession.login.whoAmI({}), (e: unknown) => ConnectError.from(e).code === Code.Unauthenticated);
+  // The page says so when a link was used already.
+  const page = await browser.newPage();
+  await page.goto(`${t.url}/#/login?code=${encodeURIComponent(code)}`);
+  await page.getByRole("alert").filter({ hasText: "used already" }).waitFor();
+  await assertAccessible(page, "login");
+  await screenshot(page, "login-used-link");
+  await page.close();
+});
+
+void test("a job waiting for approval is in the queue, is approved in the page, and finishes", async () => {
+  const jobId = await startJob("approve-me");
+  const page = await openConsole(t.stack.ownerToken);
+  await page.getByRole("link", { name: "Approvals" }).click();
+  const card = page.locator("article.approval", { hasText: jobId });
+  await card.waitFor();
+  assert.match(await card.textContent() ?? "", /run_command/);
+  assert.match(await card.locator("pre").textContent() ?? "", /echo approve-me/);
+  await assertAccessible(page, "approvals");
+  await screenshot(page, "approvals");
+  await card.getByRole("button", { name: "Approve" }).click();
+  await card.waitFor({ state: "detached" });
+
+  await page.goto(`${t.url}/#/jobs/${jobId}`);
+  await page.getByTestId("job-state").filter({ hasText: "succeeded" }).waitFor();
+  assert.match(await page.getByTestId("decision").first().textContent() ?? "", /allowed by owner/);
+  assert.match(await page.getByTestId("result").textContent() ?? "", /^done: .*approve-me/s, "the model saw the command's output");
+  await assertAccessible(page, "job");
+  await screenshot(page, "job");
+
+  await page.getByRole("link", { name: "Jobs" }).click();
+  await page.locator(`tr[data-job="${jobId}"]`).getByText("succeeded").waitFor();
+  await assertAccessible(page, "jobs");
+  await screenshot(page, "jobs");
+  await page.close();
+});
+
+void test("a viewer sees the queue without the buttons, the API refuses the viewer's answer, and an answer given elsewhere leaves the queue", async () => {
+  const jobId = await startJob("viewer-looks");
+  const page = await openConsole(viewerToken);
+  assert.equal(await page.getByTestId("principal").textContent(), "vera");
+  await page.goto(`${t.url}/#/approvals`);
+  const card = page.locator("article.approval", { hasText: jobId });
+  await card.waitFor();
+  assert.equal(await card.getByRole("button").count(), 0, "no Approve or Deny for a viewer");
+  await card.getByText("needs the approver role").waitFor();
+  await assertAccessible(page, "approvals (viewer)");
+  await screenshot(page, "approvals-viewer");
+
+  // The page's own session, used directly: the API refuses it anyway.
+  const token = await page.evaluate(() => {
+    const storage = (globalThis as unknown as { localStorage: { getItem(key: string): string | null } }).localStorage;
+    return (JSON.parse(storage.getItem("oz0.console.session") ?? "{}") as { token?: string }).token;
+  });
+  assert.ok(token);
+  const [approval] = await eventually(async () => {
+    const { approvals } = await clients(t.stack.ownerToken).jobs.listApprovals({ jobId });
+    return approvals.length > 0 ? approvals : undefined;
+  });
+  await assert.rejects(clients(token).jobs.answerPermission({ jobId, callId: approval!.callId, allow: true }), (e: unknown) => ConnectError.from(e).code === Code.PermissionDenied);
+
+  // The owner denies it elsewhere (as `oz0 deny` does); the viewer's queue lets it go.
+  await clients(t.stack.ownerToken).jobs.answerPermission({ jobId, callId: approval!.callId, allow: false, reason: "not today" });
+  await card.waitFor({ state: "detached" });
+  await page.goto(`${t.url}/#/jobs/${jobId}`);
+  await page.getByTestId("decision").filter({ hasText: "denied by owner: not today" }).waitFor();
+  assert.equal(await page.getByRole("button", { name: "Cancel job" }).count(), 0, "no Cancel for a viewer");
+  await page.close();
+});
