@@ -48,6 +48,10 @@ void test("oz0 dev runs the stack in the foreground and the other commands find 
     const url = /orchestrator\s+(http:\/\/\S+)/.exec(out)?.[1];
     assert.ok(url, out);
     assert.equal((JSON.parse(readFileSync(path.join(home, "dev.json"), "utf8")) as { url: string }).url, url);
+    // The console's one-time link: the page at the orchestrator's own address, the code in the fragment.
+    const consoleLink = /^console\s+(\S+)/m.exec(out)?.[1];
+    assert.ok(consoleLink?.startsWith(`${url}/#/login?code=`), out);
+    assert.equal((await fetch(`${url}/`)).status, 200);
     const oz0 = (...args: string[]) => spawnSync(process.execPath, [cliMain, ...args], { cwd: repoRoot, env, encoding: "utf8" });
     // The example plugin's claude-fixer needs the harness-claude plugin installed first.
     assert.equal(oz0("plugin", "install", "plugins/harness-claude").status, 0);
