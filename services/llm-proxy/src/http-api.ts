@@ -1,7 +1,7 @@
-// The plain-HTTP side of the proxy: routes `/{provider}/v1/messages`,
-// `/{provider}/v1/messages/count_tokens` and `/{provider}/v1/chat/completions`
-// (the `/v1` may be left out), checks who is calling, and hands model calls
-// to runModelCall.
+// The plain-HTTP side of the proxy: routes `/{provider}/v1/{route}` (the
+// `/v1` may be left out) to the wire format that serves the route
+// (wire-formats/formats.ts), checks who is calling, and hands model calls to
+// runModelCall.
 import type http from "node:http";
 import type http2 from "node:http2";
 import { forwardedHeaders } from "./forwarded-headers.js";
@@ -9,11 +9,14 @@ import type { KeyVault } from "./key-vault.js";
 import { runModelCall, type ModelCallDeps, type ResolvedProvider } from "./model-call.js";
 import { ProxyError } from "./proxy-error.js";
 import type { TokenRecord } from "./proxy-store.js";
+import { JsonRequestBody } from "./request-body.js";
 import { createScrubber, type Logger } from "@oz0/serving";
 import type { SessionTokens } from "./session-tokens.js";
 import { readAll, sendUpstream } from "./upstream-client.js";
 import { traceModelCall } from "./tracing.js";
-import { sendError, type ClientResponse, type Wire } from "./wire-errors.js";
+import { sendError, type ClientResponse } from "./wire-errors.js";
+import { errorFormatOf, MODEL_ROUTES_TEXT, routeOf } from "./wire-formats/formats.js";
+import type { WireFormat } from "./wire-formats/wire-format.js";
 
 export type ClientRequest = http.IncomingMessage | http2.Http2ServerRequest;
 
@@ -26,22 +29,16 @@ export interface HttpApiOptions extends ModelCallDeps {
   maxBodyBytes?: number;
 }
 
-type Operation = "messages" | "count_tokens" | "chat_completions";
-
 interface Route {
   provider: string;
-  operation: Operation;
-  wire: Wire;
+  format: WireFormat;
   upstreamPath: string;
 }
 
 function route(rawUrl: string): Route | undefined {
   const url = new URL(rawUrl, "http://proxy");
-  const match = /^\/([a-z][a-z0-9-]*)(\/v1)?\/(messages\/count_tokens|messages|chat\/completions)\/?$/.exec(url.pathname);
-  if (!match) return undefined;
-  const tail = match[3]!;
-  const operation: Operation = tail === "messages" ? "messages" : tail === "chat/completions" ? "chat_completions" : "count_tokens";
-  return { provider: match[1]!, operation, wire: operation === "chat_completions" ? "openai" : "anthropic", upstreamPath: `/v1/${tail}${url.search}` };
+  const found = routeOf(url.pathname);
+  return found && { ...found, upstreamPath: `/v1/${found.format.route}${url.search}` };
 }
 
 function header(req: ClientRequest, name: string): string | undefined {
@@ -86,13 +83,14 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
   const handle = async (req: ClientRequest, res: ClientResponse): Promise<void> => {
     const found = req.method === "POST" ? route(req.url ?? "/") : undefined;
     if (!found) {
-      sendError(res, { wire: (req.url ?? "").includes("chat/completions") ? "openai" : "anthropic", status: 404, type: "not_found_error", message: `no route for ${req.method} ${(req.url ?? "").split("?")[0]}; model calls are POST /{provider}/v1/messages, /{provider}/v1/messages/count_tokens or /{provider}/v1/chat/completions` });
+      const path = (req.url ?? "").split("?")[0];
+      sendError(res, { format: errorFormatOf(path ?? ""), status: 404, type: "not_found_error", message: `no route for ${req.method} ${path}; model calls are POST ${MODEL_ROUTES_TEXT}` });
       return;
     }
-    const { wire } = found;
+    const { format } = found;
     const provider = options.providers.get(found.provider);
     if (!provider) {
-      sendError(res, { wire, status: 404, type: "not_found_error", message: `no provider named ${found.provider}; configured: ${[...options.providers.keys()].join(", ")}` });
+      sendError(res, { format, status: 404, type: "not_found_error", message: `no provider named ${found.provider}; configured: ${[...options.providers.keys()].join(", ")}` });
       return;
     }
     let token: TokenRecord;
@@ -102,40 +100,38 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       // Anything but a refusal (the store cannot be reached) is the proxy's own failure: a 500 below.
       if (!(error instanceof ProxyError)) throw error;
       const denied = error.code === "permission_denied";
-      sendError(res, { wire, status: denied ? 403 : 401, type: denied ? "permission_error" : "authentication_error", message: error.message });
+      sendError(res, { format, status: denied ? 403 : 401, type: denied ? "permission_error" : "authentication_error", message: error.message });
       return;
     }
     const rawBody = await readAll(req as NodeJS.ReadableStream, maxBodyBytes);
     if (rawBody === undefined) {
-      sendError(res, { wire, status: 413, type: "invalid_request_error", message: `the request body is larger than ${maxBodyBytes} bytes` });
+      sendError(res, { format, status: 413, type: "invalid_request_error", message: `the request body is larger than ${maxBodyBytes} bytes` });
       return;
     }
-    let body: Record<string, unknown>;
-    try {
-      body = JSON.parse(rawBody.toString("utf8"));
-      if (body === null || typeof body !== "object" || Array.isArray(body)) throw new Error("not an object");
-    } catch {
-      sendError(res, { wire, status: 400, type: "invalid_request_error", message: "the request body must be a JSON object" });
+    const body = JsonRequestBody.parse(rawBody);
+    if (!body) {
+      sendError(res, { format, status: 400, type: "invalid_request_error", message: "the request body must be a JSON object" });
       return;
     }
     // Agents name models `provider/model`; a harness may pass that on as it is.
-    let sendBody = rawBody;
-    if (typeof body.model === "string" && body.model.startsWith(`${found.provider}/`)) {
-      body.model = body.model.slice(found.provider.length + 1);
-      sendBody = Buffer.from(JSON.stringify(body));
-    }
+    const model = body.field("model");
+    const bareModel = typeof model === "string" && model.startsWith(`${found.provider}/`) ? model.slice(found.provider.length + 1) : undefined;
     const clientGone = new AbortController();
     res.on("close", () => {
       if (!res.writableEnded) clientGone.abort();
     });
-    const headers = forwardedHeaders({ incoming: req.headers, wire, credentials: presentedCredentials(req) });
-    if (found.operation === "count_tokens") {
-      await countTokens({ options, res, provider, headers, rawBody: sendBody, upstreamPath: found.upstreamPath, signal: clientGone.signal });
+    const headers = forwardedHeaders({ incoming: req.headers, format, credentials: presentedCredentials(req) });
+    if (!format.calls) {
+      const sendBody = body.bytes(bareModel !== undefined ? { model: bareModel } : undefined);
+      await passThrough({ options, res, format, provider, headers, rawBody: sendBody, upstreamPath: found.upstreamPath, signal: clientGone.signal });
       return;
     }
+    const read = format.calls.readRequest(body);
+    const request = bareModel !== undefined ? { ...read, model: bareModel } : read;
+    const sendBody = body.bytes(bareModel !== undefined ? { ...read.upstreamFields, model: bareModel } : read.upstreamFields);
     await traceModelCall(
-      { incoming: req.headers, outgoing: headers, provider: found.provider, operation: "chat", model: typeof body.model === "string" ? body.model : undefined },
-      () => runModelCall(options, { res, clientGone: clientGone.signal, provider, wire, upstreamPath: found.upstreamPath, forwardHeaders: headers, token, rawBody: sendBody, body }),
+      { incoming: req.headers, outgoing: headers, provider: found.provider, operation: "chat", model: request.model },
+      () => runModelCall(options, { res, clientGone: clientGone.signal, provider, format, calls: format.calls!, request, upstreamPath: found.upstreamPath, forwardHeaders: headers, token, rawBody, sendBody }),
     );
   };
 
@@ -151,31 +147,32 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
     handle(req, res).catch((error: unknown) => {
       const code = error instanceof ProxyError ? error.code : "internal";
       options.logger.error({ code, message: error instanceof ProxyError ? error.message : (error as Error).message }, "model call failed in the proxy");
-      sendError(res, { wire: (req.url ?? "").includes("chat/completions") ? "openai" : "anthropic", status: 500, type: "api_error", message: error instanceof ProxyError ? error.message : "the proxy failed on this call; its log has the details" });
+      sendError(res, { format: errorFormatOf(req.url ?? ""), status: 500, type: "api_error", message: error instanceof ProxyError ? error.message : "the proxy failed on this call; its log has the details" });
     });
   };
 }
 
-/** count_tokens is free and not metered: one pass-through with the provider key. */
-async function countTokens(args: {
+/** A format without metered calls (count_tokens, which is free): one pass-through with the provider key. */
+async function passThrough(args: {
   options: HttpApiOptions;
   res: ClientResponse;
+  format: WireFormat;
   provider: ResolvedProvider;
   headers: Record<string, string>;
   rawBody: Buffer;
   upstreamPath: string;
   signal: AbortSignal;
 }): Promise<void> {
-  const { options, res, provider } = args;
+  const { options, res, format, provider } = args;
   const secretName = provider.config.keySecret;
   const secret = secretName ? await options.vault.reveal(secretName) : undefined;
   if (secretName && secret === undefined) {
-    sendError(res, { wire: "anthropic", status: 503, type: "api_error", message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})` });
+    sendError(res, { format, status: 503, type: "api_error", message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})` });
     return;
   }
   const headers = { ...args.headers };
   if (secret !== undefined) {
-    if ((provider.config.auth ?? "x-api-key") === "x-api-key") headers["x-api-key"] = secret;
+    if ((provider.config.auth ?? format.keyHeader) === "x-api-key") headers["x-api-key"] = secret;
     else headers.authorization = `Bearer ${secret}`;
   }
   let status: number;
@@ -187,7 +184,7 @@ async function countTokens(args: {
     contentType = String(upstream.headers["content-type"] ?? "application/json");
     text = createScrubber(secret).json((await readAll(upstream))!.toString("utf8"));
   } catch (error) {
-    sendError(res, { wire: "anthropic", status: 502, type: "api_error", message: `provider ${provider.config.name} could not be reached (${(error as { code?: string }).code ?? "error"}); try again later` });
+    sendError(res, { format, status: 502, type: "api_error", message: `provider ${provider.config.name} could not be reached (${(error as { code?: string }).code ?? "error"}); try again later` });
     return;
   }
   if (res.headersSent) return;

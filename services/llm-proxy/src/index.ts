@@ -1,6 +1,6 @@
 // @oz0/llm-proxy: the edge every model call goes through.
 import { Authenticator, createLogger, registration, serve, type AuthSettings, type Logger } from "@oz0/serving";
-import { startScriptedModel, type Script, type ScriptedModel } from "@oz0/harness/testing";
+import { modelTurnsIn, startScriptedModel, type Script, type ScriptedModel } from "@oz0/harness/testing";
 import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { randomBytes } from "node:crypto";
 import { createHttpApi } from "./http-api.js";
@@ -98,20 +98,13 @@ function scriptedTurns(provider: ProviderConfig): Script {
     // The conversation says how far the session got, so a proxy started again (its counters
     // gone) answers a retried call with the turn it was on, not the script's first; within one
     // process the counter also steps past turns that answered with an error.
-    const index = Math.max(next.get(session) ?? 0, assistantTurns(request.body));
+    const index = Math.max(next.get(session) ?? 0, modelTurnsIn(request));
     next.set(session, index + 1);
     const turn = script[index];
     if (turn) return turn;
     const message = `scripted provider ${provider.name}: session ${session} used all ${script.length} turns of its script; add turns to it (the model script, or the providers file's script list)`;
-    return { fail: { status: 400, body: { type: "error", error: { type: "invalid_request_error", message } } } };
+    return { fail: { status: 400, message } };
   };
-}
-
-/** How many answers of the model the request's conversation holds (Anthropic Messages and OpenAI Chat Completions alike). */
-function assistantTurns(body: unknown): number {
-  const messages = (body as { messages?: unknown } | undefined)?.messages;
-  if (!Array.isArray(messages)) return 0;
-  return messages.filter((m) => (m as { role?: unknown } | null)?.role === "assistant").length;
 }
 
 async function openStore(config: LlmProxyConfig, logger: Logger): Promise<ProxyStore> {

@@ -7,20 +7,18 @@ import { randomUUID } from "node:crypto";
 import type http from "node:http";
 import { once } from "node:events";
 import { performance } from "node:perf_hooks";
-import { AnthropicStreamMeter, type StreamMeterReading } from "./anthropic-stream-meter.js";
 import type { KeyVault } from "./key-vault.js";
 import type { Metering } from "./metering.js";
-import { OpenAiStreamMeter } from "./openai-stream-meter.js";
 import { costOf, priceOf, type ModelPrice, type ProviderConfig } from "./provider-config.js";
 import { ProxyError } from "./proxy-error.js";
 import { ZERO_USAGE, type BudgetStore, type Outcome, type Reservation, type TokenRecord, type TokenUsage } from "./proxy-store.js";
 import { isRetryableStatus, retryDelayMs, type RetryPolicy } from "./retry-policy.js";
 import { createScrubber, type Logger, type SecretScrubber } from "@oz0/serving";
 import { SseEventSplitter } from "./sse-event-splitter.js";
-import { createStreamScrubber } from "./stream-scrubber.js";
 import { discard, readAll, sendUpstream } from "./upstream-client.js";
-import { abortResponse, sendError, streamErrorEvent, type ClientResponse, type Wire } from "./wire-errors.js";
-import { estimateTokens, fromAnthropicUsage, fromOpenAiUsage } from "./wire-usage.js";
+import { abortResponse, sendError, type ClientResponse } from "./wire-errors.js";
+import { estimateTokens } from "./wire-formats/token-counts.js";
+import type { ModelCalls, StreamMeterReading, StreamScrubber, WireFormat, WireRequest } from "./wire-formats/wire-format.js";
 
 /** A provider with the URL its calls go to (a scripted provider's local URL included). */
 export interface ResolvedProvider {
@@ -44,14 +42,20 @@ export interface ModelCallInput {
   /** Fires when the client goes away. */
   clientGone: AbortSignal;
   provider: ResolvedProvider;
-  wire: Wire;
+  /** The route's API, and its metered side. */
+  format: WireFormat;
+  calls: ModelCalls;
+  /** What the format read of the request (the model without a `provider/` prefix). */
+  request: WireRequest;
   /** Upstream path and query, for example `/v1/messages?beta=true`. */
   upstreamPath: string;
   /** Headers to forward (already stripped of the token and hop-by-hop headers). */
   forwardHeaders: Record<string, string>;
   token: TokenRecord;
+  /** The body as the client sent it: budgets and estimates count its bytes. */
   rawBody: Buffer;
-  body: Record<string, unknown>;
+  /** The body to send upstream. */
+  sendBody: Buffer;
 }
 
 /** Headers a provider's answer must not pass on as they are. */
@@ -100,40 +104,34 @@ const sleep = (ms: number, signal: AbortSignal): Promise<void> =>
   });
 
 export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): Promise<void> {
-  const { res, provider, wire, token, body, rawBody } = input;
+  const { res, provider, format, request, token, rawBody } = input;
   const operationId = randomUUID();
   const startedAt = new Date();
   const callStart = performance.now();
-  const model = typeof body.model === "string" ? body.model : "";
-  const stream = body.stream === true;
+  const model = request.model ?? "";
+  const stream = request.stream;
   const price = priceOf(provider.config, model);
   const estimatedInput = estimateTokens(rawBody.length);
-  const common = { operationId, job: token.job, agent: token.agent, session: token.session, provider: provider.config.name, model, wire, stream };
-
-  // OpenAI streams carry usage only when asked: always ask, hide it from clients that did not.
-  let sendBody = rawBody;
-  const streamOptions = body.stream_options as { include_usage?: boolean } | undefined;
-  const clientWantsUsage = wire === "anthropic" || !stream || streamOptions?.include_usage === true;
-  if (!clientWantsUsage) sendBody = Buffer.from(JSON.stringify({ ...body, stream_options: { ...(streamOptions ?? {}), include_usage: true } }));
+  const common = { operationId, job: token.job, agent: token.agent, session: token.session, provider: provider.config.name, model, wire: format.name, stream };
 
   let reservation: Reservation | undefined;
   if (token.budgetUsd > 0) {
     if (!price) {
-      sendError(res, { wire, status: 400, type: "invalid_request_error", operationId, message: `model "${model}" has no price in provider ${provider.config.name}'s price table, so this session's budget cannot be enforced; add the model's prices to the provider configuration` });
+      sendError(res, { format, status: 400, type: "invalid_request_error", operationId, message: `model "${model}" has no price in provider ${provider.config.name}'s price table, so this session's budget cannot be enforced; add the model's prices to the provider configuration` });
       return;
     }
     try {
       reservation = await deps.budgets.reserveBudget({
         session: token.session,
         limitUsd: token.budgetUsd,
-        worstCaseUsd: worstCaseUsd({ price, body, rawBytes: rawBody.length, defaultMaxOutputTokens: deps.defaultMaxOutputTokens }),
+        worstCaseUsd: worstCaseUsd({ price, maxOutputTokens: request.maxOutputTokens ?? deps.defaultMaxOutputTokens, rawBytes: rawBody.length }),
         minimumUsd: costOf(price, { ...ZERO_USAGE, cacheRead: estimatedInput }),
         partial: stream,
       });
     } catch (error) {
       if (!(error instanceof ProxyError) || error.code !== "budget_exhausted") throw error;
       await deps.metering.call({ ...common, status: 402, outcome: "budget_refused", usage: { ...ZERO_USAGE }, costUsd: 0, latencyMs: performance.now() - callStart, estimated: false, startedAt, attempts: 0 });
-      sendError(res, { wire, status: 402, type: "budget_exhausted", operationId, message: error.message });
+      sendError(res, { format, status: 402, type: "budget_exhausted", operationId, message: error.message });
       return;
     }
   }
@@ -149,7 +147,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       // Durable before the attempt goes out: a proxy killed now leaves a call to reconcile.
       await deps.metering.beginAttempt({ ...common, attempt, startedAt, attemptStartedAt, ...(reservation ? { reservationId: reservation.id } : {}) });
       const attemptStart = performance.now();
-      summary = await runAttempt(deps, input, { operationId, sendBody, clientWantsUsage, price, estimatedInput, reservation });
+      summary = await runAttempt(deps, input, { operationId, price, estimatedInput, reservation });
       const latencyMs = performance.now() - attemptStart;
       if (summary.ttftMs !== undefined && summary.delivered) firstByteMs = attemptStart - callStart + summary.ttftMs;
       meteredAttempts.push(
@@ -205,7 +203,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       res.end(final.pendingError.body);
     } else if (!final.delivered && !res.headersSent && !input.clientGone.aborted) {
       sendError(res, {
-        wire,
+        format,
         status: 502,
         type: "api_error",
         operationId,
@@ -221,18 +219,15 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
  * input price (a token is rarely shorter than two bytes, so half is still an
  * over-estimate), and every allowed output token.
  */
-function worstCaseUsd(options: { price: ModelPrice; body: Record<string, unknown>; rawBytes: number; defaultMaxOutputTokens: number }): number {
-  const { price, body } = options;
-  const maxOut = [body.max_tokens, body.max_completion_tokens].find((v): v is number => typeof v === "number" && v > 0) ?? options.defaultMaxOutputTokens;
+function worstCaseUsd(options: { price: ModelPrice; maxOutputTokens: number; rawBytes: number }): number {
+  const { price } = options;
   const inputTokens = Math.ceil(options.rawBytes / 2);
   const dearestInput = Math.max(price.input, price.cacheWrite ?? price.input, price.cacheRead ?? price.input);
-  return (inputTokens * dearestInput + maxOut * price.output) / 1_000_000;
+  return (inputTokens * dearestInput + options.maxOutputTokens * price.output) / 1_000_000;
 }
 
 interface AttemptContext {
   operationId: string;
-  sendBody: Buffer;
-  clientWantsUsage: boolean;
   price: ModelPrice | undefined;
   estimatedInput: number;
   reservation: Reservation | undefined;
@@ -254,14 +249,14 @@ function clientLeft(): AttemptSummary {
 }
 
 async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: AttemptContext): Promise<AttemptSummary> {
-  const { res, provider, wire } = input;
+  const { res, provider, format } = input;
   // Nobody waits any more (the client left during a reservation or a retry's pause): ask nothing.
   if (input.clientGone.aborted) return clientLeft();
   const secretName = provider.config.keySecret;
   // Decrypted for this attempt only; it goes out of scope when the attempt ends.
   const secret = secretName ? await deps.vault.reveal(secretName) : undefined;
   if (secretName && secret === undefined) {
-    sendError(res, { wire, status: 503, type: "api_error", operationId: ctx.operationId, message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})` });
+    sendError(res, { format, status: 503, type: "api_error", operationId: ctx.operationId, message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})` });
     return { status: 503, outcome: "proxy_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: true, retryable: false, errorCode: "no_key" };
   }
   // One scrubber per attempt, for the headers, the body or every streamed event.
@@ -270,7 +265,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
   // A scripted provider may keep one script per session; it learns the session here.
   if (provider.config.kind === "scripted") headers["oz0-session"] = input.token.session;
   if (secret !== undefined) {
-    const auth = provider.config.auth ?? (wire === "anthropic" ? "x-api-key" : "bearer");
+    const auth = provider.config.auth ?? format.keyHeader;
     if (auth === "x-api-key") headers["x-api-key"] = secret;
     else headers.authorization = `Bearer ${secret}`;
   }
@@ -280,7 +275,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
   // sent). A whole answer, once asked for, is generated and billed in full whether anyone
   // waits or not, so the proxy reads it to its end and meters it: the usage it records is
   // the provider's bill, not what the client happened to receive.
-  if (input.body.stream === true) {
+  if (input.request.stream) {
     input.clientGone.addEventListener("abort", onGone);
     // It may have left while the key was decrypted: a listener added now would never fire.
     if (input.clientGone.aborted) return clientLeft();
@@ -297,7 +292,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
   try {
     let upstream: http.IncomingMessage;
     try {
-      upstream = await sendUpstream({ url: new URL(input.upstreamPath, provider.baseUrl), headers, body: ctx.sendBody, signal: abort.signal });
+      upstream = await sendUpstream({ url: new URL(input.upstreamPath, provider.baseUrl), headers, body: input.sendBody, signal: abort.signal });
     } catch (error) {
       if (timedOut) return upstreamTimeout(deps);
       return input.clientGone.aborted ? clientLeft() : connectionFailure(error);
@@ -342,7 +337,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
       };
     }
     const contentType = String(upstream.headers["content-type"] ?? "");
-    if (input.body.stream === true && contentType.includes("text/event-stream")) {
+    if (input.request.stream && contentType.includes("text/event-stream")) {
       // The stream has begun: it lasts as long as the provider generates.
       clearTimeout(deadline);
       return await forwardStream({ deps, input, ctx, upstream, scrubber, abort, attemptStart });
@@ -356,18 +351,14 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     }
     const ttftMs = performance.now() - attemptStart;
     const text = bodyBytes.toString("utf8");
-    let parsed: { usage?: unknown } | undefined;
+    let parsed: unknown;
     try {
       parsed = JSON.parse(text);
     } catch {
       parsed = undefined;
     }
-    const reported = parsed?.usage !== undefined && parsed.usage !== null;
-    const usage = reported
-      ? wire === "anthropic"
-        ? fromAnthropicUsage(parsed?.usage as never)
-        : fromOpenAiUsage(parsed?.usage as never)
-      : { ...ZERO_USAGE, input: ctx.estimatedInput, output: estimateTokens(text.length) };
+    const reported = input.calls.answerUsage(parsed);
+    const usage = reported ?? { ...ZERO_USAGE, input: ctx.estimatedInput, output: estimateTokens(text.length) };
     const scrubbed = scrubber.json(text);
     const out = scrubbed === text ? bodyBytes : Buffer.from(scrubbed);
     const answerHeaders = { ...responseHeaders(upstream, ctx.operationId, scrubber), "content-length": String(out.length) };
@@ -376,7 +367,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
       res.writeHead(status, answerHeaders);
       res.end(out);
     };
-    return { status, outcome: "ok", usage, estimated: !reported, ttftMs, delivered: true, retryable: false, finish };
+    return { status, outcome: "ok", usage, estimated: reported === undefined, ttftMs, delivered: true, retryable: false, finish };
   } finally {
     clearTimeout(deadline);
     input.clientGone.removeEventListener("abort", onGone);
@@ -393,13 +384,13 @@ async function forwardStream(options: {
   attemptStart: number;
 }): Promise<AttemptSummary> {
   const { input, ctx, upstream, scrubber, abort, attemptStart } = options;
-  const { res, wire } = input;
-  const anthropic = wire === "anthropic" ? new AnthropicStreamMeter() : undefined;
-  const openai = wire === "openai" ? new OpenAiStreamMeter({ clientWantsUsage: ctx.clientWantsUsage }) : undefined;
-  const reading = (): StreamMeterReading => (anthropic ?? openai)!.reading(ctx.estimatedInput);
+  const { res, format, calls } = input;
+  const meter = input.request.streamMeter();
+  const reading = (): StreamMeterReading => meter.reading(ctx.estimatedInput);
   const splitter = new SseEventSplitter();
   // Reads each streamed text across its deltas, so a key sent a few characters per event is caught.
-  const streamScrubber = createStreamScrubber({ scrubber, wire });
+  // Without a key there is nothing to scrub: events pass untouched.
+  const streamScrubber: StreamScrubber = scrubber.active ? calls.streamScrubber(scrubber) : { push: (event) => event };
   let delivered = false;
   let ttftMs: number | undefined;
   let outcome: Outcome = "ok";
@@ -423,18 +414,16 @@ async function forwardStream(options: {
     chunks: for await (const chunk of upstream) {
       let batch = "";
       for (const event of splitter.push(chunk as Buffer)) {
-        let forward: string | undefined = event;
-        if (anthropic) anthropic.onEvent(event);
-        else forward = openai!.onEvent(event);
+        const forward = meter.onEvent(event);
         if (ctx.reservation && costOf(ctx.price, reading().usage) > ctx.reservation.amountUsd) {
           // This event would take the session past its budget: it is not delivered.
           outcome = "budget_cut";
           const message = "the session's budget is exhausted; the answer was cut off here";
           if (!delivered && !batch) {
-            sendError(res, { wire, status: 402, type: "budget_exhausted", operationId: ctx.operationId, message });
+            sendError(res, { format, status: 402, type: "budget_exhausted", operationId: ctx.operationId, message });
             delivered = true;
           } else {
-            await deliver(batch + streamErrorEvent(wire, "budget_exhausted", message));
+            await deliver(batch + calls.streamErrorEvent("budget_exhausted", message));
             batch = "";
             finish = end;
           }
@@ -452,8 +441,7 @@ async function forwardStream(options: {
       }
     }
     if (outcome === "ok") {
-      const complete = (anthropic ?? openai)!.complete;
-      if (!complete) {
+      if (!meter.complete) {
         // The provider ended the response without finishing the stream.
         outcome = "stream_cut";
         if (!delivered) return { status: 200, outcome: "stream_cut", ...reading(), delivered: false, retryable: true, errorCode: "incomplete_stream" };

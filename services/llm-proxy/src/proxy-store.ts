@@ -79,7 +79,8 @@ interface CallIdentity {
   session: string;
   provider: string;
   model: string;
-  wire: "anthropic" | "openai";
+  /** The wire format's name (`anthropic`, `openai`, …): wire-formats/formats.ts. */
+  wire: string;
   stream: boolean;
 }
 

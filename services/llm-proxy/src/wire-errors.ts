@@ -1,28 +1,13 @@
-// Errors the proxy itself answers, in the body shape of the route's API so
-// the official clients surface the message.
+// Errors the proxy itself answers, in the body shape of the route's API (its
+// wire format's) so the official clients surface the message.
 import type http from "node:http";
 import type http2 from "node:http2";
+import type { ProxyErrorType, WireFormat } from "./wire-formats/wire-format.js";
 
-export type Wire = "anthropic" | "openai";
 export type ClientResponse = http.ServerResponse | http2.Http2ServerResponse;
 
-/** `budget_exhausted` is the type a session ends on. */
-export type ProxyErrorType =
-  | "authentication_error"
-  | "permission_error"
-  | "budget_exhausted"
-  | "invalid_request_error"
-  | "not_found_error"
-  | "api_error";
-
-export function errorBody(wire: Wire, type: ProxyErrorType, message: string): unknown {
-  return wire === "anthropic"
-    ? { type: "error", error: { type, message } }
-    : { error: { message, type, code: type, param: null } };
-}
-
-export function sendError(res: ClientResponse, options: { wire: Wire; status: number; type: ProxyErrorType; message: string; operationId?: string }): void {
-  const text = JSON.stringify(errorBody(options.wire, options.type, options.message));
+export function sendError(res: ClientResponse, options: { format: WireFormat; status: number; type: ProxyErrorType; message: string; operationId?: string }): void {
+  const text = JSON.stringify(options.format.errorBody(options.type, options.message));
   if (res.headersSent) {
     abortResponse(res);
     return;
@@ -35,12 +20,6 @@ export function sendError(res: ClientResponse, options: { wire: Wire; status: nu
     ...(options.operationId ? { "oz0-operation-id": options.operationId } : {}),
   });
   res.end(text);
-}
-
-/** The stream event that ends a stream cut off by the proxy. */
-export function streamErrorEvent(wire: Wire, type: ProxyErrorType, message: string): string {
-  const body = JSON.stringify(errorBody(wire, type, message));
-  return wire === "anthropic" ? `event: error\ndata: ${body}\n\n` : `data: ${body}\n\n`;
 }
 
 /** Kills the client connection so the client sees a broken stream, not a complete one. */

@@ -29,4 +29,18 @@ void describe("README", () => {
     assert.ok((printed[1]?.[1] as number) > 0);
     assert.deepEqual(printed[1]?.[2], ["coder"]);
   });
+
+  void it("shows the wire format interfaces as src/wire-formats/wire-format.ts declares them", () => {
+    const readme = readFileSync(path.join(packageDir, "README.md"), "utf8");
+    const section = readme.slice(readme.indexOf("### How to add a wire format"));
+    const block = /\n( *)```ts\n([\s\S]*?)\n *```/.exec(section);
+    assert.ok(block, "the section has a ts block");
+    const indent = block[1]!.length;
+    const shown = block[2]!
+      .split("\n")
+      .map((line) => line.slice(indent))
+      .join("\n");
+    const source = readFileSync(path.join(packageDir, "src", "wire-formats", "wire-format.ts"), "utf8");
+    for (const declaration of shown.split("\n\n")) assert.ok(source.includes(declaration), `wire-format.ts no longer reads:\n${declaration}`);
+  });
 });

@@ -5,12 +5,12 @@ import { EventsService, PublishResponseSchema, type RawEvent } from "@oz0/proto/
 import { Authenticator, registration, serve } from "@oz0/serving";
 import Anthropic from "@anthropic-ai/sdk";
 import pino from "pino";
-import { AnthropicStreamMeter } from "../src/anthropic-stream-meter.js";
 import { BudgetLedger } from "../src/budget-ledger.js";
-import { OpenAiStreamMeter } from "../src/openai-stream-meter.js";
 import { priceOf } from "../src/provider-config.js";
 import { DEFAULT_RETRY_POLICY, retryDelayMs } from "../src/retry-policy.js";
 import { eventsUsageSink, USAGE_EVENT_TYPE } from "../src/usage-sink.js";
+import { AnthropicStreamMeter } from "../src/wire-formats/anthropic-messages.js";
+import { OpenAiStreamMeter } from "../src/wire-formats/openai-chat-completions.js";
 import { PLANTED_KEY, startFixture } from "./proxy-fixture.js";
 import { testCredentials } from "@oz0/serving/testing";
 

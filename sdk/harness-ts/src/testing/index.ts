@@ -1,5 +1,5 @@
 // @oz0/harness/testing: the scripted model and the conformance kit.
-export { startScriptedModel, isClaudeCodeSideCall, SIDE_CALL_REPLY } from "./scripted-model.js";
+export { startScriptedModel, isClaudeCodeSideCall, modelTurnsIn, SIDE_CALL_REPLY } from "./scripted-model.js";
 export type { ScriptedModel, ScriptedModelOptions, Script, ScriptedRequest, ScriptedToolCall, ScriptedTurn, ScriptedUsage, ScriptedWireFormat, TokensServed } from "./scripted-model.js";
 export { runConformance, readExpectedFailures, formatCaseLine, formatOtherCounts, formatSummary, formatUntestedRoutes, CONFORMANCE_REPORT_VERSION } from "./conformance/run-conformance.js";
 export type { ModelRoute, RouteSelection } from "./conformance/model-routes.js";

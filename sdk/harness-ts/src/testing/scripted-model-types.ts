@@ -29,8 +29,11 @@ export interface ScriptedTurn {
    * to OpenAI's finish reason. Defaults to `tool_use` when there are tool calls.
    */
   stopReason?: string;
-  /** Answer with an HTTP error instead (429 with `retry-after`, 529 overloaded, …). */
-  fail?: { status: number; body?: unknown; headers?: Record<string, string> };
+  /**
+   * Answer with an HTTP error instead (429 with `retry-after`, 529 overloaded, …):
+   * `body` as given, else an error of the request's API saying `message`.
+   */
+  fail?: { status: number; body?: unknown; message?: string; headers?: Record<string, string> };
   /** Streaming only: send the start and part of the text, then destroy the socket. */
   cutMidStream?: boolean;
   /** Wait this long before the first byte of the answer; a caller that goes away meanwhile is served (and counted) nothing. */

@@ -2,6 +2,18 @@
 // Completions wire formats, as the official SDKs parse them.
 import type { ScriptedToolCall, ScriptedTurn, ScriptedUsage } from "./scripted-model-types.js";
 
+/** How the scripted model answers one API with a turn: the API's shapes of an error, a whole answer and a stream. */
+export interface ScriptedAnswerFormat {
+  error(status: number, message: string): unknown;
+  whole(answer: AnswerInput): unknown;
+  /** `body` is the request's, for what it asks of the stream (OpenAI's `stream_options`). */
+  stream(answer: AnswerInput, body: Record<string, unknown>): StreamFrame[];
+  /** What a stream cut mid-way reported before the cut. */
+  cutUsage(usage: Required<ScriptedUsage>): Partial<ScriptedUsage>;
+  /** How many answers of the model the request's conversation holds. */
+  modelTurns(body: Record<string, unknown>): number;
+}
+
 /** A frame of a streamed answer; `cut` marks where a `cutMidStream` turn stops. */
 export type StreamFrame = { data: string } | { cut: true };
 
@@ -250,3 +262,28 @@ export function openAiStream({ turn, usage, model, seq }: AnswerInput, includeUs
   frames.push({ data: "data: [DONE]\n\n" });
   return frames;
 }
+
+/** Answers of the model in a list of messages (`role: "assistant"`), as both Messages and Chat Completions write conversations. */
+function assistantMessages(body: Record<string, unknown>): number {
+  const messages = body.messages;
+  if (!Array.isArray(messages)) return 0;
+  return messages.filter((m) => (m as { role?: unknown } | null)?.role === "assistant").length;
+}
+
+export const ANTHROPIC_MESSAGES: ScriptedAnswerFormat = {
+  error: anthropicError,
+  whole: anthropicMessage,
+  stream: (answer) => anthropicStream(answer),
+  // message_start came: input, cache and one output token.
+  cutUsage: (usage) => ({ ...usage, output: Math.min(1, usage.output), reasoning: 0 }),
+  modelTurns: assistantMessages,
+};
+
+export const OPENAI_CHAT_COMPLETIONS: ScriptedAnswerFormat = {
+  error: openAiError,
+  whole: openAiCompletion,
+  stream: (answer, body) => openAiStream(answer, (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true),
+  // Usage comes in the last chunk only.
+  cutUsage: () => ({}),
+  modelTurns: assistantMessages,
+};

@@ -4,17 +4,7 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Script, ScriptedRequest, ScriptedTurn, ScriptedUsage, ScriptedWireFormat, TokensServed } from "./scripted-model-types.js";
-import {
-  anthropicError,
-  anthropicMessage,
-  anthropicStream,
-  estimateTokens,
-  openAiCompletion,
-  openAiError,
-  openAiStream,
-  type AnswerInput,
-  type StreamFrame,
-} from "./scripted-model-wire.js";
+import { ANTHROPIC_MESSAGES, anthropicError, estimateTokens, OPENAI_CHAT_COMPLETIONS, type AnswerInput, type ScriptedAnswerFormat } from "./scripted-model-wire.js";
 
 export type {
   Script,
@@ -111,41 +101,73 @@ export function isClaudeCodeSideCall(request: ScriptedRequest): boolean {
   return fromClaudeCode && typeof body.max_tokens === "number" && body.max_tokens <= 1024;
 }
 
-/** The LLM proxy's routes (services/llm-proxy/src/http-api.ts): provider, optional `/v1`, operation, optional trailing slash. */
-const PROXY_ROUTE = /^\/([a-z][a-z0-9-]*)(\/v1)?\/(messages\/count_tokens|messages|chat\/completions)\/?$/;
+/** An LLM proxy route's path after `/{provider}` and the optional `/v1`. */
+export type ProxyOperation = "messages" | "messages/count_tokens" | "chat/completions";
+
+/** The APIs the scripted model serves (the LLM proxy's routes, services/llm-proxy/src/wire-formats/formats.ts), by the path each ends in. */
+const ROUTES: ReadonlyArray<{ operation: ProxyOperation; wire: Exclude<ScriptedWireFormat, "models"> }> = [
+  { operation: "messages", wire: "anthropic-messages" },
+  { operation: "messages/count_tokens", wire: "anthropic-count-tokens" },
+  { operation: "chat/completions", wire: "openai-chat-completions" },
+];
+
+/** How each API that consumes turns answers them. */
+const ANSWER_FORMATS: Readonly<Record<Exclude<ScriptedWireFormat, "models" | "anthropic-count-tokens">, ScriptedAnswerFormat>> = {
+  "anthropic-messages": ANTHROPIC_MESSAGES,
+  "openai-chat-completions": OPENAI_CHAT_COMPLETIONS,
+};
+
+/** The LLM proxy's routes: provider, optional `/v1`, operation, optional trailing slash. */
+const PROXY_ROUTE = new RegExp(`^/([a-z][a-z0-9-]*)(/v1)?/(${ROUTES.map((r) => r.operation).join("|")})/?$`);
 const DEFAULT_PROXY_PROVIDERS = ["anthropic", "openai", "scripted"];
+/** The routes as the LLM proxy names them in its 404. */
+const PROXY_ROUTES_TEXT = (() => {
+  const routes = ROUTES.map((r) => `/{provider}/v1/${r.operation}`);
+  return `${routes.slice(0, -1).join(", ")} or ${routes.at(-1)}`;
+})();
 
 /** The provider and operation of an LLM proxy route (`/openai/v1/chat/completions` → openai, chat/completions), or undefined for a path it does not serve. */
-export function proxyRouteOf(path: string): { provider: string; operation: "messages" | "messages/count_tokens" | "chat/completions" } | undefined {
+export function proxyRouteOf(path: string): { provider: string; operation: ProxyOperation } | undefined {
   const match = PROXY_ROUTE.exec(path);
   if (match === null) return undefined;
-  return { provider: match[1] ?? "", operation: match[3] as "messages" | "messages/count_tokens" | "chat/completions" };
+  return { provider: match[1] ?? "", operation: match[3] as ProxyOperation };
+}
+
+/** The error shape the LLM proxy answers a path with: the API of the longest operation in it, else Anthropic's. */
+function errorOf(path: string): (status: number, message: string) => unknown {
+  let found: (typeof ROUTES)[number] | undefined;
+  for (const route of ROUTES) if (path.includes(route.operation) && route.operation.length > (found?.operation.length ?? 0)) found = route;
+  return found !== undefined && found.wire !== "anthropic-count-tokens" ? ANSWER_FORMATS[found.wire].error : anthropicError;
 }
 
 /** Where the LLM proxy would refuse the call, as its 404 status and body; undefined when it routes it. */
 function proxyRefusal(path: string, method: string, providers: readonly string[]): { status: number; body: unknown } | undefined {
-  const wireOf = path.includes("chat/completions") ? openAiError : anthropicError;
+  const error = errorOf(path);
   const match = method === "POST" ? PROXY_ROUTE.exec(path) : null;
-  if (match === null) {
-    return {
-      status: 404,
-      body: wireOf(
-        404,
-        `no route for ${method} ${path}; model calls are POST /{provider}/v1/messages, /{provider}/v1/messages/count_tokens or /{provider}/v1/chat/completions`,
-      ),
-    };
-  }
-  if (!providers.includes(match[1] ?? "")) return { status: 404, body: wireOf(404, `no provider named ${match[1]}; configured: ${providers.join(", ")}`) };
+  if (match === null) return { status: 404, body: error(404, `no route for ${method} ${path}; model calls are POST ${PROXY_ROUTES_TEXT}`) };
+  if (!providers.includes(match[1] ?? "")) return { status: 404, body: error(404, `no provider named ${match[1]}; configured: ${providers.join(", ")}`) };
   return undefined;
 }
 
 function classify(path: string, method: string): ScriptedWireFormat | undefined {
   if (method === "GET" && /\/models(\/[^/]+)?$/.test(path)) return "models";
   if (method !== "POST") return undefined;
-  if (path.endsWith("/messages/count_tokens")) return "anthropic-count-tokens";
-  if (path.endsWith("/messages")) return "anthropic-messages";
-  if (path.endsWith("/chat/completions")) return "openai-chat-completions";
-  return undefined;
+  // The longest operation a path ends in (`/messages/count_tokens` is not `/messages`).
+  let found: (typeof ROUTES)[number] | undefined;
+  for (const route of ROUTES) if (path.endsWith(`/${route.operation}`) && route.operation.length > (found?.operation.length ?? 0)) found = route;
+  return found?.wire;
+}
+
+/**
+ * How many answers of the model a request's conversation holds, read in its
+ * API's shape (0 for a call that is not a turn). A script that answers from
+ * the conversation (the LLM proxy's per-session scripts) gives a call retried
+ * after a restart the turn it was on.
+ */
+export function modelTurnsIn(request: Pick<ScriptedRequest, "wire" | "body">): number {
+  if (request.wire === "models" || request.wire === "anthropic-count-tokens") return 0;
+  const body: unknown = request.body;
+  return body !== null && typeof body === "object" && !Array.isArray(body) ? ANSWER_FORMATS[request.wire].modelTurns(body as Record<string, unknown>) : 0;
 }
 
 function inputTokens(body: Record<string, unknown> | undefined): number {
@@ -231,7 +253,7 @@ export async function startScriptedModel(options: ScriptedModelOptions): Promise
     // The proxy accepts a trailing slash; so does the scripted model.
     const wire = classify(url.pathname.length > 1 ? url.pathname.replace(/\/$/, "") : url.pathname, method);
     if (wire === undefined) {
-      sendJson(res, 404, anthropicError(404, `scripted model: no route for ${method} ${url.pathname}; it serves POST /v1/messages, /v1/messages/count_tokens and /v1/chat/completions`));
+      sendJson(res, 404, anthropicError(404, `scripted model: no route for ${method} ${url.pathname}; it serves POST ${ROUTES.map((r) => `/v1/${r.operation}`).join(", ")}`));
       return;
     }
     const request: ScriptedRequest = { method, path: url.pathname, headers, body, wire, stream: body?.stream === true, sideCall: false };
@@ -245,8 +267,8 @@ export async function startScriptedModel(options: ScriptedModelOptions): Promise
       sendJson(res, 200, { input_tokens: inputTokens(body) });
       return;
     }
-    const isOpenAi = wire === "openai-chat-completions";
-    const errorBody = isOpenAi ? openAiError : anthropicError;
+    const format = ANSWER_FORMATS[wire];
+    const errorBody = format.error;
     if (body === undefined || typeof body !== "object") {
       sendJson(res, 400, errorBody(400, "scripted model: the request body must be a JSON object"));
       return;
@@ -269,7 +291,7 @@ export async function startScriptedModel(options: ScriptedModelOptions): Promise
       if (gone) return;
     }
     if (turn.fail) {
-      const failBody = turn.fail.body ?? errorBody(turn.fail.status, `scripted failure ${turn.fail.status}`);
+      const failBody = turn.fail.body ?? errorBody(turn.fail.status, turn.fail.message ?? `scripted failure ${turn.fail.status}`);
       sendJson(res, turn.fail.status, failBody, turn.fail.headers);
       return;
     }
@@ -287,17 +309,12 @@ export async function startScriptedModel(options: ScriptedModelOptions): Promise
     };
     if (!request.stream) {
       count(answer.usage);
-      sendJson(res, 200, isOpenAi ? openAiCompletion(answer) : anthropicMessage(answer));
+      sendJson(res, 200, format.whole(answer));
       return;
     }
-    const frames: StreamFrame[] = isOpenAi
-      ? openAiStream(answer, body.stream_options?.include_usage === true)
-      : anthropicStream(answer);
-    // A cut stream reported only what came before the cut: Anthropic's
-    // message_start (input, cache, one output token); OpenAI nothing.
-    if (turn.cutMidStream) {
-      if (!isOpenAi) count({ ...answer.usage, output: Math.min(1, answer.usage.output), reasoning: 0 });
-    } else count(answer.usage);
+    const frames = format.stream(answer, body);
+    // A cut stream reported only what came before the cut.
+    count(turn.cutMidStream ? format.cutUsage(answer.usage) : answer.usage);
     res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });
     for (const frame of frames) {
       if ("cut" in frame) {

@@ -16,7 +16,6 @@ import type { PermissionAnswer_Outcome, PermissionRequest, RuntimeToolCall, Sess
 import { startHostSession } from "../../host/index.js";
 import type { HarnessLauncher, HostSession, SessionOutcome } from "../../host/index.js";
 import { startScriptedModel } from "../scripted-model.js";
-import { anthropicError, openAiError } from "../scripted-model-wire.js";
 import type { ScriptedRequest, ScriptedTurn } from "../scripted-model.js";
 import { stateSubdirectories } from "../../host/session-environment.js";
 import { sessionEnvironment } from "./session-environment.js";
@@ -168,7 +167,7 @@ export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec
       // other provider with a model it does not have. Refused here as that provider would.
       if (!isOnRoute(request.path, settings.route)) {
         const message = `the conformance kit: ${offRouteMessage(settings.route, request, true)}`;
-        return { fail: { status: 404, body: request.wire === "openai-chat-completions" ? openAiError(404, message) : anthropicError(404, message) } };
+        return { fail: { status: 404, message } };
       }
       calls++;
       if (profile === undefined) {

@@ -1,0 +1,13 @@
+// Anthropic's token counting (`POST /v1/messages/count_tokens`): free, so
+// passed through with the provider's key and not metered.
+import { ANTHROPIC_DEFAULT_HEADERS, ANTHROPIC_FORWARDED_HEADERS, anthropicErrorBody } from "./anthropic-messages.js";
+import type { WireFormat } from "./wire-format.js";
+
+export const anthropicCountTokens: WireFormat = {
+  name: "anthropic-count-tokens",
+  route: "messages/count_tokens",
+  forwardedHeaders: ANTHROPIC_FORWARDED_HEADERS,
+  defaultHeaders: ANTHROPIC_DEFAULT_HEADERS,
+  keyHeader: "x-api-key",
+  errorBody: anthropicErrorBody,
+};

@@ -1,0 +1,188 @@
+// Anthropic Messages (`POST /v1/messages`). Usage: `message_start` carries the
+// input and cache counts, `message_delta` the final ones, merged field by
+// field (a field absent or null in the delta keeps the start's value); input
+// is reported without cache tokens. Streamed texts: a content block's `text`,
+// `partial_json` or `thinking` deltas.
+import type { HeldTextScrubber } from "@oz0/serving";
+import type { TokenUsage } from "../proxy-store.js";
+import { sseData } from "../sse-event-splitter.js";
+import { DeltaStreamScrubber } from "./stream-scrubbing.js";
+import { isObject, parseEvent, stringOf, usageOf, withData } from "./sse-json.js";
+import { estimateTokens, firstPositive, tokenCount } from "./token-counts.js";
+import type { ProxyErrorType, RequestBody, StreamMeter, StreamMeterReading, WireFormat, WireRequest } from "./wire-format.js";
+
+/** Anthropic `usage` fields; all optional because message_delta may carry any subset. */
+interface AnthropicUsageFields {
+  input_tokens?: number | null;
+  output_tokens?: number | null;
+  cache_read_input_tokens?: number | null;
+  cache_creation_input_tokens?: number | null;
+}
+
+function fromAnthropicUsage(usage: AnthropicUsageFields | undefined): TokenUsage {
+  return {
+    input: tokenCount(usage?.input_tokens),
+    output: tokenCount(usage?.output_tokens),
+    cacheRead: tokenCount(usage?.cache_read_input_tokens),
+    cacheWrite: tokenCount(usage?.cache_creation_input_tokens),
+    reasoning: 0,
+  };
+}
+
+/** The error shape of Anthropic's APIs (Messages and count_tokens). */
+export function anthropicErrorBody(type: ProxyErrorType, message: string): unknown {
+  return { type: "error", error: { type, message } };
+}
+
+/**
+ * The headers of a client request to Anthropic's APIs that reach the provider:
+ * the API version and the beta features the request is written against
+ * (Claude Code asks for several betas; without them its requests fail), and
+ * the two headers Claude Code identifies itself with (the scripted provider
+ * tells its side calls from an agent's turns by them).
+ */
+export const ANTHROPIC_FORWARDED_HEADERS: readonly string[] = ["anthropic-version", "anthropic-beta", "accept", "user-agent", "x-app"];
+
+/** The Messages API version sent when the client names none. */
+export const ANTHROPIC_DEFAULT_HEADERS: Readonly<Record<string, string>> = { "anthropic-version": "2023-06-01" };
+
+export class AnthropicStreamMeter implements StreamMeter {
+  #usage: AnthropicUsageFields = {};
+  #sawStart = false;
+  #sawDelta = false;
+  #complete = false;
+  #characters = 0;
+
+  onEvent(event: string): string {
+    const data = sseData(event);
+    if (data === undefined) return event;
+    let parsed: { type?: string; message?: { usage?: AnthropicUsageFields }; usage?: AnthropicUsageFields; delta?: Record<string, unknown> };
+    try {
+      parsed = JSON.parse(data);
+    } catch {
+      return event;
+    }
+    switch (parsed.type) {
+      case "message_start":
+        this.#sawStart = true;
+        this.#usage = { ...(parsed.message?.usage ?? {}) };
+        break;
+      case "message_delta":
+        this.#sawDelta = true;
+        for (const [field, value] of Object.entries(parsed.usage ?? {})) {
+          if (typeof value === "number") (this.#usage as Record<string, number>)[field] = value;
+        }
+        break;
+      case "content_block_delta": {
+        const delta = parsed.delta ?? {};
+        for (const key of ["text", "partial_json", "thinking"]) {
+          const value = delta[key];
+          if (typeof value === "string") this.#characters += value.length;
+        }
+        break;
+      }
+      case "message_stop":
+        this.#complete = true;
+        break;
+      default:
+        break;
+    }
+    return event;
+  }
+
+  /** True once `message_stop` arrived. */
+  get complete(): boolean {
+    return this.#complete;
+  }
+
+  /** `estimatedInput` stands in for the input when the stream ended before `message_start`. */
+  reading(estimatedInput: number): StreamMeterReading {
+    const usage = fromAnthropicUsage(this.#usage);
+    if (this.#sawDelta) return { usage, estimated: false };
+    if (!this.#sawStart) usage.input = estimatedInput;
+    usage.output = Math.max(usage.output, estimateTokens(this.#characters));
+    return { usage, estimated: true };
+  }
+}
+
+/** Which field of each Anthropic delta type carries streamed text. */
+const TEXT_FIELDS: Readonly<Record<string, string>> = { text_delta: "text", input_json_delta: "partial_json", thinking_delta: "thinking" };
+/** Events after which no block streams any more: everything held goes out before them. */
+const ENDS = new Set(["message_delta", "message_stop", "error"]);
+
+interface Block {
+  held: HeldTextScrubber;
+  deltaType: string;
+  field: string;
+}
+
+/**
+ * Holds back the end of each content block's streamed text that may be the
+ * start of a key; what is still held when the block stops goes out as one
+ * more delta just before `content_block_stop` (or `message_delta`,
+ * `message_stop`, `error`).
+ */
+class AnthropicStreamScrubber extends DeltaStreamScrubber {
+  readonly #blocks = new Map<number, Block>();
+
+  protected rewrite(event: string): string {
+    const parsed = parseEvent(event);
+    if (!parsed) return event;
+    const delta = parsed.delta;
+    if (parsed.type === "content_block_delta" && typeof parsed.index === "number" && isObject(delta) && typeof delta.type === "string") {
+      const field = TEXT_FIELDS[delta.type];
+      const value = field ? delta[field] : undefined;
+      if (field && typeof value === "string") {
+        let block = this.#blocks.get(parsed.index);
+        if (!block) {
+          block = { held: this.scrubber.held(), deltaType: delta.type, field };
+          this.#blocks.set(parsed.index, block);
+        }
+        const sent = block.held.push(value);
+        // Nothing of this delta may go yet: the client gets it with the next one.
+        if (sent === "") return "";
+        return sent === value ? event : withData(event, { ...parsed, delta: { ...delta, [field]: sent } });
+      }
+    }
+    let held = "";
+    if (parsed.type === "content_block_stop" && typeof parsed.index === "number") held = this.#flush(parsed.index);
+    else if (typeof parsed.type === "string" && ENDS.has(parsed.type)) for (const index of [...this.#blocks.keys()]) held += this.#flush(index);
+    return held + event;
+  }
+
+  /** The block's held text as one more delta event; the block has ended. */
+  #flush(index: number): string {
+    const block = this.#blocks.get(index);
+    if (!block) return "";
+    this.#blocks.delete(index);
+    const tail = block.held.flush();
+    if (tail === "") return "";
+    const data = { type: "content_block_delta", index, delta: { type: block.deltaType, [block.field]: tail } };
+    return `event: content_block_delta\ndata: ${JSON.stringify(data)}\n\n`;
+  }
+}
+
+export const anthropicMessages: WireFormat = {
+  name: "anthropic",
+  route: "messages",
+  forwardedHeaders: ANTHROPIC_FORWARDED_HEADERS,
+  defaultHeaders: ANTHROPIC_DEFAULT_HEADERS,
+  keyHeader: "x-api-key",
+  errorBody: anthropicErrorBody,
+  calls: {
+    readRequest(body: RequestBody): WireRequest {
+      return {
+        model: stringOf(body.field("model")),
+        stream: body.field("stream") === true,
+        maxOutputTokens: firstPositive(body.field("max_tokens")),
+        streamMeter: () => new AnthropicStreamMeter(),
+      };
+    },
+    answerUsage(answer) {
+      const usage = usageOf(answer);
+      return usage && fromAnthropicUsage(usage);
+    },
+    streamScrubber: (scrubber) => new AnthropicStreamScrubber(scrubber),
+    streamErrorEvent: (type, message) => `event: error\ndata: ${JSON.stringify(anthropicErrorBody(type, message))}\n\n`,
+  },
+};

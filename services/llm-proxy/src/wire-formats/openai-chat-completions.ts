@@ -1,0 +1,228 @@
+// OpenAI Chat Completions (`POST /v1/chat/completions`). A stream carries its
+// usage only when asked (`stream_options.include_usage`): the proxy always
+// asks, and for a client that did not, drops the usage chunk and the
+// `usage: null` field the option adds to every chunk, so the client sees what
+// it asked for. `prompt_tokens` includes cached tokens and
+// `completion_tokens` reasoning ones. Streamed texts: a choice's `content`,
+// `reasoning_content`, `reasoning` or `refusal`, and its tool calls' `arguments`.
+import type { HeldTextScrubber } from "@oz0/serving";
+import type { TokenUsage } from "../proxy-store.js";
+import { sseData } from "../sse-event-splitter.js";
+import { DeltaStreamScrubber } from "./stream-scrubbing.js";
+import { isObject, parseEvent, stringOf, usageOf, withData, type Json } from "./sse-json.js";
+import { estimateTokens, firstPositive, tokenCount } from "./token-counts.js";
+import type { ProxyErrorType, RequestBody, StreamMeter, StreamMeterReading, WireFormat, WireRequest } from "./wire-format.js";
+
+interface OpenAiUsageFields {
+  prompt_tokens?: number | null;
+  completion_tokens?: number | null;
+  prompt_tokens_details?: { cached_tokens?: number | null } | null;
+  completion_tokens_details?: { reasoning_tokens?: number | null } | null;
+}
+
+/** Input is stored without the cached part; reasoning is a part of output. */
+function fromOpenAiUsage(usage: OpenAiUsageFields | undefined): TokenUsage {
+  const cached = tokenCount(usage?.prompt_tokens_details?.cached_tokens);
+  return {
+    input: Math.max(0, tokenCount(usage?.prompt_tokens) - cached),
+    output: tokenCount(usage?.completion_tokens),
+    cacheRead: cached,
+    cacheWrite: 0,
+    reasoning: tokenCount(usage?.completion_tokens_details?.reasoning_tokens),
+  };
+}
+
+/** The error shape of OpenAI's APIs (Chat Completions and Responses). */
+export function openAiErrorBody(type: ProxyErrorType, message: string): unknown {
+  return { error: { message, type, code: type, param: null } };
+}
+
+/**
+ * The headers of a client request to OpenAI's APIs that reach the provider.
+ * The organization and project of an OpenAI key are the key holder's
+ * choice, not a session's: openai-organization and openai-project stay here.
+ */
+export const OPENAI_FORWARDED_HEADERS: readonly string[] = ["accept", "user-agent"];
+
+interface Chunk {
+  choices?: { delta?: { content?: string | null; reasoning_content?: string | null; tool_calls?: { function?: { arguments?: string } }[] } }[];
+  usage?: OpenAiUsageFields | null;
+}
+
+export class OpenAiStreamMeter implements StreamMeter {
+  readonly #clientWantsUsage: boolean;
+  #usage: TokenUsage | undefined;
+  #complete = false;
+  #characters = 0;
+
+  constructor(options: { clientWantsUsage: boolean }) {
+    this.#clientWantsUsage = options.clientWantsUsage;
+  }
+
+  onEvent(event: string): string | undefined {
+    const data = sseData(event);
+    if (data === undefined) return event;
+    if (data.trim() === "[DONE]") {
+      this.#complete = true;
+      return event;
+    }
+    let chunk: Chunk;
+    try {
+      chunk = JSON.parse(data);
+    } catch {
+      return event;
+    }
+    for (const choice of chunk.choices ?? []) {
+      const delta = choice.delta;
+      if (!delta) continue;
+      this.#characters += (delta.content ?? "").length + (delta.reasoning_content ?? "").length;
+      for (const call of delta.tool_calls ?? []) this.#characters += (call.function?.arguments ?? "").length;
+    }
+    if (chunk.usage) this.#usage = fromOpenAiUsage(chunk.usage);
+    if (this.#clientWantsUsage || !("usage" in chunk)) return event;
+    // The client did not ask for usage: hide what the injected option added.
+    if (chunk.usage && (chunk.choices ?? []).length === 0) return undefined;
+    delete chunk.usage;
+    return `data: ${JSON.stringify(chunk)}\n\n`;
+  }
+
+  /** True once `[DONE]` arrived. */
+  get complete(): boolean {
+    return this.#complete;
+  }
+
+  /** `estimatedInput` stands in for the input until the usage chunk came. */
+  reading(estimatedInput: number): StreamMeterReading {
+    if (this.#usage) return { usage: { ...this.#usage }, estimated: false };
+    return {
+      usage: { input: estimatedInput, output: estimateTokens(this.#characters), cacheRead: 0, cacheWrite: 0, reasoning: 0 },
+      estimated: true,
+    };
+  }
+}
+
+/** Fields of a choice's delta that carry streamed text (`reasoning` as some compatible servers name it). */
+const TEXT_FIELDS = ["content", "reasoning_content", "reasoning", "refusal"] as const;
+
+/** A streamed text of one choice: a delta field, or a tool call's arguments. */
+type Channel = { kind: "field"; field: string; held: HeldTextScrubber } | { kind: "tool"; toolIndex: number; held: HeldTextScrubber };
+
+/**
+ * Holds back the end of each streamed text of each choice that may be the
+ * start of a key; what is still held when the text ends goes out as one more
+ * chunk just before the choice's `finish_reason` chunk, the usage chunk or
+ * `[DONE]`.
+ */
+class OpenAiStreamScrubber extends DeltaStreamScrubber {
+  /** By choice index, by `field` or `tool:{index}`. */
+  readonly #choices = new Map<number, Map<string, Channel>>();
+  /** The last chunk's fields other than its choices (id, model, created, …), for the chunks that carry held text. */
+  #envelope: Json = { object: "chat.completion.chunk" };
+
+  protected rewrite(event: string): string {
+    const data = sseData(event);
+    if (data !== undefined && data.trim() === "[DONE]") return this.#flushAll() + event;
+    const chunk = parseEvent(event);
+    if (!chunk) return event;
+    const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+    // A chunk without choices (the usage chunk) or with an error comes after the texts ended.
+    let before = choices.length === 0 || chunk.error !== undefined ? this.#flushAll() : "";
+    let changed = false;
+    const rewritten = choices.map((choice: unknown) => {
+      if (!isObject(choice) || !isObject(choice.delta)) return choice;
+      const index = typeof choice.index === "number" ? choice.index : 0;
+      const finishing = choice.finish_reason !== null && choice.finish_reason !== undefined;
+      const delta: Json = { ...choice.delta };
+      const touched = new Set<string>();
+      const send = (key: string, make: (held: HeldTextScrubber) => Channel, value: string): string => {
+        const channel = this.#channel(index, key, make);
+        touched.add(key);
+        const sent = channel.held.push(value) + (finishing ? channel.held.flush() : "");
+        if (sent !== value) changed = true;
+        return sent;
+      };
+      for (const field of TEXT_FIELDS) {
+        const value = delta[field];
+        if (typeof value === "string") delta[field] = send(field, (held) => ({ kind: "field", field, held }), value);
+      }
+      if (Array.isArray(delta.tool_calls)) {
+        delta.tool_calls = delta.tool_calls.map((call: unknown) => {
+          if (!isObject(call) || !isObject(call.function) || typeof call.function.arguments !== "string") return call;
+          const toolIndex = typeof call.index === "number" ? call.index : 0;
+          const args = send(`tool:${toolIndex}`, (held) => ({ kind: "tool", toolIndex, held }), call.function.arguments);
+          return { ...call, function: { ...call.function, arguments: args } };
+        });
+      }
+      if (finishing) {
+        // Texts of this choice that did not stream in this chunk end here too: their held
+        // text goes in a chunk of its own just before.
+        for (const [key, channel] of this.#choices.get(index) ?? []) if (!touched.has(key)) before += this.#held(index, channel, channel.held.flush());
+        this.#choices.delete(index);
+      }
+      return { ...choice, delta };
+    });
+    if (choices.length > 0) {
+      const envelope: Json = { ...chunk };
+      delete envelope.choices;
+      if ("usage" in envelope) envelope.usage = null;
+      this.#envelope = envelope;
+    }
+    return before + (changed ? withData(event, { ...chunk, choices: rewritten }) : event);
+  }
+
+  #channel(index: number, key: string, make: (held: HeldTextScrubber) => Channel): Channel {
+    let channels = this.#choices.get(index);
+    if (!channels) {
+      channels = new Map();
+      this.#choices.set(index, channels);
+    }
+    let channel = channels.get(key);
+    if (!channel) {
+      channel = make(this.scrubber.held());
+      channels.set(key, channel);
+    }
+    return channel;
+  }
+
+  #flushAll(): string {
+    let out = "";
+    for (const [index, channels] of this.#choices) for (const channel of channels.values()) out += this.#held(index, channel, channel.held.flush());
+    this.#choices.clear();
+    return out;
+  }
+
+  /** A chunk carrying a text's last held part, shaped like the upstream's own chunks. */
+  #held(index: number, channel: Channel, tail: string): string {
+    if (tail === "") return "";
+    const delta = channel.kind === "field" ? { [channel.field]: tail } : { tool_calls: [{ index: channel.toolIndex, function: { arguments: tail } }] };
+    return `data: ${JSON.stringify({ ...this.#envelope, choices: [{ index, delta, finish_reason: null }] })}\n\n`;
+  }
+}
+
+export const openAiChatCompletions: WireFormat = {
+  name: "openai",
+  route: "chat/completions",
+  forwardedHeaders: OPENAI_FORWARDED_HEADERS,
+  keyHeader: "bearer",
+  errorBody: openAiErrorBody,
+  calls: {
+    readRequest(body: RequestBody): WireRequest {
+      const stream = body.field("stream") === true;
+      const streamOptions = body.field("stream_options") as { include_usage?: boolean } | undefined;
+      const clientWantsUsage = !stream || streamOptions?.include_usage === true;
+      return {
+        model: stringOf(body.field("model")),
+        stream,
+        maxOutputTokens: firstPositive(body.field("max_tokens"), body.field("max_completion_tokens")),
+        ...(clientWantsUsage ? {} : { upstreamFields: { stream_options: { ...(streamOptions ?? {}), include_usage: true } } }),
+        streamMeter: () => new OpenAiStreamMeter({ clientWantsUsage }),
+      };
+    },
+    answerUsage(answer) {
+      const usage = usageOf(answer);
+      return usage && fromOpenAiUsage(usage);
+    },
+    streamScrubber: (scrubber) => new OpenAiStreamScrubber(scrubber),
+    streamErrorEvent: (type, message) => `data: ${JSON.stringify(openAiErrorBody(type, message))}\n\n`,
+  },
+};

@@ -1,0 +1,47 @@
+// The JSON data of server-sent events, for the formats that read or rewrite
+// them (meters, stream scrubbers).
+import { sseData } from "../sse-event-splitter.js";
+
+export type Json = Record<string, unknown>;
+
+export function isObject(value: unknown): value is Json {
+  return value !== null && typeof value === "object" && !Array.isArray(value);
+}
+
+/** The event's data parsed, or undefined when it is not a JSON object. */
+export function parseEvent(event: string): Json | undefined {
+  const data = sseData(event);
+  if (data === undefined) return undefined;
+  try {
+    const parsed: unknown = JSON.parse(data);
+    return isObject(parsed) ? parsed : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The event with its data replaced by `data` (one line), its other lines kept. */
+export function withData(event: string, data: unknown): string {
+  let out = "";
+  let wrote = false;
+  for (const line of event.split(/\r?\n/)) {
+    if (line === "") continue;
+    if (!line.startsWith("data:")) out += `${line}\n`;
+    else if (!wrote) {
+      out += `data: ${JSON.stringify(data)}\n`;
+      wrote = true;
+    }
+  }
+  return `${out}\n`;
+}
+
+/** A whole answer's `usage` object, or undefined when it reports none. */
+export function usageOf(answer: unknown): Json | undefined {
+  const usage = isObject(answer) ? answer.usage : undefined;
+  return isObject(usage) ? usage : undefined;
+}
+
+/** A field's value when it is a string. */
+export function stringOf(value: unknown): string | undefined {
+  return typeof value === "string" ? value : undefined;
+}

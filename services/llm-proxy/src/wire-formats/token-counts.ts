@@ -1,0 +1,15 @@
+// Token counts as providers report them: only finite, positive numbers count.
+
+export function tokenCount(value: unknown): number {
+  return typeof value === "number" && Number.isFinite(value) && value > 0 ? Math.floor(value) : 0;
+}
+
+/** About four characters a token: how estimates are made when a provider reported nothing. */
+export function estimateTokens(characters: number): number {
+  return Math.ceil(characters / 4);
+}
+
+/** The first of the values that is a positive number (a request's output limit, under whichever name it uses). */
+export function firstPositive(...values: unknown[]): number | undefined {
+  return values.find((v): v is number => typeof v === "number" && v > 0);
+}

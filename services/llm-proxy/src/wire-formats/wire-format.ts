@@ -1,0 +1,88 @@
+// What the proxy needs to know of one provider API ("wire format"): the route
+// it serves, how its requests say which model and whether to stream, its error
+// shape, where its answers and streams report usage, and which of its streamed
+// texts a key could be cut across. The core (routing, the session token,
+// budgets, retries, metering, forwarding) asks the format and never names one;
+// every format is one module in this folder and one entry in formats.ts.
+import type { SecretScrubber } from "@oz0/serving";
+import type { TokenUsage } from "../proxy-store.js";
+
+/** The error types the proxy answers with itself; `budget_exhausted` is the type a session ends on. */
+export type ProxyErrorType =
+  | "authentication_error"
+  | "permission_error"
+  | "budget_exhausted"
+  | "invalid_request_error"
+  | "not_found_error"
+  | "api_error";
+
+/** A request body, read a top-level field at a time. */
+export interface RequestBody {
+  /** The field's JSON value, or undefined when the body has none. */
+  field(name: string): unknown;
+}
+
+/** One provider API the proxy serves at `/{provider}/v1/{route}`. */
+export interface WireFormat {
+  /** How metering rows and usage events name it (their `wire`). */
+  readonly name: string;
+  /** The path after `/{provider}` and the optional `/v1`, for example `chat/completions`. */
+  readonly route: string;
+  /** Request headers passed on to the provider as the client sent them; every other header stays at the proxy. */
+  readonly forwardedHeaders: readonly string[];
+  /** Headers sent upstream when the client sent none of that name. */
+  readonly defaultHeaders?: Readonly<Record<string, string>>;
+  /** How the provider's key goes upstream unless the provider's configuration says (`auth`). */
+  readonly keyHeader: "x-api-key" | "bearer";
+  /** The body of an error the proxy answers itself, in the shape the API's SDKs read. */
+  errorBody(type: ProxyErrorType, message: string): unknown;
+  /** How model calls of this API are metered; absent, a call is passed through with the key and not metered (count_tokens). */
+  readonly calls?: ModelCalls;
+}
+
+/** The metered side of a wire format. */
+export interface ModelCalls {
+  /** What the proxy reads of a request before it goes upstream. */
+  readRequest(body: RequestBody): WireRequest;
+  /** The usage a whole answer (its parsed JSON) reports; undefined when it reports none (then it is estimated). */
+  answerUsage(answer: unknown): TokenUsage | undefined;
+  /** A scrubber for one stream, reading each streamed text across its deltas (only made when there is a key to scrub). */
+  streamScrubber(scrubber: SecretScrubber): StreamScrubber;
+  /** The event that ends a stream the proxy cuts off (the budget ran out). */
+  streamErrorEvent(type: ProxyErrorType, message: string): string;
+}
+
+/** What a format read from one request. */
+export interface WireRequest {
+  model: string | undefined;
+  stream: boolean;
+  /** The most output tokens the request allows, when it says (the budget reserves them). */
+  maxOutputTokens: number | undefined;
+  /** Top-level fields the proxy sets before the request goes upstream (OpenAI streams are asked for their usage). */
+  upstreamFields?: Readonly<Record<string, unknown>>;
+  /** A meter for one attempt's stream. */
+  streamMeter(): StreamMeter;
+}
+
+/** Usage read so far from a stream. */
+export interface StreamMeterReading {
+  usage: TokenUsage;
+  /** True when the provider's final counts never came and output was estimated. */
+  estimated: boolean;
+}
+
+/** Reads one stream event by event, as the provider sent them. */
+export interface StreamMeter {
+  /** Reads one whole SSE event; returns what to forward to the client (the event, or a rewrite of it), or undefined to drop it. */
+  onEvent(event: string): string | undefined;
+  /** True once the event that ends a complete stream arrived. */
+  readonly complete: boolean;
+  /** What was used so far; `estimatedInput` stands in for the input until the provider reported it. */
+  reading(estimatedInput: number): StreamMeterReading;
+}
+
+/** Scrubs a stream event by event. */
+export interface StreamScrubber {
+  /** What to forward for one whole upstream event: "" (nothing yet), the event, or held text and then the event. */
+  push(event: string): string;
+}
