@@ -2,7 +2,7 @@
 // to it on the LLM proxy's routes: a harness that passes the kit meets the
 // same variables and URLs in production.
 import assert from "node:assert/strict";
-import { readFile } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, it } from "node:test";
@@ -71,11 +71,20 @@ void describe("the scripted model as the LLM proxy", () => {
   ] as const;
 
   void it("answers exactly the routes services/llm-proxy serves, and 404s the rest as the proxy does", async () => {
-    // The proxy's own route pattern, read from its source, decides what must be served.
-    const source = await readFile(path.join(repoRoot, "services", "llm-proxy", "src", "http-api.ts"), "utf8");
-    const literal = /const match = (\/\^.*\$\/)\.exec\(url\.pathname\)/.exec(source)?.[1];
-    assert.ok(literal, "the route pattern of services/llm-proxy/src/http-api.ts was not found");
-    const proxyRoute = new RegExp(literal.slice(1, -1));
+    // The proxy's own path pattern and its wire formats' routes, read from its source, decide what must be served.
+    const formats = path.join(repoRoot, "services", "llm-proxy", "src", "wire-formats");
+    const literal = /const PATH = (\/\^.*\$\/);/.exec(await readFile(path.join(formats, "formats.ts"), "utf8"))?.[1];
+    assert.ok(literal, "the path pattern of services/llm-proxy/src/wire-formats/formats.ts was not found");
+    const routes = new Set<string>();
+    for (const file of await readdir(formats)) for (const found of (await readFile(path.join(formats, file), "utf8")).matchAll(/^ {2}route: "([^"]+)",$/gm)) routes.add(found[1]!);
+    assert.ok(routes.has("messages") && routes.has("chat/completions"), `the routes of the proxy's wire formats: ${[...routes].join(", ")}`);
+    const pathPattern = new RegExp(literal.slice(1, -1));
+    const proxyRoute = {
+      exec(route: string): RegExpExecArray | null {
+        const match = pathPattern.exec(route);
+        return match !== null && routes.has(match[2]!) ? match : null;
+      },
+    };
     const model = await startScriptedModel({ routes: "llm-proxy", turns: () => ({ text: "ok" }), isSideCall: () => false });
     try {
       assert.equal(model.anthropicBaseUrl, `${model.url}/anthropic`);
