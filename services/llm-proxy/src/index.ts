@@ -198,7 +198,20 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
       ...(config.host ? { host: config.host } : {}),
       port: config.port ?? 0,
       logger,
-      services: [registration(SecretService, secretService(vault)), registration(LlmProxyService, llmProxyService({ tokens, budgets: store, metering, publicUrl: () => publicUrl }))],
+      services: [
+        registration(SecretService, secretService(vault)),
+        registration(
+          LlmProxyService,
+          llmProxyService({
+            tokens,
+            budgets: store,
+            metering,
+            publicUrl: () => publicUrl,
+            // A scripted provider's prices are for show: no provider was called.
+            nominalPrices: (name) => providers.get(name)?.config.kind === "scripted",
+          }),
+        ),
+      ],
       auth: new Authenticator(config.auth ?? {}),
       fallback: httpApi,
     });

@@ -61,7 +61,7 @@ export function secretService(vault: KeyVault): Partial<ServiceImpl<typeof Secre
   };
 }
 
-function usageMessage(totals: UsageTotals): Usage {
+function usageMessage(totals: UsageTotals, nominal: (provider: string) => boolean): Usage {
   return create(UsageSchema, {
     calls: BigInt(totals.calls),
     failedCalls: BigInt(totals.failedCalls),
@@ -73,6 +73,7 @@ function usageMessage(totals: UsageTotals): Usage {
     reasoningTokens: BigInt(totals.usage.reasoning),
     costUsd: totals.costUsd,
     estimated: totals.estimated,
+    nominal: totals.providers.some(nominal),
   });
 }
 
@@ -83,6 +84,8 @@ export interface LlmProxyServiceOptions {
   metering: Metering;
   /** The proxy's own URL, to hand out ready-made base URLs. */
   publicUrl: () => string;
+  /** Whether a provider's prices are nominal (a scripted provider: nobody is charged); its usage is marked so. Default: none. */
+  nominalPrices?: (provider: string) => boolean;
 }
 
 export function llmProxyService(options: LlmProxyServiceOptions): Partial<ServiceImpl<typeof LlmProxyService>> {
@@ -108,10 +111,11 @@ export function llmProxyService(options: LlmProxyServiceOptions): Partial<Servic
     getUsage: async (request) => {
       if (!request.job) throw new ConnectError("GetUsage needs a job id", Code.InvalidArgument);
       const usage = await options.metering.usage(request.job);
+      const nominal = options.nominalPrices ?? ((): boolean => false);
       return create(GetUsageResponseSchema, {
         job: request.job,
-        total: usageMessage(usage.total),
-        agents: [...usage.agents].map(([agent, totals]) => create(AgentUsageSchema, { agent, usage: usageMessage(totals) })),
+        total: usageMessage(usage.total, nominal),
+        agents: [...usage.agents].map(([agent, totals]) => create(AgentUsageSchema, { agent, usage: usageMessage(totals, nominal) })),
       });
     },
   };

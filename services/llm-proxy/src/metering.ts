@@ -88,7 +88,7 @@ export class Metering {
 }
 
 export function emptyTotals(): UsageTotals {
-  return { calls: 0, failedCalls: 0, attempts: 0, usage: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, reasoning: 0 }, costUsd: 0, estimated: false };
+  return { calls: 0, failedCalls: 0, attempts: 0, usage: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, reasoning: 0 }, costUsd: 0, estimated: false, providers: [] };
 }
 
 function addTotals(into: UsageTotals, add: UsageTotals): void {
@@ -98,4 +98,5 @@ function addTotals(into: UsageTotals, add: UsageTotals): void {
   for (const key of Object.keys(into.usage) as (keyof TokenUsage)[]) into.usage[key] += add.usage[key];
   into.costUsd += add.costUsd;
   into.estimated ||= add.estimated;
+  into.providers = [...new Set([...into.providers, ...add.providers])].sort();
 }

@@ -667,10 +667,12 @@ export class PostgresProxyStore implements ProxyStore {
     const { rows } = await this.#pool.query<Record<"agent" | "calls" | "failed_calls" | "attempts" | "input" | "output" | "cache_read" | "cache_write" | "reasoning", string> & {
       cost: number;
       estimated: boolean;
+      providers: string[];
     }>(
       `SELECT agent, COUNT(*) AS calls, SUM(CASE WHEN outcome = 'ok' THEN 0 ELSE 1 END) AS failed_calls, SUM(attempts) AS attempts,
        SUM(input_tokens) AS input, SUM(output_tokens) AS output, SUM(cache_read_tokens) AS cache_read, SUM(cache_write_tokens) AS cache_write,
-       SUM(reasoning_tokens) AS reasoning, SUM(cost_usd) AS cost, bool_or(estimated) AS estimated
+       SUM(reasoning_tokens) AS reasoning, SUM(cost_usd) AS cost, bool_or(estimated) AS estimated,
+       array_agg(DISTINCT provider ORDER BY provider) AS providers
        FROM calls WHERE job = $1 GROUP BY agent ORDER BY agent`,
       [job],
     );
@@ -684,6 +686,7 @@ export class PostgresProxyStore implements ProxyStore {
           usage: { input: Number(r.input), output: Number(r.output), cacheRead: Number(r.cache_read), cacheWrite: Number(r.cache_write), reasoning: Number(r.reasoning) },
           costUsd: r.cost,
           estimated: r.estimated,
+          providers: r.providers,
         },
       ]),
     );

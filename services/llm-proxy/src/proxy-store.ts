@@ -115,6 +115,8 @@ export interface UsageTotals {
   usage: TokenUsage;
   costUsd: number;
   estimated: boolean;
+  /** The providers the calls went to, by name (sorted), so a cost priced by a scripted provider's table shows as nominal. */
+  providers: string[];
 }
 
 export interface BudgetSnapshot {

@@ -194,7 +194,8 @@ export class SqliteProxyStore implements ProxyStore {
       listCalls: db.prepare("SELECT * FROM calls WHERE job = ? ORDER BY started_at, operation_id"),
       usageByAgent: db.prepare(`SELECT agent, COUNT(*) AS calls, SUM(CASE WHEN outcome = 'ok' THEN 0 ELSE 1 END) AS failed_calls,
         SUM(attempts) AS attempts, SUM(input_tokens) AS input, SUM(output_tokens) AS output, SUM(cache_read_tokens) AS cache_read,
-        SUM(cache_write_tokens) AS cache_write, SUM(reasoning_tokens) AS reasoning, SUM(cost_usd) AS cost, MAX(estimated) AS estimated
+        SUM(cache_write_tokens) AS cache_write, SUM(reasoning_tokens) AS reasoning, SUM(cost_usd) AS cost, MAX(estimated) AS estimated,
+        GROUP_CONCAT(DISTINCT provider) AS providers
         FROM calls WHERE job = ? GROUP BY agent ORDER BY agent`),
       beginCall: db.prepare(
         `INSERT INTO pending_calls (operation_id, job, agent, session, provider, model, wire, stream, attempt, started_at, attempt_started_at, reservation_id, owner)
@@ -369,6 +370,8 @@ export class SqliteProxyStore implements ProxyStore {
       reasoning: number;
       cost: number;
       estimated: number;
+      /** Comma-separated: provider names never hold a comma. */
+      providers: string | null;
     }[];
     return new Map(
       rows.map((r) => [
@@ -380,6 +383,7 @@ export class SqliteProxyStore implements ProxyStore {
           usage: { input: r.input, output: r.output, cacheRead: r.cache_read, cacheWrite: r.cache_write, reasoning: r.reasoning },
           costUsd: r.cost,
           estimated: r.estimated === 1,
+          providers: r.providers ? r.providers.split(",").sort() : [],
         },
       ]),
     );

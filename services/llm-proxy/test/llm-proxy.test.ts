@@ -100,6 +100,7 @@ void describe("real clients through the proxy", () => {
     assert.equal(usage.agents.length, 1);
     assert.equal(usage.agents[0]?.agent, "coder");
     assert.ok((usage.total?.costUsd ?? 0) > 0);
+    assert.equal(usage.total?.nominal, false, "a provider that was called: its prices are real");
     const events = fx.events.filter((e) => e.job === endpoint.job);
     assert.equal(events.length, 5);
   });

@@ -149,6 +149,7 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
         usage: { input: 150, output: 300, cacheRead: 15, cacheWrite: 30, reasoning: 0 },
         costUsd: totals.get("fixer")!.costUsd,
         estimated: false,
+        providers: ["anthropic"],
       });
       assert.ok(Math.abs(totals.get("fixer")!.costUsd - 0.015) < 1e-12);
       assert.equal(totals.get("reviewer")!.calls, 5);

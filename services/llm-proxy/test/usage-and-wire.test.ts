@@ -190,6 +190,11 @@ void describe("usage events and count_tokens", () => {
       assert.equal(over.status, 400);
       assert.match(over.text, /session s1 used all 2 turns/);
       assert.equal((await ask("s9", "by-session")).text, "hello s9");
+      // Nobody was charged for the scripted provider's answers: its costs are nominal.
+      const usage = await control.getUsage({ job: "job-s1" });
+      assert.equal(usage.total?.calls, 3n);
+      assert.equal(usage.total?.nominal, true);
+      assert.equal(usage.agents[0]?.usage?.nominal, true);
     } finally {
       await proxy.close({ graceMs: 50 });
     }
