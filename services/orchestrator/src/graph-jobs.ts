@@ -26,7 +26,8 @@ import type { Logger } from "@oz0/serving";
 import { never, SessionGraphExecutor } from "./graph-executor.js";
 import { AgentGraphManager } from "./graph-manager-agent.js";
 import { graphAgents, type GraphRegistry, type GraphVersionRecord } from "./graph-registry.js";
-import type { GraphStore } from "./graph-store.js";
+import type { GraphStore, StepJobRecord } from "./graph-store.js";
+import { stepNote, stepWhere } from "./graph-step-notes.js";
 import type { JobFeed } from "./job-feed.js";
 import { asBystander, soleOwnership, type JobOwnership } from "./job-ownership.js";
 import { appendJobStep, checkJobInput, isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
@@ -129,6 +130,11 @@ export class GraphJobs {
     return (await this.#o.registry.findVersion(name)) !== undefined;
   }
 
+  /** The jobs a graph run ran (agent steps, its manager's decisions), in the order recorded; none for any other job. */
+  stepJobs(runId: string): Promise<StepJobRecord[]> {
+    return isGraphJob({ id: runId }) ? this.#graphs.listStepJobs(runId) : Promise.resolve([]);
+  }
+
   async run(options: { graph: string; input: string; startedBy?: string }): Promise<JobRecord> {
     checkJobInput(options.input);
     if (this.#closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
@@ -160,6 +166,8 @@ export class GraphJobs {
       tokenId: "",
       servedTools: "",
       startedBy: options.startedBy ?? "",
+      // A graph run has no session of its own: it runs from the start.
+      startedAt: now,
     };
     // Leased before it exists, so no other replica takes it for an orphan.
     await this.#ownership.claim(job.id);
@@ -170,9 +178,10 @@ export class GraphJobs {
       await this.#ownership.release(job.id).catch(() => undefined);
       throw error;
     }
-    await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>], undefined, [
-      this.#lifecycleEvent("graph.run_started", job.id, { graph_name: graph.name, graph_version: String(graph.version) }),
-    ]);
+    const started = this.#lifecycleEvent("graph.run_started", job.id, { graph_name: graph.name, graph_version: String(graph.version) });
+    // The run's trace begins with that event (tracing.ts); its id is kept for `oz0 jobs show`.
+    const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
+    await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>], traceId ? { traceId } : undefined, [started]);
     const active = this.#activate(job.id, graph, pinned);
     this.#started.set(job.id, Date.now());
     const handle = await active.runner.start({ prompt: options.input, runId: job.id });
@@ -423,23 +432,23 @@ export class GraphJobs {
   /** Engine events become lines on the graph job and lifecycle events. */
   #onEvent(jobId: string, event: GraphEvent): void {
     const step = event.nodeId ?? "";
-    const where = `${step} ${event.path ?? ""}${event.iteration ? ` (iteration ${event.iteration})` : ""}`;
+    const where = stepWhere(event);
     const kind = step.split(":")[0] ?? "";
     const attrs = { step_name: step, step_kind: kind, iteration: event.iteration ?? 0, attempt: event.attempt ?? 1 };
     switch (event.type) {
       case "step_started":
-        this.#note(jobId, `▸ ${where} started\n`);
+        this.#note(jobId, stepNote("started", where));
         this.#publish("graph.step_started", jobId, attrs, stepIdOf(event));
         return;
       case "step_finished":
-        this.#note(jobId, `✓ ${where} finished${event.writes?.length ? `, set ${event.writes.join(", ")}` : ""}\n`);
+        this.#note(jobId, stepNote("finished", where, event.writes?.length ? `, set ${event.writes.join(", ")}` : ""));
         this.#publish("graph.step_completed", jobId, attrs, stepIdOf(event));
         return;
       case "step_replayed":
-        this.#note(jobId, `↺ ${where} already recorded, not run again\n`);
+        this.#note(jobId, stepNote("replayed", where));
         return;
       case "step_failed":
-        this.#note(jobId, `✗ ${where} failed: ${event.error?.message ?? "unknown error"}\n`);
+        this.#note(jobId, stepNote("failed", where, `: ${event.error?.message ?? "unknown error"}`));
         this.#publish("graph.step_failed", jobId, { ...attrs, error_code: event.error?.code ?? "" }, stepIdOf(event));
         return;
       case "control":

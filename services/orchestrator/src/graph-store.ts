@@ -96,6 +96,8 @@ export interface GraphStore {
   getStepJob(idempotencyKey: string): Promise<string | undefined>;
   /** Records the job a step runs as; a retried step's new job replaces its failed one. */
   putStepJob(record: StepJobRecord): Promise<void>;
+  /** The jobs recorded for a run's steps (and its manager's decisions), in the order they were recorded. */
+  listStepJobs(runId: string): Promise<StepJobRecord[]>;
   /** Closes what the store opened itself (a pool passed in stays open). */
   close(): Promise<void>;
 }

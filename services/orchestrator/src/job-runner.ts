@@ -389,14 +389,17 @@ export class JobRunner {
       await this.#ownership.release(job.id).catch(() => undefined);
       throw error;
     }
-    await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.PENDING, reason: "" } } } as Partial<JobEvent>], undefined, {
-      lifecycle: [this.#lifecycle("job.created", {
-        jobId: job.id,
-        agentName: agent.name,
-        agentVersion: String(agent.version),
-        status: "pending",
-        attributes: { harness: agent.harness.manifest.name, plugin: agent.plugin, attachment_count: attachments.length },
-      })],
+    const created = this.#lifecycle("job.created", {
+      jobId: job.id,
+      agentName: agent.name,
+      agentVersion: String(agent.version),
+      status: "pending",
+      attributes: { harness: agent.harness.manifest.name, plugin: agent.plugin, attachment_count: attachments.length },
+    });
+    // The job's trace begins with that event (tracing.ts); its id is kept for `oz0 jobs show`.
+    const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
+    await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.PENDING, reason: "" } } } as Partial<JobEvent>], traceId ? { traceId } : undefined, {
+      lifecycle: [created],
     });
     const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "" };
     this.#active.set(job.id, active);
@@ -765,6 +768,9 @@ export class JobRunner {
           events.push({ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>);
           patch.state = "running";
         }
+        // The first session's start is the job's (a session started afresh elsewhere keeps it), on
+        // the orchestrator's clock like the job's creation and end, so durations compare one clock.
+        if (job && !job.startedAt) patch.startedAt = new Date();
         await this.#append(jobId, events, patch, {
           lifecycle: [this.#lifecycle("session.started", { jobId, sessionId: job?.sessionId ?? "", status: "running", attributes: { harness_name: e.value.harnessName } })],
         });

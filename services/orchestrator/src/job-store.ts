@@ -98,6 +98,10 @@ export interface JobRecord {
   servedTools: string;
   /** The principal who started the job (a person's id, or "" before identities were kept); approvals.prevent_self_approval refuses their answers. */
   startedBy: string;
+  /** When it began running: its first session started (a graph run: when it was created). */
+  startedAt?: Date;
+  /** Its trace's id when its spans were exported (tracing.ts), for `oz0 jobs show` and a link to a trace viewer. */
+  traceId?: string;
 }
 
 export type JobPatch = Partial<Omit<JobRecord, "id" | "createdAt" | "lastSeq">>;

@@ -31,10 +31,13 @@ import { approvalDeadline, approversOf } from "./approval-deadlines.js";
 import { isGraphJob, type GraphJobs } from "./graph-jobs.js";
 import type { GraphRegistry, GraphVersionRecord } from "./graph-registry.js";
 import { readJobStderr } from "./harness-stderr.js";
+import { storedJobActivity } from "./job-activity.js";
 import type { JobFeed } from "./job-feed.js";
 import { isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "./job-runner.js";
 import type { AgentVersionRecord, JobRecord, JobStateName, JobStore, JsonObject, PermissionRecord, PluginRecord } from "./job-store.js";
 import { OrchestratorError } from "./orchestrator-error.js";
+import type { JobTranscripts } from "./job-transcripts.js";
+import { jobUsage } from "./job-usage.js";
 import type { PluginRegistry } from "./plugin-registry.js";
 import type { SecretWriter } from "./session-runner.js";
 import type { GetUsageResponse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
@@ -92,6 +95,8 @@ export function jobToProto(job: JobRecord): Job {
     sandboxUrl: job.sandboxUrl,
     lastSeq: BigInt(job.lastSeq),
     attachments: job.attachments,
+    ...(job.startedAt ? { startedAt: timestampFromDate(job.startedAt) } : {}),
+    traceId: job.traceId ?? "",
   });
 }
 
@@ -186,6 +191,8 @@ export interface OrchestratorServiceDeps {
   secrets: SecretWriter;
   /** The LLM proxy's metering, for GetJobUsage; absent when the proxy is a test double. */
   usage?: { jobUsage(jobId: string): Promise<GetUsageResponse> };
+  /** The events service's transcripts (GetJobTranscript); absent when no events are published. */
+  transcripts?: JobTranscripts;
   /** Graph harnesses: RunAgent, CancelJob and the agent listings share their name space with agents. */
   graphs?: { jobs: GraphJobs; registry: GraphRegistry };
 }
@@ -257,7 +264,10 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
       handle(async () => {
         const job = await deps.store.getJob(required(req.jobId, "job_id"));
         if (!job) throw new ConnectError(`job ${req.jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
-        return { job: jobToProto(job) };
+        const proto = jobToProto(job);
+        // Only here: it reads the job's events, which ListJobs would do for every job it lists.
+        proto.activity = await storedJobActivity(deps.store, job);
+        return { job: proto };
       }),
     listJobs: (req) =>
       handle(async () => {
@@ -313,9 +323,18 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     getJobUsage: (req) =>
       handle(async () => {
         const jobId = required(req.jobId, "job_id");
+        const job = await deps.store.getJob(jobId);
+        if (!job) throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
+        const meter = deps.usage;
+        if (!meter) throw new ConnectError("this orchestrator has no LLM proxy to ask for usage; set OZ0_LLM_PROXY_URL", Code.FailedPrecondition);
+        return jobUsage({ meter: (id) => meter.jobUsage(id), getJob: (id) => deps.store.getJob(id), stepJobs: (id) => deps.graphs?.jobs.stepJobs(id) ?? Promise.resolve([]) }, job);
+      }),
+    getJobTranscript: (req) =>
+      handle(async () => {
+        const jobId = required(req.jobId, "job_id");
         if (!(await deps.store.getJob(jobId))) throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
-        if (!deps.usage) throw new ConnectError("this orchestrator has no LLM proxy to ask for usage; set OZ0_LLM_PROXY_URL", Code.FailedPrecondition);
-        return { usage: await deps.usage.jobUsage(jobId) };
+        if (!deps.transcripts) throw new ConnectError("this orchestrator publishes no lifecycle events, so no transcript is built; set OZ0_EVENTS_URL", Code.FailedPrecondition);
+        return { transcript: await deps.transcripts.transcript(jobId) };
       }),
   });
   const plugins = registration(PluginService, {

@@ -98,6 +98,14 @@ export class PostgresGraphStore implements GraphStore {
     );
   }
 
+  async listStepJobs(runId: string): Promise<StepJobRecord[]> {
+    const { rows } = await this.#pool.query<{ idempotency_key: string; step_job_id: string }>(
+      "SELECT idempotency_key, step_job_id FROM graph_step_jobs WHERE run_id = $1 ORDER BY created_at, idempotency_key",
+      [runId],
+    );
+    return rows.map((r) => ({ idempotencyKey: r.idempotency_key, runId, stepJobId: r.step_job_id }));
+  }
+
   /** The pool is the job store's: it closes it. */
   async close(): Promise<void> {
     await Promise.resolve();

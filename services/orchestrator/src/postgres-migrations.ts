@@ -145,6 +145,12 @@ CREATE TABLE stderr_pieces (
   job_id text NOT NULL, session_id text NOT NULL, seq bigint NOT NULL, text text NOT NULL, bytes integer NOT NULL,
   dropped_bytes bigint NOT NULL, PRIMARY KEY (job_id, session_id, seq));`,
   },
+  {
+    version: 11,
+    name: "job start and trace",
+    // When a job began running and the id of its trace, for `oz0 jobs show` (and a link to a trace viewer).
+    sql: "ALTER TABLE jobs ADD COLUMN started_at timestamptz; ALTER TABLE jobs ADD COLUMN trace_id text NOT NULL DEFAULT '';",
+  },
 ];
 
 export interface PostgresConnectionOptions {

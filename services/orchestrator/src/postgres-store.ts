@@ -65,6 +65,8 @@ interface JobRow {
   cancel_requested_at: Date | null;
   served_tools: string;
   started_by: string;
+  started_at: Date | null;
+  trace_id: string;
 }
 
 interface AgentRow {
@@ -128,6 +130,8 @@ const JOB_COLUMNS: Record<keyof JobPatch, string> = {
   cancelRequestedAt: "cancel_requested_at",
   servedTools: "served_tools",
   startedBy: "started_by",
+  startedAt: "started_at",
+  traceId: "trace_id",
 };
 
 function toJob(row: JobRow): JobRecord {
@@ -153,6 +157,8 @@ function toJob(row: JobRow): JobRecord {
     ...(row.cancel_requested_at !== null ? { cancelRequestedAt: row.cancel_requested_at } : {}),
     servedTools: row.served_tools,
     startedBy: row.started_by,
+    ...(row.started_at !== null ? { startedAt: row.started_at } : {}),
+    ...(row.trace_id ? { traceId: row.trace_id } : {}),
   };
 }
 
@@ -327,8 +333,8 @@ export class PostgresJobStore implements JobStore {
   async createJob(job: JobRecord): Promise<void> {
     await this.#pool.query(
       `INSERT INTO jobs (id, agent_name, agent_version, input, state, created_at, updated_at, finished_at, result_text, stop_reason,
-       error, session_id, sandbox_url, last_seq, sandbox_seq, attachments, token_id, cancel_requested_at, served_tools, started_by)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`,
+       error, session_id, sandbox_url, last_seq, sandbox_seq, attachments, token_id, cancel_requested_at, served_tools, started_by, started_at, trace_id)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`,
       [
         job.id,
         job.agentName,
@@ -350,6 +356,8 @@ export class PostgresJobStore implements JobStore {
         job.cancelRequestedAt ?? null,
         job.servedTools,
         job.startedBy,
+        job.startedAt ?? null,
+        job.traceId ?? "",
       ],
     );
   }

@@ -139,5 +139,10 @@ export interface LifecycleSink {
   committed(): void;
   /** An event with no job write of its own: stored on its own, then shipped. */
   publish(type: LifecycleType, init: LifecycleInit): void;
+  /**
+   * The id of the job's trace once its `job.created` or `graph.run_started`
+   * event was made, when that trace is exported (tracing.ts); else undefined.
+   */
+  traceIdOf?(jobId: string): string | undefined;
   close(): Promise<void>;
 }

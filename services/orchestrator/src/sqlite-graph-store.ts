@@ -117,6 +117,13 @@ export class SqliteGraphStore implements GraphStore {
       .run(record.idempotencyKey, record.runId, record.stepJobId, Date.now());
   }
 
+  async listStepJobs(runId: string): Promise<StepJobRecord[]> {
+    const rows = this.db
+      .prepare("SELECT idempotency_key, step_job_id FROM orch_graph_step_jobs WHERE run_id = ? ORDER BY created_at, rowid")
+      .all(runId) as { idempotency_key: string; step_job_id: string }[];
+    return rows.map((r) => ({ idempotencyKey: r.idempotency_key, runId, stepJobId: r.step_job_id }));
+  }
+
   async close(): Promise<void> {
     this.checkpoints.close();
     this.db.close();

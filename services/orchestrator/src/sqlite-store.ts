@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   result_text TEXT NOT NULL, stop_reason INTEGER NOT NULL, error TEXT NOT NULL, session_id TEXT NOT NULL,
   sandbox_url TEXT NOT NULL, last_seq INTEGER NOT NULL, sandbox_seq INTEGER NOT NULL, attachments TEXT NOT NULL,
   token_id TEXT NOT NULL, cancel_requested_at INTEGER, served_tools TEXT NOT NULL DEFAULT '',
-  started_by TEXT NOT NULL DEFAULT '');
+  started_by TEXT NOT NULL DEFAULT '', started_at INTEGER, trace_id TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created_at);
 CREATE TABLE IF NOT EXISTS job_events (
@@ -90,6 +90,8 @@ interface JobRow {
   cancel_requested_at: number | null;
   served_tools: string;
   started_by: string;
+  started_at: number | null;
+  trace_id: string;
 }
 
 interface AgentRow {
@@ -142,6 +144,8 @@ const JOB_COLUMNS: Record<keyof JobPatch, string> = {
   cancelRequestedAt: "cancel_requested_at",
   servedTools: "served_tools",
   startedBy: "started_by",
+  startedAt: "started_at",
+  traceId: "trace_id",
 };
 
 function toJob(row: JobRow): JobRecord {
@@ -166,6 +170,8 @@ function toJob(row: JobRow): JobRecord {
     ...(row.cancel_requested_at !== null ? { cancelRequestedAt: new Date(row.cancel_requested_at) } : {}),
     servedTools: row.served_tools,
     startedBy: row.started_by,
+    ...(row.started_at !== null ? { startedAt: new Date(row.started_at) } : {}),
+    ...(row.trace_id ? { traceId: row.trace_id } : {}),
   };
 }
 
@@ -226,6 +232,9 @@ export class SqliteJobStore implements JobStore {
     if (!columns.some((c) => c.name === "served_tools")) this.#db.exec("ALTER TABLE jobs ADD COLUMN served_tools TEXT NOT NULL DEFAULT ''");
     // ... and from before identities: nobody is recorded as their starter.
     if (!columns.some((c) => c.name === "started_by")) this.#db.exec("ALTER TABLE jobs ADD COLUMN started_by TEXT NOT NULL DEFAULT ''");
+    // ... and from before `oz0 jobs show` named when a job started and its trace.
+    if (!columns.some((c) => c.name === "started_at")) this.#db.exec("ALTER TABLE jobs ADD COLUMN started_at INTEGER");
+    if (!columns.some((c) => c.name === "trace_id")) this.#db.exec("ALTER TABLE jobs ADD COLUMN trace_id TEXT NOT NULL DEFAULT ''");
   }
 
   async putPlugin(record: PluginRecord): Promise<void> {
@@ -296,8 +305,8 @@ export class SqliteJobStore implements JobStore {
     this.#db
       .prepare(
         `INSERT INTO jobs (id, agent_name, agent_version, input, state, created_at, updated_at, finished_at, result_text, stop_reason,
-         error, session_id, sandbox_url, last_seq, sandbox_seq, attachments, token_id, cancel_requested_at, served_tools, started_by)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         error, session_id, sandbox_url, last_seq, sandbox_seq, attachments, token_id, cancel_requested_at, served_tools, started_by, started_at, trace_id)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       )
       .run(
         job.id,
@@ -320,6 +329,8 @@ export class SqliteJobStore implements JobStore {
         job.cancelRequestedAt?.getTime() ?? null,
         job.servedTools,
         job.startedBy,
+        job.startedAt?.getTime() ?? null,
+        job.traceId ?? "",
       );
   }
 

@@ -12,6 +12,7 @@ import { openGraphStore } from "./graph-store.js";
 import { JobFeed } from "./job-feed.js";
 import { JobRunner } from "./job-runner.js";
 import type { JobStore } from "./job-store.js";
+import { eventsTranscripts } from "./job-transcripts.js";
 import { LifecycleOutbox } from "./lifecycle-events.js";
 import { LlmProxyClient } from "./llm-proxy-client.js";
 import { orchestratorServices } from "./orchestrator-service.js";
@@ -206,6 +207,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
         agents: new AgentVersions({ store }),
         secrets,
         ...(proxy instanceof LlmProxyClient ? { usage: proxy } : {}),
+        ...(config.eventsUrl ? { transcripts: eventsTranscripts({ url: config.eventsUrl, token: serviceToken }) } : {}),
         graphs: { jobs: graphJobs, registry: graphRegistry },
       }),
     ],

@@ -16,7 +16,7 @@
 // span they belong to. Only names, ids, counts and outcomes are recorded:
 // never the task, tool input or output, model text or a reason a hook wrote.
 import { create } from "@bufbuild/protobuf";
-import { context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Span } from "@opentelemetry/api";
+import { context, isSpanContextValid, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Context, type Span } from "@opentelemetry/api";
 import type { LifecycleType } from "@oz0/events-client";
 import type { GraphTracer } from "@oz0/graph";
 import { TraceContextSchema, type PermissionAnswer, type RuntimeToolResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
@@ -135,6 +135,11 @@ export class OrchestratorTracing {
       },
       close: async () => {
         await inner?.close();
+      },
+      traceIdOf: (jobId) => {
+        const span = this.#jobs.get(jobId)?.span.spanContext();
+        // A trace nobody records (no exporter, or not sampled) has no id worth showing.
+        return span && isSpanContextValid(span) && (span.traceFlags & TraceFlags.SAMPLED) !== 0 ? span.traceId : undefined;
       },
     };
   }

@@ -188,5 +188,16 @@ export function graphStoreSuite(name: string, factory: GraphStoreFactory): void 
       await two.putStepJob({ idempotencyKey: "graph_1/0", runId: "graph_1", stepJobId: "job_b" });
       assert.equal(await one.getStepJob("graph_1/0"), "job_b");
       assert.equal(await one.getStepJob("graph_1/1"), undefined);
+      await one.putStepJob({ idempotencyKey: "graph_1#manager:step_error@/0:1:1:ab", runId: "graph_1", stepJobId: "job_m" });
+      await one.putStepJob({ idempotencyKey: "graph_9/0", runId: "graph_9", stepJobId: "job_other" });
+      // A run's jobs, for its usage: the retried step's latest job, then the manager's.
+      assert.deepEqual(
+        (await two.listStepJobs("graph_1")).map((r) => [r.idempotencyKey, r.stepJobId]),
+        [
+          ["graph_1/0", "job_b"],
+          ["graph_1#manager:step_error@/0:1:1:ab", "job_m"],
+        ],
+      );
+      assert.deepEqual(await two.listStepJobs("graph_2"), []);
     }));
 }

@@ -145,6 +145,21 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     assert.deepEqual(recorded?.event.case === "servedToolCall" ? recorded.event.value.input : undefined, { reason: "stop" });
   });
 
+  withStore("a job keeps when it started (to the millisecond) and its trace id", async (store) => {
+    await store.createJob(job("t1"));
+    await store.createJob(job("g1", { state: "running", startedAt: new Date(1_700_000_000_123), traceId: "0af7651916cd43dd8448eb211c80319c" }));
+    const pending = await store.getJob("t1");
+    assert.equal(pending?.startedAt, undefined);
+    assert.equal(pending?.traceId ?? "", "");
+    await store.append({ jobId: "t1", events: [], job: { state: "running", startedAt: new Date(1_700_000_000_456), traceId: "4bf92f3577b34da6a3ce929d0e0e4736" } });
+    const started = await store.getJob("t1");
+    assert.equal(started?.startedAt?.getTime(), 1_700_000_000_456);
+    assert.equal(started?.traceId, "4bf92f3577b34da6a3ce929d0e0e4736");
+    const graph = (await store.listJobs({ limit: 10 })).find((j) => j.id === "g1");
+    assert.equal(graph?.startedAt?.getTime(), 1_700_000_000_123);
+    assert.equal(graph?.traceId, "0af7651916cd43dd8448eb211c80319c");
+  });
+
   withStore("jobs list newest first and filter by state and agent", async (store) => {
     await store.createJob(job("a", { createdAt: new Date(1000) }));
     await store.createJob(job("b", { createdAt: new Date(2000), state: "succeeded" }));

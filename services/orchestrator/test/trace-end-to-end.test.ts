@@ -108,7 +108,7 @@ void test("a job with an approved tool call and model calls through the proxy is
   const approved = await stack.cli(["approve", jobId, approval.callId]);
   assert.equal(approved.code, 0, approved.stderr);
   await stack.cli(["jobs", "watch", jobId]);
-  const shown = JSON.parse((await stack.cli(["jobs", "show", jobId, "--json"])).stdout) as { state: string; resultText: string; error: string };
+  const shown = JSON.parse((await stack.cli(["jobs", "show", jobId, "--json"])).stdout) as { state: string; resultText: string; error: string; traceId: string };
   assert.equal(shown.state, "JOB_STATE_SUCCEEDED", shown.error);
   assert.equal(shown.resultText, `done: ${MARKER}`, "the marker did reach the model and back");
 
@@ -127,6 +127,7 @@ void test("a job with an approved tool call and model calls through the proxy is
   assert.equal(root.parentSpanId, "", "the job is the root of its trace");
   assert.equal(root.attributes["gen_ai.operation.name"], "invoke_agent");
   assert.equal(root.attributes["gen_ai.agent.name"], "careful");
+  assert.equal(shown.traceId, root.traceId, "oz0 jobs show names the job's trace");
   const inTrace = spans.filter((s) => s.traceId === root.traceId);
   const byId = new Map(inTrace.map((s) => [s.spanId, s]));
   const one = (description: string, match: (s: ReceivedSpan) => boolean): ReceivedSpan => {
