@@ -10,7 +10,7 @@ import type { TokenUsage } from "../proxy-store.js";
 import { sseData } from "../sse-event-splitter.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
 import { isObject, parseEvent, stringOf, usageOf, withData, type Json } from "./sse-json.js";
-import { estimateTokens, firstPositive, tokenCount } from "./token-counts.js";
+import { firstPositive, streamReading, tokenCount } from "./token-counts.js";
 import type { ProxyErrorType, RequestBody, StreamMeter, StreamMeterReading, WireFormat, WireRequest } from "./wire-format.js";
 
 interface OpenAiUsageFields {
@@ -93,11 +93,7 @@ export class OpenAiStreamMeter implements StreamMeter {
 
   /** `estimatedInput` stands in for the input until the usage chunk came. */
   reading(estimatedInput: number): StreamMeterReading {
-    if (this.#usage) return { usage: { ...this.#usage }, estimated: false };
-    return {
-      usage: { input: estimatedInput, output: estimateTokens(this.#characters), cacheRead: 0, cacheWrite: 0, reasoning: 0 },
-      estimated: true,
-    };
+    return streamReading(this.#usage, estimatedInput, this.#characters);
   }
 }
 

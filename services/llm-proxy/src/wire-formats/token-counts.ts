@@ -1,4 +1,6 @@
 // Token counts as providers report them: only finite, positive numbers count.
+import type { TokenUsage } from "../proxy-store.js";
+import type { StreamMeterReading } from "./wire-format.js";
 
 export function tokenCount(value: unknown): number {
   return typeof value === "number" && Number.isFinite(value) && value > 0 ? Math.floor(value) : 0;
@@ -12,4 +14,10 @@ export function estimateTokens(characters: number): number {
 /** The first of the values that is a positive number (a request's output limit, under whichever name it uses). */
 export function firstPositive(...values: unknown[]): number | undefined {
   return values.find((v): v is number => typeof v === "number" && v > 0);
+}
+
+/** A stream's reading: what the provider reported, else the input as estimated and the output from the characters streamed. */
+export function streamReading(reported: TokenUsage | undefined, estimatedInput: number, characters: number): StreamMeterReading {
+  if (reported) return { usage: { ...reported }, estimated: false };
+  return { usage: { input: estimatedInput, output: estimateTokens(characters), cacheRead: 0, cacheWrite: 0, reasoning: 0 }, estimated: true };
 }
