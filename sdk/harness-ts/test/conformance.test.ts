@@ -89,7 +89,7 @@ void describe("the conformance kit", () => {
     assert.deepEqual(report.cases.map((c) => [c.id, c.status, c.routes]), [["protocol-version", "passed", ["anthropic"]], ["text", "failed", ["anthropic", "openai"]]]);
     assert.equal(
       report.cases[1]?.message,
-      "the OpenAI route: the session's model is openai/gpt-conformance, so its calls go to the OpenAI route, POST {llm.openai_base_url}/chat/completions; the harness called POST /anthropic/v1/messages (TextEvent, SessionResult.text)",
+      "the OpenAI route: the session's model is openai/gpt-conformance, so its calls go to the OpenAI route, POST {llm.openai_base_url}/chat/completions (or /responses); the harness called POST /anthropic/v1/messages (TextEvent, SessionResult.text)",
     );
   });
 

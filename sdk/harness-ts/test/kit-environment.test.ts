@@ -62,6 +62,8 @@ void describe("the scripted model as the LLM proxy", () => {
     ["POST", "/openai/chat/completions"],
     ["POST", "/openai/v1/chat/completions/"],
     ["POST", "/openai/v1/v1/chat/completions"],
+    ["POST", "/openai/v1/responses"],
+    ["POST", "/openai/responses/"],
     ["POST", "/v1/messages"],
     ["POST", "/v1/chat/completions"],
     ["POST", "/anthropic/v2/messages"],

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
-import { startScriptedModel, type ScriptedModel } from "../src/testing/scripted-model.js";
+import { modelTurnsIn, startScriptedModel, type ScriptedModel } from "../src/testing/scripted-model.js";
 
 const weather = { name: "get_weather", input: { city: "Paris", unit: "celsius" } };
 
@@ -159,6 +159,102 @@ void describe("scripted model with the real openai client", () => {
       client.chat.completions.create({ model: "gpt-x", messages: [{ role: "user", content: "hi" }] }),
       (error: unknown) => error instanceof OpenAI.APIError && error.status === 429 && error.headers?.get("retry-after") === "0",
     );
+  });
+});
+
+void describe("scripted model with the real openai client: the Responses API", () => {
+  let model: ScriptedModel;
+  let client: OpenAI;
+  before(async () => {
+    model = await startScriptedModel({
+      turns: [
+        { text: "plain answer", usage: { input: 5, output: 2, cacheRead: 1, reasoning: 1 } },
+        { text: "Checking the weather now, one moment please.", toolCalls: [weather, { id: "call_fixed", name: "lookup", input: { q: "x" } }], usage: { input: 9, output: 8 } },
+        { text: "a long text that will be cut somewhere in the middle of it", cutMidStream: true, usage: { input: 9, output: 20 } },
+        { text: "stopped", stopReason: "max_tokens" },
+        { fail: { status: 400, message: "scripted refusal" } },
+      ],
+    });
+    client = new OpenAI({ baseURL: `${model.url}/v1`, apiKey: "sk-test", maxRetries: 0 });
+  });
+  after(() => model.close());
+
+  void it("answers a whole response with its output text and usage, cached tokens inside input_tokens", async () => {
+    const response = await client.responses.create({ model: "gpt-x", input: "hi" });
+    assert.equal(response.output_text, "plain answer");
+    assert.equal(response.status, "completed");
+    assert.equal(response.usage?.input_tokens, 6);
+    assert.equal(response.usage?.input_tokens_details.cached_tokens, 1);
+    assert.equal(response.usage?.output_tokens, 2);
+    assert.equal(response.usage?.output_tokens_details.reasoning_tokens, 1);
+    assert.equal(model.requests[0]?.wire, "openai-responses");
+    assert.equal(model.requests[0]?.headers.authorization, "Bearer sk-test");
+  });
+
+  void it("streams text and function calls as typed events the SDK assembles, usage in response.completed", async () => {
+    const stream = client.responses.stream({ model: "gpt-x", input: [{ role: "user", content: "weather?" }] });
+    const sequence: number[] = [];
+    const types: string[] = [];
+    stream.on("event", (event) => {
+      sequence.push(event.sequence_number);
+      types.push(event.type);
+    });
+    const response = await stream.finalResponse();
+    assert.deepEqual(
+      sequence,
+      sequence.map((_, i) => i),
+      "sequence numbers count from 0",
+    );
+    assert.deepEqual(types.slice(0, 2), ["response.created", "response.in_progress"]);
+    assert.equal(types.at(-1), "response.completed");
+    assert.equal(response.output_text, "Checking the weather now, one moment please.");
+    const calls = response.output.flatMap((item) => (item.type === "function_call" ? [item] : []));
+    assert.deepEqual(
+      calls.map((c) => [c.call_id, c.name, JSON.parse(c.arguments)]),
+      [
+        ["call_scripted_2_0", "get_weather", weather.input],
+        ["call_fixed", "lookup", { q: "x" }],
+      ],
+    );
+    assert.equal(response.usage?.output_tokens, 8);
+  });
+
+  void it("cuts a stream mid-way, having reported no usage", async () => {
+    const served = model.tokensServed;
+    let received = "";
+    await assert.rejects(async () => {
+      const stream = await client.responses.create({ model: "gpt-x", input: "x", stream: true });
+      for await (const event of stream) if (event.type === "response.output_text.delta") received += event.delta;
+    });
+    assert.ok(received.length > 0 && received.length < "a long text that will be cut somewhere in the middle of it".length);
+    assert.deepEqual(model.tokensServed, served, "usage comes with the response's end only");
+  });
+
+  void it("marks a turn that stopped at its output limit incomplete, and fails in OpenAI's error shape", async () => {
+    const stream = client.responses.stream({ model: "gpt-x", input: "x" });
+    const types: string[] = [];
+    stream.on("event", (event) => types.push(event.type));
+    const response = await stream.finalResponse();
+    assert.equal(response.status, "incomplete");
+    assert.equal(response.incomplete_details?.reason, "max_output_tokens");
+    assert.equal(types.at(-1), "response.incomplete");
+    await assert.rejects(client.responses.create({ model: "gpt-x", input: "x" }), (error: unknown) => error instanceof OpenAI.BadRequestError && error.message.includes("scripted refusal"));
+  });
+
+  void it("counts the model's turns in a Responses input: each run of its own items between the caller's", () => {
+    const input = [
+      { role: "user", content: "x" },
+      { type: "reasoning", summary: [] },
+      { type: "message", role: "assistant", content: [{ type: "output_text", text: "looking" }] },
+      { type: "function_call", call_id: "c1", name: "t", arguments: "{}" },
+      { type: "function_call_output", call_id: "c1", output: "done" },
+      { role: "assistant", content: "and so" },
+      { role: "user", content: "go on" },
+    ];
+    assert.equal(modelTurnsIn({ wire: "openai-responses", body: { input } }), 2);
+    assert.equal(modelTurnsIn({ wire: "openai-responses", body: { input: "just text" } }), 0);
+    assert.equal(modelTurnsIn({ wire: "openai-chat-completions", body: { messages: [{ role: "user" }, { role: "assistant" }] } }), 1);
+    assert.equal(modelTurnsIn({ wire: "anthropic-count-tokens", body: { messages: [{ role: "assistant" }] } }), 0);
   });
 });
 

@@ -1,8 +1,8 @@
 // A provider on loopback that answers in exactly the pieces a test gives it:
 // one streamed delta per piece (the scripted model cuts text into 16
 // characters, too long to show a key sent a few characters per event), in
-// the Anthropic Messages and OpenAI Chat Completions wire formats, streamed
-// and whole. It records every request's headers.
+// the Anthropic Messages, OpenAI Chat Completions and OpenAI Responses wire
+// formats, streamed and whole. It records every request's headers.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -78,6 +78,43 @@ function openAiCompletion(answer: EchoAnswer, model: string): unknown {
   };
 }
 
+const RESPONSES_USAGE = { input_tokens: 10, input_tokens_details: { cached_tokens: 0 }, output_tokens: 20, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 30 };
+
+function responsesOutput(answer: EchoAnswer): unknown[] {
+  const output: unknown[] = [{ type: "message", id: "msg_echo", status: "completed", role: "assistant", content: [{ type: "output_text", text: answer.text.join(""), annotations: [] }] }];
+  if (answer.toolJson) output.push({ type: "function_call", id: "fc_echo", call_id: "call_echo", name: "note", arguments: answer.toolJson.join(""), status: "completed" });
+  return output;
+}
+
+function responsesAnswer(answer: EchoAnswer, model: string, status = "completed"): Record<string, unknown> {
+  return { id: "resp_echo", object: "response", created_at: 1_700_000_000, status, model, output: status === "completed" ? responsesOutput(answer) : [], usage: status === "completed" ? RESPONSES_USAGE : null };
+}
+
+function responsesFrames(answer: EchoAnswer, model: string): string[] {
+  let sequence = 0;
+  const frame = (type: string, data: Record<string, unknown>): string => event(type, { type, sequence_number: sequence++, ...data });
+  const [message, call] = responsesOutput(answer) as Record<string, unknown>[];
+  const text = answer.text.join("");
+  const frames = [
+    frame("response.created", { response: responsesAnswer(answer, model, "in_progress") }),
+    frame("response.output_item.added", { output_index: 0, item: { ...message, status: "in_progress", content: [] } }),
+    frame("response.content_part.added", { item_id: "msg_echo", output_index: 0, content_index: 0, part: { type: "output_text", text: "", annotations: [] } }),
+  ];
+  for (const piece of answer.text) frames.push(frame("response.output_text.delta", { item_id: "msg_echo", output_index: 0, content_index: 0, delta: piece, logprobs: [] }));
+  frames.push(
+    frame("response.output_text.done", { item_id: "msg_echo", output_index: 0, content_index: 0, text, logprobs: [] }),
+    frame("response.content_part.done", { item_id: "msg_echo", output_index: 0, content_index: 0, part: { type: "output_text", text, annotations: [] } }),
+    frame("response.output_item.done", { output_index: 0, item: message }),
+  );
+  if (answer.toolJson && call) {
+    frames.push(frame("response.output_item.added", { output_index: 1, item: { ...call, arguments: "", status: "in_progress" } }));
+    for (const piece of answer.toolJson) frames.push(frame("response.function_call_arguments.delta", { item_id: "fc_echo", output_index: 1, delta: piece }));
+    frames.push(frame("response.function_call_arguments.done", { item_id: "fc_echo", output_index: 1, name: "note", arguments: answer.toolJson.join("") }), frame("response.output_item.done", { output_index: 1, item: call }));
+  }
+  frames.push(frame("response.completed", { response: responsesAnswer(answer, model) }));
+  return frames;
+}
+
 /** Starts the provider; `answer` picks what each request gets. */
 export async function startEchoingUpstream(options: { answer: (request: { path: string; body: Record<string, unknown> }) => EchoAnswer }): Promise<EchoingUpstream> {
   const requests: EchoingUpstream["requests"] = [];
@@ -95,16 +132,17 @@ export async function startEchoingUpstream(options: { answer: (request: { path: 
         return;
       }
       const answer = options.answer({ path, body });
-      const openai = path.endsWith("/chat/completions");
+      const api = path.endsWith("/chat/completions") ? "chat" : path.endsWith("/responses") ? "responses" : "messages";
       if (body.stream !== true) {
         res.writeHead(200, { "content-type": "application/json" });
-        res.end(JSON.stringify(openai ? openAiCompletion(answer, model) : anthropicMessage(answer, model)));
+        res.end(JSON.stringify(api === "chat" ? openAiCompletion(answer, model) : api === "responses" ? responsesAnswer(answer, model) : anthropicMessage(answer, model)));
         return;
       }
       const includeUsage = (body.stream_options as { include_usage?: boolean } | undefined)?.include_usage === true;
       res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+      const frames = api === "chat" ? openAiFrames(answer, model, includeUsage) : api === "responses" ? responsesFrames(answer, model) : anthropicFrames(answer, model);
       // One write per event, as a provider flushes them.
-      for (const frame of openai ? openAiFrames(answer, model, includeUsage) : anthropicFrames(answer, model)) res.write(frame);
+      for (const frame of frames) res.write(frame);
       res.end();
     });
   });

@@ -1,7 +1,7 @@
 // A provider that echoes the proxy's key back in the shapes that slip past a
 // per-event scrub: a few characters per streamed delta, spaced out with white
-// space, written into a tool call's JSON. Through the real proxy, on both wire
-// formats, streamed and whole: the client never sees the key, and sees the
+// space, written into a tool call's JSON. Through the real proxy, on every wire
+// format, streamed and whole: the client never sees the key, and sees the
 // rest of the answer exactly.
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -20,10 +20,11 @@ function pieces(text: string, size: number): string[] {
 
 /**
  * Every 8-character window of the key found in `text`, read through white
- * space and JSON-escaped white space: a key spaced out is still a leak.
+ * space and JSON-escaped white space, escaped once or more (a tool call's
+ * arguments are JSON inside a JSON string): a key spaced out is still a leak.
  */
 function leaks(text: string): string[] {
-  const squeezed = text.replace(/\\[nrt]|\s/g, "");
+  const squeezed = text.replace(/\\+[nrt]|\s/g, "");
   const found: string[] = [];
   for (let i = 0; i + 8 <= PLANTED_KEY.length; i += 1) {
     const window = PLANTED_KEY.slice(i, i + 8);
@@ -132,13 +133,58 @@ function readOpenAi(raw: string, stream: boolean): { text: string; toolInput: un
   return { text, toolInput: args ? JSON.parse(args) : undefined };
 }
 
+/** The same from a raw OpenAI Responses answer. */
+function readResponses(raw: string, stream: boolean): { text: string; toolInput: unknown } {
+  type Item = { type: string; content?: { text: string }[]; arguments?: string };
+  if (!stream) {
+    const response = JSON.parse(raw) as { output: Item[] };
+    const args = response.output.find((item) => item.type === "function_call")?.arguments;
+    return { text: response.output.find((item) => item.type === "message")?.content?.[0]?.text ?? "", toolInput: args ? JSON.parse(args) : undefined };
+  }
+  let text = "";
+  let args = "";
+  const types: string[] = [];
+  for (const event of raw.split("\n\n")) {
+    const data = sseData(event);
+    if (!data) continue;
+    const parsed = JSON.parse(data) as { type: string; delta?: string };
+    types.push(parsed.type);
+    if (parsed.type === "response.output_text.delta") text += parsed.delta;
+    if (parsed.type === "response.function_call_arguments.delta") args += parsed.delta;
+  }
+  assert.equal(types.at(-1), "response.completed", "the stream ended with the whole response");
+  return { text, toolInput: args ? JSON.parse(args) : undefined };
+}
+
+/** How a client calls each wire format and reads its answer. */
+const WIRES = {
+  anthropic: {
+    url: (e: SessionEndpoint) => `${e.anthropicBaseUrl}/v1/messages`,
+    body: (name: string, stream: boolean) => ({ model: "claude-sonnet-5", max_tokens: 100, stream, messages: [{ role: "user", content: name }] }),
+    auth: (e: SessionEndpoint): Record<string, string> => ({ "x-api-key": e.token }),
+    read: readAnthropic,
+  },
+  openai: {
+    url: (e: SessionEndpoint) => `${e.openaiBaseUrl}/chat/completions`,
+    body: (name: string, stream: boolean) => ({ model: "gpt-4o", max_tokens: 100, stream, messages: [{ role: "user", content: name }] }),
+    auth: (e: SessionEndpoint): Record<string, string> => ({ authorization: `Bearer ${e.token}` }),
+    read: readOpenAi,
+  },
+  "openai-responses": {
+    url: (e: SessionEndpoint) => `${e.openaiBaseUrl}/responses`,
+    body: (name: string, stream: boolean) => ({ model: "gpt-5", max_output_tokens: 100, stream, input: [{ role: "user", content: name }] }),
+    auth: (e: SessionEndpoint): Record<string, string> => ({ authorization: `Bearer ${e.token}` }),
+    read: readResponses,
+  },
+} as const;
+
 void describe("a key echoed back in pieces", () => {
   let upstream: EchoingUpstream;
   let fx: ProxyFixture;
   let endpoint: SessionEndpoint;
   // Each request names its case in the user message; the upstream answers with that case.
   const answerFor = (body: Record<string, unknown>): EchoAnswer => {
-    const name = ((body.messages as { content: string }[] | undefined)?.[0]?.content ?? "").toString();
+    const name = (((body.messages ?? body.input) as { content: string }[] | undefined)?.[0]?.content ?? "").toString();
     const found = CASES.find((c) => c.name === name);
     assert.ok(found, `no case named ${name}`);
     return found.answer;
@@ -162,18 +208,14 @@ void describe("a key echoed back in pieces", () => {
     await upstream.close();
   });
 
-  for (const wire of ["anthropic", "openai"] as const) {
+  for (const [wire, client] of Object.entries(WIRES)) {
     for (const stream of [true, false]) {
       for (const c of CASES) {
         void it(`${wire}, ${stream ? "streamed" : "whole"}: ${c.name}`, async () => {
-          const anthropic = wire === "anthropic";
-          const url = anthropic ? `${endpoint.anthropicBaseUrl}/v1/messages` : `${endpoint.openaiBaseUrl}/chat/completions`;
-          const body = { model: anthropic ? "claude-sonnet-5" : "gpt-4o", max_tokens: 100, stream, messages: [{ role: "user", content: c.name }] };
-          const auth: Record<string, string> = anthropic ? { "x-api-key": endpoint.token } : { authorization: `Bearer ${endpoint.token}` };
-          const response = await post(url, body, { ...endpoint.headers, ...auth });
+          const response = await post(client.url(endpoint), client.body(c.name, stream), { ...endpoint.headers, ...client.auth(endpoint) });
           assert.equal(response.status, 200, response.text);
           assert.deepEqual(leaks(response.text), [], "no run of the key in the bytes the client got");
-          const read = anthropic ? readAnthropic(response.text, stream) : readOpenAi(response.text, stream);
+          const read = client.read(response.text, stream);
           assert.deepEqual(leaks(read.text + JSON.stringify(read.toolInput ?? null)), [], "no run of the key in what the client reads");
           assert.equal(read.text, c.text);
           assert.deepEqual(read.toolInput, c.toolInput);
@@ -202,6 +244,19 @@ void describe("a key echoed back in pieces", () => {
       const call = choice.message.tool_calls?.[0];
       assert.deepEqual(call?.type === "function" ? JSON.parse(call.function.arguments) : undefined, c.toolInput);
       assert.equal(completion.usage?.completion_tokens, 20);
+
+      let streamed = "";
+      let args = "";
+      const responseStream = openai.responses.stream({ model: "gpt-5", input: [{ role: "user", content: c.name }] });
+      responseStream.on("response.output_text.delta", (event) => (streamed += event.delta));
+      responseStream.on("response.function_call_arguments.delta", (event) => (args += event.delta));
+      const response = await responseStream.finalResponse();
+      assert.equal(streamed, c.text);
+      assert.equal(response.output_text, c.text);
+      assert.deepEqual(args ? JSON.parse(args) : undefined, c.toolInput);
+      const functionCall = response.output.find((item) => item.type === "function_call");
+      assert.deepEqual(functionCall?.type === "function_call" ? JSON.parse(functionCall.arguments) : undefined, c.toolInput);
+      assert.equal(response.usage?.output_tokens, 20);
     }
   });
 

@@ -1,4 +1,4 @@
-// The shapes a scripted-model script is written in, shared by both wire formats.
+// The shapes a scripted-model script is written in, shared by every wire format.
 
 /** One tool call the scripted model makes in a turn. */
 export interface ScriptedToolCall {
@@ -14,7 +14,7 @@ export interface ScriptedUsage {
   output: number;
   cacheRead?: number;
   cacheWrite?: number;
-  /** OpenAI `completion_tokens_details.reasoning_tokens`. */
+  /** OpenAI `completion_tokens_details.reasoning_tokens` (Responses: `output_tokens_details.reasoning_tokens`). */
   reasoning?: number;
 }
 
@@ -41,7 +41,7 @@ export interface ScriptedTurn {
 }
 
 /** Which API a request used. */
-export type ScriptedWireFormat = "anthropic-messages" | "anthropic-count-tokens" | "openai-chat-completions" | "models";
+export type ScriptedWireFormat = "anthropic-messages" | "anthropic-count-tokens" | "openai-chat-completions" | "openai-responses" | "models";
 
 /** One call the scripted model received. */
 export interface ScriptedRequest {

@@ -36,7 +36,7 @@ export function toolCallId(call: ScriptedToolCall, prefix: string, seq: number, 
   return call.id ?? `${prefix}_scripted_${seq}_${index}`;
 }
 
-function anthropicStopReason(turn: ScriptedTurn): string {
+export function anthropicStopReason(turn: ScriptedTurn): string {
   return turn.stopReason ?? (turn.toolCalls?.length ? "tool_use" : "end_turn");
 }
 
@@ -83,14 +83,14 @@ export function anthropicMessage({ turn, usage, model, seq }: AnswerInput): unkn
 }
 
 /** Splits text into a few deltas so clients see a real stream. */
-function chunks(text: string, size = 16): string[] {
+export function chunks(text: string, size = 16): string[] {
   const out: string[] = [];
   for (let i = 0; i < text.length; i += size) out.push(text.slice(i, i + size));
   return out;
 }
 
 /** Pushes the cut marker the first time it is called, when the turn asks to be cut. */
-function cutOnce(turn: ScriptedTurn, frames: StreamFrame[]): () => void {
+export function cutOnce(turn: ScriptedTurn, frames: StreamFrame[]): () => void {
   let done = false;
   return () => {
     if (turn.cutMidStream && !done) {
@@ -100,7 +100,7 @@ function cutOnce(turn: ScriptedTurn, frames: StreamFrame[]): () => void {
   };
 }
 
-function sse(event: string, data: unknown): StreamFrame {
+export function sse(event: string, data: unknown): StreamFrame {
   return { data: `event: ${event}\ndata: ${JSON.stringify(data)}\n\n` };
 }
 

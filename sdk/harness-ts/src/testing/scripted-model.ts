@@ -1,9 +1,11 @@
 // The one test double for model providers: an HTTP server on loopback that
-// answers the Anthropic Messages and OpenAI Chat Completions APIs from a
-// script, so the official SDKs and the Claude Code binary run offline.
+// answers the Anthropic Messages, OpenAI Chat Completions and OpenAI
+// Responses APIs from a script, so the official SDKs and the Claude Code
+// binary run offline.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Script, ScriptedRequest, ScriptedTurn, ScriptedUsage, ScriptedWireFormat, TokensServed } from "./scripted-model-types.js";
+import { OPENAI_RESPONSES } from "./scripted-model-responses.js";
 import { ANTHROPIC_MESSAGES, anthropicError, estimateTokens, OPENAI_CHAT_COMPLETIONS, type AnswerInput, type ScriptedAnswerFormat } from "./scripted-model-wire.js";
 
 export type {
@@ -32,11 +34,12 @@ export interface ScriptedModelOptions {
   isSideCall?: (request: ScriptedRequest) => boolean;
   /**
    * Which paths it answers. `provider` (the default) plays a model provider:
-   * any path ending in `/messages`, `/messages/count_tokens` or
-   * `/chat/completions`, and `GET …/models`. `llm-proxy` plays the LLM proxy
-   * a harness calls on the real stack, and answers exactly its routes:
-   * `POST /{provider}/v1/messages`, `/{provider}/v1/messages/count_tokens`
-   * and `/{provider}/v1/chat/completions` (the `/v1` may be left out), for
+   * any path ending in `/messages`, `/messages/count_tokens`,
+   * `/chat/completions` or `/responses`, and `GET …/models`. `llm-proxy`
+   * plays the LLM proxy a harness calls on the real stack, and answers
+   * exactly its routes: `POST /{provider}/v1/messages`,
+   * `/{provider}/v1/messages/count_tokens`, `/{provider}/v1/chat/completions`
+   * and `/{provider}/v1/responses` (the `/v1` may be left out), for
    * the providers in `providers`; anything else is the proxy's 404.
    */
   routes?: "provider" | "llm-proxy";
@@ -57,7 +60,7 @@ export interface ScriptedModel {
   /**
    * The OpenAI base URL a harness is given, ending in `/v1` as OpenAI's SDKs
    * expect: `${url}/v1` as a provider, `${url}/openai/v1` as the LLM proxy.
-   * Calls go to `POST {openaiBaseUrl}/chat/completions`.
+   * Calls go to `POST {openaiBaseUrl}/chat/completions` or `POST {openaiBaseUrl}/responses`.
    */
   readonly openaiBaseUrl: string;
   /** Every call received, in order, side calls included. */
@@ -102,19 +105,21 @@ export function isClaudeCodeSideCall(request: ScriptedRequest): boolean {
 }
 
 /** An LLM proxy route's path after `/{provider}` and the optional `/v1`. */
-export type ProxyOperation = "messages" | "messages/count_tokens" | "chat/completions";
+export type ProxyOperation = "messages" | "messages/count_tokens" | "chat/completions" | "responses";
 
 /** The APIs the scripted model serves (the LLM proxy's routes, services/llm-proxy/src/wire-formats/formats.ts), by the path each ends in. */
 const ROUTES: ReadonlyArray<{ operation: ProxyOperation; wire: Exclude<ScriptedWireFormat, "models"> }> = [
   { operation: "messages", wire: "anthropic-messages" },
   { operation: "messages/count_tokens", wire: "anthropic-count-tokens" },
   { operation: "chat/completions", wire: "openai-chat-completions" },
+  { operation: "responses", wire: "openai-responses" },
 ];
 
 /** How each API that consumes turns answers them. */
 const ANSWER_FORMATS: Readonly<Record<Exclude<ScriptedWireFormat, "models" | "anthropic-count-tokens">, ScriptedAnswerFormat>> = {
   "anthropic-messages": ANTHROPIC_MESSAGES,
   "openai-chat-completions": OPENAI_CHAT_COMPLETIONS,
+  "openai-responses": OPENAI_RESPONSES,
 };
 
 /** The LLM proxy's routes: provider, optional `/v1`, operation, optional trailing slash. */

@@ -3,9 +3,10 @@
 import { anthropicCountTokens } from "./anthropic-count-tokens.js";
 import { anthropicMessages } from "./anthropic-messages.js";
 import { openAiChatCompletions } from "./openai-chat-completions.js";
+import { openAiResponses } from "./openai-responses.js";
 import type { WireFormat } from "./wire-format.js";
 
-export const WIRE_FORMATS: readonly WireFormat[] = [anthropicMessages, anthropicCountTokens, openAiChatCompletions];
+export const WIRE_FORMATS: readonly WireFormat[] = [anthropicMessages, anthropicCountTokens, openAiChatCompletions, openAiResponses];
 
 const byRoute = new Map(WIRE_FORMATS.map((format) => [format.route, format]));
 

@@ -22,13 +22,18 @@ export function parseEvent(event: string): Json | undefined {
 
 /** The event with its data replaced by `data` (one line), its other lines kept. */
 export function withData(event: string, data: unknown): string {
+  return withDataText(event, JSON.stringify(data));
+}
+
+/** The event with its data replaced by a JSON text of one line, its other lines kept. */
+export function withDataText(event: string, json: string): string {
   let out = "";
   let wrote = false;
   for (const line of event.split(/\r?\n/)) {
     if (line === "") continue;
     if (!line.startsWith("data:")) out += `${line}\n`;
     else if (!wrote) {
-      out += `data: ${JSON.stringify(data)}\n`;
+      out += `data: ${json}\n`;
       wrote = true;
     }
   }

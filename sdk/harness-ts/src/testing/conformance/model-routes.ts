@@ -1,11 +1,11 @@
 // The two routes a session's model calls take through the LLM proxy. The
 // request names the route by the provider of its model (`model.primary`):
 // `anthropic/…` calls the Anthropic Messages API at llm.anthropic_base_url,
-// `openai/…` OpenAI Chat Completions at llm.openai_base_url. Which one a
-// session gets is the agent's configuration, so a harness may speak one route
-// or both; the kit runs each case on the routes asked for, or on those the
-// harness turns out to speak.
-import { proxyRouteOf } from "../scripted-model.js";
+// `openai/…` OpenAI Chat Completions or Responses at llm.openai_base_url.
+// Which one a session gets is the agent's configuration, so a harness may
+// speak one route or both; the kit runs each case on the routes asked for, or
+// on those the harness turns out to speak.
+import { proxyRouteOf, type ProxyOperation } from "../scripted-model.js";
 
 /** A route of the LLM proxy, named by its provider. */
 export type ModelRoute = "anthropic" | "openai";
@@ -21,7 +21,15 @@ export const ROUTE_MODELS: Readonly<Record<ModelRoute, string>> = { anthropic: "
 
 const ROUTE_CALLS: Readonly<Record<ModelRoute, string>> = {
   anthropic: "POST {llm.anthropic_base_url}/v1/messages (and /v1/messages/count_tokens)",
-  openai: "POST {llm.openai_base_url}/chat/completions",
+  openai: "POST {llm.openai_base_url}/chat/completions (or /responses)",
+};
+
+/** The route each of the proxy's operations belongs to. */
+const OPERATION_ROUTES: Readonly<Record<ProxyOperation, ModelRoute>> = {
+  messages: "anthropic",
+  "messages/count_tokens": "anthropic",
+  "chat/completions": "openai",
+  responses: "openai",
 };
 
 const ROUTE_NAMES: Readonly<Record<ModelRoute, string>> = { anthropic: "Anthropic", openai: "OpenAI" };
@@ -35,7 +43,7 @@ export function routeName(route: ModelRoute): string {
 export function isOnRoute(path: string, route: ModelRoute): boolean {
   const found = proxyRouteOf(path);
   if (found === undefined || found.provider !== route) return false;
-  return route === "openai" ? found.operation === "chat/completions" : found.operation !== "chat/completions";
+  return OPERATION_ROUTES[found.operation] === route;
 }
 
 /** True when a call went to the route's provider at all (`/openai/…`), even on a path the proxy does not serve. */

@@ -1,0 +1,181 @@
+// OpenAI Responses (`POST /v1/responses`). Usage is the response's `usage`:
+// `input_tokens` includes `input_tokens_details.cached_tokens`, and
+// `output_tokens` includes `output_tokens_details.reasoning_tokens`. A stream
+// is typed events (`response.created`, `response.output_text.delta`, …), each
+// with a `sequence_number`; it ends with `response.completed`,
+// `response.incomplete` or `response.failed`, whose `response` carries the
+// usage (there is no `[DONE]`), and an `error` event may come at any point.
+// Streamed texts: the `delta` of each text delta event (output text, refusal,
+// reasoning and its summary, function call arguments, custom tool input), one
+// text per output item and content part; the other events repeat whole texts
+// (a text's `.done`, the output item, the final response).
+import type { HeldTextScrubber } from "@oz0/serving";
+import type { TokenUsage } from "../proxy-store.js";
+import { OPENAI_FORWARDED_HEADERS, openAiErrorBody } from "./openai-chat-completions.js";
+import { sseData } from "../sse-event-splitter.js";
+import { parseEvent, stringOf, usageOf, withData, withDataText, type Json } from "./sse-json.js";
+import { DeltaStreamScrubber } from "./stream-scrubbing.js";
+import { firstPositive, streamReading, tokenCount } from "./token-counts.js";
+import type { ProxyErrorType, StreamMeter, StreamMeterReading, WireFormat } from "./wire-format.js";
+
+interface ResponsesUsageFields {
+  input_tokens?: number | null;
+  output_tokens?: number | null;
+  input_tokens_details?: { cached_tokens?: number | null } | null;
+  output_tokens_details?: { reasoning_tokens?: number | null } | null;
+}
+
+/** Input is stored without the cached part; reasoning is a part of output. */
+function fromResponsesUsage(usage: ResponsesUsageFields): TokenUsage {
+  const cached = tokenCount(usage.input_tokens_details?.cached_tokens);
+  return {
+    input: Math.max(0, tokenCount(usage.input_tokens) - cached),
+    output: tokenCount(usage.output_tokens),
+    cacheRead: cached,
+    cacheWrite: 0,
+    reasoning: tokenCount(usage.output_tokens_details?.reasoning_tokens),
+  };
+}
+
+/** The events that end a complete stream, each carrying the final response. */
+const ENDS = new Set(["response.completed", "response.incomplete", "response.failed"]);
+
+/** Event types whose `delta` is streamed text. */
+const TEXT_DELTAS = new Set([
+  "response.output_text.delta",
+  "response.refusal.delta",
+  "response.reasoning_text.delta",
+  "response.reasoning_summary_text.delta",
+  "response.function_call_arguments.delta",
+  "response.custom_tool_call_input.delta",
+  "response.mcp_call_arguments.delta",
+  "response.code_interpreter_call_code.delta",
+]);
+
+export class ResponsesStreamMeter implements StreamMeter {
+  #usage: TokenUsage | undefined;
+  #complete = false;
+  #characters = 0;
+
+  onEvent(event: string): string {
+    const parsed = parseEvent(event);
+    if (!parsed || typeof parsed.type !== "string") return event;
+    if (TEXT_DELTAS.has(parsed.type)) {
+      if (typeof parsed.delta === "string") this.#characters += parsed.delta.length;
+    } else if (ENDS.has(parsed.type)) {
+      this.#complete = true;
+      const usage = usageOf(parsed.response);
+      if (usage) this.#usage = fromResponsesUsage(usage);
+    }
+    return event;
+  }
+
+  /** True once `response.completed`, `response.incomplete` or `response.failed` arrived. */
+  get complete(): boolean {
+    return this.#complete;
+  }
+
+  /** `estimatedInput` stands in for the input until the final response reported its usage. */
+  reading(estimatedInput: number): StreamMeterReading {
+    return streamReading(this.#usage, estimatedInput, this.#characters);
+  }
+}
+
+/** One streamed text: its held part and its last delta event (the shape of the event that carries what is still held). */
+interface Text {
+  held: HeldTextScrubber;
+  outputIndex: unknown;
+  last: Json;
+}
+
+/**
+ * Holds back the end of each streamed text that may be the start of a key;
+ * what is still held when the text ends goes out as one more delta event of
+ * the same type, output item and content part, just before the event that
+ * ends it: the text's `.done`, its content part's or output item's `.done`,
+ * the end of the response or an `error`. That event repeats the last delta's
+ * `sequence_number`. Every other event is scrubbed as a whole answer is,
+ * string by string as decoded: the texts it repeats whole include a function
+ * call's arguments, JSON inside a JSON string, whose escapes a scan of the
+ * raw event would read only one level of.
+ */
+class ResponsesStreamScrubber extends DeltaStreamScrubber {
+  /** By `{type}:{output_index}:{content_index or summary_index}`. */
+  readonly #texts = new Map<string, Text>();
+
+  protected rewrite(event: string): string {
+    const parsed = parseEvent(event);
+    if (!parsed || typeof parsed.type !== "string") return event;
+    const type = parsed.type;
+    if (TEXT_DELTAS.has(type) && typeof parsed.delta === "string") {
+      const key = textKey(type, parsed);
+      let text = this.#texts.get(key);
+      if (!text) {
+        text = { held: this.scrubber.held(), outputIndex: parsed.output_index, last: parsed };
+        this.#texts.set(key, text);
+      }
+      text.last = parsed;
+      const sent = text.held.push(parsed.delta);
+      // Nothing of this delta may go yet: the client gets it with the next one.
+      if (sent === "") return "";
+      return sent === parsed.delta ? event : withData(event, { ...parsed, delta: sent });
+    }
+    let held = "";
+    if (type.endsWith(".done") && TEXT_DELTAS.has(`${type.slice(0, -".done".length)}.delta`)) {
+      held = this.#flush(textKey(`${type.slice(0, -".done".length)}.delta`, parsed));
+    } else if (type === "response.content_part.done" || type === "response.output_item.done" || type === "response.reasoning_summary_part.done") {
+      for (const [key, text] of [...this.#texts]) if (text.outputIndex === parsed.output_index) held += this.#flush(key);
+    } else if (ENDS.has(type) || type === "error") {
+      for (const key of [...this.#texts.keys()]) held += this.#flush(key);
+    }
+    return held + this.#wholeStrings(event);
+  }
+
+  /** The event with each string of its data scrubbed as its decoded text. */
+  #wholeStrings(event: string): string {
+    const data = sseData(event)!;
+    const scrubbed = this.scrubber.json(data);
+    return scrubbed === data ? event : withDataText(event, scrubbed);
+  }
+
+  /** The text's held part as one more delta event; the text has ended. */
+  #flush(key: string): string {
+    const text = this.#texts.get(key);
+    if (!text) return "";
+    this.#texts.delete(key);
+    const tail = text.held.flush();
+    if (tail === "") return "";
+    return `event: ${String(text.last.type)}\ndata: ${JSON.stringify({ ...text.last, delta: tail })}\n\n`;
+  }
+}
+
+function textKey(deltaType: string, parsed: Json): string {
+  return `${deltaType}:${String(parsed.output_index)}:${String(parsed.content_index ?? parsed.summary_index ?? "")}`;
+}
+
+/** The stream event of an error (the budget ran out): Responses' own `error` event. */
+function streamErrorEvent(type: ProxyErrorType, message: string): string {
+  return `event: error\ndata: ${JSON.stringify({ type: "error", code: type, message, param: null })}\n\n`;
+}
+
+export const openAiResponses: WireFormat = {
+  name: "openai-responses",
+  route: "responses",
+  forwardedHeaders: OPENAI_FORWARDED_HEADERS,
+  keyHeader: "bearer",
+  errorBody: openAiErrorBody,
+  calls: {
+    readRequest: (body) => ({
+      model: stringOf(body.field("model")),
+      stream: body.field("stream") === true,
+      maxOutputTokens: firstPositive(body.field("max_output_tokens")),
+      streamMeter: () => new ResponsesStreamMeter(),
+    }),
+    answerUsage(answer) {
+      const usage = usageOf(answer);
+      return usage && fromResponsesUsage(usage);
+    },
+    streamScrubber: (scrubber) => new ResponsesStreamScrubber(scrubber),
+    streamErrorEvent,
+  },
+};
