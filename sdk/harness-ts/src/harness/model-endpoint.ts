@@ -9,9 +9,9 @@ export interface ModelEndpoint {
   /** Base URL of an Anthropic Messages API: `POST ${anthropicBaseUrl}/v1/messages`. */
   readonly anthropicBaseUrl: string;
   /**
-   * Base URL of an OpenAI Chat Completions API, as the runtime gave it: it
-   * ends in `/v1` (`{proxy}/openai/v1`), as OpenAI's SDKs expect, so calls go
-   * to `POST ${openaiBaseUrl}/chat/completions`.
+   * Base URL of the OpenAI APIs, as the runtime gave it: it ends in `/v1`
+   * (`{proxy}/openai/v1`), as OpenAI's SDKs expect, so calls go to
+   * `POST ${openaiBaseUrl}/chat/completions` or `POST ${openaiBaseUrl}/responses`.
    */
   readonly openaiBaseUrl: string;
   /** The session token: pass it as the client's API key. It is not a provider key. */

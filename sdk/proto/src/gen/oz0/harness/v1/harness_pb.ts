@@ -229,7 +229,7 @@ export type ModelSelection = Message<"oz0.harness.v1.ModelSelection"> & {
   /**
    * `provider/model`. The provider names the route of the model calls:
    * `anthropic` the Anthropic Messages API at LlmEndpoint.anthropic_base_url,
-   * `openai` OpenAI Chat Completions at LlmEndpoint.openai_base_url.
+   * `openai` OpenAI Chat Completions or Responses at LlmEndpoint.openai_base_url.
    *
    * @generated from field: string primary = 1;
    */
@@ -288,9 +288,10 @@ export type LlmEndpoint = Message<"oz0.harness.v1.LlmEndpoint"> & {
   anthropicBaseUrl: string;
 
   /**
-   * Base URL of an OpenAI Chat Completions API. It ends in `/v1`, as
-   * OpenAI's SDKs expect of a base URL: call `POST {base}/chat/completions`
-   * (never `{base}/v1/chat/completions`, which no route serves).
+   * Base URL of the OpenAI APIs. It ends in `/v1`, as OpenAI's SDKs expect
+   * of a base URL: call `POST {base}/chat/completions` (Chat Completions) or
+   * `POST {base}/responses` (Responses), never `{base}/v1/…`, which no route
+   * serves.
    *
    * @generated from field: string openai_base_url = 2;
    */

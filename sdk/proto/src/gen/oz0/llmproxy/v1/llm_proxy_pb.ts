@@ -1,5 +1,6 @@
 // The LLM proxy's control API. Model calls themselves are plain HTTP on the
-// same port (`/{provider}/v1/messages`, `/{provider}/v1/chat/completions`);
+// same port (`/{provider}/v1/messages`, `/{provider}/v1/chat/completions`,
+// `/{provider}/v1/responses`);
 // this API holds provider keys (write-only), mints the session tokens those
 // calls carry, and reports what was used.
 
@@ -204,7 +205,8 @@ export type MintSessionTokenResponse = Message<"oz0.llmproxy.v1.MintSessionToken
 
   /**
    * Base URLs of the proxy's Anthropic and OpenAI routes for the default
-   * providers, ready for `LlmEndpoint`.
+   * providers, ready for `LlmEndpoint` (the OpenAI one serves both
+   * `/chat/completions` and `/responses`).
    *
    * @generated from field: string anthropic_base_url = 3;
    */
