@@ -166,15 +166,13 @@ void describe("the conformance kit", () => {
   ];
   for (const { fixture, caseId, status, message } of exactFixtures) {
     void it(`fails ${fixture} on ${caseId} and nothing else, naming the rule`, async () => {
-      const started = Date.now();
       const report = await runConformance({ command: broken(fixture), graceMs });
       const notPassed = report.cases.filter((c) => c.status !== "passed" && c.status !== "not_applicable");
       assert.deepEqual(notPassed.map((c) => [c.id, c.status]), [[caseId, status]], describeFailures(report));
       assert.match(notPassed[0]?.message ?? "", message);
       assert.equal(report.ok, status === "warning", "a recommended case only warns; a required one fails the run");
       if (fixture === "escapes-with-setsid") {
-        // Its escaped child holds stdout open: the kit neither waits for it nor leaves it running.
-        assert.ok(Date.now() - started < 60_000, `the run took ${Date.now() - started} ms`);
+        // Its escaped child holds stdout open: the kit neither waits for it (the test's timeout would end a hang) nor leaves it running.
         assert.deepEqual(processesRunning("sleep 987654"), []);
       }
       if (fixture === "escapes-with-clean-environment") assert.deepEqual(processesRunning(CLEAN_ESCAPEE), []);
