@@ -6,7 +6,7 @@ import { spawn } from "node:child_process";
 import { PassThrough } from "node:stream";
 import { after, before, test } from "node:test";
 import type { ScriptedTurn } from "@oz0/harness/testing";
-import { promptForAnswer } from "../src/cli/approval-prompt.js";
+import { promptForAnswer, rowsOf } from "../src/cli/approval-prompt.js";
 import { cliMain, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
 import { toolResults } from "./support/tool-results.js";
 
@@ -43,6 +43,28 @@ void test("y approves, n asks why and denies, e takes a JSON object and approves
   const ended = pair();
   ended.input.end();
   assert.deepEqual(await promptForAnswer({ call, input: ended.input, output: ended.output }), { allow: false, reason: "nobody answered at the terminal (its input ended)" });
+});
+
+void test("a question answered elsewhere is taken back: erased row by row, or marked where the terminal cannot move its cursor", async () => {
+  const erased = pair();
+  const abort = new AbortController();
+  erased.input.write("e\n");
+  const answer = promptForAnswer({ call, input: erased.input, output: erased.output, signal: abort.signal });
+  while (!erased.shown().includes("New input, as one line of JSON: ")) await new Promise((resolve) => setImmediate(resolve));
+  abort.abort();
+  assert.equal(await answer, undefined);
+  // Five rows: the blank line the question began with, its heading, the input, the choice with the typed "e", the new question.
+  assert.ok(erased.shown().endsWith("New input, as one line of JSON: \r\x1b[4A\x1b[J"), JSON.stringify(erased.shown()));
+  assert.equal(rowsOf("a\n\nb", 80), 3);
+  assert.equal(rowsOf("x".repeat(81), 80), 2, "a line wider than the terminal takes two rows");
+
+  const marked = pair();
+  const stop = new AbortController();
+  const unanswered = promptForAnswer({ call, input: marked.input, output: marked.output, signal: stop.signal, erase: false });
+  stop.abort();
+  assert.equal(await unanswered, undefined);
+  assert.ok(marked.shown().endsWith("Allow it? [y]es, [n]o, [e]dit the input: (answered elsewhere)\n"), JSON.stringify(marked.shown()));
+  assert.ok(!marked.shown().includes("\x1b"));
 });
 
 const CAREFUL = `name: careful

@@ -99,6 +99,29 @@ void test("email triage: the evaluator's label picks the arm, and each step is a
   assert.ok(seen.includes("graph.run_started"), seen.join());
   assert.ok(seen.includes("graph.step_started agent:email-triage@0.eval"), seen.join());
   assert.ok(seen.includes("graph.step_completed agent:email-triage@0.eval"), seen.join());
+
+  // Its usage is its step jobs': each listed, the sums over them.
+  const usage = await t.cli(["usage", graphJob, "--json"]);
+  assert.equal(usage.code, 0, usage.stderr);
+  const metered = JSON.parse(usage.stdout) as {
+    total: { calls: string; inputTokens: string };
+    agents: { agent: string; usage: { calls: string } }[];
+    steps: { jobId: string; step: string; agent: { name: string }; usage: { calls: string; inputTokens: string } }[];
+  };
+  assert.deepEqual(metered.steps.map((s) => [s.step, s.agent.name]), [["/0/eval", "email-triage"], ["/0/arm0/0", "writer"]]);
+  assert.deepEqual(metered.agents.map((a) => [a.agent, a.usage.calls]), [["email-triage", "1"], ["writer", "1"]]);
+  assert.equal(metered.total.calls, "2");
+  assert.equal(Number(metered.total.inputTokens), metered.steps.reduce((sum, s) => sum + Number(s.usage.inputTokens), 0));
+  for (const step of metered.steps) {
+    const own = JSON.parse((await t.cli(["usage", step.jobId, "--json"])).stdout) as { total: { inputTokens: string } };
+    assert.equal(own.total.inputTokens, step.usage.inputTokens, "each step's figure is its job's own");
+  }
+  const table = await t.cli(["usage", graphJob]);
+  assert.match(table.stdout, /^step \/0\/eval .* 1 calls .*job_\w+ \(email-triage v1\)$/m);
+  assert.match(table.stdout, new RegExp(`^graph run ${graphJob} +2 calls`, "m"));
+  const shown = await t.cli(["jobs", "show", graphJob]);
+  assert.match(shown.stdout, /^ {2}cost {6}\$\d+\.\d{4}.*: 2 model calls over 2 step jobs, /m);
+  assert.match(shown.stdout, /^ {2}started {3}\d{4}-.*\.\d{3}Z$/m);
 });
 
 void test("research and draft run in parallel and join before the editor", async () => {

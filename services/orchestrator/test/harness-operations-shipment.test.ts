@@ -128,6 +128,26 @@ void test("the shipment example: two operations in one turn run concurrently, va
   for (const secret of [EXTRACT_TASK, "Candidate: SHP-4831", "Booking ref", "Hamburg", '"issues"']) {
     assert.ok(!everything.includes(secret), `the transcript leaks ${secret}`);
   }
+
+  // The same transcript through the orchestrator, as `oz0 jobs transcript` shows it: two operation rows in one "2 parallel" group.
+  const shown = await t.cli(["jobs", "transcript", jobId]);
+  assert.equal(shown.code, 0, shown.stderr);
+  const operations = shown.stdout.split("\n").filter((line) => line.includes("Harness · "));
+  assert.deepEqual(operations.map((line) => /Harness · (\w+)/.exec(line)?.[1]).sort(), ["extract_shipment", "verify_shipment"], shown.stdout);
+  for (const line of operations) {
+    assert.match(line, /┃ Harness · \w+ · completed in \d+\.\d{3} s · task \d+ chars · timeout \d+\.000 s · result valid .*· [12] of 2 parallel$/);
+  }
+  assert.equal(shown.stdout.split("\n").filter((line) => /┃ 2 parallel$/.test(line)).length, 1, shown.stdout);
+  assert.match(shown.stdout, /┃ {3}\+\d+\.\d{3}s tool {2}read_file booking-4831\.txt/, "each operation's safe steps below it");
+  assert.match(shown.stdout, /job\.created /);
+  for (const secret of [EXTRACT_TASK, "Candidate: SHP-4831", "Booking ref", "Hamburg"]) assert.ok(!shown.stdout.includes(secret), `oz0 jobs transcript leaks ${secret}`);
+  // --json keeps the API's form.
+  const json = JSON.parse((await t.cli(["jobs", "transcript", jobId, "--json"])).stdout) as { jobId: string; rows: { operation?: { title: string; parallelGroupSize: number } }[] };
+  assert.equal(json.jobId, jobId);
+  assert.deepEqual(
+    json.rows.flatMap((r) => (r.operation ? [`${r.operation.title} ${r.operation.parallelGroupSize}`] : [])).sort(),
+    ["Harness · extract_shipment 2", "Harness · verify_shipment 2"],
+  );
 });
 
 void test("changing an operation publishes a new version; the older one keeps its exact definition", async (ctx) => {

@@ -1,5 +1,6 @@
 // The y/n/edit prompt `oz0 run` shows on a terminal when a call waits for a
-// person. It reads from any stream pair, so tests drive it without a TTY.
+// person, and takes back (erases) when the call is answered elsewhere. It
+// reads from any stream pair, so tests drive it without a TTY.
 import { createInterface } from "node:readline";
 import type { JsonObject } from "@bufbuild/protobuf";
 
@@ -48,30 +49,72 @@ class LineQueue {
   }
 }
 
+/** How many terminal rows `text` takes on a terminal `columns` wide (the cursor ends on the last). */
+export function rowsOf(text: string, columns: number): number {
+  return text.split("\n").reduce((rows, line) => rows + Math.max(1, Math.ceil([...line].length / Math.max(columns, 1))), 0);
+}
+
 /**
  * Asks until it gets a usable answer: y approves, n denies (asking why: the
  * model reads it), e edits the input as one line of JSON and approves that.
- * Input that ends (Ctrl-D) denies, since nobody approved.
+ * Input that ends (Ctrl-D) denies, since nobody approved. When `signal`
+ * aborts (the call was answered elsewhere), the question and what was typed
+ * are erased from the terminal (or, with `erase: false`, the question is
+ * marked answered elsewhere) and the result is undefined.
  */
-export async function promptForAnswer(options: { call: PromptedCall; input: NodeJS.ReadableStream; output: NodeJS.WritableStream }): Promise<PromptAnswer> {
-  const { call, output } = options;
+export async function promptForAnswer(options: {
+  call: PromptedCall;
+  input: NodeJS.ReadableStream;
+  output: NodeJS.WritableStream;
+  signal?: AbortSignal;
+  /** Erase a retracted question with cursor movements (a terminal that redraws; not with NO_COLOR or TERM=dumb). Default true. */
+  erase?: boolean;
+}): Promise<PromptAnswer | undefined> {
+  const { call, output, signal } = options;
   const lines = new LineQueue(options.input);
-  const ask = async (question: string): Promise<string | undefined> => {
-    output.write(question);
-    return (await lines.next())?.trim();
+  // Everything on the screen since the question began, typed answers included (the terminal echoes them).
+  let shown = "";
+  const write = (text: string): void => {
+    shown += text;
+    output.write(text);
+  };
+  const retracted = new Promise<undefined>((resolve) => {
+    if (signal?.aborted) resolve(undefined);
+    signal?.addEventListener("abort", () => resolve(undefined), { once: true });
+  });
+  const RETRACTED = Symbol("retracted");
+  const ask = async (question: string): Promise<string | undefined | typeof RETRACTED> => {
+    write(question);
+    const line = await Promise.race([lines.next(), retracted.then((): typeof RETRACTED => RETRACTED)]);
+    if (line === RETRACTED) return RETRACTED;
+    if (line !== undefined) shown += `${line}\n`;
+    return line?.trim();
+  };
+  const erase = (): undefined => {
+    if (options.erase === false) {
+      output.write("(answered elsewhere)\n");
+      return undefined;
+    }
+    const up = rowsOf(shown, (output as NodeJS.WriteStream).columns || 80) - 1;
+    output.write(`\r${up > 0 ? `\x1b[${up}A` : ""}\x1b[J`);
+    return undefined;
   };
   try {
-    output.write(`\n${call.tool} waits for approval: ${call.reason}\n  input: ${JSON.stringify(call.input ?? {})}\n`);
+    if (signal?.aborted) return undefined;
+    write(`\n${call.tool} waits for approval: ${call.reason}\n  input: ${JSON.stringify(call.input ?? {})}\n`);
     for (;;) {
       const choice = await ask("Allow it? [y]es, [n]o, [e]dit the input: ");
+      if (choice === RETRACTED) return erase();
       if (choice === undefined) return { allow: false, reason: "nobody answered at the terminal (its input ended)" };
       if (/^y(es)?$/i.test(choice)) return { allow: true, reason: "approved at the terminal" };
       if (/^no?$/i.test(choice)) {
         const reason = await ask("Why not? (the model reads this) ");
+        if (reason === RETRACTED) return erase();
         return { allow: false, reason: reason || "denied at the terminal" };
       }
       if (/^e(dit)?$/i.test(choice)) {
         const text = await ask("New input, as one line of JSON: ");
+        if (text === RETRACTED) return erase();
         if (text === undefined) return { allow: false, reason: "nobody answered at the terminal (its input ended)" };
         try {
           const edited = JSON.parse(text) as unknown;
@@ -79,10 +122,10 @@ export async function promptForAnswer(options: { call: PromptedCall; input: Node
         } catch {
           // Falls through to the message below.
         }
-        output.write('That is not a JSON object; for example {"command":"npm test"}. Asking again.\n');
+        write('That is not a JSON object; for example {"command":"npm test"}. Asking again.\n');
         continue;
       }
-      output.write("Answer y, n or e.\n");
+      write("Answer y, n or e.\n");
     }
   } finally {
     lines.close();

@@ -2,10 +2,11 @@
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { toJson, type JsonObject } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { ConnectError } from "@connectrpc/connect";
 import {
   AgentVersionSchema,
   GetJobLogsResponseSchema,
+  StepJobUsageSchema,
   JobSchema,
   JobState,
   PluginSchema,
@@ -13,114 +14,19 @@ import {
   type Job,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { stringify } from "yaml";
-import { promptForAnswer } from "./approval-prompt.js";
 import { CliError } from "./cli-error.js";
 import type { Connection } from "./connection.js";
-import { describeJob, EventPrinter, stateName } from "./event-printer.js";
+import { describeJob, stateName } from "./event-printer.js";
 import { EXIT } from "./exit-codes.js";
+import { followJob, TERMINAL } from "./job-watch.js";
+import { transcriptRows } from "./transcript-rows.js";
+import { costText, NOMINAL_NOTE } from "./usage-format.js";
 import { GetUsageResponseSchema, type Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import { TranscriptResponseSchema } from "@oz0/proto/oz0/events/v1/events_pb";
 
 export interface Output {
   out: NodeJS.WritableStream;
   err: NodeJS.WritableStream;
-}
-
-const TERMINAL = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]);
-
-export function exitCodeFor(state: JobState): number {
-  switch (state) {
-    case JobState.SUCCEEDED:
-      return EXIT.ok;
-    case JobState.FAILED:
-      return EXIT.failed;
-    case JobState.CANCELLED:
-      return EXIT.cancelled;
-    case JobState.WAITING:
-      return EXIT.waiting;
-    default:
-      return EXIT.error;
-  }
-}
-
-function canPrompt(json: boolean): boolean {
-  return !json && Boolean(process.stdin.isTTY && process.stdout.isTTY);
-}
-
-
-/** A dropped or refused connection (the orchestrator restarting), as opposed to an answer. */
-function isTransient(error: unknown): boolean {
-  const err = ConnectError.from(error);
-  return ![Code.NotFound, Code.InvalidArgument, Code.FailedPrecondition, Code.PermissionDenied, Code.Unauthenticated, Code.Unimplemented].includes(err.code);
-}
-
-/**
- * Follow a job's events until it ends; resumes from the last sequence number
- * when the stream drops (the orchestrator restarting), so nothing is lost or
- * printed twice. Returns the exit status for the job's state.
- */
-export async function followJob(options: {
-  conn: Connection;
-  jobId: string;
-  json: boolean;
-  afterSeq?: number;
-  /** Return EXIT.waiting when the job waits for a person and nobody can be asked here. */
-  stopWhenWaiting: boolean;
-  io: Output;
-}): Promise<number> {
-  const { conn, jobId, io } = options;
-  const printer = new EventPrinter({ out: io.out, json: options.json });
-  const interactive = canPrompt(options.json);
-  let last = options.afterSeq ?? 0;
-  let failures = 0;
-  // What each waiting call asked to run with, for the prompt.
-  const requested = new Map<string, JsonObject>();
-  for (;;) {
-    try {
-      for await (const response of conn.clients.jobs.watchJob({ jobId, afterSeq: BigInt(last) })) {
-        const event = response.event!;
-        printer.print(event);
-        last = Number(event.seq);
-        failures = 0;
-        const e = event.event;
-        if (e.case === "stateChanged" && TERMINAL.has(e.value.state)) {
-          printer.end();
-          return exitCodeFor(e.value.state);
-        }
-        if (e.case === "permissionRequested" && e.value.input) requested.set(e.value.id, e.value.input);
-        if (e.case === "permissionDecision" && e.value.pending) {
-          if (interactive) {
-            const input = e.value.input ?? requested.get(e.value.id);
-            const answer = await promptForAnswer({ call: { tool: e.value.tool, reason: e.value.reason, ...(input ? { input } : {}) }, input: process.stdin, output: process.stdout });
-            await conn.clients.jobs.answerPermission({
-              jobId,
-              callId: e.value.id,
-              allow: answer.allow,
-              reason: answer.reason,
-              ...(answer.input ? { input: answer.input } : {}),
-            });
-          } else if (options.stopWhenWaiting) {
-            printer.end();
-            if (conn.mode === "embedded") {
-              io.err.write(
-                "oz0: the job waits for a person, and this embedded stack stops with the command; run `oz0 dev` in another terminal to keep jobs alive between commands\n",
-              );
-            }
-            return EXIT.waiting;
-          }
-        }
-      }
-      const { job } = await conn.clients.jobs.getJob({ jobId });
-      if (job && TERMINAL.has(job.state)) {
-        printer.end();
-        return exitCodeFor(job.state);
-      }
-    } catch (error) {
-      if (conn.mode === "embedded" || !isTransient(error) || failures >= 30) throw error;
-      failures += 1;
-      if (failures === 1 && !options.json) io.err.write(`oz0: lost the orchestrator at ${conn.url}; reconnecting…\n`);
-      await new Promise((r) => setTimeout(r, 1_000));
-    }
-  }
 }
 
 function resolveLocal(p: string): string {
@@ -186,7 +92,16 @@ export async function jobsList(options: { conn: Connection; json: boolean; limit
 export async function jobsShow(options: { conn: Connection; jobId: string; json: boolean; io: Output }): Promise<number> {
   const { job } = await options.conn.clients.jobs.getJob({ jobId: options.jobId });
   if (!job) throw new CliError(`job ${options.jobId} not found`);
-  options.io.out.write(options.json ? `${JSON.stringify(toJson(JobSchema, job))}\n` : `${describeJob(job)}\n`);
+  if (options.json) {
+    options.io.out.write(`${JSON.stringify(toJson(JobSchema, job))}\n`);
+    return EXIT.ok;
+  }
+  // Its cost is the LLM proxy's metering; a job shows without it when that cannot be had.
+  const usage = await options.conn.clients.jobs.getJobUsage({ jobId: options.jobId }).then(
+    (response) => response,
+    (error: unknown) => ConnectError.from(error).rawMessage,
+  );
+  options.io.out.write(`${describeJob(job, { usage })}\n`);
   return EXIT.ok;
 }
 
@@ -197,18 +112,27 @@ export async function jobsCancel(options: { conn: Connection; jobId: string; rea
 }
 
 export async function jobUsage(options: { conn: Connection; jobId: string; json: boolean; io: Output }): Promise<number> {
-  const { usage } = await options.conn.clients.jobs.getJobUsage({ jobId: options.jobId });
+  const response = await options.conn.clients.jobs.getJobUsage({ jobId: options.jobId });
+  const usage = response.usage;
   if (!usage) throw new CliError(`no usage recorded for job ${options.jobId}`);
   if (options.json) {
-    options.io.out.write(`${JSON.stringify(toJson(GetUsageResponseSchema, usage))}\n`);
+    // The proxy's form, as before, and a graph run's jobs beside it.
+    const json = toJson(GetUsageResponseSchema, usage) as JsonObject;
+    if (response.steps.length > 0) json.steps = response.steps.map((s) => toJson(StepJobUsageSchema, s));
+    options.io.out.write(`${JSON.stringify(json)}\n`);
     return EXIT.ok;
   }
   const line = (who: string, u: Usage | undefined): string =>
     `${who.padEnd(24)} ${String(u?.calls ?? 0).padStart(5)} calls ${String(u?.attempts ?? 0).padStart(5)} attempts ` +
     `${String(u?.inputTokens ?? 0).padStart(8)} in ${String(u?.outputTokens ?? 0).padStart(8)} out ` +
-    `${String(u?.cacheReadTokens ?? 0).padStart(7)} cache-read ${String(u?.cacheWriteTokens ?? 0).padStart(7)} cache-write  $${(u?.costUsd ?? 0).toFixed(4)}${u?.estimated ? " (estimated)" : ""}`;
+    `${String(u?.cacheReadTokens ?? 0).padStart(7)} cache-read ${String(u?.cacheWriteTokens ?? 0).padStart(7)} cache-write  ${costText(u)}`;
+  // A graph run: each job it ran, then the sums.
+  for (const step of response.steps) {
+    options.io.out.write(`${line(`step ${step.step}`, step.usage)}  ${step.jobId} (${step.agent?.name ?? "?"} v${step.agent?.version ?? "?"})\n`);
+  }
   for (const a of usage.agents) options.io.out.write(`${line(`agent ${a.agent}`, a.usage)}\n`);
-  options.io.out.write(`${line(`job ${options.jobId}`, usage.total)}\n`);
+  options.io.out.write(`${line(`${response.steps.length > 0 ? "graph run" : "job"} ${options.jobId}`, usage.total)}\n`);
+  if (usage.total?.nominal) options.io.out.write(`${NOMINAL_NOTE}\n`);
   return EXIT.ok;
 }
 
@@ -239,6 +163,23 @@ export async function jobsLogs(options: { conn: Connection; jobId: string; json:
     endsLine = piece.text.endsWith("\n");
   }
   if (session === undefined && !options.json) io.err.write(`oz0: job ${options.jobId} has no harness stderr: its harness wrote none, or no session of it has started\n`);
+  return EXIT.ok;
+}
+
+/** The job's transcript (GetJobTranscript) as readable rows, or as the API's JSON with `--json`. */
+export async function jobsTranscript(options: { conn: Connection; jobId: string; json: boolean; io: Output }): Promise<number> {
+  const { transcript } = await options.conn.clients.jobs.getJobTranscript({ jobId: options.jobId });
+  if (!transcript) throw new CliError(`the orchestrator returned no transcript for job ${options.jobId}`);
+  if (options.json) {
+    options.io.out.write(`${JSON.stringify(toJson(TranscriptResponseSchema, transcript))}\n`);
+    return EXIT.ok;
+  }
+  if (transcript.rows.length === 0) {
+    // Events reach the events service a moment after they happen.
+    options.io.out.write(`job ${options.jobId} has no public events yet; they reach the events service shortly after they happen: run this again\n`);
+    return EXIT.ok;
+  }
+  for (const line of transcriptRows(transcript)) options.io.out.write(`${line}\n`);
   return EXIT.ok;
 }
 

@@ -1,8 +1,10 @@
 // How a job's live events look on a terminal, and as JSON lines for scripts.
 import { toJson, toJsonString } from "@bufbuild/protobuf";
-import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
+import { timestampDate, ValueSchema, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { Decider, JobEventSchema, JobState, type Job, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { Decider, JobEventSchema, JobState, type GetJobUsageResponse, type Job, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import type { TextSink } from "./live-terminal.js";
+import { costText, durationText, NOMINAL_NOTE, tokensText } from "./usage-format.js";
 
 export function stateName(state: JobState): string {
   return (JobState[state] ?? "UNSPECIFIED").toLowerCase();
@@ -28,11 +30,12 @@ export function toolOutput(value: Value | undefined, mark: string): string {
 }
 
 export class EventPrinter {
-  readonly #out: NodeJS.WritableStream;
+  readonly #out: TextSink;
   readonly #json: boolean;
   #midLine = false;
 
-  constructor(options: { out?: NodeJS.WritableStream; json: boolean }) {
+  /** `out`: a stream, or a LiveTerminal (which keeps a status line below what is printed). */
+  constructor(options: { out?: TextSink; json: boolean }) {
     this.#out = options.out ?? process.stdout;
     this.#json = options.json;
   }
@@ -105,15 +108,44 @@ export class EventPrinter {
   }
 }
 
-export function describeJob(job: Job): string {
+const TERMINAL_STATES = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]);
+
+/**
+ * `oz0 jobs show`: state and what it does now, its times to the
+ * millisecond and its duration, what it cost, its trace and pinned version.
+ * `usage` is the metering (GetJobUsage), or why it is unknown.
+ */
+export function describeJob(job: Job, options: { usage?: GetJobUsageResponse | string; now?: Date } = {}): string {
+  const at = (t: Timestamp | undefined): string => (t ? timestampDate(t).toISOString() : "");
+  const ended = TERMINAL_STATES.has(job.state);
   const lines = [
     `job ${job.id}`,
-    `  agent     ${job.agent?.name} v${job.agent?.version}`,
+    // A job runs the version it started on, whatever was published since.
+    `  agent     ${job.agent?.name} v${job.agent?.version} (pinned)`,
     `  state     ${stateName(job.state)}`,
-    `  input     ${short(job.input, 200)}`,
-    `  created   ${job.createdAt ? new Date(Number(job.createdAt.seconds) * 1000).toISOString() : ""}`,
   ];
-  if (job.finishedAt) lines.push(`  finished  ${new Date(Number(job.finishedAt.seconds) * 1000).toISOString()}`);
+  if (!ended && job.activity) {
+    const since = job.activity.since ? ` (for ${durationText((options.now ?? new Date()).getTime() - timestampDate(job.activity.since).getTime())})` : "";
+    lines.push(`  now       ${job.activity.summary}${since}`);
+  }
+  lines.push(`  input     ${short(job.input, 200)}`, `  created   ${at(job.createdAt)}`);
+  if (job.startedAt) lines.push(`  started   ${at(job.startedAt)}`);
+  if (job.finishedAt) lines.push(`  finished  ${at(job.finishedAt)}`);
+  const from = job.startedAt ?? job.createdAt;
+  if (from) {
+    const to = job.finishedAt ? timestampDate(job.finishedAt) : (options.now ?? new Date());
+    lines.push(`  duration  ${durationText(to.getTime() - timestampDate(from).getTime())}${job.finishedAt ? "" : " so far"}${job.startedAt ? "" : " (since created; not started)"}`);
+  }
+  const usage = options.usage;
+  if (typeof usage === "string") lines.push(`  cost      unknown: ${usage}`);
+  else if (usage?.usage?.total) {
+    const total = usage.usage.total;
+    const steps = usage.steps.length > 0 ? ` over ${usage.steps.length} step job${usage.steps.length === 1 ? "" : "s"}` : "";
+    lines.push(`  cost      ${costText(total)}: ${total.calls} model call${total.calls === 1n ? "" : "s"}${steps}, ${tokensText({ input: total.inputTokens, output: total.outputTokens })}`);
+    if (total.nominal) lines.push(`            (${NOMINAL_NOTE})`);
+  }
+  lines.push(`  trace     ${job.traceId || "none: the orchestrator exported no trace for it (set OTEL_EXPORTER_OTLP_ENDPOINT to export traces)"}`);
+  if (job.sessionId) lines.push(`  session   ${job.sessionId}`);
   if (job.stopReason) lines.push(`  stop      ${stopReasonName(job.stopReason)}`);
   if (job.error) lines.push(`  error     ${job.error}`);
   if (job.resultText) lines.push(`  result    ${short(job.resultText, 400)}`);

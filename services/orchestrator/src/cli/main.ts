@@ -15,13 +15,13 @@ import {
   agentsVersions,
   answer,
   approvalsList,
-  followJob,
   jobsArtifacts,
   jobUsage,
   jobsLogs,
   jobsCancel,
   jobsList,
   jobsShow,
+  jobsTranscript,
   pluginInstall,
   pluginList,
   runCommand,
@@ -29,6 +29,8 @@ import {
   type Output,
 } from "./commands.js";
 import { clientsFor, connect, type Connection } from "./connection.js";
+import { followJob } from "./job-watch.js";
+import { LiveTerminal } from "./live-terminal.js";
 import { graphShow } from "./graph-commands.js";
 import { applyEnvironmentKeys, chosenModelScript, embeddedStackEnv } from "./embedded-defaults.js";
 import { EXIT } from "./exit-codes.js";
@@ -90,7 +92,7 @@ program
     withConnection((conn) => runCommand({ conn, agent, input, attach: opts.attach, json: Boolean(opts.json), detach: Boolean(opts.detach), io }), opts),
   );
 
-const jobs = program.command("jobs").description("list, show, watch and cancel jobs; read their harness logs; fetch their artifacts");
+const jobs = program.command("jobs").description("list, show, watch and cancel jobs; read their transcripts and harness logs; fetch their artifacts");
 jobs
   .command("list")
   .description("newest first")
@@ -103,6 +105,7 @@ jobs
   );
 jobs
   .command("show")
+  .description("state and what it does now, start and end to the millisecond, duration, cost, trace id, pinned version")
   .argument("<job>")
   .option("--json")
   .action(async (jobId: string, opts: { json?: boolean }) => withConnection((conn) => jobsShow({ conn, jobId, json: Boolean(opts.json), io })));
@@ -115,6 +118,12 @@ jobs
   .action(async (jobId: string, opts: { after: number; json?: boolean }) =>
     withConnection((conn) => followJob({ conn, jobId, json: Boolean(opts.json), afterSeq: opts.after, stopWhenWaiting: false, io })),
   );
+jobs
+  .command("transcript")
+  .description('the job\'s public events as rows: one "Harness · KEY" row per harness operation, overlapping ones as "N parallel" (from the events service, through the orchestrator)')
+  .argument("<job>")
+  .option("--json", "the Transcript API's response as JSON")
+  .action(async (jobId: string, opts: { json?: boolean }) => withConnection((conn) => jobsTranscript({ conn, jobId, json: Boolean(opts.json), io })));
 jobs
   .command("logs")
   .description("what the job's harness wrote to stderr, every session of it (the session token redacted; each session's last 1 MiB by default)")
@@ -138,7 +147,7 @@ jobs
 
 program
   .command("usage")
-  .description("what a job's model calls used, per agent, as the LLM proxy metered them")
+  .description("what a job's model calls used, per agent, as the LLM proxy metered them (a graph run: each of its step jobs, then the sums)")
   .argument("<job>")
   .option("--json")
   .action(async (jobId: string, opts: { json?: boolean }) => withConnection((conn) => jobUsage({ conn, jobId, json: Boolean(opts.json), io })));
@@ -328,6 +337,8 @@ process.stdout.on("error", (error: NodeJS.ErrnoException) => {
 let interrupted = false;
 process.on("SIGINT", () => {
   if (devRunning) return;
+  // A status line is not left on the screen for the shell's prompt to follow.
+  LiveTerminal.clearAll();
   if (interrupted || !open) process.exit(130);
   interrupted = true;
   const conn = open;

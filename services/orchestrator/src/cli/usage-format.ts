@@ -1,0 +1,32 @@
+// How usage, costs and durations read on a terminal, the same in
+// `oz0 usage`, `oz0 jobs show` and the live status line.
+import type { Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+
+/** `$0.0123`, marked when the price is nominal (a scripted provider's table: nobody was charged) or estimated. */
+export function costText(usage: Pick<Usage, "costUsd" | "nominal" | "estimated"> | undefined): string {
+  const marks = [usage?.nominal ? "nominal" : "", usage?.estimated ? "estimated" : ""].filter(Boolean);
+  return `$${(usage?.costUsd ?? 0).toFixed(4)}${marks.length > 0 ? ` (${marks.join(", ")})` : ""}`;
+}
+
+/** `1,234 in / 56 out tokens`. */
+export function tokensText(tokens: { input: number | bigint; output: number | bigint }): string {
+  const n = (value: number | bigint): string => Number(value).toLocaleString("en-US");
+  return `${n(tokens.input)} in / ${n(tokens.output)} out tokens`;
+}
+
+/** `12.345 s`, to the millisecond. */
+export function durationText(ms: number): string {
+  return `${(Math.max(ms, 0) / 1000).toFixed(3)} s`;
+}
+
+/** `1:05` or `1:02:05`: a running clock. */
+export function clockText(ms: number): string {
+  const total = Math.max(Math.floor(ms / 1000), 0);
+  const hours = Math.floor(total / 3600);
+  const minutes = Math.floor((total % 3600) / 60);
+  const seconds = String(total % 60).padStart(2, "0");
+  return hours > 0 ? `${hours}:${String(minutes).padStart(2, "0")}:${seconds}` : `${minutes}:${seconds}`;
+}
+
+/** Said once, under a table with a nominal cost in it. */
+export const NOMINAL_NOTE = "nominal: priced from the scripted model's table; no provider was called and nobody was charged";
