@@ -1,6 +1,7 @@
 // A harness that passes the conformance kit runs on the real stack, unchanged
 // (issue 21): the Go example harness (examples/harness-go, built here with
-// `go build`) and the Python fake harness, installed as one plugin, each run
+// `go build`), the Python fake harness and the SDK's fake harness, installed
+// as one plugin, each run
 // a job on the Anthropic route and one on the OpenAI route (the agent's model
 // names the route) with the scripted model. The model first calls a harness
 // operation, a runtime tool the orchestrator serves with a scratch session of
@@ -83,7 +84,8 @@ harness_operations:
     timeout_ms: 120000
 `;
 
-const HARNESSES = ["go", "python"] as const;
+const HARNESSES = ["go", "python", "fake"] as const;
+const HARNESS_NAMES: Record<(typeof HARNESSES)[number], string> = { go: "oz0-example-harness-go", python: "oz0-fake-harness-python", fake: "oz0-fake-harness" };
 const ROUTES: readonly Route[] = ["anthropic", "openai"];
 
 /**
@@ -115,6 +117,11 @@ harnesses:
     tools: [read_file, write_file]
   - name: python
     command: ["./fake_harness.py"]
+    permissions: true
+    capabilities: [permissions, runtime_tools, structured_output]
+    tools: [read_file, write_file, run_command]
+  - name: fake
+    command: ["oz0-fake-harness"]
     permissions: true
     capabilities: [permissions, runtime_tools, structured_output]
     tools: [read_file, write_file, run_command]
@@ -180,7 +187,7 @@ for (const harness of HARNESSES) {
 
       const events = jsonLines((await t.cli(["jobs", "watch", jobId, "--json"])).stdout);
       const started_ = events.find((e) => e.sessionStarted)?.sessionStarted;
-      assert.equal(started_?.harnessName, harness === "go" ? "oz0-example-harness-go" : "oz0-fake-harness-python");
+      assert.equal(started_?.harnessName, HARNESS_NAMES[harness]);
       const decisions = events.flatMap((e) => (e.permissionDecision ? [e.permissionDecision] : []));
       const toolResults = events.flatMap((e) => (e.toolResult ? [e.toolResult] : []));
       const callIdOf = (tool: string): unknown => events.find((e) => e.toolCall?.tool === tool)?.toolCall?.callId;
