@@ -79,6 +79,7 @@ void test("email triage: the evaluator's label picks the arm, and each step is a
   const run = await t.cli(["run", "inbox", "the app crashes on start"]);
   assert.equal(run.code, 0, run.stderr + run.stdout);
   assert.match(run.stdout, /agent:email-triage \/0\/eval started/);
+  assert.match(run.stdout, /agent:email-triage \/0\/eval started\n {2}agent:email-triage \/0\/eval: runs as job job_\w+\n/, "one line each, no blank lines between");
   assert.match(run.stdout, /Re: the app crashes on start/);
   const jobs = await t.cli(["jobs", "list", "--json"]);
   const list = jobs.stdout.trim().split("\n").map((l) => JSON.parse(l) as { agent: { name: string }; state: string });

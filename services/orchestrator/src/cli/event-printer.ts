@@ -59,7 +59,8 @@ export class EventPrinter {
           this.#out.write(e.value.text);
           this.#midLine = !e.value.text.endsWith("\n");
         } else {
-          this.#line(e.value.text);
+          // A whole text that ends its own line (a graph run's step lines) gets no blank line after it.
+          this.#line(e.value.text.replace(/\n$/, ""));
         }
         return;
       case "toolCall":
