@@ -5,7 +5,7 @@
 import type { Role, ServiceName } from "./principal.js";
 
 export type Access =
-  /** Anyone, with or without a credential: health only. */
+  /** Anyone, with or without a credential: health, and redeeming a login code (the code is the credential). */
   | { open: true }
   /** Any authenticated principal (server reflection). */
   | { anyPrincipal: true }
@@ -39,6 +39,12 @@ export const ACCESS_TABLE: Readonly<Record<string, Access>> = {
   "oz0.orchestrator.v1.AgentService/ListAgentVersions": { role: "viewer" },
   "oz0.orchestrator.v1.AgentService/GetAgent": { role: "viewer" },
   "oz0.orchestrator.v1.SecretService/SetSecret": { role: "admin" },
+  // The console's log-in: a person mints a one-time code for themselves; the
+  // code is the proof when it is redeemed, so redeeming is open.
+  "oz0.orchestrator.v1.LoginService/CreateLoginCode": { role: "viewer" },
+  "oz0.orchestrator.v1.LoginService/RedeemLoginCode": { open: true },
+  "oz0.orchestrator.v1.LoginService/WhoAmI": { role: "viewer" },
+  "oz0.orchestrator.v1.LoginService/Logout": { role: "viewer" },
   // Served on the orchestrator's node listener only.
   "oz0.orchestrator.v1.SandboxNodeService/Heartbeat": { node: true },
 
