@@ -8,7 +8,9 @@
 //   - throughput: calls per second at a fixed concurrency, direct vs proxy.
 // Prints the figures and the ratios. The goal (issue 6): under 1 ms added at
 // the median and at least 2,000 non-streaming calls per second on 2 cores.
-//   node --import tsx bench/llm-proxy-latency.ts [--calls 2000] [--concurrency 32] [--seconds 5] [--profile-proxy]
+// `--body-kb` gives every request a conversation of about that many kilobytes
+// (an agent's later turns carry hundreds), which the proxy does not parse.
+//   node --import tsx bench/llm-proxy-latency.ts [--calls 2000] [--concurrency 32] [--seconds 5] [--body-kb 0] [--profile-proxy]
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { benchOptions } from "./bench-options.js";
@@ -18,6 +20,7 @@ const options = benchOptions({
   calls: { type: "number", default: 2000 },
   concurrency: { type: "number", default: 32 },
   seconds: { type: "number", default: 5 },
+  "body-kb": { type: "number", default: 0 },
   // Writes a CPU profile of the proxy process (.cpuprofile in the working directory).
   "profile-proxy": { type: "boolean" },
   // This file runs itself as the upstream and the proxy, picked by --role.
@@ -37,6 +40,16 @@ function startBare(url: string): Promise<Role> {
 function startRole(name: string, extra: string[] = []): Promise<Role> {
   const profile = name === "proxy" && options["profile-proxy"] ? ["--cpu-prof"] : [];
   return startRoleProcess([...profile, "--import", "tsx", fileURLToPath(import.meta.url), "--role", name, ...extra]);
+}
+
+/** Earlier turns of about `kb` kilobytes, then the question. */
+function conversation(kb: number): { role: string; content: string }[] {
+  const turns: { role: string; content: string }[] = [];
+  for (let size = 0; size < kb * 1024; size += 1024) {
+    turns.push({ role: turns.length % 2 === 0 ? "user" : "assistant", content: `Turn ${turns.length}: ${"an earlier \"quoted\" part of the conversation, ".repeat(20)}`.slice(0, 1000) });
+  }
+  if (turns.length % 2 === 1) turns.push({ role: "assistant", content: "Noted." });
+  return [...turns, { role: "user", content: "Say something short." }];
 }
 
 interface Target {
@@ -95,9 +108,11 @@ async function bench(): Promise<void> {
       headers: { "x-api-key": proxy.info.token!, "Oz0-Job": "bench", "Oz0-Agent": "bench", "anthropic-version": "2023-06-01" },
     };
     const forwarder: Target = { name: "bare forwarder", url: new URL("/v1/messages", bare.info.url), headers: {} };
-    console.log(`llm-proxy latency and throughput: ${calls} sequential calls each; throughput at concurrency ${concurrency} for ${seconds}s; upstream and proxy in their own processes`);
+    console.log(
+      `llm-proxy latency and throughput: ${calls} sequential calls each; throughput at concurrency ${concurrency} for ${seconds}s; requests of ${options["body-kb"] > 0 ? `about ${options["body-kb"]} KB` : "a short question"}; upstream and proxy in their own processes`,
+    );
     for (const stream of [false, true]) {
-      const body = Buffer.from(JSON.stringify({ model: "claude-sonnet-5", max_tokens: 256, stream, messages: [{ role: "user", content: "Say something short." }] }));
+      const body = Buffer.from(JSON.stringify({ model: "claude-sonnet-5", max_tokens: 256, stream, messages: conversation(options["body-kb"]) }));
       console.log(`${stream ? "streaming" : "non-streaming"}: measuring…`);
       const d = await latency(direct, body, calls);
       const b = await latency(forwarder, body, calls);

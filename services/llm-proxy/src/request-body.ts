@@ -1,36 +1,194 @@
-// A model call's request body as the proxy reads and rewrites it: parsed once
-// (a body that is not a JSON object is refused before anything is metered),
-// read a top-level field at a time by the wire format, and sent on as the
-// client wrote it unless a field had to change.
+// A model call's request body as the proxy reads and rewrites it. The proxy
+// needs a few top-level fields (the model, `stream`, the output limit); the
+// conversation, often hundreds of kilobytes, is the provider's to read. So
+// the body is not parsed: its top-level members are found by one scan that
+// steps over each value (strings by searching for their closing quote), and a
+// field is parsed only when asked for. A body whose top level is not one JSON
+// object is refused; one malformed deeper down goes to the provider, whose
+// error the client gets. Rewritten fields are spliced in, so everything else
+// goes upstream byte for byte as the client wrote it.
 import type { RequestBody } from "./wire-formats/wire-format.js";
 
-export class JsonRequestBody implements RequestBody {
-  readonly #raw: Buffer;
-  readonly #parsed: Record<string, unknown>;
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const OPEN_BRACE = 0x7b;
+const CLOSE_BRACE = 0x7d;
+const OPEN_BRACKET = 0x5b;
+const CLOSE_BRACKET = 0x5d;
+const COMMA = 0x2c;
+const COLON = 0x3a;
 
-  private constructor(raw: Buffer, parsed: Record<string, unknown>) {
-    this.#raw = raw;
-    this.#parsed = parsed;
+/** One top-level member: where its value's bytes are. */
+interface Member {
+  name: string;
+  start: number;
+  end: number;
+}
+
+function isSpace(byte: number | undefined): boolean {
+  return byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09;
+}
+
+function skipSpace(raw: Buffer, at: number): number {
+  while (isSpace(raw[at])) at += 1;
+  return at;
+}
+
+/** The index after the string that starts at `at` (its opening quote), or -1 when it never closes. */
+function skipString(raw: Buffer, at: number): number {
+  let from = at + 1;
+  for (;;) {
+    const quote = raw.indexOf(QUOTE, from);
+    if (quote < 0) return -1;
+    let backslashes = 0;
+    while (raw[quote - 1 - backslashes] === BACKSLASH) backslashes += 1;
+    if (backslashes % 2 === 0) return quote + 1;
+    from = quote + 1;
   }
+}
 
-  /** The body, or undefined when it is not a JSON object. */
-  static parse(raw: Buffer): JsonRequestBody | undefined {
-    let parsed: unknown;
+/** The index after the value that starts at `at`, or -1 when it is cut short or its brackets do not pair. */
+function skipValue(raw: Buffer, at: number): number {
+  const first = raw[at];
+  if (first === QUOTE) return skipString(raw, at);
+  if (first === OPEN_BRACE || first === OPEN_BRACKET) {
+    const closers: number[] = [];
+    for (let i = at; i < raw.length; ) {
+      const byte = raw[i]!;
+      if (byte === QUOTE) {
+        i = skipString(raw, i);
+        if (i < 0) return -1;
+        continue;
+      }
+      if (byte === OPEN_BRACE) closers.push(CLOSE_BRACE);
+      else if (byte === OPEN_BRACKET) closers.push(CLOSE_BRACKET);
+      else if (byte === CLOSE_BRACE || byte === CLOSE_BRACKET) {
+        if (closers.pop() !== byte) return -1;
+        if (closers.length === 0) return i + 1;
+      }
+      i += 1;
+    }
+    return -1;
+  }
+  // A number, true, false or null: up to the next delimiter (JSON.parse judges it when it is read).
+  let i = at;
+  while (i < raw.length && raw[i] !== COMMA && raw[i] !== CLOSE_BRACE && raw[i] !== CLOSE_BRACKET && !isSpace(raw[i])) i += 1;
+  return i > at ? i : -1;
+}
+
+/** A JSON string's text (a member's name, a value): its bytes as they are, unless it holds an escape. */
+function memberName(raw: Buffer, start: number, end: number): string | undefined {
+  for (let i = start + 1; i < end - 1; i += 1) {
+    if (raw[i] !== BACKSLASH) continue;
     try {
-      parsed = JSON.parse(raw.toString("utf8"));
+      return JSON.parse(raw.toString("utf8", start, end)) as string;
     } catch {
       return undefined;
     }
-    return parsed !== null && typeof parsed === "object" && !Array.isArray(parsed) ? new JsonRequestBody(raw, parsed as Record<string, unknown>) : undefined;
+  }
+  return raw.toString("utf8", start + 1, end - 1);
+}
+
+const JSON_NUMBER = /^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?$/;
+
+/** A value as JSON.parse reads it, undefined when it is not JSON; the common small ones without JSON.parse. */
+function readValue(raw: Buffer, start: number, end: number): unknown {
+  const first = raw[start];
+  if (first === QUOTE) return memberName(raw, start, end);
+  if (end - start <= 32) {
+    const text = raw.toString("latin1", start, end);
+    if (text === "true") return true;
+    if (text === "false") return false;
+    if (text === "null") return null;
+    if (JSON_NUMBER.test(text)) return Number(text);
+  }
+  try {
+    return JSON.parse(raw.toString("utf8", start, end));
+  } catch {
+    return undefined;
+  }
+}
+
+/** The top-level members of a JSON object, or undefined when the body is not one object. */
+function scanMembers(raw: Buffer): Member[] | undefined {
+  const members: Member[] = [];
+  let i = skipSpace(raw, 0);
+  if (raw[i] !== OPEN_BRACE) return undefined;
+  i = skipSpace(raw, i + 1);
+  if (raw[i] === CLOSE_BRACE) return skipSpace(raw, i + 1) === raw.length ? members : undefined;
+  for (;;) {
+    if (raw[i] !== QUOTE) return undefined;
+    const nameEnd = skipString(raw, i);
+    if (nameEnd < 0) return undefined;
+    const name = memberName(raw, i, nameEnd);
+    if (name === undefined) return undefined;
+    i = skipSpace(raw, nameEnd);
+    if (raw[i] !== COLON) return undefined;
+    const start = skipSpace(raw, i + 1);
+    const end = skipValue(raw, start);
+    if (end < 0) return undefined;
+    members.push({ name, start, end });
+    i = skipSpace(raw, end);
+    if (raw[i] === COMMA) {
+      i = skipSpace(raw, i + 1);
+      continue;
+    }
+    if (raw[i] !== CLOSE_BRACE) return undefined;
+    return skipSpace(raw, i + 1) === raw.length ? members : undefined;
+  }
+}
+
+export class JsonRequestBody implements RequestBody {
+  readonly #raw: Buffer;
+  readonly #members: Member[];
+  readonly #values = new Map<string, unknown>();
+
+  private constructor(raw: Buffer, members: Member[]) {
+    this.#raw = raw;
+    this.#members = members;
   }
 
+  /** The body, or undefined when its top level is not one JSON object (a field read later may still be malformed). */
+  static parse(raw: Buffer): JsonRequestBody | undefined {
+    const members = scanMembers(raw);
+    return members && new JsonRequestBody(raw, members);
+  }
+
+  /** A top-level field's value (the last, when a name repeats, as JSON.parse reads it); undefined when absent or malformed. */
   field(name: string): unknown {
-    return this.#parsed[name];
+    if (this.#values.has(name)) return this.#values.get(name);
+    const member = this.#last(name);
+    const value = member && readValue(this.#raw, member.start, member.end);
+    this.#values.set(name, value);
+    return value;
   }
 
-  /** The bytes to send: the client's own, or with `changes` set (each field keeps its place, a new one goes last). */
+  /** The bytes to send: the client's own, or with `changes` set (each field in its place, every copy of a repeated name; a new one last). */
   bytes(changes?: Readonly<Record<string, unknown>>): Buffer {
-    if (!changes || Object.keys(changes).length === 0) return this.#raw;
-    return Buffer.from(JSON.stringify({ ...this.#parsed, ...changes }));
+    const names = changes ? Object.keys(changes) : [];
+    if (names.length === 0) return this.#raw;
+    const parts: Buffer[] = [];
+    let at = 0;
+    for (const member of this.#members) {
+      if (!names.includes(member.name)) continue;
+      parts.push(this.#raw.subarray(at, member.start), Buffer.from(JSON.stringify(changes![member.name])));
+      at = member.end;
+    }
+    const added = names.filter((name) => !this.#last(name));
+    if (added.length === 0) {
+      parts.push(this.#raw.subarray(at));
+      return Buffer.concat(parts);
+    }
+    // New fields go right after the last member (or the opening brace).
+    const last = this.#members.at(-1);
+    const insertAt = last ? last.end : this.#raw.indexOf(OPEN_BRACE) + 1;
+    const text = added.map((name) => `${JSON.stringify(name)}:${JSON.stringify(changes![name])}`).join(",");
+    parts.push(this.#raw.subarray(at, insertAt), Buffer.from(last ? `,${text}` : text), this.#raw.subarray(insertAt));
+    return Buffer.concat(parts);
+  }
+
+  #last(name: string): Member | undefined {
+    for (let i = this.#members.length - 1; i >= 0; i -= 1) if (this.#members[i]!.name === name) return this.#members[i];
+    return undefined;
   }
 }
