@@ -15,6 +15,7 @@ import { ZERO_USAGE, type BudgetStore, type Outcome, type Reservation, type Toke
 import { isRetryableStatus, retryDelayMs, type RetryPolicy } from "./retry-policy.js";
 import { createScrubber, type Logger, type SecretScrubber } from "@oz0/serving";
 import { SseEventSplitter } from "./sse-event-splitter.js";
+import { recordFinishReason } from "./tracing.js";
 import { discard, readAll, sendUpstream } from "./upstream-client.js";
 import { abortResponse, sendError, type ClientResponse } from "./wire-errors.js";
 import { estimateTokens } from "./wire-formats/token-counts.js";
@@ -90,6 +91,8 @@ interface AttemptSummary {
   errorCode?: string;
   /** Sends what is left of a delivered answer (its end), once the call is metered. */
   finish?: () => void;
+  /** Why the answer ended, as its API says (for the trace). */
+  finishReason?: string | undefined;
 }
 
 const sleep = (ms: number, signal: AbortSignal): Promise<void> =>
@@ -174,6 +177,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     // No summary: an attempt threw (a key that cannot be decrypted); the HTTP handler answers that one.
     const final: AttemptSummary = summary ?? { status: 500, outcome: "proxy_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: true, retryable: false };
     const charged = costOf(price, final.usage);
+    if (final.finishReason !== undefined) recordFinishReason(final.finishReason);
     const metered = deps.metering.call({
       ...common,
       status: final.pendingError?.status ?? (final.delivered || final.status >= 200 ? final.status : 502),
@@ -367,7 +371,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
       res.writeHead(status, answerHeaders);
       res.end(out);
     };
-    return { status, outcome: "ok", usage, estimated: reported === undefined, ttftMs, delivered: true, retryable: false, finish };
+    return { status, outcome: "ok", usage, estimated: reported === undefined, ttftMs, delivered: true, retryable: false, finish, finishReason: input.calls.finishReason(parsed) };
   } finally {
     clearTimeout(deadline);
     input.clientGone.removeEventListener("abort", onGone);
@@ -461,5 +465,5 @@ async function forwardStream(options: {
   } finally {
     if (!upstream.complete) discard(upstream);
   }
-  return { status: 200, outcome, ...reading(), ...(ttftMs !== undefined ? { ttftMs } : {}), delivered, retryable: false, ...(finish ? { finish } : {}) };
+  return { status: 200, outcome, ...reading(), ...(ttftMs !== undefined ? { ttftMs } : {}), delivered, retryable: false, ...(finish ? { finish } : {}), finishReason: meter.finishReason };
 }

@@ -92,6 +92,12 @@ export function recordCall(record: CallRecord): void {
   }
 }
 
+/** Puts why the answer ended on the active chat span (`gen_ai.response.finish_reasons`). */
+export function recordFinishReason(reason: string): void {
+  const span = trace.getActiveSpan();
+  if (span?.isRecording()) span.setAttribute(GenAi.responseFinishReasons, [reason]);
+}
+
 /** One child span per attempt upstream, from the attempt's own start and latency. */
 export function recordAttempt(record: AttemptRecord): void {
   if (!recording()) return;

@@ -29,14 +29,19 @@ void describe("the Responses stream meter", () => {
     meter.onEvent(sse("response.completed", { sequence_number: 2, response: { status: "completed", usage } }));
     assert.equal(meter.complete, true);
     assert.deepEqual(meter.reading(50), { usage: { input: 40, output: 30, cacheRead: 60, cacheWrite: 0, reasoning: 20 }, estimated: false });
+    assert.equal(meter.finishReason, "completed");
   });
 
   void it("counts a response that failed or stopped at its output limit as a complete stream", () => {
-    for (const end of ["response.failed", "response.incomplete"]) {
+    for (const [end, details, reason] of [
+      ["response.failed", null, "failed"],
+      ["response.incomplete", { reason: "max_output_tokens" }, "max_output_tokens"],
+    ] as const) {
       const meter = new ResponsesStreamMeter();
-      meter.onEvent(sse(end, { sequence_number: 0, response: { status: end.slice("response.".length), usage: { input_tokens: 5, output_tokens: 1 } } }));
+      meter.onEvent(sse(end, { sequence_number: 0, response: { status: end.slice("response.".length), incomplete_details: details, usage: { input_tokens: 5, output_tokens: 1 } } }));
       assert.equal(meter.complete, true, end);
       assert.equal(meter.reading(0).usage.input, 5);
+      assert.equal(meter.finishReason, reason);
     }
   });
 });

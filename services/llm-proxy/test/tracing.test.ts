@@ -49,6 +49,7 @@ void describe("tracing in the proxy", () => {
     assert.equal(chat.attributes["gen_ai.usage.cache_creation.input_tokens"], 10);
     assert.equal(chat.attributes["gen_ai.conversation.id"], "session-traced");
     assert.equal(chat.attributes["oz0.llm.attempts"], 2);
+    assert.deepEqual(chat.attributes["gen_ai.response.finish_reasons"], ["end_turn"], "the stop reason the answer gave");
 
     const attempts = spans.filter((s) => s.parentSpanContext?.spanId === chat.spanContext().spanId);
     assert.deepEqual(attempts.map((s) => s.attributes["oz0.llm.attempt"]).sort(), [1, 2]);

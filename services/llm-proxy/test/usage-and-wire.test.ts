@@ -25,6 +25,7 @@ void describe("stream meters", () => {
     meter.onEvent(sse("message_stop", { type: "message_stop" }));
     assert.deepEqual(meter.reading(0), { usage: { input: 100, output: 250, cacheRead: 40, cacheWrite: 7, reasoning: 0 }, estimated: false });
     assert.equal(meter.complete, true);
+    assert.equal(meter.finishReason, "end_turn");
   });
 
   void it("normalises OpenAI usage: cached tokens out of prompt_tokens, reasoning kept as a part of output", () => {
@@ -33,6 +34,9 @@ void describe("stream meters", () => {
     assert.equal(meter.onEvent(usageChunk), undefined, "dropped for a client that did not ask");
     assert.equal(meter.onEvent(`data: ${JSON.stringify({ choices: [{ delta: { content: "x" } }], usage: null })}\n\n`), `data: {"choices":[{"delta":{"content":"x"}}]}\n\n`);
     assert.deepEqual(meter.reading(0).usage, { input: 40, output: 30, cacheRead: 60, cacheWrite: 0, reasoning: 20 });
+    assert.equal(meter.finishReason, undefined);
+    meter.onEvent(`data: ${JSON.stringify({ choices: [{ index: 0, delta: {}, finish_reason: "length" }] })}\n\n`);
+    assert.equal(meter.finishReason, "length");
   });
 });
 

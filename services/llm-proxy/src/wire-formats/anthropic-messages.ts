@@ -52,6 +52,7 @@ export class AnthropicStreamMeter implements StreamMeter {
   #sawDelta = false;
   #complete = false;
   #characters = 0;
+  #finishReason: string | undefined;
 
   onEvent(event: string): string {
     const data = sseData(event);
@@ -69,6 +70,7 @@ export class AnthropicStreamMeter implements StreamMeter {
         break;
       case "message_delta":
         this.#sawDelta = true;
+        this.#finishReason = stringOf(parsed.delta?.stop_reason) ?? this.#finishReason;
         for (const [field, value] of Object.entries(parsed.usage ?? {})) {
           if (typeof value === "number") (this.#usage as Record<string, number>)[field] = value;
         }
@@ -93,6 +95,11 @@ export class AnthropicStreamMeter implements StreamMeter {
   /** True once `message_stop` arrived. */
   get complete(): boolean {
     return this.#complete;
+  }
+
+  /** `message_delta`'s `stop_reason`. */
+  get finishReason(): string | undefined {
+    return this.#finishReason;
   }
 
   /** `estimatedInput` stands in for the input when the stream ended before `message_start`. */
@@ -182,6 +189,7 @@ export const anthropicMessages: WireFormat = {
       const usage = usageOf(answer);
       return usage && fromAnthropicUsage(usage);
     },
+    finishReason: (answer) => (isObject(answer) ? stringOf(answer.stop_reason) : undefined),
     streamScrubber: (scrubber) => new AnthropicStreamScrubber(scrubber),
     streamErrorEvent: (type, message) => `event: error\ndata: ${JSON.stringify(anthropicErrorBody(type, message))}\n\n`,
   },

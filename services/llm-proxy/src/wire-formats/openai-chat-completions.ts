@@ -45,7 +45,10 @@ export function openAiErrorBody(type: ProxyErrorType, message: string): unknown 
 export const OPENAI_FORWARDED_HEADERS: readonly string[] = ["accept", "user-agent"];
 
 interface Chunk {
-  choices?: { delta?: { content?: string | null; reasoning_content?: string | null; tool_calls?: { function?: { arguments?: string } }[] } }[];
+  choices?: {
+    delta?: { content?: string | null; reasoning_content?: string | null; tool_calls?: { function?: { arguments?: string } }[] };
+    finish_reason?: string | null;
+  }[];
   usage?: OpenAiUsageFields | null;
 }
 
@@ -54,6 +57,7 @@ export class OpenAiStreamMeter implements StreamMeter {
   #usage: TokenUsage | undefined;
   #complete = false;
   #characters = 0;
+  #finishReason: string | undefined;
 
   constructor(options: { clientWantsUsage: boolean }) {
     this.#clientWantsUsage = options.clientWantsUsage;
@@ -73,6 +77,7 @@ export class OpenAiStreamMeter implements StreamMeter {
       return event;
     }
     for (const choice of chunk.choices ?? []) {
+      if (typeof choice.finish_reason === "string") this.#finishReason ??= choice.finish_reason;
       const delta = choice.delta;
       if (!delta) continue;
       this.#characters += (delta.content ?? "").length + (delta.reasoning_content ?? "").length;
@@ -89,6 +94,11 @@ export class OpenAiStreamMeter implements StreamMeter {
   /** True once `[DONE]` arrived. */
   get complete(): boolean {
     return this.#complete;
+  }
+
+  /** The first choice's `finish_reason` to arrive. */
+  get finishReason(): string | undefined {
+    return this.#finishReason;
   }
 
   /** `estimatedInput` stands in for the input until the usage chunk came. */
@@ -217,6 +227,10 @@ export const openAiChatCompletions: WireFormat = {
     answerUsage(answer) {
       const usage = usageOf(answer);
       return usage && fromOpenAiUsage(usage);
+    },
+    finishReason(answer) {
+      const choices = isObject(answer) && Array.isArray(answer.choices) ? answer.choices : [];
+      return isObject(choices[0]) ? stringOf(choices[0].finish_reason) : undefined;
     },
     streamScrubber: (scrubber) => new OpenAiStreamScrubber(scrubber),
     streamErrorEvent: (type, message) => `data: ${JSON.stringify(openAiErrorBody(type, message))}\n\n`,

@@ -13,7 +13,7 @@ import type { HeldTextScrubber } from "@oz0/serving";
 import type { TokenUsage } from "../proxy-store.js";
 import { OPENAI_FORWARDED_HEADERS, openAiErrorBody } from "./openai-chat-completions.js";
 import { sseData } from "../sse-event-splitter.js";
-import { parseEvent, stringOf, usageOf, withData, withDataText, type Json } from "./sse-json.js";
+import { isObject, parseEvent, stringOf, usageOf, withData, withDataText, type Json } from "./sse-json.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
 import { firstPositive, streamReading, tokenCount } from "./token-counts.js";
 import type { ProxyErrorType, StreamMeter, StreamMeterReading, WireFormat } from "./wire-format.js";
@@ -37,6 +37,13 @@ function fromResponsesUsage(usage: ResponsesUsageFields): TokenUsage {
   };
 }
 
+/** Why a response ended: its status, or the reason it is incomplete (`max_output_tokens`, `content_filter`). */
+function responseFinishReason(response: unknown): string | undefined {
+  if (!isObject(response)) return undefined;
+  const incomplete = isObject(response.incomplete_details) ? stringOf(response.incomplete_details.reason) : undefined;
+  return incomplete ?? stringOf(response.status);
+}
+
 /** The events that end a complete stream, each carrying the final response. */
 const ENDS = new Set(["response.completed", "response.incomplete", "response.failed"]);
 
@@ -56,6 +63,7 @@ export class ResponsesStreamMeter implements StreamMeter {
   #usage: TokenUsage | undefined;
   #complete = false;
   #characters = 0;
+  #finishReason: string | undefined;
 
   onEvent(event: string): string {
     const parsed = parseEvent(event);
@@ -64,6 +72,7 @@ export class ResponsesStreamMeter implements StreamMeter {
       if (typeof parsed.delta === "string") this.#characters += parsed.delta.length;
     } else if (ENDS.has(parsed.type)) {
       this.#complete = true;
+      this.#finishReason = responseFinishReason(parsed.response);
       const usage = usageOf(parsed.response);
       if (usage) this.#usage = fromResponsesUsage(usage);
     }
@@ -73,6 +82,11 @@ export class ResponsesStreamMeter implements StreamMeter {
   /** True once `response.completed`, `response.incomplete` or `response.failed` arrived. */
   get complete(): boolean {
     return this.#complete;
+  }
+
+  /** The final response's status, or why it is incomplete. */
+  get finishReason(): string | undefined {
+    return this.#finishReason;
   }
 
   /** `estimatedInput` stands in for the input until the final response reported its usage. */
@@ -175,6 +189,7 @@ export const openAiResponses: WireFormat = {
       const usage = usageOf(answer);
       return usage && fromResponsesUsage(usage);
     },
+    finishReason: responseFinishReason,
     streamScrubber: (scrubber) => new ResponsesStreamScrubber(scrubber),
     streamErrorEvent,
   },

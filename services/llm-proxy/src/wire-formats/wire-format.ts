@@ -46,6 +46,8 @@ export interface ModelCalls {
   readRequest(body: RequestBody): WireRequest;
   /** The usage a whole answer (its parsed JSON) reports; undefined when it reports none (then it is estimated). */
   answerUsage(answer: unknown): TokenUsage | undefined;
+  /** Why a whole answer ended, in the API's words (`end_turn`, `tool_calls`, `max_output_tokens`, …). */
+  finishReason(answer: unknown): string | undefined;
   /** A scrubber for one stream, reading each streamed text across its deltas (only made when there is a key to scrub). */
   streamScrubber(scrubber: SecretScrubber): StreamScrubber;
   /** The event that ends a stream the proxy cuts off (the budget ran out). */
@@ -77,6 +79,8 @@ export interface StreamMeter {
   onEvent(event: string): string | undefined;
   /** True once the event that ends a complete stream arrived. */
   readonly complete: boolean;
+  /** Why the stream's answer ended, once the stream said. */
+  readonly finishReason: string | undefined;
   /** What was used so far; `estimatedInput` stands in for the input until the provider reported it. */
   reading(estimatedInput: number): StreamMeterReading;
 }
