@@ -1,6 +1,7 @@
 // The node side of the LLM path under bubblewrap: one Unix socket per LLM
 // origin, bind-mounted into the sandbox, each piped to that origin and to
 // nothing else. The sandbox's network namespace has no other way out.
+import { open, type FileHandle } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
 import { invalidField } from "./sandbox-errors.js";
@@ -9,6 +10,8 @@ import { invalidField } from "./sandbox-errors.js";
 const FIRST_INNER_PORT = 41_000;
 /** Where the socket directory is mounted inside the sandbox. */
 export const SANDBOX_SOCKET_DIR = "/run/oz0";
+/** The longest path Linux binds a Unix socket to (sun_path holds 108 bytes with the NUL). */
+const MAX_SOCKET_PATH_BYTES = 107;
 
 export interface LlmForward {
   /** `host:port` of the real endpoint. */
@@ -57,6 +60,7 @@ export function planLlmForwards(options: { socketDir: string; urls: { field: str
 export async function startLlmForwarding(forwards: LlmForward[]): Promise<LlmForwarding> {
   const servers: net.Server[] = [];
   const sockets = new Set<net.Socket>();
+  const aliasedDirs: FileHandle[] = [];
   try {
     for (const forward of forwards) {
       const port = Number(forward.origin.port || "80");
@@ -73,13 +77,15 @@ export async function startLlmForwarding(forwards: LlmForward[]): Promise<LlmFor
         outbound.on("error", () => inbound.destroy());
       });
       servers.push(server);
+      const where = await bindablePath(forward.socketPath, aliasedDirs);
       await new Promise<void>((resolve, reject) => {
         server.once("error", reject);
-        server.listen(forward.socketPath, () => resolve());
+        server.listen(where, () => resolve());
       });
     }
   } catch (error) {
-    for (const server of servers) server.close();
+    await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
+    await Promise.all(aliasedDirs.map((dir) => dir.close()));
     throw error;
   }
   return {
@@ -94,6 +100,22 @@ export async function startLlmForwarding(forwards: LlmForward[]): Promise<LlmFor
     async close(): Promise<void> {
       for (const socket of sockets) socket.destroy();
       await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))));
+      await Promise.all(aliasedDirs.map((dir) => dir.close()));
     },
   };
+}
+
+/**
+ * The path to bind `socketPath` by. Under a deep sandbox root (a long
+ * OZ0_HOME or OZ0_SANDBOX_ROOT) the socket's path is longer than Linux binds
+ * (EINVAL), so it is bound through a short alias of its directory,
+ * /proc/self/fd/N/<name>. The directory stays open until the server is
+ * closed: libuv unlinks the bound path then, and N must still be that
+ * directory.
+ */
+async function bindablePath(socketPath: string, aliasedDirs: FileHandle[]): Promise<string> {
+  if (Buffer.byteLength(socketPath) <= MAX_SOCKET_PATH_BYTES) return socketPath;
+  const dir = await open(path.dirname(socketPath), "r");
+  aliasedDirs.push(dir);
+  return `/proc/self/fd/${dir.fd}/${path.basename(socketPath)}`;
 }

@@ -168,6 +168,20 @@ for (const mode of ["none", "user", "bwrap"] as const) {
           llm.close();
         }
       });
+
+      void it("reaches the LLM endpoint from a sandbox root too deep for a Unix socket's path", async (ctx) => {
+        const outer = mkdtempSync(path.join(os.tmpdir(), "oz0-deep-root-"));
+        ctx.after(() => rmSync(outer, { recursive: true, force: true }));
+        // The forwarder's socket, <root>/internal/<session>/run/llm-0.sock, is past the 107 bytes Linux binds.
+        const deep = await startTestSandbox({ isolation: "bwrap", root: path.join(outer, "d".repeat(80)) });
+        ctx.after(() => deep.close());
+        const llm = http.createServer((_req, res) => res.end("pong"));
+        await new Promise<void>((resolve) => llm.listen(0, "127.0.0.1", resolve));
+        ctx.after(() => llm.close());
+        const port = (llm.address() as net.AddressInfo).port;
+        const stream = await runToEnd(deep.client, scenarioStart({ mode: "llm" }, {}, { llm: { anthropicBaseUrl: `http://127.0.0.1:${port}/anthropic`, token: "tok-3" } }));
+        assert.equal(stream.exited().result?.text, "200 pong", String(stream.error));
+      });
     } else {
       void it(`still connects to loopback ${mode === "user" ? "under a uid of its own (no network namespace)" : "without isolation (the mode isolates nothing)"}`, async () => {
         const server = net.createServer((socket) => {
