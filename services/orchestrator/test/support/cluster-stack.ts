@@ -119,7 +119,9 @@ export async function startClusterStack(options: ClusterStackOptions): Promise<C
           OZ0_SANDBOX_ROOT: path.join(home, `sandbox-${i + 1}`),
           ...(root ? { OZ0_SANDBOX_READ_ONLY_PATHS: root } : {}),
           OZ0_MAX_SESSIONS: String(options.sandboxCapacity ?? 16),
-          OZ0_CANCEL_GRACE_MS: "2000",
+          // The grace a harness has to exit after its result (and after SIGTERM): 200 jobs on a
+          // busy 2-core machine can take longer than 2 s to exit, which would fail them as did_not_exit.
+          OZ0_CANCEL_GRACE_MS: "5000",
           // Every orchestrator: a node's heartbeats reach whichever answers (a Kubernetes Service would pick one).
           OZ0_ORCHESTRATOR_URL: nodePorts.map((port) => `http://127.0.0.1:${port}`).join(","),
           OZ0_NODE_TOKEN: nodeToken,
