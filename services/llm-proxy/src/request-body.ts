@@ -18,11 +18,12 @@ const CLOSE_BRACKET = 0x5d;
 const COMMA = 0x2c;
 const COLON = 0x3a;
 
-/** One top-level member: where its value's bytes are. */
+/** One top-level member: where its value's bytes are, and the value once read. */
 interface Member {
   name: string;
   start: number;
   end: number;
+  read?: { value: unknown };
 }
 
 function isSpace(byte: number | undefined): boolean {
@@ -95,11 +96,12 @@ const JSON_NUMBER = /^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?$/;
 function readValue(raw: Buffer, start: number, end: number): unknown {
   const first = raw[start];
   if (first === QUOTE) return memberName(raw, start, end);
-  if (end - start <= 32) {
+  const length = end - start;
+  if (length === 4 && first === 0x74 && raw.toString("latin1", start, end) === "true") return true;
+  if (length === 5 && first === 0x66 && raw.toString("latin1", start, end) === "false") return false;
+  if (length === 4 && first === 0x6e && raw.toString("latin1", start, end) === "null") return null;
+  if (length <= 32) {
     const text = raw.toString("latin1", start, end);
-    if (text === "true") return true;
-    if (text === "false") return false;
-    if (text === "null") return null;
     if (JSON_NUMBER.test(text)) return Number(text);
   }
   try {
@@ -141,7 +143,6 @@ function scanMembers(raw: Buffer): Member[] | undefined {
 export class JsonRequestBody implements RequestBody {
   readonly #raw: Buffer;
   readonly #members: Member[];
-  readonly #values = new Map<string, unknown>();
 
   private constructor(raw: Buffer, members: Member[]) {
     this.#raw = raw;
@@ -156,11 +157,10 @@ export class JsonRequestBody implements RequestBody {
 
   /** A top-level field's value (the last, when a name repeats, as JSON.parse reads it); undefined when absent or malformed. */
   field(name: string): unknown {
-    if (this.#values.has(name)) return this.#values.get(name);
     const member = this.#last(name);
-    const value = member && readValue(this.#raw, member.start, member.end);
-    this.#values.set(name, value);
-    return value;
+    if (!member) return undefined;
+    member.read ??= { value: readValue(this.#raw, member.start, member.end) };
+    return member.read.value;
   }
 
   /** The bytes to send: the client's own, or with `changes` set (each field in its place, every copy of a repeated name; a new one last). */
