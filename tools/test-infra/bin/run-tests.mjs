@@ -3,10 +3,14 @@
 // package's test/ folder) with Node's test runner through tsx.
 // Infrastructure the tests need (Kafka, PostgreSQL) is started here when
 // KAFKA_BROKERS / DATABASE_URL are unset, and stopped when the tests end.
-// Usage: run-tests.mjs [path-substring ...]   (only matching test files)
+// Every run gets a temporary folder of its own (TMPDIR), and a run that leaves
+// anything in it fails, naming what was left (run-tmpdir.mjs).
+// Usage: run-tests.mjs [path-substring | file.test.ts ...]   (only matching
+// test files; a path to a .test.ts file runs it, even under fixtures/)
 import { spawn, spawnSync } from "node:child_process";
-import { readdirSync } from "node:fs";
+import { existsSync, readdirSync, rmSync } from "node:fs";
 import path from "node:path";
+import { closeRunTmpdir, describeLeftovers, openRunTmpdir } from "./run-tmpdir.mjs";
 import { root, workspaceDirs } from "./workspaces.mjs";
 
 const filters = process.argv.slice(2);
@@ -31,10 +35,15 @@ function testFiles(dir) {
   return out;
 }
 
-const files = workspaceDirs()
-  .flatMap(testFiles)
-  .filter((f) => filters.length === 0 || filters.some((x) => f.includes(x)))
-  .sort();
+const named = filters.map((f) => path.resolve(root, f)).filter((f) => f.endsWith(".test.ts") && existsSync(f));
+const files = [
+  ...new Set([
+    ...workspaceDirs()
+      .flatMap(testFiles)
+      .filter((f) => filters.length === 0 || filters.some((x) => f.includes(x))),
+    ...named,
+  ]),
+].sort();
 
 if (files.length === 0) {
   console.error(`no test files match ${filters.join(" ")}`);
@@ -47,6 +56,11 @@ if (files.length === 0) {
 const packages = spawnSync("bash", [path.join(root, "tools/test-infra/bin/install-system-packages.sh")], { stdio: "inherit" });
 if (packages.status !== 0) process.exit(packages.status ?? 1);
 
+// Set before anything starts, so Kafka's and PostgreSQL's folders are in it too.
+const runTmp = openRunTmpdir();
+process.env.TMPDIR = runTmp;
+process.on("exit", () => rmSync(runTmp, { recursive: true, force: true }));
+
 const { startInfrastructure } = await import("./infrastructure.mjs");
 const infra = await startInfrastructure({ root, files });
 
@@ -55,9 +69,18 @@ const child = spawn(
   ["--import", "tsx", "--test", "--test-reporter=spec", ...files.map((f) => path.relative(root, f))],
   { cwd: root, stdio: "inherit", env: { OZ0_LOG_LEVEL: "warn", ...process.env, ...infra.env } },
 );
-const stopOnSignal = (signal) => child.kill(signal);
+let interrupted = false;
+const stopOnSignal = (signal) => {
+  interrupted = true;
+  child.kill(signal);
+};
 process.on("SIGINT", stopOnSignal);
 process.on("SIGTERM", stopOnSignal);
 const code = await new Promise((resolve) => child.on("exit", (c, s) => resolve(c ?? (s ? 1 : 0))));
 await infra.stop();
+const left = closeRunTmpdir(runTmp);
+if (left.length > 0 && !interrupted) {
+  console.error(`\n${describeLeftovers(left, { root, packageDirs: workspaceDirs() })}`);
+  process.exit(code || 1);
+}
 process.exit(code);
