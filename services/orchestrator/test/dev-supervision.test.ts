@@ -116,6 +116,12 @@ function jsonLines(text: string): unknown[] {
 
 after(() => {
   for (const child of children) child.kill("SIGKILL");
+  // The services outlive a killed oz0 dev by design: a failed run must not leave them behind.
+  try {
+    for (const pid of Object.values(servicePids())) if (alive(pid)) process.kill(pid, "SIGKILL");
+  } catch {
+    // no record: nothing runs
+  }
   rmSync(home, { recursive: true, force: true });
   rmSync(scriptFile, { force: true });
 });

@@ -134,7 +134,7 @@ void test("both provider routes answer each session from the script's first turn
   }
 });
 
-void test("the guide's walk-through: oz0 dev --model-script, a write that waits, approved from another command, and the patch has the file", async () => {
+void test("the guide's walk-through: oz0 dev --model-script, a write that waits, approved from another command, and the patch has the file", { timeout: 240_000 }, async () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-model-script-guide-"));
   const home = path.join(dir, "home");
   const env = cliEnv(home);
