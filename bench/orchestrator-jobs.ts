@@ -20,10 +20,10 @@ import { PermissionAnswer_Outcome, PermissionAnswerSchema, ProtocolVersion, Sess
 import { JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { startScriptedModel, type ScriptedRequest } from "@oz0/harness/testing";
 import { clientsFor } from "../services/orchestrator/src/cli/connection.js";
-import { startEmbeddedStack } from "../services/orchestrator/src/embedded-stack.js";
-import { resolveHarnessCommand } from "../services/orchestrator/src/harness-command.js";
-import { LlmProxyClient } from "../services/orchestrator/src/llm-proxy-client.js";
-import { SandboxClient } from "../services/orchestrator/src/sandbox-client.js";
+import { startEmbeddedStack } from "../services/orchestrator/src/dev/embedded-stack.js";
+import { resolveHarnessCommand } from "../services/orchestrator/src/agents/harness-command.js";
+import { LlmProxyClient } from "../services/orchestrator/src/sessions/llm-proxy-client.js";
+import { SandboxClient } from "../services/orchestrator/src/sessions/sandbox-client.js";
 import { benchOptions } from "./bench-options.js";
 
 const { jobs: JOBS, inflight: INFLIGHT, latency: LATENCY } = benchOptions({

@@ -15,9 +15,9 @@ import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
 import { JobEventSchema } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { startPostgres, type RunningPostgres } from "@oz0/test-infra";
-import { LeaseManager } from "../services/orchestrator/src/lease-manager.js";
-import { createPostgresPool, migrateOrchestrator } from "../services/orchestrator/src/postgres-migrations.js";
-import { PostgresJobStore } from "../services/orchestrator/src/postgres-store.js";
+import { LeaseManager } from "../services/orchestrator/src/cluster/lease-manager.js";
+import { createPostgresPool, migrateOrchestrator } from "../services/orchestrator/src/store/postgres-migrations.js";
+import { PostgresJobStore } from "../services/orchestrator/src/store/postgres-store.js";
 import { benchOptions } from "./bench-options.js";
 
 // --jobs has no default here: the bench's is 600 and a replica's 200, so

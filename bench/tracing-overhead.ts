@@ -14,7 +14,7 @@ import { performance } from "node:perf_hooks";
 import { JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { startScriptedModel, type ScriptedRequest } from "@oz0/harness/testing";
 import { clientsFor } from "../services/orchestrator/src/cli/connection.js";
-import { startEmbeddedStack, type EmbeddedStack } from "../services/orchestrator/src/embedded-stack.js";
+import { startEmbeddedStack, type EmbeddedStack } from "../services/orchestrator/src/dev/embedded-stack.js";
 import { startOtlpReceiver } from "../tools/test-infra/src/otlp-receiver.js";
 import { benchOptions } from "./bench-options.js";
 

@@ -21,7 +21,7 @@ import type { LifecycleType } from "@oz0/events-client";
 import type { GraphTracer } from "@oz0/graph";
 import { TraceContextSchema, type PermissionAnswer, type RuntimeToolResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { GenAi, oz0Tracer, traceContextOf, workMetrics } from "@oz0/serving";
-import type { LifecycleInit, LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "./session-runner.js";
+import type { LifecycleInit, LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "./sessions/session-runner.js";
 
 const tracer = oz0Tracer("@oz0/orchestrator");
 

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { credentialDigest, type Principal } from "@oz0/serving";
-import { ConsoleLogin } from "../src/console-login.js";
+import { ConsoleLogin } from "../src/console/console-login.js";
 
 const alice: Principal = { kind: "person", id: "alice", groups: ["approvers"], roles: new Set(["approver", "viewer"]), via: "oidc" };
 

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { GraphRunner, Harness, InProcessExecutor, Step, type GraphDefinition, type HarnessContext, type RunRecord, type StepRecord } from "@oz0/graph";
-import type { GraphStore, NewGraphVersion } from "../src/graph-store.js";
+import type { GraphStore, NewGraphVersion } from "../src/store/graph-store.js";
 
 /**
  * Each call to `open` is a store on the same storage, as another replica (or

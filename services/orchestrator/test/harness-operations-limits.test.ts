@@ -2,7 +2,7 @@
 // the edge, refused one past it, with a message naming the operation and rule.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { OPERATION_LIMITS, readOperationTask, validateHarnessOperations } from "../src/harness-operations.js";
+import { OPERATION_LIMITS, readOperationTask, validateHarnessOperations } from "../src/operations/harness-operations.js";
 
 const schema = { type: "object", properties: { ok: { type: "boolean" } }, required: ["ok"], additionalProperties: false };
 
@@ -97,7 +97,7 @@ void test("the README's harness-operations example and the shipments example plu
   const { readFileSync } = await import("node:fs");
   const path = await import("node:path");
   const { parse } = await import("yaml");
-  const { resolveSkills } = await import("../src/agent-skills.js");
+  const { resolveSkills } = await import("../src/agents/agent-skills.js");
   const { packageDir, repoRoot } = await import("./support/test-stack.js");
   const readme = readFileSync(path.join(packageDir, "README.md"), "utf8");
   const section = readme.slice(readme.indexOf("## Harness operations"));

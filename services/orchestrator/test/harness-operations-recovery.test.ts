@@ -15,7 +15,7 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
 import { EventsService, OperationStatus } from "@oz0/proto/oz0/events/v1/events_pb";
-import type { OperationCheckpoint } from "../src/operation-checkpoints.js";
+import type { OperationCheckpoint } from "../src/operations/operation-checkpoints.js";
 import { eventually, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
 
 const plugin = path.join(repoRoot, "examples", "plugins", "shipments");

@@ -22,12 +22,12 @@ import {
   type SessionRequest,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { createLogger } from "@oz0/serving";
-import type { AgentVersionRecord } from "../src/job-store.js";
-import { MessageQueue } from "../src/message-queue.js";
-import { OperationRunner, operationRuntimeTools, type OperationParent } from "../src/operation-runner.js";
-import { PermissionPolicy } from "../src/permission-policy.js";
-import { SqliteJobStore } from "../src/sqlite-store.js";
-import type { LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "../src/session-runner.js";
+import type { AgentVersionRecord } from "../src/store/job-store.js";
+import { MessageQueue } from "../src/sessions/message-queue.js";
+import { OperationRunner, operationRuntimeTools, type OperationParent } from "../src/operations/operation-runner.js";
+import { PermissionPolicy } from "../src/policy/permission-policy.js";
+import { SqliteJobStore } from "../src/store/sqlite-store.js";
+import type { LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "../src/sessions/session-runner.js";
 import { eventually } from "./support/test-stack.js";
 
 const logger = createLogger({ name: "test", level: "silent" });

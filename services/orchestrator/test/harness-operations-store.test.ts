@@ -7,9 +7,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
-import type { JobStore, OperationCheckpoint } from "../src/job-store.js";
-import { PostgresJobStore } from "../src/postgres-store.js";
-import { SqliteJobStore } from "../src/sqlite-store.js";
+import type { JobStore, OperationCheckpoint } from "../src/store/job-store.js";
+import { PostgresJobStore } from "../src/store/postgres-store.js";
+import { SqliteJobStore } from "../src/store/sqlite-store.js";
 import { databaseUrl, dropSchema, freshSchema } from "./postgres-test-support.js";
 
 function record(callId: string, overrides: Partial<OperationCheckpoint> = {}): OperationCheckpoint {

@@ -9,13 +9,13 @@ import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { runCommandHook, parseHookAnswer } from "../src/command-hooks.js";
-import { hookMatches, nameMatches, resolvePointer, type PreToolCall } from "../src/hook-rules.js";
-import { HookStage } from "../src/hook-stage.js";
-import type { AgentVersionRecord } from "../src/job-store.js";
-import { PermissionPolicy, type PermissionQuestion } from "../src/permission-policy.js";
-import type { AgentDefinition } from "../src/plugin-types.js";
-import { validateDocument } from "../src/yaml-validation.js";
+import { runCommandHook, parseHookAnswer } from "../src/policy/command-hooks.js";
+import { hookMatches, nameMatches, resolvePointer, type PreToolCall } from "../src/policy/hook-rules.js";
+import { HookStage } from "../src/policy/hook-stage.js";
+import type { AgentVersionRecord } from "../src/store/job-store.js";
+import { PermissionPolicy, type PermissionQuestion } from "../src/policy/permission-policy.js";
+import type { AgentDefinition } from "../src/plugins/plugin-types.js";
+import { validateDocument } from "../src/plugins/yaml-validation.js";
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "hooks");
 // Every plugin and data directory of this file, removed when it ends.
@@ -212,8 +212,8 @@ void test("the README's hooks example validates and decides as documented", asyn
 
 void test("an agent whose harness does not ask cannot be published with hooks or approvals, and a bad regex is refused at install", async () => {
   const { mkdirSync } = await import("node:fs");
-  const { SqliteJobStore } = await import("../src/sqlite-store.js");
-  const { PluginRegistry } = await import("../src/plugin-registry.js");
+  const { SqliteJobStore } = await import("../src/store/sqlite-store.js");
+  const { PluginRegistry } = await import("../src/plugins/plugin-registry.js");
   const home = mkdtempSync(path.join(scratch, "home-"));
   const store = new SqliteJobStore({ file: ":memory:" });
   const registry = new PluginRegistry({ store, home });

@@ -6,8 +6,8 @@ import { test } from "node:test";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { JobActivityKind, JobEventSchema, JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { readStepNote, stepNote, stepWhere } from "../src/graph-step-notes.js";
-import { JobActivityTracker } from "../src/job-activity.js";
+import { readStepNote, stepNote, stepWhere } from "../src/graphs/graph-step-notes.js";
+import { JobActivityTracker } from "../src/jobs/job-activity.js";
 
 let seq = 0;
 const at = (ms: number, event: MessageInitShape<typeof JobEventSchema>["event"]): JobEvent => create(JobEventSchema, { jobId: "job_1", seq: BigInt(++seq), time: timestampFromMs(ms), event });

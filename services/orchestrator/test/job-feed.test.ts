@@ -5,8 +5,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { JobEventSchema } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { JobFeed } from "../src/job-feed.js";
-import { asBystander, isBystander } from "../src/job-ownership.js";
+import { JobFeed } from "../src/jobs/job-feed.js";
+import { asBystander, isBystander } from "../src/cluster/job-ownership.js";
 
 void test("a listener runs outside the bystander scope of the write that published to it", async () => {
   const feed = new JobFeed();

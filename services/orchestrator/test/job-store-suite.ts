@@ -5,7 +5,7 @@ import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { rawEvent } from "@oz0/events";
 import { JobEventSchema, JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import type { JobRecord, JobStore, NewAgentVersion, PermissionRecord } from "../src/job-store.js";
+import type { JobRecord, JobStore, NewAgentVersion, PermissionRecord } from "../src/store/job-store.js";
 
 export type StoreFactory = () => Promise<{ store: JobStore; cleanup?: () => Promise<void> }>;
 

@@ -5,9 +5,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type pg from "pg";
-import { ClusterNotifier, type ApprovalAnswered } from "../src/cluster-notifier.js";
-import { LeaseManager, type Lease } from "../src/lease-manager.js";
-import { createPostgresPool, migrateOrchestrator } from "../src/postgres-migrations.js";
+import { ClusterNotifier, type ApprovalAnswered } from "../src/cluster/cluster-notifier.js";
+import { LeaseManager, type Lease } from "../src/cluster/lease-manager.js";
+import { createPostgresPool, migrateOrchestrator } from "../src/store/postgres-migrations.js";
 import { withTransaction } from "@oz0/postgres";
 import { databaseUrl, eventually, freshSchema } from "./postgres-test-support.js";
 import { TcpRelay } from "./support/tcp-relay.js";

@@ -15,7 +15,7 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { EventsService, type PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { JobService, JobState, PluginService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { startServiceProcess, type StackProcess } from "../src/embedded-stack.js";
+import { startServiceProcess, type StackProcess } from "../src/dev/embedded-stack.js";
 import { eventually } from "./postgres-test-support.js";
 import { TcpRelay } from "./support/tcp-relay.js";
 import { makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";

@@ -12,8 +12,8 @@ import path from "node:path";
 import { test } from "node:test";
 import { parse } from "yaml";
 import { embeddedStackEnv } from "../src/cli/embedded-defaults.js";
-import { startEmbeddedStack } from "../src/embedded-stack.js";
-import { LlmProxyClient } from "../src/llm-proxy-client.js";
+import { startEmbeddedStack } from "../src/dev/embedded-stack.js";
+import { LlmProxyClient } from "../src/sessions/llm-proxy-client.js";
 import { cliMain, eventually, repoRoot } from "./support/test-stack.js";
 
 const PATH = `${path.join(repoRoot, "node_modules", ".bin")}${path.delimiter}${process.env.PATH ?? ""}`;

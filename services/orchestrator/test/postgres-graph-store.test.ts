@@ -7,10 +7,10 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Harness, type GraphDefinition } from "@oz0/graph";
-import { openGraphStore } from "../src/graph-store.js";
-import { LeaseLostError, LeaseManager } from "../src/lease-manager.js";
-import { createPostgresPool } from "../src/postgres-migrations.js";
-import { PostgresJobStore } from "../src/postgres-store.js";
+import { openGraphStore } from "../src/store/graph-store.js";
+import { LeaseLostError, LeaseManager } from "../src/cluster/lease-manager.js";
+import { createPostgresPool } from "../src/store/postgres-migrations.js";
+import { PostgresJobStore } from "../src/store/postgres-store.js";
 import { graphStoreSuite } from "./graph-store-suite.js";
 import { databaseUrl, dropSchema, freshSchema } from "./postgres-test-support.js";
 

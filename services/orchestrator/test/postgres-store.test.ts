@@ -8,9 +8,9 @@ import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { rawEvent } from "@oz0/events";
 import { JobEventSchema } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { LeaseLostError, LeaseManager } from "../src/lease-manager.js";
-import { createPostgresPool, migrateOrchestrator, ORCHESTRATOR_MIGRATIONS } from "../src/postgres-migrations.js";
-import { PostgresJobStore } from "../src/postgres-store.js";
+import { LeaseLostError, LeaseManager } from "../src/cluster/lease-manager.js";
+import { createPostgresPool, migrateOrchestrator, ORCHESTRATOR_MIGRATIONS } from "../src/store/postgres-migrations.js";
+import { PostgresJobStore } from "../src/store/postgres-store.js";
 import { jobStoreSuite } from "./job-store-suite.js";
 import { databaseUrl, dropSchema, freshSchema, jobRecord } from "./postgres-test-support.js";
 

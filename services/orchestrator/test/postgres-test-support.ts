@@ -3,7 +3,7 @@
 // server, so schemas keep runs apart), and a job record to store.
 import { randomBytes } from "node:crypto";
 import pg from "pg";
-import type { JobRecord } from "../src/job-store.js";
+import type { JobRecord } from "../src/store/job-store.js";
 
 export function databaseUrl(): string {
   const url = process.env.DATABASE_URL;

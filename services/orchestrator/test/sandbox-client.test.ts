@@ -5,8 +5,8 @@ import assert from "node:assert/strict";
 import { createServer } from "node:net";
 import { test } from "node:test";
 import { ConnectError, Code } from "@connectrpc/connect";
-import { SandboxClient } from "../src/sandbox-client.js";
-import { SandboxRefusedError, SessionNotFoundError } from "../src/session-runner.js";
+import { SandboxClient } from "../src/sessions/sandbox-client.js";
+import { SandboxRefusedError, SessionNotFoundError } from "../src/sessions/session-runner.js";
 
 async function refusedPort(): Promise<number> {
   const server = createServer();

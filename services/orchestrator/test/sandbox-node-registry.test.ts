@@ -7,9 +7,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type pg from "pg";
-import { createPostgresPool } from "../src/postgres-migrations.js";
-import { PostgresJobStore } from "../src/postgres-store.js";
-import { SandboxNodeRegistry, type Placement } from "../src/sandbox-node-registry.js";
+import { createPostgresPool } from "../src/store/postgres-migrations.js";
+import { PostgresJobStore } from "../src/store/postgres-store.js";
+import { SandboxNodeRegistry, type Placement } from "../src/cluster/sandbox-node-registry.js";
 import { databaseUrl, eventually, freshSchema, jobRecord } from "./postgres-test-support.js";
 
 const connectionString = databaseUrl();

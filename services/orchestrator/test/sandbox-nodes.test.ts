@@ -17,12 +17,12 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { ProtocolVersion, SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { SandboxNodeService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { RunningServer } from "@oz0/serving";
-import { startServiceProcess, type StackProcess } from "../src/embedded-stack.js";
-import { SandboxNodeRegistry } from "../src/sandbox-node-registry.js";
-import { sandboxNodeServices, startNodeListener } from "../src/sandbox-node-service.js";
+import { startServiceProcess, type StackProcess } from "../src/dev/embedded-stack.js";
+import { SandboxNodeRegistry } from "../src/cluster/sandbox-node-registry.js";
+import { sandboxNodeServices, startNodeListener } from "../src/rpc/sandbox-node-service.js";
 import { testCredentials } from "@oz0/serving/testing";
-import { RegistryPlacement } from "../src/sandbox-placement.js";
-import type { SessionChannel, SessionRunner } from "../src/session-runner.js";
+import { RegistryPlacement } from "../src/sessions/sandbox-placement.js";
+import type { SessionChannel, SessionRunner } from "../src/sessions/session-runner.js";
 import { databaseUrl, dropSchema, eventually, freshSchema } from "./postgres-test-support.js";
 import { repoRoot } from "./support/test-stack.js";
 

@@ -4,8 +4,8 @@
 import assert from "node:assert/strict";
 import { it } from "node:test";
 import { OrchestratorError } from "../src/orchestrator-error.js";
-import { StaticPlacement } from "../src/sandbox-placement.js";
-import { SandboxClient } from "../src/sandbox-client.js";
+import { StaticPlacement } from "../src/sessions/sandbox-placement.js";
+import { SandboxClient } from "../src/sessions/sandbox-client.js";
 
 void it("static placement spreads sessions over the configured nodes, the same node for the same session, and never loses one", async () => {
   const runners = ["http://10.0.0.1:7701", "http://10.0.0.2:7701"].map((url) => new SandboxClient({ url }));

@@ -2,7 +2,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { SqliteGraphStore } from "../src/sqlite-graph-store.js";
+import { SqliteGraphStore } from "../src/store/sqlite-graph-store.js";
 import { graphStoreSuite } from "./graph-store-suite.js";
 
 graphStoreSuite("sqlite", async () => {

@@ -4,7 +4,7 @@ import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import Database from "better-sqlite3";
-import { SqliteJobStore } from "../src/sqlite-store.js";
+import { SqliteJobStore } from "../src/store/sqlite-store.js";
 import { jobStoreSuite } from "./job-store-suite.js";
 
 jobStoreSuite("sqlite", async () => {

@@ -9,7 +9,7 @@ import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { credentialDigest } from "@oz0/serving";
-import { isolationNotice, serviceEnv, startEmbeddedStack } from "../src/embedded-stack.js";
+import { isolationNotice, serviceEnv, startEmbeddedStack } from "../src/dev/embedded-stack.js";
 
 void test("serviceEnv passes the basics and each service's own settings, never credentials from the shell", () => {
   const shell = {

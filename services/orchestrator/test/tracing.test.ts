@@ -15,7 +15,7 @@ import {
   SessionRequestSchema,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { CONTENT_ATTRIBUTES, startInMemoryTelemetry, type InMemoryTelemetry } from "@oz0/serving";
-import type { LifecycleInit, LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "../src/session-runner.js";
+import type { LifecycleInit, LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "../src/sessions/session-runner.js";
 import { OrchestratorTracing } from "../src/tracing.js";
 
 const MARKER = "PLANTED-CONTENT-MARKER-91b2";

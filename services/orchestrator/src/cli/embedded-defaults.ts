@@ -9,7 +9,7 @@ import { chmodSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import type { ScriptedTurn } from "@oz0/harness/testing";
 import { OrchestratorError } from "../orchestrator-error.js";
-import { readYamlDocument } from "../yaml-validation.js";
+import { readYamlDocument } from "../plugins/yaml-validation.js";
 import { CliError } from "./cli-error.js";
 import { EXIT } from "./exit-codes.js";
 

@@ -10,7 +10,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { JobActivityTracker } from "../job-activity.js";
+import { JobActivityTracker } from "../jobs/job-activity.js";
 import { promptForAnswer, type PromptedCall } from "./approval-prompt.js";
 import { describeError } from "./cli-error.js";
 import type { Output } from "./commands.js";

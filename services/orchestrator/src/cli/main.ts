@@ -3,10 +3,10 @@
 import path from "node:path";
 import { Command, CommanderError, Option } from "commander";
 import { defaultHome } from "../start-orchestrator.js";
-import { startDevStack } from "../dev-stack.js";
-import { isolationNotice, removeDiscovery, writeDiscovery } from "../embedded-stack.js";
-import { DevLockHeldError, takeDevLock } from "../dev-lock.js";
-import { removeLogin, writeLogin } from "../local-credentials.js";
+import { startDevStack } from "../dev/dev-stack.js";
+import { isolationNotice, removeDiscovery, writeDiscovery } from "../dev/embedded-stack.js";
+import { DevLockHeldError, takeDevLock } from "../dev/dev-lock.js";
+import { removeLogin, writeLogin } from "../dev/local-credentials.js";
 import { consoleLink } from "./console-link.js";
 import { CliError, describeError } from "./cli-error.js";
 import {

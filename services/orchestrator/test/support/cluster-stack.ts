@@ -13,7 +13,7 @@ import { testCredentials } from "@oz0/serving/testing";
 import { startScriptedModel, type ScriptedModel, type ScriptedRequest, type ScriptedTurn } from "@oz0/harness/testing";
 import { JobService, PluginService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { freePorts } from "@oz0/test-infra";
-import { installRoot, startServiceProcess, type StackProcess, type StackServiceName } from "../../src/embedded-stack.js";
+import { installRoot, startServiceProcess, type StackProcess, type StackServiceName } from "../../src/dev/embedded-stack.js";
 
 export interface ClusterStackOptions {
   databaseUrl: string;

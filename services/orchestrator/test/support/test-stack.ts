@@ -9,7 +9,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { startScriptedModel, type ScriptedModel, type ScriptedRequest, type ScriptedTurn } from "@oz0/harness/testing";
-import { startEmbeddedStack, startServiceProcess, type EmbeddedStack, type StackProcess } from "../../src/embedded-stack.js";
+import { startEmbeddedStack, startServiceProcess, type EmbeddedStack, type StackProcess } from "../../src/dev/embedded-stack.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const packageDir = path.resolve(here, "..", "..");

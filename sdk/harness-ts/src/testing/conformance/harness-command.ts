@@ -1,5 +1,5 @@
 // The harness command made absolute the way the orchestrator does it for a
-// plugin manifest (services/orchestrator/src/harness-command.ts): every case
+// plugin manifest (services/orchestrator/src/agents/harness-command.ts): every case
 // runs in a working directory of its own, so paths are resolved first,
 // against the plugin's folder (for the kit: the caller's directory).
 import { accessSync, constants, existsSync } from "node:fs";

@@ -1,0 +1,166 @@
+// Lifecycle events with a transactional outbox. The job runner stores each
+// event in the transaction of the job change it reports (JobAppend.lifecycle),
+// so an event exists exactly when its change does, whatever happens to the
+// process right after. LifecycleOutbox ships what is stored to the events
+// service and removes it once accepted. A shipper claims a batch while it
+// sends it and gives the claim back when the send fails; one that dies lets
+// go when the claim runs out, and any replica sends the batch again. The
+// events service keeps each event id once, so an event sent twice (accepted,
+// then the shipper died before removing it) is still on the stream once.
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { eventsTransport, logPublishResponse, rawEvent } from "@oz0/events";
+import type { LifecycleType } from "@oz0/events-client";
+import { EventsService, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import type { Logger } from "@oz0/serving";
+import type { JobStore, StoredLifecycleEvent } from "../store/job-store.js";
+import type { LifecycleInit, LifecycleSink } from "../sessions/session-runner.js";
+
+export interface LifecycleOutboxOptions {
+  /** The events service (OZ0_EVENTS_URL). */
+  url: string;
+  /** The orchestrator's service credential: the events service takes Publish only from the suite's services. */
+  token?: string | undefined;
+  store: Pick<JobStore, "putLifecycleEvents" | "claimLifecycleEvents" | "deleteLifecycleEvents" | "releaseLifecycleEvents">;
+  logger: Logger;
+  /** How often stored events are looked for without a nudge: another replica's, left by a shipper that died, or not accepted yet. Default 1 s. */
+  pollMs?: number;
+  /** How long a Publish call may take. Default 10 s. */
+  sendTimeoutMs?: number;
+  /** Events per claim and per Publish call. Default 500. */
+  batch?: number;
+}
+
+export class LifecycleOutbox implements LifecycleSink {
+  readonly #o: LifecycleOutboxOptions;
+  readonly #client: Client<typeof EventsService>;
+  readonly #poll: NodeJS.Timeout;
+  /** A ship round runs; a nudge meanwhile asks for one more after it. */
+  #shipping: Promise<void> | undefined;
+  #again = false;
+  #closed = false;
+  /** Stores of events on their own (publish) not yet finished, so close() ships them too. */
+  readonly #storing = new Set<Promise<void>>();
+  /** The last round failed and said so: the next failure is not logged again. */
+  #failing = false;
+  /** Stops a Publish still waiting when close() gives up. */
+  readonly #abort = new AbortController();
+  /** Events per claim now: halved while a batch is too large for one message. */
+  #batch: number;
+
+  constructor(options: LifecycleOutboxOptions) {
+    this.#o = options;
+    this.#batch = options.batch ?? 500;
+    this.#client = createClient(EventsService, eventsTransport(options.url, options.token));
+    this.#poll = setInterval(() => this.committed(), options.pollMs ?? 1_000);
+    this.#poll.unref();
+  }
+
+  event(type: LifecycleType, init: LifecycleInit): RawEvent {
+    return rawEvent(type, { source: "orchestrator", ...init });
+  }
+
+  committed(): void {
+    if (this.#closed) return;
+    if (this.#shipping) {
+      this.#again = true;
+      return;
+    }
+    this.#shipping = this.#shipAll().finally(() => {
+      this.#shipping = undefined;
+      if (this.#again) {
+        this.#again = false;
+        this.committed();
+      }
+    });
+  }
+
+  publish(type: LifecycleType, init: LifecycleInit): void {
+    if (this.#closed) {
+      this.#o.logger.warn({ type, jobId: init.jobId }, "a lifecycle event came after the orchestrator began stopping; it is not kept");
+      return;
+    }
+    const stored = this.#o.store.putLifecycleEvents([this.event(type, init)]).then(
+      () => this.committed(),
+      (error: unknown) => this.#o.logger.warn({ type, jobId: init.jobId, err: String(error) }, "could not keep a lifecycle event for the events service; it is lost"),
+    );
+    this.#storing.add(stored);
+    void stored.finally(() => this.#storing.delete(stored));
+  }
+
+  /** Ships what is stored for at most `timeoutMs`, then stops; what is left stays stored for the next start or another replica. */
+  async close(options: { timeoutMs?: number } = {}): Promise<void> {
+    clearInterval(this.#poll);
+    await Promise.all(this.#storing);
+    this.#closed = true;
+    const last = (async () => {
+      await this.#shipping;
+      await this.#shipAll();
+    })();
+    const timeoutMs = options.timeoutMs ?? 2_000;
+    await within(last, timeoutMs);
+    // A send still waiting is stopped; a store query still waiting is not waited for past a second grace.
+    this.#abort.abort();
+    await within(last, timeoutMs);
+  }
+
+  async #shipAll(): Promise<void> {
+    try {
+      for (;;) {
+        const batch = this.#batch;
+        // Claimed for longer than a send may take, so no other shipper sends them meanwhile.
+        const claimed = await this.#o.store.claimLifecycleEvents({ limit: batch, claimMs: 1.5 * this.#sendTimeoutMs + 1_000 });
+        if (claimed.length === 0) break;
+        await this.#ship(claimed);
+        // Back toward the full batch after a batch too large was split (#send).
+        this.#batch = Math.min(this.#o.batch ?? 500, this.#batch * 2);
+        if (claimed.length < batch) break;
+      }
+      if (this.#failing) this.#o.logger.info("stored lifecycle events reach the events service again");
+      this.#failing = false;
+    } catch (error) {
+      // The events service or the store is away: the next poll tries again.
+      if (!this.#failing) this.#o.logger.warn({ code: "EVENTS_UNREACHABLE", url: this.#o.url, err: String(error) }, "cannot ship lifecycle events yet; they stay stored and are sent again");
+      this.#failing = true;
+    }
+  }
+
+  get #sendTimeoutMs(): number {
+    return this.#o.sendTimeoutMs ?? 10_000;
+  }
+
+  async #ship(claimed: StoredLifecycleEvent[]): Promise<void> {
+    const seqs = claimed.map((c) => c.seq);
+    try {
+      await this.#send(claimed.map((c) => c.event));
+    } catch (error) {
+      // Given back at once: the next round (here or at another replica) sends them again, oldest first.
+      await this.#o.store.releaseLifecycleEvents(seqs).catch(() => undefined);
+      throw error;
+    }
+    await this.#o.store.deleteLifecycleEvents(seqs);
+  }
+
+  async #send(events: RawEvent[]): Promise<void> {
+    try {
+      const response = await this.#client.publish({ events }, { timeoutMs: this.#sendTimeoutMs, signal: this.#abort.signal });
+      logPublishResponse(this.#o.logger, response, events.length);
+    } catch (error) {
+      const err = ConnectError.from(error);
+      if (err.code === Code.ResourceExhausted && events.length > 1) {
+        // Too large for one message: the next rounds send smaller batches (the events stay stored meanwhile).
+        this.#batch = Math.max(1, Math.floor(events.length / 2));
+        throw error;
+      }
+      if (err.code !== Code.InvalidArgument && err.code !== Code.ResourceExhausted) throw error;
+      // Sending again cannot help an event the service refuses, or one too large alone: say which went.
+      this.#o.logger.error({ code: "EVENTS_BATCH_REJECTED", ids: events.map((e) => e.id), reason: err.rawMessage }, "the events service refused lifecycle events; they are dropped");
+    }
+  }
+}
+
+/** Waits for `work` at most `ms`. */
+async function within(work: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([work, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}

@@ -1,0 +1,249 @@
+// Sandbox nodes in PostgreSQL, shared by every orchestrator replica: nodes
+// register with a capacity and send heartbeats; the orchestrator places each
+// session on a live node with free capacity and stops placing on a node whose
+// heartbeats stop. Placements are rows, so capacity is counted once across
+// replicas, and the sessions of a node that went silent can be found and their
+// jobs failed (resuming a harness session elsewhere is out of scope).
+// Liveness is judged by the database's clock, so replicas' clocks never matter.
+// A slot is given back by the job's runner after it wrote the job's end; one
+// it never gave back (it died in between, or the release failed) is freed at
+// the node's next heartbeat, from the jobs table the registry shares.
+import type pg from "pg";
+import { ACTIVE_JOB_STATES } from "../store/job-store.js";
+import { createPostgresPool, migrateOrchestrator, type PostgresConnectionOptions } from "../store/postgres-migrations.js";
+import { withTransaction } from "@oz0/postgres";
+
+export interface SandboxNode {
+  id: string;
+  /** The sandbox service's URL on this node. */
+  url: string;
+  /** How many sessions it takes at once. */
+  capacity: number;
+  /** Sessions placed on it now. */
+  placed: number;
+  /** capacity - placed, never below 0. */
+  free: number;
+  registeredAt: Date;
+  lastHeartbeat: Date;
+}
+
+export interface Placement {
+  sessionId: string;
+  jobId: string;
+  node: SandboxNode;
+  placedAt: Date;
+}
+
+/** A session whose node stopped sending heartbeats: its job must fail with `reason`. */
+export interface LostSession {
+  sessionId: string;
+  jobId: string;
+  nodeId: string;
+  nodeUrl: string;
+  lastHeartbeat: Date;
+  reason: string;
+}
+
+interface NodeRow {
+  id: string;
+  url: string;
+  capacity: number;
+  placed: number;
+  registered_at: Date;
+  last_heartbeat: Date;
+}
+
+function toNode(row: NodeRow): SandboxNode {
+  return {
+    id: row.id,
+    url: row.url,
+    capacity: row.capacity,
+    placed: row.placed,
+    free: Math.max(0, row.capacity - row.placed),
+    registeredAt: row.registered_at,
+    lastHeartbeat: row.last_heartbeat,
+  };
+}
+
+export interface SandboxNodeRegistryOptions {
+  /** The store's pool, or connection options for one of its own. */
+  pool?: pg.Pool;
+  connection?: PostgresConnectionOptions;
+  /** A node without a heartbeat for this long gets no new sessions and its sessions count as lost. Default 15 s. */
+  staleAfterMs?: number;
+}
+
+export class SandboxNodeRegistry {
+  readonly #pool: pg.Pool;
+  readonly #ownsPool: boolean;
+  readonly #staleAfterMs: number;
+
+  private constructor(options: { pool: pg.Pool; ownsPool: boolean; staleAfterMs: number }) {
+    this.#pool = options.pool;
+    this.#ownsPool = options.ownsPool;
+    this.#staleAfterMs = options.staleAfterMs;
+  }
+
+  /** How long a node may go without a heartbeat before it gets no sessions and loses the ones it has. */
+  get staleAfterMs(): number {
+    return this.#staleAfterMs;
+  }
+
+  static async open(options: SandboxNodeRegistryOptions): Promise<SandboxNodeRegistry> {
+    if (!options.pool && !options.connection) throw new Error("SandboxNodeRegistry.open needs a pool or connection options");
+    const pool = options.pool ?? createPostgresPool(options.connection!);
+    // A pool passed in is the store's, already migrated by PostgresJobStore.open.
+    if (!options.pool) await migrateOrchestrator(pool, options.connection!.schema ?? "oz0");
+    return new SandboxNodeRegistry({ pool, ownsPool: !options.pool, staleAfterMs: options.staleAfterMs ?? 15_000 });
+  }
+
+  /**
+   * Registers a node (or updates its URL and capacity when it restarts);
+   * counts as a heartbeat, so it frees the node's slots whose jobs ended
+   * (the RPC handler calls this on every heartbeat).
+   */
+  async register(node: { id: string; url: string; capacity: number }): Promise<SandboxNode> {
+    return withTransaction(this.#pool, async (client) => {
+      const freed = await this.#freeEnded(client, node.id);
+      const { rows } = await client.query<NodeRow>(
+        `INSERT INTO sandbox_nodes (id, url, capacity, placed, registered_at, last_heartbeat) VALUES ($1, $2, $3, 0, now(), now())
+         ON CONFLICT (id) DO UPDATE SET url = excluded.url, capacity = excluded.capacity, placed = sandbox_nodes.placed - $4, last_heartbeat = now()
+         RETURNING *`,
+        [node.id, node.url, node.capacity, freed],
+      );
+      return toNode(rows[0]!);
+    });
+  }
+
+  /** Records a heartbeat and frees the node's slots whose jobs ended; false when the node is unknown (it must register again). */
+  async heartbeat(id: string): Promise<boolean> {
+    return withTransaction(this.#pool, async (client) => {
+      const freed = await this.#freeEnded(client, id);
+      const result = await client.query("UPDATE sandbox_nodes SET last_heartbeat = now(), placed = placed - $2 WHERE id = $1", [id, freed]);
+      return (result.rowCount ?? 0) > 0;
+    });
+  }
+
+  /**
+   * Deletes the node's placements whose job is terminal, for the caller to
+   * take their count off the node's `placed` in the same transaction.
+   * A runner that writes a job's end releases its slot right after, so this
+   * frees only what a crash or a failed release left behind; it needs no
+   * grace, since a terminal job's session is never started again. A
+   * placement is the job's (`job_id`, the jobs table's key): a graph's custom
+   * step, placed under its graph's job, is freed once the graph job ended.
+   * A placement without a job row, or of a job still active, stays: the
+   * heartbeat says only how many sessions the node runs, not which, so
+   * nothing shows such a session is over (with the node's list of sessions,
+   * one it no longer runs could go too once older than the stale limit; as
+   * long as its job is active, its runner may still be reading its end).
+   * Rows a concurrent release() holds are skipped (it frees them itself),
+   * and rows are locked before the node, as release() does: no deadlock.
+   */
+  async #freeEnded(client: pg.PoolClient, nodeId: string): Promise<number> {
+    const freed = await client.query(
+      `DELETE FROM session_placements WHERE session_id IN (
+         SELECT p.session_id FROM session_placements p JOIN jobs j ON j.id = p.job_id
+         WHERE p.node_id = $1 AND NOT j.state = ANY($2::text[]) FOR UPDATE OF p SKIP LOCKED)`,
+      [nodeId, ACTIVE_JOB_STATES],
+    );
+    return freed.rowCount ?? 0;
+  }
+
+  /** Live nodes (heartbeat within the stale limit), most free capacity first. */
+  async listLive(): Promise<SandboxNode[]> {
+    const { rows } = await this.#pool.query<NodeRow>(
+      `SELECT * FROM sandbox_nodes WHERE last_heartbeat > now() - $1 * interval '1 millisecond'
+       ORDER BY capacity - placed DESC, id`,
+      [this.#staleAfterMs],
+    );
+    return rows.map(toNode);
+  }
+
+  /**
+   * Places a session on the live node with the most free capacity (by share
+   * of its capacity). Undefined when no live node has room. Placing the same
+   * session again returns its placement, live node or not, so a retried call
+   * does not take two slots and a session is never moved behind its caller's
+   * back: one on a node that went silent is reported lost (lostSessions). A
+   * caller that knows such a session never started there (or, as a graph's
+   * custom step, starts it again) gives it back first (release) and places it
+   * afresh.
+   */
+  async place(request: { sessionId: string; jobId: string }): Promise<Placement | undefined> {
+    const { rows } = await this.#pool.query<NodeRow & { placed_at: Date }>(
+      `SELECT n.*, p.placed_at FROM session_placements p JOIN sandbox_nodes n ON n.id = p.node_id WHERE p.session_id = $1`,
+      [request.sessionId],
+    );
+    const existing = rows[0];
+    if (existing) return { sessionId: request.sessionId, jobId: request.jobId, node: toNode(existing), placedAt: existing.placed_at };
+    return withTransaction(this.#pool, async (client) => {
+      // Lock the candidates in id order (one order for every replica: no deadlocks), then pick in code.
+      const candidates = await client.query<NodeRow>(
+        `SELECT * FROM sandbox_nodes WHERE last_heartbeat > now() - $1 * interval '1 millisecond' AND placed < capacity
+         ORDER BY id FOR UPDATE`,
+        [this.#staleAfterMs],
+      );
+      const chosen = candidates.rows
+        .filter((n) => n.placed < n.capacity)
+        .sort((a, b) => a.placed / a.capacity - b.placed / b.capacity || a.id.localeCompare(b.id))[0];
+      if (!chosen) return undefined;
+      const updated = await client.query<NodeRow>("UPDATE sandbox_nodes SET placed = placed + 1 WHERE id = $1 RETURNING *", [chosen.id]);
+      const placement = await client.query<{ placed_at: Date }>(
+        "INSERT INTO session_placements (session_id, job_id, node_id, placed_at) VALUES ($1, $2, $3, now()) RETURNING placed_at",
+        [request.sessionId, request.jobId, chosen.id],
+      );
+      return { sessionId: request.sessionId, jobId: request.jobId, node: toNode(updated.rows[0]!), placedAt: placement.rows[0]!.placed_at };
+    });
+  }
+
+  /**
+   * Frees a session's slot (it ended, its loss was handled, or it is to be
+   * placed afresh); false when it was not placed. `fromNode`: only from that
+   * node, so a caller acting on an old view never frees the slot another
+   * replica placed the session in since.
+   */
+  async release(sessionId: string, options: { fromNode?: string } = {}): Promise<boolean> {
+    return withTransaction(this.#pool, async (client) => {
+      const removed = await client.query<{ node_id: string }>(
+        "DELETE FROM session_placements WHERE session_id = $1 AND ($2::text IS NULL OR node_id = $2) RETURNING node_id",
+        [sessionId, options.fromNode ?? null],
+      );
+      const from = removed.rows[0]?.node_id;
+      if (from === undefined) return false;
+      await client.query("UPDATE sandbox_nodes SET placed = placed - 1 WHERE id = $1", [from]);
+      return true;
+    });
+  }
+
+  /** Sessions placed on nodes whose heartbeats stopped: the owners of their jobs deal with them (most fail, with `reason`). */
+  async lostSessions(): Promise<LostSession[]> {
+    return this.#lost();
+  }
+
+  /** The session, when it is placed on a node whose heartbeats stopped. */
+  async lostSession(sessionId: string): Promise<LostSession | undefined> {
+    return (await this.#lost(sessionId))[0];
+  }
+
+  async #lost(sessionId?: string): Promise<LostSession[]> {
+    const { rows } = await this.#pool.query<{ session_id: string; job_id: string; node_id: string; url: string; last_heartbeat: Date }>(
+      `SELECT p.session_id, p.job_id, p.node_id, n.url, n.last_heartbeat FROM session_placements p JOIN sandbox_nodes n ON n.id = p.node_id
+       WHERE n.last_heartbeat <= now() - $1 * interval '1 millisecond' AND ($2::text IS NULL OR p.session_id = $2)
+       ORDER BY p.placed_at, p.session_id`,
+      [this.#staleAfterMs, sessionId ?? null],
+    );
+    return rows.map((r) => ({
+      sessionId: r.session_id,
+      jobId: r.job_id,
+      nodeId: r.node_id,
+      nodeUrl: r.url,
+      lastHeartbeat: r.last_heartbeat,
+      reason: `sandbox node ${r.node_id} (${r.url}) stopped sending heartbeats at ${r.last_heartbeat.toISOString()}; its session ${r.session_id} is lost — resuming a session on another node is not supported; run the job again`,
+    }));
+  }
+
+  async close(): Promise<void> {
+    if (this.#ownsPool) await this.#pool.end();
+  }
+}

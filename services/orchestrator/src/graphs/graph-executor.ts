@@ -1,0 +1,335 @@
+// The GraphExecutor a graph job runs with. An agent step is a job of its own
+// for the agent version pinned when the run started, started through the job
+// runner, so the session goes through the sandbox with the tool policy,
+// hooks, approvals, the LLM proxy's token and metering like any job. A custom
+// step is a session of the generic step runner (graph-step-runner.ts) on a
+// sandbox: its code never runs in the orchestrator's process.
+//
+// After a restart the engine runs again the step that was in flight. Each
+// step's session is keyed by the step's idempotency key, so the re-run finds
+// it: an agent step whose job is still running (the job runner re-attached
+// it) or already finished is waited for, not started again; a custom step's
+// session is re-attached by its deterministic session id when the sandbox
+// still knows it. Only a step whose job or session never got recorded runs
+// again: at-least-once execution, exactly-once recording.
+//
+// With several replicas, a step's job may run at another replica (the one
+// that created it died and a third took it over): waiting follows the job
+// feed (cluster-wide when the replicas share notifications) and also reads
+// the job from the store every second while it waits, so it never depends on
+// a notice arriving. A run this replica stops working on (`halt`: its lease
+// was lost, or the orchestrator closes) stops where it is: its steps neither
+// finish nor fail, so the engine records nothing more for it.
+import { createHash } from "node:crypto";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { create } from "@bufbuild/protobuf";
+import { ProtocolVersion, SessionRequestSchema, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { GraphError, type AgentRequest, type CustomStepRequest, type CustomStepResult, type GraphExecutor } from "@oz0/graph";
+import type { GraphStore } from "../store/graph-store.js";
+import type { JobFeed } from "../jobs/job-feed.js";
+import { isTerminal, newJobId, type JobRunner } from "../jobs/job-runner.js";
+import type { JobRecord, JobStore } from "../store/job-store.js";
+import { OrchestratorError } from "../orchestrator-error.js";
+import { SessionNotFoundError, type SandboxMessage, type SessionChannel, type SessionRunner } from "../sessions/session-runner.js";
+import type { SandboxPlacement } from "../sessions/sandbox-placement.js";
+import type { StepCall } from "./graph-step-runner.js";
+import { withStderr } from "../sessions/harness-stderr.js";
+import { orchestratorTracing } from "../tracing.js";
+
+const stepRunnerScript = path.join(path.dirname(fileURLToPath(import.meta.url)), "graph-step-runner.js");
+
+export interface SessionGraphExecutorOptions {
+  graphStore: GraphStore;
+  store: JobStore;
+  feed: JobFeed;
+  jobs: JobRunner;
+  /** Where custom steps' sessions run (the job runner's placement). */
+  placement: SandboxPlacement;
+  /** The graph job: its id is the run id. */
+  graphJobId: string;
+  /** Agent name → version, pinned when the run started. */
+  pinnedAgents: Record<string, number>;
+  /** The graph version's plugin folder: custom step modules resolve against it. */
+  pluginPath: string;
+  /** Called when a step starts its job or session, for the graph job's events. */
+  onStepWork?: (info: { path: string; stepId: string; jobId?: string; sessionId?: string; reattached: boolean }) => void;
+  /** Aborted when this replica stops working on the run: steps in flight are left pending, nothing new starts. */
+  halt?: AbortSignal;
+  /** How often a step's job is read from the store while the step waits for it. Default 1 s. */
+  pollMs?: number;
+}
+
+/** A promise that never settles: what a halted run's steps return, so the engine records nothing for them. */
+/**
+ * The job recorded under `key` (a step's, or a manager's for a control
+ * event), created if it is not there yet. The id is recorded before the job
+ * is created: a crash in between leaves an id the resumed run creates, where
+ * recording after would leave a job running unrecorded and its work done
+ * twice. Undefined when the caller must stop: the orchestrator is shutting
+ * down, or the run was halted (its new owner follows the recorded job).
+ */
+export async function recordedJob(o: {
+  graphStore: GraphStore;
+  store: JobStore;
+  halt?: AbortSignal;
+  /** Undefined: nothing to record under (the job is not replayed). */
+  key: string | undefined;
+  runId: string;
+  /** The id recorded under `key`, if the caller still wants that job. */
+  recorded: string | undefined;
+  create: (id: string) => Promise<unknown>;
+}): Promise<{ jobId: string; reattached: boolean } | undefined> {
+  if (o.recorded && (await o.store.getJob(o.recorded))) return { jobId: o.recorded, reattached: true };
+  if (o.halt?.aborted) return undefined;
+  const id = o.recorded ?? newJobId();
+  if (!o.recorded && o.key) await o.graphStore.putStepJob({ idempotencyKey: o.key, runId: o.runId, stepJobId: id });
+  try {
+    await o.create(id);
+  } catch (error) {
+    if ((error instanceof OrchestratorError && error.code === "unavailable") || o.halt?.aborted) return undefined;
+    // The run's previous owner created the recorded job first (its create raced this one): follow it.
+    if (!(await o.store.getJob(id))) throw error;
+  }
+  return o.halt?.aborted ? undefined : { jobId: id, reattached: false };
+}
+
+export function never<T>(): Promise<T> {
+  return new Promise<T>(() => undefined);
+}
+
+export interface JobWait {
+  store: JobStore;
+  feed: JobFeed;
+  jobId: string;
+  /** How often to read the job from the store while waiting. Default 1 s. */
+  pollMs?: number;
+  /** Stop waiting: the promise then never settles. */
+  halt?: AbortSignal;
+}
+
+/**
+ * Resolves with the job once it is terminal. Follows the feed, and reads the
+ * store at start and every `pollMs` while waiting, so a job run by another
+ * replica is seen to end even when no notice reaches this one. A failed read
+ * is tried again at the next poll, not reported: a passing database hiccup
+ * must not fail a step for good.
+ */
+export function waitForTerminalJob(options: JobWait): Promise<JobRecord> {
+  const { store, feed, jobId, halt } = options;
+  return new Promise<JobRecord>((resolve) => {
+    if (halt?.aborted) return;
+    let done = false;
+    let reading = false;
+    const cleanup = (): void => {
+      done = true;
+      unsubscribe();
+      clearInterval(timer);
+      halt?.removeEventListener("abort", cleanup);
+    };
+    const check = async (): Promise<void> => {
+      if (done || reading) return;
+      reading = true;
+      try {
+        const job = await store.getJob(jobId);
+        if (done || !job || !isTerminal(job.state)) return;
+        cleanup();
+        resolve(job);
+      } catch {
+        // Read again at the next poll.
+      } finally {
+        reading = false;
+      }
+    };
+    const unsubscribe = feed.subscribe(jobId, (event) => {
+      if (event.event.case === "stateChanged") void check();
+    });
+    const timer = setInterval(() => void check(), options.pollMs ?? 1_000);
+    // Only a wait: it must not keep a process alive that has nothing else to do.
+    timer.unref();
+    halt?.addEventListener("abort", cleanup, { once: true });
+    // The job may have ended before we subscribed.
+    void check();
+  });
+}
+
+/** A step's job that did not succeed: the step fails with the job's reason. */
+function stepJobError(job: JobRecord): GraphError {
+  return new GraphError("STEP_FAILED", `agent ${job.agentName} (job ${job.id}) ended ${job.state}${job.error ? `: ${job.error}` : ""}; see \`oz0 jobs show ${job.id}\``);
+}
+
+export class SessionGraphExecutor implements GraphExecutor {
+  readonly #o: SessionGraphExecutorOptions;
+  /** Step jobs whose failure this executor reported: a retry of their step starts a new job. */
+  readonly #failed = new Set<string>();
+
+  constructor(options: SessionGraphExecutorOptions) {
+    this.#o = options;
+  }
+
+  async runAgent(request: AgentRequest): Promise<{ text: string }> {
+    return this.#unlessHalted(() => this.#runAgent(request));
+  }
+
+  async runCustomStep(request: CustomStepRequest): Promise<CustomStepResult> {
+    return this.#unlessHalted(() => this.#runCustomStep(request));
+  }
+
+  /** A halted run's step settles never, whatever its work did: no result or failure of it may be recorded. */
+  async #unlessHalted<T>(work: () => Promise<T>): Promise<T> {
+    const halt = this.#o.halt;
+    if (halt?.aborted) return never();
+    try {
+      const result = await work();
+      return halt?.aborted ? never() : result;
+    } catch (error) {
+      if (halt?.aborted) return never();
+      throw error;
+    }
+  }
+
+  async #runAgent(request: AgentRequest): Promise<{ text: string }> {
+    const o = this.#o;
+    let jobId = await o.graphStore.getStepJob(request.idempotencyKey);
+    // A job this executor already reported as failed is an attempt the manager asked to retry: that needs a new job.
+    // (A job that failed while the orchestrator was down is still re-attached, so its failure is reported once.)
+    if (jobId && this.#failed.has(jobId)) jobId = undefined;
+    const version = o.pinnedAgents[request.agent];
+    const step = await recordedJob({
+      ...o,
+      key: request.idempotencyKey,
+      runId: request.runId,
+      recorded: jobId,
+      // Inside the step's span, so the step's job joins the graph's trace.
+      // A step's job is started by whoever started the graph: prevent_self_approval holds for steps too.
+      create: async (id) => {
+        const startedBy = (await o.store.getJob(o.graphJobId))?.startedBy ?? "";
+        return orchestratorTracing.inGraphStep({ runId: request.runId, path: request.path }, () =>
+          o.jobs.runAgent({ agent: request.agent, input: request.prompt, ...(version ? { version } : {}), id, startedBy }),
+        );
+      },
+    });
+    // Shutting down: a failed step would be recorded and fail the run for good. The step stays pending
+    // instead (this promise never settles); the next start resumes the run here. Halted: the new owner follows it.
+    if (!step) return never();
+    o.onStepWork?.({ path: request.path, stepId: request.stepId, jobId: step.jobId, reattached: step.reattached });
+    const done = await this.#waitForJob(step.jobId, request.signal);
+    if (done.state !== "succeeded") {
+      this.#failed.add(done.id);
+      throw stepJobError(done);
+    }
+    return { text: done.resultText };
+  }
+
+  /** Resolves with the job once it is terminal; cancels it when the step's signal aborts. */
+  async #waitForJob(jobId: string, signal: AbortSignal): Promise<JobRecord> {
+    const o = this.#o;
+    const onAbort = (): void => {
+      // The run was cancelled or a sibling branch failed: stop this step's session too.
+      void o.jobs.cancel({ jobId, reason: "the graph run stopped this step" }).catch(() => undefined);
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+    try {
+      return await waitForTerminalJob({ store: o.store, feed: o.feed, jobId, ...(o.halt ? { halt: o.halt } : {}), ...(o.pollMs ? { pollMs: o.pollMs } : {}) });
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+    }
+  }
+
+  async #runCustomStep(request: CustomStepRequest): Promise<CustomStepResult> {
+    const o = this.#o;
+    if (!request.module) throw new GraphError("UNKNOWN_STEP", `custom step ${request.name} names no module; set module in the graph definition`);
+    // Deterministic: a re-run after a crash (here or at another replica) is placed on the node
+    // of the session it started before, and finds it there.
+    const sessionId = `ses_step_${createHash("sha256").update(request.idempotencyKey).digest("hex").slice(0, 24)}`;
+    const sandbox = await this.#place(sessionId, request.signal);
+    const call: StepCall = {
+      name: request.name,
+      module: request.module,
+      ...(request.export ? { export: request.export } : {}),
+      bag: request.ctx.toJSON(),
+      runId: request.runId,
+      idempotencyKey: request.idempotencyKey,
+      iteration: request.iteration,
+    };
+    const start = (): SessionChannel =>
+      sandbox.start({
+        request: create(SessionRequestSchema, {
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          sessionId,
+          jobId: o.graphJobId,
+          agent: { name: `step:${request.name}`, version: 0 },
+          instructions: "",
+          input: JSON.stringify(call),
+          permissions: false,
+        }),
+        command: [process.execPath, stepRunnerScript],
+        pluginDir: o.pluginPath,
+        attachments: [],
+      });
+    let messages: SandboxMessage[];
+    let reattached = true;
+    try {
+      messages = await this.#drain(sandbox.reattach({ sessionId, afterSeq: 0 }), request.signal, sandbox, sessionId);
+    } catch (error) {
+      if (!(error instanceof SessionNotFoundError)) throw error;
+      reattached = false;
+      o.onStepWork?.({ path: request.path, stepId: request.stepId, sessionId, reattached });
+      messages = await this.#drain(start(), request.signal, sandbox, sessionId);
+    }
+    if (reattached) o.onStepWork?.({ path: request.path, stepId: request.stepId, sessionId, reattached });
+    // Ended (not halted: then the run's new owner re-attaches to it): its slot is free.
+    if (!o.halt?.aborted) await o.placement.release(sessionId);
+    const exited = messages.find((m): m is Extract<SandboxMessage, { kind: "exited" }> => m.kind === "exited");
+    // The step runner is ours, but the step's module runs inside it and can break the protocol (a write to stdout
+    // after the result, a failing exit): then the bag it returned cannot be trusted.
+    if (exited?.failure) throw new GraphError("STEP_FAILED", withStderr(`custom step ${request.name} failed in the sandbox: ${exited.failure}`, { stderr: exited.stderrTail ?? "" }));
+    let result = exited?.result;
+    for (const m of messages) if (m.kind === "event" && m.event.event.case === "result") result = m.event.event.value;
+    if (!result || result.stopReason !== StopReason.COMPLETED) {
+      const why = result?.error || exited?.error || "the step runner ended without a result";
+      throw new GraphError("STEP_FAILED", withStderr(`custom step ${request.name} failed in the sandbox: ${why}`, { stderr: exited?.stderrTail ?? "" }));
+    }
+    try {
+      const parsed = JSON.parse(result.text) as { set?: Record<string, unknown> };
+      return { set: parsed.set ?? {} };
+    } catch {
+      throw new GraphError("STEP_FAILED", `custom step ${request.name}: the step runner's result is not JSON; is the orchestrator's step runner current?`);
+    }
+  }
+
+  /**
+   * A node for a custom step's session, waiting while every node is full.
+   * A step placed before on a node that went silent is given up there: the
+   * step runs again on a live node (custom steps run at least once).
+   */
+  async #place(sessionId: string, signal: AbortSignal): Promise<SessionRunner> {
+    if (await this.#o.placement.lostSession(sessionId)) await this.#o.placement.release(sessionId);
+    for (;;) {
+      const sandbox = await this.#o.placement.place({ jobId: this.#o.graphJobId, sessionId });
+      if (sandbox) return sandbox;
+      if (signal.aborted || this.#o.halt?.aborted) throw new GraphError("STEP_FAILED", "the graph run stopped before the custom step found a sandbox node with room");
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+  }
+
+  async #drain(channel: SessionChannel, signal: AbortSignal, sandbox: SessionRunner, sessionId: string): Promise<SandboxMessage[]> {
+    const onAbort = (): void => {
+      void sandbox.cancel({ sessionId, reason: "the graph run stopped this step" }).catch(() => undefined);
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+    // Halted: stop following the session without cancelling it; the run's new owner re-attaches to it by its id.
+    const halt = this.#o.halt;
+    const stopFollowing = (): void => channel.close();
+    halt?.addEventListener("abort", stopFollowing, { once: true });
+    const out: SandboxMessage[] = [];
+    try {
+      for await (const message of channel) out.push(message);
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+      halt?.removeEventListener("abort", stopFollowing);
+      channel.close();
+    }
+    return out;
+  }
+}

@@ -1,0 +1,245 @@
+// Plugins: a folder or git repository with oz0-plugin.yaml. Installing copies
+// (or clones) it into the data directory under a content-addressed folder, so
+// an installed copy never changes under an agent version that points at it;
+// then validates the manifest and every agent against the published schemas,
+// registers the plugin and publishes its agents.
+import { execFile } from "node:child_process";
+import { createHash, randomUUID } from "node:crypto";
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync } from "node:fs";
+import path from "node:path";
+import { promisify } from "node:util";
+import { AgentVersions } from "../agents/agent-versions.js";
+import { resolveSkills } from "../agents/agent-skills.js";
+import type { GraphRegistry, GraphVersionRecord } from "../graphs/graph-registry.js";
+import { harnessFingerprint, type FingerprintedHarness } from "../agents/harness-fingerprint.js";
+import { validateHarnessOperations } from "../operations/harness-operations.js";
+import type { AgentVersionRecord, JobStore, PluginRecord, ResolvedHarness } from "../store/job-store.js";
+import { invalidArgument, notFound, OrchestratorError } from "../orchestrator-error.js";
+import type { HookSpec } from "../policy/hook-rules.js";
+import { checkHooks, checkToolPolicy } from "../policy/policy-checks.js";
+import type { AgentDefinition, HarnessManifest, PluginManifest } from "./plugin-types.js";
+import { readYamlDocument } from "./yaml-validation.js";
+
+const run = promisify(execFile);
+
+export const MANIFEST_FILE = "oz0-plugin.yaml";
+
+export interface InstallResult {
+  plugin: PluginRecord;
+  /** With why each was published ("first version", "harness fake's command file harness.mjs changed"). */
+  published: (AgentVersionRecord & { reasons: string[] })[];
+  /** Graph versions this install published (`graphs:` in the manifest). */
+  publishedGraphs: GraphVersionRecord[];
+}
+
+function isGitSource(source: string): boolean {
+  return /^(https?|git|ssh|file):\/\//.test(source) || /^[\w.-]+@[\w.-]+:/.test(source) || source.endsWith(".git");
+}
+
+/** sha256 over every file's relative path and content (the .git folder excluded). */
+function hashTree(root: string): string {
+  const hash = createHash("sha256");
+  const walk = (dir: string): void => {
+    for (const entry of readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+      if (entry.name === ".git" || entry.name === "node_modules") continue;
+      const full = path.join(dir, entry.name);
+      const rel = path.relative(root, full);
+      if (entry.isDirectory()) walk(full);
+      else if (entry.isFile()) {
+        hash.update(`${rel}\0`);
+        hash.update(readFileSync(full));
+        hash.update("\0");
+      }
+    }
+  };
+  walk(root);
+  return hash.digest("hex");
+}
+
+/**
+ * A plugin's definition files, relative to its folder: the manifest, its
+ * agents and graphs and the agents' instructions. They are hashed with each
+ * agent (its definition and instructions), not with the plugin's harnesses.
+ */
+function definitionFiles(root: string, manifest: PluginManifest, instructions?: string[]): string[] {
+  const rel = (file: string): string => path.relative(root, path.resolve(root, file)).split(path.sep).join("/");
+  let prompts = instructions;
+  if (!prompts) {
+    prompts = [];
+    for (const file of manifest.agents ?? []) {
+      try {
+        prompts.push(readYamlDocument<AgentDefinition>({ schema: "agent", file: path.resolve(root, file), displayName: file }).instructions);
+      } catch {
+        // An installed copy's agents were valid when it was installed; one that no longer reads is simply not set apart.
+      }
+    }
+  }
+  return [MANIFEST_FILE, ...(manifest.agents ?? []), ...(manifest.graphs ?? []), ...prompts].map(rel);
+}
+
+/**
+ * A plugin copied from a folder keeps resolving its JavaScript dependencies
+ * where the folder did: its copy gets a `node_modules` link to the nearest
+ * node_modules at or above the source (a workspace's hoisted one included).
+ * Plugins cloned from git bring no dependencies.
+ */
+function linkDependencies(source: string, copy: string): void {
+  if (isGitSource(source) || existsSync(path.join(copy, "node_modules"))) return;
+  let dir = path.resolve(source);
+  for (;;) {
+    const candidate = path.join(dir, "node_modules");
+    if (existsSync(candidate)) {
+      symlinkSync(candidate, path.join(copy, "node_modules"), "dir");
+      return;
+    }
+    const parent = path.dirname(dir);
+    if (parent === dir) return;
+    dir = parent;
+  }
+}
+
+export class PluginRegistry {
+  readonly #store: JobStore;
+  readonly #pluginsDir: string;
+  readonly #agents: AgentVersions;
+  readonly #graphs: GraphRegistry | undefined;
+
+  constructor(options: { store: JobStore; home: string; graphs?: GraphRegistry }) {
+    this.#store = options.store;
+    this.#graphs = options.graphs;
+    this.#pluginsDir = path.join(options.home, "plugins");
+    this.#agents = new AgentVersions({ store: options.store });
+  }
+
+  async install(options: { source: string }): Promise<InstallResult> {
+    const source = options.source.trim();
+    if (!source) throw invalidArgument("no plugin source given: pass a git URL or a directory that holds oz0-plugin.yaml");
+    const staging = path.join(this.#pluginsDir, ".staging", randomUUID());
+    mkdirSync(path.dirname(staging), { recursive: true });
+    try {
+      await this.#fetch(source, staging);
+      const manifest = readYamlDocument<PluginManifest>({ schema: "plugin-manifest", file: path.join(staging, MANIFEST_FILE), displayName: MANIFEST_FILE });
+      // Validate every agent before anything is registered: an install is all or nothing.
+      const agents = this.#readAgents(staging, manifest);
+      checkHooks((manifest.hooks ?? []) as unknown as HookSpec[], MANIFEST_FILE);
+      const finalDir = path.join(this.#pluginsDir, manifest.name, hashTree(staging).slice(0, 16));
+      if (existsSync(finalDir)) {
+        rmSync(staging, { recursive: true, force: true });
+      } else {
+        mkdirSync(path.dirname(finalDir), { recursive: true });
+        rmSync(path.join(staging, ".git"), { recursive: true, force: true });
+        renameSync(staging, finalDir);
+        linkDependencies(source, finalDir);
+      }
+      const harnesses = new Map<string, FingerprintedHarness>();
+      const ownDefinitions = definitionFiles(finalDir, manifest, agents.map((a) => a.definition.instructions));
+      for (const h of manifest.harnesses ?? []) {
+        const harness: ResolvedHarness = { plugin: manifest.name, pluginPath: finalDir, manifest: h };
+        harnesses.set(h.name, { ...harness, fingerprint: harnessFingerprint({ harness, definitionFiles: ownDefinitions }) });
+      }
+      const resolved: { agent: (typeof agents)[number]; harness: FingerprintedHarness }[] = [];
+      for (const agent of agents) {
+        const harness = await this.#resolveHarness(agent.definition, agent.file, harnesses);
+        // Operation keys share the session's tool namespace with the harness's tools.
+        validateHarnessOperations({
+          operations: agent.definition.harness_operations,
+          toolNamespace: agent.definition.harness?.tools ?? harness.manifest.tools ?? [],
+          file: agent.file,
+        });
+        resolveSkills({ skills: agent.definition.skills, pluginDir: finalDir, file: agent.file });
+        checkToolPolicy({ definition: agent.definition, harness: harness.manifest, file: agent.file });
+        resolved.push({ agent, harness });
+      }
+      // Graphs are validated against this plugin's agents and the installed ones, before anything is registered.
+      if ((manifest.graphs ?? []).length > 0 && !this.#graphs) throw invalidArgument(`${MANIFEST_FILE}: field /graphs: this orchestrator runs no graphs`);
+      const graphs = this.#graphs ? await this.#graphs.prepare({ root: finalDir, files: manifest.graphs ?? [], pluginAgents: agents.map((a) => a.definition.name) }) : [];
+      const record: PluginRecord = {
+        name: manifest.name,
+        version: manifest.version,
+        description: manifest.description ?? "",
+        source,
+        path: finalDir,
+        manifest,
+        installedAt: new Date(),
+      };
+      await this.#store.putPlugin(record);
+      const published: InstallResult["published"] = [];
+      for (const { agent, harness } of resolved) {
+        const result = await this.#agents.publish({
+          definition: agent.definition,
+          instructions: agent.instructions,
+          plugin: manifest.name,
+          pluginVersion: manifest.version,
+          pluginPath: finalDir,
+          harness,
+        });
+        if (result.published) published.push({ ...result.record, reasons: result.reasons });
+      }
+      const publishedGraphs: GraphVersionRecord[] = [];
+      for (const graph of graphs) {
+        const result = await this.#graphs!.publishVersion({ graph, plugin: manifest.name, pluginVersion: manifest.version, pluginPath: finalDir });
+        if (result.published) publishedGraphs.push(result.record);
+      }
+      return { plugin: record, published, publishedGraphs };
+    } finally {
+      rmSync(staging, { recursive: true, force: true });
+    }
+  }
+
+  async #fetch(source: string, into: string): Promise<void> {
+    const local = path.resolve(source);
+    if (!isGitSource(source) && existsSync(local) && statSync(local).isDirectory()) {
+      if (!existsSync(path.join(local, MANIFEST_FILE))) {
+        throw notFound(`plugin not found: ${source} has no ${MANIFEST_FILE}; point at the plugin's folder or git repository`);
+      }
+      cpSync(local, into, { recursive: true, filter: (src) => !/[\\/](\.git|node_modules)$/.test(src) });
+      return;
+    }
+    if (!isGitSource(source)) {
+      throw notFound(`plugin not found: ${source} is neither a directory nor a git URL; pass a path to the plugin folder or a git URL`);
+    }
+    try {
+      await run("git", ["clone", "--quiet", "--depth", "1", source, into], { timeout: 120_000, env: { ...process.env, GIT_TERMINAL_PROMPT: "0" } });
+    } catch (error) {
+      const stderr = (error as { stderr?: string }).stderr?.trim().split("\n").pop() ?? "";
+      throw new OrchestratorError("not_found", `plugin not found: git clone ${source} failed${stderr ? ` (${stderr})` : ""}; check the URL and your access`);
+    }
+    if (!existsSync(path.join(into, MANIFEST_FILE))) {
+      throw notFound(`plugin not found: the repository ${source} has no ${MANIFEST_FILE} at its root`);
+    }
+  }
+
+  #readAgents(root: string, manifest: PluginManifest): { file: string; definition: AgentDefinition; instructions: string }[] {
+    const seen = new Set<string>();
+    return (manifest.agents ?? []).map((rel) => {
+      const file = path.resolve(root, rel);
+      if (!file.startsWith(root + path.sep)) throw invalidArgument(`${MANIFEST_FILE}: field /agents: ${rel} is outside the plugin; list files inside it`);
+      const definition = readYamlDocument<AgentDefinition>({ schema: "agent", file, displayName: rel });
+      if (seen.has(definition.name)) throw invalidArgument(`${rel}: field /name: agent "${definition.name}" is defined twice in this plugin; rename one`);
+      seen.add(definition.name);
+      const instructionsFile = path.resolve(root, definition.instructions);
+      if (!instructionsFile.startsWith(root + path.sep) || !existsSync(instructionsFile)) {
+        throw invalidArgument(`${rel}: field /instructions: expected a file in the plugin (a path relative to the plugin's folder); ${definition.instructions} does not exist`);
+      }
+      return { file: rel, definition, instructions: readFileSync(instructionsFile, "utf8") };
+    });
+  }
+
+  async #resolveHarness(definition: AgentDefinition, file: string, own: Map<string, FingerprintedHarness>): Promise<FingerprintedHarness> {
+    const name = definition.runtime.slice("harness:".length);
+    const local = own.get(name);
+    if (local) return local;
+    for (const plugin of await this.#store.listPlugins()) {
+      const h = plugin.manifest.harnesses?.find((x: HarnessManifest) => x.name === name);
+      if (h) {
+        const harness: ResolvedHarness = { plugin: plugin.name, pluginPath: plugin.path, manifest: h };
+        return { ...harness, fingerprint: harnessFingerprint({ harness, definitionFiles: definitionFiles(plugin.path, plugin.manifest) }) };
+      }
+    }
+    throw invalidArgument(`${file}: field /runtime: no installed plugin declares harness "${name}"; install the plugin that provides it first`);
+  }
+
+  list(): Promise<PluginRecord[]> {
+    return this.#store.listPlugins();
+  }
+}

@@ -1,0 +1,32 @@
+// "Every tool call asks first" is checked, not trusted: a harness that
+// declares permissions gets each tool result compared with the answered
+// permission requests of its job. A result for a call nobody was asked
+// about, for a call still waiting, or a successful result for a call that
+// was refused means the harness ran a tool on its own: the job fails with
+// the rule it broke. (A refused call's result is fine when it reports the
+// refusal as an error, which is what a well-behaved harness sends.)
+import type { PermissionRecord } from "../store/job-store.js";
+
+export interface ToolResultSeen {
+  callId: string;
+  isError: boolean;
+}
+
+/** The rule a tool result breaks, as a message for the job's failure; undefined when it is fine. */
+export function toolResultViolation(options: { result: ToolResultSeen; permission: PermissionRecord | undefined; harness: string }): string | undefined {
+  const { result, permission: p, harness } = options;
+  if (!p) {
+    return `policy bypass: harness ${harness} ran tool call ${result.callId} without asking permission first (rule: every tool call asks first); the job was stopped`;
+  }
+  if (p.status === "pending") {
+    return `policy bypass: harness ${harness} ran ${p.tool} call ${result.callId} while it still waited for a person (rule: a call runs only once it is allowed); the job was stopped`;
+  }
+  if (p.status !== "approved" && !result.isError) {
+    const rule =
+      p.decider === "policy" && /not in this agent's harness\.tools/.test(p.reason)
+        ? "rule: only the tools in harness.tools run"
+        : `rule: a ${p.status === "denied" ? "denied" : p.status === "timed_out" ? "timed-out" : "cancelled"} call does not run`;
+    return `policy bypass: harness ${harness} ran ${p.tool} call ${result.callId} although it was ${p.status.replace("_", " ")} (${rule}); the job was stopped`;
+  }
+  return undefined;
+}

@@ -1,0 +1,64 @@
+// TokenIssuer and SecretWriter over the LLM proxy's oz0.llmproxy.v1 API.
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { LlmProxyService, SecretService, TokenUse, type GetUsageResponse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import { bearerInterceptor, traceContextClientInterceptor } from "@oz0/serving";
+import { invalidArgument, OrchestratorError } from "../orchestrator-error.js";
+import type { MintedToken, SecretWriter, TokenIssuer } from "./session-runner.js";
+
+export class LlmProxyClient implements TokenIssuer, SecretWriter {
+  readonly url: string;
+  readonly #tokens: Client<typeof LlmProxyService>;
+  readonly #secrets: Client<typeof SecretService>;
+
+  /** `token`: the orchestrator's service credential (OZ0_SERVICE_TOKEN); the proxy's control API answers no one else. */
+  constructor(options: { url: string; token?: string | undefined }) {
+    this.url = options.url.replace(/\/$/, "");
+    const transport = createGrpcTransport({ baseUrl: this.url, interceptors: [traceContextClientInterceptor, bearerInterceptor(options.token)] });
+    this.#tokens = createClient(LlmProxyService, transport);
+    this.#secrets = createClient(SecretService, transport);
+  }
+
+  async mint(options: { jobId: string; agent: string; sessionId: string; budgetUsd?: number }): Promise<MintedToken> {
+    const response = await this.#tokens.mintSessionToken({
+      job: options.jobId,
+      agent: options.agent,
+      session: options.sessionId,
+      budgetUsd: options.budgetUsd ?? 0,
+    });
+    return {
+      token: response.token,
+      // Revoked by session, so the token itself is never stored.
+      tokenId: options.sessionId,
+      anthropicBaseUrl: response.anthropicBaseUrl || `${this.url}/anthropic`,
+      // The form the harness protocol promises: the base ends in /v1 (harness.proto, LlmEndpoint).
+      openaiBaseUrl: response.openaiBaseUrl || `${this.url}/openai/v1`,
+      headers: { ...response.headers },
+    };
+  }
+
+  /** The job's metered usage, totals and per agent. */
+  async jobUsage(jobId: string): Promise<GetUsageResponse> {
+    try {
+      return await this.#tokens.getUsage({ job: jobId });
+    } catch (error) {
+      throw new OrchestratorError("unavailable", `the LLM proxy did not answer for the job's usage: ${ConnectError.from(error).rawMessage}`);
+    }
+  }
+
+  async revoke(options: { tokenId: string }): Promise<{ neverUsed: boolean }> {
+    const response = await this.#tokens.revokeSessionToken({ session: options.tokenId });
+    // Only a proxy that recorded every use can say "never"; an unknown session, or an older proxy, proves nothing.
+    return { neverUsed: response.use === TokenUse.NEVER };
+  }
+
+  async setSecret(options: { name: string; value: string }): Promise<void> {
+    try {
+      await this.#secrets.setSecret({ name: options.name, value: options.value });
+    } catch (error) {
+      const err = ConnectError.from(error);
+      if (err.code === Code.InvalidArgument) throw invalidArgument(err.rawMessage);
+      throw new OrchestratorError("unavailable", `the LLM proxy did not take the secret: ${err.rawMessage}`);
+    }
+  }
+}
