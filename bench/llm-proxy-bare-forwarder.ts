@@ -1,7 +1,9 @@
 // The least any Node.js proxy can cost: a bare HTTP forwarder (no auth, no
 // metering, no parsing) in its own process, the baseline that
 // llm-proxy-latency.ts measures the LLM proxy against besides the direct call.
-// Prints its URL as a JSON line; "cpu" on stdin prints its CPU time so far.
+// It sends each request to the same path at the upstream (`/v1/messages`,
+// `/v1/chat/completions`, `/v1/responses`) and pipes the answer back.
+// Prints its URL as a JSON line; answers serveRoleControl's commands on stdin.
 import http from "node:http";
 import { serveRoleControl } from "./llm-proxy-role-process.js";
 
@@ -13,7 +15,7 @@ const server = http.createServer((req, res) => {
   req.on("end", () => {
     const body = Buffer.concat(parts);
     const headers = { "content-type": "application/json", "content-length": String(body.length), "x-api-key": "sk-bench" };
-    const up = http.request(new URL("/v1/messages", upstream), { method: "POST", agent, headers }, (answer) => {
+    const up = http.request(new URL(req.url ?? "/", upstream), { method: "POST", agent, headers }, (answer) => {
       res.writeHead(answer.statusCode ?? 502, { "content-type": String(answer.headers["content-type"]) });
       answer.pipe(res);
     });

@@ -1,35 +1,59 @@
-// The LLM proxy's added latency and its throughput, against calling the same
-// scripted upstream directly and through a bare Node forwarder
-// (llm-proxy-bare-forwarder.ts), in the same run. The upstream (scripted model)
-// and the proxy each run in their own process, as in production; the load
-// generator is this process, with keep-alive connections to both.
-// For each of non-streaming and streaming Anthropic Messages calls:
-//   - latency: sequential calls (concurrency 1), median and p99, direct vs proxy;
-//   - throughput: calls per second at a fixed concurrency, direct vs proxy.
-// Prints the figures and the ratios. The goal (issue 6): under 1 ms added at
-// the median and at least 2,000 non-streaming calls per second on 2 cores.
-// `--body-kb` gives every request a conversation of about that many kilobytes
-// (an agent's later turns carry hundreds), which the proxy does not parse.
-//   node --import tsx bench/llm-proxy-latency.ts [--calls 2000] [--concurrency 32] [--seconds 5] [--body-kb 0] [--profile-proxy]
+// The LLM proxy against the floor of any Node proxy, in one run: the same
+// scripted upstream called directly, through a bare Node forwarder
+// (llm-proxy-bare-forwarder.ts: no auth, no metering, no parsing) and
+// through the proxy with everything on (session token, metering, a budget,
+// retries). Upstream, forwarder and proxy each run in their own process, as in
+// production; the load generator is this process, with keep-alive connections.
+// For each wire format (Anthropic Messages, OpenAI Chat Completions, OpenAI
+// Responses), whole answers and streams:
+//   - latency: sequential calls, the contenders alternating call by call;
+//     added p50 and p99 over the direct call, the proxy's against the forwarder's;
+//   - throughput: calls per second at each concurrency, the contenders
+//     alternating round by round, with the CPU each serving process spent per call;
+//   - with --profile, a CPU profile of the proxy over one throughput window
+//     (V8's profiler, what --cpu-prof runs), summarised as the functions with
+//     the most self time per call; the .cpuprofile files stay for DevTools.
+// Goal (issue 24): ≥ 50% of the forwarder's calls/s at 16 and 32
+// connections, added p50 ≤ 1.5x the forwarder's. `--body-kb` gives every
+// request a conversation of about that many kilobytes, which the proxy does
+// not parse. `--baseline-module` runs another build of @oz0/llm-proxy beside
+// this one (its dist/index.js, for example a copy of the previous commit's),
+// so a change is measured before and after in the same run.
+//   node --import tsx bench/llm-proxy-latency.ts [--calls 500] [--seconds 2] [--rounds 2] [--concurrency 16,32]
+//     [--wires anthropic,openai,responses] [--body-kb 0] [--profile] [--profile-dir DIR] [--baseline-module PATH]
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { performance } from "node:perf_hooks";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import type * as LlmProxyPackage from "@oz0/llm-proxy";
 import { benchOptions } from "./bench-options.js";
-import { closePostConnections, cpuOf, postJson, serveRoleControl, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
+import { formatProfileSummary, summariseCpuProfile } from "./llm-proxy-cpu-profile.js";
+import { askRole, closePostConnections, cpuOf, postJson, serveRoleControl, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
 
 const options = benchOptions({
-  calls: { type: "number", default: 2000 },
-  concurrency: { type: "number", default: 32 },
-  seconds: { type: "number", default: 5 },
+  calls: { type: "number", default: 500 },
+  seconds: { type: "number", default: 2 },
+  rounds: { type: "number", default: 2 },
+  concurrency: { type: "string", default: "16,32" },
+  wires: { type: "string", default: "anthropic,openai,responses" },
   "body-kb": { type: "number", default: 0 },
-  // Writes a CPU profile of the proxy process (.cpuprofile in the working directory).
-  "profile-proxy": { type: "boolean" },
+  // The proxy's SQLite store in a file (as deployed: OZ0_LLM_PROXY_DATA) or in memory.
+  store: { type: "string", default: "file" },
+  profile: { type: "boolean" },
+  "profile-dir": { type: "string", default: "" },
+  "baseline-module": { type: "string", default: "" },
   // This file runs itself as the upstream and the proxy, picked by --role.
   role: { type: "string", default: "bench", internal: true },
   upstream: { type: "string", default: "", internal: true },
+  module: { type: "string", default: "", internal: true },
+  "data-dir": { type: "string", default: "", internal: true },
 });
 const role = options.role;
 
 if (role !== "bench") serveRoleControl();
+
+type LlmProxyModule = typeof LlmProxyPackage;
 
 const ANSWER = "The scripted upstream answers every call with this sentence, which is about a hundred characters long.";
 
@@ -38,8 +62,7 @@ function startBare(url: string): Promise<Role> {
 }
 
 function startRole(name: string, extra: string[] = []): Promise<Role> {
-  const profile = name === "proxy" && options["profile-proxy"] ? ["--cpu-prof"] : [];
-  return startRoleProcess([...profile, "--import", "tsx", fileURLToPath(import.meta.url), "--role", name, ...extra]);
+  return startRoleProcess(["--import", "tsx", fileURLToPath(import.meta.url), "--role", name, ...extra]);
 }
 
 /** Earlier turns of about `kb` kilobytes, then the question. */
@@ -52,99 +75,203 @@ function conversation(kb: number): { role: string; content: string }[] {
   return [...turns, { role: "user", content: "Say something short." }];
 }
 
-interface Target {
+/** One wire format: where it is served, and a request body for it. */
+interface Wire {
   name: string;
-  url: URL;
-  headers: Record<string, string>;
+  provider: "anthropic" | "openai";
+  route: string;
+  body(stream: boolean): Buffer;
 }
 
-function call(target: Target, body: Buffer): Promise<void> {
-  return postJson({ url: target.url, headers: target.headers, body, label: target.name });
+const WIRES: Record<string, Wire> = {
+  anthropic: {
+    name: "Anthropic Messages",
+    provider: "anthropic",
+    route: "messages",
+    body: (stream) => Buffer.from(JSON.stringify({ model: "claude-sonnet-5", max_tokens: 256, stream, messages: conversation(options["body-kb"]) })),
+  },
+  openai: {
+    name: "OpenAI chat",
+    provider: "openai",
+    route: "chat/completions",
+    body: (stream) => Buffer.from(JSON.stringify({ model: "gpt-5", max_completion_tokens: 256, stream, messages: conversation(options["body-kb"]) })),
+  },
+  responses: {
+    name: "OpenAI Responses",
+    provider: "openai",
+    route: "responses",
+    body: (stream) => Buffer.from(JSON.stringify({ model: "gpt-5", max_output_tokens: 256, stream, input: conversation(options["body-kb"]) })),
+  },
+};
+
+interface Contender {
+  name: string;
+  /** The process whose CPU a call costs (the upstream's for the direct call). */
+  process: Role;
+  target(wire: Wire): { url: URL; headers: Record<string, string> };
 }
 
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((sorted.length - 1) * p))]!;
 }
 
-async function latency(target: Target, body: Buffer, calls: number): Promise<{ p50: number; p99: number }> {
-  for (let i = 0; i < 200; i += 1) await call(target, body); // warm-up: JIT, pools
-  const times: number[] = [];
-  for (let i = 0; i < calls; i += 1) {
-    const start = performance.now();
-    await call(target, body);
-    times.push(performance.now() - start);
-  }
-  times.sort((a, b) => a - b);
-  return { p50: percentile(times, 0.5), p99: percentile(times, 0.99) };
+const median = (values: number[]): number => percentile([...values].sort((a, b) => a - b), 0.5);
+
+function call(contender: Contender, wire: Wire, body: Buffer): Promise<void> {
+  const { url, headers } = contender.target(wire);
+  return postJson({ url, headers, body, label: contender.name });
 }
 
-async function throughput(target: Target, body: Buffer, concurrency: number, seconds: number, counted?: Role): Promise<{ perSecond: number; cpuMicrosPerCall?: number }> {
+/** Sequential calls, the contenders taking turns call by call (so drift in the machine's load hits all alike). */
+async function latency(contenders: Contender[], wire: Wire, body: Buffer, calls: number): Promise<Map<Contender, { p50: number; p99: number }>> {
+  const times = new Map(contenders.map((c) => [c, [] as number[]]));
+  for (let i = 0; i < 200; i += 1) for (const c of contenders) await call(c, wire, body); // warm-up: JIT, pools
+  for (let i = 0; i < calls; i += 1) {
+    for (let k = 0; k < contenders.length; k += 1) {
+      const c = contenders[(i + k) % contenders.length]!;
+      const start = performance.now();
+      await call(c, wire, body);
+      times.get(c)!.push(performance.now() - start);
+    }
+  }
+  return new Map(
+    contenders.map((c) => {
+      const sorted = times.get(c)!.sort((a, b) => a - b);
+      return [c, { p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99) }];
+    }),
+  );
+}
+
+/** Calls per second at `concurrency` for `seconds`, and the serving process's CPU per call. */
+async function throughput(c: Contender, wire: Wire, body: Buffer, concurrency: number, seconds: number): Promise<{ perSecond: number; cpuMicrosPerCall: number; calls: number }> {
   let done = 0;
-  const cpuBefore = counted ? await cpuOf(counted) : 0;
-  const end = performance.now() + seconds * 1000;
+  const cpuBefore = await cpuOf(c.process);
   const start = performance.now();
+  const end = start + seconds * 1000;
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
       while (performance.now() < end) {
-        await call(target, body);
+        await call(c, wire, body);
         done += 1;
       }
     }),
   );
   const perSecond = done / ((performance.now() - start) / 1000);
-  return counted ? { perSecond, cpuMicrosPerCall: ((await cpuOf(counted)) - cpuBefore) / done } : { perSecond };
+  return { perSecond, cpuMicrosPerCall: ((await cpuOf(c.process)) - cpuBefore) / done, calls: done };
 }
 
+const fmt = (n: number, digits = 0): string => n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+const range = (values: number[], digits = 2): string => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[0]!.toFixed(digits) === sorted.at(-1)!.toFixed(digits) ? sorted[0]!.toFixed(digits) : `${sorted[0]!.toFixed(digits)}–${sorted.at(-1)!.toFixed(digits)}`;
+};
+
 async function bench(): Promise<void> {
-  const { calls, concurrency, seconds } = options;
+  const { calls, seconds, rounds } = options;
+  const concurrencies = options.concurrency.split(",").map(Number);
+  const wires = options.wires.split(",").map((name) => WIRES[name] ?? fail(`--wires: no wire ${name}; known: ${Object.keys(WIRES).join(", ")}`));
+  const profileDir = options.profile ? options["profile-dir"] || mkdtempSync(path.join(os.tmpdir(), "llm-proxy-profile-")) : "";
+  if (options.store !== "file" && options.store !== "memory") fail(`--store is file or memory, not ${options.store}`);
+  const dataDirs: string[] = [];
+  const store = (): string[] => {
+    if (options.store === "memory") return [];
+    dataDirs.push(mkdtempSync(path.join(os.tmpdir(), "llm-proxy-bench-")));
+    return ["--data-dir", dataDirs.at(-1)!];
+  };
   const upstream = await startRole("upstream");
-  const proxy = await startRole("proxy", ["--upstream", upstream.info.url]);
-  const bare = await startBare(upstream.info.url);
+  const roles: Role[] = [upstream];
   try {
-    const direct: Target = { name: "direct", url: new URL("/v1/messages", upstream.info.url), headers: { "x-api-key": "sk-bench", "anthropic-version": "2023-06-01" } };
-    const viaProxy: Target = {
-      name: "proxy",
-      url: new URL("/anthropic/v1/messages", proxy.info.url),
-      headers: { "x-api-key": proxy.info.token!, "Oz0-Job": "bench", "Oz0-Agent": "bench", "anthropic-version": "2023-06-01" },
-    };
-    const forwarder: Target = { name: "bare forwarder", url: new URL("/v1/messages", bare.info.url), headers: {} };
+    const proxy = await startRole("proxy", ["--upstream", upstream.info.url, ...store()]);
+    roles.push(proxy);
+    const bare = await startBare(upstream.info.url);
+    roles.push(bare);
+    const baseline = options["baseline-module"] ? await startRole("proxy", ["--upstream", upstream.info.url, "--module", path.resolve(options["baseline-module"]), ...store()]) : undefined;
+    if (baseline) roles.push(baseline);
+
+    const proxied = (name: string, p: Role): Contender => ({
+      name,
+      process: p,
+      target: (wire) => ({
+        url: new URL(`/${wire.provider}/v1/${wire.route}`, p.info.url),
+        headers: { "x-api-key": p.info.token!, "Oz0-Job": "bench", "Oz0-Agent": "bench", "anthropic-version": "2023-06-01" },
+      }),
+    });
+    const direct: Contender = { name: "direct", process: upstream, target: (wire) => ({ url: new URL(`/v1/${wire.route}`, upstream.info.url), headers: { "x-api-key": "sk-bench", "anthropic-version": "2023-06-01" } }) };
+    const forwarder: Contender = { name: "forwarder", process: bare, target: (wire) => ({ url: new URL(`/v1/${wire.route}`, bare.info.url), headers: {} }) };
+    const proxy1 = proxied("proxy", proxy);
+    const before = baseline ? proxied("baseline proxy", baseline) : undefined;
+    const contenders = [direct, forwarder, proxy1, ...(before ? [before] : [])];
+    const measured = [forwarder, proxy1, ...(before ? [before] : [])];
+
     console.log(
-      `llm-proxy latency and throughput: ${calls} sequential calls each; throughput at concurrency ${concurrency} for ${seconds}s; requests of ${options["body-kb"] > 0 ? `about ${options["body-kb"]} KB` : "a short question"}; upstream and proxy in their own processes`,
+      `llm-proxy against a bare Node forwarder: ${calls} sequential calls per contender; ${seconds}s per throughput window at ${concurrencies.join(" and ")} connections, ${rounds} round(s), contenders alternating; ` +
+        `requests of ${options["body-kb"] > 0 ? `about ${options["body-kb"]} KB` : "a short question"}; the proxy's store ${options.store === "file" ? "a SQLite file" : "SQLite in memory"}; the proxy with a session token, metering, a budget and retries on` +
+        (before ? `; baseline proxy: ${options["baseline-module"]}` : ""),
     );
-    for (const stream of [false, true]) {
-      const body = Buffer.from(JSON.stringify({ model: "claude-sonnet-5", max_tokens: 256, stream, messages: conversation(options["body-kb"]) }));
-      console.log(`${stream ? "streaming" : "non-streaming"}: measuring…`);
-      const d = await latency(direct, body, calls);
-      const b = await latency(forwarder, body, calls);
-      const p = await latency(viaProxy, body, calls);
-      const straight = await throughput(direct, body, concurrency, seconds, upstream);
-      const dt = straight.perSecond;
-      const forwarded = await throughput(forwarder, body, concurrency, seconds, bare);
-      const proxied = await throughput(viaProxy, body, concurrency, seconds, proxy);
-      const pt = proxied.perSecond;
-      const kind = stream ? "streaming    " : "non-streaming";
-      console.log(
-        `${kind}  direct p50 ${d.p50.toFixed(3)} ms p99 ${d.p99.toFixed(3)} ms ${dt.toFixed(0)}/s | proxy p50 ${p.p50.toFixed(3)} ms p99 ${p.p99.toFixed(3)} ms ${pt.toFixed(0)}/s`,
-      );
-      console.log(
-        `${kind}  added p50 ${(p.p50 - d.p50).toFixed(3)} ms, p99 ${(p.p99 - d.p99).toFixed(3)} ms; latency ratio p50 ${(p.p50 / d.p50).toFixed(2)}x p99 ${(p.p99 / d.p99).toFixed(2)}x; throughput ratio ${(pt / dt).toFixed(2)}x`,
-      );
-      const cpu = proxied.cpuMicrosPerCall ?? 0;
-      const upstreamCpu = straight.cpuMicrosPerCall ?? 0;
-      const bareCpu = forwarded.cpuMicrosPerCall ?? 0;
-      console.log(
-        `${kind}  bare Node forwarder (the floor for any Node proxy): added p50 ${(b.p50 - d.p50).toFixed(3)} ms p99 ${(b.p99 - d.p99).toFixed(3)} ms, ${forwarded.perSecond.toFixed(0)}/s, CPU ${bareCpu.toFixed(0)} µs per call; proxy vs forwarder: throughput ${(pt / forwarded.perSecond).toFixed(2)}x, CPU ${(cpu / bareCpu).toFixed(2)}x`,
-      );
-      console.log(
-        `${kind}  CPU per call: proxy ${cpu.toFixed(0)} µs (at most ${(1e6 / cpu).toFixed(0)} calls/s a core), scripted upstream ${upstreamCpu.toFixed(0)} µs; ratio ${(cpu / upstreamCpu).toFixed(2)}x`,
-      );
+    const ratios = rounds >= 2;
+    if (!ratios) console.log("(one round: no ratios are printed; --rounds 2 or more)");
+    const summary: string[] = [];
+    for (const wire of wires) {
+      for (const stream of [false, true]) {
+        const kind = `${wire.name}, ${stream ? "streaming" : "whole answers"}`;
+        const body = wire.body(stream);
+        const l = await latency(contenders, wire, body, calls);
+        const d = l.get(direct)!;
+        console.log(`\n${kind}`);
+        console.log(`  latency, sequential: direct p50 ${d.p50.toFixed(3)} ms p99 ${d.p99.toFixed(3)} ms`);
+        for (const c of measured) {
+          const m = l.get(c)!;
+          const vsForwarder = c === forwarder ? "" : `; added p50 ${((m.p50 - d.p50) / (l.get(forwarder)!.p50 - d.p50)).toFixed(2)}x the forwarder's`;
+          console.log(`    ${c.name.padEnd(15)} p50 ${m.p50.toFixed(3)} ms p99 ${m.p99.toFixed(3)} ms; added p50 ${(m.p50 - d.p50).toFixed(3)} ms p99 ${(m.p99 - d.p99).toFixed(3)} ms${vsForwarder}`);
+        }
+        for (const concurrency of concurrencies) {
+          const results = new Map(contenders.map((c) => [c, [] as { perSecond: number; cpuMicrosPerCall: number }[]]));
+          for (let round = 0; round < rounds; round += 1) {
+            // Each round starts with another contender, so none always runs on the warmest or coolest machine.
+            for (let k = 0; k < contenders.length; k += 1) {
+              const c = contenders[(round + k) % contenders.length]!;
+              results.get(c)!.push(await throughput(c, wire, body, concurrency, seconds));
+            }
+          }
+          const perSecond = (c: Contender): number => median(results.get(c)!.map((r) => r.perSecond));
+          const cpu = (c: Contender): number => median(results.get(c)!.map((r) => r.cpuMicrosPerCall));
+          console.log(`  ${concurrency} connections: direct ${fmt(perSecond(direct))}/s (upstream CPU ${cpu(direct).toFixed(0)} µs a call)`);
+          for (const c of measured) {
+            // Round by round: both measured under the same conditions.
+            const vs = results.get(c)!.map((r, i) => r.perSecond / results.get(forwarder)!.at(i)!.perSecond);
+            const ratio = c === forwarder || !ratios ? "" : `; ${range(vs)}x the forwarder's calls/s (median ${median(vs).toFixed(2)}x), CPU ${(cpu(c) / cpu(forwarder)).toFixed(2)}x`;
+            console.log(`    ${c.name.padEnd(15)} ${fmt(perSecond(c)).padStart(6)}/s, CPU ${cpu(c).toFixed(0)} µs a call${ratio}`);
+          }
+          if (ratios) {
+            const vs = results.get(proxy1)!.map((r, i) => r.perSecond / results.get(forwarder)!.at(i)!.perSecond);
+            const added = (l.get(proxy1)!.p50 - d.p50) / (l.get(forwarder)!.p50 - d.p50);
+            summary.push(
+              `  ${kind.padEnd(38)} ${String(concurrency).padStart(2)} conn: ${median(vs).toFixed(2)}x the forwarder's calls/s (goal ≥ 0.50), added p50 ${added.toFixed(2)}x (goal ≤ 1.5), proxy CPU ${cpu(proxy1).toFixed(0)} µs vs ${cpu(forwarder).toFixed(0)} µs a call`,
+            );
+          }
+        }
+        if (profileDir) {
+          // One more window at the first concurrency, the proxy's profiler on.
+          const file = path.join(profileDir, `proxy-${wire.route.replace("/", "-")}${stream ? "-stream" : ""}.cpuprofile`);
+          await askRole(proxy, "profile-start");
+          const run = await throughput(proxy1, wire, body, concurrencies[0]!, seconds);
+          await askRole(proxy, `profile-stop ${file}`);
+          console.log(`  CPU profile of the proxy at ${concurrencies[0]} connections (${fmt(run.perSecond)}/s, ${run.cpuMicrosPerCall.toFixed(0)} µs CPU a call while profiled): ${file}`);
+          for (const line of formatProfileSummary(summariseCpuProfile(file, run.calls, 12), "  ")) console.log(line);
+        }
+      }
     }
+    if (summary.length > 0) console.log(`\nsummary (medians of ${rounds} rounds)\n${summary.join("\n")}`);
   } finally {
     closePostConnections();
-    proxy.child.stdin!.end();
-    bare.child.stdin!.end();
-    upstream.child.stdin!.end();
+    await Promise.all(roles.map((r) => new Promise((resolve) => r.child.once("exit", resolve).stdin!.end())));
+    for (const dir of dataDirs) rmSync(dir, { recursive: true, force: true });
   }
+}
+
+function fail(message: string): never {
+  process.stderr.write(`${message}\n`);
+  process.exit(2);
 }
 
 if (role === "upstream") {
@@ -152,22 +279,28 @@ if (role === "upstream") {
   const model = await startScriptedModel({ turns: () => ({ text: ANSWER, usage: { input: 50, output: 25 } }), isSideCall: () => false });
   process.stdout.write(`${JSON.stringify({ url: model.url })}\n`);
 } else if (role === "proxy") {
-  const { startLlmProxy } = await import("@oz0/llm-proxy");
+  const { startLlmProxy } = (options.module ? await import(pathToFileURL(options.module).href) : await import("@oz0/llm-proxy")) as LlmProxyModule;
   const pino = (await import("pino")).default;
   const { testCredentials } = await import("@oz0/serving/testing");
+  const prices = { "*": { input: 3, output: 15 } };
   const proxy = await startLlmProxy({
-    dataDir: ":memory:",
+    dataDir: options["data-dir"] || ":memory:",
     // The control API answers the orchestrator's credential: this process holds it, as the orchestrator does.
     auth: testCredentials.settingsFor("llm-proxy"),
     kek: Buffer.alloc(32, 1),
-    providers: [{ name: "anthropic", baseUrl: options.upstream, keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15 } } }],
+    providers: [
+      { name: "anthropic", baseUrl: options.upstream, keySecret: "ANTHROPIC_API_KEY", prices },
+      { name: "openai", baseUrl: options.upstream, keySecret: "OPENAI_API_KEY", auth: "bearer", prices },
+    ],
     logger: pino({ level: "warn" }),
   });
   const { createClient } = await import("@connectrpc/connect");
   const { createGrpcTransport } = await import("@connectrpc/connect-node");
   const { LlmProxyService, SecretService } = await import("@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb");
   const transport = createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] });
-  await createClient(SecretService, transport).setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-bench-key-0123456789" });
+  const secrets = createClient(SecretService, transport);
+  await secrets.setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-bench-key-0123456789" });
+  await secrets.setSecret({ name: "OPENAI_API_KEY", value: "sk-bench-key-9876543210" });
   // A budget, so the reservation path is measured too.
   const minted = await createClient(LlmProxyService, transport).mintSessionToken({ job: "bench", agent: "bench", session: "bench", budgetUsd: 1_000_000 });
   process.stdout.write(`${JSON.stringify({ url: proxy.url, token: minted.token })}\n`);

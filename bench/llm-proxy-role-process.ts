@@ -1,19 +1,48 @@
 // The LLM proxy benches' helper processes (scripted upstream, proxy, bare
-// forwarder): each prints one JSON line with its URL, answers "cpu" on stdin
-// with its CPU time so far, and exits when its stdin closes (when the bench
-// ends). And the one way the benches call them.
+// forwarder): each prints one JSON line with its URL, answers commands on
+// stdin with one JSON line each, and exits when its stdin closes (when the
+// bench ends). And the one way the benches call them.
+//   cpu                   its CPU time so far: {"cpuMicros": n}
+//   profile-start         starts V8's CPU profiler (what --cpu-prof runs, over a window of our choosing)
+//   profile-stop <file>   stops it and writes the .cpuprofile: {"profile": file}
 import { spawn, type ChildProcess } from "node:child_process";
+import { writeFileSync } from "node:fs";
 import http from "node:http";
+import { Session } from "node:inspector";
 
 /** Call in a helper process. */
 export function serveRoleControl(): void {
+  let session: Session | undefined;
+  const reply = (value: unknown): void => void process.stdout.write(`${JSON.stringify(value)}\n`);
   process.stdin.resume();
   process.stdin.on("end", () => process.exit(0));
-  // CPU per call is what a loaded machine distorts far less than wall time.
+  let pending = "";
   process.stdin.on("data", (chunk: Buffer) => {
-    if (chunk.toString().includes("cpu")) {
-      const { user, system } = process.cpuUsage();
-      process.stdout.write(`${JSON.stringify({ cpuMicros: user + system })}\n`);
+    pending += chunk.toString();
+    const lines = pending.split("\n");
+    pending = lines.pop() ?? "";
+    for (const line of lines) {
+      const [command, argument] = line.trim().split(" ");
+      // CPU per call is what a loaded machine distorts far less than wall time.
+      if (command === "cpu") {
+        const { user, system } = process.cpuUsage();
+        reply({ cpuMicros: user + system });
+      } else if (command === "profile-start") {
+        session = new Session();
+        session.connect();
+        // Sampling every 100 µs: a call costs a few hundred, so each one is seen a few times.
+        session.post("Profiler.enable", () =>
+          session!.post("Profiler.setSamplingInterval", { interval: 100 }, () => session!.post("Profiler.start", () => reply({ profiling: true }))),
+        );
+      } else if (command === "profile-stop" && session && argument) {
+        const current = session;
+        session = undefined;
+        current.post("Profiler.stop", (error, result) => {
+          if (!error) writeFileSync(argument, JSON.stringify(result.profile));
+          current.disconnect();
+          reply(error ? { error: error.message } : { profile: argument });
+        });
+      }
     }
   });
 }
@@ -43,12 +72,17 @@ export function startRoleProcess(nodeArgs: string[]): Promise<Role> {
   });
 }
 
+/** Sends a control command to a helper and waits for its answer line. */
+export async function askRole<T>(role: Role, command: string): Promise<T> {
+  const before = role.lines.length;
+  role.child.stdin!.write(`${command}\n`);
+  while (role.lines.length === before) await new Promise((r) => setTimeout(r, 5));
+  return JSON.parse(role.lines.at(-1)!) as T;
+}
+
 /** CPU microseconds the helper has used so far. */
 export async function cpuOf(role: Role): Promise<number> {
-  const before = role.lines.length;
-  role.child.stdin!.write("cpu\n");
-  while (role.lines.length === before) await new Promise((r) => setTimeout(r, 5));
-  return (JSON.parse(role.lines.at(-1)!) as { cpuMicros: number }).cpuMicros;
+  return (await askRole<{ cpuMicros: number }>(role, "cpu")).cpuMicros;
 }
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 512 });
