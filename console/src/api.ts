@@ -4,7 +4,7 @@
 // the session, so the page asks for a new login link.
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
-import { JobService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { AgentService, JobService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
 import { currentSession, forgetSession } from "./session.js";
 
@@ -26,6 +26,7 @@ const transport = createConnectTransport({ baseUrl: window.location.origin, inte
 
 export const jobs: Client<typeof JobService> = createClient(JobService, transport);
 export const login: Client<typeof LoginService> = createClient(LoginService, transport);
+export const agents: Client<typeof AgentService> = createClient(AgentService, transport);
 
 /** What a failed call says, for a person: the server's message, without the code's prefix. */
 export function messageOf(error: unknown): string {

@@ -53,3 +53,25 @@ export function json(value: unknown): string {
 export function shortId(id: string): string {
   return id.length > 14 ? `${id.slice(0, 14)}…` : id;
 }
+
+/** `14:03:07.125`: when a step began or ended, to the millisecond. */
+export function clockMs(date: Date | undefined): string {
+  if (!date) return "";
+  const iso = new Date(date.getTime() - date.getTimezoneOffset() * 60_000).toISOString();
+  return iso.slice(11, 23);
+}
+
+/** 1234 → `1.234 s`. */
+export function seconds(ms: number): string {
+  return `${(ms / 1000).toFixed(3)} s`;
+}
+
+/** 1234567n → `1,234,567`. */
+export function count(n: bigint | number): string {
+  return Number(n).toLocaleString("en-US");
+}
+
+/** $0.0123; costs below a cent keep four decimals. */
+export function usd(cost: number): string {
+  return `$${cost >= 1 ? cost.toFixed(2) : cost.toFixed(4)}`;
+}

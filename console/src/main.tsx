@@ -4,6 +4,7 @@ import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import type { WhoAmIResponse } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
 import { login, messageOf } from "./api.js";
+import { AgentPage, AgentsPage } from "./pages/agents.js";
 import { ApprovalsPage } from "./pages/approvals.js";
 import { JobPage } from "./pages/job.js";
 import { JobsPage } from "./pages/jobs.js";
@@ -75,6 +76,9 @@ function App() {
           <a href={href({ page: "approvals" })} aria-current={route.page === "approvals" ? "page" : undefined}>
             Approvals
           </a>
+          <a href={href({ page: "agents" })} aria-current={route.page === "agents" || route.page === "agent" ? "page" : undefined}>
+            Agents
+          </a>
         </nav>
         <span class="who">
           {me ? (
@@ -101,6 +105,10 @@ function Page({ route, roles }: { route: ReturnType<typeof useRoute>; roles: str
       return <JobPage jobId={route.jobId} roles={roles} />;
     case "approvals":
       return <ApprovalsPage roles={roles} />;
+    case "agents":
+      return <AgentsPage />;
+    case "agent":
+      return <AgentPage name={route.name} version={route.version} />;
     default:
       return <JobsPage />;
   }

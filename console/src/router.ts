@@ -7,6 +7,9 @@ export type Route =
   | { page: "jobs" }
   | { page: "job"; jobId: string }
   | { page: "approvals" }
+  | { page: "agents" }
+  /** Version 0: the latest. */
+  | { page: "agent"; name: string; version: number }
   | { page: "login"; code: string | undefined };
 
 export function parseRoute(hash: string): Route {
@@ -15,6 +18,8 @@ export function parseRoute(hash: string): Route {
   if (parts[0] === "login") return { page: "login", code: new URLSearchParams(query).get("code") ?? undefined };
   if (parts[0] === "jobs" && parts[1]) return { page: "job", jobId: parts[1] };
   if (parts[0] === "approvals") return { page: "approvals" };
+  if (parts[0] === "agents" && parts[1]) return { page: "agent", name: parts[1], version: Number(parts[2]) || 0 };
+  if (parts[0] === "agents") return { page: "agents" };
   return { page: "jobs" };
 }
 
@@ -26,6 +31,10 @@ export function href(route: Route): string {
       return `#/jobs/${encodeURIComponent(route.jobId)}`;
     case "approvals":
       return "#/approvals";
+    case "agents":
+      return "#/agents";
+    case "agent":
+      return `#/agents/${encodeURIComponent(route.name)}${route.version ? `/${route.version}` : ""}`;
     case "login":
       return "#/login";
   }

@@ -1,25 +1,31 @@
 // A job's live events folded into the rows the page shows: text by item,
 // each tool call with its permission request, decision and result, state
 // changes, the result, artifacts. Pure, so a reconnect that replays nothing
-// twice (events are kept by sequence number) gives the same rows.
+// twice (events are kept by sequence number) gives the same rows. Every row
+// keeps the time of the event that opened it, and tool calls the times of
+// each step, for the elapsed timeline.
 import { toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
-import type { JobEvent, PermissionDecision } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import type { Artifact } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import type { Artifact, JobEvent, PermissionDecision } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { SessionResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { dateOf } from "./format.js";
+
+interface Timed {
+  seq: bigint;
+  time: Date | undefined;
+}
 
 export type Row =
-  | { kind: "state"; seq: bigint; time: Date | undefined; state: number; reason: string }
-  | { kind: "session"; seq: bigint; harness: string; version: string }
-  | { kind: "text"; seq: bigint; itemId: string; role: string; text: string }
+  | (Timed & { kind: "state"; state: number; reason: string })
+  | (Timed & { kind: "session"; harness: string; version: string })
+  | (Timed & { kind: "text"; itemId: string; role: string; text: string })
   | ToolRow
-  | { kind: "served"; seq: bigint; tool: string; input: JsonObject | undefined; output: JsonValue | undefined; error: string }
-  | { kind: "result"; seq: bigint; result: SessionResult }
-  | { kind: "artifacts"; seq: bigint; artifacts: Artifact[] };
+  | (Timed & { kind: "served"; tool: string; input: JsonObject | undefined; output: JsonValue | undefined; error: string })
+  | (Timed & { kind: "result"; result: SessionResult })
+  | (Timed & { kind: "artifacts"; artifacts: Artifact[] });
 
-export interface ToolRow {
+export interface ToolRow extends Timed {
   kind: "tool";
-  seq: bigint;
   callId: string;
   tool: string;
   title: string;
@@ -27,7 +33,11 @@ export interface ToolRow {
   /** Set when the call asked permission. */
   asked: boolean;
   decision: PermissionDecision | undefined;
+  /** When the call began to wait for a person (a pending decision), if it did. */
+  pendingAt: Date | undefined;
+  decidedAt: Date | undefined;
   result: { output: JsonValue | undefined; isError: boolean } | undefined;
+  endedAt: Date | undefined;
 }
 
 export interface Totals {
@@ -41,10 +51,10 @@ export function fold(events: readonly JobEvent[]): { rows: Row[]; totals: Totals
   const tools = new Map<string, ToolRow>();
   const texts = new Map<string, Extract<Row, { kind: "text" }>>();
   const totals: Totals = { inputTokens: 0n, outputTokens: 0n, costUsd: 0 };
-  const toolRow = (callId: string, seq: bigint, tool: string): ToolRow => {
+  const toolRow = (callId: string, at: Timed, tool: string): ToolRow => {
     let row = tools.get(callId);
     if (!row) {
-      row = { kind: "tool", seq, callId, tool, title: "", input: undefined, asked: false, decision: undefined, result: undefined };
+      row = { kind: "tool", ...at, callId, tool, title: "", input: undefined, asked: false, decision: undefined, pendingAt: undefined, decidedAt: undefined, result: undefined, endedAt: undefined };
       tools.set(callId, row);
       rows.push(row);
     }
@@ -52,51 +62,56 @@ export function fold(events: readonly JobEvent[]): { rows: Row[]; totals: Totals
   };
   for (const event of events) {
     const e = event.event;
-    const seq = event.seq;
+    const at: Timed = { seq: event.seq, time: dateOf(event.time) };
     switch (e.case) {
       case "stateChanged":
-        rows.push({ kind: "state", seq, time: event.time ? new Date(Number(event.time.seconds) * 1000 + event.time.nanos / 1e6) : undefined, state: e.value.state, reason: e.value.reason });
+        rows.push({ kind: "state", ...at, state: e.value.state, reason: e.value.reason });
         break;
       case "sessionStarted":
-        rows.push({ kind: "session", seq, harness: e.value.harnessName, version: e.value.harnessVersion });
+        rows.push({ kind: "session", ...at, harness: e.value.harnessName, version: e.value.harnessVersion });
         break;
       case "text": {
-        const key = e.value.itemId || `seq-${seq}`;
+        const key = e.value.itemId || `seq-${at.seq}`;
         const open = texts.get(key);
         if (open && e.value.delta) open.text += e.value.text;
         else if (open) open.text = e.value.text;
         else {
-          const row = { kind: "text" as const, seq, itemId: key, role: e.value.role || "assistant", text: e.value.text };
+          const row = { kind: "text" as const, ...at, itemId: key, role: e.value.role || "assistant", text: e.value.text };
           texts.set(key, row);
           rows.push(row);
         }
         break;
       }
       case "toolCall": {
-        const row = toolRow(e.value.callId, seq, e.value.tool);
+        const row = toolRow(e.value.callId, at, e.value.tool);
         row.tool = e.value.tool;
         row.title = e.value.title;
         row.input = e.value.input;
         break;
       }
       case "permissionRequested": {
-        const row = toolRow(e.value.callId || e.value.id, seq, e.value.tool);
+        const row = toolRow(e.value.callId || e.value.id, at, e.value.tool);
         row.asked = true;
         row.input ??= e.value.input;
         break;
       }
       case "permissionDecision": {
-        const row = toolRow(e.value.callId || e.value.id, seq, e.value.tool);
+        const row = toolRow(e.value.callId || e.value.id, at, e.value.tool);
         row.decision = e.value;
+        if (e.value.pending) row.pendingAt ??= at.time;
+        else row.decidedAt = at.time;
         break;
       }
       case "toolResult": {
         const row = tools.get(e.value.callId);
-        if (row) row.result = { output: jsonOf(e.value.output), isError: e.value.isError };
+        if (row) {
+          row.result = { output: jsonOf(e.value.output), isError: e.value.isError };
+          row.endedAt = at.time;
+        }
         break;
       }
       case "servedToolCall":
-        rows.push({ kind: "served", seq, tool: e.value.tool, input: e.value.input, output: jsonOf(e.value.output), error: e.value.error });
+        rows.push({ kind: "served", ...at, tool: e.value.tool, input: e.value.input, output: jsonOf(e.value.output), error: e.value.error });
         break;
       case "usage":
         totals.inputTokens += e.value.inputTokens;
@@ -104,10 +119,10 @@ export function fold(events: readonly JobEvent[]): { rows: Row[]; totals: Totals
         totals.costUsd += e.value.costUsd;
         break;
       case "result":
-        rows.push({ kind: "result", seq, result: e.value });
+        rows.push({ kind: "result", ...at, result: e.value });
         break;
       case "artifacts":
-        rows.push({ kind: "artifacts", seq, artifacts: e.value.artifacts });
+        rows.push({ kind: "artifacts", ...at, artifacts: e.value.artifacts });
         break;
       default:
         break;

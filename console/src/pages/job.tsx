@@ -1,85 +1,89 @@
-// One job: its facts, the live transcript (WatchJob from the last sequence
-// number seen, again after every reconnect), tool calls with their decisions
-// and who answered, the result, usage, and cancel.
+// One job: its facts (state, what it does now, the pinned agent version,
+// times, the trace), usage and cost, the elapsed timeline, the live
+// transcript with harness operations and their parallel groups, the
+// artifacts (a patch as a diff), the result, and cancel for operators.
+// Live through WatchJob (job-stream.ts); the transcript's operation rows,
+// usage and artifacts are read again when the stream shows they changed.
 import { useEffect, useMemo, useState } from "preact/hooks";
-import { Decider, type Job, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { OperationStatus } from "@oz0/proto/oz0/events/v1/events_pb";
+import { type GetArtifactsResponse, type GetJobUsageResponse } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import type { Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { jobs, messageOf } from "../api.js";
-import { clock, dateOf, duration, isTerminal, json, stateName, stopReasonName } from "../format.js";
+import { clockMs, count, dateOf, duration, isTerminal, stateName, stopReasonName, usd } from "../format.js";
+import { useJobStream } from "../job-stream.js";
+import { groupOperations, operationsOf, placeOperations, type Entry } from "../operations.js";
 import { usePolling } from "../polling.js";
-import { fold, type Row, type ToolRow } from "../transcript.js";
+import { useRead } from "../reads.js";
+import { href } from "../router.js";
+import { saveTraceUrlTemplate, traceLink, traceUrlTemplate } from "../settings.js";
+import { timelineOf } from "../timeline.js";
+import type { Row, ToolRow, Totals } from "../transcript.js";
+import { fold } from "../transcript.js";
 import { ApprovalCard } from "./approval-card.js";
+import { ArtifactsView } from "./artifacts-view.js";
+import { OperationGroupRow } from "./operation-rows.js";
+import { TimelineView } from "./timeline-view.js";
+import { TranscriptRow } from "./transcript-rows.js";
 
-const RECONNECT_MS = 1_000;
+/** Artifacts are read with their content when they hold at most this much together. */
+const MAX_ARTIFACT_BYTES = 1_000_000;
 
 export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
-  const [job, setJob] = useState<Job | undefined>(undefined);
-  const [events, setEvents] = useState<JobEvent[]>([]);
-  const [stream, setStream] = useState<"live" | "reconnecting" | "ended">("live");
-  const [problem, setProblem] = useState<string | undefined>(undefined);
+  const s = useJobStream(jobId);
+  const job = s.job;
+  const terminal = job !== undefined && isTerminal(job.state);
+  const { rows, totals } = useMemo(() => fold(s.events), [s.version, jobId]);
+  const now = useNow(!terminal);
 
-  useEffect(() => {
-    const abort = new AbortController();
-    let lastSeq = 0n;
-    const readJob = async (): Promise<Job | undefined> => {
-      const { job: current } = await jobs.getJob({ jobId }, { signal: abort.signal });
-      setJob(current);
-      return current;
-    };
-    const follow = async (): Promise<void> => {
-      setEvents([]);
-      for (;;) {
-        try {
-          await readJob();
-          setStream("live");
-          setProblem(undefined);
-          for await (const { event } of jobs.watchJob({ jobId, afterSeq: lastSeq }, { signal: abort.signal })) {
-            if (!event || event.seq <= lastSeq) continue;
-            lastSeq = event.seq;
-            setEvents((seen) => [...seen, event]);
-            if (event.event.case === "stateChanged" || event.event.case === "result") void readJob().catch(() => undefined);
-          }
-          // The stream ends when the job has ended; read the job's last word.
-          const final = await readJob();
-          if (final && isTerminal(final.state)) {
-            setStream("ended");
-            return;
-          }
-        } catch (error) {
-          if (abort.signal.aborted) return;
-          setProblem(messageOf(error));
-        }
-        if (abort.signal.aborted) return;
-        setStream("reconnecting");
-        await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS));
-        if (abort.signal.aborted) return;
-      }
-    };
-    void follow();
-    return () => abort.abort();
-  }, [jobId]);
+  const toolSignature = rows.filter((r) => r.kind === "tool").map((r) => `${(r as ToolRow).callId}:${(r as ToolRow).result ? 1 : 0}`).join(",");
+  const transcript = useRead((signal) => jobs.getJobTranscript({ jobId }, { signal }).then((r) => r.transcript), `${jobId}|${toolSignature}|${job?.state}`, {
+    // The events service's transcript trails the job's events: read again while operations may still change.
+    again: (t) => !terminal || operationsOf(t).some((op) => op.status === OperationStatus.RUNNING),
+  });
+  const usageEvents = s.events.reduce((n, e) => n + (e.event.case === "usage" || e.event.case === "result" ? 1 : 0), 0);
+  const usage = useRead((signal) => jobs.getJobUsage({ jobId }, { signal }), `${jobId}|${usageEvents}|${job?.state}`);
+  const artifactRows = rows.filter((r): r is Extract<Row, { kind: "artifacts" }> => r.kind === "artifacts");
+  const artifactBytes = artifactRows.reduce((n, r) => n + r.artifacts.reduce((m, a) => m + Number(a.sizeBytes), 0), 0);
+  const artifacts = useRead(
+    (signal): Promise<GetArtifactsResponse> => jobs.getArtifacts({ jobId, includeContent: artifactBytes <= MAX_ARTIFACT_BYTES }, { signal }),
+    `${jobId}|${artifactRows.length}`,
+    { enabled: artifactRows.length > 0 },
+  );
 
-  const { rows, totals } = useMemo(() => fold(events), [events]);
-  const waiting = rows.some((r) => r.kind === "tool" && r.decision?.pending);
+  const waiting = rows.some((r) => r.kind === "tool" && r.decision?.pending === true);
   const approvals = usePolling(() => (waiting ? jobs.listApprovals({ jobId }) : Promise.resolve(undefined)), 1_000, [jobId, waiting]);
-  const canCancel = roles.includes("operator") && job !== undefined && !isTerminal(job.state);
+  const [problem, setProblem] = useState<string | undefined>(undefined);
+  const canCancel = roles.includes("operator") && job !== undefined && !terminal;
   const cancel = async (): Promise<void> => {
     try {
       const answer = await jobs.cancelJob({ jobId, reason: "cancelled in the console" });
-      if (answer.job) setJob(answer.job);
+      if (answer.job) s.setJob(answer.job);
     } catch (error) {
       setProblem(messageOf(error));
     }
   };
+
+  const groups = useMemo(() => groupOperations(operationsOf(transcript.value)), [transcript.value]);
+  const placed = useMemo(() => placeOperations(rows, groups), [rows, groups]);
   const created = dateOf(job?.createdAt);
+  const started = dateOf(job?.startedAt) ?? created;
   const finished = dateOf(job?.finishedAt);
+  const timeline = useMemo(() => {
+    if (!started) return undefined;
+    const colours = new Map<string, number>();
+    for (const g of groups) for (const op of g.operations) if (g.colour !== undefined) colours.set(op.operationInvocationId, g.colour);
+    const operationCalls = new Set([...placed.calls.values()].map((c) => c.callId));
+    return timelineOf({ rows, operations: groups.flatMap((g) => g.operations), operationCalls, colours, start: started, end: finished ?? new Date(now) });
+  }, [rows, groups, placed, started?.getTime(), finished?.getTime(), terminal ? 0 : now]);
+
   return (
     <section aria-labelledby="job-title">
       <h1 id="job-title">
         Job <code>{jobId}</code>
       </h1>
-      {problem ? (
+      {problem || s.problem ? (
         <p role="alert" class="error">
-          {problem}
+          {problem ?? s.problem}
         </p>
       ) : null}
       {job ? (
@@ -90,25 +94,46 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
               <span class={`state state-${stateName(job.state)}`} data-testid="job-state">
                 {stateName(job.state)}
               </span>{" "}
-              <span class="muted" data-testid="stream">
-                {stream === "live" ? "live" : stream === "reconnecting" ? "reconnecting…" : ""}
+              <span class="muted" data-testid="stream" data-reconnects={s.reconnects}>
+                {s.stream === "live" ? "live" : s.stream === "reconnecting" ? "reconnecting…" : s.stream === "connecting" ? "connecting…" : ""}
               </span>
             </dd>
-            <dt>Agent</dt>
-            <dd>
-              {job.agent?.name} v{job.agent?.version} <span class="muted">(pinned)</span>
-            </dd>
-            <dt>Started</dt>
-            <dd>{clock(created)}</dd>
-            {finished && created ? (
+            {!terminal && job.activity?.summary ? (
               <>
-                <dt>Took</dt>
-                <dd>{duration(finished.getTime() - created.getTime())}</dd>
+                <dt>Now</dt>
+                <dd data-testid="activity">{job.activity.summary}</dd>
               </>
             ) : null}
-            <dt>Tokens</dt>
+            <dt>Agent</dt>
             <dd>
-              {String(totals.inputTokens)} in, {String(totals.outputTokens)} out{totals.costUsd > 0 ? `, $${totals.costUsd.toFixed(4)}` : ""}
+              <a href={href({ page: "agent", name: job.agent?.name ?? "", version: job.agent?.version ?? 0 })} data-testid="agent-version">
+                {job.agent?.name} v{job.agent?.version}
+              </a>{" "}
+              <span class="muted">(pinned)</span>
+            </dd>
+            <dt>Created</dt>
+            <dd>{clockMs(created)}</dd>
+            {started && started !== created ? (
+              <>
+                <dt>Started</dt>
+                <dd>{clockMs(started)}</dd>
+              </>
+            ) : null}
+            {finished ? (
+              <>
+                <dt>Ended</dt>
+                <dd>{clockMs(finished)}</dd>
+              </>
+            ) : null}
+            {started ? (
+              <>
+                <dt>{finished ? "Took" : "Running for"}</dt>
+                <dd>{duration((finished?.getTime() ?? now) - started.getTime())}</dd>
+              </>
+            ) : null}
+            <dt>Trace</dt>
+            <dd>
+              <TraceId traceId={job.traceId} />
             </dd>
           </dl>
           {canCancel ? (
@@ -127,13 +152,29 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
       {approvals.value?.approvals.map((approval) => (
         <ApprovalCard key={approval.callId} approval={approval} canAnswer={roles.includes("approver")} onAnswered={approvals.refresh} />
       ))}
+      <h2>Usage</h2>
+      <UsageView usage={usage.value} error={usage.error} streamed={totals} />
+      {timeline ? (
+        <>
+          <h2>Timeline</h2>
+          <TimelineView totalMs={timeline.totalMs} job={timeline.job} lanes={timeline.lanes} />
+        </>
+      ) : null}
       <h2>Transcript</h2>
+      {transcript.error && !/no lifecycle events/.test(transcript.error) ? <p class="muted">Harness operations are not shown: {transcript.error}</p> : null}
       <ol class="transcript" aria-live="polite">
-        {rows.map((row) => (
-          <TranscriptRow key={rowKey(row)} row={row} />
+        {placed.entries.map((entry) => (
+          <EntryRow key={entryKey(entry)} entry={entry} calls={placed.calls} />
         ))}
       </ol>
-      {job && isTerminal(job.state) ? (
+      {artifactRows.length > 0 ? (
+        <>
+          <h2>Artifacts</h2>
+          {artifacts.error ? <p class="error">{artifacts.error}</p> : null}
+          {artifacts.value ? <ArtifactsView artifacts={artifacts.value.artifacts} contents={artifacts.value.contents} /> : <p>Loading…</p>}
+        </>
+      ) : null}
+      {job && terminal ? (
         <>
           <h2>Result</h2>
           {job.error ? <p class="error">{job.error}</p> : null}
@@ -149,89 +190,119 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
   );
 }
 
-function rowKey(row: Row): string {
+/** Now, again every second while `ticking` (the running time and the timeline's end move). */
+function useNow(ticking: boolean): number {
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => {
+    if (!ticking) return;
+    const timer = setInterval(() => setNow(Date.now()), 1_000);
+    return () => clearInterval(timer);
+  }, [ticking]);
+  return now;
+}
+
+function TraceId({ traceId }: { traceId: string }) {
+  const [template, setTemplate] = useState(traceUrlTemplate());
+  const [saved, setSaved] = useState(0);
+  const [invalid, setInvalid] = useState(false);
+  if (!traceId) return <span class="muted">none (the orchestrator exports no traces: set OTEL_EXPORTER_OTLP_ENDPOINT)</span>;
+  const link = traceLink(traceId);
+  return (
+    <>
+      {link ? (
+        <a href={link} target="_blank" rel="noopener noreferrer" data-testid="trace-link">
+          <code>{traceId}</code>
+        </a>
+      ) : (
+        <code data-testid="trace-id">{traceId}</code>
+      )}
+      <details class="trace-settings" key={saved}>
+        <summary>{link ? "change the trace viewer link" : "link to a trace viewer"}</summary>
+        <form
+          onSubmit={(e) => {
+            e.preventDefault();
+            const ok = saveTraceUrlTemplate(template);
+            setInvalid(!ok);
+            if (ok) setSaved((n) => n + 1);
+          }}
+        >
+          <label>
+            Trace URL (this browser only){" "}
+            <input type="url" size={48} value={template} placeholder="https://jaeger.example/trace/{traceId}" onInput={(e) => setTemplate((e.target as HTMLInputElement).value)} />
+          </label>{" "}
+          <button type="submit">Save</button>
+          {invalid ? (
+            <p role="alert" class="error">
+              An http(s) URL with {"{traceId}"} in it, please.
+            </p>
+          ) : null}
+        </form>
+      </details>
+    </>
+  );
+}
+
+function UsageView({ usage, error, streamed }: { usage: GetJobUsageResponse | undefined; error: string | undefined; streamed: Totals }) {
+  const total = usage?.usage?.total;
+  if (!total) {
+    // No meter to ask (or not yet): what the harness reported on the stream.
+    return (
+      <p data-testid="usage">
+        {count(streamed.inputTokens)} tokens in, {count(streamed.outputTokens)} out{streamed.costUsd > 0 ? `, about ${usd(streamed.costUsd)} (the harness's estimate)` : ""}
+        {error ? <span class="muted"> ({error})</span> : null}
+      </p>
+    );
+  }
+  const agents = usage.usage?.agents ?? [];
+  return (
+    <>
+      <p data-testid="usage">
+        {usageLine(total)}
+        {total.nominal ? <span class="muted"> (nominal: a scripted provider's price table, nobody was charged)</span> : null}
+        {total.estimated ? <span class="muted"> (partly estimated)</span> : null}
+      </p>
+      {agents.length > 1 || usage.steps.length > 0 ? (
+        <table class="usage">
+          <caption class="muted">Per {usage.steps.length > 0 ? "step job" : "agent"}</caption>
+          <thead>
+            <tr>
+              <th scope="col">{usage.steps.length > 0 ? "Step" : "Agent"}</th>
+              <th scope="col">Calls</th>
+              <th scope="col">Tokens in</th>
+              <th scope="col">Tokens out</th>
+              <th scope="col">Cost</th>
+            </tr>
+          </thead>
+          <tbody>
+            {(usage.steps.length > 0 ? usage.steps.map((st) => ({ name: `${st.step} (${st.agent?.name ?? ""} v${st.agent?.version ?? ""})`, usage: st.usage })) : agents.map((a) => ({ name: a.agent, usage: a.usage }))).map((line) => (
+              <tr key={line.name}>
+                <td>{line.name}</td>
+                <td>{count(line.usage?.calls ?? 0n)}</td>
+                <td>{count(line.usage?.inputTokens ?? 0n)}</td>
+                <td>{count(line.usage?.outputTokens ?? 0n)}</td>
+                <td>{usd(line.usage?.costUsd ?? 0)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      ) : null}
+    </>
+  );
+}
+
+function usageLine(u: Usage): string {
+  const cache = u.cacheReadTokens || u.cacheWriteTokens ? `, cache ${count(u.cacheReadTokens)} read / ${count(u.cacheWriteTokens)} written` : "";
+  const failed = u.failedCalls ? `, ${count(u.failedCalls)} failed` : "";
+  return `${count(u.calls)} model calls${failed} (${count(u.attempts)} attempts), ${count(u.inputTokens)} tokens in, ${count(u.outputTokens)} out${cache}, ${usd(u.costUsd)}`;
+}
+
+function entryKey(entry: Entry): string {
+  if (entry.kind === "operations") return `ops-${entry.group.id}`;
+  const row = entry.row;
   return row.kind === "tool" ? `tool-${row.callId}` : row.kind === "text" ? `text-${row.itemId}` : `${row.kind}-${row.seq}`;
 }
 
-function TranscriptRow({ row }: { row: Row }) {
-  switch (row.kind) {
-    case "state":
-      return (
-        <li class="row row-state">
-          <span class={`state state-${stateName(row.state)}`}>{stateName(row.state)}</span> {clock(row.time)} {row.reason ? <span class="muted">{row.reason}</span> : null}
-        </li>
-      );
-    case "session":
-      return (
-        <li class="row row-session muted">
-          session started: {row.harness} {row.version}
-        </li>
-      );
-    case "text":
-      return (
-        <li class={`row row-text role-${row.role}`}>
-          <span class="who">{row.role}</span>
-          <div class="text">{row.text}</div>
-        </li>
-      );
-    case "tool":
-      return <ToolCallRow row={row} />;
-    case "served":
-      return (
-        <li class="row row-tool">
-          <span class="who">runtime</span> <code>{row.tool}</code> {row.error ? <span class="error">{row.error}</span> : <pre>{json(row.output)}</pre>}
-        </li>
-      );
-    case "result":
-      return (
-        <li class="row row-result">
-          <span class="who">result</span> {stopReasonName(row.result.stopReason)}, {row.result.turns} turns{row.result.error ? <span class="error"> {row.result.error}</span> : null}
-        </li>
-      );
-    case "artifacts":
-      return (
-        <li class="row row-artifacts">
-          <span class="who">artifacts</span> {row.artifacts.map((a) => `${a.name} (${a.sizeBytes} bytes)`).join(", ")}
-        </li>
-      );
-  }
+function EntryRow({ entry, calls }: { entry: Entry; calls: ReadonlyMap<string, ToolRow> }) {
+  return entry.kind === "operations" ? <OperationGroupRow group={entry.group} calls={calls} /> : <TranscriptRow row={entry.row} />;
 }
 
-function ToolCallRow({ row }: { row: ToolRow }) {
-  const d = row.decision;
-  const decision = !row.asked && !d ? null : d?.pending ? (
-    <span class="decision pending">waiting for a person</span>
-  ) : d ? (
-    <span class={`decision ${d.allow ? "allowed" : "denied"}`} data-testid="decision">
-      {d.allow ? "allowed" : "denied"} by {d.decider === Decider.PERSON ? d.answeredBy || "a person" : deciderName(d.decider)}
-      {d.reason ? `: ${d.reason}` : ""}
-      {d.input ? " (input changed)" : ""}
-    </span>
-  ) : (
-    <span class="decision pending">asked permission</span>
-  );
-  return (
-    <li class="row row-tool" data-call={row.callId}>
-      <span class="who">tool</span> <code>{row.tool}</code> {row.title ? <span class="muted">{row.title}</span> : null} {decision}{" "}
-      {row.result ? <span class={row.result.isError ? "mark error" : "mark ok"}>{row.result.isError ? "✗ failed" : "✓ done"}</span> : null}
-      <details>
-        <summary>input{row.result ? " and output" : ""}</summary>
-        <pre>{json(row.input)}</pre>
-        {row.result ? <pre>{json(row.result.output)}</pre> : null}
-      </details>
-    </li>
-  );
-}
-
-function deciderName(decider: Decider): string {
-  switch (decider) {
-    case Decider.POLICY:
-      return "the tool policy";
-    case Decider.HOOK:
-      return "a hook";
-    case Decider.RUNTIME:
-      return "the runtime (no answer in time, or cancelled)";
-    default:
-      return "—";
-  }
-}

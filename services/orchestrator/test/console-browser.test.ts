@@ -7,24 +7,20 @@
 // passes axe with no serious violation, and a screenshot of each is written to
 // services/orchestrator/.screenshots/ (gitignored).
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createRequire } from "node:module";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { JobService, PluginService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { JobService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
-import { bearerInterceptor, credentialDigest, newCredential } from "@oz0/serving";
+import { credentialDigest, newCredential } from "@oz0/serving";
 import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
-import { chromium, type Browser, type Page } from "playwright-core";
-import { commitAll, eventually, packageDir, startTestStack, type TestStack } from "./support/test-stack.js";
+import type { Browser, Page } from "playwright-core";
+import { assertAccessible, consoleClients, launchBrowser, openConsole as open, screenshot, writeGuardedPlugin } from "./support/console-browser.js";
+import { eventually, startTestStack, type TestStack } from "./support/test-stack.js";
 import { toolResults } from "./support/tool-results.js";
-
-const CHROMIUM = process.env.OZ0_CHROMIUM ?? "/usr/bin/chromium";
-const screenshots = path.join(packageDir, ".screenshots");
-const axeSource = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 let t: TestStack;
 let browser: Browser;
@@ -36,38 +32,8 @@ function pick({ input, turn, request }: { input: string; turn: number; request: 
   return { toolCalls: [{ name: "run_command", input: { command: `echo ${input}` } }] };
 }
 
-/** Connect-protocol clients over HTTP/1.1, as the browser calls, carrying `token`. */
-function clients(token: string) {
-  const transport = createConnectTransport({ baseUrl: t.url, httpVersion: "1.1", interceptors: [bearerInterceptor(token)] });
-  return { jobs: createClient(JobService, transport), login: createClient(LoginService, transport), plugins: createClient(PluginService, transport) };
-}
-
-/** The page, logged in as whoever holds `token`, through a one-time link. */
-async function openConsole(token: string): Promise<Page> {
-  const { code } = await clients(token).login.createLoginCode({});
-  const page = await browser.newPage();
-  page.on("pageerror", (error) => assert.fail(`the page threw: ${error.message}`));
-  await page.goto(`${t.url}/#/login?code=${encodeURIComponent(code)}`);
-  await page.getByTestId("principal").waitFor();
-  assert.doesNotMatch(page.url(), /code=/, "the code is gone from the address bar");
-  return page;
-}
-
-/** axe-core in the page (evaluated, so the page's CSP needs no exception): no serious or critical violation. */
-async function assertAccessible(page: Page, name: string): Promise<void> {
-  await page.evaluate(axeSource);
-  const violations = await page.evaluate(async () => {
-    // In the page: globalThis is its window, where axe-core put itself.
-    const result = await (globalThis as unknown as { axe: { run(): Promise<{ violations: { id: string; impact: string; help: string; nodes: unknown[] }[] }> } }).axe.run();
-    return result.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.length }));
-  });
-  const serious = violations.filter((v) => v.impact === "serious" || v.impact === "critical");
-  assert.deepEqual(serious, [], `${name}: axe found serious violations`);
-}
-
-async function screenshot(page: Page, name: string): Promise<void> {
-  await page.screenshot({ path: path.join(screenshots, `${name}.png`), fullPage: true });
-}
+const clients = (token: string) => consoleClients(t.url, token);
+const openConsole = (token: string): Promise<Page> => open(browser, t.url, token);
 
 async function startJob(input: string): Promise<string> {
   const { job } = await clients(t.stack.ownerToken).jobs.runAgent({ agent: "guarded", input });
@@ -75,26 +41,12 @@ async function startJob(input: string): Promise<string> {
 }
 
 before(async () => {
-  assert.ok(existsSync(path.join(packageDir, "..", "..", "console", "dist", "index.html")), "the console is built (npm run build bundles console/dist)");
-  assert.ok(existsSync(CHROMIUM), `no Chromium at ${CHROMIUM}: tools/test-infra/bin/install-system-packages.sh installs Debian's chromium`);
-  mkdirSync(screenshots, { recursive: true });
   const auth = path.join(scratch, "auth.json");
   writeFileSync(auth, JSON.stringify({ roles: { viewer: { users: ["vera"] } }, tokens: [{ user: "vera", sha256: credentialDigest(viewerToken) }] }));
-  const repo = path.join(scratch, "repo");
-  for (const sub of ["agents", "prompts"]) mkdirSync(path.join(repo, sub), { recursive: true });
-  writeFileSync(path.join(repo, "prompts", "p.md"), "Run the command you are asked to run.\n");
-  writeFileSync(
-    path.join(repo, "oz0-plugin.yaml"),
-    'name: consoled\nversion: 0.1.0\nharnesses:\n  - name: fake\n    command: ["oz0-fake-harness"]\n    permissions: true\n    tools: [run_command]\nagents:\n  - agents/guarded.yaml\n',
-  );
-  writeFileSync(
-    path.join(repo, "agents", "guarded.yaml"),
-    "name: guarded\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/p.md\nlimits:\n  max_steps: 5\nharness:\n  tools: [run_command]\n  requires_approval: [run_command]\n",
-  );
-  await commitAll(repo, "plugin");
+  const repo = await writeGuardedPlugin(path.join(scratch, "repo"));
   t = await startTestStack({ pick, orchestratorEnv: { OZ0_AUTH_CONFIG: auth } });
   await clients(t.stack.ownerToken).plugins.installPlugin({ source: repo });
-  browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-dev-shm-usage"] });
+  browser = await launchBrowser();
 });
 
 after(async () => {

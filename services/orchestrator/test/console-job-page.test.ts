@@ -1,0 +1,191 @@
+// A job's page in the console, in a real browser against the real stack: the
+// shipment example shows its two harness operations as "Harness ·
+// operation_key" rows under one "2 parallel" rail, and a row opens a modal
+// with what is public about it; the elapsed timeline and usage are drawn; a
+// patch artifact is rendered as a diff beside a decision whose input a person
+// changed; the agents page shows every version and the diff between two.
+// Every page passes axe; screenshots go to services/orchestrator/.screenshots/.
+import assert from "node:assert/strict";
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
+import type { Browser } from "playwright-core";
+import { assertAccessible, consoleClients, GUARDED_INSTRUCTIONS, launchBrowser, openConsole, screenshot, writeGuardedPlugin } from "./support/console-browser.js";
+import { eventually, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
+import { toolResults } from "./support/tool-results.js";
+
+const shipments = path.join(repoRoot, "examples", "plugins", "shipments");
+const documents = path.join(shipments, "documents");
+
+let t: TestStack;
+let browser: Browser;
+const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-console-job-"));
+
+function systemOf(request: ScriptedRequest): string {
+  const system = request.body?.system as unknown;
+  return typeof system === "string" ? system : JSON.stringify(system ?? "");
+}
+
+// Each scratch loop's last turn waits for the other's, so the two operations
+// overlap for certain (as in harness-operations-shipment.test.ts).
+let extractReady!: () => void;
+let verifyReady!: () => void;
+const extractAtLastTurn = new Promise<void>((r) => (extractReady = r));
+const verifyAtLastTurn = new Promise<void>((r) => (verifyReady = r));
+
+async function pick({ input, turn, request }: { input: string; turn: number; request: ScriptedRequest }): Promise<ScriptedTurn> {
+  const system = systemOf(request);
+  if (system.includes(GUARDED_INSTRUCTIONS)) {
+    if (turn > 0) return { text: `done: ${toolResults(request)}` };
+    return { toolCalls: [{ name: "run_command", input: { command: `echo ${input}` } }] };
+  }
+  if (system.includes("## Harness operation: extract_shipment")) {
+    if (turn === 0) return { toolCalls: [{ name: "read_file", input: { path: "booking-4831.txt" } }] };
+    extractReady();
+    await verifyAtLastTurn;
+    return { text: JSON.stringify({ shipmentReference: "SHP-4831", pickupCountry: "DE", deliveryCountry: "FR", sourceFiles: ["booking-4831.txt"] }) };
+  }
+  if (system.includes("## Harness operation: verify_shipment")) {
+    if (turn === 0) return { toolCalls: [{ name: "read_file", input: { path: "email-4831.txt" } }] };
+    verifyReady();
+    await extractAtLastTurn;
+    return { text: JSON.stringify({ valid: true, issues: [] }) };
+  }
+  if (turn === 0) {
+    return {
+      toolCalls: [
+        { name: "extract_shipment", input: { task: "Extract order 4831 and cite the filenames used." } },
+        { name: "verify_shipment", input: { task: "Candidate: SHP-4831 from DE to FR. Check it against every source." } },
+      ],
+    };
+  }
+  return { text: "Shipment SHP-4831 from DE to FR is verified." };
+}
+
+const owner = () => consoleClients(t.url, t.stack.ownerToken);
+
+before(async () => {
+  const repo = await writeGuardedPlugin(path.join(scratch, "guarded"));
+  t = await startTestStack({ pick: pick as unknown as Parameters<typeof startTestStack>[0]["pick"] });
+  await owner().plugins.installPlugin({ source: repo });
+  await owner().plugins.installPlugin({ source: shipments });
+  browser = await launchBrowser();
+});
+
+after(async () => {
+  await browser?.close();
+  await t?.close();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+void test("the shipment example: two operation rows under one '2 parallel' rail; a row opens its modal; timeline and usage", async () => {
+  const { job } = await owner().jobs.runAgent({
+    agent: "shipment-orchestrator",
+    input: "Take order 4831",
+    attachments: ["booking-4831.txt", "email-4831.txt", "customers.csv"].map((f) => path.join(documents, f)),
+  });
+  const jobId = job!.id;
+  const page = await openConsole(browser, t.url, t.stack.ownerToken);
+  await page.goto(`${t.url}/#/jobs/${jobId}`);
+  await page.getByTestId("job-state").filter({ hasText: "succeeded" }).waitFor();
+
+  const group = page.locator("li.row-parallel");
+  await group.filter({ hasText: "2 parallel" }).waitFor();
+  assert.equal(await group.count(), 1, "one parallel group");
+  const rows = group.getByTestId("operation");
+  await eventually(async () => ((await rows.count()) === 2 ? true : undefined));
+  assert.deepEqual((await rows.allTextContents()).sort(), ["Harness · extract_shipment", "Harness · verify_shipment"]);
+  await group.getByText("completed").first().waitFor();
+  assert.match((await group.getAttribute("class")) ?? "", /rail-\d/, "the group has a coloured rail");
+
+  await page.getByTestId("timeline").waitFor();
+  assert.ok((await page.locator(".timeline .lane").count()) >= 3, "the job lane and one lane per operation");
+  assert.match((await page.getByTestId("usage").textContent()) ?? "", /model calls/);
+  assert.match((await page.getByTestId("agent-version").textContent()) ?? "", /shipment-orchestrator v\d+/);
+  await assertAccessible(page, "job (shipment)");
+  await screenshot(page, "job-shipment");
+
+  await rows.filter({ hasText: "extract_shipment" }).click();
+  const modal = page.getByTestId("operation-modal");
+  await modal.waitFor();
+  assert.equal(await page.getByRole("dialog", { name: "Harness · extract_shipment" }).count(), 1, "the modal is a named dialog");
+  assert.equal(await modal.getByTestId("operation-status").textContent(), "completed");
+  assert.equal(await modal.getByTestId("validation").textContent(), "valid");
+  assert.match((await modal.getByTestId("task-chars").textContent()) ?? "", new RegExp(`^${"Extract order 4831 and cite the filenames used.".length} characters`));
+  assert.deepEqual(await modal.getByTestId("steps").locator("li").allTextContents().then((l) => l.map((s) => s.replace(/^\+\d+\.\d+ s /, "").replace(/ ·.*$/, ""))), [
+    "model Requested read_file",
+    "tool read_file booking-4831.txt",
+    "model Returned the structured result for validation",
+  ]);
+  assert.match((await modal.textContent()) ?? "", /1 of 2, by start time|2 of 2, by start time/);
+  assert.doesNotMatch((await modal.textContent()) ?? "", /Extract order 4831 and cite/, "the task itself is not in the modal (the events service never has it)");
+  await assertAccessible(page, "operation modal");
+  await screenshot(page, "job-operation-modal");
+  await page.keyboard.press("Escape");
+  await modal.waitFor({ state: "detached" });
+
+  // The pinned version's page: its operations, read-only.
+  await page.getByTestId("agent-version").click();
+  await page.getByTestId("operations").getByText("extract_shipment").waitFor();
+  await page.getByTestId("skills").getByText("skills/shipment-intake").waitFor();
+  await assertAccessible(page, "agent");
+  await page.close();
+});
+
+void test("a patch artifact is a diff; a decision whose input a person changed says so", async () => {
+  const { job } = await owner().jobs.runAgent({ agent: "guarded", input: "first > notes.txt" });
+  const jobId = job!.id;
+  const page = await openConsole(browser, t.url, t.stack.ownerToken);
+  await page.goto(`${t.url}/#/jobs/${jobId}`);
+  await page.getByText("waiting for a person").first().waitFor();
+  const [approval] = await eventually(async () => {
+    const { approvals } = await owner().jobs.listApprovals({ jobId });
+    return approvals.length > 0 ? approvals : undefined;
+  });
+  await owner().jobs.answerPermission({ jobId, callId: approval!.callId, allow: true, input: { command: "echo changed > notes.txt" } });
+  await page.getByTestId("job-state").filter({ hasText: "succeeded" }).waitFor();
+  assert.match((await page.getByTestId("decision").first().textContent()) ?? "", /allowed by owner \(input changed\)/);
+  const diff = page.getByTestId("diff");
+  await diff.waitFor();
+  assert.match((await diff.textContent()) ?? "", /notes\.txt/);
+  assert.equal(await diff.locator(".diff-add", { hasText: "+changed" }).count(), 1, "the added line is marked as added");
+  await assertAccessible(page, "job (patch)");
+  await screenshot(page, "job-patch");
+  await page.close();
+});
+
+void test("the agents page: every agent; every version of one, and the diff between two", async (ctx) => {
+  const copy = mkdtempSync(path.join(os.tmpdir(), "oz0-shipments-console-"));
+  ctx.after(() => rmSync(copy, { recursive: true, force: true }));
+  cpSync(shipments, copy, { recursive: true });
+  const file = path.join(copy, "agents", "shipment-orchestrator.yaml");
+  writeFileSync(file, readFileSync(file, "utf8").replace("timeout_ms: 60000", "timeout_ms: 45000"));
+  const installed = await owner().plugins.installPlugin({ source: copy });
+  const latest = installed.published.find((p) => p.name === "shipment-orchestrator")?.version;
+  assert.ok(latest && latest > 1, "a new version");
+
+  const page = await openConsole(browser, t.url, t.stack.ownerToken);
+  await page.getByRole("link", { name: "Agents" }).click();
+  await page.locator('tr[data-agent="shipment-orchestrator"]').waitFor();
+  await assertAccessible(page, "agents");
+  await screenshot(page, "agents");
+
+  await page.locator('tr[data-agent="shipment-orchestrator"]').getByRole("link").click();
+  await page.getByRole("heading", { name: `Agent shipment-orchestrator v${latest}` }).waitFor();
+  assert.equal(await page.getByRole("navigation", { name: "Versions" }).getByRole("link").count(), latest);
+  const diff = page.getByTestId("version-diff");
+  await diff.waitFor();
+  assert.equal(await diff.locator(".diff-del", { hasText: "60000" }).count(), 1);
+  assert.equal(await diff.locator(".diff-add", { hasText: "45000" }).count(), 1);
+  assert.match((await page.getByTestId("diff-summary").textContent()) ?? "", new RegExp(`v${latest - 1} → v${latest}: 2 lines differ`));
+  await assertAccessible(page, "agent versions");
+  await screenshot(page, "agent-versions");
+
+  // An older version is shown as it was published.
+  await page.getByRole("navigation", { name: "Versions" }).getByRole("link", { name: `v${latest - 1}` }).click();
+  await page.getByRole("heading", { name: `Agent shipment-orchestrator v${latest - 1}` }).waitFor();
+  assert.match((await page.getByTestId("definition").textContent()) ?? "", /60000/);
+  await page.close();
+});
