@@ -165,7 +165,8 @@ async function passThrough(args: {
 }): Promise<void> {
   const { options, res, format, provider } = args;
   const secretName = provider.config.keySecret;
-  const secret = secretName ? await options.vault.reveal(secretName) : undefined;
+  const key = secretName ? await options.vault.use(secretName) : undefined;
+  const secret = key?.value;
   if (secretName && secret === undefined) {
     sendError(res, { format, status: 503, type: "api_error", message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})` });
     return;
@@ -179,10 +180,16 @@ async function passThrough(args: {
   let text: string;
   let contentType: string;
   try {
-    const upstream = await sendUpstream({ url: new URL(args.upstreamPath, provider.baseUrl), headers, body: args.rawBody, signal: args.signal });
-    status = upstream.statusCode ?? 502;
-    contentType = String(upstream.headers["content-type"] ?? "application/json");
-    text = createScrubber(secret).json((await readAll(upstream))!.toString("utf8"));
+    const call = sendUpstream({ url: new URL(args.upstreamPath, provider.baseUrl), headers, body: args.rawBody });
+    args.signal.addEventListener("abort", call.abort);
+    try {
+      const upstream = await call.response;
+      status = upstream.statusCode ?? 502;
+      contentType = String(upstream.headers["content-type"] ?? "application/json");
+      text = (key?.scrubber ?? createScrubber(undefined)).json((await readAll(upstream))!.toString("utf8"));
+    } finally {
+      args.signal.removeEventListener("abort", call.abort);
+    }
   } catch (error) {
     sendError(res, { format, status: 502, type: "api_error", message: `provider ${provider.config.name} could not be reached (${(error as { code?: string }).code ?? "error"}); try again later` });
     return;

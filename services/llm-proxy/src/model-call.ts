@@ -59,6 +59,9 @@ export interface ModelCallInput {
   sendBody: Buffer;
 }
 
+/** The scrubber of a provider without a key: nothing to scrub. */
+const NO_SCRUBBER = createScrubber(undefined);
+
 /** Headers a provider's answer must not pass on as they are. */
 const DROP_RESPONSE_HEADERS = new Set(["connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "upgrade", "proxy-connection"]);
 
@@ -257,14 +260,14 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
   // Nobody waits any more (the client left during a reservation or a retry's pause): ask nothing.
   if (input.clientGone.aborted) return clientLeft();
   const secretName = provider.config.keySecret;
-  // Decrypted for this attempt only; it goes out of scope when the attempt ends.
-  const secret = secretName ? await deps.vault.reveal(secretName) : undefined;
-  if (secretName && secret === undefined) {
+  const key = secretName ? await deps.vault.use(secretName) : undefined;
+  if (secretName && key === undefined) {
     sendError(res, { format, status: 503, type: "api_error", operationId: ctx.operationId, message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})` });
     return { status: 503, outcome: "proxy_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: true, retryable: false, errorCode: "no_key" };
   }
-  // One scrubber per attempt, for the headers, the body or every streamed event.
-  const scrubber = createScrubber(secret);
+  // The key's scrubber, for the headers, the body or every streamed event.
+  const scrubber = key?.scrubber ?? NO_SCRUBBER;
+  const secret = key?.value;
   const headers = { ...input.forwardHeaders };
   // A scripted provider may keep one script per session; it learns the session here.
   if (provider.config.kind === "scripted") headers["oz0-session"] = input.token.session;
@@ -273,30 +276,28 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     if (auth === "x-api-key") headers["x-api-key"] = secret;
     else headers.authorization = `Bearer ${secret}`;
   }
-  const abort = new AbortController();
-  const onGone = (): void => abort.abort();
+  // It may have left while the key was read: a listener added now would never fire.
+  if (input.request.stream && input.clientGone.aborted) return clientLeft();
+  const attemptStart = performance.now();
+  const call = sendUpstream({ url: new URL(input.upstreamPath, provider.baseUrl), headers, body: input.sendBody });
+  const onGone = call.abort;
   // A client that leaves stops a stream (the provider stops generating and bills what it
   // sent). A whole answer, once asked for, is generated and billed in full whether anyone
   // waits or not, so the proxy reads it to its end and meters it: the usage it records is
   // the provider's bill, not what the client happened to receive.
-  if (input.request.stream) {
-    input.clientGone.addEventListener("abort", onGone);
-    // It may have left while the key was decrypted: a listener added now would never fire.
-    if (input.clientGone.aborted) return clientLeft();
-  }
+  if (input.request.stream) input.clientGone.addEventListener("abort", onGone);
   // A provider that accepts a request and never answers must not hold the call (and its
   // budget hold, and a socket) forever: an attempt gets until its whole answer, or a
   // stream's headers, to come.
   let timedOut = false;
   const deadline = setTimeout(() => {
     timedOut = true;
-    abort.abort();
+    call.abort();
   }, deps.retry.attemptTimeoutMs);
-  const attemptStart = performance.now();
   try {
     let upstream: http.IncomingMessage;
     try {
-      upstream = await sendUpstream({ url: new URL(input.upstreamPath, provider.baseUrl), headers, body: input.sendBody, signal: abort.signal });
+      upstream = await call.response;
     } catch (error) {
       if (timedOut) return upstreamTimeout(deps);
       return input.clientGone.aborted ? clientLeft() : connectionFailure(error);
@@ -344,7 +345,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     if (input.request.stream && contentType.includes("text/event-stream")) {
       // The stream has begun: it lasts as long as the provider generates.
       clearTimeout(deadline);
-      return await forwardStream({ deps, input, ctx, upstream, scrubber, abort, attemptStart });
+      return await forwardStream({ deps, input, ctx, upstream, scrubber, abort: call.abort, attemptStart });
     }
     // A whole answer: read it, meter it, pass it on.
     let bodyBytes: Buffer;
@@ -384,7 +385,8 @@ async function forwardStream(options: {
   ctx: AttemptContext;
   upstream: http.IncomingMessage;
   scrubber: SecretScrubber;
-  abort: AbortController;
+  /** Stops the request upstream. */
+  abort: () => void;
   attemptStart: number;
 }): Promise<AttemptSummary> {
   const { input, ctx, upstream, scrubber, abort, attemptStart } = options;
@@ -431,7 +433,7 @@ async function forwardStream(options: {
             batch = "";
             finish = end;
           }
-          abort.abort();
+          abort();
           break chunks;
         }
         if (forward === undefined) continue;
@@ -440,7 +442,7 @@ async function forwardStream(options: {
       if (batch) await deliver(batch);
       if (input.clientGone.aborted) {
         outcome = "client_aborted";
-        abort.abort();
+        abort();
         break;
       }
     }

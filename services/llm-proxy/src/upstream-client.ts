@@ -15,20 +15,29 @@ export interface UpstreamRequest {
   url: URL;
   headers: Record<string, string>;
   body: Buffer;
-  /** Aborts the request and its response (the client went away, the budget ran out). */
-  signal: AbortSignal;
 }
 
-/** Resolves with the response once its headers arrived; rejects when no response came. */
-export function sendUpstream(request: UpstreamRequest): Promise<http.IncomingMessage> {
-  return new Promise((resolve, reject) => {
-    const secure = request.url.protocol === "https:";
-    const req = (secure ? https : http).request(request.url, {
-      method: "POST",
-      agent: secure ? httpsAgent : httpAgent,
-      headers: { ...request.headers, "content-length": String(request.body.length) },
-      signal: request.signal,
-    });
+/** A request sent upstream. */
+export interface UpstreamCall {
+  /** Resolves with the response once its headers arrived; rejects when no response came (or it was aborted first). */
+  response: Promise<http.IncomingMessage>;
+  /**
+   * Stops the request and its response (the client went away, the budget ran
+   * out, the attempt timed out); nothing once the response has ended. A
+   * function rather than an AbortSignal: Node's signal plumbing costs more
+   * per request than the rest of sending it.
+   */
+  abort(): void;
+}
+
+export function sendUpstream(request: UpstreamRequest): UpstreamCall {
+  const secure = request.url.protocol === "https:";
+  const req = (secure ? https : http).request(request.url, {
+    method: "POST",
+    agent: secure ? httpsAgent : httpAgent,
+    headers: { ...request.headers, "content-length": String(request.body.length) },
+  });
+  const response = new Promise<http.IncomingMessage>((resolve, reject) => {
     req.once("socket", (socket) => {
       if (noDelaySockets.has(socket)) return;
       noDelaySockets.add(socket);
@@ -36,8 +45,9 @@ export function sendUpstream(request: UpstreamRequest): Promise<http.IncomingMes
     });
     req.once("response", resolve);
     req.once("error", reject);
-    req.end(request.body);
   });
+  req.end(request.body);
+  return { response, abort: () => void req.destroy(Object.assign(new Error("the request upstream was aborted"), { name: "AbortError", code: "ABORT_ERR" })) };
 }
 
 /**
