@@ -4,12 +4,14 @@
 // itself is never in a URL, a code in a browser's history is worthless once
 // used or a few minutes old, and a session token ends on its own.
 //
-// Both live in this process's memory, known by SHA-256 only: a restart, or
-// another replica, forgets them (the person opens a new link; OIDC is the way
-// in past one machine).
+// Both live in this process's memory, known by SHA-256 only. Sessions are
+// also kept in `sessionsFile` when given (the orchestrator's data directory),
+// so a restart keeps open consoles logged in; another replica does not know
+// them (OIDC is the way in past one machine). Codes never outlive the process.
 import { randomBytes } from "node:crypto";
 import { credentialDigest, type Principal, type SessionCredentials } from "@oz0/serving";
 import { permissionDenied } from "../orchestrator-error.js";
+import { readSessionsFile, writeSessionsFile } from "./console-sessions-file.js";
 
 export interface ConsoleLoginOptions {
   /** How long a code may wait to be redeemed. Default 5 minutes. */
@@ -19,6 +21,8 @@ export interface ConsoleLoginOptions {
   /** At most this many unredeemed codes and this many sessions; the oldest go first. Default 1,000. */
   limit?: number;
   now?: () => number;
+  /** Keep sessions (their tokens' digests only) in this file, so they survive a restart. */
+  sessionsFile?: string;
 }
 
 type Person = Extract<Principal, { kind: "person" }>;
@@ -41,12 +45,15 @@ export class ConsoleLogin implements SessionCredentials {
   readonly #sessionTtlMs: number;
   readonly #limit: number;
   readonly #now: () => number;
+  readonly #sessionsFile: string | undefined;
 
   constructor(options: ConsoleLoginOptions = {}) {
     this.#codeTtlMs = options.codeTtlMs ?? 5 * 60_000;
     this.#sessionTtlMs = options.sessionTtlMs ?? 12 * 60 * 60_000;
     this.#limit = options.limit ?? 1_000;
     this.#now = options.now ?? Date.now;
+    this.#sessionsFile = options.sessionsFile;
+    if (this.#sessionsFile) for (const s of readSessionsFile(this.#sessionsFile, this.#now())) remember(this.#sessions, s.digest, s, this.#limit);
   }
 
   /** A code that opens a session as `principal` (with its roles as they are now), once. */
@@ -71,6 +78,7 @@ export class ConsoleLogin implements SessionCredentials {
     const until = this.#now() + this.#sessionTtlMs;
     const principal: Person = { ...entry.principal, via: "console" };
     remember(this.#sessions, credentialDigest(token), { principal, until }, this.#limit);
+    this.#saveSessions();
     return { token, expiresAt: new Date(until), principal };
   }
 
@@ -84,7 +92,15 @@ export class ConsoleLogin implements SessionCredentials {
 
   /** Ends the session whose token has this digest; false when it is not a console session. */
   logout(digest: string): boolean {
-    return this.#sessions.delete(digest);
+    const ended = this.#sessions.delete(digest);
+    if (ended) this.#saveSessions();
+    return ended;
+  }
+
+  #saveSessions(): void {
+    if (!this.#sessionsFile) return;
+    const now = this.#now();
+    writeSessionsFile(this.#sessionsFile, [...this.#sessions].filter(([, e]) => e.until > now).map(([digest, e]) => ({ digest, ...e })));
   }
 }
 

@@ -1,0 +1,44 @@
+// Console sessions kept in a file of the data directory, so a restart of the
+// orchestrator does not log every open console out (the page resumes its
+// streams and carries on). Only each token's SHA-256 is written, with the
+// principal and when the session ends: the file opens no session by itself.
+// Written whole to a temporary file and renamed, readable by this user only.
+import { readFileSync, renameSync, writeFileSync } from "node:fs";
+import type { Principal, Role } from "@oz0/serving";
+
+type Person = Extract<Principal, { kind: "person" }>;
+
+export interface StoredSession {
+  digest: string;
+  principal: Person;
+  until: number;
+}
+
+interface FileEntry {
+  digest: string;
+  id: string;
+  groups: string[];
+  roles: Role[];
+  until: number;
+}
+
+/** The sessions in `file` that have not ended by `now`; none when it is missing or unreadable. */
+export function readSessionsFile(file: string, now: number): StoredSession[] {
+  let entries: unknown;
+  try {
+    entries = (JSON.parse(readFileSync(file, "utf8")) as { sessions?: unknown }).sessions;
+  } catch {
+    return [];
+  }
+  if (!Array.isArray(entries)) return [];
+  return (entries as FileEntry[])
+    .filter((e) => typeof e?.digest === "string" && typeof e.id === "string" && Array.isArray(e.roles) && Array.isArray(e.groups) && typeof e.until === "number" && e.until > now)
+    .map((e) => ({ digest: e.digest, until: e.until, principal: { kind: "person", id: e.id, groups: e.groups, roles: new Set(e.roles), via: "console" } }));
+}
+
+export function writeSessionsFile(file: string, sessions: Iterable<StoredSession>): void {
+  const entries: FileEntry[] = [...sessions].map((s) => ({ digest: s.digest, id: s.principal.id, groups: [...s.principal.groups], roles: [...s.principal.roles], until: s.until }));
+  const temporary = `${file}.${process.pid}.tmp`;
+  writeFileSync(temporary, `${JSON.stringify({ sessions: entries })}\n`, { mode: 0o600 });
+  renameSync(temporary, file);
+}
