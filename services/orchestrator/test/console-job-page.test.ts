@@ -189,3 +189,29 @@ void test("the agents page: every agent; every version of one, and the diff betw
   assert.match((await page.getByTestId("definition").textContent()) ?? "", /60000/);
   await page.close();
 });
+
+void test("the page keeps up after the orchestrator restarts: the stream resumes from the last event, the session holds, nothing shows twice", async () => {
+  const { job } = await owner().jobs.runAgent({ agent: "guarded", input: "after-restart" });
+  const jobId = job!.id;
+  const page = await openConsole(browser, t.url, t.stack.ownerToken);
+  await page.goto(`${t.url}/#/jobs/${jobId}`);
+  await page.getByText("waiting for a person").first().waitFor();
+  await page.getByTestId("stream").filter({ hasText: "live" }).waitFor();
+
+  await t.restartOrchestrator();
+  await page.locator('[data-testid="stream"]:not([data-reconnects="0"])').waitFor();
+  await page.getByTestId("stream").filter({ hasText: /^live$/ }).waitFor();
+  const [approval] = await eventually(async () => {
+    const { approvals } = await owner().jobs.listApprovals({ jobId });
+    return approvals.length > 0 ? approvals : undefined;
+  });
+  await owner().jobs.answerPermission({ jobId, callId: approval!.callId, allow: true });
+  await page.getByTestId("job-state").filter({ hasText: "succeeded" }).waitFor();
+  assert.match((await page.getByTestId("decision").first().textContent()) ?? "", /allowed by owner/);
+  assert.match((await page.getByTestId("result").textContent()) ?? "", /after-restart/);
+  assert.equal(await page.locator("li.row-tool").count(), 1, "the call is shown once");
+  assert.equal(await page.locator("li.row-state", { hasText: "succeeded" }).count(), 1, "the last state change is shown once");
+  assert.equal(await page.getByRole("alert").count(), 0, "no error left on the page");
+  await screenshot(page, "job-after-restart");
+  await page.close();
+});
