@@ -318,6 +318,10 @@ export function createScrubber(secrets: string | undefined | readonly (string | 
     text,
     json(document) {
       if (automata.length === 0) return document;
+      // Without an escaped backslash, each decoded string is its raw characters read through one
+      // level of escapes, which is how the raw text is scanned: no run in the raw text means none
+      // in any string, and the document goes out as it came without being parsed.
+      if (!ESCAPED_BACKSLASH.test(document) && !holdsRun(document, automata)) return document;
       let parsed: unknown;
       try {
         parsed = JSON.parse(document);
@@ -356,6 +360,9 @@ function scrubValue(value: unknown, scrub: (text: string) => string): unknown {
   }
   return changed ? out : value;
 }
+
+/** `\\` or `\u005c`: a JSON escape that decodes to a backslash, so a decoded string may hold escapes of its own. */
+const ESCAPED_BACKSLASH = /\\\\|\\u005[cC]/;
 
 /** Replace the key and every run of at least 8 of its characters found in `text`. */
 export function scrubSecret(text: string, secret: string | undefined): string {

@@ -324,6 +324,15 @@ void describe("the scrubber on its own", () => {
     const json = JSON.stringify({ text: "nothing here", n: 1.5, list: [true, null] });
     assert.equal(scrubber.json(json), json);
     assert.equal(scrubber.json(JSON.stringify({ [PLANTED_KEY]: [...PLANTED_KEY].join("\r\n") })), JSON.stringify({ [REDACTED]: REDACTED }));
+    // JSON inside a JSON string (a tool call's arguments) escapes its escapes: the key spelt with
+    // \u escapes there is \\u0073… in the document, found in the decoded string (a scan of the raw
+    // text reads one level of escapes), whether the backslash is escaped as \\ or as \u005c.
+    const spelt = [...PLANTED_KEY].map((c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`).join("");
+    const nested = JSON.stringify({ arguments: `{"key":"${spelt}"}` });
+    assert.ok(nested.includes("\\\\u0073"));
+    const scrubbedArguments = JSON.stringify({ arguments: `{"key":"${REDACTED}"}` });
+    assert.equal(scrubber.json(nested), scrubbedArguments);
+    assert.equal(scrubber.json(nested.replaceAll("\\\\", "\\u005c")), scrubbedArguments);
     assert.equal(createScrubber(undefined).active, false);
     assert.equal(createScrubber("short").text("short"), "short");
   });
