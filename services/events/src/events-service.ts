@@ -5,7 +5,7 @@ import { LIFECYCLE_TYPES } from "@oz0/events-client";
 import type { Logger } from "@oz0/serving";
 import type { EventsService, PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { KafkaRelay } from "./kafka-relay.js";
-import type { Outbox } from "./outbox.js";
+import { OutboxWriteError, type AppendResult, type Outbox } from "./outbox.js";
 import { redactEvent } from "./redaction-policy.js";
 import { traceAccepted } from "./tracing.js";
 import { buildTranscript } from "./transcript.js";
@@ -50,7 +50,7 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
     return reduced;
   };
   return {
-    publish(request) {
+    async publish(request) {
       if (request.events.length > MAX_PUBLISH_BATCH) {
         throw new ConnectError(
           `a Publish carries at most ${MAX_PUBLISH_BATCH} events (got ${request.events.length}); split the batch`,
@@ -72,7 +72,17 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
           "dropped a raw event whose id or type is not a plain identifier; build events with rawEvent()",
         );
       });
-      const { appended, duplicates } = outbox.append(redacted);
+      let stored: AppendResult;
+      try {
+        // Resolves once durable, committed with the other calls of the moment.
+        stored = await outbox.append(redacted);
+      } catch (error) {
+        if (!(error instanceof OutboxWriteError)) throw error;
+        logger.error({ code: error.code, err: error.message }, "could not store published events in the outbox");
+        // Nothing of the batch is acknowledged: the producer sends it again, and ids already stored are ignored.
+        throw new ConnectError("the events service could not store the events durably; send them again (producers retry by themselves)", Code.Unavailable);
+      }
+      const { appended, duplicates } = stored;
       traceAccepted(appended, { ...(deps.topic ? { topic: deps.topic } : {}) });
       relay?.wake();
       return { accepted: appended.length, duplicates, dropped, reduced: sayUnknown(appended) };

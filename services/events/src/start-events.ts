@@ -52,8 +52,8 @@ export interface RunningEvents {
 export async function startEvents(config: EventsConfig = {}): Promise<RunningEvents> {
   const logger = config.logger ?? createLogger({ name: "events" });
   const now = config.now ?? Date.now;
-  const outbox = new Outbox({ dataDir: config.dataDir, now });
   const brokers = config.kafkaBrokers?.filter(Boolean) ?? [];
+  const outbox = new Outbox({ dataDir: config.dataDir, now, relayTail: brokers.length > 0 });
   const topic = config.topic || DEFAULT_TOPIC;
   const relay =
     brokers.length > 0
@@ -88,7 +88,7 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
       try {
         const options = { acceptedBefore: now() - retentionMs, keepUndelivered: relay !== undefined };
         while (!shutdown.signal.aborted) {
-          const step = outbox.pruneStep(options);
+          const step = await outbox.pruneStep(options);
           if (step === 0) break;
           removed += step;
           await new Promise((resolve) => setImmediate(resolve));

@@ -1,0 +1,141 @@
+// The outbox commits the Publish calls of the moment together (one
+// transaction, one fsync, in a writer thread), and still answers each call
+// only once its events are durable: concurrent producers each get all their
+// events stored once, in their order; and every event a producer was told
+// was accepted is still there after the service is killed mid-load.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, describe, test } from "node:test";
+import { createEventPublisher, rawEvent, startEvents, type EventPublisher } from "@oz0/events";
+import { testCredentials } from "@oz0/serving/testing";
+import { watchAll } from "./fixtures/events-client.js";
+
+const dirs: string[] = [];
+after(() => {
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+function tempDir(): string {
+  const dir = mkdtempSync(path.join(tmpdir(), "oz0-events-group-"));
+  dirs.push(dir);
+  return dir;
+}
+
+const quiet = { warn: () => undefined, error: () => undefined };
+const publisherFor = (url: string): EventPublisher =>
+  createEventPublisher({ token: testCredentials.services.sandbox, url, logger: quiet, lingerMs: 0 });
+
+/** Event `n` of producer `p`: its id says who sent it and in which order. */
+const eventOf = (p: number, n: number) =>
+  rawEvent("graph.step_started", { id: `p${p}-n${n}`, jobId: `job-${p}`, source: "sandbox", attributes: { iteration: n } });
+
+/** `[producer, n]` from an event id made by eventOf. */
+function parse(id: string): [number, number] {
+  const match = /^p(\d+)-n(\d+)$/.exec(id);
+  assert.ok(match, `an event the test did not send: ${id}`);
+  return [Number(match[1]), Number(match[2])];
+}
+
+void describe("group commit of the outbox", () => {
+  void test("concurrent producers each get every event stored once, in their own order", async () => {
+    const events = await startEvents({ auth: testCredentials.settingsFor("events"), dataDir: tempDir() });
+    after(() => events.close());
+    const producers = 8;
+    const batches = 20;
+    const perBatch = 25;
+    await Promise.all(
+      Array.from({ length: producers }, async (_, p) => {
+        const publisher = publisherFor(events.url);
+        for (let b = 0; b < batches; b++) {
+          publisher.publish(Array.from({ length: perBatch }, (_, i) => eventOf(p, b * perBatch + i)));
+          await publisher.flush();
+        }
+        await publisher.close();
+      }),
+    );
+    const stored = await watchAll(events.url);
+    assert.equal(stored.length, producers * batches * perBatch);
+    assert.equal(new Set(stored.map((e) => e.id)).size, stored.length, "no event stored twice");
+    assert.deepEqual(
+      stored.map((e) => e.position),
+      stored.map((_, i) => BigInt(i + 1)),
+      "positions are given out one after another",
+    );
+    const next = new Array<number>(producers).fill(0);
+    for (const event of stored) {
+      const [p, n] = parse(event.id);
+      assert.equal(n, next[p], `producer ${p}'s events are stored in the order it sent them`);
+      next[p]!++;
+    }
+  });
+
+  void test("every event a producer was told is accepted survives the service being killed mid-load", async () => {
+    const dataDir = tempDir();
+    const main = createRequire(import.meta.url).resolve("@oz0/events").replace(/index\.js$/, "main.js");
+    const child = spawn(process.execPath, [main], {
+      env: { ...process.env, ...testCredentials.envFor("events"), OZ0_PORT: "0", OZ0_EVENTS_DATA: dataDir, KAFKA_BROKERS: "", OZ0_LOG_LEVEL: "info" },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    after(() => {
+      child.kill("SIGKILL");
+    });
+    let output = "";
+    const url = await new Promise<string>((resolve, reject) => {
+      child.stderr.on("data", (chunk: Buffer) => {
+        output += chunk.toString();
+        const match = /"url":"(http:\/\/[^"]+)"/.exec(output);
+        if (match) resolve(match[1]!);
+      });
+      child.once("exit", (code) => reject(new Error(`the events service exited with ${code}:\n${output}`)));
+    });
+
+    // Producers publish batch after batch; a batch counts as accepted once flush() resolved.
+    // Large batches from several producers make long group commits, so the
+    // kill lands while some are in flight: a service that answered before
+    // its commit was durable would lose the events it had just answered for.
+    const producers = 4;
+    const perBatch = 500;
+    const accepted: string[] = [];
+    let killed = false;
+    const publishers = Array.from({ length: producers }, () => publisherFor(url));
+    const kill = async (): Promise<void> => {
+      killed = true;
+      child.kill("SIGKILL");
+      await exited;
+    };
+    const running = publishers.map(async (publisher, p) => {
+      for (let b = 0; !killed; b++) {
+        const batch = Array.from({ length: perBatch }, (_, i) => eventOf(p, b * perBatch + i));
+        publisher.publish(batch);
+        await publisher.flush();
+        if (killed) return;
+        accepted.push(...batch.map((e) => e.id));
+        // Killed while producers are still sending, and batches are in flight.
+        if (accepted.length >= 4_000 && !killed) await kill();
+      }
+    });
+    // Once killed, a publisher's flush never resolves: it retries until closed.
+    while (!killed) await new Promise((resolve) => setTimeout(resolve, 20));
+    for (const publisher of publishers) await publisher.close({ timeoutMs: 0 });
+    await Promise.all(running);
+
+    const events = await startEvents({ auth: testCredentials.settingsFor("events"), dataDir });
+    after(() => events.close());
+    const stored = await watchAll(events.url);
+    const ids = new Set(stored.map((e) => e.id));
+    assert.equal(ids.size, stored.length, "no event stored twice");
+    const lost = accepted.filter((id) => !ids.has(id));
+    assert.deepEqual(lost, [], "every accepted event is in the log after the crash");
+    // What was stored of each producer is a prefix of what it sent, in order.
+    const next = new Array<number>(producers).fill(0);
+    for (const event of stored) {
+      const [p, n] = parse(event.id);
+      assert.equal(n, next[p], `producer ${p}'s events are stored in the order it sent them`);
+      next[p]!++;
+    }
+  });
+});
