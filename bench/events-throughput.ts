@@ -11,25 +11,34 @@
 // what follows: a steady-state view. Off by default.
 //   node --import tsx bench/events-throughput.ts [--events 20000] [--jobs 50] [--repeat 3] [--warmup 0] [--profile DIR]
 // Uses KAFKA_BROKERS when set, else starts a broker with @oz0/test-infra.
-import { spawn } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { Kafka, logLevel, type Consumer } from "kafkajs";
 import { createEventPublisher, poolSmallZeroFilledBuffers, rawEvent, toKafkaMessage, type KafkaMessage } from "@oz0/events";
+import { credentialDigest, newCredential } from "@oz0/serving";
 import { startKafka, type RunningKafka } from "@oz0/test-infra";
 import { benchOptions } from "./bench-options.js";
+import { startReport } from "./bench-report.js";
 
-const { events: EVENTS, jobs: JOBS, repeat: REPEAT, warmup: WARMUP, profile: PROFILE } = benchOptions({
+const { events: EVENTS, jobs: JOBS, repeat: REPEAT, warmup: WARMUP, profile: PROFILE, compare: COMPARE } = benchOptions({
   events: { type: "number", default: 20_000 },
   jobs: { type: "number", default: 50 },
   repeat: { type: "number", default: 3 },
   warmup: { type: "number", default: 0 },
   /** `--profile DIR` writes the service's CPU profiles (main thread and workers) there. */
   profile: { type: "string" },
+  /**
+   * `--compare FILE`: the `main.js` of another build of the service (an
+   * earlier commit's `services/events/dist`, copied beside it), run as one
+   * more contender in every round, so a change is judged before/after in the
+   * same run.
+   */
+  compare: { type: "string" },
 });
 const BATCH = 500;
 const PARTITIONS = 3;
@@ -38,6 +47,52 @@ interface Result {
   perSecond: number;
   p50: number;
   p99: number;
+  /** CPU per event in µs while timed: this process (producer and consumer), the service process (all its threads), the broker. */
+  cpu: { bench: number; service?: number; broker?: number };
+}
+
+// Everything here is CPU-bound on a small machine, so each path's CPU per
+// event says where its time went: read from /proc (Linux), all threads.
+const TICK_MS = 10; // USER_HZ is 100 on every Linux Node runs on.
+function processCpuMs(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) * TICK_MS;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The broker's process, found by its listening port (`ss`), so its CPU can be counted too; undefined when it cannot be found. */
+function brokerPid(address: string): number | undefined {
+  try {
+    const port = address.slice(address.lastIndexOf(":") + 1);
+    const out = execFileSync("ss", ["-Hltnp", `sport = :${port}`], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
+    const pid = /pid=(\d+)/.exec(out)?.[1];
+    return pid ? Number(pid) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Starts counting CPU; the returned function gives µs per event for `events` events since. */
+function cpuMeter(servicePid?: number): (events: number) => Result["cpu"] {
+  const bench0 = process.cpuUsage();
+  const service0 = processCpuMs(servicePid);
+  const broker0 = processCpuMs(BROKER_PID);
+  return (events) => {
+    const bench = process.cpuUsage(bench0);
+    const service1 = processCpuMs(servicePid);
+    const broker1 = processCpuMs(BROKER_PID);
+    const per = (ms: number): number => (ms * 1000) / events;
+    return {
+      bench: (bench.user + bench.system) / events,
+      ...(service0 !== undefined && service1 !== undefined ? { service: per(service1 - service0) } : {}),
+      ...(broker0 !== undefined && broker1 !== undefined ? { broker: per(broker1 - broker0) } : {}),
+    };
+  };
 }
 
 // The direct producer gets the allocation tuning the service's producer
@@ -47,6 +102,7 @@ poolSmallZeroFilledBuffers();
 let ownBroker: RunningKafka | undefined;
 const brokers = process.env.KAFKA_BROKERS ? process.env.KAFKA_BROKERS.split(",") : (ownBroker = await startKafka()).brokers;
 const kafka = new Kafka({ clientId: "oz0-bench", brokers, logLevel: logLevel.NOTHING });
+const BROKER_PID = brokerPid(brokers[0]!);
 let topicNo = 0;
 
 async function freshTopic(): Promise<string> {
@@ -103,11 +159,11 @@ async function consumeAll(
   return { done, warmedUp, consumer };
 }
 
-function summarise(started: number, latencies: number[]): Result {
+function summarise(started: number, latencies: number[], cpu: Result["cpu"]): Result {
   const elapsed = (performance.now() - started) / 1000;
   const sorted = [...latencies].sort((a, b) => a - b);
   const at = (q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
-  return { perSecond: latencies.length / elapsed, p50: at(0.5), p99: at(0.99) };
+  return { perSecond: latencies.length / elapsed, p50: at(0.5), p99: at(0.99), cpu };
 }
 
 // Two baselines, both kafkajs producing straight to the same broker, with the
@@ -152,20 +208,29 @@ async function direct(baseline: Baseline): Promise<Result> {
   await produce(WARMUP, "warmup");
   await warmedUp;
   const started = performance.now();
+  const cpu = cpuMeter();
   await produce(EVENTS, "job");
-  const result = summarise(started, await done);
+  const result = summarise(started, await done, cpu(EVENTS));
   await producer.disconnect();
   await consumer.disconnect();
   return result;
 }
 
-async function startService(topic: string): Promise<{ url: string; stop: () => Promise<void> }> {
+// The service takes Publish only from the suite's services: the benchmark's
+// publisher presents a sandbox's credential, as a sandbox node would.
+const PRODUCER_TOKEN = newCredential();
+const services = new Set<ChildProcess>();
+
+const SERVICE_MAIN = createRequire(import.meta.url).resolve("@oz0/events").replace(/index\.js$/, "main.js");
+
+async function startService(topic: string, main: string): Promise<{ url: string; pid: number | undefined; stop: () => Promise<void> }> {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-bench-events-"));
-  const main = createRequire(import.meta.url).resolve("@oz0/events").replace(/index\.js$/, "main.js");
   const child = spawn(process.execPath, [...(PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`] : []), main], {
-    env: { ...process.env, OZ0_PORT: "0", OZ0_EVENTS_DATA: dataDir, KAFKA_BROKERS: brokers.join(","), OZ0_KAFKA_TOPIC: topic, OZ0_LOG_LEVEL: "info" },
+    env: { ...process.env, OZ0_PORT: "0", OZ0_EVENTS_DATA: dataDir, KAFKA_BROKERS: brokers.join(","), OZ0_KAFKA_TOPIC: topic, OZ0_LOG_LEVEL: "info", OZ0_PEER_SANDBOX_SHA256: credentialDigest(PRODUCER_TOKEN) },
     stdio: ["ignore", "ignore", "pipe"],
   });
+  services.add(child);
+  child.once("exit", () => services.delete(child));
   let output = "";
   const url = await new Promise<string>((resolve, reject) => {
     child.stderr!.on("data", (chunk: Buffer) => {
@@ -177,6 +242,7 @@ async function startService(topic: string): Promise<{ url: string; stop: () => P
   });
   return {
     url,
+    pid: child.pid,
     stop: async () => {
       const exited = new Promise((r) => child.once("exit", r));
       child.kill("SIGTERM");
@@ -186,12 +252,22 @@ async function startService(topic: string): Promise<{ url: string; stop: () => P
   };
 }
 
-async function throughService(): Promise<Result> {
+async function throughService(main = SERVICE_MAIN): Promise<Result> {
   const topic = await freshTopic();
-  const service = await startService(topic);
+  const service = await startService(topic, main);
   // ce_time is when the event was built, just before it is handed to publish().
   const { done, warmedUp, consumer } = await consumeAll(topic, EVENTS, (h) => Date.parse(h.ce_time!));
-  const publisher = createEventPublisher({ url: service.url, maxBatch: BATCH });
+  // A publisher retries what the service refuses until it closes; here a
+  // refusal (a credential the service does not take) ends the run instead.
+  const publisher = createEventPublisher({
+    url: service.url,
+    token: PRODUCER_TOKEN,
+    maxBatch: BATCH,
+    logger: {
+      warn: (obj, msg) => fail(`the publisher could not publish: ${msg} ${JSON.stringify(obj)}`),
+      error: (obj, msg) => fail(`the publisher dropped events: ${msg} ${JSON.stringify(obj)}`),
+    },
+  });
   const publish = async (count: number, jobPrefix: string): Promise<void> => {
     for (let i = 0; i < count; i++) {
       publisher.publish(
@@ -214,39 +290,57 @@ async function throughService(): Promise<Result> {
   await publish(WARMUP, "warmup");
   await warmedUp;
   const started = performance.now();
+  const cpu = cpuMeter(service.pid);
   await publish(EVENTS, "job");
-  const result = summarise(started, await done);
+  const result = summarise(started, await done, cpu(EVENTS));
   await publisher.close();
   await consumer.disconnect();
   await service.stop();
   return result;
 }
 
-const format = (r: Result): string => `${Math.round(r.perSecond).toString().padStart(7)} events/s  p50 ${String(r.p50).padStart(5)} ms  p99 ${String(r.p99).padStart(5)} ms`;
+/** Ends the run at once, stopping the service processes and the broker it started. */
+function fail(why: string): never {
+  process.stderr.write(`events-throughput: ${why}\n`);
+  for (const child of services) child.kill("SIGKILL");
+  void (ownBroker?.close() ?? Promise.resolve()).finally(() => process.exit(1));
+  throw new Error(why);
+}
 
-console.log(`events-throughput: ${EVENTS} events over ${JOBS} jobs, ${PARTITIONS} partitions, batches of ${BATCH}, ${REPEAT} rounds${WARMUP ? `, ${WARMUP} warm-up events first` : ""}`);
-const ratios: { same: number; bare: number; p99: number }[] = [];
+const us = (x: number | undefined): string => (x === undefined ? "?" : x.toFixed(0));
+const format = (r: Result): string =>
+  `${Math.round(r.perSecond).toString().padStart(7)} events/s  p50 ${String(r.p50).padStart(5)} ms  p99 ${String(r.p99).padStart(5)} ms  ` +
+  `CPU µs/event: bench ${us(r.cpu.bench)}${r.cpu.service === undefined ? "" : `, service ${us(r.cpu.service)}`}, broker ${us(r.cpu.broker)}`;
+
+const report = startReport("events-throughput");
+console.log(`${EVENTS} events over ${JOBS} jobs, ${PARTITIONS} partitions, batches of ${BATCH}, ${REPEAT} rounds${WARMUP ? `, ${WARMUP} warm-up events first` : ""}${COMPARE ? `; compared with ${COMPARE}` : ""}`);
+const ratios: { same: number; bare: number; p99: number; compare?: { same: number; p99: number } }[] = [];
 try {
+  // Contenders alternate within each round, so each round's ratios compare like with like.
   for (let round = 0; round < REPEAT; round++) {
     const same = await direct("same messages");
     const bare = await direct("bare");
     const s = await throughService();
-    ratios.push({ same: s.perSecond / same.perSecond, bare: s.perSecond / bare.perSecond, p99: s.p99 / Math.max(1, same.p99) });
+    const c = COMPARE ? await throughService(path.resolve(COMPARE)) : undefined;
+    ratios.push({
+      same: s.perSecond / same.perSecond,
+      bare: s.perSecond / bare.perSecond,
+      p99: s.p99 / Math.max(1, same.p99),
+      ...(c ? { compare: { same: c.perSecond / same.perSecond, p99: c.p99 / Math.max(1, same.p99) } } : {}),
+    });
     console.log(`round ${round + 1}  kafkajs, same messages: ${format(same)}`);
     console.log(`round ${round + 1}  kafkajs, bare:          ${format(bare)}`);
     console.log(`round ${round + 1}  via events:             ${format(s)}   ratio ${ratios[round]!.same.toFixed(2)} (bare ${ratios[round]!.bare.toFixed(2)})`);
+    if (c) console.log(`round ${round + 1}  via events (compare):   ${format(c)}   ratio ${ratios[round]!.compare!.same.toFixed(2)}`);
   }
 } finally {
   await ownBroker?.close();
 }
-// Rounds run back to back on the same broker, so each ratio compares like with
-// like; the median is robust to a round disturbed by other work on the machine.
-const median = (values: number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  // An even count averages the middle two: the upper one alone would flatter.
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-};
-console.log(`throughput ratio, events / kafkajs with the same messages (median of rounds): ${median(ratios.map((r) => r.same)).toFixed(2)}  (goal >= 0.5)`);
-console.log(`throughput ratio, events / kafkajs bare (median of rounds): ${median(ratios.map((r) => r.bare)).toFixed(2)}`);
-console.log(`p99 latency ratio, events / kafkajs with the same messages (median of rounds): ${median(ratios.map((r) => r.p99)).toFixed(2)}`);
+report.ratio("throughput ratio, events / kafkajs with the same messages", ratios.map((r) => r.same), { goal: ">= 0.8" });
+report.ratio("throughput ratio, events / kafkajs bare", ratios.map((r) => r.bare));
+report.ratio("p99 latency ratio, events / kafkajs with the same messages", ratios.map((r) => r.p99), { goal: "<= 1.5" });
+if (COMPARE) {
+  report.ratio("compare build: throughput ratio against the same messages", ratios.map((r) => r.compare!.same));
+  report.ratio("compare build: p99 latency ratio", ratios.map((r) => r.compare!.p99));
+}
+report.end();
