@@ -4,6 +4,7 @@ export { HealthRegistry, LIVENESS, READINESS, ServingStatus } from "./health.js"
 export { createLogger } from "./logger.js";
 export type { Logger, LoggerOptions } from "./logger.js";
 export { onShutdownSignal } from "./shutdown.js";
+export { EnvConfigError, envInteger, envOneOf, envPort, envString, envUrl, envUrlList } from "./env-config.js";
 export { unexpectedErrorInterceptor } from "./error-interceptor.js";
 export type { RequestHandler } from "./protocol-sniffing-server.js";
 export {
@@ -14,6 +15,8 @@ export {
   traceServerInterceptor,
 } from "./telemetry.js";
 export type { Telemetry, TelemetryOptions } from "./telemetry.js";
+export { otlpTracesTarget } from "./otlp-traces-target.js";
+export type { OtlpTracesTarget } from "./otlp-traces-target.js";
 export {
   CONTENT_ATTRIBUTES,
   GenAi,

@@ -6,7 +6,12 @@ import { NodeSDK } from "@opentelemetry/sdk-node";
 import { ConnectError, type Interceptor } from "@connectrpc/connect";
 
 export interface TelemetryOptions {
-  /** Used when OTEL_SERVICE_NAME is unset, for example `oz0-sandbox`. */
+  /**
+   * The service's `service.name`, for example `oz0-sandbox`. It wins over
+   * OTEL_SERVICE_NAME: the embedded stack and `oz0 dev` start every service
+   * with the shell's environment, and one name for four services would make
+   * their spans indistinguishable.
+   */
   serviceName: string;
 }
 
@@ -27,7 +32,7 @@ export function telemetryConfigured(env: NodeJS.ProcessEnv = process.env): boole
 export function startTelemetry(options: TelemetryOptions): Telemetry {
   if (!telemetryConfigured()) return { enabled: false, shutdown: async () => {} };
   const sdk = new NodeSDK({
-    serviceName: process.env.OTEL_SERVICE_NAME ?? options.serviceName,
+    serviceName: options.serviceName,
     instrumentations: [],
   });
   sdk.start();

@@ -21,7 +21,8 @@ void test("spans and metrics reach an OTLP/HTTP receiver process and read back a
       break;
     }
     assert.ok(url, "the receiver printed its URL");
-    Object.assign(process.env, { OTEL_EXPORTER_OTLP_ENDPOINT: url, OTEL_EXPORTER_OTLP_PROTOCOL: "http/json", OTEL_LOGS_EXPORTER: "none" });
+    // OTEL_SERVICE_NAME from the shell does not rename the service: every service of a stack would share it.
+    Object.assign(process.env, { OTEL_EXPORTER_OTLP_ENDPOINT: url, OTEL_EXPORTER_OTLP_PROTOCOL: "http/json", OTEL_LOGS_EXPORTER: "none", OTEL_SERVICE_NAME: "from-the-shell" });
     const telemetry = startTelemetry({ serviceName: "oz0-export-test" });
     assert.equal(telemetry.enabled, true);
     const tracer = oz0Tracer("export-test");

@@ -117,7 +117,7 @@ void test("a job with an approved tool call and model calls through the proxy is
   t = undefined;
   const { spans, metrics } = await eventually(async () => {
     const all = await received();
-    return all.spans.some((s) => s.name === "invoke_agent careful") && all.spans.some((s) => s.name.startsWith("chat ")) ? all : undefined;
+    return all.spans.some((s) => s.name === "invoke_agent careful") && all.spans.some((s) => s.name.startsWith("chat ") && s.service === "oz0-llm-proxy") ? all : undefined;
   });
 
   // One root for the job, and every span of the job in its trace.
@@ -150,7 +150,7 @@ void test("a job with an approved tool call and model calls through the proxy is
   assert.equal(sandboxSession.attributes["gen_ai.conversation.id"], sessionId);
 
   // The tool call, its permission wait and the hook's decision.
-  const tool = one("execute_tool", (s) => s.name === "execute_tool run_command");
+  const tool = one("execute_tool", (s) => s.service === "oz0-orchestrator" && s.name === "execute_tool run_command");
   assert.equal(tool.parentSpanId, session.spanId);
   assert.equal(tool.attributes["gen_ai.operation.name"], "execute_tool");
   assert.equal(tool.attributes["gen_ai.tool.name"], "run_command");
@@ -164,12 +164,26 @@ void test("a job with an approved tool call and model calls through the proxy is
   assert.equal(hook.parentSpanId, permission.spanId);
   assert.equal(hook.attributes["oz0.hook.decision"], "ask");
 
-  // Into the harness and out to the proxy: the harness's model calls carry the sandbox session's
-  // traceparent (from its request / TRACEPARENT), and the proxy's chat spans continue it.
+  // Into the harness: its own spans reach the job's trace through the sandbox's relay (the harness
+  // never sees the collector), below the sandbox's session span: a chat span per model call and
+  // an execute_tool span per tool it ran.
+  const harnessChats = inTrace.filter((s) => s.service === "oz0-fake-harness" && s.name === "chat claude-sonnet-5-5");
+  assert.equal(harnessChats.length, 2, `the harness's two model calls: ${inTrace.map((s) => `${s.service}:${s.name}`).join(", ")}`);
+  for (const chat of harnessChats) {
+    assert.equal(chat.parentSpanId, sandboxSession.spanId);
+    assert.equal(chat.attributes["gen_ai.operation.name"], "chat");
+    assert.equal(chat.attributes["gen_ai.conversation.id"], sessionId);
+    assert.ok(Number(chat.attributes["gen_ai.usage.output_tokens"]) > 0, JSON.stringify(chat.attributes));
+  }
+  const harnessTool = one("the harness's tool span", (s) => s.service === "oz0-fake-harness" && s.name === "execute_tool run_command");
+  assert.equal(harnessTool.parentSpanId, sandboxSession.spanId);
+  assert.equal(harnessTool.attributes["gen_ai.tool.call.id"], tool.attributes["gen_ai.tool.call.id"]);
+
+  // Out to the proxy: each model call carries the harness's chat span as its traceparent, and the proxy's chat span continues it.
   const chats = inTrace.filter((s) => s.service === "oz0-llm-proxy" && s.name === "chat claude-sonnet-5-5");
   assert.equal(chats.length, 2, "two model turns");
+  assert.deepEqual(new Set(chats.map((chat) => chat.parentSpanId)), new Set(harnessChats.map((chat) => chat.spanId)));
   for (const chat of chats) {
-    assert.equal(chat.parentSpanId, sandboxSession.spanId);
     assert.equal(chat.attributes["gen_ai.operation.name"], "chat");
     assert.equal(chat.attributes["gen_ai.provider.name"], "anthropic");
     assert.equal(chat.attributes["gen_ai.request.model"], "claude-sonnet-5-5");

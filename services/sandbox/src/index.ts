@@ -16,6 +16,7 @@ import { sandboxService } from "./sandbox-service.js";
 import { DEFAULT_MAX_STDERR_BYTES } from "./stderr-capture.js";
 import { prepareRoot, removeStaleSessions } from "./session-directories.js";
 import { SessionRegistry } from "./session-registry.js";
+import { startTelemetryRelay } from "./telemetry-relay.js";
 import { SessionUserPool } from "./session-user-pool.js";
 
 export { configFromEnv, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, heartbeatSidecarConfigFromEnv } from "./sandbox-config.js";
@@ -92,6 +93,8 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
 
   const maxSessions = config.maxSessions ?? 16;
   const lifecycle = config.eventsUrl !== undefined ? createLifecycleEvents({ url: config.eventsUrl, logger, ...(config.auth?.serviceToken ? { token: config.auth.serviceToken } : {}) }) : undefined;
+  // The sessions' spans join their jobs' traces through the sandbox (see telemetry-relay.ts).
+  const traceRelay = config.sessionTraces !== undefined ? await startTelemetryRelay({ target: config.sessionTraces, logger }) : undefined;
   const registry = new SessionRegistry({
     root,
     maxSessions,
@@ -118,6 +121,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     maxStderrBytes: config.maxSessionStderrBytes ?? DEFAULT_MAX_STDERR_BYTES,
     logger,
     listener: lifecycle?.listener,
+    ...(traceRelay !== undefined ? { traceRelay: { url: traceRelay.url, protocol: config.sessionTraces!.protocol } } : {}),
   });
   const server = await serve({
     name: "sandbox",
@@ -160,6 +164,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         // Capacity 0 first, so orchestrators place nothing more here while the running sessions end.
         await heartbeat?.stop({ drain: true });
         await registry.shutdown();
+        await traceRelay?.close();
         containment?.close();
         await lifecycle?.close();
         await server.close();

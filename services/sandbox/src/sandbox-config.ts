@@ -2,7 +2,7 @@
 import os from "node:os";
 import path from "node:path";
 import { CONTAINMENT_MECHANISMS, type ContainmentSetting } from "@oz0/harness/host";
-import { authSettingsFromEnv, type AuthSettings, type Logger } from "@oz0/serving";
+import { authSettingsFromEnv, otlpTracesTarget, type AuthSettings, type Logger, type OtlpTracesTarget } from "@oz0/serving";
 
 export type IsolationSetting = "auto" | "bwrap" | "user" | "none";
 
@@ -103,6 +103,13 @@ export interface SandboxConfig {
   advertiseUrl?: string;
   /** Between heartbeats (OZ0_HEARTBEAT_MS). Default 5000. */
   heartbeatMs?: number;
+  /**
+   * Where the sessions' own spans go: the collector this sandbox exports its
+   * traces to (the standard OTEL_EXPORTER_OTLP_* variables, OTLP over HTTP).
+   * Sessions post to the sandbox's relay, which adds the collector's headers;
+   * none when unset.
+   */
+  sessionTraces?: OtlpTracesTarget;
   /** The bwrap binary; found on the usual paths when unset. */
   bwrapPath?: string;
   /** The setpriv binary (util-linux); found on the usual paths when unset. */
@@ -163,6 +170,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     advertiseUrl: env.OZ0_ADVERTISE_URL || undefined,
     heartbeatMs: integer(env, "OZ0_HEARTBEAT_MS"),
     auth: authSettingsFromEnv(env, { acceptNodes: true }),
+    sessionTraces: otlpTracesTarget(env),
   };
   if (config.heartbeatMs === 0) throw new Error("OZ0_HEARTBEAT_MS must be a positive number of milliseconds, got 0");
   return config;

@@ -39,6 +39,7 @@ import { copyAttachments, createSessionDirectories, handOverSessionDirectories, 
 import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host";
 import { sessionUserLauncher } from "./session-user-launcher.js";
 import type { SessionUserLease } from "./session-user-pool.js";
+import { OTLP_TRACES_PATH } from "./telemetry-relay.js";
 import { startSessionSpan, type SessionSpan } from "./tracing.js";
 
 /** How the session's harness is isolated, decided by the registry. */
@@ -85,6 +86,8 @@ export interface SandboxSessionOptions {
   /** How much of the harness's stderr the log keeps (the last bytes of it). */
   maxStderrBytes: number;
   logger: Logger;
+  /** The sandbox's relay to the trace collector: the harness exports its spans there (inside the sandbox, through its forward), encoded as the collector takes them. */
+  traceRelay?: { url: string; protocol: "http/protobuf" | "http/json" };
   /** Lifecycle hooks for the registry and the events publisher. */
   onStarted?: (session: SandboxSession) => void;
   onEvent?: (session: SandboxSession, event: SessionEvent) => void;
@@ -234,6 +237,9 @@ export class SandboxSession {
       locale: this.#options.locale,
       anthropicBaseUrl: innerUrl(llm?.anthropicBaseUrl ?? ""),
       openaiBaseUrl: innerUrl(llm?.openaiBaseUrl ?? ""),
+      ...(this.#options.traceRelay !== undefined
+        ? { otlpTraces: { endpoint: `${innerUrl(this.#options.traceRelay.url)}${OTLP_TRACES_PATH}`, protocol: this.#options.traceRelay.protocol } }
+        : {}),
     });
     let launcher: HarnessLauncher | undefined;
     if (isolation.mode === "none") {

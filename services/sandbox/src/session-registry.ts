@@ -49,6 +49,8 @@ export interface SessionRegistryOptions {
   maxStderrBytes: number;
   logger: Logger;
   listener?: SessionLifecycleListener;
+  /** The sandbox's relay to the trace collector (telemetry-relay.ts), when it exports traces: sessions send their spans there. */
+  traceRelay?: { url: string; protocol: "http/protobuf" | "http/json" };
 }
 
 export class SessionRegistry {
@@ -112,6 +114,7 @@ export class SessionRegistry {
       maxLogEvents: this.#options.maxLogEvents,
       maxStderrBytes: this.#options.maxStderrBytes,
       logger: this.#options.logger,
+      ...(this.#options.traceRelay !== undefined ? { traceRelay: this.#options.traceRelay } : {}),
       onStarted: (s) => listener?.started?.(s),
       onEvent: (s, event) => listener?.event?.(s, event),
       onEnded: (s) => listener?.ended?.(s),
@@ -192,6 +195,8 @@ export class SessionRegistry {
       urls: [
         { field: "start.request.llm.anthropic_base_url", url: options.request.llm?.anthropicBaseUrl ?? "" },
         { field: "start.request.llm.openai_base_url", url: options.request.llm?.openaiBaseUrl ?? "" },
+        // The relay is the sandbox's own loopback listener, reached like the LLM proxy.
+        { field: "the sandbox's trace relay", url: this.#options.traceRelay?.url ?? "" },
       ],
     });
     return { ...isolation, sandboxRoot: this.#options.root, forwards };

@@ -5,6 +5,7 @@
 // final text (or its JSON as structured output).
 import { realpath } from "node:fs/promises";
 import type { JsonObject } from "@bufbuild/protobuf";
+import { SpanKind, SpanStatusCode, type Span } from "@opentelemetry/api";
 import { runHarness, StopReason } from "../harness/index.js";
 import type { HarnessSession } from "../harness/index.js";
 import { callModel } from "./model-routes.js";
@@ -27,6 +28,29 @@ async function runTool(session: HarnessSession, root: string, call: ContentBlock
   }
 }
 
+/**
+ * Runs `work` in a span of the session's trace (exported when the stack
+ * records traces): the harness's own share of the job's trace. Spans carry
+ * names and counts, never content.
+ */
+async function traced<T>(session: HarnessSession, name: string, options: { kind?: SpanKind; attributes: Record<string, string | number> }, work: (span: Span) => Promise<T>): Promise<T> {
+  return session.tracer().startActiveSpan(name, options, async (span) => {
+    try {
+      return await work(span);
+    } catch (error) {
+      span.setStatus({ code: SpanStatusCode.ERROR, message: (error as Error).name });
+      throw error;
+    } finally {
+      span.end();
+    }
+  });
+}
+
+function chatAttributes(session: HarnessSession): Record<string, string> {
+  const { provider, model } = session.model;
+  return { "gen_ai.operation.name": "chat", "gen_ai.provider.name": provider, "gen_ai.request.model": model, "gen_ai.conversation.id": session.request.sessionId };
+}
+
 await runHarness(
   { name: "oz0-fake-harness", version: "0.1.0", capabilities: { permissions: true, runtimeTools: true, structuredOutput: true } },
   async (session) => {
@@ -38,7 +62,11 @@ await runHarness(
     const maxTurns = request.limits?.maxTurns || 25;
     while (session.turns < maxTurns) {
       session.turns++;
-      const reply = await callModel(session.model, { system: request.instructions + schema, messages, tools, signal: session.signal });
+      const reply = await traced(session, `chat ${session.model.model}`, { kind: SpanKind.CLIENT, attributes: chatAttributes(session) }, async (span) => {
+        const answer = await callModel(session.model, { system: request.instructions + schema, messages, tools, signal: session.signal });
+        span.setAttributes({ "gen_ai.usage.input_tokens": answer.usage.inputTokens, "gen_ai.usage.output_tokens": answer.usage.outputTokens });
+        return answer;
+      });
       session.usage({ model: session.model.model, ...reply.usage });
       messages.push({ role: "assistant", content: reply.content });
       const text = reply.content.flatMap((block) => (block.type === "text" && block.text ? [block.text] : [])).join("");
@@ -57,7 +85,13 @@ await runHarness(
       // them); working-directory tools keep their order, one after another.
       const isRuntime = (call: ContentBlock): boolean => request.runtimeTools.some((tool) => tool.name === call.name);
       const run = async (call: ContentBlock): Promise<ContentBlock> => {
-        const { content, isError } = await runTool(session, root, call);
+        const toolAttributes = { "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name ?? "", "gen_ai.tool.call.id": call.id ?? "" };
+        const { content, isError } = await traced(session, `execute_tool ${call.name ?? ""}`, { attributes: toolAttributes }, async (span) => {
+          const outcome = await runTool(session, root, call);
+          // A failed tool is an error span; its message stays out (it is content).
+          if (outcome.isError) span.setStatus({ code: SpanStatusCode.ERROR, message: "the tool failed" });
+          return outcome;
+        });
         session.toolResult({ callId: call.id ?? "", output: content, isError });
         return { type: "tool_result", tool_use_id: call.id ?? "", content, is_error: isError };
       };

@@ -4,6 +4,7 @@
 // conversation translated there and the answer back), every other model to
 // {anthropicBaseUrl}/v1/messages as it is.
 import type { JsonObject } from "@bufbuild/protobuf";
+import { context, propagation } from "@opentelemetry/api";
 import type { ModelEndpoint } from "../harness/index.js";
 
 export interface ContentBlock { type: string; text?: string; id?: string; name?: string; input?: JsonObject; tool_use_id?: string; content?: string; is_error?: boolean }
@@ -18,6 +19,12 @@ export interface ModelCall {
   signal: AbortSignal;
 }
 
+/** The active span's `traceparent` over the session's, when spans are exported: the proxy's span then continues the harness's `chat` span. */
+function withActiveTraceContext(headers: Record<string, string>): Record<string, string> {
+  propagation.inject(context.active(), headers);
+  return headers;
+}
+
 /** One model call on the session's route; throws with the proxy's status and answer when it fails. */
 export async function callModel(model: ModelEndpoint, call: ModelCall): Promise<ModelReply> {
   const openai = model.provider === "openai";
@@ -27,7 +34,7 @@ export async function callModel(model: ModelEndpoint, call: ModelCall): Promise<
     : { model: model.model, max_tokens: 4096, system: call.system, messages: call.messages, tools: call.tools };
   const response = await fetchAcrossRestarts(url, {
     method: "POST",
-    headers: { ...model.headers, "content-type": "application/json", ...(openai ? {} : { "anthropic-version": "2023-06-01" }) },
+    headers: withActiveTraceContext({ ...model.headers, "content-type": "application/json", ...(openai ? {} : { "anthropic-version": "2023-06-01" }) }),
     body: JSON.stringify(body),
     signal: call.signal,
   });

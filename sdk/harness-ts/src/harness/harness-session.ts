@@ -27,6 +27,7 @@ import { HarnessSessionError } from "./harness-errors.js";
 import { modelEndpointFrom } from "./model-endpoint.js";
 import type { ModelEndpoint } from "./model-endpoint.js";
 import { sessionTracer } from "./session-tracer.js";
+import { startSpanExport, type SpanExport } from "./span-export.js";
 import { traceContextFrom } from "./trace-context.js";
 import type { TraceContext } from "./trace-context.js";
 import type { Tracer } from "@opentelemetry/api";
@@ -192,6 +193,8 @@ export class HarnessSession {
   #resultSent = false;
   #nextId = 1;
   #onSigterm: (() => void) | undefined;
+  /** Set when the runtime asks for the harness's spans (the stack records traces). */
+  #spans: SpanExport | undefined;
 
   /** @internal Use {@link openSession}. */
   constructor(options: OpenSessionOptions) {
@@ -245,6 +248,7 @@ export class HarnessSession {
     this.request = request;
     this.trace = traceContextFrom(request, this.#options.env ?? process.env);
     this.model = modelEndpointFrom(request, { trace: this.trace });
+    this.#spans = await startSpanExport({ env: this.#options.env ?? process.env, serviceName: this.#options.name });
     if (this.#options.handleSigterm ?? true) {
       this.#onSigterm = () => this.cancel();
       process.on("SIGTERM", this.#onSigterm);
@@ -301,6 +305,11 @@ export class HarnessSession {
     return sessionTracer({ name, ...(version ? { version } : {}), trace: this.trace });
   }
 
+  /** Sends the spans not yet exported (when the stack records traces); resolves within a bounded time, never rejects. */
+  async flushSpans(): Promise<void> {
+    await this.#spans?.flush();
+  }
+
   /** Shows the runtime the harness is alive during long work. */
   heartbeat(): void {
     this.#emit({ case: "heartbeat", value: {} });
@@ -326,6 +335,8 @@ export class HarnessSession {
     });
     this.#resultSent = true;
     this.#close(new HarnessSessionError("result_already_sent", "the session's result is out"));
+    // The pending export keeps the process alive until it is sent (bounded), so a harness that just ends loses no span.
+    void this.#spans?.flush();
   }
 
   /**
@@ -386,8 +397,8 @@ export class HarnessSession {
     if (!this.#resultSent) this.result({ stopReason: StopReason.CANCELLED, error: reason });
     this.#close(error);
     if ((this.#options.handleSigterm ?? true) && (this.#options.exitOnCancel ?? true)) {
-      // Exit only once the result has reached the pipe.
-      this.#output.write("", () => process.exit(0));
+      // Exit only once the result has reached the pipe, and the spans the collector (bounded).
+      this.#output.write("", () => void (this.#spans?.flush() ?? Promise.resolve()).then(() => process.exit(0)));
     }
   }
 

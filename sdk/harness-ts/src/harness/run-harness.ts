@@ -29,8 +29,9 @@ export type HarnessWorkResult = string | ResultInit | void;
  * result is out.
  */
 export async function runHarness(options: RunHarnessOptions, work: (session: HarnessSession) => Promise<HarnessWorkResult>): Promise<void> {
-  await runWork(options, work);
+  const session = await runWork(options, work);
   if (options.exitWhenDone ?? false) {
+    await session?.flushSpans();
     // Exit only once the result has reached the pipe.
     const output = options.output ?? process.stdout;
     await new Promise<void>((resolve) => output.write("", () => resolve()));
@@ -38,7 +39,8 @@ export async function runHarness(options: RunHarnessOptions, work: (session: Har
   }
 }
 
-async function runWork(options: RunHarnessOptions, work: (session: HarnessSession) => Promise<HarnessWorkResult>): Promise<void> {
+/** Runs the work to its result; the session, once one was opened. */
+async function runWork(options: RunHarnessOptions, work: (session: HarnessSession) => Promise<HarnessWorkResult>): Promise<HarnessSession | undefined> {
   let session: HarnessSession;
   try {
     session = await openSession(options);
@@ -46,18 +48,19 @@ async function runWork(options: RunHarnessOptions, work: (session: HarnessSessio
     // openSession has already answered with an error result.
     process.stderr.write(`${options.name}: ${(error as Error).message}\n`);
     process.exitCode = 1;
-    return;
+    return undefined;
   }
   try {
     const value = await work(session);
-    if (session.resultSent) return;
+    if (session.resultSent) return session;
     if (typeof value === "string") session.result({ text: value });
     else if (value !== undefined) session.result(value);
     else session.result({ stopReason: StopReason.ERROR, error: "the harness finished without a result" });
   } catch (error) {
-    if (session.resultSent || (error instanceof HarnessSessionError && error.code === "cancelled")) return;
+    if (session.resultSent || (error instanceof HarnessSessionError && error.code === "cancelled")) return session;
     session.log("error", "the harness failed", { error: (error as Error).message });
     session.result({ stopReason: StopReason.ERROR, error: (error as Error).message });
     process.exitCode = 1;
   }
+  return session;
 }

@@ -42,6 +42,13 @@ export interface SessionEnvironmentOptions {
    */
   anthropicBaseUrl: string;
   openaiBaseUrl: string;
+  /**
+   * Where the harness exports its spans (OTLP/HTTP traces), as the harness
+   * reaches it (the sandbox's relay to the collector), and in which encoding
+   * (the collector's). Unset: the harness's OpenTelemetry stays off
+   * (OTEL_SDK_DISABLED).
+   */
+  otlpTraces?: { endpoint: string; protocol: "http/protobuf" | "http/json" };
 }
 
 /** The default session PATH (the sandbox's OZ0_SESSION_PATH): the system's bin folders, and node's folder when it is elsewhere. */
@@ -105,6 +112,18 @@ export function buildSessionEnvironment(options: SessionEnvironmentOptions): Rec
   if (request.trace !== undefined && request.trace.traceparent !== "") {
     env.TRACEPARENT = request.trace.traceparent;
     if (request.trace.tracestate !== "") env.TRACESTATE = request.trace.tracestate;
+  }
+  if (options.otlpTraces !== undefined) {
+    // Traces only, to the relay, in the standard variables any OpenTelemetry SDK reads; metrics and logs stay off.
+    Object.assign(env, {
+      OTEL_SDK_DISABLED: "false",
+      OTEL_TRACES_EXPORTER: "otlp",
+      OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: options.otlpTraces.endpoint,
+      OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: options.otlpTraces.protocol,
+      OTEL_METRICS_EXPORTER: "none",
+      OTEL_LOGS_EXPORTER: "none",
+      OTEL_RESOURCE_ATTRIBUTES: `oz0.session.id=${encodeURIComponent(request.sessionId)},oz0.job.id=${encodeURIComponent(request.jobId)}`,
+    });
   }
   return env;
 }

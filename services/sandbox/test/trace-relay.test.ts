@@ -1,0 +1,73 @@
+// A session's spans join its job's trace through the sandbox's relay: the
+// harness posts OTLP trace exports to the endpoint it was given (loopback,
+// or its forward under bubblewrap), and the sandbox passes them on to the
+// collector it exports to itself, with the collector's credential, which the
+// harness never sees. Nothing but trace exports passes, and not without bound.
+import assert from "node:assert/strict";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { after, before, describe, it } from "node:test";
+import { runToEnd, scenarioStart, startTestSandbox } from "./sandbox-test-kit.js";
+
+const COLLECTOR_SECRET = "collector-credential-4f1d";
+
+interface Received {
+  path: string;
+  authorization: string;
+  contentType: string;
+  body: string;
+}
+
+void describe("the sandbox's trace relay", () => {
+  let collector: http.Server;
+  let collectorUrl: string;
+  const received: Received[] = [];
+  before(async () => {
+    collector = http.createServer((request, response) => {
+      const chunks: Buffer[] = [];
+      request.on("data", (chunk: Buffer) => chunks.push(chunk));
+      request.on("end", () => {
+        received.push({
+          path: request.url ?? "",
+          authorization: request.headers.authorization ?? "",
+          contentType: request.headers["content-type"] ?? "",
+          body: Buffer.concat(chunks).toString(),
+        });
+        response.writeHead(200, { "content-type": "application/x-protobuf" }).end();
+      });
+    });
+    await new Promise<void>((resolve) => collector.listen(0, "127.0.0.1", resolve));
+    collectorUrl = `http://127.0.0.1:${(collector.address() as AddressInfo).port}/v1/traces`;
+  });
+  after(() => collector.close());
+
+  for (const isolation of ["none", "bwrap"] as const) {
+    void it(`passes a session's trace exports on to the collector with its credential (${isolation})`, async () => {
+      received.length = 0;
+      const t = await startTestSandbox({ isolation, sessionTraces: { url: collectorUrl, headers: { authorization: `Bearer ${COLLECTOR_SECRET}` } } });
+      try {
+        const stream = await runToEnd(t.client, scenarioStart({ mode: "otlp", needle: COLLECTOR_SECRET }, {}, { sessionId: `ses_relay_${isolation}` }));
+        const outcome = JSON.parse(stream.exited().result?.text ?? "{}") as { endpoint: string; statuses: string[]; leaked: boolean; disabled: string };
+        assert.match(outcome.endpoint, /^http:\/\/127\.0\.0\.1:\d+\/v1\/traces$/);
+        assert.equal(outcome.disabled, "false", "the harness's OpenTelemetry is switched on");
+        assert.deepEqual(outcome.statuses, ["200", "404", "413"], "a trace export passes; metrics and an export past 4 MiB do not");
+        assert.equal(outcome.leaked, false, "the collector's credential is nowhere in the harness's environment");
+        assert.equal(received.length, 1, JSON.stringify(received));
+        assert.deepEqual(received[0], { path: "/v1/traces", authorization: `Bearer ${COLLECTOR_SECRET}`, contentType: "application/x-protobuf", body: "spans of the harness" });
+      } finally {
+        await t.close();
+      }
+    });
+  }
+
+  void it("leaves the harness's OpenTelemetry off when the sandbox records no traces", async () => {
+    const t = await startTestSandbox();
+    try {
+      const stream = await runToEnd(t.client, scenarioStart({ mode: "otlp" }));
+      const outcome = JSON.parse(stream.exited().result?.text ?? "{}") as { endpoint: string; disabled: string };
+      assert.deepEqual(outcome, { endpoint: "", statuses: [], leaked: false, disabled: "true" });
+    } finally {
+      await t.close();
+    }
+  });
+});
