@@ -40,6 +40,7 @@ import { JobService, JobState, PluginService } from "@oz0/proto/oz0/orchestrator
 import { bearerInterceptor } from "@oz0/serving";
 import { startKafka, type RunningKafka } from "@oz0/test-infra";
 import { benchOptions } from "./bench-options.js";
+import { median, startReport } from "./bench-report.js";
 import { cpuProfileWindow, type TimedCpuProfile } from "./cpu-profile-window.js";
 import { summariseCpuProfile, type ProfileLine } from "./llm-proxy-cpu-profile.js";
 import { readProcessCpu, ticksPerSecond, type ProcessCpu } from "./process-cpu.js";
@@ -61,15 +62,9 @@ const SERVICES: readonly StackServiceName[] = ["orchestrator", "sandbox", "llm-p
 const TERMINAL = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]);
 const repoRoot = path.join(import.meta.dirname, "..");
 
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 const ms = (x: number): string => x.toFixed(2);
 
-// The facts issue 24 asks every bench to print.
-const load = (): string => os.loadavg().map((l) => l.toFixed(2)).join(" ");
-console.log(`node ${process.version}, ${os.availableParallelism()} cores, load average before ${load()}`);
+const report = startReport("control-plane-cost");
 
 const ticks = ticksPerSecond();
 const root = mkdtempSync(path.join(os.tmpdir(), "oz0-bench-cp-cost-"));
@@ -298,8 +293,7 @@ try {
       `(measured here, with the harnesses on the same cores: ${median(rounds.map((r) => r.jobsPerSecond)).toFixed(2)} jobs/s)`,
   );
   console.log(`  baseline, the same harness session spawned directly, no service in between: ${ms(alone)} ms CPU (median of ${options["harness-runs"]} per round)`);
-  if (rounds.length < 2) console.log("  one round only: no ratio printed (run --rounds 2 or more)");
-  else console.log(`  ratio control plane / the harness alone: ${(cpuPerJob / alone).toFixed(2)}`);
+  report.ratio("  ratio control plane / the harness alone, CPU per job", rounds.map((r) => total(r.perJob) / r.harnessAloneMs));
   console.log(`  this process (client and scripted model, left out above): ${ms(median(rounds.map((r) => r.benchPerJob)))} ms per job`);
 
   if (options["profile-jobs"] > 0) {
@@ -313,8 +307,8 @@ try {
       process.exitCode = 1;
     }
   }
-  console.log(`load average after ${load()}`);
 } finally {
+  report.end();
   await model.close();
   await kafka?.close();
   rmSync(root, { recursive: true, force: true });

@@ -16,7 +16,7 @@
 import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
-import os, { tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { clone, create, toJsonString } from "@bufbuild/protobuf";
@@ -26,12 +26,11 @@ import { startScriptedModel } from "@oz0/harness/testing";
 import { bubblewrapLauncher, DEFAULT_READ_ONLY_PATHS, detectBubblewrap } from "../services/sandbox/src/bubblewrap-launcher.js";
 import { planLlmForwards, startLlmForwarding, type LlmForward } from "../services/sandbox/src/llm-forwarder.js";
 import { benchOptions } from "./bench-options.js";
+import { startReport } from "./bench-report.js";
 
 const SESSIONS = benchOptions({ sessions: { type: "number", default: 20 } }).sessions;
 
-// The facts issue 24 asks every bench to print.
-const load = (): string => os.loadavg().map((l) => l.toFixed(2)).join(" ");
-console.log(`node ${process.version}, ${os.availableParallelism()} cores, load average before ${load()}`);
+const report = startReport("harness-session-overhead");
 
 const repoRoot = path.join(import.meta.dirname, "..");
 const fakeHarness = path.join(repoRoot, "sdk", "harness-ts", "bin", "oz0-fake-harness.js");
@@ -182,15 +181,14 @@ try {
       `  added by bubblewrap: ${(median(bwrap) - median(host)).toFixed(1)} ms between medians, ${(percentile(bwrap, 0.95) - percentile(host, 0.95)).toFixed(1)} ms between p95s; ` +
         `paired: median ${median(added).toFixed(1)} ms, p95 ${percentile(added, 0.95).toFixed(1)} ms (goal < 30 ms at the median)`,
     );
-    if (SESSIONS < 2) console.log("  one session each: no ratio printed (run --sessions 2 or more)");
-    else console.log(`  ratio bubblewrap / no isolation: ${(median(bwrap) / median(host)).toFixed(2)} at the median`);
+    report.ratio("  ratio bubblewrap / no isolation, each session against the one without isolation before it", bwrap.map((b, i) => b / host[i]!));
     console.log(
       `  of which the entry script (a second Node process) and its forwarding: ${median(forwarderAdded).toFixed(1)} ms paired median; ` +
         `the namespaces and mounts, the rest: ${(median(added) - median(forwarderAdded)).toFixed(1)} ms`,
     );
   }
-  console.log(`load average after ${load()}`);
 } finally {
+  report.end();
   await model.close();
   rmSync(benchDir, { recursive: true, force: true });
 }
