@@ -71,7 +71,11 @@ export function CallOutcome({ row }: { row: ToolRow }) {
 
 function Decision({ asked, decision: d }: { asked: boolean; decision: PermissionDecision | undefined }) {
   if (!asked && !d) return null;
-  if (d?.pending) return <span class="decision pending">waiting for a person</span>;
+  if (d?.pending) return (
+    <span class="decision pending" data-testid="pending">
+      waiting for a person
+    </span>
+  );
   if (!d) return <span class="decision pending">asked permission</span>;
   return (
     <span class={`decision ${d.allow ? "allowed" : "denied"}`} data-testid="decision">

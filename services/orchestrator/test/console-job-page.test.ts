@@ -139,7 +139,7 @@ void test("a patch artifact is a diff; a decision whose input a person changed s
   const jobId = job!.id;
   const page = await openConsole(browser, t.url, t.stack.ownerToken);
   await page.goto(`${t.url}/#/jobs/${jobId}`);
-  await page.getByText("waiting for a person").first().waitFor();
+  await page.getByTestId("pending").waitFor();
   const [approval] = await eventually(async () => {
     const { approvals } = await owner().jobs.listApprovals({ jobId });
     return approvals.length > 0 ? approvals : undefined;
@@ -195,7 +195,7 @@ void test("the page keeps up after the orchestrator restarts: the stream resumes
   const jobId = job!.id;
   const page = await openConsole(browser, t.url, t.stack.ownerToken);
   await page.goto(`${t.url}/#/jobs/${jobId}`);
-  await page.getByText("waiting for a person").first().waitFor();
+  await page.getByTestId("pending").waitFor();
   await page.getByTestId("stream").filter({ hasText: "live" }).waitFor();
 
   await t.restartOrchestrator();
