@@ -317,9 +317,10 @@ try {
 /**
  * A second stack, every service under `node --cpu-prof`, running
  * --profile-jobs jobs. The embedded stack starts each service as
- * `process.execPath main.js`, and Node before 22.15/23.9 refuses --cpu-prof
- * in NODE_OPTIONS, so for the length of the start-up process.execPath names
- * a script that execs node with the flags.
+ * `process.execPath main.js`, and Node 20 refuses --cpu-prof in
+ * NODE_OPTIONS (later releases take it, nodejs/node#57018), so for the
+ * length of the start-up process.execPath names a script that execs node
+ * with the flags.
  */
 async function profilePass(): Promise<void> {
   console.log("");
