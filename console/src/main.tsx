@@ -6,10 +6,11 @@ import type { WhoAmIResponse } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
 import { login, messageOf } from "./api.js";
 import { AgentPage, AgentsPage } from "./pages/agents.js";
 import { ApprovalsPage } from "./pages/approvals.js";
+import { GraphPage, GraphsPage } from "./pages/graphs.js";
 import { JobPage } from "./pages/job.js";
 import { JobsPage } from "./pages/jobs.js";
 import { LoginPage } from "./pages/login.js";
-import { href, replaceRoute, useRoute } from "./router.js";
+import { href, NO_FILTER, replaceRoute, useRoute } from "./router.js";
 import { currentSession, forgetSession } from "./session.js";
 import "./style.css";
 
@@ -51,7 +52,7 @@ function App() {
         onLoggedIn={(who) => {
           setMe(who);
           setProblem(undefined);
-          replaceRoute({ page: "jobs" });
+          replaceRoute({ page: "jobs", filter: NO_FILTER });
         }}
       />
     );
@@ -70,7 +71,7 @@ function App() {
       <header class="top">
         <span class="brand">Orchestrator Zero</span>
         <nav aria-label="Pages">
-          <a href={href({ page: "jobs" })} aria-current={route.page === "jobs" || route.page === "job" ? "page" : undefined}>
+          <a href={href({ page: "jobs", filter: NO_FILTER })} aria-current={route.page === "jobs" || route.page === "job" ? "page" : undefined}>
             Jobs
           </a>
           <a href={href({ page: "approvals" })} aria-current={route.page === "approvals" ? "page" : undefined}>
@@ -78,6 +79,9 @@ function App() {
           </a>
           <a href={href({ page: "agents" })} aria-current={route.page === "agents" || route.page === "agent" ? "page" : undefined}>
             Agents
+          </a>
+          <a href={href({ page: "graphs" })} aria-current={route.page === "graphs" || route.page === "graph" ? "page" : undefined}>
+            Graphs
           </a>
         </nav>
         <span class="who">
@@ -109,8 +113,14 @@ function Page({ route, roles }: { route: ReturnType<typeof useRoute>; roles: str
       return <AgentsPage />;
     case "agent":
       return <AgentPage name={route.name} version={route.version} />;
+    case "jobs":
+      return <JobsPage filter={route.filter} />;
+    case "graphs":
+      return <GraphsPage />;
+    case "graph":
+      return <GraphPage name={route.name} run={route.run} />;
     default:
-      return <JobsPage />;
+      return null;
   }
 }
 

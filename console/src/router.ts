@@ -3,13 +3,26 @@
 // sent to a server or written to its logs.
 import { useEffect, useState } from "preact/hooks";
 
+/** The jobs page's filters; "" means any. */
+export interface JobsFilter {
+  /** A state's name: `running`, `waiting`, … */
+  state: string;
+  agent: string;
+  text: string;
+}
+
+export const NO_FILTER: JobsFilter = { state: "", agent: "", text: "" };
+
 export type Route =
-  | { page: "jobs" }
+  | { page: "jobs"; filter: JobsFilter }
   | { page: "job"; jobId: string }
   | { page: "approvals" }
   | { page: "agents" }
   /** Version 0: the latest. */
   | { page: "agent"; name: string; version: number }
+  | { page: "graphs" }
+  /** `run`: a run's job id, or "" for the definition alone. */
+  | { page: "graph"; name: string; run: string }
   | { page: "login"; code: string | undefined };
 
 export function parseRoute(hash: string): Route {
@@ -20,13 +33,20 @@ export function parseRoute(hash: string): Route {
   if (parts[0] === "approvals") return { page: "approvals" };
   if (parts[0] === "agents" && parts[1]) return { page: "agent", name: parts[1], version: Number(parts[2]) || 0 };
   if (parts[0] === "agents") return { page: "agents" };
-  return { page: "jobs" };
+  if (parts[0] === "graphs" && parts[1]) return { page: "graph", name: parts[1], run: new URLSearchParams(query).get("run") ?? "" };
+  if (parts[0] === "graphs") return { page: "graphs" };
+  const q = new URLSearchParams(query);
+  return { page: "jobs", filter: { state: q.get("state") ?? "", agent: q.get("agent") ?? "", text: q.get("text") ?? "" } };
 }
 
 export function href(route: Route): string {
   switch (route.page) {
-    case "jobs":
-      return "#/jobs";
+    case "jobs": {
+      const q = new URLSearchParams();
+      for (const [key, value] of Object.entries(route.filter)) if (value) q.set(key, value);
+      const query = q.toString();
+      return query ? `#/jobs?${query}` : "#/jobs";
+    }
     case "job":
       return `#/jobs/${encodeURIComponent(route.jobId)}`;
     case "approvals":
@@ -35,6 +55,10 @@ export function href(route: Route): string {
       return "#/agents";
     case "agent":
       return `#/agents/${encodeURIComponent(route.name)}${route.version ? `/${route.version}` : ""}`;
+    case "graphs":
+      return "#/graphs";
+    case "graph":
+      return `#/graphs/${encodeURIComponent(route.name)}${route.run ? `?run=${encodeURIComponent(route.run)}` : ""}`;
     case "login":
       return "#/login";
   }

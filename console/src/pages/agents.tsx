@@ -38,7 +38,7 @@ export function AgentsPage() {
             {list.value.agents.map((a) => (
               <tr key={a.name} data-agent={a.name}>
                 <td>
-                  <a href={href({ page: "agent", name: a.name, version: 0 })}>{a.name}</a>
+                  <a href={a.runtime === "graph" ? href({ page: "graph", name: a.name, run: "" }) : href({ page: "agent", name: a.name, version: 0 })}>{a.name}</a>
                 </td>
                 <td>v{a.version}</td>
                 <td>{a.runtime}</td>

@@ -25,6 +25,9 @@ import { OperationGroupRow } from "./operation-rows.js";
 import { TimelineView } from "./timeline-view.js";
 import { TranscriptRow } from "./transcript-rows.js";
 
+/** A graph run's job id begins so (the orchestrator's graphs/graph-jobs.ts). */
+const GRAPH_RUN_PREFIX = "graph_";
+
 /** Artifacts are read with their content when they hold at most this much together. */
 const MAX_ARTIFACT_BYTES = 1_000_000;
 
@@ -111,6 +114,14 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
               </a>{" "}
               <span class="muted">(pinned)</span>
             </dd>
+            {jobId.startsWith(GRAPH_RUN_PREFIX) ? (
+              <>
+                <dt>Graph</dt>
+                <dd>
+                  <a href={href({ page: "graph", name: job.agent?.name ?? "", run: jobId })}>each node's status, live</a>
+                </dd>
+              </>
+            ) : null}
             <dt>Created</dt>
             <dd>{clockMs(created)}</dd>
             {started && started !== created ? (

@@ -1,33 +1,66 @@
-// Jobs, newest first, by state and agent; read again every two seconds so
-// state changes show while the page is open.
-import { useState } from "preact/hooks";
+// Jobs, newest first, a page at a time from the server (ListJobs with a page
+// token), filtered there by state, agent and text (a job id, or words of its
+// input). The page in view is read again every two seconds, so state changes
+// show while it is open. The filters live in the address (`#/jobs?state=…`),
+// so a reload or a shared link keeps them.
+import { useEffect, useState } from "preact/hooks";
 import { JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { jobs } from "../api.js";
+import { agents, jobs } from "../api.js";
 import { clock, dateOf, duration, JOB_STATES, stateName } from "../format.js";
 import { usePolling } from "../polling.js";
-import { href } from "../router.js";
+import { useRead } from "../reads.js";
+import { href, replaceRoute, type JobsFilter } from "../router.js";
 
-export function JobsPage() {
-  const [state, setState] = useState<JobState>(JobState.UNSPECIFIED);
-  const [agent, setAgent] = useState("");
-  const list = usePolling(() => jobs.listJobs({ limit: 100, state, agent: agent.trim() }), 2_000, [state, agent]);
+const PAGE_SIZE = 50;
+const TYPING_MS = 300;
+
+export function JobsPage({ filter }: { filter: JobsFilter }) {
+  const [text, setText] = useState(filter.text);
+  // Tokens of the pages before this one, and this one's ("" for the first).
+  const [tokens, setTokens] = useState<string[]>([""]);
+  const token = tokens[tokens.length - 1] ?? "";
+  const stateValue = JOB_STATES.find((s) => stateName(s) === filter.state) ?? JobState.UNSPECIFIED;
+  const setFilter = (next: Partial<JobsFilter>): void => {
+    setTokens([""]);
+    replaceRoute({ page: "jobs", filter: { ...filter, ...next } });
+  };
+  // The text filter is applied once typing pauses.
+  useEffect(() => {
+    if (text === filter.text) return;
+    const timer = setTimeout(() => setFilter({ text }), TYPING_MS);
+    return () => clearTimeout(timer);
+  }, [text]);
+  const agentNames = useRead((signal) => agents.listAgents({}, { signal }).then((r) => r.agents.map((a) => a.name)), "agent-names");
+  const list = usePolling(() => jobs.listJobs({ limit: PAGE_SIZE, state: stateValue, agent: filter.agent, text: filter.text.trim(), pageToken: token }), 2_000, [stateValue, filter.agent, filter.text, token]);
+  const filtered = stateValue !== JobState.UNSPECIFIED || filter.agent !== "" || filter.text.trim() !== "";
   return (
     <section aria-labelledby="jobs-title">
       <h1 id="jobs-title">Jobs</h1>
-      <form class="filters" onSubmit={(e) => e.preventDefault()}>
+      <form class="filters" role="search" aria-label="Filter jobs" onSubmit={(e) => e.preventDefault()}>
         <label>
           State{" "}
-          <select value={String(state)} onChange={(e) => setState(Number((e.target as HTMLSelectElement).value) as JobState)}>
-            <option value={String(JobState.UNSPECIFIED)}>any</option>
+          <select value={filter.state} onChange={(e) => setFilter({ state: (e.target as HTMLSelectElement).value })}>
+            <option value="">any</option>
             {JOB_STATES.map((s) => (
-              <option key={s} value={String(s)}>
+              <option key={s} value={stateName(s)}>
                 {stateName(s)}
               </option>
             ))}
           </select>
         </label>
         <label>
-          Agent <input type="search" value={agent} placeholder="every agent" onInput={(e) => setAgent((e.target as HTMLInputElement).value)} />
+          Agent{" "}
+          <select value={filter.agent} onChange={(e) => setFilter({ agent: (e.target as HTMLSelectElement).value })}>
+            <option value="">every agent</option>
+            {(agentNames.value ?? []).concat(filter.agent && !(agentNames.value ?? []).includes(filter.agent) ? [filter.agent] : []).map((name) => (
+              <option key={name} value={name}>
+                {name}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Text <input type="search" value={text} placeholder="a job id, or words of its input" size={32} onInput={(e) => setText((e.target as HTMLInputElement).value)} />
         </label>
       </form>
       {list.error ? (
@@ -35,7 +68,7 @@ export function JobsPage() {
           {list.error}
         </p>
       ) : null}
-      {list.value === undefined ? <p>Loading…</p> : list.value.jobs.length === 0 ? <p>No jobs{state !== JobState.UNSPECIFIED || agent ? " match" : " yet: start one with `oz0 run AGENT \"…\"`"}.</p> : null}
+      {list.value === undefined ? <p>Loading…</p> : list.value.jobs.length === 0 ? <p data-testid="no-jobs">No jobs{filtered ? " match" : " yet: start one with `oz0 run AGENT \"…\"`"}.</p> : null}
       {list.value && list.value.jobs.length > 0 ? (
         <table class="jobs">
           <thead>
@@ -44,13 +77,14 @@ export function JobsPage() {
               <th scope="col">Agent</th>
               <th scope="col">State</th>
               <th scope="col">Input</th>
-              <th scope="col">Started</th>
+              <th scope="col">Created</th>
               <th scope="col">Took</th>
             </tr>
           </thead>
           <tbody>
             {list.value.jobs.map((job) => {
               const created = dateOf(job.createdAt);
+              const start = dateOf(job.startedAt) ?? created;
               const end = dateOf(job.finishedAt);
               return (
                 <tr key={job.id} data-job={job.id}>
@@ -68,13 +102,22 @@ export function JobsPage() {
                   </td>
                   <td class="input">{job.input}</td>
                   <td>{clock(created)}</td>
-                  <td>{created && end ? duration(end.getTime() - created.getTime()) : ""}</td>
+                  <td>{start && end ? duration(end.getTime() - start.getTime()) : ""}</td>
                 </tr>
               );
             })}
           </tbody>
         </table>
       ) : null}
+      <nav class="pages" aria-label="Pages of jobs">
+        <button type="button" disabled={tokens.length <= 1} onClick={() => setTokens(tokens.slice(0, -1))}>
+          ← Newer
+        </button>
+        <span data-testid="page-number">page {tokens.length}</span>
+        <button type="button" disabled={!list.value?.nextPageToken} onClick={() => list.value?.nextPageToken && setTokens([...tokens, list.value.nextPageToken])}>
+          Older →
+        </button>
+      </nav>
     </section>
   );
 }

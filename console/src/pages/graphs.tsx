@@ -1,0 +1,262 @@
+// Graphs: every graph harness (the agents' name space, runtime `graph`), and
+// one graph drawn from its definition with each node's stable id — the ids
+// its steps' events and spans carry. With a run chosen, each node shows its
+// live status (from the run's public lifecycle events), how many times it
+// ran (a loop's iterations), which arms of a choice were taken, and the
+// graph manager's decisions; read again as the run's own stream moves.
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { agents, jobs } from "../api.js";
+import { clock, dateOf, isTerminal, json, stateName } from "../format.js";
+import { nodeStatuses, type NodeState, type NodeStatus } from "../graph-status.js";
+import { useJobStream } from "../job-stream.js";
+import { useRead } from "../reads.js";
+import { href } from "../router.js";
+
+export function GraphsPage() {
+  const list = useRead((signal) => agents.listAgents({}, { signal }).then((r) => r.agents.filter((a) => a.runtime === "graph")), "graphs");
+  return (
+    <section aria-labelledby="graphs-title">
+      <h1 id="graphs-title">Graphs</h1>
+      {list.error ? (
+        <p role="alert" class="error">
+          {list.error}
+        </p>
+      ) : null}
+      {list.value === undefined ? <p>Loading…</p> : list.value.length === 0 ? <p>No graphs yet: a plugin lists them under `graphs:`.</p> : null}
+      <ul>
+        {(list.value ?? []).map((g) => (
+          <li key={g.name} data-graph={g.name}>
+            <a href={href({ page: "graph", name: g.name, run: "" })}>{g.name}</a> v{g.version} <span class="muted">({g.plugin} {g.pluginVersion})</span>
+          </li>
+        ))}
+      </ul>
+    </section>
+  );
+}
+
+type Flow = JsonObject[];
+
+export function GraphPage({ name, run }: { name: string; run: string }) {
+  const graph = useRead((signal) => agents.getAgent({ name }, { signal }).then((r) => r.agent), `graph|${name}`);
+  const runs = useRead((signal) => jobs.listJobs({ agent: name, limit: 20 }, { signal }), `runs|${name}|${run}`);
+  const definition = (graph.value?.definition ?? {}) as JsonObject;
+  return (
+    <section aria-labelledby="graph-title">
+      <h1 id="graph-title">
+        Graph {name}
+        {graph.value ? ` v${graph.value.version}` : ""}
+      </h1>
+      {graph.error ? (
+        <p role="alert" class="error">
+          {graph.error}
+        </p>
+      ) : null}
+      <nav aria-label="Runs" class="versions">
+        Runs:{" "}
+        <a href={href({ page: "graph", name, run: "" })} aria-current={run === "" ? "page" : undefined}>
+          none (the definition)
+        </a>
+        {(runs.value?.jobs ?? []).map((j) => (
+          <a key={j.id} href={href({ page: "graph", name, run: j.id })} aria-current={run === j.id ? "page" : undefined}>
+            {clock(dateOf(j.createdAt))} {stateName(j.state)}
+          </a>
+        ))}
+      </nav>
+      {graph.value ? run ? <RunView runId={run} definition={definition} /> : <GraphView definition={definition} statuses={undefined} ended={false} /> : <p>Loading…</p>}
+    </section>
+  );
+}
+
+function RunView({ runId, definition }: { runId: string; definition: JsonObject }) {
+  const s = useJobStream(runId);
+  const ended = s.job !== undefined && isTerminal(s.job.state);
+  const transcript = useRead((signal) => jobs.getJobTranscript({ jobId: runId }, { signal }).then((r) => r.transcript), `${runId}|${s.version}|${s.job?.state}`, {
+    // The events service's transcript trails the run's own events.
+    again: () => !ended,
+  });
+  const statuses = nodeStatuses(transcript.value);
+  const decisions = s.events.flatMap((e) => (e.event.case === "servedToolCall" ? [e.event.value] : []));
+  return (
+    <>
+      <p>
+        Run <a href={href({ page: "job", jobId: runId })}>{runId}</a>:{" "}
+        <span class={`state state-${stateName(s.job?.state ?? 0)}`} data-testid="run-state">
+          {s.job ? stateName(s.job.state) : "…"}
+        </span>{" "}
+        <span class="muted">{s.stream === "live" ? "live" : s.stream === "reconnecting" ? "reconnecting…" : ""}</span>
+      </p>
+      {transcript.error ? <p class="muted">Node statuses are not shown: {transcript.error}</p> : null}
+      <GraphView definition={definition} statuses={statuses} ended={ended} />
+      {decisions.length > 0 ? (
+        <>
+          <h2>The manager's decisions</h2>
+          <ol data-testid="decisions">
+            {decisions.map((d) => (
+              <li key={d.callId}>
+                <code>{d.tool}</code> {json(d.input as JsonValue)} {d.error ? <span class="error">refused: {d.error}</span> : <span class="muted">accepted</span>}
+              </li>
+            ))}
+          </ol>
+        </>
+      ) : null}
+    </>
+  );
+}
+
+interface Drawing {
+  statuses: ReadonlyMap<string, NodeStatus> | undefined;
+  ended: boolean;
+  graphs: Record<string, Flow>;
+  /** Subgraphs being drawn, so a cycle is named instead of followed. */
+  expanding: readonly string[];
+}
+
+function GraphView({ definition, statuses, ended }: { definition: JsonObject; statuses: ReadonlyMap<string, NodeStatus> | undefined; ended: boolean }) {
+  const root = Array.isArray(definition.root) ? (definition.root as Flow) : [];
+  const drawing: Drawing = { statuses, ended, graphs: (definition.graphs ?? {}) as Record<string, Flow>, expanding: [] };
+  return (
+    <figure class="graph" aria-labelledby="graph-caption" data-testid="graph">
+      <figcaption id="graph-caption">
+        <code>{String(definition.id ?? "")}</code>
+        {definition.managerAgent ? <span class="muted"> · manager agent:{String(definition.managerAgent)}</span> : null}
+        {statuses ? <span class="muted"> · statuses live from the run's events</span> : <span class="muted"> · steps run top to bottom</span>}
+      </figcaption>
+      <FlowView flow={root} drawing={drawing} />
+    </figure>
+  );
+}
+
+function FlowView({ flow, drawing }: { flow: Flow; drawing: Drawing }) {
+  if (flow.length === 0) return <p class="muted">(nothing)</p>;
+  return (
+    <ol class="flow">
+      {flow.map((node, i) => (
+        <NodeView key={`${String(node.id)}-${i}`} node={node} drawing={drawing} />
+      ))}
+    </ol>
+  );
+}
+
+function NodeView({ node, drawing }: { node: JsonObject; drawing: Drawing }) {
+  const id = String(node.id ?? "");
+  const kind = String(node.kind ?? "");
+  const status = stateOfNode(node, drawing);
+  const own = drawing.statuses?.get(id);
+  const badge = drawing.statuses ? (
+    <span class={`node-state node-${status ?? "idle"}`} data-testid="node-state">
+      {status ?? (drawing.ended ? "not run" : "waiting")}
+    </span>
+  ) : null;
+  const times = own && own.runs > 1 ? <span class="muted"> · ran {own.runs} times</span> : kind === "loop" && drawing.statuses ? <LoopIterations node={node} drawing={drawing} /> : null;
+  return (
+    <li class={`node node-kind-${kind}`} data-node={id} data-status={status ?? ""}>
+      <span class="node-head">
+        <code>{id}</code> <span class="muted">{describe(node)}</span> {badge}
+        {times}
+      </span>
+      {kind === "parallel" ? (
+        <ul class="branches">
+          {(node.branches as Flow[] | undefined)?.map((b, i) => (
+            <li key={i}>
+              <span class="muted">branch {i + 1}</span>
+              <FlowView flow={b} drawing={drawing} />
+            </li>
+          ))}
+        </ul>
+      ) : null}
+      {kind === "choice" ? (
+        <ul class="branches">
+          {[...((node.arms as JsonObject[] | undefined) ?? []).map((a) => ({ label: `when "${String(a.label)}"`, flow: a.flow as Flow })), ...(node.otherwise ? [{ label: "otherwise", flow: node.otherwise as Flow }] : [])].map((arm) => {
+            const taken = drawing.statuses ? flowRan(arm.flow, drawing) : undefined;
+            return (
+              <li key={arm.label} class={taken === false && drawing.ended ? "not-taken" : ""}>
+                <span class="muted">
+                  {arm.label}
+                  {taken ? " · taken" : taken === false && drawing.ended ? " · not taken" : ""}
+                </span>
+                <FlowView flow={arm.flow} drawing={drawing} />
+              </li>
+            );
+          })}
+        </ul>
+      ) : null}
+      {kind === "loop" ? (
+        <ul class="branches">
+          <li>
+            <span class="muted">body</span>
+            <FlowView flow={(node.body as Flow | undefined) ?? []} drawing={drawing} />
+          </li>
+          <li>
+            <span class="muted">until (again or break; at most {String(node.maxIterations ?? "?")} iterations)</span>
+            <FlowView flow={(node.until as Flow | undefined) ?? []} drawing={drawing} />
+          </li>
+        </ul>
+      ) : null}
+      {kind === "graph" ? <SubgraphView name={String(node.graph ?? "")} drawing={drawing} /> : null}
+    </li>
+  );
+}
+
+function SubgraphView({ name, drawing }: { name: string; drawing: Drawing }) {
+  const flow = drawing.graphs[name];
+  if (!flow) return <p class="muted">(undefined subgraph {name})</p>;
+  if (drawing.expanding.includes(name)) return <p class="muted">(cycle: {name})</p>;
+  return <FlowView flow={flow} drawing={{ ...drawing, expanding: [...drawing.expanding, name] }} />;
+}
+
+function LoopIterations({ node, drawing }: { node: JsonObject; drawing: Drawing }) {
+  const runs = Math.max(0, ...descendants(node, drawing).map((id) => drawing.statuses?.get(id)?.runs ?? 0));
+  return runs > 0 ? <span class="muted"> · iteration {runs}</span> : null;
+}
+
+function describe(node: JsonObject): string {
+  switch (node.kind) {
+    case "agent":
+      return `agent ${String(node.agent)}`;
+    case "step":
+      return `step ${String(node.step)}`;
+    case "parallel":
+      return "branches at the same time, then join";
+    case "choice":
+      return node.evaluator ? `choice by ${String((node.evaluator as JsonObject).id)}` : `choice on "${String(node.key)}"`;
+    case "loop":
+      return "loop";
+    case "graph":
+      return `subgraph ${String(node.graph)}`;
+    default:
+      return String(node.kind ?? "");
+  }
+}
+
+/** A step's own status; a container's: failed, else running, else completed over what ran inside it. */
+function stateOfNode(node: JsonObject, drawing: Drawing): NodeState | undefined {
+  const own = drawing.statuses?.get(String(node.id));
+  if (own) return own.state;
+  const inner = descendants(node, drawing).flatMap((id) => {
+    const s = drawing.statuses?.get(id);
+    return s ? [s.state] : [];
+  });
+  if (inner.length === 0) return undefined;
+  return inner.includes("failed") ? "failed" : inner.includes("running") ? "running" : "completed";
+}
+
+function flowRan(flow: Flow, drawing: Drawing): boolean {
+  return flow.some((n) => drawing.statuses?.has(String(n.id)) || descendants(n, drawing).some((id) => drawing.statuses?.has(id)));
+}
+
+/** Ids of every node inside `node` (subgraphs followed once). */
+function descendants(node: JsonObject, drawing: Drawing, seen: Set<string> = new Set()): string[] {
+  const flows: Flow[] = [];
+  if (node.kind === "parallel") flows.push(...((node.branches as Flow[] | undefined) ?? []));
+  if (node.kind === "choice") {
+    if (node.evaluator) flows.push([node.evaluator as JsonObject]);
+    for (const arm of (node.arms as JsonObject[] | undefined) ?? []) flows.push(arm.flow as Flow);
+    if (node.otherwise) flows.push(node.otherwise as Flow);
+  }
+  if (node.kind === "loop") flows.push((node.body as Flow | undefined) ?? [], (node.until as Flow | undefined) ?? []);
+  if (node.kind === "graph" && !seen.has(String(node.graph))) {
+    seen.add(String(node.graph));
+    flows.push(drawing.graphs[String(node.graph)] ?? []);
+  }
+  return flows.flatMap((f) => f.flatMap((n) => [String(n.id), ...descendants(n, drawing, seen)]));
+}
