@@ -13,7 +13,7 @@
 // Uses KAFKA_BROKERS when set, else starts a broker with @oz0/test-infra.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -24,6 +24,7 @@ import { credentialDigest, newCredential } from "@oz0/serving";
 import { startKafka, type RunningKafka } from "@oz0/test-infra";
 import { benchOptions } from "./bench-options.js";
 import { startReport } from "./bench-report.js";
+import { readProcessCpu, ticksPerSecond } from "./process-cpu.js";
 
 const { events: EVENTS, jobs: JOBS, repeat: REPEAT, warmup: WARMUP, profile: PROFILE, compare: COMPARE } = benchOptions({
   events: { type: "number", default: 20_000 },
@@ -53,13 +54,11 @@ interface Result {
 
 // Everything here is CPU-bound on a small machine, so each path's CPU per
 // event says where its time went: read from /proc (Linux), all threads.
-const TICK_MS = 10; // USER_HZ is 100 on every Linux Node runs on.
+const TICKS = ticksPerSecond();
 function processCpuMs(pid: number | undefined): number | undefined {
   if (pid === undefined) return undefined;
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return (Number(fields[11]) + Number(fields[12])) * TICK_MS;
+    return readProcessCpu(pid, TICKS).ownMs;
   } catch {
     return undefined;
   }

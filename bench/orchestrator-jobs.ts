@@ -25,6 +25,7 @@ import { resolveHarnessCommand } from "../services/orchestrator/src/agents/harne
 import { LlmProxyClient } from "../services/orchestrator/src/sessions/llm-proxy-client.js";
 import { SandboxClient } from "../services/orchestrator/src/sessions/sandbox-client.js";
 import { benchOptions } from "./bench-options.js";
+import { median, startReport } from "./bench-report.js";
 
 const { jobs: JOBS, inflight: INFLIGHT, latency: LATENCY } = benchOptions({
   jobs: { type: "number", default: 40 },
@@ -32,11 +33,7 @@ const { jobs: JOBS, inflight: INFLIGHT, latency: LATENCY } = benchOptions({
   latency: { type: "number", default: 10 },
 });
 
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
-
+const report = startReport("orchestrator-jobs");
 const home = mkdtempSync(path.join(os.tmpdir(), "oz0-bench-jobs-"));
 const model = await startScriptedModel({
   isSideCall: () => false,
@@ -146,9 +143,12 @@ try {
   const d = median(directMs);
   const o = median(orchestratedMs);
   console.log(`end-to-end latency, median of ${LATENCY}: directly on the sandbox ${d.toFixed(0)} ms, through the orchestrator ${o.toFixed(0)} ms`);
-  console.log(`  ratio orchestrator/direct: ${(o / d).toFixed(2)} (overhead ${(o - d).toFixed(0)} ms per job)`);
+  console.log(`  overhead ${(o - d).toFixed(0)} ms per job`);
+  // Each pair of jobs (one direct, one through the orchestrator, back to back) is a round.
+  report.ratio("  ratio orchestrator/direct, pair by pair", orchestratedMs.map((ms, i) => ms / directMs[i]!));
 } finally {
   await stack.close();
   await model.close();
   rmSync(home, { recursive: true, force: true });
+  report.end();
 }

@@ -17,6 +17,7 @@ import pg from "pg";
 import { proxySchema, startClusterStack, type ClusterStack } from "../services/orchestrator/test/support/cluster-stack.js";
 import { makePluginRepo } from "../services/orchestrator/test/support/test-stack.js";
 import { benchOptions } from "./bench-options.js";
+import { startReport } from "./bench-report.js";
 
 // Read before main() starts PostgreSQL, so a misspelt flag costs nothing.
 const { jobs, inflight, repeat } = benchOptions({
@@ -84,6 +85,7 @@ async function main(): Promise<void> {
   let own: RunningPostgres | undefined;
   const url = process.env.DATABASE_URL ?? (own = await startPostgres({ database: "bench" })).url;
   const plugin = await makePluginRepo({ name: "bench", agents: { bench: AGENT } });
+  const report = startReport("orchestrator-replicas-e2e");
   try {
     console.log(`${jobs} jobs of one tool call each, ${inflight} in flight, 2 sandbox nodes of 16 sessions, 1 LLM proxy, all on one PostgreSQL`);
     const ratios: number[] = [];
@@ -91,12 +93,12 @@ async function main(): Promise<void> {
       const one = await round({ url, plugin, orchestrators: 1, jobs, inflight });
       const three = await round({ url, plugin, orchestrators: 3, jobs, inflight });
       ratios.push(three / one);
-      console.log(`round ${r + 1}: 1 orchestrator ${one.toFixed(1)} jobs/s, 3 orchestrators ${three.toFixed(1)} jobs/s, ratio ${(three / one).toFixed(2)}x`);
+      console.log(`round ${r + 1}: 1 orchestrator ${one.toFixed(1)} jobs/s, 3 orchestrators ${three.toFixed(1)} jobs/s`);
     }
-    const sorted = [...ratios].sort((a, b) => a - b);
-    console.log(`median ratio (3 / 1): ${sorted[Math.floor(sorted.length / 2)]!.toFixed(2)}x`);
+    report.ratio("ratio 3 / 1 orchestrators", ratios, { unit: "x" });
   } finally {
     await own?.close();
+    report.end();
   }
 }
 

@@ -19,6 +19,7 @@ import { LeaseManager } from "../services/orchestrator/src/cluster/lease-manager
 import { createPostgresPool, migrateOrchestrator } from "../services/orchestrator/src/store/postgres-migrations.js";
 import { PostgresJobStore } from "../services/orchestrator/src/store/postgres-store.js";
 import { benchOptions } from "./bench-options.js";
+import { startReport } from "./bench-report.js";
 
 // --jobs has no default here: the bench's is 600 and a replica's 200, so
 // main() and worker() apply their own. --worker, --url, --schema and
@@ -122,15 +123,20 @@ async function main(): Promise<void> {
   const { steps, inflight, repeat } = options;
   let own: RunningPostgres | undefined;
   const url = process.env.DATABASE_URL ?? (own = await startPostgres({ database: "bench" })).url;
+  const report = startReport("orchestrator-replicas");
   try {
     console.log(`${total} jobs, ${steps} steps of 2 events each, ${inflight} in flight per replica`);
+    const ratios: number[] = [];
     for (let r = 0; r < repeat; r++) {
       const one = await round(url, 1, total, steps, inflight);
       const three = await round(url, 3, total, steps, inflight);
-      console.log(`round ${r + 1}: 1 replica ${one.toFixed(1)} jobs/s, 3 replicas ${three.toFixed(1)} jobs/s, ratio ${(three / one).toFixed(2)}x`);
+      ratios.push(three / one);
+      console.log(`round ${r + 1}: 1 replica ${one.toFixed(1)} jobs/s, 3 replicas ${three.toFixed(1)} jobs/s`);
     }
+    report.ratio("ratio 3 replicas / 1", ratios, { unit: "x" });
   } finally {
     await own?.close();
+    report.end();
   }
 }
 

@@ -26,9 +26,12 @@ import { SandboxService, SessionStatus, type RunSessionResponse } from "@oz0/pro
 import { startSandbox, type IsolationSetting } from "@oz0/sandbox";
 import { testCredentials } from "@oz0/serving/testing";
 import { benchOptions } from "./bench-options.js";
+import { startReport } from "./bench-report.js";
 
-const { sessions: SESSIONS, events: EVENTS, isolation, harness } = benchOptions({
+const { sessions: SESSIONS, events: EVENTS, isolation, harness, rounds: ROUNDS } = benchOptions({
   sessions: { type: "number", default: 50 },
+  /** Rounds of baseline then sandbox; ratios are the median of the rounds'. */
+  rounds: { type: "number", default: 3 },
   events: { type: "number", default: 100 },
   isolation: { type: "string", default: "none" },
   harness: { type: "string", default: "fake" },
@@ -174,22 +177,32 @@ async function loadSandbox(url: string, isolation: string): Promise<RunStats & {
 }
 
 process.env.OZ0_LOG_LEVEL ??= "warn";
-const base = await baseline();
-const load = await throughSandbox();
+const report = startReport("sandbox-load");
 const rate = (s: RunStats): number => (SESSIONS / s.wallMs) * 1000;
 const row = (name: string, s: RunStats): string =>
   `${name.padEnd(22)} ${rate(s).toFixed(1).padStart(8)} ${quantile(s.latencies, 0.5).toFixed(0).padStart(8)} ${quantile(s.latencies, 0.99).toFixed(0).padStart(8)} ${(s.selfPeakKiB / SESSIONS).toFixed(0).padStart(12)} ${(s.childrenPeakKiB / SESSIONS).toFixed(0).padStart(14)}`;
-await model.close();
-console.log(`${SESSIONS} concurrent sessions of ${FAKE ? "oz0-fake-harness (one scripted model call each)" : `the chatty harness (${EVENTS} text events each)`}, isolation ${load.isolation}`);
+console.log(`${SESSIONS} concurrent sessions of ${FAKE ? "oz0-fake-harness (one scripted model call each)" : `the chatty harness (${EVENTS} text events each)`}, isolation ${ISOLATION}, ${ROUNDS} rounds`);
 console.log(`${"".padEnd(22)} ${"sess/s".padStart(8)} ${"p50 ms".padStart(8)} ${"p99 ms".padStart(8)} ${"host KiB/ses".padStart(12)} ${"harness KiB/ses".padStart(14)}`);
-console.log(row("baseline (host only)", base));
-console.log(row("sandbox (gRPC)", load));
-console.log(
-  `ratios sandbox/baseline: throughput ${(rate(load) / rate(base)).toFixed(2)}, p50 ${(quantile(load.latencies, 0.5) / quantile(base.latencies, 0.5)).toFixed(2)}, p99 ${(quantile(load.latencies, 0.99) / quantile(base.latencies, 0.99)).toFixed(2)}`,
-);
-if (load.problems.length > 0) {
-  console.error(`LOST OR DUPLICATED MESSAGES:\n${load.problems.join("\n")}`);
+const ratios = { throughput: [] as number[], p50: [] as number[], p99: [] as number[] };
+const problems: string[] = [];
+for (let r = 0; r < ROUNDS; r++) {
+  const base = await baseline();
+  const load = await throughSandbox();
+  console.log(row(`${r + 1}: baseline (host)`, base));
+  console.log(row(`${r + 1}: sandbox (${load.isolation})`, load));
+  ratios.throughput.push(rate(load) / rate(base));
+  ratios.p50.push(quantile(load.latencies, 0.5) / quantile(base.latencies, 0.5));
+  ratios.p99.push(quantile(load.latencies, 0.99) / quantile(base.latencies, 0.99));
+  problems.push(...load.problems);
+}
+await model.close();
+report.ratio("sandbox/baseline throughput", ratios.throughput);
+report.ratio("sandbox/baseline p50", ratios.p50);
+report.ratio("sandbox/baseline p99", ratios.p99);
+report.end();
+if (problems.length > 0) {
+  console.error(`LOST OR DUPLICATED MESSAGES:\n${problems.join("\n")}`);
   process.exitCode = 1;
 } else {
-  console.log(`no message lost or duplicated in ${SESSIONS} sessions (${SESSIONS * (EXPECTED_EVENTS + 3)} messages)`);
+  console.log(`no message lost or duplicated in ${ROUNDS * SESSIONS} sessions (${ROUNDS * SESSIONS * (EXPECTED_EVENTS + 3)} messages)`);
 }

@@ -17,6 +17,7 @@ import { clientsFor } from "../services/orchestrator/src/cli/connection.js";
 import { startEmbeddedStack, type EmbeddedStack } from "../services/orchestrator/src/dev/embedded-stack.js";
 import { startOtlpReceiver } from "../tools/test-infra/src/otlp-receiver.js";
 import { benchOptions } from "./bench-options.js";
+import { median, startReport } from "./bench-report.js";
 
 const { jobs: JOBS, inflight: INFLIGHT, rounds: ROUNDS } = benchOptions({
   jobs: { type: "number", default: 30 },
@@ -24,11 +25,7 @@ const { jobs: JOBS, inflight: INFLIGHT, rounds: ROUNDS } = benchOptions({
   rounds: { type: "number", default: 3 },
 });
 
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
-
+const report = startReport("tracing-overhead");
 const root = mkdtempSync(path.join(os.tmpdir(), "oz0-bench-tracing-"));
 const model = await startScriptedModel({
   isSideCall: () => false,
@@ -117,7 +114,7 @@ try {
   const off = median(rates.off);
   const on = median(rates.on);
   console.log(`median jobs/s: tracing off ${off.toFixed(2)}, tracing exporting ${on.toFixed(2)}`);
-  console.log(`  ratio on/off: ${(on / off).toFixed(3)} (${((1 - on / off) * 100).toFixed(1)}% slower; goal < 10%)`);
+  report.ratio("  ratio on/off, round by round", rates.on.map((rate, r) => rate / rates.off[r]!), { digits: 3, goal: "> 0.90 (less than 10% slower)" });
   await stacks.on.close();
   console.log(`  the receiver got ${receiver.spans().length} spans in ${receiver.requests} export requests`);
 } finally {
@@ -126,4 +123,5 @@ try {
   await receiver.close();
   await model.close();
   rmSync(root, { recursive: true, force: true });
+  report.end();
 }
