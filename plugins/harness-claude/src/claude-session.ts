@@ -8,6 +8,7 @@ import { createPermissionGate, STRUCTURED_OUTPUT_TOOL } from "./permission-gate.
 import { buildQueryOptions } from "./query-options.js";
 import { createRuntimeToolServer, RUNTIME_TOOL_SERVER, runtimeToolNames } from "./runtime-tool-server.js";
 import { SdkMessageMapper } from "./sdk-message-mapper.js";
+import { SessionSpans } from "./session-spans.js";
 import { stateLayout } from "./session-environment.js";
 import type { ClaudeSessionHost } from "./session-port.js";
 import { structuredOutputFromText } from "./structured-output.js";
@@ -34,7 +35,8 @@ export async function runClaudeSession(options: RunClaudeSessionOptions): Promis
   if (session.signal.aborted) return CANCELLED;
 
   const runtimeTools = runtimeToolNames(request.runtimeTools, new Set<string>([...SUPPORTED_TOOLS, STRUCTURED_OUTPUT_TOOL]));
-  const mapper = new SdkMessageMapper({ events: session, displayToolName: (name) => runtimeTools.runtimeName(name) ?? name });
+  const spans = new SessionSpans({ tracer: session.tracer(), conversationId: request.sessionId });
+  const mapper = new SdkMessageMapper({ events: session, displayToolName: (name) => runtimeTools.runtimeName(name) ?? name, spans });
   // SIGTERM aborts the session's signal; this ends the query and the Claude Code process with it.
   const abortController = new AbortController();
   const onAbort = (): void => abortController.abort();
@@ -81,6 +83,7 @@ export async function runClaudeSession(options: RunClaudeSessionOptions): Promis
     if (!result) return { stopReason: StopReason.ERROR, error: error instanceof Error ? error.message : String(error) };
   } finally {
     session.signal.removeEventListener("abort", onAbort);
+    spans.end();
   }
   if (session.signal.aborted) return CANCELLED;
   if (!result) return { stopReason: StopReason.ERROR, error: "Claude Code ended without a result" };

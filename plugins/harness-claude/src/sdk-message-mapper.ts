@@ -4,6 +4,7 @@ import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { StopReason, type ResultInit } from "@oz0/harness";
 import type { SDKMessage, SDKResultMessage } from "@anthropic-ai/claude-agent-sdk";
 import type { EventSink } from "./session-port.js";
+import type { SessionSpans } from "./session-spans.js";
 import { STRUCTURED_OUTPUT_TOOL } from "./permission-gate.js";
 import { toolTitle } from "./tool-titles.js";
 
@@ -11,6 +12,8 @@ export interface SdkMessageMapperOptions {
   events: EventSink;
   /** Model-facing tool names of the runtime tools mapped back to the runtime's names. */
   displayToolName(sdkName: string): string;
+  /** Where the model calls and tool calls become spans of the job's trace. */
+  spans?: SessionSpans;
 }
 
 interface StreamedItem {
@@ -50,6 +53,7 @@ function toolResultOutput(content: unknown): JsonValue {
 export class SdkMessageMapper {
   private readonly events: EventSink;
   private readonly displayToolName: (sdkName: string) => string;
+  private readonly spans: SessionSpans | undefined;
   /** Streamed text items by `messageId/index`; whole assistant blocks that match one are not sent again. */
   private readonly streamed = new Map<string, StreamedItem>();
   private currentMessageId = "";
@@ -61,6 +65,7 @@ export class SdkMessageMapper {
   constructor(options: SdkMessageMapperOptions) {
     this.events = options.events;
     this.displayToolName = options.displayToolName;
+    this.spans = options.spans;
   }
 
   /**
@@ -77,6 +82,7 @@ export class SdkMessageMapper {
     this.announced.add(callId);
     const tool = this.displayToolName(sdkName);
     const value = asObject(input);
+    this.spans?.toolStarted(callId, tool);
     this.events.toolCall({ callId, tool, input: value, title: toolTitle(tool, value) });
   }
 
@@ -108,6 +114,7 @@ export class SdkMessageMapper {
           cacheReadTokens: count(usage?.cache_read_input_tokens),
           cacheWriteTokens: count(usage?.cache_creation_input_tokens),
         };
+        this.spans?.modelCallStarted(event.message.model);
         return;
       }
       case "content_block_start": {
@@ -138,7 +145,10 @@ export class SdkMessageMapper {
         return;
       }
       case "message_stop": {
-        if (this.currentCall) this.events.usage({ ...this.currentCall });
+        if (this.currentCall) {
+          this.events.usage({ ...this.currentCall });
+          this.spans?.modelCallEnded(this.currentCall);
+        }
         this.currentCall = undefined;
         return;
       }
@@ -179,6 +189,7 @@ export class SdkMessageMapper {
     if (!Array.isArray(content)) return;
     for (const block of content as Array<Record<string, unknown>>) {
       if (block["type"] !== "tool_result" || this.hidden.has(String(block["tool_use_id"]))) continue;
+      this.spans?.toolEnded(String(block["tool_use_id"]), block["is_error"] === true);
       this.events.toolResult({ callId: String(block["tool_use_id"]), output: toolResultOutput(block["content"]), isError: block["is_error"] === true });
     }
   }

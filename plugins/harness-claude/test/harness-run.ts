@@ -62,6 +62,8 @@ export interface HarnessRunOptions {
   viaProxy?: boolean;
   /** Files to create in the working directory first. */
   files?: Record<string, string>;
+  /** More environment for the harness process (what a sandbox would add, such as its trace relay). */
+  env?: Record<string, string>;
 }
 
 export const TOKEN = "oz0-session-token-7f3a";
@@ -110,7 +112,7 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
     command: ["node", MAIN],
     cwd: workingDir,
     // What a node would pass, plus a provider key that must not get through.
-    env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", HOME: stateDir, ANTHROPIC_API_KEY: PLANTED_SECRET, OPENAI_API_KEY: PLANTED_SECRET },
+    env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", HOME: stateDir, ANTHROPIC_API_KEY: PLANTED_SECRET, OPENAI_API_KEY: PLANTED_SECRET, ...options.env },
     request,
     onStderr: (chunk) => void (stderr += chunk.toString("utf8")),
     onEvent: (event) => {
