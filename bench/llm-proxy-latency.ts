@@ -28,6 +28,7 @@ import { performance } from "node:perf_hooks";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import type * as LlmProxyPackage from "@oz0/llm-proxy";
 import { benchOptions } from "./bench-options.js";
+import { startReport } from "./bench-report.js";
 import { formatProfileSummary, summariseCpuProfile } from "./llm-proxy-cpu-profile.js";
 import { askRole, closePostConnections, cpuOf, postJson, serveRoleControl, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
 
@@ -167,6 +168,7 @@ const range = (values: number[], digits = 2): string => {
 };
 
 async function bench(): Promise<void> {
+  const report = startReport("llm-proxy-latency");
   const { calls, seconds, rounds } = options;
   const concurrencies = options.concurrency.split(",").map(Number);
   const wires = options.wires.split(",").map((name) => WIRES[name] ?? fail(`--wires: no wire ${name}; known: ${Object.keys(WIRES).join(", ")}`));
@@ -266,6 +268,7 @@ async function bench(): Promise<void> {
     closePostConnections();
     await Promise.all(roles.map((r) => new Promise((resolve) => r.child.once("exit", resolve).stdin!.end())));
     for (const dir of dataDirs) rmSync(dir, { recursive: true, force: true });
+    report.end();
   }
 }
 

@@ -13,6 +13,7 @@ import { randomBytes } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { benchOptions } from "./bench-options.js";
+import { MIN_ROUNDS, startReport } from "./bench-report.js";
 import { closePostConnections, cpuOf, postJson, serveRoleControl, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
 
 const options = benchOptions({
@@ -95,6 +96,7 @@ async function mint(proxyUrl: string): Promise<string> {
 const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]!;
 
 async function bench(): Promise<void> {
+  const report = startReport("llm-proxy-replicas");
   const { calls, concurrency, seconds, rounds } = options;
   const { startPostgres } = await import("@oz0/test-infra");
   const postgres = process.env.DATABASE_URL ? undefined : await startPostgres({ database: "oz0_bench" });
@@ -135,7 +137,7 @@ async function bench(): Promise<void> {
       const r = results.get(setup.name)!;
       console.log(
         `${setup.name.padEnd(24)} p50 ${median(r.p50).toFixed(3)} ms p99 ${median(r.p99).toFixed(3)} ms | ${median(r.perSecond).toFixed(0)}/s | proxy CPU ${median(r.cpu).toFixed(0)} µs a call` +
-          ` | vs SQLite: p50 ${(median(r.p50) / median(base.p50)).toFixed(2)}x, throughput ${(median(r.perSecond) / median(base.perSecond)).toFixed(2)}x, CPU ${(median(r.cpu) / median(base.cpu)).toFixed(2)}x`,
+          (rounds < MIN_ROUNDS ? "" : ` | vs SQLite: p50 ${(median(r.p50) / median(base.p50)).toFixed(2)}x, throughput ${(median(r.perSecond) / median(base.perSecond)).toFixed(2)}x, CPU ${(median(r.cpu) / median(base.cpu)).toFixed(2)}x`),
       );
     }
   } finally {
@@ -143,6 +145,7 @@ async function bench(): Promise<void> {
     for (const r of roles) r.child.stdin!.end();
     await new Promise((resolve) => setTimeout(resolve, 300));
     if (postgres) await postgres.close();
+    report.end();
   }
 }
 
