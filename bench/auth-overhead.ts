@@ -50,6 +50,7 @@ import { startTestOidcIssuer, testCredentials, type TestOidcIssuer } from "../li
 import { SessionTokens } from "../services/llm-proxy/src/session-tokens.js";
 import { SqliteProxyStore } from "../services/llm-proxy/src/sqlite-proxy-store.js";
 import { benchOptions } from "./bench-options.js";
+import { startReport } from "./bench-report.js";
 import { closePostConnections, cpuOf, postJson, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
 
 const options = benchOptions({
@@ -183,8 +184,8 @@ async function bench(): Promise<void> {
   const rounds = Math.max(1, Math.floor(options.rounds));
   const ratios = rounds >= 2;
   const noRatio = "(no ratio from a single round: --rounds 2 or more)";
-  const startedAt = performance.now();
-  console.log(`auth overhead (issue 19): ${os.availableParallelism()} cores (${os.cpus()[0]?.model ?? "unknown CPU"}), Node ${process.version}, load average before ${load()}`);
+  const report = startReport("auth-overhead (issue 19)");
+  console.log(`CPU: ${os.cpus()[0]?.model ?? "unknown"}`);
   console.log(`goal: under ${GOAL_MICROS} µs of CPU per call added by authentication; contenders alternate (call by call in 1–2, round by round in 3–4)`);
 
   const issuer = await startTestOidcIssuer();
@@ -198,7 +199,7 @@ async function bench(): Promise<void> {
     await issuer.close();
   }
   await proxySection(rounds, ratios, noRatio);
-  console.log(`load average after ${load()}; ${((performance.now() - startedAt) / 1000).toFixed(1)} s in all`);
+  report.end();
 }
 
 /**
