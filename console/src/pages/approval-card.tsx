@@ -1,7 +1,9 @@
 // One tool call waiting for a person: what it wants to do, for whom, how long
-// it has waited; approve, or deny with a reason, for people with the approver
-// role (the API refuses everyone else anyway).
+// it has waited; approve, approve with an edited input, or deny with a
+// reason, for people with the approver role (the API refuses everyone else
+// anyway).
 import { useState } from "preact/hooks";
+import type { JsonObject } from "@bufbuild/protobuf";
 import type { Approval } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { jobs, messageOf } from "../api.js";
 import { clock, dateOf, duration, json } from "../format.js";
@@ -11,14 +13,15 @@ export function ApprovalCard({ approval, canAnswer, onAnswered }: { approval: Ap
   const [reason, setReason] = useState("");
   const [busy, setBusy] = useState(false);
   const [problem, setProblem] = useState<string | undefined>(undefined);
+  const [edited, setEdited] = useState<string | undefined>(undefined);
   const requested = dateOf(approval.requestedAt);
   const deadline = dateOf(approval.deadline);
   const titleId = `approval-${approval.callId}`;
-  const answer = async (allow: boolean): Promise<void> => {
+  const answer = async (allow: boolean, input?: JsonObject): Promise<void> => {
     setBusy(true);
     setProblem(undefined);
     try {
-      await jobs.answerPermission({ jobId: approval.jobId, callId: approval.callId, allow, reason: reason.trim() });
+      await jobs.answerPermission({ jobId: approval.jobId, callId: approval.callId, allow, reason: reason.trim(), ...(input ? { input } : {}) });
       onAnswered();
     } catch (error) {
       setProblem(messageOf(error));
@@ -70,6 +73,34 @@ export function ApprovalCard({ approval, canAnswer, onAnswered }: { approval: Ap
           <button type="button" class="deny" disabled={busy} onClick={() => void answer(false)}>
             Deny
           </button>
+          {edited === undefined ? (
+            <button type="button" disabled={busy} onClick={() => setEdited(json(approval.input))}>
+              Edit input…
+            </button>
+          ) : null}
+          {edited !== undefined ? (
+            <div class="edit-input">
+              <label>
+                Input to run instead (JSON)
+                <textarea rows={Math.min(12, edited.split("\n").length + 1)} value={edited} onInput={(e) => setEdited((e.target as HTMLTextAreaElement).value)} />
+              </label>
+              <button
+                type="button"
+                class="approve"
+                disabled={busy}
+                onClick={() => {
+                  const input = parseObject(edited);
+                  if (input) void answer(true, input);
+                  else setProblem("the edited input is not a JSON object");
+                }}
+              >
+                Approve with this input
+              </button>{" "}
+              <button type="button" disabled={busy} onClick={() => setEdited(undefined)}>
+                Keep the original
+              </button>
+            </div>
+          ) : null}
         </form>
       ) : (
         <p class="muted">You can see this request; answering it needs the approver role.</p>
@@ -81,4 +112,13 @@ export function ApprovalCard({ approval, canAnswer, onAnswered }: { approval: Ap
       ) : null}
     </article>
   );
+}
+
+function parseObject(text: string): JsonObject | undefined {
+  try {
+    const value = JSON.parse(text) as unknown;
+    return value && typeof value === "object" && !Array.isArray(value) ? (value as JsonObject) : undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -2,9 +2,11 @@
 // shipment example shows its two harness operations as "Harness ·
 // operation_key" rows under one "2 parallel" rail, and a row opens a modal
 // with what is public about it; the elapsed timeline and usage are drawn; a
-// patch artifact is rendered as a diff beside a decision whose input a person
-// changed; the agents page shows every version and the diff between two.
-// Every page passes axe; screenshots go to services/orchestrator/.screenshots/.
+// person edits a call's input in the page and approves it, and the patch
+// artifact is rendered as a diff beside the decision that says so; the agents
+// page shows every version and the diff between two; the page keeps up after
+// the orchestrator restarts. Every page passes axe; screenshots go to
+// services/orchestrator/.screenshots/.
 import assert from "node:assert/strict";
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -134,17 +136,18 @@ void test("the shipment example: two operation rows under one '2 parallel' rail;
   await page.close();
 });
 
-void test("a patch artifact is a diff; a decision whose input a person changed says so", async () => {
+void test("a person edits a call's input in the page and approves it; the decision says so, and the patch artifact is a diff", async () => {
   const { job } = await owner().jobs.runAgent({ agent: "guarded", input: "first > notes.txt" });
   const jobId = job!.id;
   const page = await openConsole(browser, t.url, t.stack.ownerToken);
   await page.goto(`${t.url}/#/jobs/${jobId}`);
   await page.getByTestId("pending").waitFor();
-  const [approval] = await eventually(async () => {
-    const { approvals } = await owner().jobs.listApprovals({ jobId });
-    return approvals.length > 0 ? approvals : undefined;
-  });
-  await owner().jobs.answerPermission({ jobId, callId: approval!.callId, allow: true, input: { command: "echo changed > notes.txt" } });
+  // The approver edits the input in the page and approves the edited call.
+  const card = page.locator("article.approval");
+  await card.getByRole("button", { name: "Edit input…" }).click();
+  await card.getByLabel("Input to run instead (JSON)").fill('{ "command": "echo changed > notes.txt" }');
+  await assertAccessible(page, "approval (editing the input)");
+  await card.getByRole("button", { name: "Approve with this input" }).click();
   await page.getByTestId("job-state").filter({ hasText: "succeeded" }).waitFor();
   assert.match((await page.getByTestId("decision").first().textContent()) ?? "", /allowed by owner \(input changed\)/);
   const diff = page.getByTestId("diff");
