@@ -70,7 +70,11 @@ const owner = () => consoleClients(t.url, t.stack.ownerToken);
 
 before(async () => {
   const repo = await writeGuardedPlugin(path.join(scratch, "guarded"));
-  t = await startTestStack({ pick: pick as unknown as Parameters<typeof startTestStack>[0]["pick"] });
+  t = await startTestStack({
+    pick: pick as unknown as Parameters<typeof startTestStack>[0]["pick"],
+    // The orchestrator traces its jobs (to its own log), so each job has a trace id to link.
+    orchestratorEnv: { OTEL_TRACES_EXPORTER: "console", OTEL_METRICS_EXPORTER: "none", OTEL_LOGS_EXPORTER: "none" },
+  });
   await owner().plugins.installPlugin({ source: repo });
   await owner().plugins.installPlugin({ source: shipments });
   browser = await launchBrowser();
@@ -154,6 +158,18 @@ void test("a person edits a call's input in the page and approves it; the decisi
   await diff.waitFor();
   assert.match((await diff.textContent()) ?? "", /notes\.txt/);
   assert.equal(await diff.locator(".diff-add", { hasText: "+changed" }).count(), 1, "the added line is marked as added");
+
+  // The trace id links to the viewer this browser is told of; only an http(s) URL is taken.
+  const traceId = await page.getByTestId("trace-id").textContent();
+  assert.match(traceId ?? "", /^[0-9a-f]{32}$/);
+  await page.getByText("link to a trace viewer").click();
+  const traceUrl = page.getByLabel("Trace URL (this browser only)");
+  await traceUrl.fill("javascript:alert({traceId})");
+  await page.getByRole("button", { name: "Save" }).click();
+  await page.getByRole("alert").filter({ hasText: "An http(s) URL" }).waitFor();
+  await traceUrl.fill("https://traces.example/trace/{traceId}?from=oz0");
+  await page.getByRole("button", { name: "Save" }).click();
+  assert.equal(await page.getByTestId("trace-link").getAttribute("href"), `https://traces.example/trace/${traceId}?from=oz0`);
   await assertAccessible(page, "job (patch)");
   await screenshot(page, "job-patch");
   await page.close();
