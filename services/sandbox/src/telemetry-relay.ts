@@ -33,7 +33,8 @@ export async function startTelemetryRelay(options: { target: OtlpTracesTarget; l
   let warned = false;
   const server = http.createServer((request, response) => {
     const answer = (status: number, message: string): void => {
-      response.writeHead(status, { "content-type": "text/plain; charset=utf-8", connection: "close" }).end(`${message}\n`);
+      // The body is read and dropped (not cut off): a client still sending it gets the answer, not a broken pipe.
+      response.writeHead(status, { "content-type": "text/plain; charset=utf-8" }).end(`${message}\n`);
       request.resume();
     };
     if (request.url !== OTLP_TRACES_PATH) return answer(404, `only OTLP trace exports are relayed: POST ${OTLP_TRACES_PATH}`);

@@ -47,7 +47,9 @@ void describe("the sandbox's trace relay", () => {
       const t = await startTestSandbox({ isolation, sessionTraces: { url: collectorUrl, headers: { authorization: `Bearer ${COLLECTOR_SECRET}` } } });
       try {
         const stream = await runToEnd(t.client, scenarioStart({ mode: "otlp", needle: COLLECTOR_SECRET }, {}, { sessionId: `ses_relay_${isolation}` }));
-        const outcome = JSON.parse(stream.exited().result?.text ?? "{}") as { endpoint: string; statuses: string[]; leaked: boolean; disabled: string };
+        const exited = stream.exited();
+        const outcome = JSON.parse(exited.result?.text ?? "{}") as { endpoint: string; statuses: string[]; leaked: boolean; disabled: string };
+        assert.ok(exited.result !== undefined, `${exited.errorCode}: ${exited.errorMessage} ${exited.stderrTail}`);
         assert.match(outcome.endpoint, /^http:\/\/127\.0\.0\.1:\d+\/v1\/traces$/);
         assert.equal(outcome.disabled, "false", "the harness's OpenTelemetry is switched on");
         assert.deepEqual(outcome.statuses, ["200", "404", "413"], "a trace export passes; metrics and an export past 4 MiB do not");
