@@ -304,42 +304,16 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     }
     const status = upstream.statusCode ?? 502;
     if (status < 200 || status >= 300) {
-      if (isRetryableStatus(status)) {
-        // Keep the body in case this is the last attempt; it is small.
-        let bodyBytes: Buffer;
-        try {
-          bodyBytes = (await readAll(upstream))!;
-        } catch {
-          return { status, outcome: "http_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable: true, retryHeaders: upstream.headers, errorCode: `http_${status}` };
-        }
-        return {
-          status,
-          outcome: "http_error",
-          usage: { ...ZERO_USAGE },
-          estimated: false,
-          delivered: false,
-          retryable: true,
-          retryHeaders: upstream.headers,
-          errorCode: `http_${status}`,
-          pendingError: { status, headers: responseHeaders(upstream, ctx.operationId, scrubber), body: Buffer.from(scrubber.json(bodyBytes.toString("utf8"))) },
-        };
-      }
+      const retryable = isRetryableStatus(status);
+      const failed = { status, outcome: "http_error" as const, usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable, errorCode: `http_${status}`, ...(retryable ? { retryHeaders: upstream.headers } : {}) };
+      // Kept for the client in case this is the last attempt; it is small.
       let bodyBytes: Buffer;
       try {
         bodyBytes = (await readAll(upstream))!;
       } catch (error) {
-        return connectionFailure(error);
+        return retryable ? failed : connectionFailure(error);
       }
-      return {
-        status,
-        outcome: "http_error",
-        usage: { ...ZERO_USAGE },
-        estimated: false,
-        delivered: false,
-        retryable: false,
-        errorCode: `http_${status}`,
-        pendingError: { status, headers: responseHeaders(upstream, ctx.operationId, scrubber), body: Buffer.from(scrubber.json(bodyBytes.toString("utf8"))) },
-      };
+      return { ...failed, pendingError: { status, headers: responseHeaders(upstream, ctx.operationId, scrubber), body: Buffer.from(scrubber.json(bodyBytes.toString("utf8"))) } };
     }
     const contentType = String(upstream.headers["content-type"] ?? "");
     if (input.request.stream && contentType.includes("text/event-stream")) {

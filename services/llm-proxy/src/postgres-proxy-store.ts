@@ -7,23 +7,25 @@
 // reservations from any replica are serialised per session. Amounts are
 // `numeric`, so holds and settlements add up exactly.
 //
-// Metering rows and budget settlements are written in batches: one statement
-// (one round trip, one commit) per turn of the event loop, attempts, calls
-// and settlements together, so a call's record and its charge commit at once.
-// Each write's promise resolves when its batch is committed, so the record is
-// visible to every replica by then.
+// Calls in flight, metering rows and budget settlements are group-committed
+// (postgres-group-commit.ts): one statement (one round trip, one commit) per
+// turn of the event loop for all of them, so a call's record and its charge
+// commit at once. Each write's promise resolves when its statement commits,
+// so a call in flight is durable before its attempt goes out, and a record is
+// visible to every replica.
 // Secret and token changes are NOTIFYed in the statement that makes them, so
 // other replicas drop what they cached (postgres-change-feed.ts).
 import { randomUUID } from "node:crypto";
-import { channelName, checkSchemaName, createSchemaPool, runMigrations, type Migration } from "@oz0/postgres";
+import { channelName, checkSchemaName, createSchemaPool, runMigrations } from "@oz0/postgres";
 import type pg from "pg";
 import { PostgresChangeFeed } from "./postgres-change-feed.js";
+import { PostgresGroupCommit, valuesClause } from "./postgres-group-commit.js";
+import { MIGRATIONS } from "./postgres-migrations.js";
 import { ProxyError } from "./proxy-error.js";
 import type {
   AttemptRecord,
   BudgetSnapshot,
   CallRecord,
-  Outcome,
   PendingAttempt,
   ProxyStore,
   Reservation,
@@ -35,6 +37,22 @@ import type {
   UsageTotals,
 } from "./proxy-store.js";
 import { interruptedRecords, tokenUse, type TokenUseAnswer } from "./proxy-store.js";
+import {
+  attemptFromRow,
+  callFromRow,
+  METERING_COLUMN_LIST,
+  meteringValues,
+  pendingFromRow,
+  pendingValues,
+  POSTGRES_ENCODING,
+  tokenFromRow,
+  USAGE_SUMS,
+  usageFromRows,
+  type MeteringRow,
+  type PendingRow,
+  type TokenRow,
+  type UsageRow,
+} from "./store-rows.js";
 
 export type { BudgetSnapshot } from "./proxy-store.js";
 
@@ -70,275 +88,10 @@ export interface PostgresProxyStoreOptions {
   onError?: (error: unknown) => void;
 }
 
-const METERING_COLUMNS = `operation_id text NOT NULL, job text NOT NULL, agent text NOT NULL, session text NOT NULL,
-  provider text NOT NULL, model text NOT NULL, wire text NOT NULL, stream boolean NOT NULL, status integer NOT NULL,
-  outcome text NOT NULL, input_tokens bigint NOT NULL, output_tokens bigint NOT NULL, cache_read_tokens bigint NOT NULL,
-  cache_write_tokens bigint NOT NULL, reasoning_tokens bigint NOT NULL, cost_usd double precision NOT NULL,
-  latency_ms double precision NOT NULL, ttft_ms double precision, estimated boolean NOT NULL, started_at timestamptz NOT NULL`;
-
-/** Append only: never edit one that has been applied somewhere. */
-const MIGRATIONS: readonly Migration[] = [
-  {
-    version: 1,
-    name: "secrets, session tokens, metering, budgets",
-    sql: `
-CREATE TABLE secrets (name text PRIMARY KEY, iv bytea NOT NULL, ciphertext bytea NOT NULL, tag bytea NOT NULL,
-  created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL);
-CREATE TABLE session_tokens (hash text PRIMARY KEY, job text NOT NULL, agent text NOT NULL, session text NOT NULL,
-  budget_usd double precision NOT NULL, created_at timestamptz NOT NULL, revoked_at timestamptz);
-CREATE INDEX session_tokens_by_session ON session_tokens (session);
-CREATE TABLE attempts (${METERING_COLUMNS}, attempt integer NOT NULL, PRIMARY KEY (operation_id, attempt));
-CREATE INDEX attempts_by_job ON attempts (job);
-CREATE TABLE calls (${METERING_COLUMNS}, attempts integer NOT NULL, PRIMARY KEY (operation_id));
-CREATE INDEX calls_by_job ON calls (job);
-CREATE INDEX calls_by_session ON calls (session);
-CREATE TABLE budget_accounts (session text PRIMARY KEY, limit_usd numeric NOT NULL, spent_usd numeric NOT NULL,
-  reserved_usd numeric NOT NULL);
--- state: held (counted in reserved_usd), settled, or expired (freed by the sweep; a late settle still counts its spend).
-CREATE TABLE budget_reservations (id text PRIMARY KEY, session text NOT NULL, amount_usd numeric NOT NULL, state text NOT NULL,
-  actual_usd numeric, created_at timestamptz NOT NULL, expires_at timestamptz NOT NULL);
-CREATE INDEX budget_reservations_held ON budget_reservations (expires_at) WHERE state = 'held';
-`,
-  },
-  {
-    version: 2,
-    name: "budget reservations in one round trip",
-    // Each function is one transaction's worth of locking: the account row is
-    // locked from the decision to the hold. A settled reservation is deleted
-    // (a second settle finds nothing); only holds in flight and expired ones stay.
-    // search_path is fixed at creation, so the functions find this schema's tables.
-    sql: `
-CREATE INDEX budget_reservations_by_session ON budget_reservations (session);
-CREATE FUNCTION reserve_budget(p_id text, p_session text, p_limit numeric, p_worst numeric, p_minimum numeric, p_partial boolean, p_hold_ms double precision)
-RETURNS TABLE (o_amount numeric, o_limit numeric, o_spent numeric, o_reserved numeric)
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
-DECLARE
-  a budget_accounts%ROWTYPE;
-  available numeric;
-  amount numeric;
-BEGIN
-  SELECT * INTO a FROM budget_accounts WHERE session = p_session FOR UPDATE;
-  IF NOT FOUND THEN
-    -- A first reservation starts from what the session's calls were charged (a restart, a forgotten account).
-    INSERT INTO budget_accounts (session, limit_usd, spent_usd, reserved_usd)
-      SELECT p_session, p_limit, COALESCE(SUM(c.cost_usd), 0)::numeric, 0 FROM calls c WHERE c.session = p_session
-      ON CONFLICT (session) DO NOTHING;
-    SELECT * INTO a FROM budget_accounts WHERE session = p_session FOR UPDATE;
-  END IF;
-  available := a.limit_usd - a.spent_usd - a.reserved_usd;
-  IF available <= 0 OR available < p_minimum OR (NOT p_partial AND p_worst > available) THEN
-    RETURN QUERY SELECT NULL::numeric, a.limit_usd, a.spent_usd, a.reserved_usd;
-    RETURN;
-  END IF;
-  amount := LEAST(p_worst, available);
-  UPDATE budget_accounts SET reserved_usd = reserved_usd + amount WHERE session = p_session;
-  INSERT INTO budget_reservations (id, session, amount_usd, state, created_at, expires_at)
-    VALUES (p_id, p_session, amount, 'held', now(), now() + p_hold_ms * interval '1 millisecond');
-  RETURN QUERY SELECT amount, a.limit_usd, a.spent_usd, a.reserved_usd + amount;
-END
-$fn$;
-CREATE FUNCTION settle_budget(p_id text, p_actual numeric) RETURNS void
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
-DECLARE
-  r budget_reservations%ROWTYPE;
-BEGIN
-  DELETE FROM budget_reservations WHERE id = p_id RETURNING * INTO r;
-  IF NOT FOUND OR r.state = 'settled' THEN RETURN; END IF;
-  -- An expired hold was already given back by the sweep: only the spend is left to count.
-  UPDATE budget_accounts
-    SET reserved_usd = reserved_usd - CASE WHEN r.state = 'held' THEN r.amount_usd ELSE 0 END, spent_usd = spent_usd + p_actual
-    WHERE session = r.session;
-END
-$fn$;
-DELETE FROM budget_reservations WHERE state = 'settled';
-`,
-  },
-  {
-    version: 3,
-    name: "a session token's first use",
-    // Nothing recorded the use of the tokens already there: count them used, which claims nothing false.
-    sql: "ALTER TABLE session_tokens ADD COLUMN used_at timestamptz; UPDATE session_tokens SET used_at = created_at;",
-  },
-  {
-    version: 4,
-    name: "calls in flight, reconciled as interrupted when their replica is gone",
-    // One row per call in flight, written before its first attempt is sent and deleted with the
-    // call's record. Its replica renews expires_at with its budget holds; once it lapses the
-    // replica is gone, and any replica turns the row into an interrupted call.
-    sql: `
-CREATE TABLE pending_calls (operation_id text PRIMARY KEY, job text NOT NULL, agent text NOT NULL, session text NOT NULL,
-  provider text NOT NULL, model text NOT NULL, wire text NOT NULL, stream boolean NOT NULL, attempt integer NOT NULL,
-  started_at timestamptz NOT NULL, attempt_started_at timestamptz NOT NULL, reservation_id text, expires_at timestamptz NOT NULL);
-CREATE INDEX pending_calls_by_expiry ON pending_calls (expires_at);
-`,
-  },
-];
-
-interface MeteringRow {
-  operation_id: string;
-  job: string;
-  agent: string;
-  session: string;
-  provider: string;
-  model: string;
-  wire: string;
-  stream: boolean;
-  status: number;
-  outcome: string;
-  input_tokens: string;
-  output_tokens: string;
-  cache_read_tokens: string;
-  cache_write_tokens: string;
-  reasoning_tokens: string;
-  cost_usd: number;
-  latency_ms: number;
-  ttft_ms: number | null;
-  estimated: boolean;
-  started_at: Date;
-}
-
-interface TokenRow {
-  hash: string;
-  job: string;
-  agent: string;
-  session: string;
-  budget_usd: number;
-  created_at: Date;
-  revoked_at: Date | null;
-  used_at: Date | null;
-}
-
-const COLUMN_LIST =
-  "operation_id, job, agent, session, provider, model, wire, stream, status, outcome, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, latency_ms, ttft_ms, estimated, started_at";
-
-function meteringValues(record: AttemptRecord | CallRecord): unknown[] {
-  return [
-    record.operationId,
-    record.job,
-    record.agent,
-    record.session,
-    record.provider,
-    record.model,
-    record.wire,
-    record.stream,
-    record.status,
-    record.outcome,
-    record.usage.input,
-    record.usage.output,
-    record.usage.cacheRead,
-    record.usage.cacheWrite,
-    record.usage.reasoning,
-    record.costUsd,
-    record.latencyMs,
-    record.ttftMs ?? null,
-    record.estimated,
-    record.startedAt,
-  ];
-}
-
-function meteringFromRow(row: MeteringRow): Omit<AttemptRecord, "attempt"> {
-  return {
-    operationId: row.operation_id,
-    job: row.job,
-    agent: row.agent,
-    session: row.session,
-    provider: row.provider,
-    model: row.model,
-    wire: row.wire,
-    stream: row.stream,
-    status: row.status,
-    outcome: row.outcome as Outcome,
-    // bigint columns arrive as strings; token counts stay far below 2^53.
-    usage: {
-      input: Number(row.input_tokens),
-      output: Number(row.output_tokens),
-      cacheRead: Number(row.cache_read_tokens),
-      cacheWrite: Number(row.cache_write_tokens),
-      reasoning: Number(row.reasoning_tokens),
-    },
-    costUsd: row.cost_usd,
-    latencyMs: row.latency_ms,
-    ...(row.ttft_ms === null ? {} : { ttftMs: row.ttft_ms }),
-    estimated: row.estimated,
-    startedAt: row.started_at,
-  };
-}
-
-function tokenFromRow(row: TokenRow): TokenRecord {
-  return {
-    hash: row.hash,
-    job: row.job,
-    agent: row.agent,
-    session: row.session,
-    budgetUsd: row.budget_usd,
-    createdAt: row.created_at,
-    ...(row.revoked_at === null ? {} : { revokedAt: row.revoked_at }),
-    ...(row.used_at === null ? {} : { usedAt: row.used_at }),
-  };
-}
-
 // Dollars go to `numeric` as decimal text, so 0.1 + 0.2 is 0.3 in the ledger.
 function usd(value: number): string {
   if (!Number.isFinite(value) || value < 0) throw new ProxyError("invalid_argument", `a dollar amount must be a finite number ≥ 0, not ${value}`);
   return String(value);
-}
-
-
-const UPDATE_CALL = [...COLUMN_LIST.split(", ").slice(1), "attempts"].map((c) => `${c} = EXCLUDED.${c}`).join(", ");
-
-interface PendingRow {
-  operation_id: string;
-  job: string;
-  agent: string;
-  session: string;
-  provider: string;
-  model: string;
-  wire: string;
-  stream: boolean;
-  attempt: number;
-  started_at: Date;
-  attempt_started_at: Date;
-  reservation_id: string | null;
-}
-
-function pendingFromRow(row: PendingRow): PendingAttempt {
-  return {
-    operationId: row.operation_id,
-    job: row.job,
-    agent: row.agent,
-    session: row.session,
-    provider: row.provider,
-    model: row.model,
-    wire: row.wire,
-    stream: row.stream,
-    attempt: row.attempt,
-    startedAt: row.started_at,
-    attemptStartedAt: row.attempt_started_at,
-    ...(row.reservation_id === null ? {} : { reservationId: row.reservation_id }),
-  };
-}
-
-/** Rows per metering statement: 21 parameters each, far below PostgreSQL's 65 535. */
-const BATCH_ROWS = 1_000;
-
-interface MeteringBatch {
-  attempts: unknown[][];
-  calls: unknown[][];
-  /** Reservations to settle: session (for the lock order), id, dollars charged. */
-  settles: [string, string, string][];
-  done: Promise<void>;
-  resolve: () => void;
-  reject: (error: unknown) => void;
-}
-
-function valuesClause(rows: unknown[][], params: unknown[]): string {
-  return rows
-    .map((row) => {
-      const start = params.length;
-      params.push(...row);
-      return `(${row.map((_, i) => `$${start + i + 1}`).join(", ")})`;
-    })
-    .join(", ");
 }
 
 export class PostgresProxyStore implements ProxyStore {
@@ -356,8 +109,7 @@ export class PostgresProxyStore implements ProxyStore {
   /** Calls in flight here (their pending rows), renewed with the holds until their record is written. */
   readonly #inFlight = new Set<string>();
   #renewTimer: NodeJS.Timeout | undefined;
-  #batch: MeteringBatch | undefined;
-  readonly #flushing = new Set<Promise<void>>();
+  readonly #writes: PostgresGroupCommit;
 
   private constructor(options: { pool: pg.Pool; schema: string; holdMs: number; feed: PostgresChangeFeed; channel: string }) {
     this.#pool = options.pool;
@@ -365,6 +117,7 @@ export class PostgresProxyStore implements ProxyStore {
     this.#holdMs = options.holdMs;
     this.#feed = options.feed;
     this.#channel = options.channel;
+    this.#writes = new PostgresGroupCommit({ pool: options.pool, holdMs: options.holdMs });
   }
 
   /** Connects, migrates under an advisory lock (so replicas starting together apply each version once) and starts listening. */
@@ -491,41 +244,18 @@ export class PostgresProxyStore implements ProxyStore {
   }
 
   recordAttempt(attempt: AttemptRecord): Promise<void> {
-    const batch = this.#currentBatch();
-    batch.attempts.push([...meteringValues(attempt), attempt.attempt]);
-    return batch.done;
+    return this.#writes.attempt([...meteringValues(attempt, POSTGRES_ENCODING), attempt.attempt]);
   }
 
   recordCall(call: CallRecord): Promise<void> {
     this.#inFlight.delete(call.operationId);
-    const batch = this.#currentBatch();
-    batch.calls.push([...meteringValues(call), call.attempts]);
-    return batch.done;
+    return this.#writes.call([...meteringValues(call, POSTGRES_ENCODING), call.attempts]);
   }
 
-  async beginAttempt(pending: PendingAttempt): Promise<void> {
+  beginAttempt(pending: PendingAttempt): Promise<void> {
     this.#inFlight.add(pending.operationId);
-    // Not batched: the row must be committed before the attempt goes out.
-    await this.#pool.query(
-      `INSERT INTO pending_calls (operation_id, job, agent, session, provider, model, wire, stream, attempt, started_at, attempt_started_at, reservation_id, expires_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now() + $13 * interval '1 millisecond')
-       ON CONFLICT (operation_id) DO UPDATE SET attempt = EXCLUDED.attempt, attempt_started_at = EXCLUDED.attempt_started_at, expires_at = EXCLUDED.expires_at`,
-      [
-        pending.operationId,
-        pending.job,
-        pending.agent,
-        pending.session,
-        pending.provider,
-        pending.model,
-        pending.wire,
-        pending.stream,
-        pending.attempt,
-        pending.startedAt,
-        pending.attemptStartedAt,
-        pending.reservationId ?? null,
-        this.#holdMs,
-      ],
-    );
+    // Committed before the attempt goes out, with whatever else this turn wrote (one round trip for all).
+    return this.#writes.begin(pendingValues(pending, POSTGRES_ENCODING));
   }
 
   /**
@@ -536,7 +266,7 @@ export class PostgresProxyStore implements ProxyStore {
    * each call is reconciled once.
    */
   async reconcileInterrupted(): Promise<CallRecord[]> {
-    await this.#drain();
+    await this.#writes.drain();
     const client = await this.#pool.connect();
     try {
       await client.query("BEGIN");
@@ -546,10 +276,13 @@ export class PostgresProxyStore implements ProxyStore {
       if (rows.length > 0) {
         const records = rows.map((row) => interruptedRecords(pendingFromRow(row)));
         const params: unknown[] = [];
-        await client.query(`INSERT INTO attempts (${COLUMN_LIST}, attempt) VALUES ${valuesClause(records.map((r) => [...meteringValues(r.attempt), r.attempt.attempt]), params)} ON CONFLICT DO NOTHING`, params);
+        await client.query(
+          `INSERT INTO attempts (${METERING_COLUMN_LIST}, attempt) VALUES ${valuesClause(records.map((r) => [...meteringValues(r.attempt, POSTGRES_ENCODING), r.attempt.attempt]), params)} ON CONFLICT DO NOTHING`,
+          params,
+        );
         const callParams: unknown[] = [];
         const inserted = await client.query<{ operation_id: string }>(
-          `INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES ${valuesClause(records.map((r) => [...meteringValues(r.call), r.call.attempts]), callParams)} ON CONFLICT DO NOTHING RETURNING operation_id`,
+          `INSERT INTO calls (${METERING_COLUMN_LIST}, attempts) VALUES ${valuesClause(records.map((r) => [...meteringValues(r.call, POSTGRES_ENCODING), r.call.attempts]), callParams)} ON CONFLICT DO NOTHING RETURNING operation_id`,
           callParams,
         );
         const fresh = new Set(inserted.rows.map((r) => r.operation_id));
@@ -575,125 +308,30 @@ export class PostgresProxyStore implements ProxyStore {
     }
   }
 
-  #currentBatch(): MeteringBatch {
-    if (this.#batch) return this.#batch;
-    let resolve!: () => void;
-    let reject!: (error: unknown) => void;
-    const done = new Promise<void>((res, rej) => {
-      resolve = res;
-      reject = rej;
-    });
-    const batch: MeteringBatch = { attempts: [], calls: [], settles: [], done, resolve, reject };
-    this.#batch = batch;
-    setImmediate(() => this.#flush(batch));
-    return batch;
-  }
-
-  #flush(batch: MeteringBatch): void {
-    if (this.#batch !== batch) return;
-    this.#batch = undefined;
-    const writing = this.#write(batch).then(batch.resolve, batch.reject);
-    this.#flushing.add(writing);
-    void writing.finally(() => this.#flushing.delete(writing));
-  }
-
-  async #write(batch: MeteringBatch): Promise<void> {
-    const attempts = [...batch.attempts];
-    const calls = [...batch.calls];
-    // Settled in one order (by session) by every replica, so two batches never wait on each other's accounts.
-    const settles = [...batch.settles].sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0));
-    // Settlements go with the last rows: a call's record commits with its charge, or before it.
-    while (attempts.length > 0 || calls.length > 0 || settles.length > 0) {
-      const someAttempts = attempts.splice(0, BATCH_ROWS);
-      const someCalls = calls.splice(0, BATCH_ROWS - someAttempts.length);
-      const params: unknown[] = [];
-      // ON CONFLICT: a statement run again (after a deadlock) or a duplicate id never fails the rows beside it.
-      const parts = [
-        someAttempts.length ? `INSERT INTO attempts (${COLUMN_LIST}, attempt) VALUES ${valuesClause(someAttempts, params)} ON CONFLICT DO NOTHING` : "",
-        // The call's record ends its pending row in the same statement (one commit).
-        someCalls.length ? `DELETE FROM pending_calls WHERE operation_id = ANY($${params.push(someCalls.map((c) => c[0]))}::text[])` : "",
-        // A call reconciled as interrupted while its replica was only cut off: its real record replaces that one.
-        someCalls.length
-          ? `INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES ${valuesClause(someCalls, params)} ON CONFLICT (operation_id) DO UPDATE SET ${UPDATE_CALL} WHERE calls.outcome = 'interrupted'`
-          : "",
-      ].filter(Boolean);
-      if (attempts.length === 0 && calls.length === 0 && settles.length > 0) {
-        const some = settles.splice(0);
-        params.push(
-          some.map((x) => x[1]),
-          some.map((x) => x[2]),
-        );
-        // unnest yields its rows in array order, and each settle_budget runs as its row is read.
-        parts.push(`SELECT settle_budget(s.id, s.amount) FROM unnest($${params.length - 1}::text[], $${params.length}::numeric[]) AS s(id, amount)`);
-      }
-      const main = parts.pop()!;
-      const sql = parts.length ? `WITH ${parts.map((part, i) => `w${i} AS (${part})`).join(", ")} ${main}` : main;
-      await this.#query(sql, params);
-    }
-  }
-
-  /** One statement (its own transaction), run again when PostgreSQL broke a deadlock by aborting it (the sweep locks many rows). */
-  async #query(sql: string, params: unknown[]): Promise<void> {
-    for (let attempt = 1; ; attempt += 1) {
-      try {
-        await this.#pool.query(sql, params);
-        return;
-      } catch (error) {
-        if ((error as { code?: string }).code !== "40P01" || attempt >= 3) throw error;
-      }
-    }
-  }
-
-  /** Writes what is queued and waits for writes in flight: a replica reads its own records. */
-  async #drain(): Promise<void> {
-    if (this.#batch) this.#flush(this.#batch);
-    if (this.#flushing.size > 0) await Promise.allSettled([...this.#flushing]);
-  }
-
   async listAttempts(job: string): Promise<AttemptRecord[]> {
-    await this.#drain();
+    await this.#writes.drain();
     const { rows } = await this.#pool.query<MeteringRow & { attempt: number }>("SELECT * FROM attempts WHERE job = $1 ORDER BY started_at, operation_id, attempt", [job]);
-    return rows.map((r) => ({ ...meteringFromRow(r), attempt: r.attempt }));
+    return rows.map(attemptFromRow);
   }
 
   async listCalls(job: string): Promise<CallRecord[]> {
-    await this.#drain();
+    await this.#writes.drain();
     const { rows } = await this.#pool.query<MeteringRow & { attempts: number }>("SELECT * FROM calls WHERE job = $1 ORDER BY started_at, operation_id", [job]);
-    return rows.map((r) => ({ ...meteringFromRow(r), attempts: r.attempts }));
+    return rows.map(callFromRow);
   }
 
   async usageByAgent(job: string): Promise<Map<string, UsageTotals>> {
-    await this.#drain();
-    const { rows } = await this.#pool.query<Record<"agent" | "calls" | "failed_calls" | "attempts" | "input" | "output" | "cache_read" | "cache_write" | "reasoning", string> & {
-      cost: number;
-      estimated: boolean;
-      providers: string[];
-    }>(
-      `SELECT agent, COUNT(*) AS calls, SUM(CASE WHEN outcome = 'ok' THEN 0 ELSE 1 END) AS failed_calls, SUM(attempts) AS attempts,
-       SUM(input_tokens) AS input, SUM(output_tokens) AS output, SUM(cache_read_tokens) AS cache_read, SUM(cache_write_tokens) AS cache_write,
-       SUM(reasoning_tokens) AS reasoning, SUM(cost_usd) AS cost, bool_or(estimated) AS estimated,
-       array_agg(DISTINCT provider ORDER BY provider) AS providers
+    await this.#writes.drain();
+    const { rows } = await this.#pool.query<UsageRow>(
+      `SELECT ${USAGE_SUMS}, bool_or(estimated) AS estimated, array_agg(DISTINCT provider ORDER BY provider) AS providers
        FROM calls WHERE job = $1 GROUP BY agent ORDER BY agent`,
       [job],
     );
-    return new Map(
-      rows.map((r) => [
-        r.agent,
-        {
-          calls: Number(r.calls),
-          failedCalls: Number(r.failed_calls),
-          attempts: Number(r.attempts),
-          usage: { input: Number(r.input), output: Number(r.output), cacheRead: Number(r.cache_read), cacheWrite: Number(r.cache_write), reasoning: Number(r.reasoning) },
-          costUsd: r.cost,
-          estimated: r.estimated,
-          providers: r.providers,
-        },
-      ]),
-    );
+    return usageFromRows(rows);
   }
 
   async chargedToSession(session: string): Promise<number> {
-    await this.#drain();
+    await this.#writes.drain();
     const { rows } = await this.#pool.query<{ cost: number }>("SELECT COALESCE(SUM(cost_usd), 0)::double precision AS cost FROM calls WHERE session = $1", [session]);
     return rows[0]!.cost;
   }
@@ -748,9 +386,7 @@ export class PostgresProxyStore implements ProxyStore {
     } catch (error) {
       return Promise.reject(error as Error);
     }
-    const batch = this.#currentBatch();
-    batch.settles.push([session, reservationId, amount]);
-    return batch.done;
+    return this.#writes.settle(session, reservationId, amount);
   }
 
   /** Extends the holds of this replica's calls in flight by the hold time; returns how many it extended. */
@@ -810,7 +446,7 @@ export class PostgresProxyStore implements ProxyStore {
     this.#sweepTimer = undefined;
     if (this.#renewTimer) clearInterval(this.#renewTimer);
     this.#renewTimer = undefined;
-    await this.#drain();
+    await this.#writes.drain();
     await this.#feed.close();
     await this.#pool.end();
   }

@@ -248,8 +248,8 @@ export interface MeteringStore {
    * record, and reject when it could not be stored. Writes may be batched.
    * recordCall also ends the call's pending attempt (beginAttempt) in the
    * same transaction.
-   * (SQLite resolves at once: its only readers are in this process, and each
-   * read writes what is queued first.)
+   * Both stores resolve once the record is committed, so a record whose
+   * answer reached a client survives the proxy being killed.
    */
   recordAttempt(attempt: AttemptRecord): Promise<void>;
   recordCall(call: CallRecord): Promise<void>;

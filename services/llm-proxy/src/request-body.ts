@@ -21,6 +21,8 @@ const COLON = 0x3a;
 /** One top-level member: where its value's bytes are, and the value once read. */
 interface Member {
   name: string;
+  /** Where its name's opening quote is. */
+  nameStart: number;
   start: number;
   end: number;
   read?: { value: unknown };
@@ -120,6 +122,7 @@ function scanMembers(raw: Buffer): Member[] | undefined {
   if (raw[i] === CLOSE_BRACE) return skipSpace(raw, i + 1) === raw.length ? members : undefined;
   for (;;) {
     if (raw[i] !== QUOTE) return undefined;
+    const at = i;
     const nameEnd = skipString(raw, i);
     if (nameEnd < 0) return undefined;
     const name = memberName(raw, i, nameEnd);
@@ -129,7 +132,7 @@ function scanMembers(raw: Buffer): Member[] | undefined {
     const start = skipSpace(raw, i + 1);
     const end = skipValue(raw, start);
     if (end < 0) return undefined;
-    members.push({ name, start, end });
+    members.push({ name, nameStart: at, start, end });
     i = skipSpace(raw, end);
     if (raw[i] === COMMA) {
       i = skipSpace(raw, i + 1);
@@ -184,6 +187,27 @@ export class JsonRequestBody implements RequestBody {
     const insertAt = last ? last.end : this.#raw.indexOf(OPEN_BRACE) + 1;
     const text = added.map((name) => `${JSON.stringify(name)}:${JSON.stringify(changes![name])}`).join(",");
     parts.push(this.#raw.subarray(at, insertAt), Buffer.from(last ? `,${text}` : text), this.#raw.subarray(insertAt));
+    return Buffer.concat(parts);
+  }
+
+  /**
+   * The bytes without every member named `name`, each taken out with its
+   * comma; everything else as it was (an OpenAI chunk loses the `usage` the
+   * proxy asked for, without being parsed and written again).
+   */
+  without(name: string): Buffer {
+    const members = this.#members;
+    if (!members.some((m) => m.name === name)) return this.#raw;
+    const parts: Buffer[] = [this.#raw.subarray(0, members[0]!.nameStart)];
+    let first = true;
+    members.forEach((member, i) => {
+      if (member.name === name) return;
+      // Each member kept after another keeps the comma and white space that stood before it.
+      if (!first) parts.push(this.#raw.subarray(members[i - 1]!.end, member.nameStart));
+      parts.push(this.#raw.subarray(member.nameStart, member.end));
+      first = false;
+    });
+    parts.push(this.#raw.subarray(members.at(-1)!.end));
     return Buffer.concat(parts);
   }
 

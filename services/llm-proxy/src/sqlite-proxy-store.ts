@@ -1,28 +1,36 @@
 // The ProxyStore on SQLite (better-sqlite3), one file under OZ0_LLM_PROXY_DATA,
 // for one proxy process: budgets are held in its memory (budget-ledger.ts).
 // better-sqlite3 answers synchronously; the methods wrap it in promises.
+// Writes are group-committed: every write of one turn of the event loop
+// (calls in flight before they go upstream, attempt and call records) is one
+// transaction, since a commit costs more than the rows in it.
 import { randomUUID } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import path from "node:path";
 import Database from "better-sqlite3";
 import { BudgetLedger } from "./budget-ledger.js";
-import type {
-  AttemptRecord,
-  BudgetSnapshot,
-  CallRecord,
-  Outcome,
-  PendingAttempt,
-  ProxyStore,
-  Reservation,
-  ReserveInput,
-  SecretInfo,
-  StoredSecret,
-  TokenRecord,
-  UsageTotals,
-} from "./proxy-store.js";
+import type { AttemptRecord, BudgetSnapshot, CallRecord, PendingAttempt, ProxyStore, Reservation, ReserveInput, SecretInfo, StoredSecret, TokenRecord, UsageTotals } from "./proxy-store.js";
 import { interruptedRecords, tokenUse, type TokenUseAnswer } from "./proxy-store.js";
+import {
+  attemptFromRow,
+  callFromRow,
+  METERING_COLUMN_LIST,
+  METERING_COLUMNS,
+  meteringValues,
+  PENDING_COLUMNS,
+  pendingFromRow,
+  pendingValues,
+  SQLITE_ENCODING,
+  tokenFromRow,
+  USAGE_SUMS,
+  usageFromRows,
+  type MeteringRow,
+  type PendingRow,
+  type TokenRow,
+  type UsageRow,
+} from "./store-rows.js";
 
-const METERING_COLUMNS = `operation_id TEXT NOT NULL, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
+const METERING_COLUMN_TYPES = `operation_id TEXT NOT NULL, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
   provider TEXT NOT NULL, model TEXT NOT NULL, wire TEXT NOT NULL, stream INTEGER NOT NULL, status INTEGER NOT NULL,
   outcome TEXT NOT NULL, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, cache_read_tokens INTEGER NOT NULL,
   cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL, cost_usd REAL NOT NULL, latency_ms REAL NOT NULL,
@@ -34,9 +42,9 @@ CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, iv BLOB NOT NULL, cip
 CREATE TABLE IF NOT EXISTS session_tokens (hash TEXT PRIMARY KEY, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
   budget_usd REAL NOT NULL, created_at INTEGER NOT NULL, revoked_at INTEGER, used_at INTEGER);
 CREATE INDEX IF NOT EXISTS session_tokens_by_session ON session_tokens (session);
-CREATE TABLE IF NOT EXISTS attempts (${METERING_COLUMNS}, attempt INTEGER NOT NULL, PRIMARY KEY (operation_id, attempt));
+CREATE TABLE IF NOT EXISTS attempts (${METERING_COLUMN_TYPES}, attempt INTEGER NOT NULL, PRIMARY KEY (operation_id, attempt));
 CREATE INDEX IF NOT EXISTS attempts_by_job ON attempts (job);
-CREATE TABLE IF NOT EXISTS calls (${METERING_COLUMNS}, attempts INTEGER NOT NULL, PRIMARY KEY (operation_id));
+CREATE TABLE IF NOT EXISTS calls (${METERING_COLUMN_TYPES}, attempts INTEGER NOT NULL, PRIMARY KEY (operation_id));
 CREATE INDEX IF NOT EXISTS calls_by_job ON calls (job);
 CREATE INDEX IF NOT EXISTS calls_by_session ON calls (session);
 CREATE TABLE IF NOT EXISTS pending_calls (operation_id TEXT PRIMARY KEY, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
@@ -44,86 +52,8 @@ CREATE TABLE IF NOT EXISTS pending_calls (operation_id TEXT PRIMARY KEY, job TEX
   started_at INTEGER NOT NULL, attempt_started_at INTEGER NOT NULL, reservation_id TEXT, owner TEXT NOT NULL);
 `;
 
-interface MeteringRow {
-  operation_id: string;
-  job: string;
-  agent: string;
-  session: string;
-  provider: string;
-  model: string;
-  wire: string;
-  stream: number;
-  status: number;
-  outcome: string;
-  input_tokens: number;
-  output_tokens: number;
-  cache_read_tokens: number;
-  cache_write_tokens: number;
-  reasoning_tokens: number;
-  cost_usd: number;
-  latency_ms: number;
-  ttft_ms: number | null;
-  estimated: number;
-  started_at: number;
-}
-
-function meteringParams(record: AttemptRecord | CallRecord): Record<string, unknown> {
-  return {
-    operation_id: record.operationId,
-    job: record.job,
-    agent: record.agent,
-    session: record.session,
-    provider: record.provider,
-    model: record.model,
-    wire: record.wire,
-    stream: record.stream ? 1 : 0,
-    status: record.status,
-    outcome: record.outcome,
-    input_tokens: record.usage.input,
-    output_tokens: record.usage.output,
-    cache_read_tokens: record.usage.cacheRead,
-    cache_write_tokens: record.usage.cacheWrite,
-    reasoning_tokens: record.usage.reasoning,
-    cost_usd: record.costUsd,
-    latency_ms: record.latencyMs,
-    ttft_ms: record.ttftMs ?? null,
-    estimated: record.estimated ? 1 : 0,
-    started_at: record.startedAt.getTime(),
-  };
-}
-
-function meteringFromRow(row: MeteringRow): Omit<AttemptRecord, "attempt"> {
-  return {
-    operationId: row.operation_id,
-    job: row.job,
-    agent: row.agent,
-    session: row.session,
-    provider: row.provider,
-    model: row.model,
-    wire: row.wire,
-    stream: row.stream === 1,
-    status: row.status,
-    outcome: row.outcome as Outcome,
-    usage: {
-      input: row.input_tokens,
-      output: row.output_tokens,
-      cacheRead: row.cache_read_tokens,
-      cacheWrite: row.cache_write_tokens,
-      reasoning: row.reasoning_tokens,
-    },
-    costUsd: row.cost_usd,
-    latencyMs: row.latency_ms,
-    ...(row.ttft_ms === null ? {} : { ttftMs: row.ttft_ms }),
-    estimated: row.estimated === 1,
-    startedAt: new Date(row.started_at),
-  };
-}
-
-const COLUMN_LIST =
-  "operation_id, job, agent, session, provider, model, wire, stream, status, outcome, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, latency_ms, ttft_ms, estimated, started_at";
-const VALUE_LIST = COLUMN_LIST.split(", ")
-  .map((c) => `@${c}`)
-  .join(", ");
+const INSERT_METERING = (table: "attempts" | "calls", last: "attempt" | "attempts"): string =>
+  `INSERT INTO ${table} (${METERING_COLUMN_LIST}, ${last}) VALUES (${[...METERING_COLUMNS, last].map(() => "?").join(", ")})`;
 
 export interface SqliteProxyStoreOptions {
   /** A directory (the file is `llm-proxy.sqlite` in it), or `:memory:`. */
@@ -132,7 +62,12 @@ export interface SqliteProxyStoreOptions {
   onWriteError?: (error: unknown) => void;
 }
 
-const STORED = Promise.resolve();
+/** The writes of one turn of the event loop, committed together. */
+interface WriteBatch {
+  writes: (() => void)[];
+  /** Settles once the batch is committed (or failed). */
+  committed: { promise: Promise<void>; resolve: () => void; reject: (error: unknown) => void };
+}
 
 export class SqliteProxyStore implements ProxyStore {
   /** One process: budgets are held in its memory, and no other process changes the file. */
@@ -140,11 +75,13 @@ export class SqliteProxyStore implements ProxyStore {
   readonly #db: Database.Database;
   readonly #statements;
   readonly #ledger: BudgetLedger;
-  // Metering rows are written in one transaction per turn of the event loop:
-  // a row at a time costs more than the rest of a call. Every read flushes
-  // first, so a queued row is already visible to every reader (all in this
-  // process): recordAttempt and recordCall resolve at once.
-  #pending: (() => void)[] = [];
+  // Writes go in one transaction per turn of the event loop (group commit): a
+  // commit at a time costs more than the rest of a call. Each write resolves
+  // once its batch is committed: a call in flight is in the file before its
+  // attempt goes out, and a call's record before its answer ends, so a proxy
+  // killed after a client has its answer still has the call on record. Every
+  // read flushes first.
+  #batch: WriteBatch | undefined;
   readonly #onWriteError: (error: unknown) => void;
   /** This store's pending calls carry it; those of any other (a process that died) are reconciled. */
   readonly #owner = randomUUID();
@@ -188,24 +125,21 @@ export class SqliteProxyStore implements ProxyStore {
       revokeToken: db.prepare("UPDATE session_tokens SET revoked_at = ? WHERE hash = ?"),
       useToken: db.prepare("UPDATE session_tokens SET used_at = coalesce(used_at, @now) WHERE hash = @hash AND revoked_at IS NULL RETURNING *"),
       tokenUse: db.prepare("SELECT count(*) AS matched, count(used_at) AS used FROM session_tokens WHERE hash = @hash OR session = @session"),
-      insertAttempt: db.prepare(`INSERT INTO attempts (${COLUMN_LIST}, attempt) VALUES (${VALUE_LIST}, @attempt)`),
-      insertCall: db.prepare(`INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES (${VALUE_LIST}, @attempts)`),
+      // Positional parameters: binding twenty named ones per row costs more than the insert.
+      insertAttempt: db.prepare(INSERT_METERING("attempts", "attempt")),
+      insertCall: db.prepare(INSERT_METERING("calls", "attempts")),
       listAttempts: db.prepare("SELECT * FROM attempts WHERE job = ? ORDER BY started_at, operation_id, attempt"),
       listCalls: db.prepare("SELECT * FROM calls WHERE job = ? ORDER BY started_at, operation_id"),
-      usageByAgent: db.prepare(`SELECT agent, COUNT(*) AS calls, SUM(CASE WHEN outcome = 'ok' THEN 0 ELSE 1 END) AS failed_calls,
-        SUM(attempts) AS attempts, SUM(input_tokens) AS input, SUM(output_tokens) AS output, SUM(cache_read_tokens) AS cache_read,
-        SUM(cache_write_tokens) AS cache_write, SUM(reasoning_tokens) AS reasoning, SUM(cost_usd) AS cost, MAX(estimated) AS estimated,
-        GROUP_CONCAT(DISTINCT provider) AS providers
+      usageByAgent: db.prepare(`SELECT ${USAGE_SUMS}, MAX(estimated) AS estimated, GROUP_CONCAT(DISTINCT provider) AS providers
         FROM calls WHERE job = ? GROUP BY agent ORDER BY agent`),
       beginCall: db.prepare(
-        `INSERT INTO pending_calls (operation_id, job, agent, session, provider, model, wire, stream, attempt, started_at, attempt_started_at, reservation_id, owner)
-         VALUES (@operation_id, @job, @agent, @session, @provider, @model, @wire, @stream, @attempt, @started_at, @attempt_started_at, @reservation_id, @owner)
-         ON CONFLICT (operation_id) DO UPDATE SET attempt = @attempt, attempt_started_at = @attempt_started_at`,
+        `INSERT INTO pending_calls (${PENDING_COLUMNS.join(", ")}, owner) VALUES (${[...PENDING_COLUMNS, "owner"].map(() => "?").join(", ")})
+         ON CONFLICT (operation_id) DO UPDATE SET attempt = excluded.attempt, attempt_started_at = excluded.attempt_started_at`,
       ),
       endCall: db.prepare("DELETE FROM pending_calls WHERE operation_id = ?"),
       orphanedCalls: db.prepare("DELETE FROM pending_calls WHERE owner <> ? RETURNING *"),
-      insertAttemptIfNew: db.prepare(`INSERT INTO attempts (${COLUMN_LIST}, attempt) VALUES (${VALUE_LIST}, @attempt) ON CONFLICT DO NOTHING`),
-      insertCallIfNew: db.prepare(`INSERT INTO calls (${COLUMN_LIST}, attempts) VALUES (${VALUE_LIST}, @attempts) ON CONFLICT DO NOTHING`),
+      insertAttemptIfNew: db.prepare(`${INSERT_METERING("attempts", "attempt")} ON CONFLICT DO NOTHING`),
+      insertCallIfNew: db.prepare(`${INSERT_METERING("calls", "attempts")} ON CONFLICT DO NOTHING`),
       chargedToSession: db.prepare("SELECT COALESCE(SUM(cost_usd), 0) AS cost FROM calls WHERE session = ?"),
     };
     // Synchronous starting point: a first reservation decides in the same turn as it asks.
@@ -270,38 +204,25 @@ export class SqliteProxyStore implements ProxyStore {
   }
 
   recordAttempt(attempt: AttemptRecord): Promise<void> {
-    const params = { ...meteringParams(attempt), attempt: attempt.attempt };
-    return this.#enqueue(() => this.#statements.insertAttempt.run(params));
+    const values = [...meteringValues(attempt, SQLITE_ENCODING), attempt.attempt];
+    return this.#enqueue(() => this.#statements.insertAttempt.run(values));
   }
 
   recordCall(call: CallRecord): Promise<void> {
-    const params = { ...meteringParams(call), attempts: call.attempts };
+    const values = [...meteringValues(call, SQLITE_ENCODING), call.attempts];
     // The call's record and the end of its pending row commit in one transaction (the batch's).
     return this.#enqueue(() => {
-      this.#statements.insertCall.run(params);
+      this.#statements.insertCall.run(values);
       this.#statements.endCall.run(call.operationId);
     });
   }
 
-  async beginAttempt(pending: PendingAttempt): Promise<void> {
-    // Written at once, not batched: it must be in the file before the attempt goes out. In WAL
-    // mode with synchronous = NORMAL a commit is a write to the WAL, no fsync, and survives the
-    // process being killed (not a power cut, like every other row here).
-    this.#statements.beginCall.run({
-      operation_id: pending.operationId,
-      job: pending.job,
-      agent: pending.agent,
-      session: pending.session,
-      provider: pending.provider,
-      model: pending.model,
-      wire: pending.wire,
-      stream: pending.stream ? 1 : 0,
-      attempt: pending.attempt,
-      started_at: pending.startedAt.getTime(),
-      attempt_started_at: pending.attemptStartedAt.getTime(),
-      reservation_id: pending.reservationId ?? null,
-      owner: this.#owner,
-    });
+  beginAttempt(pending: PendingAttempt): Promise<void> {
+    // It must be in the file before the attempt goes out: it resolves once its batch commits.
+    // In WAL mode with synchronous = NORMAL a commit is a write to the WAL, no fsync, and
+    // survives the process being killed (not a power cut, like every other row here).
+    const values = [...pendingValues(pending, SQLITE_ENCODING), this.#owner];
+    return this.#enqueue(() => this.#statements.beginCall.run(values));
   }
 
   async reconcileInterrupted(): Promise<CallRecord[]> {
@@ -313,17 +234,25 @@ export class SqliteProxyStore implements ProxyStore {
       const made: CallRecord[] = [];
       for (const row of rows) {
         const { call, attempt } = interruptedRecords(pendingFromRow(row));
-        this.#statements.insertAttemptIfNew.run({ ...meteringParams(attempt), attempt: attempt.attempt });
-        if (this.#statements.insertCallIfNew.run({ ...meteringParams(call), attempts: call.attempts }).changes > 0) made.push(call);
+        this.#statements.insertAttemptIfNew.run([...meteringValues(attempt, SQLITE_ENCODING), attempt.attempt]);
+        if (this.#statements.insertCallIfNew.run([...meteringValues(call, SQLITE_ENCODING), call.attempts]).changes > 0) made.push(call);
       }
       return made;
     })();
   }
 
+  /** Resolves once the write's batch is committed. */
   #enqueue(write: () => void): Promise<void> {
-    if (this.#pending.length === 0) setImmediate(() => this.#flushQueued());
-    this.#pending.push(write);
-    return STORED;
+    let batch = this.#batch;
+    if (!batch) {
+      batch = { writes: [], committed: deferred() };
+      // Its writers see a failure; the uncaught one is for onWriteError.
+      batch.committed.promise.catch(() => undefined);
+      this.#batch = batch;
+      setImmediate(() => this.#flushQueued());
+    }
+    batch.writes.push(write);
+    return batch.committed.promise;
   }
 
   #flushQueued(): void {
@@ -334,59 +263,35 @@ export class SqliteProxyStore implements ProxyStore {
     }
   }
 
-  /** Writes queued metering rows now. */
+  /** Writes what is queued now, in one transaction. */
   flush(): void {
-    if (this.#pending.length === 0) return;
-    const writes = this.#pending;
-    this.#pending = [];
-    this.#db.transaction(() => {
-      for (const write of writes) write();
-    })();
+    const batch = this.#batch;
+    if (!batch) return;
+    this.#batch = undefined;
+    try {
+      this.#db.transaction(() => {
+        for (const write of batch.writes) write();
+      })();
+    } catch (error) {
+      batch.committed.reject(error);
+      throw error;
+    }
+    batch.committed.resolve();
   }
 
   async listAttempts(job: string): Promise<AttemptRecord[]> {
     this.flush();
-    const rows = this.#statements.listAttempts.all(job) as (MeteringRow & { attempt: number })[];
-    return rows.map((r) => ({ ...meteringFromRow(r), attempt: r.attempt }));
+    return (this.#statements.listAttempts.all(job) as (MeteringRow & { attempt: number })[]).map(attemptFromRow);
   }
 
   async listCalls(job: string): Promise<CallRecord[]> {
     this.flush();
-    const rows = this.#statements.listCalls.all(job) as (MeteringRow & { attempts: number })[];
-    return rows.map((r) => ({ ...meteringFromRow(r), attempts: r.attempts }));
+    return (this.#statements.listCalls.all(job) as (MeteringRow & { attempts: number })[]).map(callFromRow);
   }
 
   async usageByAgent(job: string): Promise<Map<string, UsageTotals>> {
     this.flush();
-    const rows = this.#statements.usageByAgent.all(job) as {
-      agent: string;
-      calls: number;
-      failed_calls: number;
-      attempts: number;
-      input: number;
-      output: number;
-      cache_read: number;
-      cache_write: number;
-      reasoning: number;
-      cost: number;
-      estimated: number;
-      /** Comma-separated: provider names never hold a comma. */
-      providers: string | null;
-    }[];
-    return new Map(
-      rows.map((r) => [
-        r.agent,
-        {
-          calls: r.calls,
-          failedCalls: r.failed_calls,
-          attempts: r.attempts,
-          usage: { input: r.input, output: r.output, cacheRead: r.cache_read, cacheWrite: r.cache_write, reasoning: r.reasoning },
-          costUsd: r.cost,
-          estimated: r.estimated === 1,
-          providers: r.providers ? r.providers.split(",").sort() : [],
-        },
-      ]),
-    );
+    return usageFromRows(this.#statements.usageByAgent.all(job) as UsageRow[]);
   }
 
   async chargedToSession(session: string): Promise<number> {
@@ -420,58 +325,12 @@ export class SqliteProxyStore implements ProxyStore {
   }
 }
 
-interface PendingRow {
-  operation_id: string;
-  job: string;
-  agent: string;
-  session: string;
-  provider: string;
-  model: string;
-  wire: string;
-  stream: number;
-  attempt: number;
-  started_at: number;
-  attempt_started_at: number;
-  reservation_id: string | null;
-}
-
-function pendingFromRow(row: PendingRow): PendingAttempt {
-  return {
-    operationId: row.operation_id,
-    job: row.job,
-    agent: row.agent,
-    session: row.session,
-    provider: row.provider,
-    model: row.model,
-    wire: row.wire,
-    stream: row.stream === 1,
-    attempt: row.attempt,
-    startedAt: new Date(row.started_at),
-    attemptStartedAt: new Date(row.attempt_started_at),
-    ...(row.reservation_id === null ? {} : { reservationId: row.reservation_id }),
-  };
-}
-
-interface TokenRow {
-  hash: string;
-  job: string;
-  agent: string;
-  session: string;
-  budget_usd: number;
-  created_at: number;
-  revoked_at: number | null;
-  used_at: number | null;
-}
-
-function tokenFromRow(row: TokenRow): TokenRecord {
-  return {
-    hash: row.hash,
-    job: row.job,
-    agent: row.agent,
-    session: row.session,
-    budgetUsd: row.budget_usd,
-    createdAt: new Date(row.created_at),
-    ...(row.revoked_at === null ? {} : { revokedAt: new Date(row.revoked_at) }),
-    ...(row.used_at === null ? {} : { usedAt: new Date(row.used_at) }),
-  };
+function deferred(): WriteBatch["committed"] {
+  let resolve!: () => void;
+  let reject!: (error: unknown) => void;
+  const promise = new Promise<void>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
 }

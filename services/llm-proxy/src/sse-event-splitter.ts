@@ -31,6 +31,14 @@ export class SseEventSplitter {
 
 /** The `data:` payload of an event, lines joined; undefined when it has none. */
 export function sseData(event: string): string | undefined {
+  // The common event, one data line and no \r, without splitting it into lines.
+  if (!event.includes("\r")) {
+    const start = dataLine(event, 0);
+    if (start < 0) return undefined;
+    const newline = event.indexOf("\n", start);
+    const end = newline < 0 ? event.length : newline;
+    if (newline < 0 || dataLine(event, newline + 1) < 0) return event.charAt(start + 5) === " " ? event.slice(start + 6, end) : event.slice(start + 5, end);
+  }
   let data: string | undefined;
   for (const line of event.split(/\r?\n/)) {
     if (!line.startsWith("data:")) continue;
@@ -38,4 +46,11 @@ export function sseData(event: string): string | undefined {
     data = data === undefined ? value : `${data}\n${value}`;
   }
   return data;
+}
+
+/** Where the first line starting `data:` at or after `from` (a line's start) begins, or -1. */
+function dataLine(event: string, from: number): number {
+  if (event.startsWith("data:", from)) return from;
+  const at = event.indexOf("\ndata:", from);
+  return at < 0 ? -1 : at + 1;
 }

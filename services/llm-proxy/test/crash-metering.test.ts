@@ -1,7 +1,9 @@
 // A proxy killed mid-call: the call in flight is metered once, as interrupted,
 // when the proxy starts again on the same store, and its budget hold is free.
 // The real process (src/main.ts), SIGKILLed, against an upstream that never
-// finishes its stream.
+// finishes its stream; and SIGKILLed under load, its writes group-committed:
+// every call the upstream saw is metered once, none twice, and the budget is
+// never overspent.
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -170,6 +172,109 @@ void describe("a proxy killed mid-call", () => {
     } finally {
       for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
       await upstream.close();
+    }
+  });
+
+  void it("under load, SIGKILLed: every call an upstream answered is metered once (ok, or interrupted), every answer a client got is on record, and the budget is never overspent", async () => {
+    let upstreamCalls = 0;
+    const upstream = http.createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        upstreamCalls += 1;
+        // A moment of thought, so calls are in flight when the proxy dies.
+        setTimeout(() => {
+          res.writeHead(200, { "content-type": "application/json" });
+          res.end(JSON.stringify({ id: "msg", type: "message", role: "assistant", content: [{ type: "text", text: "ok" }], stop_reason: "end_turn", usage: { input_tokens: 10, output_tokens: 20 } }));
+        }, upstreamCalls % 3);
+      });
+    });
+    await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
+    const loadDir = path.join(dir, "load");
+    const children: ChildProcess[] = [];
+    try {
+      const providers = path.join(dir, "load-providers.json");
+      const upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+      writeFileSync(providers, JSON.stringify({ providers: [{ name: "fake", baseUrl: upstreamUrl, prices: { "*": { input: 3, output: 15 } } }] }));
+      const env = { OZ0_LLM_PROXY_DATA: loadDir, OZ0_PROVIDERS_FILE: providers };
+      const control = (url: string) => createClient(LlmProxyService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }));
+      const first = await startMain(env);
+      children.push(first.child);
+      // $0.0003 a call, and each holds $0.0015 while it runs: about 300 calls, then 402s.
+      const budgetUsd = 0.1;
+      const session = await control(first.url).mintSessionToken({ job: "job-load", agent: "coder", session: "s-load", budgetUsd });
+      const answered = new Set<string>();
+      let refused = 0;
+      /** Sixteen clients calling until `stop` says so, or until the proxy is gone (fetch rejects). */
+      const load = (url: string, stop: () => boolean): Promise<void[]> =>
+        Promise.all(
+          Array.from({ length: 16 }, async () => {
+            while (!stop()) {
+              let response: Response;
+              try {
+                response = await fetch(`${url}/fake/v1/messages`, {
+                  method: "POST",
+                  headers: { "content-type": "application/json", "x-api-key": session.token, ...session.headers },
+                  body: JSON.stringify({ model: "claude-sonnet-5", max_tokens: 100, messages: [{ role: "user", content: "hi" }] }),
+                });
+                const text = await response.text();
+                if (response.status === 402) {
+                  refused += 1;
+                  return;
+                }
+                assert.equal(response.status, 200, text);
+              } catch (error) {
+                if (error instanceof assert.AssertionError) throw error;
+                return; // the proxy was killed under this call
+              }
+              answered.add(response.headers.get("oz0-operation-id")!);
+            }
+          }),
+        );
+
+      const firstLoad = load(first.url, () => false);
+      while (answered.size < 150) await new Promise((resolve) => setTimeout(resolve, 5));
+      const killed = new Promise((resolve) => first.child.once("exit", resolve));
+      first.child.kill("SIGKILL");
+      await killed;
+      await firstLoad;
+
+      // The next start reconciles what the dead one left in flight; calls go on until the budget is spent.
+      const second = await startMain(env);
+      children.push(second.child);
+      await load(second.url, () => false);
+      assert.ok(refused > 0, "the budget ran out");
+      const stopped = new Promise((resolve) => second.child.once("exit", resolve));
+      second.child.kill("SIGTERM");
+      await stopped;
+
+      const store = new SqliteProxyStore({ dataDir: loadDir });
+      try {
+        const calls = await store.listCalls("job-load");
+        const byOutcome = (outcome: string): number => calls.filter((c) => c.outcome === outcome).length;
+        assert.equal(new Set(calls.map((c) => c.operationId)).size, calls.length, "no call is recorded twice");
+        const recorded = new Map(calls.map((c) => [c.operationId, c.outcome]));
+        for (const id of answered) assert.equal(recorded.get(id), "ok", `the answered call ${id} is on record`);
+        // Each call went upstream once (no retries): an upstream call is metered as ok, or as interrupted
+        // when the proxy died before its answer was recorded; interrupted ones that never reached it are
+        // at most the calls in flight at the kill.
+        const sentUpstream = calls.filter((c) => c.outcome === "ok" || c.outcome === "interrupted").length;
+        assert.ok(byOutcome("ok") <= upstreamCalls, `${byOutcome("ok")} ok calls, but the upstream saw ${upstreamCalls}`);
+        assert.ok(sentUpstream >= upstreamCalls, `every upstream call is metered: ${upstreamCalls} sent, ${sentUpstream} recorded`);
+        assert.ok(byOutcome("interrupted") <= 16, `${byOutcome("interrupted")} interrupted, more than the 16 calls in flight`);
+        const attempts = await store.listAttempts("job-load");
+        assert.equal(new Set(attempts.map((a) => `${a.operationId}:${a.attempt}`)).size, attempts.length, "no attempt is recorded twice");
+        assert.equal(attempts.length, sentUpstream, "one attempt per call sent");
+        const charged = calls.reduce((sum, c) => sum + c.costUsd, 0);
+        assert.ok(charged <= budgetUsd, `charged $${charged} of a $${budgetUsd} budget`);
+        // Refused once what is left is less than a call's worst case (about $0.0017) while up to 15 others hold theirs.
+        assert.ok(charged > budgetUsd - 16 * 0.002, `the budget was used up to its last calls ($${charged})`);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+      upstream.closeAllConnections();
+      await new Promise((resolve) => upstream.close(resolve));
     }
   });
 });

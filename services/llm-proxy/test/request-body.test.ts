@@ -63,6 +63,25 @@ void describe("a request body read a field at a time", () => {
     assert.equal(repeated.bytes({ model: "c" }).toString(), '{"model":"c","model":"c"}');
   });
 
+  void it("takes a member out with its comma, keeping every other byte", () => {
+    const without = (text: string): string => JsonRequestBody.parse(Buffer.from(text))!.without("usage").toString();
+    assert.equal(without('{"id":"c","choices":[{"delta":{"usage":1}}], "usage" : null,"x":1}'), '{"id":"c","choices":[{"delta":{"usage":1}}],"x":1}');
+    assert.equal(without('{ "usage":null, "id":"c" }'), '{ "id":"c" }');
+    assert.equal(without('{"a":1,"usage":null}'), '{"a":1}');
+    assert.equal(without('{"usage":1,"usage":2,"a":3,"usage":4}'), '{"a":3}');
+    assert.equal(without('{"usage":null}'), "{}");
+    const text = '{"id":"c","usage":{"total":3}}';
+    assert.equal(JsonRequestBody.parse(Buffer.from(text))!.without("other").toString(), text);
+    const random = generator(5);
+    for (let n = 0; n < 500; n += 1) {
+      const document: Record<string, unknown> = { usage: value(random, 1), a: value(random, 1), b: value(random, 1) };
+      const shuffled = Object.fromEntries(Object.entries(document).sort(() => random() - 0.5));
+      const { usage: _usage, ...rest } = shuffled;
+      const out = JsonRequestBody.parse(Buffer.from(JSON.stringify(shuffled, null, n % 2 ? " " : undefined)))!.without("usage").toString();
+      assert.deepEqual(JSON.parse(out), rest);
+    }
+  });
+
   void it("refuses a body whose top level is not one JSON object", () => {
     for (const text of ["", "[]", '"x"', "null", "{", '{"a":1', '{"a" 1}', '{"a":1,}', '{"a":1}{}', '{"a":"unterminated}', '{"a":[1,2}', "{a:1}", '{"a":}', "\uFEFF{}"]) {
       assert.equal(JsonRequestBody.parse(Buffer.from(text)), undefined, JSON.stringify(text));

@@ -3,13 +3,11 @@
 // field (a field absent or null in the delta keeps the start's value); input
 // is reported without cache tokens. Streamed texts: a content block's `text`,
 // `partial_json` or `thinking` deltas.
-import type { HeldTextScrubber } from "@oz0/serving";
 import type { TokenUsage } from "../proxy-store.js";
-import { sseData } from "../sse-event-splitter.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
-import { isObject, parseEvent, stringOf, usageOf, withData } from "./sse-json.js";
-import { estimateTokens, firstPositive, tokenCount } from "./token-counts.js";
-import type { ProxyErrorType, RequestBody, StreamMeter, StreamMeterReading, WireFormat, WireRequest } from "./wire-format.js";
+import { isObject, parseEvent, stringOf, usageOf, type Json } from "./sse-json.js";
+import { estimateTokens, firstPositive, TextStreamMeter, tokenCount } from "./token-counts.js";
+import type { ProxyErrorType, RequestBody, StreamMeterReading, WireFormat, WireRequest } from "./wire-format.js";
 
 /** Anthropic `usage` fields; all optional because message_delta may carry any subset. */
 interface AnthropicUsageFields {
@@ -46,45 +44,36 @@ export const ANTHROPIC_FORWARDED_HEADERS: readonly string[] = ["anthropic-versio
 /** The Messages API version sent when the client names none. */
 export const ANTHROPIC_DEFAULT_HEADERS: Readonly<Record<string, string>> = { "anthropic-version": "2023-06-01" };
 
-export class AnthropicStreamMeter implements StreamMeter {
-  #usage: AnthropicUsageFields = {};
+export class AnthropicStreamMeter extends TextStreamMeter {
+  #fields: AnthropicUsageFields = {};
   #sawStart = false;
   #sawDelta = false;
-  #complete = false;
-  #characters = 0;
-  #finishReason: string | undefined;
 
   onEvent(event: string): string {
-    const data = sseData(event);
-    if (data === undefined) return event;
-    let parsed: { type?: string; message?: { usage?: AnthropicUsageFields }; usage?: AnthropicUsageFields; delta?: Record<string, unknown> };
-    try {
-      parsed = JSON.parse(data);
-    } catch {
-      return event;
-    }
+    const parsed = parseEvent(event) as { type?: string; message?: { usage?: AnthropicUsageFields }; usage?: AnthropicUsageFields; delta?: Record<string, unknown> } | undefined;
+    if (!parsed) return event;
     switch (parsed.type) {
       case "message_start":
         this.#sawStart = true;
-        this.#usage = { ...(parsed.message?.usage ?? {}) };
+        this.#fields = { ...(parsed.message?.usage ?? {}) };
         break;
       case "message_delta":
         this.#sawDelta = true;
-        this.#finishReason = stringOf(parsed.delta?.stop_reason) ?? this.#finishReason;
+        this.reason = stringOf(parsed.delta?.stop_reason) ?? this.reason;
         for (const [field, value] of Object.entries(parsed.usage ?? {})) {
-          if (typeof value === "number") (this.#usage as Record<string, number>)[field] = value;
+          if (typeof value === "number") (this.#fields as Record<string, number>)[field] = value;
         }
         break;
       case "content_block_delta": {
         const delta = parsed.delta ?? {};
         for (const key of ["text", "partial_json", "thinking"]) {
           const value = delta[key];
-          if (typeof value === "string") this.#characters += value.length;
+          if (typeof value === "string") this.characters += value.length;
         }
         break;
       }
       case "message_stop":
-        this.#complete = true;
+        this.ended = true;
         break;
       default:
         break;
@@ -92,22 +81,12 @@ export class AnthropicStreamMeter implements StreamMeter {
     return event;
   }
 
-  /** True once `message_stop` arrived. */
-  get complete(): boolean {
-    return this.#complete;
-  }
-
-  /** `message_delta`'s `stop_reason`. */
-  get finishReason(): string | undefined {
-    return this.#finishReason;
-  }
-
-  /** `estimatedInput` stands in for the input when the stream ended before `message_start`. */
-  reading(estimatedInput: number): StreamMeterReading {
-    const usage = fromAnthropicUsage(this.#usage);
+  /** `message_start` merged with `message_delta`; `estimatedInput` stands in for the input when the stream ended before `message_start`. */
+  override reading(estimatedInput: number): StreamMeterReading {
+    const usage = fromAnthropicUsage(this.#fields);
     if (this.#sawDelta) return { usage, estimated: false };
     if (!this.#sawStart) usage.input = estimatedInput;
-    usage.output = Math.max(usage.output, estimateTokens(this.#characters));
+    usage.output = Math.max(usage.output, estimateTokens(this.characters));
     return { usage, estimated: true };
   }
 }
@@ -117,12 +96,6 @@ const TEXT_FIELDS: Readonly<Record<string, string>> = { text_delta: "text", inpu
 /** Events after which no block streams any more: everything held goes out before them. */
 const ENDS = new Set(["message_delta", "message_stop", "error"]);
 
-interface Block {
-  held: HeldTextScrubber;
-  deltaType: string;
-  field: string;
-}
-
 /**
  * Holds back the end of each content block's streamed text that may be the
  * start of a key; what is still held when the block stops goes out as one
@@ -130,8 +103,6 @@ interface Block {
  * `message_stop`, `error`).
  */
 class AnthropicStreamScrubber extends DeltaStreamScrubber {
-  readonly #blocks = new Map<number, Block>();
-
   protected rewrite(event: string): string {
     const parsed = parseEvent(event);
     if (!parsed) return event;
@@ -140,32 +111,14 @@ class AnthropicStreamScrubber extends DeltaStreamScrubber {
       const field = TEXT_FIELDS[delta.type];
       const value = field ? delta[field] : undefined;
       if (field && typeof value === "string") {
-        let block = this.#blocks.get(parsed.index);
-        if (!block) {
-          block = { held: this.scrubber.held(), deltaType: delta.type, field };
-          this.#blocks.set(parsed.index, block);
-        }
-        const sent = block.held.push(value);
-        // Nothing of this delta may go yet: the client gets it with the next one.
-        if (sent === "") return "";
-        return sent === value ? event : withData(event, { ...parsed, delta: { ...delta, [field]: sent } });
+        const withText = (last: Json, text: string): Json => ({ ...last, delta: { ...(last.delta as Json), [field]: text } });
+        return this.delta({ key: String(parsed.index), event, parsed, value, withText });
       }
     }
     let held = "";
-    if (parsed.type === "content_block_stop" && typeof parsed.index === "number") held = this.#flush(parsed.index);
-    else if (typeof parsed.type === "string" && ENDS.has(parsed.type)) for (const index of [...this.#blocks.keys()]) held += this.#flush(index);
+    if (parsed.type === "content_block_stop" && typeof parsed.index === "number") held = this.end((key) => key === String(parsed.index));
+    else if (typeof parsed.type === "string" && ENDS.has(parsed.type)) held = this.end();
     return held + event;
-  }
-
-  /** The block's held text as one more delta event; the block has ended. */
-  #flush(index: number): string {
-    const block = this.#blocks.get(index);
-    if (!block) return "";
-    this.#blocks.delete(index);
-    const tail = block.held.flush();
-    if (tail === "") return "";
-    const data = { type: "content_block_delta", index, delta: { type: block.deltaType, [block.field]: tail } };
-    return `event: content_block_delta\ndata: ${JSON.stringify(data)}\n\n`;
   }
 }
 

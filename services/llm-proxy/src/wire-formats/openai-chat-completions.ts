@@ -9,9 +9,10 @@ import type { HeldTextScrubber } from "@oz0/serving";
 import type { TokenUsage } from "../proxy-store.js";
 import { sseData } from "../sse-event-splitter.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
-import { isObject, parseEvent, stringOf, usageOf, withData, type Json } from "./sse-json.js";
-import { firstPositive, streamReading, tokenCount } from "./token-counts.js";
-import type { ProxyErrorType, RequestBody, StreamMeter, StreamMeterReading, WireFormat, WireRequest } from "./wire-format.js";
+import { JsonRequestBody } from "../request-body.js";
+import { isObject, parseEvent, stringOf, usageOf, withData, withDataText, type Json } from "./sse-json.js";
+import { firstPositive, TextStreamMeter, tokenCount } from "./token-counts.js";
+import type { ProxyErrorType, RequestBody, WireFormat, WireRequest } from "./wire-format.js";
 
 interface OpenAiUsageFields {
   prompt_tokens?: number | null;
@@ -52,14 +53,11 @@ interface Chunk {
   usage?: OpenAiUsageFields | null;
 }
 
-export class OpenAiStreamMeter implements StreamMeter {
+export class OpenAiStreamMeter extends TextStreamMeter {
   readonly #clientWantsUsage: boolean;
-  #usage: TokenUsage | undefined;
-  #complete = false;
-  #characters = 0;
-  #finishReason: string | undefined;
 
   constructor(options: { clientWantsUsage: boolean }) {
+    super();
     this.#clientWantsUsage = options.clientWantsUsage;
   }
 
@@ -67,43 +65,25 @@ export class OpenAiStreamMeter implements StreamMeter {
     const data = sseData(event);
     if (data === undefined) return event;
     if (data.trim() === "[DONE]") {
-      this.#complete = true;
+      this.ended = true;
       return event;
     }
-    let chunk: Chunk;
-    try {
-      chunk = JSON.parse(data);
-    } catch {
-      return event;
-    }
+    const chunk = parseEvent(event) as Chunk | undefined;
+    if (!chunk) return event;
     for (const choice of chunk.choices ?? []) {
-      if (typeof choice.finish_reason === "string") this.#finishReason ??= choice.finish_reason;
+      if (typeof choice.finish_reason === "string") this.reason ??= choice.finish_reason;
       const delta = choice.delta;
       if (!delta) continue;
-      this.#characters += (delta.content ?? "").length + (delta.reasoning_content ?? "").length;
-      for (const call of delta.tool_calls ?? []) this.#characters += (call.function?.arguments ?? "").length;
+      this.characters += (delta.content ?? "").length + (delta.reasoning_content ?? "").length;
+      for (const call of delta.tool_calls ?? []) this.characters += (call.function?.arguments ?? "").length;
     }
-    if (chunk.usage) this.#usage = fromOpenAiUsage(chunk.usage);
+    if (chunk.usage) this.reported = fromOpenAiUsage(chunk.usage);
     if (this.#clientWantsUsage || !("usage" in chunk)) return event;
     // The client did not ask for usage: hide what the injected option added.
     if (chunk.usage && (chunk.choices ?? []).length === 0) return undefined;
-    delete chunk.usage;
-    return `data: ${JSON.stringify(chunk)}\n\n`;
-  }
-
-  /** True once `[DONE]` arrived. */
-  get complete(): boolean {
-    return this.#complete;
-  }
-
-  /** The first choice's `finish_reason` to arrive. */
-  get finishReason(): string | undefined {
-    return this.#finishReason;
-  }
-
-  /** `estimatedInput` stands in for the input until the usage chunk came. */
-  reading(estimatedInput: number): StreamMeterReading {
-    return streamReading(this.#usage, estimatedInput, this.#characters);
+    // Taken out of the provider's own text: the rest of the chunk goes on byte for byte.
+    const body = JsonRequestBody.parse(Buffer.from(data));
+    return body ? withDataText(event, body.without("usage").toString()) : event;
   }
 }
 

@@ -9,14 +9,13 @@
 // reasoning and its summary, function call arguments, custom tool input), one
 // text per output item and content part; the other events repeat whole texts
 // (a text's `.done`, the output item, the final response).
-import type { HeldTextScrubber } from "@oz0/serving";
 import type { TokenUsage } from "../proxy-store.js";
 import { OPENAI_FORWARDED_HEADERS, openAiErrorBody } from "./openai-chat-completions.js";
 import { sseData } from "../sse-event-splitter.js";
-import { isObject, parseEvent, stringOf, usageOf, withData, withDataText, type Json } from "./sse-json.js";
+import { isObject, parseEvent, stringOf, usageOf, withDataText, type Json } from "./sse-json.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
-import { firstPositive, streamReading, tokenCount } from "./token-counts.js";
-import type { ProxyErrorType, StreamMeter, StreamMeterReading, WireFormat } from "./wire-format.js";
+import { firstPositive, TextStreamMeter, tokenCount } from "./token-counts.js";
+import type { ProxyErrorType, WireFormat } from "./wire-format.js";
 
 interface ResponsesUsageFields {
   input_tokens?: number | null;
@@ -59,47 +58,21 @@ const TEXT_DELTAS = new Set([
   "response.code_interpreter_call_code.delta",
 ]);
 
-export class ResponsesStreamMeter implements StreamMeter {
-  #usage: TokenUsage | undefined;
-  #complete = false;
-  #characters = 0;
-  #finishReason: string | undefined;
+export class ResponsesStreamMeter extends TextStreamMeter {
 
   onEvent(event: string): string {
     const parsed = parseEvent(event);
     if (!parsed || typeof parsed.type !== "string") return event;
     if (TEXT_DELTAS.has(parsed.type)) {
-      if (typeof parsed.delta === "string") this.#characters += parsed.delta.length;
+      if (typeof parsed.delta === "string") this.characters += parsed.delta.length;
     } else if (ENDS.has(parsed.type)) {
-      this.#complete = true;
-      this.#finishReason = responseFinishReason(parsed.response);
+      this.ended = true;
+      this.reason = responseFinishReason(parsed.response);
       const usage = usageOf(parsed.response);
-      if (usage) this.#usage = fromResponsesUsage(usage);
+      if (usage) this.reported = fromResponsesUsage(usage);
     }
     return event;
   }
-
-  /** True once `response.completed`, `response.incomplete` or `response.failed` arrived. */
-  get complete(): boolean {
-    return this.#complete;
-  }
-
-  /** The final response's status, or why it is incomplete. */
-  get finishReason(): string | undefined {
-    return this.#finishReason;
-  }
-
-  /** `estimatedInput` stands in for the input until the final response reported its usage. */
-  reading(estimatedInput: number): StreamMeterReading {
-    return streamReading(this.#usage, estimatedInput, this.#characters);
-  }
-}
-
-/** One streamed text: its held part and its last delta event (the shape of the event that carries what is still held). */
-interface Text {
-  held: HeldTextScrubber;
-  outputIndex: unknown;
-  last: Json;
 }
 
 /**
@@ -114,33 +87,22 @@ interface Text {
  * raw event would read only one level of.
  */
 class ResponsesStreamScrubber extends DeltaStreamScrubber {
-  /** By `{type}:{output_index}:{content_index or summary_index}`. */
-  readonly #texts = new Map<string, Text>();
-
   protected rewrite(event: string): string {
     const parsed = parseEvent(event);
     if (!parsed || typeof parsed.type !== "string") return event;
     const type = parsed.type;
     if (TEXT_DELTAS.has(type) && typeof parsed.delta === "string") {
-      const key = textKey(type, parsed);
-      let text = this.#texts.get(key);
-      if (!text) {
-        text = { held: this.scrubber.held(), outputIndex: parsed.output_index, last: parsed };
-        this.#texts.set(key, text);
-      }
-      text.last = parsed;
-      const sent = text.held.push(parsed.delta);
-      // Nothing of this delta may go yet: the client gets it with the next one.
-      if (sent === "") return "";
-      return sent === parsed.delta ? event : withData(event, { ...parsed, delta: sent });
+      // By `{type}:{output_index}:{content_index or summary_index}`.
+      return this.delta({ key: textKey(type, parsed), event, parsed, value: parsed.delta, withText: (last, text) => ({ ...last, delta: text }), group: parsed.output_index });
     }
     let held = "";
     if (type.endsWith(".done") && TEXT_DELTAS.has(`${type.slice(0, -".done".length)}.delta`)) {
-      held = this.#flush(textKey(`${type.slice(0, -".done".length)}.delta`, parsed));
+      const ended = textKey(`${type.slice(0, -".done".length)}.delta`, parsed);
+      held = this.end((key) => key === ended);
     } else if (type === "response.content_part.done" || type === "response.output_item.done" || type === "response.reasoning_summary_part.done") {
-      for (const [key, text] of [...this.#texts]) if (text.outputIndex === parsed.output_index) held += this.#flush(key);
+      held = this.end((_key, outputIndex) => outputIndex === parsed.output_index);
     } else if (ENDS.has(type) || type === "error") {
-      for (const key of [...this.#texts.keys()]) held += this.#flush(key);
+      held = this.end();
     }
     return held + this.#wholeStrings(event);
   }
@@ -150,16 +112,6 @@ class ResponsesStreamScrubber extends DeltaStreamScrubber {
     const data = sseData(event)!;
     const scrubbed = this.scrubber.json(data);
     return scrubbed === data ? event : withDataText(event, scrubbed);
-  }
-
-  /** The text's held part as one more delta event; the text has ended. */
-  #flush(key: string): string {
-    const text = this.#texts.get(key);
-    if (!text) return "";
-    this.#texts.delete(key);
-    const tail = text.held.flush();
-    if (tail === "") return "";
-    return `event: ${String(text.last.type)}\ndata: ${JSON.stringify({ ...text.last, delta: tail })}\n\n`;
   }
 }
 

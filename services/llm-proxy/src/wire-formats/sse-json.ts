@@ -8,16 +8,30 @@ export function isObject(value: unknown): value is Json {
   return value !== null && typeof value === "object" && !Array.isArray(value);
 }
 
-/** The event's data parsed, or undefined when it is not a JSON object. */
+/** The last event parsed and what it parsed to: a stream's meter and its scrubber read each event in turn. */
+let lastEvent: string | undefined;
+let lastParsed: Json | undefined;
+
+/**
+ * The event's data parsed, or undefined when it is not a JSON object. The
+ * value may be the one handed out for the same event a moment ago: read it,
+ * never change it.
+ */
 export function parseEvent(event: string): Json | undefined {
+  if (event === lastEvent) return lastParsed;
   const data = sseData(event);
-  if (data === undefined) return undefined;
-  try {
-    const parsed: unknown = JSON.parse(data);
-    return isObject(parsed) ? parsed : undefined;
-  } catch {
-    return undefined;
+  let parsed: Json | undefined;
+  if (data !== undefined) {
+    try {
+      const value: unknown = JSON.parse(data);
+      parsed = isObject(value) ? value : undefined;
+    } catch {
+      parsed = undefined;
+    }
   }
+  lastEvent = event;
+  lastParsed = parsed;
+  return parsed;
 }
 
 /** The event with its data replaced by `data` (one line), its other lines kept. */

@@ -1,6 +1,6 @@
 // Token counts as providers report them: only finite, positive numbers count.
 import type { TokenUsage } from "../proxy-store.js";
-import type { StreamMeterReading } from "./wire-format.js";
+import type { StreamMeter, StreamMeterReading } from "./wire-format.js";
 
 export function tokenCount(value: unknown): number {
   return typeof value === "number" && Number.isFinite(value) && value > 0 ? Math.floor(value) : 0;
@@ -20,4 +20,33 @@ export function firstPositive(...values: unknown[]): number | undefined {
 export function streamReading(reported: TokenUsage | undefined, estimatedInput: number, characters: number): StreamMeterReading {
   if (reported) return { usage: { ...reported }, estimated: false };
   return { usage: { input: estimatedInput, output: estimateTokens(characters), cacheRead: 0, cacheWrite: 0, reasoning: 0 }, estimated: true };
+}
+
+/**
+ * What every format's stream meter keeps: whether the stream completed, why
+ * its answer ended, the characters of text streamed (for an estimate) and the
+ * usage the provider reported. A format reads its events into these.
+ */
+export abstract class TextStreamMeter implements StreamMeter {
+  protected ended = false;
+  protected reason: string | undefined;
+  protected characters = 0;
+  protected reported: TokenUsage | undefined;
+
+  abstract onEvent(event: string): string | undefined;
+
+  /** True once the event that ends a complete stream arrived. */
+  get complete(): boolean {
+    return this.ended;
+  }
+
+  /** Why the answer ended, as the stream said. */
+  get finishReason(): string | undefined {
+    return this.reason;
+  }
+
+  /** `estimatedInput` stands in for the input until the provider reported its usage. */
+  reading(estimatedInput: number): StreamMeterReading {
+    return streamReading(this.reported, estimatedInput, this.characters);
+  }
 }
