@@ -1,5 +1,4 @@
-// The outbox's writes, shared by its writer thread (outbox-writer.ts) and a
-// log kept in memory (tests), which the main thread writes itself.
+// The outbox's writes (outbox.ts): the rows of a group commit, and retention's steps.
 import type Database from "better-sqlite3";
 
 /** One Publish call's events: the rows to store, all accepted at `acceptedAt`. */

@@ -2,10 +2,9 @@
 // it answers, so an accepted event survives a crash and a broker outage; the
 // Kafka relay reads undelivered rows in position order and marks them
 // delivered; Watch and Transcript read the same rows. Only redacted events are
-// ever stored: raw producer content never touches the disk. Writes go to a
-// thread of their own that commits concurrent Publish calls together
-// (outbox-writer.ts); the write-ahead log is checkpointed by another
-// (outbox-checkpointer.ts). A log in memory (tests) is written here, at once.
+// ever stored: raw producer content never touches the disk. The Publish calls
+// of the moment are committed together (group commit); the write-ahead log is
+// checkpointed by a thread of its own (outbox-checkpointer.ts).
 import { fromJsonString } from "@bufbuild/protobuf";
 import { PublicEventSchema, type PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import Database from "better-sqlite3";
@@ -14,8 +13,7 @@ import path from "node:path";
 import { Worker } from "node:worker_threads";
 import { publicEventJson } from "./cloudevents.js";
 import type { CheckpointerData, ToCheckpointer } from "./outbox-checkpointer.js";
-import type { FromOutboxWriter, OutboxWriterData, ToOutboxWriter } from "./outbox-writer.js";
-import { INSERT_EVENT, UPDATE_CURSOR, insertRows, pruneStepOn, type AppendRows, type PruneRequest } from "./outbox-statements.js";
+import { INSERT_EVENT, UPDATE_CURSOR, insertRows, pruneStepOn, type AppendRows } from "./outbox-statements.js";
 
 export interface OutboxOptions {
   /** Folder for `events.sqlite`; undefined keeps the log in memory (tests). */
@@ -54,12 +52,16 @@ interface Row {
 }
 
 export class Outbox {
-  /** Schema, reads; and every write when the log is in memory. */
   private readonly db: Database.Database;
-  private readonly memory: { insert: Database.Statement; updateCursor: Database.Statement } | undefined;
+  // The relay's cursor is written on its own connection without fsync: losing
+  // its last update to a power cut only means re-sending a batch, which
+  // consumers drop by event id; an fsync per Kafka batch cost more than the batch.
+  private readonly cursorDb: Database.Database;
+  private readonly insert: Database.Statement;
+  private readonly updateCursor: Database.Statement;
+  private readonly commitGroup: (group: PendingAppend[]) => BigInt64Array[];
   private readonly selectUndelivered: Database.Statement;
   private readonly waiters = new Set<() => void>();
-  private readonly writer: WriterThread | undefined;
   private readonly checkpointer: Worker | undefined;
   private readonly checkpointerExited: Promise<void> | undefined;
   private closing = false;
@@ -67,6 +69,9 @@ export class Outbox {
   private pruned: bigint;
   private delivered: bigint;
   private readonly now: () => number;
+  /** Publish calls waiting for the next commit. */
+  private group: PendingAppend[] = [];
+  private groupCommitted: Promise<void> | undefined;
   // What the relay ships next: every event after `tailFloor` that is not
   // delivered yet, in position order, from `tailStart` on (undefined: none kept).
   private readonly tail: StoredEvent[] | undefined;
@@ -81,8 +86,9 @@ export class Outbox {
     }
     this.db = new Database(file);
     this.db.defaultSafeIntegers(true);
-    this.db.pragma("busy_timeout = 5000");
+    // WAL with synchronous=FULL: an acknowledged Publish survives power loss.
     this.db.pragma("journal_mode = WAL");
+    this.db.pragma("synchronous = FULL");
     this.db.exec(`
       -- AUTOINCREMENT: a position is never used twice, even after retention removed the newest rows.
       CREATE TABLE IF NOT EXISTS events (
@@ -110,25 +116,37 @@ export class Outbox {
       this.db.exec(`ALTER TABLE events ADD COLUMN accepted_at INTEGER NOT NULL DEFAULT ${Date.now()}`);
     }
     this.now = options.now ?? Date.now;
+    this.insert = this.db.prepare(INSERT_EVENT);
+    this.commitGroup = this.db.transaction((group: PendingAppend[]) => group.map((pending) => insertRows(this.insert, pending.rows)));
     if (file === ":memory:") {
-      this.memory = { insert: this.db.prepare(INSERT_EVENT), updateCursor: this.db.prepare(UPDATE_CURSOR) };
+      this.cursorDb = this.db;
     } else {
-      // This connection only reads from now on: it never checkpoints (the
-      // checkpointer thread does; see the writer for the backstop).
-      this.db.pragma("wal_autocheckpoint = 0");
-      this.writer = new WriterThread(file);
-      const checkpointer = startThread("outbox-checkpointer", { file } satisfies CheckpointerData);
+      this.cursorDb = new Database(file);
+      this.cursorDb.defaultSafeIntegers(true);
+      this.cursorDb.pragma("busy_timeout = 5000");
+      this.cursorDb.pragma("synchronous = OFF");
+      // Checkpoints run in their own thread (outbox-checkpointer.ts), off the
+      // Publish path. This connection never checkpoints: without syncs, its
+      // checkpoint could let the log restart over events the database file
+      // does not durably hold yet. The writer keeps a high threshold as a
+      // backstop, should the checkpointer fall behind.
+      this.cursorDb.pragma("wal_autocheckpoint = 0");
+      this.db.pragma("wal_autocheckpoint = 8000");
+      const checkpointer = new Worker(new URL("./outbox-checkpointer.js", import.meta.url), {
+        workerData: { file } satisfies CheckpointerData,
+      });
       checkpointer.unref();
       // Should the thread ever fail, the writer checkpoints by itself again.
       checkpointer.on("error", () => undefined);
       this.checkpointerExited = new Promise((resolve) =>
         checkpointer.once("exit", () => {
-          if (!this.closing) this.writer?.post({ kind: "checkpoint-here" });
+          if (!this.closing) this.db.pragma("wal_autocheckpoint = 1000");
           resolve();
         }),
       );
       this.checkpointer = checkpointer;
     }
+    this.updateCursor = this.cursorDb.prepare(UPDATE_CURSOR);
     this.selectUndelivered = this.db.prepare("SELECT position, event FROM events WHERE position > ? ORDER BY position LIMIT ?");
     this.head = this.lastPosition();
     this.pruned = (this.db.prepare("SELECT through FROM pruned WHERE name = 'retention'").get() as { through: bigint } | undefined)?.through ?? 0n;
@@ -139,15 +157,16 @@ export class Outbox {
   }
 
   /**
-   * Store events, ignoring ids already stored; resolves once they are durable
-   * (committed with the other Publish calls of the moment, see outbox-writer.ts).
-   * Each stored event gets its position set (in place) and is returned in
-   * `appended`, in the order given. Rejects when the commit failed: then none
-   * of them was stored.
+   * Store events, ignoring ids already stored; resolves once they are
+   * committed. The calls of the moment are committed together: the first
+   * waits one turn of the event loop (no timer) for the Publish calls that
+   * arrived with it, and calls that arrive while a commit is being synced go
+   * into the next. Each stored event gets its position set (in place) and is
+   * returned in `appended`, in the order given. Rejects with an
+   * `OutboxWriteError` when the commit failed: then none of the group was stored.
    */
-  async append(events: PublicEvent[]): Promise<AppendResult> {
-    if (events.length === 0) return { appended: [], duplicates: 0 };
-    const acceptedAt = this.now();
+  append(events: PublicEvent[]): Promise<AppendResult> {
+    if (events.length === 0) return Promise.resolve({ appended: [], duplicates: 0 });
     const ids = new Array<string>(events.length);
     const jobIds = new Array<string>(events.length);
     const json = new Array<string>(events.length);
@@ -157,29 +176,58 @@ export class Outbox {
       jobIds[i] = event.jobId;
       json[i] = publicEventJson(event);
     }
-    const rows: AppendRows = { acceptedAt, ids, jobIds, json };
-    const positions = this.writer ? await this.writer.append(rows) : this.db.transaction(() => insertRows(this.memory!.insert, rows))();
-    const appended: PublicEvent[] = [];
-    let duplicates = 0;
-    for (let i = 0; i < events.length; i++) {
-      const position = positions[i]!;
-      if (position === 0n) {
-        duplicates++;
-        continue;
+    return new Promise((resolve, reject) => {
+      this.group.push({ events, rows: { acceptedAt: 0, ids, jobIds, json }, resolve, reject });
+      this.groupCommitted ??= new Promise<void>((done) =>
+        setImmediate(() => {
+          this.groupCommitted = undefined;
+          this.commitPending();
+          done();
+        }),
+      );
+    });
+  }
+
+  private commitPending(): void {
+    const group = this.group;
+    this.group = [];
+    if (group.length === 0) return;
+    const acceptedAt = this.now();
+    for (const pending of group) pending.rows.acceptedAt = acceptedAt;
+    let positions: BigInt64Array[];
+    try {
+      positions = this.commitGroup(group);
+    } catch (error) {
+      const failure = new OutboxWriteError(`the outbox could not store events: ${(error as Error).message}`);
+      for (const pending of group) pending.reject(failure);
+      return;
+    }
+    let stored = false;
+    group.forEach((pending, g) => {
+      const at = positions[g]!;
+      const appended: PublicEvent[] = [];
+      let duplicates = 0;
+      for (let i = 0; i < pending.events.length; i++) {
+        const position = at[i]!;
+        if (position === 0n) {
+          duplicates++;
+          continue;
+        }
+        const event = pending.events[i]!;
+        event.position = position;
+        appended.push(event);
+        this.tail?.push({ position, json: pending.rows.json[i]! });
       }
-      const event = events[i]!;
-      event.position = position;
-      appended.push(event);
-      this.tail?.push({ position, json: json[i]! });
-    }
-    if (appended.length > 0) {
-      this.checkpointer?.postMessage("appended" satisfies ToCheckpointer);
-      const last = appended[appended.length - 1]!.position;
-      if (last > this.head) this.head = last;
-      if (this.tail && this.tail.length - this.tailStart > MAX_RELAY_TAIL) this.dropTail();
-      for (const wake of [...this.waiters]) wake();
-    }
-    return { appended, duplicates };
+      if (appended.length > 0) {
+        stored = true;
+        this.head = appended[appended.length - 1]!.position;
+      }
+      pending.resolve({ appended, duplicates });
+    });
+    if (!stored) return;
+    this.checkpointer?.postMessage("appended" satisfies ToCheckpointer);
+    if (this.tail && this.tail.length - this.tailStart > MAX_RELAY_TAIL) this.dropTail();
+    for (const wake of [...this.waiters]) wake();
   }
 
   /** Forget the tail: the relay reads everything after `head` back from the log. */
@@ -204,27 +252,26 @@ export class Outbox {
   /**
    * Retention, one step: removes up to 10,000 of the oldest events accepted
    * before `acceptedBefore` (ms since the epoch), but with `keepUndelivered`
-   * never one the relay has not delivered to Kafka yet. Resolves to how many
-   * it removed; 0 when nothing more is due. Each step is short, so a caller
+   * never one the relay has not delivered to Kafka yet. Returns how many it
+   * removed; 0 when nothing more is due. Each step is short, so a caller
    * working through a large backlog can let other work in between.
    */
-  async pruneStep(options: { acceptedBefore: number; keepUndelivered: boolean }): Promise<number> {
-    const request: PruneRequest = {
+  pruneStep(options: { acceptedBefore: number; keepUndelivered: boolean }): number {
+    const step = pruneStepOn(this.db, {
       acceptedBefore: options.acceptedBefore,
       keepThrough: options.keepUndelivered ? this.delivered : undefined,
       head: this.head,
       chunk: PRUNE_CHUNK,
-    };
-    const step = this.writer ? await this.writer.prune(request) : pruneStepOn(this.db, request);
+    });
     // Set once the transaction committed.
     if (step.through > this.pruned) this.pruned = step.through;
     return step.changes;
   }
 
-  /** Retention, all at once: `pruneStep` until nothing more is due. Resolves to how many it removed. */
-  async prune(options: { acceptedBefore: number; keepUndelivered: boolean }): Promise<number> {
+  /** Retention, all at once: `pruneStep` until nothing more is due. Returns how many it removed. */
+  prune(options: { acceptedBefore: number; keepUndelivered: boolean }): number {
     let removed = 0;
-    for (let step = await this.pruneStep(options); step > 0; step = await this.pruneStep(options)) removed += step;
+    for (let step = this.pruneStep(options); step > 0; step = this.pruneStep(options)) removed += step;
     return removed;
   }
 
@@ -274,9 +321,8 @@ export class Outbox {
 
   /** Every event up to `position` is on Kafka. */
   markDeliveredThrough(position: bigint): void {
+    this.updateCursor.run(position);
     this.delivered = position;
-    if (this.writer) this.writer.post({ kind: "cursor", position });
-    else this.memory!.updateCursor.run(position);
     if (!this.tail) return;
     while (this.tailStart < this.tail.length && this.tail[this.tailStart]!.position <= position) this.tailStart++;
     // Compact now and then rather than shifting per batch.
@@ -305,11 +351,11 @@ export class Outbox {
     return this.head;
   }
 
-  /** Waits for the writes in flight, then closes the threads and the log. */
+  /** Commits what is waiting, then closes the checkpointer and the log. */
   async close(): Promise<void> {
+    await this.groupCommitted;
     for (const wake of [...this.waiters]) wake();
     this.closing = true;
-    await this.writer?.close();
     if (this.checkpointer) {
       // Unreferenced while it works, so it never keeps a process alive; held
       // now, so the wait for it does.
@@ -317,101 +363,21 @@ export class Outbox {
       this.checkpointer.postMessage("close" satisfies ToCheckpointer);
       await this.checkpointerExited;
     }
+    if (this.cursorDb !== this.db) this.cursorDb.close();
     this.db.close();
   }
 }
 
+/** A commit of the outbox failed: nothing of its group was stored. */
 export class OutboxWriteError extends Error {
   readonly code = "OUTBOX_WRITE_FAILED";
 }
 
-/**
- * The main thread's handle on the writer thread: requests by id, each
- * answered once its transaction committed. A thread that dies fails what it
- * had not answered (none of it was committed, or its caller cannot know: the
- * producer sends it again, and ids already stored are ignored) and is started
- * again for the next request.
- */
-class WriterThread {
-  private worker: Worker | undefined;
-  private nextId = 0;
-  private readonly pending = new Map<number, { resolve: (answer: FromOutboxWriter) => void; reject: (error: Error) => void }>();
-  private readonly inFlight = new Set<Promise<FromOutboxWriter>>();
-  private closed = false;
-
-  constructor(private readonly file: string) {
-    this.worker = this.spawn();
-  }
-
-  async append(rows: AppendRows): Promise<BigInt64Array> {
-    const answer = await this.request((id) => ({ kind: "append", id, ...rows }));
-    if (answer.kind !== "appended") throw new OutboxWriteError("the outbox answered an append with something else");
-    return answer.positions;
-  }
-
-  async prune(request: PruneRequest): Promise<{ changes: number; through: bigint }> {
-    const answer = await this.request((id) => ({ kind: "prune", id, ...request }));
-    if (answer.kind !== "pruned") throw new OutboxWriteError("the outbox answered a retention step with something else");
-    return { changes: answer.changes, through: answer.through };
-  }
-
-  /** A message nobody waits for (the relay's cursor, checkpoint settings). */
-  post(message: Extract<ToOutboxWriter, { kind: "cursor" | "checkpoint-here" }>): void {
-    if (this.closed) return;
-    (this.worker ??= this.spawn()).postMessage(message);
-  }
-
-  /** Lets the writer answer what it was sent, then ends it. */
-  async close(): Promise<void> {
-    this.closed = true;
-    await Promise.allSettled([...this.inFlight]);
-    const worker = this.worker;
-    if (!worker) return;
-    const exited = new Promise((resolve) => worker.once("exit", resolve));
-    worker.postMessage({ kind: "close" } satisfies ToOutboxWriter);
-    await exited;
-  }
-
-  private request(build: (id: number) => Extract<ToOutboxWriter, { kind: "append" | "prune" }>): Promise<FromOutboxWriter> {
-    if (this.closed) return Promise.reject(new OutboxWriteError("the outbox is closed"));
-    const worker = (this.worker ??= this.spawn());
-    const id = this.nextId++;
-    const answer = new Promise<FromOutboxWriter>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      worker.postMessage(build(id));
-    });
-    this.inFlight.add(answer);
-    const settled = (): void => void this.inFlight.delete(answer);
-    answer.then(settled, settled);
-    return answer;
-  }
-
-  private spawn(): Worker {
-    const worker = startThread("outbox-writer", { file: this.file } satisfies OutboxWriterData);
-    worker.on("message", (answer: FromOutboxWriter) => {
-      const pending = this.pending.get(answer.id);
-      if (!pending) return;
-      this.pending.delete(answer.id);
-      if (answer.kind === "failed") pending.reject(new OutboxWriteError(`the outbox could not store events: ${answer.message}`));
-      else pending.resolve(answer);
-    });
-    const lost = (reason: string): void => {
-      if (this.worker !== worker) return;
-      this.worker = undefined;
-      const pending = [...this.pending.values()];
-      this.pending.clear();
-      for (const p of pending) p.reject(new OutboxWriteError(`the outbox's writer thread stopped: ${reason}`));
-    };
-    worker.on("error", (error) => lost(error.message));
-    worker.on("exit", (code) => lost(`exit code ${code}`));
-    return worker;
-  }
-}
-
-// A thread running a module beside this one, as built: tests that need the
-// outbox itself import it from dist/, so its threads start there too.
-function startThread(name: string, workerData: unknown): Worker {
-  return new Worker(new URL(`./${name}.js`, import.meta.url), { workerData });
+interface PendingAppend {
+  events: PublicEvent[];
+  rows: AppendRows;
+  resolve: (result: AppendResult) => void;
+  reject: (error: Error) => void;
 }
 
 function toEvent(row: Row): PublicEvent {

@@ -88,7 +88,7 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
       try {
         const options = { acceptedBefore: now() - retentionMs, keepUndelivered: relay !== undefined };
         while (!shutdown.signal.aborted) {
-          const step = await outbox.pruneStep(options);
+          const step = outbox.pruneStep(options);
           if (step === 0) break;
           removed += step;
           await new Promise((resolve) => setImmediate(resolve));

@@ -1,5 +1,5 @@
 // The outbox commits the Publish calls of the moment together (one
-// transaction, one fsync, in a writer thread), and still answers each call
+// transaction, one fsync), and still answers each call
 // only once its events are durable: concurrent producers each get all their
 // events stored once, in their order; and every event a producer was told
 // was accepted is still there after the service is killed mid-load.

@@ -11,8 +11,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { createEventPublisher, rawEvent, redactEvent, startEvents } from "@oz0/events";
 import type { PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import Database from "better-sqlite3";
-// As built: the outbox starts its writer and checkpointer threads from the modules beside it.
-import { Outbox } from "../dist/outbox.js";
+import { Outbox } from "../src/outbox.js";
 import { watchAll } from "./fixtures/events-client.js";
 import { testCredentials } from "@oz0/serving/testing";
 
@@ -43,13 +42,13 @@ void describe("the local log's retention", () => {
       await outbox.append(events(3));
       clock = 10 * HOUR;
       await outbox.append(events(2));
-      assert.equal(await outbox.prune({ acceptedBefore: 5 * HOUR, keepUndelivered: false }), 3);
+      assert.equal(outbox.prune({ acceptedBefore: 5 * HOUR, keepUndelivered: false }), 3);
       assert.equal(outbox.prunedThrough(), 3n);
       assert.deepEqual(outbox.read({ fromPosition: 1n, limit: 10 }).map((e) => e.position), [4n, 5n]);
-      assert.equal(await outbox.prune({ acceptedBefore: 5 * HOUR, keepUndelivered: false }), 0, "nothing more is that old");
+      assert.equal(outbox.prune({ acceptedBefore: 5 * HOUR, keepUndelivered: false }), 0, "nothing more is that old");
 
       // Everything goes; the next event still gets the next position.
-      assert.equal(await outbox.prune({ acceptedBefore: 20 * HOUR, keepUndelivered: false }), 2);
+      assert.equal(outbox.prune({ acceptedBefore: 20 * HOUR, keepUndelivered: false }), 2);
       assert.equal(outbox.lastPosition(), 5n);
       assert.deepEqual((await outbox.append(events(1))).appended.map((e) => e.position), [6n]);
     } finally {
@@ -64,7 +63,7 @@ void describe("the local log's retention", () => {
       await outbox.append(events(5));
       outbox.markDeliveredThrough(2n);
       clock = 100 * HOUR;
-      assert.equal(await outbox.prune({ acceptedBefore: 50 * HOUR, keepUndelivered: true }), 2);
+      assert.equal(outbox.prune({ acceptedBefore: 50 * HOUR, keepUndelivered: true }), 2);
       assert.deepEqual(outbox.undelivered(10).map((e) => e.position), [3n, 4n, 5n], "the undelivered ones are all there");
     } finally {
       await outbox.close();
@@ -80,11 +79,11 @@ void describe("the local log's retention", () => {
     old.close();
     const outbox = new Outbox({ dataDir: dir });
     try {
-      assert.equal(await outbox.prune({ acceptedBefore: Date.now() - HOUR, keepUndelivered: false }), 0, "counted as accepted when the log was upgraded");
+      assert.equal(outbox.prune({ acceptedBefore: Date.now() - HOUR, keepUndelivered: false }), 0, "counted as accepted when the log was upgraded");
       await outbox.append(events(25_000, "job-many"));
       // One step removes at most 10,000, so the service can let Publish calls in between.
-      assert.equal(await outbox.pruneStep({ acceptedBefore: Date.now() + HOUR, keepUndelivered: false }), 10_000);
-      assert.equal(await outbox.prune({ acceptedBefore: Date.now() + HOUR, keepUndelivered: false }), 15_001);
+      assert.equal(outbox.pruneStep({ acceptedBefore: Date.now() + HOUR, keepUndelivered: false }), 10_000);
+      assert.equal(outbox.prune({ acceptedBefore: Date.now() + HOUR, keepUndelivered: false }), 15_001);
       assert.equal(outbox.prunedThrough(), 25_001n);
     } finally {
       await outbox.close();
