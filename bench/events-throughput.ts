@@ -26,7 +26,7 @@ import { benchOptions } from "./bench-options.js";
 import { startReport } from "./bench-report.js";
 import { readProcessCpu, ticksPerSecond } from "./process-cpu.js";
 
-const { events: EVENTS, jobs: JOBS, repeat: REPEAT, warmup: WARMUP, profile: PROFILE, compare: COMPARE } = benchOptions({
+const { events: EVENTS, jobs: JOBS, repeat: REPEAT, warmup: WARMUP, profile: PROFILE, compare: COMPARE, producers: PRODUCERS } = benchOptions({
   events: { type: "number", default: 20_000 },
   jobs: { type: "number", default: 50 },
   repeat: { type: "number", default: 3 },
@@ -40,6 +40,13 @@ const { events: EVENTS, jobs: JOBS, repeat: REPEAT, warmup: WARMUP, profile: PRO
    * same run.
    */
   compare: { type: "string" },
+  /**
+   * `--producers N`: the service path's events come from N publishers at
+   * once (each job's from one of them), as the orchestrator, the sandboxes
+   * and the LLM proxy publish side by side; the batch of 500 in flight is
+   * then N concurrent Publish calls. The direct producers are unchanged.
+   */
+  producers: { type: "number", default: 1 },
 });
 const BATCH = 500;
 const PARTITIONS = 3;
@@ -258,18 +265,21 @@ async function throughService(main = SERVICE_MAIN): Promise<Result> {
   const { done, warmedUp, consumer } = await consumeAll(topic, EVENTS, (h) => Date.parse(h.ce_time!));
   // A publisher retries what the service refuses until it closes; here a
   // refusal (a credential the service does not take) ends the run instead.
-  const publisher = createEventPublisher({
-    url: service.url,
-    token: PRODUCER_TOKEN,
-    maxBatch: BATCH,
-    logger: {
-      warn: (obj, msg) => fail(`the publisher could not publish: ${msg} ${JSON.stringify(obj)}`),
-      error: (obj, msg) => fail(`the publisher dropped events: ${msg} ${JSON.stringify(obj)}`),
-    },
-  });
+  const publishers = Array.from({ length: PRODUCERS }, () =>
+    createEventPublisher({
+      url: service.url,
+      token: PRODUCER_TOKEN,
+      maxBatch: BATCH,
+      logger: {
+        warn: (obj, msg) => fail(`the publisher could not publish: ${msg} ${JSON.stringify(obj)}`),
+        error: (obj, msg) => fail(`the publisher dropped events: ${msg} ${JSON.stringify(obj)}`),
+      },
+    }),
+  );
+  const flushAll = (): Promise<unknown> => Promise.all(publishers.map((p) => p.flush()));
   const publish = async (count: number, jobPrefix: string): Promise<void> => {
     for (let i = 0; i < count; i++) {
-      publisher.publish(
+      publishers[(i % JOBS) % PRODUCERS]!.publish(
         rawEvent("harness.operation_step", {
           source: "sandbox",
           jobId: `${jobPrefix}-${i % JOBS}`,
@@ -282,9 +292,9 @@ async function throughService(main = SERVICE_MAIN): Promise<Result> {
       // batch's acknowledgement: each batch waits until the service has it
       // durably in its outbox. Without it the whole run queues in the
       // publisher at once and latency measures that queue, not the path.
-      if (i % BATCH === BATCH - 1) await publisher.flush();
+      if (i % BATCH === BATCH - 1) await flushAll();
     }
-    await publisher.flush();
+    await flushAll();
   };
   await publish(WARMUP, "warmup");
   await warmedUp;
@@ -292,7 +302,7 @@ async function throughService(main = SERVICE_MAIN): Promise<Result> {
   const cpu = cpuMeter(service.pid);
   await publish(EVENTS, "job");
   const result = summarise(started, await done, cpu(EVENTS));
-  await publisher.close();
+  for (const publisher of publishers) await publisher.close();
   await consumer.disconnect();
   await service.stop();
   return result;
@@ -312,8 +322,8 @@ const format = (r: Result): string =>
   `CPU µs/event: bench ${us(r.cpu.bench)}${r.cpu.service === undefined ? "" : `, service ${us(r.cpu.service)}`}, broker ${us(r.cpu.broker)}`;
 
 const report = startReport("events-throughput");
-console.log(`${EVENTS} events over ${JOBS} jobs, ${PARTITIONS} partitions, batches of ${BATCH}, ${REPEAT} rounds${WARMUP ? `, ${WARMUP} warm-up events first` : ""}${COMPARE ? `; compared with ${COMPARE}` : ""}`);
-const ratios: { same: number; bare: number; p99: number; compare?: { same: number; p99: number } }[] = [];
+console.log(`${EVENTS} events over ${JOBS} jobs, ${PARTITIONS} partitions, batches of ${BATCH}, ${PRODUCERS} producer${PRODUCERS === 1 ? "" : "s"} into the service, ${REPEAT} rounds${WARMUP ? `, ${WARMUP} warm-up events first` : ""}${COMPARE ? `; compared with ${COMPARE}` : ""}`);
+const ratios: { same: number; bare: number; p99: number; compare?: { same: number; p99: number; throughput: number } }[] = [];
 try {
   // Contenders alternate within each round, so each round's ratios compare like with like.
   for (let round = 0; round < REPEAT; round++) {
@@ -325,7 +335,7 @@ try {
       same: s.perSecond / same.perSecond,
       bare: s.perSecond / bare.perSecond,
       p99: s.p99 / Math.max(1, same.p99),
-      ...(c ? { compare: { same: c.perSecond / same.perSecond, p99: c.p99 / Math.max(1, same.p99) } } : {}),
+      ...(c ? { compare: { same: c.perSecond / same.perSecond, p99: c.p99 / Math.max(1, same.p99), throughput: s.perSecond / c.perSecond } } : {}),
     });
     console.log(`round ${round + 1}  kafkajs, same messages: ${format(same)}`);
     console.log(`round ${round + 1}  kafkajs, bare:          ${format(bare)}`);
@@ -341,5 +351,6 @@ report.ratio("p99 latency ratio, events / kafkajs with the same messages", ratio
 if (COMPARE) {
   report.ratio("compare build: throughput ratio against the same messages", ratios.map((r) => r.compare!.same));
   report.ratio("compare build: p99 latency ratio", ratios.map((r) => r.compare!.p99));
+  report.ratio("this build / compare build, throughput", ratios.map((r) => r.compare!.throughput));
 }
 report.end();
