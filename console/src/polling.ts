@@ -1,6 +1,7 @@
 // Lists the API has no stream for (jobs, approvals) are read again every
 // `intervalMs` while the page is open; an answer given elsewhere or a job that
-// changed state shows within that interval.
+// changed state shows within that interval. A tab in the background is not
+// read for; it reads at once when it is shown again.
 import { useEffect, useRef, useState } from "preact/hooks";
 import { messageOf } from "./api.js";
 
@@ -31,13 +32,18 @@ export function usePolling<T>(read: () => Promise<T>, intervalMs: number, deps: 
       } catch (e) {
         if (!stopped && mine === generation) setError(messageOf(e));
       }
-      if (!stopped && mine === generation) timer = setTimeout(() => void run(), intervalMs);
+      if (!stopped && mine === generation && document.visibilityState !== "hidden") timer = setTimeout(() => void run(), intervalMs);
+    };
+    const shown = (): void => {
+      if (document.visibilityState === "visible") void run();
     };
     tick.current = () => void run();
     void run();
+    document.addEventListener("visibilitychange", shown);
     return () => {
       stopped = true;
       clearTimeout(timer);
+      document.removeEventListener("visibilitychange", shown);
     };
   }, deps);
   return { value, error, refresh: () => tick.current() };
