@@ -3,12 +3,11 @@
 // every attempt and the call, settle the budget with what the caller received.
 // The answer's last bytes wait until the call's records are stored, so once a
 // client has its answer, GetUsage at any replica counts the call.
-import { randomUUID } from "node:crypto";
 import type http from "node:http";
 import { once } from "node:events";
 import { performance } from "node:perf_hooks";
 import type { KeyVault } from "./key-vault.js";
-import type { Metering } from "./metering.js";
+import { newOperationId, type Metering } from "./metering.js";
 import { costOf, priceOf, type ModelPrice, type ProviderConfig } from "./provider-config.js";
 import { ProxyError } from "./proxy-error.js";
 import { ZERO_USAGE, type BudgetStore, type Outcome, type Reservation, type TokenRecord, type TokenUsage } from "./proxy-store.js";
@@ -111,7 +110,7 @@ const sleep = (ms: number, signal: AbortSignal): Promise<void> =>
 
 export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): Promise<void> {
   const { res, provider, format, request, token, rawBody } = input;
-  const operationId = randomUUID();
+  const operationId = newOperationId();
   const startedAt = new Date();
   const callStart = performance.now();
   const model = request.model ?? "";

@@ -9,6 +9,7 @@ import { mkdirSync } from "node:fs";
 import path from "node:path";
 import Database from "better-sqlite3";
 import { BudgetLedger } from "./budget-ledger.js";
+import { SqliteCheckpointer } from "./sqlite-checkpointer.js";
 import type { AttemptRecord, BudgetSnapshot, CallRecord, PendingAttempt, ProxyStore, Reservation, ReserveInput, SecretInfo, StoredSecret, TokenRecord, UsageTotals } from "./proxy-store.js";
 import { interruptedRecords, tokenUse, type TokenUseAnswer } from "./proxy-store.js";
 import {
@@ -85,6 +86,7 @@ export class SqliteProxyStore implements ProxyStore {
   readonly #onWriteError: (error: unknown) => void;
   /** This store's pending calls carry it; those of any other (a process that died) are reconciled. */
   readonly #owner = randomUUID();
+  readonly #checkpointer: SqliteCheckpointer | undefined;
 
   constructor(options: SqliteProxyStoreOptions) {
     let file = ":memory:";
@@ -101,6 +103,11 @@ export class SqliteProxyStore implements ProxyStore {
     this.#db.pragma("journal_mode = WAL");
     // Metering rows lost in a power cut are acceptable; a slow fsync per call is not.
     this.#db.pragma("synchronous = NORMAL");
+    if (file !== ":memory:") {
+      // Checkpoints (and their fsync) happen on a thread of their own, never in a commit here.
+      this.#db.pragma("wal_autocheckpoint = 0");
+      this.#checkpointer = new SqliteCheckpointer({ file, onError: this.#onWriteError });
+    }
     this.#db.exec(SCHEMA);
     // A store made before tokens recorded their first use gains the column in place.
     const tokenColumns = this.#db.prepare("PRAGMA table_info(session_tokens)").all() as { name: string }[];
@@ -321,6 +328,7 @@ export class SqliteProxyStore implements ProxyStore {
 
   async close(): Promise<void> {
     this.flush();
+    await this.#checkpointer?.close();
     this.#db.close();
   }
 }
