@@ -152,11 +152,21 @@ void test("a viewer sees the queue without the buttons, the API refuses the view
   });
   await assert.rejects(clients(token).jobs.answerPermission({ jobId, callId: approval!.callId, allow: true }), (e: unknown) => ConnectError.from(e).code === Code.PermissionDenied);
 
+  // The job's own page shows the waiting call to the viewer without buttons too.
+  const queue = page.url();
+  await page.goto(`${t.url}/#/jobs/${jobId}`);
+  const onJob = page.locator("article.approval");
+  await onJob.getByText("needs the approver role").waitFor();
+  assert.equal(await onJob.getByRole("button").count(), 0, "no Approve, Deny or Edit on the job page for a viewer");
+  assert.equal(await page.getByRole("button", { name: "Cancel job" }).count(), 0, "no Cancel for a viewer");
+  await assertAccessible(page, "job (viewer)");
+  await page.goto(queue);
+  await card.waitFor();
+
   // The owner denies it elsewhere (as `oz0 deny` does); the viewer's queue lets it go.
   await clients(t.stack.ownerToken).jobs.answerPermission({ jobId, callId: approval!.callId, allow: false, reason: "not today" });
   await card.waitFor({ state: "detached" });
   await page.goto(`${t.url}/#/jobs/${jobId}`);
   await page.getByTestId("decision").filter({ hasText: "denied by owner: not today" }).waitFor();
-  assert.equal(await page.getByRole("button", { name: "Cancel job" }).count(), 0, "no Cancel for a viewer");
   await page.close();
 });
