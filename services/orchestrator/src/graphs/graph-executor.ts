@@ -23,15 +23,17 @@
 import { createHash } from "node:crypto";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { create } from "@bufbuild/protobuf";
-import { ProtocolVersion, SessionRequestSchema, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { GraphError, type AgentRequest, type CustomStepRequest, type CustomStepResult, type GraphExecutor } from "@oz0/graph";
 import type { GraphStore } from "../store/graph-store.js";
 import type { JobFeed } from "../jobs/job-feed.js";
-import { isTerminal, newJobId, type JobRunner } from "../jobs/job-runner.js";
-import type { JobRecord, JobStore } from "../store/job-store.js";
+import type { JobRunner } from "../jobs/job-runner.js";
+import { isTerminal, type JobRecord, type JobStore } from "../store/job-store.js";
+import { newJobId } from "../store/ids.js";
 import { OrchestratorError } from "../orchestrator-error.js";
 import { SessionNotFoundError, type SandboxMessage, type SessionChannel, type SessionRunner } from "../sessions/session-runner.js";
+import { SessionDriver } from "../sessions/session-driver.js";
+import { programSessionStart } from "../sessions/session-request.js";
 import type { SandboxPlacement } from "../sessions/sandbox-placement.js";
 import type { StepCall } from "./graph-step-runner.js";
 import { withStderr } from "../sessions/harness-stderr.js";
@@ -162,9 +164,11 @@ export class SessionGraphExecutor implements GraphExecutor {
   readonly #o: SessionGraphExecutorOptions;
   /** Step jobs whose failure this executor reported: a retry of their step starts a new job. */
   readonly #failed = new Set<string>();
+  readonly #sessions: SessionDriver;
 
   constructor(options: SessionGraphExecutorOptions) {
     this.#o = options;
+    this.#sessions = new SessionDriver({ placement: options.placement });
   }
 
   async runAgent(request: AgentRequest): Promise<{ text: string }> {
@@ -252,21 +256,14 @@ export class SessionGraphExecutor implements GraphExecutor {
       idempotencyKey: request.idempotencyKey,
       iteration: request.iteration,
     };
-    const start = (): SessionChannel =>
-      sandbox.start({
-        request: create(SessionRequestSchema, {
-          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
-          sessionId,
-          jobId: o.graphJobId,
-          agent: { name: `step:${request.name}`, version: 0 },
-          instructions: "",
-          input: JSON.stringify(call),
-          permissions: false,
-        }),
-        command: [process.execPath, stepRunnerScript],
-        pluginDir: o.pluginPath,
-        attachments: [],
-      });
+    const start = programSessionStart({
+      sessionId,
+      jobId: o.graphJobId,
+      name: `step:${request.name}`,
+      input: JSON.stringify(call),
+      command: [process.execPath, stepRunnerScript],
+      pluginDir: o.pluginPath,
+    });
     let messages: SandboxMessage[];
     let reattached = true;
     try {
@@ -275,7 +272,7 @@ export class SessionGraphExecutor implements GraphExecutor {
       if (!(error instanceof SessionNotFoundError)) throw error;
       reattached = false;
       o.onStepWork?.({ path: request.path, stepId: request.stepId, sessionId, reattached });
-      messages = await this.#drain(start(), request.signal, sandbox, sessionId);
+      messages = await this.#drain(sandbox.start(start), request.signal, sandbox, sessionId);
     }
     if (reattached) o.onStepWork?.({ path: request.path, stepId: request.stepId, sessionId, reattached });
     // Ended (not halted: then the run's new owner re-attaches to it): its slot is free.
@@ -305,14 +302,19 @@ export class SessionGraphExecutor implements GraphExecutor {
    */
   async #place(sessionId: string, signal: AbortSignal): Promise<SessionRunner> {
     if (await this.#o.placement.lostSession(sessionId)) await this.#o.placement.release(sessionId);
-    for (;;) {
-      const sandbox = await this.#o.placement.place({ jobId: this.#o.graphJobId, sessionId });
-      if (sandbox) return sandbox;
-      if (signal.aborted || this.#o.halt?.aborted) throw new GraphError("STEP_FAILED", "the graph run stopped before the custom step found a sandbox node with room");
-      await new Promise((resolve) => setTimeout(resolve, 500));
-    }
+    let waited = false;
+    const sandbox = await this.#sessions.place({
+      jobId: this.#o.graphJobId,
+      sessionId,
+      // Asked at least once, whatever the signals say.
+      stop: () => waited && (signal.aborted || this.#o.halt?.aborted === true),
+      waiting: () => Promise.resolve(void (waited = true)),
+    });
+    if (!sandbox) throw new GraphError("STEP_FAILED", "the graph run stopped before the custom step found a sandbox node with room");
+    return sandbox;
   }
 
+  /** Every message of the session to its end; throws SessionNotFoundError when the sandbox does not know the session. */
   async #drain(channel: SessionChannel, signal: AbortSignal, sandbox: SessionRunner, sessionId: string): Promise<SandboxMessage[]> {
     const onAbort = (): void => {
       void sandbox.cancel({ sessionId, reason: "the graph run stopped this step" }).catch(() => undefined);
@@ -324,7 +326,16 @@ export class SessionGraphExecutor implements GraphExecutor {
     halt?.addEventListener("abort", stopFollowing, { once: true });
     const out: SandboxMessage[] = [];
     try {
-      for await (const message of channel) out.push(message);
+      const end = await this.#sessions.follow({
+        jobId: this.#o.graphJobId,
+        sessionId,
+        state: { sandbox, channel, sandboxSeq: 0 },
+        handle: (message) => Promise.resolve(void out.push(message)),
+        stopped: () => false,
+        // A custom step runs at least once: a broken stream fails the step, and the engine's retry places it again.
+        reattach: false,
+      });
+      if (end.kind === "unknown" || end.kind === "refused" || end.kind === "broken") throw end.error;
     } finally {
       signal.removeEventListener("abort", onAbort);
       halt?.removeEventListener("abort", stopFollowing);

@@ -17,7 +17,6 @@
 // so nothing more is recorded or written for it here. A cancel taken at a
 // replica that does not run the job is recorded on the job; the replica that
 // runs it hears of it through the job's events (or reads it when it resumes).
-import { randomUUID } from "node:crypto";
 import type { LifecycleType } from "@oz0/events-client";
 import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
@@ -30,8 +29,10 @@ import type { GraphStore, StepJobRecord } from "../store/graph-store.js";
 import { stepNote, stepWhere } from "./graph-step-notes.js";
 import type { JobFeed } from "../jobs/job-feed.js";
 import { asBystander, soleOwnership, type JobOwnership } from "../cluster/job-ownership.js";
-import { appendJobStep, checkJobInput, isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "../jobs/job-runner.js";
-import { ACTIVE_JOB_STATES, type JobPatch, type JobRecord, type JobStateName, type JobStore } from "../store/job-store.js";
+import { appendJobStep, checkJobInput, type JobRunner } from "../jobs/job-runner.js";
+import { JOB_STATE_TO_PROTO } from "../jobs/job-events.js";
+import { ACTIVE_JOB_STATES, isTerminal, newJobRecord, type JobPatch, type JobRecord, type JobStateName, type JobStore } from "../store/job-store.js";
+import { newId } from "../store/ids.js";
 import { invalidArgument, notFound, OrchestratorError } from "../orchestrator-error.js";
 import type { LifecycleInit, LifecycleSink } from "../sessions/session-runner.js";
 import type { SandboxPlacement } from "../sessions/sandbox-placement.js";
@@ -147,28 +148,22 @@ export class GraphJobs {
       pinned[name] = agent.version;
     }
     const now = new Date();
-    const job: JobRecord = {
-      id: `${GRAPH_JOB_PREFIX}${randomUUID().replaceAll("-", "").slice(0, 20)}`,
-      agentName: graph.name,
-      agentVersion: graph.version,
-      input: options.input,
-      state: "running",
-      createdAt: now,
-      updatedAt: now,
-      resultText: "",
-      stopReason: 0,
-      error: "",
-      sessionId: "",
-      sandboxUrl: "",
-      lastSeq: 0,
-      sandboxSeq: 0,
-      attachments: [],
-      tokenId: "",
-      servedTools: "",
-      startedBy: options.startedBy ?? "",
-      // A graph run has no session of its own: it runs from the start.
-      startedAt: now,
-    };
+    const job = newJobRecord(
+      {
+        id: newId(GRAPH_JOB_PREFIX),
+        agentName: graph.name,
+        agentVersion: graph.version,
+        input: options.input,
+        state: "running",
+        sessionId: "",
+        attachments: [],
+        servedTools: "",
+        startedBy: options.startedBy ?? "",
+        // A graph run has no session of its own: it runs from the start.
+        startedAt: now,
+      },
+      now,
+    );
     // Leased before it exists, so no other replica takes it for an orphan.
     await this.#ownership.claim(job.id);
     try {

@@ -3,17 +3,14 @@
 // sequence number (and the sandbox's, for re-attach), answers permission
 // requests through the policy, finishes the job with its result and
 // artifacts. On start-up it re-attaches to every job that was running.
-import { randomUUID } from "node:crypto";
 import { existsSync, lstatSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { create, fromJson, type JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
-import { timestampFromDate, ValueSchema } from "@bufbuild/protobuf/wkt";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import {
   PermissionAnswer_Outcome,
   PermissionAnswerSchema,
-  ProtocolVersion,
   RuntimeToolResultSchema,
-  SessionRequestSchema,
   SessionResultSchema,
   StopReason,
   type RuntimeTool,
@@ -34,10 +31,12 @@ import {
 import type { Logger } from "@oz0/serving";
 import { AgentVersions, parseDuration } from "../agents/agent-versions.js";
 import { answerRefusal, approvalDeadline, ApprovalDeadlines, type Answerer } from "../approvals/approval-deadlines.js";
-import { resolveHarnessCommand } from "../agents/harness-command.js";
 import type { JobFeed } from "./job-feed.js";
+import { JOB_STATE_TO_PROTO } from "./job-events.js";
 import {
   ACTIVE_JOB_STATES,
+  isTerminal,
+  newJobRecord,
   type AgentVersionRecord,
   type DeciderName,
   type JobPatch,
@@ -49,35 +48,25 @@ import {
   type StderrAppend,
 } from "../store/job-store.js";
 import { DEFAULT_MAX_STDERR_BYTES, stderrAppend, storedStderrTail, withStderr } from "../sessions/harness-stderr.js";
-import { sessionSkills } from "../agents/agent-skills.js";
 import { asBystander, soleOwnership, type JobOwnership } from "../cluster/job-ownership.js";
 import { LeaseLostError } from "../cluster/lease-manager.js";
 import { OperationRunner, operationRuntimeTools, type OperationParent } from "../operations/operation-runner.js";
 import { failedPrecondition, invalidArgument, notFound, OrchestratorError, permissionDenied } from "../orchestrator-error.js";
 import type { PermissionPolicy, PolicyDecision } from "../policy/permission-policy.js";
 import {
-  SandboxFullError,
-  SandboxRefusedError,
   SessionNotFoundError,
   type LifecycleInit,
   type LifecycleSink,
   type SandboxMessage,
   type SessionArtifact,
-  type SessionChannel,
   type SessionRunner,
   type TokenIssuer,
 } from "../sessions/session-runner.js";
+import { SessionDriver, type FollowOptions, type PlaceOptions, type SessionEnd, type SessionState } from "../sessions/session-driver.js";
+import { agentSessionStart } from "../sessions/session-request.js";
+import { newJobId, newSessionId } from "../store/ids.js";
 import type { LostSession, SandboxPlacement } from "../sessions/sandbox-placement.js";
 import { toolResultViolation } from "../policy/tool-call-audit.js";
-
-export const JOB_STATE_TO_PROTO: Record<JobStateName, JobState> = {
-  pending: JobState.PENDING,
-  running: JobState.RUNNING,
-  waiting: JobState.WAITING,
-  succeeded: JobState.SUCCEEDED,
-  failed: JobState.FAILED,
-  cancelled: JobState.CANCELLED,
-};
 
 const DECIDER_TO_PROTO: Record<DeciderName, Decider> = {
   policy: Decider.POLICY,
@@ -85,10 +74,6 @@ const DECIDER_TO_PROTO: Record<DeciderName, Decider> = {
   person: Decider.PERSON,
   runtime: Decider.RUNTIME,
 };
-
-export function isTerminal(state: JobStateName): boolean {
-  return !ACTIVE_JOB_STATES.includes(state);
-}
 
 export interface JobRunnerOptions {
   store: JobStore;
@@ -128,14 +113,9 @@ export interface ServedRuntimeTools {
   answer(call: { name: string; input: ProtoJsonObject }, earlier: readonly ServedToolCall[]): { output: ProtoJsonObject } | { error: string };
 }
 
-interface ActiveJob {
-  /** Starts the session again, while the sandbox has never taken it (it was full). */
-  restart?: () => SessionChannel;
-  /** The session's node; unset until it is placed. */
+/** A job whose session this process follows; `sandbox` (the session's node) is unset until it is placed. */
+interface ActiveJob extends SessionState {
   agent: AgentVersionRecord;
-  channel?: SessionChannel;
-  sandbox?: SessionRunner;
-  sandboxSeq: number;
   result?: SessionResult;
   exitError: string;
   /** Set when the harness broke the tool policy; the job fails with it. */
@@ -150,11 +130,6 @@ interface ActiveJob {
   waitSaid?: boolean;
   /** Its node went silent, and that is being dealt with (handleLostSession): once, whoever noticed first. */
   lostHandled?: boolean;
-}
-
-/** A session's id: a job gets one, and a new one whenever its session is started afresh elsewhere. */
-function newSessionId(): string {
-  return `ses_${randomUUID().replaceAll("-", "").slice(0, 20)}`;
 }
 
 /**
@@ -179,11 +154,6 @@ export async function appendJobStep(
   if (lifecycle.length) deps.lifecycle?.committed();
   deps.feed.publish(step.jobId, stored);
   return stored;
-}
-
-/** A new job's id. */
-export function newJobId(): string {
-  return `job_${randomUUID().replaceAll("-", "").slice(0, 20)}`;
 }
 
 /** Why a pending job has not started, in its events. */
@@ -236,6 +206,7 @@ export class JobRunner {
   #closing = false;
   readonly #deadlines: ApprovalDeadlines;
   readonly #ownership: JobOwnership;
+  readonly #sessions: SessionDriver;
 
   constructor(options: JobRunnerOptions) {
     this.#o = options;
@@ -249,6 +220,11 @@ export class JobRunner {
       ...(options.lifecycle ? { lifecycle: options.lifecycle } : {}),
       ...(options.operationRepairs !== undefined ? { maxRepairs: options.operationRepairs } : {}),
       ...(options.maxStderrBytes !== undefined ? { maxStderrBytes: options.maxStderrBytes } : {}),
+    });
+    this.#sessions = new SessionDriver({
+      placement: options.placement,
+      logger: options.logger,
+      ...(options.reattachAttempts !== undefined ? { reattachAttempts: options.reattachAttempts } : {}),
     });
     this.#deadlines = new ApprovalDeadlines({
       onDeadline: (jobId, permissionId) => this.#timeOut(jobId, permissionId),
@@ -298,26 +274,25 @@ export class JobRunner {
   }
 
   /**
-   * A node with room for the job's session, stored as the job's node before
-   * the session starts (so a restart re-attaches there). Waits while every
-   * node is full; undefined when the job was cancelled or abandoned meanwhile.
+   * How the job's session is placed: on a node with room, stored as the
+   * job's node before the session starts (so a restart re-attaches there);
+   * waiting while every node is full, until the job is cancelled, ends or
+   * is abandoned.
    */
-  /** `refusedBy`: the node that just refused the session for want of room. */
-  async #place(job: JobRecord, active: ActiveJob, refusedBy?: string): Promise<SessionRunner | undefined> {
-    for (let waited = false; ; waited = true) {
-      if (this.#closing || active.abandoned) return undefined;
-      if (waited) {
+  #placing(job: JobRecord, active: ActiveJob): PlaceOptions {
+    return {
+      jobId: job.id,
+      sessionId: job.sessionId,
+      stop: async () => {
+        if (this.#closing || active.abandoned) return true;
         const current = await this.#o.store.getJob(job.id);
-        if (!current || current.cancelRequestedAt || isTerminal(current.state)) return undefined;
-      }
-      const sandbox = await this.#o.placement.place({ jobId: job.id, sessionId: job.sessionId, ...(refusedBy ? { refusedBy } : {}) });
-      if (sandbox) {
+        return !current || current.cancelRequestedAt !== undefined || isTerminal(current.state);
+      },
+      waiting: () => this.#sayWaiting(job.id, active),
+      placed: async (sandbox) => {
         await this.#o.store.updateJob(job.id, { sandboxUrl: sandbox.url });
-        return sandbox;
-      }
-      await this.#sayWaiting(job.id, active);
-      await new Promise((r) => setTimeout(r, 500));
-    }
+      },
+    };
   }
 
   /** Once per job: otherwise a waiting job only shows "pending", and why is in the orchestrator's log alone. */
@@ -358,28 +333,20 @@ export class JobRunner {
       return a;
     });
     checkAttachmentsSize(attachments);
-    const now = new Date();
-    const job: JobRecord = {
-      id: options.id ?? newJobId(),
-      agentName: agent.name,
-      agentVersion: agent.version,
-      input: options.input,
-      state: "pending",
-      createdAt: now,
-      updatedAt: now,
-      resultText: "",
-      stopReason: 0,
-      error: "",
-      sessionId: newSessionId(),
-      // Set when the session is placed on a node (#startSession).
-      sandboxUrl: "",
-      lastSeq: 0,
-      sandboxSeq: 0,
-      attachments,
-      tokenId: "",
-      servedTools: options.servedTools ?? "",
-      startedBy: options.startedBy ?? "",
-    };
+    const job = newJobRecord(
+      {
+        id: options.id ?? newJobId(),
+        agentName: agent.name,
+        agentVersion: agent.version,
+        input: options.input,
+        state: "pending",
+        sessionId: newSessionId(),
+        attachments,
+        servedTools: options.servedTools ?? "",
+        startedBy: options.startedBy ?? "",
+      },
+      new Date(),
+    );
     // Leased before it exists, so no other replica takes it for an orphan.
     await this.#ownership.claim(job.id);
     try {
@@ -460,47 +427,24 @@ export class JobRunner {
       return;
     }
     const timeoutMs = definition.limits?.timeout ? parseDuration(definition.limits.timeout) : 0;
-    const request = create(SessionRequestSchema, {
-      protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+    const start = agentSessionStart({
       sessionId: job.sessionId,
       jobId: job.id,
-      agent: { name: agent.name, version: agent.version },
-      model: { primary: definition.model.primary, fallbacks: definition.model.fallbacks ?? [] },
-      instructions: agent.instructions,
+      agent,
+      token,
       input: job.input,
-      limits: {
-        maxTurns: definition.limits?.max_steps ?? 0,
-        ...(timeoutMs > 0 ? { deadline: timestampFromDate(new Date(Date.now() + timeoutMs)) } : {}),
-      },
-      harnessOptions: (definition.harness ?? {}) as ProtoJsonObject,
-      permissions: agent.harness.manifest.permissions ?? false,
-      // Harness operations, as runtime tools; the skill catalogue every session of the version sees.
+      ...(timeoutMs > 0 ? { deadline: new Date(Date.now() + timeoutMs) } : {}),
+      // Harness operations, as runtime tools, and the tools this job is served.
       runtimeTools: [...operationRuntimeTools(agent), ...(this.#served(job)?.tools ?? [])],
-      skills: sessionSkills(agent),
-      llm: {
-        anthropicBaseUrl: token.anthropicBaseUrl,
-        openaiBaseUrl: token.openaiBaseUrl,
-        token: token.token,
-        headers: { ...token.headers, "Oz0-Job": job.id, "Oz0-Agent": agent.name },
-      },
+      attachments: job.attachments,
     });
     if (this.#closing) return;
-    const startOptions = {
-      request,
-      command: resolveHarnessCommand(agent.harness),
-      pluginDir: agent.harness.pluginPath,
-      attachments: job.attachments,
-    };
-    const sandbox = await this.#place(job, active);
-    if (!sandbox) {
-      if (!this.#closing && !active.abandoned) await this.#finish(job.id, {});
-      return;
-    }
-    active.sandbox = sandbox;
-    active.restart = () => active.sandbox!.start(startOptions);
-    const channel = active.restart();
-    active.channel = channel;
-    await this.#consume(job.id, active);
+    const end = await this.#sessions.start({
+      ...this.#following(job, active),
+      place: this.#placing(job, active),
+      start: (sandbox) => sandbox.start(start),
+    });
+    await this.#sessionEnded(job.id, active, end);
   }
 
   /** Re-attach to every job that was running when the orchestrator stopped. */
@@ -614,7 +558,7 @@ export class JobRunner {
     if (!job) return;
     active.channel = active.sandbox!.reattach({ sessionId: job.sessionId, afterSeq: active.sandboxSeq });
     await this.#catchUp(job, active);
-    await this.#consume(jobId, active);
+    await this.#sessionEnded(jobId, active, await this.#sessions.follow(this.#following(job, active)));
   }
 
   /**
@@ -636,87 +580,61 @@ export class JobRunner {
     this.#track(this.#operations.resumeJob(this.#operationParent(job, active)));
   }
 
-  async #consume(jobId: string, active: ActiveJob): Promise<void> {
-    const attempts = this.#o.reattachAttempts ?? 5;
-    for (let attempt = 0; ; attempt++) {
-      const channel = active.channel!;
-      try {
-        for await (const message of channel) {
-          if (message.seq <= active.sandboxSeq) continue; // already handled before a re-attach
-          await this.#withLock(jobId, () => this.#handle(jobId, active, message));
-          attempt = 0;
-        }
-        if (this.#closing || active.abandoned) return;
+  /** How the job's session is followed: its messages handled one at a time under the job's lock, what it missed written again after a re-attach. */
+  #following(job: JobRecord, active: ActiveJob): FollowOptions {
+    return {
+      jobId: job.id,
+      sessionId: job.sessionId,
+      state: active,
+      handle: (message) => this.#withLock(job.id, () => this.#handle(job.id, active, message)),
+      stopped: () => this.#closing || active.abandoned === true,
+      // Gone from the store, or finished meanwhile (its node was lost): nothing is left to follow.
+      stillFollowed: async () => (await this.#o.store.getJob(job.id)) !== undefined && this.#active.get(job.id) === active,
+      reattached: async () => {
+        const current = await this.#o.store.getJob(job.id);
+        if (current) await this.#catchUp(current, active);
+      },
+    };
+  }
+
+  /** What the end of following a job's session means for the job. */
+  async #sessionEnded(jobId: string, active: ActiveJob, end: SessionEnd): Promise<void> {
+    switch (end.kind) {
+      case "stopped":
+        return;
+      case "ended":
         await this.#finish(jobId, {});
         return;
-      } catch (error) {
-        if (this.#closing || active.abandoned) return;
-        if (error instanceof SessionNotFoundError && active.startIfUnknown && active.sandboxSeq === 0) {
-          active.startIfUnknown = false;
-          const job = await this.#o.store.getJob(jobId);
-          if (!job) return;
-          // Its node does not know it: the start never reached the node, or the node restarted after it.
-          // Only the first is safe to start again, and only an unused token tells them apart.
-          if (!(await this.#revokeProvesUnused(job))) {
-            await this.#finish(jobId, { failure: "the session was lost: its sandbox no longer knows it, and it had already called the model (was the sandbox restarted?); run the job again" });
-            return;
-          }
-          await this.#startSession(job, active);
-          return;
-        }
-        if (error instanceof SandboxFullError && active.sandboxSeq === 0 && active.restart) {
-          // The sandbox never took the session: the job stays pending and asks again (unless it was cancelled meanwhile).
-          const job = await this.#o.store.getJob(jobId);
-          if (!job || job.cancelRequestedAt) {
-            await this.#finish(jobId, {});
-            return;
-          }
-          this.#o.logger.info({ jobId, sandbox: active.sandbox?.url }, "the sandbox is full; the job waits for a free session");
-          await this.#sayWaiting(jobId, active);
-          // Its slot there is given back and the session placed again, on whichever node has room.
-          await this.#o.placement.release(job.sessionId);
-          await new Promise((r) => setTimeout(r, 500));
-          const sandbox = await this.#place(job, active, active.sandbox?.url);
-          if (!sandbox) {
-            if (!this.#closing && !active.abandoned) await this.#finish(jobId, {});
-            return;
-          }
-          active.sandbox = sandbox;
-          active.channel = active.restart();
-          attempt = -1;
-          continue;
-        }
-        if (error instanceof SessionNotFoundError) {
+      case "gave_up":
+        // Cancelled or ended while it waited for room (not when this replica stops following it).
+        if (!this.#closing && !active.abandoned) await this.#finish(jobId, {});
+        return;
+      case "unknown": {
+        if (!active.startIfUnknown || active.sandboxSeq !== 0) {
           await this.#finish(jobId, { failure: "the session was lost: its sandbox no longer knows it (was the sandbox restarted?)" });
           return;
         }
-        if (error instanceof SandboxRefusedError) {
-          await this.#finish(jobId, { failure: error.message });
-          return;
-        }
-        if (attempt + 1 >= attempts) {
-          const job = await this.#o.store.getJob(jobId);
-          const lost = job ? await this.#o.placement.lostSession(job.sessionId) : undefined;
-          if (lost) {
-            await this.#handleLostSession(jobId, lost);
-            return;
-          }
-          if (!this.#o.placement.tracksNodes) {
-            await this.#finish(jobId, { failure: `lost the session's stream and could not re-attach: ${(error as Error).message}` });
-            return;
-          }
-          // The node still sends heartbeats (a network blip, a restart): keep trying at the longest interval
-          // until it answers or goes silent (handleLostSession).
-          attempt = attempts - 2;
-        }
-        this.#o.logger.warn({ jobId, err: String(error), attempt }, "session stream lost; re-attaching");
-        await new Promise((r) => setTimeout(r, 200 * 2 ** attempt));
+        active.startIfUnknown = false;
         const job = await this.#o.store.getJob(jobId);
         if (!job) return;
-        if (this.#active.get(jobId) !== active) return; // finished meanwhile (its node was lost)
-        active.channel = active.sandbox!.reattach({ sessionId: job.sessionId, afterSeq: active.sandboxSeq });
-        await this.#catchUp(job, active);
+        // Its node does not know it: the start never reached the node, or the node restarted after it.
+        // Only the first is safe to start again, and only an unused token tells them apart.
+        if (!(await this.#revokeProvesUnused(job))) {
+          await this.#finish(jobId, { failure: "the session was lost: its sandbox no longer knows it, and it had already called the model (was the sandbox restarted?); run the job again" });
+          return;
+        }
+        await this.#startSession(job, active);
+        return;
       }
+      case "refused":
+        await this.#finish(jobId, { failure: end.error.message });
+        return;
+      case "lost":
+        await this.#handleLostSession(jobId, end.lost);
+        return;
+      case "broken":
+        await this.#finish(jobId, { failure: `lost the session's stream and could not re-attach: ${end.error.message}` });
+        return;
     }
   }
 

@@ -7,15 +7,12 @@
 // within the timeout). A validated result is checkpointed before it is
 // delivered. Calls are handled independently, so calls of one model turn run
 // concurrently; nothing here schedules them.
-import { randomUUID } from "node:crypto";
 import { create, fromJson, type JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
-import { timestampFromDate, ValueSchema } from "@bufbuild/protobuf/wkt";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import {
   PermissionAnswer_Outcome,
   PermissionAnswerSchema,
-  ProtocolVersion,
   RuntimeToolResultSchema,
-  SessionRequestSchema,
   StopReason,
   type RuntimeTool,
   type RuntimeToolResult,
@@ -23,8 +20,6 @@ import {
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { Logger } from "@oz0/serving";
 import type { ValidateFunction } from "ajv";
-import { sessionSkills } from "../agents/agent-skills.js";
-import { resolveHarnessCommand } from "../agents/harness-command.js";
 import {
   compileResultSchema,
   describeValidationErrors,
@@ -36,7 +31,10 @@ import type { AgentVersionRecord, JobStore, JsonObject } from "../store/job-stor
 import { DEFAULT_MAX_STDERR_BYTES, stderrAppend, withStderr } from "../sessions/harness-stderr.js";
 import { OperationCheckpoints, type OperationCheckpoint } from "./operation-checkpoints.js";
 import type { PermissionPolicy } from "../policy/permission-policy.js";
-import type { LifecycleSink, SessionChannel, SessionRunner, TokenIssuer } from "../sessions/session-runner.js";
+import type { LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, TokenIssuer } from "../sessions/session-runner.js";
+import { SessionDriver } from "../sessions/session-driver.js";
+import { agentSessionStart } from "../sessions/session-request.js";
+import { newId } from "../store/ids.js";
 
 /** Repair sessions after the first attempt when its result does not validate. */
 export const DEFAULT_MAX_REPAIRS = 2;
@@ -125,9 +123,12 @@ export class OperationRunner {
   readonly #scratch = new Set<string>();
   /** Calls being handled, so a replayed call event is not run twice. */
   readonly #inFlight = new Set<string>();
+  /** Scratch sessions run on their parent's node, never placed: the driver only follows them. */
+  readonly #sessions: SessionDriver;
 
   constructor(options: OperationRunnerOptions) {
     this.#o = options;
+    this.#sessions = new SessionDriver({ logger: options.logger });
     this.#checkpoints = new OperationCheckpoints({ store: options.store });
   }
 
@@ -214,7 +215,7 @@ export class OperationRunner {
     const record: OperationCheckpoint = {
       jobId: parent.jobId,
       callId,
-      invocationId: `opi_${randomUUID().replaceAll("-", "").slice(0, 20)}`,
+      invocationId: newId("opi_"),
       operationKey: op.key,
       task: read.task,
       startedAt: new Date().toISOString(),
@@ -373,8 +374,7 @@ export class OperationRunner {
   }): Promise<{ kind: "ran"; output?: JsonObject } | Extract<Outcome, { kind: "failed" }>> {
     const { parent, op, record, signal, until, usage, base } = options;
     const agent = parent.agent;
-    const definition = agent.definition;
-    const sessionId = `ses_op_${randomUUID().replaceAll("-", "").slice(0, 20)}`;
+    const sessionId = newId("ses_op_");
     record.scratchSessionIds.push(sessionId);
     this.#scratch.add(sessionId);
     let tokenId = "";
@@ -393,37 +393,22 @@ export class OperationRunner {
       const input = options.feedback.length
         ? `${record.task}\n\nA previous attempt's result did not validate against the result schema:\n${options.feedback.map((f) => `- ${f}`).join("\n")}\nReturn a corrected result.`
         : record.task;
-      const request = create(SessionRequestSchema, {
-        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+      const start = agentSessionStart({
         sessionId,
         jobId: parent.jobId,
-        agent: { name: agent.name, version: agent.version },
-        model: { primary: definition.model.primary, fallbacks: definition.model.fallbacks ?? [] },
+        agent,
+        token,
         instructions: `${agent.instructions}\n\n## Harness operation: ${op.key}\n\n${op.instructions}`,
         input,
-        limits: { maxTurns: definition.limits?.max_steps ?? 0, deadline: timestampFromDate(new Date(until)) },
-        harnessOptions: (definition.harness ?? {}) as ProtoJsonObject,
-        permissions: agent.harness.manifest.permissions ?? false,
-        // No runtime tools: an operation cannot call another operation.
+        deadline: new Date(until),
+        // No runtime tools: an operation cannot call another operation. The version's whole skill catalogue: it cannot scope it.
         runtimeTools: [],
         outputSchema: op.result_schema as ProtoJsonObject,
-        // The version's whole skill catalogue: an operation cannot scope it.
-        skills: sessionSkills(agent),
-        llm: {
-          anthropicBaseUrl: token.anthropicBaseUrl,
-          openaiBaseUrl: token.openaiBaseUrl,
-          token: token.token,
-          headers: { ...token.headers, "Oz0-Job": parent.jobId, "Oz0-Agent": agent.name },
-        },
-      });
-      if (signal.aborted) return { kind: "failed", code: "operation_cancelled", message: `${op.key} was cancelled with its parent run`, validation: "unknown" };
-      channel = parent.sandbox.start({
-        request,
-        command: resolveHarnessCommand(agent.harness),
-        pluginDir: agent.harness.pluginPath,
-        attachments: [],
         shareWorkingDirOf: parent.sessionId,
       });
+      if (signal.aborted) return { kind: "failed", code: "operation_cancelled", message: `${op.key} was cancelled with its parent run`, validation: "unknown" };
+      channel = parent.sandbox.start(start);
+      const scratch = channel;
       signal.addEventListener("abort", onAbort, { once: true });
       timer = setTimeout(() => {
         stop ??= "timed_out";
@@ -443,20 +428,20 @@ export class OperationRunner {
         emitStep({ step_kind: "model", duration_ms: Date.now() - pendingModelStep.at, ...extra }, pendingModelStep.tokens);
         pendingModelStep = undefined;
       };
-      for await (const message of channel) {
+      const handle = async (message: SandboxMessage): Promise<void> => {
         if (message.kind === "stderr") {
           // Kept with the parent job: `oz0 jobs logs` shows every session of it.
           await this.#o.store.append({ jobId: parent.jobId, events: [], stderr: stderrAppend(message, this.#o.maxStderrBytes ?? DEFAULT_MAX_STDERR_BYTES) });
-          continue;
+          return;
         }
         if (message.kind === "exited") {
           exitError = message.error;
           failure = message.failure;
           stderrTail = message.stderrTail ?? "";
           if (!result && message.result) result = message.result;
-          continue;
+          return;
         }
-        if (message.kind !== "event") continue;
+        if (message.kind !== "event") return;
         const e = message.event.event;
         switch (e.case) {
           case "usage":
@@ -487,7 +472,7 @@ export class OperationRunner {
             });
             // A scratch loop has no person to wait for: what needs approval is refused, and the model is told why.
             const allow = decision.kind === "allow";
-            await channel.answerPermission(
+            await scratch.answerPermission(
               create(PermissionAnswerSchema, {
                 id: e.value.id,
                 allow,
@@ -500,7 +485,7 @@ export class OperationRunner {
           }
           case "runtimeToolCall":
             // Scratch sessions are offered no runtime tools; one that calls anyway is refused.
-            await channel.answerRuntimeTool(
+            await scratch.answerRuntimeTool(
               create(RuntimeToolResultSchema, {
                 id: e.value.id,
                 isError: true,
@@ -515,7 +500,10 @@ export class OperationRunner {
           default:
             break;
         }
-      }
+      };
+      // Not re-attached: an answer written to a broken stream is not recorded anywhere to write again.
+      const end = await this.#sessions.follow({ jobId: parent.jobId, sessionId, state: { sandbox: parent.sandbox, channel, sandboxSeq: 0 }, handle, stopped: () => false, reattach: false });
+      if (end.kind === "unknown" || end.kind === "refused" || end.kind === "broken") throw end.error;
       if (stop === "cancelled" || signal.aborted) return { kind: "failed", code: "operation_cancelled", message: `${op.key} was cancelled with its parent run`, validation: "unknown" };
       if (stop === "timed_out" || result?.stopReason === StopReason.TIMEOUT) {
         return { kind: "failed", code: "operation_timed_out", message: `${op.key} timed out before it returned a valid result (timeout ${op.timeout_ms} ms, bounded by the parent run's deadline)`, validation: "unknown" };

@@ -33,8 +33,9 @@ import type { GraphRegistry, GraphVersionRecord } from "../graphs/graph-registry
 import { readJobStderr } from "../sessions/harness-stderr.js";
 import { storedJobActivity } from "../jobs/job-activity.js";
 import type { JobFeed } from "../jobs/job-feed.js";
-import { isTerminal, JOB_STATE_TO_PROTO, type JobRunner } from "../jobs/job-runner.js";
-import type { AgentVersionRecord, JobRecord, JobStateName, JobStore, JsonObject, PermissionRecord, PluginRecord } from "../store/job-store.js";
+import type { JobRunner } from "../jobs/job-runner.js";
+import { JOB_STATE_TO_PROTO } from "../jobs/job-events.js";
+import { isTerminal, type AgentVersionRecord, type JobRecord, type JobStateName, type JobStore, type JsonObject, type PermissionRecord, type PluginRecord } from "../store/job-store.js";
 import { OrchestratorError } from "../orchestrator-error.js";
 import type { JobTranscripts } from "../jobs/job-transcripts.js";
 import { jobUsage } from "../jobs/job-usage.js";

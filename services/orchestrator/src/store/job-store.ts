@@ -11,6 +11,10 @@ export type JobStateName = "pending" | "running" | "waiting" | "succeeded" | "fa
 
 export const ACTIVE_JOB_STATES: readonly JobStateName[] = ["pending", "running", "waiting"];
 
+export function isTerminal(state: JobStateName): boolean {
+  return !ACTIVE_JOB_STATES.includes(state);
+}
+
 export type JsonObject = { [key: string]: unknown };
 
 export interface PluginRecord {
@@ -102,6 +106,26 @@ export interface JobRecord {
   startedAt?: Date;
   /** Its trace's id when its spans were exported (tracing.ts), for `oz0 jobs show` and a link to a trace viewer. */
   traceId?: string;
+}
+
+/** What a new job is made of; the rest of its record starts empty (nothing ran yet). */
+export type NewJob = Pick<JobRecord, "id" | "agentName" | "agentVersion" | "input" | "state" | "sessionId" | "attachments" | "servedTools" | "startedBy" | "startedAt">;
+
+/** A job's record as it is first stored: the one place a JobRecord is made from nothing. */
+export function newJobRecord(job: NewJob, now: Date): JobRecord {
+  return {
+    ...job,
+    createdAt: now,
+    updatedAt: now,
+    resultText: "",
+    stopReason: 0,
+    error: "",
+    // Set when the session is placed on a node.
+    sandboxUrl: "",
+    lastSeq: 0,
+    sandboxSeq: 0,
+    tokenId: "",
+  };
 }
 
 export type JobPatch = Partial<Omit<JobRecord, "id" | "createdAt" | "lastSeq">>;

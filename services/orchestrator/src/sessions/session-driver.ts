@@ -1,0 +1,176 @@
+// The one session lifecycle: place a session on a sandbox node with room,
+// start it, follow its stream, re-attach with backoff when the stream breaks,
+// place it again when its node was full before it started, and say how it
+// ended when it cannot be followed any more (its node does not know it, the
+// node refused this orchestrator, the node went silent, re-attaching gave
+// up). Jobs, harness operations' scratch sessions and graphs' custom steps
+// all run their sessions through it; what an ending means for each (fail the
+// job, start the session again, fail the step) is theirs to decide.
+import type { Logger } from "@oz0/serving";
+import type { LostSession, SandboxPlacement } from "./sandbox-placement.js";
+import {
+  SandboxFullError,
+  SandboxRefusedError,
+  SessionNotFoundError,
+  type SandboxMessage,
+  type SessionChannel,
+  type SessionRunner,
+} from "./session-runner.js";
+
+/** How following a session ended. */
+export type SessionEnd =
+  /** Its stream ended: the session is over, its last messages handled. */
+  | { kind: "ended" }
+  /** The follower said stop (the orchestrator closes, another replica took the job, it ended meanwhile). */
+  | { kind: "stopped" }
+  /** It had to be placed again and placing gave up (`PlaceOptions.stop`). */
+  | { kind: "gave_up" }
+  /** Its node does not know it: the start never reached the node, or the node restarted. */
+  | { kind: "unknown"; error: SessionNotFoundError }
+  /** Its node refused this orchestrator's credential: trying again does not mend that. */
+  | { kind: "refused"; error: SandboxRefusedError }
+  /** Its node stopped sending heartbeats. */
+  | { kind: "lost"; lost: LostSession }
+  /** Its stream broke and could not be re-attached (or re-attaching is not wanted). */
+  | { kind: "broken"; error: Error };
+
+/** Where a followed session is: its node, its current stream, and the sandbox's sequence number of the last message handled. */
+export interface SessionState {
+  sandbox?: SessionRunner;
+  channel?: SessionChannel;
+  sandboxSeq: number;
+}
+
+export interface PlaceOptions {
+  jobId: string;
+  sessionId: string;
+  /** Stop waiting for room (undefined is returned): checked before each attempt. */
+  stop(): boolean | Promise<boolean>;
+  /** Every node is full: called before each wait. */
+  waiting?(): Promise<void>;
+  /** A node took it, before the session starts there (a job records its node, so a restart re-attaches there). */
+  placed?(sandbox: SessionRunner): Promise<void>;
+}
+
+export interface FollowOptions {
+  jobId: string;
+  sessionId: string;
+  state: SessionState;
+  /** One new message (never one at or below `state.sandboxSeq`); a throw counts as a broken stream. */
+  handle(message: SandboxMessage): Promise<void>;
+  /** Whether the follower stopped following (checked when the stream ends or breaks). */
+  stopped(): boolean;
+  /** Re-attach a broken stream with backoff. False: a broken stream ends following (`broken`). Default true. */
+  reattach?: boolean;
+  /** Before each re-attach: whether the session is still to be followed. */
+  stillFollowed?(): Promise<boolean>;
+  /** After each re-attach: write again what the session waits for that the broken stream may never have carried. */
+  reattached?(): Promise<void>;
+  /**
+   * How to start the session again on another node when its node was full
+   * and never took it (`SandboxFullError` before its first message); with
+   * `place`, the placement's wait. Without it a full node breaks the stream
+   * like any error.
+   */
+  restart?: { start(sandbox: SessionRunner): SessionChannel; place: PlaceOptions };
+}
+
+export interface SessionDriverOptions {
+  /** Where sessions are placed; without it sessions are only followed (a scratch session runs on its parent's node). */
+  placement?: SandboxPlacement;
+  logger?: Logger;
+  /** How often in a row a lost stream is re-attached before the node is suspected. Default 5. */
+  reattachAttempts?: number;
+}
+
+/** How long a session waits before it asks the nodes for room again. */
+const ROOM_POLL_MS = 500;
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+export class SessionDriver {
+  readonly #o: SessionDriverOptions;
+
+  constructor(options: SessionDriverOptions) {
+    this.#o = options;
+  }
+
+  /**
+   * A node with room for the session, waiting while every node is full;
+   * undefined once `stop` says so. `refusedBy`: the node that just refused it
+   * for want of room (another is chosen when there is one).
+   */
+  async place(o: PlaceOptions, refusedBy?: string): Promise<SessionRunner | undefined> {
+    const placement = this.#o.placement;
+    if (!placement) throw new Error("this session driver places no sessions: give it a placement");
+    for (;;) {
+      if (await o.stop()) return undefined;
+      const sandbox = await placement.place({ jobId: o.jobId, sessionId: o.sessionId, ...(refusedBy ? { refusedBy } : {}) });
+      if (sandbox) {
+        await o.placed?.(sandbox);
+        return sandbox;
+      }
+      await o.waiting?.();
+      await sleep(ROOM_POLL_MS);
+    }
+  }
+
+  /** Places the session, starts it there and follows it (re-placed while nodes are full). */
+  async start(o: Omit<FollowOptions, "restart"> & { place: PlaceOptions; start(sandbox: SessionRunner): SessionChannel }): Promise<SessionEnd> {
+    const sandbox = await this.place(o.place);
+    if (!sandbox) return { kind: "gave_up" };
+    o.state.sandbox = sandbox;
+    o.state.channel = o.start(sandbox);
+    return this.follow({ ...o, restart: { start: o.start, place: o.place } });
+  }
+
+  /** Follows the session's stream (`state.channel` on `state.sandbox`) until it cannot be followed any more. */
+  async follow(o: FollowOptions): Promise<SessionEnd> {
+    const attempts = this.#o.reattachAttempts ?? 5;
+    const { state } = o;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        for await (const message of state.channel!) {
+          if (message.seq <= state.sandboxSeq) continue; // already handled before a re-attach
+          await o.handle(message);
+          attempt = 0;
+        }
+        return o.stopped() ? { kind: "stopped" } : { kind: "ended" };
+      } catch (error) {
+        if (o.stopped()) return { kind: "stopped" };
+        if (error instanceof SandboxFullError && state.sandboxSeq === 0 && o.restart) {
+          // The node never took the session: it waits (unless told to stop) and is placed again, on whichever node has room.
+          const { place, start } = o.restart;
+          if (await place.stop()) return { kind: "gave_up" };
+          this.#o.logger?.info({ jobId: o.jobId, sandbox: state.sandbox?.url }, "the sandbox is full; the job waits for a free session");
+          await place.waiting?.();
+          // Its slot there is given back first.
+          await this.#o.placement?.release(o.sessionId);
+          await sleep(ROOM_POLL_MS);
+          const sandbox = await this.place(place, state.sandbox?.url);
+          if (!sandbox) return { kind: "gave_up" };
+          state.sandbox = sandbox;
+          state.channel = start(sandbox);
+          attempt = -1;
+          continue;
+        }
+        if (error instanceof SessionNotFoundError) return { kind: "unknown", error };
+        if (error instanceof SandboxRefusedError) return { kind: "refused", error };
+        if (o.reattach === false) return { kind: "broken", error: error as Error };
+        if (attempt + 1 >= attempts) {
+          const lost = await this.#o.placement?.lostSession(o.sessionId);
+          if (lost) return { kind: "lost", lost };
+          if (!this.#o.placement?.tracksNodes) return { kind: "broken", error: error as Error };
+          // The node still sends heartbeats (a network blip, a restart): keep trying at the longest interval
+          // until it answers or goes silent.
+          attempt = attempts - 2;
+        }
+        this.#o.logger?.warn({ jobId: o.jobId, err: String(error), attempt }, "session stream lost; re-attaching");
+        await sleep(200 * 2 ** attempt);
+        if (o.stillFollowed && !(await o.stillFollowed())) return { kind: "stopped" };
+        state.channel = state.sandbox!.reattach({ sessionId: o.sessionId, afterSeq: state.sandboxSeq });
+        await o.reattached?.();
+      }
+    }
+  }
+}
