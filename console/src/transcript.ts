@@ -71,13 +71,18 @@ export function fold(events: readonly JobEvent[]): { rows: Row[]; totals: Totals
         rows.push({ kind: "session", ...at, harness: e.value.harnessName, version: e.value.harnessVersion });
         break;
       case "text": {
+        // Deltas grow their item's row; a whole text after them is that item's final form. Any
+        // other whole text is a row of its own, even under an item id seen before (a graph run's
+        // step lines all come as item `graph`).
         const key = e.value.itemId || `seq-${at.seq}`;
         const open = texts.get(key);
         if (open && e.value.delta) open.text += e.value.text;
-        else if (open) open.text = e.value.text;
-        else {
-          const row = { kind: "text" as const, ...at, itemId: key, role: e.value.role || "assistant", text: e.value.text };
-          texts.set(key, row);
+        else if (open && !e.value.delta) {
+          open.text = e.value.text;
+          texts.delete(key);
+        } else {
+          const row = { kind: "text" as const, ...at, itemId: key, role: e.value.role || (key === "graph" ? "graph" : "assistant"), text: e.value.text };
+          if (e.value.delta) texts.set(key, row);
           rows.push(row);
         }
         break;

@@ -285,9 +285,12 @@ function UsageView({ usage, error, streamed }: { usage: GetJobUsageResponse | un
             </tr>
           </thead>
           <tbody>
-            {(usage.steps.length > 0 ? usage.steps.map((st) => ({ name: `${st.step} (${st.agent?.name ?? ""} v${st.agent?.version ?? ""})`, usage: st.usage })) : agents.map((a) => ({ name: a.agent, usage: a.usage }))).map((line) => (
+            {(usage.steps.length > 0
+              ? usage.steps.map((st) => ({ name: `${st.step} (${st.agent?.name ?? ""} v${st.agent?.version ?? ""})`, jobId: st.jobId, usage: st.usage }))
+              : agents.map((a) => ({ name: a.agent, jobId: "", usage: a.usage }))
+            ).map((line) => (
               <tr key={line.name}>
-                <td>{line.name}</td>
+                <td>{line.jobId ? <a href={href({ page: "job", jobId: line.jobId })}>{line.name}</a> : line.name}</td>
                 <td>{count(line.usage?.calls ?? 0n)}</td>
                 <td>{count(line.usage?.inputTokens ?? 0n)}</td>
                 <td>{count(line.usage?.outputTokens ?? 0n)}</td>
@@ -310,7 +313,7 @@ function usageLine(u: Usage): string {
 function entryKey(entry: Entry): string {
   if (entry.kind === "operations") return `ops-${entry.group.id}`;
   const row = entry.row;
-  return row.kind === "tool" ? `tool-${row.callId}` : row.kind === "text" ? `text-${row.itemId}` : `${row.kind}-${row.seq}`;
+  return row.kind === "tool" ? `tool-${row.callId}` : `${row.kind}-${row.seq}`;
 }
 
 function EntryRow({ entry, calls }: { entry: Entry; calls: ReadonlyMap<string, ToolRow> }) {

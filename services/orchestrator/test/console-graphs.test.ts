@@ -75,6 +75,17 @@ void test("a graph is drawn with its stable node ids, and a run's nodes change s
   await node("agent:editor").and(page.locator('[data-status="completed"]')).waitFor();
   await page.getByTestId("run-state").filter({ hasText: "succeeded" }).waitFor();
   await screenshot(page, "graph-run-done");
+
+  // The run is a job too: its page links back to the graph view.
+  await page.getByRole("link", { name: runId }).click();
+  await page.getByTestId("job-state").filter({ hasText: "succeeded" }).waitFor();
+  await page.getByTestId("usage").filter({ hasText: "model calls" }).waitFor();
+  assert.match((await page.locator("table.usage").textContent()) ?? "", /agent:editor|editor/, "usage per step job");
+  assert.equal(await page.locator("li.row-text", { hasText: "finished" }).count() >= 4, true, "each step line is a row of its own");
+  await assertAccessible(page, "job (graph run)");
+  await screenshot(page, "job-graph-run");
+  await page.getByRole("link", { name: "each node's status, live" }).click();
+  await node("agent:editor").and(page.locator('[data-status="completed"]')).waitFor();
   await page.close();
 });
 
