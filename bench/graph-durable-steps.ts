@@ -1,9 +1,17 @@
 // Per-step overhead of durable graph execution: @oz0/graph with its SQLite
-// checkpoint store against LangGraph.js (StateGraph + SqliteSaver), the same
-// graphs, in the same process, each with a fresh database file, both with WAL
-// and synchronous=FULL (what SqliteSaver gets by default). Prints per-step
-// times, ratios and storage bytes per step.
-//   node --import tsx bench/graph-durable-steps.ts [--steps 1000] [--fanout 100] [--repeat 3]
+// checkpoint store against LangGraph.js (StateGraph + SqliteSaver), in the same
+// process, each run with a fresh database file, all in WAL mode, at both
+// durabilities side by side:
+// - synchronous=FULL, @oz0/graph's default: a recorded step survives a power cut;
+// - synchronous=NORMAL, what SqliteSaver runs with by default: it sets only
+//   journal_mode=WAL, and better-sqlite3 is built with
+//   SQLITE_DEFAULT_WAL_SYNCHRONOUS=1, so its connection drops to NORMAL at its
+//   first write (the bench reads the pragma back and prints it).
+// LangGraph runs in two forms: one node per step (the same graph as ours) and
+// one node that loops over a conditional edge, the way LangGraph users write a
+// loop; its checkpoints then stay small. Prints per-step times, ratios per
+// round (median and spread) and storage bytes per step.
+//   node --import tsx bench/graph-durable-steps.ts [--steps 1000] [--fanout 100] [--repeat 3] [--grow 200]
 import { setMaxListeners } from "node:events";
 import { mkdtempSync, rmSync, statSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -14,6 +22,7 @@ import { Annotation, END, START, StateGraph } from "@langchain/langgraph";
 import { SqliteSaver } from "@langchain/langgraph-checkpoint-sqlite";
 import { GraphRunner, Harness, InProcessExecutor, SqliteCheckpointStore, Step, type Chain, type HarnessContext } from "@oz0/graph";
 import { benchOptions } from "./bench-options.js";
+import { median, startReport } from "./bench-report.js";
 
 // LangGraph's fan-out adds one abort listener per task to a shared signal;
 // the default limit of 10 only produces a warning, not a fault.
@@ -67,7 +76,9 @@ class Grow extends Step {
 
 type Shape = "sequence" | "fanout";
 
-async function oz0(shape: Shape, n: number, make: (i: number) => Step): Promise<{ ms: number; file: string }> {
+type Durability = "full" | "normal";
+
+async function oz0(shape: Shape, n: number, make: (i: number) => Step, durability: Durability = "full"): Promise<{ ms: number; file: string }> {
   const steps = Array.from({ length: n }, (_, i) => make(i));
   const h = new Harness(`bench-${shape}-${n}`);
   if (shape === "sequence") {
@@ -77,7 +88,7 @@ async function oz0(shape: Shape, n: number, make: (i: number) => Step): Promise<
     for (const s of steps) h.next(s);
   }
   const file = freshDb();
-  const store = new SqliteCheckpointStore({ database: file });
+  const store = new SqliteCheckpointStore({ database: file, synchronous: durability });
   const runner = new GraphRunner({ definition: h.toDefinition(), executor: new InProcessExecutor({ steps }), store });
   const t0 = performance.now();
   const result = await runner.run({ prompt: "bench", runId: "bench-run" });
@@ -87,37 +98,52 @@ async function oz0(shape: Shape, n: number, make: (i: number) => Step): Promise<
   return { ms, file };
 }
 
-async function langgraph(shape: Shape, n: number, grow: boolean): Promise<{ ms: number; file: string }> {
+/** LangGraph's forms: one node per step, or one node that loops `n` times over a conditional edge. */
+type LangGraphForm = Shape | "loop";
+/** The `synchronous` pragma SqliteSaver's connection last ran with (0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA). */
+const saverSynchronous = new Map<Durability, number>();
+
+async function langgraph(form: LangGraphForm, n: number, grow: boolean, durability: Durability = "normal"): Promise<{ ms: number; file: string }> {
   const State = Annotation.Root({
     prompt: Annotation<string>(),
+    i: Annotation<number>({ reducer: (_, b) => b, default: () => 0 }),
     bag: Annotation<Record<string, string>>({ reducer: (a, b) => ({ ...a, ...b }), default: () => ({}) }),
   });
   // The builder's types track node names; a generated graph cannot spell them out.
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   const g: any = new StateGraph(State);
-  for (let i = 0; i < n; i++) {
-    const name = `n${i}`;
-    g.addNode(name, () => (grow ? { bag: { [name]: "x".repeat(64) } } : {}));
-  }
-  for (let i = 0; i < n; i++) {
-    if (shape === "sequence") g.addEdge(i === 0 ? START : `n${i - 1}`, `n${i}`);
-    else {
-      g.addEdge(START, `n${i}`);
-      g.addEdge(`n${i}`, END);
+  if (form === "loop") {
+    g.addNode("step", (state: { i: number }) => ({ i: state.i + 1, ...(grow ? { bag: { [`n${state.i}`]: "x".repeat(64) } } : {}) }));
+    g.addEdge(START, "step");
+    g.addConditionalEdges("step", (state: { i: number }) => (state.i < n ? "step" : END));
+  } else {
+    for (let i = 0; i < n; i++) {
+      const name = `n${i}`;
+      g.addNode(name, () => (grow ? { bag: { [name]: "x".repeat(64) } } : {}));
     }
+    for (let i = 0; i < n; i++) {
+      if (form === "sequence") g.addEdge(i === 0 ? START : `n${i - 1}`, `n${i}`);
+      else {
+        g.addEdge(START, `n${i}`);
+        g.addEdge(`n${i}`, END);
+      }
+    }
+    if (form === "sequence") g.addEdge(`n${n - 1}`, END);
   }
-  if (shape === "sequence") g.addEdge(`n${n - 1}`, END);
   const file = freshDb();
   const saver = SqliteSaver.fromConnString(file);
+  const db = (saver as unknown as { db: Database.Database }).db;
+  // Set explicitly, FULL stays FULL in WAL mode; left alone, SqliteSaver's default applies.
+  if (durability === "full") db.pragma("synchronous = FULL");
   const app = g.compile({ checkpointer: saver });
   const t0 = performance.now();
   await app.invoke({ prompt: "bench" }, { configurable: { thread_id: "bench-run" }, recursionLimit: n + 10 });
   const ms = performance.now() - t0;
-  (saver as unknown as { db: Database.Database }).db.close();
+  saverSynchronous.set(durability, db.pragma("synchronous", { simple: true }) as number);
+  db.close();
   return { ms, file };
 }
 
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
 const fmt = (x: number, d = 1): string => x.toFixed(d);
 
 const OZ0_PAYLOAD =
@@ -125,35 +151,49 @@ const OZ0_PAYLOAD =
 const LG_PAYLOAD =
   "SELECT (SELECT SUM(LENGTH(checkpoint) + LENGTH(metadata) + LENGTH(checkpoint_id) + COALESCE(LENGTH(parent_checkpoint_id), 0)) FROM checkpoints) + (SELECT COALESCE(SUM(LENGTH(value) + LENGTH(channel) + LENGTH(task_id)), 0) FROM writes) AS b";
 
-async function compare(label: string, shape: Shape, n: number, grow: boolean): Promise<void> {
-  const make = (i: number): Step => (grow ? new Grow(i) : new Noop(i));
+const SYNCHRONOUS = ["OFF", "NORMAL", "FULL", "EXTRA"];
+/** @oz0/graph's times per round at synchronous=FULL (its default), by label, for the defaults-against-defaults ratio. */
+const oursAtFull = new Map<string, number[]>();
+
+/**
+ * `n` steps of one shape at one durability: @oz0/graph against LangGraph in
+ * the given forms, alternating within each round; prints per-step medians
+ * and, per form, the ratio of each round (median and spread).
+ */
+async function compare(label: string, shape: Shape, n: number, durability: Durability, forms: LangGraphForm[]): Promise<void> {
+  const make = (i: number): Step => new Noop(i);
   // One small warm-up each, so JIT and module loading are not billed to the first timed run.
-  await oz0(shape, 10, make);
-  await langgraph(shape, 10, grow);
+  await oz0(shape, 10, make, durability);
+  for (const form of forms) await langgraph(form, 10, false, durability);
   const ours: number[] = [];
-  const theirs: number[] = [];
-  let oursFile = "";
-  let theirsFile = "";
+  const theirs = new Map<LangGraphForm, number[]>(forms.map((f) => [f, []]));
+  const files = new Map<string, string>();
   for (let r = 0; r < REPEAT; r++) {
-    const a = await oz0(shape, n, make);
-    const b = await langgraph(shape, n, grow);
+    const a = await oz0(shape, n, make, durability);
     ours.push(a.ms);
-    theirs.push(b.ms);
-    oursFile = a.file;
-    theirsFile = b.file;
+    files.set("oz0", a.file);
+    for (const form of forms) {
+      const b = await langgraph(form, n, false, durability);
+      theirs.get(form)!.push(b.ms);
+      files.set(form, b.file);
+    }
   }
-  const oursStep = (median(ours) * 1000) / n;
-  const theirsStep = (median(theirs) * 1000) / n;
-  const oursDisk = storedBytes(oursFile);
-  const theirsDisk = storedBytes(theirsFile);
-  const oursPayload = payloadBytes(oursFile, OZ0_PAYLOAD);
-  const theirsPayload = payloadBytes(theirsFile, LG_PAYLOAD);
-  console.log(`\n${label} (${n} steps, median of ${REPEAT})`);
-  console.log(`  per step      oz0 ${fmt(oursStep)} µs   langgraph ${fmt(theirsStep)} µs   langgraph/oz0 ${fmt(theirsStep / oursStep, 2)}x`);
-  console.log(
-    `  payload/step  oz0 ${fmt(oursPayload / n)} B   langgraph ${fmt(theirsPayload / n)} B   ratio ${fmt(theirsPayload / Math.max(1, oursPayload), 1)}x`,
-  );
-  console.log(`  file/step     oz0 ${fmt(oursDisk / n)} B   langgraph ${fmt(theirsDisk / n)} B   (whole database file incl. schema and free pages)`);
+  const perStep = (ms: number): number => (ms * 1000) / n;
+  console.log(`\n${label}, synchronous=${durability.toUpperCase()} (${n} steps, ${REPEAT} rounds)`);
+  const oursPayload = payloadBytes(files.get("oz0")!, OZ0_PAYLOAD);
+  console.log(`  oz0                         ${fmt(perStep(median(ours))).padStart(8)} µs/step   payload ${fmt(oursPayload / n)} B/step   file ${fmt(storedBytes(files.get("oz0")!) / n)} B/step`);
+  for (const form of forms) {
+    const times = theirs.get(form)!;
+    const name = form === "loop" ? "langgraph, one looping node" : "langgraph, a node per step";
+    const payload = payloadBytes(files.get(form)!, LG_PAYLOAD);
+    console.log(`  ${name.padEnd(28)}${fmt(perStep(median(times))).padStart(8)} µs/step   payload ${fmt(payload / n)} B/step   file ${fmt(storedBytes(files.get(form)!) / n)} B/step`);
+    report.ratio(`  ${name} / oz0, per step`, times.map((t, i) => t / ours[i]!), { unit: "x" });
+    // Out of the box: LangGraph at its NORMAL against @oz0/graph at its FULL (the FULL section's rounds, run just before).
+    const full = oursAtFull.get(label);
+    if (durability === "normal" && full) report.ratio(`  ${name} (NORMAL) / oz0 (FULL), each at its default`, times.map((t, i) => t / full[i]!), { unit: "x" });
+  }
+  if (durability === "full") oursAtFull.set(label, ours);
+  console.log(`  (SqliteSaver's connection ran with synchronous=${SYNCHRONOUS[saverSynchronous.get(durability) ?? -1] ?? "?"})`);
 }
 
 /** Storage growth: payload bytes per step at n and 2n steps; linear storage keeps bytes/step flat. */
@@ -162,17 +202,23 @@ async function growth(n: number): Promise<void> {
   for (const size of [n, 2 * n]) {
     const a = await oz0("sequence", size, (i) => new Grow(i));
     const b = await langgraph("sequence", size, true);
+    const c = await langgraph("loop", size, true);
     console.log(
-      `  ${String(size).padStart(5)} steps  oz0 ${fmt(payloadBytes(a.file, OZ0_PAYLOAD) / size)} B/step   langgraph ${fmt(payloadBytes(b.file, LG_PAYLOAD) / size)} B/step`,
+      `  ${String(size).padStart(5)} steps  oz0 ${fmt(payloadBytes(a.file, OZ0_PAYLOAD) / size)} B/step   ` +
+        `langgraph, a node per step ${fmt(payloadBytes(b.file, LG_PAYLOAD) / size)} B/step   one looping node ${fmt(payloadBytes(c.file, LG_PAYLOAD) / size)} B/step`,
     );
   }
 }
 
+const report = startReport("graph-durable-steps");
 try {
-  console.log(`graph-durable-steps: @oz0/graph SqliteCheckpointStore vs LangGraph.js StateGraph + SqliteSaver (node ${process.version})`);
-  await compare("sequence of no-op custom steps", "sequence", STEPS, false);
-  await compare(`${FANOUT}-way parallel fan-out of no-op steps`, "fanout", FANOUT, false);
+  console.log("@oz0/graph SqliteCheckpointStore vs LangGraph.js StateGraph + SqliteSaver; per step, lower is better; ratios are LangGraph / oz0 per round");
+  for (const durability of ["full", "normal"] as const) {
+    await compare("sequence of no-op custom steps", "sequence", STEPS, durability, ["sequence", "loop"]);
+    await compare(`${FANOUT}-way parallel fan-out of no-op steps`, "fanout", FANOUT, durability, ["fanout"]);
+  }
   await growth(GROW);
 } finally {
   rmSync(dir, { recursive: true, force: true });
+  report.end();
 }
