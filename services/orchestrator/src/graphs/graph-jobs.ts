@@ -19,7 +19,7 @@
 // runs it hears of it through the job's events (or reads it when it resumes).
 import type { LifecycleType } from "@oz0/events-client";
 import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
-import { JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import type { JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { GraphRunner, type CheckpointStore, type GraphEvent, type RunResult } from "@oz0/graph";
 import type { Logger } from "@oz0/serving";
 import { never, SessionGraphExecutor } from "./graph-executor.js";
@@ -29,8 +29,9 @@ import type { GraphStore, StepJobRecord } from "../store/graph-store.js";
 import { stepNote, stepWhere } from "./graph-step-notes.js";
 import type { JobFeed } from "../jobs/job-feed.js";
 import { asBystander, soleOwnership, type JobOwnership } from "../cluster/job-ownership.js";
-import { appendJobStep, checkJobInput, type JobRunner } from "../jobs/job-runner.js";
-import { JOB_STATE_TO_PROTO } from "../jobs/job-events.js";
+import type { JobRunner } from "../jobs/job-runner.js";
+import { appendJobStep, JOB_STATE_TO_PROTO, stateChanged, textNote, type JobEventInit } from "../jobs/job-events.js";
+import { checkJobInput } from "../jobs/job-input.js";
 import { ACTIVE_JOB_STATES, isTerminal, newJobRecord, type JobPatch, type JobRecord, type JobStateName, type JobStore } from "../store/job-store.js";
 import { newId } from "../store/ids.js";
 import { invalidArgument, notFound, OrchestratorError } from "../orchestrator-error.js";
@@ -176,7 +177,7 @@ export class GraphJobs {
     const started = this.#lifecycleEvent("graph.run_started", job.id, { graph_name: graph.name, graph_version: String(graph.version) });
     // The run's trace begins with that event (tracing.ts); its id is kept for `oz0 jobs show`.
     const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
-    await this.#append(job.id, [{ event: { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } } } as Partial<JobEvent>], traceId ? { traceId } : undefined, [started]);
+    await this.#append(job.id, [stateChanged("running")], traceId ? { traceId } : undefined, [started]);
     const active = this.#activate(job.id, graph, pinned);
     this.#started.set(job.id, Date.now());
     const handle = await active.runner.start({ prompt: options.input, runId: job.id });
@@ -237,7 +238,7 @@ export class GraphJobs {
     if (this.#runs.get(job.id)?.runner.cancel(job.id, reason)) return (await this.#o.store.getJob(job.id))!;
     if (!this.#ownership.owns(job.id)) {
       // Another replica runs it: it hears of this event (or reads the request when it resumes the job) and cancels the run.
-      await asBystander(() => this.#append(job.id, [{ event: { case: "text", value: { itemId: CANCEL_REQUEST_ITEM, text: `cancel requested: ${reason}\n`, delta: false, role: "" } } } as Partial<JobEvent>], {
+      await asBystander(() => this.#append(job.id, [textNote(CANCEL_REQUEST_ITEM, `cancel requested: ${reason}\n`)], {
         cancelRequestedAt: new Date(),
         error: reason,
       }));
@@ -278,7 +279,7 @@ export class GraphJobs {
     try {
       const active = this.#activate(job.id, graph, row.pinnedAgents);
       this.#started.set(job.id, Date.now());
-      await this.#append(job.id, [{ event: { case: "text", value: { itemId: "graph", text: `${note}\n`, delta: false, role: "" } } } as Partial<JobEvent>]);
+      await this.#append(job.id, [textNote("graph", `${note}\n`)]);
       // A run the checkpoint store never saw (stopped between the job and the run) starts now, under the same id.
       const handle = stored ? await active.runner.resume({ runId: job.id }) : await active.runner.start({ prompt: job.input, runId: job.id });
       this.#track(job.id, active, handle.result);
@@ -387,7 +388,7 @@ export class GraphJobs {
       if (!job || isTerminal(job.state)) return;
       const state: JobStateName = waiting.size > 0 ? "waiting" : "running";
       if (job.state === state) return;
-      await this.#append(graphJobId, [{ event: { case: "stateChanged", value: { state: JOB_STATE_TO_PROTO[state], reason: state === "waiting" ? "a step waits for approval" : "" } } } as Partial<JobEvent>], { state });
+      await this.#append(graphJobId, [stateChanged(state, state === "waiting" ? "a step waits for approval" : "")], { state });
     };
     const pending = (callId: string): void => {
       const key = `${stepJobId}/${callId}`;
@@ -459,7 +460,7 @@ export class GraphJobs {
 
   #note(jobId: string, text: string): void {
     // Events are ordered by the job runner's append; a note lost to a closing store is not worth failing the run.
-    void this.#append(jobId, [{ event: { case: "text", value: { itemId: "graph", text, delta: false, role: "" } } } as Partial<JobEvent>]).catch((error: unknown) =>
+    void this.#append(jobId, [textNote("graph", text)]).catch((error: unknown) =>
       this.#o.logger.warn({ jobId, err: String(error) }, "could not store a graph step event"),
     );
   }
@@ -504,9 +505,9 @@ export class GraphJobs {
       this.#stop(jobId);
       return;
     }
-    const events: Partial<JobEvent>[] = [];
-    if (options.resultText) events.push({ event: { case: "text", value: { itemId: "graph-result", text: `${options.resultText}\n`, delta: false, role: "" } } } as Partial<JobEvent>);
-    events.push({ event: { case: "stateChanged", value: { state: JOB_STATE_TO_PROTO[options.state], reason: options.error } } } as Partial<JobEvent>);
+    const events: JobEventInit[] = [];
+    if (options.resultText) events.push(textNote("graph-result", `${options.resultText}\n`));
+    events.push(stateChanged(options.state, options.error));
     const started = this.#started.get(jobId);
     const type = options.state === "succeeded" ? "graph.run_completed" : options.state === "cancelled" ? "graph.run_cancelled" : "graph.run_failed";
     const ended = this.#lifecycleEvent(type, jobId, {
@@ -519,7 +520,7 @@ export class GraphJobs {
     this.#stop(jobId);
   }
 
-  async #append(jobId: string, events: Partial<JobEvent>[], job?: JobPatch, lifecycle: (RawEvent | undefined)[] = []): Promise<void> {
+  async #append(jobId: string, events: JobEventInit[], job?: JobPatch, lifecycle: (RawEvent | undefined)[] = []): Promise<void> {
     await appendJobStep(this.#o, { jobId, events, ...(job ? { job } : {}), lifecycle });
   }
 

@@ -21,7 +21,8 @@ import { decisionFromToolCall, GraphError, managerTools, type ControlEvent, type
 import { never, recordedJob, waitForTerminalJob } from "./graph-executor.js";
 import type { GraphStore } from "../store/graph-store.js";
 import type { JobFeed } from "../jobs/job-feed.js";
-import { servedToolCalls, type JobRunner, type ServedRuntimeTools } from "../jobs/job-runner.js";
+import type { JobRunner } from "../jobs/job-runner.js";
+import { servedToolCalls, type ServedRuntimeTools } from "../jobs/served-tools.js";
 import type { JobStore } from "../store/job-store.js";
 
 export interface AgentGraphManagerOptions {

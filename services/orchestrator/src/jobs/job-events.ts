@@ -3,10 +3,13 @@
 // misspelt case or a field of the wrong type is a compile error, not an event
 // silently stored half empty. The constructors below are the shapes written
 // in more than one place.
-import type { MessageInitShape } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { JobState, type JobEventSchema } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import type { JobStateName } from "../store/job-store.js";
+import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import { JobEventSchema, JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import type { JobPatch, JobStateName, JobStore, PermissionRecord, StderrAppend } from "../store/job-store.js";
+import type { LifecycleSink } from "../sessions/session-runner.js";
+import type { JobFeed } from "./job-feed.js";
 
 /** What a job event is written as; the store gives it its job id and sequence number. */
 export type JobEventInit = MessageInitShape<typeof JobEventSchema>;
@@ -28,4 +31,37 @@ export function stateChanged(state: JobStateName, reason = ""): JobEventInit {
 /** A whole line of text the orchestrator writes into a job's events itself (a graph run's notes, its result). */
 export function textNote(itemId: string, text: string, time?: Timestamp): JobEventInit {
   return { ...(time ? { time } : {}), event: { case: "text", value: { itemId, text, delta: false, role: "" } } };
+}
+
+/** What a step of a job writes, besides its events. */
+export interface JobStepWrites {
+  job?: JobPatch;
+  permissions?: PermissionRecord[];
+  /** The lifecycle events reporting it (from the sink's `event`; undefined ones are left out). */
+  lifecycle?: (RawEvent | undefined)[];
+  stderr?: StderrAppend;
+}
+
+/**
+ * One step of a job, in one transaction: its events, the job's changes,
+ * permission records, and the lifecycle events reporting it. Once it
+ * committed, watchers in this process hear of the events and the outbox
+ * ships the lifecycle events.
+ */
+export async function appendJobStep(
+  deps: { store: JobStore; feed: JobFeed; lifecycle?: LifecycleSink | undefined },
+  step: { jobId: string; events: JobEventInit[] } & JobStepWrites,
+): Promise<JobEvent[]> {
+  const lifecycle = (step.lifecycle ?? []).filter((e): e is RawEvent => e !== undefined);
+  const stored = await deps.store.append({
+    jobId: step.jobId,
+    events: step.events.map((e) => create(JobEventSchema, e)),
+    ...(step.job ? { job: step.job } : {}),
+    ...(step.permissions ? { permissions: step.permissions } : {}),
+    ...(lifecycle.length ? { lifecycle } : {}),
+    ...(step.stderr ? { stderr: step.stderr } : {}),
+  });
+  if (lifecycle.length) deps.lifecycle?.committed();
+  deps.feed.publish(step.jobId, stored);
+  return stored;
 }

@@ -1,0 +1,372 @@
+// The approval workflow of a job's tool calls: each permission request of a
+// session is decided (the tool policy, or the runtime for a cancelled job or
+// a tool it offered itself), recorded with the job's events in one
+// transaction, and answered at once, unless it waits for a person: then the
+// job waits, a deadline is armed (`approvals.timeout`), and the call ends
+// when a person answers (`answer`), the deadline passes (timed out, which
+// denies it), the job is cancelled or the job ends. A decided answer is
+// delivered to the session and written again after every re-attach until a
+// stream took it. The tool-call audit checks afterwards that a harness that
+// declares permissions ran only what it was allowed.
+import type { JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
+import { PermissionAnswer_Outcome, PermissionAnswerSchema, type SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { Decider } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import type { Logger } from "@oz0/serving";
+import { asBystander, type JobOwnership } from "../cluster/job-ownership.js";
+import { LeaseLostError } from "../cluster/lease-manager.js";
+import type { ActiveJob, ActiveJobs } from "../jobs/active-jobs.js";
+import { appendJobStep, stateChanged, type JobEventInit, type JobStepWrites } from "../jobs/job-events.js";
+import type { JobFeed } from "../jobs/job-feed.js";
+import { failedPrecondition, invalidArgument, notFound, permissionDenied } from "../orchestrator-error.js";
+import type { PermissionPolicy, PolicyDecision } from "../policy/permission-policy.js";
+import { toolResultViolation, type ToolResultSeen } from "../policy/tool-call-audit.js";
+import type { LifecycleSink } from "../sessions/session-runner.js";
+import { isTerminal, type AgentVersionRecord, type DeciderName, type JobPatch, type JobRecord, type JobStore, type JsonObject, type PermissionRecord } from "../store/job-store.js";
+import { answerRefusal, approvalDeadline, ApprovalDeadlines, type Answerer } from "./approval-deadlines.js";
+
+const DECIDER_TO_PROTO: Record<DeciderName, Decider> = {
+  policy: Decider.POLICY,
+  hook: Decider.HOOK,
+  person: Decider.PERSON,
+  runtime: Decider.RUNTIME,
+};
+
+/** A person's answer to a call that waits for them; `answeredBy` is the authenticated principal, never a name from the request. */
+export interface AnswerOptions {
+  jobId: string;
+  callId: string;
+  allow: boolean;
+  input?: JsonObject;
+  reason?: string;
+  answeredBy: Answerer;
+}
+
+export interface ApprovalServiceOptions {
+  store: JobStore;
+  feed: JobFeed;
+  lifecycle?: LifecycleSink;
+  policy: PermissionPolicy;
+  logger: Logger;
+  ownership: JobOwnership;
+  /** The jobs this process follows: their sessions take the answers, their locks order the writes. */
+  active: ActiveJobs;
+}
+
+/** How a decided call ended, as the session's answer and the job's event say it. */
+function outcomeOf(p: PermissionRecord): PermissionAnswer_Outcome {
+  if (p.status === "cancelled") return PermissionAnswer_Outcome.CANCELLED;
+  if (p.status === "timed_out") return PermissionAnswer_Outcome.TIMED_OUT;
+  return p.status === "pending" ? PermissionAnswer_Outcome.UNSPECIFIED : PermissionAnswer_Outcome.ANSWERED;
+}
+
+/** The job event that records a call's decision (or that it waits). */
+export function decisionEvent(p: PermissionRecord): JobEventInit {
+  return {
+    event: {
+      case: "permissionDecision",
+      value: {
+        id: p.id,
+        tool: p.tool,
+        callId: p.callId,
+        pending: p.status === "pending",
+        allow: p.status === "approved",
+        reason: p.reason,
+        decider: p.decider ? DECIDER_TO_PROTO[p.decider] : Decider.UNSPECIFIED,
+        answeredBy: p.answeredBy,
+        ...(p.answerInput ? { input: p.answerInput as ProtoJsonObject } : {}),
+        outcome: outcomeOf(p),
+      },
+    },
+  };
+}
+
+export class ApprovalService {
+  readonly #o: ApprovalServiceOptions;
+  readonly #deadlines: ApprovalDeadlines;
+
+  constructor(options: ApprovalServiceOptions) {
+    this.#o = options;
+    this.#deadlines = new ApprovalDeadlines({
+      onDeadline: (jobId, permissionId) => this.#timeOut(jobId, permissionId),
+      onError: (error) => options.logger.error({ err: error }, "could not time out an approval"),
+    });
+  }
+
+  #append(jobId: string, events: JobEventInit[], writes: JobStepWrites): Promise<unknown> {
+    return appendJobStep(this.#o, { jobId, events, ...writes });
+  }
+
+  /**
+   * A permission request of the job's session, under the job's lock: decided,
+   * recorded with `patch` (the session's position) in one step, and
+   * answered, or left waiting for a person with its deadline armed.
+   * `offered`: a tool the runtime offered this session itself, allowed
+   * without the policy.
+   */
+  async decide(o: { job: JobRecord; active: ActiveJob; event: SessionEvent; patch: JobPatch; offered: boolean }): Promise<void> {
+    const { job, event, patch } = o;
+    if (event.event.case !== "permissionRequest") return;
+    const request = event.event.value;
+    const input = request.input as JsonObject | undefined;
+    const cancelled = job.cancelRequestedAt !== undefined;
+    const decision: PolicyDecision = cancelled
+      ? { kind: "deny", decider: "runtime", reason: "the job was cancelled" }
+      : o.offered
+        ? { kind: "allow", decider: "runtime", reason: "a tool the runtime offered this session" }
+        : await this.#o.policy.decide({
+          jobId: job.id,
+          sessionId: job.sessionId,
+          agent: o.active.agent,
+          id: request.id,
+          tool: request.tool,
+          ...(input ? { input } : {}),
+          title: request.title,
+          callId: request.callId,
+        });
+    const record: PermissionRecord = {
+      jobId: job.id,
+      id: request.id,
+      callId: request.callId,
+      sessionId: job.sessionId,
+      tool: request.tool,
+      ...(input ? { input } : {}),
+      title: request.title,
+      needsPerson: decision.kind === "ask",
+      status: decision.kind === "ask" ? "pending" : decision.kind === "allow" ? "approved" : cancelled ? "cancelled" : "denied",
+      reason: decision.reason,
+      ...(decision.kind !== "ask" ? { decider: decision.decider, answeredAt: new Date() } : {}),
+      answeredBy: "",
+      // A hook's changed input: the call runs with it (or, when it waits, it is what the person approves).
+      ...(decision.kind !== "deny" && decision.input ? { answerInput: decision.input } : {}),
+      requestedAt: new Date(),
+      delivered: false,
+    };
+    if (decision.kind === "ask") patch.state = "waiting";
+    await this.#append(
+      job.id,
+      [
+        { time: event.time, event: { case: "permissionRequested", value: request } },
+        ...(decision.kind === "ask" ? [stateChanged("waiting", decision.reason)] : []),
+        decisionEvent(record),
+      ],
+      {
+        job: patch,
+        permissions: [record],
+        lifecycle: [
+          this.#o.lifecycle?.event(decision.kind === "ask" ? "approval.requested" : "permission.decided", {
+            jobId: job.id,
+            sessionId: job.sessionId,
+            toolCallId: request.callId,
+            status: record.status,
+            attributes: { tool_name: request.tool, decider: record.decider ?? "person", decision: record.status },
+          }),
+        ],
+      },
+    );
+    if (decision.kind !== "ask") await this.deliver(job.id, record);
+    else this.#arm(o.active.agent, record);
+  }
+
+  #arm(agent: AgentVersionRecord, p: PermissionRecord): void {
+    const at = approvalDeadline(agent, p);
+    if (at) this.#deadlines.schedule({ jobId: p.jobId, permissionId: p.id, at });
+  }
+
+  /** Arms the deadlines of a job's waiting calls again (a restart, a takeover). */
+  async armWaiting(jobId: string, agent: AgentVersionRecord): Promise<void> {
+    for (const p of await this.#o.store.listPermissions({ jobId, pendingOnly: true })) this.#arm(agent, p);
+  }
+
+  /** The deadline of a waiting call passed: it ends timed_out, which denies it (fail closed). */
+  async #timeOut(jobId: string, permissionId: string): Promise<void> {
+    await this.#o.active.withLock(jobId, async () => {
+      const job = await this.#o.store.getJob(jobId);
+      const p = await this.#o.store.getPermission(jobId, permissionId);
+      if (!job || !p || p.status !== "pending" || isTerminal(job.state)) return;
+      const agent = await this.#o.store.getAgentVersion(job.agentName, job.agentVersion);
+      const timeout = agent?.definition.approvals?.timeout ?? "its deadline";
+      await this.#resolve(job, {
+        ...p,
+        status: "timed_out",
+        decider: "runtime",
+        answeredBy: "",
+        reason: `nobody answered within ${timeout} (approvals.timeout), so the call is denied`,
+        answeredAt: new Date(),
+        delivered: false,
+      });
+    });
+  }
+
+  /** Store a waiting call's answer, resume the job when nothing else waits, and write the answer to the session. */
+  async #resolve(job: JobRecord, updated: PermissionRecord): Promise<void> {
+    this.#deadlines.clear(job.id, updated.id);
+    const stillWaiting = (await this.#o.store.listPermissions({ jobId: job.id, pendingOnly: true })).filter((x) => x.id !== updated.id).length;
+    const events: JobEventInit[] = [decisionEvent(updated)];
+    const patch: JobPatch = {};
+    if (!stillWaiting && job.state === "waiting") {
+      patch.state = "running";
+      events.push(stateChanged("running"));
+    }
+    await this.#append(job.id, events, {
+      job: patch,
+      permissions: [updated],
+      lifecycle: [
+        this.#o.lifecycle?.event("approval.answered", {
+          jobId: job.id,
+          toolCallId: updated.callId,
+          status: updated.status,
+          attributes: {
+            approval_id: updated.id,
+            tool_name: updated.tool,
+            decision: updated.status,
+            waited_ms: Date.now() - updated.requestedAt.getTime(),
+            // Who answered (a principal id, "" when the runtime did) and whether they changed the input; never the input itself.
+            answered_by: updated.answeredBy,
+            input_changed: updated.answerInput !== undefined,
+          },
+        }),
+      ],
+    });
+    await this.deliver(job.id, updated);
+  }
+
+  /** Write a decided answer to the job's session, if it is attached here, and record that it was written. */
+  async deliver(jobId: string, p: PermissionRecord): Promise<void> {
+    const channel = this.#o.active.get(jobId)?.channel;
+    if (!channel || p.status === "pending") return;
+    try {
+      await channel.answerPermission(
+        create(PermissionAnswerSchema, {
+          id: p.id,
+          allow: p.status === "approved",
+          reason: p.reason,
+          outcome: outcomeOf(p),
+          ...(p.answerInput ? { input: p.answerInput as ProtoJsonObject } : {}),
+        }),
+      );
+      // Written again at a re-attach (redeliver): recorded once.
+      if (!p.delivered) await this.#o.store.markPermissionDelivered(jobId, p.id);
+    } catch (error) {
+      // Left undelivered: the next re-attach writes it.
+      this.#o.logger.warn({ jobId, permission: p.id, err: String(error) }, "could not deliver a permission answer yet");
+    }
+  }
+
+  /**
+   * After a re-attach: every decided answer is written again, not only those
+   * never written. "Delivered" means handed to a stream, and one that broke
+   * (or a process that died) right after may never have sent it; the sandbox
+   * refuses an answer its harness already has, which changes nothing.
+   */
+  async redeliver(jobId: string): Promise<void> {
+    for (const p of await this.#o.store.listPermissions({ jobId })) if (p.status !== "pending") await this.deliver(jobId, p);
+  }
+
+  /** A waiting call of a job this replica works on was answered at another replica: write the answer to the session. */
+  async deliverAnswer(answer: { jobId: string; permissionId: string }): Promise<void> {
+    if (!this.#o.ownership.owns(answer.jobId) || !this.#o.active.has(answer.jobId)) return;
+    await this.#o.active.withLock(answer.jobId, async () => {
+      const p = await this.#o.store.getPermission(answer.jobId, answer.permissionId);
+      if (!p || p.status === "pending" || p.delivered) return;
+      this.#deadlines.clear(answer.jobId, p.id);
+      await this.deliver(answer.jobId, p);
+    });
+  }
+
+  /** Deliver every decided, undelivered answer of the jobs this replica works on (notices may have been missed). */
+  async deliverUndelivered(): Promise<void> {
+    for (const jobId of this.#o.active.ids()) {
+      for (const p of await this.#o.store.listPermissions({ jobId, undeliveredOnly: true })) await this.deliverAnswer({ jobId, permissionId: p.id });
+    }
+  }
+
+  /** A person's answer to a call that waits for approval. Idempotent for the same answer. */
+  async answer(options: AnswerOptions): Promise<PermissionRecord> {
+    try {
+      return await (this.#o.ownership.owns(options.jobId) ? this.#answer(options) : asBystander(() => this.#answer(options)));
+    } catch (error) {
+      // The lease went to another replica just now, before this one noticed. The answer's one write was
+      // refused, and nothing else was written: it is made again as the bystander this replica now is, and
+      // the new owner delivers it.
+      if (!(error instanceof LeaseLostError)) throw error;
+      return asBystander(() => this.#answer(options));
+    }
+  }
+
+  async #answer(options: AnswerOptions): Promise<PermissionRecord> {
+    return this.#o.active.withLock(options.jobId, async () => {
+      const job = await this.#o.store.getJob(options.jobId);
+      if (!job) throw notFound(`job ${options.jobId} not found; list jobs with \`oz0 jobs list\``);
+      const p = await this.#o.store.getPermission(options.jobId, options.callId);
+      if (!p) throw notFound(`job ${options.jobId} has no permission request ${options.callId}; see \`oz0 approvals list\``);
+      if (!p.needsPerson) throw failedPrecondition(`call ${p.id} was decided by the ${p.decider ?? "policy"} (${p.status}); it does not wait for a person`);
+      if (p.status !== "pending") {
+        if ((p.status === "approved" && options.allow) || (p.status === "denied" && !options.allow)) return p;
+        if (p.status === "cancelled" || p.status === "timed_out") {
+          throw failedPrecondition(`call ${p.id} is ${p.status === "cancelled" ? "cancelled" : "timed out"}: the answer came too late and was not used`);
+        }
+        throw failedPrecondition(`call ${p.id} was already ${p.status} by ${p.answeredBy || "someone"}; a different answer is refused`);
+      }
+      if (!options.allow && !options.reason) throw invalidArgument("a denial needs a reason (it is shown to the model): pass --reason TEXT");
+      const agent = this.#o.active.get(job.id)?.agent ?? (await this.#o.store.getAgentVersion(job.agentName, job.agentVersion));
+      const refusal = answerRefusal({ agent, job, callId: p.id, answerer: options.answeredBy });
+      if (refusal) throw permissionDenied(refusal);
+      const updated: PermissionRecord = {
+        ...p,
+        status: options.allow ? "approved" : "denied",
+        decider: "person",
+        answeredBy: options.answeredBy.id,
+        reason: options.reason ?? (options.allow ? "approved" : ""),
+        ...(options.input ? { answerInput: options.input } : {}),
+        answeredAt: new Date(),
+        delivered: false,
+      };
+      await this.#resolve(job, updated);
+      return updated;
+    });
+  }
+
+  /** A cancel, under the job's lock: its waiting calls end cancelled, recorded with `patch` (the cancel itself), and the session is told. */
+  async cancelWaiting(jobId: string, patch: JobPatch): Promise<void> {
+    const pending = await this.#o.store.listPermissions({ jobId, pendingOnly: true });
+    const cancelled = pending.map((p): PermissionRecord => ({ ...p, status: "cancelled", decider: "runtime", reason: "the job was cancelled", answeredAt: new Date(), delivered: false }));
+    await this.#append(jobId, cancelled.map(decisionEvent), { job: patch, permissions: cancelled });
+    for (const p of cancelled) {
+      this.#deadlines.clear(jobId, p.id);
+      await this.deliver(jobId, p);
+    }
+  }
+
+  /** The job ends: its calls still waiting can never be answered now. Their records and events, for the job's last step. */
+  async closeWaiting(jobId: string): Promise<{ permissions: PermissionRecord[]; events: JobEventInit[] }> {
+    const pending = await this.#o.store.listPermissions({ jobId, pendingOnly: true });
+    const closed = pending.map((p): PermissionRecord => ({ ...p, status: "cancelled", decider: "runtime", reason: "the job ended", answeredAt: new Date(), delivered: true }));
+    for (const p of closed) this.#deadlines.clear(jobId, p.id);
+    return { permissions: closed, events: closed.map(decisionEvent) };
+  }
+
+  /**
+   * "Every tool call asks first", checked: a harness that declares
+   * permissions must have asked, and been allowed, before any result. The
+   * rule the result broke, once per job (the job then fails with it); else undefined.
+   */
+  async audit(jobId: string, active: ActiveJob, result: ToolResultSeen): Promise<string | undefined> {
+    if (!active.agent.harness.manifest.permissions || active.violation) return undefined;
+    const permission = (await this.#o.store.listPermissions({ jobId })).find((p) => p.callId === result.callId || p.id === result.callId);
+    const violation = toolResultViolation({ result, permission, harness: active.agent.harness.manifest.name });
+    if (!violation) return undefined;
+    active.violation = violation;
+    this.#o.logger.warn({ jobId, callId: result.callId }, violation);
+    return violation;
+  }
+
+  /** Stop timing a job's calls: another replica works on it now. */
+  clearJob(jobId: string): void {
+    this.#deadlines.clearJob(jobId);
+  }
+
+  close(): void {
+    this.#deadlines.close();
+  }
+}

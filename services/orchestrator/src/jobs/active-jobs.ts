@@ -1,0 +1,100 @@
+// The jobs whose sessions this process follows right now, shared by the job
+// runner, the session side of a job (job-sessions.ts) and the approval
+// service: what each knows of a job's session, one lock per job so that
+// everything that changes a job (its session's messages, answers, a cancel)
+// happens one at a time, and the background work they start, awaited at close.
+import type { Logger } from "@oz0/serving";
+import type { SessionResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { AgentVersionRecord } from "../store/job-store.js";
+import type { SessionState } from "../sessions/session-driver.js";
+
+/** A job this process follows: its agent version and where its session is. */
+export interface ActiveJob extends SessionState {
+  agent: AgentVersionRecord;
+  result?: SessionResult;
+  exitError: string;
+  /** Set when the harness broke the tool policy; the job fails with it. */
+  violation?: string;
+  /** Set when the sandbox failed the session (the harness broke the protocol or a limit); the job fails with it, whatever its result. */
+  sessionFailure?: string;
+  /** Another replica took the job's lease: stop following it without finishing it. */
+  abandoned?: boolean;
+  /** Re-attached to a session that may never have started: start it if the sandbox does not know it. */
+  startIfUnknown?: boolean;
+  /** The job's events already say it waits for room on a node (said once, not per attempt). */
+  waitSaid?: boolean;
+  /** Its node went silent, and that is being dealt with (handleLostSession): once, whoever noticed first. */
+  lostHandled?: boolean;
+}
+
+export class ActiveJobs {
+  readonly #jobs = new Map<string, ActiveJob>();
+  readonly #locks = new Map<string, Promise<unknown>>();
+  readonly #running = new Set<Promise<void>>();
+  readonly #logger: Logger;
+  #closing = false;
+
+  constructor(options: { logger: Logger }) {
+    this.#logger = options.logger;
+  }
+
+  get(jobId: string): ActiveJob | undefined {
+    return this.#jobs.get(jobId);
+  }
+
+  has(jobId: string): boolean {
+    return this.#jobs.has(jobId);
+  }
+
+  set(jobId: string, active: ActiveJob): void {
+    this.#jobs.set(jobId, active);
+  }
+
+  delete(jobId: string): void {
+    this.#jobs.delete(jobId);
+  }
+
+  ids(): string[] {
+    return [...this.#jobs.keys()];
+  }
+
+  get size(): number {
+    return this.#jobs.size;
+  }
+
+  /** Set once close began: nothing new starts. */
+  get closing(): boolean {
+    return this.#closing;
+  }
+
+  /** Whether following `active` is over for this process: it closes, or another replica took the job. */
+  stopped(active: ActiveJob): boolean {
+    return this.#closing || active.abandoned === true;
+  }
+
+  /** Serialize everything that changes one job (session messages, answers, cancel). */
+  withLock<T>(jobId: string, fn: () => Promise<T>): Promise<T> {
+    const previous = this.#locks.get(jobId) ?? Promise.resolve();
+    const next = previous.then(fn, fn);
+    const settled = next.catch(() => undefined);
+    this.#locks.set(jobId, settled);
+    void settled.then(() => {
+      if (this.#locks.get(jobId) === settled) this.#locks.delete(jobId);
+    });
+    return next;
+  }
+
+  /** Background work of a job: logged if it fails, awaited at close. */
+  track(work: Promise<void>): void {
+    const p = work.catch((error: unknown) => this.#logger.error({ err: error }, "job work failed"));
+    this.#running.add(p);
+    void p.finally(() => this.#running.delete(p));
+  }
+
+  /** Stop following sessions (they keep running on their sandboxes) and wait for the work under way. */
+  async close(): Promise<void> {
+    this.#closing = true;
+    for (const active of this.#jobs.values()) active.channel?.close();
+    await Promise.allSettled([...this.#running]);
+  }
+}

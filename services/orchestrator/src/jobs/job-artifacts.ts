@@ -1,0 +1,26 @@
+// A job's artifacts: the files its session handed back, stored under the
+// data directory (jobs/<id>/artifacts) as they arrive, so a restart or a
+// replica taking the job over after them loses none.
+import { mkdirSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import type { SessionArtifact } from "../sessions/session-runner.js";
+
+export interface StoredArtifact {
+  name: string;
+  path: string;
+  sizeBytes: bigint;
+  mediaType: string;
+}
+
+/** Writes the artifacts under `home`; a name is reduced to its last part, so none lands outside the job's folder. */
+export function storeArtifacts(home: string, jobId: string, artifacts: SessionArtifact[]): StoredArtifact[] {
+  if (artifacts.length === 0) return [];
+  const dir = path.join(home, "jobs", jobId, "artifacts");
+  mkdirSync(dir, { recursive: true });
+  return artifacts.map((a) => {
+    const name = path.basename(a.name) || "artifact";
+    const file = path.join(dir, name);
+    writeFileSync(file, a.content);
+    return { name, path: file, sizeBytes: BigInt(a.content.byteLength), mediaType: a.mediaType };
+  });
+}

@@ -1,0 +1,53 @@
+// How a job ends, decided from what is known when its session can no longer
+// be followed: a cancel wins, then a failure the orchestrator saw (a lost
+// session, a broken tool policy), then a failure the sandbox reported, then
+// the session's result. A job that failed because of how its session ended
+// says what the harness last wrote to stderr.
+import { create } from "@bufbuild/protobuf";
+import { SessionResultSchema, StopReason, type SessionResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { storedStderrTail, withStderr } from "../sessions/harness-stderr.js";
+import type { JobRecord, JobStateName, JobStore } from "../store/job-store.js";
+import type { ActiveJob } from "./active-jobs.js";
+
+export interface JobEnding {
+  state: JobStateName;
+  error: string;
+  /** What the job's result is recorded as; undefined when there is none. */
+  result?: SessionResult;
+}
+
+export async function jobEnding(o: { store: JobStore; job: JobRecord; active: ActiveJob | undefined; failure?: string }): Promise<JobEnding> {
+  const { job, active } = o;
+  // The result as this process saw it, else as stored: a session that ended before a
+  // restart or a takeover delivered its result to the replica that followed it then.
+  let result = active?.result ?? (job.stopReason ? create(SessionResultSchema, { stopReason: job.stopReason, text: job.resultText }) : undefined);
+  // A running job's error is only ever written by a cancel (with cancelRequestedAt) or by a failed session (the job runner's handle).
+  const sessionFailure = active?.sessionFailure ?? (job.error && !job.cancelRequestedAt ? job.error : undefined);
+  let state: JobStateName;
+  let error = "";
+  // The job fails because of how its session ended: the failure says what the harness last wrote to stderr.
+  let failedBySession = false;
+  if (job.cancelRequestedAt) {
+    state = "cancelled";
+    error = job.error || "cancelled by request";
+  } else if (o.failure || active?.violation) {
+    state = "failed";
+    error = o.failure || active!.violation!;
+  } else if (sessionFailure) {
+    state = "failed";
+    error = sessionFailure;
+    failedBySession = true;
+    // Whatever the harness wrote as its result came from a session that broke the rules: not the job's result.
+    result = create(SessionResultSchema, { stopReason: StopReason.UNSPECIFIED, text: "" });
+  } else if (result && result.stopReason === StopReason.COMPLETED) {
+    state = "succeeded";
+  } else {
+    state = "failed";
+    error = result
+      ? `the session ended ${StopReason[result.stopReason]?.toLowerCase() ?? "badly"}${result.error ? `: ${result.error}` : ""}`
+      : `the session ended without a result${active?.exitError ? `: ${active.exitError}` : ""}`;
+    failedBySession = true;
+  }
+  if (failedBySession) error = withStderr(error, { stderr: await storedStderrTail(o.store, { jobId: job.id, sessionId: job.sessionId }), jobId: job.id });
+  return { state, error, ...(result ? { result } : {}) };
+}

@@ -1,0 +1,443 @@
+// The session side of a job, on the session driver: mint its token, start
+// its session on a node with room, follow it, re-attach to it after a
+// restart or a takeover (writing again what it may have missed), and deal
+// with the ways it cannot be followed: a node that does not know it, a node
+// that went silent. A session proven never to have reached a model (its
+// token unused) may start again, elsewhere; any other lost session fails its
+// job. What a session's messages mean for the job is the job runner's
+// (`handle`), as is finishing the job (`finish`).
+import type { Logger } from "@oz0/serving";
+import { parseDuration } from "../agents/agent-versions.js";
+import type { ApprovalService } from "../approvals/approval-service.js";
+import type { JobOwnership } from "../cluster/job-ownership.js";
+import { LeaseLostError } from "../cluster/lease-manager.js";
+import { operationRuntimeTools, type OperationParent, type OperationRunner } from "../operations/operation-runner.js";
+import type { LostSession, SandboxPlacement } from "../sessions/sandbox-placement.js";
+import { SessionDriver, type FollowOptions, type PlaceOptions, type SessionEnd } from "../sessions/session-driver.js";
+import { agentSessionStart } from "../sessions/session-request.js";
+import type { LifecycleSink, SandboxMessage, SessionRunner, TokenIssuer } from "../sessions/session-runner.js";
+import { newSessionId } from "../store/ids.js";
+import { ACTIVE_JOB_STATES, isTerminal, type JobRecord, type JobStore } from "../store/job-store.js";
+import type { ActiveJob, ActiveJobs } from "./active-jobs.js";
+import { appendJobStep, stateChanged } from "./job-events.js";
+import type { JobFeed } from "./job-feed.js";
+import { sendServedAnswer, servedToolCalls, type ServedRuntimeTools } from "./served-tools.js";
+
+/** Why a pending job has not started, in its events. */
+export const WAITING_FOR_ROOM = "waiting for a sandbox node with free capacity: every node is full, or none sends heartbeats; the job starts when one has room";
+
+export interface JobSessionsOptions {
+  store: JobStore;
+  feed: JobFeed;
+  lifecycle?: LifecycleSink;
+  placement: SandboxPlacement;
+  tokens: TokenIssuer;
+  logger: Logger;
+  ownership: JobOwnership;
+  active: ActiveJobs;
+  approvals: ApprovalService;
+  operations: OperationRunner;
+  /** How often a lost stream is re-attached before the node is suspected. Default 5. */
+  reattachAttempts?: number;
+  /** The runtime tools the orchestrator serves the job itself, if any. */
+  served(job: JobRecord): ServedRuntimeTools | undefined;
+  /** One new message of the job's session (called under the job's lock). */
+  handle(jobId: string, active: ActiveJob, message: SandboxMessage): Promise<void>;
+  /** Ends the job: from its result, or with `failure`. */
+  finish(jobId: string, options: { failure?: string }): Promise<void>;
+}
+
+export class JobSessions {
+  readonly #o: JobSessionsOptions;
+  readonly #driver: SessionDriver;
+  #nodeWatch: NodeJS.Timeout | undefined;
+
+  constructor(options: JobSessionsOptions) {
+    this.#o = options;
+    this.#driver = new SessionDriver({
+      placement: options.placement,
+      logger: options.logger,
+      ...(options.reattachAttempts !== undefined ? { reattachAttempts: options.reattachAttempts } : {}),
+    });
+  }
+
+  /** The parent side of a harness operation call: the job's session, its deadline, and its current stream. */
+  operationParent(job: JobRecord, active: ActiveJob): OperationParent {
+    const timeout = active.agent.definition.limits?.timeout;
+    const timeoutMs = timeout ? parseDuration(timeout) : 0;
+    return {
+      jobId: job.id,
+      sessionId: job.sessionId,
+      agent: active.agent,
+      sandbox: active.sandbox!,
+      // From the job's creation: never later than the deadline its session was given.
+      ...(timeoutMs > 0 ? { deadline: new Date(job.createdAt.getTime() + timeoutMs) } : {}),
+      answer: async (result) => {
+        const channel = this.#o.active.get(job.id)?.channel;
+        if (!channel) throw new Error("the job's session is not attached");
+        await channel.answerRuntimeTool(result);
+      },
+    };
+  }
+
+  /** Mints the session's token, places the session, starts it and follows it to its end. */
+  async start(job: JobRecord, active: ActiveJob): Promise<void> {
+    const agent = active.agent;
+    const definition = agent.definition;
+    // A token minted for a start that never happened (before a restart or a takeover) is not used again.
+    if (job.tokenId) await this.#o.tokens.revoke({ tokenId: job.tokenId }).catch(() => undefined);
+    let token;
+    try {
+      token = await this.#o.tokens.mint({
+        jobId: job.id,
+        agent: agent.name,
+        agentVersion: agent.version,
+        sessionId: job.sessionId,
+        ...(typeof definition.harness?.max_budget_usd === "number" ? { budgetUsd: definition.harness.max_budget_usd } : {}),
+      });
+    } catch (error) {
+      await this.#o.finish(job.id, { failure: `could not mint a session token at the LLM proxy: ${(error as Error).message}` });
+      return;
+    }
+    const current = await this.#o.store.updateJob(job.id, { tokenId: token.tokenId });
+    if (current.cancelRequestedAt || isTerminal(current.state)) {
+      await this.#o.finish(job.id, {});
+      return;
+    }
+    const timeoutMs = definition.limits?.timeout ? parseDuration(definition.limits.timeout) : 0;
+    const start = agentSessionStart({
+      sessionId: job.sessionId,
+      jobId: job.id,
+      agent,
+      token,
+      input: job.input,
+      ...(timeoutMs > 0 ? { deadline: new Date(Date.now() + timeoutMs) } : {}),
+      // Harness operations, as runtime tools, and the tools this job is served.
+      runtimeTools: [...operationRuntimeTools(agent), ...(this.#o.served(job)?.tools ?? [])],
+      attachments: job.attachments,
+    });
+    if (this.#o.active.closing) return;
+    const end = await this.#driver.start({ ...this.#following(job, active), place: this.#placing(job, active), start: (sandbox) => sandbox.start(start) });
+    await this.#ended(job.id, active, end);
+  }
+
+  /** Re-attach to every job that was running when the orchestrator stopped. */
+  async resumeAll(): Promise<number> {
+    const jobs: JobRecord[] = [];
+    for (const state of ACTIVE_JOB_STATES) jobs.push(...(await this.#o.store.listJobs({ state, limit: 100_000 })));
+    // A graph run's job has no session of its own: GraphJobs (graph-jobs.ts) resumes it from its checkpoints.
+    const agentJobs = jobs.filter((job) => !job.id.startsWith("graph_"));
+    for (const job of agentJobs) await this.resume(job);
+    return agentJobs.length;
+  }
+
+  /**
+   * Work on a job this replica just took over (its owner died): re-attach
+   * its session, or start it if it never reached a sandbox. Nothing happens
+   * when the job ended meanwhile or this replica already follows it.
+   */
+  async resumeJob(jobId: string): Promise<void> {
+    const job = await this.#o.store.getJob(jobId);
+    if (!job || isTerminal(job.state)) {
+      // Ended, but its owner died before letting go: its node slot too, not only the lease.
+      if (job?.sessionId) await this.#o.placement.release(job.sessionId);
+      await this.#o.ownership.release(jobId);
+      return;
+    }
+    if (this.#o.active.has(jobId)) return;
+    await this.resume(job);
+  }
+
+  /**
+   * Follows a job that was running when this process did not follow it (a
+   * restart, a takeover): re-attach its session, or start it if it never
+   * reached a sandbox.
+   */
+  async resume(resumed: JobRecord): Promise<void> {
+    let job = resumed;
+    const agent = await this.#o.store.getAgentVersion(job.agentName, job.agentVersion);
+    if (!agent) {
+      await this.#o.finish(job.id, { failure: `agent version ${job.agentName} v${job.agentVersion} is missing from the store` });
+      return;
+    }
+    let sandbox: SessionRunner | undefined;
+    try {
+      // No node yet: the session was never placed, so it is started below.
+      sandbox = job.sandboxUrl ? this.#o.placement.runnerFor(job.sandboxUrl) : undefined;
+      if (sandbox && job.state === "pending" && job.sandboxSeq === 0 && this.#o.placement.tracksNodes) {
+        // Nothing heard from the session yet. On a node that went silent it is given up there and
+        // started on a live one, but only when its token proves it never reached a model; otherwise it
+        // died with its node, and is reported lost.
+        const lost = await this.#o.placement.lostSession(job.sessionId);
+        if (lost && (await this.#revokeProvesUnused(job))) {
+          job = await this.#renewSession(job, lost);
+          sandbox = undefined;
+        } else {
+          // Its node holds a slot for it only while the session may run there (a slot is given back once
+          // a node refused it): without one it never started.
+          const placed = await this.#o.placement.place({ jobId: job.id, sessionId: job.sessionId });
+          // Placed elsewhere now (or waiting for room): started below, on that node.
+          if (placed?.url !== sandbox.url) sandbox = undefined;
+        }
+      }
+    } catch (error) {
+      if (error instanceof LeaseLostError) throw error;
+      await this.#o.finish(job.id, { failure: (error as Error).message });
+      return;
+    }
+    const active: ActiveJob = { agent, ...(sandbox ? { sandbox } : {}), sandboxSeq: job.sandboxSeq, exitError: "" };
+    this.#o.active.set(job.id, active);
+    await this.#o.approvals.armWaiting(job.id, agent);
+    if (job.state === "pending" && (!job.tokenId || !sandbox)) {
+      this.#o.active.track(this.start(job, active));
+    } else {
+      // Pending with nothing heard from the sandbox: the start may never have reached it (its
+      // replica died first, or it was full); then the session is started now (#ended).
+      if (job.state === "pending" && job.sandboxSeq === 0) active.startIfUnknown = true;
+      this.#o.active.track(this.#reattach(job.id, active));
+    }
+  }
+
+  async #reattach(jobId: string, active: ActiveJob): Promise<void> {
+    const job = await this.#o.store.getJob(jobId);
+    if (!job) return;
+    active.channel = active.sandbox!.reattach({ sessionId: job.sessionId, afterSeq: active.sandboxSeq });
+    await this.#catchUp(job, active);
+    await this.#ended(jobId, active, await this.#driver.follow(this.#following(job, active)));
+  }
+
+  /**
+   * After any re-attach (a restart, a takeover, a lost stream): what the
+   * session waits for that an earlier stream may never have carried.
+   */
+  async #catchUp(job: JobRecord, active: ActiveJob): Promise<void> {
+    // A failure here is left for the next re-attach: the session's stream is followed regardless.
+    try {
+      await this.#o.approvals.redeliver(job.id);
+      for (const call of this.#o.served(job) ? await servedToolCalls(this.#o.store, job.id) : []) await sendServedAnswer(active.channel, call);
+    } catch (error) {
+      this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not write the session's answers again after re-attaching; the next re-attach tries again");
+    }
+    // Harness operations the session still waits for: a checkpointed result is delivered, an unfinished one runs again.
+    this.#o.active.track(this.#o.operations.resumeJob(this.operationParent(job, active)));
+  }
+
+  /**
+   * How the job's session is placed: on a node with room, stored as the
+   * job's node before the session starts (so a restart re-attaches there);
+   * waiting while every node is full, until the job is cancelled, ends or
+   * is abandoned.
+   */
+  #placing(job: JobRecord, active: ActiveJob): PlaceOptions {
+    return {
+      jobId: job.id,
+      sessionId: job.sessionId,
+      stop: async () => {
+        if (this.#o.active.stopped(active)) return true;
+        const current = await this.#o.store.getJob(job.id);
+        return !current || current.cancelRequestedAt !== undefined || isTerminal(current.state);
+      },
+      // Once per job: otherwise a waiting job only shows "pending", and why is in the orchestrator's log alone.
+      waiting: async () => {
+        if (active.waitSaid) return;
+        active.waitSaid = true;
+        await appendJobStep(this.#o, { jobId: job.id, events: [stateChanged("pending", WAITING_FOR_ROOM)] });
+      },
+      placed: async (sandbox) => {
+        await this.#o.store.updateJob(job.id, { sandboxUrl: sandbox.url });
+      },
+    };
+  }
+
+  /** How the job's session is followed: its messages handled one at a time under the job's lock, what it missed written again after a re-attach. */
+  #following(job: JobRecord, active: ActiveJob): FollowOptions {
+    return {
+      jobId: job.id,
+      sessionId: job.sessionId,
+      state: active,
+      handle: (message) => this.#o.active.withLock(job.id, () => this.#o.handle(job.id, active, message)),
+      stopped: () => this.#o.active.stopped(active),
+      // Gone from the store, or finished meanwhile (its node was lost): nothing is left to follow.
+      stillFollowed: async () => (await this.#o.store.getJob(job.id)) !== undefined && this.#o.active.get(job.id) === active,
+      reattached: async () => {
+        const current = await this.#o.store.getJob(job.id);
+        if (current) await this.#catchUp(current, active);
+      },
+    };
+  }
+
+  /** What the end of following a job's session means for the job. */
+  async #ended(jobId: string, active: ActiveJob, end: SessionEnd): Promise<void> {
+    switch (end.kind) {
+      case "stopped":
+        return;
+      case "ended":
+        await this.#o.finish(jobId, {});
+        return;
+      case "gave_up":
+        // Cancelled or ended while it waited for room (not when this replica stops following it).
+        if (!this.#o.active.stopped(active)) await this.#o.finish(jobId, {});
+        return;
+      case "unknown": {
+        if (!active.startIfUnknown || active.sandboxSeq !== 0) {
+          await this.#o.finish(jobId, { failure: "the session was lost: its sandbox no longer knows it (was the sandbox restarted?)" });
+          return;
+        }
+        active.startIfUnknown = false;
+        const job = await this.#o.store.getJob(jobId);
+        if (!job) return;
+        // Its node does not know it: the start never reached the node, or the node restarted after it.
+        // Only the first is safe to start again, and only an unused token tells them apart.
+        if (!(await this.#revokeProvesUnused(job))) {
+          await this.#o.finish(jobId, { failure: "the session was lost: its sandbox no longer knows it, and it had already called the model (was the sandbox restarted?); run the job again" });
+          return;
+        }
+        await this.start(job, active);
+        return;
+      }
+      case "refused":
+        await this.#o.finish(jobId, { failure: end.error.message });
+        return;
+      case "lost":
+        await this.#handleLostSession(jobId, end.lost);
+        return;
+      case "broken":
+        await this.#o.finish(jobId, { failure: `lost the session's stream and could not re-attach: ${end.error.message}` });
+        return;
+    }
+  }
+
+  /**
+   * Revokes the job's session token and answers whether that proves the
+   * session never reached a model: no model call ever carried the token, and
+   * revoked, none ever will. A model call is the first thing a harness does
+   * beyond its own sandbox, so such a session may start again elsewhere
+   * without anything done twice outside a sandbox that is gone. Without a
+   * token the session was never started. A proxy that does not answer (after
+   * a few tries) proves nothing.
+   */
+  async #revokeProvesUnused(job: JobRecord): Promise<boolean> {
+    if (!job.tokenId) return true;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return (await this.#o.tokens.revoke({ tokenId: job.tokenId })).neverUsed;
+      } catch (error) {
+        if (attempt >= 3) {
+          this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not ask the LLM proxy whether the session used its token; it counts as started");
+          return false;
+        }
+        await new Promise((resolve) => setTimeout(resolve, 300 * attempt));
+      }
+    }
+  }
+
+  /**
+   * Deals with the jobs this replica works on whose sandbox node stopped
+   * sending heartbeats (handleLostSession): most fail, saying so. Slots of
+   * sessions whose jobs already ended are freed. One job's failure to be
+   * dealt with is logged and tried again at the next call.
+   */
+  async handleLostSessions(): Promise<void> {
+    for (const lost of await this.#o.placement.lostSessions()) {
+      try {
+        const job = await this.#o.store.getJob(lost.jobId);
+        if (!job || isTerminal(job.state) || job.sessionId !== lost.sessionId) {
+          await this.#o.placement.release(lost.sessionId, { fromNode: lost.nodeId });
+        } else if (this.#o.ownership.owns(lost.jobId)) {
+          await this.#handleLostSession(lost.jobId, lost);
+        }
+      } catch (error) {
+        this.#o.logger.warn({ jobId: lost.jobId, sessionId: lost.sessionId, err: String(error) }, "could not deal with a session lost with its node yet; trying again");
+      }
+    }
+  }
+
+  /**
+   * The job's session is on a node that stopped sending heartbeats. One
+   * never heard from whose token proves it never reached a model
+   * (#revokeProvesUnused) starts on a live node instead. Any other died with
+   * its node (resuming a session elsewhere is not supported), and the job
+   * fails with the loss's reason. Whoever notices first (the node watch, the
+   * session's stream) deals with it; the other does nothing. A job not
+   * followed here yet is being resumed (a takeover): its re-attach meets the
+   * silent node and comes back here.
+   */
+  async #handleLostSession(jobId: string, lost: LostSession): Promise<void> {
+    const active = this.#o.active.get(jobId);
+    if (!active || active.lostHandled) return;
+    active.lostHandled = true;
+    try {
+      const job = await this.#o.store.getJob(jobId);
+      if (!job || isTerminal(job.state)) return;
+      if (job.state === "pending" && job.sandboxSeq === 0 && active.sandboxSeq === 0) {
+        // Still this replica's job (a paused replica must not revoke or move a session its successor started):
+        // a fenced write of nothing throws LeaseLostError once another replica took the job over.
+        await this.#o.store.append({ jobId, events: [] });
+        if (await this.#revokeProvesUnused(job)) {
+          if (this.#o.active.stopped(active) || this.#o.active.get(jobId) !== active) return;
+          await this.#startElsewhere(job, active, lost);
+          return;
+        }
+      }
+      await this.#o.finish(jobId, { failure: lost.reason });
+    } catch (error) {
+      // Another replica runs it now: nothing is left to do here.
+      if (error instanceof LeaseLostError) return;
+      active.lostHandled = false;
+      throw error;
+    }
+  }
+
+  /** Stops following the session on its silent node (its stream's loop ends without finishing the job) and starts it on a live one. */
+  async #startElsewhere(job: JobRecord, active: ActiveJob, lost: LostSession): Promise<void> {
+    active.abandoned = true;
+    active.channel?.close();
+    this.#o.active.delete(job.id);
+    try {
+      const renewed = await this.#renewSession(job, lost);
+      this.#o.logger.info(
+        { jobId: job.id, sessionId: renewed.sessionId, was: job.sessionId, node: lost.nodeId },
+        "the session's node went silent before the session reached a model: starting it afresh on another node",
+      );
+      await this.resume(renewed);
+    } catch (error) {
+      // Another replica runs it now.
+      if (error instanceof LeaseLostError) return;
+      // Neither followed nor failed here: its lease is given up, so the next sweep (here or at another replica) resumes it.
+      this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not start the session on another node; leaving the job to the next sweep");
+      await this.#o.ownership.release(job.id).catch(() => undefined);
+    }
+  }
+
+  /**
+   * The job's session, proven never to have reached a model, gives way to a
+   * new one: a new session id, no node and no token yet, written under the
+   * job's lease (a replica that lost the job is refused here). Nothing done
+   * later to the old session (its token revoked again, its slot freed, by a
+   * replica still acting on it) can touch the new one. Its slot on the
+   * silent node is freed.
+   */
+  async #renewSession(job: JobRecord, lost: LostSession): Promise<JobRecord> {
+    const renewed = await this.#o.store.updateJob(job.id, { sessionId: newSessionId(), sandboxUrl: "", tokenId: "" });
+    await this.#o.placement.release(job.sessionId, { fromNode: lost.nodeId });
+    return renewed;
+  }
+
+  /** Checks for lost nodes every `intervalMs` until close. */
+  watchNodes(options: { intervalMs: number }): void {
+    if (this.#nodeWatch) return;
+    let checking = false;
+    this.#nodeWatch = setInterval(() => {
+      if (checking) return;
+      checking = true;
+      this.handleLostSessions()
+        .catch((error: unknown) => this.#o.logger.warn({ err: String(error) }, "could not check for lost sandbox nodes"))
+        .finally(() => (checking = false));
+    }, options.intervalMs);
+    this.#nodeWatch.unref();
+  }
+
+  close(): void {
+    clearInterval(this.#nodeWatch);
+  }
+}
