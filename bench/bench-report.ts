@@ -1,8 +1,9 @@
 // What every benchmark prints around its numbers, one way for all of them:
 // the machine (cores, Node version) and its load average before and after,
 // because on a shared machine a ratio means little without them; and ratios
-// only as the median of several rounds, never from one: a single round on a
-// loaded machine once read 1.24 where the rounds beside it read 0.47–0.54.
+// only as the median of several rounds, never from one: a single round of
+// events-throughput on a loaded machine once read 1.24 where runs of three
+// rounds just before it read 0.47–0.54.
 import { availableParallelism, loadavg } from "node:os";
 import { performance } from "node:perf_hooks";
 
