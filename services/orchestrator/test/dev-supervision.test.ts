@@ -3,9 +3,9 @@
 // dev` itself: the services come back on the same addresses, the next `oz0
 // dev` adopts those still running, the approval is answered after it all,
 // both jobs finish, a watcher that followed throughout saw each event once,
-// and once the stack is stopped no process of it is left. A sandbox's crash
-// ends the sessions it ran (they live in its process): their jobs fail
-// saying so, and the sandbox takes new jobs at once.
+// and once the stack is stopped no process of it is left. The sandbox is one
+// of the four: its sessions run on under their keepers (bubblewrap) and the
+// restarted sandbox takes them over.
 import assert from "node:assert/strict";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -28,9 +28,13 @@ harness:
 ${approvals}`;
 
 // Each session replays it: write a file, then a slow last answer (the model call a crash lands in).
+// The third turn is for the call the sandbox's crash cuts: the proxy serves it (and meters it, as a
+// provider bills an answer it sent) but the answer dies with the sandbox's forward, so the harness
+// asks again, a new call the script answers with its next turn.
 const SCRIPT = [
   { text: "Writing the proof.", toolCalls: [{ name: "write_file", input: { path: "proof.txt", content: "written\n" } }] },
   { text: "The proof is written.", delayMs: 6_000 },
+  { text: "The proof is written." },
 ];
 
 const home = mkdtempSync(path.join(os.tmpdir(), "oz0-dev-supervision-"));
@@ -126,7 +130,7 @@ after(() => {
   rmSync(scriptFile, { force: true });
 });
 
-void test("oz0 dev: each service killed in turn, then oz0 dev itself; both jobs finish, the approval is answered after, each event is seen once", { timeout: 240_000 }, async () => {
+void test("oz0 dev: each of the four services killed in turn, then oz0 dev itself; both jobs finish, the approval is answered after, each event is seen once", { timeout: 240_000 }, async () => {
   const step = (what: string): void => void process.stderr.write(`# ${new Date().toISOString()} ${what}\n`);
   let dev = await startDev();
   step("dev ready");
@@ -155,7 +159,7 @@ void test("oz0 dev: each service killed in turn, then oz0 dev itself; both jobs 
   }, 200);
 
   step("approval waits; the other job is in its model call");
-  for (const name of ["llm-proxy", "events", "orchestrator"]) {
+  for (const name of ["llm-proxy", "events", "orchestrator", "sandbox"]) {
     await killService(dev, name);
     step(`${name} killed and back`);
   }
@@ -182,13 +186,7 @@ void test("oz0 dev: each service killed in turn, then oz0 dev itself; both jobs 
   assert.ok(seqs.length > 3, watched);
   assert.deepEqual(seqs, [...new Set(seqs)].sort((a, b) => a - b), "each event once, in order");
 
-  // The sandbox's crash ends the sessions it ran; their jobs fail saying why, and new jobs run.
-  const lost = (await oz0("run", "careful", "Write the proof.", "--detach")).trim();
-  await eventually(async () => ((await oz0("approvals", "list", "--json")).includes(lost) ? true : undefined));
-  await killService(dev, "sandbox");
-  const failed = await finished(lost);
-  assert.equal(failed.state, "JOB_STATE_FAILED");
-  assert.match(failed.error ?? "", /session was lost.*sandbox/);
+  // The restarted sandbox runs new jobs too.
   const after = (await oz0("run", "trusted", "Write the proof.", "--detach")).trim();
   assert.equal((await finished(after)).state, "JOB_STATE_SUCCEEDED");
 

@@ -12,13 +12,14 @@
 // that init's process group (bwrap --new-session), and the init ignores
 // signals it has no handler for. So terminate() signals that group, and
 // kill() SIGKILLs bwrap and the init, which takes the namespace with it.
-import { execFile, spawn } from "node:child_process";
+import { execFile, spawn, type ChildProcess, type SpawnOptions } from "node:child_process";
 import { existsSync, realpathSync } from "node:fs";
 import path from "node:path";
 import type { Readable } from "node:stream";
 import { planMounts, isWithin, type BindMount, type MountPlan } from "./bubblewrap-mounts.js";
 import { findCommand } from "@oz0/harness/host";
 import type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "@oz0/harness/host";
+import type { KeptChild } from "./session-keeper.js";
 
 /** System paths bound read-only when they exist; /etc only in part, since it can hold secrets. */
 export const DEFAULT_READ_ONLY_PATHS: readonly string[] = [
@@ -92,6 +93,10 @@ export interface BubblewrapLauncherOptions {
   socketDir?: string;
   /** The in-sandbox LLM forwarder: runs first and then the harness. */
   entry?: { script: string; forwards: { innerPort: number; innerSocketPath: string }[] };
+  /** Starts bwrap; default `child_process.spawn`. The sandbox passes its keeper's, so the session outlives a restart of the sandbox. */
+  spawn?: (file: string, args: readonly string[], options: SpawnOptions) => ChildProcess | KeptChild;
+  /** Told the pid of the namespace's init once bwrap reports it (what SIGTERM goes to), so a restarted sandbox can still stop the session. */
+  onInitPid?: (pid: number) => void;
 }
 
 /** bwrap processes a launcher started that may still run; SIGKILLed when the sandbox process exits. */
@@ -173,7 +178,7 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
       ];
       args.push("--chdir", spec.cwd, "--info-fd", "3", "--", ...command);
 
-      const child = spawn(options.bwrapPath, args, {
+      const child = (options.spawn ?? spawn)(options.bwrapPath, args, {
         cwd: spec.cwd,
         env: {},
         detached: true,
@@ -202,7 +207,10 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
         infoStream.on("data", (chunk: string) => {
           text += chunk;
           const match = /"child-pid"\s*:\s*(\d+)/.exec(text);
-          if (match?.[1] !== undefined) resolve(Number(match[1]));
+          if (match?.[1] !== undefined) {
+            resolve(Number(match[1]));
+            options.onInitPid?.(Number(match[1]));
+          }
         });
         infoStream.on("error", () => resolve(undefined));
         infoStream.on("close", () => resolve(undefined));

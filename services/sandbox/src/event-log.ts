@@ -17,8 +17,19 @@ export class SessionEventLog {
   #ended = false;
   #wake: (() => void)[] = [];
 
-  constructor(sessionId: string) {
+  readonly #onAppend: ((entry: RunSessionResponse) => void) | undefined;
+
+  /**
+   * `restored`: the messages a previous run of the sandbox logged for this
+   * session (their seqs go on); `onAppend`: called with each new message, to
+   * keep the log where a restarted sandbox finds it.
+   */
+  constructor(sessionId: string, options: { restored?: readonly RunSessionResponse[]; onAppend?: (entry: RunSessionResponse) => void } = {}) {
     this.sessionId = sessionId;
+    this.#messages.push(...(options.restored ?? []));
+    const last = this.#messages.at(-1);
+    this.#ended = typeof last === "object" && last.message.case === "exited";
+    this.#onAppend = options.onAppend;
   }
 
   get lastSeq(): number {
@@ -44,6 +55,7 @@ export class SessionEventLog {
       message,
     });
     this.#messages.push(entry);
+    this.#onAppend?.(entry);
     if (options.last === true) this.#ended = true;
     const wake = this.#wake;
     this.#wake = [];

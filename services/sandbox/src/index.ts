@@ -74,8 +74,6 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   const { containment } = contained;
   // What a killed previous run's sessions still run is killed before their directories are removed, so nothing changes them meanwhile.
   const killedLeftovers = ((await users?.killLeftovers()) ?? 0) + ((await containment?.removeLeftovers()) ?? 0);
-  const removedStale = await removeStaleSessions(root);
-  if (removedStale > 0 || killedLeftovers > 0) logger.warn({ root, removedStale, killedLeftovers }, "removed the directories (and killed the processes) of sessions a previous run of the sandbox left behind");
   // The startup line the embedded stack reads: its `isolation` field is bwrap, user or none (with `reason`), always before "sandbox listening".
   // Its `containment` field names what ends everything a session started (pid-namespace, uid, cgroup, subreaper or environment).
   if (useBwrap) logger.info({ isolation: "bwrap", containment: contained.name, bwrap: bubblewrap.path, version: bubblewrap.version }, "sessions run under bubblewrap");
@@ -112,6 +110,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     sessionPath: config.sessionPath ?? defaultSessionPath(),
     locale: config.locale ?? "C.UTF-8",
     cancelGraceMs: config.cancelGraceMs ?? 10_000,
+    sessionOrphanMs: config.sessionOrphanMs ?? 15 * 60_000,
     retentionMs: config.retentionMs ?? 10 * 60_000,
     unreadRetentionMs: config.unreadRetentionMs ?? 24 * 3_600_000,
     maxUnreadSessions: config.maxUnreadSessions ?? Math.max(64, 4 * maxSessions),
@@ -123,6 +122,10 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     listener: lifecycle?.listener,
     ...(traceRelay !== undefined ? { traceRelay: { url: traceRelay.url, protocol: config.sessionTraces!.protocol } } : {}),
   });
+  // Sessions a previous run left running under their keepers are taken over; everything else it left is removed.
+  const adopted = await registry.adoptSessions();
+  const removedStale = await removeStaleSessions(root, { keep: new Set(adopted) });
+  if (removedStale > 0 || killedLeftovers > 0) logger.warn({ root, removedStale, killedLeftovers }, "removed the directories (and killed the processes) of sessions a previous run of the sandbox left behind");
   const server = await serve({
     name: "sandbox",
     host: config.host,

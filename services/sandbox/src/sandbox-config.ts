@@ -55,6 +55,13 @@ export interface SandboxConfig {
   eventsUrl?: string;
   /** Between SIGTERM and SIGKILL on cancel (OZ0_CANCEL_GRACE_MS). Default 10 000. */
   cancelGraceMs?: number;
+  /**
+   * Under bubblewrap a session outlives a crash of the sandbox (its keeper
+   * holds it) and a sandbox started again on the same root takes it over; one
+   * that no sandbox takes over within this time is ended by its keeper
+   * (OZ0_SESSION_ORPHAN_MS). Default 15 minutes.
+   */
+  sessionOrphanMs?: number;
   /** How long a finished session's log stays for late re-attach once a stream has read its end (OZ0_SESSION_RETENTION_MS). Default 10 minutes. */
   retentionMs?: number;
   /**
@@ -153,6 +160,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     containment: containment as ContainmentSetting,
     eventsUrl: env.OZ0_EVENTS_URL || undefined,
     cancelGraceMs: integer(env, "OZ0_CANCEL_GRACE_MS"),
+    sessionOrphanMs: integer(env, "OZ0_SESSION_ORPHAN_MS"),
     retentionMs: integer(env, "OZ0_SESSION_RETENTION_MS"),
     unreadRetentionMs: integer(env, "OZ0_UNREAD_SESSION_RETENTION_MS"),
     maxUnreadSessions: integer(env, "OZ0_MAX_UNREAD_SESSIONS"),

@@ -2,9 +2,10 @@
 // its files, runs the harness through the host side of @oz0/harness with
 // the right launcher, logs every message with its seq, enforces the turn
 // limit, collects the artifacts and cleans up.
+import { rmSync } from "node:fs";
 import path from "node:path";
 import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { timestampDate, timestampFromDate, timestampNow, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { PermissionAnswer, RuntimeToolResult, SessionEvent, SessionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { SessionRequestSchema, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import {
@@ -13,6 +14,7 @@ import {
   SessionInfoSchema,
   SessionStatus,
   type SessionInfo,
+  type RunSessionResponse,
   type StartSession,
 } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import {
@@ -22,6 +24,7 @@ import {
   type Containment,
   type HarnessLauncher,
   type HostSession,
+  type LaunchedHarness,
   type SessionContainer,
   type SessionOutcome,
 } from "@oz0/harness/host";
@@ -39,6 +42,8 @@ import { copyAttachments, createSessionDirectories, handOverSessionDirectories, 
 import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host";
 import { sessionUserLauncher } from "./session-user-launcher.js";
 import type { SessionUserLease } from "./session-user-pool.js";
+import { appendAnswered, appendLogMessage, writeSessionRecord, type SessionRecord } from "./session-record.js";
+import { adoptKeeper, keeperSpawn, processStartTime } from "./session-keeper.js";
 import { OTLP_TRACES_PATH } from "./telemetry-relay.js";
 import { startSessionSpan, type SessionSpan } from "./tracing.js";
 
@@ -88,6 +93,14 @@ export interface SandboxSessionOptions {
   logger: Logger;
   /** The sandbox's relay to the trace collector: the harness exports its spans there (inside the sandbox, through its forward), encoded as the collector takes them. */
   traceRelay?: { url: string; protocol: "http/protobuf" | "http/json" };
+  /**
+   * Run the harness under a keeper (session-keeper.ts) and keep the session's
+   * record and log in its internal directory, so a restarted sandbox takes it
+   * over. Under bubblewrap only: there the keeper is all the harness needs.
+   */
+  keep?: { orphanMs: number };
+  /** A session a previous run of the sandbox started, taken over: {@link SandboxSession.resume} instead of prepareAndLaunch. */
+  adopted?: { record: SessionRecord; log: RunSessionResponse[]; answered: { answeredPermissions: ReadonlySet<string>; answeredToolCalls: ReadonlySet<string> } };
   /** Lifecycle hooks for the registry and the events publisher. */
   onStarted?: (session: SandboxSession) => void;
   onEvent?: (session: SandboxSession, event: SessionEvent) => void;
@@ -110,7 +123,7 @@ export class SandboxSession {
   readonly id: string;
   readonly jobId: string;
   readonly log: SessionEventLog;
-  readonly startTime = timestampNow();
+  readonly startTime: Timestamp;
   readonly isolation: IsolationMode;
   readonly isolationName: IsolationName;
   endTime: ReturnType<typeof timestampNow> | undefined;
@@ -131,6 +144,10 @@ export class SandboxSession {
   readonly #stderr: StderrCapture;
   /** A limit the sandbox itself enforced (turns, log size, line nesting): it fails the session whatever the harness did. */
   #limitBroken: { code: string; message: string } | undefined;
+  /** Harness events a taken-over session's replay gives again: already in the log, not logged twice. */
+  #replayedEvents = 0;
+  /** The session's record while it is kept (the keeper's pid and bwrap's init are added to it). */
+  #record: SessionRecord | undefined;
   #cancelRequested: string | undefined;
   #resolveFinished!: () => void;
   readonly #span: SessionSpan;
@@ -139,7 +156,25 @@ export class SandboxSession {
     this.#options = options;
     this.id = options.request.sessionId;
     this.jobId = options.request.jobId;
-    this.log = new SessionEventLog(this.id);
+    this.startTime = options.adopted !== undefined ? timestampFromDate(new Date(options.adopted.record.startTime)) : timestampNow();
+    const internalDir = options.paths.internalDir;
+    let persistFailed = false;
+    this.log = new SessionEventLog(this.id, {
+      ...(options.adopted !== undefined ? { restored: options.adopted.log } : {}),
+      ...(options.keep !== undefined
+        ? {
+            onAppend: (entry: RunSessionResponse) => {
+              try {
+                appendLogMessage(internalDir, entry);
+              } catch (error) {
+                // Past the release the directory is gone: the session is over, nothing is left to take over.
+                if (!persistFailed && !this.#released) options.logger.warn({ err: error, sessionId: this.id }, "cannot keep the session's log on disk; a restart of the sandbox would lose the session");
+                persistFailed = true;
+              }
+            },
+          }
+        : {}),
+    });
     this.#stderr = new StderrCapture({
       log: this.log,
       secret: options.request.llm?.token,
@@ -250,6 +285,7 @@ export class SandboxSession {
     if (isolation.mode === "user" && user !== undefined) {
       launcher = sessionUserLauncher({ setprivPath: isolation.setprivPath, user, ...(paths.sharesWorkingDir ? {} : { killAll: () => user.killAll() }) });
     }
+    const keep = this.#options.keep;
     if (isolation.mode === "bwrap") {
       launcher = bubblewrapLauncher({
         bwrapPath: isolation.bwrapPath,
@@ -260,30 +296,15 @@ export class SandboxSession {
         writablePaths: [paths.workingDir, paths.stateDir],
         socketDir: paths.socketDir,
         entry: isolation.forwards.length > 0 ? { script: isolation.entryScript, forwards: isolation.forwards } : undefined,
+        ...(keep !== undefined ? { spawn: keeperSpawn({ dir: paths.internalDir, orphanMs: keep.orphanMs }), onInitPid: (pid: number) => this.#keepRecord({ initPid: pid }) } : {}),
       });
     }
-    const host = startHostSession({
-      command: this.#options.command,
-      cwd: paths.workingDir,
-      env,
-      request: harnessRequest,
-      graceMs: this.#options.graceMs,
-      maxLineBytes: this.#options.maxLineBytes,
-      launcher: nestingLimitLauncher({
-        inner: launcher ?? processGroupLauncher(),
-        limit: MAX_LINE_NESTING,
-        onTooDeep: ({ line, limit }) =>
-          this.#breakLimit(
-            "invalid_event",
-            `stdout line ${line} is not a valid SessionEvent: it nests objects and arrays deeper than ${limit} levels, the protocol's limit (harness.proto, rule 8); the line was refused and the session stopped`,
-          ),
-      }),
-      onEvent: (event) => this.#onEvent(event),
-      // Free-form harness logs: logged as `stderr` pieces, scrubbed and bounded.
-      onStderr: (chunk) => this.#stderr.push(chunk),
-    });
-    this.#host = host;
+    const host = this.#startHost({ launcher: launcher ?? processGroupLauncher(), env, request: harnessRequest });
     if (host.pid !== undefined) {
+      if (keep !== undefined) {
+        const startTime = processStartTime(host.pid);
+        if (startTime !== undefined) this.#keepRecord({ keeper: { pid: host.pid, startTime } });
+      }
       this.log.append({
         case: "started",
         value: {
@@ -296,6 +317,78 @@ export class SandboxSession {
       });
       this.#options.onStarted?.(this);
     }
+  }
+
+  /**
+   * Takes over a session a previous run of the sandbox started (its harness
+   * ran on under its keeper): the LLM forwards are listened on again, the
+   * harness's stdout is read again from its start to rebuild the protocol's
+   * state (its events, already in the log, are not logged twice), and
+   * stderr goes on where the log left it.
+   */
+  async resume(): Promise<void> {
+    const { adopted, isolation, paths } = this.#options;
+    if (adopted === undefined || isolation.mode !== "bwrap") throw new Error("only a session taken over under bubblewrap can be resumed");
+    const { record } = adopted;
+    this.#record = record;
+    this.#baseline = record.baseline;
+    if (isolation.forwards.length > 0) {
+      // The dead sandbox's sockets are still bound to their paths; the harness reaches the new ones there.
+      for (const forward of isolation.forwards) rmSync(forward.socketPath, { force: true });
+      this.#forwarding = await startLlmForwarding(isolation.forwards);
+    }
+    let stderrBytes = 0;
+    for (const entry of adopted.log) {
+      if (entry.message.case === "event") this.#replayedEvents++;
+      if (entry.message.case === "stderr") stderrBytes += Buffer.byteLength(entry.message.value.text) + Number(entry.message.value.droppedBytes);
+    }
+    this.#events = this.#replayedEvents;
+    const child = adoptKeeper({ dir: paths.internalDir, pid: record.keeper.pid, startTime: record.keeper.startTime, from: { stdout: 0, stderr: stderrBytes } });
+    const { initPid } = record;
+    const signal = (pid: number, name: NodeJS.Signals): void => {
+      try {
+        process.kill(pid, name);
+      } catch {
+        // Gone already.
+      }
+    };
+    const launched: LaunchedHarness = {
+      child: child as unknown as LaunchedHarness["child"],
+      terminate: () => (initPid !== undefined ? signal(-initPid, "SIGTERM") : signal(-record.keeper.pid, "SIGTERM")),
+      kill: () => {
+        if (child.exitCode !== null || child.signalCode !== null) return;
+        if (initPid !== undefined) signal(initPid, "SIGKILL");
+        // The keeper's end ends bwrap (--die-with-parent), and with it the namespace.
+        signal(record.keeper.pid, "SIGKILL");
+      },
+      hasLiveProcesses: () => false,
+    };
+    this.#startHost({ launcher: { launch: () => launched }, env: {}, request: record.request, adopt: adopted.answered });
+  }
+
+  #startHost(options: { launcher: HarnessLauncher; env: Record<string, string>; request: SessionRequest; adopt?: NonNullable<SandboxSessionOptions["adopted"]>["answered"] }): HostSession {
+    const host = startHostSession({
+      command: this.#options.command,
+      cwd: this.#options.paths.workingDir,
+      env: options.env,
+      request: options.request,
+      graceMs: this.#options.graceMs,
+      maxLineBytes: this.#options.maxLineBytes,
+      launcher: nestingLimitLauncher({
+        inner: options.launcher,
+        limit: MAX_LINE_NESTING,
+        onTooDeep: ({ line, limit }) =>
+          this.#breakLimit(
+            "invalid_event",
+            `stdout line ${line} is not a valid SessionEvent: it nests objects and arrays deeper than ${limit} levels, the protocol's limit (harness.proto, rule 8); the line was refused and the session stopped`,
+          ),
+      }),
+      onEvent: (event) => this.#onEvent(event),
+      // Free-form harness logs: logged as `stderr` pieces, scrubbed and bounded.
+      onStderr: (chunk) => this.#stderr.push(chunk),
+      ...(options.adopt !== undefined ? { adopt: options.adopt } : {}),
+    });
+    this.#host = host;
     host.outcome.then(
       (outcome) => this.#finish(outcome),
       (error: unknown) => {
@@ -304,9 +397,36 @@ export class SandboxSession {
         this.#finishWithoutHarness("failed", "the sandbox lost track of the harness; see the node's log");
       },
     );
+    return host;
   }
 
+  /** Writes the session's record with `change` applied (kept sessions only). */
+  #keepRecord(change: Partial<Pick<SessionRecord, "keeper" | "initPid">>): void {
+    const { request, start, command, paths } = this.#options;
+    const keeper = change.keeper ?? this.#record?.keeper;
+    if (keeper === undefined) {
+      // bwrap told its init before the keeper's start time was read: kept until then.
+      this.#pendingInitPid = change.initPid ?? this.#pendingInitPid;
+      return;
+    }
+    const initPid = change.initPid ?? this.#record?.initPid ?? this.#pendingInitPid;
+    this.#record = { start, request, command, paths, keeper, ...(initPid !== undefined ? { initPid } : {}), baseline: this.#baseline, startTime: timestampDate(this.startTime).toISOString() };
+    try {
+      writeSessionRecord(this.#record);
+    } catch (error) {
+      this.#options.logger.warn({ err: error, sessionId: this.id }, "cannot keep the session's record on disk; a restart of the sandbox would lose the session");
+    }
+  }
+
+  #pendingInitPid: number | undefined;
+
   #onEvent(event: SessionEvent): void {
+    if (this.#replayedEvents > 0) {
+      // A taken-over session's stdout read again: this event is in the log already.
+      this.#replayedEvents--;
+      if (event.event.case === "usage") this.#usageEvents++;
+      return;
+    }
     // The log is memory: a harness that floods it is stopped, and what it
     // writes past the cap is not kept (the session fails, saying so).
     const maxEvents = this.#options.maxLogEvents;
@@ -336,10 +456,22 @@ export class SandboxSession {
 
   answerPermission(answer: PermissionAnswer): void {
     this.#command(() => this.#host?.answerPermission(answer));
+    this.#keepAnswered("permission", answer.id);
   }
 
   sendRuntimeToolResult(result: RuntimeToolResult): void {
     this.#command(() => this.#host?.sendRuntimeToolResult(result));
+    this.#keepAnswered("tool", result.id);
+  }
+
+  /** After the harness has it: a restarted sandbox must not count the request as waiting. */
+  #keepAnswered(kind: "permission" | "tool", id: string): void {
+    if (this.#options.keep === undefined) return;
+    try {
+      appendAnswered(this.#options.paths.internalDir, kind, id);
+    } catch (error) {
+      this.#options.logger.warn({ err: error, sessionId: this.id }, "cannot record an answer on disk; after a restart of the sandbox the orchestrator sends it again");
+    }
   }
 
   #command(run: () => void): void {

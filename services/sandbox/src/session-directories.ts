@@ -205,15 +205,18 @@ export async function prepareRoot(root: string): Promise<string> {
 
 /**
  * Removes what a previous run left under `sessions/` and `internal/`, and
- * returns how many sessions that was. No session survives its sandbox (the
- * harnesses die with it, and in the `user` mode what they left running is
- * killed before this), so it belongs to nobody. One sandbox per root.
+ * returns how many sessions that was: all but the sessions in `keep`, which
+ * were taken over (under bubblewrap a session's keeper outlives the sandbox).
+ * The others belong to nobody: their harnesses died with the sandbox, and in
+ * the `user` mode what they left running is killed before this. One sandbox
+ * per root.
  */
-export async function removeStaleSessions(root: string): Promise<number> {
+export async function removeStaleSessions(root: string, options: { keep?: ReadonlySet<string> } = {}): Promise<number> {
   let removedStale = 0;
   for (const name of ["sessions", "internal"]) {
     const dir = path.join(root, name);
     for (const entry of await readdir(dir)) {
+      if (options.keep?.has(entry)) continue;
       await rm(path.join(dir, entry), { recursive: true, force: true, maxRetries: 2 });
       if (name === "internal") removedStale++;
     }

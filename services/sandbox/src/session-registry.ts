@@ -3,7 +3,7 @@
 // attach and cancel, keeps finished ones until their end was read and then for
 // the retention period, and cancels everything on shutdown.
 import { randomUUID } from "node:crypto";
-import { statSync } from "node:fs";
+import { readdirSync, statSync } from "node:fs";
 import path from "node:path";
 import { clone } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
@@ -13,7 +13,9 @@ import type { Containment } from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
 import { planLlmForwards } from "./llm-forwarder.js";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
-import { SandboxSession, type SessionIsolation } from "./sandbox-session.js";
+import { SandboxSession, type SandboxSessionOptions, type SessionIsolation } from "./sandbox-session.js";
+import { keeperAvailable, processStartTime, readKeeperExit } from "./session-keeper.js";
+import { readAnswered, readLogMessages, readSessionRecord } from "./session-record.js";
 import { relativeInside, resolveSessionPaths, validateAttachments, validateSessionId } from "./session-directories.js";
 import type { SessionUserLease, SessionUserPool } from "./session-user-pool.js";
 
@@ -34,6 +36,8 @@ export interface SessionRegistryOptions {
   sessionPath: string;
   locale: string;
   cancelGraceMs: number;
+  /** How long a session's keeper waits for a sandbox to take it over after its own died, before it ends the session (OZ0_SESSION_ORPHAN_MS). */
+  sessionOrphanMs: number;
   /** How long a finished session stays once a stream has read its end. */
   retentionMs: number;
   /**
@@ -99,13 +103,75 @@ export class SessionRegistry {
       ...(shared !== undefined ? { sharedWorkingDir: shared.workingDir } : {}),
     });
     const isolation = this.#isolationFor(shared, { socketDir: paths.socketDir, request });
+    const session = this.#newSession({ start, request, command, paths, isolation });
+    this.#active++;
+    this.#sessions.set(session.id, session);
+    try {
+      await session.prepareAndLaunch();
+    } catch (error) {
+      this.#active--;
+      this.#sessions.delete(session.id);
+      if (error instanceof SandboxError) throw error;
+      throw new SandboxError("failed_precondition", `the session's directories could not be prepared: ${(error as NodeJS.ErrnoException).code ?? "I/O error"}; check OZ0_SANDBOX_ROOT on the node`, { cause: error });
+    }
+    this.#track(session);
+    return session;
+  }
+
+  /**
+   * Takes over the sessions a previous run of the sandbox left running under
+   * their keepers (bubblewrap only; see session-keeper.ts), and those that
+   * ended while it was down, so their orchestrators re-attach and read on.
+   * Returns their ids: everything else under the root is stale. Call once,
+   * before any session starts.
+   */
+  async adoptSessions(): Promise<string[]> {
+    if (!this.#keeps) return [];
+    const internal = path.join(this.#options.root, "internal");
+    const adopted: string[] = [];
+    let names: string[] = [];
+    try {
+      names = readdirSync(internal);
+    } catch {
+      return adopted;
+    }
+    for (const name of names) {
+      const dir = path.join(internal, name);
+      const record = readSessionRecord(dir);
+      if (record === undefined || this.#sessions.has(record.request.sessionId)) continue;
+      const keeperRuns = processStartTime(record.keeper.pid) === record.keeper.startTime;
+      if (!keeperRuns && readKeeperExit(dir) === undefined) continue;
+      try {
+        const isolation = this.#isolationFor(undefined, { socketDir: record.paths.socketDir, request: record.request });
+        const session = this.#newSession({ start: record.start, request: record.request, command: record.command, paths: record.paths, isolation, adopted: { record, log: readLogMessages(dir), answered: readAnswered(dir) } });
+        this.#active++;
+        this.#sessions.set(session.id, session);
+        await session.resume();
+        this.#track(session);
+        adopted.push(session.id);
+      } catch (error) {
+        this.#options.logger.warn({ err: error, sessionId: record.request.sessionId }, "could not take over a session the previous run of the sandbox left running; it is removed");
+        this.#sessions.delete(record.request.sessionId);
+        this.#active--;
+      }
+    }
+    if (adopted.length > 0) this.#options.logger.info({ sessions: adopted }, "took over the sessions the previous run of the sandbox left running");
+    return adopted;
+  }
+
+  /** Whether sessions run under keepers and survive a restart of the sandbox: under bubblewrap, where perl and mkfifo are there. */
+  get #keeps(): boolean {
+    this.#keepsCache ??= this.#options.isolation.mode === "bwrap" && keeperAvailable();
+    return this.#keepsCache;
+  }
+
+  #keepsCache: boolean | undefined;
+
+  #newSession(options: Pick<SandboxSessionOptions, "start" | "request" | "command" | "paths" | "isolation" | "adopted">): SandboxSession {
     const listener = this.#options.listener;
-    const session = new SandboxSession({
-      start,
-      request,
-      command,
-      paths,
-      isolation,
+    return new SandboxSession({
+      ...options,
+      ...(this.#keeps ? { keep: { orphanMs: this.#options.sessionOrphanMs } } : {}),
       sessionPath: this.#options.sessionPath,
       locale: this.#options.locale,
       graceMs: this.#options.cancelGraceMs,
@@ -120,21 +186,13 @@ export class SessionRegistry {
       onEnded: (s) => listener?.ended?.(s),
       onReleased: () => this.#active--,
     });
-    this.#active++;
-    this.#sessions.set(session.id, session);
-    try {
-      await session.prepareAndLaunch();
-    } catch (error) {
-      this.#active--;
-      this.#sessions.delete(session.id);
-      if (error instanceof SandboxError) throw error;
-      throw new SandboxError("failed_precondition", `the session's directories could not be prepared: ${(error as NodeJS.ErrnoException).code ?? "I/O error"}; check OZ0_SANDBOX_ROOT on the node`, { cause: error });
-    }
+  }
+
+  #track(session: SandboxSession): void {
     session.finished.then(
       () => this.#onFinished(session),
       () => this.#onFinished(session),
     );
-    return session;
   }
 
   #onFinished(session: SandboxSession): void {

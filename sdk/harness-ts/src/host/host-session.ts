@@ -70,6 +70,14 @@ export interface HostSessionOptions {
   deadline?: Date;
   /** How the process is started and signalled; default {@link processGroupLauncher}. */
   launcher?: HarnessLauncher;
+  /**
+   * Takes over a harness that is already running (its host process was
+   * restarted): the launcher hands back the running process, whose stdout is
+   * read again from its start to rebuild the session's state, and the request
+   * is not written again. Requests whose ids are listed here were answered
+   * before: they are not pending again.
+   */
+  adopt?: { answeredPermissions: ReadonlySet<string>; answeredToolCalls: ReadonlySet<string> };
 }
 
 /**
@@ -285,7 +293,7 @@ class RunningHostSession implements HostSession {
     });
     child.on("exit", (code, signal) => this.#onExit(code, signal));
 
-    this.#writeLine(encodeLine(SessionRequestSchema, options.request));
+    if (options.adopt === undefined) this.#writeLine(encodeLine(SessionRequestSchema, options.request));
     const deadline = options.deadline ?? (options.request.limits?.deadline ? timestampDate(options.request.limits.deadline) : undefined);
     if (deadline !== undefined) this.#after(deadline.getTime() - Date.now(), () => this.#onDeadline());
   }
@@ -358,14 +366,14 @@ class RunningHostSession implements HostSession {
       case "permissionRequest": {
         const { id } = event.event.value;
         if (!this.#claimId(id, this.#usedPermissionIds, "permission request")) return;
-        this.#pendingPermissions.add(id);
+        if (!this.#options.adopt?.answeredPermissions.has(id)) this.#pendingPermissions.add(id);
         this.#counts.permissionRequests++;
         break;
       }
       case "runtimeToolCall": {
         const { id } = event.event.value;
         if (!this.#claimId(id, this.#usedToolCallIds, "runtime tool call")) return;
-        this.#pendingToolCalls.add(id);
+        if (!this.#options.adopt?.answeredToolCalls.has(id)) this.#pendingToolCalls.add(id);
         this.#counts.runtimeToolCalls++;
         break;
       }

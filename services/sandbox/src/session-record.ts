@@ -1,0 +1,120 @@
+// What a restarted sandbox needs to take over a session it did not start: the
+// session's record (its request and directories, its keeper, bwrap's init),
+// its event log as sent so far (each message as it is appended, so seqs are
+// the same after the restart), and the ids of the requests already answered.
+// All of it lives in the session's internal directory, readable by the
+// sandbox alone, and goes with it when the session is removed.
+import { appendFileSync, readFileSync, writeFileSync, renameSync } from "node:fs";
+import path from "node:path";
+import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { sizeDelimitedEncode, sizeDelimitedPeek } from "@bufbuild/protobuf/wire";
+import { fromBinary } from "@bufbuild/protobuf";
+import { SessionRequestSchema, type SessionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { RunSessionResponseSchema, StartSessionSchema, type RunSessionResponse, type StartSession } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import type { SessionPaths } from "./session-directories.js";
+
+export interface SessionRecord {
+  start: StartSession;
+  request: SessionRequest;
+  command: string[];
+  paths: SessionPaths;
+  keeper: { pid: number; startTime: string };
+  /** The pid of bwrap's namespace init (SIGTERM goes to its group), once known. */
+  initPid?: number;
+  baseline: "snapshot" | "empty" | "none";
+  startTime: string;
+}
+
+/** The record as written: the messages as their JSON. */
+type RecordFile = Omit<SessionRecord, "start" | "request"> & { version: 1; start: JsonValue; request: JsonValue };
+
+function files(internalDir: string): { record: string; log: string; answers: string } {
+  return { record: path.join(internalDir, "session.json"), log: path.join(internalDir, "log.bin"), answers: path.join(internalDir, "answers") };
+}
+
+/** Writes (or rewrites) the record, atomically. */
+export function writeSessionRecord(record: SessionRecord): void {
+  const file: RecordFile = {
+    version: 1,
+    // Attachments were copied in at the start; their bytes are not needed again.
+    start: toJson(StartSessionSchema, create(StartSessionSchema, { ...record.start, attachments: [] })),
+    request: toJson(SessionRequestSchema, record.request),
+    command: record.command,
+    paths: record.paths,
+    keeper: record.keeper,
+    ...(record.initPid !== undefined ? { initPid: record.initPid } : {}),
+    baseline: record.baseline,
+    startTime: record.startTime,
+  };
+  const target = files(record.paths.internalDir).record;
+  writeFileSync(`${target}.tmp`, JSON.stringify(file), { mode: 0o600 });
+  renameSync(`${target}.tmp`, target);
+}
+
+/** The record in `internalDir`, or undefined when there is none (or it is unreadable). */
+export function readSessionRecord(internalDir: string): SessionRecord | undefined {
+  let file: RecordFile;
+  try {
+    file = JSON.parse(readFileSync(files(internalDir).record, "utf8")) as RecordFile;
+  } catch {
+    return undefined;
+  }
+  if (file.version !== 1) return undefined;
+  return {
+    start: fromJson(StartSessionSchema, file.start),
+    request: fromJson(SessionRequestSchema, file.request),
+    command: file.command,
+    paths: file.paths,
+    keeper: file.keeper,
+    ...(file.initPid !== undefined ? { initPid: file.initPid } : {}),
+    baseline: file.baseline,
+    startTime: file.startTime,
+  };
+}
+
+/** Appends one message of the session's log. */
+export function appendLogMessage(internalDir: string, message: RunSessionResponse): void {
+  appendFileSync(files(internalDir).log, sizeDelimitedEncode(RunSessionResponseSchema, message), { mode: 0o600 });
+}
+
+/** The log's messages in order (a torn last one, from a crash mid-write, is left out). */
+export function readLogMessages(internalDir: string): RunSessionResponse[] {
+  let data: Uint8Array;
+  try {
+    data = readFileSync(files(internalDir).log);
+  } catch {
+    return [];
+  }
+  const messages: RunSessionResponse[] = [];
+  while (data.length > 0) {
+    const { size, offset } = sizeDelimitedPeek(data);
+    if (size === null || offset === null || offset + size > data.length) break;
+    messages.push(fromBinary(RunSessionResponseSchema, data.subarray(offset, offset + size)));
+    data = data.subarray(offset + size);
+  }
+  return messages;
+}
+
+/** Records that a request was answered (after the answer went to the harness). */
+export function appendAnswered(internalDir: string, kind: "permission" | "tool", id: string): void {
+  appendFileSync(files(internalDir).answers, `${JSON.stringify({ kind, id })}\n`, { mode: 0o600 });
+}
+
+export function readAnswered(internalDir: string): { answeredPermissions: Set<string>; answeredToolCalls: Set<string> } {
+  const answered = { answeredPermissions: new Set<string>(), answeredToolCalls: new Set<string>() };
+  let text = "";
+  try {
+    text = readFileSync(files(internalDir).answers, "utf8");
+  } catch {
+    return answered;
+  }
+  for (const line of text.split("\n")) {
+    try {
+      const { kind, id } = JSON.parse(line) as { kind: string; id: string };
+      (kind === "permission" ? answered.answeredPermissions : answered.answeredToolCalls).add(id);
+    } catch {
+      // A torn last line: that answer may not have been recorded; the orchestrator sends it again.
+    }
+  }
+  return answered;
+}

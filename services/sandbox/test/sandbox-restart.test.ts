@@ -1,0 +1,121 @@
+// A crash of the sandbox is not the end of its sessions (under bubblewrap):
+// each harness runs under a keeper that outlives the sandbox, and a sandbox
+// started again on the same root takes the sessions over. The sandbox here is
+// a real process, SIGKILLed, with one session waiting for a permission answer
+// (it then calls the model through its LLM forward) and one that finishes
+// while no sandbox runs. After the restart the client re-attaches from the
+// last seq it saw, answers, and reads on: every seq once, in order, and both
+// sessions end as their harnesses did.
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import http from "node:http";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { createInterface } from "node:readline";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { createClient, type Client } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { SandboxService, SessionStatus, type RunSessionResponse } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { testCredentials } from "@oz0/serving/testing";
+import { scenarioStart, SessionStream } from "./sandbox-test-kit.js";
+
+const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist", "main.js");
+
+let root: string;
+let port: number;
+let model: http.Server;
+let modelUrl: string;
+let sandbox: ChildProcess | undefined;
+const logLines: string[] = [];
+
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port: chosen } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return chosen;
+}
+
+/** Starts dist/main.js on the test's port and root; resolves once it listens. */
+async function startSandboxProcess(): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [MAIN], {
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", OZ0_PORT: String(port), OZ0_SANDBOX_ROOT: root, OZ0_ISOLATION: "bwrap", OZ0_CANCEL_GRACE_MS: "2000", ...testCredentials.envFor("sandbox") },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  for await (const line of createInterface({ input: child.stderr! })) {
+    logLines.push(line);
+    if (line.includes("sandbox listening")) {
+      child.stderr!.resume();
+      return child;
+    }
+  }
+  throw new Error(`the sandbox exited before listening:\n${logLines.join("\n")}`);
+}
+
+function client(): Client<typeof SandboxService> {
+  return createClient(SandboxService, createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}`, interceptors: [testCredentials.caller] }));
+}
+
+before(async () => {
+  root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-restart-"));
+  port = await freePort();
+  model = http.createServer((_request, response) => response.end("hello from the model"));
+  await new Promise<void>((resolve) => model.listen(0, "127.0.0.1", resolve));
+  modelUrl = `http://127.0.0.1:${(model.address() as net.AddressInfo).port}/anthropic`;
+});
+
+after(async () => {
+  sandbox?.kill("SIGTERM");
+  if (sandbox !== undefined && sandbox.exitCode === null) await new Promise((resolve) => sandbox!.once("exit", resolve));
+  model.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+function seqs(messages: RunSessionResponse[]): number[] {
+  return messages.map((m) => Number(m.seq));
+}
+
+void test("a SIGKILLed sandbox's sessions run on, and the restarted sandbox takes them over", async () => {
+  sandbox = await startSandboxProcess();
+  const waiting = new SessionStream(client(), { message: { case: "start", value: scenarioStart({ mode: "permission-then-llm" }, {}, { sessionId: "ses_waits", llm: { anthropicBaseUrl: modelUrl, token: "tok" } }) } });
+  const quick = new SessionStream(client(), { message: { case: "start", value: scenarioStart({ mode: "nap", ms: 1500 }, {}, { sessionId: "ses_ends_meanwhile" }) } });
+  await waiting.waitFor((m) => m.message.case === "event" && m.message.value.event.case === "permissionRequest", "the permission request");
+  await quick.waitFor((m) => m.message.case === "started", "the quick session's start");
+
+  sandbox.kill("SIGKILL");
+  await new Promise((resolve) => sandbox!.once("exit", resolve));
+  waiting.drop();
+  quick.drop();
+  await Promise.all([waiting.finished, quick.finished]);
+  // Long enough for the quick session to end while no sandbox runs.
+  await new Promise((resolve) => setTimeout(resolve, 2500));
+
+  sandbox = await startSandboxProcess();
+  assert.ok(logLines.some((line) => line.includes("took over the sessions")), logLines.join("\n"));
+
+  // Re-attach from the last seq seen, answer the request that waited through the crash, read to the end.
+  const lastSeen = Number(waiting.received.at(-1)!.seq);
+  const resumed = new SessionStream(client(), { message: { case: "attach", value: { sessionId: "ses_waits", afterSeq: BigInt(lastSeen) } } });
+  resumed.send({ message: { case: "permissionAnswer", value: { id: "p1", allow: true } } });
+  await resumed.finished;
+  assert.equal(resumed.error, undefined, String(resumed.error));
+  const all = [...waiting.received, ...resumed.received];
+  assert.deepEqual(seqs(all), all.map((_m, i) => i + 1), "every seq once, in order, across the restart");
+  const exited = resumed.exited();
+  assert.equal(exited.status, SessionStatus.COMPLETED, `${exited.errorCode}: ${exited.errorMessage}`);
+  assert.equal(exited.result?.text, "allowed");
+  assert.ok(resumed.texts().includes("model said hello from the model"), `the LLM forward works after the restart: ${resumed.texts().join(" | ")}`);
+  assert.equal(all.filter((m) => m.message.case === "started").length, 1, "started once");
+
+  // The session that ended while no sandbox ran: its end is there to read, artifacts included.
+  const lastQuick = Number(quick.received.at(-1)!.seq);
+  const late = new SessionStream(client(), { message: { case: "attach", value: { sessionId: "ses_ends_meanwhile", afterSeq: BigInt(lastQuick) } } });
+  await late.finished;
+  const quickAll = [...quick.received, ...late.received];
+  assert.deepEqual(seqs(quickAll), quickAll.map((_m, i) => i + 1));
+  assert.ok(late.received.some((m) => m.message.case === "artifacts"), late.received.map((m) => m.message.case).join(","));
+  assert.equal(late.exited().status, SessionStatus.COMPLETED, `${late.exited().errorCode}: ${late.exited().errorMessage}`);
+});
