@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import type { ScriptedTurn } from "@oz0/harness/testing";
+import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
 import type { Browser } from "playwright-core";
 import { assertAccessible, consoleClients, launchBrowser, openConsole, screenshot } from "./support/console-browser.js";
 import { agentOf } from "./support/graph-agents.js";
@@ -37,7 +37,8 @@ async function turn(agent: string, input: string): Promise<ScriptedTurn> {
 const owner = () => consoleClients(t.url, t.stack.ownerToken);
 
 before(async () => {
-  t = await startTestStack({ pick: (({ input, request }) => turn(agentOf(request), input)) as unknown as Parameters<typeof startTestStack>[0]["pick"] });
+  const pick = ({ input, request }: { input: string; request: ScriptedRequest }): Promise<ScriptedTurn> => turn(agentOf(request), input);
+  t = await startTestStack({ pick: pick as unknown as Parameters<typeof startTestStack>[0]["pick"] });
   await owner().plugins.installPlugin({ source: plugin });
   browser = await launchBrowser();
 });
