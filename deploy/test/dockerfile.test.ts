@@ -119,6 +119,24 @@ void describe("deploy/Dockerfile", () => {
     }
   });
 
+  void it("ships the web console's bundle in the orchestrator image only, without its sources", () => {
+    const runsOf = (stage: string): string => chain(file, stage).flatMap((s) => s.instructions.filter((i) => i.keyword === "RUN").map((i) => i.args)).join("\n");
+    // The bundle is made by the build (npm run build runs the console's `bundle` script) and kept by prune, which drops sources.
+    assert.equal((JSON.parse(readFileSync(path.join(root, "console", "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts.bundle !== undefined, true);
+    const prune = runsOf("prune");
+    assert.match(prune, /find [^\n]*\bconsole\b[^\n]*-name src/);
+    const removals = prune.split(/&&|\n/).map((command) => command.trim()).filter((command) => command.startsWith("rm -rf"));
+    assert.ok(!removals.some((command) => command.split(/\s+/).includes("console")), removals.join(" | "));
+    // The orchestrator finds it through its @oz0/console dependency, installed with its workspace.
+    const orchestratorPackage = JSON.parse(readFileSync(path.join(root, "services", "orchestrator", "package.json"), "utf8")) as { dependencies: Record<string, string> };
+    assert.ok(orchestratorPackage.dependencies["@oz0/console"], "the orchestrator depends on @oz0/console");
+    const fromOf = (target: string): string => /--from=(\S+)/.exec(chain(file, target)[0]!.instructions.find((i) => i.keyword === "COPY" && i.args.includes("--from="))!.args)![1]!;
+    assert.doesNotMatch(chain(file, fromOf("orchestrator"))[0]!.instructions.map((i) => i.args).join("\n"), /rm -rf[^\n]*\bconsole\b/);
+    for (const other of services.filter((s) => s !== "orchestrator")) {
+      assert.match(chain(file, fromOf(other))[0]!.instructions.map((i) => i.args).join("\n"), /rm -rf[^\n]*\bconsole\b/, `${other} carries no console`);
+    }
+  });
+
   void it("keeps node_modules, build output and VCS files out of the build context", () => {
     const ignore = readFileSync(path.join(deployDir, "Dockerfile.dockerignore"), "utf8").split("\n").map((l) => l.trim());
     for (const entry of ["**/node_modules", "**/dist", ".git"]) assert.ok(ignore.includes(entry), entry);
