@@ -13,7 +13,7 @@ import { JobFeed } from "./jobs/job-feed.js";
 import { JobRunner } from "./jobs/job-runner.js";
 import type { JobStore } from "./store/job-store.js";
 import { eventsTranscripts } from "./jobs/job-transcripts.js";
-import { LifecycleOutbox } from "./cluster/lifecycle-events.js";
+import { LifecycleOutbox } from "./cluster/lifecycle-outbox.js";
 import { LlmProxyClient } from "./sessions/llm-proxy-client.js";
 import { orchestratorServices } from "./rpc/orchestrator-service.js";
 import { consoleDirectory, consoleFiles } from "./console/console-files.js";
@@ -26,6 +26,7 @@ import { SandboxClient } from "./sessions/sandbox-client.js";
 import { startNodeListener } from "./rpc/sandbox-node-service.js";
 import { RegistryPlacement, StaticPlacement, type SandboxPlacement } from "./sessions/sandbox-placement.js";
 import type { LifecycleSink, SecretWriter, SessionRunner, TokenIssuer } from "./sessions/session-runner.js";
+import { soleCluster, type Cluster } from "./cluster/cluster.js";
 import { openJobStore, openPostgresCluster } from "./cluster/postgres-cluster.js";
 import { orchestratorTracing } from "./tracing.js";
 
@@ -118,7 +119,8 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     throw new Error(`OZ0_MAX_SESSION_STDERR_BYTES must be a whole number of bytes (0 keeps none); got ${String(stderrBytes)}`);
   }
   // On PostgreSQL the orchestrator is one replica of many (one is a cluster of one): jobs are leased.
-  const cluster =
+  // Otherwise it is the only one, on its own store.
+  const cluster: Cluster =
     !config.store && config.databaseUrl
       ? await openPostgresCluster({
           connectionString: config.databaseUrl,
@@ -128,15 +130,15 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
           ...(config.nodeStaleAfterMs ? { nodeStaleAfterMs: config.nodeStaleAfterMs } : {}),
           onError: (error) => logger.warn({ err: error }, "cluster coordination failed; retrying"),
         })
-      : undefined;
-  const store = config.store ?? cluster?.store ?? (await openJobStore({ dataDir: home }));
+      : soleCluster(config.store ?? (await openJobStore({ dataDir: home })));
+  const store = cluster.store;
   // Every session gets its span (tracing.ts); a no-op when OpenTelemetry is not started.
   const sandboxes = (config.sandboxes ?? (config.sandboxUrls ?? []).map((url) => new SandboxClient({ url, token: serviceToken }))).map((runner) => orchestratorTracing.sessionRunner(runner));
   // Nodes that register themselves (several replicas share their capacity), or the configured list.
-  const registered = cluster && config.nodeToken ? cluster.nodes : undefined;
+  const registered = config.nodeToken ? cluster.nodes : undefined;
   if (!registered && sandboxes.length === 0) {
     throw new Error(
-      cluster
+      cluster.nodes
         ? "no sandbox configured: set OZ0_SANDBOX_URLS (comma-separated sandbox URLs), or OZ0_NODE_TOKEN so sandbox nodes register themselves"
         : "no sandbox configured: set OZ0_SANDBOX_URLS (comma-separated sandbox URLs)",
     );
@@ -153,9 +155,10 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
   // Always a sink: the job's span starts and ends with its lifecycle events, published or not.
   const lifecycle: LifecycleSink = orchestratorTracing.lifecycleSink(config.eventsUrl ? new LifecycleOutbox({ url: config.eventsUrl, token: serviceToken, store, logger }) : undefined);
   const feed = new JobFeed();
-  const stopFollowing = cluster
+  const subscribeAppended = cluster.subscribeAppended?.bind(cluster);
+  const stopFollowing = subscribeAppended
     ? feed.followCluster(
-        { listJobEvents: (jobId, afterSeq, limit) => store.listJobEvents(jobId, afterSeq, limit), subscribeAppended: (handler) => cluster.notifier.subscribeAppended(handler) },
+        { listJobEvents: (jobId, afterSeq, limit) => store.listJobEvents(jobId, afterSeq, limit), subscribeAppended },
         { onError: (error) => logger.warn({ err: error }, "could not read another replica's job events") },
       )
     : undefined;
@@ -168,14 +171,14 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     home,
     logger,
     ...(lifecycle ? { lifecycle } : {}),
-    ...(cluster ? { ownership: cluster.jobs } : {}),
+    ownership: cluster.ownership,
     servedTools: { [GRAPH_MANAGER_TOOLS]: graphManagerTools },
     ...(config.maxSessionStderrBytes !== undefined ? { maxStderrBytes: config.maxSessionStderrBytes } : {}),
   });
   // Graph versions, graph jobs and their checkpoints: beside the jobs (PostgreSQL), or a SQLite file of their own under the data directory.
   const graphStore = await openGraphStore({
     home,
-    ...(cluster ? { pool: cluster.store.pool, fences: cluster.jobs, ...(config.databaseSchema ? { schema: config.databaseSchema } : {}) } : {}),
+    ...(cluster.graphStore ? { ...cluster.graphStore, ...(config.databaseSchema ? { schema: config.databaseSchema } : {}) } : {}),
   });
   const graphRegistry = new GraphRegistry({ graphStore, store });
   const graphJobs = new GraphJobs({
@@ -187,7 +190,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     placement,
     logger,
     ...(lifecycle ? { lifecycle } : {}),
-    ...(cluster ? { ownership: cluster.jobs } : {}),
+    ownership: cluster.ownership,
   });
   const consoleLogin = new ConsoleLogin({ sessionsFile: path.join(home, "console-sessions.json") });
   const server = await serve({
@@ -221,43 +224,43 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       throw error;
     }
   }
-  if (cluster) {
-    const abandon = (jobId: string): void => {
-      if (isGraphJob({ id: jobId })) graphJobs.abandon(jobId);
-      else runner.abandon(jobId);
-    };
-    // Jobs are resumed as their leases are won: now (orphans and expired leases) and on every sweep.
-    await cluster.start({
-      onTakeOver: async (lease) => {
-        logger.info({ jobId: lease.resource }, "took over a job from a replica that stopped");
-        try {
-          await (isGraphJob({ id: lease.resource }) ? graphJobs.resumeJob(lease.resource) : runner.resumeJob(lease.resource));
-        } catch (error) {
-          // Half resumed: stop, so whoever takes the lease next starts clean.
-          abandon(lease.resource);
-          logger.warn({ jobId: lease.resource, err: error }, "could not resume a job taken over; gave its lease back for the next sweep");
-          throw error;
-        }
-      },
-      onLeaseLost: (lease) => {
-        logger.warn({ jobId: lease.resource }, "lost a job's lease to another replica; stopped working on it");
+  const abandon = (jobId: string): void => {
+    if (isGraphJob({ id: jobId })) graphJobs.abandon(jobId);
+    else runner.abandon(jobId);
+  };
+  // One orchestrator resumes every running job now; a replica resumes jobs as their leases are won:
+  // now (orphans and expired leases) and on every sweep.
+  await cluster.start({
+    onResumeAll: async () => {
+      const resumed = await runner.resumeAll();
+      if (resumed > 0) logger.info({ resumed }, "re-attached to running jobs");
+      // After the job runner: a graph step whose job it re-attached is waited for, not started again.
+      const resumedGraphs = await graphJobs.resumeAll();
+      if (resumedGraphs > 0) logger.info({ resumed: resumedGraphs }, "resumed running graph jobs");
+    },
+    onTakeOver: async (lease) => {
+      logger.info({ jobId: lease.resource }, "took over a job from a replica that stopped");
+      try {
+        await (isGraphJob({ id: lease.resource }) ? graphJobs.resumeJob(lease.resource) : runner.resumeJob(lease.resource));
+      } catch (error) {
+        // Half resumed: stop, so whoever takes the lease next starts clean.
         abandon(lease.resource);
-      },
-      onApprovalAnswered: (answer) => {
-        runner.deliverAnswer(answer).catch((error: unknown) => logger.warn({ err: error, jobId: answer.jobId }, "could not deliver an answer taken at another replica"));
-      },
-      onApprovalsReconnected: () => {
-        runner.deliverUndelivered().catch((error: unknown) => logger.warn({ err: error }, "could not deliver answers missed while disconnected"));
-      },
-    });
-    if (registered) runner.watchNodes({ intervalMs: 1_000 });
-  } else {
-    const resumed = await runner.resumeAll();
-    if (resumed > 0) logger.info({ resumed }, "re-attached to running jobs");
-    // After the job runner: a graph step whose job it re-attached is waited for, not started again.
-    const resumedGraphs = await graphJobs.resumeAll();
-    if (resumedGraphs > 0) logger.info({ resumed: resumedGraphs }, "resumed running graph jobs");
-  }
+        logger.warn({ jobId: lease.resource, err: error }, "could not resume a job taken over; gave its lease back for the next sweep");
+        throw error;
+      }
+    },
+    onLeaseLost: (lease) => {
+      logger.warn({ jobId: lease.resource }, "lost a job's lease to another replica; stopped working on it");
+      abandon(lease.resource);
+    },
+    onApprovalAnswered: (answer) => {
+      runner.deliverAnswer(answer).catch((error: unknown) => logger.warn({ err: error, jobId: answer.jobId }, "could not deliver an answer taken at another replica"));
+    },
+    onApprovalsReconnected: () => {
+      runner.deliverUndelivered().catch((error: unknown) => logger.warn({ err: error }, "could not deliver answers missed while disconnected"));
+    },
+  });
+  if (registered) runner.watchNodes({ intervalMs: 1_000 });
   let closing: Promise<void> | undefined;
   return {
     url: server.url,
@@ -274,8 +277,8 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
         await nodeListener?.close({ graceMs: 1_000 });
         await lifecycle?.close();
         stopFollowing?.();
-        // A replica's cluster closes its store; its leases expire and another replica takes its jobs over.
-        await (cluster ? cluster.close() : store.close());
+        // The cluster closes its store; a replica's leases expire and another replica takes its jobs over.
+        await cluster.close();
         await graphStore.close();
       })();
       return closing;

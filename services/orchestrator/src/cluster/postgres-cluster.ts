@@ -1,12 +1,14 @@
-// Everything one orchestrator replica needs to share work with others on one
-// PostgreSQL database, opened together on one pool: the job store (its job
-// writes fenced by this replica's leases), leases, the sandbox node registry,
-// cross-replica notifications and the lease sweeper. start-orchestrator.ts
-// opens this when DATABASE_URL is set, and the SQLite store otherwise.
+// The Cluster (cluster.ts) of orchestrator replicas sharing one PostgreSQL
+// database: everything one replica needs to share work with the others,
+// opened together on one pool: the job store (its job writes fenced by this
+// replica's leases), leases, the sandbox node registry, cross-replica
+// notifications and the lease sweeper. start-orchestrator.ts opens this when
+// DATABASE_URL is set, and a cluster of one on the SQLite store otherwise.
 // Opening does no work; `start` begins listening, renewing and sweeping once
 // the replica can take work over.
 import path from "node:path";
-import { ClusterNotifier, type ApprovalAnswered } from "./cluster-notifier.js";
+import type { Cluster, ClusterHandlers } from "./cluster.js";
+import { ClusterNotifier } from "./cluster-notifier.js";
 import { JobLeases } from "./job-leases.js";
 import type { JobStore } from "../store/job-store.js";
 import { LeaseManager, type Lease } from "./lease-manager.js";
@@ -33,19 +35,10 @@ export interface PostgresClusterOptions {
   onError?: (error: unknown) => void;
 }
 
-/** What the replica does with the work it takes over, loses, or hears of. */
-export interface ClusterHandlers {
-  /** Resume a job this replica now owns (its lease is already adopted): re-attach its session or resume its graph run. */
-  onTakeOver: (lease: Lease) => Promise<void>;
-  /** A lease was lost (this replica was too slow to renew): stop working on the job at once. */
-  onLeaseLost: (lease: Lease) => void;
-  /** An approval was answered at some replica; act on it when this replica owns the job. */
-  onApprovalAnswered: (answer: ApprovalAnswered) => void;
-  /** Listening resumed after the connection was lost: re-read undelivered answers of the jobs this replica owns. */
-  onApprovalsReconnected?: () => void;
-}
+/** A replica resumes only what it takes over: orphans and expired leases, now and on every sweep. */
+export type ReplicaHandlers = Omit<ClusterHandlers, "onResumeAll">;
 
-export interface PostgresCluster {
+export interface PostgresCluster extends Cluster {
   /** The job store, its job writes fenced by this replica's leases. */
   store: PostgresJobStore;
   leases: LeaseManager;
@@ -55,14 +48,14 @@ export interface PostgresCluster {
   notifier: ClusterNotifier;
   sweeper: LeaseSweeper;
   /** Listen, renew and sweep (one sweep at once, so work orphaned while no replica ran is picked up now). */
-  start(handlers: ClusterHandlers): Promise<void>;
+  start(handlers: ReplicaHandlers): Promise<void>;
   /** Stops renewing and sweeping; leases are left to expire so another replica takes the work over. */
   close(): Promise<void>;
 }
 
 export async function openPostgresCluster(options: PostgresClusterOptions): Promise<PostgresCluster> {
   const connection = { connectionString: options.connectionString, schema: options.schema ?? "oz0", ...(options.maxConnections ? { maxConnections: options.maxConnections } : {}) };
-  const handlers: Partial<ClusterHandlers> = {};
+  const handlers: Partial<ReplicaHandlers> = {};
   const notifier = new ClusterNotifier({
     ...connection,
     ...(options.onError ? { onError: options.onError } : {}),
@@ -104,6 +97,9 @@ export async function openPostgresCluster(options: PostgresClusterOptions): Prom
   let started = false;
   return {
     store,
+    ownership: jobs,
+    graphStore: { pool: base.pool, fences: jobs },
+    subscribeAppended: (handler) => notifier.subscribeAppended(handler),
     leases,
     jobs,
     nodes,

@@ -125,7 +125,7 @@ export type LifecycleInit = Omit<RawEventInit, "id" | "source"> & { jobId: strin
 
 /**
  * Raw lifecycle events for the events service, kept in the job store until
- * it accepts them (lifecycle-events.ts), so a crash loses none. Never blocks,
+ * it accepts them (cluster/lifecycle-outbox.ts), so a crash loses none. Never blocks,
  * never throws.
  */
 export interface LifecycleSink {

@@ -113,6 +113,9 @@ export interface OpenGraphStoreOptions {
   fences?: JobFences;
 }
 
+/** What graph stores share with a job store on PostgreSQL: its pool, and the leases a run's writes are made under. */
+export type GraphStoreSharing = Required<Pick<OpenGraphStoreOptions, "pool" | "fences">>;
+
 /** PostgreSQL when given the job store's pool, else SQLite under the data directory. */
 export async function openGraphStore(options: OpenGraphStoreOptions): Promise<GraphStore> {
   if (options.pool) return PostgresGraphStore.open({ pool: options.pool, ...(options.schema ? { schema: options.schema } : {}), ...(options.fences ? { fences: options.fences } : {}) });

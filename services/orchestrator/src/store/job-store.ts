@@ -182,7 +182,7 @@ export interface JobAppend {
   permissions?: PermissionRecord[];
   /**
    * Lifecycle events reporting this change, kept for the events service in
-   * the same transaction (lifecycle-events.ts ships them): durable exactly
+   * the same transaction (cluster/lifecycle-outbox.ts ships them): durable exactly
    * when the change is, whatever happens to the process after.
    */
   lifecycle?: RawEvent[];
