@@ -1,0 +1,91 @@
+// Reading a service's configuration from its environment, validated. Each
+// reader gives undefined when the variable is unset or empty, the value when
+// it is well formed, and otherwise throws an EnvConfigError that names the
+// variable, the form it expects and what it got, so a service refuses to
+// start saying what to fix (`OZ0_PORT=x` is refused, never read as NaN).
+// A service's `configFromEnv(env)` is built from these and tested with plain
+// objects for `env`.
+
+/** A variable of the environment that does not have the form its service expects. */
+export class EnvConfigError extends Error {
+  constructor(
+    readonly variable: string,
+    readonly expected: string,
+    readonly got: string,
+  ) {
+    super(`${variable} must be ${expected}; got ${JSON.stringify(got)}`);
+    this.name = "EnvConfigError";
+  }
+}
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+function raw(env: Env, name: string): string | undefined {
+  const value = env[name]?.trim();
+  return value ? value : undefined;
+}
+
+/** A string as it is set (trimmed); undefined when unset or empty. */
+export function envString(env: Env, name: string): string | undefined {
+  return raw(env, name);
+}
+
+/** A whole number, at least `min` (default 0) and at most `max` when given. `unit` names what it counts, for the message. */
+export function envInteger(env: Env, name: string, options: { min?: number; max?: number; unit?: string } = {}): number | undefined {
+  const value = raw(env, name);
+  if (value === undefined) return undefined;
+  const min = options.min ?? 0;
+  const number = /^[+-]?\d+$/.test(value) ? Number(value) : Number.NaN;
+  if (!Number.isSafeInteger(number) || number < min || (options.max !== undefined && number > options.max)) {
+    const range = options.max !== undefined ? `from ${min} to ${options.max}` : `at least ${min}`;
+    throw new EnvConfigError(name, `a whole number${options.unit ? ` of ${options.unit}` : ""}, ${range}`, value);
+  }
+  return number;
+}
+
+/** A TCP port: 0 (pick a free one) to 65535. */
+export function envPort(env: Env, name: string): number | undefined {
+  const value = raw(env, name);
+  if (value === undefined) return undefined;
+  const port = /^\d+$/.test(value) ? Number(value) : Number.NaN;
+  if (!(port <= 65_535)) throw new EnvConfigError(name, "a port number from 0 (any free port) to 65535", value);
+  return port;
+}
+
+/** An http or https URL. */
+export function envUrl(env: Env, name: string): string | undefined {
+  const value = raw(env, name);
+  if (value === undefined) return undefined;
+  if (!isHttpUrl(value)) throw new EnvConfigError(name, "an http:// or https:// URL, such as http://127.0.0.1:7701", value);
+  return value;
+}
+
+/** Comma-separated http or https URLs; empty when unset. */
+export function envUrlList(env: Env, name: string): string[] {
+  const value = raw(env, name);
+  if (value === undefined) return [];
+  const urls = value
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+  const bad = urls.find((url) => !isHttpUrl(url));
+  if (bad !== undefined) throw new EnvConfigError(name, "comma-separated http:// or https:// URLs", value);
+  return urls;
+}
+
+/** One of `values`. */
+export function envOneOf<T extends string>(env: Env, name: string, values: readonly T[]): T | undefined {
+  const value = raw(env, name);
+  if (value === undefined) return undefined;
+  if (!(values as readonly string[]).includes(value)) throw new EnvConfigError(name, `one of ${values.join(", ")}`, value);
+  return value as T;
+}
+
+function isHttpUrl(value: string): boolean {
+  try {
+    const url = new URL(value);
+    return url.protocol === "http:" || url.protocol === "https:";
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,40 @@
+// The orchestrator's configuration as the environment gives it (README,
+// "Running the service"), read and validated in one place: a malformed value
+// stops the process at start with a message naming the variable and the form
+// it expects, rather than a NaN port or a lease that never expires.
+import { authSettingsFromEnv, envInteger, envPort, envString, envUrl, envUrlList } from "@oz0/serving";
+import type { OrchestratorConfig } from "./start-orchestrator.js";
+
+/** Everything `startOrchestrator` takes from the environment (the logger is the caller's). */
+export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
+  const home = envString(env, "OZ0_HOME");
+  const llmProxyUrl = envUrl(env, "OZ0_LLM_PROXY_URL");
+  const eventsUrl = envUrl(env, "OZ0_EVENTS_URL");
+  const databaseUrl = envString(env, "DATABASE_URL");
+  const databaseSchema = envString(env, "OZ0_DATABASE_SCHEMA");
+  const replicaId = envString(env, "OZ0_REPLICA_ID");
+  const leaseTtlMs = envInteger(env, "OZ0_LEASE_TTL_MS", { min: 100, unit: "milliseconds" });
+  const nodeToken = envString(env, "OZ0_NODE_TOKEN");
+  const nodePort = envPort(env, "OZ0_NODE_PORT");
+  const nodeStaleAfterMs = envInteger(env, "OZ0_NODE_STALE_AFTER_MS", { min: 100, unit: "milliseconds" });
+  const maxSessionStderrBytes = envInteger(env, "OZ0_MAX_SESSION_STDERR_BYTES", { min: 0, unit: "bytes (0 keeps none)" });
+  const consoleDir = envString(env, "OZ0_CONSOLE_DIR");
+  return {
+    host: envString(env, "OZ0_HOST") ?? "127.0.0.1",
+    port: envPort(env, "OZ0_PORT") ?? 7700,
+    ...(home ? { home } : {}),
+    sandboxUrls: envUrlList(env, "OZ0_SANDBOX_URLS"),
+    ...(llmProxyUrl ? { llmProxyUrl } : {}),
+    ...(eventsUrl ? { eventsUrl } : {}),
+    ...(databaseUrl ? { databaseUrl } : {}),
+    ...(databaseSchema ? { databaseSchema } : {}),
+    ...(replicaId ? { replicaId } : {}),
+    ...(leaseTtlMs !== undefined ? { leaseTtlMs } : {}),
+    ...(nodeToken ? { nodeToken } : {}),
+    ...(nodePort !== undefined ? { nodePort } : {}),
+    auth: authSettingsFromEnv(env),
+    ...(nodeStaleAfterMs !== undefined ? { nodeStaleAfterMs } : {}),
+    ...(maxSessionStderrBytes !== undefined ? { maxSessionStderrBytes } : {}),
+    ...(consoleDir ? { consoleDir } : {}),
+  };
+}

@@ -1,0 +1,78 @@
+// The orchestrator reads its environment in one place (configFromEnv): the
+// variables the README lists become its configuration, and a malformed one
+// stops the process at start, naming the variable and the form it expects.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { test } from "node:test";
+import { configFromEnv } from "../src/orchestrator-config.js";
+import { packageDir } from "./support/test-stack.js";
+
+void test("the environment's variables become the orchestrator's configuration", () => {
+  const config = configFromEnv({
+    OZ0_PORT: "0",
+    OZ0_HOST: "0.0.0.0",
+    OZ0_HOME: "/var/lib/oz0",
+    OZ0_SANDBOX_URLS: "http://sandbox-a:7701,http://sandbox-b:7701",
+    OZ0_LLM_PROXY_URL: "http://llm-proxy:7702",
+    OZ0_EVENTS_URL: "http://events:7703",
+    DATABASE_URL: "postgres://oz0@db/oz0",
+    OZ0_DATABASE_SCHEMA: "tenant_a",
+    OZ0_REPLICA_ID: "orchestrator-0",
+    OZ0_LEASE_TTL_MS: "15000",
+    OZ0_NODE_TOKEN: "a-node-token-long-enough-for-the-check",
+    OZ0_NODE_PORT: "7710",
+    OZ0_NODE_STALE_AFTER_MS: "5000",
+    OZ0_MAX_SESSION_STDERR_BYTES: "0",
+    OZ0_CONSOLE_DIR: "/srv/console",
+  });
+  const { auth, ...rest } = config;
+  assert.ok(auth);
+  assert.deepEqual(rest, {
+    host: "0.0.0.0",
+    port: 0,
+    home: "/var/lib/oz0",
+    sandboxUrls: ["http://sandbox-a:7701", "http://sandbox-b:7701"],
+    llmProxyUrl: "http://llm-proxy:7702",
+    eventsUrl: "http://events:7703",
+    databaseUrl: "postgres://oz0@db/oz0",
+    databaseSchema: "tenant_a",
+    replicaId: "orchestrator-0",
+    leaseTtlMs: 15_000,
+    nodeToken: "a-node-token-long-enough-for-the-check",
+    nodePort: 7710,
+    nodeStaleAfterMs: 5_000,
+    maxSessionStderrBytes: 0,
+    consoleDir: "/srv/console",
+  });
+});
+
+void test("unset variables take the README's defaults", () => {
+  const { auth, ...rest } = configFromEnv({});
+  assert.ok(auth);
+  assert.deepEqual(rest, { host: "127.0.0.1", port: 7700, sandboxUrls: [] });
+});
+
+void test("a malformed variable is refused, naming it and the form it expects", () => {
+  const cases: [Record<string, string>, RegExp][] = [
+    [{ OZ0_PORT: "x" }, /^OZ0_PORT must be a port number from 0 \(any free port\) to 65535; got "x"$/],
+    [{ OZ0_NODE_PORT: "99999" }, /^OZ0_NODE_PORT must be a port number/],
+    [{ OZ0_LEASE_TTL_MS: "30s" }, /^OZ0_LEASE_TTL_MS must be a whole number of milliseconds, at least 100; got "30s"$/],
+    [{ OZ0_NODE_STALE_AFTER_MS: "50" }, /^OZ0_NODE_STALE_AFTER_MS must be a whole number of milliseconds, at least 100; got "50"$/],
+    [{ OZ0_MAX_SESSION_STDERR_BYTES: "1MiB" }, /^OZ0_MAX_SESSION_STDERR_BYTES must be a whole number of bytes \(0 keeps none\), at least 0; got "1MiB"$/],
+    [{ OZ0_SANDBOX_URLS: "sandbox:7701" }, /^OZ0_SANDBOX_URLS must be comma-separated http:\/\/ or https:\/\/ URLs; got "sandbox:7701"$/],
+    [{ OZ0_LLM_PROXY_URL: "llm-proxy" }, /^OZ0_LLM_PROXY_URL must be an http:\/\/ or https:\/\/ URL/],
+  ];
+  for (const [env, message] of cases) assert.throws(() => configFromEnv(env), { name: "EnvConfigError", message }, JSON.stringify(env));
+});
+
+void test("oz0-orchestrator with OZ0_PORT=x stops at start and says what to set", (t) => {
+  const home = mkdtempSync(path.join(os.tmpdir(), "oz0-config-test-"));
+  t.after(() => rmSync(home, { recursive: true, force: true }));
+  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, OZ0_HOME: home, OZ0_PORT: "x", OZ0_SANDBOX_URLS: "http://127.0.0.1:1", OZ0_LLM_PROXY_URL: "http://127.0.0.1:1" };
+  const result = spawnSync(process.execPath, [path.join(packageDir, "dist", "main.js")], { env, encoding: "utf8", timeout: 60_000 });
+  assert.equal(result.status, 1, result.stderr);
+  assert.match(result.stderr, /oz0-orchestrator: OZ0_PORT must be a port number from 0 \(any free port\) to 65535; got "x"/);
+});
