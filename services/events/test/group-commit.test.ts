@@ -10,8 +10,9 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, describe, test } from "node:test";
-import { createEventPublisher, rawEvent, startEvents, type EventPublisher } from "@oz0/events";
+import { createEventPublisher, rawEvent, redactEvent, startEvents, type EventPublisher } from "@oz0/events";
 import { testCredentials } from "@oz0/serving/testing";
+import { Outbox } from "../src/outbox.js";
 import { watchAll } from "./fixtures/events-client.js";
 
 const dirs: string[] = [];
@@ -40,6 +41,27 @@ function parse(id: string): [number, number] {
 }
 
 void describe("group commit of the outbox", () => {
+  void test("appends of the same moment are one commit: they share one acceptance time, taken once", async () => {
+    // Each reading of the clock moves it, so each commit has a time of its own.
+    let clock = 0;
+    const outbox = new Outbox({ dataDir: tempDir(), now: () => ++clock });
+    try {
+      const one = (id: string) => {
+        const outcome = redactEvent(rawEvent("graph.step_started", { id, jobId: "job-g" }));
+        assert.ok(outcome.ok);
+        return [outcome.event];
+      };
+      const together = await Promise.all([outbox.append(one("a")), outbox.append(one("b")), outbox.append(one("c"))]);
+      assert.deepEqual(together.map((r) => r.appended.map((e) => e.position)), [[1n], [2n], [3n]], "answered each with its own events, in order");
+      await outbox.append(one("d"));
+      // Accepted before 2: exactly the first commit's events.
+      assert.equal(outbox.prune({ acceptedBefore: 2, keepUndelivered: false }), 3, "the three appends were committed together");
+      assert.deepEqual(outbox.read({ fromPosition: 0n, limit: 10 }).map((e) => e.id), ["d"]);
+    } finally {
+      await outbox.close();
+    }
+  });
+
   void test("concurrent producers each get every event stored once, in their own order", async () => {
     const events = await startEvents({ auth: testCredentials.settingsFor("events"), dataDir: tempDir() });
     after(() => events.close());
