@@ -70,6 +70,8 @@ function inMemoryLauncher(chunks: Buffer[]): HarnessLauncher {
       setImmediate(() => {
         for (const chunk of chunks) child.stdout.write(chunk);
         child.stdout.end();
+        // The host drains stderr too before its outcome; left open it waited out the 10 s grace.
+        child.stderr.end();
         child.stdout.once("end", () => setImmediate(() => child.emit("exit", 0, null)));
       });
       return { child: child as unknown as PipedChildProcess, terminate() {}, kill() {} };
