@@ -247,8 +247,12 @@ async function bench(): Promise<void> {
           if (ratios) {
             const vs = results.get(proxy1)!.map((r, i) => r.perSecond / results.get(forwarder)!.at(i)!.perSecond);
             const added = (l.get(proxy1)!.p50 - d.p50) / (l.get(forwarder)!.p50 - d.p50);
+            const baselineVs = before ? results.get(before)!.map((r, i) => r.perSecond / results.get(forwarder)!.at(i)!.perSecond) : [];
+            const baselineText = before
+              ? `; baseline ${median(baselineVs).toFixed(2)}x, added p50 ${((l.get(before)!.p50 - d.p50) / (l.get(forwarder)!.p50 - d.p50)).toFixed(2)}x, CPU ${cpu(before).toFixed(0)} µs`
+              : "";
             summary.push(
-              `  ${kind.padEnd(38)} ${String(concurrency).padStart(2)} conn: ${median(vs).toFixed(2)}x the forwarder's calls/s (goal ≥ 0.50), added p50 ${added.toFixed(2)}x (goal ≤ 1.5), proxy CPU ${cpu(proxy1).toFixed(0)} µs vs ${cpu(forwarder).toFixed(0)} µs a call`,
+              `  ${kind.padEnd(38)} ${String(concurrency).padStart(2)} conn: ${median(vs).toFixed(2)}x the forwarder's calls/s (goal ≥ 0.50), added p50 ${added.toFixed(2)}x (goal ≤ 1.5), proxy CPU ${cpu(proxy1).toFixed(0)} µs vs ${cpu(forwarder).toFixed(0)} µs a call${baselineText}`,
             );
           }
         }
