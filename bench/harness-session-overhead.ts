@@ -7,7 +7,7 @@
 // Then the same sessions under bubblewrap as the sandbox's bwrap mode runs
 // them (issue 24): the sandbox's own launcher (every namespace, the mounts,
 // --die-with-parent) with its LLM path, a Unix socket on the node piped to
-// the model and, inside, the entry script (a second Node process) that
+// the model and, inside, the entry (the sandbox's Perl forwarder) that
 // forwards 127.0.0.1 to that socket and then runs the harness. Against the
 // host without isolation in the same run, paired; and, to say which part
 // costs what, the entry script and its forwarding without bubblewrap.
@@ -25,6 +25,7 @@ import { startHostSession, type HarnessLauncher } from "@oz0/harness/host";
 import { startScriptedModel } from "@oz0/harness/testing";
 import { bubblewrapLauncher, DEFAULT_READ_ONLY_PATHS, detectBubblewrap } from "../services/sandbox/src/bubblewrap-launcher.js";
 import { planLlmForwards, startLlmForwarding, type LlmForward } from "../services/sandbox/src/llm-forwarder.js";
+import { sandboxEntryCommand } from "../services/sandbox/src/sandbox-entry.js";
 import { benchOptions } from "./bench-options.js";
 import { startReport } from "./bench-report.js";
 
@@ -34,7 +35,7 @@ const report = startReport("harness-session-overhead");
 
 const repoRoot = path.join(import.meta.dirname, "..");
 const fakeHarness = path.join(repoRoot, "sdk", "harness-ts", "bin", "oz0-fake-harness.js");
-const entryScript = path.join(repoRoot, "services", "sandbox", "dist", "sandbox-entry.mjs");
+const entryCommand = sandboxEntryCommand();
 const command = [process.execPath, fakeHarness];
 const model = await startScriptedModel({ turns: () => ({ text: "Done." }) });
 // Laid out as the sandbox lays a session out: bubblewrap hides the root and its parent, and binds the session's own directories again.
@@ -83,7 +84,7 @@ async function underBubblewrap(): Promise<number> {
       hiddenPaths: [],
       sandboxRoot,
       socketDir,
-      entry: { script: entryScript, forwards: [forward] },
+      entry: { command: entryCommand, forwards: [forward] },
     });
     await throughHost({ launcher, request: inner });
   } finally {
@@ -101,7 +102,7 @@ async function forwarderWithoutBubblewrap(): Promise<number> {
   try {
     const direct = clone(SessionRequestSchema, request);
     direct.llm!.anthropicBaseUrl = `http://127.0.0.1:${port}`;
-    await throughHost({ request: direct, command: [process.execPath, entryScript, `${port}=${outside.socketPath}`, "--", ...command] });
+    await throughHost({ request: direct, command: [...entryCommand, `${port}=${outside.socketPath}`, "--", ...command] });
   } finally {
     await forwarding.close();
   }
@@ -183,7 +184,7 @@ try {
     );
     report.ratio("  ratio bubblewrap / no isolation, each session against the one without isolation before it", bwrap.map((b, i) => b / host[i]!));
     console.log(
-      `  of which the entry script (a second Node process) and its forwarding: ${median(forwarderAdded).toFixed(1)} ms paired median; ` +
+      `  of which the entry (the Perl forwarder) and its forwarding: ${median(forwarderAdded).toFixed(1)} ms paired median; ` +
         `the namespaces and mounts, the rest: ${(median(added) - median(forwarderAdded)).toFixed(1)} ms`,
     );
   }

@@ -91,8 +91,8 @@ export interface BubblewrapLauncherOptions {
   sandboxRoot: string;
   /** Bound to /run/oz0 (the LLM sockets), when the session has an LLM endpoint. */
   socketDir?: string;
-  /** The in-sandbox LLM forwarder: runs first and then the harness. */
-  entry?: { script: string; forwards: { innerPort: number; innerSocketPath: string }[] };
+  /** The in-sandbox LLM forwarder (sandbox-entry.ts's command): runs first and then the harness. */
+  entry?: { command: readonly string[]; forwards: { innerPort: number; innerSocketPath: string }[] };
   /** Starts bwrap; default `child_process.spawn`. The sandbox passes its keeper's, so the session outlives a restart of the sandbox. */
   spawn?: (file: string, args: readonly string[], options: SpawnOptions) => ChildProcess | KeptChild;
   /** Told the pid of the namespace's init once bwrap reports it (what SIGTERM goes to), so a restarted sandbox can still stop the session. */
@@ -151,10 +151,9 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
       for (const p of options.writablePaths) binds.push({ source: p, writable: true });
       let command = spec.command;
       if (options.entry !== undefined && options.socketDir !== undefined) {
-        binds.push({ source: options.socketDir, dest: "/run/oz0", writable: true }, { source: options.entry.script });
+        binds.push({ source: options.socketDir, dest: "/run/oz0", writable: true });
         command = [
-          process.execPath,
-          options.entry.script,
+          ...options.entry.command,
           ...options.entry.forwards.map((f) => `${f.innerPort}=${f.innerSocketPath}`),
           "--",
           ...spec.command,

@@ -1,7 +1,4 @@
 // @oz0/sandbox: the node agent that runs harness sessions.
-import { existsSync } from "node:fs";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { Authenticator, createLogger, READINESS, registration, serve, ServingStatus } from "@oz0/serving";
 import { DEFAULT_READ_ONLY_PATHS, type BubblewrapDetection } from "./bubblewrap-launcher.js";
@@ -16,6 +13,7 @@ import { sandboxService } from "./sandbox-service.js";
 import { DEFAULT_MAX_STDERR_BYTES } from "./stderr-capture.js";
 import { prepareRoot, removeStaleSessions } from "./session-directories.js";
 import { SessionRegistry } from "./session-registry.js";
+import { sandboxEntryCommand } from "./sandbox-entry.js";
 import { startTelemetryRelay } from "./telemetry-relay.js";
 import { SessionUserPool } from "./session-user-pool.js";
 
@@ -49,14 +47,6 @@ export interface RunningSandbox {
   close(): Promise<void>;
 }
 
-/** The in-sandbox LLM forwarder must be plain JavaScript for the node inside bubblewrap: beside this module in dist, or in dist when run from src. */
-function entryScript(): string {
-  const here = path.dirname(fileURLToPath(import.meta.url));
-  const candidates = [path.join(here, "sandbox-entry.mjs"), path.join(here, "..", "dist", "sandbox-entry.mjs")];
-  const found = candidates.find((candidate) => existsSync(candidate));
-  if (found === undefined) throw new Error(`sandbox-entry.mjs not found (looked at ${candidates.join(", ")}); run npm run build`);
-  return found;
-}
 
 export async function startSandbox(config: SandboxConfig = {}): Promise<RunningSandbox> {
   const logger = config.logger ?? createLogger({ name: "sandbox" });
@@ -102,7 +92,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
           bwrapPath: bubblewrap.path as string,
           readOnlyPaths: [...DEFAULT_READ_ONLY_PATHS, ...(config.readOnlyPaths ?? [])],
           hiddenPaths: config.hiddenPaths ?? [],
-          entryScript: entryScript(),
+          entryCommand: sandboxEntryCommand(),
         }
       : users !== undefined
         ? { mode: "user", setprivPath: isolation.sessionUsers.setprivPath as string, users }

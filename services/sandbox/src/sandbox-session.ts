@@ -59,7 +59,7 @@ export type SessionIsolation =
       readOnlyPaths: readonly string[];
       hiddenPaths: readonly string[];
       sandboxRoot: string;
-      entryScript: string;
+      entryCommand: readonly string[];
       forwards: LlmForward[];
     };
 
@@ -295,7 +295,7 @@ export class SandboxSession {
         pluginDir: start.pluginDir,
         writablePaths: [paths.workingDir, paths.stateDir],
         socketDir: paths.socketDir,
-        entry: isolation.forwards.length > 0 ? { script: isolation.entryScript, forwards: isolation.forwards } : undefined,
+        entry: isolation.forwards.length > 0 ? { command: isolation.entryCommand, forwards: isolation.forwards } : undefined,
         ...(keep !== undefined ? { spawn: keeperSpawn({ dir: paths.internalDir, orphanMs: keep.orphanMs }), onInitPid: (pid: number) => this.#keepRecord({ initPid: pid }) } : {}),
       });
     }

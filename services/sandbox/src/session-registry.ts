@@ -32,7 +32,7 @@ export interface SessionRegistryOptions {
   isolation:
     | { mode: "none"; setprivPath?: string; containment: Containment }
     | { mode: "user"; setprivPath: string; users: SessionUserPool }
-    | { mode: "bwrap"; bwrapPath: string; readOnlyPaths: readonly string[]; hiddenPaths: readonly string[]; entryScript: string };
+    | { mode: "bwrap"; bwrapPath: string; readOnlyPaths: readonly string[]; hiddenPaths: readonly string[]; entryCommand: readonly string[] };
   sessionPath: string;
   locale: string;
   cancelGraceMs: number;
