@@ -22,7 +22,7 @@ import { chromium, type Page } from "playwright-core";
 import { clientsFor } from "../services/orchestrator/src/cli/connection.js";
 import { openJobStore } from "../services/orchestrator/src/cluster/postgres-cluster.js";
 import { startEmbeddedStack, type EmbeddedStack } from "../services/orchestrator/src/dev/embedded-stack.js";
-import type { JobRecord, JobStateName } from "../services/orchestrator/src/store/job-store.js";
+import { newJobRecord, type JobStateName } from "../services/orchestrator/src/store/job-store.js";
 import { benchOptions } from "./bench-options.js";
 import { MIN_ROUNDS, startReport } from "./bench-report.js";
 
@@ -56,28 +56,11 @@ async function stackWith(count: number): Promise<{ stack: EmbeddedStack; home: s
   const start = Date.now() - count * 1_000;
   for (let i = 0; i < count; i++) {
     const created = new Date(start + i * 1_000);
-    const job: JobRecord = {
-      id: `job_bench${String(i).padStart(15, "0")}`,
-      agentName: i % 3 === 0 ? "reviewer" : "bench",
-      agentVersion: 1,
-      input: `stored job ${i}: fix the failing test in module ${i % 97}`,
-      state: states[i % states.length]!,
-      createdAt: created,
-      updatedAt: created,
-      finishedAt: new Date(created.getTime() + 800),
-      startedAt: created,
-      resultText: "done",
-      stopReason: 1,
-      error: "",
-      sessionId: "",
-      sandboxUrl: "",
-      lastSeq: 0,
-      sandboxSeq: 0,
-      attachments: [],
-      tokenId: "",
-      servedTools: "",
-      startedBy: "owner",
-    };
+    const job = newJobRecord(
+      { id: `job_bench${String(i).padStart(15, "0")}`, agentName: i % 3 === 0 ? "reviewer" : "bench", agentVersion: 1, input: `stored job ${i}: fix the failing test in module ${i % 97}`, state: states[i % states.length]!, sessionId: "", attachments: [], servedTools: "", startedBy: "owner", startedAt: created },
+      created,
+    );
+    job.finishedAt = new Date(created.getTime() + 800);
     await store.createJob(job);
   }
   await store.close();
@@ -102,12 +85,14 @@ async function consolePage(stack: EmbeddedStack): Promise<Page> {
       performance: { now(): number };
     };
     w.__marks = {};
+    // The rows shown, as one string of their ids: a change of it is the list's answer to a filter.
+    let shown = "";
     new w.MutationObserver(() => {
       const rows = w.document.querySelectorAll("tr[data-job]");
       if (rows.length > 0 && w.__marks.rows === undefined) w.__marks.rows = w.performance.now();
-      const first = rows[0]?.getAttribute("data-job");
-      if (first && first !== (w.__marks as unknown as { firstJob?: string }).firstJob) {
-        (w.__marks as unknown as { firstJob?: string }).firstJob = first;
+      const ids = Array.from(rows, (r) => r.getAttribute("data-job")).join();
+      if (ids !== shown) {
+        shown = ids;
         w.__marks.rowsChanged = w.performance.now();
       }
       if (w.__marks.decision === undefined && w.document.querySelector('[data-testid="decision"]')?.textContent?.includes("allowed by")) w.__marks.decision = Date.now();

@@ -160,7 +160,7 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     assert.equal(graph?.traceId, "0af7651916cd43dd8448eb211c80319c");
   });
 
-  withStore("jobs list newest first and filter by state and agent", async (store) => {
+  withStore("jobs list newest first, filter by state, agent and text, and page after a job", async (store) => {
     await store.createJob(job("a", { createdAt: new Date(1000) }));
     await store.createJob(job("b", { createdAt: new Date(2000), state: "succeeded" }));
     await store.createJob(job("c", { createdAt: new Date(3000), agentName: "other" }));
@@ -168,6 +168,18 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     assert.deepEqual((await store.listJobs({ state: "pending" })).map((j) => j.id), ["c", "a"]);
     assert.deepEqual((await store.listJobs({ agent: "fixer" })).map((j) => j.id), ["b", "a"]);
     assert.deepEqual((await store.listJobs({ limit: 1 })).map((j) => j.id), ["c"]);
+    // Pages: the jobs after a given one, in the same order; ties of creation time in insertion order.
+    await store.createJob(job("d", { createdAt: new Date(3000), input: "Fix the 100% case_1" }));
+    assert.deepEqual((await store.listJobs()).map((j) => j.id), ["d", "c", "b", "a"]);
+    assert.deepEqual((await store.listJobs({ after: "d", limit: 2 })).map((j) => j.id), ["c", "b"]);
+    assert.deepEqual((await store.listJobs({ after: "c" })).map((j) => j.id), ["b", "a"]);
+    assert.deepEqual((await store.listJobs({ after: "b", state: "pending" })).map((j) => j.id), ["a"]);
+    // Text: a job id, or words of the input in any case; % and _ are themselves.
+    assert.deepEqual((await store.listJobs({ text: "b" })).map((j) => j.id), ["b"]);
+    assert.deepEqual((await store.listJobs({ text: "FIX" })).map((j) => j.id), ["d", "c", "b", "a"]);
+    assert.deepEqual((await store.listJobs({ text: "100% case_1" })).map((j) => j.id), ["d"]);
+    assert.deepEqual((await store.listJobs({ text: "1_0" })).map((j) => j.id), []);
+    assert.deepEqual((await store.listJobs({ text: "fix", agent: "other" })).map((j) => j.id), ["c"]);
     const updated = await store.updateJob("a", { state: "failed", error: "boom", finishedAt: new Date(5000), cancelRequestedAt: new Date(4000) });
     assert.equal(updated.error, "boom");
     assert.equal(updated.finishedAt?.getTime(), 5000);

@@ -38,6 +38,7 @@ import { JOB_STATE_TO_PROTO } from "../jobs/job-events.js";
 import { isTerminal, type AgentVersionRecord, type JobRecord, type JobStateName, type JobStore, type JsonObject, type PermissionRecord, type PluginRecord } from "../store/job-store.js";
 import { OrchestratorError } from "../orchestrator-error.js";
 import type { JobTranscripts } from "../jobs/job-transcripts.js";
+import { listJobsPage } from "../jobs/job-pages.js";
 import { jobUsage } from "../jobs/job-usage.js";
 import type { PluginRegistry } from "../plugins/plugin-registry.js";
 import type { SecretWriter } from "../sessions/session-runner.js";
@@ -275,8 +276,8 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
         const state = req.state ? PROTO_TO_STATE.get(req.state) : undefined;
         // An unknown state filters nothing: refused, rather than listing every job as if no filter was given.
         if (req.state && !state) throw new ConnectError(`state ${req.state} is not a job state; use one of ${[...PROTO_TO_STATE.keys()].map((s) => JobState[s]).join(", ")}`, Code.InvalidArgument);
-        const list = await deps.store.listJobs({ limit: req.limit || 50, ...(state ? { state } : {}), ...(req.agent ? { agent: req.agent } : {}) });
-        return { jobs: list.map(jobToProto) };
+        const page = await listJobsPage(deps.store, { limit: req.limit, ...(state ? { state } : {}), agent: req.agent, text: req.text, pageToken: req.pageToken });
+        return { jobs: page.jobs.map(jobToProto), nextPageToken: page.nextPageToken };
       }),
     watchJob: (req, context) => watch(deps, required(req.jobId, "job_id"), Number(req.afterSeq), context),
     cancelJob: (req) =>

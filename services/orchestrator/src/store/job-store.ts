@@ -157,10 +157,19 @@ export interface PermissionRecord {
   delivered: boolean;
 }
 
+/** `text` for a LIKE pattern: its %, _ and \ match only themselves (with ESCAPE '\'). */
+export function likeEscaped(text: string): string {
+  return text.replace(/[\\%_]/g, (c) => `\\${c}`);
+}
+
 export interface ListJobsQuery {
   limit?: number;
   state?: JobStateName;
   agent?: string;
+  /** Only the job with this id, or jobs whose input contains it (any case). */
+  text?: string;
+  /** Only jobs listed after the job with this id (older, in the list's order): the next page. */
+  after?: string;
 }
 
 export interface ListPermissionsQuery {

@@ -32,7 +32,7 @@ import type {
   StderrPiece,
   StoredLifecycleEvent,
 } from "./job-store.js";
-import { agentVersionColumns, keptPiece } from "./job-store.js";
+import { agentVersionColumns, keptPiece, likeEscaped } from "./job-store.js";
 import type { ClusterNotifier } from "../cluster/cluster-notifier.js";
 import { assertLeaseHeld, type LeaseFence } from "../cluster/lease-manager.js";
 import { failedPrecondition, notFound } from "../orchestrator-error.js";
@@ -212,6 +212,14 @@ export class PostgresJobStore implements JobStore {
     if (query.agent) {
       args.push(query.agent);
       where.push(`agent_name = $${args.length}`);
+    }
+    if (query.text) {
+      args.push(query.text, `%${likeEscaped(query.text)}%`);
+      where.push(`(id = $${args.length - 1} OR input ILIKE $${args.length} ESCAPE '\\')`);
+    }
+    if (query.after) {
+      args.push(query.after);
+      where.push(`(created_at, ord) < (SELECT created_at, ord FROM jobs WHERE id = $${args.length})`);
     }
     args.push(query.limit ?? 50);
     const sql = `SELECT * FROM jobs ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at DESC, ord DESC LIMIT $${args.length}`;

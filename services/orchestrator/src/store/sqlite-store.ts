@@ -28,7 +28,7 @@ import type {
   StderrPiece,
   StoredLifecycleEvent,
 } from "./job-store.js";
-import { agentVersionColumns, keptPiece } from "./job-store.js";
+import { agentVersionColumns, keptPiece, likeEscaped } from "./job-store.js";
 import { notFound } from "../orchestrator-error.js";
 
 const SCHEMA = `
@@ -349,6 +349,15 @@ export class SqliteJobStore implements JobStore {
     if (query.agent) {
       where.push("agent_name = ?");
       args.push(query.agent);
+    }
+    if (query.text) {
+      // LIKE ignores the case of ASCII letters; %, _ and \ in the text are matched as themselves.
+      where.push("(id = ? OR input LIKE ? ESCAPE '\\')");
+      args.push(query.text, `%${likeEscaped(query.text)}%`);
+    }
+    if (query.after) {
+      where.push("(created_at, rowid) < (SELECT created_at, rowid FROM jobs WHERE id = ?)");
+      args.push(query.after);
     }
     const sql = `SELECT * FROM jobs ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at DESC, rowid DESC LIMIT ?`;
     const rows = this.#db.prepare(sql).all(...args, query.limit ?? 50) as JobRow[];
