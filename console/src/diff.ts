@@ -54,3 +54,23 @@ function lcs(a: readonly string[], b: readonly string[]): DiffLine[] {
   while (j < m) out.push({ kind: "add", text: b[j++]! });
   return out;
 }
+
+/** Lines that differ with `context` unchanged lines around each; longer unchanged runs become one `skip` entry. */
+export function withContext(lines: readonly DiffLine[], context = 3): (DiffLine | { kind: "skip"; count: number })[] {
+  const near = new Array<boolean>(lines.length).fill(false);
+  lines.forEach((l, i) => {
+    if (l.kind === "same") return;
+    for (let j = Math.max(0, i - context); j <= Math.min(lines.length - 1, i + context); j++) near[j] = true;
+  });
+  const out: (DiffLine | { kind: "skip"; count: number })[] = [];
+  lines.forEach((l, i) => {
+    if (near[i]) {
+      out.push(l);
+      return;
+    }
+    const last = out[out.length - 1];
+    if (last?.kind === "skip") last.count++;
+    else out.push({ kind: "skip", count: 1 });
+  });
+  return out;
+}

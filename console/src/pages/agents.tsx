@@ -6,7 +6,7 @@ import { useState } from "preact/hooks";
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import type { AgentVersion } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { agents } from "../api.js";
-import { diffLines } from "../diff.js";
+import { diffLines, withContext } from "../diff.js";
 import { clock, dateOf } from "../format.js";
 import { useRead } from "../reads.js";
 import { href } from "../router.js";
@@ -160,8 +160,12 @@ function VersionView({ agent }: { agent: AgentVersion }) {
       )}
       <h2>Instructions</h2>
       {typeof instructions === "string" ? <pre data-testid="instructions">{instructions}</pre> : <p class="muted">None.</p>}
-      <h2>Definition</h2>
-      <pre data-testid="definition">{stable(rest)}</pre>
+      <details>
+        <summary>
+          <h2 class="inline">Definition</h2> <span class="muted">(the whole of it, as published)</span>
+        </summary>
+        <pre data-testid="definition">{stable(rest)}</pre>
+      </details>
     </>
   );
 }
@@ -175,13 +179,20 @@ function VersionDiff({ from, to }: { from: AgentVersion; to: AgentVersion }) {
         v{from.version} → v{to.version}: {changed === 0 ? "no line differs (only the harness or its files changed: compare the content hashes)" : `${changed} lines differ`}
       </p>
       <pre class="diff" data-testid="version-diff" tabIndex={0}>
-        {lines.map((l, i) => (
-          <span key={i} class={l.kind === "add" ? "diff-add" : l.kind === "del" ? "diff-del" : "diff-context"}>
-            {l.kind === "add" ? "+ " : l.kind === "del" ? "- " : "  "}
-            {l.text}
-            {"\n"}
-          </span>
-        ))}
+        {withContext(lines).map((l, i) =>
+          l.kind === "skip" ? (
+            <span key={i} class="diff-hunk">
+              {`  … ${l.count} unchanged line${l.count === 1 ? "" : "s"}`}
+              {"\n"}
+            </span>
+          ) : (
+            <span key={i} class={l.kind === "add" ? "diff-add" : l.kind === "del" ? "diff-del" : "diff-context"}>
+              {l.kind === "add" ? "+ " : l.kind === "del" ? "- " : "  "}
+              {l.text}
+              {"\n"}
+            </span>
+          ),
+        )}
       </pre>
     </>
   );
