@@ -44,7 +44,7 @@ void describe("the sandbox's trace relay", () => {
   for (const isolation of ["none", "bwrap"] as const) {
     void it(`passes a session's trace exports on to the collector with its credential (${isolation})`, async () => {
       received.length = 0;
-      const t = await startTestSandbox({ isolation, sessionTraces: { url: collectorUrl, headers: { authorization: `Bearer ${COLLECTOR_SECRET}` } } });
+      const t = await startTestSandbox({ isolation, sessionTraces: { url: collectorUrl, protocol: "http/protobuf", headers: { authorization: `Bearer ${COLLECTOR_SECRET}` } } });
       try {
         const stream = await runToEnd(t.client, scenarioStart({ mode: "otlp", needle: COLLECTOR_SECRET }, {}, { sessionId: `ses_relay_${isolation}` }));
         const exited = stream.exited();
