@@ -5,13 +5,16 @@
 // `tsc -b` type-checks the sources; this only bundles. `--watch` rebuilds on
 // every change (see the README's "Developing").
 import * as esbuild from "esbuild";
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const dist = path.join(here, "dist");
 const watch = process.argv.includes("--watch");
+const final = path.join(here, "dist");
+// A build writes beside dist/ and then takes its place, so a server reading
+// dist/ (tests, `oz0 dev`) never finds it half-written or missing for long.
+const dist = watch ? final : path.join(here, `dist.tmp-${process.pid}`);
 
 /** Writes dist/index.html naming the hashed script and stylesheet of this build. */
 const indexPlugin = {
@@ -41,7 +44,7 @@ const options = {
   format: "esm",
   target: "es2022",
   platform: "browser",
-  outdir: "dist/assets",
+  outdir: path.join(dist, "assets"),
   entryNames: "[name]-[hash]",
   assetNames: "[name]-[hash]",
   minify: !watch,
@@ -56,5 +59,13 @@ if (watch) {
   const context = await esbuild.context(options);
   await context.watch();
 } else {
-  await esbuild.build(options);
+  try {
+    await esbuild.build(options);
+    const old = path.join(here, `dist.old-${process.pid}`);
+    if (existsSync(final)) renameSync(final, old);
+    renameSync(dist, final);
+    rmSync(old, { recursive: true, force: true });
+  } finally {
+    rmSync(dist, { recursive: true, force: true });
+  }
 }

@@ -7,7 +7,7 @@
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { agents, jobs } from "../api.js";
 import { clock, dateOf, isTerminal, json, stateName } from "../format.js";
-import { nodeStatuses, type NodeState, type NodeStatus } from "../graph-status.js";
+import { childPlace, loopIterations, stateOfSteps, stepsAt, stepsBelow, stepStatuses, type Place, type StepStatus } from "../graph-status.js";
 import { useJobStream } from "../job-stream.js";
 import { useRead } from "../reads.js";
 import { href } from "../router.js";
@@ -62,7 +62,7 @@ export function GraphPage({ name, run }: { name: string; run: string }) {
           </a>
         ))}
       </nav>
-      {graph.value ? run ? <RunView runId={run} definition={definition} /> : <GraphView definition={definition} statuses={undefined} ended={false} /> : <p>Loading…</p>}
+      {graph.value ? run ? <RunView runId={run} definition={definition} /> : <GraphView definition={definition} steps={undefined} ended={false} /> : <p>Loading…</p>}
     </section>
   );
 }
@@ -74,7 +74,7 @@ function RunView({ runId, definition }: { runId: string; definition: JsonObject 
     // The events service's transcript trails the run's own events.
     again: () => !ended,
   });
-  const statuses = nodeStatuses(transcript.value);
+  const steps = stepStatuses(transcript.value);
   const decisions = s.events.flatMap((e) => (e.event.case === "servedToolCall" ? [e.event.value] : []));
   return (
     <>
@@ -86,7 +86,7 @@ function RunView({ runId, definition }: { runId: string; definition: JsonObject 
         <span class="muted">{s.stream === "live" ? "live" : s.stream === "reconnecting" ? "reconnecting…" : ""}</span>
       </p>
       {transcript.error ? <p class="muted">Node statuses are not shown: {transcript.error}</p> : null}
-      <GraphView definition={definition} statuses={statuses} ended={ended} />
+      <GraphView definition={definition} steps={steps} ended={ended} />
       {decisions.length > 0 ? (
         <>
           <h2>The manager's decisions</h2>
@@ -104,109 +104,129 @@ function RunView({ runId, definition }: { runId: string; definition: JsonObject 
 }
 
 interface Drawing {
-  statuses: ReadonlyMap<string, NodeStatus> | undefined;
+  /** The run's steps; undefined when no run is shown. */
+  steps: readonly StepStatus[] | undefined;
   ended: boolean;
   graphs: Record<string, Flow>;
   /** Subgraphs being drawn, so a cycle is named instead of followed. */
   expanding: readonly string[];
 }
 
-function GraphView({ definition, statuses, ended }: { definition: JsonObject; statuses: ReadonlyMap<string, NodeStatus> | undefined; ended: boolean }) {
+function GraphView({ definition, steps, ended }: { definition: JsonObject; steps: readonly StepStatus[] | undefined; ended: boolean }) {
   const root = Array.isArray(definition.root) ? (definition.root as Flow) : [];
-  const drawing: Drawing = { statuses, ended, graphs: (definition.graphs ?? {}) as Record<string, Flow>, expanding: [] };
+  const drawing: Drawing = { steps, ended, graphs: (definition.graphs ?? {}) as Record<string, Flow>, expanding: [] };
   return (
     <figure class="graph" aria-labelledby="graph-caption" data-testid="graph">
       <figcaption id="graph-caption">
         <code>{String(definition.id ?? "")}</code>
         {definition.managerAgent ? <span class="muted"> · manager agent:{String(definition.managerAgent)}</span> : null}
-        {statuses ? <span class="muted"> · statuses live from the run's events</span> : <span class="muted"> · steps run top to bottom</span>}
+        {steps ? <span class="muted"> · statuses live from the run's events</span> : <span class="muted"> · steps run top to bottom</span>}
       </figcaption>
-      <FlowView flow={root} drawing={drawing} />
+      <FlowView flow={root} base={undefined} drawing={drawing} />
     </figure>
   );
 }
 
-function FlowView({ flow, drawing }: { flow: Flow; drawing: Drawing }) {
+/** A flow's nodes; `base` is the place of the flow itself (the root has none). */
+function FlowView({ flow, base, drawing }: { flow: Flow; base: Place | undefined; drawing: Drawing }) {
   if (flow.length === 0) return <p class="muted">(nothing)</p>;
   return (
     <ol class="flow">
       {flow.map((node, i) => (
-        <NodeView key={`${String(node.id)}-${i}`} node={node} drawing={drawing} />
+        <NodeView key={`${String(node.id)}-${i}`} node={node} place={childPlace(base, String(i))} drawing={drawing} />
       ))}
     </ol>
   );
 }
 
-function NodeView({ node, drawing }: { node: JsonObject; drawing: Drawing }) {
+function NodeView({ node, place, drawing }: { node: JsonObject; place: Place; drawing: Drawing }) {
   const id = String(node.id ?? "");
   const kind = String(node.kind ?? "");
-  const status = stateOfNode(node, drawing);
-  const own = drawing.statuses?.get(id);
-  const badge = drawing.statuses ? (
+  const steps = drawing.steps;
+  const own = steps ? (kind === "agent" || kind === "step" ? stepsAt(steps, id, place) : stepsBelow(steps, place)) : [];
+  const status = stateOfSteps(own);
+  const badge = steps ? (
     <span class={`node-state node-${status ?? "idle"}`} data-testid="node-state">
       {status ?? (drawing.ended ? "not run" : "waiting")}
     </span>
   ) : null;
-  const times = own && own.runs > 1 ? <span class="muted"> · ran {own.runs} times</span> : kind === "loop" && drawing.statuses ? <LoopIterations node={node} drawing={drawing} /> : null;
+  const runs = kind === "agent" || kind === "step" ? own.reduce((n, s) => n + s.runs, 0) : 0;
+  const iterations = kind === "loop" && steps ? loopIterations(steps, place) : 0;
   return (
     <li class={`node node-kind-${kind}`} data-node={id} data-status={status ?? ""}>
       <span class="node-head">
         <code>{id}</code> <span class="muted">{describe(node)}</span> {badge}
-        {times}
+        {runs > 1 ? <span class="muted"> · ran {runs} times</span> : null}
+        {iterations > 0 ? <span class="muted"> · iteration {iterations}</span> : null}
       </span>
       {kind === "parallel" ? (
         <ul class="branches">
-          {(node.branches as Flow[] | undefined)?.map((b, i) => (
-            <li key={i}>
-              <span class="muted">branch {i + 1}</span>
-              <FlowView flow={b} drawing={drawing} />
+          {(node.branches as Flow[] | undefined)?.map((b, j) => (
+            <li key={j}>
+              <span class="muted">branch {j + 1}</span>
+              <FlowView flow={b} base={childPlace(place, `b${j}`)} drawing={drawing} />
             </li>
           ))}
         </ul>
       ) : null}
-      {kind === "choice" ? (
-        <ul class="branches">
-          {[...((node.arms as JsonObject[] | undefined) ?? []).map((a) => ({ label: `when "${String(a.label)}"`, flow: a.flow as Flow })), ...(node.otherwise ? [{ label: "otherwise", flow: node.otherwise as Flow }] : [])].map((arm) => {
-            const taken = drawing.statuses ? flowRan(arm.flow, drawing) : undefined;
-            return (
-              <li key={arm.label} class={taken === false && drawing.ended ? "not-taken" : ""}>
-                <span class="muted">
-                  {arm.label}
-                  {taken ? " · taken" : taken === false && drawing.ended ? " · not taken" : ""}
-                </span>
-                <FlowView flow={arm.flow} drawing={drawing} />
-              </li>
-            );
-          })}
-        </ul>
-      ) : null}
+      {kind === "choice" ? <ChoiceArms node={node} place={place} drawing={drawing} /> : null}
       {kind === "loop" ? (
         <ul class="branches">
           <li>
             <span class="muted">body</span>
-            <FlowView flow={(node.body as Flow | undefined) ?? []} drawing={drawing} />
+            <FlowView flow={(node.body as Flow | undefined) ?? []} base={childPlace(place, "\\d+\\.body")} drawing={drawing} />
           </li>
           <li>
             <span class="muted">until (again or break; at most {String(node.maxIterations ?? "?")} iterations)</span>
-            <FlowView flow={(node.until as Flow | undefined) ?? []} drawing={drawing} />
+            <FlowView flow={(node.until as Flow | undefined) ?? []} base={childPlace(place, "\\d+\\.until")} drawing={drawing} />
           </li>
         </ul>
       ) : null}
-      {kind === "graph" ? <SubgraphView name={String(node.graph ?? "")} drawing={drawing} /> : null}
+      {kind === "graph" ? <SubgraphView name={String(node.graph ?? "")} place={place} drawing={drawing} /> : null}
     </li>
   );
 }
 
-function SubgraphView({ name, drawing }: { name: string; drawing: Drawing }) {
+/** A choice's evaluator and arms, each arm marked taken or (once the run ended) not taken. */
+function ChoiceArms({ node, place, drawing }: { node: JsonObject; place: Place; drawing: Drawing }) {
+  const arms = [
+    ...((node.arms as JsonObject[] | undefined) ?? []).map((a, i) => ({ label: `when "${String(a.label)}"`, flow: a.flow as Flow, place: childPlace(place, `arm${i}`) })),
+    ...(node.otherwise ? [{ label: "otherwise", flow: node.otherwise as Flow, place: childPlace(place, "else") }] : []),
+  ];
+  const evaluator = node.evaluator as JsonObject | undefined;
+  return (
+    <ul class="branches">
+      {evaluator ? (
+        <li>
+          <span class="muted">evaluator</span>
+          <ol class="flow">
+            <NodeView node={evaluator} place={childPlace(place, "eval")} drawing={drawing} />
+          </ol>
+        </li>
+      ) : null}
+      {arms.map((arm) => {
+        const taken = drawing.steps ? stepsBelow(drawing.steps, arm.place).length > 0 : undefined;
+        const mark = taken ? " · taken" : taken === false && drawing.ended ? " · not taken" : "";
+        return (
+          <li key={arm.label} class={taken === false && drawing.ended ? "not-taken" : ""} data-arm={arm.label} data-taken={taken === undefined ? "" : String(taken)}>
+            <span class="muted">
+              {arm.label}
+              {mark}
+            </span>
+            <FlowView flow={arm.flow} base={arm.place} drawing={drawing} />
+          </li>
+        );
+      })}
+    </ul>
+  );
+}
+
+function SubgraphView({ name, place, drawing }: { name: string; place: Place; drawing: Drawing }) {
   const flow = drawing.graphs[name];
   if (!flow) return <p class="muted">(undefined subgraph {name})</p>;
   if (drawing.expanding.includes(name)) return <p class="muted">(cycle: {name})</p>;
-  return <FlowView flow={flow} drawing={{ ...drawing, expanding: [...drawing.expanding, name] }} />;
-}
-
-function LoopIterations({ node, drawing }: { node: JsonObject; drawing: Drawing }) {
-  const runs = Math.max(0, ...descendants(node, drawing).map((id) => drawing.statuses?.get(id)?.runs ?? 0));
-  return runs > 0 ? <span class="muted"> · iteration {runs}</span> : null;
+  // A subgraph's steps sit below the graph node's own path.
+  return <FlowView flow={flow} base={place} drawing={{ ...drawing, expanding: [...drawing.expanding, name] }} />;
 }
 
 function describe(node: JsonObject): string {
@@ -226,37 +246,4 @@ function describe(node: JsonObject): string {
     default:
       return String(node.kind ?? "");
   }
-}
-
-/** A step's own status; a container's: failed, else running, else completed over what ran inside it. */
-function stateOfNode(node: JsonObject, drawing: Drawing): NodeState | undefined {
-  const own = drawing.statuses?.get(String(node.id));
-  if (own) return own.state;
-  const inner = descendants(node, drawing).flatMap((id) => {
-    const s = drawing.statuses?.get(id);
-    return s ? [s.state] : [];
-  });
-  if (inner.length === 0) return undefined;
-  return inner.includes("failed") ? "failed" : inner.includes("running") ? "running" : "completed";
-}
-
-function flowRan(flow: Flow, drawing: Drawing): boolean {
-  return flow.some((n) => drawing.statuses?.has(String(n.id)) || descendants(n, drawing).some((id) => drawing.statuses?.has(id)));
-}
-
-/** Ids of every node inside `node` (subgraphs followed once). */
-function descendants(node: JsonObject, drawing: Drawing, seen: Set<string> = new Set()): string[] {
-  const flows: Flow[] = [];
-  if (node.kind === "parallel") flows.push(...((node.branches as Flow[] | undefined) ?? []));
-  if (node.kind === "choice") {
-    if (node.evaluator) flows.push([node.evaluator as JsonObject]);
-    for (const arm of (node.arms as JsonObject[] | undefined) ?? []) flows.push(arm.flow as Flow);
-    if (node.otherwise) flows.push(node.otherwise as Flow);
-  }
-  if (node.kind === "loop") flows.push((node.body as Flow | undefined) ?? [], (node.until as Flow | undefined) ?? []);
-  if (node.kind === "graph" && !seen.has(String(node.graph))) {
-    seen.add(String(node.graph));
-    flows.push(drawing.graphs[String(node.graph)] ?? []);
-  }
-  return flows.flatMap((f) => f.flatMap((n) => [String(n.id), ...descendants(n, drawing, seen)]));
 }

@@ -3,7 +3,9 @@
 // drawn with its stable node ids; on a run, its nodes change state live (the
 // editor step is held until the test lets it answer, so the page is seen
 // with the steps before it completed and the editor running, then done);
-// a loop shows its iterations. axe on each page; screenshots written.
+// a loop shows its iterations; a choice shows the arm taken, and the same
+// agent in the arms not taken as not run. axe on each page; screenshots
+// written.
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -25,6 +27,8 @@ async function turn(agent: string, input: string): Promise<ScriptedTurn> {
     case "editor":
       await editorMayAnswer;
       return { text: "final" };
+    case "email-triage":
+      return { text: input.includes("crash") ? "bug_report" : "other" };
     case "coder":
       return { text: input.includes("Feedback:") ? "patch with better names" : "patch" };
     case "reviewer":
@@ -100,5 +104,24 @@ void test("a loop shows its iterations on a run", async () => {
   await loop.locator(".node-head").getByText("iteration 2").waitFor();
   await page.locator('li[data-node="agent:reviewer"]').getByText("ran 2 times").waitFor();
   await assertAccessible(page, "graph run (loop)");
+  await page.close();
+});
+
+void test("a choice shows the arm it took; the same agent in the other arms did not run", async () => {
+  const { job } = await owner().jobs.runAgent({ agent: "inbox", input: "the app crashes on start" });
+  const page = await openConsole(browser, t.url, t.stack.ownerToken);
+  await page.goto(`${t.url}/#/graphs/inbox?run=${job!.id}`);
+  await page.getByTestId("run-state").filter({ hasText: "succeeded" }).waitFor();
+  const arm = (label: string) => page.locator(`li[data-arm='${label}']`);
+  await arm('when "bug_report"').and(page.locator('[data-taken="true"]')).waitFor();
+  // The transcript may trail the run's end a little: wait for the step's last event.
+  await arm('when "bug_report"').locator('li[data-node="agent:writer"][data-status="completed"]').waitFor();
+  for (const label of ['when "feature_request"', "otherwise"]) {
+    assert.equal(await arm(label).getAttribute("data-taken"), "false");
+    assert.equal(await arm(label).locator('li[data-node="agent:writer"] [data-testid="node-state"]').textContent(), "not run");
+  }
+  await page.locator('li[data-node="agent:email-triage"][data-status="completed"]').waitFor();
+  await assertAccessible(page, "graph run (choice)");
+  await screenshot(page, "graph-run-choice");
   await page.close();
 });

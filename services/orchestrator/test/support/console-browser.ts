@@ -43,7 +43,10 @@ export async function openConsole(browser: Browser, url: string, token: string):
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   page.on("pageerror", (error) => assert.fail(`the page threw: ${error.message}`));
   await page.goto(`${url}/#/login?code=${encodeURIComponent(code)}`);
-  await page.getByTestId("principal").waitFor();
+  await page.getByTestId("principal").waitFor().catch(async (error: unknown) => {
+    // Say what the page showed instead (a login refused, a console not built…).
+    throw new Error(`the console did not log in; the page says: ${(await page.locator("body").innerText()).slice(0, 500)}`, { cause: error });
+  });
   assert.doesNotMatch(page.url(), /code=/, "the code is gone from the address bar");
   return page;
 }
