@@ -1,11 +1,15 @@
 // The queue of tool calls waiting for a person, across jobs, oldest first;
-// read again every second, so one answered elsewhere leaves the queue.
+// read again whenever WatchJobs says a job's calls started or stopped
+// waiting, so one answered elsewhere leaves the queue at once.
 import { jobs } from "../api.js";
+import { useJobChanges } from "../job-changes.js";
 import { usePolling } from "../polling.js";
 import { ApprovalCard } from "./approval-card.js";
 
 export function ApprovalsPage({ roles }: { roles: string[] }) {
-  const queue = usePolling(() => jobs.listApprovals({}), 1_000, []);
+  // Read again every 30 s too: a deadline passing changes nothing the stream carries until the runtime answers.
+  const queue = usePolling(() => jobs.listApprovals({}), 30_000, []);
+  useJobChanges(() => queue.refresh());
   const canAnswer = roles.includes("approver");
   return (
     <section aria-labelledby="approvals-title">

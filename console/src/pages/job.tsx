@@ -12,7 +12,6 @@ import { jobs, messageOf } from "../api.js";
 import { clockMs, count, dateOf, duration, isTerminal, stateName, stopReasonName, usd } from "../format.js";
 import { useJobStream } from "../job-stream.js";
 import { groupOperations, operationsOf, placeOperations, type Entry } from "../operations.js";
-import { usePolling } from "../polling.js";
 import { useRead } from "../reads.js";
 import { href } from "../router.js";
 import { saveTraceUrlTemplate, traceLink, traceUrlTemplate } from "../settings.js";
@@ -54,7 +53,9 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
   );
 
   const waiting = rows.some((r) => r.kind === "tool" && r.decision?.pending === true);
-  const approvals = usePolling(() => (waiting ? jobs.listApprovals({ jobId }) : Promise.resolve(undefined)), 1_000, [jobId, waiting]);
+  // The job's own stream carries every permission request and decision: read the waiting calls again on each.
+  const permissionEvents = s.events.reduce((n, e) => n + (e.event.case === "permissionRequested" || e.event.case === "permissionDecision" ? 1 : 0), 0);
+  const approvals = useRead((signal) => jobs.listApprovals({ jobId }, { signal }), `${jobId}|${permissionEvents}`, { enabled: waiting });
   const [problem, setProblem] = useState<string | undefined>(undefined);
   const canCancel = roles.includes("operator") && job !== undefined && !terminal;
   const cancel = async (): Promise<void> => {
@@ -160,8 +161,8 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
           <pre class="input">{job.input}</pre>
         </>
       ) : null}
-      {approvals.value?.approvals.map((approval) => (
-        <ApprovalCard key={approval.callId} approval={approval} canAnswer={roles.includes("approver")} onAnswered={approvals.refresh} />
+      {(waiting ? (approvals.value?.approvals ?? []) : []).map((approval) => (
+        <ApprovalCard key={approval.callId} approval={approval} canAnswer={roles.includes("approver")} onAnswered={() => undefined} />
       ))}
       <h2>Usage</h2>
       <UsageView usage={usage.value} error={usage.error} streamed={totals} />

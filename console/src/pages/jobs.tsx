@@ -1,17 +1,20 @@
 // Jobs, newest first, a page at a time from the server (ListJobs with a page
 // token), filtered there by state, agent and text (a job id, or words of its
-// input). The page in view is read again every two seconds, so state changes
-// show while it is open. The filters live in the address (`#/jobs?state=…`),
-// so a reload or a shared link keeps them.
+// input). The page in view is read again whenever WatchJobs says a job
+// changed state, so changes show as they happen. The filters live in the
+// address (`#/jobs?state=…`), so a reload or a shared link keeps them.
 import { useEffect, useState } from "preact/hooks";
 import { JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { agents, jobs } from "../api.js";
 import { clock, dateOf, duration, JOB_STATES, stateName } from "../format.js";
+import { useJobChanges } from "../job-changes.js";
 import { usePolling } from "../polling.js";
 import { useRead } from "../reads.js";
 import { href, replaceRoute, type JobsFilter } from "../router.js";
 
 const PAGE_SIZE = 50;
+/** Read again this often even without a change heard (a change the stream could not carry). */
+const SAFETY_MS = 30_000;
 const TYPING_MS = 300;
 
 export function JobsPage({ filter }: { filter: JobsFilter }) {
@@ -31,7 +34,9 @@ export function JobsPage({ filter }: { filter: JobsFilter }) {
     return () => clearTimeout(timer);
   }, [text]);
   const agentNames = useRead((signal) => agents.listAgents({}, { signal }).then((r) => r.agents.map((a) => a.name)), "agent-names");
-  const list = usePolling(() => jobs.listJobs({ limit: PAGE_SIZE, state: stateValue, agent: filter.agent, text: filter.text.trim(), pageToken: token }), 2_000, [stateValue, filter.agent, filter.text, token]);
+  const list = usePolling(() => jobs.listJobs({ limit: PAGE_SIZE, state: stateValue, agent: filter.agent, text: filter.text.trim(), pageToken: token }), SAFETY_MS, [stateValue, filter.agent, filter.text, token]);
+  // A job changed state (or was created): the page in view is read again.
+  useJobChanges(() => list.refresh());
   const filtered = stateValue !== JobState.UNSPECIFIED || filter.agent !== "" || filter.text.trim() !== "";
   return (
     <section aria-labelledby="jobs-title">

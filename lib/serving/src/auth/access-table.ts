@@ -26,6 +26,7 @@ export const ACCESS_TABLE: Readonly<Record<string, Access>> = {
   "oz0.orchestrator.v1.JobService/GetJob": { role: "viewer" },
   "oz0.orchestrator.v1.JobService/ListJobs": { role: "viewer" },
   "oz0.orchestrator.v1.JobService/WatchJob": { role: "viewer" },
+  "oz0.orchestrator.v1.JobService/WatchJobs": { role: "viewer" },
   "oz0.orchestrator.v1.JobService/CancelJob": { role: "operator" },
   "oz0.orchestrator.v1.JobService/GetArtifacts": { role: "viewer" },
   "oz0.orchestrator.v1.JobService/AnswerPermission": { role: "approver" },

@@ -11,6 +11,11 @@ import type { EventsAppended } from "../cluster/cluster-notifier.js";
 import { notAsBystander } from "../cluster/job-ownership.js";
 
 type Listener = (event: JobEvent) => void;
+/** Hears of every job's changes that lists show (WatchJobs). */
+type ChangeListener = (jobId: string, event: JobEvent) => void;
+
+/** What lists of jobs and of approvals show: a job's state, and its calls waiting for a person. */
+const LISTED: ReadonlySet<JobEvent["event"]["case"]> = new Set(["stateChanged", "permissionRequested", "permissionDecision"]);
 
 const CATCH_UP_PAGE = 500;
 
@@ -32,10 +37,12 @@ export interface ClusterEvents {
 
 export class JobFeed {
   readonly #watched = new Map<string, Watched>();
+  readonly #changes = new Set<ChangeListener>();
   #cluster: ClusterEvents | undefined;
   #onError: ((error: unknown) => void) | undefined;
 
   publish(jobId: string, events: readonly JobEvent[]): void {
+    this.#passChanges(jobId, events);
     const watched = this.#watched.get(jobId);
     if (!watched) return;
     for (const event of events) {
@@ -64,6 +71,26 @@ export class JobFeed {
     };
   }
 
+  /**
+   * Every job's changes that lists show (its state; a call starting or
+   * ending to wait for a person) from now on: those appended here, and on a
+   * cluster those other replicas append (read from the store on their
+   * notices while anyone listens). A change may be heard twice; none is
+   * replayed.
+   */
+  subscribeChanges(listener: ChangeListener): () => void {
+    this.#changes.add(listener);
+    return () => this.#changes.delete(listener);
+  }
+
+  #passChanges(jobId: string, events: readonly JobEvent[]): void {
+    if (this.#changes.size === 0) return;
+    for (const event of events) {
+      if (!LISTED.has(event.event.case)) continue;
+      for (const listener of this.#changes) notAsBystander(() => listener(jobId, event));
+    }
+  }
+
   /** Carry events other replicas append (through the cluster's notices) to this replica's watchers. */
   followCluster(cluster: ClusterEvents, options: { onError?: (error: unknown) => void } = {}): () => void {
     this.#cluster = cluster;
@@ -74,6 +101,14 @@ export class JobFeed {
   #catchUp(appended: EventsAppended): void {
     const watched = this.#watched.get(appended.jobId);
     const cluster = this.#cluster;
+    if (!watched && cluster && this.#changes.size > 0) {
+      // Nobody follows this job's events here, but someone follows every job's changes.
+      void cluster.listJobEvents(appended.jobId, appended.fromSeq - 1, CATCH_UP_PAGE).then(
+        (events) => this.#passChanges(appended.jobId, events),
+        (error: unknown) => this.#onError?.(error),
+      );
+      return;
+    }
     if (!watched || !cluster || appended.seq <= watched.seq) return;
     if (watched.reading) {
       watched.again = true;

@@ -39,6 +39,7 @@ import { isTerminal, type AgentVersionRecord, type JobRecord, type JobStateName,
 import { OrchestratorError } from "../orchestrator-error.js";
 import type { JobTranscripts } from "../jobs/job-transcripts.js";
 import { listJobsPage } from "../jobs/job-pages.js";
+import { watchJobs } from "./watch-jobs.js";
 import { jobUsage } from "../jobs/job-usage.js";
 import type { PluginRegistry } from "../plugins/plugin-registry.js";
 import type { SecretWriter } from "../sessions/session-runner.js";
@@ -280,6 +281,7 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
         return { jobs: page.jobs.map(jobToProto), nextPageToken: page.nextPageToken };
       }),
     watchJob: (req, context) => watch(deps, required(req.jobId, "job_id"), Number(req.afterSeq), context),
+    watchJobs: (_req, context) => watchJobs({ feed: deps.feed, store: deps.store, toProto: jobToProto }, context),
     cancelJob: (req) =>
       handle(async () => {
         const jobId = required(req.jobId, "job_id");

@@ -1920,9 +1920,10 @@ export const JobService: GenService<{
   },
   /**
    * Every job as it changes state (stored, running, waiting for a person,
-   * running again, ended), from now on: list with ListJobs first, then follow
-   * this to keep the list current. Nothing is replayed; after a reconnect,
-   * list again.
+   * running again, ended) or a call of it starts or stops waiting for a
+   * person, from now on: list with ListJobs (or ListApprovals) first, then
+   * follow this to keep the list current. Nothing is replayed; after a
+   * reconnect, list again.
    *
    * @generated from rpc oz0.orchestrator.v1.JobService.WatchJobs
    */

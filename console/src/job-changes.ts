@@ -1,0 +1,49 @@
+// Every job's state changes as they happen (WatchJobs), for lists that stay
+// current without reading again on a timer: `changed` is called (at most
+// once per GATHER_MS, for a burst) when a job changed, and after the stream
+// was opened again (changes may have been missed while it was down).
+import { useEffect, useRef } from "preact/hooks";
+import type { Job } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { jobs } from "./api.js";
+
+const GATHER_MS = 100;
+const RECONNECT_MS = [250, 500, 1_000, 2_000, 5_000];
+
+export function useJobChanges(changed: (jobs: readonly Job[]) => void): void {
+  const latest = useRef(changed);
+  latest.current = changed;
+  useEffect(() => {
+    const abort = new AbortController();
+    let pending: Job[] = [];
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const soon = (job: Job | undefined): void => {
+      if (job) pending.push(job);
+      timer ??= setTimeout(() => {
+        timer = undefined;
+        const batch = pending;
+        pending = [];
+        latest.current(batch);
+      }, GATHER_MS);
+    };
+    const follow = async (): Promise<void> => {
+      for (let attempt = 0; !abort.signal.aborted; attempt++) {
+        try {
+          // Reopened: what changed meanwhile is unknown, so the list is read again.
+          if (attempt > 0) soon(undefined);
+          for await (const { job } of jobs.watchJobs({}, { signal: abort.signal })) {
+            attempt = 0;
+            soon(job);
+          }
+        } catch {
+          if (abort.signal.aborted) return;
+        }
+        await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS[Math.min(attempt, RECONNECT_MS.length - 1)]));
+      }
+    };
+    void follow();
+    return () => {
+      abort.abort();
+      clearTimeout(timer);
+    };
+  }, []);
+}

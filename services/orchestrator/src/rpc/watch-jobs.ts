@@ -1,0 +1,41 @@
+// WatchJobs: every job as it changes state, or a call of it starts or stops
+// waiting for a person, from now on, for lists that stay current (the
+// console's jobs and approvals pages). The feed says which job
+// changed; the job is read from the store when its turn to be sent comes, so
+// a burst of changes to one job sends it once, as it is by then.
+import type { HandlerContext } from "@connectrpc/connect";
+import type { Job, WatchJobsResponse } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import type { JobFeed } from "../jobs/job-feed.js";
+import type { JobRecord, JobStore } from "../store/job-store.js";
+
+export async function* watchJobs(
+  deps: { feed: JobFeed; store: Pick<JobStore, "getJob">; toProto: (job: JobRecord) => Job },
+  context: HandlerContext,
+): AsyncGenerator<WatchJobsResponse> {
+  // Job ids changed and not sent yet, oldest change first (a Set keeps one of each).
+  const changed = new Set<string>();
+  let wake: (() => void) | undefined;
+  const unsubscribe = deps.feed.subscribeChanges((jobId) => {
+    changed.add(jobId);
+    wake?.();
+  });
+  const onAbort = (): void => wake?.();
+  context.signal.addEventListener("abort", onAbort);
+  try {
+    while (!context.signal.aborted) {
+      for (const jobId of changed) {
+        changed.delete(jobId);
+        const job = await deps.store.getJob(jobId);
+        if (job) yield { job: deps.toProto(job) } as WatchJobsResponse;
+      }
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+        if (changed.size > 0 || context.signal.aborted) resolve();
+      });
+      wake = undefined;
+    }
+  } finally {
+    unsubscribe();
+    context.signal.removeEventListener("abort", onAbort);
+  }
+}
