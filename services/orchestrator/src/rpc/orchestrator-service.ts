@@ -39,6 +39,7 @@ import { isTerminal, type AgentVersionRecord, type JobRecord, type JobStateName,
 import { OrchestratorError } from "../orchestrator-error.js";
 import type { JobTranscripts } from "../jobs/job-transcripts.js";
 import { listJobsPage } from "../jobs/job-pages.js";
+import { Doorbell } from "./doorbell.js";
 import { watchJobs } from "./watch-jobs.js";
 import { jobUsage } from "../jobs/job-usage.js";
 import type { PluginRegistry } from "../plugins/plugin-registry.js";
@@ -204,13 +205,11 @@ async function* watch(deps: OrchestratorServiceDeps, jobId: string, afterSeq: nu
   const job = await deps.store.getJob(jobId);
   if (!job) throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
   const buffer: JobEvent[] = [];
-  let wake: (() => void) | undefined;
+  const bell = new Doorbell(context.signal);
   const unsubscribe = deps.feed.subscribe(jobId, (event) => {
     buffer.push(event);
-    wake?.();
+    bell.ring();
   });
-  const onAbort = (): void => wake?.();
-  context.signal.addEventListener("abort", onAbort);
   try {
     let last = afterSeq;
     for (;;) {
@@ -232,15 +231,11 @@ async function* watch(deps: OrchestratorServiceDeps, jobId: string, afterSeq: nu
         last = Number(event.seq);
         if (isTerminalEvent(event)) return;
       }
-      await new Promise<void>((resolve) => {
-        wake = resolve;
-        if (buffer.length > 0 || context.signal.aborted) resolve();
-      });
-      wake = undefined;
+      await bell.wait(() => buffer.length > 0);
     }
   } finally {
     unsubscribe();
-    context.signal.removeEventListener("abort", onAbort);
+    bell.close();
   }
 }
 

@@ -7,6 +7,7 @@ import type { HandlerContext } from "@connectrpc/connect";
 import type { Job, WatchJobsResponse } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { JobFeed } from "../jobs/job-feed.js";
 import type { JobRecord, JobStore } from "../store/job-store.js";
+import { Doorbell } from "./doorbell.js";
 
 export async function* watchJobs(
   deps: { feed: JobFeed; store: Pick<JobStore, "getJob">; toProto: (job: JobRecord) => Job },
@@ -14,13 +15,11 @@ export async function* watchJobs(
 ): AsyncGenerator<WatchJobsResponse> {
   // Job ids changed and not sent yet, oldest change first (a Set keeps one of each).
   const changed = new Set<string>();
-  let wake: (() => void) | undefined;
+  const bell = new Doorbell(context.signal);
   const unsubscribe = deps.feed.subscribeChanges((jobId) => {
     changed.add(jobId);
-    wake?.();
+    bell.ring();
   });
-  const onAbort = (): void => wake?.();
-  context.signal.addEventListener("abort", onAbort);
   try {
     while (!context.signal.aborted) {
       for (const jobId of changed) {
@@ -28,14 +27,10 @@ export async function* watchJobs(
         const job = await deps.store.getJob(jobId);
         if (job) yield { job: deps.toProto(job) } as WatchJobsResponse;
       }
-      await new Promise<void>((resolve) => {
-        wake = resolve;
-        if (changed.size > 0 || context.signal.aborted) resolve();
-      });
-      wake = undefined;
+      await bell.wait(() => changed.size > 0);
     }
   } finally {
     unsubscribe();
-    context.signal.removeEventListener("abort", onAbort);
+    bell.close();
   }
 }
