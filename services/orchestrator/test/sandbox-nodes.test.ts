@@ -4,7 +4,8 @@
 // registry, RegistryPlacement placing real sessions on them by free
 // capacity, a node killed mid-session no longer placed on and its session
 // reported lost with the reason its job fails with, a node shutting down
-// drained at once, and heartbeats without the node token refused.
+// drained at once, heartbeats without the node token refused, and a node
+// that comes back at another address found by its id, its session kept.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -47,6 +48,7 @@ void describe("sandbox nodes", () => {
   const schema = freshSchema();
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-nodes-"));
   const processes: StackProcess[] = [];
+  const started = new Map<string, StackProcess>();
   const channels: SessionChannel[] = [];
   let registry: SandboxNodeRegistry;
   /** The same rows, judged with a long stale limit: shows a node's last capacity after it stopped. */
@@ -73,6 +75,7 @@ void describe("sandbox nodes", () => {
       logFile: path.join(dir, `${id}.log`),
     });
     processes.push(node);
+    started.set(id, node);
     return node;
   }
 
@@ -208,5 +211,45 @@ void describe("sandbox nodes", () => {
     const refused = await run(buf, [...args, "--reflect-header", `authorization: Bearer ${TOKEN}`, "--data", data, method]);
     assert.notEqual(refused.code, 0);
     assert.match(refused.stderr, /unauthenticated/);
+  });
+
+  void it("finds a session's node by its id when the node comes back at another address, with the session kept", async () => {
+    // Under bubblewrap a session outlives its sandbox; the sandbox started again (same id and root) listens on a new port.
+    const env = { OZ0_ISOLATION: "bwrap", OZ0_SESSION_ORPHAN_MS: "60000" };
+    // The only live node, so the session is placed there.
+    await started.get("node-b")?.stop({ signal: "SIGKILL" });
+    const first = await startNode("node-moves", env);
+    await eventually(async () => ((await live()).join() === "node-moves" ? true : undefined), "the moving node the only one live");
+    const runner = await placement.place({ jobId: "job-moves", sessionId: "s-moves" });
+    assert.equal(runner?.url, first.url);
+    const channel = runner!.start({
+      request: create(SessionRequestSchema, { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, sessionId: "s-moves", jobId: "job-moves", input: "hold" }),
+      command: [process.execPath, "-e", HOLDING_HARNESS],
+      pluginDir: repoRoot,
+      attachments: [],
+    });
+    let lastSeq = 0;
+    for await (const message of channel) {
+      lastSeq = message.seq;
+      if (message.kind === "event" && message.event.event.case === "started") break;
+    }
+    channel.close();
+    await first.stop({ signal: "SIGKILL" });
+    const second = await startNode("node-moves", env);
+    assert.notEqual(second.url, first.url, "the node came back at another address");
+    const moved = await eventually(async () => {
+      const found = await placement.runnerForSession({ sessionId: "s-moves", sandboxUrl: first.url });
+      return found.url === second.url ? found : undefined;
+    }, "the session's node found at its new address");
+    // The session is there: re-attached after the last seq seen, then cancelled, it ends.
+    const resumed = moved.reattach({ sessionId: "s-moves", afterSeq: lastSeq });
+    channels.push(resumed);
+    await moved.cancel({ sessionId: "s-moves", reason: "the test is done" });
+    const kinds: string[] = [];
+    for await (const message of resumed) {
+      assert.ok(message.seq > lastSeq, "nothing seen before is sent again");
+      kinds.push(message.kind);
+    }
+    assert.equal(kinds.at(-1), "exited", kinds.join(","));
   });
 });

@@ -171,12 +171,8 @@ export class SandboxNodeRegistry {
    * afresh.
    */
   async place(request: { sessionId: string; jobId: string }): Promise<Placement | undefined> {
-    const { rows } = await this.#pool.query<NodeRow & { placed_at: Date }>(
-      `SELECT n.*, p.placed_at FROM session_placements p JOIN sandbox_nodes n ON n.id = p.node_id WHERE p.session_id = $1`,
-      [request.sessionId],
-    );
-    const existing = rows[0];
-    if (existing) return { sessionId: request.sessionId, jobId: request.jobId, node: toNode(existing), placedAt: existing.placed_at };
+    const existing = await this.#placementOf(request.sessionId);
+    if (existing) return { sessionId: request.sessionId, jobId: request.jobId, node: existing.node, placedAt: existing.placedAt };
     return withTransaction(this.#pool, async (client) => {
       // Lock the candidates in id order (one order for every replica: no deadlocks), then pick in code.
       const candidates = await client.query<NodeRow>(
@@ -203,6 +199,24 @@ export class SandboxNodeRegistry {
    * node, so a caller acting on an old view never frees the slot another
    * replica placed the session in since.
    */
+  /**
+   * The node the session is placed on, as it is now: a node that came back
+   * at another address (a new pod IP, another port) is found by its id, with
+   * its new URL. Undefined when the session has no placement.
+   */
+  async nodeOfSession(sessionId: string): Promise<SandboxNode | undefined> {
+    return (await this.#placementOf(sessionId))?.node;
+  }
+
+  async #placementOf(sessionId: string): Promise<{ node: SandboxNode; placedAt: Date } | undefined> {
+    const { rows } = await this.#pool.query<NodeRow & { placed_at: Date }>(
+      `SELECT n.*, p.placed_at FROM session_placements p JOIN sandbox_nodes n ON n.id = p.node_id WHERE p.session_id = $1`,
+      [sessionId],
+    );
+    const row = rows[0];
+    return row ? { node: toNode(row), placedAt: row.placed_at } : undefined;
+  }
+
   async release(sessionId: string, options: { fromNode?: string } = {}): Promise<boolean> {
     return withTransaction(this.#pool, async (client) => {
       const removed = await client.query<{ node_id: string }>(

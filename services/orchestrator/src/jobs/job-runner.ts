@@ -318,8 +318,7 @@ export class JobRunner {
     this.#operations.cancelJob(job.id);
     if (!this.#ownership.owns(job.id)) {
       // Another replica runs it: stop its session; that replica sees the stream end and finishes the job.
-      await this.#o.placement
-        .runnerFor(job.sandboxUrl)
+      await (await this.#o.placement.runnerForSession(job))
         .cancel({ sessionId: job.sessionId, reason })
         .catch((error: unknown) => {
           // Not started yet: its owner sees cancelRequestedAt before starting it.

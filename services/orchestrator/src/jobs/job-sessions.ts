@@ -163,7 +163,7 @@ export class JobSessions {
     let sandbox: SessionRunner | undefined;
     try {
       // No node yet: the session was never placed, so it is started below.
-      sandbox = job.sandboxUrl ? this.#o.placement.runnerFor(job.sandboxUrl) : undefined;
+      sandbox = job.sandboxUrl ? await this.#o.placement.runnerForSession(job) : undefined;
       if (sandbox && job.state === "pending" && job.sandboxSeq === 0 && this.#o.placement.tracksNodes) {
         // Nothing heard from the session yet. On a node that went silent it is given up there and
         // started on a live one, but only when its token proves it never reached a model; otherwise it

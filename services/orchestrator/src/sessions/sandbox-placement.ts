@@ -23,8 +23,12 @@ export interface SandboxPlacement {
    * session for want of room; another is chosen when there is one.
    */
   place(request: { jobId: string; sessionId: string; refusedBy?: string }): Promise<SessionRunner | undefined>;
-  /** The runner of the node a stored job's session is on (by the job's sandboxUrl), to re-attach or cancel. */
-  runnerFor(url: string): SessionRunner;
+  /**
+   * The runner of the node a stored job's session is on, to re-attach or
+   * cancel: found by the node's id where nodes register (a node that came
+   * back at another address is found there), else by the job's sandboxUrl.
+   */
+  runnerForSession(job: { sessionId: string; sandboxUrl: string }): Promise<SessionRunner>;
   /** The session ended, or is to be placed afresh: free its slot (`fromNode`: only if it is still there). */
   release(sessionId: string, options?: { fromNode?: string }): Promise<void>;
   /** Sessions whose node stopped sending heartbeats (empty for static placement). */
@@ -59,6 +63,11 @@ export class StaticPlacement implements SandboxPlacement {
     return Promise.resolve(this.#runners[hash % this.#runners.length]!);
   }
 
+  runnerForSession(job: { sessionId: string; sandboxUrl: string }): Promise<SessionRunner> {
+    return Promise.resolve(this.runnerFor(job.sandboxUrl));
+  }
+
+  /** The configured node at `url`. */
   runnerFor(url: string): SessionRunner {
     const found = this.#runners.find((runner) => runner.url === url);
     if (found) return found;
@@ -80,7 +89,7 @@ export class StaticPlacement implements SandboxPlacement {
 
 export interface RegistryPlacementOptions {
   /** The shared registry (PostgresCluster.nodes). */
-  registry: Pick<SandboxNodeRegistry, "place" | "release" | "lostSessions" | "lostSession" | "listLive">;
+  registry: Pick<SandboxNodeRegistry, "place" | "release" | "lostSessions" | "lostSession" | "listLive" | "nodeOfSession">;
   /** The runner for a node's URL; default a SandboxClient with a session span around each session. */
   connect?: (url: string) => SessionRunner;
   /** The orchestrator's service credential, for the default SandboxClient (sandboxes take sessions only from orchestrators). */
@@ -124,6 +133,12 @@ export class RegistryPlacement implements SandboxPlacement {
     return undefined;
   }
 
+  async runnerForSession(job: { sessionId: string; sandboxUrl: string }): Promise<SessionRunner> {
+    const node = await this.#o.registry.nodeOfSession(job.sessionId);
+    return this.runnerFor(node?.url ?? job.sandboxUrl);
+  }
+
+  /** The runner of the node at `url` (one per URL). */
   runnerFor(url: string): SessionRunner {
     let runner = this.#runners.get(url);
     if (!runner) {

@@ -168,6 +168,8 @@ export class SessionDriver {
         this.#o.logger?.warn({ jobId: o.jobId, err: String(error), attempt }, "session stream lost; re-attaching");
         await sleep(200 * 2 ** attempt);
         if (o.stillFollowed && !(await o.stillFollowed())) return { kind: "stopped" };
+        // Its node may have come back at another address: found again by the session.
+        if (this.#o.placement?.tracksNodes) state.sandbox = await this.#o.placement.runnerForSession({ sessionId: o.sessionId, sandboxUrl: state.sandbox!.url });
         state.channel = state.sandbox!.reattach({ sessionId: o.sessionId, afterSeq: state.sandboxSeq });
         await o.reattached?.();
       }
