@@ -3,7 +3,19 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["**/dist/**", "console/build/**", "**/node_modules/**", "sdk/proto/src/gen/**", "**/*.mjs", "**/*.cjs", "**/*.js", "**/fixtures/**", ".cache/**"] },
+  {
+    ignores: [
+      "**/dist/**",
+      "console/build/**",
+      "**/node_modules/**",
+      "sdk/proto/src/gen/**",
+      "**/*.mjs",
+      "**/*.cjs",
+      "**/*.js",
+      "**/fixtures/**",
+      ".cache/**",
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
@@ -14,7 +26,10 @@ export default tseslint.config(
       "@typescript-eslint/no-misused-promises": "error",
       "@typescript-eslint/consistent-type-imports": "error",
       "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
-      "no-restricted-syntax": ["error", { selector: "ExportAllDeclaration", message: "Use explicit named exports, not export *." }],
+      "no-restricted-syntax": [
+        "error",
+        { selector: "ExportAllDeclaration", message: "Use explicit named exports, not export *." },
+      ],
     },
   },
 );

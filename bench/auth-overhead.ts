@@ -82,7 +82,10 @@ function percentile(sorted: Float64Array, p: number): number {
 
 /** Mean of the middle half of sorted values. */
 function middleMean(sorted: Float64Array): number {
-  const middle = sorted.subarray(Math.floor(sorted.length / 4), Math.max(Math.floor(sorted.length / 4) + 1, Math.ceil((sorted.length * 3) / 4)));
+  const middle = sorted.subarray(
+    Math.floor(sorted.length / 4),
+    Math.max(Math.floor(sorted.length / 4) + 1, Math.ceil((sorted.length * 3) / 4)),
+  );
   return middle.reduce((a, b) => a + b, 0) / middle.length;
 }
 
@@ -92,8 +95,13 @@ function cpuMicros(): number {
 }
 
 const signed = (x: number, digits = 1): string => `${x >= 0 ? "+" : "−"}${Math.abs(x).toFixed(digits)}`;
-const range = (xs: readonly number[], digits = 1): string => `${signed(Math.min(...xs), digits)}…${signed(Math.max(...xs), digits)}`;
-const load = (): string => os.loadavg().map((l) => l.toFixed(2)).join(" ");
+const range = (xs: readonly number[], digits = 1): string =>
+  `${signed(Math.min(...xs), digits)}…${signed(Math.max(...xs), digits)}`;
+const load = (): string =>
+  os
+    .loadavg()
+    .map((l) => l.toFixed(2))
+    .join(" ");
 
 /** One round of a contender: CPU per call (whole process) and the wall-time distribution. */
 interface Sample {
@@ -110,10 +118,20 @@ interface Sample {
   mean: number;
 }
 
-function sampleOf(cpus: Float64Array | undefined, times: Float64Array, cpuPerCall: number, wallPerCall: number): Sample {
+function sampleOf(
+  cpus: Float64Array | undefined,
+  times: Float64Array,
+  cpuPerCall: number,
+  wallPerCall: number,
+): Sample {
   times.sort();
   cpus?.sort();
-  return { cpu: cpuPerCall, cpuMid: cpus ? middleMean(cpus) : Number.NaN, p50: percentile(times, 0.5), mean: wallPerCall };
+  return {
+    cpu: cpuPerCall,
+    cpuMid: cpus ? middleMean(cpus) : Number.NaN,
+    p50: percentile(times, 0.5),
+    mean: wallPerCall,
+  };
 }
 
 /** Sequential calls of one contender: per-call wall time, and the process's CPU over all of them. */
@@ -149,7 +167,12 @@ interface Contender {
  * the mean then says little about the collections a contender causes, and
  * the middle half, which leaves them out, is the figure to read.
  */
-async function interleave(contenders: Contender[], rounds: number, n: number, onRound?: (round: number) => void): Promise<void> {
+async function interleave(
+  contenders: Contender[],
+  rounds: number,
+  n: number,
+  onRound?: (round: number) => void,
+): Promise<void> {
   const k = contenders.length;
   for (let r = 0; r < rounds; r += 1) {
     const times = contenders.map(() => new Float64Array(n));
@@ -175,8 +198,10 @@ async function interleave(contenders: Contender[], rounds: number, n: number, on
 }
 
 /** Per-round difference against the baseline of the same round. */
-const added = (c: Contender, base: Contender, of: (s: Sample) => number): number[] => c.samples.map((s, i) => of(s) - of(base.samples[i]!));
-const ratioOf = (c: Contender, base: Contender, of: (s: Sample) => number): number => median(c.samples.map((s, i) => of(s) / of(base.samples[i]!)));
+const added = (c: Contender, base: Contender, of: (s: Sample) => number): number[] =>
+  c.samples.map((s, i) => of(s) - of(base.samples[i]!));
+const ratioOf = (c: Contender, base: Contender, of: (s: Sample) => number): number =>
+  median(c.samples.map((s, i) => of(s) / of(base.samples[i]!)));
 
 // ---------------------------------------------------------------- the bench
 
@@ -186,10 +211,15 @@ async function bench(): Promise<void> {
   const noRatio = "(no ratio from a single round: --rounds 2 or more)";
   const report = startReport("auth-overhead (issue 19)");
   console.log(`CPU: ${os.cpus()[0]?.model ?? "unknown"}`);
-  console.log(`goal: under ${GOAL_MICROS} µs of CPU per call added by authentication; contenders alternate (call by call in 1–2, round by round in 3–4)`);
+  console.log(
+    `goal: under ${GOAL_MICROS} µs of CPU per call added by authentication; contenders alternate (call by call in 1–2, round by round in 3–4)`,
+  );
 
   const issuer = await startTestOidcIssuer();
-  const people: PeopleConfig = { oidc: { issuer: issuer.url, audience: "oz0" }, roles: { operator: { users: ["alice"] } } };
+  const people: PeopleConfig = {
+    oidc: { issuer: issuer.url, audience: "oz0" },
+    roles: { operator: { users: ["alice"] } },
+  };
   // alice is an operator (so a viewer too); the token lives past the bench.
   const jwt = await issuer.sign({ sub: "alice", groups: ["eng"] }, { expiresIn: "30m" });
   try {
@@ -208,7 +238,10 @@ async function bench(): Promise<void> {
  * no authentication. Built from serve()'s parts (without its health and
  * reflection routes and its authority guard, which cost next to nothing).
  */
-async function startServerWithoutAuth(services: ServiceRegistration[], logger: Logger): Promise<{ url: string; close(): void }> {
+async function startServerWithoutAuth(
+  services: ServiceRegistration[],
+  logger: Logger,
+): Promise<{ url: string; close(): void }> {
   const handler = connectNodeAdapter({
     routes: (router) => {
       for (const { service, impl } of services) router.service(service, impl);
@@ -246,11 +279,18 @@ async function rpcSections(people: PeopleConfig, jwt: string): Promise<void> {
     // The real RunAgent reads the principal too (who started the job).
     registration(JobService, { runAgent: (_request, context) => (principalOf(context) ? {} : {}) }),
   ];
-  const server = await serve({ name: "bench", port: 0, logger, auth: new Authenticator(testCredentials.settingsFor("orchestrator", { people })), services });
+  const server = await serve({
+    name: "bench",
+    port: 0,
+    logger,
+    auth: new Authenticator(testCredentials.settingsFor("orchestrator", { people })),
+    services,
+  });
   const twin = await startServerWithoutAuth(services, logger);
   const stubbed = await serve({ name: "bench-stubbed", port: 0, logger, auth: new InstantAuthenticator({}), services });
   // One transport (one HTTP/2 connection) per contender, as each client has its own.
-  const transport = (url: string, token?: string): ReturnType<typeof createGrpcTransport> => createGrpcTransport({ baseUrl: url, interceptors: token ? [bearerInterceptor(token)] : [] });
+  const transport = (url: string, token?: string): ReturnType<typeof createGrpcTransport> =>
+    createGrpcTransport({ baseUrl: url, interceptors: token ? [bearerInterceptor(token)] : [] });
   const health = createClient(Health, transport(server.url));
   const healthWithJwt = createClient(Health, transport(server.url, jwt));
   const agentsOpen = createClient(AgentService, transport(twin.url));
@@ -273,15 +313,24 @@ async function rpcSections(people: PeopleConfig, jwt: string): Promise<void> {
   const all = [base, control, listOpen, listOwner, listJwt, listStubbed, runOpen, runOwner, runJwt];
   try {
     console.log("");
-    console.log(`1. the auth interceptor on a real Connect server: serve() on loopback, gRPC transport (connect-node), one connection per`);
-    console.log(`   contender; ${rounds} rounds of ${n} cycles, a cycle calling each contender once, one call at a time (alternating call by call).`);
-    console.log("   Baseline: Health/Check (open) on the same server. Cross-check: the same method on a twin server built from serve()'s");
-    console.log("   parts without the auth interceptor. CPU is process.cpuUsage of this whole process: client and server together");
+    console.log(
+      `1. the auth interceptor on a real Connect server: serve() on loopback, gRPC transport (connect-node), one connection per`,
+    );
+    console.log(
+      `   contender; ${rounds} rounds of ${n} cycles, a cycle calling each contender once, one call at a time (alternating call by call).`,
+    );
+    console.log(
+      "   Baseline: Health/Check (open) on the same server. Cross-check: the same method on a twin server built from serve()'s",
+    );
+    console.log(
+      "   parts without the auth interceptor. CPU is process.cpuUsage of this whole process: client and server together",
+    );
     console.log("   (both run here), all threads.");
     // Warm-up, discarded: connections, JIT, and the JWT's one verification (discovery, JWKS fetch, signature).
     for (const c of all) for (let i = 0; i < 300; i += 1) await c.call(i);
     await interleave(all, rounds, n, (r) => {
-      if ((r + 1) % 10 === 0 || r + 1 === rounds) process.stdout.write(`   round ${r + 1}/${rounds} done, load ${load()}\n`);
+      if ((r + 1) % 10 === 0 || r + 1 === rounds)
+        process.stdout.write(`   round ${r + 1}/${rounds} done, load ${load()}\n`);
     });
     // How rounds are combined: the CPU mean over every call of every round, the other two as medians over rounds.
     const average = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
@@ -294,17 +343,31 @@ async function rpcSections(people: PeopleConfig, jwt: string): Promise<void> {
     const [midM, meanM] = measures;
     const value = (c: Contender, m: Measure): number => m.center(c.samples.map(m.of));
     const gain = (c: Contender, b: Contender, m: Measure): number => m.center(added(c, b, m.of));
-    const ratio = (c: Contender, b: Contender, m: Measure): number => (m === meanM ? value(c, m) / value(b, m) : ratioOf(c, b, m.of));
-    console.log("   per call: CPU middle half = mean of each call's own CPU between its 25th and 75th percentile, median over rounds");
-    console.log("   (the figure to read: a collection or tier-up lands on whichever call is running, and this leaves them out); CPU mean =");
-    console.log("   all CPU of every call (collections shared out among contenders by the alternation: its spread shows it is noise here);");
-    console.log("   p50 wall time, median over rounds. added = contender − baseline, in the same rounds [spread of single rounds].");
-    console.log("   The twin server lacks only serve()'s auth interceptor and its small extras (health and reflection routes, the authority");
+    const ratio = (c: Contender, b: Contender, m: Measure): number =>
+      m === meanM ? value(c, m) / value(b, m) : ratioOf(c, b, m.of);
+    console.log(
+      "   per call: CPU middle half = mean of each call's own CPU between its 25th and 75th percentile, median over rounds",
+    );
+    console.log(
+      "   (the figure to read: a collection or tier-up lands on whichever call is running, and this leaves them out); CPU mean =",
+    );
+    console.log(
+      "   all CPU of every call (collections shared out among contenders by the alternation: its spread shows it is noise here);",
+    );
+    console.log(
+      "   p50 wall time, median over rounds. added = contender − baseline, in the same rounds [spread of single rounds].",
+    );
+    console.log(
+      "   The twin server lacks only serve()'s auth interceptor and its small extras (health and reflection routes, the authority",
+    );
     console.log("   guard), so the truth lies between the two baselines, nearer the twin.");
-    const figures = (c: Contender): string => measures.map((m) => `${m.label} ${value(c, m).toFixed(1).padStart(6)} µs`).join(", ");
+    const figures = (c: Contender): string =>
+      measures.map((m) => `${m.label} ${value(c, m).toFixed(1).padStart(6)} µs`).join(", ");
     const against = (c: Contender, b: Contender, label: string): string => {
       const parts = measures.map((m) => `${m.label} ${signed(gain(c, b, m))} [${range(added(c, b, m.of))}]`).join(", ");
-      const ratioText = ratios ? `; ratio ${measures.map((m) => `${ratio(c, b, m).toFixed(3)}x`).join(" / ")}` : ` ${noRatio}`;
+      const ratioText = ratios
+        ? `; ratio ${measures.map((m) => `${ratio(c, b, m).toFixed(3)}x`).join(" / ")}`
+        : ` ${noRatio}`;
       return `${" ".repeat(6)}vs ${label}: added ${parts} µs${ratioText}`;
     };
     const show = (c: Contender, same?: Contender): void => {
@@ -316,24 +379,44 @@ async function rpcSections(people: PeopleConfig, jwt: string): Promise<void> {
     const verdict = (cs: Contender[], same: Contender): string => {
       const worst = (b: Contender, m: Measure): number => Math.max(...cs.map((c) => gain(c, b, m)));
       const found = [worst(base, midM), worst(same, midM)];
-      const word = found.every((f) => f < GOAL_MICROS) ? "met" : found.some((f) => f < GOAL_MICROS) ? "met against one baseline only" : "NOT met";
+      const word = found.every((f) => f < GOAL_MICROS)
+        ? "met"
+        : found.some((f) => f < GOAL_MICROS)
+          ? "met against one baseline only"
+          : "NOT met";
       return `${word}: the largest CPU added per call (middle half) is ${found[0]!.toFixed(1)} µs against Health/Check, ${found[1]!.toFixed(1)} µs against the same method without auth`;
     };
     console.log("   ratios are contender / baseline: CPU middle half / CPU mean / p50.");
     for (const c of [base, control]) show(c);
-    console.log(`      (the control is what carrying the ${jwt.length}-character JWT costs without any check: client header, HPACK, parsing)`);
+    console.log(
+      `      (the control is what carrying the ${jwt.length}-character JWT costs without any check: client header, HPACK, parsing)`,
+    );
     for (const c of [listOpen, listOwner, listJwt]) show(c, c === listOpen ? undefined : listOpen);
-    console.log(`   authenticate() alone costs 1–2 µs (section 3); on a live server the interceptor's whole path costs several times that.`);
+    console.log(
+      `   authenticate() alone costs 1–2 µs (section 3); on a live server the interceptor's whole path costs several times that.`,
+    );
     console.log(`   goal under ${GOAL_MICROS} µs of CPU per call: ${verdict([listOwner, listJwt], listOpen)}`);
-    console.log("   decomposition: the same server, its authenticator replaced by one that answers at once (no hash, no look-up), so");
-    console.log("   this line is the interceptor's own work (method name, access rule, header regex, one more await, the context value):");
+    console.log(
+      "   decomposition: the same server, its authenticator replaced by one that answers at once (no hash, no look-up), so",
+    );
+    console.log(
+      "   this line is the interceptor's own work (method name, access rule, header regex, one more await, the context value):",
+    );
     show(listStubbed, listOpen);
 
     console.log("");
-    console.log("2. RunAgent (JobService/RunAgent, needs an operator): the same method, in the same rounds as 1. The interceptor runs before");
-    console.log("   the handler and does not depend on it, so the handler here returns at once; the real RunAgent (store a job, start a");
-    console.log("   session: milliseconds, most of it in other processes) pays the same added microseconds, which the whole stack's noise");
-    console.log("   would hide, and the stack has no auth-off mode to compare with. What RunAgent pays for authentication:");
+    console.log(
+      "2. RunAgent (JobService/RunAgent, needs an operator): the same method, in the same rounds as 1. The interceptor runs before",
+    );
+    console.log(
+      "   the handler and does not depend on it, so the handler here returns at once; the real RunAgent (store a job, start a",
+    );
+    console.log(
+      "   session: milliseconds, most of it in other processes) pays the same added microseconds, which the whole stack's noise",
+    );
+    console.log(
+      "   would hide, and the stack has no auth-off mode to compare with. What RunAgent pays for authentication:",
+    );
     for (const c of [runOpen, runOwner, runJwt]) show(c, c === runOpen ? undefined : runOpen);
     console.log(`   goal under ${GOAL_MICROS} µs of CPU per call: ${verdict([runOwner, runJwt], runOpen)}`);
   } finally {
@@ -344,7 +427,14 @@ async function rpcSections(people: PeopleConfig, jwt: string): Promise<void> {
 }
 
 /** Section 3: Authenticator.authenticate alone. */
-async function authenticatorSection(issuer: TestOidcIssuer, people: PeopleConfig, jwt: string, rounds: number, ratios: boolean, noRatio: string): Promise<void> {
+async function authenticatorSection(
+  issuer: TestOidcIssuer,
+  people: PeopleConfig,
+  jwt: string,
+  rounds: number,
+  ratios: boolean,
+  noRatio: string,
+): Promise<void> {
   const n = options.micro;
   // The events service's settings: it knows the owner and three services, and here OIDC people.
   const auth = new Authenticator(testCredentials.settingsFor("events", { people }));
@@ -357,20 +447,38 @@ async function authenticatorSection(issuer: TestOidcIssuer, people: PeopleConfig
   let serial = 0;
   const noop = async (): Promise<undefined> => undefined;
   const empty: Contender = { name: "an empty async call (the await alone)", call: noop, samples: [] };
-  const owner: Contender = { name: "opaque token: the owner (a person)", call: () => expect(testCredentials.owner), samples: [] };
-  const service: Contender = { name: "opaque token: the orchestrator (a service)", call: () => expect(testCredentials.services.orchestrator), samples: [] };
-  const cached: Contender = { name: "OIDC JWT, cached (every call after the first)", call: () => expect(jwt), samples: [] };
+  const owner: Contender = {
+    name: "opaque token: the owner (a person)",
+    call: () => expect(testCredentials.owner),
+    samples: [],
+  };
+  const service: Contender = {
+    name: "opaque token: the orchestrator (a service)",
+    call: () => expect(testCredentials.services.orchestrator),
+    samples: [],
+  };
+  const cached: Contender = {
+    name: "OIDC JWT, cached (every call after the first)",
+    call: () => expect(jwt),
+    samples: [],
+  };
   const uncached: Contender = {
     name: "OIDC JWT, fresh each call (ES256 verify by jose)",
     // Signing is the issuer's work, not the service's: done before the round.
     prepare: async () => {
-      fresh = await Promise.all(Array.from({ length: options.fresh }, () => issuer.sign({ sub: "alice", groups: ["eng"], jti: `bench-${(serial += 1)}` }, { expiresIn: "30m" })));
+      fresh = await Promise.all(
+        Array.from({ length: options.fresh }, () =>
+          issuer.sign({ sub: "alice", groups: ["eng"], jti: `bench-${(serial += 1)}` }, { expiresIn: "30m" }),
+        ),
+      );
     },
     call: (i) => expect(fresh[i]!),
     samples: [],
   };
   console.log("");
-  console.log(`3. Authenticator.authenticate alone (in this process; ${n} calls per round, ${options.fresh} for fresh JWTs)`);
+  console.log(
+    `3. Authenticator.authenticate alone (in this process; ${n} calls per round, ${options.fresh} for fresh JWTs)`,
+  );
   for (const c of [empty, owner, service, cached]) for (let i = 0; i < 2000; i += 1) await c.call(i);
   await uncached.prepare!(options.fresh);
   for (let i = 0; i < options.fresh; i += 1) await uncached.call(i);
@@ -387,49 +495,99 @@ async function authenticatorSection(issuer: TestOidcIssuer, people: PeopleConfig
   for (const c of [empty, owner, service, cached, uncached]) {
     const cpu = median(c.samples.map((s) => s.cpu));
     const wall = median(c.samples.map((s) => s.mean * 1000));
-    const net = c === empty ? "" : `; ${(cpu - emptyCpu).toFixed(2)} µs over the empty call, ${((cpu - emptyCpu) / GOAL_MICROS).toFixed(3)}x the goal`;
-    console.log(`   ${c.name.padEnd(50)} CPU ${cpu.toFixed(2).padStart(7)} µs/call, wall ${wall.toFixed(2).padStart(7)} µs/call${net}`);
+    const net =
+      c === empty
+        ? ""
+        : `; ${(cpu - emptyCpu).toFixed(2)} µs over the empty call, ${((cpu - emptyCpu) / GOAL_MICROS).toFixed(3)}x the goal`;
+    console.log(
+      `   ${c.name.padEnd(50)} CPU ${cpu.toFixed(2).padStart(7)} µs/call, wall ${wall.toFixed(2).padStart(7)} µs/call${net}`,
+    );
   }
   if (ratios) {
     const r = ratioOf(uncached, cached, (s) => s.cpu);
-    console.log(`   ratio fresh/cached JWT: ${r.toFixed(1)}x CPU. A fresh JWT is verified once per token lifetime (the cache keeps it until it expires),`);
+    console.log(
+      `   ratio fresh/cached JWT: ${r.toFixed(1)}x CPU. A fresh JWT is verified once per token lifetime (the cache keeps it until it expires),`,
+    );
   } else {
-    console.log(`   ${noRatio}. A fresh JWT is verified once per token lifetime (the cache keeps it until it expires),`);
+    console.log(
+      `   ${noRatio}. A fresh JWT is verified once per token lifetime (the cache keeps it until it expires),`,
+    );
   }
-  console.log("   so a person's calls pay the verify once per login, then the cached cost. CPU includes the libuv thread WebCrypto verifies on.");
+  console.log(
+    "   so a person's calls pay the verify once per login, then the cached cost. CPU includes the libuv thread WebCrypto verifies on.",
+  );
 }
 
 // ---------------------------------------------------------------- section 4: the LLM proxy
 
 /** The scripted upstream and the proxy: llm-proxy-latency.ts's own helper processes (the built proxy, its credentials made there). */
 function startRole(name: string, extra: string[] = []): Promise<Role> {
-  return startRoleProcess(["--import", "tsx", fileURLToPath(new URL("./llm-proxy-latency.ts", import.meta.url)), "--role", name, ...extra]);
+  return startRoleProcess([
+    "--import",
+    "tsx",
+    fileURLToPath(new URL("./llm-proxy-latency.ts", import.meta.url)),
+    "--role",
+    name,
+    ...extra,
+  ]);
 }
 
 async function proxySection(rounds: number, ratios: boolean, noRatio: string): Promise<void> {
   const n = options["model-calls"];
   console.log("");
   console.log("4. the LLM proxy's model route: the session-token check on every model call");
-  console.log("   The route (http-api.ts authenticate) calls SessionTokens.use(token), then compares the Oz0-Job and Oz0-Agent headers with");
-  console.log("   the token's record. use() hashes the token (SHA-256) and answers from its map of live tokens once the token has been used;");
-  console.log("   only a token's first use goes to the store (useToken, an UPDATE … RETURNING), so the revocation can tell whether the");
-  console.log("   session ever reached a model. So: no database write per call, one per token (per session) — measured below.");
+  console.log(
+    "   The route (http-api.ts authenticate) calls SessionTokens.use(token), then compares the Oz0-Job and Oz0-Agent headers with",
+  );
+  console.log(
+    "   the token's record. use() hashes the token (SHA-256) and answers from its map of live tokens once the token has been used;",
+  );
+  console.log(
+    "   only a token's first use goes to the store (useToken, an UPDATE … RETURNING), so the revocation can tell whether the",
+  );
+  console.log(
+    "   session ever reached a model. So: no database write per call, one per token (per session) — measured below.",
+  );
 
   // 4a. a model call end to end, so the check's share is known.
   const upstream = await startRole("upstream");
   const proxy = await startRole("proxy", ["--upstream", upstream.info.url]);
   try {
-    const body = Buffer.from(JSON.stringify({ model: "claude-sonnet-5", max_tokens: 256, messages: [{ role: "user", content: "Say something short." }] }));
-    const direct = { url: new URL("/v1/messages", upstream.info.url), headers: { "x-api-key": "sk-bench", "anthropic-version": "2023-06-01" }, body, label: "direct" };
+    const body = Buffer.from(
+      JSON.stringify({
+        model: "claude-sonnet-5",
+        max_tokens: 256,
+        messages: [{ role: "user", content: "Say something short." }],
+      }),
+    );
+    const direct = {
+      url: new URL("/v1/messages", upstream.info.url),
+      headers: { "x-api-key": "sk-bench", "anthropic-version": "2023-06-01" },
+      body,
+      label: "direct",
+    };
     const viaProxy = {
       url: new URL("/anthropic/v1/messages", proxy.info.url),
-      headers: { "x-api-key": proxy.info.token!, "Oz0-Job": "bench", "Oz0-Agent": "bench", "anthropic-version": "2023-06-01" },
+      headers: {
+        "x-api-key": proxy.info.token!,
+        "Oz0-Job": "bench",
+        "Oz0-Agent": "bench",
+        "anthropic-version": "2023-06-01",
+      },
       body,
       label: "proxy",
     };
     // CPU is the serving process's (the proxy, or the upstream for the direct call), not this load generator's.
-    const straight: Contender = { name: "scripted upstream called directly", call: () => postJson(direct), samples: [] };
-    const proxied: Contender = { name: "through the proxy (session token, metering, budget)", call: () => postJson(viaProxy), samples: [] };
+    const straight: Contender = {
+      name: "scripted upstream called directly",
+      call: () => postJson(direct),
+      samples: [],
+    };
+    const proxied: Contender = {
+      name: "through the proxy (session token, metering, budget)",
+      call: () => postJson(viaProxy),
+      samples: [],
+    };
     const served = new Map<Contender, Role>([
       [straight, upstream],
       [proxied, proxy],
@@ -454,12 +612,21 @@ async function proxySection(rounds: number, ratios: boolean, noRatio: string): P
     const proxyCpu = median(serverCpu.get(proxied)!);
     const upstreamCpu = median(serverCpu.get(straight)!);
     const p50 = (c: Contender): number => median(c.samples.map((s) => s.p50));
-    console.log(`   4a. ${n} sequential non-streaming Anthropic calls per contender per round; upstream and proxy in their own processes`);
-    console.log(`       ${straight.name.padEnd(52)} p50 ${p50(straight).toFixed(3)} ms, CPU of the upstream ${upstreamCpu.toFixed(0)} µs/call`);
-    console.log(`       ${proxied.name.padEnd(52)} p50 ${p50(proxied).toFixed(3)} ms, CPU of the proxy ${proxyCpu.toFixed(0)} µs/call`);
+    console.log(
+      `   4a. ${n} sequential non-streaming Anthropic calls per contender per round; upstream and proxy in their own processes`,
+    );
+    console.log(
+      `       ${straight.name.padEnd(52)} p50 ${p50(straight).toFixed(3)} ms, CPU of the upstream ${upstreamCpu.toFixed(0)} µs/call`,
+    );
+    console.log(
+      `       ${proxied.name.padEnd(52)} p50 ${p50(proxied).toFixed(3)} ms, CPU of the proxy ${proxyCpu.toFixed(0)} µs/call`,
+    );
     const dP50 = added(proxied, straight, (s) => s.p50 * 1000);
     console.log(
-      `       the proxy adds p50 ${signed(median(dP50) / 1000, 3)} ms (rounds ${range(dP50.map((x) => x / 1000), 3)})${ratios ? `, ratio p50 ${ratioOf(proxied, straight, (s) => s.p50).toFixed(2)}x` : ` ${noRatio}`}`,
+      `       the proxy adds p50 ${signed(median(dP50) / 1000, 3)} ms (rounds ${range(
+        dP50.map((x) => x / 1000),
+        3,
+      )})${ratios ? `, ratio p50 ${ratioOf(proxied, straight, (s) => s.p50).toFixed(2)}x` : ` ${noRatio}`}`,
     );
 
     // 4b. the check alone.
@@ -473,7 +640,8 @@ async function proxySection(rounds: number, ratios: boolean, noRatio: string): P
       let serial = 0;
       const mintOne = async (tokens: SessionTokens): Promise<string> => {
         serial += 1;
-        return (await tokens.mint({ job: "bench", agent: "bench", session: `bench-${serial}`, budgetUsd: 1_000_000 })).token;
+        return (await tokens.mint({ job: "bench", agent: "bench", session: `bench-${serial}`, budgetUsd: 1_000_000 }))
+          .token;
       };
       const live = await mintOne(inMemory);
       const use = async (tokens: SessionTokens, token: string): Promise<void> => {
@@ -490,8 +658,16 @@ async function proxySection(rounds: number, ratios: boolean, noRatio: string): P
         call: (i) => use(tokens, firstUses[i]!),
         samples: [],
       });
-      const empty: Contender = { name: "an empty async call (the await alone)", call: async () => undefined, samples: [] };
-      const cached: Contender = { name: "SessionTokens.use, every call after the first", call: () => use(inMemory, live), samples: [] };
+      const empty: Contender = {
+        name: "an empty async call (the await alone)",
+        call: async () => undefined,
+        samples: [],
+      };
+      const cached: Contender = {
+        name: "SessionTokens.use, every call after the first",
+        call: () => use(inMemory, live),
+        samples: [],
+      };
       const firstMemory = firstUse(inMemory, "in memory");
       const firstFile = firstUse(onFile, "file, WAL");
       const all = [empty, cached, firstMemory, firstFile];
@@ -511,18 +687,30 @@ async function proxySection(rounds: number, ratios: boolean, noRatio: string): P
           c.samples.push(await sequential(c.call, count));
         }
       }
-      console.log(`   4b. the check alone, SessionTokens.use on the proxy's SQLite store (in this process; ${m} calls per round, ${options.fresh} for first uses)`);
+      console.log(
+        `   4b. the check alone, SessionTokens.use on the proxy's SQLite store (in this process; ${m} calls per round, ${options.fresh} for first uses)`,
+      );
       const emptyCpu = median(empty.samples.map((s) => s.cpu));
       for (const c of all) {
         const cpu = median(c.samples.map((s) => s.cpu));
-        const net = c === empty ? "" : `; ${(cpu - emptyCpu).toFixed(2)} µs over the empty call, ${((cpu - emptyCpu) / GOAL_MICROS).toFixed(3)}x the goal`;
+        const net =
+          c === empty
+            ? ""
+            : `; ${(cpu - emptyCpu).toFixed(2)} µs over the empty call, ${((cpu - emptyCpu) / GOAL_MICROS).toFixed(3)}x the goal`;
         console.log(`       ${c.name.padEnd(52)} CPU ${cpu.toFixed(2).padStart(7)} µs/call${net}`);
       }
       const check = median(cached.samples.map((s) => s.cpu)) - emptyCpu;
-      console.log(`       per model call the check is ${check.toFixed(2)} µs of the proxy's ${proxyCpu.toFixed(0)} µs (${((100 * check) / proxyCpu).toFixed(2)}%); the goal of under ${GOAL_MICROS} µs is ${check < GOAL_MICROS ? "met" : "NOT met"}.`);
-      console.log("       That is a tight loop (hot caches); inside a loaded server the same work costs a few times more (compare section 3 with");
+      console.log(
+        `       per model call the check is ${check.toFixed(2)} µs of the proxy's ${proxyCpu.toFixed(0)} µs (${((100 * check) / proxyCpu).toFixed(2)}%); the goal of under ${GOAL_MICROS} µs is ${check < GOAL_MICROS ? "met" : "NOT met"}.`,
+      );
+      console.log(
+        "       That is a tight loop (hot caches); inside a loaded server the same work costs a few times more (compare section 3 with",
+      );
       console.log("       section 1), and the header comparisons after use() are not in it: still far from the goal.");
-      if (ratios) console.log(`       ratio first use (file) / later use: ${ratioOf(firstFile, cached, (s) => s.cpu).toFixed(1)}x CPU, paid once per session token.`);
+      if (ratios)
+        console.log(
+          `       ratio first use (file) / later use: ${ratioOf(firstFile, cached, (s) => s.cpu).toFixed(1)}x CPU, paid once per session token.`,
+        );
       else console.log(`       ${noRatio}`);
     } finally {
       await memoryStore.close();

@@ -19,8 +19,12 @@ export type BenchOptionSpec =
 type ValueOf<S extends BenchOptionSpec> = S extends { type: "boolean" }
   ? boolean
   : S extends { type: "number" }
-    ? S extends { default: number } ? number : number | undefined
-    : S extends { default: string } ? string : string | undefined;
+    ? S extends { default: number }
+      ? number
+      : number | undefined
+    : S extends { default: string }
+      ? string
+      : string | undefined;
 
 export type BenchOptionValues<T extends Record<string, BenchOptionSpec>> = { [K in keyof T]: ValueOf<T[K]> };
 
@@ -31,10 +35,17 @@ export type BenchOptionValues<T extends Record<string, BenchOptionSpec>> = { [K 
  * exits 2, before the bench starts anything (a broker, a database) to clean up.
  * Both `--name value` and `--name=value` are accepted.
  */
-export function benchOptions<const T extends Record<string, BenchOptionSpec>>(specs: T, argv: string[] = process.argv.slice(2)): BenchOptionValues<T> {
+export function benchOptions<const T extends Record<string, BenchOptionSpec>>(
+  specs: T,
+  argv: string[] = process.argv.slice(2),
+): BenchOptionValues<T> {
   const script = path.relative(process.cwd(), process.argv[1] ?? "bench");
   const entries = Object.entries(specs);
-  const usage = ["usage: node --import tsx", script, ...entries.filter(([, spec]) => !spec.internal).map(([name, spec]) => `[--${name}${placeholder(spec)}]`)].join(" ");
+  const usage = [
+    "usage: node --import tsx",
+    script,
+    ...entries.filter(([, spec]) => !spec.internal).map(([name, spec]) => `[--${name}${placeholder(spec)}]`),
+  ].join(" ");
   const fail = (why: string): never => {
     const known = [...entries.map(([name]) => `--${name}`), "--help"].join(", ");
     process.stderr.write(`${script}: ${why}\nknown options: ${known}\n${usage}\n`);
@@ -44,8 +55,18 @@ export function benchOptions<const T extends Record<string, BenchOptionSpec>>(sp
   let parsed: ReturnType<typeof parseArgs>["values"];
   try {
     // Numbers are read as strings and checked below: parseArgs has no number type.
-    const options = Object.fromEntries(entries.map(([name, spec]) => [name, { type: spec.type === "boolean" ? ("boolean" as const) : ("string" as const) }]));
-    parsed = parseArgs({ args: argv, options: { ...options, help: { type: "boolean", short: "h" } }, strict: true, allowPositionals: false }).values;
+    const options = Object.fromEntries(
+      entries.map(([name, spec]) => [
+        name,
+        { type: spec.type === "boolean" ? ("boolean" as const) : ("string" as const) },
+      ]),
+    );
+    parsed = parseArgs({
+      args: argv,
+      options: { ...options, help: { type: "boolean", short: "h" } },
+      strict: true,
+      allowPositionals: false,
+    }).values;
   } catch (error) {
     // Node's own message names the flag or value; only its parse errors are the user's to fix.
     if ((error as { code?: string }).code?.startsWith("ERR_PARSE_ARGS_")) fail((error as Error).message);

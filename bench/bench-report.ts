@@ -16,7 +16,11 @@ export interface BenchReport {
    * or, from fewer than two rounds, says why no ratio is printed.
    * Returns the median, or undefined when it was not printed.
    */
-  ratio(label: string, perRound: readonly number[], options?: { digits?: number; unit?: string; goal?: string }): number | undefined;
+  ratio(
+    label: string,
+    perRound: readonly number[],
+    options?: { digits?: number; unit?: string; goal?: string },
+  ): number | undefined;
   /** Prints the load average after the run and how long it took. Call once, at the end (also when the run failed). */
   end(): void;
 }
@@ -32,26 +36,34 @@ const load = (): string =>
  */
 export function startReport(name: string): BenchReport {
   const started = performance.now();
-  console.log(`${name}: node ${process.version}, ${availableParallelism()} cores, load average before ${load()} (1, 5, 15 min)`);
+  console.log(
+    `${name}: node ${process.version}, ${availableParallelism()} cores, load average before ${load()} (1, 5, 15 min)`,
+  );
   let ended = false;
   return {
     ratio(label, perRound, options = {}) {
       const rounds = perRound.filter((x) => Number.isFinite(x));
       if (rounds.length < MIN_ROUNDS) {
-        console.log(`${label}: no ratio from ${rounds.length} round${rounds.length === 1 ? "" : "s"}; run at least ${MIN_ROUNDS} (one round on a shared machine is noise)`);
+        console.log(
+          `${label}: no ratio from ${rounds.length} round${rounds.length === 1 ? "" : "s"}; run at least ${MIN_ROUNDS} (one round on a shared machine is noise)`,
+        );
         return undefined;
       }
       const digits = options.digits ?? 2;
       const unit = options.unit ?? "";
       const m = median(rounds);
       const spread = `${Math.min(...rounds).toFixed(digits)}–${Math.max(...rounds).toFixed(digits)}`;
-      console.log(`${label}: ${m.toFixed(digits)}${unit} (median; ${spread} over ${rounds.length} rounds)${options.goal ? `  goal ${options.goal}` : ""}`);
+      console.log(
+        `${label}: ${m.toFixed(digits)}${unit} (median; ${spread} over ${rounds.length} rounds)${options.goal ? `  goal ${options.goal}` : ""}`,
+      );
       return m;
     },
     end() {
       if (ended) return;
       ended = true;
-      console.log(`${name}: load average after ${load()} (1, 5, 15 min), ${((performance.now() - started) / 1000).toFixed(0)} s`);
+      console.log(
+        `${name}: load average after ${load()} (1, 5, 15 min), ${((performance.now() - started) / 1000).toFixed(0)} s`,
+      );
     },
   };
 }

@@ -42,8 +42,12 @@ const ms = (x: number): string => `${x.toFixed(1)} ms`;
 const model = await startScriptedModel({
   isSideCall: () => false,
   turns: (request: ScriptedRequest) => {
-    const assistantTurns = ((request.body?.messages as { role: string }[] | undefined) ?? []).filter((m) => m.role === "assistant").length;
-    return assistantTurns === 0 ? { toolCalls: [{ name: "run_command", input: { command: "true" } }] } : { text: "done" };
+    const assistantTurns = ((request.body?.messages as { role: string }[] | undefined) ?? []).filter(
+      (m) => m.role === "assistant",
+    ).length;
+    return assistantTurns === 0
+      ? { toolCalls: [{ name: "run_command", input: { command: "true" } }] }
+      : { text: "done" };
   },
 });
 
@@ -58,7 +62,18 @@ async function stackWith(count: number): Promise<{ stack: EmbeddedStack; home: s
   for (let i = 0; i < count; i++) {
     const created = new Date(start + i * 1_000);
     const job = newJobRecord(
-      { id: `job_bench${String(i).padStart(15, "0")}`, agentName: i % 3 === 0 ? "reviewer" : "bench", agentVersion: 1, input: `stored job ${i}: fix the failing test in module ${i % 97}`, state: states[i % states.length]!, sessionId: "", attachments: [], servedTools: "", startedBy: "owner", startedAt: created },
+      {
+        id: `job_bench${String(i).padStart(15, "0")}`,
+        agentName: i % 3 === 0 ? "reviewer" : "bench",
+        agentVersion: 1,
+        input: `stored job ${i}: fix the failing test in module ${i % 97}`,
+        state: states[i % states.length]!,
+        sessionId: "",
+        attachments: [],
+        servedTools: "",
+        startedBy: "owner",
+        startedAt: created,
+      },
       created,
     );
     job.finishedAt = new Date(created.getTime() + 800);
@@ -96,7 +111,11 @@ async function consolePage(stack: EmbeddedStack): Promise<Page> {
         shown = ids;
         w.__marks.rowsChanged = w.performance.now();
       }
-      if (w.__marks.decision === undefined && w.document.querySelector('[data-testid="decision"]')?.textContent?.includes("allowed by")) w.__marks.decision = Date.now();
+      if (
+        w.__marks.decision === undefined &&
+        w.document.querySelector('[data-testid="decision"]')?.textContent?.includes("allowed by")
+      )
+        w.__marks.decision = Date.now();
     }).observe(w.document, { childList: true, subtree: true, characterData: true });
   });
   await page.goto(`${stack.urls.orchestrator}/#/login?code=${encodeURIComponent(code)}`);
@@ -104,7 +123,8 @@ async function consolePage(stack: EmbeddedStack): Promise<Page> {
   return page;
 }
 
-const marks = (page: Page): Promise<Record<string, number>> => page.evaluate(() => (globalThis as unknown as { __marks: Record<string, number> }).__marks);
+const marks = (page: Page): Promise<Record<string, number>> =>
+  page.evaluate(() => (globalThis as unknown as { __marks: Record<string, number> }).__marks);
 
 /** Navigation to rows on screen, and a state filter's answer, in ms. */
 async function jobsPage(page: Page, url: string): Promise<{ load: number; filter: number }> {
@@ -116,14 +136,18 @@ async function jobsPage(page: Page, url: string): Promise<{ load: number; filter
   await page.getByLabel("State").selectOption("failed");
   await page.locator("tr[data-job] .state-failed").first().waitFor();
   await page.waitForFunction(() => {
-    const states = (globalThis as unknown as { document: { querySelectorAll(s: string): ArrayLike<{ textContent: string | null }> } }).document.querySelectorAll("tr[data-job] [data-testid=job-state]");
+    const states = (
+      globalThis as unknown as { document: { querySelectorAll(s: string): ArrayLike<{ textContent: string | null }> } }
+    ).document.querySelectorAll("tr[data-job] [data-testid=job-state]");
     return Array.from(states).every((e) => e.textContent === "failed");
   });
   const filter = (await marks(page)).rowsChanged! - before;
   return { load, filter };
 }
 
-async function measureJobsPage(count: number): Promise<{ load: number; filter: number; rpc: number; lastPageRpc: number }> {
+async function measureJobsPage(
+  count: number,
+): Promise<{ load: number; filter: number; rpc: number; lastPageRpc: number }> {
   const { stack, home } = await stackWith(count);
   try {
     const api = clientsFor(stack.urls.orchestrator, stack.ownerToken);
@@ -189,7 +213,8 @@ async function measureEventLatency(): Promise<{ page: number[]; watch: number[] 
       let seen: { at: number; stored: number } | undefined;
       const following = (async () => {
         for await (const { event } of api.jobs.watchJob({ jobId, afterSeq: now!.lastSeq })) {
-          if (!seen && event?.event.case === "permissionDecision" && !event.event.value.pending) seen = { at: Date.now(), stored: timestampDate(event.time!).getTime() };
+          if (!seen && event?.event.case === "permissionDecision" && !event.event.value.pending)
+            seen = { at: Date.now(), stored: timestampDate(event.time!).getTime() };
         }
       })();
       await new Promise((r) => setTimeout(r, 100));
@@ -218,11 +243,20 @@ try {
   const empty = await measureJobsPage(3);
   const full = await measureJobsPage(JOBS);
   console.log(`jobs page, medians of ${ROUNDS}:`);
-  console.log(`  3 jobs stored:       rows on screen ${ms(empty.load)} after navigation; state filter answered in ${ms(empty.filter)}; ListJobs from Node ${ms(empty.rpc)}`);
-  console.log(`  ${JOBS} jobs stored: rows on screen ${ms(full.load)} after navigation; state filter answered in ${ms(full.filter)}; ListJobs from Node ${ms(full.rpc)}, its last page ${ms(full.lastPageRpc)}`);
-  if (ROUNDS >= MIN_ROUNDS) console.log(`  ratio to 3 jobs: load ${(full.load / empty.load).toFixed(2)}x, filter ${(full.filter / empty.filter).toFixed(2)}x (goal: interactive under 1000 ms)`);
+  console.log(
+    `  3 jobs stored:       rows on screen ${ms(empty.load)} after navigation; state filter answered in ${ms(empty.filter)}; ListJobs from Node ${ms(empty.rpc)}`,
+  );
+  console.log(
+    `  ${JOBS} jobs stored: rows on screen ${ms(full.load)} after navigation; state filter answered in ${ms(full.filter)}; ListJobs from Node ${ms(full.rpc)}, its last page ${ms(full.lastPageRpc)}`,
+  );
+  if (ROUNDS >= MIN_ROUNDS)
+    console.log(
+      `  ratio to 3 jobs: load ${(full.load / empty.load).toFixed(2)}x, filter ${(full.filter / empty.filter).toFixed(2)}x (goal: interactive under 1000 ms)`,
+    );
   const latency = await measureEventLatency();
-  console.log(`an event, stored → on the open job page: median ${ms(median(latency.page))} (max ${ms(Math.max(...latency.page))}); stored → a WatchJob client in Node: median ${ms(median(latency.watch))} (goal: under 200 ms)`);
+  console.log(
+    `an event, stored → on the open job page: median ${ms(median(latency.page))} (max ${ms(Math.max(...latency.page))}); stored → a WatchJob client in Node: median ${ms(median(latency.watch))} (goal: under 200 ms)`,
+  );
 } finally {
   await browser.close();
   await model.close();

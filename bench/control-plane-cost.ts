@@ -25,7 +25,16 @@
 // broker started with @oz0/test-infra); without it, the embedded default, the
 // local log only.
 import { spawn } from "node:child_process";
-import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
@@ -68,40 +77,60 @@ const report = startReport("control-plane-cost");
 
 const ticks = ticksPerSecond();
 const root = mkdtempSync(path.join(os.tmpdir(), "oz0-bench-cp-cost-"));
-const profileDir = options["profile-dir"] ?? path.join(os.tmpdir(), `oz0-control-plane-profiles-${new Date().toISOString().replace(/[:.]/g, "-")}`);
+const profileDir =
+  options["profile-dir"] ??
+  path.join(os.tmpdir(), `oz0-control-plane-profiles-${new Date().toISOString().replace(/[:.]/g, "-")}`);
 let kafka: RunningKafka | undefined;
-const brokers = options.kafka ? (process.env.KAFKA_BROKERS ?? (kafka = await startKafka()).brokers.join(",")) : undefined;
+const brokers = options.kafka
+  ? (process.env.KAFKA_BROKERS ?? (kafka = await startKafka()).brokers.join(","))
+  : undefined;
 
 const model = await startScriptedModel({
   isSideCall: () => false,
   turns: (request: ScriptedRequest) => {
     const messages = (request.body?.messages as { role: string }[] | undefined) ?? [];
-    return messages.some((m) => m.role === "assistant") ? { text: "done" } : { toolCalls: [{ name: "run_command", input: { command: "true" } }] };
+    return messages.some((m) => m.role === "assistant")
+      ? { text: "done" }
+      : { toolCalls: [{ name: "run_command", input: { command: "true" } }] };
   },
 });
 
 // The Python fake harness as a plugin author ships it: started through its shebang (see kit-harnesses-on-stack.test.ts).
 const plugin = path.join(root, "plugin-src");
 mkdirSync(path.join(plugin, "agents"), { recursive: true });
-copyFileSync(path.join(repoRoot, "sdk", "harness-ts", "fake", "python", "fake_harness.py"), path.join(plugin, "fake_harness.py"));
+copyFileSync(
+  path.join(repoRoot, "sdk", "harness-ts", "fake", "python", "fake_harness.py"),
+  path.join(plugin, "fake_harness.py"),
+);
 chmodSync(path.join(plugin, "fake_harness.py"), 0o755);
 writeFileSync(
   path.join(plugin, "oz0-plugin.yaml"),
   'name: bench\nversion: 0.1.0\nharnesses:\n  - name: python\n    command: ["./fake_harness.py"]\n    permissions: true\n    tools: [read_file, write_file, run_command]\nagents: [agents/bench.yaml]\n',
 );
 writeFileSync(path.join(plugin, "instructions.md"), "Run the command, then answer.\n");
-writeFileSync(path.join(plugin, "agents", "bench.yaml"), "name: bench\nruntime: harness:python\nmodel: { primary: anthropic/bench-model }\ninstructions: instructions.md\nlimits: { max_steps: 5 }\n");
+writeFileSync(
+  path.join(plugin, "agents", "bench.yaml"),
+  "name: bench\nruntime: harness:python\nmodel: { primary: anthropic/bench-model }\ninstructions: instructions.md\nlimits: { max_steps: 5 }\n",
+);
 
 interface Api {
   jobs: Client<typeof JobService>;
   plugins: Client<typeof PluginService>;
 }
 
-async function stackFor(name: string, extra: Partial<Record<StackServiceName, Record<string, string>>> = {}): Promise<EmbeddedStack> {
+async function stackFor(
+  name: string,
+  extra: Partial<Record<StackServiceName, Record<string, string>>> = {},
+): Promise<EmbeddedStack> {
   const home = path.join(root, name);
   mkdirSync(home, { recursive: true });
   const providers = path.join(home, "providers.json");
-  writeFileSync(providers, JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url, prices: { "*": { input: 3, output: 15 } } }] }));
+  writeFileSync(
+    providers,
+    JSON.stringify({
+      providers: [{ name: "anthropic", baseUrl: model.url, prices: { "*": { input: 3, output: 15 } } }],
+    }),
+  );
   return startEmbeddedStack({
     home,
     env: {
@@ -114,7 +143,10 @@ async function stackFor(name: string, extra: Partial<Record<StackServiceName, Re
 }
 
 async function apiFor(stack: EmbeddedStack): Promise<Api> {
-  const transport = createGrpcTransport({ baseUrl: stack.urls.orchestrator, interceptors: [bearerInterceptor(stack.ownerToken)] });
+  const transport = createGrpcTransport({
+    baseUrl: stack.urls.orchestrator,
+    interceptors: [bearerInterceptor(stack.ownerToken)],
+  });
   const api = { jobs: createClient(JobService, transport), plugins: createClient(PluginService, transport) };
   await api.plugins.installPlugin({ source: plugin });
   return api;
@@ -187,7 +219,11 @@ async function harnessAlone(runs: number): Promise<number> {
       llm: { anthropicBaseUrl: model.url, token: "oz0st_bench" },
     });
     const before = readProcessCpu(process.pid, ticks).childrenMs;
-    const child = spawn(harness, [], { cwd: workingDir, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: workingDir }, stdio: ["pipe", "pipe", "ignore"] });
+    const child = spawn(harness, [], {
+      cwd: workingDir,
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: workingDir },
+      stdio: ["pipe", "pipe", "ignore"],
+    });
     let output = "";
     child.stdout.on("data", (chunk: Buffer) => {
       output += chunk.toString("utf8");
@@ -196,7 +232,8 @@ async function harnessAlone(runs: number): Promise<number> {
     });
     child.stdin.write(`${toJsonString(SessionRequestSchema, request)}\n`);
     const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
-    if (code !== 0 || !output.includes("STOP_REASON_COMPLETED")) throw new Error(`the harness run directly failed (exit ${code}): ${output.slice(-300)}`);
+    if (code !== 0 || !output.includes("STOP_REASON_COMPLETED"))
+      throw new Error(`the harness run directly failed (exit ${code}): ${output.slice(-300)}`);
     cpu.push(readProcessCpu(process.pid, ticks).childrenMs - before);
     rmSync(workingDir, { recursive: true, force: true });
   }
@@ -226,7 +263,9 @@ async function round(api: Api, pids: Record<StackServiceName, number>, jobs: num
   await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
   const after = read(pids);
   const bench = process.cpuUsage(benchBefore);
-  const perJob = Object.fromEntries(SERVICES.map((name) => [name, (after[name].ownMs - before[name].ownMs) / jobs])) as Record<StackServiceName, number>;
+  const perJob = Object.fromEntries(
+    SERVICES.map((name) => [name, (after[name].ownMs - before[name].ownMs) / jobs]),
+  ) as Record<StackServiceName, number>;
   return {
     perJob,
     harnessAloneMs,
@@ -236,7 +275,8 @@ async function round(api: Api, pids: Record<StackServiceName, number>, jobs: num
   };
 }
 
-const total = (perJob: Record<StackServiceName, number>): number => SERVICES.reduce((sum, name) => sum + perJob[name], 0);
+const total = (perJob: Record<StackServiceName, number>): number =>
+  SERVICES.reduce((sum, name) => sum + perJob[name], 0);
 
 try {
   console.log(
@@ -247,7 +287,9 @@ try {
   let rounds: Round[];
   let idle: Record<StackServiceName, number>;
   try {
-    console.log(`sandbox isolation: ${stack.isolation?.mode ?? "unknown"}${stack.isolation?.reason ? ` (${stack.isolation.reason})` : ""}`);
+    console.log(
+      `sandbox isolation: ${stack.isolation?.mode ?? "unknown"}${stack.isolation?.reason ? ` (${stack.isolation.reason})` : ""}`,
+    );
     const api = await apiFor(stack);
     const pids = pidsOf(stack);
     const logs = path.join(root, "measured", "logs");
@@ -258,7 +300,9 @@ try {
     const idleBefore = read(pids);
     await new Promise((resolve) => setTimeout(resolve, options["idle-ms"]));
     const idleAfter = read(pids);
-    idle = Object.fromEntries(SERVICES.map((name) => [name, ((idleAfter[name].ownMs - idleBefore[name].ownMs) * 1000) / options["idle-ms"]])) as Record<StackServiceName, number>;
+    idle = Object.fromEntries(
+      SERVICES.map((name) => [name, ((idleAfter[name].ownMs - idleBefore[name].ownMs) * 1000) / options["idle-ms"]]),
+    ) as Record<StackServiceName, number>;
 
     rounds = [];
     for (let r = 0; r < options.rounds; r++) {
@@ -275,26 +319,43 @@ try {
   const jobsRun = options.inflight * 2 + options.rounds * options.jobs;
   console.log(`what a job leaves in the stores: ${storedPerJob(jobsRun)}`);
 
-  const perService = Object.fromEntries(SERVICES.map((name) => [name, median(rounds.map((r) => r.perJob[name]))])) as Record<StackServiceName, number>;
+  const perService = Object.fromEntries(
+    SERVICES.map((name) => [name, median(rounds.map((r) => r.perJob[name]))]),
+  ) as Record<StackServiceName, number>;
   const totals = rounds.map((r) => total(r.perJob));
   const cpuPerJob = median(totals);
   const alone = median(rounds.map((r) => r.harnessAloneMs));
-  const idleShare = median(rounds.map((r) => (SERVICES.reduce((sum, n) => sum + idle[n], 0) * r.seconds) / options.jobs));
+  const idleShare = median(
+    rounds.map((r) => (SERVICES.reduce((sum, n) => sum + idle[n], 0) * r.seconds) / options.jobs),
+  );
   console.log("");
   console.log(`CPU per job, median of ${rounds.length} rounds (range over rounds), the four services' own processes:`);
   for (const name of SERVICES) {
     const values = rounds.map((r) => r.perJob[name]);
-    console.log(`  ${name.padEnd(13)} ${ms(perService[name]).padStart(7)} ms  (${ms(Math.min(...values))}–${ms(Math.max(...values))}); idle background ${ms(idle[name])} ms per second`);
+    console.log(
+      `  ${name.padEnd(13)} ${ms(perService[name]).padStart(7)} ms  (${ms(Math.min(...values))}–${ms(Math.max(...values))}); idle background ${ms(idle[name])} ms per second`,
+    );
   }
-  console.log(`  ${"all four".padEnd(13)} ${ms(cpuPerJob).padStart(7)} ms  (${ms(Math.min(...totals))}–${ms(Math.max(...totals))}); of which about ${ms(idleShare)} ms is the idle background over a round's length`);
-  console.log(`  goal ≤ ${GOAL_MS} ms: ${cpuPerJob <= GOAL_MS ? "met" : "not met"}, at ${(cpuPerJob / GOAL_MS).toFixed(2)}x the goal`);
+  console.log(
+    `  ${"all four".padEnd(13)} ${ms(cpuPerJob).padStart(7)} ms  (${ms(Math.min(...totals))}–${ms(Math.max(...totals))}); of which about ${ms(idleShare)} ms is the idle background over a round's length`,
+  );
+  console.log(
+    `  goal ≤ ${GOAL_MS} ms: ${cpuPerJob <= GOAL_MS ? "met" : "not met"}, at ${(cpuPerJob / GOAL_MS).toFixed(2)}x the goal`,
+  );
   console.log(
     `  implied: ${((CORES_FOR_IMPLIED_RATE * 1000) / cpuPerJob).toFixed(0)} jobs/s on ${CORES_FOR_IMPLIED_RATE} cores if the services had them to themselves ` +
       `(measured here, with the harnesses on the same cores: ${median(rounds.map((r) => r.jobsPerSecond)).toFixed(2)} jobs/s)`,
   );
-  console.log(`  baseline, the same harness session spawned directly, no service in between: ${ms(alone)} ms CPU (median of ${options["harness-runs"]} per round)`);
-  report.ratio("  ratio control plane / the harness alone, CPU per job", rounds.map((r) => total(r.perJob) / r.harnessAloneMs));
-  console.log(`  this process (client and scripted model, left out above): ${ms(median(rounds.map((r) => r.benchPerJob)))} ms per job`);
+  console.log(
+    `  baseline, the same harness session spawned directly, no service in between: ${ms(alone)} ms CPU (median of ${options["harness-runs"]} per round)`,
+  );
+  report.ratio(
+    "  ratio control plane / the harness alone, CPU per job",
+    rounds.map((r) => total(r.perJob) / r.harnessAloneMs),
+  );
+  console.log(
+    `  this process (client and scripted model, left out above): ${ms(median(rounds.map((r) => r.benchPerJob)))} ms per job`,
+  );
 
   if (options["profile-jobs"] > 0) {
     try {
@@ -303,7 +364,10 @@ try {
       // The numbers above stand; say why the profiles are missing, with the services' last words (the logs go with the temporary folder).
       console.log(`the profiled pass failed: ${(error as Error).message}`);
       const logs = path.join(root, "profiled", "logs");
-      for (const file of readdirSync(logs)) console.log(`  ${file}: ${readFileSync(path.join(logs, file), "utf8").trim().split("\n").slice(-3).join("\n    ")}`);
+      for (const file of readdirSync(logs))
+        console.log(
+          `  ${file}: ${readFileSync(path.join(logs, file), "utf8").trim().split("\n").slice(-3).join("\n    ")}`,
+        );
       process.exitCode = 1;
     }
   }
@@ -326,12 +390,20 @@ async function profilePass(): Promise<void> {
   console.log("");
   const node = process.execPath;
   const wrapper = path.join(root, "node-cpu-prof.sh");
-  writeFileSync(wrapper, `#!/bin/sh\nexec "${node}" --cpu-prof --cpu-prof-dir="$OZ0_BENCH_CPU_PROF_DIR" "$@"\n`, { mode: 0o755 });
-  const dirs = Object.fromEntries(SERVICES.map((name) => [name, path.join(profileDir, name)])) as Record<StackServiceName, string>;
+  writeFileSync(wrapper, `#!/bin/sh\nexec "${node}" --cpu-prof --cpu-prof-dir="$OZ0_BENCH_CPU_PROF_DIR" "$@"\n`, {
+    mode: 0o755,
+  });
+  const dirs = Object.fromEntries(SERVICES.map((name) => [name, path.join(profileDir, name)])) as Record<
+    StackServiceName,
+    string
+  >;
   let stack: EmbeddedStack;
   process.execPath = wrapper;
   try {
-    stack = await stackFor("profiled", Object.fromEntries(SERVICES.map((name) => [name, { OZ0_BENCH_CPU_PROF_DIR: dirs[name] }])));
+    stack = await stackFor(
+      "profiled",
+      Object.fromEntries(SERVICES.map((name) => [name, { OZ0_BENCH_CPU_PROF_DIR: dirs[name] }])),
+    );
   } finally {
     process.execPath = node;
   }
@@ -352,13 +424,19 @@ async function profilePass(): Promise<void> {
     // A clean exit (SIGTERM) writes the profiles.
     await stack.close();
   }
-  console.log(`profiled: ${options["profile-jobs"]} jobs with all four services under --cpu-prof: ${ms(total(result.perJob))} ms CPU per job (the profiler's own cost included)`);
+  console.log(
+    `profiled: ${options["profile-jobs"]} jobs with all four services under --cpu-prof: ${ms(total(result.perJob))} ms CPU per job (the profiler's own cost included)`,
+  );
   // V8 samples by wall clock: on a loaded machine a sample also counts time its thread waited for a core. So the shares are
   // printed, and each share of the process's CPU per job measured apart (which also holds worker threads the profile has not).
-  const row = (cpuPerJob: number) => (line: ProfileLine): string =>
-    `    ${(line.share * 100).toFixed(1).padStart(5)}% ${(line.share * cpuPerJob).toFixed(2).padStart(6)} ms/job  ${line.name}`;
+  const row =
+    (cpuPerJob: number) =>
+    (line: ProfileLine): string =>
+      `    ${(line.share * 100).toFixed(1).padStart(5)}% ${(line.share * cpuPerJob).toFixed(2).padStart(6)} ms/job  ${line.name}`;
   for (const name of SERVICES) {
-    const file = readdirSync(dirs[name]).find((f) => f.startsWith("CPU.") && f.includes(`.${pids[name]}.`) && f.endsWith(".cpuprofile"));
+    const file = readdirSync(dirs[name]).find(
+      (f) => f.startsWith("CPU.") && f.includes(`.${pids[name]}.`) && f.endsWith(".cpuprofile"),
+    );
     if (file === undefined) {
       console.log(`${name}: no .cpuprofile written in ${dirs[name]} (did the service exit cleanly?)`);
       continue;
@@ -367,8 +445,12 @@ async function profilePass(): Promise<void> {
     const profile = JSON.parse(readFileSync(path.join(dirs[name], file), "utf8")) as TimedCpuProfile;
     writeFileSync(jobsOnly, JSON.stringify(cpuProfileWindow(profile, { fromUs: fromUs.value, toUs: toUs.value })));
     const summary = summariseCpuProfile(jobsOnly, options["profile-jobs"], name === "orchestrator" ? 15 : 8);
-    console.log(`${name}: ${ms(result.perJob[name])} ms CPU per job under the profiler; flame graph of the jobs: ${jobsOnly}`);
-    console.log(`  self time by function (share of the busy samples, (program) and (idle) left out; ms: that share of the CPU per job):`);
+    console.log(
+      `${name}: ${ms(result.perJob[name])} ms CPU per job under the profiler; flame graph of the jobs: ${jobsOnly}`,
+    );
+    console.log(
+      `  self time by function (share of the busy samples, (program) and (idle) left out; ms: that share of the CPU per job):`,
+    );
     for (const line of summary.functions) console.log(row(result.perJob[name])(line));
     console.log("  by where the code lives:");
     for (const line of summary.places) console.log(row(result.perJob[name])(line));

@@ -19,14 +19,28 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { Kafka, logLevel, type Consumer } from "kafkajs";
-import { createEventPublisher, poolSmallZeroFilledBuffers, rawEvent, toKafkaMessage, type KafkaMessage } from "@oz0/events";
+import {
+  createEventPublisher,
+  poolSmallZeroFilledBuffers,
+  rawEvent,
+  toKafkaMessage,
+  type KafkaMessage,
+} from "@oz0/events";
 import { credentialDigest, newCredential } from "@oz0/serving";
 import { startKafka, type RunningKafka } from "@oz0/test-infra";
 import { benchOptions } from "./bench-options.js";
 import { startReport } from "./bench-report.js";
 import { readProcessCpu, ticksPerSecond } from "./process-cpu.js";
 
-const { events: EVENTS, jobs: JOBS, repeat: REPEAT, warmup: WARMUP, profile: PROFILE, compare: COMPARE, producers: PRODUCERS } = benchOptions({
+const {
+  events: EVENTS,
+  jobs: JOBS,
+  repeat: REPEAT,
+  warmup: WARMUP,
+  profile: PROFILE,
+  compare: COMPARE,
+  producers: PRODUCERS,
+} = benchOptions({
   events: { type: "number", default: 20_000 },
   jobs: { type: "number", default: 50 },
   repeat: { type: "number", default: 3 },
@@ -75,7 +89,10 @@ function processCpuMs(pid: number | undefined): number | undefined {
 function brokerPid(address: string): number | undefined {
   try {
     const port = address.slice(address.lastIndexOf(":") + 1);
-    const out = execFileSync("ss", ["-Hltnp", `sport = :${port}`], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
+    const out = execFileSync("ss", ["-Hltnp", `sport = :${port}`], {
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "ignore"],
+    });
     const pid = /pid=(\d+)/.exec(out)?.[1];
     return pid ? Number(pid) : undefined;
   } catch {
@@ -106,7 +123,9 @@ function cpuMeter(servicePid?: number): (events: number) => Result["cpu"] {
 // process's consumer, for both paths alike).
 poolSmallZeroFilledBuffers();
 let ownBroker: RunningKafka | undefined;
-const brokers = process.env.KAFKA_BROKERS ? process.env.KAFKA_BROKERS.split(",") : (ownBroker = await startKafka()).brokers;
+const brokers = process.env.KAFKA_BROKERS
+  ? process.env.KAFKA_BROKERS.split(",")
+  : (ownBroker = await startKafka()).brokers;
 const kafka = new Kafka({ clientId: "oz0-bench", brokers, logLevel: logLevel.NOTHING });
 const BROKER_PID = brokerPid(brokers[0]!);
 let topicNo = 0;
@@ -188,11 +207,23 @@ const sampleEvent = {
   type: "harness.operation_step",
   source: "sandbox",
   toolCallId: "call-1",
-  attributes: { step_index: 1, step_kind: "tool", label: "read uploads/order-4831.pdf", tool_name: "read", path: "uploads/order-4831.pdf" },
+  attributes: {
+    step_index: 1,
+    step_kind: "tool",
+    label: "read uploads/order-4831.pdf",
+    tool_name: "read",
+    path: "uploads/order-4831.pdf",
+  },
 };
 
 function baselineMessage(baseline: Baseline, jobId: string): KafkaMessage {
-  const json = JSON.stringify({ id: randomUUID(), ...sampleEvent, time: new Date().toISOString(), jobId, sessionId: `${jobId}-s` });
+  const json = JSON.stringify({
+    id: randomUUID(),
+    ...sampleEvent,
+    time: new Date().toISOString(),
+    jobId,
+    sessionId: `${jobId}-s`,
+  });
   if (baseline === "same messages") return toKafkaMessage(json);
   return { key: jobId, value: json, headers: { ce_time: "", ce_id: randomUUID() } };
 }
@@ -227,12 +258,25 @@ async function direct(baseline: Baseline): Promise<Result> {
 const PRODUCER_TOKEN = newCredential();
 const services = new Set<ChildProcess>();
 
-const SERVICE_MAIN = createRequire(import.meta.url).resolve("@oz0/events").replace(/index\.js$/, "main.js");
+const SERVICE_MAIN = createRequire(import.meta.url)
+  .resolve("@oz0/events")
+  .replace(/index\.js$/, "main.js");
 
-async function startService(topic: string, main: string): Promise<{ url: string; pid: number | undefined; stop: () => Promise<void> }> {
+async function startService(
+  topic: string,
+  main: string,
+): Promise<{ url: string; pid: number | undefined; stop: () => Promise<void> }> {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-bench-events-"));
   const child = spawn(process.execPath, [...(PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`] : []), main], {
-    env: { ...process.env, OZ0_PORT: "0", OZ0_EVENTS_DATA: dataDir, KAFKA_BROKERS: brokers.join(","), OZ0_KAFKA_TOPIC: topic, OZ0_LOG_LEVEL: "info", OZ0_PEER_SANDBOX_SHA256: credentialDigest(PRODUCER_TOKEN) },
+    env: {
+      ...process.env,
+      OZ0_PORT: "0",
+      OZ0_EVENTS_DATA: dataDir,
+      KAFKA_BROKERS: brokers.join(","),
+      OZ0_KAFKA_TOPIC: topic,
+      OZ0_LOG_LEVEL: "info",
+      OZ0_PEER_SANDBOX_SHA256: credentialDigest(PRODUCER_TOKEN),
+    },
     stdio: ["ignore", "ignore", "pipe"],
   });
   services.add(child);
@@ -285,7 +329,13 @@ async function throughService(main = SERVICE_MAIN): Promise<Result> {
           jobId: `${jobPrefix}-${i % JOBS}`,
           sessionId: `${jobPrefix}-${i % JOBS}-s`,
           toolCallId: "call-1",
-          attributes: { step_index: i, step_kind: "tool", tool_name: "read", path: "uploads/order-4831.pdf", output: "redacted away" },
+          attributes: {
+            step_index: i,
+            step_kind: "tool",
+            tool_name: "read",
+            path: "uploads/order-4831.pdf",
+            output: "redacted away",
+          },
         }),
       );
       // The same flow control as the direct producer, which waits for each
@@ -322,8 +372,15 @@ const format = (r: Result): string =>
   `CPU µs/event: bench ${us(r.cpu.bench)}${r.cpu.service === undefined ? "" : `, service ${us(r.cpu.service)}`}, broker ${us(r.cpu.broker)}`;
 
 const report = startReport("events-throughput");
-console.log(`${EVENTS} events over ${JOBS} jobs, ${PARTITIONS} partitions, batches of ${BATCH}, ${PRODUCERS} producer${PRODUCERS === 1 ? "" : "s"} into the service, ${REPEAT} rounds${WARMUP ? `, ${WARMUP} warm-up events first` : ""}${COMPARE ? `; compared with ${COMPARE}` : ""}`);
-const ratios: { same: number; bare: number; p99: number; compare?: { same: number; p99: number; throughput: number } }[] = [];
+console.log(
+  `${EVENTS} events over ${JOBS} jobs, ${PARTITIONS} partitions, batches of ${BATCH}, ${PRODUCERS} producer${PRODUCERS === 1 ? "" : "s"} into the service, ${REPEAT} rounds${WARMUP ? `, ${WARMUP} warm-up events first` : ""}${COMPARE ? `; compared with ${COMPARE}` : ""}`,
+);
+const ratios: {
+  same: number;
+  bare: number;
+  p99: number;
+  compare?: { same: number; p99: number; throughput: number };
+}[] = [];
 try {
   // Contenders alternate within each round, so each round's ratios compare like with like.
   for (let round = 0; round < REPEAT; round++) {
@@ -335,22 +392,55 @@ try {
       same: s.perSecond / same.perSecond,
       bare: s.perSecond / bare.perSecond,
       p99: s.p99 / Math.max(1, same.p99),
-      ...(c ? { compare: { same: c.perSecond / same.perSecond, p99: c.p99 / Math.max(1, same.p99), throughput: s.perSecond / c.perSecond } } : {}),
+      ...(c
+        ? {
+            compare: {
+              same: c.perSecond / same.perSecond,
+              p99: c.p99 / Math.max(1, same.p99),
+              throughput: s.perSecond / c.perSecond,
+            },
+          }
+        : {}),
     });
     console.log(`round ${round + 1}  kafkajs, same messages: ${format(same)}`);
     console.log(`round ${round + 1}  kafkajs, bare:          ${format(bare)}`);
-    console.log(`round ${round + 1}  via events:             ${format(s)}   ratio ${ratios[round]!.same.toFixed(2)} (bare ${ratios[round]!.bare.toFixed(2)})`);
-    if (c) console.log(`round ${round + 1}  via events (compare):   ${format(c)}   ratio ${ratios[round]!.compare!.same.toFixed(2)}`);
+    console.log(
+      `round ${round + 1}  via events:             ${format(s)}   ratio ${ratios[round]!.same.toFixed(2)} (bare ${ratios[round]!.bare.toFixed(2)})`,
+    );
+    if (c)
+      console.log(
+        `round ${round + 1}  via events (compare):   ${format(c)}   ratio ${ratios[round]!.compare!.same.toFixed(2)}`,
+      );
   }
 } finally {
   await ownBroker?.close();
 }
-report.ratio("throughput ratio, events / kafkajs with the same messages", ratios.map((r) => r.same), { goal: ">= 0.8" });
-report.ratio("throughput ratio, events / kafkajs bare", ratios.map((r) => r.bare));
-report.ratio("p99 latency ratio, events / kafkajs with the same messages", ratios.map((r) => r.p99), { goal: "<= 1.5" });
+report.ratio(
+  "throughput ratio, events / kafkajs with the same messages",
+  ratios.map((r) => r.same),
+  { goal: ">= 0.8" },
+);
+report.ratio(
+  "throughput ratio, events / kafkajs bare",
+  ratios.map((r) => r.bare),
+);
+report.ratio(
+  "p99 latency ratio, events / kafkajs with the same messages",
+  ratios.map((r) => r.p99),
+  { goal: "<= 1.5" },
+);
 if (COMPARE) {
-  report.ratio("compare build: throughput ratio against the same messages", ratios.map((r) => r.compare!.same));
-  report.ratio("compare build: p99 latency ratio", ratios.map((r) => r.compare!.p99));
-  report.ratio("this build / compare build, throughput", ratios.map((r) => r.compare!.throughput));
+  report.ratio(
+    "compare build: throughput ratio against the same messages",
+    ratios.map((r) => r.compare!.same),
+  );
+  report.ratio(
+    "compare build: p99 latency ratio",
+    ratios.map((r) => r.compare!.p99),
+  );
+  report.ratio(
+    "this build / compare build, throughput",
+    ratios.map((r) => r.compare!.throughput),
+  );
 }
 report.end();

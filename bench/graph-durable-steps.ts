@@ -20,7 +20,15 @@ import { performance } from "node:perf_hooks";
 import Database from "better-sqlite3";
 import { Annotation, END, START, StateGraph } from "@langchain/langgraph";
 import { SqliteSaver } from "@langchain/langgraph-checkpoint-sqlite";
-import { GraphRunner, Harness, InProcessExecutor, SqliteCheckpointStore, Step, type Chain, type HarnessContext } from "@oz0/graph";
+import {
+  GraphRunner,
+  Harness,
+  InProcessExecutor,
+  SqliteCheckpointStore,
+  Step,
+  type Chain,
+  type HarnessContext,
+} from "@oz0/graph";
 import { benchOptions } from "./bench-options.js";
 import { median, startReport } from "./bench-report.js";
 
@@ -28,7 +36,12 @@ import { median, startReport } from "./bench-report.js";
 // the default limit of 10 only produces a warning, not a fault.
 setMaxListeners(1000);
 
-const { steps: STEPS, fanout: FANOUT, repeat: REPEAT, grow: GROW } = benchOptions({
+const {
+  steps: STEPS,
+  fanout: FANOUT,
+  repeat: REPEAT,
+  grow: GROW,
+} = benchOptions({
   steps: { type: "number", default: 1000 },
   fanout: { type: "number", default: 100 },
   repeat: { type: "number", default: 3 },
@@ -78,7 +91,12 @@ type Shape = "sequence" | "fanout";
 
 type Durability = "full" | "normal";
 
-async function oz0(shape: Shape, n: number, make: (i: number) => Step, durability: Durability = "full"): Promise<{ ms: number; file: string }> {
+async function oz0(
+  shape: Shape,
+  n: number,
+  make: (i: number) => Step,
+  durability: Durability = "full",
+): Promise<{ ms: number; file: string }> {
   const steps = Array.from({ length: n }, (_, i) => make(i));
   const h = new Harness(`bench-${shape}-${n}`);
   if (shape === "sequence") {
@@ -103,7 +121,12 @@ type LangGraphForm = Shape | "loop";
 /** The `synchronous` pragma SqliteSaver's connection last ran with (0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA). */
 const saverSynchronous = new Map<Durability, number>();
 
-async function langgraph(form: LangGraphForm, n: number, grow: boolean, durability: Durability = "normal"): Promise<{ ms: number; file: string }> {
+async function langgraph(
+  form: LangGraphForm,
+  n: number,
+  grow: boolean,
+  durability: Durability = "normal",
+): Promise<{ ms: number; file: string }> {
   const State = Annotation.Root({
     prompt: Annotation<string>(),
     i: Annotation<number>({ reducer: (_, b) => b, default: () => 0 }),
@@ -113,7 +136,10 @@ async function langgraph(form: LangGraphForm, n: number, grow: boolean, durabili
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   const g: any = new StateGraph(State);
   if (form === "loop") {
-    g.addNode("step", (state: { i: number }) => ({ i: state.i + 1, ...(grow ? { bag: { [`n${state.i}`]: "x".repeat(64) } } : {}) }));
+    g.addNode("step", (state: { i: number }) => ({
+      i: state.i + 1,
+      ...(grow ? { bag: { [`n${state.i}`]: "x".repeat(64) } } : {}),
+    }));
     g.addEdge(START, "step");
     g.addConditionalEdges("step", (state: { i: number }) => (state.i < n ? "step" : END));
   } else {
@@ -160,7 +186,13 @@ const oursAtFull = new Map<string, number[]>();
  * the given forms, alternating within each round; prints per-step medians
  * and, per form, the ratio of each round (median and spread).
  */
-async function compare(label: string, shape: Shape, n: number, durability: Durability, forms: LangGraphForm[]): Promise<void> {
+async function compare(
+  label: string,
+  shape: Shape,
+  n: number,
+  durability: Durability,
+  forms: LangGraphForm[],
+): Promise<void> {
   const make = (i: number): Step => new Noop(i);
   // One small warm-up each, so JIT and module loading are not billed to the first timed run.
   await oz0(shape, 10, make, durability);
@@ -181,19 +213,34 @@ async function compare(label: string, shape: Shape, n: number, durability: Durab
   const perStep = (ms: number): number => (ms * 1000) / n;
   console.log(`\n${label}, synchronous=${durability.toUpperCase()} (${n} steps, ${REPEAT} rounds)`);
   const oursPayload = payloadBytes(files.get("oz0")!, OZ0_PAYLOAD);
-  console.log(`  oz0                         ${fmt(perStep(median(ours))).padStart(8)} µs/step   payload ${fmt(oursPayload / n)} B/step   file ${fmt(storedBytes(files.get("oz0")!) / n)} B/step`);
+  console.log(
+    `  oz0                         ${fmt(perStep(median(ours))).padStart(8)} µs/step   payload ${fmt(oursPayload / n)} B/step   file ${fmt(storedBytes(files.get("oz0")!) / n)} B/step`,
+  );
   for (const form of forms) {
     const times = theirs.get(form)!;
     const name = form === "loop" ? "langgraph, one looping node" : "langgraph, a node per step";
     const payload = payloadBytes(files.get(form)!, LG_PAYLOAD);
-    console.log(`  ${name.padEnd(28)}${fmt(perStep(median(times))).padStart(8)} µs/step   payload ${fmt(payload / n)} B/step   file ${fmt(storedBytes(files.get(form)!) / n)} B/step`);
-    report.ratio(`  ${name} / oz0, per step`, times.map((t, i) => t / ours[i]!), { unit: "x" });
+    console.log(
+      `  ${name.padEnd(28)}${fmt(perStep(median(times))).padStart(8)} µs/step   payload ${fmt(payload / n)} B/step   file ${fmt(storedBytes(files.get(form)!) / n)} B/step`,
+    );
+    report.ratio(
+      `  ${name} / oz0, per step`,
+      times.map((t, i) => t / ours[i]!),
+      { unit: "x" },
+    );
     // Out of the box: LangGraph at its NORMAL against @oz0/graph at its FULL (the FULL section's rounds, run just before).
     const full = oursAtFull.get(label);
-    if (durability === "normal" && full) report.ratio(`  ${name} (NORMAL) / oz0 (FULL), each at its default`, times.map((t, i) => t / full[i]!), { unit: "x" });
+    if (durability === "normal" && full)
+      report.ratio(
+        `  ${name} (NORMAL) / oz0 (FULL), each at its default`,
+        times.map((t, i) => t / full[i]!),
+        { unit: "x" },
+      );
   }
   if (durability === "full") oursAtFull.set(label, ours);
-  console.log(`  (SqliteSaver's connection ran with synchronous=${SYNCHRONOUS[saverSynchronous.get(durability) ?? -1] ?? "?"})`);
+  console.log(
+    `  (SqliteSaver's connection ran with synchronous=${SYNCHRONOUS[saverSynchronous.get(durability) ?? -1] ?? "?"})`,
+  );
 }
 
 /** Storage growth: payload bytes per step at n and 2n steps; linear storage keeps bytes/step flat. */
@@ -212,7 +259,9 @@ async function growth(n: number): Promise<void> {
 
 const report = startReport("graph-durable-steps");
 try {
-  console.log("@oz0/graph SqliteCheckpointStore vs LangGraph.js StateGraph + SqliteSaver; per step, lower is better; ratios are LangGraph / oz0 per round");
+  console.log(
+    "@oz0/graph SqliteCheckpointStore vs LangGraph.js StateGraph + SqliteSaver; per step, lower is better; ratios are LangGraph / oz0 per round",
+  );
   for (const durability of ["full", "normal"] as const) {
     await compare("sequence of no-op custom steps", "sequence", STEPS, durability, ["sequence", "loop"]);
     await compare(`${FANOUT}-way parallel fan-out of no-op steps`, "fanout", FANOUT, durability, ["fanout"]);

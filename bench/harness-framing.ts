@@ -23,26 +23,73 @@ const CHUNK = 64 * 1024; // what a pipe read usually hands over
 
 /** A realistic mix: mostly text deltas, some tool calls and results, usage, heartbeats, permission requests. */
 function eventLines(count: number): string[] {
-  const lines = [JSON.stringify({ started: { protocolVersion: "PROTOCOL_VERSION_1", harnessName: "bench", harnessVersion: "1", capabilities: { permissions: true } } })];
+  const lines = [
+    JSON.stringify({
+      started: {
+        protocolVersion: "PROTOCOL_VERSION_1",
+        harnessName: "bench",
+        harnessVersion: "1",
+        capabilities: { permissions: true },
+      },
+    }),
+  ];
   for (let i = 1; i < count - 1; i++) {
     switch (i % 10) {
       case 0:
-        lines.push(JSON.stringify({ toolCall: { callId: `c${i}`, tool: "run_command", input: { command: "npm test -- --grep 'dates'", timeout: 120 }, title: "Run npm test" } }));
+        lines.push(
+          JSON.stringify({
+            toolCall: {
+              callId: `c${i}`,
+              tool: "run_command",
+              input: { command: "npm test -- --grep 'dates'", timeout: 120 },
+              title: "Run npm test",
+            },
+          }),
+        );
         break;
       case 1:
-        lines.push(JSON.stringify({ toolResult: { callId: `c${i - 1}`, output: { exitCode: 0, stdout: "ok 1 - parses dates\nok 2 - formats dates\n" }, isError: false } }));
+        lines.push(
+          JSON.stringify({
+            toolResult: {
+              callId: `c${i - 1}`,
+              output: { exitCode: 0, stdout: "ok 1 - parses dates\nok 2 - formats dates\n" },
+              isError: false,
+            },
+          }),
+        );
         break;
       case 2:
-        lines.push(JSON.stringify({ usage: { model: "claude-sonnet-5-5", inputTokens: "1834", outputTokens: "212", cacheReadTokens: "1200" } }));
+        lines.push(
+          JSON.stringify({
+            usage: { model: "claude-sonnet-5-5", inputTokens: "1834", outputTokens: "212", cacheReadTokens: "1200" },
+          }),
+        );
         break;
       case 3:
-        lines.push(JSON.stringify({ permissionRequest: { id: `p${i}`, tool: "write_file", input: { path: "src/dates.ts", content: "export const x = 1;\n" }, title: "Write src/dates.ts" } }));
+        lines.push(
+          JSON.stringify({
+            permissionRequest: {
+              id: `p${i}`,
+              tool: "write_file",
+              input: { path: "src/dates.ts", content: "export const x = 1;\n" },
+              title: "Write src/dates.ts",
+            },
+          }),
+        );
         break;
       case 4:
         lines.push(JSON.stringify({ heartbeat: {}, time: "2026-11-29T20:00:00.123Z" }));
         break;
       default:
-        lines.push(JSON.stringify({ text: { itemId: `item-${i >> 4}`, text: "The failing test expects ISO dates; the parser drops the zone. ✨ ", delta: true } }));
+        lines.push(
+          JSON.stringify({
+            text: {
+              itemId: `item-${i >> 4}`,
+              text: "The failing test expects ISO dates; the parser drops the zone. ✨ ",
+              delta: true,
+            },
+          }),
+        );
     }
   }
   lines.push(JSON.stringify({ result: { stopReason: "STOP_REASON_COMPLETED", text: "Fixed the parser.", turns: 12 } }));
@@ -92,7 +139,8 @@ async function hostRun(chunks: Buffer[]): Promise<number> {
   });
   const outcome = await session.outcome;
   const elapsed = performance.now() - started;
-  if (outcome.status !== "completed" || events !== EVENTS) throw new Error(`host run went wrong: ${outcome.status} ${outcome.error?.message ?? ""} after ${events} events`);
+  if (outcome.status !== "completed" || events !== EVENTS)
+    throw new Error(`host run went wrong: ${outcome.status} ${outcome.error?.message ?? ""} after ${events} events`);
   return elapsed;
 }
 
@@ -121,7 +169,13 @@ const rate = (ms: number): string => `${Math.round(EVENTS / (ms / 1000)).toLocal
 console.log(`${EVENTS} events, ${megabytes.toFixed(1)} MB, ${REPEAT} runs each`);
 console.log(`plain JSON.parse of split lines: ${median(baseline).toFixed(1)} ms (${rate(median(baseline))})`);
 console.log(`host frame+decode+validate:      ${median(host).toFixed(1)} ms (${rate(median(host))})`);
-if (report.ratio("ratio host/JSON.parse, run by run", host.map((ms, i) => ms / baseline[i]!), { unit: "x", goal: "≤ 2x" }) !== undefined) {
+if (
+  report.ratio(
+    "ratio host/JSON.parse, run by run",
+    host.map((ms, i) => ms / baseline[i]!),
+    { unit: "x", goal: "≤ 2x" },
+  ) !== undefined
+) {
   // On a busy machine the best-of ratio is the steadier estimate of the intrinsic cost.
   console.log(`ratio host/JSON.parse, best of ${REPEAT}: ${(Math.min(...host) / Math.min(...baseline)).toFixed(2)}x`);
 }

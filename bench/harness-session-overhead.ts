@@ -23,7 +23,11 @@ import { clone, create, toJsonString } from "@bufbuild/protobuf";
 import { SessionRequestSchema, type SessionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { startHostSession, type HarnessLauncher } from "@oz0/harness/host";
 import { startScriptedModel } from "@oz0/harness/testing";
-import { bubblewrapLauncher, DEFAULT_READ_ONLY_PATHS, detectBubblewrap } from "../services/sandbox/src/bubblewrap-launcher.js";
+import {
+  bubblewrapLauncher,
+  DEFAULT_READ_ONLY_PATHS,
+  detectBubblewrap,
+} from "../services/sandbox/src/bubblewrap-launcher.js";
 import { planLlmForwards, startLlmForwarding, type LlmForward } from "../services/sandbox/src/llm-forwarder.js";
 import { sandboxEntryCommand } from "../services/sandbox/src/sandbox-entry.js";
 import { benchOptions } from "./bench-options.js";
@@ -54,20 +58,35 @@ const request = create(SessionRequestSchema, {
   model: { primary: "anthropic/scripted" },
   input: "Say done.",
   workingDir: workDir,
-  llm: { anthropicBaseUrl: model.url, token: "oz0st_bench", headers: { "Oz0-Job": "job-bench", "Oz0-Agent": "bench@1" } },
+  llm: {
+    anthropicBaseUrl: model.url,
+    token: "oz0st_bench",
+    headers: { "Oz0-Job": "job-bench", "Oz0-Agent": "bench@1" },
+  },
 });
 const requestLine = toJsonString(SessionRequestSchema, request) + "\n";
 
-async function throughHost(options: { launcher?: HarnessLauncher; request?: SessionRequest; command?: string[] } = {}): Promise<number> {
+async function throughHost(
+  options: { launcher?: HarnessLauncher; request?: SessionRequest; command?: string[] } = {},
+): Promise<number> {
   const started = performance.now();
-  const session = startHostSession({ command: options.command ?? command, cwd: workDir, env, request: options.request ?? request, ...(options.launcher ? { launcher: options.launcher } : {}) });
+  const session = startHostSession({
+    command: options.command ?? command,
+    cwd: workDir,
+    env,
+    request: options.request ?? request,
+    ...(options.launcher ? { launcher: options.launcher } : {}),
+  });
   const outcome = await session.outcome;
-  if (outcome.status !== "completed") throw new Error(`host session ${outcome.status}: ${outcome.error?.message ?? ""}`);
+  if (outcome.status !== "completed")
+    throw new Error(`host session ${outcome.status}: ${outcome.error?.message ?? ""}`);
   return performance.now() - started;
 }
 
 const bubblewrap = await detectBubblewrap();
-const [forward] = planLlmForwards({ socketDir, urls: [{ field: "llm.anthropic_base_url", url: model.url }] }) as [LlmForward];
+const [forward] = planLlmForwards({ socketDir, urls: [{ field: "llm.anthropic_base_url", url: model.url }] }) as [
+  LlmForward,
+];
 
 /** A session as the sandbox's bwrap mode runs it: the socket forwarding started for it, bubblewrap, the entry script inside, the harness. */
 async function underBubblewrap(): Promise<number> {
@@ -102,7 +121,10 @@ async function forwarderWithoutBubblewrap(): Promise<number> {
   try {
     const direct = clone(SessionRequestSchema, request);
     direct.llm!.anthropicBaseUrl = `http://127.0.0.1:${port}`;
-    await throughHost({ request: direct, command: [...entryCommand, `${port}=${outside.socketPath}`, "--", ...command] });
+    await throughHost({
+      request: direct,
+      command: [...entryCommand, `${port}=${outside.socketPath}`, "--", ...command],
+    });
   } finally {
     await forwarding.close();
   }
@@ -135,7 +157,8 @@ async function directPipe(detached = false): Promise<number> {
 
 const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN;
 /** The nearest-rank percentile: with 20 values, p95 is the 19th. */
-const percentile = (values: number[], p: number): number => [...values].sort((a, b) => a - b)[Math.max(0, Math.ceil(p * values.length) - 1)] ?? NaN;
+const percentile = (values: number[], p: number): number =>
+  [...values].sort((a, b) => a - b)[Math.max(0, Math.ceil(p * values.length) - 1)] ?? NaN;
 const isolated = bubblewrap.available;
 try {
   await directPipe();
@@ -162,27 +185,44 @@ try {
   console.log(`direct spawn + pipe:  median ${median(direct).toFixed(1)} ms`);
   // setsid puts the child in its own session, which Linux's scheduler autogroups treat as a separate
   // group: on a busy machine that alone moves timings, so it is shown apart from the host's own work.
-  console.log(`direct, own session:  median ${median(directSetsid).toFixed(1)} ms (detached: true, as the host spawns)`);
+  console.log(
+    `direct, own session:  median ${median(directSetsid).toFixed(1)} ms (detached: true, as the host spawns)`,
+  );
   console.log(`through the host:     median ${median(host).toFixed(1)} ms`);
   // Paired differences (each host run against the direct run just before it) are steadier on a busy machine.
   const paired = host.map((h, i) => h - (direct[i] ?? NaN));
-  console.log(`added by the host: ${(median(host) - median(direct)).toFixed(1)} ms between medians, ${median(paired).toFixed(1)} ms median of paired differences (goal < 30 ms)`);
-  console.log(`host against direct in its own session: ${(median(host) - median(directSetsid)).toFixed(1)} ms between medians`);
+  console.log(
+    `added by the host: ${(median(host) - median(direct)).toFixed(1)} ms between medians, ${median(paired).toFixed(1)} ms median of paired differences (goal < 30 ms)`,
+  );
+  console.log(
+    `host against direct in its own session: ${(median(host) - median(directSetsid)).toFixed(1)} ms between medians`,
+  );
 
   console.log("");
   if (!isolated) console.log(`bubblewrap: not measured, ${bubblewrap.reason ?? "unavailable"}`);
   else {
     const added = bwrap.map((b, i) => b - host[i]!);
     const forwarderAdded = forwarder.map((f, i) => f - host[i]!);
-    console.log(`under bubblewrap as the sandbox runs it (${bubblewrap.version ?? bubblewrap.path}; the entry script forwarding to a Unix socket, then the harness):`);
-    console.log(`  through the host, no isolation: median ${median(host).toFixed(1)} ms, p95 ${percentile(host, 0.95).toFixed(1)} ms`);
-    console.log(`  under bubblewrap:               median ${median(bwrap).toFixed(1)} ms, p95 ${percentile(bwrap, 0.95).toFixed(1)} ms`);
-    console.log(`  entry script, no bubblewrap:    median ${median(forwarder).toFixed(1)} ms, p95 ${percentile(forwarder, 0.95).toFixed(1)} ms`);
+    console.log(
+      `under bubblewrap as the sandbox runs it (${bubblewrap.version ?? bubblewrap.path}; the entry script forwarding to a Unix socket, then the harness):`,
+    );
+    console.log(
+      `  through the host, no isolation: median ${median(host).toFixed(1)} ms, p95 ${percentile(host, 0.95).toFixed(1)} ms`,
+    );
+    console.log(
+      `  under bubblewrap:               median ${median(bwrap).toFixed(1)} ms, p95 ${percentile(bwrap, 0.95).toFixed(1)} ms`,
+    );
+    console.log(
+      `  entry script, no bubblewrap:    median ${median(forwarder).toFixed(1)} ms, p95 ${percentile(forwarder, 0.95).toFixed(1)} ms`,
+    );
     console.log(
       `  added by bubblewrap: ${(median(bwrap) - median(host)).toFixed(1)} ms between medians, ${(percentile(bwrap, 0.95) - percentile(host, 0.95)).toFixed(1)} ms between p95s; ` +
         `paired: median ${median(added).toFixed(1)} ms, p95 ${percentile(added, 0.95).toFixed(1)} ms (goal < 30 ms at the median)`,
     );
-    report.ratio("  ratio bubblewrap / no isolation, each session against the one without isolation before it", bwrap.map((b, i) => b / host[i]!));
+    report.ratio(
+      "  ratio bubblewrap / no isolation, each session against the one without isolation before it",
+      bwrap.map((b, i) => b / host[i]!),
+    );
     console.log(
       `  of which the entry (the Perl forwarder) and its forwarding: ${median(forwarderAdded).toFixed(1)} ms paired median; ` +
         `the namespaces and mounts, the rest: ${(median(added) - median(forwarderAdded)).toFixed(1)} ms`,

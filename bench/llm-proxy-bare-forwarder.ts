@@ -14,7 +14,11 @@ const server = http.createServer((req, res) => {
   req.on("data", (c: Buffer) => parts.push(c));
   req.on("end", () => {
     const body = Buffer.concat(parts);
-    const headers = { "content-type": "application/json", "content-length": String(body.length), "x-api-key": "sk-bench" };
+    const headers = {
+      "content-type": "application/json",
+      "content-length": String(body.length),
+      "x-api-key": "sk-bench",
+    };
     const up = http.request(new URL(req.url ?? "/", upstream), { method: "POST", agent, headers }, (answer) => {
       res.writeHead(answer.statusCode ?? 502, { "content-type": String(answer.headers["content-type"]) });
       answer.pipe(res);
@@ -24,6 +28,8 @@ const server = http.createServer((req, res) => {
   });
 });
 server.listen(0, "127.0.0.1", () => {
-  process.stdout.write(`${JSON.stringify({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` })}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` })}\n`,
+  );
 });
 serveRoleControl();

@@ -81,7 +81,8 @@ export function summariseCpuProfile(file: string, calls: number, top = 15): Prof
 
 /** The summary as lines for a bench's printout. */
 export function formatProfileSummary(summary: ProfileSummary, indent = "  "): string[] {
-  const row = (line: ProfileLine): string => `${indent}  ${line.microsPerCall.toFixed(1).padStart(6)} µs ${(line.share * 100).toFixed(1).padStart(5)}%  ${line.name}`;
+  const row = (line: ProfileLine): string =>
+    `${indent}  ${line.microsPerCall.toFixed(1).padStart(6)} µs ${(line.share * 100).toFixed(1).padStart(5)}%  ${line.name}`;
   return [
     `${indent}busy ${summary.busyMicrosPerCall.toFixed(0)} µs per call; top self time by function:`,
     ...summary.functions.map(row),

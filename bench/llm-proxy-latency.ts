@@ -30,7 +30,15 @@ import type * as LlmProxyPackage from "@oz0/llm-proxy";
 import { benchOptions } from "./bench-options.js";
 import { startReport } from "./bench-report.js";
 import { formatProfileSummary, summariseCpuProfile } from "./llm-proxy-cpu-profile.js";
-import { askRole, closePostConnections, cpuOf, postJson, serveRoleControl, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
+import {
+  askRole,
+  closePostConnections,
+  cpuOf,
+  postJson,
+  serveRoleControl,
+  startRoleProcess,
+  type Role,
+} from "./llm-proxy-role-process.js";
 
 const options = benchOptions({
   calls: { type: "number", default: 500 },
@@ -59,7 +67,12 @@ type LlmProxyModule = typeof LlmProxyPackage;
 const ANSWER = "The scripted upstream answers every call with this sentence, which is about a hundred characters long.";
 
 function startBare(url: string): Promise<Role> {
-  return startRoleProcess(["--import", "tsx", fileURLToPath(new URL("./llm-proxy-bare-forwarder.ts", import.meta.url)), url]);
+  return startRoleProcess([
+    "--import",
+    "tsx",
+    fileURLToPath(new URL("./llm-proxy-bare-forwarder.ts", import.meta.url)),
+    url,
+  ]);
 }
 
 function startRole(name: string, extra: string[] = []): Promise<Role> {
@@ -70,7 +83,10 @@ function startRole(name: string, extra: string[] = []): Promise<Role> {
 function conversation(kb: number): { role: string; content: string }[] {
   const turns: { role: string; content: string }[] = [];
   for (let size = 0; size < kb * 1024; size += 1024) {
-    turns.push({ role: turns.length % 2 === 0 ? "user" : "assistant", content: `Turn ${turns.length}: ${"an earlier \"quoted\" part of the conversation, ".repeat(20)}`.slice(0, 1000) });
+    turns.push({
+      role: turns.length % 2 === 0 ? "user" : "assistant",
+      content: `Turn ${turns.length}: ${'an earlier "quoted" part of the conversation, '.repeat(20)}`.slice(0, 1000),
+    });
   }
   if (turns.length % 2 === 1) turns.push({ role: "assistant", content: "Noted." });
   return [...turns, { role: "user", content: "Say something short." }];
@@ -89,19 +105,38 @@ const WIRES: Record<string, Wire> = {
     name: "Anthropic Messages",
     provider: "anthropic",
     route: "messages",
-    body: (stream) => Buffer.from(JSON.stringify({ model: "claude-sonnet-5", max_tokens: 256, stream, messages: conversation(options["body-kb"]) })),
+    body: (stream) =>
+      Buffer.from(
+        JSON.stringify({
+          model: "claude-sonnet-5",
+          max_tokens: 256,
+          stream,
+          messages: conversation(options["body-kb"]),
+        }),
+      ),
   },
   openai: {
     name: "OpenAI chat",
     provider: "openai",
     route: "chat/completions",
-    body: (stream) => Buffer.from(JSON.stringify({ model: "gpt-5", max_completion_tokens: 256, stream, messages: conversation(options["body-kb"]) })),
+    body: (stream) =>
+      Buffer.from(
+        JSON.stringify({
+          model: "gpt-5",
+          max_completion_tokens: 256,
+          stream,
+          messages: conversation(options["body-kb"]),
+        }),
+      ),
   },
   responses: {
     name: "OpenAI Responses",
     provider: "openai",
     route: "responses",
-    body: (stream) => Buffer.from(JSON.stringify({ model: "gpt-5", max_output_tokens: 256, stream, input: conversation(options["body-kb"]) })),
+    body: (stream) =>
+      Buffer.from(
+        JSON.stringify({ model: "gpt-5", max_output_tokens: 256, stream, input: conversation(options["body-kb"]) }),
+      ),
   },
 };
 
@@ -116,7 +151,11 @@ function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((sorted.length - 1) * p))]!;
 }
 
-const median = (values: number[]): number => percentile([...values].sort((a, b) => a - b), 0.5);
+const median = (values: number[]): number =>
+  percentile(
+    [...values].sort((a, b) => a - b),
+    0.5,
+  );
 
 function call(contender: Contender, wire: Wire, body: Buffer): Promise<void> {
   const { url, headers } = contender.target(wire);
@@ -124,7 +163,12 @@ function call(contender: Contender, wire: Wire, body: Buffer): Promise<void> {
 }
 
 /** Sequential calls, the contenders taking turns call by call (so drift in the machine's load hits all alike). */
-async function latency(contenders: Contender[], wire: Wire, body: Buffer, calls: number): Promise<Map<Contender, { p50: number; p99: number }>> {
+async function latency(
+  contenders: Contender[],
+  wire: Wire,
+  body: Buffer,
+  calls: number,
+): Promise<Map<Contender, { p50: number; p99: number }>> {
   const times = new Map(contenders.map((c) => [c, [] as number[]]));
   for (let i = 0; i < 200; i += 1) for (const c of contenders) await call(c, wire, body); // warm-up: JIT, pools
   for (let i = 0; i < calls; i += 1) {
@@ -144,7 +188,13 @@ async function latency(contenders: Contender[], wire: Wire, body: Buffer, calls:
 }
 
 /** Calls per second at `concurrency` for `seconds`, and the serving process's CPU per call. */
-async function throughput(c: Contender, wire: Wire, body: Buffer, concurrency: number, seconds: number): Promise<{ perSecond: number; cpuMicrosPerCall: number; calls: number }> {
+async function throughput(
+  c: Contender,
+  wire: Wire,
+  body: Buffer,
+  concurrency: number,
+  seconds: number,
+): Promise<{ perSecond: number; cpuMicrosPerCall: number; calls: number }> {
   let done = 0;
   const cpuBefore = await cpuOf(c.process);
   const start = performance.now();
@@ -161,18 +211,25 @@ async function throughput(c: Contender, wire: Wire, body: Buffer, concurrency: n
   return { perSecond, cpuMicrosPerCall: ((await cpuOf(c.process)) - cpuBefore) / done, calls: done };
 }
 
-const fmt = (n: number, digits = 0): string => n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+const fmt = (n: number, digits = 0): string =>
+  n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const range = (values: number[], digits = 2): string => {
   const sorted = [...values].sort((a, b) => a - b);
-  return sorted[0]!.toFixed(digits) === sorted.at(-1)!.toFixed(digits) ? sorted[0]!.toFixed(digits) : `${sorted[0]!.toFixed(digits)}–${sorted.at(-1)!.toFixed(digits)}`;
+  return sorted[0]!.toFixed(digits) === sorted.at(-1)!.toFixed(digits)
+    ? sorted[0]!.toFixed(digits)
+    : `${sorted[0]!.toFixed(digits)}–${sorted.at(-1)!.toFixed(digits)}`;
 };
 
 async function bench(): Promise<void> {
   const report = startReport("llm-proxy-latency");
   const { calls, seconds, rounds } = options;
   const concurrencies = options.concurrency.split(",").map(Number);
-  const wires = options.wires.split(",").map((name) => WIRES[name] ?? fail(`--wires: no wire ${name}; known: ${Object.keys(WIRES).join(", ")}`));
-  const profileDir = options.profile ? options["profile-dir"] || mkdtempSync(path.join(os.tmpdir(), "llm-proxy-profile-")) : "";
+  const wires = options.wires
+    .split(",")
+    .map((name) => WIRES[name] ?? fail(`--wires: no wire ${name}; known: ${Object.keys(WIRES).join(", ")}`));
+  const profileDir = options.profile
+    ? options["profile-dir"] || mkdtempSync(path.join(os.tmpdir(), "llm-proxy-profile-"))
+    : "";
   if (options.store !== "file" && options.store !== "memory") fail(`--store is file or memory, not ${options.store}`);
   const dataDirs: string[] = [];
   const store = (): string[] => {
@@ -187,7 +244,15 @@ async function bench(): Promise<void> {
     roles.push(proxy);
     const bare = await startBare(upstream.info.url);
     roles.push(bare);
-    const baseline = options["baseline-module"] ? await startRole("proxy", ["--upstream", upstream.info.url, "--module", path.resolve(options["baseline-module"]), ...store()]) : undefined;
+    const baseline = options["baseline-module"]
+      ? await startRole("proxy", [
+          "--upstream",
+          upstream.info.url,
+          "--module",
+          path.resolve(options["baseline-module"]),
+          ...store(),
+        ])
+      : undefined;
     if (baseline) roles.push(baseline);
 
     const proxied = (name: string, p: Role): Contender => ({
@@ -195,11 +260,27 @@ async function bench(): Promise<void> {
       process: p,
       target: (wire) => ({
         url: new URL(`/${wire.provider}/v1/${wire.route}`, p.info.url),
-        headers: { "x-api-key": p.info.token!, "Oz0-Job": "bench", "Oz0-Agent": "bench", "anthropic-version": "2023-06-01" },
+        headers: {
+          "x-api-key": p.info.token!,
+          "Oz0-Job": "bench",
+          "Oz0-Agent": "bench",
+          "anthropic-version": "2023-06-01",
+        },
       }),
     });
-    const direct: Contender = { name: "direct", process: upstream, target: (wire) => ({ url: new URL(`/v1/${wire.route}`, upstream.info.url), headers: { "x-api-key": "sk-bench", "anthropic-version": "2023-06-01" } }) };
-    const forwarder: Contender = { name: "forwarder", process: bare, target: (wire) => ({ url: new URL(`/v1/${wire.route}`, bare.info.url), headers: {} }) };
+    const direct: Contender = {
+      name: "direct",
+      process: upstream,
+      target: (wire) => ({
+        url: new URL(`/v1/${wire.route}`, upstream.info.url),
+        headers: { "x-api-key": "sk-bench", "anthropic-version": "2023-06-01" },
+      }),
+    };
+    const forwarder: Contender = {
+      name: "forwarder",
+      process: bare,
+      target: (wire) => ({ url: new URL(`/v1/${wire.route}`, bare.info.url), headers: {} }),
+    };
     const proxy1 = proxied("proxy", proxy);
     const before = baseline ? proxied("baseline proxy", baseline) : undefined;
     const contenders = [direct, forwarder, proxy1, ...(before ? [before] : [])];
@@ -223,8 +304,13 @@ async function bench(): Promise<void> {
         console.log(`  latency, sequential: direct p50 ${d.p50.toFixed(3)} ms p99 ${d.p99.toFixed(3)} ms`);
         for (const c of measured) {
           const m = l.get(c)!;
-          const vsForwarder = c === forwarder ? "" : `; added p50 ${((m.p50 - d.p50) / (l.get(forwarder)!.p50 - d.p50)).toFixed(2)}x the forwarder's`;
-          console.log(`    ${c.name.padEnd(15)} p50 ${m.p50.toFixed(3)} ms p99 ${m.p99.toFixed(3)} ms; added p50 ${(m.p50 - d.p50).toFixed(3)} ms p99 ${(m.p99 - d.p99).toFixed(3)} ms${vsForwarder}`);
+          const vsForwarder =
+            c === forwarder
+              ? ""
+              : `; added p50 ${((m.p50 - d.p50) / (l.get(forwarder)!.p50 - d.p50)).toFixed(2)}x the forwarder's`;
+          console.log(
+            `    ${c.name.padEnd(15)} p50 ${m.p50.toFixed(3)} ms p99 ${m.p99.toFixed(3)} ms; added p50 ${(m.p50 - d.p50).toFixed(3)} ms p99 ${(m.p99 - d.p99).toFixed(3)} ms${vsForwarder}`,
+          );
         }
         for (const concurrency of concurrencies) {
           const results = new Map(contenders.map((c) => [c, [] as { perSecond: number; cpuMicrosPerCall: number }[]]));
@@ -237,17 +323,26 @@ async function bench(): Promise<void> {
           }
           const perSecond = (c: Contender): number => median(results.get(c)!.map((r) => r.perSecond));
           const cpu = (c: Contender): number => median(results.get(c)!.map((r) => r.cpuMicrosPerCall));
-          console.log(`  ${concurrency} connections: direct ${fmt(perSecond(direct))}/s (upstream CPU ${cpu(direct).toFixed(0)} µs a call)`);
+          console.log(
+            `  ${concurrency} connections: direct ${fmt(perSecond(direct))}/s (upstream CPU ${cpu(direct).toFixed(0)} µs a call)`,
+          );
           for (const c of measured) {
             // Round by round: both measured under the same conditions.
             const vs = results.get(c)!.map((r, i) => r.perSecond / results.get(forwarder)!.at(i)!.perSecond);
-            const ratio = c === forwarder || !ratios ? "" : `; ${range(vs)}x the forwarder's calls/s (median ${median(vs).toFixed(2)}x), CPU ${(cpu(c) / cpu(forwarder)).toFixed(2)}x`;
-            console.log(`    ${c.name.padEnd(15)} ${fmt(perSecond(c)).padStart(6)}/s, CPU ${cpu(c).toFixed(0)} µs a call${ratio}`);
+            const ratio =
+              c === forwarder || !ratios
+                ? ""
+                : `; ${range(vs)}x the forwarder's calls/s (median ${median(vs).toFixed(2)}x), CPU ${(cpu(c) / cpu(forwarder)).toFixed(2)}x`;
+            console.log(
+              `    ${c.name.padEnd(15)} ${fmt(perSecond(c)).padStart(6)}/s, CPU ${cpu(c).toFixed(0)} µs a call${ratio}`,
+            );
           }
           if (ratios) {
             const vs = results.get(proxy1)!.map((r, i) => r.perSecond / results.get(forwarder)!.at(i)!.perSecond);
             const added = (l.get(proxy1)!.p50 - d.p50) / (l.get(forwarder)!.p50 - d.p50);
-            const baselineVs = before ? results.get(before)!.map((r, i) => r.perSecond / results.get(forwarder)!.at(i)!.perSecond) : [];
+            const baselineVs = before
+              ? results.get(before)!.map((r, i) => r.perSecond / results.get(forwarder)!.at(i)!.perSecond)
+              : [];
             const baselineText = before
               ? `; baseline ${median(baselineVs).toFixed(2)}x, added p50 ${((l.get(before)!.p50 - d.p50) / (l.get(forwarder)!.p50 - d.p50)).toFixed(2)}x, CPU ${cpu(before).toFixed(0)} µs`
               : "";
@@ -258,11 +353,16 @@ async function bench(): Promise<void> {
         }
         if (profileDir) {
           // One more window at the first concurrency, the proxy's profiler on.
-          const file = path.join(profileDir, `proxy-${wire.route.replace("/", "-")}${stream ? "-stream" : ""}.cpuprofile`);
+          const file = path.join(
+            profileDir,
+            `proxy-${wire.route.replace("/", "-")}${stream ? "-stream" : ""}.cpuprofile`,
+          );
           await askRole(proxy, "profile-start");
           const run = await throughput(proxy1, wire, body, concurrencies[0]!, seconds);
           await askRole(proxy, `profile-stop ${file}`);
-          console.log(`  CPU profile of the proxy at ${concurrencies[0]} connections (${fmt(run.perSecond)}/s, ${run.cpuMicrosPerCall.toFixed(0)} µs CPU a call while profiled): ${file}`);
+          console.log(
+            `  CPU profile of the proxy at ${concurrencies[0]} connections (${fmt(run.perSecond)}/s, ${run.cpuMicrosPerCall.toFixed(0)} µs CPU a call while profiled): ${file}`,
+          );
           for (const line of formatProfileSummary(summariseCpuProfile(file, run.calls, 12), "  ")) console.log(line);
         }
       }
@@ -283,10 +383,15 @@ function fail(message: string): never {
 
 if (role === "upstream") {
   const { startScriptedModel } = await import("@oz0/harness/testing");
-  const model = await startScriptedModel({ turns: () => ({ text: ANSWER, usage: { input: 50, output: 25 } }), isSideCall: () => false });
+  const model = await startScriptedModel({
+    turns: () => ({ text: ANSWER, usage: { input: 50, output: 25 } }),
+    isSideCall: () => false,
+  });
   process.stdout.write(`${JSON.stringify({ url: model.url })}\n`);
 } else if (role === "proxy") {
-  const { startLlmProxy } = (options.module ? await import(pathToFileURL(options.module).href) : await import("@oz0/llm-proxy")) as LlmProxyModule;
+  const { startLlmProxy } = (
+    options.module ? await import(pathToFileURL(options.module).href) : await import("@oz0/llm-proxy")
+  ) as LlmProxyModule;
   const pino = (await import("pino")).default;
   const { testCredentials } = await import("@oz0/serving/testing");
   const prices = { "*": { input: 3, output: 15 } };
@@ -309,7 +414,12 @@ if (role === "upstream") {
   await secrets.setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-bench-key-0123456789" });
   await secrets.setSecret({ name: "OPENAI_API_KEY", value: "sk-bench-key-9876543210" });
   // A budget, so the reservation path is measured too.
-  const minted = await createClient(LlmProxyService, transport).mintSessionToken({ job: "bench", agent: "bench", session: "bench", budgetUsd: 1_000_000 });
+  const minted = await createClient(LlmProxyService, transport).mintSessionToken({
+    job: "bench",
+    agent: "bench",
+    session: "bench",
+    budgetUsd: 1_000_000,
+  });
   process.stdout.write(`${JSON.stringify({ url: proxy.url, token: minted.token })}\n`);
 } else {
   await bench();

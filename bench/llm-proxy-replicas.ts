@@ -14,7 +14,14 @@ import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { benchOptions } from "./bench-options.js";
 import { MIN_ROUNDS, startReport } from "./bench-report.js";
-import { closePostConnections, cpuOf, postJson, serveRoleControl, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
+import {
+  closePostConnections,
+  cpuOf,
+  postJson,
+  serveRoleControl,
+  startRoleProcess,
+  type Role,
+} from "./llm-proxy-role-process.js";
 
 const options = benchOptions({
   calls: { type: "number", default: 1000 },
@@ -48,7 +55,8 @@ interface Setup {
   headers: Record<string, string>;
 }
 
-const targetOf = (setup: Setup, i: number): URL => new URL("/anthropic/v1/messages", setup.proxies[i % setup.proxies.length]!.info.url);
+const targetOf = (setup: Setup, i: number): URL =>
+  new URL("/anthropic/v1/messages", setup.proxies[i % setup.proxies.length]!.info.url);
 
 async function latency(setup: Setup, body: Buffer, calls: number): Promise<{ p50: number; p99: number }> {
   for (let i = 0; i < 100; i += 1) await call(targetOf(setup, i), setup.headers, body);
@@ -63,7 +71,12 @@ async function latency(setup: Setup, body: Buffer, calls: number): Promise<{ p50
   return { p50: at(0.5), p99: at(0.99) };
 }
 
-async function throughput(setup: Setup, body: Buffer, concurrency: number, seconds: number): Promise<{ perSecond: number; cpuMicrosPerCall: number }> {
+async function throughput(
+  setup: Setup,
+  body: Buffer,
+  concurrency: number,
+  seconds: number,
+): Promise<{ perSecond: number; cpuMicrosPerCall: number }> {
   let done = 0;
   const cpuBefore = await Promise.all(setup.proxies.map(cpuOf));
   const start = performance.now();
@@ -89,7 +102,10 @@ async function mint(proxyUrl: string): Promise<string> {
   const { createGrpcTransport } = await import("@connectrpc/connect-node");
   const { LlmProxyService } = await import("@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb");
   const control = createClient(LlmProxyService, createGrpcTransport({ baseUrl: proxyUrl }));
-  const minted = await control.mintSessionToken({ job: "bench", agent: "bench", session: `bench-${randomBytes(4).toString("hex")}`, budgetUsd: 1_000_000 }, { headers: { authorization: `Bearer ${ADMIN}` } });
+  const minted = await control.mintSessionToken(
+    { job: "bench", agent: "bench", session: `bench-${randomBytes(4).toString("hex")}`, budgetUsd: 1_000_000 },
+    { headers: { authorization: `Bearer ${ADMIN}` } },
+  );
   return minted.token;
 }
 
@@ -112,15 +128,30 @@ async function bench(): Promise<void> {
     const [pg1, pg2] = await Promise.all([startRole("proxy", pgArgs), startRole("proxy", pgArgs)]);
     roles.push(pg1!, pg2!);
     const pgToken = await mint(pg1!.info.url);
-    const headersFor = (token: string): Record<string, string> => ({ "x-api-key": token, "Oz0-Job": "bench", "Oz0-Agent": "bench", "anthropic-version": "2023-06-01" });
+    const headersFor = (token: string): Record<string, string> => ({
+      "x-api-key": token,
+      "Oz0-Job": "bench",
+      "Oz0-Agent": "bench",
+      "anthropic-version": "2023-06-01",
+    });
     const setups: Setup[] = [
       { name: "1 proxy, SQLite", proxies: [sqlite], headers: headersFor(await mint(sqlite.info.url)) },
       { name: "1 proxy, PostgreSQL", proxies: [pg1!], headers: headersFor(pgToken) },
       { name: "2 replicas, PostgreSQL", proxies: [pg1!, pg2!], headers: headersFor(pgToken) },
     ];
-    const body = Buffer.from(JSON.stringify({ model: "claude-sonnet-5", max_tokens: 256, messages: [{ role: "user", content: "Say something short." }] }));
-    console.log(`llm-proxy stores: budgeted non-streaming calls; ${calls} sequential calls, then concurrency ${concurrency} for ${seconds}s; ${rounds} round(s), setups alternating`);
-    const results = new Map<string, { p50: number[]; p99: number[]; perSecond: number[]; cpu: number[] }>(setups.map((s) => [s.name, { p50: [], p99: [], perSecond: [], cpu: [] }]));
+    const body = Buffer.from(
+      JSON.stringify({
+        model: "claude-sonnet-5",
+        max_tokens: 256,
+        messages: [{ role: "user", content: "Say something short." }],
+      }),
+    );
+    console.log(
+      `llm-proxy stores: budgeted non-streaming calls; ${calls} sequential calls, then concurrency ${concurrency} for ${seconds}s; ${rounds} round(s), setups alternating`,
+    );
+    const results = new Map<string, { p50: number[]; p99: number[]; perSecond: number[]; cpu: number[] }>(
+      setups.map((s) => [s.name, { p50: [], p99: [], perSecond: [], cpu: [] }]),
+    );
     for (let round = 0; round < rounds; round += 1) {
       for (const setup of setups) {
         const r = results.get(setup.name)!;
@@ -137,7 +168,9 @@ async function bench(): Promise<void> {
       const r = results.get(setup.name)!;
       console.log(
         `${setup.name.padEnd(24)} p50 ${median(r.p50).toFixed(3)} ms p99 ${median(r.p99).toFixed(3)} ms | ${median(r.perSecond).toFixed(0)}/s | proxy CPU ${median(r.cpu).toFixed(0)} µs a call` +
-          (rounds < MIN_ROUNDS ? "" : ` | vs SQLite: p50 ${(median(r.p50) / median(base.p50)).toFixed(2)}x, throughput ${(median(r.perSecond) / median(base.perSecond)).toFixed(2)}x, CPU ${(median(r.cpu) / median(base.cpu)).toFixed(2)}x`),
+          (rounds < MIN_ROUNDS
+            ? ""
+            : ` | vs SQLite: p50 ${(median(r.p50) / median(base.p50)).toFixed(2)}x, throughput ${(median(r.perSecond) / median(base.perSecond)).toFixed(2)}x, CPU ${(median(r.cpu) / median(base.cpu)).toFixed(2)}x`),
       );
     }
   } finally {
@@ -151,7 +184,10 @@ async function bench(): Promise<void> {
 
 if (role === "upstream") {
   const { startScriptedModel } = await import("@oz0/harness/testing");
-  const model = await startScriptedModel({ turns: () => ({ text: "A short scripted answer.", usage: { input: 50, output: 25 } }), isSideCall: () => false });
+  const model = await startScriptedModel({
+    turns: () => ({ text: "A short scripted answer.", usage: { input: 50, output: 25 } }),
+    isSideCall: () => false,
+  });
   process.stdout.write(`${JSON.stringify({ url: model.url })}\n`);
 } else if (role === "proxy") {
   const { startLlmProxy } = await import("@oz0/llm-proxy");
@@ -162,13 +198,23 @@ if (role === "upstream") {
     ...(databaseUrl ? { databaseUrl, databaseSchema: options.schema } : {}),
     kek: Buffer.from(KEK, "base64"),
     auth: { peers: { orchestrator: (await import("@oz0/serving")).credentialDigest(ADMIN) } },
-    providers: [{ name: "anthropic", baseUrl: options.upstream, keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15 } } }],
+    providers: [
+      {
+        name: "anthropic",
+        baseUrl: options.upstream,
+        keySecret: "ANTHROPIC_API_KEY",
+        prices: { "*": { input: 3, output: 15 } },
+      },
+    ],
     logger: pino({ level: "warn" }),
   });
   const { createClient } = await import("@connectrpc/connect");
   const { createGrpcTransport } = await import("@connectrpc/connect-node");
   const { SecretService } = await import("@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb");
-  await createClient(SecretService, createGrpcTransport({ baseUrl: proxy.url })).setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-bench-key-0123456789" }, { headers: { authorization: `Bearer ${ADMIN}` } });
+  await createClient(SecretService, createGrpcTransport({ baseUrl: proxy.url })).setSecret(
+    { name: "ANTHROPIC_API_KEY", value: "sk-bench-key-0123456789" },
+    { headers: { authorization: `Bearer ${ADMIN}` } },
+  );
   process.stdout.write(`${JSON.stringify({ url: proxy.url })}\n`);
 } else {
   await bench();

@@ -32,7 +32,9 @@ export function serveRoleControl(): void {
         session.connect();
         // Sampling every 100 µs: a call costs a few hundred, so each one is seen a few times.
         session.post("Profiler.enable", () =>
-          session!.post("Profiler.setSamplingInterval", { interval: 100 }, () => session!.post("Profiler.start", () => reply({ profiling: true }))),
+          session!.post("Profiler.setSamplingInterval", { interval: 100 }, () =>
+            session!.post("Profiler.start", () => reply({ profiling: true })),
+          ),
         );
       } else if (command === "profile-stop" && session && argument) {
         const current = session;
@@ -55,7 +57,10 @@ export interface Role {
 
 /** Start a helper (`node --import tsx <args>`) and wait for its first line. */
 export function startRoleProcess(nodeArgs: string[]): Promise<Role> {
-  const child = spawn(process.execPath, nodeArgs, { stdio: ["pipe", "pipe", "inherit"], env: { ...process.env, OZ0_LOG_LEVEL: "warn" } });
+  const child = spawn(process.execPath, nodeArgs, {
+    stdio: ["pipe", "pipe", "inherit"],
+    env: { ...process.env, OZ0_LOG_LEVEL: "warn" },
+  });
   return new Promise((resolve, reject) => {
     let out = "";
     const lines: string[] = [];
@@ -88,14 +93,31 @@ export async function cpuOf(role: Role): Promise<number> {
 const agent = new http.Agent({ keepAlive: true, maxSockets: 512 });
 
 /** One JSON POST over pooled keep-alive connections; rejects on anything but 200 (`label` names the target). */
-export function postJson(options: { url: URL; headers: Record<string, string>; body: Buffer; label: string }): Promise<void> {
+export function postJson(options: {
+  url: URL;
+  headers: Record<string, string>;
+  body: Buffer;
+  label: string;
+}): Promise<void> {
   return new Promise((resolve, reject) => {
-    const req = http.request(options.url, { method: "POST", agent, headers: { ...options.headers, "content-type": "application/json", "content-length": String(options.body.length) } }, (res) => {
-      if (res.statusCode !== 200) reject(new Error(`${options.label}: HTTP ${res.statusCode}`));
-      res.on("data", () => {});
-      res.on("end", resolve);
-      res.on("error", reject);
-    });
+    const req = http.request(
+      options.url,
+      {
+        method: "POST",
+        agent,
+        headers: {
+          ...options.headers,
+          "content-type": "application/json",
+          "content-length": String(options.body.length),
+        },
+      },
+      (res) => {
+        if (res.statusCode !== 200) reject(new Error(`${options.label}: HTTP ${res.statusCode}`));
+        res.on("data", () => {});
+        res.on("end", resolve);
+        res.on("error", reject);
+      },
+    );
     req.on("error", reject);
     req.end(options.body);
   });

@@ -16,7 +16,12 @@ import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { create } from "@bufbuild/protobuf";
-import { PermissionAnswer_Outcome, PermissionAnswerSchema, ProtocolVersion, SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import {
+  PermissionAnswer_Outcome,
+  PermissionAnswerSchema,
+  ProtocolVersion,
+  SessionRequestSchema,
+} from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { startScriptedModel, type ScriptedRequest } from "@oz0/harness/testing";
 import { clientsFor } from "../services/orchestrator/src/cli/connection.js";
@@ -27,7 +32,11 @@ import { SandboxClient } from "../services/orchestrator/src/sessions/sandbox-cli
 import { benchOptions } from "./bench-options.js";
 import { median, startReport } from "./bench-report.js";
 
-const { jobs: JOBS, inflight: INFLIGHT, latency: LATENCY } = benchOptions({
+const {
+  jobs: JOBS,
+  inflight: INFLIGHT,
+  latency: LATENCY,
+} = benchOptions({
   jobs: { type: "number", default: 40 },
   inflight: { type: "number", default: 8 },
   latency: { type: "number", default: 10 },
@@ -38,12 +47,19 @@ const home = mkdtempSync(path.join(os.tmpdir(), "oz0-bench-jobs-"));
 const model = await startScriptedModel({
   isSideCall: () => false,
   turns: (request: ScriptedRequest) => {
-    const assistantTurns = ((request.body?.messages as { role: string }[] | undefined) ?? []).filter((m) => m.role === "assistant").length;
-    return assistantTurns === 0 ? { toolCalls: [{ name: "run_command", input: { command: "true" } }] } : { text: "done" };
+    const assistantTurns = ((request.body?.messages as { role: string }[] | undefined) ?? []).filter(
+      (m) => m.role === "assistant",
+    ).length;
+    return assistantTurns === 0
+      ? { toolCalls: [{ name: "run_command", input: { command: "true" } }] }
+      : { text: "done" };
   },
 });
 const providers = path.join(home, "providers.json");
-writeFileSync(providers, JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url, prices: { "*": { input: 3, output: 15 } } }] }));
+writeFileSync(
+  providers,
+  JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url, prices: { "*": { input: 3, output: 15 } } }] }),
+);
 const plugin = path.join(home, "plugin-src");
 mkdirSync(path.join(plugin, "agents"), { recursive: true });
 writeFileSync(
@@ -51,7 +67,10 @@ writeFileSync(
   'name: bench\nversion: 0.1.0\nharnesses:\n  - name: fake\n    command: ["oz0-fake-harness"]\n    permissions: true\n    tools: [read_file, write_file, run_command]\nagents: [agents/bench.yaml]\n',
 );
 writeFileSync(path.join(plugin, "instructions.md"), "Run the command, then answer.\n");
-writeFileSync(path.join(plugin, "agents", "bench.yaml"), "name: bench\nruntime: harness:fake\nmodel: { primary: anthropic/bench-model }\ninstructions: instructions.md\nlimits: { max_steps: 5 }\n");
+writeFileSync(
+  path.join(plugin, "agents", "bench.yaml"),
+  "name: bench\nruntime: harness:fake\nmodel: { primary: anthropic/bench-model }\ninstructions: instructions.md\nlimits: { max_steps: 5 }\n",
+);
 
 const stack = await startEmbeddedStack({
   home,
@@ -64,7 +83,10 @@ try {
 
   const waitForEnd = async (jobId: string): Promise<JobState> => {
     for await (const { event } of api.jobs.watchJob({ jobId })) {
-      if (event?.event.case === "stateChanged" && [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED].includes(event.event.value.state)) {
+      if (
+        event?.event.case === "stateChanged" &&
+        [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED].includes(event.event.value.state)
+      ) {
         return event.event.value.state;
       }
     }
@@ -88,14 +110,22 @@ try {
   const states = await Promise.all(ids.map(waitForEnd));
   const allDoneMs = performance.now() - t0;
   const succeeded = states.filter((s) => s === JobState.SUCCEEDED).length;
-  console.log(`started ${JOBS} jobs (${INFLIGHT} RunAgent calls in flight): ${(JOBS / (startedMs / 1000)).toFixed(1)} jobs/s started`);
-  console.log(`  all ended after ${(allDoneMs / 1000).toFixed(2)} s: ${(JOBS / (allDoneMs / 1000)).toFixed(1)} jobs/s completed, ${succeeded}/${JOBS} succeeded`);
+  console.log(
+    `started ${JOBS} jobs (${INFLIGHT} RunAgent calls in flight): ${(JOBS / (startedMs / 1000)).toFixed(1)} jobs/s started`,
+  );
+  console.log(
+    `  all ended after ${(allDoneMs / 1000).toFixed(2)} s: ${(JOBS / (allDoneMs / 1000)).toFixed(1)} jobs/s completed, ${succeeded}/${JOBS} succeeded`,
+  );
 
   // 2. End-to-end latency against the same session run directly on the sandbox.
   const sandbox = new SandboxClient({ url: stack.urls.sandbox, token: stack.credentials.orchestrator });
   const proxy = new LlmProxyClient({ url: stack.urls["llm-proxy"], token: stack.credentials.orchestrator });
   const pluginPath = (await api.plugins.listPlugins({})).plugins[0]!.path;
-  const command = resolveHarnessCommand({ plugin: "bench", pluginPath, manifest: { name: "fake", command: ["oz0-fake-harness"] } });
+  const command = resolveHarnessCommand({
+    plugin: "bench",
+    pluginPath,
+    manifest: { name: "fake", command: ["oz0-fake-harness"] },
+  });
   const direct = async (i: number): Promise<number> => {
     const t = performance.now();
     const sessionId = `bench_direct_${i}`;
@@ -111,7 +141,12 @@ try {
         input: `direct ${i}`,
         limits: { maxTurns: 5 },
         permissions: true,
-        llm: { anthropicBaseUrl: token.anthropicBaseUrl, openaiBaseUrl: token.openaiBaseUrl, token: token.token, headers: token.headers },
+        llm: {
+          anthropicBaseUrl: token.anthropicBaseUrl,
+          openaiBaseUrl: token.openaiBaseUrl,
+          token: token.token,
+          headers: token.headers,
+        },
       }),
       command,
       pluginDir: pluginPath,
@@ -120,7 +155,13 @@ try {
     for await (const message of channel) {
       // The direct client answers permissions itself: allow every call.
       if (message.kind === "event" && message.event.event.case === "permissionRequest") {
-        await channel.answerPermission(create(PermissionAnswerSchema, { id: message.event.event.value.id, allow: true, outcome: PermissionAnswer_Outcome.ANSWERED }));
+        await channel.answerPermission(
+          create(PermissionAnswerSchema, {
+            id: message.event.event.value.id,
+            allow: true,
+            outcome: PermissionAnswer_Outcome.ANSWERED,
+          }),
+        );
       }
     }
     await proxy.revoke({ tokenId: sessionId });
@@ -142,10 +183,15 @@ try {
   }
   const d = median(directMs);
   const o = median(orchestratedMs);
-  console.log(`end-to-end latency, median of ${LATENCY}: directly on the sandbox ${d.toFixed(0)} ms, through the orchestrator ${o.toFixed(0)} ms`);
+  console.log(
+    `end-to-end latency, median of ${LATENCY}: directly on the sandbox ${d.toFixed(0)} ms, through the orchestrator ${o.toFixed(0)} ms`,
+  );
   console.log(`  overhead ${(o - d).toFixed(0)} ms per job`);
   // Each pair of jobs (one direct, one through the orchestrator, back to back) is a round.
-  report.ratio("  ratio orchestrator/direct, pair by pair", orchestratedMs.map((ms, i) => ms / directMs[i]!));
+  report.ratio(
+    "  ratio orchestrator/direct, pair by pair",
+    orchestratedMs.map((ms, i) => ms / directMs[i]!),
+  );
 } finally {
   await stack.close();
   await model.close();

@@ -14,7 +14,11 @@ import { performance } from "node:perf_hooks";
 import { JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { startPostgres, type RunningPostgres } from "@oz0/test-infra";
 import pg from "pg";
-import { proxySchema, startClusterStack, type ClusterStack } from "../services/orchestrator/test/support/cluster-stack.js";
+import {
+  proxySchema,
+  startClusterStack,
+  type ClusterStack,
+} from "../services/orchestrator/test/support/cluster-stack.js";
 import { makePluginRepo } from "../services/orchestrator/test/support/test-stack.js";
 import { benchOptions } from "./bench-options.js";
 import { startReport } from "./bench-report.js";
@@ -26,10 +30,26 @@ const { jobs, inflight, repeat } = benchOptions({
   repeat: { type: "number", default: 2 },
 });
 
-const AGENT = ["name: bench", "description: one tool call, then the answer", "runtime: harness:fake", "model:", "  primary: anthropic/claude-sonnet-5-5", "instructions: prompts/fixer.md", "harness:", "  tools: [read_file, write_file, run_command]", ""].join("\n");
+const AGENT = [
+  "name: bench",
+  "description: one tool call, then the answer",
+  "runtime: harness:fake",
+  "model:",
+  "  primary: anthropic/claude-sonnet-5-5",
+  "instructions: prompts/fixer.md",
+  "harness:",
+  "  tools: [read_file, write_file, run_command]",
+  "",
+].join("\n");
 const TERMINAL = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]);
 
-async function round(options: { url: string; plugin: string; orchestrators: number; jobs: number; inflight: number }): Promise<number> {
+async function round(options: {
+  url: string;
+  plugin: string;
+  orchestrators: number;
+  jobs: number;
+  inflight: number;
+}): Promise<number> {
   const schema = `oz0_bench_${randomBytes(5).toString("hex")}`;
   const c = await startClusterStack({
     databaseUrl: options.url,
@@ -40,7 +60,9 @@ async function round(options: { url: string; plugin: string; orchestrators: numb
     sandboxCapacity: 16,
     turns: (request) => {
       const messages = (request.body?.messages as { role: string }[] | undefined) ?? [];
-      return messages.some((m) => m.role === "assistant") ? { text: "done" } : { toolCalls: [{ name: "run_command", input: { command: "echo ok" } }] };
+      return messages.some((m) => m.role === "assistant")
+        ? { text: "done" }
+        : { toolCalls: [{ name: "run_command", input: { command: "echo ok" } }] };
     },
   });
   try {
@@ -87,13 +109,17 @@ async function main(): Promise<void> {
   const plugin = await makePluginRepo({ name: "bench", agents: { bench: AGENT } });
   const report = startReport("orchestrator-replicas-e2e");
   try {
-    console.log(`${jobs} jobs of one tool call each, ${inflight} in flight, 2 sandbox nodes of 16 sessions, 1 LLM proxy, all on one PostgreSQL`);
+    console.log(
+      `${jobs} jobs of one tool call each, ${inflight} in flight, 2 sandbox nodes of 16 sessions, 1 LLM proxy, all on one PostgreSQL`,
+    );
     const ratios: number[] = [];
     for (let r = 0; r < repeat; r++) {
       const one = await round({ url, plugin, orchestrators: 1, jobs, inflight });
       const three = await round({ url, plugin, orchestrators: 3, jobs, inflight });
       ratios.push(three / one);
-      console.log(`round ${r + 1}: 1 orchestrator ${one.toFixed(1)} jobs/s, 3 orchestrators ${three.toFixed(1)} jobs/s`);
+      console.log(
+        `round ${r + 1}: 1 orchestrator ${one.toFixed(1)} jobs/s, 3 orchestrators ${three.toFixed(1)} jobs/s`,
+      );
     }
     report.ratio("ratio 3 / 1 orchestrators", ratios, { unit: "x" });
   } finally {

@@ -55,10 +55,32 @@ async function worker(): Promise<void> {
     const lease = await leases.acquire("job", id);
     if (!lease) throw new Error(`job ${id} already leased`);
     const now = new Date();
-    await store.createJob({ id, agentName: "bench", agentVersion: 1, input: "x", state: "running", createdAt: now, updatedAt: now, resultText: "", stopReason: 0, error: "", sessionId: `ses_${id}`, sandboxUrl: "", lastSeq: 0, sandboxSeq: 0, attachments: [], tokenId: "", servedTools: "", startedBy: "" });
+    await store.createJob({
+      id,
+      agentName: "bench",
+      agentVersion: 1,
+      input: "x",
+      state: "running",
+      createdAt: now,
+      updatedAt: now,
+      resultText: "",
+      stopReason: 0,
+      error: "",
+      sessionId: `ses_${id}`,
+      sandboxUrl: "",
+      lastSeq: 0,
+      sandboxSeq: 0,
+      attachments: [],
+      tokenId: "",
+      servedTools: "",
+      startedBy: "",
+    });
     const fenced = store.fenced(lease);
     for (let s = 0; s < steps; s++) {
-      const events = [create(JobEventSchema, { event: { case: "text", value: { text: `step ${s} of ${id}` } } }), create(JobEventSchema, { event: { case: "text", value: { text: "more" } } })];
+      const events = [
+        create(JobEventSchema, { event: { case: "text", value: { text: `step ${s} of ${id}` } } }),
+        create(JobEventSchema, { event: { case: "text", value: { text: "more" } } }),
+      ];
       await fenced.append({ jobId: id, events, job: { sandboxSeq: s + 1 } });
     }
     await fenced.updateJob(id, { state: "succeeded", finishedAt: new Date() });
@@ -83,18 +105,44 @@ interface Child {
   go(): void;
 }
 
-function startReplica(options: { url: string; schema: string; replica: string; jobs: number; steps: number; inflight: number }): Child {
+function startReplica(options: {
+  url: string;
+  schema: string;
+  replica: string;
+  jobs: number;
+  steps: number;
+  inflight: number;
+}): Child {
   const child = spawn(
     process.execPath,
-    ["--import", "tsx", fileURLToPath(import.meta.url), "--worker", "--url", options.url, "--schema", options.schema, "--replica", options.replica,
-      "--jobs", String(options.jobs), "--steps", String(options.steps), "--inflight", String(options.inflight)],
+    [
+      "--import",
+      "tsx",
+      fileURLToPath(import.meta.url),
+      "--worker",
+      "--url",
+      options.url,
+      "--schema",
+      options.schema,
+      "--replica",
+      options.replica,
+      "--jobs",
+      String(options.jobs),
+      "--steps",
+      String(options.steps),
+      "--inflight",
+      String(options.inflight),
+    ],
     { stdio: ["pipe", "pipe", "inherit"] },
   );
   const lines = createInterface({ input: child.stdout });
-  const seen = (word: string) => new Promise<void>((resolve, reject) => {
-    lines.on("line", (line) => line === word && resolve());
-    child.once("exit", (code) => reject(new Error(`replica ${options.replica} exited with ${code} before "${word}"`)));
-  });
+  const seen = (word: string) =>
+    new Promise<void>((resolve, reject) => {
+      lines.on("line", (line) => line === word && resolve());
+      child.once("exit", (code) =>
+        reject(new Error(`replica ${options.replica} exited with ${code} before "${word}"`)),
+      );
+    });
   const ready = seen("ready");
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const done = seen("done").then(() => exited);
@@ -105,14 +153,17 @@ async function round(url: string, replicas: number, total: number, steps: number
   const schema = `oz0_bench_${randomBytes(5).toString("hex")}`;
   const pool = createPostgresPool({ connectionString: url, schema, maxConnections: 1 });
   await migrateOrchestrator(pool, schema);
-  const children = Array.from({ length: replicas }, (_, i) => startReplica({ url, schema, replica: `r${i}`, jobs: Math.ceil(total / replicas), steps, inflight }));
+  const children = Array.from({ length: replicas }, (_, i) =>
+    startReplica({ url, schema, replica: `r${i}`, jobs: Math.ceil(total / replicas), steps, inflight }),
+  );
   await Promise.all(children.map((c) => c.ready));
   const start = performance.now();
   for (const c of children) c.go();
   await Promise.all(children.map((c) => c.done));
   const seconds = (performance.now() - start) / 1000;
   const { rows } = await pool.query<{ n: string }>("SELECT count(*) AS n FROM jobs WHERE state = 'succeeded'");
-  if (Number(rows[0]!.n) !== Math.ceil(total / replicas) * replicas) throw new Error(`expected every job succeeded, found ${rows[0]!.n}`);
+  if (Number(rows[0]!.n) !== Math.ceil(total / replicas) * replicas)
+    throw new Error(`expected every job succeeded, found ${rows[0]!.n}`);
   await pool.query(`DROP SCHEMA ${schema} CASCADE`);
   await pool.end();
   return (Math.ceil(total / replicas) * replicas) / seconds;

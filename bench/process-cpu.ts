@@ -25,10 +25,14 @@ export function parseProcStat(line: string): ProcessTicks {
   const close = line.lastIndexOf(")");
   if (close < 0) throw new Error(`not a /proc/<pid>/stat line (no command name in parentheses): ${line.slice(0, 80)}`);
   // After ") ": state is field 3, so field n is at index n - 3; utime..cstime are fields 14..17.
-  const fields = line.slice(close + 2).trim().split(/\s+/);
+  const fields = line
+    .slice(close + 2)
+    .trim()
+    .split(/\s+/);
   const field = (n: number): number => {
     const value = Number(fields[n - 3]);
-    if (!Number.isInteger(value) || value < 0) throw new Error(`/proc/<pid>/stat field ${n} is not a tick count: ${fields[n - 3] ?? "missing"}`);
+    if (!Number.isInteger(value) || value < 0)
+      throw new Error(`/proc/<pid>/stat field ${n} is not a tick count: ${fields[n - 3] ?? "missing"}`);
     return value;
   };
   return { utime: field(14), stime: field(15), cutime: field(16), cstime: field(17) };

@@ -28,7 +28,13 @@ import { testCredentials } from "@oz0/serving/testing";
 import { benchOptions } from "./bench-options.js";
 import { startReport } from "./bench-report.js";
 
-const { sessions: SESSIONS, events: EVENTS, isolation, harness, rounds: ROUNDS } = benchOptions({
+const {
+  sessions: SESSIONS,
+  events: EVENTS,
+  isolation,
+  harness,
+  rounds: ROUNDS,
+} = benchOptions({
   sessions: { type: "number", default: 50 },
   /** Rounds of baseline then sandbox; ratios are the median of the rounds'. */
   rounds: { type: "number", default: 3 },
@@ -47,7 +53,10 @@ const INPUT = FAKE ? "say hello" : JSON.stringify({ mode: "chatty", events: EVEN
 // Harness events per session: fake = started, text, usage, result; chatty = started, EVENTS texts, usage, result.
 const EXPECTED_EVENTS = FAKE ? 4 : EVENTS + 3;
 // Every model call gets the same one-turn answer, so sessions can run in any order.
-const model = await startScriptedModel({ turns: () => ({ text: "hello", usage: { input: 10, output: 2 } }), isSideCall: () => false });
+const model = await startScriptedModel({
+  turns: () => ({ text: "hello", usage: { input: 10, output: 2 } }),
+  isSideCall: () => false,
+});
 const REQUEST = {
   protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
   input: INPUT,
@@ -95,7 +104,10 @@ function sampleMemory(): { stop(): { selfPeak: number; childrenPeak: number } } 
   let childrenPeak = 0;
   const timer = setInterval(() => {
     selfPeak = Math.max(selfPeak, process.memoryUsage().rss / 1024 - base);
-    childrenPeak = Math.max(childrenPeak, descendants().reduce((sum, pid) => sum + rssKiB(pid), 0));
+    childrenPeak = Math.max(
+      childrenPeak,
+      descendants().reduce((sum, pid) => sum + rssKiB(pid), 0),
+    );
   }, 100);
   return {
     stop() {
@@ -124,11 +136,20 @@ async function baseline(): Promise<RunStats> {
         command: COMMAND,
         cwd: dir,
         env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
-        request: create(SessionRequestSchema, { ...REQUEST, jobId: "bench", sessionId: `baseline-${i}`, workingDir: dir, stateDir: dir }),
+        request: create(SessionRequestSchema, {
+          ...REQUEST,
+          jobId: "bench",
+          sessionId: `baseline-${i}`,
+          workingDir: dir,
+          stateDir: dir,
+        }),
         onEvent: () => events++,
       });
       const outcome = await session.outcome.finally(() => rmSync(dir, { recursive: true, force: true }));
-      if (outcome.status !== "completed" || events !== EXPECTED_EVENTS) throw new Error(`baseline session ${i}: ${outcome.status}, ${events} events ${outcome.error?.message ?? ""} ${outcome.stderrTail}`);
+      if (outcome.status !== "completed" || events !== EXPECTED_EVENTS)
+        throw new Error(
+          `baseline session ${i}: ${outcome.status}, ${events} events ${outcome.error?.message ?? ""} ${outcome.stderrTail}`,
+        );
       return performance.now() - started;
     }),
   );
@@ -139,7 +160,14 @@ async function baseline(): Promise<RunStats> {
 
 async function throughSandbox(): Promise<RunStats & { problems: string[]; isolation: string }> {
   const root = mkdtempSync(path.join(os.tmpdir(), "oz0-bench-sandbox-"));
-  const sandbox = await startSandbox({ port: 0, root, isolation: ISOLATION, maxSessions: SESSIONS, readOnlyPaths: [REPO], auth: testCredentials.settingsFor("sandbox") });
+  const sandbox = await startSandbox({
+    port: 0,
+    root,
+    isolation: ISOLATION,
+    maxSessions: SESSIONS,
+    readOnlyPaths: [REPO],
+    auth: testCredentials.settingsFor("sandbox"),
+  });
   try {
     return await loadSandbox(sandbox.url, sandbox.isolation);
   } finally {
@@ -148,9 +176,15 @@ async function throughSandbox(): Promise<RunStats & { problems: string[]; isolat
   }
 }
 
-async function loadSandbox(url: string, isolation: string): Promise<RunStats & { problems: string[]; isolation: string }> {
+async function loadSandbox(
+  url: string,
+  isolation: string,
+): Promise<RunStats & { problems: string[]; isolation: string }> {
   // The bench stands in for the orchestrator, with its credential.
-  const client = createClient(SandboxService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }));
+  const client = createClient(
+    SandboxService,
+    createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }),
+  );
   const problems: string[] = [];
   const memory = sampleMemory();
   const t0 = performance.now();
@@ -159,21 +193,35 @@ async function loadSandbox(url: string, isolation: string): Promise<RunStats & {
       const started = performance.now();
       const received: RunSessionResponse[] = [];
       async function* requests() {
-        yield { message: { case: "start" as const, value: { command: COMMAND, pluginDir: path.dirname(HARNESS), request: { ...REQUEST, jobId: "bench" } } } };
+        yield {
+          message: {
+            case: "start" as const,
+            value: { command: COMMAND, pluginDir: path.dirname(HARNESS), request: { ...REQUEST, jobId: "bench" } },
+          },
+        };
       }
       for await (const message of client.runSession(requests())) received.push(message);
       const seqs = received.map((m) => Number(m.seq));
-      if (seqs.some((seq, index) => seq !== index + 1)) problems.push(`session ${i}: seqs ${seqs.join(",")} are not 1..${seqs.length}`);
+      if (seqs.some((seq, index) => seq !== index + 1))
+        problems.push(`session ${i}: seqs ${seqs.join(",")} are not 1..${seqs.length}`);
       const events = received.filter((m) => m.message.case === "event").length;
       if (events !== EXPECTED_EVENTS) problems.push(`session ${i}: ${events} events, expected ${EXPECTED_EVENTS}`);
       const last = received.at(-1)?.message;
-      if (last?.case !== "exited" || last.value.status !== SessionStatus.COMPLETED) problems.push(`session ${i}: did not complete (${last?.case ?? "nothing"})`);
+      if (last?.case !== "exited" || last.value.status !== SessionStatus.COMPLETED)
+        problems.push(`session ${i}: did not complete (${last?.case ?? "nothing"})`);
       return performance.now() - started;
     }),
   );
   const wallMs = performance.now() - t0;
   const { selfPeak, childrenPeak } = memory.stop();
-  return { wallMs, latencies: latencies.sort((a, b) => a - b), selfPeakKiB: selfPeak, childrenPeakKiB: childrenPeak, problems, isolation };
+  return {
+    wallMs,
+    latencies: latencies.sort((a, b) => a - b),
+    selfPeakKiB: selfPeak,
+    childrenPeakKiB: childrenPeak,
+    problems,
+    isolation,
+  };
 }
 
 process.env.OZ0_LOG_LEVEL ??= "warn";
@@ -181,8 +229,12 @@ const report = startReport("sandbox-load");
 const rate = (s: RunStats): number => (SESSIONS / s.wallMs) * 1000;
 const row = (name: string, s: RunStats): string =>
   `${name.padEnd(22)} ${rate(s).toFixed(1).padStart(8)} ${quantile(s.latencies, 0.5).toFixed(0).padStart(8)} ${quantile(s.latencies, 0.99).toFixed(0).padStart(8)} ${(s.selfPeakKiB / SESSIONS).toFixed(0).padStart(12)} ${(s.childrenPeakKiB / SESSIONS).toFixed(0).padStart(14)}`;
-console.log(`${SESSIONS} concurrent sessions of ${FAKE ? "oz0-fake-harness (one scripted model call each)" : `the chatty harness (${EVENTS} text events each)`}, isolation ${ISOLATION}, ${ROUNDS} rounds`);
-console.log(`${"".padEnd(22)} ${"sess/s".padStart(8)} ${"p50 ms".padStart(8)} ${"p99 ms".padStart(8)} ${"host KiB/ses".padStart(12)} ${"harness KiB/ses".padStart(14)}`);
+console.log(
+  `${SESSIONS} concurrent sessions of ${FAKE ? "oz0-fake-harness (one scripted model call each)" : `the chatty harness (${EVENTS} text events each)`}, isolation ${ISOLATION}, ${ROUNDS} rounds`,
+);
+console.log(
+  `${"".padEnd(22)} ${"sess/s".padStart(8)} ${"p50 ms".padStart(8)} ${"p99 ms".padStart(8)} ${"host KiB/ses".padStart(12)} ${"harness KiB/ses".padStart(14)}`,
+);
 const ratios = { throughput: [] as number[], p50: [] as number[], p99: [] as number[] };
 const problems: string[] = [];
 for (let r = 0; r < ROUNDS; r++) {
@@ -204,5 +256,7 @@ if (problems.length > 0) {
   console.error(`LOST OR DUPLICATED MESSAGES:\n${problems.join("\n")}`);
   process.exitCode = 1;
 } else {
-  console.log(`no message lost or duplicated in ${ROUNDS * SESSIONS} sessions (${ROUNDS * SESSIONS * (EXPECTED_EVENTS + 3)} messages)`);
+  console.log(
+    `no message lost or duplicated in ${ROUNDS * SESSIONS} sessions (${ROUNDS * SESSIONS * (EXPECTED_EVENTS + 3)} messages)`,
+  );
 }

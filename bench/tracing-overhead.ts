@@ -19,7 +19,11 @@ import { startOtlpReceiver } from "../tools/test-infra/src/otlp-receiver.js";
 import { benchOptions } from "./bench-options.js";
 import { median, startReport } from "./bench-report.js";
 
-const { jobs: JOBS, inflight: INFLIGHT, rounds: ROUNDS } = benchOptions({
+const {
+  jobs: JOBS,
+  inflight: INFLIGHT,
+  rounds: ROUNDS,
+} = benchOptions({
   jobs: { type: "number", default: 30 },
   inflight: { type: "number", default: 6 },
   rounds: { type: "number", default: 3 },
@@ -30,8 +34,12 @@ const root = mkdtempSync(path.join(os.tmpdir(), "oz0-bench-tracing-"));
 const model = await startScriptedModel({
   isSideCall: () => false,
   turns: (request: ScriptedRequest) => {
-    const assistantTurns = ((request.body?.messages as { role: string }[] | undefined) ?? []).filter((m) => m.role === "assistant").length;
-    return assistantTurns === 0 ? { toolCalls: [{ name: "run_command", input: { command: "true" } }] } : { text: "done" };
+    const assistantTurns = ((request.body?.messages as { role: string }[] | undefined) ?? []).filter(
+      (m) => m.role === "assistant",
+    ).length;
+    return assistantTurns === 0
+      ? { toolCalls: [{ name: "run_command", input: { command: "true" } }] }
+      : { text: "done" };
   },
 });
 const receiver = await startOtlpReceiver();
@@ -42,7 +50,10 @@ writeFileSync(
   'name: bench\nversion: 0.1.0\nharnesses:\n  - name: fake\n    command: ["oz0-fake-harness"]\n    permissions: true\n    tools: [read_file, write_file, run_command]\nagents: [agents/bench.yaml]\n',
 );
 writeFileSync(path.join(plugin, "instructions.md"), "Run the command, then answer.\n");
-writeFileSync(path.join(plugin, "agents", "bench.yaml"), "name: bench\nruntime: harness:fake\nmodel: { primary: anthropic/bench-model }\ninstructions: instructions.md\nlimits: { max_steps: 5 }\n");
+writeFileSync(
+  path.join(plugin, "agents", "bench.yaml"),
+  "name: bench\nruntime: harness:fake\nmodel: { primary: anthropic/bench-model }\ninstructions: instructions.md\nlimits: { max_steps: 5 }\n",
+);
 
 const otel = {
   OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
@@ -55,7 +66,12 @@ async function stackFor(name: string, tracing: boolean): Promise<EmbeddedStack> 
   const home = path.join(root, name);
   mkdirSync(home, { recursive: true });
   const providers = path.join(home, "providers.json");
-  writeFileSync(providers, JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url, prices: { "*": { input: 3, output: 15 } } }] }));
+  writeFileSync(
+    providers,
+    JSON.stringify({
+      providers: [{ name: "anthropic", baseUrl: model.url, prices: { "*": { input: 3, output: 15 } } }],
+    }),
+  );
   const extra = tracing ? otel : {};
   return startEmbeddedStack({
     home,
@@ -72,7 +88,10 @@ async function stackFor(name: string, tracing: boolean): Promise<EmbeddedStack> 
 for (const key of Object.keys(process.env)) if (key.startsWith("OTEL_")) delete process.env[key];
 const stacks = { off: await stackFor("off", false), on: await stackFor("on", true) };
 try {
-  const apis = { off: clientsFor(stacks.off.urls.orchestrator, stacks.off.ownerToken), on: clientsFor(stacks.on.urls.orchestrator, stacks.on.ownerToken) };
+  const apis = {
+    off: clientsFor(stacks.off.urls.orchestrator, stacks.off.ownerToken),
+    on: clientsFor(stacks.on.urls.orchestrator, stacks.on.ownerToken),
+  };
   for (const api of Object.values(apis)) await api.plugins.installPlugin({ source: plugin });
 
   /** Jobs completed per second for one round on one stack. */
@@ -80,7 +99,11 @@ try {
     const api = apis[which];
     const waitForEnd = async (jobId: string): Promise<JobState> => {
       for await (const { event } of api.jobs.watchJob({ jobId })) {
-        if (event?.event.case === "stateChanged" && [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED].includes(event.event.value.state)) return event.event.value.state;
+        if (
+          event?.event.case === "stateChanged" &&
+          [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED].includes(event.event.value.state)
+        )
+          return event.event.value.state;
       }
       return (await api.jobs.getJob({ jobId })).job!.state;
     };
@@ -97,7 +120,8 @@ try {
       }),
     );
     const seconds = (performance.now() - t0) / 1000;
-    if (failed > 0) throw new Error(`${failed} of ${JOBS} jobs did not succeed with tracing ${which}; see ${root}/${which}/logs`);
+    if (failed > 0)
+      throw new Error(`${failed} of ${JOBS} jobs did not succeed with tracing ${which}; see ${root}/${which}/logs`);
     return JOBS / seconds;
   };
 
@@ -114,7 +138,11 @@ try {
   const off = median(rates.off);
   const on = median(rates.on);
   console.log(`median jobs/s: tracing off ${off.toFixed(2)}, tracing exporting ${on.toFixed(2)}`);
-  report.ratio("  ratio on/off, round by round", rates.on.map((rate, r) => rate / rates.off[r]!), { digits: 3, goal: "> 0.90 (less than 10% slower)" });
+  report.ratio(
+    "  ratio on/off, round by round",
+    rates.on.map((rate, r) => rate / rates.off[r]!),
+    { digits: 3, goal: "> 0.90 (less than 10% slower)" },
+  );
   await stacks.on.close();
   console.log(`  the receiver got ${receiver.spans().length} spans in ${receiver.requests} export requests`);
 } finally {

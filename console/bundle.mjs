@@ -28,7 +28,9 @@ const indexPlugin = {
       const template = readFileSync(path.join(here, "src", "index.html"), "utf8");
       writeFileSync(
         path.join(dist, "index.html"),
-        template.replace("<!--style-->", style ? `<link rel="stylesheet" href="/${style}">` : "").replace("<!--script-->", `<script type="module" src="/${script}"></script>`),
+        template
+          .replace("<!--style-->", style ? `<link rel="stylesheet" href="/${style}">` : "")
+          .replace("<!--script-->", `<script type="module" src="/${script}"></script>`),
       );
       if (watch) console.log(`console: rebuilt ${script}`);
     });

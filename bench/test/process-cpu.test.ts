@@ -5,7 +5,8 @@ import { test } from "node:test";
 import { parseProcStat, readProcessCpu, ticksPerSecond } from "../process-cpu.js";
 
 // A real line's shape: pid, (comm), state, then 49 numbers; utime..cstime are fields 14..17.
-const line = (comm: string): string => `4242 (${comm}) S 1 4242 4242 0 -1 4194560 900 0 0 0 731 122 15 4 20 0 11 0 1234 10000 500 ${"0 ".repeat(30)}0\n`;
+const line = (comm: string): string =>
+  `4242 (${comm}) S 1 4242 4242 0 -1 4194560 900 0 0 0 731 122 15 4 20 0 11 0 1234 10000 500 ${"0 ".repeat(30)}0\n`;
 
 void test("the CPU fields are counted from the last ')', so a command name with spaces and parentheses does not shift them", () => {
   const expected = { utime: 731, stime: 122, cutime: 15, cstime: 4 };
@@ -22,9 +23,16 @@ void test("this process's reading counts the CPU of a child it waited for", asyn
   const ticks = ticksPerSecond();
   const before = readProcessCpu(process.pid, ticks);
   // A fixed amount of work, not a time: some tens of milliseconds of CPU on any machine.
-  const child = spawn(process.execPath, ["-e", "let x = 0; for (let i = 0; i < 3e8; i++) x ^= i; if (x === 0.5) console.log(x)"], { stdio: "ignore" });
+  const child = spawn(
+    process.execPath,
+    ["-e", "let x = 0; for (let i = 0; i < 3e8; i++) x ^= i; if (x === 0.5) console.log(x)"],
+    { stdio: "ignore" },
+  );
   await new Promise((resolve) => child.on("exit", resolve));
   const after = readProcessCpu(process.pid, ticks);
-  assert.ok(after.childrenMs > before.childrenMs, `children's CPU did not grow: ${before.childrenMs} → ${after.childrenMs} ms`);
+  assert.ok(
+    after.childrenMs > before.childrenMs,
+    `children's CPU did not grow: ${before.childrenMs} → ${after.childrenMs} ms`,
+  );
   assert.ok(after.ownMs >= before.ownMs);
 });

@@ -21,7 +21,10 @@ export function diffLines(before: string, after: string): DiffLine[] {
   const midA = a.slice(start, endA);
   const midB = b.slice(start, endB);
   if (midA.length * midB.length > MAX_CELLS) {
-    out.push(...midA.map((text): DiffLine => ({ kind: "del", text })), ...midB.map((text): DiffLine => ({ kind: "add", text })));
+    out.push(
+      ...midA.map((text): DiffLine => ({ kind: "del", text })),
+      ...midB.map((text): DiffLine => ({ kind: "add", text })),
+    );
   } else {
     out.push(...lcs(midA, midB));
   }
@@ -36,7 +39,10 @@ function lcs(a: readonly string[], b: readonly string[]): DiffLine[] {
   const lengths = new Uint32Array((n + 1) * (m + 1));
   for (let i = n - 1; i >= 0; i--) {
     for (let j = m - 1; j >= 0; j--) {
-      lengths[i * (m + 1) + j] = a[i] === b[j] ? lengths[(i + 1) * (m + 1) + j + 1]! + 1 : Math.max(lengths[(i + 1) * (m + 1) + j]!, lengths[i * (m + 1) + j + 1]!);
+      lengths[i * (m + 1) + j] =
+        a[i] === b[j]
+          ? lengths[(i + 1) * (m + 1) + j + 1]! + 1
+          : Math.max(lengths[(i + 1) * (m + 1) + j]!, lengths[i * (m + 1) + j + 1]!);
     }
   }
   const out: DiffLine[] = [];
@@ -47,7 +53,8 @@ function lcs(a: readonly string[], b: readonly string[]): DiffLine[] {
       out.push({ kind: "same", text: a[i]! });
       i++;
       j++;
-    } else if (lengths[(i + 1) * (m + 1) + j]! >= lengths[i * (m + 1) + j + 1]!) out.push({ kind: "del", text: a[i++]! });
+    } else if (lengths[(i + 1) * (m + 1) + j]! >= lengths[i * (m + 1) + j + 1]!)
+      out.push({ kind: "del", text: a[i++]! });
     else out.push({ kind: "add", text: b[j++]! });
   }
   while (i < n) out.push({ kind: "del", text: a[i++]! });

@@ -3,7 +3,14 @@ import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { JobState, ApprovalState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 
-export const JOB_STATES: readonly JobState[] = [JobState.PENDING, JobState.RUNNING, JobState.WAITING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED];
+export const JOB_STATES: readonly JobState[] = [
+  JobState.PENDING,
+  JobState.RUNNING,
+  JobState.WAITING,
+  JobState.SUCCEEDED,
+  JobState.FAILED,
+  JobState.CANCELLED,
+];
 
 /** `JobState.WAITING` → `waiting`. */
 export function stateName(state: JobState): string {

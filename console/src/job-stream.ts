@@ -62,7 +62,8 @@ export function useJobStream(jobId: string): JobStream {
               flush = undefined;
               setVersion((v) => v + 1);
             }, 0);
-            if (event.event.case === "stateChanged" || event.event.case === "result") void readJob().catch(() => undefined);
+            if (event.event.case === "stateChanged" || event.event.case === "result")
+              void readJob().catch(() => undefined);
           }
           // The stream ends when the job has ended; read the job's last word.
           const final = await readJob();

@@ -71,23 +71,33 @@ function App() {
       <header class="top">
         <span class="brand">Orchestrator Zero</span>
         <nav aria-label="Pages">
-          <a href={href({ page: "jobs", filter: NO_FILTER })} aria-current={route.page === "jobs" || route.page === "job" ? "page" : undefined}>
+          <a
+            href={href({ page: "jobs", filter: NO_FILTER })}
+            aria-current={route.page === "jobs" || route.page === "job" ? "page" : undefined}
+          >
             Jobs
           </a>
           <a href={href({ page: "approvals" })} aria-current={route.page === "approvals" ? "page" : undefined}>
             Approvals
           </a>
-          <a href={href({ page: "agents" })} aria-current={route.page === "agents" || route.page === "agent" ? "page" : undefined}>
+          <a
+            href={href({ page: "agents" })}
+            aria-current={route.page === "agents" || route.page === "agent" ? "page" : undefined}
+          >
             Agents
           </a>
-          <a href={href({ page: "graphs" })} aria-current={route.page === "graphs" || route.page === "graph" ? "page" : undefined}>
+          <a
+            href={href({ page: "graphs" })}
+            aria-current={route.page === "graphs" || route.page === "graph" ? "page" : undefined}
+          >
             Graphs
           </a>
         </nav>
         <span class="who">
           {me ? (
             <>
-              <span data-testid="principal">{me.id}</span> <span class="roles">({me.roles.join(", ") || "no role"})</span>
+              <span data-testid="principal">{me.id}</span>{" "}
+              <span class="roles">({me.roles.join(", ") || "no role"})</span>
             </>
           ) : null}
           <button type="button" class="link" onClick={() => void logOut()}>
@@ -96,7 +106,11 @@ function App() {
         </span>
       </header>
       <main id="main">
-        {problem ? <p role="alert" class="error">{problem}</p> : null}
+        {problem ? (
+          <p role="alert" class="error">
+            {problem}
+          </p>
+        ) : null}
         {me ? <Page route={route} roles={me.roles} /> : <p>Loading…</p>}
       </main>
     </>

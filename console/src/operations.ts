@@ -41,7 +41,9 @@ export function groupOperations(operations: readonly OperationRow[]): OperationG
   let colour = 0;
   const ordered = [...groups.values()];
   for (const group of ordered) {
-    group.operations.sort((a, b) => a.parallelPosition - b.parallelPosition || time(dateOf(a.startedAt)) - time(dateOf(b.startedAt)));
+    group.operations.sort(
+      (a, b) => a.parallelPosition - b.parallelPosition || time(dateOf(a.startedAt)) - time(dateOf(b.startedAt)),
+    );
     group.start = dateOf(group.operations[0]?.startedAt);
     group.size = Math.max(group.size, group.operations.length);
     if (group.size > 1) group.colour = colour++ % RAIL_COLOURS;
@@ -67,12 +69,16 @@ export function placeOperations(rows: readonly Row[], groups: readonly Operation
   const calls = new Map<string, ToolRow>();
   const groupOfCall = new Map<string, OperationGroup>();
   const taken = new Set<ToolRow>();
-  const operations = groups.flatMap((g) => g.operations.map((op) => ({ op, group: g }))).sort((a, b) => time(dateOf(a.op.startedAt)) - time(dateOf(b.op.startedAt)));
+  const operations = groups
+    .flatMap((g) => g.operations.map((op) => ({ op, group: g })))
+    .sort((a, b) => time(dateOf(a.op.startedAt)) - time(dateOf(b.op.startedAt)));
   for (const { op, group } of operations) {
     const start = time(dateOf(op.startedAt));
     const call =
       tools.find((r) => !taken.has(r) && op.toolCallId !== "" && r.callId === op.toolCallId) ??
-      tools.find((r) => !taken.has(r) && r.tool === op.operationKey && (r.time === undefined || r.time.getTime() <= start));
+      tools.find(
+        (r) => !taken.has(r) && r.tool === op.operationKey && (r.time === undefined || r.time.getTime() <= start),
+      );
     if (!call) continue;
     taken.add(call);
     calls.set(op.operationInvocationId, call);

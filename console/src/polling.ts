@@ -32,7 +32,8 @@ export function usePolling<T>(read: () => Promise<T>, intervalMs: number, deps: 
       } catch (e) {
         if (!stopped && mine === generation) setError(messageOf(e));
       }
-      if (!stopped && mine === generation && document.visibilityState !== "hidden") timer = setTimeout(() => void run(), intervalMs);
+      if (!stopped && mine === generation && document.visibilityState !== "hidden")
+        timer = setTimeout(() => void run(), intervalMs);
     };
     const shown = (): void => {
       if (document.visibilityState === "visible") void run();

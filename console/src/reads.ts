@@ -15,7 +15,11 @@ export interface Read<T> {
   error: string | undefined;
 }
 
-export function useRead<T>(read: (signal: AbortSignal) => Promise<T>, key: string, options: { enabled?: boolean; again?: (value: T) => boolean } = {}): Read<T> {
+export function useRead<T>(
+  read: (signal: AbortSignal) => Promise<T>,
+  key: string,
+  options: { enabled?: boolean; again?: (value: T) => boolean } = {},
+): Read<T> {
   const [value, setValue] = useState<T | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
   const latest = useRef({ read, again: options.again });

@@ -33,10 +33,14 @@ export function parseRoute(hash: string): Route {
   if (parts[0] === "approvals") return { page: "approvals" };
   if (parts[0] === "agents" && parts[1]) return { page: "agent", name: parts[1], version: Number(parts[2]) || 0 };
   if (parts[0] === "agents") return { page: "agents" };
-  if (parts[0] === "graphs" && parts[1]) return { page: "graph", name: parts[1], run: new URLSearchParams(query).get("run") ?? "" };
+  if (parts[0] === "graphs" && parts[1])
+    return { page: "graph", name: parts[1], run: new URLSearchParams(query).get("run") ?? "" };
   if (parts[0] === "graphs") return { page: "graphs" };
   const q = new URLSearchParams(query);
-  return { page: "jobs", filter: { state: q.get("state") ?? "", agent: q.get("agent") ?? "", text: q.get("text") ?? "" } };
+  return {
+    page: "jobs",
+    filter: { state: q.get("state") ?? "", agent: q.get("agent") ?? "", text: q.get("text") ?? "" },
+  };
 }
 
 export function href(route: Route): string {

@@ -39,7 +39,8 @@ export function timelineOf(o: {
 }): { totalMs: number; job: Lane; lanes: Lane[] } {
   const origin = o.start.getTime();
   const totalMs = Math.max(1, o.end.getTime() - origin);
-  const at = (date: Date | undefined, fallback: number): number => Math.min(totalMs, Math.max(0, date ? date.getTime() - origin : fallback));
+  const at = (date: Date | undefined, fallback: number): number =>
+    Math.min(totalMs, Math.max(0, date ? date.getTime() - origin : fallback));
   const lanes: Lane[] = [];
   for (const row of o.rows) {
     // A call a harness operation stands for is drawn as the operation.

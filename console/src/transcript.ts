@@ -20,7 +20,13 @@ export type Row =
   | (Timed & { kind: "session"; harness: string; version: string })
   | (Timed & { kind: "text"; itemId: string; role: string; text: string })
   | ToolRow
-  | (Timed & { kind: "served"; tool: string; input: JsonObject | undefined; output: JsonValue | undefined; error: string })
+  | (Timed & {
+      kind: "served";
+      tool: string;
+      input: JsonObject | undefined;
+      output: JsonValue | undefined;
+      error: string;
+    })
   | (Timed & { kind: "result"; result: SessionResult })
   | (Timed & { kind: "artifacts"; artifacts: Artifact[] });
 
@@ -54,7 +60,20 @@ export function fold(events: readonly JobEvent[]): { rows: Row[]; totals: Totals
   const toolRow = (callId: string, at: Timed, tool: string): ToolRow => {
     let row = tools.get(callId);
     if (!row) {
-      row = { kind: "tool", ...at, callId, tool, title: "", input: undefined, asked: false, decision: undefined, pendingAt: undefined, decidedAt: undefined, result: undefined, endedAt: undefined };
+      row = {
+        kind: "tool",
+        ...at,
+        callId,
+        tool,
+        title: "",
+        input: undefined,
+        asked: false,
+        decision: undefined,
+        pendingAt: undefined,
+        decidedAt: undefined,
+        result: undefined,
+        endedAt: undefined,
+      };
       tools.set(callId, row);
       rows.push(row);
     }
@@ -81,7 +100,13 @@ export function fold(events: readonly JobEvent[]): { rows: Row[]; totals: Totals
           open.text = e.value.text;
           texts.delete(key);
         } else {
-          const row = { kind: "text" as const, ...at, itemId: key, role: e.value.role || (key === "graph" ? "graph" : "assistant"), text: e.value.text };
+          const row = {
+            kind: "text" as const,
+            ...at,
+            itemId: key,
+            role: e.value.role || (key === "graph" ? "graph" : "assistant"),
+            text: e.value.text,
+          };
           if (e.value.delta) texts.set(key, row);
           rows.push(row);
         }
@@ -116,7 +141,14 @@ export function fold(events: readonly JobEvent[]): { rows: Row[]; totals: Totals
         break;
       }
       case "servedToolCall":
-        rows.push({ kind: "served", ...at, tool: e.value.tool, input: e.value.input, output: jsonOf(e.value.output), error: e.value.error });
+        rows.push({
+          kind: "served",
+          ...at,
+          tool: e.value.tool,
+          input: e.value.input,
+          output: jsonOf(e.value.output),
+          error: e.value.error,
+        });
         break;
       case "usage":
         totals.inputTokens += e.value.inputTokens;

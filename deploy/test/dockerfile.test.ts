@@ -26,15 +26,22 @@ void describe("deploy/Dockerfile", () => {
   void it("runs the Node major that .nvmrc and the CI (.ci/run) name, one that package.json's engines allow", () => {
     const major = readFileSync(path.join(root, ".nvmrc"), "utf8").trim();
     assert.match(file.args.NODE_IMAGE ?? "", new RegExp(`^node:${major}\\.`));
-    assert.match(readFileSync(path.join(root, ".ci", "run"), "utf8"), new RegExp(`^NODE_VERSION=${major}\\.\\d+\\.\\d+$`, "m"));
-    const engines = (JSON.parse(readFileSync(path.join(root, "package.json"), "utf8")) as { engines: { node: string } }).engines.node;
+    assert.match(
+      readFileSync(path.join(root, ".ci", "run"), "utf8"),
+      new RegExp(`^NODE_VERSION=${major}\\.\\d+\\.\\d+$`, "m"),
+    );
+    const engines = (JSON.parse(readFileSync(path.join(root, "package.json"), "utf8")) as { engines: { node: string } })
+      .engines.node;
     assert.match(engines, /^>=\d+$/);
     assert.ok(Number(major) >= Number(engines.slice(2)), `${major} is outside engines ${engines}`);
   });
 
   void it("installs with npm ci and builds in a builder stage", () => {
     const build = file.stages.find((s) => s.name === "build")!;
-    const runs = build.instructions.filter((i) => i.keyword === "RUN").map((i) => i.args).join("\n");
+    const runs = build.instructions
+      .filter((i) => i.keyword === "RUN")
+      .map((i) => i.args)
+      .join("\n");
     assert.match(runs, /npm ci\b/);
     assert.match(runs, /npm run build\b/);
   });
@@ -70,13 +77,17 @@ void describe("deploy/Dockerfile", () => {
         assert.ok(fromStages.length > 0);
         for (const from of fromStages) {
           assert.ok(!["build", "prune"].includes(from), `copies from ${from}, which has dev dependencies`);
-          const runs = chain(file, from)[0]!.instructions.filter((i) => i.keyword === "RUN").map((i) => i.args).join("\n");
+          const runs = chain(file, from)[0]!
+            .instructions.filter((i) => i.keyword === "RUN")
+            .map((i) => i.args)
+            .join("\n");
           assert.match(runs, /npm ci --omit=dev\b/);
           assert.match(runs, new RegExp(`--workspace @oz0/${name}\\b`));
         }
         // No package manager runs in the final stages.
         for (const s of chain(file, name).filter((x) => !x.from.startsWith("$") || x.name === "runtime")) {
-          for (const i of s.instructions.filter((x) => x.keyword === "RUN")) assert.doesNotMatch(i.args, /\bnpm (ci|install)\b/);
+          for (const i of s.instructions.filter((x) => x.keyword === "RUN"))
+            assert.doesNotMatch(i.args, /\bnpm (ci|install)\b/);
         }
       });
 
@@ -85,13 +96,20 @@ void describe("deploy/Dockerfile", () => {
         assert.ok(health);
         assert.match(health.args, /CMD \["node", "([^"]+healthcheck\.mjs)"/);
         const script = /"([^"]+healthcheck\.mjs)"/.exec(health.args)![1];
-        assert.ok(own.some((i) => i.keyword === "COPY" && i.args.includes("deploy/healthcheck.mjs") && i.args.endsWith(script!)));
+        assert.ok(
+          own.some(
+            (i) => i.keyword === "COPY" && i.args.includes("deploy/healthcheck.mjs") && i.args.endsWith(script!),
+          ),
+        );
       });
 
       void it("exposes the port the manifests probe, and sets it", () => {
         const expose = own.filter((i) => i.keyword === "EXPOSE").map((i) => i.args);
         assert.deepEqual(expose, [String(ports[name])]);
-        const env = own.filter((i) => i.keyword === "ENV").map((i) => i.args).join(" ");
+        const env = own
+          .filter((i) => i.keyword === "ENV")
+          .map((i) => i.args)
+          .join(" ");
         assert.match(env, new RegExp(`OZ0_PORT=${ports[name]}\\b`));
         assert.match(env, /OZ0_HOST=0\.0\.0\.0/);
       });
@@ -99,19 +117,29 @@ void describe("deploy/Dockerfile", () => {
       void it("declares its writable paths as volumes (read-only root friendly)", () => {
         const volumes = own.filter((i) => i.keyword === "VOLUME").flatMap((i) => JSON.parse(i.args) as string[]);
         assert.ok(volumes.includes("/tmp"));
-        assert.ok(volumes.some((v) => v.startsWith("/var/lib/oz0")), "a data directory volume");
+        assert.ok(
+          volumes.some((v) => v.startsWith("/var/lib/oz0")),
+          "a data directory volume",
+        );
       });
     });
   }
 
   void it("puts bubblewrap, git and the harness plugins in the sandbox image only", () => {
     const aptIn = (target: string): string =>
-      inherited(file, target).filter((i) => i.keyword === "RUN" && i.args.includes("apt-get install")).map((i) => i.args).join("\n");
+      inherited(file, target)
+        .filter((i) => i.keyword === "RUN" && i.args.includes("apt-get install"))
+        .map((i) => i.args)
+        .join("\n");
     assert.match(aptIn("sandbox"), /\bbubblewrap\b/);
     assert.match(aptIn("sandbox"), /\bgit\b/);
     for (const other of services.filter((s) => s !== "sandbox")) assert.doesNotMatch(aptIn(other), /bubblewrap/);
-    const from = /--from=(\S+)/.exec(chain(file, "sandbox")[0]!.instructions.find((i) => i.keyword === "COPY" && i.args.includes("--from="))!.args)![1]!;
-    const runs = chain(file, from)[0]!.instructions.map((i) => i.args).join("\n");
+    const from = /--from=(\S+)/.exec(
+      chain(file, "sandbox")[0]!.instructions.find((i) => i.keyword === "COPY" && i.args.includes("--from="))!.args,
+    )![1]!;
+    const runs = chain(file, from)[0]!
+      .instructions.map((i) => i.args)
+      .join("\n");
     for (const plugin of ["harness-claude", "harness-acp"]) {
       assert.match(runs, new RegExp(`--workspace @oz0/${plugin}\\b`));
       assert.ok(existsSync(path.join(root, "plugins", plugin)), `plugins/${plugin} exists`);
@@ -120,25 +148,56 @@ void describe("deploy/Dockerfile", () => {
   });
 
   void it("ships the web console's bundle in the orchestrator image only, without its sources", () => {
-    const runsOf = (stage: string): string => chain(file, stage).flatMap((s) => s.instructions.filter((i) => i.keyword === "RUN").map((i) => i.args)).join("\n");
+    const runsOf = (stage: string): string =>
+      chain(file, stage)
+        .flatMap((s) => s.instructions.filter((i) => i.keyword === "RUN").map((i) => i.args))
+        .join("\n");
     // The bundle is made by the build (npm run build runs the console's `bundle` script) and kept by prune, which drops sources.
-    assert.equal((JSON.parse(readFileSync(path.join(root, "console", "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts.bundle !== undefined, true);
+    assert.equal(
+      (
+        JSON.parse(readFileSync(path.join(root, "console", "package.json"), "utf8")) as {
+          scripts: Record<string, string>;
+        }
+      ).scripts.bundle !== undefined,
+      true,
+    );
     const prune = runsOf("prune");
     assert.match(prune, /find [^\n]*\bconsole\b[^\n]*-name src/);
-    const removals = prune.split(/&&|\n/).map((command) => command.trim()).filter((command) => command.startsWith("rm -rf"));
+    const removals = prune
+      .split(/&&|\n/)
+      .map((command) => command.trim())
+      .filter((command) => command.startsWith("rm -rf"));
     assert.ok(!removals.some((command) => command.split(/\s+/).includes("console")), removals.join(" | "));
     // The orchestrator finds it through its @oz0/console dependency, installed with its workspace.
-    const orchestratorPackage = JSON.parse(readFileSync(path.join(root, "services", "orchestrator", "package.json"), "utf8")) as { dependencies: Record<string, string> };
+    const orchestratorPackage = JSON.parse(
+      readFileSync(path.join(root, "services", "orchestrator", "package.json"), "utf8"),
+    ) as { dependencies: Record<string, string> };
     assert.ok(orchestratorPackage.dependencies["@oz0/console"], "the orchestrator depends on @oz0/console");
-    const fromOf = (target: string): string => /--from=(\S+)/.exec(chain(file, target)[0]!.instructions.find((i) => i.keyword === "COPY" && i.args.includes("--from="))!.args)![1]!;
-    assert.doesNotMatch(chain(file, fromOf("orchestrator"))[0]!.instructions.map((i) => i.args).join("\n"), /rm -rf[^\n]*\bconsole\b/);
+    const fromOf = (target: string): string =>
+      /--from=(\S+)/.exec(
+        chain(file, target)[0]!.instructions.find((i) => i.keyword === "COPY" && i.args.includes("--from="))!.args,
+      )![1]!;
+    assert.doesNotMatch(
+      chain(file, fromOf("orchestrator"))[0]!
+        .instructions.map((i) => i.args)
+        .join("\n"),
+      /rm -rf[^\n]*\bconsole\b/,
+    );
     for (const other of services.filter((s) => s !== "orchestrator")) {
-      assert.match(chain(file, fromOf(other))[0]!.instructions.map((i) => i.args).join("\n"), /rm -rf[^\n]*\bconsole\b/, `${other} carries no console`);
+      assert.match(
+        chain(file, fromOf(other))[0]!
+          .instructions.map((i) => i.args)
+          .join("\n"),
+        /rm -rf[^\n]*\bconsole\b/,
+        `${other} carries no console`,
+      );
     }
   });
 
   void it("keeps node_modules, build output and VCS files out of the build context", () => {
-    const ignore = readFileSync(path.join(deployDir, "Dockerfile.dockerignore"), "utf8").split("\n").map((l) => l.trim());
+    const ignore = readFileSync(path.join(deployDir, "Dockerfile.dockerignore"), "utf8")
+      .split("\n")
+      .map((l) => l.trim());
     for (const entry of ["**/node_modules", "**/dist", ".git"]) assert.ok(ignore.includes(entry), entry);
   });
 });

@@ -17,7 +17,16 @@ import assert from "node:assert/strict";
 import path from "node:path";
 import { before, describe, it } from "node:test";
 import { k8sDir, overlayDirs, render, type K8sObject } from "./support/render.js";
-import { container, containerEnv, declaredReplicas, matchesSelector, ports, workloads, type Any, type Workload } from "./support/workloads.js";
+import {
+  container,
+  containerEnv,
+  declaredReplicas,
+  matchesSelector,
+  ports,
+  workloads,
+  type Any,
+  type Workload,
+} from "./support/workloads.js";
 
 const EVENTS = "events";
 const PRODUCERS = ["orchestrator", "sandbox", "llm-proxy"] as const;
@@ -29,7 +38,8 @@ function eventsWorkloads(objects: K8sObject[]): Workload[] {
 /** The one events workload, or the findings that say why there is not exactly one. */
 function theEventsWorkload(objects: K8sObject[]): Workload | string {
   const found = eventsWorkloads(objects);
-  if (found.length !== 1) return `${found.length} workloads run events pods (${found.map((w) => `${w.kind}/${w.name}`).join(", ")}): one writer expected`;
+  if (found.length !== 1)
+    return `${found.length} workloads run events pods (${found.map((w) => `${w.kind}/${w.name}`).join(", ")}): one writer expected`;
   return found[0]!;
 }
 
@@ -43,7 +53,8 @@ export function workloadFindings(objects: K8sObject[]): string[] {
   if (replicas !== 1) findings.push(`events runs ${String(replicas)} replicas (spec.replicas), not exactly 1`);
   for (const hpa of objects.filter((o) => o.kind === "HorizontalPodAutoscaler") as Any[]) {
     const ref = hpa.spec?.scaleTargetRef ?? {};
-    if (ref.name === w.name) findings.push(`HorizontalPodAutoscaler ${hpa.metadata.name} scales events (${ref.kind}/${ref.name})`);
+    if (ref.name === w.name)
+      findings.push(`HorizontalPodAutoscaler ${hpa.metadata.name} scales events (${ref.kind}/${ref.name})`);
   }
   return findings;
 }
@@ -52,7 +63,19 @@ export function workloadFindings(objects: K8sObject[]): string[] {
 function bytes(quantity: unknown): number {
   const m = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$/.exec(String(quantity ?? ""));
   if (!m) return Number.NaN;
-  const unit: Record<string, number> = { "": 1, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, Pi: 2 ** 50, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15 };
+  const unit: Record<string, number> = {
+    "": 1,
+    Ki: 2 ** 10,
+    Mi: 2 ** 20,
+    Gi: 2 ** 30,
+    Ti: 2 ** 40,
+    Pi: 2 ** 50,
+    k: 1e3,
+    M: 1e6,
+    G: 1e9,
+    T: 1e12,
+    P: 1e15,
+  };
   return Number(m[1]) * unit[m[2] ?? ""]!;
 }
 
@@ -75,38 +98,57 @@ export function outboxFindings(objects: K8sObject[]): string[] {
     .sort((a: Any, b: Any) => b.mountPath.length - a.mountPath.length);
   const mount = covering[0];
   if (!mount) return [`nothing is mounted at OZ0_EVENTS_DATA ${data}: the outbox would be in the container's root`];
-  if (mount.mountPath !== data) findings.push(`OZ0_EVENTS_DATA ${data} is under ${mount.mountPath}, not the mount itself`);
+  if (mount.mountPath !== data)
+    findings.push(`OZ0_EVENTS_DATA ${data} is under ${mount.mountPath}, not the mount itself`);
   if (mount.readOnly === true) findings.push(`${mount.name} is mounted read-only at ${mount.mountPath}`);
   const podVolume = (w.pod.volumes ?? []).find((v: Any) => v.name === mount.name);
   if (podVolume) {
-    const type = Object.keys(podVolume).filter((k) => k !== "name").join(", ");
-    findings.push(`OZ0_EVENTS_DATA ${data} is on the pod volume ${mount.name} (${type})${podVolume.emptyDir ? ": an emptyDir, gone with the pod" : ""}, not a claim template`);
+    const type = Object.keys(podVolume)
+      .filter((k) => k !== "name")
+      .join(", ");
+    findings.push(
+      `OZ0_EVENTS_DATA ${data} is on the pod volume ${mount.name} (${type})${podVolume.emptyDir ? ": an emptyDir, gone with the pod" : ""}, not a claim template`,
+    );
   }
   const template = w.claimTemplates.find((t: Any) => t.metadata?.name === mount.name);
   if (!template) {
-    findings.push(`no volumeClaimTemplate named ${mount.name} (has ${w.claimTemplates.map((t: Any) => t.metadata?.name).join(", ") || "none"})`);
+    findings.push(
+      `no volumeClaimTemplate named ${mount.name} (has ${w.claimTemplates.map((t: Any) => t.metadata?.name).join(", ") || "none"})`,
+    );
   } else {
     const modes: string[] = template.spec?.accessModes ?? [];
     if (!(modes.length === 1 && ["ReadWriteOnce", "ReadWriteOncePod"].includes(modes[0]!))) {
-      findings.push(`claim template ${mount.name} access modes ${JSON.stringify(modes)}: one pod writes it (ReadWriteOnce)`);
+      findings.push(
+        `claim template ${mount.name} access modes ${JSON.stringify(modes)}: one pod writes it (ReadWriteOnce)`,
+      );
     }
     const size = bytes(template.spec?.resources?.requests?.storage);
-    if (!(size >= 2 ** 30)) findings.push(`claim template ${mount.name} requests ${String(template.spec?.resources?.requests?.storage)}: at least 1Gi expected`);
+    if (!(size >= 2 ** 30))
+      findings.push(
+        `claim template ${mount.name} requests ${String(template.spec?.resources?.requests?.storage)}: at least 1Gi expected`,
+      );
     const storageClass = template.spec?.storageClassName;
     if (storageClass !== undefined && (typeof storageClass !== "string" || storageClass === "")) {
-      findings.push(`claim template ${mount.name} storageClassName ${JSON.stringify(storageClass)}: leave it out for the default class or name one`);
+      findings.push(
+        `claim template ${mount.name} storageClassName ${JSON.stringify(storageClass)}: leave it out for the default class or name one`,
+      );
     }
   }
   const retention = (w.object as Any).spec?.persistentVolumeClaimRetentionPolicy ?? {};
   for (const when of ["whenDeleted", "whenScaled"]) {
-    if (retention[when] === "Delete") findings.push(`persistentVolumeClaimRetentionPolicy.${when}: Delete drops undelivered events with the claim`);
+    if (retention[when] === "Delete")
+      findings.push(`persistentVolumeClaimRetentionPolicy.${when}: Delete drops undelivered events with the claim`);
   }
   // The claim's root gets the pod's fsGroup: the service (uid/gid 10001) must be able to write it.
   const podSc = w.pod.securityContext ?? {};
   const gid = c.securityContext?.runAsGroup ?? podSc.runAsGroup;
-  if (typeof podSc.fsGroup !== "number") findings.push("no fsGroup: the claim's root may not be writable by the service");
+  if (typeof podSc.fsGroup !== "number")
+    findings.push("no fsGroup: the claim's root may not be writable by the service");
   else if (podSc.fsGroup !== gid) findings.push(`fsGroup ${podSc.fsGroup} is not the service's group ${String(gid)}`);
-  if (podSc.fsGroupChangePolicy !== "OnRootMismatch") findings.push(`fsGroupChangePolicy ${String(podSc.fsGroupChangePolicy)}: OnRootMismatch spares a walk of the volume at each start`);
+  if (podSc.fsGroupChangePolicy !== "OnRootMismatch")
+    findings.push(
+      `fsGroupChangePolicy ${String(podSc.fsGroupChangePolicy)}: OnRootMismatch spares a walk of the volume at each start`,
+    );
   return findings;
 }
 
@@ -117,15 +159,21 @@ export function serviceFindings(objects: K8sObject[]): string[] {
   const findings: string[] = [];
   const services = objects.filter((o) => o.kind === "Service") as Any[];
   const selectsEvents = (svc: Any): boolean =>
-    svc.spec?.selector !== undefined && matchesSelector({ matchLabels: svc.spec.selector }, w.podLabels) && svc.spec.ports?.some((p: Any) => p.port === ports.events);
+    svc.spec?.selector !== undefined &&
+    matchesSelector({ matchLabels: svc.spec.selector }, w.podLabels) &&
+    svc.spec.ports?.some((p: Any) => p.port === ports.events);
 
   const serviceName = (w.object as Any).spec?.serviceName;
   const governing = services.find((s) => s.metadata.name === serviceName);
   if (!serviceName) findings.push("the events StatefulSet names no serviceName");
   else if (!governing) findings.push(`serviceName ${serviceName} names no Service`);
   else {
-    if (governing.spec.clusterIP !== "None") findings.push(`Service ${serviceName} (the StatefulSet's serviceName) is not headless (clusterIP ${String(governing.spec.clusterIP)})`);
-    if (!selectsEvents(governing)) findings.push(`Service ${serviceName} does not select the events pods on ${ports.events}`);
+    if (governing.spec.clusterIP !== "None")
+      findings.push(
+        `Service ${serviceName} (the StatefulSet's serviceName) is not headless (clusterIP ${String(governing.spec.clusterIP)})`,
+      );
+    if (!selectsEvents(governing))
+      findings.push(`Service ${serviceName} does not select the events pods on ${ports.events}`);
   }
 
   for (const name of PRODUCERS) {
@@ -137,14 +185,16 @@ export function serviceFindings(objects: K8sObject[]): string[] {
     const svc = services.find((s) => s.metadata.name === hostname);
     if (!svc) findings.push(`${name}: OZ0_EVENTS_URL ${url} names no Service`);
     else if (svc.spec.clusterIP === "None") findings.push(`${name}: OZ0_EVENTS_URL ${url} names a headless Service`);
-    else if (!selectsEvents(svc) || !svc.spec.ports.some((p: Any) => p.port === Number(port))) findings.push(`${name}: Service ${hostname} does not serve the events pods on ${port}`);
+    else if (!selectsEvents(svc) || !svc.spec.ports.some((p: Any) => p.port === Number(port)))
+      findings.push(`${name}: Service ${hostname} does not serve the events pods on ${port}`);
   }
   return findings;
 }
 
 /** Disruptions a PodDisruptionBudget allows with a given number of healthy pods (as the eviction API counts them). */
 function allowedDisruptions(pdb: Any, replicas: number): number {
-  const scaled = (v: number | string): number => (typeof v === "number" ? v : Math.ceil((Number(v.replace("%", "")) / 100) * replicas));
+  const scaled = (v: number | string): number =>
+    typeof v === "number" ? v : Math.ceil((Number(v.replace("%", "")) / 100) * replicas);
   if (pdb.spec.maxUnavailable !== undefined) return scaled(pdb.spec.maxUnavailable);
   if (pdb.spec.minAvailable !== undefined) return replicas - scaled(pdb.spec.minAvailable);
   return replicas;
@@ -158,7 +208,10 @@ export function disruptionFindings(objects: K8sObject[]): string[] {
   for (const pdb of objects.filter((o) => o.kind === "PodDisruptionBudget") as Any[]) {
     if (!matchesSelector(pdb.spec.selector, w.podLabels)) continue;
     const allowed = allowedDisruptions(pdb, declaredReplicas(w));
-    if (allowed < 1) findings.push(`PodDisruptionBudget ${pdb.metadata.name} allows ${allowed} disruptions of ${declaredReplicas(w)} events pod(s): node drains would block`);
+    if (allowed < 1)
+      findings.push(
+        `PodDisruptionBudget ${pdb.metadata.name} allows ${allowed} disruptions of ${declaredReplicas(w)} events pod(s): node drains would block`,
+      );
   }
   return findings;
 }
@@ -197,12 +250,16 @@ void describe("the events checks catch mistakes", () => {
   /** A copy of prod's objects with the events StatefulSet (and anything else) changed. */
   const broken = (change: (objects: K8sObject[], events: Any) => void): K8sObject[] => {
     const objects = structuredClone(prod);
-    change(objects, objects.find((o) => o.kind === "StatefulSet" && o.metadata.name === EVENTS));
+    change(
+      objects,
+      objects.find((o) => o.kind === "StatefulSet" && o.metadata.name === EVENTS),
+    );
     return objects;
   };
 
   void it("holds on prod as rendered", () => {
-    for (const check of [workloadFindings, outboxFindings, serviceFindings, disruptionFindings]) assert.deepEqual(check(prod), [], check.name);
+    for (const check of [workloadFindings, outboxFindings, serviceFindings, disruptionFindings])
+      assert.deepEqual(check(prod), [], check.name);
   });
 
   void it("the outbox back on an emptyDir", () => {
@@ -219,7 +276,10 @@ void describe("the events checks catch mistakes", () => {
       const cm = all.find((o) => o.kind === "ConfigMap" && o.metadata.name.startsWith("events-")) as Any;
       cm.data.OZ0_EVENTS_DATA = "/tmp/events";
     });
-    assert.match(outboxFindings(objects).join("\n"), /OZ0_EVENTS_DATA \/tmp\/events is under \/tmp.*pod volume tmp \(emptyDir\)/s);
+    assert.match(
+      outboxFindings(objects).join("\n"),
+      /OZ0_EVENTS_DATA \/tmp\/events is under \/tmp.*pod volume tmp \(emptyDir\)/s,
+    );
   });
 
   void it("claims dropped with the StatefulSet, a shared access mode, no fsGroup", () => {
@@ -235,11 +295,21 @@ void describe("the events checks catch mistakes", () => {
   });
 
   void it("a Deployment, two replicas, an HPA", () => {
-    assert.match(workloadFindings(broken((_, events) => (events.kind = "Deployment"))).join("\n"), /events is a Deployment, not a StatefulSet/);
+    assert.match(
+      workloadFindings(broken((_, events) => (events.kind = "Deployment"))).join("\n"),
+      /events is a Deployment, not a StatefulSet/,
+    );
     assert.match(workloadFindings(broken((_, events) => (events.spec.replicas = 2))).join("\n"), /runs 2 replicas/);
     const hpa = broken((all) => {
       const orchestratorHpa = all.find((o) => o.kind === "HorizontalPodAutoscaler") as Any;
-      all.push({ ...structuredClone(orchestratorHpa), metadata: { name: "events", namespace: "oz0" }, spec: { ...orchestratorHpa.spec, scaleTargetRef: { apiVersion: "apps/v1", kind: "StatefulSet", name: "events" } } });
+      all.push({
+        ...structuredClone(orchestratorHpa),
+        metadata: { name: "events", namespace: "oz0" },
+        spec: {
+          ...orchestratorHpa.spec,
+          scaleTargetRef: { apiVersion: "apps/v1", kind: "StatefulSet", name: "events" },
+        },
+      });
     });
     assert.match(workloadFindings(hpa).join("\n"), /HorizontalPodAutoscaler events scales events/);
   });
@@ -250,9 +320,17 @@ void describe("the events checks catch mistakes", () => {
   });
 
   void it("a governing Service that is missing or not headless, producers on the headless one", () => {
-    const missing = broken((all) => all.splice(all.findIndex((o) => o.kind === "Service" && o.metadata.name === "events-headless"), 1));
+    const missing = broken((all) =>
+      all.splice(
+        all.findIndex((o) => o.kind === "Service" && o.metadata.name === "events-headless"),
+        1,
+      ),
+    );
     assert.match(serviceFindings(missing).join("\n"), /serviceName events-headless names no Service/);
-    const notHeadless = broken((all) => delete (all.find((o) => o.kind === "Service" && o.metadata.name === "events-headless") as Any).spec.clusterIP);
+    const notHeadless = broken(
+      (all) =>
+        delete (all.find((o) => o.kind === "Service" && o.metadata.name === "events-headless") as Any).spec.clusterIP,
+    );
     assert.match(serviceFindings(notHeadless).join("\n"), /is not headless/);
     const producers = broken((all) => {
       const cm = all.find((o) => o.kind === "ConfigMap" && o.metadata.name.startsWith("orchestrator-")) as Any;

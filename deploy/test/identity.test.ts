@@ -17,9 +17,32 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { before, describe, it } from "node:test";
 import { parse, parseAllDocuments } from "yaml";
-import { deployDir, generatedDir, generateSecretsScript, k8sDir, overlayDirs, preparedCopy, render, type K8sObject } from "./support/render.js";
-import { ingressWithoutFromFindings, peerDigestFindings, publicApiFindings, sandboxToOrchestratorFindings, serviceTokenFindings } from "./support/identity-checks.js";
-import { allContainers, container, containerEnv, services, workload, workloads, type Any } from "./support/workloads.js";
+import {
+  deployDir,
+  generatedDir,
+  generateSecretsScript,
+  k8sDir,
+  overlayDirs,
+  preparedCopy,
+  render,
+  type K8sObject,
+} from "./support/render.js";
+import {
+  ingressWithoutFromFindings,
+  peerDigestFindings,
+  publicApiFindings,
+  sandboxToOrchestratorFindings,
+  serviceTokenFindings,
+} from "./support/identity-checks.js";
+import {
+  allContainers,
+  container,
+  containerEnv,
+  services,
+  workload,
+  workloads,
+  type Any,
+} from "./support/workloads.js";
 
 const DIGESTS = /^oz0-service-token-digests(-[a-z0-9]+)?$/;
 const AUTH_CONFIG_MAP = /^oz0-auth(-[a-z0-9]+)?$/;
@@ -44,11 +67,19 @@ for (const dir of overlayDirs()) {
     void it("gives each container exactly the peer digests the design says, from the digests ConfigMap", () => {
       assert.deepEqual(peerDigestFindings(objects), []);
       // Spelled out: the design's table.
-      const digestsOf = (name: string): string[] => (container(workload(objects, name).pod, name).env ?? []).map((e: Any) => e.name as string).filter((n: string) => n.startsWith("OZ0_PEER_")).sort();
+      const digestsOf = (name: string): string[] =>
+        (container(workload(objects, name).pod, name).env ?? [])
+          .map((e: Any) => e.name as string)
+          .filter((n: string) => n.startsWith("OZ0_PEER_"))
+          .sort();
       assert.deepEqual(digestsOf("orchestrator"), []);
       assert.deepEqual(digestsOf("sandbox"), ["OZ0_PEER_ORCHESTRATOR_SHA256"]);
       assert.deepEqual(digestsOf("llm-proxy"), ["OZ0_PEER_ORCHESTRATOR_SHA256"]);
-      assert.deepEqual(digestsOf("events"), ["OZ0_PEER_LLM_PROXY_SHA256", "OZ0_PEER_ORCHESTRATOR_SHA256", "OZ0_PEER_SANDBOX_SHA256"]);
+      assert.deepEqual(digestsOf("events"), [
+        "OZ0_PEER_LLM_PROXY_SHA256",
+        "OZ0_PEER_ORCHESTRATOR_SHA256",
+        "OZ0_PEER_SANDBOX_SHA256",
+      ]);
     });
 
     void it("lets the orchestrator and the events service, and no other, read people's roles (OZ0_AUTH_CONFIG) from the oz0-auth ConfigMap", () => {
@@ -62,14 +93,21 @@ for (const dir of overlayDirs()) {
           assert.ok(mount, `${w.name}/${c.name}: OZ0_AUTH_CONFIG ${file} is on a mount`);
           assert.equal(mount.readOnly, true);
           const volume = w.pod.volumes.find((v: Any) => v.name === mount.name);
-          assert.ok(volume?.configMap && AUTH_CONFIG_MAP.test(volume.configMap.name), `${w.name}: the mount is the oz0-auth ConfigMap`);
+          assert.ok(
+            volume?.configMap && AUTH_CONFIG_MAP.test(volume.configMap.name),
+            `${w.name}: the mount is the oz0-auth ConfigMap`,
+          );
           const cm = objects.find((o) => o.kind === "ConfigMap" && o.metadata.name === volume.configMap.name) as Any;
           const key = path.relative(mount.mountPath, file);
           assert.ok(typeof cm?.data?.[key] === "string", `oz0-auth has ${key}`);
           const config = parse(cm.data[key]) as Any;
           // The fields the services accept (lib/serving's auth config): anything else refuses the start.
-          assert.deepEqual(Object.keys(config).filter((k) => !["oidc", "roles", "tokens"].includes(k)), []);
-          for (const role of Object.keys(config.roles ?? {})) assert.ok(["admin", "operator", "approver", "viewer"].includes(role), role);
+          assert.deepEqual(
+            Object.keys(config).filter((k) => !["oidc", "roles", "tokens"].includes(k)),
+            [],
+          );
+          for (const role of Object.keys(config.roles ?? {}))
+            assert.ok(["admin", "operator", "approver", "viewer"].includes(role), role);
           for (const t of config.tokens ?? []) assert.match(t.sha256, /^[0-9a-f]{64}$/, "static tokens by digest only");
           if (config.oidc) for (const field of ["issuer", "audience"]) assert.ok(config.oidc[field], `oidc.${field}`);
         }
@@ -96,11 +134,16 @@ void describe("dev's generated credentials, as rendered", () => {
     assert.ok(digests, "a generated oz0-service-token-digests ConfigMap");
     const tokens = new Set<string>();
     for (const service of services) {
-      const secret = objects.find((o) => o.kind === "Secret" && new RegExp(`^oz0-${service}-token-[a-z0-9]+$`).test(o.metadata.name)) as Any;
+      const secret = objects.find(
+        (o) => o.kind === "Secret" && new RegExp(`^oz0-${service}-token-[a-z0-9]+$`).test(o.metadata.name),
+      ) as Any;
       assert.ok(secret, `a generated oz0-${service}-token Secret`);
       assert.deepEqual(Object.keys(secret.data), ["token"]);
       const token = decode(secret.data.token);
-      assert.ok(token.length >= 32 && !/\s/.test(token), `${service}'s token: ${token.length} characters, no whitespace`);
+      assert.ok(
+        token.length >= 32 && !/\s/.test(token),
+        `${service}'s token: ${token.length} characters, no whitespace`,
+      );
       tokens.add(token);
       assert.equal(digests.data[service], sha256(token), `${service}'s digest is the SHA-256 of its token, exactly`);
     }
@@ -122,9 +165,23 @@ void describe("overlays/dev/generate-secrets.sh", () => {
     const dir = generatedDir(first);
     assert.equal(statSync(dir).mode & 0o777, 0o700);
     const files = readdirSync(dir).sort();
-    assert.deepEqual(files, ["admin-token", "auth.yaml", "events-token.env", "kek", "llm-proxy-token.env", "orchestrator-token.env", "sandbox-token.env", "service-token-digests.env"]);
+    assert.deepEqual(files, [
+      "admin-token",
+      "auth.yaml",
+      "events-token.env",
+      "kek",
+      "llm-proxy-token.env",
+      "orchestrator-token.env",
+      "sandbox-token.env",
+      "service-token-digests.env",
+    ]);
     for (const f of files) assert.equal(statSync(path.join(dir, f)).mode & 0o077, 0, `${f} is private`);
-    const digests = Object.fromEntries(read(first, "service-token-digests.env").trim().split("\n").map((l) => l.split("=") as [string, string]));
+    const digests = Object.fromEntries(
+      read(first, "service-token-digests.env")
+        .trim()
+        .split("\n")
+        .map((l) => l.split("=") as [string, string]),
+    );
     for (const service of services) assert.equal(digests[service], sha256(token(first, service)));
     assert.equal(Buffer.from(read(first, "kek"), "base64").length, 32);
     const auth = parse(read(first, "auth.yaml")) as Any;
@@ -133,17 +190,24 @@ void describe("overlays/dev/generate-secrets.sh", () => {
   });
 
   void it("makes new credentials for every deployment, keeps them when run again, and replaces them with --force", () => {
-    for (const service of services) assert.notEqual(token(first, service), token(second, service), `${service}: the same token twice`);
+    for (const service of services)
+      assert.notEqual(token(first, service), token(second, service), `${service}: the same token twice`);
     assert.notEqual(read(first, "kek"), read(second, "kek"));
     const before = Object.fromEntries(services.map((s) => [s, token(second, s)]));
     const kek = read(second, "kek");
     execFileSync("bash", [generateSecretsScript(second)], { stdio: "pipe" });
-    for (const service of services) assert.equal(token(second, service), before[service], `${service}: a re-run kept the token`);
+    for (const service of services)
+      assert.equal(token(second, service), before[service], `${service}: a re-run kept the token`);
     assert.equal(read(second, "kek"), kek);
     execFileSync("bash", [generateSecretsScript(second), "--force"], { stdio: "pipe" });
-    for (const service of services) assert.notEqual(token(second, service), before[service], `${service}: --force made a new token`);
+    for (const service of services)
+      assert.notEqual(token(second, service), before[service], `${service}: --force made a new token`);
     const digests = read(second, "service-token-digests.env");
-    for (const service of services) assert.ok(digests.includes(`${service}=${sha256(token(second, service))}`), `${service}'s digest follows its new token`);
+    for (const service of services)
+      assert.ok(
+        digests.includes(`${service}=${sha256(token(second, service))}`),
+        `${service}'s digest follows its new token`,
+      );
   });
 });
 
@@ -154,10 +218,17 @@ void describe("overlays/dev/generate-secrets.sh", () => {
  */
 function committedFiles(): string[] {
   const repo = path.resolve(deployDir, "..");
-  const git = spawnSync("git", ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "deploy"], { cwd: repo, encoding: "utf8" });
+  const git = spawnSync("git", ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "deploy"], {
+    cwd: repo,
+    encoding: "utf8",
+  });
   if (git.status === 0 && git.stdout.length > 0) {
     // Tracked files deleted in the working tree are not there to read.
-    return git.stdout.split("\0").filter(Boolean).map((f) => path.join(repo, f)).filter((f) => existsSync(f));
+    return git.stdout
+      .split("\0")
+      .filter(Boolean)
+      .map((f) => path.join(repo, f))
+      .filter((f) => existsSync(f));
   }
   const out: string[] = [];
   const walk = (dir: string): void => {
@@ -178,7 +249,12 @@ function gitIgnores(file: string): boolean | undefined {
 }
 
 /** What a committed credential would look like: the services' own form, a KEK, a digest-length hex, a PEM key. */
-const CREDENTIAL_SHAPES = [/\boz0_[A-Za-z0-9_-]{32,}/, /[A-Za-z0-9+/]{40,}={1,2}/, /\b[0-9a-f]{64}\b/, /-----BEGIN [A-Z ]*PRIVATE KEY-----/];
+const CREDENTIAL_SHAPES = [
+  /\boz0_[A-Za-z0-9_-]{32,}/,
+  /[A-Za-z0-9+/]{40,}={1,2}/,
+  /\b[0-9a-f]{64}\b/,
+  /-----BEGIN [A-Z ]*PRIVATE KEY-----/,
+];
 /** Committed files a secretGenerator may read: not credentials (provider names and kinds only). */
 const NOT_CREDENTIALS = new Set([path.join(k8sDir, "overlays", "dev", "llm-proxy-keys", "providers.json")]);
 
@@ -190,7 +266,8 @@ void describe("no credential is committed", () => {
     for (const file of files) {
       const text = readFileSync(file, "utf8");
       const where = path.relative(deployDir, file);
-      for (const shape of CREDENTIAL_SHAPES) assert.doesNotMatch(text, shape, `${where} holds something shaped like a credential`);
+      for (const shape of CREDENTIAL_SHAPES)
+        assert.doesNotMatch(text, shape, `${where} holds something shaped like a credential`);
       if (!/\.ya?ml$/.test(file)) continue;
       for (const doc of parseAllDocuments(text)) {
         const value = doc.toJS() as Any;
@@ -209,10 +286,14 @@ void describe("no credential is committed", () => {
         assert.equal(generator.literals, undefined, `${where}: literals are committed values`);
         for (const source of [...(generator.files ?? []), ...(generator.envs ?? [])] as string[]) {
           sources += 1;
-          const target = path.resolve(path.dirname(file), source.includes("=") ? source.slice(source.indexOf("=") + 1) : source);
+          const target = path.resolve(
+            path.dirname(file),
+            source.includes("=") ? source.slice(source.indexOf("=") + 1) : source,
+          );
           if (NOT_CREDENTIALS.has(target)) {
             const providers = JSON.parse(readFileSync(target, "utf8")) as { providers: Array<Record<string, unknown>> };
-            for (const p of providers.providers) assert.deepEqual(Object.keys(p).sort(), ["kind", "name"], `${source}: provider names and kinds only`);
+            for (const p of providers.providers)
+              assert.deepEqual(Object.keys(p).sort(), ["kind", "name"], `${source}: provider names and kinds only`);
             continue;
           }
           assert.ok(target.split(path.sep).includes("generated"), `${where}: ${source} is not a generated file`);
@@ -227,12 +308,17 @@ void describe("no credential is committed", () => {
   void it("mentions the retired shared admin token in no file under deploy/", () => {
     for (const file of files) {
       const text = readFileSync(file, "utf8");
-      assert.ok(!text.includes(RETIRED_ADMIN_TOKEN) && !text.includes(RETIRED_ADMIN_SECRET), `${path.relative(deployDir, file)} names the retired admin token`);
+      assert.ok(
+        !text.includes(RETIRED_ADMIN_TOKEN) && !text.includes(RETIRED_ADMIN_SECRET),
+        `${path.relative(deployDir, file)} names the retired admin token`,
+      );
     }
   });
 
   void it("keeps the generated credentials out of image builds", () => {
-    const ignore = readFileSync(path.join(deployDir, "Dockerfile.dockerignore"), "utf8").split("\n").map((l) => l.trim());
+    const ignore = readFileSync(path.join(deployDir, "Dockerfile.dockerignore"), "utf8")
+      .split("\n")
+      .map((l) => l.trim());
     assert.ok(ignore.includes("deploy/k8s/overlays/*/generated"));
   });
 });
@@ -248,17 +334,27 @@ void describe("the identity checks catch mistakes", () => {
     change(copy);
     return copy;
   };
-  const policy = (objects: Any[], name: string): Any => objects.find((o) => o.kind === "NetworkPolicy" && o.metadata.name === name);
-  const pod = (objects: Any[], name: string): Any => objects.find((o) => ["Deployment", "StatefulSet"].includes(o.kind) && o.metadata.name === name).spec.template.spec;
+  const policy = (objects: Any[], name: string): Any =>
+    objects.find((o) => o.kind === "NetworkPolicy" && o.metadata.name === name);
+  const pod = (objects: Any[], name: string): Any =>
+    objects.find((o) => ["Deployment", "StatefulSet"].includes(o.kind) && o.metadata.name === name).spec.template.spec;
 
   void it("prod as rendered has no finding", () => {
-    for (const check of [ingressWithoutFromFindings, publicApiFindings, sandboxToOrchestratorFindings, peerDigestFindings, serviceTokenFindings]) {
+    for (const check of [
+      ingressWithoutFromFindings,
+      publicApiFindings,
+      sandboxToOrchestratorFindings,
+      peerDigestFindings,
+      serviceTokenFindings,
+    ]) {
       assert.deepEqual(check(prod), [], check.name);
     }
   });
 
   void it("an ingress rule without `from` (the old public rule)", () => {
-    const objects = broken((o) => policy(o, "orchestrator").spec.ingress.unshift({ ports: [{ protocol: "TCP", port: 7700 }] }));
+    const objects = broken((o) =>
+      policy(o, "orchestrator").spec.ingress.unshift({ ports: [{ protocol: "TCP", port: 7700 }] }),
+    );
     assert.match(ingressWithoutFromFindings(objects).join("\n"), /orchestrator ingress\[0\] has no "from"/);
     assert.match(publicApiFindings(objects).join("\n"), /7700 is open to every pod/);
   });
@@ -271,7 +367,9 @@ void describe("the identity checks catch mistakes", () => {
   void it("7700 open to every namespace, or to sandbox pods", () => {
     const any = broken((o) => policy(o, "orchestrator").spec.ingress[0].from.push({ namespaceSelector: {} }));
     assert.match(publicApiFindings(any).join("\n"), /not one of the client selectors/);
-    const sandbox = broken((o) => policy(o, "orchestrator").spec.ingress[1].ports.push({ protocol: "TCP", port: 7700 }));
+    const sandbox = broken((o) =>
+      policy(o, "orchestrator").spec.ingress[1].ports.push({ protocol: "TCP", port: 7700 }),
+    );
     assert.match(sandboxToOrchestratorFindings(sandbox).join("\n"), /admits sandbox pods at the orchestrator's 7700/);
     assert.match(publicApiFindings(sandbox).join("\n"), /sandbox pods reach the orchestrator's public API/);
   });
@@ -286,20 +384,59 @@ void describe("the identity checks catch mistakes", () => {
   });
 
   void it("a peer digest too many, one missing, or one from the wrong key", () => {
-    const extra = broken((o) => pod(o, "sandbox").containers[0].env.push({ name: "OZ0_PEER_LLM_PROXY_SHA256", valueFrom: { configMapKeyRef: { name: "oz0-service-token-digests", key: "llm-proxy" } } }));
-    assert.match(peerDigestFindings(extra).join("\n"), /sandbox\/sandbox has OZ0_PEER_LLM_PROXY_SHA256, OZ0_PEER_ORCHESTRATOR_SHA256, the design says OZ0_PEER_ORCHESTRATOR_SHA256$/m);
-    const missing = broken((o) => (pod(o, "events").containers[0].env = pod(o, "events").containers[0].env.filter((e: Any) => e.name !== "OZ0_PEER_SANDBOX_SHA256")));
+    const extra = broken((o) =>
+      pod(o, "sandbox").containers[0].env.push({
+        name: "OZ0_PEER_LLM_PROXY_SHA256",
+        valueFrom: { configMapKeyRef: { name: "oz0-service-token-digests", key: "llm-proxy" } },
+      }),
+    );
+    assert.match(
+      peerDigestFindings(extra).join("\n"),
+      /sandbox\/sandbox has OZ0_PEER_LLM_PROXY_SHA256, OZ0_PEER_ORCHESTRATOR_SHA256, the design says OZ0_PEER_ORCHESTRATOR_SHA256$/m,
+    );
+    const missing = broken(
+      (o) =>
+        (pod(o, "events").containers[0].env = pod(o, "events").containers[0].env.filter(
+          (e: Any) => e.name !== "OZ0_PEER_SANDBOX_SHA256",
+        )),
+    );
     assert.match(peerDigestFindings(missing).join("\n"), /events\/events has .*, the design says/);
-    const wrongKey = broken((o) => (pod(o, "llm-proxy").containers[0].env.find((e: Any) => e.name === "OZ0_PEER_ORCHESTRATOR_SHA256").valueFrom.configMapKeyRef.key = "sandbox"));
-    assert.match(peerDigestFindings(wrongKey).join("\n"), /llm-proxy\/llm-proxy OZ0_PEER_ORCHESTRATOR_SHA256 does not come from/);
-    const sidecar = broken((o) => pod(o, "sandbox").containers[1].env.push({ name: "OZ0_PEER_ORCHESTRATOR_SHA256", value: "0".repeat(64) }));
-    assert.match(peerDigestFindings(sidecar).join("\n"), /sandbox\/node-heartbeat has OZ0_PEER_ORCHESTRATOR_SHA256, the design says none/);
+    const wrongKey = broken(
+      (o) =>
+        (pod(o, "llm-proxy").containers[0].env.find(
+          (e: Any) => e.name === "OZ0_PEER_ORCHESTRATOR_SHA256",
+        ).valueFrom.configMapKeyRef.key = "sandbox"),
+    );
+    assert.match(
+      peerDigestFindings(wrongKey).join("\n"),
+      /llm-proxy\/llm-proxy OZ0_PEER_ORCHESTRATOR_SHA256 does not come from/,
+    );
+    const sidecar = broken((o) =>
+      pod(o, "sandbox").containers[1].env.push({ name: "OZ0_PEER_ORCHESTRATOR_SHA256", value: "0".repeat(64) }),
+    );
+    assert.match(
+      peerDigestFindings(sidecar).join("\n"),
+      /sandbox\/node-heartbeat has OZ0_PEER_ORCHESTRATOR_SHA256, the design says none/,
+    );
   });
 
   void it("a service reading another's token, or the sidecar holding one", () => {
-    const borrowed = broken((o) => (pod(o, "sandbox").containers[0].env.find((e: Any) => e.name === "OZ0_SERVICE_TOKEN").valueFrom.secretKeyRef.name = "oz0-orchestrator-token"));
-    assert.match(serviceTokenFindings(borrowed).join("\n"), /sandbox\/sandbox: OZ0_SERVICE_TOKEN is not key "token" of its own Secret/);
-    const sidecar = broken((o) => pod(o, "sandbox").containers[1].env.push({ name: "OZ0_SERVICE_TOKEN", valueFrom: { secretKeyRef: { name: "oz0-sandbox-token", key: "token" } } }));
+    const borrowed = broken(
+      (o) =>
+        (pod(o, "sandbox").containers[0].env.find(
+          (e: Any) => e.name === "OZ0_SERVICE_TOKEN",
+        ).valueFrom.secretKeyRef.name = "oz0-orchestrator-token"),
+    );
+    assert.match(
+      serviceTokenFindings(borrowed).join("\n"),
+      /sandbox\/sandbox: OZ0_SERVICE_TOKEN is not key "token" of its own Secret/,
+    );
+    const sidecar = broken((o) =>
+      pod(o, "sandbox").containers[1].env.push({
+        name: "OZ0_SERVICE_TOKEN",
+        valueFrom: { secretKeyRef: { name: "oz0-sandbox-token", key: "token" } },
+      }),
+    );
     assert.match(serviceTokenFindings(sidecar).join("\n"), /sandbox\/node-heartbeat holds a service token/);
   });
 });

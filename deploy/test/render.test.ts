@@ -9,7 +9,14 @@ import { parse } from "yaml";
 import { crdDir, loadCrdSchemas, validateCustomResource } from "./support/crd-schema.js";
 import { hasModel, objectMeta, unknownFields, unknownFieldsAs, validateWithModel } from "./support/k8s-schema.js";
 import { id, k8sDir, overlayDirs, render, renderer, type K8sObject } from "./support/render.js";
-import { allContainers, matchesSelector, mountableVolumes, secretRefs, workloads, type Any } from "./support/workloads.js";
+import {
+  allContainers,
+  matchesSelector,
+  mountableVolumes,
+  secretRefs,
+  workloads,
+  type Any,
+} from "./support/workloads.js";
 
 const crdSchemas = loadCrdSchemas();
 
@@ -49,12 +56,22 @@ void describe("kustomize", () => {
 
   void it("finds the dev and prod overlays and the component examples", () => {
     const names = overlayDirs().map((d) => path.basename(d));
-    for (const name of ["dev", "prod", "dev-bubblewrap", "prod-gvisor", "prod-kata"]) assert.ok(names.includes(name), name);
+    for (const name of ["dev", "prod", "dev-bubblewrap", "prod-gvisor", "prod-kata"])
+      assert.ok(names.includes(name), name);
   });
 
   void it("renders the base on its own", () => {
     const kinds = new Set(render(path.join(k8sDir, "base")).map((o) => o.kind));
-    for (const kind of ["Namespace", "Deployment", "StatefulSet", "Service", "ServiceAccount", "ConfigMap", "PodDisruptionBudget", "NetworkPolicy"]) {
+    for (const kind of [
+      "Namespace",
+      "Deployment",
+      "StatefulSet",
+      "Service",
+      "ServiceAccount",
+      "ConfigMap",
+      "PodDisruptionBudget",
+      "NetworkPolicy",
+    ]) {
       assert.ok(kinds.has(kind), kind);
     }
   });
@@ -90,7 +107,8 @@ for (const dir of overlayDirs()) {
 
     void it("resolves every reference: selectors, ports, ConfigMaps, ServiceAccounts, Secrets, scale targets", () => {
       const pods = workloads(objects);
-      const named = (kind: string, name: string): boolean => objects.some((o) => o.kind === kind && o.metadata.name === name);
+      const named = (kind: string, name: string): boolean =>
+        objects.some((o) => o.kind === kind && o.metadata.name === name);
       // Secrets the operator creates (deploy/k8s/README.md), not rendered in prod.
       const operatorSecrets = new Set([
         "llm-proxy-keys",
@@ -119,35 +137,55 @@ for (const dir of overlayDirs()) {
         }
       }
       for (const pdb of objects.filter((o) => o.kind === "PodDisruptionBudget") as Any[]) {
-        assert.equal(pods.filter((w) => matchesSelector(pdb.spec.selector, w.podLabels)).length, 1, `PDB ${pdb.metadata.name}`);
+        assert.equal(
+          pods.filter((w) => matchesSelector(pdb.spec.selector, w.podLabels)).length,
+          1,
+          `PDB ${pdb.metadata.name}`,
+        );
       }
       for (const hpa of objects.filter((o) => o.kind === "HorizontalPodAutoscaler") as Any[]) {
         assert.ok(named(hpa.spec.scaleTargetRef.kind, hpa.spec.scaleTargetRef.name), `HPA ${hpa.metadata.name}`);
       }
       for (const w of pods) {
-        assert.ok(matchesSelector((w.object as Any).spec.selector, w.podLabels), `${w.name} selector matches its template`);
+        assert.ok(
+          matchesSelector((w.object as Any).spec.selector, w.podLabels),
+          `${w.name} selector matches its template`,
+        );
         assert.ok(named("ServiceAccount", w.pod.serviceAccountName), `${w.name} ServiceAccount`);
         const volumes = mountableVolumes(w);
         for (const t of w.claimTemplates) {
           // The controller would put the claim in place of a pod volume of the same name: say which one is meant.
-          assert.ok(!(w.pod.volumes ?? []).some((v: Any) => v.name === t.metadata.name), `${w.name}: claim template ${t.metadata.name} is also a pod volume`);
+          assert.ok(
+            !(w.pod.volumes ?? []).some((v: Any) => v.name === t.metadata.name),
+            `${w.name}: claim template ${t.metadata.name} is also a pod volume`,
+          );
         }
         if (w.kind === "StatefulSet") {
-          const governing = objects.find((o) => o.kind === "Service" && o.metadata.name === (w.object as Any).spec.serviceName) as Any;
+          const governing = objects.find(
+            (o) => o.kind === "Service" && o.metadata.name === (w.object as Any).spec.serviceName,
+          ) as Any;
           assert.ok(governing, `${w.name}: serviceName ${(w.object as Any).spec.serviceName} names a Service`);
           assert.equal(governing.spec.clusterIP, "None", `${w.name}: its governing Service is headless`);
         }
         for (const v of w.pod.volumes ?? []) {
-          if (v.configMap) assert.ok(named("ConfigMap", v.configMap.name), `${w.name} volume ConfigMap ${v.configMap.name}`);
-          if (v.persistentVolumeClaim) assert.ok(named("PersistentVolumeClaim", v.persistentVolumeClaim.claimName), `${w.name} PVC`);
+          if (v.configMap)
+            assert.ok(named("ConfigMap", v.configMap.name), `${w.name} volume ConfigMap ${v.configMap.name}`);
+          if (v.persistentVolumeClaim)
+            assert.ok(named("PersistentVolumeClaim", v.persistentVolumeClaim.claimName), `${w.name} PVC`);
         }
         for (const c of allContainers(w.pod)) {
-          for (const e of c.envFrom ?? []) if (e.configMapRef) assert.ok(named("ConfigMap", e.configMapRef.name), `${w.name} envFrom ${e.configMapRef.name}`);
+          for (const e of c.envFrom ?? [])
+            if (e.configMapRef)
+              assert.ok(named("ConfigMap", e.configMapRef.name), `${w.name} envFrom ${e.configMapRef.name}`);
           for (const e of c.env ?? []) {
             const ref = e.valueFrom?.configMapKeyRef;
             if (!ref) continue;
             const cm = objects.find((o) => o.kind === "ConfigMap" && o.metadata.name === ref.name) as Any;
-            if (cm) assert.ok(ref.key in (cm.data ?? {}), `${w.name}/${c.name} ${e.name}: ConfigMap ${ref.name} has no key ${ref.key}`);
+            if (cm)
+              assert.ok(
+                ref.key in (cm.data ?? {}),
+                `${w.name}/${c.name} ${e.name}: ConfigMap ${ref.name} has no key ${ref.key}`,
+              );
             else assert.ok(operatorConfigMaps.has(ref.name), `${w.name}/${c.name} ${e.name}: ConfigMap ${ref.name}`);
           }
           for (const m of c.volumeMounts ?? []) assert.ok(volumes.has(m.name), `${w.name}/${c.name} mounts ${m.name}`);
@@ -158,11 +196,22 @@ for (const dir of overlayDirs()) {
       }
       for (const np of objects.filter((o) => o.kind === "NetworkPolicy") as Any[]) {
         const strimzi = Object.keys(np.spec.podSelector.matchLabels ?? {}).some((k) => k.startsWith("strimzi.io/"));
-        if (!strimzi) assert.ok(pods.some((w) => matchesSelector(np.spec.podSelector, w.podLabels)), `NetworkPolicy ${np.metadata.name} selects no pod`);
-        const peers = [...(np.spec.ingress ?? []).flatMap((r: Any) => r.from ?? []), ...(np.spec.egress ?? []).flatMap((r: Any) => r.to ?? [])];
+        if (!strimzi)
+          assert.ok(
+            pods.some((w) => matchesSelector(np.spec.podSelector, w.podLabels)),
+            `NetworkPolicy ${np.metadata.name} selects no pod`,
+          );
+        const peers = [
+          ...(np.spec.ingress ?? []).flatMap((r: Any) => r.from ?? []),
+          ...(np.spec.egress ?? []).flatMap((r: Any) => r.to ?? []),
+        ];
         for (const peer of peers) {
           const app = peer.podSelector?.matchLabels?.["app.kubernetes.io/name"];
-          if (app && !peer.namespaceSelector) assert.ok(pods.some((w) => w.podLabels["app.kubernetes.io/name"] === app), `NetworkPolicy ${np.metadata.name} peer ${app}`);
+          if (app && !peer.namespaceSelector)
+            assert.ok(
+              pods.some((w) => w.podLabels["app.kubernetes.io/name"] === app),
+              `NetworkPolicy ${np.metadata.name} peer ${app}`,
+            );
         }
       }
     });
@@ -212,7 +261,10 @@ void describe("the schema checks catch mistakes", () => {
   void it("an unknown field in a StatefulSet's claim template", async () => {
     const statefulSet = find("StatefulSet", "events") as Any;
     statefulSet.spec.volumeClaimTemplates[0].spec.storageClass = "fast";
-    assert.match((await schemaErrors([statefulSet])).join("\n"), /volumeClaimTemplates\[0\]\.spec\.storageClass: unknown field/);
+    assert.match(
+      (await schemaErrors([statefulSet])).join("\n"),
+      /volumeClaimTemplates\[0\]\.spec\.storageClass: unknown field/,
+    );
   });
 
   void it("an unknown field, a bad enum and a missing field in Strimzi objects", async () => {
@@ -250,7 +302,11 @@ void describe("the kept Strimzi CRDs", () => {
     for (const file of files) {
       const crd = parse(readFileSync(path.join(crdDir, file), "utf8")) as Any;
       assert.equal(crd.apiVersion, "apiextensions.k8s.io/v1", file);
-      assert.equal(crd.metadata.name, `${crd.spec.names.plural}.${crd.spec.group}`, `${file}: the name is <plural>.<group>`);
+      assert.equal(
+        crd.metadata.name,
+        `${crd.spec.names.plural}.${crd.spec.group}`,
+        `${file}: the name is <plural>.<group>`,
+      );
       const storage = crd.spec.versions.filter((v: Any) => v.storage === true);
       assert.equal(storage.length, 1, `${file}: ${storage.length} storage versions`);
       assert.equal(storage[0].served, true, `${file}: the storage version is served`);

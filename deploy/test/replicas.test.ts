@@ -6,7 +6,15 @@ import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { before, describe, it } from "node:test";
 import { deployDir, overlayDirs, render, type K8sObject } from "./support/render.js";
-import { allContainers, container, containerEnv, policiesFor, workload, workloads, type Any } from "./support/workloads.js";
+import {
+  allContainers,
+  container,
+  containerEnv,
+  policiesFor,
+  workload,
+  workloads,
+  type Any,
+} from "./support/workloads.js";
 
 for (const dir of overlayDirs()) {
   const overlay = path.basename(dir);
@@ -21,7 +29,8 @@ for (const dir of overlayDirs()) {
       const sandbox = workload(objects, "sandbox");
       const home = containerEnv(objects, container(orchestrator.pod, "orchestrator")).OZ0_HOME;
       assert.ok(home?.startsWith("/"), "OZ0_HOME is an absolute path");
-      const claimOf = (pod: Any, volume: string): string | undefined => pod.volumes.find((v: Any) => v.name === volume)?.persistentVolumeClaim?.claimName;
+      const claimOf = (pod: Any, volume: string): string | undefined =>
+        pod.volumes.find((v: Any) => v.name === volume)?.persistentVolumeClaim?.claimName;
 
       const homeMount = container(orchestrator.pod, "orchestrator").volumeMounts.find((m: Any) => m.mountPath === home);
       assert.ok(homeMount, "the orchestrator mounts a volume at OZ0_HOME");
@@ -32,18 +41,31 @@ for (const dir of overlayDirs()) {
 
       // Only the container that runs harnesses reads plugins (not the node-heartbeat sidecar of prod).
       const pluginMounts = allContainers(sandbox.pod).flatMap((c: Any) =>
-        (c.volumeMounts ?? []).filter((m: Any) => claimOf(sandbox.pod, m.name) === claim).map((m: Any) => ({ ...m, container: c.name })),
+        (c.volumeMounts ?? [])
+          .filter((m: Any) => claimOf(sandbox.pod, m.name) === claim)
+          .map((m: Any) => ({ ...m, container: c.name })),
       );
-      assert.deepEqual(pluginMounts.map((m: Any) => m.container), ["sandbox"], "the sandbox container, and it alone, mounts the shared volume, once");
+      assert.deepEqual(
+        pluginMounts.map((m: Any) => m.container),
+        ["sandbox"],
+        "the sandbox container, and it alone, mounts the shared volume, once",
+      );
       const [plugins] = pluginMounts;
       // A session's plugin_dir is a path under OZ0_HOME/plugins on the orchestrator: the same path on the node.
       assert.equal(plugins.mountPath, `${home}/plugins`);
-      assert.equal(plugins.subPath, "plugins", "only plugin copies: harness code never sees artifacts or the orchestrator's files");
+      assert.equal(
+        plugins.subPath,
+        "plugins",
+        "only plugin copies: harness code never sees artifacts or the orchestrator's files",
+      );
       assert.equal(plugins.readOnly, true, "sandboxes only read plugin copies");
 
       for (const w of workloads(objects)) {
         if (w.name === "orchestrator" || w.name === "sandbox") continue;
-        assert.ok(!(w.pod.volumes ?? []).some((v: Any) => v.persistentVolumeClaim?.claimName === claim), `${w.name} mounts ${claim}`);
+        assert.ok(
+          !(w.pod.volumes ?? []).some((v: Any) => v.persistentVolumeClaim?.claimName === claim),
+          `${w.name} mounts ${claim}`,
+        );
       }
       for (const w of [orchestrator, sandbox]) {
         // fsGroup makes the volume writable for uid 10001; OnRootMismatch spares a walk of it at each start.
@@ -85,7 +107,9 @@ for (const dir of prodOverlays) {
       const { object, pod } = workload(objects, "orchestrator");
       assert.ok((object as Any).spec.replicas >= 2);
       const c = container(pod, "orchestrator");
-      assert.deepEqual(envEntry(c, "DATABASE_URL")?.valueFrom, { secretKeyRef: { name: "oz0-postgres", key: "database-url" } });
+      assert.deepEqual(envEntry(c, "DATABASE_URL")?.valueFrom, {
+        secretKeyRef: { name: "oz0-postgres", key: "database-url" },
+      });
       assert.deepEqual(envEntry(c, "OZ0_REPLICA_ID")?.valueFrom, { fieldRef: { fieldPath: "metadata.name" } });
       const env = containerEnv(objects, c);
       assert.equal(env.OZ0_DATABASE_SCHEMA, "oz0");
@@ -101,14 +125,20 @@ for (const dir of prodOverlays) {
       assert.ok(sandboxPod.containers.includes(heartbeat), "a regular container, running beside the sandbox");
       const token = envEntry(orchestrator, "OZ0_NODE_TOKEN")?.valueFrom?.secretKeyRef;
       assert.deepEqual(token, { name: "oz0-node-token", key: "token" });
-      assert.deepEqual(envEntry(heartbeat, "OZ0_NODE_TOKEN")?.valueFrom, { secretKeyRef: token }, "the same Secret and key on both sides");
+      assert.deepEqual(
+        envEntry(heartbeat, "OZ0_NODE_TOKEN")?.valueFrom,
+        { secretKeyRef: token },
+        "the same Secret and key on both sides",
+      );
 
       // The sandbox's own image, another entry point beside the one the Dockerfile starts (services/sandbox/dist/main.js,
       // from WORKDIR /app): the sandbox package's oz0-sandbox-heartbeat.
       assert.equal(heartbeat.image, sandbox.image);
       assert.deepEqual(heartbeat.command, ["node", "services/sandbox/dist/heartbeat-main.js"]);
       assert.equal(heartbeat.args, undefined);
-      const sandboxPackage = JSON.parse(readFileSync(path.join(repoRoot, "services/sandbox/package.json"), "utf8")) as { bin?: Record<string, string> };
+      const sandboxPackage = JSON.parse(readFileSync(path.join(repoRoot, "services/sandbox/package.json"), "utf8")) as {
+        bin?: Record<string, string>;
+      };
       assert.equal(sandboxPackage.bin?.["oz0-sandbox-heartbeat"], "./dist/heartbeat-main.js");
       assert.ok(existsSync(path.join(repoRoot, "services/sandbox/src/heartbeat-main.ts")), "the entry point's source");
 
@@ -117,14 +147,20 @@ for (const dir of prodOverlays) {
       const service = objects.find((o) => o.kind === "Service" && o.metadata.name === url.hostname) as Any;
       assert.ok(service, `OZ0_ORCHESTRATOR_URL names the Service ${url.hostname}`);
       assert.equal(service.spec.selector["app.kubernetes.io/name"], "orchestrator");
-      assert.ok(service.spec.ports.some((p: Any) => p.port === Number(url.port)), `the Service serves port ${url.port}`);
+      assert.ok(
+        service.spec.ports.some((p: Any) => p.port === Number(url.port)),
+        `the Service serves port ${url.port}`,
+      );
       assert.equal(url.protocol, "http:");
       // The node API's own listener (OZ0_NODE_PORT), never the public API: the node token is refused there.
       const nodePort = Number(containerEnv(objects, orchestrator).OZ0_NODE_PORT);
       assert.equal(Number(url.port), nodePort, "heartbeats go to the orchestrator's node port");
       assert.notEqual(nodePort, Number(containerEnv(objects, orchestrator).OZ0_PORT));
       const servicePort = service.spec.ports.find((p: Any) => p.port === nodePort);
-      assert.ok(orchestrator.ports.some((p: Any) => p.name === servicePort.targetPort && p.containerPort === nodePort), "the Service's node port reaches the container's");
+      assert.ok(
+        orchestrator.ports.some((p: Any) => p.name === servicePort.targetPort && p.containerPort === nodePort),
+        "the Service's node port reaches the container's",
+      );
 
       // It asks the sandbox of its own pod, over loopback, at the port the sandbox listens on (on every address).
       const sandboxPort = sandbox.ports[0].containerPort;
@@ -138,7 +174,10 @@ for (const dir of prodOverlays) {
       const envNames = heartbeat.env.map((e: Any) => e.name);
       assert.deepEqual(envEntry(heartbeat, "POD_IP")?.valueFrom, { fieldRef: { fieldPath: "status.podIP" } });
       assert.equal(envEntry(heartbeat, "OZ0_ADVERTISE_URL")?.value, `http://$(POD_IP):${sandboxPort}`);
-      assert.ok(envNames.indexOf("POD_IP") < envNames.indexOf("OZ0_ADVERTISE_URL"), "POD_IP is defined before $(POD_IP) is expanded");
+      assert.ok(
+        envNames.indexOf("POD_IP") < envNames.indexOf("OZ0_ADVERTISE_URL"),
+        "POD_IP is defined before $(POD_IP) is expanded",
+      );
       // The sidecar serves nothing but its probes: no declared port, so no Service reaches it.
       assert.equal(heartbeat.ports, undefined);
       const healthPort = Number(env.OZ0_HEALTH_PORT);
@@ -152,10 +191,17 @@ for (const dir of prodOverlays) {
     });
 
     void it("gives up on a silent node only after at least three missed heartbeats", () => {
-      const heartbeatMs = Number(containerEnv(objects, container(workload(objects, "sandbox").pod, "node-heartbeat")).OZ0_HEARTBEAT_MS);
-      const staleMs = Number(containerEnv(objects, container(workload(objects, "orchestrator").pod, "orchestrator")).OZ0_NODE_STALE_AFTER_MS);
+      const heartbeatMs = Number(
+        containerEnv(objects, container(workload(objects, "sandbox").pod, "node-heartbeat")).OZ0_HEARTBEAT_MS,
+      );
+      const staleMs = Number(
+        containerEnv(objects, container(workload(objects, "orchestrator").pod, "orchestrator")).OZ0_NODE_STALE_AFTER_MS,
+      );
       assert.ok(heartbeatMs > 0 && staleMs > 0, "both set explicitly");
-      assert.ok(staleMs >= 3 * heartbeatMs, `OZ0_NODE_STALE_AFTER_MS ${staleMs} >= 3 × OZ0_HEARTBEAT_MS ${heartbeatMs}`);
+      assert.ok(
+        staleMs >= 3 * heartbeatMs,
+        `OZ0_NODE_STALE_AFTER_MS ${staleMs} >= 3 × OZ0_HEARTBEAT_MS ${heartbeatMs}`,
+      );
     });
 
     void it("runs several llm-proxy replicas on one PostgreSQL schema, with a database role of their own", () => {
@@ -165,7 +211,11 @@ for (const dir of prodOverlays) {
       const db = envEntry(c, "DATABASE_URL")?.valueFrom?.secretKeyRef;
       assert.deepEqual(db, { name: "oz0-llm-proxy-postgres", key: "database-url" });
       // The proxy's schema holds encrypted provider keys: not the orchestrators' credentials.
-      assert.notEqual(db.name, envEntry(container(workload(objects, "orchestrator").pod, "orchestrator"), "DATABASE_URL").valueFrom.secretKeyRef.name);
+      assert.notEqual(
+        db.name,
+        envEntry(container(workload(objects, "orchestrator").pod, "orchestrator"), "DATABASE_URL").valueFrom
+          .secretKeyRef.name,
+      );
       assert.equal(containerEnv(objects, c).OZ0_DATABASE_SCHEMA, "oz0_llm_proxy");
     });
 
@@ -180,7 +230,10 @@ for (const dir of prodOverlays) {
       assert.equal(env.OZ0_KEK_FILE, `${mount.mountPath}/kek`);
       assert.equal(env.OZ0_SECRETS_DIR, mount.mountPath);
       assert.equal(env.OZ0_KEK, undefined);
-      assert.ok(!(c.env ?? []).some((e: Any) => e.name === "OZ0_KEK"), "the KEK is a file, never an environment variable");
+      assert.ok(
+        !(c.env ?? []).some((e: Any) => e.name === "OZ0_KEK"),
+        "the KEK is a file, never an environment variable",
+      );
     });
 
     void it("lets the orchestrators and the LLM proxies, and only them, reach PostgreSQL on 5432", () => {
@@ -204,9 +257,15 @@ for (const dir of devOverlays) {
       assert.equal(containerEnv(objects, orchestrator).OZ0_SANDBOX_URLS, "http://sandbox:7701");
       assert.equal(envEntry(orchestrator, "DATABASE_URL"), undefined);
       // Without PostgreSQL the orchestrator serves no SandboxNodeService: heartbeats would only be refused.
-      assert.deepEqual(allContainers(sandboxPod).map((c: Any) => c.name), ["sandbox"], "no node-heartbeat sidecar");
-      for (const c of allContainers(sandboxPod)) assert.equal(containerEnv(objects, c).OZ0_ORCHESTRATOR_URL, undefined, c.name);
-      for (const c of [orchestrator, ...allContainers(sandboxPod)]) assert.equal(envEntry(c, "OZ0_NODE_TOKEN"), undefined, c.name);
+      assert.deepEqual(
+        allContainers(sandboxPod).map((c: Any) => c.name),
+        ["sandbox"],
+        "no node-heartbeat sidecar",
+      );
+      for (const c of allContainers(sandboxPod))
+        assert.equal(containerEnv(objects, c).OZ0_ORCHESTRATOR_URL, undefined, c.name);
+      for (const c of [orchestrator, ...allContainers(sandboxPod)])
+        assert.equal(envEntry(c, "OZ0_NODE_TOKEN"), undefined, c.name);
     });
   });
 }

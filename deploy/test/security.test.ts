@@ -6,7 +6,12 @@ import path from "node:path";
 import { before, describe, it } from "node:test";
 import { isDeepStrictEqual } from "node:util";
 import { parse } from "yaml";
-import { ingressWithoutFromFindings, NODE_PORT, publicApiFindings, sandboxToOrchestratorFindings } from "./support/identity-checks.js";
+import {
+  ingressWithoutFromFindings,
+  NODE_PORT,
+  publicApiFindings,
+  sandboxToOrchestratorFindings,
+} from "./support/identity-checks.js";
 import { overlayDirs, render, type K8sObject } from "./support/render.js";
 import {
   allContainers,
@@ -45,11 +50,14 @@ function podSecurityLevel(pod: Any): { level: string; why: string[] } {
     const seccomp = (sc.seccompProfile ?? pod.securityContext?.seccompProfile)?.type;
     const appArmor = (sc.appArmorProfile ?? pod.securityContext?.appArmorProfile)?.type;
     if (seccomp === "Unconfined") notBaseline.push(`seccompProfile Unconfined (${c.name})`);
-    else if (!["RuntimeDefault", "Localhost"].includes(seccomp)) notRestricted.push(`seccompProfile ${String(seccomp)} (${c.name})`);
+    else if (!["RuntimeDefault", "Localhost"].includes(seccomp))
+      notRestricted.push(`seccompProfile ${String(seccomp)} (${c.name})`);
     if (appArmor === "Unconfined") notBaseline.push(`appArmorProfile Unconfined (${c.name})`);
-    if ((sc.procMount ?? "Default") !== "Default") (userNamespace ? notRestricted : notBaseline).push(`procMount ${sc.procMount} (${c.name})`);
+    if ((sc.procMount ?? "Default") !== "Default")
+      (userNamespace ? notRestricted : notBaseline).push(`procMount ${sc.procMount} (${c.name})`);
     if (sc.privileged === true) notBaseline.push(`privileged (${c.name})`);
-    if ((sc.runAsNonRoot ?? pod.securityContext?.runAsNonRoot) !== true) notRestricted.push(`runAsNonRoot unset (${c.name})`);
+    if ((sc.runAsNonRoot ?? pod.securityContext?.runAsNonRoot) !== true)
+      notRestricted.push(`runAsNonRoot unset (${c.name})`);
     if (sc.allowPrivilegeEscalation !== false) notRestricted.push(`allowPrivilegeEscalation (${c.name})`);
     if (!sc.capabilities?.drop?.includes("ALL")) notRestricted.push(`capabilities not dropped (${c.name})`);
   }
@@ -115,9 +123,16 @@ for (const dir of overlayDirs()) {
           const entry = secretReaders.find((e) => e.secret.test(ref.secret));
           assert.ok(entry, `${w.name} reads Secret ${ref.secret}, which no pod should`);
           const allowed = entry.readers.some(
-            (r) => r.workload === w.name && r.how === ref.how && (r.env === undefined || r.env === ref.env) && (r.container === undefined || r.container === ref.container),
+            (r) =>
+              r.workload === w.name &&
+              r.how === ref.how &&
+              (r.env === undefined || r.env === ref.env) &&
+              (r.container === undefined || r.container === ref.container),
           );
-          assert.ok(allowed, `${w.name}${ref.container ? `/${ref.container}` : ""} reads Secret ${ref.secret} (${ref.how}${ref.env ? ` as ${ref.env}` : ""})`);
+          assert.ok(
+            allowed,
+            `${w.name}${ref.container ? `/${ref.container}` : ""} reads Secret ${ref.secret} (${ref.how}${ref.env ? ` as ${ref.env}` : ""})`,
+          );
           readersOf.set(entry.secret, [...(readersOf.get(entry.secret) ?? []), w.name]);
         }
         assert.ok(!(w.pod.volumes ?? []).some((v: Any) => v.hostPath), `${w.name} mounts a hostPath`);
@@ -125,14 +140,21 @@ for (const dir of overlayDirs()) {
       assert.deepEqual(readersOf.get(KEYS_SECRET), ["llm-proxy"]);
       for (const service of services) {
         const entry = secretReaders.find((e) => e.secret.source === serviceTokenSecret(service).source)!;
-        assert.deepEqual(readersOf.get(entry.secret), [service], `${service}'s token is read by ${service}, and only by it`);
+        assert.deepEqual(
+          readersOf.get(entry.secret),
+          [service],
+          `${service}'s token is read by ${service}, and only by it`,
+        );
       }
       const proxy = workload(objects, "llm-proxy");
       const mount = container(proxy.pod, "llm-proxy").volumeMounts.find((m: Any) => m.name === "provider-keys");
       assert.equal(mount.readOnly, true);
       const env = containerEnv(objects, container(proxy.pod, "llm-proxy"));
       assert.ok(env.OZ0_KEK_FILE?.startsWith(`${mount.mountPath}/`), "OZ0_KEK_FILE points into the Secret mount");
-      assert.ok(env.OZ0_PROVIDERS_FILE?.startsWith(`${mount.mountPath}/`), "OZ0_PROVIDERS_FILE points into the Secret mount");
+      assert.ok(
+        env.OZ0_PROVIDERS_FILE?.startsWith(`${mount.mountPath}/`),
+        "OZ0_PROVIDERS_FILE points into the Secret mount",
+      );
       assert.equal(env.OZ0_SECRETS_DIR, mount.mountPath, "provider keys are read from the Secret mount");
       assert.equal(env.OZ0_KEK, undefined, "no KEK in the environment");
     });
@@ -142,14 +164,23 @@ for (const dir of overlayDirs()) {
         .filter((w) => secretRefs(w.pod).some((r) => NODE_TOKEN_SECRET.test(r.secret)))
         .map((w) => w.name)
         .sort();
-      assert.ok(readers.length === 0 || (readers.length === 2 && readers[0] === "orchestrator" && readers[1] === "sandbox"), readers.join(", "));
+      assert.ok(
+        readers.length === 0 || (readers.length === 2 && readers[0] === "orchestrator" && readers[1] === "sandbox"),
+        readers.join(", "),
+      );
       const sandbox = workload(objects, "sandbox");
       // Sandbox pods run untrusted code: the node token and the sandbox's own credential are the only Secrets they can read.
       const sandboxSecrets = secretRefs(sandbox.pod).map((r) => r.secret);
-      assert.ok(sandboxSecrets.every((name) => NODE_TOKEN_SECRET.test(name) || serviceTokenSecret("sandbox").test(name)), sandboxSecrets.join(", "));
+      assert.ok(
+        sandboxSecrets.every((name) => NODE_TOKEN_SECRET.test(name) || serviceTokenSecret("sandbox").test(name)),
+        sandboxSecrets.join(", "),
+      );
       for (const w of workloads(objects)) {
         for (const c of allContainers(w.pod)) {
-          assert.ok(!(c.env ?? []).some((e: Any) => e.name === "OZ0_NODE_TOKEN" && e.value !== undefined), `${w.name}/${c.name}: the node token is a literal`);
+          assert.ok(
+            !(c.env ?? []).some((e: Any) => e.name === "OZ0_NODE_TOKEN" && e.value !== undefined),
+            `${w.name}/${c.name}: the node token is a literal`,
+          );
         }
       }
 
@@ -159,31 +190,58 @@ for (const dir of overlayDirs()) {
       // (which lets it publish events, nothing more), no node token, no orchestrator
       // to send heartbeats to.
       const runner = container(sandbox.pod, "sandbox");
-      const runnerReads = containerSecretRefs(sandbox.pod, runner).map((r) => `${r.secret.replace(/-[a-z0-9]{10}$/, "")} (${r.how} ${r.env ?? ""})`);
-      assert.deepEqual(runnerReads, ["oz0-sandbox-token (env OZ0_SERVICE_TOKEN)"], "the sandbox container reads its own credential and no other Secret");
-      const runnerEnvNames = [...(runner.env ?? []).map((e: Any) => e.name), ...Object.keys(containerEnv(objects, runner))];
-      for (const name of ["OZ0_NODE_TOKEN", "OZ0_ORCHESTRATOR_URL"]) assert.ok(!runnerEnvNames.includes(name), `the sandbox container has ${name}`);
+      const runnerReads = containerSecretRefs(sandbox.pod, runner).map(
+        (r) => `${r.secret.replace(/-[a-z0-9]{10}$/, "")} (${r.how} ${r.env ?? ""})`,
+      );
+      assert.deepEqual(
+        runnerReads,
+        ["oz0-sandbox-token (env OZ0_SERVICE_TOKEN)"],
+        "the sandbox container reads its own credential and no other Secret",
+      );
+      const runnerEnvNames = [
+        ...(runner.env ?? []).map((e: Any) => e.name),
+        ...Object.keys(containerEnv(objects, runner)),
+      ];
+      for (const name of ["OZ0_NODE_TOKEN", "OZ0_ORCHESTRATOR_URL"])
+        assert.ok(!runnerEnvNames.includes(name), `the sandbox container has ${name}`);
       // One PID namespace per container: the sandbox container cannot see the sidecar's processes, nor their environ.
-      assert.ok([undefined, false].includes(sandbox.pod.shareProcessNamespace), `shareProcessNamespace: ${sandbox.pod.shareProcessNamespace}`);
+      assert.ok(
+        [undefined, false].includes(sandbox.pod.shareProcessNamespace),
+        `shareProcessNamespace: ${sandbox.pod.shareProcessNamespace}`,
+      );
       assert.notEqual(sandbox.pod.hostPID, true);
 
       if (readers.includes("sandbox")) {
-        const holders = allContainers(sandbox.pod).filter((c: Any) => containerSecretRefs(sandbox.pod, c).some((r) => NODE_TOKEN_SECRET.test(r.secret)));
-        assert.deepEqual(holders.map((c: Any) => c.name), ["node-heartbeat"], "only the heartbeat sidecar holds the node token");
+        const holders = allContainers(sandbox.pod).filter((c: Any) =>
+          containerSecretRefs(sandbox.pod, c).some((r) => NODE_TOKEN_SECRET.test(r.secret)),
+        );
+        assert.deepEqual(
+          holders.map((c: Any) => c.name),
+          ["node-heartbeat"],
+          "only the heartbeat sidecar holds the node token",
+        );
         const sidecar = container(sandbox.pod, "node-heartbeat");
         // Defence in depth: another uid and gid than the container that runs harnesses.
-        const idOf = (c: Any, field: "runAsUser" | "runAsGroup"): unknown => c.securityContext?.[field] ?? sandbox.pod.securityContext?.[field];
+        const idOf = (c: Any, field: "runAsUser" | "runAsGroup"): unknown =>
+          c.securityContext?.[field] ?? sandbox.pod.securityContext?.[field];
         for (const field of ["runAsUser", "runAsGroup"] as const) {
           assert.equal(typeof idOf(sidecar, field), "number", `node-heartbeat ${field}`);
           assert.equal(typeof idOf(runner, field), "number", `sandbox ${field}`);
-          assert.notEqual(idOf(sidecar, field), idOf(runner, field), `node-heartbeat and sandbox share ${field} ${String(idOf(runner, field))}`);
+          assert.notEqual(
+            idOf(sidecar, field),
+            idOf(runner, field),
+            `node-heartbeat and sandbox share ${field} ${String(idOf(runner, field))}`,
+          );
         }
         // And no volume in common, so nothing one writes is read by the other.
         const mounted = (c: Any): string[] => (c.volumeMounts ?? []).map((m: Any) => m.name);
         const shared = mounted(sidecar).filter((v) => mounted(runner).includes(v));
         assert.deepEqual(shared, [], "volumes the sidecar shares with the sandbox container");
       } else {
-        assert.ok(!allContainers(sandbox.pod).some((c: Any) => c.name === "node-heartbeat"), "a heartbeat sidecar without the node token");
+        assert.ok(
+          !allContainers(sandbox.pod).some((c: Any) => c.name === "node-heartbeat"),
+          "a heartbeat sidecar without the node token",
+        );
       }
     });
 
@@ -203,7 +261,10 @@ for (const dir of overlayDirs()) {
           assert.ok(sc.capabilities?.drop?.includes("ALL"), `${where} drops ALL capabilities`);
           assert.deepEqual(sc.capabilities?.add ?? [], [], `${where} adds capabilities`);
           // Writable paths are volumes: /tmp at least.
-          assert.ok((c.volumeMounts ?? []).some((m: Any) => m.mountPath === "/tmp"), `${where} has a /tmp volume`);
+          assert.ok(
+            (c.volumeMounts ?? []).some((m: Any) => m.mountPath === "/tmp"),
+            `${where} has a /tmp volume`,
+          );
         }
       }
     });
@@ -217,7 +278,10 @@ for (const dir of overlayDirs()) {
       assert.equal(enforce, bubblewrap ? "privileged" : "restricted");
       for (const w of workloads(objects)) {
         const { level, why } = podSecurityLevel(w.pod);
-        assert.ok(LEVELS.indexOf(level) <= LEVELS.indexOf(enforce), `${w.name} needs Pod Security ${level} (${why.join("; ")}), the namespace enforces ${enforce}`);
+        assert.ok(
+          LEVELS.indexOf(level) <= LEVELS.indexOf(enforce),
+          `${w.name} needs Pod Security ${level} (${why.join("; ")}), the namespace enforces ${enforce}`,
+        );
         if (w.name !== "sandbox") assert.equal(level, "restricted", `${w.name}: ${why.join("; ")}`);
       }
       if (bubblewrap) {
@@ -237,7 +301,10 @@ for (const dir of overlayDirs()) {
 
     void it("gives every container a liveness and a readiness probe", () => {
       for (const w of workloads(objects)) {
-        for (const c of [...(w.pod.initContainers ?? []).filter((i: Any) => i.restartPolicy === "Always"), ...w.pod.containers]) {
+        for (const c of [
+          ...(w.pod.initContainers ?? []).filter((i: Any) => i.restartPolicy === "Always"),
+          ...w.pod.containers,
+        ]) {
           for (const probe of ["livenessProbe", "readinessProbe"]) {
             const p = c[probe];
             assert.ok(p && (p.grpc || p.httpGet || p.tcpSocket || p.exec), `${w.name}/${c.name} has no ${probe}`);
@@ -251,7 +318,11 @@ for (const dir of overlayDirs()) {
         const c = container(workload(objects, name).pod, name);
         const port = ports[name];
         assert.equal(c.ports[0].containerPort, port);
-        for (const [probe, service] of [["livenessProbe", "liveness"], ["readinessProbe", "readiness"], ["startupProbe", "liveness"]] as const) {
+        for (const [probe, service] of [
+          ["livenessProbe", "liveness"],
+          ["readinessProbe", "readiness"],
+          ["startupProbe", "liveness"],
+        ] as const) {
           assert.deepEqual(c[probe]?.grpc, { port, service }, `${name} ${probe}`);
         }
       }
@@ -270,14 +341,24 @@ for (const dir of overlayDirs()) {
     void it("gives every service its preStop drain plus shutdown grace before SIGKILL", () => {
       // The services' close() grace (lib/serving default 5 s); the sandbox
       // first cancels its sessions with OZ0_CANCEL_GRACE_MS.
-      const cancelMs = Number(containerEnv(objects, container(workload(objects, "sandbox").pod, "sandbox")).OZ0_CANCEL_GRACE_MS);
+      const cancelMs = Number(
+        containerEnv(objects, container(workload(objects, "sandbox").pod, "sandbox")).OZ0_CANCEL_GRACE_MS,
+      );
       assert.ok(cancelMs > 0, "OZ0_CANCEL_GRACE_MS is set, so the grace below is known");
-      const grace: Record<string, number> = { orchestrator: 5, sandbox: 5 + cancelMs / 1000, "llm-proxy": 5, events: 5 };
+      const grace: Record<string, number> = {
+        orchestrator: 5,
+        sandbox: 5 + cancelMs / 1000,
+        "llm-proxy": 5,
+        events: 5,
+      };
       for (const name of services) {
         const { pod } = workload(objects, name);
         const preStop = container(pod, name).lifecycle?.preStop?.sleep?.seconds ?? 0;
         assert.ok(preStop > 0, `${name} sleeps in preStop so endpoints drop it first`);
-        assert.ok(pod.terminationGracePeriodSeconds >= preStop + grace[name]! + 5, `${name} terminationGracePeriodSeconds`);
+        assert.ok(
+          pod.terminationGracePeriodSeconds >= preStop + grace[name]! + 5,
+          `${name} terminationGracePeriodSeconds`,
+        );
       }
       assert.ok(workload(objects, "sandbox").pod.terminationGracePeriodSeconds >= 25);
     });
@@ -343,15 +424,32 @@ for (const dir of overlayDirs()) {
         for (const rule of policy.spec.egress ?? []) {
           for (const peer of rule.to) {
             assert.equal(peer.ipBlock, undefined, `${policy.metadata.name}: sandbox egress to an ipBlock`);
-            const dns = peer.namespaceSelector?.matchLabels?.["kubernetes.io/metadata.name"] === "kube-system" && peer.podSelector?.matchLabels?.["k8s-app"] === "kube-dns";
+            const dns =
+              peer.namespaceSelector?.matchLabels?.["kubernetes.io/metadata.name"] === "kube-system" &&
+              peer.podSelector?.matchLabels?.["k8s-app"] === "kube-dns";
             if (dns) {
-              assert.deepEqual(rule.ports.map((p: Any) => p.port), [53, 53]);
+              assert.deepEqual(
+                rule.ports.map((p: Any) => p.port),
+                [53, 53],
+              );
               continue;
             }
-            assert.equal(peer.namespaceSelector, undefined, `${policy.metadata.name}: sandbox egress to another namespace`);
+            assert.equal(
+              peer.namespaceSelector,
+              undefined,
+              `${policy.metadata.name}: sandbox egress to another namespace`,
+            );
             const target = peer.podSelector?.matchLabels?.["app.kubernetes.io/name"];
-            assert.ok(allowed.has(target), `${policy.metadata.name}: sandbox may not reach ${target ?? JSON.stringify(peer)}`);
-            if (target === "orchestrator") assert.deepEqual(rule.ports, [{ protocol: "TCP", port: NODE_PORT }], `${policy.metadata.name}: sandbox reaches the orchestrator's node API only`);
+            assert.ok(
+              allowed.has(target),
+              `${policy.metadata.name}: sandbox may not reach ${target ?? JSON.stringify(peer)}`,
+            );
+            if (target === "orchestrator")
+              assert.deepEqual(
+                rule.ports,
+                [{ protocol: "TCP", port: NODE_PORT }],
+                `${policy.metadata.name}: sandbox reaches the orchestrator's node API only`,
+              );
             reached.add(target);
           }
         }
@@ -372,19 +470,29 @@ for (const dir of overlayDirs()) {
     void it("lets only the named clients reach the orchestrator's public API (7700), and no pod of its own namespace", () => {
       assert.deepEqual(publicApiFindings(objects), []);
       // Which is why no rendered namespace or pod of ours carries the client label.
-      for (const o of objects) assert.equal(o.metadata.labels?.["oz0.dev/client"], undefined, `${o.kind}/${o.metadata.name} is labelled a client`);
-      for (const w of workloads(objects)) assert.equal(w.podLabels["oz0.dev/client"], undefined, `${w.name} pods are labelled clients`);
+      for (const o of objects)
+        assert.equal(
+          o.metadata.labels?.["oz0.dev/client"],
+          undefined,
+          `${o.kind}/${o.metadata.name} is labelled a client`,
+        );
+      for (const w of workloads(objects))
+        assert.equal(w.podLabels["oz0.dev/client"], undefined, `${w.name} pods are labelled clients`);
     });
 
     void it("lets sandbox pods reach the orchestrator on its node port (7710) only, at both ends, and the orchestrator reach every sandbox pod on 7701", () => {
       assert.deepEqual(sandboxToOrchestratorFindings(objects), []);
       const orchestrator = workload(objects, "orchestrator");
-      const orchestratorPorts = allContainers(orchestrator.pod).flatMap((c: Any) => (c.ports ?? []).map((p: Any) => p.containerPort as number));
+      const orchestratorPorts = allContainers(orchestrator.pod).flatMap((c: Any) =>
+        (c.ports ?? []).map((p: Any) => p.containerPort as number),
+      );
       assert.deepEqual(orchestratorPorts.sort(), [ports.orchestrator, NODE_PORT]);
       const egress = policiesFor(objects, orchestrator.podLabels, "Egress").flatMap((p) => p.spec.egress ?? []);
       // The sandbox's podSelector covers every node's pod IP, the address it advertises.
       const sandboxPeer = { podSelector: { matchLabels: { "app.kubernetes.io/name": "sandbox" } } };
-      assert.ok(egress.some((r: Any) => isDeepStrictEqual(r.to, [sandboxPeer]) && r.ports.some((p: Any) => p.port === 7701)));
+      assert.ok(
+        egress.some((r: Any) => isDeepStrictEqual(r.to, [sandboxPeer]) && r.ports.some((p: Any) => p.port === 7701)),
+      );
     });
 
     void it("lets only the orchestrator and the sandbox call the LLM proxy", () => {
@@ -405,18 +513,33 @@ for (const dir of overlayDirs()) {
       }
       const cm = objects.find((o) => o.kind === "ConfigMap" && o.metadata.name.startsWith("otel-collector")) as Any;
       const config = parse(cm.data["config.yaml"]);
-      const dropped = ["gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result"];
+      const dropped = [
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.system_instructions",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+      ];
       for (const pipeline of ["traces", "logs"]) {
         const names: string[] = config.service.pipelines[pipeline].processors;
         assert.deepEqual(config.service.pipelines[pipeline].receivers, ["otlp"]);
         assert.equal(names.at(-1), "batch");
-        const attributes = names.filter((n) => n.split("/")[0] === "attributes").flatMap((n) => config.processors[n].actions);
+        const attributes = names
+          .filter((n) => n.split("/")[0] === "attributes")
+          .flatMap((n) => config.processors[n].actions);
         const transforms = names.filter((n) => n.split("/")[0] === "transform").map((n) => config.processors[n]);
         for (const key of dropped) {
-          assert.ok(attributes.some((a: Any) => a.key === key && a.action === "delete"), `${pipeline}: attributes processor deletes ${key}`);
+          assert.ok(
+            attributes.some((a: Any) => a.key === key && a.action === "delete"),
+            `${pipeline}: attributes processor deletes ${key}`,
+          );
           const contexts = pipeline === "traces" ? ["span", "spanevent"] : ["log"];
           for (const context of contexts) {
-            const statements: string[] = transforms.flatMap((t) => (t[`${pipeline === "traces" ? "trace" : "log"}_statements`] ?? []).filter((s: Any) => s.context === context).flatMap((s: Any) => s.statements));
+            const statements: string[] = transforms.flatMap((t) =>
+              (t[`${pipeline === "traces" ? "trace" : "log"}_statements`] ?? [])
+                .filter((s: Any) => s.context === context)
+                .flatMap((s: Any) => s.statements),
+            );
             const deletes = statements.some((s) => {
               const m = /^delete_matching_keys\(attributes, "(.*)"\)$/.exec(s);
               return m && new RegExp(JSON.parse(`"${m[1]}"`) as string).test(key); // OTTL unescapes its string literal like JSON
@@ -448,7 +571,10 @@ void describe("dev overlay: embedded defaults", () => {
   void it("generates a throwaway llm-proxy-keys Secret with a 32-byte KEK", () => {
     const secret = objects.find((o) => o.kind === "Secret" && KEYS_SECRET.test(o.metadata.name)) as Any;
     assert.ok(secret);
-    const kek = Buffer.from(Buffer.from(secret.data.kek.replace(/\s/g, ""), "base64").toString("utf8").trim(), "base64");
+    const kek = Buffer.from(
+      Buffer.from(secret.data.kek.replace(/\s/g, ""), "base64").toString("utf8").trim(),
+      "base64",
+    );
     assert.equal(kek.length, 32);
     JSON.parse(Buffer.from(secret.data["providers.json"].replace(/\s/g, ""), "base64").toString("utf8"));
   });
@@ -475,7 +601,8 @@ void describe("prod overlay: scale and infrastructure", () => {
       assert.ok(declaredReplicas(w) >= 2, `${w.name} runs several replicas`);
       const keys = (w.pod.topologySpreadConstraints ?? []).map((t: Any) => t.topologyKey).sort();
       assert.deepEqual(keys, ["kubernetes.io/hostname", "topology.kubernetes.io/zone"], w.name);
-      for (const t of w.pod.topologySpreadConstraints) assert.ok(matchesSelector(t.labelSelector, w.podLabels), `${w.name} spread selects its own pods`);
+      for (const t of w.pod.topologySpreadConstraints)
+        assert.ok(matchesSelector(t.labelSelector, w.podLabels), `${w.name} spread selects its own pods`);
     }
   });
 
@@ -490,7 +617,8 @@ void describe("prod overlay: scale and infrastructure", () => {
       assert.ok(hpa.spec.minReplicas >= 2 && hpa.spec.maxReplicas > hpa.spec.minReplicas);
       assert.ok(target.spec.replicas >= hpa.spec.minReplicas, `${hpa.metadata.name} starts at minReplicas`);
       // Utilisation is over the pod's containers' summed requests: one without a CPU request leaves the HPA without a metric.
-      for (const c of target.spec.template.spec.containers) assert.ok(c.resources?.requests?.cpu, `${hpa.metadata.name}: CPU utilisation needs a CPU request on ${c.name}`);
+      for (const c of target.spec.template.spec.containers)
+        assert.ok(c.resources?.requests?.cpu, `${hpa.metadata.name}: CPU utilisation needs a CPU request on ${c.name}`);
     }
   });
 
@@ -500,7 +628,11 @@ void describe("prod overlay: scale and infrastructure", () => {
     const perPod = workloads(objects).flatMap((w) => w.claimTemplates.map((t: Any) => `${w.name}/${t.metadata.name}`));
     assert.deepEqual(perPod, ["events/data"], "claims per pod: only the events outbox");
     const proxy = workload(objects, "llm-proxy");
-    assert.deepEqual((proxy.object as Any).spec.strategy.type, "RollingUpdate", "replicas replace each other with overlap");
+    assert.deepEqual(
+      (proxy.object as Any).spec.strategy.type,
+      "RollingUpdate",
+      "replicas replace each other with overlap",
+    );
   });
 
   void it("wires events to Strimzi's Kafka and the lifecycle topic, in KRaft mode", () => {
@@ -518,16 +650,28 @@ void describe("prod overlay: scale and infrastructure", () => {
     const listener = kafka.spec.kafka.listeners.find((l: Any) => !l.tls);
     assert.equal(env.KAFKA_BROKERS, `${kafka.metadata.name}-kafka-bootstrap:${listener.port}`);
     // events may reach the brokers on that port
-    const egress = policiesFor(objects, workload(objects, "events").podLabels, "Egress").flatMap((p) => p.spec.egress ?? []);
-    assert.ok(egress.some((r: Any) => r.ports.some((p: Any) => p.port === listener.port) && r.to.some((t: Any) => t.podSelector?.matchLabels?.["strimzi.io/cluster"] === kafka.metadata.name)));
+    const egress = policiesFor(objects, workload(objects, "events").podLabels, "Egress").flatMap(
+      (p) => p.spec.egress ?? [],
+    );
+    assert.ok(
+      egress.some(
+        (r: Any) =>
+          r.ports.some((p: Any) => p.port === listener.port) &&
+          r.to.some((t: Any) => t.podSelector?.matchLabels?.["strimzi.io/cluster"] === kafka.metadata.name),
+      ),
+    );
   });
 });
 
 void describe("prod-gvisor and prod-kata: sandbox runtime classes", () => {
   void it("sets the runtime class on the sandbox only, and keeps it restricted", () => {
-    for (const [name, runtime] of [["prod-gvisor", "gvisor"], ["prod-kata", "kata"]] as const) {
+    for (const [name, runtime] of [
+      ["prod-gvisor", "gvisor"],
+      ["prod-kata", "kata"],
+    ] as const) {
       const objects = render(overlayDirs().find((d) => path.basename(d) === name)!);
-      for (const w of workloads(objects)) assert.equal(w.pod.runtimeClassName, w.name === "sandbox" ? runtime : undefined, `${name} ${w.name}`);
+      for (const w of workloads(objects))
+        assert.equal(w.pod.runtimeClassName, w.name === "sandbox" ? runtime : undefined, `${name} ${w.name}`);
       const ns = objects.find((o) => o.kind === "Namespace")!;
       assert.equal(ns.metadata.labels!["pod-security.kubernetes.io/enforce"], "restricted");
     }

@@ -21,7 +21,11 @@ export function AgentsPage() {
           {list.error}
         </p>
       ) : null}
-      {list.value === undefined ? <p>Loading…</p> : list.value.agents.length === 0 ? <p>No agents yet: install a plugin with `oz0 plugin install PATH`.</p> : null}
+      {list.value === undefined ? (
+        <p>Loading…</p>
+      ) : list.value.agents.length === 0 ? (
+        <p>No agents yet: install a plugin with `oz0 plugin install PATH`.</p>
+      ) : null}
       {list.value && list.value.agents.length > 0 ? (
         <table class="jobs">
           <thead>
@@ -38,7 +42,15 @@ export function AgentsPage() {
             {list.value.agents.map((a) => (
               <tr key={a.name} data-agent={a.name}>
                 <td>
-                  <a href={a.runtime === "graph" ? href({ page: "graph", name: a.name, run: "" }) : href({ page: "agent", name: a.name, version: 0 })}>{a.name}</a>
+                  <a
+                    href={
+                      a.runtime === "graph"
+                        ? href({ page: "graph", name: a.name, run: "" })
+                        : href({ page: "agent", name: a.name, version: 0 })
+                    }
+                  >
+                    {a.name}
+                  </a>
                 </td>
                 <td>v{a.version}</td>
                 <td>{a.runtime}</td>
@@ -62,7 +74,8 @@ export function AgentPage({ name, version }: { name: string; version: number }) 
   const shown = (version ? all.find((v) => v.version === version) : all[all.length - 1]) ?? undefined;
   const [against, setAgainst] = useState<number>(0);
   const older = all.filter((v) => shown && v.version !== shown.version);
-  const base = all.find((v) => v.version === against) ?? (shown ? all.filter((v) => v.version < shown.version).pop() : undefined);
+  const base =
+    all.find((v) => v.version === against) ?? (shown ? all.filter((v) => v.version < shown.version).pop() : undefined);
   return (
     <section aria-labelledby="agent-title">
       <h1 id="agent-title">
@@ -80,7 +93,11 @@ export function AgentPage({ name, version }: { name: string; version: number }) 
         <nav aria-label="Versions" class="versions">
           Versions:{" "}
           {all.map((v) => (
-            <a key={v.version} href={href({ page: "agent", name, version: v.version })} aria-current={shown?.version === v.version ? "page" : undefined}>
+            <a
+              key={v.version}
+              href={href({ page: "agent", name, version: v.version })}
+              aria-current={shown?.version === v.version ? "page" : undefined}
+            >
               v{v.version}
             </a>
           ))}
@@ -92,7 +109,10 @@ export function AgentPage({ name, version }: { name: string; version: number }) 
           <h2>Changes</h2>
           <label>
             Compare v{shown.version} with{" "}
-            <select value={String(base?.version ?? "")} onChange={(e) => setAgainst(Number((e.target as HTMLSelectElement).value))}>
+            <select
+              value={String(base?.version ?? "")}
+              onChange={(e) => setAgainst(Number((e.target as HTMLSelectElement).value))}
+            >
               {older.map((v) => (
                 <option key={v.version} value={String(v.version)}>
                   v{v.version}
@@ -110,7 +130,9 @@ export function AgentPage({ name, version }: { name: string; version: number }) 
 function VersionView({ agent }: { agent: AgentVersion }) {
   const definition = (agent.definition ?? {}) as JsonObject;
   const { instructions_text: instructions, ...rest } = definition;
-  const operations = Array.isArray(definition.harness_operations) ? (definition.harness_operations as JsonObject[]) : [];
+  const operations = Array.isArray(definition.harness_operations)
+    ? (definition.harness_operations as JsonObject[])
+    : [];
   const skills = Array.isArray(definition.skills) ? definition.skills : [];
   return (
     <>
@@ -141,7 +163,8 @@ function VersionView({ agent }: { agent: AgentVersion }) {
         <ul data-testid="operations">
           {operations.map((op) => (
             <li key={String(op.key)}>
-              <code>{String(op.key)}</code> {op.description ? String(op.description) : ""} {op.timeout_ms ? <span class="muted">(timeout {Number(op.timeout_ms) / 1000} s)</span> : null}
+              <code>{String(op.key)}</code> {op.description ? String(op.description) : ""}{" "}
+              {op.timeout_ms ? <span class="muted">(timeout {Number(op.timeout_ms) / 1000} s)</span> : null}
             </li>
           ))}
         </ul>
@@ -159,7 +182,11 @@ function VersionView({ agent }: { agent: AgentVersion }) {
         </ul>
       )}
       <h2>Instructions</h2>
-      {typeof instructions === "string" ? <pre data-testid="instructions">{instructions}</pre> : <p class="muted">None.</p>}
+      {typeof instructions === "string" ? (
+        <pre data-testid="instructions">{instructions}</pre>
+      ) : (
+        <p class="muted">None.</p>
+      )}
       <details>
         <summary>
           <h2 class="inline">Definition</h2> <span class="muted">(the whole of it, as published)</span>
@@ -176,7 +203,10 @@ function VersionDiff({ from, to }: { from: AgentVersion; to: AgentVersion }) {
   return (
     <>
       <p class="muted" data-testid="diff-summary">
-        v{from.version} → v{to.version}: {changed === 0 ? "no line differs (only the harness or its files changed: compare the content hashes)" : `${changed} lines differ`}
+        v{from.version} → v{to.version}:{" "}
+        {changed === 0
+          ? "no line differs (only the harness or its files changed: compare the content hashes)"
+          : `${changed} lines differ`}
       </p>
       <pre class="diff" data-testid="version-diff" tabIndex={0}>
         {withContext(lines).map((l, i) =>
@@ -211,6 +241,11 @@ function stable(value: JsonValue): string {
 
 function sortKeys(value: JsonValue): JsonValue {
   if (Array.isArray(value)) return value.map(sortKeys);
-  if (value && typeof value === "object") return Object.fromEntries(Object.keys(value).sort().map((k) => [k, sortKeys((value as JsonObject)[k]!)]));
+  if (value && typeof value === "object")
+    return Object.fromEntries(
+      Object.keys(value)
+        .sort()
+        .map((k) => [k, sortKeys((value as JsonObject)[k]!)]),
+    );
   return value;
 }

@@ -9,7 +9,15 @@ import { jobs, messageOf } from "../api.js";
 import { clock, dateOf, duration, json } from "../format.js";
 import { href } from "../router.js";
 
-export function ApprovalCard({ approval, canAnswer, onAnswered }: { approval: Approval; canAnswer: boolean; onAnswered: () => void }) {
+export function ApprovalCard({
+  approval,
+  canAnswer,
+  onAnswered,
+}: {
+  approval: Approval;
+  canAnswer: boolean;
+  onAnswered: () => void;
+}) {
   const [reason, setReason] = useState("");
   const [busy, setBusy] = useState(false);
   const [problem, setProblem] = useState<string | undefined>(undefined);
@@ -21,7 +29,13 @@ export function ApprovalCard({ approval, canAnswer, onAnswered }: { approval: Ap
     setBusy(true);
     setProblem(undefined);
     try {
-      await jobs.answerPermission({ jobId: approval.jobId, callId: approval.callId, allow, reason: reason.trim(), ...(input ? { input } : {}) });
+      await jobs.answerPermission({
+        jobId: approval.jobId,
+        callId: approval.callId,
+        allow,
+        reason: reason.trim(),
+        ...(input ? { input } : {}),
+      });
       onAnswered();
     } catch (error) {
       setProblem(messageOf(error));
@@ -65,7 +79,13 @@ export function ApprovalCard({ approval, canAnswer, onAnswered }: { approval: Ap
           }}
         >
           <label>
-            Reason <input type="text" value={reason} placeholder="shown to the model when denied" onInput={(e) => setReason((e.target as HTMLInputElement).value)} />
+            Reason{" "}
+            <input
+              type="text"
+              value={reason}
+              placeholder="shown to the model when denied"
+              onInput={(e) => setReason((e.target as HTMLInputElement).value)}
+            />
           </label>
           <button type="button" class="approve" disabled={busy} onClick={() => void answer(true)}>
             Approve
@@ -82,7 +102,11 @@ export function ApprovalCard({ approval, canAnswer, onAnswered }: { approval: Ap
             <div class="edit-input">
               <label>
                 Input to run instead (JSON)
-                <textarea rows={Math.min(12, edited.split("\n").length + 1)} value={edited} onInput={(e) => setEdited((e.target as HTMLTextAreaElement).value)} />
+                <textarea
+                  rows={Math.min(12, edited.split("\n").length + 1)}
+                  value={edited}
+                  onInput={(e) => setEdited((e.target as HTMLTextAreaElement).value)}
+                />
               </label>
               <button
                 type="button"

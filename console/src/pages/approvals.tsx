@@ -19,9 +19,18 @@ export function ApprovalsPage({ roles }: { roles: string[] }) {
           {queue.error}
         </p>
       ) : null}
-      {queue.value === undefined ? <p>Loading…</p> : queue.value.approvals.length === 0 ? <p data-testid="queue-empty">Nothing waits for an answer.</p> : null}
+      {queue.value === undefined ? (
+        <p>Loading…</p>
+      ) : queue.value.approvals.length === 0 ? (
+        <p data-testid="queue-empty">Nothing waits for an answer.</p>
+      ) : null}
       {queue.value?.approvals.map((approval) => (
-        <ApprovalCard key={`${approval.jobId}/${approval.callId}`} approval={approval} canAnswer={canAnswer} onAnswered={queue.refresh} />
+        <ApprovalCard
+          key={`${approval.jobId}/${approval.callId}`}
+          approval={approval}
+          canAnswer={canAnswer}
+          onAnswered={queue.refresh}
+        />
       ))}
     </section>
   );

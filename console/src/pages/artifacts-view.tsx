@@ -7,7 +7,13 @@ import { count } from "../format.js";
 /** Lines beyond this are left out of the page (the artifact is whole on disk). */
 const MAX_LINES = 2_000;
 
-export function ArtifactsView({ artifacts, contents }: { artifacts: readonly Artifact[]; contents: readonly Uint8Array[] }) {
+export function ArtifactsView({
+  artifacts,
+  contents,
+}: {
+  artifacts: readonly Artifact[];
+  contents: readonly Uint8Array[];
+}) {
   const decoder = new TextDecoder();
   return (
     <>
@@ -16,9 +22,18 @@ export function ArtifactsView({ artifacts, contents }: { artifacts: readonly Art
         return (
           <section key={artifact.name} class="artifact" aria-label={`Artifact ${artifact.name}`}>
             <h3>
-              {artifact.name} <span class="muted">({count(artifact.sizeBytes)} bytes, {artifact.mediaType || "unknown type"})</span>
+              {artifact.name}{" "}
+              <span class="muted">
+                ({count(artifact.sizeBytes)} bytes, {artifact.mediaType || "unknown type"})
+              </span>
             </h3>
-            {content === undefined ? <p class="muted">Not read (too large for the page).</p> : isPatch(artifact) ? <Diff text={decoder.decode(content)} /> : <pre>{decoder.decode(content.subarray(0, 200_000))}</pre>}
+            {content === undefined ? (
+              <p class="muted">Not read (too large for the page).</p>
+            ) : isPatch(artifact) ? (
+              <Diff text={decoder.decode(content)} />
+            ) : (
+              <pre>{decoder.decode(content.subarray(0, 200_000))}</pre>
+            )}
           </section>
         );
       })}
@@ -27,7 +42,11 @@ export function ArtifactsView({ artifacts, contents }: { artifacts: readonly Art
 }
 
 export function isPatch(artifact: Artifact): boolean {
-  return artifact.mediaType === "text/x-diff" || artifact.mediaType === "text/x-patch" || /\.(patch|diff)$/.test(artifact.name);
+  return (
+    artifact.mediaType === "text/x-diff" ||
+    artifact.mediaType === "text/x-patch" ||
+    /\.(patch|diff)$/.test(artifact.name)
+  );
 }
 
 function Diff({ text }: { text: string }) {
@@ -44,13 +63,16 @@ function Diff({ text }: { text: string }) {
           </span>
         ))}
       </pre>
-      {lines.length > shown.length ? <p class="muted">{count(lines.length - shown.length)} more lines not shown.</p> : null}
+      {lines.length > shown.length ? (
+        <p class="muted">{count(lines.length - shown.length)} more lines not shown.</p>
+      ) : null}
     </>
   );
 }
 
 function kindOf(line: string): string {
-  if (line.startsWith("+++") || line.startsWith("---") || line.startsWith("diff ") || line.startsWith("index ")) return "file";
+  if (line.startsWith("+++") || line.startsWith("---") || line.startsWith("diff ") || line.startsWith("index "))
+    return "file";
   if (line.startsWith("@@")) return "hunk";
   if (line.startsWith("+")) return "add";
   if (line.startsWith("-")) return "del";

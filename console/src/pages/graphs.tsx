@@ -7,13 +7,25 @@
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { agents, jobs } from "../api.js";
 import { clock, dateOf, isTerminal, json, stateName } from "../format.js";
-import { childPlace, loopIterations, stateOfSteps, stepsAt, stepsBelow, stepStatuses, type Place, type StepStatus } from "../graph-status.js";
+import {
+  childPlace,
+  loopIterations,
+  stateOfSteps,
+  stepsAt,
+  stepsBelow,
+  stepStatuses,
+  type Place,
+  type StepStatus,
+} from "../graph-status.js";
 import { useJobStream } from "../job-stream.js";
 import { useRead } from "../reads.js";
 import { href } from "../router.js";
 
 export function GraphsPage() {
-  const list = useRead((signal) => agents.listAgents({}, { signal }).then((r) => r.agents.filter((a) => a.runtime === "graph")), "graphs");
+  const list = useRead(
+    (signal) => agents.listAgents({}, { signal }).then((r) => r.agents.filter((a) => a.runtime === "graph")),
+    "graphs",
+  );
   return (
     <section aria-labelledby="graphs-title">
       <h1 id="graphs-title">Graphs</h1>
@@ -22,11 +34,18 @@ export function GraphsPage() {
           {list.error}
         </p>
       ) : null}
-      {list.value === undefined ? <p>Loading…</p> : list.value.length === 0 ? <p>No graphs yet: a plugin lists them under `graphs:`.</p> : null}
+      {list.value === undefined ? (
+        <p>Loading…</p>
+      ) : list.value.length === 0 ? (
+        <p>No graphs yet: a plugin lists them under `graphs:`.</p>
+      ) : null}
       <ul>
         {(list.value ?? []).map((g) => (
           <li key={g.name} data-graph={g.name}>
-            <a href={href({ page: "graph", name: g.name, run: "" })}>{g.name}</a> v{g.version} <span class="muted">({g.plugin} {g.pluginVersion})</span>
+            <a href={href({ page: "graph", name: g.name, run: "" })}>{g.name}</a> v{g.version}{" "}
+            <span class="muted">
+              ({g.plugin} {g.pluginVersion})
+            </span>
           </li>
         ))}
       </ul>
@@ -57,12 +76,24 @@ export function GraphPage({ name, run }: { name: string; run: string }) {
           none (the definition)
         </a>
         {(runs.value?.jobs ?? []).map((j) => (
-          <a key={j.id} href={href({ page: "graph", name, run: j.id })} aria-current={run === j.id ? "page" : undefined}>
+          <a
+            key={j.id}
+            href={href({ page: "graph", name, run: j.id })}
+            aria-current={run === j.id ? "page" : undefined}
+          >
             {clock(dateOf(j.createdAt))} {stateName(j.state)}
           </a>
         ))}
       </nav>
-      {graph.value ? run ? <RunView runId={run} definition={definition} /> : <GraphView definition={definition} steps={undefined} ended={false} /> : <p>Loading…</p>}
+      {graph.value ? (
+        run ? (
+          <RunView runId={run} definition={definition} />
+        ) : (
+          <GraphView definition={definition} steps={undefined} ended={false} />
+        )
+      ) : (
+        <p>Loading…</p>
+      )}
     </section>
   );
 }
@@ -70,10 +101,14 @@ export function GraphPage({ name, run }: { name: string; run: string }) {
 function RunView({ runId, definition }: { runId: string; definition: JsonObject }) {
   const s = useJobStream(runId);
   const ended = s.job !== undefined && isTerminal(s.job.state);
-  const transcript = useRead((signal) => jobs.getJobTranscript({ jobId: runId }, { signal }).then((r) => r.transcript), `${runId}|${s.version}|${s.job?.state}`, {
-    // The events service's transcript trails the run's own events.
-    again: () => !ended,
-  });
+  const transcript = useRead(
+    (signal) => jobs.getJobTranscript({ jobId: runId }, { signal }).then((r) => r.transcript),
+    `${runId}|${s.version}|${s.job?.state}`,
+    {
+      // The events service's transcript trails the run's own events.
+      again: () => !ended,
+    },
+  );
   const steps = stepStatuses(transcript.value);
   const decisions = s.events.flatMap((e) => (e.event.case === "servedToolCall" ? [e.event.value] : []));
   return (
@@ -93,7 +128,8 @@ function RunView({ runId, definition }: { runId: string; definition: JsonObject 
           <ol data-testid="decisions">
             {decisions.map((d) => (
               <li key={d.callId}>
-                <code>{d.tool}</code> {json(d.input as JsonValue)} {d.error ? <span class="error">refused: {d.error}</span> : <span class="muted">accepted</span>}
+                <code>{d.tool}</code> {json(d.input as JsonValue)}{" "}
+                {d.error ? <span class="error">refused: {d.error}</span> : <span class="muted">accepted</span>}
               </li>
             ))}
           </ol>
@@ -112,7 +148,15 @@ interface Drawing {
   expanding: readonly string[];
 }
 
-function GraphView({ definition, steps, ended }: { definition: JsonObject; steps: readonly StepStatus[] | undefined; ended: boolean }) {
+function GraphView({
+  definition,
+  steps,
+  ended,
+}: {
+  definition: JsonObject;
+  steps: readonly StepStatus[] | undefined;
+  ended: boolean;
+}) {
   const root = Array.isArray(definition.root) ? (definition.root as Flow) : [];
   const drawing: Drawing = { steps, ended, graphs: (definition.graphs ?? {}) as Record<string, Flow>, expanding: [] };
   return (
@@ -120,7 +164,11 @@ function GraphView({ definition, steps, ended }: { definition: JsonObject; steps
       <figcaption id="graph-caption">
         <code>{String(definition.id ?? "")}</code>
         {definition.managerAgent ? <span class="muted"> · manager agent:{String(definition.managerAgent)}</span> : null}
-        {steps ? <span class="muted"> · statuses live from the run's events</span> : <span class="muted"> · steps run top to bottom</span>}
+        {steps ? (
+          <span class="muted"> · statuses live from the run's events</span>
+        ) : (
+          <span class="muted"> · steps run top to bottom</span>
+        )}
       </figcaption>
       <FlowView flow={root} base={undefined} drawing={drawing} />
     </figure>
@@ -174,11 +222,19 @@ function NodeView({ node, place, drawing }: { node: JsonObject; place: Place; dr
         <ul class="branches">
           <li>
             <span class="muted">body</span>
-            <FlowView flow={(node.body as Flow | undefined) ?? []} base={childPlace(place, "\\d+\\.body")} drawing={drawing} />
+            <FlowView
+              flow={(node.body as Flow | undefined) ?? []}
+              base={childPlace(place, "\\d+\\.body")}
+              drawing={drawing}
+            />
           </li>
           <li>
             <span class="muted">until (again or break; at most {String(node.maxIterations ?? "?")} iterations)</span>
-            <FlowView flow={(node.until as Flow | undefined) ?? []} base={childPlace(place, "\\d+\\.until")} drawing={drawing} />
+            <FlowView
+              flow={(node.until as Flow | undefined) ?? []}
+              base={childPlace(place, "\\d+\\.until")}
+              drawing={drawing}
+            />
           </li>
         </ul>
       ) : null}
@@ -190,7 +246,11 @@ function NodeView({ node, place, drawing }: { node: JsonObject; place: Place; dr
 /** A choice's evaluator and arms, each arm marked taken or (once the run ended) not taken. */
 function ChoiceArms({ node, place, drawing }: { node: JsonObject; place: Place; drawing: Drawing }) {
   const arms = [
-    ...((node.arms as JsonObject[] | undefined) ?? []).map((a, i) => ({ label: `when "${String(a.label)}"`, flow: a.flow as Flow, place: childPlace(place, `arm${i}`) })),
+    ...((node.arms as JsonObject[] | undefined) ?? []).map((a, i) => ({
+      label: `when "${String(a.label)}"`,
+      flow: a.flow as Flow,
+      place: childPlace(place, `arm${i}`),
+    })),
     ...(node.otherwise ? [{ label: "otherwise", flow: node.otherwise as Flow, place: childPlace(place, "else") }] : []),
   ];
   const evaluator = node.evaluator as JsonObject | undefined;
@@ -208,7 +268,12 @@ function ChoiceArms({ node, place, drawing }: { node: JsonObject; place: Place; 
         const taken = drawing.steps ? stepsBelow(drawing.steps, arm.place).length > 0 : undefined;
         const mark = taken ? " · taken" : taken === false && drawing.ended ? " · not taken" : "";
         return (
-          <li key={arm.label} class={taken === false && drawing.ended ? "not-taken" : ""} data-arm={arm.label} data-taken={taken === undefined ? "" : String(taken)}>
+          <li
+            key={arm.label}
+            class={taken === false && drawing.ended ? "not-taken" : ""}
+            data-arm={arm.label}
+            data-taken={taken === undefined ? "" : String(taken)}
+          >
             <span class="muted">
               {arm.label}
               {mark}
@@ -238,7 +303,9 @@ function describe(node: JsonObject): string {
     case "parallel":
       return "branches at the same time, then join";
     case "choice":
-      return node.evaluator ? `choice by ${String((node.evaluator as JsonObject).id)}` : `choice on "${String(node.key)}"`;
+      return node.evaluator
+        ? `choice by ${String((node.evaluator as JsonObject).id)}`
+        : `choice on "${String(node.key)}"`;
     case "loop":
       return "loop";
     case "graph":

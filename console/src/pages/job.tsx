@@ -37,25 +37,38 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
   const { rows, totals } = useMemo(() => fold(s.events), [s.version, jobId]);
   const now = useNow(!terminal);
 
-  const toolSignature = rows.filter((r) => r.kind === "tool").map((r) => `${(r as ToolRow).callId}:${(r as ToolRow).result ? 1 : 0}`).join(",");
-  const transcript = useRead((signal) => jobs.getJobTranscript({ jobId }, { signal }).then((r) => r.transcript), `${jobId}|${toolSignature}|${job?.state}`, {
-    // The events service's transcript trails the job's events: read again while operations may still change.
-    again: (t) => !terminal || operationsOf(t).some((op) => op.status === OperationStatus.RUNNING),
-  });
+  const toolSignature = rows
+    .filter((r) => r.kind === "tool")
+    .map((r) => `${(r as ToolRow).callId}:${(r as ToolRow).result ? 1 : 0}`)
+    .join(",");
+  const transcript = useRead(
+    (signal) => jobs.getJobTranscript({ jobId }, { signal }).then((r) => r.transcript),
+    `${jobId}|${toolSignature}|${job?.state}`,
+    {
+      // The events service's transcript trails the job's events: read again while operations may still change.
+      again: (t) => !terminal || operationsOf(t).some((op) => op.status === OperationStatus.RUNNING),
+    },
+  );
   const usageEvents = s.events.reduce((n, e) => n + (e.event.case === "usage" || e.event.case === "result" ? 1 : 0), 0);
   const usage = useRead((signal) => jobs.getJobUsage({ jobId }, { signal }), `${jobId}|${usageEvents}|${job?.state}`);
   const artifactRows = rows.filter((r): r is Extract<Row, { kind: "artifacts" }> => r.kind === "artifacts");
   const artifactBytes = artifactRows.reduce((n, r) => n + r.artifacts.reduce((m, a) => m + Number(a.sizeBytes), 0), 0);
   const artifacts = useRead(
-    (signal): Promise<GetArtifactsResponse> => jobs.getArtifacts({ jobId, includeContent: artifactBytes <= MAX_ARTIFACT_BYTES }, { signal }),
+    (signal): Promise<GetArtifactsResponse> =>
+      jobs.getArtifacts({ jobId, includeContent: artifactBytes <= MAX_ARTIFACT_BYTES }, { signal }),
     `${jobId}|${artifactRows.length}`,
     { enabled: artifactRows.length > 0 },
   );
 
   const waiting = rows.some((r) => r.kind === "tool" && r.decision?.pending === true);
   // The job's own stream carries every permission request and decision: read the waiting calls again on each.
-  const permissionEvents = s.events.reduce((n, e) => n + (e.event.case === "permissionRequested" || e.event.case === "permissionDecision" ? 1 : 0), 0);
-  const approvals = useRead((signal) => jobs.listApprovals({ jobId }, { signal }), `${jobId}|${permissionEvents}`, { enabled: waiting });
+  const permissionEvents = s.events.reduce(
+    (n, e) => n + (e.event.case === "permissionRequested" || e.event.case === "permissionDecision" ? 1 : 0),
+    0,
+  );
+  const approvals = useRead((signal) => jobs.listApprovals({ jobId }, { signal }), `${jobId}|${permissionEvents}`, {
+    enabled: waiting,
+  });
   const [problem, setProblem] = useState<string | undefined>(undefined);
   const canCancel = roles.includes("operator") && job !== undefined && !terminal;
   const cancel = async (): Promise<void> => {
@@ -75,9 +88,17 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
   const timeline = useMemo(() => {
     if (!started) return undefined;
     const colours = new Map<string, number>();
-    for (const g of groups) for (const op of g.operations) if (g.colour !== undefined) colours.set(op.operationInvocationId, g.colour);
+    for (const g of groups)
+      for (const op of g.operations) if (g.colour !== undefined) colours.set(op.operationInvocationId, g.colour);
     const operationCalls = new Set([...placed.calls.values()].map((c) => c.callId));
-    return timelineOf({ rows, operations: groups.flatMap((g) => g.operations), operationCalls, colours, start: started, end: finished ?? new Date(now) });
+    return timelineOf({
+      rows,
+      operations: groups.flatMap((g) => g.operations),
+      operationCalls,
+      colours,
+      start: started,
+      end: finished ?? new Date(now),
+    });
   }, [rows, groups, placed, started?.getTime(), finished?.getTime(), terminal ? 0 : now]);
 
   return (
@@ -99,7 +120,13 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
                 {stateName(job.state)}
               </span>{" "}
               <span class="muted" data-testid="stream" data-reconnects={s.reconnects}>
-                {s.stream === "live" ? "live" : s.stream === "reconnecting" ? "reconnecting…" : s.stream === "connecting" ? "connecting…" : ""}
+                {s.stream === "live"
+                  ? "live"
+                  : s.stream === "reconnecting"
+                    ? "reconnecting…"
+                    : s.stream === "connecting"
+                      ? "connecting…"
+                      : ""}
               </span>
             </dd>
             {!terminal && job.activity?.summary ? (
@@ -110,7 +137,10 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
             ) : null}
             <dt>Agent</dt>
             <dd>
-              <a href={href({ page: "agent", name: job.agent?.name ?? "", version: job.agent?.version ?? 0 })} data-testid="agent-version">
+              <a
+                href={href({ page: "agent", name: job.agent?.name ?? "", version: job.agent?.version ?? 0 })}
+                data-testid="agent-version"
+              >
                 {job.agent?.name} v{job.agent?.version}
               </a>{" "}
               <span class="muted">(pinned)</span>
@@ -119,7 +149,9 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
               <>
                 <dt>Graph</dt>
                 <dd>
-                  <a href={href({ page: "graph", name: job.agent?.name ?? "", run: jobId })}>each node's status, live</a>
+                  <a href={href({ page: "graph", name: job.agent?.name ?? "", run: jobId })}>
+                    each node's status, live
+                  </a>
                 </dd>
               </>
             ) : null}
@@ -162,7 +194,12 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
         </>
       ) : null}
       {(waiting ? (approvals.value?.approvals ?? []) : []).map((approval) => (
-        <ApprovalCard key={approval.callId} approval={approval} canAnswer={roles.includes("approver")} onAnswered={() => undefined} />
+        <ApprovalCard
+          key={approval.callId}
+          approval={approval}
+          canAnswer={roles.includes("approver")}
+          onAnswered={() => undefined}
+        />
       ))}
       <h2>Usage</h2>
       <UsageView usage={usage.value} error={usage.error} streamed={totals} />
@@ -173,7 +210,9 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
         </>
       ) : null}
       <h2>Transcript</h2>
-      {transcript.error && !/no lifecycle events/.test(transcript.error) ? <p class="muted">Harness operations are not shown: {transcript.error}</p> : null}
+      {transcript.error && !/no lifecycle events/.test(transcript.error) ? (
+        <p class="muted">Harness operations are not shown: {transcript.error}</p>
+      ) : null}
       <ol class="transcript" aria-live="polite">
         {placed.entries.map((entry) => (
           <EntryRow key={entryKey(entry)} entry={entry} calls={placed.calls} />
@@ -183,7 +222,11 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
         <>
           <h2>Artifacts</h2>
           {artifacts.error ? <p class="error">{artifacts.error}</p> : null}
-          {artifacts.value ? <ArtifactsView artifacts={artifacts.value.artifacts} contents={artifacts.value.contents} /> : <p>Loading…</p>}
+          {artifacts.value ? (
+            <ArtifactsView artifacts={artifacts.value.artifacts} contents={artifacts.value.contents} />
+          ) : (
+            <p>Loading…</p>
+          )}
         </>
       ) : null}
       {job && terminal ? (
@@ -217,7 +260,8 @@ function TraceId({ traceId }: { traceId: string }) {
   const [template, setTemplate] = useState(traceUrlTemplate());
   const [saved, setSaved] = useState(0);
   const [invalid, setInvalid] = useState(false);
-  if (!traceId) return <span class="muted">none (the orchestrator exports no traces: set OTEL_EXPORTER_OTLP_ENDPOINT)</span>;
+  if (!traceId)
+    return <span class="muted">none (the orchestrator exports no traces: set OTEL_EXPORTER_OTLP_ENDPOINT)</span>;
   const link = traceLink(traceId);
   return (
     <>
@@ -240,7 +284,13 @@ function TraceId({ traceId }: { traceId: string }) {
         >
           <label>
             Trace URL (this browser only){" "}
-            <input type="url" size={48} value={template} placeholder="https://jaeger.example/trace/{traceId}" onInput={(e) => setTemplate((e.target as HTMLInputElement).value)} />
+            <input
+              type="url"
+              size={48}
+              value={template}
+              placeholder="https://jaeger.example/trace/{traceId}"
+              onInput={(e) => setTemplate((e.target as HTMLInputElement).value)}
+            />
           </label>{" "}
           <button type="submit">Save</button>
           {invalid ? (
@@ -254,13 +304,22 @@ function TraceId({ traceId }: { traceId: string }) {
   );
 }
 
-function UsageView({ usage, error, streamed }: { usage: GetJobUsageResponse | undefined; error: string | undefined; streamed: Totals }) {
+function UsageView({
+  usage,
+  error,
+  streamed,
+}: {
+  usage: GetJobUsageResponse | undefined;
+  error: string | undefined;
+  streamed: Totals;
+}) {
   const total = usage?.usage?.total;
   if (!total) {
     // No meter to ask (or not yet): what the harness reported on the stream.
     return (
       <p data-testid="usage">
-        {count(streamed.inputTokens)} tokens in, {count(streamed.outputTokens)} out{streamed.costUsd > 0 ? `, about ${usd(streamed.costUsd)} (the harness's estimate)` : ""}
+        {count(streamed.inputTokens)} tokens in, {count(streamed.outputTokens)} out
+        {streamed.costUsd > 0 ? `, about ${usd(streamed.costUsd)} (the harness's estimate)` : ""}
         {error ? <span class="muted"> ({error})</span> : null}
       </p>
     );
@@ -270,7 +329,9 @@ function UsageView({ usage, error, streamed }: { usage: GetJobUsageResponse | un
     <>
       <p data-testid="usage">
         {usageLine(total)}
-        {total.nominal ? <span class="muted"> (nominal: a scripted provider's price table, nobody was charged)</span> : null}
+        {total.nominal ? (
+          <span class="muted"> (nominal: a scripted provider's price table, nobody was charged)</span>
+        ) : null}
         {total.estimated ? <span class="muted"> (partly estimated)</span> : null}
       </p>
       {agents.length > 1 || usage.steps.length > 0 ? (
@@ -287,7 +348,11 @@ function UsageView({ usage, error, streamed }: { usage: GetJobUsageResponse | un
           </thead>
           <tbody>
             {(usage.steps.length > 0
-              ? usage.steps.map((st) => ({ name: `${st.step} (${st.agent?.name ?? ""} v${st.agent?.version ?? ""})`, jobId: st.jobId, usage: st.usage }))
+              ? usage.steps.map((st) => ({
+                  name: `${st.step} (${st.agent?.name ?? ""} v${st.agent?.version ?? ""})`,
+                  jobId: st.jobId,
+                  usage: st.usage,
+                }))
               : agents.map((a) => ({ name: a.agent, jobId: "", usage: a.usage }))
             ).map((line) => (
               <tr key={line.name}>
@@ -306,7 +371,10 @@ function UsageView({ usage, error, streamed }: { usage: GetJobUsageResponse | un
 }
 
 function usageLine(u: Usage): string {
-  const cache = u.cacheReadTokens || u.cacheWriteTokens ? `, cache ${count(u.cacheReadTokens)} read / ${count(u.cacheWriteTokens)} written` : "";
+  const cache =
+    u.cacheReadTokens || u.cacheWriteTokens
+      ? `, cache ${count(u.cacheReadTokens)} read / ${count(u.cacheWriteTokens)} written`
+      : "";
   const failed = u.failedCalls ? `, ${count(u.failedCalls)} failed` : "";
   return `${count(u.calls)} model calls${failed} (${count(u.attempts)} attempts), ${count(u.inputTokens)} tokens in, ${count(u.outputTokens)} out${cache}, ${usd(u.costUsd)}`;
 }
@@ -318,6 +386,9 @@ function entryKey(entry: Entry): string {
 }
 
 function EntryRow({ entry, calls }: { entry: Entry; calls: ReadonlyMap<string, ToolRow> }) {
-  return entry.kind === "operations" ? <OperationGroupRow group={entry.group} calls={calls} /> : <TranscriptRow row={entry.row} />;
+  return entry.kind === "operations" ? (
+    <OperationGroupRow group={entry.group} calls={calls} />
+  ) : (
+    <TranscriptRow row={entry.row} />
+  );
 }
-

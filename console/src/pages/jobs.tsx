@@ -33,8 +33,22 @@ export function JobsPage({ filter }: { filter: JobsFilter }) {
     const timer = setTimeout(() => setFilter({ text }), TYPING_MS);
     return () => clearTimeout(timer);
   }, [text]);
-  const agentNames = useRead((signal) => agents.listAgents({}, { signal }).then((r) => r.agents.map((a) => a.name)), "agent-names");
-  const list = usePolling(() => jobs.listJobs({ limit: PAGE_SIZE, state: stateValue, agent: filter.agent, text: filter.text.trim(), pageToken: token }), SAFETY_MS, [stateValue, filter.agent, filter.text, token]);
+  const agentNames = useRead(
+    (signal) => agents.listAgents({}, { signal }).then((r) => r.agents.map((a) => a.name)),
+    "agent-names",
+  );
+  const list = usePolling(
+    () =>
+      jobs.listJobs({
+        limit: PAGE_SIZE,
+        state: stateValue,
+        agent: filter.agent,
+        text: filter.text.trim(),
+        pageToken: token,
+      }),
+    SAFETY_MS,
+    [stateValue, filter.agent, filter.text, token],
+  );
   // A job changed state (or was created): the page in view is read again.
   useJobChanges(() => list.refresh());
   const filtered = stateValue !== JobState.UNSPECIFIED || filter.agent !== "" || filter.text.trim() !== "";
@@ -57,15 +71,24 @@ export function JobsPage({ filter }: { filter: JobsFilter }) {
           Agent{" "}
           <select value={filter.agent} onChange={(e) => setFilter({ agent: (e.target as HTMLSelectElement).value })}>
             <option value="">every agent</option>
-            {(agentNames.value ?? []).concat(filter.agent && !(agentNames.value ?? []).includes(filter.agent) ? [filter.agent] : []).map((name) => (
-              <option key={name} value={name}>
-                {name}
-              </option>
-            ))}
+            {(agentNames.value ?? [])
+              .concat(filter.agent && !(agentNames.value ?? []).includes(filter.agent) ? [filter.agent] : [])
+              .map((name) => (
+                <option key={name} value={name}>
+                  {name}
+                </option>
+              ))}
           </select>
         </label>
         <label>
-          Text <input type="search" value={text} placeholder="a job id, or words of its input" size={32} onInput={(e) => setText((e.target as HTMLInputElement).value)} />
+          Text{" "}
+          <input
+            type="search"
+            value={text}
+            placeholder="a job id, or words of its input"
+            size={32}
+            onInput={(e) => setText((e.target as HTMLInputElement).value)}
+          />
         </label>
       </form>
       {list.error ? (
@@ -73,7 +96,11 @@ export function JobsPage({ filter }: { filter: JobsFilter }) {
           {list.error}
         </p>
       ) : null}
-      {list.value === undefined ? <p>Loading…</p> : list.value.jobs.length === 0 ? <p data-testid="no-jobs">No jobs{filtered ? " match" : " yet: start one with `oz0 run AGENT \"…\"`"}.</p> : null}
+      {list.value === undefined ? (
+        <p>Loading…</p>
+      ) : list.value.jobs.length === 0 ? (
+        <p data-testid="no-jobs">No jobs{filtered ? " match" : ' yet: start one with `oz0 run AGENT "…"`'}.</p>
+      ) : null}
       {list.value && list.value.jobs.length > 0 ? (
         <table class="jobs">
           <thead>
@@ -119,7 +146,11 @@ export function JobsPage({ filter }: { filter: JobsFilter }) {
           ← Newer
         </button>
         <span data-testid="page-number">page {tokens.length}</span>
-        <button type="button" disabled={!list.value?.nextPageToken} onClick={() => list.value?.nextPageToken && setTokens([...tokens, list.value.nextPageToken])}>
+        <button
+          type="button"
+          disabled={!list.value?.nextPageToken}
+          onClick={() => list.value?.nextPageToken && setTokens([...tokens, list.value.nextPageToken])}
+        >
           Older →
         </button>
       </nav>

@@ -7,7 +7,13 @@ import type { WhoAmIResponse } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
 import { login, messageOf } from "../api.js";
 import { saveSession } from "../session.js";
 
-export function LoginPage({ code, onLoggedIn }: { code: string | undefined; onLoggedIn: (who: WhoAmIResponse) => void }) {
+export function LoginPage({
+  code,
+  onLoggedIn,
+}: {
+  code: string | undefined;
+  onLoggedIn: (who: WhoAmIResponse) => void;
+}) {
   const [problem, setProblem] = useState<string | undefined>(undefined);
   const [busy, setBusy] = useState(code !== undefined);
   useEffect(() => {
@@ -15,7 +21,10 @@ export function LoginPage({ code, onLoggedIn }: { code: string | undefined; onLo
     window.history.replaceState(null, "", "#/login");
     login.redeemLoginCode({ code }).then(
       (answer) => {
-        saveSession({ token: answer.sessionToken, expiresAt: answer.expiresAt ? timestampDate(answer.expiresAt).getTime() : Date.now() + 3_600_000 });
+        saveSession({
+          token: answer.sessionToken,
+          expiresAt: answer.expiresAt ? timestampDate(answer.expiresAt).getTime() : Date.now() + 3_600_000,
+        });
         onLoggedIn(answer.principal!);
       },
       (error: unknown) => {
@@ -35,7 +44,8 @@ export function LoginPage({ code, onLoggedIn }: { code: string | undefined; onLo
       ) : null}
       {!busy ? (
         <p>
-          Open the console with the one-time link <code>oz0 dev</code> prints (<code>console: http://…/#/login?code=…</code>). A link works once and for a few minutes.
+          Open the console with the one-time link <code>oz0 dev</code> prints (
+          <code>console: http://…/#/login?code=…</code>). A link works once and for a few minutes.
         </p>
       ) : null}
     </main>

@@ -41,7 +41,13 @@ function OperationLine({ op, call }: { op: OperationRow; call: ToolRow | undefin
   const status = statusName(op.status);
   return (
     <>
-      <button type="button" class="operation" data-testid="operation" aria-haspopup="dialog" onClick={() => setOpen(true)}>
+      <button
+        type="button"
+        class="operation"
+        data-testid="operation"
+        aria-haspopup="dialog"
+        onClick={() => setOpen(true)}
+      >
         {op.title || `Harness · ${op.operationKey}`}
       </button>{" "}
       <span class={`status status-${status.replace(" ", "-")}`}>{status}</span>
@@ -125,10 +131,13 @@ function OperationModal({ op, onClose }: { op: OperationRow; onClose: () => void
             const at = dateOf(step.time);
             return (
               <li key={step.eventId}>
-                <span class="muted">{at && started ? `+${seconds(at.getTime() - started.getTime())}` : ""}</span> <span class="step-kind">{step.kind}</span> {step.label}
+                <span class="muted">{at && started ? `+${seconds(at.getTime() - started.getTime())}` : ""}</span>{" "}
+                <span class="step-kind">{step.kind}</span> {step.label}
                 {step.status ? <span class="muted"> · {step.status}</span> : null}
                 {step.durationMs > 0 ? <span class="muted"> · {seconds(step.durationMs)}</span> : null}
-                {step.tokens && (step.tokens.inputTokens || step.tokens.outputTokens) ? <span class="muted"> · {tokens(step.tokens)}</span> : null}
+                {step.tokens && (step.tokens.inputTokens || step.tokens.outputTokens) ? (
+                  <span class="muted"> · {tokens(step.tokens)}</span>
+                ) : null}
               </li>
             );
           })}
@@ -149,6 +158,9 @@ function statusName(status: OperationStatus): string {
 
 function tokens(t: TokenCounts | undefined): string {
   if (!t) return "none reported";
-  const cache = t.cacheReadTokens || t.cacheWriteTokens ? `, cache ${count(t.cacheReadTokens)} read / ${count(t.cacheWriteTokens)} written` : "";
+  const cache =
+    t.cacheReadTokens || t.cacheWriteTokens
+      ? `, cache ${count(t.cacheReadTokens)} read / ${count(t.cacheWriteTokens)} written`
+      : "";
   return `${count(t.inputTokens)} in, ${count(t.outputTokens)} out${cache}`;
 }

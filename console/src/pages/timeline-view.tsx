@@ -5,7 +5,12 @@ import type { Lane, Phase, Segment } from "../timeline.js";
 import { MAX_LANES } from "../timeline.js";
 import { duration } from "../format.js";
 
-const PHASE_NAMES: Record<Phase, string> = { model: "model", tool: "tool running", operation: "operation", waiting: "waiting for a person" };
+const PHASE_NAMES: Record<Phase, string> = {
+  model: "model",
+  tool: "tool running",
+  operation: "operation",
+  waiting: "waiting for a person",
+};
 
 export function TimelineView({ totalMs, job, lanes }: { totalMs: number; job: Lane; lanes: readonly Lane[] }) {
   const shown = lanes.slice(0, MAX_LANES);
@@ -27,13 +32,17 @@ export function TimelineView({ totalMs, job, lanes }: { totalMs: number; job: La
           <LaneRow key={i} lane={lane} totalMs={totalMs} />
         ))}
       </ol>
-      {lanes.length > shown.length ? <p class="muted">and {lanes.length - shown.length} more calls (the job lane counts them all)</p> : null}
+      {lanes.length > shown.length ? (
+        <p class="muted">and {lanes.length - shown.length} more calls (the job lane counts them all)</p>
+      ) : null}
     </figure>
   );
 }
 
 function LaneRow({ lane, totalMs }: { lane: Lane; totalMs: number }) {
-  const summary = lane.segments.map((s) => `${PHASE_NAMES[s.phase]} ${duration(s.to - s.from)} from +${duration(s.from)}`).join(", ");
+  const summary = lane.segments
+    .map((s) => `${PHASE_NAMES[s.phase]} ${duration(s.to - s.from)} from +${duration(s.from)}`)
+    .join(", ");
   return (
     <li class={lane.colour === undefined ? "lane" : `lane rail-${lane.colour}`}>
       <span class="lane-label">{lane.label}</span>

@@ -10,7 +10,8 @@ export function TranscriptRow({ row }: { row: Row }) {
     case "state":
       return (
         <li class="row row-state">
-          <span class={`state state-${stateName(row.state)}`}>{stateName(row.state)}</span> {clock(row.time)} {row.reason ? <span class="muted">{row.reason}</span> : null}
+          <span class={`state state-${stateName(row.state)}`}>{stateName(row.state)}</span> {clock(row.time)}{" "}
+          {row.reason ? <span class="muted">{row.reason}</span> : null}
         </li>
       );
     case "session":
@@ -31,13 +32,15 @@ export function TranscriptRow({ row }: { row: Row }) {
     case "served":
       return (
         <li class="row row-tool">
-          <span class="who">runtime</span> <code>{row.tool}</code> {row.error ? <span class="error">{row.error}</span> : <pre>{json(row.output)}</pre>}
+          <span class="who">runtime</span> <code>{row.tool}</code>{" "}
+          {row.error ? <span class="error">{row.error}</span> : <pre>{json(row.output)}</pre>}
         </li>
       );
     case "result":
       return (
         <li class="row row-result">
-          <span class="who">result</span> {stopReasonName(row.result.stopReason)}, {row.result.turns} turns{row.result.error ? <span class="error"> {row.result.error}</span> : null}
+          <span class="who">result</span> {stopReasonName(row.result.stopReason)}, {row.result.turns} turns
+          {row.result.error ? <span class="error"> {row.result.error}</span> : null}
         </li>
       );
     case "artifacts":
@@ -52,7 +55,8 @@ export function TranscriptRow({ row }: { row: Row }) {
 function ToolCallRow({ row }: { row: ToolRow }) {
   return (
     <li class="row row-tool" data-call={row.callId}>
-      <span class="who">tool</span> <code>{row.tool}</code> {row.title ? <span class="muted">{row.title}</span> : null} <CallOutcome row={row} />
+      <span class="who">tool</span> <code>{row.tool}</code> {row.title ? <span class="muted">{row.title}</span> : null}{" "}
+      <CallOutcome row={row} />
       <CallDetails row={row} />
     </li>
   );
@@ -63,23 +67,29 @@ export function CallOutcome({ row }: { row: ToolRow }) {
   return (
     <>
       <Decision asked={row.asked} decision={row.decision} />{" "}
-      {row.result ? <span class={row.result.isError ? "mark error" : "mark ok"}>{row.result.isError ? "✗ failed" : "✓ done"}</span> : null}
-      {row.time && row.endedAt ? <span class="muted"> in {duration(row.endedAt.getTime() - row.time.getTime())}</span> : null}
+      {row.result ? (
+        <span class={row.result.isError ? "mark error" : "mark ok"}>{row.result.isError ? "✗ failed" : "✓ done"}</span>
+      ) : null}
+      {row.time && row.endedAt ? (
+        <span class="muted"> in {duration(row.endedAt.getTime() - row.time.getTime())}</span>
+      ) : null}
     </>
   );
 }
 
 function Decision({ asked, decision: d }: { asked: boolean; decision: PermissionDecision | undefined }) {
   if (!asked && !d) return null;
-  if (d?.pending) return (
-    <span class="decision pending" data-testid="pending">
-      waiting for a person
-    </span>
-  );
+  if (d?.pending)
+    return (
+      <span class="decision pending" data-testid="pending">
+        waiting for a person
+      </span>
+    );
   if (!d) return <span class="decision pending">asked permission</span>;
   return (
     <span class={`decision ${d.allow ? "allowed" : "denied"}`} data-testid="decision">
-      {d.allow ? "allowed" : "denied"} by {d.decider === Decider.PERSON ? d.answeredBy || "a person" : deciderName(d.decider)}
+      {d.allow ? "allowed" : "denied"} by{" "}
+      {d.decider === Decider.PERSON ? d.answeredBy || "a person" : deciderName(d.decider)}
       {d.reason ? `: ${d.reason}` : ""}
       {d.input ? " (input changed)" : ""}
     </span>

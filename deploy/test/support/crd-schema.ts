@@ -75,16 +75,20 @@ export function validateAgainst(value: unknown, schema: JsonSchema, at = ""): st
       return errors;
     }
   }
-  if (schema.enum && !schema.enum.includes(value)) errors.push(`${where}: ${JSON.stringify(value)} is not one of ${JSON.stringify(schema.enum)}`);
+  if (schema.enum && !schema.enum.includes(value))
+    errors.push(`${where}: ${JSON.stringify(value)} is not one of ${JSON.stringify(schema.enum)}`);
   if (typeof value === "number") {
-    if (schema.minimum !== undefined && value < schema.minimum) errors.push(`${where}: ${value} < minimum ${schema.minimum}`);
-    if (schema.maximum !== undefined && value > schema.maximum) errors.push(`${where}: ${value} > maximum ${schema.maximum}`);
+    if (schema.minimum !== undefined && value < schema.minimum)
+      errors.push(`${where}: ${value} < minimum ${schema.minimum}`);
+    if (schema.maximum !== undefined && value > schema.maximum)
+      errors.push(`${where}: ${value} > maximum ${schema.maximum}`);
   }
   if (typeof value === "string" && schema.pattern && !new RegExp(schema.pattern).test(value)) {
     errors.push(`${where}: "${value}" does not match ${schema.pattern}`);
   }
   if (Array.isArray(value)) {
-    if (schema.minItems !== undefined && value.length < schema.minItems) errors.push(`${where}: fewer than ${schema.minItems} items`);
+    if (schema.minItems !== undefined && value.length < schema.minItems)
+      errors.push(`${where}: fewer than ${schema.minItems} items`);
     if (schema.items) value.forEach((item, i) => errors.push(...validateAgainst(item, schema.items!, `${at}[${i}]`)));
   }
   if (actual === "object") {
@@ -96,7 +100,8 @@ export function validateAgainst(value: unknown, schema: JsonSchema, at = ""): st
       const childAt = `${at}.${key}`;
       const property = schema.properties?.[key];
       if (property) errors.push(...validateAgainst(child, property, childAt));
-      else if (typeof schema.additionalProperties === "object") errors.push(...validateAgainst(child, schema.additionalProperties, childAt));
+      else if (typeof schema.additionalProperties === "object")
+        errors.push(...validateAgainst(child, schema.additionalProperties, childAt));
       else if (schema.additionalProperties === true || schema["x-kubernetes-preserve-unknown-fields"]) continue;
       else errors.push(`${childAt}: unknown field`);
     }

@@ -71,5 +71,7 @@ export function chain(file: Dockerfile, target: string): Stage[] {
 
 /** The instructions a target's final image inherits (base stages first). */
 export function inherited(file: Dockerfile, target: string): Instruction[] {
-  return chain(file, target).reverse().flatMap((s) => s.instructions);
+  return chain(file, target)
+    .reverse()
+    .flatMap((s) => s.instructions);
 }

@@ -5,7 +5,20 @@ import { isDeepStrictEqual } from "node:util";
 // Who accepts whom, and the variable that carries each digest: the services' own rule, so the manifests are held to it.
 import { ACCEPTED_PEERS, peerVariable } from "@oz0/serving";
 import type { K8sObject } from "./render.js";
-import { allContainers, container, containerEnv, peerCovers, peerPods, policiesFor, ports, rulePortsAdmit, services, workload, workloads, type Any } from "./workloads.js";
+import {
+  allContainers,
+  container,
+  containerEnv,
+  peerCovers,
+  peerPods,
+  policiesFor,
+  ports,
+  rulePortsAdmit,
+  services,
+  workload,
+  workloads,
+  type Any,
+} from "./workloads.js";
 
 type Service = (typeof services)[number];
 
@@ -33,7 +46,8 @@ export function ingressWithoutFromFindings(objects: K8sObject[]): string[] {
   const findings: string[] = [];
   for (const policy of networkPolicies(objects)) {
     (policy.spec.ingress ?? []).forEach((rule: Any, i: number) => {
-      if ((rule.from ?? []).length === 0) findings.push(`NetworkPolicy ${policy.metadata.name} ingress[${i}] has no "from": it admits every pod`);
+      if ((rule.from ?? []).length === 0)
+        findings.push(`NetworkPolicy ${policy.metadata.name} ingress[${i}] has no "from": it admits every pod`);
     });
   }
   return findings;
@@ -52,15 +66,20 @@ export function publicApiFindings(objects: K8sObject[]): string[] {
       if ((rule.from ?? []).length === 0) findings.push(`${where}: 7700 is open to every pod`);
       for (const peer of rule.from ?? []) {
         admitted.push(peer);
-        if (!CLIENT_PEERS.some((c) => isDeepStrictEqual(c, peer))) findings.push(`${where}: 7700 admits ${JSON.stringify(peer)}, not one of the client selectors`);
+        if (!CLIENT_PEERS.some((c) => isDeepStrictEqual(c, peer)))
+          findings.push(`${where}: 7700 admits ${JSON.stringify(peer)}, not one of the client selectors`);
         for (const pod of pods) {
-          if (peerCovers(peer, policy.metadata.namespace, pod)) findings.push(`${where}: ${pod.workload} pods reach the orchestrator's public API through ${JSON.stringify(peer)}`);
+          if (peerCovers(peer, policy.metadata.namespace, pod))
+            findings.push(
+              `${where}: ${pod.workload} pods reach the orchestrator's public API through ${JSON.stringify(peer)}`,
+            );
         }
       }
     }
   }
   for (const client of CLIENT_PEERS) {
-    if (!admitted.some((peer) => isDeepStrictEqual(peer, client))) findings.push(`7700 does not admit the clients ${JSON.stringify(client)}`);
+    if (!admitted.some((peer) => isDeepStrictEqual(peer, client)))
+      findings.push(`7700 does not admit the clients ${JSON.stringify(client)}`);
   }
   return findings;
 }
@@ -72,14 +91,23 @@ export function sandboxToOrchestratorFindings(objects: K8sObject[]): string[] {
   const sandbox = workload(objects, "sandbox");
   const sandboxPod = peerPods(objects).find((p) => p.workload === "sandbox")!;
   const orchestratorPod = peerPods(objects).find((p) => p.workload === "orchestrator")!;
-  const orchestratorPorts = [...new Set([PUBLIC_PORT, NODE_PORT, ...allContainers(orchestrator.pod).flatMap((c: Any) => (c.ports ?? []).map((p: Any) => p.containerPort as number))])];
+  const orchestratorPorts = [
+    ...new Set([
+      PUBLIC_PORT,
+      NODE_PORT,
+      ...allContainers(orchestrator.pod).flatMap((c: Any) =>
+        (c.ports ?? []).map((p: Any) => p.containerPort as number),
+      ),
+    ]),
+  ];
   let admittedAtNodePort = false;
   for (const policy of policiesFor(objects, orchestrator.podLabels, "Ingress")) {
     for (const rule of policy.spec.ingress ?? []) {
       if (!(rule.from ?? []).some((peer: Any) => peerCovers(peer, policy.metadata.namespace, sandboxPod))) continue;
       for (const port of orchestratorPorts) {
         const admits = rulePortsAdmit(rule.ports, port);
-        if (admits && port !== NODE_PORT) findings.push(`NetworkPolicy ${policy.metadata.name} admits sandbox pods at the orchestrator's ${port}`);
+        if (admits && port !== NODE_PORT)
+          findings.push(`NetworkPolicy ${policy.metadata.name} admits sandbox pods at the orchestrator's ${port}`);
         if (admits && port === NODE_PORT) admittedAtNodePort = true;
       }
     }
@@ -90,18 +118,22 @@ export function sandboxToOrchestratorFindings(objects: K8sObject[]): string[] {
       if (!(rule.to ?? []).some((peer: Any) => peerCovers(peer, policy.metadata.namespace, orchestratorPod))) continue;
       for (const port of orchestratorPorts) {
         const admits = rulePortsAdmit(rule.ports, port);
-        if (admits && port !== NODE_PORT) findings.push(`NetworkPolicy ${policy.metadata.name} lets sandbox pods reach the orchestrator's ${port}`);
+        if (admits && port !== NODE_PORT)
+          findings.push(`NetworkPolicy ${policy.metadata.name} lets sandbox pods reach the orchestrator's ${port}`);
         if (admits && port === NODE_PORT) leavesToNodePort = true;
       }
     }
   }
-  if (!admittedAtNodePort || !leavesToNodePort) findings.push("sandbox heartbeats cannot reach the orchestrator's node port");
+  if (!admittedAtNodePort || !leavesToNodePort)
+    findings.push("sandbox heartbeats cannot reach the orchestrator's node port");
   const env = containerEnv(objects, container(orchestrator.pod, "orchestrator"));
-  if (Number(env.OZ0_NODE_PORT) !== NODE_PORT) findings.push(`the orchestrator's OZ0_NODE_PORT is ${String(env.OZ0_NODE_PORT)}, not ${NODE_PORT}`);
+  if (Number(env.OZ0_NODE_PORT) !== NODE_PORT)
+    findings.push(`the orchestrator's OZ0_NODE_PORT is ${String(env.OZ0_NODE_PORT)}, not ${NODE_PORT}`);
   return findings;
 }
 
-const isServiceContainer = (workloadName: string, c: Any): boolean => (services as readonly string[]).includes(c.name) && c.name === workloadName;
+const isServiceContainer = (workloadName: string, c: Any): boolean =>
+  (services as readonly string[]).includes(c.name) && c.name === workloadName;
 
 /** Each container gets exactly the peer digests the design says, from the digests ConfigMap, and no other. */
 export function peerDigestFindings(objects: K8sObject[]): string[] {
@@ -112,11 +144,15 @@ export function peerDigestFindings(objects: K8sObject[]): string[] {
       const expected = isServiceContainer(w.name, c) ? ACCEPTED_PEERS[c.name as Service].map(peerVariable).sort() : [];
       const given = (c.env ?? []).filter((e: Any) => /^OZ0_PEER_/.test(e.name));
       const names = given.map((e: Any) => e.name as string).sort();
-      if (!isDeepStrictEqual(names, expected)) findings.push(`${where} has ${names.join(", ") || "no peer digest"}, the design says ${expected.join(", ") || "none"}`);
+      if (!isDeepStrictEqual(names, expected))
+        findings.push(
+          `${where} has ${names.join(", ") || "no peer digest"}, the design says ${expected.join(", ") || "none"}`,
+        );
       for (const e of given) {
         const ref = e.valueFrom?.configMapKeyRef;
         const peer = (services as readonly string[]).find((s) => peerVariable(s as Service) === e.name);
-        if (!ref || !DIGESTS.test(ref.name) || ref.key !== peer) findings.push(`${where} ${e.name} does not come from oz0-service-token-digests, key ${peer ?? "?"}`);
+        if (!ref || !DIGESTS.test(ref.name) || ref.key !== peer)
+          findings.push(`${where} ${e.name} does not come from oz0-service-token-digests, key ${peer ?? "?"}`);
       }
       for (const name of Object.keys(containerEnv(objects, c))) {
         if (/^OZ0_PEER_/.test(name)) findings.push(`${where} gets ${name} from a ConfigMap read wholesale`);
@@ -133,7 +169,8 @@ export function serviceTokenFindings(objects: K8sObject[]): string[] {
     for (const c of allContainers(w.pod)) {
       const where = `${w.name}/${c.name}`;
       const entries = (c.env ?? []).filter((e: Any) => e.name === "OZ0_SERVICE_TOKEN");
-      const fromConfigMaps = containerEnv(objects, c).OZ0_SERVICE_TOKEN !== undefined && entries.every((e: Any) => e.value === undefined);
+      const fromConfigMaps =
+        containerEnv(objects, c).OZ0_SERVICE_TOKEN !== undefined && entries.every((e: Any) => e.value === undefined);
       if (fromConfigMaps) findings.push(`${where} gets OZ0_SERVICE_TOKEN from a ConfigMap`);
       if (!isServiceContainer(w.name, c)) {
         if (entries.length > 0) findings.push(`${where} holds a service token`);

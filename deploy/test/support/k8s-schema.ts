@@ -52,16 +52,31 @@ interface TypeRef {
   name: string;
 }
 const key = (t: TypeRef): string => `${t.module}#${t.name}`;
-const modelType = (apiVersion: string, kind: string): TypeRef => ({ module: modelModule(apiVersion, kind), name: `I${kind}` });
+const modelType = (apiVersion: string, kind: string): TypeRef => ({
+  module: modelModule(apiVersion, kind),
+  name: `I${kind}`,
+});
 /** ObjectMeta, for the metadata of custom resources. */
-export const objectMeta: TypeRef = { module: "@kubernetes-models/apimachinery/apis/meta/v1/ObjectMeta", name: "IObjectMeta" };
+export const objectMeta: TypeRef = {
+  module: "@kubernetes-models/apimachinery/apis/meta/v1/ObjectMeta",
+  name: "IObjectMeta",
+};
 // Kinds the manifests use, loaded in the first program so it is built once.
 const preload: TypeRef[] = [
   objectMeta,
   ...[
-    ["v1", "Namespace"], ["v1", "ServiceAccount"], ["v1", "ConfigMap"], ["v1", "Secret"], ["v1", "Service"],
-    ["apps/v1", "Deployment"], ["apps/v1", "StatefulSet"], ["policy/v1", "PodDisruptionBudget"], ["networking.k8s.io/v1", "NetworkPolicy"],
-    ["autoscaling/v2", "HorizontalPodAutoscaler"], ["node.k8s.io/v1", "RuntimeClass"], ["v1", "PersistentVolumeClaim"],
+    ["v1", "Namespace"],
+    ["v1", "ServiceAccount"],
+    ["v1", "ConfigMap"],
+    ["v1", "Secret"],
+    ["v1", "Service"],
+    ["apps/v1", "Deployment"],
+    ["apps/v1", "StatefulSet"],
+    ["policy/v1", "PodDisruptionBudget"],
+    ["networking.k8s.io/v1", "NetworkPolicy"],
+    ["autoscaling/v2", "HorizontalPodAutoscaler"],
+    ["node.k8s.io/v1", "RuntimeClass"],
+    ["v1", "PersistentVolumeClaim"],
   ].map(([v, k]) => modelType(v!, k!)),
 ];
 
@@ -72,7 +87,9 @@ function loadTypes(refs: TypeRef[]): void {
   const known = new Map<string, TypeRef>();
   for (const r of [...preload, ...typeRefs.values(), ...wanted]) known.set(key(r), r);
   const all = [...known.values()];
-  const source = all.map((r, i) => `import type { ${r.name} as M${i} } from "${r.module}";\nexport type T${i} = M${i};`).join("\n");
+  const source = all
+    .map((r, i) => `import type { ${r.name} as M${i} } from "${r.module}";\nexport type T${i} = M${i};`)
+    .join("\n");
   const options: ts.CompilerOptions = {
     module: ts.ModuleKind.NodeNext,
     moduleResolution: ts.ModuleResolutionKind.NodeNext,

@@ -70,7 +70,8 @@ export function renderer(): Renderer {
 
 /** Where the dev overlay's generator writes (gitignored). */
 export const generatedDir = (k8sRoot: string): string => path.join(k8sRoot, "overlays", "dev", "generated");
-export const generateSecretsScript = (k8sRoot: string): string => path.join(k8sRoot, "overlays", "dev", "generate-secrets.sh");
+export const generateSecretsScript = (k8sRoot: string): string =>
+  path.join(k8sRoot, "overlays", "dev", "generate-secrets.sh");
 
 /**
  * A copy of deploy/k8s without any generated credentials of the checkout,

@@ -48,7 +48,10 @@ export function workloads(objects: K8sObject[]): Workload[] {
 
 /** What a container's volumeMounts may name: the pod's volumes and, in a StatefulSet, its claim templates. */
 export function mountableVolumes(w: Workload): Set<string> {
-  return new Set([...(w.pod.volumes ?? []).map((v: Any) => v.name as string), ...w.claimTemplates.map((t: Any) => t.metadata?.name as string)]);
+  return new Set([
+    ...(w.pod.volumes ?? []).map((v: Any) => v.name as string),
+    ...w.claimTemplates.map((t: Any) => t.metadata?.name as string),
+  ]);
 }
 
 /** Replicas a workload declares: spec.replicas, which defaults to 1 for Deployments and StatefulSets. */
@@ -69,7 +72,12 @@ export function allContainers(pod: Any): Any[] {
 /** A pod's container (init, regular or ephemeral) by name; throws when there is none. */
 export function container(pod: Any, name: string): Any {
   const found = allContainers(pod).find((c: Any) => c.name === name);
-  if (!found) throw new Error(`no container ${name} (has ${allContainers(pod).map((c: Any) => c.name).join(", ")})`);
+  if (!found)
+    throw new Error(
+      `no container ${name} (has ${allContainers(pod)
+        .map((c: Any) => c.name)
+        .join(", ")})`,
+    );
   return found;
 }
 
@@ -89,9 +97,11 @@ export function secretRefs(pod: Any): SecretRef[] {
   }
   for (const c of allContainers(pod)) {
     for (const e of c.env ?? []) {
-      if (e.valueFrom?.secretKeyRef) refs.push({ how: "env", secret: e.valueFrom.secretKeyRef.name, container: c.name, env: e.name });
+      if (e.valueFrom?.secretKeyRef)
+        refs.push({ how: "env", secret: e.valueFrom.secretKeyRef.name, container: c.name, env: e.name });
     }
-    for (const e of c.envFrom ?? []) if (e.secretRef) refs.push({ how: "envFrom", secret: e.secretRef.name, container: c.name });
+    for (const e of c.envFrom ?? [])
+      if (e.secretRef) refs.push({ how: "envFrom", secret: e.secretRef.name, container: c.name });
   }
   return refs;
 }
@@ -104,13 +114,16 @@ export function secretRefs(pod: Any): SecretRef[] {
 export function containerSecretRefs(pod: Any, c: Any): SecretRef[] {
   const refs: SecretRef[] = [];
   for (const e of c.env ?? []) {
-    if (e.valueFrom?.secretKeyRef) refs.push({ how: "env", secret: e.valueFrom.secretKeyRef.name, container: c.name, env: e.name });
+    if (e.valueFrom?.secretKeyRef)
+      refs.push({ how: "env", secret: e.valueFrom.secretKeyRef.name, container: c.name, env: e.name });
   }
-  for (const e of c.envFrom ?? []) if (e.secretRef) refs.push({ how: "envFrom", secret: e.secretRef.name, container: c.name });
+  for (const e of c.envFrom ?? [])
+    if (e.secretRef) refs.push({ how: "envFrom", secret: e.secretRef.name, container: c.name });
   for (const m of c.volumeMounts ?? []) {
     const v = (pod.volumes ?? []).find((x: Any) => x.name === m.name);
     if (v?.secret) refs.push({ how: "volume", secret: v.secret.secretName, container: c.name });
-    for (const s of v?.projected?.sources ?? []) if (s.secret) refs.push({ how: "projected", secret: s.secret.name, container: c.name });
+    for (const s of v?.projected?.sources ?? [])
+      if (s.secret) refs.push({ how: "projected", secret: s.secret.name, container: c.name });
   }
   return refs;
 }
@@ -129,7 +142,10 @@ export function matchesSelector(selector: Any, labels: Record<string, string>): 
 
 export function policiesFor(objects: K8sObject[], labels: Record<string, string>, type: "Ingress" | "Egress"): Any[] {
   return objects.filter(
-    (o) => o.kind === "NetworkPolicy" && (o as Any).spec.policyTypes?.includes(type) && matchesSelector((o as Any).spec.podSelector, labels),
+    (o) =>
+      o.kind === "NetworkPolicy" &&
+      (o as Any).spec.policyTypes?.includes(type) &&
+      matchesSelector((o as Any).spec.podSelector, labels),
   );
 }
 
@@ -176,7 +192,9 @@ export function peerPods(objects: K8sObject[]): Array<PeerPod & { workload: stri
  */
 export function peerCovers(peer: Any, policyNamespace: string, pod: PeerPod): boolean {
   if (peer.ipBlock) return true;
-  const inNamespace = peer.namespaceSelector ? matchesSelector(peer.namespaceSelector, pod.namespaceLabels) : pod.namespace === policyNamespace;
+  const inNamespace = peer.namespaceSelector
+    ? matchesSelector(peer.namespaceSelector, pod.namespaceLabels)
+    : pod.namespace === policyNamespace;
   return inNamespace && (peer.podSelector === undefined || matchesSelector(peer.podSelector, pod.labels));
 }
 
@@ -184,5 +202,9 @@ export function peerCovers(peer: Any, policyNamespace: string, pod: PeerPod): bo
 export function rulePortsAdmit(ports: Any[] | undefined, port: number): boolean {
   if (!ports || ports.length === 0) return true;
   // A named port could be any number: counted as admitting it, so checks stay on the safe side.
-  return ports.some((p: Any) => (p.protocol ?? "TCP") === "TCP" && (p.port === undefined || typeof p.port === "string" || (p.port <= port && port <= (p.endPort ?? p.port))));
+  return ports.some(
+    (p: Any) =>
+      (p.protocol ?? "TCP") === "TCP" &&
+      (p.port === undefined || typeof p.port === "string" || (p.port <= port && port <= (p.endPort ?? p.port))),
+  );
 }

@@ -29,7 +29,12 @@ export interface Migration {
  * the schema; a no-op once everything is applied. Returns the versions it
  * applied.
  */
-export async function runMigrations(options: { pool: pg.Pool; schema: string; component: string; migrations: readonly Migration[] }): Promise<number[]> {
+export async function runMigrations(options: {
+  pool: pg.Pool;
+  schema: string;
+  component: string;
+  migrations: readonly Migration[];
+}): Promise<number[]> {
   const schema = checkSchemaName(options.schema);
   await withTransaction(options.pool, async (client) => {
     await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`oz0.migrations:${schema}`]);
@@ -45,13 +50,19 @@ export async function runMigrations(options: { pool: pg.Pool; schema: string; co
     await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`oz0.migrations:${schema}:${options.component}`]);
     // The pool's search_path names this schema, but it may not have existed when the connection opened.
     await client.query(`SET LOCAL search_path TO ${schema}`);
-    const applied = await client.query<{ version: number }>("SELECT version FROM oz0_migrations WHERE component = $1", [options.component]);
+    const applied = await client.query<{ version: number }>("SELECT version FROM oz0_migrations WHERE component = $1", [
+      options.component,
+    ]);
     const done = new Set(applied.rows.map((r) => r.version));
     const ran: number[] = [];
     for (const migration of [...options.migrations].sort((a, b) => a.version - b.version)) {
       if (done.has(migration.version)) continue;
       await client.query(migration.sql);
-      await client.query("INSERT INTO oz0_migrations (component, version, name) VALUES ($1, $2, $3)", [options.component, migration.version, migration.name]);
+      await client.query("INSERT INTO oz0_migrations (component, version, name) VALUES ($1, $2, $3)", [
+        options.component,
+        migration.version,
+        migration.name,
+      ]);
       ran.push(migration.version);
     }
     return ran;

@@ -43,7 +43,8 @@ export interface NotificationListenerOptions {
 
 function positive(value: number | undefined, fallback: number, name: string): number {
   if (value === undefined) return fallback;
-  if (!Number.isFinite(value) || value <= 0) throw new Error(`${name} must be a positive number of milliseconds, not ${value}`);
+  if (!Number.isFinite(value) || value <= 0)
+    throw new Error(`${name} must be a positive number of milliseconds, not ${value}`);
   return value;
 }
 

@@ -10,7 +10,9 @@ const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 /** Returns `schema` when it is a plain lower-case identifier; throws saying what a name may be. */
 export function checkSchemaName(schema: string): string {
   if (!SCHEMA_NAME.test(schema)) {
-    throw new Error(`schema name ${JSON.stringify(schema)} must be lower-case letters, digits and underscores, starting with a letter, at most 63 characters`);
+    throw new Error(
+      `schema name ${JSON.stringify(schema)} must be lower-case letters, digits and underscores, starting with a letter, at most 63 characters`,
+    );
   }
   return schema;
 }

@@ -8,7 +8,15 @@ import { randomBytes } from "node:crypto";
 import net from "node:net";
 import { after, describe, it } from "node:test";
 import pg from "pg";
-import { channelName, checkSchemaName, createSchemaPool, NotificationListener, runMigrations, withTransaction, type Migration } from "@oz0/postgres";
+import {
+  channelName,
+  checkSchemaName,
+  createSchemaPool,
+  NotificationListener,
+  runMigrations,
+  withTransaction,
+  type Migration,
+} from "@oz0/postgres";
 
 const url = process.env.DATABASE_URL ?? "";
 const schemas: string[] = [];
@@ -43,7 +51,12 @@ async function until(check: () => boolean): Promise<void> {
  * stop flowing both ways but neither side gets a FIN or an RST, as when the
  * peer's node fails or a NAT forgets the mapping.
  */
-async function silenceableProxy(target: URL): Promise<{ url: string; accepted: () => number; silence: (what: { current: boolean; new: boolean }) => void; close: () => void }> {
+async function silenceableProxy(target: URL): Promise<{
+  url: string;
+  accepted: () => number;
+  silence: (what: { current: boolean; new: boolean }) => void;
+  close: () => void;
+}> {
   const sockets: net.Socket[] = [];
   const forwarding: [net.Socket, net.Socket][] = [];
   let [accepted, silenceNew] = [0, false];
@@ -91,7 +104,8 @@ const MIGRATIONS: Migration[] = [
 
 void describe("@oz0/postgres", () => {
   void it("refuses a schema name that is not a plain identifier, and fits long ones into a channel name", () => {
-    for (const bad of ["Oz0", "oz0; DROP TABLE x", "0oz", "a-b", "x".repeat(64), ""]) assert.throws(() => checkSchemaName(bad), /lower-case letters, digits and underscores/);
+    for (const bad of ["Oz0", "oz0; DROP TABLE x", "0oz", "a-b", "x".repeat(64), ""])
+      assert.throws(() => checkSchemaName(bad), /lower-case letters, digits and underscores/);
     assert.equal(channelName("oz0", "cluster"), "oz0_cluster");
     const long = channelName("s".repeat(60), "cluster");
     assert.match(long, /^oz0_cluster_[0-9a-f]{32}$/);
@@ -101,15 +115,29 @@ void describe("@oz0/postgres", () => {
   void it("applies each migration once, in version order, when five replicas start at once", async () => {
     assert.ok(url, "DATABASE_URL must point at a server (npm test starts one)");
     const schema = freshSchema();
-    const pools = Array.from({ length: 5 }, () => createSchemaPool({ connectionString: url, schema, maxConnections: 1 }));
+    const pools = Array.from({ length: 5 }, () =>
+      createSchemaPool({ connectionString: url, schema, maxConnections: 1 }),
+    );
     try {
-      const ran = await Promise.all(pools.map((pool) => runMigrations({ pool, schema, component: "test", migrations: MIGRATIONS })));
+      const ran = await Promise.all(
+        pools.map((pool) => runMigrations({ pool, schema, component: "test", migrations: MIGRATIONS })),
+      );
       assert.deepEqual(ran.flat().sort(), [1, 2], `each version applied once: ${JSON.stringify(ran)}`);
-      assert.deepEqual(ran.find((r) => r.length > 0), [1, 2], "in version order");
-      assert.deepEqual(await runMigrations({ pool: pools[0]!, schema, component: "test", migrations: MIGRATIONS }), [], "a no-op once applied");
+      assert.deepEqual(
+        ran.find((r) => r.length > 0),
+        [1, 2],
+        "in version order",
+      );
+      assert.deepEqual(
+        await runMigrations({ pool: pools[0]!, schema, component: "test", migrations: MIGRATIONS }),
+        [],
+        "a no-op once applied",
+      );
       // Unqualified names resolve in the schema, and the second migration's column is there.
       await pools[1]!.query("INSERT INTO things (id, colour) VALUES (1, 'blue')");
-      const recorded = await pools[2]!.query<{ version: number; name: string }>("SELECT version, name FROM oz0_migrations WHERE component = 'test' ORDER BY version");
+      const recorded = await pools[2]!.query<{ version: number; name: string }>(
+        "SELECT version, name FROM oz0_migrations WHERE component = 'test' ORDER BY version",
+      );
       assert.deepEqual(recorded.rows, [
         { version: 1, name: "things" },
         { version: 2, name: "a column" },
@@ -137,18 +165,30 @@ void describe("@oz0/postgres", () => {
     try {
       // Every pool holds an open connection first, so the migrations start as close together as they can.
       await Promise.all(racers.map(({ pool }) => pool.query("SELECT 1")));
-      const ran = await Promise.all(racers.map(({ component, pool }) => runMigrations({ pool, schema, component, migrations: components[component] })));
+      const ran = await Promise.all(
+        racers.map(({ component, pool }) =>
+          runMigrations({ pool, schema, component, migrations: components[component] }),
+        ),
+      );
       for (const component of ["alpha", "beta"] as const) {
         const mine = ran.filter((_, i) => racers[i]!.component === component);
-        assert.deepEqual(mine.flat().sort(), components[component].map((m) => m.version), `${component}'s versions applied once: ${JSON.stringify(mine)}`);
+        assert.deepEqual(
+          mine.flat().sort(),
+          components[component].map((m) => m.version),
+          `${component}'s versions applied once: ${JSON.stringify(mine)}`,
+        );
       }
-      const recorded = await racers[0]!.pool.query<{ component: string; version: number }>("SELECT component, version FROM oz0_migrations ORDER BY component, version");
+      const recorded = await racers[0]!.pool.query<{ component: string; version: number }>(
+        "SELECT component, version FROM oz0_migrations ORDER BY component, version",
+      );
       assert.deepEqual(recorded.rows, [
         { component: "alpha", version: 1 },
         { component: "beta", version: 1 },
         { component: "beta", version: 2 },
       ]);
-      await racers[1]!.pool.query("INSERT INTO alpha_things (id) VALUES (1); INSERT INTO beta_things (id, colour) VALUES (1, 'blue')");
+      await racers[1]!.pool.query(
+        "INSERT INTO alpha_things (id) VALUES (1); INSERT INTO beta_things (id, colour) VALUES (1, 'blue')",
+      );
     } finally {
       await Promise.all(racers.map(({ pool }) => pool.end()));
     }
@@ -188,12 +228,16 @@ void describe("@oz0/postgres", () => {
     });
     try {
       await listener.start();
-      await admin((client) => client.query("SELECT pg_notify($1, 'one'), pg_notify('some_other_channel', 'not mine')", [channel]));
+      await admin((client) =>
+        client.query("SELECT pg_notify($1, 'one'), pg_notify('some_other_channel', 'not mine')", [channel]),
+      );
       await until(() => heard.length === 1);
       assert.deepEqual(heard, ["one"]);
 
       // The server ends the listening connection, as on a restart or a failover.
-      const ended = await admin((client) => client.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1", [`LISTEN ${channel}`]));
+      const ended = await admin((client) =>
+        client.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1", [`LISTEN ${channel}`]),
+      );
       assert.equal(ended.rowCount, 1, "the listener's own connection was found");
       await until(() => happened.includes("back"));
       assert.deepEqual(happened, ["lost", "back"]);
@@ -261,12 +305,20 @@ void describe("@oz0/postgres", () => {
   void it("closed while its connection opens, it leaves no LISTEN connection behind, and a failed start can be retried", async () => {
     const channel = channelName(freshSchema(), "test");
     const heard: string[] = [];
-    const listener = new NotificationListener({ connectionString: url, channel, onNotification: (payload) => heard.push(payload) });
+    const listener = new NotificationListener({
+      connectionString: url,
+      channel,
+      onNotification: (payload) => heard.push(payload),
+    });
     const starting = listener.start();
     await listener.close();
     await starting;
     const listening = async (): Promise<number> =>
-      (await admin((client) => client.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1", [`LISTEN ${channel}`]))).rows[0].n as number;
+      (
+        await admin((client) =>
+          client.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1", [`LISTEN ${channel}`]),
+        )
+      ).rows[0].n as number;
     // The server may take a moment to drop the ended connection from its view.
     for (let i = 0; i < 100 && (await listening()) > 0; i++) await new Promise((resolve) => setTimeout(resolve, 20));
     assert.equal(await listening(), 0, "no connection listens for a closed listener");
@@ -274,7 +326,11 @@ void describe("@oz0/postgres", () => {
     await new Promise((resolve) => setTimeout(resolve, 100));
     assert.deepEqual(heard, []);
 
-    const unreachable = new NotificationListener({ connectionString: "postgres://nobody@127.0.0.1:1/none", channel, onNotification: () => undefined });
+    const unreachable = new NotificationListener({
+      connectionString: "postgres://nobody@127.0.0.1:1/none",
+      channel,
+      onNotification: () => undefined,
+    });
     await assert.rejects(unreachable.start());
     await assert.rejects(unreachable.start(), "a second start tries again rather than returning as if listening");
     await unreachable.close();

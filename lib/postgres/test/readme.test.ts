@@ -20,7 +20,9 @@ void test("the README's example migrates, listens, hears its notice and exits", 
   const file = path.join(here, `.readme-${process.pid}.ts`);
   writeFileSync(file, blocks[0]!);
   try {
-    const { stdout } = await promisify(execFile)(process.execPath, ["--import", "tsx", file], { env: { ...process.env, OZ0_DATABASE_SCHEMA: schema } });
+    const { stdout } = await promisify(execFile)(process.execPath, ["--import", "tsx", file], {
+      env: { ...process.env, OZ0_DATABASE_SCHEMA: schema },
+    });
     assert.equal(stdout.trim(), /\/\/ → (.*)/.exec(blocks[0]!)![1]!);
   } finally {
     rmSync(file, { force: true });

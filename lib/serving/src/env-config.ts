@@ -31,7 +31,11 @@ export function envString(env: Env, name: string): string | undefined {
 }
 
 /** A whole number, at least `min` (default 0) and at most `max` when given. `unit` names what it counts, for the message. */
-export function envInteger(env: Env, name: string, options: { min?: number; max?: number; unit?: string } = {}): number | undefined {
+export function envInteger(
+  env: Env,
+  name: string,
+  options: { min?: number; max?: number; unit?: string } = {},
+): number | undefined {
   const value = raw(env, name);
   if (value === undefined) return undefined;
   const min = options.min ?? 0;
@@ -56,7 +60,8 @@ export function envPort(env: Env, name: string): number | undefined {
 export function envUrl(env: Env, name: string): string | undefined {
   const value = raw(env, name);
   if (value === undefined) return undefined;
-  if (!isHttpUrl(value)) throw new EnvConfigError(name, "an http:// or https:// URL, such as http://127.0.0.1:7701", value);
+  if (!isHttpUrl(value))
+    throw new EnvConfigError(name, "an http:// or https:// URL, such as http://127.0.0.1:7701", value);
   return value;
 }
 
@@ -77,7 +82,8 @@ export function envUrlList(env: Env, name: string): string[] {
 export function envOneOf<T extends string>(env: Env, name: string, values: readonly T[]): T | undefined {
   const value = raw(env, name);
   if (value === undefined) return undefined;
-  if (!(values as readonly string[]).includes(value)) throw new EnvConfigError(name, `one of ${values.join(", ")}`, value);
+  if (!(values as readonly string[]).includes(value))
+    throw new EnvConfigError(name, `one of ${values.join(", ")}`, value);
   return value as T;
 }
 

@@ -13,7 +13,13 @@ export function unexpectedErrorInterceptor(logger: Logger): Interceptor {
       if (error instanceof ConnectError) throw error;
       const ref = randomUUID().slice(0, 8);
       logger.error({ err: error, ref, procedure: request.method.name }, "unexpected error in handler");
-      throw new ConnectError(`internal error (ref ${ref}); the service log has the details`, Code.Internal, undefined, undefined, error);
+      throw new ConnectError(
+        `internal error (ref ${ref}); the service log has the details`,
+        Code.Internal,
+        undefined,
+        undefined,
+        error,
+      );
     }
   };
 }

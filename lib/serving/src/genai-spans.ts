@@ -46,7 +46,11 @@ export function traceContextOf(ctx: Context = context.active()): { traceparent: 
 }
 
 /** The context a W3C `traceparent` (and `tracestate`) continue; the root context when there is none. */
-export function contextFromTraceparent(traceparent: string | undefined, tracestate?: string, base: Context = context.active()): Context {
+export function contextFromTraceparent(
+  traceparent: string | undefined,
+  tracestate?: string,
+  base: Context = context.active(),
+): Context {
   if (!traceparent) return base;
   const carrier: Record<string, string> = { traceparent };
   if (tracestate) carrier.tracestate = tracestate;
@@ -79,12 +83,20 @@ export function genAiClientMetrics(): GenAiClientMetrics {
     tokenUsage: meter.createHistogram("gen_ai.client.token.usage", {
       unit: "{token}",
       description: "Tokens used per model call, by gen_ai.token.type",
-      advice: { explicitBucketBoundaries: [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864] },
+      advice: {
+        explicitBucketBoundaries: [
+          1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+        ],
+      },
     }),
     operationDuration: meter.createHistogram("gen_ai.client.operation.duration", {
       unit: "s",
       description: "Duration of model calls",
-      advice: { explicitBucketBoundaries: [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92] },
+      advice: {
+        explicitBucketBoundaries: [
+          0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+        ],
+      },
     }),
   };
   return clientMetrics;

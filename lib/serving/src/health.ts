@@ -53,7 +53,10 @@ export class HealthRegistry {
     const check = (service: string): HealthCheckResponse => {
       const status = this.#status.get(service);
       if (status === undefined) {
-        throw new ConnectError(`unknown service "${service}": ask for "", "${LIVENESS}", "${READINESS}" or a served service name`, Code.NotFound);
+        throw new ConnectError(
+          `unknown service "${service}": ask for "", "${LIVENESS}", "${READINESS}" or a served service name`,
+          Code.NotFound,
+        );
       }
       return create(HealthCheckResponseSchema, { status });
     };

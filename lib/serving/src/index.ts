@@ -39,7 +39,12 @@ export { parsePeopleConfig, grantedRoles } from "./auth/people-config.js";
 export type { PeopleConfig, OidcConfig, RoleGrant, StaticToken } from "./auth/people-config.js";
 export { principalOf } from "./auth/principal.js";
 export type { Principal, Role, ServiceName } from "./auth/principal.js";
-export { ACCEPTED_PEERS, generateStackCredentials, newCredential, serviceIdentityEnv } from "./auth/stack-credentials.js";
+export {
+  ACCEPTED_PEERS,
+  generateStackCredentials,
+  newCredential,
+  serviceIdentityEnv,
+} from "./auth/stack-credentials.js";
 export type { StackCredentials } from "./auth/stack-credentials.js";
 export { createScrubber, scrubSecret, REDACTED } from "./secret-scrubber.js";
 export type { HeldTextScrubber, SecretScrubber } from "./secret-scrubber.js";

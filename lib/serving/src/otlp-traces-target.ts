@@ -20,7 +20,15 @@ export interface OtlpTracesTarget {
 export function otlpTracesTarget(env: NodeJS.ProcessEnv = process.env): OtlpTracesTarget | undefined {
   if (env.OTEL_SDK_DISABLED === "true") return undefined;
   const exporter = env.OTEL_TRACES_EXPORTER;
-  if (exporter !== undefined && exporter !== "" && !exporter.split(",").map((name) => name.trim()).includes("otlp")) return undefined;
+  if (
+    exporter !== undefined &&
+    exporter !== "" &&
+    !exporter
+      .split(",")
+      .map((name) => name.trim())
+      .includes("otlp")
+  )
+    return undefined;
   const protocol = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL || env.OTEL_EXPORTER_OTLP_PROTOCOL || "http/protobuf";
   if (protocol !== "http/protobuf" && protocol !== "http/json") return undefined;
   // The signal's own endpoint is used as is; the base endpoint gets the signal's path (OTLP exporter spec).
@@ -35,7 +43,9 @@ export function otlpTracesTarget(env: NodeJS.ProcessEnv = process.env): OtlpTrac
   try {
     parsed = new URL(url);
   } catch {
-    throw new Error(`${variable} is not a URL (${JSON.stringify(url)}); set it to the collector's OTLP/HTTP address, for example http://127.0.0.1:4318`);
+    throw new Error(
+      `${variable} is not a URL (${JSON.stringify(url)}); set it to the collector's OTLP/HTTP address, for example http://127.0.0.1:4318`,
+    );
   }
   if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
     throw new Error(`${variable} must be an http:// or https:// URL for OTLP over HTTP, not ${parsed.protocol}`);
@@ -57,7 +67,8 @@ function headerList(value: string | undefined, variable: string): Record<string,
   for (const pair of value.split(",")) {
     if (pair.trim() === "") continue;
     const at = pair.indexOf("=");
-    if (at <= 0) throw new Error(`${variable} has an entry without a name=value form; write it as name=value,name2=value2`);
+    if (at <= 0)
+      throw new Error(`${variable} has an entry without a name=value form; write it as name=value,name2=value2`);
     const name = pair.slice(0, at).trim().toLowerCase();
     try {
       headers[name] = decodeURIComponent(pair.slice(at + 1).trim());

@@ -75,7 +75,10 @@ export class ReflectionIndex {
       file
         ? create(v1.ServerReflectionResponseSchema, {
             ...base,
-            messageResponse: { case: "fileDescriptorResponse", value: { fileDescriptorProto: this.#withDependencies(file) } },
+            messageResponse: {
+              case: "fileDescriptorResponse",
+              value: { fileDescriptorProto: this.#withDependencies(file) },
+            },
           })
         : error(NOT_FOUND, `${what} not found`);
     const req = request.messageRequest;
@@ -95,7 +98,10 @@ export class ReflectionIndex {
       case "allExtensionNumbersOfType":
         return create(v1.ServerReflectionResponseSchema, {
           ...base,
-          messageResponse: { case: "allExtensionNumbersResponse", value: { baseTypeName: req.value, extensionNumber: [] } },
+          messageResponse: {
+            case: "allExtensionNumbersResponse",
+            value: { baseTypeName: req.value, extensionNumber: [] },
+          },
         });
       case "fileContainingExtension":
         return error(NOT_FOUND, `no extensions of "${req.value.containingType}" are served`);

@@ -60,7 +60,16 @@ interface Scan {
 }
 
 const BACKSLASH = 0x5c;
-const SIMPLE_ESCAPES: Readonly<Record<string, number>> = { n: 0x0a, r: 0x0d, t: 0x09, f: 0x0c, b: 0x08, '"': 0x22, "\\": BACKSLASH, "/": 0x2f };
+const SIMPLE_ESCAPES: Readonly<Record<string, number>> = {
+  n: 0x0a,
+  r: 0x0d,
+  t: 0x09,
+  f: 0x0c,
+  b: 0x08,
+  '"': 0x22,
+  "\\": BACKSLASH,
+  "/": 0x2f,
+};
 
 /**
  * The character a JSON escape at `at` stands for and where it ends; null when
@@ -86,13 +95,28 @@ function readEscape(text: string, at: number): { code: number; end: number } | n
  * what outlives it is copied, so one set serves the whole process: a scan
  * per streamed event allocates nothing.
  */
-let buffers = { starts: new Int32Array(1024), ends: new Int32Array(1024), covered: new Uint8Array(1024), broken: new Uint8Array(1024) };
+let buffers = {
+  starts: new Int32Array(1024),
+  ends: new Int32Array(1024),
+  covered: new Uint8Array(1024),
+  broken: new Uint8Array(1024),
+};
 
-function scan(options: { text: string; automata: readonly KeyAutomaton[]; carried?: Uint8Array | undefined; streaming: boolean }): Scan {
+function scan(options: {
+  text: string;
+  automata: readonly KeyAutomaton[];
+  carried?: Uint8Array | undefined;
+  streaming: boolean;
+}): Scan {
   const { text, automata, carried } = options;
   if (buffers.starts.length < text.length) {
     const size = Math.max(text.length, buffers.starts.length * 2);
-    buffers = { starts: new Int32Array(size), ends: new Int32Array(size), covered: new Uint8Array(size), broken: new Uint8Array(size) };
+    buffers = {
+      starts: new Int32Array(size),
+      ends: new Int32Array(size),
+      covered: new Uint8Array(size),
+      broken: new Uint8Array(size),
+    };
   }
   const { starts, ends, covered, broken } = buffers;
   covered.fill(0, 0, text.length);
@@ -109,7 +133,7 @@ function scan(options: { text: string; automata: readonly KeyAutomaton[]; carrie
   let count = 0;
   let gap = 0;
   let incomplete: number | undefined;
-  for (let i = 0; i < text.length; ) {
+  for (let i = 0; i < text.length;) {
     let code = text.charCodeAt(i);
     let next = i + 1;
     if (code === BACKSLASH) {
@@ -163,7 +187,7 @@ function scan(options: { text: string; automata: readonly KeyAutomaton[]; carrie
 function holdsRun(text: string, automata: readonly KeyAutomaton[]): boolean {
   const matches: KeyMatch[] = automata.map(() => ({ state: 0, length: 0 }));
   let gap = 0;
-  for (let i = 0; i < text.length; ) {
+  for (let i = 0; i < text.length;) {
     let code = text.charCodeAt(i);
     let next = i + 1;
     if (code === BACKSLASH) {
@@ -248,7 +272,8 @@ export class HeldTextScrubber {
     const text = this.#held + delta;
     const found = scan({ text, automata: this.#automata, carried: this.#carried, streaming: true });
     const holdFrom = found.count - found.tail;
-    const end = holdFrom === found.count ? (found.incomplete ?? text.length) : holdFrom === 0 ? 0 : found.ends[holdFrom - 1]!;
+    const end =
+      holdFrom === found.count ? (found.incomplete ?? text.length) : holdFrom === 0 ? 0 : found.ends[holdFrom - 1]!;
     const out = this.#send({ text, found, end, sentCount: holdFrom });
     this.#held = text.slice(end);
     this.#carried = holdFrom < found.count ? found.covered.slice(holdFrom, found.count) : undefined;

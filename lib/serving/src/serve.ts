@@ -75,11 +75,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   const logger = options.logger ?? createLogger({ name: options.name });
   assertEveryMethodHasAccess(options.services);
   const health = new HealthRegistry(options.services.map((s) => s.service.typeName));
-  const reflection = new ReflectionIndex([
-    ...options.services.map((s) => s.service),
-    Health,
-    ReflectionV1,
-  ]);
+  const reflection = new ReflectionIndex([...options.services.map((s) => s.service), Health, ReflectionV1]);
   const hint = options.credentialHint ? { credentialHint: options.credentialHint } : {};
   const routes = (router: ConnectRouter): void => {
     for (const { service, impl } of options.services) router.service(service, impl);
@@ -87,17 +83,33 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     router.service(ReflectionV1, reflectionServiceV1(reflection));
     router.service(ReflectionV1alpha, reflectionServiceV1alpha(reflection));
     // connect-node takes the router's handlers once this returns.
-    const bodyCheck = { compressions: ACCEPT_COMPRESSION, readMaxBytes: READ_MAX_BYTES, accessCheck: accessCheck(options.auth, hint) };
-    router.handlers.splice(0, router.handlers.length, ...router.handlers.map((h) => refusingUndecodableBodies(h, bodyCheck)));
+    const bodyCheck = {
+      compressions: ACCEPT_COMPRESSION,
+      readMaxBytes: READ_MAX_BYTES,
+      accessCheck: accessCheck(options.auth, hint),
+    };
+    router.handlers.splice(
+      0,
+      router.handlers.length,
+      ...router.handlers.map((h) => refusingUndecodableBodies(h, bodyCheck)),
+    );
   };
   const handler = connectNodeAdapter({
     routes,
     acceptCompression: ACCEPT_COMPRESSION,
     readMaxBytes: READ_MAX_BYTES,
-    interceptors: [traceServerInterceptor, unexpectedErrorInterceptor(logger), authInterceptor(options.auth, hint), ...(options.interceptors ?? [])],
+    interceptors: [
+      traceServerInterceptor,
+      unexpectedErrorInterceptor(logger),
+      authInterceptor(options.auth, hint),
+      ...(options.interceptors ?? []),
+    ],
     fallback: options.fallback as Parameters<typeof connectNodeAdapter>[0]["fallback"],
   });
-  const server = createSniffingServer(guarded(handler as RequestHandler, logger), options.headersTimeoutMs ? { headersTimeoutMs: options.headersTimeoutMs } : {});
+  const server = createSniffingServer(
+    guarded(handler as RequestHandler, logger),
+    options.headersTimeoutMs ? { headersTimeoutMs: options.headersTimeoutMs } : {},
+  );
   const host = options.host ?? "127.0.0.1";
   await new Promise<void>((resolve, reject) => {
     server.tcp.once("error", reject);
@@ -135,8 +147,13 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
 
 /** Nothing is open by omission: a method with no line in the access table stops the service at start. */
 function assertEveryMethodHasAccess(services: ServiceRegistration[]): void {
-  const missing = services.flatMap(({ service }) => service.methods.map((m) => `${service.typeName}/${m.name}`)).filter((m) => !(m in ACCESS_TABLE));
-  if (missing.length > 0) throw new Error(`no access rule for ${missing.join(", ")}: add each to ACCESS_TABLE in lib/serving/src/auth/access-table.ts`);
+  const missing = services
+    .flatMap(({ service }) => service.methods.map((m) => `${service.typeName}/${m.name}`))
+    .filter((m) => !(m in ACCESS_TABLE));
+  if (missing.length > 0)
+    throw new Error(
+      `no access rule for ${missing.join(", ")}: add each to ACCESS_TABLE in lib/serving/src/auth/access-table.ts`,
+    );
 }
 
 function openConnections(tcp: TcpServer): Promise<number> {

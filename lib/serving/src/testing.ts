@@ -9,7 +9,13 @@ import { exportJWK, generateKeyPair, SignJWT, type JWK } from "jose";
 import { ACCESS_TABLE } from "./auth/access-table.js";
 import { credentialDigest, type AuthSettings } from "./auth/authenticator.js";
 import type { ServiceName } from "./auth/principal.js";
-import { generateStackCredentials, newCredential, serviceAuthSettings, serviceIdentityEnv, type StackCredentials } from "./auth/stack-credentials.js";
+import {
+  generateStackCredentials,
+  newCredential,
+  serviceAuthSettings,
+  serviceIdentityEnv,
+  type StackCredentials,
+} from "./auth/stack-credentials.js";
 
 export interface TestCredentials {
   /** Each service's credential. */
@@ -39,10 +45,18 @@ export function createTestCredentials(): TestCredentials {
   return {
     services,
     owner,
-    settingsFor: (service, extra = {}) => ({ ...serviceAuthSettings(services, service), ...(PEOPLE_SERVE.has(service) ? { ownerTokenSha256 } : {}), ...extra }),
-    envFor: (service) => ({ ...serviceIdentityEnv(services, service), ...(PEOPLE_SERVE.has(service) ? { OZ0_OWNER_TOKEN_SHA256: ownerTokenSha256 } : {}) }),
+    settingsFor: (service, extra = {}) => ({
+      ...serviceAuthSettings(services, service),
+      ...(PEOPLE_SERVE.has(service) ? { ownerTokenSha256 } : {}),
+      ...extra,
+    }),
+    envFor: (service) => ({
+      ...serviceIdentityEnv(services, service),
+      ...(PEOPLE_SERVE.has(service) ? { OZ0_OWNER_TOKEN_SHA256: ownerTokenSha256 } : {}),
+    }),
     caller: (next) => async (request) => {
-      if (!request.header.has("authorization")) request.header.set("authorization", `Bearer ${tokenFor(`${request.service.typeName}/${request.method.name}`)}`);
+      if (!request.header.has("authorization"))
+        request.header.set("authorization", `Bearer ${tokenFor(`${request.service.typeName}/${request.method.name}`)}`);
       return next(request);
     },
   };
@@ -55,7 +69,10 @@ export interface TestOidcIssuer {
   /** The issuer (`iss`), serving `/.well-known/openid-configuration` and `/jwks`. */
   readonly url: string;
   /** A token signed by the issuer's key (or, with `key: "stranger"`, by a key it does not publish). Audience `oz0` by default. */
-  sign(claims: Record<string, unknown>, options?: { expiresIn?: string; audience?: string; issuer?: string; key?: "own" | "stranger" }): Promise<string>;
+  sign(
+    claims: Record<string, unknown>,
+    options?: { expiresIn?: string; audience?: string; issuer?: string; key?: "own" | "stranger" },
+  ): Promise<string>;
   close(): Promise<void>;
 }
 
@@ -67,7 +84,8 @@ export async function startTestOidcIssuer(): Promise<TestOidcIssuer> {
   let url = "";
   const server: Server = createServer((req, res) => {
     res.setHeader("content-type", "application/json");
-    if (req.url === "/.well-known/openid-configuration") res.end(JSON.stringify({ issuer: url, jwks_uri: `${url}/jwks` }));
+    if (req.url === "/.well-known/openid-configuration")
+      res.end(JSON.stringify({ issuer: url, jwks_uri: `${url}/jwks` }));
     else if (req.url === "/jwks") res.end(JSON.stringify({ keys: [jwk] }));
     else res.writeHead(404).end("{}");
   });

@@ -43,15 +43,24 @@ export function refusingUndecodableBodies(handler: UniversalHandler, options: Bo
     const encoding = request.header.get(framing.encodingHeader);
     const check: MessageCheck = {
       method: handler.method,
-      compression: encoding && encoding !== "identity" ? options.compressions.find((c) => c.name === encoding) ?? "unknown" : undefined,
+      compression:
+        encoding && encoding !== "identity"
+          ? (options.compressions.find((c) => c.name === encoding) ?? "unknown")
+          : undefined,
       readMaxBytes: options.readMaxBytes,
       refuse: async (reason) => {
         const method = `${handler.service.typeName}/${handler.method.name}`;
         await options.accessCheck(method, request.header.get("authorization"));
-        return new ConnectError(`the request body could not be decoded as ${handler.method.input.typeName} (${reason}); send that message in the protocol's binary encoding`, Code.InvalidArgument);
+        return new ConnectError(
+          `the request body could not be decoded as ${handler.method.input.typeName} (${reason}); send that message in the protocol's binary encoding`,
+          Code.InvalidArgument,
+        );
       },
     };
-    return handler({ ...request, body: framing.enveloped ? checkedEnvelopes(request.body, check) : checkedWhole(request.body, check) });
+    return handler({
+      ...request,
+      body: framing.enveloped ? checkedEnvelopes(request.body, check) : checkedWhole(request.body, check),
+    });
   };
   return Object.assign(checked, {
     protocolNames: handler.protocolNames,
@@ -127,7 +136,8 @@ async function* checkedEnvelopes(body: AsyncIterable<Uint8Array>, check: Message
       if (size === undefined || pendingBytes < size) break;
       const bytes = concat(pending);
       const flags = bytes[0]!;
-      const refusal = flags === 0 || flags === 1 ? await checkMessage(bytes.subarray(5, size), flags === 1, check) : undefined;
+      const refusal =
+        flags === 0 || flags === 1 ? await checkMessage(bytes.subarray(5, size), flags === 1, check) : undefined;
       if (refusal) {
         // What came before it in this chunk goes on, as connect would have taken it; the bad envelope stays one byte short.
         const kept = chunk.byteLength - (bytes.byteLength - size) - 1;
@@ -143,10 +153,15 @@ async function* checkedEnvelopes(body: AsyncIterable<Uint8Array>, check: Message
 }
 
 /** The refusal for a message that does not decode, or undefined. */
-async function checkMessage(bytes: Uint8Array, compressed: boolean, check: MessageCheck): Promise<ConnectError | undefined> {
+async function checkMessage(
+  bytes: Uint8Array,
+  compressed: boolean,
+  check: MessageCheck,
+): Promise<ConnectError | undefined> {
   let message = bytes;
   if (compressed) {
-    if (check.compression === undefined) return check.refuse("a message is flagged compressed, but the request names no encoding");
+    if (check.compression === undefined)
+      return check.refuse("a message is flagged compressed, but the request names no encoding");
     if (check.compression === "unknown") return undefined;
     try {
       message = await check.compression.decompress(bytes, check.readMaxBytes);

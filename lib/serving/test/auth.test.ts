@@ -10,7 +10,12 @@ import type { GenFile } from "@bufbuild/protobuf/codegenv2";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Health } from "@oz0/proto/grpc/health/v1/health_pb";
-import { AgentService, JobService, SandboxNodeService, SecretService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import {
+  AgentService,
+  JobService,
+  SandboxNodeService,
+  SecretService,
+} from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { ACCESS_TABLE } from "../src/auth/access-table.js";
 import { Authenticator, credentialDigest } from "../src/auth/authenticator.js";
 import { authSettingsFromEnv } from "../src/auth/auth-settings.js";
@@ -24,12 +29,16 @@ const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), ".."
 
 /** Every .proto under proto/, with the generated module it becomes. */
 function protoFiles(dir = path.join(repoRoot, "proto")): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? protoFiles(path.join(dir, e.name)) : e.name.endsWith(".proto") ? [path.join(dir, e.name)] : []));
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? protoFiles(path.join(dir, e.name)) : e.name.endsWith(".proto") ? [path.join(dir, e.name)] : [],
+  );
 }
 
 async function methodsOf(modulePath: string): Promise<string[]> {
   const mod = (await import(modulePath)) as Record<string, unknown>;
-  const files = Object.entries(mod).filter(([name]) => name.startsWith("file_")).map(([, f]) => f as GenFile);
+  const files = Object.entries(mod)
+    .filter(([name]) => name.startsWith("file_"))
+    .map(([, f]) => f as GenFile);
   assert.equal(files.length, 1, `${modulePath} exports one file descriptor`);
   return files[0]!.services.flatMap((s) => s.methods.map((m) => `${s.typeName}/${m.name}`));
 }
@@ -37,7 +46,9 @@ async function methodsOf(modulePath: string): Promise<string[]> {
 void describe("the access table", () => {
   void it("has exactly one rule for every method of every service in every proto, health and reflection included", async () => {
     const modules = [
-      ...protoFiles().map((f) => `@oz0/proto/${path.relative(path.join(repoRoot, "proto"), f).replace(/\.proto$/, "_pb")}`),
+      ...protoFiles().map(
+        (f) => `@oz0/proto/${path.relative(path.join(repoRoot, "proto"), f).replace(/\.proto$/, "_pb")}`,
+      ),
       "@oz0/proto/grpc/health/v1/health_pb",
       "@oz0/proto/grpc/reflection/v1/reflection_pb",
       "@oz0/proto/grpc/reflection/v1alpha/reflection_pb",
@@ -51,12 +62,23 @@ void describe("the access table", () => {
   });
 
   void it("keeps health and redeeming a login code open, and nothing else", () => {
-    const open = Object.entries(ACCESS_TABLE).filter(([, a]) => "open" in a).map(([m]) => m);
-    assert.deepEqual(open.sort(), ["grpc.health.v1.Health/Check", "grpc.health.v1.Health/Watch", "oz0.orchestrator.v1.LoginService/RedeemLoginCode"]);
+    const open = Object.entries(ACCESS_TABLE)
+      .filter(([, a]) => "open" in a)
+      .map(([m]) => m);
+    assert.deepEqual(open.sort(), [
+      "grpc.health.v1.Health/Check",
+      "grpc.health.v1.Health/Watch",
+      "oz0.orchestrator.v1.LoginService/RedeemLoginCode",
+    ]);
   });
 
   void it("lets no person reach a service-only API, and no service answer approvals", () => {
-    for (const method of ["oz0.sandbox.v1.SandboxService/RunSession", "oz0.llmproxy.v1.SecretService/SetSecret", "oz0.llmproxy.v1.LlmProxyService/MintSessionToken", "oz0.events.v1.EventsService/Publish"]) {
+    for (const method of [
+      "oz0.sandbox.v1.SandboxService/RunSession",
+      "oz0.llmproxy.v1.SecretService/SetSecret",
+      "oz0.llmproxy.v1.LlmProxyService/MintSessionToken",
+      "oz0.events.v1.EventsService/Publish",
+    ]) {
       const access = ACCESS_TABLE[method]!;
       assert.ok(!("open" in access) && !("anyPrincipal" in access) && !("role" in access && access.role), method);
     }
@@ -66,7 +88,10 @@ void describe("the access table", () => {
 
   void it("refuses to serve a method that has no rule", async () => {
     const fake = { ...Health, typeName: "oz0.unlisted.v1.UnlistedService" } as typeof Health;
-    await assert.rejects(serve({ name: "t", port: 0, services: [registration(fake, {})], auth: new Authenticator({}) }), /no access rule for oz0\.unlisted\.v1\.UnlistedService\/Check/);
+    await assert.rejects(
+      serve({ name: "t", port: 0, services: [registration(fake, {})], auth: new Authenticator({}) }),
+      /no access rule for oz0\.unlisted\.v1\.UnlistedService\/Check/,
+    );
   });
 });
 
@@ -87,7 +112,11 @@ void describe("the auth interceptor", () => {
     server = await serve({
       name: "auth-test",
       port: 0,
-      auth: new Authenticator({ peers: { orchestrator: credentialDigest(orchestrator), sandbox: credentialDigest(sandbox) }, people, nodeTokenSha256: credentialDigest(node) }),
+      auth: new Authenticator({
+        peers: { orchestrator: credentialDigest(orchestrator), sandbox: credentialDigest(sandbox) },
+        people,
+        nodeTokenSha256: credentialDigest(node),
+      }),
       services: [
         registration(JobService, {
           answerPermission(_req, context) {
@@ -118,23 +147,53 @@ void describe("the auth interceptor", () => {
   });
 
   void it("refuses a call without a credential, naming what is missing", async () => {
-    await assert.rejects(createClient(JobService, transport()).listJobs({}), refused(Code.Unauthenticated, /JobService\/ListJobs needs a credential: send `authorization: Bearer <token>`/));
+    await assert.rejects(
+      createClient(JobService, transport()).listJobs({}),
+      refused(Code.Unauthenticated, /JobService\/ListJobs needs a credential: send `authorization: Bearer <token>`/),
+    );
   });
 
   void it("refuses a malformed header and an unknown token", async () => {
     const jobs = createClient(JobService, transport());
-    await assert.rejects(jobs.listJobs({}, { headers: { authorization: "Basic abc" } }), refused(Code.Unauthenticated, /must be `Bearer <token>`/));
-    await assert.rejects(jobs.listJobs({}, as(newCredential())), refused(Code.Unauthenticated, /not one this service accepts/));
-    await assert.rejects(jobs.listJobs({}, as("aaa.bbb.ccc")), refused(Code.Unauthenticated, /no OIDC issuer is configured/));
+    await assert.rejects(
+      jobs.listJobs({}, { headers: { authorization: "Basic abc" } }),
+      refused(Code.Unauthenticated, /must be `Bearer <token>`/),
+    );
+    await assert.rejects(
+      jobs.listJobs({}, as(newCredential())),
+      refused(Code.Unauthenticated, /not one this service accepts/),
+    );
+    await assert.rejects(
+      jobs.listJobs({}, as("aaa.bbb.ccc")),
+      refused(Code.Unauthenticated, /no OIDC issuer is configured/),
+    );
   });
 
   void it("tells a principal without the right which role or service the method needs", async () => {
     const jobs = createClient(JobService, transport());
-    await assert.rejects(jobs.answerPermission({ jobId: "j", callId: "c" }, as(bob)), refused(Code.PermissionDenied, /AnswerPermission is open only to people with the approver role; bob may not call it \(bob has viewer;/));
-    await assert.rejects(jobs.listJobs({}, as(orchestrator)), refused(Code.PermissionDenied, /ListJobs is open only to people with the viewer role; the orchestrator service may not call it/));
+    await assert.rejects(
+      jobs.answerPermission({ jobId: "j", callId: "c" }, as(bob)),
+      refused(
+        Code.PermissionDenied,
+        /AnswerPermission is open only to people with the approver role; bob may not call it \(bob has viewer;/,
+      ),
+    );
+    await assert.rejects(
+      jobs.listJobs({}, as(orchestrator)),
+      refused(
+        Code.PermissionDenied,
+        /ListJobs is open only to people with the viewer role; the orchestrator service may not call it/,
+      ),
+    );
     await assert.rejects(jobs.listJobs({}, as(node)), refused(Code.PermissionDenied, /a sandbox node may not call it/));
-    await assert.rejects(createClient(SecretService, transport()).setSecret({}, as(sandbox)), refused(Code.PermissionDenied, /people with the admin role; the sandbox service may not/));
-    await assert.rejects(createClient(SandboxNodeService, transport()).heartbeat({}, as(alice)), refused(Code.PermissionDenied, /open only to sandbox nodes/));
+    await assert.rejects(
+      createClient(SecretService, transport()).setSecret({}, as(sandbox)),
+      refused(Code.PermissionDenied, /people with the admin role; the sandbox service may not/),
+    );
+    await assert.rejects(
+      createClient(SandboxNodeService, transport()).heartbeat({}, as(alice)),
+      refused(Code.PermissionDenied, /open only to sandbox nodes/),
+    );
   });
 
   void it("lets the right principal through and hands it to the handler, whatever the request claims", async () => {
@@ -149,15 +208,35 @@ void describe("the auth interceptor", () => {
 void describe("identity settings from the environment", () => {
   void it("reads peers, owner and service token, and names a malformed variable", () => {
     const token = newCredential();
-    const settings = authSettingsFromEnv({ OZ0_SERVICE_TOKEN: token, OZ0_PEER_LLM_PROXY_SHA256: credentialDigest("x"), OZ0_OWNER_TOKEN_SHA256: credentialDigest("o") });
-    assert.deepEqual(settings, { serviceToken: token, peers: { "llm-proxy": credentialDigest("x") }, ownerTokenSha256: credentialDigest("o") });
-    assert.throws(() => authSettingsFromEnv({ OZ0_PEER_ORCHESTRATOR_SHA256: "nothex" }), /OZ0_PEER_ORCHESTRATOR_SHA256 must be the lowercase hex SHA-256/);
-    assert.throws(() => authSettingsFromEnv({ OZ0_SERVICE_TOKEN: "short" }), /OZ0_SERVICE_TOKEN has 5 characters; use at least 16/);
+    const settings = authSettingsFromEnv({
+      OZ0_SERVICE_TOKEN: token,
+      OZ0_PEER_LLM_PROXY_SHA256: credentialDigest("x"),
+      OZ0_OWNER_TOKEN_SHA256: credentialDigest("o"),
+    });
+    assert.deepEqual(settings, {
+      serviceToken: token,
+      peers: { "llm-proxy": credentialDigest("x") },
+      ownerTokenSha256: credentialDigest("o"),
+    });
+    assert.throws(
+      () => authSettingsFromEnv({ OZ0_PEER_ORCHESTRATOR_SHA256: "nothex" }),
+      /OZ0_PEER_ORCHESTRATOR_SHA256 must be the lowercase hex SHA-256/,
+    );
+    assert.throws(
+      () => authSettingsFromEnv({ OZ0_SERVICE_TOKEN: "short" }),
+      /OZ0_SERVICE_TOKEN has 5 characters; use at least 16/,
+    );
   });
 
   void it("refuses an auth config with an unknown field or a bad digest, naming it", () => {
-    assert.throws(() => parsePeopleConfig("rolez: {}\n", "f.yaml"), /f\.yaml is not a valid auth config: \/rolez: unknown field/);
-    assert.throws(() => parsePeopleConfig("tokens:\n  - { user: a, sha256: abc }\n", "f.yaml"), /\/tokens\/0\/sha256: must be the lowercase hex SHA-256/);
+    assert.throws(
+      () => parsePeopleConfig("rolez: {}\n", "f.yaml"),
+      /f\.yaml is not a valid auth config: \/rolez: unknown field/,
+    );
+    assert.throws(
+      () => parsePeopleConfig("tokens:\n  - { user: a, sha256: abc }\n", "f.yaml"),
+      /\/tokens\/0\/sha256: must be the lowercase hex SHA-256/,
+    );
     assert.throws(() => parsePeopleConfig("oidc: { issuer: https://i }\n", "f.yaml"), /\/oidc\/audience: required/);
     assert.throws(() => parsePeopleConfig("roles: [\n", "f.yaml"), /f\.yaml is not valid YAML/);
   });
@@ -168,8 +247,19 @@ void describe("OIDC people", () => {
   let server: RunningServer;
   before(async () => {
     issuer = await startTestOidcIssuer();
-    const people = parsePeopleConfig(`oidc: { issuer: "${issuer.url}", audience: oz0, usernameClaim: preferred_username }\nroles:\n  operator: { groups: [dev] }\n`, "test");
-    server = await serve({ name: "oidc-test", port: 0, auth: new Authenticator({ people }), services: [registration(AgentService, { listAgents: () => ({}) }), registration(JobService, { runAgent: () => ({}) })] });
+    const people = parsePeopleConfig(
+      `oidc: { issuer: "${issuer.url}", audience: oz0, usernameClaim: preferred_username }\nroles:\n  operator: { groups: [dev] }\n`,
+      "test",
+    );
+    server = await serve({
+      name: "oidc-test",
+      port: 0,
+      auth: new Authenticator({ people }),
+      services: [
+        registration(AgentService, { listAgents: () => ({}) }),
+        registration(JobService, { runAgent: () => ({}) }),
+      ],
+    });
   });
   after(async () => {
     await server.close({ graceMs: 0 });
@@ -193,15 +283,29 @@ void describe("OIDC people", () => {
         assert.match(err.rawMessage, pattern);
         return true;
       });
-    await check(await issuer.sign({ preferred_username: "carol", groups: ["dev"] }, { expiresIn: "-1m" }), /the token has expired/);
-    await check(await issuer.sign({ preferred_username: "carol" }, { audience: "someone-else" }), /the token's aud claim is not accepted here/);
-    await check(await issuer.sign({ preferred_username: "carol" }, { issuer: "https://evil.example" }), /the token's iss claim is not accepted here/);
+    await check(
+      await issuer.sign({ preferred_username: "carol", groups: ["dev"] }, { expiresIn: "-1m" }),
+      /the token has expired/,
+    );
+    await check(
+      await issuer.sign({ preferred_username: "carol" }, { audience: "someone-else" }),
+      /the token's aud claim is not accepted here/,
+    );
+    await check(
+      await issuer.sign({ preferred_username: "carol" }, { issuer: "https://evil.example" }),
+      /the token's iss claim is not accepted here/,
+    );
     await check(await issuer.sign({ preferred_username: "carol" }, { key: "stranger" }), /signature does not verify/);
     await check(await issuer.sign({ groups: ["dev"] }), /no preferred_username claim/);
   });
 
   void it("a person without a granted role is refused with the role named", async () => {
     const token = await issuer.sign({ preferred_username: "dave", groups: ["sales"] });
-    await assert.rejects(agents().listAgents({}, as(token)), (e: unknown) => ConnectError.from(e).code === Code.PermissionDenied && /viewer role; dave may not call it \(dave has no role/.test(ConnectError.from(e).rawMessage));
+    await assert.rejects(
+      agents().listAgents({}, as(token)),
+      (e: unknown) =>
+        ConnectError.from(e).code === Code.PermissionDenied &&
+        /viewer role; dave may not call it \(dave has no role/.test(ConnectError.from(e).rawMessage),
+    );
   });
 });

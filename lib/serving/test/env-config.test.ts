@@ -30,13 +30,23 @@ void test("a port is 0 to 65535; anything else is refused naming the variable", 
   assert.equal(envPort({ OZ0_PORT: "7700" }, "OZ0_PORT"), 7700);
   assert.equal(envPort({ OZ0_PORT: "0" }, "OZ0_PORT"), 0);
   for (const bad of ["x", "77x", "-1", "65536", "7700.5", "1e3"]) {
-    refused(() => envPort({ OZ0_PORT: bad }, "OZ0_PORT"), "OZ0_PORT", new RegExp(`^OZ0_PORT must be a port number from 0 \\(any free port\\) to 65535; got "${bad.replace(".", "\\.")}"$`));
+    refused(
+      () => envPort({ OZ0_PORT: bad }, "OZ0_PORT"),
+      "OZ0_PORT",
+      new RegExp(
+        `^OZ0_PORT must be a port number from 0 \\(any free port\\) to 65535; got "${bad.replace(".", "\\.")}"$`,
+      ),
+    );
   }
 });
 
 void test("a whole number within its bounds, its unit in the message", () => {
   assert.equal(envInteger({ T: "1500" }, "T", { min: 100, unit: "milliseconds" }), 1500);
-  refused(() => envInteger({ T: "99" }, "T", { min: 100, unit: "milliseconds" }), "T", /^T must be a whole number of milliseconds, at least 100; got "99"$/);
+  refused(
+    () => envInteger({ T: "99" }, "T", { min: 100, unit: "milliseconds" }),
+    "T",
+    /^T must be a whole number of milliseconds, at least 100; got "99"$/,
+  );
   refused(() => envInteger({ T: "1.5" }, "T"), "T", /whole number, at least 0; got "1\.5"/);
   refused(() => envInteger({ T: "ten" }, "T"), "T", /got "ten"/);
   refused(() => envInteger({ T: "11" }, "T", { max: 10 }), "T", /from 0 to 10; got "11"/);
@@ -46,7 +56,11 @@ void test("URLs are http or https, alone or comma-separated", () => {
   assert.equal(envUrl({ U: "http://127.0.0.1:7701" }, "U"), "http://127.0.0.1:7701");
   assert.deepEqual(envUrlList({ U: "http://a:1, https://b:2 ," }, "U"), ["http://a:1", "https://b:2"]);
   refused(() => envUrl({ U: "127.0.0.1:7701" }, "U"), "U", /^U must be an http:\/\/ or https:\/\/ URL/);
-  refused(() => envUrlList({ U: "http://a:1,nowhere" }, "U"), "U", /comma-separated http:\/\/ or https:\/\/ URLs; got "http:\/\/a:1,nowhere"/);
+  refused(
+    () => envUrlList({ U: "http://a:1,nowhere" }, "U"),
+    "U",
+    /comma-separated http:\/\/ or https:\/\/ URLs; got "http:\/\/a:1,nowhere"/,
+  );
 });
 
 void test("one of a closed set", () => {

@@ -19,7 +19,10 @@ const buf = createRequire(import.meta.url).resolve("@bufbuild/buf/bin/buf");
 void test("health tells liveness from readiness over gRPC and Connect", async () => {
   const server = await serve({ name: "test", auth, port: 0, services: [], readyOnListen: false });
   try {
-    const grpc = createClient(Health, createGrpcTransport({ baseUrl: server.url, interceptors: [testCredentials.caller] }));
+    const grpc = createClient(
+      Health,
+      createGrpcTransport({ baseUrl: server.url, interceptors: [testCredentials.caller] }),
+    );
     const connect = createClient(Health, createConnectTransport({ baseUrl: server.url, httpVersion: "1.1" }));
     assert.equal((await grpc.check({ service: "liveness" })).status, ServingStatus.SERVING);
     assert.equal((await connect.check({ service: "readiness" })).status, ServingStatus.NOT_SERVING);
@@ -35,13 +38,35 @@ void test("buf curl lists and calls services through reflection", async () => {
   const server = await serve({ name: "test", auth, port: 0, services: [] });
   try {
     // Reflection needs a principal; health does not.
-    await assert.rejects(run(buf, ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--list-methods", server.url]));
-    const list = await run(buf, ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "-H", bearer, "--reflect-header", "*", "--list-methods", server.url]);
+    await assert.rejects(
+      run(buf, ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--list-methods", server.url]),
+    );
+    const list = await run(buf, [
+      "curl",
+      "--protocol",
+      "grpc",
+      "--http2-prior-knowledge",
+      "-H",
+      bearer,
+      "--reflect-header",
+      "*",
+      "--list-methods",
+      server.url,
+    ]);
     assert.match(list.stdout, /grpc\.health\.v1\.Health\/Check/);
     const check = await run(buf, [
       // buf curl learns the schema through reflection, so even a health call through it presents a credential.
-      "curl", "--protocol", "grpc", "--http2-prior-knowledge", "-H", bearer, "--reflect-header", "*",
-      "-d", '{"service":"liveness"}', `${server.url}/grpc.health.v1.Health/Check`,
+      "curl",
+      "--protocol",
+      "grpc",
+      "--http2-prior-knowledge",
+      "-H",
+      bearer,
+      "--reflect-header",
+      "*",
+      "-d",
+      '{"service":"liveness"}',
+      `${server.url}/grpc.health.v1.Health/Check`,
     ]);
     assert.deepEqual(JSON.parse(check.stdout), { status: "SERVING" });
   } finally {
@@ -52,12 +77,19 @@ void test("buf curl lists and calls services through reflection", async () => {
 void test("a server on ::1 answers clients that send an unbracketed IPv6 authority, and survives malformed requests", async () => {
   const server = await serve({ name: "test", auth, host: "::1", port: 0, services: [] });
   try {
-    const grpc = createClient(Health, createGrpcTransport({ baseUrl: server.url, interceptors: [testCredentials.caller] }));
+    const grpc = createClient(
+      Health,
+      createGrpcTransport({ baseUrl: server.url, interceptors: [testCredentials.caller] }),
+    );
     assert.equal((await grpc.check({ service: "liveness" })).status, ServingStatus.SERVING);
     const http2 = await import("node:http2");
     const session = http2.connect(server.url);
     const status = await new Promise<number>((resolve, reject) => {
-      const stream = session.request({ ":path": "/grpc.health.v1.Health/Check", ":method": "POST", ":authority": "a:b:c" });
+      const stream = session.request({
+        ":path": "/grpc.health.v1.Health/Check",
+        ":method": "POST",
+        ":authority": "a:b:c",
+      });
       stream.on("response", (headers) => resolve(Number(headers[":status"])));
       stream.on("error", reject);
       stream.end();
@@ -71,24 +103,28 @@ void test("a server on ::1 answers clients that send an unbracketed IPv6 authori
 });
 
 // The timeout only turns a hang (no disconnect at all) into a failure; the server is told 300 ms.
-void test("a client that stalls before its headers are complete is disconnected, and others are served", { timeout: 60_000 }, async () => {
-  const { connect } = await import("node:net");
-  const server = await serve({ name: "test", port: 0, services: [], auth, headersTimeoutMs: 300 });
-  try {
-    const stall = (bytes: string): Promise<void> =>
-      new Promise((resolve, reject) => {
-        const socket = connect(server.port, "127.0.0.1", () => socket.write(bytes));
-        socket.on("error", reject);
-        // Read what comes back (a 408, or nothing), so the server's close is seen.
-        socket.resume();
-        socket.on("close", () => resolve());
-      });
-    // Mid-headers over HTTP/1.1, and before the protocol is even known.
-    await stall("POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: x\r\ncontent-type: applic");
-    await stall("PRI * HT");
-    const grpc = createClient(Health, createGrpcTransport({ baseUrl: server.url }));
-    assert.equal((await grpc.check({ service: "liveness" })).status, ServingStatus.SERVING);
-  } finally {
-    await server.close({ graceMs: 100 });
-  }
-});
+void test(
+  "a client that stalls before its headers are complete is disconnected, and others are served",
+  { timeout: 60_000 },
+  async () => {
+    const { connect } = await import("node:net");
+    const server = await serve({ name: "test", port: 0, services: [], auth, headersTimeoutMs: 300 });
+    try {
+      const stall = (bytes: string): Promise<void> =>
+        new Promise((resolve, reject) => {
+          const socket = connect(server.port, "127.0.0.1", () => socket.write(bytes));
+          socket.on("error", reject);
+          // Read what comes back (a 408, or nothing), so the server's close is seen.
+          socket.resume();
+          socket.on("close", () => resolve());
+        });
+      // Mid-headers over HTTP/1.1, and before the protocol is even known.
+      await stall("POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: x\r\ncontent-type: applic");
+      await stall("PRI * HT");
+      const grpc = createClient(Health, createGrpcTransport({ baseUrl: server.url }));
+      assert.equal((await grpc.check({ service: "liveness" })).status, ServingStatus.SERVING);
+    } finally {
+      await server.close({ graceMs: 100 });
+    }
+  },
+);

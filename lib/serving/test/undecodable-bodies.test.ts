@@ -35,7 +35,7 @@ function envelope(message: Uint8Array, flags = 0): Uint8Array {
 
 function envelopes(bytes: Uint8Array): { flags: number; data: Uint8Array }[] {
   const out: { flags: number; data: Uint8Array }[] = [];
-  for (let at = 0; at + 5 <= bytes.byteLength; ) {
+  for (let at = 0; at + 5 <= bytes.byteLength;) {
     const size = new DataView(bytes.buffer, bytes.byteOffset + at, 5).getUint32(1);
     out.push({ flags: bytes[at]!, data: bytes.subarray(at + 5, at + 5 + size) });
     at += 5 + size;
@@ -50,11 +50,22 @@ interface GrpcAnswer {
 }
 
 /** One gRPC call over HTTP/2 with the body's envelopes written as they are given. */
-function grpc(url: string, path: string, body: Uint8Array[], headers: Record<string, string> = {}): Promise<GrpcAnswer> {
+function grpc(
+  url: string,
+  path: string,
+  body: Uint8Array[],
+  headers: Record<string, string> = {},
+): Promise<GrpcAnswer> {
   return new Promise((resolve, reject) => {
     const session = http2Connect(url);
     session.on("error", reject);
-    const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...headers });
+    const stream = session.request({
+      ":method": "POST",
+      ":path": path,
+      "content-type": "application/grpc",
+      te: "trailers",
+      ...headers,
+    });
     const received: Buffer[] = [];
     let answer: Record<string, unknown> = {};
     stream.on("response", (h) => (answer = { ...h }));
@@ -76,7 +87,11 @@ function grpc(url: string, path: string, body: Uint8Array[], headers: Record<str
 
 /** One gRPC-Web call over HTTP/1.1: the status is in the trailer envelope of the body. */
 async function grpcWeb(url: string, path: string, body: Uint8Array): Promise<{ status: number; message: string }> {
-  const response = await fetch(url + path, { method: "POST", headers: { "content-type": "application/grpc-web+proto" }, body });
+  const response = await fetch(url + path, {
+    method: "POST",
+    headers: { "content-type": "application/grpc-web+proto" },
+    body,
+  });
   const trailer = envelopes(new Uint8Array(await response.arrayBuffer())).find((e) => e.flags & 0x80);
   const fields = Object.fromEntries(
     new TextDecoder()
@@ -85,12 +100,24 @@ async function grpcWeb(url: string, path: string, body: Uint8Array): Promise<{ s
       .filter(Boolean)
       .map((line) => [line.slice(0, line.indexOf(":")).toLowerCase(), line.slice(line.indexOf(":") + 1).trim()]),
   );
-  return { status: Number(fields["grpc-status"] ?? response.headers.get("grpc-status")), message: decodeURIComponent(fields["grpc-message"] ?? "") };
+  return {
+    status: Number(fields["grpc-status"] ?? response.headers.get("grpc-status")),
+    message: decodeURIComponent(fields["grpc-message"] ?? ""),
+  };
 }
 
 /** One Connect unary call: the HTTP status and the error's code and message. */
-async function connectUnary(url: string, path: string, body: Uint8Array | string, headers: Record<string, string> = {}): Promise<{ http: number; code?: string; message?: string }> {
-  const response = await fetch(url + path, { method: "POST", headers: { "content-type": "application/proto", ...headers }, body });
+async function connectUnary(
+  url: string,
+  path: string,
+  body: Uint8Array | string,
+  headers: Record<string, string> = {},
+): Promise<{ http: number; code?: string; message?: string }> {
+  const response = await fetch(url + path, {
+    method: "POST",
+    headers: { "content-type": "application/proto", ...headers },
+    body,
+  });
   const text = await response.text();
   return { http: response.status, ...(response.ok ? {} : (JSON.parse(text) as { code: string; message: string })) };
 }
@@ -112,7 +139,10 @@ void describe("an undecodable request body", () => {
     const connect = await connectUnary(server.url, CHECK, GARBAGE);
     assert.equal(connect.http, 400);
     assert.equal(connect.code, "invalid_argument");
-    assert.match(connect.message!, /the request body could not be decoded as grpc\.health\.v1\.HealthCheckRequest \(binary protobuf: .+\)/);
+    assert.match(
+      connect.message!,
+      /the request body could not be decoded as grpc\.health\.v1\.HealthCheckRequest \(binary protobuf: .+\)/,
+    );
 
     const overGrpc = await grpc(server.url, CHECK, [envelope(GARBAGE)]);
     assert.equal(overGrpc.status, Code.InvalidArgument);
@@ -124,15 +154,24 @@ void describe("an undecodable request body", () => {
   });
 
   void it("is InvalidArgument on streams too: Connect server streaming, gRPC bidi", async () => {
-    const response = await fetch(server.url + WATCH, { method: "POST", headers: { "content-type": "application/connect+proto" }, body: envelope(GARBAGE) });
+    const response = await fetch(server.url + WATCH, {
+      method: "POST",
+      headers: { "content-type": "application/connect+proto" },
+      body: envelope(GARBAGE),
+    });
     const end = envelopes(new Uint8Array(await response.arrayBuffer())).find((e) => e.flags & 0x02);
     const { error } = JSON.parse(new TextDecoder().decode(end?.data)) as { error: { code: string; message: string } };
     assert.equal(error.code, "invalid_argument");
     assert.match(error.message, /could not be decoded as grpc\.health\.v1\.HealthCheckRequest/);
 
     // A good message is answered; the garbage after it ends the stream.
-    const listServices = toBinary(ServerReflectionRequestSchema, create(ServerReflectionRequestSchema, { messageRequest: { case: "listServices", value: "" } }));
-    const bidi = await grpc(server.url, REFLECT, [envelope(listServices), envelope(GARBAGE)], { authorization: orchestrator });
+    const listServices = toBinary(
+      ServerReflectionRequestSchema,
+      create(ServerReflectionRequestSchema, { messageRequest: { case: "listServices", value: "" } }),
+    );
+    const bidi = await grpc(server.url, REFLECT, [envelope(listServices), envelope(GARBAGE)], {
+      authorization: orchestrator,
+    });
     assert.equal(bidi.status, Code.InvalidArgument);
     assert.match(bidi.message, /could not be decoded as grpc\.reflection\.v1\.ServerReflectionRequest/);
     assert.equal(bidi.messages.length, 1);
@@ -148,13 +187,22 @@ void describe("an undecodable request body", () => {
   void it("from a caller the access table refuses is answered with the refusal first, on every protocol", async () => {
     const before = published;
     assert.equal((await connectUnary(server.url, PUBLISH, GARBAGE)).code, "unauthenticated");
-    assert.equal((await connectUnary(server.url, PUBLISH, GARBAGE, { authorization: `Bearer ${testCredentials.owner}` })).code, "permission_denied");
+    assert.equal(
+      (await connectUnary(server.url, PUBLISH, GARBAGE, { authorization: `Bearer ${testCredentials.owner}` })).code,
+      "permission_denied",
+    );
     assert.equal((await grpc(server.url, PUBLISH, [envelope(GARBAGE)])).status, Code.Unauthenticated);
     assert.equal((await grpcWeb(server.url, PUBLISH, envelope(GARBAGE))).status, Code.Unauthenticated);
     assert.equal((await grpc(server.url, REFLECT, [envelope(GARBAGE)])).status, Code.Unauthenticated);
     // The same bodies from the caller the method is open to are about the body.
-    assert.equal((await connectUnary(server.url, PUBLISH, GARBAGE, { authorization: orchestrator })).code, "invalid_argument");
-    assert.equal((await grpc(server.url, PUBLISH, [envelope(GARBAGE)], { authorization: orchestrator })).status, Code.InvalidArgument);
+    assert.equal(
+      (await connectUnary(server.url, PUBLISH, GARBAGE, { authorization: orchestrator })).code,
+      "invalid_argument",
+    );
+    assert.equal(
+      (await grpc(server.url, PUBLISH, [envelope(GARBAGE)], { authorization: orchestrator })).status,
+      Code.InvalidArgument,
+    );
     assert.equal(published, before, "no undecodable body reached the handler");
   });
 
@@ -169,7 +217,10 @@ void describe("an undecodable request body", () => {
     const unflagged = await grpc(server.url, PUBLISH, [envelope(good, 1)], { authorization: orchestrator });
     assert.equal(unflagged.status, Code.InvalidArgument);
     assert.match(unflagged.message, /flagged compressed, but the request names no encoding/);
-    const connect = await connectUnary(server.url, PUBLISH, gzipSync(GARBAGE), { authorization: orchestrator, "content-encoding": "gzip" });
+    const connect = await connectUnary(server.url, PUBLISH, gzipSync(GARBAGE), {
+      authorization: orchestrator,
+      "content-encoding": "gzip",
+    });
     assert.equal(connect.code, "invalid_argument");
     assert.equal(published, before + 1);
   });
@@ -184,9 +235,20 @@ void describe("the body check", () => {
         for await (const chunk of request.body as AsyncIterable<Uint8Array>) read.push(chunk);
         return { status: 200 };
       },
-      { protocolNames: ["grpc"], service: Health, method: Health.method.check, requestPath: CHECK, allowedMethods: ["POST"], supportedContentType: contentTypeMatcher(/^application\/grpc$/) },
+      {
+        protocolNames: ["grpc"],
+        service: Health,
+        method: Health.method.check,
+        requestPath: CHECK,
+        allowedMethods: ["POST"],
+        supportedContentType: contentTypeMatcher(/^application\/grpc$/),
+      },
     );
-    const handler = refusingUndecodableBodies(inner, { compressions: [], readMaxBytes: 0xffffffff, accessCheck: () => Promise.resolve(undefined) });
+    const handler = refusingUndecodableBodies(inner, {
+      compressions: [],
+      readMaxBytes: 0xffffffff,
+      accessCheck: () => Promise.resolve(undefined),
+    });
     return { handler, read };
   }
   const request = (contentType: string, chunks: Uint8Array[]): UniversalServerRequest => ({
@@ -216,7 +278,10 @@ void describe("the body check", () => {
     const body = new Uint8Array([...good, ...envelope(GARBAGE)]);
     for (const chunks of [[body], bytewise(body)]) {
       const { handler, read } = reading();
-      await assert.rejects(handler(request("application/grpc", chunks)), (e: unknown) => (e as { code?: Code }).code === Code.InvalidArgument);
+      await assert.rejects(
+        handler(request("application/grpc", chunks)),
+        (e: unknown) => (e as { code?: Code }).code === Code.InvalidArgument,
+      );
       assert.ok(Buffer.concat(read).byteLength < body.byteLength);
       assert.ok(Buffer.concat(read).byteLength >= good.byteLength);
     }
@@ -224,7 +289,10 @@ void describe("the body check", () => {
 
   void it("checks a Connect unary body whole, and leaves JSON to connect", async () => {
     const whole = reading();
-    await assert.rejects(whole.handler(request("application/proto", bytewise(GARBAGE))), (e: unknown) => (e as { code?: Code }).code === Code.InvalidArgument);
+    await assert.rejects(
+      whole.handler(request("application/proto", bytewise(GARBAGE))),
+      (e: unknown) => (e as { code?: Code }).code === Code.InvalidArgument,
+    );
     const json = reading();
     await json.handler(request("application/json", [new TextEncoder().encode("{garbage")]));
     assert.equal(Buffer.concat(json.read).toString(), "{garbage");

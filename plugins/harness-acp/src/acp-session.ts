@@ -46,9 +46,17 @@ export function resultForStopReason(stopReason: string, text: string): ResultIni
       return { stopReason: StopReason.CANCELLED, text, error: "the agent cancelled the prompt turn" };
     case "max_tokens":
       // The answer was cut off mid-way: the work is not done, so the job must not read as a success.
-      return { stopReason: StopReason.ERROR, text, error: "the model's answer was cut off at its output token limit (max_tokens); the turn did not finish" };
+      return {
+        stopReason: StopReason.ERROR,
+        text,
+        error: "the model's answer was cut off at its output token limit (max_tokens); the turn did not finish",
+      };
     default:
-      return { stopReason: StopReason.ERROR, text, error: `the agent stopped with an unknown stop reason ${JSON.stringify(stopReason)}` };
+      return {
+        stopReason: StopReason.ERROR,
+        text,
+        error: `the agent stopped with an unknown stop reason ${JSON.stringify(stopReason)}`,
+      };
   }
 }
 
@@ -83,7 +91,10 @@ export class AcpSessionRun {
       this.#connection.agent.notify("session/cancel", { sessionId }).catch(() => {});
     }
     const timer = setTimeout(
-      () => this.#fail(new AcpSessionError("agent_exited", "the agent did not end its prompt turn within the cancel grace")),
+      () =>
+        this.#fail(
+          new AcpSessionError("agent_exited", "the agent did not end its prompt turn within the cancel grace"),
+        ),
       this.#options.cancelGraceMs ?? DEFAULT_CANCEL_GRACE_MS,
     );
     timer.unref();
@@ -92,7 +103,10 @@ export class AcpSessionRun {
   /** Runs the session to its result (returned, for runHarness to write). */
   async run(): Promise<ResultInit> {
     const session = this.#session;
-    const cancelled = (): ResultInit => ({ stopReason: StopReason.CANCELLED, error: this.#cancelReason || "the session was cancelled" });
+    const cancelled = (): ResultInit => ({
+      stopReason: StopReason.CANCELLED,
+      error: this.#cancelReason || "the session was cancelled",
+    });
     if (this.#cancel.signal.aborted) return cancelled();
     let launch: AgentLaunch;
     try {
@@ -143,9 +157,14 @@ export class AcpSessionRun {
           })
         : { command: agent.command, env: agent.env, modelEnv: agent.modelEnv, instructionsInPrompt: true };
     const endpoint = this.#session.model;
-    if (launch.modelEnv === "anthropic" && endpoint.anthropicBaseUrl === "") throw new Error("the request has no llm.anthropic_base_url; this agent calls an Anthropic Messages endpoint (the LLM proxy)");
-    if (launch.modelEnv === "openai" && endpoint.openaiBaseUrl === "") throw new Error("the request has no llm.openai_base_url; this agent calls an OpenAI endpoint (the LLM proxy)");
-    if (launch.modelEnv !== "none" && endpoint.apiKey === "") throw new Error("the request has no llm.token; model calls need the session token");
+    if (launch.modelEnv === "anthropic" && endpoint.anthropicBaseUrl === "")
+      throw new Error(
+        "the request has no llm.anthropic_base_url; this agent calls an Anthropic Messages endpoint (the LLM proxy)",
+      );
+    if (launch.modelEnv === "openai" && endpoint.openaiBaseUrl === "")
+      throw new Error("the request has no llm.openai_base_url; this agent calls an OpenAI endpoint (the LLM proxy)");
+    if (launch.modelEnv !== "none" && endpoint.apiKey === "")
+      throw new Error("the request has no llm.token; model calls need the session token");
     return launch;
   }
 
@@ -155,7 +174,13 @@ export class AcpSessionRun {
     const request = session.request;
     const { home, tmp } = agentStateLayout(request.stateDir);
     await Promise.all([mkdir(home, { recursive: true }), mkdir(tmp, { recursive: true })]);
-    const env = buildAgentEnvironment({ stateDir: request.stateDir, endpoint: session.model, modelEnv: launch.modelEnv, extra: launch.env, inherited: this.#options.inheritedEnv });
+    const env = buildAgentEnvironment({
+      stateDir: request.stateDir,
+      endpoint: session.model,
+      modelEnv: launch.modelEnv,
+      extra: launch.env,
+      inherited: this.#options.inheritedEnv,
+    });
     const agent = startAgentProcess({
       command: launch.command,
       cwd: request.workingDir,
@@ -166,7 +191,9 @@ export class AcpSessionRun {
         try {
           mapper.apply(params);
         } catch (error) {
-          this.#fail(error instanceof AcpSessionError ? error : new AcpSessionError("invalid_message", (error as Error).message));
+          this.#fail(
+            error instanceof AcpSessionError ? error : new AcpSessionError("invalid_message", (error as Error).message),
+          );
         }
       },
     });
@@ -174,8 +201,10 @@ export class AcpSessionRun {
 
     // session/update never reaches the SDK (agent-process.ts takes it in stdout
     // order), so a tool_call is always recorded before a permission request for it.
-    const app = client({ name: "oz0-harness-acp" })
-      .onRequest("session/request_permission", (params: unknown) => params, async ({ params }) => {
+    const app = client({ name: "oz0-harness-acp" }).onRequest(
+      "session/request_permission",
+      (params: unknown) => params,
+      async ({ params }) => {
         try {
           return await answerPermissionRequest(params, {
             session,
@@ -188,7 +217,8 @@ export class AcpSessionRun {
           if (error instanceof AcpSessionError) this.#fail(error);
           return { outcome: { outcome: "cancelled" } };
         }
-      });
+      },
+    );
     const connection = app.connect(agent.stream);
     this.#connection = connection;
     const call = async <T>(what: string, send: () => Promise<T>): Promise<T> => {
@@ -197,7 +227,10 @@ export class AcpSessionRun {
       } catch (error) {
         // A request the dying agent could not answer: report how it died instead.
         if (agent.gone) await failed;
-        throw new AcpSessionError("request_failed", `the ACP agent answered ${what} with an error: ${(error as Error).message}`);
+        throw new AcpSessionError(
+          "request_failed",
+          `the ACP agent answered ${what} with an error: ${(error as Error).message}`,
+        );
       }
     };
 
@@ -215,7 +248,10 @@ export class AcpSessionRun {
         `the ACP agent speaks protocol version ${String(init.protocolVersion)}; this harness speaks version ${PROTOCOL_VERSION}`,
       );
     }
-    session.log("info", "ACP agent initialized", { agent: init.agentInfo?.name ?? "", version: init.agentInfo?.version ?? "" });
+    session.log("info", "ACP agent initialized", {
+      agent: init.agentInfo?.name ?? "",
+      version: init.agentInfo?.version ?? "",
+    });
 
     const maxTurns = request.limits?.maxTurns ?? 0;
     const created = await call("session/new", () =>
@@ -233,10 +269,16 @@ export class AcpSessionRun {
     }
 
     const prompt: ContentBlock[] = [];
-    if (launch.instructionsInPrompt && request.instructions.trim() !== "") prompt.push({ type: "text", text: request.instructions });
+    if (launch.instructionsInPrompt && request.instructions.trim() !== "")
+      prompt.push({ type: "text", text: request.instructions });
     prompt.push({ type: "text", text: request.input });
-    const response = await call("session/prompt", () => connection.agent.request("session/prompt", { sessionId: created.sessionId, prompt }));
-    session.log("info", "the prompt turn ended", { stopReason: response.stopReason, cancelled: this.#cancel.signal.aborted });
+    const response = await call("session/prompt", () =>
+      connection.agent.request("session/prompt", { sessionId: created.sessionId, prompt }),
+    );
+    session.log("info", "the prompt turn ended", {
+      stopReason: response.stopReason,
+      cancelled: this.#cancel.signal.aborted,
+    });
     mapper.promptUsage((response as { usage?: unknown }).usage);
     return resultForStopReason(response.stopReason, mapper.finalText);
   }

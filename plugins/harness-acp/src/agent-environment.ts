@@ -32,7 +32,8 @@ export function agentStateLayout(stateDir: string): { home: string; tmp: string 
 export function customHeaderLines(headers: Readonly<Record<string, string>>): string {
   return Object.entries(headers)
     .map(([name, value]) => {
-      if (!/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(name)) throw new Error(`llm header name ${JSON.stringify(name)} is not a valid HTTP header name`);
+      if (!/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(name))
+        throw new Error(`llm header name ${JSON.stringify(name)} is not a valid HTTP header name`);
       if (/[\r\n]/.test(value)) throw new Error(`llm header ${name} has a line break in its value`);
       return `${name}: ${value}`;
     })

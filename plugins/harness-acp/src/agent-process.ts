@@ -73,7 +73,10 @@ function preview(line: string): string {
 export function findProgram(program: string, cwd: string, pathVariable: string): boolean {
   const candidates = program.includes("/")
     ? [path.resolve(cwd, program)]
-    : pathVariable.split(":").filter((dir) => dir !== "").map((dir) => path.join(dir, program));
+    : pathVariable
+        .split(":")
+        .filter((dir) => dir !== "")
+        .map((dir) => path.join(dir, program));
   return candidates.some((candidate) => {
     try {
       accessSync(candidate, constants.X_OK);
@@ -95,11 +98,19 @@ export function startAgentProcess(options: AgentProcessOptions): AgentProcess {
   const [program, ...args] = options.command;
   if (program === undefined) throw new AcpSessionError("agent_start_failed", "the agent command is empty");
   if (!findProgram(program, options.cwd, options.env["PATH"] ?? "")) {
-    throw new AcpSessionError("agent_start_failed", `could not start the ACP agent: ${JSON.stringify(program)} is not an executable on the agent's PATH`);
+    throw new AcpSessionError(
+      "agent_start_failed",
+      `could not start the ACP agent: ${JSON.stringify(program)} is not an executable on the agent's PATH`,
+    );
   }
   const argv = SETPRIV === undefined ? [program, ...args] : [SETPRIV, "--pdeathsig", "KILL", "--", program, ...args];
   // detached: its own process group, so ending the agent ends everything it started.
-  const child = spawn(argv[0] ?? program, argv.slice(1), { cwd: options.cwd, env: options.env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+  const child = spawn(argv[0] ?? program, argv.slice(1), {
+    cwd: options.cwd,
+    env: options.env,
+    detached: true,
+    stdio: ["pipe", "pipe", "pipe"],
+  });
   // A harness that exits any other way (an uncaught error) still takes the agent's group with it.
   const killOnExit = (): void => {
     if (child.pid !== undefined && !gone) {
@@ -128,7 +139,12 @@ export function startAgentProcess(options: AgentProcessOptions): AgentProcess {
     });
     child.on("error", (error) => {
       gone = true;
-      fail(new AcpSessionError("agent_start_failed", `could not start the ACP agent ${JSON.stringify(program)}: ${error.message}`));
+      fail(
+        new AcpSessionError(
+          "agent_start_failed",
+          `could not start the ACP agent ${JSON.stringify(program)}: ${error.message}`,
+        ),
+      );
       resolve();
     });
   });
@@ -143,7 +159,12 @@ export function startAgentProcess(options: AgentProcessOptions): AgentProcess {
         if (line === "") return;
         const message = parseJsonRpc(line);
         if (typeof message === "string") {
-          fail(new AcpSessionError("malformed_message", `the ACP agent wrote a stdout line that is not a JSON-RPC 2.0 message (${message}): ${preview(line)}`));
+          fail(
+            new AcpSessionError(
+              "malformed_message",
+              `the ACP agent wrote a stdout line that is not a JSON-RPC 2.0 message (${message}): ${preview(line)}`,
+            ),
+          );
           return;
         }
         if (message["method"] === "session/update" && !("id" in message)) {
@@ -160,7 +181,12 @@ export function startAgentProcess(options: AgentProcessOptions): AgentProcess {
           pending = pending.subarray(newline + 1);
         }
         if (pending.length > MAX_LINE_BYTES) {
-          fail(new AcpSessionError("malformed_message", `the ACP agent wrote a stdout line longer than ${MAX_LINE_BYTES} bytes`));
+          fail(
+            new AcpSessionError(
+              "malformed_message",
+              `the ACP agent wrote a stdout line longer than ${MAX_LINE_BYTES} bytes`,
+            ),
+          );
           pending = Buffer.alloc(0);
         }
       });
@@ -171,7 +197,16 @@ export function startAgentProcess(options: AgentProcessOptions): AgentProcess {
         // closely), a moment later than the lines before it: an agent that answers
         // and exits must not have its answer overtaken by the news of its exit.
         void exited.then(() =>
-          setTimeout(() => fail(new AcpSessionError("agent_exited", `the ACP agent ${exitDescription || "closed its stdout"} before the prompt turn ended`)), 100),
+          setTimeout(
+            () =>
+              fail(
+                new AcpSessionError(
+                  "agent_exited",
+                  `the ACP agent ${exitDescription || "closed its stdout"} before the prompt turn ended`,
+                ),
+              ),
+            100,
+          ),
         );
         try {
           controller.close();

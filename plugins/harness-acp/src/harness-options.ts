@@ -51,7 +51,12 @@ const KNOWN_OPTIONS = ["agent", "requires_approval", "tools"];
 const KNOWN_AGENT_OPTIONS = ["command", "env", "model_env"];
 
 /** Placeholders a value in `agent.env` may use; filled from the session request. */
-export const ENV_PLACEHOLDERS = ["{llm.token}", "{llm.anthropic_base_url}", "{llm.openai_base_url}", "{llm.model}"] as const;
+export const ENV_PLACEHOLDERS = [
+  "{llm.token}",
+  "{llm.anthropic_base_url}",
+  "{llm.openai_base_url}",
+  "{llm.model}",
+] as const;
 
 /**
  * Variable names that carry credentials. An agent's `env` may set one only to
@@ -67,7 +72,10 @@ function describe(value: JsonValue | undefined): string {
 }
 
 /** Every problem with `options`, or an empty list when they are valid. Reads nothing else. */
-export function validateHarnessOptions(options: JsonObject | undefined | null, defaultAgent?: AgentSpec): HarnessOptionProblem[] {
+export function validateHarnessOptions(
+  options: JsonObject | undefined | null,
+  defaultAgent?: AgentSpec,
+): HarnessOptionProblem[] {
   return check(options ?? {}, defaultAgent).problems;
 }
 
@@ -75,23 +83,35 @@ export function validateHarnessOptions(options: JsonObject | undefined | null, d
  * The options with defaults applied; throws {@link HarnessOptionsError}.
  * `defaultAgent` (main.js's `--agent` or `--agent-command`) is used when the options name no agent.
  */
-export function parseHarnessOptions(options: JsonObject | undefined | null, defaultAgent?: AgentSpec): AcpHarnessOptions {
+export function parseHarnessOptions(
+  options: JsonObject | undefined | null,
+  defaultAgent?: AgentSpec,
+): AcpHarnessOptions {
   const { parsed, problems } = check(options ?? {}, defaultAgent);
   if (problems.length > 0 || parsed === undefined) throw new HarnessOptionsError(problems);
   return parsed;
 }
 
-function check(options: JsonObject, defaultAgent: AgentSpec | undefined): { parsed: AcpHarnessOptions | undefined; problems: HarnessOptionProblem[] } {
+function check(
+  options: JsonObject,
+  defaultAgent: AgentSpec | undefined,
+): { parsed: AcpHarnessOptions | undefined; problems: HarnessOptionProblem[] } {
   const problems: HarnessOptionProblem[] = [];
   for (const key of Object.keys(options)) {
-    if (!KNOWN_OPTIONS.includes(key)) problems.push({ option: key, message: `unknown option; this harness understands ${KNOWN_OPTIONS.join(", ")}` });
+    if (!KNOWN_OPTIONS.includes(key))
+      problems.push({ option: key, message: `unknown option; this harness understands ${KNOWN_OPTIONS.join(", ")}` });
   }
 
   let requiresApproval: string[] = [];
   const approval = options["requires_approval"];
   if (approval !== undefined && approval !== null) {
-    if (Array.isArray(approval) && approval.every((t): t is string => typeof t === "string")) requiresApproval = approval;
-    else problems.push({ option: "requires_approval", message: `must be a list of tool names, got ${describe(approval)}` });
+    if (Array.isArray(approval) && approval.every((t): t is string => typeof t === "string"))
+      requiresApproval = approval;
+    else
+      problems.push({
+        option: "requires_approval",
+        message: `must be a list of tool names, got ${describe(approval)}`,
+      });
   }
 
   const agent = checkAgent(options["agent"], defaultAgent, problems);
@@ -102,47 +122,83 @@ function check(options: JsonObject, defaultAgent: AgentSpec | undefined): { pars
       problems.push({ option: "tools", message: `must be a list of tool names, got ${describe(rawTools)}` });
     } else if (agent !== undefined && agent.kind !== "preset") {
       // A command agent's tools are its own business; ACP cannot restrict them.
-      problems.push({ option: "tools", message: "only the claude preset can restrict its tools; an agent command decides its own (every call still asks permission)" });
+      problems.push({
+        option: "tools",
+        message:
+          "only the claude preset can restrict its tools; an agent command decides its own (every call still asks permission)",
+      });
     } else tools = rawTools;
   }
   return { parsed: agent === undefined ? undefined : { agent, requiresApproval, tools }, problems };
 }
 
-function checkAgent(value: JsonValue | undefined, defaultAgent: AgentSpec | undefined, problems: HarnessOptionProblem[]): AgentSpec | undefined {
+function checkAgent(
+  value: JsonValue | undefined,
+  defaultAgent: AgentSpec | undefined,
+  problems: HarnessOptionProblem[],
+): AgentSpec | undefined {
   const presets = AGENT_PRESET_NAMES.join(", ");
   if (value === undefined || value === null) {
     if (defaultAgent !== undefined) return defaultAgent;
-    problems.push({ option: "agent", message: `is required: a preset (${presets}) or { command: [program, ...args], env: {...} }` });
+    problems.push({
+      option: "agent",
+      message: `is required: a preset (${presets}) or { command: [program, ...args], env: {...} }`,
+    });
     return undefined;
   }
   if (typeof value === "string") {
     if (isAgentPresetName(value)) return { kind: "preset", preset: value };
-    problems.push({ option: "agent", message: `${describe(value)} is not a preset; choose from ${presets}, or give { command: [...] }` });
+    problems.push({
+      option: "agent",
+      message: `${describe(value)} is not a preset; choose from ${presets}, or give { command: [...] }`,
+    });
     return undefined;
   }
   if (typeof value !== "object" || Array.isArray(value)) {
-    problems.push({ option: "agent", message: `must be a preset name or an object with a command, got ${describe(value)}` });
+    problems.push({
+      option: "agent",
+      message: `must be a preset name or an object with a command, got ${describe(value)}`,
+    });
     return undefined;
   }
   const before = problems.length;
   for (const key of Object.keys(value)) {
-    if (!KNOWN_AGENT_OPTIONS.includes(key)) problems.push({ option: `agent.${key}`, message: `unknown option; an agent has ${KNOWN_AGENT_OPTIONS.join(", ")}` });
+    if (!KNOWN_AGENT_OPTIONS.includes(key))
+      problems.push({
+        option: `agent.${key}`,
+        message: `unknown option; an agent has ${KNOWN_AGENT_OPTIONS.join(", ")}`,
+      });
   }
   const command = value["command"];
-  if (!Array.isArray(command) || command.length === 0 || !command.every((part): part is string => typeof part === "string" && part !== "")) {
-    problems.push({ option: "agent.command", message: `must be a non-empty list of strings (program, then arguments), got ${describe(command)}` });
+  if (
+    !Array.isArray(command) ||
+    command.length === 0 ||
+    !command.every((part): part is string => typeof part === "string" && part !== "")
+  ) {
+    problems.push({
+      option: "agent.command",
+      message: `must be a non-empty list of strings (program, then arguments), got ${describe(command)}`,
+    });
   }
   const env: Record<string, string> = {};
   const rawEnv = value["env"];
   if (rawEnv !== undefined && rawEnv !== null) {
     if (typeof rawEnv !== "object" || Array.isArray(rawEnv)) {
-      problems.push({ option: "agent.env", message: `must be a map of variable names to strings, got ${describe(rawEnv)}` });
+      problems.push({
+        option: "agent.env",
+        message: `must be a map of variable names to strings, got ${describe(rawEnv)}`,
+      });
     } else {
       for (const [name, v] of Object.entries(rawEnv)) {
-        if (!ENV_NAME.test(name)) problems.push({ option: `agent.env.${name}`, message: "is not a valid environment variable name" });
-        else if (typeof v !== "string") problems.push({ option: `agent.env.${name}`, message: `must be a string, got ${describe(v)}` });
+        if (!ENV_NAME.test(name))
+          problems.push({ option: `agent.env.${name}`, message: "is not a valid environment variable name" });
+        else if (typeof v !== "string")
+          problems.push({ option: `agent.env.${name}`, message: `must be a string, got ${describe(v)}` });
         else if (CREDENTIAL_NAME.test(name) && v !== "{llm.token}") {
-          problems.push({ option: `agent.env.${name}`, message: "looks like a credential; set it to {llm.token} (the session token), never to a key" });
+          problems.push({
+            option: `agent.env.${name}`,
+            message: "looks like a credential; set it to {llm.token} (the session token), never to a key",
+          });
         } else env[name] = v;
       }
     }
@@ -150,8 +206,13 @@ function checkAgent(value: JsonValue | undefined, defaultAgent: AgentSpec | unde
   let modelEnv: ModelEnvStyle = "anthropic";
   const rawStyle = value["model_env"];
   if (rawStyle !== undefined && rawStyle !== null) {
-    if (typeof rawStyle === "string" && (MODEL_ENV_STYLES as readonly string[]).includes(rawStyle)) modelEnv = rawStyle as ModelEnvStyle;
-    else problems.push({ option: "agent.model_env", message: `must be one of ${MODEL_ENV_STYLES.join(", ")}, got ${describe(rawStyle)}` });
+    if (typeof rawStyle === "string" && (MODEL_ENV_STYLES as readonly string[]).includes(rawStyle))
+      modelEnv = rawStyle as ModelEnvStyle;
+    else
+      problems.push({
+        option: "agent.model_env",
+        message: `must be one of ${MODEL_ENV_STYLES.join(", ")}, got ${describe(rawStyle)}`,
+      });
   }
   if (problems.length > before) return undefined;
   return { kind: "command", command: command as string[], env, modelEnv };

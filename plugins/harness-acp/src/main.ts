@@ -10,15 +10,21 @@ import { AGENT_PRESET_NAMES, isAgentPresetName } from "./agent-presets.js";
 import type { AgentPresetName } from "./agent-presets.js";
 import type { AgentSpec } from "./harness-options.js";
 
-const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string };
+const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
+  version: string;
+};
 const USAGE = "usage: oz0-harness-acp [--agent PRESET | --agent-command PROGRAM [ARGS...]]";
 
 function defaultAgent(argv: string[]): AgentSpec | undefined {
   const [flag, ...rest] = argv;
   if (flag === undefined) return undefined;
-  if (flag === "--agent" && rest.length === 1 && isAgentPresetName(rest[0] ?? "")) return { kind: "preset", preset: rest[0] as AgentPresetName };
-  if (flag === "--agent-command" && rest.length > 0) return { kind: "command", command: rest, env: {}, modelEnv: "anthropic" };
-  process.stderr.write(`oz0-harness-acp: ${argv.join(" ")}: not understood (presets: ${AGENT_PRESET_NAMES.join(", ")})\n${USAGE}\n`);
+  if (flag === "--agent" && rest.length === 1 && isAgentPresetName(rest[0] ?? ""))
+    return { kind: "preset", preset: rest[0] as AgentPresetName };
+  if (flag === "--agent-command" && rest.length > 0)
+    return { kind: "command", command: rest, env: {}, modelEnv: "anthropic" };
+  process.stderr.write(
+    `oz0-harness-acp: ${argv.join(" ")}: not understood (presets: ${AGENT_PRESET_NAMES.join(", ")})\n${USAGE}\n`,
+  );
   process.exit(2);
 }
 
@@ -40,7 +46,12 @@ await runHarness(
     handleSigterm: false,
   },
   async (session) => {
-    run = new AcpSessionRun({ session, version, inheritedEnv: process.env, ...(agent !== undefined ? { defaultAgent: agent } : {}) });
+    run = new AcpSessionRun({
+      session,
+      version,
+      inheritedEnv: process.env,
+      ...(agent !== undefined ? { defaultAgent: agent } : {}),
+    });
     if (cancelledEarly) run.cancel();
     return run.run();
   },

@@ -54,7 +54,10 @@ function options(params: Record<string, unknown>): PermissionOption[] {
 }
 
 /** Answers one `session/request_permission`; throws AcpSessionError for a tool call never announced. */
-export async function answerPermissionRequest(params: unknown, bridge: PermissionBridgeOptions): Promise<AcpPermissionResponse> {
+export async function answerPermissionRequest(
+  params: unknown,
+  bridge: PermissionBridgeOptions,
+): Promise<AcpPermissionResponse> {
   const record = (typeof params === "object" && params !== null ? params : {}) as Record<string, unknown>;
   const tracked = bridge.mapper.toolCallForPermission(record["toolCall"]);
   const offered = options(record);
@@ -66,37 +69,61 @@ export async function answerPermissionRequest(params: unknown, bridge: Permissio
   const outside = pathOutside(tracked.paths, bridge.workingDir);
   if (outside !== undefined) {
     // The session works only in its working directory, whatever the agent's own rules.
-    bridge.session.log("warn", "refused a tool call outside the working directory", { toolCallId: tracked.id, path: outside });
-    return refuseWith(reject, `${outside} is outside the session's working directory; work only inside ${bridge.workingDir}`);
+    bridge.session.log("warn", "refused a tool call outside the working directory", {
+      toolCallId: tracked.id,
+      path: outside,
+    });
+    return refuseWith(
+      reject,
+      `${outside} is outside the session's working directory; work only inside ${bridge.workingDir}`,
+    );
   }
   const requested: JsonObject = tracked.input;
   let decision: PermissionDecision;
   try {
     decision = await raceCancel(
-      bridge.session.requestPermission({ tool: toolName(tracked), input: requested, title: tracked.title, callId: tracked.id }),
+      bridge.session.requestPermission({
+        tool: toolName(tracked),
+        input: requested,
+        title: tracked.title,
+        callId: tracked.id,
+      }),
       bridge.cancelSignal,
     );
   } catch (error) {
-    bridge.session.log("info", "a permission request ended without an answer", { toolCallId: tracked.id, error: (error as Error).message });
+    bridge.session.log("info", "a permission request ended without an answer", {
+      toolCallId: tracked.id,
+      error: (error as Error).message,
+    });
     return { outcome: { outcome: "cancelled" } };
   }
-  if (decision.outcome === PermissionAnswer_Outcome.CANCELLED) bridge.onSessionCancelled?.(decision.reason || "the session was cancelled");
-  if (decision.outcome === PermissionAnswer_Outcome.CANCELLED || decision.outcome === PermissionAnswer_Outcome.TIMED_OUT) {
+  if (decision.outcome === PermissionAnswer_Outcome.CANCELLED)
+    bridge.onSessionCancelled?.(decision.reason || "the session was cancelled");
+  if (
+    decision.outcome === PermissionAnswer_Outcome.CANCELLED ||
+    decision.outcome === PermissionAnswer_Outcome.TIMED_OUT
+  ) {
     return { outcome: { outcome: "cancelled" }, _meta: { oz0: { reason: decision.reason, allowed: false } } };
   }
   const refuse = (reason: string): AcpPermissionResponse => refuseWith(reject, reason);
   if (!decision.allow) return refuse(decision.reason);
   if (!isDeepStrictEqual(decision.input, requested)) {
     // ACP has no way to run a call with another input than the agent asked for.
-    const reason = "the call was approved only with a changed input, which this ACP agent cannot run; make the call again with the approved input";
+    const reason =
+      "the call was approved only with a changed input, which this ACP agent cannot run; make the call again with the approved input";
     bridge.session.log("warn", "refused a call approved with a changed input", { toolCallId: tracked.id });
     return refuse(decision.reason !== "" ? `${reason} (${decision.reason})` : reason);
   }
   if (allowOnce === undefined) {
-    bridge.session.log("warn", "the agent offered no allow_once option; refusing rather than allowing always", { toolCallId: tracked.id });
+    bridge.session.log("warn", "the agent offered no allow_once option; refusing rather than allowing always", {
+      toolCallId: tracked.id,
+    });
     return refuse("this harness allows one call at a time and the agent offered no allow_once option");
   }
-  return { outcome: { outcome: "selected", optionId: allowOnce.optionId }, _meta: { oz0: { reason: decision.reason, allowed: true } } };
+  return {
+    outcome: { outcome: "selected", optionId: allowOnce.optionId },
+    _meta: { oz0: { reason: decision.reason, allowed: true } },
+  };
 }
 
 function refuseWith(reject: PermissionOption | undefined, reason: string): AcpPermissionResponse {

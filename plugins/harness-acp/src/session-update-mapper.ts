@@ -97,7 +97,8 @@ export class SessionUpdateMapper {
   /** Applies one `session/update` notification's params. Throws {@link AcpSessionError} on bad input. */
   apply(params: unknown): void {
     const update = isRecord(params) ? params["update"] : undefined;
-    if (!isRecord(update)) throw new AcpSessionError("invalid_message", "a session/update notification has no update object");
+    if (!isRecord(update))
+      throw new AcpSessionError("invalid_message", "a session/update notification has no update object");
     const kind = str(update["sessionUpdate"]);
     if (kind === undefined) throw new AcpSessionError("invalid_message", "a session/update has no sessionUpdate kind");
     switch (kind) {
@@ -123,7 +124,10 @@ export class SessionUpdateMapper {
         if (IGNORED_KINDS.has(kind)) return;
         // `_`-prefixed names are ACP extensions, which a client may ignore.
         if (kind.startsWith("_")) return;
-        throw new AcpSessionError("unknown_update", `the agent sent a session/update of unknown kind ${JSON.stringify(kind)}; this harness speaks ACP v1`);
+        throw new AcpSessionError(
+          "unknown_update",
+          `the agent sent a session/update of unknown kind ${JSON.stringify(kind)}; this harness speaks ACP v1`,
+        );
     }
   }
 
@@ -138,7 +142,10 @@ export class SessionUpdateMapper {
     const id = toolCall["toolCallId"] as string;
     const tracked = this.#toolCalls.get(id);
     if (tracked === undefined) {
-      throw new AcpSessionError("unannounced_tool_call", `the agent asked permission for tool call ${JSON.stringify(id)}, which it never announced with a tool_call update`);
+      throw new AcpSessionError(
+        "unannounced_tool_call",
+        `the agent asked permission for tool call ${JSON.stringify(id)}, which it never announced with a tool_call update`,
+      );
     }
     this.#merge(tracked, toolCall);
     this.#announce(tracked);
@@ -161,7 +168,8 @@ export class SessionUpdateMapper {
 
   #chunk(update: RawRecord, role: "assistant" | "thinking"): void {
     const content = update["content"];
-    if (!isRecord(content)) throw new AcpSessionError("invalid_message", `an ${String(update["sessionUpdate"])} has no content block`);
+    if (!isRecord(content))
+      throw new AcpSessionError("invalid_message", `an ${String(update["sessionUpdate"])} has no content block`);
     if (content["type"] !== "text") {
       this.#sink.log("debug", "ignored a non-text content chunk", { type: content["type"] });
       return;
@@ -184,13 +192,30 @@ export class SessionUpdateMapper {
 
   #toolCallUpdate(update: RawRecord, isNew: boolean): void {
     const id = str(update["toolCallId"]);
-    if (id === undefined || id === "") throw new AcpSessionError("invalid_message", `a ${String(update["sessionUpdate"])} has no toolCallId`);
+    if (id === undefined || id === "")
+      throw new AcpSessionError("invalid_message", `a ${String(update["sessionUpdate"])} has no toolCallId`);
     this.#assistant = undefined;
     this.#thinking = undefined;
     let tracked = this.#toolCalls.get(id);
     if (tracked === undefined) {
-      if (!isNew) this.#sink.log("warn", "a tool_call_update for a tool call never announced; tracking it from here", { toolCallId: id });
-      tracked = { id, tool: "", title: "", kind: "", status: "pending", input: {}, inputSeen: false, content: [], paths: [], rawOutput: undefined, announced: false, finished: false };
+      if (!isNew)
+        this.#sink.log("warn", "a tool_call_update for a tool call never announced; tracking it from here", {
+          toolCallId: id,
+        });
+      tracked = {
+        id,
+        tool: "",
+        title: "",
+        kind: "",
+        status: "pending",
+        input: {},
+        inputSeen: false,
+        content: [],
+        paths: [],
+        rawOutput: undefined,
+        announced: false,
+        finished: false,
+      };
       this.#toolCalls.set(id, tracked);
     }
     this.#merge(tracked, update);
@@ -225,7 +250,8 @@ export class SessionUpdateMapper {
     if (Array.isArray(update["content"])) tracked.content = update["content"] as unknown[];
     const paths = new Set(tracked.paths);
     if (Array.isArray(update["locations"])) {
-      for (const location of update["locations"]) if (isRecord(location) && typeof location["path"] === "string") paths.add(location["path"]);
+      for (const location of update["locations"])
+        if (isRecord(location) && typeof location["path"] === "string") paths.add(location["path"]);
     }
     for (const key of INPUT_PATH_KEYS) if (typeof tracked.input[key] === "string") paths.add(tracked.input[key]);
     tracked.paths = [...paths];
@@ -274,7 +300,8 @@ export function toolOutput(tracked: TrackedToolCall): JsonObject {
   for (const item of tracked.content) {
     if (!isRecord(item)) continue;
     if (item["type"] === "diff" && typeof item["path"] === "string") files.push(item["path"]);
-    else if (item["type"] === "content" && isRecord(item["content"]) && typeof item["content"]["text"] === "string") texts.push(item["content"]["text"]);
+    else if (item["type"] === "content" && isRecord(item["content"]) && typeof item["content"]["text"] === "string")
+      texts.push(item["content"]["text"]);
   }
   const output: JsonObject = { status: tracked.status };
   if (tracked.kind !== "") output["kind"] = tracked.kind;
@@ -282,6 +309,7 @@ export function toolOutput(tracked: TrackedToolCall): JsonObject {
   if (texts.length > 0) output["text"] = texts.join("\n");
   // Diffs are summarised as the paths they change; the files themselves are in the working directory.
   if (files.length > 0) output["files"] = files;
-  if (tracked.rawOutput !== undefined && texts.length === 0) output["output"] = JSON.parse(JSON.stringify(tracked.rawOutput)) as JsonValue;
+  if (tracked.rawOutput !== undefined && texts.length === 0)
+    output["output"] = JSON.parse(JSON.stringify(tracked.rawOutput)) as JsonValue;
   return output;
 }

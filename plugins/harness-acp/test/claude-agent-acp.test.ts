@@ -25,33 +25,69 @@ void test("claude-agent-acp through the LLM proxy: an approved Bash runs, a deni
     harnessOptions: { agent: "claude", tools: ["Bash"] },
     request: { instructions: "You are terse." },
     llm: async (model) => {
-      proxy = await startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"),
-        providers: [{ name: "anthropic", baseUrl: model.url, keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15 } } }],
+      proxy = await startLlmProxy({
+        auth: testCredentials.settingsFor("llm-proxy"),
+        providers: [
+          {
+            name: "anthropic",
+            baseUrl: model.url,
+            keySecret: "ANTHROPIC_API_KEY",
+            prices: { "*": { input: 3, output: 15 } },
+          },
+        ],
         kek: Buffer.alloc(32, 9),
       });
       const transport = createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] });
       await createClient(SecretService, transport).setSecret({ name: "ANTHROPIC_API_KEY", value: CUSTODY_KEY });
-      const minted = await createClient(LlmProxyService, transport).mintSessionToken({ job: HEADERS["Oz0-Job"], agent: HEADERS["Oz0-Agent"], session: "session-acp-1" });
+      const minted = await createClient(LlmProxyService, transport).mintSessionToken({
+        job: HEADERS["Oz0-Job"],
+        agent: HEADERS["Oz0-Agent"],
+        session: "session-acp-1",
+      });
       return { anthropicBaseUrl: minted.anthropicBaseUrl, token: minted.token, headers: { ...minted.headers } };
     },
     turns: () => [
-      { text: "Running it.", toolCalls: [{ name: "Bash", input: { command: "echo approved > yes.txt", description: "Write yes.txt" } }] },
-      { text: "Now the other one.", toolCalls: [{ name: "Bash", input: { command: "echo denied > no.txt", description: "Write no.txt" } }] },
+      {
+        text: "Running it.",
+        toolCalls: [{ name: "Bash", input: { command: "echo approved > yes.txt", description: "Write yes.txt" } }],
+      },
+      {
+        text: "Now the other one.",
+        toolCalls: [{ name: "Bash", input: { command: "echo denied > no.txt", description: "Write no.txt" } }],
+      },
       { text: "Done." },
     ],
-    answer: (request) => (String(request.input?.["command"]).includes("no.txt") ? { allow: false, reason: "Policy: no.txt is off limits" } : { allow: true }),
+    answer: (request) =>
+      String(request.input?.["command"]).includes("no.txt")
+        ? { allow: false, reason: "Policy: no.txt is off limits" }
+        : { allow: true },
   });
   try {
-    const usage = proxy ? await createClient(LlmProxyService, createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] })).getUsage({ job: HEADERS["Oz0-Job"] }) : undefined;
-    assert.equal(run.outcome.result?.stopReason, StopReason.COMPLETED, `${run.outcome.result?.error}\n${run.stderr.slice(-3000)}`);
+    const usage = proxy
+      ? await createClient(
+          LlmProxyService,
+          createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] }),
+        ).getUsage({ job: HEADERS["Oz0-Job"] })
+      : undefined;
+    assert.equal(
+      run.outcome.result?.stopReason,
+      StopReason.COMPLETED,
+      `${run.outcome.result?.error}\n${run.stderr.slice(-3000)}`,
+    );
     assert.equal(run.outcome.result?.text, "Done.");
     assert.equal(await readFile(path.join(run.workingDir, "yes.txt"), "utf8"), "approved\n");
     assert.equal(existsSync(path.join(run.workingDir, "no.txt")), false);
     assert.deepEqual(
       ofCase(run.events, "permissionRequest").map((p) => [p.tool, p.input?.["command"], p.title]),
-      [["Bash", "echo approved > yes.txt", "echo approved > yes.txt"], ["Bash", "echo denied > no.txt", "echo denied > no.txt"]],
+      [
+        ["Bash", "echo approved > yes.txt", "echo approved > yes.txt"],
+        ["Bash", "echo denied > no.txt", "echo denied > no.txt"],
+      ],
     );
-    assert.deepEqual(ofCase(run.events, "toolResult").map((r) => r.isError), [false, true]);
+    assert.deepEqual(
+      ofCase(run.events, "toolResult").map((r) => r.isError),
+      [false, true],
+    );
     // The denial reaches the model as an error tool result. claude-agent-acp
     // words it itself: ACP's permission answer has no field for our reason.
     const afterDenial = JSON.stringify(run.model.requests.filter((r) => !r.sideCall)[2]?.body);
@@ -65,11 +101,17 @@ void test("claude-agent-acp through the LLM proxy: an approved Bash runs, a deni
       assert.equal(request.body?.model, "claude-sonnet-4-5");
       assert.equal(JSON.stringify(request).includes(PLANTED_SECRET), false);
     }
-    assert.deepEqual(usage?.agents.map((a) => a.agent), [HEADERS["Oz0-Agent"]]);
+    assert.deepEqual(
+      usage?.agents.map((a) => a.agent),
+      [HEADERS["Oz0-Agent"]],
+    );
     assert.equal(usage?.total?.calls, BigInt(run.model.requests.length));
     // Claude Code was told the instructions as its system prompt, and only Bash.
     assert.match(JSON.stringify(turns[0]?.body.system), /You are terse\./);
-    assert.deepEqual(turns[0]?.body.tools.map((t: { name: string }) => t.name), ["Bash"]);
+    assert.deepEqual(
+      turns[0]?.body.tools.map((t: { name: string }) => t.name),
+      ["Bash"],
+    );
     assert.ok((run.outcome.result?.usage[0]?.inputTokens ?? 0n) > 0n);
   } finally {
     await proxy?.close();

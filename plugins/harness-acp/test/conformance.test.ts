@@ -13,7 +13,9 @@ const README = readFileSync(new URL("../README.md", import.meta.url), "utf8");
 
 /** The README's conformance command whose line contains `marker`, as argv after `node`, with $PWD the repository root. */
 function readmeCommand(marker: string): string[] {
-  const line = README.split("\n").find((l) => l.startsWith("node sdk/harness-ts/bin/oz0-harness-conformance.js") && l.includes(marker));
+  const line = README.split("\n").find(
+    (l) => l.startsWith("node sdk/harness-ts/bin/oz0-harness-conformance.js") && l.includes(marker),
+  );
   assert.ok(line !== undefined, `README.md has no conformance command with ${marker}`);
   return line.replaceAll("$PWD", ROOT).split(" ").slice(1);
 }
@@ -29,7 +31,22 @@ function conformance(args: string[]): Promise<{ code: number; stdout: string; st
 void test("oz0-harness-conformance passes with a second ACP agent (expected failures: what ACP cannot express)", async () => {
   const { code, stdout, stderr } = await conformance(readmeCommand("--agent-command"));
   assert.equal(code, 0, `${stdout}\n${stderr}`);
-  for (const id of ["handshake", "protocol-version", "text", "model-headers", "unknown-fields", "permission-allow", "permission-deny", "permission-outcome", "tool-events", "working-dir", "max-turns", "cancellation", "cancelled-result", "processes"]) {
+  for (const id of [
+    "handshake",
+    "protocol-version",
+    "text",
+    "model-headers",
+    "unknown-fields",
+    "permission-allow",
+    "permission-deny",
+    "permission-outcome",
+    "tool-events",
+    "working-dir",
+    "max-turns",
+    "cancellation",
+    "cancelled-result",
+    "processes",
+  ]) {
     assert.match(stdout, new RegExp(`^PASS {2}${id}:`, "m"));
   }
   assert.match(stdout, /^XFAIL permission-modified-input:/m);
@@ -40,7 +57,12 @@ void test("oz0-harness-conformance with claude-agent-acp: working directory and 
   const args = readmeCommand("--agent claude");
   // The expected-failures list names cases this run leaves out; --only keeps the binary runs few.
   const separator = args.indexOf("--");
-  const { code, stdout, stderr } = await conformance([args[0] ?? "", "--only", "working-dir,max-turns", ...args.slice(separator)]);
+  const { code, stdout, stderr } = await conformance([
+    args[0] ?? "",
+    "--only",
+    "working-dir,max-turns",
+    ...args.slice(separator),
+  ]);
   assert.equal(code, 0, `${stdout}\n${stderr}`);
   assert.match(stdout, /^PASS {2}working-dir:/m);
   assert.match(stdout, /^PASS {2}max-turns:/m);

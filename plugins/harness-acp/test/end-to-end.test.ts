@@ -16,7 +16,9 @@ import { PLANTED_SECRET } from "./harness-run.js";
 
 const pluginDir = fileURLToPath(new URL("..", import.meta.url));
 const repoRoot = path.resolve(pluginDir, "..", "..");
-const cliMain = createRequire(import.meta.url).resolve("@oz0/orchestrator").replace(/index\.js$/, "cli/main.js");
+const cliMain = createRequire(import.meta.url)
+  .resolve("@oz0/orchestrator")
+  .replace(/index\.js$/, "cli/main.js");
 const CUSTODY_KEY = "sk-ant-api03-CUSTODY-key-held-by-the-proxy-only-e2e-acp";
 
 const CODER = `name: coder
@@ -38,7 +40,12 @@ function turn(request: ScriptedRequest): ScriptedTurn {
   const messages = (request.body?.messages as { role: string }[] | undefined) ?? [];
   return messages.some((m) => m.role === "assistant")
     ? { text: "Greeting written." }
-    : { text: "Writing it.", toolCalls: [{ name: "Bash", input: { command: "echo hello from acp > greeting.txt", description: "Write the greeting" } }] };
+    : {
+        text: "Writing it.",
+        toolCalls: [
+          { name: "Bash", input: { command: "echo hello from acp > greeting.txt", description: "Write the greeting" } },
+        ],
+      };
 }
 
 interface Cli {
@@ -54,16 +61,28 @@ void test("oz0 run with harness:acp: Bash under requires_approval runs after app
   const home = mkdtempSync(path.join(repoRoot, ".oz0", "harness-acp-e2e-"));
   const model = await startScriptedModel({ turns: turn });
   const providers = path.join(home, "providers.json");
-  writeFileSync(providers, JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url, keySecret: "ANTHROPIC_API_KEY" }] }));
+  writeFileSync(
+    providers,
+    JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url, keySecret: "ANTHROPIC_API_KEY" }] }),
+  );
   const stack = await startEmbeddedStack({
     home,
     logLevel: "info",
-    env: { "llm-proxy": { OZ0_PROVIDERS_FILE: providers }, sandbox: { OZ0_CANCEL_GRACE_MS: "2000", ANTHROPIC_API_KEY: PLANTED_SECRET } },
+    env: {
+      "llm-proxy": { OZ0_PROVIDERS_FILE: providers },
+      sandbox: { OZ0_CANCEL_GRACE_MS: "2000", ANTHROPIC_API_KEY: PLANTED_SECRET },
+    },
   });
   const cli = (args: string[], input = ""): Promise<Cli> =>
     new Promise((resolve) => {
       const child = spawn(process.execPath, [cliMain, ...args], {
-        env: { PATH: process.env["PATH"] ?? "", HOME: home, OZ0_URL: stack.urls.orchestrator, OZ0_HOME: home, OZ0_LOG_LEVEL: "warn" },
+        env: {
+          PATH: process.env["PATH"] ?? "",
+          HOME: home,
+          OZ0_URL: stack.urls.orchestrator,
+          OZ0_HOME: home,
+          OZ0_LOG_LEVEL: "warn",
+        },
         stdio: ["pipe", "pipe", "pipe"],
       });
       let stdout = "";
@@ -81,7 +100,10 @@ void test("oz0 run with harness:acp: Bash under requires_approval runs after app
     const agents = path.join(home, "agents-plugin");
     mkdirSync(path.join(agents, "agents"), { recursive: true });
     mkdirSync(path.join(agents, "prompts"));
-    writeFileSync(path.join(agents, "oz0-plugin.yaml"), "name: acp-coders\nversion: 0.1.0\nagents:\n  - agents/coder.yaml\n");
+    writeFileSync(
+      path.join(agents, "oz0-plugin.yaml"),
+      "name: acp-coders\nversion: 0.1.0\nagents:\n  - agents/coder.yaml\n",
+    );
     writeFileSync(path.join(agents, "agents", "coder.yaml"), CODER);
     writeFileSync(path.join(agents, "prompts", "coder.md"), "You run one command.\n");
     const installed = await cli(["plugin", "install", agents]);
@@ -117,7 +139,10 @@ void test("oz0 run with harness:acp: Bash under requires_approval runs after app
     const metered = await cli(["usage", jobId, "--json"]);
     assert.equal(metered.code, 0, metered.stderr);
     const usage = JSON.parse(metered.stdout) as { total?: { calls?: string }; agents: { agent: string }[] };
-    assert.deepEqual(usage.agents.map((a) => a.agent), ["coder"]);
+    assert.deepEqual(
+      usage.agents.map((a) => a.agent),
+      ["coder"],
+    );
     const turns = model.requests.filter((r) => !r.sideCall);
     assert.equal(turns.length, 2);
     assert.equal(Number(usage.total?.calls), model.requests.length);

@@ -10,26 +10,56 @@ import { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
 
 void test("a preset name or a command with env and model_env", () => {
   assert.deepEqual(parseHarnessOptions({ agent: "claude" }).agent, { kind: "preset", preset: "claude" });
-  assert.deepEqual(parseHarnessOptions({ agent: { command: ["gemini", "--experimental-acp"], env: { GEMINI_API_KEY: "{llm.token}" }, model_env: "none" }, requires_approval: ["Bash"] }), {
-    agent: { kind: "command", command: ["gemini", "--experimental-acp"], env: { GEMINI_API_KEY: "{llm.token}" }, modelEnv: "none" },
-    requiresApproval: ["Bash"],
-    tools: undefined,
-  });
+  assert.deepEqual(
+    parseHarnessOptions({
+      agent: { command: ["gemini", "--experimental-acp"], env: { GEMINI_API_KEY: "{llm.token}" }, model_env: "none" },
+      requires_approval: ["Bash"],
+    }),
+    {
+      agent: {
+        kind: "command",
+        command: ["gemini", "--experimental-acp"],
+        env: { GEMINI_API_KEY: "{llm.token}" },
+        modelEnv: "none",
+      },
+      requiresApproval: ["Bash"],
+      tools: undefined,
+    },
+  );
   assert.deepEqual(parseHarnessOptions({ agent: "claude", tools: ["Read", "Bash"] }).tools, ["Read", "Bash"]);
-  assert.throws(() => parseHarnessOptions({ agent: { command: ["x"] }, tools: ["Read"] }), /harness\.tools: only the claude preset can restrict its tools/);
+  assert.throws(
+    () => parseHarnessOptions({ agent: { command: ["x"] }, tools: ["Read"] }),
+    /harness\.tools: only the claude preset can restrict its tools/,
+  );
   // The command line's default applies only when the options name no agent.
-  assert.deepEqual(parseHarnessOptions({}, { kind: "preset", preset: "claude" }).agent, { kind: "preset", preset: "claude" });
+  assert.deepEqual(parseHarnessOptions({}, { kind: "preset", preset: "claude" }).agent, {
+    kind: "preset",
+    preset: "claude",
+  });
 });
 
 void test("every bad option is named, with what to write instead", () => {
-  const problems = validateHarnessOptions({ agent: { command: [], env: { OPENAI_API_KEY: "sk-live-123", "BAD NAME": "x" }, model_env: "bedrock", args: [] }, colour: "blue" });
+  const problems = validateHarnessOptions({
+    agent: { command: [], env: { OPENAI_API_KEY: "sk-live-123", "BAD NAME": "x" }, model_env: "bedrock", args: [] },
+    colour: "blue",
+  });
   assert.deepEqual(
     problems.map((p) => p.option),
     ["colour", "agent.args", "agent.command", "agent.env.OPENAI_API_KEY", "agent.env.BAD NAME", "agent.model_env"],
   );
-  assert.match(problems.find((p) => p.option === "agent.env.OPENAI_API_KEY")?.message ?? "", /credential.*\{llm\.token\}/);
-  assert.throws(() => parseHarnessOptions({}), (error: unknown) => error instanceof HarnessOptionsError && /harness\.agent: is required: a preset \(claude\)/.test(error.message));
-  assert.throws(() => parseHarnessOptions({ agent: "codex" }), /harness\.agent: "codex" is not a preset; choose from claude/);
+  assert.match(
+    problems.find((p) => p.option === "agent.env.OPENAI_API_KEY")?.message ?? "",
+    /credential.*\{llm\.token\}/,
+  );
+  assert.throws(
+    () => parseHarnessOptions({}),
+    (error: unknown) =>
+      error instanceof HarnessOptionsError && /harness\.agent: is required: a preset \(claude\)/.test(error.message),
+  );
+  assert.throws(
+    () => parseHarnessOptions({ agent: "codex" }),
+    /harness\.agent: "codex" is not a preset; choose from claude/,
+  );
 });
 
 void test("the agent's environment is built from scratch: no inherited key, the endpoint in the agent's variables", () => {
@@ -37,7 +67,12 @@ void test("the agent's environment is built from scratch: no inherited key, the 
     jobId: "job-1",
     agent: { name: "coder" },
     model: { primary: "anthropic/claude-x" },
-    llm: { anthropicBaseUrl: "http://proxy/anthropic/", openaiBaseUrl: "http://proxy/openai/v1", token: "tok-1", headers: { "Oz0-Job": "job-1", "Oz0-Agent": "coder@1" } },
+    llm: {
+      anthropicBaseUrl: "http://proxy/anthropic/",
+      openaiBaseUrl: "http://proxy/openai/v1",
+      token: "tok-1",
+      headers: { "Oz0-Job": "job-1", "Oz0-Agent": "coder@1" },
+    },
   });
   const env = buildAgentEnvironment({
     stateDir: "/state",

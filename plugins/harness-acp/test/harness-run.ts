@@ -21,7 +21,9 @@ export const MAIN = fileURLToPath(new URL("../dist/main.js", import.meta.url));
 export const FIXTURES = fileURLToPath(new URL("./fixtures/", import.meta.url));
 
 /** tsx's ESM loader, for fixture agents written in TypeScript. */
-const TSX_LOADER = pathToFileURL(path.join(path.dirname(createRequire(import.meta.url).resolve("tsx/package.json")), "dist", "loader.mjs")).href;
+const TSX_LOADER = pathToFileURL(
+  path.join(path.dirname(createRequire(import.meta.url).resolve("tsx/package.json")), "dist", "loader.mjs"),
+).href;
 
 /** A provider-key-shaped secret planted in the harness's environment; it must reach nobody. */
 export const PLANTED_SECRET = "sk-ant-api03-PLANTED-provider-key-that-must-never-leave-0123456789";
@@ -87,7 +89,12 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
     command: ["node", MAIN, ...(options.args ?? [])],
     cwd: workingDir,
     // What a node would pass, plus provider keys that must not get through.
-    env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", HOME: stateDir, ANTHROPIC_API_KEY: PLANTED_SECRET, OPENAI_API_KEY: PLANTED_SECRET },
+    env: {
+      PATH: process.env["PATH"] ?? "/usr/bin:/bin",
+      HOME: stateDir,
+      ANTHROPIC_API_KEY: PLANTED_SECRET,
+      OPENAI_API_KEY: PLANTED_SECRET,
+    },
     request,
     onStderr: (chunk) => void (stderr += chunk.toString("utf8")),
     onEvent: (event) => {
@@ -108,7 +115,10 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
 type EventOf<C> = Extract<SessionEvent["event"], { case: C }>["value"];
 
 /** The values of every event of one kind, in order. */
-export function ofCase<C extends NonNullable<SessionEvent["event"]["case"]>>(events: SessionEvent[], kind: C): EventOf<C>[] {
+export function ofCase<C extends NonNullable<SessionEvent["event"]["case"]>>(
+  events: SessionEvent[],
+  kind: C,
+): EventOf<C>[] {
   const found: EventOf<C>[] = [];
   for (const e of events) if (e.event.case === kind) found.push(e.event.value as EventOf<C>);
   return found;

@@ -6,12 +6,37 @@ import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { fixtureAgent, ofCase, removeRun, runHarness } from "./harness-run.js";
 
 const CASES: Array<{ mode: string; stopReason: StopReason; error: RegExp }> = [
-  { mode: "malformed", stopReason: StopReason.ERROR, error: /^the ACP agent wrote a stdout line that is not a JSON-RPC 2\.0 message \(it is not JSON\): "this is not JSON-RPC"$/ },
-  { mode: "unknown-update", stopReason: StopReason.ERROR, error: /^the agent sent a session\/update of unknown kind "telepathy_update"/ },
-  { mode: "unannounced-permission", stopReason: StopReason.ERROR, error: /^the agent asked permission for tool call "ghost-1", which it never announced/ },
-  { mode: "exit-mid-prompt", stopReason: StopReason.ERROR, error: /^the ACP agent exited with code 3 before the prompt turn ended$/ },
-  { mode: "old-protocol", stopReason: StopReason.ERROR, error: /^the ACP agent speaks protocol version 0; this harness speaks version 1$/ },
-  { mode: "prompt-error", stopReason: StopReason.ERROR, error: /^the ACP agent answered session\/prompt with an error: the model is on fire$/ },
+  {
+    mode: "malformed",
+    stopReason: StopReason.ERROR,
+    error:
+      /^the ACP agent wrote a stdout line that is not a JSON-RPC 2\.0 message \(it is not JSON\): "this is not JSON-RPC"$/,
+  },
+  {
+    mode: "unknown-update",
+    stopReason: StopReason.ERROR,
+    error: /^the agent sent a session\/update of unknown kind "telepathy_update"/,
+  },
+  {
+    mode: "unannounced-permission",
+    stopReason: StopReason.ERROR,
+    error: /^the agent asked permission for tool call "ghost-1", which it never announced/,
+  },
+  {
+    mode: "exit-mid-prompt",
+    stopReason: StopReason.ERROR,
+    error: /^the ACP agent exited with code 3 before the prompt turn ended$/,
+  },
+  {
+    mode: "old-protocol",
+    stopReason: StopReason.ERROR,
+    error: /^the ACP agent speaks protocol version 0; this harness speaks version 1$/,
+  },
+  {
+    mode: "prompt-error",
+    stopReason: StopReason.ERROR,
+    error: /^the ACP agent answered session\/prompt with an error: the model is on fire$/,
+  },
   { mode: "stop:refusal", stopReason: StopReason.REFUSED, error: /refused/ },
   { mode: "stop:max_turn_requests", stopReason: StopReason.MAX_TURNS, error: /turn limit/ },
   { mode: "stop:max_tokens", stopReason: StopReason.ERROR, error: /cut off at its output token limit/ },
@@ -20,14 +45,20 @@ const CASES: Array<{ mode: string; stopReason: StopReason; error: RegExp }> = [
 
 for (const { mode, stopReason, error } of CASES) {
   void test(`an agent that does ${mode} ends the session with ${StopReason[stopReason]}`, async () => {
-    const run = await runHarness({ harnessOptions: fixtureAgent("misbehaving-acp-agent.ts", { env: { BAD_AGENT_MODE: mode } }), turns: () => [] });
+    const run = await runHarness({
+      harnessOptions: fixtureAgent("misbehaving-acp-agent.ts", { env: { BAD_AGENT_MODE: mode } }),
+      turns: () => [],
+    });
     try {
       const result = run.outcome.result;
       assert.equal(run.outcome.error, undefined, `${run.outcome.error?.message}\n${run.stderr}`);
       assert.equal(result?.stopReason, stopReason, `${result?.error}\n${run.stderr}`);
       assert.match(result?.error ?? "", error);
       // Whatever the agent said before it misbehaved still reached the stream.
-      assert.deepEqual(ofCase(run.events, "text").map((t) => t.text), ["Starting."].slice(0, mode === "old-protocol" ? 0 : 1));
+      assert.deepEqual(
+        ofCase(run.events, "text").map((t) => t.text),
+        ["Starting."].slice(0, mode === "old-protocol" ? 0 : 1),
+      );
       assert.equal(run.outcome.leftoverProcesses, false);
     } finally {
       await removeRun(run);
@@ -39,7 +70,10 @@ void test("wrong harness options end the session at once with an error naming th
   const run = await runHarness({ harnessOptions: { agent: { command: "claude-agent-acp" } }, turns: () => [] });
   try {
     assert.equal(run.outcome.result?.stopReason, StopReason.ERROR);
-    assert.equal(run.outcome.result?.error, 'invalid harness options for acp: harness.agent.command: must be a non-empty list of strings (program, then arguments), got "claude-agent-acp"');
+    assert.equal(
+      run.outcome.result?.error,
+      'invalid harness options for acp: harness.agent.command: must be a non-empty list of strings (program, then arguments), got "claude-agent-acp"',
+    );
   } finally {
     await removeRun(run);
   }
@@ -49,7 +83,10 @@ void test("an agent command that does not exist is a clear error", async () => {
   const run = await runHarness({ harnessOptions: { agent: { command: ["oz0-no-such-acp-agent"] } }, turns: () => [] });
   try {
     assert.equal(run.outcome.result?.stopReason, StopReason.ERROR);
-    assert.match(run.outcome.result?.error ?? "", /^could not start the ACP agent: "oz0-no-such-acp-agent" is not an executable on the agent's PATH$/);
+    assert.match(
+      run.outcome.result?.error ?? "",
+      /^could not start the ACP agent: "oz0-no-such-acp-agent" is not an executable on the agent's PATH$/,
+    );
   } finally {
     await removeRun(run);
   }

@@ -21,7 +21,8 @@ void test("an approved call runs, a denied one does not and its reason reaches t
       { text: "Writing b.", toolCalls: [{ name: "write_file", input: { path: "b.txt", content: "B" } }] },
       { text: "Done." },
     ],
-    answer: (request) => (request.input?.["path"] === "b.txt" ? { allow: false, reason: "Policy: no b.txt" } : { allow: true }),
+    answer: (request) =>
+      request.input?.["path"] === "b.txt" ? { allow: false, reason: "Policy: no b.txt" } : { allow: true },
   });
   try {
     assert.equal(run.outcome.result?.stopReason, StopReason.COMPLETED, `${run.outcome.result?.error}\n${run.stderr}`);
@@ -30,16 +31,43 @@ void test("an approved call runs, a denied one does not and its reason reaches t
     assert.equal(existsSync(path.join(run.workingDir, "b.txt")), false);
     assert.deepEqual(
       ofCase(run.events, "permissionRequest").map((p) => [p.tool, p.callId, p.input?.["path"]]),
-      [["write_file", "toolu_scripted_1_0", "a.txt"], ["write_file", "toolu_scripted_2_0", "b.txt"]],
+      [
+        ["write_file", "toolu_scripted_1_0", "a.txt"],
+        ["write_file", "toolu_scripted_2_0", "b.txt"],
+      ],
     );
     // Each tool call is announced before its permission request, and finished once.
-    const kinds = run.events.map((e) => e.event.case).filter((c) => c === "toolCall" || c === "permissionRequest" || c === "toolResult");
-    assert.deepEqual(kinds, ["toolCall", "permissionRequest", "toolResult", "toolCall", "permissionRequest", "toolResult"]);
-    const results = ofCase(run.events, "toolResult");
-    assert.deepEqual(results.map((r) => [r.isError, toJson(ValueSchema, r.output!)]), [
-      [false, { status: "completed", kind: "edit", title: "write_file a.txt", text: "wrote a.txt", files: [path.join(run.workingDir, "a.txt")] }],
-      [true, { status: "failed", kind: "edit", title: "write_file b.txt", text: "Permission denied: Policy: no b.txt" }],
+    const kinds = run.events
+      .map((e) => e.event.case)
+      .filter((c) => c === "toolCall" || c === "permissionRequest" || c === "toolResult");
+    assert.deepEqual(kinds, [
+      "toolCall",
+      "permissionRequest",
+      "toolResult",
+      "toolCall",
+      "permissionRequest",
+      "toolResult",
     ]);
+    const results = ofCase(run.events, "toolResult");
+    assert.deepEqual(
+      results.map((r) => [r.isError, toJson(ValueSchema, r.output!)]),
+      [
+        [
+          false,
+          {
+            status: "completed",
+            kind: "edit",
+            title: "write_file a.txt",
+            text: "wrote a.txt",
+            files: [path.join(run.workingDir, "a.txt")],
+          },
+        ],
+        [
+          true,
+          { status: "failed", kind: "edit", title: "write_file b.txt", text: "Permission denied: Policy: no b.txt" },
+        ],
+      ],
+    );
     assert.match(JSON.stringify(run.model.requests[2]?.body), /Permission denied: Policy: no b\.txt/);
     for (const request of run.model.requests) {
       assert.equal(request.headers["oz0-job"], HEADERS["Oz0-Job"]);
@@ -65,7 +93,10 @@ void test("a call approved with a changed input is refused with a reason (ACP ca
     assert.equal(run.outcome.result?.stopReason, StopReason.COMPLETED, run.stderr);
     assert.equal(existsSync(path.join(run.workingDir, "asked.txt")), false);
     assert.equal(existsSync(path.join(run.workingDir, "changed.txt")), false);
-    assert.match(JSON.stringify(run.model.requests[1]?.body), /approved only with a changed input, which this ACP agent cannot run/);
+    assert.match(
+      JSON.stringify(run.model.requests[1]?.body),
+      /approved only with a changed input, which this ACP agent cannot run/,
+    );
   } finally {
     await removeRun(run);
   }
@@ -74,7 +105,10 @@ void test("a call approved with a changed input is refused with a reason (ACP ca
 void test("SIGTERM while a permission waits: the agent gets session/cancel and the pending request `cancelled`, one cancelled result", async () => {
   const run = await runHarness({
     harnessOptions: AGENT,
-    turns: () => [{ toolCalls: [{ name: "write_file", input: { path: "late.txt", content: "x" } }] }, { text: "never" }],
+    turns: () => [
+      { toolCalls: [{ name: "write_file", input: { path: "late.txt", content: "x" } }] },
+      { text: "never" },
+    ],
     answer: () => undefined,
     onEvent: (event, session) => {
       if (event.event.case === "permissionRequest") session.cancel("the job was cancelled");

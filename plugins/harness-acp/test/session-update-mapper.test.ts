@@ -18,7 +18,8 @@ function recorder(): { sink: EventSink; events: Array<[string, unknown]> } {
 }
 
 const update = (body: Record<string, unknown>): unknown => ({ sessionId: "s", update: body });
-const chunk = (text: string, kind = "agent_message_chunk"): unknown => update({ sessionUpdate: kind, content: { type: "text", text } });
+const chunk = (text: string, kind = "agent_message_chunk"): unknown =>
+  update({ sessionUpdate: kind, content: { type: "text", text } });
 
 void test("message chunks are deltas of one item until something else comes; the last item is the final text", () => {
   const { sink, events } = recorder();
@@ -26,7 +27,16 @@ void test("message chunks are deltas of one item until something else comes; the
   mapper.apply(chunk("Let me "));
   mapper.apply(chunk("look."));
   mapper.apply(chunk("Hmm", "agent_thought_chunk"));
-  mapper.apply(update({ sessionUpdate: "tool_call", toolCallId: "t1", title: "ls", kind: "execute", status: "pending", rawInput: {} }));
+  mapper.apply(
+    update({
+      sessionUpdate: "tool_call",
+      toolCallId: "t1",
+      title: "ls",
+      kind: "execute",
+      status: "pending",
+      rawInput: {},
+    }),
+  );
   mapper.apply(chunk("Done."));
   assert.deepEqual(
     events.filter(([kind]) => kind === "text").map(([, e]) => e),
@@ -44,29 +54,59 @@ void test("a tool call is announced once its input is known, and finished once w
   const { sink, events } = recorder();
   const mapper = new SessionUpdateMapper({ sink, model: "m" });
   // Streamed agents announce before the input is known.
-  mapper.apply(update({ sessionUpdate: "tool_call", toolCallId: "t1", title: "Edit", kind: "edit", status: "pending", rawInput: {}, _meta: { claudeCode: { toolName: "Edit" } } }));
+  mapper.apply(
+    update({
+      sessionUpdate: "tool_call",
+      toolCallId: "t1",
+      title: "Edit",
+      kind: "edit",
+      status: "pending",
+      rawInput: {},
+      _meta: { claudeCode: { toolName: "Edit" } },
+    }),
+  );
   assert.deepEqual(events, []);
-  mapper.apply(update({ sessionUpdate: "tool_call_update", toolCallId: "t1", title: "Edit a.ts", rawInput: { file_path: "/w/a.ts" } }));
+  mapper.apply(
+    update({
+      sessionUpdate: "tool_call_update",
+      toolCallId: "t1",
+      title: "Edit a.ts",
+      rawInput: { file_path: "/w/a.ts" },
+    }),
+  );
   mapper.apply(update({ sessionUpdate: "tool_call_update", toolCallId: "t1", status: "in_progress" }));
   mapper.apply(
     update({
       sessionUpdate: "tool_call_update",
       toolCallId: "t1",
       status: "completed",
-      content: [{ type: "diff", path: "/w/a.ts", oldText: "a", newText: "b" }, { type: "diff", path: "/w/b.ts", newText: "c" }],
+      content: [
+        { type: "diff", path: "/w/a.ts", oldText: "a", newText: "b" },
+        { type: "diff", path: "/w/b.ts", newText: "c" },
+      ],
     }),
   );
   mapper.apply(update({ sessionUpdate: "tool_call_update", toolCallId: "t1", status: "completed" }));
   assert.deepEqual(events, [
     ["toolCall", { callId: "t1", tool: "Edit", input: { file_path: "/w/a.ts" }, title: "Edit a.ts" }],
-    ["toolResult", { callId: "t1", output: { status: "completed", kind: "edit", title: "Edit a.ts", files: ["/w/a.ts", "/w/b.ts"] }, isError: false }],
+    [
+      "toolResult",
+      {
+        callId: "t1",
+        output: { status: "completed", kind: "edit", title: "Edit a.ts", files: ["/w/a.ts", "/w/b.ts"] },
+        isError: false,
+      },
+    ],
   ]);
 });
 
 void test("a permission request for an unannounced tool call is an error; an announced one is announced at once", () => {
   const { sink, events } = recorder();
   const mapper = new SessionUpdateMapper({ sink, model: "m" });
-  assert.throws(() => mapper.toolCallForPermission({ toolCallId: "ghost" }), (e: unknown) => e instanceof AcpSessionError && e.code === "unannounced_tool_call");
+  assert.throws(
+    () => mapper.toolCallForPermission({ toolCallId: "ghost" }),
+    (e: unknown) => e instanceof AcpSessionError && e.code === "unannounced_tool_call",
+  );
   mapper.apply(update({ sessionUpdate: "tool_call", toolCallId: "t2", title: "Run", kind: "execute" }));
   const tracked = mapper.toolCallForPermission({ toolCallId: "t2", rawInput: { command: "ls" } });
   assert.equal(tracked.kind, "execute");
@@ -77,7 +117,15 @@ void test("plans are whole text items (not the final text); usage updates report
   const { sink, events } = recorder();
   const mapper = new SessionUpdateMapper({ sink, model: "m" });
   mapper.apply(chunk("Answer."));
-  mapper.apply(update({ sessionUpdate: "plan", entries: [{ content: "Read", priority: "high", status: "completed" }, { content: "Fix", priority: "high", status: "pending" }] }));
+  mapper.apply(
+    update({
+      sessionUpdate: "plan",
+      entries: [
+        { content: "Read", priority: "high", status: "completed" },
+        { content: "Fix", priority: "high", status: "pending" },
+      ],
+    }),
+  );
   mapper.apply(update({ sessionUpdate: "usage_update", used: 10, size: 100, cost: { amount: 0.5, currency: "USD" } }));
   mapper.apply(update({ sessionUpdate: "usage_update", used: 20, size: 100, cost: { amount: 0.75, currency: "USD" } }));
   mapper.promptUsage({ inputTokens: 7, outputTokens: 3, cachedReadTokens: 2, thoughtTokens: 1, totalTokens: 13 });
@@ -86,7 +134,10 @@ void test("plans are whole text items (not the final text); usage updates report
     ["text", { text: "Plan:\n- [x] Read\n- [ ] Fix", itemId: "plan-2" }],
     ["usage", { model: "m", costUsd: 0.5 }],
     ["usage", { model: "m", costUsd: 0.25 }],
-    ["usage", { model: "m", inputTokens: 7, outputTokens: 3, cacheReadTokens: 2, cacheWriteTokens: 0, reasoningTokens: 1 }],
+    [
+      "usage",
+      { model: "m", inputTokens: 7, outputTokens: 3, cacheReadTokens: 2, cacheWriteTokens: 0, reasoningTokens: 1 },
+    ],
   ]);
 });
 
@@ -95,6 +146,12 @@ void test("an unknown update kind ends the session; extension kinds and known no
   const mapper = new SessionUpdateMapper({ sink, model: "m" });
   mapper.apply(update({ sessionUpdate: "_vendor_progress", x: 1 }));
   mapper.apply(update({ sessionUpdate: "available_commands_update", availableCommands: [] }));
-  assert.throws(() => mapper.apply(update({ sessionUpdate: "telepathy" })), (e: unknown) => e instanceof AcpSessionError && e.code === "unknown_update" && /"telepathy"/.test(e.message));
-  assert.throws(() => mapper.apply({ sessionId: "s" }), (e: unknown) => e instanceof AcpSessionError && e.code === "invalid_message");
+  assert.throws(
+    () => mapper.apply(update({ sessionUpdate: "telepathy" })),
+    (e: unknown) => e instanceof AcpSessionError && e.code === "unknown_update" && /"telepathy"/.test(e.message),
+  );
+  assert.throws(
+    () => mapper.apply({ sessionId: "s" }),
+    (e: unknown) => e instanceof AcpSessionError && e.code === "invalid_message",
+  );
 });

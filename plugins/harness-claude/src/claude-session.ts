@@ -34,9 +34,16 @@ export async function runClaudeSession(options: RunClaudeSessionOptions): Promis
   const request = session.request;
   if (session.signal.aborted) return CANCELLED;
 
-  const runtimeTools = runtimeToolNames(request.runtimeTools, new Set<string>([...SUPPORTED_TOOLS, STRUCTURED_OUTPUT_TOOL]));
+  const runtimeTools = runtimeToolNames(
+    request.runtimeTools,
+    new Set<string>([...SUPPORTED_TOOLS, STRUCTURED_OUTPUT_TOOL]),
+  );
   const spans = new SessionSpans({ tracer: session.tracer(), conversationId: request.sessionId });
-  const mapper = new SdkMessageMapper({ events: session, displayToolName: (name) => runtimeTools.runtimeName(name) ?? name, spans });
+  const mapper = new SdkMessageMapper({
+    events: session,
+    displayToolName: (name) => runtimeTools.runtimeName(name) ?? name,
+    spans,
+  });
   // SIGTERM aborts the session's signal; this ends the query and the Claude Code process with it.
   const abortController = new AbortController();
   const onAbort = (): void => abortController.abort();
@@ -49,7 +56,10 @@ export async function runClaudeSession(options: RunClaudeSessionOptions): Promis
       session,
       tools: harness.tools,
       runtimeToolName: (name) => runtimeTools.runtimeName(name),
-      boundary: workspaceBoundary({ workingDir: request.workingDir, readOnlyDirs: request.skills.map((s) => s.path).filter(Boolean) }),
+      boundary: workspaceBoundary({
+        workingDir: request.workingDir,
+        readOnlyDirs: request.skills.map((s) => s.path).filter(Boolean),
+      }),
       announceToolCall: (callId, name, input) => mapper.announceToolCall(callId, name, input),
     });
     const queryOptions = buildQueryOptions({
@@ -91,7 +101,9 @@ export async function runClaudeSession(options: RunClaudeSessionOptions): Promis
   if (request.outputSchema && mapped.stopReason === StopReason.COMPLETED && !mapped.structuredOutput) {
     // The model answered in text rather than through StructuredOutput.
     const structured = structuredOutputFromText(mapped.text ?? "", request.outputSchema);
-    return structured.ok ? { ...mapped, structuredOutput: structured.value } : { ...mapped, stopReason: StopReason.ERROR, error: structured.error };
+    return structured.ok
+      ? { ...mapped, structuredOutput: structured.value }
+      : { ...mapped, stopReason: StopReason.ERROR, error: structured.error };
   }
   return mapped;
 }

@@ -108,29 +108,44 @@ function check(options: JsonObject): { parsed: ClaudeHarnessOptions; problems: H
   const mode = options["permission_mode"];
   if (mode !== undefined && mode !== null) {
     if (oneOf(PERMISSION_MODES, mode)) parsed.permissionMode = mode;
-    else problems.push({ option: "permission_mode", message: `must be one of ${PERMISSION_MODES.join(", ")}, got ${describe(mode)}` });
+    else
+      problems.push({
+        option: "permission_mode",
+        message: `must be one of ${PERMISSION_MODES.join(", ")}, got ${describe(mode)}`,
+      });
   }
 
   const systemPrompt = options["system_prompt"];
   if (systemPrompt !== undefined && systemPrompt !== null) {
     if (oneOf(SYSTEM_PROMPT_MODES, systemPrompt)) parsed.systemPrompt = systemPrompt;
-    else problems.push({ option: "system_prompt", message: `must be append or replace, got ${describe(systemPrompt)}` });
+    else
+      problems.push({ option: "system_prompt", message: `must be append or replace, got ${describe(systemPrompt)}` });
   }
 
   const budget = options["max_budget_usd"];
   if (budget !== undefined && budget !== null) {
     if (typeof budget === "number" && Number.isFinite(budget) && budget > 0) parsed.maxBudgetUsd = budget;
-    else problems.push({ option: "max_budget_usd", message: `must be a positive number of US dollars, got ${describe(budget)}` });
+    else
+      problems.push({
+        option: "max_budget_usd",
+        message: `must be a positive number of US dollars, got ${describe(budget)}`,
+      });
   }
 
   const approval = options["requires_approval"];
   if (approval !== undefined && approval !== null) {
     if (!Array.isArray(approval) || !approval.every((t) => typeof t === "string")) {
-      problems.push({ option: "requires_approval", message: `must be a list of tool names, got ${describe(approval)}` });
+      problems.push({
+        option: "requires_approval",
+        message: `must be a list of tool names, got ${describe(approval)}`,
+      });
     } else {
       const unknown = approval.filter((t) => !oneOf(SUPPORTED_TOOLS, t));
       if (unknown.length > 0) {
-        problems.push({ option: "requires_approval", message: `${unknown.join(", ")} not supported; choose from ${SUPPORTED_TOOLS.join(", ")}` });
+        problems.push({
+          option: "requires_approval",
+          message: `${unknown.join(", ")} not supported; choose from ${SUPPORTED_TOOLS.join(", ")}`,
+        });
       } else {
         parsed.requiresApproval = approval as string[];
       }

@@ -5,7 +5,9 @@ import { readFileSync } from "node:fs";
 import { runHarness } from "@oz0/harness";
 import { runClaudeSession } from "./claude-session.js";
 
-const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string };
+const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
+  version: string;
+};
 
 /**
  * SIGTERM makes @oz0/harness write the one `cancelled` result at once and

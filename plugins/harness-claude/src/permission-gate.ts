@@ -39,7 +39,9 @@ export interface PermissionGate {
 }
 
 function asObject(value: unknown): JsonObject {
-  return value !== null && typeof value === "object" && !Array.isArray(value) ? (JSON.parse(JSON.stringify(value)) as JsonObject) : {};
+  return value !== null && typeof value === "object" && !Array.isArray(value)
+    ? (JSON.parse(JSON.stringify(value)) as JsonObject)
+    : {};
 }
 
 /** What the model reads when a call is refused: the answer's reason, or why there was none. */
@@ -65,7 +67,10 @@ export function createPermissionGate(options: PermissionGateOptions): Permission
     const runtimeName = options.runtimeToolName(toolName);
     if (runtimeName === undefined && !tools.has(toolName)) {
       // Claude Code only offers harness.tools; this catches anything it adds on its own.
-      return { behavior: "deny", message: `${toolName} is not available in this session (harness.tools is ${[...tools].join(", ")}).` };
+      return {
+        behavior: "deny",
+        message: `${toolName} is not available in this session (harness.tools is ${[...tools].join(", ")}).`,
+      };
     }
     options.announceToolCall(context.toolUseID, toolName, input);
     const outside = runtimeName === undefined ? options.boundary.check(toolName, input) : undefined;

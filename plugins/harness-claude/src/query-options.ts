@@ -20,7 +20,9 @@ export function claudeModelName(model: string): string {
   if (slash < 0) return model;
   const provider = model.slice(0, slash);
   if (provider !== "anthropic") {
-    throw new SessionRequestError(`model ${model} is not an Anthropic model; the claude-agent-sdk harness only runs anthropic/<model>`);
+    throw new SessionRequestError(
+      `model ${model} is not an Anthropic model; the claude-agent-sdk harness only runs anthropic/<model>`,
+    );
   }
   return model.slice(slash + 1);
 }
@@ -39,17 +41,25 @@ export function buildQueryOptions(input: QueryOptionsInput): Options {
   const { request, harness } = input;
   // The endpoint adds Oz0-Job / Oz0-Agent from the request should the runtime have left them out.
   const endpoint = modelEndpointFrom(request);
-  if (!endpoint.anthropicBaseUrl) throw new SessionRequestError("the request has no llm.anthropic_base_url; Claude Code needs an Anthropic Messages endpoint (the LLM proxy)");
-  if (!endpoint.apiKey) throw new SessionRequestError("the request has no llm.token; model calls need the session token");
+  if (!endpoint.anthropicBaseUrl)
+    throw new SessionRequestError(
+      "the request has no llm.anthropic_base_url; Claude Code needs an Anthropic Messages endpoint (the LLM proxy)",
+    );
+  if (!endpoint.apiKey)
+    throw new SessionRequestError("the request has no llm.token; model calls need the session token");
   if (!request.workingDir) throw new SessionRequestError("the request has no working_dir");
-  if (!request.stateDir) throw new SessionRequestError("the request has no state_dir; HOME and CLAUDE_CONFIG_DIR live there");
+  if (!request.stateDir)
+    throw new SessionRequestError("the request has no state_dir; HOME and CLAUDE_CONFIG_DIR live there");
   const primary = request.model?.primary ?? "";
   if (!primary) throw new SessionRequestError("the request has no model.primary");
 
   const instructions = request.instructions.trim();
   let systemPrompt: Options["systemPrompt"];
   if (harness.systemPrompt === "replace") {
-    if (!instructions) throw new SessionRequestError("harness.system_prompt is replace but the agent has no instructions to replace the system prompt with");
+    if (!instructions)
+      throw new SessionRequestError(
+        "harness.system_prompt is replace but the agent has no instructions to replace the system prompt with",
+      );
     systemPrompt = instructions;
   } else {
     systemPrompt = { type: "preset", preset: "claude_code", ...(instructions ? { append: instructions } : {}) };

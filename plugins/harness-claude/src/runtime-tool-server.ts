@@ -39,7 +39,10 @@ export function runtimeToolNames(tools: readonly RuntimeTool[], reserved: Readon
 /** Thrown when a runtime tool's input schema cannot be offered to the model. */
 export class RuntimeToolSchemaError extends Error {
   readonly code = "invalid_runtime_tool";
-  constructor(readonly tool: string, detail: string) {
+  constructor(
+    readonly tool: string,
+    detail: string,
+  ) {
     super(`runtime tool ${tool}: ${detail}`);
     this.name = "RuntimeToolSchemaError";
   }
@@ -51,7 +54,10 @@ function inputShape(runtimeTool: RuntimeTool): z.ZodRawShape {
   try {
     converted = z.fromJSONSchema(schema as Parameters<typeof z.fromJSONSchema>[0]);
   } catch (error) {
-    throw new RuntimeToolSchemaError(runtimeTool.name, `its input schema is not a JSON Schema zod can read (${(error as Error).message})`);
+    throw new RuntimeToolSchemaError(
+      runtimeTool.name,
+      `its input schema is not a JSON Schema zod can read (${(error as Error).message})`,
+    );
   }
   if (!(converted instanceof z.ZodObject)) {
     throw new RuntimeToolSchemaError(runtimeTool.name, "its input schema must describe an object (`type: object`)");
@@ -59,17 +65,34 @@ function inputShape(runtimeTool: RuntimeTool): z.ZodRawShape {
   return converted.shape;
 }
 
-export function createRuntimeToolServer(options: { session: Pick<ClaudeSessionHost, "callRuntimeTool">; tools: RuntimeTool[] }): McpSdkServerConfigWithInstance {
+export function createRuntimeToolServer(options: {
+  session: Pick<ClaudeSessionHost, "callRuntimeTool">;
+  tools: RuntimeTool[];
+}): McpSdkServerConfigWithInstance {
   const { session } = options;
   const tools = options.tools.map((runtimeTool) =>
-    tool(runtimeTool.name, runtimeTool.description || runtimeTool.name, inputShape(runtimeTool), async (args) => {
-      const result = await session.callRuntimeTool(runtimeTool.name, JSON.parse(JSON.stringify(args ?? {})) as JsonObject);
-      if (result.isError) {
-        return { isError: true, content: [{ type: "text" as const, text: result.error || `${runtimeTool.name} failed` }] };
-      }
-      const output = result.output ?? null;
-      return { content: [{ type: "text" as const, text: typeof output === "string" ? output : JSON.stringify(output) }] };
-    }, { alwaysLoad: true }),
+    tool(
+      runtimeTool.name,
+      runtimeTool.description || runtimeTool.name,
+      inputShape(runtimeTool),
+      async (args) => {
+        const result = await session.callRuntimeTool(
+          runtimeTool.name,
+          JSON.parse(JSON.stringify(args ?? {})) as JsonObject,
+        );
+        if (result.isError) {
+          return {
+            isError: true,
+            content: [{ type: "text" as const, text: result.error || `${runtimeTool.name} failed` }],
+          };
+        }
+        const output = result.output ?? null;
+        return {
+          content: [{ type: "text" as const, text: typeof output === "string" ? output : JSON.stringify(output) }],
+        };
+      },
+      { alwaysLoad: true },
+    ),
   );
   return createSdkMcpServer({ name: RUNTIME_TOOL_SERVER, version: "1.0.0", tools, alwaysLoad: true });
 }

@@ -31,19 +31,22 @@ interface CallUsage {
 }
 
 function asObject(value: unknown): JsonObject {
-  return value !== null && typeof value === "object" && !Array.isArray(value) ? (JSON.parse(JSON.stringify(value)) as JsonObject) : {};
+  return value !== null && typeof value === "object" && !Array.isArray(value)
+    ? (JSON.parse(JSON.stringify(value)) as JsonObject)
+    : {};
 }
 
 function count(value: unknown): number {
   return typeof value === "number" && Number.isFinite(value) && value > 0 ? Math.floor(value) : 0;
 }
 
-
 /** A tool result's content as one JSON value: plain text when it is only text. */
 function toolResultOutput(content: unknown): JsonValue {
   if (typeof content === "string") return content;
   if (Array.isArray(content)) {
-    const texts = content.filter((b): b is { type: "text"; text: string } => b?.type === "text" && typeof b.text === "string");
+    const texts = content.filter(
+      (b): b is { type: "text"; text: string } => b?.type === "text" && typeof b.text === "string",
+    );
     if (texts.length === content.length) return texts.map((b) => b.text).join("\n");
     return JSON.parse(JSON.stringify(content)) as JsonValue;
   }
@@ -121,7 +124,11 @@ export class SdkMessageMapper {
         const block = event.content_block;
         if (block.type === "text" || block.type === "thinking") {
           const role = block.type === "text" ? "assistant" : "thinking";
-          this.streamed.set(`${this.currentMessageId}/${event.index}`, { itemId: `${this.currentMessageId}/${event.index}`, role, text: "" });
+          this.streamed.set(`${this.currentMessageId}/${event.index}`, {
+            itemId: `${this.currentMessageId}/${event.index}`,
+            role,
+            text: "",
+          });
           const initial = block.type === "text" ? block.text : block.thinking;
           if (initial) this.delta(event.index, initial);
         }
@@ -139,8 +146,14 @@ export class SdkMessageMapper {
           // message_delta carries cumulative counts; input counts only on some servers.
           this.currentCall.outputTokens = Math.max(this.currentCall.outputTokens, count(usage.output_tokens));
           this.currentCall.inputTokens = Math.max(this.currentCall.inputTokens, count(usage.input_tokens));
-          this.currentCall.cacheReadTokens = Math.max(this.currentCall.cacheReadTokens, count(usage.cache_read_input_tokens));
-          this.currentCall.cacheWriteTokens = Math.max(this.currentCall.cacheWriteTokens, count(usage.cache_creation_input_tokens));
+          this.currentCall.cacheReadTokens = Math.max(
+            this.currentCall.cacheReadTokens,
+            count(usage.cache_read_input_tokens),
+          );
+          this.currentCall.cacheWriteTokens = Math.max(
+            this.currentCall.cacheWriteTokens,
+            count(usage.cache_creation_input_tokens),
+          );
         }
         return;
       }
@@ -190,7 +203,11 @@ export class SdkMessageMapper {
     for (const block of content as Array<Record<string, unknown>>) {
       if (block["type"] !== "tool_result" || this.hidden.has(String(block["tool_use_id"]))) continue;
       this.spans?.toolEnded(String(block["tool_use_id"]), block["is_error"] === true);
-      this.events.toolResult({ callId: String(block["tool_use_id"]), output: toolResultOutput(block["content"]), isError: block["is_error"] === true });
+      this.events.toolResult({
+        callId: String(block["tool_use_id"]),
+        output: toolResultOutput(block["content"]),
+        isError: block["is_error"] === true,
+      });
     }
   }
 
@@ -209,7 +226,12 @@ export class SdkMessageMapper {
     switch (message.subtype) {
       case "success": {
         if (message.is_error) {
-          return { ...base, stopReason: StopReason.ERROR, text: message.result, error: `the model call failed: ${message.result || "no detail"}` };
+          return {
+            ...base,
+            stopReason: StopReason.ERROR,
+            text: message.result,
+            error: `the model call failed: ${message.result || "no detail"}`,
+          };
         }
         const structured = message.structured_output;
         return {
@@ -220,7 +242,11 @@ export class SdkMessageMapper {
         };
       }
       case "error_max_turns":
-        return { ...base, stopReason: StopReason.MAX_TURNS, error: message.errors.join("; ") || "reached the turn limit (limits.max_turns)" };
+        return {
+          ...base,
+          stopReason: StopReason.MAX_TURNS,
+          error: message.errors.join("; ") || "reached the turn limit (limits.max_turns)",
+        };
       case "error_max_budget_usd":
         return {
           ...base,
@@ -228,9 +254,17 @@ export class SdkMessageMapper {
           error: `${message.errors.join("; ") || "reached harness.max_budget_usd"} (spent about $${message.total_cost_usd.toFixed(4)} at list prices)`,
         };
       case "error_max_structured_output_retries":
-        return { ...base, stopReason: StopReason.ERROR, error: `the model did not produce output valid against the output schema: ${message.errors.join("; ")}` };
+        return {
+          ...base,
+          stopReason: StopReason.ERROR,
+          error: `the model did not produce output valid against the output schema: ${message.errors.join("; ")}`,
+        };
       default:
-        return { ...base, stopReason: StopReason.ERROR, error: message.errors.join("; ") || "the Claude Code session failed" };
+        return {
+          ...base,
+          stopReason: StopReason.ERROR,
+          error: message.errors.join("; ") || "the Claude Code session failed",
+        };
     }
   }
 }

@@ -33,7 +33,11 @@ export interface SessionEnvironmentOptions {
 
 /** Where the session's HOME and Claude Code configuration live, inside the state directory. */
 export function stateLayout(stateDir: string): { home: string; configDir: string; tmp: string } {
-  return { home: path.join(stateDir, "home"), configDir: path.join(stateDir, "claude"), tmp: path.join(stateDir, "tmp") };
+  return {
+    home: path.join(stateDir, "home"),
+    configDir: path.join(stateDir, "claude"),
+    tmp: path.join(stateDir, "tmp"),
+  };
 }
 
 /**
@@ -43,7 +47,8 @@ export function stateLayout(stateDir: string): { home: string; configDir: string
 export function customHeaders(headers: Record<string, string>): string {
   return Object.entries(headers)
     .map(([name, value]) => {
-      if (!/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(name)) throw new Error(`llm header name ${JSON.stringify(name)} is not a valid HTTP header name`);
+      if (!/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(name))
+        throw new Error(`llm header name ${JSON.stringify(name)} is not a valid HTTP header name`);
       if (/[\r\n]/.test(value)) throw new Error(`llm header ${name} has a line break in its value`);
       return `${name}: ${value}`;
     })

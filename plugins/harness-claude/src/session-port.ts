@@ -6,4 +6,5 @@ import type { HarnessSession } from "@oz0/harness";
 export type EventSink = Pick<HarnessSession, "text" | "toolCall" | "toolResult" | "usage">;
 
 /** Everything runClaudeSession needs from the protocol session. */
-export type ClaudeSessionHost = EventSink & Pick<HarnessSession, "request" | "signal" | "requestPermission" | "callRuntimeTool" | "log" | "tracer">;
+export type ClaudeSessionHost = EventSink &
+  Pick<HarnessSession, "request" | "signal" | "requestPermission" | "callRuntimeTool" | "log" | "tracer">;

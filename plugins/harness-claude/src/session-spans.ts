@@ -34,7 +34,12 @@ export class SessionSpans {
     this.#chat = this.#tracer.startSpan(`chat ${model}`, {
       kind: SpanKind.CLIENT,
       startTime: this.#turnStart,
-      attributes: { "gen_ai.operation.name": "chat", "gen_ai.provider.name": "anthropic", "gen_ai.request.model": model, "gen_ai.conversation.id": this.#conversationId },
+      attributes: {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "anthropic",
+        "gen_ai.request.model": model,
+        "gen_ai.conversation.id": this.#conversationId,
+      },
     });
   }
 
@@ -56,7 +61,16 @@ export class SessionSpans {
   /** A tool call announced (before its permission is asked): its span covers the wait and the run. */
   toolStarted(callId: string, tool: string): void {
     if (this.#tools.has(callId)) return;
-    this.#tools.set(callId, this.#tracer.startSpan(`execute_tool ${tool}`, { attributes: { "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool, "gen_ai.tool.call.id": callId } }));
+    this.#tools.set(
+      callId,
+      this.#tracer.startSpan(`execute_tool ${tool}`, {
+        attributes: {
+          "gen_ai.operation.name": "execute_tool",
+          "gen_ai.tool.name": tool,
+          "gen_ai.tool.call.id": callId,
+        },
+      }),
+    );
   }
 
   toolEnded(callId: string, isError: boolean): void {

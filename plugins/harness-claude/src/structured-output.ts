@@ -13,7 +13,11 @@ export function structuredOutputFromText(text: string, schema: JsonObject): Stru
   try {
     value = JSON.parse(candidate);
   } catch {
-    return { ok: false, error: "the request has an output_schema but the model's final answer is not JSON and it did not call StructuredOutput" };
+    return {
+      ok: false,
+      error:
+        "the request has an output_schema but the model's final answer is not JSON and it did not call StructuredOutput",
+    };
   }
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
     return { ok: false, error: "the request has an output_schema but the model's final answer is not a JSON object" };
@@ -27,7 +31,10 @@ export function structuredOutputFromText(text: string, schema: JsonObject): Stru
   const checked = validator.safeParse(value);
   if (!checked.success) {
     const first = checked.error.issues[0];
-    return { ok: false, error: `the model's final answer does not match the output_schema: ${first ? `${first.path.join(".") || "(root)"}: ${first.message}` : "invalid"}` };
+    return {
+      ok: false,
+      error: `the model's final answer does not match the output_schema: ${first ? `${first.path.join(".") || "(root)"}: ${first.message}` : "invalid"}`,
+    };
   }
   return { ok: true, value: value as JsonObject };
 }

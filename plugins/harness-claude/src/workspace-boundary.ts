@@ -42,7 +42,10 @@ export interface WorkspaceBoundary {
   check(tool: string, input: Record<string, unknown>): string | undefined;
 }
 
-export function workspaceBoundary(options: { workingDir: string; readOnlyDirs?: readonly string[] }): WorkspaceBoundary {
+export function workspaceBoundary(options: {
+  workingDir: string;
+  readOnlyDirs?: readonly string[];
+}): WorkspaceBoundary {
   const root = realTarget(path.resolve(options.workingDir));
   const readable = [root, ...(options.readOnlyDirs ?? []).map((dir) => realTarget(path.resolve(dir)))];
   return {

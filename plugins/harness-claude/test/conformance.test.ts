@@ -12,8 +12,16 @@ void test("passes every conformance case, none skipped, on the Anthropic route",
   const failures = report.cases.filter((c) => c.status !== "passed").map((c) => `${c.id} (${c.status}): ${c.message}`);
   assert.deepEqual(failures, []);
   assert.equal(report.ok, true);
-  assert.deepEqual(report.capabilities, { permissions: true, runtimeTools: true, structuredOutput: true, streamingText: true });
+  assert.deepEqual(report.capabilities, {
+    permissions: true,
+    runtimeTools: true,
+    structuredOutput: true,
+    streamingText: true,
+  });
   assert.deepEqual(report.routes, ["anthropic"]);
-  assert.deepEqual(report.untestedRoutes.map((r) => r.route), ["openai"]);
+  assert.deepEqual(
+    report.untestedRoutes.map((r) => r.route),
+    ["openai"],
+  );
   assert.match(report.untestedRoutes[0]?.reason ?? "", /made no model call \(it ended STOP_REASON_ERROR: .*openai/);
 });

@@ -41,11 +41,25 @@ function turn(request: ScriptedRequest): ScriptedTurn {
   const wd = workingDirOf(request);
   switch (messages.filter((m) => m.role === "assistant").length) {
     case 0:
-      return { text: "Reading the notes.", toolCalls: [{ name: "Read", input: { file_path: path.join(wd, "project", "notes.txt") } }] };
+      return {
+        text: "Reading the notes.",
+        toolCalls: [{ name: "Read", input: { file_path: path.join(wd, "project", "notes.txt") } }],
+      };
     case 1:
-      return { toolCalls: [{ name: "Edit", input: { file_path: path.join(wd, "project", "notes.txt"), old_string: "alpha", new_string: "beta" } }] };
+      return {
+        toolCalls: [
+          {
+            name: "Edit",
+            input: { file_path: path.join(wd, "project", "notes.txt"), old_string: "alpha", new_string: "beta" },
+          },
+        ],
+      };
     case 2:
-      return { toolCalls: [{ name: "Bash", input: { command: "cat project/notes.txt > copy.txt", description: "Copy the notes" } }] };
+      return {
+        toolCalls: [
+          { name: "Bash", input: { command: "cat project/notes.txt > copy.txt", description: "Copy the notes" } },
+        ],
+      };
     default:
       return { text: "Notes edited and copied." };
   }
@@ -64,17 +78,30 @@ void test("oz0 run: Read, Edit and an approved Bash call; the job succeeds, mete
   const home = mkdtempSync(path.join(repoRoot, ".oz0", "harness-claude-e2e-"));
   const model = await startScriptedModel({ turns: turn });
   const providers = path.join(home, "providers.json");
-  writeFileSync(providers, JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url, keySecret: "ANTHROPIC_API_KEY" }] }));
+  writeFileSync(
+    providers,
+    JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url, keySecret: "ANTHROPIC_API_KEY" }] }),
+  );
   const stack = await startEmbeddedStack({
     home,
     // The stack learns each service's URL from its "listening" info line.
     logLevel: "info",
-    env: { "llm-proxy": { OZ0_PROVIDERS_FILE: providers }, sandbox: { OZ0_CANCEL_GRACE_MS: "2000", ANTHROPIC_API_KEY: PLANTED_SECRET } },
+    env: {
+      "llm-proxy": { OZ0_PROVIDERS_FILE: providers },
+      sandbox: { OZ0_CANCEL_GRACE_MS: "2000", ANTHROPIC_API_KEY: PLANTED_SECRET },
+    },
   });
   const cli = (args: string[], input = ""): Promise<Cli> =>
     new Promise((resolve) => {
       const child = spawn(process.execPath, [cliMain, ...args], {
-        env: { PATH: process.env["PATH"] ?? "", HOME: home, OZ0_URL: stack.urls.orchestrator, OZ0_HOME: home, OZ0_LOG_LEVEL: "warn", ANTHROPIC_API_KEY: PLANTED_SECRET },
+        env: {
+          PATH: process.env["PATH"] ?? "",
+          HOME: home,
+          OZ0_URL: stack.urls.orchestrator,
+          OZ0_HOME: home,
+          OZ0_LOG_LEVEL: "warn",
+          ANTHROPIC_API_KEY: PLANTED_SECRET,
+        },
         stdio: ["pipe", "pipe", "pipe"],
       });
       let stdout = "";
@@ -93,7 +120,10 @@ void test("oz0 run: Read, Edit and an approved Bash call; the job succeeds, mete
     const agents = path.join(home, "agents-plugin");
     mkdirSync(path.join(agents, "agents"), { recursive: true });
     mkdirSync(path.join(agents, "prompts"));
-    writeFileSync(path.join(agents, "oz0-plugin.yaml"), "name: coders\nversion: 0.1.0\nagents:\n  - agents/coder.yaml\n");
+    writeFileSync(
+      path.join(agents, "oz0-plugin.yaml"),
+      "name: coders\nversion: 0.1.0\nagents:\n  - agents/coder.yaml\n",
+    );
     writeFileSync(path.join(agents, "agents", "coder.yaml"), CODER);
     writeFileSync(path.join(agents, "prompts", "coder.md"), "You make small, careful changes.\n");
     const installed = await cli(["plugin", "install", agents]);
@@ -138,7 +168,10 @@ void test("oz0 run: Read, Edit and an approved Bash call; the job succeeds, mete
     assert.equal(metered.code, 0, metered.stderr);
     const usage = JSON.parse(metered.stdout) as { total?: { calls?: string }; agents: { agent: string }[] };
     assert.equal(Number(usage.total?.calls), 4);
-    assert.deepEqual(usage.agents.map((a) => a.agent), ["coder"]);
+    assert.deepEqual(
+      usage.agents.map((a) => a.agent),
+      ["coder"],
+    );
 
     // Upstream: four turns, the proxy's key, never the planted one.
     const turns = model.requests.filter((r) => !r.sideCall);

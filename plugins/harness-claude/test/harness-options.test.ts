@@ -39,16 +39,28 @@ void test("every bad option is named, with what it accepts", () => {
     permision_mode: "plan",
   });
   const byOption = Object.fromEntries(problems.map((p) => [p.option, p.message]));
-  assert.deepEqual(Object.keys(byOption).sort(), ["max_budget_usd", "permision_mode", "permission_mode", "system_prompt", "tools"]);
-  assert.match(byOption["tools"] ?? "", /WebFetch, Task are not supported; choose from Read, Write, Edit, Glob, Grep, Bash/);
+  assert.deepEqual(Object.keys(byOption).sort(), [
+    "max_budget_usd",
+    "permision_mode",
+    "permission_mode",
+    "system_prompt",
+    "tools",
+  ]);
+  assert.match(
+    byOption["tools"] ?? "",
+    /WebFetch, Task are not supported; choose from Read, Write, Edit, Glob, Grep, Bash/,
+  );
   assert.match(byOption["permission_mode"] ?? "", /default, acceptEdits, plan, bypassPermissions, got "dontAsk"/);
   assert.match(byOption["permision_mode"] ?? "", /unknown option/);
-  assert.throws(() => parseHarnessOptions({ tools: "Bash" }), (error: unknown) => {
-    assert.ok(error instanceof HarnessOptionsError);
-    assert.equal(error.code, "invalid_harness_options");
-    assert.match(error.message, /harness\.tools: must be a list of tool names, got "Bash"/);
-    return true;
-  });
+  assert.throws(
+    () => parseHarnessOptions({ tools: "Bash" }),
+    (error: unknown) => {
+      assert.ok(error instanceof HarnessOptionsError);
+      assert.equal(error.code, "invalid_harness_options");
+      assert.match(error.message, /harness\.tools: must be a list of tool names, got "Bash"/);
+      return true;
+    },
+  );
 });
 
 void test("valid options have no problems", () => {
@@ -59,6 +71,9 @@ void test("valid options have no problems", () => {
 void test("the README's install-time check says what it shows", () => {
   assert.deepEqual(validateHarnessOptions({ tools: ["Read", "WebFetch"], permission_mode: "dontAsk" }), [
     { option: "tools", message: "WebFetch is not supported; choose from Read, Write, Edit, Glob, Grep, Bash" },
-    { option: "permission_mode", message: 'must be one of default, acceptEdits, plan, bypassPermissions, got "dontAsk"' },
+    {
+      option: "permission_mode",
+      message: 'must be one of default, acceptEdits, plan, bypassPermissions, got "dontAsk"',
+    },
   ]);
 });

@@ -12,7 +12,13 @@ import {
   type RuntimeToolCall,
   type SessionEvent,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { startHostSession, type HostSession, type PermissionAnswerInit, type RuntimeToolResultInit, type SessionOutcome } from "@oz0/harness/host";
+import {
+  startHostSession,
+  type HostSession,
+  type PermissionAnswerInit,
+  type RuntimeToolResultInit,
+  type SessionOutcome,
+} from "@oz0/harness/host";
 import { startScriptedModel, type Script, type ScriptedModel } from "@oz0/harness/testing";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
@@ -76,20 +82,42 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
   await mkdir(workingDir);
   await mkdir(stateDir);
   const { writeFile } = await import("node:fs/promises");
-  for (const [name, content] of Object.entries(options.files ?? {})) await writeFile(path.join(workingDir, name), content);
+  for (const [name, content] of Object.entries(options.files ?? {}))
+    await writeFile(path.join(workingDir, name), content);
 
   const model = await startScriptedModel({ turns: options.turns({ workingDir, stateDir }) });
-  let llm: { anthropicBaseUrl: string; token: string; headers: Record<string, string> } = { anthropicBaseUrl: model.url, token: TOKEN, headers: HEADERS };
+  let llm: { anthropicBaseUrl: string; token: string; headers: Record<string, string> } = {
+    anthropicBaseUrl: model.url,
+    token: TOKEN,
+    headers: HEADERS,
+  };
   const proxy = options.viaProxy
-    ? await startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"),
-        providers: [{ name: "anthropic", baseUrl: model.url, keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75 } } }],
+    ? await startLlmProxy({
+        auth: testCredentials.settingsFor("llm-proxy"),
+        providers: [
+          {
+            name: "anthropic",
+            baseUrl: model.url,
+            keySecret: "ANTHROPIC_API_KEY",
+            prices: { "*": { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75 } },
+          },
+        ],
         kek: Buffer.alloc(32, 7),
       })
     : undefined;
-  const control = proxy ? createClient(LlmProxyService, createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] })) : undefined;
+  const control = proxy
+    ? createClient(LlmProxyService, createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] }))
+    : undefined;
   if (proxy && control) {
-    await createClient(SecretService, createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] })).setSecret({ name: "ANTHROPIC_API_KEY", value: CUSTODY_KEY });
-    const minted = await control.mintSessionToken({ job: HEADERS["Oz0-Job"], agent: HEADERS["Oz0-Agent"], session: "session-1" });
+    await createClient(
+      SecretService,
+      createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] }),
+    ).setSecret({ name: "ANTHROPIC_API_KEY", value: CUSTODY_KEY });
+    const minted = await control.mintSessionToken({
+      job: HEADERS["Oz0-Job"],
+      agent: HEADERS["Oz0-Agent"],
+      session: "session-1",
+    });
     llm = { anthropicBaseUrl: minted.anthropicBaseUrl, token: minted.token, headers: { ...minted.headers } };
   }
   const request = create(SessionRequestSchema, {
@@ -112,7 +140,13 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
     command: ["node", MAIN],
     cwd: workingDir,
     // What a node would pass, plus a provider key that must not get through.
-    env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", HOME: stateDir, ANTHROPIC_API_KEY: PLANTED_SECRET, OPENAI_API_KEY: PLANTED_SECRET, ...options.env },
+    env: {
+      PATH: process.env["PATH"] ?? "/usr/bin:/bin",
+      HOME: stateDir,
+      ANTHROPIC_API_KEY: PLANTED_SECRET,
+      OPENAI_API_KEY: PLANTED_SECRET,
+      ...options.env,
+    },
     request,
     onStderr: (chunk) => void (stderr += chunk.toString("utf8")),
     onEvent: (event) => {
@@ -122,7 +156,10 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
         const answer: AnswerInit = options.answer?.(e.value) ?? { allow: true };
         queueMicrotask(() => session.answerPermission({ id: e.value.id, ...answer }));
       } else if (e.case === "runtimeToolCall") {
-        const result: ToolResultInit = options.runtimeTool?.(e.value) ?? { isError: true, error: "this test serves no runtime tools" };
+        const result: ToolResultInit = options.runtimeTool?.(e.value) ?? {
+          isError: true,
+          error: "this test serves no runtime tools",
+        };
         queueMicrotask(() => session.sendRuntimeToolResult({ id: e.value.id, ...result }));
       }
       options.onEvent?.(event, session, model);
@@ -138,7 +175,10 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
 type EventOf<C> = Extract<SessionEvent["event"], { case: C }>["value"];
 
 /** The values of every event of one kind, in order. */
-export function ofCase<C extends NonNullable<SessionEvent["event"]["case"]>>(events: SessionEvent[], kind: C): EventOf<C>[] {
+export function ofCase<C extends NonNullable<SessionEvent["event"]["case"]>>(
+  events: SessionEvent[],
+  kind: C,
+): EventOf<C>[] {
   const found: EventOf<C>[] = [];
   for (const e of events) if (e.event.case === kind) found.push(e.event.value as EventOf<C>);
   return found;

@@ -24,7 +24,11 @@ function processesMentioning(needle: string): number[] {
 
 void test("limits.max_turns stops the session with max_turns; system_prompt replace sends only the instructions", async () => {
   const run = await runHarness({
-    request: { limits: { maxTurns: 1 }, harnessOptions: { system_prompt: "replace" }, instructions: "You are a terse release bot." },
+    request: {
+      limits: { maxTurns: 1 },
+      harnessOptions: { system_prompt: "replace" },
+      instructions: "You are a terse release bot.",
+    },
     turns: () => [runBash, runBash, { text: "never reached" }],
   });
   try {
@@ -91,7 +95,10 @@ void test("bad harness options end the session with an error naming each option,
     assert.equal(run.outcome.status, "completed", run.stderr);
     assert.equal(run.outcome.result?.stopReason, StopReason.ERROR);
     assert.match(run.outcome.result?.error ?? "", /harness\.tools: WebFetch is not supported/);
-    assert.match(run.outcome.result?.error ?? "", /harness\.permission_mode: must be one of default, acceptEdits, plan, bypassPermissions, got "yolo"/);
+    assert.match(
+      run.outcome.result?.error ?? "",
+      /harness\.permission_mode: must be one of default, acceptEdits, plan, bypassPermissions, got "yolo"/,
+    );
     assert.equal(run.model.requests.length, 0);
     assert.equal(ofCase(run.events, "toolCall").length, 0);
   } finally {

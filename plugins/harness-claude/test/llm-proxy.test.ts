@@ -12,21 +12,34 @@ void test("through the LLM proxy: the session completes, metered under its job a
   const run = await runHarness({
     viaProxy: true,
     turns: () => [
-      { text: "Running it.", toolCalls: [{ name: "Bash", input: { command: "echo proxied > out.txt", description: "Write a file" } }] },
+      {
+        text: "Running it.",
+        toolCalls: [{ name: "Bash", input: { command: "echo proxied > out.txt", description: "Write a file" } }],
+      },
       { text: "Done." },
     ],
   });
   try {
-    assert.equal(run.outcome.result?.stopReason, StopReason.COMPLETED, `${run.outcome.result?.error ?? ""}\n${run.stderr}`);
+    assert.equal(
+      run.outcome.result?.stopReason,
+      StopReason.COMPLETED,
+      `${run.outcome.result?.error ?? ""}\n${run.stderr}`,
+    );
     assert.equal(run.outcome.result?.text, "Done.");
     assert.equal(await readFile(path.join(run.workingDir, "out.txt"), "utf8"), "proxied\n");
-    assert.deepEqual(ofCase(run.events, "permissionRequest").map((a) => a.tool), ["Bash"]);
+    assert.deepEqual(
+      ofCase(run.events, "permissionRequest").map((a) => a.tool),
+      ["Bash"],
+    );
 
     // The proxy metered both calls under the job and the agent.
     const usage = run.usage;
     assert.equal(usage?.job, HEADERS["Oz0-Job"]);
     assert.equal(usage?.total?.calls, 2n);
-    assert.deepEqual(usage?.agents.map((a) => [a.agent, a.usage?.calls]), [[HEADERS["Oz0-Agent"], 2n]]);
+    assert.deepEqual(
+      usage?.agents.map((a) => [a.agent, a.usage?.calls]),
+      [[HEADERS["Oz0-Agent"], 2n]],
+    );
 
     // Upstream, the provider key is the proxy's; the key planted in the harness's environment never left it.
     const turns = run.model.requests.filter((r) => !r.sideCall);

@@ -28,7 +28,14 @@ void test("the environment is built from scratch: no inherited credential, the p
   const options = buildQueryOptions({
     request: request(),
     harness: parseHarnessOptions({}),
-    inheritedEnv: { PATH: "/usr/bin", LANG: "C.UTF-8", ANTHROPIC_API_KEY: "sk-ant-planted", AWS_SECRET_ACCESS_KEY: "x", OZ0_LLM_TOKEN: "tok", HOME: "/root" },
+    inheritedEnv: {
+      PATH: "/usr/bin",
+      LANG: "C.UTF-8",
+      ANTHROPIC_API_KEY: "sk-ant-planted",
+      AWS_SECRET_ACCESS_KEY: "x",
+      OZ0_LLM_TOKEN: "tok",
+      HOME: "/root",
+    },
     extra,
   });
   assert.deepEqual(options.env, {
@@ -73,14 +80,23 @@ void test("model, prompt, limits and permissions map to the SDK's options", () =
   assert.equal(options.includePartialMessages, true);
   assert.equal(options.allowDangerouslySkipPermissions, undefined);
 
-  const replaced = buildQueryOptions({ request: request(), harness: parseHarnessOptions({ system_prompt: "replace", permission_mode: "bypassPermissions" }), inheritedEnv: {}, extra });
+  const replaced = buildQueryOptions({
+    request: request(),
+    harness: parseHarnessOptions({ system_prompt: "replace", permission_mode: "bypassPermissions" }),
+    inheritedEnv: {},
+    extra,
+  });
   assert.equal(replaced.systemPrompt, "Be careful.");
   assert.equal(replaced.allowDangerouslySkipPermissions, true);
 });
 
 void test("requests Claude Code cannot serve are refused with what is wrong", () => {
   const refuse = (fields: RequestFields, options: Record<string, string> = {}) =>
-    assert.throws(() => buildQueryOptions({ request: request(fields), harness: parseHarnessOptions(options), inheritedEnv: {}, extra }), SessionRequestError);
+    assert.throws(
+      () =>
+        buildQueryOptions({ request: request(fields), harness: parseHarnessOptions(options), inheritedEnv: {}, extra }),
+      SessionRequestError,
+    );
   refuse({ model: { primary: "openai/gpt-5" } });
   refuse({ llm: { token: "tok" } });
   refuse({ llm: { anthropicBaseUrl: "http://proxy" } });

@@ -18,7 +18,11 @@ void test("a runtime tool call is asked about, goes to the runtime and its resul
           inputSchema: { type: "object", properties: { key: { type: "string" } }, required: ["key"] },
         },
       ],
-      outputSchema: { type: "object", properties: { color: { type: "string" }, count: { type: "integer" } }, required: ["color", "count"] },
+      outputSchema: {
+        type: "object",
+        properties: { color: { type: "string" }, count: { type: "integer" } },
+        required: ["color", "count"],
+      },
     },
     turns: () => [
       { toolCalls: [{ name: "mcp__oz0__lookup", input: { key: "color" } }] },
@@ -27,10 +31,17 @@ void test("a runtime tool call is asked about, goes to the runtime and its resul
     runtimeTool: (call) => ({ output: fromJson(ValueSchema, { value: `the ${String(call.input?.["key"])} is blue` }) }),
   });
   try {
-    assert.equal(run.outcome.result?.stopReason, StopReason.COMPLETED, `${run.outcome.result?.error ?? ""}\n${run.stderr}`);
+    assert.equal(
+      run.outcome.result?.stopReason,
+      StopReason.COMPLETED,
+      `${run.outcome.result?.error ?? ""}\n${run.stderr}`,
+    );
     assert.deepEqual(run.outcome.result?.structuredOutput, { color: "blue", count: 2 });
     const calls = ofCase(run.events, "runtimeToolCall");
-    assert.deepEqual(calls.map((c) => [c.name, c.input]), [["lookup", { key: "color" }]]);
+    assert.deepEqual(
+      calls.map((c) => [c.name, c.input]),
+      [["lookup", { key: "color" }]],
+    );
     // The model saw the runtime's answer.
     assert.match(JSON.stringify(run.model.requests.at(-1)?.body?.messages?.at(-1)), /the color is blue/);
     // Offered to the model with its schema.
@@ -38,9 +49,15 @@ void test("a runtime tool call is asked about, goes to the runtime and its resul
     assert.deepEqual(offered?.input_schema?.required, ["key"]);
     // Asked about by the runtime's name, tied to its tool call, before it was relayed; StructuredOutput asks nobody.
     const [call] = ofCase(run.events, "toolCall");
-    assert.deepEqual(ofCase(run.events, "toolCall").map((c) => c.tool), ["lookup"]);
+    assert.deepEqual(
+      ofCase(run.events, "toolCall").map((c) => c.tool),
+      ["lookup"],
+    );
     const asks = ofCase(run.events, "permissionRequest");
-    assert.deepEqual(asks.map((a) => [a.tool, a.input, a.callId]), [["lookup", { key: "color" }, call?.callId]]);
+    assert.deepEqual(
+      asks.map((a) => [a.tool, a.input, a.callId]),
+      [["lookup", { key: "color" }, call?.callId]],
+    );
     const kinds = run.events.map((e) => e.event.case);
     assert.ok(kinds.indexOf("permissionRequest") < kinds.indexOf("runtimeToolCall"), kinds.join(", "));
   } finally {

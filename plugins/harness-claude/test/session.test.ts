@@ -14,8 +14,18 @@ void test("reads, edits, writes and runs commands, asking the runtime before eve
   const run = await runHarness({
     files: { "notes.txt": "alpha\n" },
     turns: ({ workingDir }) => [
-      { text: "I will look at the notes.", toolCalls: [{ name: "Read", input: { file_path: path.join(workingDir, "notes.txt") } }] },
-      { toolCalls: [{ name: "Edit", input: { file_path: path.join(workingDir, "notes.txt"), old_string: "alpha", new_string: "beta" } }] },
+      {
+        text: "I will look at the notes.",
+        toolCalls: [{ name: "Read", input: { file_path: path.join(workingDir, "notes.txt") } }],
+      },
+      {
+        toolCalls: [
+          {
+            name: "Edit",
+            input: { file_path: path.join(workingDir, "notes.txt"), old_string: "alpha", new_string: "beta" },
+          },
+        ],
+      },
       { toolCalls: [{ name: "Write", input: { file_path: path.join(workingDir, "new.txt"), content: "fresh\n" } }] },
       { toolCalls: [{ name: "Bash", input: { command: "echo forbidden > denied.txt", description: "Write a file" } }] },
       { toolCalls: [{ name: "Bash", input: { command: "echo original > bash.txt", description: "Write a file" } }] },
@@ -23,9 +33,14 @@ void test("reads, edits, writes and runs commands, asking the runtime before eve
     ],
     answer: (request) => {
       const command = request.input?.["command"];
-      if (command === "echo forbidden > denied.txt") return { allow: false, reason: "Commands that write files need a ticket." };
+      if (command === "echo forbidden > denied.txt")
+        return { allow: false, reason: "Commands that write files need a ticket." };
       // The changed input must be what runs; it also records the environment Claude Code gives its tools.
-      if (command === "echo original > bash.txt") return { allow: true, input: { command: "env > env.txt; echo modified > bash.txt", description: "Write a file" } };
+      if (command === "echo original > bash.txt")
+        return {
+          allow: true,
+          input: { command: "env > env.txt; echo modified > bash.txt", description: "Write a file" },
+        };
       return { allow: true };
     },
   });
@@ -45,15 +60,24 @@ void test("reads, edits, writes and runs commands, asking the runtime before eve
     // Each tool call is announced, then asked about, with a title for a person.
     const calls = ofCase(run.events, "toolCall");
     const asks = ofCase(run.events, "permissionRequest");
-    assert.deepEqual(calls.map((c) => c.tool), ["Read", "Edit", "Write", "Bash", "Bash"]);
-    assert.deepEqual(asks.map((a) => a.callId), calls.map((c) => c.callId));
-    assert.deepEqual(asks.map((a) => a.title), [
-      `Read ${path.join(run.workingDir, "notes.txt")}`,
-      `Edit ${path.join(run.workingDir, "notes.txt")}`,
-      `Write ${path.join(run.workingDir, "new.txt")}`,
-      "Run echo forbidden > denied.txt",
-      "Run echo original > bash.txt",
-    ]);
+    assert.deepEqual(
+      calls.map((c) => c.tool),
+      ["Read", "Edit", "Write", "Bash", "Bash"],
+    );
+    assert.deepEqual(
+      asks.map((a) => a.callId),
+      calls.map((c) => c.callId),
+    );
+    assert.deepEqual(
+      asks.map((a) => a.title),
+      [
+        `Read ${path.join(run.workingDir, "notes.txt")}`,
+        `Edit ${path.join(run.workingDir, "notes.txt")}`,
+        `Write ${path.join(run.workingDir, "new.txt")}`,
+        "Run echo forbidden > denied.txt",
+        "Run echo original > bash.txt",
+      ],
+    );
     const order = run.events.map((e) => e.event.case);
     for (const ask of asks) {
       const callAt = run.events.findIndex((e) => e.event.case === "toolCall" && e.event.value.callId === ask.callId);
@@ -63,7 +87,10 @@ void test("reads, edits, writes and runs commands, asking the runtime before eve
 
     // The denial's reason reaches the model as an error tool result, in the next request.
     const results = ofCase(run.events, "toolResult");
-    assert.deepEqual(results.map((r) => r.isError), [false, false, false, true, false]);
+    assert.deepEqual(
+      results.map((r) => r.isError),
+      [false, false, false, true, false],
+    );
     const denied = results[3];
     assert.match(String(denied?.output ? toJson(ValueSchema, denied.output) : ""), /need a ticket/);
     // One model call per turn and no other call (no title, quota or telemetry side calls).
@@ -92,7 +119,14 @@ void test("reads, edits, writes and runs commands, asking the runtime before eve
     assert.match(system, /Claude Code/);
     assert.match(system, /Answer in one short sentence\./);
     assert.equal(turns[0]?.body?.model, "claude-sonnet-4-5");
-    assert.deepEqual(turns[0]?.body?.tools.map((t: { name: string }) => t.name).sort(), ["Bash", "Edit", "Glob", "Grep", "Read", "Write"]);
+    assert.deepEqual(turns[0]?.body?.tools.map((t: { name: string }) => t.name).sort(), [
+      "Bash",
+      "Edit",
+      "Glob",
+      "Grep",
+      "Read",
+      "Write",
+    ]);
 
     // Text streams as deltas; usage comes per model call and per model in the result.
     const text = ofCase(run.events, "text");
@@ -114,16 +148,31 @@ for (const mode of ["acceptEdits", "plan", "bypassPermissions"] as const) {
       request: { harnessOptions: { permission_mode: mode } },
       turns: ({ workingDir }) => [
         { toolCalls: [{ name: "Read", input: { file_path: path.join(workingDir, "notes.txt") } }] },
-        { toolCalls: [{ name: "Edit", input: { file_path: path.join(workingDir, "notes.txt"), old_string: "alpha", new_string: "beta" } }] },
+        {
+          toolCalls: [
+            {
+              name: "Edit",
+              input: { file_path: path.join(workingDir, "notes.txt"), old_string: "alpha", new_string: "beta" },
+            },
+          ],
+        },
         { toolCalls: [{ name: "Bash", input: { command: "echo ran > bash.txt", description: "Write a file" } }] },
         { text: "Stopped." },
       ],
       // Read is let through: Claude Code refuses an Edit of a file it has not read before asking anyone.
-      answer: (request) => (request.tool === "Read" ? { allow: true } : { allow: false, outcome: PermissionAnswer_Outcome.TIMED_OUT }),
+      answer: (request) =>
+        request.tool === "Read" ? { allow: true } : { allow: false, outcome: PermissionAnswer_Outcome.TIMED_OUT },
     });
     try {
-      assert.equal(run.outcome.result?.stopReason, StopReason.COMPLETED, `${run.outcome.result?.error ?? ""}\n${run.stderr}`);
-      assert.deepEqual(ofCase(run.events, "permissionRequest").map((a) => a.tool), ["Read", "Edit", "Bash"]);
+      assert.equal(
+        run.outcome.result?.stopReason,
+        StopReason.COMPLETED,
+        `${run.outcome.result?.error ?? ""}\n${run.stderr}`,
+      );
+      assert.deepEqual(
+        ofCase(run.events, "permissionRequest").map((a) => a.tool),
+        ["Read", "Edit", "Bash"],
+      );
       assert.equal(await readFile(path.join(run.workingDir, "notes.txt"), "utf8"), "alpha\n");
       assert.equal(existsSync(path.join(run.workingDir, "bash.txt")), false);
       const refused = JSON.stringify(run.model.requests.at(-1)?.body?.messages?.at(-1));

@@ -27,7 +27,9 @@ interface ReceivedSpan {
 }
 
 void test("the harness's model calls and tool calls are spans of the session's trace, with no content", async () => {
-  const receiver = spawn(process.execPath, [path.join(repoRoot, "tools", "test-infra", "bin", "otlp-receiver.mjs")], { stdio: ["ignore", "pipe", "inherit"] });
+  const receiver = spawn(process.execPath, [path.join(repoRoot, "tools", "test-infra", "bin", "otlp-receiver.mjs")], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
   try {
     let url = "";
     for await (const line of createInterface({ input: receiver.stdout })) {
@@ -44,12 +46,19 @@ void test("the harness's model calls and tool calls are spans of the session's t
       answer: (request) => (request.tool === "Bash" ? { allow: false, reason: `no ${MARKER}` } : { allow: true }),
       request: { input: `Task ${MARKER}`, trace: { traceparent: `00-${TRACE_ID}-${SESSION_SPAN}-01` } },
       // What the sandbox gives a session when the stack records traces (its relay, here the receiver itself).
-      env: { OTEL_SDK_DISABLED: "false", OTEL_TRACES_EXPORTER: "otlp", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${url}/v1/traces`, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/json" },
+      env: {
+        OTEL_SDK_DISABLED: "false",
+        OTEL_TRACES_EXPORTER: "otlp",
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${url}/v1/traces`,
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/json",
+      },
     });
     try {
       assert.equal(run.outcome.status, "completed", `${run.outcome.error?.message ?? ""}\n${run.stderr}`);
       // The harness flushed before it exited: every span is at the receiver already.
-      const spans = ((await (await fetch(`${url}/spans`)).json()) as ReceivedSpan[]).filter((s) => s.service === "claude-agent-sdk");
+      const spans = ((await (await fetch(`${url}/spans`)).json()) as ReceivedSpan[]).filter(
+        (s) => s.service === "claude-agent-sdk",
+      );
       const names = spans.map((s) => s.name).join(", ");
       const chats = spans.filter((s) => s.name.startsWith("chat "));
       assert.equal(chats.length, run.model.requests.length, `a chat span per model call: ${names}`);

@@ -21,7 +21,10 @@ void test("file tools may use paths inside the working directory only; skills ar
   assert.equal(boundary.check("Write", { file_path: path.join(work, "a/b.txt") }), undefined);
   assert.equal(boundary.check("Grep", { pattern: "x" }), undefined);
   assert.equal(boundary.check("Read", { file_path: path.join(skill, "SKILL.md") }), undefined);
-  assert.match(boundary.check("Edit", { file_path: path.join(skill, "SKILL.md") }) ?? "", /Edit may only use paths inside the working directory/);
+  assert.match(
+    boundary.check("Edit", { file_path: path.join(skill, "SKILL.md") }) ?? "",
+    /Edit may only use paths inside the working directory/,
+  );
   assert.match(boundary.check("Write", { file_path: `${work}/../escaped.txt` }) ?? "", /escaped\.txt is outside it/);
   assert.match(boundary.check("Read", { file_path: "/etc/passwd" }) ?? "", /outside/);
   assert.match(boundary.check("Glob", { pattern: "*", path: "/" }) ?? "", /outside/);
@@ -43,7 +46,10 @@ void test("runtime tools answer to their MCP name and to their plain name, unles
 void test("a plain-text JSON answer becomes the structured output when it matches the schema", () => {
   const schema = { type: "object", properties: { answer: { type: "number" } }, required: ["answer"] };
   assert.deepEqual(structuredOutputFromText('{"answer": 42}', schema), { ok: true, value: { answer: 42 } });
-  assert.deepEqual(structuredOutputFromText('Here:\n```json\n{"answer": 1}\n```', schema), { ok: true, value: { answer: 1 } });
+  assert.deepEqual(structuredOutputFromText('Here:\n```json\n{"answer": 1}\n```', schema), {
+    ok: true,
+    value: { answer: 1 },
+  });
   const wrong = structuredOutputFromText('{"answer": "many"}', schema);
   assert.equal(wrong.ok, false);
   assert.match(wrong.ok ? "" : wrong.error, /does not match the output_schema: answer/);

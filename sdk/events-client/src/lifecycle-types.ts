@@ -26,16 +26,31 @@ export const LIFECYCLE_EVENTS = {
   "job.completed": { sentBy: ["orchestrator"], about: "a job ended with the harness's result" },
   "job.failed": { sentBy: ["orchestrator"], about: "a job ended in failure" },
   "job.cancelled": { sentBy: ["orchestrator"], about: "a job ended because someone cancelled it" },
-  "session.started": { sentBy: ["orchestrator", "sandbox"], about: "a harness process started for a job (the sandbox: on its node; the orchestrator: as the job saw it)" },
+  "session.started": {
+    sentBy: ["orchestrator", "sandbox"],
+    about: "a harness process started for a job (the sandbox: on its node; the orchestrator: as the job saw it)",
+  },
   "session.ended": { sentBy: ["sandbox"], about: "a harness process ended" },
   "tool.called": { sentBy: ["orchestrator"], about: "the harness called a tool" },
-  "permission.decided": { sentBy: ["orchestrator"], about: "a hook or policy allowed or denied a tool call without a person" },
+  "permission.decided": {
+    sentBy: ["orchestrator"],
+    about: "a hook or policy allowed or denied a tool call without a person",
+  },
   "approval.requested": { sentBy: ["orchestrator"], about: "a tool call waits for a person" },
-  "approval.answered": { sentBy: ["orchestrator"], about: "a waiting tool call was answered, or timed out (status `timed_out`)" },
+  "approval.answered": {
+    sentBy: ["orchestrator"],
+    about: "a waiting tool call was answered, or timed out (status `timed_out`)",
+  },
   "llm.call_completed": { sentBy: ["llm-proxy"], about: "one logical model call finished, retries included" },
   "harness.operation_started": { sentBy: ["orchestrator"], about: "a harness operation began" },
-  "harness.operation_step": { sentBy: ["orchestrator"], about: "one model turn or tool call inside a harness operation" },
-  "harness.operation_completed": { sentBy: ["orchestrator"], about: "a harness operation returned a result that validated" },
+  "harness.operation_step": {
+    sentBy: ["orchestrator"],
+    about: "one model turn or tool call inside a harness operation",
+  },
+  "harness.operation_completed": {
+    sentBy: ["orchestrator"],
+    about: "a harness operation returned a result that validated",
+  },
   "harness.operation_failed": { sentBy: ["orchestrator"], about: "a harness operation failed" },
   "harness.operation_cancelled": { sentBy: ["orchestrator"], about: "a harness operation was cancelled" },
   "harness.operation_timed_out": { sentBy: ["orchestrator"], about: "a harness operation ran out of time" },
@@ -52,7 +67,9 @@ export const LIFECYCLE_EVENTS = {
 export type LifecycleType = keyof typeof LIFECYCLE_EVENTS;
 
 /** Every lifecycle event type, in the list's order. */
-export const LIFECYCLE_TYPES: readonly LifecycleType[] = Object.freeze(Object.keys(LIFECYCLE_EVENTS) as LifecycleType[]);
+export const LIFECYCLE_TYPES: readonly LifecycleType[] = Object.freeze(
+  Object.keys(LIFECYCLE_EVENTS) as LifecycleType[],
+);
 
 /** Whether a type that came from outside the compiler's sight (the wire, a stored event) is one of the list's. */
 export function isLifecycleType(type: string): type is LifecycleType {

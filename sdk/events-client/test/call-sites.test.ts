@@ -21,6 +21,12 @@ void test("literals, conditionals, template literals and as-const lookups are se
     "permission.decided",
     "tool.called",
   ]);
-  assert.deepEqual(sent.get("tool.called")?.map((s) => s.text), ['"tool.called"']);
-  assert.deepEqual(unresolved.map((s) => [path.basename(s.file), s.text]), [["producer.ts", "anyType"]]);
+  assert.deepEqual(
+    sent.get("tool.called")?.map((s) => s.text),
+    ['"tool.called"'],
+  );
+  assert.deepEqual(
+    unresolved.map((s) => [path.basename(s.file), s.text]),
+    [["producer.ts", "anyType"]],
+  );
 });

@@ -23,11 +23,16 @@ interface Workspace {
 
 /** The workspaces that can publish lifecycle events: those that depend on @oz0/events or @oz0/events-client. */
 function publishers(): Workspace[] {
-  const globs = (JSON.parse(readFileSync(path.join(root, "package.json"), "utf8")) as { workspaces: string[] }).workspaces;
+  const globs = (JSON.parse(readFileSync(path.join(root, "package.json"), "utf8")) as { workspaces: string[] })
+    .workspaces;
   const dirs = globs.flatMap((glob) => {
     if (!glob.endsWith("/*")) return [path.join(root, glob)];
     const parent = path.join(root, glob.slice(0, -2));
-    return existsSync(parent) ? readdirSync(parent, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => path.join(parent, e.name)) : [];
+    return existsSync(parent)
+      ? readdirSync(parent, { withFileTypes: true })
+          .filter((e) => e.isDirectory())
+          .map((e) => path.join(parent, e.name))
+      : [];
   });
   return dirs.flatMap((dir) => {
     const file = path.join(dir, "package.json");
@@ -48,7 +53,10 @@ void test("every type in the list is sent, each by exactly the services its sent
   const workspaces = publishers();
   const names = workspaces.map((w) => w.name);
   for (const producer of ["@oz0/orchestrator", "@oz0/sandbox", "@oz0/llm-proxy", "@oz0/events"]) {
-    assert.ok(names.includes(producer), `${producer} is not read (found ${names.join(", ")}): does it still depend on @oz0/events?`);
+    assert.ok(
+      names.includes(producer),
+      `${producer} is not read (found ${names.join(", ")}): does it still depend on @oz0/events?`,
+    );
   }
   const files = workspaces.flatMap((w) => sourceFiles(path.join(w.dir, "src")));
   const { sent, unresolved } = lifecycleSends(files);
@@ -64,7 +72,10 @@ void test("every type in the list is sent, each by exactly the services its sent
     [...sent].map(([type, sites]) => [type, [...new Set(sites.map((s) => packageOf(s.file)))].sort()]),
   );
   const expected = Object.fromEntries(
-    LIFECYCLE_TYPES.map((type: LifecycleType) => [type, LIFECYCLE_EVENTS[type].sentBy.map((source) => `@oz0/${source}`).sort()]),
+    LIFECYCLE_TYPES.map((type: LifecycleType) => [
+      type,
+      LIFECYCLE_EVENTS[type].sentBy.map((source) => `@oz0/${source}`).sort(),
+    ]),
   );
   assert.deepEqual(sortedKeys(actual), sortedKeys(expected));
 });

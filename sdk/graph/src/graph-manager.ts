@@ -48,10 +48,7 @@ export type ControlEvent =
  * - `answer`: use `text` as the step's output (step error, max iterations) or as the reply to an in-flight invoke.
  */
 export type ManagerDecision =
-  | { action: "retry" }
-  | { action: "skip" }
-  | { action: "abort"; reason?: string }
-  | { action: "answer"; text: string };
+  { action: "retry" } | { action: "skip" } | { action: "abort"; reason?: string } | { action: "answer"; text: string };
 
 /** Decides control events for a run. */
 export interface GraphManager {
@@ -77,7 +74,8 @@ export const managerTools = [
   },
   {
     name: "answer",
-    description: "Answer with text: it becomes the step's output, or the reply to the person who invoked the harness while it was busy.",
+    description:
+      "Answer with text: it becomes the step's output, or the reply to the person who invoked the harness while it was busy.",
     inputSchema: {
       type: "object",
       properties: { text: { type: "string" } },

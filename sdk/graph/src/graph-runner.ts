@@ -15,7 +15,16 @@ import {
   type StepRecord,
   type StoredRun,
 } from "./checkpoint-store.js";
-import type { AgentNode, ChoiceNode, CustomStepNode, Flow, GraphDefinition, GraphNode, LoopNode, ParallelNode } from "./definition.js";
+import type {
+  AgentNode,
+  ChoiceNode,
+  CustomStepNode,
+  Flow,
+  GraphDefinition,
+  GraphNode,
+  LoopNode,
+  ParallelNode,
+} from "./definition.js";
 import { definitionHash } from "./definition-hash.js";
 import { GraphError } from "./errors.js";
 import type { GraphExecutor } from "./graph-executor.js";
@@ -290,7 +299,12 @@ export class GraphRunner {
     }
   }
 
-  #launch(runId: string, input: Record<string, unknown>, records: StepRecord[], first: "run_started" | "run_resumed"): RunHandle {
+  #launch(
+    runId: string,
+    input: Record<string, unknown>,
+    records: StepRecord[],
+    first: "run_started" | "run_resumed",
+  ): RunHandle {
     const execution = new RunExecution({
       runId,
       definition: this.definition,
@@ -310,7 +324,9 @@ export class GraphRunner {
  * What an orchestrator calls at start-up: resumes every run left `running` in
  * `store`, each with a runner built from the definition it is pinned to.
  */
-export async function resumeStoredRuns(options: Omit<GraphRunnerOptions, "definition"> & { store: CheckpointStore }): Promise<RunHandle[]> {
+export async function resumeStoredRuns(
+  options: Omit<GraphRunnerOptions, "definition"> & { store: CheckpointStore },
+): Promise<RunHandle[]> {
   const handles: RunHandle[] = [];
   const runners = new Map<string, GraphRunner>();
   for (const run of await options.store.listRuns({ status: "running" })) {
@@ -408,7 +424,10 @@ class RunExecution {
     this.#options = args.options;
     this.#store = args.store;
     this.#recorded = new Map(args.records.map((r) => [r.path, r]));
-    this.root = new HarnessContext({ initial: args.input, ...(args.options.redact ? { redact: args.options.redact } : {}) });
+    this.root = new HarnessContext({
+      initial: args.input,
+      ...(args.options.redact ? { redact: args.options.redact } : {}),
+    });
   }
 
   public emit(event: Omit<GraphEvent, "runId" | "graph" | "time">): void {
@@ -431,7 +450,11 @@ class RunExecution {
     } catch (e) {
       error = errorInfo(e);
       status =
-        e instanceof RunAborted ? "aborted" : e instanceof GraphError && e.code === "RUN_CANCELLED" ? "cancelled" : "failed";
+        e instanceof RunAborted
+          ? "aborted"
+          : e instanceof GraphError && e.code === "RUN_CANCELLED"
+            ? "cancelled"
+            : "failed";
     }
     const bag = this.root.toJSON();
     const conflicts = [...this.#conflicts.values()];
@@ -441,7 +464,10 @@ class RunExecution {
       await this.#store.finishRun(this.runId, { status, conflicts, result: bag, ...(error ? { error } : {}) });
     } catch (e) {
       result.status = "failed";
-      result.error = { code: "STORE_FAILED", message: `the run ended but its end could not be stored: ${errorInfo(e).message}` };
+      result.error = {
+        code: "STORE_FAILED",
+        message: `the run ended but its end could not be stored: ${errorInfo(e).message}`,
+      };
     }
     this.emit({ type: "run_finished", status: result.status, ...(result.error ? { error: result.error } : {}) });
     return result;
@@ -461,7 +487,11 @@ class RunExecution {
         return;
       case "graph": {
         const flow = this.#def.graphs?.[node.graph] ?? (node.graph === this.#def.name ? this.#def.root : undefined);
-        if (!flow) throw new GraphError("INVALID_DEFINITION", `subgraph "${node.graph}" is not defined; publish a definition that includes it`);
+        if (!flow)
+          throw new GraphError(
+            "INVALID_DEFINITION",
+            `subgraph "${node.graph}" is not defined; publish a definition that includes it`,
+          );
         await this.#flow(flow, ctx, scope, path);
         return;
       }
@@ -477,7 +507,13 @@ class RunExecution {
     }
   }
 
-  #step(node: StepNode, ctx: HarnessContext, scope: Scope, path: string, finish?: (delta: BagDelta) => void): Promise<StepRecord> {
+  #step(
+    node: StepNode,
+    ctx: HarnessContext,
+    scope: Scope,
+    path: string,
+    finish?: (delta: BagDelta) => void,
+  ): Promise<StepRecord> {
     return this.#guarded({
       nodeId: node.id,
       path,
@@ -593,7 +629,11 @@ class RunExecution {
           try {
             g.finish?.(delta);
           } catch (e) {
-            throw new GraphError("STEP_FAILED", `the manager's answer for step ${g.nodeId} at ${g.path} is not usable: ${errorInfo(e).message}`, { cause: e });
+            throw new GraphError(
+              "STEP_FAILED",
+              `the manager's answer for step ${g.nodeId} at ${g.path} is not usable: ${errorInfo(e).message}`,
+              { cause: e },
+            );
           }
           return this.#record(g, "answered", delta);
         }
@@ -628,7 +668,11 @@ class RunExecution {
     try {
       decision = await (this.#options.manager as GraphManager).decide(event);
     } catch (e) {
-      throw new GraphError("MANAGER_FAILED", `the manager failed to decide a ${event.kind} event: ${errorInfo(e).message}`, { cause: e });
+      throw new GraphError(
+        "MANAGER_FAILED",
+        `the manager failed to decide a ${event.kind} event: ${errorInfo(e).message}`,
+        { cause: e },
+      );
     }
     this.emit({
       type: "control",
@@ -648,7 +692,12 @@ class RunExecution {
     const settled = await Promise.allSettled(
       node.branches.map(async (flow, j) => {
         try {
-          await this.#flow(flow, overlays[j] as HarnessContext, { ...scope, signal: (controllers[j] as AbortController).signal }, `${path}/b${j}`);
+          await this.#flow(
+            flow,
+            overlays[j] as HarnessContext,
+            { ...scope, signal: (controllers[j] as AbortController).signal },
+            `${path}/b${j}`,
+          );
         } catch (e) {
           if (!firstError && !isCancellation(e)) {
             firstError = { error: e };
@@ -657,11 +706,20 @@ class RunExecution {
               nodeId: node.id,
               path: `${path}/b${j}`,
               iteration: scope.iteration,
-              control: { kind: "branch_failed", detail: `branch ${j} failed: ${errorInfo(e).message}${failFast ? "; cancelling its siblings" : ""}` },
+              control: {
+                kind: "branch_failed",
+                detail: `branch ${j} failed: ${errorInfo(e).message}${failFast ? "; cancelling its siblings" : ""}`,
+              },
             });
             if (failFast) {
               controllers.forEach((c, k) => {
-                if (k !== j) c.abort(new GraphError("BRANCH_CANCELLED", `branch ${k} of ${node.id} was cancelled because branch ${j} failed`));
+                if (k !== j)
+                  c.abort(
+                    new GraphError(
+                      "BRANCH_CANCELLED",
+                      `branch ${k} of ${node.id} was cancelled because branch ${j} failed`,
+                    ),
+                  );
               });
             }
           }
@@ -685,7 +743,13 @@ class RunExecution {
     });
     for (const [key, branches] of writers) {
       if (branches.length < 2) continue;
-      const conflict: MergeConflict = { path, nodeId: node.id, key, branches, winner: branches[branches.length - 1] as number };
+      const conflict: MergeConflict = {
+        path,
+        nodeId: node.id,
+        key,
+        branches,
+        winner: branches[branches.length - 1] as number,
+      };
       const id = `${path}\u0000${key}`;
       if (!this.#conflicts.has(id)) {
         this.#conflicts.set(id, conflict);
@@ -753,7 +817,8 @@ class RunExecution {
       if (iteration > limit) {
         const decision = await this.#maxIterations(node, ctx, scope, path, limit);
         if (decision.action === "retry") limit += step;
-        else if (decision.action === "abort") throw new RunAborted(decision.reason ?? `loop ${node.id} reached maxIterations`);
+        else if (decision.action === "abort")
+          throw new RunAborted(decision.reason ?? `loop ${node.id} reached maxIterations`);
         else return;
       }
       const inner: Scope = { ...scope, iteration };
@@ -786,7 +851,13 @@ class RunExecution {
   }
 
   /** maxIterations reached: a control event whose decision is recorded, so a resumed run takes the same path. */
-  async #maxIterations(node: LoopNode, ctx: HarnessContext, scope: Scope, path: string, limit: number): Promise<ManagerDecision> {
+  async #maxIterations(
+    node: LoopNode,
+    ctx: HarnessContext,
+    scope: Scope,
+    path: string,
+    limit: number,
+  ): Promise<ManagerDecision> {
     const at = `${path}/max${limit}`;
     const recorded = this.#recorded.get(at);
     if (recorded) {
@@ -808,7 +879,13 @@ class RunExecution {
     } else {
       // Without a manager the loop just ends: the bag keeps the last round's work.
       decision = { action: "skip" };
-      this.emit({ type: "control", nodeId: node.id, path, iteration: limit, control: { kind: "max_iterations", decision } });
+      this.emit({
+        type: "control",
+        nodeId: node.id,
+        path,
+        iteration: limit,
+        control: { kind: "max_iterations", decision },
+      });
     }
     const delta: BagDelta = decision.action === "answer" ? { output: decision.text } : {};
     const stored = await this.#store.recordStep(this.runId, {

@@ -58,7 +58,13 @@ export {
   type GraphManager,
   type ManagerDecision,
 } from "./graph-manager.js";
-export { HarnessContext, redactNothing, type BagDelta, type HarnessContextOptions, type RedactFn } from "./harness-context.js";
+export {
+  HarnessContext,
+  redactNothing,
+  type BagDelta,
+  type HarnessContextOptions,
+  type RedactFn,
+} from "./harness-context.js";
 export {
   InMemoryCheckpointStore,
   type CheckpointStore,
@@ -85,6 +91,11 @@ export {
   type RunResult,
   type StartOptions,
 } from "./graph-runner.js";
-export { assertValidDefinition, validateDefinition, type ValidateOptions, type ValidationResult } from "./validate-definition.js";
+export {
+  assertValidDefinition,
+  validateDefinition,
+  type ValidateOptions,
+  type ValidationResult,
+} from "./validate-definition.js";
 export { SqliteCheckpointStore, type SqliteCheckpointStoreOptions } from "./sqlite-checkpoint-store.js";
 export { renderGraph, toMermaid } from "./render-graph.js";

@@ -50,7 +50,9 @@ export function renderGraph(definition: GraphDefinition): string {
         return;
       }
       case "parallel":
-        lines.push(`${indent}${branch} ${n.id}  (branches run at the same time, then join${n.failFast === false ? "" : "; a failure cancels the others"})`);
+        lines.push(
+          `${indent}${branch} ${n.id}  (branches run at the same time, then join${n.failFast === false ? "" : "; a failure cancels the others"})`,
+        );
         n.branches.forEach((b, j) => group(`branch ${j + 1}`, b, inner, j === n.branches.length - 1));
         return;
       case "choice": {

@@ -147,7 +147,9 @@ export class SqliteCheckpointStore implements CheckpointStore {
         const version = i + 1;
         if (version <= current) return;
         this.db.exec(sql);
-        this.db.prepare("INSERT INTO graph_migrations (version, applied_at) VALUES (?, ?)").run(version, new Date().toISOString());
+        this.db
+          .prepare("INSERT INTO graph_migrations (version, applied_at) VALUES (?, ?)")
+          .run(version, new Date().toISOString());
       });
     });
     // IMMEDIATE so two processes opening one file at once do not both migrate.
@@ -164,14 +166,24 @@ export class SqliteCheckpointStore implements CheckpointStore {
           `INSERT INTO graph_runs (run_id, graph, definition_hash, definition_version, input, status, started_at)
            VALUES (?, ?, ?, ?, ?, ?, ?)`,
         )
-        .run(run.runId, run.graph, run.definitionHash, run.definitionVersion ?? null, JSON.stringify(run.input), run.status, run.startedAt);
+        .run(
+          run.runId,
+          run.graph,
+          run.definitionHash,
+          run.definitionVersion ?? null,
+          JSON.stringify(run.input),
+          run.status,
+          run.startedAt,
+        );
       this.#runIds.set(run.runId, Number(info.lastInsertRowid));
     })();
   }
 
   public async getRun(runId: string): Promise<StoredRun | null> {
     const row = this.db
-      .prepare("SELECT r.*, d.definition FROM graph_runs r JOIN graph_definitions d ON d.hash = r.definition_hash WHERE r.run_id = ?")
+      .prepare(
+        "SELECT r.*, d.definition FROM graph_runs r JOIN graph_definitions d ON d.hash = r.definition_hash WHERE r.run_id = ?",
+      )
       .get(runId) as RunRow | undefined;
     return row ? toStoredRun(row) : null;
   }
@@ -223,7 +235,15 @@ export class SqliteCheckpointStore implements CheckpointStore {
         // An empty delta is stored as NULL: most control steps write nothing.
         const delta = Object.keys(record.delta).length === 0 ? null : JSON.stringify(record.delta);
         const decision = record.decision === undefined ? null : JSON.stringify(record.decision);
-        const info = this.#insertStep.run(run, record.path, record.nodeId, record.iteration, record.outcome, delta, decision);
+        const info = this.#insertStep.run(
+          run,
+          record.path,
+          record.nodeId,
+          record.iteration,
+          record.outcome,
+          delta,
+          decision,
+        );
         return info.changes === 1 ? record : toStepRecord(this.#selectStep.get(run, record.path) as StepRow);
       }),
     )();

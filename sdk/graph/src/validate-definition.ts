@@ -17,8 +17,7 @@ export interface ValidateOptions {
 
 /** Result of {@link validateDefinition}. */
 export type ValidationResult =
-  | { ok: true; definition: GraphDefinition; problems: [] }
-  | { ok: false; problems: DefinitionProblem[] };
+  { ok: true; definition: GraphDefinition; problems: [] } | { ok: false; problems: DefinitionProblem[] };
 
 interface Occurrence {
   id: string;
@@ -175,7 +174,10 @@ export function validateDefinition(value: unknown, options: ValidateOptions = {}
           });
         }
       } else if (state.get(target) !== "done") {
-        visit(target, targetFlow, target === def.name ? "/root" : `/graphs/${escapePointer(target)}`, [...stack, target]);
+        visit(target, targetFlow, target === def.name ? "/root" : `/graphs/${escapePointer(target)}`, [
+          ...stack,
+          target,
+        ]);
       }
     }
     state.set(name, "done");

@@ -65,7 +65,11 @@ async function finish(w: Worker): Promise<Outcome> {
   return JSON.parse(line.slice("RESULT ".length)) as Outcome;
 }
 
-function setup(scenario: string): { args: (mode: string, stall?: string) => string[]; log: () => string[]; db: string } {
+function setup(scenario: string): {
+  args: (mode: string, stall?: string) => string[];
+  log: () => string[];
+  db: string;
+} {
   const dir = mkdtempSync(path.join(tmpdir(), "oz0-graph-crash-"));
   dirs.push(dir);
   const db = path.join(dir, "graph.db");
@@ -88,13 +92,25 @@ void test("SIGKILL in the middle of a step: the resumed run continues at that st
   const first = startWorker(s.args("start", "s3"));
   await first.waitFor("STALLED s3");
   await kill(first);
-  assert.deepEqual(s.log().map((l) => l.split(" ")[0]), ["s1", "s2", "s3"]);
+  assert.deepEqual(
+    s.log().map((l) => l.split(" ")[0]),
+    ["s1", "s2", "s3"],
+  );
 
   const out = await finish(startWorker(s.args("resume")));
   assert.equal(out.status, "succeeded");
   // s1 and s2 ran once; s3 was in flight and ran again (at-least-once) with the same idempotency key.
   assert.deepEqual(s.log(), ["s1 run-1/0", "s2 run-1/1", "s3 run-1/2", "s3 run-1/2", "s4 run-1/3", "s5 run-1/4"]);
-  assert.deepEqual(out.rows.map((r) => [r.path, r.n]), [["/0", 1], ["/1", 1], ["/2", 1], ["/3", 1], ["/4", 1]]);
+  assert.deepEqual(
+    out.rows.map((r) => [r.path, r.n]),
+    [
+      ["/0", 1],
+      ["/1", 1],
+      ["/2", 1],
+      ["/3", 1],
+      ["/4", 1],
+    ],
+  );
   assert.equal(out.bag.count, 5);
   assert.equal(out.bag["s5@0"], 5);
 });

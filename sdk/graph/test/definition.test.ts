@@ -74,22 +74,34 @@ root:
   assert.equal(definitionHash(fromYaml), definitionHash(fromTs));
   // Round trip through our own YAML writer too.
   assert.deepEqual(parseDefinitionYaml(definitionToYaml(fromTs)), fromTs);
-  assertValidDefinition(fromYaml, { knownAgents: ["writer", "email-triage", "supervisor"], knownSteps: ["parse-email"] });
+  assertValidDefinition(fromYaml, {
+    knownAgents: ["writer", "email-triage", "supervisor"],
+    knownSteps: ["parse-email"],
+  });
 });
 
 void test("the schema names the offending field", () => {
   assert.throws(
-    () => parseDefinitionYaml("format: oz0.graph/v1\nkind: harness\nname: x\nid: harness:x\nroot:\n  - kind: agent\n    id: agent:a\n    agnt: a\n"),
+    () =>
+      parseDefinitionYaml(
+        "format: oz0.graph/v1\nkind: harness\nname: x\nid: harness:x\nroot:\n  - kind: agent\n    id: agent:a\n    agnt: a\n",
+      ),
     (e: unknown) =>
       e instanceof GraphValidationError &&
       e.problems.some((p) => p.path === "/root/0" && p.message.includes('"agent"')) &&
       e.problems.some((p) => p.path === "/root/0" && p.message.includes('"agnt"')),
   );
   assert.throws(
-    () => parseDefinitionYaml("format: oz0.graph/v1\nkind: harness\nname: x\nid: harness:x\nroot:\n  - kind: loop\n    id: loop:a\n    body: []\n    maxIterations: two\n"),
+    () =>
+      parseDefinitionYaml(
+        "format: oz0.graph/v1\nkind: harness\nname: x\nid: harness:x\nroot:\n  - kind: loop\n    id: loop:a\n    body: []\n    maxIterations: two\n",
+      ),
     (e: unknown) => e instanceof GraphValidationError && e.problems.some((p) => p.path === "/root/0/maxIterations"),
   );
-  assert.throws(() => parseDefinitionYaml("root: [unclosed"), (e: unknown) => e instanceof GraphValidationError && e.problems[0]?.code === "YAML_SYNTAX");
+  assert.throws(
+    () => parseDefinitionYaml("root: [unclosed"),
+    (e: unknown) => e instanceof GraphValidationError && e.problems[0]?.code === "YAML_SYNTAX",
+  );
 });
 
 void test("a loop without until or maxIterations, or with n < 1, is refused", () => {
@@ -107,7 +119,9 @@ void test("a loop without until or maxIterations, or with n < 1, is refused", ()
 });
 
 void test("a choice without arms is refused, and so is a label no arm can reach", () => {
-  assert.deepEqual(codes(harnessWith((h) => h.choice(agent("triage")).otherwise(agent("writer")))), ["CHOICE_NO_ARMS /root/0/arms"]);
+  assert.deepEqual(codes(harnessWith((h) => h.choice(agent("triage")).otherwise(agent("writer")))), [
+    "CHOICE_NO_ARMS /root/0/arms",
+  ]);
   assert.deepEqual(codes(harnessWith((h) => h.choiceKey("route").when("a", agent("x")).when("a", agent("y")))), [
     "CHOICE_DUPLICATE_LABEL /root/0/arms/1/label",
   ]);
@@ -120,7 +134,9 @@ void test("unknown agents (including the manager) and unknown custom steps are n
     "UNKNOWN_STEP /root/0/step",
     "UNKNOWN_AGENT /root/1/agent",
   ]);
-  assert.deepEqual(codes(def.toDefinition(), { knownAgents: ["writer"], knownSteps: ["parse-email"] }), ["UNKNOWN_AGENT /managerAgent"]);
+  assert.deepEqual(codes(def.toDefinition(), { knownAgents: ["writer"], knownSteps: ["parse-email"] }), [
+    "UNKNOWN_AGENT /managerAgent",
+  ]);
 });
 
 void test("a cycle outside a loop is refused, from TypeScript and from YAML", () => {
@@ -153,12 +169,20 @@ void test("duplicate node ids are refused where both can run, allowed across arm
   assert.deepEqual(codes(harnessWith((h) => h.next(agent("writer")).next(agent("editor")).next(agent("writer")))), [
     "DUPLICATE_NODE_ID /root/2",
   ]);
-  assert.deepEqual(codes(harnessWith((h) => h.next(agent("writer")).next(agent("writer", { id: "agent:writer-final" })))), []);
+  assert.deepEqual(
+    codes(harnessWith((h) => h.next(agent("writer")).next(agent("writer", { id: "agent:writer-final" })))),
+    [],
+  );
   const writer = agent("writer");
-  assert.deepEqual(codes(harnessWith((h) => h.choiceKey("k").when("a", writer).when("b", writer).otherwise(writer))), []);
+  assert.deepEqual(
+    codes(harnessWith((h) => h.choiceKey("k").when("a", writer).when("b", writer).otherwise(writer))),
+    [],
+  );
   // The same subgraph in two parallel branches: its steps would be indistinguishable.
   const g = new Graph("g").next(agent("x"));
-  assert.deepEqual(codes(harnessWith((h) => h.parallel(g, g))), ["DUPLICATE_NODE_ID /root/0/branches/1/0 → /graphs/g/0"]);
+  assert.deepEqual(codes(harnessWith((h) => h.parallel(g, g))), [
+    "DUPLICATE_NODE_ID /root/0/branches/1/0 → /graphs/g/0",
+  ]);
 });
 
 void test("a builder cannot name two different subgraphs the same", () => {
@@ -169,9 +193,10 @@ void test("a builder cannot name two different subgraphs the same", () => {
 
 void test("renderGraph and toMermaid draw the research/draft join with stable ids", () => {
   const h = new Harness("Article Flow");
-  h.parallel(new Graph("research").next(agent("search")).next(agent("summarize")), new Graph("draft").next(agent("drafter"))).next(
-    agent("editor"),
-  );
+  h.parallel(
+    new Graph("research").next(agent("search")).next(agent("summarize")),
+    new Graph("draft").next(agent("drafter")),
+  ).next(agent("editor"));
   const def = h.toDefinition();
   assert.equal(def.id, "harness:article-flow");
   assert.equal(
@@ -192,7 +217,14 @@ void test("renderGraph and toMermaid draw the research/draft join with stable id
   );
   const mermaid = toMermaid(def);
   assert.match(mermaid, /^flowchart TD\n/);
-  for (const id of ["harness:article-flow", "agent:search", "agent:summarize", "agent:drafter", "agent:editor", "graph:research"]) {
+  for (const id of [
+    "harness:article-flow",
+    "agent:search",
+    "agent:summarize",
+    "agent:drafter",
+    "agent:editor",
+    "graph:research",
+  ]) {
     assert.ok(mermaid.includes(`"${id}"`), `${id} is drawn`);
   }
   // search → summarize, both branch ends → join → editor
@@ -201,7 +233,10 @@ void test("renderGraph and toMermaid draw the research/draft join with stable id
 
 void test("loops draw their again/break edges", () => {
   const code = new Graph("code");
-  code.loop(new Graph("implement").next(agent("coder"))).until(agent("reviewer")).maxIterations(5);
+  code
+    .loop(new Graph("implement").next(agent("coder")))
+    .until(agent("reviewer"))
+    .maxIterations(5);
   const mermaid = toMermaid(code.toDefinition());
   assert.match(mermaid, /-->\|"again \(max 5\)"\|/);
   assert.match(mermaid, /-->\|"break"\|/);
@@ -209,7 +244,9 @@ void test("loops draw their again/break edges", () => {
 });
 
 void test("the published schema file is the schema the package checks against", () => {
-  const file = JSON.parse(readFileSync(new URL("../schema/graph-definition.v1.json", import.meta.url), "utf8")) as unknown;
+  const file = JSON.parse(
+    readFileSync(new URL("../schema/graph-definition.v1.json", import.meta.url), "utf8"),
+  ) as unknown;
   assert.deepEqual(file, JSON.parse(JSON.stringify(graphDefinitionSchema)));
 });
 
@@ -227,7 +264,10 @@ root:
   assert.equal(result.status, "succeeded");
   assert.equal(result.bag.subject, "Subject line");
   const missing = await new GraphRunner({
-    definition: { ...def, root: [{ kind: "step", id: "step:x", step: "x", module: "./fixtures/email-steps.ts", export: "Nope" }] },
+    definition: {
+      ...def,
+      root: [{ kind: "step", id: "step:x", step: "x", module: "./fixtures/email-steps.ts", export: "Nope" }],
+    },
     executor,
   }).run({ prompt: "p" });
   assert.match(missing.error?.message ?? "", /has no step class exported as "Nope"/);
@@ -238,9 +278,17 @@ void test("every seed example survives TypeScript → YAML → definition unchan
   const inbox = new Harness("inbox");
   inbox.choice(agent("email-triage")).when("bug_report", writer).when("feature_request", writer).otherwise(writer);
   const article = new Harness("article");
-  article.parallel(new Graph("research").next(agent("search")).next(agent("summarize")), new Graph("draft").next(agent("drafter"))).next(agent("editor"));
+  article
+    .parallel(
+      new Graph("research").next(agent("search")).next(agent("summarize")),
+      new Graph("draft").next(agent("drafter")),
+    )
+    .next(agent("editor"));
   const code = new Graph("code");
-  code.loop(new Graph("implement").next(agent("coder"))).until(agent("reviewer")).maxIterations(5);
+  code
+    .loop(new Graph("implement").next(agent("coder")))
+    .until(agent("reviewer"))
+    .maxIterations(5);
   const parse = new Harness("parse");
   parse.next(new ParseEmail()).next(agent("email-triage"));
   for (const def of [inbox, article, code, parse].map((g) => g.toDefinition())) {

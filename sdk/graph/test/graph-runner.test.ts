@@ -66,9 +66,14 @@ void test("parallel branches see the bag as it was at the fork and merge in decl
   start.next(left);
   start.next(right);
   start.next(third);
-  const runner = new GraphRunner({ definition: h.toDefinition(), executor: new InProcessExecutor({ steps: [left, right, third] }) });
+  const runner = new GraphRunner({
+    definition: h.toDefinition(),
+    executor: new InProcessExecutor({ steps: [left, right, third] }),
+  });
   // init is not registered on purpose: it is looked up through the executor, which must find it.
-  const executor = new InProcessExecutor({ steps: [left, right, third, new FnStep("init", (ctx) => ctx.set("shared", "initial"))] });
+  const executor = new InProcessExecutor({
+    steps: [left, right, third, new FnStep("init", (ctx) => ctx.set("shared", "initial"))],
+  });
   const result = await new GraphRunner({ definition: runner.definition, executor }).run({ prompt: "p" });
   assert.equal(result.status, "succeeded");
   assert.deepEqual(seen, { left: "initial", right: "initial" });
@@ -114,11 +119,16 @@ void test("a failing branch cancels its siblings through their AbortSignal and t
   }).run({ prompt: "p" });
   assert.equal(result.status, "failed");
   assert.equal(result.error?.code, "STEP_FAILED");
-  assert.match(result.error?.message ?? "", /step step:boom at \/0\/b1\/0 failed: disk full\. Fix the cause and resume the run, or configure a managerAgent/);
+  assert.match(
+    result.error?.message ?? "",
+    /step step:boom at \/0\/b1\/0 failed: disk full\. Fix the cause and resume the run, or configure a managerAgent/,
+  );
   assert.equal(siblingSignal?.aborted, true);
   assert.equal((siblingSignal?.reason as GraphError).code, "BRANCH_CANCELLED");
   assert.equal(afterCancel, false, "the cancelled branch did not continue");
-  assert.deepEqual(events, ["branch_failed: branch 1 failed: step step:boom at /0/b1/0 failed: disk full. Fix the cause and resume the run, or configure a managerAgent to retry or skip failed steps; cancelling its siblings"]);
+  assert.deepEqual(events, [
+    "branch_failed: branch 1 failed: step step:boom at /0/b1/0 failed: disk full. Fix the cause and resume the run, or configure a managerAgent to retry or skip failed steps; cancelling its siblings",
+  ]);
 });
 
 void test("the manager can retry, skip, answer or abort a failed step", async () => {
@@ -141,17 +151,23 @@ void test("the manager can retry, skip, answer or abort a failed step", async ()
   const r1 = await new GraphRunner({ definition: retry.toDefinition(), executor, manager: m1 }).run({ prompt: "p" });
   assert.equal(r1.status, "succeeded");
   assert.equal(r1.output, "finally");
-  assert.deepEqual(m1.events.map((e) => (e.kind === "step_error" ? [e.attempt, e.error.message] : [])), [
-    [1, "timeout 1"],
-    [2, "timeout 2"],
-  ]);
+  assert.deepEqual(
+    m1.events.map((e) => (e.kind === "step_error" ? [e.attempt, e.error.message] : [])),
+    [
+      [1, "timeout 1"],
+      [2, "timeout 2"],
+    ],
+  );
 
   const skip = new Harness("skip");
   skip.next(agent("broken")).next(new FnStep("after", (ctx) => ctx.set("after", true)));
   const m2 = scriptedManager([{ action: "skip" }]);
   const r2 = await new GraphRunner({
     definition: skip.toDefinition(),
-    executor: new InProcessExecutor({ agents: { broken: () => Promise.reject(new Error("no")) }, steps: [new FnStep("after", (ctx) => ctx.set("after", true))] }),
+    executor: new InProcessExecutor({
+      agents: { broken: () => Promise.reject(new Error("no")) },
+      steps: [new FnStep("after", (ctx) => ctx.set("after", true))],
+    }),
     manager: m2,
   }).run({ prompt: "p" });
   assert.equal(r2.status, "succeeded");
@@ -160,7 +176,11 @@ void test("the manager can retry, skip, answer or abort a failed step", async ()
 
   const answer = new Harness("answer");
   answer.next(agent("broken"));
-  const r3 = await new GraphRunner({ definition: answer.toDefinition(), executor, manager: scriptedManager([{ action: "answer", text: "manual reply" }]) }).run({
+  const r3 = await new GraphRunner({
+    definition: answer.toDefinition(),
+    executor,
+    manager: scriptedManager([{ action: "answer", text: "manual reply" }]),
+  }).run({
     prompt: "p",
   });
   assert.equal(r3.status, "succeeded");
@@ -170,7 +190,10 @@ void test("the manager can retry, skip, answer or abort a failed step", async ()
   const abort = new Harness("abort");
   abort.next(agent("broken"));
   const m4 = scriptedManager([{ action: "abort", reason: "not worth it" }]);
-  const r4 = await new GraphRunner({ definition: abort.toDefinition(), executor, manager: m4 }).run({ prompt: "p", input: { secret: "s3cret" } });
+  const r4 = await new GraphRunner({ definition: abort.toDefinition(), executor, manager: m4 }).run({
+    prompt: "p",
+    input: { secret: "s3cret" },
+  });
   assert.equal(r4.status, "aborted");
   assert.equal(r4.error?.code, "RUN_ABORTED");
   assert.match(r4.error?.message ?? "", /not worth it/);
@@ -207,7 +230,10 @@ void test("the manager sees only the redacted snapshot", async () => {
 
 void test("maxIterations reached asks the manager, whose decision can grant more rounds or end the loop", async () => {
   const h = new Harness("loop");
-  h.loop(agent("coder")).until(agent("reviewer")).maxIterations(2).next(new FnStep("after", (ctx) => ctx.set("after", true)));
+  h.loop(agent("coder"))
+    .until(agent("reviewer"))
+    .maxIterations(2)
+    .next(new FnStep("after", (ctx) => ctx.set("after", true)));
   let reviews = 0;
   const executor = new InProcessExecutor({
     agents: { coder: (r) => `v${r.iteration}`, reviewer: () => (++reviews >= 3 ? "break" : "again") },
@@ -218,19 +244,31 @@ void test("maxIterations reached asks the manager, whose decision can grant more
   assert.equal(result.status, "succeeded");
   assert.equal(result.bag.coder, "v3");
   assert.equal(result.bag.after, true);
-  assert.deepEqual(manager.events.map((e) => (e.kind === "max_iterations" ? e.maxIterations : 0)), [2]);
+  assert.deepEqual(
+    manager.events.map((e) => (e.kind === "max_iterations" ? e.maxIterations : 0)),
+    [2],
+  );
 
   reviews = -100;
-  const aborted = await new GraphRunner({ definition: h.toDefinition(), executor, manager: scriptedManager([{ action: "abort" }]) }).run({ prompt: "p" });
+  const aborted = await new GraphRunner({
+    definition: h.toDefinition(),
+    executor,
+    manager: scriptedManager([{ action: "abort" }]),
+  }).run({ prompt: "p" });
   assert.equal(aborted.status, "aborted");
 });
 
 void test("a terminal that sets neither again nor break fails the step", async () => {
   const h = new Harness("bad-terminal");
-  h.loop(agent("coder")).until(new FnStep("judge", (ctx) => ctx.set("choice", "maybe"))).maxIterations(3);
+  h.loop(agent("coder"))
+    .until(new FnStep("judge", (ctx) => ctx.set("choice", "maybe")))
+    .maxIterations(3);
   const result = await new GraphRunner({
     definition: h.toDefinition(),
-    executor: new InProcessExecutor({ agents: { coder: () => "x" }, steps: [new FnStep("judge", (ctx) => ctx.set("choice", "maybe"))] }),
+    executor: new InProcessExecutor({
+      agents: { coder: () => "x" },
+      steps: [new FnStep("judge", (ctx) => ctx.set("choice", "maybe"))],
+    }),
   }).run({ prompt: "p" });
   assert.equal(result.status, "failed");
   assert.match(result.error?.message ?? "", /set choice to "maybe"; it must set "again" or "break"/);
@@ -239,8 +277,14 @@ void test("a terminal that sets neither again nor break fails the step", async (
 void test("choices: a custom evaluator sets choice, an unknown label without otherwise fails, long text is not a label", async () => {
   const h = new Harness("choice");
   const route = new FnStep("route", (ctx) => ctx.set("choice", String(ctx.get("prompt"))));
-  h.choice(route).when("a", new FnStep("arm-a", (ctx) => ctx.set("arm", "a"))).next(new FnStep("done", (ctx) => ctx.set("done", true)));
-  const steps = [route, new FnStep("arm-a", (ctx) => ctx.set("arm", "a")), new FnStep("done", (ctx) => ctx.set("done", true))];
+  h.choice(route)
+    .when("a", new FnStep("arm-a", (ctx) => ctx.set("arm", "a")))
+    .next(new FnStep("done", (ctx) => ctx.set("done", true)));
+  const steps = [
+    route,
+    new FnStep("arm-a", (ctx) => ctx.set("arm", "a")),
+    new FnStep("done", (ctx) => ctx.set("done", true)),
+  ];
   const runner = new GraphRunner({ definition: h.toDefinition(), executor: new InProcessExecutor({ steps }) });
   const a = await runner.run({ prompt: "a" });
   assert.deepEqual([a.status, a.bag.arm, a.bag.done], ["succeeded", "a", true]);
@@ -249,7 +293,10 @@ void test("choices: a custom evaluator sets choice, an unknown label without oth
   assert.match(z.error?.message ?? "", /label "z", which matches no arm \(a\) and there is no otherwise/);
 
   const chatty = new Harness("chatty");
-  chatty.choice(agent("triage")).when("bug", agent("writer")).otherwise(agent("writer", { id: "agent:writer-other" }));
+  chatty
+    .choice(agent("triage"))
+    .when("bug", agent("writer"))
+    .otherwise(agent("writer", { id: "agent:writer-other" }));
   const long = await new GraphRunner({
     definition: chatty.toDefinition(),
     executor: new InProcessExecutor({ agents: { triage: () => "I think this is\nprobably a bug", writer: () => "w" } }),
@@ -259,9 +306,18 @@ void test("choices: a custom evaluator sets choice, an unknown label without oth
   assert.match(long.error?.message ?? "", /neither set "choice" nor replied with a short label/);
 
   const byKey = new Harness("by-key");
-  byKey.choiceKey("route").when("b", new FnStep("arm-b", (ctx) => ctx.set("arm", "b"))).otherwise(new FnStep("drop", (ctx) => ctx.set("arm", "drop")));
-  const keySteps = [new FnStep("arm-b", (ctx) => ctx.set("arm", "b")), new FnStep("drop", (ctx) => ctx.set("arm", "drop"))];
-  const keyRunner = new GraphRunner({ definition: byKey.toDefinition(), executor: new InProcessExecutor({ steps: keySteps }) });
+  byKey
+    .choiceKey("route")
+    .when("b", new FnStep("arm-b", (ctx) => ctx.set("arm", "b")))
+    .otherwise(new FnStep("drop", (ctx) => ctx.set("arm", "drop")));
+  const keySteps = [
+    new FnStep("arm-b", (ctx) => ctx.set("arm", "b")),
+    new FnStep("drop", (ctx) => ctx.set("arm", "drop")),
+  ];
+  const keyRunner = new GraphRunner({
+    definition: byKey.toDefinition(),
+    executor: new InProcessExecutor({ steps: keySteps }),
+  });
   assert.equal((await keyRunner.run({ prompt: "p", input: { route: "b" } })).bag.arm, "b");
   assert.equal((await keyRunner.run({ prompt: "p" })).bag.arm, "drop");
 });
@@ -279,7 +335,10 @@ void test("an invoke while a run is in flight fails that run without a manager, 
   const plain = new GraphRunner({ definition: h.toDefinition(), executor });
   const first = await plain.invoke({ prompt: "one" });
   assert.equal(first.kind, "started");
-  await assert.rejects(plain.invoke({ prompt: "two" }), (e: unknown) => e instanceof GraphError && e.code === "RUN_IN_FLIGHT" && /configure a managerAgent/.test(e.message));
+  await assert.rejects(
+    plain.invoke({ prompt: "two" }),
+    (e: unknown) => e instanceof GraphError && e.code === "RUN_IN_FLIGHT" && /configure a managerAgent/.test(e.message),
+  );
   // Without a manager the in-flight run fails, as the seed says.
   const failed = first.kind === "started" ? await first.run.result : undefined;
   assert.equal(failed?.status, "failed");
@@ -335,7 +394,11 @@ void test("a run abandoned mid-step resumes in a new runner, replaying recorded 
   const h = new Harness("resume", { version: "1" });
   h.next(counter("a")).next(counter("b")).next(counter("c"));
   const def = h.toDefinition();
-  const crashed = new GraphRunner({ definition: def, executor: new InProcessExecutor({ steps: [counter("a"), counter("b", true), counter("c")] }), store });
+  const crashed = new GraphRunner({
+    definition: def,
+    executor: new InProcessExecutor({ steps: [counter("a"), counter("b", true), counter("c")] }),
+    store,
+  });
   await crashed.start({ prompt: "p", runId: "r1" });
   while (executions.length < 2) await new Promise((r) => setImmediate(r));
   // The first runner is abandoned here, as if its process had died.
@@ -343,18 +406,30 @@ void test("a run abandoned mid-step resumes in a new runner, replaying recorded 
   const other = new Harness("resume", { version: "2" });
   other.next(counter("a"));
   const wrong = new GraphRunner({ definition: other.toDefinition(), executor: new InProcessExecutor(), store });
-  await assert.rejects(wrong.resume({ runId: "r1" }), (e: unknown) => e instanceof GraphError && e.code === "DEFINITION_MISMATCH" && /version 1/.test(e.message));
+  await assert.rejects(
+    wrong.resume({ runId: "r1" }),
+    (e: unknown) => e instanceof GraphError && e.code === "DEFINITION_MISMATCH" && /version 1/.test(e.message),
+  );
   assert.deepEqual(await wrong.resumeAll(), [], "resumeAll skips runs pinned to other definitions");
 
   // A restarted orchestrator: every unfinished run, each with its pinned definition.
-  const handles = await resumeStoredRuns({ executor: new InProcessExecutor({ steps: [counter("a"), counter("b"), counter("c")] }), store });
-  assert.deepEqual(handles.map((h) => h.runId), ["r1"]);
+  const handles = await resumeStoredRuns({
+    executor: new InProcessExecutor({ steps: [counter("a"), counter("b"), counter("c")] }),
+    store,
+  });
+  assert.deepEqual(
+    handles.map((h) => h.runId),
+    ["r1"],
+  );
   const result = await handles[0]?.result;
   const fresh = new GraphRunner({ definition: def, executor: new InProcessExecutor(), store });
   assert.equal(result?.status, "succeeded");
   assert.deepEqual(executions, ["r1/0", "r1/1", "r1/1", "r1/2"]);
   assert.deepEqual([result?.bag.a, result?.bag.b, result?.bag.c, result?.bag.n], [1, 2, 3, 3]);
-  assert.deepEqual((await store.loadSteps("r1")).map((s) => s.path), ["/0", "/1", "/2"]);
+  assert.deepEqual(
+    (await store.loadSteps("r1")).map((s) => s.path),
+    ["/0", "/1", "/2"],
+  );
   await assert.rejects(fresh.resume({ runId: "r1" }), { code: "RUN_FINISHED" });
 });
 
@@ -394,7 +469,14 @@ void test("every step attempt gets a span carrying node id, path and iteration; 
   }).run({ prompt: "p", runId: "span-run" });
   assert.equal(result.status, "succeeded");
   assert.deepEqual(
-    spans.map((s) => [s.name, s.attributes["oz0.step_path"], s.attributes["oz0.iteration"], s.attributes["oz0.attempt"], s.status ?? 0, s.ended]),
+    spans.map((s) => [
+      s.name,
+      s.attributes["oz0.step_path"],
+      s.attributes["oz0.iteration"],
+      s.attributes["oz0.attempt"],
+      s.status ?? 0,
+      s.ended,
+    ]),
     [
       ["graph.step agent:coder", "/0/1/body/0", 1, 1, 2, true],
       ["graph.step agent:coder", "/0/1/body/0", 1, 2, 0, true],

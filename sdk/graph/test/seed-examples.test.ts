@@ -39,7 +39,8 @@ void test("email triage: the evaluator's short reply picks the arm; every arm ma
   const prompts: string[] = [];
   const executor = new InProcessExecutor({
     agents: {
-      "email-triage": ({ prompt }) => (prompt.includes("crash") ? "bug_report" : prompt.includes("please add") ? " feature_request\n" : "other"),
+      "email-triage": ({ prompt }) =>
+        prompt.includes("crash") ? "bug_report" : prompt.includes("please add") ? " feature_request\n" : "other",
       writer: ({ prompt }) => {
         prompts.push(prompt);
         return "Thanks for writing in.";
@@ -136,14 +137,24 @@ void test("coder/reviewer loop: feedback flows into the next round and break end
   assert.equal(result.bag.coder, "patch v3");
   assert.equal(result.bag.choice, "break");
   // Loops reuse node ids; the iteration tells rounds apart.
-  assert.deepEqual(events, ["agent:coder@1", "agent:reviewer@1", "agent:coder@2", "agent:reviewer@2", "agent:coder@3", "agent:reviewer@3"]);
+  assert.deepEqual(events, [
+    "agent:coder@1",
+    "agent:reviewer@1",
+    "agent:coder@2",
+    "agent:reviewer@2",
+    "agent:coder@3",
+    "agent:reviewer@3",
+  ]);
   assert.equal(coderPrompts[0], "make the test pass");
   assert.equal(coderPrompts[1], "make the test pass\n\nPrevious output:\nagain\nfix nit 1\n\nFeedback:\nfix nit 1");
 });
 
 void test("coder/reviewer loop stops at maxIterations(5) and reports the control event", async () => {
   const code = new Graph("code");
-  code.loop(new Graph("implement").next(agent("coder"))).until(agent("reviewer")).maxIterations(5);
+  code
+    .loop(new Graph("implement").next(agent("coder")))
+    .until(agent("reviewer"))
+    .maxIterations(5);
   let coderRuns = 0;
   const controls: string[] = [];
   const executor = new InProcessExecutor({

@@ -6,7 +6,15 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
 import Database from "better-sqlite3";
-import { GraphRunner, Harness, InProcessExecutor, SqliteCheckpointStore, Step, type HarnessContext, type StepRunInfo } from "../src/index.js";
+import {
+  GraphRunner,
+  Harness,
+  InProcessExecutor,
+  SqliteCheckpointStore,
+  Step,
+  type HarnessContext,
+  type StepRunInfo,
+} from "../src/index.js";
 
 const dir = mkdtempSync(path.join(tmpdir(), "oz0-graph-sqlite-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -27,7 +35,11 @@ async function runChain(store: SqliteCheckpointStore, n: number, runId: string):
   const steps = Array.from({ length: n }, (_, i) => new Grow(i));
   let link = h.next(steps[0] as Step);
   for (const s of steps.slice(1)) link = link.next(s);
-  const result = await new GraphRunner({ definition: h.toDefinition(), executor: new InProcessExecutor({ steps }), store }).run({ prompt: "p", runId });
+  const result = await new GraphRunner({
+    definition: h.toDefinition(),
+    executor: new InProcessExecutor({ steps }),
+    store,
+  }).run({ prompt: "p", runId });
   assert.equal(result.status, "succeeded");
   assert.equal(Object.keys(result.bag).length, n + 1);
 }
@@ -77,11 +89,26 @@ void test("migrations apply once on a handle shared with other tables, and recor
     status: "running",
     startedAt: new Date().toISOString(),
   });
-  const first = await one.recordStep("r", { path: "/0", nodeId: "step:a", iteration: 0, outcome: "ok", delta: { a: 1 } });
-  const second = await two.recordStep("r", { path: "/0", nodeId: "step:a", iteration: 0, outcome: "ok", delta: { a: 2 } });
+  const first = await one.recordStep("r", {
+    path: "/0",
+    nodeId: "step:a",
+    iteration: 0,
+    outcome: "ok",
+    delta: { a: 1 },
+  });
+  const second = await two.recordStep("r", {
+    path: "/0",
+    nodeId: "step:a",
+    iteration: 0,
+    outcome: "ok",
+    delta: { a: 2 },
+  });
   assert.deepEqual(first.delta, { a: 1 });
   assert.deepEqual(second.delta, { a: 1 }, "the second writer gets the first record back");
-  assert.deepEqual((await two.listRuns({ status: "running" })).map((r) => r.runId), ["r"]);
+  assert.deepEqual(
+    (await two.listRuns({ status: "running" })).map((r) => r.runId),
+    ["r"],
+  );
   await one.finishRun("r", { status: "succeeded", conflicts: [], result: { a: 1 } });
   const run = await two.getRun("r");
   assert.equal(run?.status, "succeeded");

@@ -3,7 +3,11 @@ import { startHostSession } from "@oz0/harness/host";
 import type { SessionOutcome } from "@oz0/harness/host";
 import type { SessionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
 
-export async function runSession(command: string[], request: SessionRequest, log: (line: string) => void): Promise<SessionOutcome> {
+export async function runSession(
+  command: string[],
+  request: SessionRequest,
+  log: (line: string) => void,
+): Promise<SessionOutcome> {
   const session = startHostSession({
     command,
     cwd: request.workingDir,

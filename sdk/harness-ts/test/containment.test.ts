@@ -10,7 +10,14 @@ import { fileURLToPath } from "node:url";
 import { after, before, describe, it } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { chooseContainment, CONTAINMENT_MECHANISMS, containmentUnavailable, describeProcess, processGroupLauncher, startHostSession } from "@oz0/harness/host";
+import {
+  chooseContainment,
+  CONTAINMENT_MECHANISMS,
+  containmentUnavailable,
+  describeProcess,
+  processGroupLauncher,
+  startHostSession,
+} from "@oz0/harness/host";
 import type { Containment, SessionContainer } from "@oz0/harness/host";
 
 const harness = fileURLToPath(new URL("./fixtures/host/protocol-harness.mjs", import.meta.url));
@@ -54,7 +61,10 @@ for (const mechanism of CONTAINMENT_MECHANISMS) {
       assert.equal(outcome.leftoverProcesses, true);
       const grandchild = Number(outcome.result?.text);
       const left = await container.end();
-      assert.deepEqual(left.map((p) => p.pid), [grandchild]);
+      assert.deepEqual(
+        left.map((p) => p.pid),
+        [grandchild],
+      );
       assert.notEqual(left[0]?.pgid, session.pid, "it left the harness's process group");
       assert.ok(processGone(grandchild), `grandchild ${grandchild} outlived its session`);
     });
@@ -110,9 +120,13 @@ for (const mechanism of CONTAINMENT_MECHANISMS) {
     if (mechanism !== "environment") {
       void it(`ends what a host killed with SIGKILL left (${mechanism === "subreaper" ? "the wrapper's parent-death signal" : "the next start-up removes the leftovers"})`, async () => {
         const name = `oz0-harness-test-host-${process.pid}`;
-        const host = spawn(process.execPath, [containedHost, mechanism, name], { stdio: ["ignore", "pipe", "inherit"] });
+        const host = spawn(process.execPath, [containedHost, mechanism, name], {
+          stdio: ["ignore", "pipe", "inherit"],
+        });
         const exited = new Promise<void>((resolve) => host.once("exit", () => resolve()));
-        const grandchild = await new Promise<number>((resolve) => readline.createInterface({ input: host.stdout }).once("line", (line) => resolve(Number(line))));
+        const grandchild = await new Promise<number>((resolve) =>
+          readline.createInterface({ input: host.stdout }).once("line", (line) => resolve(Number(line))),
+        );
         assert.ok(grandchild > 0 && !processGone(grandchild));
         host.kill("SIGKILL");
         await exited;

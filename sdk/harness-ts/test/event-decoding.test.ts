@@ -8,8 +8,21 @@ import { decodeEventLine } from "@oz0/harness/host";
 const lines: Array<Record<string, unknown>> = [
   { text: { itemId: "i1", text: "héllo ✨", delta: true, role: "thinking" } },
   { text: {} },
-  { toolCall: { callId: "c1", tool: "Bash", input: { command: "ls", nested: { list: [1, null, "x", { deep: true }] } }, title: "Run ls" } },
-  { toolResult: { callId: "c1", output: { exitCode: 0, lines: ["a", "b"], nothing: null, ok: true, ratio: 0.5 }, isError: false } },
+  {
+    toolCall: {
+      callId: "c1",
+      tool: "Bash",
+      input: { command: "ls", nested: { list: [1, null, "x", { deep: true }] } },
+      title: "Run ls",
+    },
+  },
+  {
+    toolResult: {
+      callId: "c1",
+      output: { exitCode: 0, lines: ["a", "b"], nothing: null, ok: true, ratio: 0.5 },
+      isError: false,
+    },
+  },
   { toolResult: { callId: "c2", output: "plain text" } },
   { toolResult: { callId: "c3", output: [1, [2, [3]], {}] } },
   { toolResult: { callId: "c4", output: 42, isError: true } },

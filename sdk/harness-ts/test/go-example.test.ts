@@ -24,12 +24,17 @@ void describe("the Go example harness", () => {
       const binary = path.join(dir, "harness");
       await run("go", ["build", "-o", binary, "."], { cwd: example, env });
       const report = await runConformance({ command: [binary], graceMs: 5000, route: "both" });
-      const notPassed = report.cases.filter((c) => c.status !== "passed").map((c) => `${c.id} (${c.status}): ${c.message}`);
+      const notPassed = report.cases
+        .filter((c) => c.status !== "passed")
+        .map((c) => `${c.id} (${c.status}): ${c.message}`);
       assert.deepEqual(notPassed, []);
       assert.equal(report.passed, CONFORMANCE_CASES.length);
       assert.deepEqual(report.harness, { name: "oz0-example-harness-go", version: "0.1.0" });
       assert.deepEqual(report.routes, ["anthropic", "openai"]);
-      assert.ok(report.cases.filter((c) => c.routes.length === 2).length >= CONFORMANCE_CASES.length - 2, "every case that uses the model ran on both routes");
+      assert.ok(
+        report.cases.filter((c) => c.routes.length === 2).length >= CONFORMANCE_CASES.length - 2,
+        "every case that uses the model ran on both routes",
+      );
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

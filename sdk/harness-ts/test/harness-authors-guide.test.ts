@@ -28,16 +28,34 @@ void describe("docs/harness-authors.md", () => {
   void it("shows transcripts a fresh kit run reproduces", async () => {
     const text = await readFile(guide, "utf8");
     const blocks = [...text.matchAll(BLOCK)].map((m) => ({ id: m[1] ?? "", shown: m[2] ?? "" }));
-    assert.deepEqual(blocks.map((b) => b.id), ["tool-events", "runtime-tool-permission"]);
-    const report = await runConformance({ command: fakeHarness, only: blocks.map((b) => b.id), transcripts: true, graceMs: 5000 });
+    assert.deepEqual(
+      blocks.map((b) => b.id),
+      ["tool-events", "runtime-tool-permission"],
+    );
+    const report = await runConformance({
+      command: fakeHarness,
+      only: blocks.map((b) => b.id),
+      transcripts: true,
+      graceMs: 5000,
+    });
     assert.equal(report.ok, true, JSON.stringify(report.cases.map((c) => c.message)));
     const fresh = new Map(report.cases.map((c) => [c.id, formatTranscript(c.transcripts?.[0]?.lines ?? [])]));
     if (process.env.OZ0_UPDATE_DOCS === "1") {
-      await writeFile(guide, text.replace(BLOCK, (_m, id: string) => `<!-- transcript: ${id} -->\n\`\`\`text\n${fresh.get(id) ?? ""}\n\`\`\``));
+      await writeFile(
+        guide,
+        text.replace(
+          BLOCK,
+          (_m, id: string) => `<!-- transcript: ${id} -->\n\`\`\`text\n${fresh.get(id) ?? ""}\n\`\`\``,
+        ),
+      );
       return;
     }
     for (const { id, shown } of blocks) {
-      assert.equal(normalise(shown), normalise(fresh.get(id) ?? ""), `the ${id} transcript in docs/harness-authors.md is stale: run this test with OZ0_UPDATE_DOCS=1`);
+      assert.equal(
+        normalise(shown),
+        normalise(fresh.get(id) ?? ""),
+        `the ${id} transcript in docs/harness-authors.md is stale: run this test with OZ0_UPDATE_DOCS=1`,
+      );
     }
   });
 
@@ -45,6 +63,10 @@ void describe("docs/harness-authors.md", () => {
     const text = await readFile(guide, "utf8");
     const links = [...text.matchAll(/\]\((\.\.?\/[^)#]+)(#[^)]*)?\)/g)].map((m) => m[1] ?? "");
     assert.ok(links.length >= 5);
-    for (const link of links) assert.ok(existsSync(path.resolve(path.dirname(guide), link)), `docs/harness-authors.md links to ${link}, which does not exist`);
+    for (const link of links)
+      assert.ok(
+        existsSync(path.resolve(path.dirname(guide), link)),
+        `docs/harness-authors.md links to ${link}, which does not exist`,
+      );
   });
 });

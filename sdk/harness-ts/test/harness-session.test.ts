@@ -37,7 +37,10 @@ function pipe(): Pipe {
     input,
     output,
     written: () => lines,
-    nextEvent: () => (read < lines.length ? Promise.resolve(lines[read++] as Record<string, unknown>) : new Promise((resolve) => waiting.push(resolve))),
+    nextEvent: () =>
+      read < lines.length
+        ? Promise.resolve(lines[read++] as Record<string, unknown>)
+        : new Promise((resolve) => waiting.push(resolve)),
   };
 }
 
@@ -49,13 +52,31 @@ const request = create(SessionRequestSchema, {
   model: { primary: "anthropic/claude-sonnet-5-5", fallbacks: ["openai/gpt-9"] },
   input: "fix it",
   permissions: true,
-  llm: { anthropicBaseUrl: "http://proxy.local/anthropic/", openaiBaseUrl: "http://proxy.local/openai/v1", token: "oz0st_token", headers: { "Oz0-Job": "job-7", "Oz0-Agent": "coder@4" } },
+  llm: {
+    anthropicBaseUrl: "http://proxy.local/anthropic/",
+    openaiBaseUrl: "http://proxy.local/openai/v1",
+    token: "oz0st_token",
+    headers: { "Oz0-Job": "job-7", "Oz0-Agent": "coder@4" },
+  },
   trace: { traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", tracestate: "vendor=1" },
 });
 
-async function open(p: Pipe, line = toJsonString(SessionRequestSchema, request), options: Partial<OpenSessionOptions> = {}): Promise<HarnessSession> {
+async function open(
+  p: Pipe,
+  line = toJsonString(SessionRequestSchema, request),
+  options: Partial<OpenSessionOptions> = {},
+): Promise<HarnessSession> {
   p.input.write(line + "\n");
-  return openSession({ name: "test-harness", version: "9.9", capabilities: { permissions: true }, input: p.input, output: p.output, log: new PassThrough(), handleSigterm: false, ...options });
+  return openSession({
+    name: "test-harness",
+    version: "9.9",
+    capabilities: { permissions: true },
+    input: p.input,
+    output: p.output,
+    log: new PassThrough(),
+    handleSigterm: false,
+    ...options,
+  });
 }
 
 void describe("openSession (harness side)", () => {
@@ -63,7 +84,12 @@ void describe("openSession (harness side)", () => {
     const p = pipe();
     const session = await open(p);
     assert.deepEqual(await p.nextEvent(), {
-      started: { protocolVersion: "PROTOCOL_VERSION_1", harnessName: "test-harness", harnessVersion: "9.9", capabilities: { permissions: true } },
+      started: {
+        protocolVersion: "PROTOCOL_VERSION_1",
+        harnessName: "test-harness",
+        harnessVersion: "9.9",
+        capabilities: { permissions: true },
+      },
     });
     assert.equal(session.request.jobId, "job-7");
     assert.equal(session.model.anthropicBaseUrl, "http://proxy.local/anthropic");
@@ -72,7 +98,13 @@ void describe("openSession (harness side)", () => {
     assert.equal(session.model.provider, "anthropic");
     // Model calls carry the session's trace context, so the LLM proxy's span continues it.
     const trace = { traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", tracestate: "vendor=1" };
-    assert.deepEqual(session.model.headers, { "Oz0-Job": "job-7", "Oz0-Agent": "coder@4", ...trace, "x-api-key": "oz0st_token", authorization: "Bearer oz0st_token" });
+    assert.deepEqual(session.model.headers, {
+      "Oz0-Job": "job-7",
+      "Oz0-Agent": "coder@4",
+      ...trace,
+      "x-api-key": "oz0st_token",
+      authorization: "Bearer oz0st_token",
+    });
     assert.equal(session.trace.traceparent, trace.traceparent);
     assert.deepEqual(session.trace.carrier, trace);
     // The session's tracer parents a span on the session's span when none is active. With no SDK
@@ -106,14 +138,29 @@ void describe("openSession (harness side)", () => {
     session.usage({ model: "m", inputTokens: 5, outputTokens: 1, costUsd: 0.5 });
     session.heartbeat();
     session.result({ text: "done", structuredOutput: { ok: true } });
-    assert.throws(() => session.result(), (e: unknown) => e instanceof HarnessSessionError && e.code === "result_already_sent");
-    assert.throws(() => session.text("late"), (e: unknown) => (e as HarnessSessionError).code === "result_already_sent");
+    assert.throws(
+      () => session.result(),
+      (e: unknown) => e instanceof HarnessSessionError && e.code === "result_already_sent",
+    );
+    assert.throws(
+      () => session.text("late"),
+      (e: unknown) => (e as HarnessSessionError).code === "result_already_sent",
+    );
     const events = p.written().slice(1);
-    assert.deepEqual(events.map((e) => Object.keys(e)[0]), ["text", "toolCall", "toolResult", "usage", "usage", "heartbeat", "result"]);
+    assert.deepEqual(
+      events.map((e) => Object.keys(e)[0]),
+      ["text", "toolCall", "toolResult", "usage", "usage", "heartbeat", "result"],
+    );
     assert.deepEqual(events[0], { text: { itemId: "i1", text: "hel", delta: true } });
     assert.deepEqual(events[2], { toolResult: { callId: "c1", output: { lines: 3 } } });
     assert.deepEqual(events[6], {
-      result: { stopReason: "STOP_REASON_COMPLETED", text: "done", structuredOutput: { ok: true }, turns: 2, usage: [{ model: "m", inputTokens: "15", outputTokens: "3", costUsd: 0.5 }] },
+      result: {
+        stopReason: "STOP_REASON_COMPLETED",
+        text: "done",
+        structuredOutput: { ok: true },
+        turns: 2,
+        usage: [{ model: "m", inputTokens: "15", outputTokens: "3", costUsd: 0.5 }],
+      },
     });
   });
 
@@ -121,16 +168,35 @@ void describe("openSession (harness side)", () => {
     const p = pipe();
     const session = await open(p);
     await p.nextEvent();
-    const decision = session.requestPermission({ tool: "write_file", input: { path: "a" }, title: "Write a", callId: "c1" });
+    const decision = session.requestPermission({
+      tool: "write_file",
+      input: { path: "a" },
+      title: "Write a",
+      callId: "c1",
+    });
     const asked = (await p.nextEvent()).permissionRequest as { id: string };
     assert.deepEqual(asked, { id: asked.id, tool: "write_file", input: { path: "a" }, title: "Write a", callId: "c1" });
     p.input.write(JSON.stringify({ permissionAnswer: { id: "someone-else", allow: true } }) + "\n");
-    p.input.write(JSON.stringify({ permissionAnswer: { id: asked.id, allow: true, input: { path: "b" }, outcome: "OUTCOME_ANSWERED", future: 1 } }) + "\n");
-    assert.deepEqual(await decision, { allow: true, input: { path: "b" }, reason: "", outcome: PermissionAnswer_Outcome.ANSWERED, asked: true });
+    p.input.write(
+      JSON.stringify({
+        permissionAnswer: { id: asked.id, allow: true, input: { path: "b" }, outcome: "OUTCOME_ANSWERED", future: 1 },
+      }) + "\n",
+    );
+    assert.deepEqual(await decision, {
+      allow: true,
+      input: { path: "b" },
+      reason: "",
+      outcome: PermissionAnswer_Outcome.ANSWERED,
+      asked: true,
+    });
 
     const second = session.requestPermission({ tool: "run_command", input: { command: "ls" } });
     const id = ((await p.nextEvent()).permissionRequest as { id: string }).id;
-    p.input.write(JSON.stringify({ permissionAnswer: { id, allow: true, outcome: "OUTCOME_TIMED_OUT", reason: "nobody answered" } }) + "\n");
+    p.input.write(
+      JSON.stringify({
+        permissionAnswer: { id, allow: true, outcome: "OUTCOME_TIMED_OUT", reason: "nobody answered" },
+      }) + "\n",
+    );
     const timedOut = await second;
     assert.equal(timedOut.allow, false);
     assert.equal(timedOut.outcome, PermissionAnswer_Outcome.TIMED_OUT);
@@ -143,7 +209,13 @@ void describe("openSession (harness side)", () => {
     const off = create(SessionRequestSchema, { ...request, permissions: false });
     const session = await open(p, toJsonString(SessionRequestSchema, off));
     const decision = await session.requestPermission({ tool: "x", input: { a: 1 } });
-    assert.deepEqual(decision, { allow: true, input: { a: 1 }, reason: "", outcome: PermissionAnswer_Outcome.UNSPECIFIED, asked: false });
+    assert.deepEqual(decision, {
+      allow: true,
+      input: { a: 1 },
+      reason: "",
+      outcome: PermissionAnswer_Outcome.UNSPECIFIED,
+      asked: false,
+    });
     assert.equal(p.written().length, 1);
     session.result();
   });
@@ -186,13 +258,23 @@ void describe("openSession (harness side)", () => {
     assert.equal((bad.written()[0]?.result as { stopReason: string }).stopReason, "STOP_REASON_ERROR");
 
     const future = pipe();
-    await assert.rejects(open(future, JSON.stringify({ protocolVersion: 2 })), (e: unknown) => (e as HarnessSessionError).code === "unsupported_protocol_version");
+    await assert.rejects(
+      open(future, JSON.stringify({ protocolVersion: 2 })),
+      (e: unknown) => (e as HarnessSessionError).code === "unsupported_protocol_version",
+    );
     assert.match((future.written()[0]?.result as { error: string }).error, /PROTOCOL_VERSION_1/);
 
     const empty = pipe();
     empty.input.end();
     await assert.rejects(
-      openSession({ name: "h", version: "1", input: empty.input, output: empty.output, handleSigterm: false, log: new PassThrough() }),
+      openSession({
+        name: "h",
+        version: "1",
+        input: empty.input,
+        output: empty.output,
+        handleSigterm: false,
+        log: new PassThrough(),
+      }),
       (e: unknown) => (e as HarnessSessionError).code === "no_request",
     );
   });

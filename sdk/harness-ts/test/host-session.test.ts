@@ -10,7 +10,10 @@ import type { HostSession, HostSessionOptions, SessionOutcome } from "@oz0/harne
 
 const harness = fileURLToPath(new URL("./fixtures/host/protocol-harness.mjs", import.meta.url));
 
-function run(behaviour: string, options: Partial<HostSessionOptions> = {}): { session: HostSession; events: SessionEvent[] } {
+function run(
+  behaviour: string,
+  options: Partial<HostSessionOptions> = {},
+): { session: HostSession; events: SessionEvent[] } {
   const events: SessionEvent[] = [];
   const session = startHostSession({
     command: [process.execPath, harness, behaviour],
@@ -51,7 +54,10 @@ void describe("startHostSession", () => {
           session.answerPermission({ id: event.event.value.id, allow: true, reason: "fine" });
         }
         if (event.event.case === "runtimeToolCall") {
-          session.sendRuntimeToolResult({ id: event.event.value.id, output: { kind: { case: "stringValue", value: "found" } } });
+          session.sendRuntimeToolResult({
+            id: event.event.value.id,
+            output: { kind: { case: "stringValue", value: "found" } },
+          });
         }
       },
     });
@@ -107,7 +113,10 @@ void describe("startHostSession", () => {
     const outcome = await session.outcome;
     assert.equal(outcome.status, "completed", outcome.error?.message);
     assert.deepEqual(errors, ["unknown_permission_id", "permission_already_answered", "unknown_runtime_tool_call_id"]);
-    assert.throws(() => session.answerPermission({ id: "p1", allow: true }), (e: unknown) => (e as HostSessionError).code === "session_ended");
+    assert.throws(
+      () => session.answerPermission({ id: "p1", allow: true }),
+      (e: unknown) => (e as HostSessionError).code === "session_ended",
+    );
   });
 
   void it("ignores unknown fields in events", async () => {
@@ -142,7 +151,10 @@ void describe("startHostSession", () => {
     const { session, events } = run("garbage");
     const outcome = await expectFailure(session.outcome, "invalid_json");
     assert.match(outcome.error?.message ?? "", /not JSON/);
-    assert.deepEqual(events.map((e) => e.event.case), ["started"]);
+    assert.deepEqual(
+      events.map((e) => e.event.case),
+      ["started"],
+    );
     assert.equal(outcome.counts.events, 1);
   });
 
@@ -267,8 +279,10 @@ void describe("startHostSession", () => {
   void it("kills the harness's process group when the host process exits", async () => {
     const { execFile } = await import("node:child_process");
     const pid = await new Promise<number>((resolve, reject) =>
-      execFile(process.execPath, [fileURLToPath(new URL("./fixtures/host/exiting-host.mjs", import.meta.url))], (error, stdout) =>
-        error ? reject(error) : resolve(Number(stdout.trim())),
+      execFile(
+        process.execPath,
+        [fileURLToPath(new URL("./fixtures/host/exiting-host.mjs", import.meta.url))],
+        (error, stdout) => (error ? reject(error) : resolve(Number(stdout.trim()))),
       ),
     );
     assert.ok(pid > 0);

@@ -15,7 +15,13 @@ const repoRoot = here("../../../");
 
 void describe("the kit's session environment", () => {
   void it("is the sandbox's, variable for variable, with the session token as the provider keys", async () => {
-    const report = await runConformance({ command: [process.execPath, here("./fixtures/env-echo.mjs")], only: ["handshake"], transcripts: true, graceMs: 5000, pluginDir: here("./fixtures") });
+    const report = await runConformance({
+      command: [process.execPath, here("./fixtures/env-echo.mjs")],
+      only: ["handshake"],
+      transcripts: true,
+      graceMs: 5000,
+      pluginDir: here("./fixtures"),
+    });
     assert.equal(report.ok, true, JSON.stringify(report.cases));
     const lines = report.cases[0]?.transcripts?.[0]?.lines ?? [];
     const request = fromJsonString(SessionRequestSchema, lines[0]?.line ?? "", { ignoreUnknownFields: true });
@@ -49,7 +55,10 @@ void describe("the kit's session environment", () => {
     assert.equal(env.ANTHROPIC_BASE_URL, request.llm?.anthropicBaseUrl);
     assert.match(env.ANTHROPIC_BASE_URL ?? "", /^http:\/\/127\.0\.0\.1:\d+\/anthropic$/);
     assert.match(env.OPENAI_BASE_URL ?? "", /^http:\/\/127\.0\.0\.1:\d+\/openai\/v1$/);
-    assert.deepEqual(JSON.parse(env.OZ0_LLM_HEADERS ?? "{}"), { "Oz0-Agent": "conformance-agent@3", "Oz0-Job": "job-conformance-handshake" });
+    assert.deepEqual(JSON.parse(env.OZ0_LLM_HEADERS ?? "{}"), {
+      "Oz0-Agent": "conformance-agent@3",
+      "Oz0-Job": "job-conformance-handshake",
+    });
   });
 });
 
@@ -78,8 +87,13 @@ void describe("the scripted model as the LLM proxy", () => {
     const literal = /const PATH = (\/\^.*\$\/);/.exec(await readFile(path.join(formats, "formats.ts"), "utf8"))?.[1];
     assert.ok(literal, "the path pattern of services/llm-proxy/src/wire-formats/formats.ts was not found");
     const routes = new Set<string>();
-    for (const file of await readdir(formats)) for (const found of (await readFile(path.join(formats, file), "utf8")).matchAll(/^ {2}route: "([^"]+)",$/gm)) routes.add(found[1]!);
-    assert.ok(routes.has("messages") && routes.has("chat/completions"), `the routes of the proxy's wire formats: ${[...routes].join(", ")}`);
+    for (const file of await readdir(formats))
+      for (const found of (await readFile(path.join(formats, file), "utf8")).matchAll(/^ {2}route: "([^"]+)",$/gm))
+        routes.add(found[1]!);
+    assert.ok(
+      routes.has("messages") && routes.has("chat/completions"),
+      `the routes of the proxy's wire formats: ${[...routes].join(", ")}`,
+    );
     const pathPattern = new RegExp(literal.slice(1, -1));
     const proxyRoute = {
       exec(route: string): RegExpExecArray | null {
@@ -87,7 +101,11 @@ void describe("the scripted model as the LLM proxy", () => {
         return match !== null && routes.has(match[2]!) ? match : null;
       },
     };
-    const model = await startScriptedModel({ routes: "llm-proxy", turns: () => ({ text: "ok" }), isSideCall: () => false });
+    const model = await startScriptedModel({
+      routes: "llm-proxy",
+      turns: () => ({ text: "ok" }),
+      isSideCall: () => false,
+    });
     try {
       assert.equal(model.anthropicBaseUrl, `${model.url}/anthropic`);
       assert.equal(model.openaiBaseUrl, `${model.url}/openai/v1`);
@@ -95,15 +113,27 @@ void describe("the scripted model as the LLM proxy", () => {
         const response = await fetch(`${model.url}${route}`, {
           method,
           headers: { "content-type": "application/json" },
-          body: method === "POST" ? JSON.stringify({ model: "m", max_tokens: 10, messages: [{ role: "user", content: "x" }] }) : undefined,
+          body:
+            method === "POST"
+              ? JSON.stringify({ model: "m", max_tokens: 10, messages: [{ role: "user", content: "x" }] })
+              : undefined,
         });
         const body = await response.text();
         const match = method === "POST" ? proxyRoute.exec(route) : null;
         const configured = ["anthropic", "openai", "scripted"].includes(match?.[1] ?? "");
-        assert.equal(response.status === 200, match !== null && configured, `${method} ${route}: ${response.status} ${body}`);
+        assert.equal(
+          response.status === 200,
+          match !== null && configured,
+          `${method} ${route}: ${response.status} ${body}`,
+        );
         if (match === null) {
           assert.equal(response.status, 404);
-          assert.match(body, new RegExp(`no route for ${method} ${route.replaceAll("/", "\\/")}; model calls are POST \\/\\{provider\\}\\/v1\\/messages`));
+          assert.match(
+            body,
+            new RegExp(
+              `no route for ${method} ${route.replaceAll("/", "\\/")}; model calls are POST \\/\\{provider\\}\\/v1\\/messages`,
+            ),
+          );
         } else if (!configured) {
           assert.equal(response.status, 404);
           assert.match(body, new RegExp(`no provider named ${match[1]}; configured: anthropic, openai, scripted`));

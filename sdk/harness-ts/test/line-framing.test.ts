@@ -5,7 +5,11 @@ import { LineSplitter } from "@oz0/harness/host";
 function split(chunks: Buffer[], maxLineBytes = 1024): { lines: string[]; oversized: number[] } {
   const lines: string[] = [];
   const oversized: number[] = [];
-  const splitter = new LineSplitter({ maxLineBytes, onLine: (l) => lines.push(l), onOversizedLine: (n) => oversized.push(n) });
+  const splitter = new LineSplitter({
+    maxLineBytes,
+    onLine: (l) => lines.push(l),
+    onOversizedLine: (n) => oversized.push(n),
+  });
   for (const chunk of chunks) splitter.push(chunk);
   splitter.end();
   return { lines, oversized };
@@ -29,7 +33,10 @@ void describe("LineSplitter", () => {
 
   void it("reports an oversized line once, skips it, and goes on with the next", () => {
     const long = "x".repeat(50);
-    const { lines, oversized } = split([Buffer.from(`ok\n${long.slice(0, 20)}`), Buffer.from(long.slice(20)), Buffer.from("\nafter\n")], 10);
+    const { lines, oversized } = split(
+      [Buffer.from(`ok\n${long.slice(0, 20)}`), Buffer.from(long.slice(20)), Buffer.from("\nafter\n")],
+      10,
+    );
     assert.deepEqual(lines, ["ok", "after"]);
     assert.equal(oversized.length, 1);
   });

@@ -14,7 +14,10 @@ const repoRoot = path.resolve(packageDir, "..", "..");
 /** The README's quick-start section: its harness and the command that runs the kit on it. */
 async function quickStart(): Promise<{ harness: string; fileName: string; command: string[] }> {
   const readme = await readFile(path.join(packageDir, "README.md"), "utf8");
-  const section = readme.slice(readme.indexOf("## Harness side: quick start"), readme.indexOf("What the session gives you"));
+  const section = readme.slice(
+    readme.indexOf("## Harness side: quick start"),
+    readme.indexOf("What the session gives you"),
+  );
   const harness = /```ts\n([\s\S]*?)```/.exec(section)?.[1];
   const shell = /```sh\n([\s\S]*?)```/.exec(section)?.[1];
   assert.ok(harness && shell, "the quick start has no ts or sh block");
@@ -32,23 +35,48 @@ void describe("the README's quick start", () => {
     try {
       assert.ok(!path.relative(repoRoot, dir).match(/^[^.]/), "the folder must lie outside the repository");
       await writeFile(path.join(dir, fileName), harness);
-      await writeFile(path.join(dir, "package.json"), JSON.stringify({ name: "my-harness", version: "1.0.0", type: "module" }, null, 2));
+      await writeFile(
+        path.join(dir, "package.json"),
+        JSON.stringify({ name: "my-harness", version: "1.0.0", type: "module" }, null, 2),
+      );
       // What `npm install /path/to/sdk/harness-ts tsx` leaves: a link to the package, tsx, and their commands.
       await mkdir(path.join(dir, "node_modules", "@oz0"), { recursive: true });
       await mkdir(path.join(dir, "node_modules", ".bin"));
       await symlink(packageDir, path.join(dir, "node_modules", "@oz0", "harness"));
       await symlink(path.join(repoRoot, "node_modules", "tsx"), path.join(dir, "node_modules", "tsx"));
       await symlink("../tsx/dist/cli.mjs", path.join(dir, "node_modules", ".bin", "tsx"));
-      await symlink("../@oz0/harness/bin/oz0-harness-conformance.js", path.join(dir, "node_modules", ".bin", "oz0-harness-conformance"));
+      await symlink(
+        "../@oz0/harness/bin/oz0-harness-conformance.js",
+        path.join(dir, "node_modules", ".bin", "oz0-harness-conformance"),
+      );
 
       // `npx oz0-harness-conformance …` runs the package's command from node_modules/.bin.
       const [program, ...args] = command;
       const { code, stdout, stderr } = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
-        execFile(path.join(dir, "node_modules", ".bin", program ?? ""), ["--grace-ms", "5000", ...args], { cwd: dir }, (error, out, err) =>
-          resolve({ code: error === null ? 0 : typeof error.code === "number" ? error.code : 1, stdout: out, stderr: err })),
+        execFile(
+          path.join(dir, "node_modules", ".bin", program ?? ""),
+          ["--grace-ms", "5000", ...args],
+          { cwd: dir },
+          (error, out, err) =>
+            resolve({
+              code: error === null ? 0 : typeof error.code === "number" ? error.code : 1,
+              stdout: out,
+              stderr: err,
+            }),
+        ),
       );
       assert.equal(code, 0, `${stdout}\n${stderr}`);
-      for (const id of ["handshake", "protocol-version", "text", "model-headers", "unknown-fields", "cancellation", "cancelled-result", "processes", "usage"]) {
+      for (const id of [
+        "handshake",
+        "protocol-version",
+        "text",
+        "model-headers",
+        "unknown-fields",
+        "cancellation",
+        "cancelled-result",
+        "processes",
+        "usage",
+      ]) {
         assert.match(stdout, new RegExp(`^PASS {2}${id}:`, "m"), stdout);
       }
       assert.match(stdout, /^N\/A {3}permission-allow: .* — no tools the kit can drive: the harness offers no tools;/m);

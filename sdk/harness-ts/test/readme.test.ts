@@ -43,10 +43,18 @@ void describe("README", () => {
         permissions: true,
         workingDir: path.join(dir, "work"),
         stateDir: path.join(dir, "state"),
-        llm: { anthropicBaseUrl: model.url, token: "oz0st_readme", headers: { "Oz0-Job": "job-readme", "Oz0-Agent": "readme@1" } },
+        llm: {
+          anthropicBaseUrl: model.url,
+          token: "oz0st_readme",
+          headers: { "Oz0-Job": "job-readme", "Oz0-Agent": "readme@1" },
+        },
       });
       const log: string[] = [];
-      const outcome = await runSession([process.execPath, "--import", tsx, path.join(packageDir, "examples", "echo-harness.ts")], request, (line) => log.push(line));
+      const outcome = await runSession(
+        [process.execPath, "--import", tsx, path.join(packageDir, "examples", "echo-harness.ts")],
+        request,
+        (line) => log.push(line),
+      );
       assert.equal(outcome.status, "completed", `${outcome.error?.message} ${outcome.stderrTail}`);
       assert.equal(outcome.result?.stopReason, StopReason.COMPLETED);
       assert.equal(outcome.result?.text, "Hello from the model.");
@@ -73,7 +81,10 @@ void describe("README", () => {
   });
   void it("maps every rule of harness.proto and every conformance case in its table", async () => {
     const readme = await readFile(path.join(packageDir, "README.md"), "utf8");
-    const section = readme.slice(readme.indexOf("### Each rule and the case that checks it"), readme.indexOf("### The session's environment"));
+    const section = readme.slice(
+      readme.indexOf("### Each rule and the case that checks it"),
+      readme.indexOf("### The session's environment"),
+    );
     const rows = section
       .split("\n")
       .filter((line) => line.startsWith("| ") && !line.startsWith("| rule |") && !line.startsWith("| ---"))
@@ -83,22 +94,34 @@ void describe("README", () => {
     const readmeRules = [...readme.matchAll(/^(\d+)\. /gm)].map((m) => Number(m[1]));
     assert.ok(protoRules.length >= 7, "harness.proto's numbered rules were not found");
     for (const n of new Set([...protoRules, ...readmeRules])) {
-      assert.ok(rows.some(([rule]) => rule?.split(", ").includes(`rule ${n}`)), `rule ${n} has no row in the README's table`);
+      assert.ok(
+        rows.some(([rule]) => rule?.split(", ").includes(`rule ${n}`)),
+        `rule ${n} has no row in the README's table`,
+      );
     }
     for (const c of CONFORMANCE_CASES) {
       const mine = rows.filter(([, , cases]) => cases?.includes(`\`${c.id}\``));
       assert.ok(mine.length > 0, `case ${c.id} is in no row of the README's table`);
       const rules = [...new Set(mine.flatMap(([rule]) => rule?.replaceAll("`", "").split(", ") ?? []))].sort();
-      assert.deepEqual(rules, c.rule.split(", ").sort(), `the README's rows of ${c.id} name the rules ${rules.join(", ")}, the kit ${c.rule}`);
-      for (const row of mine) assert.equal(row[3], c.level, `the README gives ${c.id} the level ${row[3]}, the kit ${c.level}`);
+      assert.deepEqual(
+        rules,
+        c.rule.split(", ").sort(),
+        `the README's rows of ${c.id} name the rules ${rules.join(", ")}, the kit ${c.rule}`,
+      );
+      for (const row of mine)
+        assert.equal(row[3], c.level, `the README gives ${c.id} the level ${row[3]}, the kit ${c.level}`);
     }
   });
 
   void it("documents every option of the conformance CLI", async () => {
     const readme = await readFile(path.join(packageDir, "README.md"), "utf8");
-    const { stdout } = await promisify(execFile)(process.execPath, [path.join(packageDir, "bin", "oz0-harness-conformance.js"), "--help"]);
+    const { stdout } = await promisify(execFile)(process.execPath, [
+      path.join(packageDir, "bin", "oz0-harness-conformance.js"),
+      "--help",
+    ]);
     const flags = [...stdout.matchAll(/^ {2}(--[a-z-]+)/gm)].map((m) => m[1]);
     assert.ok(flags.includes("--case-timeout-ms"));
-    for (const flag of flags) assert.match(readme, new RegExp(`^\\| \`${flag}[ \`,]`, "m"), `the README's option table lacks ${flag}`);
+    for (const flag of flags)
+      assert.match(readme, new RegExp(`^\\| \`${flag}[ \`,]`, "m"), `the README's option table lacks ${flag}`);
   });
 });

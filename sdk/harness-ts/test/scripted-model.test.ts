@@ -12,7 +12,10 @@ void describe("scripted model with the real @anthropic-ai/sdk", () => {
   before(async () => {
     model = await startScriptedModel({
       turns: [
-        { text: "Hello there, this is a scripted answer.", usage: { input: 10, output: 7, cacheRead: 3, cacheWrite: 2 } },
+        {
+          text: "Hello there, this is a scripted answer.",
+          usage: { input: 10, output: 7, cacheRead: 3, cacheWrite: 2 },
+        },
         { text: "Let me check.", toolCalls: [weather] },
         { text: "streamed text that is long enough to come in several deltas", usage: { input: 11, output: 13 } },
         { fail: { status: 529 } },
@@ -23,7 +26,11 @@ void describe("scripted model with the real @anthropic-ai/sdk", () => {
   after(() => model.close());
 
   void it("answers a non-streaming call with the scripted text and usage", async () => {
-    const message = await client.messages.create({ model: "claude-x", max_tokens: 100, messages: [{ role: "user", content: "hi" }] });
+    const message = await client.messages.create({
+      model: "claude-x",
+      max_tokens: 100,
+      messages: [{ role: "user", content: "hi" }],
+    });
     assert.deepEqual(message.content, [{ type: "text", text: "Hello there, this is a scripted answer." }]);
     assert.equal(message.stop_reason, "end_turn");
     assert.equal(message.usage.input_tokens, 10);
@@ -36,7 +43,12 @@ void describe("scripted model with the real @anthropic-ai/sdk", () => {
   });
 
   void it("streams tool calls as input_json_delta that the SDK reassembles", async () => {
-    const stream = client.messages.stream({ model: "claude-x", max_tokens: 100, messages: [{ role: "user", content: "weather?" }], tools: [{ name: "get_weather", input_schema: { type: "object" } }] });
+    const stream = client.messages.stream({
+      model: "claude-x",
+      max_tokens: 100,
+      messages: [{ role: "user", content: "weather?" }],
+      tools: [{ name: "get_weather", input_schema: { type: "object" } }],
+    });
     const final = await stream.finalMessage();
     assert.equal(final.stop_reason, "tool_use");
     const tool = final.content.find((b) => b.type === "tool_use");
@@ -47,7 +59,12 @@ void describe("scripted model with the real @anthropic-ai/sdk", () => {
   });
 
   void it("streams text and reports message_start and message_delta usage", async () => {
-    const stream = await client.messages.create({ model: "claude-x", max_tokens: 100, stream: true, messages: [{ role: "user", content: "go" }] });
+    const stream = await client.messages.create({
+      model: "claude-x",
+      max_tokens: 100,
+      stream: true,
+      messages: [{ role: "user", content: "go" }],
+    });
     const types: string[] = [];
     let text = "";
     let startInput = -1;
@@ -75,12 +92,16 @@ void describe("scripted model with the real @anthropic-ai/sdk", () => {
 
   void it("answers count_tokens without consuming a turn, then says clearly when the script ran out", async () => {
     const used = model.turnsUsed;
-    const counted = await client.messages.countTokens({ model: "claude-x", messages: [{ role: "user", content: "count me please" }] });
+    const counted = await client.messages.countTokens({
+      model: "claude-x",
+      messages: [{ role: "user", content: "count me please" }],
+    });
     assert.ok(counted.input_tokens > 0);
     assert.equal(model.turnsUsed, used);
     await assert.rejects(
       client.messages.create({ model: "claude-x", max_tokens: 100, messages: [{ role: "user", content: "x" }] }),
-      (error: unknown) => error instanceof Anthropic.APIError && error.status === 400 && /no turn left/.test(error.message),
+      (error: unknown) =>
+        error instanceof Anthropic.APIError && error.status === 400 && /no turn left/.test(error.message),
     );
   });
 
@@ -109,7 +130,10 @@ void describe("scripted model with the real openai client", () => {
   after(() => model.close());
 
   void it("answers a non-streaming chat completion with usage", async () => {
-    const completion = await client.chat.completions.create({ model: "gpt-x", messages: [{ role: "user", content: "hi" }] });
+    const completion = await client.chat.completions.create({
+      model: "gpt-x",
+      messages: [{ role: "user", content: "hi" }],
+    });
     assert.equal(completion.choices[0]?.message.content, "plain answer");
     assert.equal(completion.choices[0]?.finish_reason, "stop");
     assert.equal(completion.usage?.prompt_tokens, 6);
@@ -119,7 +143,12 @@ void describe("scripted model with the real openai client", () => {
   });
 
   void it("streams tool_calls deltas and the usage chunk when include_usage is set", async () => {
-    const stream = await client.chat.completions.create({ model: "gpt-x", stream: true, stream_options: { include_usage: true }, messages: [{ role: "user", content: "hi" }] });
+    const stream = await client.chat.completions.create({
+      model: "gpt-x",
+      stream: true,
+      stream_options: { include_usage: true },
+      messages: [{ role: "user", content: "hi" }],
+    });
     const calls: { id?: string; name: string; args: string }[] = [];
     let usageChunks = 0;
     let finish: string | null = null;
@@ -143,7 +172,11 @@ void describe("scripted model with the real openai client", () => {
   });
 
   void it("sends no usage chunk when the client did not ask for one", async () => {
-    const stream = await client.chat.completions.create({ model: "gpt-x", stream: true, messages: [{ role: "user", content: "hi" }] });
+    const stream = await client.chat.completions.create({
+      model: "gpt-x",
+      stream: true,
+      messages: [{ role: "user", content: "hi" }],
+    });
     let text = "";
     let sawUsage = false;
     for await (const chunk of stream) {
@@ -157,7 +190,8 @@ void describe("scripted model with the real openai client", () => {
   void it("fails with 429 and the scripted retry-after header", async () => {
     await assert.rejects(
       client.chat.completions.create({ model: "gpt-x", messages: [{ role: "user", content: "hi" }] }),
-      (error: unknown) => error instanceof OpenAI.APIError && error.status === 429 && error.headers?.get("retry-after") === "0",
+      (error: unknown) =>
+        error instanceof OpenAI.APIError && error.status === 429 && error.headers?.get("retry-after") === "0",
     );
   });
 });
@@ -169,8 +203,16 @@ void describe("scripted model with the real openai client: the Responses API", (
     model = await startScriptedModel({
       turns: [
         { text: "plain answer", usage: { input: 5, output: 2, cacheRead: 1, reasoning: 1 } },
-        { text: "Checking the weather now, one moment please.", toolCalls: [weather, { id: "call_fixed", name: "lookup", input: { q: "x" } }], usage: { input: 9, output: 8 } },
-        { text: "a long text that will be cut somewhere in the middle of it", cutMidStream: true, usage: { input: 9, output: 20 } },
+        {
+          text: "Checking the weather now, one moment please.",
+          toolCalls: [weather, { id: "call_fixed", name: "lookup", input: { q: "x" } }],
+          usage: { input: 9, output: 8 },
+        },
+        {
+          text: "a long text that will be cut somewhere in the middle of it",
+          cutMidStream: true,
+          usage: { input: 9, output: 20 },
+        },
         { text: "stopped", stopReason: "max_tokens" },
         { fail: { status: 400, message: "scripted refusal" } },
       ],
@@ -226,7 +268,9 @@ void describe("scripted model with the real openai client: the Responses API", (
       const stream = await client.responses.create({ model: "gpt-x", input: "x", stream: true });
       for await (const event of stream) if (event.type === "response.output_text.delta") received += event.delta;
     });
-    assert.ok(received.length > 0 && received.length < "a long text that will be cut somewhere in the middle of it".length);
+    assert.ok(
+      received.length > 0 && received.length < "a long text that will be cut somewhere in the middle of it".length,
+    );
     assert.deepEqual(model.tokensServed, served, "usage comes with the response's end only");
   });
 
@@ -238,7 +282,10 @@ void describe("scripted model with the real openai client: the Responses API", (
     assert.equal(response.status, "incomplete");
     assert.equal(response.incomplete_details?.reason, "max_output_tokens");
     assert.equal(types.at(-1), "response.incomplete");
-    await assert.rejects(client.responses.create({ model: "gpt-x", input: "x" }), (error: unknown) => error instanceof OpenAI.BadRequestError && error.message.includes("scripted refusal"));
+    await assert.rejects(
+      client.responses.create({ model: "gpt-x", input: "x" }),
+      (error: unknown) => error instanceof OpenAI.BadRequestError && error.message.includes("scripted refusal"),
+    );
   });
 
   void it("counts the model's turns in a Responses input: each run of its own items between the caller's", () => {
@@ -253,24 +300,42 @@ void describe("scripted model with the real openai client: the Responses API", (
     ];
     assert.equal(modelTurnsIn({ wire: "openai-responses", body: { input } }), 2);
     assert.equal(modelTurnsIn({ wire: "openai-responses", body: { input: "just text" } }), 0);
-    assert.equal(modelTurnsIn({ wire: "openai-chat-completions", body: { messages: [{ role: "user" }, { role: "assistant" }] } }), 1);
+    assert.equal(
+      modelTurnsIn({ wire: "openai-chat-completions", body: { messages: [{ role: "user" }, { role: "assistant" }] } }),
+      1,
+    );
     assert.equal(modelTurnsIn({ wire: "anthropic-count-tokens", body: { messages: [{ role: "assistant" }] } }), 0);
   });
 });
 
 void describe("scripted model edge cases", () => {
   void it("cuts a stream mid-way and the client sees the connection die", async () => {
-    const model = await startScriptedModel({ turns: [{ text: "a long text that will be cut somewhere in the middle of it", cutMidStream: true, usage: { input: 9, output: 20 } }] });
+    const model = await startScriptedModel({
+      turns: [
+        {
+          text: "a long text that will be cut somewhere in the middle of it",
+          cutMidStream: true,
+          usage: { input: 9, output: 20 },
+        },
+      ],
+    });
     try {
       const client = new Anthropic({ baseURL: model.url, apiKey: "k", maxRetries: 0 });
       let received = "";
       await assert.rejects(async () => {
-        const stream = await client.messages.create({ model: "m", max_tokens: 10, stream: true, messages: [{ role: "user", content: "x" }] });
+        const stream = await client.messages.create({
+          model: "m",
+          max_tokens: 10,
+          stream: true,
+          messages: [{ role: "user", content: "x" }],
+        });
         for await (const event of stream) {
           if (event.type === "content_block_delta" && event.delta.type === "text_delta") received += event.delta.text;
         }
       });
-      assert.ok(received.length > 0 && received.length < "a long text that will be cut somewhere in the middle of it".length);
+      assert.ok(
+        received.length > 0 && received.length < "a long text that will be cut somewhere in the middle of it".length,
+      );
       assert.equal(model.tokensServed.input, 9);
       assert.equal(model.tokensServed.output, 1);
     } finally {
@@ -288,19 +353,44 @@ void describe("scripted model edge cases", () => {
     });
     try {
       const post = (path: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> =>
-        fetch(`${model.url}${path}`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+        fetch(`${model.url}${path}`, {
+          method: "POST",
+          headers: { "content-type": "application/json", ...headers },
+          body: JSON.stringify(body),
+        });
       type Answer = { choices: { message: { content: string } }[]; content: { text: string }[] };
-      const ask = async (path: string, body: unknown, headers: Record<string, string> = {}): Promise<Answer> => (await (await post(path, body, headers)).json()) as Answer;
+      const ask = async (path: string, body: unknown, headers: Record<string, string> = {}): Promise<Answer> =>
+        (await (await post(path, body, headers)).json()) as Answer;
       const plain = await ask("/chat/completions", { model: "m", messages: [{ role: "user", content: "x" }] });
       assert.equal(plain.choices[0]?.message.content, "turn 0");
-      const probe = await ask("/v1/messages?beta=true", { model: "haiku", max_tokens: 1, messages: [{ role: "user", content: "quota" }] });
+      const probe = await ask("/v1/messages?beta=true", {
+        model: "haiku",
+        max_tokens: 1,
+        messages: [{ role: "user", content: "quota" }],
+      });
       assert.equal(probe.content[0]?.text, "OK");
-      const title = await ask("/messages", { model: "haiku", max_tokens: 512, system: "name it", messages: [{ role: "user", content: "x" }] }, { "user-agent": "claude-cli/2.1 (external, sdk-ts)" });
+      const title = await ask(
+        "/messages",
+        { model: "haiku", max_tokens: 512, system: "name it", messages: [{ role: "user", content: "x" }] },
+        { "user-agent": "claude-cli/2.1 (external, sdk-ts)" },
+      );
       assert.equal(title.content[0]?.text, "OK");
-      const main = await ask("/messages", { model: "sonnet", max_tokens: 32000, tools: [{ name: "Read", input_schema: {} }], messages: [{ role: "user", content: "x" }] }, { "user-agent": "claude-cli/2.1" });
+      const main = await ask(
+        "/messages",
+        {
+          model: "sonnet",
+          max_tokens: 32000,
+          tools: [{ name: "Read", input_schema: {} }],
+          messages: [{ role: "user", content: "x" }],
+        },
+        { "user-agent": "claude-cli/2.1" },
+      );
       assert.equal(main.content[0]?.text, "turn 1");
       assert.deepEqual(seen, ["openai-chat-completions", "anthropic-messages"]);
-      assert.deepEqual(model.requests.map((r) => r.sideCall), [false, true, true, false]);
+      assert.deepEqual(
+        model.requests.map((r) => r.sideCall),
+        [false, true, true, false],
+      );
       const missing = await fetch(`${model.url}/v1/nowhere`, { method: "POST" });
       assert.equal(missing.status, 404);
     } finally {
@@ -311,15 +401,27 @@ void describe("scripted model edge cases", () => {
 
 void describe("scripted model with a caller that goes away", () => {
   void it("serves and counts nothing when the caller hangs up while the turn waits", async () => {
-    const model = await startScriptedModel({ turns: [{ text: "too late", usage: { input: 40, output: 9 }, delayMs: 300 }, { text: "on time", usage: { input: 5, output: 2 } }] });
+    const model = await startScriptedModel({
+      turns: [
+        { text: "too late", usage: { input: 40, output: 9 }, delayMs: 300 },
+        { text: "on time", usage: { input: 5, output: 2 } },
+      ],
+    });
     try {
       const client = new Anthropic({ baseURL: model.url, apiKey: "sk-test", maxRetries: 0 });
       const abort = new AbortController();
-      const hungUp = client.messages.create({ model: "claude-x", max_tokens: 10, messages: [{ role: "user", content: "hi" }] }, { signal: abort.signal });
+      const hungUp = client.messages.create(
+        { model: "claude-x", max_tokens: 10, messages: [{ role: "user", content: "hi" }] },
+        { signal: abort.signal },
+      );
       setTimeout(() => abort.abort(), 50);
       await assert.rejects(hungUp);
       await new Promise((resolve) => setTimeout(resolve, 400));
-      const answered = await client.messages.create({ model: "claude-x", max_tokens: 10, messages: [{ role: "user", content: "hi" }] });
+      const answered = await client.messages.create({
+        model: "claude-x",
+        max_tokens: 10,
+        messages: [{ role: "user", content: "hi" }],
+      });
       assert.deepEqual(answered.content, [{ type: "text", text: "on time" }]);
       assert.deepEqual([model.tokensServed.input, model.tokensServed.output], [5, 2]);
     } finally {

@@ -94,6 +94,10 @@ function timestampJson(seconds: bigint, nanos: number): string {
   }
   if (nanos === 0) return `${lastSecondText}Z`;
   const digits = String(nanos).padStart(9, "0");
-  const fraction = digits.endsWith("000000") ? digits.slice(0, 3) : digits.endsWith("000") ? digits.slice(0, 6) : digits;
+  const fraction = digits.endsWith("000000")
+    ? digits.slice(0, 3)
+    : digits.endsWith("000")
+      ? digits.slice(0, 6)
+      : digits;
   return `${lastSecondText}.${fraction}Z`;
 }

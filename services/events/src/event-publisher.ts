@@ -7,7 +7,12 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { LifecycleType } from "@oz0/events-client";
-import { EventsService, TokenCountsSchema, type PublishResponse, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import {
+  EventsService,
+  TokenCountsSchema,
+  type PublishResponse,
+  type RawEvent,
+} from "@oz0/proto/oz0/events/v1/events_pb";
 import { bearerInterceptor, createLogger } from "@oz0/serving";
 import { randomUUID } from "node:crypto";
 import { connect } from "node:net";
@@ -218,13 +223,24 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
             queue.splice(0, batch.length);
             settle(batch.length);
             logger.error(
-              { code: "EVENTS_BATCH_REJECTED", count: batch.length, ids: batch.map((e) => e.id), reason: err.rawMessage },
+              {
+                code: "EVENTS_BATCH_REJECTED",
+                count: batch.length,
+                ids: batch.map((e) => e.id),
+                reason: err.rawMessage,
+              },
               "the events service refused a batch of events; they are dropped (fix the producer)",
             );
             continue;
           }
           logger.warn(
-            { code: "EVENTS_UNREACHABLE", url: options.url, queued: queue.length, retryInMs: backoffMs, reason: err.rawMessage },
+            {
+              code: "EVENTS_UNREACHABLE",
+              url: options.url,
+              queued: queue.length,
+              retryInMs: backoffMs,
+              reason: err.rawMessage,
+            },
             "cannot publish events yet; retrying",
           );
           await sleep(backoffMs, abort.signal);

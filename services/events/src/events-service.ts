@@ -80,7 +80,10 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
         if (!(error instanceof OutboxWriteError)) throw error;
         logger.error({ code: error.code, err: error.message }, "could not store published events in the outbox");
         // Nothing of the batch is acknowledged: the producer sends it again, and ids already stored are ignored.
-        throw new ConnectError("the events service could not store the events durably; send them again (producers retry by themselves)", Code.Unavailable);
+        throw new ConnectError(
+          "the events service could not store the events durably; send them again (producers retry by themselves)",
+          Code.Unavailable,
+        );
       }
       const { appended, duplicates } = stored;
       traceAccepted(appended, { ...(deps.topic ? { topic: deps.topic } : {}) });

@@ -10,7 +10,9 @@ export function poolSmallZeroFilledBuffers(): void {
   if ((Buffer.alloc as { pooled?: true }).pooled) return;
   const alloc = Buffer.alloc;
   const pooled = ((size: number, fill?: string | Uint8Array | number, encoding?: BufferEncoding) =>
-    fill === undefined && size < Buffer.poolSize >>> 1 ? Buffer.allocUnsafe(size).fill(0) : alloc(size, fill, encoding)) as typeof Buffer.alloc & { pooled?: true };
+    fill === undefined && size < Buffer.poolSize >>> 1
+      ? Buffer.allocUnsafe(size).fill(0)
+      : alloc(size, fill, encoding)) as typeof Buffer.alloc & { pooled?: true };
   pooled.pooled = true;
   Buffer.alloc = pooled;
 }

@@ -102,6 +102,7 @@ port.on("message", (request: ToProducerWorker) => {
   }
   (request.kind === "send" ? send(request.events) : connect()).then(
     () => post({ kind: "done", id: request.id, connected }),
-    (error: unknown) => post({ kind: "done", id: request.id, connected, error: error instanceof Error ? error.message : String(error) }),
+    (error: unknown) =>
+      post({ kind: "done", id: request.id, connected, error: error instanceof Error ? error.message : String(error) }),
   );
 });

@@ -78,7 +78,8 @@ export class KafkaRelay {
     let backoffMs = 100;
     let pinned: StoredEvent[] = [];
     while (!this.stopping) {
-      if (pinned.length === 0) pinned = withinRequestSize(this.options.outbox.undelivered(this.options.batchSize ?? 1_000));
+      if (pinned.length === 0)
+        pinned = withinRequestSize(this.options.outbox.undelivered(this.options.batchSize ?? 1_000));
       if (pinned.length === 0) {
         await new Promise<void>((resolve) => (this.wakeUp = resolve));
         this.wakeUp = undefined;
@@ -90,7 +91,10 @@ export class KafkaRelay {
         pinned = [];
         backoffMs = 100;
         if (this.outage) {
-          this.logger.info({ downForMs: Date.now() - this.outage.since }, "Kafka is reachable again; delivering the outbox");
+          this.logger.info(
+            { downForMs: Date.now() - this.outage.since },
+            "Kafka is reachable again; delivering the outbox",
+          );
           this.outage = undefined;
         }
       } catch (error) {
@@ -135,7 +139,10 @@ export class KafkaRelay {
     // content. They go to debug: during an outage kafkajs logs every failed
     // connection, and the relay already warns once per outage and says when
     // the broker is back.
-    this.logger.debug({ kafka: entry.namespace, level: entry.label, broker: entry.broker, error: entry.error }, `kafkajs: ${entry.message}`);
+    this.logger.debug(
+      { kafka: entry.namespace, level: entry.label, broker: entry.broker, error: entry.error },
+      `kafkajs: ${entry.message}`,
+    );
   }
 }
 

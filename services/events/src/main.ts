@@ -8,7 +8,11 @@ import { DEFAULT_TOPIC, startEvents } from "./start-events.js";
 const logger = createLogger({ name: "events" });
 // Before anything else starts, so every span of this process is exported (a no-op without OTEL_*).
 const telemetry = startTelemetry({ serviceName: "oz0-events" });
-const list = (value: string | undefined): string[] => (value ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+const list = (value: string | undefined): string[] =>
+  (value ?? "")
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
 
 function port(value: string | undefined, fallback: number): number {
   if (!value) return fallback;
@@ -24,7 +28,9 @@ function retentionMs(value: string | undefined): number | undefined {
   if (!value) return undefined;
   const hours = Number(value);
   if (!Number.isFinite(hours) || hours < 0) {
-    process.stderr.write(`oz0-events: OZ0_EVENTS_RETENTION_HOURS must be a number of hours (0 keeps every event), got ${JSON.stringify(value)}\n`);
+    process.stderr.write(
+      `oz0-events: OZ0_EVENTS_RETENTION_HOURS must be a number of hours (0 keeps every event), got ${JSON.stringify(value)}\n`,
+    );
     process.exit(2);
   }
   return hours * 3_600_000;

@@ -44,15 +44,17 @@ export function pruneStepOn(db: Database.Database, request: PruneRequest): { cha
     let end = low + BigInt(request.chunk) < next ? low + BigInt(request.chunk) : next;
     // Positions grow with acceptance time: the first young enough event in the chunk ends it.
     const young = db
-      .prepare("SELECT position FROM events WHERE position >= ? AND position < ? AND accepted_at >= ? ORDER BY position LIMIT 1")
+      .prepare(
+        "SELECT position FROM events WHERE position >= ? AND position < ? AND accepted_at >= ? ORDER BY position LIMIT 1",
+      )
       .get(low, end, request.acceptedBefore) as { position: bigint } | undefined;
     if (young && young.position < end) end = young.position;
     if (request.keepThrough !== undefined && request.keepThrough + 1n < end) end = request.keepThrough + 1n;
     if (end <= low) return { changes: 0, through: 0n };
     const changes = Number(db.prepare("DELETE FROM events WHERE position < ?").run(end).changes);
-    db.prepare("INSERT INTO pruned (name, through) VALUES ('retention', ?) ON CONFLICT (name) DO UPDATE SET through = max(through, excluded.through)").run(
-      end - 1n,
-    );
+    db.prepare(
+      "INSERT INTO pruned (name, through) VALUES ('retention', ?) ON CONFLICT (name) DO UPDATE SET through = max(through, excluded.through)",
+    ).run(end - 1n);
     return { changes, through: end - 1n };
   })();
 }

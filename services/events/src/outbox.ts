@@ -117,7 +117,9 @@ export class Outbox {
     }
     this.now = options.now ?? Date.now;
     this.insert = this.db.prepare(INSERT_EVENT);
-    this.commitGroup = this.db.transaction((group: PendingAppend[]) => group.map((pending) => insertRows(this.insert, pending.rows)));
+    this.commitGroup = this.db.transaction((group: PendingAppend[]) =>
+      group.map((pending) => insertRows(this.insert, pending.rows)),
+    );
     if (file === ":memory:") {
       this.cursorDb = this.db;
     } else {
@@ -147,10 +149,18 @@ export class Outbox {
       this.checkpointer = checkpointer;
     }
     this.updateCursor = this.cursorDb.prepare(UPDATE_CURSOR);
-    this.selectUndelivered = this.db.prepare("SELECT position, event FROM events WHERE position > ? ORDER BY position LIMIT ?");
+    this.selectUndelivered = this.db.prepare(
+      "SELECT position, event FROM events WHERE position > ? ORDER BY position LIMIT ?",
+    );
     this.head = this.lastPosition();
-    this.pruned = (this.db.prepare("SELECT through FROM pruned WHERE name = 'retention'").get() as { through: bigint } | undefined)?.through ?? 0n;
-    this.delivered = (this.db.prepare("SELECT delivered FROM relay_cursor WHERE name = 'kafka'").get() as { delivered: bigint } | undefined)?.delivered ?? 0n;
+    this.pruned =
+      (this.db.prepare("SELECT through FROM pruned WHERE name = 'retention'").get() as { through: bigint } | undefined)
+        ?.through ?? 0n;
+    this.delivered =
+      (
+        this.db.prepare("SELECT delivered FROM relay_cursor WHERE name = 'kafka'").get() as
+          { delivered: bigint } | undefined
+      )?.delivered ?? 0n;
     // What is in the log already is read back; the tail starts after it.
     this.tail = options.relayTail ? [] : undefined;
     this.tailFloor = this.head;
@@ -240,7 +250,8 @@ export class Outbox {
 
   /** The position of the last event ever stored (0 when none was), removed ones included. */
   lastPosition(): bigint {
-    const row = this.db.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'events'").get() as { seq: bigint } | undefined;
+    const row = this.db.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'events'").get() as
+      { seq: bigint } | undefined;
     return row?.seq ?? 0n;
   }
 
@@ -315,7 +326,9 @@ export class Outbox {
 
   /** How many events wait for delivery. */
   undeliveredCount(): number {
-    const row = this.db.prepare("SELECT count(*) AS n FROM events WHERE position > ?").get(this.delivered) as { n: bigint };
+    const row = this.db.prepare("SELECT count(*) AS n FROM events WHERE position > ?").get(this.delivered) as {
+      n: bigint;
+    };
     return Number(row.n);
   }
 

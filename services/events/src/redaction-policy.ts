@@ -45,15 +45,27 @@ function count(value: JsonValue | undefined): number | undefined {
   return typeof n === "number" && Number.isInteger(n) && n >= 0 && n <= MAX_COUNT ? n : undefined;
 }
 
-const id = (key: string): Extract => (a) => identifier(a[key]);
+const id =
+  (key: string): Extract =>
+  (a) =>
+    identifier(a[key]);
 /** Who answered: an identifier that is not an email address (ids such as an OIDC `sub`, or `owner`). */
 const principalId: Extract = (a) => {
   const value = identifier(a.answered_by);
   return value !== undefined && !value.includes("@") ? value : undefined;
 };
-const pathOf = (key: string): Extract => (a) => path(a[key]);
-const countOf = (key: string): Extract => (a) => count(a[key]);
-const flag = (key: string): Extract => (a) => (typeof a[key] === "boolean" ? a[key] : undefined);
+const pathOf =
+  (key: string): Extract =>
+  (a) =>
+    path(a[key]);
+const countOf =
+  (key: string): Extract =>
+  (a) =>
+    count(a[key]);
+const flag =
+  (key: string): Extract =>
+  (a) =>
+    typeof a[key] === "boolean" ? a[key] : undefined;
 const oneOf =
   (key: string, values: readonly string[]): Extract =>
   (a) =>
@@ -84,11 +96,12 @@ const firstOf =
 const operationKey: Extract = (a) =>
   typeof a.operation_key === "string" && OPERATION_KEY.test(a.operation_key) ? a.operation_key : undefined;
 const exitCode: Extract = (a) =>
-  typeof a.exit_code === "number" && Number.isInteger(a.exit_code) && Math.abs(a.exit_code) <= 255 ? a.exit_code : undefined;
+  typeof a.exit_code === "number" && Number.isInteger(a.exit_code) && Math.abs(a.exit_code) <= 255
+    ? a.exit_code
+    : undefined;
 
 // A task is never public: only how long it was, in characters (code points).
-const taskChars: Extract = (a) =>
-  typeof a.task === "string" ? [...a.task].length : count(a.task_chars);
+const taskChars: Extract = (a) => (typeof a.task === "string" ? [...a.task].length : count(a.task_chars));
 
 // A tool step's action summary: the tool and the path it touched, if any.
 const toolLabel: Extract = (a) => {
@@ -251,8 +264,7 @@ export function publicAttributes(type: string): string[] {
 }
 
 export type RedactionOutcome =
-  | { ok: true; event: PublicEvent }
-  | { ok: false; code: "EVENT_ID_INVALID" | "EVENT_TYPE_INVALID" };
+  { ok: true; event: PublicEvent } | { ok: false; code: "EVENT_ID_INVALID" | "EVENT_TYPE_INVALID" };
 
 // Each allowlist as a list of [attribute, extract] pairs, walked per event.
 const POLICY_ENTRIES: ReadonlyMap<string, readonly (readonly [string, Extract])[]> = new Map(

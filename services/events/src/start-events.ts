@@ -56,9 +56,7 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
   const outbox = new Outbox({ dataDir: config.dataDir, now, relayTail: brokers.length > 0 });
   const topic = config.topic || DEFAULT_TOPIC;
   const relay =
-    brokers.length > 0
-      ? new KafkaRelay({ brokers, topic, outbox, logger, partitions: config.partitions })
-      : undefined;
+    brokers.length > 0 ? new KafkaRelay({ brokers, topic, outbox, logger, partitions: config.partitions }) : undefined;
   const shutdown = new AbortController();
   let server;
   try {
@@ -68,7 +66,12 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
       port: config.port ?? 0,
       logger,
       auth: new Authenticator(config.auth ?? {}),
-      services: [registration(EventsService, eventsService({ outbox, relay, logger, shutdown: shutdown.signal, ...(relay ? { topic } : {}) }))],
+      services: [
+        registration(
+          EventsService,
+          eventsService({ outbox, relay, logger, shutdown: shutdown.signal, ...(relay ? { topic } : {}) }),
+        ),
+      ],
     });
   } catch (error) {
     await outbox.close();
@@ -93,9 +96,16 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
           removed += step;
           await new Promise((resolve) => setImmediate(resolve));
         }
-        if (removed > 0) logger.info({ removed, retentionHours: retentionMs / 3_600_000, prunedThrough: String(outbox.prunedThrough()) }, "removed events older than the retention period from the local log");
+        if (removed > 0)
+          logger.info(
+            { removed, retentionHours: retentionMs / 3_600_000, prunedThrough: String(outbox.prunedThrough()) },
+            "removed events older than the retention period from the local log",
+          );
       } catch (error) {
-        logger.error({ err: error }, "could not remove old events from the local log; trying again at the next interval");
+        logger.error(
+          { err: error },
+          "could not remove old events from the local log; trying again at the next interval",
+        );
       }
     };
     const prune = (): void => {
@@ -106,7 +116,10 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
     pruneTimer = setInterval(prune, config.pruneIntervalMs ?? Math.min(3_600_000, Math.max(60_000, retentionMs / 10)));
     pruneTimer.unref();
   }
-  logger.info({ kafka: brokers.length > 0 ? { brokers, topic } : "off (local log only)", dataDir: config.dataDir ?? "memory" }, "events ready");
+  logger.info(
+    { kafka: brokers.length > 0 ? { brokers, topic } : "off (local log only)", dataDir: config.dataDir ?? "memory" },
+    "events ready",
+  );
 
   let closing: Promise<void> | undefined;
   return {

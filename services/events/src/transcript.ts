@@ -94,7 +94,9 @@ export function buildTranscript(jobId: string, events: PublicEvent[]): Transcrip
     }
   }
 
-  const rows = [...invocations.values()].sort((a, b) => a.startMs - b.startMs || compare(a.firstPosition, b.firstPosition));
+  const rows = [...invocations.values()].sort(
+    (a, b) => a.startMs - b.startMs || compare(a.firstPosition, b.firstPosition),
+  );
   const response = create(TranscriptResponseSchema, { jobId });
   for (const invocation of rows) finishRow(invocation);
   assignParallelGroups(rows, response);

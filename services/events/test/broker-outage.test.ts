@@ -33,7 +33,13 @@ function phase(from: number, count: number) {
   const events = [];
   for (let i = from; i < from + count; i++) {
     for (const jobId of jobs) {
-      events.push(rawEvent("graph.step_started", { jobId, source: "orchestrator", attributes: { step_name: "work", iteration: i } }));
+      events.push(
+        rawEvent("graph.step_started", {
+          jobId,
+          source: "orchestrator",
+          attributes: { step_name: "work", iteration: i },
+        }),
+      );
     }
   }
   return events;
@@ -47,7 +53,14 @@ async function publishAll(url: string, events: ReturnType<typeof phase>): Promis
 }
 
 void test("a broker outage loses nothing and duplicates nothing", async () => {
-  const start = () => startEvents({ auth: testCredentials.settingsFor("events"), dataDir, kafkaBrokers: kafka.brokers, topic, partitions: 3 });
+  const start = () =>
+    startEvents({
+      auth: testCredentials.settingsFor("events"),
+      dataDir,
+      kafkaBrokers: kafka.brokers,
+      topic,
+      partitions: 3,
+    });
   let service = await start();
   running.push(service);
 
@@ -78,7 +91,13 @@ void test("a broker outage loses nothing and duplicates nothing", async () => {
     const ofJob = messages.filter((m) => m.key === jobId);
     assert.equal(new Set(ofJob.map((m) => m.partition)).size, 1, "one job's events share a partition");
     ofJob.sort((a, b) => Number(BigInt(a.offset) - BigInt(b.offset)));
-    const iterations = ofJob.map((m) => (JSON.parse(m.value) as { attributes: { iteration: number } }).attributes.iteration);
-    assert.deepEqual(iterations, Array.from({ length: 400 }, (_, i) => i), `${jobId}'s events are in order`);
+    const iterations = ofJob.map(
+      (m) => (JSON.parse(m.value) as { attributes: { iteration: number } }).attributes.iteration,
+    );
+    assert.deepEqual(
+      iterations,
+      Array.from({ length: 400 }, (_, i) => i),
+      `${jobId}'s events are in order`,
+    );
   }
 });

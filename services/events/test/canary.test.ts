@@ -33,7 +33,8 @@ before(async () => {
     OZ0_EVENTS_DATA: dataDir,
     OZ0_LOG_LEVEL: "debug",
   });
-  publisher = createEventPublisher({ token: testCredentials.services.orchestrator,
+  publisher = createEventPublisher({
+    token: testCredentials.services.orchestrator,
     url: service.url,
     logger: {
       warn: (obj, msg) => publisherLog.push(JSON.stringify({ obj, msg })),
@@ -72,7 +73,9 @@ void test("no sensitive field reaches Kafka, Watch, Transcript, the logs or the 
   const transcript = await eventsClient(service.url).transcript({ jobId });
 
   // Useful, not just empty: the safe parts are there.
-  const operation = transcript.rows.find((r) => r.row.case === "operation" && r.row.value.operationInvocationId === "inv-1");
+  const operation = transcript.rows.find(
+    (r) => r.row.case === "operation" && r.row.value.operationInvocationId === "inv-1",
+  );
   assert.ok(operation?.row.case === "operation");
   assert.deepEqual(
     operation.row.value.steps.map((s) => s.label),
@@ -91,10 +94,7 @@ void test("no sensitive field reaches Kafka, Watch, Transcript, the logs or the 
     assert.equal(message.headers.ce_subject, jobId);
     assert.match(message.headers.ce_type!, /^dev\.oz0\.[a-z_.]+\.v1$/);
   }
-  assert.deepEqual(
-    messages.map((m) => m.headers.ce_id).sort(),
-    watched.map((e) => e.id).sort(),
-  );
+  assert.deepEqual(messages.map((m) => m.headers.ce_id).sort(), watched.map((e) => e.id).sort());
 
   assertNoMarker(JSON.stringify(messages), "the Kafka topic", markers);
   assertNoMarker(JSON.stringify(watched.map((e) => toJsonString(PublicEventSchema, e))), "the Watch stream", markers);

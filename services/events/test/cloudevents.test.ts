@@ -4,7 +4,12 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { create, toJson } from "@bufbuild/protobuf";
 import { publicEventJson, rawEvent, redactEvent, toKafkaMessage } from "@oz0/events";
-import { PublicEventSchema, TokenCountsSchema, type PublicEvent, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import {
+  PublicEventSchema,
+  TokenCountsSchema,
+  type PublicEvent,
+  type RawEvent,
+} from "@oz0/proto/oz0/events/v1/events_pb";
 import { foreignEvent } from "./fixtures/foreign-event.js";
 
 function redacted(...args: Parameters<typeof rawEvent>): PublicEvent {
@@ -19,24 +24,50 @@ function redactedOk(raw: RawEvent): PublicEvent {
 
 void describe("publicEventJson", () => {
   const cases: [string, PublicEvent][] = [
-    ["a full event", redacted("llm.call_completed", {
-      jobId: "j", sessionId: "s", toolCallId: "t", operationInvocationId: "o", graphRunId: "g", graphStepId: "gs",
-      agentName: "a", agentVersion: "1", status: "completed", source: "llm-proxy",
-      traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-      tokens: { inputTokens: 1, outputTokens: 2, cacheReadTokens: 3, cacheWriteTokens: 4 },
-      attributes: { provider: "anthropic", model: "m", attempts: 2 },
-    })],
+    [
+      "a full event",
+      redacted("llm.call_completed", {
+        jobId: "j",
+        sessionId: "s",
+        toolCallId: "t",
+        operationInvocationId: "o",
+        graphRunId: "g",
+        graphStepId: "gs",
+        agentName: "a",
+        agentVersion: "1",
+        status: "completed",
+        source: "llm-proxy",
+        traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        tokens: { inputTokens: 1, outputTokens: 2, cacheReadTokens: 3, cacheWriteTokens: 4 },
+        attributes: { provider: "anthropic", model: "m", attempts: 2 },
+      }),
+    ],
     ["a minimal event", redacted("job.created", {})],
     ["an unknown type", redactedOk(foreignEvent("custom.thing", { jobId: "j" }))],
     ["zero tokens", redacted("job.created", { tokens: {} })],
-    ["whole seconds", { ...redacted("job.created"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 0 } }],
-    ["microseconds", { ...redacted("job.created"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 123456000 } }],
-    ["nanoseconds", { ...redacted("job.created"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 5 } }],
+    [
+      "whole seconds",
+      { ...redacted("job.created"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 0 } },
+    ],
+    [
+      "microseconds",
+      {
+        ...redacted("job.created"),
+        time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 123456000 },
+      },
+    ],
+    [
+      "nanoseconds",
+      { ...redacted("job.created"), time: { $typeName: "google.protobuf.Timestamp", seconds: 1767607200n, nanos: 5 } },
+    ],
   ];
   for (const [name, event] of cases) {
     void test(`prints ${name} as protobuf-es does (without the position)`, () => {
       const withPosition = { ...event, position: 42n };
-      assert.deepEqual(JSON.parse(publicEventJson(withPosition)), toJson(PublicEventSchema, { ...event, position: 0n }));
+      assert.deepEqual(
+        JSON.parse(publicEventJson(withPosition)),
+        toJson(PublicEventSchema, { ...event, position: 0n }),
+      );
     });
   }
   void test("tokens with only zeros still print as an empty object, as protobuf-es does", () => {

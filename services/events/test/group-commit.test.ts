@@ -31,7 +31,12 @@ const publisherFor = (url: string): EventPublisher =>
 
 /** Event `n` of producer `p`: its id says who sent it and in which order. */
 const eventOf = (p: number, n: number) =>
-  rawEvent("graph.step_started", { id: `p${p}-n${n}`, jobId: `job-${p}`, source: "sandbox", attributes: { iteration: n } });
+  rawEvent("graph.step_started", {
+    id: `p${p}-n${n}`,
+    jobId: `job-${p}`,
+    source: "sandbox",
+    attributes: { iteration: n },
+  });
 
 /** `[producer, n]` from an event id made by eventOf. */
 function parse(id: string): [number, number] {
@@ -52,11 +57,22 @@ void describe("group commit of the outbox", () => {
         return [outcome.event];
       };
       const together = await Promise.all([outbox.append(one("a")), outbox.append(one("b")), outbox.append(one("c"))]);
-      assert.deepEqual(together.map((r) => r.appended.map((e) => e.position)), [[1n], [2n], [3n]], "answered each with its own events, in order");
+      assert.deepEqual(
+        together.map((r) => r.appended.map((e) => e.position)),
+        [[1n], [2n], [3n]],
+        "answered each with its own events, in order",
+      );
       await outbox.append(one("d"));
       // Accepted before 2: exactly the first commit's events.
-      assert.equal(outbox.prune({ acceptedBefore: 2, keepUndelivered: false }), 3, "the three appends were committed together");
-      assert.deepEqual(outbox.read({ fromPosition: 0n, limit: 10 }).map((e) => e.id), ["d"]);
+      assert.equal(
+        outbox.prune({ acceptedBefore: 2, keepUndelivered: false }),
+        3,
+        "the three appends were committed together",
+      );
+      assert.deepEqual(
+        outbox.read({ fromPosition: 0n, limit: 10 }).map((e) => e.id),
+        ["d"],
+      );
     } finally {
       await outbox.close();
     }
@@ -96,9 +112,18 @@ void describe("group commit of the outbox", () => {
 
   void test("every event a producer was told is accepted survives the service being killed mid-load", async () => {
     const dataDir = tempDir();
-    const main = createRequire(import.meta.url).resolve("@oz0/events").replace(/index\.js$/, "main.js");
+    const main = createRequire(import.meta.url)
+      .resolve("@oz0/events")
+      .replace(/index\.js$/, "main.js");
     const child = spawn(process.execPath, [main], {
-      env: { ...process.env, ...testCredentials.envFor("events"), OZ0_PORT: "0", OZ0_EVENTS_DATA: dataDir, KAFKA_BROKERS: "", OZ0_LOG_LEVEL: "info" },
+      env: {
+        ...process.env,
+        ...testCredentials.envFor("events"),
+        OZ0_PORT: "0",
+        OZ0_EVENTS_DATA: dataDir,
+        KAFKA_BROKERS: "",
+        OZ0_LOG_LEVEL: "info",
+      },
       stdio: ["ignore", "ignore", "pipe"],
     });
     const exited = new Promise((resolve) => child.once("exit", resolve));

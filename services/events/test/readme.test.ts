@@ -31,11 +31,24 @@ void test("the README's example runs and prints what it says", async () => {
 
 void test("the README's policy table lists every lifecycle type with who sends it and exactly its public attributes", () => {
   const rows = [...readme.matchAll(/^\| `([a-z_.]+)` \| ([a-z, -]+) \| (.*) \|$/gm)].map(
-    (m) => [m[1]!, { sentBy: m[2]!.split(", "), attributes: [...m[3]!.matchAll(/`([a-z_]+)`/g)].map((a) => a[1]!) }] as const,
+    (m) =>
+      [
+        m[1]!,
+        { sentBy: m[2]!.split(", "), attributes: [...m[3]!.matchAll(/`([a-z_]+)`/g)].map((a) => a[1]!) },
+      ] as const,
   );
   assert.deepEqual(
     Object.fromEntries(rows),
-    Object.fromEntries(LIFECYCLE_TYPES.map((type) => [type, { sentBy: [...LIFECYCLE_EVENTS[type].sentBy], attributes: publicAttributes(type) }])),
+    Object.fromEntries(
+      LIFECYCLE_TYPES.map((type) => [
+        type,
+        { sentBy: [...LIFECYCLE_EVENTS[type].sentBy], attributes: publicAttributes(type) },
+      ]),
+    ),
   );
-  assert.deepEqual(Object.keys(EVENT_POLICY), [...LIFECYCLE_TYPES], "the policy follows the list's order, as the table does");
+  assert.deepEqual(
+    Object.keys(EVENT_POLICY),
+    [...LIFECYCLE_TYPES],
+    "the policy follows the list's order, as the table does",
+  );
 });

@@ -30,7 +30,9 @@ const sensitive = {
 };
 
 function redact(type: LifecycleType, init: RawEventInit = {}): PublicEvent {
-  const outcome = redactEvent(rawEvent(type, { jobId: "job-1", ...init, attributes: { ...sensitive, ...init.attributes } }));
+  const outcome = redactEvent(
+    rawEvent(type, { jobId: "job-1", ...init, attributes: { ...sensitive, ...init.attributes } }),
+  );
   assert.ok(outcome.ok, `${type} was refused`);
   assert.ok(!JSON.stringify(outcome.event.attributes).includes(SECRET), `${type} kept sensitive content`);
   for (const key of Object.keys(outcome.event.attributes ?? {})) {
@@ -54,47 +56,76 @@ void describe("the redaction policy", () => {
   }
 
   void test("job.created keeps the task's character count, never the task", () => {
-    const event = redact("job.created", { attributes: { task: "héllo wörld 🙂", harness: "claude", timeout_ms: 600000 } });
+    const event = redact("job.created", {
+      attributes: { task: "héllo wörld 🙂", harness: "claude", timeout_ms: 600000 },
+    });
     assert.deepEqual(event.attributes, { harness: "claude", task_chars: 13, timeout_ms: 600000 });
   });
 
   void test("job.completed keeps stop reason and timing", () => {
-    const event = redact("job.completed", { status: "completed", attributes: { stop_reason: "completed", duration_ms: 1234, turns: 7 } });
+    const event = redact("job.completed", {
+      status: "completed",
+      attributes: { stop_reason: "completed", duration_ms: 1234, turns: 7 },
+    });
     assert.deepEqual(event.attributes, { stop_reason: "completed", duration_ms: 1234, turns: 7 });
     assert.equal(event.status, "completed");
   });
 
   void test("session.started and session.ended keep harness, node and exit facts", () => {
-    assert.deepEqual(redact("session.started", { attributes: { harness: "claude", node: "node-1", isolation: "bwrap" } }).attributes, {
-      harness: "claude",
-      node: "node-1",
-      isolation: "bwrap",
-    });
-    assert.deepEqual(redact("session.ended", { attributes: { exit_code: 137, signal: "SIGKILL", stop_reason: "cancelled" } }).attributes, {
-      exit_code: 137,
-      signal: "SIGKILL",
-      stop_reason: "cancelled",
-    });
+    assert.deepEqual(
+      redact("session.started", { attributes: { harness: "claude", node: "node-1", isolation: "bwrap" } }).attributes,
+      {
+        harness: "claude",
+        node: "node-1",
+        isolation: "bwrap",
+      },
+    );
+    assert.deepEqual(
+      redact("session.ended", { attributes: { exit_code: 137, signal: "SIGKILL", stop_reason: "cancelled" } })
+        .attributes,
+      {
+        exit_code: 137,
+        signal: "SIGKILL",
+        stop_reason: "cancelled",
+      },
+    );
   });
 
   void test("tool events keep the tool, its path and a label composed from them", () => {
     const called = redact("tool.called", { attributes: { tool_name: "read", path: "src/app.ts" } });
     assert.deepEqual(called.attributes, { tool_name: "read", path: "src/app.ts", label: "read src/app.ts" });
-    const decided = redact("permission.decided", { attributes: { tool_name: "bash", decision: "deny", decided_by: "hook", hook: "no-rm", input_changed: false } });
-    assert.deepEqual(decided.attributes, { tool_name: "bash", label: "bash", decision: "deny", decided_by: "hook", hook: "no-rm", input_changed: false });
+    const decided = redact("permission.decided", {
+      attributes: { tool_name: "bash", decision: "deny", decided_by: "hook", hook: "no-rm", input_changed: false },
+    });
+    assert.deepEqual(decided.attributes, {
+      tool_name: "bash",
+      label: "bash",
+      decision: "deny",
+      decided_by: "hook",
+      hook: "no-rm",
+      input_changed: false,
+    });
   });
 
   void test("approvals keep ids, the tool and waiting time", () => {
-    assert.deepEqual(redact("approval.requested", { attributes: { approval_id: "ap-1", tool_name: "deploy", timeout_ms: 60000 } }).attributes, {
-      approval_id: "ap-1",
-      tool_name: "deploy",
-      timeout_ms: 60000,
-    });
-    assert.deepEqual(redact("approval.answered", { attributes: { approval_id: "ap-1", decision: "allow", waited_ms: 900 } }).attributes, {
-      approval_id: "ap-1",
-      decision: "allow",
-      waited_ms: 900,
-    });
+    assert.deepEqual(
+      redact("approval.requested", { attributes: { approval_id: "ap-1", tool_name: "deploy", timeout_ms: 60000 } })
+        .attributes,
+      {
+        approval_id: "ap-1",
+        tool_name: "deploy",
+        timeout_ms: 60000,
+      },
+    );
+    assert.deepEqual(
+      redact("approval.answered", { attributes: { approval_id: "ap-1", decision: "allow", waited_ms: 900 } })
+        .attributes,
+      {
+        approval_id: "ap-1",
+        decision: "allow",
+        waited_ms: 900,
+      },
+    );
   });
 
   void test("llm.call_completed keeps provider, model and token counts", () => {
@@ -102,7 +133,12 @@ void describe("the redaction policy", () => {
       tokens: { inputTokens: 10, outputTokens: 20, cacheReadTokens: 3, cacheWriteTokens: 4 },
       attributes: { provider: "anthropic", model: "claude-sonnet-4-5", attempts: 2, latency_ms: 800 },
     });
-    assert.deepEqual(event.attributes, { provider: "anthropic", model: "claude-sonnet-4-5", attempts: 2, latency_ms: 800 });
+    assert.deepEqual(event.attributes, {
+      provider: "anthropic",
+      model: "claude-sonnet-4-5",
+      attempts: 2,
+      latency_ms: 800,
+    });
     assert.equal(event.tokens?.inputTokens, 10);
     assert.equal(event.tokens?.cacheWriteTokens, 4);
   });
@@ -112,23 +148,54 @@ void describe("the redaction policy", () => {
     const usage = redact("llm.call_completed", {
       tokens: { inputTokens: 7 },
       attributes: {
-        operation_id: "op-1", provider: "anthropic", model: "claude-x", wire: "anthropic_messages", stream: true,
-        http_status: 200, attempts: 1, reasoning_tokens: 0, cost_usd: 0.0042, latency_ms: 812, ttft_ms: 120, estimated: false,
+        operation_id: "op-1",
+        provider: "anthropic",
+        model: "claude-x",
+        wire: "anthropic_messages",
+        stream: true,
+        http_status: 200,
+        attempts: 1,
+        reasoning_tokens: 0,
+        cost_usd: 0.0042,
+        latency_ms: 812,
+        ttft_ms: 120,
+        estimated: false,
       },
     });
     assert.deepEqual(usage.attributes, {
-      operation_id: "op-1", provider: "anthropic", model: "claude-x", wire: "anthropic_messages", stream: true,
-      http_status: 200, attempts: 1, reasoning_tokens: 0, cost_usd: 0.0042, latency_ms: 812, ttft_ms: 120, estimated: false,
+      operation_id: "op-1",
+      provider: "anthropic",
+      model: "claude-x",
+      wire: "anthropic_messages",
+      stream: true,
+      http_status: 200,
+      attempts: 1,
+      reasoning_tokens: 0,
+      cost_usd: 0.0042,
+      latency_ms: 812,
+      ttft_ms: 120,
+      estimated: false,
     });
     // The sandbox's session end, with a proto enum number as stop reason.
-    assert.deepEqual(redact("session.ended", { attributes: { error_code: "", stop_reason: 1, turns: 3 } }).attributes, { stop_reason: 1, turns: 3 });
-    // The orchestrator's names: harness_name, decider.
-    assert.deepEqual(redact("session.started", { attributes: { harness_name: "claude" } }).attributes, { harness: "claude" });
-    assert.deepEqual(redact("permission.decided", { status: "allowed", attributes: { tool_name: "read", decider: "hook", input: { path: SECRET } } }).attributes, {
-      tool_name: "read",
-      label: "read",
-      decided_by: "hook",
+    assert.deepEqual(redact("session.ended", { attributes: { error_code: "", stop_reason: 1, turns: 3 } }).attributes, {
+      stop_reason: 1,
+      turns: 3,
     });
+    // The orchestrator's names: harness_name, decider.
+    assert.deepEqual(redact("session.started", { attributes: { harness_name: "claude" } }).attributes, {
+      harness: "claude",
+    });
+    assert.deepEqual(
+      redact("permission.decided", {
+        status: "allowed",
+        attributes: { tool_name: "read", decider: "hook", input: { path: SECRET } },
+      }).attributes,
+      {
+        tool_name: "read",
+        label: "read",
+        decided_by: "hook",
+      },
+    );
     assert.deepEqual(redact("job.created", { attributes: { task: "abc" } }).attributes, { task_chars: 3 });
   });
 
@@ -143,9 +210,18 @@ void describe("the redaction policy", () => {
   });
 
   void test("a model step is summarised only by the tool it requested, or by finishing", () => {
-    const requested = redact("harness.operation_step", { attributes: { step_kind: "model", step_index: 0, requested_tool: "read" } });
-    assert.deepEqual(requested.attributes, { step_index: 0, step_kind: "model", label: "Requested read", requested_tool: "read" });
-    const finished = redact("harness.operation_step", { attributes: { step_kind: "model", step_index: 3, finish: true } });
+    const requested = redact("harness.operation_step", {
+      attributes: { step_kind: "model", step_index: 0, requested_tool: "read" },
+    });
+    assert.deepEqual(requested.attributes, {
+      step_index: 0,
+      step_kind: "model",
+      label: "Requested read",
+      requested_tool: "read",
+    });
+    const finished = redact("harness.operation_step", {
+      attributes: { step_kind: "model", step_index: 3, finish: true },
+    });
     assert.deepEqual(finished.attributes, { step_index: 3, step_kind: "model", label: FINISH_SUMMARY, finish: true });
     const neither = redact("harness.operation_step", { attributes: { step_kind: "model" } });
     assert.equal(neither.attributes?.label, "Model turn");
@@ -155,48 +231,84 @@ void describe("the redaction policy", () => {
     const event = redact("harness.operation_step", {
       attributes: { step_kind: "tool", step_index: 1, tool_name: "read", path: "uploads/order.pdf", duration_ms: 4 },
     });
-    assert.deepEqual(event.attributes, { step_index: 1, step_kind: "tool", label: "read uploads/order.pdf", tool_name: "read", path: "uploads/order.pdf", duration_ms: 4 });
+    assert.deepEqual(event.attributes, {
+      step_index: 1,
+      step_kind: "tool",
+      label: "read uploads/order.pdf",
+      tool_name: "read",
+      path: "uploads/order.pdf",
+      duration_ms: 4,
+    });
   });
 
   void test("operation ends keep key, timing, error code and validation state, never the result", () => {
-    assert.deepEqual(redact("harness.operation_completed", { attributes: { operation_key: "x", duration_ms: 10, result_validation: "invalid" } }).attributes, {
-      operation_key: "x",
-      duration_ms: 10,
-      result_validation: "valid",
-    });
-    assert.deepEqual(redact("harness.operation_failed", { attributes: { operation_key: "x", error_code: "RESULT_INVALID", result_validation: "invalid" } }).attributes, {
-      operation_key: "x",
-      error_code: "RESULT_INVALID",
-      result_validation: "invalid",
-    });
-    assert.deepEqual(redact("harness.operation_timed_out", { attributes: { operation_key: "x", timeout_ms: 1000, duration_ms: 1001 } }).attributes, {
-      operation_key: "x",
-      timeout_ms: 1000,
-      duration_ms: 1001,
-    });
+    assert.deepEqual(
+      redact("harness.operation_completed", {
+        attributes: { operation_key: "x", duration_ms: 10, result_validation: "invalid" },
+      }).attributes,
+      {
+        operation_key: "x",
+        duration_ms: 10,
+        result_validation: "valid",
+      },
+    );
+    assert.deepEqual(
+      redact("harness.operation_failed", {
+        attributes: { operation_key: "x", error_code: "RESULT_INVALID", result_validation: "invalid" },
+      }).attributes,
+      {
+        operation_key: "x",
+        error_code: "RESULT_INVALID",
+        result_validation: "invalid",
+      },
+    );
+    assert.deepEqual(
+      redact("harness.operation_timed_out", { attributes: { operation_key: "x", timeout_ms: 1000, duration_ms: 1001 } })
+        .attributes,
+      {
+        operation_key: "x",
+        timeout_ms: 1000,
+        duration_ms: 1001,
+      },
+    );
   });
 
   void test("graph events keep step names, kinds and counters", () => {
-    assert.deepEqual(redact("graph.run_started", { attributes: { graph_name: "intake", graph_version: "2" } }).attributes, { graph_name: "intake", graph_version: "2" });
-    assert.deepEqual(redact("graph.step_completed", { attributes: { step_name: "verify", step_kind: "agent", iteration: 2, branch: "ok", duration_ms: 3 } }).attributes, {
-      step_name: "verify",
-      step_kind: "agent",
-      iteration: 2,
-      branch: "ok",
-      duration_ms: 3,
-    });
+    assert.deepEqual(
+      redact("graph.run_started", { attributes: { graph_name: "intake", graph_version: "2" } }).attributes,
+      { graph_name: "intake", graph_version: "2" },
+    );
+    assert.deepEqual(
+      redact("graph.step_completed", {
+        attributes: { step_name: "verify", step_kind: "agent", iteration: 2, branch: "ok", duration_ms: 3 },
+      }).attributes,
+      {
+        step_name: "verify",
+        step_kind: "agent",
+        iteration: 2,
+        branch: "ok",
+        duration_ms: 3,
+      },
+    );
   });
 
   void test("values that are not what the allowlist expects are dropped", () => {
     const event = redact("tool.called", { attributes: { tool_name: "read this secret file please", path: "a\nb" } });
     assert.deepEqual(event.attributes, {});
-    const counts = redact("harness.operation_started", { attributes: { operation_key: "Not A Key", timeout_ms: -5, task: 42 } });
+    const counts = redact("harness.operation_started", {
+      attributes: { operation_key: "Not A Key", timeout_ms: -5, task: 42 },
+    });
     assert.deepEqual(counts.attributes, {});
   });
 
   void test("an unknown type keeps only its envelope and says so", () => {
     const outcome = redactEvent(
-      foreignEvent("custom.happened", { jobId: "job-1", status: "completed", tokens: { inputTokens: 5 }, attributes: { ...sensitive, tool_name: "read" } }),
+      foreignEvent("custom.happened", {
+        jobId: "job-1",
+        status: "completed",
+        tokens: { inputTokens: 5 },
+        attributes: { ...sensitive, tool_name: "read" },
+      }),
     );
     assert.ok(outcome.ok);
     assert.equal(outcome.event.reduced, true);
@@ -226,7 +338,10 @@ void describe("the redaction policy", () => {
   });
 
   void test("a malformed id or type is refused", () => {
-    assert.deepEqual(redactEvent(rawEvent("job.created", { id: "has spaces" })), { ok: false, code: "EVENT_ID_INVALID" });
+    assert.deepEqual(redactEvent(rawEvent("job.created", { id: "has spaces" })), {
+      ok: false,
+      code: "EVENT_ID_INVALID",
+    });
     assert.deepEqual(redactEvent(foreignEvent("Job Started")), { ok: false, code: "EVENT_TYPE_INVALID" });
     assert.deepEqual(redactEvent(foreignEvent("nodot")), { ok: false, code: "EVENT_TYPE_INVALID" });
   });

@@ -44,13 +44,19 @@ void describe("the local log's retention", () => {
       await outbox.append(events(2));
       assert.equal(outbox.prune({ acceptedBefore: 5 * HOUR, keepUndelivered: false }), 3);
       assert.equal(outbox.prunedThrough(), 3n);
-      assert.deepEqual(outbox.read({ fromPosition: 1n, limit: 10 }).map((e) => e.position), [4n, 5n]);
+      assert.deepEqual(
+        outbox.read({ fromPosition: 1n, limit: 10 }).map((e) => e.position),
+        [4n, 5n],
+      );
       assert.equal(outbox.prune({ acceptedBefore: 5 * HOUR, keepUndelivered: false }), 0, "nothing more is that old");
 
       // Everything goes; the next event still gets the next position.
       assert.equal(outbox.prune({ acceptedBefore: 20 * HOUR, keepUndelivered: false }), 2);
       assert.equal(outbox.lastPosition(), 5n);
-      assert.deepEqual((await outbox.append(events(1))).appended.map((e) => e.position), [6n]);
+      assert.deepEqual(
+        (await outbox.append(events(1))).appended.map((e) => e.position),
+        [6n],
+      );
     } finally {
       await outbox.close();
     }
@@ -64,7 +70,11 @@ void describe("the local log's retention", () => {
       outbox.markDeliveredThrough(2n);
       clock = 100 * HOUR;
       assert.equal(outbox.prune({ acceptedBefore: 50 * HOUR, keepUndelivered: true }), 2);
-      assert.deepEqual(outbox.undelivered(10).map((e) => e.position), [3n, 4n, 5n], "the undelivered ones are all there");
+      assert.deepEqual(
+        outbox.undelivered(10).map((e) => e.position),
+        [3n, 4n, 5n],
+        "the undelivered ones are all there",
+      );
     } finally {
       await outbox.close();
     }
@@ -79,7 +89,11 @@ void describe("the local log's retention", () => {
     old.close();
     const outbox = new Outbox({ dataDir: dir });
     try {
-      assert.equal(outbox.prune({ acceptedBefore: Date.now() - HOUR, keepUndelivered: false }), 0, "counted as accepted when the log was upgraded");
+      assert.equal(
+        outbox.prune({ acceptedBefore: Date.now() - HOUR, keepUndelivered: false }),
+        0,
+        "counted as accepted when the log was upgraded",
+      );
       await outbox.append(events(25_000, "job-many"));
       // One step removes at most 10,000, so the service can let Publish calls in between.
       assert.equal(outbox.pruneStep({ acceptedBefore: Date.now() + HOUR, keepUndelivered: false }), 10_000);
@@ -92,10 +106,20 @@ void describe("the local log's retention", () => {
 
   void test("a watcher from a removed position is told where to resume; from 0 it starts at the oldest kept", async () => {
     let clock = 0;
-    const events = await startEvents({ auth: testCredentials.settingsFor("events"), port: 0, dataDir: tempDir(), retentionMs: HOUR, pruneIntervalMs: 50, now: () => clock });
+    const events = await startEvents({
+      auth: testCredentials.settingsFor("events"),
+      port: 0,
+      dataDir: tempDir(),
+      retentionMs: HOUR,
+      pruneIntervalMs: 50,
+      now: () => clock,
+    });
     after(() => events.close());
     const publisher = createEventPublisher({ token: testCredentials.services.orchestrator, url: events.url });
-    publisher.publish([rawEvent("job.created", { jobId: "job-gone" }), rawEvent("job.completed", { jobId: "job-gone" })]);
+    publisher.publish([
+      rawEvent("job.created", { jobId: "job-gone" }),
+      rawEvent("job.completed", { jobId: "job-gone" }),
+    ]);
     await publisher.flush();
     // Two hours later retention, which runs on its own, removes both.
     clock = 2 * HOUR;
@@ -109,21 +133,39 @@ void describe("the local log's retention", () => {
       }
     }
     assert.equal(refused.code, Code.OutOfRange);
-    assert.match(refused.rawMessage, /were removed by retention \(OZ0_EVENTS_RETENTION_HOURS\).*watch from 3, or from 0/);
+    assert.match(
+      refused.rawMessage,
+      /were removed by retention \(OZ0_EVENTS_RETENTION_HOURS\).*watch from 3, or from 0/,
+    );
 
     publisher.publish(rawEvent("job.created", { jobId: "job-new" }));
     await publisher.flush();
     const kept = await watchAll(events.url, { fromPosition: 0n });
-    assert.deepEqual(kept.map((e) => [e.jobId, e.position]), [["job-new", 3n]]);
+    assert.deepEqual(
+      kept.map((e) => [e.jobId, e.position]),
+      [["job-new", 3n]],
+    );
     await publisher.close();
   });
 
   void test("closing while retention works through a backlog shuts down cleanly", async () => {
     let clock = 0;
     // In memory (no data folder): close() has nothing slow to wait for, so a prune still running would meet a closed log.
-    const events = await startEvents({ auth: testCredentials.settingsFor("events"), port: 0, retentionMs: HOUR, pruneIntervalMs: 20, now: () => clock });
-    const publisher = createEventPublisher({ token: testCredentials.services.orchestrator, url: events.url, maxBatch: 5_000 });
-    publisher.publish(Array.from({ length: 30_000 }, (_, i) => rawEvent("graph.step_started", { jobId: `job-${i % 7}` })));
+    const events = await startEvents({
+      auth: testCredentials.settingsFor("events"),
+      port: 0,
+      retentionMs: HOUR,
+      pruneIntervalMs: 20,
+      now: () => clock,
+    });
+    const publisher = createEventPublisher({
+      token: testCredentials.services.orchestrator,
+      url: events.url,
+      maxBatch: 5_000,
+    });
+    publisher.publish(
+      Array.from({ length: 30_000 }, (_, i) => rawEvent("graph.step_started", { jobId: `job-${i % 7}` })),
+    );
     await publisher.flush();
     await publisher.close();
     clock = 2 * HOUR;

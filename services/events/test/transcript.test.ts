@@ -16,7 +16,10 @@ after(async () => {
   await events.close();
 });
 
-async function transcriptOf(jobId: string, raw: Parameters<ReturnType<typeof eventsClient>["publish"]>[0]["events"]): Promise<TranscriptResponse> {
+async function transcriptOf(
+  jobId: string,
+  raw: Parameters<ReturnType<typeof eventsClient>["publish"]>[0]["events"],
+): Promise<TranscriptResponse> {
   const client = eventsClient(events.url);
   const published = await client.publish({ events: raw });
   assert.equal(published.accepted, raw?.length);
@@ -25,7 +28,8 @@ async function transcriptOf(jobId: string, raw: Parameters<ReturnType<typeof eve
 
 function operations(transcript: TranscriptResponse): Map<string, OperationRow> {
   const rows = new Map<string, OperationRow>();
-  for (const row of transcript.rows) if (row.row.case === "operation") rows.set(row.row.value.operationInvocationId, row.row.value);
+  for (const row of transcript.rows)
+    if (row.row.case === "operation") rows.set(row.row.value.operationInvocationId, row.row.value);
   return rows;
 }
 
@@ -42,14 +46,23 @@ void describe("Transcript", () => {
     assert.equal(a.taskChars, 42);
     assert.equal(a.timeoutMs, 60000);
     assert.equal(a.durationMs, 1000);
-    assert.deepEqual(a.steps.map((s) => s.label), ["Requested read", "read in/a.pdf"]);
-    assert.deepEqual(b.steps.map((s) => s.label), ["Requested read"]);
+    assert.deepEqual(
+      a.steps.map((s) => s.label),
+      ["Requested read", "read in/a.pdf"],
+    );
+    assert.deepEqual(
+      b.steps.map((s) => s.label),
+      ["Requested read"],
+    );
     assert.equal(a.parallelGroupSize, 2);
     assert.equal(b.parallelGroupSize, 2);
     assert.equal(a.parallelPosition, 1);
     assert.equal(b.parallelPosition, 2);
     assert.equal(a.parallelGroupId, b.parallelGroupId);
-    assert.deepEqual(transcript.parallelGroups.map((g) => g.operationInvocationIds), [["a", "b"]]);
+    assert.deepEqual(
+      transcript.parallelGroups.map((g) => g.operationInvocationIds),
+      [["a", "b"]],
+    );
     assert.equal(a.attributionPartial, false);
     assert.equal(b.attributionPartial, false);
     // Every event of the sequence is inside a row: no parent-timeline rows.
@@ -68,7 +81,10 @@ void describe("Transcript", () => {
     assert.equal(c!.parallelGroupId, "");
     assert.equal(transcript.parallelGroups.length, 1);
     assert.deepEqual(transcript.parallelGroups[0]!.operationInvocationIds, ["a", "b"]);
-    assert.deepEqual(b!.steps.map((s) => s.label), ["Requested read", "read in/b.pdf"]);
+    assert.deepEqual(
+      b!.steps.map((s) => s.label),
+      ["Requested read", "read in/b.pdf"],
+    );
     // Rows are in order of their start.
     assert.deepEqual(
       transcript.rows.map((r) => (r.row.case === "operation" ? r.row.value.operationInvocationId : r.row.case)),
@@ -87,14 +103,18 @@ void describe("Transcript", () => {
     }
     assert.equal(a!.parallelGroupSize, 2);
     assert.equal(c!.parallelGroupSize, 1);
-    const parentSteps = transcript.rows.filter((r) => r.row.case === "event" && r.row.value.type === "harness.operation_step");
+    const parentSteps = transcript.rows.filter(
+      (r) => r.row.case === "event" && r.row.value.type === "harness.operation_step",
+    );
     assert.equal(parentSteps.length, 3);
   });
 
   void test("a new-style row next to legacy activity outside its window is not partial", async () => {
     const transcript = await transcriptOf("job-mixed", [
       ...twoOverlapping("job-mixed", Date.parse("2026-01-06T00:00:00Z")),
-      ...legacyWithoutInvocationIds("job-mixed", Date.parse("2026-01-06T01:00:00Z")).filter((e) => e.type === "harness.operation_step"),
+      ...legacyWithoutInvocationIds("job-mixed", Date.parse("2026-01-06T01:00:00Z")).filter(
+        (e) => e.type === "harness.operation_step",
+      ),
     ]);
     const rows = operations(transcript);
     assert.equal(rows.get("a")!.attributionPartial, false);
@@ -102,7 +122,9 @@ void describe("Transcript", () => {
   });
 
   void test("a running operation overlaps every operation started after it", async () => {
-    const sequence = twoOverlapping("job-running").filter((e) => !(e.type === "harness.operation_completed" && e.operationInvocationId === "a"));
+    const sequence = twoOverlapping("job-running").filter(
+      (e) => !(e.type === "harness.operation_completed" && e.operationInvocationId === "a"),
+    );
     const transcript = await transcriptOf("job-running", sequence);
     const a = operations(transcript).get("a")!;
     assert.equal(a.status, OperationStatus.RUNNING);

@@ -22,7 +22,10 @@ after(async () => {
 /** An events service whose log lines are kept, parsed. */
 async function service(): Promise<{ events: RunningEvents; log: Record<string, unknown>[] }> {
   const log: Record<string, unknown>[] = [];
-  const logger = pino({ level: "warn" }, { write: (line: string) => void log.push(JSON.parse(line) as Record<string, unknown>) });
+  const logger = pino(
+    { level: "warn" },
+    { write: (line: string) => void log.push(JSON.parse(line) as Record<string, unknown>) },
+  );
   const events = await startEvents({ auth: testCredentials.settingsFor("events"), port: 0, logger });
   running.push(events);
   return { events, log };
@@ -35,17 +38,32 @@ void describe("an unknown type at Publish", () => {
     const first = await client.publish({
       events: [
         rawEvent("tool.called", { jobId: "job-u", attributes: { tool_name: "read" } }),
-        foreignEvent("custom.thing_happened", { jobId: "job-u", status: "completed", tokens: { inputTokens: 5 }, attributes: { tool_name: "read", secret: SECRET } }),
+        foreignEvent("custom.thing_happened", {
+          jobId: "job-u",
+          status: "completed",
+          tokens: { inputTokens: 5 },
+          attributes: { tool_name: "read", secret: SECRET },
+        }),
       ],
     });
     assert.deepEqual([first.accepted, first.reduced, first.dropped], [2, 1, 0]);
-    const second = await client.publish({ events: [foreignEvent("custom.thing_happened", { jobId: "job-u" }), foreignEvent("other.thing", { jobId: "job-u" })] });
+    const second = await client.publish({
+      events: [
+        foreignEvent("custom.thing_happened", { jobId: "job-u" }),
+        foreignEvent("other.thing", { jobId: "job-u" }),
+      ],
+    });
     assert.deepEqual([second.accepted, second.reduced], [2, 2]);
 
     const watched = await watchAll(events.url, { jobId: "job-u" });
     assert.deepEqual(
       watched.map((e) => [e.type, e.reduced]),
-      [["tool.called", false], ["custom.thing_happened", true], ["custom.thing_happened", true], ["other.thing", true]],
+      [
+        ["tool.called", false],
+        ["custom.thing_happened", true],
+        ["custom.thing_happened", true],
+        ["other.thing", true],
+      ],
     );
     const reduced = watched[1]!;
     assert.deepEqual(reduced.attributes, {});
@@ -53,23 +71,34 @@ void describe("an unknown type at Publish", () => {
     assert.equal(reduced.tokens?.inputTokens, 5);
 
     const warnings = log.filter((line) => line.code === "EVENTS_TYPE_UNKNOWN");
-    assert.deepEqual(warnings.map((w) => w.type), ["custom.thing_happened", "other.thing"]);
+    assert.deepEqual(
+      warnings.map((w) => w.type),
+      ["custom.thing_happened", "other.thing"],
+    );
     assert.deepEqual(warnings[0]!.known, [...LIFECYCLE_TYPES]);
     assert.ok(!JSON.stringify(log).includes(SECRET), "the log holds no attribute of the event");
   });
 
   void test("a known type is never counted or logged as unknown", async () => {
     const { events, log } = await service();
-    const response = await eventsClient(events.url).publish({ events: LIFECYCLE_TYPES.map((type) => rawEvent(type, { jobId: "job-k" })) });
+    const response = await eventsClient(events.url).publish({
+      events: LIFECYCLE_TYPES.map((type) => rawEvent(type, { jobId: "job-k" })),
+    });
     assert.deepEqual([response.accepted, response.reduced], [LIFECYCLE_TYPES.length, 0]);
     assert.ok((await watchAll(events.url, { jobId: "job-k" })).every((e) => !e.reduced));
-    assert.deepEqual(log.filter((line) => line.code === "EVENTS_TYPE_UNKNOWN"), []);
+    assert.deepEqual(
+      log.filter((line) => line.code === "EVENTS_TYPE_UNKNOWN"),
+      [],
+    );
   });
 
   void test("the producers' publisher says the service kept only the envelope", async () => {
     const { events } = await service();
     const lines: { obj: object; msg?: string }[] = [];
-    const logger: PublisherLogger = { warn: (obj, msg) => lines.push({ obj, msg }), error: (obj, msg) => lines.push({ obj, msg }) };
+    const logger: PublisherLogger = {
+      warn: (obj, msg) => lines.push({ obj, msg }),
+      error: (obj, msg) => lines.push({ obj, msg }),
+    };
     const publisher = createEventPublisher({ token: testCredentials.services.orchestrator, url: events.url, logger });
     publisher.publish([rawEvent("job.created", { jobId: "job-p" }), foreignEvent("job.started", { jobId: "job-p" })]);
     await publisher.close();

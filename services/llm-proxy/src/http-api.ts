@@ -54,23 +54,41 @@ function header(req: ClientRequest, name: string): string | undefined {
 function presentedCredentials(req: ClientRequest): string[] {
   const authorization = header(req, "authorization")?.trim();
   const afterScheme = /^\S+\s+(.+)$/.exec(authorization ?? "")?.[1]?.trim();
-  return [header(req, "x-api-key")?.trim(), authorization, afterScheme].filter((value): value is string => value !== undefined && value.length >= 8);
+  return [header(req, "x-api-key")?.trim(), authorization, afterScheme].filter(
+    (value): value is string => value !== undefined && value.length >= 8,
+  );
 }
 
 /** The caller's token record, or a ProxyError naming what is wrong. */
 async function authenticate(req: ClientRequest, tokens: SessionTokens): Promise<TokenRecord> {
   const bearer = /^Bearer\s+(.+)$/i.exec(header(req, "authorization") ?? "")?.[1]?.trim();
   const token = header(req, "x-api-key")?.trim() || bearer;
-  if (!token) throw new ProxyError("unauthenticated", "missing session token: send the token from LlmEndpoint.token as x-api-key or Authorization: Bearer");
+  if (!token)
+    throw new ProxyError(
+      "unauthenticated",
+      "missing session token: send the token from LlmEndpoint.token as x-api-key or Authorization: Bearer",
+    );
   const record = await tokens.use(token);
-  if (!record) throw new ProxyError("unauthenticated", "the session token is unknown or revoked (a token dies with its session); ask the orchestrator for a new session");
+  if (!record)
+    throw new ProxyError(
+      "unauthenticated",
+      "the session token is unknown or revoked (a token dies with its session); ask the orchestrator for a new session",
+    );
   for (const [name, expected] of [
     ["Oz0-Job", record.job],
     ["Oz0-Agent", record.agent],
   ] as const) {
     const value = header(req, name.toLowerCase());
-    if (value === undefined || value === "") throw new ProxyError("unauthenticated", `missing ${name} header: send the headers from LlmEndpoint.headers on every call`);
-    if (value !== expected) throw new ProxyError("permission_denied", `the ${name} header does not match the session token; send the ${name} value the session was started with`);
+    if (value === undefined || value === "")
+      throw new ProxyError(
+        "unauthenticated",
+        `missing ${name} header: send the headers from LlmEndpoint.headers on every call`,
+      );
+    if (value !== expected)
+      throw new ProxyError(
+        "permission_denied",
+        `the ${name} header does not match the session token; send the ${name} value the session was started with`,
+      );
   }
   return record;
 }
@@ -84,13 +102,23 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
     const found = req.method === "POST" ? route(req.url ?? "/") : undefined;
     if (!found) {
       const path = (req.url ?? "").split("?")[0];
-      sendError(res, { format: errorFormatOf(path ?? ""), status: 404, type: "not_found_error", message: `no route for ${req.method} ${path}; model calls are POST ${MODEL_ROUTES_TEXT}` });
+      sendError(res, {
+        format: errorFormatOf(path ?? ""),
+        status: 404,
+        type: "not_found_error",
+        message: `no route for ${req.method} ${path}; model calls are POST ${MODEL_ROUTES_TEXT}`,
+      });
       return;
     }
     const { format } = found;
     const provider = options.providers.get(found.provider);
     if (!provider) {
-      sendError(res, { format, status: 404, type: "not_found_error", message: `no provider named ${found.provider}; configured: ${[...options.providers.keys()].join(", ")}` });
+      sendError(res, {
+        format,
+        status: 404,
+        type: "not_found_error",
+        message: `no provider named ${found.provider}; configured: ${[...options.providers.keys()].join(", ")}`,
+      });
       return;
     }
     let token: TokenRecord;
@@ -100,22 +128,40 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       // Anything but a refusal (the store cannot be reached) is the proxy's own failure: a 500 below.
       if (!(error instanceof ProxyError)) throw error;
       const denied = error.code === "permission_denied";
-      sendError(res, { format, status: denied ? 403 : 401, type: denied ? "permission_error" : "authentication_error", message: error.message });
+      sendError(res, {
+        format,
+        status: denied ? 403 : 401,
+        type: denied ? "permission_error" : "authentication_error",
+        message: error.message,
+      });
       return;
     }
     const rawBody = await readAll(req as NodeJS.ReadableStream, maxBodyBytes);
     if (rawBody === undefined) {
-      sendError(res, { format, status: 413, type: "invalid_request_error", message: `the request body is larger than ${maxBodyBytes} bytes` });
+      sendError(res, {
+        format,
+        status: 413,
+        type: "invalid_request_error",
+        message: `the request body is larger than ${maxBodyBytes} bytes`,
+      });
       return;
     }
     const body = JsonRequestBody.parse(rawBody);
     if (!body) {
-      sendError(res, { format, status: 400, type: "invalid_request_error", message: "the request body must be a JSON object" });
+      sendError(res, {
+        format,
+        status: 400,
+        type: "invalid_request_error",
+        message: "the request body must be a JSON object",
+      });
       return;
     }
     // Agents name models `provider/model`; a harness may pass that on as it is.
     const model = body.field("model");
-    const bareModel = typeof model === "string" && model.startsWith(`${found.provider}/`) ? model.slice(found.provider.length + 1) : undefined;
+    const bareModel =
+      typeof model === "string" && model.startsWith(`${found.provider}/`)
+        ? model.slice(found.provider.length + 1)
+        : undefined;
     const clientGone = new AbortController();
     res.on("close", () => {
       if (!res.writableEnded) clientGone.abort();
@@ -123,15 +169,39 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
     const headers = forwardedHeaders({ incoming: req.headers, format, credentials: presentedCredentials(req) });
     if (!format.calls) {
       const sendBody = body.bytes(bareModel !== undefined ? { model: bareModel } : undefined);
-      await passThrough({ options, res, format, provider, headers, rawBody: sendBody, upstreamPath: found.upstreamPath, signal: clientGone.signal });
+      await passThrough({
+        options,
+        res,
+        format,
+        provider,
+        headers,
+        rawBody: sendBody,
+        upstreamPath: found.upstreamPath,
+        signal: clientGone.signal,
+      });
       return;
     }
     const read = format.calls.readRequest(body);
     const request = bareModel !== undefined ? { ...read, model: bareModel } : read;
-    const sendBody = body.bytes(bareModel !== undefined ? { ...read.upstreamFields, model: bareModel } : read.upstreamFields);
+    const sendBody = body.bytes(
+      bareModel !== undefined ? { ...read.upstreamFields, model: bareModel } : read.upstreamFields,
+    );
     await traceModelCall(
       { incoming: req.headers, outgoing: headers, provider: found.provider, operation: "chat", model: request.model },
-      () => runModelCall(options, { res, clientGone: clientGone.signal, provider, format, calls: format.calls!, request, upstreamPath: found.upstreamPath, forwardHeaders: headers, token, rawBody, sendBody }),
+      () =>
+        runModelCall(options, {
+          res,
+          clientGone: clientGone.signal,
+          provider,
+          format,
+          calls: format.calls!,
+          request,
+          upstreamPath: found.upstreamPath,
+          forwardHeaders: headers,
+          token,
+          rawBody,
+          sendBody,
+        }),
     );
   };
 
@@ -146,8 +216,16 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
     }
     handle(req, res).catch((error: unknown) => {
       const code = error instanceof ProxyError ? error.code : "internal";
-      options.logger.error({ code, message: error instanceof ProxyError ? error.message : (error as Error).message }, "model call failed in the proxy");
-      sendError(res, { format: errorFormatOf(req.url ?? ""), status: 500, type: "api_error", message: error instanceof ProxyError ? error.message : "the proxy failed on this call; its log has the details" });
+      options.logger.error(
+        { code, message: error instanceof ProxyError ? error.message : (error as Error).message },
+        "model call failed in the proxy",
+      );
+      sendError(res, {
+        format: errorFormatOf(req.url ?? ""),
+        status: 500,
+        type: "api_error",
+        message: error instanceof ProxyError ? error.message : "the proxy failed on this call; its log has the details",
+      });
     });
   };
 }
@@ -168,7 +246,12 @@ async function passThrough(args: {
   const key = secretName ? await options.vault.use(secretName) : undefined;
   const secret = key?.value;
   if (secretName && secret === undefined) {
-    sendError(res, { format, status: 503, type: "api_error", message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})` });
+    sendError(res, {
+      format,
+      status: 503,
+      type: "api_error",
+      message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})`,
+    });
     return;
   }
   const headers = { ...args.headers };
@@ -191,7 +274,12 @@ async function passThrough(args: {
       args.signal.removeEventListener("abort", call.abort);
     }
   } catch (error) {
-    sendError(res, { format, status: 502, type: "api_error", message: `provider ${provider.config.name} could not be reached (${(error as { code?: string }).code ?? "error"}); try again later` });
+    sendError(res, {
+      format,
+      status: 502,
+      type: "api_error",
+      message: `provider ${provider.config.name} could not be reached (${(error as { code?: string }).code ?? "error"}); try again later`,
+    });
     return;
   }
   if (res.headersSent) return;

@@ -22,7 +22,18 @@ export { loadProvidersFile, defaultProviders, priceOf, costOf } from "./provider
 export type { ModelPrice, ProviderConfig } from "./provider-config.js";
 export type { RetryPolicy } from "./retry-policy.js";
 export { DEFAULT_RETRY_POLICY } from "./retry-policy.js";
-export type { AttemptRecord, BudgetSnapshot, CallRecord, PendingAttempt, ProxyStore, Reservation, ReserveInput, StoreChange, TokenUsage, UsageTotals } from "./proxy-store.js";
+export type {
+  AttemptRecord,
+  BudgetSnapshot,
+  CallRecord,
+  PendingAttempt,
+  ProxyStore,
+  Reservation,
+  ReserveInput,
+  StoreChange,
+  TokenUsage,
+  UsageTotals,
+} from "./proxy-store.js";
 export { SqliteProxyStore } from "./sqlite-proxy-store.js";
 export { PostgresProxyStore, type PostgresProxyStoreOptions } from "./postgres-proxy-store.js";
 export type { UsageSink } from "./usage-sink.js";
@@ -89,7 +100,8 @@ export const SCRIPTED_SESSION_HEADER = "oz0-session";
 function scriptedTurns(provider: ProviderConfig): Script {
   const script = provider.script;
   if (script === undefined) return () => ({ text: "This is the scripted provider's reply." });
-  const sessionOf = (request: { headers: Record<string, string> }): string => request.headers[SCRIPTED_SESSION_HEADER] ?? "";
+  const sessionOf = (request: { headers: Record<string, string> }): string =>
+    request.headers[SCRIPTED_SESSION_HEADER] ?? "";
   if (typeof script === "function") return (request) => script(request, sessionOf(request));
   if (!provider.scriptPerSession) return script;
   const next = new Map<string, number>();
@@ -120,14 +132,16 @@ async function openStore(config: LlmProxyConfig, logger: Logger): Promise<ProxyS
       connectionString: config.databaseUrl,
       ...(config.databaseSchema ? { schema: config.databaseSchema } : {}),
       // Background failures (the sweep, the listening connection); the message only, never connection details.
-      onError: (error) => logger.warn({ error: (error as Error).message }, "llm-proxy store: a background task failed; it is retried"),
+      onError: (error) =>
+        logger.warn({ error: (error as Error).message }, "llm-proxy store: a background task failed; it is retried"),
     });
     logger.info({ schema: store.schema }, "llm-proxy store: PostgreSQL");
     return store;
   }
   return new SqliteProxyStore({
     dataDir: config.dataDir ?? ":memory:",
-    onWriteError: (error) => logger.error({ error: (error as Error).message }, "could not write metering rows to the SQLite store"),
+    onWriteError: (error) =>
+      logger.error({ error: (error as Error).message }, "could not write metering rows to the SQLite store"),
   });
 }
 
@@ -141,7 +155,10 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
   let vault: KeyVault;
   let tokens: SessionTokens;
   try {
-    if (!config.kek) logger.warn("no OZ0_KEK or OZ0_KEK_FILE: using a random key-encryption key, so secrets set now will not survive a restart");
+    if (!config.kek)
+      logger.warn(
+        "no OZ0_KEK or OZ0_KEK_FILE: using a random key-encryption key, so secrets set now will not survive a restart",
+      );
     vault = new KeyVault({ store, kek: config.kek ?? randomBytes(32) });
     tokens = new SessionTokens({ store });
     // Replicas must share one KEK: refuse to start rather than write keys the others cannot read.
@@ -164,7 +181,15 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     if (ownsStore) await store.close();
     throw error;
   }
-  const sink = config.usageSink ?? (config.eventsUrl ? eventsUsageSink({ url: config.eventsUrl, logger, ...(config.auth?.serviceToken ? { token: config.auth.serviceToken } : {}) }) : memoryUsageSink());
+  const sink =
+    config.usageSink ??
+    (config.eventsUrl
+      ? eventsUsageSink({
+          url: config.eventsUrl,
+          logger,
+          ...(config.auth?.serviceToken ? { token: config.auth.serviceToken } : {}),
+        })
+      : memoryUsageSink());
   const metering = new Metering({ store, sink, logger });
   // Calls a proxy died in are metered (as interrupted) before this one serves. A shared store
   // keeps looking: a replica that dies stops renewing its calls, and any replica reconciles them.
@@ -172,7 +197,8 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
   const reconcile = (): Promise<void> =>
     metering.reconcileInterrupted().then(
       () => undefined,
-      (error: unknown) => logger.warn({ error: (error as Error).message }, "could not reconcile interrupted model calls; retried later"),
+      (error: unknown) =>
+        logger.warn({ error: (error as Error).message }, "could not reconcile interrupted model calls; retried later"),
     );
   await reconcile();
   if (store.shared) {

@@ -39,7 +39,10 @@ export function loadKek(env: Record<string, string | undefined>): Buffer | undef
     try {
       raw = readFileSync(env.OZ0_KEK_FILE);
     } catch {
-      throw new ProxyError("kek_invalid", "OZ0_KEK_FILE cannot be read; point it at a file holding a base64 32-byte key");
+      throw new ProxyError(
+        "kek_invalid",
+        "OZ0_KEK_FILE cannot be read; point it at a file holding a base64 32-byte key",
+      );
     }
     return raw.length === 32 ? raw : decodeKek(raw.toString("utf8").trim(), "OZ0_KEK_FILE");
   }
@@ -49,7 +52,10 @@ export function loadKek(env: Record<string, string | undefined>): Buffer | undef
 function decodeKek(text: string, source: string): Buffer {
   const kek = Buffer.from(text.trim(), "base64");
   if (kek.length !== 32) {
-    throw new ProxyError("kek_invalid", `${source} must hold 32 bytes in base64 (make one with: openssl rand -base64 32)`);
+    throw new ProxyError(
+      "kek_invalid",
+      `${source} must hold 32 bytes in base64 (make one with: openssl rand -base64 32)`,
+    );
   }
   return kek;
 }
@@ -96,7 +102,8 @@ export class KeyVault {
   async set(name: string, value: string): Promise<{ replaced: boolean }> {
     checkName(name);
     if (value.length === 0) throw new ProxyError("invalid_argument", `secret ${name} needs a non-empty value`);
-    if (Buffer.byteLength(value) > MAX_VALUE_BYTES) throw new ProxyError("invalid_argument", `secret ${name} is longer than ${MAX_VALUE_BYTES} bytes`);
+    if (Buffer.byteLength(value) > MAX_VALUE_BYTES)
+      throw new ProxyError("invalid_argument", `secret ${name} is longer than ${MAX_VALUE_BYTES} bytes`);
     return this.#put(name, value);
   }
 
@@ -186,7 +193,10 @@ export class KeyVault {
       plain.fill(0);
       return text;
     } catch {
-      throw new ProxyError("kek_mismatch", `secret ${name} cannot be decrypted with the current KEK; start the proxy with the KEK it was written under, or set the secret again`);
+      throw new ProxyError(
+        "kek_mismatch",
+        `secret ${name} cannot be decrypted with the current KEK; start the proxy with the KEK it was written under, or set the secret again`,
+      );
     }
   }
 
@@ -225,7 +235,10 @@ export class KeyVault {
     try {
       entries = readdirSync(dir);
     } catch {
-      throw new ProxyError("invalid_argument", "OZ0_SECRETS_DIR cannot be read; point it at the directory holding one file per provider key");
+      throw new ProxyError(
+        "invalid_argument",
+        "OZ0_SECRETS_DIR cannot be read; point it at the directory holding one file per provider key",
+      );
     }
     const stored: string[] = [];
     const unchanged: string[] = [];
@@ -240,7 +253,8 @@ export class KeyVault {
       } catch {
         throw new ProxyError("invalid_argument", `the key file ${name} in OZ0_SECRETS_DIR cannot be read`);
       }
-      if (value.length === 0) throw new ProxyError("invalid_argument", `the key file ${name} in OZ0_SECRETS_DIR is empty`);
+      if (value.length === 0)
+        throw new ProxyError("invalid_argument", `the key file ${name} in OZ0_SECRETS_DIR is empty`);
       let current: string | undefined;
       try {
         current = await this.reveal(name);
@@ -263,6 +277,9 @@ function aad(name: string): Buffer {
 
 function checkName(name: string): void {
   if (!NAME.test(name)) {
-    throw new ProxyError("invalid_argument", `secret name "${name.slice(0, 64)}" is invalid: use upper-case letters, digits and _ (for example ANTHROPIC_API_KEY)`);
+    throw new ProxyError(
+      "invalid_argument",
+      `secret name "${name.slice(0, 64)}" is invalid: use upper-case letters, digits and _ (for example ANTHROPIC_API_KEY)`,
+    );
   }
 }

@@ -46,7 +46,8 @@ async function mapped<T>(fn: () => Promise<T>): Promise<T> {
 
 export function secretService(vault: KeyVault): Partial<ServiceImpl<typeof SecretService>> {
   return {
-    setSecret: (request) => mapped(async () => create(SetSecretResponseSchema, await vault.set(request.name, request.value))),
+    setSecret: (request) =>
+      mapped(async () => create(SetSecretResponseSchema, await vault.set(request.name, request.value))),
     deleteSecret: (request) =>
       mapped(async () => {
         await vault.delete(request.name);
@@ -55,7 +56,11 @@ export function secretService(vault: KeyVault): Partial<ServiceImpl<typeof Secre
     listSecrets: async () =>
       create(ListSecretsResponseSchema, {
         secrets: (await vault.list()).map((s) =>
-          create(SecretInfoSchema, { name: s.name, createdAt: timestampFromDate(s.createdAt), updatedAt: timestampFromDate(s.updatedAt) }),
+          create(SecretInfoSchema, {
+            name: s.name,
+            createdAt: timestampFromDate(s.createdAt),
+            updatedAt: timestampFromDate(s.updatedAt),
+          }),
         ),
       }),
   };
@@ -92,7 +97,12 @@ export function llmProxyService(options: LlmProxyServiceOptions): Partial<Servic
   return {
     mintSessionToken: (request) =>
       mapped(async () => {
-        const { token } = await options.tokens.mint({ job: request.job, agent: request.agent, session: request.session, budgetUsd: request.budgetUsd });
+        const { token } = await options.tokens.mint({
+          job: request.job,
+          agent: request.agent,
+          session: request.session,
+          budgetUsd: request.budgetUsd,
+        });
         const base = options.publicUrl();
         return create(MintSessionTokenResponseSchema, {
           token,
@@ -103,7 +113,10 @@ export function llmProxyService(options: LlmProxyServiceOptions): Partial<Servic
       }),
     revokeSessionToken: (request) =>
       mapped(async () => {
-        const revoked = await options.tokens.revoke({ ...(request.token ? { token: request.token } : {}), ...(request.session ? { session: request.session } : {}) });
+        const revoked = await options.tokens.revoke({
+          ...(request.token ? { token: request.token } : {}),
+          ...(request.session ? { session: request.session } : {}),
+        });
         for (const session of new Set(revoked.ended.map((r) => r.session))) await options.budgets.forgetBudget(session);
         const use = { never: TokenUse.NEVER, used: TokenUse.USED, unknown: TokenUse.UNSPECIFIED }[revoked.use];
         return create(RevokeSessionTokenResponseSchema, { revoked: revoked.ended.length, use });
@@ -115,7 +128,9 @@ export function llmProxyService(options: LlmProxyServiceOptions): Partial<Servic
       return create(GetUsageResponseSchema, {
         job: request.job,
         total: usageMessage(usage.total, nominal),
-        agents: [...usage.agents].map(([agent, totals]) => create(AgentUsageSchema, { agent, usage: usageMessage(totals, nominal) })),
+        agents: [...usage.agents].map(([agent, totals]) =>
+          create(AgentUsageSchema, { agent, usage: usageMessage(totals, nominal) }),
+        ),
       });
     },
   };

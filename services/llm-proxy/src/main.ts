@@ -7,7 +7,8 @@ const logger = createLogger({ name: "llm-proxy" });
 
 function positiveMs(value: string, name: string): number {
   const ms = Number(value);
-  if (!Number.isInteger(ms) || ms <= 0) throw new Error(`${name} must be a positive number of milliseconds, got ${JSON.stringify(value)}`);
+  if (!Number.isInteger(ms) || ms <= 0)
+    throw new Error(`${name} must be a positive number of milliseconds, got ${JSON.stringify(value)}`);
   return ms;
 }
 // Before anything else starts, so every span of this process is exported (a no-op without OTEL_*).
@@ -25,7 +26,9 @@ try {
     ...(env.OZ0_PROVIDERS_FILE ? { providers: loadProvidersFile(env.OZ0_PROVIDERS_FILE) } : {}),
     ...(env.OZ0_EVENTS_URL ? { eventsUrl: env.OZ0_EVENTS_URL } : {}),
     auth: authSettingsFromEnv(env),
-    ...(env.OZ0_UPSTREAM_TIMEOUT_MS ? { retry: { attemptTimeoutMs: positiveMs(env.OZ0_UPSTREAM_TIMEOUT_MS, "OZ0_UPSTREAM_TIMEOUT_MS") } } : {}),
+    ...(env.OZ0_UPSTREAM_TIMEOUT_MS
+      ? { retry: { attemptTimeoutMs: positiveMs(env.OZ0_UPSTREAM_TIMEOUT_MS, "OZ0_UPSTREAM_TIMEOUT_MS") } }
+      : {}),
     ...((): { kek?: Buffer } => {
       const kek = loadKek(env);
       return kek ? { kek } : {};

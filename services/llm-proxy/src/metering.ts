@@ -44,7 +44,11 @@ export class Metering {
   attempt(record: AttemptRecord): Promise<void> {
     // Called inside the call's chat span: the attempt becomes its child.
     recordAttempt(record);
-    return this.#stored(() => this.#store.recordAttempt(record), { operationId: record.operationId, attempt: record.attempt }, "could not record a metering attempt");
+    return this.#stored(
+      () => this.#store.recordAttempt(record),
+      { operationId: record.operationId, attempt: record.attempt },
+      "could not record a metering attempt",
+    );
   }
 
   /**
@@ -54,7 +58,11 @@ export class Metering {
    * write does not stop calls, as with every metering row).
    */
   beginAttempt(pending: PendingAttempt): Promise<void> {
-    return this.#stored(() => this.#store.beginAttempt(pending), { operationId: pending.operationId, attempt: pending.attempt }, "could not record an attempt before sending it");
+    return this.#stored(
+      () => this.#store.beginAttempt(pending),
+      { operationId: pending.operationId, attempt: pending.attempt },
+      "could not record an attempt before sending it",
+    );
   }
 
   /**
@@ -67,7 +75,10 @@ export class Metering {
     const calls = await this.#store.reconcileInterrupted();
     for (const call of calls) {
       this.#sink.callCompleted(call);
-      this.#logger.warn({ operationId: call.operationId, job: call.job, agent: call.agent, attempt: call.attempts }, "a model call was in flight when its proxy stopped: metered as interrupted");
+      this.#logger.warn(
+        { operationId: call.operationId, job: call.job, agent: call.agent, attempt: call.attempts },
+        "a model call was in flight when its proxy stopped: metered as interrupted",
+      );
     }
     return calls.length;
   }
@@ -76,7 +87,11 @@ export class Metering {
   call(record: CallRecord): Promise<void> {
     recordCall(record);
     this.#sink.callCompleted(record);
-    return this.#stored(() => this.#store.recordCall(record), { operationId: record.operationId }, "could not record a metered call");
+    return this.#stored(
+      () => this.#store.recordCall(record),
+      { operationId: record.operationId },
+      "could not record a metered call",
+    );
   }
 
   #stored(write: () => Promise<void>, fields: Record<string, unknown>, message: string): Promise<void> {
@@ -101,7 +116,15 @@ export class Metering {
 }
 
 export function emptyTotals(): UsageTotals {
-  return { calls: 0, failedCalls: 0, attempts: 0, usage: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, reasoning: 0 }, costUsd: 0, estimated: false, providers: [] };
+  return {
+    calls: 0,
+    failedCalls: 0,
+    attempts: 0,
+    usage: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, reasoning: 0 },
+    costUsd: 0,
+    estimated: false,
+    providers: [],
+  };
 }
 
 function addTotals(into: UsageTotals, add: UsageTotals): void {

@@ -10,7 +10,14 @@ import type { KeyVault } from "./key-vault.js";
 import { newOperationId, type Metering } from "./metering.js";
 import { costOf, priceOf, type ModelPrice, type ProviderConfig } from "./provider-config.js";
 import { ProxyError } from "./proxy-error.js";
-import { ZERO_USAGE, type BudgetStore, type Outcome, type Reservation, type TokenRecord, type TokenUsage } from "./proxy-store.js";
+import {
+  ZERO_USAGE,
+  type BudgetStore,
+  type Outcome,
+  type Reservation,
+  type TokenRecord,
+  type TokenUsage,
+} from "./proxy-store.js";
 import { isRetryableStatus, retryDelayMs, type RetryPolicy } from "./retry-policy.js";
 import { createScrubber, type Logger, type SecretScrubber } from "@oz0/serving";
 import { SseEventSplitter } from "./sse-event-splitter.js";
@@ -18,7 +25,13 @@ import { recordFinishReason } from "./tracing.js";
 import { discard, readAll, sendUpstream } from "./upstream-client.js";
 import { abortResponse, sendError, type ClientResponse } from "./wire-errors.js";
 import { estimateTokens } from "./wire-formats/token-counts.js";
-import type { ModelCalls, StreamMeterReading, StreamScrubber, WireFormat, WireRequest } from "./wire-formats/wire-format.js";
+import type {
+  ModelCalls,
+  StreamMeterReading,
+  StreamScrubber,
+  WireFormat,
+  WireRequest,
+} from "./wire-formats/wire-format.js";
 
 /** A provider with the URL its calls go to (a scripted provider's local URL included). */
 export interface ResolvedProvider {
@@ -62,9 +75,21 @@ export interface ModelCallInput {
 const NO_SCRUBBER = createScrubber(undefined);
 
 /** Headers a provider's answer must not pass on as they are. */
-const DROP_RESPONSE_HEADERS = new Set(["connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "upgrade", "proxy-connection"]);
+const DROP_RESPONSE_HEADERS = new Set([
+  "connection",
+  "keep-alive",
+  "transfer-encoding",
+  "content-length",
+  "content-encoding",
+  "upgrade",
+  "proxy-connection",
+]);
 
-function responseHeaders(upstream: http.IncomingMessage, operationId: string, scrubber: SecretScrubber): Record<string, string | string[]> {
+function responseHeaders(
+  upstream: http.IncomingMessage,
+  operationId: string,
+  scrubber: SecretScrubber,
+): Record<string, string | string[]> {
   const scrub = scrubber.text;
   const out: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(upstream.headers)) {
@@ -117,25 +142,54 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
   const stream = request.stream;
   const price = priceOf(provider.config, model);
   const estimatedInput = estimateTokens(rawBody.length);
-  const common = { operationId, job: token.job, agent: token.agent, session: token.session, provider: provider.config.name, model, wire: format.name, stream };
+  const common = {
+    operationId,
+    job: token.job,
+    agent: token.agent,
+    session: token.session,
+    provider: provider.config.name,
+    model,
+    wire: format.name,
+    stream,
+  };
 
   let reservation: Reservation | undefined;
   if (token.budgetUsd > 0) {
     if (!price) {
-      sendError(res, { format, status: 400, type: "invalid_request_error", operationId, message: `model "${model}" has no price in provider ${provider.config.name}'s price table, so this session's budget cannot be enforced; add the model's prices to the provider configuration` });
+      sendError(res, {
+        format,
+        status: 400,
+        type: "invalid_request_error",
+        operationId,
+        message: `model "${model}" has no price in provider ${provider.config.name}'s price table, so this session's budget cannot be enforced; add the model's prices to the provider configuration`,
+      });
       return;
     }
     try {
       reservation = await deps.budgets.reserveBudget({
         session: token.session,
         limitUsd: token.budgetUsd,
-        worstCaseUsd: worstCaseUsd({ price, maxOutputTokens: request.maxOutputTokens ?? deps.defaultMaxOutputTokens, rawBytes: rawBody.length }),
+        worstCaseUsd: worstCaseUsd({
+          price,
+          maxOutputTokens: request.maxOutputTokens ?? deps.defaultMaxOutputTokens,
+          rawBytes: rawBody.length,
+        }),
         minimumUsd: costOf(price, { ...ZERO_USAGE, cacheRead: estimatedInput }),
         partial: stream,
       });
     } catch (error) {
       if (!(error instanceof ProxyError) || error.code !== "budget_exhausted") throw error;
-      await deps.metering.call({ ...common, status: 402, outcome: "budget_refused", usage: { ...ZERO_USAGE }, costUsd: 0, latencyMs: performance.now() - callStart, estimated: false, startedAt, attempts: 0 });
+      await deps.metering.call({
+        ...common,
+        status: 402,
+        outcome: "budget_refused",
+        usage: { ...ZERO_USAGE },
+        costUsd: 0,
+        latencyMs: performance.now() - callStart,
+        estimated: false,
+        startedAt,
+        attempts: 0,
+      });
       sendError(res, { format, status: 402, type: "budget_exhausted", operationId, message: error.message });
       return;
     }
@@ -150,7 +204,13 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       attempt += 1;
       const attemptStartedAt = new Date();
       // Durable before the attempt goes out: a proxy killed now leaves a call to reconcile.
-      await deps.metering.beginAttempt({ ...common, attempt, startedAt, attemptStartedAt, ...(reservation ? { reservationId: reservation.id } : {}) });
+      await deps.metering.beginAttempt({
+        ...common,
+        attempt,
+        startedAt,
+        attemptStartedAt,
+        ...(reservation ? { reservationId: reservation.id } : {}),
+      });
       const attemptStart = performance.now();
       summary = await runAttempt(deps, input, { operationId, price, estimatedInput, reservation });
       const latencyMs = performance.now() - attemptStart;
@@ -169,15 +229,30 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
           startedAt: attemptStartedAt,
         }),
       );
-      if (!summary.retryable || summary.delivered || attempt >= deps.retry.maxAttempts || input.clientGone.aborted) break;
-      const delay = retryDelayMs({ policy: deps.retry, nextAttempt: attempt + 1, ...(summary.retryHeaders ? { headers: summary.retryHeaders } : {}) });
-      deps.logger.debug({ operationId, attempt, status: summary.status, errorCode: summary.errorCode, delayMs: delay }, "retrying model call");
+      if (!summary.retryable || summary.delivered || attempt >= deps.retry.maxAttempts || input.clientGone.aborted)
+        break;
+      const delay = retryDelayMs({
+        policy: deps.retry,
+        nextAttempt: attempt + 1,
+        ...(summary.retryHeaders ? { headers: summary.retryHeaders } : {}),
+      });
+      deps.logger.debug(
+        { operationId, attempt, status: summary.status, errorCode: summary.errorCode, delayMs: delay },
+        "retrying model call",
+      );
       await sleep(delay, input.clientGone);
       if (input.clientGone.aborted) break;
     }
   } finally {
     // No summary: an attempt threw (a key that cannot be decrypted); the HTTP handler answers that one.
-    const final: AttemptSummary = summary ?? { status: 500, outcome: "proxy_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: true, retryable: false };
+    const final: AttemptSummary = summary ?? {
+      status: 500,
+      outcome: "proxy_error",
+      usage: { ...ZERO_USAGE },
+      estimated: false,
+      delivered: true,
+      retryable: false,
+    };
     const charged = costOf(price, final.usage);
     if (final.finishReason !== undefined) recordFinishReason(final.finishReason);
     const metered = deps.metering.call({
@@ -195,7 +270,10 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     // The budget settled in the same turn, so a shared store commits the charge with the record
     // (SQLite's ledger settles in memory at once).
     const settled = reservation?.settle(charged).catch((error: unknown) => {
-      deps.logger.error({ operationId, session: token.session, error: (error as Error).message }, "could not settle a budget reservation; its hold is freed when it expires");
+      deps.logger.error(
+        { operationId, session: token.session, error: (error as Error).message },
+        "could not settle a budget reservation; its hold is freed when it expires",
+      );
     });
     // Both stored before the answer ends (neither rejects: a failure is logged): once a client
     // has its answer, every replica counts the call in its usage and in its budget.
@@ -205,7 +283,11 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     } else if (final.pendingError && !res.headersSent && !input.clientGone.aborted) {
       // The proxy already retried what can be retried: tell the client SDKs (which
       // honour x-should-retry) not to multiply the attempts past five.
-      res.writeHead(final.pendingError.status, { ...final.pendingError.headers, "x-should-retry": "false", "content-length": String(final.pendingError.body.length) });
+      res.writeHead(final.pendingError.status, {
+        ...final.pendingError.headers,
+        "x-should-retry": "false",
+        "content-length": String(final.pendingError.body.length),
+      });
       res.end(final.pendingError.body);
     } else if (!final.delivered && !res.headersSent && !input.clientGone.aborted) {
       sendError(res, {
@@ -216,7 +298,17 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
         message: `provider ${provider.config.name} could not be reached after ${attempt} attempt(s) (${final.errorCode ?? "no answer"}); try again later`,
       });
     }
-    deps.logger.debug({ operationId, job: token.job, agent: token.agent, status: final.status, outcome: final.outcome, attempts: attempt }, "model call done");
+    deps.logger.debug(
+      {
+        operationId,
+        job: token.job,
+        agent: token.agent,
+        status: final.status,
+        outcome: final.outcome,
+        attempts: attempt,
+      },
+      "model call done",
+    );
   }
 }
 
@@ -241,17 +333,43 @@ interface AttemptContext {
 
 function connectionFailure(error: unknown): AttemptSummary {
   const code = (error as { code?: string }).code ?? (error as Error).name ?? "error";
-  return { status: 0, outcome: "connection_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable: true, errorCode: code };
+  return {
+    status: 0,
+    outcome: "connection_error",
+    usage: { ...ZERO_USAGE },
+    estimated: false,
+    delivered: false,
+    retryable: true,
+    errorCode: code,
+  };
 }
 
 /** The attempt ran out of time (`attemptTimeoutMs`): a connection failure, retried like one. */
 function upstreamTimeout(deps: ModelCallDeps): AttemptSummary {
-  deps.logger.warn({ timeoutMs: deps.retry.attemptTimeoutMs }, "the provider did not answer in time; the attempt is given up");
-  return { status: 0, outcome: "connection_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable: true, errorCode: "upstream_timeout" };
+  deps.logger.warn(
+    { timeoutMs: deps.retry.attemptTimeoutMs },
+    "the provider did not answer in time; the attempt is given up",
+  );
+  return {
+    status: 0,
+    outcome: "connection_error",
+    usage: { ...ZERO_USAGE },
+    estimated: false,
+    delivered: false,
+    retryable: true,
+    errorCode: "upstream_timeout",
+  };
 }
 
 function clientLeft(): AttemptSummary {
-  return { status: 0, outcome: "client_aborted", usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable: false };
+  return {
+    status: 0,
+    outcome: "client_aborted",
+    usage: { ...ZERO_USAGE },
+    estimated: false,
+    delivered: false,
+    retryable: false,
+  };
 }
 
 async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: AttemptContext): Promise<AttemptSummary> {
@@ -261,8 +379,22 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
   const secretName = provider.config.keySecret;
   const key = secretName ? await deps.vault.use(secretName) : undefined;
   if (secretName && key === undefined) {
-    sendError(res, { format, status: 503, type: "api_error", operationId: ctx.operationId, message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})` });
-    return { status: 503, outcome: "proxy_error", usage: { ...ZERO_USAGE }, estimated: false, delivered: true, retryable: false, errorCode: "no_key" };
+    sendError(res, {
+      format,
+      status: 503,
+      type: "api_error",
+      operationId: ctx.operationId,
+      message: `provider ${provider.config.name} has no API key: set the secret ${secretName} (oz0 secret set ${secretName})`,
+    });
+    return {
+      status: 503,
+      outcome: "proxy_error",
+      usage: { ...ZERO_USAGE },
+      estimated: false,
+      delivered: true,
+      retryable: false,
+      errorCode: "no_key",
+    };
   }
   // The key's scrubber, for the headers, the body or every streamed event.
   const scrubber = key?.scrubber ?? NO_SCRUBBER;
@@ -304,7 +436,16 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     const status = upstream.statusCode ?? 502;
     if (status < 200 || status >= 300) {
       const retryable = isRetryableStatus(status);
-      const failed = { status, outcome: "http_error" as const, usage: { ...ZERO_USAGE }, estimated: false, delivered: false, retryable, errorCode: `http_${status}`, ...(retryable ? { retryHeaders: upstream.headers } : {}) };
+      const failed = {
+        status,
+        outcome: "http_error" as const,
+        usage: { ...ZERO_USAGE },
+        estimated: false,
+        delivered: false,
+        retryable,
+        errorCode: `http_${status}`,
+        ...(retryable ? { retryHeaders: upstream.headers } : {}),
+      };
       // Kept for the client in case this is the last attempt; it is small.
       let bodyBytes: Buffer;
       try {
@@ -312,7 +453,14 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
       } catch (error) {
         return retryable ? failed : connectionFailure(error);
       }
-      return { ...failed, pendingError: { status, headers: responseHeaders(upstream, ctx.operationId, scrubber), body: Buffer.from(scrubber.json(bodyBytes.toString("utf8"))) } };
+      return {
+        ...failed,
+        pendingError: {
+          status,
+          headers: responseHeaders(upstream, ctx.operationId, scrubber),
+          body: Buffer.from(scrubber.json(bodyBytes.toString("utf8"))),
+        },
+      };
     }
     const contentType = String(upstream.headers["content-type"] ?? "");
     if (input.request.stream && contentType.includes("text/event-stream")) {
@@ -339,13 +487,26 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     const usage = reported ?? { ...ZERO_USAGE, input: ctx.estimatedInput, output: estimateTokens(text.length) };
     const scrubbed = scrubber.json(text);
     const out = scrubbed === text ? bodyBytes : Buffer.from(scrubbed);
-    const answerHeaders = { ...responseHeaders(upstream, ctx.operationId, scrubber), "content-length": String(out.length) };
+    const answerHeaders = {
+      ...responseHeaders(upstream, ctx.operationId, scrubber),
+      "content-length": String(out.length),
+    };
     const finish = (): void => {
       if (input.clientGone.aborted) return;
       res.writeHead(status, answerHeaders);
       res.end(out);
     };
-    return { status, outcome: "ok", usage, estimated: reported === undefined, ttftMs, delivered: true, retryable: false, finish, finishReason: input.calls.finishReason(parsed) };
+    return {
+      status,
+      outcome: "ok",
+      usage,
+      estimated: reported === undefined,
+      ttftMs,
+      delivered: true,
+      retryable: false,
+      finish,
+      finishReason: input.calls.finishReason(parsed),
+    };
   } finally {
     clearTimeout(deadline);
     input.clientGone.removeEventListener("abort", onGone);
@@ -423,7 +584,15 @@ async function forwardStream(options: {
       if (!meter.complete) {
         // The provider ended the response without finishing the stream.
         outcome = "stream_cut";
-        if (!delivered) return { status: 200, outcome: "stream_cut", ...reading(), delivered: false, retryable: true, errorCode: "incomplete_stream" };
+        if (!delivered)
+          return {
+            status: 200,
+            outcome: "stream_cut",
+            ...reading(),
+            delivered: false,
+            retryable: true,
+            errorCode: "incomplete_stream",
+          };
         abortResponse(res);
       } else {
         if (!delivered) await deliver("");
@@ -440,5 +609,14 @@ async function forwardStream(options: {
   } finally {
     if (!upstream.complete) discard(upstream);
   }
-  return { status: 200, outcome, ...reading(), ...(ttftMs !== undefined ? { ttftMs } : {}), delivered, retryable: false, ...(finish ? { finish } : {}), finishReason: meter.finishReason };
+  return {
+    status: 200,
+    outcome,
+    ...reading(),
+    ...(ttftMs !== undefined ? { ttftMs } : {}),
+    delivered,
+    retryable: false,
+    ...(finish ? { finish } : {}),
+    finishReason: meter.finishReason,
+  };
 }

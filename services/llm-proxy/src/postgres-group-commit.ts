@@ -119,9 +119,13 @@ export class PostgresGroupCommit {
           ? `INSERT INTO pending_calls (${PENDING_COLUMNS.join(", ")}, expires_at) VALUES ${valuesClause(someBegins, params, expires)}
              ON CONFLICT (operation_id) DO UPDATE SET attempt = EXCLUDED.attempt, attempt_started_at = EXCLUDED.attempt_started_at, expires_at = EXCLUDED.expires_at`
           : "",
-        someAttempts.length ? `INSERT INTO attempts (${METERING_COLUMN_LIST}, attempt) VALUES ${valuesClause(someAttempts, params)} ON CONFLICT DO NOTHING` : "",
+        someAttempts.length
+          ? `INSERT INTO attempts (${METERING_COLUMN_LIST}, attempt) VALUES ${valuesClause(someAttempts, params)} ON CONFLICT DO NOTHING`
+          : "",
         // The call's record ends its pending row in the same statement (one commit).
-        someCalls.length ? `DELETE FROM pending_calls WHERE operation_id = ANY($${params.push(someCalls.map((c) => c[0]))}::text[])` : "",
+        someCalls.length
+          ? `DELETE FROM pending_calls WHERE operation_id = ANY($${params.push(someCalls.map((c) => c[0]))}::text[])`
+          : "",
         // A call reconciled as interrupted while its replica was only cut off: its real record replaces that one.
         someCalls.length
           ? `INSERT INTO calls (${METERING_COLUMN_LIST}, attempts) VALUES ${valuesClause(someCalls, params)} ON CONFLICT (operation_id) DO UPDATE SET ${UPDATE_CALL} WHERE calls.outcome = 'interrupted'`
@@ -134,7 +138,9 @@ export class PostgresGroupCommit {
           some.map((x) => x[2]),
         );
         // unnest yields its rows in array order, and each settle_budget runs as its row is read.
-        parts.push(`SELECT settle_budget(s.id, s.amount) FROM unnest($${params.length - 1}::text[], $${params.length}::numeric[]) AS s(id, amount)`);
+        parts.push(
+          `SELECT settle_budget(s.id, s.amount) FROM unnest($${params.length - 1}::text[], $${params.length}::numeric[]) AS s(id, amount)`,
+        );
       }
       const main = parts.pop()!;
       const sql = parts.length ? `WITH ${parts.map((part, i) => `w${i} AS (${part})`).join(", ")} ${main}` : main;

@@ -90,7 +90,8 @@ export interface PostgresProxyStoreOptions {
 
 // Dollars go to `numeric` as decimal text, so 0.1 + 0.2 is 0.3 in the ledger.
 function usd(value: number): string {
-  if (!Number.isFinite(value) || value < 0) throw new ProxyError("invalid_argument", `a dollar amount must be a finite number ≥ 0, not ${value}`);
+  if (!Number.isFinite(value) || value < 0)
+    throw new ProxyError("invalid_argument", `a dollar amount must be a finite number ≥ 0, not ${value}`);
   return String(value);
 }
 
@@ -111,7 +112,13 @@ export class PostgresProxyStore implements ProxyStore {
   #renewTimer: NodeJS.Timeout | undefined;
   readonly #writes: PostgresGroupCommit;
 
-  private constructor(options: { pool: pg.Pool; schema: string; holdMs: number; feed: PostgresChangeFeed; channel: string }) {
+  private constructor(options: {
+    pool: pg.Pool;
+    schema: string;
+    holdMs: number;
+    feed: PostgresChangeFeed;
+    channel: string;
+  }) {
     this.#pool = options.pool;
     this.schema = options.schema;
     this.#holdMs = options.holdMs;
@@ -129,7 +136,12 @@ export class PostgresProxyStore implements ProxyStore {
       throw new ProxyError("invalid_argument", (error as Error).message);
     }
     // A database that does not answer fails calls instead of hanging them.
-    const pool = createSchemaPool({ connectionString: options.connectionString, schema, maxConnections: options.maxConnections ?? 10, connectionTimeoutMs: 10_000 });
+    const pool = createSchemaPool({
+      connectionString: options.connectionString,
+      schema,
+      maxConnections: options.maxConnections ?? 10,
+      connectionTimeoutMs: 10_000,
+    });
     const onError = options.onError ?? (() => undefined);
     const channel = channelName(schema, "llm_proxy");
     const feed = new PostgresChangeFeed({ connectionString: options.connectionString, channel, onError });
@@ -177,19 +189,38 @@ export class PostgresProxyStore implements ProxyStore {
          ON CONFLICT (name) DO UPDATE SET iv = excluded.iv, ciphertext = excluded.ciphertext, tag = excluded.tag, updated_at = excluded.updated_at
          RETURNING (xmax <> 0) AS replaced)
        SELECT replaced, pg_notify($6, $7)::text AS notified FROM saved`,
-      [secret.name, secret.iv, secret.ciphertext, secret.tag, now, this.#channel, notice({ kind: "secret", name: secret.name })],
+      [
+        secret.name,
+        secret.iv,
+        secret.ciphertext,
+        secret.tag,
+        now,
+        this.#channel,
+        notice({ kind: "secret", name: secret.name }),
+      ],
     );
     return { replaced: rows[0]!.replaced };
   }
 
   async getSecret(name: string): Promise<StoredSecret | undefined> {
-    const { rows } = await this.#pool.query<{ name: string; iv: Buffer; ciphertext: Buffer; tag: Buffer; created_at: Date; updated_at: Date }>(
-      "SELECT * FROM secrets WHERE name = $1",
-      [name],
-    );
+    const { rows } = await this.#pool.query<{
+      name: string;
+      iv: Buffer;
+      ciphertext: Buffer;
+      tag: Buffer;
+      created_at: Date;
+      updated_at: Date;
+    }>("SELECT * FROM secrets WHERE name = $1", [name]);
     const row = rows[0];
     if (!row) return undefined;
-    return { name: row.name, iv: row.iv, ciphertext: row.ciphertext, tag: row.tag, createdAt: row.created_at, updatedAt: row.updated_at };
+    return {
+      name: row.name,
+      iv: row.iv,
+      ciphertext: row.ciphertext,
+      tag: row.tag,
+      createdAt: row.created_at,
+      updatedAt: row.updated_at,
+    };
   }
 
   async deleteSecret(name: string): Promise<boolean> {
@@ -201,7 +232,9 @@ export class PostgresProxyStore implements ProxyStore {
   }
 
   async listSecrets(): Promise<SecretInfo[]> {
-    const { rows } = await this.#pool.query<{ name: string; created_at: Date; updated_at: Date }>("SELECT name, created_at, updated_at FROM secrets ORDER BY name");
+    const { rows } = await this.#pool.query<{ name: string; created_at: Date; updated_at: Date }>(
+      "SELECT name, created_at, updated_at FROM secrets ORDER BY name",
+    );
     return rows.map((r) => ({ name: r.name, createdAt: r.created_at, updatedAt: r.updated_at }));
   }
 
@@ -226,7 +259,10 @@ export class PostgresProxyStore implements ProxyStore {
     return rows[0] ? tokenFromRow(rows[0]) : undefined;
   }
 
-  async revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }> {
+  async revokeTokens(
+    by: { hash?: string; session?: string },
+    now: Date,
+  ): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }> {
     // One statement: two replicas revoking at once each report only the tokens they ended,
     // and every replica hears of each token when it commits.
     const { rows } = await this.#pool.query<TokenRow>(
@@ -271,18 +307,26 @@ export class PostgresProxyStore implements ProxyStore {
     try {
       await client.query("BEGIN");
       // Row locks: a replica reconciling at the same time waits, then finds the rows gone.
-      const { rows } = await client.query<PendingRow>("DELETE FROM pending_calls WHERE expires_at <= now() RETURNING *");
+      const { rows } = await client.query<PendingRow>(
+        "DELETE FROM pending_calls WHERE expires_at <= now() RETURNING *",
+      );
       const made: CallRecord[] = [];
       if (rows.length > 0) {
         const records = rows.map((row) => interruptedRecords(pendingFromRow(row)));
         const params: unknown[] = [];
         await client.query(
-          `INSERT INTO attempts (${METERING_COLUMN_LIST}, attempt) VALUES ${valuesClause(records.map((r) => [...meteringValues(r.attempt, POSTGRES_ENCODING), r.attempt.attempt]), params)} ON CONFLICT DO NOTHING`,
+          `INSERT INTO attempts (${METERING_COLUMN_LIST}, attempt) VALUES ${valuesClause(
+            records.map((r) => [...meteringValues(r.attempt, POSTGRES_ENCODING), r.attempt.attempt]),
+            params,
+          )} ON CONFLICT DO NOTHING`,
           params,
         );
         const callParams: unknown[] = [];
         const inserted = await client.query<{ operation_id: string }>(
-          `INSERT INTO calls (${METERING_COLUMN_LIST}, attempts) VALUES ${valuesClause(records.map((r) => [...meteringValues(r.call, POSTGRES_ENCODING), r.call.attempts]), callParams)} ON CONFLICT DO NOTHING RETURNING operation_id`,
+          `INSERT INTO calls (${METERING_COLUMN_LIST}, attempts) VALUES ${valuesClause(
+            records.map((r) => [...meteringValues(r.call, POSTGRES_ENCODING), r.call.attempts]),
+            callParams,
+          )} ON CONFLICT DO NOTHING RETURNING operation_id`,
           callParams,
         );
         const fresh = new Set(inserted.rows.map((r) => r.operation_id));
@@ -310,13 +354,19 @@ export class PostgresProxyStore implements ProxyStore {
 
   async listAttempts(job: string): Promise<AttemptRecord[]> {
     await this.#writes.drain();
-    const { rows } = await this.#pool.query<MeteringRow & { attempt: number }>("SELECT * FROM attempts WHERE job = $1 ORDER BY started_at, operation_id, attempt", [job]);
+    const { rows } = await this.#pool.query<MeteringRow & { attempt: number }>(
+      "SELECT * FROM attempts WHERE job = $1 ORDER BY started_at, operation_id, attempt",
+      [job],
+    );
     return rows.map(attemptFromRow);
   }
 
   async listCalls(job: string): Promise<CallRecord[]> {
     await this.#writes.drain();
-    const { rows } = await this.#pool.query<MeteringRow & { attempts: number }>("SELECT * FROM calls WHERE job = $1 ORDER BY started_at, operation_id", [job]);
+    const { rows } = await this.#pool.query<MeteringRow & { attempts: number }>(
+      "SELECT * FROM calls WHERE job = $1 ORDER BY started_at, operation_id",
+      [job],
+    );
     return rows.map(callFromRow);
   }
 
@@ -332,7 +382,10 @@ export class PostgresProxyStore implements ProxyStore {
 
   async chargedToSession(session: string): Promise<number> {
     await this.#writes.drain();
-    const { rows } = await this.#pool.query<{ cost: number }>("SELECT COALESCE(SUM(cost_usd), 0)::double precision AS cost FROM calls WHERE session = $1", [session]);
+    const { rows } = await this.#pool.query<{ cost: number }>(
+      "SELECT COALESCE(SUM(cost_usd), 0)::double precision AS cost FROM calls WHERE session = $1",
+      [session],
+    );
     return rows[0]!.cost;
   }
 
@@ -344,9 +397,22 @@ export class PostgresProxyStore implements ProxyStore {
    */
   async reserveBudget(input: ReserveInput): Promise<StoredReservation> {
     const id = randomUUID();
-    const { rows } = await this.#pool.query<{ o_amount: string | null; o_limit: string; o_spent: string; o_reserved: string }>(
+    const { rows } = await this.#pool.query<{
+      o_amount: string | null;
+      o_limit: string;
+      o_spent: string;
+      o_reserved: string;
+    }>(
       "SELECT o_amount, o_limit, o_spent, o_reserved FROM reserve_budget($1, $2, $3::numeric, $4::numeric, $5::numeric, $6, $7)",
-      [id, input.session, usd(input.limitUsd), usd(input.worstCaseUsd), usd(input.minimumUsd), input.partial, this.#holdMs],
+      [
+        id,
+        input.session,
+        usd(input.limitUsd),
+        usd(input.worstCaseUsd),
+        usd(input.minimumUsd),
+        input.partial,
+        this.#holdMs,
+      ],
     );
     const row = rows[0]!;
     if (row.o_amount === null) {
@@ -426,7 +492,10 @@ export class PostgresProxyStore implements ProxyStore {
       "DELETE FROM budget_accounts a WHERE a.session = $1 AND NOT EXISTS (SELECT 1 FROM budget_reservations r WHERE r.session = a.session AND r.state = 'held')",
       [session],
     );
-    await this.#pool.query("DELETE FROM budget_reservations WHERE session = $1 AND state <> 'held' AND NOT EXISTS (SELECT 1 FROM budget_accounts WHERE session = $1)", [session]);
+    await this.#pool.query(
+      "DELETE FROM budget_reservations WHERE session = $1 AND state <> 'held' AND NOT EXISTS (SELECT 1 FROM budget_accounts WHERE session = $1)",
+      [session],
+    );
     return (result.rowCount ?? 0) > 0;
   }
 
@@ -437,7 +506,9 @@ export class PostgresProxyStore implements ProxyStore {
       [session],
     );
     const row = rows[0];
-    return row ? { limitUsd: Number(row.limit_usd), spentUsd: Number(row.spent_usd), reservedUsd: Number(row.reserved_usd) } : undefined;
+    return row
+      ? { limitUsd: Number(row.limit_usd), spentUsd: Number(row.spent_usd), reservedUsd: Number(row.reserved_usd) }
+      : undefined;
   }
 
   /** Writes the metering rows still queued, stops listening and sweeping, and closes the pool. */

@@ -87,28 +87,40 @@ export function loadProvidersFile(file: string): ProviderConfig[] {
   try {
     parsed = JSON.parse(readFileSync(file, "utf8"));
   } catch (error) {
-    throw new ProxyError("invalid_argument", `OZ0_PROVIDERS_FILE (${file}) is not readable JSON: ${(error as Error).message}`);
+    throw new ProxyError(
+      "invalid_argument",
+      `OZ0_PROVIDERS_FILE (${file}) is not readable JSON: ${(error as Error).message}`,
+    );
   }
   const providers = (parsed as ProvidersFile | undefined)?.providers;
-  if (!Array.isArray(providers)) throw new ProxyError("invalid_argument", `OZ0_PROVIDERS_FILE (${file}) must be {"providers": [...]}`);
+  if (!Array.isArray(providers))
+    throw new ProxyError("invalid_argument", `OZ0_PROVIDERS_FILE (${file}) must be {"providers": [...]}`);
   return validateProviders(providers);
 }
 
 export function validateProviders(providers: ProviderConfig[]): ProviderConfig[] {
   const seen = new Set<string>();
   for (const p of providers) {
-    if (!/^[a-z][a-z0-9-]{0,62}$/.test(p.name ?? "")) throw new ProxyError("invalid_argument", `provider name "${p.name}" must be lower-case letters, digits and -`);
+    if (!/^[a-z][a-z0-9-]{0,62}$/.test(p.name ?? ""))
+      throw new ProxyError("invalid_argument", `provider name "${p.name}" must be lower-case letters, digits and -`);
     if (seen.has(p.name)) throw new ProxyError("invalid_argument", `provider ${p.name} is configured twice`);
     seen.add(p.name);
     if ((p.kind ?? "http") === "http") {
       try {
         new URL(p.baseUrl ?? "");
       } catch {
-        throw new ProxyError("invalid_argument", `provider ${p.name} needs a baseUrl such as https://api.anthropic.com`);
+        throw new ProxyError(
+          "invalid_argument",
+          `provider ${p.name} needs a baseUrl such as https://api.anthropic.com`,
+        );
       }
     }
     for (const [model, price] of Object.entries(p.prices ?? {})) {
-      if (!(price.input >= 0 && price.output >= 0)) throw new ProxyError("invalid_argument", `price of ${p.name}/${model} needs input and output dollars per million tokens`);
+      if (!(price.input >= 0 && price.output >= 0))
+        throw new ProxyError(
+          "invalid_argument",
+          `price of ${p.name}/${model} needs input and output dollars per million tokens`,
+        );
     }
   }
   return providers;

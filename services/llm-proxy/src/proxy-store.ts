@@ -14,7 +14,13 @@ export interface TokenUsage {
   reasoning: number;
 }
 
-export const ZERO_USAGE: Readonly<TokenUsage> = Object.freeze({ input: 0, output: 0, cacheRead: 0, cacheWrite: 0, reasoning: 0 });
+export const ZERO_USAGE: Readonly<TokenUsage> = Object.freeze({
+  input: 0,
+  output: 0,
+  cacheRead: 0,
+  cacheWrite: 0,
+  reasoning: 0,
+});
 
 export interface StoredSecret {
   name: string;
@@ -157,7 +163,8 @@ export interface Reservation {
  * (set or deleted), a revoked token, or `reset` when changes may have been
  * missed (every cached secret and token must be read again).
  */
-export type StoreChange = { kind: "secret"; name: string } | { kind: "token_revoked"; hash: string } | { kind: "reset" };
+export type StoreChange =
+  { kind: "secret"; name: string } | { kind: "token_revoked"; hash: string } | { kind: "reset" };
 
 export interface SecretStore {
   putSecret(secret: Omit<StoredSecret, "createdAt" | "updatedAt">, now: Date): Promise<{ replaced: boolean }>;
@@ -182,7 +189,10 @@ export interface TokenStore {
    * token, ended now or before, ever carried a model call; `unknown` when no
    * token matched.
    */
-  revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }>;
+  revokeTokens(
+    by: { hash?: string; session?: string },
+    now: Date,
+  ): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }>;
 }
 
 /**

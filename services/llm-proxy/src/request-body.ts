@@ -56,7 +56,7 @@ function skipValue(raw: Buffer, at: number): number {
   if (first === QUOTE) return skipString(raw, at);
   if (first === OPEN_BRACE || first === OPEN_BRACKET) {
     const closers: number[] = [];
-    for (let i = at; i < raw.length; ) {
+    for (let i = at; i < raw.length;) {
       const byte = raw[i]!;
       if (byte === QUOTE) {
         i = skipString(raw, i);
@@ -75,7 +75,8 @@ function skipValue(raw: Buffer, at: number): number {
   }
   // A number, true, false or null: up to the next delimiter (JSON.parse judges it when it is read).
   let i = at;
-  while (i < raw.length && raw[i] !== COMMA && raw[i] !== CLOSE_BRACE && raw[i] !== CLOSE_BRACKET && !isSpace(raw[i])) i += 1;
+  while (i < raw.length && raw[i] !== COMMA && raw[i] !== CLOSE_BRACE && raw[i] !== CLOSE_BRACKET && !isSpace(raw[i]))
+    i += 1;
   return i > at ? i : -1;
 }
 

@@ -50,13 +50,24 @@ export class SessionTokens {
     for (const field of ["job", "agent", "session"] as const) {
       if (!input[field]) throw new ProxyError("invalid_argument", `MintSessionToken needs a ${field}`);
       if (!/^[\x21-\x7e]{1,256}$/.test(input[field])) {
-        throw new ProxyError("invalid_argument", `${field} must be 1 to 256 printable ASCII characters without spaces (it travels as an HTTP header)`);
+        throw new ProxyError(
+          "invalid_argument",
+          `${field} must be 1 to 256 printable ASCII characters without spaces (it travels as an HTTP header)`,
+        );
       }
     }
     const budgetUsd = input.budgetUsd ?? 0;
-    if (!Number.isFinite(budgetUsd) || budgetUsd < 0) throw new ProxyError("invalid_argument", "budget_usd must be 0 (no budget) or a positive number of dollars");
+    if (!Number.isFinite(budgetUsd) || budgetUsd < 0)
+      throw new ProxyError("invalid_argument", "budget_usd must be 0 (no budget) or a positive number of dollars");
     const token = PREFIX + randomBytes(32).toString("base64url");
-    const record: TokenRecord = { hash: hashToken(token), job: input.job, agent: input.agent, session: input.session, budgetUsd, createdAt: this.#now() };
+    const record: TokenRecord = {
+      hash: hashToken(token),
+      job: input.job,
+      agent: input.agent,
+      session: input.session,
+      budgetUsd,
+      createdAt: this.#now(),
+    };
     await this.#store.putToken(record);
     this.#live.set(record.hash, record);
     return { token, record };
@@ -68,8 +79,12 @@ export class SessionTokens {
    * carried a model call.
    */
   async revoke(by: { token?: string; session?: string }): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }> {
-    if (!by.token && !by.session) throw new ProxyError("invalid_argument", "RevokeSessionToken needs a token or a session");
-    const revoked = await this.#store.revokeTokens({ ...(by.token ? { hash: hashToken(by.token) } : {}), ...(by.session ? { session: by.session } : {}) }, this.#now());
+    if (!by.token && !by.session)
+      throw new ProxyError("invalid_argument", "RevokeSessionToken needs a token or a session");
+    const revoked = await this.#store.revokeTokens(
+      { ...(by.token ? { hash: hashToken(by.token) } : {}), ...(by.session ? { session: by.session } : {}) },
+      this.#now(),
+    );
     for (const record of revoked.ended) this.#forget(record.hash);
     // Revoked already (at another replica, whose notice may still be on its way): not live here either.
     if (by.token) this.#forget(hashToken(by.token));

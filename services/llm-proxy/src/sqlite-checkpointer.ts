@@ -39,7 +39,10 @@ export class SqliteCheckpointer {
   /** `onError`: a checkpoint failed (it is tried again at the next interval). */
   constructor(options: { file: string; intervalMs?: number; onError: (error: unknown) => void }) {
     const driver = createRequire(import.meta.url).resolve("better-sqlite3");
-    this.#worker = new Worker(THREAD, { eval: true, workerData: { file: options.file, driver, intervalMs: options.intervalMs ?? 250 } });
+    this.#worker = new Worker(THREAD, {
+      eval: true,
+      workerData: { file: options.file, driver, intervalMs: options.intervalMs ?? 250 },
+    });
     // The proxy's exit does not wait for it.
     this.#worker.unref();
     this.#worker.on("message", (message: { error?: string }) => {

@@ -10,7 +10,19 @@ import path from "node:path";
 import Database from "better-sqlite3";
 import { BudgetLedger } from "./budget-ledger.js";
 import { SqliteCheckpointer } from "./sqlite-checkpointer.js";
-import type { AttemptRecord, BudgetSnapshot, CallRecord, PendingAttempt, ProxyStore, Reservation, ReserveInput, SecretInfo, StoredSecret, TokenRecord, UsageTotals } from "./proxy-store.js";
+import type {
+  AttemptRecord,
+  BudgetSnapshot,
+  CallRecord,
+  PendingAttempt,
+  ProxyStore,
+  Reservation,
+  ReserveInput,
+  SecretInfo,
+  StoredSecret,
+  TokenRecord,
+  UsageTotals,
+} from "./proxy-store.js";
 import { interruptedRecords, tokenUse, type TokenUseAnswer } from "./proxy-store.js";
 import {
   attemptFromRow,
@@ -113,7 +125,9 @@ export class SqliteProxyStore implements ProxyStore {
     const tokenColumns = this.#db.prepare("PRAGMA table_info(session_tokens)").all() as { name: string }[];
     if (!tokenColumns.some((c) => c.name === "used_at")) {
       // Nothing recorded the use of the tokens already there: count them used, which claims nothing false.
-      this.#db.exec("ALTER TABLE session_tokens ADD COLUMN used_at INTEGER; UPDATE session_tokens SET used_at = created_at;");
+      this.#db.exec(
+        "ALTER TABLE session_tokens ADD COLUMN used_at INTEGER; UPDATE session_tokens SET used_at = created_at;",
+      );
     }
     const db = this.#db;
     this.#statements = {
@@ -130,14 +144,19 @@ export class SqliteProxyStore implements ProxyStore {
       tokensByHash: db.prepare("SELECT * FROM session_tokens WHERE hash = ? AND revoked_at IS NULL"),
       tokensBySession: db.prepare("SELECT * FROM session_tokens WHERE session = ? AND revoked_at IS NULL"),
       revokeToken: db.prepare("UPDATE session_tokens SET revoked_at = ? WHERE hash = ?"),
-      useToken: db.prepare("UPDATE session_tokens SET used_at = coalesce(used_at, @now) WHERE hash = @hash AND revoked_at IS NULL RETURNING *"),
-      tokenUse: db.prepare("SELECT count(*) AS matched, count(used_at) AS used FROM session_tokens WHERE hash = @hash OR session = @session"),
+      useToken: db.prepare(
+        "UPDATE session_tokens SET used_at = coalesce(used_at, @now) WHERE hash = @hash AND revoked_at IS NULL RETURNING *",
+      ),
+      tokenUse: db.prepare(
+        "SELECT count(*) AS matched, count(used_at) AS used FROM session_tokens WHERE hash = @hash OR session = @session",
+      ),
       // Positional parameters: binding twenty named ones per row costs more than the insert.
       insertAttempt: db.prepare(INSERT_METERING("attempts", "attempt")),
       insertCall: db.prepare(INSERT_METERING("calls", "attempts")),
       listAttempts: db.prepare("SELECT * FROM attempts WHERE job = ? ORDER BY started_at, operation_id, attempt"),
       listCalls: db.prepare("SELECT * FROM calls WHERE job = ? ORDER BY started_at, operation_id"),
-      usageByAgent: db.prepare(`SELECT ${USAGE_SUMS}, MAX(estimated) AS estimated, GROUP_CONCAT(DISTINCT provider) AS providers
+      usageByAgent:
+        db.prepare(`SELECT ${USAGE_SUMS}, MAX(estimated) AS estimated, GROUP_CONCAT(DISTINCT provider) AS providers
         FROM calls WHERE job = ? GROUP BY agent ORDER BY agent`),
       beginCall: db.prepare(
         `INSERT INTO pending_calls (${PENDING_COLUMNS.join(", ")}, owner) VALUES (${[...PENDING_COLUMNS, "owner"].map(() => "?").join(", ")})
@@ -155,16 +174,28 @@ export class SqliteProxyStore implements ProxyStore {
 
   async putSecret(secret: Omit<StoredSecret, "createdAt" | "updatedAt">, now: Date): Promise<{ replaced: boolean }> {
     const replaced = this.#statements.getSecret.get(secret.name) !== undefined;
-    this.#statements.insertSecret.run({ name: secret.name, iv: secret.iv, ciphertext: secret.ciphertext, tag: secret.tag, now: now.getTime() });
+    this.#statements.insertSecret.run({
+      name: secret.name,
+      iv: secret.iv,
+      ciphertext: secret.ciphertext,
+      tag: secret.tag,
+      now: now.getTime(),
+    });
     return { replaced };
   }
 
   async getSecret(name: string): Promise<StoredSecret | undefined> {
     const row = this.#statements.getSecret.get(name) as
-      | { name: string; iv: Buffer; ciphertext: Buffer; tag: Buffer; created_at: number; updated_at: number }
-      | undefined;
+      { name: string; iv: Buffer; ciphertext: Buffer; tag: Buffer; created_at: number; updated_at: number } | undefined;
     if (!row) return undefined;
-    return { name: row.name, iv: row.iv, ciphertext: row.ciphertext, tag: row.tag, createdAt: new Date(row.created_at), updatedAt: new Date(row.updated_at) };
+    return {
+      name: row.name,
+      iv: row.iv,
+      ciphertext: row.ciphertext,
+      tag: row.tag,
+      createdAt: new Date(row.created_at),
+      updatedAt: new Date(row.updated_at),
+    };
   }
 
   async deleteSecret(name: string): Promise<boolean> {
@@ -197,7 +228,10 @@ export class SqliteProxyStore implements ProxyStore {
     return row ? tokenFromRow(row) : undefined;
   }
 
-  async revokeTokens(by: { hash?: string; session?: string }, now: Date): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }> {
+  async revokeTokens(
+    by: { hash?: string; session?: string },
+    now: Date,
+  ): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }> {
     return this.#db.transaction(() => {
       const rows = [
         ...(by.hash ? (this.#statements.tokensByHash.all(by.hash) as TokenRow[]) : []),
@@ -205,8 +239,14 @@ export class SqliteProxyStore implements ProxyStore {
       ];
       const unique = new Map(rows.map((r) => [r.hash, r]));
       for (const hash of unique.keys()) this.#statements.revokeToken.run(now.getTime(), hash);
-      const counts = this.#statements.tokenUse.get({ hash: by.hash ?? null, session: by.session ?? null }) as { matched: number; used: number };
-      return { ended: [...unique.values()].map((r) => ({ ...tokenFromRow(r), revokedAt: now })), use: tokenUse(counts) };
+      const counts = this.#statements.tokenUse.get({ hash: by.hash ?? null, session: by.session ?? null }) as {
+        matched: number;
+        used: number;
+      };
+      return {
+        ended: [...unique.values()].map((r) => ({ ...tokenFromRow(r), revokedAt: now })),
+        use: tokenUse(counts),
+      };
     })();
   }
 
@@ -242,7 +282,8 @@ export class SqliteProxyStore implements ProxyStore {
       for (const row of rows) {
         const { call, attempt } = interruptedRecords(pendingFromRow(row));
         this.#statements.insertAttemptIfNew.run([...meteringValues(attempt, SQLITE_ENCODING), attempt.attempt]);
-        if (this.#statements.insertCallIfNew.run([...meteringValues(call, SQLITE_ENCODING), call.attempts]).changes > 0) made.push(call);
+        if (this.#statements.insertCallIfNew.run([...meteringValues(call, SQLITE_ENCODING), call.attempts]).changes > 0)
+          made.push(call);
       }
       return made;
     })();

@@ -37,7 +37,8 @@ export function sseData(event: string): string | undefined {
     if (start < 0) return undefined;
     const newline = event.indexOf("\n", start);
     const end = newline < 0 ? event.length : newline;
-    if (newline < 0 || dataLine(event, newline + 1) < 0) return event.charAt(start + 5) === " " ? event.slice(start + 6, end) : event.slice(start + 5, end);
+    if (newline < 0 || dataLine(event, newline + 1) < 0)
+      return event.charAt(start + 5) === " " ? event.slice(start + 6, end) : event.slice(start + 5, end);
   }
   let data: string | undefined;
   for (const line of event.split(/\r?\n/)) {

@@ -32,7 +32,20 @@ export const METERING_COLUMNS = [
 export const METERING_COLUMN_LIST = METERING_COLUMNS.join(", ");
 
 /** The columns of `pending_calls` both stores write, in the order pendingValues gives them. */
-export const PENDING_COLUMNS = ["operation_id", "job", "agent", "session", "provider", "model", "wire", "stream", "attempt", "started_at", "attempt_started_at", "reservation_id"] as const;
+export const PENDING_COLUMNS = [
+  "operation_id",
+  "job",
+  "agent",
+  "session",
+  "provider",
+  "model",
+  "wire",
+  "stream",
+  "attempt",
+  "started_at",
+  "attempt_started_at",
+  "reservation_id",
+] as const;
 
 /** How a store's driver takes booleans and times. */
 export interface ColumnEncoding {
@@ -125,7 +138,9 @@ interface IdentityRow {
   stream: Flag;
 }
 
-function identityFromRow(row: IdentityRow): Pick<PendingAttempt, "operationId" | "job" | "agent" | "session" | "provider" | "model" | "wire" | "stream"> {
+function identityFromRow(
+  row: IdentityRow,
+): Pick<PendingAttempt, "operationId" | "job" | "agent" | "session" | "provider" | "model" | "wire" | "stream"> {
   return {
     operationId: row.operation_id,
     job: row.job,
@@ -158,8 +173,14 @@ export function meteringFromRow(row: MeteringRow): Omit<AttemptRecord, "attempt"
   };
 }
 
-export const attemptFromRow = (row: MeteringRow & { attempt: number }): AttemptRecord => ({ ...meteringFromRow(row), attempt: row.attempt });
-export const callFromRow = (row: MeteringRow & { attempts: number }): CallRecord => ({ ...meteringFromRow(row), attempts: row.attempts });
+export const attemptFromRow = (row: MeteringRow & { attempt: number }): AttemptRecord => ({
+  ...meteringFromRow(row),
+  attempt: row.attempt,
+});
+export const callFromRow = (row: MeteringRow & { attempts: number }): CallRecord => ({
+  ...meteringFromRow(row),
+  attempts: row.attempts,
+});
 
 export interface TokenRow {
   hash: string;
@@ -236,10 +257,17 @@ export function usageFromRows(rows: UsageRow[]): Map<string, UsageTotals> {
         calls: Number(r.calls),
         failedCalls: Number(r.failed_calls),
         attempts: Number(r.attempts),
-        usage: { input: Number(r.input), output: Number(r.output), cacheRead: Number(r.cache_read), cacheWrite: Number(r.cache_write), reasoning: Number(r.reasoning) },
+        usage: {
+          input: Number(r.input),
+          output: Number(r.output),
+          cacheRead: Number(r.cache_read),
+          cacheWrite: Number(r.cache_write),
+          reasoning: Number(r.reasoning),
+        },
         costUsd: Number(r.cost),
         estimated: toFlag(r.estimated),
-        providers: r.providers === null ? [] : typeof r.providers === "string" ? r.providers.split(",").sort() : r.providers,
+        providers:
+          r.providers === null ? [] : typeof r.providers === "string" ? r.providers.split(",").sort() : r.providers,
       },
     ]),
   );

@@ -67,8 +67,10 @@ export function recordCall(record: CallRecord): void {
     ...metricAttributes,
     ...(record.outcome === "ok" ? {} : { "error.type": record.outcome }),
   });
-  if (record.usage.input > 0) metrics.tokenUsage.record(record.usage.input, { ...metricAttributes, [GenAi.tokenType]: "input" });
-  if (record.usage.output > 0) metrics.tokenUsage.record(record.usage.output, { ...metricAttributes, [GenAi.tokenType]: "output" });
+  if (record.usage.input > 0)
+    metrics.tokenUsage.record(record.usage.input, { ...metricAttributes, [GenAi.tokenType]: "input" });
+  if (record.usage.output > 0)
+    metrics.tokenUsage.record(record.usage.output, { ...metricAttributes, [GenAi.tokenType]: "output" });
   const span = trace.getActiveSpan();
   if (!span?.isRecording()) return;
   span.setAttributes({

@@ -47,14 +47,23 @@ export function sendUpstream(request: UpstreamRequest): UpstreamCall {
     req.once("error", reject);
   });
   req.end(request.body);
-  return { response, abort: () => void req.destroy(Object.assign(new Error("the request upstream was aborted"), { name: "AbortError", code: "ABORT_ERR" })) };
+  return {
+    response,
+    abort: () =>
+      void req.destroy(
+        Object.assign(new Error("the request upstream was aborted"), { name: "AbortError", code: "ABORT_ERR" }),
+      ),
+  };
 }
 
 /**
  * Reads a whole body. Rejects when the connection dies before its end.
  * Events rather than `for await`: the async iterator costs a promise per chunk.
  */
-export function readAll(stream: NodeJS.ReadableStream & { readonly complete?: boolean }, maxBytes = Number.POSITIVE_INFINITY): Promise<Buffer | undefined> {
+export function readAll(
+  stream: NodeJS.ReadableStream & { readonly complete?: boolean },
+  maxBytes = Number.POSITIVE_INFINITY,
+): Promise<Buffer | undefined> {
   return new Promise((resolve, reject) => {
     const parts: Buffer[] = [];
     let size = 0;
@@ -78,7 +87,8 @@ export function readAll(stream: NodeJS.ReadableStream & { readonly complete?: bo
     };
     const onClose = (): void => {
       // A response whose connection closed before its end never emits `end`.
-      if (stream.complete === false) onError(Object.assign(new Error("the connection closed before the body ended"), { code: "ECONNRESET" }));
+      if (stream.complete === false)
+        onError(Object.assign(new Error("the connection closed before the body ended"), { code: "ECONNRESET" }));
     };
     function cleanup(): void {
       stream.off("data", onData);

@@ -32,7 +32,11 @@ export function usageEventAttributes(call: CallRecord): Record<string, unknown> 
 }
 
 export function eventsUsageSink(options: { url: string; logger: Logger; token?: string }): UsageSink {
-  const publisher: EventPublisher = createEventPublisher({ url: options.url, logger: options.logger, ...(options.token ? { token: options.token } : {}) });
+  const publisher: EventPublisher = createEventPublisher({
+    url: options.url,
+    logger: options.logger,
+    ...(options.token ? { token: options.token } : {}),
+  });
   return {
     callCompleted(call) {
       publisher.publish(

@@ -6,7 +6,10 @@ import type { ProxyErrorType, WireFormat } from "./wire-formats/wire-format.js";
 
 export type ClientResponse = http.ServerResponse | http2.Http2ServerResponse;
 
-export function sendError(res: ClientResponse, options: { format: WireFormat; status: number; type: ProxyErrorType; message: string; operationId?: string }): void {
+export function sendError(
+  res: ClientResponse,
+  options: { format: WireFormat; status: number; type: ProxyErrorType; message: string; operationId?: string },
+): void {
   const text = JSON.stringify(options.format.errorBody(options.type, options.message));
   if (res.headersSent) {
     abortResponse(res);

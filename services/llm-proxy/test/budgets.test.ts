@@ -31,7 +31,7 @@ void describe("budgets", () => {
       assert.equal(error.type, "budget_exhausted");
       assert.match(error.message, /budget/);
       assert.equal(fx.model.requests.length, 1, "the refused call never reached the provider");
-      const calls = (await fx.proxy.store.listCalls(e.job));
+      const calls = await fx.proxy.store.listCalls(e.job);
       assert.deepEqual(calls.map((c) => c.outcome).sort(), ["budget_refused", "ok"]);
     } finally {
       await fx.close();
@@ -44,11 +44,21 @@ void describe("budgets", () => {
     try {
       // Input ~ $0.00003; each 16-character delta ~4 tokens ~ $0.00006: the budget is crossed mid-stream.
       const e = await fx.session({ budgetUsd: 0.003 });
-      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      const client = new Anthropic({
+        baseURL: e.anthropicBaseUrl,
+        apiKey: e.token,
+        defaultHeaders: e.headers,
+        maxRetries: 0,
+      });
       let received = "";
       await assert.rejects(
         async () => {
-          const stream = await client.messages.create({ model: "claude-sonnet-5", max_tokens: 4000, stream: true, messages: [{ role: "user", content: "x" }] });
+          const stream = await client.messages.create({
+            model: "claude-sonnet-5",
+            max_tokens: 4000,
+            stream: true,
+            messages: [{ role: "user", content: "x" }],
+          });
           for await (const event of stream) {
             if (event.type === "content_block_delta" && event.delta.type === "text_delta") received += event.delta.text;
           }
@@ -56,10 +66,14 @@ void describe("budgets", () => {
         (error: unknown) => error instanceof Error && /budget/.test(error.message),
       );
       assert.ok(received.length > 0 && received.length < long.length);
-      const [call] = (await fx.proxy.store.listCalls(e.job));
+      const [call] = await fx.proxy.store.listCalls(e.job);
       assert.equal(call!.outcome, "budget_cut");
       assert.ok(call!.costUsd <= 0.003 + (16 / 4) * (PRICE.output / 1e6), "spent at most one event past the budget");
-      const again = await post(`${e.anthropicBaseUrl}/v1/messages`, { model: "claude-sonnet-5", max_tokens: 10, messages: [{ role: "user", content: "x" }] }, { "x-api-key": e.token, ...e.headers });
+      const again = await post(
+        `${e.anthropicBaseUrl}/v1/messages`,
+        { model: "claude-sonnet-5", max_tokens: 10, messages: [{ role: "user", content: "x" }] },
+        { "x-api-key": e.token, ...e.headers },
+      );
       assert.equal(again.status, 402);
       assert.equal(JSON.parse(again.text).error.type, "budget_exhausted");
       assert.equal(fx.model.requests.length, 1);
@@ -71,11 +85,24 @@ void describe("budgets", () => {
   void it("refuses a budgeted call to a model without a price (fails closed)", async () => {
     const fx = await startFixture({
       turns: [{ text: "never" }],
-      config: { providers: [{ name: "anthropic", baseUrl: "http://127.0.0.1:9", keySecret: "ANTHROPIC_API_KEY", prices: { "claude-opus": { input: 1, output: 1 } } }] },
+      config: {
+        providers: [
+          {
+            name: "anthropic",
+            baseUrl: "http://127.0.0.1:9",
+            keySecret: "ANTHROPIC_API_KEY",
+            prices: { "claude-opus": { input: 1, output: 1 } },
+          },
+        ],
+      },
     });
     try {
       const e = await fx.session({ budgetUsd: 1 });
-      const r = await post(`${e.anthropicBaseUrl}/v1/messages`, { model: "unpriced-model", max_tokens: 10, messages: [] }, { "x-api-key": e.token, ...e.headers });
+      const r = await post(
+        `${e.anthropicBaseUrl}/v1/messages`,
+        { model: "unpriced-model", max_tokens: 10, messages: [] },
+        { "x-api-key": e.token, ...e.headers },
+      );
       assert.equal(r.status, 400);
       assert.match(JSON.parse(r.text).error.message, /no price/);
     } finally {
@@ -87,7 +114,10 @@ void describe("budgets", () => {
     const { mkdtempSync, rmSync } = await import("node:fs");
     const dir = mkdtempSync(`${(await import("node:os")).tmpdir()}/oz0-llm-proxy-`);
     t.after(() => rmSync(dir, { recursive: true, force: true }));
-    const fx = await startFixture({ turns: () => ({ text: "ok", usage: { input: 1000, output: 1000 } }), config: { dataDir: dir } });
+    const fx = await startFixture({
+      turns: () => ({ text: "ok", usage: { input: 1000, output: 1000 } }),
+      config: { dataDir: dir },
+    });
     let token: string;
     let headers: Record<string, string>;
     let base: string;
@@ -96,7 +126,11 @@ void describe("budgets", () => {
       token = e.token;
       headers = e.headers;
       base = e.anthropicBaseUrl;
-      const r = await post(`${base}/v1/messages`, { model: "m", max_tokens: 100, messages: [] }, { "x-api-key": token, ...headers });
+      const r = await post(
+        `${base}/v1/messages`,
+        { model: "m", max_tokens: 100, messages: [] },
+        { "x-api-key": token, ...headers },
+      );
       assert.equal(r.status, 200);
     } finally {
       await fx.close();
@@ -104,7 +138,11 @@ void describe("budgets", () => {
     // $0.018 of $0.02 spent: a restarted proxy on the same data must remember it.
     const again = await startFixture({ turns: () => ({ text: "ok" }), config: { dataDir: dir } });
     try {
-      const r = await post(`${again.proxy.url}/anthropic/v1/messages`, { model: "m", max_tokens: 1000, messages: [] }, { "x-api-key": token, ...headers });
+      const r = await post(
+        `${again.proxy.url}/anthropic/v1/messages`,
+        { model: "m", max_tokens: 1000, messages: [] },
+        { "x-api-key": token, ...headers },
+      );
       assert.equal(r.status, 402);
     } finally {
       await again.close();

@@ -23,7 +23,13 @@ const main = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "src"
 
 function startMain(env: Record<string, string>): Promise<{ child: ChildProcess; url: string }> {
   const child = spawn(process.execPath, ["--import", "tsx", main], {
-    env: { PATH: process.env.PATH, OZ0_PORT: "0", OZ0_LOG_LEVEL: "info", ...testCredentials.envFor("llm-proxy"), ...env },
+    env: {
+      PATH: process.env.PATH,
+      OZ0_PORT: "0",
+      OZ0_LOG_LEVEL: "info",
+      ...testCredentials.envFor("llm-proxy"),
+      ...env,
+    },
     stdio: ["ignore", "ignore", "pipe"],
   });
   let stderr = "";
@@ -64,9 +70,19 @@ async function startUpstream(): Promise<{ url: string; streaming: Promise<void>;
       }
       hanging.add(res);
       res.writeHead(200, { "content-type": "text/event-stream" });
-      const event = (type: string, data: unknown): string => `event: ${type}\ndata: ${JSON.stringify({ type, ...(data as object) })}\n\n`;
+      const event = (type: string, data: unknown): string =>
+        `event: ${type}\ndata: ${JSON.stringify({ type, ...(data as object) })}\n\n`;
       res.write(
-        event("message_start", { message: { id: "msg_2", type: "message", role: "assistant", model: request.model, content: [], usage: { input_tokens: 10, output_tokens: 1 } } }) +
+        event("message_start", {
+          message: {
+            id: "msg_2",
+            type: "message",
+            role: "assistant",
+            model: request.model,
+            content: [],
+            usage: { input_tokens: 10, output_tokens: 1 },
+          },
+        }) +
           event("content_block_start", { index: 0, content_block: { type: "text", text: "" } }) +
           event("content_block_delta", { index: 0, delta: { type: "text_delta", text: "thinking about it" } }),
       );
@@ -95,13 +111,21 @@ void describe("a proxy killed mid-call", () => {
     try {
       writeFileSync(
         path.join(dir, "providers.json"),
-        JSON.stringify({ providers: [{ name: "fake", baseUrl: upstream.url, prices: { "*": { input: 3, output: 15 } } }] }),
+        JSON.stringify({
+          providers: [{ name: "fake", baseUrl: upstream.url, prices: { "*": { input: 3, output: 15 } } }],
+        }),
       );
       const env = { OZ0_LLM_PROXY_DATA: path.join(dir, "data"), OZ0_PROVIDERS_FILE: path.join(dir, "providers.json") };
       const first = await startMain(env);
       children.push(first.child);
-      const control = (url: string) => createClient(LlmProxyService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }));
-      const session = await control(first.url).mintSessionToken({ job: "job-crash", agent: "coder", session: "s-crash", budgetUsd: 1 });
+      const control = (url: string) =>
+        createClient(LlmProxyService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }));
+      const session = await control(first.url).mintSessionToken({
+        job: "job-crash",
+        agent: "coder",
+        session: "s-crash",
+        budgetUsd: 1,
+      });
       const messages = (url: string, body: Record<string, unknown>): Promise<Response> =>
         fetch(`${url}/fake/v1/messages`, {
           method: "POST",
@@ -147,10 +171,22 @@ void describe("a proxy killed mid-call", () => {
       const store = new SqliteProxyStore({ dataDir: env.OZ0_LLM_PROXY_DATA });
       try {
         const calls = await store.listCalls("job-crash");
-        assert.deepEqual(calls.filter((c) => c.operationId === interruptedId).map((c) => [c.outcome, c.attempts, c.costUsd, c.estimated, c.usage.output]), [["interrupted", 1, 0, true, 0]]);
-        assert.deepEqual(calls.filter((c) => c.operationId === completedId).map((c) => c.outcome), ["ok"], "the completed call once, not also as interrupted");
+        assert.deepEqual(
+          calls
+            .filter((c) => c.operationId === interruptedId)
+            .map((c) => [c.outcome, c.attempts, c.costUsd, c.estimated, c.usage.output]),
+          [["interrupted", 1, 0, true, 0]],
+        );
+        assert.deepEqual(
+          calls.filter((c) => c.operationId === completedId).map((c) => c.outcome),
+          ["ok"],
+          "the completed call once, not also as interrupted",
+        );
         assert.deepEqual(calls.map((c) => c.outcome).sort(), ["budget_refused", "interrupted", "ok"]);
-        assert.deepEqual((await store.listAttempts("job-crash")).filter((a) => a.operationId === interruptedId).map((a) => a.outcome), ["interrupted"]);
+        assert.deepEqual(
+          (await store.listAttempts("job-crash")).filter((a) => a.operationId === interruptedId).map((a) => a.outcome),
+          ["interrupted"],
+        );
       } finally {
         await store.close();
       }
@@ -184,7 +220,16 @@ void describe("a proxy killed mid-call", () => {
         // A moment of thought, so calls are in flight when the proxy dies.
         setTimeout(() => {
           res.writeHead(200, { "content-type": "application/json" });
-          res.end(JSON.stringify({ id: "msg", type: "message", role: "assistant", content: [{ type: "text", text: "ok" }], stop_reason: "end_turn", usage: { input_tokens: 10, output_tokens: 20 } }));
+          res.end(
+            JSON.stringify({
+              id: "msg",
+              type: "message",
+              role: "assistant",
+              content: [{ type: "text", text: "ok" }],
+              stop_reason: "end_turn",
+              usage: { input_tokens: 10, output_tokens: 20 },
+            }),
+          );
         }, upstreamCalls % 3);
       });
     });
@@ -194,14 +239,25 @@ void describe("a proxy killed mid-call", () => {
     try {
       const providers = path.join(dir, "load-providers.json");
       const upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
-      writeFileSync(providers, JSON.stringify({ providers: [{ name: "fake", baseUrl: upstreamUrl, prices: { "*": { input: 3, output: 15 } } }] }));
+      writeFileSync(
+        providers,
+        JSON.stringify({
+          providers: [{ name: "fake", baseUrl: upstreamUrl, prices: { "*": { input: 3, output: 15 } } }],
+        }),
+      );
       const env = { OZ0_LLM_PROXY_DATA: loadDir, OZ0_PROVIDERS_FILE: providers };
-      const control = (url: string) => createClient(LlmProxyService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }));
+      const control = (url: string) =>
+        createClient(LlmProxyService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }));
       const first = await startMain(env);
       children.push(first.child);
       // $0.0003 a call, and each holds $0.0015 while it runs: about 300 calls, then 402s.
       const budgetUsd = 0.1;
-      const session = await control(first.url).mintSessionToken({ job: "job-load", agent: "coder", session: "s-load", budgetUsd });
+      const session = await control(first.url).mintSessionToken({
+        job: "job-load",
+        agent: "coder",
+        session: "s-load",
+        budgetUsd,
+      });
       const answered = new Set<string>();
       let refused = 0;
       /** Sixteen clients calling until `stop` says so, or until the proxy is gone (fetch rejects). */
@@ -214,7 +270,11 @@ void describe("a proxy killed mid-call", () => {
                 response = await fetch(`${url}/fake/v1/messages`, {
                   method: "POST",
                   headers: { "content-type": "application/json", "x-api-key": session.token, ...session.headers },
-                  body: JSON.stringify({ model: "claude-sonnet-5", max_tokens: 100, messages: [{ role: "user", content: "hi" }] }),
+                  body: JSON.stringify({
+                    model: "claude-sonnet-5",
+                    max_tokens: 100,
+                    messages: [{ role: "user", content: "hi" }],
+                  }),
                 });
                 const text = await response.text();
                 if (response.status === 402) {
@@ -258,11 +318,24 @@ void describe("a proxy killed mid-call", () => {
         // when the proxy died before its answer was recorded; interrupted ones that never reached it are
         // at most the calls in flight at the kill.
         const sentUpstream = calls.filter((c) => c.outcome === "ok" || c.outcome === "interrupted").length;
-        assert.ok(byOutcome("ok") <= upstreamCalls, `${byOutcome("ok")} ok calls, but the upstream saw ${upstreamCalls}`);
-        assert.ok(sentUpstream >= upstreamCalls, `every upstream call is metered: ${upstreamCalls} sent, ${sentUpstream} recorded`);
-        assert.ok(byOutcome("interrupted") <= 16, `${byOutcome("interrupted")} interrupted, more than the 16 calls in flight`);
+        assert.ok(
+          byOutcome("ok") <= upstreamCalls,
+          `${byOutcome("ok")} ok calls, but the upstream saw ${upstreamCalls}`,
+        );
+        assert.ok(
+          sentUpstream >= upstreamCalls,
+          `every upstream call is metered: ${upstreamCalls} sent, ${sentUpstream} recorded`,
+        );
+        assert.ok(
+          byOutcome("interrupted") <= 16,
+          `${byOutcome("interrupted")} interrupted, more than the 16 calls in flight`,
+        );
         const attempts = await store.listAttempts("job-load");
-        assert.equal(new Set(attempts.map((a) => `${a.operationId}:${a.attempt}`)).size, attempts.length, "no attempt is recorded twice");
+        assert.equal(
+          new Set(attempts.map((a) => `${a.operationId}:${a.attempt}`)).size,
+          attempts.length,
+          "no attempt is recorded twice",
+        );
         assert.equal(attempts.length, sentUpstream, "one attempt per call sent");
         const charged = calls.reduce((sum, c) => sum + c.costUsd, 0);
         assert.ok(charged <= budgetUsd, `charged $${charged} of a $${budgetUsd} budget`);

@@ -8,8 +8,29 @@ import { after, before, describe, it } from "node:test";
 import { PLANTED_KEY, post, startFixture, type ProxyFixture, type SessionEndpoint } from "./proxy-fixture.js";
 
 /** Every header name a provider may see: the allowlist, plus what the proxy and HTTP itself set. */
-const ANTHROPIC_UPSTREAM = new Set(["anthropic-version", "anthropic-beta", "accept", "user-agent", "x-app", "x-api-key", "content-type", "accept-encoding", "content-length", "host", "connection"]);
-const OPENAI_UPSTREAM = new Set(["accept", "user-agent", "authorization", "content-type", "accept-encoding", "content-length", "host", "connection"]);
+const ANTHROPIC_UPSTREAM = new Set([
+  "anthropic-version",
+  "anthropic-beta",
+  "accept",
+  "user-agent",
+  "x-app",
+  "x-api-key",
+  "content-type",
+  "accept-encoding",
+  "content-length",
+  "host",
+  "connection",
+]);
+const OPENAI_UPSTREAM = new Set([
+  "accept",
+  "user-agent",
+  "authorization",
+  "content-type",
+  "accept-encoding",
+  "content-length",
+  "host",
+  "connection",
+]);
 
 /** Headers no provider may see, each carrying the session token or something else it must not get. */
 function unwanted(token: string, randomName: string): Record<string, string> {
@@ -71,7 +92,11 @@ void describe("request headers forwarded to a provider", () => {
     });
     assert.equal(seen.length, 3);
     for (const headers of seen) {
-      assert.deepEqual(Object.keys(headers).filter((name) => !ANTHROPIC_UPSTREAM.has(name)), [], "nothing outside the allowlist");
+      assert.deepEqual(
+        Object.keys(headers).filter((name) => !ANTHROPIC_UPSTREAM.has(name)),
+        [],
+        "nothing outside the allowlist",
+      );
       assert.ok(!JSON.stringify(headers).includes(e.token), "the session token reached the provider");
       for (const [name, value] of Object.entries(needed)) assert.equal(headers[name], value, name);
       assert.equal(headers["x-api-key"], PLANTED_KEY, "the custodied key, set by the proxy");
@@ -85,14 +110,24 @@ void describe("request headers forwarded to a provider", () => {
         const r = await post(
           `${e.openaiBaseUrl}/chat/completions`,
           { model: "gpt-4o", stream, messages: [{ role: "user", content: "hi" }] },
-          { ...unwanted(e.token, randomName), accept: "application/json", "user-agent": "OpenAI/JS 6.49.0", ...e.headers, authorization: `Bearer ${e.token}` },
+          {
+            ...unwanted(e.token, randomName),
+            accept: "application/json",
+            "user-agent": "OpenAI/JS 6.49.0",
+            ...e.headers,
+            authorization: `Bearer ${e.token}`,
+          },
         );
         assert.equal(r.status, 200, r.text);
       }
     });
     assert.equal(seen.length, 2);
     for (const headers of seen) {
-      assert.deepEqual(Object.keys(headers).filter((name) => !OPENAI_UPSTREAM.has(name)), [], "nothing outside the allowlist");
+      assert.deepEqual(
+        Object.keys(headers).filter((name) => !OPENAI_UPSTREAM.has(name)),
+        [],
+        "nothing outside the allowlist",
+      );
       assert.ok(!JSON.stringify(headers).includes(e.token), "the session token reached the provider");
       assert.equal(headers.accept, "application/json");
       assert.equal(headers["user-agent"], "OpenAI/JS 6.49.0");
@@ -105,7 +140,13 @@ void describe("request headers forwarded to a provider", () => {
       const r = await post(
         `${e.anthropicBaseUrl}/v1/messages`,
         { model: "claude-sonnet-5", max_tokens: 20, messages: [{ role: "user", content: "hi" }] },
-        { ...e.headers, authorization: `Bearer ${e.token}`, "user-agent": `harness/1.0 (${e.token})`, "anthropic-beta": `beta,${e.token}`, "x-app": "cli" },
+        {
+          ...e.headers,
+          authorization: `Bearer ${e.token}`,
+          "user-agent": `harness/1.0 (${e.token})`,
+          "anthropic-beta": `beta,${e.token}`,
+          "x-app": "cli",
+        },
       );
       assert.equal(r.status, 200, r.text);
     });

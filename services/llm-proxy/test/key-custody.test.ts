@@ -6,7 +6,11 @@ import { describe, it } from "node:test";
 import { toJsonString } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { GetUsageResponseSchema, ListSecretsResponseSchema, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import {
+  GetUsageResponseSchema,
+  ListSecretsResponseSchema,
+  SecretService,
+} from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { PLANTED_KEY, startFixture } from "./proxy-fixture.js";
@@ -37,14 +41,34 @@ void describe("key custody", () => {
         // A model repeating the key in its answer, streamed and not.
         { text: `the key is ${PLANTED_KEY}` },
         { text: `streamed: ${PLANTED_KEY}` },
-        { fail: { status: 400, body: { error: { message: `Incorrect API key provided: ${PLANTED_KEY.slice(0, 12)}********${PLANTED_KEY.slice(-12)}`, type: "invalid_request_error" } } } },
+        {
+          fail: {
+            status: 400,
+            body: {
+              error: {
+                message: `Incorrect API key provided: ${PLANTED_KEY.slice(0, 12)}********${PLANTED_KEY.slice(-12)}`,
+                type: "invalid_request_error",
+              },
+            },
+          },
+        },
       ],
     });
     const outputs: string[] = [];
     try {
       const e = await fx.session();
-      const anthropic = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
-      const openai = new OpenAI({ baseURL: e.openaiBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      const anthropic = new Anthropic({
+        baseURL: e.anthropicBaseUrl,
+        apiKey: e.token,
+        defaultHeaders: e.headers,
+        maxRetries: 0,
+      });
+      const openai = new OpenAI({
+        baseURL: e.openaiBaseUrl,
+        apiKey: e.token,
+        defaultHeaders: e.headers,
+        maxRetries: 0,
+      });
       const ask = { model: "claude-sonnet-5", max_tokens: 50, messages: [{ role: "user" as const, content: "x" }] };
 
       await assert.rejects(anthropic.messages.create(ask), (error: unknown) => {
@@ -54,19 +78,34 @@ void describe("key custody", () => {
       const plain = await anthropic.messages.create(ask);
       outputs.push(JSON.stringify(plain));
       let streamed = "";
-      for await (const event of await anthropic.messages.create({ ...ask, stream: true })) streamed += JSON.stringify(event);
+      for await (const event of await anthropic.messages.create({ ...ask, stream: true }))
+        streamed += JSON.stringify(event);
       outputs.push(streamed);
-      await assert.rejects(openai.chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: "x" }] }), (error: unknown) => {
-        outputs.push(String(error), JSON.stringify(error));
-        return error instanceof OpenAI.BadRequestError;
+      await assert.rejects(
+        openai.chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: "x" }] }),
+        (error: unknown) => {
+          outputs.push(String(error), JSON.stringify(error));
+          return error instanceof OpenAI.BadRequestError;
+        },
+      );
+      const raw = await fetch(`${e.anthropicBaseUrl}/v1/messages`, {
+        method: "POST",
+        headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" },
+        body: JSON.stringify(ask),
       });
-      const raw = await fetch(`${e.anthropicBaseUrl}/v1/messages`, { method: "POST", headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" }, body: JSON.stringify(ask) });
       outputs.push(await raw.text(), JSON.stringify([...raw.headers]));
 
       // The key did reach the provider: custody works, it is just never shown.
-      assert.ok(fx.model.requests.every((r) => r.headers["x-api-key"] === PLANTED_KEY || r.headers.authorization === `Bearer ${PLANTED_KEY}`));
+      assert.ok(
+        fx.model.requests.every(
+          (r) => r.headers["x-api-key"] === PLANTED_KEY || r.headers.authorization === `Bearer ${PLANTED_KEY}`,
+        ),
+      );
 
-      outputs.push(JSON.stringify((await fx.proxy.store.listAttempts(e.job))), JSON.stringify((await fx.proxy.store.listCalls(e.job))));
+      outputs.push(
+        JSON.stringify(await fx.proxy.store.listAttempts(e.job)),
+        JSON.stringify(await fx.proxy.store.listCalls(e.job)),
+      );
       outputs.push(JSON.stringify(fx.events));
       outputs.push(toJsonString(ListSecretsResponseSchema, await fx.secrets.listSecrets({})));
       outputs.push(toJsonString(GetUsageResponseSchema, await fx.control.getUsage({ job: e.job })));
@@ -94,10 +133,19 @@ void describe("key custody", () => {
       const created = await fx.secrets.setSecret({ name: "OTHER_KEY", value: "v" });
       assert.equal(created.replaced, false);
       const list = await fx.secrets.listSecrets({});
-      assert.deepEqual(list.secrets.map((s) => s.name), ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OTHER_KEY"]);
+      assert.deepEqual(
+        list.secrets.map((s) => s.name),
+        ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OTHER_KEY"],
+      );
       await fx.secrets.deleteSecret({ name: "OTHER_KEY" });
-      await assert.rejects(fx.secrets.deleteSecret({ name: "OTHER_KEY" }), (e: unknown) => e instanceof ConnectError && e.code === Code.NotFound);
-      await assert.rejects(fx.secrets.setSecret({ name: "lower case", value: "v" }), (e: unknown) => e instanceof ConnectError && e.code === Code.InvalidArgument);
+      await assert.rejects(
+        fx.secrets.deleteSecret({ name: "OTHER_KEY" }),
+        (e: unknown) => e instanceof ConnectError && e.code === Code.NotFound,
+      );
+      await assert.rejects(
+        fx.secrets.setSecret({ name: "lower case", value: "v" }),
+        (e: unknown) => e instanceof ConnectError && e.code === Code.InvalidArgument,
+      );
     } finally {
       await fx.close();
     }
@@ -106,23 +154,40 @@ void describe("key custody", () => {
   void it("answers the control API for the orchestrator's credential only, leaving health open", async () => {
     const { startLlmProxy } = await import("../src/index.js");
     const { Health } = await import("@oz0/proto/grpc/health/v1/health_pb");
-    const proxy = await startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"), providers: [], logger: (await import("pino")).default({ level: "silent" }) });
+    const proxy = await startLlmProxy({
+      auth: testCredentials.settingsFor("llm-proxy"),
+      providers: [],
+      logger: (await import("pino")).default({ level: "silent" }),
+    });
     try {
       const transport = createGrpcTransport({ baseUrl: proxy.url });
       const health = await createClient(Health, transport).check({ service: "readiness" });
       assert.equal(health.status, 1);
       const secrets = createClient(SecretService, transport);
-      await assert.rejects(secrets.setSecret({ name: "X_KEY", value: "v" }), (e: unknown) => e instanceof ConnectError && e.code === Code.Unauthenticated && /needs a credential/.test(e.rawMessage));
+      await assert.rejects(
+        secrets.setSecret({ name: "X_KEY", value: "v" }),
+        (e: unknown) =>
+          e instanceof ConnectError && e.code === Code.Unauthenticated && /needs a credential/.test(e.rawMessage),
+      );
       // A person, even the owner with every role, is not the orchestrator.
       await assert.rejects(
-        secrets.setSecret({ name: "X_KEY", value: "v" }, { headers: { authorization: `Bearer ${testCredentials.owner}` } }),
+        secrets.setSecret(
+          { name: "X_KEY", value: "v" },
+          { headers: { authorization: `Bearer ${testCredentials.owner}` } },
+        ),
         (e: unknown) => e instanceof ConnectError && e.code === Code.Unauthenticated,
       );
       await assert.rejects(
-        secrets.setSecret({ name: "X_KEY", value: "v" }, { headers: { authorization: `Bearer ${testCredentials.services.sandbox}` } }),
+        secrets.setSecret(
+          { name: "X_KEY", value: "v" },
+          { headers: { authorization: `Bearer ${testCredentials.services.sandbox}` } },
+        ),
         (e: unknown) => e instanceof ConnectError && e.code === Code.Unauthenticated,
       );
-      const ok = await secrets.setSecret({ name: "X_KEY", value: "v" }, { headers: { authorization: `Bearer ${testCredentials.services.orchestrator}` } });
+      const ok = await secrets.setSecret(
+        { name: "X_KEY", value: "v" },
+        { headers: { authorization: `Bearer ${testCredentials.services.orchestrator}` } },
+      );
       assert.equal(ok.replaced, false);
     } finally {
       await proxy.close();
@@ -141,11 +206,24 @@ void describe("key custody", () => {
     const first = await startFixture({ turns: [], config: { dataDir } });
     await first.close();
     const { startLlmProxy } = await import("../src/index.js");
-    const proxy = await startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"), dataDir, kek: Buffer.alloc(32, 9), providers: [{ name: "anthropic", baseUrl: "http://127.0.0.1:9", keySecret: "ANTHROPIC_API_KEY" }], logger: (await import("pino")).default({ level: "silent" }) });
+    const proxy = await startLlmProxy({
+      auth: testCredentials.settingsFor("llm-proxy"),
+      dataDir,
+      kek: Buffer.alloc(32, 9),
+      providers: [{ name: "anthropic", baseUrl: "http://127.0.0.1:9", keySecret: "ANTHROPIC_API_KEY" }],
+      logger: (await import("pino")).default({ level: "silent" }),
+    });
     try {
-      const control = createClient((await import("@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb")).LlmProxyService, createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] }));
+      const control = createClient(
+        (await import("@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb")).LlmProxyService,
+        createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] }),
+      );
       const minted = await control.mintSessionToken({ job: "j", agent: "a", session: "s" });
-      const r = await fetch(`${proxy.url}/anthropic/v1/messages`, { method: "POST", headers: { "x-api-key": minted.token, "Oz0-Job": "j", "Oz0-Agent": "a" }, body: "{}" });
+      const r = await fetch(`${proxy.url}/anthropic/v1/messages`, {
+        method: "POST",
+        headers: { "x-api-key": minted.token, "Oz0-Job": "j", "Oz0-Agent": "a" },
+        body: "{}",
+      });
       assert.equal(r.status, 500);
       assert.match(await r.text(), /cannot be decrypted with the current KEK/);
     } finally {

@@ -68,7 +68,10 @@ const CASES: Case[] = [
     name: "the key in a tool call's JSON: 7-character deltas, spaced, and JSON-escaped newlines",
     answer: {
       text: ["Calling the tool."],
-      toolJson: pieces(JSON.stringify({ plain: PLANTED_KEY, spaced, lines: [...PLANTED_KEY].join("\n"), after: "kept" }), 7),
+      toolJson: pieces(
+        JSON.stringify({ plain: PLANTED_KEY, spaced, lines: [...PLANTED_KEY].join("\n"), after: "kept" }),
+        7,
+      ),
     },
     text: "Calling the tool.",
     toolInput: { plain: REDACTED, spaced: REDACTED, lines: REDACTED, after: "kept" },
@@ -76,11 +79,17 @@ const CASES: Case[] = [
   {
     name: "ordinary text and JSON, which pass whole and unchanged",
     answer: {
-      text: pieces("An answer with sk- and ant- and api03 in it, words of the key's letters, but no run of 8: PLANTE d. ", 3),
-      toolJson: pieces(JSON.stringify({ path: "src/a.ts", content: "line 1\nline 2\t\"quoted\" \\ back\\slash \u00e9" }), 7),
+      text: pieces(
+        "An answer with sk- and ant- and api03 in it, words of the key's letters, but no run of 8: PLANTE d. ",
+        3,
+      ),
+      toolJson: pieces(
+        JSON.stringify({ path: "src/a.ts", content: 'line 1\nline 2\t"quoted" \\ back\\slash \u00e9' }),
+        7,
+      ),
     },
     text: "An answer with sk- and ant- and api03 in it, words of the key's letters, but no run of 8: PLANTE d. ",
-    toolInput: { path: "src/a.ts", content: "line 1\nline 2\t\"quoted\" \\ back\\slash \u00e9" },
+    toolInput: { path: "src/a.ts", content: 'line 1\nline 2\t"quoted" \\ back\\slash \u00e9' },
   },
 ];
 
@@ -88,7 +97,10 @@ const CASES: Case[] = [
 function readAnthropic(raw: string, stream: boolean): { text: string; toolInput: unknown } {
   if (!stream) {
     const message = JSON.parse(raw) as { content: { type: string; text?: string; input?: unknown }[] };
-    return { text: message.content.find((b) => b.type === "text")?.text ?? "", toolInput: message.content.find((b) => b.type === "tool_use")?.input };
+    return {
+      text: message.content.find((b) => b.type === "text")?.text ?? "",
+      toolInput: message.content.find((b) => b.type === "tool_use")?.input,
+    };
   }
   let text = "";
   let json = "";
@@ -109,7 +121,9 @@ function readAnthropic(raw: string, stream: boolean): { text: string; toolInput:
 /** The same from a raw OpenAI answer. */
 function readOpenAi(raw: string, stream: boolean): { text: string; toolInput: unknown } {
   if (!stream) {
-    const completion = JSON.parse(raw) as { choices: { message: { content: string; tool_calls?: { function: { arguments: string } }[] } }[] };
+    const completion = JSON.parse(raw) as {
+      choices: { message: { content: string; tool_calls?: { function: { arguments: string } }[] } }[];
+    };
     const args = completion.choices[0]!.message.tool_calls?.[0]?.function.arguments;
     return { text: completion.choices[0]!.message.content, toolInput: args ? JSON.parse(args) : undefined };
   }
@@ -123,7 +137,9 @@ function readOpenAi(raw: string, stream: boolean): { text: string; toolInput: un
       done = true;
       continue;
     }
-    const chunk = JSON.parse(data) as { choices: { delta: { content?: string; tool_calls?: { function?: { arguments?: string } }[] } }[] };
+    const chunk = JSON.parse(data) as {
+      choices: { delta: { content?: string; tool_calls?: { function?: { arguments?: string } }[] } }[];
+    };
     for (const choice of chunk.choices) {
       text += choice.delta.content ?? "";
       for (const call of choice.delta.tool_calls ?? []) args += call.function?.arguments ?? "";
@@ -139,7 +155,10 @@ function readResponses(raw: string, stream: boolean): { text: string; toolInput:
   if (!stream) {
     const response = JSON.parse(raw) as { output: Item[] };
     const args = response.output.find((item) => item.type === "function_call")?.arguments;
-    return { text: response.output.find((item) => item.type === "message")?.content?.[0]?.text ?? "", toolInput: args ? JSON.parse(args) : undefined };
+    return {
+      text: response.output.find((item) => item.type === "message")?.content?.[0]?.text ?? "",
+      toolInput: args ? JSON.parse(args) : undefined,
+    };
   }
   let text = "";
   let args = "";
@@ -160,19 +179,34 @@ function readResponses(raw: string, stream: boolean): { text: string; toolInput:
 const WIRES = {
   anthropic: {
     url: (e: SessionEndpoint) => `${e.anthropicBaseUrl}/v1/messages`,
-    body: (name: string, stream: boolean) => ({ model: "claude-sonnet-5", max_tokens: 100, stream, messages: [{ role: "user", content: name }] }),
+    body: (name: string, stream: boolean) => ({
+      model: "claude-sonnet-5",
+      max_tokens: 100,
+      stream,
+      messages: [{ role: "user", content: name }],
+    }),
     auth: (e: SessionEndpoint): Record<string, string> => ({ "x-api-key": e.token }),
     read: readAnthropic,
   },
   openai: {
     url: (e: SessionEndpoint) => `${e.openaiBaseUrl}/chat/completions`,
-    body: (name: string, stream: boolean) => ({ model: "gpt-4o", max_tokens: 100, stream, messages: [{ role: "user", content: name }] }),
+    body: (name: string, stream: boolean) => ({
+      model: "gpt-4o",
+      max_tokens: 100,
+      stream,
+      messages: [{ role: "user", content: name }],
+    }),
     auth: (e: SessionEndpoint): Record<string, string> => ({ authorization: `Bearer ${e.token}` }),
     read: readOpenAi,
   },
   "openai-responses": {
     url: (e: SessionEndpoint) => `${e.openaiBaseUrl}/responses`,
-    body: (name: string, stream: boolean) => ({ model: "gpt-5", max_output_tokens: 100, stream, input: [{ role: "user", content: name }] }),
+    body: (name: string, stream: boolean) => ({
+      model: "gpt-5",
+      max_output_tokens: 100,
+      stream,
+      input: [{ role: "user", content: name }],
+    }),
     auth: (e: SessionEndpoint): Record<string, string> => ({ authorization: `Bearer ${e.token}` }),
     read: readResponses,
   },
@@ -196,8 +230,19 @@ void describe("a key echoed back in pieces", () => {
       turns: [],
       config: {
         providers: [
-          { name: "anthropic", baseUrl: upstream.url, keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 3, output: 15 } } },
-          { name: "openai", baseUrl: upstream.url, keySecret: "OPENAI_API_KEY", auth: "bearer", prices: { "*": { input: 3, output: 15 } } },
+          {
+            name: "anthropic",
+            baseUrl: upstream.url,
+            keySecret: "ANTHROPIC_API_KEY",
+            prices: { "*": { input: 3, output: 15 } },
+          },
+          {
+            name: "openai",
+            baseUrl: upstream.url,
+            keySecret: "OPENAI_API_KEY",
+            auth: "bearer",
+            prices: { "*": { input: 3, output: 15 } },
+          },
         ],
       },
     });
@@ -212,11 +257,18 @@ void describe("a key echoed back in pieces", () => {
     for (const stream of [true, false]) {
       for (const c of CASES) {
         void it(`${wire}, ${stream ? "streamed" : "whole"}: ${c.name}`, async () => {
-          const response = await post(client.url(endpoint), client.body(c.name, stream), { ...endpoint.headers, ...client.auth(endpoint) });
+          const response = await post(client.url(endpoint), client.body(c.name, stream), {
+            ...endpoint.headers,
+            ...client.auth(endpoint),
+          });
           assert.equal(response.status, 200, response.text);
           assert.deepEqual(leaks(response.text), [], "no run of the key in the bytes the client got");
           const read = client.read(response.text, stream);
-          assert.deepEqual(leaks(read.text + JSON.stringify(read.toolInput ?? null)), [], "no run of the key in what the client reads");
+          assert.deepEqual(
+            leaks(read.text + JSON.stringify(read.toolInput ?? null)),
+            [],
+            "no run of the key in what the client reads",
+          );
           assert.equal(read.text, c.text);
           assert.deepEqual(read.toolInput, c.toolInput);
         });
@@ -226,18 +278,34 @@ void describe("a key echoed back in pieces", () => {
 
   void it("the official SDKs read the rewritten streams: the scrubbed text, the tool input, the usage", async () => {
     const toolCase = CASES[4]!;
-    const anthropic = new Anthropic({ baseURL: endpoint.anthropicBaseUrl, apiKey: endpoint.token, defaultHeaders: endpoint.headers, maxRetries: 0 });
-    const message = await anthropic.messages.stream({ model: "claude-sonnet-5", max_tokens: 100, messages: [{ role: "user", content: toolCase.name }] }).finalMessage();
+    const anthropic = new Anthropic({
+      baseURL: endpoint.anthropicBaseUrl,
+      apiKey: endpoint.token,
+      defaultHeaders: endpoint.headers,
+      maxRetries: 0,
+    });
+    const message = await anthropic.messages
+      .stream({ model: "claude-sonnet-5", max_tokens: 100, messages: [{ role: "user", content: toolCase.name }] })
+      .finalMessage();
     assert.deepEqual(
       message.content.map((b) => (b.type === "text" ? b.text : b.type === "tool_use" ? b.input : b.type)),
       [toolCase.text, toolCase.toolInput],
     );
     assert.equal(message.usage.output_tokens, 20);
 
-    const openai = new OpenAI({ baseURL: endpoint.openaiBaseUrl, apiKey: endpoint.token, defaultHeaders: endpoint.headers, maxRetries: 0 });
+    const openai = new OpenAI({
+      baseURL: endpoint.openaiBaseUrl,
+      apiKey: endpoint.token,
+      defaultHeaders: endpoint.headers,
+      maxRetries: 0,
+    });
     for (const c of [CASES[0]!, toolCase]) {
       const completion = await openai.chat.completions
-        .stream({ model: "gpt-4o", stream_options: { include_usage: true }, messages: [{ role: "user", content: c.name }] })
+        .stream({
+          model: "gpt-4o",
+          stream_options: { include_usage: true },
+          messages: [{ role: "user", content: c.name }],
+        })
         .finalChatCompletion();
       const choice = completion.choices[0]!;
       assert.equal(choice.message.content, c.text);
@@ -255,7 +323,10 @@ void describe("a key echoed back in pieces", () => {
       assert.equal(response.output_text, c.text);
       assert.deepEqual(args ? JSON.parse(args) : undefined, c.toolInput);
       const functionCall = response.output.find((item) => item.type === "function_call");
-      assert.deepEqual(functionCall?.type === "function_call" ? JSON.parse(functionCall.arguments) : undefined, c.toolInput);
+      assert.deepEqual(
+        functionCall?.type === "function_call" ? JSON.parse(functionCall.arguments) : undefined,
+        c.toolInput,
+      );
       assert.equal(response.usage?.output_tokens, 20);
     }
   });
@@ -291,7 +362,7 @@ void describe("the scrubber on its own", () => {
       for (let i = 1 + Math.floor(random() * 6); i > 0; i -= 1) text += shapes[Math.floor(random() * shapes.length)]!();
       const held = scrubber.held();
       let streamed = "";
-      for (let at = 0; at < text.length; ) {
+      for (let at = 0; at < text.length;) {
         const size = 1 + Math.floor(random() * 9);
         streamed += held.push(text.slice(at, at + size));
         at += size;
@@ -319,11 +390,20 @@ void describe("the scrubber on its own", () => {
     assert.equal(scrubber.text(`"${[...PLANTED_KEY].join("\\n")}"`), `"${REDACTED}"`);
     assert.equal(scrubber.text(`\\u0073\\u006b${PLANTED_KEY.slice(2)}`), REDACTED);
     // A gap longer than 32 ends a run: two runs of 8 or more are still two runs.
-    assert.equal(scrubber.text(`${PLANTED_KEY.slice(0, 10)}${" ".repeat(40)}${PLANTED_KEY.slice(10)}`), `${REDACTED}${" ".repeat(40)}${REDACTED}`);
-    assert.equal(scrubber.text(`${PLANTED_KEY.slice(0, 7)}${" ".repeat(40)}${PLANTED_KEY.slice(7, 14)}`), `${PLANTED_KEY.slice(0, 7)}${" ".repeat(40)}${PLANTED_KEY.slice(7, 14)}`);
+    assert.equal(
+      scrubber.text(`${PLANTED_KEY.slice(0, 10)}${" ".repeat(40)}${PLANTED_KEY.slice(10)}`),
+      `${REDACTED}${" ".repeat(40)}${REDACTED}`,
+    );
+    assert.equal(
+      scrubber.text(`${PLANTED_KEY.slice(0, 7)}${" ".repeat(40)}${PLANTED_KEY.slice(7, 14)}`),
+      `${PLANTED_KEY.slice(0, 7)}${" ".repeat(40)}${PLANTED_KEY.slice(7, 14)}`,
+    );
     const json = JSON.stringify({ text: "nothing here", n: 1.5, list: [true, null] });
     assert.equal(scrubber.json(json), json);
-    assert.equal(scrubber.json(JSON.stringify({ [PLANTED_KEY]: [...PLANTED_KEY].join("\r\n") })), JSON.stringify({ [REDACTED]: REDACTED }));
+    assert.equal(
+      scrubber.json(JSON.stringify({ [PLANTED_KEY]: [...PLANTED_KEY].join("\r\n") })),
+      JSON.stringify({ [REDACTED]: REDACTED }),
+    );
     // JSON inside a JSON string (a tool call's arguments) escapes its escapes: the key spelt with
     // \u escapes there is \\u0073… in the document, found in the decoded string (a scan of the raw
     // text reads one level of escapes), whether the backslash is escaped as \\ or as \u005c.

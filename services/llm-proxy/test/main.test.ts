@@ -15,8 +15,13 @@ import { testCredentials } from "@oz0/serving/testing";
 const main = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "src", "main.ts");
 
 /** Starts main.ts with `env` and resolves with its URL once it serves. */
-function startMain(env: Record<string, string | undefined>): Promise<{ child: ReturnType<typeof spawn>; url: string; stderr: () => string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", main], { env: { PATH: process.env.PATH, OZ0_PORT: "0", ...testCredentials.envFor("llm-proxy"), ...env }, stdio: ["ignore", "ignore", "pipe"] });
+function startMain(
+  env: Record<string, string | undefined>,
+): Promise<{ child: ReturnType<typeof spawn>; url: string; stderr: () => string }> {
+  const child = spawn(process.execPath, ["--import", "tsx", main], {
+    env: { PATH: process.env.PATH, OZ0_PORT: "0", ...testCredentials.envFor("llm-proxy"), ...env },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
   let stderr = "";
   return new Promise((resolve, reject) => {
     child.stderr!.on("data", (chunk: Buffer) => {
@@ -33,7 +38,10 @@ void describe("main", () => {
     const dir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-main-"));
     t.after(() => rmSync(dir, { recursive: true, force: true }));
     writeFileSync(path.join(dir, "kek"), Buffer.alloc(32, 3).toString("base64"));
-    writeFileSync(path.join(dir, "providers.json"), JSON.stringify({ providers: [{ name: "scripted", kind: "scripted" }] }));
+    writeFileSync(
+      path.join(dir, "providers.json"),
+      JSON.stringify({ providers: [{ name: "scripted", kind: "scripted" }] }),
+    );
     // The directory Kubernetes mounts: the KEK, the providers file and one file per provider key.
     writeFileSync(path.join(dir, "OPENAI_API_KEY"), "sk-from-a-file-987654321\n");
     const child = spawn(process.execPath, ["--import", "tsx", main], {
@@ -58,7 +66,10 @@ void describe("main", () => {
       });
       child.once("exit", (code) => reject(new Error(`main exited with ${code}: ${stderr}`)));
     });
-    const secrets = createClient(SecretService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }));
+    const secrets = createClient(
+      SecretService,
+      createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }),
+    );
     const set = await secrets.setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-x-123456789" });
     assert.equal(set.replaced, false);
     const listed = await secrets.listSecrets({});
@@ -90,11 +101,19 @@ void describe("main", () => {
     const databaseUrl = process.env.DATABASE_URL;
     assert.ok(databaseUrl, "run through `npm test`, which starts PostgreSQL");
     const schema = `oz0_proxy_main_${process.pid}`;
-    const { child, url, stderr } = await startMain({ OZ0_LOG_LEVEL: "info", DATABASE_URL: databaseUrl, OZ0_DATABASE_SCHEMA: schema, OZ0_KEK: Buffer.alloc(32, 4).toString("base64") });
+    const { child, url, stderr } = await startMain({
+      OZ0_LOG_LEVEL: "info",
+      DATABASE_URL: databaseUrl,
+      OZ0_DATABASE_SCHEMA: schema,
+      OZ0_KEK: Buffer.alloc(32, 4).toString("base64"),
+    });
     const client = new pg.Client({ connectionString: databaseUrl });
     await client.connect();
     try {
-      await createClient(SecretService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] })).setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-in-postgres-123456" });
+      await createClient(
+        SecretService,
+        createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }),
+      ).setSecret({ name: "ANTHROPIC_API_KEY", value: "sk-in-postgres-123456" });
       const { rows } = await client.query<{ name: string }>(`SELECT name FROM ${schema}.secrets ORDER BY name`);
       assert.ok(rows.some((r) => r.name === "ANTHROPIC_API_KEY"));
       const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));

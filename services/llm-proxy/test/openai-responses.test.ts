@@ -16,19 +16,39 @@ function openai(e: SessionEndpoint): OpenAI {
   return new OpenAI({ baseURL: e.openaiBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
 }
 
-const sse = (type: string, data: Record<string, unknown>): string => `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
+const sse = (type: string, data: Record<string, unknown>): string =>
+  `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
 
 void describe("the Responses stream meter", () => {
   void it("takes usage from the response the stream ends with, cached tokens out of input and reasoning a part of output", () => {
     const meter = new ResponsesStreamMeter();
     meter.onEvent(sse("response.created", { sequence_number: 0, response: { status: "in_progress", usage: null } }));
-    meter.onEvent(sse("response.output_text.delta", { sequence_number: 1, output_index: 0, content_index: 0, delta: "Hello there" }));
+    meter.onEvent(
+      sse("response.output_text.delta", {
+        sequence_number: 1,
+        output_index: 0,
+        content_index: 0,
+        delta: "Hello there",
+      }),
+    );
     assert.equal(meter.complete, false);
-    assert.deepEqual(meter.reading(50), { usage: { input: 50, output: 3, cacheRead: 0, cacheWrite: 0, reasoning: 0 }, estimated: true });
-    const usage = { input_tokens: 100, input_tokens_details: { cached_tokens: 60 }, output_tokens: 30, output_tokens_details: { reasoning_tokens: 20 }, total_tokens: 130 };
+    assert.deepEqual(meter.reading(50), {
+      usage: { input: 50, output: 3, cacheRead: 0, cacheWrite: 0, reasoning: 0 },
+      estimated: true,
+    });
+    const usage = {
+      input_tokens: 100,
+      input_tokens_details: { cached_tokens: 60 },
+      output_tokens: 30,
+      output_tokens_details: { reasoning_tokens: 20 },
+      total_tokens: 130,
+    };
     meter.onEvent(sse("response.completed", { sequence_number: 2, response: { status: "completed", usage } }));
     assert.equal(meter.complete, true);
-    assert.deepEqual(meter.reading(50), { usage: { input: 40, output: 30, cacheRead: 60, cacheWrite: 0, reasoning: 20 }, estimated: false });
+    assert.deepEqual(meter.reading(50), {
+      usage: { input: 40, output: 30, cacheRead: 60, cacheWrite: 0, reasoning: 20 },
+      estimated: false,
+    });
     assert.equal(meter.finishReason, "completed");
   });
 
@@ -38,7 +58,16 @@ void describe("the Responses stream meter", () => {
       ["response.incomplete", { reason: "max_output_tokens" }, "max_output_tokens"],
     ] as const) {
       const meter = new ResponsesStreamMeter();
-      meter.onEvent(sse(end, { sequence_number: 0, response: { status: end.slice("response.".length), incomplete_details: details, usage: { input_tokens: 5, output_tokens: 1 } } }));
+      meter.onEvent(
+        sse(end, {
+          sequence_number: 0,
+          response: {
+            status: end.slice("response.".length),
+            incomplete_details: details,
+            usage: { input_tokens: 5, output_tokens: 1 },
+          },
+        }),
+      );
       assert.equal(meter.complete, true, end);
       assert.equal(meter.reading(0).usage.input, 5);
       assert.equal(meter.finishReason, reason);
@@ -48,7 +77,9 @@ void describe("the Responses stream meter", () => {
 
 void describe("OpenAI Responses through the proxy", () => {
   void it("meters a whole answer as the provider reported it, with the provider's key and the bare model name", async () => {
-    const fx = await startFixture({ turns: [{ text: "a whole answer", usage: { input: 100, output: 30, cacheRead: 60, reasoning: 20 } }] });
+    const fx = await startFixture({
+      turns: [{ text: "a whole answer", usage: { input: 100, output: 30, cacheRead: 60, reasoning: 20 } }],
+    });
     try {
       const e = await fx.session();
       const response = await openai(e).responses.create({ model: "openai/gpt-5", input: "hi", max_output_tokens: 200 });
@@ -75,7 +106,13 @@ void describe("OpenAI Responses through the proxy", () => {
 
   void it("streams text and function calls the SDK assembles, metered from response.completed", async () => {
     const fx = await startFixture({
-      turns: [{ text: "Let me look that up for you, one moment.", toolCalls: [weather, { id: "call_fixed", name: "lookup", input: { q: "x" } }], usage: { input: 40, output: 25, cacheRead: 8 } }],
+      turns: [
+        {
+          text: "Let me look that up for you, one moment.",
+          toolCalls: [weather, { id: "call_fixed", name: "lookup", input: { q: "x" } }],
+          usage: { input: 40, output: 25, cacheRead: 8 },
+        },
+      ],
     });
     try {
       const e = await fx.session();
@@ -85,7 +122,9 @@ void describe("OpenAI Responses through the proxy", () => {
       const response = await stream.finalResponse();
       assert.equal(types[0], "response.created");
       assert.equal(types.at(-1), "response.completed");
-      assert.ok(types.includes("response.output_text.delta") && types.includes("response.function_call_arguments.delta"));
+      assert.ok(
+        types.includes("response.output_text.delta") && types.includes("response.function_call_arguments.delta"),
+      );
       assert.equal(response.output_text, "Let me look that up for you, one moment.");
       const calls = response.output.filter((item) => item.type === "function_call");
       assert.deepEqual(
@@ -130,7 +169,9 @@ void describe("OpenAI Responses through the proxy", () => {
   });
 
   void it("retries a stream that dies before its first byte reached the client, and meters both attempts", async () => {
-    const fx = await startFixture({ turns: [{ fail: { status: 529 } }, { text: "after a retry", usage: { input: 3, output: 2 } }] });
+    const fx = await startFixture({
+      turns: [{ fail: { status: 529 } }, { text: "after a retry", usage: { input: 3, output: 2 } }],
+    });
     try {
       const e = await fx.session();
       const response = await openai(e).responses.stream({ model: "gpt-5", input: "x" }).finalResponse();
@@ -150,7 +191,12 @@ void describe("OpenAI Responses through the proxy", () => {
       const e = await fx.session({ budgetUsd: 0.003 });
       let received = "";
       let error: { code?: unknown; message?: unknown } | undefined;
-      const stream = await openai(e).responses.create({ model: "gpt-5", input: "x", max_output_tokens: 4000, stream: true });
+      const stream = await openai(e).responses.create({
+        model: "gpt-5",
+        input: "x",
+        max_output_tokens: 4000,
+        stream: true,
+      });
       for await (const event of stream) {
         if (event.type === "response.output_text.delta") received += event.delta;
         if (event.type === "error") error = event;
@@ -161,12 +207,15 @@ void describe("OpenAI Responses through the proxy", () => {
       assert.ok(received.length > 0 && received.length < long.length);
       const [call] = await fx.proxy.store.listCalls(e.job);
       assert.equal(call!.outcome, "budget_cut");
-      await assert.rejects(openai(e).responses.create({ model: "gpt-5", input: "x", max_output_tokens: 10 }), (thrown: unknown) => {
-        assert.ok(thrown instanceof OpenAI.APIError);
-        assert.equal(thrown.status, 402);
-        assert.equal(thrown.type, "budget_exhausted");
-        return true;
-      });
+      await assert.rejects(
+        openai(e).responses.create({ model: "gpt-5", input: "x", max_output_tokens: 10 }),
+        (thrown: unknown) => {
+          assert.ok(thrown instanceof OpenAI.APIError);
+          assert.equal(thrown.status, 402);
+          assert.equal(thrown.type, "budget_exhausted");
+          return true;
+        },
+      );
       assert.equal(fx.model.requests.length, 1);
     } finally {
       await fx.close();
@@ -178,13 +227,31 @@ void describe("OpenAI Responses through the proxy", () => {
     try {
       const e = await fx.session();
       await assert.rejects(
-        new OpenAI({ baseURL: e.openaiBaseUrl, apiKey: "not-a-token", defaultHeaders: e.headers, maxRetries: 0 }).responses.create({ model: "gpt-5", input: "x" }),
-        (thrown: unknown) => thrown instanceof OpenAI.AuthenticationError && /session token is unknown/.test(thrown.message),
+        new OpenAI({
+          baseURL: e.openaiBaseUrl,
+          apiKey: "not-a-token",
+          defaultHeaders: e.headers,
+          maxRetries: 0,
+        }).responses.create({ model: "gpt-5", input: "x" }),
+        (thrown: unknown) =>
+          thrown instanceof OpenAI.AuthenticationError && /session token is unknown/.test(thrown.message),
       );
-      const unknownProvider = await post(`${fx.proxy.url}/nobody/v1/responses`, { model: "gpt-5", input: "x" }, { authorization: `Bearer ${e.token}`, ...e.headers });
+      const unknownProvider = await post(
+        `${fx.proxy.url}/nobody/v1/responses`,
+        { model: "gpt-5", input: "x" },
+        { authorization: `Bearer ${e.token}`, ...e.headers },
+      );
       assert.equal(unknownProvider.status, 404);
-      assert.deepEqual(Object.keys(JSON.parse(unknownProvider.text).error).sort(), ["code", "message", "param", "type"]);
-      const wrongPath = await fetch(`${fx.proxy.url}/openai/v1/responses/resp_1/cancel`, { method: "POST", body: "{}" });
+      assert.deepEqual(Object.keys(JSON.parse(unknownProvider.text).error).sort(), [
+        "code",
+        "message",
+        "param",
+        "type",
+      ]);
+      const wrongPath = await fetch(`${fx.proxy.url}/openai/v1/responses/resp_1/cancel`, {
+        method: "POST",
+        body: "{}",
+      });
       assert.equal(wrongPath.status, 404);
       const body = (await wrongPath.json()) as { error: { message: string } };
       assert.match(body.error.message, /\/\{provider\}\/v1\/responses/);

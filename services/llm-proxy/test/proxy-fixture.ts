@@ -40,7 +40,10 @@ export interface SessionEndpoint {
 
 let sessionCounter = 0;
 
-export async function startFixture(options: { turns: Script; config?: Partial<LlmProxyConfig> }): Promise<ProxyFixture> {
+export async function startFixture(options: {
+  turns: Script;
+  config?: Partial<LlmProxyConfig>;
+}): Promise<ProxyFixture> {
   const model = await startScriptedModel({ turns: options.turns });
   const logs: string[] = [];
   const logger = pino(
@@ -53,7 +56,8 @@ export async function startFixture(options: { turns: Script; config?: Partial<Ll
     }),
   );
   const sink = memoryUsageSink(true);
-  const proxy = await startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"),
+  const proxy = await startLlmProxy({
+    auth: testCredentials.settingsFor("llm-proxy"),
     providers: [
       { name: "anthropic", baseUrl: model.url, keySecret: "ANTHROPIC_API_KEY", prices: { "*": PRICE } },
       { name: "openai", baseUrl: model.url, keySecret: "OPENAI_API_KEY", auth: "bearer", prices: { "*": PRICE } },
@@ -82,7 +86,15 @@ export async function startFixture(options: { turns: Script; config?: Partial<Ll
       const agent = s.agent ?? "coder";
       const session = s.session ?? `session-${sessionCounter}`;
       const minted = await control.mintSessionToken({ job, agent, session, budgetUsd: s.budgetUsd ?? 0 });
-      return { job, agent, session, token: minted.token, headers: { ...minted.headers }, anthropicBaseUrl: minted.anthropicBaseUrl, openaiBaseUrl: minted.openaiBaseUrl };
+      return {
+        job,
+        agent,
+        session,
+        token: minted.token,
+        headers: { ...minted.headers },
+        anthropicBaseUrl: minted.anthropicBaseUrl,
+        openaiBaseUrl: minted.openaiBaseUrl,
+      };
     },
     async close() {
       // Clients keep idle connections open; nothing is in flight when a test closes.
@@ -93,7 +105,15 @@ export async function startFixture(options: { turns: Script; config?: Partial<Ll
 }
 
 /** A raw POST to the proxy, for the tests that check status codes and bodies byte for byte. */
-export async function post(url: string, body: unknown, headers: Record<string, string>): Promise<{ status: number; text: string; headers: Headers }> {
-  const response = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+export async function post(
+  url: string,
+  body: unknown,
+  headers: Record<string, string>,
+): Promise<{ status: number; text: string; headers: Headers }> {
+  const response = await fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body: JSON.stringify(body),
+  });
   return { status: response.status, text: await response.text(), headers: response.headers };
 }

@@ -5,7 +5,14 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
 import { ProxyError } from "../src/proxy-error.js";
-import type { AttemptRecord, BudgetSnapshot, CallRecord, PendingAttempt, ProxyStore, Reservation } from "../src/proxy-store.js";
+import type {
+  AttemptRecord,
+  BudgetSnapshot,
+  CallRecord,
+  PendingAttempt,
+  ProxyStore,
+  Reservation,
+} from "../src/proxy-store.js";
 
 export interface StorePair {
   a: ProxyStore;
@@ -66,9 +73,16 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
     after(() => pair.close());
 
     void it("keeps secrets: create, replace, read, list names, delete once", async () => {
-      const secret = { name: unique("KEY").toUpperCase().replace(/-/g, "_"), iv: randomBytes(12), ciphertext: randomBytes(40), tag: randomBytes(16) };
+      const secret = {
+        name: unique("KEY").toUpperCase().replace(/-/g, "_"),
+        iv: randomBytes(12),
+        ciphertext: randomBytes(40),
+        tag: randomBytes(16),
+      };
       assert.deepEqual(await a.putSecret(secret, new Date(1000)), { replaced: false });
-      assert.deepEqual(await b.putSecret({ ...secret, ciphertext: Buffer.from("new") }, new Date(2000)), { replaced: true });
+      assert.deepEqual(await b.putSecret({ ...secret, ciphertext: Buffer.from("new") }, new Date(2000)), {
+        replaced: true,
+      });
       const stored = await a.getSecret(secret.name);
       assert.deepEqual(stored?.ciphertext, Buffer.from("new"));
       assert.deepEqual(stored?.iv, secret.iv);
@@ -84,27 +98,58 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
     void it("keeps session tokens, and revokes each token once however many callers revoke at once", async () => {
       const session = unique("ses-t");
       const [h1, h2, h3] = [unique("h1"), unique("h2"), unique("h3")];
-      for (const hash of [h1, h2]) await a.putToken({ hash, job: "j", agent: "x", session, budgetUsd: 2, createdAt: new Date(3000) });
-      await b.putToken({ hash: h3, job: "j", agent: "x", session: unique("other"), budgetUsd: 0, createdAt: new Date(3000) });
+      for (const hash of [h1, h2])
+        await a.putToken({ hash, job: "j", agent: "x", session, budgetUsd: 2, createdAt: new Date(3000) });
+      await b.putToken({
+        hash: h3,
+        job: "j",
+        agent: "x",
+        session: unique("other"),
+        budgetUsd: 0,
+        createdAt: new Date(3000),
+      });
       const found = await b.findToken(h1);
       assert.deepEqual(found, { hash: h1, job: "j", agent: "x", session, budgetUsd: 2, createdAt: new Date(3000) });
       assert.equal(await a.findToken(unique("nope")), undefined);
-      const [first, second] = await Promise.all([a.revokeTokens({ session }, new Date(5000)), b.revokeTokens({ hash: h1 }, new Date(6000))]);
+      const [first, second] = await Promise.all([
+        a.revokeTokens({ session }, new Date(5000)),
+        b.revokeTokens({ hash: h1 }, new Date(6000)),
+      ]);
       const ended = [...first.ended, ...second.ended];
       assert.deepEqual(ended.map((t) => t.hash).sort(), [h1, h2].sort(), "each token revoked by exactly one caller");
       assert.ok(ended.every((t) => t.revokedAt instanceof Date));
       assert.deepEqual([first.use, second.use], ["never", "never"], "no model call carried them");
       assert.ok((await a.findToken(h2))?.revokedAt);
       assert.equal((await b.findToken(h3))?.revokedAt, undefined, "another session's token lives on");
-      assert.deepEqual(await a.revokeTokens({ session }, new Date(7000)), { ended: [], use: "never" }, "nothing left to revoke");
-      assert.deepEqual(await a.revokeTokens({ session: unique("never-minted") }, new Date(7000)), { ended: [], use: "unknown" }, "no token matched");
+      assert.deepEqual(
+        await a.revokeTokens({ session }, new Date(7000)),
+        { ended: [], use: "never" },
+        "nothing left to revoke",
+      );
+      assert.deepEqual(
+        await a.revokeTokens({ session: unique("never-minted") }, new Date(7000)),
+        { ended: [], use: "unknown" },
+        "no token matched",
+      );
     });
 
     void it("marks a token used at its first call, keeps that time, refuses it once revoked, and a revocation reports the use", async () => {
       const [used, unused] = [unique("ses-used"), unique("ses-unused")];
-      for (const session of [used, unused]) await a.putToken({ hash: `h-${session}`, job: "j", agent: "x", session, budgetUsd: 0, createdAt: new Date(3000) });
+      for (const session of [used, unused])
+        await a.putToken({
+          hash: `h-${session}`,
+          job: "j",
+          agent: "x",
+          session,
+          budgetUsd: 0,
+          createdAt: new Date(3000),
+        });
       assert.equal((await b.useToken(`h-${used}`, new Date(4000)))?.usedAt?.getTime(), 4000);
-      assert.equal((await a.useToken(`h-${used}`, new Date(4500)))?.usedAt?.getTime(), 4000, "the first use's time is kept");
+      assert.equal(
+        (await a.useToken(`h-${used}`, new Date(4500)))?.usedAt?.getTime(),
+        4000,
+        "the first use's time is kept",
+      );
       assert.equal(await a.useToken(unique("h-nope"), new Date(4500)), undefined, "an unknown token is refused");
       assert.deepEqual(
         (await b.revokeTokens({ session: used }, new Date(5000))).use,
@@ -112,7 +157,11 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
         "the revocation of a used token says so",
       );
       assert.equal(await a.useToken(`h-${used}`, new Date(6000)), undefined, "a revoked token is refused");
-      assert.equal((await a.revokeTokens({ session: used }, new Date(7000))).use, "used", "revoked before, used before: still reported");
+      assert.equal(
+        (await a.revokeTokens({ session: used }, new Date(7000))).use,
+        "used",
+        "revoked before, used before: still reported",
+      );
       assert.deepEqual((await a.revokeTokens({ hash: `h-${unused}` }, new Date(5000))).use, "never");
       assert.equal(await b.useToken(`h-${unused}`, new Date(6000)), undefined, "never used, now revoked: never usable");
     });
@@ -120,12 +169,23 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
     void it("orders uses and revocations racing on one token: used is true exactly when a use got through", async () => {
       for (let round = 0; round < 20; round++) {
         const session = unique(`ses-race-${round}`);
-        await a.putToken({ hash: `h-${session}`, job: "j", agent: "x", session, budgetUsd: 0, createdAt: new Date(3000) });
+        await a.putToken({
+          hash: `h-${session}`,
+          job: "j",
+          agent: "x",
+          session,
+          budgetUsd: 0,
+          createdAt: new Date(3000),
+        });
         const [uses, revoked] = await Promise.all([
           Promise.all([a, b, a].map((store) => store.useToken(`h-${session}`, new Date(4000)))),
           (round % 2 ? a : b).revokeTokens({ session }, new Date(4000)),
         ]);
-        assert.equal(revoked.use, uses.some((u) => u !== undefined) ? "used" : "never", `round ${round}: a use got through exactly when the revocation reports one`);
+        assert.equal(
+          revoked.use,
+          uses.some((u) => u !== undefined) ? "used" : "never",
+          `round ${round}: a use got through exactly when the revocation reports one`,
+        );
       }
     });
 
@@ -134,12 +194,35 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       const session = unique("ses-metered");
       await Promise.all(
         Array.from({ length: 20 }, (_, i) =>
-          (i % 2 ? a : b).recordCall(call({ operationId: unique(`op-${i}`), job, session, agent: i < 15 ? "fixer" : "reviewer", outcome: i === 3 ? "http_error" : "ok", attempts: 2, estimated: i === 19 })),
+          (i % 2 ? a : b).recordCall(
+            call({
+              operationId: unique(`op-${i}`),
+              job,
+              session,
+              agent: i < 15 ? "fixer" : "reviewer",
+              outcome: i === 3 ? "http_error" : "ok",
+              attempts: 2,
+              estimated: i === 19,
+            }),
+          ),
         ),
       );
-      const attempt: AttemptRecord = { ...call({ operationId: unique("op-a"), job, session }), attempt: 1, ttftMs: 5, stream: true, status: 529, outcome: "http_error" };
+      const attempt: AttemptRecord = {
+        ...call({ operationId: unique("op-a"), job, session }),
+        attempt: 1,
+        ttftMs: 5,
+        stream: true,
+        status: 529,
+        outcome: "http_error",
+      };
       await a.recordAttempt(attempt);
-      await b.recordAttempt({ ...call({ operationId: attempt.operationId, job, session, startedAt: attempt.startedAt }), attempt: 2, stream: true, status: 200, outcome: "ok" });
+      await b.recordAttempt({
+        ...call({ operationId: attempt.operationId, job, session, startedAt: attempt.startedAt }),
+        attempt: 2,
+        stream: true,
+        status: 200,
+        outcome: "ok",
+      });
       const totals = await b.usageByAgent(job);
       assert.deepEqual([...totals.keys()], ["fixer", "reviewer"]);
       assert.deepEqual(totals.get("fixer"), {
@@ -174,12 +257,25 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       const session = unique("race");
       // 50 calls of $0.03 worst case against $1.00: exactly 33 fit (0.99), whichever handle asks.
       const attempts = await Promise.allSettled(
-        Array.from({ length: 50 }, (_, i) => (i % 2 ? a : b).reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.03, minimumUsd: 0.001, partial: false })),
+        Array.from({ length: 50 }, (_, i) =>
+          (i % 2 ? a : b).reserveBudget({
+            session,
+            limitUsd: 1,
+            worstCaseUsd: 0.03,
+            minimumUsd: 0.001,
+            partial: false,
+          }),
+        ),
       );
-      const held = attempts.filter((r): r is PromiseFulfilledResult<Reservation> => r.status === "fulfilled").map((r) => r.value);
+      const held = attempts
+        .filter((r): r is PromiseFulfilledResult<Reservation> => r.status === "fulfilled")
+        .map((r) => r.value);
       const refused = attempts.filter((r): r is PromiseRejectedResult => r.status === "rejected");
       assert.equal(held.length, 33);
-      assert.ok(refused.every((r) => isBudgetExhausted(r.reason)), "every refusal says the budget is exhausted");
+      assert.ok(
+        refused.every((r) => isBudgetExhausted(r.reason)),
+        "every refusal says the budget is exhausted",
+      );
       assert.match((refused[0]!.reason as Error).message, /budget/);
       assert.deepEqual(rounded(await a.budgetSnapshot(session)), { limitUsd: 1, spentUsd: 0, reservedUsd: 0.99 });
 
@@ -190,18 +286,28 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
 
       // Streams may hold less than their worst case: together they take exactly what is left, then are refused.
       const streams = await Promise.allSettled(
-        Array.from({ length: 10 }, (_, i) => (i % 2 ? a : b).reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.1, minimumUsd: 0.001, partial: true })),
+        Array.from({ length: 10 }, (_, i) =>
+          (i % 2 ? a : b).reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.1, minimumUsd: 0.001, partial: true }),
+        ),
       );
-      const streamHolds = streams.filter((r): r is PromiseFulfilledResult<Reservation> => r.status === "fulfilled").map((r) => Math.round(r.value.amountUsd * 1e9) / 1e9);
+      const streamHolds = streams
+        .filter((r): r is PromiseFulfilledResult<Reservation> => r.status === "fulfilled")
+        .map((r) => Math.round(r.value.amountUsd * 1e9) / 1e9);
       assert.deepEqual(streamHolds.sort(), [0.04, 0.1, 0.1, 0.1]);
       assert.deepEqual(rounded(await a.budgetSnapshot(session)), { limitUsd: 1, spentUsd: 0.66, reservedUsd: 0.34 });
-      await assert.rejects(a.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.001, minimumUsd: 0.0001, partial: true }), /exhausted/);
+      await assert.rejects(
+        a.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.001, minimumUsd: 0.0001, partial: true }),
+        /exhausted/,
+      );
     });
 
     void it("starts an account from what the session's calls were charged, and forgets it when asked", async () => {
       const session = unique("ses-restart");
       await a.recordCall(call({ operationId: unique("op-before"), session, costUsd: 0.7 }));
-      await assert.rejects(b.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.5, minimumUsd: 0.01, partial: false }), /only \$0\.3000/);
+      await assert.rejects(
+        b.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.5, minimumUsd: 0.01, partial: false }),
+        /only \$0\.3000/,
+      );
       const ok = await b.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.25, minimumUsd: 0.01, partial: false });
       assert.equal(ok.amountUsd, 0.25);
       assert.equal(ok.session, session);
@@ -211,7 +317,13 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       assert.equal(await b.budgetSnapshot(session), undefined);
       assert.equal(await b.forgetBudget(session), false, "nothing left to forget");
       // A new account starts again from the calls: the settled $0.05 was never recorded as a call.
-      const again = await a.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.3, minimumUsd: 0.01, partial: false });
+      const again = await a.reserveBudget({
+        session,
+        limitUsd: 1,
+        worstCaseUsd: 0.3,
+        minimumUsd: 0.01,
+        partial: false,
+      });
       assert.equal(again.amountUsd, 0.3);
       await again.settle(0);
     });
@@ -236,19 +348,40 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       const [done, inFlight, alive] = [unique("op-done"), unique("op-in-flight"), unique("op-alive")];
       const dead = await pair.crashed();
       // A call that completed before the crash: recorded, and its pending row ended with it.
-      const doneHold = await dead.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.05, minimumUsd: 0.001, partial: false });
+      const doneHold = await dead.reserveBudget({
+        session,
+        limitUsd: 1,
+        worstCaseUsd: 0.05,
+        minimumUsd: 0.001,
+        partial: false,
+      });
       await dead.beginAttempt(pending(done, 1, doneHold.id));
-      await Promise.all([dead.recordAttempt({ ...call({ operationId: done, job, session }), attempt: 1 }), dead.recordCall(call({ operationId: done, job, session, costUsd: 0.01 })), doneHold.settle(0.01)]);
+      await Promise.all([
+        dead.recordAttempt({ ...call({ operationId: done, job, session }), attempt: 1 }),
+        dead.recordCall(call({ operationId: done, job, session, costUsd: 0.01 })),
+        doneHold.settle(0.01),
+      ]);
       // A call whose second attempt was upstream when the proxy died, holding most of the budget.
-      const hold = await dead.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.9, minimumUsd: 0.001, partial: true });
+      const hold = await dead.reserveBudget({
+        session,
+        limitUsd: 1,
+        worstCaseUsd: 0.9,
+        minimumUsd: 0.001,
+        partial: true,
+      });
       await dead.beginAttempt(pending(inFlight, 1, hold.id));
-      await dead.recordAttempt({ ...call({ operationId: inFlight, job, session, status: 529, outcome: "http_error" }), attempt: 1 });
+      await dead.recordAttempt({
+        ...call({ operationId: inFlight, job, session, status: 529, outcome: "http_error" }),
+        attempt: 1,
+      });
       await dead.beginAttempt(pending(inFlight, 2, hold.id));
       await dead.close();
       // A call in flight at a live handle is its own and stays in flight.
       await a.beginAttempt(pending(alive, 1));
 
-      const reconciled = (await Promise.all([a.reconcileInterrupted(), b.reconcileInterrupted()])).flat().filter((c) => c.job === job);
+      const reconciled = (await Promise.all([a.reconcileInterrupted(), b.reconcileInterrupted()]))
+        .flat()
+        .filter((c) => c.job === job);
       assert.deepEqual(
         reconciled.map((c) => [c.operationId, c.outcome, c.attempts, c.costUsd, c.estimated, c.usage]),
         [[inFlight, "interrupted", 2, 0, true, { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, reasoning: 0 }]],
@@ -256,24 +389,46 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       );
       assert.equal((await b.reconcileInterrupted()).filter((c) => c.job === job).length, 0, "and never again");
       const calls = await a.listCalls(job);
-      assert.deepEqual(calls.map((c) => [c.operationId, c.outcome]).sort(), [[done, "ok"], [inFlight, "interrupted"]].sort());
+      assert.deepEqual(
+        calls.map((c) => [c.operationId, c.outcome]).sort(),
+        [
+          [done, "ok"],
+          [inFlight, "interrupted"],
+        ].sort(),
+      );
       const attempts = await b.listAttempts(job);
       assert.deepEqual(
         attempts.filter((r) => r.operationId === inFlight).map((r) => [r.attempt, r.outcome]),
-        [[1, "http_error"], [2, "interrupted"]],
+        [
+          [1, "http_error"],
+          [2, "interrupted"],
+        ],
       );
       const usage = (await a.usageByAgent(job)).get("fixer");
       assert.equal(usage?.calls, 2);
       assert.equal(usage?.failedCalls, 1);
       assert.equal(usage?.estimated, true);
       // The hold is freed: a call needing all that is left fits (the completed call's $0.01 stays spent).
-      const whole = await a.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.99, minimumUsd: 0.01, partial: false });
-      await assert.rejects(b.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.001, minimumUsd: 0.001, partial: false }), isBudgetExhausted, "and no more than that");
+      const whole = await a.reserveBudget({
+        session,
+        limitUsd: 1,
+        worstCaseUsd: 0.99,
+        minimumUsd: 0.01,
+        partial: false,
+      });
+      await assert.rejects(
+        b.reserveBudget({ session, limitUsd: 1, worstCaseUsd: 0.001, minimumUsd: 0.001, partial: false }),
+        isBudgetExhausted,
+        "and no more than that",
+      );
       await whole.settle(0);
       // The live call ends normally: metered once, never as interrupted.
       await a.recordCall(call({ operationId: alive, job, session, costUsd: 0 }));
       assert.equal((await b.reconcileInterrupted()).filter((c) => c.job === job).length, 0);
-      assert.deepEqual((await b.listCalls(job)).filter((c) => c.operationId === alive).map((c) => c.outcome), ["ok"]);
+      assert.deepEqual(
+        (await b.listCalls(job)).filter((c) => c.operationId === alive).map((c) => c.outcome),
+        ["ok"],
+      );
     });
   });
 }

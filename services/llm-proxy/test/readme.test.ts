@@ -41,6 +41,7 @@ void describe("README", () => {
       .map((line) => line.slice(indent))
       .join("\n");
     const source = readFileSync(path.join(packageDir, "src", "wire-formats", "wire-format.ts"), "utf8");
-    for (const declaration of shown.split("\n\n")) assert.ok(source.includes(declaration), `wire-format.ts no longer reads:\n${declaration}`);
+    for (const declaration of shown.split("\n\n"))
+      assert.ok(source.includes(declaration), `wire-format.ts no longer reads:\n${declaration}`);
   });
 });

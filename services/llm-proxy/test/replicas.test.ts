@@ -17,7 +17,10 @@ import { PLANTED_KEY } from "./proxy-fixture.js";
 import { testCredentials } from "@oz0/serving/testing";
 
 const url = process.env.DATABASE_URL;
-if (!url) throw new Error("DATABASE_URL is unset: run through `npm test` (tools/test-infra starts PostgreSQL) or point it at a server");
+if (!url)
+  throw new Error(
+    "DATABASE_URL is unset: run through `npm test` (tools/test-infra starts PostgreSQL) or point it at a server",
+  );
 const databaseUrl: string = url;
 
 const PRICE = { input: 3, output: 15 };
@@ -30,8 +33,17 @@ interface Replica {
   secrets: Client<typeof SecretService>;
 }
 
-async function post(base: string, path: string, body: unknown, headers: Record<string, string>): Promise<{ status: number; text: string }> {
-  const response = await fetch(`${base}${path}`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+async function post(
+  base: string,
+  path: string,
+  body: unknown,
+  headers: Record<string, string>,
+): Promise<{ status: number; text: string }> {
+  const response = await fetch(`${base}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body: JSON.stringify(body),
+  });
   return { status: response.status, text: await response.text() };
 }
 
@@ -64,7 +76,11 @@ void describe("two proxy replicas on one PostgreSQL", () => {
 
   const replica = (proxy: LlmProxy): Replica => {
     const transport = createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] });
-    return { proxy, control: createClient(LlmProxyService, transport), secrets: createClient(SecretService, transport) };
+    return {
+      proxy,
+      control: createClient(LlmProxyService, transport),
+      secrets: createClient(SecretService, transport),
+    };
   };
 
   before(async () => {
@@ -72,7 +88,9 @@ void describe("two proxy replicas on one PostgreSQL", () => {
       isSideCall: () => false,
       turns: async (request: ScriptedRequest) => {
         // The phase rides in the prompt: the proxy passes no header of its own invention to a provider.
-        const prompt = String((request.body as { messages?: { content?: unknown }[] } | undefined)?.messages?.[0]?.content ?? "");
+        const prompt = String(
+          (request.body as { messages?: { content?: unknown }[] } | undefined)?.messages?.[0]?.content ?? "",
+        );
         const phase = prompt.startsWith("phase:") ? prompt.slice("phase:".length) : undefined;
         if (phase === "race") {
           raceArrived += 1;
@@ -103,14 +121,23 @@ void describe("two proxy replicas on one PostgreSQL", () => {
 
   void it("uses a key set at one replica from the other, and holds one budget across both: never overspent, exact usage at either", async () => {
     await a.secrets.setSecret({ name: "ANTHROPIC_API_KEY", value: PLANTED_KEY });
-    assert.deepEqual((await b.secrets.listSecrets({})).secrets.map((s) => s.name), ["ANTHROPIC_API_KEY"], "the KEK check value is not listed");
+    assert.deepEqual(
+      (await b.secrets.listSecrets({})).secrets.map((s) => s.name),
+      ["ANTHROPIC_API_KEY"],
+      "the KEK check value is not listed",
+    );
 
     const job = "job-replicas";
     // Both phases' prompts are as long, so every call's worst case is the same.
-    const bodyOf = (phase: "race" | "next") => ({ model: "claude-sonnet-5", max_tokens: 1000, messages: [{ role: "user", content: `phase:${phase}` }] });
+    const bodyOf = (phase: "race" | "next") => ({
+      model: "claude-sonnet-5",
+      max_tokens: 1000,
+      messages: [{ role: "user", content: `phase:${phase}` }],
+    });
     const body = bodyOf("race");
     // The proxy's worst case for this call (model-call.ts): every request byte half a token at the input price, max_tokens at the output price.
-    const worstCase = (Math.ceil(Buffer.byteLength(JSON.stringify(body)) / 2) * PRICE.input + 1000 * PRICE.output) / 1e6;
+    const worstCase =
+      (Math.ceil(Buffer.byteLength(JSON.stringify(body)) / 2) * PRICE.input + 1000 * PRICE.output) / 1e6;
     const actual = (RACE_USAGE.input * PRICE.input + RACE_USAGE.output * PRICE.output) / 1e6;
     // Six worst cases and a half: however the calls interleave across replicas, exactly six holds fit at once.
     const budgetUsd = 6.5 * worstCase;
@@ -159,15 +186,30 @@ void describe("two proxy replicas on one PostgreSQL", () => {
         const base = (i % 2 ? a : b).proxy.url;
         const stream = i % 3 !== 0;
         return i % 4 < 2
-          ? post(base, "/anthropic/v1/messages", { model: "claude-sonnet-5", max_tokens: 100, stream, messages: [{ role: "user", content: `m${i}` }] }, { ...sHeaders, "x-api-key": streamer.token })
-          : post(base, "/openai/v1/chat/completions", { model: "gpt-4o", stream, messages: [{ role: "user", content: `m${i}` }] }, { ...sHeaders, authorization: `Bearer ${streamer.token}` });
+          ? post(
+              base,
+              "/anthropic/v1/messages",
+              { model: "claude-sonnet-5", max_tokens: 100, stream, messages: [{ role: "user", content: `m${i}` }] },
+              { ...sHeaders, "x-api-key": streamer.token },
+            )
+          : post(
+              base,
+              "/openai/v1/chat/completions",
+              { model: "gpt-4o", stream, messages: [{ role: "user", content: `m${i}` }] },
+              { ...sHeaders, authorization: `Bearer ${streamer.token}` },
+            );
       }),
     );
     assert.deepEqual(
       mixed.map((r) => r.status),
       Array(24).fill(200),
     );
-    assert.ok(model.requests.every((r) => r.headers["x-api-key"] === PLANTED_KEY || r.headers.authorization === `Bearer ${PLANTED_KEY}`), "both replicas decrypted the key");
+    assert.ok(
+      model.requests.every(
+        (r) => r.headers["x-api-key"] === PLANTED_KEY || r.headers.authorization === `Bearer ${PLANTED_KEY}`,
+      ),
+      "both replicas decrypted the key",
+    );
 
     // Read at either replica as soon as the clients have their answers: the same totals, exactly what the model served.
     const [usageA, usageB] = await Promise.all([a.control.getUsage({ job }), b.control.getUsage({ job })]);
@@ -176,7 +218,11 @@ void describe("two proxy replicas on one PostgreSQL", () => {
     assert.equal(usageA.total?.inputTokens, BigInt(served.input));
     assert.equal(usageA.total?.outputTokens, BigInt(served.output));
     assert.equal(usageA.total?.cacheReadTokens, BigInt(served.cacheRead));
-    assert.equal(usageA.total?.calls, BigInt(RACE_CALLS + admitted + 1 + 24), "every call is a record, refused ones included");
+    assert.equal(
+      usageA.total?.calls,
+      BigInt(RACE_CALLS + admitted + 1 + 24),
+      "every call is a record, refused ones included",
+    );
     assert.equal(usageA.total?.failedCalls, BigInt(RACE_CALLS - 6 + 1));
     assert.equal(usageA.total?.estimated, false);
     assert.deepEqual(
@@ -220,7 +266,10 @@ void describe("two proxy replicas on one PostgreSQL", () => {
   });
 
   void it("refuses to start a replica whose key-encryption key differs, or that has none", async () => {
-    await assert.rejects(startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"), ...config(), kek: randomBytes(32) }), /same OZ0_KEK/);
+    await assert.rejects(
+      startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"), ...config(), kek: randomBytes(32) }),
+      /same OZ0_KEK/,
+    );
     const withoutKek = config();
     delete withoutKek.kek;
     await assert.rejects(startLlmProxy(withoutKek), /set OZ0_KEK or OZ0_KEK_FILE/);

@@ -11,7 +11,21 @@ function generator(seed: number): () => number {
   return () => (seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648) / 2_147_483_648;
 }
 
-const TRICKY_STRINGS = ['"', "\\", '\\"', '\\\\"', "}", "]", "{[", "a\nb", "\u00e9\u{1F600}", "", "\u0000", " , : ", '{"model":"x"}'];
+const TRICKY_STRINGS = [
+  '"',
+  "\\",
+  '\\"',
+  '\\\\"',
+  "}",
+  "]",
+  "{[",
+  "a\nb",
+  "\u00e9\u{1F600}",
+  "",
+  "\u0000",
+  " , : ",
+  '{"model":"x"}',
+];
 
 function value(random: () => number, depth: number): unknown {
   const kind = Math.floor(random() * (depth > 3 ? 4 : 6));
@@ -28,7 +42,8 @@ function value(random: () => number, depth: number): unknown {
       return Array.from({ length: Math.floor(random() * 4) }, () => value(random, depth + 1));
     default: {
       const out: Record<string, unknown> = {};
-      for (let i = Math.floor(random() * 4); i > 0; i -= 1) out[`${TRICKY_STRINGS[Math.floor(random() * TRICKY_STRINGS.length)]}${i}`] = value(random, depth + 1);
+      for (let i = Math.floor(random() * 4); i > 0; i -= 1)
+        out[`${TRICKY_STRINGS[Math.floor(random() * TRICKY_STRINGS.length)]}${i}`] = value(random, depth + 1);
       return out;
     }
   }
@@ -38,24 +53,41 @@ void describe("a request body read a field at a time", () => {
   void it("reads every top-level field as JSON.parse does, over generated documents with tricky strings", () => {
     const random = generator(11);
     for (let n = 0; n < 2_000; n += 1) {
-      const document: Record<string, unknown> = { model: value(random, 0), stream: random() < 0.5, messages: value(random, 1) };
+      const document: Record<string, unknown> = {
+        model: value(random, 0),
+        stream: random() < 0.5,
+        messages: value(random, 1),
+      };
       for (let i = Math.floor(random() * 4); i > 0; i -= 1) document[`k${i}${TRICKY_STRINGS[i]}`] = value(random, 1);
       // Half of them with white space between the tokens, as JSON allows.
-      const text = JSON.stringify(document, null, random() < 0.5 ? undefined : " \t\n ".slice(0, 1 + Math.floor(random() * 3)));
+      const text = JSON.stringify(
+        document,
+        null,
+        random() < 0.5 ? undefined : " \t\n ".slice(0, 1 + Math.floor(random() * 3)),
+      );
       const body = JsonRequestBody.parse(Buffer.from(text));
       assert.ok(body, text);
       const parsed = JSON.parse(text) as Record<string, unknown>;
-      for (const key of [...Object.keys(parsed), "absent"]) assert.deepEqual(body.field(key), parsed[key], `${key} of ${text}`);
+      for (const key of [...Object.keys(parsed), "absent"])
+        assert.deepEqual(body.field(key), parsed[key], `${key} of ${text}`);
     }
   });
 
   void it("rewrites only the fields it names, in their places, and adds new ones last", () => {
-    const text = ' { "model" : "openai/gpt-5", "messages": [{"role":"user","content":"a \\"quoted\\" }"}], "stream":true } ';
+    const text =
+      ' { "model" : "openai/gpt-5", "messages": [{"role":"user","content":"a \\"quoted\\" }"}], "stream":true } ';
     const body = JsonRequestBody.parse(Buffer.from(text))!;
     assert.equal(body.bytes().toString(), text, "unchanged: the client's bytes");
     const rewritten = body.bytes({ model: "gpt-5", stream_options: { include_usage: true } }).toString();
-    assert.equal(rewritten, ' { "model" : "gpt-5", "messages": [{"role":"user","content":"a \\"quoted\\" }"}], "stream":true,"stream_options":{"include_usage":true} } ');
-    assert.deepEqual(JSON.parse(rewritten), { ...JSON.parse(text), model: "gpt-5", stream_options: { include_usage: true } });
+    assert.equal(
+      rewritten,
+      ' { "model" : "gpt-5", "messages": [{"role":"user","content":"a \\"quoted\\" }"}], "stream":true,"stream_options":{"include_usage":true} } ',
+    );
+    assert.deepEqual(JSON.parse(rewritten), {
+      ...JSON.parse(text),
+      model: "gpt-5",
+      stream_options: { include_usage: true },
+    });
     assert.equal(JsonRequestBody.parse(Buffer.from("{}"))!.bytes({ a: 1 }).toString(), '{"a":1}');
     // A repeated name: JSON.parse reads the last; every copy is rewritten.
     const repeated = JsonRequestBody.parse(Buffer.from('{"model":"a","model":"b"}'))!;
@@ -65,7 +97,10 @@ void describe("a request body read a field at a time", () => {
 
   void it("takes a member out with its comma, keeping every other byte", () => {
     const without = (text: string): string => JsonRequestBody.parse(Buffer.from(text))!.without("usage").toString();
-    assert.equal(without('{"id":"c","choices":[{"delta":{"usage":1}}], "usage" : null,"x":1}'), '{"id":"c","choices":[{"delta":{"usage":1}}],"x":1}');
+    assert.equal(
+      without('{"id":"c","choices":[{"delta":{"usage":1}}], "usage" : null,"x":1}'),
+      '{"id":"c","choices":[{"delta":{"usage":1}}],"x":1}',
+    );
     assert.equal(without('{ "usage":null, "id":"c" }'), '{ "id":"c" }');
     assert.equal(without('{"a":1,"usage":null}'), '{"a":1}');
     assert.equal(without('{"usage":1,"usage":2,"a":3,"usage":4}'), '{"a":3}');
@@ -77,13 +112,30 @@ void describe("a request body read a field at a time", () => {
       const document: Record<string, unknown> = { usage: value(random, 1), a: value(random, 1), b: value(random, 1) };
       const shuffled = Object.fromEntries(Object.entries(document).sort(() => random() - 0.5));
       const { usage: _usage, ...rest } = shuffled;
-      const out = JsonRequestBody.parse(Buffer.from(JSON.stringify(shuffled, null, n % 2 ? " " : undefined)))!.without("usage").toString();
+      const out = JsonRequestBody.parse(Buffer.from(JSON.stringify(shuffled, null, n % 2 ? " " : undefined)))!
+        .without("usage")
+        .toString();
       assert.deepEqual(JSON.parse(out), rest);
     }
   });
 
   void it("refuses a body whose top level is not one JSON object", () => {
-    for (const text of ["", "[]", '"x"', "null", "{", '{"a":1', '{"a" 1}', '{"a":1,}', '{"a":1}{}', '{"a":"unterminated}', '{"a":[1,2}', "{a:1}", '{"a":}', "\uFEFF{}"]) {
+    for (const text of [
+      "",
+      "[]",
+      '"x"',
+      "null",
+      "{",
+      '{"a":1',
+      '{"a" 1}',
+      '{"a":1,}',
+      '{"a":1}{}',
+      '{"a":"unterminated}',
+      '{"a":[1,2}',
+      "{a:1}",
+      '{"a":}',
+      "\uFEFF{}",
+    ]) {
       assert.equal(JsonRequestBody.parse(Buffer.from(text)), undefined, JSON.stringify(text));
     }
     // Deeper down it is the provider's to judge; a field that is not JSON reads as absent.

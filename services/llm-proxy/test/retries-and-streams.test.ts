@@ -8,19 +8,29 @@ const ask = { model: "claude-sonnet-5", max_tokens: 100, messages: [{ role: "use
 
 void describe("retries", () => {
   void it("retries a 529 and succeeds: two attempts metered, one logical call charged once", async () => {
-    const fx = await startFixture({ turns: [{ fail: { status: 529 } }, { text: "after the overload", usage: { input: 10, output: 5 } }] });
+    const fx = await startFixture({
+      turns: [{ fail: { status: 529 } }, { text: "after the overload", usage: { input: 10, output: 5 } }],
+    });
     try {
       const e = await fx.session();
-      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      const client = new Anthropic({
+        baseURL: e.anthropicBaseUrl,
+        apiKey: e.token,
+        defaultHeaders: e.headers,
+        maxRetries: 0,
+      });
       const message = await client.messages.create(ask);
       assert.equal((message.content[0] as { text: string }).text, "after the overload");
-      const attempts = (await fx.proxy.store.listAttempts(e.job));
-      assert.deepEqual(attempts.map((a) => [a.attempt, a.status, a.outcome]), [
-        [1, 529, "http_error"],
-        [2, 200, "ok"],
-      ]);
+      const attempts = await fx.proxy.store.listAttempts(e.job);
+      assert.deepEqual(
+        attempts.map((a) => [a.attempt, a.status, a.outcome]),
+        [
+          [1, 529, "http_error"],
+          [2, 200, "ok"],
+        ],
+      );
       assert.equal(new Set(attempts.map((a) => a.operationId)).size, 1, "one operation id across the retries");
-      const calls = (await fx.proxy.store.listCalls(e.job));
+      const calls = await fx.proxy.store.listCalls(e.job);
       assert.equal(calls.length, 1);
       assert.equal(calls[0]!.attempts, 2);
       assert.equal(calls[0]!.status, 200);
@@ -34,17 +44,33 @@ void describe("retries", () => {
   void it("gives up after five attempts and returns the fifth error, honouring retry-after; the client SDK does not retry on top", async () => {
     const fx = await startFixture({
       turns: [503, 429, 500, 502, 504].map((status, i) => ({
-        fail: { status, headers: { "retry-after": "0" }, body: { type: "error", error: { type: "api_error", message: `failure ${i + 1}` } } },
+        fail: {
+          status,
+          headers: { "retry-after": "0" },
+          body: { type: "error", error: { type: "api_error", message: `failure ${i + 1}` } },
+        },
       })),
     });
     try {
       const e = await fx.session();
       // The SDK's own retries left on: x-should-retry: false keeps the total at five.
-      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 2 });
-      await assert.rejects(client.messages.create(ask), (error: unknown) => error instanceof Anthropic.APIError && error.status === 504 && /failure 5/.test(error.message));
-      const attempts = (await fx.proxy.store.listAttempts(e.job));
-      assert.deepEqual(attempts.map((a) => a.status), [503, 429, 500, 502, 504]);
-      const [call] = (await fx.proxy.store.listCalls(e.job));
+      const client = new Anthropic({
+        baseURL: e.anthropicBaseUrl,
+        apiKey: e.token,
+        defaultHeaders: e.headers,
+        maxRetries: 2,
+      });
+      await assert.rejects(
+        client.messages.create(ask),
+        (error: unknown) =>
+          error instanceof Anthropic.APIError && error.status === 504 && /failure 5/.test(error.message),
+      );
+      const attempts = await fx.proxy.store.listAttempts(e.job);
+      assert.deepEqual(
+        attempts.map((a) => a.status),
+        [503, 429, 500, 502, 504],
+      );
+      const [call] = await fx.proxy.store.listCalls(e.job);
       assert.equal(call!.attempts, 5);
       assert.equal(call!.status, 504);
       assert.equal(call!.costUsd, 0);
@@ -58,7 +84,11 @@ void describe("retries", () => {
     const fx = await startFixture({ turns: [{ fail: { status: 400 } }, { text: "never" }] });
     try {
       const e = await fx.session();
-      const r = await fetch(`${e.anthropicBaseUrl}/v1/messages`, { method: "POST", headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" }, body: JSON.stringify(ask) });
+      const r = await fetch(`${e.anthropicBaseUrl}/v1/messages`, {
+        method: "POST",
+        headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" },
+        body: JSON.stringify(ask),
+      });
       assert.equal(r.status, 400);
       assert.equal(fx.model.requests.length, 1);
     } finally {
@@ -67,10 +97,17 @@ void describe("retries", () => {
   });
 
   void it("retries a streaming call that failed before its first byte reached the client", async () => {
-    const fx = await startFixture({ turns: [{ fail: { status: 502 } }, { text: "second time lucky", usage: { input: 3, output: 4 } }] });
+    const fx = await startFixture({
+      turns: [{ fail: { status: 502 } }, { text: "second time lucky", usage: { input: 3, output: 4 } }],
+    });
     try {
       const e = await fx.session();
-      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      const client = new Anthropic({
+        baseURL: e.anthropicBaseUrl,
+        apiKey: e.token,
+        defaultHeaders: e.headers,
+        maxRetries: 0,
+      });
       const final = await client.messages.stream(ask).finalMessage();
       assert.equal((final.content[0] as { text: string }).text, "second time lucky");
       assert.equal((await fx.proxy.store.listCalls(e.job))[0]!.attempts, 2);
@@ -85,14 +122,30 @@ void describe("connection failures", () => {
     const fx = await startFixture({
       turns: [],
       // Port 9 (discard) on loopback refuses connections.
-      config: { providers: [{ name: "anthropic", baseUrl: "http://127.0.0.1:9", keySecret: "ANTHROPIC_API_KEY", prices: { "*": { input: 1, output: 1 } } }] },
+      config: {
+        providers: [
+          {
+            name: "anthropic",
+            baseUrl: "http://127.0.0.1:9",
+            keySecret: "ANTHROPIC_API_KEY",
+            prices: { "*": { input: 1, output: 1 } },
+          },
+        ],
+      },
     });
     try {
       const e = await fx.session();
-      const r = await fetch(`${e.anthropicBaseUrl}/v1/messages`, { method: "POST", headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" }, body: JSON.stringify(ask) });
+      const r = await fetch(`${e.anthropicBaseUrl}/v1/messages`, {
+        method: "POST",
+        headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" },
+        body: JSON.stringify(ask),
+      });
       assert.equal(r.status, 502);
       assert.match(await r.text(), /could not be reached after 5 attempt/);
-      assert.deepEqual((await fx.proxy.store.listAttempts(e.job)).map((a) => a.outcome), Array(5).fill("connection_error"));
+      assert.deepEqual(
+        (await fx.proxy.store.listAttempts(e.job)).map((a) => a.outcome),
+        Array(5).fill("connection_error"),
+      );
       assert.equal((await fx.proxy.store.listCalls(e.job))[0]!.attempts, 5);
     } finally {
       await fx.close();
@@ -103,16 +156,26 @@ void describe("connection failures", () => {
 void describe("a provider that does not answer", () => {
   void it("gives an attempt up after attemptTimeoutMs, retries, then answers 502 with every attempt metered", async () => {
     const fx = await startFixture({
-      turns: [{ text: "too late", delayMs: 5_000 }, { text: "too late again", delayMs: 5_000 }],
+      turns: [
+        { text: "too late", delayMs: 5_000 },
+        { text: "too late again", delayMs: 5_000 },
+      ],
       config: { retry: { baseDelayMs: 1, maxDelayMs: 5, maxRetryAfterMs: 50, maxAttempts: 2, attemptTimeoutMs: 200 } },
     });
     try {
       const e = await fx.session();
-      const r = await fetch(`${e.anthropicBaseUrl}/v1/messages`, { method: "POST", headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" }, body: JSON.stringify(ask) });
+      const r = await fetch(`${e.anthropicBaseUrl}/v1/messages`, {
+        method: "POST",
+        headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" },
+        body: JSON.stringify(ask),
+      });
       assert.equal(r.status, 502);
       assert.match(await r.text(), /could not be reached after 2 attempt\(s\) \(upstream_timeout\)/);
       const attempts = await fx.proxy.store.listAttempts(e.job);
-      assert.deepEqual(attempts.map((a) => a.outcome), ["connection_error", "connection_error"]);
+      assert.deepEqual(
+        attempts.map((a) => a.outcome),
+        ["connection_error", "connection_error"],
+      );
       const [call] = await fx.proxy.store.listCalls(e.job);
       assert.equal(call!.attempts, 2);
       assert.equal(call!.costUsd, 0);
@@ -125,10 +188,17 @@ void describe("a provider that does not answer", () => {
 void describe("streams cut short", () => {
   void it("records partial usage of an Anthropic stream cut mid-way and never replays it", async () => {
     const text = "This answer is long enough to be cut in the middle of its deltas, which the client sees as an error.";
-    const fx = await startFixture({ turns: [{ text, cutMidStream: true, usage: { input: 77, output: 40 } }, { text: "a replay would get this" }] });
+    const fx = await startFixture({
+      turns: [{ text, cutMidStream: true, usage: { input: 77, output: 40 } }, { text: "a replay would get this" }],
+    });
     try {
       const e = await fx.session();
-      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      const client = new Anthropic({
+        baseURL: e.anthropicBaseUrl,
+        apiKey: e.token,
+        defaultHeaders: e.headers,
+        maxRetries: 0,
+      });
       let received = "";
       await assert.rejects(async () => {
         const stream = await client.messages.create({ ...ask, stream: true });
@@ -138,7 +208,7 @@ void describe("streams cut short", () => {
       });
       assert.ok(received.length > 0 && received.length < text.length, "the client got part of the answer");
       assert.equal(fx.model.requests.length, 1, "no replay after bytes reached the client");
-      const [call] = (await fx.proxy.store.listCalls(e.job));
+      const [call] = await fx.proxy.store.listCalls(e.job);
       assert.equal(call!.outcome, "stream_cut");
       assert.equal(call!.usage.input, 77, "input from message_start");
       assert.ok(call!.usage.output >= Math.ceil(received.length / 4), "output estimated from what was streamed");
@@ -154,12 +224,21 @@ void describe("streams cut short", () => {
     const fx = await startFixture({ turns: [{ text, cutMidStream: true }] });
     try {
       const e = await fx.session();
-      const client = new OpenAI({ baseURL: e.openaiBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
+      const client = new OpenAI({
+        baseURL: e.openaiBaseUrl,
+        apiKey: e.token,
+        defaultHeaders: e.headers,
+        maxRetries: 0,
+      });
       await assert.rejects(async () => {
-        const stream = await client.chat.completions.create({ model: "gpt-4o", stream: true, messages: [{ role: "user", content: "x" }] });
+        const stream = await client.chat.completions.create({
+          model: "gpt-4o",
+          stream: true,
+          messages: [{ role: "user", content: "x" }],
+        });
         for await (const chunk of stream) void chunk;
       });
-      const [call] = (await fx.proxy.store.listCalls(e.job));
+      const [call] = await fx.proxy.store.listCalls(e.job);
       assert.equal(call!.outcome, "stream_cut");
       assert.equal(call!.estimated, true);
       assert.ok(call!.usage.input > 0 && call!.usage.output > 0);
@@ -181,23 +260,38 @@ void describe("clients that leave", () => {
   }
 
   /** Asks for `body` and hangs up once the model has the request, while it still "thinks". */
-  async function askAndLeave(fx: Awaited<ReturnType<typeof startFixture>>, e: SessionEndpoint, body: object): Promise<void> {
+  async function askAndLeave(
+    fx: Awaited<ReturnType<typeof startFixture>>,
+    e: SessionEndpoint,
+    body: object,
+  ): Promise<void> {
     const leave = new AbortController();
-    const asked = fetch(`${e.anthropicBaseUrl}/v1/messages`, { method: "POST", headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" }, body: JSON.stringify(body), signal: leave.signal });
+    const asked = fetch(`${e.anthropicBaseUrl}/v1/messages`, {
+      method: "POST",
+      headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" },
+      body: JSON.stringify(body),
+      signal: leave.signal,
+    });
     while (fx.model.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
     leave.abort();
     await assert.rejects(asked, { name: "AbortError" });
   }
 
   void it("meters a whole answer the provider made after its client left, as the provider bills it", async () => {
-    const fx = await startFixture({ turns: [{ text: "nobody reads this", delayMs: 1_000, usage: { input: 40, output: 9 } }] });
+    const fx = await startFixture({
+      turns: [{ text: "nobody reads this", delayMs: 1_000, usage: { input: 40, output: 9 } }],
+    });
     try {
       const e = await fx.session();
       await askAndLeave(fx, e, ask);
       const [call] = await oneCall(fx, e.job);
       assert.equal(call!.outcome, "client_aborted");
       assert.deepEqual([call!.usage.input, call!.usage.output], [40, 9], "the usage the provider reported");
-      assert.deepEqual([fx.model.tokensServed.input, fx.model.tokensServed.output], [40, 9], "and what the model served");
+      assert.deepEqual(
+        [fx.model.tokensServed.input, fx.model.tokensServed.output],
+        [40, 9],
+        "and what the model served",
+      );
       assert.ok(call!.costUsd > 0);
     } finally {
       await fx.close();
@@ -205,7 +299,9 @@ void describe("clients that leave", () => {
   });
 
   void it("stops a stream whose client left before the answer began: nothing served, nothing metered", async () => {
-    const fx = await startFixture({ turns: [{ text: "never streamed", delayMs: 1_000, usage: { input: 40, output: 9 } }] });
+    const fx = await startFixture({
+      turns: [{ text: "never streamed", delayMs: 1_000, usage: { input: 40, output: 9 } }],
+    });
     try {
       const e = await fx.session();
       await askAndLeave(fx, e, { ...ask, stream: true });

@@ -56,7 +56,10 @@ void describe("provider keys from OZ0_SECRETS_DIR", () => {
     });
     const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-secrets-data-"));
     t.after(() => rmSync(dataDir, { recursive: true, force: true }));
-    const model = await startScriptedModel({ turns: () => ({ text: "ok", usage: { input: 1, output: 1 } }), isSideCall: () => false });
+    const model = await startScriptedModel({
+      turns: () => ({ text: "ok", usage: { input: 1, output: 1 } }),
+      isSideCall: () => false,
+    });
     const config = (logger: pino.Logger): LlmProxyConfig => ({
       auth: testCredentials.settingsFor("llm-proxy"),
       dataDir,
@@ -78,7 +81,11 @@ void describe("provider keys from OZ0_SECRETS_DIR", () => {
         listed.map((s) => s.name),
         ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"],
       );
-      const minted = await createClient(LlmProxyService, transport).mintSessionToken({ job: "j", agent: "a", session: "s" });
+      const minted = await createClient(LlmProxyService, transport).mintSessionToken({
+        job: "j",
+        agent: "a",
+        session: "s",
+      });
       const headers = { "content-type": "application/json", "Oz0-Job": "j", "Oz0-Agent": "a" };
       const anthropic = await fetch(`${proxy.url}/anthropic/v1/messages`, {
         method: "POST",
@@ -91,19 +98,30 @@ void describe("provider keys from OZ0_SECRETS_DIR", () => {
         body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "x" }] }),
       });
       assert.deepEqual([anthropic.status, openai.status], [200, 200]);
-      assert.equal(model.requests[0]?.headers["x-api-key"], PLANTED_KEY, "the key as the file holds it, without the newline");
+      assert.equal(
+        model.requests[0]?.headers["x-api-key"],
+        PLANTED_KEY,
+        "the key as the file holds it, without the newline",
+      );
       assert.equal(model.requests[1]?.headers.authorization, `Bearer ${OPENAI_KEY}`);
     } finally {
       await proxy.close({ graceMs: 50 });
     }
-    const loaded = first.lines.map((l) => JSON.parse(l) as { msg: string; stored?: string[] }).find((l) => l.msg.includes("OZ0_SECRETS_DIR"));
+    const loaded = first.lines
+      .map((l) => JSON.parse(l) as { msg: string; stored?: string[] })
+      .find((l) => l.msg.includes("OZ0_SECRETS_DIR"));
     assert.deepEqual(loaded?.stored, ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"], "the log names the keys it stored");
 
     // A restart with the same files: nothing to rewrite.
     const second = capture();
     const again = await startLlmProxy(config(second.logger));
     try {
-      const relisted = (await createClient(SecretService, createGrpcTransport({ baseUrl: again.url, interceptors: [testCredentials.caller] })).listSecrets({})).secrets;
+      const relisted = (
+        await createClient(
+          SecretService,
+          createGrpcTransport({ baseUrl: again.url, interceptors: [testCredentials.caller] }),
+        ).listSecrets({})
+      ).secrets;
       assert.deepEqual(
         relisted.map((s) => s.updatedAt),
         listed.map((s) => s.updatedAt),
@@ -112,23 +130,39 @@ void describe("provider keys from OZ0_SECRETS_DIR", () => {
       await again.close({ graceMs: 50 });
       await model.close();
     }
-    const reloaded = second.lines.map((l) => JSON.parse(l) as { msg: string; unchanged?: string[] }).find((l) => l.msg.includes("OZ0_SECRETS_DIR"));
+    const reloaded = second.lines
+      .map((l) => JSON.parse(l) as { msg: string; unchanged?: string[] })
+      .find((l) => l.msg.includes("OZ0_SECRETS_DIR"));
     assert.deepEqual(reloaded?.unchanged, ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"]);
 
     // No key, nor any 8 characters of one, in the logs or the store's files.
-    const outputs = [...first.lines, ...second.lines, ...readdirSync(dataDir).map((f) => readFileSync(path.join(dataDir, f)).toString("latin1"))].join("\n");
+    const outputs = [
+      ...first.lines,
+      ...second.lines,
+      ...readdirSync(dataDir).map((f) => readFileSync(path.join(dataDir, f)).toString("latin1")),
+    ].join("\n");
     for (const key of [PLANTED_KEY, OPENAI_KEY]) {
-      for (let i = 0; i + 8 <= key.length; i += 1) assert.ok(!outputs.includes(key.slice(i, i + 8)), `a fragment of a key leaked: offset ${i}`);
+      for (let i = 0; i + 8 <= key.length; i += 1)
+        assert.ok(!outputs.includes(key.slice(i, i + 8)), `a fragment of a key leaked: offset ${i}`);
     }
   });
 
   void it("refuses to start on an empty key file, naming the file and nothing of its neighbours", async (t) => {
     const secretsDir = mountedSecret(t, { ANTHROPIC_API_KEY: PLANTED_KEY, OPENAI_API_KEY: "\n" });
     const { logger } = capture();
-    await assert.rejects(startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"), secretsDir, kek: Buffer.alloc(32, 5), logger, providers: [] }), (error: Error) => {
-      assert.match(error.message, /OPENAI_API_KEY in OZ0_SECRETS_DIR is empty/);
-      assert.ok(!error.message.includes(PLANTED_KEY.slice(0, 8)));
-      return true;
-    });
+    await assert.rejects(
+      startLlmProxy({
+        auth: testCredentials.settingsFor("llm-proxy"),
+        secretsDir,
+        kek: Buffer.alloc(32, 5),
+        logger,
+        providers: [],
+      }),
+      (error: Error) => {
+        assert.match(error.message, /OPENAI_API_KEY in OZ0_SECRETS_DIR is empty/);
+        assert.ok(!error.message.includes(PLANTED_KEY.slice(0, 8)));
+        return true;
+      },
+    );
   });
 });

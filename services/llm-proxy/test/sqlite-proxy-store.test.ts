@@ -13,7 +13,11 @@ describeProxyStore("SqliteProxyStore", async () => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-store-"));
   const store = new SqliteProxyStore({ dataDir });
   // A process that used the same file before this one (its budget holds die with it).
-  return { a: store, b: store, crashed: async () => new SqliteProxyStore({ dataDir }), close: async () => {
+  return {
+    a: store,
+    b: store,
+    crashed: async () => new SqliteProxyStore({ dataDir }),
+    close: async () => {
       await store.close();
       rmSync(dataDir, { recursive: true, force: true });
     },

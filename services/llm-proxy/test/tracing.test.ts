@@ -31,7 +31,12 @@ void describe("tracing in the proxy", () => {
     const endpoint = await fx.session({ session: "session-traced" });
     const response = await post(
       `${endpoint.anthropicBaseUrl}/v1/messages`,
-      { model: "claude-sonnet-5", max_tokens: 50, system: `system ${MARKER}`, messages: [{ role: "user", content: `question ${MARKER}` }] },
+      {
+        model: "claude-sonnet-5",
+        max_tokens: 50,
+        system: `system ${MARKER}`,
+        messages: [{ role: "user", content: `question ${MARKER}` }],
+      },
       { ...endpoint.headers, "x-api-key": endpoint.token, traceparent: `00-${TRACE_ID}-${CALLER_SPAN}-01` },
     );
     assert.equal(response.status, 200);
@@ -49,7 +54,11 @@ void describe("tracing in the proxy", () => {
     assert.equal(chat.attributes["gen_ai.usage.cache_creation.input_tokens"], 10);
     assert.equal(chat.attributes["gen_ai.conversation.id"], "session-traced");
     assert.equal(chat.attributes["oz0.llm.attempts"], 2);
-    assert.deepEqual(chat.attributes["gen_ai.response.finish_reasons"], ["end_turn"], "the stop reason the answer gave");
+    assert.deepEqual(
+      chat.attributes["gen_ai.response.finish_reasons"],
+      ["end_turn"],
+      "the stop reason the answer gave",
+    );
 
     const attempts = spans.filter((s) => s.parentSpanContext?.spanId === chat.spanContext().spanId);
     assert.deepEqual(attempts.map((s) => s.attributes["oz0.llm.attempt"]).sort(), [1, 2]);
@@ -61,7 +70,10 @@ void describe("tracing in the proxy", () => {
 
     for (const span of spans) {
       for (const key of CONTENT_ATTRIBUTES) assert.equal(span.attributes[key], undefined, `${span.name} has ${key}`);
-      assert.ok(!JSON.stringify(span.attributes).includes(MARKER), `${span.name} carries content: ${JSON.stringify(span.attributes)}`);
+      assert.ok(
+        !JSON.stringify(span.attributes).includes(MARKER),
+        `${span.name} carries content: ${JSON.stringify(span.attributes)}`,
+      );
     }
   });
 });

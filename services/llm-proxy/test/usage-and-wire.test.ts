@@ -19,11 +19,27 @@ const sse = (type: string, data: unknown): string => `event: ${type}\ndata: ${JS
 void describe("stream meters", () => {
   void it("merges Anthropic message_delta usage into message_start usage field by field", () => {
     const meter = new AnthropicStreamMeter();
-    meter.onEvent(sse("message_start", { type: "message_start", message: { usage: { input_tokens: 100, cache_read_input_tokens: 40, cache_creation_input_tokens: 7, output_tokens: 1 } } }));
+    meter.onEvent(
+      sse("message_start", {
+        type: "message_start",
+        message: {
+          usage: { input_tokens: 100, cache_read_input_tokens: 40, cache_creation_input_tokens: 7, output_tokens: 1 },
+        },
+      }),
+    );
     // Newer API versions repeat some fields in message_delta; null or absent ones keep the start's value.
-    meter.onEvent(sse("message_delta", { type: "message_delta", delta: { stop_reason: "end_turn" }, usage: { output_tokens: 250, cache_read_input_tokens: null } }));
+    meter.onEvent(
+      sse("message_delta", {
+        type: "message_delta",
+        delta: { stop_reason: "end_turn" },
+        usage: { output_tokens: 250, cache_read_input_tokens: null },
+      }),
+    );
     meter.onEvent(sse("message_stop", { type: "message_stop" }));
-    assert.deepEqual(meter.reading(0), { usage: { input: 100, output: 250, cacheRead: 40, cacheWrite: 7, reasoning: 0 }, estimated: false });
+    assert.deepEqual(meter.reading(0), {
+      usage: { input: 100, output: 250, cacheRead: 40, cacheWrite: 7, reasoning: 0 },
+      estimated: false,
+    });
     assert.equal(meter.complete, true);
     assert.equal(meter.finishReason, "end_turn");
   });
@@ -32,7 +48,10 @@ void describe("stream meters", () => {
     const meter = new OpenAiStreamMeter({ clientWantsUsage: false });
     const usageChunk = `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 100, completion_tokens: 30, prompt_tokens_details: { cached_tokens: 60 }, completion_tokens_details: { reasoning_tokens: 20 } } })}\n\n`;
     assert.equal(meter.onEvent(usageChunk), undefined, "dropped for a client that did not ask");
-    assert.equal(meter.onEvent(`data: ${JSON.stringify({ choices: [{ delta: { content: "x" } }], usage: null })}\n\n`), `data: {"choices":[{"delta":{"content":"x"}}]}\n\n`);
+    assert.equal(
+      meter.onEvent(`data: ${JSON.stringify({ choices: [{ delta: { content: "x" } }], usage: null })}\n\n`),
+      `data: {"choices":[{"delta":{"content":"x"}}]}\n\n`,
+    );
     assert.deepEqual(meter.reading(0).usage, { input: 40, output: 30, cacheRead: 60, cacheWrite: 0, reasoning: 20 });
     assert.equal(meter.finishReason, undefined);
     meter.onEvent(`data: ${JSON.stringify({ choices: [{ index: 0, delta: {}, finish_reason: "length" }] })}\n\n`);
@@ -46,7 +65,15 @@ void describe("retry policy", () => {
     assert.equal(retryDelayMs({ policy, nextAttempt: 2, headers: { "retry-after-ms": "250" } }), 250);
     assert.equal(retryDelayMs({ policy, nextAttempt: 2, headers: { "retry-after": "2" } }), 2_000);
     assert.equal(retryDelayMs({ policy, nextAttempt: 2, headers: { "retry-after": "3600" } }), 5_000);
-    assert.equal(retryDelayMs({ policy, nextAttempt: 2, headers: { "retry-after": new Date(10_000).toUTCString() }, now: () => 9_000 }), 1_000);
+    assert.equal(
+      retryDelayMs({
+        policy,
+        nextAttempt: 2,
+        headers: { "retry-after": new Date(10_000).toUTCString() },
+        now: () => 9_000,
+      }),
+      1_000,
+    );
   });
 
   void it("backs off exponentially with full jitter when the provider says nothing", () => {
@@ -69,7 +96,11 @@ void describe("budget ledger", () => {
     await first.settle(0.1);
     await partial.settle(0.25);
     await partial.settle(0.25);
-    assert.deepEqual(ledger.snapshot("s"), { limitUsd: 1, spentUsd: 0.6, reservedUsd: 0 }, "a second settle changes nothing");
+    assert.deepEqual(
+      ledger.snapshot("s"),
+      { limitUsd: 1, spentUsd: 0.6, reservedUsd: 0 },
+      "a second settle changes nothing",
+    );
   });
 
   void it("opens one account when first calls arrive together while the starting point is read", async () => {
@@ -81,7 +112,11 @@ void describe("budget ledger", () => {
         return 0.5;
       },
     });
-    const results = await Promise.allSettled(Array.from({ length: 10 }, () => ledger.reserve({ session: "s", limitUsd: 1, worstCaseUsd: 0.2, minimumUsd: 0.01, partial: false })));
+    const results = await Promise.allSettled(
+      Array.from({ length: 10 }, () =>
+        ledger.reserve({ session: "s", limitUsd: 1, worstCaseUsd: 0.2, minimumUsd: 0.01, partial: false }),
+      ),
+    );
     assert.equal(reads, 1);
     assert.equal(results.filter((r) => r.status === "fulfilled").length, 2, "0.5 left holds two calls of 0.2");
     assert.deepEqual(ledger.snapshot("s"), { limitUsd: 1, spentUsd: 0.5, reservedUsd: 0.4 });
@@ -90,7 +125,14 @@ void describe("budget ledger", () => {
 
 void describe("prices", () => {
   void it("matches the exact model, else the longest prefix, else *", () => {
-    const provider = { name: "p", prices: { "claude-sonnet-4": { input: 3, output: 15 }, "claude-sonnet-4-5": { input: 4, output: 16 }, "*": { input: 1, output: 1 } } };
+    const provider = {
+      name: "p",
+      prices: {
+        "claude-sonnet-4": { input: 3, output: 15 },
+        "claude-sonnet-4-5": { input: 4, output: 16 },
+        "*": { input: 1, output: 1 },
+      },
+    };
     assert.equal(priceOf(provider, "claude-sonnet-4-5-20250929")?.input, 4);
     assert.equal(priceOf(provider, "claude-sonnet-4-0")?.input, 3);
     assert.equal(priceOf(provider, "other")?.input, 1);
@@ -115,11 +157,23 @@ void describe("usage events and count_tokens", () => {
       ],
     });
     const logger = pino({ level: "silent" });
-    const fx = await startFixture({ turns: [{ text: `secret prompt answer ${PLANTED_KEY}`, usage: { input: 5, output: 6, cacheRead: 1 } }], config: { usageSink: eventsUsageSink({ url: events.url, logger, token: testCredentials.services["llm-proxy"] }) } });
+    const fx = await startFixture({
+      turns: [{ text: `secret prompt answer ${PLANTED_KEY}`, usage: { input: 5, output: 6, cacheRead: 1 } }],
+      config: { usageSink: eventsUsageSink({ url: events.url, logger, token: testCredentials.services["llm-proxy"] }) },
+    });
     try {
       const e = await fx.session();
-      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
-      await client.messages.create({ model: "claude-sonnet-5", max_tokens: 10, messages: [{ role: "user", content: "a private prompt" }] });
+      const client = new Anthropic({
+        baseURL: e.anthropicBaseUrl,
+        apiKey: e.token,
+        defaultHeaders: e.headers,
+        maxRetries: 0,
+      });
+      await client.messages.create({
+        model: "claude-sonnet-5",
+        max_tokens: 10,
+        messages: [{ role: "user", content: "a private prompt" }],
+      });
     } finally {
       await fx.close();
       await events.close({ graceMs: 100 });
@@ -139,8 +193,16 @@ void describe("usage events and count_tokens", () => {
     const fx = await startFixture({ turns: [] });
     try {
       const e = await fx.session();
-      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
-      const counted = await client.messages.countTokens({ model: "claude-sonnet-5", messages: [{ role: "user", content: "count these words please" }] });
+      const client = new Anthropic({
+        baseURL: e.anthropicBaseUrl,
+        apiKey: e.token,
+        defaultHeaders: e.headers,
+        maxRetries: 0,
+      });
+      const counted = await client.messages.countTokens({
+        model: "claude-sonnet-5",
+        messages: [{ role: "user", content: "count these words please" }],
+      });
       assert.ok(counted.input_tokens > 0);
       assert.equal(fx.model.requests[0]?.wire, "anthropic-count-tokens");
       assert.equal(fx.model.requests[0]?.headers["x-api-key"], PLANTED_KEY);
@@ -154,8 +216,17 @@ void describe("usage events and count_tokens", () => {
     const fx = await startFixture({ turns: [{ text: "ok" }] });
     try {
       const e = await fx.session();
-      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers, maxRetries: 0 });
-      await client.messages.create({ model: "anthropic/claude-sonnet-5", max_tokens: 10, messages: [{ role: "user", content: "x" }] });
+      const client = new Anthropic({
+        baseURL: e.anthropicBaseUrl,
+        apiKey: e.token,
+        defaultHeaders: e.headers,
+        maxRetries: 0,
+      });
+      await client.messages.create({
+        model: "anthropic/claude-sonnet-5",
+        max_tokens: 10,
+        messages: [{ role: "user", content: "x" }],
+      });
       assert.equal(fx.model.requests[0]?.body.model, "claude-sonnet-5");
       assert.equal((await fx.proxy.store.listCalls(e.job))[0]?.model, "claude-sonnet-5");
     } finally {
@@ -168,7 +239,8 @@ void describe("usage events and count_tokens", () => {
     const { LlmProxyService } = await import("@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb");
     const { createClient } = await import("@connectrpc/connect");
     const { createGrpcTransport } = await import("@connectrpc/connect-node");
-    const proxy = await startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"),
+    const proxy = await startLlmProxy({
+      auth: testCredentials.settingsFor("llm-proxy"),
       providers: [
         { name: "scripted", kind: "scripted", scriptPerSession: true, script: [{ text: "first" }, { text: "second" }] },
         { name: "by-session", kind: "scripted", script: (_request, session) => ({ text: `hello ${session}` }) },
@@ -176,13 +248,21 @@ void describe("usage events and count_tokens", () => {
       logger: pino({ level: "silent" }),
     });
     try {
-      const control = createClient(LlmProxyService, createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] }));
+      const control = createClient(
+        LlmProxyService,
+        createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] }),
+      );
       const ask = async (session: string, provider = "scripted"): Promise<{ status: number; text: string }> => {
         const minted = await control.mintSessionToken({ job: `job-${session}`, agent: "a", session });
         const r = await fetch(`${proxy.url}/${provider}/v1/messages`, {
           method: "POST",
           headers: { "x-api-key": minted.token, ...minted.headers, "content-type": "application/json" },
-          body: JSON.stringify({ model: "m", max_tokens: 100, tools: [{ name: "t", input_schema: {} }], messages: [{ role: "user", content: "x" }] }),
+          body: JSON.stringify({
+            model: "m",
+            max_tokens: 100,
+            tools: [{ name: "t", input_schema: {} }],
+            messages: [{ role: "user", content: "x" }],
+          }),
         });
         const body = (await r.json()) as { content?: { text: string }[]; error?: { message: string } };
         return { status: r.status, text: body.content?.[0]?.text ?? body.error?.message ?? "" };
@@ -211,9 +291,16 @@ void describe("usage events and count_tokens", () => {
     const { createGrpcTransport } = await import("@connectrpc/connect-node");
     const script = [{ text: "first" }, { text: "second" }, { text: "third" }];
     // A fresh proxy: what a restart leaves, with no memory of the session's earlier calls.
-    const proxy = await startLlmProxy({ auth: testCredentials.settingsFor("llm-proxy"), providers: [{ name: "scripted", kind: "scripted", scriptPerSession: true, script }], logger: pino({ level: "silent" }) });
+    const proxy = await startLlmProxy({
+      auth: testCredentials.settingsFor("llm-proxy"),
+      providers: [{ name: "scripted", kind: "scripted", scriptPerSession: true, script }],
+      logger: pino({ level: "silent" }),
+    });
     try {
-      const control = createClient(LlmProxyService, createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] }));
+      const control = createClient(
+        LlmProxyService,
+        createGrpcTransport({ baseUrl: proxy.url, interceptors: [testCredentials.caller] }),
+      );
       const minted = await control.mintSessionToken({ job: "job-r", agent: "a", session: "r" });
       const conversation = [
         { role: "user", content: "x" },
@@ -241,7 +328,11 @@ void describe("usage events and count_tokens", () => {
       const wrongPath = await fetch(`${fx.proxy.url}/anthropic/v1/complete`, { method: "POST", body: "{}" });
       assert.equal(wrongPath.status, 404);
       assert.match(await wrongPath.text(), /\/\{provider\}\/v1\/messages/);
-      const wrongProvider = await fetch(`${fx.proxy.url}/nobody/v1/messages`, { method: "POST", headers: { "x-api-key": e.token, ...e.headers }, body: "{}" });
+      const wrongProvider = await fetch(`${fx.proxy.url}/nobody/v1/messages`, {
+        method: "POST",
+        headers: { "x-api-key": e.token, ...e.headers },
+        body: "{}",
+      });
       assert.equal(wrongProvider.status, 404);
       assert.match(await wrongProvider.text(), /no provider named nobody/);
     } finally {

@@ -23,7 +23,20 @@ export { OrchestratorError } from "./orchestrator-error.js";
 export type { OrchestratorErrorCode } from "./orchestrator-error.js";
 export { agentContentHash, canonicalJson, parseDuration } from "./agents/agent-versions.js";
 
-export { isolationNotice, startEmbeddedStack, startServiceProcess, serviceMain, readDiscovery, discoveryFile } from "./dev/embedded-stack.js";
-export type { EmbeddedStack, EmbeddedStackOptions, StackProcess, StackServiceName, DevDiscovery } from "./dev/embedded-stack.js";
+export {
+  isolationNotice,
+  startEmbeddedStack,
+  startServiceProcess,
+  serviceMain,
+  readDiscovery,
+  discoveryFile,
+} from "./dev/embedded-stack.js";
+export type {
+  EmbeddedStack,
+  EmbeddedStackOptions,
+  StackProcess,
+  StackServiceName,
+  DevDiscovery,
+} from "./dev/embedded-stack.js";
 export { embeddedStackEnv, applyEnvironmentKeys, hasProviderKey } from "./cli/embedded-defaults.js";
 export type { EmbeddedDefaults, EmbeddedDefaultsOptions } from "./cli/embedded-defaults.js";

@@ -17,7 +17,10 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
   const nodeToken = envString(env, "OZ0_NODE_TOKEN");
   const nodePort = envPort(env, "OZ0_NODE_PORT");
   const nodeStaleAfterMs = envInteger(env, "OZ0_NODE_STALE_AFTER_MS", { min: 100, unit: "milliseconds" });
-  const maxSessionStderrBytes = envInteger(env, "OZ0_MAX_SESSION_STDERR_BYTES", { min: 0, unit: "bytes (0 keeps none)" });
+  const maxSessionStderrBytes = envInteger(env, "OZ0_MAX_SESSION_STDERR_BYTES", {
+    min: 0,
+    unit: "bytes (0 keeps none)",
+  });
   const consoleDir = envString(env, "OZ0_CONSOLE_DIR");
   return {
     host: envString(env, "OZ0_HOST") ?? "127.0.0.1",

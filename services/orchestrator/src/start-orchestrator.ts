@@ -112,11 +112,14 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     ["OZ0_LEASE_TTL_MS", config.leaseTtlMs],
     ["OZ0_NODE_STALE_AFTER_MS", config.nodeStaleAfterMs],
   ] as const) {
-    if (value !== undefined && !(Number.isInteger(value) && value >= 100)) throw new Error(`${name} must be a whole number of milliseconds, at least 100; got ${String(value)}`);
+    if (value !== undefined && !(Number.isInteger(value) && value >= 100))
+      throw new Error(`${name} must be a whole number of milliseconds, at least 100; got ${String(value)}`);
   }
   const stderrBytes = config.maxSessionStderrBytes;
   if (stderrBytes !== undefined && !(Number.isInteger(stderrBytes) && stderrBytes >= 0)) {
-    throw new Error(`OZ0_MAX_SESSION_STDERR_BYTES must be a whole number of bytes (0 keeps none); got ${String(stderrBytes)}`);
+    throw new Error(
+      `OZ0_MAX_SESSION_STDERR_BYTES must be a whole number of bytes (0 keeps none); got ${String(stderrBytes)}`,
+    );
   }
   // On PostgreSQL the orchestrator is one replica of many (one is a cluster of one): jobs are leased.
   // Otherwise it is the only one, on its own store.
@@ -133,7 +136,9 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       : soleCluster(config.store ?? (await openJobStore({ dataDir: home })));
   const store = cluster.store;
   // Every session gets its span (tracing.ts); a no-op when OpenTelemetry is not started.
-  const sandboxes = (config.sandboxes ?? (config.sandboxUrls ?? []).map((url) => new SandboxClient({ url, token: serviceToken }))).map((runner) => orchestratorTracing.sessionRunner(runner));
+  const sandboxes = (
+    config.sandboxes ?? (config.sandboxUrls ?? []).map((url) => new SandboxClient({ url, token: serviceToken }))
+  ).map((runner) => orchestratorTracing.sessionRunner(runner));
   // Nodes that register themselves (several replicas share their capacity), or the configured list.
   const registered = config.nodeToken ? cluster.nodes : undefined;
   if (!registered && sandboxes.length === 0) {
@@ -143,8 +148,12 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
         : "no sandbox configured: set OZ0_SANDBOX_URLS (comma-separated sandbox URLs)",
     );
   }
-  const placement: SandboxPlacement = registered ? new RegistryPlacement({ registry: registered, logger, serviceToken }) : new StaticPlacement({ runners: sandboxes });
-  const proxy = config.tokens ?? (config.llmProxyUrl ? new LlmProxyClient({ url: config.llmProxyUrl, token: serviceToken }) : undefined);
+  const placement: SandboxPlacement = registered
+    ? new RegistryPlacement({ registry: registered, logger, serviceToken })
+    : new StaticPlacement({ runners: sandboxes });
+  const proxy =
+    config.tokens ??
+    (config.llmProxyUrl ? new LlmProxyClient({ url: config.llmProxyUrl, token: serviceToken }) : undefined);
   if (!proxy) throw new Error("no LLM proxy configured: set OZ0_LLM_PROXY_URL");
   const secrets: SecretWriter = {
     setSecret: async (s) => {
@@ -153,7 +162,9 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     },
   };
   // Always a sink: the job's span starts and ends with its lifecycle events, published or not.
-  const lifecycle: LifecycleSink = orchestratorTracing.lifecycleSink(config.eventsUrl ? new LifecycleOutbox({ url: config.eventsUrl, token: serviceToken, store, logger }) : undefined);
+  const lifecycle: LifecycleSink = orchestratorTracing.lifecycleSink(
+    config.eventsUrl ? new LifecycleOutbox({ url: config.eventsUrl, token: serviceToken, store, logger }) : undefined,
+  );
   const feed = new JobFeed();
   const subscribeAppended = cluster.subscribeAppended?.bind(cluster);
   const stopFollowing = subscribeAppended
@@ -178,7 +189,9 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
   // Graph versions, graph jobs and their checkpoints: beside the jobs (PostgreSQL), or a SQLite file of their own under the data directory.
   const graphStore = await openGraphStore({
     home,
-    ...(cluster.graphStore ? { ...cluster.graphStore, ...(config.databaseSchema ? { schema: config.databaseSchema } : {}) } : {}),
+    ...(cluster.graphStore
+      ? { ...cluster.graphStore, ...(config.databaseSchema ? { schema: config.databaseSchema } : {}) }
+      : {}),
   });
   const graphRegistry = new GraphRegistry({ graphStore, store });
   const graphJobs = new GraphJobs({
@@ -218,7 +231,13 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
   let nodeListener: RunningServer | undefined;
   if (registered) {
     try {
-      nodeListener = await startNodeListener({ registry: registered, nodeToken: config.nodeToken!, logger, host: config.host ?? "127.0.0.1", port: config.nodePort ?? 7710 });
+      nodeListener = await startNodeListener({
+        registry: registered,
+        nodeToken: config.nodeToken!,
+        logger,
+        host: config.host ?? "127.0.0.1",
+        port: config.nodePort ?? 7710,
+      });
     } catch (error) {
       await server.close({ graceMs: 0 });
       throw error;
@@ -241,11 +260,16 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     onTakeOver: async (lease) => {
       logger.info({ jobId: lease.resource }, "took over a job from a replica that stopped");
       try {
-        await (isGraphJob({ id: lease.resource }) ? graphJobs.resumeJob(lease.resource) : runner.resumeJob(lease.resource));
+        await (isGraphJob({ id: lease.resource })
+          ? graphJobs.resumeJob(lease.resource)
+          : runner.resumeJob(lease.resource));
       } catch (error) {
         // Half resumed: stop, so whoever takes the lease next starts clean.
         abandon(lease.resource);
-        logger.warn({ jobId: lease.resource, err: error }, "could not resume a job taken over; gave its lease back for the next sweep");
+        logger.warn(
+          { jobId: lease.resource, err: error },
+          "could not resume a job taken over; gave its lease back for the next sweep",
+        );
         throw error;
       }
     },
@@ -254,10 +278,16 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       abandon(lease.resource);
     },
     onApprovalAnswered: (answer) => {
-      runner.deliverAnswer(answer).catch((error: unknown) => logger.warn({ err: error, jobId: answer.jobId }, "could not deliver an answer taken at another replica"));
+      runner
+        .deliverAnswer(answer)
+        .catch((error: unknown) =>
+          logger.warn({ err: error, jobId: answer.jobId }, "could not deliver an answer taken at another replica"),
+        );
     },
     onApprovalsReconnected: () => {
-      runner.deliverUndelivered().catch((error: unknown) => logger.warn({ err: error }, "could not deliver answers missed while disconnected"));
+      runner
+        .deliverUndelivered()
+        .catch((error: unknown) => logger.warn({ err: error }, "could not deliver answers missed while disconnected"));
     },
   });
   if (registered) runner.watchNodes({ intervalMs: 1_000 });

@@ -16,12 +16,33 @@
 // span they belong to. Only names, ids, counts and outcomes are recorded:
 // never the task, tool input or output, model text or a reason a hook wrote.
 import { create } from "@bufbuild/protobuf";
-import { context, isSpanContextValid, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Context, type Span } from "@opentelemetry/api";
+import {
+  context,
+  isSpanContextValid,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  TraceFlags,
+  type Context,
+  type Span,
+} from "@opentelemetry/api";
 import type { LifecycleType } from "@oz0/events-client";
 import type { GraphTracer } from "@oz0/graph";
-import { TraceContextSchema, type PermissionAnswer, type RuntimeToolResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import {
+  TraceContextSchema,
+  type PermissionAnswer,
+  type RuntimeToolResult,
+} from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { GenAi, oz0Tracer, traceContextOf, workMetrics } from "@oz0/serving";
-import type { LifecycleInit, LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "./sessions/session-runner.js";
+import type {
+  LifecycleInit,
+  LifecycleSink,
+  SandboxMessage,
+  SessionChannel,
+  SessionRunner,
+  StartSessionOptions,
+} from "./sessions/session-runner.js";
 
 const tracer = oz0Tracer("@oz0/orchestrator");
 
@@ -63,13 +84,21 @@ const OPERATION_OUTCOMES: Readonly<Partial<Record<LifecycleType, string>>> = {
   "harness.operation_timed_out": "timed_out",
 };
 
-function start(name: string, parent: Context, attributes: Record<string, string | number | boolean>, kind = SpanKind.INTERNAL): Traced {
+function start(
+  name: string,
+  parent: Context,
+  attributes: Record<string, string | number | boolean>,
+  kind = SpanKind.INTERNAL,
+): Traced {
   const span = tracer.startSpan(name, { kind, attributes }, parent);
   return { span, ctx: trace.setSpan(parent, span), started: performance.now() };
 }
 
 /** `execute_tool {tool}` below the session: a harness's own tool, or a runtime tool (a harness operation). */
-function toolSpan(session: Traced, options: { sessionId: string; tool: string; callId: string; runtime: boolean }): Traced {
+function toolSpan(
+  session: Traced,
+  options: { sessionId: string; tool: string; callId: string; runtime: boolean },
+): Traced {
   return start(`execute_tool ${options.tool}`, session.ctx, {
     [GenAi.operationName]: "execute_tool",
     [GenAi.toolName]: options.tool,
@@ -139,17 +168,25 @@ export class OrchestratorTracing {
       traceIdOf: (jobId) => {
         const span = this.#jobs.get(jobId)?.span.spanContext();
         // A trace nobody records (no exporter, or not sampled) has no id worth showing.
-        return span && isSpanContextValid(span) && (span.traceFlags & TraceFlags.SAMPLED) !== 0 ? span.traceId : undefined;
+        return span && isSpanContextValid(span) && (span.traceFlags & TraceFlags.SAMPLED) !== 0
+          ? span.traceId
+          : undefined;
       },
     };
   }
 
   /** Runs one hook's evaluation in a `hook {name}` span below the permission request it decides. */
-  async traceHook<T extends { decision: string }>(options: { sessionId: string; permissionId: string; hook: string; source: string }, run: () => Promise<T>): Promise<T> {
+  async traceHook<T extends { decision: string }>(
+    options: { sessionId: string; permissionId: string; hook: string; source: string },
+    run: () => Promise<T>,
+  ): Promise<T> {
     const session = this.#sessions.get(options.sessionId);
     const parent = session?.permissions.get(options.permissionId)?.ctx ?? session?.ctx;
     if (!parent) return run();
-    const hook = start(`hook ${options.hook}`, parent, { "oz0.hook.name": options.hook, "oz0.hook.source": options.source });
+    const hook = start(`hook ${options.hook}`, parent, {
+      "oz0.hook.name": options.hook,
+      "oz0.hook.source": options.source,
+    });
     try {
       const verdict = await run();
       hook.span.setAttribute("oz0.hook.decision", verdict.decision);
@@ -176,7 +213,8 @@ export class OrchestratorTracing {
         this.#graphSteps.set(key, trace.setSpan(parent, span));
         this.#graphStepSpans.add(span.spanContext().spanId);
         return {
-          setStatus: (status: { code: number }) => span.setStatus({ code: status.code === 2 ? SpanStatusCode.ERROR : SpanStatusCode.UNSET }),
+          setStatus: (status: { code: number }) =>
+            span.setStatus({ code: status.code === 2 ? SpanStatusCode.ERROR : SpanStatusCode.UNSET }),
           end: () => {
             span.end();
             this.#graphSteps.delete(key);
@@ -202,7 +240,11 @@ export class OrchestratorTracing {
     const job = this.#jobs.get(request.jobId);
     const parentSession = options.shareWorkingDirOf ? this.#sessions.get(options.shareWorkingDirOf) : undefined;
     // A harness operation's scratch session nests below the runtime tool call that asked for it.
-    const parent = (parentSession && [...parentSession.runtimeCalls.values()].at(-1)?.ctx) ?? parentSession?.ctx ?? job?.ctx ?? ROOT_CONTEXT;
+    const parent =
+      (parentSession && [...parentSession.runtimeCalls.values()].at(-1)?.ctx) ??
+      parentSession?.ctx ??
+      job?.ctx ??
+      ROOT_CONTEXT;
     const agent = request.agent?.name ?? job?.agent ?? "";
     const session = start(`session ${agent}`, parent, {
       [GenAi.conversationId]: request.sessionId,
@@ -271,7 +313,10 @@ export class OrchestratorTracing {
         session.span.setAttribute("oz0.harness.name", e.value.harnessName);
         return;
       case "toolCall":
-        session.tools.set(e.value.callId, toolSpan(session, { sessionId, tool: e.value.tool, callId: e.value.callId, runtime: false }));
+        session.tools.set(
+          e.value.callId,
+          toolSpan(session, { sessionId, tool: e.value.tool, callId: e.value.callId, runtime: false }),
+        );
         return;
       case "toolResult": {
         const tool = session.tools.get(e.value.callId);
@@ -288,11 +333,19 @@ export class OrchestratorTracing {
           [GenAi.toolName]: e.value.tool,
           ...(e.value.callId ? { [GenAi.toolCallId]: e.value.callId } : {}),
         });
-        session.permissions.set(e.value.id, { ...permission, tool: e.value.tool, callId: e.value.callId, needsPerson: false });
+        session.permissions.set(e.value.id, {
+          ...permission,
+          tool: e.value.tool,
+          callId: e.value.callId,
+          needsPerson: false,
+        });
         return;
       }
       case "runtimeToolCall":
-        session.runtimeCalls.set(e.value.id, toolSpan(session, { sessionId, tool: e.value.name, callId: e.value.id, runtime: true }));
+        session.runtimeCalls.set(
+          e.value.id,
+          toolSpan(session, { sessionId, tool: e.value.name, callId: e.value.id, runtime: true }),
+        );
         return;
       case "usage":
         session.usage.input += Number(e.value.inputTokens);
@@ -312,7 +365,11 @@ export class OrchestratorTracing {
     const session = this.#sessions.get(sessionId);
     const permission = session?.permissions.get(answer.id);
     if (!session || !permission) return;
-    permission.span.setAttributes({ "oz0.permission.allowed": answer.allow, "oz0.permission.outcome": answer.outcome, "oz0.permission.needs_person": permission.needsPerson });
+    permission.span.setAttributes({
+      "oz0.permission.allowed": answer.allow,
+      "oz0.permission.outcome": answer.outcome,
+      "oz0.permission.needs_person": permission.needsPerson,
+    });
     permission.span.end();
     session.permissions.delete(answer.id);
     if (permission.needsPerson) {
@@ -327,7 +384,8 @@ export class OrchestratorTracing {
     if (!session) return;
     this.#sessions.delete(sessionId);
     // Whatever the harness left open ends with its session.
-    for (const open of [...session.tools.values(), ...session.runtimeCalls.values(), ...session.permissions.values()]) open.span.end();
+    for (const open of [...session.tools.values(), ...session.runtimeCalls.values(), ...session.permissions.values()])
+      open.span.end();
     session.span.setAttributes({
       [GenAi.inputTokens]: session.usage.input,
       [GenAi.outputTokens]: session.usage.output,
@@ -363,17 +421,37 @@ export class OrchestratorTracing {
         },
         parent,
       );
-      this.#jobs.set(init.jobId, { span, ctx: trace.setSpan(parent, span), started: performance.now(), agent: init.agentName ?? "" });
+      this.#jobs.set(init.jobId, {
+        span,
+        ctx: trace.setSpan(parent, span),
+        started: performance.now(),
+        agent: init.agentName ?? "",
+      });
       return;
     }
     if (type === "graph.run_started") {
       const graph = String(init.attributes?.graph_name ?? "");
       const span = tracer.startSpan(
         `invoke_agent ${graph}`.trim(),
-        { kind: SpanKind.INTERNAL, root: true, attributes: { [GenAi.operationName]: "invoke_agent", [GenAi.agentName]: graph, "oz0.graph.name": graph, "oz0.graph.version": String(init.attributes?.graph_version ?? ""), "oz0.job.id": init.jobId } },
+        {
+          kind: SpanKind.INTERNAL,
+          root: true,
+          attributes: {
+            [GenAi.operationName]: "invoke_agent",
+            [GenAi.agentName]: graph,
+            "oz0.graph.name": graph,
+            "oz0.graph.version": String(init.attributes?.graph_version ?? ""),
+            "oz0.job.id": init.jobId,
+          },
+        },
         ROOT_CONTEXT,
       );
-      this.#jobs.set(init.jobId, { span, ctx: trace.setSpan(ROOT_CONTEXT, span), started: performance.now(), agent: graph });
+      this.#jobs.set(init.jobId, {
+        span,
+        ctx: trace.setSpan(ROOT_CONTEXT, span),
+        started: performance.now(),
+        agent: graph,
+      });
       return;
     }
     if (type === "approval.requested") {
@@ -396,8 +474,12 @@ export class OrchestratorTracing {
     const job = this.#jobs.get(init.jobId);
     if (!job) return;
     this.#jobs.delete(init.jobId);
-    for (const [id, session] of this.#sessions) if (session.jobId === init.jobId) this.#endSession(id, state === "succeeded" ? undefined : `job_${state}`);
-    job.span.setAttributes({ "oz0.job.state": state, ...(init.sessionId ? { [GenAi.conversationId]: init.sessionId } : {}) });
+    for (const [id, session] of this.#sessions)
+      if (session.jobId === init.jobId) this.#endSession(id, state === "succeeded" ? undefined : `job_${state}`);
+    job.span.setAttributes({
+      "oz0.job.state": state,
+      ...(init.sessionId ? { [GenAi.conversationId]: init.sessionId } : {}),
+    });
     if (state !== "succeeded") fail(job.span, `job_${state}`);
     job.span.end();
     const attributes = { [GenAi.agentName]: job.agent, "oz0.job.state": state };

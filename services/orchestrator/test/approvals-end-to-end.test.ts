@@ -32,14 +32,31 @@ hooks:
 `,
   ),
   careful: agent("careful", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n"),
-  hasty: agent("hasty", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n  timeout: 2s\n"),
-  patient: agent("patient", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n  timeout: 15s\n"),
-  stuck: agent("stuck", 'harness:\n  tools: [run_command]\nhooks:\n  - name: slow-guard\n    command: ["node", "hooks/hang.mjs"]\n    timeout: 1s\n'),
-  broken: agent("broken", 'harness:\n  tools: [run_command]\nhooks:\n  - name: crashing-guard\n    command: ["node", "hooks/crash.mjs"]\n'),
-  parallel: agent("parallel", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n").replace("harness:fake", "harness:parallel"),
-  rogue: agent("rogue", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n").replace("harness:fake", "harness:rogue"),
+  hasty: agent(
+    "hasty",
+    "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n  timeout: 2s\n",
+  ),
+  patient: agent(
+    "patient",
+    "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n  timeout: 15s\n",
+  ),
+  stuck: agent(
+    "stuck",
+    'harness:\n  tools: [run_command]\nhooks:\n  - name: slow-guard\n    command: ["node", "hooks/hang.mjs"]\n    timeout: 1s\n',
+  ),
+  broken: agent(
+    "broken",
+    'harness:\n  tools: [run_command]\nhooks:\n  - name: crashing-guard\n    command: ["node", "hooks/crash.mjs"]\n',
+  ),
+  parallel: agent("parallel", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n").replace(
+    "harness:fake",
+    "harness:parallel",
+  ),
+  rogue: agent("rogue", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n").replace(
+    "harness:fake",
+    "harness:rogue",
+  ),
 };
-
 
 const COMMANDS: Record<string, string> = {
   refused: "echo not-allowed-here",
@@ -72,7 +89,11 @@ async function makeRepo(): Promise<string> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-hooks-repo-"));
   for (const sub of ["agents", "prompts", "hooks"]) mkdirSync(path.join(dir, sub));
   writeFileSync(path.join(dir, "prompts", "p.md"), "Run the command you are asked to run.\n");
-  for (const hook of ["guard-commands.mjs", "hang.mjs", "crash.mjs"]) copyFileSync(path.join(fixtures, hook), path.join(dir, "hooks", hook === "guard-commands.mjs" ? "guard.mjs" : hook));
+  for (const hook of ["guard-commands.mjs", "hang.mjs", "crash.mjs"])
+    copyFileSync(
+      path.join(fixtures, hook),
+      path.join(dir, "hooks", hook === "guard-commands.mjs" ? "guard.mjs" : hook),
+    );
   writeFileSync(
     path.join(dir, "oz0-plugin.yaml"),
     `name: hooked
@@ -168,10 +189,17 @@ after(async () => {
 void test("a tool outside harness.tools is refused without asking, and the model reads why", async () => {
   const done = await runToEnd("limited", "refused");
   assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
-  assert.match(done.resultText ?? "", /^saw: Permission denied: tool run_command is not in this agent's harness\.tools \(read_file\); the call was refused/);
+  assert.match(
+    done.resultText ?? "",
+    /^saw: Permission denied: tool run_command is not in this agent's harness\.tools \(read_file\); the call was refused/,
+  );
   const [decision] = decisions(await events(done.id));
   assert.equal(decision?.decider, "DECIDER_POLICY");
-  assert.equal((await t.cli(["approvals", "list", "--job", done.id, "--all", "--json"])).stdout, "", "nobody was asked");
+  assert.equal(
+    (await t.cli(["approvals", "list", "--job", done.id, "--all", "--json"])).stdout,
+    "",
+    "nobody was asked",
+  );
 });
 
 void test("a command hook allows a call, and the hook's decision is on the job's record", async () => {
@@ -186,9 +214,16 @@ void test("a command hook allows a call, and the hook's decision is on the job's
 void test("a hook denies with a reason that reaches the model, and the tool does not run", async () => {
   const done = await runToEnd("guarded", "delete");
   assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
-  assert.equal(done.resultText, "saw: Permission denied: hook guard (agent guarded): no deleting files (fake.run_command)");
+  assert.equal(
+    done.resultText,
+    "saw: Permission denied: hook guard (agent guarded): no deleting files (fake.run_command)",
+  );
   const plugin = await runToEnd("guarded", "network");
-  assert.equal(plugin.resultText, "saw: Permission denied: hook no-network (plugin hooked): this plugin's agents do not reach the network", "plugin hooks are asked before the agent's");
+  assert.equal(
+    plugin.resultText,
+    "saw: Permission denied: hook no-network (plugin hooked): this plugin's agents do not reach the network",
+    "plugin hooks are asked before the agent's",
+  );
 });
 
 void test("a hook's changed input is what the tool runs with", async () => {
@@ -205,7 +240,13 @@ void test("a hook asks a person; the approval with a changed input runs that inp
   assert.match(String(approval?.reason), /hook guard \(agent guarded\): deploys need a person/);
   const shown = await job(jobId);
   assert.equal(shown.state, "JOB_STATE_WAITING");
-  const approved = await t.cli(["approve", jobId, String(approval?.callId), "--input", '{"command":"echo approved-deploy"}']);
+  const approved = await t.cli([
+    "approve",
+    jobId,
+    String(approval?.callId),
+    "--input",
+    '{"command":"echo approved-deploy"}',
+  ]);
   assert.equal(approved.code, 0, approved.stderr);
   const done = await finished(jobId);
   assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
@@ -231,10 +272,17 @@ void test("an unanswered call times out at the agent's deadline and is denied (f
   const jobId = await start("hasty", "wait");
   const done = await finished(jobId);
   assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
-  assert.equal(done.resultText, "saw: Permission denied: nobody answered within 2s (approvals.timeout), so the call is denied");
+  assert.equal(
+    done.resultText,
+    "saw: Permission denied: nobody answered within 2s (approvals.timeout), so the call is denied",
+  );
   const [record] = jsonLines((await t.cli(["approvals", "list", "--job", jobId, "--all", "--json"])).stdout);
   assert.equal(record?.state, "APPROVAL_STATE_TIMED_OUT");
-  assert.equal(Date.parse(String(record?.deadline)) - Date.parse(String(record?.requestedAt)), 2_000, "the deadline is on the record");
+  assert.equal(
+    Date.parse(String(record?.deadline)) - Date.parse(String(record?.requestedAt)),
+    2_000,
+    "the deadline is on the record",
+  );
   const late = await t.cli(["approve", jobId, String(record?.callId)]);
   assert.equal(late.code, 1);
   assert.match(late.stderr, /is timed out: the answer came too late and was not used/);
@@ -257,9 +305,15 @@ void test("cancelling a job answers its waiting call cancelled, and a later answ
 
 void test("a hook that hangs or crashes denies the call", async () => {
   const hung = await runToEnd("stuck", "harmless");
-  assert.equal(hung.resultText, "saw: Permission denied: hook slow-guard (agent stuck) did not answer within 1000 ms; the call is denied");
+  assert.equal(
+    hung.resultText,
+    "saw: Permission denied: hook slow-guard (agent stuck) did not answer within 1000 ms; the call is denied",
+  );
   const crashed = await runToEnd("broken", "harmless");
-  assert.equal(crashed.resultText, "saw: Permission denied: hook crashing-guard (agent broken) failed (exit code 3): guard: cannot reach the policy server; the call is denied");
+  assert.equal(
+    crashed.resultText,
+    "saw: Permission denied: hook crashing-guard (agent broken) failed (exit code 3): guard: cannot reach the policy server; the call is denied",
+  );
 });
 
 void test("two calls waiting at once are answered in reverse order, independently", async () => {
@@ -287,13 +341,22 @@ void test("two calls waiting at once are answered in reverse order, independentl
 void test("a harness that runs a tool without asking, or runs a refused one, fails the job naming the rule", async () => {
   const unasked = await runToEnd("rogue", "unasked");
   assert.equal(unasked.state, "JOB_STATE_FAILED");
-  assert.equal(unasked.error, "policy bypass: harness rogue ran tool call call_rogue without asking permission first (rule: every tool call asks first); the job was stopped");
+  assert.equal(
+    unasked.error,
+    "policy bypass: harness rogue ran tool call call_rogue without asking permission first (rule: every tool call asks first); the job was stopped",
+  );
   const refused = await runToEnd("rogue", "refused-then-ran");
   assert.equal(refused.state, "JOB_STATE_FAILED");
-  assert.equal(refused.error, "policy bypass: harness rogue ran delete_everything call call_rogue although it was denied (rule: only the tools in harness.tools run); the job was stopped");
+  assert.equal(
+    refused.error,
+    "policy bypass: harness rogue ran delete_everything call call_rogue although it was denied (rule: only the tools in harness.tools run); the job was stopped",
+  );
   const early = await runToEnd("rogue", "ran-before-answer");
   assert.equal(early.state, "JOB_STATE_FAILED");
-  assert.match(early.error ?? "", /ran run_command call call_rogue while it still waited for a person \(rule: a call runs only once it is allowed\)/);
+  assert.match(
+    early.error ?? "",
+    /ran run_command call call_rogue while it still waited for a person \(rule: a call runs only once it is allowed\)/,
+  );
   // The control: the same harness, asking and waiting, passes.
   const jobId = await start("rogue", "polite");
   const [approval] = await waiting(jobId);
@@ -318,6 +381,9 @@ void test("restart while calls wait: an approval after the restart completes its
   assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
   assert.match(done.resultText ?? "", /^saw: exit code 0\nwaited/);
   const expired = await finished(patient);
-  assert.equal(expired.resultText, "saw: Permission denied: nobody answered within 15s (approvals.timeout), so the call is denied");
+  assert.equal(
+    expired.resultText,
+    "saw: Permission denied: nobody answered within 15s (approvals.timeout), so the call is denied",
+  );
   assert.equal(decisions(await events(patient)).filter((d) => d.outcome === "OUTCOME_TIMED_OUT").length, 1);
 });

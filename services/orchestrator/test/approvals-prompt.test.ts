@@ -18,17 +18,30 @@ function pair(): { input: PassThrough; output: PassThrough; shown: () => string 
   return { input, output, shown: () => text };
 }
 
-const call = { tool: "run_command", input: { command: "rm -rf build" }, reason: "run_command is in harness.requires_approval" };
+const call = {
+  tool: "run_command",
+  input: { command: "rm -rf build" },
+  reason: "run_command is in harness.requires_approval",
+};
 
 void test("y approves, n asks why and denies, e takes a JSON object and approves it", async () => {
   const yes = pair();
   yes.input.write("y\n");
-  assert.deepEqual(await promptForAnswer({ call, input: yes.input, output: yes.output }), { allow: true, reason: "approved at the terminal" });
-  assert.match(yes.shown(), /run_command waits for approval: run_command is in harness\.requires_approval\n {2}input: \{"command":"rm -rf build"\}/);
+  assert.deepEqual(await promptForAnswer({ call, input: yes.input, output: yes.output }), {
+    allow: true,
+    reason: "approved at the terminal",
+  });
+  assert.match(
+    yes.shown(),
+    /run_command waits for approval: run_command is in harness\.requires_approval\n {2}input: \{"command":"rm -rf build"\}/,
+  );
 
   const no = pair();
   no.input.write("n\nnot the build folder\n");
-  assert.deepEqual(await promptForAnswer({ call, input: no.input, output: no.output }), { allow: false, reason: "not the build folder" });
+  assert.deepEqual(await promptForAnswer({ call, input: no.input, output: no.output }), {
+    allow: false,
+    reason: "not the build folder",
+  });
 
   const edit = pair();
   edit.input.write('maybe\ne\n{"command":\ne\n["x"]\ne\n{"command":"rm -rf build/tmp"}\n');
@@ -42,7 +55,10 @@ void test("y approves, n asks why and denies, e takes a JSON object and approves
 
   const ended = pair();
   ended.input.end();
-  assert.deepEqual(await promptForAnswer({ call, input: ended.input, output: ended.output }), { allow: false, reason: "nobody answered at the terminal (its input ended)" });
+  assert.deepEqual(await promptForAnswer({ call, input: ended.input, output: ended.output }), {
+    allow: false,
+    reason: "nobody answered at the terminal (its input ended)",
+  });
 });
 
 void test("a question answered elsewhere is taken back: erased row by row, or marked where the terminal cannot move its cursor", async () => {
@@ -50,7 +66,8 @@ void test("a question answered elsewhere is taken back: erased row by row, or ma
   const abort = new AbortController();
   erased.input.write("e\n");
   const answer = promptForAnswer({ call, input: erased.input, output: erased.output, signal: abort.signal });
-  while (!erased.shown().includes("New input, as one line of JSON: ")) await new Promise((resolve) => setImmediate(resolve));
+  while (!erased.shown().includes("New input, as one line of JSON: "))
+    await new Promise((resolve) => setImmediate(resolve));
   abort.abort();
   assert.equal(await answer, undefined);
   // Five rows: the blank line the question began with, its heading, the input, the choice with the typed "e", the new question.
@@ -60,10 +77,19 @@ void test("a question answered elsewhere is taken back: erased row by row, or ma
 
   const marked = pair();
   const stop = new AbortController();
-  const unanswered = promptForAnswer({ call, input: marked.input, output: marked.output, signal: stop.signal, erase: false });
+  const unanswered = promptForAnswer({
+    call,
+    input: marked.input,
+    output: marked.output,
+    signal: stop.signal,
+    erase: false,
+  });
   stop.abort();
   assert.equal(await unanswered, undefined);
-  assert.ok(marked.shown().endsWith("Allow it? [y]es, [n]o, [e]dit the input: (answered elsewhere)\n"), JSON.stringify(marked.shown()));
+  assert.ok(
+    marked.shown().endsWith("Allow it? [y]es, [n]o, [e]dit the input: (answered elsewhere)\n"),
+    JSON.stringify(marked.shown()),
+  );
   assert.ok(!marked.shown().includes("\x1b"));
 });
 
@@ -78,12 +104,14 @@ harness:
   requires_approval: [run_command]
 `;
 
-
 let t: TestStack;
 
 before(async () => {
   t = await startTestStack({
-    pick: ({ turn, request }): ScriptedTurn => (turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: "echo original" } }] } : { text: `saw: ${toolResults(request)}` }),
+    pick: ({ turn, request }): ScriptedTurn =>
+      turn === 0
+        ? { toolCalls: [{ name: "run_command", input: { command: "echo original" } }] }
+        : { text: `saw: ${toolResults(request)}` },
   });
   const installed = await t.cli(["plugin", "install", await makePluginRepo({ agents: { careful: CAREFUL } })]);
   assert.equal(installed.code, 0, installed.stderr);

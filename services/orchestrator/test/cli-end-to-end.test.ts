@@ -12,10 +12,20 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { ScriptedTurn } from "@oz0/harness/testing";
 import { SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
-import { cliMain, commitAll, eventually, makePluginRepo, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
+import {
+  cliMain,
+  commitAll,
+  eventually,
+  makePluginRepo,
+  repoRoot,
+  startTestStack,
+  type TestStack,
+} from "./support/test-stack.js";
 
 const run = promisify(execFile);
-const demoScript = JSON.parse(readFileSync(path.join(repoRoot, "examples/plugins/example/demo-script.json"), "utf8")) as ScriptedTurn[];
+const demoScript = JSON.parse(
+  readFileSync(path.join(repoRoot, "examples/plugins/example/demo-script.json"), "utf8"),
+) as ScriptedTurn[];
 const datesProject = path.join(repoRoot, "examples/projects/dates");
 
 const FIXER = `name: fixer
@@ -44,11 +54,20 @@ harness:
 
 function pick({ input, turn }: { input: string; turn: number }): ScriptedTurn {
   if (input.startsWith("Fix")) return demoScript[turn] ?? { text: "done" };
-  if (input.startsWith("sleep")) return turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: "sleep 120" } }] } : { text: "woke up" };
+  if (input.startsWith("sleep"))
+    return turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: "sleep 120" } }] } : { text: "woke up" };
   if (input.startsWith("approve")) {
-    return turn === 0 ? { text: "Writing the proof.", toolCalls: [{ name: "run_command", input: { command: "echo approved > proof.txt" } }] } : { text: "proof written" };
+    return turn === 0
+      ? {
+          text: "Writing the proof.",
+          toolCalls: [{ name: "run_command", input: { command: "echo approved > proof.txt" } }],
+        }
+      : { text: "proof written" };
   }
-  if (input.startsWith("fail")) return turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: "echo boom; exit 3" } }] } : { text: "the command failed" };
+  if (input.startsWith("fail"))
+    return turn === 0
+      ? { toolCalls: [{ name: "run_command", input: { command: "echo boom; exit 3" } }] }
+      : { text: "the command failed" };
   return { text: `no script for ${input}` };
 }
 
@@ -84,7 +103,15 @@ void test("a plugin installs from a git repository and publishes its agents", as
 });
 
 void test("an invalid agent is refused naming the file, the field and what was expected", async () => {
-  const bad = await makePluginRepo({ name: "broken", agents: { bad: FIXER.replace("name: fixer", "name: bad").replace("  primary: anthropic/claude-sonnet-5-5\n", "  fallbacks: []\n") } });
+  const bad = await makePluginRepo({
+    name: "broken",
+    agents: {
+      bad: FIXER.replace("name: fixer", "name: bad").replace(
+        "  primary: anthropic/claude-sonnet-5-5\n",
+        "  fallbacks: []\n",
+      ),
+    },
+  });
   const result = await t.cli(["plugin", "install", bad]);
   assert.equal(result.code, 1);
   assert.equal(result.stderr.trim().split("\n").length, 1, result.stderr);
@@ -115,10 +142,16 @@ void test("oz0 run streams text and tool calls, the test passes, and the patch i
   // The proxy metered the job's four model calls under its agent.
   const usage = await t.cli(["usage", where[1]!, "--json"]);
   assert.equal(usage.code, 0, usage.stderr);
-  const metered = JSON.parse(usage.stdout) as { total?: { calls?: string; inputTokens?: string }; agents?: { agent: string; usage?: { calls?: string } }[] };
+  const metered = JSON.parse(usage.stdout) as {
+    total?: { calls?: string; inputTokens?: string };
+    agents?: { agent: string; usage?: { calls?: string } }[];
+  };
   assert.equal(Number(metered.total?.calls), 4, usage.stdout);
   assert.ok(Number(metered.total?.inputTokens) > 0, usage.stdout);
-  assert.deepEqual(metered.agents?.map((a) => [a.agent, Number(a.usage?.calls)]), [["fixer", 4]]);
+  assert.deepEqual(
+    metered.agents?.map((a) => [a.agent, Number(a.usage?.calls)]),
+    [["fixer", 4]],
+  );
   const table = await t.cli(["usage", where[1]!]);
   assert.match(table.stdout, /agent fixer\s+4 calls/);
   const unknown = await t.cli(["usage", "job_nope"]);
@@ -197,7 +230,10 @@ void test("publishing a changed agent makes a new version; the old job stays pin
   const jobs = await t.cli(["jobs", "list", "--agent", "fixer", "--json"]);
   const oldJob = jsonLines(jobs.stdout).at(-1)!;
   assert.deepEqual(oldJob.agent, { name: "fixer", version: 1 });
-  writeFileSync(path.join(repo, "agents", "fixer.yaml"), FIXER.replace("Fixes failing tests.", "Fixes failing tests, carefully."));
+  writeFileSync(
+    path.join(repo, "agents", "fixer.yaml"),
+    FIXER.replace("Fixes failing tests.", "Fixes failing tests, carefully."),
+  );
   await commitAll(repo, "change fixer");
   const installed = await t.cli(["plugin", "install", `file://${repo}`]);
   assert.match(installed.stdout, /published agent fixer v2/);
@@ -224,7 +260,12 @@ void test("buf curl lists and calls the orchestrator's services through reflecti
   for (const service of ["JobService", "PluginService", "AgentService", "SecretService"]) {
     assert.match(listed.stdout, new RegExp(`oz0\\.orchestrator\\.v1\\.${service}`));
   }
-  const called = await run(buf, [...args, "--data", '{"name":"fixer"}', `${t.url}/oz0.orchestrator.v1.AgentService/ListAgentVersions`]);
+  const called = await run(buf, [
+    ...args,
+    "--data",
+    '{"name":"fixer"}',
+    `${t.url}/oz0.orchestrator.v1.AgentService/ListAgentVersions`,
+  ]);
   const versions = (JSON.parse(called.stdout) as { versions: { version: number }[] }).versions;
   assert.deepEqual(
     versions.map((v) => v.version),
@@ -240,14 +281,22 @@ void test("oz0 secret set hands the value to the LLM proxy; the orchestrator nev
   // The proxy's control API answers only the orchestrator's credential (sessions reach the same port; people do not).
   const anonymous = createClient(SecretService, createGrpcTransport({ baseUrl: t.stack.urls["llm-proxy"] }));
   await assert.rejects(anonymous.listSecrets({}), (e: unknown) => ConnectError.from(e).code === Code.Unauthenticated);
-  await assert.rejects(anonymous.listSecrets({}, { headers: { authorization: `Bearer ${t.stack.ownerToken}` } }), (e: unknown) => ConnectError.from(e).code === Code.Unauthenticated);
+  await assert.rejects(
+    anonymous.listSecrets({}, { headers: { authorization: `Bearer ${t.stack.ownerToken}` } }),
+    (e: unknown) => ConnectError.from(e).code === Code.Unauthenticated,
+  );
   const proxy = createClient(SecretService, createGrpcTransport({ baseUrl: t.stack.urls["llm-proxy"] }));
-  const { secrets } = await proxy.listSecrets({}, { headers: { authorization: `Bearer ${t.stack.credentials.orchestrator}` } });
+  const { secrets } = await proxy.listSecrets(
+    {},
+    { headers: { authorization: `Bearer ${t.stack.credentials.orchestrator}` } },
+  );
   assert.deepEqual(
     secrets.map((s) => s.name),
     ["ANTHROPIC_API_KEY"],
   );
-  for (const file of ["orchestrator.db", "orchestrator.db-wal", "logs/orchestrator.log"].map((f) => path.join(t.home, f))) {
+  for (const file of ["orchestrator.db", "orchestrator.db-wal", "logs/orchestrator.log"].map((f) =>
+    path.join(t.home, f),
+  )) {
     if (existsSync(file)) assert.equal(readFileSync(file).includes(value), false, `${file} holds the secret`);
   }
   const empty = await t.cli(["secret", "set", "OPENAI_API_KEY"], { input: "" });
@@ -258,7 +307,10 @@ void test("oz0 secret set hands the value to the LLM proxy; the orchestrator nev
 void test("output piped to another program is whole: jobs list --json over 10 MB reads the same as written to a file", async () => {
   const { JobService } = await import("@oz0/proto/oz0/orchestrator/v1/orchestrator_pb");
   const { bearerInterceptor } = await import("@oz0/serving");
-  const jobs = createClient(JobService, createGrpcTransport({ baseUrl: t.url, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
+  const jobs = createClient(
+    JobService,
+    createGrpcTransport({ baseUrl: t.url, interceptors: [bearerInterceptor(t.stack.ownerToken)] }),
+  );
   // Installed already by the first test; again, so this test also runs on its own (no agent changes: nothing new is published).
   assert.equal((await t.cli(["plugin", "install", repo])).code, 0);
   // Large inputs make a large listing; the jobs are cancelled at once (what they do does not matter).
@@ -281,26 +333,45 @@ void test("output piped to another program is whole: jobs list --json over 10 MB
 void test("the API refuses an input over its limit and a state that is not one, naming what is allowed", async () => {
   const { JobService } = await import("@oz0/proto/oz0/orchestrator/v1/orchestrator_pb");
   const { bearerInterceptor } = await import("@oz0/serving");
-  const jobs = createClient(JobService, createGrpcTransport({ baseUrl: t.url, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
+  const jobs = createClient(
+    JobService,
+    createGrpcTransport({ baseUrl: t.url, interceptors: [bearerInterceptor(t.stack.ownerToken)] }),
+  );
   assert.equal((await t.cli(["plugin", "install", repo])).code, 0);
   await assert.rejects(jobs.runAgent({ agent: "fixer", input: "x".repeat(2 * 1024 * 1024 + 1) }), (e: unknown) => {
     const err = ConnectError.from(e);
-    return err.code === Code.InvalidArgument && /at most 2097152 \(2 MiB\) are taken: put larger material in a file and pass it with --attach/.test(err.rawMessage);
+    return (
+      err.code === Code.InvalidArgument &&
+      /at most 2097152 \(2 MiB\) are taken: put larger material in a file and pass it with --attach/.test(
+        err.rawMessage,
+      )
+    );
   });
   await assert.rejects(jobs.listJobs({ state: 99 as never }), (e: unknown) => {
     const err = ConnectError.from(e);
-    return err.code === Code.InvalidArgument && /state 99 is not a job state; use one of .*RUNNING/.test(err.rawMessage);
+    return (
+      err.code === Code.InvalidArgument && /state 99 is not a job state; use one of .*RUNNING/.test(err.rawMessage)
+    );
   });
 });
 
 void test("a plugin manifest that sets harnesses[].env is refused at install, saying how to set variables instead", async () => {
   const bad = await makePluginRepo({ name: "with-env", agents: { envy: FIXER.replace("name: fixer", "name: envy") } });
   const manifest = path.join(bad, "oz0-plugin.yaml");
-  writeFileSync(manifest, readFileSync(manifest, "utf8").replace('    command: ["oz0-fake-harness"]\n', '    command: ["oz0-fake-harness"]\n    env:\n      MODE: fast\n'));
+  writeFileSync(
+    manifest,
+    readFileSync(manifest, "utf8").replace(
+      '    command: ["oz0-fake-harness"]\n',
+      '    command: ["oz0-fake-harness"]\n    env:\n      MODE: fast\n',
+    ),
+  );
   await commitAll(bad, "env");
   const installed = await t.cli(["plugin", "install", `file://${bad}`]);
   assert.equal(installed.code, 1, installed.stdout);
-  assert.match(installed.stderr, /field \/harnesses\/0\/env: expected no field env: a harness runs with the sandbox's minimal environment.*\["env", "NAME=value", "my-harness"\]/);
+  assert.match(
+    installed.stderr,
+    /field \/harnesses\/0\/env: expected no field env: a harness runs with the sandbox's minimal environment.*\["env", "NAME=value", "my-harness"\]/,
+  );
 });
 
 void test("a command that exits non-zero is shown as a failed call (✗), not a success", async () => {

@@ -40,7 +40,9 @@ function turn(agent: string, input: string, assistantTurns: number): ScriptedTur
   switch (agent) {
     case "plain":
     case "careful":
-      return assistantTurns === 0 ? { ...base, toolCalls: [{ name: "run_command", input: { command: `echo ran > ${agent}.txt` } }] } : { ...base, text: `${agent} done` };
+      return assistantTurns === 0
+        ? { ...base, toolCalls: [{ name: "run_command", input: { command: `echo ran > ${agent}.txt` } }] }
+        : { ...base, text: `${agent} done` };
     case "email-triage":
       return { ...base, text: input.includes("crash") ? "bug_report" : "other" };
     case "writer":
@@ -51,7 +53,18 @@ function turn(agent: string, input: string, assistantTurns: number): ScriptedTur
 }
 
 function agentYaml(name: string, extra = ""): string {
-  return [`name: ${name}`, "description: cluster test agent", "runtime: harness:fake", "model:", "  primary: anthropic/claude-sonnet-5-5", `instructions: prompts/${name}.md`, "harness:", "  tools: [read_file, write_file, run_command]", extra, ""].join("\n");
+  return [
+    `name: ${name}`,
+    "description: cluster test agent",
+    "runtime: harness:fake",
+    "model:",
+    "  primary: anthropic/claude-sonnet-5-5",
+    `instructions: prompts/${name}.md`,
+    "harness:",
+    "  tools: [read_file, write_file, run_command]",
+    extra,
+    "",
+  ].join("\n");
 }
 
 let c: ClusterStack;
@@ -74,7 +87,11 @@ before(async () => {
     turns: (request) => {
       const messages = (request.body?.messages as { role: string; content: unknown }[] | undefined) ?? [];
       const first = messages[0]?.content;
-      return turn(agentOf(request), typeof first === "string" ? first : JSON.stringify(first ?? ""), messages.filter((m) => m.role === "assistant").length);
+      return turn(
+        agentOf(request),
+        typeof first === "string" ? first : JSON.stringify(first ?? ""),
+        messages.filter((m) => m.role === "assistant").length,
+      );
     },
   });
   const plugin = await makePluginRepo({
@@ -110,7 +127,10 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
   // First half, in bursts of ten.
   for (let i = 0; i < JOBS / 2; i += 10) await Promise.all(Array.from({ length: 10 }, (_, k) => submit(i + k)));
   // Kill orchestrator 3 (it owns a third of the jobs, some waiting for approval) and sandbox node 2 (its sessions die with it).
-  await eventually(async () => ((await c.jobs(0).listApprovals({})).approvals.length >= 5 ? true : undefined), "approvals waiting");
+  await eventually(
+    async () => ((await c.jobs(0).listApprovals({})).approvals.length >= 5 ? true : undefined),
+    "approvals waiting",
+  );
   await c.orchestrators[2]!.stop({ signal: "SIGKILL" });
   await c.sandboxes[1]!.stop({ signal: "SIGKILL" });
   live.splice(2, 1);
@@ -121,31 +141,48 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
   const answered = new Map<string, boolean>();
   let answeredElsewhere = 0;
   let waiting: string[] = [];
-  const finished = await eventually(async () => {
-    for (const approval of (await c.jobs(0).listApprovals({})).approvals) {
-      const key = `${approval.jobId}/${approval.callId}`;
-      if (answered.has(key)) continue;
-      const allow = answered.size % 4 !== 3;
-      answered.set(key, allow);
-      const owner = (await db.query<{ owner: string }>("SELECT owner FROM leases WHERE kind = 'job' AND resource = $1", [approval.jobId])).rows[0]?.owner;
-      const at = live.find((i) => `orchestrator-${i + 1}` !== owner) ?? live[0]!;
-      if (owner && `orchestrator-${at + 1}` !== owner) answeredElsewhere++;
-      await c
-        .jobs(at)
-        .answerPermission({ jobId: approval.jobId, callId: approval.callId, allow, reason: allow ? "" : "not this time", answeredBy: "someone-else" })
-        .catch((error: unknown) => {
-          // The job may have ended meanwhile (its node died): its approval closed with it.
-          if (!/ended|cancelled|not found|already/.test(String(error))) throw error;
-        });
-    }
-    const jobs = await Promise.all(submitted.map(async (s) => (await c.jobs(0).getJob({ jobId: s.id })).job!));
-    waiting = jobs.filter((j) => !TERMINAL.has(j.state)).map((j) => `${j.id} (${JobState[j.state]})`);
-    return waiting.length === 0 ? jobs : undefined;
-  }, "every job ending", 300_000).catch((error: unknown) => {
+  const finished = await eventually(
+    async () => {
+      for (const approval of (await c.jobs(0).listApprovals({})).approvals) {
+        const key = `${approval.jobId}/${approval.callId}`;
+        if (answered.has(key)) continue;
+        const allow = answered.size % 4 !== 3;
+        answered.set(key, allow);
+        const owner = (
+          await db.query<{ owner: string }>("SELECT owner FROM leases WHERE kind = 'job' AND resource = $1", [
+            approval.jobId,
+          ])
+        ).rows[0]?.owner;
+        const at = live.find((i) => `orchestrator-${i + 1}` !== owner) ?? live[0]!;
+        if (owner && `orchestrator-${at + 1}` !== owner) answeredElsewhere++;
+        await c
+          .jobs(at)
+          .answerPermission({
+            jobId: approval.jobId,
+            callId: approval.callId,
+            allow,
+            reason: allow ? "" : "not this time",
+            answeredBy: "someone-else",
+          })
+          .catch((error: unknown) => {
+            // The job may have ended meanwhile (its node died): its approval closed with it.
+            if (!/ended|cancelled|not found|already/.test(String(error))) throw error;
+          });
+      }
+      const jobs = await Promise.all(submitted.map(async (s) => (await c.jobs(0).getJob({ jobId: s.id })).job!));
+      waiting = jobs.filter((j) => !TERMINAL.has(j.state)).map((j) => `${j.id} (${JobState[j.state]})`);
+      return waiting.length === 0 ? jobs : undefined;
+    },
+    "every job ending",
+    300_000,
+  ).catch((error: unknown) => {
     throw new Error(`${(error as Error).message}: still waiting ${waiting.join(", ")}`);
   });
   assert.ok(answered.size >= 10, `approvals answered: ${answered.size}`);
-  assert.ok(answeredElsewhere >= answered.size / 2, `most answers given at a replica not owning the job: ${answeredElsewhere} of ${answered.size}`);
+  assert.ok(
+    answeredElsewhere >= answered.size / 2,
+    `most answers given at a replica not owning the job: ${answeredElsewhere} of ${answered.size}`,
+  );
 
   // Exactly once, from the store itself: each job's log holds one ending, whatever a watcher would have stopped at.
   const { rows: endingRows } = await db.query<{ job_id: string; endings: string }>(
@@ -164,10 +201,15 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
     const job = byId.get(s.id)!;
     const endings: JobState[] = [];
     for await (const r of c.jobs(s.id.length % 2).watchJob({ jobId: s.id, afterSeq: 0n })) {
-      if (r.event?.event.case === "stateChanged" && TERMINAL.has(r.event.event.value.state)) endings.push(r.event.event.value.state);
+      if (r.event?.event.case === "stateChanged" && TERMINAL.has(r.event.event.value.state))
+        endings.push(r.event.event.value.state);
       if (r.event?.event.case === "stateChanged" && TERMINAL.has(r.event.event.value.state)) break;
     }
-    assert.deepEqual(endings, [job.state], `job ${s.id} (${s.kind}) ended once, as ${JobState[job.state]}: ${job.error}`);
+    assert.deepEqual(
+      endings,
+      [job.state],
+      `job ${s.id} (${s.kind}) ended once, as ${JobState[job.state]}: ${job.error}`,
+    );
     if (job.state === JobState.FAILED) {
       assert.match(job.error, lostMessage, `job ${s.id} (${s.kind}) failed only because its node died: ${job.error}`);
       lost++;
@@ -183,7 +225,10 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
     if (job.state === JobState.FAILED) continue;
     const approvals = (await c.jobs(1).listApprovals({ jobId, includeAnswered: true })).approvals;
     // The test's credential is the owner's: the recorded answerer is that principal, whatever the request claimed.
-    assert.ok(approvals.every((a) => a.answeredBy === "owner"), `job ${jobId}'s approvals answered by the test's principal`);
+    assert.ok(
+      approvals.every((a) => a.answeredBy === "owner"),
+      `job ${jobId}'s approvals answered by the test's principal`,
+    );
     assert.equal(job.state, JobState.SUCCEEDED, `job ${jobId} went on after its answer: ${job.error}`);
     const events = [];
     for await (const r of c.jobs(0).watchJob({ jobId, afterSeq: 0n })) {
@@ -192,7 +237,11 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
     }
     const result = events.find((e) => e?.event.case === "toolResult");
     assert.ok(result?.event.case === "toolResult", `job ${jobId} has its command's result`);
-    assert.equal(result.event.value.isError, !allow, `job ${jobId}: the command ${allow ? "ran" : "was refused"} as answered`);
+    assert.equal(
+      result.event.value.isError,
+      !allow,
+      `job ${jobId}: the command ${allow ? "ran" : "was refused"} as answered`,
+    );
   }
   assert.ok(lost > 0 && lost < JOBS / 2, `some jobs died with sandbox node 2, not most: ${lost}`);
 
@@ -223,13 +272,23 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
     output += Number(usage?.outputTokens ?? 0);
   }
   const served = c.model.tokensServed;
-  assert.deepEqual({ input, output }, { input: served.input, output: served.output }, "metering across both proxies equals what the model served");
+  assert.deepEqual(
+    { input, output },
+    { input: served.input, output: served.output },
+    "metering across both proxies equals what the model served",
+  );
 
   // Lifecycle events: what the events service accepted is on Kafka, each event once.
   // The orchestrators ship theirs from the store (a batch the killed one had claimed is sent again once its
   // claim runs out): wait until none is left there. The other producers publish asynchronously: then wait
   // until the log stops growing, and read it to its end.
-  await eventually(async () => ((await db.query<{ n: string }>("SELECT count(*) AS n FROM lifecycle_outbox")).rows[0]!.n === "0" ? true : undefined), "every stored lifecycle event shipped");
+  await eventually(
+    async () =>
+      (await db.query<{ n: string }>("SELECT count(*) AS n FROM lifecycle_outbox")).rows[0]!.n === "0"
+        ? true
+        : undefined,
+    "every stored lifecycle event shipped",
+  );
   const accepted = await eventually(async () => {
     const first = await readLog();
     await new Promise((r) => setTimeout(r, 1_000));
@@ -243,15 +302,31 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
   assert.deepEqual(new Set(ids), new Set(accepted.map((e) => e.id)), "every accepted event on the topic");
   for (const s of submitted) {
     const ofJob = accepted.filter((e) => e.jobId === s.id).map((e) => e.type);
-    const [created, ended] = s.kind === "graph" ? ["graph.run_started", /^graph\.run_(completed|failed|cancelled)$/] : ["job.created", /^job\.(completed|failed|cancelled)$/];
-    assert.equal(ofJob.filter((t) => t === created).length, 1, `job ${s.id} started once on the stream: ${ofJob.join(", ")}`);
-    assert.equal(ofJob.filter((t) => ended.test(t)).length, 1, `job ${s.id} ended once on the stream: ${ofJob.join(", ")}`);
+    const [created, ended] =
+      s.kind === "graph"
+        ? ["graph.run_started", /^graph\.run_(completed|failed|cancelled)$/]
+        : ["job.created", /^job\.(completed|failed|cancelled)$/];
+    assert.equal(
+      ofJob.filter((t) => t === created).length,
+      1,
+      `job ${s.id} started once on the stream: ${ofJob.join(", ")}`,
+    );
+    assert.equal(
+      ofJob.filter((t) => ended.test(t)).length,
+      1,
+      `job ${s.id} ended once on the stream: ${ofJob.join(", ")}`,
+    );
   }
-  t.diagnostic(`${JOBS} jobs: ${answered.size} approvals answered (${answeredElsewhere} at a replica not owning the job), ${lost} lost with their node; ${served.input + served.output} tokens metered; ${total} lifecycle events on Kafka`);
+  t.diagnostic(
+    `${JOBS} jobs: ${answered.size} approvals answered (${answeredElsewhere} at a replica not owning the job), ${lost} lost with their node; ${served.input + served.output} tokens metered; ${total} lifecycle events on Kafka`,
+  );
 });
 
 async function readLog(): Promise<PublicEvent[]> {
-  const events = createClient(EventsService, createGrpcTransport({ baseUrl: c.events.url, interceptors: [testCredentials.caller] }));
+  const events = createClient(
+    EventsService,
+    createGrpcTransport({ baseUrl: c.events.url, interceptors: [testCredentials.caller] }),
+  );
   const log: PublicEvent[] = [];
   for await (const r of events.watch({ fromPosition: 0n, untilCaughtUp: true })) if (r.event) log.push(r.event);
   return log;

@@ -18,7 +18,14 @@ import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
 import { credentialDigest, newCredential } from "@oz0/serving";
 import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
 import type { Browser, Page } from "playwright-core";
-import { assertAccessible, consoleClients, launchBrowser, openConsole as open, screenshot, writeGuardedPlugin } from "./support/console-browser.js";
+import {
+  assertAccessible,
+  consoleClients,
+  launchBrowser,
+  openConsole as open,
+  screenshot,
+  writeGuardedPlugin,
+} from "./support/console-browser.js";
 import { eventually, startTestStack, type TestStack } from "./support/test-stack.js";
 import { toolResults } from "./support/tool-results.js";
 
@@ -42,7 +49,13 @@ async function startJob(input: string): Promise<string> {
 
 before(async () => {
   const auth = path.join(scratch, "auth.json");
-  writeFileSync(auth, JSON.stringify({ roles: { viewer: { users: ["vera"] } }, tokens: [{ user: "vera", sha256: credentialDigest(viewerToken) }] }));
+  writeFileSync(
+    auth,
+    JSON.stringify({
+      roles: { viewer: { users: ["vera"] } },
+      tokens: [{ user: "vera", sha256: credentialDigest(viewerToken) }],
+    }),
+  );
   const repo = await writeGuardedPlugin(path.join(scratch, "repo"));
   t = await startTestStack({ pick, orchestratorEnv: { OZ0_AUTH_CONFIG: auth } });
   await clients(t.stack.ownerToken).plugins.installPlugin({ source: repo });
@@ -70,7 +83,11 @@ void test("the orchestrator serves the console at / beside its RPCs: types, cach
   assert.equal(asset.headers.get("cache-control"), "public, max-age=31536000, immutable");
   assert.equal(await (await fetch(`${t.url}/jobs/some-job`)).text(), html, "an app path gets index.html");
   assert.equal((await fetch(`${t.url}/assets/missing.js`)).status, 404);
-  assert.equal((await fetch(`${t.url}/../../etc/passwd`)).status, 200, "a path outside the folder is the app, never the file");
+  assert.equal(
+    (await fetch(`${t.url}/../../etc/passwd`)).status,
+    200,
+    "a path outside the folder is the app, never the file",
+  );
   assert.equal((await fetch(`${t.url}/oz0.orchestrator.v1.JobService/NoSuchMethod`)).status, 404);
   assert.equal((await fetch(`${t.url}/`, { method: "POST" })).status, 404);
   // The RPCs still answer, and still want a credential.
@@ -87,7 +104,11 @@ void test("a login code opens one session, once; the session is the person who a
   assert.equal(session.principal?.id, "vera");
   assert.deepEqual(session.principal?.roles, ["viewer"]);
   assert.equal(session.principal?.via, "console");
-  await assert.rejects(anonymous.redeemLoginCode({ code }), (e: unknown) => ConnectError.from(e).code === Code.Unauthenticated && /used already/.test(ConnectError.from(e).rawMessage));
+  await assert.rejects(
+    anonymous.redeemLoginCode({ code }),
+    (e: unknown) =>
+      ConnectError.from(e).code === Code.Unauthenticated && /used already/.test(ConnectError.from(e).rawMessage),
+  );
   const asSession = clients(session.sessionToken);
   assert.equal((await asSession.login.whoAmI({})).id, "vera");
   await asSession.login.logout({});
@@ -107,8 +128,8 @@ void test("a job waiting for approval is in the queue, is approved in the page, 
   await page.getByRole("link", { name: "Approvals" }).click();
   const card = page.locator("article.approval", { hasText: jobId });
   await card.waitFor();
-  assert.match(await card.textContent() ?? "", /run_command/);
-  assert.match(await card.locator("pre").textContent() ?? "", /echo approve-me/);
+  assert.match((await card.textContent()) ?? "", /run_command/);
+  assert.match((await card.locator("pre").textContent()) ?? "", /echo approve-me/);
   await assertAccessible(page, "approvals");
   await screenshot(page, "approvals");
   await card.getByRole("button", { name: "Approve" }).click();
@@ -116,8 +137,12 @@ void test("a job waiting for approval is in the queue, is approved in the page, 
 
   await page.goto(`${t.url}/#/jobs/${jobId}`);
   await page.getByTestId("job-state").filter({ hasText: "succeeded" }).waitFor();
-  assert.match(await page.getByTestId("decision").first().textContent() ?? "", /allowed by owner/);
-  assert.match(await page.getByTestId("result").textContent() ?? "", /^done: .*approve-me/s, "the model saw the command's output");
+  assert.match((await page.getByTestId("decision").first().textContent()) ?? "", /allowed by owner/);
+  assert.match(
+    (await page.getByTestId("result").textContent()) ?? "",
+    /^done: .*approve-me/s,
+    "the model saw the command's output",
+  );
   await assertAccessible(page, "job");
   await screenshot(page, "job");
 
@@ -150,7 +175,10 @@ void test("a viewer sees the queue without the buttons, the API refuses the view
     const { approvals } = await clients(t.stack.ownerToken).jobs.listApprovals({ jobId });
     return approvals.length > 0 ? approvals : undefined;
   });
-  await assert.rejects(clients(token).jobs.answerPermission({ jobId, callId: approval!.callId, allow: true }), (e: unknown) => ConnectError.from(e).code === Code.PermissionDenied);
+  await assert.rejects(
+    clients(token).jobs.answerPermission({ jobId, callId: approval!.callId, allow: true }),
+    (e: unknown) => ConnectError.from(e).code === Code.PermissionDenied,
+  );
 
   // The job's own page shows the waiting call to the viewer without buttons too.
   const queue = page.url();
@@ -164,7 +192,12 @@ void test("a viewer sees the queue without the buttons, the API refuses the view
   await card.waitFor();
 
   // The owner denies it elsewhere (as `oz0 deny` does); the viewer's queue lets it go.
-  await clients(t.stack.ownerToken).jobs.answerPermission({ jobId, callId: approval!.callId, allow: false, reason: "not today" });
+  await clients(t.stack.ownerToken).jobs.answerPermission({
+    jobId,
+    callId: approval!.callId,
+    allow: false,
+    reason: "not today",
+  });
   await card.waitFor({ state: "detached" });
   await page.goto(`${t.url}/#/jobs/${jobId}`);
   await page.getByTestId("decision").filter({ hasText: "denied by owner: not today" }).waitFor();

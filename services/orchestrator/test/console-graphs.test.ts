@@ -41,7 +41,8 @@ async function turn(agent: string, input: string): Promise<ScriptedTurn> {
 const owner = () => consoleClients(t.url, t.stack.ownerToken);
 
 before(async () => {
-  const pick = ({ input, request }: { input: string; request: ScriptedRequest }): Promise<ScriptedTurn> => turn(agentOf(request), input);
+  const pick = ({ input, request }: { input: string; request: ScriptedRequest }): Promise<ScriptedTurn> =>
+    turn(agentOf(request), input);
   t = await startTestStack({ pick: pick as unknown as Parameters<typeof startTestStack>[0]["pick"] });
   await owner().plugins.installPlugin({ source: plugin });
   browser = await launchBrowser();
@@ -58,7 +59,15 @@ void test("a graph is drawn with its stable node ids, and a run's nodes change s
   await page.getByRole("link", { name: "Graphs" }).click();
   await page.locator('li[data-graph="article"]').getByRole("link").click();
   const graph = page.getByTestId("graph");
-  for (const id of ["parallel:research+draft", "graph:research", "agent:search", "agent:summarize", "graph:draft", "agent:drafter", "agent:editor"]) {
+  for (const id of [
+    "parallel:research+draft",
+    "graph:research",
+    "agent:search",
+    "agent:summarize",
+    "graph:draft",
+    "agent:drafter",
+    "agent:editor",
+  ]) {
     await graph.locator(`li[data-node="${id}"]`).first().waitFor();
   }
   await assertAccessible(page, "graph");
@@ -86,7 +95,11 @@ void test("a graph is drawn with its stable node ids, and a run's nodes change s
   await page.getByTestId("job-state").filter({ hasText: "succeeded" }).waitFor();
   await page.getByTestId("usage").filter({ hasText: "model calls" }).waitFor();
   assert.match((await page.locator("table.usage").textContent()) ?? "", /agent:editor|editor/, "usage per step job");
-  assert.equal(await page.locator("li.row-text", { hasText: "finished" }).count() >= 4, true, "each step line is a row of its own");
+  assert.equal(
+    (await page.locator("li.row-text", { hasText: "finished" }).count()) >= 4,
+    true,
+    "each step line is a row of its own",
+  );
   await assertAccessible(page, "job (graph run)");
   await screenshot(page, "job-graph-run");
   await page.getByRole("link", { name: "each node's status, live" }).click();
@@ -118,7 +131,10 @@ void test("a choice shows the arm it took; the same agent in the other arms did 
   await arm('when "bug_report"').locator('li[data-node="agent:writer"][data-status="completed"]').waitFor();
   for (const label of ['when "feature_request"', "otherwise"]) {
     assert.equal(await arm(label).getAttribute("data-taken"), "false");
-    assert.equal(await arm(label).locator('li[data-node="agent:writer"] [data-testid="node-state"]').textContent(), "not run");
+    assert.equal(
+      await arm(label).locator('li[data-node="agent:writer"] [data-testid="node-state"]').textContent(),
+      "not run",
+    );
   }
   await page.locator('li[data-node="agent:email-triage"][data-status="completed"]').waitFor();
   await assertAccessible(page, "graph run (choice)");

@@ -14,7 +14,15 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
 import type { Browser } from "playwright-core";
-import { assertAccessible, consoleClients, GUARDED_INSTRUCTIONS, launchBrowser, openConsole, screenshot, writeGuardedPlugin } from "./support/console-browser.js";
+import {
+  assertAccessible,
+  consoleClients,
+  GUARDED_INSTRUCTIONS,
+  launchBrowser,
+  openConsole,
+  screenshot,
+  writeGuardedPlugin,
+} from "./support/console-browser.js";
 import { eventually, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
 import { toolResults } from "./support/tool-results.js";
 
@@ -37,7 +45,15 @@ let verifyReady!: () => void;
 const extractAtLastTurn = new Promise<void>((r) => (extractReady = r));
 const verifyAtLastTurn = new Promise<void>((r) => (verifyReady = r));
 
-async function pick({ input, turn, request }: { input: string; turn: number; request: ScriptedRequest }): Promise<ScriptedTurn> {
+async function pick({
+  input,
+  turn,
+  request,
+}: {
+  input: string;
+  turn: number;
+  request: ScriptedRequest;
+}): Promise<ScriptedTurn> {
   const system = systemOf(request);
   if (system.includes(GUARDED_INSTRUCTIONS)) {
     if (turn > 0) return { text: `done: ${toolResults(request)}` };
@@ -47,7 +63,14 @@ async function pick({ input, turn, request }: { input: string; turn: number; req
     if (turn === 0) return { toolCalls: [{ name: "read_file", input: { path: "booking-4831.txt" } }] };
     extractReady();
     await verifyAtLastTurn;
-    return { text: JSON.stringify({ shipmentReference: "SHP-4831", pickupCountry: "DE", deliveryCountry: "FR", sourceFiles: ["booking-4831.txt"] }) };
+    return {
+      text: JSON.stringify({
+        shipmentReference: "SHP-4831",
+        pickupCountry: "DE",
+        deliveryCountry: "FR",
+        sourceFiles: ["booking-4831.txt"],
+      }),
+    };
   }
   if (system.includes("## Harness operation: verify_shipment")) {
     if (turn === 0) return { toolCalls: [{ name: "read_file", input: { path: "email-4831.txt" } }] };
@@ -59,7 +82,10 @@ async function pick({ input, turn, request }: { input: string; turn: number; req
     return {
       toolCalls: [
         { name: "extract_shipment", input: { task: "Extract order 4831 and cite the filenames used." } },
-        { name: "verify_shipment", input: { task: "Candidate: SHP-4831 from DE to FR. Check it against every source." } },
+        {
+          name: "verify_shipment",
+          input: { task: "Candidate: SHP-4831 from DE to FR. Check it against every source." },
+        },
       ],
     };
   }
@@ -116,17 +142,35 @@ void test("the shipment example: two operation rows under one '2 parallel' rail;
   await rows.filter({ hasText: "extract_shipment" }).click();
   const modal = page.getByTestId("operation-modal");
   await modal.waitFor();
-  assert.equal(await page.getByRole("dialog", { name: "Harness · extract_shipment" }).count(), 1, "the modal is a named dialog");
+  assert.equal(
+    await page.getByRole("dialog", { name: "Harness · extract_shipment" }).count(),
+    1,
+    "the modal is a named dialog",
+  );
   assert.equal(await modal.getByTestId("operation-status").textContent(), "completed");
   assert.equal(await modal.getByTestId("validation").textContent(), "valid");
-  assert.match((await modal.getByTestId("task-chars").textContent()) ?? "", new RegExp(`^${"Extract order 4831 and cite the filenames used.".length} characters`));
-  assert.deepEqual(await modal.getByTestId("steps").locator("li").allTextContents().then((l) => l.map((s) => s.replace(/^\+\d+\.\d+ s /, "").replace(/ ·.*$/, ""))), [
-    "model Requested read_file",
-    "tool read_file booking-4831.txt",
-    "model Returned the structured result for validation",
-  ]);
+  assert.match(
+    (await modal.getByTestId("task-chars").textContent()) ?? "",
+    new RegExp(`^${"Extract order 4831 and cite the filenames used.".length} characters`),
+  );
+  assert.deepEqual(
+    await modal
+      .getByTestId("steps")
+      .locator("li")
+      .allTextContents()
+      .then((l) => l.map((s) => s.replace(/^\+\d+\.\d+ s /, "").replace(/ ·.*$/, ""))),
+    [
+      "model Requested read_file",
+      "tool read_file booking-4831.txt",
+      "model Returned the structured result for validation",
+    ],
+  );
   assert.match((await modal.textContent()) ?? "", /1 of 2, by start time|2 of 2, by start time/);
-  assert.doesNotMatch((await modal.textContent()) ?? "", /Extract order 4831 and cite/, "the task itself is not in the modal (the events service never has it)");
+  assert.doesNotMatch(
+    (await modal.textContent()) ?? "",
+    /Extract order 4831 and cite/,
+    "the task itself is not in the modal (the events service never has it)",
+  );
   await assertAccessible(page, "operation modal");
   await screenshot(page, "job-operation-modal");
   await page.keyboard.press("Escape");
@@ -157,7 +201,11 @@ void test("a person edits a call's input in the page and approves it; the decisi
   const diff = page.getByTestId("diff");
   await diff.waitFor();
   assert.match((await diff.textContent()) ?? "", /notes\.txt/);
-  assert.equal(await diff.locator(".diff-add", { hasText: "+changed" }).count(), 1, "the added line is marked as added");
+  assert.equal(
+    await diff.locator(".diff-add", { hasText: "+changed" }).count(),
+    1,
+    "the added line is marked as added",
+  );
 
   // The trace id links to the viewer this browser is told of; only an http(s) URL is taken.
   const traceId = await page.getByTestId("trace-id").textContent();
@@ -169,7 +217,10 @@ void test("a person edits a call's input in the page and approves it; the decisi
   await page.getByRole("alert").filter({ hasText: "An http(s) URL" }).waitFor();
   await traceUrl.fill("https://traces.example/trace/{traceId}?from=oz0");
   await page.getByRole("button", { name: "Save" }).click();
-  assert.equal(await page.getByTestId("trace-link").getAttribute("href"), `https://traces.example/trace/${traceId}?from=oz0`);
+  assert.equal(
+    await page.getByTestId("trace-link").getAttribute("href"),
+    `https://traces.example/trace/${traceId}?from=oz0`,
+  );
   await assertAccessible(page, "job (patch)");
   await screenshot(page, "job-patch");
   await page.close();
@@ -198,12 +249,18 @@ void test("the agents page: every agent; every version of one, and the diff betw
   await diff.waitFor();
   assert.equal(await diff.locator(".diff-del", { hasText: "60000" }).count(), 1);
   assert.equal(await diff.locator(".diff-add", { hasText: "45000" }).count(), 1);
-  assert.match((await page.getByTestId("diff-summary").textContent()) ?? "", new RegExp(`v${latest - 1} → v${latest}: 2 lines differ`));
+  assert.match(
+    (await page.getByTestId("diff-summary").textContent()) ?? "",
+    new RegExp(`v${latest - 1} → v${latest}: 2 lines differ`),
+  );
   await assertAccessible(page, "agent versions");
   await screenshot(page, "agent-versions");
 
   // An older version is shown as it was published.
-  await page.getByRole("navigation", { name: "Versions" }).getByRole("link", { name: `v${latest - 1}` }).click();
+  await page
+    .getByRole("navigation", { name: "Versions" })
+    .getByRole("link", { name: `v${latest - 1}` })
+    .click();
   await page.getByRole("heading", { name: `Agent shipment-orchestrator v${latest - 1}` }).waitFor();
   assert.match((await page.getByTestId("definition").textContent()) ?? "", /60000/);
   await page.close();
@@ -219,7 +276,10 @@ void test("the page keeps up after the orchestrator restarts: the stream resumes
 
   await t.restartOrchestrator();
   await page.locator('[data-testid="stream"]:not([data-reconnects="0"])').waitFor();
-  await page.getByTestId("stream").filter({ hasText: /^live$/ }).waitFor();
+  await page
+    .getByTestId("stream")
+    .filter({ hasText: /^live$/ })
+    .waitFor();
   const [approval] = await eventually(async () => {
     const { approvals } = await owner().jobs.listApprovals({ jobId });
     return approvals.length > 0 ? approvals : undefined;
@@ -229,7 +289,11 @@ void test("the page keeps up after the orchestrator restarts: the stream resumes
   assert.match((await page.getByTestId("decision").first().textContent()) ?? "", /allowed by owner/);
   assert.match((await page.getByTestId("result").textContent()) ?? "", /after-restart/);
   assert.equal(await page.locator("li.row-tool").count(), 1, "the call is shown once");
-  assert.equal(await page.locator("li.row-state", { hasText: "succeeded" }).count(), 1, "the last state change is shown once");
+  assert.equal(
+    await page.locator("li.row-state", { hasText: "succeeded" }).count(),
+    1,
+    "the last state change is shown once",
+  );
   assert.equal(await page.getByRole("alert").count(), 0, "no error left on the page");
   await screenshot(page, "job-after-restart");
   await page.close();

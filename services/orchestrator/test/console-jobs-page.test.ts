@@ -11,7 +11,14 @@ import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
 import type { Browser, Page } from "playwright-core";
 import { openJobStore } from "../src/cluster/postgres-cluster.js";
 import { newJobRecord, type JobRecord } from "../src/store/job-store.js";
-import { assertAccessible, consoleClients, launchBrowser, openConsole, screenshot, writeGuardedPlugin } from "./support/console-browser.js";
+import {
+  assertAccessible,
+  consoleClients,
+  launchBrowser,
+  openConsole,
+  screenshot,
+  writeGuardedPlugin,
+} from "./support/console-browser.js";
 import { eventually, startTestStack, type TestStack } from "./support/test-stack.js";
 
 const STORED = 120;
@@ -28,9 +35,20 @@ const owner = () => consoleClients(t.url, t.stack.ownerToken);
 /** Stored job `i` of STORED: agent alpha or beta, succeeded or failed, about apples or pears; newest last. */
 function storedJob(i: number): JobRecord {
   const created = new Date(Date.now() - (STORED - i) * 60_000);
-  const job = { id: `job_stored${String(i).padStart(10, "0")}`, agentName: i % 2 === 0 ? "alpha" : "beta", agentVersion: 1, input: `task ${i} about ${i % 3 === 0 ? "Pears" : "apples"}` };
+  const job = {
+    id: `job_stored${String(i).padStart(10, "0")}`,
+    agentName: i % 2 === 0 ? "alpha" : "beta",
+    agentVersion: 1,
+    input: `task ${i} about ${i % 3 === 0 ? "Pears" : "apples"}`,
+  };
   const state = i % 4 === 0 ? "failed" : "succeeded";
-  return { ...newJobRecord({ ...job, state, sessionId: "", attachments: [], servedTools: "", startedBy: "owner", startedAt: created }, created), finishedAt: new Date(created.getTime() + 1_000) };
+  return {
+    ...newJobRecord(
+      { ...job, state, sessionId: "", attachments: [], servedTools: "", startedBy: "owner", startedAt: created },
+      created,
+    ),
+    finishedAt: new Date(created.getTime() + 1_000),
+  };
 }
 
 before(async () => {
@@ -65,7 +83,10 @@ void test("jobs are paged on the server, newest first, older and newer", async (
   await page.getByRole("button", { name: "Older →" }).click();
   await page.getByTestId("page-number").filter({ hasText: "page 2" }).waitFor();
   await eventually(async () => ((await shownIds(page))[0] === storedJob(STORED - 51).id ? true : undefined));
-  assert.deepEqual(await shownIds(page), Array.from({ length: 50 }, (_, k) => storedJob(STORED - 51 - k).id));
+  assert.deepEqual(
+    await shownIds(page),
+    Array.from({ length: 50 }, (_, k) => storedJob(STORED - 51 - k).id),
+  );
   await page.getByRole("button", { name: "Older →" }).click();
   await page.getByTestId("page-number").filter({ hasText: "page 3" }).waitFor();
   await eventually(async () => ((await shownIds(page)).length === STORED - 100 ? true : undefined));
@@ -80,22 +101,37 @@ void test("jobs are paged on the server, newest first, older and newer", async (
   const last = await owner().jobs.listJobs({ limit: 50, pageToken: storedJob(STORED - 101).id });
   assert.equal(last.jobs.length, STORED - 101 + 1 - 1);
   assert.equal(last.nextPageToken, "", "no page after the last");
-  await assert.rejects(owner().jobs.listJobs({ pageToken: "job_nosuch" }), (e: unknown) => ConnectError.from(e).code === Code.InvalidArgument && /page_token/.test(ConnectError.from(e).rawMessage));
+  await assert.rejects(
+    owner().jobs.listJobs({ pageToken: "job_nosuch" }),
+    (e: unknown) =>
+      ConnectError.from(e).code === Code.InvalidArgument && /page_token/.test(ConnectError.from(e).rawMessage),
+  );
 });
 
 void test("filters by state, agent and text run on the server and stay in the address", async () => {
   const page = await openConsole(browser, t.url, t.stack.ownerToken);
   await page.goto(`${t.url}/#/jobs?state=failed&agent=alpha`);
   await page.locator("tr[data-job]").first().waitFor();
-  const failedAlpha = Array.from({ length: STORED }, (_, i) => storedJob(i)).filter((j) => j.state === "failed" && j.agentName === "alpha");
+  const failedAlpha = Array.from({ length: STORED }, (_, i) => storedJob(i)).filter(
+    (j) => j.state === "failed" && j.agentName === "alpha",
+  );
   await eventually(async () => ((await shownIds(page)).length === failedAlpha.length ? true : undefined));
-  assert.deepEqual(await shownIds(page), failedAlpha.reverse().map((j) => j.id));
+  assert.deepEqual(
+    await shownIds(page),
+    failedAlpha.reverse().map((j) => j.id),
+  );
 
   await page.getByLabel("Text").fill("pears");
   await page.waitForURL(/text=pears/);
-  const pears = Array.from({ length: STORED }, (_, i) => storedJob(i)).filter((j) => j.state === "failed" && j.agentName === "alpha" && /pears/i.test(j.input));
+  const pears = Array.from({ length: STORED }, (_, i) => storedJob(i)).filter(
+    (j) => j.state === "failed" && j.agentName === "alpha" && /pears/i.test(j.input),
+  );
   await eventually(async () => ((await shownIds(page)).length === pears.length ? true : undefined));
-  assert.deepEqual(await shownIds(page), pears.reverse().map((j) => j.id), "any case, within the other filters");
+  assert.deepEqual(
+    await shownIds(page),
+    pears.reverse().map((j) => j.id),
+    "any case, within the other filters",
+  );
   await assertAccessible(page, "jobs (filtered)");
   await screenshot(page, "jobs-filtered");
 

@@ -10,7 +10,13 @@ import { test } from "node:test";
 import { credentialDigest, type Principal } from "@oz0/serving";
 import { ConsoleLogin } from "../src/console/console-login.js";
 
-const alice: Principal = { kind: "person", id: "alice", groups: ["approvers"], roles: new Set(["approver", "viewer"]), via: "oidc" };
+const alice: Principal = {
+  kind: "person",
+  id: "alice",
+  groups: ["approvers"],
+  roles: new Set(["approver", "viewer"]),
+  via: "oidc",
+};
 
 void test("a code opens one session as its maker, with the maker's roles, once", () => {
   const login = new ConsoleLogin();
@@ -68,5 +74,9 @@ void test("with a sessions file, a session outlives its ConsoleLogin (a restart)
   assert.equal(after.principalOf(credentialDigest(ended.token)), undefined, "a session logged out stays ended");
   assert.equal(after.redeem(code), undefined, "codes do not outlive the process");
   now += 10_000;
-  assert.equal(new ConsoleLogin({ sessionsFile: file, now: () => now }).principalOf(credentialDigest(kept.token)), undefined, "an ended session is not read back");
+  assert.equal(
+    new ConsoleLogin({ sessionsFile: file, now: () => now }).principalOf(credentialDigest(kept.token)),
+    undefined,
+    "an ended session is not read back",
+  );
 });

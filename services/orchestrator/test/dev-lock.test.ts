@@ -16,7 +16,10 @@ interface Dev {
 }
 
 function startDev(home: string): Dev {
-  const child = spawn(process.execPath, [cliMain, "dev", "--port", "0"], { env: { ...process.env, OZ0_HOME: home, OZ0_URL: "", OZ0_LOG_LEVEL: "warn" }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [cliMain, "dev", "--port", "0"], {
+    env: { ...process.env, OZ0_HOME: home, OZ0_URL: "", OZ0_LOG_LEVEL: "warn" },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let stdout = "";
   let stderr = "";
   const outcome = new Promise<{ ready: true } | { ready: false; code: number | null; stderr: string }>((resolve) => {
@@ -47,7 +50,10 @@ void test("two oz0 dev started at once on one home: exactly one runs, the other 
     assert.equal(ready.length, 1, JSON.stringify(outcomes));
     assert.equal(refused.length, 1);
     assert.equal(refused[0]!.code, 1);
-    assert.match(refused[0]!.stderr, /another oz0 dev already runs on .* \((pid \d+|a process that is starting)\)|a dev stack already runs at http/);
+    assert.match(
+      refused[0]!.stderr,
+      /another oz0 dev already runs on .* \((pid \d+|a process that is starting)\)|a dev stack already runs at http/,
+    );
     await Promise.all(devs.map(stop));
     const next = startDev(home);
     devs.push(next);

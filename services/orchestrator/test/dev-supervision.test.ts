@@ -32,7 +32,10 @@ ${approvals}`;
 // provider bills an answer it sent) but the answer dies with the sandbox's forward, so the harness
 // asks again, a new call the script answers with its next turn.
 const SCRIPT = [
-  { text: "Writing the proof.", toolCalls: [{ name: "write_file", input: { path: "proof.txt", content: "written\n" } }] },
+  {
+    text: "Writing the proof.",
+    toolCalls: [{ name: "write_file", input: { path: "proof.txt", content: "written\n" } }],
+  },
   { text: "The proof is written.", delayMs: 6_000 },
   { text: "The proof is written." },
 ];
@@ -50,7 +53,10 @@ interface Dev {
 
 /** `oz0 dev`, resolved once it says it is ready. */
 async function startDev(): Promise<Dev> {
-  const child = spawn(process.execPath, [cliMain, "dev", "--port", "0", "--model-script", scriptFile], { env, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [cliMain, "dev", "--port", "0", "--model-script", scriptFile], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   children.add(child);
   let stdout = "";
   let stderr = "";
@@ -71,7 +77,9 @@ async function oz0(...args: string[]): Promise<string> {
 }
 
 function servicePids(): Record<string, number> {
-  const record = JSON.parse(readFileSync(path.join(home, "credentials", "dev-stack.json"), "utf8")) as { services: Record<string, { pid: number }> };
+  const record = JSON.parse(readFileSync(path.join(home, "credentials", "dev-stack.json"), "utf8")) as {
+    services: Record<string, { pid: number }>;
+  };
   return Object.fromEntries(Object.entries(record.services).map(([name, s]) => [name, s.pid]));
 }
 
@@ -88,10 +96,22 @@ function alive(pid: number): boolean {
 async function killService(dev: Dev, name: string): Promise<void> {
   const before = servicePids()[name]!;
   process.kill(before, "SIGKILL");
-  await eventually(async () => (servicePids()[name] !== before && dev.stderr().includes(`the ${name} service is back`) ? true : undefined), 200);
+  await eventually(
+    async () =>
+      servicePids()[name] !== before && dev.stderr().includes(`the ${name} service is back`) ? true : undefined,
+    200,
+  );
   // Each restart says so in one line (how it ended is known for a service this oz0 dev started, not for an adopted one), then that it is back.
   const lines = dev.stderr().split("\n");
-  assert.ok(lines.some((l) => /^oz0: the \S+ service stopped \((killed by SIGKILL|it ended; it was adopted, so how is not known)\); starting it again/.test(l) && l.includes(name)), dev.stderr());
+  assert.ok(
+    lines.some(
+      (l) =>
+        /^oz0: the \S+ service stopped \((killed by SIGKILL|it ended; it was adopted, so how is not known)\); starting it again/.test(
+          l,
+        ) && l.includes(name),
+    ),
+    dev.stderr(),
+  );
 }
 
 interface Job {
@@ -130,71 +150,88 @@ after(() => {
   rmSync(scriptFile, { force: true });
 });
 
-void test("oz0 dev: each of the four services killed in turn, then oz0 dev itself; both jobs finish, the approval is answered after, each event is seen once", { timeout: 240_000 }, async () => {
-  const step = (what: string): void => void process.stderr.write(`# ${new Date().toISOString()} ${what}\n`);
-  let dev = await startDev();
-  step("dev ready");
-  const firstPorts = readFileSync(path.join(home, "ports.json"), "utf8");
-  const repo = await makePluginRepo({ agents: { careful: AGENT("careful", "  requires_approval: [write_file]\n"), trusted: AGENT("trusted", "") } });
-  await oz0("plugin", "install", `file://${repo}`);
+void test(
+  "oz0 dev: each of the four services killed in turn, then oz0 dev itself; both jobs finish, the approval is answered after, each event is seen once",
+  { timeout: 240_000 },
+  async () => {
+    const step = (what: string): void => void process.stderr.write(`# ${new Date().toISOString()} ${what}\n`);
+    let dev = await startDev();
+    step("dev ready");
+    const firstPorts = readFileSync(path.join(home, "ports.json"), "utf8");
+    const repo = await makePluginRepo({
+      agents: { careful: AGENT("careful", "  requires_approval: [write_file]\n"), trusted: AGENT("trusted", "") },
+    });
+    await oz0("plugin", "install", `file://${repo}`);
 
-  const waiting = (await oz0("run", "careful", "Write the proof.", "--detach")).trim();
-  const working = (await oz0("run", "trusted", "Write the proof.", "--detach")).trim();
-  // A watcher that follows the waiting job through every crash, reconnecting by itself.
-  const watcher = spawn(process.execPath, [cliMain, "jobs", "watch", waiting, "--json"], { env, stdio: ["ignore", "pipe", "pipe"] });
-  children.add(watcher);
-  let watched = "";
-  watcher.stdout!.on("data", (d: Buffer) => (watched += d.toString()));
-  const watcherDone = new Promise<number | null>((resolve) => watcher.once("exit", resolve));
+    const waiting = (await oz0("run", "careful", "Write the proof.", "--detach")).trim();
+    const working = (await oz0("run", "trusted", "Write the proof.", "--detach")).trim();
+    // A watcher that follows the waiting job through every crash, reconnecting by itself.
+    const watcher = spawn(process.execPath, [cliMain, "jobs", "watch", waiting, "--json"], {
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    children.add(watcher);
+    let watched = "";
+    watcher.stdout!.on("data", (d: Buffer) => (watched += d.toString()));
+    const watcherDone = new Promise<number | null>((resolve) => watcher.once("exit", resolve));
 
-  step(`jobs ${waiting} ${working}`);
-  const call = await eventually(async () => {
-    const list = jsonLines(await oz0("approvals", "list", "--json")) as { jobId: string; callId: string }[];
-    return list.find((p) => p.jobId === waiting)?.callId;
-  });
-  // The other job's first model call is metered: it runs its tool and then sits in its slow second call.
-  await eventually(async () => {
-    const usage = JSON.parse(await oz0("usage", working, "--json")) as { total?: { calls?: string | number } };
-    return Number(usage.total?.calls ?? 0) >= 1 ? true : undefined;
-  }, 200);
+    step(`jobs ${waiting} ${working}`);
+    const call = await eventually(async () => {
+      const list = jsonLines(await oz0("approvals", "list", "--json")) as { jobId: string; callId: string }[];
+      return list.find((p) => p.jobId === waiting)?.callId;
+    });
+    // The other job's first model call is metered: it runs its tool and then sits in its slow second call.
+    await eventually(async () => {
+      const usage = JSON.parse(await oz0("usage", working, "--json")) as { total?: { calls?: string | number } };
+      return Number(usage.total?.calls ?? 0) >= 1 ? true : undefined;
+    }, 200);
 
-  step("approval waits; the other job is in its model call");
-  for (const name of ["llm-proxy", "events", "orchestrator", "sandbox"]) {
-    await killService(dev, name);
-    step(`${name} killed and back`);
-  }
-  assert.equal(readFileSync(path.join(home, "ports.json"), "utf8"), firstPorts, "every service keeps its address");
+    step("approval waits; the other job is in its model call");
+    for (const name of ["llm-proxy", "events", "orchestrator", "sandbox"]) {
+      await killService(dev, name);
+      step(`${name} killed and back`);
+    }
+    assert.equal(readFileSync(path.join(home, "ports.json"), "utf8"), firstPorts, "every service keeps its address");
 
-  // oz0 dev itself: its services keep running, and the next oz0 dev adopts them.
-  const pidsBefore = servicePids();
-  dev.child.kill("SIGKILL");
-  await new Promise((resolve) => dev.child.once("exit", resolve));
-  for (const [name, pid] of Object.entries(pidsBefore)) assert.ok(alive(pid), `the ${name} service outlives a killed oz0 dev`);
-  dev = await startDev();
-  assert.deepEqual(servicePids(), pidsBefore, "the services were adopted, not started again");
+    // oz0 dev itself: its services keep running, and the next oz0 dev adopts them.
+    const pidsBefore = servicePids();
+    dev.child.kill("SIGKILL");
+    await new Promise((resolve) => dev.child.once("exit", resolve));
+    for (const [name, pid] of Object.entries(pidsBefore))
+      assert.ok(alive(pid), `the ${name} service outlives a killed oz0 dev`);
+    dev = await startDev();
+    assert.deepEqual(servicePids(), pidsBefore, "the services were adopted, not started again");
 
-  step("oz0 dev killed and adopted");
-  await oz0("approve", waiting, call);
-  step("approved");
-  for (const id of [waiting, working]) {
-    const ended = await finished(id);
-    assert.equal(ended.state, "JOB_STATE_SUCCEEDED", `${id}: ${ended.error}`);
-  }
+    step("oz0 dev killed and adopted");
+    await oz0("approve", waiting, call);
+    step("approved");
+    for (const id of [waiting, working]) {
+      const ended = await finished(id);
+      assert.equal(ended.state, "JOB_STATE_SUCCEEDED", `${id}: ${ended.error}`);
+    }
 
-  assert.equal(await watcherDone, 0, "the watcher followed the job to its success");
-  const seqs = (jsonLines(watched) as { seq?: string | number }[]).map((e) => e.seq).filter((s) => s !== undefined).map(Number);
-  assert.ok(seqs.length > 3, watched);
-  assert.deepEqual(seqs, [...new Set(seqs)].sort((a, b) => a - b), "each event once, in order");
+    assert.equal(await watcherDone, 0, "the watcher followed the job to its success");
+    const seqs = (jsonLines(watched) as { seq?: string | number }[])
+      .map((e) => e.seq)
+      .filter((s) => s !== undefined)
+      .map(Number);
+    assert.ok(seqs.length > 3, watched);
+    assert.deepEqual(
+      seqs,
+      [...new Set(seqs)].sort((a, b) => a - b),
+      "each event once, in order",
+    );
 
-  // The restarted sandbox runs new jobs too.
-  const after = (await oz0("run", "trusted", "Write the proof.", "--detach")).trim();
-  assert.equal((await finished(after)).state, "JOB_STATE_SUCCEEDED");
+    // The restarted sandbox runs new jobs too.
+    const after = (await oz0("run", "trusted", "Write the proof.", "--detach")).trim();
+    assert.equal((await finished(after)).state, "JOB_STATE_SUCCEEDED");
 
-  // Ctrl-C stops every service; nothing of the stack is left.
-  const last = servicePids();
-  dev.child.kill("SIGINT");
-  assert.equal(await new Promise((resolve) => dev.child.once("exit", resolve)), 0);
-  // One calm line, not a line per service that reads like a crash.
-  assert.deepEqual(dev.stderr().split("oz0: stopping the stack\n")[1], "", dev.stderr());
-  for (const [name, pid] of Object.entries(last)) assert.equal(alive(pid), false, `the ${name} service is stopped`);
-});
+    // Ctrl-C stops every service; nothing of the stack is left.
+    const last = servicePids();
+    dev.child.kill("SIGINT");
+    assert.equal(await new Promise((resolve) => dev.child.once("exit", resolve)), 0);
+    // One calm line, not a line per service that reads like a crash.
+    assert.deepEqual(dev.stderr().split("oz0: stopping the stack\n")[1], "", dev.stderr());
+    for (const [name, pid] of Object.entries(last)) assert.equal(alive(pid), false, `the ${name} service is stopped`);
+  },
+);

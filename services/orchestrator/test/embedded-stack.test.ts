@@ -30,11 +30,16 @@ void test("a service process stops when the process that started it is killed", 
     console.log(JSON.stringify({ pid: p.pid }));
     setInterval(() => {}, 1 << 30);
   `;
-  const parent = spawn(process.execPath, ["--input-type=module", "-e", parentScript], { cwd: path.dirname(new URL(import.meta.url).pathname), stdio: ["ignore", "pipe", "inherit"] });
+  const parent = spawn(process.execPath, ["--input-type=module", "-e", parentScript], {
+    cwd: path.dirname(new URL(import.meta.url).pathname),
+    stdio: ["ignore", "pipe", "inherit"],
+  });
   let servicePid = -1;
   try {
     servicePid = await new Promise<number>((resolve, reject) => {
-      createInterface({ input: parent.stdout! }).once("line", (line) => resolve((JSON.parse(line) as { pid: number }).pid));
+      createInterface({ input: parent.stdout! }).once("line", (line) =>
+        resolve((JSON.parse(line) as { pid: number }).pid),
+      );
       parent.once("exit", (code) => reject(new Error(`the parent exited (${code}) before starting the service`)));
     });
     assert.ok(alive(servicePid));

@@ -50,8 +50,19 @@ function pick({ turn, request }: { turn: number; request: ScriptedRequest }): Sc
   for (const value of Object.values(M)) if (everything.includes(value)) seen.add(value);
   const system = systemOf(request);
   if (system.includes("## Harness operation: extract_shipment")) {
-    if (turn === 0) return { text: `Looking. ${M.scratchText}`, toolCalls: [{ name: "read_file", input: { path: "canary-notes.txt" } }] };
-    return { text: JSON.stringify({ shipmentReference: M.result, pickupCountry: "DE", deliveryCountry: "FR", sourceFiles: ["canary-notes.txt"] }) };
+    if (turn === 0)
+      return {
+        text: `Looking. ${M.scratchText}`,
+        toolCalls: [{ name: "read_file", input: { path: "canary-notes.txt" } }],
+      };
+    return {
+      text: JSON.stringify({
+        shipmentReference: M.result,
+        pickupCountry: "DE",
+        deliveryCountry: "FR",
+        sourceFiles: ["canary-notes.txt"],
+      }),
+    };
   }
   if (system.includes("## Harness operation: verify_shipment")) {
     return { text: JSON.stringify({ valid: false, issues: [M.issue] }) };
@@ -89,9 +100,18 @@ before(async () => {
   const agent = path.join(plugin, "agents", "shipment-orchestrator.yaml");
   const yaml = readFileSync(agent, "utf8");
   assert.ok(yaml.includes("return only the structured shipment."));
-  writeFileSync(agent, yaml.replace("return only the structured shipment.", `return only the structured shipment. ${M.operationInstructions}`));
+  writeFileSync(
+    agent,
+    yaml.replace(
+      "return only the structured shipment.",
+      `return only the structured shipment. ${M.operationInstructions}`,
+    ),
+  );
   writeFileSync(path.join(plugin, "documents", "canary-notes.txt"), `Order notes: ${M.file}\n`);
-  t = await startTestStack({ pick: pick as never, eventsEnv: { KAFKA_BROKERS: brokers.join(","), OZ0_KAFKA_TOPIC: topic } });
+  t = await startTestStack({
+    pick: pick as never,
+    eventsEnv: { KAFKA_BROKERS: brokers.join(","), OZ0_KAFKA_TOPIC: topic },
+  });
 });
 after(async () => {
   await t.close();
@@ -101,7 +121,13 @@ after(async () => {
 void test("no marker of a live job's content reaches the Kafka topic, Watch, the Transcript or the events service's log", async () => {
   const installed = await t.cli(["plugin", "install", plugin]);
   assert.equal(installed.code, 0, installed.stdout + installed.stderr);
-  const run = await t.cli(["run", "shipment-orchestrator", `Take order 4831. ${M.task}`, "--attach", path.join(plugin, "documents", "canary-notes.txt")]);
+  const run = await t.cli([
+    "run",
+    "shipment-orchestrator",
+    `Take order 4831. ${M.task}`,
+    "--attach",
+    path.join(plugin, "documents", "canary-notes.txt"),
+  ]);
   assert.equal(run.code, 0, run.stdout + run.stderr);
   const jobId = /job (job_\w+) succeeded/.exec(run.stdout)?.[1];
   assert.ok(jobId, run.stdout);
@@ -110,9 +136,16 @@ void test("no marker of a live job's content reaches the Kafka topic, Watch, the
   // Every marker flowed: shown to the model (task, instructions, file contents as a tool result,
   // tool input, operation tasks, structured results back to the parent, scratch text).
   const flowed = Object.values(M).filter((m) => m !== M.text);
-  assert.deepEqual(flowed.filter((m) => !seen.has(m)), [], "markers the model never saw");
+  assert.deepEqual(
+    flowed.filter((m) => !seen.has(m)),
+    [],
+    "markers the model never saw",
+  );
 
-  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
+  const events = createClient(
+    EventsService,
+    createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }),
+  );
   // The job's lifecycle, both operations included, is in the events service.
   const transcript = await eventually(async () => {
     const response = await events.transcript({ jobId });
@@ -120,8 +153,12 @@ void test("no marker of a live job's content reaches the Kafka topic, Watch, the
     return rows.length === 2 && rows.every((row) => row.status === OperationStatus.COMPLETED) ? response : undefined;
   });
   const watched = [];
-  for await (const response of events.watch({ jobId: "", fromPosition: 0n, untilCaughtUp: true })) if (response.event) watched.push(response.event);
-  assert.ok(watched.filter((e) => e.jobId === jobId).length >= 10, `the job's events are on the Watch stream (${watched.length})`);
+  for await (const response of events.watch({ jobId: "", fromPosition: 0n, untilCaughtUp: true }))
+    if (response.event) watched.push(response.event);
+  assert.ok(
+    watched.filter((e) => e.jobId === jobId).length >= 10,
+    `the job's events are on the Watch stream (${watched.length})`,
+  );
 
   // The whole topic, once every event the service holds is on it.
   const kafka = new Kafka({ clientId: "oz0-canary", brokers, logLevel: logLevel.NOTHING });
@@ -140,7 +177,10 @@ void test("no marker of a live job's content reaches the Kafka topic, Watch, the
   } finally {
     await consumer.disconnect();
   }
-  assert.ok(onTopic.some((m) => m.includes(jobId)), "the job's events are on the topic");
+  assert.ok(
+    onTopic.some((m) => m.includes(jobId)),
+    "the job's events are on the topic",
+  );
 
   const bigints = (_: string, v: unknown): unknown => (typeof v === "bigint" ? String(v) : v);
   const places: Record<string, string> = {
@@ -150,6 +190,7 @@ void test("no marker of a live job's content reaches the Kafka topic, Watch, the
     "the events service's log": readFileSync(path.join(t.home, "logs", "events.log"), "utf8"),
   };
   for (const [place, text] of Object.entries(places)) {
-    for (const [what, value] of Object.entries(M)) assert.ok(!text.includes(value), `${place} carries the ${what} marker`);
+    for (const [what, value] of Object.entries(M))
+      assert.ok(!text.includes(value), `${place} carries the ${what} marker`);
   }
 });

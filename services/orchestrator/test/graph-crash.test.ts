@@ -19,10 +19,14 @@ function turn(agent: string, turnIndex: number): ScriptedTurn {
   switch (agent) {
     case "slow":
       // Long enough that the kill lands while the command runs; the test waits for the step's job, not for time.
-      return turnIndex === 0 ? { toolCalls: [{ name: "run_command", input: { command: "sleep 4 && echo slept" } }] } : { text: "slow done" };
+      return turnIndex === 0
+        ? { toolCalls: [{ name: "run_command", input: { command: "sleep 4 && echo slept" } }] }
+        : { text: "slow done" };
     case "careful-a":
     case "careful-b":
-      return turnIndex === 0 ? { toolCalls: [{ name: "run_command", input: { command: `echo ${agent}` } }] } : { text: `${agent} done` };
+      return turnIndex === 0
+        ? { toolCalls: [{ name: "run_command", input: { command: `echo ${agent}` } }] }
+        : { text: `${agent} done` };
     default:
       return { text: `${agent} done` };
   }
@@ -50,7 +54,8 @@ async function jobs(): Promise<JobJson[]> {
 /** The step jobs of one run (their input starts with the run's prompt), per agent. */
 async function stepJobs(prompt: string): Promise<Record<string, JobJson[]>> {
   const out: Record<string, JobJson[]> = {};
-  for (const j of await jobs()) if (!j.id.startsWith("graph_") && j.input.startsWith(prompt)) (out[j.agent.name] ??= []).push(j);
+  for (const j of await jobs())
+    if (!j.id.startsWith("graph_") && j.input.startsWith(prompt)) (out[j.agent.name] ??= []).push(j);
   return out;
 }
 
@@ -66,7 +71,11 @@ async function startGraph(graph: string, prompt: string): Promise<string> {
 function recordedSteps(runId: string): { path: string; node_id: string }[] {
   const db = new Database(path.join(t.home, "graphs.db"), { readonly: true });
   try {
-    return db.prepare("SELECT s.path, s.node_id FROM graph_steps s JOIN graph_runs r ON s.run = r.id WHERE r.run_id = ? ORDER BY s.path").all(runId) as { path: string; node_id: string }[];
+    return db
+      .prepare(
+        "SELECT s.path, s.node_id FROM graph_steps s JOIN graph_runs r ON s.run = r.id WHERE r.run_id = ? ORDER BY s.path",
+      )
+      .all(runId) as { path: string; node_id: string }[];
   } finally {
     db.close();
   }
@@ -91,7 +100,9 @@ after(async () => {
 void test("killed in the middle of an agent step: the step's job is re-attached, not run again", async () => {
   const prompt = "chain-run";
   const graphJob = await startGraph("chain", prompt);
-  await eventually(async () => ((await stepJobs(prompt)).slow?.some((j) => j.state === "JOB_STATE_RUNNING") ? true : undefined));
+  await eventually(async () =>
+    (await stepJobs(prompt)).slow?.some((j) => j.state === "JOB_STATE_RUNNING") ? true : undefined,
+  );
   await t.restartOrchestrator();
   const events = await waitToSucceed(graphJob);
   assert.match(events, /resumed after an orchestrator restart/);
@@ -99,7 +110,10 @@ void test("killed in the middle of an agent step: the step's job is re-attached,
   const byAgent = await stepJobs(prompt);
   assert.equal(byAgent.slow?.length, 1);
   assert.equal(byAgent.finish?.length, 1);
-  assert.deepEqual(recordedSteps(graphJob).map((s) => s.node_id), ["agent:slow", "agent:finish"]);
+  assert.deepEqual(
+    recordedSteps(graphJob).map((s) => s.node_id),
+    ["agent:slow", "agent:finish"],
+  );
 });
 
 void test("killed while one parallel branch runs: the recorded branch is replayed, the other finishes", async () => {
@@ -110,7 +124,9 @@ void test("killed while one parallel branch runs: the recorded branch is replaye
     const quickDone = byAgent.quick?.some((j) => j.state === "JOB_STATE_SUCCEEDED");
     const slowRunning = byAgent.slow?.some((j) => j.state === "JOB_STATE_RUNNING");
     // The quick branch's step is recorded once its job succeeded and the engine checkpointed it.
-    return quickDone && slowRunning && recordedSteps(graphJob).some((s) => s.node_id === "agent:quick") ? true : undefined;
+    return quickDone && slowRunning && recordedSteps(graphJob).some((s) => s.node_id === "agent:quick")
+      ? true
+      : undefined;
   });
   await t.restartOrchestrator();
   const events = await waitToSucceed(graphJob);
@@ -119,7 +135,9 @@ void test("killed while one parallel branch runs: the recorded branch is replaye
   assert.equal(byAgent.slow?.length, 1);
   assert.equal(byAgent.quick?.length, 1);
   assert.equal(byAgent.finish?.length, 1);
-  const steps = recordedSteps(graphJob).map((s) => s.node_id).sort();
+  const steps = recordedSteps(graphJob)
+    .map((s) => s.node_id)
+    .sort();
   assert.deepEqual(steps, ["agent:finish", "agent:quick", "agent:slow"]);
 });
 
@@ -139,12 +157,18 @@ void test("two approvals wait in parallel branches across a restart and are answ
   const byAgent = await stepJobs(prompt);
   const b = byAgent["careful-b"]![0]!;
   const a = byAgent["careful-a"]![0]!;
-  const callOf = async (jobId: string): Promise<string> => (await eventually(async () => (await pending()).find((p) => p.jobId === jobId))).callId;
+  const callOf = async (jobId: string): Promise<string> =>
+    (await eventually(async () => (await pending()).find((p) => p.jobId === jobId))).callId;
   const approveB = await t.cli(["approve", b.id, await callOf(b.id)]);
   assert.equal(approveB.code, 0, approveB.stderr);
-  await eventually(async () => (recordedSteps(graphJob).some((s) => s.node_id === "agent:careful-b") ? true : undefined));
+  await eventually(async () =>
+    recordedSteps(graphJob).some((s) => s.node_id === "agent:careful-b") ? true : undefined,
+  );
   // Answering b neither re-ran nor resumed a: its call still waits, and the run waits with it.
-  assert.deepEqual((await pending()).map((p) => p.jobId), [a.id]);
+  assert.deepEqual(
+    (await pending()).map((p) => p.jobId),
+    [a.id],
+  );
   // The graph job waits with it, and its events name the command that answers each call.
   const shown = await t.cli(["jobs", "show", graphJob, "--json"]);
   assert.match(shown.stdout, /JOB_STATE_WAITING/);
@@ -157,18 +181,27 @@ void test("two approvals wait in parallel branches across a restart and are answ
   assert.equal(after["careful-a"]?.length, 1);
   assert.equal(after["careful-b"]?.length, 1);
   assert.equal(after.finish?.length, 1);
-  assert.deepEqual(recordedSteps(graphJob).map((s) => s.node_id).sort(), ["agent:careful-a", "agent:careful-b", "agent:finish"]);
+  assert.deepEqual(
+    recordedSteps(graphJob)
+      .map((s) => s.node_id)
+      .sort(),
+    ["agent:careful-a", "agent:careful-b", "agent:finish"],
+  );
 });
 
 void test("cancelling a graph job cancels the step that runs and ends the run cancelled", async () => {
   const prompt = "cancel-run";
   const graphJob = await startGraph("chain", prompt);
-  await eventually(async () => ((await stepJobs(prompt)).slow?.some((j) => j.state === "JOB_STATE_RUNNING") ? true : undefined));
+  await eventually(async () =>
+    (await stepJobs(prompt)).slow?.some((j) => j.state === "JOB_STATE_RUNNING") ? true : undefined,
+  );
   const cancelled = await t.cli(["jobs", "cancel", graphJob, "--reason", "changed my mind"]);
   assert.equal(cancelled.code, 0, cancelled.stderr);
   const watched = await t.cli(["jobs", "watch", graphJob]);
   assert.equal(watched.code, 4, watched.stdout + watched.stderr);
-  const slow = await eventually(async () => (await stepJobs(prompt)).slow?.find((j) => j.state === "JOB_STATE_CANCELLED"));
+  const slow = await eventually(async () =>
+    (await stepJobs(prompt)).slow?.find((j) => j.state === "JOB_STATE_CANCELLED"),
+  );
   assert.ok(slow);
   assert.equal((await stepJobs(prompt)).finish, undefined);
 });
@@ -176,7 +209,9 @@ void test("cancelling a graph job cancels the step that runs and ends the run ca
 void test("a run keeps the agent versions it started with when a new version is published mid-run", async (ctx) => {
   const prompt = "pinned-run";
   const graphJob = await startGraph("chain", prompt);
-  await eventually(async () => ((await stepJobs(prompt)).slow?.some((j) => j.state === "JOB_STATE_RUNNING") ? true : undefined));
+  await eventually(async () =>
+    (await stepJobs(prompt)).slow?.some((j) => j.state === "JOB_STATE_RUNNING") ? true : undefined,
+  );
   const changed = mkdtempSync(path.join(os.tmpdir(), "oz0-crash-graphs-v2-"));
   ctx.after(() => rmSync(changed, { recursive: true, force: true }));
   cpSync(plugin, changed, { recursive: true });

@@ -79,21 +79,32 @@ void test("email triage: the evaluator's label picks the arm, and each step is a
   const run = await t.cli(["run", "inbox", "the app crashes on start"]);
   assert.equal(run.code, 0, run.stderr + run.stdout);
   assert.match(run.stdout, /agent:email-triage \/0\/eval started/);
-  assert.match(run.stdout, /agent:email-triage \/0\/eval started\n {2}agent:email-triage \/0\/eval: runs as job job_\w+\n/, "one line each, no blank lines between");
+  assert.match(
+    run.stdout,
+    /agent:email-triage \/0\/eval started\n {2}agent:email-triage \/0\/eval: runs as job job_\w+\n/,
+    "one line each, no blank lines between",
+  );
   assert.match(run.stdout, /Re: the app crashes on start/);
   const jobs = await t.cli(["jobs", "list", "--json"]);
-  const list = jobs.stdout.trim().split("\n").map((l) => JSON.parse(l) as { agent: { name: string }; state: string });
+  const list = jobs.stdout
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l) as { agent: { name: string }; state: string });
   assert.ok(list.some((j) => j.agent.name === "inbox" && j.state === "JOB_STATE_SUCCEEDED"));
   assert.ok(list.some((j) => j.agent.name === "email-triage"));
   assert.ok(list.some((j) => j.agent.name === "writer"));
   // Lifecycle events reach the events service, with the run and the step path.
   const graphJob = /job (graph_\w+) succeeded/.exec(run.stdout)?.[1];
   assert.ok(graphJob, run.stdout);
-  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
+  const events = createClient(
+    EventsService,
+    createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }),
+  );
   const seen = await eventually(async () => {
     const types: string[] = [];
     for await (const r of events.watch({ jobId: graphJob, untilCaughtUp: true })) {
-      if (r.event?.graphRunId === graphJob) types.push(`${r.event.type}${r.event.graphStepId ? ` ${r.event.graphStepId}` : ""}`);
+      if (r.event?.graphRunId === graphJob)
+        types.push(`${r.event.type}${r.event.graphStepId ? ` ${r.event.graphStepId}` : ""}`);
     }
     return types.includes("graph.run_completed") ? types : undefined;
   });
@@ -109,10 +120,25 @@ void test("email triage: the evaluator's label picks the arm, and each step is a
     agents: { agent: string; usage: { calls: string } }[];
     steps: { jobId: string; step: string; agent: { name: string }; usage: { calls: string; inputTokens: string } }[];
   };
-  assert.deepEqual(metered.steps.map((s) => [s.step, s.agent.name]), [["/0/eval", "email-triage"], ["/0/arm0/0", "writer"]]);
-  assert.deepEqual(metered.agents.map((a) => [a.agent, a.usage.calls]), [["email-triage", "1"], ["writer", "1"]]);
+  assert.deepEqual(
+    metered.steps.map((s) => [s.step, s.agent.name]),
+    [
+      ["/0/eval", "email-triage"],
+      ["/0/arm0/0", "writer"],
+    ],
+  );
+  assert.deepEqual(
+    metered.agents.map((a) => [a.agent, a.usage.calls]),
+    [
+      ["email-triage", "1"],
+      ["writer", "1"],
+    ],
+  );
   assert.equal(metered.total.calls, "2");
-  assert.equal(Number(metered.total.inputTokens), metered.steps.reduce((sum, s) => sum + Number(s.usage.inputTokens), 0));
+  assert.equal(
+    Number(metered.total.inputTokens),
+    metered.steps.reduce((sum, s) => sum + Number(s.usage.inputTokens), 0),
+  );
   for (const step of metered.steps) {
     const own = JSON.parse((await t.cli(["usage", step.jobId, "--json"])).stdout) as { total: { inputTokens: string } };
     assert.equal(own.total.inputTokens, step.usage.inputTokens, "each step's figure is its job's own");
@@ -160,8 +186,15 @@ void test("the README's graph section shows the example plugin's inbox graph, an
   const yamlBlocks = [...section.matchAll(/```yaml\n([\s\S]*?)```/g)].map((m) => m[1]!);
   const inbox = yamlBlocks.find((b) => b.includes("format: oz0.graph/v1"));
   assert.ok(inbox, "the section shows a graph definition");
-  assert.deepEqual(parseDefinitionYaml(inbox), parseDefinitionYaml(readFileSync(path.join(plugin, "graphs/inbox.yaml"), "utf8")));
-  const commands = /```sh\n([\s\S]*?)```/.exec(section)?.[1]?.split("\n").filter((l) => l.startsWith("oz0 ")) ?? [];
+  assert.deepEqual(
+    parseDefinitionYaml(inbox),
+    parseDefinitionYaml(readFileSync(path.join(plugin, "graphs/inbox.yaml"), "utf8")),
+  );
+  const commands =
+    /```sh\n([\s\S]*?)```/
+      .exec(section)?.[1]
+      ?.split("\n")
+      .filter((l) => l.startsWith("oz0 ")) ?? [];
   assert.equal(commands.length, 5);
   for (const line of commands) {
     const args = [...line.replace(/\s+#.*$/, "").matchAll(/"([^"]*)"|(\S+)/g)].map((m) => m[1] ?? m[2]!).slice(1);
@@ -177,7 +210,16 @@ void test("an invalid graph refuses the whole plugin, naming the unknown agent a
   writeFileSync(path.join(dir, "oz0-plugin.yaml"), "name: bad-graphs\nversion: 0.1.0\ngraphs: [graphs/bad.yaml]\n");
   writeFileSync(
     path.join(dir, "graphs/bad.yaml"),
-    ["format: oz0.graph/v1", "kind: harness", "name: bad", "id: harness:bad", "root:", "  - { kind: agent, id: agent:ghost, agent: ghost }", "  - { kind: loop, id: loop:x, body: [{ kind: agent, id: agent:writer, agent: writer }] }", ""].join("\n"),
+    [
+      "format: oz0.graph/v1",
+      "kind: harness",
+      "name: bad",
+      "id: harness:bad",
+      "root:",
+      "  - { kind: agent, id: agent:ghost, agent: ghost }",
+      "  - { kind: loop, id: loop:x, body: [{ kind: agent, id: agent:writer, agent: writer }] }",
+      "",
+    ].join("\n"),
   );
   const refused = await t.cli(["plugin", "install", dir]);
   assert.equal(refused.code, 1, refused.stdout);

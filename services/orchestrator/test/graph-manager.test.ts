@@ -44,7 +44,14 @@ function turn(agent: string, input: string, turnIndex: number): ScriptedTurn {
       const n = (flakyCalls.get(input) ?? 0) + 1;
       flakyCalls.set(input, n);
       // 400: not retried by the harness or the proxy, so the session (and the step) fails.
-      return n === 1 ? { fail: { status: 400, body: { type: "error", error: { type: "invalid_request_error", message: "scripted failure" } } } } : { text: "flaky done" };
+      return n === 1
+        ? {
+            fail: {
+              status: 400,
+              body: { type: "error", error: { type: "invalid_request_error", message: "scripted failure" } },
+            },
+          }
+        : { text: "flaky done" };
     }
     case "boss":
       if (turnIndex === 0) managerInputs.push(input);
@@ -130,7 +137,10 @@ async function jobs(): Promise<JobJson[]> {
 }
 
 /** Runs the graph to its end; returns the watch output, its exit code and the run's jobs per agent. */
-async function runManaged(prompt: string, meanwhile?: () => Promise<void>): Promise<{ code: number; out: string; byAgent: Record<string, JobJson[]> }> {
+async function runManaged(
+  prompt: string,
+  meanwhile?: () => Promise<void>,
+): Promise<{ code: number; out: string; byAgent: Record<string, JobJson[]> }> {
   const started = await t.cli(["run", "managed", prompt, "--detach"]);
   assert.equal(started.code, 0, started.stderr);
   const id = /graph_\w+/.exec(started.stdout)?.[0];
@@ -139,7 +149,8 @@ async function runManaged(prompt: string, meanwhile?: () => Promise<void>): Prom
   const watched = await t.cli(["jobs", "watch", id]);
   const byAgent: Record<string, JobJson[]> = {};
   // Step jobs' input starts with the run's prompt; the manager's input holds it in the bag.
-  for (const j of await jobs()) if (!j.id.startsWith("graph_") && j.input.includes(prompt)) (byAgent[j.agent.name] ??= []).push(j);
+  for (const j of await jobs())
+    if (!j.id.startsWith("graph_") && j.input.includes(prompt)) (byAgent[j.agent.name] ??= []).push(j);
   return { code: watched.code, out: watched.stdout + watched.stderr, byAgent };
 }
 
@@ -190,7 +201,10 @@ void test("the manager aborts: the run fails with its reason and later steps nev
 void test("a manager that makes no decision fails the run with a clear message", async () => {
   const r = await runManaged("silent-case four");
   assert.notEqual(r.code, 0, r.out);
-  assert.match(r.out, /MANAGER_FAILED.*manager agent boss \(job job_\w+\) ended succeeded without calling retry, skip, abort or answer/);
+  assert.match(
+    r.out,
+    /MANAGER_FAILED.*manager agent boss \(job job_\w+\) ended succeeded without calling retry, skip, abort or answer/,
+  );
   assert.equal(r.byAgent.after, undefined);
 });
 
@@ -204,7 +218,11 @@ void test("an orchestrator killed while the manager decides resumes the run with
   assert.match(r.out, /manager boss still decides step_error as job job_\w+/);
   assert.equal(r.byAgent.boss?.length, 1, "the manager is not asked again after the restart");
   assert.equal(r.byAgent.boss?.[0]?.state, "JOB_STATE_SUCCEEDED");
-  assert.deepEqual(r.byAgent.flaky?.map((j) => j.state).sort(), ["JOB_STATE_FAILED", "JOB_STATE_SUCCEEDED"], "retried as decided");
+  assert.deepEqual(
+    r.byAgent.flaky?.map((j) => j.state).sort(),
+    ["JOB_STATE_FAILED", "JOB_STATE_SUCCEEDED"],
+    "retried as decided",
+  );
   assert.equal(r.byAgent.after?.length, 1);
   const boss = await t.cli(["jobs", "watch", r.byAgent.boss![0]!.id]);
   assert.match(boss.stdout, /◆ retry: \{\} ✓/, "the decision is in the manager job's events");
@@ -212,7 +230,9 @@ void test("an orchestrator killed while the manager decides resumes the run with
 
 void test("an orchestrator killed after the manager decided reads the recorded decision", async () => {
   const r = await runManaged("restart-late-case seven", async () => {
-    await eventually(async () => (managerSecondTurns.some((i) => i.includes("restart-late-case seven")) ? true : undefined));
+    await eventually(async () =>
+      managerSecondTurns.some((i) => i.includes("restart-late-case seven")) ? true : undefined,
+    );
     // skip was answered and recorded; the manager's session is still on its next turn.
     await t.restartOrchestrator();
   });

@@ -107,7 +107,9 @@ async function replica(name: string): Promise<Replica> {
   const store = await PostgresJobStore.open({ connectionString: databaseUrl(), schema, maxConnections: 4 });
   const graphStore = await openGraphStore({ pool: store.pool, home });
   const feed = new JobFeed();
-  const placement = new StaticPlacement({ runners: [new SandboxClient({ url: t.stack.urls.sandbox, token: t.stack.credentials.orchestrator })] });
+  const placement = new StaticPlacement({
+    runners: [new SandboxClient({ url: t.stack.urls.sandbox, token: t.stack.credentials.orchestrator })],
+  });
   const runner = new JobRunner({
     store,
     feed,
@@ -153,8 +155,17 @@ async function install(r: Replica): Promise<void> {
   const manifest = path.join(copy, "oz0-plugin.yaml");
   writeFileSync(manifest, readFileSync(manifest, "utf8").replace(/^graphs:.*$/m, ""));
   const installed = await new PluginRegistry({ store: r.store, home: r.home }).install({ source: copy });
-  for (const graph of await r.registry.prepare({ root: installed.plugin.path, files: ["graphs/chain.yaml", "graphs/managed.yaml"], pluginAgents: [] })) {
-    const published = await r.registry.publishVersion({ graph, plugin: installed.plugin.name, pluginVersion: installed.plugin.version, pluginPath: installed.plugin.path });
+  for (const graph of await r.registry.prepare({
+    root: installed.plugin.path,
+    files: ["graphs/chain.yaml", "graphs/managed.yaml"],
+    pluginAgents: [],
+  })) {
+    const published = await r.registry.publishVersion({
+      graph,
+      plugin: installed.plugin.name,
+      pluginVersion: installed.plugin.version,
+      pluginPath: installed.plugin.path,
+    });
     assert.equal(published.record.version, 1);
   }
 }
@@ -162,7 +173,8 @@ async function install(r: Replica): Promise<void> {
 /** Jobs whose input starts with the run's prompt (the steps' jobs), by agent. */
 async function stepJobs(r: Replica, prompt: string): Promise<Record<string, JobRecord[]>> {
   const out: Record<string, JobRecord[]> = {};
-  for (const job of await r.store.listJobs({ limit: 500 })) if (!job.id.startsWith("graph_") && job.input.startsWith(prompt)) (out[job.agentName] ??= []).push(job);
+  for (const job of await r.store.listJobs({ limit: 500 }))
+    if (!job.id.startsWith("graph_") && job.input.startsWith(prompt)) (out[job.agentName] ??= []).push(job);
   return out;
 }
 
@@ -183,11 +195,23 @@ async function eventTexts(r: Replica, jobId: string): Promise<string[]> {
 
 before(async () => {
   t = await startTestStack({
-    pick: (async ({ request, turn }: { request: Parameters<typeof agentOf>[0]; turn: number }): Promise<ScriptedTurn> => {
+    pick: (async ({
+      request,
+      turn,
+    }: {
+      request: Parameters<typeof agentOf>[0];
+      turn: number;
+    }): Promise<ScriptedTurn> => {
       const agent = agentOf(request);
       if (agent === "slow") await slowReleased;
       // 400: not retried, so the step's first session fails and the graph's manager is asked.
-      if (agent === "flaky" && ++flakyCalls === 1) return { fail: { status: 400, body: { type: "error", error: { type: "invalid_request_error", message: "scripted failure" } } } };
+      if (agent === "flaky" && ++flakyCalls === 1)
+        return {
+          fail: {
+            status: 400,
+            body: { type: "error", error: { type: "invalid_request_error", message: "scripted failure" } },
+          },
+        };
       if (agent === "boss" && turn === 0) {
         bossAsked();
         await bossReleased;
@@ -216,8 +240,15 @@ void test("a graph job abandoned by one replica is resumed by another from the s
   const prompt = "takeover-run";
   const graphJob = await a.graphs.run({ graph: "chain", input: prompt });
   assert.deepEqual(a.ownership.claimed, [graphJob.id]);
-  const slow = await eventually(async () => (await stepJobs(a, prompt)).slow?.find((j) => j.state === "running"), "the slow step's job running");
-  assert.equal(await a.graphStore.getStepJob(`${graphJob.id}/0`), slow.id, "the step's job is recorded in the shared store");
+  const slow = await eventually(
+    async () => (await stepJobs(a, prompt)).slow?.find((j) => j.state === "running"),
+    "the slow step's job running",
+  );
+  assert.equal(
+    await a.graphStore.getStepJob(`${graphJob.id}/0`),
+    slow.id,
+    "the step's job is recorded in the shared store",
+  );
 
   // A loses the graph job's lease (it keeps running the step's job, whose lease is its own) and B takes the graph job over.
   a.ownership.lose(graphJob.id);
@@ -234,15 +265,25 @@ void test("a graph job abandoned by one replica is resumed by another from the s
   assert.equal(heardAtB, 0, "B's feed never carried the step job's events: B saw it end by reading the store");
 
   const byAgent = await stepJobs(b, prompt);
-  assert.deepEqual(byAgent.slow?.map((j) => j.id), [slow.id], "the slow step ran once, at A");
+  assert.deepEqual(
+    byAgent.slow?.map((j) => j.id),
+    [slow.id],
+    "the slow step ran once, at A",
+  );
   assert.equal(byAgent.finish?.length, 1, "the last step ran once: A, having abandoned the run, did not run it too");
   const steps = await b.graphStore.checkpoints.loadSteps(graphJob.id);
   assert.deepEqual(steps.map((s) => s.nodeId).sort(), ["agent:finish", "agent:slow"]);
   assert.equal((await b.graphStore.checkpoints.getRun(graphJob.id))?.status, "succeeded");
 
   const texts = await eventTexts(b, graphJob.id);
-  assert.ok(texts.some((l) => l.includes("resumed from its checkpoints after the orchestrator running it stopped")), texts.join(""));
-  assert.ok(texts.some((l) => l.includes(`agent:slow /0: re-attached to job ${slow.id}`)), texts.join(""));
+  assert.ok(
+    texts.some((l) => l.includes("resumed from its checkpoints after the orchestrator running it stopped")),
+    texts.join(""),
+  );
+  assert.ok(
+    texts.some((l) => l.includes(`agent:slow /0: re-attached to job ${slow.id}`)),
+    texts.join(""),
+  );
   assert.equal(texts.filter((l) => l.includes("agent:finish /1 started")).length, 1, texts.join(""));
   assert.deepEqual(b.ownership.released, [graphJob.id], "the replica that ended the job released its lease");
   assert.deepEqual(a.ownership.released, [], "the replica that abandoned it did not");
@@ -267,11 +308,32 @@ void test("a graph run and its manager's job change replicas while the manager d
 
   await succeedsAt(b, graphJob.id);
   const jobs = (await b.store.listJobs({ limit: 500 })).filter((j) => !j.id.startsWith("graph_"));
-  assert.deepEqual(jobs.filter((j) => j.agentName === "boss").map((j) => j.id), [boss.id], "the manager was asked once, not again by B");
-  assert.deepEqual(jobs.filter((j) => j.agentName === "flaky").map((j) => j.state).sort(), ["failed", "succeeded"], "the step was retried as decided");
-  const decisions = (await b.store.listJobEvents(boss.id, 0, 10_000)).flatMap((e) => (e.event.case === "servedToolCall" ? [e.event.value] : []));
-  assert.deepEqual(decisions.map((d) => [d.tool, d.error]), [["retry", ""]], "B answered the manager's call and recorded it");
-  assert.ok((await eventTexts(b, graphJob.id)).some((l) => l.includes(`manager boss still decides step_error as job ${boss.id}`)));
+  assert.deepEqual(
+    jobs.filter((j) => j.agentName === "boss").map((j) => j.id),
+    [boss.id],
+    "the manager was asked once, not again by B",
+  );
+  assert.deepEqual(
+    jobs
+      .filter((j) => j.agentName === "flaky")
+      .map((j) => j.state)
+      .sort(),
+    ["failed", "succeeded"],
+    "the step was retried as decided",
+  );
+  const decisions = (await b.store.listJobEvents(boss.id, 0, 10_000)).flatMap((e) =>
+    e.event.case === "servedToolCall" ? [e.event.value] : [],
+  );
+  assert.deepEqual(
+    decisions.map((d) => [d.tool, d.error]),
+    [["retry", ""]],
+    "B answered the manager's call and recorded it",
+  );
+  assert.ok(
+    (await eventTexts(b, graphJob.id)).some((l) =>
+      l.includes(`manager boss still decides step_error as job ${boss.id}`),
+    ),
+  );
 });
 
 void test("a step's job id is recorded before the job is created: a run resumed after a crash in between creates that job, not a second one", async () => {
@@ -280,7 +342,10 @@ void test("a step's job id is recorded before the job is created: a run resumed 
   await a.runner.close();
   const prompt = "reserved-run";
   const graphJob = await a.graphs.run({ graph: "chain", input: prompt });
-  const reserved = await eventually(async () => a.graphStore.getStepJob(`${graphJob.id}/0`), "the first step's job id recorded");
+  const reserved = await eventually(
+    async () => a.graphStore.getStepJob(`${graphJob.id}/0`),
+    "the first step's job id recorded",
+  );
   assert.equal(await a.store.getJob(reserved), undefined, "recorded, never created");
 
   a.ownership.lose(graphJob.id);
@@ -289,6 +354,10 @@ void test("a step's job id is recorded before the job is created: a run resumed 
   await b.graphs.resumeJob(graphJob.id);
   await succeedsAt(b, graphJob.id);
   const byAgent = await stepJobs(b, prompt);
-  assert.deepEqual(byAgent.slow?.map((j) => j.id), [reserved], "the step ran once, as the job recorded for it");
+  assert.deepEqual(
+    byAgent.slow?.map((j) => j.id),
+    [reserved],
+    "the step ran once, as the job recorded for it",
+  );
   assert.equal(byAgent.finish?.length, 1);
 });

@@ -26,11 +26,27 @@ function makePlugin(options: { name: string; command: string[]; agent: string })
   writeFileSync(path.join(dir, "prompts", "p.md"), "Say hello.\n");
   writeFileSync(
     path.join(dir, "oz0-plugin.yaml"),
-    [`name: ${options.name}`, "version: 0.1.0", "harnesses:", "  - name: marked", `    command: ${JSON.stringify(options.command)}`, "    tools: [read_file]", "agents: [agents/a.yaml]", ""].join("\n"),
+    [
+      `name: ${options.name}`,
+      "version: 0.1.0",
+      "harnesses:",
+      "  - name: marked",
+      `    command: ${JSON.stringify(options.command)}`,
+      "    tools: [read_file]",
+      "agents: [agents/a.yaml]",
+      "",
+    ].join("\n"),
   );
   writeFileSync(
     path.join(dir, "agents", "a.yaml"),
-    [`name: ${options.agent}`, "description: Notes which harness ran.", "runtime: harness:marked", "model: { primary: anthropic/claude-sonnet-5-5 }", "instructions: prompts/p.md", ""].join("\n"),
+    [
+      `name: ${options.agent}`,
+      "description: Notes which harness ran.",
+      "runtime: harness:marked",
+      "model: { primary: anthropic/claude-sonnet-5-5 }",
+      "instructions: prompts/p.md",
+      "",
+    ].join("\n"),
   );
   return dir;
 }
@@ -44,12 +60,19 @@ before(async () => {
   const pkg = path.join(work, "node_modules", "marked-harness");
   mkdirSync(pkg, { recursive: true });
   mkdirSync(bin, { recursive: true });
-  writeFileSync(path.join(pkg, "package.json"), JSON.stringify({ name: "marked-harness", version: "1.0.0", type: "module", bin: { "marked-harness": "bin.mjs" } }));
+  writeFileSync(
+    path.join(pkg, "package.json"),
+    JSON.stringify({ name: "marked-harness", version: "1.0.0", type: "module", bin: { "marked-harness": "bin.mjs" } }),
+  );
   writeFileSync(path.join(pkg, "bin.mjs"), harnessScript("pkg-1", true));
   chmodSync(path.join(pkg, "bin.mjs"), 0o755);
   symlinkSync("../marked-harness/bin.mjs", path.join(bin, "marked-harness"));
   // No isolation: the harnesses note themselves in a file of the test's own, outside the session.
-  t = await startTestStack({ pick: () => ({ text: "hello" }), sandboxEnv: { OZ0_ISOLATION: "none" }, orchestratorEnv: { PATH: `${bin}${path.delimiter}${process.env.PATH ?? ""}` } });
+  t = await startTestStack({
+    pick: () => ({ text: "hello" }),
+    sandboxEnv: { OZ0_ISOLATION: "none" },
+    orchestratorEnv: { PATH: `${bin}${path.delimiter}${process.env.PATH ?? ""}` },
+  });
 });
 
 after(async () => {
@@ -84,11 +107,23 @@ void test("a changed harness script in the plugin publishes new versions, and th
   assert.match(await install(dir), /no agent changed/);
 
   // The dependencies: a new lockfile, then a changed one.
-  writeFileSync(path.join(dir, "package-lock.json"), JSON.stringify({ lockfileVersion: 3, packages: { "node_modules/a": { version: "1.0.0" } } }));
-  assert.match(await install(dir), /published agent scripted-agent v3: plugin scripted's dependencies changed \(package-lock\.json\)\n/);
+  writeFileSync(
+    path.join(dir, "package-lock.json"),
+    JSON.stringify({ lockfileVersion: 3, packages: { "node_modules/a": { version: "1.0.0" } } }),
+  );
+  assert.match(
+    await install(dir),
+    /published agent scripted-agent v3: plugin scripted's dependencies changed \(package-lock\.json\)\n/,
+  );
   assert.match(await install(dir), /no agent changed/);
-  writeFileSync(path.join(dir, "package-lock.json"), JSON.stringify({ lockfileVersion: 3, packages: { "node_modules/a": { version: "1.0.1" } } }));
-  assert.match(await install(dir), /published agent scripted-agent v4: plugin scripted's dependencies changed \(package-lock\.json\)\n/);
+  writeFileSync(
+    path.join(dir, "package-lock.json"),
+    JSON.stringify({ lockfileVersion: 3, packages: { "node_modules/a": { version: "1.0.1" } } }),
+  );
+  assert.match(
+    await install(dir),
+    /published agent scripted-agent v4: plugin scripted's dependencies changed \(package-lock\.json\)\n/,
+  );
   await runAgent("scripted-agent");
   assert.equal(lastMark(), "script-2");
 
@@ -109,11 +144,17 @@ void test("a changed package behind node_modules/.bin publishes new versions, an
 
   // A rebuilt package: the program itself changed.
   writeFileSync(path.join(work, "node_modules", "marked-harness", "bin.mjs"), harnessScript("pkg-2", true));
-  assert.match(await install(dir), /published agent binned-agent v2: harness marked's command package marked-harness changed\n/);
+  assert.match(
+    await install(dir),
+    /published agent binned-agent v2: harness marked's command package marked-harness changed\n/,
+  );
   await runAgent("binned-agent");
   assert.equal(lastMark(), "pkg-2");
   // Any file of the package counts, not only the one the link points at.
   writeFileSync(path.join(work, "node_modules", "marked-harness", "helper.mjs"), "export {};\n");
-  assert.match(await install(dir), /published agent binned-agent v3: harness marked's command package marked-harness changed\n/);
+  assert.match(
+    await install(dir),
+    /published agent binned-agent v3: harness marked's command package marked-harness changed\n/,
+  );
   assert.match(await install(dir), /no agent changed/);
 });

@@ -2,12 +2,28 @@
 // the edge, refused one past it, with a message naming the operation and rule.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { OPERATION_LIMITS, readOperationTask, validateHarnessOperations } from "../src/operations/harness-operations.js";
+import {
+  OPERATION_LIMITS,
+  readOperationTask,
+  validateHarnessOperations,
+} from "../src/operations/harness-operations.js";
 
-const schema = { type: "object", properties: { ok: { type: "boolean" } }, required: ["ok"], additionalProperties: false };
+const schema = {
+  type: "object",
+  properties: { ok: { type: "boolean" } },
+  required: ["ok"],
+  additionalProperties: false,
+};
 
 function op(overrides: Record<string, unknown> = {}): Record<string, unknown> {
-  return { key: "extract_shipment", description: "d", instructions: "i", result_schema: schema, timeout_ms: 60_000, ...overrides };
+  return {
+    key: "extract_shipment",
+    description: "d",
+    instructions: "i",
+    result_schema: schema,
+    timeout_ms: 60_000,
+    ...overrides,
+  };
 }
 
 function check(operations: unknown, toolNamespace: string[] = []): ReturnType<typeof validateHarnessOperations> {
@@ -15,11 +31,14 @@ function check(operations: unknown, toolNamespace: string[] = []): ReturnType<ty
 }
 
 function refused(operations: unknown, pattern: RegExp, toolNamespace: string[] = []): void {
-  assert.throws(() => check(operations, toolNamespace), (error: Error & { code?: string }) => {
-    assert.equal(error.code, "invalid_argument");
-    assert.match(error.message, pattern);
-    return true;
-  });
+  assert.throws(
+    () => check(operations, toolNamespace),
+    (error: Error & { code?: string }) => {
+      assert.equal(error.code, "invalid_argument");
+      assert.match(error.message, pattern);
+      return true;
+    },
+  );
 }
 
 void test("at most 32 operations", () => {
@@ -41,13 +60,19 @@ void test("key length 1–64 and pattern", () => {
 
 void test("keys are unique across operations and the harness's tools", () => {
   refused([op(), op()], /operation "extract_shipment"\): key is declared twice/);
-  refused([op({ key: "read_file" })], /operation "read_file"\): key collides with the tool "read_file"/, ["read_file", "write_file"]);
+  refused([op({ key: "read_file" })], /operation "read_file"\): key collides with the tool "read_file"/, [
+    "read_file",
+    "write_file",
+  ]);
   assert.equal(check([op({ key: "read_files" })], ["read_file"]).length, 1);
 });
 
 void test("description 1–2,000 characters (counted as characters, not bytes)", () => {
   assert.equal(check([op({ description: "é".repeat(2_000) })]).length, 1);
-  refused([op({ description: "x".repeat(2_001) })], /operation "extract_shipment"\): description must be 1–2,000 characters \(it has 2,001\)/);
+  refused(
+    [op({ description: "x".repeat(2_001) })],
+    /operation "extract_shipment"\): description must be 1–2,000 characters \(it has 2,001\)/,
+  );
   refused([op({ description: "" })], /description must be 1–2,000 characters \(it has 0\)/);
 });
 
@@ -60,7 +85,10 @@ void test("instructions 1–100,000 characters", () => {
 void test("timeout 1,000–300,000 ms", () => {
   assert.equal(check([op({ timeout_ms: 1_000 })])[0]!.timeout_ms, 1_000);
   assert.equal(check([op({ timeout_ms: 300_000 })])[0]!.timeout_ms, 300_000);
-  refused([op({ timeout_ms: 999 })], /timeout_ms must be a whole number of milliseconds from 1,000 to 300,000 \(got 999\)/);
+  refused(
+    [op({ timeout_ms: 999 })],
+    /timeout_ms must be a whole number of milliseconds from 1,000 to 300,000 \(got 999\)/,
+  );
   refused([op({ timeout_ms: 300_001 })], /\(got 300001\)/);
   refused([op({ timeout_ms: 1500.5 })], /timeout_ms must be a whole number/);
 });
@@ -68,14 +96,23 @@ void test("timeout 1,000–300,000 ms", () => {
 void test("result_schema: required, top-level object, supported subset, compiles", () => {
   refused([op({ result_schema: undefined })], /result_schema is required/);
   refused([op({ result_schema: { type: "array" } })], /result_schema must be a top-level object schema/);
-  refused([op({ result_schema: { type: "object", properties: { a: { $ref: "#/x" } } } })], /result_schema\/properties\/a\/\$ref uses a keyword outside the supported subset/);
-  refused([op({ result_schema: { type: "object", properties: { a: { type: "strin" } } } })], /result_schema does not compile/);
+  refused(
+    [op({ result_schema: { type: "object", properties: { a: { $ref: "#/x" } } } })],
+    /result_schema\/properties\/a\/\$ref uses a keyword outside the supported subset/,
+  );
+  refused(
+    [op({ result_schema: { type: "object", properties: { a: { type: "strin" } } } })],
+    /result_schema does not compile/,
+  );
   refused([op({ result_schema: { type: "object", required: "a" } })], /result_schema does not compile/);
 });
 
 void test("result_schema serialised size ≤ 65,536 bytes", () => {
   // {"type":"object","description":"…"} is 33 bytes around the description.
-  const sized = (bytes: number) => ({ type: "object", description: "x".repeat(bytes - JSON.stringify({ type: "object", description: "" }).length) });
+  const sized = (bytes: number) => ({
+    type: "object",
+    description: "x".repeat(bytes - JSON.stringify({ type: "object", description: "" }).length),
+  });
   assert.equal(Buffer.byteLength(JSON.stringify(sized(65_536))), 65_536);
   assert.equal(check([op({ result_schema: sized(65_536) })]).length, 1);
   refused([op({ result_schema: sized(65_537) })], /result_schema serialises to 65,537 bytes; at most 65,536/);
@@ -86,8 +123,13 @@ void test("an operation cannot attach a skill or pick a model", () => {
 });
 
 void test("task input 1–100,000 characters", () => {
-  assert.deepEqual(readOperationTask({ task: "x".repeat(OPERATION_LIMITS.taskMaxChars) }), { task: "x".repeat(100_000) });
-  assert.match((readOperationTask({ task: "x".repeat(100_001) }) as { error: string }).error, /1–100,000 characters \(it has 100,001\)/);
+  assert.deepEqual(readOperationTask({ task: "x".repeat(OPERATION_LIMITS.taskMaxChars) }), {
+    task: "x".repeat(100_000),
+  });
+  assert.match(
+    (readOperationTask({ task: "x".repeat(100_001) }) as { error: string }).error,
+    /1–100,000 characters \(it has 100,001\)/,
+  );
   assert.match((readOperationTask({ task: "" }) as { error: string }).error, /it has 0/);
   assert.match((readOperationTask({}) as { error: string }).error, /expected \{"task"/);
   assert.match((readOperationTask({ task: "a", extra: 1 }) as { error: string }).error, /unknown field\(s\) extra/);
@@ -104,13 +146,28 @@ void test("the README's harness-operations example and the shipments example plu
   const yaml = /```yaml\n([\s\S]*?)```/.exec(section)?.[1];
   assert.ok(yaml, "the section has a YAML example");
   const excerpt = parse(yaml) as { harness_operations: unknown[]; skills: string[] };
-  assert.deepEqual(check(excerpt.harness_operations, ["read_file", "write_file", "run_command"]).map((o) => o.key), ["verify_shipment"]);
+  assert.deepEqual(
+    check(excerpt.harness_operations, ["read_file", "write_file", "run_command"]).map((o) => o.key),
+    ["verify_shipment"],
+  );
 
   const pluginDir = path.join(repoRoot, "examples", "plugins", "shipments");
-  const agent = parse(readFileSync(path.join(pluginDir, "agents", "shipment-orchestrator.yaml"), "utf8")) as { harness_operations: unknown[]; skills: string[] };
-  assert.deepEqual(check(agent.harness_operations, ["read_file", "write_file", "run_command"]).map((o) => o.key), ["extract_shipment", "verify_shipment"]);
+  const agent = parse(readFileSync(path.join(pluginDir, "agents", "shipment-orchestrator.yaml"), "utf8")) as {
+    harness_operations: unknown[];
+    skills: string[];
+  };
+  assert.deepEqual(
+    check(agent.harness_operations, ["read_file", "write_file", "run_command"]).map((o) => o.key),
+    ["extract_shipment", "verify_shipment"],
+  );
   const skills = resolveSkills({ skills: agent.skills, pluginDir, file: "agents/shipment-orchestrator.yaml" });
-  assert.deepEqual(skills.map((s) => [s.name, path.relative(pluginDir, s.path)]), [["shipment-intake", path.join("skills", "shipment-intake")]]);
-  assert.throws(() => resolveSkills({ skills: ["prompts"], pluginDir, file: "a.yaml" }), /field \/skills\/0: prompts is not a folder with a SKILL.md/);
+  assert.deepEqual(
+    skills.map((s) => [s.name, path.relative(pluginDir, s.path)]),
+    [["shipment-intake", path.join("skills", "shipment-intake")]],
+  );
+  assert.throws(
+    () => resolveSkills({ skills: ["prompts"], pluginDir, file: "a.yaml" }),
+    /field \/skills\/0: prompts is not a folder with a SKILL.md/,
+  );
   assert.throws(() => resolveSkills({ skills: ["../.."], pluginDir, file: "a.yaml" }), /is outside the plugin/);
 });

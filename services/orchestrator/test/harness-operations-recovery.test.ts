@@ -33,7 +33,14 @@ function firstUserText(request: ScriptedRequest): string {
   return typeof first === "string" ? first : "";
 }
 
-async function pick({ turn, request }: { input: string; turn: number; request: ScriptedRequest }): Promise<ScriptedTurn> {
+async function pick({
+  turn,
+  request,
+}: {
+  input: string;
+  turn: number;
+  request: ScriptedRequest;
+}): Promise<ScriptedTurn> {
   const system = JSON.stringify(request.body?.system ?? "");
   const input = firstUserText(request).split("\n")[0]!;
   if (system.includes("## Harness operation: extract_shipment")) {
@@ -43,12 +50,27 @@ async function pick({ turn, request }: { input: string; turn: number; request: S
     // Repair: not JSON at all, then JSON of the wrong shape, then (when allowed) a valid result.
     if (input.startsWith("task-repair") || input.startsWith("task-never-valid")) {
       if (calls === 1) return { text: "Here is the shipment: SHP-4831" };
-      if (calls === 2 || input.startsWith("task-never-valid")) return { text: JSON.stringify({ shipmentReference: 4831 }) };
-      return { text: JSON.stringify({ shipmentReference: "SHP-4831", pickupCountry: "DE", deliveryCountry: "FR", sourceFiles: [] }) };
+      if (calls === 2 || input.startsWith("task-never-valid"))
+        return { text: JSON.stringify({ shipmentReference: 4831 }) };
+      return {
+        text: JSON.stringify({
+          shipmentReference: "SHP-4831",
+          pickupCountry: "DE",
+          deliveryCountry: "FR",
+          sourceFiles: [],
+        }),
+      };
     }
     // The first attempt hangs in its model call until the test is over: the orchestrator dies meanwhile.
     if (calls === 1) await firstAttemptsReleased;
-    return { text: JSON.stringify({ shipmentReference: "SHP-4831", pickupCountry: "DE", deliveryCountry: "FR", sourceFiles: ["booking-4831.txt"] }) };
+    return {
+      text: JSON.stringify({
+        shipmentReference: "SHP-4831",
+        pickupCountry: "DE",
+        deliveryCountry: "FR",
+        sourceFiles: ["booking-4831.txt"],
+      }),
+    };
   }
   // The parent: its input names the task; one operation call, then an answer.
   if (turn === 0) return { toolCalls: [{ name: "extract_shipment", input: { task: input } }] };
@@ -77,7 +99,8 @@ async function startJob(task: string): Promise<string> {
 function checkpointOf(jobId: string): OperationCheckpoint | undefined {
   const db = new Database(path.join(t.home, "orchestrator.db"), { readonly: true });
   try {
-    const row = db.prepare("SELECT record FROM operation_checkpoints WHERE job_id = ?").get(jobId) as { record: string } | undefined;
+    const row = db.prepare("SELECT record FROM operation_checkpoints WHERE job_id = ?").get(jobId) as
+      { record: string } | undefined;
     return row ? (JSON.parse(row.record) as OperationCheckpoint) : undefined;
   } finally {
     db.close();
@@ -89,7 +112,12 @@ function writeCheckpoint(record: OperationCheckpoint): void {
   const db = new Database(path.join(t.home, "orchestrator.db"));
   try {
     db.pragma("busy_timeout = 5000");
-    db.prepare("UPDATE operation_checkpoints SET record = ?, delivered = ? WHERE job_id = ? AND call_id = ?").run(JSON.stringify(record), record.delivered ? 1 : 0, record.jobId, record.callId);
+    db.prepare("UPDATE operation_checkpoints SET record = ?, delivered = ? WHERE job_id = ? AND call_id = ?").run(
+      JSON.stringify(record),
+      record.delivered ? 1 : 0,
+      record.jobId,
+      record.callId,
+    );
   } finally {
     db.close();
   }
@@ -119,7 +147,12 @@ void test("a crash after the checkpoint reuses the recorded result", async () =>
   // itself still hangs in its model call, so this process never touches the record.)
   const record = await eventually(async () => checkpointOf(jobId));
   record.status = "validated";
-  record.result = { shipmentReference: "FROM-CHECKPOINT", pickupCountry: "DE", deliveryCountry: "FR", sourceFiles: ["booking-4831.txt"] };
+  record.result = {
+    shipmentReference: "FROM-CHECKPOINT",
+    pickupCountry: "DE",
+    deliveryCountry: "FR",
+    sourceFiles: ["booking-4831.txt"],
+  };
   writeCheckpoint(record);
 
   await t.restartOrchestrator();
@@ -138,7 +171,10 @@ void test("cancelling the parent job cancels its running operation", async () =>
   assert.equal(cancelled.code, 0, cancelled.stderr);
   const watched = await t.cli(["jobs", "watch", jobId]);
   assert.equal(watched.code, 4, watched.stdout + watched.stderr);
-  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
+  const events = createClient(
+    EventsService,
+    createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }),
+  );
   const row = await eventually(async () => {
     const response = await events.transcript({ jobId });
     const found = response.rows.flatMap((r) => (r.row.case === "operation" ? [r.row.value] : []))[0];
@@ -165,6 +201,9 @@ void test("schema-invalid output is repaired with the validator's errors, and fa
   assert.equal(failed.code, 0, failed.stdout + failed.stderr);
   assert.equal(scratchCalls.get("task-never-valid"), 3, "one attempt and two repairs, then no more");
   const saw = parentSaw.get("task-never-valid")!;
-  assert.match(saw, /operation_result_invalid: extract_shipment returned no result valid against its result_schema after 2 repair attempt\(s\)/);
+  assert.match(
+    saw,
+    /operation_result_invalid: extract_shipment returned no result valid against its result_schema after 2 repair attempt\(s\)/,
+  );
   assert.match(saw, /"is_error":true/);
 });

@@ -27,7 +27,13 @@ import { MessageQueue } from "../src/sessions/message-queue.js";
 import { OperationRunner, operationRuntimeTools, type OperationParent } from "../src/operations/operation-runner.js";
 import { PermissionPolicy } from "../src/policy/permission-policy.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
-import type { LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "../src/sessions/session-runner.js";
+import type {
+  LifecycleSink,
+  SandboxMessage,
+  SessionChannel,
+  SessionRunner,
+  StartSessionOptions,
+} from "../src/sessions/session-runner.js";
 import { eventually } from "./support/test-stack.js";
 
 const logger = createLogger({ name: "test", level: "silent" });
@@ -62,10 +68,20 @@ function agentWith(timeoutMs = 60_000): AgentVersionRecord {
       instructions: "prompts/o.md",
       harness: { tools: ["read_file"] },
       harness_operations: [
-        { key: "extract_shipment", description: "Extract a shipment.", instructions: "Read the documents; return the shipment.", result_schema: shipmentSchema, timeout_ms: timeoutMs },
+        {
+          key: "extract_shipment",
+          description: "Extract a shipment.",
+          instructions: "Read the documents; return the shipment.",
+          result_schema: shipmentSchema,
+          timeout_ms: timeoutMs,
+        },
       ],
     },
-    harness: { plugin: "testing", pluginPath: "/plugins/testing", manifest: { name: "fake", command: ["oz0-fake-harness"], permissions: true } },
+    harness: {
+      plugin: "testing",
+      pluginPath: "/plugins/testing",
+      manifest: { name: "fake", command: ["oz0-fake-harness"], permissions: true },
+    },
   } as unknown as AgentVersionRecord;
 }
 
@@ -116,7 +132,12 @@ class ScriptedSandbox implements SessionRunner {
         queue.push({ seq: ++seq, kind: "event", event: create(SessionEventSchema, { event: step } as never) });
         await new Promise((r) => setImmediate(r));
       }
-      if (cancelled) queue.push({ seq: ++seq, kind: "event", event: create(SessionEventSchema, { event: { case: "result", value: { stopReason: StopReason.CANCELLED } } }) });
+      if (cancelled)
+        queue.push({
+          seq: ++seq,
+          kind: "event",
+          event: create(SessionEventSchema, { event: { case: "result", value: { stopReason: StopReason.CANCELLED } } }),
+        });
       queue.push({ seq: ++seq, kind: "exited", exitCode: 0, signal: "", error: "" });
       queue.end();
     };
@@ -141,20 +162,43 @@ class ScriptedSandbox implements SessionRunner {
   }
 }
 
-const usage = (): Step => ({ case: "usage", value: create(UsageSchema, { model: "claude-test", inputTokens: 100n, outputTokens: 20n }) });
+const usage = (): Step => ({
+  case: "usage",
+  value: create(UsageSchema, { model: "claude-test", inputTokens: 100n, outputTokens: 20n }),
+});
 const readStep = (p: string): Step[] => [
   usage(),
   { case: "toolCall", value: create(ToolCallSchema, { callId: "t1", tool: "read_file", input: { path: p } }) },
-  { case: "permissionRequest", value: create(PermissionRequestSchema, { id: "p1", tool: "read_file", callId: "t1", input: { path: p } }) },
+  {
+    case: "permissionRequest",
+    value: create(PermissionRequestSchema, { id: "p1", tool: "read_file", callId: "t1", input: { path: p } }),
+  },
 ];
-const finish = (output: unknown): Step[] => [usage(), { case: "result", value: create(SessionResultSchema, { stopReason: StopReason.COMPLETED, text: JSON.stringify(output), structuredOutput: output as ProtoJsonObject }) }];
+const finish = (output: unknown): Step[] => [
+  usage(),
+  {
+    case: "result",
+    value: create(SessionResultSchema, {
+      stopReason: StopReason.COMPLETED,
+      text: JSON.stringify(output),
+      structuredOutput: output as ProtoJsonObject,
+    }),
+  },
+];
 
 interface Published {
   type: string;
   init: Parameters<LifecycleSink["publish"]>[1];
 }
 
-function setup(options: { sandbox: ScriptedSandbox; home?: string; maxRepairs?: number; deadline?: Date; agent?: AgentVersionRecord; answer?: (r: RuntimeToolResult) => Promise<void> }) {
+function setup(options: {
+  sandbox: ScriptedSandbox;
+  home?: string;
+  maxRepairs?: number;
+  deadline?: Date;
+  agent?: AgentVersionRecord;
+  answer?: (r: RuntimeToolResult) => Promise<void>;
+}) {
   const home = options.home ?? mkdtempSync(path.join(os.tmpdir(), "oz0-ops-"));
   homes.push(home);
   // A new store on the same file is what a restarted orchestrator opens.
@@ -167,9 +211,20 @@ function setup(options: { sandbox: ScriptedSandbox; home?: string; maxRepairs?: 
     store,
     logger,
     policy: new PermissionPolicy(),
-    lifecycle: { event: () => undefined, committed: () => undefined, publish: (type, init) => void events.push({ type, init }), close: async () => undefined },
+    lifecycle: {
+      event: () => undefined,
+      committed: () => undefined,
+      publish: (type, init) => void events.push({ type, init }),
+      close: async () => undefined,
+    },
     tokens: {
-      mint: async (o) => ({ token: `tok-${o.sessionId}`, tokenId: `tid-${o.sessionId}`, anthropicBaseUrl: "http://llm", openaiBaseUrl: "http://llm/v1", headers: {} }),
+      mint: async (o) => ({
+        token: `tok-${o.sessionId}`,
+        tokenId: `tid-${o.sessionId}`,
+        anthropicBaseUrl: "http://llm",
+        openaiBaseUrl: "http://llm/v1",
+        headers: {},
+      }),
       revoke: async (o) => {
         revoked.push(o.tokenId);
         return { neverUsed: false };
@@ -199,50 +254,106 @@ void test("offers each operation as a runtime tool taking { task }", () => {
 });
 
 void test("a validated result goes back to the parent, from a scratch session in the parent's working directory; events carry no task or result", async () => {
-  const sandbox = new ScriptedSandbox(() => [...readStep("booking.txt"), ...finish({ shipmentReference: "4831", pickupCountry: "DE" })]);
+  const sandbox = new ScriptedSandbox(() => [
+    ...readStep("booking.txt"),
+    ...finish({ shipmentReference: "4831", pickupCountry: "DE" }),
+  ]);
   const { runner, parent, events, answers, revoked } = setup({ sandbox });
-  await runner.accept({ parent, callId: "rt-1", name: "extract_shipment", input: { task: "Extract order 4831 SECRET-TASK" } }).done;
-  assert.deepEqual(answers.map((a) => [a.id, a.isError, a.output && toJson(ValueSchema, a.output)]), [["rt-1", false, { shipmentReference: "4831", pickupCountry: "DE" }]]);
+  await runner.accept({
+    parent,
+    callId: "rt-1",
+    name: "extract_shipment",
+    input: { task: "Extract order 4831 SECRET-TASK" },
+  }).done;
+  assert.deepEqual(
+    answers.map((a) => [a.id, a.isError, a.output && toJson(ValueSchema, a.output)]),
+    [["rt-1", false, { shipmentReference: "4831", pickupCountry: "DE" }]],
+  );
   const start = sandbox.started[0]!;
   assert.equal(start.shareWorkingDirOf, "ses_parent");
   assert.deepEqual(start.attachments, []);
   assert.equal(start.request.runtimeTools.length, 0, "scratch sessions get no operation tools");
   assert.deepEqual(start.request.outputSchema, shipmentSchema);
-  assert.match(start.request.instructions, /^You orchestrate shipments\.\n\n## Harness operation: extract_shipment\n\nRead the documents/);
+  assert.match(
+    start.request.instructions,
+    /^You orchestrate shipments\.\n\n## Harness operation: extract_shipment\n\nRead the documents/,
+  );
   assert.equal(start.request.input, "Extract order 4831 SECRET-TASK");
   assert.equal(start.request.model?.primary, "anthropic/claude-test");
   assert.deepEqual(revoked, [`tid-${start.request.sessionId}`]);
-  assert.deepEqual(events.map((e) => e.type), ["harness.operation_started", "harness.operation_step", "harness.operation_step", "harness.operation_step", "harness.operation_completed"]);
+  assert.deepEqual(
+    events.map((e) => e.type),
+    [
+      "harness.operation_started",
+      "harness.operation_step",
+      "harness.operation_step",
+      "harness.operation_step",
+      "harness.operation_completed",
+    ],
+  );
   assert.ok(events.every((e) => e.init.toolCallId === "rt-1" && e.init.operationInvocationId?.startsWith("opi_")));
-  assert.deepEqual(events[0]!.init.attributes, { operation_key: "extract_shipment", task_chars: 30, timeout_ms: 60_000 });
-  assert.deepEqual(events.slice(1, 4).map((e) => e.init.attributes), [
-    { step_index: 1, step_kind: "model", duration_ms: events[1]!.init.attributes!.duration_ms, requested_tool: "read_file" },
-    { step_index: 2, step_kind: "tool", tool_name: "read_file", path: "booking.txt" },
-    { step_index: 3, step_kind: "model", duration_ms: events[3]!.init.attributes!.duration_ms, finish: true },
-  ]);
+  assert.deepEqual(events[0]!.init.attributes, {
+    operation_key: "extract_shipment",
+    task_chars: 30,
+    timeout_ms: 60_000,
+  });
+  assert.deepEqual(
+    events.slice(1, 4).map((e) => e.init.attributes),
+    [
+      {
+        step_index: 1,
+        step_kind: "model",
+        duration_ms: events[1]!.init.attributes!.duration_ms,
+        requested_tool: "read_file",
+      },
+      { step_index: 2, step_kind: "tool", tool_name: "read_file", path: "booking.txt" },
+      { step_index: 3, step_kind: "model", duration_ms: events[3]!.init.attributes!.duration_ms, finish: true },
+    ],
+  );
   assert.equal(events[4]!.init.attributes!.result_validation, "valid");
   assert.deepEqual(events[4]!.init.tokens, { inputTokens: 200, outputTokens: 40 });
   const serialized = JSON.stringify(events);
-  assert.ok(!serialized.includes("SECRET-TASK") && !serialized.includes("4831\""), "no task or result in events");
+  assert.ok(!serialized.includes("SECRET-TASK") && !serialized.includes('4831"'), "no task or result in events");
 });
 
 void test("an invalid result is repaired with the validator's errors, then fails through the tool error path after the bound", async () => {
-  const repaired = new ScriptedSandbox((_, n) => (n === 1 ? finish({ shipmentReference: 4831 }) : finish({ shipmentReference: "4831", pickupCountry: "DE" })));
+  const repaired = new ScriptedSandbox((_, n) =>
+    n === 1 ? finish({ shipmentReference: 4831 }) : finish({ shipmentReference: "4831", pickupCountry: "DE" }),
+  );
   const one = setup({ sandbox: repaired });
-  await one.runner.accept({ parent: one.parent, callId: "rt-1", name: "extract_shipment", input: { task: "Extract 4831" } }).done;
+  await one.runner.accept({
+    parent: one.parent,
+    callId: "rt-1",
+    name: "extract_shipment",
+    input: { task: "Extract 4831" },
+  }).done;
   assert.equal(repaired.started.length, 2);
-  assert.match(repaired.started[1]!.request.input, /^Extract 4831\n\nA previous attempt's result did not validate[\s\S]*- \/ must have required property 'pickupCountry'\n- \/shipmentReference must be string\n/);
+  assert.match(
+    repaired.started[1]!.request.input,
+    /^Extract 4831\n\nA previous attempt's result did not validate[\s\S]*- \/ must have required property 'pickupCountry'\n- \/shipmentReference must be string\n/,
+  );
   assert.equal(one.answers[0]!.isError, false);
 
   const never = new ScriptedSandbox(() => finish({ wrong: true }));
   const two = setup({ sandbox: never, maxRepairs: 2 });
-  await two.runner.accept({ parent: two.parent, callId: "rt-2", name: "extract_shipment", input: { task: "Extract 4831" } }).done;
+  await two.runner.accept({
+    parent: two.parent,
+    callId: "rt-2",
+    name: "extract_shipment",
+    input: { task: "Extract 4831" },
+  }).done;
   assert.equal(never.started.length, 3, "one attempt and two repairs");
   assert.equal(two.answers[0]!.isError, true);
   assert.equal(two.answers[0]!.output, undefined);
-  assert.match(two.answers[0]!.error, /^operation_result_invalid: extract_shipment returned no result valid against its result_schema after 2 repair attempt\(s\)/);
+  assert.match(
+    two.answers[0]!.error,
+    /^operation_result_invalid: extract_shipment returned no result valid against its result_schema after 2 repair attempt\(s\)/,
+  );
   const failed = two.events.find((e) => e.type === "harness.operation_failed")!;
-  assert.deepEqual([failed.init.attributes!.result_validation, failed.init.attributes!.error_code], ["invalid", "operation_result_invalid"]);
+  assert.deepEqual(
+    [failed.init.attributes!.result_validation, failed.init.attributes!.error_code],
+    ["invalid", "operation_result_invalid"],
+  );
 });
 
 void test("the timeout is bounded by what is left of the parent's deadline", async () => {
@@ -251,7 +362,10 @@ void test("the timeout is bounded by what is left of the parent's deadline", asy
   const { runner, parent, events, answers } = setup({ sandbox, deadline, agent: agentWith(300_000) });
   await runner.accept({ parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } }).done;
   const scratchDeadline = timestampDate(sandbox.started[0]!.request.limits!.deadline!);
-  assert.ok(scratchDeadline.getTime() <= deadline.getTime(), "the scratch session's deadline is the parent's, not 300 s away");
+  assert.ok(
+    scratchDeadline.getTime() <= deadline.getTime(),
+    "the scratch session's deadline is the parent's, not 300 s away",
+  );
   assert.deepEqual(sandbox.cancelled, [sandbox.started[0]!.request.sessionId]);
   assert.match(answers[0]!.error, /^operation_timed_out: /);
   const started = events.find((e) => e.type === "harness.operation_started")!;
@@ -259,7 +373,8 @@ void test("the timeout is bounded by what is left of the parent's deadline", asy
   assert.equal(events.at(-1)!.type, "harness.operation_timed_out");
 
   const late = setup({ sandbox: new ScriptedSandbox(() => []), deadline: new Date(Date.now() - 1) });
-  await late.runner.accept({ parent: late.parent, callId: "rt-2", name: "extract_shipment", input: { task: "t" } }).done;
+  await late.runner.accept({ parent: late.parent, callId: "rt-2", name: "extract_shipment", input: { task: "t" } })
+    .done;
   assert.match(late.answers[0]!.error, /^operation_deadline_passed: /);
 });
 
@@ -298,17 +413,26 @@ void test("a job abandoned to another replica: its running operations stop and r
 void test("a nested operation call from a scratch session is refused; bad task input is refused", async () => {
   const sandbox = new ScriptedSandbox(() => [
     usage(),
-    { case: "runtimeToolCall", value: create(RuntimeToolCallSchema, { id: "rt-inner", name: "extract_shipment", input: { task: "again" } }) },
+    {
+      case: "runtimeToolCall",
+      value: create(RuntimeToolCallSchema, { id: "rt-inner", name: "extract_shipment", input: { task: "again" } }),
+    },
     ...finish({ shipmentReference: "1", pickupCountry: "FR" }),
   ]);
   const { runner, parent, answers } = setup({ sandbox });
   await runner.accept({ parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } }).done;
-  assert.deepEqual(sandbox.runtimeAnswers.map((a) => [a.id, a.isError]), [["rt-inner", true]]);
+  assert.deepEqual(
+    sandbox.runtimeAnswers.map((a) => [a.id, a.isError]),
+    [["rt-inner", true]],
+  );
   assert.match(sandbox.runtimeAnswers[0]!.error, /harness operations cannot be nested/);
   assert.equal(answers[0]!.isError, false, "the outer operation still completes");
 
   await runner.accept({ parent, callId: "rt-2", name: "extract_shipment", input: { task: "" } }).done;
-  assert.match(answers[1]!.error, /^operation_input_invalid: extract_shipment: invalid input: task must be 1–100,000 characters/);
+  assert.match(
+    answers[1]!.error,
+    /^operation_input_invalid: extract_shipment: invalid input: task must be 1–100,000 characters/,
+  );
 });
 
 void test("operations called in one turn run concurrently", async () => {
@@ -317,7 +441,9 @@ void test("operations called in one turn run concurrently", async () => {
   // The first scratch session cannot finish until the second has started: run one after the other, this test never ends.
   const sandbox = new ScriptedSandbox((_, n) => {
     if (n === 2) secondStarted();
-    return n === 1 ? [{ case: "waitFor", value: both }, ...finish({ shipmentReference: "1", pickupCountry: "DE" })] : finish({ shipmentReference: "2", pickupCountry: "FR" });
+    return n === 1
+      ? [{ case: "waitFor", value: both }, ...finish({ shipmentReference: "1", pickupCountry: "DE" })]
+      : finish({ shipmentReference: "2", pickupCountry: "FR" });
   });
   const { runner, parent, answers } = setup({ sandbox });
   await Promise.all([
@@ -330,15 +456,26 @@ void test("operations called in one turn run concurrently", async () => {
 void test("crash after the checkpoint: the recorded result is reused, not asked again", async () => {
   const first = new ScriptedSandbox(() => finish({ shipmentReference: "4831", pickupCountry: "DE" }));
   // The parent's stream is gone when the answer is ready (the orchestrator is going down).
-  const crashed = setup({ sandbox: first, answer: async () => Promise.reject(new Error("the job's session is not attached")) });
-  await crashed.runner.accept({ parent: crashed.parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } }).done;
+  const crashed = setup({
+    sandbox: first,
+    answer: async () => Promise.reject(new Error("the job's session is not attached")),
+  });
+  await crashed.runner.accept({
+    parent: crashed.parent,
+    callId: "rt-1",
+    name: "extract_shipment",
+    input: { task: "t" },
+  }).done;
   assert.equal((await crashed.runner.checkpoints.get("job_1", "rt-1"))?.status, "validated");
 
   const second = new ScriptedSandbox(() => assert.fail("the operation ran again"));
   const restarted = setup({ sandbox: second, home: crashed.home });
   await restarted.runner.resumeJob(restarted.parent);
   assert.equal(second.started.length, 0);
-  assert.deepEqual(restarted.answers.map((a) => [a.id, a.output && toJson(ValueSchema, a.output)]), [["rt-1", { shipmentReference: "4831", pickupCountry: "DE" }]]);
+  assert.deepEqual(
+    restarted.answers.map((a) => [a.id, a.output && toJson(ValueSchema, a.output)]),
+    [["rt-1", { shipmentReference: "4831", pickupCountry: "DE" }]],
+  );
   assert.equal((await restarted.runner.checkpoints.get("job_1", "rt-1"))?.delivered, true);
   assert.deepEqual(await restarted.runner.checkpoints.undelivered("job_1"), [], "nothing left to resume");
 });
@@ -364,10 +501,13 @@ void test("crash before the checkpoint: the operation runs again", async () => {
   const first = new ScriptedSandbox(() => [usage(), { case: "hang" }]);
   const crashed = setup({ sandbox: first });
   // The orchestrator dies while the scratch session works: its promise is simply abandoned.
-  void crashed.runner.accept({ parent: crashed.parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } }).done;
+  void crashed.runner.accept({ parent: crashed.parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } })
+    .done;
   await first.startedNth(1);
   const leftover = first.started[0]!.request.sessionId;
-  await eventually(async () => ((await crashed.runner.checkpoints.get("job_1", "rt-1"))?.scratchSessionIds.includes(leftover) ? true : undefined));
+  await eventually(async () =>
+    (await crashed.runner.checkpoints.get("job_1", "rt-1"))?.scratchSessionIds.includes(leftover) ? true : undefined,
+  );
   assert.equal((await crashed.runner.checkpoints.get("job_1", "rt-1"))?.status, "running");
 
   const second = new ScriptedSandbox(() => finish({ shipmentReference: "4831", pickupCountry: "DE" }));

@@ -39,14 +39,28 @@ const extractAtLastTurn = new Promise<void>((r) => (extractReady = r));
 const verifyAtLastTurn = new Promise<void>((r) => (verifyReady = r));
 const scratchSaw: Record<string, string> = {};
 
-async function pick({ turn, request }: { input: string; turn: number; request: ScriptedRequest }): Promise<ScriptedTurn> {
+async function pick({
+  turn,
+  request,
+}: {
+  input: string;
+  turn: number;
+  request: ScriptedRequest;
+}): Promise<ScriptedTurn> {
   const system = systemOf(request);
   if (system.includes("## Harness operation: extract_shipment")) {
     if (turn === 0) return { toolCalls: [{ name: "read_file", input: { path: "booking-4831.txt" } }] };
     scratchSaw.extract = shown(request);
     extractReady();
     await verifyAtLastTurn;
-    return { text: JSON.stringify({ shipmentReference: "SHP-4831", pickupCountry: "DE", deliveryCountry: "FR", sourceFiles: ["booking-4831.txt"] }) };
+    return {
+      text: JSON.stringify({
+        shipmentReference: "SHP-4831",
+        pickupCountry: "DE",
+        deliveryCountry: "FR",
+        sourceFiles: ["booking-4831.txt"],
+      }),
+    };
   }
   if (system.includes("## Harness operation: verify_shipment")) {
     if (turn === 0) return { toolCalls: [{ name: "read_file", input: { path: "email-4831.txt" } }] };
@@ -107,11 +121,16 @@ void test("the shipment example: two operations in one turn run concurrently, va
   assert.match(scratchSaw.parent!, /\\"shipmentReference\\":\\"SHP-4831\\"/);
   assert.match(scratchSaw.parent!, /\\"valid\\":true,\\"issues\\":\[\]/);
 
-  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
+  const events = createClient(
+    EventsService,
+    createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }),
+  );
   const transcript = await eventually(async () => {
     const response = await events.transcript({ jobId });
     const rows = response.rows.flatMap((r) => (r.row.case === "operation" ? [r.row.value] : []));
-    return rows.length === 2 && rows.every((row) => row.status === OperationStatus.COMPLETED) ? { response, rows } : undefined;
+    return rows.length === 2 && rows.every((row) => row.status === OperationStatus.COMPLETED)
+      ? { response, rows }
+      : undefined;
   });
   const { rows, response } = transcript;
   assert.deepEqual(rows.map((r) => r.title).sort(), ["Harness · extract_shipment", "Harness · verify_shipment"]);
@@ -119,7 +138,14 @@ void test("the shipment example: two operations in one turn run concurrently, va
     assert.equal(row.parallelGroupSize, 2, "marked 2 parallel");
     assert.equal(row.resultValidation, "valid");
     assert.ok(row.toolCallId, "carries the owning tool-call id");
-    assert.deepEqual(row.steps.map((s) => s.label), ["Requested read_file", `read_file ${row.operationKey === "extract_shipment" ? "booking-4831.txt" : "email-4831.txt"}`, "Returned the structured result for validation"]);
+    assert.deepEqual(
+      row.steps.map((s) => s.label),
+      [
+        "Requested read_file",
+        `read_file ${row.operationKey === "extract_shipment" ? "booking-4831.txt" : "email-4831.txt"}`,
+        "Returned the structured result for validation",
+      ],
+    );
   }
   assert.deepEqual(rows.map((r) => r.taskChars).sort(), [[...EXTRACT_TASK].length, [...VERIFY_TASK].length].sort());
   assert.equal(new Set(rows.map((r) => r.parallelGroupId)).size, 1);
@@ -133,16 +159,31 @@ void test("the shipment example: two operations in one turn run concurrently, va
   const shown = await t.cli(["jobs", "transcript", jobId]);
   assert.equal(shown.code, 0, shown.stderr);
   const operations = shown.stdout.split("\n").filter((line) => line.includes("Harness · "));
-  assert.deepEqual(operations.map((line) => /Harness · (\w+)/.exec(line)?.[1]).sort(), ["extract_shipment", "verify_shipment"], shown.stdout);
+  assert.deepEqual(
+    operations.map((line) => /Harness · (\w+)/.exec(line)?.[1]).sort(),
+    ["extract_shipment", "verify_shipment"],
+    shown.stdout,
+  );
   for (const line of operations) {
-    assert.match(line, /┃ Harness · \w+ · completed in \d+\.\d{3} s · task \d+ chars · timeout \d+\.000 s · result valid .*· [12] of 2 parallel$/);
+    assert.match(
+      line,
+      /┃ Harness · \w+ · completed in \d+\.\d{3} s · task \d+ chars · timeout \d+\.000 s · result valid .*· [12] of 2 parallel$/,
+    );
   }
   assert.equal(shown.stdout.split("\n").filter((line) => /┃ 2 parallel$/.test(line)).length, 1, shown.stdout);
-  assert.match(shown.stdout, /┃ {3}\+\d+\.\d{3}s tool {2}read_file booking-4831\.txt/, "each operation's safe steps below it");
+  assert.match(
+    shown.stdout,
+    /┃ {3}\+\d+\.\d{3}s tool {2}read_file booking-4831\.txt/,
+    "each operation's safe steps below it",
+  );
   assert.match(shown.stdout, /job\.created /);
-  for (const secret of [EXTRACT_TASK, "Candidate: SHP-4831", "Booking ref", "Hamburg"]) assert.ok(!shown.stdout.includes(secret), `oz0 jobs transcript leaks ${secret}`);
+  for (const secret of [EXTRACT_TASK, "Candidate: SHP-4831", "Booking ref", "Hamburg"])
+    assert.ok(!shown.stdout.includes(secret), `oz0 jobs transcript leaks ${secret}`);
   // --json keeps the API's form.
-  const json = JSON.parse((await t.cli(["jobs", "transcript", jobId, "--json"])).stdout) as { jobId: string; rows: { operation?: { title: string; parallelGroupSize: number } }[] };
+  const json = JSON.parse((await t.cli(["jobs", "transcript", jobId, "--json"])).stdout) as {
+    jobId: string;
+    rows: { operation?: { title: string; parallelGroupSize: number } }[];
+  };
   assert.equal(json.jobId, jobId);
   assert.deepEqual(
     json.rows.flatMap((r) => (r.operation ? [`${r.operation.title} ${r.operation.parallelGroupSize}`] : [])).sort(),
@@ -180,5 +221,8 @@ void test("publication refuses an operation past a limit, naming the operation a
   writeFileSync(file, readFileSync(file, "utf8").replace("timeout_ms: 60000", "timeout_ms: 300001"));
   const refused = await t.cli(["plugin", "install", copy]);
   assert.notEqual(refused.code, 0);
-  assert.match(refused.stderr, /agents\/shipment-orchestrator\.yaml: field \/harness_operations\/1 \(operation "verify_shipment"\): timeout_ms must be a whole number of milliseconds from 1,000 to 300,000 \(got 300001\)/);
+  assert.match(
+    refused.stderr,
+    /agents\/shipment-orchestrator\.yaml: field \/harness_operations\/1 \(operation "verify_shipment"\): timeout_ms must be a whole number of milliseconds from 1,000 to 300,000 \(got 300001\)/,
+  );
 });

@@ -32,11 +32,32 @@ async function exercise(store: JobStore): Promise<void> {
   await store.putOperationCheckpoint(record("rt-1"));
   await store.putOperationCheckpoint(record("rt-2"));
   await store.putOperationCheckpoint(record("rt-3", { jobId: "job_2" }));
-  await store.putOperationCheckpoint(record("rt-1", { status: "validated", result: { shipmentReference: "SHP-4831" }, scratchSessionIds: ["ses_op_a"] }));
-  await store.putOperationCheckpoint(record("rt-2", { status: "failed", error: "operation_timed_out: late", errorCode: "operation_timed_out", delivered: true }));
-  assert.deepEqual(await store.getOperationCheckpoint("job_1", "rt-1"), record("rt-1", { status: "validated", result: { shipmentReference: "SHP-4831" }, scratchSessionIds: ["ses_op_a"] }));
-  assert.deepEqual((await store.listOperationCheckpoints("job_1")).map((r) => [r.callId, r.status, r.delivered]), [["rt-1", "validated", false], ["rt-2", "failed", true]]);
-  assert.deepEqual((await store.listOperationCheckpoints("job_2")).map((r) => r.callId), ["rt-3"]);
+  await store.putOperationCheckpoint(
+    record("rt-1", { status: "validated", result: { shipmentReference: "SHP-4831" }, scratchSessionIds: ["ses_op_a"] }),
+  );
+  await store.putOperationCheckpoint(
+    record("rt-2", {
+      status: "failed",
+      error: "operation_timed_out: late",
+      errorCode: "operation_timed_out",
+      delivered: true,
+    }),
+  );
+  assert.deepEqual(
+    await store.getOperationCheckpoint("job_1", "rt-1"),
+    record("rt-1", { status: "validated", result: { shipmentReference: "SHP-4831" }, scratchSessionIds: ["ses_op_a"] }),
+  );
+  assert.deepEqual(
+    (await store.listOperationCheckpoints("job_1")).map((r) => [r.callId, r.status, r.delivered]),
+    [
+      ["rt-1", "validated", false],
+      ["rt-2", "failed", true],
+    ],
+  );
+  assert.deepEqual(
+    (await store.listOperationCheckpoints("job_2")).map((r) => r.callId),
+    ["rt-3"],
+  );
 }
 
 void test("sqlite: operation records", async () => {

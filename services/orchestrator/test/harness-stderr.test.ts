@@ -25,7 +25,10 @@ let t: TestStack;
 
 before(async () => {
   // The model is never called: the harness writes its events itself.
-  t = await startTestStack({ pick: () => ({ text: "unused" }), orchestratorEnv: { OZ0_MAX_SESSION_STDERR_BYTES: String(KEPT) } });
+  t = await startTestStack({
+    pick: () => ({ text: "unused" }),
+    orchestratorEnv: { OZ0_MAX_SESSION_STDERR_BYTES: String(KEPT) },
+  });
   const installed = await t.cli(["plugin", "install", plugin]);
   assert.equal(installed.code, 0, installed.stderr);
 });
@@ -50,7 +53,8 @@ async function shown(jobId: string): Promise<JobJson> {
 function leaks(text: string, secret: string): string[] {
   const squeezed = text.replace(/\s/g, "");
   const found: string[] = [];
-  for (let i = 0; i + 8 <= secret.length; i++) if (squeezed.includes(secret.slice(i, i + 8))) found.push(secret.slice(i, i + 8));
+  for (let i = 0; i + 8 <= secret.length; i++)
+    if (squeezed.includes(secret.slice(i, i + 8))) found.push(secret.slice(i, i + 8));
   return found;
 }
 
@@ -85,7 +89,10 @@ void test("oz0 jobs logs prints a failed harness's stderr, the failure ends with
   assert.deepEqual(leaks(run.stdout + run.stderr, token), []);
 
   const json = await t.cli(["jobs", "logs", jobId, "--json"]);
-  const pieces = json.stdout.trim().split("\n").map((l) => JSON.parse(l) as { sessionId: string; text?: string });
+  const pieces = json.stdout
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l) as { sessionId: string; text?: string });
   assert.equal(pieces.map((p) => p.text ?? "").join(""), logs.stdout);
   assert.deepEqual(leaks(json.stdout, token), []);
 });
@@ -97,7 +104,9 @@ void test("a re-attach after an orchestrator restart neither loses nor repeats a
   // The harness waits for a person, ticking on stderr; some ticks are stored before the restart.
   const callId = await eventually(async () => {
     const list = await t.cli(["approvals", "list", "--job", jobId, "--json"]);
-    const first = list.stdout.trim() ? (JSON.parse(list.stdout.trim().split("\n")[0]!) as { callId: string }) : undefined;
+    const first = list.stdout.trim()
+      ? (JSON.parse(list.stdout.trim().split("\n")[0]!) as { callId: string })
+      : undefined;
     return first?.callId;
   });
   await eventually(async () => ((await t.cli(["jobs", "logs", jobId])).stdout.includes("tick 2\n") ? true : undefined));
@@ -123,27 +132,48 @@ void test("a re-attach after an orchestrator restart neither loses nor repeats a
   );
   assert.ok(ticks.length >= 4);
   assert.deepEqual(lines.slice(3 + ticks.length), ["after the answer", "Error: still failing", ""]);
-  assert.match(ended.error ?? "", new RegExp(`no_result: the harness exited \\(code 2\\) without writing a result; its stderr ended with: tick \\d+ \\| tick \\d+ \\| tick \\d+ \\| after the answer \\| Error: still failing \\(all of it: \`oz0 jobs logs ${jobId}\`\\)$`));
+  assert.match(
+    ended.error ?? "",
+    new RegExp(
+      `no_result: the harness exited \\(code 2\\) without writing a result; its stderr ended with: tick \\d+ \\| tick \\d+ \\| tick \\d+ \\| after the answer \\| Error: still failing \\(all of it: \`oz0 jobs logs ${jobId}\`\\)$`,
+    ),
+  );
 });
 
 void test("the orchestrator keeps the last OZ0_MAX_SESSION_STDERR_BYTES of a session, and counts what it dropped", async () => {
   const run = await t.cli(["run", "noisy", "flood 200"]);
   assert.equal(run.code, 3, `${run.stdout}\n${run.stderr}`);
   const jobId = jobIdOf(run);
-  const written = Array.from({ length: 200 }, (_, i) => `flood line ${String(i).padStart(4, "0")} ${"x".repeat(80)}\n`).join("");
+  const written = Array.from(
+    { length: 200 },
+    (_, i) => `flood line ${String(i).padStart(4, "0")} ${"x".repeat(80)}\n`,
+  ).join("");
 
   const json = await t.cli(["jobs", "logs", jobId, "--json"]);
-  const pieces = json.stdout.trim().split("\n").map((l) => JSON.parse(l) as { text?: string; droppedBytes?: string });
+  const pieces = json.stdout
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l) as { text?: string; droppedBytes?: string });
   const kept = pieces.map((p) => p.text ?? "").join("");
   const dropped = pieces.reduce((sum, p) => sum + Number(p.droppedBytes ?? 0), 0);
   assert.ok(Buffer.byteLength(kept) <= KEPT, `kept ${Buffer.byteLength(kept)} bytes`);
   assert.ok(kept.length > 0 && written.endsWith(kept), "the last bytes are kept");
-  assert.equal(Buffer.byteLength(kept) + dropped, Buffer.byteLength(written), "what was kept and what was dropped add up to what was written");
+  assert.equal(
+    Buffer.byteLength(kept) + dropped,
+    Buffer.byteLength(written),
+    "what was kept and what was dropped add up to what was written",
+  );
 
   const logs = await t.cli(["jobs", "logs", jobId]);
   assert.equal(logs.stdout, kept);
-  assert.match(logs.stderr, new RegExp(`^oz0: stderr of session ses_\\w+\\noz0: \\[${dropped} bytes of it not kept\\]\\n$`));
-  assert.match((await shown(jobId)).error ?? "", /its stderr ended with: flood line 0195 x+ \| .* \| flood line 0199 x+ \(all of it/);
+  assert.match(
+    logs.stderr,
+    new RegExp(`^oz0: stderr of session ses_\\w+\\noz0: \\[${dropped} bytes of it not kept\\]\\n$`),
+  );
+  assert.match(
+    (await shown(jobId)).error ?? "",
+    /its stderr ended with: flood line 0195 x+ \| .* \| flood line 0199 x+ \(all of it/,
+  );
 });
 
 void test("oz0 jobs logs of a job whose harness wrote nothing to stderr says so, and of an unknown job fails", async () => {

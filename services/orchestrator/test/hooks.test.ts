@@ -22,9 +22,16 @@ const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtur
 const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-hooks-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
 
-function agentWith(options: { pluginHooks?: unknown[]; agentHooks?: unknown[]; harness?: AgentDefinition["harness"] }): AgentVersionRecord {
+function agentWith(options: {
+  pluginHooks?: unknown[];
+  agentHooks?: unknown[];
+  harness?: AgentDefinition["harness"];
+}): AgentVersionRecord {
   const dir = mkdtempSync(path.join(scratch, "plugin-"));
-  writeFileSync(path.join(dir, "oz0-plugin.yaml"), JSON.stringify({ name: "tools", version: "1.0.0", hooks: options.pluginHooks ?? [] }));
+  writeFileSync(
+    path.join(dir, "oz0-plugin.yaml"),
+    JSON.stringify({ name: "tools", version: "1.0.0", hooks: options.pluginHooks ?? [] }),
+  );
   return {
     name: "coder",
     version: 3,
@@ -41,7 +48,11 @@ function agentWith(options: { pluginHooks?: unknown[]; agentHooks?: unknown[]; h
       ...(options.agentHooks ? { hooks: options.agentHooks as Record<string, unknown>[] } : {}),
     },
     instructions: "",
-    harness: { plugin: "tools", pluginPath: dir, manifest: { name: "fake", command: ["oz0-fake-harness"], permissions: true } },
+    harness: {
+      plugin: "tools",
+      pluginPath: dir,
+      manifest: { name: "fake", command: ["oz0-fake-harness"], permissions: true },
+    },
     publishedAt: new Date(),
   };
 }
@@ -52,7 +63,17 @@ function question(agent: AgentVersionRecord, tool: string, input: Record<string,
 
 function call(name: string, args: Record<string, unknown>): PreToolCall {
   const [harness, tool] = name.split(".") as [string, string];
-  return { event: "pre_tool_call", name, harness, tool, arguments: args, job_id: "j", session_id: "s", call_id: "c", agent: { name: "a", version: 1 } };
+  return {
+    event: "pre_tool_call",
+    name,
+    harness,
+    tool,
+    arguments: args,
+    job_id: "j",
+    session_id: "s",
+    call_id: "c",
+    agent: { name: "a", version: 1 },
+  };
 }
 
 void test("names match exactly or by glob, and JSON pointers walk the input", () => {
@@ -63,15 +84,30 @@ void test("names match exactly or by glob, and JSON pointers walk the input", ()
   assert.ok(!nameMatches("fake.*", "fakes.read_file"));
   assert.deepEqual(resolvePointer({ a: [{ "b/c": 1 }] }, "/a/0/b~1c"), { found: true, value: 1 });
   assert.deepEqual(resolvePointer({ a: 1 }, "/b"), { found: false });
-  const spec = { match: "fake.run_command", when: [{ pointer: "/command", regex: "^git " }, { pointer: "/cwd", equals: "repo" }], decision: "allow" as const };
+  const spec = {
+    match: "fake.run_command",
+    when: [
+      { pointer: "/command", regex: "^git " },
+      { pointer: "/cwd", equals: "repo" },
+    ],
+    decision: "allow" as const,
+  };
   assert.ok(hookMatches(spec, call("fake.run_command", { command: "git status", cwd: "repo" })));
-  assert.ok(!hookMatches(spec, call("fake.run_command", { command: "git status" })), "a missing pointer does not match");
+  assert.ok(
+    !hookMatches(spec, call("fake.run_command", { command: "git status" })),
+    "a missing pointer does not match",
+  );
   assert.ok(!hookMatches(spec, call("fake.run_command", { command: "rm -rf .", cwd: "repo" })));
 });
 
 void test("the policy refuses tools outside the list before any hook sees them", async () => {
-  const agent = agentWith({ pluginHooks: [{ name: "allow-all", decision: "allow" }], harness: { tools: ["read_file"] } });
-  const decision = await new PermissionPolicy({ hooks: [new HookStage()] }).decide(question(agent, "run_command", { command: "ls" }));
+  const agent = agentWith({
+    pluginHooks: [{ name: "allow-all", decision: "allow" }],
+    harness: { tools: ["read_file"] },
+  });
+  const decision = await new PermissionPolicy({ hooks: [new HookStage()] }).decide(
+    question(agent, "run_command", { command: "ls" }),
+  );
   assert.equal(decision.kind, "deny");
   assert.equal(decision.kind === "deny" && decision.decider, "policy");
   assert.match(decision.reason, /tool run_command is not in this agent's harness\.tools \(read_file\)/);
@@ -79,16 +115,34 @@ void test("the policy refuses tools outside the list before any hook sees them",
 
 void test("rules allow, deny with their reason, change the input, and ask; the first that decides wins", async () => {
   const agent = agentWith({
-    pluginHooks: [{ name: "no-rm", match: "fake.run_command", when: [{ pointer: "/command", regex: "\\brm\\b" }], decision: "deny", reason: "deleting files is not allowed" }],
+    pluginHooks: [
+      {
+        name: "no-rm",
+        match: "fake.run_command",
+        when: [{ pointer: "/command", regex: "\\brm\\b" }],
+        decision: "deny",
+        reason: "deleting files is not allowed",
+      },
+    ],
     agentHooks: [
-      { name: "quiet-tests", match: "fake.run_command", when: [{ pointer: "/command", equals: "npm test" }], decision: "allow", set_input: { command: "npm test --silent" } },
+      {
+        name: "quiet-tests",
+        match: "fake.run_command",
+        when: [{ pointer: "/command", equals: "npm test" }],
+        decision: "allow",
+        set_input: { command: "npm test --silent" },
+      },
       { name: "ask-writes", match: "fake.write_*", decision: "ask", reason: "a person checks writes" },
       { name: "reads", match: "fake.read_file", decision: "allow" },
     ],
   });
   const policy = new PermissionPolicy({ hooks: [new HookStage()] });
   const denied = await policy.decide(question(agent, "run_command", { command: "rm -rf src" }));
-  assert.deepEqual(denied, { kind: "deny", decider: "hook", reason: "hook no-rm (plugin tools): deleting files is not allowed" });
+  assert.deepEqual(denied, {
+    kind: "deny",
+    decider: "hook",
+    reason: "hook no-rm (plugin tools): deleting files is not allowed",
+  });
   const changed = await policy.decide(question(agent, "run_command", { command: "npm test" }));
   assert.equal(changed.kind, "allow");
   assert.deepEqual(changed.kind === "allow" && changed.input, { command: "npm test --silent" });
@@ -104,14 +158,20 @@ void test("a hook's allow still waits for requires_approval, with the input the 
     agentHooks: [{ name: "pin-shell", match: "fake.run_command", decision: "allow", set_input: { shell: "sh" } }],
     harness: { tools: ["run_command"], requires_approval: ["run_command"] },
   });
-  const decision = await new PermissionPolicy({ hooks: [new HookStage()] }).decide(question(agent, "run_command", { command: "ls" }));
+  const decision = await new PermissionPolicy({ hooks: [new HookStage()] }).decide(
+    question(agent, "run_command", { command: "ls" }),
+  );
   assert.equal(decision.kind, "ask");
   assert.match(decision.reason, /^hook pin-shell \(agent coder\): .*; run_command is in harness\.requires_approval/);
   assert.deepEqual(decision.kind === "ask" && decision.input, { command: "ls", shell: "sh" });
 });
 
 void test("command hooks allow, deny, change the input and ask", async () => {
-  const guard = { name: "guard", match: "fake.run_command", command: ["node", path.join(fixtures, "guard-commands.mjs")] };
+  const guard = {
+    name: "guard",
+    match: "fake.run_command",
+    command: ["node", path.join(fixtures, "guard-commands.mjs")],
+  };
   const agent = agentWith({ pluginHooks: [guard] });
   const policy = new PermissionPolicy({ hooks: [new HookStage()] });
   assert.deepEqual(await policy.decide(question(agent, "run_command", { command: "rm x" })), {
@@ -123,55 +183,122 @@ void test("command hooks allow, deny, change the input and ask", async () => {
   assert.deepEqual(rewritten.kind === "allow" && rewritten.input, { command: "echo rewritten" });
   assert.equal((await policy.decide(question(agent, "run_command", { command: "deploy prod" }))).kind, "ask");
   assert.equal((await policy.decide(question(agent, "run_command", { command: "ls" }))).kind, "allow");
-  assert.equal((await policy.decide(question(agent, "read_file", { path: "x" }))).reason, "no rule asks for approval", "the hook only runs for the calls it matches");
+  assert.equal(
+    (await policy.decide(question(agent, "read_file", { path: "x" }))).reason,
+    "no rule asks for approval",
+    "the hook only runs for the calls it matches",
+  );
 });
 
 void test("a hook that hangs, crashes or prints garbage denies the call, saying why", async () => {
   const c = call("fake.run_command", { command: "ls" });
-  const hung = await runCommandHook({ command: [process.execPath, path.join(fixtures, "hang.mjs")], call: c, label: "hook hang", cwd: fixtures, timeoutMs: 300 });
+  const hung = await runCommandHook({
+    command: [process.execPath, path.join(fixtures, "hang.mjs")],
+    call: c,
+    label: "hook hang",
+    cwd: fixtures,
+    timeoutMs: 300,
+  });
   assert.deepEqual(hung, { decision: "deny", reason: "hook hang did not answer within 300 ms; the call is denied" });
-  const crashed = await runCommandHook({ command: [process.execPath, path.join(fixtures, "crash.mjs")], call: c, label: "hook crash", cwd: fixtures });
-  assert.deepEqual(crashed, { decision: "deny", reason: "hook crash failed (exit code 3): guard: cannot reach the policy server; the call is denied" });
-  const garbage = await runCommandHook({ command: [process.execPath, path.join(fixtures, "garbage.mjs")], call: c, label: "hook garbage", cwd: fixtures });
+  const crashed = await runCommandHook({
+    command: [process.execPath, path.join(fixtures, "crash.mjs")],
+    call: c,
+    label: "hook crash",
+    cwd: fixtures,
+  });
+  assert.deepEqual(crashed, {
+    decision: "deny",
+    reason: "hook crash failed (exit code 3): guard: cannot reach the policy server; the call is denied",
+  });
+  const garbage = await runCommandHook({
+    command: [process.execPath, path.join(fixtures, "garbage.mjs")],
+    call: c,
+    label: "hook garbage",
+    cwd: fixtures,
+  });
   assert.equal(garbage.decision, "deny");
   assert.match(garbage.reason, /hook garbage printed something that is not JSON/);
-  const missing = await runCommandHook({ command: ["/nonexistent/hook"], call: c, label: "hook missing", cwd: fixtures });
+  const missing = await runCommandHook({
+    command: ["/nonexistent/hook"],
+    call: c,
+    label: "hook missing",
+    cwd: fixtures,
+  });
   assert.match(missing.reason, /^hook missing could not start/);
   assert.equal(parseHookAnswer('{"decision":"maybe"}', "hook h").decision, "deny");
   assert.equal(parseHookAnswer('{"decision":"allow","input":[1]}', "hook h").decision, "deny");
   // Through the stage: a hanging hook with a declared timeout denies, and later hooks are not asked.
-  const agent = agentWith({ agentHooks: [{ name: "slow", command: ["node", path.join(fixtures, "hang.mjs")], timeout: "1s" }, { decision: "allow" }] });
-  const decision = await new PermissionPolicy({ hooks: [new HookStage()] }).decide(question(agent, "run_command", { command: "ls" }));
-  assert.deepEqual(decision, { kind: "deny", decider: "hook", reason: "hook slow (agent coder) did not answer within 1000 ms; the call is denied" });
+  const agent = agentWith({
+    agentHooks: [
+      { name: "slow", command: ["node", path.join(fixtures, "hang.mjs")], timeout: "1s" },
+      { decision: "allow" },
+    ],
+  });
+  const decision = await new PermissionPolicy({ hooks: [new HookStage()] }).decide(
+    question(agent, "run_command", { command: "ls" }),
+  );
+  assert.deepEqual(decision, {
+    kind: "deny",
+    decider: "hook",
+    reason: "hook slow (agent coder) did not answer within 1000 ms; the call is denied",
+  });
 });
 
 void test("invalid hooks are refused naming the file and the field", () => {
   const base = { name: "a", runtime: "harness:fake", model: { primary: "anthropic/x" }, instructions: "p.md" };
   assert.throws(
-    () => validateDocument({ schema: "agent", file: "agents/a.yaml", value: { ...base, hooks: [{ match: "fake.*", decision: "maybe" }] } }),
+    () =>
+      validateDocument({
+        schema: "agent",
+        file: "agents/a.yaml",
+        value: { ...base, hooks: [{ match: "fake.*", decision: "maybe" }] },
+      }),
     /agents\/a\.yaml: field \/hooks\/0\/decision: expected one of "allow", "deny", "ask"/,
   );
   assert.throws(
-    () => validateDocument({ schema: "agent", file: "agents/a.yaml", value: { ...base, hooks: [{ decision: "deny", when: [{ regex: "x" }] }] } }),
+    () =>
+      validateDocument({
+        schema: "agent",
+        file: "agents/a.yaml",
+        value: { ...base, hooks: [{ decision: "deny", when: [{ regex: "x" }] }] },
+      }),
     /agents\/a\.yaml: field \/hooks\/0\/when\/0\/pointer: expected a value \(the field is required\)/,
   );
   assert.throws(
-    () => validateDocument({ schema: "plugin-manifest", file: "oz0-plugin.yaml", value: { name: "p", version: "1", hooks: [{ command: "not-a-list" }] } }),
+    () =>
+      validateDocument({
+        schema: "plugin-manifest",
+        file: "oz0-plugin.yaml",
+        value: { name: "p", version: "1", hooks: [{ command: "not-a-list" }] },
+      }),
     /oz0-plugin\.yaml: field \/hooks\/0\/command: expected a value of type array/,
   );
   assert.throws(
-    () => validateDocument({ schema: "agent", file: "agents/a.yaml", value: { ...base, hooks: [{ decision: "deny", command: ["guard"] }] } }),
+    () =>
+      validateDocument({
+        schema: "agent",
+        file: "agents/a.yaml",
+        value: { ...base, hooks: [{ decision: "deny", command: ["guard"] }] },
+      }),
     /agents\/a\.yaml: field \/hooks\/0: expected either a rule \(decision, reason, set_input\) or a command hook \(command, timeout\), not both/,
   );
   assert.throws(
-    () => validateDocument({ schema: "agent", file: "agents/a.yaml", value: { ...base, approvals: { timeout: "soon" } } }),
+    () =>
+      validateDocument({ schema: "agent", file: "agents/a.yaml", value: { ...base, approvals: { timeout: "soon" } } }),
     /agents\/a\.yaml: field \/approvals\/timeout: expected a string matching/,
   );
   assert.doesNotThrow(() =>
     validateDocument({
       schema: "agent",
       file: "agents/a.yaml",
-      value: { ...base, approvals: { timeout: "2h" }, hooks: [{ name: "n", match: ["fake.*"], when: [{ pointer: "/command", regex: "^git" }], decision: "allow" }, { command: ["node", "h.mjs"], timeout: "5s" }] },
+      value: {
+        ...base,
+        approvals: { timeout: "2h" },
+        hooks: [
+          { name: "n", match: ["fake.*"], when: [{ pointer: "/command", regex: "^git" }], decision: "allow" },
+          { command: ["node", "h.mjs"], timeout: "5s" },
+        ],
+      },
     }),
   );
 });
@@ -189,9 +316,18 @@ void test("the README's hooks example validates and decides as documented", asyn
   const definition = validateDocument<AgentDefinition>({
     schema: "agent",
     file: "README.md",
-    value: { name: "coder", runtime: "harness:fake", model: { primary: "anthropic/x" }, instructions: "p.md", ...excerpt },
+    value: {
+      name: "coder",
+      runtime: "harness:fake",
+      model: { primary: "anthropic/x" },
+      instructions: "p.md",
+      ...excerpt,
+    },
   });
-  const agent = agentWith({ agentHooks: definition.hooks ?? [], ...(definition.harness ? { harness: definition.harness } : {}) });
+  const agent = agentWith({
+    agentHooks: definition.hooks ?? [],
+    ...(definition.harness ? { harness: definition.harness } : {}),
+  });
   mkdirSync(path.join(agent.pluginPath, "hooks"));
   writeFileSync(path.join(agent.pluginPath, "hooks", "review.mjs"), script);
   const policy = new PermissionPolicy({ hooks: [new HookStage()] });
@@ -206,8 +342,16 @@ void test("the README's hooks example validates and decides as documented", asyn
     kind: "ask",
     reason: "hook review-deploys (agent coder): deploys need a person",
   });
-  assert.deepEqual(await policy.decide(question(agent, "run_command", { command: "ls" })), { kind: "allow", decider: "policy", reason: "no rule asks for approval" });
-  assert.equal((await policy.decide(question(agent, "write_file", { path: "a", content: "b" }))).kind, "ask", "requires_approval after the hooks said continue");
+  assert.deepEqual(await policy.decide(question(agent, "run_command", { command: "ls" })), {
+    kind: "allow",
+    decider: "policy",
+    reason: "no rule asks for approval",
+  });
+  assert.equal(
+    (await policy.decide(question(agent, "write_file", { path: "a", content: "b" }))).kind,
+    "ask",
+    "requires_approval after the hooks said continue",
+  );
 });
 
 void test("an agent whose harness does not ask cannot be published with hooks or approvals, and a bad regex is refused at install", async () => {
@@ -225,24 +369,48 @@ void test("an agent whose harness does not ask cannot be published with hooks or
       path.join(dir, "oz0-plugin.yaml"),
       `name: quiet\nversion: 0.1.0\nharnesses:\n  - name: quiet\n    command: ["oz0-fake-harness"]\n    permissions: ${options.permissions}\nagents: [agents/a.yaml]\n${options.manifestHooks ?? ""}`,
     );
-    writeFileSync(path.join(dir, "agents", "a.yaml"), `name: a\nruntime: harness:quiet\nmodel:\n  primary: anthropic/x\ninstructions: p.md\n${options.agent}`);
+    writeFileSync(
+      path.join(dir, "agents", "a.yaml"),
+      `name: a\nruntime: harness:quiet\nmodel:\n  primary: anthropic/x\ninstructions: p.md\n${options.agent}`,
+    );
     return dir;
   };
   try {
     await assert.rejects(
-      registry.install({ source: plugin({ permissions: false, agent: "harness:\n  requires_approval: [run_command]\n" }) }),
+      registry.install({
+        source: plugin({ permissions: false, agent: "harness:\n  requires_approval: [run_command]\n" }),
+      }),
       /agents\/a\.yaml: field \/harness\/requires_approval: harness quiet does not ask before tool calls/,
     );
-    await assert.rejects(registry.install({ source: plugin({ permissions: false, agent: "hooks:\n  - decision: deny\n" }) }), /agents\/a\.yaml: field \/hooks: harness quiet does not ask/);
     await assert.rejects(
-      registry.install({ source: plugin({ permissions: true, agent: "hooks:\n  - decision: deny\n    when:\n      - pointer: /command\n        regex: '(unclosed'\n" }) }),
+      registry.install({ source: plugin({ permissions: false, agent: "hooks:\n  - decision: deny\n" }) }),
+      /agents\/a\.yaml: field \/hooks: harness quiet does not ask/,
+    );
+    await assert.rejects(
+      registry.install({
+        source: plugin({
+          permissions: true,
+          agent: "hooks:\n  - decision: deny\n    when:\n      - pointer: /command\n        regex: '(unclosed'\n",
+        }),
+      }),
       /agents\/a\.yaml: field \/hooks\/0\/when\/0\/regex: expected a valid regular expression/,
     );
     await assert.rejects(
-      registry.install({ source: plugin({ permissions: true, agent: "", manifestHooks: "hooks:\n  - decision: deny\n    when: [{ pointer: /x, regex: '[' }]\n" }) }),
+      registry.install({
+        source: plugin({
+          permissions: true,
+          agent: "",
+          manifestHooks: "hooks:\n  - decision: deny\n    when: [{ pointer: /x, regex: '[' }]\n",
+        }),
+      }),
       /oz0-plugin\.yaml: field \/hooks\/0\/when\/0\/regex/,
     );
-    const ok = await registry.install({ source: plugin({ permissions: true, agent: "harness:\n  requires_approval: [run_command]\nhooks:\n  - decision: allow\n" }) });
+    const ok = await registry.install({
+      source: plugin({
+        permissions: true,
+        agent: "harness:\n  requires_approval: [run_command]\nhooks:\n  - decision: allow\n",
+      }),
+    });
     assert.deepEqual(
       ok.published.map((a) => a.name),
       ["a"],

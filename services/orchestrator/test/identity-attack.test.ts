@@ -36,14 +36,22 @@ interface Report {
 async function attack(isolation: "bwrap" | "user", ctx: TestContext): Promise<{ report: Report; t: TestStack }> {
   let command = "";
   const pick = ({ turn, request }: { turn: number; request: ScriptedRequest }): ScriptedTurn =>
-    turn === 0 ? { toolCalls: [{ name: "run_command", input: { command } }] } : { text: `saw: ${toolResults(request)}` };
+    turn === 0
+      ? { toolCalls: [{ name: "run_command", input: { command } }] }
+      : { text: `saw: ${toolResults(request)}` };
   const t = await startTestStack({ pick, sandboxEnv: { OZ0_ISOLATION: isolation } });
   const repo = mkdtempSync(path.join(os.tmpdir(), "oz0-attack-repo-"));
   ctx.after(() => rmSync(repo, { recursive: true, force: true }));
   for (const sub of ["agents", "prompts"]) mkdirSync(path.join(repo, sub));
   writeFileSync(path.join(repo, "prompts", "p.md"), "Do as you are told.\n");
-  writeFileSync(path.join(repo, "oz0-plugin.yaml"), 'name: attack\nversion: 0.1.0\nharnesses:\n  - name: fake\n    command: ["oz0-fake-harness"]\n    permissions: true\n    tools: [run_command]\nagents:\n  - agents/intruder.yaml\n');
-  writeFileSync(path.join(repo, "agents", "intruder.yaml"), "name: intruder\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/p.md\nlimits:\n  max_steps: 3\nharness:\n  tools: [run_command]\n");
+  writeFileSync(
+    path.join(repo, "oz0-plugin.yaml"),
+    'name: attack\nversion: 0.1.0\nharnesses:\n  - name: fake\n    command: ["oz0-fake-harness"]\n    permissions: true\n    tools: [run_command]\nagents:\n  - agents/intruder.yaml\n',
+  );
+  writeFileSync(
+    path.join(repo, "agents", "intruder.yaml"),
+    "name: intruder\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/p.md\nlimits:\n  max_steps: 3\nharness:\n  tools: [run_command]\n",
+  );
   await commitAll(repo, "plugin");
   assert.equal((await t.cli(["plugin", "install", `file://${repo}`])).code, 0);
   // The key in the proxy's custody as well: encrypted in its store.
@@ -62,7 +70,11 @@ async function attack(isolation: "bwrap" | "user", ctx: TestContext): Promise<{ 
   const jobId = /job_\w+/.exec(run.stdout + run.stderr)?.[0];
   assert.ok(jobId, `${run.stdout}\n${run.stderr}`);
   const job = await eventually(async () => {
-    const shown = JSON.parse((await t.cli(["jobs", "show", jobId, "--json"])).stdout) as { state: string; resultText?: string; error?: string };
+    const shown = JSON.parse((await t.cli(["jobs", "show", jobId, "--json"])).stdout) as {
+      state: string;
+      resultText?: string;
+      error?: string;
+    };
     return shown.state === "JOB_STATE_SUCCEEDED" || shown.state === "JOB_STATE_FAILED" ? shown : undefined;
   });
   assert.equal(job.state, "JOB_STATE_SUCCEEDED", job.error);
@@ -77,7 +89,10 @@ function assertHeld(report: Report, diagnostic: (message: string) => void): void
   assert.deepEqual(report.breaches, [], "calls that got past authentication");
   assert.deepEqual(report.readableSensitive, [], "service credentials or stores the session could read");
   assert.deepEqual(report.keyFound, [], "places the planted provider key was found");
-  assert.ok(report.credentials.some((c) => c === "env ANTHROPIC_API_KEY"), "the session tried its own session token");
+  assert.ok(
+    report.credentials.some((c) => c === "env ANTHROPIC_API_KEY"),
+    "the session tried its own session token",
+  );
   assert.equal(report.attempts, report.refused + report.unreachable + report.notServed);
 }
 
@@ -98,7 +113,11 @@ void describe("an attacker inside a job", () => {
     const { report, t } = await attack("bwrap", ctx);
     try {
       assertHeld(report, (m) => ctx.diagnostic(m));
-      assert.equal(report.unreachable, report.attempts, "every call failed to connect: the session has a network of its own");
+      assert.equal(
+        report.unreachable,
+        report.attempts,
+        "every call failed to connect: the session has a network of its own",
+      );
     } finally {
       await t.close();
     }

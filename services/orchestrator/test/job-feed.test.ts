@@ -22,21 +22,39 @@ void test("a listener runs outside the bystander scope of the write that publish
   });
   await asBystander(async () => {
     assert.equal(isBystander(), true);
-    feed.publish("job_1", [create(JobEventSchema, { jobId: "job_1", seq: 1n, event: { case: "text", value: { text: "hi" } } })]);
+    feed.publish("job_1", [
+      create(JobEventSchema, { jobId: "job_1", seq: 1n, event: { case: "text", value: { text: "hi" } } }),
+    ]);
   });
   assert.deepEqual(seen, [false]);
   assert.deepEqual(await Promise.all(later), [false]);
 });
 
-const stateChanged = (jobId: string, seq: number, state: JobState) => create(JobEventSchema, { jobId, seq: BigInt(seq), event: { case: "stateChanged", value: { state } } });
-const text = (jobId: string, seq: number) => create(JobEventSchema, { jobId, seq: BigInt(seq), event: { case: "text", value: { text: "hi" } } });
+const stateChanged = (jobId: string, seq: number, state: JobState) =>
+  create(JobEventSchema, { jobId, seq: BigInt(seq), event: { case: "stateChanged", value: { state } } });
+const text = (jobId: string, seq: number) =>
+  create(JobEventSchema, { jobId, seq: BigInt(seq), event: { case: "text", value: { text: "hi" } } });
 
 void test("subscribeChanges hears every job's state changes and permission requests and decisions (no text) until it unsubscribes", () => {
   const feed = new JobFeed();
   const heard: string[] = [];
-  const stop = feed.subscribeChanges((jobId, event) => heard.push(`${jobId}:${event.event.case === "stateChanged" ? JobState[event.event.value.state] : event.event.case}`));
-  feed.publish("job_a", [stateChanged("job_a", 1, JobState.PENDING), text("job_a", 2), stateChanged("job_a", 3, JobState.RUNNING)]);
-  feed.publish("job_a", [create(JobEventSchema, { jobId: "job_a", seq: 4n, event: { case: "permissionDecision", value: { id: "p1", pending: true } } })]);
+  const stop = feed.subscribeChanges((jobId, event) =>
+    heard.push(
+      `${jobId}:${event.event.case === "stateChanged" ? JobState[event.event.value.state] : event.event.case}`,
+    ),
+  );
+  feed.publish("job_a", [
+    stateChanged("job_a", 1, JobState.PENDING),
+    text("job_a", 2),
+    stateChanged("job_a", 3, JobState.RUNNING),
+  ]);
+  feed.publish("job_a", [
+    create(JobEventSchema, {
+      jobId: "job_a",
+      seq: 4n,
+      event: { case: "permissionDecision", value: { id: "p1", pending: true } },
+    }),
+  ]);
   feed.subscribe("job_b", () => undefined);
   feed.publish("job_b", [stateChanged("job_b", 1, JobState.SUCCEEDED)]);
   stop();
@@ -60,7 +78,11 @@ void test("on a cluster, a state change another replica appended to a job nobody
   });
   notify({ jobId: "job_x", fromSeq: 5, seq: 6 });
   assert.deepEqual(reads, [], "nobody listens to states yet: nothing is read");
-  const heard = new Promise<string>((resolve) => feed.subscribeChanges((jobId, event) => resolve(`${jobId}:${event.event.case === "stateChanged" ? JobState[event.event.value.state] : "?"}`)));
+  const heard = new Promise<string>((resolve) =>
+    feed.subscribeChanges((jobId, event) =>
+      resolve(`${jobId}:${event.event.case === "stateChanged" ? JobState[event.event.value.state] : "?"}`),
+    ),
+  );
   notify({ jobId: "job_x", fromSeq: 5, seq: 6 });
   assert.equal(await heard, "job_x:WAITING");
   assert.deepEqual(reads, ["job_x>4"]);

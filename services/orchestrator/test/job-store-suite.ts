@@ -16,7 +16,12 @@ function agent(name: string, hash: string): NewAgentVersion {
     plugin: "example",
     pluginVersion: "0.1.0",
     pluginPath: "/plugins/example/abc",
-    definition: { name, runtime: "harness:fake", model: { primary: "anthropic/claude-sonnet-5-5" }, instructions: "prompts/a.md" },
+    definition: {
+      name,
+      runtime: "harness:fake",
+      model: { primary: "anthropic/claude-sonnet-5-5" },
+      instructions: "prompts/a.md",
+    },
     instructions: `instructions ${hash}`,
     harness: { plugin: "example", pluginPath: "/plugins/example/abc", manifest: { name: "fake", command: ["fake"] } },
   };
@@ -91,14 +96,28 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     assert.equal(changed.record.version, 2);
     assert.equal((await store.getAgentVersion("fixer"))?.version, 2);
     assert.equal((await store.getAgentVersion("fixer", 1))?.instructions, "instructions h1");
-    assert.deepEqual((await store.listAgentVersions("fixer")).map((v) => v.version), [1, 2]);
+    assert.deepEqual(
+      (await store.listAgentVersions("fixer")).map((v) => v.version),
+      [1, 2],
+    );
     await store.publishAgentVersion(agent("other", "h9"));
-    assert.deepEqual((await store.listAgents()).map((a) => `${a.name}@${a.version}`), ["fixer@2", "other@1"]);
+    assert.deepEqual(
+      (await store.listAgents()).map((a) => `${a.name}@${a.version}`),
+      ["fixer@2", "other@1"],
+    );
     assert.equal(await store.getAgentVersion("missing"), undefined);
   });
 
   withStore("plugins are stored and replaced by name", async (store) => {
-    const record = { name: "example", version: "0.1.0", description: "", source: "/src", path: "/p/1", manifest: { name: "example", version: "0.1.0" }, installedAt: new Date() };
+    const record = {
+      name: "example",
+      version: "0.1.0",
+      description: "",
+      source: "/src",
+      path: "/p/1",
+      manifest: { name: "example", version: "0.1.0" },
+      installedAt: new Date(),
+    };
     await store.putPlugin(record);
     await store.putPlugin({ ...record, version: "0.2.0", path: "/p/2" });
     const list = await store.listPlugins();
@@ -117,15 +136,24 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
       ],
       job: { state: "running", sandboxSeq: 7 },
     });
-    assert.deepEqual(stored.map((e) => Number(e.seq)), [1, 2]);
-    const more = await store.append({ jobId: "j1", events: [create(JobEventSchema, { event: { case: "text", value: { text: "again" } } })] });
+    assert.deepEqual(
+      stored.map((e) => Number(e.seq)),
+      [1, 2],
+    );
+    const more = await store.append({
+      jobId: "j1",
+      events: [create(JobEventSchema, { event: { case: "text", value: { text: "again" } } })],
+    });
     assert.equal(Number(more[0]!.seq), 3);
     const j = await store.getJob("j1");
     assert.equal(j?.state, "running");
     assert.equal(j?.sandboxSeq, 7);
     assert.equal(j?.lastSeq, 3);
     const after1 = await store.listJobEvents("j1", 1);
-    assert.deepEqual(after1.map((e) => Number(e.seq)), [2, 3]);
+    assert.deepEqual(
+      after1.map((e) => Number(e.seq)),
+      [2, 3],
+    );
     assert.equal(after1[0]!.event.case, "text");
     assert.equal(after1[0]!.jobId, "j1");
   });
@@ -136,22 +164,41 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     await store.createJob(job("p1"));
     await store.append({
       jobId: "m1",
-      events: [create(JobEventSchema, { event: { case: "servedToolCall", value: { callId: "c1", tool: "abort", input: { reason: "stop" }, error: "" } } })],
+      events: [
+        create(JobEventSchema, {
+          event: {
+            case: "servedToolCall",
+            value: { callId: "c1", tool: "abort", input: { reason: "stop" }, error: "" },
+          },
+        }),
+      ],
     });
     assert.equal((await store.getJob("m1"))?.servedTools, "graph-manager");
     assert.equal((await store.getJob("p1"))?.servedTools, "");
     const [recorded] = await store.listJobEvents("m1", 0);
     assert.equal(recorded?.event.case, "servedToolCall");
-    assert.deepEqual(recorded?.event.case === "servedToolCall" ? recorded.event.value.input : undefined, { reason: "stop" });
+    assert.deepEqual(recorded?.event.case === "servedToolCall" ? recorded.event.value.input : undefined, {
+      reason: "stop",
+    });
   });
 
   withStore("a job keeps when it started (to the millisecond) and its trace id", async (store) => {
     await store.createJob(job("t1"));
-    await store.createJob(job("g1", { state: "running", startedAt: new Date(1_700_000_000_123), traceId: "0af7651916cd43dd8448eb211c80319c" }));
+    await store.createJob(
+      job("g1", {
+        state: "running",
+        startedAt: new Date(1_700_000_000_123),
+        traceId: "0af7651916cd43dd8448eb211c80319c",
+      }),
+    );
     const pending = await store.getJob("t1");
     assert.equal(pending?.startedAt, undefined);
     assert.equal(pending?.traceId ?? "", "");
-    await store.append({ jobId: "t1", events: [], job: { state: "running", startedAt: new Date(1_700_000_000_456), traceId: "4bf92f3577b34da6a3ce929d0e0e4736" } });
+    await store.append({
+      jobId: "t1",
+      events: [],
+      job: { state: "running", startedAt: new Date(1_700_000_000_456), traceId: "4bf92f3577b34da6a3ce929d0e0e4736" },
+    });
     const started = await store.getJob("t1");
     assert.equal(started?.startedAt?.getTime(), 1_700_000_000_456);
     assert.equal(started?.traceId, "4bf92f3577b34da6a3ce929d0e0e4736");
@@ -164,23 +211,67 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     await store.createJob(job("a", { createdAt: new Date(1000) }));
     await store.createJob(job("b", { createdAt: new Date(2000), state: "succeeded" }));
     await store.createJob(job("c", { createdAt: new Date(3000), agentName: "other" }));
-    assert.deepEqual((await store.listJobs()).map((j) => j.id), ["c", "b", "a"]);
-    assert.deepEqual((await store.listJobs({ state: "pending" })).map((j) => j.id), ["c", "a"]);
-    assert.deepEqual((await store.listJobs({ agent: "fixer" })).map((j) => j.id), ["b", "a"]);
-    assert.deepEqual((await store.listJobs({ limit: 1 })).map((j) => j.id), ["c"]);
+    assert.deepEqual(
+      (await store.listJobs()).map((j) => j.id),
+      ["c", "b", "a"],
+    );
+    assert.deepEqual(
+      (await store.listJobs({ state: "pending" })).map((j) => j.id),
+      ["c", "a"],
+    );
+    assert.deepEqual(
+      (await store.listJobs({ agent: "fixer" })).map((j) => j.id),
+      ["b", "a"],
+    );
+    assert.deepEqual(
+      (await store.listJobs({ limit: 1 })).map((j) => j.id),
+      ["c"],
+    );
     // Pages: the jobs after a given one, in the same order; ties of creation time in insertion order.
     await store.createJob(job("d", { createdAt: new Date(3000), input: "Fix the 100% case_1" }));
-    assert.deepEqual((await store.listJobs()).map((j) => j.id), ["d", "c", "b", "a"]);
-    assert.deepEqual((await store.listJobs({ after: "d", limit: 2 })).map((j) => j.id), ["c", "b"]);
-    assert.deepEqual((await store.listJobs({ after: "c" })).map((j) => j.id), ["b", "a"]);
-    assert.deepEqual((await store.listJobs({ after: "b", state: "pending" })).map((j) => j.id), ["a"]);
+    assert.deepEqual(
+      (await store.listJobs()).map((j) => j.id),
+      ["d", "c", "b", "a"],
+    );
+    assert.deepEqual(
+      (await store.listJobs({ after: "d", limit: 2 })).map((j) => j.id),
+      ["c", "b"],
+    );
+    assert.deepEqual(
+      (await store.listJobs({ after: "c" })).map((j) => j.id),
+      ["b", "a"],
+    );
+    assert.deepEqual(
+      (await store.listJobs({ after: "b", state: "pending" })).map((j) => j.id),
+      ["a"],
+    );
     // Text: a job id, or words of the input in any case; % and _ are themselves.
-    assert.deepEqual((await store.listJobs({ text: "b" })).map((j) => j.id), ["b"]);
-    assert.deepEqual((await store.listJobs({ text: "FIX" })).map((j) => j.id), ["d", "c", "b", "a"]);
-    assert.deepEqual((await store.listJobs({ text: "100% case_1" })).map((j) => j.id), ["d"]);
-    assert.deepEqual((await store.listJobs({ text: "1_0" })).map((j) => j.id), []);
-    assert.deepEqual((await store.listJobs({ text: "fix", agent: "other" })).map((j) => j.id), ["c"]);
-    const updated = await store.updateJob("a", { state: "failed", error: "boom", finishedAt: new Date(5000), cancelRequestedAt: new Date(4000) });
+    assert.deepEqual(
+      (await store.listJobs({ text: "b" })).map((j) => j.id),
+      ["b"],
+    );
+    assert.deepEqual(
+      (await store.listJobs({ text: "FIX" })).map((j) => j.id),
+      ["d", "c", "b", "a"],
+    );
+    assert.deepEqual(
+      (await store.listJobs({ text: "100% case_1" })).map((j) => j.id),
+      ["d"],
+    );
+    assert.deepEqual(
+      (await store.listJobs({ text: "1_0" })).map((j) => j.id),
+      [],
+    );
+    assert.deepEqual(
+      (await store.listJobs({ text: "fix", agent: "other" })).map((j) => j.id),
+      ["c"],
+    );
+    const updated = await store.updateJob("a", {
+      state: "failed",
+      error: "boom",
+      finishedAt: new Date(5000),
+      cancelRequestedAt: new Date(4000),
+    });
     assert.equal(updated.error, "boom");
     assert.equal(updated.finishedAt?.getTime(), 5000);
     assert.equal(updated.cancelRequestedAt?.getTime(), 4000);
@@ -189,15 +280,44 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
 
   withStore("permissions are durable records: pending, answered, delivered", async (store) => {
     await store.createJob(job("j1"));
-    await store.append({ jobId: "j1", events: [], permissions: [permission("j1", "p1"), permission("j1", "p2", { needsPerson: false, status: "approved", decider: "policy" })] });
-    assert.deepEqual((await store.listPermissions({ approvalsOnly: true, pendingOnly: true })).map((p) => p.id), ["p1"]);
+    await store.append({
+      jobId: "j1",
+      events: [],
+      permissions: [
+        permission("j1", "p1"),
+        permission("j1", "p2", { needsPerson: false, status: "approved", decider: "policy" }),
+      ],
+    });
+    assert.deepEqual(
+      (await store.listPermissions({ approvalsOnly: true, pendingOnly: true })).map((p) => p.id),
+      ["p1"],
+    );
     const p1 = await store.getPermission("j1", "p1");
     assert.deepEqual(p1?.input, { command: "npm test" });
     assert.equal((await store.getPermission("j1", "call_p1"))?.id, "p1", "found by its tool call id too");
-    await store.append({ jobId: "j1", events: [], permissions: [{ ...p1!, status: "approved", decider: "person", answeredBy: "ann", answerInput: { command: "npm test -- --x" }, answeredAt: new Date() }] });
-    assert.deepEqual((await store.listPermissions({ jobId: "j1", undeliveredOnly: true })).map((p) => p.id).sort(), ["p1", "p2"]);
+    await store.append({
+      jobId: "j1",
+      events: [],
+      permissions: [
+        {
+          ...p1!,
+          status: "approved",
+          decider: "person",
+          answeredBy: "ann",
+          answerInput: { command: "npm test -- --x" },
+          answeredAt: new Date(),
+        },
+      ],
+    });
+    assert.deepEqual((await store.listPermissions({ jobId: "j1", undeliveredOnly: true })).map((p) => p.id).sort(), [
+      "p1",
+      "p2",
+    ]);
     await store.markPermissionDelivered("j1", "p1");
-    assert.deepEqual((await store.listPermissions({ jobId: "j1", undeliveredOnly: true })).map((p) => p.id), ["p2"]);
+    assert.deepEqual(
+      (await store.listPermissions({ jobId: "j1", undeliveredOnly: true })).map((p) => p.id),
+      ["p2"],
+    );
     const answered = await store.getPermission("j1", "p1");
     assert.equal(answered?.status, "approved");
     assert.equal(answered?.answeredBy, "ann");
@@ -205,72 +325,112 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     assert.equal(answered?.delivered, true);
   });
 
-  withStore("a session's stderr is kept with the seq that passes it, once per sandbox seq, at most maxBytes of it, the rest counted", async (store) => {
-    await store.createJob(job("j1"));
-    const piece = (sessionId: string, seq: number, text: string, droppedBytes = 0, maxBytes = 10) =>
-      store.append({ jobId: "j1", events: [], job: { sandboxSeq: seq }, stderr: { sessionId, piece: { seq, text, droppedBytes }, maxBytes } });
-    const text = async (sessionId: string): Promise<string> => (await store.listStderrPieces("j1", sessionId, 0)).map((p) => p.text).join("");
-    await piece("s1", 2, "abcd");
-    await piece("s2", 3, "other");
-    await piece("s1", 4, "efgh");
-    assert.equal((await store.getJob("j1"))?.sandboxSeq, 4, "in the same step as the job's patch");
-    // A re-attach delivers pieces again: each is stored once.
-    await piece("s1", 2, "abcd");
-    await piece("s1", 4, "efgh");
-    assert.equal(await text("s1"), "abcdefgh");
-    // Past 10 bytes, the oldest pieces go and are counted.
-    await piece("s1", 6, "ijk");
-    assert.equal(await text("s1"), "efghijk");
-    // The sandbox dropped a piece whole (a later attach got its size only), then a piece it cut: both counted where they were.
-    await piece("s1", 7, "", 100);
-    await piece("s1", 8, "lm", 5);
-    assert.deepEqual(await store.listStderrPieces("j1", "s1", 4), [
-      { seq: 6, text: "ijk", droppedBytes: 0 },
-      { seq: 8, text: "lm", droppedBytes: 105 },
-    ]);
-    // A piece larger than the whole allowance keeps its end (the oldest pieces all go for it).
-    await piece("s1", 9, "nopqrstuvwxyzé");
-    assert.deepEqual(await store.listStderrPieces("j1", "s1", 0), [{ seq: 9, text: "stuvwxyzé", droppedBytes: 5 }]);
-    await piece("s1", 10, "", 7);
-    assert.deepEqual(await store.listStderrSessions("j1"), [
-      { sessionId: "s1", keptBytes: 10, droppedBytes: 4 + 4 + 3 + (105 + 2), trailingDroppedBytes: 7 },
-      { sessionId: "s2", keptBytes: 5, droppedBytes: 0, trailingDroppedBytes: 0 },
-    ]);
-    // Never half a character: the last 2 bytes of "abéx" start inside "é", so only "x" is kept.
-    await piece("s3", 1, "abéx", 0, 2);
-    assert.deepEqual(await store.listStderrPieces("j1", "s3", 0), [{ seq: 1, text: "x", droppedBytes: 4 }]);
-    await piece("s3", 2, "xyz", 0, 2);
-    assert.deepEqual(await store.listStderrPieces("j1", "s3", 0), [{ seq: 2, text: "yz", droppedBytes: 1 }]);
-    assert.deepEqual((await store.listStderrSessions("j1")).find((s) => s.sessionId === "s3"), { sessionId: "s3", keptBytes: 2, droppedBytes: 5, trailingDroppedBytes: 0 });
-    assert.deepEqual(await store.listStderrSessions("j_none"), []);
-  });
+  withStore(
+    "a session's stderr is kept with the seq that passes it, once per sandbox seq, at most maxBytes of it, the rest counted",
+    async (store) => {
+      await store.createJob(job("j1"));
+      const piece = (sessionId: string, seq: number, text: string, droppedBytes = 0, maxBytes = 10) =>
+        store.append({
+          jobId: "j1",
+          events: [],
+          job: { sandboxSeq: seq },
+          stderr: { sessionId, piece: { seq, text, droppedBytes }, maxBytes },
+        });
+      const text = async (sessionId: string): Promise<string> =>
+        (await store.listStderrPieces("j1", sessionId, 0)).map((p) => p.text).join("");
+      await piece("s1", 2, "abcd");
+      await piece("s2", 3, "other");
+      await piece("s1", 4, "efgh");
+      assert.equal((await store.getJob("j1"))?.sandboxSeq, 4, "in the same step as the job's patch");
+      // A re-attach delivers pieces again: each is stored once.
+      await piece("s1", 2, "abcd");
+      await piece("s1", 4, "efgh");
+      assert.equal(await text("s1"), "abcdefgh");
+      // Past 10 bytes, the oldest pieces go and are counted.
+      await piece("s1", 6, "ijk");
+      assert.equal(await text("s1"), "efghijk");
+      // The sandbox dropped a piece whole (a later attach got its size only), then a piece it cut: both counted where they were.
+      await piece("s1", 7, "", 100);
+      await piece("s1", 8, "lm", 5);
+      assert.deepEqual(await store.listStderrPieces("j1", "s1", 4), [
+        { seq: 6, text: "ijk", droppedBytes: 0 },
+        { seq: 8, text: "lm", droppedBytes: 105 },
+      ]);
+      // A piece larger than the whole allowance keeps its end (the oldest pieces all go for it).
+      await piece("s1", 9, "nopqrstuvwxyzé");
+      assert.deepEqual(await store.listStderrPieces("j1", "s1", 0), [{ seq: 9, text: "stuvwxyzé", droppedBytes: 5 }]);
+      await piece("s1", 10, "", 7);
+      assert.deepEqual(await store.listStderrSessions("j1"), [
+        { sessionId: "s1", keptBytes: 10, droppedBytes: 4 + 4 + 3 + (105 + 2), trailingDroppedBytes: 7 },
+        { sessionId: "s2", keptBytes: 5, droppedBytes: 0, trailingDroppedBytes: 0 },
+      ]);
+      // Never half a character: the last 2 bytes of "abéx" start inside "é", so only "x" is kept.
+      await piece("s3", 1, "abéx", 0, 2);
+      assert.deepEqual(await store.listStderrPieces("j1", "s3", 0), [{ seq: 1, text: "x", droppedBytes: 4 }]);
+      await piece("s3", 2, "xyz", 0, 2);
+      assert.deepEqual(await store.listStderrPieces("j1", "s3", 0), [{ seq: 2, text: "yz", droppedBytes: 1 }]);
+      assert.deepEqual(
+        (await store.listStderrSessions("j1")).find((s) => s.sessionId === "s3"),
+        { sessionId: "s3", keptBytes: 2, droppedBytes: 5, trailingDroppedBytes: 0 },
+      );
+      assert.deepEqual(await store.listStderrSessions("j_none"), []);
+    },
+  );
 
-  withStore("lifecycle events are kept with their change, claimed oldest first, held from others while claimed, gone once delivered", async (store) => {
-    await store.createJob(job("j1"));
-    const created = rawEvent("job.created", { jobId: "j1", attributes: { plugin: "example" } });
-    await store.append({ jobId: "j1", events: [create(JobEventSchema, { event: { case: "text", value: { text: "hi" } } })], lifecycle: [created] });
-    await store.putLifecycleEvents([rawEvent("graph.step_started", { jobId: "j1" })]);
-    await assert.rejects(store.append({ jobId: "missing", events: [], lifecycle: [rawEvent("job.failed", { jobId: "missing" })] }), /not found/);
+  withStore(
+    "lifecycle events are kept with their change, claimed oldest first, held from others while claimed, gone once delivered",
+    async (store) => {
+      await store.createJob(job("j1"));
+      const created = rawEvent("job.created", { jobId: "j1", attributes: { plugin: "example" } });
+      await store.append({
+        jobId: "j1",
+        events: [create(JobEventSchema, { event: { case: "text", value: { text: "hi" } } })],
+        lifecycle: [created],
+      });
+      await store.putLifecycleEvents([rawEvent("graph.step_started", { jobId: "j1" })]);
+      await assert.rejects(
+        store.append({ jobId: "missing", events: [], lifecycle: [rawEvent("job.failed", { jobId: "missing" })] }),
+        /not found/,
+      );
 
-    const claimed = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
-    assert.deepEqual(claimed.map((c) => c.event.type), ["job.created", "graph.step_started"], "in the order kept; nothing from the failed append");
-    assert.equal(claimed[0]!.event.id, created.id);
-    assert.deepEqual(claimed[0]!.event.attributes, { plugin: "example" });
-    assert.deepEqual(await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 }), [], "claimed: held from every other shipper");
-    await store.deleteLifecycleEvents([claimed[0]!.seq]);
-    // A send that failed gives its claim back at once.
-    await store.releaseLifecycleEvents([claimed[1]!.seq]);
-    const released = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
-    assert.deepEqual(released.map((c) => c.seq), [claimed[1]!.seq], "given back, and claimed again; the delivered one is gone");
+      const claimed = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
+      assert.deepEqual(
+        claimed.map((c) => c.event.type),
+        ["job.created", "graph.step_started"],
+        "in the order kept; nothing from the failed append",
+      );
+      assert.equal(claimed[0]!.event.id, created.id);
+      assert.deepEqual(claimed[0]!.event.attributes, { plugin: "example" });
+      assert.deepEqual(
+        await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 }),
+        [],
+        "claimed: held from every other shipper",
+      );
+      await store.deleteLifecycleEvents([claimed[0]!.seq]);
+      // A send that failed gives its claim back at once.
+      await store.releaseLifecycleEvents([claimed[1]!.seq]);
+      const released = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
+      assert.deepEqual(
+        released.map((c) => c.seq),
+        [claimed[1]!.seq],
+        "given back, and claimed again; the delivered one is gone",
+      );
 
-    // A claim that runs out (its shipper died) lets the events go to the next claim.
-    await store.putLifecycleEvents([rawEvent("tool.called", { jobId: "j1" })]);
-    assert.deepEqual((await store.claimLifecycleEvents({ limit: 10, claimMs: 1 })).map((c) => c.event.type), ["tool.called"]);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    const again = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
-    assert.deepEqual(again.map((c) => c.event.type), ["tool.called"]);
-    await store.deleteLifecycleEvents([claimed[1]!.seq, again[0]!.seq]);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    assert.deepEqual(await store.claimLifecycleEvents({ limit: 10, claimMs: 1 }), [], "delivered: gone");
-  });
+      // A claim that runs out (its shipper died) lets the events go to the next claim.
+      await store.putLifecycleEvents([rawEvent("tool.called", { jobId: "j1" })]);
+      assert.deepEqual(
+        (await store.claimLifecycleEvents({ limit: 10, claimMs: 1 })).map((c) => c.event.type),
+        ["tool.called"],
+      );
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const again = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
+      assert.deepEqual(
+        again.map((c) => c.event.type),
+        ["tool.called"],
+      );
+      await store.deleteLifecycleEvents([claimed[1]!.seq, again[0]!.seq]);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.deepEqual(await store.claimLifecycleEvents({ limit: 10, claimMs: 1 }), [], "delivered: gone");
+    },
+  );
 }

@@ -27,7 +27,10 @@ const SUMMARY = "All items are done.";
 
 type Route = "anthropic" | "openai";
 
-interface Message { role: string; content: unknown }
+interface Message {
+  role: string;
+  content: unknown;
+}
 
 function messagesOf(request: ScriptedRequest): Message[] {
   return (request.body?.messages as Message[] | undefined) ?? [];
@@ -35,7 +38,11 @@ function messagesOf(request: ScriptedRequest): Message[] {
 
 /** The system prompt, from either wire format (Chat Completions carries it as the first message). */
 function systemOf(request: ScriptedRequest): string {
-  if (request.wire === "openai-chat-completions") return messagesOf(request).filter((m) => m.role === "system").map((m) => JSON.stringify(m.content)).join("\n");
+  if (request.wire === "openai-chat-completions")
+    return messagesOf(request)
+      .filter((m) => m.role === "system")
+      .map((m) => JSON.stringify(m.content))
+      .join("\n");
   const system = request.body?.system as unknown;
   return typeof system === "string" ? system : JSON.stringify(system ?? "");
 }
@@ -85,7 +92,11 @@ harness_operations:
 `;
 
 const HARNESSES = ["go", "python", "fake"] as const;
-const HARNESS_NAMES: Record<(typeof HARNESSES)[number], string> = { go: "oz0-example-harness-go", python: "oz0-fake-harness-python", fake: "oz0-fake-harness" };
+const HARNESS_NAMES: Record<(typeof HARNESSES)[number], string> = {
+  go: "oz0-example-harness-go",
+  python: "oz0-fake-harness-python",
+  fake: "oz0-fake-harness",
+};
 const ROUTES: readonly Route[] = ["anthropic", "openai"];
 
 /**
@@ -100,9 +111,17 @@ async function makePlugin(): Promise<string> {
   mkdirSync(path.join(dir, "agents"));
   mkdirSync(path.join(dir, "prompts"));
   const env = { ...process.env, GOTOOLCHAIN: "local", GOFLAGS: "-mod=mod" };
-  await promisify(execFile)("go", ["build", "-o", path.join(dir, "harness"), "."], { cwd: path.join(repoRoot, "examples", "harness-go"), env });
-  copyFileSync(path.join(repoRoot, "sdk", "harness-ts", "fake", "python", "fake_harness.py"), path.join(dir, "fake_harness.py"));
-  const agents = HARNESSES.flatMap((harness) => ROUTES.map((route) => [`agents/${harness}-${route}.yaml`, agentYaml(harness, route)] as const));
+  await promisify(execFile)("go", ["build", "-o", path.join(dir, "harness"), "."], {
+    cwd: path.join(repoRoot, "examples", "harness-go"),
+    env,
+  });
+  copyFileSync(
+    path.join(repoRoot, "sdk", "harness-ts", "fake", "python", "fake_harness.py"),
+    path.join(dir, "fake_harness.py"),
+  );
+  const agents = HARNESSES.flatMap((harness) =>
+    ROUTES.map((route) => [`agents/${harness}-${route}.yaml`, agentYaml(harness, route)] as const),
+  );
   for (const [file, yaml] of agents) writeFileSync(path.join(dir, file), yaml);
   writeFileSync(path.join(dir, "prompts", "notes.md"), "You keep the project's notes up to date.\n");
   writeFileSync(
@@ -159,9 +178,19 @@ const jsonLines = (text: string): Record<string, Record<string, unknown>>[] =>
 for (const harness of HARNESSES) {
   for (const route of ROUTES) {
     void test(`the ${harness} harness on the ${route} route: a harness operation, then a write a person approves through the API; the job succeeds`, async () => {
-      const jobs = createClient(JobService, createGrpcTransport({ baseUrl: t.url, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
+      const jobs = createClient(
+        JobService,
+        createGrpcTransport({ baseUrl: t.url, interceptors: [bearerInterceptor(t.stack.ownerToken)] }),
+      );
       const callsBefore = t.model.requests.length;
-      const started = await t.cli(["run", `${harness}-${route}`, "Check the notes, then write a summary", "--attach", notes, "--detach"]);
+      const started = await t.cli([
+        "run",
+        `${harness}-${route}`,
+        "Check the notes, then write a summary",
+        "--attach",
+        notes,
+        "--detach",
+      ]);
       assert.equal(started.code, 0, started.stderr);
       const jobId = started.stdout.trim();
 
@@ -171,12 +200,20 @@ for (const harness of HARNESSES) {
         if (waiting) return waiting;
         const { job } = await jobs.getJob({ jobId });
         // A job that ended before asking would leave nothing to wait for.
-        assert.ok(job && job.state <= JobState.WAITING, `the job ended ${job ? JobState[job.state] : "unknown"} before asking for approval: ${job?.error}`);
+        assert.ok(
+          job && job.state <= JobState.WAITING,
+          `the job ended ${job ? JobState[job.state] : "unknown"} before asking for approval: ${job?.error}`,
+        );
         return undefined;
       });
       assert.equal(approval.tool, "write_file");
       assert.deepEqual(approval.input, { path: "summary.txt", content: SUMMARY });
-      await jobs.answerPermission({ jobId, callId: approval.callId, allow: true, reason: "the summary may be written" });
+      await jobs.answerPermission({
+        jobId,
+        callId: approval.callId,
+        allow: true,
+        reason: "the summary may be written",
+      });
 
       const watched = await t.cli(["jobs", "watch", jobId]);
       assert.equal(watched.code, 0, watched.stdout + watched.stderr);
@@ -194,14 +231,26 @@ for (const harness of HARNESSES) {
       // The runtime tool was asked about (the policy allowed it), relayed, and its validated result came back.
       const operationCall = callIdOf(OPERATION);
       assert.ok(operationCall, `no tool_call for ${OPERATION}`);
-      assert.ok(events.some((e) => e.permissionRequested?.tool === OPERATION && e.permissionRequested.callId === operationCall), "the runtime tool call was not asked about");
-      assert.deepEqual(decisions.filter((d) => d.tool === OPERATION).map((d) => [d.decider, d.allow]), [["DECIDER_POLICY", true]]);
+      assert.ok(
+        events.some((e) => e.permissionRequested?.tool === OPERATION && e.permissionRequested.callId === operationCall),
+        "the runtime tool call was not asked about",
+      );
+      assert.deepEqual(
+        decisions.filter((d) => d.tool === OPERATION).map((d) => [d.decider, d.allow]),
+        [["DECIDER_POLICY", true]],
+      );
       const operationResult = toolResults.find((r) => r.callId === operationCall);
       assert.equal(operationResult?.isError ?? false, false, JSON.stringify(operationResult));
       assert.match(String(operationResult?.output), /"done": ?true/);
       // The write waited for a person and ran once approved.
       const write = decisions.filter((d) => d.tool === "write_file");
-      assert.deepEqual(write.map((d) => [d.pending ?? false, d.decider, d.allow ?? false]), [[true, undefined, false], [false, "DECIDER_PERSON", true]]);
+      assert.deepEqual(
+        write.map((d) => [d.pending ?? false, d.decider, d.allow ?? false]),
+        [
+          [true, undefined, false],
+          [false, "DECIDER_PERSON", true],
+        ],
+      );
       assert.equal(toolResults.find((r) => r.callId === callIdOf("write_file"))?.isError ?? false, false);
       assert.equal(events.at(-1)?.stateChanged?.state, "JOB_STATE_SUCCEEDED");
       const artifacts = /artifact: (\S+changes\.patch)/.exec(watched.stdout)?.[1];
@@ -212,7 +261,11 @@ for (const harness of HARNESSES) {
       const calls = t.model.requests.slice(callsBefore);
       assert.equal(calls.length, 5, "three turns of the job, two of the operation's scratch session");
       for (const call of calls) {
-        assert.equal(call.wire, route === "openai" ? "openai-chat-completions" : "anthropic-messages", `${call.method} ${call.path}`);
+        assert.equal(
+          call.wire,
+          route === "openai" ? "openai-chat-completions" : "anthropic-messages",
+          `${call.method} ${call.path}`,
+        );
         assert.equal(call.body?.model, route === "openai" ? "gpt-kit" : "claude-kit");
       }
     });

@@ -75,7 +75,11 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
 
   void it("resumes a dead replica's jobs (a graph job among them) exactly once between the survivors, and refuses the dead one's late writes", async () => {
     // Replicas open at once, as pods of one Deployment would: migrations run once.
-    const [one, two, dying] = await Promise.all([replica("orch-1", 60_000), replica("orch-2", 60_000), replica("orch-3", 300)]);
+    const [one, two, dying] = await Promise.all([
+      replica("orch-1", 60_000),
+      replica("orch-2", 60_000),
+      replica("orch-3", 300),
+    ]);
     // The dying replica stops renewing at once: it is as good as dead once its leases expire.
     await dying!.cluster.leases.stop();
 
@@ -101,17 +105,33 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     const [fromOne, fromTwo] = await Promise.all([one!.cluster.sweeper.sweepOnce(), two!.cluster.sweeper.sweepOnce()]);
     const taken = [...fromOne, ...fromTwo].map((l) => `${l.kind}/${l.resource}`).sort();
     const expected = [
-      ...Array.from({ length: 30 }, (_, i) => i).filter((i) => i % 3 === 2).map((i) => `job/job-${i}`),
+      ...Array.from({ length: 30 }, (_, i) => i)
+        .filter((i) => i % 3 === 2)
+        .map((i) => `job/job-${i}`),
       "job/unleased-a",
       "job/unleased-b",
       "job/graph_run1",
     ].sort();
-    assert.deepEqual(taken, expected, "each orphaned resource taken once; live replicas' jobs and finished jobs left alone");
-    assert.deepEqual([...one!.resumed, ...two!.resumed].map((l) => `${l.kind}/${l.resource}`).sort(), expected, "and resumed once");
+    assert.deepEqual(
+      taken,
+      expected,
+      "each orphaned resource taken once; live replicas' jobs and finished jobs left alone",
+    );
+    assert.deepEqual(
+      [...one!.resumed, ...two!.resumed].map((l) => `${l.kind}/${l.resource}`).sort(),
+      expected,
+      "and resumed once",
+    );
 
     // The dead replica wakes up and tries to write to a job it used to own.
     const stale = owned.get("job-2")!;
-    await assert.rejects(dying!.cluster.store.fenced(stale).append({ jobId: "job-2", events: [create(JobEventSchema, { event: { case: "text", value: { text: "late" } } })] }), LeaseLostError);
+    await assert.rejects(
+      dying!.cluster.store.fenced(stale).append({
+        jobId: "job-2",
+        events: [create(JobEventSchema, { event: { case: "text", value: { text: "late" } } })],
+      }),
+      LeaseLostError,
+    );
     const newOwner = [...fromOne, ...fromTwo].find((l) => l.resource === "job-2")!;
     const ownerCluster = newOwner.owner === "orch-1" ? one! : two!;
     await ownerCluster.cluster.store.fenced(newOwner).updateJob("job-2", { state: "succeeded" });
@@ -125,13 +145,23 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     // Nobody leased it (its creator died): the flaky replica wins it, and its resume fails.
     await steady.cluster.store.createJob(job("takeover-fails"));
     const first = await flaky.cluster.sweeper.sweepOnce();
-    assert.deepEqual(first.map((l) => l.resource), ["takeover-fails"]);
+    assert.deepEqual(
+      first.map((l) => l.resource),
+      ["takeover-fails"],
+    );
     assert.deepEqual(flaky.resumed, []);
     assert.equal(flaky.cluster.jobs.owns("takeover-fails"), false, "not kept by the replica that could not resume it");
     assert.equal(await flaky.cluster.leases.get("job", "takeover-fails"), undefined, "its lease given back");
     const second = await steady.cluster.sweeper.sweepOnce();
-    assert.deepEqual(second.map((l) => l.resource), ["takeover-fails"], "the next sweep takes it");
-    assert.deepEqual(steady.resumed.map((l) => l.resource), ["takeover-fails"]);
+    assert.deepEqual(
+      second.map((l) => l.resource),
+      ["takeover-fails"],
+      "the next sweep takes it",
+    );
+    assert.deepEqual(
+      steady.resumed.map((l) => l.resource),
+      ["takeover-fails"],
+    );
   });
 
   void it("refuses a replica's writes to a job whose lease it lost, but for a bystander's (an answer or cancel taken there)", async () => {
@@ -140,7 +170,10 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     await stale.cluster.jobs.claim("lost-job");
     await stale.cluster.store.createJob(job("lost-job"));
     await stale.cluster.leases.stop(); // paused: it stops renewing, and its lease expires
-    await eventually(async () => ((await owner.cluster.sweeper.sweepOnce()).some((l) => l.resource === "lost-job") ? true : undefined), "the job taken over");
+    await eventually(
+      async () => ((await owner.cluster.sweeper.sweepOnce()).some((l) => l.resource === "lost-job") ? true : undefined),
+      "the job taken over",
+    );
     await stale.cluster.leases.renewAll((lease) => stale.cluster.jobs.lose(lease));
     assert.equal(stale.cluster.jobs.owns("lost-job"), false);
     // Work of the job still in flight at the stale replica: refused, however long after the loss.
@@ -161,7 +194,9 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     const waiting = permission("answer-job", "perm-1");
     await unaware.cluster.store.append({ jobId: "answer-job", events: [], permissions: [waiting] });
     // Another replica takes the lease (this one was paused): its token moves on, and this replica has not noticed yet.
-    await unaware.cluster.store.pool.query("UPDATE leases SET token = token + 1, owner = 'orch-thief' WHERE kind = 'job' AND resource = 'answer-job'");
+    await unaware.cluster.store.pool.query(
+      "UPDATE leases SET token = token + 1, owner = 'orch-thief' WHERE kind = 'job' AND resource = 'answer-job'",
+    );
     const home = mkdtempSync(path.join(os.tmpdir(), "oz0-leases-answer-"));
     const runner = new JobRunner({
       store: unaware.cluster.store,
@@ -175,10 +210,19 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     });
     try {
       assert.equal(unaware.cluster.jobs.owns("answer-job"), true, "it has not noticed");
-      const answered = await runner.answerPermission({ jobId: "answer-job", callId: waiting.callId, allow: true, answeredBy: { id: "ann", groups: [] } });
+      const answered = await runner.answerPermission({
+        jobId: "answer-job",
+        callId: waiting.callId,
+        allow: true,
+        answeredBy: { id: "ann", groups: [] },
+      });
       assert.equal(answered.status, "approved");
       const stored = await unaware.cluster.store.getPermission("answer-job", "perm-1");
-      assert.deepEqual([stored?.status, stored?.answeredBy], ["approved", "ann"], "stored for the new owner to deliver");
+      assert.deepEqual(
+        [stored?.status, stored?.answeredBy],
+        ["approved", "ann"],
+        "stored for the new owner to deliver",
+      );
     } finally {
       await runner.close();
       rmSync(home, { recursive: true, force: true });
@@ -191,11 +235,34 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     const two = replicas.find((r) => r.cluster.leases.owner === "orch-2");
     const ownedByTwo = { resource: two!.cluster.jobs.owned()[0]! };
     // A pending approval of that job, then the answer taken at replica one: the store publishes it as it commits.
-    const requested = { jobId: ownedByTwo.resource, id: "perm-1", callId: "call-1", sessionId: "ses", tool: "Bash", title: "Run it", needsPerson: true, reason: "", answeredBy: "", requestedAt: new Date(), delivered: false };
-    await two!.cluster.store.append({ jobId: ownedByTwo.resource, events: [], permissions: [{ ...requested, status: "pending" }] });
-    await one!.cluster.store.append({ jobId: ownedByTwo.resource, events: [], permissions: [{ ...requested, status: "approved", decider: "person", answeredBy: "ann", answeredAt: new Date() }] });
+    const requested = {
+      jobId: ownedByTwo.resource,
+      id: "perm-1",
+      callId: "call-1",
+      sessionId: "ses",
+      tool: "Bash",
+      title: "Run it",
+      needsPerson: true,
+      reason: "",
+      answeredBy: "",
+      requestedAt: new Date(),
+      delivered: false,
+    };
+    await two!.cluster.store.append({
+      jobId: ownedByTwo.resource,
+      events: [],
+      permissions: [{ ...requested, status: "pending" }],
+    });
+    await one!.cluster.store.append({
+      jobId: ownedByTwo.resource,
+      events: [],
+      permissions: [{ ...requested, status: "approved", decider: "person", answeredBy: "ann", answeredAt: new Date() }],
+    });
     await eventually(async () => (two!.answers.length > 0 ? true : undefined));
-    assert.deepEqual(two!.answers.map((a) => [a.jobId, a.permissionId]), [[ownedByTwo.resource, "perm-1"]]);
+    assert.deepEqual(
+      two!.answers.map((a) => [a.jobId, a.permissionId]),
+      [[ownedByTwo.resource, "perm-1"]],
+    );
     assert.deepEqual(one!.answers, [], "a replica not owning the job ignores the answer");
   });
 
@@ -212,7 +279,8 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     const seen: number[] = [];
     const unsubscribe = feed.subscribe("job-watched", (event) => seen.push(Number(event.seq)));
     const text = (t: string) => create(JobEventSchema, { event: { case: "text", value: { text: t } } });
-    for (let i = 0; i < 5; i++) await two.cluster.store.append({ jobId: "job-watched", events: [text(`a${i}`), text(`b${i}`)] });
+    for (let i = 0; i < 5; i++)
+      await two.cluster.store.append({ jobId: "job-watched", events: [text(`a${i}`), text(`b${i}`)] });
     await eventually(async () => (seen.length >= 10 ? true : undefined));
     // Published locally too (as the owner's own feed would): nothing is passed on twice.
     feed.publish("job-watched", await one.cluster.store.listJobEvents("job-watched", 0));

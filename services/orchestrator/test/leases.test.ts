@@ -20,7 +20,11 @@ void describe("leases", () => {
   // Each replica gets a pool of its own, as separate processes would.
   const managers: LeaseManager[] = [];
   const replica = async (owner: string, ttlMs?: number): Promise<LeaseManager> => {
-    const manager = await LeaseManager.open({ connection: { connectionString, schema, maxConnections: 4 }, owner, ...(ttlMs ? { ttlMs } : {}) });
+    const manager = await LeaseManager.open({
+      connection: { connectionString, schema, maxConnections: 4 },
+      owner,
+      ...(ttlMs ? { ttlMs } : {}),
+    });
     managers.push(manager);
     return manager;
   };
@@ -70,18 +74,31 @@ void describe("leases", () => {
     const lease = await dying.acquire("approval", "job-7/perm-1");
     const kept = await dying.acquire("approval", "job-7/perm-2", { ttlMs: 60_000 });
     assert.ok(lease && kept);
-    await eventually(async () => ((await survivor.listExpired("approval")).some((l) => l.resource === "job-7/perm-1") ? true : undefined));
+    await eventually(async () =>
+      (await survivor.listExpired("approval")).some((l) => l.resource === "job-7/perm-1") ? true : undefined,
+    );
     // Its own sweep leaves it alone: a live replica whose renewal came late keeps its token by renewing.
     assert.deepEqual(await dying.takeOverExpired("approval"), []);
     const taken = await survivor.takeOverExpired("approval");
-    assert.deepEqual(taken.map((l) => [l.resource, l.owner]), [["job-7/perm-1", "survivor"]], "only the expired lease changes hands");
+    assert.deepEqual(
+      taken.map((l) => [l.resource, l.owner]),
+      [["job-7/perm-1", "survivor"]],
+      "only the expired lease changes hands",
+    );
     assert.ok(taken[0]!.token > lease.token);
 
     // The paused owner wakes up and renews what it believes it holds.
     const lost: Lease[] = [];
     await dying.renewAll((l) => lost.push(l));
-    assert.deepEqual(lost.map((l) => l.resource), ["job-7/perm-1"]);
-    assert.deepEqual(dying.held().map((l) => l.resource), ["job-7/perm-2"], "the live lease is renewed, the lost one dropped");
+    assert.deepEqual(
+      lost.map((l) => l.resource),
+      ["job-7/perm-1"],
+    );
+    assert.deepEqual(
+      dying.held().map((l) => l.resource),
+      ["job-7/perm-2"],
+      "the live lease is renewed, the lost one dropped",
+    );
     assert.equal(await dying.renew(lease), undefined, "a stale owner cannot renew");
     assert.equal(await dying.release(lease), false, "nor release what is no longer its own");
     assert.equal((await survivor.get("approval", "job-7/perm-1"))?.owner, "survivor");
@@ -98,7 +115,10 @@ void describe("leases", () => {
     cut.startRenewing({ onLost: (l) => lost.push(l), onError: (e) => errors.push(e) });
     try {
       await eventually(async () => (lost.length > 0 ? true : undefined), "the lease reported lost");
-      assert.deepEqual(lost.map((l) => l.token), [lease.token]);
+      assert.deepEqual(
+        lost.map((l) => l.token),
+        [lease.token],
+      );
       assert.ok(errors.length > 0, "the failed renewals were reported");
       assert.deepEqual(cut.held(), [], "no longer held");
       // The rule itself: the database surely keeps the lease for its lifetime from the request that set it.
@@ -114,7 +134,10 @@ void describe("leases", () => {
       const c = await replica("clock-c", 300);
       const mine = (await c.acquire("job", "clock-job-c"))!;
       c.expireUnconfirmed(onLost, { marginMs: 0, now: performance.now() + 300 });
-      const back = await eventually(async () => (await c.takeOverExpired("job")).find((l) => l.resource === "clock-job-c"), "the given-up lease taken back");
+      const back = await eventually(
+        async () => (await c.takeOverExpired("job")).find((l) => l.resource === "clock-job-c"),
+        "the given-up lease taken back",
+      );
       assert.ok(back.token > mine.token, "with a new token");
     } finally {
       await cut.stop();
@@ -135,7 +158,10 @@ void describe("leases", () => {
       const lost: Lease[] = [];
       silent.startRenewing({ onLost: (l) => lost.push(l) });
       await eventually(async () => (lost.length > 0 ? true : undefined), "the lease given up");
-      assert.deepEqual(lost.map((l) => l.token), [lease.token]);
+      assert.deepEqual(
+        lost.map((l) => l.token),
+        [lease.token],
+      );
     } finally {
       // Cut first: the hung renewal then fails, and stop() (which waits for it) returns.
       await relay.close();
@@ -150,8 +176,13 @@ void describe("leases", () => {
     for (const r of resources) assert.ok(await dead.acquire("job", r));
     const x = await replica("sweeper-x");
     const y = await replica("sweeper-y");
-    await eventually(async () => ((await x.listExpired("job")).filter((l) => l.resource.startsWith("sweep-")).length === 40 ? true : undefined));
-    const [fromX, fromY] = await Promise.all([x.takeOverExpired("job", { limit: 100 }), y.takeOverExpired("job", { limit: 100 })]);
+    await eventually(async () =>
+      (await x.listExpired("job")).filter((l) => l.resource.startsWith("sweep-")).length === 40 ? true : undefined,
+    );
+    const [fromX, fromY] = await Promise.all([
+      x.takeOverExpired("job", { limit: 100 }),
+      y.takeOverExpired("job", { limit: 100 }),
+    ]);
     const all = [...fromX, ...fromY].map((l) => l.resource).filter((r) => r.startsWith("sweep-"));
     assert.deepEqual(all.sort(), [...resources].sort(), "every lease taken over exactly once");
     for (const r of resources) assert.notEqual((await x.get("job", r))?.owner, "dead");
@@ -170,18 +201,32 @@ void describe("leases", () => {
   void it("keeps listening after the database drops the listening connection, and says so, so the owner re-reads the store", async () => {
     let reconnects = 0;
     const errors: unknown[] = [];
-    const owner = new ClusterNotifier({ connectionString, schema, onReconnect: () => reconnects++, onError: (e) => errors.push(e) });
+    const owner = new ClusterNotifier({
+      connectionString,
+      schema,
+      onReconnect: () => reconnects++,
+      onError: (e) => errors.push(e),
+    });
     try {
       const received: string[] = [];
       owner.subscribe((answer) => received.push(answer.permissionId));
       await owner.listen();
       // What a failover or an administrator does to the connection.
-      const killed = await pool.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1", [`LISTEN ${owner.channel}`]);
+      const killed = await pool.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1", [
+        `LISTEN ${owner.channel}`,
+      ]);
       assert.equal(killed.rowCount, 1);
       await eventually(async () => (reconnects > 0 ? true : undefined), "reconnection");
       assert.ok(errors.length > 0, "the loss is reported");
-      await new ClusterNotifier({ connectionString, schema }).publish(pool, { jobId: "j1", permissionId: "after-reconnect", status: "approved" });
-      await eventually(async () => (received.includes("after-reconnect") ? true : undefined), "the answer after reconnecting");
+      await new ClusterNotifier({ connectionString, schema }).publish(pool, {
+        jobId: "j1",
+        permissionId: "after-reconnect",
+        status: "approved",
+      });
+      await eventually(
+        async () => (received.includes("after-reconnect") ? true : undefined),
+        "the answer after reconnecting",
+      );
     } finally {
       await owner.close();
     }
@@ -213,7 +258,10 @@ void describe("leases", () => {
       await other.publish(answeringPool, { jobId: "j9", permissionId: "p9", status: "approved" });
       await answering.publish(answeringPool, { jobId: "j1", permissionId: "p2", status: "approved" });
       await eventually(async () => (received.length > 1 ? true : undefined));
-      assert.deepEqual(received.map((r) => r.permissionId), ["p1", "p2"]);
+      assert.deepEqual(
+        received.map((r) => r.permissionId),
+        ["p1", "p2"],
+      );
     } finally {
       await owner.close();
       await answering.close();

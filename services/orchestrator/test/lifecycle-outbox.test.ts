@@ -43,23 +43,41 @@ after(async () => {
 const startOrchestrator = (): Promise<StackProcess> =>
   startServiceProcess({
     name: "orchestrator",
-    env: { ...t.stack.identityEnv("orchestrator"), OZ0_HOME: home, OZ0_SANDBOX_URLS: t.stack.urls.sandbox, OZ0_LLM_PROXY_URL: t.stack.urls["llm-proxy"], OZ0_EVENTS_URL: relayUrl },
+    env: {
+      ...t.stack.identityEnv("orchestrator"),
+      OZ0_HOME: home,
+      OZ0_SANDBOX_URLS: t.stack.urls.sandbox,
+      OZ0_LLM_PROXY_URL: t.stack.urls["llm-proxy"],
+      OZ0_EVENTS_URL: relayUrl,
+    },
     logFile: path.join(home, "logs", "orchestrator.log"),
   });
 
 /** What the orchestrator published about the job (the sandbox and the proxy publish their own). */
 async function eventsOf(jobId: string): Promise<PublicEvent[]> {
-  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
+  const events = createClient(
+    EventsService,
+    createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }),
+  );
   const log: PublicEvent[] = [];
-  for await (const r of events.watch({ fromPosition: 0n, untilCaughtUp: true })) if (r.event?.jobId === jobId && r.event.source === "orchestrator") log.push(r.event);
+  for await (const r of events.watch({ fromPosition: 0n, untilCaughtUp: true }))
+    if (r.event?.jobId === jobId && r.event.source === "orchestrator") log.push(r.event);
   return log;
 }
 
 void test("a job's lifecycle events reach the events service once after its orchestrator was SIGKILLed before shipping them", async () => {
   relay.cut();
   orchestrator = await startOrchestrator();
-  const transport = createGrpcTransport({ baseUrl: orchestrator.url, interceptors: [bearerInterceptor(t.stack.ownerToken)] });
-  const repo = await makePluginRepo({ agents: { plain: "name: plain\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/fixer.md\n" } });
+  const transport = createGrpcTransport({
+    baseUrl: orchestrator.url,
+    interceptors: [bearerInterceptor(t.stack.ownerToken)],
+  });
+  const repo = await makePluginRepo({
+    agents: {
+      plain:
+        "name: plain\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/fixer.md\n",
+    },
+  });
   await createClient(PluginService, transport).installPlugin({ source: repo });
   const jobs = createClient(JobService, transport);
   const { job } = await jobs.runAgent({ agent: "plain", input: "ship it later" });
@@ -83,6 +101,7 @@ void test("a job's lifecycle events reach the events service once after its orch
     60_000,
   );
   const types = shipped.map((e) => e.type);
-  for (const type of ["job.created", "job.completed"]) assert.equal(types.filter((x) => x === type).length, 1, `${type} once: ${types.join(", ")}`);
+  for (const type of ["job.created", "job.completed"])
+    assert.equal(types.filter((x) => x === type).length, 1, `${type} once: ${types.join(", ")}`);
   assert.equal(new Set(shipped.map((e) => e.id)).size, shipped.length, "no event twice");
 });

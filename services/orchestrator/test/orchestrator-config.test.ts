@@ -60,19 +60,42 @@ void test("a malformed variable is refused, naming it and the form it expects", 
     [{ OZ0_PORT: "x" }, /^OZ0_PORT must be a port number from 0 \(any free port\) to 65535; got "x"$/],
     [{ OZ0_NODE_PORT: "99999" }, /^OZ0_NODE_PORT must be a port number/],
     [{ OZ0_LEASE_TTL_MS: "30s" }, /^OZ0_LEASE_TTL_MS must be a whole number of milliseconds, at least 100; got "30s"$/],
-    [{ OZ0_NODE_STALE_AFTER_MS: "50" }, /^OZ0_NODE_STALE_AFTER_MS must be a whole number of milliseconds, at least 100; got "50"$/],
-    [{ OZ0_MAX_SESSION_STDERR_BYTES: "1MiB" }, /^OZ0_MAX_SESSION_STDERR_BYTES must be a whole number of bytes \(0 keeps none\), at least 0; got "1MiB"$/],
-    [{ OZ0_SANDBOX_URLS: "sandbox:7701" }, /^OZ0_SANDBOX_URLS must be comma-separated http:\/\/ or https:\/\/ URLs; got "sandbox:7701"$/],
+    [
+      { OZ0_NODE_STALE_AFTER_MS: "50" },
+      /^OZ0_NODE_STALE_AFTER_MS must be a whole number of milliseconds, at least 100; got "50"$/,
+    ],
+    [
+      { OZ0_MAX_SESSION_STDERR_BYTES: "1MiB" },
+      /^OZ0_MAX_SESSION_STDERR_BYTES must be a whole number of bytes \(0 keeps none\), at least 0; got "1MiB"$/,
+    ],
+    [
+      { OZ0_SANDBOX_URLS: "sandbox:7701" },
+      /^OZ0_SANDBOX_URLS must be comma-separated http:\/\/ or https:\/\/ URLs; got "sandbox:7701"$/,
+    ],
     [{ OZ0_LLM_PROXY_URL: "llm-proxy" }, /^OZ0_LLM_PROXY_URL must be an http:\/\/ or https:\/\/ URL/],
   ];
-  for (const [env, message] of cases) assert.throws(() => configFromEnv(env), { name: "EnvConfigError", message }, JSON.stringify(env));
+  for (const [env, message] of cases)
+    assert.throws(() => configFromEnv(env), { name: "EnvConfigError", message }, JSON.stringify(env));
 });
 
 void test("oz0-orchestrator with OZ0_PORT=x stops at start and says what to set", (t) => {
   const home = mkdtempSync(path.join(os.tmpdir(), "oz0-config-test-"));
   t.after(() => rmSync(home, { recursive: true, force: true }));
-  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, OZ0_HOME: home, OZ0_PORT: "x", OZ0_SANDBOX_URLS: "http://127.0.0.1:1", OZ0_LLM_PROXY_URL: "http://127.0.0.1:1" };
-  const result = spawnSync(process.execPath, [path.join(packageDir, "dist", "main.js")], { env, encoding: "utf8", timeout: 60_000 });
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    OZ0_HOME: home,
+    OZ0_PORT: "x",
+    OZ0_SANDBOX_URLS: "http://127.0.0.1:1",
+    OZ0_LLM_PROXY_URL: "http://127.0.0.1:1",
+  };
+  const result = spawnSync(process.execPath, [path.join(packageDir, "dist", "main.js")], {
+    env,
+    encoding: "utf8",
+    timeout: 60_000,
+  });
   assert.equal(result.status, 1, result.stderr);
-  assert.match(result.stderr, /oz0-orchestrator: OZ0_PORT must be a port number from 0 \(any free port\) to 65535; got "x"/);
+  assert.match(
+    result.stderr,
+    /oz0-orchestrator: OZ0_PORT must be a port number from 0 \(any free port\) to 65535; got "x"/,
+  );
 });

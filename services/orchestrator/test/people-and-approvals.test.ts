@@ -43,7 +43,10 @@ async function makeRepo(): Promise<string> {
     'name: people\nversion: 0.1.0\nharnesses:\n  - name: fake\n    command: ["oz0-fake-harness"]\n    permissions: true\n    tools: [run_command]\nagents:\n  - agents/restricted.yaml\n  - agents/reviewed.yaml\n',
   );
   writeFileSync(path.join(dir, "agents", "restricted.yaml"), agent("restricted", "  approvers: [alice]\n"));
-  writeFileSync(path.join(dir, "agents", "reviewed.yaml"), agent("reviewed", "  approvers: [reviewers]\n  prevent_self_approval: true\n"));
+  writeFileSync(
+    path.join(dir, "agents", "reviewed.yaml"),
+    agent("reviewed", "  approvers: [reviewers]\n  prevent_self_approval: true\n"),
+  );
   await commitAll(dir, "plugin");
   return dir;
 }
@@ -76,10 +79,14 @@ async function finishedState(jobId: string): Promise<string> {
 }
 
 async function publicEvents(jobId: string, type: string): Promise<PublicEvent[]> {
-  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
+  const events = createClient(
+    EventsService,
+    createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }),
+  );
   return eventually(async () => {
     const found: PublicEvent[] = [];
-    for await (const r of events.watch({ jobId, fromPosition: 0n, untilCaughtUp: true })) if (r.event?.type === type) found.push(r.event);
+    for await (const r of events.watch({ jobId, fromPosition: 0n, untilCaughtUp: true }))
+      if (r.event?.type === type) found.push(r.event);
     return found.length > 0 ? found : undefined;
   });
 }
@@ -102,7 +109,8 @@ before(async () => {
       "",
     ].join("\n"),
   );
-  const person = (name: string, groups: string[]): Promise<string> => issuer.sign({ sub: `id-${name}`, preferred_username: name, groups });
+  const person = (name: string, groups: string[]): Promise<string> =>
+    issuer.sign({ sub: `id-${name}`, preferred_username: name, groups });
   tokens.alice = await person("alice", ["approvers", "reviewers"]);
   tokens.bob = await person("bob", ["approvers"]);
   tokens.carol = await person("carol", ["approvers", "reviewers"]);
@@ -123,7 +131,10 @@ void test("only the agent's approvers answer: bob is refused naming the rule, al
   const callId = await waitingCall(jobId);
   const bob = await t.cli(["approve", jobId, callId], as("bob"));
   assert.equal(bob.code, 1);
-  assert.match(bob.stderr, /bob may not answer call .*: agent restricted lets only alice answer \(approvals\.approvers names users and groups\)/);
+  assert.match(
+    bob.stderr,
+    /bob may not answer call .*: agent restricted lets only alice answer \(approvals\.approvers names users and groups\)/,
+  );
   const alice = await t.cli(["approve", jobId, callId], as("alice"));
   assert.equal(alice.code, 0, alice.stderr);
   assert.equal(await finishedState(jobId), "JOB_STATE_SUCCEEDED");
@@ -131,7 +142,11 @@ void test("only the agent's approvers answer: bob is refused naming the rule, al
   assert.equal(record?.answeredBy, "alice");
   const [answered] = await publicEvents(jobId, "approval.answered");
   assert.deepEqual(
-    { by: answered?.attributes?.answered_by, changed: answered?.attributes?.input_changed, command: JSON.stringify(answered?.attributes ?? {}).includes("for-alice") },
+    {
+      by: answered?.attributes?.answered_by,
+      changed: answered?.attributes?.input_changed,
+      command: JSON.stringify(answered?.attributes ?? {}).includes("for-alice"),
+    },
     { by: "alice", changed: false, command: false },
   );
 });
@@ -141,18 +156,28 @@ void test("the job's starter may not approve its own call under prevent_self_app
   const callId = await waitingCall(jobId);
   const carol = await t.cli(["approve", jobId, callId], as("carol"));
   assert.equal(carol.code, 1);
-  assert.match(carol.stderr, /carol started this job and may not answer its own call .*approvals\.prevent_self_approval/);
+  assert.match(
+    carol.stderr,
+    /carol started this job and may not answer its own call .*approvals\.prevent_self_approval/,
+  );
   // bob is an approver but not a reviewer (the agent's approvers name a group).
   const bob = await t.cli(["approve", jobId, callId], as("bob"));
   assert.equal(bob.code, 1);
   assert.match(bob.stderr, /lets only reviewers answer/);
-  const alice = await t.cli(["approve", jobId, callId, "--input", JSON.stringify({ command: "echo edited-by-alice" })], as("alice"));
+  const alice = await t.cli(
+    ["approve", jobId, callId, "--input", JSON.stringify({ command: "echo edited-by-alice" })],
+    as("alice"),
+  );
   assert.equal(alice.code, 0, alice.stderr);
   assert.equal(await finishedState(jobId), "JOB_STATE_SUCCEEDED");
   const [answered] = await publicEvents(jobId, "approval.answered");
   assert.equal(answered?.attributes?.answered_by, "alice");
   assert.equal(answered?.attributes?.input_changed, true);
-  assert.equal(JSON.stringify(answered?.attributes ?? {}).includes("edited-by-alice"), false, "the input itself is never public");
+  assert.equal(
+    JSON.stringify(answered?.attributes ?? {}).includes("edited-by-alice"),
+    false,
+    "the input itself is never public",
+  );
 });
 
 void test("a viewer reads jobs but may neither approve nor run; a stale token is refused saying why", async () => {
@@ -166,7 +191,9 @@ void test("a viewer reads jobs but may neither approve nor run; a stale token is
   const run = await t.cli(["run", "restricted", "x", "--detach"], as("dave"));
   assert.equal(run.code, 1);
   assert.match(run.stderr, /RunAgent is open only to people with the operator role/);
-  const expired = await t.cli(["jobs", "list"], { env: { OZ0_TOKEN: await issuer.sign({ preferred_username: "alice" }, { expiresIn: "-1m" }) } });
+  const expired = await t.cli(["jobs", "list"], {
+    env: { OZ0_TOKEN: await issuer.sign({ preferred_username: "alice" }, { expiresIn: "-1m" }) },
+  });
   assert.equal(expired.code, 1);
   assert.match(expired.stderr, /the token has expired/);
   const anonymous = await t.cli(["jobs", "list"], { env: { OZ0_TOKEN: "oz0_not-a-credential-anyone-issued" } });

@@ -47,9 +47,21 @@ void test("postgres: a replica that lost a graph run's lease can write neither i
     // A lease that expires at once stands for an owner that stopped renewing (paused, partitioned).
     const stale = await first.acquire("job", "run-1", { ttlMs: 0 });
     assert.ok(stale);
-    const asFirst = await openGraphStore({ pool: jobs.pool, home: "/nonexistent", fences: { fenceFor: (id) => (id === "run-1" ? stale : undefined) } });
+    const asFirst = await openGraphStore({
+      pool: jobs.pool,
+      home: "/nonexistent",
+      fences: { fenceFor: (id) => (id === "run-1" ? stale : undefined) },
+    });
     const definition: GraphDefinition = new Harness("support").toDefinition();
-    await asFirst.checkpoints.createRun({ runId: "run-1", graph: "support", definitionHash: "sha256:s", definition, input: {}, status: "running", startedAt: "2030-01-02T03:04:05Z" });
+    await asFirst.checkpoints.createRun({
+      runId: "run-1",
+      graph: "support",
+      definitionHash: "sha256:s",
+      definition,
+      input: {},
+      status: "running",
+      startedAt: "2030-01-02T03:04:05Z",
+    });
     await asFirst.putStepJob({ idempotencyKey: "run-1/step", runId: "run-1", stepJobId: "job_first" });
 
     const taken = await second.acquire("job", "run-1");
@@ -57,9 +69,18 @@ void test("postgres: a replica that lost a graph run's lease can write neither i
     const asSecond = await openGraphStore({ pool: jobs.pool, home: "/nonexistent", fences: { fenceFor: () => taken } });
     await asSecond.putStepJob({ idempotencyKey: "run-1/step", runId: "run-1", stepJobId: "job_second" });
 
-    await assert.rejects(asFirst.putStepJob({ idempotencyKey: "run-1/step", runId: "run-1", stepJobId: "job_stale" }), LeaseLostError);
-    await assert.rejects(asFirst.checkpoints.recordStep("run-1", { path: "0", nodeId: "a", iteration: 0, outcome: "ok", delta: {} }), LeaseLostError);
-    await assert.rejects(asFirst.checkpoints.finishRun("run-1", { status: "failed", conflicts: [], result: {} }), LeaseLostError);
+    await assert.rejects(
+      asFirst.putStepJob({ idempotencyKey: "run-1/step", runId: "run-1", stepJobId: "job_stale" }),
+      LeaseLostError,
+    );
+    await assert.rejects(
+      asFirst.checkpoints.recordStep("run-1", { path: "0", nodeId: "a", iteration: 0, outcome: "ok", delta: {} }),
+      LeaseLostError,
+    );
+    await assert.rejects(
+      asFirst.checkpoints.finishRun("run-1", { status: "failed", conflicts: [], result: {} }),
+      LeaseLostError,
+    );
     assert.equal(await asSecond.getStepJob("run-1/step"), "job_second", "the new owner's step job stands");
     assert.deepEqual(await asSecond.checkpoints.loadSteps("run-1"), []);
     assert.equal((await asSecond.checkpoints.getRun("run-1"))?.status, "running");

@@ -24,7 +24,10 @@ let t: TestStack;
 
 before(async () => {
   t = await startTestStack({
-    pick: ({ turn }): ScriptedTurn => (turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: "echo stored > proof.txt" } }] } : { text: "proof written" }),
+    pick: ({ turn }): ScriptedTurn =>
+      turn === 0
+        ? { toolCalls: [{ name: "run_command", input: { command: "echo stored > proof.txt" } }] }
+        : { text: "proof written" },
     // A stable replica id: the restarted orchestrator takes its own jobs back at once.
     orchestratorEnv: { DATABASE_URL: databaseUrl(), OZ0_DATABASE_SCHEMA: schema, OZ0_REPLICA_ID: "the-only-replica" },
   });

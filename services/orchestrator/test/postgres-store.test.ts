@@ -20,7 +20,10 @@ const textEvent = (text: string) => create(JobEventSchema, { event: { case: "tex
 
 jobStoreSuite("postgres", async () => {
   const schema = freshSchema();
-  return { store: await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 }), cleanup: () => dropSchema(schema) };
+  return {
+    store: await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 }),
+    cleanup: () => dropSchema(schema),
+  };
 });
 
 void test("postgres: replicas starting at once apply each migration exactly once", async () => {
@@ -29,9 +32,18 @@ void test("postgres: replicas starting at once apply each migration exactly once
   try {
     const ran = await Promise.all(pools.map((pool) => migrateOrchestrator(pool, schema)));
     const all = ran.flat().sort((a, b) => a - b);
-    assert.deepEqual(all, ORCHESTRATOR_MIGRATIONS.map((m) => m.version), "every version applied once, by one of them");
-    const { rows } = await pools[0]!.query<{ version: number }>("SELECT version FROM oz0_migrations WHERE component = 'orchestrator' ORDER BY version");
-    assert.deepEqual(rows.map((r) => r.version), ORCHESTRATOR_MIGRATIONS.map((m) => m.version));
+    assert.deepEqual(
+      all,
+      ORCHESTRATOR_MIGRATIONS.map((m) => m.version),
+      "every version applied once, by one of them",
+    );
+    const { rows } = await pools[0]!.query<{ version: number }>(
+      "SELECT version FROM oz0_migrations WHERE component = 'orchestrator' ORDER BY version",
+    );
+    assert.deepEqual(
+      rows.map((r) => r.version),
+      ORCHESTRATOR_MIGRATIONS.map((m) => m.version),
+    );
     assert.deepEqual(await migrateOrchestrator(pools[1]!, schema), [], "a later start finds nothing to do");
   } finally {
     await Promise.all(pools.map((pool) => pool.end()));
@@ -45,11 +57,19 @@ void test("postgres: two replicas appending to one job get gap-free, unique sequ
   const b = await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 });
   try {
     await a.createJob(job("j1"));
-    const appends = Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).append({ jobId: "j1", events: [textEvent(`x${i}`), textEvent(`y${i}`)] }));
+    const appends = Array.from({ length: 40 }, (_, i) =>
+      (i % 2 ? a : b).append({ jobId: "j1", events: [textEvent(`x${i}`), textEvent(`y${i}`)] }),
+    );
     const stored = (await Promise.all(appends)).flat().map((e) => Number(e.seq));
-    assert.deepEqual(stored.sort((x, y) => x - y), Array.from({ length: 80 }, (_, i) => i + 1));
+    assert.deepEqual(
+      stored.sort((x, y) => x - y),
+      Array.from({ length: 80 }, (_, i) => i + 1),
+    );
     const events = await b.listJobEvents("j1", 0);
-    assert.deepEqual(events.map((e) => Number(e.seq)), Array.from({ length: 80 }, (_, i) => i + 1));
+    assert.deepEqual(
+      events.map((e) => Number(e.seq)),
+      Array.from({ length: 80 }, (_, i) => i + 1),
+    );
     assert.equal((await a.getJob("j1"))?.lastSeq, 80);
     assert.deepEqual((await a.getJob("j1"))?.attachments, ["a.txt"]);
   } finally {
@@ -99,7 +119,9 @@ void test("postgres: replicas claiming lifecycle events at once each get other e
   const b = await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 });
   try {
     await a.putLifecycleEvents(Array.from({ length: 200 }, (_, i) => rawEvent("tool.called", { jobId: `j${i}` })));
-    const claims = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 ? a : b).claimLifecycleEvents({ limit: 15, claimMs: 60_000 })));
+    const claims = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => (i % 2 ? a : b).claimLifecycleEvents({ limit: 15, claimMs: 60_000 })),
+    );
     const seqs = claims.flat().map((c) => c.seq);
     assert.equal(new Set(seqs).size, seqs.length, "no event claimed twice");
     assert.equal(seqs.length, 200, "every event claimed once");

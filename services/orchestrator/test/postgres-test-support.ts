@@ -7,7 +7,10 @@ import type { JobRecord } from "../src/store/job-store.js";
 
 export function databaseUrl(): string {
   const url = process.env.DATABASE_URL;
-  if (!url) throw new Error("DATABASE_URL is unset: run through `npm test` (tools/test-infra starts PostgreSQL) or point it at a server");
+  if (!url)
+    throw new Error(
+      "DATABASE_URL is unset: run through `npm test` (tools/test-infra starts PostgreSQL) or point it at a server",
+    );
   return url;
 }
 
@@ -31,7 +34,11 @@ export async function dropSchema(schema: string): Promise<void> {
  * comes (a broken implementation) into a failure instead of a hung run;
  * `timeoutMs` widens it for work that is long by design.
  */
-export async function eventually<T>(check: () => Promise<T | undefined>, what = "the condition", timeoutMs = 120_000): Promise<T> {
+export async function eventually<T>(
+  check: () => Promise<T | undefined>,
+  what = "the condition",
+  timeoutMs = 120_000,
+): Promise<T> {
   const giveUp = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();

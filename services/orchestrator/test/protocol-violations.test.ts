@@ -20,11 +20,18 @@ const plugin = path.join(packageDir, "test/fixtures/protocol");
 const MAX_LINE_NESTING = 32;
 
 const VIOLATIONS = [
-  { mode: "two-results", error: "duplicate_result: the harness wrote a second result; exactly one result ends a session" },
-  { mode: "event-after-result", error: "event_after_result: the harness wrote a text event after its result; nothing may follow the result" },
+  {
+    mode: "two-results",
+    error: "duplicate_result: the harness wrote a second result; exactly one result ends a session",
+  },
+  {
+    mode: "event-after-result",
+    error: "event_after_result: the harness wrote a text event after its result; nothing may follow the result",
+  },
   {
     mode: "exit-after-result",
-    error: "nonzero_exit_after_result: the harness exited with code 3 after writing a completed result; a harness exits with code 0 once its result is out",
+    error:
+      "nonzero_exit_after_result: the harness exited with code 3 after writing a completed result; a harness exits with code 0 once its result is out",
   },
 ];
 
@@ -70,7 +77,11 @@ for (const v of VIOLATIONS) {
   void test(`a harness that does ${v.mode} fails its job with the protocol error, and its result is not the job's`, async () => {
     const job = await failedRun(["breaker", v.mode]);
     assert.equal(job.error, `the harness broke the protocol: ${v.error}`);
-    assert.equal(job.resultText ?? "", "", "the result of a session that broke the protocol is not kept as the job's result");
+    assert.equal(
+      job.resultText ?? "",
+      "",
+      "the result of a session that broke the protocol is not kept as the job's result",
+    );
     assert.equal(job.stopReason ?? "STOP_REASON_UNSPECIFIED", "STOP_REASON_UNSPECIFIED");
   });
 }
@@ -86,7 +97,10 @@ void test("a harness operation whose scratch session breaks the protocol returns
     const run = await t.cli(["run", "delegator", v.mode]);
     assert.equal(run.code, 0, run.stdout + run.stderr);
     const job = await jobOf(run);
-    assert.equal(job.resultText, `tool error: operation_session_failed: check's scratch session failed: the harness broke the protocol: ${v.error}`);
+    assert.equal(
+      job.resultText,
+      `tool error: operation_session_failed: check's scratch session failed: the harness broke the protocol: ${v.error}`,
+    );
   }
   // The control: a scratch session that keeps to the protocol returns its validated result.
   const polite = await t.cli(["run", "delegator", "polite"]);
@@ -95,14 +109,20 @@ void test("a harness operation whose scratch session breaks the protocol returns
 
 void test("a graph fails with the protocol error of an agent step, or of a custom step's module", async () => {
   const agentStep = await failedRun(["breaker-step", "two-results"]);
-  assert.match(agentStep.error ?? "", /agent breaker \(job job_\w+\) ended failed: the harness broke the protocol: duplicate_result: /);
+  assert.match(
+    agentStep.error ?? "",
+    /agent breaker \(job job_\w+\) ended failed: the harness broke the protocol: duplicate_result: /,
+  );
   const writes = await failedRun(["writes-after", "go"]);
   assert.match(
     writes.error ?? "",
     /custom step writes-after failed in the sandbox: the harness broke the protocol: event_after_result: the harness wrote a text event after its result/,
   );
   const fails = await failedRun(["fails-after", "go"]);
-  assert.match(fails.error ?? "", /custom step fails-after failed in the sandbox: the harness broke the protocol: nonzero_exit_after_result: the harness exited with code 3/);
+  assert.match(
+    fails.error ?? "",
+    /custom step fails-after failed in the sandbox: the harness broke the protocol: nonzero_exit_after_result: the harness exited with code 3/,
+  );
 });
 
 const tooDeep =
@@ -140,12 +160,19 @@ void test(`a line exactly ${MAX_LINE_NESTING} levels deep goes through: the job,
     .map((l) => JSON.parse(l) as { toolCall?: { input?: unknown } })
     .find((e) => e.toolCall);
   assert.equal(depthOf(call?.toolCall?.input), MAX_LINE_NESTING - 2);
-  const events = createClient(EventsService, createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }));
+  const events = createClient(
+    EventsService,
+    createGrpcTransport({ baseUrl: t.stack.urls.events, interceptors: [bearerInterceptor(t.stack.ownerToken)] }),
+  );
   const called = await eventually(async () => {
-    for await (const r of events.watch({ jobId: job.id, untilCaughtUp: true })) if (r.event?.type === "tool.called") return r.event;
+    for await (const r of events.watch({ jobId: job.id, untilCaughtUp: true }))
+      if (r.event?.type === "tool.called") return r.event;
     return undefined;
   });
   assert.equal(called.attributes?.tool_name, "echo");
   const transcript = await events.transcript({ jobId: job.id });
-  assert.ok(transcript.rows.some((r) => r.row.case === "event" && r.row.value.type === "tool.called"), "the transcript carries it too");
+  assert.ok(
+    transcript.rows.some((r) => r.row.case === "event" && r.row.value.type === "tool.called"),
+    "the transcript carries it too",
+  );
 });

@@ -23,14 +23,21 @@ function quickStart(): string {
 
 void test("the README's quick start runs as written", () => {
   const script = `set -e\ntrap 'rm -rf "\${OZ0_HOME:-/nonexistent-oz0-home}"' EXIT\n${quickStart()}`;
-  const result = spawnSync("bash", ["-c", script], { cwd: repoRoot, env: { ...process.env, PATH, OZ0_URL: "" }, encoding: "utf8" });
+  const result = spawnSync("bash", ["-c", script], {
+    cwd: repoRoot,
+    env: { ...process.env, PATH, OZ0_URL: "" },
+    encoding: "utf8",
+  });
   assert.equal(result.status, 0, `${result.stdout}\n${result.stderr}`);
   assert.match(result.stdout, /installed plugin harness-claude 0\.1\.0/);
   assert.match(result.stdout, /installed plugin example 0\.1\.0/);
   assert.match(result.stdout, /claude-fixer\s+v1\s+harness:claude-agent-sdk/);
   assert.match(result.stdout, /fixer\s+v1\s+harness:fake/);
   assert.match(result.stdout, /job job_\w+ succeeded/);
-  assert.match(result.stderr, /the scripted model answers every model call from examples\/plugins\/example\/demo-script\.json/);
+  assert.match(
+    result.stderr,
+    /the scripted model answers every model call from examples\/plugins\/example\/demo-script\.json/,
+  );
   // The script's write reached the job's patch: the fix, not a canned reply.
   assert.match(result.stdout, /▸ write_file/);
   assert.match(result.stdout, /job_\w+\s+succeeded\s+fixer v1/);
@@ -52,7 +59,8 @@ void test("oz0 dev runs the stack in the foreground and the other commands find 
     const consoleLink = /^console\s+(\S+)/m.exec(out)?.[1];
     assert.ok(consoleLink?.startsWith(`${url}/#/login?code=`), out);
     assert.equal((await fetch(`${url}/`)).status, 200);
-    const oz0 = (...args: string[]) => spawnSync(process.execPath, [cliMain, ...args], { cwd: repoRoot, env, encoding: "utf8" });
+    const oz0 = (...args: string[]) =>
+      spawnSync(process.execPath, [cliMain, ...args], { cwd: repoRoot, env, encoding: "utf8" });
     // The example plugin's claude-fixer needs the harness-claude plugin installed first.
     assert.equal(oz0("plugin", "install", "plugins/harness-claude").status, 0);
     assert.equal(oz0("plugin", "install", "examples/plugins/example").status, 0);
@@ -94,12 +102,17 @@ void test("the root README's CLI blocks run as written, offline, and the job's p
   const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-root-readme-copy-"));
   // As a new user without a provider key; NODE_TEST_CONTEXT would make the project's own `node --test` report to this runner.
   const env: NodeJS.ProcessEnv = { ...process.env, PATH, OZ0_HOME: home, OZ0_URL: "" };
-  for (const name of ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OZ0_MODEL_SCRIPT", "OZ0_TOKEN", "NODE_TEST_CONTEXT"]) delete env[name];
-  const sh = (script: string, cwd: string) => spawnSync("bash", ["-c", `set -e\n${script}`], { cwd, env, encoding: "utf8" });
+  for (const name of ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OZ0_MODEL_SCRIPT", "OZ0_TOKEN", "NODE_TEST_CONTEXT"])
+    delete env[name];
+  const sh = (script: string, cwd: string) =>
+    spawnSync("bash", ["-c", `set -e\n${script}`], { cwd, env, encoding: "utf8" });
   try {
     const ran = sh(first, repoRoot);
     assert.equal(ran.status, 0, `${ran.stdout}\n${ran.stderr}`);
-    assert.match(ran.stderr, /the scripted model answers every model call from examples\/plugins\/example\/demo-script-claude\.json/);
+    assert.match(
+      ran.stderr,
+      /the scripted model answers every model call from examples\/plugins\/example\/demo-script-claude\.json/,
+    );
     const job = /^job (job_\w+) succeeded$/m.exec(ran.stdout)?.[1];
     assert.ok(job, ran.stdout);
     assert.match(ran.stdout, new RegExp(`${job}\\s+succeeded\\s+claude-fixer v1`));
@@ -108,7 +121,8 @@ void test("the root README's CLI blocks run as written, offline, and the job's p
     assert.match(after.stdout, /job \S+\s+\d+ calls/);
     // The copy fails its test until the job's patch is applied.
     cpSync(path.join(repoRoot, "examples", "projects", "dates"), path.join(scratch, "dates"), { recursive: true });
-    const test = () => spawnSync(process.execPath, ["--test"], { cwd: path.join(scratch, "dates"), env, encoding: "utf8" });
+    const test = () =>
+      spawnSync(process.execPath, ["--test"], { cwd: path.join(scratch, "dates"), env, encoding: "utf8" });
     assert.notEqual(test().status, 0, "the example's test fails before the fix");
     const applied = spawnSync("git", ["apply", path.join("fix", "changes.patch")], { cwd: scratch, encoding: "utf8" });
     assert.equal(applied.status, 0, applied.stderr);

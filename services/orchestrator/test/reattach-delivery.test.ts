@@ -28,7 +28,10 @@ let runner: JobRunner;
 const home = mkdtempSync(path.join(os.tmpdir(), "oz0-reattach-delivery-"));
 
 before(async () => {
-  t = await startTestStack({ pick: ({ turn }) => (turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: "echo answered" } }] } : { text: "went on" }) });
+  t = await startTestStack({
+    pick: ({ turn }) =>
+      turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: "echo answered" } }] } : { text: "went on" },
+  });
   const target = new URL(t.stack.urls.sandbox);
   relay = new TcpRelay({ host: target.hostname, port: Number(target.port) });
   const sandboxUrl = `http://127.0.0.1:${await relay.listen()}`;
@@ -36,7 +39,9 @@ before(async () => {
   runner = new JobRunner({
     store,
     feed: new JobFeed(),
-    placement: new StaticPlacement({ runners: [new SandboxClient({ url: sandboxUrl, token: t.stack.credentials.orchestrator })] }),
+    placement: new StaticPlacement({
+      runners: [new SandboxClient({ url: sandboxUrl, token: t.stack.credentials.orchestrator })],
+    }),
     tokens: new LlmProxyClient({ url: t.stack.urls["llm-proxy"], token: t.stack.credentials.orchestrator }),
     policy: new PermissionPolicy({ hooks: [new HookStage()] }),
     home,
@@ -44,7 +49,8 @@ before(async () => {
   });
   const repo = await makePluginRepo({
     agents: {
-      careful: "name: careful\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/fixer.md\nharness:\n  tools: [run_command]\n  requires_approval: [run_command]\n",
+      careful:
+        "name: careful\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/fixer.md\nharness:\n  tools: [run_command]\n  requires_approval: [run_command]\n",
     },
   });
   await new PluginRegistry({ store, home }).install({ source: repo });
@@ -62,7 +68,12 @@ void test("an answer given while the sandbox stream is broken reaches the sessio
   const job = await runner.runAgent({ agent: "careful", input: "run it" });
   const waiting = await eventually(async () => (await store.listPermissions({ jobId: job.id, pendingOnly: true }))[0]);
   relay.cut();
-  await runner.answerPermission({ jobId: job.id, callId: waiting.callId, allow: true, answeredBy: { id: "reattach-test", groups: [] } });
+  await runner.answerPermission({
+    jobId: job.id,
+    callId: waiting.callId,
+    allow: true,
+    answeredBy: { id: "reattach-test", groups: [] },
+  });
   relay.resume();
   const done = await eventually(async () => {
     const current = await store.getJob(job.id);

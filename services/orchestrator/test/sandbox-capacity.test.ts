@@ -23,7 +23,9 @@ let t: TestStack;
 
 before(async () => {
   t = await startTestStack({ pick, sandboxEnv: { OZ0_MAX_SESSIONS: "1" } });
-  const repo = await makePluginRepo({ agents: { careful: AGENT("careful", "  requires_approval: [run_command]\n"), quick: AGENT("quick", "") } });
+  const repo = await makePluginRepo({
+    agents: { careful: AGENT("careful", "  requires_approval: [run_command]\n"), quick: AGENT("quick", "") },
+  });
   const installed = await t.cli(["plugin", "install", repo]);
   assert.equal(installed.code, 0, installed.stderr);
 });
@@ -36,7 +38,9 @@ void test("a job waits while the sandbox is full, then runs", async () => {
   const first = (await t.cli(["run", "careful", "hold the only session", "--detach"])).stdout.trim();
   const callId = await eventually(async () => {
     const list = await t.cli(["approvals", "list", "--job", first, "--json"]);
-    return list.stdout.trim() ? String((JSON.parse(list.stdout.split("\n")[0]!) as { callId: string }).callId) : undefined;
+    return list.stdout.trim()
+      ? String((JSON.parse(list.stdout.split("\n")[0]!) as { callId: string }).callId)
+      : undefined;
   });
   // The only session is taken: this one cannot start yet.
   const second = (await t.cli(["run", "quick", "wait for room", "--detach"])).stdout.trim();
@@ -48,6 +52,10 @@ void test("a job waits while the sandbox is full, then runs", async () => {
   const watchedSecond = await t.cli(["jobs", "watch", second]);
   assert.equal(watchedSecond.code, 0, watchedSecond.stdout);
   assert.match(watchedSecond.stdout, /done: wait for room/);
-  assert.match(watchedSecond.stdout, /… waiting for a sandbox node with free capacity/, "the waiting job said why it waited");
+  assert.match(
+    watchedSecond.stdout,
+    /… waiting for a sandbox node with free capacity/,
+    "the waiting job said why it waited",
+  );
   assert.equal(watchedSecond.stdout.match(/waiting for a sandbox node/g)?.length, 1, "said once, not per attempt");
 });

@@ -48,7 +48,12 @@ void test("a sandbox that refuses this orchestrator's credential gives a typed e
   const os = await import("node:os");
   const path = await import("node:path");
   const root = mkdtempSync(path.join(os.tmpdir(), "oz0-refused-"));
-  const sandbox = await startSandbox({ port: 0, root, isolation: "none", auth: testCredentials.settingsFor("sandbox") });
+  const sandbox = await startSandbox({
+    port: 0,
+    root,
+    isolation: "none",
+    auth: testCredentials.settingsFor("sandbox"),
+  });
   try {
     for (const token of [undefined, testCredentials.services["llm-proxy"], testCredentials.owner]) {
       const channel = new SandboxClient({ url: sandbox.url, token }).reattach({ sessionId: "ses_any", afterSeq: 0 });
@@ -56,11 +61,16 @@ void test("a sandbox that refuses this orchestrator's credential gives a typed e
         (async () => {
           for await (const message of channel) assert.fail(`no message expected, got ${message.kind}`);
         })(),
-        (error: unknown) => error instanceof SandboxRefusedError && /refused this orchestrator .*OZ0_PEER_ORCHESTRATOR_SHA256/.test(error.message),
+        (error: unknown) =>
+          error instanceof SandboxRefusedError &&
+          /refused this orchestrator .*OZ0_PEER_ORCHESTRATOR_SHA256/.test(error.message),
       );
     }
     // With the orchestrator's credential the same call reaches the sandbox, which does not know the session.
-    const known = new SandboxClient({ url: sandbox.url, token: testCredentials.services.orchestrator }).reattach({ sessionId: "ses_any", afterSeq: 0 });
+    const known = new SandboxClient({ url: sandbox.url, token: testCredentials.services.orchestrator }).reattach({
+      sessionId: "ses_any",
+      afterSeq: 0,
+    });
     await assert.rejects(
       (async () => {
         for await (const message of known) assert.fail(`no message expected, got ${message.kind}`);

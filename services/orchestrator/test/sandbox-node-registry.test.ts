@@ -25,14 +25,20 @@ void describe("sandbox node registry", () => {
   }
 
   // The registries and the job store of one schema: the registry reads the jobs' states.
-  async function withJobs(count: number, staleAfterMs?: number): Promise<{ registries: SandboxNodeRegistry[]; store: PostgresJobStore }> {
+  async function withJobs(
+    count: number,
+    staleAfterMs?: number,
+  ): Promise<{ registries: SandboxNodeRegistry[]; store: PostgresJobStore }> {
     const schema = freshSchema();
     schemas.push(schema);
     const store = await PostgresJobStore.open({ connectionString, schema, maxConnections: 2 });
     opened.push(store);
     const list: SandboxNodeRegistry[] = [];
     for (let i = 0; i < count; i++) {
-      const registry = await SandboxNodeRegistry.open({ connection: { connectionString, schema, maxConnections: 4 }, ...(staleAfterMs ? { staleAfterMs } : {}) });
+      const registry = await SandboxNodeRegistry.open({
+        connection: { connectionString, schema, maxConnections: 4 },
+        ...(staleAfterMs ? { staleAfterMs } : {}),
+      });
       opened.push(registry);
       list.push(registry);
     }
@@ -62,13 +68,21 @@ void describe("sandbox node registry", () => {
     const [a, b] = await replicas(2);
     await a!.register({ id: "node-1", url: "http://10.0.0.1:7701", capacity: 5 });
     await b!.register({ id: "node-2", url: "http://10.0.0.2:7701", capacity: 7 });
-    const requests = Array.from({ length: 20 }, (_, i) => (i % 2 ? a! : b!).place({ sessionId: `ses-${i}`, jobId: `job-${i}` }));
+    const requests = Array.from({ length: 20 }, (_, i) =>
+      (i % 2 ? a! : b!).place({ sessionId: `ses-${i}`, jobId: `job-${i}` }),
+    );
     const placed = (await Promise.all(requests)).filter((p): p is Placement => p !== undefined);
     assert.equal(placed.length, 12, "exactly the total capacity is placed");
     const perNode = new Map<string, number>();
     for (const p of placed) perNode.set(p.node.id, (perNode.get(p.node.id) ?? 0) + 1);
     assert.deepEqual(Object.fromEntries(perNode), { "node-1": 5, "node-2": 7 });
-    assert.deepEqual((await a!.listLive()).map((n) => [n.id, n.placed, n.free]), [["node-1", 5, 0], ["node-2", 7, 0]]);
+    assert.deepEqual(
+      (await a!.listLive()).map((n) => [n.id, n.placed, n.free]),
+      [
+        ["node-1", 5, 0],
+        ["node-2", 7, 0],
+      ],
+    );
 
     // A retried placement of a placed session takes no second slot.
     const again = await b!.place({ sessionId: placed[0]!.sessionId, jobId: placed[0]!.jobId });
@@ -77,7 +91,11 @@ void describe("sandbox node registry", () => {
 
     assert.equal(await a!.release(placed[0]!.sessionId), true);
     assert.equal(await a!.release(placed[0]!.sessionId), false);
-    assert.equal((await b!.place({ sessionId: "ses-extra", jobId: "job-extra" }))?.node.id, placed[0]!.node.id, "the freed slot is used");
+    assert.equal(
+      (await b!.place({ sessionId: "ses-extra", jobId: "job-extra" }))?.node.id,
+      placed[0]!.node.id,
+      "the freed slot is used",
+    );
   });
 
   void it("stops placing on a node whose heartbeats stopped and reports its sessions lost", async () => {
@@ -99,7 +117,10 @@ void describe("sandbox node registry", () => {
       assert.equal(placement.node.id, "alive", "nothing goes to a node without heartbeats");
     }
     const lost = await registry!.lostSessions();
-    assert.deepEqual(lost.map((l) => [l.sessionId, l.jobId, l.nodeId]), [[onSilent!.sessionId, onSilent!.jobId, "silent"]]);
+    assert.deepEqual(
+      lost.map((l) => [l.sessionId, l.jobId, l.nodeId]),
+      [[onSilent!.sessionId, onSilent!.jobId, "silent"]],
+    );
     assert.match(lost[0]!.reason, /sandbox node silent \(http:\/\/10\.0\.0\.2:7701\) stopped sending heartbeats/);
 
     assert.equal(await registry!.heartbeat("never-registered"), false);
@@ -111,7 +132,10 @@ void describe("sandbox node registry", () => {
   });
 
   void it("gives back the slot of a session whose job ended at its node's next heartbeat, when nobody released it", async () => {
-    const { registries: [registry], store } = await withJobs(1);
+    const {
+      registries: [registry],
+      store,
+    } = await withJobs(1);
     await registry!.register({ id: "node-1", url: "http://10.0.0.1:7701", capacity: 3 });
     for (const id of ["ended", "running", "pending"]) {
       await store.createJob(jobRecord(id));
@@ -127,13 +151,23 @@ void describe("sandbox node registry", () => {
     assert.equal(await registry!.release("ses_ended"), false, "its placement is gone");
     await store.updateJob("running", { state: "cancelled", finishedAt: new Date() });
     assert.equal(await registry!.heartbeat("node-1"), true);
-    assert.deepEqual((await registry!.listLive()).map((n) => [n.id, n.placed, n.free]), [["node-1", 1, 2]]);
+    assert.deepEqual(
+      (await registry!.listLive()).map((n) => [n.id, n.placed, n.free]),
+      [["node-1", 1, 2]],
+    );
     assert.equal(await registry!.release("ses_pending"), true, "an active job keeps its slot");
-    assert.equal((await registry!.place({ sessionId: "ses_new", jobId: "new" }))?.node.id, "node-1", "the freed slots are used");
+    assert.equal(
+      (await registry!.place({ sessionId: "ses_new", jobId: "new" }))?.node.id,
+      "node-1",
+      "the freed slots are used",
+    );
   });
 
   void it("keeps a session on its silent node, reporting it lost, until its caller gives it back to place it on a live one", async () => {
-    const { registries: [registry], store } = await withJobs(1, 2_000);
+    const {
+      registries: [registry],
+      store,
+    } = await withJobs(1, 2_000);
     await registry!.register({ id: "silent", url: "http://10.0.0.2:7701", capacity: 10 });
     for (const id of ["never-started", "started"]) {
       await store.createJob(jobRecord(id));
@@ -143,19 +177,32 @@ void describe("sandbox node registry", () => {
     await untilOnlyAlive(registry!);
 
     // Placing again never moves a session by itself: whether it ran there is for its caller to know.
-    for (const id of ["never-started", "started"]) assert.equal((await registry!.place({ sessionId: `ses_${id}`, jobId: id }))?.node.id, "silent");
+    for (const id of ["never-started", "started"])
+      assert.equal((await registry!.place({ sessionId: `ses_${id}`, jobId: id }))?.node.id, "silent");
     assert.equal((await registry!.lostSession("ses_started"))?.nodeId, "silent");
     assert.equal(await registry!.lostSession("ses_unknown"), undefined);
-    assert.deepEqual((await registry!.lostSessions()).map((l) => l.sessionId).sort(), ["ses_never-started", "ses_started"]);
+    assert.deepEqual((await registry!.lostSessions()).map((l) => l.sessionId).sort(), [
+      "ses_never-started",
+      "ses_started",
+    ]);
 
     // The caller that knows a session never started there gives it back, and it goes to the live node.
     assert.equal(await registry!.release("ses_never-started"), true);
     const again = await registry!.place({ sessionId: "ses_never-started", jobId: "never-started" });
     assert.deepEqual([again?.node.id, again?.node.placed], ["alive", 1]);
     assert.equal(await registry!.lostSession("ses_never-started"), undefined, "no longer lost");
-    assert.deepEqual((await registry!.lostSessions()).map((l) => [l.sessionId, l.nodeId]), [["ses_started", "silent"]]);
+    assert.deepEqual(
+      (await registry!.lostSessions()).map((l) => [l.sessionId, l.nodeId]),
+      [["ses_started", "silent"]],
+    );
     assert.equal(await registry!.release("ses_started"), true);
     await registry!.register({ id: "silent", url: "http://10.0.0.2:7701", capacity: 10 });
-    assert.deepEqual((await registry!.listLive()).map((n) => [n.id, n.placed]), [["silent", 0], ["alive", 1]]);
+    assert.deepEqual(
+      (await registry!.listLive()).map((n) => [n.id, n.placed]),
+      [
+        ["silent", 0],
+        ["alive", 1],
+      ],
+    );
   });
 });

@@ -41,7 +41,9 @@ const HOLDING_HARNESS = `
 
 const run = (file: string, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> =>
   new Promise((resolve) => {
-    execFile(file, args, (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }));
+    execFile(file, args, (error, stdout, stderr) =>
+      resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
+    );
   });
 
 void describe("sandbox nodes", () => {
@@ -82,7 +84,12 @@ void describe("sandbox nodes", () => {
   /** Starts a session that holds its slot, and waits until the node runs it. */
   async function hold(runner: SessionRunner, sessionId: string): Promise<SessionChannel> {
     const channel = runner.start({
-      request: create(SessionRequestSchema, { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, sessionId, jobId: `job-${sessionId}`, input: "hold" }),
+      request: create(SessionRequestSchema, {
+        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+        sessionId,
+        jobId: `job-${sessionId}`,
+        input: "hold",
+      }),
       command: [process.execPath, "-e", HOLDING_HARNESS],
       pluginDir: dir,
       attachments: [],
@@ -120,10 +127,10 @@ void describe("sandbox nodes", () => {
       const found = await registry.listLive();
       return found.length === 2 ? found : undefined;
     }, "both nodes registered");
-    assert.deepEqual(
-      nodes.map((n) => [n.id, n.url, n.capacity, n.placed]).sort(),
-      [["node-a", a.url, 1, 0], ["node-b", b.url, 1, 0]],
-    );
+    assert.deepEqual(nodes.map((n) => [n.id, n.url, n.capacity, n.placed]).sort(), [
+      ["node-a", a.url, 1, 0],
+      ["node-b", b.url, 1, 0],
+    ]);
 
     // One session each (the least loaded node first), then no room anywhere: the job would wait.
     const first = await placement.place({ jobId: "job-s1", sessionId: "s1" });
@@ -142,17 +149,26 @@ void describe("sandbox nodes", () => {
       const found = await placement.lostSessions();
       return found.length > 0 ? found : undefined;
     }, "node-a's session reported lost");
-    assert.deepEqual(lost.map((l) => [l.sessionId, l.jobId, l.nodeId, l.nodeUrl]), [[onA.sessionId, `job-${onA.sessionId}`, "node-a", a.url]]);
+    assert.deepEqual(
+      lost.map((l) => [l.sessionId, l.jobId, l.nodeId, l.nodeUrl]),
+      [[onA.sessionId, `job-${onA.sessionId}`, "node-a", a.url]],
+    );
     assert.match(
       lost[0]!.reason,
-      new RegExp(`^sandbox node node-a \\(${a.url.replaceAll(".", "\\.")}\\) stopped sending heartbeats at \\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z; its session ${onA.sessionId} is lost — resuming a session on another node is not supported`),
+      new RegExp(
+        `^sandbox node node-a \\(${a.url.replaceAll(".", "\\.")}\\) stopped sending heartbeats at \\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z; its session ${onA.sessionId} is lost — resuming a session on another node is not supported`,
+      ),
     );
     assert.deepEqual(await live(), ["node-b"]);
 
     // Its job failed and the slot was released: node-a has room again but, silent, gets nothing.
     await placement.release(onA.sessionId);
     assert.deepEqual(await placement.lostSessions(), []);
-    assert.equal(await placement.place({ jobId: "job-s3", sessionId: "s3" }), undefined, "nothing is placed on a node without heartbeats");
+    assert.equal(
+      await placement.place({ jobId: "job-s3", sessionId: "s3" }),
+      undefined,
+      "nothing is placed on a node without heartbeats",
+    );
 
     // node-b's session ends: its slot is the one s3 gets.
     await onB.runner.cancel({ sessionId: onB.sessionId, reason: "test over" });
@@ -181,15 +197,30 @@ void describe("sandbox nodes", () => {
       });
     }
     const authorization = `Bearer ${TOKEN}`;
-    await assert.rejects(client.heartbeat({ ...heartbeat, url: "ftp://10.6.6.6" }, { headers: { authorization } }), (e: unknown) => ConnectError.from(e).code === Code.InvalidArgument);
-    await assert.rejects(client.heartbeat({ ...heartbeat, nodeId: "" }, { headers: { authorization } }), (e: unknown) => ConnectError.from(e).code === Code.InvalidArgument);
-    assert.equal((await observer.listLive()).find((n) => n.id === "intruder"), undefined);
+    await assert.rejects(
+      client.heartbeat({ ...heartbeat, url: "ftp://10.6.6.6" }, { headers: { authorization } }),
+      (e: unknown) => ConnectError.from(e).code === Code.InvalidArgument,
+    );
+    await assert.rejects(
+      client.heartbeat({ ...heartbeat, nodeId: "" }, { headers: { authorization } }),
+      (e: unknown) => ConnectError.from(e).code === Code.InvalidArgument,
+    );
+    assert.equal(
+      (await observer.listLive()).find((n) => n.id === "intruder"),
+      undefined,
+    );
     assert.throws(() => sandboxNodeServices({ registry, nodeToken: "" }), /OZ0_NODE_TOKEN must be set/);
 
     // A real node with the wrong token keeps running, says why in its log, and is never placed on.
     const wrong = await startNode("node-wrong-token", { OZ0_NODE_TOKEN: "not-the-node-token-0123456789" });
-    await eventually(async () => (readFileSync(wrong.logFile, "utf8").includes("refuses this node's heartbeats") ? true : undefined), "the refusal in the node's log");
-    assert.equal((await observer.listLive()).find((n) => n.id === "node-wrong-token"), undefined);
+    await eventually(
+      async () => (readFileSync(wrong.logFile, "utf8").includes("refuses this node's heartbeats") ? true : undefined),
+      "the refusal in the node's log",
+    );
+    assert.equal(
+      (await observer.listLive()).find((n) => n.id === "node-wrong-token"),
+      undefined,
+    );
   });
 
   void it("answers Heartbeat through buf curl, with the node token", async () => {
@@ -200,15 +231,39 @@ void describe("sandbox nodes", () => {
     // Reflection, too, needs a principal; the node token is the only one this listener knows.
     const anonymous = await run(buf, [...args, "--list-methods", server.url]);
     assert.notEqual(anonymous.code, 0);
-    const listed = await run(buf, [...args, "-H", `authorization: Bearer ${TOKEN}`, "--reflect-header", "*", "--list-methods", server.url]);
+    const listed = await run(buf, [
+      ...args,
+      "-H",
+      `authorization: Bearer ${TOKEN}`,
+      "--reflect-header",
+      "*",
+      "--list-methods",
+      server.url,
+    ]);
     assert.match(listed.stdout, /oz0\.orchestrator\.v1\.SandboxNodeService\/Heartbeat/);
-    const called = await run(buf, [...args, "-H", `authorization: Bearer ${TOKEN}`, "--reflect-header", "*", "--data", data, method]);
+    const called = await run(buf, [
+      ...args,
+      "-H",
+      `authorization: Bearer ${TOKEN}`,
+      "--reflect-header",
+      "*",
+      "--data",
+      data,
+      method,
+    ]);
     assert.equal(called.code, 0, called.stderr);
     assert.deepEqual(JSON.parse(called.stdout), { staleAfterMs: STALE_AFTER_MS });
     const node = (await registry.listLive()).find((n) => n.id === "curl-node");
     assert.deepEqual([node?.url, node?.capacity], ["http://10.9.9.9:7701", 4]);
     // Reflection with the token, the call itself without: the call is refused.
-    const refused = await run(buf, [...args, "--reflect-header", `authorization: Bearer ${TOKEN}`, "--data", data, method]);
+    const refused = await run(buf, [
+      ...args,
+      "--reflect-header",
+      `authorization: Bearer ${TOKEN}`,
+      "--data",
+      data,
+      method,
+    ]);
     assert.notEqual(refused.code, 0);
     assert.match(refused.stderr, /unauthenticated/);
   });
@@ -219,11 +274,19 @@ void describe("sandbox nodes", () => {
     // The only live node, so the session is placed there.
     await started.get("node-b")?.stop({ signal: "SIGKILL" });
     const first = await startNode("node-moves", env);
-    await eventually(async () => ((await live()).join() === "node-moves" ? true : undefined), "the moving node the only one live");
+    await eventually(
+      async () => ((await live()).join() === "node-moves" ? true : undefined),
+      "the moving node the only one live",
+    );
     const runner = await placement.place({ jobId: "job-moves", sessionId: "s-moves" });
     assert.equal(runner?.url, first.url);
     const channel = runner!.start({
-      request: create(SessionRequestSchema, { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, sessionId: "s-moves", jobId: "job-moves", input: "hold" }),
+      request: create(SessionRequestSchema, {
+        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+        sessionId: "s-moves",
+        jobId: "job-moves",
+        input: "hold",
+      }),
       command: [process.execPath, "-e", HOLDING_HARNESS],
       pluginDir: repoRoot,
       attachments: [],

@@ -22,11 +22,18 @@ void it("static placement spreads sessions over the configured nodes, the same n
   assert.equal(placement.runnerFor("http://10.0.0.2:7701"), runners[1]);
   assert.throws(
     () => placement.runnerFor("http://10.0.0.3:7701"),
-    (e: unknown) => e instanceof OrchestratorError && e.code === "unavailable" && /sandbox http:\/\/10\.0\.0\.3:7701 is not configured any more; add it to OZ0_SANDBOX_URLS/.test(e.message),
+    (e: unknown) =>
+      e instanceof OrchestratorError &&
+      e.code === "unavailable" &&
+      /sandbox http:\/\/10\.0\.0\.3:7701 is not configured any more; add it to OZ0_SANDBOX_URLS/.test(e.message),
   );
   await placement.release("ses-0");
   assert.deepEqual(await placement.lostSessions(), []);
-  assert.throws(() => new StaticPlacement({ runners: [] }), (e: unknown) => e instanceof OrchestratorError && e.code === "invalid_argument" && /OZ0_SANDBOX_URLS/.test(e.message));
+  assert.throws(
+    () => new StaticPlacement({ runners: [] }),
+    (e: unknown) =>
+      e instanceof OrchestratorError && e.code === "invalid_argument" && /OZ0_SANDBOX_URLS/.test(e.message),
+  );
 });
 
 void it("static placement sends a session a node refused for want of room to the next node, round the list", async () => {
@@ -34,12 +41,19 @@ void it("static placement sends a session a node refused for want of room to the
   const placement = new StaticPlacement({ runners: urls.map((url) => new SandboxClient({ url })) });
   const first = (await placement.place({ jobId: "job-full", sessionId: "ses-full" }))!.url;
   const seen = [first];
-  for (let refusedBy = first; seen.length < 4; ) {
+  for (let refusedBy = first; seen.length < 4;) {
     refusedBy = (await placement.place({ jobId: "job-full", sessionId: "ses-full", refusedBy }))!.url;
     seen.push(refusedBy);
   }
   const at = urls.indexOf(first);
-  assert.deepEqual(seen, [0, 1, 2, 3].map((i) => urls[(at + i) % urls.length]), "every node in turn, then the first again");
+  assert.deepEqual(
+    seen,
+    [0, 1, 2, 3].map((i) => urls[(at + i) % urls.length]),
+    "every node in turn, then the first again",
+  );
   // A node no longer configured refused it: the session's own node, as without a refusal.
-  assert.equal((await placement.place({ jobId: "job-full", sessionId: "ses-full", refusedBy: "http://10.0.0.9:7701" }))!.url, first);
+  assert.equal(
+    (await placement.place({ jobId: "job-full", sessionId: "ses-full", refusedBy: "http://10.0.0.9:7701" }))!.url,
+    first,
+  );
 });

@@ -44,7 +44,10 @@ void describe("a session on a node that went silent before it was heard from", (
   before(async () => {
     t = await startTestStack({ pick: () => ({ text: "done" }) });
     store = await PostgresJobStore.open({ connectionString: databaseUrl(), schema, maxConnections: 4 });
-    registry = await SandboxNodeRegistry.open({ connection: { connectionString: databaseUrl(), schema, maxConnections: 2 }, staleAfterMs: 1_500 });
+    registry = await SandboxNodeRegistry.open({
+      connection: { connectionString: databaseUrl(), schema, maxConnections: 2 },
+      staleAfterMs: 1_500,
+    });
     proxy = new LlmProxyClient({ url: t.stack.urls["llm-proxy"], token: t.stack.credentials.orchestrator });
     runner = new JobRunner({
       store,
@@ -56,7 +59,12 @@ void describe("a session on a node that went silent before it was heard from", (
       logger: createLogger({ name: "orchestrator-silent-node", level: "error" }),
       reattachAttempts: 2,
     });
-    const repo = await makePluginRepo({ agents: { plain: "name: plain\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/fixer.md\n" } });
+    const repo = await makePluginRepo({
+      agents: {
+        plain:
+          "name: plain\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/fixer.md\n",
+      },
+    });
     await new PluginRegistry({ store, home }).install({ source: repo });
     // The gone node takes the sessions first, then stops sending heartbeats; the live node keeps sending them.
     await registry.register({ id: "gone", url: GONE_URL, capacity: 4 });
@@ -73,20 +81,38 @@ void describe("a session on a node that went silent before it was heard from", (
   });
 
   /** A job as its dead replica left it: token minted, placed on a node (the gone one by default), nothing heard. */
-  async function orphanedJob(id: string, node: { id: string; url: string } = { id: "gone", url: GONE_URL }): Promise<{ token: string; headers: Record<string, string>; baseUrl: string }> {
+  async function orphanedJob(
+    id: string,
+    node: { id: string; url: string } = { id: "gone", url: GONE_URL },
+  ): Promise<{ token: string; headers: Record<string, string>; baseUrl: string }> {
     const sessionId = `ses_${id}`;
     const minted = await proxy.mint({ jobId: id, agent: "plain", sessionId });
     assert.equal((await registry.place({ sessionId, jobId: id }))?.node.id, node.id);
-    await store.createJob(jobRecord(id, { agentName: "plain", input: `task ${id}`, sessionId, tokenId: minted.tokenId, sandboxUrl: node.url }));
+    await store.createJob(
+      jobRecord(id, {
+        agentName: "plain",
+        input: `task ${id}`,
+        sessionId,
+        tokenId: minted.tokenId,
+        sandboxUrl: node.url,
+      }),
+    );
     return { token: minted.token, headers: minted.headers, baseUrl: minted.anthropicBaseUrl };
   }
 
   const opened = (id: string): number => t.model.requests.filter((r) => userInput(r) === `task ${id}`).length;
-  const ask = (session: { token: string; headers: Record<string, string>; baseUrl: string }, id: string): Promise<Response> =>
+  const ask = (
+    session: { token: string; headers: Record<string, string>; baseUrl: string },
+    id: string,
+  ): Promise<Response> =>
     fetch(`${session.baseUrl}/v1/messages`, {
       method: "POST",
       headers: { "content-type": "application/json", "x-api-key": session.token, ...session.headers },
-      body: JSON.stringify({ model: "claude-sonnet-5-5", max_tokens: 10, messages: [{ role: "user", content: `task ${id}` }] }),
+      body: JSON.stringify({
+        model: "claude-sonnet-5-5",
+        max_tokens: 10,
+        messages: [{ role: "user", content: `task ${id}` }],
+      }),
     });
 
   async function ended(id: string): Promise<NonNullable<Awaited<ReturnType<PostgresJobStore["getJob"]>>>> {
@@ -105,7 +131,10 @@ void describe("a session on a node that went silent before it was heard from", (
 
     await registry.register({ id: "live", url: t.stack.urls.sandbox, capacity: 4 });
     heartbeats = setInterval(() => void registry.heartbeat("live").catch(() => undefined), 200);
-    await eventually(async () => ((await registry.lostSession("ses_used")) ? true : undefined), "the gone node counting as silent");
+    await eventually(
+      async () => ((await registry.lostSession("ses_used")) ? true : undefined),
+      "the gone node counting as silent",
+    );
 
     // This replica takes both jobs over, its node watch running meanwhile (it must leave jobs being resumed to their resume).
     runner.watchNodes({ intervalMs: 20 });
@@ -118,11 +147,18 @@ void describe("a session on a node that went silent before it was heard from", (
     assert.equal(ran.sandboxUrl, t.stack.urls.sandbox, "started on the live node");
     assert.notEqual(ran.sessionId, "ses_never-used", "as a new session: nothing done to the old one touches it");
     assert.equal(opened("never-used"), 1, "one conversation");
-    assert.equal((await ask(never, "never-used")).status, 401, "the first session's token was revoked before the new start");
+    assert.equal(
+      (await ask(never, "never-used")).status,
+      401,
+      "the first session's token was revoked before the new start",
+    );
 
     const lost = await ended("used");
     assert.equal(lost.state, "failed");
-    assert.match(lost.error, /sandbox node gone \(http:\/\/127\.0\.0\.1:1\) stopped sending heartbeats at .*; its session ses_used is lost/);
+    assert.match(
+      lost.error,
+      /sandbox node gone \(http:\/\/127\.0\.0\.1:1\) stopped sending heartbeats at .*; its session ses_used is lost/,
+    );
     assert.equal(opened("used"), 1, "not started a second time");
     assert.equal((await ask(used, "used")).status, 401, "its token is dead too");
   });
@@ -154,7 +190,10 @@ void describe("a session on a node that went silent before it was heard from", (
     try {
       await registry.register({ id: "hole", url: holeUrl, capacity: 100 });
       const job = await runner.runAgent({ agent: "plain", input: "task hole" });
-      await eventually(async () => ((await store.getJob(job.id))?.sandboxUrl === holeUrl ? true : undefined), "the session placed on the silent node");
+      await eventually(
+        async () => ((await store.getJob(job.id))?.sandboxUrl === holeUrl ? true : undefined),
+        "the session placed on the silent node",
+      );
       // Its heartbeats never come again; the node watch finds its session lost.
       runner.watchNodes({ intervalMs: 20 });
       const ran = await ended(job.id);

@@ -7,5 +7,8 @@ import { graphStoreSuite } from "./graph-store-suite.js";
 
 graphStoreSuite("sqlite", async () => {
   const home = mkdtempSync(path.join(os.tmpdir(), "oz0-graph-store-"));
-  return { open: async () => SqliteGraphStore.open(home), cleanup: async () => rmSync(home, { recursive: true, force: true }) };
+  return {
+    open: async () => SqliteGraphStore.open(home),
+    cleanup: async () => rmSync(home, { recursive: true, force: true }),
+  };
 });

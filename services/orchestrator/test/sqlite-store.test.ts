@@ -9,7 +9,10 @@ import { jobStoreSuite } from "./job-store-suite.js";
 
 jobStoreSuite("sqlite", async () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-store-"));
-  return { store: new SqliteJobStore({ file: path.join(dir, "orchestrator.db") }), cleanup: async () => rmSync(dir, { recursive: true, force: true }) };
+  return {
+    store: new SqliteJobStore({ file: path.join(dir, "orchestrator.db") }),
+    cleanup: async () => rmSync(dir, { recursive: true, force: true }),
+  };
 });
 
 void test("sqlite: a data directory from before served tools opens, its jobs serving none", async () => {
@@ -24,7 +27,11 @@ void test("sqlite: a data directory from before served tools opens, its jobs ser
       result_text TEXT NOT NULL, stop_reason INTEGER NOT NULL, error TEXT NOT NULL, session_id TEXT NOT NULL,
       sandbox_url TEXT NOT NULL, last_seq INTEGER NOT NULL, sandbox_seq INTEGER NOT NULL, attachments TEXT NOT NULL,
       token_id TEXT NOT NULL, cancel_requested_at INTEGER)`);
-    old.prepare("INSERT INTO jobs VALUES ('j_old', 'fixer', 1, 'fix it', 'running', 1, 1, NULL, '', 0, '', 'ses_1', '', 0, 0, '[]', '', NULL)").run();
+    old
+      .prepare(
+        "INSERT INTO jobs VALUES ('j_old', 'fixer', 1, 'fix it', 'running', 1, 1, NULL, '', 0, '', 'ses_1', '', 0, 0, '[]', '', NULL)",
+      )
+      .run();
     old.close();
     const store = new SqliteJobStore({ file });
     try {

@@ -36,7 +36,17 @@ void test("serviceEnv passes the basics and each service's own settings, never c
     assert.equal(env.PATH, "/usr/bin");
     assert.equal(env.OTEL_EXPORTER_OTLP_ENDPOINT, "http://collector:4318");
     assert.equal(env.OZ0_ISOLATION, "user");
-    for (const withheld of ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OZ0_TOKEN", "OZ0_SERVICE_TOKEN", "OZ0_PEER_ORCHESTRATOR_SHA256", "OZ0_NODE_TOKEN", "OZ0_LLM_PROXY_ADMIN_TOKEN", "DATABASE_URL", "AWS_SECRET_ACCESS_KEY"]) {
+    for (const withheld of [
+      "ANTHROPIC_API_KEY",
+      "OPENAI_API_KEY",
+      "OZ0_TOKEN",
+      "OZ0_SERVICE_TOKEN",
+      "OZ0_PEER_ORCHESTRATOR_SHA256",
+      "OZ0_NODE_TOKEN",
+      "OZ0_LLM_PROXY_ADMIN_TOKEN",
+      "DATABASE_URL",
+      "AWS_SECRET_ACCESS_KEY",
+    ]) {
       assert.equal(env[withheld], undefined, `${name} got ${withheld}`);
     }
     assert.equal(env.KAFKA_BROKERS, name === "events" ? "broker:9092" : undefined);
@@ -47,7 +57,10 @@ void test("serviceEnv passes the basics and each service's own settings, never c
 
 void test("no service's environment holds a provider key or another service's credential, and the home keeps its secrets", async () => {
   const home = mkdtempSync(path.join(os.tmpdir(), "oz0-stack-env-"));
-  const planted = { ANTHROPIC_API_KEY: `sk-ant-planted-${Date.now()}`, OZ0_TOKEN: `oz0_person-${Date.now()}-0123456789` };
+  const planted = {
+    ANTHROPIC_API_KEY: `sk-ant-planted-${Date.now()}`,
+    OZ0_TOKEN: `oz0_person-${Date.now()}-0123456789`,
+  };
   const saved = { ...process.env };
   Object.assign(process.env, planted);
   let stack;
@@ -62,20 +75,24 @@ void test("no service's environment holds a provider key or another service's cr
   try {
     for (const p of stack.processes) {
       const environ = readFileSync(`/proc/${p.pid}/environ`, "utf8");
-      for (const value of Object.values(planted)) assert.equal(environ.includes(value), false, `${p.name} holds a planted value`);
+      for (const value of Object.values(planted))
+        assert.equal(environ.includes(value), false, `${p.name} holds a planted value`);
       // Its own credential, and of the others' only digests.
       assert.ok(environ.includes(`OZ0_SERVICE_TOKEN=${stack.credentials[p.name]}`), `${p.name} has its credential`);
       for (const other of ["events", "llm-proxy", "sandbox", "orchestrator"] as const) {
-        if (other !== p.name) assert.equal(environ.includes(stack.credentials[other]), false, `${p.name} holds ${other}'s credential`);
+        if (other !== p.name)
+          assert.equal(environ.includes(stack.credentials[other]), false, `${p.name} holds ${other}'s credential`);
       }
       assert.equal(environ.includes(stack.ownerToken), false, `${p.name} holds the owner's credential`);
-      if (p.name === "orchestrator" || p.name === "events") assert.ok(environ.includes(`OZ0_OWNER_TOKEN_SHA256=${credentialDigest(stack.ownerToken)}`));
+      if (p.name === "orchestrator" || p.name === "events")
+        assert.ok(environ.includes(`OZ0_OWNER_TOKEN_SHA256=${credentialDigest(stack.ownerToken)}`));
     }
     assert.equal(statSync(home).mode & 0o777, 0o711, "the home lets sessions pass, but not list");
     assert.equal(statSync(path.join(home, "credentials")).mode & 0o777, 0o700);
     assert.equal(statSync(path.join(home, "credentials", "owner")).mode & 0o777, 0o600);
     assert.equal(statSync(path.join(home, "logs")).mode & 0o777, 0o700);
-    for (const store of ["orchestrator.db", "events", "llm-proxy"]) assert.equal(statSync(path.join(home, store)).mode & 0o077, 0, `${store} is its owner's alone`);
+    for (const store of ["orchestrator.db", "events", "llm-proxy"])
+      assert.equal(statSync(path.join(home, store)).mode & 0o077, 0, `${store} is its owner's alone`);
     // Whatever the isolation here, the notice says so only when there is none.
     const sandbox = stack.processes.find((p) => p.name === "sandbox");
     assert.ok(sandbox?.isolation, "the sandbox said how it isolates sessions");
@@ -87,9 +104,14 @@ void test("no service's environment holds a provider key or another service's cr
 });
 
 void test("the isolation notice names what to install, or the choice that was made", () => {
-  const stack = (mode: string, reason: string): Parameters<typeof isolationNotice>[0] => ({ isolation: { mode, reason } });
+  const stack = (mode: string, reason: string): Parameters<typeof isolationNotice>[0] => ({
+    isolation: { mode, reason },
+  });
   assert.equal(isolationNotice(stack("bwrap", "")), undefined);
   assert.equal(isolationNotice(stack("user", "")), undefined);
-  assert.match(isolationNotice(stack("none", "bwrap not found; not root")) ?? "", /WITHOUT isolation \(bwrap not found; not root\).*install bubblewrap \(apt-get install bubblewrap\)/);
+  assert.match(
+    isolationNotice(stack("none", "bwrap not found; not root")) ?? "",
+    /WITHOUT isolation \(bwrap not found; not root\).*install bubblewrap \(apt-get install bubblewrap\)/,
+  );
   assert.match(isolationNotice(stack("none", "OZ0_ISOLATION=none")) ?? "", /as OZ0_ISOLATION=none chose/);
 });

@@ -42,7 +42,13 @@ async function pick({ input, turn }: { input: string; turn: number }): Promise<S
 }
 
 let t: TestStack;
-const env = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => ({ ...process.env, OZ0_URL: t.url, OZ0_HOME: t.home, OZ0_LOG_LEVEL: "warn", ...extra });
+const env = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => ({
+  ...process.env,
+  OZ0_URL: t.url,
+  OZ0_HOME: t.home,
+  OZ0_LOG_LEVEL: "warn",
+  ...extra,
+});
 const oz0 = (args: string): string => `${process.execPath} ${cliMain} ${args}`;
 /** The status line: `[m:ss] what it does · tokens · cost`. */
 const STATUS = /^\[\d+:\d{2}\] /;
@@ -72,11 +78,17 @@ void test("oz0 jobs watch on a terminal: a status line says what the job does an
   // Its input is not a terminal: nobody can be asked here, so the status line says who is waited for.
   const watch = ptyScreen(`${oz0(`jobs watch ${jobId}`)} </dev/null`, { env: env() });
 
-  const modelCall = await watch.waitFor((rows) => STATUS.test(rows.at(-1) ?? "") && rows.at(-1)!.includes("model call"));
+  const modelCall = await watch.waitFor(
+    (rows) => STATUS.test(rows.at(-1) ?? "") && rows.at(-1)!.includes("model call"),
+  );
   assert.doesNotMatch(modelCall.slice(0, -1).join("\n"), STATUS, "one status line, at the bottom");
   releaseModel();
 
-  const waiting = await watch.waitFor((rows) => /waiting for approval of run_command by owner, reviewers/.test(rows.at(-1) ?? "") && /\$\d+\.\d{4}/.test(rows.at(-1) ?? ""));
+  const waiting = await watch.waitFor(
+    (rows) =>
+      /waiting for approval of run_command by owner, reviewers/.test(rows.at(-1) ?? "") &&
+      /\$\d+\.\d{4}/.test(rows.at(-1) ?? ""),
+  );
   const status = waiting.at(-1)!;
   assert.match(status, STATUS);
   assert.match(status, /\d[\d,]* in \/ \d[\d,]* out tokens/, "tokens so far");
@@ -86,7 +98,10 @@ void test("oz0 jobs watch on a terminal: a status line says what the job does an
   const shown = await t.cli(["jobs", "show", jobId]);
   assert.equal(shown.code, 0, shown.stderr);
   assert.match(shown.stdout, /^ {2}state {5}waiting$/m);
-  assert.match(shown.stdout, /^ {2}now {7}waiting for approval of run_command by owner, reviewers \(for \d+\.\d{3} s\)$/m);
+  assert.match(
+    shown.stdout,
+    /^ {2}now {7}waiting for approval of run_command by owner, reviewers \(for \d+\.\d{3} s\)$/m,
+  );
   assert.match(shown.stdout, /^ {2}duration {2}\d+\.\d{3} s so far$/m);
 
   const approved = await t.cli(["approve", jobId, await waitingCall(jobId)]);
@@ -94,7 +109,11 @@ void test("oz0 jobs watch on a terminal: a status line says what the job does an
   assert.equal(await watch.exited, 0, watch.rows().join("\n"));
   const screen = watch.rows();
   // The status line is gone; the job's lines read as they would without it.
-  assert.deepEqual(screen.filter((row) => STATUS.test(row)), [], screen.join("\n"));
+  assert.deepEqual(
+    screen.filter((row) => STATUS.test(row)),
+    [],
+    screen.join("\n"),
+  );
   const lines = screen.filter((row) => row.trim() !== "");
   const approvedAt = lines.findIndex((row) => row === "  ✓ run_command approved by owner");
   assert.ok(approvedAt > 0, screen.join("\n"));
@@ -120,7 +139,9 @@ void test("oz0 jobs show: start and end to the millisecond, duration, cost, trac
   const shown = await t.cli(["jobs", "show", jobId]);
   assert.equal(shown.code, 0, shown.stderr);
   const at = (label: string): Date => {
-    const value = new RegExp(`^ {2}${label} +(\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z)$`, "m").exec(shown.stdout)?.[1];
+    const value = new RegExp(`^ {2}${label} +(\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z)$`, "m").exec(
+      shown.stdout,
+    )?.[1];
     assert.ok(value, `${label} to the millisecond:\n${shown.stdout}`);
     return new Date(value);
   };
@@ -135,7 +156,11 @@ void test("oz0 jobs show: start and end to the millisecond, duration, cost, trac
   // No exporter in this stack: no trace, and the line says how to get one.
   assert.match(shown.stdout, /^ {2}trace {5}none: .*OTEL_EXPORTER_OTLP_ENDPOINT/m);
   assert.doesNotMatch(shown.stdout, /^ {2}now /m, "an ended job does nothing now");
-  const json = JSON.parse((await t.cli(["jobs", "show", jobId, "--json"])).stdout) as { startedAt: string; activity: { kind: string; summary: string }; traceId?: string };
+  const json = JSON.parse((await t.cli(["jobs", "show", jobId, "--json"])).stdout) as {
+    startedAt: string;
+    activity: { kind: string; summary: string };
+    traceId?: string;
+  };
   assert.equal(new Date(json.startedAt).getTime(), startedAt.getTime());
   assert.deepEqual([json.activity.kind, json.activity.summary], ["JOB_ACTIVITY_KIND_ENDED", "succeeded"]);
 });
@@ -143,8 +168,13 @@ void test("oz0 jobs show: start and end to the millisecond, duration, cost, trac
 void test("the approval prompt inside oz0 run goes away when the call is answered elsewhere, naming who answered", async () => {
   // stdin and stdout are the terminal: oz0 run asks.
   const run = ptyScreen(oz0(`run reviewed "run a command, asked at the terminal"`), { env: env() });
-  const asked = await run.waitFor((rows) => rows.some((row) => row.startsWith("Allow it? [y]es, [n]o, [e]dit the input:")));
-  assert.ok(asked.some((row) => row === '  input: {"command":"echo ran"}'), asked.join("\n"));
+  const asked = await run.waitFor((rows) =>
+    rows.some((row) => row.startsWith("Allow it? [y]es, [n]o, [e]dit the input:")),
+  );
+  assert.ok(
+    asked.some((row) => row === '  input: {"command":"echo ran"}'),
+    asked.join("\n"),
+  );
   const jobId = /job (job_\w+): reviewed v1/.exec(run.raw())?.[1];
   assert.ok(jobId, run.raw());
 
@@ -160,9 +190,17 @@ void test("the approval prompt inside oz0 run goes away when the call is answere
   const lines = screen.filter((row) => row.trim() !== "");
   const answeredAt = lines.indexOf("  ✓ run_command approved by owner");
   assert.ok(answeredAt > 0, text);
-  assert.match(lines[answeredAt - 1]!, /^\? run_command waits for approval \(call /, "the answer's line takes the question's place");
+  assert.match(
+    lines[answeredAt - 1]!,
+    /^\? run_command waits for approval \(call /,
+    "the answer's line takes the question's place",
+  );
   assert.match(text, new RegExp(`job ${jobId} succeeded`));
-  assert.deepEqual(screen.filter((row) => STATUS.test(row)), [], "no status line left behind");
+  assert.deepEqual(
+    screen.filter((row) => STATUS.test(row)),
+    [],
+    "no status line left behind",
+  );
 });
 
 void test("oz0 usage marks what the scripted model's price table charged as nominal", async (ctx) => {
@@ -171,14 +209,30 @@ void test("oz0 usage marks what the scripted model's price table charged as nomi
   ctx.after(() => rmSync(home, { recursive: true, force: true }));
   const script = path.join(home, "script.json");
   writeFileSync(script, JSON.stringify([{ text: "nothing to do" }]));
-  const local = { ...process.env, OZ0_HOME: home, OZ0_LOG_LEVEL: "warn", OZ0_URL: "", ANTHROPIC_API_KEY: "", OPENAI_API_KEY: "", OZ0_MODEL_SCRIPT: "" };
+  const local = {
+    ...process.env,
+    OZ0_HOME: home,
+    OZ0_LOG_LEVEL: "warn",
+    OZ0_URL: "",
+    ANTHROPIC_API_KEY: "",
+    OPENAI_API_KEY: "",
+    OZ0_MODEL_SCRIPT: "",
+  };
   const oz0Here = async (args: string[]): Promise<{ code: number; stdout: string; stderr: string }> => {
     const { execFile } = await import("node:child_process");
     return new Promise((resolve) => {
-      execFile(process.execPath, [cliMain, ...args], { env: local }, (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }));
+      execFile(process.execPath, [cliMain, ...args], { env: local }, (error, stdout, stderr) =>
+        resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
+      );
     });
   };
-  const installed = await oz0Here(["plugin", "install", await makePluginRepo({ agents: { reviewed: REVIEWED.replace("requires_approval: [run_command]", "requires_approval: []") } })]);
+  const installed = await oz0Here([
+    "plugin",
+    "install",
+    await makePluginRepo({
+      agents: { reviewed: REVIEWED.replace("requires_approval: [run_command]", "requires_approval: []") },
+    }),
+  ]);
   assert.equal(installed.code, 0, installed.stderr);
   const run = await oz0Here(["run", "reviewed", "say nothing", "--model-script", script]);
   assert.equal(run.code, 0, run.stderr + run.stdout);
@@ -187,7 +241,10 @@ void test("oz0 usage marks what the scripted model's price table charged as nomi
   const usage = await oz0Here(["usage", jobId]);
   assert.equal(usage.code, 0, usage.stderr);
   assert.match(usage.stdout, new RegExp(`^job ${jobId} +1 calls .* \\$\\d+\\.\\d{4} \\(nominal\\)$`, "m"));
-  assert.match(usage.stdout, /^nominal: priced from the scripted model's table; no provider was called and nobody was charged$/m);
+  assert.match(
+    usage.stdout,
+    /^nominal: priced from the scripted model's table; no provider was called and nobody was charged$/m,
+  );
   const json = JSON.parse((await oz0Here(["usage", jobId, "--json"])).stdout) as { total: { nominal?: boolean } };
   assert.equal(json.total.nominal, true);
 });

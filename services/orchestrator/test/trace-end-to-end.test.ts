@@ -39,7 +39,9 @@ let t: TestStack | undefined;
 const savedEnv = { ...process.env };
 
 async function startReceiverProcess(): Promise<string> {
-  receiver = spawn(process.execPath, [path.join(repoRoot, "tools", "test-infra", "bin", "otlp-receiver.mjs")], { stdio: ["ignore", "pipe", "inherit"] });
+  receiver = spawn(process.execPath, [path.join(repoRoot, "tools", "test-infra", "bin", "otlp-receiver.mjs")], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
   const lines = createInterface({ input: receiver.stdout! });
   for await (const line of lines) return (JSON.parse(line) as { url: string }).url;
   throw new Error("the OTLP receiver exited before printing its URL");
@@ -62,7 +64,10 @@ before(async () => {
     OTEL_TRACES_SAMPLER: "always_on",
   });
   t = await startTestStack({
-    pick: ({ turn }) => (turn === 0 ? { toolCalls: [{ name: "run_command", input: { command: `echo ${MARKER}` } }] } : { text: `done: ${MARKER}` }),
+    pick: ({ turn }) =>
+      turn === 0
+        ? { toolCalls: [{ name: "run_command", input: { command: `echo ${MARKER}` } }] }
+        : { text: `done: ${MARKER}` },
   });
   const repo = await makePluginRepo({
     agents: {
@@ -108,7 +113,12 @@ void test("a job with an approved tool call and model calls through the proxy is
   const approved = await stack.cli(["approve", jobId, approval.callId]);
   assert.equal(approved.code, 0, approved.stderr);
   await stack.cli(["jobs", "watch", jobId]);
-  const shown = JSON.parse((await stack.cli(["jobs", "show", jobId, "--json"])).stdout) as { state: string; resultText: string; error: string; traceId: string };
+  const shown = JSON.parse((await stack.cli(["jobs", "show", jobId, "--json"])).stdout) as {
+    state: string;
+    resultText: string;
+    error: string;
+    traceId: string;
+  };
   assert.equal(shown.state, "JOB_STATE_SUCCEEDED", shown.error);
   assert.equal(shown.resultText, `done: ${MARKER}`, "the marker did reach the model and back");
 
@@ -117,7 +127,10 @@ void test("a job with an approved tool call and model calls through the proxy is
   t = undefined;
   const { spans, metrics } = await eventually(async () => {
     const all = await received();
-    return all.spans.some((s) => s.name === "invoke_agent careful") && all.spans.some((s) => s.name.startsWith("chat ") && s.service === "oz0-llm-proxy") ? all : undefined;
+    return all.spans.some((s) => s.name === "invoke_agent careful") &&
+      all.spans.some((s) => s.name.startsWith("chat ") && s.service === "oz0-llm-proxy")
+      ? all
+      : undefined;
   });
 
   // One root for the job, and every span of the job in its trace.
@@ -132,20 +145,33 @@ void test("a job with an approved tool call and model calls through the proxy is
   const byId = new Map(inTrace.map((s) => [s.spanId, s]));
   const one = (description: string, match: (s: ReceivedSpan) => boolean): ReceivedSpan => {
     const found = inTrace.filter(match);
-    assert.equal(found.length, 1, `${description}: ${found.length} found among ${inTrace.map((s) => `${s.service}:${s.name}`).join(", ")}`);
+    assert.equal(
+      found.length,
+      1,
+      `${description}: ${found.length} found among ${inTrace.map((s) => `${s.service}:${s.name}`).join(", ")}`,
+    );
     return found[0]!;
   };
   const parentOf = (s: ReceivedSpan): ReceivedSpan | undefined => byId.get(s.parentSpanId);
 
-  const session = one("the orchestrator's session span", (s) => s.service === "oz0-orchestrator" && s.name === "session careful");
+  const session = one(
+    "the orchestrator's session span",
+    (s) => s.service === "oz0-orchestrator" && s.name === "session careful",
+  );
   assert.equal(session.parentSpanId, root.spanId);
   const sessionId = session.attributes["gen_ai.conversation.id"];
   assert.match(String(sessionId), /^ses_/);
 
   // orchestrator → sandbox: the RPC and the sandbox's session span continue the orchestrator's session span.
-  const rpc = one("the sandbox's RunSession span", (s) => s.service === "oz0-sandbox" && s.name === "oz0.sandbox.v1.SandboxService/RunSession");
+  const rpc = one(
+    "the sandbox's RunSession span",
+    (s) => s.service === "oz0-sandbox" && s.name === "oz0.sandbox.v1.SandboxService/RunSession",
+  );
   assert.equal(rpc.parentSpanId, session.spanId);
-  const sandboxSession = one("the sandbox's session span", (s) => s.service === "oz0-sandbox" && s.name === "sandbox session careful");
+  const sandboxSession = one(
+    "the sandbox's session span",
+    (s) => s.service === "oz0-sandbox" && s.name === "sandbox session careful",
+  );
   assert.equal(sandboxSession.parentSpanId, session.spanId);
   assert.equal(sandboxSession.attributes["gen_ai.conversation.id"], sessionId);
 
@@ -168,14 +194,21 @@ void test("a job with an approved tool call and model calls through the proxy is
   // never sees the collector), below the sandbox's session span: a chat span per model call and
   // an execute_tool span per tool it ran.
   const harnessChats = inTrace.filter((s) => s.service === "oz0-fake-harness" && s.name === "chat claude-sonnet-5-5");
-  assert.equal(harnessChats.length, 2, `the harness's two model calls: ${inTrace.map((s) => `${s.service}:${s.name}`).join(", ")}`);
+  assert.equal(
+    harnessChats.length,
+    2,
+    `the harness's two model calls: ${inTrace.map((s) => `${s.service}:${s.name}`).join(", ")}`,
+  );
   for (const chat of harnessChats) {
     assert.equal(chat.parentSpanId, sandboxSession.spanId);
     assert.equal(chat.attributes["gen_ai.operation.name"], "chat");
     assert.equal(chat.attributes["gen_ai.conversation.id"], sessionId);
     assert.ok(Number(chat.attributes["gen_ai.usage.output_tokens"]) > 0, JSON.stringify(chat.attributes));
   }
-  const harnessTool = one("the harness's tool span", (s) => s.service === "oz0-fake-harness" && s.name === "execute_tool run_command");
+  const harnessTool = one(
+    "the harness's tool span",
+    (s) => s.service === "oz0-fake-harness" && s.name === "execute_tool run_command",
+  );
   assert.equal(harnessTool.parentSpanId, sandboxSession.spanId);
   assert.equal(harnessTool.attributes["gen_ai.tool.call.id"], tool.attributes["gen_ai.tool.call.id"]);
 
@@ -192,12 +225,18 @@ void test("a job with an approved tool call and model calls through the proxy is
     assert.ok(Number(chat.attributes["gen_ai.usage.output_tokens"]) > 0);
     assert.equal(typeof chat.attributes["gen_ai.usage.cache_read.input_tokens"], "number");
     assert.equal(typeof chat.attributes["gen_ai.usage.cache_creation.input_tokens"], "number");
-    assert.ok(inTrace.some((s) => s.parentSpanId === chat.spanId && s.name === "attempt 1"), "one span per attempt upstream");
+    assert.ok(
+      inTrace.some((s) => s.parentSpanId === chat.spanId && s.name === "attempt 1"),
+      "one span per attempt upstream",
+    );
   }
 
   // The events service: the job's lifecycle events carry their span's traceparent, and it continues it.
   const published = inTrace.filter((s) => s.service === "oz0-events");
-  assert.ok(published.some((s) => s.name === "publish job.created" && s.parentSpanId === root.spanId), published.map((s) => s.name).join(", "));
+  assert.ok(
+    published.some((s) => s.name === "publish job.created" && s.parentSpanId === root.spanId),
+    published.map((s) => s.name).join(", "),
+  );
   assert.ok(published.some((s) => s.name === "publish tool.called" && s.parentSpanId === tool.spanId));
 
   // Every span of the trace hangs off the root.
@@ -209,18 +248,33 @@ void test("a job with an approved tool call and model calls through the proxy is
 
   // No content on any span of any service.
   for (const s of spans) {
-    for (const key of CONTENT_ATTRIBUTES) assert.equal(s.attributes[key], undefined, `${s.service}:${s.name} has ${key}`);
-    assert.ok(!JSON.stringify(s.attributes).includes(MARKER), `${s.service}:${s.name} carries content: ${JSON.stringify(s.attributes)}`);
+    for (const key of CONTENT_ATTRIBUTES)
+      assert.equal(s.attributes[key], undefined, `${s.service}:${s.name} has ${key}`);
+    assert.ok(
+      !JSON.stringify(s.attributes).includes(MARKER),
+      `${s.service}:${s.name} carries content: ${JSON.stringify(s.attributes)}`,
+    );
   }
 
   // Metrics, exported the same way.
   const metric = (service: string, name: string) => metrics.filter((m) => m.service === service && m.name === name);
   const tokens = metric("oz0-llm-proxy", "gen_ai.client.token.usage");
-  assert.ok(tokens.some((m) => m.attributes["gen_ai.token.type"] === "input" && m.value > 0), JSON.stringify(tokens));
+  assert.ok(
+    tokens.some((m) => m.attributes["gen_ai.token.type"] === "input" && m.value > 0),
+    JSON.stringify(tokens),
+  );
   assert.ok(tokens.some((m) => m.attributes["gen_ai.token.type"] === "output" && m.value > 0));
   assert.ok(metric("oz0-llm-proxy", "gen_ai.client.operation.duration").some((m) => m.count === 2));
-  assert.ok(metric("oz0-orchestrator", "oz0.job.count").some((m) => m.attributes["oz0.job.state"] === "succeeded" && m.value === 1));
+  assert.ok(
+    metric("oz0-orchestrator", "oz0.job.count").some(
+      (m) => m.attributes["oz0.job.state"] === "succeeded" && m.value === 1,
+    ),
+  );
   assert.ok(metric("oz0-orchestrator", "oz0.session.duration").some((m) => m.count === 1));
-  assert.ok(metric("oz0-orchestrator", "oz0.approval.count").some((m) => m.attributes["oz0.approval.allowed"] === true && m.value === 1));
+  assert.ok(
+    metric("oz0-orchestrator", "oz0.approval.count").some(
+      (m) => m.attributes["oz0.approval.allowed"] === true && m.value === 1,
+    ),
+  );
   assert.ok(metric("oz0-orchestrator", "oz0.approval.duration").some((m) => m.count === 1));
 });

@@ -15,7 +15,14 @@ import {
   SessionRequestSchema,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { CONTENT_ATTRIBUTES, startInMemoryTelemetry, type InMemoryTelemetry } from "@oz0/serving";
-import type { LifecycleInit, LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, StartSessionOptions } from "../src/sessions/session-runner.js";
+import type {
+  LifecycleInit,
+  LifecycleSink,
+  SandboxMessage,
+  SessionChannel,
+  SessionRunner,
+  StartSessionOptions,
+} from "../src/sessions/session-runner.js";
 import { OrchestratorTracing } from "../src/tracing.js";
 
 const MARKER = "PLANTED-CONTENT-MARKER-91b2";
@@ -26,7 +33,11 @@ before(() => {
 });
 after(() => telemetry.shutdown());
 
-const event = (value: MessageInitShape<typeof SessionEventSchema>["event"]): SandboxMessage => ({ seq: 0, kind: "event", event: create(SessionEventSchema, { event: value }) });
+const event = (value: MessageInitShape<typeof SessionEventSchema>["event"]): SandboxMessage => ({
+  seq: 0,
+  kind: "event",
+  event: create(SessionEventSchema, { event: value }),
+});
 
 /** A sandbox whose sessions replay scripted messages; records the requests it got. */
 function fakeRunner(scripts: Record<string, SandboxMessage[]>): SessionRunner & { started: StartSessionOptions[] } {
@@ -57,7 +68,11 @@ function fakeRunner(scripts: Record<string, SandboxMessage[]>): SessionRunner & 
 function recordingSink(): LifecycleSink & { events: { type: string; traceparent?: string; toolCallId?: string }[] } {
   const events: { type: string; traceparent?: string; toolCallId?: string }[] = [];
   const record = (type: string, init: LifecycleInit): void => {
-    events.push({ type, ...(init.traceparent ? { traceparent: init.traceparent } : {}), ...(init.toolCallId ? { toolCallId: init.toolCallId } : {}) });
+    events.push({
+      type,
+      ...(init.traceparent ? { traceparent: init.traceparent } : {}),
+      ...(init.toolCallId ? { toolCallId: init.toolCallId } : {}),
+    });
   };
   return {
     events,
@@ -73,11 +88,24 @@ function recordingSink(): LifecycleSink & { events: { type: string; traceparent?
 }
 
 const request = (sessionId: string, jobId: string) =>
-  create(SessionRequestSchema, { sessionId, jobId, agent: { name: "coder", version: 1 }, input: `task ${MARKER}`, instructions: `system ${MARKER}` });
+  create(SessionRequestSchema, {
+    sessionId,
+    jobId,
+    agent: { name: "coder", version: 1 },
+    input: `task ${MARKER}`,
+    instructions: `system ${MARKER}`,
+  });
 
 function byName(name: string): ReadableSpan {
   const found = telemetry.spans().filter((s) => s.name === name);
-  assert.equal(found.length, 1, `${name}: ${telemetry.spans().map((s) => s.name).join(", ")}`);
+  assert.equal(
+    found.length,
+    1,
+    `${name}: ${telemetry
+      .spans()
+      .map((s) => s.name)
+      .join(", ")}`,
+  );
   return found[0]!;
 }
 
@@ -86,8 +114,19 @@ void test("a runtime tool call nests its scratch session; hooks nest below the p
   const tracing = new OrchestratorTracing();
   const runner = fakeRunner({
     ses_parent: [
-      event({ case: "toolCall", value: { callId: "call_1", tool: "run_command", input: { command: `echo ${MARKER}` }, title: `Run echo ${MARKER}` } }),
-      event({ case: "permissionRequest", value: { id: "perm_1", callId: "call_1", tool: "run_command", input: { command: `echo ${MARKER}` } } }),
+      event({
+        case: "toolCall",
+        value: {
+          callId: "call_1",
+          tool: "run_command",
+          input: { command: `echo ${MARKER}` },
+          title: `Run echo ${MARKER}`,
+        },
+      }),
+      event({
+        case: "permissionRequest",
+        value: { id: "perm_1", callId: "call_1", tool: "run_command", input: { command: `echo ${MARKER}` } },
+      }),
       event({ case: "runtimeToolCall", value: { id: "rt_1", name: "summarise", input: { task: MARKER } } }),
     ],
     ses_scratch: [{ seq: 1, kind: "exited", exitCode: 0, signal: "", error: "" }],
@@ -95,17 +134,44 @@ void test("a runtime tool call nests its scratch session; hooks nest below the p
   const traced = tracing.sessionRunner(runner);
   const sink = recordingSink();
   const lifecycle = tracing.lifecycleSink(sink);
-  lifecycle.publish("job.created", { jobId: "job_1", agentName: "coder", agentVersion: "1", attributes: { input: MARKER } });
+  lifecycle.publish("job.created", {
+    jobId: "job_1",
+    agentName: "coder",
+    agentVersion: "1",
+    attributes: { input: MARKER },
+  });
   const parent = traced.start({ request: request("ses_parent", "job_1"), command: [], pluginDir: "", attachments: [] });
-  assert.match(runner.started[0]!.request.trace?.traceparent ?? "", /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/, "the session's context goes into the request");
+  assert.match(
+    runner.started[0]!.request.trace?.traceparent ?? "",
+    /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/,
+    "the session's context goes into the request",
+  );
   for await (const message of parent) void message;
-  lifecycle.publish("tool.called", { jobId: "job_1", toolCallId: "call_1", attributes: { tool_name: "run_command", input: MARKER } });
-  await tracing.traceHook({ sessionId: "ses_parent", permissionId: "perm_1", hook: "guard", source: "agent coder" }, async () => ({ decision: "allow", reason: MARKER }));
+  lifecycle.publish("tool.called", {
+    jobId: "job_1",
+    toolCallId: "call_1",
+    attributes: { tool_name: "run_command", input: MARKER },
+  });
+  await tracing.traceHook(
+    { sessionId: "ses_parent", permissionId: "perm_1", hook: "guard", source: "agent coder" },
+    async () => ({ decision: "allow", reason: MARKER }),
+  );
   await parent.answerPermission(create(PermissionAnswerSchema, { id: "perm_1", allow: true, reason: MARKER }));
   // The harness operation's scratch session shares the parent's working directory.
-  const scratch = traced.start({ request: request("ses_scratch", "job_1"), command: [], pluginDir: "", attachments: [], shareWorkingDirOf: "ses_parent" });
+  const scratch = traced.start({
+    request: request("ses_scratch", "job_1"),
+    command: [],
+    pluginDir: "",
+    attachments: [],
+    shareWorkingDirOf: "ses_parent",
+  });
   for await (const message of scratch) void message;
-  lifecycle.publish("harness.operation_completed", { jobId: "job_1", sessionId: "ses_parent", toolCallId: "rt_1", attributes: { operation_key: "summarise" } });
+  lifecycle.publish("harness.operation_completed", {
+    jobId: "job_1",
+    sessionId: "ses_parent",
+    toolCallId: "rt_1",
+    attributes: { operation_key: "summarise" },
+  });
   await parent.answerRuntimeTool(create(RuntimeToolResultSchema, { id: "rt_1", isError: false }));
   parent.close();
   lifecycle.publish("job.completed", { jobId: "job_1", sessionId: "ses_parent", status: "succeeded" });
@@ -129,19 +195,30 @@ void test("a runtime tool call nests its scratch session; hooks nest below the p
   assert.equal(operation.attributes["oz0.tool.runtime"], true);
   assert.equal(operation.attributes["oz0.operation.key"], "summarise");
   assert.equal(operation.attributes["oz0.operation.outcome"], "completed");
-  assert.equal(scratchSession.parentSpanContext?.spanId, operation.spanContext().spanId, "the scratch session nests below its runtime tool call");
+  assert.equal(
+    scratchSession.parentSpanContext?.spanId,
+    operation.spanContext().spanId,
+    "the scratch session nests below its runtime tool call",
+  );
   assert.equal(job.attributes["oz0.job.state"], "succeeded");
-  for (const span of [job, parentSession, scratchSession, tool, permission, hook, operation]) assert.equal(span.spanContext().traceId, job.spanContext().traceId);
+  for (const span of [job, parentSession, scratchSession, tool, permission, hook, operation])
+    assert.equal(span.spanContext().traceId, job.spanContext().traceId);
 
   // Each lifecycle event carries the traceparent of the innermost span it is about.
   const traceparentOf = (span: ReadableSpan) => `00-${span.spanContext().traceId}-${span.spanContext().spanId}-01`;
   assert.equal(sink.events.find((e) => e.type === "job.created")?.traceparent, traceparentOf(job));
   assert.equal(sink.events.find((e) => e.type === "tool.called")?.traceparent, traceparentOf(tool));
-  assert.equal(sink.events.find((e) => e.type === "harness.operation_completed")?.traceparent, traceparentOf(operation));
+  assert.equal(
+    sink.events.find((e) => e.type === "harness.operation_completed")?.traceparent,
+    traceparentOf(operation),
+  );
 
   for (const span of telemetry.spans()) {
     for (const key of CONTENT_ATTRIBUTES) assert.equal(span.attributes[key], undefined, `${span.name} has ${key}`);
-    assert.ok(!JSON.stringify(span.attributes).includes(MARKER), `${span.name} carries content: ${JSON.stringify(span.attributes)}`);
+    assert.ok(
+      !JSON.stringify(span.attributes).includes(MARKER),
+      `${span.name} carries content: ${JSON.stringify(span.attributes)}`,
+    );
   }
 });
 
@@ -151,7 +228,9 @@ void test("a graph run is one trace: a span per step attempt, the agent step's j
   const lifecycle = tracing.lifecycleSink(undefined);
   lifecycle.publish("graph.run_started", { jobId: "job_g", attributes: { graph_name: "triage", graph_version: "2" } });
   const steps = tracing.graphTracer("job_g");
-  const ok = steps.startSpan("graph.step classify", { attributes: { "oz0.run_id": "job_g", "oz0.step_path": "classify#0", "oz0.node_id": "classify", "oz0.iteration": 0 } });
+  const ok = steps.startSpan("graph.step classify", {
+    attributes: { "oz0.run_id": "job_g", "oz0.step_path": "classify#0", "oz0.node_id": "classify", "oz0.iteration": 0 },
+  });
   // The agent step's job is created while its step runs (graph-executor.ts).
   await tracing.inGraphStep({ runId: "job_g", path: "classify#0" }, async () => {
     await Promise.resolve();
@@ -171,7 +250,11 @@ void test("a graph run is one trace: a span per step attempt, the agent step's j
   const fix = byName("graph.step fix");
   assert.equal(classify.parentSpanContext?.spanId, run.spanContext().spanId);
   const stepJob = byName("invoke_agent classifier");
-  assert.equal(stepJob.parentSpanContext?.spanId, classify.spanContext().spanId, "the step's job is a child of its step");
+  assert.equal(
+    stepJob.parentSpanContext?.spanId,
+    classify.spanContext().spanId,
+    "the step's job is a child of its step",
+  );
   assert.equal(stepJob.spanContext().traceId, run.spanContext().traceId);
   assert.equal(fix.parentSpanContext?.spanId, run.spanContext().spanId);
   assert.equal(fix.attributes["oz0.iteration"], 1);

@@ -21,7 +21,17 @@ function git(options: GitOptions, args: string[], maxBuffer: number): Promise<st
   return new Promise((resolve, reject) => {
     execFile(
       "git",
-      ["-c", "safe.directory=*", "-c", "core.autocrlf=false", "-c", "core.fileMode=true", `--git-dir=${options.gitDir}`, `--work-tree=${options.workingDir}`, ...args],
+      [
+        "-c",
+        "safe.directory=*",
+        "-c",
+        "core.autocrlf=false",
+        "-c",
+        "core.fileMode=true",
+        `--git-dir=${options.gitDir}`,
+        `--work-tree=${options.workingDir}`,
+        ...args,
+      ],
       {
         cwd: options.workingDir,
         maxBuffer,
@@ -76,9 +86,15 @@ export async function collectArtifacts(options: CollectOptions): Promise<Session
       if (options.baseline === "empty") await git(options, ["init", "-q"], 1 << 20);
       await git(options, ["add", "-A", "-f", "."], 1 << 20);
       const against = options.baseline === "snapshot" ? ["HEAD"] : [];
-      patch = await git(options, ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", ...against], options.maxBytes);
+      patch = await git(
+        options,
+        ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", ...against],
+        options.maxBytes,
+      );
     } catch (error) {
-      problems.push(`the patch could not be made (it may be larger than ${options.maxBytes} bytes): ${(error as Error).message}`);
+      problems.push(
+        `the patch could not be made (it may be larger than ${options.maxBytes} bytes): ${(error as Error).message}`,
+      );
     }
   } else {
     problems.push("no patch: the initial state could not be recorded (is git installed on the node?)");

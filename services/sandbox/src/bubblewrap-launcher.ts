@@ -55,15 +55,31 @@ export interface BubblewrapDetection {
 
 /** Tries a real sandbox with every namespace this launcher uses; bwrap being installed is not enough (user namespaces may be off). */
 export async function detectBubblewrap(options: { bwrapPath?: string } = {}): Promise<BubblewrapDetection> {
-  const candidates = options.bwrapPath !== undefined ? [options.bwrapPath] : ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
+  const candidates =
+    options.bwrapPath !== undefined ? [options.bwrapPath] : ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
   const bwrap = candidates.find((candidate) => existsSync(candidate));
-  if (bwrap === undefined) return { available: false, reason: `bwrap not found (looked at ${candidates.join(", ")}); install the bubblewrap package` };
+  if (bwrap === undefined)
+    return {
+      available: false,
+      reason: `bwrap not found (looked at ${candidates.join(", ")}); install the bubblewrap package`,
+    };
   const truePath = ["/usr/bin/true", "/bin/true"].find((p) => existsSync(p)) ?? "true";
   const args = [
-    "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
+    "--unshare-all",
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+    "--clearenv",
     ...systemBinds(DEFAULT_READ_ONLY_PATHS),
-    "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev",
-    "--", truePath,
+    "--tmpfs",
+    "/tmp",
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "--",
+    truePath,
   ];
   const run = (argv: string[]): Promise<{ ok: boolean; output: string }> =>
     new Promise((resolve) => {
@@ -73,7 +89,12 @@ export async function detectBubblewrap(options: { bwrapPath?: string } = {}): Pr
     });
   const version = await run(["--version"]);
   const trial = await run(args);
-  if (!trial.ok) return { available: false, path: bwrap, reason: `bwrap cannot create a sandbox on this host: ${trial.output || "it failed"}` };
+  if (!trial.ok)
+    return {
+      available: false,
+      path: bwrap,
+      reason: `bwrap cannot create a sandbox on this host: ${trial.output || "it failed"}`,
+    };
   return { available: true, path: bwrap, version: version.output };
 }
 
@@ -169,8 +190,10 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
         "--unshare-all",
         "--die-with-parent",
         "--new-session",
-        "--cap-drop", "ALL",
-        "--hostname", "oz0-sandbox",
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "oz0-sandbox",
         "--clearenv",
         ...Object.entries(spec.env).flatMap(([name, value]) => ["--setenv", name, value]),
         ...mounts.args,

@@ -96,7 +96,10 @@ export function planMounts(options: {
     }
   }
   // Array.prototype.sort is stable: on the same depth the order above holds.
-  const sorted = ops.map((op, index) => ({ op, index })).sort((a, b) => depth(a.op.dest) - depth(b.op.dest) || a.index - b.index).map(({ op }) => op);
+  const sorted = ops
+    .map((op, index) => ({ op, index }))
+    .sort((a, b) => depth(a.op.dest) - depth(b.op.dest) || a.index - b.index)
+    .map(({ op }) => op);
   const args = sorted.flatMap((op): string[] => {
     switch (op.kind) {
       case "bind":

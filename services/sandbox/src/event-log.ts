@@ -24,7 +24,10 @@ export class SessionEventLog {
    * session (their seqs go on); `onAppend`: called with each new message, to
    * keep the log where a restarted sandbox finds it.
    */
-  constructor(sessionId: string, options: { restored?: readonly RunSessionResponse[]; onAppend?: (entry: RunSessionResponse) => void } = {}) {
+  constructor(
+    sessionId: string,
+    options: { restored?: readonly RunSessionResponse[]; onAppend?: (entry: RunSessionResponse) => void } = {},
+  ) {
     this.sessionId = sessionId;
     this.#messages.push(...(options.restored ?? []));
     const last = this.#messages.at(-1);
@@ -48,7 +51,8 @@ export class SessionEventLog {
 
   /** Appends a message, giving it the next seq; `last` marks the end of the log. */
   append(message: LogBody, options: { last?: boolean } = {}): RunSessionResponse {
-    if (this.#ended) throw new Error(`the log of session ${this.sessionId} has ended; nothing may follow its last message`);
+    if (this.#ended)
+      throw new Error(`the log of session ${this.sessionId} has ended; nothing may follow its last message`);
     const entry = create(RunSessionResponseSchema, {
       seq: BigInt(this.#messages.length + 1),
       sessionId: this.sessionId,
@@ -80,7 +84,11 @@ export class SessionEventLog {
   #at(index: number): RunSessionResponse | undefined {
     const message = this.#messages[index];
     if (typeof message !== "number") return message;
-    return create(RunSessionResponseSchema, { seq: BigInt(index + 1), sessionId: this.sessionId, message: { case: "stderr", value: { droppedBytes: BigInt(message) } } });
+    return create(RunSessionResponseSchema, {
+      seq: BigInt(index + 1),
+      sessionId: this.sessionId,
+      message: { case: "stderr", value: { droppedBytes: BigInt(message) } },
+    });
   }
 
   /**

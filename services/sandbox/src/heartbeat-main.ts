@@ -10,9 +10,17 @@ const logger = createLogger({ name: "sandbox-heartbeat" });
 try {
   // OZ0_HEALTH_PORT: where the kubelet's liveness and readiness probes ask (HTTP /livez, /readyz).
   const healthPort = process.env.OZ0_HEALTH_PORT ? Number(process.env.OZ0_HEALTH_PORT) : undefined;
-  if (healthPort !== undefined && !(Number.isInteger(healthPort) && healthPort > 0 && healthPort < 65536)) throw new Error(`OZ0_HEALTH_PORT must be a port number, got ${JSON.stringify(process.env.OZ0_HEALTH_PORT)}`);
-  const sidecar = startHeartbeatSidecar({ ...heartbeatSidecarConfigFromEnv(process.env), logger, ...(healthPort === undefined ? {} : { healthPort }) });
-  logger.info({ node: sidecar.node.id, url: sidecar.node.advertiseUrl }, "sending this node's heartbeats from beside the sandbox");
+  if (healthPort !== undefined && !(Number.isInteger(healthPort) && healthPort > 0 && healthPort < 65536))
+    throw new Error(`OZ0_HEALTH_PORT must be a port number, got ${JSON.stringify(process.env.OZ0_HEALTH_PORT)}`);
+  const sidecar = startHeartbeatSidecar({
+    ...heartbeatSidecarConfigFromEnv(process.env),
+    logger,
+    ...(healthPort === undefined ? {} : { healthPort }),
+  });
+  logger.info(
+    { node: sidecar.node.id, url: sidecar.node.advertiseUrl },
+    "sending this node's heartbeats from beside the sandbox",
+  );
   // Nothing else keeps the event loop busy: the heartbeat's timer is unreferenced.
   const keepAlive = setInterval(() => undefined, 1 << 30);
   onShutdownSignal(logger, async () => {

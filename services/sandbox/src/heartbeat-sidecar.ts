@@ -33,9 +33,14 @@ export interface RunningHeartbeatSidecar extends NodeHeartbeat {
   drain(options?: { maxMs?: number }): Promise<void>;
 }
 
-export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger: Logger; healthPort?: number }): RunningHeartbeatSidecar {
+export function startHeartbeatSidecar(
+  config: HeartbeatSidecarConfig & { logger: Logger; healthPort?: number },
+): RunningHeartbeatSidecar {
   // The sandbox lets the node token list its sessions, and nothing else.
-  const transport = createGrpcTransport({ baseUrl: config.sandboxUrl, interceptors: [bearerInterceptor(config.nodeToken)] });
+  const transport = createGrpcTransport({
+    baseUrl: config.sandboxUrl,
+    interceptors: [bearerInterceptor(config.nodeToken)],
+  });
   const sandbox = createClient(SandboxService, transport);
   const health = createClient(Health, transport);
   const { hostname, port } = new URL(config.sandboxUrl);
@@ -78,10 +83,22 @@ export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger:
     config.healthPort === undefined
       ? undefined
       : createServer((request, response) => {
-          const ok = request.url === "/livez" ? Date.now() - lastTurn < stalledAfterMs : request.url === "/readyz" ? firstTried : undefined;
-          response.writeHead(ok === undefined ? 404 : ok ? 200 : 503, { "content-type": "text/plain" }).end(ok ? "ok\n" : "not ok\n");
+          const ok =
+            request.url === "/livez"
+              ? Date.now() - lastTurn < stalledAfterMs
+              : request.url === "/readyz"
+                ? firstTried
+                : undefined;
+          response
+            .writeHead(ok === undefined ? 404 : ok ? 200 : 503, { "content-type": "text/plain" })
+            .end(ok ? "ok\n" : "not ok\n");
         })
-          .on("error", (error) => config.logger.error({ err: error, port: config.healthPort }, "the heartbeat sidecar's health port cannot listen: its probes fail"))
+          .on("error", (error) =>
+            config.logger.error(
+              { err: error, port: config.healthPort },
+              "the heartbeat sidecar's health port cannot listen: its probes fail",
+            ),
+          )
           .listen(config.healthPort, "0.0.0.0");
   const closeHealth = (): void => void probes?.close();
   return {

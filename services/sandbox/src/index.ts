@@ -8,7 +8,14 @@ import { findSetpriv } from "./parent-death-launcher.js";
 import { createLifecycleEvents } from "./lifecycle-events.js";
 import { defaultNodeIdentity, startNodeHeartbeat, type NodeHeartbeat } from "./node-heartbeat.js";
 import { defaultSessionPath } from "@oz0/harness/host";
-import { checkNodeToken, defaultRoot, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, DEFAULT_SESSION_UIDS, type SandboxConfig } from "./sandbox-config.js";
+import {
+  checkNodeToken,
+  defaultRoot,
+  DEFAULT_HEARTBEAT_MS,
+  DEFAULT_PORT,
+  DEFAULT_SESSION_UIDS,
+  type SandboxConfig,
+} from "./sandbox-config.js";
 import { sandboxService } from "./sandbox-service.js";
 import { DEFAULT_MAX_STDERR_BYTES } from "./stderr-capture.js";
 import { prepareRoot, removeStaleSessions } from "./session-directories.js";
@@ -47,42 +54,77 @@ export interface RunningSandbox {
   close(): Promise<void>;
 }
 
-
 export async function startSandbox(config: SandboxConfig = {}): Promise<RunningSandbox> {
   const logger = config.logger ?? createLogger({ name: "sandbox" });
   if (config.orchestratorUrls !== undefined && !config.nodeToken) {
-    throw new Error("OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not: set it to the node token the orchestrators have, or the orchestrator refuses this node's heartbeats");
+    throw new Error(
+      "OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not: set it to the node token the orchestrators have, or the orchestrator refuses this node's heartbeats",
+    );
   }
   if (config.orchestratorUrls !== undefined) checkNodeToken(config.nodeToken);
   const root = await prepareRoot(config.root ?? defaultRoot());
   const uids = config.sessionUids ?? DEFAULT_SESSION_UIDS;
-  const isolation = await chooseIsolation({ setting: config.isolation ?? "auto", root, uids, bwrapPath: config.bwrapPath, setprivPath: config.setprivPath });
+  const isolation = await chooseIsolation({
+    setting: config.isolation ?? "auto",
+    root,
+    uids,
+    bwrapPath: config.bwrapPath,
+    setprivPath: config.setprivPath,
+  });
   const { bubblewrap } = isolation;
   const useBwrap = isolation.mode === "bwrap";
   const users = isolation.mode === "user" ? new SessionUserPool({ range: uids, logger }) : undefined;
-  const contained = chooseSessionContainment({ isolation: isolation.mode, setting: config.containment ?? "auto", root });
+  const contained = chooseSessionContainment({
+    isolation: isolation.mode,
+    setting: config.containment ?? "auto",
+    root,
+  });
   const { containment } = contained;
   // What a killed previous run's sessions still run is killed before their directories are removed, so nothing changes them meanwhile.
   const killedLeftovers = ((await users?.killLeftovers()) ?? 0) + ((await containment?.removeLeftovers()) ?? 0);
   // The startup line the embedded stack reads: its `isolation` field is bwrap, user or none (with `reason`), always before "sandbox listening".
   // Its `containment` field names what ends everything a session started (pid-namespace, uid, cgroup, subreaper or environment).
-  if (useBwrap) logger.info({ isolation: "bwrap", containment: contained.name, bwrap: bubblewrap.path, version: bubblewrap.version }, "sessions run under bubblewrap");
+  if (useBwrap)
+    logger.info(
+      { isolation: "bwrap", containment: contained.name, bwrap: bubblewrap.path, version: bubblewrap.version },
+      "sessions run under bubblewrap",
+    );
   else if (users !== undefined) {
     const range = `${uids.base}-${uids.base + uids.count - 1}`;
-    logger.info({ isolation: "user", containment: contained.name, uids: range, reason: isolation.reason }, "sessions run under unprivileged uids of their own (no network, PID or mount namespaces: see the sandbox README)");
+    logger.info(
+      { isolation: "user", containment: contained.name, uids: range, reason: isolation.reason },
+      "sessions run under unprivileged uids of their own (no network, PID or mount namespaces: see the sandbox README)",
+    );
   } else {
     const where = containment?.location ? { containmentLocation: containment.location } : {};
     logger.warn(
-      { isolation: "none", reason: isolation.reason, containment: contained.name, containmentReason: contained.reason, ...where },
+      {
+        isolation: "none",
+        reason: isolation.reason,
+        containment: contained.name,
+        containmentReason: contained.reason,
+        ...where,
+      },
       `sessions run WITHOUT OS isolation (plain process groups of the sandbox's own user; what a session starts ends with it by ${contained.name}${contained.name === "environment" ? ", best effort: see the sandbox README" : ""})`,
     );
   }
-  for (const warning of isolation.sessionUsers.warnings) logger.warn({ uids: `${uids.base}-${uids.base + uids.count - 1}` }, warning);
+  for (const warning of isolation.sessionUsers.warnings)
+    logger.warn({ uids: `${uids.base}-${uids.base + uids.count - 1}` }, warning);
 
   const maxSessions = config.maxSessions ?? 16;
-  const lifecycle = config.eventsUrl !== undefined ? createLifecycleEvents({ url: config.eventsUrl, logger, ...(config.auth?.serviceToken ? { token: config.auth.serviceToken } : {}) }) : undefined;
+  const lifecycle =
+    config.eventsUrl !== undefined
+      ? createLifecycleEvents({
+          url: config.eventsUrl,
+          logger,
+          ...(config.auth?.serviceToken ? { token: config.auth.serviceToken } : {}),
+        })
+      : undefined;
   // The sessions' spans join their jobs' traces through the sandbox (see telemetry-relay.ts).
-  const traceRelay = config.sessionTraces !== undefined ? await startTelemetryRelay({ target: config.sessionTraces, logger }) : undefined;
+  const traceRelay =
+    config.sessionTraces !== undefined
+      ? await startTelemetryRelay({ target: config.sessionTraces, logger })
+      : undefined;
   const registry = new SessionRegistry({
     root,
     maxSessions,
@@ -110,12 +152,18 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     maxStderrBytes: config.maxSessionStderrBytes ?? DEFAULT_MAX_STDERR_BYTES,
     logger,
     listener: lifecycle?.listener,
-    ...(traceRelay !== undefined ? { traceRelay: { url: traceRelay.url, protocol: config.sessionTraces!.protocol } } : {}),
+    ...(traceRelay !== undefined
+      ? { traceRelay: { url: traceRelay.url, protocol: config.sessionTraces!.protocol } }
+      : {}),
   });
   // Sessions a previous run left running under their keepers are taken over; everything else it left is removed.
   const adopted = await registry.adoptSessions();
   const removedStale = await removeStaleSessions(root, { keep: new Set(adopted) });
-  if (removedStale > 0 || killedLeftovers > 0) logger.warn({ root, removedStale, killedLeftovers }, "removed the directories (and killed the processes) of sessions a previous run of the sandbox left behind");
+  if (removedStale > 0 || killedLeftovers > 0)
+    logger.warn(
+      { root, removedStale, killedLeftovers },
+      "removed the directories (and killed the processes) of sessions a previous run of the sandbox left behind",
+    );
   const server = await serve({
     name: "sandbox",
     host: config.host,

@@ -31,19 +31,41 @@ export async function chooseIsolation(options: {
   const { setting } = options;
   if (setting === "none") {
     const chosen = { available: false, reason: "OZ0_ISOLATION=none" };
-    return { mode: "none", bubblewrap: chosen, sessionUsers: { ...chosen, warnings: [] }, reason: "OZ0_ISOLATION=none" };
+    return {
+      mode: "none",
+      bubblewrap: chosen,
+      sessionUsers: { ...chosen, warnings: [] },
+      reason: "OZ0_ISOLATION=none",
+    };
   }
-  const bubblewrap: BubblewrapDetection = setting === "user" ? { available: false, reason: "OZ0_ISOLATION=user" } : await detectBubblewrap({ bwrapPath: options.bwrapPath });
+  const bubblewrap: BubblewrapDetection =
+    setting === "user"
+      ? { available: false, reason: "OZ0_ISOLATION=user" }
+      : await detectBubblewrap({ bwrapPath: options.bwrapPath });
   if (setting === "bwrap" && !bubblewrap.available) {
-    throw new Error(`OZ0_ISOLATION=bwrap requires bubblewrap, which does not work here: ${bubblewrap.reason ?? "unknown reason"}`);
+    throw new Error(
+      `OZ0_ISOLATION=bwrap requires bubblewrap, which does not work here: ${bubblewrap.reason ?? "unknown reason"}`,
+    );
   }
-  if (bubblewrap.available && bubblewrap.path !== undefined) return { mode: "bwrap", bubblewrap, sessionUsers: NOT_TRIED, reason: "" };
-  const sessionUsers = await detectSessionUsers({ root: options.root, range: options.uids, ...(options.setprivPath !== undefined ? { setprivPath: options.setprivPath } : {}) });
+  if (bubblewrap.available && bubblewrap.path !== undefined)
+    return { mode: "bwrap", bubblewrap, sessionUsers: NOT_TRIED, reason: "" };
+  const sessionUsers = await detectSessionUsers({
+    root: options.root,
+    range: options.uids,
+    ...(options.setprivPath !== undefined ? { setprivPath: options.setprivPath } : {}),
+  });
   if (setting === "user" && !sessionUsers.available) {
-    throw new Error(`OZ0_ISOLATION=user requires running sessions under uids of their own, which does not work here: ${sessionUsers.reason ?? "unknown reason"}`);
+    throw new Error(
+      `OZ0_ISOLATION=user requires running sessions under uids of their own, which does not work here: ${sessionUsers.reason ?? "unknown reason"}`,
+    );
   }
   if (sessionUsers.available) {
-    return { mode: "user", bubblewrap, sessionUsers, reason: setting === "user" ? "OZ0_ISOLATION=user" : `no bubblewrap: ${bubblewrap.reason ?? "unknown reason"}` };
+    return {
+      mode: "user",
+      bubblewrap,
+      sessionUsers,
+      reason: setting === "user" ? "OZ0_ISOLATION=user" : `no bubblewrap: ${bubblewrap.reason ?? "unknown reason"}`,
+    };
   }
   return {
     mode: "none",

@@ -21,7 +21,11 @@ export interface LifecycleEvents {
 }
 
 export function createLifecycleEvents(options: { url: string; logger: Logger; token?: string }): LifecycleEvents {
-  const publisher: EventPublisher = createEventPublisher({ url: options.url, logger: options.logger, ...(options.token ? { token: options.token } : {}) });
+  const publisher: EventPublisher = createEventPublisher({
+    url: options.url,
+    logger: options.logger,
+    ...(options.token ? { token: options.token } : {}),
+  });
   const common = (session: SandboxSession): Parameters<typeof rawEvent>[1] => ({
     source: "sandbox",
     jobId: session.jobId,
@@ -33,7 +37,13 @@ export function createLifecycleEvents(options: { url: string; logger: Logger; to
   return {
     listener: {
       started(session) {
-        publisher.publish(rawEvent("session.started", { ...common(session), status: "running", attributes: { pid: session.pid, isolation: session.isolationName } }));
+        publisher.publish(
+          rawEvent("session.started", {
+            ...common(session),
+            status: "running",
+            attributes: { pid: session.pid, isolation: session.isolationName },
+          }),
+        );
       },
       ended(session) {
         const exited = lastExited(session);

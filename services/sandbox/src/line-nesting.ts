@@ -77,7 +77,8 @@ export class LineNestingScanner {
         lineStart = i + 1;
         continue;
       }
-      if (!this.#lineHasContent && byte !== SPACE && byte !== TAB && byte !== CARRIAGE_RETURN) this.#lineHasContent = true;
+      if (!this.#lineHasContent && byte !== SPACE && byte !== TAB && byte !== CARRIAGE_RETURN)
+        this.#lineHasContent = true;
       if (this.#inString) {
         if (this.#escaped) this.#escaped = false;
         else if (byte === BACKSLASH) this.#escaped = true;

@@ -42,7 +42,10 @@ export function planLlmForwards(options: { socketDir: string; urls: { field: str
       throw invalidField(field, "is not a URL");
     }
     if (parsed.protocol !== "http:") {
-      throw invalidField(field, "must be an http:// URL (the node's LLM proxy) when sessions run under bubblewrap, which forwards plain connections to it");
+      throw invalidField(
+        field,
+        "must be an http:// URL (the node's LLM proxy) when sessions run under bubblewrap, which forwards plain connections to it",
+      );
     }
     if (forwards.some((f) => f.origin.host === parsed.host)) continue;
     const index = forwards.length;

@@ -51,7 +51,10 @@ const WILDCARD_HOSTS = new Set(["", "0.0.0.0", "::", "[::]"]);
 const LOOPBACK_HOST = /^(localhost|127\.\d+\.\d+\.\d+|\[::1\])$/;
 
 /** The node's identity when OZ0_NODE_ID / OZ0_ADVERTISE_URL are unset: hostname:port, and the server's own URL (the hostname when it listens on every address). */
-export function defaultNodeIdentity(options: { host: string | undefined; port: number; url: string }): { nodeId: string; advertiseUrl: string } {
+export function defaultNodeIdentity(options: { host: string | undefined; port: number; url: string }): {
+  nodeId: string;
+  advertiseUrl: string;
+} {
   const hostname = os.hostname();
   return {
     nodeId: `${hostname}:${options.port}`,
@@ -62,14 +65,23 @@ export function defaultNodeIdentity(options: { host: string | undefined; port: n
 export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat {
   const { logger } = options;
   if (options.orchestratorUrls.length === 0) throw new Error("startNodeHeartbeat needs at least one orchestrator URL");
-  const clients = options.orchestratorUrls.map((url) => ({ url, client: createClient(SandboxNodeService, createGrpcTransport({ baseUrl: url })) }));
+  const clients = options.orchestratorUrls.map((url) => ({
+    url,
+    client: createClient(SandboxNodeService, createGrpcTransport({ baseUrl: url })),
+  }));
   // The replica that answered last; a failure moves on to the next.
   let current = 0;
   const headers = { authorization: `Bearer ${options.nodeToken}` };
   const timeoutMs = Math.min(Math.max(options.intervalMs, 1_000), 10_000);
   const context = { orchestrator: options.orchestratorUrls.join(","), node: options.nodeId, url: options.advertiseUrl };
-  if (LOOPBACK_HOST.test(new URL(options.advertiseUrl).hostname) && options.orchestratorUrls.some((url) => !LOOPBACK_HOST.test(new URL(url).hostname))) {
-    logger.warn(context, "this node advertises a loopback URL to an orchestrator elsewhere, which cannot reach it there; set OZ0_ADVERTISE_URL (or OZ0_HOST)");
+  if (
+    LOOPBACK_HOST.test(new URL(options.advertiseUrl).hostname) &&
+    options.orchestratorUrls.some((url) => !LOOPBACK_HOST.test(new URL(url).hostname))
+  ) {
+    logger.warn(
+      context,
+      "this node advertises a loopback URL to an orchestrator elsewhere, which cannot reach it there; set OZ0_ADVERTISE_URL (or OZ0_HOST)",
+    );
   }
   const abort = new AbortController();
   let stopped = false;
@@ -85,7 +97,10 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
     for (let tried = 0; tried < clients.length; tried++) {
       const { client } = clients[(current + tried) % clients.length]!;
       try {
-        const response = await client.heartbeat({ nodeId: options.nodeId, url: options.advertiseUrl, capacity: status.capacity, running: status.running }, { headers, signal: abort.signal, timeoutMs });
+        const response = await client.heartbeat(
+          { nodeId: options.nodeId, url: options.advertiseUrl, capacity: status.capacity, running: status.running },
+          { headers, signal: abort.signal, timeoutMs },
+        );
         current = (current + tried) % clients.length;
         return response;
       } catch (error) {
@@ -111,7 +126,10 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
         // answers "connection refused", then "reset", then something else.
         const problem = "status unreadable";
         if (problem !== last) {
-          logger.warn({ ...context, err: (error as Error).message }, "cannot read this node's status, so no heartbeat is sent (orchestrators stop placing here) until it can be read");
+          logger.warn(
+            { ...context, err: (error as Error).message },
+            "cannot read this node's status, so no heartbeat is sent (orchestrators stop placing here) until it can be read",
+          );
           last = problem;
         }
         return;
@@ -120,11 +138,18 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
     if (draining) status = { ...status, capacity: 0 };
     try {
       const response = await send(status);
-      if (last !== "ok") logger.info({ ...context, capacity: status.capacity, placed: response.placed, staleAfterMs: response.staleAfterMs }, "sending heartbeats to the orchestrator");
+      if (last !== "ok")
+        logger.info(
+          { ...context, capacity: status.capacity, placed: response.placed, staleAfterMs: response.staleAfterMs },
+          "sending heartbeats to the orchestrator",
+        );
       last = "ok";
       if (!warnedInterval && response.staleAfterMs > 0 && options.intervalMs * 2 > response.staleAfterMs) {
         warnedInterval = true;
-        logger.warn({ ...context, heartbeatMs: options.intervalMs, staleAfterMs: response.staleAfterMs }, "heartbeats come too seldom for the orchestrator's stale limit: one late heartbeat would lose this node's sessions; lower OZ0_HEARTBEAT_MS");
+        logger.warn(
+          { ...context, heartbeatMs: options.intervalMs, staleAfterMs: response.staleAfterMs },
+          "heartbeats come too seldom for the orchestrator's stale limit: one late heartbeat would lose this node's sessions; lower OZ0_HEARTBEAT_MS",
+        );
       }
     } catch (error) {
       if (abort.signal.aborted) return;
@@ -136,10 +161,13 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
       }
       last = problem;
       // A refused token or identity is a configuration mistake; anything else may pass (the orchestrator restarts).
-      const misconfigured = err.code === Code.Unauthenticated || err.code === Code.InvalidArgument || err.code === Code.Unimplemented;
+      const misconfigured =
+        err.code === Code.Unauthenticated || err.code === Code.InvalidArgument || err.code === Code.Unimplemented;
       logger[misconfigured ? "error" : "warn"](
         { ...context, code: Code[err.code], err: err.rawMessage, retryMs: options.intervalMs },
-        misconfigured ? "the orchestrator refuses this node's heartbeats; it gets no sessions until that is fixed" : "could not send a heartbeat to the orchestrator; trying again",
+        misconfigured
+          ? "the orchestrator refuses this node's heartbeats; it gets no sessions until that is fixed"
+          : "could not send a heartbeat to the orchestrator; trying again",
       );
     }
   }

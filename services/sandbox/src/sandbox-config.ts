@@ -2,7 +2,13 @@
 import os from "node:os";
 import path from "node:path";
 import { CONTAINMENT_MECHANISMS, type ContainmentSetting } from "@oz0/harness/host";
-import { authSettingsFromEnv, otlpTracesTarget, type AuthSettings, type Logger, type OtlpTracesTarget } from "@oz0/serving";
+import {
+  authSettingsFromEnv,
+  otlpTracesTarget,
+  type AuthSettings,
+  type Logger,
+  type OtlpTracesTarget,
+} from "@oz0/serving";
 
 export type IsolationSetting = "auto" | "bwrap" | "user" | "none";
 
@@ -131,7 +137,8 @@ function integer(env: NodeJS.ProcessEnv, name: string): number | undefined {
   const raw = env[name];
   if (raw === undefined || raw === "") return undefined;
   const value = Number(raw);
-  if (!Number.isInteger(value) || value < 0) throw new Error(`${name} must be a non-negative integer, got ${JSON.stringify(raw)}`);
+  if (!Number.isInteger(value) || value < 0)
+    throw new Error(`${name} must be a non-negative integer, got ${JSON.stringify(raw)}`);
   return value;
 }
 
@@ -143,14 +150,17 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
   }
   const containment = env.OZ0_CONTAINMENT || "auto";
   if (containment !== "auto" && !(CONTAINMENT_MECHANISMS as readonly string[]).includes(containment)) {
-    throw new Error(`OZ0_CONTAINMENT must be auto, ${CONTAINMENT_MECHANISMS.join(", ")}, got ${JSON.stringify(containment)}`);
+    throw new Error(
+      `OZ0_CONTAINMENT must be auto, ${CONTAINMENT_MECHANISMS.join(", ")}, got ${JSON.stringify(containment)}`,
+    );
   }
   const uidBase = integer(env, "OZ0_SANDBOX_UID_BASE") ?? DEFAULT_SESSION_UIDS.base;
   const uidCount = integer(env, "OZ0_SANDBOX_UID_COUNT") ?? DEFAULT_SESSION_UIDS.count;
   // Root's own ids, and ids past the kernel's (uid_t is 32 bits, and -1 means "unchanged"), can never be a session's.
   if (uidBase === 0) throw new Error("OZ0_SANDBOX_UID_BASE must be above 0: uid 0 is root");
   if (uidCount === 0) throw new Error("OZ0_SANDBOX_UID_COUNT must be at least 1");
-  if (uidBase + uidCount - 1 >= 0xffff_ffff) throw new Error(`OZ0_SANDBOX_UID_BASE + OZ0_SANDBOX_UID_COUNT must stay below ${0xffff_ffff}`);
+  if (uidBase + uidCount - 1 >= 0xffff_ffff)
+    throw new Error(`OZ0_SANDBOX_UID_BASE + OZ0_SANDBOX_UID_COUNT must stay below ${0xffff_ffff}`);
   const config: SandboxConfig = {
     port: integer(env, "OZ0_PORT") ?? DEFAULT_PORT,
     host: env.OZ0_HOST || undefined,
@@ -169,7 +179,9 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     maxSessionEvents: integer(env, "OZ0_MAX_SESSION_EVENTS"),
     maxSessionStderrBytes: integer(env, "OZ0_MAX_SESSION_STDERR_BYTES"),
     sessionUids: { base: uidBase, count: uidCount },
-    readOnlyPaths: env.OZ0_SANDBOX_READ_ONLY_PATHS ? env.OZ0_SANDBOX_READ_ONLY_PATHS.split(":").filter((p) => p !== "") : undefined,
+    readOnlyPaths: env.OZ0_SANDBOX_READ_ONLY_PATHS
+      ? env.OZ0_SANDBOX_READ_ONLY_PATHS.split(":").filter((p) => p !== "")
+      : undefined,
     hiddenPaths: hiddenPaths(env),
     sessionPath: env.OZ0_SESSION_PATH || undefined,
     orchestratorUrls: urlList(env.OZ0_ORCHESTRATOR_URL),
@@ -188,12 +200,18 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
 function hiddenPaths(env: NodeJS.ProcessEnv): string[] {
   const listed = (env.OZ0_SANDBOX_HIDDEN_PATHS ?? "").split(":").filter((p) => p !== "");
   const relative = listed.find((p) => !path.isAbsolute(p));
-  if (relative !== undefined) throw new Error(`OZ0_SANDBOX_HIDDEN_PATHS must list absolute paths, got ${JSON.stringify(relative)}`);
+  if (relative !== undefined)
+    throw new Error(`OZ0_SANDBOX_HIDDEN_PATHS must list absolute paths, got ${JSON.stringify(relative)}`);
   return env.OZ0_HOME ? [...listed, path.resolve(env.OZ0_HOME)] : listed;
 }
 
 function urlList(raw: string | undefined): string[] | undefined {
-  return raw ? raw.split(",").map((u) => u.trim()).filter(Boolean) : undefined;
+  return raw
+    ? raw
+        .split(",")
+        .map((u) => u.trim())
+        .filter(Boolean)
+    : undefined;
 }
 
 /**
@@ -227,7 +245,9 @@ const MIN_NODE_TOKEN_LENGTH = 16;
 export function checkNodeToken(token: string | undefined): string {
   if (!token) throw new Error("OZ0_NODE_TOKEN is required: the node token the orchestrators have");
   if (token.length < MIN_NODE_TOKEN_LENGTH) {
-    throw new Error(`OZ0_NODE_TOKEN has ${token.length} characters; the orchestrators refuse fewer than ${MIN_NODE_TOKEN_LENGTH}. Give every orchestrator and node the same longer token (for example \`openssl rand -base64 32\`)`);
+    throw new Error(
+      `OZ0_NODE_TOKEN has ${token.length} characters; the orchestrators refuse fewer than ${MIN_NODE_TOKEN_LENGTH}. Give every orchestrator and node the same longer token (for example \`openssl rand -base64 32\`)`,
+    );
   }
   return token;
 }
@@ -235,13 +255,18 @@ export function checkNodeToken(token: string | undefined): string {
 /** Reads the sidecar's configuration; throws naming the variable to set. */
 export function heartbeatSidecarConfigFromEnv(env: NodeJS.ProcessEnv): HeartbeatSidecarConfig {
   const orchestratorUrls = urlList(env.OZ0_ORCHESTRATOR_URL);
-  if (!orchestratorUrls?.length) throw new Error("OZ0_ORCHESTRATOR_URL is required: the orchestrator (or its Service) to send this node's heartbeats to");
+  if (!orchestratorUrls?.length)
+    throw new Error(
+      "OZ0_ORCHESTRATOR_URL is required: the orchestrator (or its Service) to send this node's heartbeats to",
+    );
   const nodeToken = checkNodeToken(env.OZ0_NODE_TOKEN);
   const sandboxUrl = env.OZ0_SANDBOX_URL || `http://127.0.0.1:${DEFAULT_PORT}`;
   try {
     new URL(sandboxUrl);
   } catch {
-    throw new Error(`OZ0_SANDBOX_URL must be a URL such as http://127.0.0.1:${DEFAULT_PORT}, got ${JSON.stringify(sandboxUrl)}`);
+    throw new Error(
+      `OZ0_SANDBOX_URL must be a URL such as http://127.0.0.1:${DEFAULT_PORT}, got ${JSON.stringify(sandboxUrl)}`,
+    );
   }
   const heartbeatMs = integer(env, "OZ0_HEARTBEAT_MS") ?? DEFAULT_HEARTBEAT_MS;
   if (heartbeatMs === 0) throw new Error("OZ0_HEARTBEAT_MS must be a positive number of milliseconds, got 0");
@@ -258,4 +283,3 @@ export function heartbeatSidecarConfigFromEnv(env: NodeJS.ProcessEnv): Heartbeat
 export function defaultRoot(): string {
   return path.join(os.tmpdir(), "oz0-sandbox");
 }
-

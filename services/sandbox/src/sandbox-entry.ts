@@ -86,6 +86,7 @@ exit($status >> 8);
 /** The command bwrap runs first: the forwarder, to which the forwards and `--` and the harness's command are appended. Throws without perl. */
 export function sandboxEntryCommand(): string[] {
   const perl = findCommand({ command: ["perl"], cwd: "/", env: { PATH: "/usr/bin:/bin" } });
-  if (perl === undefined) throw new Error("no perl in /usr/bin or /bin (Debian's perl-base), which runs the LLM forwarder inside bubblewrap");
+  if (perl === undefined)
+    throw new Error("no perl in /usr/bin or /bin (Debian's perl-base), which runs the LLM forwarder inside bubblewrap");
   return [perl, "-e", PROGRAM];
 }

@@ -22,7 +22,8 @@ const CODES: Record<SandboxErrorCode, Code> = {
 };
 
 function toConnectError(error: unknown): unknown {
-  if (error instanceof SandboxError) return new ConnectError(error.message, CODES[error.code], undefined, undefined, error);
+  if (error instanceof SandboxError)
+    return new ConnectError(error.message, CODES[error.code], undefined, undefined, error);
   return error;
 }
 
@@ -39,7 +40,11 @@ export function sandboxService(registry: SessionRegistry): Partial<ServiceImpl<t
     async *runSession(requests, context) {
       const iterator = requests[Symbol.asyncIterator]();
       const first = await iterator.next();
-      if (first.done === true) throw new ConnectError("the stream ended before its first message; send start or attach first", Code.InvalidArgument);
+      if (first.done === true)
+        throw new ConnectError(
+          "the stream ended before its first message; send start or attach first",
+          Code.InvalidArgument,
+        );
       const { session, afterSeq } = await mapErrors(() => openSession(registry, first.value));
       yield* follow(session, afterSeq, iterator, context, () => registry.endRead(session));
     },
@@ -57,7 +62,10 @@ export function sandboxService(registry: SessionRegistry): Partial<ServiceImpl<t
   };
 }
 
-async function openSession(registry: SessionRegistry, request: RunSessionRequest): Promise<{ session: SandboxSession; afterSeq: number }> {
+async function openSession(
+  registry: SessionRegistry,
+  request: RunSessionRequest,
+): Promise<{ session: SandboxSession; afterSeq: number }> {
   const message = request.message;
   switch (message.case) {
     case "start":
@@ -75,7 +83,10 @@ async function openSession(registry: SessionRegistry, request: RunSessionRequest
       return { session, afterSeq: Number(afterSeq) };
     }
     default:
-      throw new SandboxError("invalid_argument", `the first message must be start or attach, got ${message.case ?? "an empty message"}`);
+      throw new SandboxError(
+        "invalid_argument",
+        `the first message must be start or attach, got ${message.case ?? "an empty message"}`,
+      );
   }
 }
 
@@ -99,7 +110,13 @@ async function* follow(
   const rejections: RunSessionResponse[] = [];
   let wakeForRejection: (() => void) | undefined;
   const reject = (code: string, message: string): void => {
-    rejections.push(create(RunSessionResponseSchema, { seq: 0n, sessionId: session.id, message: { case: "rejected", value: { code, message } } }));
+    rejections.push(
+      create(RunSessionResponseSchema, {
+        seq: 0n,
+        sessionId: session.id,
+        message: { case: "rejected", value: { code, message } },
+      }),
+    );
     wakeForRejection?.();
   };
   const reader = (async () => {
@@ -139,7 +156,11 @@ async function* follow(
   }
 }
 
-function applyCommand(session: SandboxSession, request: RunSessionRequest, reject: (code: string, message: string) => void): void {
+function applyCommand(
+  session: SandboxSession,
+  request: RunSessionRequest,
+  reject: (code: string, message: string) => void,
+): void {
   const message = request.message;
   try {
     switch (message.case) {
@@ -150,10 +171,14 @@ function applyCommand(session: SandboxSession, request: RunSessionRequest, rejec
         session.sendRuntimeToolResult(message.value);
         return;
       case "cancel":
-        if (!session.cancel(message.value.reason || "cancelled by the client")) reject("session_ended", `session ${session.id} has already ended`);
+        if (!session.cancel(message.value.reason || "cancelled by the client"))
+          reject("session_ended", `session ${session.id} has already ended`);
         return;
       default:
-        reject("invalid_command", `after the first message send permission_answer, runtime_tool_result or cancel, not ${message.case ?? "an empty message"}`);
+        reject(
+          "invalid_command",
+          `after the first message send permission_answer, runtime_tool_result or cancel, not ${message.case ?? "an empty message"}`,
+        );
     }
   } catch (error) {
     if (error instanceof CommandRejectedError) reject(error.code, error.message);

@@ -6,7 +6,12 @@ import { rmSync } from "node:fs";
 import path from "node:path";
 import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate, timestampNow, type Timestamp } from "@bufbuild/protobuf/wkt";
-import type { PermissionAnswer, RuntimeToolResult, SessionEvent, SessionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type {
+  PermissionAnswer,
+  RuntimeToolResult,
+  SessionEvent,
+  SessionRequest,
+} from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { SessionRequestSchema, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import {
   IsolationMode,
@@ -38,7 +43,13 @@ import { startLlmForwarding, type LlmForward, type LlmForwarding } from "./llm-f
 import { SessionEventLog } from "./event-log.js";
 import { SandboxError } from "./sandbox-errors.js";
 import { StderrCapture } from "./stderr-capture.js";
-import { copyAttachments, createSessionDirectories, handOverSessionDirectories, removeSessionDirectories, type SessionPaths } from "./session-directories.js";
+import {
+  copyAttachments,
+  createSessionDirectories,
+  handOverSessionDirectories,
+  removeSessionDirectories,
+  type SessionPaths,
+} from "./session-directories.js";
 import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host";
 import { sessionUserLauncher } from "./session-user-launcher.js";
 import type { SessionUserLease } from "./session-user-pool.js";
@@ -100,7 +111,11 @@ export interface SandboxSessionOptions {
    */
   keep?: { orphanMs: number };
   /** A session a previous run of the sandbox started, taken over: {@link SandboxSession.resume} instead of prepareAndLaunch. */
-  adopted?: { record: SessionRecord; log: RunSessionResponse[]; answered: { answeredPermissions: ReadonlySet<string>; answeredToolCalls: ReadonlySet<string> } };
+  adopted?: {
+    record: SessionRecord;
+    log: RunSessionResponse[];
+    answered: { answeredPermissions: ReadonlySet<string>; answeredToolCalls: ReadonlySet<string> };
+  };
   /** Lifecycle hooks for the registry and the events publisher. */
   onStarted?: (session: SandboxSession) => void;
   onEvent?: (session: SandboxSession, event: SessionEvent) => void;
@@ -156,7 +171,8 @@ export class SandboxSession {
     this.#options = options;
     this.id = options.request.sessionId;
     this.jobId = options.request.jobId;
-    this.startTime = options.adopted !== undefined ? timestampFromDate(new Date(options.adopted.record.startTime)) : timestampNow();
+    this.startTime =
+      options.adopted !== undefined ? timestampFromDate(new Date(options.adopted.record.startTime)) : timestampNow();
     const internalDir = options.paths.internalDir;
     let persistFailed = false;
     this.log = new SessionEventLog(this.id, {
@@ -168,7 +184,11 @@ export class SandboxSession {
                 appendLogMessage(internalDir, entry);
               } catch (error) {
                 // Past the release the directory is gone: the session is over, nothing is left to take over.
-                if (!persistFailed && !this.#released) options.logger.warn({ err: error, sessionId: this.id }, "cannot keep the session's log on disk; a restart of the sandbox would lose the session");
+                if (!persistFailed && !this.#released)
+                  options.logger.warn(
+                    { err: error, sessionId: this.id },
+                    "cannot keep the session's log on disk; a restart of the sandbox would lose the session",
+                  );
                 persistFailed = true;
               }
             },
@@ -233,11 +253,15 @@ export class SandboxSession {
           this.#baseline = "snapshot";
         }
       } catch (error) {
-        logger.warn({ err: error, sessionId: this.id }, "cannot record the working directory's initial state; the session will have no patch");
+        logger.warn(
+          { err: error, sessionId: this.id },
+          "cannot record the working directory's initial state; the session will have no patch",
+        );
       }
       // Only now: the attachments and the snapshot are the sandbox's, made before any process of the uid runs.
       if (this.#user !== undefined) await handOverSessionDirectories(paths, this.#user);
-      if (isolation.mode === "bwrap" && isolation.forwards.length > 0) this.#forwarding = await startLlmForwarding(isolation.forwards);
+      if (isolation.mode === "bwrap" && isolation.forwards.length > 0)
+        this.#forwarding = await startLlmForwarding(isolation.forwards);
     } catch (error) {
       await this.#cleanup();
       throw error;
@@ -273,17 +297,29 @@ export class SandboxSession {
       anthropicBaseUrl: innerUrl(llm?.anthropicBaseUrl ?? ""),
       openaiBaseUrl: innerUrl(llm?.openaiBaseUrl ?? ""),
       ...(this.#options.traceRelay !== undefined
-        ? { otlpTraces: { endpoint: `${innerUrl(this.#options.traceRelay.url)}${OTLP_TRACES_PATH}`, protocol: this.#options.traceRelay.protocol } }
+        ? {
+            otlpTraces: {
+              endpoint: `${innerUrl(this.#options.traceRelay.url)}${OTLP_TRACES_PATH}`,
+              protocol: this.#options.traceRelay.protocol,
+            },
+          }
         : {}),
     });
     let launcher: HarnessLauncher | undefined;
     if (isolation.mode === "none") {
-      const inner = isolation.setprivPath !== undefined ? parentDeathLauncher({ setprivPath: isolation.setprivPath }) : processGroupLauncher();
+      const inner =
+        isolation.setprivPath !== undefined
+          ? parentDeathLauncher({ setprivPath: isolation.setprivPath })
+          : processGroupLauncher();
       launcher = this.#container?.launcher(inner) ?? inner;
     }
     const user = this.#user;
     if (isolation.mode === "user" && user !== undefined) {
-      launcher = sessionUserLauncher({ setprivPath: isolation.setprivPath, user, ...(paths.sharesWorkingDir ? {} : { killAll: () => user.killAll() }) });
+      launcher = sessionUserLauncher({
+        setprivPath: isolation.setprivPath,
+        user,
+        ...(paths.sharesWorkingDir ? {} : { killAll: () => user.killAll() }),
+      });
     }
     const keep = this.#options.keep;
     if (isolation.mode === "bwrap") {
@@ -295,8 +331,14 @@ export class SandboxSession {
         pluginDir: start.pluginDir,
         writablePaths: [paths.workingDir, paths.stateDir],
         socketDir: paths.socketDir,
-        entry: isolation.forwards.length > 0 ? { command: isolation.entryCommand, forwards: isolation.forwards } : undefined,
-        ...(keep !== undefined ? { spawn: keeperSpawn({ dir: paths.internalDir, orphanMs: keep.orphanMs }), onInitPid: (pid: number) => this.#keepRecord({ initPid: pid }) } : {}),
+        entry:
+          isolation.forwards.length > 0 ? { command: isolation.entryCommand, forwards: isolation.forwards } : undefined,
+        ...(keep !== undefined
+          ? {
+              spawn: keeperSpawn({ dir: paths.internalDir, orphanMs: keep.orphanMs }),
+              onInitPid: (pid: number) => this.#keepRecord({ initPid: pid }),
+            }
+          : {}),
       });
     }
     const host = this.#startHost({ launcher: launcher ?? processGroupLauncher(), env, request: harnessRequest });
@@ -328,7 +370,8 @@ export class SandboxSession {
    */
   async resume(): Promise<void> {
     const { adopted, isolation, paths } = this.#options;
-    if (adopted === undefined || isolation.mode !== "bwrap") throw new Error("only a session taken over under bubblewrap can be resumed");
+    if (adopted === undefined || isolation.mode !== "bwrap")
+      throw new Error("only a session taken over under bubblewrap can be resumed");
     const { record } = adopted;
     this.#record = record;
     this.#baseline = record.baseline;
@@ -340,10 +383,16 @@ export class SandboxSession {
     let stderrBytes = 0;
     for (const entry of adopted.log) {
       if (entry.message.case === "event") this.#replayedEvents++;
-      if (entry.message.case === "stderr") stderrBytes += Buffer.byteLength(entry.message.value.text) + Number(entry.message.value.droppedBytes);
+      if (entry.message.case === "stderr")
+        stderrBytes += Buffer.byteLength(entry.message.value.text) + Number(entry.message.value.droppedBytes);
     }
     this.#events = this.#replayedEvents;
-    const child = adoptKeeper({ dir: paths.internalDir, pid: record.keeper.pid, startTime: record.keeper.startTime, from: { stdout: 0, stderr: stderrBytes } });
+    const child = adoptKeeper({
+      dir: paths.internalDir,
+      pid: record.keeper.pid,
+      startTime: record.keeper.startTime,
+      from: { stdout: 0, stderr: stderrBytes },
+    });
     const { initPid } = record;
     const signal = (pid: number, name: NodeJS.Signals): void => {
       try {
@@ -363,10 +412,20 @@ export class SandboxSession {
       },
       hasLiveProcesses: () => false,
     };
-    this.#startHost({ launcher: { launch: () => launched }, env: {}, request: record.request, adopt: adopted.answered });
+    this.#startHost({
+      launcher: { launch: () => launched },
+      env: {},
+      request: record.request,
+      adopt: adopted.answered,
+    });
   }
 
-  #startHost(options: { launcher: HarnessLauncher; env: Record<string, string>; request: SessionRequest; adopt?: NonNullable<SandboxSessionOptions["adopted"]>["answered"] }): HostSession {
+  #startHost(options: {
+    launcher: HarnessLauncher;
+    env: Record<string, string>;
+    request: SessionRequest;
+    adopt?: NonNullable<SandboxSessionOptions["adopted"]>["answered"];
+  }): HostSession {
     const host = startHostSession({
       command: this.#options.command,
       cwd: this.#options.paths.workingDir,
@@ -410,11 +469,23 @@ export class SandboxSession {
       return;
     }
     const initPid = change.initPid ?? this.#record?.initPid ?? this.#pendingInitPid;
-    this.#record = { start, request, command, paths, keeper, ...(initPid !== undefined ? { initPid } : {}), baseline: this.#baseline, startTime: timestampDate(this.startTime).toISOString() };
+    this.#record = {
+      start,
+      request,
+      command,
+      paths,
+      keeper,
+      ...(initPid !== undefined ? { initPid } : {}),
+      baseline: this.#baseline,
+      startTime: timestampDate(this.startTime).toISOString(),
+    };
     try {
       writeSessionRecord(this.#record);
     } catch (error) {
-      this.#options.logger.warn({ err: error, sessionId: this.id }, "cannot keep the session's record on disk; a restart of the sandbox would lose the session");
+      this.#options.logger.warn(
+        { err: error, sessionId: this.id },
+        "cannot keep the session's record on disk; a restart of the sandbox would lose the session",
+      );
     }
   }
 
@@ -431,7 +502,10 @@ export class SandboxSession {
     // writes past the cap is not kept (the session fails, saying so).
     const maxEvents = this.#options.maxLogEvents;
     if (this.#events >= maxEvents) {
-      this.#breakLimit("too_many_events", `the harness wrote more than ${maxEvents} events (OZ0_MAX_SESSION_EVENTS); later events were dropped and the session was stopped`);
+      this.#breakLimit(
+        "too_many_events",
+        `the harness wrote more than ${maxEvents} events (OZ0_MAX_SESSION_EVENTS); later events were dropped and the session was stopped`,
+      );
       if (event.event.case !== "result") return;
     }
     this.log.append({ case: "event", value: event });
@@ -443,7 +517,10 @@ export class SandboxSession {
       this.#usageEvents++;
       const maxTurns = this.#options.request.limits?.maxTurns ?? 0;
       if (maxTurns > 0 && this.#usageEvents > maxTurns) {
-        this.#breakLimit("max_turns_exceeded", `the harness made more model calls than the turn limit (${maxTurns}) and was stopped`);
+        this.#breakLimit(
+          "max_turns_exceeded",
+          `the harness made more model calls than the turn limit (${maxTurns}) and was stopped`,
+        );
       }
     }
   }
@@ -470,12 +547,16 @@ export class SandboxSession {
     try {
       appendAnswered(this.#options.paths.internalDir, kind, id);
     } catch (error) {
-      this.#options.logger.warn({ err: error, sessionId: this.id }, "cannot record an answer on disk; after a restart of the sandbox the orchestrator sends it again");
+      this.#options.logger.warn(
+        { err: error, sessionId: this.id },
+        "cannot record an answer on disk; after a restart of the sandbox the orchestrator sends it again",
+      );
     }
   }
 
   #command(run: () => void): void {
-    if (!this.running || this.#host === undefined) throw new CommandRejectedError("session_ended", `session ${this.id} has ended; nothing more can be sent to it`);
+    if (!this.running || this.#host === undefined)
+      throw new CommandRejectedError("session_ended", `session ${this.id} has ended; nothing more can be sent to it`);
     try {
       run();
     } catch (error) {
@@ -515,7 +596,12 @@ export class SandboxSession {
     const status =
       broken !== undefined
         ? SessionStatus.FAILED
-        : { completed: SessionStatus.COMPLETED, failed: SessionStatus.FAILED, cancelled: SessionStatus.CANCELLED, timed_out: SessionStatus.TIMED_OUT }[outcome.status];
+        : {
+            completed: SessionStatus.COMPLETED,
+            failed: SessionStatus.FAILED,
+            cancelled: SessionStatus.CANCELLED,
+            timed_out: SessionStatus.TIMED_OUT,
+          }[outcome.status];
     const error = broken ?? outcome.error;
     const finish = async (): Promise<void> => {
       const { paths } = this.#options;
@@ -538,11 +624,17 @@ export class SandboxSession {
         this.log.append({ case: "artifacts", value: artifacts });
       } catch (collectError) {
         this.#options.logger.warn({ err: collectError, sessionId: this.id }, "collecting artifacts failed");
-        this.log.append({ case: "artifacts", value: { error: `collecting artifacts failed: ${(collectError as Error).message}` } });
+        this.log.append({
+          case: "artifacts",
+          value: { error: `collecting artifacts failed: ${(collectError as Error).message}` },
+        });
       }
       await this.#release();
       this.#end(status, {
-        how: outcome.signal !== null ? { case: "signal", value: outcome.signal } : { case: "exitCode", value: outcome.exitCode ?? -1 },
+        how:
+          outcome.signal !== null
+            ? { case: "signal", value: outcome.signal }
+            : { case: "exitCode", value: outcome.exitCode ?? -1 },
         errorCode: error?.code ?? "",
         errorMessage: error?.message ?? "",
         result: outcome.result,
@@ -581,8 +673,14 @@ export class SandboxSession {
     this.#stderr.finish();
     this.endTime = timestampNow();
     this.status = status;
-    this.log.append({ case: "exited", value: create(SessionExitedSchema, { ...exited, status, endTime: this.endTime }) }, { last: true });
-    this.#span.end({ status: SessionStatus[status] ?? String(status), failed: status === SessionStatus.FAILED || status === SessionStatus.TIMED_OUT });
+    this.log.append(
+      { case: "exited", value: create(SessionExitedSchema, { ...exited, status, endTime: this.endTime }) },
+      { last: true },
+    );
+    this.#span.end({
+      status: SessionStatus[status] ?? String(status),
+      failed: status === SessionStatus.FAILED || status === SessionStatus.TIMED_OUT,
+    });
     this.#options.onEnded?.(this);
   }
 
@@ -608,7 +706,10 @@ export class SandboxSession {
     try {
       await removeSessionDirectories(this.#options.paths, { ...(removeAs !== undefined ? { user: removeAs } : {}) });
     } catch (error) {
-      this.#options.logger.warn({ err: error, sessionId: this.id }, "could not remove all of the session's directories");
+      this.#options.logger.warn(
+        { err: error, sessionId: this.id },
+        "could not remove all of the session's directories",
+      );
     }
     await this.#user?.release();
     await this.#container?.end();
@@ -621,7 +722,11 @@ function containerFor(containment: Containment, sessionId: string, internalDir: 
     // The subreaper wrapper's list of what it killed goes in the sandbox's own directory for the session.
     return containment.container({ sessionId, reportFile: path.join(internalDir, "leftover-processes.tsv") });
   } catch (error) {
-    throw new SandboxError("unavailable", `the session cannot be contained (${(error as Error).message}); see the sandbox's start-up line and its README's Isolation`, { cause: error });
+    throw new SandboxError(
+      "unavailable",
+      `the session cannot be contained (${(error as Error).message}); see the sandbox's start-up line and its README's Isolation`,
+      { cause: error },
+    );
   }
 }
 
@@ -635,10 +740,16 @@ function containerFor(containment: Containment, sessionId: string, internalDir: 
 function failingExitAfterResult(outcome: SessionOutcome): { code: string; message: string } | undefined {
   if (outcome.status !== "completed" || outcome.result?.stopReason !== StopReason.COMPLETED) return undefined;
   if (outcome.signal !== null) {
-    return { code: "nonzero_exit_after_result", message: `the harness was ended by ${outcome.signal} after writing a completed result; a harness exits with code 0 once its result is out` };
+    return {
+      code: "nonzero_exit_after_result",
+      message: `the harness was ended by ${outcome.signal} after writing a completed result; a harness exits with code 0 once its result is out`,
+    };
   }
   if (outcome.exitCode !== 0) {
-    return { code: "nonzero_exit_after_result", message: `the harness exited with code ${outcome.exitCode ?? "unknown"} after writing a completed result; a harness exits with code 0 once its result is out` };
+    return {
+      code: "nonzero_exit_after_result",
+      message: `the harness exited with code ${outcome.exitCode ?? "unknown"} after writing a completed result; a harness exits with code 0 once its result is out`,
+    };
   }
   return undefined;
 }

@@ -56,22 +56,35 @@ export function resolveSessionPaths(options: {
   const internalDir = path.join(root, "internal", options.sessionId);
   const chosen = (requested: string, fallback: string, field: string): string => {
     if (requested === "") return fallback;
-    if (!path.isAbsolute(requested)) throw invalidField(field, "must be an absolute path inside the node's sandbox root, or empty to let the sandbox choose");
+    if (!path.isAbsolute(requested))
+      throw invalidField(
+        field,
+        "must be an absolute path inside the node's sandbox root, or empty to let the sandbox choose",
+      );
     const resolved = path.resolve(requested);
     if (!isInside(root, realAncestor(resolved)) || !isInside(root, resolved) || resolved === root) {
-      throw invalidField(field, "is outside the node's sandbox root (OZ0_SANDBOX_ROOT); leave it empty to let the sandbox choose");
+      throw invalidField(
+        field,
+        "is outside the node's sandbox root (OZ0_SANDBOX_ROOT); leave it empty to let the sandbox choose",
+      );
     }
-    if (isInside(path.join(root, "internal"), resolved)) throw invalidField(field, "is inside the sandbox's internal directory; leave it empty to let the sandbox choose");
-    if (existsSync(resolved)) throw invalidField(field, "already exists; a session starts with an empty directory of its own");
+    if (isInside(path.join(root, "internal"), resolved))
+      throw invalidField(field, "is inside the sandbox's internal directory; leave it empty to let the sandbox choose");
+    if (existsSync(resolved))
+      throw invalidField(field, "already exists; a session starts with an empty directory of its own");
     return resolved;
   };
-  const workingDir = options.sharedWorkingDir ?? chosen(options.workingDir, path.join(sessionDir, "work"), "start.request.working_dir");
+  const workingDir =
+    options.sharedWorkingDir ?? chosen(options.workingDir, path.join(sessionDir, "work"), "start.request.working_dir");
   const stateDir = chosen(options.stateDir, path.join(sessionDir, "state"), "start.request.state_dir");
   if (isInside(workingDir, stateDir) || isInside(stateDir, workingDir)) {
     throw invalidField("start.request.state_dir", "must not overlap the working directory");
   }
   if (existsSync(sessionDir) || existsSync(internalDir)) {
-    throw new SandboxError("already_exists", `a session ${options.sessionId} already has directories on this node; use another session id`);
+    throw new SandboxError(
+      "already_exists",
+      `a session ${options.sessionId} already has directories on this node; use another session id`,
+    );
   }
   return {
     sessionDir,
@@ -102,11 +115,15 @@ export function relativeInside(relative: string, field: string): string {
   if (relative === "") throw invalidField(field, "is empty; give a path relative to the working directory");
   if (path.isAbsolute(relative)) throw invalidField(field, "must be relative to the working directory");
   const normalized = path.normalize(relative);
-  if (normalized === ".." || normalized.startsWith(`..${path.sep}`)) throw invalidField(field, "leaves the working directory");
+  if (normalized === ".." || normalized.startsWith(`..${path.sep}`))
+    throw invalidField(field, "leaves the working directory");
   return normalized;
 }
 
-export async function createSessionDirectories(paths: SessionPaths, stateSubdirectories: readonly string[]): Promise<void> {
+export async function createSessionDirectories(
+  paths: SessionPaths,
+  stateSubdirectories: readonly string[],
+): Promise<void> {
   // The last step of each is not recursive: if another start raced us to the
   // same directory, this one fails instead of sharing it.
   const exclusive = async (dir: string, mode: number): Promise<void> => {
@@ -115,7 +132,10 @@ export async function createSessionDirectories(paths: SessionPaths, stateSubdire
       await mkdir(dir, { mode });
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === "EEXIST") {
-        throw new SandboxError("already_exists", `${dir === paths.internalDir ? "the session's directories" : "the requested directory"} already exist; start with another session id or directory`);
+        throw new SandboxError(
+          "already_exists",
+          `${dir === paths.internalDir ? "the session's directories" : "the requested directory"} already exist; start with another session id or directory`,
+        );
       }
       throw error;
     }
@@ -171,7 +191,10 @@ export async function handOverSessionDirectories(paths: SessionPaths, user: Sess
  * mode) is removed as that uid. Throws when something is left, after trying
  * everything; the caller logs it.
  */
-export async function removeSessionDirectories(paths: SessionPaths, options: { user?: SessionUser } = {}): Promise<void> {
+export async function removeSessionDirectories(
+  paths: SessionPaths,
+  options: { user?: SessionUser } = {},
+): Promise<void> {
   const { user } = options;
   const problems: unknown[] = [];
   const ownedByUser = user === undefined ? [] : paths.created.filter((dir) => dir !== paths.internalDir);
@@ -195,7 +218,10 @@ export async function prepareRoot(root: string): Promise<string> {
   await chmod(root, 0o711).catch((error: NodeJS.ErrnoException) => {
     if (error.code !== "EPERM") throw error;
   });
-  for (const [name, mode] of [["sessions", 0o711], ["internal", 0o700]] as const) {
+  for (const [name, mode] of [
+    ["sessions", 0o711],
+    ["internal", 0o700],
+  ] as const) {
     const dir = path.join(root, name);
     await mkdir(dir, { recursive: true, mode });
     await chmod(dir, mode);

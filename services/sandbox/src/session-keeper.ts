@@ -25,7 +25,17 @@
 // native code.
 import { execFileSync, spawn, type ChildProcess, type SpawnOptions } from "node:child_process";
 import { EventEmitter } from "node:events";
-import { closeSync, existsSync, openSync, readFileSync, watch, writeFileSync, writeSync, constants as fs, type FSWatcher } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  openSync,
+  readFileSync,
+  watch,
+  writeFileSync,
+  writeSync,
+  constants as fs,
+  type FSWatcher,
+} from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
@@ -80,7 +90,12 @@ exit $code;
 
 /** The keeper's files in a session's internal directory. */
 export function keeperFiles(dir: string): { stdin: string; stdout: string; stderr: string; exit: string } {
-  return { stdin: path.join(dir, "stdin"), stdout: path.join(dir, "stdout"), stderr: path.join(dir, "stderr"), exit: path.join(dir, "exit") };
+  return {
+    stdin: path.join(dir, "stdin"),
+    stdout: path.join(dir, "stdout"),
+    stderr: path.join(dir, "stderr"),
+    exit: path.join(dir, "exit"),
+  };
 }
 
 /** How the harness ended, from the keeper's `exit` file; undefined while it runs. */
@@ -92,7 +107,10 @@ export function readKeeperExit(dir: string): { code: number | null; signal: Node
     return undefined;
   }
   const [code = "", signal = ""] = text.trim().split(" ");
-  return { code: code === "" ? null : Number(code), signal: signal === "" ? null : (signalName(Number(signal)) ?? "SIGKILL") };
+  return {
+    code: code === "" ? null : Number(code),
+    signal: signal === "" ? null : (signalName(Number(signal)) ?? "SIGKILL"),
+  };
 }
 
 function signalName(number: number): NodeJS.Signals | undefined {
@@ -250,7 +268,12 @@ export class KeptChild extends EventEmitter {
   signalCode: NodeJS.Signals | null = null;
   readonly #tails: FileTail[];
 
-  constructor(options: { dir: string; pid: number | undefined; from: { stdout: number; stderr: number }; extraStdio?: (Readable | Writable | null)[] }) {
+  constructor(options: {
+    dir: string;
+    pid: number | undefined;
+    from: { stdout: number; stderr: number };
+    extraStdio?: (Readable | Writable | null)[];
+  }) {
     super();
     const files = keeperFiles(options.dir);
     this.pid = options.pid;
@@ -287,7 +310,10 @@ export class KeptChild extends EventEmitter {
 let perlPath: string | undefined;
 function perl(): string {
   perlPath ??= findCommand({ command: ["perl"], cwd: "/", env: { PATH: "/usr/bin:/bin:/usr/local/bin" } });
-  if (perlPath === undefined) throw new Error("no perl in /usr/bin, /bin or /usr/local/bin (Debian's perl-base): sessions cannot be kept across restarts of the sandbox");
+  if (perlPath === undefined)
+    throw new Error(
+      "no perl in /usr/bin, /bin or /usr/local/bin (Debian's perl-base): sessions cannot be kept across restarts of the sandbox",
+    );
   return perlPath;
 }
 
@@ -306,20 +332,32 @@ export function keeperAvailable(): boolean {
  * in `dir`. Extra stdio entries past the third (bwrap's --info-fd pipe) are
  * passed through to the command.
  */
-export function keeperSpawn(options: { dir: string; orphanMs: number }): (file: string, args: readonly string[], options: SpawnOptions) => KeptChild {
+export function keeperSpawn(options: {
+  dir: string;
+  orphanMs: number;
+}): (file: string, args: readonly string[], options: SpawnOptions) => KeptChild {
   const { dir, orphanMs } = options;
   return (file, args, options) => {
     const files = keeperFiles(dir);
     execFileSync("mkfifo", ["-m", "600", files.stdin]);
     for (const output of [files.stdout, files.stderr]) closeSync(openSync(output, "a", 0o600));
     const extra = Array.isArray(options.stdio) ? options.stdio.slice(3) : [];
-    const keeper: ChildProcess = spawn(perl(), ["-e", KEEPER, dir, String(orphanMs), String(extra.length), file, ...args], {
-      cwd: options.cwd,
-      env: options.env,
-      detached: true,
-      stdio: ["ignore", "ignore", "ignore", ...extra],
+    const keeper: ChildProcess = spawn(
+      perl(),
+      ["-e", KEEPER, dir, String(orphanMs), String(extra.length), file, ...args],
+      {
+        cwd: options.cwd,
+        env: options.env,
+        detached: true,
+        stdio: ["ignore", "ignore", "ignore", ...extra],
+      },
+    );
+    const kept = new KeptChild({
+      dir,
+      pid: keeper.pid,
+      from: { stdout: 0, stderr: 0 },
+      extraStdio: keeper.stdio.slice(3) as (Readable | Writable | null)[],
     });
-    const kept = new KeptChild({ dir, pid: keeper.pid, from: { stdout: 0, stderr: 0 }, extraStdio: keeper.stdio.slice(3) as (Readable | Writable | null)[] });
     keeper.on("error", (error) => kept.emit("error", error));
     keeper.on("exit", (code, signal) => kept.exited(code, signal));
     return kept;
@@ -341,7 +379,12 @@ export function processStartTime(pid: number): string | undefined {
  * its output is read from the given offsets, and it counts as exited when its
  * `exit` file appears, or when it is gone without one (it was killed).
  */
-export function adoptKeeper(options: { dir: string; pid: number; startTime: string; from: { stdout: number; stderr: number } }): KeptChild {
+export function adoptKeeper(options: {
+  dir: string;
+  pid: number;
+  startTime: string;
+  from: { stdout: number; stderr: number };
+}): KeptChild {
   // The keeper ends an orphaned session unless its owner lives: this sandbox owns it now.
   writeFileSync(path.join(options.dir, "owner"), `${process.pid}\n`, { mode: 0o600 });
   const kept = new KeptChild({ dir: options.dir, pid: options.pid, from: options.from });

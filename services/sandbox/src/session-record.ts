@@ -10,7 +10,12 @@ import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { sizeDelimitedEncode, sizeDelimitedPeek } from "@bufbuild/protobuf/wire";
 import { fromBinary } from "@bufbuild/protobuf";
 import { SessionRequestSchema, type SessionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { RunSessionResponseSchema, StartSessionSchema, type RunSessionResponse, type StartSession } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import {
+  RunSessionResponseSchema,
+  StartSessionSchema,
+  type RunSessionResponse,
+  type StartSession,
+} from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import type { SessionPaths } from "./session-directories.js";
 
 export interface SessionRecord {
@@ -29,7 +34,11 @@ export interface SessionRecord {
 type RecordFile = Omit<SessionRecord, "start" | "request"> & { version: 1; start: JsonValue; request: JsonValue };
 
 function files(internalDir: string): { record: string; log: string; answers: string } {
-  return { record: path.join(internalDir, "session.json"), log: path.join(internalDir, "log.bin"), answers: path.join(internalDir, "answers") };
+  return {
+    record: path.join(internalDir, "session.json"),
+    log: path.join(internalDir, "log.bin"),
+    answers: path.join(internalDir, "answers"),
+  };
 }
 
 /** Writes (or rewrites) the record, atomically. */
@@ -100,7 +109,10 @@ export function appendAnswered(internalDir: string, kind: "permission" | "tool",
   appendFileSync(files(internalDir).answers, `${JSON.stringify({ kind, id })}\n`, { mode: 0o600 });
 }
 
-export function readAnswered(internalDir: string): { answeredPermissions: Set<string>; answeredToolCalls: Set<string> } {
+export function readAnswered(internalDir: string): {
+  answeredPermissions: Set<string>;
+  answeredToolCalls: Set<string>;
+} {
   const answered = { answeredPermissions: new Set<string>(), answeredToolCalls: new Set<string>() };
   let text = "";
   try {

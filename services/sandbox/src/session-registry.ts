@@ -32,7 +32,13 @@ export interface SessionRegistryOptions {
   isolation:
     | { mode: "none"; setprivPath?: string; containment: Containment }
     | { mode: "user"; setprivPath: string; users: SessionUserPool }
-    | { mode: "bwrap"; bwrapPath: string; readOnlyPaths: readonly string[]; hiddenPaths: readonly string[]; entryCommand: readonly string[] };
+    | {
+        mode: "bwrap";
+        bwrapPath: string;
+        readOnlyPaths: readonly string[];
+        hiddenPaths: readonly string[];
+        entryCommand: readonly string[];
+      };
   sessionPath: string;
   locale: string;
   cancelGraceMs: number;
@@ -83,10 +89,14 @@ export class SessionRegistry {
 
   /** Validates and starts a session; throws SandboxError when it cannot start. */
   async start(start: StartSession): Promise<SandboxSession> {
-    if (this.#shuttingDown) throw new SandboxError("unavailable", "this sandbox node is shutting down; start the session on another node");
+    if (this.#shuttingDown)
+      throw new SandboxError("unavailable", "this sandbox node is shutting down; start the session on another node");
     const { request, command } = this.#validate(start);
     if (this.#sessions.has(request.sessionId)) {
-      throw new SandboxError("already_exists", `session ${request.sessionId} already exists on this node; attach to it, or start with another session id`);
+      throw new SandboxError(
+        "already_exists",
+        `session ${request.sessionId} already exists on this node; attach to it, or start with another session id`,
+      );
     }
     if (this.#active >= this.#options.maxSessions) {
       throw new SandboxError(
@@ -112,7 +122,11 @@ export class SessionRegistry {
       this.#active--;
       this.#sessions.delete(session.id);
       if (error instanceof SandboxError) throw error;
-      throw new SandboxError("failed_precondition", `the session's directories could not be prepared: ${(error as NodeJS.ErrnoException).code ?? "I/O error"}; check OZ0_SANDBOX_ROOT on the node`, { cause: error });
+      throw new SandboxError(
+        "failed_precondition",
+        `the session's directories could not be prepared: ${(error as NodeJS.ErrnoException).code ?? "I/O error"}; check OZ0_SANDBOX_ROOT on the node`,
+        { cause: error },
+      );
     }
     this.#track(session);
     return session;
@@ -143,19 +157,33 @@ export class SessionRegistry {
       if (!keeperRuns && readKeeperExit(dir) === undefined) continue;
       try {
         const isolation = this.#isolationFor(undefined, { socketDir: record.paths.socketDir, request: record.request });
-        const session = this.#newSession({ start: record.start, request: record.request, command: record.command, paths: record.paths, isolation, adopted: { record, log: readLogMessages(dir), answered: readAnswered(dir) } });
+        const session = this.#newSession({
+          start: record.start,
+          request: record.request,
+          command: record.command,
+          paths: record.paths,
+          isolation,
+          adopted: { record, log: readLogMessages(dir), answered: readAnswered(dir) },
+        });
         this.#active++;
         this.#sessions.set(session.id, session);
         await session.resume();
         this.#track(session);
         adopted.push(session.id);
       } catch (error) {
-        this.#options.logger.warn({ err: error, sessionId: record.request.sessionId }, "could not take over a session the previous run of the sandbox left running; it is removed");
+        this.#options.logger.warn(
+          { err: error, sessionId: record.request.sessionId },
+          "could not take over a session the previous run of the sandbox left running; it is removed",
+        );
         this.#sessions.delete(record.request.sessionId);
         this.#active--;
       }
     }
-    if (adopted.length > 0) this.#options.logger.info({ sessions: adopted }, "took over the sessions the previous run of the sandbox left running");
+    if (adopted.length > 0)
+      this.#options.logger.info(
+        { sessions: adopted },
+        "took over the sessions the previous run of the sandbox left running",
+      );
     return adopted;
   }
 
@@ -167,7 +195,9 @@ export class SessionRegistry {
 
   #keepsCache: boolean | undefined;
 
-  #newSession(options: Pick<SandboxSessionOptions, "start" | "request" | "command" | "paths" | "isolation" | "adopted">): SandboxSession {
+  #newSession(
+    options: Pick<SandboxSessionOptions, "start" | "request" | "command" | "paths" | "isolation" | "adopted">,
+  ): SandboxSession {
     const listener = this.#options.listener;
     return new SandboxSession({
       ...options,
@@ -234,7 +264,10 @@ export class SessionRegistry {
   }
 
   /** What the session's launcher needs; validates the LLM URLs under bubblewrap. Takes no uid yet (the session does, counted against the limit). */
-  #isolationFor(shared: SandboxSession | undefined, options: { socketDir: string; request: StartSession["request"] & object }): SessionIsolation {
+  #isolationFor(
+    shared: SandboxSession | undefined,
+    options: { socketDir: string; request: StartSession["request"] & object },
+  ): SessionIsolation {
     const isolation = this.#options.isolation;
     if (isolation.mode === "none") return isolation;
     if (isolation.mode === "user") {
@@ -242,7 +275,11 @@ export class SessionRegistry {
       // A session working in another's directory runs under that one's uid: only it can work in a directory private to that uid.
       if (shared !== undefined) {
         const owner = shared.user;
-        if (owner === undefined) throw new SandboxError("failed_precondition", `start.share_working_dir_of: session ${shared.id} is still starting; retry once it has started`);
+        if (owner === undefined)
+          throw new SandboxError(
+            "failed_precondition",
+            `start.share_working_dir_of: session ${shared.id} is still starting; retry once it has started`,
+          );
         const lease = owner.share();
         return { mode: "user", setprivPath, acquireUser: (): Promise<SessionUserLease> => Promise.resolve(lease) };
       }
@@ -265,43 +302,57 @@ export class SessionRegistry {
     const owner = start.shareWorkingDirOf;
     if (owner === "") return undefined;
     validateSessionId(owner, "start.share_working_dir_of");
-    if (start.request?.workingDir) throw invalidField("start.request.working_dir", "must be empty when share_working_dir_of is set");
-    if (start.attachments.length > 0) throw invalidField("start.attachments", "must be empty when share_working_dir_of is set; attach files to the session that owns the directory");
+    if (start.request?.workingDir)
+      throw invalidField("start.request.working_dir", "must be empty when share_working_dir_of is set");
+    if (start.attachments.length > 0)
+      throw invalidField(
+        "start.attachments",
+        "must be empty when share_working_dir_of is set; attach files to the session that owns the directory",
+      );
     const session = this.#sessions.get(owner);
     if (session === undefined || !session.running) {
-      throw new SandboxError("failed_precondition", `start.share_working_dir_of: session ${owner} is not running on this node; a working directory can only be shared while its session runs`);
+      throw new SandboxError(
+        "failed_precondition",
+        `start.share_working_dir_of: session ${owner} is not running on this node; a working directory can only be shared while its session runs`,
+      );
     }
     return session;
   }
 
   #validate(start: StartSession): { request: StartSession["request"] & object; command: string[] } {
-    if (start.request === undefined) throw invalidField("start.request", "is required: the oz0.harness.v1.SessionRequest to give the harness");
+    if (start.request === undefined)
+      throw invalidField("start.request", "is required: the oz0.harness.v1.SessionRequest to give the harness");
     const request = clone(SessionRequestSchema, start.request);
-    if (request.protocolVersion === ProtocolVersion.PROTOCOL_VERSION_UNSPECIFIED) request.protocolVersion = ProtocolVersion.PROTOCOL_VERSION_1;
+    if (request.protocolVersion === ProtocolVersion.PROTOCOL_VERSION_UNSPECIFIED)
+      request.protocolVersion = ProtocolVersion.PROTOCOL_VERSION_1;
     if (request.protocolVersion !== ProtocolVersion.PROTOCOL_VERSION_1) {
       throw invalidField("start.request.protocol_version", "this node speaks PROTOCOL_VERSION_1 only");
     }
     if (request.sessionId === "") request.sessionId = randomUUID();
     else validateSessionId(request.sessionId, "start.request.session_id");
-    if (start.command.length === 0) throw invalidField("start.command", "is empty; give the harness command from the plugin manifest");
+    if (start.command.length === 0)
+      throw invalidField("start.command", "is empty; give the harness command from the plugin manifest");
     start.command.forEach((part, index) => {
       if (part === "") throw invalidField(`start.command[${index}]`, "is empty");
       if (part.includes("\0")) throw invalidField(`start.command[${index}]`, "contains a NUL byte");
     });
     if (start.pluginDir !== "") {
-      if (!path.isAbsolute(start.pluginDir)) throw invalidField("start.plugin_dir", "must be an absolute path on the node");
+      if (!path.isAbsolute(start.pluginDir))
+        throw invalidField("start.plugin_dir", "must be an absolute path on the node");
       let isDirectory = false;
       try {
         isDirectory = statSync(start.pluginDir).isDirectory();
       } catch {
         isDirectory = false;
       }
-      if (!isDirectory) throw invalidField("start.plugin_dir", "is not a directory on this node; install the plugin on the node first");
+      if (!isDirectory)
+        throw invalidField("start.plugin_dir", "is not a directory on this node; install the plugin on the node first");
     }
     const command = [...start.command];
     const first = command[0] ?? "";
     if (!path.isAbsolute(first) && first.includes("/")) {
-      if (start.pluginDir === "") throw invalidField("start.command[0]", "is a relative path but no plugin_dir was given to resolve it against");
+      if (start.pluginDir === "")
+        throw invalidField("start.command[0]", "is a relative path but no plugin_dir was given to resolve it against");
       command[0] = path.resolve(start.pluginDir, first);
     }
     const deadline = request.limits?.deadline;
@@ -316,7 +367,10 @@ export class SessionRegistry {
   get(sessionId: string): SandboxSession {
     const session = this.#sessions.get(sessionId);
     if (session === undefined) {
-      throw new SandboxError("not_found", `no session ${sessionId} on this node (never started here, or ended longer ago than the retention period)`);
+      throw new SandboxError(
+        "not_found",
+        `no session ${sessionId} on this node (never started here, or ended longer ago than the retention period)`,
+      );
     }
     return session;
   }

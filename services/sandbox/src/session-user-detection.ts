@@ -28,19 +28,39 @@ function run(file: string, args: string[]): Promise<{ ok: boolean; output: strin
 }
 
 /** `root` must exist with its `sessions/` (prepareRoot). */
-export async function detectSessionUsers(options: { root: string; range: SessionUidRange; setprivPath?: string }): Promise<SessionUsersDetection> {
+export async function detectSessionUsers(options: {
+  root: string;
+  range: SessionUidRange;
+  setprivPath?: string;
+}): Promise<SessionUsersDetection> {
   const uid = process.getuid?.();
   if (uid !== 0) {
-    return { available: false, warnings: [], reason: `the sandbox runs as uid ${uid ?? "unknown"}, not root, so it cannot run sessions under uids of their own` };
+    return {
+      available: false,
+      warnings: [],
+      reason: `the sandbox runs as uid ${uid ?? "unknown"}, not root, so it cannot run sessions under uids of their own`,
+    };
   }
   const setpriv = options.setprivPath ?? findSetpriv();
   if (setpriv === undefined || !existsSync(setpriv)) {
-    return { available: false, warnings: [], reason: `setpriv not found (${options.setprivPath ?? "/usr/bin/setpriv, /bin/setpriv"}); install util-linux` };
+    return {
+      available: false,
+      warnings: [],
+      reason: `setpriv not found (${options.setprivPath ?? "/usr/bin/setpriv, /bin/setpriv"}); install util-linux`,
+    };
   }
   const sessions = path.join(options.root, "sessions");
   const { base, count } = options.range;
   for (const trialUid of new Set([base, base + count - 1])) {
-    const trial = await run(setpriv, [...setprivUserArgs({ uid: trialUid, gid: trialUid }), "--", "/bin/sh", "-c", 'cd -- "$1"', "sh", sessions]);
+    const trial = await run(setpriv, [
+      ...setprivUserArgs({ uid: trialUid, gid: trialUid }),
+      "--",
+      "/bin/sh",
+      "-c",
+      'cd -- "$1"',
+      "sh",
+      sessions,
+    ]);
     if (trial.ok) continue;
     const closed = closedToOtherUsers(sessions, { execute: false });
     const reason =
@@ -66,13 +86,21 @@ function rangeWarnings(range: SessionUidRange): string[] {
     }
   };
   if (read("/proc/sys/fs/protected_hardlinks").trim() === "0") {
-    warnings.push("fs.protected_hardlinks is 0: a session could hard-link a file it cannot read into its working directory and get it back in its patch; set it to 1");
+    warnings.push(
+      "fs.protected_hardlinks is 0: a session could hard-link a file it cannot read into its working directory and get it back in its patch; set it to 1",
+    );
   }
-  for (const [file, field] of [["/etc/passwd", 2], ["/etc/group", 2]] as const) {
+  for (const [file, field] of [
+    ["/etc/passwd", 2],
+    ["/etc/group", 2],
+  ] as const) {
     for (const line of read(file).split("\n")) {
       const fields = line.split(":");
       const id = Number(fields[field]);
-      if (fields.length > field && inRange(id)) warnings.push(`${file} has ${fields[0]} with id ${id}, inside the session uid range ${range.base}-${last}; move the range (OZ0_SANDBOX_UID_BASE)`);
+      if (fields.length > field && inRange(id))
+        warnings.push(
+          `${file} has ${fields[0]} with id ${id}, inside the session uid range ${range.base}-${last}; move the range (OZ0_SANDBOX_UID_BASE)`,
+        );
     }
   }
   for (const file of ["/etc/subuid", "/etc/subgid"]) {
@@ -82,7 +110,9 @@ function rangeWarnings(range: SessionUidRange): string[] {
       const n = Number(size);
       if (!Number.isInteger(first) || !Number.isInteger(n) || n <= 0) continue;
       if (first <= last && first + n - 1 >= range.base) {
-        warnings.push(`${file} gives ${owner} ids ${first}-${first + n - 1}, overlapping the session uid range ${range.base}-${last}; move the range (OZ0_SANDBOX_UID_BASE)`);
+        warnings.push(
+          `${file} gives ${owner} ids ${first}-${first + n - 1}, overlapping the session uid range ${range.base}-${last}; move the range (OZ0_SANDBOX_UID_BASE)`,
+        );
       }
     }
   }

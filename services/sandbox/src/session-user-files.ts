@@ -38,8 +38,11 @@ export async function removeAsUser(dirs: readonly string[], user: SessionUser): 
     // The uid owns everything inside, so it can always make it writable
     // first; `rm` then fails only on the top directories themselves (their
     // parents are root's), which root removes next.
-    execFile("/bin/sh", ["-c", 'chmod -R u+rwx -- "$@" 2>/dev/null; rm -rf -- "$@" 2>/dev/null', "sh", ...dirs], { uid: user.uid, gid: user.gid, env: { PATH: "/usr/bin:/bin" }, cwd: "/" }, () =>
-      resolve(),
+    execFile(
+      "/bin/sh",
+      ["-c", 'chmod -R u+rwx -- "$@" 2>/dev/null; rm -rf -- "$@" 2>/dev/null', "sh", ...dirs],
+      { uid: user.uid, gid: user.gid, env: { PATH: "/usr/bin:/bin" }, cwd: "/" },
+      () => resolve(),
     );
   });
   for (const dir of dirs) await rmdir(dir);

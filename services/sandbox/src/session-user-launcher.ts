@@ -14,7 +14,14 @@ import type { SessionUser } from "./session-user-processes.js";
 
 /** setpriv's arguments that make the rest of the command run as `user`, unprivileged for good. */
 export function setprivUserArgs(user: SessionUser): string[] {
-  return [`--reuid=${user.uid}`, `--regid=${user.gid}`, "--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all"];
+  return [
+    `--reuid=${user.uid}`,
+    `--regid=${user.gid}`,
+    "--clear-groups",
+    "--no-new-privs",
+    "--inh-caps=-all",
+    "--bounding-set=-all",
+  ];
 }
 
 /**
@@ -22,7 +29,10 @@ export function setprivUserArgs(user: SessionUser): string[] {
  * (or `file` itself when they cannot run it), judged by the mode bits: the
  * session's uid owns none of them and has no group but its own.
  */
-export function closedToOtherUsers(file: string, options: { execute: boolean }): { path: string; mode: number } | undefined {
+export function closedToOtherUsers(
+  file: string,
+  options: { execute: boolean },
+): { path: string; mode: number } | undefined {
   const ancestors: string[] = [];
   for (let dir = path.dirname(file); ; dir = path.dirname(dir)) {
     ancestors.unshift(dir);
@@ -66,7 +76,11 @@ function assertRunnableBy(command: string, user: SessionUser): void {
  * open for the grace (not for a session sharing another's uid: that one's
  * processes are the other session's too).
  */
-export function sessionUserLauncher(options: { setprivPath: string; user: SessionUser; killAll?: () => Promise<void> }): HarnessLauncher {
+export function sessionUserLauncher(options: {
+  setprivPath: string;
+  user: SessionUser;
+  killAll?: () => Promise<void>;
+}): HarnessLauncher {
   const inner = processGroupLauncher();
   return {
     launch(spec) {
@@ -76,7 +90,14 @@ export function sessionUserLauncher(options: { setprivPath: string; user: Sessio
       assertRunnableBy(found, options.user);
       const launched = inner.launch({
         ...spec,
-        command: [options.setprivPath, ...setprivUserArgs(options.user), "--pdeathsig", "SIGKILL", "--", ...spec.command],
+        command: [
+          options.setprivPath,
+          ...setprivUserArgs(options.user),
+          "--pdeathsig",
+          "SIGKILL",
+          "--",
+          ...spec.command,
+        ],
       });
       const { killAll } = options;
       if (killAll === undefined) return launched;

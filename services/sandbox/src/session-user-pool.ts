@@ -70,7 +70,8 @@ export class SessionUserLease implements SessionUser {
 
   /** Another claim on the same uid, for a session that works in this one's directory. Throws once every claim was released. */
   share(): SessionUserLease {
-    if (this.#holding.holders === 0) throw new SandboxError("failed_precondition", `the session's uid ${this.uid} was already given back`);
+    if (this.#holding.holders === 0)
+      throw new SandboxError("failed_precondition", `the session's uid ${this.uid} was already given back`);
     this.#holding.holders++;
     return new SessionUserLease(this.#holding);
   }
@@ -146,7 +147,8 @@ export class SessionUserPool {
   /** @internal */
   async killAll(user: SessionUser): Promise<void> {
     const error = await killAllProcessesOf(user);
-    if (error !== undefined) this.#logger.error({ err: error, uid: user.uid }, "could not kill the processes of a session uid");
+    if (error !== undefined)
+      this.#logger.error({ err: error, uid: user.uid }, "could not kill the processes of a session uid");
   }
 
   /** @internal Called by the last lease of a holding. */

@@ -55,7 +55,8 @@ export async function killAllProcessesOf(user: SessionUser): Promise<Error | und
     if (error !== undefined) return error;
     // SIGKILL is carried out as each process next runs; a dying one is not a zombie yet.
     if (uidsWithProcesses(range).size === 0) return undefined;
-    if (waited >= KILL_WAIT_MS) return new Error(`processes of uid ${user.uid} were still alive ${KILL_WAIT_MS} ms after SIGKILL`);
+    if (waited >= KILL_WAIT_MS)
+      return new Error(`processes of uid ${user.uid} were still alive ${KILL_WAIT_MS} ms after SIGKILL`);
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
   }
 }
@@ -64,7 +65,13 @@ function killOnce(user: SessionUser): Promise<Error | undefined> {
   return new Promise((resolve) => {
     // spawn's uid/gid drop root (supplementary groups cleared) before exec;
     // the shell's builtin kill needs nothing else from the node.
-    const killer = spawn("/bin/sh", ["-c", "kill -9 -1"], { uid: user.uid, gid: user.gid, env: {}, cwd: "/", stdio: "ignore" });
+    const killer = spawn("/bin/sh", ["-c", "kill -9 -1"], {
+      uid: user.uid,
+      gid: user.gid,
+      env: {},
+      cwd: "/",
+      stdio: "ignore",
+    });
     killer.once("error", (error) => resolve(error));
     // A non-zero status only says there was nothing left to kill.
     killer.once("exit", () => resolve(undefined));

@@ -37,7 +37,12 @@ export class StderrCapture {
    * `maxBytes`: how much of the session's stderr the log keeps (0: none, only the sizes).
    * `onPiece`: each piece as logged, for the node's debug log.
    */
-  constructor(options: { log: SessionEventLog; secret: string | undefined; maxBytes: number; onPiece?: (text: string) => void }) {
+  constructor(options: {
+    log: SessionEventLog;
+    secret: string | undefined;
+    maxBytes: number;
+    onPiece?: (text: string) => void;
+  }) {
     this.#log = options.log;
     this.#maxBytes = options.maxBytes;
     this.#onPiece = options.onPiece;
@@ -53,7 +58,8 @@ export class StderrCapture {
     if (this.#finished) return;
     this.#pending += this.#scrubber.push(this.#decoder.write(chunk));
     if (Buffer.byteLength(this.#pending) >= STDERR_PIECE_BYTES) this.#flush();
-    else if (this.#pending !== "" && this.#timer === undefined) this.#timer = setTimeout(() => this.#flush(), STDERR_FLUSH_MS);
+    else if (this.#pending !== "" && this.#timer === undefined)
+      this.#timer = setTimeout(() => this.#flush(), STDERR_FLUSH_MS);
   }
 
   /** Logs what is left; call before the log's last messages. Later chunks are ignored. */

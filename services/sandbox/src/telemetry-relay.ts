@@ -27,7 +27,10 @@ export interface TelemetryRelay {
   close(): Promise<void>;
 }
 
-export async function startTelemetryRelay(options: { target: OtlpTracesTarget; logger: Logger }): Promise<TelemetryRelay> {
+export async function startTelemetryRelay(options: {
+  target: OtlpTracesTarget;
+  logger: Logger;
+}): Promise<TelemetryRelay> {
   const { target, logger } = options;
   let inFlight = 0;
   let warned = false;
@@ -37,11 +40,14 @@ export async function startTelemetryRelay(options: { target: OtlpTracesTarget; l
       response.writeHead(status, { "content-type": "text/plain; charset=utf-8" }).end(`${message}\n`);
       request.resume();
     };
-    if (request.url !== OTLP_TRACES_PATH) return answer(404, `only OTLP trace exports are relayed: POST ${OTLP_TRACES_PATH}`);
+    if (request.url !== OTLP_TRACES_PATH)
+      return answer(404, `only OTLP trace exports are relayed: POST ${OTLP_TRACES_PATH}`);
     if (request.method !== "POST") return answer(405, `POST ${OTLP_TRACES_PATH}`);
     const contentType = (request.headers["content-type"] ?? "").split(";")[0]!.trim();
-    if (!CONTENT_TYPES.has(contentType)) return answer(415, "send application/x-protobuf or application/json (OTLP/HTTP)");
-    if (Number(request.headers["content-length"] ?? 0) > MAX_BODY_BYTES) return answer(413, `an export is at most ${MAX_BODY_BYTES} bytes`);
+    if (!CONTENT_TYPES.has(contentType))
+      return answer(415, "send application/x-protobuf or application/json (OTLP/HTTP)");
+    if (Number(request.headers["content-length"] ?? 0) > MAX_BODY_BYTES)
+      return answer(413, `an export is at most ${MAX_BODY_BYTES} bytes`);
     if (inFlight >= MAX_IN_FLIGHT) return answer(429, "too many exports in flight; retry later");
     inFlight++;
     relay({ request, contentType, target })
@@ -50,7 +56,11 @@ export async function startTelemetryRelay(options: { target: OtlpTracesTarget; l
         (error: unknown) => {
           if (error instanceof BodyTooLargeError) return answer(413, error.message);
           // Once per relay: a collector that is down would otherwise log a line per export.
-          if (!warned) logger.warn({ err: error, collector: target.url }, "could not pass a session's trace export on to the collector");
+          if (!warned)
+            logger.warn(
+              { err: error, collector: target.url },
+              "could not pass a session's trace export on to the collector",
+            );
           warned = true;
           answer(502, "the collector did not take the export");
         },
@@ -75,7 +85,11 @@ export async function startTelemetryRelay(options: { target: OtlpTracesTarget; l
 
 class BodyTooLargeError extends Error {}
 
-async function relay(options: { request: http.IncomingMessage; contentType: string; target: OtlpTracesTarget }): Promise<{ status: number; body: Buffer }> {
+async function relay(options: {
+  request: http.IncomingMessage;
+  contentType: string;
+  target: OtlpTracesTarget;
+}): Promise<{ status: number; body: Buffer }> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of options.request as AsyncIterable<Buffer>) {

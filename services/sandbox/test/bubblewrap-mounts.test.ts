@@ -35,7 +35,7 @@ void describe("bubblewrap mounts", () => {
 
   const pairs = (args: string[]): string[] => {
     const out: string[] = [];
-    for (let i = 0; i < args.length; ) {
+    for (let i = 0; i < args.length;) {
       const flag = args[i]!;
       const n = flag === "--tmpfs" || flag === "--proc" || flag === "--dev" ? 1 : 2;
       out.push([flag, ...args.slice(i + 1, i + 1 + n)].join(" "));
@@ -46,7 +46,10 @@ void describe("bubblewrap mounts", () => {
 
   void it("covers the root, its parent and the hidden paths inside a bound folder, then binds the session's own directory again on top", () => {
     const plan = planMounts({
-      binds: [{ source: install, optional: true }, { source: work, writable: true }],
+      binds: [
+        { source: install, optional: true },
+        { source: work, writable: true },
+      ],
       hidden: [path.join(home, "kek"), path.join(dir, "not-there")],
       hiddenUnlessBound: [root, home],
     });
@@ -60,8 +63,15 @@ void describe("bubblewrap mounts", () => {
     assert(at(`--tmpfs ${home}`) < at(`--tmpfs ${root}`));
     assert(at(`--tmpfs ${root}`) < at(`--bind ${work} ${work}`));
     assert(at(`--tmpfs ${home}`) < at(`--ro-bind /dev/null ${path.join(home, "kek")}`));
-    assert(at("--tmpfs /tmp") < at(`--ro-bind-try ${install} ${install}`), "the private /tmp first: a bound folder under the node's /tmp stays visible");
-    assert.equal(mounts.filter((m) => m.includes("not-there")).length, 0, "a hidden path that does not exist needs nothing");
+    assert(
+      at("--tmpfs /tmp") < at(`--ro-bind-try ${install} ${install}`),
+      "the private /tmp first: a bound folder under the node's /tmp stays visible",
+    );
+    assert.equal(
+      mounts.filter((m) => m.includes("not-there")).length,
+      0,
+      "a hidden path that does not exist needs nothing",
+    );
 
     assert.equal(plan.visible(path.join(install, "node_modules", ".bin", "h")), true);
     assert.equal(plan.visible(path.join(home, "kek")), false);
@@ -80,7 +90,11 @@ void describe("bubblewrap mounts", () => {
 
   void it("does not hide the root's parent when it is itself what was bound, but always hides an explicitly hidden path", () => {
     const derived = planMounts({ binds: [{ source: home }], hidden: [], hiddenUnlessBound: [home, "/"] });
-    assert.equal(pairs(derived.args).some((m) => m.startsWith("--tmpfs") && m !== "--tmpfs /tmp"), false, derived.args.join(" "));
+    assert.equal(
+      pairs(derived.args).some((m) => m.startsWith("--tmpfs") && m !== "--tmpfs /tmp"),
+      false,
+      derived.args.join(" "),
+    );
     assert.equal(derived.visible(path.join(home, "kek")), true);
     const explicit = planMounts({ binds: [{ source: home }], hidden: [home] });
     assert(pairs(explicit.args).includes(`--tmpfs ${home}`));

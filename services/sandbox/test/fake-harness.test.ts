@@ -23,7 +23,10 @@ for (const isolation of ["none", "bwrap"] as const) {
       // The harness and its node_modules live in the repository: readable, never writable.
       t = await startTestSandbox({ isolation, readOnlyPaths: [REPO] });
       model = await startScriptedModel({
-        turns: [{ toolCalls: [{ name: "write_file", input: { path: "out/answer.txt", content: "42\n" } }] }, { text: "I wrote the answer." }],
+        turns: [
+          { toolCalls: [{ name: "write_file", input: { path: "out/answer.txt", content: "42\n" } }] },
+          { text: "I wrote the answer." },
+        ],
       });
     });
     after(async () => {
@@ -45,24 +48,40 @@ for (const isolation of ["none", "bwrap"] as const) {
               model: { primary: "anthropic/claude-test" },
               input: "write the answer",
               permissions: true,
-              llm: { anthropicBaseUrl: model.url, token: "session-token-42", headers: { "Oz0-Job": "job-42", "Oz0-Agent": "coder" } },
+              llm: {
+                anthropicBaseUrl: model.url,
+                token: "session-token-42",
+                headers: { "Oz0-Job": "job-42", "Oz0-Agent": "coder" },
+              },
             },
           },
         },
       });
-      const asked = await stream.waitFor((m) => m.message.case === "event" && m.message.value.event.case === "permissionRequest", "a permission request");
+      const asked = await stream.waitFor(
+        (m) => m.message.case === "event" && m.message.value.event.case === "permissionRequest",
+        "a permission request",
+      );
       assert(asked.message.case === "event" && asked.message.value.event.case === "permissionRequest");
       assert.equal(asked.message.value.event.value.tool, "write_file");
-      stream.send({ message: { case: "permissionAnswer", value: { id: asked.message.value.event.value.id, allow: true } } });
+      stream.send({
+        message: { case: "permissionAnswer", value: { id: asked.message.value.event.value.id, allow: true } },
+      });
       await stream.finished;
       const exited = stream.exited();
-      assert.equal(exited.status, SessionStatus.COMPLETED, `${exited.errorCode} ${exited.errorMessage} ${exited.stderrTail}`);
+      assert.equal(
+        exited.status,
+        SessionStatus.COMPLETED,
+        `${exited.errorCode} ${exited.errorMessage} ${exited.stderrTail}`,
+      );
       assert.equal(exited.result?.stopReason, StopReason.COMPLETED);
       assert.equal(exited.result?.text, "I wrote the answer.");
       const artifacts = stream.received.find((m) => m.message.case === "artifacts")?.message;
       assert(artifacts?.case === "artifacts");
       assert.match(artifacts.value.patch, /out\/answer\.txt[\s\S]*\+42/);
-      assert.deepEqual(artifacts.value.files.map((f) => [f.path, new TextDecoder().decode(f.content)]), [["out/answer.txt", "42\n"]]);
+      assert.deepEqual(
+        artifacts.value.files.map((f) => [f.path, new TextDecoder().decode(f.content)]),
+        [["out/answer.txt", "42\n"]],
+      );
       const calls = model.requests.filter((r) => !r.sideCall);
       assert.equal(calls.length, 2);
       for (const call of calls) {

@@ -6,7 +6,14 @@ import { after, before, describe, it } from "node:test";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
-import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
+import {
+  isText,
+  runToEnd,
+  scenarioStart,
+  SessionStream,
+  startTestSandbox,
+  type TestSandbox,
+} from "./sandbox-test-kit.js";
 
 /** Alive and not a zombie (a killed orphan stays a zombie until some init reaps it). */
 function processAlive(pid: number): boolean {
@@ -27,15 +34,29 @@ void describe("faults", () => {
     await t.close();
   });
 
-  const cases: { mode: Record<string, unknown>; code: string; status: SessionStatus; request?: Record<string, unknown> }[] = [
+  const cases: {
+    mode: Record<string, unknown>;
+    code: string;
+    status: SessionStatus;
+    request?: Record<string, unknown>;
+  }[] = [
     { mode: { mode: "garbage" }, code: "invalid_json", status: SessionStatus.FAILED },
     { mode: { mode: "no-result" }, code: "no_result", status: SessionStatus.FAILED },
     { mode: { mode: "big-line", bytes: 4096 }, code: "line_too_long", status: SessionStatus.FAILED },
     { mode: { mode: "two-results" }, code: "duplicate_result", status: SessionStatus.FAILED },
     { mode: { mode: "event-after-result" }, code: "event_after_result", status: SessionStatus.FAILED },
     { mode: { mode: "exit-after-result", code: 3 }, code: "nonzero_exit_after_result", status: SessionStatus.FAILED },
-    { mode: { mode: "exit-after-result", signal: "SIGHUP" }, code: "nonzero_exit_after_result", status: SessionStatus.FAILED },
-    { mode: { mode: "usage-loop", turns: 5 }, code: "max_turns_exceeded", status: SessionStatus.FAILED, request: { limits: { maxTurns: 2 } } },
+    {
+      mode: { mode: "exit-after-result", signal: "SIGHUP" },
+      code: "nonzero_exit_after_result",
+      status: SessionStatus.FAILED,
+    },
+    {
+      mode: { mode: "usage-loop", turns: 5 },
+      code: "max_turns_exceeded",
+      status: SessionStatus.FAILED,
+      request: { limits: { maxTurns: 2 } },
+    },
     { mode: { mode: "chatty", events: 500 }, code: "too_many_events", status: SessionStatus.FAILED },
   ];
   for (const c of cases) {
@@ -51,10 +72,22 @@ void describe("faults", () => {
 
   void it("names the exit code, or the signal, of a harness that failed after its completed result", async () => {
     const coded = (await runToEnd(t.client, scenarioStart({ mode: "exit-after-result", code: 3 }))).exited();
-    assert.equal(coded.errorMessage, "the harness exited with code 3 after writing a completed result; a harness exits with code 0 once its result is out");
-    assert.equal(coded.result?.text, "done", "the result is still reported, for diagnosis; the status says not to trust it");
-    const signalled = (await runToEnd(t.client, scenarioStart({ mode: "exit-after-result", signal: "SIGHUP" }))).exited();
-    assert.equal(signalled.errorMessage, "the harness was ended by SIGHUP after writing a completed result; a harness exits with code 0 once its result is out");
+    assert.equal(
+      coded.errorMessage,
+      "the harness exited with code 3 after writing a completed result; a harness exits with code 0 once its result is out",
+    );
+    assert.equal(
+      coded.result?.text,
+      "done",
+      "the result is still reported, for diagnosis; the status says not to trust it",
+    );
+    const signalled = (
+      await runToEnd(t.client, scenarioStart({ mode: "exit-after-result", signal: "SIGHUP" }))
+    ).exited();
+    assert.equal(
+      signalled.errorMessage,
+      "the harness was ended by SIGHUP after writing a completed result; a harness exits with code 0 once its result is out",
+    );
   });
 
   void it("lets an error result end with a failing exit: the exit agrees with the result", async () => {
@@ -66,7 +99,9 @@ void describe("faults", () => {
   });
 
   void it("kills a harness that ignores SIGTERM after the grace (ignored_sigterm)", async () => {
-    const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "ignore-term" }) } });
+    const stream = new SessionStream(t.client, {
+      message: { case: "start", value: scenarioStart({ mode: "ignore-term" }) },
+    });
     await stream.waitFor(isText("ready"), "ready");
     stream.send({ message: { case: "cancel", value: {} } });
     await stream.finished;
@@ -77,7 +112,10 @@ void describe("faults", () => {
   });
 
   void it("times a session out at its deadline", async () => {
-    const stream = await runToEnd(t.client, scenarioStart({ mode: "wait" }, {}, { limits: { deadline: timestampFromDate(new Date(Date.now() + 1_500)) } }));
+    const stream = await runToEnd(
+      t.client,
+      scenarioStart({ mode: "wait" }, {}, { limits: { deadline: timestampFromDate(new Date(Date.now() + 1_500)) } }),
+    );
     const exited = stream.exited();
     assert.equal(exited.status, SessionStatus.TIMED_OUT);
     assert.equal(exited.errorCode, "deadline_exceeded");
@@ -102,13 +140,44 @@ void describe("faults", () => {
 
   const invalid: { name: string; start: Parameters<typeof scenarioStart>; field: string }[] = [
     { name: "missing command", start: [{ mode: "complete" }, { command: [] }], field: "start.command" },
-    { name: "working dir outside the root", start: [{ mode: "complete" }, {}, { workingDir: "/etc/oz0-work" }], field: "start.request.working_dir" },
-    { name: "relative working dir", start: [{ mode: "complete" }, {}, { workingDir: "work" }], field: "start.request.working_dir" },
-    { name: "deadline in the past", start: [{ mode: "complete" }, {}, { limits: { deadline: timestampFromDate(new Date(Date.now() - 1000)) } }], field: "start.request.limits.deadline" },
-    { name: "bad session id", start: [{ mode: "complete" }, {}, { sessionId: "../x" }], field: "start.request.session_id" },
-    { name: "attachment escaping the working dir", start: [{ mode: "complete" }, { attachments: [{ path: "../x", source: { case: "content", value: new Uint8Array() } }] }], field: "start.attachments[0].path" },
-    { name: "artifact path escaping", start: [{ mode: "complete" }, { artifactPaths: ["/etc/passwd"] }], field: "start.artifact_paths[0]" },
-    { name: "missing plugin dir", start: [{ mode: "complete" }, { pluginDir: "/no/such/plugin" }], field: "start.plugin_dir" },
+    {
+      name: "working dir outside the root",
+      start: [{ mode: "complete" }, {}, { workingDir: "/etc/oz0-work" }],
+      field: "start.request.working_dir",
+    },
+    {
+      name: "relative working dir",
+      start: [{ mode: "complete" }, {}, { workingDir: "work" }],
+      field: "start.request.working_dir",
+    },
+    {
+      name: "deadline in the past",
+      start: [{ mode: "complete" }, {}, { limits: { deadline: timestampFromDate(new Date(Date.now() - 1000)) } }],
+      field: "start.request.limits.deadline",
+    },
+    {
+      name: "bad session id",
+      start: [{ mode: "complete" }, {}, { sessionId: "../x" }],
+      field: "start.request.session_id",
+    },
+    {
+      name: "attachment escaping the working dir",
+      start: [
+        { mode: "complete" },
+        { attachments: [{ path: "../x", source: { case: "content", value: new Uint8Array() } }] },
+      ],
+      field: "start.attachments[0].path",
+    },
+    {
+      name: "artifact path escaping",
+      start: [{ mode: "complete" }, { artifactPaths: ["/etc/passwd"] }],
+      field: "start.artifact_paths[0]",
+    },
+    {
+      name: "missing plugin dir",
+      start: [{ mode: "complete" }, { pluginDir: "/no/such/plugin" }],
+      field: "start.plugin_dir",
+    },
   ];
   for (const c of invalid) {
     void it(`refuses a start with ${c.name} as INVALID_ARGUMENT naming ${c.field}`, async () => {
@@ -128,6 +197,9 @@ void describe("faults", () => {
   void it("still runs sessions after all of that", async () => {
     const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
     assert.equal(stream.exited().status, SessionStatus.COMPLETED);
-    assert.equal((await t.client.listSessions({})).sessions.filter((s) => s.status === SessionStatus.RUNNING).length, 0);
+    assert.equal(
+      (await t.client.listSessions({})).sessions.filter((s) => s.status === SessionStatus.RUNNING).length,
+      0,
+    );
   });
 });

@@ -23,7 +23,10 @@ after(async () => {
 void it("runs a harness installed under /tmp while the session's own /tmp stays private", async () => {
   const stream = await runToEnd(
     t.client,
-    scenarioStart({ mode: "complete" }, { command: [process.execPath, path.join(install, "scenario-harness.mjs")], pluginDir: FIXTURES }),
+    scenarioStart(
+      { mode: "complete" },
+      { command: [process.execPath, path.join(install, "scenario-harness.mjs")], pluginDir: FIXTURES },
+    ),
   );
   assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
 });
@@ -35,9 +38,15 @@ void it("refuses a harness command outside every bound path, saying which settin
     const command = path.join(elsewhere, "harness.mjs");
     copyFileSync(path.join(FIXTURES, "scenario-harness.mjs"), command);
     chmodSync(command, 0o755);
-    const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }, { command: [command], pluginDir: FIXTURES }));
+    const stream = await runToEnd(
+      t.client,
+      scenarioStart({ mode: "complete" }, { command: [command], pluginDir: FIXTURES }),
+    );
     assert.equal(stream.exited().status, SessionStatus.FAILED);
-    assert.match(stream.exited().errorMessage, new RegExp(`${command} is not visible inside the sandbox.*OZ0_SANDBOX_READ_ONLY_PATHS`));
+    assert.match(
+      stream.exited().errorMessage,
+      new RegExp(`${command} is not visible inside the sandbox.*OZ0_SANDBOX_READ_ONLY_PATHS`),
+    );
   } finally {
     rmSync(elsewhere, { recursive: true, force: true });
   }

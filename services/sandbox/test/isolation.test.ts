@@ -12,7 +12,15 @@ import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { findSetpriv } from "../src/parent-death-launcher.js";
-import { FIXTURES, isText, runToEnd, scenarioStart, SessionStream, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
+import {
+  FIXTURES,
+  isText,
+  runToEnd,
+  scenarioStart,
+  SessionStream,
+  startTestSandbox,
+  type TestSandbox,
+} from "./sandbox-test-kit.js";
 import { testCredentials } from "@oz0/serving/testing";
 
 // Looks like a provider key; planted where a careless sandbox would leak it.
@@ -20,7 +28,12 @@ const NEEDLE = `oz0planted${process.pid}x`;
 const PLANTED_KEY = `sk-ant-api03-${NEEDLE}`;
 
 // The user mode needs root (and setpriv): elsewhere there is nothing to run it with.
-const userModeSkip = process.getuid?.() !== 0 ? "the user isolation mode needs root" : findSetpriv() === undefined ? "the user isolation mode needs setpriv" : false;
+const userModeSkip =
+  process.getuid?.() !== 0
+    ? "the user isolation mode needs root"
+    : findSetpriv() === undefined
+      ? "the user isolation mode needs setpriv"
+      : false;
 const STARTED_ISOLATION = { none: IsolationMode.NONE, user: IsolationMode.USER, bwrap: IsolationMode.BWRAP } as const;
 
 for (const mode of ["none", "user", "bwrap"] as const) {
@@ -28,7 +41,10 @@ for (const mode of ["none", "user", "bwrap"] as const) {
     let t: TestSandbox;
     let secretDir: string;
     let secretFile: string;
-    const saved = { ANTHROPIC_API_KEY: process.env.ANTHROPIC_API_KEY, OZ0_INTERNAL_TOKEN: process.env.OZ0_INTERNAL_TOKEN };
+    const saved = {
+      ANTHROPIC_API_KEY: process.env.ANTHROPIC_API_KEY,
+      OZ0_INTERNAL_TOKEN: process.env.OZ0_INTERNAL_TOKEN,
+    };
     before(async () => {
       // In the sandbox service's own environment and in a file outside every allowed path.
       process.env.ANTHROPIC_API_KEY = PLANTED_KEY;
@@ -42,7 +58,8 @@ for (const mode of ["none", "user", "bwrap"] as const) {
       await t.close();
       rmSync(secretDir, { recursive: true, force: true });
       // Only there if isolation failed to make them read-only (and the test said so).
-      for (const leftover of ["/usr/oz0-write-test", path.join(FIXTURES, "oz0-write-test")]) rmSync(leftover, { force: true });
+      for (const leftover of ["/usr/oz0-write-test", path.join(FIXTURES, "oz0-write-test")])
+        rmSync(leftover, { force: true });
       for (const [name, value] of Object.entries(saved)) {
         if (value === undefined) delete process.env[name];
         else process.env[name] = value;
@@ -51,9 +68,15 @@ for (const mode of ["none", "user", "bwrap"] as const) {
 
     void it("reports the isolation mode in started and in health", async () => {
       assert.equal(t.sandbox.isolation, mode);
-      const health = createClient(Health, createGrpcTransport({ baseUrl: t.sandbox.url, interceptors: [testCredentials.caller] }));
+      const health = createClient(
+        Health,
+        createGrpcTransport({ baseUrl: t.sandbox.url, interceptors: [testCredentials.caller] }),
+      );
       const status = await health.check({ service: "isolation" });
-      assert.equal(status.status, mode === "bwrap" ? HealthCheckResponse_ServingStatus.SERVING : HealthCheckResponse_ServingStatus.NOT_SERVING);
+      assert.equal(
+        status.status,
+        mode === "bwrap" ? HealthCheckResponse_ServingStatus.SERVING : HealthCheckResponse_ServingStatus.NOT_SERVING,
+      );
       const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
       const started = stream.received[0]?.message;
       assert(started?.case === "started");
@@ -63,10 +86,26 @@ for (const mode of ["none", "user", "bwrap"] as const) {
     void it("gives the harness only the allowlisted environment, without the planted key", async () => {
       const stream = await runToEnd(
         t.client,
-        scenarioStart({ mode: "env", needle: mode === "bwrap" ? NEEDLE : undefined, read: [secretFile], write: mode === "bwrap" ? ["hello.txt", "/usr/oz0-write-test", path.join(FIXTURES, "oz0-write-test")] : ["hello.txt"] }, {}, {
-          llm: { anthropicBaseUrl: "http://127.0.0.1:9/anthropic", token: "session-token-1", headers: { "Oz0-Job": "job-1", "Oz0-Agent": "coder" } },
-          trace: { traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" },
-        }),
+        scenarioStart(
+          {
+            mode: "env",
+            needle: mode === "bwrap" ? NEEDLE : undefined,
+            read: [secretFile],
+            write:
+              mode === "bwrap"
+                ? ["hello.txt", "/usr/oz0-write-test", path.join(FIXTURES, "oz0-write-test")]
+                : ["hello.txt"],
+          },
+          {},
+          {
+            llm: {
+              anthropicBaseUrl: "http://127.0.0.1:9/anthropic",
+              token: "session-token-1",
+              headers: { "Oz0-Job": "job-1", "Oz0-Agent": "coder" },
+            },
+            trace: { traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" },
+          },
+        ),
       );
       assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
       const dump = JSON.parse(stream.texts()[0] ?? "{}") as {
@@ -86,7 +125,11 @@ for (const mode of ["none", "user", "bwrap"] as const) {
       assert.equal(dump.env.CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, "1");
       assert.match(dump.env.HOME ?? "", /state\/home$/);
       const allowed = new Set(Object.keys(dump.env).filter((name) => !/^(PWD|SHLVL|_|OLDPWD)$/.test(name)));
-      for (const name of allowed) assert.match(name, /^(PATH|HOME|USER|LANG|LC_ALL|TMPDIR|XDG_\w+|CLAUDE_\w+|OZ0_\w+|ANTHROPIC_\w+|OPENAI_\w+|TRACEPARENT|TRACESTATE|DISABLE_\w+|DO_NOT_TRACK|NO_UPDATE_NOTIFIER|NPM_CONFIG_UPDATE_NOTIFIER|GEMINI_TELEMETRY_ENABLED|OTEL_SDK_DISABLED|NEXT_TELEMETRY_DISABLED|DOTNET_CLI_TELEMETRY_OPTOUT|HOMEBREW_NO_ANALYTICS|CHECKPOINT_DISABLE|PIP_DISABLE_PIP_VERSION_CHECK)$/);
+      for (const name of allowed)
+        assert.match(
+          name,
+          /^(PATH|HOME|USER|LANG|LC_ALL|TMPDIR|XDG_\w+|CLAUDE_\w+|OZ0_\w+|ANTHROPIC_\w+|OPENAI_\w+|TRACEPARENT|TRACESTATE|DISABLE_\w+|DO_NOT_TRACK|NO_UPDATE_NOTIFIER|NPM_CONFIG_UPDATE_NOTIFIER|GEMINI_TELEMETRY_ENABLED|OTEL_SDK_DISABLED|NEXT_TELEMETRY_DISABLED|DOTNET_CLI_TELEMETRY_OPTOUT|HOMEBREW_NO_ANALYTICS|CHECKPOINT_DISABLE|PIP_DISABLE_PIP_VERSION_CHECK)$/,
+        );
       if (mode === "bwrap") {
         // Nothing it can read holds the key: not the file, not any process's environment.
         assert.equal(dump.reads[secretFile], "ERROR ENOENT");
@@ -110,11 +153,20 @@ for (const mode of ["none", "user", "bwrap"] as const) {
     void it("reports a harness command that does not exist as spawn_failed", async () => {
       const stream = await runToEnd(t.client, scenarioStart({}, { command: ["no-such-harness-command"] }));
       assert.equal(stream.exited().errorCode, "spawn_failed", stream.exited().errorMessage);
-      assert.equal(stream.received.some((m) => m.message.case === "started"), false);
+      assert.equal(
+        stream.received.some((m) => m.message.case === "started"),
+        false,
+      );
     });
 
     void it("leaves no directory behind when a start fails while copying its attachments", async () => {
-      const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }, { attachments: [{ path: "a.txt", source: { case: "nodePath", value: "/no/such/attachment" } }] }));
+      const stream = await runToEnd(
+        t.client,
+        scenarioStart(
+          { mode: "complete" },
+          { attachments: [{ path: "a.txt", source: { case: "nodePath", value: "/no/such/attachment" } }] },
+        ),
+      );
       assert.match(String(stream.error), /start\.attachments\[0\]\.node_path/);
       assert.deepEqual(readdirSync(path.join(t.root, "sessions")), []);
       assert.deepEqual(readdirSync(path.join(t.root, "internal")), []);
@@ -123,7 +175,9 @@ for (const mode of ["none", "user", "bwrap"] as const) {
     for (const withLlm of [false, true]) {
       void it(`lets a harness that traps SIGTERM write its cancelled result within the grace${withLlm ? " (with the LLM forwarder in front)" : ""}`, async () => {
         const llm = withLlm ? { anthropicBaseUrl: "http://127.0.0.1:9", token: "t" } : undefined;
-        const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "slow-cancel", delayMs: 700 }, {}, { llm }) } });
+        const stream = new SessionStream(t.client, {
+          message: { case: "start", value: scenarioStart({ mode: "slow-cancel", delayMs: 700 }, {}, { llm }) },
+        });
         await stream.waitFor(isText("ready"), "ready");
         stream.send({ message: { case: "cancel", value: { reason: "user pressed stop" } } });
         await stream.finished;
@@ -161,7 +215,14 @@ for (const mode of ["none", "user", "bwrap"] as const) {
         await new Promise<void>((resolve) => llm.listen(0, "127.0.0.1", resolve));
         const port = (llm.address() as net.AddressInfo).port;
         try {
-          const stream = await runToEnd(t.client, scenarioStart({ mode: "llm" }, {}, { llm: { anthropicBaseUrl: `http://127.0.0.1:${port}/anthropic`, token: "tok-2" } }));
+          const stream = await runToEnd(
+            t.client,
+            scenarioStart(
+              { mode: "llm" },
+              {},
+              { llm: { anthropicBaseUrl: `http://127.0.0.1:${port}/anthropic`, token: "tok-2" } },
+            ),
+          );
           assert.equal(stream.exited().result?.text, "200 pong");
           assert.deepEqual(seen, [{ url: "/anthropic/v1/messages", key: "tok-2" }]);
         } finally {
@@ -179,7 +240,14 @@ for (const mode of ["none", "user", "bwrap"] as const) {
         await new Promise<void>((resolve) => llm.listen(0, "127.0.0.1", resolve));
         ctx.after(() => llm.close());
         const port = (llm.address() as net.AddressInfo).port;
-        const stream = await runToEnd(deep.client, scenarioStart({ mode: "llm" }, {}, { llm: { anthropicBaseUrl: `http://127.0.0.1:${port}/anthropic`, token: "tok-3" } }));
+        const stream = await runToEnd(
+          deep.client,
+          scenarioStart(
+            { mode: "llm" },
+            {},
+            { llm: { anthropicBaseUrl: `http://127.0.0.1:${port}/anthropic`, token: "tok-3" } },
+          ),
+        );
         assert.equal(stream.exited().result?.text, "200 pong", String(stream.error));
       });
     } else {
@@ -207,16 +275,28 @@ void describe("isolation setting", () => {
     const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-nobwrap-"));
     const common = { auth: testCredentials.settingsFor("sandbox"), port: 0, root, bwrapPath: "/no/such/bwrap" };
     try {
-      await assert.rejects(startSandbox({ ...common, isolation: "bwrap" }), /OZ0_ISOLATION=bwrap requires bubblewrap.*bwrap not found/);
-      await assert.rejects(startSandbox({ ...common, isolation: "user", setprivPath: "/no/such/setpriv" }), /OZ0_ISOLATION=user requires .*(setpriv not found|not root)/);
+      await assert.rejects(
+        startSandbox({ ...common, isolation: "bwrap" }),
+        /OZ0_ISOLATION=bwrap requires bubblewrap.*bwrap not found/,
+      );
+      await assert.rejects(
+        startSandbox({ ...common, isolation: "user", setprivPath: "/no/such/setpriv" }),
+        /OZ0_ISOLATION=user requires .*(setpriv not found|not root)/,
+      );
       // Without bubblewrap: a uid per session where that works (as root, with setpriv), else none.
       const fallback = await startSandbox({ ...common, isolation: "auto" });
       try {
         assert.equal(fallback.isolation, userModeSkip === false ? "user" : "none");
         assert.match(fallback.isolationReason, /bwrap not found/);
         assert.match(fallback.bubblewrap.reason ?? "", /not found/);
-        const health = createClient(Health, createGrpcTransport({ baseUrl: fallback.url, interceptors: [testCredentials.caller] }));
-        assert.equal((await health.check({ service: "isolation" })).status, HealthCheckResponse_ServingStatus.NOT_SERVING);
+        const health = createClient(
+          Health,
+          createGrpcTransport({ baseUrl: fallback.url, interceptors: [testCredentials.caller] }),
+        );
+        assert.equal(
+          (await health.check({ service: "isolation" })).status,
+          HealthCheckResponse_ServingStatus.NOT_SERVING,
+        );
       } finally {
         await fallback.close();
       }
@@ -232,23 +312,32 @@ void describe("isolation setting", () => {
     }
   });
 
-  void it("does not run sessions under uids of their own when those could not reach the sandbox root, and names the directory in the way", { skip: userModeSkip }, async () => {
-    const { startSandbox } = await import("../src/index.js");
-    // mkdtemp makes it 0700: no other user passes it.
-    const closed = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-closed-"));
-    const common = { auth: testCredentials.settingsFor("sandbox"), port: 0, root: path.join(closed, "sandbox"), bwrapPath: "/no/such/bwrap" };
-    try {
-      const expected = new RegExp(`${closed} \\(mode 0700\\) does not let other users through`);
-      await assert.rejects(startSandbox({ ...common, isolation: "user" }), expected);
-      const fallback = await startSandbox({ ...common, isolation: "auto" });
+  void it(
+    "does not run sessions under uids of their own when those could not reach the sandbox root, and names the directory in the way",
+    { skip: userModeSkip },
+    async () => {
+      const { startSandbox } = await import("../src/index.js");
+      // mkdtemp makes it 0700: no other user passes it.
+      const closed = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-closed-"));
+      const common = {
+        auth: testCredentials.settingsFor("sandbox"),
+        port: 0,
+        root: path.join(closed, "sandbox"),
+        bwrapPath: "/no/such/bwrap",
+      };
       try {
-        assert.equal(fallback.isolation, "none");
-        assert.match(fallback.isolationReason, expected);
+        const expected = new RegExp(`${closed} \\(mode 0700\\) does not let other users through`);
+        await assert.rejects(startSandbox({ ...common, isolation: "user" }), expected);
+        const fallback = await startSandbox({ ...common, isolation: "auto" });
+        try {
+          assert.equal(fallback.isolation, "none");
+          assert.match(fallback.isolationReason, expected);
+        } finally {
+          await fallback.close();
+        }
       } finally {
-        await fallback.close();
+        rmSync(closed, { recursive: true, force: true });
       }
-    } finally {
-      rmSync(closed, { recursive: true, force: true });
-    }
-  });
+    },
+  );
 });

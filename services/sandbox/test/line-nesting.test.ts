@@ -29,12 +29,17 @@ void describe("the line nesting scanner", () => {
 
   void it("ignores brackets inside strings, escaped quotes included", () => {
     assert.equal(scanInPieces('{"a":"[[[{{{","b":"\\"[[[[","c":"\\\\"}\n', 64), undefined);
-    assert.equal(scanInPieces('{"a":"\\\\",[[[1]]]}\n', 64), 1, "an escaped backslash ends its escape; the brackets after the string count");
+    assert.equal(
+      scanInPieces('{"a":"\\\\",[[[1]]]}\n', 64),
+      1,
+      "an escaped backslash ends its escape; the brackets after the string count",
+    );
   });
 
   void it("gives the same verdict however the bytes are split, multi-byte characters included", () => {
     const text = '\n  \n{"é":"€[["}\n{"😀":[[{"x":"ü"}]]}\n';
-    for (let piece = 1; piece <= bytes(text).length; piece++) assert.equal(scanInPieces(text, piece), 2, `pieces of ${piece} bytes`);
+    for (let piece = 1; piece <= bytes(text).length; piece++)
+      assert.equal(scanInPieces(text, piece), 2, `pieces of ${piece} bytes`);
   });
 
   void it("numbers lines as the host does, blank lines skipped, and says where the refused line starts", () => {
@@ -58,7 +63,10 @@ void describe("a sandbox enforcing the nesting limit", () => {
     await t.close();
   });
 
-  const toolCalls = (stream: SessionStream) => stream.received.flatMap((m) => (m.message.case === "event" && m.message.value.event.case === "toolCall" ? [m.message.value.event.value] : []));
+  const toolCalls = (stream: SessionStream) =>
+    stream.received.flatMap((m) =>
+      m.message.case === "event" && m.message.value.event.case === "toolCall" ? [m.message.value.event.value] : [],
+    );
 
   /** How deep the tool call's input nests, counting the input object as 1. */
   function inputDepth(value: unknown): number {
@@ -80,7 +88,10 @@ void describe("a sandbox enforcing the nesting limit", () => {
 
   for (const piece of [undefined, 7]) {
     void it(`refuses a line ${MAX_LINE_NESTING + 1} levels deep with invalid_event${piece ? `, written ${piece} bytes at a time` : ""}`, async () => {
-      const stream = await runToEnd(t.client, scenarioStart({ mode: "nested", depth: MAX_LINE_NESTING + 1, ...(piece ? { pieceBytes: piece } : {}) }));
+      const stream = await runToEnd(
+        t.client,
+        scenarioStart({ mode: "nested", depth: MAX_LINE_NESTING + 1, ...(piece ? { pieceBytes: piece } : {}) }),
+      );
       const exited = stream.exited();
       assert.equal(exited.status, SessionStatus.FAILED);
       assert.equal(exited.errorCode, "invalid_event");

@@ -13,7 +13,15 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { SandboxNodeService, type HeartbeatRequest } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { Authenticator, credentialDigest, registration, serve, type RunningServer } from "@oz0/serving";
 import { configFromEnv, heartbeatSidecarConfigFromEnv, startHeartbeatSidecar, startSandbox } from "../src/index.js";
-import { isText, recordingLogger, runToEnd, scenarioStart, SessionStream, startTestSandbox, type LogLine } from "./sandbox-test-kit.js";
+import {
+  isText,
+  recordingLogger,
+  runToEnd,
+  scenarioStart,
+  SessionStream,
+  startTestSandbox,
+  type LogLine,
+} from "./sandbox-test-kit.js";
 import { testCredentials } from "@oz0/serving/testing";
 
 const TOKEN = "node-token-for-tests-0123456789";
@@ -24,7 +32,11 @@ interface Received {
 }
 
 /** A stand-in orchestrator: records every heartbeat; refuses any other token, as the real one does. */
-async function startFakeOrchestrator(port = 0): Promise<{ server: RunningServer; received: Received[]; next(predicate: (r: Received) => boolean): Promise<Received> }> {
+async function startFakeOrchestrator(port = 0): Promise<{
+  server: RunningServer;
+  received: Received[];
+  next(predicate: (r: Received) => boolean): Promise<Received>;
+}> {
   const received: Received[] = [];
   let wake: (() => void)[] = [];
   const server = await serve({
@@ -35,7 +47,8 @@ async function startFakeOrchestrator(port = 0): Promise<{ server: RunningServer;
       registration(SandboxNodeService, {
         heartbeat(request, context) {
           const authorization = context.requestHeader.get("authorization");
-          if (authorization !== `Bearer ${TOKEN}`) throw new ConnectError("the node token does not match", Code.Unauthenticated);
+          if (authorization !== `Bearer ${TOKEN}`)
+            throw new ConnectError("the node token does not match", Code.Unauthenticated);
           received.push({ request, authorization });
           for (const w of wake) w();
           wake = [];
@@ -58,7 +71,6 @@ async function startFakeOrchestrator(port = 0): Promise<{ server: RunningServer;
   };
 }
 
-
 async function until(check: () => boolean): Promise<void> {
   while (!check()) await new Promise((resolve) => setTimeout(resolve, 20));
 }
@@ -73,7 +85,12 @@ void describe("node heartbeats", () => {
   void it("registers with its id, URL, capacity and running sessions, and drains on close", async () => {
     const orchestrator = await startFakeOrchestrator();
     cleanup.push(() => orchestrator.server.close());
-    const t = await startTestSandbox({ orchestratorUrls: [orchestrator.server.url], nodeToken: TOKEN, heartbeatMs: 100, maxSessions: 3 });
+    const t = await startTestSandbox({
+      orchestratorUrls: [orchestrator.server.url],
+      nodeToken: TOKEN,
+      heartbeatMs: 100,
+      maxSessions: 3,
+    });
     let closed = false;
     cleanup.push(async () => {
       if (!closed) await t.close();
@@ -83,7 +100,10 @@ void describe("node heartbeats", () => {
 
     const first = await orchestrator.next(() => true);
     assert.equal(first.authorization, `Bearer ${TOKEN}`);
-    assert.deepEqual([first.request.nodeId, first.request.url, first.request.capacity, first.request.running], [`${os.hostname()}:${port}`, t.sandbox.url, 3, 0]);
+    assert.deepEqual(
+      [first.request.nodeId, first.request.url, first.request.capacity, first.request.running],
+      [`${os.hostname()}:${port}`, t.sandbox.url, 3, 0],
+    );
 
     // A running session is counted in the next heartbeats.
     const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
@@ -107,7 +127,14 @@ void describe("node heartbeats", () => {
     const port = placeholder.port;
     await placeholder.close({ graceMs: 0 });
     const { logger, lines } = recordingLogger();
-    const t = await startTestSandbox({ orchestratorUrls: [`http://127.0.0.1:${port}`], nodeToken: TOKEN, heartbeatMs: 50, nodeId: "node-down", advertiseUrl: "http://node-down.internal:7701", logger });
+    const t = await startTestSandbox({
+      orchestratorUrls: [`http://127.0.0.1:${port}`],
+      nodeToken: TOKEN,
+      heartbeatMs: 50,
+      nodeId: "node-down",
+      advertiseUrl: "http://node-down.internal:7701",
+      logger,
+    });
     cleanup.push(() => t.close());
     const failed = (): LogLine[] => lines.filter((l) => l.msg.startsWith("could not send a heartbeat"));
     await until(() => failed().length > 0 && lines.filter((l) => l.msg === "heartbeat failed again").length >= 3);
@@ -131,7 +158,12 @@ void describe("node heartbeats", () => {
     await placeholder.close({ graceMs: 0 });
     const orchestrator = await startFakeOrchestrator();
     cleanup.push(() => orchestrator.server.close());
-    const t = await startTestSandbox({ orchestratorUrls: [`http://127.0.0.1:${deadPort}`, orchestrator.server.url], nodeToken: TOKEN, heartbeatMs: 50, nodeId: "node-failover" });
+    const t = await startTestSandbox({
+      orchestratorUrls: [`http://127.0.0.1:${deadPort}`, orchestrator.server.url],
+      nodeToken: TOKEN,
+      heartbeatMs: 50,
+      nodeId: "node-failover",
+    });
     cleanup.push(() => t.close());
     const first = await orchestrator.next((r) => r.request.nodeId === "node-failover");
     assert.equal(first.request.capacity > 0, true);
@@ -144,7 +176,12 @@ void describe("node heartbeats", () => {
     const orchestrator = await startFakeOrchestrator();
     cleanup.push(() => orchestrator.server.close());
     const { logger, lines } = recordingLogger();
-    const t = await startTestSandbox({ orchestratorUrls: [orchestrator.server.url], nodeToken: "not-the-token-0123456789", heartbeatMs: 50, logger });
+    const t = await startTestSandbox({
+      orchestratorUrls: [orchestrator.server.url],
+      nodeToken: "not-the-token-0123456789",
+      heartbeatMs: 50,
+      logger,
+    });
     cleanup.push(() => t.close());
     await until(() => lines.some((l) => l.level === "error"));
     const refused = lines.find((l) => l.level === "error")!;
@@ -168,9 +205,24 @@ void describe("node heartbeats", () => {
       [["http://orchestrator-0:7700", "http://orchestrator-1:7700"], TOKEN, "node-7", "http://10.0.0.7:7701", 2000],
     );
     assert.throws(() => configFromEnv({ OZ0_HEARTBEAT_MS: "0" }), /OZ0_HEARTBEAT_MS must be a positive/);
-    await assert.rejects(startSandbox({ auth: testCredentials.settingsFor("sandbox"), orchestratorUrls: ["http://127.0.0.1:1"], root: "/nonexistent/never-created" }), /OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not/);
+    await assert.rejects(
+      startSandbox({
+        auth: testCredentials.settingsFor("sandbox"),
+        orchestratorUrls: ["http://127.0.0.1:1"],
+        root: "/nonexistent/never-created",
+      }),
+      /OZ0_ORCHESTRATOR_URL is set but OZ0_NODE_TOKEN is not/,
+    );
     // The orchestrators would refuse every heartbeat with a token this short: refused at start instead.
-    await assert.rejects(startSandbox({ auth: testCredentials.settingsFor("sandbox"), orchestratorUrls: ["http://127.0.0.1:1"], nodeToken: "nodetok", root: "/nonexistent/never-created" }), /OZ0_NODE_TOKEN has 7 characters; the orchestrators refuse fewer than 16/);
+    await assert.rejects(
+      startSandbox({
+        auth: testCredentials.settingsFor("sandbox"),
+        orchestratorUrls: ["http://127.0.0.1:1"],
+        nodeToken: "nodetok",
+        root: "/nonexistent/never-created",
+      }),
+      /OZ0_NODE_TOKEN has 7 characters; the orchestrators refuse fewer than 16/,
+    );
   });
 });
 
@@ -181,7 +233,10 @@ void describe("heartbeat sidecar", () => {
     const orchestrator = await startFakeOrchestrator();
     cleanup.push(() => orchestrator.server.close());
     // The sandbox knows nothing of orchestrators, and the node token only by its digest (ListSessions for the sidecar).
-    const t = await startTestSandbox({ maxSessions: 3, auth: testCredentials.settingsFor("sandbox", { nodeTokenSha256: credentialDigest(TOKEN) }) });
+    const t = await startTestSandbox({
+      maxSessions: 3,
+      auth: testCredentials.settingsFor("sandbox", { nodeTokenSha256: credentialDigest(TOKEN) }),
+    });
     cleanup.push(() => t.close());
     assert.equal(t.sandbox.node, undefined);
     const child = spawn(process.execPath, [HEARTBEAT_MAIN], {
@@ -206,7 +261,10 @@ void describe("heartbeat sidecar", () => {
 
     const first = await orchestrator.next((r) => r.request.nodeId === "pod-7");
     assert.equal(first.authorization, `Bearer ${TOKEN}`);
-    assert.deepEqual([first.request.url, first.request.capacity, first.request.running], ["http://10.0.0.7:7701", 3, 0]);
+    assert.deepEqual(
+      [first.request.url, first.request.capacity, first.request.running],
+      ["http://10.0.0.7:7701", 3, 0],
+    );
 
     const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
     await stream.waitFor(isText("ready"), "ready");
@@ -219,7 +277,10 @@ void describe("heartbeat sidecar", () => {
     await orchestrator.next((r) => r.request.nodeId === "pod-7" && r.request.capacity === 0);
     const draining = orchestrator.received.length;
     await until(() => orchestrator.received.length >= draining + 2);
-    assert.ok(orchestrator.received.slice(draining).every((r) => r.request.capacity === 0), "nothing more is placed on a draining node");
+    assert.ok(
+      orchestrator.received.slice(draining).every((r) => r.request.capacity === 0),
+      "nothing more is placed on a draining node",
+    );
     // The sandbox goes too: the sidecar sends a last heartbeat and exits.
     await t.close();
     assert.equal(await exited, 0, log);
@@ -232,18 +293,31 @@ void describe("heartbeat sidecar", () => {
     const orchestrator = await startFakeOrchestrator();
     cleanup.push(() => orchestrator.server.close());
     // The sidecar lists sessions with the node token, which this sandbox knows by its digest.
-    const t = await startTestSandbox({ maxSessions: 2, cancelGraceMs: 2_000, auth: testCredentials.settingsFor("sandbox", { nodeTokenSha256: credentialDigest(TOKEN) }) });
+    const t = await startTestSandbox({
+      maxSessions: 2,
+      cancelGraceMs: 2_000,
+      auth: testCredentials.settingsFor("sandbox", { nodeTokenSha256: credentialDigest(TOKEN) }),
+    });
     let sandboxClosed = false;
     cleanup.push(async () => {
       if (!sandboxClosed) await t.close();
     });
     const { logger, lines } = recordingLogger();
-    const sidecar = startHeartbeatSidecar({ sandboxUrl: t.sandbox.url, orchestratorUrls: [orchestrator.server.url], nodeToken: TOKEN, nodeId: "pod-8", heartbeatMs: 50, logger });
+    const sidecar = startHeartbeatSidecar({
+      sandboxUrl: t.sandbox.url,
+      orchestratorUrls: [orchestrator.server.url],
+      nodeToken: TOKEN,
+      nodeId: "pod-8",
+      heartbeatMs: 50,
+      logger,
+    });
     cleanup.push(() => sidecar.stop());
     await orchestrator.next((r) => r.request.nodeId === "pod-8" && r.request.capacity === 2);
 
     // A session that ignores SIGTERM keeps the sandbox draining for its cancel grace: meanwhile the node is advertised full.
-    const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "ignore-term" }) } });
+    const stream = new SessionStream(t.client, {
+      message: { case: "start", value: scenarioStart({ mode: "ignore-term" }) },
+    });
     await stream.waitFor(isText("ready"), "ready");
     const closing = t.close();
     await orchestrator.next((r) => r.request.nodeId === "pod-8" && r.request.capacity === 0);
@@ -260,11 +334,37 @@ void describe("heartbeat sidecar", () => {
   });
 
   void it("reads its settings from the environment and names what is missing", () => {
-    const config = heartbeatSidecarConfigFromEnv({ OZ0_ORCHESTRATOR_URL: "http://orchestrator:7700", OZ0_NODE_TOKEN: TOKEN, OZ0_NODE_ID: "pod-9", OZ0_HEARTBEAT_MS: "5000" });
-    assert.deepEqual(config, { sandboxUrl: "http://127.0.0.1:7701", orchestratorUrls: ["http://orchestrator:7700"], nodeToken: TOKEN, nodeId: "pod-9", heartbeatMs: 5000 });
+    const config = heartbeatSidecarConfigFromEnv({
+      OZ0_ORCHESTRATOR_URL: "http://orchestrator:7700",
+      OZ0_NODE_TOKEN: TOKEN,
+      OZ0_NODE_ID: "pod-9",
+      OZ0_HEARTBEAT_MS: "5000",
+    });
+    assert.deepEqual(config, {
+      sandboxUrl: "http://127.0.0.1:7701",
+      orchestratorUrls: ["http://orchestrator:7700"],
+      nodeToken: TOKEN,
+      nodeId: "pod-9",
+      heartbeatMs: 5000,
+    });
     assert.throws(() => heartbeatSidecarConfigFromEnv({ OZ0_NODE_TOKEN: TOKEN }), /OZ0_ORCHESTRATOR_URL is required/);
-    assert.throws(() => heartbeatSidecarConfigFromEnv({ OZ0_ORCHESTRATOR_URL: "http://orchestrator:7700" }), /OZ0_NODE_TOKEN is required/);
-    assert.throws(() => heartbeatSidecarConfigFromEnv({ OZ0_ORCHESTRATOR_URL: "http://orchestrator:7700", OZ0_NODE_TOKEN: "short" }), /OZ0_NODE_TOKEN has 5 characters/);
-    assert.throws(() => heartbeatSidecarConfigFromEnv({ OZ0_ORCHESTRATOR_URL: "http://o:7700", OZ0_NODE_TOKEN: TOKEN, OZ0_SANDBOX_URL: "127.0.0.1:7701" }), /OZ0_SANDBOX_URL must be a URL/);
+    assert.throws(
+      () => heartbeatSidecarConfigFromEnv({ OZ0_ORCHESTRATOR_URL: "http://orchestrator:7700" }),
+      /OZ0_NODE_TOKEN is required/,
+    );
+    assert.throws(
+      () =>
+        heartbeatSidecarConfigFromEnv({ OZ0_ORCHESTRATOR_URL: "http://orchestrator:7700", OZ0_NODE_TOKEN: "short" }),
+      /OZ0_NODE_TOKEN has 5 characters/,
+    );
+    assert.throws(
+      () =>
+        heartbeatSidecarConfigFromEnv({
+          OZ0_ORCHESTRATOR_URL: "http://o:7700",
+          OZ0_NODE_TOKEN: TOKEN,
+          OZ0_SANDBOX_URL: "127.0.0.1:7701",
+        }),
+      /OZ0_SANDBOX_URL must be a URL/,
+    );
   });
 });

@@ -19,10 +19,15 @@ void it("README example prints what the README says", async () => {
     const file = path.join(dir, "example.ts");
     writeFileSync(file, code);
     const output = await new Promise<string>((resolve, reject) => {
-      execFile(process.execPath, ["--import", "tsx", file], { cwd: dir, env: { ...process.env, OZ0_LOG_LEVEL: "error" } }, (error, stdout, stderr) => {
-        if (error !== null) reject(new Error(`the example failed: ${stderr}`));
-        else resolve(stdout);
-      });
+      execFile(
+        process.execPath,
+        ["--import", "tsx", file],
+        { cwd: dir, env: { ...process.env, OZ0_LOG_LEVEL: "error" } },
+        (error, stdout, stderr) => {
+          if (error !== null) reject(new Error(`the example failed: ${stderr}`));
+          else resolve(stdout);
+        },
+      );
     });
     assert.equal(output, expected);
   } finally {

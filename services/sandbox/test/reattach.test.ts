@@ -4,7 +4,14 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
-import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
+import {
+  isText,
+  runToEnd,
+  scenarioStart,
+  SessionStream,
+  startTestSandbox,
+  type TestSandbox,
+} from "./sandbox-test-kit.js";
 
 async function until(check: () => Promise<boolean>): Promise<void> {
   while (!(await check())) await new Promise((resolve) => setTimeout(resolve, 20));
@@ -23,7 +30,9 @@ void describe("re-attach", () => {
   });
 
   void it("keeps a session with a pending permission running after the stream drops, and replays after the last seq", async () => {
-    const first = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "permission", after: 20 }, {}, { permissions: true }) } });
+    const first = new SessionStream(t.client, {
+      message: { case: "start", value: scenarioStart({ mode: "permission", after: 20 }, {}, { permissions: true }) },
+    });
     await first.waitFor(isPermissionRequest, "the permission request");
     const sessionId = first.sessionId;
     first.drop();
@@ -36,12 +45,18 @@ void describe("re-attach", () => {
     assert.equal(listed?.status, SessionStatus.RUNNING);
     assert.deepEqual(listed?.pendingPermissionIds, ["p1"]);
 
-    const second = new SessionStream(t.client, { message: { case: "attach", value: { sessionId, afterSeq: BigInt(lastSeen) } } });
+    const second = new SessionStream(t.client, {
+      message: { case: "attach", value: { sessionId, afterSeq: BigInt(lastSeen) } },
+    });
     second.send({ message: { case: "permissionAnswer", value: { id: "p1", allow: false, reason: "no" } } });
     await second.finished;
     assert.equal(second.error, undefined);
     const all = [...seen, ...second.received.map((m) => Number(m.seq))];
-    assert.deepEqual(all, all.map((_, i) => i + 1), "no seq lost or repeated across the two streams");
+    assert.deepEqual(
+      all,
+      all.map((_, i) => i + 1),
+      "no seq lost or repeated across the two streams",
+    );
     assert.equal(second.exited().result?.text, "denied");
     assert.equal(second.texts().length, 21);
   });
@@ -49,20 +64,34 @@ void describe("re-attach", () => {
   void it("lets a late attach read a finished session's end, and a full replay from 0", async () => {
     const done = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
     const total = done.received.length;
-    const late = new SessionStream(t.client, { message: { case: "attach", value: { sessionId: done.sessionId, afterSeq: BigInt(total - 2) } } });
+    const late = new SessionStream(t.client, {
+      message: { case: "attach", value: { sessionId: done.sessionId, afterSeq: BigInt(total - 2) } },
+    });
     await late.finished;
-    assert.deepEqual(late.received.map((m) => m.message.case), ["artifacts", "exited"]);
-    const replay = new SessionStream(t.client, { message: { case: "attach", value: { sessionId: done.sessionId, afterSeq: 0n } } });
+    assert.deepEqual(
+      late.received.map((m) => m.message.case),
+      ["artifacts", "exited"],
+    );
+    const replay = new SessionStream(t.client, {
+      message: { case: "attach", value: { sessionId: done.sessionId, afterSeq: 0n } },
+    });
     await replay.finished;
-    assert.deepEqual(replay.received.map((m) => m.seq), done.received.map((m) => m.seq));
+    assert.deepEqual(
+      replay.received.map((m) => m.seq),
+      done.received.map((m) => m.seq),
+    );
   });
 
   void it("refuses an attach past the last seq, and to an unknown session", async () => {
     const done = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
-    const ahead = new SessionStream(t.client, { message: { case: "attach", value: { sessionId: done.sessionId, afterSeq: 1000n } } });
+    const ahead = new SessionStream(t.client, {
+      message: { case: "attach", value: { sessionId: done.sessionId, afterSeq: 1000n } },
+    });
     await ahead.finished;
     assert.equal(ConnectError.from(ahead.error).code, Code.InvalidArgument);
-    const unknown = new SessionStream(t.client, { message: { case: "attach", value: { sessionId: "never-was", afterSeq: 0n } } });
+    const unknown = new SessionStream(t.client, {
+      message: { case: "attach", value: { sessionId: "never-was", afterSeq: 0n } },
+    });
     await unknown.finished;
     assert.equal(ConnectError.from(unknown.error).code, Code.NotFound);
   });
@@ -70,11 +99,16 @@ void describe("re-attach", () => {
   void it("serves two attached streams at once, each with the whole log", async () => {
     const first = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
     await first.waitFor(isText("ready"), "ready");
-    const second = new SessionStream(t.client, { message: { case: "attach", value: { sessionId: first.sessionId, afterSeq: 0n } } });
+    const second = new SessionStream(t.client, {
+      message: { case: "attach", value: { sessionId: first.sessionId, afterSeq: 0n } },
+    });
     await second.waitFor(isText("ready"), "ready");
     second.send({ message: { case: "cancel", value: { reason: "from the second stream" } } });
     await Promise.all([first.finished, second.finished]);
-    assert.deepEqual(first.received.map((m) => m.seq), second.received.map((m) => m.seq));
+    assert.deepEqual(
+      first.received.map((m) => m.seq),
+      second.received.map((m) => m.seq),
+    );
     assert.equal(first.exited().cancelReason, "from the second stream");
   });
 });
@@ -129,11 +163,18 @@ void describe("retention and limits", () => {
   });
 
   void it("keeps at most OZ0_MAX_UNREAD_SESSIONS finished sessions waiting for a reader, forgetting the oldest first", async () => {
-    const capped = await startTestSandbox({ isolation: "none", retentionMs: 0, unreadRetentionMs: 60_000, maxUnreadSessions: 2 });
+    const capped = await startTestSandbox({
+      isolation: "none",
+      retentionMs: 0,
+      unreadRetentionMs: 60_000,
+      maxUnreadSessions: 2,
+    });
     try {
       const ids: string[] = [];
       for (let i = 0; i < 3; i++) {
-        const orphan = new SessionStream(capped.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
+        const orphan = new SessionStream(capped.client, {
+          message: { case: "start", value: scenarioStart({ mode: "wait" }) },
+        });
         await orphan.waitFor(isText("ready"), "ready");
         ids.push(orphan.sessionId);
         orphan.drop();
@@ -145,7 +186,11 @@ void describe("retention and limits", () => {
         });
       }
       const kept = (await capped.client.listSessions({})).sessions.map((s) => s.sessionId);
-      assert.deepEqual(ids.map((id) => kept.includes(id)), [false, true, true], "the oldest unread one went first");
+      assert.deepEqual(
+        ids.map((id) => kept.includes(id)),
+        [false, true, true],
+        "the oldest unread one went first",
+      );
     } finally {
       await capped.close();
     }
@@ -157,7 +202,9 @@ void describe("retention and limits", () => {
     while ((await t.client.listSessions({})).sessions.some((s) => s.sessionId === done.sessionId)) {
       await new Promise((resolve) => setImmediate(resolve));
     }
-    const late = new SessionStream(t.client, { message: { case: "attach", value: { sessionId: done.sessionId, afterSeq: 0n } } });
+    const late = new SessionStream(t.client, {
+      message: { case: "attach", value: { sessionId: done.sessionId, afterSeq: 0n } },
+    });
     await late.finished;
     assert.equal(ConnectError.from(late.error).code, Code.NotFound);
   });

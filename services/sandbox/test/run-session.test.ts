@@ -20,20 +20,38 @@ void describe("RunSession without isolation", () => {
       t.client,
       scenarioStart(
         { mode: "complete", edit: "notes.txt" },
-        { attachments: [{ path: "notes.txt", source: { case: "content", value: new TextEncoder().encode("original\n") } }], artifactPaths: ["hello.txt", "missing.txt"] },
+        {
+          attachments: [
+            { path: "notes.txt", source: { case: "content", value: new TextEncoder().encode("original\n") } },
+          ],
+          artifactPaths: ["hello.txt", "missing.txt"],
+        },
       ),
     );
     assert.equal(stream.error, undefined);
-    assert.deepEqual(stream.received.map((m) => Number(m.seq)), stream.received.map((_, i) => i + 1));
-    assert.deepEqual(stream.received.map((m) => m.message.case), ["started", "event", "event", "event", "event", "artifacts", "exited"]);
+    assert.deepEqual(
+      stream.received.map((m) => Number(m.seq)),
+      stream.received.map((_, i) => i + 1),
+    );
+    assert.deepEqual(
+      stream.received.map((m) => m.message.case),
+      ["started", "event", "event", "event", "event", "artifacts", "exited"],
+    );
     const exited = stream.exited();
     assert.equal(exited.status, SessionStatus.COMPLETED);
     assert.equal(exited.result?.stopReason, StopReason.COMPLETED);
     assert.deepEqual(exited.how, { case: "exitCode", value: 0 });
-    const artifacts = stream.received.find((m) => m.message.case === "artifacts")?.message.value as { patch: string; files: { path: string; content: Uint8Array }[]; error: string };
+    const artifacts = stream.received.find((m) => m.message.case === "artifacts")?.message.value as {
+      patch: string;
+      files: { path: string; content: Uint8Array }[];
+      error: string;
+    };
     assert.match(artifacts.patch, /\+hello from the harness/);
     assert.match(artifacts.patch, /notes\.txt[\s\S]*original\n\+changed by the harness/);
-    assert.deepEqual(artifacts.files.map((f) => [f.path, new TextDecoder().decode(f.content)]), [["hello.txt", "hello from the harness\n"]]);
+    assert.deepEqual(
+      artifacts.files.map((f) => [f.path, new TextDecoder().decode(f.content)]),
+      [["hello.txt", "hello from the harness\n"]],
+    );
     const started = stream.received[0]?.message;
     assert.equal(started?.case, "started");
   });
@@ -63,13 +81,21 @@ void describe("RunSession without isolation", () => {
     assert.equal(exited.result?.stopReason, StopReason.CANCELLED);
     assert.equal(exited.cancelReason, "test says stop");
     assert.equal((await t.client.cancelSession({ sessionId: stream.sessionId })).cancelled, false);
-    await assert.rejects(t.client.cancelSession({ sessionId: "no-such-session" }), (e: unknown) => ConnectError.from(e).code === Code.NotFound);
+    await assert.rejects(
+      t.client.cancelSession({ sessionId: "no-such-session" }),
+      (e: unknown) => ConnectError.from(e).code === Code.NotFound,
+    );
   });
 
   void it("relays a permission answer from the stream to the harness", async () => {
     const { SessionStream } = await import("./sandbox-test-kit.js");
-    const stream = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "permission" }, {}, { permissions: true }) } });
-    await stream.waitFor((m) => m.message.case === "event" && m.message.value.event.case === "permissionRequest", "a permission request");
+    const stream = new SessionStream(t.client, {
+      message: { case: "start", value: scenarioStart({ mode: "permission" }, {}, { permissions: true }) },
+    });
+    await stream.waitFor(
+      (m) => m.message.case === "event" && m.message.value.event.case === "permissionRequest",
+      "a permission request",
+    );
     stream.send({ message: { case: "permissionAnswer", value: { id: "nope", allow: true } } });
     const rejected = await stream.waitFor((m) => m.message.case === "rejected", "a rejection");
     assert.equal(rejected.seq, 0n);
@@ -85,7 +111,9 @@ void describe("RunSession without isolation", () => {
     const { existsSync } = await import("node:fs");
     const path = await import("node:path");
     const workingDir = path.join(t.root, "jobs", "job-7", "work");
-    const first = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }, {}, { workingDir }) } });
+    const first = new SessionStream(t.client, {
+      message: { case: "start", value: scenarioStart({ mode: "wait" }, {}, { workingDir }) },
+    });
     await first.waitFor(isText("ready"), "ready");
     const started = first.received[0]?.message;
     assert(started?.case === "started");
@@ -99,7 +127,6 @@ void describe("RunSession without isolation", () => {
     await first.finished;
     assert.equal(existsSync(workingDir), false);
   });
-
 });
 
 void it("removes what a previous run left in the root when it starts", async () => {
@@ -113,7 +140,12 @@ void it("removes what a previous run left in the root when it starts", async () 
     writeFileSync(path.join(root, "sessions", "old", "work", "file"), "left behind");
     mkdirSync(path.join(root, "internal", "old"), { recursive: true });
     mkdirSync(path.join(root, "unrelated"));
-    const sandbox = await startSandbox({ auth: testCredentials.settingsFor("sandbox"), port: 0, root, isolation: "none" });
+    const sandbox = await startSandbox({
+      auth: testCredentials.settingsFor("sandbox"),
+      port: 0,
+      root,
+      isolation: "none",
+    });
     await sandbox.close();
     assert.equal(existsSync(path.join(root, "sessions", "old")), false);
     assert.equal(existsSync(path.join(root, "internal", "old")), false);

@@ -42,7 +42,14 @@ async function freePort(): Promise<number> {
 /** Starts dist/main.js on the test's port and root; resolves once it listens. */
 async function startSandboxProcess(): Promise<ChildProcess> {
   const child = spawn(process.execPath, [MAIN], {
-    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", OZ0_PORT: String(port), OZ0_SANDBOX_ROOT: root, OZ0_ISOLATION: "bwrap", OZ0_CANCEL_GRACE_MS: "2000", ...testCredentials.envFor("sandbox") },
+    env: {
+      PATH: process.env.PATH ?? "/usr/bin:/bin",
+      OZ0_PORT: String(port),
+      OZ0_SANDBOX_ROOT: root,
+      OZ0_ISOLATION: "bwrap",
+      OZ0_CANCEL_GRACE_MS: "2000",
+      ...testCredentials.envFor("sandbox"),
+    },
     stdio: ["ignore", "ignore", "pipe"],
   });
   for await (const line of createInterface({ input: child.stderr! })) {
@@ -56,7 +63,10 @@ async function startSandboxProcess(): Promise<ChildProcess> {
 }
 
 function client(): Client<typeof SandboxService> {
-  return createClient(SandboxService, createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}`, interceptors: [testCredentials.caller] }));
+  return createClient(
+    SandboxService,
+    createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}`, interceptors: [testCredentials.caller] }),
+  );
 }
 
 before(async () => {
@@ -69,7 +79,8 @@ before(async () => {
 
 after(async () => {
   sandbox?.kill("SIGTERM");
-  if (sandbox !== undefined && sandbox.exitCode === null) await new Promise((resolve) => sandbox!.once("exit", resolve));
+  if (sandbox !== undefined && sandbox.exitCode === null)
+    await new Promise((resolve) => sandbox!.once("exit", resolve));
   model.close();
   rmSync(root, { recursive: true, force: true });
 });
@@ -80,9 +91,26 @@ function seqs(messages: RunSessionResponse[]): number[] {
 
 void test("a SIGKILLed sandbox's sessions run on, and the restarted sandbox takes them over", async () => {
   sandbox = await startSandboxProcess();
-  const waiting = new SessionStream(client(), { message: { case: "start", value: scenarioStart({ mode: "permission-then-llm" }, {}, { sessionId: "ses_waits", llm: { anthropicBaseUrl: modelUrl, token: "tok" } }) } });
-  const quick = new SessionStream(client(), { message: { case: "start", value: scenarioStart({ mode: "nap", ms: 1500 }, {}, { sessionId: "ses_ends_meanwhile" }) } });
-  await waiting.waitFor((m) => m.message.case === "event" && m.message.value.event.case === "permissionRequest", "the permission request");
+  const waiting = new SessionStream(client(), {
+    message: {
+      case: "start",
+      value: scenarioStart(
+        { mode: "permission-then-llm" },
+        {},
+        { sessionId: "ses_waits", llm: { anthropicBaseUrl: modelUrl, token: "tok" } },
+      ),
+    },
+  });
+  const quick = new SessionStream(client(), {
+    message: {
+      case: "start",
+      value: scenarioStart({ mode: "nap", ms: 1500 }, {}, { sessionId: "ses_ends_meanwhile" }),
+    },
+  });
+  await waiting.waitFor(
+    (m) => m.message.case === "event" && m.message.value.event.case === "permissionRequest",
+    "the permission request",
+  );
   await quick.waitFor((m) => m.message.case === "started", "the quick session's start");
 
   sandbox.kill("SIGKILL");
@@ -94,28 +122,52 @@ void test("a SIGKILLed sandbox's sessions run on, and the restarted sandbox take
   await new Promise((resolve) => setTimeout(resolve, 2500));
 
   sandbox = await startSandboxProcess();
-  assert.ok(logLines.some((line) => line.includes("took over the sessions")), logLines.join("\n"));
+  assert.ok(
+    logLines.some((line) => line.includes("took over the sessions")),
+    logLines.join("\n"),
+  );
 
   // Re-attach from the last seq seen, answer the request that waited through the crash, read to the end.
   const lastSeen = Number(waiting.received.at(-1)!.seq);
-  const resumed = new SessionStream(client(), { message: { case: "attach", value: { sessionId: "ses_waits", afterSeq: BigInt(lastSeen) } } });
+  const resumed = new SessionStream(client(), {
+    message: { case: "attach", value: { sessionId: "ses_waits", afterSeq: BigInt(lastSeen) } },
+  });
   resumed.send({ message: { case: "permissionAnswer", value: { id: "p1", allow: true } } });
   await resumed.finished;
   assert.equal(resumed.error, undefined, String(resumed.error));
   const all = [...waiting.received, ...resumed.received];
-  assert.deepEqual(seqs(all), all.map((_m, i) => i + 1), "every seq once, in order, across the restart");
+  assert.deepEqual(
+    seqs(all),
+    all.map((_m, i) => i + 1),
+    "every seq once, in order, across the restart",
+  );
   const exited = resumed.exited();
   assert.equal(exited.status, SessionStatus.COMPLETED, `${exited.errorCode}: ${exited.errorMessage}`);
   assert.equal(exited.result?.text, "allowed");
-  assert.ok(resumed.texts().includes("model said hello from the model"), `the LLM forward works after the restart: ${resumed.texts().join(" | ")}`);
+  assert.ok(
+    resumed.texts().includes("model said hello from the model"),
+    `the LLM forward works after the restart: ${resumed.texts().join(" | ")}`,
+  );
   assert.equal(all.filter((m) => m.message.case === "started").length, 1, "started once");
 
   // The session that ended while no sandbox ran: its end is there to read, artifacts included.
   const lastQuick = Number(quick.received.at(-1)!.seq);
-  const late = new SessionStream(client(), { message: { case: "attach", value: { sessionId: "ses_ends_meanwhile", afterSeq: BigInt(lastQuick) } } });
+  const late = new SessionStream(client(), {
+    message: { case: "attach", value: { sessionId: "ses_ends_meanwhile", afterSeq: BigInt(lastQuick) } },
+  });
   await late.finished;
   const quickAll = [...quick.received, ...late.received];
-  assert.deepEqual(seqs(quickAll), quickAll.map((_m, i) => i + 1));
-  assert.ok(late.received.some((m) => m.message.case === "artifacts"), late.received.map((m) => m.message.case).join(","));
-  assert.equal(late.exited().status, SessionStatus.COMPLETED, `${late.exited().errorCode}: ${late.exited().errorMessage}`);
+  assert.deepEqual(
+    seqs(quickAll),
+    quickAll.map((_m, i) => i + 1),
+  );
+  assert.ok(
+    late.received.some((m) => m.message.case === "artifacts"),
+    late.received.map((m) => m.message.case).join(","),
+  );
+  assert.equal(
+    late.exited().status,
+    SessionStatus.COMPLETED,
+    `${late.exited().errorCode}: ${late.exited().errorMessage}`,
+  );
 });

@@ -31,8 +31,18 @@ export interface TestSandbox {
 
 export async function startTestSandbox(config: SandboxConfig = {}): Promise<TestSandbox> {
   const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-test-"));
-  const sandbox = await startSandbox({ port: 0, root, isolation: "none", cancelGraceMs: 2_000, auth: testCredentials.settingsFor("sandbox"), ...config });
-  const client = createClient(SandboxService, createGrpcTransport({ baseUrl: sandbox.url, interceptors: [testCredentials.caller] }));
+  const sandbox = await startSandbox({
+    port: 0,
+    root,
+    isolation: "none",
+    cancelGraceMs: 2_000,
+    auth: testCredentials.settingsFor("sandbox"),
+    ...config,
+  });
+  const client = createClient(
+    SandboxService,
+    createGrpcTransport({ baseUrl: sandbox.url, interceptors: [testCredentials.caller] }),
+  );
   return {
     sandbox,
     client,
@@ -47,11 +57,26 @@ export async function startTestSandbox(config: SandboxConfig = {}): Promise<Test
 /** A start message for the scenario harness in the given mode. */
 export function scenarioStart(
   scenario: Record<string, unknown>,
-  overrides: { command?: string[]; pluginDir?: string; attachments?: { path: string; source: { case: "content"; value: Uint8Array } | { case: "nodePath"; value: string } }[]; artifactPaths?: string[] } = {},
+  overrides: {
+    command?: string[];
+    pluginDir?: string;
+    attachments?: {
+      path: string;
+      source: { case: "content"; value: Uint8Array } | { case: "nodePath"; value: string };
+    }[];
+    artifactPaths?: string[];
+  } = {},
   request: Omit<MessageInitShape<typeof SessionRequestSchema>, "$typeName"> = {},
 ): MessageInitShape<typeof StartSessionSchema> {
-  const sessionRequest = { jobId: "job-1", input: JSON.stringify(scenario), ...request } as MessageInitShape<typeof SessionRequestSchema>;
-  return { command: [process.execPath, SCENARIO], pluginDir: FIXTURES, ...overrides, request: sessionRequest } as MessageInitShape<typeof StartSessionSchema>;
+  const sessionRequest = { jobId: "job-1", input: JSON.stringify(scenario), ...request } as MessageInitShape<
+    typeof SessionRequestSchema
+  >;
+  return {
+    command: [process.execPath, SCENARIO],
+    pluginDir: FIXTURES,
+    ...overrides,
+    request: sessionRequest,
+  } as MessageInitShape<typeof StartSessionSchema>;
 }
 
 /** A RunSession stream: push client messages, read server messages, drop it. */
@@ -120,7 +145,10 @@ export class SessionStream {
     for (;;) {
       const found = this.received.find(predicate);
       if (found !== undefined) return found;
-      if (this.#done) throw new Error(`the stream ended without ${what}: ${String(this.error ?? "")} after ${this.received.map((m) => m.message.case).join(",")}`);
+      if (this.#done)
+        throw new Error(
+          `the stream ended without ${what}: ${String(this.error ?? "")} after ${this.received.map((m) => m.message.case).join(",")}`,
+        );
       await new Promise<void>((resolve) => this.#waiters.push(resolve));
     }
   }
@@ -131,24 +159,31 @@ export class SessionStream {
 
   exited(): Extract<RunSessionResponse["message"], { case: "exited" }>["value"] {
     const last = this.received.at(-1);
-    if (last?.message.case !== "exited") throw new Error(`the last message is ${last?.message.case ?? "missing"}, not exited`);
+    if (last?.message.case !== "exited")
+      throw new Error(`the last message is ${last?.message.case ?? "missing"}, not exited`);
     return last.message.value;
   }
 
   texts(): string[] {
-    return this.received.flatMap((m) => (m.message.case === "event" && m.message.value.event.case === "text" ? [m.message.value.event.value.text] : []));
+    return this.received.flatMap((m) =>
+      m.message.case === "event" && m.message.value.event.case === "text" ? [m.message.value.event.value.text] : [],
+    );
   }
 }
 
 /** Starts a session and reads it to its end. */
-export async function runToEnd(client: Client<typeof SandboxService>, start: MessageInitShape<typeof StartSessionSchema>): Promise<SessionStream> {
+export async function runToEnd(
+  client: Client<typeof SandboxService>,
+  start: MessageInitShape<typeof StartSessionSchema>,
+): Promise<SessionStream> {
   const stream = new SessionStream(client, { message: { case: "start", value: start } });
   await stream.finished;
   return stream;
 }
 
 export function isText(text: string): (m: RunSessionResponse) => boolean {
-  return (m) => m.message.case === "event" && m.message.value.event.case === "text" && m.message.value.event.value.text === text;
+  return (m) =>
+    m.message.case === "event" && m.message.value.event.case === "text" && m.message.value.event.value.text === text;
 }
 
 export interface LogLine {
@@ -162,9 +197,22 @@ export function recordingLogger(): { logger: Logger; lines: LogLine[] } {
   const lines: LogLine[] = [];
   const make = (): Logger => {
     const at = (level: string) => (fields: unknown, msg?: string) => {
-      lines.push(typeof fields === "string" ? { level, fields: {}, msg: fields } : { level, fields: (fields ?? {}) as Record<string, unknown>, msg: msg ?? "" });
+      lines.push(
+        typeof fields === "string"
+          ? { level, fields: {}, msg: fields }
+          : { level, fields: (fields ?? {}) as Record<string, unknown>, msg: msg ?? "" },
+      );
     };
-    return { trace: at("trace"), debug: at("debug"), info: at("info"), warn: at("warn"), error: at("error"), fatal: at("fatal"), child: make, level: "debug" } as unknown as Logger;
+    return {
+      trace: at("trace"),
+      debug: at("debug"),
+      info: at("info"),
+      warn: at("warn"),
+      error: at("error"),
+      fatal: at("fatal"),
+      child: make,
+      level: "debug",
+    } as unknown as Logger;
   };
   return { logger: make(), lines };
 }

@@ -10,7 +10,17 @@ import { EventsService, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb
 import { Authenticator, registration, serve, type RunningServer } from "@oz0/serving";
 import { runToEnd, scenarioStart, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
 
-const BUF = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "node_modules", "@bufbuild", "buf", "bin", "buf");
+const BUF = path.join(
+  path.dirname(fileURLToPath(import.meta.url)),
+  "..",
+  "..",
+  "..",
+  "node_modules",
+  "@bufbuild",
+  "buf",
+  "bin",
+  "buf",
+);
 
 function bufCurl(args: string[]): Promise<string> {
   return new Promise((resolve, reject) => {
@@ -54,19 +64,28 @@ void describe("service surface", () => {
     const bearer = ["-H", `authorization: Bearer ${testCredentials.services.orchestrator}`, "--reflect-header", "*"];
     await assert.rejects(bufCurl(["--list-methods", t.sandbox.url]));
     const methods = (await bufCurl([...bearer, "--list-methods", t.sandbox.url])).split("\n");
-    for (const method of ["RunSession", "ListSessions", "CancelSession"]) assert(methods.includes(`oz0.sandbox.v1.SandboxService/${method}`), methods.join(","));
-    const listed = JSON.parse(await bufCurl([...bearer, "-d", "{}", `${t.sandbox.url}/oz0.sandbox.v1.SandboxService/ListSessions`])) as object;
+    for (const method of ["RunSession", "ListSessions", "CancelSession"])
+      assert(methods.includes(`oz0.sandbox.v1.SandboxService/${method}`), methods.join(","));
+    const listed = JSON.parse(
+      await bufCurl([...bearer, "-d", "{}", `${t.sandbox.url}/oz0.sandbox.v1.SandboxService/ListSessions`]),
+    ) as object;
     // No sessions yet; the node's limit (OZ0_MAX_SESSIONS, 16 by default).
     assert.deepEqual(listed, { maxSessions: 16 });
   });
 
   void it("publishes session.started and session.ended to the events service", async () => {
-    const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }, {}, { agent: { name: "coder", version: 3 } }));
+    const stream = await runToEnd(
+      t.client,
+      scenarioStart({ mode: "complete" }, {}, { agent: { name: "coder", version: 3 } }),
+    );
     const mine = (): RawEvent[] => received.filter((e) => e.sessionId === stream.sessionId);
     while (mine().length < 2) await new Promise<void>((resolve) => (wake = resolve));
-    assert.deepEqual(mine().map((e) => [e.type, e.status, e.source, e.jobId, e.agentName, e.agentVersion]), [
-      ["session.started", "running", "sandbox", "job-1", "coder", "3"],
-      ["session.ended", "completed", "sandbox", "job-1", "coder", "3"],
-    ]);
+    assert.deepEqual(
+      mine().map((e) => [e.type, e.status, e.source, e.jobId, e.agentName, e.agentVersion]),
+      [
+        ["session.started", "running", "sandbox", "job-1", "coder", "3"],
+        ["session.ended", "completed", "sandbox", "job-1", "coder", "3"],
+      ],
+    );
   });
 });

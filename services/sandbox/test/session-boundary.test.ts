@@ -12,7 +12,17 @@
 // prove the key is there to be found.
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import readline from "node:readline";
@@ -54,7 +64,9 @@ function processAlive(pid: number): boolean {
 }
 
 /** Starts dist/main.js; resolves with its URL and the startup line that names its isolation. */
-function startSandboxProcess(env: Record<string, string>): Promise<{ child: ChildProcess; url: string; isolationLine: Record<string, unknown> }> {
+function startSandboxProcess(
+  env: Record<string, string>,
+): Promise<{ child: ChildProcess; url: string; isolationLine: Record<string, unknown> }> {
   const child = spawn(process.execPath, [MAIN], { env, stdio: ["ignore", "ignore", "pipe"] });
   return new Promise((resolve, reject) => {
     let isolationLine: Record<string, unknown> | undefined;
@@ -74,7 +86,9 @@ function startSandboxProcess(env: Record<string, string>): Promise<{ child: Chil
         else resolve({ child, url: entry.url, isolationLine });
       }
     });
-    child.once("exit", (code, signal) => reject(new Error(`the sandbox exited while starting (${signal ?? code}): ${seen.join("\n")}`)));
+    child.once("exit", (code, signal) =>
+      reject(new Error(`the sandbox exited while starting (${signal ?? code}): ${seen.join("\n")}`)),
+    );
   });
 }
 
@@ -129,12 +143,16 @@ for (const mode of ["user", "bwrap"] as const) {
         // A provider key in the sandbox's own environment, as a careless deployment would have it.
         ANTHROPIC_API_KEY: PLANTED_KEY,
       });
-      client = createClient(SandboxService, createGrpcTransport({ baseUrl: sandbox.url, interceptors: [testCredentials.caller] }));
+      client = createClient(
+        SandboxService,
+        createGrpcTransport({ baseUrl: sandbox.url, interceptors: [testCredentials.caller] }),
+      );
     });
 
     after(async () => {
       sandbox?.child.kill("SIGTERM");
-      if (sandbox !== undefined && sandbox.child.exitCode === null) await new Promise((resolve) => sandbox.child.once("exit", resolve));
+      if (sandbox !== undefined && sandbox.child.exitCode === null)
+        await new Promise((resolve) => sandbox.child.once("exit", resolve));
       if (outer !== undefined) rmSync(outer, { recursive: true, force: true });
     });
 
@@ -151,7 +169,18 @@ for (const mode of ["user", "bwrap"] as const) {
       const victim = new SessionStream(client, {
         message: {
           case: "start",
-          value: scenarioStart({ mode: "wait" }, { attachments: [{ path: "secret.txt", source: { case: "content", value: new TextEncoder().encode(`${PLANTED_KEY}\n`) } }] }, { sessionId: "victim" }),
+          value: scenarioStart(
+            { mode: "wait" },
+            {
+              attachments: [
+                {
+                  path: "secret.txt",
+                  source: { case: "content", value: new TextEncoder().encode(`${PLANTED_KEY}\n`) },
+                },
+              ],
+            },
+            { sessionId: "victim" },
+          ),
         },
       });
       await victim.waitFor(isText("ready"), "the victim ready");
@@ -165,7 +194,13 @@ for (const mode of ["user", "bwrap"] as const) {
         scenarioStart(
           {
             mode: "probe",
-            read: [...planted, path.join(victimDir, "secret.txt"), `/proc/${sandboxPid}/environ`, `/proc/${victimStarted.value.pid}/environ`, "/proc/1/environ"],
+            read: [
+              ...planted,
+              path.join(victimDir, "secret.txt"),
+              `/proc/${sandboxPid}/environ`,
+              `/proc/${victimStarted.value.pid}/environ`,
+              "/proc/1/environ",
+            ],
             list: [home, path.join(root, "sessions"), path.join(root, "internal")],
             write: [path.join(root, "sessions", "intruder"), path.join(home, "intruder")],
             signal: [sandboxPid, victimStarted.value.pid],
@@ -183,7 +218,12 @@ for (const mode of ["user", "bwrap"] as const) {
       // Nothing it could read holds the key, wherever it looked.
       assert.doesNotMatch(JSON.stringify(report), new RegExp(NEEDLE));
       const hiddenFile = path.join(outer, "elsewhere", "token");
-      for (const file of [...planted, path.join(victimDir, "secret.txt"), `/proc/${sandboxPid}/environ`, `/proc/${victimStarted.value.pid}/environ`]) {
+      for (const file of [
+        ...planted,
+        path.join(victimDir, "secret.txt"),
+        `/proc/${sandboxPid}/environ`,
+        `/proc/${victimStarted.value.pid}/environ`,
+      ]) {
         // Under bubblewrap a hidden directory is an empty one, and a hidden file the node's /dev/null, which cannot be opened there (nodev).
         const expected = mode === "user" || file === hiddenFile ? "ERROR EACCES" : "ERROR ENOENT";
         assert.equal(report.reads[file], expected, file);
@@ -194,7 +234,10 @@ for (const mode of ["user", "bwrap"] as const) {
       assert(artifacts?.case === "artifacts");
       assert.match(artifacts.value.patch, /probe\.txt/);
       assert.match(artifacts.value.patch, /written by the probe/);
-      assert.deepEqual(artifacts.value.files.map((f) => f.path), ["probe.txt"]);
+      assert.deepEqual(
+        artifacts.value.files.map((f) => f.path),
+        ["probe.txt"],
+      );
 
       if (mode === "user") {
         // Its own uid and gid, no groups, nothing of root's.
@@ -205,14 +248,17 @@ for (const mode of ["user", "bwrap"] as const) {
         assert.equal(report.workingDir.mode, 0o700);
         assert.notEqual(statSync(victimDir).uid, report.uid, "two sessions never share a uid");
         assert.equal(report.reads["/proc/1/environ"], "ERROR EACCES");
-        for (const dir of [home, path.join(root, "sessions"), path.join(root, "internal")]) assert.equal(report.lists[dir], "ERROR EACCES", dir);
-        for (const file of [path.join(root, "sessions", "intruder"), path.join(home, "intruder")]) assert.equal(report.writes[file], "ERROR EACCES", file);
+        for (const dir of [home, path.join(root, "sessions"), path.join(root, "internal")])
+          assert.equal(report.lists[dir], "ERROR EACCES", dir);
+        for (const file of [path.join(root, "sessions", "intruder"), path.join(home, "intruder")])
+          assert.equal(report.writes[file], "ERROR EACCES", file);
         assert.deepEqual(report.signals, { [sandboxPid]: "ERROR EPERM", [victimStarted.value.pid]: "ERROR EPERM" });
         // Not protected in this mode: loopback ports (the services authenticate every call instead).
         assert.deepEqual(report.connects, { [port]: "connected" });
         // What it left running in a session of its own died with its session.
         assert(report.escaped !== undefined);
-        for (let i = 0; i < 200 && processAlive(report.escaped); i++) await new Promise((resolve) => setTimeout(resolve, 25));
+        for (let i = 0; i < 200 && processAlive(report.escaped); i++)
+          await new Promise((resolve) => setTimeout(resolve, 25));
         assert.equal(processAlive(report.escaped), false, "the escaped process outlived its session");
       } else {
         // The stack's data directory is empty inside but for the way to the session's own directories; other sessions do not exist there.

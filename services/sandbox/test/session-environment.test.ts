@@ -8,7 +8,11 @@ void it("builds the environment from the request alone, never from the sandbox's
   process.env.OPENAI_API_KEY = "sk-node-key-must-not-leak";
   try {
     const env = buildSessionEnvironment({
-      request: create(SessionRequestSchema, { sessionId: "s", jobId: "j", llm: { openaiBaseUrl: "http://proxy/v1", token: "tok", headers: { "Oz0-Job": "j" } } }),
+      request: create(SessionRequestSchema, {
+        sessionId: "s",
+        jobId: "j",
+        llm: { openaiBaseUrl: "http://proxy/v1", token: "tok", headers: { "Oz0-Job": "j" } },
+      }),
       workingDir: "/w",
       stateDir: "/s",
       pluginDir: "/p",
@@ -41,5 +45,8 @@ void it("sets no LLM variables for a request without an endpoint", () => {
     anthropicBaseUrl: "",
     openaiBaseUrl: "",
   });
-  assert.deepEqual(Object.keys(env).filter((name) => /API_KEY|BASE_URL|LLM|TRACE/.test(name)), []);
+  assert.deepEqual(
+    Object.keys(env).filter((name) => /API_KEY|BASE_URL|LLM|TRACE/.test(name)),
+    [],
+  );
 });

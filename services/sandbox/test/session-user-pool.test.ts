@@ -11,7 +11,8 @@ import { SandboxError } from "../src/sandbox-errors.js";
 import { setprivUserArgs } from "../src/session-user-launcher.js";
 import { SessionUserPool } from "../src/session-user-pool.js";
 
-const skip = process.getuid?.() !== 0 ? "needs root" : findSetpriv() === undefined ? "needs setpriv (util-linux)" : false;
+const skip =
+  process.getuid?.() !== 0 ? "needs root" : findSetpriv() === undefined ? "needs setpriv (util-linux)" : false;
 const logger = createLogger({ name: "session-user-pool-test", level: "silent" });
 
 /** A range of its own per test process, so test files running at once never meet in it. */
@@ -43,7 +44,10 @@ async function until(condition: () => boolean, what: string): Promise<void> {
 
 /** A process running as `uid` in a session of its own, as a harness's escaped descendant would. */
 function processAs(uid: number): number {
-  const child = spawn(findSetpriv()!, [...setprivUserArgs({ uid, gid: uid }), "--", "/bin/sleep", "600"], { detached: true, stdio: "ignore" });
+  const child = spawn(findSetpriv()!, [...setprivUserArgs({ uid, gid: uid }), "--", "/bin/sleep", "600"], {
+    detached: true,
+    stdio: "ignore",
+  });
   child.unref();
   return child.pid!;
 }
@@ -58,7 +62,13 @@ void describe("session uids", { skip }, () => {
     const b = await second.acquire();
     assert.notEqual(a.uid, b.uid);
     assert.equal(a.gid, a.uid);
-    await assert.rejects(first.acquire(), (error: unknown) => error instanceof SandboxError && error.code === "resource_exhausted" && /OZ0_SANDBOX_UID_BASE/.test(error.message));
+    await assert.rejects(
+      first.acquire(),
+      (error: unknown) =>
+        error instanceof SandboxError &&
+        error.code === "resource_exhausted" &&
+        /OZ0_SANDBOX_UID_BASE/.test(error.message),
+    );
     // A shared claim keeps the uid held until both are released.
     const shared = a.share();
     await a.release();

@@ -9,67 +9,101 @@ import { after, before, describe, it } from "node:test";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { findSetpriv } from "../src/parent-death-launcher.js";
-import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
+import {
+  isText,
+  runToEnd,
+  scenarioStart,
+  SessionStream,
+  startTestSandbox,
+  type TestSandbox,
+} from "./sandbox-test-kit.js";
 
-const userModeSkip = process.getuid?.() !== 0 ? "the user isolation mode needs root" : findSetpriv() === undefined ? "the user isolation mode needs setpriv" : false;
+const userModeSkip =
+  process.getuid?.() !== 0
+    ? "the user isolation mode needs root"
+    : findSetpriv() === undefined
+      ? "the user isolation mode needs setpriv"
+      : false;
 
 for (const isolation of ["none", "user"] as const) {
-  void describe(`RunSession sharing a live session's working directory (isolation ${isolation})`, { skip: isolation === "user" ? userModeSkip : false }, () => {
-    let t: TestSandbox;
-    before(async () => {
-      t = await startTestSandbox({ isolation });
-    });
-    after(async () => {
-      await t.close();
-    });
-
-    void it("runs in the owner's directory, sees its files, and leaves the directory to the owner", async () => {
-      const owner = new SessionStream(t.client, {
-        message: {
-          case: "start",
-          value: scenarioStart({ mode: "wait" }, { attachments: [{ path: "notes.txt", source: { case: "content", value: new TextEncoder().encode("original\n") } }] }),
-        },
+  void describe(
+    `RunSession sharing a live session's working directory (isolation ${isolation})`,
+    { skip: isolation === "user" ? userModeSkip : false },
+    () => {
+      let t: TestSandbox;
+      before(async () => {
+        t = await startTestSandbox({ isolation });
       });
-      await owner.waitFor(isText("ready"), "ready");
-      const ownerStarted = owner.received[0]?.message;
-      assert(ownerStarted?.case === "started");
-      const workingDir = ownerStarted.value.workingDir;
+      after(async () => {
+        await t.close();
+      });
 
-      const scratch = await runToEnd(t.client, { ...scenarioStart({ mode: "complete", edit: "notes.txt" }), shareWorkingDirOf: owner.sessionId });
-      const scratchStarted = scratch.received[0]?.message;
-      assert(scratchStarted?.case === "started");
-      assert.equal(scratchStarted.value.workingDir, workingDir);
-      assert.equal(scratch.exited().status, SessionStatus.COMPLETED);
-      const artifacts = scratch.received.find((m) => m.message.case === "artifacts")?.message.value as { patch: string };
-      assert.equal(artifacts.patch, "", "the shared directory's changes are the owner's patch");
-      // The owner's directory outlives the scratch session, with what it wrote.
-      assert.equal(readFileSync(path.join(workingDir, "notes.txt"), "utf8"), "original\nchanged by the harness\n");
-      assert.equal(existsSync(path.join(workingDir, "hello.txt")), true);
-      if (isolation === "user") {
-        const ownerUid = statSync(workingDir).uid;
-        assert.notEqual(ownerUid, 0);
-        assert.equal(statSync(path.join(workingDir, "hello.txt")).uid, ownerUid, "the scratch session ran under the owner's uid");
-      }
+      void it("runs in the owner's directory, sees its files, and leaves the directory to the owner", async () => {
+        const owner = new SessionStream(t.client, {
+          message: {
+            case: "start",
+            value: scenarioStart(
+              { mode: "wait" },
+              {
+                attachments: [
+                  { path: "notes.txt", source: { case: "content", value: new TextEncoder().encode("original\n") } },
+                ],
+              },
+            ),
+          },
+        });
+        await owner.waitFor(isText("ready"), "ready");
+        const ownerStarted = owner.received[0]?.message;
+        assert(ownerStarted?.case === "started");
+        const workingDir = ownerStarted.value.workingDir;
 
-      await t.client.cancelSession({ sessionId: owner.sessionId, reason: "done" });
-      await owner.finished;
-      // The owner was still running (the scratch session's end killed nothing of its uid): it answered the cancel itself.
-      assert.equal(owner.exited().result?.text, "cancelled after cleanup");
-      assert.equal(existsSync(workingDir), false);
-    });
+        const scratch = await runToEnd(t.client, {
+          ...scenarioStart({ mode: "complete", edit: "notes.txt" }),
+          shareWorkingDirOf: owner.sessionId,
+        });
+        const scratchStarted = scratch.received[0]?.message;
+        assert(scratchStarted?.case === "started");
+        assert.equal(scratchStarted.value.workingDir, workingDir);
+        assert.equal(scratch.exited().status, SessionStatus.COMPLETED);
+        const artifacts = scratch.received.find((m) => m.message.case === "artifacts")?.message.value as {
+          patch: string;
+        };
+        assert.equal(artifacts.patch, "", "the shared directory's changes are the owner's patch");
+        // The owner's directory outlives the scratch session, with what it wrote.
+        assert.equal(readFileSync(path.join(workingDir, "notes.txt"), "utf8"), "original\nchanged by the harness\n");
+        assert.equal(existsSync(path.join(workingDir, "hello.txt")), true);
+        if (isolation === "user") {
+          const ownerUid = statSync(workingDir).uid;
+          assert.notEqual(ownerUid, 0);
+          assert.equal(
+            statSync(path.join(workingDir, "hello.txt")).uid,
+            ownerUid,
+            "the scratch session ran under the owner's uid",
+          );
+        }
 
-    void it("refuses to share the directory of a session that is not running", async () => {
-      await assert.rejects(
-        runToEnd(t.client, { ...scenarioStart({ mode: "complete" }), shareWorkingDirOf: "no-such-session" }).then((s) => {
-          if (s.error) throw s.error;
-        }),
-        (error: unknown) => {
-          const err = ConnectError.from(error);
-          assert.equal(err.code, Code.FailedPrecondition);
-          assert.match(err.message, /share_working_dir_of: session no-such-session is not running on this node/);
-          return true;
-        },
-      );
-    });
-  });
+        await t.client.cancelSession({ sessionId: owner.sessionId, reason: "done" });
+        await owner.finished;
+        // The owner was still running (the scratch session's end killed nothing of its uid): it answered the cancel itself.
+        assert.equal(owner.exited().result?.text, "cancelled after cleanup");
+        assert.equal(existsSync(workingDir), false);
+      });
+
+      void it("refuses to share the directory of a session that is not running", async () => {
+        await assert.rejects(
+          runToEnd(t.client, { ...scenarioStart({ mode: "complete" }), shareWorkingDirOf: "no-such-session" }).then(
+            (s) => {
+              if (s.error) throw s.error;
+            },
+          ),
+          (error: unknown) => {
+            const err = ConnectError.from(error);
+            assert.equal(err.code, Code.FailedPrecondition);
+            assert.match(err.message, /share_working_dir_of: session no-such-session is not running on this node/);
+            return true;
+          },
+        );
+      });
+    },
+  );
 }

@@ -50,36 +50,57 @@ for (const isolation of ["none", "user", "bwrap"] as const) {
   // Under bubblewrap a session's keeper holds it for a sandbox started again (sandbox-restart.test.ts); one that
   // no sandbox takes over within OZ0_SESSION_ORPHAN_MS ends all the same.
   const what = isolation === "bwrap" ? "once no sandbox took them over within the orphan time" : "with it";
-  void it(`a sandbox killed with SIGKILL takes its harnesses ${what} (isolation ${isolation})`, { skip: isolation === "user" ? userModeSkip : false }, async () => {
-    const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-kill-"));
-    const child = spawn(process.execPath, [MAIN], {
-      env: { PATH: process.env.PATH ?? "", ...testCredentials.envFor("sandbox"), OZ0_PORT: "0", OZ0_SANDBOX_ROOT: root, OZ0_ISOLATION: isolation, OZ0_LOG_LEVEL: "info", OZ0_SESSION_ORPHAN_MS: "1500" },
-      stdio: ["ignore", "ignore", "pipe"],
-    });
-    const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));
-    try {
-      const url = await listeningUrl(child);
-      const client = createClient(SandboxService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }));
-      const stream = new SessionStream(client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
-      await stream.waitFor(isText("ready"), "ready");
-      const harnessProcesses = descendantsOf(child.pid ?? -1);
-      assert(harnessProcesses.length > 0);
-      child.kill("SIGKILL");
-      await exited;
-      if (isolation === "bwrap") {
-        await new Promise((resolve) => setTimeout(resolve, 500));
-        assert.ok(harnessProcesses.some(processAlive), "the keeper holds the session for a while, for a sandbox started again");
+  void it(
+    `a sandbox killed with SIGKILL takes its harnesses ${what} (isolation ${isolation})`,
+    { skip: isolation === "user" ? userModeSkip : false },
+    async () => {
+      const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-kill-"));
+      const child = spawn(process.execPath, [MAIN], {
+        env: {
+          PATH: process.env.PATH ?? "",
+          ...testCredentials.envFor("sandbox"),
+          OZ0_PORT: "0",
+          OZ0_SANDBOX_ROOT: root,
+          OZ0_ISOLATION: isolation,
+          OZ0_LOG_LEVEL: "info",
+          OZ0_SESSION_ORPHAN_MS: "1500",
+        },
+        stdio: ["ignore", "ignore", "pipe"],
+      });
+      const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));
+      try {
+        const url = await listeningUrl(child);
+        const client = createClient(
+          SandboxService,
+          createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }),
+        );
+        const stream = new SessionStream(client, {
+          message: { case: "start", value: scenarioStart({ mode: "wait" }) },
+        });
+        await stream.waitFor(isText("ready"), "ready");
+        const harnessProcesses = descendantsOf(child.pid ?? -1);
+        assert(harnessProcesses.length > 0);
+        child.kill("SIGKILL");
+        await exited;
+        if (isolation === "bwrap") {
+          await new Promise((resolve) => setTimeout(resolve, 500));
+          assert.ok(
+            harnessProcesses.some(processAlive),
+            "the keeper holds the session for a while, for a sandbox started again",
+          );
+        }
+        // The kernel delivers the parent-death signal as the sandbox dies (the keeper its SIGKILL after the orphan time); give it the moment it needs.
+        for (let i = 0; i < 200 && harnessProcesses.some(processAlive); i++)
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        assert.deepEqual(harnessProcesses.filter(processAlive), []);
+        stream.drop();
+        await stream.finished;
+      } finally {
+        child.kill("SIGKILL");
+        rmSync(root, { recursive: true, force: true });
       }
-      // The kernel delivers the parent-death signal as the sandbox dies (the keeper its SIGKILL after the orphan time); give it the moment it needs.
-      for (let i = 0; i < 200 && harnessProcesses.some(processAlive); i++) await new Promise((resolve) => setTimeout(resolve, 50));
-      assert.deepEqual(harnessProcesses.filter(processAlive), []);
-      stream.drop();
-      await stream.finished;
-    } finally {
-      child.kill("SIGKILL");
-      rmSync(root, { recursive: true, force: true });
-    }
-  });
+    },
+  );
 }
 
 function listeningUrl(child: ReturnType<typeof spawn>): Promise<string> {
@@ -97,7 +118,15 @@ function listeningUrl(child: ReturnType<typeof spawn>): Promise<string> {
 void it("SIGTERM: readiness goes NOT_SERVING, new sessions are refused, running ones are cancelled with the grace, the process exits 0", async () => {
   const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-main-"));
   const child = spawn(process.execPath, [MAIN], {
-    env: { PATH: process.env.PATH ?? "", ...testCredentials.envFor("sandbox"), OZ0_PORT: "0", OZ0_SANDBOX_ROOT: root, OZ0_ISOLATION: "none", OZ0_CANCEL_GRACE_MS: "3000", OZ0_LOG_LEVEL: "info" },
+    env: {
+      PATH: process.env.PATH ?? "",
+      ...testCredentials.envFor("sandbox"),
+      OZ0_PORT: "0",
+      OZ0_SANDBOX_ROOT: root,
+      OZ0_ISOLATION: "none",
+      OZ0_CANCEL_GRACE_MS: "3000",
+      OZ0_LOG_LEVEL: "info",
+    },
     stdio: ["ignore", "ignore", "pipe"],
   });
   const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
@@ -109,7 +138,9 @@ void it("SIGTERM: readiness goes NOT_SERVING, new sessions are refused, running 
     assert.equal((await health.check({ service: "readiness" })).status, HealthCheckResponse_ServingStatus.SERVING);
 
     // Needs a moment after SIGTERM to write its cancelled result.
-    const stream = new SessionStream(client, { message: { case: "start", value: scenarioStart({ mode: "slow-cancel", delayMs: 1000 }) } });
+    const stream = new SessionStream(client, {
+      message: { case: "start", value: scenarioStart({ mode: "slow-cancel", delayMs: 1000 }) },
+    });
     await stream.waitFor(isText("ready"), "ready");
     child.kill("SIGTERM");
     while ((await health.check({ service: "readiness" })).status !== HealthCheckResponse_ServingStatus.NOT_SERVING) {

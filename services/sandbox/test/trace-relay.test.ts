@@ -44,18 +44,42 @@ void describe("the sandbox's trace relay", () => {
   for (const isolation of ["none", "bwrap"] as const) {
     void it(`passes a session's trace exports on to the collector with its credential (${isolation})`, async () => {
       received.length = 0;
-      const t = await startTestSandbox({ isolation, sessionTraces: { url: collectorUrl, protocol: "http/protobuf", headers: { authorization: `Bearer ${COLLECTOR_SECRET}` } } });
+      const t = await startTestSandbox({
+        isolation,
+        sessionTraces: {
+          url: collectorUrl,
+          protocol: "http/protobuf",
+          headers: { authorization: `Bearer ${COLLECTOR_SECRET}` },
+        },
+      });
       try {
-        const stream = await runToEnd(t.client, scenarioStart({ mode: "otlp", needle: COLLECTOR_SECRET }, {}, { sessionId: `ses_relay_${isolation}` }));
+        const stream = await runToEnd(
+          t.client,
+          scenarioStart({ mode: "otlp", needle: COLLECTOR_SECRET }, {}, { sessionId: `ses_relay_${isolation}` }),
+        );
         const exited = stream.exited();
-        const outcome = JSON.parse(exited.result?.text ?? "{}") as { endpoint: string; statuses: string[]; leaked: boolean; disabled: string };
+        const outcome = JSON.parse(exited.result?.text ?? "{}") as {
+          endpoint: string;
+          statuses: string[];
+          leaked: boolean;
+          disabled: string;
+        };
         assert.ok(exited.result !== undefined, `${exited.errorCode}: ${exited.errorMessage} ${exited.stderrTail}`);
         assert.match(outcome.endpoint, /^http:\/\/127\.0\.0\.1:\d+\/v1\/traces$/);
         assert.equal(outcome.disabled, "false", "the harness's OpenTelemetry is switched on");
-        assert.deepEqual(outcome.statuses, ["200", "404", "413"], "a trace export passes; metrics and an export past 4 MiB do not");
+        assert.deepEqual(
+          outcome.statuses,
+          ["200", "404", "413"],
+          "a trace export passes; metrics and an export past 4 MiB do not",
+        );
         assert.equal(outcome.leaked, false, "the collector's credential is nowhere in the harness's environment");
         assert.equal(received.length, 1, JSON.stringify(received));
-        assert.deepEqual(received[0], { path: "/v1/traces", authorization: `Bearer ${COLLECTOR_SECRET}`, contentType: "application/x-protobuf", body: "spans of the harness" });
+        assert.deepEqual(received[0], {
+          path: "/v1/traces",
+          authorization: `Bearer ${COLLECTOR_SECRET}`,
+          contentType: "application/x-protobuf",
+          body: "spans of the harness",
+        });
       } finally {
         await t.close();
       }

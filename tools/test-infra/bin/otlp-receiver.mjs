@@ -7,7 +7,10 @@ import { startOtlpReceiver } from "../dist/otlp-receiver.js";
 const receiver = await startOtlpReceiver({ port: Number(process.argv[2] ?? 0) });
 process.stdout.write(`${JSON.stringify({ url: receiver.url })}\n`);
 const stop = () => {
-  receiver.close().then(() => process.exit(0), () => process.exit(1));
+  receiver.close().then(
+    () => process.exit(0),
+    () => process.exit(1),
+  );
 };
 process.on("SIGTERM", stop);
 process.on("SIGINT", stop);

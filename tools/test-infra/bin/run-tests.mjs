@@ -53,7 +53,9 @@ if (files.length === 0) {
 // The Debian packages the tests use (bubblewrap, PostgreSQL, git, setpriv):
 // installed here when missing and run as root, else a stop at once that names
 // the command, so `npm test` on a fresh machine needs no step before it.
-const packages = spawnSync("bash", [path.join(root, "tools/test-infra/bin/install-system-packages.sh")], { stdio: "inherit" });
+const packages = spawnSync("bash", [path.join(root, "tools/test-infra/bin/install-system-packages.sh")], {
+  stdio: "inherit",
+});
 if (packages.status !== 0) process.exit(packages.status ?? 1);
 
 // Set before anything starts, so Kafka's and PostgreSQL's folders are in it too.

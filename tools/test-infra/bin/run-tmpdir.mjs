@@ -38,7 +38,10 @@ export function closeRunTmpdir(dir) {
  * characters; a name built from an id is looked up by ever shorter prefixes.
  */
 export function describeLeftovers(left, { root, packageDirs }) {
-  const files = packageDirs.flatMap((dir) => [...["src", "test", "bin"].flatMap((sub) => sourceFiles(path.join(dir, sub))), ...readmeOf(dir)]);
+  const files = packageDirs.flatMap((dir) => [
+    ...["src", "test", "bin"].flatMap((sub) => sourceFiles(path.join(dir, sub))),
+    ...readmeOf(dir),
+  ]);
   const texts = new Map(files.map((file) => [path.relative(root, file), readFileSync(file, "utf8")]));
   const lines = left.map((name) => {
     const makers = whoNames(name, texts);

@@ -23,7 +23,9 @@ if (!existsSync(path.join(orchestratorDist, "index.js"))) {
   console.error("start-demo: the orchestrator is not built; run `npm run build` (npm start does it for you)");
   process.exit(1);
 }
-const { applyEnvironmentKeys, embeddedStackEnv, isolationNotice, readDiscovery, startEmbeddedStack } = await import(path.join(orchestratorDist, "index.js"));
+const { applyEnvironmentKeys, embeddedStackEnv, isolationNotice, readDiscovery, startEmbeddedStack } = await import(
+  path.join(orchestratorDist, "index.js")
+);
 const cli = path.join(orchestratorDist, "cli/main.js");
 const plugin = path.join(root, "examples/plugins/example");
 const harnessPlugin = path.join(root, "plugins/harness-claude");
@@ -33,14 +35,24 @@ let home = path.resolve(process.env.OZ0_HOME || path.join(os.homedir(), ".oz0"))
 if (readDiscovery(home)) home = path.join(home, "demo"); // an `oz0 dev` stack owns that data directory
 const harness = process.env.OZ0_DEMO_HARNESS || "claude";
 if (harness !== "claude" && harness !== "fake") {
-  console.error(`start-demo: OZ0_DEMO_HARNESS must be "claude" (the default) or "fake", got ${JSON.stringify(harness)}`);
+  console.error(
+    `start-demo: OZ0_DEMO_HARNESS must be "claude" (the default) or "fake", got ${JSON.stringify(harness)}`,
+  );
   process.exit(2);
 }
 // Each agent has its own script: Claude Code's tools (Bash) differ from the fake harness's.
 const demo =
   harness === "claude"
-    ? { agent: "claude-fixer", script: "demo-script-claude.json", runtime: "Claude Code (harness:claude-agent-sdk, from plugins/harness-claude)" }
-    : { agent: "fixer", script: "demo-script.json", runtime: "the SDK's fake harness (harness:fake; OZ0_DEMO_HARNESS=fake)" };
+    ? {
+        agent: "claude-fixer",
+        script: "demo-script-claude.json",
+        runtime: "Claude Code (harness:claude-agent-sdk, from plugins/harness-claude)",
+      }
+    : {
+        agent: "fixer",
+        script: "demo-script.json",
+        runtime: "the SDK's fake harness (harness:fake; OZ0_DEMO_HARNESS=fake)",
+      };
 if (harness === "claude" && !existsSync(path.join(harnessPlugin, "dist/main.js"))) {
   console.error("start-demo: plugins/harness-claude is not built; run `npm run build` (npm start does it for you)");
   process.exit(1);
@@ -54,8 +66,12 @@ const styled = process.stdout.isTTY && !process.env.NO_COLOR;
 const style = (code, text) => (styled ? `\x1b[${code}m${text}\x1b[0m` : text);
 const say = (line) => process.stdout.write(`\n${style(1, line)}\n`);
 say(`Orchestrator Zero demo (data in ${home})`);
-if (useRealModel) console.log("Model: anthropic/claude-sonnet-5-5 through the LLM proxy, with ANTHROPIC_API_KEY from the environment.");
-else console.log(`Model: the SCRIPTED model (no ANTHROPIC_API_KEY set): it answers from ${scriptFile}.\nThe tools, the session and the test run are real. Set ANTHROPIC_API_KEY to use a real model.`);
+if (useRealModel)
+  console.log("Model: anthropic/claude-sonnet-5-5 through the LLM proxy, with ANTHROPIC_API_KEY from the environment.");
+else
+  console.log(
+    `Model: the SCRIPTED model (no ANTHROPIC_API_KEY set): it answers from ${scriptFile}.\nThe tools, the session and the test run are real. Set ANTHROPIC_API_KEY to use a real model.`,
+  );
 console.log(`Agent: ${demo.agent}, on ${demo.runtime}.`);
 
 const stack = await startEmbeddedStack({ home, env: defaults.env });
@@ -64,12 +80,17 @@ let check; // the fresh copy the patch is tried on, removed at the end whatever 
 try {
   const notice = isolationNotice(stack);
   if (notice) console.log(style(33, `note: ${notice}`));
-  console.log(`Stack: orchestrator ${stack.urls.orchestrator}, sandbox ${stack.urls.sandbox}, llm-proxy ${stack.urls["llm-proxy"]}, events ${stack.urls.events} (logs in ${path.join(home, "logs")})`);
+  console.log(
+    `Stack: orchestrator ${stack.urls.orchestrator}, sandbox ${stack.urls.sandbox}, llm-proxy ${stack.urls["llm-proxy"]}, events ${stack.urls.events} (logs in ${path.join(home, "logs")})`,
+  );
   const env = { ...process.env, OZ0_URL: stack.urls.orchestrator, OZ0_HOME: home };
   const oz0 = (args, options = {}) =>
     new Promise((resolve) => {
       say(`$ oz0 ${args.map((a) => (/\s/.test(a) ? JSON.stringify(a) : a)).join(" ")}`);
-      const child = spawn(process.execPath, [cli, ...args], { env, stdio: ["pipe", options.capture ? "pipe" : "inherit", "inherit"] });
+      const child = spawn(process.execPath, [cli, ...args], {
+        env,
+        stdio: ["pipe", options.capture ? "pipe" : "inherit", "inherit"],
+      });
       let out = "";
       child.stdout?.on("data", (d) => {
         out += d;
@@ -90,18 +111,32 @@ try {
   if (harnessInstalled.code !== 0) throw new Error("installing the harness-claude plugin failed");
   const installed = await oz0(["plugin", "install", path.relative(process.cwd(), plugin) || "."]);
   if (installed.code !== 0) throw new Error("installing the example plugin failed");
-  const run = await oz0(["run", demo.agent, "Fix the failing test in the dates project", "--attach", path.relative(process.cwd(), project)], { capture: true });
+  const run = await oz0(
+    ["run", demo.agent, "Fix the failing test in the dates project", "--attach", path.relative(process.cwd(), project)],
+    { capture: true },
+  );
   exitCode = run.code;
   const where = /artifacts of (job_\w+) are in (.+)/.exec(run.out);
   if (run.code === 0 && where) {
     check = mkdtempSync(path.join(os.tmpdir(), "oz0-demo-check-"));
     cpSync(project, path.join(check, "dates"), { recursive: true });
     execFileSync("git", ["apply", path.join(where[2].trim(), "changes.patch")], { cwd: check });
-    say(`$ node --test   (in a fresh copy of ${path.relative(process.cwd(), project) || "."} with the job's patch applied)`);
+    say(
+      `$ node --test   (in a fresh copy of ${path.relative(process.cwd(), project) || "."} with the job's patch applied)`,
+    );
     try {
-      const out = execFileSync(process.execPath, ["--test"], { cwd: path.join(check, "dates"), encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+      const out = execFileSync(process.execPath, ["--test"], {
+        cwd: path.join(check, "dates"),
+        encoding: "utf8",
+        stdio: ["ignore", "pipe", "pipe"],
+      });
       // The summary lines: `# pass 2` (TAP, Node 22) or `ℹ pass 2` (spec, Node 24).
-      console.log(out.split("\n").filter((l) => /^[#ℹ] (tests|pass|fail) /.test(l)).join("\n"));
+      console.log(
+        out
+          .split("\n")
+          .filter((l) => /^[#ℹ] (tests|pass|fail) /.test(l))
+          .join("\n"),
+      );
       say(`The test passes. Job ${where[1]}: see it with \`OZ0_HOME=${home} npx oz0 jobs show ${where[1]}\`.`);
     } catch (error) {
       console.log(String(error.stdout ?? error));

@@ -7,4 +7,8 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import { root, tscBuild, workspaceDirs } from "./workspaces.mjs";
 
-tscBuild([...workspaceDirs().map((d) => path.join(d, "test")), path.join(root, "bench")].filter((d) => existsSync(path.join(d, "tsconfig.json"))));
+tscBuild(
+  [...workspaceDirs().map((d) => path.join(d, "test")), path.join(root, "bench")].filter((d) =>
+    existsSync(path.join(d, "tsconfig.json")),
+  ),
+);

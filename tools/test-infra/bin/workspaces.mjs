@@ -27,7 +27,10 @@ export function workspaceDirs() {
 export function tscBuild(projects, args = []) {
   const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
   try {
-    execFileSync(process.execPath, [tsc, "-b", ...projects.map((p) => path.relative(root, p)), ...args], { cwd: root, stdio: "inherit" });
+    execFileSync(process.execPath, [tsc, "-b", ...projects.map((p) => path.relative(root, p)), ...args], {
+      cwd: root,
+      stdio: "inherit",
+    });
   } catch {
     process.exit(1);
   }

@@ -78,7 +78,11 @@ export function runToCompletion(options: {
   cwd?: string;
 }): Promise<string> {
   return new Promise((resolve, reject) => {
-    const spawnOptions: SpawnOptions = { stdio: ["ignore", "pipe", "pipe"], env: options.env ?? process.env, cwd: options.cwd };
+    const spawnOptions: SpawnOptions = {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: options.env ?? process.env,
+      cwd: options.cwd,
+    };
     if (options.uid !== undefined) spawnOptions.uid = options.uid;
     if (options.gid !== undefined) spawnOptions.gid = options.gid;
     const child = spawn(options.command, options.args, spawnOptions);
@@ -88,7 +92,8 @@ export function runToCompletion(options: {
     child.once("error", reject);
     child.once("exit", (code) => {
       if (code === 0) resolve(output);
-      else reject(new Error(`${options.command} ${options.args.join(" ")} exited with ${code}:\n${output.slice(-4000)}`));
+      else
+        reject(new Error(`${options.command} ${options.args.join(" ")} exited with ${code}:\n${output.slice(-4000)}`));
     });
   });
 }

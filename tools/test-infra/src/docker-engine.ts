@@ -4,7 +4,11 @@ import { request } from "node:http";
 
 export function dockerEngineAnswers(timeoutMs = 1_000): Promise<boolean> {
   const host = process.env.DOCKER_HOST;
-  const socketPath = host?.startsWith("unix://") ? host.slice("unix://".length) : host ? undefined : "/var/run/docker.sock";
+  const socketPath = host?.startsWith("unix://")
+    ? host.slice("unix://".length)
+    : host
+      ? undefined
+      : "/var/run/docker.sock";
   const url = host && !socketPath ? new URL(host.replace(/^tcp:/, "http:")) : undefined;
   return new Promise((resolve) => {
     const req = request(

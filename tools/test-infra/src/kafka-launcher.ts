@@ -101,13 +101,29 @@ export async function startKafka(options: KafkaOptions = {}): Promise<RunningKaf
   writeFileSync(properties, serverProperties({ dir, port, controllerPort }));
   const classpath = `${libs}/*`;
   const java = javaCommand();
-  const jvm = [`-Xmx${options.heap ?? "512m"}`, "-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"];
+  const jvm = [
+    `-Xmx${options.heap ?? "512m"}`,
+    "-Xms64m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Djava.awt.headless=true",
+  ];
   // A cluster id is 16 random bytes in URL-safe base64, as `StorageTool random-uuid` prints.
   // Passed as --cluster-id=ID: one that starts with "-" (1 in 32) would otherwise be read as an option.
   const clusterId = randomBytes(16).toString("base64url");
   await runToCompletion({
     command: java,
-    args: [...jvm, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone", `--cluster-id=${clusterId}`, "-c", properties],
+    args: [
+      ...jvm,
+      "-cp",
+      classpath,
+      "kafka.tools.StorageTool",
+      "format",
+      "--standalone",
+      `--cluster-id=${clusterId}`,
+      "-c",
+      properties,
+    ],
   });
   const brokers = [`127.0.0.1:${port}`];
   const logFile = path.join(dir, "broker.log");
@@ -138,7 +154,8 @@ export async function startKafka(options: KafkaOptions = {}): Promise<RunningKaf
       process_ = undefined;
     },
     async restart() {
-      if (closed) throw new InfrastructureError("KAFKA_CLOSED", "this broker was closed; start a new one with startKafka()");
+      if (closed)
+        throw new InfrastructureError("KAFKA_CLOSED", "this broker was closed; start a new one with startKafka()");
       if (process_) return;
       await launch();
     },
@@ -185,7 +202,9 @@ export async function waitForKafka(options: {
     }
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
-  throw new Error(`timed out after ${options.timeoutMs} ms (${String((lastError as Error | undefined)?.message ?? lastError)})`);
+  throw new Error(
+    `timed out after ${options.timeoutMs} ms (${String((lastError as Error | undefined)?.message ?? lastError)})`,
+  );
 }
 
 function serverProperties(options: { dir: string; port: number; controllerPort: number }): string {

@@ -152,10 +152,21 @@ export function decodeMetrics(body: { resourceMetrics?: ResourceScoped<OtlpMetri
       for (const m of sm.metrics ?? []) {
         const name = m.name ?? "";
         for (const p of m.sum?.dataPoints ?? m.gauge?.dataPoints ?? []) {
-          out.push({ service, name, attributes: attributesOf(p.attributes), value: Number(p.asInt ?? p.asDouble ?? 0) });
+          out.push({
+            service,
+            name,
+            attributes: attributesOf(p.attributes),
+            value: Number(p.asInt ?? p.asDouble ?? 0),
+          });
         }
         for (const p of m.histogram?.dataPoints ?? []) {
-          out.push({ service, name, attributes: attributesOf(p.attributes), value: p.sum ?? 0, count: Number(p.count ?? 0) });
+          out.push({
+            service,
+            name,
+            attributes: attributesOf(p.attributes),
+            value: p.sum ?? 0,
+            count: Number(p.count ?? 0),
+          });
         }
       }
     }
@@ -185,9 +196,12 @@ export async function startOtlpReceiver(options: { host?: string; port?: number 
     const url = new URL(req.url ?? "/", "http://receiver");
     if (req.method === "GET" && url.pathname === "/spans") return send(res, 200, spans);
     if (req.method === "GET" && url.pathname === "/metrics") return send(res, 200, points);
-    if (req.method !== "POST" || !["/v1/traces", "/v1/metrics", "/v1/logs"].includes(url.pathname)) return send(res, 404, { error: `no route for ${req.method} ${url.pathname}` });
+    if (req.method !== "POST" || !["/v1/traces", "/v1/metrics", "/v1/logs"].includes(url.pathname))
+      return send(res, 404, { error: `no route for ${req.method} ${url.pathname}` });
     if (!String(req.headers["content-type"] ?? "").includes("json")) {
-      return send(res, 415, { error: "this test receiver reads OTLP/JSON only: set OTEL_EXPORTER_OTLP_PROTOCOL=http/json" });
+      return send(res, 415, {
+        error: "this test receiver reads OTLP/JSON only: set OTEL_EXPORTER_OTLP_PROTOCOL=http/json",
+      });
     }
     let raw = await readBody(req);
     if (req.headers["content-encoding"] === "gzip") raw = gunzipSync(raw);

@@ -65,16 +65,25 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Runn
   const server: OwnedProcess = spawnOwned({
     command: path.join(binDir, "postgres"),
     args: [
-      "-D", dataDir,
-      "-p", String(port),
-      "-h", "127.0.0.1",
-      "-k", dir,
+      "-D",
+      dataDir,
+      "-p",
+      String(port),
+      "-h",
+      "127.0.0.1",
+      "-k",
+      dir,
       // A test database: speed over durability.
-      "-c", "fsync=off",
-      "-c", "synchronous_commit=off",
-      "-c", "full_page_writes=off",
-      "-c", "max_connections=300",
-      "-c", "shared_buffers=64MB",
+      "-c",
+      "fsync=off",
+      "-c",
+      "synchronous_commit=off",
+      "-c",
+      "full_page_writes=off",
+      "-c",
+      "max_connections=300",
+      "-c",
+      "shared_buffers=64MB",
     ],
     logFile: path.join(dir, "postgres.log"),
     env,
@@ -114,7 +123,11 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Runn
 }
 
 /** Poll with a real connection until the server answers `SELECT 1` (or exits). */
-export async function waitForPostgres(options: { url: string; timeoutMs: number; exited?: Promise<number | null> }): Promise<void> {
+export async function waitForPostgres(options: {
+  url: string;
+  timeoutMs: number;
+  exited?: Promise<number | null>;
+}): Promise<void> {
   const deadline = Date.now() + options.timeoutMs;
   let exitedWith: number | null | undefined;
   void options.exited?.then((code) => {
@@ -135,7 +148,9 @@ export async function waitForPostgres(options: { url: string; timeoutMs: number;
     }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
-  throw new Error(`timed out after ${options.timeoutMs} ms (${String((lastError as Error | undefined)?.message ?? lastError)})`);
+  throw new Error(
+    `timed out after ${options.timeoutMs} ms (${String((lastError as Error | undefined)?.message ?? lastError)})`,
+  );
 }
 
 // PostgreSQL will not run as root; `nobody` owns the throwaway cluster then.

@@ -14,7 +14,10 @@ export interface TestInfrastructure {
   stop(): Promise<void>;
 }
 
-export async function startTestInfrastructure(options: { files: string[]; log?: (line: string) => void }): Promise<TestInfrastructure> {
+export async function startTestInfrastructure(options: {
+  files: string[];
+  log?: (line: string) => void;
+}): Promise<TestInfrastructure> {
   const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
   const needs = testNeeds(options.files);
   const wantKafka = needs.kafka && !process.env.KAFKA_BROKERS;
@@ -67,7 +70,11 @@ export async function startTestInfrastructure(options: { files: string[]; log?: 
     await stop();
     throw failed.reason;
   }
-  log(`test infrastructure ready in ${Date.now() - started} ms: ${Object.entries(env).map(([k, v]) => `${k}=${v}`).join(" ")}`);
+  log(
+    `test infrastructure ready in ${Date.now() - started} ms: ${Object.entries(env)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(" ")}`,
+  );
   return { env, stop };
 }
 
@@ -89,7 +96,8 @@ interface StartedContainer {
 
 async function startKafkaContainer(): Promise<{ brokers: string; stop: () => Promise<void> } | undefined> {
   const module = await importOptional("@testcontainers/kafka");
-  const KafkaContainer = module?.KafkaContainer as (new (image: string) => { withKraft(): { start(): Promise<StartedContainer> } }) | undefined;
+  const KafkaContainer = module?.KafkaContainer as
+    (new (image: string) => { withKraft(): { start(): Promise<StartedContainer> } }) | undefined;
   if (!KafkaContainer) return undefined;
   const container = await new KafkaContainer("confluentinc/cp-kafka:7.7.1").withKraft().start();
   return {
@@ -103,8 +111,7 @@ async function startKafkaContainer(): Promise<{ brokers: string; stop: () => Pro
 async function startPostgresContainer(): Promise<{ url: string; stop: () => Promise<void> } | undefined> {
   const module = await importOptional("@testcontainers/postgresql");
   const PostgreSqlContainer = module?.PostgreSqlContainer as
-    | (new (image: string) => { start(): Promise<StartedContainer & { getConnectionUri(): string }> })
-    | undefined;
+    (new (image: string) => { start(): Promise<StartedContainer & { getConnectionUri(): string }> }) | undefined;
   if (!PostgreSqlContainer) return undefined;
   const container = await new PostgreSqlContainer("postgres:16-alpine").start();
   return {

@@ -16,11 +16,16 @@ export function testNeeds(files: string[]): TestNeeds {
     const text = readFileSync(file, "utf8");
     const declared = [...text.matchAll(/^\s*\/\/\s*needs:\s*(.+)$/gm)].flatMap((m) => m[1]!.split(/[\s,]+/));
     if (declared.includes("kafka") || readsEnv(text, "KAFKA_BROKERS")) needs.kafka = true;
-    if (declared.includes("postgres") || declared.includes("postgresql") || readsEnv(text, "DATABASE_URL")) needs.postgres = true;
+    if (declared.includes("postgres") || declared.includes("postgresql") || readsEnv(text, "DATABASE_URL"))
+      needs.postgres = true;
   }
   return needs;
 }
 
 function readsEnv(text: string, name: string): boolean {
-  return text.includes(`process.env.${name}`) || text.includes(`process.env["${name}"]`) || text.includes(`process.env['${name}']`);
+  return (
+    text.includes(`process.env.${name}`) ||
+    text.includes(`process.env["${name}"]`) ||
+    text.includes(`process.env['${name}']`)
+  );
 }

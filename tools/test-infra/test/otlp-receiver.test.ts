@@ -29,7 +29,12 @@ const traces = {
               status: { code: 2 },
             },
             // The protobuf JSON mapping's base64 ids.
-            { traceId: Buffer.from("4bf92f3577b34da6a3ce929d0e0e4736", "hex").toString("base64"), spanId: Buffer.from("1111111111111111", "hex").toString("base64"), parentSpanId: Buffer.from("00f067aa0ba902b7", "hex").toString("base64"), name: "child" },
+            {
+              traceId: Buffer.from("4bf92f3577b34da6a3ce929d0e0e4736", "hex").toString("base64"),
+              spanId: Buffer.from("1111111111111111", "hex").toString("base64"),
+              parentSpanId: Buffer.from("00f067aa0ba902b7", "hex").toString("base64"),
+              name: "child",
+            },
           ],
         },
       ],
@@ -44,7 +49,10 @@ const metrics = {
       scopeMetrics: [
         {
           metrics: [
-            { name: "jobs", sum: { dataPoints: [{ asInt: "3", attributes: [{ key: "state", value: { stringValue: "ok" } }] }] } },
+            {
+              name: "jobs",
+              sum: { dataPoints: [{ asInt: "3", attributes: [{ key: "state", value: { stringValue: "ok" } }] }] },
+            },
             { name: "latency", histogram: { dataPoints: [{ sum: 1.5, count: "2" }] } },
           ],
         },
@@ -56,9 +64,21 @@ const metrics = {
 void test("decodes OTLP/JSON spans and metrics, gzip included, and refuses protobuf", async () => {
   const receiver = await startOtlpReceiver();
   try {
-    const post = (route: string, body: Buffer, headers: Record<string, string>) => fetch(`${receiver.url}${route}`, { method: "POST", headers, body });
-    assert.equal((await post("/v1/traces", Buffer.from(JSON.stringify(traces)), { "content-type": "application/json" })).status, 200);
-    assert.equal((await post("/v1/metrics", gzipSync(JSON.stringify(metrics)), { "content-type": "application/json", "content-encoding": "gzip" })).status, 200);
+    const post = (route: string, body: Buffer, headers: Record<string, string>) =>
+      fetch(`${receiver.url}${route}`, { method: "POST", headers, body });
+    assert.equal(
+      (await post("/v1/traces", Buffer.from(JSON.stringify(traces)), { "content-type": "application/json" })).status,
+      200,
+    );
+    assert.equal(
+      (
+        await post("/v1/metrics", gzipSync(JSON.stringify(metrics)), {
+          "content-type": "application/json",
+          "content-encoding": "gzip",
+        })
+      ).status,
+      200,
+    );
     const refused = await post("/v1/traces", Buffer.from([0x0a, 0x00]), { "content-type": "application/x-protobuf" });
     assert.equal(refused.status, 415);
     assert.match(await refused.text(), /OTEL_EXPORTER_OTLP_PROTOCOL=http\/json/);

@@ -18,7 +18,11 @@ function runTests(file: string, tmp: string): Promise<{ code: number; out: strin
   // Set by the runner of this test; the inner run would report to it instead of its own output.
   delete env["NODE_TEST_CONTEXT"];
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [runner, `tools/test-infra/test/fixtures/${file}`], { cwd: repoRoot, env, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [runner, `tools/test-infra/test/fixtures/${file}`], {
+      cwd: repoRoot,
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     let out = "";
     child.stdout.on("data", (d: Buffer) => (out += d.toString()));
     child.stderr.on("data", (d: Buffer) => (out += d.toString()));
@@ -32,7 +36,10 @@ void test("a run whose test leaves a folder behind fails, naming the folder and 
   const { code, out } = await runTests("leaves-a-folder.test.ts", tmp);
   assert.notEqual(code, 0, out);
   assert.match(out, /the tests left 1 entry in the run's temporary folder/);
-  assert.match(out, /oz0-fixture-leftover-\w{6} +\(named in tools\/test-infra\/test\/fixtures\/leaves-a-folder\.test\.ts\b/);
+  assert.match(
+    out,
+    /oz0-fixture-leftover-\w{6} +\(named in tools\/test-infra\/test\/fixtures\/leaves-a-folder\.test\.ts\b/,
+  );
   assert.deepEqual(readdirSync(tmp), [], "the run's folder is removed all the same");
 });
 

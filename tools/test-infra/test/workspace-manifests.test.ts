@@ -11,7 +11,10 @@ import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
-const manifests = execFileSync("git", ["ls-files", "package.json", "*/package.json", "*/*/package.json"], { cwd: root, encoding: "utf8" })
+const manifests = execFileSync("git", ["ls-files", "package.json", "*/package.json", "*/*/package.json"], {
+  cwd: root,
+  encoding: "utf8",
+})
   .split("\n")
   .filter((f) => f !== "" && f !== "package.json");
 
@@ -31,7 +34,8 @@ void test("no workspace asks for any version of a package (`*`, `latest` or an e
     const manifest = read(file);
     for (const field of ["dependencies", "devDependencies", "peerDependencies", "optionalDependencies"] as const) {
       for (const [name, range] of Object.entries(manifest[field] ?? {})) {
-        if (range === "*" || range === "" || range === "latest") loose.push(`${file}: ${field}.${name} is ${JSON.stringify(range)}`);
+        if (range === "*" || range === "" || range === "latest")
+          loose.push(`${file}: ${field}.${name} is ${JSON.stringify(range)}`);
       }
     }
   }
@@ -50,8 +54,17 @@ void test("every package a workspace's sources load at run time is one of its de
   for (const file of manifests) {
     const dir = path.dirname(file);
     const manifest = read(file);
-    const declared = new Set([manifest.name, ...Object.keys({ ...manifest.dependencies, ...manifest.peerDependencies, ...manifest.optionalDependencies })]);
-    const sources = execFileSync("git", ["ls-files", `${dir}/src/*.ts`, `${dir}/src/**/*.ts`, `${dir}/src/*.tsx`, `${dir}/src/**/*.tsx`], { cwd: root, encoding: "utf8" }).split("\n").filter(Boolean);
+    const declared = new Set([
+      manifest.name,
+      ...Object.keys({ ...manifest.dependencies, ...manifest.peerDependencies, ...manifest.optionalDependencies }),
+    ]);
+    const sources = execFileSync(
+      "git",
+      ["ls-files", `${dir}/src/*.ts`, `${dir}/src/**/*.ts`, `${dir}/src/*.tsx`, `${dir}/src/**/*.tsx`],
+      { cwd: root, encoding: "utf8" },
+    )
+      .split("\n")
+      .filter(Boolean);
     for (const source of new Set(sources)) {
       const text = readFileSync(path.join(root, source), "utf8");
       // Type-only imports vanish from the build; everything else is loaded.
@@ -63,7 +76,13 @@ void test("every package a workspace's sources load at run time is one of its de
       ].map((m) => m[1]!);
       for (const specifier of runtime) {
         // A templated specifier (`@oz0/${name}`) is checked by the test below.
-        if (specifier.startsWith(".") || specifier.startsWith("node:") || builtins.has(specifier) || specifier.endsWith("/")) continue;
+        if (
+          specifier.startsWith(".") ||
+          specifier.startsWith("node:") ||
+          builtins.has(specifier) ||
+          specifier.endsWith("/")
+        )
+          continue;
         const name = packageOf(specifier);
         if (!declared.has(name)) undeclared.push(`${source}: ${name}`);
       }
@@ -74,7 +93,12 @@ void test("every package a workspace's sources load at run time is one of its de
 
 void test("the orchestrator declares every service its embedded stack starts (found with import.meta.resolve)", () => {
   const stack = readFileSync(path.join(root, "services/orchestrator/src/dev/embedded-stack.ts"), "utf8");
-  assert.match(stack, /import\.meta\.resolve\(`@oz0\/\$\{name\}`\)/, "the embedded stack resolves each service by its package");
+  assert.match(
+    stack,
+    /import\.meta\.resolve\(`@oz0\/\$\{name\}`\)/,
+    "the embedded stack resolves each service by its package",
+  );
   const dependencies = read("services/orchestrator/package.json").dependencies ?? {};
-  for (const service of ["sandbox", "llm-proxy", "events"]) assert.ok(dependencies[`@oz0/${service}`], `@oz0/orchestrator depends on @oz0/${service}`);
+  for (const service of ["sandbox", "llm-proxy", "events"])
+    assert.ok(dependencies[`@oz0/${service}`], `@oz0/orchestrator depends on @oz0/${service}`);
 });

@@ -8,12 +8,16 @@ import type { Authenticator } from "./authenticator.js";
 import { describePrincipal, principalKey, type Principal } from "./principal.js";
 
 /** Where a caller finds its credential, for the Unauthenticated messages of the services. */
-export const DEFAULT_CREDENTIAL_HINT = "people: the oz0 CLI sends yours (`oz0 login`, OZ0_TOKEN, or the owner credential of oz0 dev); services: OZ0_SERVICE_TOKEN";
+export const DEFAULT_CREDENTIAL_HINT =
+  "people: the oz0 CLI sends yours (`oz0 login`, OZ0_TOKEN, or the owner credential of oz0 dev); services: OZ0_SERVICE_TOKEN";
 
 export function authInterceptor(authenticator: Authenticator, options: { credentialHint?: string } = {}): Interceptor {
   const check = accessCheck(authenticator, options);
   return (next) => async (request) => {
-    const principal = await check(`${request.service.typeName}/${request.method.name}`, request.header.get("authorization"));
+    const principal = await check(
+      `${request.service.typeName}/${request.method.name}`,
+      request.header.get("authorization"),
+    );
     if (principal) request.contextValues.set(principalKey, principal);
     return next(request);
   };
@@ -25,7 +29,10 @@ export function authInterceptor(authenticator: Authenticator, options: { credent
  * serve() also asks it before refusing an undecodable body, so a stranger
  * learns nothing about a method's request type.
  */
-export function accessCheck(authenticator: Authenticator, options: { credentialHint?: string } = {}): (method: string, authorization: string | null) => Promise<Principal | undefined> {
+export function accessCheck(
+  authenticator: Authenticator,
+  options: { credentialHint?: string } = {},
+): (method: string, authorization: string | null) => Promise<Principal | undefined> {
   const hint = options.credentialHint ?? DEFAULT_CREDENTIAL_HINT;
   return async (method, authorization) => {
     const access = ACCESS_TABLE[method];
@@ -38,11 +45,24 @@ export function accessCheck(authenticator: Authenticator, options: { credentialH
   };
 }
 
-async function authenticated(authenticator: Authenticator, header: string | null, method: string, hint: string): Promise<Principal> {
+async function authenticated(
+  authenticator: Authenticator,
+  header: string | null,
+  method: string,
+  hint: string,
+): Promise<Principal> {
   const name = shortMethodName(method);
-  if (!header) throw new ConnectError(`${name} needs a credential: send \`authorization: Bearer <token>\` (${hint})`, Code.Unauthenticated);
+  if (!header)
+    throw new ConnectError(
+      `${name} needs a credential: send \`authorization: Bearer <token>\` (${hint})`,
+      Code.Unauthenticated,
+    );
   const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  if (!match) throw new ConnectError(`${name}: the authorization header must be \`Bearer <token>\` (${hint})`, Code.Unauthenticated);
+  if (!match)
+    throw new ConnectError(
+      `${name}: the authorization header must be \`Bearer <token>\` (${hint})`,
+      Code.Unauthenticated,
+    );
   const result = await authenticator.authenticate(match[1]!);
   if ("refused" in result) throw new ConnectError(`${name}: ${result.refused} (${hint})`, Code.Unauthenticated);
   return result.principal;
@@ -60,6 +80,9 @@ export function deniedBecause(access: Access, principal: Principal, method: stri
     ...(access.services ?? []).map((s) => `the ${s} service`),
     ...(access.node ? ["sandbox nodes"] : []),
   ];
-  const held = principal.kind === "person" ? ` (${principal.id} has ${principal.roles.size ? [...principal.roles].join(", ") : "no role"}; roles are granted in OZ0_AUTH_CONFIG)` : "";
+  const held =
+    principal.kind === "person"
+      ? ` (${principal.id} has ${principal.roles.size ? [...principal.roles].join(", ") : "no role"}; roles are granted in OZ0_AUTH_CONFIG)`
+      : "";
   return `${name} is open only to ${allowed.join(" and ")}; ${describePrincipal(principal)} may not call it${held}`;
 }

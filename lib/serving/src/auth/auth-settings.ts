@@ -14,7 +14,10 @@ export function peerVariable(name: ServiceName): string {
 function digestVariable(env: NodeJS.ProcessEnv, name: string): string | undefined {
   const value = env[name]?.trim();
   if (!value) return undefined;
-  if (!HEX_DIGEST.test(value)) throw new Error(`${name} must be the lowercase hex SHA-256 of the credential (64 characters; \`printf %s TOKEN | sha256sum\`), got ${value.length} characters`);
+  if (!HEX_DIGEST.test(value))
+    throw new Error(
+      `${name} must be the lowercase hex SHA-256 of the credential (64 characters; \`printf %s TOKEN | sha256sum\`), got ${value.length} characters`,
+    );
   return value;
 }
 
@@ -27,7 +30,10 @@ export function authSettingsFromEnv(env: NodeJS.ProcessEnv, options: { acceptNod
   const settings: AuthSettings = {};
   const own = env.OZ0_SERVICE_TOKEN?.trim();
   if (own) {
-    if (own.length < 16) throw new Error(`OZ0_SERVICE_TOKEN has ${own.length} characters; use at least 16 (for example \`openssl rand -base64 32\`)`);
+    if (own.length < 16)
+      throw new Error(
+        `OZ0_SERVICE_TOKEN has ${own.length} characters; use at least 16 (for example \`openssl rand -base64 32\`)`,
+      );
     settings.serviceToken = own;
   }
   const peers: Partial<Record<ServiceName, string>> = {};
@@ -41,7 +47,9 @@ export function authSettingsFromEnv(env: NodeJS.ProcessEnv, options: { acceptNod
   if (env.OZ0_AUTH_CONFIG?.trim()) settings.people = readPeopleConfig(env.OZ0_AUTH_CONFIG.trim());
   if (options.acceptNodes) {
     // The digest where agent code might read the service's environment (a sandbox container), else the token itself.
-    const node = digestVariable(env, "OZ0_NODE_TOKEN_SHA256") ?? (env.OZ0_NODE_TOKEN ? credentialDigest(env.OZ0_NODE_TOKEN) : undefined);
+    const node =
+      digestVariable(env, "OZ0_NODE_TOKEN_SHA256") ??
+      (env.OZ0_NODE_TOKEN ? credentialDigest(env.OZ0_NODE_TOKEN) : undefined);
     if (node) settings.nodeTokenSha256 = node;
   }
   return settings;

@@ -58,7 +58,13 @@ export class Authenticator {
     if (settings.ownerTokenSha256) this.#opaque.set(settings.ownerTokenSha256, ownerPrincipal());
     for (const t of this.#people.tokens ?? []) {
       const groups = t.groups ?? [];
-      this.#opaque.set(t.sha256, { kind: "person", id: t.user, groups, roles: this.#roles(t.user, groups), via: "token" });
+      this.#opaque.set(t.sha256, {
+        kind: "person",
+        id: t.user,
+        groups,
+        roles: this.#roles(t.user, groups),
+        via: "token",
+      });
     }
     this.#oidc = this.#people.oidc ? new OidcVerifier(this.#people.oidc) : undefined;
     this.#sessions = settings.sessions;
@@ -69,12 +75,19 @@ export class Authenticator {
     const known = this.#opaque.get(digest) ?? this.#sessions?.principalOf(digest);
     if (known) return { principal: known };
     if (!looksLikeJwt(token)) return { refused: "the credential is not one this service accepts (not a known token)" };
-    if (!this.#oidc) return { refused: "the credential is a JWT, but no OIDC issuer is configured here (oidc in OZ0_AUTH_CONFIG)" };
+    if (!this.#oidc)
+      return { refused: "the credential is a JWT, but no OIDC issuer is configured here (oidc in OZ0_AUTH_CONFIG)" };
     const cached = this.#verified.get(token);
     if (cached && cached.until > Date.now()) return { principal: cached.principal };
     const person = await this.#oidc.verify(token);
     if (person instanceof Error) return { refused: person.message };
-    const principal: Principal = { kind: "person", id: person.user, groups: person.groups, roles: this.#roles(person.user, person.groups), via: "oidc" };
+    const principal: Principal = {
+      kind: "person",
+      id: person.user,
+      groups: person.groups,
+      roles: this.#roles(person.user, person.groups),
+      via: "oidc",
+    };
     if (this.#verified.size >= CACHE_LIMIT) this.#verified.delete(this.#verified.keys().next().value!);
     this.#verified.set(token, { principal, until: person.expiresAt ? person.expiresAt * 1000 : Date.now() + 60_000 });
     return { principal };

@@ -24,13 +24,17 @@ export class OidcVerifier {
   async verify(token: string): Promise<VerifiedPerson | Error> {
     let payload: JWTPayload;
     try {
-      ({ payload } = await jwtVerify(token, await this.#jwks(), { issuer: this.#config.issuer, audience: this.#config.audience }));
+      ({ payload } = await jwtVerify(token, await this.#jwks(), {
+        issuer: this.#config.issuer,
+        audience: this.#config.audience,
+      }));
     } catch (error) {
       return new Error(refusal(error));
     }
     const userClaim = this.#config.usernameClaim ?? "sub";
     const user = payload[userClaim];
-    if (typeof user !== "string" || user === "") return new Error(`the token has no ${userClaim} claim naming the person (set oidc.usernameClaim)`);
+    if (typeof user !== "string" || user === "")
+      return new Error(`the token has no ${userClaim} claim naming the person (set oidc.usernameClaim)`);
     const rawGroups = payload[this.#config.groupsClaim ?? "groups"];
     const groups = Array.isArray(rawGroups) ? rawGroups.filter((g): g is string => typeof g === "string") : [];
     return { user, groups, expiresAt: payload.exp };
@@ -54,15 +58,18 @@ export class OidcVerifier {
     const res = await fetch(url, { signal: AbortSignal.timeout(10_000) });
     if (!res.ok) throw new Error(`the OIDC issuer's discovery document ${url} answered ${res.status}`);
     const doc = (await res.json()) as { jwks_uri?: unknown };
-    if (typeof doc.jwks_uri !== "string") throw new Error(`the OIDC discovery document ${url} has no jwks_uri; set oidc.jwksUri`);
+    if (typeof doc.jwks_uri !== "string")
+      throw new Error(`the OIDC discovery document ${url} has no jwks_uri; set oidc.jwksUri`);
     return createRemoteJWKSet(new URL(doc.jwks_uri));
   }
 }
 
 function refusal(error: unknown): string {
   if (error instanceof errors.JWTExpired) return "the token has expired; log in again (`oz0 login`)";
-  if (error instanceof errors.JWTClaimValidationFailed) return `the token's ${error.claim} claim is not accepted here (${error.reason}); check the issuer and audience`;
-  if (error instanceof errors.JWSSignatureVerificationFailed) return "the token's signature does not verify against the issuer's keys";
+  if (error instanceof errors.JWTClaimValidationFailed)
+    return `the token's ${error.claim} claim is not accepted here (${error.reason}); check the issuer and audience`;
+  if (error instanceof errors.JWSSignatureVerificationFailed)
+    return "the token's signature does not verify against the issuer's keys";
   if (error instanceof errors.JWKSNoMatchingKey) return "the token is signed with a key the issuer does not publish";
   if (error instanceof errors.JOSEError) return `the token is not a valid OIDC token (${error.code})`;
   return `the issuer's keys could not be fetched: ${(error as Error).message}`;

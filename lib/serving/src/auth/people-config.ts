@@ -40,7 +40,10 @@ export interface PeopleConfig {
 const grant = {
   type: "object",
   additionalProperties: false,
-  properties: { users: { type: "array", items: { type: "string", minLength: 1 } }, groups: { type: "array", items: { type: "string", minLength: 1 } } },
+  properties: {
+    users: { type: "array", items: { type: "string", minLength: 1 } },
+    groups: { type: "array", items: { type: "string", minLength: 1 } },
+  },
 };
 
 const schema = {
@@ -59,7 +62,11 @@ const schema = {
         groupsClaim: { type: "string", minLength: 1 },
       },
     },
-    roles: { type: "object", additionalProperties: false, properties: Object.fromEntries(ROLES.map((r) => [r, grant])) },
+    roles: {
+      type: "object",
+      additionalProperties: false,
+      properties: Object.fromEntries(ROLES.map((r) => [r, grant])),
+    },
     tokens: {
       type: "array",
       items: {
@@ -82,9 +89,11 @@ function describe(error: ErrorObject): string {
   const at = error.instancePath || "/";
   const p = error.params as Record<string, unknown>;
   const child = (name: unknown): string => `${error.instancePath}/${String(name)}`;
-  if (error.keyword === "additionalProperties") return `${child(p.additionalProperty)}: unknown field (fields: oidc, roles {admin, operator, approver, viewer}, tokens)`;
+  if (error.keyword === "additionalProperties")
+    return `${child(p.additionalProperty)}: unknown field (fields: oidc, roles {admin, operator, approver, viewer}, tokens)`;
   if (error.keyword === "required") return `${child(p.missingProperty)}: required`;
-  if (error.keyword === "pattern" && at.endsWith("/sha256")) return `${at}: must be the lowercase hex SHA-256 of the token (\`printf %s TOKEN | sha256sum\`)`;
+  if (error.keyword === "pattern" && at.endsWith("/sha256"))
+    return `${at}: must be the lowercase hex SHA-256 of the token (\`printf %s TOKEN | sha256sum\`)`;
   return `${at}: ${error.message ?? "invalid"}`;
 }
 
@@ -96,7 +105,8 @@ export function parsePeopleConfig(text: string, source: string): PeopleConfig {
   } catch (error) {
     throw new Error(`${source} is not valid YAML: ${(error as Error).message}`);
   }
-  if (!validate(value)) throw new Error(`${source} is not a valid auth config: ${validate.errors?.map(describe).join("; ")}`);
+  if (!validate(value))
+    throw new Error(`${source} is not a valid auth config: ${validate.errors?.map(describe).join("; ")}`);
   return value;
 }
 
@@ -105,7 +115,9 @@ export function readPeopleConfig(file: string): PeopleConfig {
   try {
     text = readFileSync(file, "utf8");
   } catch (error) {
-    throw new Error(`OZ0_AUTH_CONFIG names ${file}, which cannot be read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    throw new Error(
+      `OZ0_AUTH_CONFIG names ${file}, which cannot be read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+    );
   }
   return parsePeopleConfig(text, `OZ0_AUTH_CONFIG (${file})`);
 }

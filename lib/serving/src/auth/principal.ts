@@ -52,7 +52,9 @@ export function describePrincipal(p: Principal): string {
   return "a sandbox node";
 }
 
-export const principalKey = createContextKey<Principal | undefined>(undefined, { description: "the authenticated principal" });
+export const principalKey = createContextKey<Principal | undefined>(undefined, {
+  description: "the authenticated principal",
+});
 
 /** The principal the auth interceptor put on this call, or undefined on an open method (health). */
 export function principalOf(context: { values: ContextValues }): Principal | undefined {

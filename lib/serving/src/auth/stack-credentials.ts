@@ -32,6 +32,10 @@ export function serviceIdentityEnv(credentials: StackCredentials, service: Servi
 }
 
 /** The same as settings, for a service started in-process (tests): read back from that very environment. */
-export function serviceAuthSettings(credentials: StackCredentials, service: ServiceName, extra: AuthSettings = {}): AuthSettings {
+export function serviceAuthSettings(
+  credentials: StackCredentials,
+  service: ServiceName,
+  extra: AuthSettings = {},
+): AuthSettings {
   return { ...authSettingsFromEnv(serviceIdentityEnv(credentials, service)), ...extra };
 }

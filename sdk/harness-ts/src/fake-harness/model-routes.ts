@@ -7,10 +7,29 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import { context, propagation } from "@opentelemetry/api";
 import type { ModelEndpoint } from "../harness/index.js";
 
-export interface ContentBlock { type: string; text?: string; id?: string; name?: string; input?: JsonObject; tool_use_id?: string; content?: string; is_error?: boolean }
-export interface Message { role: "user" | "assistant"; content: string | ContentBlock[] }
-export interface ToolDefinition { name: string; description: string; input_schema: unknown }
-export interface ModelReply { content: ContentBlock[]; usage: { inputTokens: number; outputTokens: number } }
+export interface ContentBlock {
+  type: string;
+  text?: string;
+  id?: string;
+  name?: string;
+  input?: JsonObject;
+  tool_use_id?: string;
+  content?: string;
+  is_error?: boolean;
+}
+export interface Message {
+  role: "user" | "assistant";
+  content: string | ContentBlock[];
+}
+export interface ToolDefinition {
+  name: string;
+  description: string;
+  input_schema: unknown;
+}
+export interface ModelReply {
+  content: ContentBlock[];
+  usage: { inputTokens: number; outputTokens: number };
+}
 
 export interface ModelCall {
   system: string;
@@ -30,16 +49,28 @@ export async function callModel(model: ModelEndpoint, call: ModelCall): Promise<
   const openai = model.provider === "openai";
   const url = openai ? `${model.openaiBaseUrl}/chat/completions` : `${model.anthropicBaseUrl}/v1/messages`;
   const body = openai
-    ? { model: model.model, max_tokens: 4096, messages: toOpenAiMessages(call.system, call.messages), tools: call.tools.map(toOpenAiTool) }
+    ? {
+        model: model.model,
+        max_tokens: 4096,
+        messages: toOpenAiMessages(call.system, call.messages),
+        tools: call.tools.map(toOpenAiTool),
+      }
     : { model: model.model, max_tokens: 4096, system: call.system, messages: call.messages, tools: call.tools };
   const response = await fetchAcrossRestarts(url, {
     method: "POST",
-    headers: withActiveTraceContext({ ...model.headers, "content-type": "application/json", ...(openai ? {} : { "anthropic-version": "2023-06-01" }) }),
+    headers: withActiveTraceContext({
+      ...model.headers,
+      "content-type": "application/json",
+      ...(openai ? {} : { "anthropic-version": "2023-06-01" }),
+    }),
     body: JSON.stringify(body),
     signal: call.signal,
   });
-  if (!response.ok) throw new Error(`the model call failed: HTTP ${response.status} ${(await response.text()).slice(0, 200)}`);
-  return openai ? fromOpenAi((await response.json()) as OpenAiCompletion) : fromAnthropic((await response.json()) as AnthropicMessage);
+  if (!response.ok)
+    throw new Error(`the model call failed: HTTP ${response.status} ${(await response.text()).slice(0, 200)}`);
+  return openai
+    ? fromOpenAi((await response.json()) as OpenAiCompletion)
+    : fromAnthropic((await response.json()) as AnthropicMessage);
 }
 
 /** Waits between tries when the proxy does not answer at all: about 8 s in all, longer than a restart of the proxy takes. */
@@ -62,13 +93,23 @@ async function fetchAcrossRestarts(url: string, init: RequestInit & { signal: Ab
   }
 }
 
-interface AnthropicMessage { content: ContentBlock[]; usage?: { input_tokens?: number; output_tokens?: number } }
-
-function fromAnthropic(reply: AnthropicMessage): ModelReply {
-  return { content: reply.content, usage: { inputTokens: reply.usage?.input_tokens ?? 0, outputTokens: reply.usage?.output_tokens ?? 0 } };
+interface AnthropicMessage {
+  content: ContentBlock[];
+  usage?: { input_tokens?: number; output_tokens?: number };
 }
 
-interface OpenAiToolCall { id: string; type: "function"; function: { name: string; arguments: string } }
+function fromAnthropic(reply: AnthropicMessage): ModelReply {
+  return {
+    content: reply.content,
+    usage: { inputTokens: reply.usage?.input_tokens ?? 0, outputTokens: reply.usage?.output_tokens ?? 0 },
+  };
+}
+
+interface OpenAiToolCall {
+  id: string;
+  type: "function";
+  function: { name: string; arguments: string };
+}
 interface OpenAiCompletion {
   choices: Array<{ message: { content: string | null; tool_calls?: OpenAiToolCall[] } }>;
   usage?: { prompt_tokens?: number; completion_tokens?: number };
@@ -89,11 +130,17 @@ function fromOpenAi(reply: OpenAiCompletion): ModelReply {
     }
     content.push({ type: "tool_use", id: call.id, name: call.function.name, input });
   }
-  return { content, usage: { inputTokens: reply.usage?.prompt_tokens ?? 0, outputTokens: reply.usage?.completion_tokens ?? 0 } };
+  return {
+    content,
+    usage: { inputTokens: reply.usage?.prompt_tokens ?? 0, outputTokens: reply.usage?.completion_tokens ?? 0 },
+  };
 }
 
 function toOpenAiTool(tool: ToolDefinition): unknown {
-  return { type: "function", function: { name: tool.name, description: tool.description, parameters: tool.input_schema } };
+  return {
+    type: "function",
+    function: { name: tool.name, description: tool.description, parameters: tool.input_schema },
+  };
 }
 
 /** The conversation as Chat Completions messages: the system prompt first, each tool result a `tool` message. */
@@ -104,11 +151,18 @@ function toOpenAiMessages(system: string, messages: Message[]): unknown[] {
       out.push({ role: message.role, content: message.content });
     } else if (message.role === "assistant") {
       const text = message.content.flatMap((b) => (b.type === "text" && b.text ? [b.text] : [])).join("");
-      const calls = message.content.filter((b) => b.type === "tool_use").map((b) => ({ id: b.id, type: "function", function: { name: b.name, arguments: JSON.stringify(b.input ?? {}) } }));
+      const calls = message.content
+        .filter((b) => b.type === "tool_use")
+        .map((b) => ({
+          id: b.id,
+          type: "function",
+          function: { name: b.name, arguments: JSON.stringify(b.input ?? {}) },
+        }));
       out.push({ role: "assistant", content: text || null, ...(calls.length > 0 ? { tool_calls: calls } : {}) });
     } else {
       for (const block of message.content) {
-        if (block.type === "tool_result") out.push({ role: "tool", tool_call_id: block.tool_use_id, content: block.content ?? "" });
+        if (block.type === "tool_result")
+          out.push({ role: "tool", tool_call_id: block.tool_use_id, content: block.content ?? "" });
         else if (block.type === "text") out.push({ role: "user", content: block.text ?? "" });
       }
     }

@@ -15,7 +15,11 @@ export const WORKING_DIR_TOOLS = [
   {
     name: "write_file",
     description: "Write a UTF-8 file in the working directory, creating folders as needed.",
-    input_schema: { type: "object", properties: { path: { type: "string" }, content: { type: "string" } }, required: ["path", "content"] },
+    input_schema: {
+      type: "object",
+      properties: { path: { type: "string" }, content: { type: "string" } },
+      required: ["path", "content"],
+    },
   },
   {
     name: "run_command",
@@ -53,7 +57,12 @@ export async function confine(root: string, relative: string): Promise<string> {
 }
 
 /** Runs one working-directory tool; returns its output text or throws with what went wrong. */
-export async function runWorkingDirTool(root: string, name: string, input: JsonObject, signal: AbortSignal): Promise<string> {
+export async function runWorkingDirTool(
+  root: string,
+  name: string,
+  input: JsonObject,
+  signal: AbortSignal,
+): Promise<string> {
   switch (name) {
     case "read_file":
       return readFile(await confine(root, String(input.path)), "utf8");
@@ -66,12 +75,17 @@ export async function runWorkingDirTool(root: string, name: string, input: JsonO
     case "run_command":
       // A command that exits non-zero is a failed call (as Claude Code's Bash tool reports it): its output is the error.
       return new Promise((resolve, reject) => {
-        execFile("/bin/sh", ["-c", String(input.command)], { cwd: root, signal, timeout: 120_000, maxBuffer: 1 << 20 }, (error, stdout, stderr) => {
-          const code = error ? ((error as { code?: unknown }).code ?? 1) : 0;
-          const output = `exit code ${String(code)}\n${stdout}${stderr}`;
-          if (code === 0) resolve(output);
-          else reject(new Error(output));
-        });
+        execFile(
+          "/bin/sh",
+          ["-c", String(input.command)],
+          { cwd: root, signal, timeout: 120_000, maxBuffer: 1 << 20 },
+          (error, stdout, stderr) => {
+            const code = error ? ((error as { code?: unknown }).code ?? 1) : 0;
+            const output = `exit code ${String(code)}\n${stdout}${stderr}`;
+            if (code === 0) resolve(output);
+            else reject(new Error(output));
+          },
+        );
       });
     default:
       throw new Error(`unknown tool ${name}`);

@@ -233,7 +233,10 @@ export class HarnessSession {
     // A newer runtime's version is a name this SDK does not know, so the line does not decode: say which (rule 1).
     const version = decoded.ok ? undefined : requestedVersion(line);
     if (version !== undefined && version !== "PROTOCOL_VERSION_1" && version !== 1) {
-      this.#refuse("unsupported_protocol_version", `this harness speaks PROTOCOL_VERSION_1; the request has ${String(version)}`);
+      this.#refuse(
+        "unsupported_protocol_version",
+        `this harness speaks PROTOCOL_VERSION_1; the request has ${String(version)}`,
+      );
     }
     if (!decoded.ok) {
       this.#refuse("invalid_request", `the first stdin line is not a valid SessionRequest: ${decoded.detail}`);
@@ -268,18 +271,33 @@ export class HarnessSession {
   text(text: string, options: TextOptions = {}): void {
     this.#emit({
       case: "text",
-      value: { itemId: options.itemId ?? this.#newId("item"), text, delta: options.delta ?? false, role: options.role ?? "" },
+      value: {
+        itemId: options.itemId ?? this.#newId("item"),
+        text,
+        delta: options.delta ?? false,
+        role: options.role ?? "",
+      },
     });
   }
 
   /** Announces a tool call the model asked for (before its permission request). */
   toolCall(call: ToolCallInit): void {
-    this.#emit({ case: "toolCall", value: { callId: call.callId, tool: call.tool, input: call.input ?? {}, title: call.title ?? "" } });
+    this.#emit({
+      case: "toolCall",
+      value: { callId: call.callId, tool: call.tool, input: call.input ?? {}, title: call.title ?? "" },
+    });
   }
 
   /** Reports a tool call's result. */
   toolResult(result: ToolResultInit): void {
-    this.#emit({ case: "toolResult", value: { callId: result.callId, output: fromJson(ValueSchema, result.output ?? null), isError: result.isError ?? false } });
+    this.#emit({
+      case: "toolResult",
+      value: {
+        callId: result.callId,
+        output: fromJson(ValueSchema, result.output ?? null),
+        isError: result.isError ?? false,
+      },
+    });
   }
 
   /** Reports the tokens of one model call; the totals go into the result by default. */
@@ -352,7 +370,10 @@ export class HarnessSession {
     }
     const id = this.#newId("perm");
     const answer = await this.#wait(this.#permissionWaiters, id, () =>
-      this.#emit({ case: "permissionRequest", value: { id, tool: init.tool, input, title: init.title ?? "", callId: init.callId ?? "" } }),
+      this.#emit({
+        case: "permissionRequest",
+        value: { id, tool: init.tool, input, title: init.title ?? "", callId: init.callId ?? "" },
+      }),
     );
     return {
       // Fail closed: only an explicit answer can allow (rule 7).
@@ -367,8 +388,14 @@ export class HarnessSession {
   /** Calls a tool the runtime serves (one of `request.runtimeTools`) and waits for its result. */
   async callRuntimeTool(name: string, input: JsonObject = {}): Promise<RuntimeToolOutcome> {
     const id = this.#newId("rt");
-    const result = await this.#wait(this.#toolWaiters, id, () => this.#emit({ case: "runtimeToolCall", value: { id, name, input } }));
-    return { output: result.isError || result.output === undefined ? undefined : toJson(ValueSchema, result.output), isError: result.isError, error: result.error };
+    const result = await this.#wait(this.#toolWaiters, id, () =>
+      this.#emit({ case: "runtimeToolCall", value: { id, name, input } }),
+    );
+    return {
+      output: result.isError || result.output === undefined ? undefined : toJson(ValueSchema, result.output),
+      isError: result.isError,
+      error: result.error,
+    };
   }
 
   /** Registers work to run when the session is cancelled (before the cancelled result is written). */
@@ -404,7 +431,9 @@ export class HarnessSession {
 
   /** Writes one JSON log line to stderr (never stdout, which carries the protocol). */
   log(level: "debug" | "info" | "warn" | "error", message: string, fields: Record<string, unknown> = {}): void {
-    this.#log.write(JSON.stringify({ time: new Date().toISOString(), level, harness: this.#options.name, message, ...fields }) + "\n");
+    this.#log.write(
+      JSON.stringify({ time: new Date().toISOString(), level, harness: this.#options.name, message, ...fields }) + "\n",
+    );
   }
 
   #refuse(code: HarnessSessionError["code"], message: string): never {
@@ -415,7 +444,8 @@ export class HarnessSession {
   }
 
   #checkOpen(): void {
-    if (this.#resultSent) throw new HarnessSessionError("result_already_sent", "the session's result is out; nothing may follow it");
+    if (this.#resultSent)
+      throw new HarnessSessionError("result_already_sent", "the session's result is out; nothing may follow it");
   }
 
   #emit(event: SessionEventInit["event"]): void {
@@ -429,7 +459,8 @@ export class HarnessSession {
 
   async #wait<T>(waiters: Map<string, Waiter<T>>, id: string, send: () => void): Promise<T> {
     if (this.cancelled) throw this.#abort.signal.reason as Error;
-    if (this.#inputEnded) throw new HarnessSessionError("runtime_gone", "the runtime closed stdin; no answer can arrive");
+    if (this.#inputEnded)
+      throw new HarnessSessionError("runtime_gone", "the runtime closed stdin; no answer can arrive");
     const answer = new Promise<T>((resolve, reject) => waiters.set(id, { resolve, reject }));
     send();
     return answer;
@@ -441,12 +472,16 @@ export class HarnessSession {
       onLine: (line) => this.#onLine(line),
       onOversizedLine: (bytes) => this.log("error", "ignored an oversized stdin line", { bytes }),
     });
-    this.#input.on("data", (chunk: Buffer | string) => splitter.push(typeof chunk === "string" ? Buffer.from(chunk) : chunk));
+    this.#input.on("data", (chunk: Buffer | string) =>
+      splitter.push(typeof chunk === "string" ? Buffer.from(chunk) : chunk),
+    );
     this.#input.on("end", () => {
       splitter.end();
       this.#inputEnded = true;
       this.#firstLine?.resolve(undefined);
-      this.#rejectWaiters(new HarnessSessionError("runtime_gone", "the runtime closed stdin while an answer was awaited"));
+      this.#rejectWaiters(
+        new HarnessSessionError("runtime_gone", "the runtime closed stdin while an answer was awaited"),
+      );
     });
     this.#input.on("error", (error) => this.log("error", "stdin failed", { error: error.message }));
   }

@@ -45,7 +45,8 @@ export function modelEndpointFrom(request: SessionRequest, options: { trace?: Tr
   const llm = request.llm;
   const extraHeaders: Record<string, string> = { ...(llm?.headers ?? {}) };
   const trace = options.trace ?? traceContextFrom(request, {});
-  for (const [name, value] of Object.entries(trace.carrier)) if (!hasHeader(extraHeaders, name)) extraHeaders[name] = value;
+  for (const [name, value] of Object.entries(trace.carrier))
+    if (!hasHeader(extraHeaders, name)) extraHeaders[name] = value;
   // The runtime sends these, but a harness must never call without them.
   if (!hasHeader(extraHeaders, "oz0-job") && request.jobId !== "") extraHeaders["Oz0-Job"] = request.jobId;
   if (!hasHeader(extraHeaders, "oz0-agent") && request.agent?.name) extraHeaders["Oz0-Agent"] = request.agent.name;

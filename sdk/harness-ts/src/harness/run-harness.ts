@@ -28,7 +28,10 @@ export type HarnessWorkResult = string | ResultInit | void;
  * cancellation ends with the SDK's `cancelled` result. Resolves when the
  * result is out.
  */
-export async function runHarness(options: RunHarnessOptions, work: (session: HarnessSession) => Promise<HarnessWorkResult>): Promise<void> {
+export async function runHarness(
+  options: RunHarnessOptions,
+  work: (session: HarnessSession) => Promise<HarnessWorkResult>,
+): Promise<void> {
   const session = await runWork(options, work);
   if (options.exitWhenDone ?? false) {
     await session?.flushSpans();
@@ -40,7 +43,10 @@ export async function runHarness(options: RunHarnessOptions, work: (session: Har
 }
 
 /** Runs the work to its result; the session, once one was opened. */
-async function runWork(options: RunHarnessOptions, work: (session: HarnessSession) => Promise<HarnessWorkResult>): Promise<HarnessSession | undefined> {
+async function runWork(
+  options: RunHarnessOptions,
+  work: (session: HarnessSession) => Promise<HarnessWorkResult>,
+): Promise<HarnessSession | undefined> {
   let session: HarnessSession;
   try {
     session = await openSession(options);

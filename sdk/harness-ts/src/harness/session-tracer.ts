@@ -3,7 +3,16 @@
 // TRACEPARENT) when no span is active. It is the global tracer underneath:
 // spans are exported once the harness process registers an SDK (for example
 // @opentelemetry/sdk-node configured by OTEL_*); without one it costs nothing.
-import { context, ROOT_CONTEXT, trace, TraceFlags, type Context, type Span, type SpanOptions, type Tracer } from "@opentelemetry/api";
+import {
+  context,
+  ROOT_CONTEXT,
+  trace,
+  TraceFlags,
+  type Context,
+  type Span,
+  type SpanOptions,
+  type Tracer,
+} from "@opentelemetry/api";
 import type { TraceContext } from "./trace-context.js";
 
 /** The OpenTelemetry context of the session's span (the root context when the session has none). */
@@ -27,11 +36,22 @@ export function sessionTracer(options: { name: string; version?: string; trace: 
     const base = ctx ?? context.active();
     return trace.getSpan(base) ? base : session;
   };
-  const startSpan = (name: string, spanOptions?: SpanOptions, ctx?: Context): Span => inner.startSpan(name, spanOptions, parentOf(ctx));
+  const startSpan = (name: string, spanOptions?: SpanOptions, ctx?: Context): Span =>
+    inner.startSpan(name, spanOptions, parentOf(ctx));
   function startActiveSpan<F extends (span: Span) => unknown>(name: string, fn: F): ReturnType<F>;
   function startActiveSpan<F extends (span: Span) => unknown>(name: string, opts: SpanOptions, fn: F): ReturnType<F>;
-  function startActiveSpan<F extends (span: Span) => unknown>(name: string, opts: SpanOptions, ctx: Context, fn: F): ReturnType<F>;
-  function startActiveSpan<F extends (span: Span) => unknown>(name: string, a: F | SpanOptions, b?: F | Context, c?: F): ReturnType<F> {
+  function startActiveSpan<F extends (span: Span) => unknown>(
+    name: string,
+    opts: SpanOptions,
+    ctx: Context,
+    fn: F,
+  ): ReturnType<F>;
+  function startActiveSpan<F extends (span: Span) => unknown>(
+    name: string,
+    a: F | SpanOptions,
+    b?: F | Context,
+    c?: F,
+  ): ReturnType<F> {
     const fn = (c ?? (typeof b === "function" ? b : a)) as F;
     const opts = typeof a === "function" ? undefined : a;
     const ctx = typeof b === "function" ? undefined : b;

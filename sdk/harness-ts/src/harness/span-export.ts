@@ -21,12 +21,28 @@ const DEFAULT_FLUSH_TIMEOUT_MS = 2_000;
  * Starts exporting when `env` asks for OTLP traces, unless a tracer provider
  * is registered already (an author who configures OpenTelemetry keeps theirs).
  */
-export async function startSpanExport(options: { env: NodeJS.ProcessEnv; serviceName: string }): Promise<SpanExport | undefined> {
+export async function startSpanExport(options: {
+  env: NodeJS.ProcessEnv;
+  serviceName: string;
+}): Promise<SpanExport | undefined> {
   const { env } = options;
   const endpoint = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
-  if (env.OTEL_SDK_DISABLED === "true" || env.OTEL_TRACES_EXPORTER === "none" || endpoint === undefined || endpoint === "") return undefined;
+  if (
+    env.OTEL_SDK_DISABLED === "true" ||
+    env.OTEL_TRACES_EXPORTER === "none" ||
+    endpoint === undefined ||
+    endpoint === ""
+  )
+    return undefined;
   const json = (env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL || env.OTEL_EXPORTER_OTLP_PROTOCOL) === "http/json";
-  const [{ BasicTracerProvider, BatchSpanProcessor }, { OTLPTraceExporter }, { resourceFromAttributes }, { AsyncLocalStorageContextManager }, { W3CTraceContextPropagator }, api] = await Promise.all([
+  const [
+    { BasicTracerProvider, BatchSpanProcessor },
+    { OTLPTraceExporter },
+    { resourceFromAttributes },
+    { AsyncLocalStorageContextManager },
+    { W3CTraceContextPropagator },
+    api,
+  ] = await Promise.all([
     import("@opentelemetry/sdk-trace-base"),
     json ? import("@opentelemetry/exporter-trace-otlp-http") : import("@opentelemetry/exporter-trace-otlp-proto"),
     import("@opentelemetry/resources"),
@@ -36,7 +52,10 @@ export async function startSpanExport(options: { env: NodeJS.ProcessEnv; service
   ]);
   const provider = new BasicTracerProvider({
     // OTEL_RESOURCE_ATTRIBUTES (the session and job ids the sandbox sets) is not read by a bare provider: added here.
-    resource: resourceFromAttributes({ "service.name": env.OTEL_SERVICE_NAME || options.serviceName, ...resourceAttributes(env.OTEL_RESOURCE_ATTRIBUTES) }),
+    resource: resourceFromAttributes({
+      "service.name": env.OTEL_SERVICE_NAME || options.serviceName,
+      ...resourceAttributes(env.OTEL_RESOURCE_ATTRIBUTES),
+    }),
     spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter({ url: endpoint }), { scheduledDelayMillis: 500 })],
   });
   if (!trace.setGlobalTracerProvider(provider)) return undefined;

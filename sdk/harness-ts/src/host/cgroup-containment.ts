@@ -17,7 +17,8 @@ import { describeProcess, onHostExit, processesInGroup } from "./process-table.j
 import type { SessionProcess } from "./process-table.js";
 
 /** `sh -c ENTER_SCRIPT oz0-cgroup-enter <cgroup.procs> <command...>`: moves itself in, then becomes the command. */
-const ENTER_SCRIPT = 'echo $$ > "$1" || { echo "oz0: could not move the harness into its cgroup ($1)" >&2; exit 125; }; shift; exec "$@"';
+const ENTER_SCRIPT =
+  'echo $$ > "$1" || { echo "oz0: could not move the harness into its cgroup ($1)" >&2; exit 125; }; shift; exec "$@"';
 /** How long killed processes may take to leave the cgroup before its directory is left for the next start-up. */
 const KILL_WAIT_MS = 5000;
 const POLL_MS = 20;
@@ -34,7 +35,9 @@ export function ownCgroupDirectory(): { dir: string; reason?: undefined } | { di
     own = /^0::(\/.*)$/m.exec(readFileSync("/proc/self/cgroup", "utf8"))?.[1];
     mountinfo = readFileSync("/proc/self/mountinfo", "utf8");
   } catch (error) {
-    return { reason: `cannot read /proc/self/cgroup or /proc/self/mountinfo (${(error as NodeJS.ErrnoException).code ?? "error"})` };
+    return {
+      reason: `cannot read /proc/self/cgroup or /proc/self/mountinfo (${(error as NodeJS.ErrnoException).code ?? "error"})`,
+    };
   }
   if (own === undefined) return { reason: "this process is in no cgroup v2 hierarchy" };
   for (const line of mountinfo.split("\n")) {
@@ -42,7 +45,8 @@ export function ownCgroupDirectory(): { dir: string; reason?: undefined } | { di
     if (after?.split(" ")[0] !== "cgroup2") continue;
     const fields = (before ?? "").split(" ");
     // mountinfo escapes spaces and the like as octal.
-    const unescape = (text: string): string => text.replace(/\\([0-7]{3})/g, (_m, octal: string) => String.fromCharCode(parseInt(octal, 8)));
+    const unescape = (text: string): string =>
+      text.replace(/\\([0-7]{3})/g, (_m, octal: string) => String.fromCharCode(parseInt(octal, 8)));
     const root = unescape(fields[3] ?? "");
     const mountPoint = unescape(fields[4] ?? "");
     const relative = path.posix.relative(root, own);
@@ -66,8 +70,10 @@ function pidsIn(dir: string): number[] {
   const pids: number[] = [];
   const walk = (at: string): void => {
     try {
-      for (const line of readFileSync(path.join(at, "cgroup.procs"), "utf8").split("\n")) if (line !== "") pids.push(Number(line));
-      for (const entry of readdirSync(at, { withFileTypes: true })) if (entry.isDirectory()) walk(path.join(at, entry.name));
+      for (const line of readFileSync(path.join(at, "cgroup.procs"), "utf8").split("\n"))
+        if (line !== "") pids.push(Number(line));
+      for (const entry of readdirSync(at, { withFileTypes: true }))
+        if (entry.isDirectory()) walk(path.join(at, entry.name));
     } catch {
       // Removed meanwhile.
     }
@@ -79,7 +85,8 @@ function pidsIn(dir: string): number[] {
 /** Removes the directory and the cgroups below it, deepest first; false when one is still busy. */
 function removeCgroup(dir: string): boolean {
   try {
-    for (const entry of readdirSync(dir, { withFileTypes: true })) if (entry.isDirectory()) removeCgroup(path.join(dir, entry.name));
+    for (const entry of readdirSync(dir, { withFileTypes: true }))
+      if (entry.isDirectory()) removeCgroup(path.join(dir, entry.name));
     rmdirSync(dir);
     return true;
   } catch (error) {
@@ -88,7 +95,8 @@ function removeCgroup(dir: string): boolean {
 }
 
 async function waitWhile(condition: () => boolean, ms: number): Promise<void> {
-  for (let waited = 0; condition() && waited < ms; waited += POLL_MS) await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+  for (let waited = 0; condition() && waited < ms; waited += POLL_MS)
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
 }
 
 /** SIGKILLs everything in the cgroup, waits until it is empty (at most a few seconds), removes it. Returns what was in it. */
@@ -107,7 +115,9 @@ async function killCgroup(dir: string): Promise<SessionProcess[]> {
 }
 
 /** The directory sessions get their cgroups in, ready, or why it cannot be had (tried by moving a process into a trial cgroup). */
-export function prepareCgroupParent(name: string): { parent: string; reason?: undefined } | { parent?: undefined; reason: string } {
+export function prepareCgroupParent(
+  name: string,
+): { parent: string; reason?: undefined } | { parent?: undefined; reason: string } {
   if (process.platform !== "linux") return { reason: `cgroups are Linux's (this is ${process.platform})` };
   const own = ownCgroupDirectory();
   if (own.dir === undefined) return { reason: own.reason };
@@ -116,13 +126,16 @@ export function prepareCgroupParent(name: string): { parent: string; reason?: un
   try {
     mkdirSync(parent, { recursive: true });
   } catch (error) {
-    return { reason: `cannot create ${parent} (${(error as NodeJS.ErrnoException).code ?? "error"}): run as root, or in a cgroup delegated to this user` };
+    return {
+      reason: `cannot create ${parent} (${(error as NodeJS.ErrnoException).code ?? "error"}): run as root, or in a cgroup delegated to this user`,
+    };
   }
   const giveUp = (reason: string): { reason: string } => {
     if (!existed) removeCgroup(parent);
     return { reason };
   };
-  if (!existsSync(path.join(parent, "cgroup.kill"))) return giveUp("the kernel has no cgroup.kill (Linux 5.14 or later)");
+  if (!existsSync(path.join(parent, "cgroup.kill")))
+    return giveUp("the kernel has no cgroup.kill (Linux 5.14 or later)");
   const trial = path.join(parent, `trial-${process.pid}`);
   try {
     mkdirSync(trial, { recursive: true });
@@ -132,7 +145,10 @@ export function prepareCgroupParent(name: string): { parent: string; reason?: un
   const [shell = "/bin/sh", ...args] = enterCommand(path.join(trial, "cgroup.procs"), ["/bin/sh", "-c", "exit 0"]);
   const moved = spawnSync(shell, args, { encoding: "utf8", stdio: ["ignore", "ignore", "pipe"] });
   removeCgroup(trial);
-  if (moved.status !== 0) return giveUp(`cannot move a process into a cgroup under ${parent} (${moved.stderr.trim() || `exit ${moved.status ?? moved.signal}`})`);
+  if (moved.status !== 0)
+    return giveUp(
+      `cannot move a process into a cgroup under ${parent} (${moved.stderr.trim() || `exit ${moved.status ?? moved.signal}`})`,
+    );
   return { parent };
 }
 
@@ -171,7 +187,10 @@ export class CgroupContainer {
     try {
       mkdirSync(this.dir, { recursive: true });
     } catch (error) {
-      throw new Error(`cannot create the session's cgroup ${this.dir} (${(error as NodeJS.ErrnoException).code ?? "error"})`, { cause: error });
+      throw new Error(
+        `cannot create the session's cgroup ${this.dir} (${(error as NodeJS.ErrnoException).code ?? "error"})`,
+        { cause: error },
+      );
     }
     this.#forgetExit = onHostExit(() => writeFileSync(path.join(this.dir, "cgroup.kill"), "1"));
   }
@@ -182,14 +201,18 @@ export class CgroupContainer {
       launch: (spec) => {
         // A command that cannot run is started as is, so the host reports spawn_failed rather than the shell's exit code.
         if (findCommand(spec) === undefined) return inner.launch(spec);
-        const launched = inner.launch({ ...spec, command: enterCommand(path.join(this.dir, "cgroup.procs"), spec.command) });
+        const launched = inner.launch({
+          ...spec,
+          command: enterCommand(path.join(this.dir, "cgroup.procs"), spec.command),
+        });
         this.#leader = launched.child.pid;
         const { child } = launched;
         return {
           child,
           terminate: () => launched.terminate(),
           // Once the harness is gone, its session ends: what it left would hold its pipes open meanwhile.
-          kill: () => (child.exitCode !== null || child.signalCode !== null ? this.end().then(() => {}) : launched.kill()),
+          kill: () =>
+            child.exitCode !== null || child.signalCode !== null ? this.end().then(() => {}) : launched.kill(),
           hasLiveProcesses: () => isPopulated(this.dir),
         };
       },

@@ -11,7 +11,10 @@ export function findCommand(spec: LaunchSpec): string | undefined {
   if (file === "") return undefined;
   const candidates = file.includes("/")
     ? [path.resolve(spec.cwd, file)]
-    : (spec.env.PATH ?? "").split(":").filter((dir) => dir !== "").map((dir) => path.join(dir, file));
+    : (spec.env.PATH ?? "")
+        .split(":")
+        .filter((dir) => dir !== "")
+        .map((dir) => path.join(dir, file));
   return candidates.find((candidate) => {
     try {
       accessSync(candidate, constants.X_OK);

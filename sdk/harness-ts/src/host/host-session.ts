@@ -207,9 +207,15 @@ class RunningHostSession implements HostSession {
     this.#checkCanSend();
     if (!this.#pendingPermissions.has(message.id)) {
       if (this.#usedPermissionIds.has(message.id)) {
-        throw new HostSessionError("permission_already_answered", `permission request ${JSON.stringify(message.id)} was already answered`);
+        throw new HostSessionError(
+          "permission_already_answered",
+          `permission request ${JSON.stringify(message.id)} was already answered`,
+        );
       }
-      throw new HostSessionError("unknown_permission_id", `the harness has not asked permission ${JSON.stringify(message.id)}`);
+      throw new HostSessionError(
+        "unknown_permission_id",
+        `the harness has not asked permission ${JSON.stringify(message.id)}`,
+      );
     }
     if (message.outcome === PermissionAnswer_Outcome.UNSPECIFIED) message.outcome = PermissionAnswer_Outcome.ANSWERED;
     this.#pendingPermissions.delete(message.id);
@@ -221,9 +227,15 @@ class RunningHostSession implements HostSession {
     this.#checkCanSend();
     if (!this.#pendingToolCalls.has(message.id)) {
       if (this.#usedToolCallIds.has(message.id)) {
-        throw new HostSessionError("runtime_tool_call_already_answered", `runtime tool call ${JSON.stringify(message.id)} was already answered`);
+        throw new HostSessionError(
+          "runtime_tool_call_already_answered",
+          `runtime tool call ${JSON.stringify(message.id)} was already answered`,
+        );
       }
-      throw new HostSessionError("unknown_runtime_tool_call_id", `the harness has not made runtime tool call ${JSON.stringify(message.id)}`);
+      throw new HostSessionError(
+        "unknown_runtime_tool_call_id",
+        `the harness has not made runtime tool call ${JSON.stringify(message.id)}`,
+      );
     }
     this.#pendingToolCalls.delete(message.id);
     this.#write(create(RuntimeMessageSchema, { message: { case: "runtimeToolResult", value: message } }));
@@ -240,7 +252,10 @@ class RunningHostSession implements HostSession {
 
   #checkCanSend(): void {
     if (this.#finalized || this.#result !== undefined || this.#launched === undefined) {
-      throw new HostSessionError("session_ended", "the session's result is out or the session ended; nothing more can be sent");
+      throw new HostSessionError(
+        "session_ended",
+        "the session's result is out or the session ended; nothing more can be sent",
+      );
     }
   }
 
@@ -250,7 +265,10 @@ class RunningHostSession implements HostSession {
     try {
       this.#launched = launcher.launch({ command: options.command, cwd: options.cwd, env: options.env });
     } catch (error) {
-      this.#fail("spawn_failed", `could not start ${JSON.stringify(options.command[0] ?? "")}: ${(error as Error).message}`);
+      this.#fail(
+        "spawn_failed",
+        `could not start ${JSON.stringify(options.command[0] ?? "")}: ${(error as Error).message}`,
+      );
       queueMicrotask(() => this.#finalize());
       return;
     }
@@ -259,11 +277,17 @@ class RunningHostSession implements HostSession {
       maxLineBytes: options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES,
       onLine: (line) => this.#onLine(line),
       onOversizedLine: (bytes) =>
-        this.#fail("line_too_long", `a stdout line exceeded the limit of ${options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES} bytes (${bytes} bytes so far)`),
+        this.#fail(
+          "line_too_long",
+          `a stdout line exceeded the limit of ${options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES} bytes (${bytes} bytes so far)`,
+        ),
     });
     child.on("error", (error: NodeJS.ErrnoException) => {
       if (child.pid !== undefined) return; // a signal failure on a live process, not a start failure
-      this.#fail("spawn_failed", `could not start ${JSON.stringify(options.command[0] ?? "")}: ${error.code ?? error.message}`);
+      this.#fail(
+        "spawn_failed",
+        `could not start ${JSON.stringify(options.command[0] ?? "")}: ${error.code ?? error.message}`,
+      );
       child.stdout.destroy();
       child.stderr.destroy();
       this.#finalize();
@@ -294,7 +318,9 @@ class RunningHostSession implements HostSession {
     child.on("exit", (code, signal) => this.#onExit(code, signal));
 
     if (options.adopt === undefined) this.#writeLine(encodeLine(SessionRequestSchema, options.request));
-    const deadline = options.deadline ?? (options.request.limits?.deadline ? timestampDate(options.request.limits.deadline) : undefined);
+    const deadline =
+      options.deadline ??
+      (options.request.limits?.deadline ? timestampDate(options.request.limits.deadline) : undefined);
     if (deadline !== undefined) this.#after(deadline.getTime() - Date.now(), () => this.#onDeadline());
   }
 
@@ -311,7 +337,8 @@ class RunningHostSession implements HostSession {
   #onStderr(chunk: Buffer): void {
     this.#counts.stderrBytes += chunk.length;
     this.#stderrTail = Buffer.concat([this.#stderrTail, chunk]);
-    if (this.#stderrTail.length > STDERR_TAIL_BYTES) this.#stderrTail = this.#stderrTail.subarray(this.#stderrTail.length - STDERR_TAIL_BYTES);
+    if (this.#stderrTail.length > STDERR_TAIL_BYTES)
+      this.#stderrTail = this.#stderrTail.subarray(this.#stderrTail.length - STDERR_TAIL_BYTES);
     try {
       this.#options.onStderr?.(chunk);
     } catch {
@@ -334,12 +361,20 @@ class RunningHostSession implements HostSession {
     const event = decoded.message;
     const kind = event.event.case;
     if (kind === undefined) {
-      this.#fail("unknown_event_kind", `stdout line ${this.#counts.lines} carries no event kind this runtime knows: ${describeLine(line)}`);
+      this.#fail(
+        "unknown_event_kind",
+        `stdout line ${this.#counts.lines} carries no event kind this runtime knows: ${describeLine(line)}`,
+      );
       return;
     }
     if (this.#result !== undefined) {
-      if (kind === "result") this.#fail("duplicate_result", "the harness wrote a second result; exactly one result ends a session");
-      else this.#fail("event_after_result", `the harness wrote a ${kind} event after its result; nothing may follow the result`);
+      if (kind === "result")
+        this.#fail("duplicate_result", "the harness wrote a second result; exactly one result ends a session");
+      else
+        this.#fail(
+          "event_after_result",
+          `the harness wrote a ${kind} event after its result; nothing may follow the result`,
+        );
       return;
     }
     if (!this.#handshakeDone) {
@@ -351,7 +386,10 @@ class RunningHostSession implements HostSession {
       if (kind === "started") {
         const version = event.event.value.protocolVersion;
         if (version !== ProtocolVersion.PROTOCOL_VERSION_1) {
-          this.#fail("unsupported_protocol_version", `the harness speaks protocol version ${ProtocolVersion[version] ?? version}; this runtime speaks PROTOCOL_VERSION_1`);
+          this.#fail(
+            "unsupported_protocol_version",
+            `the harness speaks protocol version ${ProtocolVersion[version] ?? version}; this runtime speaks PROTOCOL_VERSION_1`,
+          );
           return;
         }
         this.#started = event.event.value;
@@ -385,7 +423,10 @@ class RunningHostSession implements HostSession {
         // A harness must exit after its result; give it the grace, then stop it.
         this.#after(this.#graceMs, () => {
           if (this.#exit !== undefined) return;
-          this.#setError("did_not_exit", `the harness wrote its result but was still running ${this.#graceMs} ms later`);
+          this.#setError(
+            "did_not_exit",
+            `the harness wrote its result but was still running ${this.#graceMs} ms later`,
+          );
           this.#stop();
         });
         break;
@@ -409,7 +450,10 @@ class RunningHostSession implements HostSession {
       return false;
     }
     if (used.has(id)) {
-      this.#fail("duplicate_request_id", `the harness reused the ${what} id ${JSON.stringify(id)}; ids are unique in a session`);
+      this.#fail(
+        "duplicate_request_id",
+        `the harness reused the ${what} id ${JSON.stringify(id)}; ids are unique in a session`,
+      );
       return false;
     }
     used.add(id);
@@ -468,7 +512,10 @@ class RunningHostSession implements HostSession {
     this.#callLauncher(() => launched.terminate());
     this.#after(this.#graceMs, () => {
       if (this.#exit !== undefined) return;
-      this.#setError("ignored_sigterm", `the harness was still running ${this.#graceMs} ms after SIGTERM and was killed`);
+      this.#setError(
+        "ignored_sigterm",
+        `the harness was still running ${this.#graceMs} ms after SIGTERM and was killed`,
+      );
       this.#callLauncher(() => launched.kill());
     });
   }
@@ -496,7 +543,11 @@ class RunningHostSession implements HostSession {
         create(RuntimeMessageSchema, {
           message: {
             case: "runtimeToolResult",
-            value: { id, isError: true, error: timedOut ? "the session's deadline passed" : "the session was cancelled" },
+            value: {
+              id,
+              isError: true,
+              error: timedOut ? "the session's deadline passed" : "the session was cancelled",
+            },
           },
         }),
       );
@@ -515,11 +566,14 @@ class RunningHostSession implements HostSession {
 
   #after(ms: number, run: () => void): void {
     const delay = Math.max(0, ms);
-    const timer = setTimeout(() => {
-      this.#timers.delete(timer);
-      if (delay > MAX_TIMER_MS) this.#after(delay - MAX_TIMER_MS, run);
-      else run();
-    }, Math.min(delay, MAX_TIMER_MS));
+    const timer = setTimeout(
+      () => {
+        this.#timers.delete(timer);
+        if (delay > MAX_TIMER_MS) this.#after(delay - MAX_TIMER_MS, run);
+        else run();
+      },
+      Math.min(delay, MAX_TIMER_MS),
+    );
     this.#timers.add(timer);
   }
 

@@ -14,8 +14,19 @@ export type { HostSessionErrorCode, SessionError, SessionErrorCode } from "./hos
 export { killAllHarnessGroups, processGroupLauncher, signalGroup } from "./process-launcher.js";
 export type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "./process-launcher.js";
 export { commandIsExecutable, findCommand } from "./command-lookup.js";
-export { chooseContainment, CONTAINMENT_MECHANISMS, containmentUnavailable, ContainmentUnavailableError } from "./session-containment.js";
-export type { ContainerOptions, Containment, ContainmentMechanism, ContainmentSetting, SessionContainer } from "./session-containment.js";
+export {
+  chooseContainment,
+  CONTAINMENT_MECHANISMS,
+  containmentUnavailable,
+  ContainmentUnavailableError,
+} from "./session-containment.js";
+export type {
+  ContainerOptions,
+  Containment,
+  ContainmentMechanism,
+  ContainmentSetting,
+  SessionContainer,
+} from "./session-containment.js";
 export { describeProcess } from "./process-table.js";
 export type { SessionProcess } from "./process-table.js";
 export { LineSplitter } from "../protocol/line-framing.js";
@@ -23,5 +34,10 @@ export type { LineSplitterOptions } from "../protocol/line-framing.js";
 export { decodeLine, encodeLine } from "../protocol/message-codec.js";
 export { decodeEventLine } from "../protocol/event-decoding.js";
 export type { LineDecodeFailure, LineDecodeResult } from "../protocol/message-codec.js";
-export { buildSessionEnvironment, defaultSessionPath, QUIET_HARNESS_ENV, stateSubdirectories } from "./session-environment.js";
+export {
+  buildSessionEnvironment,
+  defaultSessionPath,
+  QUIET_HARNESS_ENV,
+  stateSubdirectories,
+} from "./session-environment.js";
 export type { SessionEnvironmentOptions } from "./session-environment.js";

@@ -14,8 +14,19 @@
 //   or one of another user whose environ is unreadable, is not found; without
 //   /proc (macOS) only the process group is.
 import type { HarnessLauncher, LaunchedHarness } from "./process-launcher.js";
-import { CgroupContainer, prepareCgroupParent, removeCgroupLeftovers, removeCgroupParent } from "./cgroup-containment.js";
-import { canSeeProcessEnvironments, killProcesses, onHostExit, processesInGroup, processesWithEnvironment } from "./process-table.js";
+import {
+  CgroupContainer,
+  prepareCgroupParent,
+  removeCgroupLeftovers,
+  removeCgroupParent,
+} from "./cgroup-containment.js";
+import {
+  canSeeProcessEnvironments,
+  killProcesses,
+  onHostExit,
+  processesInGroup,
+  processesWithEnvironment,
+} from "./process-table.js";
 import type { SessionProcess } from "./process-table.js";
 import { detectSubreaper, SubreaperContainer } from "./subreaper-containment.js";
 
@@ -108,7 +119,8 @@ export function chooseContainment(options: { setting?: ContainmentSetting; name:
         mechanism: "subreaper",
         reason: setting === "subreaper" ? "chosen" : missing.join("; "),
         location: subreaper.perlPath,
-        container: (container) => new SubreaperContainer({ subreaper, lingerMs: container.lingerMs ?? 0, reportFile: container.reportFile }),
+        container: (container) =>
+          new SubreaperContainer({ subreaper, lingerMs: container.lingerMs ?? 0, reportFile: container.reportFile }),
         removeLeftovers: () => Promise.resolve(0),
         close: () => {},
       };
@@ -116,7 +128,8 @@ export function chooseContainment(options: { setting?: ContainmentSetting; name:
     if (setting === "subreaper") throw unavailable("subreaper", detected.reason);
     missing.push(`no child subreaper: ${detected.reason}`);
   }
-  if (!canSeeProcessEnvironments()) missing.push("and /proc shows no environments here, so only the process group is found");
+  if (!canSeeProcessEnvironments())
+    missing.push("and /proc shows no environments here, so only the process group is found");
   return {
     mechanism: "environment",
     reason: setting === "environment" ? "chosen" : missing.join("; "),
@@ -143,7 +156,8 @@ function cgroupContainment(parent: string, reason: string): Containment {
     mechanism: "cgroup",
     reason,
     location: parent,
-    container: (container) => new CgroupContainer({ parent, sessionId: container.sessionId, lingerMs: container.lingerMs ?? 0 }),
+    container: (container) =>
+      new CgroupContainer({ parent, sessionId: container.sessionId, lingerMs: container.lingerMs ?? 0 }),
     removeLeftovers: () => removeCgroupLeftovers(parent),
     close: () => removeCgroupParent(parent),
   };
@@ -185,7 +199,8 @@ class EnvironmentContainer implements SessionContainer {
           child,
           terminate: () => launched.terminate(),
           // Once the harness is gone, its session ends: what it left would hold its pipes open meanwhile.
-          kill: () => (child.exitCode !== null || child.signalCode !== null ? this.end().then(() => {}) : launched.kill()),
+          kill: () =>
+            child.exitCode !== null || child.signalCode !== null ? this.end().then(() => {}) : launched.kill(),
           hasLiveProcesses: () => this.members().length > 0 || launched.hasLiveProcesses?.() === true,
         };
       },
@@ -195,10 +210,15 @@ class EnvironmentContainer implements SessionContainer {
   end(): Promise<SessionProcess[]> {
     this.#ended ??= (async () => {
       if (this.#launched === undefined) return [];
-      for (let waited = 0; processesInGroup(this.#leader).length > 0 && waited < this.#lingerMs; waited += POLL_MS) await sleep(POLL_MS);
+      for (let waited = 0; processesInGroup(this.#leader).length > 0 && waited < this.#lingerMs; waited += POLL_MS)
+        await sleep(POLL_MS);
       const left = this.members();
       // What is found is killed, and the search repeats: a process may have forked meanwhile.
-      for (let waited = 0, now = left; now.length > 0 && waited < KILL_WAIT_MS; waited += POLL_MS, now = this.members()) {
+      for (
+        let waited = 0, now = left;
+        now.length > 0 && waited < KILL_WAIT_MS;
+        waited += POLL_MS, now = this.members()
+      ) {
         killProcesses(now);
         await this.#launched.kill();
         await sleep(POLL_MS);

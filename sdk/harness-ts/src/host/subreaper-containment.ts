@@ -74,14 +74,23 @@ export interface Subreaper {
 }
 
 /** A working subreaper wrapper here, or why not (tried once, with a harness that exits at once). */
-export function detectSubreaper(): { subreaper: Subreaper; reason?: undefined } | { subreaper?: undefined; reason: string } {
+export function detectSubreaper():
+  { subreaper: Subreaper; reason?: undefined } | { subreaper?: undefined; reason: string } {
   if (process.platform !== "linux") return { reason: `prctl is Linux's (this is ${process.platform})` };
   const prctl = PRCTL_SYSCALL[process.arch];
-  if (prctl === undefined) return { reason: `prctl's syscall number is not known for ${process.arch} (only x64 and arm64)` };
+  if (prctl === undefined)
+    return { reason: `prctl's syscall number is not known for ${process.arch} (only x64 and arm64)` };
   const perlPath = findCommand({ command: ["perl"], cwd: "/", env: { PATH: "/usr/bin:/bin:/usr/local/bin" } });
   if (perlPath === undefined) return { reason: "no perl in /usr/bin, /bin or /usr/local/bin (Debian's perl-base)" };
-  const trial = spawnSync(perlPath, ["-e", WRAPPER, String(prctl), String(process.pid), "0", "", "/bin/sh", "-c", "exit 7"], { encoding: "utf8", stdio: ["ignore", "ignore", "pipe"] });
-  if (trial.status !== 7) return { reason: `a trial wrapper did not work (${trial.error?.message ?? (trial.stderr.trim() || `exit ${trial.status ?? trial.signal}`)})` };
+  const trial = spawnSync(
+    perlPath,
+    ["-e", WRAPPER, String(prctl), String(process.pid), "0", "", "/bin/sh", "-c", "exit 7"],
+    { encoding: "utf8", stdio: ["ignore", "ignore", "pipe"] },
+  );
+  if (trial.status !== 7)
+    return {
+      reason: `a trial wrapper did not work (${trial.error?.message ?? (trial.stderr.trim() || `exit ${trial.status ?? trial.signal}`)})`,
+    };
   return { subreaper: { perlPath, prctl } };
 }
 
@@ -99,7 +108,11 @@ function readReport(file: string | undefined): SessionProcess[] {
     .map((line) => {
       const [pid, pgid, ...command] = line.split("\t");
       const joined = command.join("\t");
-      return { pid: Number(pid), pgid: Number(pgid), command: joined.length > 120 ? `${joined.slice(0, 117)}…` : joined };
+      return {
+        pid: Number(pid),
+        pgid: Number(pgid),
+        command: joined.length > 120 ? `${joined.slice(0, 117)}…` : joined,
+      };
     });
 }
 
@@ -123,8 +136,21 @@ export class SubreaperContainer {
       launch: (spec) => {
         if (findCommand(spec) === undefined) return inner.launch(spec);
         const { perlPath, prctl } = this.#subreaper;
-        const args = ["-e", WRAPPER, String(prctl), String(process.pid), String(this.#lingerMs), this.#reportFile ?? "", ...spec.command];
-        const child = spawn(perlPath, args, { cwd: spec.cwd, env: spec.env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+        const args = [
+          "-e",
+          WRAPPER,
+          String(prctl),
+          String(process.pid),
+          String(this.#lingerMs),
+          this.#reportFile ?? "",
+          ...spec.command,
+        ];
+        const child = spawn(perlPath, args, {
+          cwd: spec.cwd,
+          env: spec.env,
+          detached: true,
+          stdio: ["pipe", "pipe", "pipe"],
+        });
         const pid = child.pid;
         if (pid !== undefined) {
           // Not SIGKILL: the wrapper outlives this process just long enough to kill what is below it.

@@ -32,7 +32,14 @@ const FAST_KINDS: Record<string, FastKind> = {
     fields: { callId: "string", output: "value", isError: "bool" },
   },
   permissionRequest: {
-    create: () => ({ $typeName: "oz0.harness.v1.PermissionRequest", id: "", tool: "", input: undefined, title: "", callId: "" }),
+    create: () => ({
+      $typeName: "oz0.harness.v1.PermissionRequest",
+      id: "",
+      tool: "",
+      input: undefined,
+      title: "",
+      callId: "",
+    }),
     fields: { id: "string", tool: "string", input: "struct", title: "string", callId: "string" },
   },
   runtimeToolCall: {
@@ -94,7 +101,8 @@ function jsonToValue(json: JsonValue): unknown {
   else if (typeof json === "number") kind = { case: "numberValue", value: json };
   else if (typeof json === "string") kind = { case: "stringValue", value: json };
   else if (typeof json === "boolean") kind = { case: "boolValue", value: json };
-  else if (Array.isArray(json)) kind = { case: "listValue", value: { $typeName: "google.protobuf.ListValue", values: json.map(jsonToValue) } };
+  else if (Array.isArray(json))
+    kind = { case: "listValue", value: { $typeName: "google.protobuf.ListValue", values: json.map(jsonToValue) } };
   else {
     const fields: Record<string, unknown> = {};
     for (const key in json) fields[key] = jsonToValue(json[key] as JsonValue);
@@ -109,7 +117,11 @@ function timestamp(value: unknown): unknown {
   if (m === null) return NOT_DONE;
   const ms = Date.UTC(Number(m[1]), Number(m[2]) - 1, Number(m[3]), Number(m[4]), Number(m[5]), Number(m[6]));
   if (Number.isNaN(ms)) return NOT_DONE;
-  return { $typeName: "google.protobuf.Timestamp", seconds: BigInt(ms / 1000), nanos: Number((m[7] ?? "").padEnd(9, "0")) };
+  return {
+    $typeName: "google.protobuf.Timestamp",
+    seconds: BigInt(ms / 1000),
+    nanos: Number((m[7] ?? "").padEnd(9, "0")),
+  };
 }
 
 /** Builds the event directly when the JSON is a common kind in canonical form; undefined otherwise. */
@@ -153,7 +165,11 @@ export function decodeEventLine(line: string): LineDecodeResult<typeof SessionEv
     return { ok: false, reason: "invalid_json", detail: (error as Error).message };
   }
   if (json === null || typeof json !== "object" || Array.isArray(json)) {
-    return { ok: false, reason: "invalid_message", detail: `expected a JSON object, got ${json === null ? "null" : Array.isArray(json) ? "an array" : `a ${typeof json}`}` };
+    return {
+      ok: false,
+      reason: "invalid_message",
+      detail: `expected a JSON object, got ${json === null ? "null" : Array.isArray(json) ? "an array" : `a ${typeof json}`}`,
+    };
   }
   const fast = fastEvent(json as Record<string, unknown>);
   if (fast !== undefined) return { ok: true, message: fast };

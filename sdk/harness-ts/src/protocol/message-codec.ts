@@ -9,8 +9,7 @@ export type LineDecodeFailure = "invalid_json" | "invalid_message";
 
 /** The result of {@link decodeLine}. */
 export type LineDecodeResult<Desc extends DescMessage> =
-  | { ok: true; message: MessageShape<Desc> }
-  | { ok: false; reason: LineDecodeFailure; detail: string };
+  { ok: true; message: MessageShape<Desc> } | { ok: false; reason: LineDecodeFailure; detail: string };
 
 /**
  * Parses one line as the proto3 JSON form of `schema`, ignoring unknown

@@ -116,27 +116,60 @@ export function responsesStream(answer: AnswerInput): StreamFrame[] {
     if (item.type === "message") {
       const text = answer.turn.text ?? "";
       event("response.output_item.added", { output_index: outputIndex, item: message(answer, "in_progress", []) });
-      event("response.content_part.added", { item_id: id, output_index: outputIndex, content_index: 0, part: outputText("") });
+      event("response.content_part.added", {
+        item_id: id,
+        output_index: outputIndex,
+        content_index: 0,
+        part: outputText(""),
+      });
       const parts = chunks(text);
       parts.forEach((part, i) => {
         if (i === Math.ceil(parts.length / 2)) cutHere();
-        event("response.output_text.delta", { item_id: id, output_index: outputIndex, content_index: 0, delta: part, logprobs: [] });
+        event("response.output_text.delta", {
+          item_id: id,
+          output_index: outputIndex,
+          content_index: 0,
+          delta: part,
+          logprobs: [],
+        });
       });
       if (parts.length === 1) cutHere();
-      event("response.output_text.done", { item_id: id, output_index: outputIndex, content_index: 0, text, logprobs: [] });
-      event("response.content_part.done", { item_id: id, output_index: outputIndex, content_index: 0, part: outputText(text) });
+      event("response.output_text.done", {
+        item_id: id,
+        output_index: outputIndex,
+        content_index: 0,
+        text,
+        logprobs: [],
+      });
+      event("response.content_part.done", {
+        item_id: id,
+        output_index: outputIndex,
+        content_index: 0,
+        part: outputText(text),
+      });
     } else {
       const args = String(item.arguments);
-      event("response.output_item.added", { output_index: outputIndex, item: { ...item, arguments: "", status: "in_progress" } });
-      for (const part of chunks(args)) event("response.function_call_arguments.delta", { item_id: id, output_index: outputIndex, delta: part });
+      event("response.output_item.added", {
+        output_index: outputIndex,
+        item: { ...item, arguments: "", status: "in_progress" },
+      });
+      for (const part of chunks(args))
+        event("response.function_call_arguments.delta", { item_id: id, output_index: outputIndex, delta: part });
       cutHere();
-      event("response.function_call_arguments.done", { item_id: id, output_index: outputIndex, name: item.name, arguments: args });
+      event("response.function_call_arguments.done", {
+        item_id: id,
+        output_index: outputIndex,
+        name: item.name,
+        arguments: args,
+      });
     }
     event("response.output_item.done", { output_index: outputIndex, item });
   });
   cutHere();
   const status = statusOf(answer);
-  event(status === "completed" ? "response.completed" : "response.incomplete", { response: response(answer, status, items, responsesUsage(answer.usage)) });
+  event(status === "completed" ? "response.completed" : "response.incomplete", {
+    response: response(answer, status, items, responsesUsage(answer.usage)),
+  });
   return frames;
 }
 
@@ -153,7 +186,8 @@ function modelTurns(body: Json): number {
   let inTurn = false;
   for (const item of input) {
     const { role, type } = (item ?? {}) as { role?: unknown; type?: unknown };
-    const fromModel = role === "assistant" || type === "function_call" || type === "reasoning" || type === "custom_tool_call";
+    const fromModel =
+      role === "assistant" || type === "function_call" || type === "reasoning" || type === "custom_tool_call";
     if (fromModel && !inTurn) turns += 1;
     inTurn = fromModel;
   }

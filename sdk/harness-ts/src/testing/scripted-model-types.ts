@@ -41,7 +41,8 @@ export interface ScriptedTurn {
 }
 
 /** Which API a request used. */
-export type ScriptedWireFormat = "anthropic-messages" | "anthropic-count-tokens" | "openai-chat-completions" | "openai-responses" | "models";
+export type ScriptedWireFormat =
+  "anthropic-messages" | "anthropic-count-tokens" | "openai-chat-completions" | "openai-responses" | "models";
 
 /** One call the scripted model received. */
 export interface ScriptedRequest {

@@ -129,12 +129,16 @@ export function anthropicStream({ turn, usage, model, seq }: AnswerInput): Strea
   let index = 0;
   const cutHere = cutOnce(turn, frames);
   if (turn.text !== undefined && turn.text !== "") {
-    frames.push(sse("content_block_start", { type: "content_block_start", index, content_block: { type: "text", text: "" } }));
+    frames.push(
+      sse("content_block_start", { type: "content_block_start", index, content_block: { type: "text", text: "" } }),
+    );
     frames.push(sse("ping", { type: "ping" }));
     const parts = chunks(turn.text);
     parts.forEach((part, i) => {
       if (i === Math.ceil(parts.length / 2)) cutHere();
-      frames.push(sse("content_block_delta", { type: "content_block_delta", index, delta: { type: "text_delta", text: part } }));
+      frames.push(
+        sse("content_block_delta", { type: "content_block_delta", index, delta: { type: "text_delta", text: part } }),
+      );
     });
     if (parts.length === 1) cutHere();
     frames.push(sse("content_block_stop", { type: "content_block_stop", index }));
@@ -149,7 +153,13 @@ export function anthropicStream({ turn, usage, model, seq }: AnswerInput): Strea
       }),
     );
     for (const part of chunks(JSON.stringify(call.input ?? {}))) {
-      frames.push(sse("content_block_delta", { type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json: part } }));
+      frames.push(
+        sse("content_block_delta", {
+          type: "content_block_delta",
+          index,
+          delta: { type: "input_json_delta", partial_json: part },
+        }),
+      );
     }
     cutHere();
     frames.push(sse("content_block_stop", { type: "content_block_stop", index }));
@@ -198,7 +208,12 @@ function openAiUsage(usage: Required<ScriptedUsage>): unknown {
     completion_tokens: usage.output,
     total_tokens: prompt + usage.output,
     prompt_tokens_details: { cached_tokens: usage.cacheRead, audio_tokens: 0 },
-    completion_tokens_details: { reasoning_tokens: usage.reasoning, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
+    completion_tokens_details: {
+      reasoning_tokens: usage.reasoning,
+      audio_tokens: 0,
+      accepted_prediction_tokens: 0,
+      rejected_prediction_tokens: 0,
+    },
   };
 }
 
@@ -233,7 +248,13 @@ export function openAiCompletion({ turn, usage, model, seq }: AnswerInput): unkn
 
 /** Chat completion chunks; the usage chunk only when the client asked (`stream_options.include_usage`). */
 export function openAiStream({ turn, usage, model, seq }: AnswerInput, includeUsage: boolean): StreamFrame[] {
-  const base = { id: `chatcmpl-scripted-${seq}`, object: "chat.completion.chunk", created: 1_700_000_000 + seq, model, system_fingerprint: "fp_scripted" };
+  const base = {
+    id: `chatcmpl-scripted-${seq}`,
+    object: "chat.completion.chunk",
+    created: 1_700_000_000 + seq,
+    model,
+    system_fingerprint: "fp_scripted",
+  };
   const chunk = (delta: unknown, finishReason: string | null = null): StreamFrame => ({
     data: `data: ${JSON.stringify({
       ...base,
@@ -251,14 +272,26 @@ export function openAiStream({ turn, usage, model, seq }: AnswerInput, includeUs
     });
   }
   (turn.toolCalls ?? []).forEach((call, i) => {
-    frames.push(chunk({ tool_calls: [{ index: i, id: toolCallId(call, "call", seq, i), type: "function", function: { name: call.name, arguments: "" } }] }));
+    frames.push(
+      chunk({
+        tool_calls: [
+          {
+            index: i,
+            id: toolCallId(call, "call", seq, i),
+            type: "function",
+            function: { name: call.name, arguments: "" },
+          },
+        ],
+      }),
+    );
     for (const part of chunks(JSON.stringify(call.input ?? {}))) {
       frames.push(chunk({ tool_calls: [{ index: i, function: { arguments: part } }] }));
     }
   });
   cutHere();
   frames.push(chunk({}, openAiFinishReason(turn)));
-  if (includeUsage) frames.push({ data: `data: ${JSON.stringify({ ...base, choices: [], usage: openAiUsage(usage) })}\n\n` });
+  if (includeUsage)
+    frames.push({ data: `data: ${JSON.stringify({ ...base, choices: [], usage: openAiUsage(usage) })}\n\n` });
   frames.push({ data: "data: [DONE]\n\n" });
   return frames;
 }
@@ -282,7 +315,8 @@ export const ANTHROPIC_MESSAGES: ScriptedAnswerFormat = {
 export const OPENAI_CHAT_COMPLETIONS: ScriptedAnswerFormat = {
   error: openAiError,
   whole: openAiCompletion,
-  stream: (answer, body) => openAiStream(answer, (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true),
+  stream: (answer, body) =>
+    openAiStream(answer, (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true),
   // Usage comes in the last chunk only.
   cutUsage: () => ({}),
   modelTurns: assistantMessages,

@@ -4,9 +4,23 @@
 // binary run offline.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import type { Script, ScriptedRequest, ScriptedTurn, ScriptedUsage, ScriptedWireFormat, TokensServed } from "./scripted-model-types.js";
+import type {
+  Script,
+  ScriptedRequest,
+  ScriptedTurn,
+  ScriptedUsage,
+  ScriptedWireFormat,
+  TokensServed,
+} from "./scripted-model-types.js";
 import { OPENAI_RESPONSES } from "./scripted-model-responses.js";
-import { ANTHROPIC_MESSAGES, anthropicError, estimateTokens, OPENAI_CHAT_COMPLETIONS, type AnswerInput, type ScriptedAnswerFormat } from "./scripted-model-wire.js";
+import {
+  ANTHROPIC_MESSAGES,
+  anthropicError,
+  estimateTokens,
+  OPENAI_CHAT_COMPLETIONS,
+  type AnswerInput,
+  type ScriptedAnswerFormat,
+} from "./scripted-model-wire.js";
 
 export type {
   Script,
@@ -100,7 +114,8 @@ export function isClaudeCodeSideCall(request: ScriptedRequest): boolean {
   if (!body) return false;
   if (Array.isArray(body.tools) && body.tools.length > 0) return false;
   if (body.max_tokens === 1) return true;
-  const fromClaudeCode = (request.headers["user-agent"] ?? "").includes("claude-cli") || (request.headers["x-app"] ?? "") === "cli";
+  const fromClaudeCode =
+    (request.headers["user-agent"] ?? "").includes("claude-cli") || (request.headers["x-app"] ?? "") === "cli";
   return fromClaudeCode && typeof body.max_tokens === "number" && body.max_tokens <= 1024;
 }
 
@@ -116,7 +131,9 @@ const ROUTES: ReadonlyArray<{ operation: ProxyOperation; wire: Exclude<ScriptedW
 ];
 
 /** How each API that consumes turns answers them. */
-const ANSWER_FORMATS: Readonly<Record<Exclude<ScriptedWireFormat, "models" | "anthropic-count-tokens">, ScriptedAnswerFormat>> = {
+const ANSWER_FORMATS: Readonly<
+  Record<Exclude<ScriptedWireFormat, "models" | "anthropic-count-tokens">, ScriptedAnswerFormat>
+> = {
   "anthropic-messages": ANTHROPIC_MESSAGES,
   "openai-chat-completions": OPENAI_CHAT_COMPLETIONS,
   "openai-responses": OPENAI_RESPONSES,
@@ -141,16 +158,28 @@ export function proxyRouteOf(path: string): { provider: string; operation: Proxy
 /** The error shape the LLM proxy answers a path with: the API of the longest operation in it, else Anthropic's. */
 function errorOf(path: string): (status: number, message: string) => unknown {
   let found: (typeof ROUTES)[number] | undefined;
-  for (const route of ROUTES) if (path.includes(route.operation) && route.operation.length > (found?.operation.length ?? 0)) found = route;
-  return found !== undefined && found.wire !== "anthropic-count-tokens" ? ANSWER_FORMATS[found.wire].error : anthropicError;
+  for (const route of ROUTES)
+    if (path.includes(route.operation) && route.operation.length > (found?.operation.length ?? 0)) found = route;
+  return found !== undefined && found.wire !== "anthropic-count-tokens"
+    ? ANSWER_FORMATS[found.wire].error
+    : anthropicError;
 }
 
 /** Where the LLM proxy would refuse the call, as its 404 status and body; undefined when it routes it. */
-function proxyRefusal(path: string, method: string, providers: readonly string[]): { status: number; body: unknown } | undefined {
+function proxyRefusal(
+  path: string,
+  method: string,
+  providers: readonly string[],
+): { status: number; body: unknown } | undefined {
   const error = errorOf(path);
   const match = method === "POST" ? PROXY_ROUTE.exec(path) : null;
-  if (match === null) return { status: 404, body: error(404, `no route for ${method} ${path}; model calls are POST ${PROXY_ROUTES_TEXT}`) };
-  if (!providers.includes(match[1] ?? "")) return { status: 404, body: error(404, `no provider named ${match[1]}; configured: ${providers.join(", ")}`) };
+  if (match === null)
+    return {
+      status: 404,
+      body: error(404, `no route for ${method} ${path}; model calls are POST ${PROXY_ROUTES_TEXT}`),
+    };
+  if (!providers.includes(match[1] ?? ""))
+    return { status: 404, body: error(404, `no provider named ${match[1]}; configured: ${providers.join(", ")}`) };
   return undefined;
 }
 
@@ -159,7 +188,8 @@ function classify(path: string, method: string): ScriptedWireFormat | undefined 
   if (method !== "POST") return undefined;
   // The longest operation a path ends in (`/messages/count_tokens` is not `/messages`).
   let found: (typeof ROUTES)[number] | undefined;
-  for (const route of ROUTES) if (path.endsWith(`/${route.operation}`) && route.operation.length > (found?.operation.length ?? 0)) found = route;
+  for (const route of ROUTES)
+    if (path.endsWith(`/${route.operation}`) && route.operation.length > (found?.operation.length ?? 0)) found = route;
   return found?.wire;
 }
 
@@ -172,7 +202,9 @@ function classify(path: string, method: string): ScriptedWireFormat | undefined 
 export function modelTurnsIn(request: Pick<ScriptedRequest, "wire" | "body">): number {
   if (request.wire === "models" || request.wire === "anthropic-count-tokens") return 0;
   const body: unknown = request.body;
-  return body !== null && typeof body === "object" && !Array.isArray(body) ? ANSWER_FORMATS[request.wire].modelTurns(body as Record<string, unknown>) : 0;
+  return body !== null && typeof body === "object" && !Array.isArray(body)
+    ? ANSWER_FORMATS[request.wire].modelTurns(body as Record<string, unknown>)
+    : 0;
 }
 
 function inputTokens(body: Record<string, unknown> | undefined): number {
@@ -180,7 +212,12 @@ function inputTokens(body: Record<string, unknown> | undefined): number {
   return estimateTokens({ system: body.system, messages: body.messages, tools: body.tools });
 }
 
-function sendJson(res: http.ServerResponse, status: number, value: unknown, headers: Record<string, string> = {}): void {
+function sendJson(
+  res: http.ServerResponse,
+  status: number,
+  value: unknown,
+  headers: Record<string, string> = {},
+): void {
   const text = JSON.stringify(value);
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text), ...headers });
   res.end(text);
@@ -258,14 +295,35 @@ export async function startScriptedModel(options: ScriptedModelOptions): Promise
     // The proxy accepts a trailing slash; so does the scripted model.
     const wire = classify(url.pathname.length > 1 ? url.pathname.replace(/\/$/, "") : url.pathname, method);
     if (wire === undefined) {
-      sendJson(res, 404, anthropicError(404, `scripted model: no route for ${method} ${url.pathname}; it serves POST ${ROUTES.map((r) => `/v1/${r.operation}`).join(", ")}`));
+      sendJson(
+        res,
+        404,
+        anthropicError(
+          404,
+          `scripted model: no route for ${method} ${url.pathname}; it serves POST ${ROUTES.map((r) => `/v1/${r.operation}`).join(", ")}`,
+        ),
+      );
       return;
     }
-    const request: ScriptedRequest = { method, path: url.pathname, headers, body, wire, stream: body?.stream === true, sideCall: false };
+    const request: ScriptedRequest = {
+      method,
+      path: url.pathname,
+      headers,
+      body,
+      wire,
+      stream: body?.stream === true,
+      sideCall: false,
+    };
     requests.push(request);
 
     if (wire === "models") {
-      sendJson(res, 200, { object: "list", data: [{ id: "scripted", object: "model", type: "model", created: 0, owned_by: "oz0", display_name: "Scripted" }], has_more: false });
+      sendJson(res, 200, {
+        object: "list",
+        data: [
+          { id: "scripted", object: "model", type: "model", created: 0, owned_by: "oz0", display_name: "Scripted" },
+        ],
+        has_more: false,
+      });
       return;
     }
     if (wire === "anthropic-count-tokens") {
@@ -283,7 +341,14 @@ export async function startScriptedModel(options: ScriptedModelOptions): Promise
     if (turn === undefined) {
       // 400 rather than 5xx so clients do not retry: the test must see it at once.
       const total = Array.isArray(options.turns) ? options.turns.length : 0;
-      sendJson(res, 400, errorBody(400, `scripted model: the script has no turn left (all ${total} consumed); add a turn for request #${requests.length} to ${url.pathname}`));
+      sendJson(
+        res,
+        400,
+        errorBody(
+          400,
+          `scripted model: the script has no turn left (all ${total} consumed); add a turn for request #${requests.length} to ${url.pathname}`,
+        ),
+      );
       return;
     }
     if (turn.delayMs) {
@@ -296,7 +361,8 @@ export async function startScriptedModel(options: ScriptedModelOptions): Promise
       if (gone) return;
     }
     if (turn.fail) {
-      const failBody = turn.fail.body ?? errorBody(turn.fail.status, turn.fail.message ?? `scripted failure ${turn.fail.status}`);
+      const failBody =
+        turn.fail.body ?? errorBody(turn.fail.status, turn.fail.message ?? `scripted failure ${turn.fail.status}`);
       sendJson(res, turn.fail.status, failBody, turn.fail.headers);
       return;
     }

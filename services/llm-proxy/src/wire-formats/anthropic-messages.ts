@@ -39,7 +39,13 @@ export function anthropicErrorBody(type: ProxyErrorType, message: string): unkno
  * the two headers Claude Code identifies itself with (the scripted provider
  * tells its side calls from an agent's turns by them).
  */
-export const ANTHROPIC_FORWARDED_HEADERS: readonly string[] = ["anthropic-version", "anthropic-beta", "accept", "user-agent", "x-app"];
+export const ANTHROPIC_FORWARDED_HEADERS: readonly string[] = [
+  "anthropic-version",
+  "anthropic-beta",
+  "accept",
+  "user-agent",
+  "x-app",
+];
 
 /** The Messages API version sent when the client names none. */
 export const ANTHROPIC_DEFAULT_HEADERS: Readonly<Record<string, string>> = { "anthropic-version": "2023-06-01" };
@@ -50,7 +56,14 @@ export class AnthropicStreamMeter extends TextStreamMeter {
   #sawDelta = false;
 
   onEvent(event: string): string {
-    const parsed = parseEvent(event) as { type?: string; message?: { usage?: AnthropicUsageFields }; usage?: AnthropicUsageFields; delta?: Record<string, unknown> } | undefined;
+    const parsed = parseEvent(event) as
+      | {
+          type?: string;
+          message?: { usage?: AnthropicUsageFields };
+          usage?: AnthropicUsageFields;
+          delta?: Record<string, unknown>;
+        }
+      | undefined;
     if (!parsed) return event;
     switch (parsed.type) {
       case "message_start":
@@ -92,7 +105,11 @@ export class AnthropicStreamMeter extends TextStreamMeter {
 }
 
 /** Which field of each Anthropic delta type carries streamed text. */
-const TEXT_FIELDS: Readonly<Record<string, string>> = { text_delta: "text", input_json_delta: "partial_json", thinking_delta: "thinking" };
+const TEXT_FIELDS: Readonly<Record<string, string>> = {
+  text_delta: "text",
+  input_json_delta: "partial_json",
+  thinking_delta: "thinking",
+};
 /** Events after which no block streams any more: everything held goes out before them. */
 const ENDS = new Set(["message_delta", "message_stop", "error"]);
 
@@ -107,16 +124,25 @@ class AnthropicStreamScrubber extends DeltaStreamScrubber {
     const parsed = parseEvent(event);
     if (!parsed) return event;
     const delta = parsed.delta;
-    if (parsed.type === "content_block_delta" && typeof parsed.index === "number" && isObject(delta) && typeof delta.type === "string") {
+    if (
+      parsed.type === "content_block_delta" &&
+      typeof parsed.index === "number" &&
+      isObject(delta) &&
+      typeof delta.type === "string"
+    ) {
       const field = TEXT_FIELDS[delta.type];
       const value = field ? delta[field] : undefined;
       if (field && typeof value === "string") {
-        const withText = (last: Json, text: string): Json => ({ ...last, delta: { ...(last.delta as Json), [field]: text } });
+        const withText = (last: Json, text: string): Json => ({
+          ...last,
+          delta: { ...(last.delta as Json), [field]: text },
+        });
         return this.delta({ key: String(parsed.index), event, parsed, value, withText });
       }
     }
     let held = "";
-    if (parsed.type === "content_block_stop" && typeof parsed.index === "number") held = this.end((key) => key === String(parsed.index));
+    if (parsed.type === "content_block_stop" && typeof parsed.index === "number")
+      held = this.end((key) => key === String(parsed.index));
     else if (typeof parsed.type === "string" && ENDS.has(parsed.type)) held = this.end();
     return held + event;
   }

@@ -6,7 +6,12 @@ import { openAiChatCompletions } from "./openai-chat-completions.js";
 import { openAiResponses } from "./openai-responses.js";
 import type { WireFormat } from "./wire-format.js";
 
-export const WIRE_FORMATS: readonly WireFormat[] = [anthropicMessages, anthropicCountTokens, openAiChatCompletions, openAiResponses];
+export const WIRE_FORMATS: readonly WireFormat[] = [
+  anthropicMessages,
+  anthropicCountTokens,
+  openAiChatCompletions,
+  openAiResponses,
+];
 
 const byRoute = new Map(WIRE_FORMATS.map((format) => [format.route, format]));
 
@@ -23,7 +28,8 @@ export function routeOf(pathname: string): { provider: string; format: WireForma
 /** The format whose error shape answers a request no route matched: the one its path names, else the first. */
 export function errorFormatOf(pathname: string): WireFormat {
   let found: WireFormat | undefined;
-  for (const format of WIRE_FORMATS) if (pathname.includes(format.route) && format.route.length > (found?.route.length ?? 0)) found = format;
+  for (const format of WIRE_FORMATS)
+    if (pathname.includes(format.route) && format.route.length > (found?.route.length ?? 0)) found = format;
   return found ?? WIRE_FORMATS[0]!;
 }
 

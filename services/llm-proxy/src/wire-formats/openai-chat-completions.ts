@@ -47,7 +47,11 @@ export const OPENAI_FORWARDED_HEADERS: readonly string[] = ["accept", "user-agen
 
 interface Chunk {
   choices?: {
-    delta?: { content?: string | null; reasoning_content?: string | null; tool_calls?: { function?: { arguments?: string } }[] };
+    delta?: {
+      content?: string | null;
+      reasoning_content?: string | null;
+      tool_calls?: { function?: { arguments?: string } }[];
+    };
     finish_reason?: string | null;
   }[];
   usage?: OpenAiUsageFields | null;
@@ -91,7 +95,9 @@ export class OpenAiStreamMeter extends TextStreamMeter {
 const TEXT_FIELDS = ["content", "reasoning_content", "reasoning", "refusal"] as const;
 
 /** A streamed text of one choice: a delta field, or a tool call's arguments. */
-type Channel = { kind: "field"; field: string; held: HeldTextScrubber } | { kind: "tool"; toolIndex: number; held: HeldTextScrubber };
+type Channel =
+  | { kind: "field"; field: string; held: HeldTextScrubber }
+  | { kind: "tool"; toolIndex: number; held: HeldTextScrubber };
 
 /**
  * Holds back the end of each streamed text of each choice that may be the
@@ -135,14 +141,19 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
         delta.tool_calls = delta.tool_calls.map((call: unknown) => {
           if (!isObject(call) || !isObject(call.function) || typeof call.function.arguments !== "string") return call;
           const toolIndex = typeof call.index === "number" ? call.index : 0;
-          const args = send(`tool:${toolIndex}`, (held) => ({ kind: "tool", toolIndex, held }), call.function.arguments);
+          const args = send(
+            `tool:${toolIndex}`,
+            (held) => ({ kind: "tool", toolIndex, held }),
+            call.function.arguments,
+          );
           return { ...call, function: { ...call.function, arguments: args } };
         });
       }
       if (finishing) {
         // Texts of this choice that did not stream in this chunk end here too: their held
         // text goes in a chunk of its own just before.
-        for (const [key, channel] of this.#choices.get(index) ?? []) if (!touched.has(key)) before += this.#held(index, channel, channel.held.flush());
+        for (const [key, channel] of this.#choices.get(index) ?? [])
+          if (!touched.has(key)) before += this.#held(index, channel, channel.held.flush());
         this.#choices.delete(index);
       }
       return { ...choice, delta };
@@ -172,7 +183,8 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
 
   #flushAll(): string {
     let out = "";
-    for (const [index, channels] of this.#choices) for (const channel of channels.values()) out += this.#held(index, channel, channel.held.flush());
+    for (const [index, channels] of this.#choices)
+      for (const channel of channels.values()) out += this.#held(index, channel, channel.held.flush());
     this.#choices.clear();
     return out;
   }
@@ -180,7 +192,10 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
   /** A chunk carrying a text's last held part, shaped like the upstream's own chunks. */
   #held(index: number, channel: Channel, tail: string): string {
     if (tail === "") return "";
-    const delta = channel.kind === "field" ? { [channel.field]: tail } : { tool_calls: [{ index: channel.toolIndex, function: { arguments: tail } }] };
+    const delta =
+      channel.kind === "field"
+        ? { [channel.field]: tail }
+        : { tool_calls: [{ index: channel.toolIndex, function: { arguments: tail } }] };
     return `data: ${JSON.stringify({ ...this.#envelope, choices: [{ index, delta, finish_reason: null }] })}\n\n`;
   }
 }
@@ -200,7 +215,9 @@ export const openAiChatCompletions: WireFormat = {
         model: stringOf(body.field("model")),
         stream,
         maxOutputTokens: firstPositive(body.field("max_tokens"), body.field("max_completion_tokens")),
-        ...(clientWantsUsage ? {} : { upstreamFields: { stream_options: { ...(streamOptions ?? {}), include_usage: true } } }),
+        ...(clientWantsUsage
+          ? {}
+          : { upstreamFields: { stream_options: { ...(streamOptions ?? {}), include_usage: true } } }),
         streamMeter: () => new OpenAiStreamMeter({ clientWantsUsage }),
       };
     },

@@ -59,7 +59,6 @@ const TEXT_DELTAS = new Set([
 ]);
 
 export class ResponsesStreamMeter extends TextStreamMeter {
-
   onEvent(event: string): string {
     const parsed = parseEvent(event);
     if (!parsed || typeof parsed.type !== "string") return event;
@@ -93,13 +92,24 @@ class ResponsesStreamScrubber extends DeltaStreamScrubber {
     const type = parsed.type;
     if (TEXT_DELTAS.has(type) && typeof parsed.delta === "string") {
       // By `{type}:{output_index}:{content_index or summary_index}`.
-      return this.delta({ key: textKey(type, parsed), event, parsed, value: parsed.delta, withText: (last, text) => ({ ...last, delta: text }), group: parsed.output_index });
+      return this.delta({
+        key: textKey(type, parsed),
+        event,
+        parsed,
+        value: parsed.delta,
+        withText: (last, text) => ({ ...last, delta: text }),
+        group: parsed.output_index,
+      });
     }
     let held = "";
     if (type.endsWith(".done") && TEXT_DELTAS.has(`${type.slice(0, -".done".length)}.delta`)) {
       const ended = textKey(`${type.slice(0, -".done".length)}.delta`, parsed);
       held = this.end((key) => key === ended);
-    } else if (type === "response.content_part.done" || type === "response.output_item.done" || type === "response.reasoning_summary_part.done") {
+    } else if (
+      type === "response.content_part.done" ||
+      type === "response.output_item.done" ||
+      type === "response.reasoning_summary_part.done"
+    ) {
       held = this.end((_key, outputIndex) => outputIndex === parsed.output_index);
     } else if (ENDS.has(type) || type === "error") {
       held = this.end();

@@ -40,7 +40,14 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
    * One delta of the text `key`: the event as it came when all of `value` can
    * go, rewritten to carry what can (`withText`), or "" when nothing can yet.
    */
-  protected delta(options: { key: string; event: string; parsed: Json; value: string; withText: Text["withText"]; group?: unknown }): string {
+  protected delta(options: {
+    key: string;
+    event: string;
+    parsed: Json;
+    value: string;
+    withText: Text["withText"];
+    group?: unknown;
+  }): string {
     const { key, event, parsed, value } = options;
     let text = this.#texts.get(key);
     if (!text) {
@@ -61,7 +68,8 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
       if (!which(key, text.group)) continue;
       this.#texts.delete(key);
       const tail = text.held.flush();
-      if (tail !== "") out += `event: ${String(text.last.type)}\ndata: ${JSON.stringify(text.withText(text.last, tail))}\n\n`;
+      if (tail !== "")
+        out += `event: ${String(text.last.type)}\ndata: ${JSON.stringify(text.withText(text.last, tail))}\n\n`;
     }
     return out;
   }

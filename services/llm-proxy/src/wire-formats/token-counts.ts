@@ -17,9 +17,16 @@ export function firstPositive(...values: unknown[]): number | undefined {
 }
 
 /** A stream's reading: what the provider reported, else the input as estimated and the output from the characters streamed. */
-export function streamReading(reported: TokenUsage | undefined, estimatedInput: number, characters: number): StreamMeterReading {
+export function streamReading(
+  reported: TokenUsage | undefined,
+  estimatedInput: number,
+  characters: number,
+): StreamMeterReading {
   if (reported) return { usage: { ...reported }, estimated: false };
-  return { usage: { input: estimatedInput, output: estimateTokens(characters), cacheRead: 0, cacheWrite: 0, reasoning: 0 }, estimated: true };
+  return {
+    usage: { input: estimatedInput, output: estimateTokens(characters), cacheRead: 0, cacheWrite: 0, reasoning: 0 },
+    estimated: true,
+  };
 }
 
 /**

@@ -20,7 +20,8 @@ export interface MountedSkill {
 /** A skill entry: a folder relative to the plugin, or { path }. */
 function folderOf(entry: unknown): string | undefined {
   if (typeof entry === "string") return entry;
-  if (entry && typeof entry === "object" && typeof (entry as { path?: unknown }).path === "string") return (entry as { path: string }).path;
+  if (entry && typeof entry === "object" && typeof (entry as { path?: unknown }).path === "string")
+    return (entry as { path: string }).path;
   return undefined;
 }
 
@@ -44,19 +45,25 @@ function readSkill(folder: string): MountedSkill {
 }
 
 /** Resolves and checks an agent's skills in a plugin folder; throws invalid_argument naming the entry. */
-export function resolveSkills(options: { skills: unknown[] | undefined; pluginDir: string; file: string }): MountedSkill[] {
+export function resolveSkills(options: {
+  skills: unknown[] | undefined;
+  pluginDir: string;
+  file: string;
+}): MountedSkill[] {
   const seen = new Set<string>();
   return (options.skills ?? []).map((entry, index) => {
     const where = `${options.file}: field /skills/${index}`;
     const rel = folderOf(entry);
     if (!rel) throw invalidArgument(`${where}: expected a folder of the plugin holding SKILL.md (a path, or { path })`);
     const folder = path.resolve(options.pluginDir, rel);
-    if (!folder.startsWith(options.pluginDir + path.sep)) throw invalidArgument(`${where}: ${rel} is outside the plugin; list folders inside it`);
+    if (!folder.startsWith(options.pluginDir + path.sep))
+      throw invalidArgument(`${where}: ${rel} is outside the plugin; list folders inside it`);
     if (!existsSync(folder) || !statSync(folder).isDirectory() || !existsSync(path.join(folder, "SKILL.md"))) {
       throw invalidArgument(`${where}: ${rel} is not a folder with a SKILL.md; create ${path.join(rel, "SKILL.md")}`);
     }
     const skill = readSkill(folder);
-    if (seen.has(skill.name)) throw invalidArgument(`${where}: a skill named "${skill.name}" is mounted twice; rename one`);
+    if (seen.has(skill.name))
+      throw invalidArgument(`${where}: a skill named "${skill.name}" is mounted twice; rename one`);
     seen.add(skill.name);
     return skill;
   });
@@ -66,10 +73,16 @@ export function resolveSkills(options: { skills: unknown[] | undefined; pluginDi
 export function sessionSkills(agent: AgentVersionRecord): Skill[] {
   let skills: MountedSkill[];
   try {
-    skills = resolveSkills({ skills: agent.definition.skills, pluginDir: agent.pluginPath, file: `${agent.name} v${agent.version}` });
+    skills = resolveSkills({
+      skills: agent.definition.skills,
+      pluginDir: agent.pluginPath,
+      file: `${agent.name} v${agent.version}`,
+    });
   } catch {
     // Publication checked them; a plugin folder removed since is the node's problem, not a reason to fail the session.
     skills = [];
   }
-  return skills.map((s) => ({ $typeName: "oz0.harness.v1.Skill", name: s.name, description: s.description, path: s.path }) as Skill);
+  return skills.map(
+    (s) => ({ $typeName: "oz0.harness.v1.Skill", name: s.name, description: s.description, path: s.path }) as Skill,
+  );
 }

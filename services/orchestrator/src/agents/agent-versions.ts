@@ -21,11 +21,19 @@ export function canonicalJson(value: unknown): string {
   return JSON.stringify(value);
 }
 
-export function agentContentHash(options: { definition: AgentDefinition; instructions: string; harness: FingerprintedHarness }): string {
+export function agentContentHash(options: {
+  definition: AgentDefinition;
+  instructions: string;
+  harness: FingerprintedHarness;
+}): string {
   const content = canonicalJson({
     definition: options.definition,
     instructions: options.instructions,
-    harness: { plugin: options.harness.plugin, manifest: options.harness.manifest, fingerprint: options.harness.fingerprint },
+    harness: {
+      plugin: options.harness.plugin,
+      manifest: options.harness.manifest,
+      fingerprint: options.harness.fingerprint,
+    },
   });
   return `sha256:${createHash("sha256").update(content).digest("hex")}`;
 }
@@ -66,9 +74,13 @@ export class AgentVersions {
     if (found) return found;
     const known = await this.#store.getAgentVersion(name);
     if (known && version) {
-      throw notFound(`agent ${name} has no version ${version} (latest is ${known.version}); see \`oz0 agents versions ${name}\``);
+      throw notFound(
+        `agent ${name} has no version ${version} (latest is ${known.version}); see \`oz0 agents versions ${name}\``,
+      );
     }
-    throw notFound(`unknown agent "${name}"; see \`oz0 agents list\`, or install the plugin that defines it with \`oz0 plugin install\``);
+    throw notFound(
+      `unknown agent "${name}"; see \`oz0 agents list\`, or install the plugin that defines it with \`oz0 plugin install\``,
+    );
   }
 
   list(): Promise<AgentVersionRecord[]> {
@@ -83,16 +95,23 @@ export class AgentVersions {
 }
 
 /** Why a version differs from the agent's previous one, in words an install prints. */
-export function publishReasons(options: { definition: AgentDefinition; instructions: string; harness: FingerprintedHarness; previous: AgentVersionRecord | undefined }): string[] {
+export function publishReasons(options: {
+  definition: AgentDefinition;
+  instructions: string;
+  harness: FingerprintedHarness;
+  previous: AgentVersionRecord | undefined;
+}): string[] {
   const { previous, harness } = options;
   if (!previous) return ["first version"];
   const before = previous.harness as FingerprintedHarness;
   const reasons: string[] = [];
   if (canonicalJson(previous.definition) !== canonicalJson(options.definition)) reasons.push("definition changed");
   if (previous.instructions !== options.instructions) reasons.push("instructions changed");
-  if (before.plugin !== harness.plugin || before.manifest.name !== harness.manifest.name) reasons.push(`harness changed to ${harness.plugin}'s ${harness.manifest.name}`);
+  if (before.plugin !== harness.plugin || before.manifest.name !== harness.manifest.name)
+    reasons.push(`harness changed to ${harness.plugin}'s ${harness.manifest.name}`);
   else {
-    if (canonicalJson(before.manifest) !== canonicalJson(harness.manifest)) reasons.push(`harness ${harness.manifest.name}'s manifest entry changed`);
+    if (canonicalJson(before.manifest) !== canonicalJson(harness.manifest))
+      reasons.push(`harness ${harness.manifest.name}'s manifest entry changed`);
     reasons.push(...fingerprintChanges({ harness, previous: before }));
   }
   return reasons.length > 0 ? reasons : ["content changed"];

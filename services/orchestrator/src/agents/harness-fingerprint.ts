@@ -18,7 +18,19 @@ import type { ResolvedHarness } from "../store/job-store.js";
 export const MAX_HASHED_FILE_BYTES = 64 * 1024 * 1024;
 
 /** Files at the plugin's root that pin its dependencies. */
-export const DEPENDENCY_FILES = ["package.json", "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "requirements.txt", "poetry.lock", "uv.lock", "go.mod", "go.sum", "Cargo.lock"];
+export const DEPENDENCY_FILES = [
+  "package.json",
+  "package-lock.json",
+  "npm-shrinkwrap.json",
+  "yarn.lock",
+  "pnpm-lock.yaml",
+  "requirements.txt",
+  "poetry.lock",
+  "uv.lock",
+  "go.mod",
+  "go.sum",
+  "Cargo.lock",
+];
 
 /** npm's record of what a node_modules folder holds; read through the copy's node_modules link. */
 const INSTALLED_DEPENDENCIES = path.join("node_modules", ".package-lock.json");
@@ -43,12 +55,15 @@ const sha256 = (data: string | Buffer): string => createHash("sha256").update(da
 export function hashFiles(root: string, options: { capBytes?: number } = {}): Map<string, string> {
   const files = new Map<string, string>();
   const walk = (dir: string): void => {
-    const entries = readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const entries = readdirSync(dir, { withFileTypes: true }).sort((a, b) =>
+      a.name < b.name ? -1 : a.name > b.name ? 1 : 0,
+    );
     for (const entry of entries) {
       if (entry.name === ".git" || entry.name === "node_modules") continue;
       const full = path.join(dir, entry.name);
       if (entry.isDirectory()) walk(full);
-      else if (entry.isFile()) files.set(path.relative(root, full).split(path.sep).join("/"), hashFile(full, options.capBytes));
+      else if (entry.isFile())
+        files.set(path.relative(root, full).split(path.sep).join("/"), hashFile(full, options.capBytes));
     }
   };
   walk(root);
@@ -81,12 +96,16 @@ function packageRoot(file: string): string | undefined {
 /** A program or file outside the plugin's own tree: its content, or its package's when it was reached through node_modules. */
 function hashOutside(resolved: string): string {
   const real = realpathSync(resolved);
-  const throughNodeModules = resolved.split(path.sep).includes("node_modules") || real.split(path.sep).includes("node_modules");
+  const throughNodeModules =
+    resolved.split(path.sep).includes("node_modules") || real.split(path.sep).includes("node_modules");
   const root = throughNodeModules ? packageRoot(real) : undefined;
   if (!root) return `file ${hashFile(real, MAX_HASHED_FILE_BYTES)}`;
   let id = path.basename(root);
   try {
-    const pkg = JSON.parse(readFileSync(path.join(root, "package.json"), "utf8")) as { name?: string; version?: string };
+    const pkg = JSON.parse(readFileSync(path.join(root, "package.json"), "utf8")) as {
+      name?: string;
+      version?: string;
+    };
     id = `${pkg.name ?? id}@${pkg.version ?? "0.0.0"}`;
   } catch {
     // An unreadable package.json still hashes with the package's files.
@@ -99,7 +118,10 @@ function hashOutside(resolved: string): string {
  * plugin) are the plugin's own definitions — its manifest, agents, graphs and
  * instructions — which are hashed with each agent, not with the harness.
  */
-export function harnessFingerprint(options: { harness: ResolvedHarness; definitionFiles: Iterable<string> }): HarnessFingerprint {
+export function harnessFingerprint(options: {
+  harness: ResolvedHarness;
+  definitionFiles: Iterable<string>;
+}): HarnessFingerprint {
   const root = options.harness.pluginPath;
   const tree = hashFiles(root);
   const claimed = new Set<string>(options.definitionFiles);
@@ -118,7 +140,8 @@ export function harnessFingerprint(options: { harness: ResolvedHarness; definiti
     if (inTree) {
       const inside = [...tree].filter(([file]) => file === rel || rel === "" || file.startsWith(`${rel}/`));
       for (const [file] of inside) claimed.add(file);
-      command[arg] = inside.length === 1 && inside[0]![0] === rel ? `file ${inside[0]![1]}` : `folder ${digest(inside)}`;
+      command[arg] =
+        inside.length === 1 && inside[0]![0] === rel ? `file ${inside[0]![1]}` : `folder ${digest(inside)}`;
     } else if (statSync(target).isFile()) {
       command[arg] = hashOutside(target);
     }
@@ -133,7 +156,12 @@ export function harnessFingerprint(options: { harness: ResolvedHarness; definiti
   }
   const installed = path.join(root, INSTALLED_DEPENDENCIES);
   if (existsSync(installed)) dependencies[INSTALLED_DEPENDENCIES.split(path.sep).join("/")] = hashFile(installed);
-  return { command, dependencies, files: digest([...tree].filter(([file]) => !claimed.has(file))), apart: [...claimed].filter((f) => tree.has(f)).sort() };
+  return {
+    command,
+    dependencies,
+    files: digest([...tree].filter(([file]) => !claimed.has(file))),
+    apart: [...claimed].filter((f) => tree.has(f)).sort(),
+  };
 }
 
 function changedKeys(before: Record<string, string>, after: Record<string, string>): string[] {
@@ -149,7 +177,10 @@ function listed(names: string[]): string {
  * version recorded, in words: "harness fake's command file harness.mjs
  * changed". The other files are named when both copies are still on disk.
  */
-export function fingerprintChanges(options: { harness: FingerprintedHarness; previous: FingerprintedHarness }): string[] {
+export function fingerprintChanges(options: {
+  harness: FingerprintedHarness;
+  previous: FingerprintedHarness;
+}): string[] {
   const { harness, previous } = options;
   const before = previous.fingerprint;
   const after = harness.fingerprint;
@@ -159,7 +190,9 @@ export function fingerprintChanges(options: { harness: FingerprintedHarness; pre
   const reasons: string[] = [];
   for (const arg of changedKeys(before.command, after.command)) {
     const kind = after.command[arg]?.startsWith("package ") ? "package" : "file";
-    reasons.push(`harness ${name}'s command ${kind} ${arg} ${arg in after.command ? (arg in before.command ? "changed" : "is new") : "is gone"}`);
+    reasons.push(
+      `harness ${name}'s command ${kind} ${arg} ${arg in after.command ? (arg in before.command ? "changed" : "is new") : "is gone"}`,
+    );
   }
   const deps = changedKeys(before.dependencies, after.dependencies);
   if (deps.length > 0) reasons.push(`plugin ${harness.plugin}'s dependencies changed (${listed(deps)})`);

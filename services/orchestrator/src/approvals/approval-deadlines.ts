@@ -10,7 +10,10 @@ import type { AgentVersionRecord, JobRecord, PermissionRecord } from "../store/j
 const MAX_TIMER_MS = 2_147_483_647;
 
 /** The deadline of a call that waits for a person, or undefined when it may wait for ever. */
-export function approvalDeadline(agent: AgentVersionRecord, p: Pick<PermissionRecord, "requestedAt" | "needsPerson">): Date | undefined {
+export function approvalDeadline(
+  agent: AgentVersionRecord,
+  p: Pick<PermissionRecord, "requestedAt" | "needsPerson">,
+): Date | undefined {
   const timeout = agent.definition.approvals?.timeout;
   if (!p.needsPerson || !timeout) return undefined;
   return new Date(p.requestedAt.getTime() + parseDuration(timeout));
@@ -32,7 +35,12 @@ export interface Answerer {
  * undefined when they may. The API's role check (approver) comes first; these
  * are the agent's own rules on top.
  */
-export function answerRefusal(options: { agent: AgentVersionRecord | undefined; job: Pick<JobRecord, "agentName" | "startedBy">; callId: string; answerer: Answerer }): string | undefined {
+export function answerRefusal(options: {
+  agent: AgentVersionRecord | undefined;
+  job: Pick<JobRecord, "agentName" | "startedBy">;
+  callId: string;
+  answerer: Answerer;
+}): string | undefined {
   const { agent, job, callId, answerer } = options;
   const approvers = agent ? approversOf(agent) : [];
   if (approvers.length > 0 && !approvers.includes(answerer.id) && !answerer.groups.some((g) => approvers.includes(g))) {
@@ -49,7 +57,10 @@ export class ApprovalDeadlines {
   readonly #onDeadline: (jobId: string, permissionId: string) => Promise<void>;
   readonly #onError: (error: unknown) => void;
 
-  constructor(options: { onDeadline: (jobId: string, permissionId: string) => Promise<void>; onError: (error: unknown) => void }) {
+  constructor(options: {
+    onDeadline: (jobId: string, permissionId: string) => Promise<void>;
+    onError: (error: unknown) => void;
+  }) {
     this.#onDeadline = options.onDeadline;
     this.#onError = options.onError;
   }

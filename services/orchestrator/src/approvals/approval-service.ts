@@ -10,7 +10,11 @@
 // declares permissions ran only what it was allowed.
 import type { JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
 import { create } from "@bufbuild/protobuf";
-import { PermissionAnswer_Outcome, PermissionAnswerSchema, type SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import {
+  PermissionAnswer_Outcome,
+  PermissionAnswerSchema,
+  type SessionEvent,
+} from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { Decider } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { Logger } from "@oz0/serving";
 import { asBystander, type JobOwnership } from "../cluster/job-ownership.js";
@@ -22,7 +26,16 @@ import { failedPrecondition, invalidArgument, notFound, permissionDenied } from 
 import type { PermissionPolicy, PolicyDecision } from "../policy/permission-policy.js";
 import { toolResultViolation, type ToolResultSeen } from "../policy/tool-call-audit.js";
 import type { LifecycleSink } from "../sessions/session-runner.js";
-import { isTerminal, type AgentVersionRecord, type DeciderName, type JobPatch, type JobRecord, type JobStore, type JsonObject, type PermissionRecord } from "../store/job-store.js";
+import {
+  isTerminal,
+  type AgentVersionRecord,
+  type DeciderName,
+  type JobPatch,
+  type JobRecord,
+  type JobStore,
+  type JsonObject,
+  type PermissionRecord,
+} from "../store/job-store.js";
 import { answerRefusal, approvalDeadline, ApprovalDeadlines, type Answerer } from "./approval-deadlines.js";
 
 const DECIDER_TO_PROTO: Record<DeciderName, Decider> = {
@@ -104,7 +117,13 @@ export class ApprovalService {
    * `offered`: a tool the runtime offered this session itself, allowed
    * without the policy.
    */
-  async decide(o: { job: JobRecord; active: ActiveJob; event: SessionEvent; patch: JobPatch; offered: boolean }): Promise<void> {
+  async decide(o: {
+    job: JobRecord;
+    active: ActiveJob;
+    event: SessionEvent;
+    patch: JobPatch;
+    offered: boolean;
+  }): Promise<void> {
     const { job, event, patch } = o;
     if (event.event.case !== "permissionRequest") return;
     const request = event.event.value;
@@ -115,15 +134,15 @@ export class ApprovalService {
       : o.offered
         ? { kind: "allow", decider: "runtime", reason: "a tool the runtime offered this session" }
         : await this.#o.policy.decide({
-          jobId: job.id,
-          sessionId: job.sessionId,
-          agent: o.active.agent,
-          id: request.id,
-          tool: request.tool,
-          ...(input ? { input } : {}),
-          title: request.title,
-          callId: request.callId,
-        });
+            jobId: job.id,
+            sessionId: job.sessionId,
+            agent: o.active.agent,
+            id: request.id,
+            tool: request.tool,
+            ...(input ? { input } : {}),
+            title: request.title,
+            callId: request.callId,
+          });
     const record: PermissionRecord = {
       jobId: job.id,
       id: request.id,
@@ -133,7 +152,14 @@ export class ApprovalService {
       ...(input ? { input } : {}),
       title: request.title,
       needsPerson: decision.kind === "ask",
-      status: decision.kind === "ask" ? "pending" : decision.kind === "allow" ? "approved" : cancelled ? "cancelled" : "denied",
+      status:
+        decision.kind === "ask"
+          ? "pending"
+          : decision.kind === "allow"
+            ? "approved"
+            : cancelled
+              ? "cancelled"
+              : "denied",
       reason: decision.reason,
       ...(decision.kind !== "ask" ? { decider: decision.decider, answeredAt: new Date() } : {}),
       answeredBy: "",
@@ -201,7 +227,9 @@ export class ApprovalService {
   /** Store a waiting call's answer, resume the job when nothing else waits, and write the answer to the session. */
   async #resolve(job: JobRecord, updated: PermissionRecord): Promise<void> {
     this.#deadlines.clear(job.id, updated.id);
-    const stillWaiting = (await this.#o.store.listPermissions({ jobId: job.id, pendingOnly: true })).filter((x) => x.id !== updated.id).length;
+    const stillWaiting = (await this.#o.store.listPermissions({ jobId: job.id, pendingOnly: true })).filter(
+      (x) => x.id !== updated.id,
+    ).length;
     const events: JobEventInit[] = [decisionEvent(updated)];
     const patch: JobPatch = {};
     if (!stillWaiting && job.state === "waiting") {
@@ -260,7 +288,8 @@ export class ApprovalService {
    * refuses an answer its harness already has, which changes nothing.
    */
   async redeliver(jobId: string): Promise<void> {
-    for (const p of await this.#o.store.listPermissions({ jobId })) if (p.status !== "pending") await this.deliver(jobId, p);
+    for (const p of await this.#o.store.listPermissions({ jobId }))
+      if (p.status !== "pending") await this.deliver(jobId, p);
   }
 
   /** A waiting call of a job this replica works on was answered at another replica: write the answer to the session. */
@@ -277,14 +306,17 @@ export class ApprovalService {
   /** Deliver every decided, undelivered answer of the jobs this replica works on (notices may have been missed). */
   async deliverUndelivered(): Promise<void> {
     for (const jobId of this.#o.active.ids()) {
-      for (const p of await this.#o.store.listPermissions({ jobId, undeliveredOnly: true })) await this.deliverAnswer({ jobId, permissionId: p.id });
+      for (const p of await this.#o.store.listPermissions({ jobId, undeliveredOnly: true }))
+        await this.deliverAnswer({ jobId, permissionId: p.id });
     }
   }
 
   /** A person's answer to a call that waits for approval. Idempotent for the same answer. */
   async answer(options: AnswerOptions): Promise<PermissionRecord> {
     try {
-      return await (this.#o.ownership.owns(options.jobId) ? this.#answer(options) : asBystander(() => this.#answer(options)));
+      return await (this.#o.ownership.owns(options.jobId)
+        ? this.#answer(options)
+        : asBystander(() => this.#answer(options)));
     } catch (error) {
       // The lease went to another replica just now, before this one noticed. The answer's one write was
       // refused, and nothing else was written: it is made again as the bystander this replica now is, and
@@ -299,17 +331,27 @@ export class ApprovalService {
       const job = await this.#o.store.getJob(options.jobId);
       if (!job) throw notFound(`job ${options.jobId} not found; list jobs with \`oz0 jobs list\``);
       const p = await this.#o.store.getPermission(options.jobId, options.callId);
-      if (!p) throw notFound(`job ${options.jobId} has no permission request ${options.callId}; see \`oz0 approvals list\``);
-      if (!p.needsPerson) throw failedPrecondition(`call ${p.id} was decided by the ${p.decider ?? "policy"} (${p.status}); it does not wait for a person`);
+      if (!p)
+        throw notFound(`job ${options.jobId} has no permission request ${options.callId}; see \`oz0 approvals list\``);
+      if (!p.needsPerson)
+        throw failedPrecondition(
+          `call ${p.id} was decided by the ${p.decider ?? "policy"} (${p.status}); it does not wait for a person`,
+        );
       if (p.status !== "pending") {
         if ((p.status === "approved" && options.allow) || (p.status === "denied" && !options.allow)) return p;
         if (p.status === "cancelled" || p.status === "timed_out") {
-          throw failedPrecondition(`call ${p.id} is ${p.status === "cancelled" ? "cancelled" : "timed out"}: the answer came too late and was not used`);
+          throw failedPrecondition(
+            `call ${p.id} is ${p.status === "cancelled" ? "cancelled" : "timed out"}: the answer came too late and was not used`,
+          );
         }
-        throw failedPrecondition(`call ${p.id} was already ${p.status} by ${p.answeredBy || "someone"}; a different answer is refused`);
+        throw failedPrecondition(
+          `call ${p.id} was already ${p.status} by ${p.answeredBy || "someone"}; a different answer is refused`,
+        );
       }
-      if (!options.allow && !options.reason) throw invalidArgument("a denial needs a reason (it is shown to the model): pass --reason TEXT");
-      const agent = this.#o.active.get(job.id)?.agent ?? (await this.#o.store.getAgentVersion(job.agentName, job.agentVersion));
+      if (!options.allow && !options.reason)
+        throw invalidArgument("a denial needs a reason (it is shown to the model): pass --reason TEXT");
+      const agent =
+        this.#o.active.get(job.id)?.agent ?? (await this.#o.store.getAgentVersion(job.agentName, job.agentVersion));
       const refusal = answerRefusal({ agent, job, callId: p.id, answerer: options.answeredBy });
       if (refusal) throw permissionDenied(refusal);
       const updated: PermissionRecord = {
@@ -330,7 +372,14 @@ export class ApprovalService {
   /** A cancel, under the job's lock: its waiting calls end cancelled, recorded with `patch` (the cancel itself), and the session is told. */
   async cancelWaiting(jobId: string, patch: JobPatch): Promise<void> {
     const pending = await this.#o.store.listPermissions({ jobId, pendingOnly: true });
-    const cancelled = pending.map((p): PermissionRecord => ({ ...p, status: "cancelled", decider: "runtime", reason: "the job was cancelled", answeredAt: new Date(), delivered: false }));
+    const cancelled = pending.map((p): PermissionRecord => ({
+      ...p,
+      status: "cancelled",
+      decider: "runtime",
+      reason: "the job was cancelled",
+      answeredAt: new Date(),
+      delivered: false,
+    }));
     await this.#append(jobId, cancelled.map(decisionEvent), { job: patch, permissions: cancelled });
     for (const p of cancelled) {
       this.#deadlines.clear(jobId, p.id);
@@ -341,7 +390,14 @@ export class ApprovalService {
   /** The job ends: its calls still waiting can never be answered now. Their records and events, for the job's last step. */
   async closeWaiting(jobId: string): Promise<{ permissions: PermissionRecord[]; events: JobEventInit[] }> {
     const pending = await this.#o.store.listPermissions({ jobId, pendingOnly: true });
-    const closed = pending.map((p): PermissionRecord => ({ ...p, status: "cancelled", decider: "runtime", reason: "the job ended", answeredAt: new Date(), delivered: true }));
+    const closed = pending.map((p): PermissionRecord => ({
+      ...p,
+      status: "cancelled",
+      decider: "runtime",
+      reason: "the job ended",
+      answeredAt: new Date(),
+      delivered: true,
+    }));
     for (const p of closed) this.#deadlines.clear(jobId, p.id);
     return { permissions: closed, events: closed.map(decisionEvent) };
   }
@@ -353,7 +409,9 @@ export class ApprovalService {
    */
   async audit(jobId: string, active: ActiveJob, result: ToolResultSeen): Promise<string | undefined> {
     if (!active.agent.harness.manifest.permissions || active.violation) return undefined;
-    const permission = (await this.#o.store.listPermissions({ jobId })).find((p) => p.callId === result.callId || p.id === result.callId);
+    const permission = (await this.#o.store.listPermissions({ jobId })).find(
+      (p) => p.callId === result.callId || p.id === result.callId,
+    );
     const violation = toolResultViolation({ result, permission, harness: active.agent.harness.manifest.name });
     if (!violation) return undefined;
     active.violation = violation;

@@ -51,7 +51,9 @@ class LineQueue {
 
 /** How many terminal rows `text` takes on a terminal `columns` wide (the cursor ends on the last). */
 export function rowsOf(text: string, columns: number): number {
-  return text.split("\n").reduce((rows, line) => rows + Math.max(1, Math.ceil([...line].length / Math.max(columns, 1))), 0);
+  return text
+    .split("\n")
+    .reduce((rows, line) => rows + Math.max(1, Math.ceil([...line].length / Math.max(columns, 1))), 0);
 }
 
 /**
@@ -118,7 +120,12 @@ export async function promptForAnswer(options: {
         if (text === undefined) return { allow: false, reason: "nobody answered at the terminal (its input ended)" };
         try {
           const edited = JSON.parse(text) as unknown;
-          if (edited !== null && typeof edited === "object" && !Array.isArray(edited)) return { allow: true, input: edited as JsonObject, reason: "approved with an edited input at the terminal" };
+          if (edited !== null && typeof edited === "object" && !Array.isArray(edited))
+            return {
+              allow: true,
+              input: edited as JsonObject,
+              reason: "approved with an edited input at the terminal",
+            };
         } catch {
           // Falls through to the message below.
         }

@@ -49,7 +49,9 @@ export async function runCommand(options: {
     return abs;
   });
   if (options.detach && conn.mode === "embedded") {
-    throw new CliError("--detach needs a running orchestrator (the embedded stack stops with the command): start `oz0 dev` in another terminal, or set OZ0_URL");
+    throw new CliError(
+      "--detach needs a running orchestrator (the embedded stack stops with the command): start `oz0 dev` in another terminal, or set OZ0_URL",
+    );
   }
   for (const note of conn.notes) if (!options.json) io.err.write(`oz0: ${note}\n`);
   const { job } = await conn.clients.jobs.runAgent({ agent: options.agent, input: options.input, attachments });
@@ -69,27 +71,48 @@ export async function runCommand(options: {
 }
 
 function jobLine(job: Job): string {
-  const created = job.createdAt ? new Date(Number(job.createdAt.seconds) * 1000).toISOString().replace("T", " ").slice(0, 19) : "";
+  const created = job.createdAt
+    ? new Date(Number(job.createdAt.seconds) * 1000).toISOString().replace("T", " ").slice(0, 19)
+    : "";
   return `${job.id}  ${stateName(job.state).padEnd(9)}  ${`${job.agent?.name} v${job.agent?.version}`.padEnd(20)}  ${created}  ${job.input.replace(/\s+/g, " ").slice(0, 50)}`;
 }
 
-export async function jobsList(options: { conn: Connection; json: boolean; limit: number; state?: string; agent?: string; io: Output }): Promise<number> {
+export async function jobsList(options: {
+  conn: Connection;
+  json: boolean;
+  limit: number;
+  state?: string;
+  agent?: string;
+  io: Output;
+}): Promise<number> {
   let state = JobState.UNSPECIFIED;
   if (options.state) {
     const found = JobState[options.state.toUpperCase() as keyof typeof JobState] as JobState | undefined;
     if (found === undefined || found === JobState.UNSPECIFIED) {
-      throw new CliError(`unknown state ${options.state}: use pending, running, waiting, succeeded, failed or cancelled`, EXIT.usage);
+      throw new CliError(
+        `unknown state ${options.state}: use pending, running, waiting, succeeded, failed or cancelled`,
+        EXIT.usage,
+      );
     }
     state = found;
   }
-  const { jobs } = await options.conn.clients.jobs.listJobs({ limit: options.limit, state, agent: options.agent ?? "" });
+  const { jobs } = await options.conn.clients.jobs.listJobs({
+    limit: options.limit,
+    state,
+    agent: options.agent ?? "",
+  });
   if (options.json) for (const job of jobs) options.io.out.write(`${JSON.stringify(toJson(JobSchema, job))}\n`);
-  else if (jobs.length === 0) options.io.out.write("no jobs yet: start one with `oz0 run AGENT \"INPUT\"`\n");
+  else if (jobs.length === 0) options.io.out.write('no jobs yet: start one with `oz0 run AGENT "INPUT"`\n');
   else for (const job of jobs) options.io.out.write(`${jobLine(job)}\n`);
   return EXIT.ok;
 }
 
-export async function jobsShow(options: { conn: Connection; jobId: string; json: boolean; io: Output }): Promise<number> {
+export async function jobsShow(options: {
+  conn: Connection;
+  jobId: string;
+  json: boolean;
+  io: Output;
+}): Promise<number> {
   const { job } = await options.conn.clients.jobs.getJob({ jobId: options.jobId });
   if (!job) throw new CliError(`job ${options.jobId} not found`);
   if (options.json) {
@@ -105,13 +128,25 @@ export async function jobsShow(options: { conn: Connection; jobId: string; json:
   return EXIT.ok;
 }
 
-export async function jobsCancel(options: { conn: Connection; jobId: string; reason?: string; io: Output }): Promise<number> {
+export async function jobsCancel(options: {
+  conn: Connection;
+  jobId: string;
+  reason?: string;
+  io: Output;
+}): Promise<number> {
   const { job } = await options.conn.clients.jobs.cancelJob({ jobId: options.jobId, reason: options.reason ?? "" });
-  options.io.out.write(`job ${options.jobId}: ${job && TERMINAL.has(job.state) ? stateName(job.state) : "cancelling"}\n`);
+  options.io.out.write(
+    `job ${options.jobId}: ${job && TERMINAL.has(job.state) ? stateName(job.state) : "cancelling"}\n`,
+  );
   return EXIT.ok;
 }
 
-export async function jobUsage(options: { conn: Connection; jobId: string; json: boolean; io: Output }): Promise<number> {
+export async function jobUsage(options: {
+  conn: Connection;
+  jobId: string;
+  json: boolean;
+  io: Output;
+}): Promise<number> {
   const response = await options.conn.clients.jobs.getJobUsage({ jobId: options.jobId });
   const usage = response.usage;
   if (!usage) throw new CliError(`no usage recorded for job ${options.jobId}`);
@@ -128,7 +163,9 @@ export async function jobUsage(options: { conn: Connection; jobId: string; json:
     `${String(u?.cacheReadTokens ?? 0).padStart(7)} cache-read ${String(u?.cacheWriteTokens ?? 0).padStart(7)} cache-write  ${costText(u)}`;
   // A graph run: each job it ran, then the sums.
   for (const step of response.steps) {
-    options.io.out.write(`${line(`step ${step.step}`, step.usage)}  ${step.jobId} (${step.agent?.name ?? "?"} v${step.agent?.version ?? "?"})\n`);
+    options.io.out.write(
+      `${line(`step ${step.step}`, step.usage)}  ${step.jobId} (${step.agent?.name ?? "?"} v${step.agent?.version ?? "?"})\n`,
+    );
   }
   for (const a of usage.agents) options.io.out.write(`${line(`agent ${a.agent}`, a.usage)}\n`);
   options.io.out.write(`${line(`${response.steps.length > 0 ? "graph run" : "job"} ${options.jobId}`, usage.total)}\n`);
@@ -141,7 +178,12 @@ export async function jobUsage(options: { conn: Connection; jobId: string; json:
  * the text on stdout as written, and on stderr which session it comes from
  * and how much of it was not kept.
  */
-export async function jobsLogs(options: { conn: Connection; jobId: string; json: boolean; io: Output }): Promise<number> {
+export async function jobsLogs(options: {
+  conn: Connection;
+  jobId: string;
+  json: boolean;
+  io: Output;
+}): Promise<number> {
   const { io } = options;
   let session: string | undefined;
   let endsLine = true;
@@ -162,12 +204,20 @@ export async function jobsLogs(options: { conn: Connection; jobId: string; json:
     io.out.write(piece.text);
     endsLine = piece.text.endsWith("\n");
   }
-  if (session === undefined && !options.json) io.err.write(`oz0: job ${options.jobId} has no harness stderr: its harness wrote none, or no session of it has started\n`);
+  if (session === undefined && !options.json)
+    io.err.write(
+      `oz0: job ${options.jobId} has no harness stderr: its harness wrote none, or no session of it has started\n`,
+    );
   return EXIT.ok;
 }
 
 /** The job's transcript (GetJobTranscript) as readable rows, or as the API's JSON with `--json`. */
-export async function jobsTranscript(options: { conn: Connection; jobId: string; json: boolean; io: Output }): Promise<number> {
+export async function jobsTranscript(options: {
+  conn: Connection;
+  jobId: string;
+  json: boolean;
+  io: Output;
+}): Promise<number> {
   const { transcript } = await options.conn.clients.jobs.getJobTranscript({ jobId: options.jobId });
   if (!transcript) throw new CliError(`the orchestrator returned no transcript for job ${options.jobId}`);
   if (options.json) {
@@ -176,15 +226,26 @@ export async function jobsTranscript(options: { conn: Connection; jobId: string;
   }
   if (transcript.rows.length === 0) {
     // Events reach the events service a moment after they happen.
-    options.io.out.write(`job ${options.jobId} has no public events yet; they reach the events service shortly after they happen: run this again\n`);
+    options.io.out.write(
+      `job ${options.jobId} has no public events yet; they reach the events service shortly after they happen: run this again\n`,
+    );
     return EXIT.ok;
   }
   for (const line of transcriptRows(transcript)) options.io.out.write(`${line}\n`);
   return EXIT.ok;
 }
 
-export async function jobsArtifacts(options: { conn: Connection; jobId: string; out?: string; json: boolean; io: Output }): Promise<number> {
-  const { artifacts, contents } = await options.conn.clients.jobs.getArtifacts({ jobId: options.jobId, includeContent: Boolean(options.out) });
+export async function jobsArtifacts(options: {
+  conn: Connection;
+  jobId: string;
+  out?: string;
+  json: boolean;
+  io: Output;
+}): Promise<number> {
+  const { artifacts, contents } = await options.conn.clients.jobs.getArtifacts({
+    jobId: options.jobId,
+    includeContent: Boolean(options.out),
+  });
   if (artifacts.length === 0) {
     options.io.out.write(`job ${options.jobId} has no artifacts\n`);
     return EXIT.ok;
@@ -196,7 +257,11 @@ export async function jobsArtifacts(options: { conn: Connection; jobId: string; 
       where = path.join(options.out, a.name);
       writeFileSync(where, contents[i] ?? new Uint8Array());
     }
-    options.io.out.write(options.json ? `${JSON.stringify({ name: a.name, path: where, sizeBytes: Number(a.sizeBytes), mediaType: a.mediaType })}\n` : `${where}\n`);
+    options.io.out.write(
+      options.json
+        ? `${JSON.stringify({ name: a.name, path: where, sizeBytes: Number(a.sizeBytes), mediaType: a.mediaType })}\n`
+        : `${where}\n`,
+    );
   });
   return EXIT.ok;
 }
@@ -204,23 +269,41 @@ export async function jobsArtifacts(options: { conn: Connection; jobId: string; 
 export async function agentsList(options: { conn: Connection; json: boolean; io: Output }): Promise<number> {
   const { agents } = await options.conn.clients.agents.listAgents({});
   if (options.json) for (const a of agents) options.io.out.write(`${JSON.stringify(toJson(AgentVersionSchema, a))}\n`);
-  else if (agents.length === 0) options.io.out.write("no agents yet: install a plugin with `oz0 plugin install <git url|path>`\n");
-  else for (const a of agents) options.io.out.write(`${a.name.padEnd(20)} v${String(a.version).padEnd(4)} ${a.runtime.padEnd(28)} ${a.description}\n`);
+  else if (agents.length === 0)
+    options.io.out.write("no agents yet: install a plugin with `oz0 plugin install <git url|path>`\n");
+  else
+    for (const a of agents)
+      options.io.out.write(
+        `${a.name.padEnd(20)} v${String(a.version).padEnd(4)} ${a.runtime.padEnd(28)} ${a.description}\n`,
+      );
   return EXIT.ok;
 }
 
-export async function agentsVersions(options: { conn: Connection; name: string; json: boolean; io: Output }): Promise<number> {
+export async function agentsVersions(options: {
+  conn: Connection;
+  name: string;
+  json: boolean;
+  io: Output;
+}): Promise<number> {
   const { versions } = await options.conn.clients.agents.listAgentVersions({ name: options.name });
   for (const a of versions) {
     const published = a.publishedAt ? new Date(Number(a.publishedAt.seconds) * 1000).toISOString() : "";
     options.io.out.write(
-      options.json ? `${JSON.stringify(toJson(AgentVersionSchema, a))}\n` : `v${a.version}  ${published}  ${a.contentHash.slice(0, 19)}  plugin ${a.plugin} ${a.pluginVersion}\n`,
+      options.json
+        ? `${JSON.stringify(toJson(AgentVersionSchema, a))}\n`
+        : `v${a.version}  ${published}  ${a.contentHash.slice(0, 19)}  plugin ${a.plugin} ${a.pluginVersion}\n`,
     );
   }
   return EXIT.ok;
 }
 
-export async function agentsShow(options: { conn: Connection; name: string; version?: number; json: boolean; io: Output }): Promise<number> {
+export async function agentsShow(options: {
+  conn: Connection;
+  name: string;
+  version?: number;
+  json: boolean;
+  io: Output;
+}): Promise<number> {
   const { agent } = await options.conn.clients.agents.getAgent({ name: options.name, version: options.version ?? 0 });
   if (!agent) throw new CliError(`unknown agent ${options.name}`);
   if (options.json) {
@@ -229,28 +312,43 @@ export async function agentsShow(options: { conn: Connection; name: string; vers
     const definition = { ...(agent.definition as JsonObject | undefined) };
     const instructions = definition.instructions_text;
     delete definition.instructions_text;
-    options.io.out.write(`# ${agent.name} v${agent.version} (${agent.contentHash}), plugin ${agent.plugin} ${agent.pluginVersion}\n`);
+    options.io.out.write(
+      `# ${agent.name} v${agent.version} (${agent.contentHash}), plugin ${agent.plugin} ${agent.pluginVersion}\n`,
+    );
     options.io.out.write(stringify(definition));
-    if (typeof instructions === "string") options.io.out.write(`# instructions (${String(definition.instructions)}):\n${instructions.replace(/^/gm, "#   ")}\n`);
+    if (typeof instructions === "string")
+      options.io.out.write(
+        `# instructions (${String(definition.instructions)}):\n${instructions.replace(/^/gm, "#   ")}\n`,
+      );
   }
   return EXIT.ok;
 }
 
-export async function pluginInstall(options: { conn: Connection; source: string; json: boolean; io: Output }): Promise<number> {
+export async function pluginInstall(options: {
+  conn: Connection;
+  source: string;
+  json: boolean;
+  io: Output;
+}): Promise<number> {
   const local = path.resolve(options.source);
   const source = existsSync(local) ? local : options.source;
   const { plugin, published, reasons } = await options.conn.clients.plugins.installPlugin({ source });
   if (!plugin) throw new CliError("the orchestrator returned no plugin");
   const why = (name: string): string[] => reasons.find((r) => r.agent === name)?.reasons ?? [];
   if (options.json) {
-    options.io.out.write(`${JSON.stringify({ plugin: toJson(PluginSchema, plugin), published: published.map((p) => ({ name: p.name, version: p.version, reasons: why(p.name) })) })}\n`);
+    options.io.out.write(
+      `${JSON.stringify({ plugin: toJson(PluginSchema, plugin), published: published.map((p) => ({ name: p.name, version: p.version, reasons: why(p.name) })) })}\n`,
+    );
   } else {
     options.io.out.write(`installed plugin ${plugin.name} ${plugin.version} from ${options.source}\n`);
     for (const p of published) {
       const because = why(p.name);
-      options.io.out.write(`  published agent ${p.name} v${p.version}${because.length > 0 ? `: ${because.join("; ")}` : ""}\n`);
+      options.io.out.write(
+        `  published agent ${p.name} v${p.version}${because.length > 0 ? `: ${because.join("; ")}` : ""}\n`,
+      );
     }
-    if (published.length === 0 && plugin.agents.length > 0) options.io.out.write("  no agent changed: every agent keeps its version\n");
+    if (published.length === 0 && plugin.agents.length > 0)
+      options.io.out.write("  no agent changed: every agent keeps its version\n");
   }
   return EXIT.ok;
 }
@@ -258,46 +356,80 @@ export async function pluginInstall(options: { conn: Connection; source: string;
 export async function pluginList(options: { conn: Connection; json: boolean; io: Output }): Promise<number> {
   const { plugins } = await options.conn.clients.plugins.listPlugins({});
   if (options.json) for (const p of plugins) options.io.out.write(`${JSON.stringify(toJson(PluginSchema, p))}\n`);
-  else if (plugins.length === 0) options.io.out.write("no plugins installed: install one with `oz0 plugin install <git url|path>`\n");
+  else if (plugins.length === 0)
+    options.io.out.write("no plugins installed: install one with `oz0 plugin install <git url|path>`\n");
   else
     for (const p of plugins) {
-      options.io.out.write(`${p.name.padEnd(20)} ${p.version.padEnd(10)} harnesses: ${p.harnesses.map((h) => h.name).join(", ") || "-"}  agents: ${p.agents.length}  (${p.source})\n`);
+      options.io.out.write(
+        `${p.name.padEnd(20)} ${p.version.padEnd(10)} harnesses: ${p.harnesses.map((h) => h.name).join(", ") || "-"}  agents: ${p.agents.length}  (${p.source})\n`,
+      );
     }
   return EXIT.ok;
 }
 
 export async function secretSet(options: { conn: Connection; name: string; io: Output }): Promise<number> {
-  if (process.stdin.isTTY) options.io.err.write(`oz0: type the value of ${options.name}, then Ctrl-D (it is not echoed back later)\n`);
+  if (process.stdin.isTTY)
+    options.io.err.write(`oz0: type the value of ${options.name}, then Ctrl-D (it is not echoed back later)\n`);
   const chunks: Buffer[] = [];
   for await (const chunk of process.stdin) chunks.push(Buffer.from(chunk as Buffer));
-  const value = Buffer.concat(chunks).toString("utf8").replace(/\r?\n$/, "");
-  if (!value) throw new CliError(`no value on stdin: pipe it in, for example printf %s "$${options.name}" | oz0 secret set ${options.name}`);
+  const value = Buffer.concat(chunks)
+    .toString("utf8")
+    .replace(/\r?\n$/, "");
+  if (!value)
+    throw new CliError(
+      `no value on stdin: pipe it in, for example printf %s "$${options.name}" | oz0 secret set ${options.name}`,
+    );
   await options.conn.clients.secrets.setSecret({ name: options.name, value });
   options.io.out.write(`secret ${options.name} set\n`);
   return EXIT.ok;
 }
 
-export async function approvalsList(options: { conn: Connection; jobId?: string; all: boolean; json: boolean; io: Output }): Promise<number> {
-  const { approvals } = await options.conn.clients.jobs.listApprovals({ jobId: options.jobId ?? "", includeAnswered: options.all });
+export async function approvalsList(options: {
+  conn: Connection;
+  jobId?: string;
+  all: boolean;
+  json: boolean;
+  io: Output;
+}): Promise<number> {
+  const { approvals } = await options.conn.clients.jobs.listApprovals({
+    jobId: options.jobId ?? "",
+    includeAnswered: options.all,
+  });
   if (options.json) for (const a of approvals) options.io.out.write(`${JSON.stringify(toJson(ApprovalSchema, a))}\n`);
   else if (approvals.length === 0) options.io.out.write("nothing waits for approval\n");
   else
     for (const a of approvals) {
-      const deadline = a.deadline ? `  (denied if unanswered by ${new Date(Number(a.deadline.seconds) * 1000).toISOString()})` : "";
-      options.io.out.write(`${a.jobId}  ${a.callId}  ${a.tool}  ${a.title || JSON.stringify(a.input ?? {})}${deadline}\n`);
+      const deadline = a.deadline
+        ? `  (denied if unanswered by ${new Date(Number(a.deadline.seconds) * 1000).toISOString()})`
+        : "";
+      options.io.out.write(
+        `${a.jobId}  ${a.callId}  ${a.tool}  ${a.title || JSON.stringify(a.input ?? {})}${deadline}\n`,
+      );
     }
   return EXIT.ok;
 }
 
-export async function answer(options: { conn: Connection; jobId: string; callId: string; allow: boolean; input?: string; reason?: string; io: Output }): Promise<number> {
+export async function answer(options: {
+  conn: Connection;
+  jobId: string;
+  callId: string;
+  allow: boolean;
+  input?: string;
+  reason?: string;
+  io: Output;
+}): Promise<number> {
   let input: JsonObject | undefined;
   if (options.input) {
     try {
       input = JSON.parse(options.input) as JsonObject;
     } catch {
-      throw new CliError(`--input is not valid JSON: pass an object, for example --input '{"command":"npm test"}'`, EXIT.usage);
+      throw new CliError(
+        `--input is not valid JSON: pass an object, for example --input '{"command":"npm test"}'`,
+        EXIT.usage,
+      );
     }
-    if (input === null || typeof input !== "object" || Array.isArray(input)) throw new CliError("--input must be a JSON object", EXIT.usage);
+    if (input === null || typeof input !== "object" || Array.isArray(input))
+      throw new CliError("--input must be a JSON object", EXIT.usage);
   }
   const { approval } = await options.conn.clients.jobs.answerPermission({
     jobId: options.jobId,
@@ -306,6 +438,8 @@ export async function answer(options: { conn: Connection; jobId: string; callId:
     ...(input ? { input } : {}),
     reason: options.reason ?? "",
   });
-  options.io.out.write(`call ${approval?.callId ?? options.callId} of job ${options.jobId} ${options.allow ? "approved" : "denied"}\n`);
+  options.io.out.write(
+    `call ${approval?.callId ?? options.callId} of job ${options.jobId} ${options.allow ? "approved" : "denied"}\n`,
+  );
   return EXIT.ok;
 }

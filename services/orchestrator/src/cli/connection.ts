@@ -58,7 +58,10 @@ export async function connect(options: {
   // A running stack keeps the model it was started with; OZ0_MODEL_SCRIPT is for stacks started here, so it alone is no error.
   const noScriptThere = (where: string): void => {
     if (options.modelScript) {
-      throw new CliError(`--model-script works only on a stack this command starts, but commands go to ${where}: start that stack with \`oz0 dev --model-script FILE\` instead`, EXIT.usage);
+      throw new CliError(
+        `--model-script works only on a stack this command starts, but commands go to ${where}: start that stack with \`oz0 dev --model-script FILE\` instead`,
+        EXIT.usage,
+      );
     }
   };
   if (fromEnv) {
@@ -68,7 +71,13 @@ export async function connect(options: {
   }
   if (login) {
     noScriptThere(`${login.url} (oz0 login)`);
-    return { url: login.url, mode: "login", clients: clientsFor(login.url, token ?? login.token), notes: [], close: async () => {} };
+    return {
+      url: login.url,
+      mode: "login",
+      clients: clientsFor(login.url, token ?? login.token),
+      notes: [],
+      close: async () => {},
+    };
   }
   const dev = readDiscovery(options.home);
   if (dev) {

@@ -45,7 +45,10 @@ export function readModelScript(file: string): ScriptedTurn[] {
     return readYamlDocument<ScriptedTurn[]>({ schema: "model-script", file: path.resolve(file), displayName: file });
   } catch (error) {
     if (!(error instanceof OrchestratorError)) throw error;
-    throw new CliError(`model script ${error.message}; the format is in sdk/harness-ts/README.md ("Model scripts")`, EXIT.usage);
+    throw new CliError(
+      `model script ${error.message}; the format is in sdk/harness-ts/README.md ("Model scripts")`,
+      EXIT.usage,
+    );
   }
 }
 
@@ -68,14 +71,23 @@ export function embeddedStackEnv(options: EmbeddedDefaultsOptions): EmbeddedDefa
   // Priced like a mid-size model, so budgets (harness.max_budget_usd) are enforced offline too.
   const prices = { "*": { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75 } };
   // Each session replays the script from its first turn, so scripted jobs can run side by side.
-  const scripted = (name: string): Record<string, unknown> => ({ name, kind: "scripted", prices, ...(script ? { script, scriptPerSession: true } : {}) });
-  writeFileSync(providersFile, `${JSON.stringify({ providers: [scripted("anthropic"), scripted("openai")] }, null, 2)}\n`);
+  const scripted = (name: string): Record<string, unknown> => ({
+    name,
+    kind: "scripted",
+    prices,
+    ...(script ? { script, scriptPerSession: true } : {}),
+  });
+  writeFileSync(
+    providersFile,
+    `${JSON.stringify({ providers: [scripted("anthropic"), scripted("openai")] }, null, 2)}\n`,
+  );
   env.OZ0_PROVIDERS_FILE = providersFile;
   return { env: { "llm-proxy": env }, scripted: true, notes: [scriptNote(options.modelScript, script)] };
 }
 
 function scriptNote(file: string | undefined, script: ScriptedTurn[] | undefined): string {
-  if (!file || !script) return "no provider key is configured (ANTHROPIC_API_KEY, OPENAI_API_KEY): model calls get the scripted model's canned reply";
+  if (!file || !script)
+    return "no provider key is configured (ANTHROPIC_API_KEY, OPENAI_API_KEY): model calls get the scripted model's canned reply";
   const answers = `the scripted model answers every model call from ${file} (${script.length} turn${script.length === 1 ? "" : "s"}, replayed from the first for each session)`;
   const keys = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"].filter((name) => process.env[name]);
   if (keys.length === 0) return answers;
@@ -83,7 +95,9 @@ function scriptNote(file: string | undefined, script: ScriptedTurn[] | undefined
 }
 
 /** Hand provider keys found in the environment to the stack's LLM proxy (through the orchestrator, write-only). */
-export async function applyEnvironmentKeys(setSecret: (s: { name: string; value: string }) => Promise<unknown>): Promise<string[]> {
+export async function applyEnvironmentKeys(
+  setSecret: (s: { name: string; value: string }) => Promise<unknown>,
+): Promise<string[]> {
   const set: string[] = [];
   for (const name of ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"]) {
     const value = process.env[name];

@@ -2,7 +2,14 @@
 import { toJson, toJsonString } from "@bufbuild/protobuf";
 import { timestampDate, ValueSchema, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { Decider, JobEventSchema, JobState, type GetJobUsageResponse, type Job, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import {
+  Decider,
+  JobEventSchema,
+  JobState,
+  type GetJobUsageResponse,
+  type Job,
+  type JobEvent,
+} from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { TextSink } from "./live-terminal.js";
 import { costText, durationText, NOMINAL_NOTE, tokensText } from "./usage-format.js";
 
@@ -15,7 +22,7 @@ export function stopReasonName(reason: StopReason): string {
 }
 
 function short(value: unknown, max = 160): string {
-  const text = typeof value === "string" ? value : JSON.stringify(value) ?? "";
+  const text = typeof value === "string" ? value : (JSON.stringify(value) ?? "");
   const one = text.replace(/\s+/g, " ").trim();
   return one.length > max ? `${one.slice(0, max - 1)}…` : one;
 }
@@ -24,9 +31,16 @@ function short(value: unknown, max = 160): string {
 export function toolOutput(value: Value | undefined, mark: string): string {
   const json = value ? toJson(ValueSchema, value) : "";
   const text = typeof json === "string" ? json : JSON.stringify(json);
-  const lines = text.split("\n").map((l) => l.trimEnd()).filter((l) => l.trim() !== "");
-  const shown = lines.length <= 10 ? lines : [...lines.slice(0, 2), `… (${lines.length - 10} more lines)`, ...lines.slice(-8)];
-  return shown.map((l, i) => `  ${i === 0 ? mark : " "} ${l.length > 200 ? `${l.slice(0, 199)}…` : l}`).join("\n") || `  ${mark}`;
+  const lines = text
+    .split("\n")
+    .map((l) => l.trimEnd())
+    .filter((l) => l.trim() !== "");
+  const shown =
+    lines.length <= 10 ? lines : [...lines.slice(0, 2), `… (${lines.length - 10} more lines)`, ...lines.slice(-8)];
+  return (
+    shown.map((l, i) => `  ${i === 0 ? mark : " "} ${l.length > 200 ? `${l.slice(0, 199)}…` : l}`).join("\n") ||
+    `  ${mark}`
+  );
 }
 
 export class EventPrinter {
@@ -71,13 +85,22 @@ export class EventPrinter {
         return;
       case "servedToolCall":
         // A tool the orchestrator answered itself, such as a graph manager's decision.
-        this.#line(`◆ ${e.value.tool}: ${short(e.value.input ?? {}, 120)}${e.value.error ? ` ✗ ${e.value.error}` : " ✓"}`);
+        this.#line(
+          `◆ ${e.value.tool}: ${short(e.value.input ?? {}, 120)}${e.value.error ? ` ✗ ${e.value.error}` : " ✓"}`,
+        );
         return;
       case "permissionDecision": {
         const d = e.value;
-        if (d.pending) this.#line(`? ${d.tool} waits for approval (call ${d.id}): oz0 approve ${event.jobId} ${d.id}   or   oz0 deny ${event.jobId} ${d.id} --reason TEXT`);
-        else if (!d.allow) this.#line(`  ✗ ${d.tool} denied${d.decider === Decider.PERSON && d.answeredBy ? ` by ${d.answeredBy}` : ""}: ${d.reason}`);
-        else if (d.decider === Decider.PERSON) this.#line(`  ✓ ${d.tool} approved${d.answeredBy ? ` by ${d.answeredBy}` : ""}`);
+        if (d.pending)
+          this.#line(
+            `? ${d.tool} waits for approval (call ${d.id}): oz0 approve ${event.jobId} ${d.id}   or   oz0 deny ${event.jobId} ${d.id} --reason TEXT`,
+          );
+        else if (!d.allow)
+          this.#line(
+            `  ✗ ${d.tool} denied${d.decider === Decider.PERSON && d.answeredBy ? ` by ${d.answeredBy}` : ""}: ${d.reason}`,
+          );
+        else if (d.decider === Decider.PERSON)
+          this.#line(`  ✓ ${d.tool} approved${d.answeredBy ? ` by ${d.answeredBy}` : ""}`);
         return;
       }
       case "result":
@@ -126,7 +149,9 @@ export function describeJob(job: Job, options: { usage?: GetJobUsageResponse | s
     `  state     ${stateName(job.state)}`,
   ];
   if (!ended && job.activity) {
-    const since = job.activity.since ? ` (for ${durationText((options.now ?? new Date()).getTime() - timestampDate(job.activity.since).getTime())})` : "";
+    const since = job.activity.since
+      ? ` (for ${durationText((options.now ?? new Date()).getTime() - timestampDate(job.activity.since).getTime())})`
+      : "";
     lines.push(`  now       ${job.activity.summary}${since}`);
   }
   lines.push(`  input     ${short(job.input, 200)}`, `  created   ${at(job.createdAt)}`);
@@ -135,17 +160,24 @@ export function describeJob(job: Job, options: { usage?: GetJobUsageResponse | s
   const from = job.startedAt ?? job.createdAt;
   if (from) {
     const to = job.finishedAt ? timestampDate(job.finishedAt) : (options.now ?? new Date());
-    lines.push(`  duration  ${durationText(to.getTime() - timestampDate(from).getTime())}${job.finishedAt ? "" : " so far"}${job.startedAt ? "" : " (since created; not started)"}`);
+    lines.push(
+      `  duration  ${durationText(to.getTime() - timestampDate(from).getTime())}${job.finishedAt ? "" : " so far"}${job.startedAt ? "" : " (since created; not started)"}`,
+    );
   }
   const usage = options.usage;
   if (typeof usage === "string") lines.push(`  cost      unknown: ${usage}`);
   else if (usage?.usage?.total) {
     const total = usage.usage.total;
-    const steps = usage.steps.length > 0 ? ` over ${usage.steps.length} step job${usage.steps.length === 1 ? "" : "s"}` : "";
-    lines.push(`  cost      ${costText(total)}: ${total.calls} model call${total.calls === 1n ? "" : "s"}${steps}, ${tokensText({ input: total.inputTokens, output: total.outputTokens })}`);
+    const steps =
+      usage.steps.length > 0 ? ` over ${usage.steps.length} step job${usage.steps.length === 1 ? "" : "s"}` : "";
+    lines.push(
+      `  cost      ${costText(total)}: ${total.calls} model call${total.calls === 1n ? "" : "s"}${steps}, ${tokensText({ input: total.inputTokens, output: total.outputTokens })}`,
+    );
     if (total.nominal) lines.push(`            (${NOMINAL_NOTE})`);
   }
-  lines.push(`  trace     ${job.traceId || "none: the orchestrator exported no trace for it (set OTEL_EXPORTER_OTLP_ENDPOINT to export traces)"}`);
+  lines.push(
+    `  trace     ${job.traceId || "none: the orchestrator exported no trace for it (set OTEL_EXPORTER_OTLP_ENDPOINT to export traces)"}`,
+  );
   if (job.sessionId) lines.push(`  session   ${job.sessionId}`);
   if (job.stopReason) lines.push(`  stop      ${stopReasonName(job.stopReason)}`);
   if (job.error) lines.push(`  error     ${job.error}`);

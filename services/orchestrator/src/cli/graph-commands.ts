@@ -7,20 +7,32 @@ import { CliError } from "./cli-error.js";
 import type { Output } from "./commands.js";
 import type { Connection } from "./connection.js";
 
-export async function graphShow(options: { conn: Connection; name: string; version?: number; mermaid: boolean; io: Output }): Promise<number> {
+export async function graphShow(options: {
+  conn: Connection;
+  name: string;
+  version?: number;
+  mermaid: boolean;
+  io: Output;
+}): Promise<number> {
   let agent;
   try {
     ({ agent } = await options.conn.clients.agents.getAgent({ name: options.name, version: options.version ?? 0 }));
   } catch (error) {
-    if (ConnectError.from(error).code === Code.NotFound) throw new CliError(`unknown graph "${options.name}"; install the plugin that declares it (graphs: in oz0-plugin.yaml) with \`oz0 plugin install\``);
+    if (ConnectError.from(error).code === Code.NotFound)
+      throw new CliError(
+        `unknown graph "${options.name}"; install the plugin that declares it (graphs: in oz0-plugin.yaml) with \`oz0 plugin install\``,
+      );
     throw error;
   }
-  if (!agent || agent.runtime !== "graph") throw new CliError(`${options.name} is an agent, not a graph; see \`oz0 agents show ${options.name}\``);
+  if (!agent || agent.runtime !== "graph")
+    throw new CliError(`${options.name} is an agent, not a graph; see \`oz0 agents show ${options.name}\``);
   const definition = parseDefinition(agent.definition ?? {});
   if (options.mermaid) {
     options.io.out.write(`${toMermaid(definition)}\n`);
   } else {
-    options.io.out.write(`${agent.name} v${agent.version} (plugin ${agent.plugin} ${agent.pluginVersion})\n${renderGraph(definition)}\n`);
+    options.io.out.write(
+      `${agent.name} v${agent.version} (plugin ${agent.plugin} ${agent.pluginVersion})\n${renderGraph(definition)}\n`,
+    );
   }
   return 0;
 }

@@ -44,7 +44,14 @@ function canPrompt(json: boolean): boolean {
 /** A dropped or refused connection (the orchestrator restarting), as opposed to an answer. */
 function isTransient(error: unknown): boolean {
   const err = ConnectError.from(error);
-  return ![Code.NotFound, Code.InvalidArgument, Code.FailedPrecondition, Code.PermissionDenied, Code.Unauthenticated, Code.Unimplemented].includes(err.code);
+  return ![
+    Code.NotFound,
+    Code.InvalidArgument,
+    Code.FailedPrecondition,
+    Code.PermissionDenied,
+    Code.Unauthenticated,
+    Code.Unimplemented,
+  ].includes(err.code);
 }
 
 /** The job's metered usage, asked again when something may have changed it (one request at a time). */
@@ -149,12 +156,28 @@ class ApprovalPrompts {
         if (abort.signal.aborted || !waiting) return;
         terminal.hold();
         held = true;
-        const answer = await promptForAnswer({ call, input: process.stdin, output: io.out, signal: abort.signal, erase: terminal.live });
+        const answer = await promptForAnswer({
+          call,
+          input: process.stdin,
+          output: io.out,
+          signal: abort.signal,
+          erase: terminal.live,
+        });
         if (!answer) return;
-        await conn.clients.jobs.answerPermission({ jobId, callId: call.id, allow: answer.allow, reason: answer.reason, ...(answer.input ? { input: answer.input } : {}) });
+        await conn.clients.jobs.answerPermission({
+          jobId,
+          callId: call.id,
+          allow: answer.allow,
+          reason: answer.reason,
+          ...(answer.input ? { input: answer.input } : {}),
+        });
       } catch (error) {
         // Answered elsewhere a moment before, or refused (not an approver here): say so and keep following.
-        terminal.around(() => io.err.write(`oz0: your answer to ${call.tool} (call ${call.id}) was not taken: ${describeError(error, conn.url)}\n`));
+        terminal.around(() =>
+          io.err.write(
+            `oz0: your answer to ${call.tool} (call ${call.id}) was not taken: ${describeError(error, conn.url)}\n`,
+          ),
+        );
       } finally {
         this.#active = undefined;
         if (held) terminal.release();
@@ -183,14 +206,22 @@ export async function followJob(options: {
   const tracker = new JobActivityTracker();
   const status = wantsStatusLine(io.out, { json: options.json });
   // The clock counts from the job's creation, also for a watch that joins late.
-  const created = status ? await conn.clients.jobs.getJob({ jobId }).then((r) => (r.job?.createdAt ? timestampDate(r.job.createdAt).getTime() : undefined), () => undefined) : undefined;
+  const created = status
+    ? await conn.clients.jobs.getJob({ jobId }).then(
+        (r) => (r.job?.createdAt ? timestampDate(r.job.createdAt).getTime() : undefined),
+        () => undefined,
+      )
+    : undefined;
   const since = created ?? Date.now();
   let approvers: string[] = [];
   let meter: UsageMeter | undefined;
   const render = (): string => {
     const now = Date.now();
     const activity = tracker.activity(approvers);
-    const doing = activity.since && now - timestampDate(activity.since).getTime() >= 1_000 ? `${activity.summary} (${clockText(now - timestampDate(activity.since).getTime())})` : activity.summary;
+    const doing =
+      activity.since && now - timestampDate(activity.since).getTime() >= 1_000
+        ? `${activity.summary} (${clockText(now - timestampDate(activity.since).getTime())})`
+        : activity.summary;
     const usage = meter?.usage;
     const tokens = usage ? { input: usage.inputTokens, output: usage.outputTokens } : tracker.tokens;
     const parts = [doing];
@@ -199,7 +230,11 @@ export async function followJob(options: {
     return `[${clockText(now - since)}] ${parts.join(" · ")}`;
   };
   const terminal = new LiveTerminal({ out: io.out, render: status ? render : undefined });
-  if (status) meter = new UsageMeter(async () => (await conn.clients.jobs.getJobUsage({ jobId })).usage?.total, () => terminal.refresh());
+  if (status)
+    meter = new UsageMeter(
+      async () => (await conn.clients.jobs.getJobUsage({ jobId })).usage?.total,
+      () => terminal.refresh(),
+    );
   meter?.refresh();
   const printer = new EventPrinter({ out: terminal, json: options.json });
   const prompts = canPrompt(options.json) ? new ApprovalPrompts({ conn, jobId, terminal, io }) : undefined;
@@ -235,7 +270,9 @@ export async function followJob(options: {
         printer.end();
         if (conn.mode === "embedded") {
           terminal.around(() =>
-            io.err.write("oz0: the job waits for a person, and this embedded stack stops with the command; run `oz0 dev` in another terminal to keep jobs alive between commands\n"),
+            io.err.write(
+              "oz0: the job waits for a person, and this embedded stack stops with the command; run `oz0 dev` in another terminal to keep jobs alive between commands\n",
+            ),
           );
         }
         return EXIT.waiting;
@@ -261,7 +298,8 @@ export async function followJob(options: {
       } catch (error) {
         if (conn.mode === "embedded" || !isTransient(error) || failures >= 30) throw error;
         failures += 1;
-        if (failures === 1 && !options.json) terminal.around(() => io.err.write(`oz0: lost the orchestrator at ${conn.url}; reconnecting…\n`));
+        if (failures === 1 && !options.json)
+          terminal.around(() => io.err.write(`oz0: lost the orchestrator at ${conn.url}; reconnecting…\n`));
         await new Promise((r) => setTimeout(r, 1_000));
       }
     }

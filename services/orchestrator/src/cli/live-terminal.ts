@@ -19,7 +19,10 @@ const RESET = "\x1b[0m";
 const MIN_REDRAW_MS = 100;
 
 /** Whether `out` gets a status line: a terminal that can redraw, and nobody asked for plain output. */
-export function wantsStatusLine(out: NodeJS.WritableStream, options: { json: boolean; env?: NodeJS.ProcessEnv }): boolean {
+export function wantsStatusLine(
+  out: NodeJS.WritableStream,
+  options: { json: boolean; env?: NodeJS.ProcessEnv },
+): boolean {
   const env = options.env ?? process.env;
   if (options.json || !(out as NodeJS.WriteStream).isTTY) return false;
   // NO_COLOR (https://no-color.org) asks for plain output; a dumb terminal cannot move the cursor.

@@ -42,7 +42,10 @@ let open: Connection | undefined;
 /** `oz0 dev` handles its own signals (it stops the stack in order). */
 let devRunning = false;
 
-async function withConnection(fn: (conn: Connection) => Promise<number>, options: { modelScript?: string | undefined } = {}): Promise<void> {
+async function withConnection(
+  fn: (conn: Connection) => Promise<number>,
+  options: { modelScript?: string | undefined } = {},
+): Promise<void> {
   const conn = await connect({ home, onEmbeddedStart: () => undefined, modelScript: options.modelScript });
   open = conn;
   target = conn.url;
@@ -61,7 +64,8 @@ const positiveInt = (value: string): number => {
   return n;
 };
 
-const MODEL_SCRIPT_HELP = "offline: the model answers every session from this script (JSON or YAML), even with a provider key; default $OZ0_MODEL_SCRIPT";
+const MODEL_SCRIPT_HELP =
+  "offline: the model answers every session from this script (JSON or YAML), even with a provider key; default $OZ0_MODEL_SCRIPT";
 
 const program = new Command()
   .name("oz0")
@@ -84,15 +88,39 @@ program
   .description("run an agent and stream its text and tool calls live")
   .argument("<agent>", "the agent's name")
   .argument("<input>", "what to ask it")
-  .option("--attach <path>", "a file or directory copied into the session's working directory (repeatable)", collect, [])
+  .option(
+    "--attach <path>",
+    "a file or directory copied into the session's working directory (repeatable)",
+    collect,
+    [],
+  )
   .option("--json", "one JSON event per line")
   .option("--detach", "print the job id and return at once")
   .option("--model-script <file>", MODEL_SCRIPT_HELP)
-  .action(async (agent: string, input: string, opts: { attach: string[]; json?: boolean; detach?: boolean; modelScript?: string }) =>
-    withConnection((conn) => runCommand({ conn, agent, input, attach: opts.attach, json: Boolean(opts.json), detach: Boolean(opts.detach), io }), opts),
+  .action(
+    async (
+      agent: string,
+      input: string,
+      opts: { attach: string[]; json?: boolean; detach?: boolean; modelScript?: string },
+    ) =>
+      withConnection(
+        (conn) =>
+          runCommand({
+            conn,
+            agent,
+            input,
+            attach: opts.attach,
+            json: Boolean(opts.json),
+            detach: Boolean(opts.detach),
+            io,
+          }),
+        opts,
+      ),
   );
 
-const jobs = program.command("jobs").description("list, show, watch and cancel jobs; read their transcripts and harness logs; fetch their artifacts");
+const jobs = program
+  .command("jobs")
+  .description("list, show, watch and cancel jobs; read their transcripts and harness logs; fetch their artifacts");
 jobs
   .command("list")
   .description("newest first")
@@ -101,14 +129,25 @@ jobs
   .option("--limit <n>", "at most this many", positiveInt, 50)
   .option("--json", "one JSON job per line")
   .action(async (opts: { state?: string; agent?: string; limit: number; json?: boolean }) =>
-    withConnection((conn) => jobsList({ conn, json: Boolean(opts.json), limit: opts.limit, ...(opts.state ? { state: opts.state } : {}), ...(opts.agent ? { agent: opts.agent } : {}), io })),
+    withConnection((conn) =>
+      jobsList({
+        conn,
+        json: Boolean(opts.json),
+        limit: opts.limit,
+        ...(opts.state ? { state: opts.state } : {}),
+        ...(opts.agent ? { agent: opts.agent } : {}),
+        io,
+      }),
+    ),
   );
 jobs
   .command("show")
   .description("state and what it does now, start and end to the millisecond, duration, cost, trace id, pinned version")
   .argument("<job>")
   .option("--json")
-  .action(async (jobId: string, opts: { json?: boolean }) => withConnection((conn) => jobsShow({ conn, jobId, json: Boolean(opts.json), io })));
+  .action(async (jobId: string, opts: { json?: boolean }) =>
+    withConnection((conn) => jobsShow({ conn, jobId, json: Boolean(opts.json), io })),
+  );
 jobs
   .command("watch")
   .description("follow a job's events until it ends (exit status as for run)")
@@ -116,25 +155,37 @@ jobs
   .option("--after <seq>", "start after this event sequence number", positiveInt, 0)
   .option("--json", "one JSON event per line")
   .action(async (jobId: string, opts: { after: number; json?: boolean }) =>
-    withConnection((conn) => followJob({ conn, jobId, json: Boolean(opts.json), afterSeq: opts.after, stopWhenWaiting: false, io })),
+    withConnection((conn) =>
+      followJob({ conn, jobId, json: Boolean(opts.json), afterSeq: opts.after, stopWhenWaiting: false, io }),
+    ),
   );
 jobs
   .command("transcript")
-  .description('the job\'s public events as rows: one "Harness · KEY" row per harness operation, overlapping ones as "N parallel" (from the events service, through the orchestrator)')
+  .description(
+    'the job\'s public events as rows: one "Harness · KEY" row per harness operation, overlapping ones as "N parallel" (from the events service, through the orchestrator)',
+  )
   .argument("<job>")
   .option("--json", "the Transcript API's response as JSON")
-  .action(async (jobId: string, opts: { json?: boolean }) => withConnection((conn) => jobsTranscript({ conn, jobId, json: Boolean(opts.json), io })));
+  .action(async (jobId: string, opts: { json?: boolean }) =>
+    withConnection((conn) => jobsTranscript({ conn, jobId, json: Boolean(opts.json), io })),
+  );
 jobs
   .command("logs")
-  .description("what the job's harness wrote to stderr, every session of it (the session token redacted; each session's last 1 MiB by default)")
+  .description(
+    "what the job's harness wrote to stderr, every session of it (the session token redacted; each session's last 1 MiB by default)",
+  )
   .argument("<job>")
   .option("--json", "one JSON piece per line: sessionId, text, droppedBytes")
-  .action(async (jobId: string, opts: { json?: boolean }) => withConnection((conn) => jobsLogs({ conn, jobId, json: Boolean(opts.json), io })));
+  .action(async (jobId: string, opts: { json?: boolean }) =>
+    withConnection((conn) => jobsLogs({ conn, jobId, json: Boolean(opts.json), io })),
+  );
 jobs
   .command("cancel")
   .argument("<job>")
   .option("--reason <text>", "why, for the record")
-  .action(async (jobId: string, opts: { reason?: string }) => withConnection((conn) => jobsCancel({ conn, jobId, ...(opts.reason ? { reason: opts.reason } : {}), io })));
+  .action(async (jobId: string, opts: { reason?: string }) =>
+    withConnection((conn) => jobsCancel({ conn, jobId, ...(opts.reason ? { reason: opts.reason } : {}), io })),
+  );
 jobs
   .command("artifacts")
   .description("where a job's artifacts (the patch of what changed) are")
@@ -142,33 +193,51 @@ jobs
   .option("--out <dir>", "copy them into this directory")
   .option("--json")
   .action(async (jobId: string, opts: { out?: string; json?: boolean }) =>
-    withConnection((conn) => jobsArtifacts({ conn, jobId, json: Boolean(opts.json), ...(opts.out ? { out: path.resolve(opts.out) } : {}), io })),
+    withConnection((conn) =>
+      jobsArtifacts({
+        conn,
+        jobId,
+        json: Boolean(opts.json),
+        ...(opts.out ? { out: path.resolve(opts.out) } : {}),
+        io,
+      }),
+    ),
   );
 
 program
   .command("usage")
-  .description("what a job's model calls used, per agent, as the LLM proxy metered them (a graph run: each of its step jobs, then the sums)")
+  .description(
+    "what a job's model calls used, per agent, as the LLM proxy metered them (a graph run: each of its step jobs, then the sums)",
+  )
   .argument("<job>")
   .option("--json")
-  .action(async (jobId: string, opts: { json?: boolean }) => withConnection((conn) => jobUsage({ conn, jobId, json: Boolean(opts.json), io })));
+  .action(async (jobId: string, opts: { json?: boolean }) =>
+    withConnection((conn) => jobUsage({ conn, jobId, json: Boolean(opts.json), io })),
+  );
 
 const agents = program.command("agents").description("agents and their immutable versions");
 agents
   .command("list")
   .option("--json")
-  .action(async (opts: { json?: boolean }) => withConnection((conn) => agentsList({ conn, json: Boolean(opts.json), io })));
+  .action(async (opts: { json?: boolean }) =>
+    withConnection((conn) => agentsList({ conn, json: Boolean(opts.json), io })),
+  );
 agents
   .command("versions")
   .argument("<name>")
   .option("--json")
-  .action(async (name: string, opts: { json?: boolean }) => withConnection((conn) => agentsVersions({ conn, name, json: Boolean(opts.json), io })));
+  .action(async (name: string, opts: { json?: boolean }) =>
+    withConnection((conn) => agentsVersions({ conn, name, json: Boolean(opts.json), io })),
+  );
 agents
   .command("show")
   .argument("<name>")
   .option("--version <n>", "this version instead of the latest", positiveInt)
   .option("--json")
   .action(async (name: string, opts: { version?: number; json?: boolean }) =>
-    withConnection((conn) => agentsShow({ conn, name, json: Boolean(opts.json), ...(opts.version ? { version: opts.version } : {}), io })),
+    withConnection((conn) =>
+      agentsShow({ conn, name, json: Boolean(opts.json), ...(opts.version ? { version: opts.version } : {}), io }),
+    ),
   );
 
 program
@@ -180,7 +249,9 @@ program
   .option("--version <n>", "this version instead of the latest", positiveInt)
   .option("--mermaid", "print a Mermaid flowchart")
   .action(async (name: string, opts: { version?: number; mermaid?: boolean }) =>
-    withConnection((conn) => graphShow({ conn, name, mermaid: Boolean(opts.mermaid), ...(opts.version ? { version: opts.version } : {}), io })),
+    withConnection((conn) =>
+      graphShow({ conn, name, mermaid: Boolean(opts.mermaid), ...(opts.version ? { version: opts.version } : {}), io }),
+    ),
   );
 
 const plugin = program.command("plugin").description("install and list plugins");
@@ -189,11 +260,15 @@ plugin
   .description("clone (git URL) or copy (path) a plugin, validate it, and publish its agents")
   .argument("<source>", "a git URL or a directory with oz0-plugin.yaml")
   .option("--json")
-  .action(async (source: string, opts: { json?: boolean }) => withConnection((conn) => pluginInstall({ conn, source, json: Boolean(opts.json), io })));
+  .action(async (source: string, opts: { json?: boolean }) =>
+    withConnection((conn) => pluginInstall({ conn, source, json: Boolean(opts.json), io })),
+  );
 plugin
   .command("list")
   .option("--json")
-  .action(async (opts: { json?: boolean }) => withConnection((conn) => pluginList({ conn, json: Boolean(opts.json), io })));
+  .action(async (opts: { json?: boolean }) =>
+    withConnection((conn) => pluginList({ conn, json: Boolean(opts.json), io })),
+  );
 
 program
   .command("secret")
@@ -211,7 +286,15 @@ program
   .option("--all", "answered ones too")
   .option("--json")
   .action(async (opts: { job?: string; all?: boolean; json?: boolean }) =>
-    withConnection((conn) => approvalsList({ conn, all: Boolean(opts.all), json: Boolean(opts.json), ...(opts.job ? { jobId: opts.job } : {}), io })),
+    withConnection((conn) =>
+      approvalsList({
+        conn,
+        all: Boolean(opts.all),
+        json: Boolean(opts.json),
+        ...(opts.job ? { jobId: opts.job } : {}),
+        io,
+      }),
+    ),
   );
 program
   .command("approve")
@@ -220,7 +303,9 @@ program
   .argument("<call>", "the call id `oz0 approvals list` shows")
   .option("--input <json>", "run the call with this input instead")
   .action(async (jobId: string, callId: string, opts: { input?: string }) =>
-    withConnection((conn) => answer({ conn, jobId, callId, allow: true, ...(opts.input ? { input: opts.input } : {}), io })),
+    withConnection((conn) =>
+      answer({ conn, jobId, callId, allow: true, ...(opts.input ? { input: opts.input } : {}), io }),
+    ),
   );
 program
   .command("deny")
@@ -234,16 +319,27 @@ program
 
 program
   .command("login")
-  .description("keep a credential for a remote orchestrator in $OZ0_HOME/credentials (read from standard input, or --token)")
+  .description(
+    "keep a credential for a remote orchestrator in $OZ0_HOME/credentials (read from standard input, or --token)",
+  )
   .requiredOption("--url <url>", "the orchestrator, for example https://oz0.example.com")
-  .option("--token <token>", "the credential (an OIDC access or ID token from your issuer); default: read from standard input")
+  .option(
+    "--token <token>",
+    "the credential (an OIDC access or ID token from your issuer); default: read from standard input",
+  )
   .action(async (opts: { url: string; token?: string }) => {
     const token = (opts.token ?? (await readStdin())).trim();
-    if (!token) throw new CliError("no credential given: pass --token TOKEN or pipe it in (for example from your identity provider's CLI)", EXIT.usage);
+    if (!token)
+      throw new CliError(
+        "no credential given: pass --token TOKEN or pipe it in (for example from your identity provider's CLI)",
+        EXIT.usage,
+      );
     // Checked before it is kept: a wrong token is refused now, not at the next command.
     await clientsFor(opts.url, token).agents.listAgents({});
     writeLogin(home, { url: opts.url, token });
-    io.out.write(`logged in to ${opts.url}; commands now go there (OZ0_URL and OZ0_TOKEN still take precedence; \`oz0 logout\` forgets it)\n`);
+    io.out.write(
+      `logged in to ${opts.url}; commands now go there (OZ0_URL and OZ0_TOKEN still take precedence; \`oz0 logout\` forgets it)\n`,
+    );
   });
 program
   .command("logout")
@@ -254,10 +350,15 @@ program
 
 program
   .command("console")
-  .description("print a one-time link that opens the web console logged in as you (the running `oz0 dev`, or OZ0_URL with your credential)")
+  .description(
+    "print a one-time link that opens the web console logged in as you (the running `oz0 dev`, or OZ0_URL with your credential)",
+  )
   .action(async () =>
     withConnection(async (conn) => {
-      if (conn.mode === "embedded") throw new CliError("the console needs a running orchestrator: start `oz0 dev` (or set OZ0_URL), then run `oz0 console` again");
+      if (conn.mode === "embedded")
+        throw new CliError(
+          "the console needs a running orchestrator: start `oz0 dev` (or set OZ0_URL), then run `oz0 console` again",
+        );
       io.out.write(`console: ${await consoleLink(conn.url, conn.clients.login)}\n`);
       return 0;
     }),
@@ -279,22 +380,38 @@ program
     devRunning = true;
     const defaults = embeddedStackEnv({ home, modelScript });
     io.err.write(`oz0: starting the stack (data in ${home}, logs in ${path.join(home, "logs")})\n`);
-    const stack = await startDevStack({ home, orchestratorPort: opts.port, env: defaults.env, notify: say }).catch(async (error: unknown) => {
-      await lock.release();
-      throw error;
-    });
-    if (stack.adopted.length > 0) defaults.notes.push(`still running from an oz0 dev that ended without stopping them, and adopted: ${stack.adopted.join(", ")}`);
+    const stack = await startDevStack({ home, orchestratorPort: opts.port, env: defaults.env, notify: say }).catch(
+      async (error: unknown) => {
+        await lock.release();
+        throw error;
+      },
+    );
+    if (stack.adopted.length > 0)
+      defaults.notes.push(
+        `still running from an oz0 dev that ended without stopping them, and adopted: ${stack.adopted.join(", ")}`,
+      );
     if (!defaults.scripted) {
-      const keys = await applyEnvironmentKeys((s) => clientsFor(stack.urls.orchestrator, stack.ownerToken).secrets.setSecret(s));
+      const keys = await applyEnvironmentKeys((s) =>
+        clientsFor(stack.urls.orchestrator, stack.ownerToken).secrets.setSecret(s),
+      );
       defaults.notes.push(`provider keys from the environment handed to the LLM proxy: ${keys.join(", ")}`);
     }
     const notice = isolationNotice(stack);
     if (notice) defaults.notes.push(notice);
     const discover = (): void =>
-      writeDiscovery(home, { url: stack.urls.orchestrator, pid: process.pid, orchestratorPid: stack.pids().orchestrator, urls: stack.urls, startedAt: new Date().toISOString() });
+      writeDiscovery(home, {
+        url: stack.urls.orchestrator,
+        pid: process.pid,
+        orchestratorPid: stack.pids().orchestrator,
+        urls: stack.urls,
+        startedAt: new Date().toISOString(),
+      });
     discover();
     stack.onRestart(discover);
-    const consoleLine = await consoleLink(stack.urls.orchestrator, clientsFor(stack.urls.orchestrator, stack.ownerToken).login).then(
+    const consoleLine = await consoleLink(
+      stack.urls.orchestrator,
+      clientsFor(stack.urls.orchestrator, stack.ownerToken).login,
+    ).then(
       (link) => `console       ${link}  (opens once, within 5 minutes; \`oz0 console\` prints a new one)`,
       (error: unknown) => `console       ${stack.urls.orchestrator}/ (no login link: ${(error as Error).message})`,
     );

@@ -7,7 +7,13 @@
 // the first row, to the millisecond.
 import type { JsonValue } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { OperationStatus, type OperationRow, type PublicEvent, type TokenCounts, type TranscriptResponse } from "@oz0/proto/oz0/events/v1/events_pb";
+import {
+  OperationStatus,
+  type OperationRow,
+  type PublicEvent,
+  type TokenCounts,
+  type TranscriptResponse,
+} from "@oz0/proto/oz0/events/v1/events_pb";
 import { durationText, tokensText } from "./usage-format.js";
 
 const RAIL = "┃";
@@ -17,7 +23,9 @@ function value(v: JsonValue): string {
 }
 
 function tokens(counts: TokenCounts | undefined): string {
-  return counts && counts.inputTokens + counts.outputTokens > 0 ? tokensText({ input: counts.inputTokens, output: counts.outputTokens }) : "";
+  return counts && counts.inputTokens + counts.outputTokens > 0
+    ? tokensText({ input: counts.inputTokens, output: counts.outputTokens })
+    : "";
 }
 
 function statusName(status: OperationStatus): string {
@@ -25,11 +33,16 @@ function statusName(status: OperationStatus): string {
 }
 
 export function transcriptRows(transcript: TranscriptResponse): string[] {
-  const times = transcript.rows.map((r) => (r.row.case === "event" ? r.row.value.time : r.row.case === "operation" ? r.row.value.startedAt : undefined));
+  const times = transcript.rows.map((r) =>
+    r.row.case === "event" ? r.row.value.time : r.row.case === "operation" ? r.row.value.startedAt : undefined,
+  );
   const first = times.find((t) => t !== undefined);
   const origin = first ? timestampDate(first).getTime() : 0;
-  const at = (t: Timestamp | undefined): string => (t ? `+${((timestampDate(t).getTime() - origin) / 1000).toFixed(3)}s` : "").padStart(10);
-  const lines = [`transcript of job ${transcript.jobId}${first ? ` (times from ${timestampDate(first).toISOString()})` : ""}`];
+  const at = (t: Timestamp | undefined): string =>
+    (t ? `+${((timestampDate(t).getTime() - origin) / 1000).toFixed(3)}s` : "").padStart(10);
+  const lines = [
+    `transcript of job ${transcript.jobId}${first ? ` (times from ${timestampDate(first).toISOString()})` : ""}`,
+  ];
   const announced = new Set<string>();
   for (const { row } of transcript.rows) {
     if (row.case === "event") lines.push(eventRow(row.value, at));
@@ -49,7 +62,8 @@ export function transcriptRows(transcript: TranscriptResponse): string[] {
 function eventRow(event: PublicEvent, at: (t: Timestamp | undefined) => string): string {
   const facts: string[] = [];
   if (event.status) facts.push(event.status);
-  if (event.type === "job.created" && event.agentName) facts.push(`${event.agentName}${event.agentVersion ? ` v${event.agentVersion}` : ""}`);
+  if (event.type === "job.created" && event.agentName)
+    facts.push(`${event.agentName}${event.agentVersion ? ` v${event.agentVersion}` : ""}`);
   for (const [key, v] of Object.entries(event.attributes ?? {})) facts.push(`${key}=${value(v)}`);
   const counted = tokens(event.tokens);
   if (counted) facts.push(counted);
@@ -59,7 +73,9 @@ function eventRow(event: PublicEvent, at: (t: Timestamp | undefined) => string):
 
 function operationRows(op: OperationRow, at: (t: Timestamp | undefined) => string, grouped: boolean): string[] {
   const rail = grouped ? RAIL : " ";
-  const facts = [op.status === OperationStatus.RUNNING ? "running" : `${statusName(op.status)} in ${durationText(op.durationMs)}`];
+  const facts = [
+    op.status === OperationStatus.RUNNING ? "running" : `${statusName(op.status)} in ${durationText(op.durationMs)}`,
+  ];
   if (op.errorCode) facts.push(`error ${op.errorCode}`);
   facts.push(`task ${op.taskChars} chars`);
   if (op.timeoutMs) facts.push(`timeout ${durationText(op.timeoutMs)}`);
@@ -69,7 +85,9 @@ function operationRows(op: OperationRow, at: (t: Timestamp | undefined) => strin
   if (grouped) facts.push(`${op.parallelPosition} of ${op.parallelGroupSize} parallel`);
   const lines = [`${at(op.startedAt)}  ${rail} ${op.title} · ${facts.join(" · ")}`];
   for (const step of op.steps) {
-    const detail = [step.label, step.durationMs ? `(${step.durationMs} ms)` : "", tokens(step.tokens)].filter(Boolean).join(" ");
+    const detail = [step.label, step.durationMs ? `(${step.durationMs} ms)` : "", tokens(step.tokens)]
+      .filter(Boolean)
+      .join(" ");
     lines.push(`${" ".repeat(10)}  ${rail}   ${at(step.time).trim()} ${step.kind.padEnd(5)} ${detail}`);
   }
   if (op.attributionPartial) lines.push(`${" ".repeat(10)}  ${rail}   ! ${op.attributionNote}`);

@@ -29,4 +29,5 @@ export function clockText(ms: number): string {
 }
 
 /** Said once, under a table with a nominal cost in it. */
-export const NOMINAL_NOTE = "nominal: priced from the scripted model's table; no provider was called and nobody was charged";
+export const NOMINAL_NOTE =
+  "nominal: priced from the scripted model's table; no provider was called and nobody was charged";

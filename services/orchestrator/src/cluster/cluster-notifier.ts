@@ -67,7 +67,12 @@ export class ClusterNotifier {
    * it is sent at once.
    */
   async publish(db: pg.Pool | pg.PoolClient | pg.Client, answer: ApprovalAnswered): Promise<void> {
-    await this.#notify(db, { kind: "answered", jobId: answer.jobId, permissionId: answer.permissionId, status: answer.status });
+    await this.#notify(db, {
+      kind: "answered",
+      jobId: answer.jobId,
+      permissionId: answer.permissionId,
+      status: answer.status,
+    });
   }
 
   /** Publishes that a job's events up to `seq` are stored; pass the appending transaction's client. */
@@ -108,7 +113,8 @@ export class ClusterNotifier {
     if (notice.kind === "appended") {
       for (const handler of this.#appended) handler({ jobId: notice.jobId, fromSeq: notice.fromSeq, seq: notice.seq });
     } else {
-      for (const handler of this.#answered) handler({ jobId: notice.jobId, permissionId: notice.permissionId, status: notice.status });
+      for (const handler of this.#answered)
+        handler({ jobId: notice.jobId, permissionId: notice.permissionId, status: notice.status });
     }
   }
 

@@ -30,9 +30,13 @@ export class JobLeases implements JobOwnership, JobFences {
   async claim(jobId: string): Promise<void> {
     // Already worked on here (or lost here): acquire would hand back that very lease, and a failed create
     // releasing it would take the lease from under the job that runs.
-    if (this.#working.has(jobId)) throw failedPrecondition(`job ${jobId} already exists at this replica; a job id is used once`);
+    if (this.#working.has(jobId))
+      throw failedPrecondition(`job ${jobId} already exists at this replica; a job id is used once`);
     const lease = await this.#leases.acquire("job", jobId);
-    if (!lease) throw failedPrecondition(`job ${jobId} is already leased by another orchestrator replica; submit the job again (it gets a new id)`);
+    if (!lease)
+      throw failedPrecondition(
+        `job ${jobId} is already leased by another orchestrator replica; submit the job again (it gets a new id)`,
+      );
     this.#working.set(jobId, { lease, lost: false });
   }
 

@@ -10,7 +10,11 @@
 import type pg from "pg";
 import { withTransaction } from "@oz0/postgres";
 import { OrchestratorError } from "../orchestrator-error.js";
-import { createPostgresPool, migrateOrchestrator, type PostgresConnectionOptions } from "../store/postgres-migrations.js";
+import {
+  createPostgresPool,
+  migrateOrchestrator,
+  type PostgresConnectionOptions,
+} from "../store/postgres-migrations.js";
 
 /** What a lease is for: a job (its session), a graph run, or a pending approval. */
 export type LeaseKind = "job" | "graph_run" | "approval";
@@ -64,7 +68,11 @@ function toLease(row: LeaseRow): Lease {
 }
 
 /** Runs `write` in a transaction that first checks that `fence`, when given, still holds its lease. */
-export async function fencedTransaction<T>(pool: pg.Pool, fence: LeaseFence | undefined, write: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+export async function fencedTransaction<T>(
+  pool: pg.Pool,
+  fence: LeaseFence | undefined,
+  write: (client: pg.PoolClient) => Promise<T>,
+): Promise<T> {
   return withTransaction(pool, async (client) => {
     if (fence) await assertLeaseHeld(client, fence);
     return write(client);
@@ -78,12 +86,13 @@ export async function fencedTransaction<T>(pool: pg.Pool, fence: LeaseFence | un
  * every write lands strictly before or strictly after the takeover.
  */
 export async function assertLeaseHeld(client: pg.PoolClient, fence: LeaseFence): Promise<void> {
-  const { rows } = await client.query<{ token: string; owner: string }>("SELECT token, owner FROM leases WHERE kind = $1 AND resource = $2 FOR SHARE", [
-    fence.kind,
-    fence.resource,
-  ]);
+  const { rows } = await client.query<{ token: string; owner: string }>(
+    "SELECT token, owner FROM leases WHERE kind = $1 AND resource = $2 FOR SHARE",
+    [fence.kind, fence.resource],
+  );
   const row = rows[0];
-  if (!row || BigInt(row.token) !== fence.token) throw new LeaseLostError(fence, row ? `now owned by ${row.owner}` : "released");
+  if (!row || BigInt(row.token) !== fence.token)
+    throw new LeaseLostError(fence, row ? `now owned by ${row.owner}` : "released");
 }
 
 export interface LeaseManagerOptions {
@@ -199,7 +208,10 @@ export class LeaseManager {
 
   /** The current lease on a resource (expired or not), if any. */
   async get(kind: LeaseKind, resource: string): Promise<Lease | undefined> {
-    const { rows } = await this.#pool.query<LeaseRow>("SELECT * FROM leases WHERE kind = $1 AND resource = $2", [kind, resource]);
+    const { rows } = await this.#pool.query<LeaseRow>("SELECT * FROM leases WHERE kind = $1 AND resource = $2", [
+      kind,
+      resource,
+    ]);
     return rows[0] ? toLease(rows[0]) : undefined;
   }
 
@@ -221,7 +233,15 @@ export class LeaseManager {
              ORDER BY expires_at LIMIT $4 FOR UPDATE SKIP LOCKED) AS due
        WHERE l.kind = due.kind AND l.resource = due.resource AND l.expires_at <= now()
        RETURNING l.*`,
-      [kind, this.owner, this.#ttlMs, options.limit ?? 100, this.held().filter((l) => l.kind === kind).map((l) => l.resource)],
+      [
+        kind,
+        this.owner,
+        this.#ttlMs,
+        options.limit ?? 100,
+        this.held()
+          .filter((l) => l.kind === kind)
+          .map((l) => l.resource),
+      ],
     );
     return rows.map((row) => this.#hold(row, sentAt));
   }

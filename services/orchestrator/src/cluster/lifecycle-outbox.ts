@@ -20,7 +20,10 @@ export interface LifecycleOutboxOptions {
   url: string;
   /** The orchestrator's service credential: the events service takes Publish only from the suite's services. */
   token?: string | undefined;
-  store: Pick<JobStore, "putLifecycleEvents" | "claimLifecycleEvents" | "deleteLifecycleEvents" | "releaseLifecycleEvents">;
+  store: Pick<
+    JobStore,
+    "putLifecycleEvents" | "claimLifecycleEvents" | "deleteLifecycleEvents" | "releaseLifecycleEvents"
+  >;
   logger: Logger;
   /** How often stored events are looked for without a nudge: another replica's, left by a shipper that died, or not accepted yet. Default 1 s. */
   pollMs?: number;
@@ -76,12 +79,19 @@ export class LifecycleOutbox implements LifecycleSink {
 
   publish(type: LifecycleType, init: LifecycleInit): void {
     if (this.#closed) {
-      this.#o.logger.warn({ type, jobId: init.jobId }, "a lifecycle event came after the orchestrator began stopping; it is not kept");
+      this.#o.logger.warn(
+        { type, jobId: init.jobId },
+        "a lifecycle event came after the orchestrator began stopping; it is not kept",
+      );
       return;
     }
     const stored = this.#o.store.putLifecycleEvents([this.event(type, init)]).then(
       () => this.committed(),
-      (error: unknown) => this.#o.logger.warn({ type, jobId: init.jobId, err: String(error) }, "could not keep a lifecycle event for the events service; it is lost"),
+      (error: unknown) =>
+        this.#o.logger.warn(
+          { type, jobId: init.jobId, err: String(error) },
+          "could not keep a lifecycle event for the events service; it is lost",
+        ),
     );
     this.#storing.add(stored);
     void stored.finally(() => this.#storing.delete(stored));
@@ -108,7 +118,10 @@ export class LifecycleOutbox implements LifecycleSink {
       for (;;) {
         const batch = this.#batch;
         // Claimed for longer than a send may take, so no other shipper sends them meanwhile.
-        const claimed = await this.#o.store.claimLifecycleEvents({ limit: batch, claimMs: 1.5 * this.#sendTimeoutMs + 1_000 });
+        const claimed = await this.#o.store.claimLifecycleEvents({
+          limit: batch,
+          claimMs: 1.5 * this.#sendTimeoutMs + 1_000,
+        });
         if (claimed.length === 0) break;
         await this.#ship(claimed);
         // Back toward the full batch after a batch too large was split (#send).
@@ -119,7 +132,11 @@ export class LifecycleOutbox implements LifecycleSink {
       this.#failing = false;
     } catch (error) {
       // The events service or the store is away: the next poll tries again.
-      if (!this.#failing) this.#o.logger.warn({ code: "EVENTS_UNREACHABLE", url: this.#o.url, err: String(error) }, "cannot ship lifecycle events yet; they stay stored and are sent again");
+      if (!this.#failing)
+        this.#o.logger.warn(
+          { code: "EVENTS_UNREACHABLE", url: this.#o.url, err: String(error) },
+          "cannot ship lifecycle events yet; they stay stored and are sent again",
+        );
       this.#failing = true;
     }
   }
@@ -142,7 +159,10 @@ export class LifecycleOutbox implements LifecycleSink {
 
   async #send(events: RawEvent[]): Promise<void> {
     try {
-      const response = await this.#client.publish({ events }, { timeoutMs: this.#sendTimeoutMs, signal: this.#abort.signal });
+      const response = await this.#client.publish(
+        { events },
+        { timeoutMs: this.#sendTimeoutMs, signal: this.#abort.signal },
+      );
       logPublishResponse(this.#o.logger, response, events.length);
     } catch (error) {
       const err = ConnectError.from(error);
@@ -153,7 +173,10 @@ export class LifecycleOutbox implements LifecycleSink {
       }
       if (err.code !== Code.InvalidArgument && err.code !== Code.ResourceExhausted) throw error;
       // Sending again cannot help an event the service refuses, or one too large alone: say which went.
-      this.#o.logger.error({ code: "EVENTS_BATCH_REJECTED", ids: events.map((e) => e.id), reason: err.rawMessage }, "the events service refused lifecycle events; they are dropped");
+      this.#o.logger.error(
+        { code: "EVENTS_BATCH_REJECTED", ids: events.map((e) => e.id), reason: err.rawMessage },
+        "the events service refused lifecycle events; they are dropped",
+      );
     }
   }
 }

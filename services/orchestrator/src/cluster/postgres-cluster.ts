@@ -54,7 +54,11 @@ export interface PostgresCluster extends Cluster {
 }
 
 export async function openPostgresCluster(options: PostgresClusterOptions): Promise<PostgresCluster> {
-  const connection = { connectionString: options.connectionString, schema: options.schema ?? "oz0", ...(options.maxConnections ? { maxConnections: options.maxConnections } : {}) };
+  const connection = {
+    connectionString: options.connectionString,
+    schema: options.schema ?? "oz0",
+    ...(options.maxConnections ? { maxConnections: options.maxConnections } : {}),
+  };
   const handlers: Partial<ReplicaHandlers> = {};
   const notifier = new ClusterNotifier({
     ...connection,
@@ -67,11 +71,18 @@ export async function openPostgresCluster(options: PostgresClusterOptions): Prom
   // Leases on a pool of their own: renewals must not queue behind job work, or a busy replica loses its jobs.
   // (The store's open already ran the migrations the leases need.)
   // A renewal stuck on a silent network must fail in time, or this replica never learns to stop (lease-manager.ts).
-  const leasePool = createPostgresPool({ ...connection, maxConnections: 2, queryTimeoutMs: Math.max(1_000, Math.floor(ttlMs / 3)) });
+  const leasePool = createPostgresPool({
+    ...connection,
+    maxConnections: 2,
+    queryTimeoutMs: Math.max(1_000, Math.floor(ttlMs / 3)),
+  });
   const leases = await LeaseManager.open({ pool: leasePool, owner: options.replicaId, ttlMs });
   const jobs = new JobLeases(leases);
   const store = base.withFences(jobs);
-  const nodes = await SandboxNodeRegistry.open({ pool: base.pool, ...(options.nodeStaleAfterMs ? { staleAfterMs: options.nodeStaleAfterMs } : {}) });
+  const nodes = await SandboxNodeRegistry.open({
+    pool: base.pool,
+    ...(options.nodeStaleAfterMs ? { staleAfterMs: options.nodeStaleAfterMs } : {}),
+  });
   /**
    * Works on a job whose lease this replica just won. A handler that fails
    * (the database blinked mid-resume) gives the lease back: kept and renewed,
@@ -118,7 +129,8 @@ export async function openPostgresCluster(options: PostgresClusterOptions): Prom
         ...(options.onError ? { onError: options.onError } : {}),
       });
       // A restarted replica's own jobs first: they resume now, not when their leases expire.
-      for (const lease of await leases.reclaim("job")) await takeOver(lease).catch((error: unknown) => options.onError?.(error));
+      for (const lease of await leases.reclaim("job"))
+        await takeOver(lease).catch((error: unknown) => options.onError?.(error));
       await sweeper.sweepOnce();
       sweeper.start({ intervalMs: options.sweepIntervalMs ?? ttlMs });
     },
@@ -133,7 +145,15 @@ export async function openPostgresCluster(options: PostgresClusterOptions): Prom
 }
 
 /** The store alone: PostgreSQL when DATABASE_URL is set, else the SQLite file under the data directory. */
-export async function openJobStore(options: { databaseUrl?: string; dataDir: string; schema?: string }): Promise<JobStore> {
-  if (options.databaseUrl) return PostgresJobStore.open({ connectionString: options.databaseUrl, ...(options.schema ? { schema: options.schema } : {}) });
+export async function openJobStore(options: {
+  databaseUrl?: string;
+  dataDir: string;
+  schema?: string;
+}): Promise<JobStore> {
+  if (options.databaseUrl)
+    return PostgresJobStore.open({
+      connectionString: options.databaseUrl,
+      ...(options.schema ? { schema: options.schema } : {}),
+    });
   return new SqliteJobStore({ file: path.join(options.dataDir, "orchestrator.db") });
 }

@@ -10,7 +10,11 @@
 // the node's next heartbeat, from the jobs table the registry shares.
 import type pg from "pg";
 import { ACTIVE_JOB_STATES } from "../store/job-store.js";
-import { createPostgresPool, migrateOrchestrator, type PostgresConnectionOptions } from "../store/postgres-migrations.js";
+import {
+  createPostgresPool,
+  migrateOrchestrator,
+  type PostgresConnectionOptions,
+} from "../store/postgres-migrations.js";
 import { withTransaction } from "@oz0/postgres";
 
 export interface SandboxNode {
@@ -90,7 +94,8 @@ export class SandboxNodeRegistry {
   }
 
   static async open(options: SandboxNodeRegistryOptions): Promise<SandboxNodeRegistry> {
-    if (!options.pool && !options.connection) throw new Error("SandboxNodeRegistry.open needs a pool or connection options");
+    if (!options.pool && !options.connection)
+      throw new Error("SandboxNodeRegistry.open needs a pool or connection options");
     const pool = options.pool ?? createPostgresPool(options.connection!);
     // A pool passed in is the store's, already migrated by PostgresJobStore.open.
     if (!options.pool) await migrateOrchestrator(pool, options.connection!.schema ?? "oz0");
@@ -119,7 +124,10 @@ export class SandboxNodeRegistry {
   async heartbeat(id: string): Promise<boolean> {
     return withTransaction(this.#pool, async (client) => {
       const freed = await this.#freeEnded(client, id);
-      const result = await client.query("UPDATE sandbox_nodes SET last_heartbeat = now(), placed = placed - $2 WHERE id = $1", [id, freed]);
+      const result = await client.query(
+        "UPDATE sandbox_nodes SET last_heartbeat = now(), placed = placed - $2 WHERE id = $1",
+        [id, freed],
+      );
       return (result.rowCount ?? 0) > 0;
     });
   }
@@ -172,7 +180,8 @@ export class SandboxNodeRegistry {
    */
   async place(request: { sessionId: string; jobId: string }): Promise<Placement | undefined> {
     const existing = await this.#placementOf(request.sessionId);
-    if (existing) return { sessionId: request.sessionId, jobId: request.jobId, node: existing.node, placedAt: existing.placedAt };
+    if (existing)
+      return { sessionId: request.sessionId, jobId: request.jobId, node: existing.node, placedAt: existing.placedAt };
     return withTransaction(this.#pool, async (client) => {
       // Lock the candidates in id order (one order for every replica: no deadlocks), then pick in code.
       const candidates = await client.query<NodeRow>(
@@ -184,12 +193,20 @@ export class SandboxNodeRegistry {
         .filter((n) => n.placed < n.capacity)
         .sort((a, b) => a.placed / a.capacity - b.placed / b.capacity || a.id.localeCompare(b.id))[0];
       if (!chosen) return undefined;
-      const updated = await client.query<NodeRow>("UPDATE sandbox_nodes SET placed = placed + 1 WHERE id = $1 RETURNING *", [chosen.id]);
+      const updated = await client.query<NodeRow>(
+        "UPDATE sandbox_nodes SET placed = placed + 1 WHERE id = $1 RETURNING *",
+        [chosen.id],
+      );
       const placement = await client.query<{ placed_at: Date }>(
         "INSERT INTO session_placements (session_id, job_id, node_id, placed_at) VALUES ($1, $2, $3, now()) RETURNING placed_at",
         [request.sessionId, request.jobId, chosen.id],
       );
-      return { sessionId: request.sessionId, jobId: request.jobId, node: toNode(updated.rows[0]!), placedAt: placement.rows[0]!.placed_at };
+      return {
+        sessionId: request.sessionId,
+        jobId: request.jobId,
+        node: toNode(updated.rows[0]!),
+        placedAt: placement.rows[0]!.placed_at,
+      };
     });
   }
 
@@ -241,7 +258,13 @@ export class SandboxNodeRegistry {
   }
 
   async #lost(sessionId?: string): Promise<LostSession[]> {
-    const { rows } = await this.#pool.query<{ session_id: string; job_id: string; node_id: string; url: string; last_heartbeat: Date }>(
+    const { rows } = await this.#pool.query<{
+      session_id: string;
+      job_id: string;
+      node_id: string;
+      url: string;
+      last_heartbeat: Date;
+    }>(
       `SELECT p.session_id, p.job_id, p.node_id, n.url, n.last_heartbeat FROM session_placements p JOIN sandbox_nodes n ON n.id = p.node_id
        WHERE n.last_heartbeat <= now() - $1 * interval '1 millisecond' AND ($2::text IS NULL OR p.session_id = $2)
        ORDER BY p.placed_at, p.session_id`,

@@ -25,7 +25,8 @@ const CONTENT_TYPES: Record<string, string> = {
  * origin; nothing may frame it (the approve button must not be clickjacked).
  */
 const SECURITY_HEADERS = {
-  "content-security-policy": "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+  "content-security-policy":
+    "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
   "x-content-type-options": "nosniff",
   "referrer-policy": "no-referrer",
   "x-frame-options": "DENY",
@@ -58,8 +59,14 @@ export function consoleFiles(dir: string | undefined): RequestHandler {
       return;
     }
     if (!root || !existsSync(path.join(root, "index.html"))) {
-      res.writeHead(503, { "content-type": "text/plain; charset=utf-8", "cache-control": "no-store", ...SECURITY_HEADERS });
-      res.end("the web console is not built here: run `npm run build` in the repository (or set OZ0_CONSOLE_DIR to its dist folder)\n");
+      res.writeHead(503, {
+        "content-type": "text/plain; charset=utf-8",
+        "cache-control": "no-store",
+        ...SECURITY_HEADERS,
+      });
+      res.end(
+        "the web console is not built here: run `npm run build` in the repository (or set OZ0_CONSOLE_DIR to its dist folder)\n",
+      );
       return;
     }
     const file = fileFor(root, pathname);

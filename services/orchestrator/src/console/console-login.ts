@@ -53,12 +53,15 @@ export class ConsoleLogin implements SessionCredentials {
     this.#limit = options.limit ?? 1_000;
     this.#now = options.now ?? Date.now;
     this.#sessionsFile = options.sessionsFile;
-    if (this.#sessionsFile) for (const s of readSessionsFile(this.#sessionsFile, this.#now())) remember(this.#sessions, s.digest, s, this.#limit);
+    if (this.#sessionsFile)
+      for (const s of readSessionsFile(this.#sessionsFile, this.#now()))
+        remember(this.#sessions, s.digest, s, this.#limit);
   }
 
   /** A code that opens a session as `principal` (with its roles as they are now), once. */
   createCode(principal: Principal): { code: string; expiresAt: Date } {
-    if (principal.kind !== "person") throw permissionDenied("only a person can log in to the console: a service or node credential opens no session");
+    if (principal.kind !== "person")
+      throw permissionDenied("only a person can log in to the console: a service or node credential opens no session");
     const code = randomBytes(24).toString("base64url");
     const until = this.#now() + this.#codeTtlMs;
     remember(this.#codes, credentialDigest(code), { principal, until }, this.#limit);
@@ -100,7 +103,10 @@ export class ConsoleLogin implements SessionCredentials {
   #saveSessions(): void {
     if (!this.#sessionsFile) return;
     const now = this.#now();
-    writeSessionsFile(this.#sessionsFile, [...this.#sessions].filter(([, e]) => e.until > now).map(([digest, e]) => ({ digest, ...e })));
+    writeSessionsFile(
+      this.#sessionsFile,
+      [...this.#sessions].filter(([, e]) => e.until > now).map(([digest, e]) => ({ digest, ...e })),
+    );
   }
 }
 

@@ -32,12 +32,30 @@ export function readSessionsFile(file: string, now: number): StoredSession[] {
   }
   if (!Array.isArray(entries)) return [];
   return (entries as FileEntry[])
-    .filter((e) => typeof e?.digest === "string" && typeof e.id === "string" && Array.isArray(e.roles) && Array.isArray(e.groups) && typeof e.until === "number" && e.until > now)
-    .map((e) => ({ digest: e.digest, until: e.until, principal: { kind: "person", id: e.id, groups: e.groups, roles: new Set(e.roles), via: "console" } }));
+    .filter(
+      (e) =>
+        typeof e?.digest === "string" &&
+        typeof e.id === "string" &&
+        Array.isArray(e.roles) &&
+        Array.isArray(e.groups) &&
+        typeof e.until === "number" &&
+        e.until > now,
+    )
+    .map((e) => ({
+      digest: e.digest,
+      until: e.until,
+      principal: { kind: "person", id: e.id, groups: e.groups, roles: new Set(e.roles), via: "console" },
+    }));
 }
 
 export function writeSessionsFile(file: string, sessions: Iterable<StoredSession>): void {
-  const entries: FileEntry[] = [...sessions].map((s) => ({ digest: s.digest, id: s.principal.id, groups: [...s.principal.groups], roles: [...s.principal.roles], until: s.until }));
+  const entries: FileEntry[] = [...sessions].map((s) => ({
+    digest: s.digest,
+    id: s.principal.id,
+    groups: [...s.principal.groups],
+    roles: [...s.principal.roles],
+    until: s.until,
+  }));
   const temporary = `${file}.${process.pid}.tmp`;
   writeFileSync(temporary, `${JSON.stringify({ sessions: entries })}\n`, { mode: 0o600 });
   renameSync(temporary, file);

@@ -33,11 +33,17 @@ export async function takeDevLock(home: string, onWait?: (line: string) => void)
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "ELOCKED") throw error;
     const holder = holderPid(holderFile);
-    if (holder === undefined || processAlive(holder)) throw new DevLockHeldError(home, holder === undefined ? "a process that is starting" : `pid ${holder}`);
+    if (holder === undefined || processAlive(holder))
+      throw new DevLockHeldError(home, holder === undefined ? "a process that is starting" : `pid ${holder}`);
     // Its holder died without letting go (killed): the lock is taken over once stale, a few seconds from now.
-    onWait?.(`the oz0 dev that ran here (pid ${holder}) died without letting go of ${home}; taking it over within ${STALE_MS / 1000} s`);
+    onWait?.(
+      `the oz0 dev that ran here (pid ${holder}) died without letting go of ${home}; taking it over within ${STALE_MS / 1000} s`,
+    );
     try {
-      release = await lockfile.lock(target, { ...options, retries: { retries: Math.ceil((STALE_MS * 1.5) / 1_000), factor: 1, minTimeout: 1_000, maxTimeout: 1_000 } });
+      release = await lockfile.lock(target, {
+        ...options,
+        retries: { retries: Math.ceil((STALE_MS * 1.5) / 1_000), factor: 1, minTimeout: 1_000, maxTimeout: 1_000 },
+      });
     } catch (retried) {
       if ((retried as NodeJS.ErrnoException).code !== "ELOCKED") throw retried;
       throw new DevLockHeldError(home, holderOf(holderFile));

@@ -67,7 +67,9 @@ export function devPortsFile(home: string): string {
 interface DevStackRecord {
   version: 1;
   credentials: StackCredentials;
-  services: Partial<Record<StackServiceName, { pid: number; url: string; isolation?: { mode: string; reason: string } }>>;
+  services: Partial<
+    Record<StackServiceName, { pid: number; url: string; isolation?: { mode: string; reason: string } }>
+  >;
 }
 
 function recordFile(home: string): string {
@@ -102,7 +104,9 @@ async function stablePorts(home: string, orchestratorPort: number): Promise<Reco
     try {
       recorded = JSON.parse(readFileSync(file, "utf8")) as Partial<Record<StackServiceName, number>>;
     } catch (error) {
-      throw new Error(`${file} is not valid JSON (${(error as Error).message}); delete it and oz0 dev chooses new ports`);
+      throw new Error(
+        `${file} is not valid JSON (${(error as Error).message}); delete it and oz0 dev chooses new ports`,
+      );
     }
   }
   const ports = {} as Record<StackServiceName, number>;
@@ -123,7 +127,13 @@ async function stablePorts(home: string, orchestratorPort: number): Promise<Reco
 }
 
 /** A service a previous `oz0 dev` started: watched by its pid, stopped by signals. */
-function adoptedProcess(options: { name: StackServiceName; pid: number; url: string; logFile: string; isolation?: { mode: string; reason: string } }): StackProcess {
+function adoptedProcess(options: {
+  name: StackServiceName;
+  pid: number;
+  url: string;
+  logFile: string;
+  isolation?: { mode: string; reason: string };
+}): StackProcess {
   const { name, pid } = options;
   let timer: NodeJS.Timeout | undefined;
   const exited = new Promise<ServiceExit>((resolve) => {
@@ -146,7 +156,10 @@ function adoptedProcess(options: { name: StackServiceName; pid: number; url: str
         if (!isServiceProcess(pid, name)) return clearInterval(timer);
         process.kill(pid, signal);
         let wait: NodeJS.Timeout | undefined;
-        const gone = await Promise.race([exited.then(() => true), new Promise<false>((r) => (wait = setTimeout(() => r(false), graceMs)))]);
+        const gone = await Promise.race([
+          exited.then(() => true),
+          new Promise<false>((r) => (wait = setTimeout(() => r(false), graceMs))),
+        ]);
         clearTimeout(wait);
         if (!gone && isServiceProcess(pid, name)) process.kill(pid, "SIGKILL");
         await exited;
@@ -168,7 +181,10 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
   const delays = options.restartDelayMs ?? { first: 500, max: 30_000 };
   const ownerToken = ensureOwnerCredential(home);
   const ports = await stablePorts(home, options.orchestratorPort);
-  const urls = Object.fromEntries(SERVICES.map((name) => [name, `http://127.0.0.1:${ports[name]}`])) as Record<StackServiceName, string>;
+  const urls = Object.fromEntries(SERVICES.map((name) => [name, `http://127.0.0.1:${ports[name]}`])) as Record<
+    StackServiceName,
+    string
+  >;
 
   // Services a crashed `oz0 dev` left running keep their credentials; those they accept must not change.
   const previous = readRecord(home);
@@ -180,18 +196,39 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
   const running = new Map<StackServiceName, StackProcess>();
   for (const name of alive) {
     const kept = previous!.services[name]!;
-    running.set(name, adoptedProcess({ name, pid: kept.pid, url: kept.url, logFile: path.join(logs, `${name}.log`), ...(kept.isolation ? { isolation: kept.isolation } : {}) }));
+    running.set(
+      name,
+      adoptedProcess({
+        name,
+        pid: kept.pid,
+        url: kept.url,
+        logFile: path.join(logs, `${name}.log`),
+        ...(kept.isolation ? { isolation: kept.isolation } : {}),
+      }),
+    );
   }
   const save = (): void => {
     const services: DevStackRecord["services"] = {};
-    for (const [name, p] of running) services[name] = { pid: p.pid, url: p.url, ...(p.isolation ? { isolation: p.isolation } : {}) };
-    writeFileSync(recordFile(home), `${JSON.stringify({ version: 1, credentials, services } satisfies DevStackRecord, null, 2)}\n`, { mode: 0o600 });
+    for (const [name, p] of running)
+      services[name] = { pid: p.pid, url: p.url, ...(p.isolation ? { isolation: p.isolation } : {}) };
+    writeFileSync(
+      recordFile(home),
+      `${JSON.stringify({ version: 1, credentials, services } satisfies DevStackRecord, null, 2)}\n`,
+      { mode: 0o600 },
+    );
   };
 
   const start = (name: StackServiceName): Promise<StackProcess> =>
     startServiceProcess({
       name,
-      env: stackServiceEnv({ name, home, urls, identity: stackIdentityEnv({ credentials, ownerToken, name }), port: ports[name], extra: options.env?.[name] }),
+      env: stackServiceEnv({
+        name,
+        home,
+        urls,
+        identity: stackIdentityEnv({ credentials, ownerToken, name }),
+        port: ports[name],
+        extra: options.env?.[name],
+      }),
       logFile: path.join(logs, `${name}.log`),
       outlivesParent: true,
       ...(options.logLevel ? { logLevel: options.logLevel } : {}),
@@ -221,7 +258,9 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
       if (closing) return;
       // A service that ran a while before it died starts again at once; one that keeps dying waits longer each time.
       if (Date.now() - since > 60_000) delay = delays.first;
-      options.notify(`the ${name} service stopped (${describeExit(exit)}); starting it again (log: ${current.logFile})`);
+      options.notify(
+        `the ${name} service stopped (${describeExit(exit)}); starting it again (log: ${current.logFile})`,
+      );
       for (;;) {
         await sleep(delay);
         delay = Math.min(delay * 2, delays.max);
@@ -238,7 +277,9 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
           for (const listener of restartListeners) listener(name);
           break;
         } catch (error) {
-          options.notify(`could not start the ${name} service again: ${(error as Error).message}; trying again in ${Math.round(delay / 100) / 10} s`);
+          options.notify(
+            `could not start the ${name} service again: ${(error as Error).message}; trying again in ${Math.round(delay / 100) / 10} s`,
+          );
         }
       }
     }
@@ -279,7 +320,8 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
     get isolation() {
       return running.get("sandbox")?.isolation;
     },
-    pids: () => Object.fromEntries(SERVICES.map((name) => [name, running.get(name)!.pid])) as Record<StackServiceName, number>,
+    pids: () =>
+      Object.fromEntries(SERVICES.map((name) => [name, running.get(name)!.pid])) as Record<StackServiceName, number>,
     onRestart: (listener) => void restartListeners.push(listener),
     close: stopAll,
   };

@@ -4,7 +4,20 @@
 // foreground; any other command starts it for its own length when no server
 // is configured. One code path: each child is the service's own dist/main.js.
 import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, closeSync, createWriteStream, existsSync, mkdirSync, openSync, readFileSync, readSync, rmSync, statSync, writeFileSync, type WriteStream } from "node:fs";
+import {
+  chmodSync,
+  closeSync,
+  createWriteStream,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  type WriteStream,
+} from "node:fs";
 import path from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
@@ -105,14 +118,18 @@ export async function startServiceProcess(options: {
 }): Promise<StackProcess> {
   const main = serviceMain(options.name);
   if (!existsSync(main)) {
-    throw new Error(`the ${options.name} service is not built (${path.relative(process.cwd(), main)} is missing); run \`npm run build\``);
+    throw new Error(
+      `the ${options.name} service is not built (${path.relative(process.cwd(), main)} is missing); run \`npm run build\``,
+    );
   }
   mkdirSync(path.dirname(options.logFile), { recursive: true });
   // With setpriv (util-linux), the kernel sends the service SIGTERM when the process that
   // started it dies, however it dies: a CLI or a test killed with SIGKILL leaves no service
   // running. setpriv execs, so the pid stays the service's own.
   const setpriv = options.outlivesParent ? undefined : SETPRIV_PATHS.find((candidate) => existsSync(candidate));
-  const command = setpriv ? [setpriv, "--pdeathsig", "SIGTERM", "--", process.execPath, main] : [process.execPath, main];
+  const command = setpriv
+    ? [setpriv, "--pdeathsig", "SIGTERM", "--", process.execPath, main]
+    : [process.execPath, main];
   // Files the service makes (stores, keys, logs) are its user's alone: a session running as another user reads none.
   const umask = process.umask(0o077);
   let child: ChildProcess;
@@ -123,7 +140,13 @@ export async function startServiceProcess(options: {
     if (options.outlivesParent) logFd = openSync(options.logFile, "a", 0o600);
     else log = createWriteStream(options.logFile, { flags: "a", mode: 0o600 });
     child = spawn(command[0]!, command.slice(1), {
-      env: { ...serviceEnv(options.name), OZ0_HOST: "127.0.0.1", OZ0_PORT: "0", ...options.env, OZ0_LOG_LEVEL: options.logLevel ?? "info" },
+      env: {
+        ...serviceEnv(options.name),
+        OZ0_HOST: "127.0.0.1",
+        OZ0_PORT: "0",
+        ...options.env,
+        OZ0_LOG_LEVEL: options.logLevel ?? "info",
+      },
       stdio: logFd === undefined ? ["ignore", "pipe", "pipe"] : ["ignore", logFd, logFd],
       // Its own process group, so a Ctrl-C at the terminal reaches only the CLI, which stops the stack in order.
       detached: true,
@@ -185,7 +208,15 @@ async function readiness(options: {
   let isolation: { mode: string; reason: string } | undefined;
   let settled = false;
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => fail(new Error(`the ${options.name} service did not start within ${READY_TIMEOUT_MS / 1000} s; see ${options.logFile}`)), READY_TIMEOUT_MS);
+    const timer = setTimeout(
+      () =>
+        fail(
+          new Error(
+            `the ${options.name} service did not start within ${READY_TIMEOUT_MS / 1000} s; see ${options.logFile}`,
+          ),
+        ),
+      READY_TIMEOUT_MS,
+    );
     const fail = (error: Error): void => {
       if (settled) return;
       settled = true;
@@ -198,7 +229,8 @@ async function readiness(options: {
       if (tail.length > 5) tail.shift();
       try {
         const entry = JSON.parse(line) as { url?: unknown; msg?: unknown; isolation?: unknown; reason?: unknown };
-        if (typeof entry.isolation === "string") isolation = { mode: entry.isolation, reason: typeof entry.reason === "string" ? entry.reason : "" };
+        if (typeof entry.isolation === "string")
+          isolation = { mode: entry.isolation, reason: typeof entry.reason === "string" ? entry.reason : "" };
         if (typeof entry.url === "string" && typeof entry.msg === "string" && /listening/.test(entry.msg)) {
           settled = true;
           clearTimeout(timer);
@@ -229,7 +261,11 @@ async function readiness(options: {
             return l;
           }
         });
-        fail(new Error(`the ${options.name} service exited while starting (${signal ?? `code ${code}`}): ${last.pop() ?? "no output"}; see ${options.logFile}`));
+        fail(
+          new Error(
+            `the ${options.name} service exited while starting (${signal ?? `code ${code}`}): ${last.pop() ?? "no output"}; see ${options.logFile}`,
+          ),
+        );
       });
     });
   });
@@ -292,10 +328,23 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   mkdirSync(logs, { recursive: true, mode: 0o700 });
   chmodSync(logs, 0o700);
   const ownerToken = ensureOwnerCredential(home);
-  const identityEnv = (name: StackServiceName): Record<string, string> => stackIdentityEnv({ credentials, ownerToken, name });
+  const identityEnv = (name: StackServiceName): Record<string, string> =>
+    stackIdentityEnv({ credentials, ownerToken, name });
   const startOne = async (name: StackServiceName): Promise<void> => {
-    const env = stackServiceEnv({ name, home, urls, identity: identityEnv(name), orchestratorPort: options.orchestratorPort ?? 0, extra: options.env?.[name] });
-    const p = await startServiceProcess({ name, env, logFile: path.join(logs, `${name}.log`), ...(options.logLevel ? { logLevel: options.logLevel } : {}) });
+    const env = stackServiceEnv({
+      name,
+      home,
+      urls,
+      identity: identityEnv(name),
+      orchestratorPort: options.orchestratorPort ?? 0,
+      extra: options.env?.[name],
+    });
+    const p = await startServiceProcess({
+      name,
+      env,
+      logFile: path.join(logs, `${name}.log`),
+      ...(options.logLevel ? { logLevel: options.logLevel } : {}),
+    });
     started.push(p);
     urls[name] = p.url;
   };
@@ -309,11 +358,23 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
     await close();
     throw error;
   }
-  return { urls, credentials, ownerToken, identityEnv, processes: started, isolation: started.find((p) => p.name === "sandbox")?.isolation, close };
+  return {
+    urls,
+    credentials,
+    ownerToken,
+    identityEnv,
+    processes: started,
+    isolation: started.find((p) => p.name === "sandbox")?.isolation,
+    close,
+  };
 }
 
 /** The identity variables of one service of a stack: its own credential, its peers' digests and, where people call, the owner's digest. */
-export function stackIdentityEnv(options: { credentials: StackCredentials; ownerToken: string; name: StackServiceName }): Record<string, string> {
+export function stackIdentityEnv(options: {
+  credentials: StackCredentials;
+  ownerToken: string;
+  name: StackServiceName;
+}): Record<string, string> {
   const { credentials, ownerToken, name } = options;
   return {
     ...serviceIdentityEnv(credentials, name),
@@ -427,13 +488,36 @@ export function isServiceProcess(pid: number, name: StackServiceName): boolean {
 }
 
 /** What every service takes from the shell: the basics of a process, locale, telemetry, and its OZ0_* settings. */
-const SHARED_VARIABLES = new Set(["PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "NODE_OPTIONS", "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "SSL_CERT_DIR"]);
+const SHARED_VARIABLES = new Set([
+  "PATH",
+  "HOME",
+  "USER",
+  "LOGNAME",
+  "LANG",
+  "LANGUAGE",
+  "TZ",
+  "TMPDIR",
+  "NODE_OPTIONS",
+  "NODE_EXTRA_CA_CERTS",
+  "SSL_CERT_FILE",
+  "SSL_CERT_DIR",
+]);
 const SHARED_PREFIXES = ["LC_", "OTEL_", "OZ0_"];
 
 /** What only one service takes from the shell. */
 const SERVICE_VARIABLES: Record<StackServiceName, readonly string[]> = {
   // Upstream calls to providers may need the shell's proxy settings.
-  "llm-proxy": ["HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy", "OZ0_KEK", "OZ0_KEK_FILE", "OZ0_SECRETS_DIR"],
+  "llm-proxy": [
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "NO_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "no_proxy",
+    "OZ0_KEK",
+    "OZ0_KEK_FILE",
+    "OZ0_SECRETS_DIR",
+  ],
   // People are authenticated by the orchestrator and by the events service (Watch, Transcript).
   events: ["KAFKA_BROKERS", "OZ0_AUTH_CONFIG"],
   orchestrator: ["OZ0_AUTH_CONFIG"],
@@ -446,7 +530,17 @@ const SERVICE_VARIABLES: Record<StackServiceName, readonly string[]> = {
  * and provider keys reach the LLM proxy through SetSecret, never an
  * environment a session could read.
  */
-const WITHHELD = new Set(["OZ0_TOKEN", "OZ0_SERVICE_TOKEN", "OZ0_NODE_TOKEN", "OZ0_OWNER_TOKEN_SHA256", "OZ0_LLM_PROXY_ADMIN_TOKEN", "OZ0_KEK", "OZ0_KEK_FILE", "OZ0_SECRETS_DIR", "OZ0_AUTH_CONFIG"]);
+const WITHHELD = new Set([
+  "OZ0_TOKEN",
+  "OZ0_SERVICE_TOKEN",
+  "OZ0_NODE_TOKEN",
+  "OZ0_OWNER_TOKEN_SHA256",
+  "OZ0_LLM_PROXY_ADMIN_TOKEN",
+  "OZ0_KEK",
+  "OZ0_KEK_FILE",
+  "OZ0_SECRETS_DIR",
+  "OZ0_AUTH_CONFIG",
+]);
 
 /**
  * The environment a stack process takes from the shell: an allowlist, so a

@@ -24,14 +24,25 @@ import { createHash } from "node:crypto";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { GraphError, type AgentRequest, type CustomStepRequest, type CustomStepResult, type GraphExecutor } from "@oz0/graph";
+import {
+  GraphError,
+  type AgentRequest,
+  type CustomStepRequest,
+  type CustomStepResult,
+  type GraphExecutor,
+} from "@oz0/graph";
 import type { GraphStore } from "../store/graph-store.js";
 import type { JobFeed } from "../jobs/job-feed.js";
 import type { JobRunner } from "../jobs/job-runner.js";
 import { isTerminal, type JobRecord, type JobStore } from "../store/job-store.js";
 import { newJobId } from "../store/ids.js";
 import { OrchestratorError } from "../orchestrator-error.js";
-import { SessionNotFoundError, type SandboxMessage, type SessionChannel, type SessionRunner } from "../sessions/session-runner.js";
+import {
+  SessionNotFoundError,
+  type SandboxMessage,
+  type SessionChannel,
+  type SessionRunner,
+} from "../sessions/session-runner.js";
 import { SessionDriver } from "../sessions/session-driver.js";
 import { programSessionStart } from "../sessions/session-request.js";
 import type { SandboxPlacement } from "../sessions/sandbox-placement.js";
@@ -55,7 +66,13 @@ export interface SessionGraphExecutorOptions {
   /** The graph version's plugin folder: custom step modules resolve against it. */
   pluginPath: string;
   /** Called when a step starts its job or session, for the graph job's events. */
-  onStepWork?: (info: { path: string; stepId: string; jobId?: string; sessionId?: string; reattached: boolean }) => void;
+  onStepWork?: (info: {
+    path: string;
+    stepId: string;
+    jobId?: string;
+    sessionId?: string;
+    reattached: boolean;
+  }) => void;
   /** Aborted when this replica stops working on the run: steps in flight are left pending, nothing new starts. */
   halt?: AbortSignal;
   /** How often a step's job is read from the store while the step waits for it. Default 1 s. */
@@ -157,7 +174,10 @@ export function waitForTerminalJob(options: JobWait): Promise<JobRecord> {
 
 /** A step's job that did not succeed: the step fails with the job's reason. */
 function stepJobError(job: JobRecord): GraphError {
-  return new GraphError("STEP_FAILED", `agent ${job.agentName} (job ${job.id}) ended ${job.state}${job.error ? `: ${job.error}` : ""}; see \`oz0 jobs show ${job.id}\``);
+  return new GraphError(
+    "STEP_FAILED",
+    `agent ${job.agentName} (job ${job.id}) ended ${job.state}${job.error ? `: ${job.error}` : ""}; see \`oz0 jobs show ${job.id}\``,
+  );
 }
 
 export class SessionGraphExecutor implements GraphExecutor {
@@ -209,7 +229,13 @@ export class SessionGraphExecutor implements GraphExecutor {
       create: async (id) => {
         const startedBy = (await o.store.getJob(o.graphJobId))?.startedBy ?? "";
         return orchestratorTracing.inGraphStep({ runId: request.runId, path: request.path }, () =>
-          o.jobs.runAgent({ agent: request.agent, input: request.prompt, ...(version ? { version } : {}), id, startedBy }),
+          o.jobs.runAgent({
+            agent: request.agent,
+            input: request.prompt,
+            ...(version ? { version } : {}),
+            id,
+            startedBy,
+          }),
         );
       },
     });
@@ -234,7 +260,13 @@ export class SessionGraphExecutor implements GraphExecutor {
     };
     signal.addEventListener("abort", onAbort, { once: true });
     try {
-      return await waitForTerminalJob({ store: o.store, feed: o.feed, jobId, ...(o.halt ? { halt: o.halt } : {}), ...(o.pollMs ? { pollMs: o.pollMs } : {}) });
+      return await waitForTerminalJob({
+        store: o.store,
+        feed: o.feed,
+        jobId,
+        ...(o.halt ? { halt: o.halt } : {}),
+        ...(o.pollMs ? { pollMs: o.pollMs } : {}),
+      });
     } finally {
       signal.removeEventListener("abort", onAbort);
     }
@@ -242,7 +274,11 @@ export class SessionGraphExecutor implements GraphExecutor {
 
   async #runCustomStep(request: CustomStepRequest): Promise<CustomStepResult> {
     const o = this.#o;
-    if (!request.module) throw new GraphError("UNKNOWN_STEP", `custom step ${request.name} names no module; set module in the graph definition`);
+    if (!request.module)
+      throw new GraphError(
+        "UNKNOWN_STEP",
+        `custom step ${request.name} names no module; set module in the graph definition`,
+      );
     // Deterministic: a re-run after a crash (here or at another replica) is placed on the node
     // of the session it started before, and finds it there.
     const sessionId = `ses_step_${createHash("sha256").update(request.idempotencyKey).digest("hex").slice(0, 24)}`;
@@ -280,18 +316,30 @@ export class SessionGraphExecutor implements GraphExecutor {
     const exited = messages.find((m): m is Extract<SandboxMessage, { kind: "exited" }> => m.kind === "exited");
     // The step runner is ours, but the step's module runs inside it and can break the protocol (a write to stdout
     // after the result, a failing exit): then the bag it returned cannot be trusted.
-    if (exited?.failure) throw new GraphError("STEP_FAILED", withStderr(`custom step ${request.name} failed in the sandbox: ${exited.failure}`, { stderr: exited.stderrTail ?? "" }));
+    if (exited?.failure)
+      throw new GraphError(
+        "STEP_FAILED",
+        withStderr(`custom step ${request.name} failed in the sandbox: ${exited.failure}`, {
+          stderr: exited.stderrTail ?? "",
+        }),
+      );
     let result = exited?.result;
     for (const m of messages) if (m.kind === "event" && m.event.event.case === "result") result = m.event.event.value;
     if (!result || result.stopReason !== StopReason.COMPLETED) {
       const why = result?.error || exited?.error || "the step runner ended without a result";
-      throw new GraphError("STEP_FAILED", withStderr(`custom step ${request.name} failed in the sandbox: ${why}`, { stderr: exited?.stderrTail ?? "" }));
+      throw new GraphError(
+        "STEP_FAILED",
+        withStderr(`custom step ${request.name} failed in the sandbox: ${why}`, { stderr: exited?.stderrTail ?? "" }),
+      );
     }
     try {
       const parsed = JSON.parse(result.text) as { set?: Record<string, unknown> };
       return { set: parsed.set ?? {} };
     } catch {
-      throw new GraphError("STEP_FAILED", `custom step ${request.name}: the step runner's result is not JSON; is the orchestrator's step runner current?`);
+      throw new GraphError(
+        "STEP_FAILED",
+        `custom step ${request.name}: the step runner's result is not JSON; is the orchestrator's step runner current?`,
+      );
     }
   }
 
@@ -310,12 +358,21 @@ export class SessionGraphExecutor implements GraphExecutor {
       stop: () => waited && (signal.aborted || this.#o.halt?.aborted === true),
       waiting: () => Promise.resolve(void (waited = true)),
     });
-    if (!sandbox) throw new GraphError("STEP_FAILED", "the graph run stopped before the custom step found a sandbox node with room");
+    if (!sandbox)
+      throw new GraphError(
+        "STEP_FAILED",
+        "the graph run stopped before the custom step found a sandbox node with room",
+      );
     return sandbox;
   }
 
   /** Every message of the session to its end; throws SessionNotFoundError when the sandbox does not know the session. */
-  async #drain(channel: SessionChannel, signal: AbortSignal, sandbox: SessionRunner, sessionId: string): Promise<SandboxMessage[]> {
+  async #drain(
+    channel: SessionChannel,
+    signal: AbortSignal,
+    sandbox: SessionRunner,
+    sessionId: string,
+  ): Promise<SandboxMessage[]> {
     const onAbort = (): void => {
       void sandbox.cancel({ sessionId, reason: "the graph run stopped this step" }).catch(() => undefined);
     };

@@ -32,7 +32,15 @@ import { asBystander, soleOwnership, type JobOwnership } from "../cluster/job-ow
 import type { JobRunner } from "../jobs/job-runner.js";
 import { appendJobStep, JOB_STATE_TO_PROTO, stateChanged, textNote, type JobEventInit } from "../jobs/job-events.js";
 import { checkJobInput } from "../jobs/job-input.js";
-import { ACTIVE_JOB_STATES, isTerminal, newJobRecord, type JobPatch, type JobRecord, type JobStateName, type JobStore } from "../store/job-store.js";
+import {
+  ACTIVE_JOB_STATES,
+  isTerminal,
+  newJobRecord,
+  type JobPatch,
+  type JobRecord,
+  type JobStateName,
+  type JobStore,
+} from "../store/job-store.js";
 import { newId } from "../store/ids.js";
 import { invalidArgument, notFound, OrchestratorError } from "../orchestrator-error.js";
 import type { LifecycleInit, LifecycleSink } from "../sessions/session-runner.js";
@@ -99,7 +107,9 @@ function outputText(output: unknown): string {
   return output === null || output === undefined ? "" : typeof output === "string" ? output : JSON.stringify(output);
 }
 
-const PROTO_TO_STATE = new Map<JobState, JobStateName>(Object.entries(JOB_STATE_TO_PROTO).map(([k, v]) => [v, k as JobStateName]));
+const PROTO_TO_STATE = new Map<JobState, JobStateName>(
+  Object.entries(JOB_STATE_TO_PROTO).map(([k, v]) => [v, k as JobStateName]),
+);
 
 const STATUS_TO_STATE: Record<RunResult["status"], JobStateName> = {
   succeeded: "succeeded",
@@ -139,13 +149,17 @@ export class GraphJobs {
 
   async run(options: { graph: string; input: string; startedBy?: string }): Promise<JobRecord> {
     checkJobInput(options.input);
-    if (this.#closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
+    if (this.#closing)
+      throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
     const graph = await this.#o.registry.resolveVersion(options.graph);
     // Pin every agent's latest version now: a run never changes agents half way.
     const pinned: Record<string, number> = {};
     for (const name of graphAgents(graph.definition)) {
       const agent = await this.#o.store.getAgentVersion(name);
-      if (!agent) throw notFound(`graph ${graph.name} uses agent "${name}", which is not installed; install the plugin that defines it`);
+      if (!agent)
+        throw notFound(
+          `graph ${graph.name} uses agent "${name}", which is not installed; install the plugin that defines it`,
+        );
       pinned[name] = agent.version;
     }
     const now = new Date();
@@ -168,13 +182,22 @@ export class GraphJobs {
     // Leased before it exists, so no other replica takes it for an orphan.
     await this.#ownership.claim(job.id);
     try {
-      await this.#graphs.putGraphJob({ jobId: job.id, graph: graph.name, version: graph.version, pinnedAgents: pinned, createdAt: now });
+      await this.#graphs.putGraphJob({
+        jobId: job.id,
+        graph: graph.name,
+        version: graph.version,
+        pinnedAgents: pinned,
+        createdAt: now,
+      });
       await this.#o.store.createJob(job);
     } catch (error) {
       await this.#ownership.release(job.id).catch(() => undefined);
       throw error;
     }
-    const started = this.#lifecycleEvent("graph.run_started", job.id, { graph_name: graph.name, graph_version: String(graph.version) });
+    const started = this.#lifecycleEvent("graph.run_started", job.id, {
+      graph_name: graph.name,
+      graph_version: String(graph.version),
+    });
     // The run's trace begins with that event (tracing.ts); its id is kept for `oz0 jobs show`.
     const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
     await this.#append(job.id, [stateChanged("running")], traceId ? { traceId } : undefined, [started]);
@@ -238,10 +261,12 @@ export class GraphJobs {
     if (this.#runs.get(job.id)?.runner.cancel(job.id, reason)) return (await this.#o.store.getJob(job.id))!;
     if (!this.#ownership.owns(job.id)) {
       // Another replica runs it: it hears of this event (or reads the request when it resumes the job) and cancels the run.
-      await asBystander(() => this.#append(job.id, [textNote(CANCEL_REQUEST_ITEM, `cancel requested: ${reason}\n`)], {
-        cancelRequestedAt: new Date(),
-        error: reason,
-      }));
+      await asBystander(() =>
+        this.#append(job.id, [textNote(CANCEL_REQUEST_ITEM, `cancel requested: ${reason}\n`)], {
+          cancelRequestedAt: new Date(),
+          error: reason,
+        }),
+      );
     } else {
       await this.#finish(job.id, { state: "cancelled", error: reason });
     }
@@ -265,13 +290,20 @@ export class GraphJobs {
     const row = await this.#graphs.getGraphJob(job.id);
     const graph = row ? await this.#o.registry.findVersion(row.graph, row.version) : undefined;
     if (!row || !graph) {
-      await this.#finish(job.id, { state: "failed", error: `graph job ${job.id} has no pinned graph version in the graph store; run it again` });
+      await this.#finish(job.id, {
+        state: "failed",
+        error: `graph job ${job.id} has no pinned graph version in the graph store; run it again`,
+      });
       return false;
     }
     const stored = await this.#graphs.checkpoints.getRun(job.id);
     if (stored && stored.status !== "running") {
       // The run ended but its orchestrator stopped before the job did: finish the job from the stored end.
-      await this.#finish(job.id, { state: STATUS_TO_STATE[stored.status], error: stored.error ? `${stored.error.code}: ${stored.error.message}` : "", resultText: outputText(stored.result?.output) });
+      await this.#finish(job.id, {
+        state: STATUS_TO_STATE[stored.status],
+        error: stored.error ? `${stored.error.code}: ${stored.error.message}` : "",
+        resultText: outputText(stored.result?.output),
+      });
       return false;
     }
     // The lease was lost while reading (or the orchestrator is closing): leave the run to whoever has it.
@@ -281,14 +313,19 @@ export class GraphJobs {
       this.#started.set(job.id, Date.now());
       await this.#append(job.id, [textNote("graph", `${note}\n`)]);
       // A run the checkpoint store never saw (stopped between the job and the run) starts now, under the same id.
-      const handle = stored ? await active.runner.resume({ runId: job.id }) : await active.runner.start({ prompt: job.input, runId: job.id });
+      const handle = stored
+        ? await active.runner.resume({ runId: job.id })
+        : await active.runner.start({ prompt: job.input, runId: job.id });
       this.#track(job.id, active, handle.result);
       // Cancelled at another replica while nobody ran it.
       if (job.cancelRequestedAt) active.runner.cancel(job.id, job.error || "cancelled by request");
       return true;
     } catch (error) {
       // One run that cannot resume must not keep the orchestrator (and every other run) from starting.
-      await this.#finish(job.id, { state: "failed", error: `could not resume the graph run: ${(error as Error).message}` });
+      await this.#finish(job.id, {
+        state: "failed",
+        error: `could not resume the graph run: ${(error as Error).message}`,
+      });
       return false;
     }
   }
@@ -341,7 +378,11 @@ export class GraphJobs {
           halt: halt.signal,
           ...poll,
           onJob: (m) => {
-            if (live()) this.#note(jobId, `  manager ${managerAgent} ${m.reattached ? "still decides" : "decides"} ${m.event} as job ${m.jobId}\n`);
+            if (live())
+              this.#note(
+                jobId,
+                `  manager ${managerAgent} ${m.reattached ? "still decides" : "decides"} ${m.event} as job ${m.jobId}\n`,
+              );
           },
         })
       : undefined;
@@ -366,7 +407,9 @@ export class GraphJobs {
           .then((job) => {
             if (live() && job?.cancelRequestedAt) runner.cancel(jobId, job.error || "cancelled by request");
           })
-          .catch((error: unknown) => this.#o.logger.warn({ jobId, err: String(error) }, "could not read a graph job's cancel request"));
+          .catch((error: unknown) =>
+            this.#o.logger.warn({ jobId, err: String(error) }, "could not read a graph job's cancel request"),
+          );
       }),
     );
     this.#runs.set(jobId, active);
@@ -388,13 +431,18 @@ export class GraphJobs {
       if (!job || isTerminal(job.state)) return;
       const state: JobStateName = waiting.size > 0 ? "waiting" : "running";
       if (job.state === state) return;
-      await this.#append(graphJobId, [stateChanged(state, state === "waiting" ? "a step waits for approval" : "")], { state });
+      await this.#append(graphJobId, [stateChanged(state, state === "waiting" ? "a step waits for approval" : "")], {
+        state,
+      });
     };
     const pending = (callId: string): void => {
       const key = `${stepJobId}/${callId}`;
       if (!live() || waiting.has(key)) return;
       waiting.add(key);
-      this.#note(graphJobId, `  ${stepId} waits for approval: oz0 approve ${stepJobId} ${callId} (or oz0 deny … --reason TEXT)\n`);
+      this.#note(
+        graphJobId,
+        `  ${stepId} waits for approval: oz0 approve ${stepJobId} ${callId} (or oz0 deny … --reason TEXT)\n`,
+      );
       this.#serialize(graphJobId, update);
     };
     const answered = (key: string): void => {
@@ -416,12 +464,18 @@ export class GraphJobs {
     void this.#o.store
       .listPermissions({ jobId: stepJobId, pendingOnly: true, approvalsOnly: true })
       .then((list) => list.forEach((p) => pending(p.id)))
-      .catch((error: unknown) => this.#o.logger.warn({ jobId: graphJobId, err: String(error) }, "could not read a step's waiting calls"));
+      .catch((error: unknown) =>
+        this.#o.logger.warn({ jobId: graphJobId, err: String(error) }, "could not read a step's waiting calls"),
+      );
   }
 
   /** Runs state updates of one graph job one after another. */
   #serialize(graphJobId: string, fn: () => Promise<void>): void {
-    const next = (this.#updates.get(graphJobId) ?? Promise.resolve()).then(fn).catch((error: unknown) => this.#o.logger.warn({ jobId: graphJobId, err: String(error) }, "could not update the graph job's state"));
+    const next = (this.#updates.get(graphJobId) ?? Promise.resolve())
+      .then(fn)
+      .catch((error: unknown) =>
+        this.#o.logger.warn({ jobId: graphJobId, err: String(error) }, "could not update the graph job's state"),
+      );
     this.#updates.set(graphJobId, next);
   }
 
@@ -448,10 +502,16 @@ export class GraphJobs {
         this.#publish("graph.step_failed", jobId, { ...attrs, error_code: event.error?.code ?? "" }, stepIdOf(event));
         return;
       case "control":
-        this.#note(jobId, `! ${where} ${event.control?.kind ?? "control event"}${event.control?.detail ? `: ${event.control.detail}` : ""}\n`);
+        this.#note(
+          jobId,
+          `! ${where} ${event.control?.kind ?? "control event"}${event.control?.detail ? `: ${event.control.detail}` : ""}\n`,
+        );
         return;
       case "conflict":
-        this.#note(jobId, `! branches wrote the same key ${event.conflict?.key ?? ""}; the later-declared branch wins\n`);
+        this.#note(
+          jobId,
+          `! branches wrote the same key ${event.conflict?.key ?? ""}; the later-declared branch wins\n`,
+        );
         return;
       default:
         return;
@@ -485,7 +545,11 @@ export class GraphJobs {
       .then(async (r) => {
         if (this.#closing || active.halt.signal.aborted) return;
         const state = STATUS_TO_STATE[r.status];
-        await this.#finish(jobId, { state, error: r.error ? `${r.error.code}: ${r.error.message}` : "", resultText: outputText(r.output) });
+        await this.#finish(jobId, {
+          state,
+          error: r.error ? `${r.error.code}: ${r.error.message}` : "",
+          resultText: outputText(r.output),
+        });
       })
       .catch((error: unknown) => this.#o.logger.error({ jobId, err: error }, "graph job failed to finish"));
   }
@@ -493,7 +557,10 @@ export class GraphJobs {
   async #finish(jobId: string, options: { state: JobStateName; error: string; resultText?: string }): Promise<void> {
     // In line with the waiting/running updates, so none of them lands after the end.
     const done = (this.#updates.get(jobId) ?? Promise.resolve()).then(() => this.#finishNow(jobId, options));
-    this.#updates.set(jobId, done.catch(() => undefined));
+    this.#updates.set(
+      jobId,
+      done.catch(() => undefined),
+    );
     await done;
     // Ended (now or before): nobody is to take it over.
     await this.#ownership.release(jobId);
@@ -509,18 +576,33 @@ export class GraphJobs {
     if (options.resultText) events.push(textNote("graph-result", `${options.resultText}\n`));
     events.push(stateChanged(options.state, options.error));
     const started = this.#started.get(jobId);
-    const type = options.state === "succeeded" ? "graph.run_completed" : options.state === "cancelled" ? "graph.run_cancelled" : "graph.run_failed";
+    const type =
+      options.state === "succeeded"
+        ? "graph.run_completed"
+        : options.state === "cancelled"
+          ? "graph.run_cancelled"
+          : "graph.run_failed";
     const ended = this.#lifecycleEvent(type, jobId, {
       graph_name: job.agentName,
       stop_reason: options.state,
       ...(options.error ? { error_code: options.error.split(":")[0] } : {}),
       ...(started ? { duration_ms: Date.now() - started } : {}),
     });
-    await this.#append(jobId, events, { state: options.state, error: options.error, finishedAt: new Date(), resultText: options.resultText ?? "" }, [ended]);
+    await this.#append(
+      jobId,
+      events,
+      { state: options.state, error: options.error, finishedAt: new Date(), resultText: options.resultText ?? "" },
+      [ended],
+    );
     this.#stop(jobId);
   }
 
-  async #append(jobId: string, events: JobEventInit[], job?: JobPatch, lifecycle: (RawEvent | undefined)[] = []): Promise<void> {
+  async #append(
+    jobId: string,
+    events: JobEventInit[],
+    job?: JobPatch,
+    lifecycle: (RawEvent | undefined)[] = [],
+  ): Promise<void> {
     await appendJobStep(this.#o, { jobId, events, ...(job ? { job } : {}), lifecycle });
   }
 

@@ -17,7 +17,14 @@
 import { createHash } from "node:crypto";
 import type { JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
 import type { RuntimeTool } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { decisionFromToolCall, GraphError, managerTools, type ControlEvent, type GraphManager, type ManagerDecision } from "@oz0/graph";
+import {
+  decisionFromToolCall,
+  GraphError,
+  managerTools,
+  type ControlEvent,
+  type GraphManager,
+  type ManagerDecision,
+} from "@oz0/graph";
 import { never, recordedJob, waitForTerminalJob } from "./graph-executor.js";
 import type { GraphStore } from "../store/graph-store.js";
 import type { JobFeed } from "../jobs/job-feed.js";
@@ -58,10 +65,21 @@ export function managerInput(event: ControlEvent): string {
   const facts: Record<string, unknown> = { kind: event.kind, run_id: event.runId, graph: event.graph };
   switch (event.kind) {
     case "step_error":
-      Object.assign(facts, { step: event.nodeId, path: event.path, iteration: event.iteration, attempt: event.attempt, error_code: event.error.code });
+      Object.assign(facts, {
+        step: event.nodeId,
+        path: event.path,
+        iteration: event.iteration,
+        attempt: event.attempt,
+        error_code: event.error.code,
+      });
       break;
     case "max_iterations":
-      Object.assign(facts, { step: event.nodeId, path: event.path, iteration: event.iteration, max_iterations: event.maxIterations });
+      Object.assign(facts, {
+        step: event.nodeId,
+        path: event.path,
+        iteration: event.iteration,
+        max_iterations: event.maxIterations,
+      });
       break;
     case "invoke_in_flight":
       // The new invoke's prompt is not step content: the manager must see it to answer it.
@@ -107,7 +125,10 @@ export const graphManagerTools: ServedRuntimeTools = {
 export function managerJobKey(event: ControlEvent): string | undefined {
   switch (event.kind) {
     case "step_error": {
-      const failure = createHash("sha256").update(`${event.error.code}\n${event.error.message}`).digest("hex").slice(0, 16);
+      const failure = createHash("sha256")
+        .update(`${event.error.code}\n${event.error.message}`)
+        .digest("hex")
+        .slice(0, 16);
       return `${event.runId}#manager:step_error@${event.path}:${event.iteration}:${event.attempt}:${failure}`;
     }
     case "max_iterations":
@@ -133,13 +154,26 @@ export class AgentGraphManager implements GraphManager {
       key,
       runId: event.runId,
       recorded: key ? await o.graphStore.getStepJob(key) : undefined,
-      create: (id) => o.jobs.runAgent({ agent: o.agent, input: managerInput(event), ...(o.version ? { version: o.version } : {}), servedTools: GRAPH_MANAGER_TOOLS, id }),
+      create: (id) =>
+        o.jobs.runAgent({
+          agent: o.agent,
+          input: managerInput(event),
+          ...(o.version ? { version: o.version } : {}),
+          servedTools: GRAPH_MANAGER_TOOLS,
+          id,
+        }),
     });
     // Shutting down (the event comes again when the run resumes), or halted (the new owner follows the job).
     if (!job) return never();
     const { jobId, reattached } = job;
     o.onJob?.({ event: event.kind, jobId, reattached });
-    const done = await waitForTerminalJob({ store: o.store, feed: o.feed, jobId, ...(o.halt ? { halt: o.halt } : {}), ...(o.pollMs ? { pollMs: o.pollMs } : {}) });
+    const done = await waitForTerminalJob({
+      store: o.store,
+      feed: o.feed,
+      jobId,
+      ...(o.halt ? { halt: o.halt } : {}),
+      ...(o.pollMs ? { pollMs: o.pollMs } : {}),
+    });
     const calls = await servedToolCalls(o.store, done.id);
     const accepted = calls.find((c) => !c.error);
     if (accepted) return decisionFromToolCall(accepted.tool, accepted.input ?? {});

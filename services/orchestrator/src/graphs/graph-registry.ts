@@ -97,8 +97,10 @@ export class GraphRegistry {
     const prepared: PreparedGraph[] = [];
     for (const rel of options.files) {
       const file = path.resolve(options.root, rel);
-      if (!file.startsWith(options.root + path.sep)) throw invalidArgument(`oz0-plugin.yaml: field /graphs: ${rel} is outside the plugin; list files inside it`);
-      if (!existsSync(file)) throw invalidArgument(`${rel}: file not found; create it or fix the path in oz0-plugin.yaml /graphs`);
+      if (!file.startsWith(options.root + path.sep))
+        throw invalidArgument(`oz0-plugin.yaml: field /graphs: ${rel} is outside the plugin; list files inside it`);
+      if (!existsSync(file))
+        throw invalidArgument(`${rel}: file not found; create it or fix the path in oz0-plugin.yaml /graphs`);
       let definition: GraphDefinition;
       try {
         definition = parseDefinitionYaml(readFileSync(file, "utf8"));
@@ -110,17 +112,27 @@ export class GraphRegistry {
         const problems = result.problems.map((p) => `${p.code} at ${p.path}: ${p.message}`).join("; ");
         throw invalidArgument(`${rel}: graph "${definition.name}" is invalid: ${problems}`);
       }
-      if (seen.has(definition.name)) throw invalidArgument(`${rel}: field /name: graph "${definition.name}" is defined twice in this plugin; rename one`);
+      if (seen.has(definition.name))
+        throw invalidArgument(
+          `${rel}: field /name: graph "${definition.name}" is defined twice in this plugin; rename one`,
+        );
       if (known.has(definition.name)) {
-        throw invalidArgument(`${rel}: field /name: "${definition.name}" is already an agent; agents and graphs share one name space, so rename the graph`);
+        throw invalidArgument(
+          `${rel}: field /name: "${definition.name}" is already an agent; agents and graphs share one name space, so rename the graph`,
+        );
       }
       seen.add(definition.name);
       for (const node of graphNodes(definition)) {
         if (node.kind !== "step") continue;
-        if (!node.module) throw invalidArgument(`${rel}: custom step "${node.step}" (${node.id}) names no module; set module to a JavaScript file in the plugin`);
+        if (!node.module)
+          throw invalidArgument(
+            `${rel}: custom step "${node.step}" (${node.id}) names no module; set module to a JavaScript file in the plugin`,
+          );
         const mod = path.resolve(options.root, node.module);
         if (!mod.startsWith(options.root + path.sep) || !existsSync(mod)) {
-          throw invalidArgument(`${rel}: custom step "${node.step}" (${node.id}): module ${node.module} is not a file in the plugin; give a path relative to the plugin's folder`);
+          throw invalidArgument(
+            `${rel}: custom step "${node.step}" (${node.id}): module ${node.module} is not a file in the plugin; give a path relative to the plugin's folder`,
+          );
         }
       }
       prepared.push({ file: rel, definition });
@@ -129,7 +141,12 @@ export class GraphRegistry {
   }
 
   /** Publish a prepared graph: version N+1 when its content changed, else the latest version stays. */
-  async publishVersion(options: { graph: PreparedGraph; plugin: string; pluginVersion: string; pluginPath: string }): Promise<{ published: boolean; record: GraphVersionRecord }> {
+  async publishVersion(options: {
+    graph: PreparedGraph;
+    plugin: string;
+    pluginVersion: string;
+    pluginPath: string;
+  }): Promise<{ published: boolean; record: GraphVersionRecord }> {
     return this.#graphs.publishVersion(newVersion(options));
   }
 
@@ -149,19 +166,32 @@ export class GraphRegistry {
   async listLatest(): Promise<GraphVersionRecord[]> {
     return this.#graphs.listLatestVersions();
   }
-
 }
 
-function newVersion(options: { graph: PreparedGraph; plugin: string; pluginVersion: string; pluginPath: string }): NewGraphVersion {
+function newVersion(options: {
+  graph: PreparedGraph;
+  plugin: string;
+  pluginVersion: string;
+  pluginPath: string;
+}): NewGraphVersion {
   const { definition } = options.graph;
   const usesSteps = graphNodes(definition).some((n) => n.kind === "step");
   // Custom step code lives in the plugin's content-addressed folder: a changed step is a changed graph.
   const content = canonicalJson({ definition, steps: usesSteps ? path.basename(options.pluginPath) : null });
   const contentHash = `sha256:${createHash("sha256").update(content).digest("hex")}`;
-  return { name: definition.name, contentHash, plugin: options.plugin, pluginVersion: options.pluginVersion, pluginPath: options.pluginPath, definition };
+  return {
+    name: definition.name,
+    contentHash,
+    plugin: options.plugin,
+    pluginVersion: options.pluginVersion,
+    pluginPath: options.pluginPath,
+    definition,
+  };
 }
 
 function notFoundError(name: string, version: number | undefined, latest: GraphVersionRecord | undefined): Error {
   if (latest && version) return notFound(`graph ${name} has no version ${version} (latest is ${latest.version})`);
-  return notFound(`unknown graph "${name}"; install the plugin that declares it under graphs: with \`oz0 plugin install\``);
+  return notFound(
+    `unknown graph "${name}"; install the plugin that declares it under graphs: with \`oz0 plugin install\``,
+  );
 }

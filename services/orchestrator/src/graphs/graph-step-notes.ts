@@ -6,10 +6,19 @@
 export type StepNoteKind = "started" | "finished" | "replayed" | "failed";
 
 const MARK: Record<StepNoteKind, string> = { started: "▸", finished: "✓", replayed: "↺", failed: "✗" };
-const VERB: Record<StepNoteKind, string> = { started: "started", finished: "finished", replayed: "already recorded, not run again", failed: "failed" };
+const VERB: Record<StepNoteKind, string> = {
+  started: "started",
+  finished: "finished",
+  replayed: "already recorded, not run again",
+  failed: "failed",
+};
 
 /** Where a step is: its node id, its path, and its loop iteration when there is one. */
-export function stepWhere(step: { nodeId?: string | undefined; path?: string | undefined; iteration?: number | undefined }): string {
+export function stepWhere(step: {
+  nodeId?: string | undefined;
+  path?: string | undefined;
+  iteration?: number | undefined;
+}): string {
   return `${step.nodeId ?? ""} ${step.path ?? ""}${step.iteration ? ` (iteration ${step.iteration})` : ""}`;
 }
 

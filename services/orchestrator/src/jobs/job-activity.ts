@@ -11,7 +11,13 @@
 //   started is starting.
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate, timestampDate } from "@bufbuild/protobuf/wkt";
-import { JobActivityKind, JobActivitySchema, JobState, type JobActivity, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import {
+  JobActivityKind,
+  JobActivitySchema,
+  JobState,
+  type JobActivity,
+  type JobEvent,
+} from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { approversOf } from "../approvals/approval-deadlines.js";
 import { readStepNote } from "../graphs/graph-step-notes.js";
 import type { JobRecord, JobStore } from "../store/job-store.js";
@@ -97,15 +103,26 @@ export class JobActivityTracker {
 
   /** What the job does now. `approvers`: who may answer its waiting calls (the pinned version's `approvals.approvers`). */
   activity(approvers: readonly string[] = []): JobActivity {
-    const of = (kind: JobActivityKind, since: Date | undefined, more: Partial<Pick<JobActivity, "tools" | "approvers" | "steps">> = {}): JobActivity => {
-      const activity = create(JobActivitySchema, { kind, ...(since ? { since: timestampFromDate(since) } : {}), ...more });
+    const of = (
+      kind: JobActivityKind,
+      since: Date | undefined,
+      more: Partial<Pick<JobActivity, "tools" | "approvers" | "steps">> = {},
+    ): JobActivity => {
+      const activity = create(JobActivitySchema, {
+        kind,
+        ...(since ? { since: timestampFromDate(since) } : {}),
+        ...more,
+      });
       activity.summary = describeActivity(activity, this.#state);
       return activity;
     };
     if (ENDED.has(this.#state)) return of(JobActivityKind.ENDED, this.#stateSince);
     if (this.#waiting.size > 0) {
       const waiting = [...this.#waiting.values()];
-      return of(JobActivityKind.APPROVAL, waiting[0]!.since, { tools: waiting.map((w) => w.tool), approvers: [...approvers] });
+      return of(JobActivityKind.APPROVAL, waiting[0]!.since, {
+        tools: waiting.map((w) => w.tool),
+        approvers: [...approvers],
+      });
     }
     // A graph run waits on a step's call (its own job holds the call).
     if (this.#state === JobState.WAITING) return of(JobActivityKind.APPROVAL, this.#stateSince);
@@ -123,7 +140,10 @@ export class JobActivityTracker {
 }
 
 /** One line for people: "model call", "tool run_command", "waiting for approval of run_command by alice, reviewers". */
-export function describeActivity(activity: Pick<JobActivity, "kind" | "tools" | "approvers" | "steps">, state: JobState): string {
+export function describeActivity(
+  activity: Pick<JobActivity, "kind" | "tools" | "approvers" | "steps">,
+  state: JobState,
+): string {
   const list = (items: readonly string[]): string => items.join(", ");
   switch (activity.kind) {
     case JobActivityKind.STARTING:
@@ -138,7 +158,9 @@ export function describeActivity(activity: Pick<JobActivity, "kind" | "tools" | 
       return `waiting for approval of ${list(activity.tools)} by ${who}`;
     }
     case JobActivityKind.STEPS:
-      return activity.steps.length === 0 ? "between steps" : `${activity.steps.length === 1 ? "step" : `${activity.steps.length} steps`} ${list(activity.steps)}`;
+      return activity.steps.length === 0
+        ? "between steps"
+        : `${activity.steps.length === 1 ? "step" : `${activity.steps.length} steps`} ${list(activity.steps)}`;
     case JobActivityKind.ENDED:
       return (JobState[state] ?? "ended").toLowerCase();
     default:
@@ -147,9 +169,12 @@ export function describeActivity(activity: Pick<JobActivity, "kind" | "tools" | 
 }
 
 /** What a stored job does now, from all its stored events (GetJob). */
-export async function storedJobActivity(store: Pick<JobStore, "listJobEvents" | "getAgentVersion">, job: JobRecord): Promise<JobActivity> {
+export async function storedJobActivity(
+  store: Pick<JobStore, "listJobEvents" | "getAgentVersion">,
+  job: JobRecord,
+): Promise<JobActivity> {
   const tracker = new JobActivityTracker();
-  for (let after = 0; ; ) {
+  for (let after = 0; ;) {
     const page = await store.listJobEvents(job.id, after, 1_000);
     for (const event of page) tracker.observe(event);
     if (page.length === 0) break;

@@ -16,11 +16,18 @@ export interface JobEnding {
   result?: SessionResult;
 }
 
-export async function jobEnding(o: { store: JobStore; job: JobRecord; active: ActiveJob | undefined; failure?: string }): Promise<JobEnding> {
+export async function jobEnding(o: {
+  store: JobStore;
+  job: JobRecord;
+  active: ActiveJob | undefined;
+  failure?: string;
+}): Promise<JobEnding> {
   const { job, active } = o;
   // The result as this process saw it, else as stored: a session that ended before a
   // restart or a takeover delivered its result to the replica that followed it then.
-  let result = active?.result ?? (job.stopReason ? create(SessionResultSchema, { stopReason: job.stopReason, text: job.resultText }) : undefined);
+  let result =
+    active?.result ??
+    (job.stopReason ? create(SessionResultSchema, { stopReason: job.stopReason, text: job.resultText }) : undefined);
   // A running job's error is only ever written by a cancel (with cancelRequestedAt) or by a failed session (the job runner's handle).
   const sessionFailure = active?.sessionFailure ?? (job.error && !job.cancelRequestedAt ? job.error : undefined);
   let state: JobStateName;
@@ -48,6 +55,10 @@ export async function jobEnding(o: { store: JobStore; job: JobRecord; active: Ac
       : `the session ended without a result${active?.exitError ? `: ${active.exitError}` : ""}`;
     failedBySession = true;
   }
-  if (failedBySession) error = withStderr(error, { stderr: await storedStderrTail(o.store, { jobId: job.id, sessionId: job.sessionId }), jobId: job.id });
+  if (failedBySession)
+    error = withStderr(error, {
+      stderr: await storedStderrTail(o.store, { jobId: job.id, sessionId: job.sessionId }),
+      jobId: job.id,
+    });
   return { state, error, ...(result ? { result } : {}) };
 }

@@ -15,7 +15,11 @@ type Listener = (event: JobEvent) => void;
 type ChangeListener = (jobId: string, event: JobEvent) => void;
 
 /** What lists of jobs and of approvals show: a job's state, and its calls waiting for a person. */
-const LISTED: ReadonlySet<JobEvent["event"]["case"]> = new Set(["stateChanged", "permissionRequested", "permissionDecision"]);
+const LISTED: ReadonlySet<JobEvent["event"]["case"]> = new Set([
+  "stateChanged",
+  "permissionRequested",
+  "permissionDecision",
+]);
 
 const CATCH_UP_PAGE = 500;
 

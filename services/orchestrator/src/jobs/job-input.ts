@@ -13,7 +13,9 @@ export const MAX_ATTACHMENT_BYTES = 256 * 1024 * 1024;
 export function checkJobInput(input: string): void {
   const bytes = Buffer.byteLength(input);
   if (bytes > MAX_JOB_INPUT_BYTES) {
-    throw invalidArgument(`the job's input is ${bytes} bytes; at most ${MAX_JOB_INPUT_BYTES} (2 MiB) are taken: put larger material in a file and pass it with --attach`);
+    throw invalidArgument(
+      `the job's input is ${bytes} bytes; at most ${MAX_JOB_INPUT_BYTES} (2 MiB) are taken: put larger material in a file and pass it with --attach`,
+    );
   }
 }
 
@@ -25,7 +27,9 @@ function checkAttachmentsSize(paths: readonly string[]): void {
     if (stat.isDirectory()) for (const entry of readdirSync(p)) walk(path.join(p, entry));
     else if (stat.isFile()) total += stat.size;
     if (total > MAX_ATTACHMENT_BYTES) {
-      throw invalidArgument(`the job's attachments add up to more than ${MAX_ATTACHMENT_BYTES} bytes (256 MiB); attach less, or give the agent a way to fetch what it needs`);
+      throw invalidArgument(
+        `the job's attachments add up to more than ${MAX_ATTACHMENT_BYTES} bytes (256 MiB); attach less, or give the agent a way to fetch what it needs`,
+      );
     }
   };
   for (const p of paths) walk(p);
@@ -34,8 +38,10 @@ function checkAttachmentsSize(paths: readonly string[]): void {
 /** A job's attachments, checked: absolute paths that exist on the orchestrator's host, within MAX_ATTACHMENT_BYTES. */
 export function checkAttachments(attachments: readonly string[]): string[] {
   const checked = attachments.map((a) => {
-    if (!path.isAbsolute(a)) throw invalidArgument(`attachment ${a} is not an absolute path; pass absolute paths on the orchestrator's host`);
-    if (!existsSync(a)) throw invalidArgument(`attachment ${a} does not exist on the orchestrator's host; check the path`);
+    if (!path.isAbsolute(a))
+      throw invalidArgument(`attachment ${a} is not an absolute path; pass absolute paths on the orchestrator's host`);
+    if (!existsSync(a))
+      throw invalidArgument(`attachment ${a} does not exist on the orchestrator's host; check the path`);
     return a;
   });
   checkAttachmentsSize(checked);

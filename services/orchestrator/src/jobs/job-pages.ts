@@ -19,7 +19,10 @@ export interface JobsPageQuery {
   pageToken: string;
 }
 
-export async function listJobsPage(store: Pick<JobStore, "listJobs" | "getJob">, query: JobsPageQuery): Promise<{ jobs: JobRecord[]; nextPageToken: string }> {
+export async function listJobsPage(
+  store: Pick<JobStore, "listJobs" | "getJob">,
+  query: JobsPageQuery,
+): Promise<{ jobs: JobRecord[]; nextPageToken: string }> {
   const limit = query.limit || DEFAULT_PAGE_SIZE;
   if (query.pageToken && !(await store.getJob(query.pageToken))) {
     throw invalidArgument("page_token is not one ListJobs gave: list again without it for the first page");

@@ -14,9 +14,21 @@ import { OrchestratorError, notFound } from "../orchestrator-error.js";
 import type { PermissionPolicy } from "../policy/permission-policy.js";
 import { DEFAULT_MAX_STDERR_BYTES, stderrAppend } from "../sessions/harness-stderr.js";
 import type { SandboxPlacement } from "../sessions/sandbox-placement.js";
-import { SessionNotFoundError, type LifecycleSink, type SandboxMessage, type TokenIssuer } from "../sessions/session-runner.js";
+import {
+  SessionNotFoundError,
+  type LifecycleSink,
+  type SandboxMessage,
+  type TokenIssuer,
+} from "../sessions/session-runner.js";
 import { newJobId, newSessionId } from "../store/ids.js";
-import { isTerminal, newJobRecord, type JobPatch, type JobRecord, type JobStore, type PermissionRecord } from "../store/job-store.js";
+import {
+  isTerminal,
+  newJobRecord,
+  type JobPatch,
+  type JobRecord,
+  type JobStore,
+  type PermissionRecord,
+} from "../store/job-store.js";
 import { ActiveJobs, type ActiveJob } from "./active-jobs.js";
 import { storeArtifacts } from "./job-artifacts.js";
 import { jobEnding } from "./job-ending.js";
@@ -95,9 +107,19 @@ export class JobRunner {
    * `id`: the job's id, when the caller recorded it before asking (`newJobId`), so a crash in between
    * leaves an id to create, never a second job.
    */
-  async runAgent(options: { agent: string; input: string; attachments?: string[]; version?: number; servedTools?: string; id?: string; startedBy?: string }): Promise<JobRecord> {
-    if (this.#active.closing) throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
-    if (options.servedTools && !this.#o.servedTools?.[options.servedTools]) throw new Error(`no runtime tools named ${options.servedTools} are served here`);
+  async runAgent(options: {
+    agent: string;
+    input: string;
+    attachments?: string[];
+    version?: number;
+    servedTools?: string;
+    id?: string;
+    startedBy?: string;
+  }): Promise<JobRecord> {
+    if (this.#active.closing)
+      throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
+    if (options.servedTools && !this.#o.servedTools?.[options.servedTools])
+      throw new Error(`no runtime tools named ${options.servedTools} are served here`);
     checkJobInput(options.input);
     const agent = await this.#agents.resolve(options.agent, options.version);
     const attachments = checkAttachments(options.attachments ?? []);
@@ -133,7 +155,10 @@ export class JobRunner {
     });
     // The job's trace begins with that event (tracing.ts); its id is kept for `oz0 jobs show`.
     const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
-    await this.#append(job.id, [stateChanged("pending")], { ...(traceId ? { job: { traceId } } : {}), lifecycle: [created] });
+    await this.#append(job.id, [stateChanged("pending")], {
+      ...(traceId ? { job: { traceId } } : {}),
+      lifecycle: [created],
+    });
     const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "" };
     this.#active.set(job.id, active);
     this.#active.track(this.#sessions.start(job, active));
@@ -201,7 +226,11 @@ export class JobRunner {
         return;
       case "exited":
         if (!active.result && message.result) active.result = message.result;
-        active.exitError = message.error || (message.exitCode !== 0 || message.signal ? `the harness exited (code ${message.exitCode}${message.signal ? `, signal ${message.signal}` : ""})` : "");
+        active.exitError =
+          message.error ||
+          (message.exitCode !== 0 || message.signal
+            ? `the harness exited (code ${message.exitCode}${message.signal ? `, signal ${message.signal}` : ""})`
+            : "");
         if (message.failure) {
           active.sessionFailure = message.failure;
           // Stored with the seq that passes it: a restart or a takeover after this point re-attaches
@@ -215,7 +244,9 @@ export class JobRunner {
         // Stored as they arrive, with the seq that says they were handled: a restart or a
         // replica taking the job over re-attaches after them and must not lose them.
         const artifacts = storeArtifacts(this.#o.home, jobId, message.artifacts);
-        await this.#append(jobId, artifacts.length ? [{ event: { case: "artifacts", value: { artifacts } } }] : [], { job: seqPatch });
+        await this.#append(jobId, artifacts.length ? [{ event: { case: "artifacts", value: { artifacts } } }] : [], {
+          job: seqPatch,
+        });
         return;
       }
       case "event":
@@ -223,7 +254,10 @@ export class JobRunner {
         return;
       case "stderr":
         // Stored with the seq that passes it, like artifacts: a re-attach starts after it.
-        await this.#append(jobId, [], { job: seqPatch, stderr: stderrAppend(message, this.#o.maxStderrBytes ?? DEFAULT_MAX_STDERR_BYTES) });
+        await this.#append(jobId, [], {
+          job: seqPatch,
+          stderr: stderrAppend(message, this.#o.maxStderrBytes ?? DEFAULT_MAX_STDERR_BYTES),
+        });
         return;
     }
   }
@@ -244,7 +278,14 @@ export class JobRunner {
         if (job && !job.startedAt) patch.startedAt = new Date();
         await this.#append(jobId, events, {
           job: patch,
-          lifecycle: [this.#o.lifecycle?.event("session.started", { jobId, sessionId: job?.sessionId ?? "", status: "running", attributes: { harness_name: e.value.harnessName } })],
+          lifecycle: [
+            this.#o.lifecycle?.event("session.started", {
+              jobId,
+              sessionId: job?.sessionId ?? "",
+              status: "running",
+              attributes: { harness_name: e.value.harnessName },
+            }),
+          ],
         });
         return;
       }
@@ -255,7 +296,13 @@ export class JobRunner {
       case "toolCall":
         await this.#append(jobId, [{ time, event: e }], {
           job: patch,
-          lifecycle: [this.#o.lifecycle?.event("tool.called", { jobId, toolCallId: e.value.callId, attributes: { tool_name: e.value.tool, input: e.value.input } })],
+          lifecycle: [
+            this.#o.lifecycle?.event("tool.called", {
+              jobId,
+              toolCallId: e.value.callId,
+              attributes: { tool_name: e.value.tool, input: e.value.input },
+            }),
+          ],
         });
         return;
       case "toolResult": {
@@ -263,12 +310,15 @@ export class JobRunner {
         const violation = await this.#approvals.audit(jobId, active, e.value);
         const job = violation ? await this.#o.store.getJob(jobId) : undefined;
         // Stop the session now; the job fails with the violation when its stream ends (#finish).
-        if (job && active.sandbox) this.#active.track(active.sandbox.cancel({ sessionId: job.sessionId, reason: violation! }));
+        if (job && active.sandbox)
+          this.#active.track(active.sandbox.cancel({ sessionId: job.sessionId, reason: violation! }));
         return;
       }
       case "result":
         active.result = e.value;
-        await this.#append(jobId, [{ time, event: e }], { job: { ...patch, resultText: e.value.text, stopReason: e.value.stopReason } });
+        await this.#append(jobId, [{ time, event: e }], {
+          job: { ...patch, resultText: e.value.text, stopReason: e.value.stopReason },
+        });
         return;
       case "permissionRequest": {
         const job = (await this.#o.store.getJob(jobId))!;
@@ -280,7 +330,14 @@ export class JobRunner {
         const job = (await this.#o.store.getJob(jobId))!;
         const served = this.#served(job);
         if (served?.tools.some((t) => t.name === e.value.name)) {
-          await answerServedCall({ store: this.#o.store, jobId, served, call: e.value, channel: active.channel, record: (event) => this.#append(jobId, [event]) });
+          await answerServedCall({
+            store: this.#o.store,
+            jobId,
+            served,
+            call: e.value,
+            channel: active.channel,
+            record: (event) => this.#append(jobId, [event]),
+          });
           await this.#o.store.updateJob(jobId, patch);
           return;
         }
@@ -288,7 +345,12 @@ export class JobRunner {
         // answer goes down the stream when done. Recorded before the seq advances, so a crash
         // in between replays the call rather than losing it.
         const parent = this.#sessions.operationParent(job, active);
-        const { recorded, done } = this.#operations.accept({ parent, callId: e.value.id, name: e.value.name, input: e.value.input });
+        const { recorded, done } = this.#operations.accept({
+          parent,
+          callId: e.value.id,
+          name: e.value.name,
+          input: e.value.input,
+        });
         this.#active.track(done);
         await recorded;
         await this.#o.store.updateJob(jobId, patch);
@@ -314,11 +376,15 @@ export class JobRunner {
     if (isTerminal(job.state)) return job;
     const reason = options.reason || "cancelled by request";
     const active = this.#active.get(job.id);
-    await this.#active.withLock(job.id, () => this.#approvals.cancelWaiting(job.id, { cancelRequestedAt: new Date(), error: reason }));
+    await this.#active.withLock(job.id, () =>
+      this.#approvals.cancelWaiting(job.id, { cancelRequestedAt: new Date(), error: reason }),
+    );
     this.#operations.cancelJob(job.id);
     if (!this.#ownership.owns(job.id)) {
       // Another replica runs it: stop its session; that replica sees the stream end and finishes the job.
-      await (await this.#o.placement.runnerForSession(job))
+      await (
+        await this.#o.placement.runnerForSession(job)
+      )
         .cancel({ sessionId: job.sessionId, reason })
         .catch((error: unknown) => {
           // Not started yet: its owner sees cancelRequestedAt before starting it.
@@ -343,7 +409,12 @@ export class JobRunner {
   async #finish(jobId: string, options: { failure?: string }): Promise<void> {
     const job = await this.#endJob(jobId, options);
     // Ended (now or before): its node's slot is free, and nobody is to take it over.
-    if (job) await this.#o.placement.release(job.sessionId).catch((error: unknown) => this.#o.logger.warn({ jobId, err: String(error) }, "could not free the session's slot on its node"));
+    if (job)
+      await this.#o.placement
+        .release(job.sessionId)
+        .catch((error: unknown) =>
+          this.#o.logger.warn({ jobId, err: String(error) }, "could not free the session's slot on its node"),
+        );
     await this.#ownership.release(jobId);
   }
 
@@ -352,10 +423,20 @@ export class JobRunner {
     return this.#active.withLock(jobId, async () => {
       const job = await this.#o.store.getJob(jobId);
       if (!job || isTerminal(job.state)) return job;
-      const { state, error, result } = await jobEnding({ store: this.#o.store, job, active: this.#active.get(jobId), ...options });
+      const { state, error, result } = await jobEnding({
+        store: this.#o.store,
+        job,
+        active: this.#active.get(jobId),
+        ...options,
+      });
       const closed = await this.#approvals.closeWaiting(jobId);
       await this.#append(jobId, [...closed.events, stateChanged(state, error)], {
-        job: { state, error, finishedAt: new Date(), ...(result ? { resultText: result.text, stopReason: result.stopReason } : {}) },
+        job: {
+          state,
+          error,
+          finishedAt: new Date(),
+          ...(result ? { resultText: result.text, stopReason: result.stopReason } : {}),
+        },
         permissions: closed.permissions,
         lifecycle: [
           this.#o.lifecycle?.event(state === "succeeded" ? "job.completed" : `job.${state as "failed" | "cancelled"}`, {
@@ -371,7 +452,11 @@ export class JobRunner {
       this.#active.get(jobId)?.channel?.close();
       this.#active.delete(jobId);
       if (job.tokenId) {
-        await this.#o.tokens.revoke({ tokenId: job.tokenId }).catch((err: unknown) => this.#o.logger.warn({ jobId, err: String(err) }, "could not revoke the session token"));
+        await this.#o.tokens
+          .revoke({ tokenId: job.tokenId })
+          .catch((err: unknown) =>
+            this.#o.logger.warn({ jobId, err: String(err) }, "could not revoke the session token"),
+          );
       }
       return job;
     });

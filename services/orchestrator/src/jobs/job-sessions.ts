@@ -24,7 +24,8 @@ import type { JobFeed } from "./job-feed.js";
 import { sendServedAnswer, servedToolCalls, type ServedRuntimeTools } from "./served-tools.js";
 
 /** Why a pending job has not started, in its events. */
-export const WAITING_FOR_ROOM = "waiting for a sandbox node with free capacity: every node is full, or none sends heartbeats; the job starts when one has room";
+export const WAITING_FOR_ROOM =
+  "waiting for a sandbox node with free capacity: every node is full, or none sends heartbeats; the job starts when one has room";
 
 export interface JobSessionsOptions {
   store: JobStore;
@@ -93,10 +94,14 @@ export class JobSessions {
         agent: agent.name,
         agentVersion: agent.version,
         sessionId: job.sessionId,
-        ...(typeof definition.harness?.max_budget_usd === "number" ? { budgetUsd: definition.harness.max_budget_usd } : {}),
+        ...(typeof definition.harness?.max_budget_usd === "number"
+          ? { budgetUsd: definition.harness.max_budget_usd }
+          : {}),
       });
     } catch (error) {
-      await this.#o.finish(job.id, { failure: `could not mint a session token at the LLM proxy: ${(error as Error).message}` });
+      await this.#o.finish(job.id, {
+        failure: `could not mint a session token at the LLM proxy: ${(error as Error).message}`,
+      });
       return;
     }
     const current = await this.#o.store.updateJob(job.id, { tokenId: token.tokenId });
@@ -117,7 +122,11 @@ export class JobSessions {
       attachments: job.attachments,
     });
     if (this.#o.active.closing) return;
-    const end = await this.#driver.start({ ...this.#following(job, active), place: this.#placing(job, active), start: (sandbox) => sandbox.start(start) });
+    const end = await this.#driver.start({
+      ...this.#following(job, active),
+      place: this.#placing(job, active),
+      start: (sandbox) => sandbox.start(start),
+    });
     await this.#ended(job.id, active, end);
   }
 
@@ -157,7 +166,9 @@ export class JobSessions {
     let job = resumed;
     const agent = await this.#o.store.getAgentVersion(job.agentName, job.agentVersion);
     if (!agent) {
-      await this.#o.finish(job.id, { failure: `agent version ${job.agentName} v${job.agentVersion} is missing from the store` });
+      await this.#o.finish(job.id, {
+        failure: `agent version ${job.agentName} v${job.agentVersion} is missing from the store`,
+      });
       return;
     }
     let sandbox: SessionRunner | undefined;
@@ -214,9 +225,13 @@ export class JobSessions {
     // A failure here is left for the next re-attach: the session's stream is followed regardless.
     try {
       await this.#o.approvals.redeliver(job.id);
-      for (const call of this.#o.served(job) ? await servedToolCalls(this.#o.store, job.id) : []) await sendServedAnswer(active.channel, call);
+      for (const call of this.#o.served(job) ? await servedToolCalls(this.#o.store, job.id) : [])
+        await sendServedAnswer(active.channel, call);
     } catch (error) {
-      this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not write the session's answers again after re-attaching; the next re-attach tries again");
+      this.#o.logger.warn(
+        { jobId: job.id, err: String(error) },
+        "could not write the session's answers again after re-attaching; the next re-attach tries again",
+      );
     }
     // Harness operations the session still waits for: a checkpointed result is delivered, an unfinished one runs again.
     this.#o.active.track(this.#o.operations.resumeJob(this.operationParent(job, active)));
@@ -258,7 +273,8 @@ export class JobSessions {
       handle: (message) => this.#o.active.withLock(job.id, () => this.#o.handle(job.id, active, message)),
       stopped: () => this.#o.active.stopped(active),
       // Gone from the store, or finished meanwhile (its node was lost): nothing is left to follow.
-      stillFollowed: async () => (await this.#o.store.getJob(job.id)) !== undefined && this.#o.active.get(job.id) === active,
+      stillFollowed: async () =>
+        (await this.#o.store.getJob(job.id)) !== undefined && this.#o.active.get(job.id) === active,
       reattached: async () => {
         const current = await this.#o.store.getJob(job.id);
         if (current) await this.#catchUp(current, active);
@@ -280,7 +296,9 @@ export class JobSessions {
         return;
       case "unknown": {
         if (!active.startIfUnknown || active.sandboxSeq !== 0) {
-          await this.#o.finish(jobId, { failure: "the session was lost: its sandbox no longer knows it (was the sandbox restarted?)" });
+          await this.#o.finish(jobId, {
+            failure: "the session was lost: its sandbox no longer knows it (was the sandbox restarted?)",
+          });
           return;
         }
         active.startIfUnknown = false;
@@ -289,7 +307,10 @@ export class JobSessions {
         // Its node does not know it: the start never reached the node, or the node restarted after it.
         // Only the first is safe to start again, and only an unused token tells them apart.
         if (!(await this.#revokeProvesUnused(job))) {
-          await this.#o.finish(jobId, { failure: "the session was lost: its sandbox no longer knows it, and it had already called the model (was the sandbox restarted?); run the job again" });
+          await this.#o.finish(jobId, {
+            failure:
+              "the session was lost: its sandbox no longer knows it, and it had already called the model (was the sandbox restarted?); run the job again",
+          });
           return;
         }
         await this.start(job, active);
@@ -302,7 +323,9 @@ export class JobSessions {
         await this.#handleLostSession(jobId, end.lost);
         return;
       case "broken":
-        await this.#o.finish(jobId, { failure: `lost the session's stream and could not re-attach: ${end.error.message}` });
+        await this.#o.finish(jobId, {
+          failure: `lost the session's stream and could not re-attach: ${end.error.message}`,
+        });
         return;
     }
   }
@@ -323,7 +346,10 @@ export class JobSessions {
         return (await this.#o.tokens.revoke({ tokenId: job.tokenId })).neverUsed;
       } catch (error) {
         if (attempt >= 3) {
-          this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not ask the LLM proxy whether the session used its token; it counts as started");
+          this.#o.logger.warn(
+            { jobId: job.id, err: String(error) },
+            "could not ask the LLM proxy whether the session used its token; it counts as started",
+          );
           return false;
         }
         await new Promise((resolve) => setTimeout(resolve, 300 * attempt));
@@ -347,7 +373,10 @@ export class JobSessions {
           await this.#handleLostSession(lost.jobId, lost);
         }
       } catch (error) {
-        this.#o.logger.warn({ jobId: lost.jobId, sessionId: lost.sessionId, err: String(error) }, "could not deal with a session lost with its node yet; trying again");
+        this.#o.logger.warn(
+          { jobId: lost.jobId, sessionId: lost.sessionId, err: String(error) },
+          "could not deal with a session lost with its node yet; trying again",
+        );
       }
     }
   }
@@ -404,7 +433,10 @@ export class JobSessions {
       // Another replica runs it now.
       if (error instanceof LeaseLostError) return;
       // Neither followed nor failed here: its lease is given up, so the next sweep (here or at another replica) resumes it.
-      this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not start the session on another node; leaving the job to the next sweep");
+      this.#o.logger.warn(
+        { jobId: job.id, err: String(error) },
+        "could not start the session on another node; leaving the job to the next sweep",
+      );
       await this.#o.ownership.release(job.id).catch(() => undefined);
     }
   }
@@ -431,7 +463,9 @@ export class JobSessions {
       if (checking) return;
       checking = true;
       this.handleLostSessions()
-        .catch((error: unknown) => this.#o.logger.warn({ err: String(error) }, "could not check for lost sandbox nodes"))
+        .catch((error: unknown) =>
+          this.#o.logger.warn({ err: String(error) }, "could not check for lost sandbox nodes"),
+        )
         .finally(() => (checking = false));
     }, options.intervalMs);
     this.#nodeWatch.unref();

@@ -22,7 +22,10 @@ export function eventsTranscripts(options: { url: string; token?: string | undef
         const err = ConnectError.from(error);
         // Its address and the connection's details stay here: the caller cannot reach that service anyway.
         if (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded) {
-          throw new ConnectError("the events service, which builds transcripts, does not answer the orchestrator now; try again, and check that it runs", Code.Unavailable);
+          throw new ConnectError(
+            "the events service, which builds transcripts, does not answer the orchestrator now; try again, and check that it runs",
+            Code.Unavailable,
+          );
         }
         throw new ConnectError(`the events service refused job ${jobId}'s transcript: ${err.rawMessage}`, err.code);
       }

@@ -3,8 +3,17 @@
 // usage is its jobs' usage: each agent step's job and each of its manager's
 // decisions, summed per agent and in total, and listed one by one.
 import { create } from "@bufbuild/protobuf";
-import { GetUsageResponseSchema, UsageSchema, type GetUsageResponse, type Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
-import { GetJobUsageResponseSchema, StepJobUsageSchema, type GetJobUsageResponse } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import {
+  GetUsageResponseSchema,
+  UsageSchema,
+  type GetUsageResponse,
+  type Usage,
+} from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import {
+  GetJobUsageResponseSchema,
+  StepJobUsageSchema,
+  type GetJobUsageResponse,
+} from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { StepJobRecord } from "../store/graph-store.js";
 import type { JobRecord } from "../store/job-store.js";
 
@@ -38,7 +47,9 @@ export async function jobUsage(sources: JobUsageSources, job: JobRecord): Promis
     response.steps.push(
       create(StepJobUsageSchema, {
         jobId: record.stepJobId,
-        step: record.idempotencyKey.startsWith(job.id) ? record.idempotencyKey.slice(job.id.length) : record.idempotencyKey,
+        step: record.idempotencyKey.startsWith(job.id)
+          ? record.idempotencyKey.slice(job.id.length)
+          : record.idempotencyKey,
         ...(stepJob ? { agent: { name: stepJob.agentName, version: stepJob.agentVersion } } : {}),
         usage: usage.total ?? create(UsageSchema),
       }),

@@ -16,13 +16,16 @@ import type { JobEventInit } from "./job-events.js";
 export interface ServedRuntimeTools {
   tools: RuntimeTool[];
   /** The answer to a call, from the call and the job's earlier served calls (oldest first) only. */
-  answer(call: { name: string; input: ProtoJsonObject }, earlier: readonly ServedToolCall[]): { output: ProtoJsonObject } | { error: string };
+  answer(
+    call: { name: string; input: ProtoJsonObject },
+    earlier: readonly ServedToolCall[],
+  ): { output: ProtoJsonObject } | { error: string };
 }
 
 /** The served runtime tool calls of a job and their answers, oldest first (from its events). */
 export async function servedToolCalls(store: JobStore, jobId: string): Promise<ServedToolCall[]> {
   const calls: ServedToolCall[] = [];
-  for (let after = 0; ; ) {
+  for (let after = 0; ;) {
     const page = await store.listJobEvents(jobId, after, 500);
     for (const e of page) if (e.event.case === "servedToolCall") calls.push(e.event.value);
     if (page.length < 500) return calls;
@@ -62,6 +65,11 @@ export async function answerServedCall(o: {
 /** Writes a recorded answer to the session. */
 export async function sendServedAnswer(channel: SessionChannel | undefined, record: ServedToolCall): Promise<void> {
   await channel?.answerRuntimeTool(
-    create(RuntimeToolResultSchema, record.error ? { id: record.callId, isError: true, error: record.error } : { id: record.callId, ...(record.output ? { output: record.output } : {}) }),
+    create(
+      RuntimeToolResultSchema,
+      record.error
+        ? { id: record.callId, isError: true, error: record.error }
+        : { id: record.callId, ...(record.output ? { output: record.output } : {}) },
+    ),
   );
 }

@@ -87,12 +87,17 @@ function checkSubset(schema: unknown, pointer: string, where: string): void {
   }
   for (const [keyword, value] of Object.entries(schema as Record<string, unknown>)) {
     if (!SUPPORTED_SCHEMA_KEYWORDS.includes(keyword)) {
-      refuse(where, `result_schema${pointer}/${keyword} uses a keyword outside the supported subset (${SUPPORTED_SCHEMA_KEYWORDS.join(", ")}); inline the schema without it`);
+      refuse(
+        where,
+        `result_schema${pointer}/${keyword} uses a keyword outside the supported subset (${SUPPORTED_SCHEMA_KEYWORDS.join(", ")}); inline the schema without it`,
+      );
     }
     if (SUBSCHEMA.has(keyword)) checkSubset(value, `${pointer}/${keyword}`, where);
-    if (SUBSCHEMA_LIST.has(keyword) && Array.isArray(value)) value.forEach((s, i) => checkSubset(s, `${pointer}/${keyword}/${i}`, where));
+    if (SUBSCHEMA_LIST.has(keyword) && Array.isArray(value))
+      value.forEach((s, i) => checkSubset(s, `${pointer}/${keyword}/${i}`, where));
     if (SUBSCHEMA_MAP.has(keyword) && value && typeof value === "object") {
-      for (const [name, s] of Object.entries(value as Record<string, unknown>)) checkSubset(s, `${pointer}/${keyword}/${name}`, where);
+      for (const [name, s] of Object.entries(value as Record<string, unknown>))
+        checkSubset(s, `${pointer}/${keyword}/${name}`, where);
     }
   }
 }
@@ -112,53 +117,95 @@ export function compileResultSchema(schema: Record<string, unknown>, where = "re
  * harness's tools and other runtime tools), which operation keys must not reuse.
  * `file` prefixes messages (the agent YAML, relative to the plugin).
  */
-export function validateHarnessOperations(options: { operations: unknown; toolNamespace: readonly string[]; file: string }): HarnessOperationDefinition[] {
+export function validateHarnessOperations(options: {
+  operations: unknown;
+  toolNamespace: readonly string[];
+  file: string;
+}): HarnessOperationDefinition[] {
   const { file } = options;
   if (options.operations === undefined) return [];
   if (!Array.isArray(options.operations)) refuse(`${file}: field /harness_operations`, "expected a list of operations");
   const list = options.operations as unknown[];
   if (list.length > OPERATION_LIMITS.maxOperations) {
-    refuse(`${file}: field /harness_operations`, `declares ${list.length} operations; at most ${OPERATION_LIMITS.maxOperations} are allowed per agent version`);
+    refuse(
+      `${file}: field /harness_operations`,
+      `declares ${list.length} operations; at most ${OPERATION_LIMITS.maxOperations} are allowed per agent version`,
+    );
   }
   const taken = new Set(options.toolNamespace);
   const keys = new Set<string>();
   return list.map((raw, index) => {
     const at = `${file}: field /harness_operations/${index}`;
-    if (raw === null || typeof raw !== "object" || Array.isArray(raw)) refuse(at, "expected an operation object with key, description, instructions, result_schema and timeout_ms");
+    if (raw === null || typeof raw !== "object" || Array.isArray(raw))
+      refuse(at, "expected an operation object with key, description, instructions, result_schema and timeout_ms");
     const op = raw as Record<string, unknown>;
     const known = ["key", "description", "instructions", "result_schema", "timeout_ms"];
     for (const field of Object.keys(op)) {
-      if (!known.includes(field)) refuse(at, `unknown field "${field}" (an operation has ${known.join(", ")}; an operation cannot attach or scope a skill or choose its own model)`);
+      if (!known.includes(field))
+        refuse(
+          at,
+          `unknown field "${field}" (an operation has ${known.join(", ")}; an operation cannot attach or scope a skill or choose its own model)`,
+        );
     }
-    if (typeof op.key !== "string") refuse(at, "key is required: a string of 1–64 characters matching ^[a-z][a-z0-9_-]*$");
+    if (typeof op.key !== "string")
+      refuse(at, "key is required: a string of 1–64 characters matching ^[a-z][a-z0-9_-]*$");
     const key = op.key;
     const where = `${at} (operation "${key}")`;
-    if (chars(key) < 1 || chars(key) > OPERATION_LIMITS.keyMaxChars) refuse(where, `key must be 1–${OPERATION_LIMITS.keyMaxChars} characters (it has ${chars(key)})`);
-    if (!OPERATION_KEY_PATTERN.test(key)) refuse(where, "key must match ^[a-z][a-z0-9_-]*$ (lower-case letter first, then lower-case letters, digits, _ or -)");
-    if (keys.has(key)) refuse(where, "key is declared twice; operation keys must be unique across the agent's tool namespace");
-    if (taken.has(key)) refuse(where, `key collides with the tool "${key}" the agent's sessions already have; keys must be unique across the whole tool namespace, so rename the operation`);
+    if (chars(key) < 1 || chars(key) > OPERATION_LIMITS.keyMaxChars)
+      refuse(where, `key must be 1–${OPERATION_LIMITS.keyMaxChars} characters (it has ${chars(key)})`);
+    if (!OPERATION_KEY_PATTERN.test(key))
+      refuse(
+        where,
+        "key must match ^[a-z][a-z0-9_-]*$ (lower-case letter first, then lower-case letters, digits, _ or -)",
+      );
+    if (keys.has(key))
+      refuse(where, "key is declared twice; operation keys must be unique across the agent's tool namespace");
+    if (taken.has(key))
+      refuse(
+        where,
+        `key collides with the tool "${key}" the agent's sessions already have; keys must be unique across the whole tool namespace, so rename the operation`,
+      );
     keys.add(key);
     const text = (field: "description" | "instructions", max: number): string => {
       const value = op[field];
-      if (typeof value !== "string") refuse(where, `${field} is required: a string of 1–${max.toLocaleString("en")} characters`);
+      if (typeof value !== "string")
+        refuse(where, `${field} is required: a string of 1–${max.toLocaleString("en")} characters`);
       const n = chars(value);
-      if (n < 1 || n > max) refuse(where, `${field} must be 1–${max.toLocaleString("en")} characters (it has ${n.toLocaleString("en")})`);
+      if (n < 1 || n > max)
+        refuse(where, `${field} must be 1–${max.toLocaleString("en")} characters (it has ${n.toLocaleString("en")})`);
       return value;
     };
     const description = text("description", OPERATION_LIMITS.descriptionMaxChars);
     const instructions = text("instructions", OPERATION_LIMITS.instructionsMaxChars);
     const timeout = op.timeout_ms;
-    if (typeof timeout !== "number" || !Number.isInteger(timeout) || timeout < OPERATION_LIMITS.timeoutMinMs || timeout > OPERATION_LIMITS.timeoutMaxMs) {
-      refuse(where, `timeout_ms must be a whole number of milliseconds from ${OPERATION_LIMITS.timeoutMinMs.toLocaleString("en")} to ${OPERATION_LIMITS.timeoutMaxMs.toLocaleString("en")} (got ${JSON.stringify(timeout)})`);
+    if (
+      typeof timeout !== "number" ||
+      !Number.isInteger(timeout) ||
+      timeout < OPERATION_LIMITS.timeoutMinMs ||
+      timeout > OPERATION_LIMITS.timeoutMaxMs
+    ) {
+      refuse(
+        where,
+        `timeout_ms must be a whole number of milliseconds from ${OPERATION_LIMITS.timeoutMinMs.toLocaleString("en")} to ${OPERATION_LIMITS.timeoutMaxMs.toLocaleString("en")} (got ${JSON.stringify(timeout)})`,
+      );
     }
     const schema = op.result_schema;
-    if (schema === undefined) refuse(where, "result_schema is required: a JSON Schema whose top level is an object schema");
-    if (schema === null || typeof schema !== "object" || Array.isArray(schema) || (schema as Record<string, unknown>).type !== "object") {
+    if (schema === undefined)
+      refuse(where, "result_schema is required: a JSON Schema whose top level is an object schema");
+    if (
+      schema === null ||
+      typeof schema !== "object" ||
+      Array.isArray(schema) ||
+      (schema as Record<string, unknown>).type !== "object"
+    ) {
       refuse(where, 'result_schema must be a top-level object schema ({"type": "object", ...})');
     }
     const size = Buffer.byteLength(JSON.stringify(schema), "utf8");
     if (size > OPERATION_LIMITS.resultSchemaMaxBytes) {
-      refuse(where, `result_schema serialises to ${size.toLocaleString("en")} bytes; at most ${OPERATION_LIMITS.resultSchemaMaxBytes.toLocaleString("en")} are allowed`);
+      refuse(
+        where,
+        `result_schema serialises to ${size.toLocaleString("en")} bytes; at most ${OPERATION_LIMITS.resultSchemaMaxBytes.toLocaleString("en")} are allowed`,
+      );
     }
     checkSubset(schema, "", where);
     compileResultSchema(schema as Record<string, unknown>, where);
@@ -170,7 +217,12 @@ export function validateHarnessOperations(options: { operations: unknown; toolNa
 export const OPERATION_INPUT_SCHEMA = {
   type: "object",
   properties: {
-    task: { type: "string", minLength: 1, maxLength: OPERATION_LIMITS.taskMaxChars, description: "What this invocation should do, with any facts it needs." },
+    task: {
+      type: "string",
+      minLength: 1,
+      maxLength: OPERATION_LIMITS.taskMaxChars,
+      description: "What this invocation should do, with any facts it needs.",
+    },
   },
   required: ["task"],
   additionalProperties: false,
@@ -178,16 +230,26 @@ export const OPERATION_INPUT_SCHEMA = {
 
 /** Checks a call's input; returns the task or a message for the model saying what to fix. */
 export function readOperationTask(input: unknown): { task: string } | { error: string } {
-  const task = input && typeof input === "object" && !Array.isArray(input) ? (input as Record<string, unknown>).task : undefined;
+  const task =
+    input && typeof input === "object" && !Array.isArray(input) ? (input as Record<string, unknown>).task : undefined;
   const extra = input && typeof input === "object" ? Object.keys(input).filter((k) => k !== "task") : [];
   if (typeof task !== "string") return { error: 'invalid input: expected {"task": "<what to do>"} with task a string' };
-  if (extra.length > 0) return { error: `invalid input: unknown field(s) ${extra.join(", ")}; pass only {"task": "..."}` };
+  if (extra.length > 0)
+    return { error: `invalid input: unknown field(s) ${extra.join(", ")}; pass only {"task": "..."}` };
   const n = chars(task);
-  if (n < 1 || n > OPERATION_LIMITS.taskMaxChars) return { error: `invalid input: task must be 1–${OPERATION_LIMITS.taskMaxChars.toLocaleString("en")} characters (it has ${n.toLocaleString("en")})` };
+  if (n < 1 || n > OPERATION_LIMITS.taskMaxChars)
+    return {
+      error: `invalid input: task must be 1–${OPERATION_LIMITS.taskMaxChars.toLocaleString("en")} characters (it has ${n.toLocaleString("en")})`,
+    };
   return { task };
 }
 
 /** The validator's errors, as lines a model can act on. */
 export function describeValidationErrors(errors: readonly ErrorObject[] | null | undefined): string[] {
-  return (errors ?? []).slice(0, 20).map((e) => `${e.instancePath || "/"} ${e.message ?? "is invalid"}${e.keyword === "additionalProperties" ? ` (${String((e.params as { additionalProperty?: string }).additionalProperty)})` : ""}`);
+  return (errors ?? [])
+    .slice(0, 20)
+    .map(
+      (e) =>
+        `${e.instancePath || "/"} ${e.message ?? "is invalid"}${e.keyword === "additionalProperties" ? ` (${String((e.params as { additionalProperty?: string }).additionalProperty)})` : ""}`,
+    );
 }

@@ -31,7 +31,13 @@ import type { AgentVersionRecord, JobStore, JsonObject } from "../store/job-stor
 import { DEFAULT_MAX_STDERR_BYTES, stderrAppend, withStderr } from "../sessions/harness-stderr.js";
 import { OperationCheckpoints, type OperationCheckpoint } from "./operation-checkpoints.js";
 import type { PermissionPolicy } from "../policy/permission-policy.js";
-import type { LifecycleSink, SandboxMessage, SessionChannel, SessionRunner, TokenIssuer } from "../sessions/session-runner.js";
+import type {
+  LifecycleSink,
+  SandboxMessage,
+  SessionChannel,
+  SessionRunner,
+  TokenIssuer,
+} from "../sessions/session-runner.js";
 import { SessionDriver } from "../sessions/session-driver.js";
 import { agentSessionStart } from "../sessions/session-request.js";
 import { newId } from "../store/ids.js";
@@ -172,7 +178,10 @@ export class OperationRunner {
    * between replays the call instead of losing it); `done` settles when the
    * answer was delivered. Neither rejects.
    */
-  accept(options: { parent: OperationParent; callId: string; name: string; input: unknown }): { recorded: Promise<void>; done: Promise<void> } {
+  accept(options: { parent: OperationParent; callId: string; name: string; input: unknown }): {
+    recorded: Promise<void>;
+    done: Promise<void>;
+  } {
     const { parent, callId } = options;
     const flight = `${parent.jobId}/${callId}`;
     if (this.#inFlight.has(flight)) return { recorded: Promise.resolve(), done: Promise.resolve() };
@@ -180,7 +189,12 @@ export class OperationRunner {
     let markRecorded!: () => void;
     const recorded = new Promise<void>((resolve) => (markRecorded = resolve));
     const done = this.#accept(options, markRecorded)
-      .catch((error: unknown) => this.#o.logger.error({ jobId: parent.jobId, callId, err: String(error) }, "harness operation failed unexpectedly"))
+      .catch((error: unknown) =>
+        this.#o.logger.error(
+          { jobId: parent.jobId, callId, err: String(error) },
+          "harness operation failed unexpectedly",
+        ),
+      )
       .finally(() => {
         markRecorded();
         this.#inFlight.delete(flight);
@@ -188,7 +202,10 @@ export class OperationRunner {
     return { recorded, done };
   }
 
-  async #accept(options: { parent: OperationParent; callId: string; name: string; input: unknown }, markRecorded: () => void): Promise<void> {
+  async #accept(
+    options: { parent: OperationParent; callId: string; name: string; input: unknown },
+    markRecorded: () => void,
+  ): Promise<void> {
     const { parent, callId, name } = options;
     // Refusals need no record: a replayed call is refused the same way again.
     const refuse = (code: OperationErrorCode, message: string): Promise<void> => {
@@ -196,17 +213,27 @@ export class OperationRunner {
       return this.#deliver(parent, callId, { kind: "failed", code, message, validation: "unknown" }, undefined);
     };
     if (this.#scratch.has(parent.sessionId)) {
-      return refuse("operation_nested", `harness operations cannot be nested: ${name} was called from inside a harness operation's scratch session; finish this operation and let the parent call ${name}`);
+      return refuse(
+        "operation_nested",
+        `harness operations cannot be nested: ${name} was called from inside a harness operation's scratch session; finish this operation and let the parent call ${name}`,
+      );
     }
     const op = operationsOf(parent.agent).find((o) => o.key === name);
-    if (!op) return refuse("operation_unknown", `no runtime tool ${name} on agent ${parent.agent.name} v${parent.agent.version}`);
+    if (!op)
+      return refuse(
+        "operation_unknown",
+        `no runtime tool ${name} on agent ${parent.agent.name} v${parent.agent.version}`,
+      );
     const read = readOperationTask(options.input);
     if ("error" in read) return refuse("operation_input_invalid", `${name}: ${read.error}`);
     let existing: OperationCheckpoint | undefined;
     try {
       existing = await this.#checkpoints.get(parent.jobId, callId);
     } catch (error) {
-      return refuse("operation_session_failed", `${name} could not be recorded (${(error as Error).message}); try the call again`);
+      return refuse(
+        "operation_session_failed",
+        `${name} could not be recorded (${(error as Error).message}); try the call again`,
+      );
     }
     if (existing) {
       markRecorded();
@@ -226,7 +253,10 @@ export class OperationRunner {
     try {
       await this.#checkpoints.put(record);
     } catch (error) {
-      return refuse("operation_session_failed", `${name} could not be recorded (${(error as Error).message}); try the call again`);
+      return refuse(
+        "operation_session_failed",
+        `${name} could not be recorded (${(error as Error).message}); try the call again`,
+      );
     }
     markRecorded();
     await this.#run(parent, op, record);
@@ -242,7 +272,10 @@ export class OperationRunner {
     try {
       records = await this.#checkpoints.all(parent.jobId);
     } catch (error) {
-      this.#o.logger.error({ jobId: parent.jobId, err: String(error) }, "could not read the job's harness operations to resume them");
+      this.#o.logger.error(
+        { jobId: parent.jobId, err: String(error) },
+        "could not read the job's harness operations to resume them",
+      );
       return;
     }
     const work = records.map((record) => {
@@ -258,9 +291,24 @@ export class OperationRunner {
       const op = operationsOf(parent.agent).find((o) => o.key === record.operationKey);
       const work = op
         ? this.#resume(parent, op, record)
-        : this.#deliver(parent, record.callId, { kind: "failed", code: "operation_unknown", message: `operation ${record.operationKey} is not on this agent version`, validation: "unknown" }, record);
+        : this.#deliver(
+            parent,
+            record.callId,
+            {
+              kind: "failed",
+              code: "operation_unknown",
+              message: `operation ${record.operationKey} is not on this agent version`,
+              validation: "unknown",
+            },
+            record,
+          );
       return work
-        .catch((error: unknown) => this.#o.logger.error({ jobId: parent.jobId, callId: record.callId, err: String(error) }, "could not resume a harness operation"))
+        .catch((error: unknown) =>
+          this.#o.logger.error(
+            { jobId: parent.jobId, callId: record.callId, err: String(error) },
+            "could not resume a harness operation",
+          ),
+        )
         .finally(() => this.#inFlight.delete(flight));
     });
     await Promise.all(work);
@@ -268,11 +316,17 @@ export class OperationRunner {
 
   async #resume(parent: OperationParent, op: HarnessOperationDefinition, record: OperationCheckpoint): Promise<void> {
     // Scratch sessions of a previous process are not followed by anyone now: stop them.
-    for (const id of record.scratchSessionIds) await parent.sandbox.cancel({ sessionId: id, reason: "the orchestrator restarted; this operation attempt is abandoned" }).catch(() => undefined);
+    for (const id of record.scratchSessionIds)
+      await parent.sandbox
+        .cancel({ sessionId: id, reason: "the orchestrator restarted; this operation attempt is abandoned" })
+        .catch(() => undefined);
     const recorded = recordedOutcome(record);
     if (recorded) {
       // The checkpoint committed: reuse it, do not ask the model again.
-      this.#o.logger.info({ jobId: parent.jobId, callId: record.callId }, "harness operation result reused from its checkpoint");
+      this.#o.logger.info(
+        { jobId: parent.jobId, callId: record.callId },
+        "harness operation result reused from its checkpoint",
+      );
       return this.#deliver(parent, record.callId, recorded, record);
     }
     // Started but never checkpointed: it runs again (at-least-once execution).
@@ -285,17 +339,40 @@ export class OperationRunner {
     const remaining = parent.deadline ? parent.deadline.getTime() - started : Number.POSITIVE_INFINITY;
     const timeoutMs = Math.max(0, Math.min(op.timeout_ms, remaining));
     const until = started + timeoutMs;
-    const base: EventBase = { jobId: parent.jobId, sessionId: parent.sessionId, toolCallId: record.callId, operationInvocationId: record.invocationId, agentName: parent.agent.name, agentVersion: String(parent.agent.version) };
-    this.#o.lifecycle?.publish("harness.operation_started", { ...base, status: "running", attributes: { operation_key: op.key, task_chars: [...record.task].length, timeout_ms: timeoutMs } });
+    const base: EventBase = {
+      jobId: parent.jobId,
+      sessionId: parent.sessionId,
+      toolCallId: record.callId,
+      operationInvocationId: record.invocationId,
+      agentName: parent.agent.name,
+      agentVersion: String(parent.agent.version),
+    };
+    this.#o.lifecycle?.publish("harness.operation_started", {
+      ...base,
+      status: "running",
+      attributes: { operation_key: op.key, task_chars: [...record.task].length, timeout_ms: timeoutMs },
+    });
     const usage: Usage = { inputTokens: 0, outputTokens: 0 };
     let outcome: Outcome;
     if (timeoutMs <= 0) {
-      outcome = { kind: "failed", code: "operation_deadline_passed", message: `${op.key} did not start: the parent run's deadline has passed`, validation: "unknown" };
+      outcome = {
+        kind: "failed",
+        code: "operation_deadline_passed",
+        message: `${op.key} did not start: the parent run's deadline has passed`,
+        validation: "unknown",
+      };
     } else {
       outcome = await this.#attempts({ parent, op, record, signal, until, usage, base });
     }
     if (signal.reason === ABANDONED) return;
-    const end = outcome.kind === "validated" ? "completed" : outcome.code === "operation_timed_out" || outcome.code === "operation_deadline_passed" ? "timed_out" : outcome.code === "operation_cancelled" ? "cancelled" : "failed";
+    const end =
+      outcome.kind === "validated"
+        ? "completed"
+        : outcome.code === "operation_timed_out" || outcome.code === "operation_deadline_passed"
+          ? "timed_out"
+          : outcome.code === "operation_cancelled"
+            ? "cancelled"
+            : "failed";
     this.#o.lifecycle?.publish(`harness.operation_${end}`, {
       ...base,
       status: end,
@@ -318,30 +395,62 @@ export class OperationRunner {
       record.errorCode = outcome.code;
     }
     // Without the checkpoint the answer still goes out; a crash before delivery then runs the operation again.
-    await this.#checkpoints.put(record).catch((error: unknown) => this.#o.logger.warn({ jobId: parent.jobId, callId: record.callId, err: String(error) }, "could not checkpoint a harness operation's outcome"));
+    await this.#checkpoints
+      .put(record)
+      .catch((error: unknown) =>
+        this.#o.logger.warn(
+          { jobId: parent.jobId, callId: record.callId, err: String(error) },
+          "could not checkpoint a harness operation's outcome",
+        ),
+      );
     await this.#deliver(parent, record.callId, outcome, record);
   }
 
-  async #attempts(options: { parent: OperationParent; op: HarnessOperationDefinition; record: OperationCheckpoint; signal: AbortSignal; until: number; usage: Usage; base: EventBase }): Promise<Outcome> {
+  async #attempts(options: {
+    parent: OperationParent;
+    op: HarnessOperationDefinition;
+    record: OperationCheckpoint;
+    signal: AbortSignal;
+    until: number;
+    usage: Usage;
+    base: EventBase;
+  }): Promise<Outcome> {
     const { op, signal, until } = options;
     const validate = this.#validator(options.parent.agent, op);
     const maxRepairs = this.#o.maxRepairs ?? DEFAULT_MAX_REPAIRS;
     let feedback: string[] = [];
     const step = { index: 0 };
     for (let attempt = 0; attempt <= maxRepairs; attempt++) {
-      if (signal.aborted) return { kind: "failed", code: "operation_cancelled", message: `${op.key} was cancelled with its parent run`, validation: "unknown" };
+      if (signal.aborted)
+        return {
+          kind: "failed",
+          code: "operation_cancelled",
+          message: `${op.key} was cancelled with its parent run`,
+          validation: "unknown",
+        };
       if (Date.now() >= until) break;
       const ran = await this.#scratchSession({ ...options, feedback, step });
       if (ran.kind === "failed") return ran;
       if (ran.output === undefined) {
-        feedback = ["the session ended without a structured result; finish with only a JSON object valid against the result schema"];
+        feedback = [
+          "the session ended without a structured result; finish with only a JSON object valid against the result schema",
+        ];
         continue;
       }
       if (validate(ran.output)) return { kind: "validated", result: ran.output };
       feedback = describeValidationErrors(validate.errors);
-      this.#o.logger.info({ jobId: options.parent.jobId, callId: options.record.callId, attempt }, "harness operation result did not validate; repairing");
+      this.#o.logger.info(
+        { jobId: options.parent.jobId, callId: options.record.callId, attempt },
+        "harness operation result did not validate; repairing",
+      );
     }
-    if (Date.now() >= until) return { kind: "failed", code: "operation_timed_out", message: `${op.key} timed out before it returned a valid result`, validation: feedback.length ? "invalid" : "unknown" };
+    if (Date.now() >= until)
+      return {
+        kind: "failed",
+        code: "operation_timed_out",
+        message: `${op.key} timed out before it returned a valid result`,
+        validation: feedback.length ? "invalid" : "unknown",
+      };
     return {
       kind: "failed",
       code: "operation_result_invalid",
@@ -388,7 +497,13 @@ export class OperationRunner {
     try {
       // Recorded before it starts, so a restart can stop it.
       await this.#checkpoints.put(record);
-      const token = await this.#o.tokens.mint({ jobId: parent.jobId, agent: agent.name, agentVersion: agent.version, sessionId, ttlMs: Math.max(1_000, until - Date.now()) + 60_000 });
+      const token = await this.#o.tokens.mint({
+        jobId: parent.jobId,
+        agent: agent.name,
+        agentVersion: agent.version,
+        sessionId,
+        ttlMs: Math.max(1_000, until - Date.now()) + 60_000,
+      });
       tokenId = token.tokenId;
       const input = options.feedback.length
         ? `${record.task}\n\nA previous attempt's result did not validate against the result schema:\n${options.feedback.map((f) => `- ${f}`).join("\n")}\nReturn a corrected result.`
@@ -406,14 +521,23 @@ export class OperationRunner {
         outputSchema: op.result_schema as ProtoJsonObject,
         shareWorkingDirOf: parent.sessionId,
       });
-      if (signal.aborted) return { kind: "failed", code: "operation_cancelled", message: `${op.key} was cancelled with its parent run`, validation: "unknown" };
+      if (signal.aborted)
+        return {
+          kind: "failed",
+          code: "operation_cancelled",
+          message: `${op.key} was cancelled with its parent run`,
+          validation: "unknown",
+        };
       channel = parent.sandbox.start(start);
       const scratch = channel;
       signal.addEventListener("abort", onAbort, { once: true });
-      timer = setTimeout(() => {
-        stop ??= "timed_out";
-        void parent.sandbox.cancel({ sessionId, reason: "the harness operation timed out" }).catch(() => undefined);
-      }, Math.max(0, until - Date.now()));
+      timer = setTimeout(
+        () => {
+          stop ??= "timed_out";
+          void parent.sandbox.cancel({ sessionId, reason: "the harness operation timed out" }).catch(() => undefined);
+        },
+        Math.max(0, until - Date.now()),
+      );
       let result: SessionResult | undefined;
       let exitError = "";
       let failure: string | undefined;
@@ -421,17 +545,29 @@ export class OperationRunner {
       let pendingModelStep: { at: number; tokens: Usage } | undefined;
       const emitStep = (attributes: Record<string, unknown>, tokens?: Usage): void => {
         options.step.index++;
-        this.#o.lifecycle?.publish("harness.operation_step", { ...base, status: "ok", ...(tokens ? { tokens } : {}), attributes: { step_index: options.step.index, ...attributes } });
+        this.#o.lifecycle?.publish("harness.operation_step", {
+          ...base,
+          status: "ok",
+          ...(tokens ? { tokens } : {}),
+          attributes: { step_index: options.step.index, ...attributes },
+        });
       };
       const flushModel = (extra: Record<string, unknown>): void => {
         if (!pendingModelStep) return;
-        emitStep({ step_kind: "model", duration_ms: Date.now() - pendingModelStep.at, ...extra }, pendingModelStep.tokens);
+        emitStep(
+          { step_kind: "model", duration_ms: Date.now() - pendingModelStep.at, ...extra },
+          pendingModelStep.tokens,
+        );
         pendingModelStep = undefined;
       };
       const handle = async (message: SandboxMessage): Promise<void> => {
         if (message.kind === "stderr") {
           // Kept with the parent job: `oz0 jobs logs` shows every session of it.
-          await this.#o.store.append({ jobId: parent.jobId, events: [], stderr: stderrAppend(message, this.#o.maxStderrBytes ?? DEFAULT_MAX_STDERR_BYTES) });
+          await this.#o.store.append({
+            jobId: parent.jobId,
+            events: [],
+            stderr: stderrAppend(message, this.#o.maxStderrBytes ?? DEFAULT_MAX_STDERR_BYTES),
+          });
           return;
         }
         if (message.kind === "exited") {
@@ -445,18 +581,22 @@ export class OperationRunner {
         const e = message.event.event;
         switch (e.case) {
           case "usage":
-          {
-            const tokens = { inputTokens: Number(e.value.inputTokens), outputTokens: Number(e.value.outputTokens) };
-            usage.inputTokens += tokens.inputTokens;
-            usage.outputTokens += tokens.outputTokens;
-            // Named once we know what the turn asked for (a tool, or the finish).
-            pendingModelStep = { at: Date.now(), tokens };
-          }
+            {
+              const tokens = { inputTokens: Number(e.value.inputTokens), outputTokens: Number(e.value.outputTokens) };
+              usage.inputTokens += tokens.inputTokens;
+              usage.outputTokens += tokens.outputTokens;
+              // Named once we know what the turn asked for (a tool, or the finish).
+              pendingModelStep = { at: Date.now(), tokens };
+            }
             break;
           case "toolCall": {
             flushModel({ requested_tool: e.value.tool });
             const input = (e.value.input ?? {}) as Record<string, unknown>;
-            emitStep({ step_kind: "tool", tool_name: e.value.tool, ...(typeof input.path === "string" ? { path: input.path } : {}) });
+            emitStep({
+              step_kind: "tool",
+              tool_name: e.value.tool,
+              ...(typeof input.path === "string" ? { path: input.path } : {}),
+            });
             break;
           }
           case "permissionRequest": {
@@ -476,7 +616,10 @@ export class OperationRunner {
               create(PermissionAnswerSchema, {
                 id: e.value.id,
                 allow,
-                reason: decision.kind === "ask" ? `${decision.reason}; a harness operation cannot wait for a person, so the call was refused` : decision.reason,
+                reason:
+                  decision.kind === "ask"
+                    ? `${decision.reason}; a harness operation cannot wait for a person, so the call was refused`
+                    : decision.reason,
                 outcome: PermissionAnswer_Outcome.ANSWERED,
                 ...(allow && decision.input ? { input: decision.input as ProtoJsonObject } : {}),
               }),
@@ -502,20 +645,44 @@ export class OperationRunner {
         }
       };
       // Not re-attached: an answer written to a broken stream is not recorded anywhere to write again.
-      const end = await this.#sessions.follow({ jobId: parent.jobId, sessionId, state: { sandbox: parent.sandbox, channel, sandboxSeq: 0 }, handle, stopped: () => false, reattach: false });
+      const end = await this.#sessions.follow({
+        jobId: parent.jobId,
+        sessionId,
+        state: { sandbox: parent.sandbox, channel, sandboxSeq: 0 },
+        handle,
+        stopped: () => false,
+        reattach: false,
+      });
       if (end.kind === "unknown" || end.kind === "refused" || end.kind === "broken") throw end.error;
-      if (stop === "cancelled" || signal.aborted) return { kind: "failed", code: "operation_cancelled", message: `${op.key} was cancelled with its parent run`, validation: "unknown" };
+      if (stop === "cancelled" || signal.aborted)
+        return {
+          kind: "failed",
+          code: "operation_cancelled",
+          message: `${op.key} was cancelled with its parent run`,
+          validation: "unknown",
+        };
       if (stop === "timed_out" || result?.stopReason === StopReason.TIMEOUT) {
-        return { kind: "failed", code: "operation_timed_out", message: `${op.key} timed out before it returned a valid result (timeout ${op.timeout_ms} ms, bounded by the parent run's deadline)`, validation: "unknown" };
+        return {
+          kind: "failed",
+          code: "operation_timed_out",
+          message: `${op.key} timed out before it returned a valid result (timeout ${op.timeout_ms} ms, bounded by the parent run's deadline)`,
+          validation: "unknown",
+        };
       }
       // A session the sandbox failed is not repaired: its structured output, valid or not, cannot be trusted.
       if (failure) {
-        return { kind: "failed", code: "operation_session_failed", message: withStderr(`${op.key}'s scratch session failed: ${failure}`, { stderr: stderrTail }), validation: "unknown" };
+        return {
+          kind: "failed",
+          code: "operation_session_failed",
+          message: withStderr(`${op.key}'s scratch session failed: ${failure}`, { stderr: stderrTail }),
+          validation: "unknown",
+        };
       }
       if (result?.structuredOutput) return { kind: "ran", output: result.structuredOutput as JsonObject };
       if (result && result.stopReason === StopReason.COMPLETED) return { kind: "ran" };
       // A finished loop whose answer was not JSON is a repairable result, not a crash.
-      if (result && result.stopReason === StopReason.ERROR && /output schema|JSON/i.test(result.error)) return { kind: "ran" };
+      if (result && result.stopReason === StopReason.ERROR && /output schema|JSON/i.test(result.error))
+        return { kind: "ran" };
       return {
         kind: "failed",
         code: "operation_session_failed",
@@ -523,8 +690,19 @@ export class OperationRunner {
         validation: "unknown",
       };
     } catch (error) {
-      if (signal.aborted) return { kind: "failed", code: "operation_cancelled", message: `${op.key} was cancelled with its parent run`, validation: "unknown" };
-      return { kind: "failed", code: "operation_session_failed", message: `${op.key}'s scratch session could not run: ${(error as Error).message}`, validation: "unknown" };
+      if (signal.aborted)
+        return {
+          kind: "failed",
+          code: "operation_cancelled",
+          message: `${op.key} was cancelled with its parent run`,
+          validation: "unknown",
+        };
+      return {
+        kind: "failed",
+        code: "operation_session_failed",
+        message: `${op.key}'s scratch session could not run: ${(error as Error).message}`,
+        validation: "unknown",
+      };
     } finally {
       if (timer) clearTimeout(timer);
       signal.removeEventListener("abort", onAbort);
@@ -534,7 +712,12 @@ export class OperationRunner {
     }
   }
 
-  async #deliver(parent: OperationParent, callId: string, outcome: Outcome, record: OperationCheckpoint | undefined): Promise<void> {
+  async #deliver(
+    parent: OperationParent,
+    callId: string,
+    outcome: Outcome,
+    record: OperationCheckpoint | undefined,
+  ): Promise<void> {
     try {
       await parent.answer(answerFor(callId, outcome));
       if (record) {
@@ -543,7 +726,10 @@ export class OperationRunner {
       }
     } catch (error) {
       // Left undelivered: the next re-attach delivers it from the checkpoint.
-      this.#o.logger.warn({ jobId: parent.jobId, callId, err: String(error) }, "could not deliver a harness operation's result yet");
+      this.#o.logger.warn(
+        { jobId: parent.jobId, callId, err: String(error) },
+        "could not deliver a harness operation's result yet",
+      );
     }
   }
 }
@@ -552,7 +738,12 @@ export class OperationRunner {
 function recordedOutcome(record: OperationCheckpoint): Outcome | undefined {
   if (record.status === "validated" && record.result) return { kind: "validated", result: record.result };
   if (record.status === "failed") {
-    return { kind: "failed", code: (record.errorCode as OperationErrorCode) ?? "operation_session_failed", message: record.error ?? "the operation failed", validation: "unknown" };
+    return {
+      kind: "failed",
+      code: (record.errorCode as OperationErrorCode) ?? "operation_session_failed",
+      message: record.error ?? "the operation failed",
+      validation: "unknown",
+    };
   }
   return undefined;
 }

@@ -5,7 +5,17 @@
 // registers the plugin and publishes its agents.
 import { execFile } from "node:child_process";
 import { createHash, randomUUID } from "node:crypto";
-import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync } from "node:fs";
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+} from "node:fs";
 import path from "node:path";
 import { promisify } from "node:util";
 import { AgentVersions } from "../agents/agent-versions.js";
@@ -68,7 +78,10 @@ function definitionFiles(root: string, manifest: PluginManifest, instructions?: 
     prompts = [];
     for (const file of manifest.agents ?? []) {
       try {
-        prompts.push(readYamlDocument<AgentDefinition>({ schema: "agent", file: path.resolve(root, file), displayName: file }).instructions);
+        prompts.push(
+          readYamlDocument<AgentDefinition>({ schema: "agent", file: path.resolve(root, file), displayName: file })
+            .instructions,
+        );
       } catch {
         // An installed copy's agents were valid when it was installed; one that no longer reads is simply not set apart.
       }
@@ -113,12 +126,17 @@ export class PluginRegistry {
 
   async install(options: { source: string }): Promise<InstallResult> {
     const source = options.source.trim();
-    if (!source) throw invalidArgument("no plugin source given: pass a git URL or a directory that holds oz0-plugin.yaml");
+    if (!source)
+      throw invalidArgument("no plugin source given: pass a git URL or a directory that holds oz0-plugin.yaml");
     const staging = path.join(this.#pluginsDir, ".staging", randomUUID());
     mkdirSync(path.dirname(staging), { recursive: true });
     try {
       await this.#fetch(source, staging);
-      const manifest = readYamlDocument<PluginManifest>({ schema: "plugin-manifest", file: path.join(staging, MANIFEST_FILE), displayName: MANIFEST_FILE });
+      const manifest = readYamlDocument<PluginManifest>({
+        schema: "plugin-manifest",
+        file: path.join(staging, MANIFEST_FILE),
+        displayName: MANIFEST_FILE,
+      });
       // Validate every agent before anything is registered: an install is all or nothing.
       const agents = this.#readAgents(staging, manifest);
       checkHooks((manifest.hooks ?? []) as unknown as HookSpec[], MANIFEST_FILE);
@@ -132,10 +150,17 @@ export class PluginRegistry {
         linkDependencies(source, finalDir);
       }
       const harnesses = new Map<string, FingerprintedHarness>();
-      const ownDefinitions = definitionFiles(finalDir, manifest, agents.map((a) => a.definition.instructions));
+      const ownDefinitions = definitionFiles(
+        finalDir,
+        manifest,
+        agents.map((a) => a.definition.instructions),
+      );
       for (const h of manifest.harnesses ?? []) {
         const harness: ResolvedHarness = { plugin: manifest.name, pluginPath: finalDir, manifest: h };
-        harnesses.set(h.name, { ...harness, fingerprint: harnessFingerprint({ harness, definitionFiles: ownDefinitions }) });
+        harnesses.set(h.name, {
+          ...harness,
+          fingerprint: harnessFingerprint({ harness, definitionFiles: ownDefinitions }),
+        });
       }
       const resolved: { agent: (typeof agents)[number]; harness: FingerprintedHarness }[] = [];
       for (const agent of agents) {
@@ -151,8 +176,15 @@ export class PluginRegistry {
         resolved.push({ agent, harness });
       }
       // Graphs are validated against this plugin's agents and the installed ones, before anything is registered.
-      if ((manifest.graphs ?? []).length > 0 && !this.#graphs) throw invalidArgument(`${MANIFEST_FILE}: field /graphs: this orchestrator runs no graphs`);
-      const graphs = this.#graphs ? await this.#graphs.prepare({ root: finalDir, files: manifest.graphs ?? [], pluginAgents: agents.map((a) => a.definition.name) }) : [];
+      if ((manifest.graphs ?? []).length > 0 && !this.#graphs)
+        throw invalidArgument(`${MANIFEST_FILE}: field /graphs: this orchestrator runs no graphs`);
+      const graphs = this.#graphs
+        ? await this.#graphs.prepare({
+            root: finalDir,
+            files: manifest.graphs ?? [],
+            pluginAgents: agents.map((a) => a.definition.name),
+          })
+        : [];
       const record: PluginRecord = {
         name: manifest.name,
         version: manifest.version,
@@ -177,7 +209,12 @@ export class PluginRegistry {
       }
       const publishedGraphs: GraphVersionRecord[] = [];
       for (const graph of graphs) {
-        const result = await this.#graphs!.publishVersion({ graph, plugin: manifest.name, pluginVersion: manifest.version, pluginPath: finalDir });
+        const result = await this.#graphs!.publishVersion({
+          graph,
+          plugin: manifest.name,
+          pluginVersion: manifest.version,
+          pluginPath: finalDir,
+        });
         if (result.published) publishedGraphs.push(result.record);
       }
       return { plugin: record, published, publishedGraphs };
@@ -190,42 +227,65 @@ export class PluginRegistry {
     const local = path.resolve(source);
     if (!isGitSource(source) && existsSync(local) && statSync(local).isDirectory()) {
       if (!existsSync(path.join(local, MANIFEST_FILE))) {
-        throw notFound(`plugin not found: ${source} has no ${MANIFEST_FILE}; point at the plugin's folder or git repository`);
+        throw notFound(
+          `plugin not found: ${source} has no ${MANIFEST_FILE}; point at the plugin's folder or git repository`,
+        );
       }
       cpSync(local, into, { recursive: true, filter: (src) => !/[\\/](\.git|node_modules)$/.test(src) });
       return;
     }
     if (!isGitSource(source)) {
-      throw notFound(`plugin not found: ${source} is neither a directory nor a git URL; pass a path to the plugin folder or a git URL`);
+      throw notFound(
+        `plugin not found: ${source} is neither a directory nor a git URL; pass a path to the plugin folder or a git URL`,
+      );
     }
     try {
-      await run("git", ["clone", "--quiet", "--depth", "1", source, into], { timeout: 120_000, env: { ...process.env, GIT_TERMINAL_PROMPT: "0" } });
+      await run("git", ["clone", "--quiet", "--depth", "1", source, into], {
+        timeout: 120_000,
+        env: { ...process.env, GIT_TERMINAL_PROMPT: "0" },
+      });
     } catch (error) {
       const stderr = (error as { stderr?: string }).stderr?.trim().split("\n").pop() ?? "";
-      throw new OrchestratorError("not_found", `plugin not found: git clone ${source} failed${stderr ? ` (${stderr})` : ""}; check the URL and your access`);
+      throw new OrchestratorError(
+        "not_found",
+        `plugin not found: git clone ${source} failed${stderr ? ` (${stderr})` : ""}; check the URL and your access`,
+      );
     }
     if (!existsSync(path.join(into, MANIFEST_FILE))) {
       throw notFound(`plugin not found: the repository ${source} has no ${MANIFEST_FILE} at its root`);
     }
   }
 
-  #readAgents(root: string, manifest: PluginManifest): { file: string; definition: AgentDefinition; instructions: string }[] {
+  #readAgents(
+    root: string,
+    manifest: PluginManifest,
+  ): { file: string; definition: AgentDefinition; instructions: string }[] {
     const seen = new Set<string>();
     return (manifest.agents ?? []).map((rel) => {
       const file = path.resolve(root, rel);
-      if (!file.startsWith(root + path.sep)) throw invalidArgument(`${MANIFEST_FILE}: field /agents: ${rel} is outside the plugin; list files inside it`);
+      if (!file.startsWith(root + path.sep))
+        throw invalidArgument(`${MANIFEST_FILE}: field /agents: ${rel} is outside the plugin; list files inside it`);
       const definition = readYamlDocument<AgentDefinition>({ schema: "agent", file, displayName: rel });
-      if (seen.has(definition.name)) throw invalidArgument(`${rel}: field /name: agent "${definition.name}" is defined twice in this plugin; rename one`);
+      if (seen.has(definition.name))
+        throw invalidArgument(
+          `${rel}: field /name: agent "${definition.name}" is defined twice in this plugin; rename one`,
+        );
       seen.add(definition.name);
       const instructionsFile = path.resolve(root, definition.instructions);
       if (!instructionsFile.startsWith(root + path.sep) || !existsSync(instructionsFile)) {
-        throw invalidArgument(`${rel}: field /instructions: expected a file in the plugin (a path relative to the plugin's folder); ${definition.instructions} does not exist`);
+        throw invalidArgument(
+          `${rel}: field /instructions: expected a file in the plugin (a path relative to the plugin's folder); ${definition.instructions} does not exist`,
+        );
       }
       return { file: rel, definition, instructions: readFileSync(instructionsFile, "utf8") };
     });
   }
 
-  async #resolveHarness(definition: AgentDefinition, file: string, own: Map<string, FingerprintedHarness>): Promise<FingerprintedHarness> {
+  async #resolveHarness(
+    definition: AgentDefinition,
+    file: string,
+    own: Map<string, FingerprintedHarness>,
+  ): Promise<FingerprintedHarness> {
     const name = definition.runtime.slice("harness:".length);
     const local = own.get(name);
     if (local) return local;
@@ -233,10 +293,15 @@ export class PluginRegistry {
       const h = plugin.manifest.harnesses?.find((x: HarnessManifest) => x.name === name);
       if (h) {
         const harness: ResolvedHarness = { plugin: plugin.name, pluginPath: plugin.path, manifest: h };
-        return { ...harness, fingerprint: harnessFingerprint({ harness, definitionFiles: definitionFiles(plugin.path, plugin.manifest) }) };
+        return {
+          ...harness,
+          fingerprint: harnessFingerprint({ harness, definitionFiles: definitionFiles(plugin.path, plugin.manifest) }),
+        };
       }
     }
-    throw invalidArgument(`${file}: field /runtime: no installed plugin declares harness "${name}"; install the plugin that provides it first`);
+    throw invalidArgument(
+      `${file}: field /runtime: no installed plugin declares harness "${name}"; install the plugin that provides it first`,
+    );
   }
 
   list(): Promise<PluginRecord[]> {

@@ -33,7 +33,10 @@ function describe(error: ErrorObject): { pointer: string; expected: string } {
     case "required":
       return { pointer: `${base}/${String(p.missingProperty)}`, expected: "a value (the field is required)" };
     case "additionalProperties":
-      return { pointer: `${base}/${String(p.additionalProperty)}`, expected: "no such field (unknown field; check its spelling)" };
+      return {
+        pointer: `${base}/${String(p.additionalProperty)}`,
+        expected: "no such field (unknown field; check its spelling)",
+      };
     case "type":
       return { pointer: base || "/", expected: `a value of type ${String(p.type)}` };
     case "pattern":
@@ -41,10 +44,16 @@ function describe(error: ErrorObject): { pointer: string; expected: string } {
     case "minItems":
       return { pointer: base || "/", expected: `at least ${String(p.limit)} item${p.limit === 1 ? "" : "s"}` };
     case "enum":
-      return { pointer: base || "/", expected: `one of ${(p.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(", ")}` };
+      return {
+        pointer: base || "/",
+        expected: `one of ${(p.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(", ")}`,
+      };
     case "not": {
       const described = (error.parentSchema as { description?: unknown } | undefined)?.description;
-      return { pointer: base || "/", expected: typeof described === "string" ? described : `a value that ${error.message ?? "matches the schema"}` };
+      return {
+        pointer: base || "/",
+        expected: typeof described === "string" ? described : `a value that ${error.message ?? "matches the schema"}`,
+      };
     }
     default:
       return { pointer: base || "/", expected: `a value that ${error.message ?? "matches the schema"}` };
@@ -57,7 +66,9 @@ export function validateDocument<T>(options: { schema: SchemaName; value: unknow
   if (!validate(options.value)) {
     const first = validate.errors?.[0];
     const { pointer, expected } = first ? describe(first) : { pointer: "/", expected: "a valid document" };
-    throw invalidArgument(`${options.file}: field ${pointer}: expected ${expected} (schema ${options.schema}.schema.json)`);
+    throw invalidArgument(
+      `${options.file}: field ${pointer}: expected ${expected} (schema ${options.schema}.schema.json)`,
+    );
   }
   return options.value as T;
 }
@@ -75,7 +86,9 @@ export function readYamlDocument<T>(options: { schema: SchemaName; file: string;
   if (doc.errors.length > 0) {
     const err = doc.errors[0]!;
     const line = err.linePos?.[0];
-    throw invalidArgument(`${shown}${line ? `:${line.line}:${line.col}` : ""}: invalid YAML: ${err.message.split("\n")[0]}`);
+    throw invalidArgument(
+      `${shown}${line ? `:${line.line}:${line.col}` : ""}: invalid YAML: ${err.message.split("\n")[0]}`,
+    );
   }
   return validateDocument<T>({ schema: options.schema, value: doc.toJS(), file: shown });
 }

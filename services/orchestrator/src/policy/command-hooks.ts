@@ -31,15 +31,24 @@ export function parseHookAnswer(stdout: string, label: string): HookVerdict {
   try {
     parsed = JSON.parse(stdout.trim());
   } catch {
-    return deny(`${label} printed something that is not JSON (${JSON.stringify(stdout.trim().slice(0, 80))}); the call is denied`);
+    return deny(
+      `${label} printed something that is not JSON (${JSON.stringify(stdout.trim().slice(0, 80))}); the call is denied`,
+    );
   }
-  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) return deny(`${label} answered with JSON that is not an object; the call is denied`);
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed))
+    return deny(`${label} answered with JSON that is not an object; the call is denied`);
   const answer = parsed as { decision?: unknown; reason?: unknown; input?: unknown };
   if (!["allow", "deny", "ask", "continue"].includes(answer.decision as string)) {
-    return deny(`${label} answered without a decision of allow, deny, ask or continue (got ${JSON.stringify(answer.decision)}); the call is denied`);
+    return deny(
+      `${label} answered without a decision of allow, deny, ask or continue (got ${JSON.stringify(answer.decision)}); the call is denied`,
+    );
   }
-  if (answer.reason !== undefined && typeof answer.reason !== "string") return deny(`${label} answered with a reason that is not a string; the call is denied`);
-  if (answer.input !== undefined && (answer.input === null || typeof answer.input !== "object" || Array.isArray(answer.input))) {
+  if (answer.reason !== undefined && typeof answer.reason !== "string")
+    return deny(`${label} answered with a reason that is not a string; the call is denied`);
+  if (
+    answer.input !== undefined &&
+    (answer.input === null || typeof answer.input !== "object" || Array.isArray(answer.input))
+  ) {
     return deny(`${label} answered with an input that is not a JSON object; the call is denied`);
   }
   const decision = answer.decision as HookVerdict["decision"];
@@ -64,7 +73,12 @@ export function runCommandHook(options: RunCommandHookOptions): Promise<HookVerd
     };
     const [program, ...args] = options.command;
     // Its own process group, so a timeout also ends whatever the hook started.
-    const child = spawn(program!, args, { cwd: options.cwd, stdio: ["pipe", "pipe", "pipe"], detached: true, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/" } });
+    const child = spawn(program!, args, {
+      cwd: options.cwd,
+      stdio: ["pipe", "pipe", "pipe"],
+      detached: true,
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/" },
+    });
     const killGroup = (): void => {
       try {
         if (child.pid !== undefined) process.kill(-child.pid, "SIGKILL");
@@ -92,7 +106,11 @@ export function runCommandHook(options: RunCommandHookOptions): Promise<HookVerd
     child.on("close", (code, signal) => {
       if (code !== 0) {
         const tail = stderr.trim().split("\n").pop()?.slice(0, 200) ?? "";
-        finish(deny(`${label} failed (${signal ? `signal ${signal}` : `exit code ${String(code)}`})${tail ? `: ${tail}` : ""}; the call is denied`));
+        finish(
+          deny(
+            `${label} failed (${signal ? `signal ${signal}` : `exit code ${String(code)}`})${tail ? `: ${tail}` : ""}; the call is denied`,
+          ),
+        );
         return;
       }
       finish(parseHookAnswer(stdout, label));

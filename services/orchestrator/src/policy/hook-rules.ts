@@ -71,7 +71,10 @@ export function isCommandHook(spec: HookSpec): spec is CommandHookSpec {
 }
 
 function globToRegExp(glob: string): RegExp {
-  const body = glob.replace(/[.+^${}()|[\]\\]/g, "\\$&").replaceAll("*", ".*").replaceAll("?", ".");
+  const body = glob
+    .replace(/[.+^${}()|[\]\\]/g, "\\$&")
+    .replaceAll("*", ".*")
+    .replaceAll("?", ".");
   return new RegExp(`^${body}$`);
 }
 
@@ -121,7 +124,11 @@ export function hookMatches(spec: HookSpec, call: PreToolCall): boolean {
 
 /** A rule's verdict for a call it matches. */
 export function ruleVerdict(spec: RuleHookSpec, call: PreToolCall): HookVerdict {
-  const reason = spec.reason ?? (spec.decision === "deny" ? `${call.name} is denied by a hook rule` : `${call.name}: ${spec.decision} by a hook rule`);
+  const reason =
+    spec.reason ??
+    (spec.decision === "deny"
+      ? `${call.name} is denied by a hook rule`
+      : `${call.name}: ${spec.decision} by a hook rule`);
   return {
     decision: spec.decision,
     reason,
@@ -137,7 +144,9 @@ export function checkHookSpecs(specs: HookSpec[], where: string): void {
       try {
         new RegExp(c.regex);
       } catch (error) {
-        throw new Error(`${where}: field /hooks/${i}/when/${j}/regex: expected a valid regular expression (${(error as Error).message})`);
+        throw new Error(
+          `${where}: field /hooks/${i}/when/${j}/regex: expected a valid regular expression (${(error as Error).message})`,
+        );
       }
     });
   });

@@ -11,7 +11,14 @@ import { parse } from "yaml";
 import { parseDuration } from "../agents/agent-versions.js";
 import { runCommandHook } from "./command-hooks.js";
 import { resolveHarnessCommand } from "../agents/harness-command.js";
-import { hookMatches, isCommandHook, ruleVerdict, type HookSpec, type HookVerdict, type PreToolCall } from "./hook-rules.js";
+import {
+  hookMatches,
+  isCommandHook,
+  ruleVerdict,
+  type HookSpec,
+  type HookVerdict,
+  type PreToolCall,
+} from "./hook-rules.js";
 import type { AgentVersionRecord } from "../store/job-store.js";
 import type { PermissionQuestion, PermissionStage, PolicyDecision } from "./permission-policy.js";
 import { MANIFEST_FILE } from "../plugins/plugin-registry.js";
@@ -42,10 +49,13 @@ function manifestHooks(pluginDir: string, cache: Map<string, HookSpec[]>): HookS
 export function hooksFor(agent: AgentVersionRecord, cache: Map<string, HookSpec[]> = new Map()): SourcedHook[] {
   const out: SourcedHook[] = [];
   const add = (specs: HookSpec[], source: string, pluginDir: string): void => {
-    specs.forEach((spec, i) => out.push({ spec, source, pluginDir, label: `hook ${spec.name ?? `#${i}`} (${source})` }));
+    specs.forEach((spec, i) =>
+      out.push({ spec, source, pluginDir, label: `hook ${spec.name ?? `#${i}`} (${source})` }),
+    );
   };
   add(manifestHooks(agent.harness.pluginPath, cache), `plugin ${agent.harness.plugin}`, agent.harness.pluginPath);
-  if (agent.pluginPath !== agent.harness.pluginPath) add(manifestHooks(agent.pluginPath, cache), `plugin ${agent.plugin}`, agent.pluginPath);
+  if (agent.pluginPath !== agent.harness.pluginPath)
+    add(manifestHooks(agent.pluginPath, cache), `plugin ${agent.plugin}`, agent.pluginPath);
   add((agent.definition.hooks ?? []) as unknown as HookSpec[], `agent ${agent.name}`, agent.pluginPath);
   return out;
 }
@@ -68,8 +78,18 @@ export function preToolCall(q: PermissionQuestion): PreToolCall {
 async function verdictOf(hook: SourcedHook, call: PreToolCall): Promise<HookVerdict> {
   const spec = hook.spec;
   if (!isCommandHook(spec)) return ruleVerdict(spec, call);
-  const command = resolveHarnessCommand({ plugin: hook.source, pluginPath: hook.pluginDir, manifest: { name: "hook", command: spec.command } });
-  return runCommandHook({ command, call, label: hook.label, cwd: hook.pluginDir, ...(spec.timeout ? { timeoutMs: parseDuration(spec.timeout) } : {}) });
+  const command = resolveHarnessCommand({
+    plugin: hook.source,
+    pluginPath: hook.pluginDir,
+    manifest: { name: "hook", command: spec.command },
+  });
+  return runCommandHook({
+    command,
+    call,
+    label: hook.label,
+    cwd: hook.pluginDir,
+    ...(spec.timeout ? { timeoutMs: parseDuration(spec.timeout) } : {}),
+  });
 }
 
 export class HookStage implements PermissionStage {
@@ -82,10 +102,16 @@ export class HookStage implements PermissionStage {
       if (!hookMatches(hook.spec, call)) continue;
       let verdict: HookVerdict;
       try {
-        verdict = await orchestratorTracing.traceHook({ sessionId: q.sessionId, permissionId: q.id, hook: hook.spec.name ?? "hook", source: hook.source }, () => verdictOf(hook, call));
+        verdict = await orchestratorTracing.traceHook(
+          { sessionId: q.sessionId, permissionId: q.id, hook: hook.spec.name ?? "hook", source: hook.source },
+          () => verdictOf(hook, call),
+        );
       } catch (error) {
         // A hook that cannot even be evaluated (a bad regex, a bad timeout) fails closed like a crashing one.
-        verdict = { decision: "deny", reason: `${hook.label} is broken (${(error as Error).message}); the call is denied` };
+        verdict = {
+          decision: "deny",
+          reason: `${hook.label} is broken (${(error as Error).message}); the call is denied`,
+        };
       }
       if (verdict.decision === "continue") continue;
       // The hook's name goes into the reason, so the job's record says which hook decided.

@@ -81,7 +81,11 @@ export class PermissionPolicy {
     const input = allowed?.input ?? question.input;
     const asked = await requiresApprovalStage.decide({ ...question, ...(input ? { input } : {}) });
     if (asked?.kind === "ask") {
-      return { kind: "ask", reason: allowed ? `${allowed.reason}; ${asked.reason}` : asked.reason, ...(allowed?.input ? { input: allowed.input } : {}) };
+      return {
+        kind: "ask",
+        reason: allowed ? `${allowed.reason}; ${asked.reason}` : asked.reason,
+        ...(allowed?.input ? { input: allowed.input } : {}),
+      };
     }
     return allowed ?? { kind: "allow", decider: "policy", reason: "no rule asks for approval" };
   }

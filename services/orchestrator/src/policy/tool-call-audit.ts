@@ -13,7 +13,11 @@ export interface ToolResultSeen {
 }
 
 /** The rule a tool result breaks, as a message for the job's failure; undefined when it is fine. */
-export function toolResultViolation(options: { result: ToolResultSeen; permission: PermissionRecord | undefined; harness: string }): string | undefined {
+export function toolResultViolation(options: {
+  result: ToolResultSeen;
+  permission: PermissionRecord | undefined;
+  harness: string;
+}): string | undefined {
   const { result, permission: p, harness } = options;
   if (!p) {
     return `policy bypass: harness ${harness} ran tool call ${result.callId} without asking permission first (rule: every tool call asks first); the job was stopped`;

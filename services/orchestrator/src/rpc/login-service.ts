@@ -17,9 +17,16 @@ export function loginService(login: ConsoleLogin): ServiceRegistration {
     redeemLoginCode(request) {
       const session = request.code ? login.redeem(request.code) : undefined;
       if (!session) {
-        throw new ConnectError("this login link was used already, has expired or was not made by this orchestrator (a restart forgets them): ask `oz0 dev` for a new one", Code.Unauthenticated);
+        throw new ConnectError(
+          "this login link was used already, has expired or was not made by this orchestrator (a restart forgets them): ask `oz0 dev` for a new one",
+          Code.Unauthenticated,
+        );
       }
-      return { sessionToken: session.token, expiresAt: timestampFromDate(session.expiresAt), principal: whoAmI(session.principal) };
+      return {
+        sessionToken: session.token,
+        expiresAt: timestampFromDate(session.expiresAt),
+        principal: whoAmI(session.principal),
+      };
     },
     whoAmI(_request, context) {
       return whoAmI(callerOf(context));
@@ -42,12 +49,18 @@ function domain<T>(fn: () => T): T {
   try {
     return fn();
   } catch (error) {
-    if (error instanceof OrchestratorError && error.code === "permission_denied") throw new ConnectError(error.message, Code.PermissionDenied);
+    if (error instanceof OrchestratorError && error.code === "permission_denied")
+      throw new ConnectError(error.message, Code.PermissionDenied);
     throw error;
   }
 }
 
 function whoAmI(principal: Principal): WhoAmIResponse {
   if (principal.kind !== "person") return create(WhoAmIResponseSchema, { id: principal.id, via: principal.kind });
-  return create(WhoAmIResponseSchema, { id: principal.id, roles: [...principal.roles].sort(), groups: [...principal.groups], via: principal.via });
+  return create(WhoAmIResponseSchema, {
+    id: principal.id,
+    roles: [...principal.roles].sort(),
+    groups: [...principal.groups],
+    via: principal.via,
+  });
 }

@@ -35,7 +35,16 @@ import { storedJobActivity } from "../jobs/job-activity.js";
 import type { JobFeed } from "../jobs/job-feed.js";
 import type { JobRunner } from "../jobs/job-runner.js";
 import { JOB_STATE_TO_PROTO } from "../jobs/job-events.js";
-import { isTerminal, type AgentVersionRecord, type JobRecord, type JobStateName, type JobStore, type JsonObject, type PermissionRecord, type PluginRecord } from "../store/job-store.js";
+import {
+  isTerminal,
+  type AgentVersionRecord,
+  type JobRecord,
+  type JobStateName,
+  type JobStore,
+  type JsonObject,
+  type PermissionRecord,
+  type PluginRecord,
+} from "../store/job-store.js";
 import { OrchestratorError } from "../orchestrator-error.js";
 import type { JobTranscripts } from "../jobs/job-transcripts.js";
 import { listJobsPage } from "../jobs/job-pages.js";
@@ -57,14 +66,16 @@ const CODES: Record<OrchestratorError["code"], Code> = {
 };
 
 function mapError(error: unknown): never {
-  if (error instanceof OrchestratorError) throw new ConnectError(error.message, CODES[error.code], undefined, undefined, error);
+  if (error instanceof OrchestratorError)
+    throw new ConnectError(error.message, CODES[error.code], undefined, undefined, error);
   throw error;
 }
 
 /** The person behind a call (the auth interceptor put them on its context). */
 function answererOf(context: HandlerContext): { id: string; groups: readonly string[] } {
   const principal = principalOf(context);
-  if (principal?.kind !== "person") throw new ConnectError("this call needs a person's credential", Code.PermissionDenied);
+  if (principal?.kind !== "person")
+    throw new ConnectError("this call needs a person's credential", Code.PermissionDenied);
   return { id: principal.id, groups: principal.groups };
 }
 
@@ -81,7 +92,9 @@ function required(value: string, field: string): string {
   return value.trim();
 }
 
-const PROTO_TO_STATE = new Map<JobState, JobStateName>(Object.entries(JOB_STATE_TO_PROTO).map(([k, v]) => [v, k as JobStateName]));
+const PROTO_TO_STATE = new Map<JobState, JobStateName>(
+  Object.entries(JOB_STATE_TO_PROTO).map(([k, v]) => [v, k as JobStateName]),
+);
 
 export function jobToProto(job: JobRecord): Job {
   return create(JobSchema, {
@@ -201,7 +214,12 @@ export interface OrchestratorServiceDeps {
   graphs?: { jobs: GraphJobs; registry: GraphRegistry };
 }
 
-async function* watch(deps: OrchestratorServiceDeps, jobId: string, afterSeq: number, context: HandlerContext): AsyncGenerator<WatchJobResponse> {
+async function* watch(
+  deps: OrchestratorServiceDeps,
+  jobId: string,
+  afterSeq: number,
+  context: HandlerContext,
+): AsyncGenerator<WatchJobResponse> {
   const job = await deps.store.getJob(jobId);
   if (!job) throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
   const buffer: JobEvent[] = [];
@@ -240,9 +258,14 @@ async function* watch(deps: OrchestratorServiceDeps, jobId: string, afterSeq: nu
 }
 
 async function* jobLogs(deps: OrchestratorServiceDeps, jobId: string): AsyncGenerator<GetJobLogsResponse> {
-  if (!(await deps.store.getJob(jobId))) throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
+  if (!(await deps.store.getJob(jobId)))
+    throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
   for await (const piece of readJobStderr(deps.store, jobId)) {
-    yield create(GetJobLogsResponseSchema, { sessionId: piece.sessionId, text: piece.text, droppedBytes: BigInt(piece.droppedBytes) });
+    yield create(GetJobLogsResponseSchema, {
+      sessionId: piece.sessionId,
+      text: piece.text,
+      droppedBytes: BigInt(piece.droppedBytes),
+    });
   }
 }
 
@@ -253,10 +276,18 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
         const name = required(req.agent, "agent");
         const startedBy = answererOf(context).id;
         if (deps.graphs && (await deps.graphs.jobs.hasGraph(name))) {
-          if (req.attachments.length > 0) throw new ConnectError(`${name} is a graph; graphs take no attachments (run an agent with them instead)`, Code.InvalidArgument);
+          if (req.attachments.length > 0)
+            throw new ConnectError(
+              `${name} is a graph; graphs take no attachments (run an agent with them instead)`,
+              Code.InvalidArgument,
+            );
           return { job: jobToProto(await deps.graphs.jobs.run({ graph: name, input: req.input, startedBy })) };
         }
-        return { job: jobToProto(await deps.runner.runAgent({ agent: name, input: req.input, attachments: req.attachments, startedBy })) };
+        return {
+          job: jobToProto(
+            await deps.runner.runAgent({ agent: name, input: req.input, attachments: req.attachments, startedBy }),
+          ),
+        };
       }),
     getJob: (req) =>
       handle(async () => {
@@ -271,8 +302,18 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
       handle(async () => {
         const state = req.state ? PROTO_TO_STATE.get(req.state) : undefined;
         // An unknown state filters nothing: refused, rather than listing every job as if no filter was given.
-        if (req.state && !state) throw new ConnectError(`state ${req.state} is not a job state; use one of ${[...PROTO_TO_STATE.keys()].map((s) => JobState[s]).join(", ")}`, Code.InvalidArgument);
-        const page = await listJobsPage(deps.store, { limit: req.limit, ...(state ? { state } : {}), agent: req.agent, text: req.text, pageToken: req.pageToken });
+        if (req.state && !state)
+          throw new ConnectError(
+            `state ${req.state} is not a job state; use one of ${[...PROTO_TO_STATE.keys()].map((s) => JobState[s]).join(", ")}`,
+            Code.InvalidArgument,
+          );
+        const page = await listJobsPage(deps.store, {
+          limit: req.limit,
+          ...(state ? { state } : {}),
+          agent: req.agent,
+          text: req.text,
+          pageToken: req.pageToken,
+        });
         return { jobs: page.jobs.map(jobToProto), nextPageToken: page.nextPageToken };
       }),
     watchJob: (req, context) => watch(deps, required(req.jobId, "job_id"), Number(req.afterSeq), context),
@@ -280,7 +321,10 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     cancelJob: (req) =>
       handle(async () => {
         const jobId = required(req.jobId, "job_id");
-        const cancelled = deps.graphs && isGraphJob({ id: jobId }) ? await deps.graphs.jobs.cancel({ jobId, reason: req.reason }) : await deps.runner.cancel({ jobId, reason: req.reason });
+        const cancelled =
+          deps.graphs && isGraphJob({ id: jobId })
+            ? await deps.graphs.jobs.cancel({ jobId, reason: req.reason })
+            : await deps.runner.cancel({ jobId, reason: req.reason });
         return { job: jobToProto(cancelled) };
       }),
     getArtifacts: (req) =>
@@ -291,7 +335,9 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
         for (const event of await deps.store.listJobEvents(job.id, 0, 100_000)) {
           if (event.event.case === "artifacts") found.push(...event.event.value.artifacts);
         }
-        const artifacts = found.filter((a) => existsSync(a.path)).map((a) => create(ArtifactSchema, { ...a, sizeBytes: BigInt(statSync(a.path).size) }));
+        const artifacts = found
+          .filter((a) => existsSync(a.path))
+          .map((a) => create(ArtifactSchema, { ...a, sizeBytes: BigInt(statSync(a.path).size) }));
         return { artifacts, contents: req.includeContent ? artifacts.map((a) => readFileSync(a.path)) : [] };
       }),
     answerPermission: (req, context) =>
@@ -306,15 +352,31 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
           answeredBy: answererOf(context),
         });
         const job = await deps.store.getJob(record.jobId);
-        return { approval: approvalToProto(record, job, job ? await deps.store.getAgentVersion(job.agentName, job.agentVersion) : undefined) };
+        return {
+          approval: approvalToProto(
+            record,
+            job,
+            job ? await deps.store.getAgentVersion(job.agentName, job.agentVersion) : undefined,
+          ),
+        };
       }),
     listApprovals: (req) =>
       handle(async () => {
-        const list = await deps.store.listPermissions({ approvalsOnly: true, pendingOnly: !req.includeAnswered, ...(req.jobId ? { jobId: req.jobId } : {}) });
+        const list = await deps.store.listPermissions({
+          approvalsOnly: true,
+          pendingOnly: !req.includeAnswered,
+          ...(req.jobId ? { jobId: req.jobId } : {}),
+        });
         const approvals = [];
         for (const p of list) {
           const job = await deps.store.getJob(p.jobId);
-          approvals.push(approvalToProto(p, job, job ? await deps.store.getAgentVersion(job.agentName, job.agentVersion) : undefined));
+          approvals.push(
+            approvalToProto(
+              p,
+              job,
+              job ? await deps.store.getAgentVersion(job.agentName, job.agentVersion) : undefined,
+            ),
+          );
         }
         return { approvals };
       }),
@@ -325,14 +387,30 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
         const job = await deps.store.getJob(jobId);
         if (!job) throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
         const meter = deps.usage;
-        if (!meter) throw new ConnectError("this orchestrator has no LLM proxy to ask for usage; set OZ0_LLM_PROXY_URL", Code.FailedPrecondition);
-        return jobUsage({ meter: (id) => meter.jobUsage(id), getJob: (id) => deps.store.getJob(id), stepJobs: (id) => deps.graphs?.jobs.stepJobs(id) ?? Promise.resolve([]) }, job);
+        if (!meter)
+          throw new ConnectError(
+            "this orchestrator has no LLM proxy to ask for usage; set OZ0_LLM_PROXY_URL",
+            Code.FailedPrecondition,
+          );
+        return jobUsage(
+          {
+            meter: (id) => meter.jobUsage(id),
+            getJob: (id) => deps.store.getJob(id),
+            stepJobs: (id) => deps.graphs?.jobs.stepJobs(id) ?? Promise.resolve([]),
+          },
+          job,
+        );
       }),
     getJobTranscript: (req) =>
       handle(async () => {
         const jobId = required(req.jobId, "job_id");
-        if (!(await deps.store.getJob(jobId))) throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
-        if (!deps.transcripts) throw new ConnectError("this orchestrator publishes no lifecycle events, so no transcript is built; set OZ0_EVENTS_URL", Code.FailedPrecondition);
+        if (!(await deps.store.getJob(jobId)))
+          throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
+        if (!deps.transcripts)
+          throw new ConnectError(
+            "this orchestrator publishes no lifecycle events, so no transcript is built; set OZ0_EVENTS_URL",
+            Code.FailedPrecondition,
+          );
         return { transcript: await deps.transcripts.transcript(jobId) };
       }),
   });
@@ -349,13 +427,23 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     listPlugins: () => handle(async () => ({ plugins: (await deps.plugins.list()).map(pluginToProto) })),
   });
   const agents = registration(AgentService, {
-    listAgents: () => handle(async () => ({ agents: [...(await deps.agents.list()).map(agentToProto), ...(deps.graphs ? await deps.graphs.registry.listLatest() : []).map(graphToProto)] })),
-    listAgentVersions: (req) => handle(async () => ({ versions: (await deps.agents.versions(required(req.name, "name"))).map(agentToProto) })),
+    listAgents: () =>
+      handle(async () => ({
+        agents: [
+          ...(await deps.agents.list()).map(agentToProto),
+          ...(deps.graphs ? await deps.graphs.registry.listLatest() : []).map(graphToProto),
+        ],
+      })),
+    listAgentVersions: (req) =>
+      handle(async () => ({ versions: (await deps.agents.versions(required(req.name, "name"))).map(agentToProto) })),
     getAgent: (req) =>
       handle(async () => {
         const name = required(req.name, "name");
         const graph = await deps.graphs?.registry.findVersion(name);
-        if (graph) return { agent: graphToProto(req.version ? await deps.graphs!.registry.resolveVersion(name, req.version) : graph) };
+        if (graph)
+          return {
+            agent: graphToProto(req.version ? await deps.graphs!.registry.resolveVersion(name, req.version) : graph),
+          };
         return { agent: agentToProto(await deps.agents.resolve(name, req.version)) };
       }),
   });

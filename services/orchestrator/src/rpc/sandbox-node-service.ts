@@ -6,7 +6,15 @@
 // only credential is the node token, so that token reaches nothing else.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { SandboxNodeService, type HeartbeatRequest } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { Authenticator, credentialDigest, registration, serve, type Logger, type RunningServer, type ServiceRegistration } from "@oz0/serving";
+import {
+  Authenticator,
+  credentialDigest,
+  registration,
+  serve,
+  type Logger,
+  type RunningServer,
+  type ServiceRegistration,
+} from "@oz0/serving";
 import type { SandboxNodeRegistry } from "../cluster/sandbox-node-registry.js";
 
 export interface SandboxNodeServiceOptions {
@@ -28,7 +36,9 @@ const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$/;
  */
 export function sandboxNodeServices(options: SandboxNodeServiceOptions): ServiceRegistration[] {
   if (options.nodeToken.length < MIN_NODE_TOKEN_LENGTH) {
-    throw new Error(`OZ0_NODE_TOKEN must be set to at least ${MIN_NODE_TOKEN_LENGTH} characters (the same value on the orchestrators and the sandboxes; for example \`openssl rand -base64 32\`)`);
+    throw new Error(
+      `OZ0_NODE_TOKEN must be set to at least ${MIN_NODE_TOKEN_LENGTH} characters (the same value on the orchestrators and the sandboxes; for example \`openssl rand -base64 32\`)`,
+    );
   }
   const known = new Map<string, string>();
   return [
@@ -40,7 +50,16 @@ export function sandboxNodeServices(options: SandboxNodeServiceOptions): Service
         if (known.get(node.id) !== shape) {
           // Only what changed: a node sends one heartbeat every few seconds.
           known.set(node.id, shape);
-          options.logger?.info({ node: node.id, url: node.url, capacity: node.capacity, running: request.running, placed: registered.placed }, "sandbox node registered");
+          options.logger?.info(
+            {
+              node: node.id,
+              url: node.url,
+              capacity: node.capacity,
+              running: request.running,
+              placed: registered.placed,
+            },
+            "sandbox node registered",
+          );
         }
         return { placed: registered.placed, staleAfterMs: options.registry.staleAfterMs };
       },
@@ -54,7 +73,9 @@ export function sandboxNodeServices(options: SandboxNodeServiceOptions): Service
  * The public API never accepts the node token, so a sandbox pod that holds it
  * reaches no job, approval or secret.
  */
-export async function startNodeListener(options: SandboxNodeServiceOptions & { host: string; port: number }): Promise<RunningServer> {
+export async function startNodeListener(
+  options: SandboxNodeServiceOptions & { host: string; port: number },
+): Promise<RunningServer> {
   const services = sandboxNodeServices(options);
   return serve({
     name: "orchestrator-node-api",
@@ -69,19 +90,37 @@ export async function startNodeListener(options: SandboxNodeServiceOptions & { h
 
 function validNode(request: HeartbeatRequest): { id: string; url: string; capacity: number } {
   if (!NODE_ID.test(request.nodeId)) {
-    throw new ConnectError("node_id must be 1 to 200 letters, digits or . _ : @ - (OZ0_NODE_ID; default hostname:port)", Code.InvalidArgument);
+    throw new ConnectError(
+      "node_id must be 1 to 200 letters, digits or . _ : @ - (OZ0_NODE_ID; default hostname:port)",
+      Code.InvalidArgument,
+    );
   }
   let url: URL;
   try {
     url = new URL(request.url);
   } catch {
-    throw new ConnectError(`url ${JSON.stringify(request.url)} is not a URL: set OZ0_ADVERTISE_URL to where orchestrators reach the sandbox, for example http://node-1:7701`, Code.InvalidArgument);
+    throw new ConnectError(
+      `url ${JSON.stringify(request.url)} is not a URL: set OZ0_ADVERTISE_URL to where orchestrators reach the sandbox, for example http://node-1:7701`,
+      Code.InvalidArgument,
+    );
   }
-  if ((url.protocol !== "http:" && url.protocol !== "https:") || url.username || url.password || url.search || url.hash) {
-    throw new ConnectError(`url ${request.url} must be a plain http:// or https:// URL (OZ0_ADVERTISE_URL)`, Code.InvalidArgument);
+  if (
+    (url.protocol !== "http:" && url.protocol !== "https:") ||
+    url.username ||
+    url.password ||
+    url.search ||
+    url.hash
+  ) {
+    throw new ConnectError(
+      `url ${request.url} must be a plain http:// or https:// URL (OZ0_ADVERTISE_URL)`,
+      Code.InvalidArgument,
+    );
   }
   if (request.capacity > MAX_CAPACITY) {
-    throw new ConnectError(`capacity ${request.capacity} is more than ${MAX_CAPACITY} sessions (OZ0_MAX_SESSIONS)`, Code.InvalidArgument);
+    throw new ConnectError(
+      `capacity ${request.capacity} is more than ${MAX_CAPACITY} sessions (OZ0_MAX_SESSIONS)`,
+      Code.InvalidArgument,
+    );
   }
   // One spelling per node, so a stored job's sandboxUrl finds its runner again.
   return { id: request.nodeId, url: url.href.replace(/\/+$/, ""), capacity: request.capacity };

@@ -18,7 +18,11 @@ const PAGE = 100;
 
 /** A stderr piece of a session, as the store takes it. */
 export function stderrAppend(message: Extract<SandboxMessage, { kind: "stderr" }>, maxBytes: number): StderrAppend {
-  return { sessionId: message.sessionId, piece: { seq: message.seq, text: message.text, droppedBytes: message.droppedBytes }, maxBytes };
+  return {
+    sessionId: message.sessionId,
+    piece: { seq: message.seq, text: message.text, droppedBytes: message.droppedBytes },
+    maxBytes,
+  };
 }
 
 /**
@@ -27,23 +31,37 @@ export function stderrAppend(message: Extract<SandboxMessage, { kind: "stderr" }
  * all of it. Unchanged when the harness wrote nothing there.
  */
 export function withStderr(message: string, options: { stderr: string; jobId?: string }): string {
-  const lines = options.stderr.split("\n").map((line) => line.trimEnd()).filter((line) => line.trim() !== "").slice(-EXCERPT_LINES);
+  const lines = options.stderr
+    .split("\n")
+    .map((line) => line.trimEnd())
+    .filter((line) => line.trim() !== "")
+    .slice(-EXCERPT_LINES);
   if (lines.length === 0) return message;
   let excerpt = lines.join(" | ");
-  if (Buffer.byteLength(excerpt) > EXCERPT_BYTES) excerpt = `…${Buffer.from(excerpt).subarray(-EXCERPT_BYTES).toString("utf8").replace(/^\uFFFD+/, "")}`;
+  if (Buffer.byteLength(excerpt) > EXCERPT_BYTES)
+    excerpt = `…${Buffer.from(excerpt)
+      .subarray(-EXCERPT_BYTES)
+      .toString("utf8")
+      .replace(/^\uFFFD+/, "")}`;
   return `${message}; its stderr ended with: ${excerpt}${options.jobId ? ` (all of it: \`oz0 jobs logs ${options.jobId}\`)` : ""}`;
 }
 
 /** The last few KiB of a session's stored stderr ("" when it wrote none). */
-export async function storedStderrTail(store: JobStore, options: { jobId: string; sessionId: string }): Promise<string> {
+export async function storedStderrTail(
+  store: JobStore,
+  options: { jobId: string; sessionId: string },
+): Promise<string> {
   let tail = "";
   for await (const piece of storedPieces(store, options)) tail = (tail + piece.text).slice(-TAIL_CHARS);
   return tail;
 }
 
 /** A session's stored pieces in order, read a page at a time. */
-async function* storedPieces(store: JobStore, options: { jobId: string; sessionId: string }): AsyncGenerator<StderrPiece> {
-  for (let after = 0; ; ) {
+async function* storedPieces(
+  store: JobStore,
+  options: { jobId: string; sessionId: string },
+): AsyncGenerator<StderrPiece> {
+  for (let after = 0; ;) {
     const page = await store.listStderrPieces(options.jobId, options.sessionId, after, PAGE);
     yield* page;
     if (page.length < PAGE) return;
@@ -67,7 +85,8 @@ export async function* readJobStderr(store: JobStore, jobId: string): AsyncGener
   for (const session of await store.listStderrSessions(jobId)) {
     const { sessionId } = session;
     if (session.droppedBytes > 0) yield { sessionId, text: "", droppedBytes: session.droppedBytes };
-    for await (const piece of storedPieces(store, { jobId, sessionId })) yield { sessionId, text: piece.text, droppedBytes: piece.droppedBytes };
+    for await (const piece of storedPieces(store, { jobId, sessionId }))
+      yield { sessionId, text: piece.text, droppedBytes: piece.droppedBytes };
     if (session.trailingDroppedBytes > 0) yield { sessionId, text: "", droppedBytes: session.trailingDroppedBytes };
   }
 }

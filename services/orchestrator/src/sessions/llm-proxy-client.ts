@@ -1,7 +1,12 @@
 // TokenIssuer and SecretWriter over the LLM proxy's oz0.llmproxy.v1 API.
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { LlmProxyService, SecretService, TokenUse, type GetUsageResponse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import {
+  LlmProxyService,
+  SecretService,
+  TokenUse,
+  type GetUsageResponse,
+} from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { bearerInterceptor, traceContextClientInterceptor } from "@oz0/serving";
 import { invalidArgument, OrchestratorError } from "../orchestrator-error.js";
 import type { MintedToken, SecretWriter, TokenIssuer } from "./session-runner.js";
@@ -14,7 +19,10 @@ export class LlmProxyClient implements TokenIssuer, SecretWriter {
   /** `token`: the orchestrator's service credential (OZ0_SERVICE_TOKEN); the proxy's control API answers no one else. */
   constructor(options: { url: string; token?: string | undefined }) {
     this.url = options.url.replace(/\/$/, "");
-    const transport = createGrpcTransport({ baseUrl: this.url, interceptors: [traceContextClientInterceptor, bearerInterceptor(options.token)] });
+    const transport = createGrpcTransport({
+      baseUrl: this.url,
+      interceptors: [traceContextClientInterceptor, bearerInterceptor(options.token)],
+    });
     this.#tokens = createClient(LlmProxyService, transport);
     this.#secrets = createClient(SecretService, transport);
   }
@@ -42,7 +50,10 @@ export class LlmProxyClient implements TokenIssuer, SecretWriter {
     try {
       return await this.#tokens.getUsage({ job: jobId });
     } catch (error) {
-      throw new OrchestratorError("unavailable", `the LLM proxy did not answer for the job's usage: ${ConnectError.from(error).rawMessage}`);
+      throw new OrchestratorError(
+        "unavailable",
+        `the LLM proxy did not answer for the job's usage: ${ConnectError.from(error).rawMessage}`,
+      );
     }
   }
 

@@ -55,11 +55,19 @@ function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
     case "event":
       return { seq, kind: "event", event: m.value };
     case "stderr":
-      return { seq, kind: "stderr", sessionId: response.sessionId, text: m.value.text, droppedBytes: Number(m.value.droppedBytes) };
+      return {
+        seq,
+        kind: "stderr",
+        sessionId: response.sessionId,
+        text: m.value.text,
+        droppedBytes: Number(m.value.droppedBytes),
+      };
     case "artifacts": {
       const artifacts = [];
-      if (m.value.patch) artifacts.push({ name: "changes.patch", mediaType: "text/x-diff", content: encoder.encode(m.value.patch) });
-      for (const file of m.value.files) artifacts.push({ name: file.path, mediaType: "application/octet-stream", content: file.content });
+      if (m.value.patch)
+        artifacts.push({ name: "changes.patch", mediaType: "text/x-diff", content: encoder.encode(m.value.patch) });
+      for (const file of m.value.files)
+        artifacts.push({ name: file.path, mediaType: "application/octet-stream", content: file.content });
       return { seq, kind: "artifacts", artifacts };
     }
     case "exited": {
@@ -67,7 +75,10 @@ function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
       const failed = e.status === SessionStatus.FAILED || e.status === SessionStatus.TIMED_OUT;
       const error = failed ? `${e.errorCode || "failed"}: ${e.errorMessage || "the session failed"}` : "";
       // A timed-out session is the runtime's doing, not the harness's: its result (if any) says so itself.
-      const failure = e.status === SessionStatus.FAILED ? `${PROTOCOL_ERROR_CODES.has(e.errorCode) ? "the harness broke the protocol" : "the session failed"}: ${error}` : undefined;
+      const failure =
+        e.status === SessionStatus.FAILED
+          ? `${PROTOCOL_ERROR_CODES.has(e.errorCode) ? "the harness broke the protocol" : "the session failed"}: ${error}`
+          : undefined;
       return {
         seq,
         kind: "exited",
@@ -119,7 +130,8 @@ class SandboxChannel implements SessionChannel {
       const err = ConnectError.from(error);
       if (err.code === Code.NotFound) throw new SessionNotFoundError(this.#sessionId);
       if (err.code === Code.ResourceExhausted) throw new SandboxFullError(this.#url);
-      if (err.code === Code.Unauthenticated || err.code === Code.PermissionDenied) throw new SandboxRefusedError(this.#url, err.rawMessage);
+      if (err.code === Code.Unauthenticated || err.code === Code.PermissionDenied)
+        throw new SandboxRefusedError(this.#url, err.rawMessage);
       throw err;
     } finally {
       this.#requests.end();
@@ -154,7 +166,10 @@ export class SandboxClient implements SessionRunner {
     this.#client = createClient(
       SandboxService,
       // The session span is active when a session starts: the sandbox continues it.
-      createGrpcTransport({ baseUrl: options.url, interceptors: [traceContextClientInterceptor, bearerInterceptor(options.token)] }),
+      createGrpcTransport({
+        baseUrl: options.url,
+        interceptors: [traceContextClientInterceptor, bearerInterceptor(options.token)],
+      }),
     );
   }
 
@@ -166,7 +181,10 @@ export class SandboxClient implements SessionRunner {
           request: options.request,
           command: options.command,
           pluginDir: options.pluginDir,
-          attachments: options.attachments.map((nodePath) => ({ path: path.basename(nodePath), source: { case: "nodePath" as const, value: nodePath } })),
+          attachments: options.attachments.map((nodePath) => ({
+            path: path.basename(nodePath),
+            source: { case: "nodePath" as const, value: nodePath },
+          })),
           shareWorkingDirOf: options.shareWorkingDirOf ?? "",
         },
       },

@@ -56,7 +56,8 @@ export class StaticPlacement implements SandboxPlacement {
   }
 
   place(request: { jobId: string; sessionId: string; refusedBy?: string }): Promise<SessionRunner> {
-    const refused = request.refusedBy === undefined ? -1 : this.#runners.findIndex((runner) => runner.url === request.refusedBy);
+    const refused =
+      request.refusedBy === undefined ? -1 : this.#runners.findIndex((runner) => runner.url === request.refusedBy);
     // A full node: the next one in the list, so a waiting job goes round the nodes rather than asking one.
     if (refused >= 0) return Promise.resolve(this.#runners[(refused + 1) % this.#runners.length]!);
     const hash = createHash("sha256").update(request.sessionId).digest().readUInt32BE(0);
@@ -71,7 +72,10 @@ export class StaticPlacement implements SandboxPlacement {
   runnerFor(url: string): SessionRunner {
     const found = this.#runners.find((runner) => runner.url === url);
     if (found) return found;
-    throw new OrchestratorError("unavailable", `the job's sandbox ${url} is not configured any more; add it to OZ0_SANDBOX_URLS`);
+    throw new OrchestratorError(
+      "unavailable",
+      `the job's sandbox ${url} is not configured any more; add it to OZ0_SANDBOX_URLS`,
+    );
   }
 
   release(_sessionId: string, _options?: { fromNode?: string }): Promise<void> {
@@ -89,7 +93,10 @@ export class StaticPlacement implements SandboxPlacement {
 
 export interface RegistryPlacementOptions {
   /** The shared registry (PostgresCluster.nodes). */
-  registry: Pick<SandboxNodeRegistry, "place" | "release" | "lostSessions" | "lostSession" | "listLive" | "nodeOfSession">;
+  registry: Pick<
+    SandboxNodeRegistry,
+    "place" | "release" | "lostSessions" | "lostSession" | "listLive" | "nodeOfSession"
+  >;
   /** The runner for a node's URL; default a SandboxClient with a session span around each session. */
   connect?: (url: string) => SessionRunner;
   /** The orchestrator's service credential, for the default SandboxClient (sandboxes take sessions only from orchestrators). */
@@ -125,7 +132,9 @@ export class RegistryPlacement implements SandboxPlacement {
     if (why !== this.#noRoom) {
       this.#noRoom = why;
       if (why === "no_nodes") {
-        this.#o.logger?.warn("no sandbox node sends heartbeats: jobs wait until one does (set OZ0_ORCHESTRATOR_URL and OZ0_NODE_TOKEN on the sandboxes)");
+        this.#o.logger?.warn(
+          "no sandbox node sends heartbeats: jobs wait until one does (set OZ0_ORCHESTRATOR_URL and OZ0_NODE_TOKEN on the sandboxes)",
+        );
       } else {
         this.#o.logger?.info("every live sandbox node is full: jobs wait for a free session");
       }
@@ -142,7 +151,9 @@ export class RegistryPlacement implements SandboxPlacement {
   runnerFor(url: string): SessionRunner {
     let runner = this.#runners.get(url);
     if (!runner) {
-      runner = this.#o.connect ? this.#o.connect(url) : orchestratorTracing.sessionRunner(new SandboxClient({ url, token: this.#o.serviceToken }));
+      runner = this.#o.connect
+        ? this.#o.connect(url)
+        : orchestratorTracing.sessionRunner(new SandboxClient({ url, token: this.#o.serviceToken }));
       this.#runners.set(url, runner);
     }
     return runner;

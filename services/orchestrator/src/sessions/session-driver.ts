@@ -105,7 +105,11 @@ export class SessionDriver {
     if (!placement) throw new Error("this session driver places no sessions: give it a placement");
     for (;;) {
       if (await o.stop()) return undefined;
-      const sandbox = await placement.place({ jobId: o.jobId, sessionId: o.sessionId, ...(refusedBy ? { refusedBy } : {}) });
+      const sandbox = await placement.place({
+        jobId: o.jobId,
+        sessionId: o.sessionId,
+        ...(refusedBy ? { refusedBy } : {}),
+      });
       if (sandbox) {
         await o.placed?.(sandbox);
         return sandbox;
@@ -116,7 +120,9 @@ export class SessionDriver {
   }
 
   /** Places the session, starts it there and follows it (re-placed while nodes are full). */
-  async start(o: Omit<FollowOptions, "restart"> & { place: PlaceOptions; start(sandbox: SessionRunner): SessionChannel }): Promise<SessionEnd> {
+  async start(
+    o: Omit<FollowOptions, "restart"> & { place: PlaceOptions; start(sandbox: SessionRunner): SessionChannel },
+  ): Promise<SessionEnd> {
     const sandbox = await this.place(o.place);
     if (!sandbox) return { kind: "gave_up" };
     o.state.sandbox = sandbox;
@@ -142,7 +148,10 @@ export class SessionDriver {
           // The node never took the session: it waits (unless told to stop) and is placed again, on whichever node has room.
           const { place, start } = o.restart;
           if (await place.stop()) return { kind: "gave_up" };
-          this.#o.logger?.info({ jobId: o.jobId, sandbox: state.sandbox?.url }, "the sandbox is full; the job waits for a free session");
+          this.#o.logger?.info(
+            { jobId: o.jobId, sandbox: state.sandbox?.url },
+            "the sandbox is full; the job waits for a free session",
+          );
           await place.waiting?.();
           // Its slot there is given back first.
           await this.#o.placement?.release(o.sessionId);
@@ -169,7 +178,11 @@ export class SessionDriver {
         await sleep(200 * 2 ** attempt);
         if (o.stillFollowed && !(await o.stillFollowed())) return { kind: "stopped" };
         // Its node may have come back at another address: found again by the session.
-        if (this.#o.placement?.tracksNodes) state.sandbox = await this.#o.placement.runnerForSession({ sessionId: o.sessionId, sandboxUrl: state.sandbox!.url });
+        if (this.#o.placement?.tracksNodes)
+          state.sandbox = await this.#o.placement.runnerForSession({
+            sessionId: o.sessionId,
+            sandboxUrl: state.sandbox!.url,
+          });
         state.channel = state.sandbox!.reattach({ sessionId: o.sessionId, afterSeq: state.sandboxSeq });
         await o.reattached?.();
       }

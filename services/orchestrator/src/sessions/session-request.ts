@@ -76,7 +76,14 @@ export function agentSessionStart(init: AgentSessionInit): StartSessionOptions {
  * agent version, no model, no tool policy; `command` runs with `pluginDir`
  * as the plugin folder.
  */
-export function programSessionStart(init: { sessionId: string; jobId: string; name: string; input: string; command: string[]; pluginDir: string }): StartSessionOptions {
+export function programSessionStart(init: {
+  sessionId: string;
+  jobId: string;
+  name: string;
+  input: string;
+  command: string[];
+  pluginDir: string;
+}): StartSessionOptions {
   return {
     request: create(SessionRequestSchema, {
       protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,

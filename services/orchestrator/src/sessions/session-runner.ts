@@ -5,7 +5,13 @@
 import type { RawEventInit } from "@oz0/events";
 import type { LifecycleType } from "@oz0/events-client";
 import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
-import type { PermissionAnswer, RuntimeToolResult, SessionEvent, SessionRequest, SessionResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type {
+  PermissionAnswer,
+  RuntimeToolResult,
+  SessionEvent,
+  SessionRequest,
+  SessionResult,
+} from "@oz0/proto/oz0/harness/v1/harness_pb";
 
 export interface SessionArtifact {
   name: string;
@@ -81,7 +87,9 @@ export class SandboxFullError extends Error {
  */
 export class SandboxRefusedError extends Error {
   constructor(url: string, reason: string) {
-    super(`the sandbox at ${url} refused this orchestrator (${reason}); give the orchestrator its OZ0_SERVICE_TOKEN and the sandbox that token's SHA-256 as OZ0_PEER_ORCHESTRATOR_SHA256`);
+    super(
+      `the sandbox at ${url} refused this orchestrator (${reason}); give the orchestrator its OZ0_SERVICE_TOKEN and the sandbox that token's SHA-256 as OZ0_PEER_ORCHESTRATOR_SHA256`,
+    );
     this.name = "SandboxRefusedError";
   }
 }
@@ -97,7 +105,14 @@ export interface SessionRunner {
 
 /** Session tokens at the LLM proxy. */
 export interface TokenIssuer {
-  mint(options: { jobId: string; agent: string; agentVersion: number; sessionId: string; budgetUsd?: number; ttlMs?: number }): Promise<MintedToken>;
+  mint(options: {
+    jobId: string;
+    agent: string;
+    agentVersion: number;
+    sessionId: string;
+    budgetUsd?: number;
+    ttlMs?: number;
+  }): Promise<MintedToken>;
   /**
    * Ends the session's token. `neverUsed`: the proxy knows that no model call
    * ever carried it, which proves the session never reached a model (nor

@@ -42,8 +42,18 @@ export interface GraphVersionRow {
 }
 
 /** A graph version's stored columns besides name, version, hash and time, as both stores keep them (JSON as text). */
-export function graphVersionColumns(version: NewGraphVersion): { plugin: string; plugin_version: string; plugin_path: string; definition: string } {
-  return { plugin: version.plugin, plugin_version: version.pluginVersion, plugin_path: version.pluginPath, definition: JSON.stringify(version.definition) };
+export function graphVersionColumns(version: NewGraphVersion): {
+  plugin: string;
+  plugin_version: string;
+  plugin_path: string;
+  definition: string;
+} {
+  return {
+    plugin: version.plugin,
+    plugin_version: version.pluginVersion,
+    plugin_path: version.pluginPath,
+    definition: JSON.stringify(version.definition),
+  };
 }
 
 export function graphVersionFromRow(r: GraphVersionRow): GraphVersionRecord {
@@ -118,6 +128,11 @@ export type GraphStoreSharing = Required<Pick<OpenGraphStoreOptions, "pool" | "f
 
 /** PostgreSQL when given the job store's pool, else SQLite under the data directory. */
 export async function openGraphStore(options: OpenGraphStoreOptions): Promise<GraphStore> {
-  if (options.pool) return PostgresGraphStore.open({ pool: options.pool, ...(options.schema ? { schema: options.schema } : {}), ...(options.fences ? { fences: options.fences } : {}) });
+  if (options.pool)
+    return PostgresGraphStore.open({
+      pool: options.pool,
+      ...(options.schema ? { schema: options.schema } : {}),
+      ...(options.fences ? { fences: options.fences } : {}),
+    });
   return SqliteGraphStore.open(options.home);
 }

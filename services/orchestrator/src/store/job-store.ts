@@ -53,7 +53,14 @@ export interface NewAgentVersion {
 }
 
 /** An agent version's stored columns besides name, version, hash and time, as both stores keep them (JSON as text). */
-export function agentVersionColumns(version: NewAgentVersion): { plugin: string; plugin_version: string; plugin_path: string; definition: string; instructions: string; harness: string } {
+export function agentVersionColumns(version: NewAgentVersion): {
+  plugin: string;
+  plugin_version: string;
+  plugin_path: string;
+  definition: string;
+  instructions: string;
+  harness: string;
+} {
   return {
     plugin: version.plugin,
     plugin_version: version.pluginVersion,
@@ -109,7 +116,19 @@ export interface JobRecord {
 }
 
 /** What a new job is made of; the rest of its record starts empty (nothing ran yet). */
-export type NewJob = Pick<JobRecord, "id" | "agentName" | "agentVersion" | "input" | "state" | "sessionId" | "attachments" | "servedTools" | "startedBy" | "startedAt">;
+export type NewJob = Pick<
+  JobRecord,
+  | "id"
+  | "agentName"
+  | "agentVersion"
+  | "input"
+  | "state"
+  | "sessionId"
+  | "attachments"
+  | "servedTools"
+  | "startedBy"
+  | "startedAt"
+>;
 
 /** A job's record as it is first stored: the one place a JobRecord is made from nothing. */
 export function newJobRecord(job: NewJob, now: Date): JobRecord {
@@ -335,5 +354,9 @@ export function keptPiece(piece: StderrPiece, maxBytes: number): { text: string;
   let start = buffer.length - maxBytes;
   // Skip continuation bytes (10xxxxxx): a character cut in two is dropped whole.
   while (start < buffer.length && (buffer[start]! & 0xc0) === 0x80) start++;
-  return { text: buffer.subarray(start).toString("utf8"), bytes: buffer.length - start, droppedBytes: piece.droppedBytes + start };
+  return {
+    text: buffer.subarray(start).toString("utf8"),
+    bytes: buffer.length - start,
+    droppedBytes: piece.droppedBytes + start,
+  };
 }

@@ -12,7 +12,17 @@
 // Writes to a run this replica works on are fenced by the run's lease, as
 // the job store's are (`fences`): a replica that lost the run cannot write
 // over what its new owner records.
-import type { CheckpointStore, GraphDefinition, MergeConflict, RunEnd, RunRecord, RunStatus, StepOutcome, StepRecord, StoredRun } from "@oz0/graph";
+import type {
+  CheckpointStore,
+  GraphDefinition,
+  MergeConflict,
+  RunEnd,
+  RunRecord,
+  RunStatus,
+  StepOutcome,
+  StepRecord,
+  StoredRun,
+} from "@oz0/graph";
 import type pg from "pg";
 import { fencedTransaction } from "../cluster/lease-manager.js";
 import type { JobFences } from "./postgres-store.js";
@@ -42,7 +52,8 @@ interface StepRow {
   decision: string | null;
 }
 
-const RUN_COLUMNS = "r.run_id, r.graph, r.definition_hash, r.definition_version, d.definition, r.input, r.status, r.started_at, r.finished_at, r.error, r.conflicts, r.result";
+const RUN_COLUMNS =
+  "r.run_id, r.graph, r.definition_hash, r.definition_version, d.definition, r.input, r.status, r.started_at, r.finished_at, r.error, r.conflicts, r.result";
 const STEP_COLUMNS = "path, node_id, iteration, outcome, delta, decision::text AS decision";
 
 /** foreign_key_violation: the step's run is not in the store. */
@@ -67,7 +78,13 @@ function toStoredRun(row: RunRow): StoredRun {
 }
 
 function toStepRecord(row: StepRow): StepRecord {
-  const record: StepRecord = { path: row.path, nodeId: row.node_id, iteration: row.iteration, outcome: row.outcome, delta: row.delta };
+  const record: StepRecord = {
+    path: row.path,
+    nodeId: row.node_id,
+    iteration: row.iteration,
+    outcome: row.outcome,
+    delta: row.delta,
+  };
   if (row.decision !== null) record.decision = JSON.parse(row.decision) as unknown;
   return record;
 }
@@ -97,17 +114,31 @@ export class PostgresCheckpointStore implements CheckpointStore {
 
   async createRun(run: RunRecord): Promise<void> {
     await this.write(run.runId, async (client) => {
-      await client.query("INSERT INTO graph_definitions (hash, definition) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING", [run.definitionHash, JSON.stringify(run.definition)]);
+      await client.query(
+        "INSERT INTO graph_definitions (hash, definition) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING",
+        [run.definitionHash, JSON.stringify(run.definition)],
+      );
       await client.query(
         `INSERT INTO graph_runs (run_id, graph, definition_hash, definition_version, input, status, started_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-        [run.runId, run.graph, run.definitionHash, run.definitionVersion ?? null, JSON.stringify(run.input), run.status, run.startedAt],
+        [
+          run.runId,
+          run.graph,
+          run.definitionHash,
+          run.definitionVersion ?? null,
+          JSON.stringify(run.input),
+          run.status,
+          run.startedAt,
+        ],
       );
     });
   }
 
   async getRun(runId: string): Promise<StoredRun | null> {
-    const { rows } = await this.#pool.query<RunRow>(`SELECT ${RUN_COLUMNS} FROM graph_runs r JOIN graph_definitions d ON d.hash = r.definition_hash WHERE r.run_id = $1`, [runId]);
+    const { rows } = await this.#pool.query<RunRow>(
+      `SELECT ${RUN_COLUMNS} FROM graph_runs r JOIN graph_definitions d ON d.hash = r.definition_hash WHERE r.run_id = $1`,
+      [runId],
+    );
     return rows[0] ? toStoredRun(rows[0]) : null;
   }
 
@@ -127,7 +158,15 @@ export class PostgresCheckpointStore implements CheckpointStore {
         client.query(
           `INSERT INTO graph_steps (run_id, path, node_id, iteration, outcome, delta, decision) VALUES ($1, $2, $3, $4, $5, $6, $7)
            ON CONFLICT (run_id, path) DO NOTHING`,
-          [runId, record.path, record.nodeId, record.iteration, record.outcome, JSON.stringify(record.delta), record.decision === undefined ? null : JSON.stringify(record.decision)],
+          [
+            runId,
+            record.path,
+            record.nodeId,
+            record.iteration,
+            record.outcome,
+            JSON.stringify(record.delta),
+            record.decision === undefined ? null : JSON.stringify(record.decision),
+          ],
         ),
       );
     } catch (error) {
@@ -136,33 +175,47 @@ export class PostgresCheckpointStore implements CheckpointStore {
     }
     if (inserted.rowCount === 1) return record;
     // Another writer recorded this path first: its record is the one that counts.
-    const { rows } = await this.#pool.query<StepRow>(`SELECT ${STEP_COLUMNS} FROM graph_steps WHERE run_id = $1 AND path = $2`, [runId, record.path]);
-    if (!rows[0]) throw new Error(`step ${record.path} of run ${runId} was neither recorded nor found; was the run deleted meanwhile?`);
+    const { rows } = await this.#pool.query<StepRow>(
+      `SELECT ${STEP_COLUMNS} FROM graph_steps WHERE run_id = $1 AND path = $2`,
+      [runId, record.path],
+    );
+    if (!rows[0])
+      throw new Error(
+        `step ${record.path} of run ${runId} was neither recorded nor found; was the run deleted meanwhile?`,
+      );
     return toStepRecord(rows[0]);
   }
 
   async loadSteps(runId: string): Promise<StepRecord[]> {
-    const { rows } = await this.#pool.query<StepRow>(`SELECT ${STEP_COLUMNS} FROM graph_steps WHERE run_id = $1`, [runId]);
+    const { rows } = await this.#pool.query<StepRow>(`SELECT ${STEP_COLUMNS} FROM graph_steps WHERE run_id = $1`, [
+      runId,
+    ]);
     return rows.map(toStepRecord);
   }
 
   async finishRun(runId: string, end: RunEnd): Promise<void> {
     const { rowCount } = await this.write(runId, (client) =>
-      client.query("UPDATE graph_runs SET status = $2, finished_at = $3, error = $4, conflicts = $5, result = $6 WHERE run_id = $1", [
-        runId,
-        end.status,
-        new Date().toISOString(),
-        end.error ? JSON.stringify(end.error) : null,
-        end.conflicts.length > 0 ? JSON.stringify(end.conflicts) : null,
-        JSON.stringify(end.result),
-      ]),
+      client.query(
+        "UPDATE graph_runs SET status = $2, finished_at = $3, error = $4, conflicts = $5, result = $6 WHERE run_id = $1",
+        [
+          runId,
+          end.status,
+          new Date().toISOString(),
+          end.error ? JSON.stringify(end.error) : null,
+          end.conflicts.length > 0 ? JSON.stringify(end.conflicts) : null,
+          JSON.stringify(end.result),
+        ],
+      ),
     );
     if (rowCount === 0) throw notInStore(runId);
   }
 
   async reopenRun(runId: string): Promise<void> {
     const { rowCount } = await this.write(runId, (client) =>
-      client.query("UPDATE graph_runs SET status = 'running', finished_at = NULL, error = NULL, result = NULL WHERE run_id = $1", [runId]),
+      client.query(
+        "UPDATE graph_runs SET status = 'running', finished_at = NULL, error = NULL, result = NULL WHERE run_id = $1",
+        [runId],
+      ),
     );
     if (rowCount === 0) throw notInStore(runId);
   }

@@ -4,7 +4,16 @@
 // replica that takes a dead replica's graph job over finds everything it
 // needs to resume it. Tables: migration 6 in postgres-migrations.ts.
 import type pg from "pg";
-import { graphVersionColumns, graphVersionFromRow as toVersion, type GraphJobRecord, type GraphStore, type GraphVersionRecord, type GraphVersionRow as VersionRow, type NewGraphVersion, type StepJobRecord } from "./graph-store.js";
+import {
+  graphVersionColumns,
+  graphVersionFromRow as toVersion,
+  type GraphJobRecord,
+  type GraphStore,
+  type GraphVersionRecord,
+  type GraphVersionRow as VersionRow,
+  type NewGraphVersion,
+  type StepJobRecord,
+} from "./graph-store.js";
 import { PostgresCheckpointStore } from "./postgres-checkpoint-store.js";
 import { migrateOrchestrator } from "./postgres-migrations.js";
 import type { JobFences } from "./postgres-store.js";
@@ -38,7 +47,10 @@ export class PostgresGraphStore implements GraphStore {
     if (!schema) {
       const { rows } = await options.pool.query<{ schema: string | null }>("SELECT current_schema() AS schema");
       schema = rows[0]?.schema ?? undefined;
-      if (!schema) throw new Error("the pool's search_path names no existing schema; open the job store first (it creates the schema) or pass schema");
+      if (!schema)
+        throw new Error(
+          "the pool's search_path names no existing schema; open the job store first (it creates the schema) or pass schema",
+        );
     }
     await migrateOrchestrator(options.pool, schema);
     return new PostgresGraphStore(options.pool, options.fences);
@@ -56,34 +68,50 @@ export class PostgresGraphStore implements GraphStore {
 
   async getVersion(name: string, version?: number): Promise<GraphVersionRecord | undefined> {
     const { rows } = version
-      ? await this.#pool.query<VersionRow>("SELECT * FROM graph_versions WHERE name = $1 AND version = $2", [name, version])
-      : await this.#pool.query<VersionRow>("SELECT * FROM graph_versions WHERE name = $1 ORDER BY version DESC LIMIT 1", [name]);
+      ? await this.#pool.query<VersionRow>("SELECT * FROM graph_versions WHERE name = $1 AND version = $2", [
+          name,
+          version,
+        ])
+      : await this.#pool.query<VersionRow>(
+          "SELECT * FROM graph_versions WHERE name = $1 ORDER BY version DESC LIMIT 1",
+          [name],
+        );
     return rows[0] ? toVersion(rows[0]) : undefined;
   }
 
   async listLatestVersions(): Promise<GraphVersionRecord[]> {
-    const { rows } = await this.#pool.query<VersionRow>("SELECT DISTINCT ON (name) * FROM graph_versions ORDER BY name, version DESC");
+    const { rows } = await this.#pool.query<VersionRow>(
+      "SELECT DISTINCT ON (name) * FROM graph_versions ORDER BY name, version DESC",
+    );
     return rows.map(toVersion);
   }
 
   async putGraphJob(job: GraphJobRecord): Promise<void> {
-    await this.#pool.query("INSERT INTO graph_jobs (job_id, graph, version, pinned_agents, created_at) VALUES ($1, $2, $3, $4, $5)", [
-      job.jobId,
-      job.graph,
-      job.version,
-      JSON.stringify(job.pinnedAgents),
-      job.createdAt,
-    ]);
+    await this.#pool.query(
+      "INSERT INTO graph_jobs (job_id, graph, version, pinned_agents, created_at) VALUES ($1, $2, $3, $4, $5)",
+      [job.jobId, job.graph, job.version, JSON.stringify(job.pinnedAgents), job.createdAt],
+    );
   }
 
   async getGraphJob(jobId: string): Promise<GraphJobRecord | undefined> {
     const { rows } = await this.#pool.query<GraphJobRow>("SELECT * FROM graph_jobs WHERE job_id = $1", [jobId]);
     const row = rows[0];
-    return row ? { jobId: row.job_id, graph: row.graph, version: row.version, pinnedAgents: row.pinned_agents, createdAt: row.created_at } : undefined;
+    return row
+      ? {
+          jobId: row.job_id,
+          graph: row.graph,
+          version: row.version,
+          pinnedAgents: row.pinned_agents,
+          createdAt: row.created_at,
+        }
+      : undefined;
   }
 
   async getStepJob(idempotencyKey: string): Promise<string | undefined> {
-    const { rows } = await this.#pool.query<{ step_job_id: string }>("SELECT step_job_id FROM graph_step_jobs WHERE idempotency_key = $1", [idempotencyKey]);
+    const { rows } = await this.#pool.query<{ step_job_id: string }>(
+      "SELECT step_job_id FROM graph_step_jobs WHERE idempotency_key = $1",
+      [idempotencyKey],
+    );
     return rows[0]?.step_job_id;
   }
 

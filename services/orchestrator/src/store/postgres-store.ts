@@ -76,7 +76,13 @@ export class PostgresJobStore implements JobStore {
   readonly #fences: JobFences | undefined;
   readonly #notifier: ClusterNotifier | undefined;
 
-  private constructor(options: { pool: pg.Pool; ownsPool: boolean; fence?: LeaseFence; fences?: JobFences; notifier?: ClusterNotifier }) {
+  private constructor(options: {
+    pool: pg.Pool;
+    ownsPool: boolean;
+    fence?: LeaseFence;
+    fences?: JobFences;
+    notifier?: ClusterNotifier;
+  }) {
     this.#pool = options.pool;
     this.#ownsPool = options.ownsPool;
     this.#fence = options.fence;
@@ -103,7 +109,12 @@ export class PostgresJobStore implements JobStore {
    * fenced view leaves the shared pool open.
    */
   fenced(fence: LeaseFence): PostgresJobStore {
-    return new PostgresJobStore({ pool: this.#pool, ownsPool: false, fence, ...(this.#notifier ? { notifier: this.#notifier } : {}) });
+    return new PostgresJobStore({
+      pool: this.#pool,
+      ownsPool: false,
+      fence,
+      ...(this.#notifier ? { notifier: this.#notifier } : {}),
+    });
   }
 
   /**
@@ -111,7 +122,12 @@ export class PostgresJobStore implements JobStore {
    * for it (the jobs this replica works on); the view leaves the pool open.
    */
   withFences(fences: JobFences): PostgresJobStore {
-    return new PostgresJobStore({ pool: this.#pool, ownsPool: false, fences, ...(this.#notifier ? { notifier: this.#notifier } : {}) });
+    return new PostgresJobStore({
+      pool: this.#pool,
+      ownsPool: false,
+      fences,
+      ...(this.#notifier ? { notifier: this.#notifier } : {}),
+    });
   }
 
   /** The pool, for modules that share its connections (leases, the node registry). */
@@ -124,7 +140,15 @@ export class PostgresJobStore implements JobStore {
       `INSERT INTO plugins (name, version, description, source, path, manifest, installed_at) VALUES ($1, $2, $3, $4, $5, $6, $7)
        ON CONFLICT (name) DO UPDATE SET version = excluded.version, description = excluded.description, source = excluded.source,
        path = excluded.path, manifest = excluded.manifest, installed_at = excluded.installed_at`,
-      [record.name, record.version, record.description, record.source, record.path, JSON.stringify(record.manifest), record.installedAt],
+      [
+        record.name,
+        record.version,
+        record.description,
+        record.source,
+        record.path,
+        JSON.stringify(record.manifest),
+        record.installedAt,
+      ],
     );
   }
 
@@ -150,18 +174,27 @@ export class PostgresJobStore implements JobStore {
 
   async getAgentVersion(name: string, version?: number): Promise<AgentVersionRecord | undefined> {
     const { rows } = version
-      ? await this.#pool.query<AgentRow>("SELECT * FROM agent_versions WHERE name = $1 AND version = $2", [name, version])
-      : await this.#pool.query<AgentRow>("SELECT * FROM agent_versions WHERE name = $1 ORDER BY version DESC LIMIT 1", [name]);
+      ? await this.#pool.query<AgentRow>("SELECT * FROM agent_versions WHERE name = $1 AND version = $2", [
+          name,
+          version,
+        ])
+      : await this.#pool.query<AgentRow>("SELECT * FROM agent_versions WHERE name = $1 ORDER BY version DESC LIMIT 1", [
+          name,
+        ]);
     return rows[0] ? toAgent(rows[0]) : undefined;
   }
 
   async listAgents(): Promise<AgentVersionRecord[]> {
-    const { rows } = await this.#pool.query<AgentRow>("SELECT DISTINCT ON (name) * FROM agent_versions ORDER BY name, version DESC");
+    const { rows } = await this.#pool.query<AgentRow>(
+      "SELECT DISTINCT ON (name) * FROM agent_versions ORDER BY name, version DESC",
+    );
     return rows.map(toAgent);
   }
 
   async listAgentVersions(name: string): Promise<AgentVersionRecord[]> {
-    const { rows } = await this.#pool.query<AgentRow>("SELECT * FROM agent_versions WHERE name = $1 ORDER BY version", [name]);
+    const { rows } = await this.#pool.query<AgentRow>("SELECT * FROM agent_versions WHERE name = $1 ORDER BY version", [
+      name,
+    ]);
     return rows.map(toAgent);
   }
 
@@ -231,7 +264,9 @@ export class PostgresJobStore implements JobStore {
     const keys = (Object.keys(patch) as (keyof JobPatch)[]).filter((k) => k in JOB_COLUMNS);
     const sets = keys.map((k, i) => `${JOB_COLUMNS[k]} = $${i + 2}`);
     // With nothing to set, still read the row back (and say when it is missing).
-    const sql = sets.length ? `UPDATE jobs SET ${sets.join(", ")} WHERE id = $1 RETURNING *` : "SELECT * FROM jobs WHERE id = $1";
+    const sql = sets.length
+      ? `UPDATE jobs SET ${sets.join(", ")} WHERE id = $1 RETURNING *`
+      : "SELECT * FROM jobs WHERE id = $1";
     const { rows } = await client.query<JobRow>(sql, [id, ...keys.map((k) => patchValue(k, patch[k]))]);
     if (!rows[0]) throw notFound(`job ${id} not found; list jobs with \`oz0 jobs list\``);
     return toJob(rows[0]);
@@ -248,20 +283,33 @@ export class PostgresJobStore implements JobStore {
     return withTransaction(this.#pool, async (client) => {
       await this.#checkFence(client, change.jobId);
       // The row lock orders concurrent appends to one job, so sequence numbers stay gap-free across replicas.
-      const locked = await client.query<{ last_seq: string }>("SELECT last_seq FROM jobs WHERE id = $1 FOR UPDATE", [change.jobId]);
+      const locked = await client.query<{ last_seq: string }>("SELECT last_seq FROM jobs WHERE id = $1 FOR UPDATE", [
+        change.jobId,
+      ]);
       if (!locked.rows[0]) throw notFound(`job ${change.jobId} not found`);
       let seq = Number(locked.rows[0].last_seq);
       const stored: JobEvent[] = [];
       for (const event of change.events) {
         seq += 1;
-        stored.push(create(JobEventSchema, { ...event, jobId: change.jobId, seq: BigInt(seq), time: event.time ?? timestampFromDate(new Date()) }));
+        stored.push(
+          create(JobEventSchema, {
+            ...event,
+            jobId: change.jobId,
+            seq: BigInt(seq),
+            time: event.time ?? timestampFromDate(new Date()),
+          }),
+        );
       }
       if (stored.length > 0) {
         // One INSERT for the whole step: a round trip per event would dominate a busy job.
         await client.query(
           `INSERT INTO job_events (job_id, seq, time, event)
            SELECT $1, s, now(), e FROM unnest($2::bigint[], $3::jsonb[]) AS t(s, e)`,
-          [change.jobId, stored.map((e) => e.seq.toString()), stored.map((e) => JSON.stringify(toJson(JobEventSchema, e)))],
+          [
+            change.jobId,
+            stored.map((e) => e.seq.toString()),
+            stored.map((e) => JSON.stringify(toJson(JobEventSchema, e))),
+          ],
         );
       }
       await client.query("UPDATE jobs SET last_seq = $2, updated_at = now() WHERE id = $1", [change.jobId, seq]);
@@ -271,13 +319,18 @@ export class PostgresJobStore implements JobStore {
         await this.#upsertPermission(client, permission);
         // Sent on commit only: a rolled-back answer wakes nobody.
         if (this.#notifier && permission.status !== "pending") {
-          await this.#notifier.publish(client, { jobId: permission.jobId, permissionId: permission.id, status: permission.status });
+          await this.#notifier.publish(client, {
+            jobId: permission.jobId,
+            permissionId: permission.id,
+            status: permission.status,
+          });
         }
       }
       await this.#keepLifecycle(client, change.lifecycle ?? []);
       if (change.stderr) await this.#appendStderr(client, change.jobId, change.stderr);
       // Watchers at other replicas read the new events when this commits (job-feed.ts).
-      if (this.#notifier && stored.length > 0) await this.#notifier.publishAppended(client, { jobId: change.jobId, fromSeq: seq - stored.length + 1, seq });
+      if (this.#notifier && stored.length > 0)
+        await this.#notifier.publishAppended(client, { jobId: change.jobId, fromSeq: seq - stored.length + 1, seq });
       return stored;
     });
   }
@@ -289,26 +342,31 @@ export class PostgresJobStore implements JobStore {
        ON CONFLICT (job_id, session_id) DO NOTHING`,
       [jobId, sessionId],
     );
-    const { rows } = await client.query<{ last_seq: string; kept_bytes: string; dropped_bytes: string; trailing_dropped_bytes: string }>(
+    const { rows } = await client.query<{
+      last_seq: string;
+      kept_bytes: string;
+      dropped_bytes: string;
+      trailing_dropped_bytes: string;
+    }>(
       "SELECT last_seq, kept_bytes, dropped_bytes, trailing_dropped_bytes FROM session_stderr WHERE job_id = $1 AND session_id = $2 FOR UPDATE",
       [jobId, sessionId],
     );
     const row = rows[0]!;
     if (piece.seq <= Number(row.last_seq)) return;
-    const session = { kept: Number(row.kept_bytes), dropped: Number(row.dropped_bytes), trailing: Number(row.trailing_dropped_bytes) };
+    const session = {
+      kept: Number(row.kept_bytes),
+      dropped: Number(row.dropped_bytes),
+      trailing: Number(row.trailing_dropped_bytes),
+    };
     const kept = keptPiece(piece, maxBytes);
     if (kept.text === "") {
       // Nothing to keep: the bytes are dropped after the last piece kept.
       session.trailing += kept.droppedBytes;
     } else {
-      await client.query("INSERT INTO stderr_pieces (job_id, session_id, seq, text, bytes, dropped_bytes) VALUES ($1, $2, $3, $4, $5, $6)", [
-        jobId,
-        sessionId,
-        piece.seq,
-        kept.text,
-        kept.bytes,
-        kept.droppedBytes + session.trailing,
-      ]);
+      await client.query(
+        "INSERT INTO stderr_pieces (job_id, session_id, seq, text, bytes, dropped_bytes) VALUES ($1, $2, $3, $4, $5, $6)",
+        [jobId, sessionId, piece.seq, kept.text, kept.bytes, kept.droppedBytes + session.trailing],
+      );
       session.trailing = 0;
       session.kept += kept.bytes;
       if (session.kept > maxBytes) {
@@ -328,22 +386,28 @@ export class PostgresJobStore implements JobStore {
         }
       }
     }
-    await client.query("UPDATE session_stderr SET last_seq = $3, kept_bytes = $4, dropped_bytes = $5, trailing_dropped_bytes = $6 WHERE job_id = $1 AND session_id = $2", [
-      jobId,
-      sessionId,
-      piece.seq,
-      session.kept,
-      session.dropped,
-      session.trailing,
-    ]);
+    await client.query(
+      "UPDATE session_stderr SET last_seq = $3, kept_bytes = $4, dropped_bytes = $5, trailing_dropped_bytes = $6 WHERE job_id = $1 AND session_id = $2",
+      [jobId, sessionId, piece.seq, session.kept, session.dropped, session.trailing],
+    );
   }
 
   async listStderrSessions(jobId: string): Promise<SessionStderr[]> {
-    const { rows } = await this.#pool.query<{ session_id: string; kept_bytes: string; dropped_bytes: string; trailing_dropped_bytes: string }>(
+    const { rows } = await this.#pool.query<{
+      session_id: string;
+      kept_bytes: string;
+      dropped_bytes: string;
+      trailing_dropped_bytes: string;
+    }>(
       "SELECT session_id, kept_bytes, dropped_bytes, trailing_dropped_bytes FROM session_stderr WHERE job_id = $1 ORDER BY ord",
       [jobId],
     );
-    return rows.map((r) => ({ sessionId: r.session_id, keptBytes: Number(r.kept_bytes), droppedBytes: Number(r.dropped_bytes), trailingDroppedBytes: Number(r.trailing_dropped_bytes) }));
+    return rows.map((r) => ({
+      sessionId: r.session_id,
+      keptBytes: Number(r.kept_bytes),
+      droppedBytes: Number(r.dropped_bytes),
+      trailingDroppedBytes: Number(r.trailing_dropped_bytes),
+    }));
   }
 
   async listStderrPieces(jobId: string, sessionId: string, afterSeq: number, limit = 1000): Promise<StderrPiece[]> {
@@ -356,7 +420,9 @@ export class PostgresJobStore implements JobStore {
 
   async #keepLifecycle(client: Queryable, events: RawEvent[]): Promise<void> {
     if (events.length === 0) return;
-    await client.query("INSERT INTO lifecycle_outbox (event) SELECT unnest($1::text[])", [events.map((e) => toJsonString(RawEventSchema, e))]);
+    await client.query("INSERT INTO lifecycle_outbox (event) SELECT unnest($1::text[])", [
+      events.map((e) => toJsonString(RawEventSchema, e)),
+    ]);
   }
 
   async putLifecycleEvents(events: RawEvent[]): Promise<void> {
@@ -372,7 +438,9 @@ export class PostgresJobStore implements JobStore {
        RETURNING seq, event`,
       [options.limit, options.claimMs],
     );
-    return rows.map((r) => ({ seq: Number(r.seq), event: fromJsonString(RawEventSchema, r.event) })).sort((a, b) => a.seq - b.seq);
+    return rows
+      .map((r) => ({ seq: Number(r.seq), event: fromJsonString(RawEventSchema, r.event) }))
+      .sort((a, b) => a.seq - b.seq);
   }
 
   async deleteLifecycleEvents(seqs: number[]): Promise<void> {
@@ -391,10 +459,10 @@ export class PostgresJobStore implements JobStore {
    * one is refused and rolled back with everything it came with.
    */
   async #checkUndecided(client: Queryable, p: PermissionRecord): Promise<void> {
-    const { rows } = await client.query<{ status: string; answered_by: string }>("SELECT status, answered_by FROM permissions WHERE job_id = $1 AND id = $2 FOR UPDATE", [
-      p.jobId,
-      p.id,
-    ]);
+    const { rows } = await client.query<{ status: string; answered_by: string }>(
+      "SELECT status, answered_by FROM permissions WHERE job_id = $1 AND id = $2 FOR UPDATE",
+      [p.jobId, p.id],
+    );
     const current = rows[0];
     if (current && current.status !== "pending" && current.status !== p.status) {
       throw failedPrecondition(
@@ -404,11 +472,10 @@ export class PostgresJobStore implements JobStore {
   }
 
   async listJobEvents(jobId: string, afterSeq: number, limit = 1000): Promise<JobEvent[]> {
-    const { rows } = await this.#pool.query<{ event: JsonValue }>("SELECT event FROM job_events WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3", [
-      jobId,
-      afterSeq,
-      limit,
-    ]);
+    const { rows } = await this.#pool.query<{ event: JsonValue }>(
+      "SELECT event FROM job_events WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+      [jobId, afterSeq, limit],
+    );
     return rows.map((r) => fromJson(JobEventSchema, r.event));
   }
 
@@ -481,12 +548,18 @@ export class PostgresJobStore implements JobStore {
   }
 
   async getOperationCheckpoint(jobId: string, callId: string): Promise<OperationCheckpoint | undefined> {
-    const { rows } = await this.#pool.query<{ record: OperationCheckpoint }>("SELECT record FROM operation_checkpoints WHERE job_id = $1 AND call_id = $2", [jobId, callId]);
+    const { rows } = await this.#pool.query<{ record: OperationCheckpoint }>(
+      "SELECT record FROM operation_checkpoints WHERE job_id = $1 AND call_id = $2",
+      [jobId, callId],
+    );
     return rows[0]?.record;
   }
 
   async listOperationCheckpoints(jobId: string): Promise<OperationCheckpoint[]> {
-    const { rows } = await this.#pool.query<{ record: OperationCheckpoint }>("SELECT record FROM operation_checkpoints WHERE job_id = $1 ORDER BY call_id", [jobId]);
+    const { rows } = await this.#pool.query<{ record: OperationCheckpoint }>(
+      "SELECT record FROM operation_checkpoints WHERE job_id = $1 ORDER BY call_id",
+      [jobId],
+    );
     return rows.map((r) => r.record);
   }
 

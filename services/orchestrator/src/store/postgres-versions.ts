@@ -27,9 +27,16 @@ export async function publishPostgresVersion<Row extends PostgresVersionRow>(
   const { table, name, contentHash } = options;
   return withTransaction(pool, async (client) => {
     await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`${LOCK_PREFIX[table]}:${name}`]);
-    const latest = (await client.query<Row>(`SELECT * FROM ${table} WHERE name = $1 ORDER BY version DESC LIMIT 1`, [name])).rows[0];
+    const latest = (
+      await client.query<Row>(`SELECT * FROM ${table} WHERE name = $1 ORDER BY version DESC LIMIT 1`, [name])
+    ).rows[0];
     if (latest && latest.content_hash === contentHash) return { row: latest, published: false };
-    const values: Record<string, string | number> = { name, version: (latest?.version ?? 0) + 1, content_hash: contentHash, ...options.columns };
+    const values: Record<string, string | number> = {
+      name,
+      version: (latest?.version ?? 0) + 1,
+      content_hash: contentHash,
+      ...options.columns,
+    };
     const columns = Object.keys(values);
     const inserted = await client.query<Row>(
       `INSERT INTO ${table} (${columns.join(", ")}, published_at) VALUES (${columns.map((_, i) => `$${i + 1}`).join(", ")}, now()) RETURNING *`,

@@ -9,7 +9,16 @@ import path from "node:path";
 import Database from "better-sqlite3";
 import { publishSqliteVersion } from "./sqlite-versions.js";
 import { SqliteCheckpointStore, type GraphDefinition } from "@oz0/graph";
-import { graphVersionColumns, graphVersionFromRow, type GraphJobRecord, type GraphStore, type GraphVersionRecord, type GraphVersionRow, type NewGraphVersion, type StepJobRecord } from "./graph-store.js";
+import {
+  graphVersionColumns,
+  graphVersionFromRow,
+  type GraphJobRecord,
+  type GraphStore,
+  type GraphVersionRecord,
+  type GraphVersionRow,
+  type NewGraphVersion,
+  type StepJobRecord,
+} from "./graph-store.js";
 
 /** The graph database under the data directory, with the orchestrator's graph tables. */
 export function openGraphDatabase(home: string): Database.Database {
@@ -52,7 +61,11 @@ interface GraphJobRow {
 }
 
 function toVersion(r: VersionRow): GraphVersionRecord {
-  return graphVersionFromRow({ ...r, definition: JSON.parse(r.definition) as GraphDefinition, published_at: new Date(r.published_at) });
+  return graphVersionFromRow({
+    ...r,
+    definition: JSON.parse(r.definition) as GraphDefinition,
+    published_at: new Date(r.published_at),
+  });
 }
 
 export class SqliteGraphStore implements GraphStore {
@@ -89,7 +102,9 @@ export class SqliteGraphStore implements GraphStore {
 
   async listLatestVersions(): Promise<GraphVersionRecord[]> {
     const rows = this.db
-      .prepare("SELECT v.* FROM orch_graph_versions v JOIN (SELECT name, MAX(version) AS version FROM orch_graph_versions GROUP BY name) m ON v.name = m.name AND v.version = m.version ORDER BY v.name")
+      .prepare(
+        "SELECT v.* FROM orch_graph_versions v JOIN (SELECT name, MAX(version) AS version FROM orch_graph_versions GROUP BY name) m ON v.name = m.name AND v.version = m.version ORDER BY v.name",
+      )
       .all() as VersionRow[];
     return rows.map(toVersion);
   }
@@ -103,23 +118,35 @@ export class SqliteGraphStore implements GraphStore {
   async getGraphJob(jobId: string): Promise<GraphJobRecord | undefined> {
     const row = this.db.prepare("SELECT * FROM orch_graph_jobs WHERE job_id = ?").get(jobId) as GraphJobRow | undefined;
     if (!row) return undefined;
-    return { jobId: row.job_id, graph: row.graph, version: row.version, pinnedAgents: JSON.parse(row.pinned_agents) as Record<string, number>, createdAt: new Date(row.created_at) };
+    return {
+      jobId: row.job_id,
+      graph: row.graph,
+      version: row.version,
+      pinnedAgents: JSON.parse(row.pinned_agents) as Record<string, number>,
+      createdAt: new Date(row.created_at),
+    };
   }
 
   async getStepJob(idempotencyKey: string): Promise<string | undefined> {
-    const row = this.db.prepare("SELECT step_job_id FROM orch_graph_step_jobs WHERE idempotency_key = ?").get(idempotencyKey) as { step_job_id: string } | undefined;
+    const row = this.db
+      .prepare("SELECT step_job_id FROM orch_graph_step_jobs WHERE idempotency_key = ?")
+      .get(idempotencyKey) as { step_job_id: string } | undefined;
     return row?.step_job_id;
   }
 
   async putStepJob(record: StepJobRecord): Promise<void> {
     this.db
-      .prepare("INSERT OR REPLACE INTO orch_graph_step_jobs (idempotency_key, run_id, step_job_id, created_at) VALUES (?, ?, ?, ?)")
+      .prepare(
+        "INSERT OR REPLACE INTO orch_graph_step_jobs (idempotency_key, run_id, step_job_id, created_at) VALUES (?, ?, ?, ?)",
+      )
       .run(record.idempotencyKey, record.runId, record.stepJobId, Date.now());
   }
 
   async listStepJobs(runId: string): Promise<StepJobRecord[]> {
     const rows = this.db
-      .prepare("SELECT idempotency_key, step_job_id FROM orch_graph_step_jobs WHERE run_id = ? ORDER BY created_at, rowid")
+      .prepare(
+        "SELECT idempotency_key, step_job_id FROM orch_graph_step_jobs WHERE run_id = ? ORDER BY created_at, rowid",
+      )
       .all(runId) as { idempotency_key: string; step_job_id: string }[];
     return rows.map((r) => ({ idempotencyKey: r.idempotency_key, runId, stepJobId: r.step_job_id }));
   }

@@ -229,12 +229,15 @@ export class SqliteJobStore implements JobStore {
     this.#db.exec(SCHEMA);
     // A data directory from before served tools: its jobs have none.
     const columns = this.#db.prepare("PRAGMA table_info(jobs)").all() as { name: string }[];
-    if (!columns.some((c) => c.name === "served_tools")) this.#db.exec("ALTER TABLE jobs ADD COLUMN served_tools TEXT NOT NULL DEFAULT ''");
+    if (!columns.some((c) => c.name === "served_tools"))
+      this.#db.exec("ALTER TABLE jobs ADD COLUMN served_tools TEXT NOT NULL DEFAULT ''");
     // ... and from before identities: nobody is recorded as their starter.
-    if (!columns.some((c) => c.name === "started_by")) this.#db.exec("ALTER TABLE jobs ADD COLUMN started_by TEXT NOT NULL DEFAULT ''");
+    if (!columns.some((c) => c.name === "started_by"))
+      this.#db.exec("ALTER TABLE jobs ADD COLUMN started_by TEXT NOT NULL DEFAULT ''");
     // ... and from before `oz0 jobs show` named when a job started and its trace.
     if (!columns.some((c) => c.name === "started_at")) this.#db.exec("ALTER TABLE jobs ADD COLUMN started_at INTEGER");
-    if (!columns.some((c) => c.name === "trace_id")) this.#db.exec("ALTER TABLE jobs ADD COLUMN trace_id TEXT NOT NULL DEFAULT ''");
+    if (!columns.some((c) => c.name === "trace_id"))
+      this.#db.exec("ALTER TABLE jobs ADD COLUMN trace_id TEXT NOT NULL DEFAULT ''");
   }
 
   async putPlugin(record: PluginRecord): Promise<void> {
@@ -244,11 +247,20 @@ export class SqliteJobStore implements JobStore {
          ON CONFLICT (name) DO UPDATE SET version = excluded.version, description = excluded.description, source = excluded.source,
          path = excluded.path, manifest = excluded.manifest, installed_at = excluded.installed_at`,
       )
-      .run(record.name, record.version, record.description, record.source, record.path, JSON.stringify(record.manifest), record.installedAt.getTime());
+      .run(
+        record.name,
+        record.version,
+        record.description,
+        record.source,
+        record.path,
+        JSON.stringify(record.manifest),
+        record.installedAt.getTime(),
+      );
   }
 
   async getPlugin(name: string): Promise<PluginRecord | undefined> {
-    const row = this.#db.prepare("SELECT * FROM plugins WHERE name = ?").get(name) as Record<string, unknown> | undefined;
+    const row = this.#db.prepare("SELECT * FROM plugins WHERE name = ?").get(name) as
+      Record<string, unknown> | undefined;
     return row ? this.#toPlugin(row) : undefined;
   }
 
@@ -297,7 +309,9 @@ export class SqliteJobStore implements JobStore {
   }
 
   async listAgentVersions(name: string): Promise<AgentVersionRecord[]> {
-    const rows = this.#db.prepare("SELECT * FROM agent_versions WHERE name = ? ORDER BY version").all(name) as AgentRow[];
+    const rows = this.#db
+      .prepare("SELECT * FROM agent_versions WHERE name = ? ORDER BY version")
+      .all(name) as AgentRow[];
     return rows.map(toAgent);
   }
 
@@ -368,7 +382,9 @@ export class SqliteJobStore implements JobStore {
     const keys = (Object.keys(patch) as (keyof JobPatch)[]).filter((k) => k in JOB_COLUMNS);
     if (keys.length > 0) {
       const sets = keys.map((k) => `${JOB_COLUMNS[k]} = ?`).join(", ");
-      const info = this.#db.prepare(`UPDATE jobs SET ${sets} WHERE id = ?`).run(...keys.map((k) => patchValue(k, patch[k])), id);
+      const info = this.#db
+        .prepare(`UPDATE jobs SET ${sets} WHERE id = ?`)
+        .run(...keys.map((k) => patchValue(k, patch[k])), id);
       if (info.changes === 0) throw notFound(`job ${id} not found; list jobs with \`oz0 jobs list\``);
     }
     const row = this.#db.prepare("SELECT * FROM jobs WHERE id = ?").get(id) as JobRow | undefined;
@@ -382,14 +398,20 @@ export class SqliteJobStore implements JobStore {
 
   async append(change: JobAppend): Promise<JobEvent[]> {
     return this.#db.transaction((): JobEvent[] => {
-      const row = this.#db.prepare("SELECT last_seq FROM jobs WHERE id = ?").get(change.jobId) as { last_seq: number } | undefined;
+      const row = this.#db.prepare("SELECT last_seq FROM jobs WHERE id = ?").get(change.jobId) as
+        { last_seq: number } | undefined;
       if (!row) throw notFound(`job ${change.jobId} not found`);
       let seq = row.last_seq;
       const insert = this.#db.prepare("INSERT INTO job_events (job_id, seq, time, event) VALUES (?, ?, ?, ?)");
       const stored: JobEvent[] = [];
       for (const event of change.events) {
         seq += 1;
-        const withSeq = create(JobEventSchema, { ...event, jobId: change.jobId, seq: BigInt(seq), time: event.time ?? timestampFromDate(new Date()) });
+        const withSeq = create(JobEventSchema, {
+          ...event,
+          jobId: change.jobId,
+          seq: BigInt(seq),
+          time: event.time ?? timestampFromDate(new Date()),
+        });
         insert.run(change.jobId, seq, Date.now(), toJsonString(JobEventSchema, withSeq));
         stored.push(withSeq);
       }
@@ -403,22 +425,33 @@ export class SqliteJobStore implements JobStore {
   }
 
   #appendStderr(jobId: string, { sessionId, piece, maxBytes }: StderrAppend): void {
-    const row = this.#db.prepare("SELECT last_seq, kept_bytes, dropped_bytes, trailing_dropped_bytes FROM session_stderr WHERE job_id = ? AND session_id = ?").get(jobId, sessionId) as
-      | { last_seq: number; kept_bytes: number; dropped_bytes: number; trailing_dropped_bytes: number }
-      | undefined;
+    const row = this.#db
+      .prepare(
+        "SELECT last_seq, kept_bytes, dropped_bytes, trailing_dropped_bytes FROM session_stderr WHERE job_id = ? AND session_id = ?",
+      )
+      .get(jobId, sessionId) as
+      { last_seq: number; kept_bytes: number; dropped_bytes: number; trailing_dropped_bytes: number } | undefined;
     if (row && piece.seq <= row.last_seq) return;
-    const session = { kept: row?.kept_bytes ?? 0, dropped: row?.dropped_bytes ?? 0, trailing: row?.trailing_dropped_bytes ?? 0 };
+    const session = {
+      kept: row?.kept_bytes ?? 0,
+      dropped: row?.dropped_bytes ?? 0,
+      trailing: row?.trailing_dropped_bytes ?? 0,
+    };
     const kept = keptPiece(piece, maxBytes);
     if (kept.text === "") {
       // Nothing to keep: the bytes are dropped after the last piece kept.
       session.trailing += kept.droppedBytes;
     } else {
       this.#db
-        .prepare("INSERT INTO stderr_pieces (job_id, session_id, seq, text, bytes, dropped_bytes) VALUES (?, ?, ?, ?, ?, ?)")
+        .prepare(
+          "INSERT INTO stderr_pieces (job_id, session_id, seq, text, bytes, dropped_bytes) VALUES (?, ?, ?, ?, ?, ?)",
+        )
         .run(jobId, sessionId, piece.seq, kept.text, kept.bytes, kept.droppedBytes + session.trailing);
       session.trailing = 0;
       session.kept += kept.bytes;
-      const oldest = this.#db.prepare("SELECT seq, bytes, dropped_bytes FROM stderr_pieces WHERE job_id = ? AND session_id = ? ORDER BY seq LIMIT 1");
+      const oldest = this.#db.prepare(
+        "SELECT seq, bytes, dropped_bytes FROM stderr_pieces WHERE job_id = ? AND session_id = ? ORDER BY seq LIMIT 1",
+      );
       const remove = this.#db.prepare("DELETE FROM stderr_pieces WHERE job_id = ? AND session_id = ? AND seq = ?");
       while (session.kept > maxBytes) {
         const first = oldest.get(jobId, sessionId) as { seq: number; bytes: number; dropped_bytes: number };
@@ -438,14 +471,28 @@ export class SqliteJobStore implements JobStore {
 
   async listStderrSessions(jobId: string): Promise<SessionStderr[]> {
     const rows = this.#db
-      .prepare("SELECT session_id, kept_bytes, dropped_bytes, trailing_dropped_bytes FROM session_stderr WHERE job_id = ? ORDER BY rowid")
-      .all(jobId) as { session_id: string; kept_bytes: number; dropped_bytes: number; trailing_dropped_bytes: number }[];
-    return rows.map((r) => ({ sessionId: r.session_id, keptBytes: r.kept_bytes, droppedBytes: r.dropped_bytes, trailingDroppedBytes: r.trailing_dropped_bytes }));
+      .prepare(
+        "SELECT session_id, kept_bytes, dropped_bytes, trailing_dropped_bytes FROM session_stderr WHERE job_id = ? ORDER BY rowid",
+      )
+      .all(jobId) as {
+      session_id: string;
+      kept_bytes: number;
+      dropped_bytes: number;
+      trailing_dropped_bytes: number;
+    }[];
+    return rows.map((r) => ({
+      sessionId: r.session_id,
+      keptBytes: r.kept_bytes,
+      droppedBytes: r.dropped_bytes,
+      trailingDroppedBytes: r.trailing_dropped_bytes,
+    }));
   }
 
   async listStderrPieces(jobId: string, sessionId: string, afterSeq: number, limit = 1000): Promise<StderrPiece[]> {
     const rows = this.#db
-      .prepare("SELECT seq, text, dropped_bytes FROM stderr_pieces WHERE job_id = ? AND session_id = ? AND seq > ? ORDER BY seq LIMIT ?")
+      .prepare(
+        "SELECT seq, text, dropped_bytes FROM stderr_pieces WHERE job_id = ? AND session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+      )
       .all(jobId, sessionId, afterSeq, limit) as { seq: number; text: string; dropped_bytes: number }[];
     return rows.map((r) => ({ seq: r.seq, text: r.text, droppedBytes: r.dropped_bytes }));
   }
@@ -463,7 +510,9 @@ export class SqliteJobStore implements JobStore {
     return this.#db.transaction(() => {
       const now = Date.now();
       const rows = this.#db
-        .prepare("SELECT seq, event FROM lifecycle_outbox WHERE claimed_until IS NULL OR claimed_until < ? ORDER BY seq LIMIT ?")
+        .prepare(
+          "SELECT seq, event FROM lifecycle_outbox WHERE claimed_until IS NULL OR claimed_until < ? ORDER BY seq LIMIT ?",
+        )
         .all(now, options.limit) as { seq: number; event: string }[];
       const claim = this.#db.prepare("UPDATE lifecycle_outbox SET claimed_until = ? WHERE seq = ?");
       for (const row of rows) claim.run(now + options.claimMs, row.seq);
@@ -522,9 +571,9 @@ export class SqliteJobStore implements JobStore {
   }
 
   async getPermission(jobId: string, id: string): Promise<PermissionRecord | undefined> {
-    const row = this.#db.prepare("SELECT * FROM permissions WHERE job_id = ? AND (id = ? OR call_id = ?) ORDER BY id = ? DESC LIMIT 1").get(jobId, id, id, id) as
-      | PermissionRow
-      | undefined;
+    const row = this.#db
+      .prepare("SELECT * FROM permissions WHERE job_id = ? AND (id = ? OR call_id = ?) ORDER BY id = ? DESC LIMIT 1")
+      .get(jobId, id, id, id) as PermissionRow | undefined;
     return row ? toPermission(row) : undefined;
   }
 
@@ -556,12 +605,16 @@ export class SqliteJobStore implements JobStore {
   }
 
   async getOperationCheckpoint(jobId: string, callId: string): Promise<OperationCheckpoint | undefined> {
-    const row = this.#db.prepare("SELECT record FROM operation_checkpoints WHERE job_id = ? AND call_id = ?").get(jobId, callId) as { record: string } | undefined;
+    const row = this.#db
+      .prepare("SELECT record FROM operation_checkpoints WHERE job_id = ? AND call_id = ?")
+      .get(jobId, callId) as { record: string } | undefined;
     return row ? (JSON.parse(row.record) as OperationCheckpoint) : undefined;
   }
 
   async listOperationCheckpoints(jobId: string): Promise<OperationCheckpoint[]> {
-    const rows = this.#db.prepare("SELECT record FROM operation_checkpoints WHERE job_id = ? ORDER BY call_id").all(jobId) as { record: string }[];
+    const rows = this.#db
+      .prepare("SELECT record FROM operation_checkpoints WHERE job_id = ? ORDER BY call_id")
+      .all(jobId) as { record: string }[];
     return rows.map((r) => JSON.parse(r.record) as OperationCheckpoint);
   }
 

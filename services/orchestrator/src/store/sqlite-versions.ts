@@ -20,11 +20,15 @@ export function publishSqliteVersion<Row extends SqliteVersionRow>(
 ): { row: Row; published: boolean } {
   const { table } = options;
   return db.transaction(() => {
-    const latest = db.prepare(`SELECT * FROM ${table} WHERE name = ? ORDER BY version DESC LIMIT 1`).get(options.row.name) as Row | undefined;
+    const latest = db
+      .prepare(`SELECT * FROM ${table} WHERE name = ? ORDER BY version DESC LIMIT 1`)
+      .get(options.row.name) as Row | undefined;
     if (latest && latest.content_hash === options.row.content_hash) return { row: latest, published: false };
     const row = { ...options.row, version: (latest?.version ?? 0) + 1, published_at: Date.now() } as Row;
     const columns = Object.keys(row);
-    db.prepare(`INSERT INTO ${table} (${columns.join(", ")}) VALUES (${columns.map((c) => `@${c}`).join(", ")})`).run(row);
+    db.prepare(`INSERT INTO ${table} (${columns.join(", ")}) VALUES (${columns.map((c) => `@${c}`).join(", ")})`).run(
+      row,
+    );
     return { row, published: true };
   })();
 }

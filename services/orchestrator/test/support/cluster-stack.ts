@@ -13,7 +13,12 @@ import { testCredentials } from "@oz0/serving/testing";
 import { startScriptedModel, type ScriptedModel, type ScriptedRequest, type ScriptedTurn } from "@oz0/harness/testing";
 import { JobService, PluginService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { freePorts } from "@oz0/test-infra";
-import { installRoot, startServiceProcess, type StackProcess, type StackServiceName } from "../../src/dev/embedded-stack.js";
+import {
+  installRoot,
+  startServiceProcess,
+  type StackProcess,
+  type StackServiceName,
+} from "../../src/dev/embedded-stack.js";
 
 export interface ClusterStackOptions {
   databaseUrl: string;
@@ -73,7 +78,9 @@ export async function startClusterStack(options: ClusterStackOptions): Promise<C
     const events = await start("events", "events", {
       ...testCredentials.envFor("events"),
       OZ0_EVENTS_DATA: path.join(home, "events"),
-      ...(options.kafkaBrokers?.length ? { KAFKA_BROKERS: options.kafkaBrokers.join(","), OZ0_KAFKA_TOPIC: options.topic ?? "oz0.lifecycle.v1" } : {}),
+      ...(options.kafkaBrokers?.length
+        ? { KAFKA_BROKERS: options.kafkaBrokers.join(","), OZ0_KAFKA_TOPIC: options.topic ?? "oz0.lifecycle.v1" }
+        : {}),
     });
     // Proxy replicas share the database (tokens, budgets, metering) and the key that encrypts provider keys.
     const kek = randomBytes(32).toString("base64");
@@ -90,7 +97,10 @@ export async function startClusterStack(options: ClusterStackOptions): Promise<C
         }),
       ),
     );
-    const lease = { OZ0_LEASE_TTL_MS: String(options.leaseTtlMs ?? 10_000), ...(options.nodeStaleAfterMs ? { OZ0_NODE_STALE_AFTER_MS: String(options.nodeStaleAfterMs) } : {}) };
+    const lease = {
+      OZ0_LEASE_TTL_MS: String(options.leaseTtlMs ?? 10_000),
+      ...(options.nodeStaleAfterMs ? { OZ0_NODE_STALE_AFTER_MS: String(options.nodeStaleAfterMs) } : {}),
+    };
     // Orchestrator homes are apart (as pods' disks would be); plugin copies are found through the store.
     const orchestrators: StackProcess[] = [];
     // Each replica's node API listens on a port of its own; sandboxes send heartbeats there, never to the public API.
@@ -130,7 +140,9 @@ export async function startClusterStack(options: ClusterStackOptions): Promise<C
         }),
       ),
     );
-    const transports = orchestrators.map((o) => createGrpcTransport({ baseUrl: o.url, interceptors: [testCredentials.caller] }));
+    const transports = orchestrators.map((o) =>
+      createGrpcTransport({ baseUrl: o.url, interceptors: [testCredentials.caller] }),
+    );
     return {
       home,
       model,

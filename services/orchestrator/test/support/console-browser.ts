@@ -20,15 +20,25 @@ const axeSource = readFileSync(createRequire(import.meta.url).resolve("axe-core/
 
 /** Chromium, after checking the console is built and Chromium is installed. */
 export async function launchBrowser(): Promise<Browser> {
-  assert.ok(existsSync(path.join(packageDir, "..", "..", "console", "dist", "index.html")), "the console is built (npm run build bundles console/dist)");
-  assert.ok(existsSync(CHROMIUM), `no Chromium at ${CHROMIUM}: tools/test-infra/bin/install-system-packages.sh installs Debian's chromium`);
+  assert.ok(
+    existsSync(path.join(packageDir, "..", "..", "console", "dist", "index.html")),
+    "the console is built (npm run build bundles console/dist)",
+  );
+  assert.ok(
+    existsSync(CHROMIUM),
+    `no Chromium at ${CHROMIUM}: tools/test-infra/bin/install-system-packages.sh installs Debian's chromium`,
+  );
   mkdirSync(screenshots, { recursive: true });
   return chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-dev-shm-usage"] });
 }
 
 /** Connect-protocol clients over HTTP/1.1, as the browser calls, carrying `token`. */
 export function consoleClients(url: string, token: string) {
-  const transport = createConnectTransport({ baseUrl: url, httpVersion: "1.1", interceptors: [bearerInterceptor(token)] });
+  const transport = createConnectTransport({
+    baseUrl: url,
+    httpVersion: "1.1",
+    interceptors: [bearerInterceptor(token)],
+  });
   return {
     jobs: createClient(JobService, transport),
     login: createClient(LoginService, transport),
@@ -43,10 +53,16 @@ export async function openConsole(browser: Browser, url: string, token: string):
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   page.on("pageerror", (error) => assert.fail(`the page threw: ${error.message}`));
   await page.goto(`${url}/#/login?code=${encodeURIComponent(code)}`);
-  await page.getByTestId("principal").waitFor().catch(async (error: unknown) => {
-    // Say what the page showed instead (a login refused, a console not built…).
-    throw new Error(`the console did not log in; the page says: ${(await page.locator("body").innerText()).slice(0, 500)}`, { cause: error });
-  });
+  await page
+    .getByTestId("principal")
+    .waitFor()
+    .catch(async (error: unknown) => {
+      // Say what the page showed instead (a login refused, a console not built…).
+      throw new Error(
+        `the console did not log in; the page says: ${(await page.locator("body").innerText()).slice(0, 500)}`,
+        { cause: error },
+      );
+    });
   assert.doesNotMatch(page.url(), /code=/, "the code is gone from the address bar");
   return page;
 }
@@ -56,8 +72,19 @@ export async function assertAccessible(page: Page, name: string): Promise<void> 
   await page.evaluate(axeSource);
   const violations = await page.evaluate(async () => {
     // In the page: globalThis is its window, where axe-core put itself.
-    const result = await (globalThis as unknown as { axe: { run(): Promise<{ violations: { id: string; impact: string; help: string; nodes: { target: unknown }[] }[] }> } }).axe.run();
-    return result.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => JSON.stringify(n.target)).slice(0, 3) }));
+    const result = await (
+      globalThis as unknown as {
+        axe: {
+          run(): Promise<{ violations: { id: string; impact: string; help: string; nodes: { target: unknown }[] }[] }>;
+        };
+      }
+    ).axe.run();
+    return result.violations.map((v) => ({
+      id: v.id,
+      impact: v.impact,
+      help: v.help,
+      nodes: v.nodes.map((n) => JSON.stringify(n.target)).slice(0, 3),
+    }));
   });
   const serious = violations.filter((v) => v.impact === "serious" || v.impact === "critical");
   assert.deepEqual(serious, [], `${name}: axe found serious violations`);

@@ -17,7 +17,10 @@ export interface PtyScreen {
 }
 
 /** Runs `command` (a shell command line) on a terminal `cols` wide. */
-export function ptyScreen(command: string, options: { env: NodeJS.ProcessEnv; cols?: number; rows?: number }): PtyScreen {
+export function ptyScreen(
+  command: string,
+  options: { env: NodeJS.ProcessEnv; cols?: number; rows?: number },
+): PtyScreen {
   const cols = options.cols ?? 120;
   const height = options.rows ?? 40;
   const term = new xterm.Terminal({ cols, rows: height, scrollback: 5_000, allowProposedApi: true });
@@ -71,7 +74,8 @@ export function ptyScreen(command: string, options: { env: NodeJS.ProcessEnv; co
             waiters.delete(wake);
             const now = rows();
             if (check(now)) resolve(now);
-            else reject(new Error(`the command ended before the screen showed what was waited for:\n${now.join("\n")}`));
+            else
+              reject(new Error(`the command ended before the screen showed what was waited for:\n${now.join("\n")}`));
           }),
         );
       });

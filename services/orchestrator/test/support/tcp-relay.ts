@@ -12,7 +12,10 @@ export class TcpRelay {
     this.#server = net.createServer((client) => {
       if (this.#refusing) return client.destroy();
       const upstream = net.connect(target.port, target.host);
-      for (const [a, b] of [[client, upstream], [upstream, client]] as const) {
+      for (const [a, b] of [
+        [client, upstream],
+        [upstream, client],
+      ] as const) {
         this.#sockets.add(a);
         a.pipe(b);
         a.on("error", () => b.destroy());

@@ -9,7 +9,12 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { startScriptedModel, type ScriptedModel, type ScriptedRequest, type ScriptedTurn } from "@oz0/harness/testing";
-import { startEmbeddedStack, startServiceProcess, type EmbeddedStack, type StackProcess } from "../../src/dev/embedded-stack.js";
+import {
+  startEmbeddedStack,
+  startServiceProcess,
+  type EmbeddedStack,
+  type StackProcess,
+} from "../../src/dev/embedded-stack.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const packageDir = path.resolve(here, "..", "..");
@@ -59,12 +64,24 @@ export async function startTestStack(options: {
     isSideCall: () => false,
     turns: (request) => {
       const messages = (request.body?.messages as { role: string }[] | undefined) ?? [];
-      return options.pick({ input: userInput(request), turn: messages.filter((m) => m.role === "assistant").length, request });
+      return options.pick({
+        input: userInput(request),
+        turn: messages.filter((m) => m.role === "assistant").length,
+        request,
+      });
     },
   });
   const providersFile = path.join(home, "providers.json");
   // Both routes reach the scripted model, which answers each in its own wire format.
-  writeFileSync(providersFile, JSON.stringify({ providers: [{ name: "anthropic", baseUrl: model.url }, { name: "openai", baseUrl: model.url, auth: "bearer" }] }));
+  writeFileSync(
+    providersFile,
+    JSON.stringify({
+      providers: [
+        { name: "anthropic", baseUrl: model.url },
+        { name: "openai", baseUrl: model.url, auth: "bearer" },
+      ],
+    }),
+  );
   const stack = await startEmbeddedStack({
     home,
     logLevel: "info",
@@ -77,7 +94,13 @@ export async function startTestStack(options: {
   });
   let orchestrator = stack.processes.find((p) => p.name === "orchestrator")!;
   const url = stack.urls.orchestrator;
-  const env = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => ({ ...process.env, OZ0_URL: url, OZ0_HOME: home, OZ0_LOG_LEVEL: "warn", ...extra });
+  const env = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => ({
+    ...process.env,
+    OZ0_URL: url,
+    OZ0_HOME: home,
+    OZ0_LOG_LEVEL: "warn",
+    ...extra,
+  });
   const t: TestStack = {
     home,
     stack,
@@ -88,7 +111,10 @@ export async function startTestStack(options: {
     url,
     async cli(args, opts = {}) {
       return new Promise((resolve) => {
-        const child = spawn(process.execPath, [cliMain, ...args], { env: env(opts.env), stdio: ["pipe", "pipe", "pipe"] });
+        const child = spawn(process.execPath, [cliMain, ...args], {
+          env: env(opts.env),
+          stdio: ["pipe", "pipe", "pipe"],
+        });
         let stdout = "";
         let stderr = "";
         child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
@@ -105,7 +131,15 @@ export async function startTestStack(options: {
       const port = new URL(url).port;
       orchestrator = await startServiceProcess({
         name: "orchestrator",
-        env: { ...stack.identityEnv("orchestrator"), ...options.orchestratorEnv, OZ0_HOME: home, OZ0_PORT: port, OZ0_SANDBOX_URLS: stack.urls.sandbox, OZ0_LLM_PROXY_URL: stack.urls["llm-proxy"], OZ0_EVENTS_URL: stack.urls.events },
+        env: {
+          ...stack.identityEnv("orchestrator"),
+          ...options.orchestratorEnv,
+          OZ0_HOME: home,
+          OZ0_PORT: port,
+          OZ0_SANDBOX_URLS: stack.urls.sandbox,
+          OZ0_LLM_PROXY_URL: stack.urls["llm-proxy"],
+          OZ0_EVENTS_URL: stack.urls.events,
+        },
         logFile: path.join(home, "logs", "orchestrator.log"),
       });
     },
@@ -126,13 +160,22 @@ process.once("exit", () => {
 });
 
 /** A plugin in a fresh git repository whose harness is the SDK's fake harness; returns the repository's path. */
-export async function makePluginRepo(options: { agents: Record<string, string>; name?: string; version?: string; prompts?: Record<string, string> }): Promise<string> {
+export async function makePluginRepo(options: {
+  agents: Record<string, string>;
+  name?: string;
+  version?: string;
+  prompts?: Record<string, string>;
+}): Promise<string> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-plugin-repo-"));
   pluginRepos.push(dir);
   mkdirSync(path.join(dir, "agents"));
   mkdirSync(path.join(dir, "prompts"));
-  writeFileSync(path.join(dir, "prompts", "fixer.md"), "You fix failing tests. Read the code, change it, run the tests.\n");
-  for (const [name, text] of Object.entries(options.prompts ?? {})) writeFileSync(path.join(dir, "prompts", name), text);
+  writeFileSync(
+    path.join(dir, "prompts", "fixer.md"),
+    "You fix failing tests. Read the code, change it, run the tests.\n",
+  );
+  for (const [name, text] of Object.entries(options.prompts ?? {}))
+    writeFileSync(path.join(dir, "prompts", name), text);
   writeFileSync(
     path.join(dir, "oz0-plugin.yaml"),
     [
@@ -149,13 +192,24 @@ export async function makePluginRepo(options: { agents: Record<string, string>; 
       "",
     ].join("\n"),
   );
-  for (const [name, yaml] of Object.entries(options.agents)) writeFileSync(path.join(dir, "agents", `${name}.yaml`), yaml);
+  for (const [name, yaml] of Object.entries(options.agents))
+    writeFileSync(path.join(dir, "agents", `${name}.yaml`), yaml);
   await commitAll(dir, "plugin");
   return dir;
 }
 
 export async function commitAll(dir: string, message: string): Promise<void> {
-  const git = (...args: string[]) => run("git", args, { cwd: dir, env: { ...process.env, GIT_AUTHOR_NAME: "t", GIT_AUTHOR_EMAIL: "t@t", GIT_COMMITTER_NAME: "t", GIT_COMMITTER_EMAIL: "t@t" } });
+  const git = (...args: string[]) =>
+    run("git", args, {
+      cwd: dir,
+      env: {
+        ...process.env,
+        GIT_AUTHOR_NAME: "t",
+        GIT_AUTHOR_EMAIL: "t@t",
+        GIT_COMMITTER_NAME: "t",
+        GIT_COMMITTER_EMAIL: "t@t",
+      },
+    });
   await git("init", "-q", "-b", "main").catch(() => undefined);
   await git("add", "-A");
   await git("commit", "-q", "-m", message);

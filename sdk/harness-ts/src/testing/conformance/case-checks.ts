@@ -40,7 +40,10 @@ export function checkSession(run: ScenarioRun, status: "completed" | "cancelled"
   const [violation] = run.violations;
   check(violation === undefined, violation ?? "");
   const { outcome } = run;
-  check(outcome.error === undefined, `the session failed (${outcome.error?.code}): ${outcome.error?.message}${stderrHint(run)}`);
+  check(
+    outcome.error === undefined,
+    `the session failed (${outcome.error?.code}): ${outcome.error?.message}${stderrHint(run)}`,
+  );
   check(outcome.status === status, `the session ended ${outcome.status}, expected ${status}`);
   if (status === "completed") {
     check(outcome.result !== undefined, "the harness wrote no result");
@@ -73,7 +76,10 @@ type EventKind = NonNullable<SessionEvent["event"]["case"]>;
 type EventValue<K extends EventKind> = Extract<SessionEvent["event"], { case: K }>["value"];
 
 /** The events of one kind, with their position among all events. */
-export function eventsOf<K extends EventKind>(events: SessionEvent[], kind: K): Array<{ index: number; value: EventValue<K> }> {
+export function eventsOf<K extends EventKind>(
+  events: SessionEvent[],
+  kind: K,
+): Array<{ index: number; value: EventValue<K> }> {
   const out: Array<{ index: number; value: EventValue<K> }> = [];
   events.forEach((e, index) => {
     if (e.event.case === kind) out.push({ index, value: e.event.value as EventValue<K> });

@@ -10,19 +10,27 @@ import type { ScenarioRun, ScenarioSettings } from "./conformance-scenario.js";
 import { containmentWarning } from "./session-processes.js";
 
 /** Runs a session and cancels it (SIGTERM to its group) while the harness waits on its model. */
-async function cancelledSession(settings: ScenarioSettings, id: string, verify: (run: ScenarioRun) => void): Promise<void> {
+async function cancelledSession(
+  settings: ScenarioSettings,
+  id: string,
+  verify: (run: ScenarioRun) => void,
+): Promise<void> {
   let release: () => void = () => {};
   const hang = new Promise<void>((resolve) => (release = resolve));
   try {
-    await runScenario(settings, {
-      id,
-      input: "Think for a long time.",
-      turn: async (_request, { session }) => {
-        session.cancel("conformance: cancellation case");
-        await hang;
-        return { text: "too late" };
+    await runScenario(
+      settings,
+      {
+        id,
+        input: "Think for a long time.",
+        turn: async (_request, { session }) => {
+          session.cancel("conformance: cancellation case");
+          await hang;
+          return { text: "too late" };
+        },
       },
-    }, verify);
+      verify,
+    );
   } finally {
     release();
   }
@@ -49,21 +57,33 @@ export const LIFECYCLE_CASES: readonly ConformanceCase[] = [
     level: "required",
     needsTools: true,
     async run(settings) {
-      await runScenario(settings, {
-        id: "max-turns",
-        input: "Keep reading notes.txt.",
-        maxTurns: 2,
-        needsTools: true,
-        turn: (_request, { profile, workDir }) => {
-          writeFileSync(path.join(workDir, "notes.txt"), "read me again");
-          return { toolCalls: [{ name: profile.readFile.tool, input: profile.readFile.input(workDir, "notes.txt") }] };
+      await runScenario(
+        settings,
+        {
+          id: "max-turns",
+          input: "Keep reading notes.txt.",
+          maxTurns: 2,
+          needsTools: true,
+          turn: (_request, { profile, workDir }) => {
+            writeFileSync(path.join(workDir, "notes.txt"), "read me again");
+            return {
+              toolCalls: [{ name: profile.readFile.tool, input: profile.readFile.input(workDir, "notes.txt") }],
+            };
+          },
         },
-      }, (run) => {
-        checkSession(run);
-        check(run.modelRequests.length <= 2, `the harness made ${run.modelRequests.length} model calls with max_turns 2`);
-        const reason = run.outcome.result?.stopReason;
-        check(reason === StopReason.MAX_TURNS, `the result's stop reason is ${stopReasonName(reason)}, expected STOP_REASON_MAX_TURNS`);
-      });
+        (run) => {
+          checkSession(run);
+          check(
+            run.modelRequests.length <= 2,
+            `the harness made ${run.modelRequests.length} model calls with max_turns 2`,
+          );
+          const reason = run.outcome.result?.stopReason;
+          check(
+            reason === StopReason.MAX_TURNS,
+            `the result's stop reason is ${stopReasonName(reason)}, expected STOP_REASON_MAX_TURNS`,
+          );
+        },
+      );
     },
   },
   {
@@ -89,7 +109,10 @@ export const LIFECYCLE_CASES: readonly ConformanceCase[] = [
           result !== undefined,
           `the harness exited (${signal ?? `code ${exitCode}`}) after SIGTERM without writing a result; a harness that gets SIGTERM writes a result with STOP_REASON_CANCELLED, then exits`,
         );
-        check(result.stopReason === StopReason.CANCELLED, `after SIGTERM the result's stop reason is ${stopReasonName(result.stopReason)}, expected STOP_REASON_CANCELLED`);
+        check(
+          result.stopReason === StopReason.CANCELLED,
+          `after SIGTERM the result's stop reason is ${stopReasonName(result.stopReason)}, expected STOP_REASON_CANCELLED`,
+        );
       });
     },
   },

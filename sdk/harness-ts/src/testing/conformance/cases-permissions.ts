@@ -17,23 +17,40 @@ export const PERMISSION_CASES: readonly ConformanceCase[] = [
     needsTools: true,
     async run(settings) {
       let askedBeforeRun = true;
-      await runScenario(settings, {
-        id: "permission-allow",
-        input: "Write allowed.txt.",
-        permissions: true,
-        needsTools: true,
-        turn: (_request, { profile, workDir, call }) =>
-          call === 1 ? { toolCalls: [{ name: profile.writeFile.tool, input: profile.writeFile.input(workDir, "allowed.txt", "allowed content") }] } : { text: "Wrote it." },
-        onEvent: (event, r) => {
-          if (event.event.case === "permissionRequest" && existsSync(path.join(r.workDir, "allowed.txt"))) askedBeforeRun = false;
+      await runScenario(
+        settings,
+        {
+          id: "permission-allow",
+          input: "Write allowed.txt.",
+          permissions: true,
+          needsTools: true,
+          turn: (_request, { profile, workDir, call }) =>
+            call === 1
+              ? {
+                  toolCalls: [
+                    {
+                      name: profile.writeFile.tool,
+                      input: profile.writeFile.input(workDir, "allowed.txt", "allowed content"),
+                    },
+                  ],
+                }
+              : { text: "Wrote it." },
+          onEvent: (event, r) => {
+            if (event.event.case === "permissionRequest" && existsSync(path.join(r.workDir, "allowed.txt")))
+              askedBeforeRun = false;
+          },
         },
-      }, (run) => {
-        checkCompletedNormally(run);
-        const asks = run.events.filter((e) => e.event.case === "permissionRequest");
-        check(asks.length > 0, "the harness ran a tool call without writing a permission_request first");
-        check(askedBeforeRun, "the harness wrote allowed.txt before the permission was answered");
-        check(fileContent(path.join(run.workDir, "allowed.txt")) === "allowed content", "the allowed tool call did not run (allowed.txt was not written)");
-      });
+        (run) => {
+          checkCompletedNormally(run);
+          const asks = run.events.filter((e) => e.event.case === "permissionRequest");
+          check(asks.length > 0, "the harness ran a tool call without writing a permission_request first");
+          check(askedBeforeRun, "the harness wrote allowed.txt before the permission was answered");
+          check(
+            fileContent(path.join(run.workDir, "allowed.txt")) === "allowed content",
+            "the allowed tool call did not run (allowed.txt was not written)",
+          );
+        },
+      );
     },
   },
   {
@@ -45,21 +62,43 @@ export const PERMISSION_CASES: readonly ConformanceCase[] = [
     needsTools: true,
     async run(settings) {
       const reason = "Conformance policy forbids writing denied.txt";
-      await runScenario(settings, {
-        id: "permission-deny",
-        input: "Write denied.txt.",
-        permissions: true,
-        needsTools: true,
-        turn: (_request, { profile, workDir, call }) =>
-          call === 1 ? { toolCalls: [{ name: profile.writeFile.tool, input: profile.writeFile.input(workDir, "denied.txt", "must not exist") }] } : { text: "Understood, I did not write it." },
-        answerPermission: () => ({ allow: false, reason }),
-      }, (run) => {
-        checkCompletedNormally(run);
-        check(run.events.some((e) => e.event.case === "permissionRequest"), "the harness never asked permission for the tool call");
-        check(!existsSync(path.join(run.workDir, "denied.txt")), "the tool ran although permission was denied (denied.txt exists)");
-        check(run.modelRequests.length >= 2, "the harness did not go back to the model after the denial");
-        check(requestText(run.modelRequests[1]).includes(reason), "the model's next request does not contain the denial reason");
-      });
+      await runScenario(
+        settings,
+        {
+          id: "permission-deny",
+          input: "Write denied.txt.",
+          permissions: true,
+          needsTools: true,
+          turn: (_request, { profile, workDir, call }) =>
+            call === 1
+              ? {
+                  toolCalls: [
+                    {
+                      name: profile.writeFile.tool,
+                      input: profile.writeFile.input(workDir, "denied.txt", "must not exist"),
+                    },
+                  ],
+                }
+              : { text: "Understood, I did not write it." },
+          answerPermission: () => ({ allow: false, reason }),
+        },
+        (run) => {
+          checkCompletedNormally(run);
+          check(
+            run.events.some((e) => e.event.case === "permissionRequest"),
+            "the harness never asked permission for the tool call",
+          );
+          check(
+            !existsSync(path.join(run.workDir, "denied.txt")),
+            "the tool ran although permission was denied (denied.txt exists)",
+          );
+          check(run.modelRequests.length >= 2, "the harness did not go back to the model after the denial");
+          check(
+            requestText(run.modelRequests[1]).includes(reason),
+            "the model's next request does not contain the denial reason",
+          );
+        },
+      );
     },
   },
   {
@@ -70,22 +109,41 @@ export const PERMISSION_CASES: readonly ConformanceCase[] = [
     requires: ["permissions"],
     needsTools: true,
     async run(settings) {
-      await runScenario(settings, {
-        id: "permission-modified-input",
-        input: "Write original.txt.",
-        permissions: true,
-        needsTools: true,
-        turn: (_request, { profile, workDir, call }) =>
-          call === 1 ? { toolCalls: [{ name: profile.writeFile.tool, input: profile.writeFile.input(workDir, "original.txt", "original content") }] } : { text: "Done." },
-        answerPermission: (_request, r) => ({
-          allow: true,
-          input: (r.profile ?? noProfile()).writeFile.input(r.workDir, "modified.txt", "modified content") as never,
-        }),
-      }, (run) => {
-        checkCompletedNormally(run);
-        check(!existsSync(path.join(run.workDir, "original.txt")), "the harness ran the call with the requested input, not the answer's replacement (original.txt exists)");
-        check(fileContent(path.join(run.workDir, "modified.txt")) === "modified content", "the call did not run with the answer's replacement input (modified.txt missing or wrong)");
-      });
+      await runScenario(
+        settings,
+        {
+          id: "permission-modified-input",
+          input: "Write original.txt.",
+          permissions: true,
+          needsTools: true,
+          turn: (_request, { profile, workDir, call }) =>
+            call === 1
+              ? {
+                  toolCalls: [
+                    {
+                      name: profile.writeFile.tool,
+                      input: profile.writeFile.input(workDir, "original.txt", "original content"),
+                    },
+                  ],
+                }
+              : { text: "Done." },
+          answerPermission: (_request, r) => ({
+            allow: true,
+            input: (r.profile ?? noProfile()).writeFile.input(r.workDir, "modified.txt", "modified content") as never,
+          }),
+        },
+        (run) => {
+          checkCompletedNormally(run);
+          check(
+            !existsSync(path.join(run.workDir, "original.txt")),
+            "the harness ran the call with the requested input, not the answer's replacement (original.txt exists)",
+          );
+          check(
+            fileContent(path.join(run.workDir, "modified.txt")) === "modified content",
+            "the call did not run with the answer's replacement input (modified.txt missing or wrong)",
+          );
+        },
+      );
     },
   },
   {
@@ -97,34 +155,57 @@ export const PERMISSION_CASES: readonly ConformanceCase[] = [
     needsTools: true,
     async run(settings) {
       const outcomes = [
-        { file: "timed-out.txt", outcome: PermissionAnswer_Outcome.TIMED_OUT, name: "OUTCOME_TIMED_OUT", reason: "nobody answered before the deadline" },
-        { file: "cancelled.txt", outcome: PermissionAnswer_Outcome.CANCELLED, name: "OUTCOME_CANCELLED", reason: "the job was cancelled while the call waited" },
+        {
+          file: "timed-out.txt",
+          outcome: PermissionAnswer_Outcome.TIMED_OUT,
+          name: "OUTCOME_TIMED_OUT",
+          reason: "nobody answered before the deadline",
+        },
+        {
+          file: "cancelled.txt",
+          outcome: PermissionAnswer_Outcome.CANCELLED,
+          name: "OUTCOME_CANCELLED",
+          reason: "the job was cancelled while the call waited",
+        },
       ];
       let asked = 0;
-      await runScenario(settings, {
-        id: "permission-outcome",
-        input: "Write timed-out.txt, then cancelled.txt.",
-        permissions: true,
-        needsTools: true,
-        turn: (_request, { profile, workDir, call }) => {
-          const step = outcomes[call - 1];
-          return step ? { toolCalls: [{ name: profile.writeFile.tool, input: profile.writeFile.input(workDir, step.file, "must not exist") }] } : { text: "Neither call ran." };
+      await runScenario(
+        settings,
+        {
+          id: "permission-outcome",
+          input: "Write timed-out.txt, then cancelled.txt.",
+          permissions: true,
+          needsTools: true,
+          turn: (_request, { profile, workDir, call }) => {
+            const step = outcomes[call - 1];
+            return step
+              ? {
+                  toolCalls: [
+                    {
+                      name: profile.writeFile.tool,
+                      input: profile.writeFile.input(workDir, step.file, "must not exist"),
+                    },
+                  ],
+                }
+              : { text: "Neither call ran." };
+          },
+          // allow: true on purpose: only OUTCOME_ANSWERED may allow a call.
+          answerPermission: () => {
+            const step = outcomes[asked++];
+            return step ? { allow: true, outcome: step.outcome, reason: step.reason } : { allow: true };
+          },
         },
-        // allow: true on purpose: only OUTCOME_ANSWERED may allow a call.
-        answerPermission: () => {
-          const step = outcomes[asked++];
-          return step ? { allow: true, outcome: step.outcome, reason: step.reason } : { allow: true };
+        (run) => {
+          checkSession(run);
+          check(asked > 0, "the harness never asked permission for the tool call");
+          for (const step of outcomes) {
+            check(
+              !existsSync(path.join(run.workDir, step.file)),
+              `the tool ran (${step.file} exists) although the answer's outcome was ${step.name}; allow counts only with OUTCOME_ANSWERED, any other outcome denies the call`,
+            );
+          }
         },
-      }, (run) => {
-        checkSession(run);
-        check(asked > 0, "the harness never asked permission for the tool call");
-        for (const step of outcomes) {
-          check(
-            !existsSync(path.join(run.workDir, step.file)),
-            `the tool ran (${step.file} exists) although the answer's outcome was ${step.name}; allow counts only with OUTCOME_ANSWERED, any other outcome denies the call`,
-          );
-        }
-      });
+      );
     },
   },
 ];

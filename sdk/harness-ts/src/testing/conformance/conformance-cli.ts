@@ -2,7 +2,14 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { CONFORMANCE_CASES } from "./conformance-cases.js";
-import { formatCaseLine, formatOtherCounts, formatSummary, formatUntestedRoutes, readExpectedFailures, runConformance } from "./run-conformance.js";
+import {
+  formatCaseLine,
+  formatOtherCounts,
+  formatSummary,
+  formatUntestedRoutes,
+  readExpectedFailures,
+  runConformance,
+} from "./run-conformance.js";
 import type { ConformanceReport } from "./run-conformance.js";
 import { formatTranscript } from "./conformance-scenario.js";
 import { loadToolProfile } from "./tool-profiles.js";
@@ -18,17 +25,56 @@ interface Flag {
 
 /** Every option, in the order `--help` lists them. */
 export const CLI_FLAGS: readonly Flag[] = [
-  { name: "--only", value: "ID[,ID...]", help: "run only these cases; an unknown id is a usage error that lists the known ones" },
-  { name: "--expected-failures", value: "FILE", help: "case ids that may fail for now, one a line, # comments; a listed case that passes fails the run" },
-  { name: "--route", value: "auto|anthropic|openai|both", help: "the model routes to run the cases on (the request's model is anthropic/… or openai/…); default auto: each route the harness calls" },
-  { name: "--tool-profile", value: "NAME|FILE", help: "how to call the harness's file tools: oz0 (read_file/write_file), claude-code (Read/Write) or a JSON file; repeatable; default both built-in profiles" },
-  { name: "--plugin-dir", value: "DIR", help: "where relative paths in COMMAND resolve, and OZ0_PLUGIN_DIR; default the current directory" },
-  { name: "--env", value: "NAME=VALUE", help: "add a variable to the harness's environment (on top of the stack's); repeatable" },
-  { name: "--grace-ms", value: "N", help: "SIGTERM-to-SIGKILL grace, and how long a harness may run after its result; default 10000" },
-  { name: "--case-timeout-ms", value: "N", help: "each session's deadline: a harness still running then fails the case; default 60000" },
+  {
+    name: "--only",
+    value: "ID[,ID...]",
+    help: "run only these cases; an unknown id is a usage error that lists the known ones",
+  },
+  {
+    name: "--expected-failures",
+    value: "FILE",
+    help: "case ids that may fail for now, one a line, # comments; a listed case that passes fails the run",
+  },
+  {
+    name: "--route",
+    value: "auto|anthropic|openai|both",
+    help: "the model routes to run the cases on (the request's model is anthropic/… or openai/…); default auto: each route the harness calls",
+  },
+  {
+    name: "--tool-profile",
+    value: "NAME|FILE",
+    help: "how to call the harness's file tools: oz0 (read_file/write_file), claude-code (Read/Write) or a JSON file; repeatable; default both built-in profiles",
+  },
+  {
+    name: "--plugin-dir",
+    value: "DIR",
+    help: "where relative paths in COMMAND resolve, and OZ0_PLUGIN_DIR; default the current directory",
+  },
+  {
+    name: "--env",
+    value: "NAME=VALUE",
+    help: "add a variable to the harness's environment (on top of the stack's); repeatable",
+  },
+  {
+    name: "--grace-ms",
+    value: "N",
+    help: "SIGTERM-to-SIGKILL grace, and how long a harness may run after its result; default 10000",
+  },
+  {
+    name: "--case-timeout-ms",
+    value: "N",
+    help: "each session's deadline: a harness still running then fails the case; default 60000",
+  },
   { name: "--json", help: "print the report as JSON (versioned: see the README) instead of one line per case" },
-  { name: "--transcripts", value: "DIR", help: "write each case's protocol transcript (every line, both ways) to DIR/CASE.txt" },
-  { name: "--keep-temp-dirs", help: "keep each case's working and state directories (their paths are in the transcripts)" },
+  {
+    name: "--transcripts",
+    value: "DIR",
+    help: "write each case's protocol transcript (every line, both ways) to DIR/CASE.txt",
+  },
+  {
+    name: "--keep-temp-dirs",
+    help: "keep each case's working and state directories (their paths are in the transcripts)",
+  },
   { name: "--list", help: "list the cases (id, level, rule, title) and exit" },
   { name: "--help", help: "this text (also -h)" },
 ];
@@ -78,7 +124,8 @@ function parse(argv: string[]): Args {
   const out: Args = { json: false, list: false, help: false, command, env: {}, keepTempDirs: false };
   const number = (flag: string, text: string): number => {
     const n = Number(text);
-    if (!Number.isInteger(n) || n <= 0) throw new Error(`${flag} needs a positive whole number of milliseconds, got ${JSON.stringify(text)}`);
+    if (!Number.isInteger(n) || n <= 0)
+      throw new Error(`${flag} needs a positive whole number of milliseconds, got ${JSON.stringify(text)}`);
     return n;
   };
   for (let i = 0; i < flags.length; i++) {
@@ -93,7 +140,11 @@ function parse(argv: string[]): Args {
     else if (flag === "--list") out.list = true;
     else if (flag === "--keep-temp-dirs") out.keepTempDirs = true;
     else if (flag === "--expected-failures") out.expectedFailures = readExpectedFailures(value());
-    else if (flag === "--only") out.only = value().split(",").map((id) => id.trim()).filter(Boolean);
+    else if (flag === "--only")
+      out.only = value()
+        .split(",")
+        .map((id) => id.trim())
+        .filter(Boolean);
     else if (flag === "--grace-ms") out.graceMs = number(flag, value());
     else if (flag === "--case-timeout-ms") out.caseTimeoutMs = number(flag, value());
     else if (flag === "--plugin-dir") out.pluginDir = path.resolve(value());
@@ -109,7 +160,8 @@ function parse(argv: string[]): Args {
   }
   const known = new Set(CONFORMANCE_CASES.map((c) => c.id));
   const unknown = (out.only ?? []).filter((id) => !known.has(id));
-  if (unknown.length > 0) throw new Error(`--only names unknown case(s) ${unknown.join(", ")}; known cases: ${[...known].join(", ")}`);
+  if (unknown.length > 0)
+    throw new Error(`--only names unknown case(s) ${unknown.join(", ")}; known cases: ${[...known].join(", ")}`);
   if (out.only?.length === 0) throw new Error("--only needs at least one case id");
   if (command.length === 0 && !out.help && !out.list) throw new Error("no harness command after --");
   return out;
@@ -119,7 +171,9 @@ function writeTranscripts(dir: string, report: ConformanceReport): void {
   mkdirSync(dir, { recursive: true });
   for (const result of report.cases) {
     if (!result.transcripts?.length) continue;
-    const text = result.transcripts.map((t) => `# scenario ${t.scenario} (${t.route} route)\n${formatTranscript(t.lines)}`).join("\n\n");
+    const text = result.transcripts
+      .map((t) => `# scenario ${t.scenario} (${t.route} route)\n${formatTranscript(t.lines)}`)
+      .join("\n\n");
     writeFileSync(path.join(dir, `${result.id}.txt`), `${text}\n`);
   }
 }

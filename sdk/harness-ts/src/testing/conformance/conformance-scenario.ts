@@ -12,7 +12,12 @@ import { create, fromJson } from "@bufbuild/protobuf";
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import type { PermissionAnswer_Outcome, PermissionRequest, RuntimeToolCall, SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type {
+  PermissionAnswer_Outcome,
+  PermissionRequest,
+  RuntimeToolCall,
+  SessionEvent,
+} from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { startHostSession } from "../../host/index.js";
 import type { HarnessLauncher, HostSession, SessionOutcome } from "../../host/index.js";
 import { startScriptedModel } from "../scripted-model.js";
@@ -139,7 +144,11 @@ export interface ScenarioRun {
  * Runs one scenario, then `verify` on what happened while the working
  * directory still exists (it is removed afterwards). Returns the run.
  */
-export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec, verify: (run: ScenarioRun) => void = () => {}): Promise<ScenarioRun> {
+export async function runScenario(
+  settings: ScenarioSettings,
+  spec: ScenarioSpec,
+  verify: (run: ScenarioRun) => void = () => {},
+): Promise<ScenarioRun> {
   const caseDir = await realpath(await mkdtemp(path.join(tmpdir(), `oz0-conformance-${spec.id}-`)));
   const workDir = path.join(caseDir, "work");
   const stateDir = path.join(caseDir, "state");
@@ -218,7 +227,8 @@ export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec
     const env = { ...sessionEnvironment({ request, pluginDir: settings.pluginDir }), ...settings.env };
     const rewrite = (line: string, index: number): string => {
       let out = line;
-      if (index === 0 && spec.protocolVersion !== undefined) out = JSON.stringify({ ...(JSON.parse(out) as object), protocolVersion: spec.protocolVersion });
+      if (index === 0 && spec.protocolVersion !== undefined)
+        out = JSON.stringify({ ...(JSON.parse(out) as object), protocolVersion: spec.protocolVersion });
       if (spec.injectUnknownFields) out = addUnknownFields(out);
       return out;
     };
@@ -241,7 +251,10 @@ export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec
           current.answerPermission({ ...answer, id: event.event.value.id });
         } else if (event.event.case === "runtimeToolCall") {
           const call = event.event.value;
-          const answer = spec.answerRuntimeTool?.(call) ?? { isError: true, error: `no runtime tool named ${call.name}` };
+          const answer = spec.answerRuntimeTool?.(call) ?? {
+            isError: true,
+            error: `no runtime tool named ${call.name}`,
+          };
           current.sendRuntimeToolResult({
             id: call.id,
             isError: answer.isError ?? false,
@@ -272,19 +285,34 @@ export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec
     if (session.pid === undefined) leftovers.settle();
     // Never wait forever, whatever the launcher saw.
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([leftovers.settled, new Promise<void>((resolve) => (timer = setTimeout(resolve, STRAGGLER_MS + settings.graceMs)))]);
+    await Promise.race([
+      leftovers.settled,
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, STRAGGLER_MS + settings.graceMs))),
+    ]);
     clearTimeout(timer);
     // Whatever is still alive now (started late, or missed at exit) goes too.
     // (Members of the group are the group's verdict, just killed; they may not have died yet.)
-    for (const p of sweepSession(sessionId)) if (p.pgid !== session.pid && !leftovers.escaped.some((e) => e.pid === p.pid)) leftovers.escaped.push(p);
+    for (const p of sweepSession(sessionId))
+      if (p.pgid !== session.pid && !leftovers.escaped.some((e) => e.pid === p.pid)) leftovers.escaped.push(p);
     run.outcome = outcome;
-    run.leftovers = { inGroup: leftovers.inGroup, inGroupProcesses: leftovers.inGroupProcesses, escaped: leftovers.escaped };
-    run.modelRequests = model.requests.filter((r) => !r.sideCall && r.wire !== "anthropic-count-tokens" && r.wire !== "models" && isOnRoute(r.path, settings.route));
+    run.leftovers = {
+      inGroup: leftovers.inGroup,
+      inGroupProcesses: leftovers.inGroupProcesses,
+      escaped: leftovers.escaped,
+    };
+    run.modelRequests = model.requests.filter(
+      (r) =>
+        !r.sideCall && r.wire !== "anthropic-count-tokens" && r.wire !== "models" && isOnRoute(r.path, settings.route),
+    );
     // Each wrong call once, first: a harness on the wrong route fails every case for that reason.
     const offRoute = [
       // Only model calls: a client's HEAD or GET of its base URL (Claude Code checks it can connect) is no call, and the proxy 404s it harmlessly.
-      ...model.refused.filter((call) => call.method === "POST").map((call) => offRouteMessage(settings.route, call, false)),
-      ...model.requests.filter((r) => !isOnRoute(r.path, settings.route)).map((call) => offRouteMessage(settings.route, call, true)),
+      ...model.refused
+        .filter((call) => call.method === "POST")
+        .map((call) => offRouteMessage(settings.route, call, false)),
+      ...model.requests
+        .filter((r) => !isOnRoute(r.path, settings.route))
+        .map((call) => offRouteMessage(settings.route, call, true)),
     ];
     violations.unshift(...new Set(offRoute));
     run.profile = profile;
@@ -303,7 +331,11 @@ export async function runScenario(settings: ScenarioSettings, spec: ScenarioSpec
  * Wraps a launcher to record every protocol line both ways, and to rewrite
  * stdin lines (`rewrite(line, index)`) before the harness reads them.
  */
-function recordingLauncher(inner: HarnessLauncher, transcript: TranscriptLine[], rewrite: (line: string, index: number) => string): HarnessLauncher {
+function recordingLauncher(
+  inner: HarnessLauncher,
+  transcript: TranscriptLine[],
+  rewrite: (line: string, index: number) => string,
+): HarnessLauncher {
   return {
     launch(spec) {
       const launched = inner.launch(spec);
@@ -359,11 +391,18 @@ export function addUnknownFields(line: string): string {
   const parsed = JSON.parse(line) as Record<string, unknown>;
   // Only objects that are messages get extra fields; Struct payloads (inputs, schemas) are left alone.
   const messageKeys = new Set(["agent", "model", "limits", "llm", "trace", "permissionAnswer", "runtimeToolResult"]);
-  const out: Record<string, unknown> = { ...parsed, oz0ConformanceUnknownField: "ignored", oz0ConformanceUnknownList: [1, 2, 3] };
+  const out: Record<string, unknown> = {
+    ...parsed,
+    oz0ConformanceUnknownField: "ignored",
+    oz0ConformanceUnknownList: [1, 2, 3],
+  };
   for (const key of messageKeys) {
     const nested = parsed[key];
     if (nested !== null && typeof nested === "object" && !Array.isArray(nested)) {
-      const copy: Record<string, unknown> = { ...(nested as Record<string, unknown>), oz0ConformanceUnknownField: visit({ deep: true }) };
+      const copy: Record<string, unknown> = {
+        ...(nested as Record<string, unknown>),
+        oz0ConformanceUnknownField: visit({ deep: true }),
+      };
       out[key] = copy;
     }
   }

@@ -12,12 +12,17 @@ import path from "node:path";
  * `PATH` (the caller's, as the orchestrator looks it up on its own);
  * absolute paths and options (`-x`) are kept.
  */
-export function resolveHarnessCommand(command: readonly string[], baseDir: string, searchPath: string = process.env.PATH ?? ""): string[] {
+export function resolveHarnessCommand(
+  command: readonly string[],
+  baseDir: string,
+  searchPath: string = process.env.PATH ?? "",
+): string[] {
   return command.map((arg, index) => {
     if (path.isAbsolute(arg) || arg.startsWith("-") || arg === "") return arg;
     const inBase = path.resolve(baseDir, arg);
     if (existsSync(inBase)) return inBase;
-    if (index === 0 && !arg.includes("/")) return arg === "node" ? process.execPath : (findProgram(arg, searchPath) ?? arg);
+    if (index === 0 && !arg.includes("/"))
+      return arg === "node" ? process.execPath : (findProgram(arg, searchPath) ?? arg);
     return arg;
   });
 }

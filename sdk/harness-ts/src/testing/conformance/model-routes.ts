@@ -17,7 +17,10 @@ export const MODEL_ROUTES: readonly ModelRoute[] = ["anthropic", "openai"];
 export const ROUTE_SELECTIONS: readonly RouteSelection[] = ["auto", "anthropic", "openai", "both"];
 
 /** The model a scenario's request names on each route. */
-export const ROUTE_MODELS: Readonly<Record<ModelRoute, string>> = { anthropic: "anthropic/claude-conformance", openai: "openai/gpt-conformance" };
+export const ROUTE_MODELS: Readonly<Record<ModelRoute, string>> = {
+  anthropic: "anthropic/claude-conformance",
+  openai: "openai/gpt-conformance",
+};
 
 const ROUTE_CALLS: Readonly<Record<ModelRoute, string>> = {
   anthropic: "POST {llm.anthropic_base_url}/v1/messages (and /v1/messages/count_tokens)",
@@ -53,13 +56,16 @@ export function calledProvider(path: string, route: ModelRoute): boolean {
 
 /** Why a call that is not on the session's route is wrong, naming the route the request asked for. */
 export function offRouteMessage(route: ModelRoute, call: { method: string; path: string }, served: boolean): string {
-  const what = served ? `${call.method} ${call.path}` : `${call.method} ${call.path}, a path the LLM proxy does not serve (404)`;
+  const what = served
+    ? `${call.method} ${call.path}`
+    : `${call.method} ${call.path}, a path the LLM proxy does not serve (404)`;
   return `the session's model is ${ROUTE_MODELS[route]}, so its calls go to ${routeName(route)}, ${ROUTE_CALLS[route]}; the harness called ${what}`;
 }
 
 /** Parses `--route`. */
 export function parseRouteSelection(text: string): RouteSelection {
   const found = ROUTE_SELECTIONS.find((r) => r === text);
-  if (found === undefined) throw new Error(`--route needs one of ${ROUTE_SELECTIONS.join(", ")}, got ${JSON.stringify(text)}`);
+  if (found === undefined)
+    throw new Error(`--route needs one of ${ROUTE_SELECTIONS.join(", ")}, got ${JSON.stringify(text)}`);
   return found;
 }

@@ -160,7 +160,8 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
   const cases = CONFORMANCE_CASES.filter((c) => options.only === undefined || options.only.includes(c.id));
   // `auto` probes each route; otherwise one probe tells what the harness declares.
   const probes = new Map<ModelRoute, Probe>();
-  for (const route of selection === "auto" ? candidates : candidates.slice(0, 1)) probes.set(route, await probeHarness({ ...settings, route }));
+  for (const route of selection === "auto" ? candidates : candidates.slice(0, 1))
+    probes.set(route, await probeHarness({ ...settings, route }));
   let routes = [...candidates];
   const untestedRoutes: ConformanceReport["untestedRoutes"] = [];
   if (selection === "auto") {
@@ -174,7 +175,14 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
   const probe = probes.get(routes[0] ?? "anthropic") ?? [...probes.values()][0]!;
   settings.capabilities = probe.capabilities;
   for (const testCase of cases) {
-    const result = await runCase(testCase, settings, testCase.anyRoute ? routes.slice(0, 1) : routes, probe, expected.has(testCase.id), options.transcripts ?? false);
+    const result = await runCase(
+      testCase,
+      settings,
+      testCase.anyRoute ? routes.slice(0, 1) : routes,
+      probe,
+      expected.has(testCase.id),
+      options.transcripts ?? false,
+    );
     results.push(result);
     options.onCaseDone?.(result);
   }
@@ -226,17 +234,34 @@ async function runCase(
   const base = { id: testCase.id, title: testCase.title, rule: testCase.rule, level: testCase.level };
   const why = notApplicable(testCase, probe, settings.toolProfiles);
   if (why !== undefined) {
-    return { ...base, status: expectedToFail ? "failed" : "not_applicable", message: expectedToFail ? `listed as an expected failure but not applicable (${why}): remove it from the list` : why, durationMs: 0, routes: [] };
+    return {
+      ...base,
+      status: expectedToFail ? "failed" : "not_applicable",
+      message: expectedToFail
+        ? `listed as an expected failure but not applicable (${why}): remove it from the list`
+        : why,
+      durationMs: 0,
+      routes: [],
+    };
   }
   const transcripts: Array<{ scenario: string; route: ModelRoute; lines: TranscriptLine[] }> = [];
   const started = performance.now();
   const failures: string[] = [];
   for (const route of routes) {
-    const caseSettings: ScenarioSettings = { ...settings, route, onTranscript: keepTranscripts ? (scenario, on, lines) => transcripts.push({ scenario, route: on, lines }) : undefined };
+    const caseSettings: ScenarioSettings = {
+      ...settings,
+      route,
+      onTranscript: keepTranscripts
+        ? (scenario, on, lines) => transcripts.push({ scenario, route: on, lines })
+        : undefined,
+    };
     try {
       await testCase.run(caseSettings);
     } catch (error) {
-      const message = error instanceof ConformanceFailure ? `${error.message} (${testCase.rule})` : `the kit failed: ${(error as Error).stack ?? String(error)}`;
+      const message =
+        error instanceof ConformanceFailure
+          ? `${error.message} (${testCase.rule})`
+          : `the kit failed: ${(error as Error).stack ?? String(error)}`;
       failures.push(routes.length > 1 ? `${routeName(route)}: ${message}` : message);
     }
   }
@@ -245,11 +270,23 @@ async function runCase(
   const extra = { routes: [...routes], ...(keepTranscripts ? { transcripts } : {}) };
   if (expectedToFail) {
     return failure === undefined
-      ? { ...base, status: "failed", message: "listed as an expected failure but passes now: remove it from the expected-failures list", durationMs, ...extra }
+      ? {
+          ...base,
+          status: "failed",
+          message: "listed as an expected failure but passes now: remove it from the expected-failures list",
+          durationMs,
+          ...extra,
+        }
       : { ...base, status: "expected_failure", message: failure, durationMs, ...extra };
   }
   if (failure === undefined) return { ...base, status: "passed", message: "", durationMs, ...extra };
-  return { ...base, status: testCase.level === "required" ? "failed" : "warning", message: failure, durationMs, ...extra };
+  return {
+    ...base,
+    status: testCase.level === "required" ? "failed" : "warning",
+    message: failure,
+    durationMs,
+    ...extra,
+  };
 }
 
 /**
@@ -266,16 +303,24 @@ async function probeHarness(settings: ScenarioSettings): Promise<Probe> {
       started === undefined
         ? undefined
         : {
-          permissions: declared?.permissions ?? false,
-          runtimeTools: declared?.runtimeTools ?? false,
-          structuredOutput: declared?.structuredOutput ?? false,
-          streamingText: declared?.streamingText ?? false,
-        };
-    const profile = run.offeredTools === undefined ? undefined : settings.toolProfiles.find((p) => run.offeredTools?.includes(p.readFile.tool) && run.offeredTools.includes(p.writeFile.tool));
+            permissions: declared?.permissions ?? false,
+            runtimeTools: declared?.runtimeTools ?? false,
+            structuredOutput: declared?.structuredOutput ?? false,
+            streamingText: declared?.streamingText ?? false,
+          };
+    const profile =
+      run.offeredTools === undefined
+        ? undefined
+        : settings.toolProfiles.find(
+            (p) => run.offeredTools?.includes(p.readFile.tool) && run.offeredTools.includes(p.writeFile.tool),
+          );
     const calls = [...run.refusedRequests, ...run.allRequests].filter((call) => call.method === "POST");
     const other = calls.find((call) => !calledProvider(call.path, route));
     const result = run.outcome.result;
-    const ended = result === undefined ? `ended ${run.outcome.status} without a result` : `ended ${stopReasonName(result.stopReason)}${result.error ? `: ${result.error}` : ""}`;
+    const ended =
+      result === undefined
+        ? `ended ${run.outcome.status} without a result`
+        : `ended ${stopReasonName(result.stopReason)}${result.error ? `: ${result.error}` : ""}`;
     return {
       harness: started === undefined ? undefined : { name: started.harnessName, version: started.harnessVersion },
       capabilities,
@@ -288,7 +333,14 @@ async function probeHarness(settings: ScenarioSettings): Promise<Probe> {
           : `for a session of ${ROUTE_MODELS[route]} the harness called ${other.method} ${other.path}, not ${routeName(route)}`,
     };
   } catch (error) {
-    return { harness: undefined, capabilities: undefined, offeredTools: undefined, toolProfile: undefined, calledRoute: false, instead: `the kit's session of ${ROUTE_MODELS[route]} failed: ${(error as Error).message}` };
+    return {
+      harness: undefined,
+      capabilities: undefined,
+      offeredTools: undefined,
+      toolProfile: undefined,
+      calledRoute: false,
+      instead: `the kit's session of ${ROUTE_MODELS[route]} failed: ${(error as Error).message}`,
+    };
   }
 }
 
@@ -303,7 +355,13 @@ export function readExpectedFailures(file: string): string[] {
     .filter((line) => line !== "");
 }
 
-const LABELS: Record<ConformanceCaseStatus, string> = { passed: "PASS ", failed: "FAIL ", warning: "WARN ", not_applicable: "N/A  ", expected_failure: "XFAIL" };
+const LABELS: Record<ConformanceCaseStatus, string> = {
+  passed: "PASS ",
+  failed: "FAIL ",
+  warning: "WARN ",
+  not_applicable: "N/A  ",
+  expected_failure: "XFAIL",
+};
 
 /** One line per case, as the CLI prints it: `PASS  id: title`, `FAIL  id: title — why`, … */
 export function formatCaseLine(result: ConformanceCaseResult): string {

@@ -8,7 +8,13 @@
 // run, nor outlives it.
 import path from "node:path";
 import { chooseContainment, processGroupLauncher } from "../../host/index.js";
-import type { Containment, ContainmentSetting, HarnessLauncher, SessionContainer, SessionProcess } from "../../host/index.js";
+import type {
+  Containment,
+  ContainmentSetting,
+  HarnessLauncher,
+  SessionContainer,
+  SessionProcess,
+} from "../../host/index.js";
 import { CONTAINMENT_MECHANISMS } from "../../host/session-containment.js";
 import { killProcesses, processesWithEnvironment } from "../../host/process-table.js";
 
@@ -43,7 +49,10 @@ export function kitContainment(): Containment {
     if (setting !== "auto" && !(CONTAINMENT_MECHANISMS as readonly string[]).includes(setting)) {
       throw new Error(`OZ0_CONTAINMENT=${setting} is not one of auto, ${CONTAINMENT_MECHANISMS.join(", ")}`);
     }
-    const chosen = chooseContainment({ setting: setting as ContainmentSetting, name: `oz0-conformance-${process.pid}` });
+    const chosen = chooseContainment({
+      setting: setting as ContainmentSetting,
+      name: `oz0-conformance-${process.pid}`,
+    });
     process.once("exit", () => chosen.close());
     containment = chosen;
   }
@@ -65,11 +74,18 @@ const containers = new Map<string, SessionContainer>();
  * kills after every exit), what it left is sorted into its process group's
  * and the escaped ones, all of it killed, and the record settled.
  */
-export function trackingLauncher(sessionId: string, leftovers: LeftoverProcesses & { settle: () => void }): HarnessLauncher {
+export function trackingLauncher(
+  sessionId: string,
+  leftovers: LeftoverProcesses & { settle: () => void },
+): HarnessLauncher {
   return {
     launch(spec) {
       // The wrapper's report goes beside the working directory, into the case's own temporary directory.
-      const container = kitContainment().container({ sessionId, lingerMs: STRAGGLER_MS, reportFile: path.join(path.dirname(spec.cwd), "leftover-processes.tsv") });
+      const container = kitContainment().container({
+        sessionId,
+        lingerMs: STRAGGLER_MS,
+        reportFile: path.join(path.dirname(spec.cwd), "leftover-processes.tsv"),
+      });
       containers.set(sessionId, container);
       const launched = container.launcher(processGroupLauncher()).launch(spec);
       const { child } = launched;

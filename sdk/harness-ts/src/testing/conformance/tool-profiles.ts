@@ -50,7 +50,9 @@ export interface ToolProfileJson {
 /** Builds a profile from its JSON form; throws with what is wrong. */
 export function toolProfileFromJson(json: unknown, where = "tool profile"): ToolProfile {
   const fail = (what: string): never => {
-    throw new Error(`${where}: ${what}; expected {"name": "…", "read": {"tool": "…", "input": {"…": "{path}"}}, "write": {"tool": "…", "input": {"…": "{path}", "…": "{content}"}}}`);
+    throw new Error(
+      `${where}: ${what}; expected {"name": "…", "read": {"tool": "…", "input": {"…": "{path}"}}, "write": {"tool": "…", "input": {"…": "{path}", "…": "{content}"}}}`,
+    );
   };
   if (json === null || typeof json !== "object" || Array.isArray(json)) return fail("not a JSON object");
   const { name, read, write } = json as Partial<ToolProfileJson>;
@@ -59,18 +61,29 @@ export function toolProfileFromJson(json: unknown, where = "tool profile"): Tool
     const op = value as { tool?: unknown; input?: unknown } | undefined;
     if (op === undefined || op === null || typeof op !== "object") return fail(`\`${key}\` is missing`);
     if (typeof op.tool !== "string" || op.tool === "") return fail(`\`${key}.tool\` must be the harness's tool name`);
-    if (op.input === null || typeof op.input !== "object" || Array.isArray(op.input)) return fail(`\`${key}.input\` must be an object template`);
+    if (op.input === null || typeof op.input !== "object" || Array.isArray(op.input))
+      return fail(`\`${key}.input\` must be an object template`);
     return { tool: op.tool, input: op.input as Record<string, unknown> };
   };
   const r = operation(read, "read");
   const w = operation(write, "write");
-  if (!JSON.stringify(r.input).match(/\{(path|absolutePath)\}/)) fail("`read.input` never uses {path} or {absolutePath}");
-  if (!JSON.stringify(w.input).match(/\{(path|absolutePath)\}/)) fail("`write.input` never uses {path} or {absolutePath}");
+  if (!JSON.stringify(r.input).match(/\{(path|absolutePath)\}/))
+    fail("`read.input` never uses {path} or {absolutePath}");
+  if (!JSON.stringify(w.input).match(/\{(path|absolutePath)\}/))
+    fail("`write.input` never uses {path} or {absolutePath}");
   if (!JSON.stringify(w.input).includes("{content}")) fail("`write.input` never uses {content}");
   return {
     name: name as string,
-    readFile: { tool: r.tool, input: (workDir, file) => fill(r.input, { path: file, absolutePath: absolute(workDir, file), content: "" }) as Record<string, unknown> },
-    writeFile: { tool: w.tool, input: (workDir, file, content) => fill(w.input, { path: file, absolutePath: absolute(workDir, file), content }) as Record<string, unknown> },
+    readFile: {
+      tool: r.tool,
+      input: (workDir, file) =>
+        fill(r.input, { path: file, absolutePath: absolute(workDir, file), content: "" }) as Record<string, unknown>,
+    },
+    writeFile: {
+      tool: w.tool,
+      input: (workDir, file, content) =>
+        fill(w.input, { path: file, absolutePath: absolute(workDir, file), content }) as Record<string, unknown>,
+    },
   };
 }
 
@@ -86,7 +99,9 @@ export function loadToolProfile(nameOrFile: string, baseDir: string = process.cw
   try {
     text = readFileSync(file, "utf8");
   } catch (error) {
-    throw new Error(`--tool-profile ${nameOrFile}: not a known profile (${KNOWN_TOOL_PROFILES.map((p) => p.name).join(", ")}) and not a readable file (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
+    throw new Error(
+      `--tool-profile ${nameOrFile}: not a known profile (${KNOWN_TOOL_PROFILES.map((p) => p.name).join(", ")}) and not a readable file (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`,
+    );
   }
   let json: unknown;
   try {
@@ -108,14 +123,19 @@ export function offeredToolNames(body: unknown): string[] {
 }
 
 /** The first profile whose tools are all offered. */
-export function detectToolProfile(offered: readonly string[], profiles: readonly ToolProfile[] = KNOWN_TOOL_PROFILES): ToolProfile | undefined {
+export function detectToolProfile(
+  offered: readonly string[],
+  profiles: readonly ToolProfile[] = KNOWN_TOOL_PROFILES,
+): ToolProfile | undefined {
   return profiles.find((p) => offered.includes(p.writeFile.tool) && offered.includes(p.readFile.tool));
 }
 
 function fill(template: unknown, values: Record<"path" | "absolutePath" | "content", string>): unknown {
-  if (typeof template === "string") return template.replace(/\{(path|absolutePath|content)\}/g, (_m, key: keyof typeof values) => values[key]);
+  if (typeof template === "string")
+    return template.replace(/\{(path|absolutePath|content)\}/g, (_m, key: keyof typeof values) => values[key]);
   if (Array.isArray(template)) return template.map((item) => fill(item, values));
-  if (template !== null && typeof template === "object") return Object.fromEntries(Object.entries(template).map(([k, v]) => [k, fill(v, values)]));
+  if (template !== null && typeof template === "object")
+    return Object.fromEntries(Object.entries(template).map(([k, v]) => [k, fill(v, values)]));
   return template;
 }
 
