@@ -146,8 +146,11 @@ export class OrchestratorTracing {
   /** The LifecycleSink (or none) with job spans from the job's events and a traceparent on each event. */
   lifecycleSink(inner: LifecycleSink | undefined): LifecycleSink {
     const stamped = (type: LifecycleType, init: LifecycleInit): LifecycleInit => {
+      // A job's last event ends its span (observing it forgets the job): its context is taken first,
+      // so job.completed and the like carry the job's trace like every other event of it.
+      const ending = TERMINAL_JOB_EVENTS.has(type) ? this.#contextOf(init) : undefined;
       this.#observeLifecycle(type, init);
-      const ctx = this.#contextOf(init);
+      const ctx = ending ?? this.#contextOf(init);
       const traceparent = ctx ? traceContextOf(ctx).traceparent : "";
       return traceparent ? { ...init, traceparent } : init;
     };

@@ -238,6 +238,11 @@ void test("a job with an approved tool call and model calls through the proxy is
     published.map((s) => s.name).join(", "),
   );
   assert.ok(published.some((s) => s.name === "publish tool.called" && s.parentSpanId === tool.spanId));
+  // The job's last event too (it ends the job's span, and used to leave without its trace).
+  assert.ok(
+    published.some((s) => s.name === "publish job.completed" && s.parentSpanId === root.spanId),
+    published.map((s) => s.name).join(", "),
+  );
 
   // Every span of the trace hangs off the root.
   for (const s of inTrace) {
