@@ -1,7 +1,8 @@
 // Where a usage event goes after each logical call: the events service when
 // OZ0_EVENTS_URL is set. Counts and ids only, never content or keys.
 import { createEventPublisher, rawEvent, type EventPublisher } from "@oz0/events/publisher";
-import type { Logger } from "@oz0/serving";
+import { context } from "@opentelemetry/api";
+import { traceContextOf, type Logger } from "@oz0/serving";
 import type { CallRecord } from "./proxy-store.js";
 
 /** The event type of a finished model call (for the events service's allowlist). */
@@ -39,8 +40,11 @@ export function eventsUsageSink(options: { url: string; logger: Logger; token?: 
   });
   return {
     callCompleted(call) {
+      // Sent from inside the call's chat span: the event joins the job's trace like the other lifecycle events.
+      const { traceparent } = traceContextOf(context.active());
       publisher.publish(
         rawEvent(USAGE_EVENT_TYPE, {
+          ...(traceparent ? { traceparent } : {}),
           source: "llm-proxy",
           jobId: call.job,
           sessionId: call.session,

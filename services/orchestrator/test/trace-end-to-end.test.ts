@@ -238,6 +238,14 @@ void test("a job with an approved tool call and model calls through the proxy is
     published.map((s) => s.name).join(", "),
   );
   assert.ok(published.some((s) => s.name === "publish tool.called" && s.parentSpanId === tool.spanId));
+  // The proxy's usage event of each model call continues that call's chat span.
+  const callEvents = published.filter((s) => s.name === "publish llm.call_completed");
+  assert.equal(callEvents.length, 2, published.map((s) => s.name).join(", "));
+  for (const event of callEvents)
+    assert.ok(
+      chats.some((chat) => chat.spanId === event.parentSpanId),
+      "below its call's chat span",
+    );
   // The job's last event too (it ends the job's span, and used to leave without its trace).
   assert.ok(
     published.some((s) => s.name === "publish job.completed" && s.parentSpanId === root.spanId),
