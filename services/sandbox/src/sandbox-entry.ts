@@ -16,7 +16,7 @@
 // reaches the harness and leaves the forwarder (a no-op handler, which exec
 // resets for the harness); it exits when the harness does, the same way, and
 // the namespace's end takes its connection processes with it.
-import { findCommand } from "@oz0/harness/host";
+import { perlCommand } from "./perl-command.js";
 
 const PROGRAM = String.raw`
 use strict; use Socket; use POSIX ();
@@ -85,7 +85,7 @@ exit($status >> 8);
 
 /** The command bwrap runs first: the forwarder, to which the forwards and `--` and the harness's command are appended. Throws without perl. */
 export function sandboxEntryCommand(): string[] {
-  const perl = findCommand({ command: ["perl"], cwd: "/", env: { PATH: "/usr/bin:/bin" } });
+  const perl = perlCommand();
   if (perl === undefined)
     throw new Error("no perl in /usr/bin or /bin (Debian's perl-base), which runs the LLM forwarder inside bubblewrap");
   return [perl, "-e", PROGRAM];

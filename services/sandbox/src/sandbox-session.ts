@@ -53,7 +53,7 @@ import {
 import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host";
 import { sessionUserLauncher } from "./session-user-launcher.js";
 import type { SessionUserLease } from "./session-user-pool.js";
-import { appendAnswered, appendLogMessage, writeSessionRecord, type SessionRecord } from "./session-record.js";
+import { appendAnswered, SessionLogFile, writeSessionRecord, type SessionRecord } from "./session-record.js";
 import { adoptKeeper, keeperSpawn, processStartTime } from "./session-keeper.js";
 import { OTLP_TRACES_PATH } from "./telemetry-relay.js";
 import { startSessionSpan, type SessionSpan } from "./tracing.js";
@@ -161,6 +161,8 @@ export class SandboxSession {
   #limitBroken: { code: string; message: string } | undefined;
   /** Harness events a taken-over session's replay gives again: already in the log, not logged twice. */
   #replayedEvents = 0;
+  /** The session's log on disk while it is kept. */
+  readonly #logFile: SessionLogFile | undefined;
   /** The session's record while it is kept (the keeper's pid and bwrap's init are added to it). */
   #record: SessionRecord | undefined;
   #cancelRequested: string | undefined;
@@ -173,18 +175,18 @@ export class SandboxSession {
     this.jobId = options.request.jobId;
     this.startTime =
       options.adopted !== undefined ? timestampFromDate(new Date(options.adopted.record.startTime)) : timestampNow();
-    const internalDir = options.paths.internalDir;
+    const logFile = options.keep !== undefined ? new SessionLogFile(options.paths.internalDir) : undefined;
+    this.#logFile = logFile;
     let persistFailed = false;
     this.log = new SessionEventLog(this.id, {
       ...(options.adopted !== undefined ? { restored: options.adopted.log } : {}),
-      ...(options.keep !== undefined
+      ...(logFile !== undefined
         ? {
             onAppend: (entry: RunSessionResponse) => {
               try {
-                appendLogMessage(internalDir, entry);
+                logFile.append(entry);
               } catch (error) {
-                // Past the release the directory is gone: the session is over, nothing is left to take over.
-                if (!persistFailed && !this.#released)
+                if (!persistFailed)
                   options.logger.warn(
                     { err: error, sessionId: this.id },
                     "cannot keep the session's log on disk; a restart of the sandbox would lose the session",
@@ -695,6 +697,8 @@ export class SandboxSession {
   }
 
   async #cleanup(): Promise<void> {
+    // Past here the folder goes: the session is over, nothing is left to take over.
+    this.#logFile?.close();
     try {
       await this.#forwarding?.close();
     } catch {

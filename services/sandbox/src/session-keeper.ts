@@ -40,7 +40,7 @@ import { open, type FileHandle } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { Readable, Writable } from "node:stream";
-import { findCommand } from "@oz0/harness/host";
+import { perlCommand } from "./perl-command.js";
 
 const KEEPER = String.raw`
 use strict; use POSIX ();
@@ -306,15 +306,13 @@ export class KeptChild extends EventEmitter {
   }
 }
 
-/** perl, found once. */
-let perlPath: string | undefined;
 function perl(): string {
-  perlPath ??= findCommand({ command: ["perl"], cwd: "/", env: { PATH: "/usr/bin:/bin:/usr/local/bin" } });
-  if (perlPath === undefined)
+  const path = perlCommand();
+  if (path === undefined)
     throw new Error(
-      "no perl in /usr/bin, /bin or /usr/local/bin (Debian's perl-base): sessions cannot be kept across restarts of the sandbox",
+      "no perl in /usr/bin or /bin (Debian's perl-base): sessions cannot be kept across restarts of the sandbox",
     );
-  return perlPath;
+  return path;
 }
 
 /** True when this machine can keep sessions (perl and mkfifo are there). */

@@ -4,7 +4,7 @@
 // the same after the restart), and the ids of the requests already answered.
 // All of it lives in the session's internal directory, readable by the
 // sandbox alone, and goes with it when the session is removed.
-import { appendFileSync, readFileSync, writeFileSync, renameSync } from "node:fs";
+import { appendFileSync, closeSync, openSync, readFileSync, renameSync, writeFileSync, writeSync } from "node:fs";
 import path from "node:path";
 import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { sizeDelimitedEncode, sizeDelimitedPeek } from "@bufbuild/protobuf/wire";
@@ -81,9 +81,31 @@ export function readSessionRecord(internalDir: string): SessionRecord | undefine
   };
 }
 
-/** Appends one message of the session's log. */
-export function appendLogMessage(internalDir: string, message: RunSessionResponse): void {
-  appendFileSync(files(internalDir).log, sizeDelimitedEncode(RunSessionResponseSchema, message), { mode: 0o600 });
+/**
+ * The session's log on disk, appended message by message. Every harness event
+ * passes here: the file is opened once, not per message. Once closed (the
+ * session's folder is about to go) appends are dropped.
+ */
+export class SessionLogFile {
+  readonly #path: string;
+  #fd: number | undefined;
+  #closed = false;
+
+  constructor(internalDir: string) {
+    this.#path = files(internalDir).log;
+  }
+
+  append(message: RunSessionResponse): void {
+    if (this.#closed) return;
+    this.#fd ??= openSync(this.#path, "a", 0o600);
+    writeSync(this.#fd, sizeDelimitedEncode(RunSessionResponseSchema, message));
+  }
+
+  close(): void {
+    this.#closed = true;
+    if (this.#fd !== undefined) closeSync(this.#fd);
+    this.#fd = undefined;
+  }
 }
 
 /** The log's messages in order (a torn last one, from a crash mid-write, is left out). */
