@@ -23,6 +23,10 @@ export interface ReceivedSpan {
   endTimeUnixNano: string;
   attributes: Record<string, AttributeValue>;
   statusCode: number;
+  /** The status's description (empty when none). */
+  statusMessage: string;
+  /** The spans this span links to (OpenTelemetry span links), ids in hex. */
+  links: { traceId: string; spanId: string; attributes: Record<string, AttributeValue> }[];
 }
 
 /** One metric data point as received. */
@@ -98,7 +102,8 @@ interface OtlpSpan {
   startTimeUnixNano?: string | number;
   endTimeUnixNano?: string | number;
   attributes?: OtlpKeyValue[];
-  status?: { code?: number };
+  status?: { code?: number; message?: string };
+  links?: { traceId?: string; spanId?: string; attributes?: OtlpKeyValue[] }[];
 }
 
 interface OtlpPoint {
@@ -137,6 +142,12 @@ export function decodeTraces(body: { resourceSpans?: ResourceScoped<OtlpSpan>[] 
           endTimeUnixNano: String(s.endTimeUnixNano ?? "0"),
           attributes: attributesOf(s.attributes),
           statusCode: s.status?.code ?? 0,
+          statusMessage: s.status?.message ?? "",
+          links: (s.links ?? []).map((link) => ({
+            traceId: hexId(link.traceId, 16),
+            spanId: hexId(link.spanId, 8),
+            attributes: attributesOf(link.attributes),
+          })),
         });
       }
     }

@@ -26,7 +26,14 @@ const traces = {
                 { key: "d", value: { doubleValue: 0.5 } },
                 { key: "a", value: { arrayValue: { values: [{ stringValue: "p" }, { intValue: 1 }] } } },
               ],
-              status: { code: 2 },
+              status: { code: 2, message: "tool_error" },
+              links: [
+                {
+                  traceId: "0af7651916cd43dd8448eb211c80319c",
+                  spanId: "b7ad6b7169203331",
+                  attributes: [{ key: "oz0.job.id", value: { stringValue: "job_1" } }],
+                },
+              ],
             },
             // The protobuf JSON mapping's base64 ids.
             {
@@ -91,6 +98,11 @@ void test("decodes OTLP/JSON spans and metrics, gzip included, and refuses proto
     assert.equal(root?.scope, "scope-a");
     assert.equal(root?.parentSpanId, "");
     assert.equal(root?.statusCode, 2);
+    assert.equal(root?.statusMessage, "tool_error");
+    assert.deepEqual(root?.links, [
+      { traceId: "0af7651916cd43dd8448eb211c80319c", spanId: "b7ad6b7169203331", attributes: { "oz0.job.id": "job_1" } },
+    ]);
+    assert.deepEqual(child?.links, []);
     assert.equal(child?.traceId, "4bf92f3577b34da6a3ce929d0e0e4736");
     assert.equal(child?.spanId, "1111111111111111");
     assert.equal(child?.parentSpanId, "00f067aa0ba902b7");
