@@ -100,7 +100,11 @@ void test("decodes OTLP/JSON spans and metrics, gzip included, and refuses proto
     assert.equal(root?.statusCode, 2);
     assert.equal(root?.statusMessage, "tool_error");
     assert.deepEqual(root?.links, [
-      { traceId: "0af7651916cd43dd8448eb211c80319c", spanId: "b7ad6b7169203331", attributes: { "oz0.job.id": "job_1" } },
+      {
+        traceId: "0af7651916cd43dd8448eb211c80319c",
+        spanId: "b7ad6b7169203331",
+        attributes: { "oz0.job.id": "job_1" },
+      },
     ]);
     assert.deepEqual(child?.links, []);
     assert.equal(child?.traceId, "4bf92f3577b34da6a3ce929d0e0e4736");
