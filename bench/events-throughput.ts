@@ -19,13 +19,8 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { Kafka, logLevel, type Consumer } from "kafkajs";
-import {
-  createEventPublisher,
-  poolSmallZeroFilledBuffers,
-  rawEvent,
-  toKafkaMessage,
-  type KafkaMessage,
-} from "@oz0/events";
+import { poolSmallZeroFilledBuffers, toKafkaMessage, type KafkaMessage } from "@oz0/events";
+import { createEventPublisher, rawEvent } from "@oz0/events-client";
 import { credentialDigest, newCredential } from "@oz0/serving";
 import { startKafka, type RunningKafka } from "@oz0/test-infra";
 import { benchOptions } from "./bench-options.js";

@@ -1,3 +1,14 @@
-// @oz0/events-client: what producers of lifecycle events share with the events service.
+// @oz0/events-client: what producers of lifecycle events share with the events
+// service (the typed list of lifecycle types) and the client they publish
+// with. No Kafka client and no SQLite build: a producer that imports it makes
+// gRPC calls and nothing more.
 export { LIFECYCLE_EVENTS, LIFECYCLE_TYPES, isLifecycleType } from "./lifecycle-types.js";
 export type { LifecycleSource, LifecycleType, LifecycleTypeInfo } from "./lifecycle-types.js";
+export { createEventPublisher, eventsTransport, logPublishResponse, rawEvent } from "./event-publisher.js";
+export type {
+  EventPublisher,
+  EventPublisherOptions,
+  PublisherLogger,
+  RawEventInit,
+  TokenCountsInit,
+} from "./event-publisher.js";

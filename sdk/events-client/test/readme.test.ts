@@ -1,4 +1,4 @@
-// The README's example runs and prints what it says.
+// The README's examples run and print what they say.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -10,15 +10,19 @@ import { test } from "node:test";
 const here = path.dirname(fileURLToPath(import.meta.url));
 const readme = readFileSync(path.join(here, "..", "README.md"), "utf8");
 
-void test("the README's example runs and prints what it says", async () => {
+void test("the README's examples run and print what they say", async () => {
   const blocks = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
-  assert.equal(blocks.length, 1);
-  const file = path.join(here, `.readme-${process.pid}.ts`);
-  writeFileSync(file, blocks[0]!);
-  try {
-    const { stdout } = await promisify(execFile)(process.execPath, ["--import", "tsx", file]);
-    assert.equal(stdout.trim(), /\/\/ → (.*)/.exec(blocks[0]!)![1]!);
-  } finally {
-    rmSync(file, { force: true });
+  assert.equal(blocks.length, 2, "the lifecycle types' example and the publisher's");
+  for (const [i, block] of blocks.entries()) {
+    const file = path.join(here, `.readme-${process.pid}-${i}.ts`);
+    writeFileSync(file, block);
+    try {
+      const { stdout } = await promisify(execFile)(process.execPath, ["--import", "tsx", file], {
+        env: { ...process.env, OZ0_LOG_LEVEL: "warn" },
+      });
+      assert.equal(stdout.trim(), /\/\/ → (.*)/.exec(block)![1]!);
+    } finally {
+      rmSync(file, { force: true });
+    }
   }
 });

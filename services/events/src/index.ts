@@ -1,12 +1,4 @@
-// @oz0/events: the events service and the client producers publish with.
-export { createEventPublisher, eventsTransport, logPublishResponse, rawEvent } from "./event-publisher.js";
-export type {
-  EventPublisher,
-  EventPublisherOptions,
-  PublisherLogger,
-  RawEventInit,
-  TokenCountsInit,
-} from "./event-publisher.js";
+// @oz0/events: the events service. Producers publish with @oz0/events-client.
 export { startEvents, DEFAULT_RETENTION_MS, DEFAULT_TOPIC } from "./start-events.js";
 export type { EventsConfig, RunningEvents } from "./start-events.js";
 export { EVENT_POLICY, FINISH_SUMMARY, publicAttributes, redactEvent } from "./redaction-policy.js";

@@ -3,7 +3,8 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { create, toJson } from "@bufbuild/protobuf";
-import { publicEventJson, rawEvent, redactEvent, toKafkaMessage } from "@oz0/events";
+import { publicEventJson, redactEvent, toKafkaMessage } from "@oz0/events";
+import { rawEvent } from "@oz0/events-client";
 import {
   PublicEventSchema,
   TokenCountsSchema,

@@ -6,7 +6,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
-import { createEventPublisher, rawEvent, startEvents, type RunningEvents } from "@oz0/events";
+import { startEvents, type RunningEvents } from "@oz0/events";
+import { createEventPublisher, rawEvent } from "@oz0/events-client";
 import { readTopic } from "./fixtures/kafka-topic.js";
 import { testCredentials } from "@oz0/serving/testing";
 

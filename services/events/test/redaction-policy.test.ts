@@ -2,8 +2,8 @@
 // closed on everything else.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { EVENT_POLICY, FINISH_SUMMARY, publicAttributes, rawEvent, redactEvent, type RawEventInit } from "@oz0/events";
-import { LIFECYCLE_TYPES, type LifecycleType } from "@oz0/events-client";
+import { EVENT_POLICY, FINISH_SUMMARY, publicAttributes, redactEvent } from "@oz0/events";
+import { LIFECYCLE_TYPES, type LifecycleType, rawEvent, type RawEventInit } from "@oz0/events-client";
 import type { PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { foreignEvent } from "./fixtures/foreign-event.js";
 

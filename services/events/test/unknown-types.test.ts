@@ -7,8 +7,8 @@
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 import pino from "pino";
-import { createEventPublisher, rawEvent, startEvents, type PublisherLogger, type RunningEvents } from "@oz0/events";
-import { LIFECYCLE_TYPES } from "@oz0/events-client";
+import { startEvents, type RunningEvents } from "@oz0/events";
+import { LIFECYCLE_TYPES, createEventPublisher, rawEvent, type PublisherLogger } from "@oz0/events-client";
 import { testCredentials } from "@oz0/serving/testing";
 import { eventsClient, watchAll } from "./fixtures/events-client.js";
 import { foreignEvent } from "./fixtures/foreign-event.js";

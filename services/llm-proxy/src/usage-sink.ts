@@ -1,6 +1,6 @@
 // Where a usage event goes after each logical call: the events service when
 // OZ0_EVENTS_URL is set. Counts and ids only, never content or keys.
-import { createEventPublisher, rawEvent, type EventPublisher } from "@oz0/events/publisher";
+import { createEventPublisher, rawEvent, type EventPublisher } from "@oz0/events-client";
 import { context } from "@opentelemetry/api";
 import { traceContextOf, type Logger } from "@oz0/serving";
 import type { CallRecord } from "./proxy-store.js";

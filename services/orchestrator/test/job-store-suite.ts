@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
-import { rawEvent } from "@oz0/events";
+import { rawEvent } from "@oz0/events-client";
 import { JobEventSchema, JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { JobRecord, JobStore, NewAgentVersion, PermissionRecord } from "../src/store/job-store.js";
 

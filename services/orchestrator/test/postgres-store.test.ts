@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
-import { rawEvent } from "@oz0/events";
+import { rawEvent } from "@oz0/events-client";
 import { JobEventSchema } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { LeaseLostError, LeaseManager } from "../src/cluster/lease-manager.js";
 import { createPostgresPool, migrateOrchestrator, ORCHESTRATOR_MIGRATIONS } from "../src/store/postgres-migrations.js";

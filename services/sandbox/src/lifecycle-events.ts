@@ -1,6 +1,6 @@
 // Session lifecycle events for the events service, which redacts and
 // publishes them. Publishing never blocks or fails a session.
-import { createEventPublisher, rawEvent, type EventPublisher } from "@oz0/events/publisher";
+import { createEventPublisher, rawEvent, type EventPublisher } from "@oz0/events-client";
 import { SessionStatus, type SessionExited } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import type { Logger } from "@oz0/serving";
 import type { SandboxSession } from "./sandbox-session.js";

@@ -1,5 +1,5 @@
 // Every workspace says what it needs: no `*` range (an install could bring
-// any major), and each package its sources load at run time is among its
+// any major), and each package its sources import is among its
 // dependencies (the orchestrator loaded the sandbox and the LLM proxy at run
 // time without declaring them; they came only from the monorepo's hoisting).
 import assert from "node:assert/strict";
@@ -48,7 +48,7 @@ function packageOf(specifier: string): string {
   return specifier.startsWith("@") ? parts.slice(0, 2).join("/") : parts[0]!;
 }
 
-void test("every package a workspace's sources load at run time is one of its dependencies", () => {
+void test("every package a workspace's sources import, types included, is one of its dependencies", () => {
   const builtins = new Set(builtinModules);
   const undeclared: string[] = [];
   for (const file of manifests) {
@@ -67,14 +67,15 @@ void test("every package a workspace's sources load at run time is one of its de
       .filter(Boolean);
     for (const source of new Set(sources)) {
       const text = readFileSync(path.join(root, source), "utf8");
-      // Type-only imports vanish from the build; everything else is loaded.
-      const runtime = [
-        ...text.matchAll(/^import (?!type\b)[^;]*?from "([^"]+)";/gms),
-        ...text.matchAll(/^export (?!type\b)[^;]*?from "([^"]+)";/gms),
+      // Type-only imports too: they vanish from the JavaScript but stay in
+      // the declarations the build emits, which a dependent compiles against.
+      const imported = [
+        ...text.matchAll(/^import [^;]*?from "([^"]+)";/gms),
+        ...text.matchAll(/^export [^;]*?from "([^"]+)";/gms),
         ...text.matchAll(/\bimport\("([^"]+)"\)/g),
         ...text.matchAll(/import\.meta\.resolve\(`?"?([@a-z][^`"$]*)/g),
       ].map((m) => m[1]!);
-      for (const specifier of runtime) {
+      for (const specifier of imported) {
         // A templated specifier (`@oz0/${name}`) is checked by the test below.
         if (
           specifier.startsWith(".") ||
@@ -101,4 +102,76 @@ void test("the orchestrator declares every service its embedded stack starts (fo
   const dependencies = read("services/orchestrator/package.json").dependencies ?? {};
   for (const service of ["sandbox", "llm-proxy", "events"])
     assert.ok(dependencies[`@oz0/${service}`], `@oz0/orchestrator depends on @oz0/${service}`);
+});
+
+interface LockEntry {
+  resolved?: string;
+  link?: boolean;
+  dependencies?: Record<string, string>;
+  optionalDependencies?: Record<string, string>;
+}
+
+/**
+ * What installing a workspace brings, from package-lock.json as `npm ls`
+ * reads it: its dependencies and theirs, each looked up the way Node resolves
+ * it (the nearest node_modules up from the package), workspaces followed
+ * through their links.
+ */
+function installedWith(workspaceDir: string): Set<string> {
+  const lock = JSON.parse(readFileSync(path.join(root, "package-lock.json"), "utf8")) as {
+    packages: Record<string, LockEntry>;
+  };
+  const found = new Set<string>();
+  const visit = (location: string): void => {
+    const entry = lock.packages[location]!;
+    for (const name of Object.keys({ ...entry.dependencies, ...entry.optionalDependencies })) {
+      let at = location;
+      let key: string | undefined;
+      for (;;) {
+        const candidate = `${at ? `${at}/` : ""}node_modules/${name}`;
+        if (lock.packages[candidate]) {
+          key = candidate;
+          break;
+        }
+        if (!at) break;
+        const up = at.lastIndexOf("/node_modules/");
+        at = up === -1 ? "" : at.slice(0, up);
+      }
+      if (key === undefined || found.has(key)) continue;
+      found.add(key);
+      const target = lock.packages[key]!;
+      visit(target.link ? target.resolved! : key);
+    }
+  };
+  visit(workspaceDir);
+  return new Set(
+    [...found].map((key) => packageOf(key.slice(key.lastIndexOf("node_modules/") + "node_modules/".length))),
+  );
+}
+
+// The sandbox and the LLM proxy only publish events: @oz0/events-client is
+// their client, and @oz0/events (the service, with kafkajs and a native
+// SQLite build) must not come back through an import or a manifest.
+void test("the sandbox and the LLM proxy publish through @oz0/events-client and never install the events service", () => {
+  for (const dir of ["services/sandbox", "services/llm-proxy"]) {
+    const manifest = read(`${dir}/package.json`);
+    for (const field of ["dependencies", "devDependencies", "peerDependencies", "optionalDependencies"] as const)
+      assert.equal(manifest[field]?.["@oz0/events"], undefined, `${dir}: ${field} names @oz0/events`);
+    assert.ok(manifest.dependencies?.["@oz0/events-client"], `${dir} depends on @oz0/events-client`);
+    const sources = execFileSync("git", ["ls-files", dir], { cwd: root, encoding: "utf8" })
+      .split("\n")
+      .filter((f) => /\.(ts|tsx|mjs|js)$/.test(f) && !f.includes("/dist/"));
+    for (const source of sources) {
+      const text = readFileSync(path.join(root, source), "utf8");
+      assert.doesNotMatch(text, /["'`]@oz0\/events(\/[^"'`]*)?["'`]/, `${source} imports @oz0/events`);
+    }
+    const installed = installedWith(dir);
+    for (const heavy of ["@oz0/events", "kafkajs"])
+      assert.ok(!installed.has(heavy), `installing ${dir} brings ${heavy} (see \`npm ls ${heavy} -w ${dir}\`)`);
+  }
+  assert.ok(!installedWith("services/sandbox").has("better-sqlite3"), "installing the sandbox brings better-sqlite3");
+  assert.ok(
+    installedWith("services/events").has("kafkajs"),
+    "the lock is read right: the events service brings kafkajs",
+  );
 });

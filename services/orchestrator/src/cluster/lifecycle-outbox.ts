@@ -8,8 +8,7 @@
 // events service keeps each event id once, so an event sent twice (accepted,
 // then the shipper died before removing it) is still on the stream once.
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
-import { eventsTransport, logPublishResponse, rawEvent } from "@oz0/events";
-import type { LifecycleType } from "@oz0/events-client";
+import { eventsTransport, logPublishResponse, rawEvent, type LifecycleType } from "@oz0/events-client";
 import { EventsService, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { Logger } from "@oz0/serving";
 import type { JobStore, StoredLifecycleEvent } from "../store/job-store.js";

@@ -5,7 +5,7 @@
 // when it goes to OZ0_URL or a login), and people's credentials never travel
 // further than the orchestrator.
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { eventsTransport } from "@oz0/events";
+import { eventsTransport } from "@oz0/events-client";
 import { EventsService, type TranscriptResponse } from "@oz0/proto/oz0/events/v1/events_pb";
 
 export interface JobTranscripts {

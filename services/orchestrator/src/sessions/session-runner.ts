@@ -2,8 +2,7 @@
 // to it by session id after the last sequence number handled, answer its
 // permission requests, cancel it. sandbox-client.ts implements it over the
 // sandbox's RunSession stream.
-import type { RawEventInit } from "@oz0/events";
-import type { LifecycleType } from "@oz0/events-client";
+import type { LifecycleType, RawEventInit } from "@oz0/events-client";
 import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type {
   PermissionAnswer,

@@ -6,7 +6,6 @@ import { create, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import type { LifecycleType } from "@oz0/events-client";
 import {
   EventsService,
   TokenCountsSchema,
@@ -16,6 +15,7 @@ import {
 import { bearerInterceptor, createLogger } from "@oz0/serving";
 import { randomUUID } from "node:crypto";
 import { connect } from "node:net";
+import type { LifecycleType } from "./lifecycle-types.js";
 
 /** The few logger methods the publisher uses (a pino logger fits). */
 export interface PublisherLogger {
@@ -91,7 +91,7 @@ export interface RawEventInit {
 
 /**
  * Build a raw event: `rawEvent("tool.called", { jobId, toolCallId, attributes: { tool_name: "read", input } })`.
- * The type is one of `@oz0/events-client`'s list, so the compiler refuses one the events service does not know.
+ * The type is one of `LIFECYCLE_EVENTS`' keys, so the compiler refuses one the events service does not know.
  */
 export function rawEvent(type: LifecycleType, init: RawEventInit = {}): RawEvent {
   // Every field of the message is set, so a literal is a complete RawEvent
