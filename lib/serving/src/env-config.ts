@@ -47,6 +47,17 @@ export function envInteger(
   return number;
 }
 
+/** A decimal number (`0.5`, `168`), at least `min` (default 0). `unit` names what it counts, for the message. */
+export function envNumber(env: Env, name: string, options: { min?: number; unit?: string } = {}): number | undefined {
+  const value = raw(env, name);
+  if (value === undefined) return undefined;
+  const min = options.min ?? 0;
+  const number = /^[+-]?(\d+(\.\d*)?|\.\d+)$/.test(value) ? Number(value) : Number.NaN;
+  if (!(number >= min))
+    throw new EnvConfigError(name, `a number${options.unit ? ` of ${options.unit}` : ""}, at least ${min}`, value);
+  return number;
+}
+
 /** A TCP port: 0 (pick a free one) to 65535. */
 export function envPort(env: Env, name: string): number | undefined {
   const value = raw(env, name);
@@ -93,5 +104,21 @@ function isHttpUrl(value: string): boolean {
     return url.protocol === "http:" || url.protocol === "https:";
   } catch {
     return false;
+  }
+}
+
+/**
+ * For a service's `main.ts`: its configuration read by `read` (its
+ * `configFromEnv`), or, when a variable is malformed, the EnvConfigError's
+ * message on stderr after the program's name and exit code 2, before anything
+ * starts. Any other error is the caller's.
+ */
+export function configFromEnvOrExit<T>(program: string, read: () => T): T {
+  try {
+    return read();
+  } catch (error) {
+    if (!(error instanceof EnvConfigError)) throw error;
+    process.stderr.write(`${program}: ${error.message}\n`);
+    process.exit(2);
   }
 }

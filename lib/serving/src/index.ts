@@ -4,7 +4,17 @@ export { HealthRegistry, LIVENESS, READINESS, ServingStatus } from "./health.js"
 export { createLogger } from "./logger.js";
 export type { Logger, LoggerOptions } from "./logger.js";
 export { onShutdownSignal } from "./shutdown.js";
-export { EnvConfigError, envInteger, envOneOf, envPort, envString, envUrl, envUrlList } from "./env-config.js";
+export {
+  configFromEnvOrExit,
+  EnvConfigError,
+  envInteger,
+  envNumber,
+  envOneOf,
+  envPort,
+  envString,
+  envUrl,
+  envUrlList,
+} from "./env-config.js";
 export { unexpectedErrorInterceptor } from "./error-interceptor.js";
 export type { RequestHandler } from "./protocol-sniffing-server.js";
 export {

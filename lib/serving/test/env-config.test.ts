@@ -4,7 +4,19 @@
 // what it got.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { EnvConfigError, envInteger, envOneOf, envPort, envString, envUrl, envUrlList } from "../src/env-config.js";
+import { spawnSync } from "node:child_process";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import {
+  EnvConfigError,
+  envInteger,
+  envNumber,
+  envOneOf,
+  envPort,
+  envString,
+  envUrl,
+  envUrlList,
+} from "../src/env-config.js";
 
 function refused(read: () => unknown, variable: string, message: RegExp): void {
   assert.throws(read, (error: unknown) => {
@@ -19,6 +31,7 @@ void test("unset and empty read as undefined", () => {
   for (const env of [{}, { X: "" }, { X: "  " }]) {
     assert.equal(envString(env, "X"), undefined);
     assert.equal(envInteger(env, "X"), undefined);
+    assert.equal(envNumber(env, "X"), undefined);
     assert.equal(envPort(env, "X"), undefined);
     assert.equal(envUrl(env, "X"), undefined);
     assert.deepEqual(envUrlList(env, "X"), []);
@@ -66,4 +79,37 @@ void test("URLs are http or https, alone or comma-separated", () => {
 void test("one of a closed set", () => {
   assert.equal(envOneOf({ M: "bwrap" }, "M", ["auto", "bwrap"]), "bwrap");
   refused(() => envOneOf({ M: "docker" }, "M", ["auto", "bwrap"]), "M", /^M must be one of auto, bwrap; got "docker"$/);
+});
+
+void test("a decimal number at least its minimum, its unit in the message", () => {
+  assert.equal(envNumber({ H: "168" }, "H", { unit: "hours" }), 168);
+  assert.equal(envNumber({ H: "0.5" }, "H", { unit: "hours" }), 0.5);
+  assert.equal(envNumber({ H: "0" }, "H", { unit: "hours" }), 0);
+  for (const bad of ["-1", "1e3", "a week", "0x10", "Infinity", "."])
+    refused(
+      () => envNumber({ H: bad }, "H", { unit: "hours" }),
+      "H",
+      new RegExp(`^H must be a number of hours, at least 0; got "${bad.replace(".", "\\.")}"$`),
+    );
+});
+
+void test("configFromEnvOrExit prints a malformed variable's message after the program's name and exits 2", () => {
+  const module = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "src", "env-config.ts");
+  const script = `
+    import { configFromEnvOrExit, envPort } from ${JSON.stringify(module)};
+    const port = configFromEnvOrExit("oz0-example", () => envPort(process.env, "OZ0_PORT"));
+    console.log("started on", port);
+  `;
+  const run = (port: string) =>
+    spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
+      env: { ...process.env, OZ0_PORT: port },
+      encoding: "utf8",
+    });
+  const bad = run("x");
+  assert.equal(bad.status, 2, bad.stderr);
+  assert.equal(bad.stderr, 'oz0-example: OZ0_PORT must be a port number from 0 (any free port) to 65535; got "x"\n');
+  assert.equal(bad.stdout, "");
+  const good = run("7703");
+  assert.equal(good.status, 0, good.stderr);
+  assert.equal(good.stdout, "started on 7703\n");
 });
