@@ -22,9 +22,10 @@ export {
   telemetryConfigured,
   oz0Tracer,
   traceContextClientInterceptor,
+  traceServer,
   traceServerInterceptor,
 } from "./telemetry.js";
-export type { Telemetry, TelemetryOptions } from "./telemetry.js";
+export type { Telemetry, TelemetryOptions, UntracedRpc, UntracedRpcPolicy } from "./telemetry.js";
 export { otlpTracesTarget } from "./otlp-traces-target.js";
 export type { OtlpTracesTarget } from "./otlp-traces-target.js";
 export {

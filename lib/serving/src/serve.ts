@@ -10,7 +10,7 @@ import { ACCESS_TABLE } from "./auth/access-table.js";
 import { accessCheck, authInterceptor } from "./auth/auth-interceptor.js";
 import type { Authenticator } from "./auth/authenticator.js";
 import { unexpectedErrorInterceptor } from "./error-interceptor.js";
-import { traceServerInterceptor } from "./telemetry.js";
+import { traceServer, type UntracedRpcPolicy } from "./telemetry.js";
 import { HealthRegistry } from "./health.js";
 import { createLogger, type Logger } from "./logger.js";
 import { createSniffingServer, type RequestHandler } from "./protocol-sniffing-server.js";
@@ -51,6 +51,12 @@ export interface ServeOptions {
   /** Plain HTTP handler for requests that are not RPCs (the LLM proxy's HTTP API). */
   fallback?: RequestHandler;
   interceptors?: Interceptor[];
+  /**
+   * Where an RPC that arrives with no trace context is traced (default: a
+   * trace of its own). The events service puts a Publish in the traces of the
+   * events it carries, and traces none for events that belong to no trace.
+   */
+  untracedRpcs?: UntracedRpcPolicy;
   logger?: Logger;
   /** Mark the server ready as soon as it listens. Default true. */
   readyOnListen?: boolean;
@@ -99,7 +105,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     acceptCompression: ACCEPT_COMPRESSION,
     readMaxBytes: READ_MAX_BYTES,
     interceptors: [
-      traceServerInterceptor,
+      traceServer(options.untracedRpcs ? { untraced: options.untracedRpcs } : {}),
       unexpectedErrorInterceptor(logger),
       authInterceptor(options.auth, hint),
       ...(options.interceptors ?? []),

@@ -1,9 +1,19 @@
 // OpenTelemetry for every service, configured only by the standard OTEL_*
 // environment variables. With no exporter configured nothing is started, so
 // tracing costs nothing; the @opentelemetry/api calls stay no-ops.
-import { context, propagation, SpanKind, SpanStatusCode, trace, type Context, type Span } from "@opentelemetry/api";
+import {
+  context,
+  propagation,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Context,
+  type Link,
+  type Span,
+  type SpanContext,
+} from "@opentelemetry/api";
 import { NodeSDK } from "@opentelemetry/sdk-node";
-import { ConnectError, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, type Interceptor, type StreamRequest, type UnaryRequest } from "@connectrpc/connect";
 
 export interface TelemetryOptions {
   /**
@@ -56,31 +66,63 @@ export const traceContextClientInterceptor: Interceptor = (next) => (request) =>
   return next(request);
 };
 
-/** Continue the caller's trace: one SERVER span per RPC, active while the handler runs. */
-export const traceServerInterceptor: Interceptor = (next) => async (request) => {
-  const parent: Context = propagation.extract(context.active(), request.header, headerGetter);
-  const span = oz0Tracer("@oz0/serving").startSpan(
-    `${request.service.typeName}/${request.method.name}`,
-    {
-      kind: SpanKind.SERVER,
-      attributes: { "rpc.system": "grpc", "rpc.service": request.service.typeName, "rpc.method": request.method.name },
-    },
-    parent,
-  );
-  const active = trace.setSpan(parent, span);
-  try {
-    const response = await context.with(active, () => next(request));
-    if (!response.stream) {
-      span.end();
-      return response;
+/**
+ * Where the SERVER span of an RPC that arrived with no trace context goes:
+ * `"root"`, a trace of its own (the default); `"none"`, no span at all (work
+ * that belongs to no trace, so it leaves none); or a span in the trace its
+ * message names (`parent`), linked to any other traces it serves (`links`).
+ */
+export type UntracedRpc = "root" | "none" | { parent: SpanContext; links: readonly SpanContext[] };
+
+/** Decides UntracedRpc per request (serve()'s `untracedRpcs`). */
+export type UntracedRpcPolicy = (request: UnaryRequest | StreamRequest) => UntracedRpc;
+
+/**
+ * Continue the caller's trace: one SERVER span per RPC, active while the
+ * handler runs. A request with no trace context goes where `untraced` says
+ * (a trace of its own when there is no policy).
+ */
+export function traceServer(options: { untraced?: UntracedRpcPolicy } = {}): Interceptor {
+  return (next) => async (request) => {
+    let parent: Context = propagation.extract(context.active(), request.header, headerGetter);
+    let links: Link[] = [];
+    const choice = trace.getSpanContext(parent) === undefined ? (options.untraced?.(request) ?? "root") : "root";
+    if (choice === "none") return next(request);
+    if (choice !== "root") {
+      parent = trace.setSpanContext(parent, choice.parent);
+      links = choice.links.map((linked) => ({ context: linked }));
     }
-    return { ...response, message: endWhenDone(response.message, span) };
-  } catch (error) {
-    failSpan(span, error);
-    span.end();
-    throw error;
-  }
-};
+    const span = oz0Tracer("@oz0/serving").startSpan(
+      `${request.service.typeName}/${request.method.name}`,
+      {
+        kind: SpanKind.SERVER,
+        attributes: {
+          "rpc.system": "grpc",
+          "rpc.service": request.service.typeName,
+          "rpc.method": request.method.name,
+        },
+        links,
+      },
+      parent,
+    );
+    const active = trace.setSpan(parent, span);
+    try {
+      const response = await context.with(active, () => next(request));
+      if (!response.stream) {
+        span.end();
+        return response;
+      }
+      return { ...response, message: endWhenDone(response.message, span) };
+    } catch (error) {
+      failSpan(span, error);
+      span.end();
+      throw error;
+    }
+  };
+}
+
+/** traceServer() with no policy: every RPC without a caller's trace starts one. */
+export const traceServerInterceptor: Interceptor = traceServer();
 
 async function* endWhenDone<T>(messages: AsyncIterable<T>, span: Span): AsyncIterable<T> {
   try {
@@ -93,9 +135,9 @@ async function* endWhenDone<T>(messages: AsyncIterable<T>, span: Span): AsyncIte
   }
 }
 
-/** Record the error's code, never its message: messages may carry content. */
+/** Record the error's code, never its message (messages may carry content): the status message is the code's name. */
 function failSpan(span: Span, error: unknown): void {
-  const code = error instanceof ConnectError ? error.code : undefined;
-  span.setAttribute("rpc.grpc.status_code", code ?? 2);
-  span.setStatus({ code: SpanStatusCode.ERROR });
+  const code = error instanceof ConnectError ? error.code : Code.Unknown;
+  span.setAttribute("rpc.grpc.status_code", code);
+  span.setStatus({ code: SpanStatusCode.ERROR, message: Code[code] ?? "Unknown" });
 }

@@ -6,6 +6,7 @@ import { Authenticator, createLogger, registration, serve, type AuthSettings, ty
 import { eventsService } from "./events-service.js";
 import { KafkaRelay } from "./kafka-relay.js";
 import { Outbox } from "./outbox.js";
+import { publishTraces } from "./tracing.js";
 
 export const DEFAULT_TOPIC = "oz0.lifecycle.v1";
 export const DEFAULT_RETENTION_MS = 7 * 24 * 3_600_000;
@@ -66,6 +67,7 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
       port: config.port ?? 0,
       logger,
       auth: new Authenticator(config.auth ?? {}),
+      untracedRpcs: publishTraces,
       services: [
         registration(
           EventsService,

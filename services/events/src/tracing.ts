@@ -3,9 +3,16 @@
 // (the span of the job, session or tool call it is about), so the hop to the
 // events service shows in the job's trace; the same traceparent goes on as the
 // CloudEvents `traceparent` Kafka header. Ids and the type only, no payload.
-import { SpanKind, trace } from "@opentelemetry/api";
-import type { PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
-import { contextFromTraceparent, oz0Tracer } from "@oz0/serving";
+//
+// The Publish RPC itself belongs to its producer's trace too: producers batch
+// events and send no trace context of their own, so its SERVER span takes the
+// first event's traceparent as its parent and links the other traces of the
+// batch; a batch of events that belong to no trace leaves no span (such
+// Publish calls used to be most of all traces, each a lone span).
+import { ROOT_CONTEXT, SpanKind, trace, type SpanContext } from "@opentelemetry/api";
+import type { StreamRequest, UnaryRequest } from "@connectrpc/connect";
+import type { PublicEvent, PublishRequest } from "@oz0/proto/oz0/events/v1/events_pb";
+import { contextFromTraceparent, oz0Tracer, type UntracedRpc } from "@oz0/serving";
 
 const tracer = oz0Tracer("@oz0/events");
 
@@ -33,4 +40,17 @@ export function traceAccepted(events: readonly PublicEvent[], options: { topic?:
     );
     span.end();
   }
+}
+
+/** serve()'s `untracedRpcs`: a Publish joins its events' traces (see the top of this file); other RPCs start their own. */
+export function publishTraces(request: UnaryRequest | StreamRequest): UntracedRpc {
+  if (request.method.name !== "Publish" || request.stream) return "root";
+  const byTrace = new Map<string, SpanContext>();
+  for (const event of (request.message as PublishRequest).events) {
+    if (!event.traceparent) continue;
+    const span = trace.getSpanContext(contextFromTraceparent(event.traceparent, undefined, ROOT_CONTEXT));
+    if (span && !byTrace.has(span.traceId)) byTrace.set(span.traceId, span);
+  }
+  const [parent, ...others] = byTrace.values();
+  return parent ? { parent, links: others } : "none";
 }

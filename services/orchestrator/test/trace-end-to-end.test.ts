@@ -252,6 +252,17 @@ void test("a job with an approved tool call and model calls through the proxy is
     published.map((s) => s.name).join(", "),
   );
 
+  // A Publish call joins its producer's trace: the events it carries name it (the first event's
+  // trace is its parent, any other trace of the batch a link); it is never a lone trace of its own.
+  const publishCalls = spans.filter(
+    (s) => s.service === "oz0-events" && s.name === "oz0.events.v1.EventsService/Publish",
+  );
+  assert.ok(
+    publishCalls.some((s) => s.traceId === root.traceId),
+    "the job's events were published in its trace",
+  );
+  for (const call of publishCalls) assert.notEqual(call.parentSpanId, "", "a Publish call is not a trace of its own");
+
   // Every span of the trace hangs off the root.
   for (const s of inTrace) {
     let cursor: ReceivedSpan | undefined = s;
