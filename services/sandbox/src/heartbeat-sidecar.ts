@@ -33,9 +33,7 @@ export interface RunningHeartbeatSidecar extends NodeHeartbeat {
   drain(options?: { maxMs?: number }): Promise<void>;
 }
 
-export function startHeartbeatSidecar(
-  config: HeartbeatSidecarConfig & { logger: Logger; healthPort?: number },
-): RunningHeartbeatSidecar {
+export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger: Logger }): RunningHeartbeatSidecar {
   // The sandbox lets the node token list its sessions, and nothing else.
   const transport = createGrpcTransport({
     baseUrl: config.sandboxUrl,

@@ -1,13 +1,15 @@
 #!/usr/bin/env node
 // The sandbox process: configuration from the environment, SIGTERM = graceful shutdown.
-import { createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
+import { configFromEnvOrExit, createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
 import { configFromEnv, startSandbox } from "./index.js";
 
 const logger = createLogger({ name: "sandbox" });
 // Before anything else starts, so every span of this process is exported (a no-op without OTEL_*).
 const telemetry = startTelemetry({ serviceName: "oz0-sandbox" });
 try {
-  const sandbox = await startSandbox({ ...configFromEnv(process.env), logger });
+  // A malformed variable stops here, named, with exit code 2, before anything listens.
+  const config = configFromEnvOrExit("oz0-sandbox", () => configFromEnv(process.env));
+  const sandbox = await startSandbox({ ...config, logger });
   onShutdownSignal(logger, async () => {
     await sandbox.close();
     // Flush the spans and metrics of the last work before the process exits.

@@ -4,6 +4,13 @@ import path from "node:path";
 import { CONTAINMENT_MECHANISMS, type ContainmentSetting } from "@oz0/harness/host";
 import {
   authSettingsFromEnv,
+  EnvConfigError,
+  envInteger,
+  envOneOf,
+  envPort,
+  envString,
+  envUrl,
+  envUrlList,
   otlpTracesTarget,
   type AuthSettings,
   type Logger,
@@ -133,85 +140,74 @@ export interface SandboxConfig {
 export const DEFAULT_PORT = 7701;
 export const DEFAULT_HEARTBEAT_MS = 5_000;
 
-function integer(env: NodeJS.ProcessEnv, name: string): number | undefined {
-  const raw = env[name];
-  if (raw === undefined || raw === "") return undefined;
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < 0)
-    throw new Error(`${name} must be a non-negative integer, got ${JSON.stringify(raw)}`);
-  return value;
-}
+const ISOLATION_SETTINGS: readonly IsolationSetting[] = ["auto", "bwrap", "user", "none"];
+const CONTAINMENT_SETTINGS: readonly ContainmentSetting[] = ["auto", ...CONTAINMENT_MECHANISMS];
+/** uid_t is 32 bits and -1 means "unchanged": a session's uid stays below it. */
+const UID_LIMIT = 0xffff_ffff;
 
-/** Reads the configuration from the environment; throws with the variable's name on a bad value. */
+const ms = (env: NodeJS.ProcessEnv, name: string, min = 0): number | undefined =>
+  envInteger(env, name, { min, unit: "milliseconds" });
+const bytes = (env: NodeJS.ProcessEnv, name: string): number | undefined =>
+  envInteger(env, name, { min: 0, unit: "bytes" });
+
+/**
+ * Reads the configuration from the environment (README, "Configuration"); a
+ * malformed value throws an EnvConfigError naming the variable and the form it
+ * expects.
+ */
 export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
-  const isolation = env.OZ0_ISOLATION || "auto";
-  if (isolation !== "auto" && isolation !== "bwrap" && isolation !== "user" && isolation !== "none") {
-    throw new Error(`OZ0_ISOLATION must be auto, bwrap, user or none, got ${JSON.stringify(isolation)}`);
-  }
-  const containment = env.OZ0_CONTAINMENT || "auto";
-  if (containment !== "auto" && !(CONTAINMENT_MECHANISMS as readonly string[]).includes(containment)) {
-    throw new Error(
-      `OZ0_CONTAINMENT must be auto, ${CONTAINMENT_MECHANISMS.join(", ")}, got ${JSON.stringify(containment)}`,
+  // Root's own ids, and ids past the kernel's, can never be a session's.
+  const uidBase =
+    envInteger(env, "OZ0_SANDBOX_UID_BASE", { min: 1, max: UID_LIMIT - 1, unit: "uid (above 0: uid 0 is root)" }) ??
+    DEFAULT_SESSION_UIDS.base;
+  const uidCount = envInteger(env, "OZ0_SANDBOX_UID_COUNT", { min: 1, unit: "uids" }) ?? DEFAULT_SESSION_UIDS.count;
+  if (uidBase + uidCount - 1 >= UID_LIMIT)
+    throw new EnvConfigError(
+      "OZ0_SANDBOX_UID_COUNT",
+      `a number of uids that keeps OZ0_SANDBOX_UID_BASE (${uidBase}) + OZ0_SANDBOX_UID_COUNT below ${UID_LIMIT}`,
+      String(uidCount),
     );
-  }
-  const uidBase = integer(env, "OZ0_SANDBOX_UID_BASE") ?? DEFAULT_SESSION_UIDS.base;
-  const uidCount = integer(env, "OZ0_SANDBOX_UID_COUNT") ?? DEFAULT_SESSION_UIDS.count;
-  // Root's own ids, and ids past the kernel's (uid_t is 32 bits, and -1 means "unchanged"), can never be a session's.
-  if (uidBase === 0) throw new Error("OZ0_SANDBOX_UID_BASE must be above 0: uid 0 is root");
-  if (uidCount === 0) throw new Error("OZ0_SANDBOX_UID_COUNT must be at least 1");
-  if (uidBase + uidCount - 1 >= 0xffff_ffff)
-    throw new Error(`OZ0_SANDBOX_UID_BASE + OZ0_SANDBOX_UID_COUNT must stay below ${0xffff_ffff}`);
-  const config: SandboxConfig = {
-    port: integer(env, "OZ0_PORT") ?? DEFAULT_PORT,
-    host: env.OZ0_HOST || undefined,
-    root: env.OZ0_SANDBOX_ROOT || undefined,
-    maxSessions: integer(env, "OZ0_MAX_SESSIONS"),
-    isolation,
-    containment: containment as ContainmentSetting,
-    eventsUrl: env.OZ0_EVENTS_URL || undefined,
-    cancelGraceMs: integer(env, "OZ0_CANCEL_GRACE_MS"),
-    sessionOrphanMs: integer(env, "OZ0_SESSION_ORPHAN_MS"),
-    retentionMs: integer(env, "OZ0_SESSION_RETENTION_MS"),
-    unreadRetentionMs: integer(env, "OZ0_UNREAD_SESSION_RETENTION_MS"),
-    maxUnreadSessions: integer(env, "OZ0_MAX_UNREAD_SESSIONS"),
-    maxLineBytes: integer(env, "OZ0_MAX_LINE_BYTES"),
-    maxArtifactBytes: integer(env, "OZ0_MAX_ARTIFACT_BYTES"),
-    maxSessionEvents: integer(env, "OZ0_MAX_SESSION_EVENTS"),
-    maxSessionStderrBytes: integer(env, "OZ0_MAX_SESSION_STDERR_BYTES"),
+  const orchestratorUrls = envUrlList(env, "OZ0_ORCHESTRATOR_URL");
+  const readOnlyPaths = envString(env, "OZ0_SANDBOX_READ_ONLY_PATHS");
+  return {
+    port: envPort(env, "OZ0_PORT") ?? DEFAULT_PORT,
+    host: envString(env, "OZ0_HOST"),
+    root: envString(env, "OZ0_SANDBOX_ROOT"),
+    maxSessions: envInteger(env, "OZ0_MAX_SESSIONS", { min: 1, unit: "sessions" }),
+    isolation: envOneOf(env, "OZ0_ISOLATION", ISOLATION_SETTINGS) ?? "auto",
+    containment: envOneOf(env, "OZ0_CONTAINMENT", CONTAINMENT_SETTINGS) ?? "auto",
+    eventsUrl: envUrl(env, "OZ0_EVENTS_URL"),
+    cancelGraceMs: ms(env, "OZ0_CANCEL_GRACE_MS"),
+    sessionOrphanMs: ms(env, "OZ0_SESSION_ORPHAN_MS"),
+    retentionMs: ms(env, "OZ0_SESSION_RETENTION_MS"),
+    unreadRetentionMs: ms(env, "OZ0_UNREAD_SESSION_RETENTION_MS"),
+    maxUnreadSessions: envInteger(env, "OZ0_MAX_UNREAD_SESSIONS", { min: 0, unit: "sessions" }),
+    maxLineBytes: bytes(env, "OZ0_MAX_LINE_BYTES"),
+    maxArtifactBytes: bytes(env, "OZ0_MAX_ARTIFACT_BYTES"),
+    maxSessionEvents: envInteger(env, "OZ0_MAX_SESSION_EVENTS", { min: 0, unit: "events" }),
+    maxSessionStderrBytes: bytes(env, "OZ0_MAX_SESSION_STDERR_BYTES"),
     sessionUids: { base: uidBase, count: uidCount },
-    readOnlyPaths: env.OZ0_SANDBOX_READ_ONLY_PATHS
-      ? env.OZ0_SANDBOX_READ_ONLY_PATHS.split(":").filter((p) => p !== "")
-      : undefined,
+    readOnlyPaths: readOnlyPaths?.split(":").filter((p) => p !== ""),
     hiddenPaths: hiddenPaths(env),
-    sessionPath: env.OZ0_SESSION_PATH || undefined,
-    orchestratorUrls: urlList(env.OZ0_ORCHESTRATOR_URL),
-    nodeToken: env.OZ0_NODE_TOKEN || undefined,
-    nodeId: env.OZ0_NODE_ID || undefined,
-    advertiseUrl: env.OZ0_ADVERTISE_URL || undefined,
-    heartbeatMs: integer(env, "OZ0_HEARTBEAT_MS"),
+    sessionPath: envString(env, "OZ0_SESSION_PATH"),
+    orchestratorUrls: orchestratorUrls.length > 0 ? orchestratorUrls : undefined,
+    nodeToken: envString(env, "OZ0_NODE_TOKEN"),
+    nodeId: envString(env, "OZ0_NODE_ID"),
+    advertiseUrl: envUrl(env, "OZ0_ADVERTISE_URL"),
+    heartbeatMs: ms(env, "OZ0_HEARTBEAT_MS", 1),
     auth: authSettingsFromEnv(env, { acceptNodes: true }),
     sessionTraces: otlpTracesTarget(env),
   };
-  if (config.heartbeatMs === 0) throw new Error("OZ0_HEARTBEAT_MS must be a positive number of milliseconds, got 0");
-  return config;
 }
 
 /** OZ0_SANDBOX_HIDDEN_PATHS, absolute, and OZ0_HOME: the stack's data directory, whatever a read-only path may contain. */
 function hiddenPaths(env: NodeJS.ProcessEnv): string[] {
-  const listed = (env.OZ0_SANDBOX_HIDDEN_PATHS ?? "").split(":").filter((p) => p !== "");
-  const relative = listed.find((p) => !path.isAbsolute(p));
-  if (relative !== undefined)
-    throw new Error(`OZ0_SANDBOX_HIDDEN_PATHS must list absolute paths, got ${JSON.stringify(relative)}`);
-  return env.OZ0_HOME ? [...listed, path.resolve(env.OZ0_HOME)] : listed;
-}
-
-function urlList(raw: string | undefined): string[] | undefined {
-  return raw
-    ? raw
-        .split(",")
-        .map((u) => u.trim())
-        .filter(Boolean)
-    : undefined;
+  const value = envString(env, "OZ0_SANDBOX_HIDDEN_PATHS");
+  const listed = (value ?? "").split(":").filter((p) => p !== "");
+  if (listed.some((p) => !path.isAbsolute(p)))
+    throw new EnvConfigError("OZ0_SANDBOX_HIDDEN_PATHS", "`:`-separated absolute paths", value ?? "");
+  const home = envString(env, "OZ0_HOME");
+  return home ? [...listed, path.resolve(home)] : listed;
 }
 
 /**
@@ -232,6 +228,8 @@ export interface HeartbeatSidecarConfig {
   advertiseUrl?: string;
   /** OZ0_HEARTBEAT_MS. Default 5000. */
   heartbeatMs: number;
+  /** Where the kubelet's liveness and readiness probes ask, HTTP /livez and /readyz (OZ0_HEALTH_PORT); none when unset. */
+  healthPort?: number;
 }
 
 /**
@@ -254,29 +252,23 @@ export function checkNodeToken(token: string | undefined): string {
 
 /** Reads the sidecar's configuration; throws naming the variable to set. */
 export function heartbeatSidecarConfigFromEnv(env: NodeJS.ProcessEnv): HeartbeatSidecarConfig {
-  const orchestratorUrls = urlList(env.OZ0_ORCHESTRATOR_URL);
-  if (!orchestratorUrls?.length)
+  const orchestratorUrls = envUrlList(env, "OZ0_ORCHESTRATOR_URL");
+  if (orchestratorUrls.length === 0)
     throw new Error(
       "OZ0_ORCHESTRATOR_URL is required: the orchestrator (or its Service) to send this node's heartbeats to",
     );
-  const nodeToken = checkNodeToken(env.OZ0_NODE_TOKEN);
-  const sandboxUrl = env.OZ0_SANDBOX_URL || `http://127.0.0.1:${DEFAULT_PORT}`;
-  try {
-    new URL(sandboxUrl);
-  } catch {
-    throw new Error(
-      `OZ0_SANDBOX_URL must be a URL such as http://127.0.0.1:${DEFAULT_PORT}, got ${JSON.stringify(sandboxUrl)}`,
-    );
-  }
-  const heartbeatMs = integer(env, "OZ0_HEARTBEAT_MS") ?? DEFAULT_HEARTBEAT_MS;
-  if (heartbeatMs === 0) throw new Error("OZ0_HEARTBEAT_MS must be a positive number of milliseconds, got 0");
+  const nodeToken = checkNodeToken(envString(env, "OZ0_NODE_TOKEN"));
+  const nodeId = envString(env, "OZ0_NODE_ID");
+  const advertiseUrl = envUrl(env, "OZ0_ADVERTISE_URL");
+  const healthPort = envPort(env, "OZ0_HEALTH_PORT");
   return {
-    sandboxUrl,
+    sandboxUrl: envUrl(env, "OZ0_SANDBOX_URL") ?? `http://127.0.0.1:${DEFAULT_PORT}`,
     orchestratorUrls,
     nodeToken,
-    ...(env.OZ0_NODE_ID ? { nodeId: env.OZ0_NODE_ID } : {}),
-    ...(env.OZ0_ADVERTISE_URL ? { advertiseUrl: env.OZ0_ADVERTISE_URL } : {}),
-    heartbeatMs,
+    ...(nodeId ? { nodeId } : {}),
+    ...(advertiseUrl ? { advertiseUrl } : {}),
+    heartbeatMs: ms(env, "OZ0_HEARTBEAT_MS", 1) ?? DEFAULT_HEARTBEAT_MS,
+    ...(healthPort !== undefined ? { healthPort } : {}),
   };
 }
 

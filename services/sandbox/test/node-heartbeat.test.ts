@@ -204,7 +204,10 @@ void describe("node heartbeats", () => {
       [config.orchestratorUrls, config.nodeToken, config.nodeId, config.advertiseUrl, config.heartbeatMs],
       [["http://orchestrator-0:7700", "http://orchestrator-1:7700"], TOKEN, "node-7", "http://10.0.0.7:7701", 2000],
     );
-    assert.throws(() => configFromEnv({ OZ0_HEARTBEAT_MS: "0" }), /OZ0_HEARTBEAT_MS must be a positive/);
+    assert.throws(
+      () => configFromEnv({ OZ0_HEARTBEAT_MS: "0" }),
+      /OZ0_HEARTBEAT_MS must be a whole number of milliseconds, at least 1; got "0"$/,
+    );
     await assert.rejects(
       startSandbox({
         auth: testCredentials.settingsFor("sandbox"),
@@ -364,7 +367,7 @@ void describe("heartbeat sidecar", () => {
           OZ0_NODE_TOKEN: TOKEN,
           OZ0_SANDBOX_URL: "127.0.0.1:7701",
         }),
-      /OZ0_SANDBOX_URL must be a URL/,
+      /OZ0_SANDBOX_URL must be an http:\/\/ or https:\/\/ URL, such as http:\/\/127\.0\.0\.1:7701; got "127\.0\.0\.1:7701"$/,
     );
   });
 });
