@@ -177,7 +177,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     store,
     feed,
     placement,
-    tokens: proxy,
+    tokens: orchestratorTracing.tokenIssuer(proxy),
     policy: new PermissionPolicy({ hooks: [new HookStage()] }),
     home,
     logger,

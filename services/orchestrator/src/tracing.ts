@@ -15,6 +15,11 @@
 // sandbox's messages. Lifecycle events get the traceparent of the innermost
 // span they belong to. Only names, ids, counts and outcomes are recorded:
 // never the task, tool input or output, model text or a reason a hook wrote.
+//
+// The job's session token is minted and revoked in the job's trace (the
+// TokenIssuer decorator), not in the trace of whichever RPC happened to start
+// or end the job; calls that act on a running job (approve, cancel, watch)
+// keep their own traces and link the job's span (linkJob).
 import { create } from "@bufbuild/protobuf";
 import {
   context,
@@ -26,10 +31,13 @@ import {
   TraceFlags,
   type Context,
   type Span,
+  type SpanContext,
 } from "@opentelemetry/api";
 import type { LifecycleType } from "@oz0/events-client";
 import type { GraphTracer } from "@oz0/graph";
 import {
+  PermissionAnswer_Outcome,
+  StopReason,
   TraceContextSchema,
   type PermissionAnswer,
   type RuntimeToolResult,
@@ -42,6 +50,7 @@ import type {
   SessionChannel,
   SessionRunner,
   StartSessionOptions,
+  TokenIssuer,
 } from "./sessions/session-runner.js";
 
 const tracer = oz0Tracer("@oz0/orchestrator");
@@ -76,6 +85,9 @@ const TERMINAL_JOB_EVENTS = new Map<LifecycleType, "succeeded" | "failed" | "can
   ["graph.run_cancelled", "cancelled"],
 ]);
 
+/** How many ended jobs' spans linkJob still finds (a few hundred kilobytes). */
+const ENDED_JOBS_KEPT = 10_000;
+
 /** A harness operation's end, as its call span's `oz0.operation.outcome`. */
 const OPERATION_OUTCOMES: Readonly<Partial<Record<LifecycleType, string>>> = {
   "harness.operation_completed": "completed",
@@ -108,9 +120,15 @@ function toolSpan(
   });
 }
 
+/** An error span: its type, also as the status message (a name, never an error's text, which may quote content). */
 function fail(span: Span, errorType: string): void {
   span.setAttribute("error.type", errorType);
-  span.setStatus({ code: SpanStatusCode.ERROR });
+  span.setStatus({ code: SpanStatusCode.ERROR, message: errorType });
+}
+
+/** A proto enum value as the lower-case name a trace viewer shows (`max_turns`, `timed_out`), never its number. */
+function enumName(names: Record<number, string>, value: number): string {
+  return (names[value] ?? "UNSPECIFIED").toLowerCase();
 }
 
 /** One per process: the hook stage and the job runner's decorators share it. */
@@ -120,6 +138,10 @@ export class OrchestratorTracing {
   /** Open graph.step spans by `runId|stepPath`, and their span ids. */
   readonly #graphSteps = new Map<string, Context>();
   readonly #graphStepSpans = new Set<string>();
+  /** Span contexts of jobs that ended here lately, oldest first (linkJob: watching a job that just ended). */
+  readonly #endedJobs = new Map<string, SpanContext>();
+  /** The job context each live session token was minted in (by token id), for its revoke. */
+  readonly #tokenTraces = new Map<string, Context>();
   #instruments: { jobs: WorkMetrics; sessions: WorkMetrics; approvals: WorkMetrics } | undefined;
 
   // Created on first use, not at import: the metrics API has no proxy, so an
@@ -141,6 +163,47 @@ export class OrchestratorTracing {
       reattach: (options) => this.#channel(inner.reattach(options), options.sessionId),
       cancel: (options) => inner.cancel(options),
     };
+  }
+
+  /**
+   * The TokenIssuer with each job's token minted and revoked in the job's
+   * trace, below its `invoke_agent` span. The job's work runs on in the async
+   * context of the RPC that started it (and a cancel ends it in the cancel's),
+   * so without this the revoke at the job's end was a child of a 40 ms
+   * RunAgent call, outside the job's trace. The revoke follows the job's last
+   * event, which ends the job's span: it is the one child that starts after.
+   */
+  tokenIssuer(inner: TokenIssuer): TokenIssuer {
+    return {
+      mint: async (options) => {
+        const ctx = this.#jobs.get(options.jobId)?.ctx;
+        if (!ctx) return inner.mint(options);
+        const minted = await context.with(ctx, () => inner.mint(options));
+        this.#tokenTraces.set(minted.tokenId, ctx);
+        return minted;
+      },
+      revoke: (options) => {
+        const ctx = this.#tokenTraces.get(options.tokenId);
+        if (!ctx) return inner.revoke(options);
+        this.#tokenTraces.delete(options.tokenId);
+        return context.with(ctx, () => inner.revoke(options));
+      },
+    };
+  }
+
+  /**
+   * Links the active span (an RPC that approves, cancels or watches a job) to
+   * the job's `invoke_agent` span: the call keeps its own trace, and a viewer
+   * goes from either to the other. Only a job that runs or lately ended on
+   * this replica has a span to link (the store keeps the trace's id, not the
+   * span's); for others the call names the job (`oz0.job.id`) only.
+   */
+  linkJob(jobId: string): void {
+    const span = trace.getActiveSpan();
+    if (!span?.isRecording()) return;
+    span.setAttribute("oz0.job.id", jobId);
+    const job = this.#jobs.get(jobId)?.span.spanContext() ?? this.#endedJobs.get(jobId);
+    if (job && isSpanContextValid(job)) span.addLink({ context: job, attributes: { "oz0.job.id": jobId } });
   }
 
   /** The LifecycleSink (or none) with job spans from the job's events and a traceparent on each event. */
@@ -217,7 +280,12 @@ export class OrchestratorTracing {
         this.#graphStepSpans.add(span.spanContext().spanId);
         return {
           setStatus: (status: { code: number }) =>
-            span.setStatus({ code: status.code === 2 ? SpanStatusCode.ERROR : SpanStatusCode.UNSET }),
+            // The step's own message may quote content: a fixed one says what happened.
+            span.setStatus(
+              status.code === 2
+                ? { code: SpanStatusCode.ERROR, message: "graph_step_failed" }
+                : { code: SpanStatusCode.UNSET },
+            ),
           end: () => {
             span.end();
             this.#graphSteps.delete(key);
@@ -357,7 +425,7 @@ export class OrchestratorTracing {
         session.usage.cacheWrite += Number(e.value.cacheWriteTokens);
         return;
       case "result":
-        session.span.setAttribute("oz0.session.stop_reason", e.value.stopReason);
+        session.span.setAttribute("oz0.session.stop_reason", enumName(StopReason, e.value.stopReason));
         return;
       default:
         return;
@@ -370,7 +438,7 @@ export class OrchestratorTracing {
     if (!session || !permission) return;
     permission.span.setAttributes({
       "oz0.permission.allowed": answer.allow,
-      "oz0.permission.outcome": answer.outcome,
+      "oz0.permission.outcome": enumName(PermissionAnswer_Outcome, answer.outcome),
       "oz0.permission.needs_person": permission.needsPerson,
     });
     permission.span.end();
@@ -485,6 +553,8 @@ export class OrchestratorTracing {
     });
     if (state !== "succeeded") fail(job.span, `job_${state}`);
     job.span.end();
+    this.#endedJobs.set(init.jobId, job.span.spanContext());
+    if (this.#endedJobs.size > ENDED_JOBS_KEPT) this.#endedJobs.delete(this.#endedJobs.keys().next().value!);
     const attributes = { [GenAi.agentName]: job.agent, "oz0.job.state": state };
     this.#metrics.jobs.count.add(1, attributes);
     this.#metrics.jobs.duration.record((performance.now() - job.started) / 1000, attributes);

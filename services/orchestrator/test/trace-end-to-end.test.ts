@@ -23,7 +23,12 @@ interface ReceivedSpan {
   name: string;
   attributes: Record<string, unknown>;
   statusCode: number;
+  statusMessage: string;
+  startTimeUnixNano: string;
+  links: { traceId: string; spanId: string; attributes: Record<string, unknown> }[];
 }
+
+const FAILING_TASK = "a command that fails, then one nobody answers";
 
 interface ReceivedMetricPoint {
   service: string;
@@ -64,10 +69,14 @@ before(async () => {
     OTEL_TRACES_SAMPLER: "always_on",
   });
   t = await startTestStack({
-    pick: ({ turn }) =>
-      turn === 0
+    pick: ({ turn, input }) => {
+      // The second job: a command exiting 3 (approved), then one left waiting until the job is cancelled.
+      if (input.includes(FAILING_TASK))
+        return { toolCalls: [{ name: "run_command", input: { command: turn === 0 ? "exit 3" : "echo never" } }] };
+      return turn === 0
         ? { toolCalls: [{ name: "run_command", input: { command: `echo ${MARKER}` } }] }
-        : { text: `done: ${MARKER}` },
+        : { text: `done: ${MARKER}` };
+    },
   });
   const repo = await makePluginRepo({
     agents: {
@@ -122,12 +131,30 @@ void test("a job with an approved tool call and model calls through the proxy is
   assert.equal(shown.state, "JOB_STATE_SUCCEEDED", shown.error);
   assert.equal(shown.resultText, `done: ${MARKER}`, "the marker did reach the model and back");
 
+  // A second job: its command exits 3 (an error, approved), its next waits until the job is cancelled.
+  const second = (await stack.cli(["run", "careful", FAILING_TASK, "--detach"])).stdout.trim();
+  const pendingCall = async (seen: string[]): Promise<string> =>
+    eventually(async () => {
+      const list = await stack.cli(["approvals", "list", "--job", second, "--json"]);
+      const calls = list.stdout
+        .split("\n")
+        .filter((l) => l.trim())
+        .map((l) => (JSON.parse(l) as { callId: string }).callId);
+      return calls.find((c) => !seen.includes(c));
+    });
+  const failingCall = await pendingCall([]);
+  assert.equal((await stack.cli(["approve", second, failingCall])).code, 0);
+  await pendingCall([failingCall]);
+  const cancelled = await stack.cli(["jobs", "cancel", second]);
+  assert.equal(cancelled.code, 0, cancelled.stderr);
+  await stack.cli(["jobs", "watch", second]);
+
   // SIGTERM: every service flushes its spans and metrics before it exits.
   await stack.close();
   t = undefined;
   const { spans, metrics } = await eventually(async () => {
     const all = await received();
-    return all.spans.some((s) => s.name === "invoke_agent careful") &&
+    return all.spans.filter((s) => s.name === "invoke_agent careful").length === 2 &&
       all.spans.some((s) => s.name.startsWith("chat ") && s.service === "oz0-llm-proxy")
       ? all
       : undefined;
@@ -262,6 +289,62 @@ void test("a job with an approved tool call and model calls through the proxy is
     "the job's events were published in its trace",
   );
   for (const call of publishCalls) assert.notEqual(call.parentSpanId, "", "a Publish call is not a trace of its own");
+
+  // The session token is minted and revoked in the job's trace, not in the RunAgent call's,
+  // which started the job and is over in milliseconds: that trace holds its own span only.
+  const mint = one("the token's mint", (s) => s.name === "oz0.llmproxy.v1.LlmProxyService/MintSessionToken");
+  assert.equal(mint.parentSpanId, root.spanId);
+  const revoke = one("the token's revoke", (s) => s.name === "oz0.llmproxy.v1.LlmProxyService/RevokeSessionToken");
+  assert.equal(revoke.parentSpanId, root.spanId);
+  const runAgent = spans.find(
+    (s) => s.name === "oz0.orchestrator.v1.JobService/RunAgent" && s.spanId === root.links[0]?.spanId,
+  );
+  assert.ok(runAgent, "the job links the RunAgent call that created it");
+  assert.deepEqual(
+    spans.filter((s) => s.traceId === runAgent.traceId).map((s) => s.name),
+    ["oz0.orchestrator.v1.JobService/RunAgent"],
+  );
+
+  // Calls that approve, watch or cancel a job keep traces of their own, linked to the job's span.
+  const linksTo = (job: ReceivedSpan, name: string): void => {
+    const calls = spans.filter(
+      (s) =>
+        s.name === `oz0.orchestrator.v1.JobService/${name}` &&
+        s.attributes["oz0.job.id"] === job.attributes["oz0.job.id"],
+    );
+    assert.ok(calls.length > 0, `no ${name} call about ${String(job.attributes["oz0.job.id"])}`);
+    for (const call of calls) {
+      assert.equal(call.parentSpanId, "", `${name} is not a child of the job`);
+      assert.notEqual(call.traceId, job.traceId);
+      assert.deepEqual(
+        call.links,
+        [{ traceId: job.traceId, spanId: job.spanId, attributes: { "oz0.job.id": job.attributes["oz0.job.id"] } }],
+        `${name} links the job`,
+      );
+    }
+  };
+  linksTo(root, "AnswerPermission");
+  linksTo(root, "WatchJob");
+  const secondRoot = spans.find((s) => s.name === "invoke_agent careful" && s.attributes["oz0.job.id"] === second);
+  assert.ok(secondRoot);
+  linksTo(secondRoot, "CancelJob");
+  assert.equal(secondRoot.attributes["oz0.job.state"], "cancelled");
+  assert.equal(secondRoot.statusMessage, "job_cancelled", "an error span says why");
+  const secondTrace = spans.filter((s) => s.traceId === secondRoot.traceId);
+  const secondRevoke = secondTrace.find((s) => s.name === "oz0.llmproxy.v1.LlmProxyService/RevokeSessionToken");
+  assert.equal(secondRevoke?.parentSpanId, secondRoot.spanId, "a cancelled job's token is revoked in its own trace");
+
+  // A command that exited non-zero is an error, in the harness's span and the orchestrator's, with a message (never its output).
+  for (const service of ["oz0-fake-harness", "oz0-orchestrator"]) {
+    const failed = secondTrace.filter((s) => s.service === service && s.name === "execute_tool run_command");
+    assert.ok(failed.length >= 1, `${service}: ${secondTrace.map((s) => `${s.service}:${s.name}`).join(", ")}`);
+    const [first] = failed.sort((a, b) => Number(BigInt(a.startTimeUnixNano) - BigInt(b.startTimeUnixNano)));
+    assert.equal(first!.statusCode, 2, `${service}: the failed command is an error span`);
+    assert.ok(first!.statusMessage, `${service}: the error span says why`);
+  }
+  // Stop reasons and outcomes by name, never a proto enum's number.
+  assert.equal(session.attributes["oz0.session.stop_reason"], "completed");
+  assert.equal(permission.attributes["oz0.permission.outcome"], "answered");
 
   // Every span of the trace hangs off the root.
   for (const s of inTrace) {

@@ -1,6 +1,7 @@
 // Session lifecycle events for the events service, which redacts and
 // publishes them. Publishing never blocks or fails a session.
 import { createEventPublisher, rawEvent, type EventPublisher } from "@oz0/events-client";
+import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { SessionStatus, type SessionExited } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import type { Logger } from "@oz0/serving";
 import type { SandboxSession } from "./sandbox-session.js";
@@ -53,7 +54,10 @@ export function createLifecycleEvents(options: { url: string; logger: Logger; to
             status: STATUS_NAMES[session.status],
             attributes: {
               error_code: exited?.errorCode ?? "",
-              stop_reason: exited?.result?.stopReason ?? 0,
+              // A name (`max_turns`), as every other event's stop reason, not the proto's number.
+              ...(exited?.result
+                ? { stop_reason: (StopReason[exited.result.stopReason] ?? "UNSPECIFIED").toLowerCase() }
+                : {}),
               turns: exited?.result?.turns ?? 0,
             },
           }),

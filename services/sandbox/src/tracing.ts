@@ -43,7 +43,7 @@ export function startSessionSpan(request: SessionRequest, options: { isolation: 
       if (ended) return;
       ended = true;
       span.setAttribute("oz0.session.status", status);
-      if (failed) span.setStatus({ code: SpanStatusCode.ERROR });
+      if (failed) span.setStatus({ code: SpanStatusCode.ERROR, message: status });
       span.end();
     },
   };

@@ -87,5 +87,7 @@ void describe("service surface", () => {
         ["session.ended", "completed", "sandbox", "job-1", "coder", "3"],
       ],
     );
+    // The stop reason by name, as every other event says it, never the proto's number.
+    assert.equal(mine()[1]!.attributes?.stop_reason, "completed");
   });
 });

@@ -53,6 +53,7 @@ import { watchJobs } from "./watch-jobs.js";
 import { jobUsage } from "../jobs/job-usage.js";
 import type { PluginRegistry } from "../plugins/plugin-registry.js";
 import type { SecretWriter } from "../sessions/session-runner.js";
+import { orchestratorTracing } from "../tracing.js";
 import type { GetUsageResponse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 
 const CODES: Record<OrchestratorError["code"], Code> = {
@@ -316,11 +317,17 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
         });
         return { jobs: page.jobs.map(jobToProto), nextPageToken: page.nextPageToken };
       }),
-    watchJob: (req, context) => watch(deps, required(req.jobId, "job_id"), Number(req.afterSeq), context),
+    watchJob: (req, context) => {
+      const jobId = required(req.jobId, "job_id");
+      // Calls about a job keep their own traces, linked to the job's (tracing.ts).
+      orchestratorTracing.linkJob(jobId);
+      return watch(deps, jobId, Number(req.afterSeq), context);
+    },
     watchJobs: (_req, context) => watchJobs({ feed: deps.feed, store: deps.store, toProto: jobToProto }, context),
     cancelJob: (req) =>
       handle(async () => {
         const jobId = required(req.jobId, "job_id");
+        orchestratorTracing.linkJob(jobId);
         const cancelled =
           deps.graphs && isGraphJob({ id: jobId })
             ? await deps.graphs.jobs.cancel({ jobId, reason: req.reason })
@@ -342,8 +349,10 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
       }),
     answerPermission: (req, context) =>
       handle(async () => {
+        const jobId = required(req.jobId, "job_id");
+        orchestratorTracing.linkJob(jobId);
         const record = await deps.runner.answerPermission({
-          jobId: required(req.jobId, "job_id"),
+          jobId,
           callId: required(req.callId, "call_id"),
           allow: req.allow,
           ...(req.input ? { input: req.input as JsonObject } : {}),
