@@ -1,0 +1,36 @@
+// The LLM proxy's configuration as the environment gives it (README,
+// "Environment"), read and validated in one place: a malformed value is an
+// EnvConfigError naming the variable and the form it expects, and main.ts
+// stops on it before anything listens. The KEK and the providers file are
+// read here too, so a bad one also stops the start (with their own errors).
+import { authSettingsFromEnv, envInteger, envPort, envString, envUrl } from "@oz0/serving";
+import type { LlmProxyConfig } from "./index.js";
+import { loadKek } from "./key-vault.js";
+import { loadProvidersFile } from "./provider-config.js";
+
+export const DEFAULT_PORT = 7702;
+
+/** Everything `startLlmProxy` takes from the environment (the logger is the caller's). */
+export function configFromEnv(env: NodeJS.ProcessEnv): LlmProxyConfig {
+  const databaseUrl = envString(env, "DATABASE_URL");
+  const databaseSchema = envString(env, "OZ0_DATABASE_SCHEMA");
+  const secretsDir = envString(env, "OZ0_SECRETS_DIR");
+  const providersFile = envString(env, "OZ0_PROVIDERS_FILE");
+  const eventsUrl = envUrl(env, "OZ0_EVENTS_URL");
+  const attemptTimeoutMs = envInteger(env, "OZ0_UPSTREAM_TIMEOUT_MS", { min: 1, unit: "milliseconds" });
+  const kek = loadKek(env);
+  return {
+    port: envPort(env, "OZ0_PORT") ?? DEFAULT_PORT,
+    host: envString(env, "OZ0_HOST") ?? "127.0.0.1",
+    dataDir: envString(env, "OZ0_LLM_PROXY_DATA") ?? ".oz0/llm-proxy",
+    // PostgreSQL instead of the SQLite file: what several replicas share.
+    ...(databaseUrl ? { databaseUrl } : {}),
+    ...(databaseSchema ? { databaseSchema } : {}),
+    ...(secretsDir ? { secretsDir } : {}),
+    ...(providersFile ? { providers: loadProvidersFile(providersFile) } : {}),
+    ...(eventsUrl ? { eventsUrl } : {}),
+    auth: authSettingsFromEnv(env),
+    ...(attemptTimeoutMs !== undefined ? { retry: { attemptTimeoutMs } } : {}),
+    ...(kek ? { kek } : {}),
+  };
+}
