@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // oz0-orchestrator: the orchestrator as a process, configured from the environment.
-import { createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
+import { configFromEnvOrExit, createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
 import { configFromEnv } from "./orchestrator-config.js";
 import { startOrchestrator } from "./start-orchestrator.js";
 
@@ -9,8 +9,9 @@ const logger = createLogger({ name: "orchestrator" });
 const telemetry = startTelemetry({ serviceName: "oz0-orchestrator" });
 
 try {
-  // A malformed variable stops here, named, before anything listens.
-  const orchestrator = await startOrchestrator({ ...configFromEnv(process.env), logger });
+  // A malformed variable stops here, named, with exit code 2, before anything listens.
+  const config = configFromEnvOrExit("oz0-orchestrator", () => configFromEnv(process.env));
+  const orchestrator = await startOrchestrator({ ...config, logger });
   onShutdownSignal(logger, async () => {
     await orchestrator.close();
     // Flush the spans and metrics of the last work before the process exits.
