@@ -9,6 +9,7 @@ export const GenAi = {
   providerName: "gen_ai.provider.name",
   requestModel: "gen_ai.request.model",
   responseModel: "gen_ai.response.model",
+  responseId: "gen_ai.response.id",
   responseFinishReasons: "gen_ai.response.finish_reasons",
   inputTokens: "gen_ai.usage.input_tokens",
   outputTokens: "gen_ai.usage.output_tokens",

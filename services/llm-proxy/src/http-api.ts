@@ -187,7 +187,14 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       bareModel !== undefined ? { ...read.upstreamFields, model: bareModel } : read.upstreamFields,
     );
     await traceModelCall(
-      { incoming: req.headers, outgoing: headers, provider: found.provider, operation: "chat", model: request.model },
+      {
+        incoming: req.headers,
+        outgoing: headers,
+        provider: found.provider,
+        operation: "chat",
+        model: request.model,
+        upstream: provider.baseUrl,
+      },
       () =>
         runModelCall(options, {
           res,

@@ -21,12 +21,13 @@ import {
 import { isRetryableStatus, retryDelayMs, type RetryPolicy } from "./retry-policy.js";
 import { createScrubber, type Logger, type SecretScrubber } from "@oz0/serving";
 import { SseEventSplitter } from "./sse-event-splitter.js";
-import { recordFinishReason } from "./tracing.js";
+import { recordAnswer } from "./tracing.js";
 import { discard, readAll, sendUpstream } from "./upstream-client.js";
 import { abortResponse, sendError, type ClientResponse } from "./wire-errors.js";
 import { estimateTokens } from "./wire-formats/token-counts.js";
 import type {
   ModelCalls,
+  ResponseIdentity,
   StreamMeterReading,
   StreamScrubber,
   WireFormat,
@@ -120,6 +121,8 @@ interface AttemptSummary {
   finish?: () => void;
   /** Why the answer ended, as its API says (for the trace). */
   finishReason?: string | undefined;
+  /** The answer's id and model, as the provider named them (for the trace). */
+  response?: ResponseIdentity;
 }
 
 const sleep = (ms: number, signal: AbortSignal): Promise<void> =>
@@ -254,7 +257,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       retryable: false,
     };
     const charged = costOf(price, final.usage);
-    if (final.finishReason !== undefined) recordFinishReason(final.finishReason);
+    recordAnswer({ finishReason: final.finishReason, ...final.response });
     const metered = deps.metering.call({
       ...common,
       status: final.pendingError?.status ?? (final.delivered || final.status >= 200 ? final.status : 502),
@@ -506,6 +509,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
       retryable: false,
       finish,
       finishReason: input.calls.finishReason(parsed),
+      response: input.calls.responseOf(parsed),
     };
   } finally {
     clearTimeout(deadline);
@@ -618,5 +622,6 @@ async function forwardStream(options: {
     retryable: false,
     ...(finish ? { finish } : {}),
     finishReason: meter.finishReason,
+    response: meter.response,
   };
 }

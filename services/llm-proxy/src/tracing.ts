@@ -2,8 +2,9 @@
 // (OpenTelemetry GenAI conventions), continuing the harness's `traceparent`
 // header, with the usage the metering records and one child span per attempt
 // upstream. The GenAI client metrics are recorded from the same records.
-// Nothing of the request or the answer is put on a span: only counts, names
-// and outcomes.
+// Nothing of the request or the answer is put on a span: only counts, names,
+// ids and outcomes (the answer's id, the model that gave it, why it ended, the
+// provider's host); an error span's status message is its outcome's name.
 import { context, propagation, SpanKind, SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import { GenAi, genAiClientMetrics, oz0Tracer, recording } from "@oz0/serving";
 import type { AttemptRecord, CallRecord } from "./proxy-store.js";
@@ -24,6 +25,20 @@ export interface TracedModelCall {
   /** `chat` for messages and chat completions. */
   operation: string;
   model: string | undefined;
+  /** The provider's base URL (`server.address`, `server.port`); none for the in-process scripted provider. */
+  upstream?: string | undefined;
+}
+
+/** `server.address` and `server.port` of the provider's base URL. */
+function serverAttributes(upstream: string | undefined): Record<string, string | number> {
+  if (!upstream) return {};
+  try {
+    const url = new URL(upstream);
+    const port = url.port ? Number(url.port) : url.protocol === "https:" ? 443 : 80;
+    return { "server.address": url.hostname.replace(/^\[(.*)\]$/, "$1"), "server.port": port };
+  } catch {
+    return {};
+  }
 }
 
 /** Runs a model call inside its `chat {model}` span; metering records land on it (see recordCall). */
@@ -37,6 +52,7 @@ export async function traceModelCall(call: TracedModelCall, run: () => Promise<v
         [GenAi.operationName]: call.operation,
         [GenAi.providerName]: call.provider,
         ...(call.model ? { [GenAi.requestModel]: call.model } : {}),
+        ...serverAttributes(call.upstream),
       },
     },
     parent,
@@ -47,8 +63,9 @@ export async function traceModelCall(call: TracedModelCall, run: () => Promise<v
   try {
     await context.with(active, run);
   } catch (error) {
-    span.setStatus({ code: SpanStatusCode.ERROR });
-    span.setAttribute("error.type", (error as { code?: string }).code ?? "internal");
+    const errorType = (error as { code?: string }).code ?? "internal";
+    span.setStatus({ code: SpanStatusCode.ERROR, message: errorType });
+    span.setAttribute("error.type", errorType);
     throw error;
   } finally {
     span.end();
@@ -90,14 +107,27 @@ export function recordCall(record: CallRecord): void {
   });
   if (record.outcome !== "ok") {
     span.setAttribute("error.type", record.outcome);
-    span.setStatus({ code: SpanStatusCode.ERROR });
+    span.setStatus({ code: SpanStatusCode.ERROR, message: record.outcome });
   }
 }
 
-/** Puts why the answer ended on the active chat span (`gen_ai.response.finish_reasons`). */
-export function recordFinishReason(reason: string): void {
+/**
+ * Puts what the provider said of its answer on the active chat span: why it
+ * ended (`gen_ai.response.finish_reasons`), its id and the model that gave it
+ * (`gen_ai.response.id`, `gen_ai.response.model`), as far as it said.
+ */
+export function recordAnswer(answer: {
+  finishReason?: string | undefined;
+  id?: string | undefined;
+  model?: string | undefined;
+}): void {
   const span = trace.getActiveSpan();
-  if (span?.isRecording()) span.setAttribute(GenAi.responseFinishReasons, [reason]);
+  if (!span?.isRecording()) return;
+  span.setAttributes({
+    ...(answer.finishReason !== undefined ? { [GenAi.responseFinishReasons]: [answer.finishReason] } : {}),
+    ...(answer.id !== undefined ? { [GenAi.responseId]: answer.id } : {}),
+    ...(answer.model !== undefined ? { [GenAi.responseModel]: answer.model } : {}),
+  });
 }
 
 /** One child span per attempt upstream, from the attempt's own start and latency. */
@@ -117,6 +147,6 @@ export function recordAttempt(record: AttemptRecord): void {
       [GenAi.outputTokens]: record.usage.output,
     },
   });
-  if (record.outcome !== "ok") span.setStatus({ code: SpanStatusCode.ERROR });
+  if (record.outcome !== "ok") span.setStatus({ code: SpanStatusCode.ERROR, message: record.outcome });
   span.end(start + record.latencyMs);
 }

@@ -76,4 +76,66 @@ void describe("tracing in the proxy", () => {
       );
     }
   });
+
+  void it("puts the answer's id and model, its finish reason and server.address on the chat span, streamed or not; an error span says its outcome", async (t) => {
+    const fx = await startFixture({
+      turns: [
+        { text: "one" },
+        { text: "two" },
+        { text: "three" },
+        {
+          fail: {
+            status: 400,
+            body: { type: "error", error: { type: "invalid_request_error", message: MARKER } },
+          },
+        },
+      ],
+    });
+    t.after(() => fx.close());
+    const endpoint = await fx.session({ session: "session-answers" });
+    const anthropic = { ...endpoint.headers, "x-api-key": endpoint.token };
+    const openai = { ...endpoint.headers, authorization: `Bearer ${endpoint.token}` };
+    const messages = [{ role: "user", content: `question ${MARKER}` }];
+    const calls = [
+      [
+        `${endpoint.anthropicBaseUrl}/v1/messages`,
+        { model: "claude-a", max_tokens: 50, stream: true, messages },
+        anthropic,
+      ],
+      [`${endpoint.openaiBaseUrl}/chat/completions`, { model: "gpt-b", stream: true, messages }, openai],
+      [`${endpoint.openaiBaseUrl}/responses`, { model: "gpt-c", stream: true, input: `question ${MARKER}` }, openai],
+      [`${endpoint.anthropicBaseUrl}/v1/messages`, { model: "claude-d", max_tokens: 50, messages }, anthropic],
+    ] as const;
+    for (const [url, body, headers] of calls) await post(url, body, headers);
+    const chat = (model: string) => {
+      const span = telemetry.spans().find((s) => s.name === `chat ${model}`);
+      assert.ok(span, `no chat ${model} span`);
+      return span;
+    };
+    const port = Number(new URL(fx.model.url).port);
+    for (const [model, id] of [
+      ["claude-a", /^msg_scripted_/],
+      ["gpt-b", /^chatcmpl-scripted-/],
+      ["gpt-c", /^resp_scripted_/],
+    ] as const) {
+      const span = chat(model);
+      assert.equal(span.attributes["gen_ai.response.model"], model, JSON.stringify(span.attributes));
+      assert.match(String(span.attributes["gen_ai.response.id"]), id);
+      assert.equal((span.attributes["gen_ai.response.finish_reasons"] as string[] | undefined)?.length, 1);
+      assert.equal(span.attributes["server.address"], "127.0.0.1");
+      assert.equal(span.attributes["server.port"], port);
+    }
+    const refused = chat("claude-d");
+    assert.equal(refused.status.code, 2);
+    assert.equal(
+      refused.status.message,
+      refused.attributes["error.type"],
+      "the outcome's name, never the provider's message",
+    );
+    assert.ok(refused.status.message, JSON.stringify(refused.attributes));
+    for (const span of telemetry.spans()) {
+      assert.ok(!JSON.stringify(span.attributes).includes(MARKER), `${span.name} carries content`);
+      assert.ok(!String(span.status.message ?? "").includes(MARKER), `${span.name}'s status carries content`);
+    }
+  });
 });

@@ -252,6 +252,12 @@ void test("a job with an approved tool call and model calls through the proxy is
     assert.ok(Number(chat.attributes["gen_ai.usage.output_tokens"]) > 0);
     assert.equal(typeof chat.attributes["gen_ai.usage.cache_read.input_tokens"], "number");
     assert.equal(typeof chat.attributes["gen_ai.usage.cache_creation.input_tokens"], "number");
+    // What the provider said of its answer, and where the provider is.
+    assert.equal(chat.attributes["gen_ai.response.model"], "claude-sonnet-5-5", JSON.stringify(chat.attributes));
+    assert.match(String(chat.attributes["gen_ai.response.id"]), /^msg_/);
+    assert.ok(Array.isArray(chat.attributes["gen_ai.response.finish_reasons"]));
+    assert.equal(chat.attributes["server.address"], "127.0.0.1");
+    assert.equal(chat.attributes["server.port"], Number(new URL(stack.model.url).port));
     assert.ok(
       inTrace.some((s) => s.parentSpanId === chat.spanId && s.name === "attempt 1"),
       "one span per attempt upstream",

@@ -7,7 +7,14 @@ import type { TokenUsage } from "../proxy-store.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
 import { isObject, parseEvent, stringOf, usageOf, type Json } from "./sse-json.js";
 import { estimateTokens, firstPositive, TextStreamMeter, tokenCount } from "./token-counts.js";
-import type { ProxyErrorType, RequestBody, StreamMeterReading, WireFormat, WireRequest } from "./wire-format.js";
+import {
+  responseIdentity,
+  type ProxyErrorType,
+  type RequestBody,
+  type StreamMeterReading,
+  type WireFormat,
+  type WireRequest,
+} from "./wire-format.js";
 
 /** Anthropic `usage` fields; all optional because message_delta may carry any subset. */
 interface AnthropicUsageFields {
@@ -68,6 +75,7 @@ export class AnthropicStreamMeter extends TextStreamMeter {
     switch (parsed.type) {
       case "message_start":
         this.#sawStart = true;
+        this.noteResponse(parsed.message);
         this.#fields = { ...(parsed.message?.usage ?? {}) };
         break;
       case "message_delta":
@@ -169,6 +177,7 @@ export const anthropicMessages: WireFormat = {
       return usage && fromAnthropicUsage(usage);
     },
     finishReason: (answer) => (isObject(answer) ? stringOf(answer.stop_reason) : undefined),
+    responseOf: responseIdentity,
     streamScrubber: (scrubber) => new AnthropicStreamScrubber(scrubber),
     streamErrorEvent: (type, message) => `event: error\ndata: ${JSON.stringify(anthropicErrorBody(type, message))}\n\n`,
   },

@@ -12,7 +12,13 @@ import { DeltaStreamScrubber } from "./stream-scrubbing.js";
 import { JsonRequestBody } from "../request-body.js";
 import { isObject, parseEvent, stringOf, usageOf, withData, withDataText, type Json } from "./sse-json.js";
 import { firstPositive, TextStreamMeter, tokenCount } from "./token-counts.js";
-import type { ProxyErrorType, RequestBody, WireFormat, WireRequest } from "./wire-format.js";
+import {
+  responseIdentity,
+  type ProxyErrorType,
+  type RequestBody,
+  type WireFormat,
+  type WireRequest,
+} from "./wire-format.js";
 
 interface OpenAiUsageFields {
   prompt_tokens?: number | null;
@@ -74,6 +80,7 @@ export class OpenAiStreamMeter extends TextStreamMeter {
     }
     const chunk = parseEvent(event) as Chunk | undefined;
     if (!chunk) return event;
+    this.noteResponse(chunk);
     for (const choice of chunk.choices ?? []) {
       if (typeof choice.finish_reason === "string") this.reason ??= choice.finish_reason;
       const delta = choice.delta;
@@ -229,6 +236,7 @@ export const openAiChatCompletions: WireFormat = {
       const choices = isObject(answer) && Array.isArray(answer.choices) ? answer.choices : [];
       return isObject(choices[0]) ? stringOf(choices[0].finish_reason) : undefined;
     },
+    responseOf: responseIdentity,
     streamScrubber: (scrubber) => new OpenAiStreamScrubber(scrubber),
     streamErrorEvent: (type, message) => `data: ${JSON.stringify(openAiErrorBody(type, message))}\n\n`,
   },

@@ -15,7 +15,7 @@ import { sseData } from "../sse-event-splitter.js";
 import { isObject, parseEvent, stringOf, usageOf, withDataText, type Json } from "./sse-json.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
 import { firstPositive, TextStreamMeter, tokenCount } from "./token-counts.js";
-import type { ProxyErrorType, WireFormat } from "./wire-format.js";
+import { responseIdentity, type ProxyErrorType, type WireFormat } from "./wire-format.js";
 
 interface ResponsesUsageFields {
   input_tokens?: number | null;
@@ -62,6 +62,8 @@ export class ResponsesStreamMeter extends TextStreamMeter {
   onEvent(event: string): string {
     const parsed = parseEvent(event);
     if (!parsed || typeof parsed.type !== "string") return event;
+    // `response.created` and the events that end a stream carry the response (its id and model).
+    if (isObject(parsed.response)) this.noteResponse(parsed.response);
     if (TEXT_DELTAS.has(parsed.type)) {
       if (typeof parsed.delta === "string") this.characters += parsed.delta.length;
     } else if (ENDS.has(parsed.type)) {
@@ -152,6 +154,7 @@ export const openAiResponses: WireFormat = {
       return usage && fromResponsesUsage(usage);
     },
     finishReason: responseFinishReason,
+    responseOf: responseIdentity,
     streamScrubber: (scrubber) => new ResponsesStreamScrubber(scrubber),
     streamErrorEvent,
   },

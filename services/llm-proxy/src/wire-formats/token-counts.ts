@@ -1,6 +1,6 @@
 // Token counts as providers report them: only finite, positive numbers count.
 import type { TokenUsage } from "../proxy-store.js";
-import type { StreamMeter, StreamMeterReading } from "./wire-format.js";
+import { responseIdentity, type ResponseIdentity, type StreamMeter, type StreamMeterReading } from "./wire-format.js";
 
 export function tokenCount(value: unknown): number {
   return typeof value === "number" && Number.isFinite(value) && value > 0 ? Math.floor(value) : 0;
@@ -39,6 +39,7 @@ export abstract class TextStreamMeter implements StreamMeter {
   protected reason: string | undefined;
   protected characters = 0;
   protected reported: TokenUsage | undefined;
+  #response: ResponseIdentity = {};
 
   abstract onEvent(event: string): string | undefined;
 
@@ -50,6 +51,18 @@ export abstract class TextStreamMeter implements StreamMeter {
   /** Why the answer ended, as the stream said. */
   get finishReason(): string | undefined {
     return this.reason;
+  }
+
+  /** The answer's id and model, from the first event that names them. */
+  get response(): ResponseIdentity {
+    return this.#response;
+  }
+
+  /** Keeps the first id and model an event's answer object names. */
+  protected noteResponse(value: unknown): void {
+    if (this.#response.id !== undefined && this.#response.model !== undefined) return;
+    const seen = responseIdentity(value);
+    this.#response = { id: this.#response.id ?? seen.id, model: this.#response.model ?? seen.model };
   }
 
   /** `estimatedInput` stands in for the input until the provider reported its usage. */

@@ -48,6 +48,8 @@ export interface ModelCalls {
   answerUsage(answer: unknown): TokenUsage | undefined;
   /** Why a whole answer ended, in the API's words (`end_turn`, `tool_calls`, `max_output_tokens`, …). */
   finishReason(answer: unknown): string | undefined;
+  /** Which answer a whole answer is: its id and the model that gave it. */
+  responseOf(answer: unknown): ResponseIdentity;
   /** A scrubber for one stream, reading each streamed text across its deltas (only made when there is a key to scrub). */
   streamScrubber(scrubber: SecretScrubber): StreamScrubber;
   /** The event that ends a stream the proxy cuts off (the budget ran out). */
@@ -81,6 +83,8 @@ export interface StreamMeter {
   readonly complete: boolean;
   /** Why the stream's answer ended, once the stream said. */
   readonly finishReason: string | undefined;
+  /** The answer's id and model, once the stream said. */
+  readonly response: ResponseIdentity;
   /** What was used so far; `estimatedInput` stands in for the input until the provider reported it. */
   reading(estimatedInput: number): StreamMeterReading;
 }
@@ -89,4 +93,20 @@ export interface StreamMeter {
 export interface StreamScrubber {
   /** What to forward for one whole upstream event: "" (nothing yet), the event, or held text and then the event. */
   push(event: string): string;
+}
+
+/** An answer's id and the model that gave it, as the provider named them (`gen_ai.response.id`, `gen_ai.response.model`). */
+export interface ResponseIdentity {
+  id?: string | undefined;
+  model?: string | undefined;
+}
+
+/** The `id` and `model` of an answer object (every API puts them there: the answer, a chunk, a stream's message or response). */
+export function responseIdentity(value: unknown): ResponseIdentity {
+  if (typeof value !== "object" || value === null) return {};
+  const { id, model } = value as { id?: unknown; model?: unknown };
+  return {
+    ...(typeof id === "string" && id ? { id } : {}),
+    ...(typeof model === "string" && model ? { model } : {}),
+  };
 }
