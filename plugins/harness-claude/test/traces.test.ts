@@ -24,6 +24,7 @@ interface ReceivedSpan {
   name: string;
   attributes: Record<string, unknown>;
   statusCode: number;
+  statusMessage: string;
 }
 
 void test("the harness's model calls and tool calls are spans of the session's trace, with no content", async () => {
@@ -41,9 +42,13 @@ void test("the harness's model calls and tool calls are spans of the session's t
       turns: ({ workingDir }) => [
         { toolCalls: [{ name: "Read", input: { file_path: path.join(workingDir, "notes.txt") } }] },
         { toolCalls: [{ name: "Bash", input: { command: `echo ${MARKER}`, description: "Echo" } }] },
+        { toolCalls: [{ name: "Bash", input: { command: "exit 3", description: "Fail" } }] },
         { text: `Done: ${MARKER}` },
       ],
-      answer: (request) => (request.tool === "Bash" ? { allow: false, reason: `no ${MARKER}` } : { allow: true }),
+      answer: (request) =>
+        request.tool === "Bash" && request.input?.command !== "exit 3"
+          ? { allow: false, reason: `no ${MARKER}` }
+          : { allow: true },
       request: { input: `Task ${MARKER}`, trace: { traceparent: `00-${TRACE_ID}-${SESSION_SPAN}-01` } },
       // What the sandbox gives a session when the stack records traces (its relay, here the receiver itself).
       env: {
@@ -67,10 +72,14 @@ void test("the harness's model calls and tool calls are spans of the session's t
         assert.ok(Number(chat.attributes["gen_ai.usage.output_tokens"]) > 0, JSON.stringify(chat.attributes));
       }
       const read = spans.find((s) => s.name === "execute_tool Read");
-      const bash = spans.find((s) => s.name === "execute_tool Bash");
-      assert.ok(read && bash, names);
+      const bash = spans.filter((s) => s.name === "execute_tool Bash");
+      assert.ok(read && bash.length === 2, names);
       assert.equal(read.statusCode, 0, "the allowed Read succeeded");
-      assert.equal(bash.statusCode, 2, "the refused Bash call is an error span");
+      // The refused call and the command that exited 3: errors, each with a message that is not its output.
+      for (const call of bash) {
+        assert.equal(call.statusCode, 2, "a refused or failed Bash call is an error span");
+        assert.ok(call.statusMessage, "an error span says why");
+      }
       assert.match(String(read.attributes["gen_ai.tool.call.id"]), /^toolu_/);
       for (const span of spans) {
         assert.equal(span.traceId, TRACE_ID, `${span.name} is in the session's trace`);
