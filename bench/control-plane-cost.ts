@@ -5,8 +5,9 @@
 // (run_command), then the answer; a client watches each job to its end, as
 // `oz0 run` does. Each service's CPU is read from /proc/<pid>/stat (user +
 // system, all its threads) before and after a round and divided by the jobs
-// in it; the sessions' own processes (the harness, bubblewrap, the
-// in-sandbox LLM forwarder) are not in it, nor is this process (the client
+// in it (the sandbox's with its keeper spawner, a helper process that forks
+// the sessions' keepers for it); the sessions' own processes (the harness,
+// bubblewrap, the in-sandbox LLM forwarder, the keepers) are not in it, nor is this process (the client
 // and the scripted model, printed apart). The baseline, in each round: the
 // same harness session (same request, same two model turns, same tool call)
 // spawned directly by this process with no service in between, its CPU read
@@ -157,7 +158,28 @@ const pidsOf = (stack: EmbeddedStack): Record<StackServiceName, number> =>
 
 type Reading = Record<StackServiceName, ProcessCpu>;
 const read = (pids: Record<StackServiceName, number>): Reading =>
-  Object.fromEntries(SERVICES.map((name) => [name, readProcessCpu(pids[name], ticks)])) as Reading;
+  Object.fromEntries(
+    SERVICES.map((name) => {
+      const own = readProcessCpu(pids[name], ticks);
+      if (name !== "sandbox") return [name, own];
+      // The sandbox's keeper spawner forks the sessions' keepers for it (services/sandbox/src/keeper-spawner.ts): its own CPU is the sandbox's.
+      const helpers = keeperSpawners(pids[name]).map((pid) => readProcessCpu(pid, ticks).ownMs);
+      return [name, { ...own, ownMs: own.ownMs + helpers.reduce((sum, x) => sum + x, 0) }];
+    }),
+  ) as Reading;
+
+/** The sandbox's keeper spawner (a Perl child of it, running the spawner's loop), found among its children. */
+function keeperSpawners(sandboxPid: number): number[] {
+  const pids: number[] = [];
+  try {
+    for (const task of readdirSync(`/proc/${sandboxPid}/task`))
+      for (const child of readFileSync(`/proc/${sandboxPid}/task/${task}/children`, "utf8").split(" ").filter(Boolean))
+        if (readFileSync(`/proc/${child}/cmdline`, "utf8").includes("sub add_spare")) pids.push(Number(child));
+  } catch {
+    // A child that ended meanwhile, or no /proc/<pid>/task/<tid>/children (a kernel without it): counted as none.
+  }
+  return pids;
+}
 
 /** Runs `jobs` jobs, `inflight` at a time, each watched to its end; throws when one did not succeed. */
 async function runJobs(api: Api, jobs: number, inflight: number, logs: string): Promise<void> {

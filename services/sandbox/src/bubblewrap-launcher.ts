@@ -232,6 +232,8 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
           if (match?.[1] !== undefined) {
             resolve(Number(match[1]));
             options.onInitPid?.(Number(match[1]));
+            // bwrap writes nothing more there; a kept session's info file is no longer followed.
+            infoStream.destroy();
           }
         });
         infoStream.on("error", () => resolve(undefined));

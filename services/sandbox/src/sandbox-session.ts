@@ -54,7 +54,7 @@ import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host"
 import { sessionUserLauncher } from "./session-user-launcher.js";
 import type { SessionUserLease } from "./session-user-pool.js";
 import { appendAnswered, SessionLogFile, writeSessionRecord, type SessionRecord } from "./session-record.js";
-import { adoptKeeper, keeperSpawn, processStartTime } from "./session-keeper.js";
+import { adoptKeeper, keeperSpawn, processStartTime, type SpareKeepers } from "./session-keeper.js";
 import { OTLP_TRACES_PATH } from "./telemetry-relay.js";
 import { startSessionSpan, type SessionSpan } from "./tracing.js";
 
@@ -109,7 +109,7 @@ export interface SandboxSessionOptions {
    * record and log in its internal directory, so a restarted sandbox takes it
    * over. Under bubblewrap only: there the keeper is all the harness needs.
    */
-  keep?: { orphanMs: number };
+  keep?: { orphanMs: number; spares?: SpareKeepers | undefined };
   /** A session a previous run of the sandbox started, taken over: {@link SandboxSession.resume} instead of prepareAndLaunch. */
   adopted?: {
     record: SessionRecord;
@@ -337,7 +337,7 @@ export class SandboxSession {
           isolation.forwards.length > 0 ? { command: isolation.entryCommand, forwards: isolation.forwards } : undefined,
         ...(keep !== undefined
           ? {
-              spawn: keeperSpawn({ dir: paths.internalDir, orphanMs: keep.orphanMs }),
+              spawn: keeperSpawn({ dir: paths.internalDir, orphanMs: keep.orphanMs, spares: keep.spares }),
               onInitPid: (pid: number) => this.#keepRecord({ initPid: pid }),
             }
           : {}),

@@ -30,47 +30,62 @@ import {
   existsSync,
   openSync,
   readFileSync,
+  readSync,
   watch,
   writeFileSync,
   writeSync,
   constants as fs,
   type FSWatcher,
 } from "node:fs";
-import { open, type FileHandle } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { Readable, Writable } from "node:stream";
 import { perlCommand } from "./perl-command.js";
 
-const KEEPER = String.raw`
+/**
+ * The keeper itself, as a Perl sub: `keep($dir, $owner, $orphan_ms, $extra,
+ * $cwd, \%env, $in, @cmd)` never returns. `$owner` is the sandbox's pid, `$in`
+ * the FIFO already open (or undef: it opens "$dir/stdin"), `$cwd` and `%env`
+ * what the command runs with when the keeper did not inherit them (a spare
+ * forked by the spawner, keeper-spawner.ts). Stdio entries past the third are
+ * the files "$dir/fd3", "$dir/fd4", ... (bwrap's --info-fd), appended to by
+ * the command and read by the sandbox as they grow, like stdout: a spare
+ * cannot be handed a pipe of the sandbox's.
+ */
+export const KEEP_SUB = String.raw`
 use strict; use POSIX ();
-my ($dir, $orphan_ms, $extra, @cmd) = @ARGV;
-my $owner = getppid();
-open(my $in, "+<", "$dir/stdin") or do { print STDERR "oz0 keeper: cannot open $dir/stdin: $!\n"; exit 125 };
-open(my $out, ">>", "$dir/stdout") or do { print STDERR "oz0 keeper: cannot open $dir/stdout: $!\n"; exit 125 };
-open(my $err, ">>", "$dir/stderr") or do { print STDERR "oz0 keeper: cannot open $dir/stderr: $!\n"; exit 125 };
-pipe(my $harnessIn, my $toHarness) or do { print STDERR "oz0 keeper: pipe failed: $!\n"; exit 125 };
-my $harness = fork() // do { print STDERR "oz0 keeper: fork failed: $!\n"; exit 125 };
+sub keep {
+my ($dir, $owner, $orphan_ms, $extra, $cwd, $env, $in, @cmd) = @_;
+$in or open($in, "+<", "$dir/stdin") or do { print STDERR "oz0 keeper: cannot open $dir/stdin: $!\n"; POSIX::_exit(125) };
+open(my $out, ">>", "$dir/stdout") or do { print STDERR "oz0 keeper: cannot open $dir/stdout: $!\n"; POSIX::_exit(125) };
+open(my $err, ">>", "$dir/stderr") or do { print STDERR "oz0 keeper: cannot open $dir/stderr: $!\n"; POSIX::_exit(125) };
+my @extra = map { open(my $x, ">>", "$dir/fd$_") or do { print STDERR "oz0 keeper: cannot open $dir/fd$_: $!\n"; POSIX::_exit(125) }; $x } 3 .. 2 + $extra;
+pipe(my $harnessIn, my $toHarness) or do { print STDERR "oz0 keeper: pipe failed: $!\n"; POSIX::_exit(125) };
+%ENV = %$env if $env;
+if ($cwd ne "") { chdir $cwd or do { print STDERR "oz0 keeper: cannot enter $cwd: $!\n"; POSIX::_exit(125) } }
+my $harness = fork() // do { print STDERR "oz0 keeper: fork failed: $!\n"; POSIX::_exit(125) };
 if ($harness == 0) {
   open(STDIN, "<&", $harnessIn); open(STDOUT, ">&", $out); open(STDERR, ">&", $err);
+  # Through fds no file holds, so placing one at 3 + i never closes another still to be placed.
+  POSIX::dup2(fileno($extra[$_]), 100 + $_) for 0 .. $#extra;
+  for (0 .. $#extra) { POSIX::dup2(100 + $_, 3 + $_); POSIX::close(100 + $_) }
   exec { $cmd[0] } @cmd; print STDERR "oz0 keeper: cannot run $cmd[0]: $!\n"; POSIX::_exit(127);
 }
-close $harnessIn; close $out; close $err;
-POSIX::close($_) for 3 .. 2 + $extra;
+close $harnessIn; close $out; close $err; close $_ for @extra;
 open(STDIN, "<", "/dev/null"); open(STDOUT, ">", "/dev/null"); open(STDERR, ">", "/dev/null");
 chdir "/";
 $SIG{$_} = sub {} for qw(TERM INT HUP CHLD);
 $SIG{PIPE} = "IGNORE";
 my ($status, $relaying, $orphaned_at, $checked) = (undef, 1, undef, 0);
 # The sandbox that owns the session: the one that started the keeper, or the one that took it over (its pid in "owner").
-sub owner_alive { if (open(my $o, "<", "$dir/owner")) { my $p = <$o>; $owner = $1 if defined $p && $p =~ /(\d+)/ } kill(0, $owner) || $!{EPERM} }
-sub relay { my ($data) = @_; while (length $data) { my $n = syswrite($toHarness, $data); if (!defined $n) { next if $!{EINTR}; return 0 } substr($data, 0, $n) = "" } 1 }
+my $owner_alive = sub { if (open(my $o, "<", "$dir/owner")) { my $p = <$o>; $owner = $1 if defined $p && $p =~ /(\d+)/ } kill(0, $owner) || $!{EPERM} };
+my $relay = sub { my ($data) = @_; while (length $data) { my $n = syswrite($toHarness, $data); if (!defined $n) { next if $!{EINTR}; return 0 } substr($data, 0, $n) = "" } 1 };
 for (;;) {
   my $w = waitpid($harness, POSIX::WNOHANG()); if ($w == $harness) { $status = $?; last }
   # No sandbox took the session over within the orphan time: it ends (SIGKILL to bwrap ends its namespace).
   if ($orphan_ms > 0 && time() - $checked >= 1) {
     $checked = time();
-    if (owner_alive()) { $orphaned_at = undef } else { $orphaned_at //= time(); kill "KILL", $harness if (time() - $orphaned_at) * 1000 >= $orphan_ms }
+    if ($owner_alive->()) { $orphaned_at = undef } else { $orphaned_at //= time(); kill "KILL", $harness if (time() - $orphaned_at) * 1000 >= $orphan_ms }
   }
   if (!$relaying) { select(undef, undef, undef, 0.2); next }
   my $rin = ""; vec($rin, fileno($in), 1) = 1;
@@ -78,14 +93,21 @@ for (;;) {
   my $got = sysread($in, my $chunk, 65536);
   next unless $got;
   my $at = index($chunk, "\0");
-  my $ok = relay($at < 0 ? $chunk : substr($chunk, 0, $at));
+  my $ok = $relay->($at < 0 ? $chunk : substr($chunk, 0, $at));
   if (!$ok || $at >= 0) { close $toHarness; $relaying = 0 }
 }
 my ($code, $sig) = ($status & 127) ? ("", $status & 127) : ($status >> 8, "");
 if (open(my $x, ">", "$dir/exit.tmp")) { print $x "$code $sig\n"; close $x; rename "$dir/exit.tmp", "$dir/exit" }
 $SIG{$_} = "DEFAULT" for qw(TERM INT HUP);
-if ($sig ne "") { kill $sig, $$; exit 128 + $sig }
-exit $code;
+if ($sig ne "") { kill $sig, $$; POSIX::_exit(128 + $sig) }
+POSIX::_exit($code);
+}
+`;
+
+/** The keeper started on its own by the sandbox: its parent is its owner, and it inherited its cwd and environment. */
+const KEEPER = String.raw`${KEEP_SUB}
+my ($dir, $orphan_ms, $extra, @cmd) = @ARGV;
+keep($dir, getppid(), $orphan_ms, $extra, "", undef, undef, @cmd);
 `;
 
 /** The keeper's files in a session's internal directory. */
@@ -113,45 +135,53 @@ export function readKeeperExit(dir: string): { code: number | null; signal: Node
   };
 }
 
-function signalName(number: number): NodeJS.Signals | undefined {
+export function signalName(number: number): NodeJS.Signals | undefined {
   const { signals } = os.constants;
   return (Object.keys(signals) as NodeJS.Signals[]).find((name) => signals[name] === number);
 }
 
-/** A file read as it grows, from a byte offset; it ends once {@link finish} was called and everything is read. */
+/**
+ * A file read as it grows, from a byte offset; it ends once {@link finish}
+ * was called and everything is read. Read synchronously into one scratch
+ * buffer: the file is local and was just written (the page cache answers in
+ * microseconds), cheaper than a thread-pool round trip and a fresh 64 KiB
+ * buffer per wake, which cost the sandbox more in garbage collection than
+ * the reads themselves.
+ */
 class FileTail extends Readable {
   readonly #path: string;
   #position: number;
-  #file: FileHandle | undefined;
-  #pumping = false;
-  #again = false;
+  #fd: number | undefined;
   #finishing = false;
+  #stopped = false;
+  #pumping = false;
   readonly #watcher: FSWatcher | undefined;
   readonly #poll: NodeJS.Timeout;
+  static readonly #scratch = Buffer.allocUnsafe(64 * 1024);
 
   constructor(file: string, position: number) {
     super();
     this.#path = file;
     this.#position = position;
     try {
-      // inotify wakes the reader at once; the poll is for whatever it misses.
-      this.#watcher = watch(file, () => this.#wake());
+      // inotify wakes the reader at once; the poll is for whatever it misses (every 250 ms without a watch).
+      this.#watcher = watch(file, () => this.#pump());
       this.#watcher.on("error", () => {});
     } catch {
       this.#watcher = undefined;
     }
-    this.#poll = setInterval(() => this.#wake(), 250);
+    this.#poll = setInterval(() => this.#pump(), this.#watcher === undefined ? 250 : 1000);
     this.#poll.unref();
   }
 
   override _read(): void {
-    this.#wake();
+    this.#pump();
   }
 
   /** No more will be written: read what is there, then end. */
   finish(): void {
     this.#finishing = true;
-    this.#wake();
+    this.#pump();
   }
 
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
@@ -159,47 +189,40 @@ class FileTail extends Readable {
     callback(error);
   }
 
-  #wake(): void {
-    if (this.#pumping) {
-      this.#again = true;
-      return;
-    }
-    this.#pump().then(undefined, (error: unknown) => this.destroy(error as Error));
-  }
-
-  async #pump(): Promise<void> {
+  #pump(): void {
+    // Called again from a reader of what it pushes: the loop running reads on to the end.
+    if (this.#pumping || this.#stopped || this.destroyed) return;
     this.#pumping = true;
     try {
-      this.#file ??= await open(this.#path, "r");
-      do {
-        this.#again = false;
-        for (;;) {
-          if (this.destroyed) return;
-          const buffer = Buffer.allocUnsafe(64 * 1024);
-          const { bytesRead } = await this.#file.read(buffer, 0, buffer.length, this.#position);
-          if (bytesRead === 0) {
-            if (this.#finishing && !this.#again) {
-              this.#stop();
-              this.push(null);
-              return;
-            }
-            break;
+      this.#fd ??= openSync(this.#path, "r");
+      const scratch = FileTail.#scratch;
+      while (!this.#stopped) {
+        const bytesRead = readSync(this.#fd, scratch, 0, scratch.length, this.#position);
+        if (bytesRead === 0) {
+          if (this.#finishing) {
+            this.#stop();
+            this.push(null);
           }
-          this.#position += bytesRead;
-          if (!this.push(buffer.subarray(0, bytesRead))) return;
+          return;
         }
-      } while (this.#again);
+        this.#position += bytesRead;
+        // A copy: the scratch buffer is read into again.
+        if (!this.push(Buffer.from(scratch.subarray(0, bytesRead)))) return;
+      }
+    } catch (error) {
+      this.destroy(error as Error);
     } finally {
       this.#pumping = false;
     }
   }
 
   #stop(): void {
+    if (this.#stopped) return;
+    this.#stopped = true;
     this.#watcher?.close();
     clearInterval(this.#poll);
-    const file = this.#file;
-    this.#file = undefined;
-    file?.close().then(undefined, () => {});
+    if (this.#fd !== undefined) closeSync(this.#fd);
+    this.#fd = undefined;
   }
 }
 
@@ -272,7 +295,8 @@ export class KeptChild extends EventEmitter {
     dir: string;
     pid: number | undefined;
     from: { stdout: number; stderr: number };
-    extraStdio?: (Readable | Writable | null)[];
+    /** How many stdio entries past the third the command has: the files fd3, fd4, ... read from their start. */
+    extra?: number;
   }) {
     super();
     const files = keeperFiles(options.dir);
@@ -280,10 +304,11 @@ export class KeptChild extends EventEmitter {
     this.stdin = new FifoWriter(files.stdin);
     const stdout = new FileTail(files.stdout, options.from.stdout);
     const stderr = new FileTail(files.stderr, options.from.stderr);
-    this.#tails = [stdout, stderr];
+    const extra = Array.from({ length: options.extra ?? 0 }, (_, i) => new FileTail(extraFile(options.dir, i), 0));
+    this.#tails = [stdout, stderr, ...extra];
     this.stdout = stdout;
     this.stderr = stderr;
-    this.stdio = [this.stdin, stdout, stderr, ...(options.extraStdio ?? [])];
+    this.stdio = [this.stdin, stdout, stderr, ...extra];
   }
 
   /** The harness has exited: its output is read to the end, then `exit` is emitted. */
@@ -306,7 +331,27 @@ export class KeptChild extends EventEmitter {
   }
 }
 
-function perl(): string {
+/** The file standing for stdio entry 3 + `index` of a kept command. */
+function extraFile(dir: string, index: number): string {
+  return path.join(dir, `fd${3 + index}`);
+}
+
+/**
+ * The keeper's output files, made before it starts so the sandbox's readers
+ * can open them at once; `extra` files for the stdio entries past the third.
+ */
+export function createKeeperOutputs(dir: string, extra: number): void {
+  const files = keeperFiles(dir);
+  for (const output of [files.stdout, files.stderr, ...Array.from({ length: extra }, (_, i) => extraFile(dir, i))])
+    closeSync(openSync(output, "a", 0o600));
+}
+
+/** How many stdio entries past the third a spawn asks for (bwrap's --info-fd). */
+export function extraStdioCount(options: SpawnOptions): number {
+  return Array.isArray(options.stdio) ? Math.max(0, options.stdio.length - 3) : 0;
+}
+
+export function perl(): string {
   const path = perlCommand();
   if (path === undefined)
     throw new Error(
@@ -325,37 +370,44 @@ export function keeperAvailable(): boolean {
   }
 }
 
+/** What starts a keeper without forking the sandbox: a spare from the spawner, or undefined when none is ready. */
+export interface SpareKeepers {
+  take(options: {
+    dir: string;
+    orphanMs: number;
+    file: string;
+    args: readonly string[];
+    spawn: SpawnOptions;
+  }): KeptChild | undefined;
+}
+
 /**
  * A `spawn` for a launcher: starts `file args` under a keeper whose files are
- * in `dir`. Extra stdio entries past the third (bwrap's --info-fd pipe) are
- * passed through to the command.
+ * in `dir`. Extra stdio entries past the third (bwrap's --info-fd) are the
+ * files fd3, ... in `dir`. With `spares` (keeper-spawner.ts) the keeper is
+ * one of its ready forks; only when none is ready does the sandbox fork one
+ * itself (a fork of this large process, and a mkfifo, in the main thread).
  */
 export function keeperSpawn(options: {
   dir: string;
   orphanMs: number;
+  spares?: SpareKeepers | undefined;
 }): (file: string, args: readonly string[], options: SpawnOptions) => KeptChild {
-  const { dir, orphanMs } = options;
-  return (file, args, options) => {
+  const { dir, orphanMs, spares } = options;
+  return (file, args, spawnOptions) => {
+    const spare = spares?.take({ dir, orphanMs, file, args, spawn: spawnOptions });
+    if (spare !== undefined) return spare;
     const files = keeperFiles(dir);
     execFileSync("mkfifo", ["-m", "600", files.stdin]);
-    for (const output of [files.stdout, files.stderr]) closeSync(openSync(output, "a", 0o600));
-    const extra = Array.isArray(options.stdio) ? options.stdio.slice(3) : [];
-    const keeper: ChildProcess = spawn(
-      perl(),
-      ["-e", KEEPER, dir, String(orphanMs), String(extra.length), file, ...args],
-      {
-        cwd: options.cwd,
-        env: options.env,
-        detached: true,
-        stdio: ["ignore", "ignore", "ignore", ...extra],
-      },
-    );
-    const kept = new KeptChild({
-      dir,
-      pid: keeper.pid,
-      from: { stdout: 0, stderr: 0 },
-      extraStdio: keeper.stdio.slice(3) as (Readable | Writable | null)[],
+    const extra = extraStdioCount(spawnOptions);
+    createKeeperOutputs(dir, extra);
+    const keeper: ChildProcess = spawn(perl(), ["-e", KEEPER, dir, String(orphanMs), String(extra), file, ...args], {
+      cwd: spawnOptions.cwd,
+      env: spawnOptions.env,
+      detached: true,
+      stdio: "ignore",
     });
+    const kept = new KeptChild({ dir, pid: keeper.pid, from: { stdout: 0, stderr: 0 }, extra });
     keeper.on("error", (error) => kept.emit("error", error));
     keeper.on("exit", (code, signal) => kept.exited(code, signal));
     return kept;
@@ -386,18 +438,31 @@ export function adoptKeeper(options: {
   // The keeper ends an orphaned session unless its owner lives: this sandbox owns it now.
   writeFileSync(path.join(options.dir, "owner"), `${process.pid}\n`, { mode: 0o600 });
   const kept = new KeptChild({ dir: options.dir, pid: options.pid, from: options.from });
+  followKeeperExit(kept, { dir: options.dir, pid: options.pid, startTime: options.startTime });
+  return kept;
+}
+
+/**
+ * Tells `kept` its end when the keeper is not this process's child (taken
+ * over, or its spawner gone): its `exit` file appears, or the keeper is gone
+ * without one (it was killed).
+ */
+export function followKeeperExit(
+  kept: KeptChild,
+  keeper: { dir: string; pid: number; startTime: string | undefined },
+): void {
   const check = (): void => {
-    const ended = readKeeperExit(options.dir);
+    const ended = readKeeperExit(keeper.dir);
     if (ended !== undefined) return finish(ended.code, ended.signal);
-    if (processStartTime(options.pid) !== options.startTime) {
+    if (processStartTime(keeper.pid) !== keeper.startTime) {
       // Gone without writing its exit: it was killed (the harness with it, by --die-with-parent).
-      if (readKeeperExit(options.dir) === undefined) finish(null, "SIGKILL");
+      if (readKeeperExit(keeper.dir) === undefined) finish(null, "SIGKILL");
     }
   };
   const poll = setInterval(check, 200);
   let watcher: FSWatcher | undefined;
   try {
-    watcher = watch(options.dir, (_event, name) => {
+    watcher = watch(keeper.dir, (_event, name) => {
       if (name === "exit") check();
     });
     watcher.on("error", () => {});
@@ -410,5 +475,4 @@ export function adoptKeeper(options: {
     kept.exited(code, signal);
   };
   queueMicrotask(check);
-  return kept;
 }

@@ -15,6 +15,7 @@ import { planLlmForwards } from "./llm-forwarder.js";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
 import { SandboxSession, type SandboxSessionOptions, type SessionIsolation } from "./sandbox-session.js";
 import { keeperAvailable, processStartTime, readKeeperExit } from "./session-keeper.js";
+import { KeeperSpawner } from "./keeper-spawner.js";
 import { readAnswered, readLogMessages, readSessionRecord } from "./session-record.js";
 import { relativeInside, resolveSessionPaths, validateAttachments, validateSessionId } from "./session-directories.js";
 import type { SessionUserLease, SessionUserPool } from "./session-user-pool.js";
@@ -63,6 +64,9 @@ export interface SessionRegistryOptions {
   traceRelay?: { url: string; protocol: "http/protobuf" | "http/json" };
 }
 
+/** Keepers forked ahead: enough for sessions started a few at once; a burst past it starts the rest directly. */
+const SPARE_KEEPERS = 2;
+
 export class SessionRegistry {
   readonly #options: SessionRegistryOptions;
   readonly #sessions = new Map<string, SandboxSession>();
@@ -74,8 +78,17 @@ export class SessionRegistry {
   /** Finished sessions no stream has read to the end yet, oldest first. */
   readonly #unread = new Set<SandboxSession>();
 
+  /** Forks keepers ahead for new sessions, when sessions are kept (keeper-spawner.ts). */
+  readonly #spawner: KeeperSpawner | undefined;
+
   constructor(options: SessionRegistryOptions) {
     this.#options = options;
+    if (this.#keeps)
+      this.#spawner = new KeeperSpawner({
+        dir: path.join(options.root, "keepers"),
+        spares: Math.min(SPARE_KEEPERS, options.maxSessions),
+        logger: options.logger,
+      });
   }
 
   get activeCount(): number {
@@ -201,7 +214,7 @@ export class SessionRegistry {
     const listener = this.#options.listener;
     return new SandboxSession({
       ...options,
-      ...(this.#keeps ? { keep: { orphanMs: this.#options.sessionOrphanMs } } : {}),
+      ...(this.#keeps ? { keep: { orphanMs: this.#options.sessionOrphanMs, spares: this.#spawner } } : {}),
       sessionPath: this.#options.sessionPath,
       locale: this.#options.locale,
       graceMs: this.#options.cancelGraceMs,
@@ -389,6 +402,7 @@ export class SessionRegistry {
     const running = [...this.#sessions.values()];
     for (const session of running) session.cancel("the sandbox node is shutting down");
     await Promise.all(running.map((session) => session.finished));
+    await this.#spawner?.close();
     for (const timer of this.#retention.values()) clearTimeout(timer);
     this.#retention.clear();
     this.#unread.clear();

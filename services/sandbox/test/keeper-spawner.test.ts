@@ -1,0 +1,123 @@
+// The keeper spawner (src/keeper-spawner.ts) with real processes: a session's
+// keeper is one of its spares, not a fork of this process, and behaves as a
+// keeper the sandbox started itself (stdin relayed until closed, stdout,
+// stderr and the extra stdio entry read from its files, its exit status
+// reported); a keeper outlives the spawner, whose end is then read from the
+// exit file; unused spares go with the spawner.
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import type { Readable } from "node:stream";
+import { after, it } from "node:test";
+import { KeeperSpawner } from "../src/keeper-spawner.js";
+import { keeperAvailable, keeperSpawn, type KeptChild } from "../src/session-keeper.js";
+import { recordingLogger } from "./sandbox-test-kit.js";
+
+const root = mkdtempSync(path.join(os.tmpdir(), "oz0-keeper-spawner-"));
+after(() => rmSync(root, { recursive: true, force: true }));
+const skip = keeperAvailable() ? false : "no perl or mkfifo on this machine";
+
+function parentOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+}
+
+function collect(stream: Readable): () => string {
+  let text = "";
+  stream.setEncoding("utf8");
+  stream.on("data", (chunk: string) => (text += chunk));
+  return () => text;
+}
+
+const exited = (child: KeptChild): Promise<[number | null, NodeJS.Signals | null]> =>
+  new Promise((resolve) => child.once("exit", (code, signal) => resolve([code, signal])));
+
+/** Starts `script` under a keeper from one of the spawner's spares, waiting for one to be ready. */
+async function fromSpare(spawner: KeeperSpawner, name: string, script: string): Promise<KeptChild> {
+  const dir = path.join(root, name);
+  mkdirSync(dir);
+  for (;;) {
+    const kept = spawner.take({
+      dir,
+      orphanMs: 60_000,
+      file: "/bin/sh",
+      args: ["-c", script],
+      spawn: { cwd: root, env: { GREETING: "hello\nworld" }, stdio: ["pipe", "pipe", "pipe", "pipe"] },
+    });
+    if (kept !== undefined) return kept;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+void it(
+  "runs a session's keeper from a spare: stdio through its files, the exit status reported",
+  { skip },
+  async () => {
+    const spawner = new KeeperSpawner({
+      dir: path.join(root, "keepers-1"),
+      spares: 2,
+      logger: recordingLogger().logger,
+    });
+    try {
+      const kept = await fromSpare(
+        spawner,
+        "session-1",
+        'echo "$(pwd) $GREETING"; echo info >&3; cat; echo complaint >&2; exit 3',
+      );
+      assert.notEqual(parentOf(kept.pid!), process.pid, "the keeper is not this process's fork");
+      const out = collect(kept.stdout);
+      const err = collect(kept.stderr);
+      const info = collect(kept.stdio[3] as Readable);
+      const ending = exited(kept);
+      kept.stdin.write("from stdin\n");
+      kept.stdin.end();
+      assert.deepEqual(await ending, [3, null]);
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.equal(out(), `${root} hello\nworld\nfrom stdin\n`);
+      assert.equal(err(), "complaint\n");
+      assert.equal(info(), "info\n");
+      assert.equal(readFileSync(path.join(root, "session-1", "exit"), "utf8"), "3 \n");
+    } finally {
+      await spawner.close();
+    }
+    assert.deepEqual(readdirSync(path.join(root, "keepers-1")), [], "unused spares remove their FIFOs");
+  },
+);
+
+void it("reports a keeper ended by a signal, and one that outlives the spawner", { skip }, async () => {
+  const spawner = new KeeperSpawner({ dir: path.join(root, "keepers-2"), spares: 1, logger: recordingLogger().logger });
+  const killed = await fromSpare(spawner, "session-2", "exec sleep 60");
+  const ending = exited(killed);
+  assert.equal(killed.kill("SIGKILL"), true);
+  assert.deepEqual(await ending, [null, "SIGKILL"]);
+
+  const lasting = await fromSpare(spawner, "session-3", "read line; echo got $line");
+  const out = collect(lasting.stdout);
+  await spawner.close();
+  // The spawner is gone; the keeper runs on, and its end is read from its exit file.
+  const end = exited(lasting);
+  lasting.stdin.write("late\n");
+  assert.deepEqual(await end, [0, null]);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(out(), "got late\n");
+});
+
+void it("starts the keeper itself when no spare is ready", { skip }, async () => {
+  const dir = path.join(root, "session-4");
+  mkdirSync(dir);
+  const noSpare = { take: () => undefined };
+  const kept = keeperSpawn({ dir, orphanMs: 60_000, spares: noSpare })("/bin/sh", ["-c", "echo direct; echo fd >&3"], {
+    cwd: root,
+    env: {},
+    stdio: ["pipe", "pipe", "pipe", "pipe"],
+  });
+  assert.equal(parentOf(kept.pid!), process.pid);
+  const out = collect(kept.stdout);
+  const info = collect(kept.stdio[3] as Readable);
+  kept.stdin.end();
+  assert.deepEqual(await exited(kept), [0, null]);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(out(), "direct\n");
+  assert.equal(info(), "fd\n");
+});
