@@ -9,7 +9,7 @@ import { test } from "node:test";
 import { Harness, type GraphDefinition } from "@oz0/graph";
 import { openGraphStore } from "../src/store/graph-store.js";
 import { LeaseLostError, LeaseManager } from "../src/cluster/lease-manager.js";
-import { createPostgresPool } from "../src/store/postgres-migrations.js";
+import { createPostgresPool } from "../src/store/sql-database.js";
 import { PostgresJobStore } from "../src/store/postgres-store.js";
 import { graphStoreSuite } from "./graph-store-suite.js";
 import { databaseUrl, dropSchema, freshSchema } from "./postgres-test-support.js";

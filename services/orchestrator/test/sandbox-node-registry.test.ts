@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type pg from "pg";
-import { createPostgresPool } from "../src/store/postgres-migrations.js";
+import { createPostgresPool } from "../src/store/sql-database.js";
 import { PostgresJobStore } from "../src/store/postgres-store.js";
 import { SandboxNodeRegistry, type Placement } from "../src/cluster/sandbox-node-registry.js";
 import { databaseUrl, eventually, freshSchema, jobRecord } from "./postgres-test-support.js";

@@ -11,7 +11,7 @@
 // (re)connects or takes a job over reads undelivered answers from the store
 // (`listPermissions({ undeliveredOnly: true })`) before relying on notices.
 import { channelName, NotificationListener } from "@oz0/postgres";
-import type pg from "pg";
+import type { SqlClient } from "../store/postgres-locks.js";
 
 /** Which request of which job was answered, and how. */
 export interface ApprovalAnswered {
@@ -66,7 +66,7 @@ export class ClusterNotifier {
    * answer so listeners are woken only if (and when) it commits; with a pool
    * it is sent at once.
    */
-  async publish(db: pg.Pool | pg.PoolClient | pg.Client, answer: ApprovalAnswered): Promise<void> {
+  async publish(db: SqlClient, answer: ApprovalAnswered): Promise<void> {
     await this.#notify(db, {
       kind: "answered",
       jobId: answer.jobId,
@@ -76,11 +76,11 @@ export class ClusterNotifier {
   }
 
   /** Publishes that a job's events up to `seq` are stored; pass the appending transaction's client. */
-  async publishAppended(db: pg.Pool | pg.PoolClient | pg.Client, appended: EventsAppended): Promise<void> {
+  async publishAppended(db: SqlClient, appended: EventsAppended): Promise<void> {
     await this.#notify(db, { kind: "appended", jobId: appended.jobId, fromSeq: appended.fromSeq, seq: appended.seq });
   }
 
-  async #notify(db: pg.Pool | pg.PoolClient | pg.Client, notice: Notice): Promise<void> {
+  async #notify(db: SqlClient, notice: Notice): Promise<void> {
     // pg_notify takes the channel as a parameter, unlike the NOTIFY statement.
     await db.query("SELECT pg_notify($1, $2)", [this.channel, JSON.stringify(notice)]);
   }

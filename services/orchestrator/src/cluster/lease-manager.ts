@@ -10,11 +10,9 @@
 import type pg from "pg";
 import { withTransaction } from "@oz0/postgres";
 import { OrchestratorError } from "../orchestrator-error.js";
-import {
-  createPostgresPool,
-  migrateOrchestrator,
-  type PostgresConnectionOptions,
-} from "../store/postgres-migrations.js";
+import { migrateOrchestrator } from "../store/migrations.js";
+import type { SqlClient } from "../store/postgres-locks.js";
+import { createPostgresPool, type PostgresConnectionOptions } from "../store/sql-database.js";
 
 /** What a lease is for: a job (its session), a graph run, or a pending approval. */
 export type LeaseKind = "job" | "graph_run" | "approval";
@@ -85,7 +83,7 @@ export async function fencedTransaction<T>(
  * (an UPDATE of the lease row) waiting until that write has committed, so
  * every write lands strictly before or strictly after the takeover.
  */
-export async function assertLeaseHeld(client: pg.PoolClient, fence: LeaseFence): Promise<void> {
+export async function assertLeaseHeld(client: SqlClient, fence: LeaseFence): Promise<void> {
   const { rows } = await client.query<{ token: string; owner: string }>(
     "SELECT token, owner FROM leases WHERE kind = $1 AND resource = $2 FOR SHARE",
     [fence.kind, fence.resource],

@@ -13,7 +13,7 @@ import { JobLeases } from "./job-leases.js";
 import type { JobStore } from "../store/job-store.js";
 import { LeaseManager, type Lease } from "./lease-manager.js";
 import { LeaseSweeper } from "./lease-sweeper.js";
-import { createPostgresPool } from "../store/postgres-migrations.js";
+import { createPostgresPool } from "../store/sql-database.js";
 import { PostgresJobStore } from "../store/postgres-store.js";
 import { SandboxNodeRegistry } from "./sandbox-node-registry.js";
 import { SqliteJobStore } from "../store/sqlite-store.js";

@@ -10,11 +10,8 @@
 // the node's next heartbeat, from the jobs table the registry shares.
 import type pg from "pg";
 import { ACTIVE_JOB_STATES } from "../store/job-store.js";
-import {
-  createPostgresPool,
-  migrateOrchestrator,
-  type PostgresConnectionOptions,
-} from "../store/postgres-migrations.js";
+import { migrateOrchestrator } from "../store/migrations.js";
+import { createPostgresPool, type PostgresConnectionOptions } from "../store/sql-database.js";
 import { withTransaction } from "@oz0/postgres";
 
 export interface SandboxNode {

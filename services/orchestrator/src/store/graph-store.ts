@@ -3,6 +3,7 @@
 // pinned to), the job each agent step runs as (keyed by the step's
 // idempotency key, so a resumed run waits for it instead of starting it
 // again) and the runs' checkpoints (@oz0/graph's CheckpointStore). One
+// implementation of its queries for both engines (sql-graph-store.ts): one
 // orchestrator keeps them in SQLite (<home>/graphs.db, sqlite-graph-store.ts);
 // replicas sharing a PostgreSQL database keep them there, on the job store's
 // pool (postgres-graph-store.ts), so any replica can resume any graph run.
@@ -27,46 +28,6 @@ export interface NewGraphVersion {
 export interface GraphVersionRecord extends NewGraphVersion {
   version: number;
   publishedAt: Date;
-}
-
-/** A stored version's columns, decoded (both stores keep the same columns). */
-export interface GraphVersionRow {
-  name: string;
-  version: number;
-  content_hash: string;
-  plugin: string;
-  plugin_version: string;
-  plugin_path: string;
-  definition: GraphDefinition;
-  published_at: Date;
-}
-
-/** A graph version's stored columns besides name, version, hash and time, as both stores keep them (JSON as text). */
-export function graphVersionColumns(version: NewGraphVersion): {
-  plugin: string;
-  plugin_version: string;
-  plugin_path: string;
-  definition: string;
-} {
-  return {
-    plugin: version.plugin,
-    plugin_version: version.pluginVersion,
-    plugin_path: version.pluginPath,
-    definition: JSON.stringify(version.definition),
-  };
-}
-
-export function graphVersionFromRow(r: GraphVersionRow): GraphVersionRecord {
-  return {
-    name: r.name,
-    version: r.version,
-    contentHash: r.content_hash,
-    plugin: r.plugin,
-    pluginVersion: r.plugin_version,
-    pluginPath: r.plugin_path,
-    definition: r.definition,
-    publishedAt: r.published_at,
-  };
 }
 
 /** What a graph job is pinned to when it starts. */

@@ -1,8 +1,9 @@
 // The orchestrator's durable state behind one interface: plugins, immutable
 // agent versions, jobs, every job event with its sequence number, and
-// permission requests (the durable approval records). SQLite implements it
-// for the embedded default (sqlite-store.ts); a PostgreSQL store implements
-// the same interface and passes the same suite (test/job-store-suite.ts).
+// permission requests (the durable approval records). One implementation of
+// its queries for both engines (sql-job-store.ts, on Kysely): SQLite for the
+// embedded default (sqlite-store.ts), PostgreSQL for replicas
+// (postgres-store.ts); both pass the same suite (test/job-store-suite.ts).
 import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { AgentDefinition, HarnessManifest, PluginManifest } from "../plugins/plugin-types.js";
@@ -50,25 +51,6 @@ export interface NewAgentVersion {
   /** The instructions file's content, rendered at publication. */
   instructions: string;
   harness: ResolvedHarness;
-}
-
-/** An agent version's stored columns besides name, version, hash and time, as both stores keep them (JSON as text). */
-export function agentVersionColumns(version: NewAgentVersion): {
-  plugin: string;
-  plugin_version: string;
-  plugin_path: string;
-  definition: string;
-  instructions: string;
-  harness: string;
-} {
-  return {
-    plugin: version.plugin,
-    plugin_version: version.pluginVersion,
-    plugin_path: version.pluginPath,
-    definition: JSON.stringify(version.definition),
-    instructions: version.instructions,
-    harness: JSON.stringify(version.harness),
-  };
 }
 
 /** One immutable, published agent version. */

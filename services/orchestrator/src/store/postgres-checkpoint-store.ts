@@ -1,6 +1,6 @@
 // @oz0/graph's CheckpointStore on PostgreSQL (node-postgres), for graph runs
 // that any orchestrator replica may resume. The tables come from the
-// orchestrator's migration 6 (postgres-migrations.ts): one row per run, one
+// orchestrator's migration 6 (migrations.ts): one row per run, one
 // per recorded step holding only that step's delta, and each definition once
 // per hash. The contract (checkpoint-store.ts in @oz0/graph):
 // - recordStep resolves only once its row is committed (autocommit, so

@@ -1,0 +1,532 @@
+// The JobStore's queries, once for SQLite and PostgreSQL (Kysely,
+// sql-database.ts). Every multi-row change is one transaction. What only
+// replicas sharing PostgreSQL need is a hook here that postgres-store.ts
+// fills in: a job write's lease fence, refusing a second decision on a call,
+// NOTIFY of answers and appended events, the advisory lock on a name's next
+// version, and claiming outbox events with SKIP LOCKED; SQLite has one
+// writer and needs none of them.
+import { create, fromJson as protoFromJson, fromJsonString, toJsonString } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { RawEventSchema, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import { JobEventSchema, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { sql, type Transaction } from "kysely";
+import { notFound } from "../orchestrator-error.js";
+import {
+  keptPiece,
+  likeEscaped,
+  type AgentVersionRecord,
+  type JobAppend,
+  type JobPatch,
+  type JobRecord,
+  type JobStore,
+  type ListJobsQuery,
+  type ListPermissionsQuery,
+  type NewAgentVersion,
+  type OperationCheckpoint,
+  type PermissionRecord,
+  type PluginRecord,
+  type PublishResult,
+  type SessionStderr,
+  type StderrAppend,
+  type StderrPiece,
+  type StoredLifecycleEvent,
+} from "./job-store.js";
+import type { Db, Json, SqlEngine, Tables } from "./sql-database.js";
+import {
+  fromJson,
+  jobColumns,
+  jobPatchColumns,
+  permissionColumns,
+  toAgent,
+  toJob,
+  toNumber,
+  toPermission,
+  toPlugin,
+} from "./sql-rows.js";
+import { getVersionRow, latestVersionRows, publishVersion } from "./versions.js";
+
+export type Trx = Transaction<Tables>;
+
+function jobNotFound(id: string): Error {
+  return notFound(`job ${id} not found; list jobs with \`oz0 jobs list\``);
+}
+
+function toEvent(value: Json<object>): JobEvent {
+  return typeof value === "string"
+    ? fromJsonString(JobEventSchema, value)
+    : protoFromJson(JobEventSchema, value as never);
+}
+
+export class SqlJobStore implements JobStore {
+  protected readonly db: Db;
+  protected readonly engine: SqlEngine;
+
+  constructor(db: Db, engine: SqlEngine) {
+    this.db = db;
+    this.engine = engine;
+  }
+
+  // Hooks: nothing to do on one writer (SQLite); postgres-store.ts overrides them.
+
+  /** First in every transaction that writes a job's rows (its events, state, operations). */
+  protected async beforeJobWrite(_trx: Trx, _jobId: string): Promise<void> {}
+  /** Before a decided permission is stored. */
+  protected async beforeDecision(_trx: Trx, _permission: PermissionRecord): Promise<void> {}
+  /** After a decided permission is stored, in its transaction. */
+  protected async afterDecision(_trx: Trx, _permission: PermissionRecord): Promise<void> {}
+  /** After a job's events `fromSeq`..`seq` are stored, in their transaction. */
+  protected async afterAppend(_trx: Trx, _jobId: string, _fromSeq: number, _seq: number): Promise<void> {}
+  /** First in a publish's transaction, keyed by kind and name. */
+  protected versionLock: ((trx: Trx, key: string) => Promise<void>) | undefined = undefined;
+
+  async putPlugin(record: PluginRecord): Promise<void> {
+    const row = {
+      name: record.name,
+      version: record.version,
+      description: record.description,
+      source: record.source,
+      path: record.path,
+      manifest: JSON.stringify(record.manifest),
+      installed_at: this.engine.time(record.installedAt),
+    };
+    const { name: _, ...rest } = row;
+    await this.db
+      .insertInto("plugins")
+      .values(row)
+      .onConflict((oc) => oc.column("name").doUpdateSet(rest))
+      .execute();
+  }
+
+  async getPlugin(name: string): Promise<PluginRecord | undefined> {
+    const row = await this.db.selectFrom("plugins").selectAll().where("name", "=", name).executeTakeFirst();
+    return row ? toPlugin(row) : undefined;
+  }
+
+  async listPlugins(): Promise<PluginRecord[]> {
+    return (await this.db.selectFrom("plugins").selectAll().orderBy("name").execute()).map(toPlugin);
+  }
+
+  async publishAgentVersion(version: NewAgentVersion): Promise<PublishResult> {
+    const { row, published } = await publishVersion(this.db, this.engine, {
+      table: "agent_versions",
+      row: {
+        name: version.name,
+        content_hash: version.contentHash,
+        plugin: version.plugin,
+        plugin_version: version.pluginVersion,
+        plugin_path: version.pluginPath,
+        definition: JSON.stringify(version.definition),
+        instructions: version.instructions,
+        harness: JSON.stringify(version.harness),
+      },
+      ...(this.versionLock ? { lock: this.versionLock } : {}),
+    });
+    return { record: toAgent(row), published };
+  }
+
+  async getAgentVersion(name: string, version?: number): Promise<AgentVersionRecord | undefined> {
+    const row = await getVersionRow(this.db, "agent_versions", name, version);
+    return row ? toAgent(row) : undefined;
+  }
+
+  async listAgents(): Promise<AgentVersionRecord[]> {
+    return (await latestVersionRows(this.db, "agent_versions")).map(toAgent);
+  }
+
+  async listAgentVersions(name: string): Promise<AgentVersionRecord[]> {
+    const rows = await this.db
+      .selectFrom("agent_versions")
+      .selectAll()
+      .where("name", "=", name)
+      .orderBy("version")
+      .execute();
+    return rows.map(toAgent);
+  }
+
+  async createJob(job: JobRecord): Promise<void> {
+    await this.db.insertInto("jobs").values(jobColumns(this.engine, job)).execute();
+  }
+
+  async getJob(id: string): Promise<JobRecord | undefined> {
+    const row = await this.db.selectFrom("jobs").selectAll().where("id", "=", id).executeTakeFirst();
+    return row ? toJob(row) : undefined;
+  }
+
+  async listJobs(query: ListJobsQuery = {}): Promise<JobRecord[]> {
+    const ord = sql.ref(this.engine.insertionOrder);
+    const rows = await this.db
+      .selectFrom("jobs")
+      .selectAll()
+      .$if(Boolean(query.state), (q) => q.where("state", "=", query.state!))
+      .$if(Boolean(query.agent), (q) => q.where("agent_name", "=", query.agent!))
+      // %, _ and \ in the text are matched as themselves; any case (SQLite's LIKE ignores ASCII case, PostgreSQL's ILIKE any).
+      .$if(Boolean(query.text), (q) =>
+        q.where((eb) =>
+          eb.or([
+            eb("id", "=", query.text!),
+            sql<boolean>`input ${sql.raw(this.engine.caseInsensitiveLike)} ${`%${likeEscaped(query.text!)}%`} ESCAPE '\\'`,
+          ]),
+        ),
+      )
+      // The next page: jobs after the given one in the list's order (creation time, then insertion).
+      .$if(Boolean(query.after), (q) =>
+        q.where(sql<boolean>`(created_at, ${ord}) < (SELECT created_at, ${ord} FROM jobs WHERE id = ${query.after!})`),
+      )
+      .orderBy("created_at", "desc")
+      .orderBy(ord, "desc")
+      .limit(query.limit ?? 50)
+      .execute();
+    return rows.map(toJob);
+  }
+
+  async #updateJob(db: Db | Trx, id: string, patch: JobPatch): Promise<JobRecord> {
+    const columns = jobPatchColumns(this.engine, patch);
+    const row = Object.keys(columns).length
+      ? await db.updateTable("jobs").set(columns).where("id", "=", id).returningAll().executeTakeFirst()
+      : await db.selectFrom("jobs").selectAll().where("id", "=", id).executeTakeFirst();
+    if (!row) throw jobNotFound(id);
+    return toJob(row);
+  }
+
+  async updateJob(id: string, patch: JobPatch): Promise<JobRecord> {
+    return this.#jobWrite(id, (trx) =>
+      this.#updateJob(trx, id, { ...patch, updatedAt: patch.updatedAt ?? new Date() }),
+    );
+  }
+
+  /** `write` in a transaction that first passes beforeJobWrite (a fence, on PostgreSQL). */
+  #jobWrite<T>(jobId: string, write: (trx: Trx) => Promise<T>): Promise<T> {
+    return this.db.transaction().execute(async (trx) => {
+      await this.beforeJobWrite(trx, jobId);
+      return write(trx);
+    });
+  }
+
+  async append(change: JobAppend): Promise<JobEvent[]> {
+    const { jobId } = change;
+    return this.#jobWrite(jobId, async (trx) => {
+      // On PostgreSQL the row lock orders concurrent appends to one job, so sequence numbers stay gap-free across replicas.
+      const locked = await trx
+        .selectFrom("jobs")
+        .select("last_seq")
+        .where("id", "=", jobId)
+        .$if(this.engine.rowLocks, (q) => q.forUpdate())
+        .executeTakeFirst();
+      if (!locked) throw notFound(`job ${jobId} not found`);
+      let seq = toNumber(locked.last_seq);
+      const now = new Date();
+      const stored = change.events.map((event) =>
+        create(JobEventSchema, { ...event, jobId, seq: BigInt(++seq), time: event.time ?? timestampFromDate(now) }),
+      );
+      if (stored.length > 0) {
+        // One INSERT for the whole step: a statement per event would dominate a busy job.
+        await trx
+          .insertInto("job_events")
+          .values(
+            stored.map((e) => ({
+              job_id: jobId,
+              seq: Number(e.seq),
+              time: this.engine.time(now),
+              event: toJsonString(JobEventSchema, e),
+            })),
+          )
+          .execute();
+      }
+      await trx
+        .updateTable("jobs")
+        .set({ last_seq: seq, updated_at: this.engine.time(now), ...jobPatchColumns(this.engine, change.job ?? {}) })
+        .where("id", "=", jobId)
+        .execute();
+      for (const permission of change.permissions ?? []) {
+        const decided = permission.status !== "pending";
+        if (decided) await this.beforeDecision(trx, permission);
+        await this.#upsertPermission(trx, permission);
+        if (decided) await this.afterDecision(trx, permission);
+      }
+      await this.#keepLifecycle(trx, change.lifecycle ?? []);
+      if (change.stderr) await this.#appendStderr(trx, jobId, change.stderr);
+      if (stored.length > 0) await this.afterAppend(trx, jobId, seq - stored.length + 1, seq);
+      return stored;
+    });
+  }
+
+  async #appendStderr(trx: Trx, jobId: string, { sessionId, piece, maxBytes }: StderrAppend): Promise<void> {
+    // The session's row (created first when missing, so sessions list in the order they first wrote), locked on
+    // PostgreSQL: its bookkeeping and its pieces change together.
+    await trx
+      .insertInto("session_stderr")
+      .values({
+        job_id: jobId,
+        session_id: sessionId,
+        last_seq: 0,
+        kept_bytes: 0,
+        dropped_bytes: 0,
+        trailing_dropped_bytes: 0,
+      })
+      .onConflict((oc) => oc.columns(["job_id", "session_id"]).doNothing())
+      .execute();
+    const row = await trx
+      .selectFrom("session_stderr")
+      .select(["last_seq", "kept_bytes", "dropped_bytes", "trailing_dropped_bytes"])
+      .where("job_id", "=", jobId)
+      .where("session_id", "=", sessionId)
+      .$if(this.engine.rowLocks, (q) => q.forUpdate())
+      .executeTakeFirstOrThrow();
+    if (piece.seq <= toNumber(row.last_seq)) return;
+    const session = {
+      kept: toNumber(row.kept_bytes),
+      dropped: toNumber(row.dropped_bytes),
+      trailing: toNumber(row.trailing_dropped_bytes),
+    };
+    const kept = keptPiece(piece, maxBytes);
+    if (kept.text === "") {
+      // Nothing to keep: the bytes are dropped after the last piece kept.
+      session.trailing += kept.droppedBytes;
+    } else {
+      await trx
+        .insertInto("stderr_pieces")
+        .values({
+          job_id: jobId,
+          session_id: sessionId,
+          seq: piece.seq,
+          text: kept.text,
+          bytes: kept.bytes,
+          dropped_bytes: kept.droppedBytes + session.trailing,
+        })
+        .execute();
+      session.trailing = 0;
+      session.kept += kept.bytes;
+      if (session.kept > maxBytes) {
+        // The oldest pieces go, as few as bring the session back under its allowance (the newest always stays):
+        // those with more than maxBytes in themselves and the pieces after them.
+        const gone = await trx
+          .selectFrom((eb) =>
+            eb
+              .selectFrom("stderr_pieces")
+              .select(["seq", "bytes", "dropped_bytes", sql<number>`sum(bytes) OVER (ORDER BY seq DESC)`.as("newer")])
+              .where("job_id", "=", jobId)
+              .where("session_id", "=", sessionId)
+              .as("w"),
+          )
+          .select(["seq", "bytes", "dropped_bytes"])
+          .where("newer", ">", maxBytes)
+          .where("seq", "<>", piece.seq)
+          .execute();
+        if (gone.length > 0) {
+          await trx
+            .deleteFrom("stderr_pieces")
+            .where("job_id", "=", jobId)
+            .where("session_id", "=", sessionId)
+            .where(
+              "seq",
+              "in",
+              gone.map((old) => toNumber(old.seq)),
+            )
+            .execute();
+        }
+        for (const old of gone) {
+          session.kept -= old.bytes;
+          session.dropped += toNumber(old.dropped_bytes) + old.bytes;
+        }
+      }
+    }
+    await trx
+      .updateTable("session_stderr")
+      .set({
+        last_seq: piece.seq,
+        kept_bytes: session.kept,
+        dropped_bytes: session.dropped,
+        trailing_dropped_bytes: session.trailing,
+      })
+      .where("job_id", "=", jobId)
+      .where("session_id", "=", sessionId)
+      .execute();
+  }
+
+  async listStderrSessions(jobId: string): Promise<SessionStderr[]> {
+    const rows = await this.db
+      .selectFrom("session_stderr")
+      .select(["session_id", "kept_bytes", "dropped_bytes", "trailing_dropped_bytes"])
+      .where("job_id", "=", jobId)
+      .orderBy(sql.ref(this.engine.insertionOrder))
+      .execute();
+    return rows.map((r) => ({
+      sessionId: r.session_id,
+      keptBytes: toNumber(r.kept_bytes),
+      droppedBytes: toNumber(r.dropped_bytes),
+      trailingDroppedBytes: toNumber(r.trailing_dropped_bytes),
+    }));
+  }
+
+  async listStderrPieces(jobId: string, sessionId: string, afterSeq: number, limit = 1000): Promise<StderrPiece[]> {
+    const rows = await this.db
+      .selectFrom("stderr_pieces")
+      .select(["seq", "text", "dropped_bytes"])
+      .where("job_id", "=", jobId)
+      .where("session_id", "=", sessionId)
+      .where("seq", ">", afterSeq)
+      .orderBy("seq")
+      .limit(limit)
+      .execute();
+    return rows.map((r) => ({ seq: toNumber(r.seq), text: r.text, droppedBytes: toNumber(r.dropped_bytes) }));
+  }
+
+  async #keepLifecycle(db: Db | Trx, events: RawEvent[]): Promise<void> {
+    if (events.length === 0) return;
+    await db
+      .insertInto("lifecycle_outbox")
+      .values(events.map((e) => ({ event: toJsonString(RawEventSchema, e) })))
+      .execute();
+  }
+
+  async putLifecycleEvents(events: RawEvent[]): Promise<void> {
+    await this.#keepLifecycle(this.db, events);
+  }
+
+  async claimLifecycleEvents(options: { limit: number; claimMs: number }): Promise<StoredLifecycleEvent[]> {
+    return this.db.transaction().execute(async (trx) => {
+      const now = Date.now();
+      const rows = await trx
+        .selectFrom("lifecycle_outbox")
+        .select(["seq", "event"])
+        .where((eb) =>
+          eb.or([eb("claimed_until", "is", null), eb("claimed_until", "<", this.engine.time(new Date(now)))]),
+        )
+        .orderBy("seq")
+        .limit(options.limit)
+        .execute();
+      if (rows.length > 0) {
+        await trx
+          .updateTable("lifecycle_outbox")
+          .set({ claimed_until: this.engine.time(new Date(now + options.claimMs)) })
+          .where(
+            "seq",
+            "in",
+            rows.map((r) => r.seq),
+          )
+          .execute();
+      }
+      return rows.map((r) => ({ seq: toNumber(r.seq), event: fromJsonString(RawEventSchema, r.event) }));
+    });
+  }
+
+  async deleteLifecycleEvents(seqs: number[]): Promise<void> {
+    if (seqs.length === 0) return;
+    await this.db.deleteFrom("lifecycle_outbox").where("seq", "in", seqs).execute();
+  }
+
+  async releaseLifecycleEvents(seqs: number[]): Promise<void> {
+    if (seqs.length === 0) return;
+    await this.db.updateTable("lifecycle_outbox").set({ claimed_until: null }).where("seq", "in", seqs).execute();
+  }
+
+  async listJobEvents(jobId: string, afterSeq: number, limit = 1000): Promise<JobEvent[]> {
+    const rows = await this.db
+      .selectFrom("job_events")
+      .select("event")
+      .where("job_id", "=", jobId)
+      .where("seq", ">", afterSeq)
+      .orderBy("seq")
+      .limit(limit)
+      .execute();
+    return rows.map((r) => toEvent(r.event));
+  }
+
+  async #upsertPermission(trx: Trx, p: PermissionRecord): Promise<void> {
+    await trx
+      .insertInto("permissions")
+      .values(permissionColumns(this.engine, p))
+      .onConflict((oc) =>
+        oc.columns(["job_id", "id"]).doUpdateSet((eb) => ({
+          status: eb.ref("excluded.status"),
+          reason: eb.ref("excluded.reason"),
+          decider: eb.ref("excluded.decider"),
+          answered_by: eb.ref("excluded.answered_by"),
+          answer_input: eb.ref("excluded.answer_input"),
+          answered_at: eb.ref("excluded.answered_at"),
+          delivered: eb.ref("excluded.delivered"),
+          needs_person: eb.ref("excluded.needs_person"),
+        })),
+      )
+      .execute();
+  }
+
+  async getPermission(jobId: string, id: string): Promise<PermissionRecord | undefined> {
+    // By request id first, else by the tool call id.
+    const row = await this.db
+      .selectFrom("permissions")
+      .selectAll()
+      .where("job_id", "=", jobId)
+      .where((eb) => eb.or([eb("id", "=", id), eb("call_id", "=", id)]))
+      .orderBy(sql`id = ${id}`, "desc")
+      .limit(1)
+      .executeTakeFirst();
+    return row ? toPermission(row) : undefined;
+  }
+
+  async listPermissions(query: ListPermissionsQuery): Promise<PermissionRecord[]> {
+    const rows = await this.db
+      .selectFrom("permissions")
+      .selectAll()
+      .$if(Boolean(query.jobId), (q) => q.where("job_id", "=", query.jobId!))
+      .$if(Boolean(query.approvalsOnly), (q) => q.where("needs_person", "=", this.engine.bool(true)))
+      .$if(Boolean(query.pendingOnly), (q) => q.where("status", "=", "pending"))
+      .$if(Boolean(query.undeliveredOnly), (q) =>
+        q.where("status", "<>", "pending").where("delivered", "=", this.engine.bool(false)),
+      )
+      .orderBy("requested_at")
+      .orderBy(sql.ref(this.engine.insertionOrder))
+      .execute();
+    return rows.map(toPermission);
+  }
+
+  async markPermissionDelivered(jobId: string, id: string): Promise<void> {
+    await this.db
+      .updateTable("permissions")
+      .set({ delivered: this.engine.bool(true) })
+      .where("job_id", "=", jobId)
+      .where("id", "=", id)
+      .execute();
+  }
+
+  async putOperationCheckpoint(record: OperationCheckpoint): Promise<void> {
+    // A job write like the others: on PostgreSQL a replica that lost the job's lease must not record its operations.
+    await this.#jobWrite(record.jobId, async (trx) => {
+      const row = {
+        job_id: record.jobId,
+        call_id: record.callId,
+        record: JSON.stringify(record),
+        delivered: this.engine.bool(record.delivered),
+      };
+      await trx
+        .insertInto("operation_checkpoints")
+        .values(row)
+        .onConflict((oc) =>
+          oc.columns(["job_id", "call_id"]).doUpdateSet({ record: row.record, delivered: row.delivered }),
+        )
+        .execute();
+    });
+  }
+
+  async getOperationCheckpoint(jobId: string, callId: string): Promise<OperationCheckpoint | undefined> {
+    const row = await this.db
+      .selectFrom("operation_checkpoints")
+      .select("record")
+      .where("job_id", "=", jobId)
+      .where("call_id", "=", callId)
+      .executeTakeFirst();
+    return row ? (fromJson(row.record) as OperationCheckpoint) : undefined;
+  }
+
+  async listOperationCheckpoints(jobId: string): Promise<OperationCheckpoint[]> {
+    const rows = await this.db
+      .selectFrom("operation_checkpoints")
+      .select("record")
+      .where("job_id", "=", jobId)
+      .orderBy("call_id")
+      .execute();
+    return rows.map((r) => fromJson(r.record) as OperationCheckpoint);
+  }
+
+  async close(): Promise<void> {}
+}
