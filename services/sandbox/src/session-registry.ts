@@ -65,7 +65,7 @@ export interface SessionRegistryOptions {
 }
 
 /** Keepers forked ahead: enough for sessions started a few at once; a burst past it starts the rest directly. */
-const SPARE_KEEPERS = 2;
+const SPARE_KEEPERS = 4;
 
 export class SessionRegistry {
   readonly #options: SessionRegistryOptions;
