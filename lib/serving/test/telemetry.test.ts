@@ -42,6 +42,13 @@ void test("an RPC continues the caller's trace: the server span is a child of th
     assert.equal(rpc.spanContext().traceId, caller.spanContext().traceId);
     assert.equal(rpc.parentSpanContext?.spanId, caller.spanContext().spanId);
     assert.equal(rpc.attributes["rpc.method"], "Check");
+
+    // A failed RPC is an error span whose status message names the code, never the error's own text.
+    await assert.rejects(client.check({ service: "no-such-service" }));
+    const failed = exporter.getFinishedSpans().filter((s) => s.name === "grpc.health.v1.Health/Check")[1];
+    assert.equal(failed?.status.code, 2);
+    assert.equal(failed?.status.message, "NotFound");
+    assert.equal(failed?.attributes["rpc.grpc.status_code"], 5);
   } finally {
     await server.close({ graceMs: 100 });
     trace.disable();
