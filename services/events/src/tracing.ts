@@ -46,8 +46,12 @@ export function traceAccepted(events: readonly PublicEvent[], options: { topic?:
 export function publishTraces(request: UnaryRequest | StreamRequest): UntracedRpc {
   if (request.method.name !== "Publish" || request.stream) return "root";
   const byTrace = new Map<string, SpanContext>();
+  // A batch is mostly events of a few jobs: each trace's traceparent is parsed once (`00-{trace id}-…`).
+  const seen = new Set<string>();
   for (const event of (request.message as PublishRequest).events) {
-    if (!event.traceparent) continue;
+    const key = event.traceparent.slice(0, 35);
+    if (!event.traceparent || seen.has(key)) continue;
+    seen.add(key);
     const span = trace.getSpanContext(contextFromTraceparent(event.traceparent, undefined, ROOT_CONTEXT));
     if (span && !byTrace.has(span.traceId)) byTrace.set(span.traceId, span);
   }
