@@ -20,7 +20,8 @@ import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { Kafka, logLevel, type Consumer } from "kafkajs";
 import { poolSmallZeroFilledBuffers, toKafkaMessage, type KafkaMessage } from "@oz0/events";
-import { createEventPublisher, rawEvent } from "@oz0/events-client";
+import { createEventPublisher, rawAttributes, rawEvent } from "@oz0/events-client";
+import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { credentialDigest, newCredential } from "@oz0/serving";
 import { startKafka, type RunningKafka } from "@oz0/test-infra";
 import { benchOptions } from "./bench-options.js";
@@ -316,22 +317,29 @@ async function throughService(main = SERVICE_MAIN): Promise<Result> {
     }),
   );
   const flushAll = (): Promise<unknown> => Promise.all(publishers.map((p) => p.flush()));
+  // Another build (`--compare`) may predate attributes_json: it is sent the
+  // attributes as a Struct, as the producers of its time sent them.
+  const structAttributes = main !== SERVICE_MAIN;
+  const build = (event: RawEvent): RawEvent =>
+    structAttributes ? { ...event, attributes: rawAttributes(event), attributesJson: "" } : event;
   const publish = async (count: number, jobPrefix: string): Promise<void> => {
     for (let i = 0; i < count; i++) {
       publishers[(i % JOBS) % PRODUCERS]!.publish(
-        rawEvent("harness.operation_step", {
-          source: "sandbox",
-          jobId: `${jobPrefix}-${i % JOBS}`,
-          sessionId: `${jobPrefix}-${i % JOBS}-s`,
-          toolCallId: "call-1",
-          attributes: {
-            step_index: i,
-            step_kind: "tool",
-            tool_name: "read",
-            path: "uploads/order-4831.pdf",
-            output: "redacted away",
-          },
-        }),
+        build(
+          rawEvent("harness.operation_step", {
+            source: "sandbox",
+            jobId: `${jobPrefix}-${i % JOBS}`,
+            sessionId: `${jobPrefix}-${i % JOBS}-s`,
+            toolCallId: "call-1",
+            attributes: {
+              step_index: i,
+              step_kind: "tool",
+              tool_name: "read",
+              path: "uploads/order-4831.pdf",
+              output: "redacted away",
+            },
+          }),
+        ),
       );
       // The same flow control as the direct producer, which waits for each
       // batch's acknowledgement: each batch waits until the service has it

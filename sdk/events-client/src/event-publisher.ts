@@ -112,31 +112,31 @@ export function rawEvent(type: LifecycleType, init: RawEventInit = {}): RawEvent
     agentVersion: init.agentVersion ?? "",
     status: init.status ?? "",
     tokens: init.tokens ? create(TokenCountsSchema, init.tokens) : undefined,
-    attributes: init.attributes ? toJsonObject(init.attributes) : undefined,
+    // As JSON text rather than the Struct field: encoding a Struct (a message
+    // per value) cost the producer, and decoding it the events service, more
+    // than the rest of the event. JSON.stringify also takes what a producer
+    // has as it is: undefined dropped, Dates as strings, NaN as null.
+    attributes: undefined,
+    attributesJson: init.attributes ? JSON.stringify(init.attributes) : "",
     traceparent: init.traceparent ?? "",
   };
 }
 
-// Struct fields accept JSON only: drop undefined, turn Dates into strings,
-// so a producer can pass what it has without preparing it. Flat attributes of
-// strings, booleans, finite numbers and nulls (the usual case) are copied as
-// they are; anything else takes the JSON round trip, which does all of that.
-function toJsonObject(value: Record<string, unknown>): JsonObject {
-  const out: JsonObject = {};
-  if (typeof value.toJSON === "function") return jsonRoundTrip(value);
-  for (const key of Object.keys(value)) {
-    const item = value[key];
-    if (item === undefined) continue;
-    if (key === "__proto__") return jsonRoundTrip(value);
-    if (typeof item === "string" || typeof item === "boolean" || item === null) out[key] = item;
-    else if (typeof item === "number") out[key] = Number.isFinite(item) ? item + 0 : null;
-    else return jsonRoundTrip(value);
+/**
+ * The attributes a raw event carries, from whichever field carries them:
+ * `attributes_json` (what `rawEvent()` sets) or the `attributes` Struct (a
+ * producer of another version or language). A text that is not a JSON object
+ * reads as none.
+ */
+export function rawAttributes(event: RawEvent): JsonObject {
+  if (event.attributesJson === "") return event.attributes ?? {};
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(event.attributesJson);
+  } catch {
+    return {};
   }
-  return out;
-}
-
-function jsonRoundTrip(value: Record<string, unknown>): JsonObject {
-  return JSON.parse(JSON.stringify(value)) as JsonObject;
+  return typeof parsed === "object" && parsed !== null && !Array.isArray(parsed) ? (parsed as JsonObject) : {};
 }
 
 /** Says what the events service did not take as sent: events it dropped, and events whose type it did not know (kept as an envelope only). */

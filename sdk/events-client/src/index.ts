@@ -4,7 +4,13 @@
 // gRPC calls and nothing more.
 export { LIFECYCLE_EVENTS, LIFECYCLE_TYPES, isLifecycleType } from "./lifecycle-types.js";
 export type { LifecycleSource, LifecycleType, LifecycleTypeInfo } from "./lifecycle-types.js";
-export { createEventPublisher, eventsTransport, logPublishResponse, rawEvent } from "./event-publisher.js";
+export {
+  createEventPublisher,
+  eventsTransport,
+  logPublishResponse,
+  rawAttributes,
+  rawEvent,
+} from "./event-publisher.js";
 export type {
   EventPublisher,
   EventPublisherOptions,

@@ -8,7 +8,7 @@
 // refuses a policy that misses a type of the list or names one not in it.
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
-import { isLifecycleType, type LifecycleType } from "@oz0/events-client";
+import { isLifecycleType, rawAttributes, type LifecycleType } from "@oz0/events-client";
 import type { PublicEvent, RawEvent, TokenCounts } from "@oz0/proto/oz0/events/v1/events_pb";
 
 /** A step's summary when a model turn finished with the operation's result. */
@@ -282,7 +282,7 @@ export function redactEvent(raw: RawEvent): RedactionOutcome {
   const allowlist = POLICY_ENTRIES.get(raw.type);
   const attributes: JsonObject = {};
   if (allowlist) {
-    const source = raw.attributes ?? {};
+    const source = rawAttributes(raw);
     for (const [key, extract] of allowlist) {
       const value = extract(source);
       if (value !== undefined) attributes[key] = value;

@@ -107,6 +107,23 @@ void describe("the redaction policy", () => {
     });
   });
 
+  void test("attributes arrive as JSON text (rawEvent) or as a Struct (an older producer); the text wins, and one that is not an object is none", () => {
+    const text = rawEvent("tool.called", { jobId: "job-1", attributes: { tool_name: "read", output: SECRET } });
+    assert.equal(text.attributes, undefined);
+    const struct = { ...text, attributesJson: "", attributes: { tool_name: "edit", input: { command: SECRET } } };
+    const both = { ...text, attributes: { tool_name: "edit" } };
+    const publicOf = (raw: typeof text): unknown => {
+      const outcome = redactEvent(raw);
+      assert.ok(outcome.ok);
+      return outcome.event.attributes;
+    };
+    assert.deepEqual(publicOf(text), { tool_name: "read", label: "read" });
+    assert.deepEqual(publicOf(struct), { tool_name: "edit", label: "edit" });
+    assert.deepEqual(publicOf(both), { tool_name: "read", label: "read" });
+    for (const attributesJson of ["[1]", "null", '"read"', "{not json", "42"])
+      assert.deepEqual(publicOf({ ...text, attributesJson }), {}, attributesJson);
+  });
+
   void test("approvals keep ids, the tool and waiting time", () => {
     assert.deepEqual(
       redact("approval.requested", { attributes: { approval_id: "ap-1", tool_name: "deploy", timeout_ms: 60000 } })

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
-import { rawEvent } from "@oz0/events-client";
+import { rawAttributes, rawEvent } from "@oz0/events-client";
 import { JobEventSchema, JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { JobRecord, JobStore, NewAgentVersion, PermissionRecord } from "../src/store/job-store.js";
 
@@ -400,7 +400,7 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
         "in the order kept; nothing from the failed append",
       );
       assert.equal(claimed[0]!.event.id, created.id);
-      assert.deepEqual(claimed[0]!.event.attributes, { plugin: "example" });
+      assert.deepEqual(rawAttributes(claimed[0]!.event), { plugin: "example" });
       assert.deepEqual(
         await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 }),
         [],

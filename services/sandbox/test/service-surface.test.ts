@@ -6,6 +6,7 @@ import { execFile } from "node:child_process";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
+import { rawAttributes } from "@oz0/events-client";
 import { EventsService, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { Authenticator, registration, serve, type RunningServer } from "@oz0/serving";
 import { runToEnd, scenarioStart, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
@@ -88,6 +89,6 @@ void describe("service surface", () => {
       ],
     );
     // The stop reason by name, as every other event says it, never the proto's number.
-    assert.equal(mine()[1]!.attributes?.stop_reason, "completed");
+    assert.equal(rawAttributes(mine()[1]!).stop_reason, "completed");
   });
 });
