@@ -116,8 +116,6 @@ export interface BubblewrapLauncherOptions {
   entry?: { command: readonly string[]; forwards: { innerPort: number; innerSocketPath: string }[] };
   /** Starts bwrap; default `child_process.spawn`. The sandbox passes its keeper's, so the session outlives a restart of the sandbox. */
   spawn?: (file: string, args: readonly string[], options: SpawnOptions) => ChildProcess | KeptChild;
-  /** Told the pid of the namespace's init once bwrap reports it (what SIGTERM goes to), so a restarted sandbox can still stop the session. */
-  onInitPid?: (pid: number) => void;
 }
 
 /** bwrap processes a launcher started that may still run; SIGKILLed when the sandbox process exits. */
@@ -152,6 +150,16 @@ function assertVisible(command: string, mounts: MountPlan): void {
       "node, the plugin, the session's own directories and OZ0_SANDBOX_READ_ONLY_PATHS, never the sandbox root, its parent or OZ0_SANDBOX_HIDDEN_PATHS: " +
       "add the directory it is installed in (with its node_modules) to OZ0_SANDBOX_READ_ONLY_PATHS (':'-separated), outside the hidden ones",
   );
+}
+
+/**
+ * The pid (on the node) of the namespace's init, from what bwrap wrote to its
+ * --info-fd; undefined until it has. A kept session's info is its keeper's
+ * file fd3, where a restarted sandbox reads it again (what SIGTERM goes to).
+ */
+export function initPidFromInfo(info: string): number | undefined {
+  const match = /"child-pid"\s*:\s*(\d+)/.exec(info);
+  return match?.[1] !== undefined ? Number(match[1]) : undefined;
 }
 
 function systemBinds(paths: readonly string[]): string[] {
@@ -228,10 +236,9 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
         infoStream.setEncoding("utf8");
         infoStream.on("data", (chunk: string) => {
           text += chunk;
-          const match = /"child-pid"\s*:\s*(\d+)/.exec(text);
-          if (match?.[1] !== undefined) {
-            resolve(Number(match[1]));
-            options.onInitPid?.(Number(match[1]));
+          const pid = initPidFromInfo(text);
+          if (pid !== undefined) {
+            resolve(pid);
             // bwrap writes nothing more there; a kept session's info file is no longer followed.
             infoStream.destroy();
           }

@@ -2,7 +2,7 @@
 // its files, runs the harness through the host side of @oz0/harness with
 // the right launcher, logs every message with its seq, enforces the turn
 // limit, collects the artifacts and cleans up.
-import { rmSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import path from "node:path";
 import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate, timestampNow, type Timestamp } from "@bufbuild/protobuf/wkt";
@@ -35,7 +35,7 @@ import {
 } from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
 import { collectArtifacts, snapshotInitialState } from "./artifact-collector.js";
-import { bubblewrapLauncher } from "./bubblewrap-launcher.js";
+import { bubblewrapLauncher, initPidFromInfo } from "./bubblewrap-launcher.js";
 import type { IsolationName } from "./isolation-choice.js";
 import { MAX_LINE_NESTING, nestingLimitLauncher } from "./line-nesting.js";
 import { parentDeathLauncher } from "./parent-death-launcher.js";
@@ -54,7 +54,7 @@ import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host"
 import { sessionUserLauncher } from "./session-user-launcher.js";
 import type { SessionUserLease } from "./session-user-pool.js";
 import { appendAnswered, SessionLogFile, writeSessionRecord, type SessionRecord } from "./session-record.js";
-import { adoptKeeper, keeperSpawn, processStartTime, type SpareKeepers } from "./session-keeper.js";
+import { adoptKeeper, extraFile, keeperSpawn, processStartTime, type SpareKeepers } from "./session-keeper.js";
 import { OTLP_TRACES_PATH } from "./telemetry-relay.js";
 import { startSessionSpan, type SessionSpan } from "./tracing.js";
 
@@ -338,7 +338,6 @@ export class SandboxSession {
         ...(keep !== undefined
           ? {
               spawn: keeperSpawn({ dir: paths.internalDir, orphanMs: keep.orphanMs, spares: keep.spares }),
-              onInitPid: (pid: number) => this.#keepRecord({ initPid: pid }),
             }
           : {}),
       });
@@ -347,7 +346,7 @@ export class SandboxSession {
     if (host.pid !== undefined) {
       if (keep !== undefined) {
         const startTime = processStartTime(host.pid);
-        if (startTime !== undefined) this.#keepRecord({ keeper: { pid: host.pid, startTime } });
+        if (startTime !== undefined) this.#keepRecord({ pid: host.pid, startTime });
       }
       this.log.append({
         case: "started",
@@ -395,7 +394,10 @@ export class SandboxSession {
       startTime: record.keeper.startTime,
       from: { stdout: 0, stderr: stderrBytes },
     });
-    const { initPid } = record;
+    // bwrap's init, from the keeper's info file (read when needed: bwrap may not have written it yet); records
+    // written before the keeper kept that file carry the pid themselves.
+    const initPidNow = (): number | undefined =>
+      record.initPid ?? initPidFromInfo(readTextOr(extraFile(paths.internalDir, 0)));
     const signal = (pid: number, name: NodeJS.Signals): void => {
       try {
         process.kill(pid, name);
@@ -405,9 +407,13 @@ export class SandboxSession {
     };
     const launched: LaunchedHarness = {
       child: child as unknown as LaunchedHarness["child"],
-      terminate: () => (initPid !== undefined ? signal(-initPid, "SIGTERM") : signal(-record.keeper.pid, "SIGTERM")),
+      terminate: () => {
+        const initPid = initPidNow();
+        signal(initPid !== undefined ? -initPid : -record.keeper.pid, "SIGTERM");
+      },
       kill: () => {
         if (child.exitCode !== null || child.signalCode !== null) return;
+        const initPid = initPidNow();
         if (initPid !== undefined) signal(initPid, "SIGKILL");
         // The keeper's end ends bwrap (--die-with-parent), and with it the namespace.
         signal(record.keeper.pid, "SIGKILL");
@@ -461,23 +467,18 @@ export class SandboxSession {
     return host;
   }
 
-  /** Writes the session's record with `change` applied (kept sessions only). */
-  #keepRecord(change: Partial<Pick<SessionRecord, "keeper" | "initPid">>): void {
+  /**
+   * Writes the session's record (kept sessions only), once its keeper runs.
+   * bwrap's init pid is not in it: the keeper's info file (fd3) has it.
+   */
+  #keepRecord(keeper: SessionRecord["keeper"]): void {
     const { request, start, command, paths } = this.#options;
-    const keeper = change.keeper ?? this.#record?.keeper;
-    if (keeper === undefined) {
-      // bwrap told its init before the keeper's start time was read: kept until then.
-      this.#pendingInitPid = change.initPid ?? this.#pendingInitPid;
-      return;
-    }
-    const initPid = change.initPid ?? this.#record?.initPid ?? this.#pendingInitPid;
     this.#record = {
       start,
       request,
       command,
       paths,
       keeper,
-      ...(initPid !== undefined ? { initPid } : {}),
       baseline: this.#baseline,
       startTime: timestampDate(this.startTime).toISOString(),
     };
@@ -490,8 +491,6 @@ export class SandboxSession {
       );
     }
   }
-
-  #pendingInitPid: number | undefined;
 
   #onEvent(event: SessionEvent): void {
     if (this.#replayedEvents > 0) {
@@ -756,4 +755,13 @@ function failingExitAfterResult(outcome: SessionOutcome): { code: string; messag
     };
   }
   return undefined;
+}
+
+/** A file's text, or "" when it cannot be read. */
+function readTextOr(file: string): string {
+  try {
+    return readFileSync(file, "utf8");
+  } catch {
+    return "";
+  }
 }

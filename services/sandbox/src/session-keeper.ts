@@ -332,7 +332,7 @@ export class KeptChild extends EventEmitter {
 }
 
 /** The file standing for stdio entry 3 + `index` of a kept command. */
-function extraFile(dir: string, index: number): string {
+export function extraFile(dir: string, index: number): string {
   return path.join(dir, `fd${3 + index}`);
 }
 

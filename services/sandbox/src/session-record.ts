@@ -1,5 +1,5 @@
 // What a restarted sandbox needs to take over a session it did not start: the
-// session's record (its request and directories, its keeper, bwrap's init),
+// session's record (its request and directories, its keeper; bwrap's init is in the keeper's info file),
 // its event log as sent so far (each message as it is appended, so seqs are
 // the same after the restart), and the ids of the requests already answered.
 // All of it lives in the session's internal directory, readable by the
@@ -24,7 +24,7 @@ export interface SessionRecord {
   command: string[];
   paths: SessionPaths;
   keeper: { pid: number; startTime: string };
-  /** The pid of bwrap's namespace init (SIGTERM goes to its group), once known. */
+  /** The pid of bwrap's namespace init (SIGTERM goes to its group), in records written before the keeper's info file (fd3) held it. */
   initPid?: number;
   baseline: "snapshot" | "empty" | "none";
   startTime: string;

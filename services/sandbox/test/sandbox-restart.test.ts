@@ -20,7 +20,7 @@ import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { SandboxService, SessionStatus, type RunSessionResponse } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { testCredentials } from "@oz0/serving/testing";
-import { scenarioStart, SessionStream } from "./sandbox-test-kit.js";
+import { isText, scenarioStart, SessionStream } from "./sandbox-test-kit.js";
 
 const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist", "main.js");
 
@@ -107,17 +107,22 @@ void test("a SIGKILLed sandbox's sessions run on, and the restarted sandbox take
       value: scenarioStart({ mode: "nap", ms: 1500 }, {}, { sessionId: "ses_ends_meanwhile" }),
     },
   });
+  const stopped = new SessionStream(client(), {
+    message: { case: "start", value: scenarioStart({ mode: "wait" }, {}, { sessionId: "ses_cancelled_after" }) },
+  });
   await waiting.waitFor(
     (m) => m.message.case === "event" && m.message.value.event.case === "permissionRequest",
     "the permission request",
   );
   await quick.waitFor((m) => m.message.case === "started", "the quick session's start");
+  await stopped.waitFor(isText("ready"), "the session to cancel after the restart");
 
   sandbox.kill("SIGKILL");
   await new Promise((resolve) => sandbox!.once("exit", resolve));
   waiting.drop();
   quick.drop();
-  await Promise.all([waiting.finished, quick.finished]);
+  stopped.drop();
+  await Promise.all([waiting.finished, quick.finished, stopped.finished]);
   // Long enough for the quick session to end while no sandbox runs.
   await new Promise((resolve) => setTimeout(resolve, 2500));
 
@@ -149,6 +154,19 @@ void test("a SIGKILLed sandbox's sessions run on, and the restarted sandbox take
     `the LLM forward works after the restart: ${resumed.texts().join(" | ")}`,
   );
   assert.equal(all.filter((m) => m.message.case === "started").length, 1, "started once");
+
+  // A cancel after the restart reaches the harness with its grace (SIGTERM to the group of bwrap's init, whose pid
+  // the restarted sandbox read from the keeper's info file), not bwrap, which would end the namespace at once.
+  const cancelled = new SessionStream(client(), {
+    message: {
+      case: "attach",
+      value: { sessionId: "ses_cancelled_after", afterSeq: BigInt(Number(stopped.received.at(-1)!.seq)) },
+    },
+  });
+  cancelled.send({ message: { case: "cancel", value: { reason: "stopped after the restart" } } });
+  await cancelled.finished;
+  assert.equal(cancelled.exited().status, SessionStatus.CANCELLED);
+  assert.equal(cancelled.exited().result?.text, "cancelled after cleanup");
 
   // The session that ended while no sandbox ran: its end is there to read, artifacts included.
   const lastQuick = Number(quick.received.at(-1)!.seq);
