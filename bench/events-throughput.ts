@@ -35,6 +35,7 @@ const {
   warmup: WARMUP,
   profile: PROFILE,
   compare: COMPARE,
+  "compare-struct": COMPARE_STRUCT,
   producers: PRODUCERS,
 } = benchOptions({
   events: { type: "number", default: 20_000 },
@@ -50,6 +51,13 @@ const {
    * same run.
    */
   compare: { type: "string" },
+  /**
+   * `--compare-struct`: send the `--compare` build the attributes as a Struct,
+   * as producers did before RawEvent.attributes_json (a build from before it
+   * ignores the JSON text, and would be spared the attributes' decoding and
+   * redaction).
+   */
+  "compare-struct": { type: "boolean" },
   /**
    * `--producers N`: the service path's events come from N publishers at
    * once (each job's from one of them), as the orchestrator, the sandboxes
@@ -317,9 +325,9 @@ async function throughService(main = SERVICE_MAIN): Promise<Result> {
     }),
   );
   const flushAll = (): Promise<unknown> => Promise.all(publishers.map((p) => p.flush()));
-  // Another build (`--compare`) may predate attributes_json: it is sent the
+  // A build from before attributes_json (`--compare-struct`) is sent the
   // attributes as a Struct, as the producers of its time sent them.
-  const structAttributes = main !== SERVICE_MAIN;
+  const structAttributes = COMPARE_STRUCT && main !== SERVICE_MAIN;
   const build = (event: RawEvent): RawEvent =>
     structAttributes ? { ...event, attributes: rawAttributes(event), attributesJson: "" } : event;
   const publish = async (count: number, jobPrefix: string): Promise<void> => {
