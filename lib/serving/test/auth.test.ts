@@ -239,6 +239,18 @@ void describe("identity settings from the environment", () => {
     );
     assert.throws(() => parsePeopleConfig("oidc: { issuer: https://i }\n", "f.yaml"), /\/oidc\/audience: required/);
     assert.throws(() => parsePeopleConfig("roles: [\n", "f.yaml"), /f\.yaml is not valid YAML/);
+    assert.throws(
+      () => parsePeopleConfig("oidc: { issuer: https://i, audience: a, consoleScopes: [profile] }\n", "f.yaml"),
+      /\/oidc\/consoleScopes: must include openid/,
+    );
+    assert.throws(
+      () => parsePeopleConfig('oidc: { issuer: https://i, audience: a, consoleScopes: [openid, "a b"] }\n', "f.yaml"),
+      /\/oidc\/consoleScopes\/1: a scope is one word/,
+    );
+    assert.throws(
+      () => parsePeopleConfig('oidc: { issuer: https://i, audience: a, consoleClientId: "" }\n', "f.yaml"),
+      /\/oidc\/consoleClientId/,
+    );
   });
 });
 
@@ -248,7 +260,7 @@ void describe("OIDC people", () => {
   before(async () => {
     issuer = await startTestOidcIssuer();
     const people = parsePeopleConfig(
-      `oidc: { issuer: "${issuer.url}", audience: oz0, usernameClaim: preferred_username }\nroles:\n  operator: { groups: [dev] }\n`,
+      `oidc: { issuer: "${issuer.url}", audience: oz0, usernameClaim: preferred_username, consoleClientId: oz0-console }\nroles:\n  operator: { groups: [dev] }\n`,
       "test",
     );
     server = await serve({
@@ -275,6 +287,11 @@ void describe("OIDC people", () => {
     await createClient(JobService, createGrpcTransport({ baseUrl: server.url })).runAgent({}, as(token));
   });
 
+  void it("accepts an ID token issued to the console's client (oidc.consoleClientId), as the console sends it", async () => {
+    const token = await issuer.sign({ preferred_username: "carol", groups: ["dev"] }, { audience: "oz0-console" });
+    await agents().listAgents({}, as(token));
+  });
+
   void it("refuses expired, wrong-audience, wrong-issuer and wrong-signature tokens, saying why", async () => {
     const check = async (token: string, pattern: RegExp): Promise<void> =>
       assert.rejects(agents().listAgents({}, as(token)), (e: unknown) => {
@@ -296,6 +313,11 @@ void describe("OIDC people", () => {
       /the token's iss claim is not accepted here/,
     );
     await check(await issuer.sign({ preferred_username: "carol" }, { key: "stranger" }), /signature does not verify/);
+    // The console's client id is an audience too (its ID tokens), but no other client's.
+    await check(
+      await issuer.sign({ preferred_username: "carol" }, { audience: "another-app" }),
+      /the token's aud claim is not accepted here/,
+    );
     await check(await issuer.sign({ groups: ["dev"] }), /no preferred_username claim/);
   });
 

@@ -26,7 +26,10 @@ export class OidcVerifier {
     try {
       ({ payload } = await jwtVerify(token, await this.#jwks(), {
         issuer: this.#config.issuer,
-        audience: this.#config.audience,
+        // The web console sends the ID token it logged in with, whose audience is its own client id.
+        audience: this.#config.consoleClientId
+          ? [this.#config.audience, this.#config.consoleClientId]
+          : this.#config.audience,
       }));
     } catch (error) {
       return new Error(refusal(error));

@@ -17,6 +17,16 @@ export interface OidcConfig {
   usernameClaim?: string;
   /** The claim that lists the person's groups. Default `groups`. */
   groupsClaim?: string;
+  /**
+   * The client id the web console logs in as (a public client: authorization
+   * code with PKCE, no secret), registered at the issuer with the redirect URI
+   * `<console origin>/login/callback`. When set, the console offers "Log in
+   * with <issuer>", and ID tokens issued to this client (`aud` = this id) are
+   * accepted beside tokens for `audience`.
+   */
+  consoleClientId?: string;
+  /** The scopes the console asks for. Default `[openid]`; add `groups` (Dex, Keycloak) for the groups claim, `offline_access` for a refresh token. */
+  consoleScopes?: string[];
 }
 
 export interface RoleGrant {
@@ -60,6 +70,12 @@ const schema = {
         jwksUri: { type: "string", pattern: "^https?://" },
         usernameClaim: { type: "string", minLength: 1 },
         groupsClaim: { type: "string", minLength: 1 },
+        consoleClientId: { type: "string", minLength: 1 },
+        consoleScopes: {
+          type: "array",
+          items: { type: "string", pattern: "^[\\x21\\x23-\\x5B\\x5D-\\x7E]+$" },
+          contains: { const: "openid" },
+        },
       },
     },
     roles: {
@@ -92,6 +108,9 @@ function describe(error: ErrorObject): string {
   if (error.keyword === "additionalProperties")
     return `${child(p.additionalProperty)}: unknown field (fields: oidc, roles {admin, operator, approver, viewer}, tokens)`;
   if (error.keyword === "required") return `${child(p.missingProperty)}: required`;
+  if (error.keyword === "contains" && at.endsWith("/consoleScopes")) return `${at}: must include openid`;
+  if (error.keyword === "pattern" && /\/consoleScopes\/\d+$/.test(at))
+    return `${at}: a scope is one word (no spaces or quotes)`;
   if (error.keyword === "pattern" && at.endsWith("/sha256"))
     return `${at}: must be the lowercase hex SHA-256 of the token (\`printf %s TOKEN | sha256sum\`)`;
   return `${at}: ${error.message ?? "invalid"}`;
