@@ -1,15 +1,22 @@
 // The generated Connect clients, over one transport to the page's own origin
 // (the orchestrator serves the page and the API on one port). Every call
 // carries the session's bearer token; a call refused as Unauthenticated ends
-// the session, so the page asks for a new login link.
+// the session, so the page asks to log in again (an OIDC ID token is renewed
+// first when the issuer gave a refresh token).
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { AgentService, JobService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
+import { refreshOidcSession } from "./oidc-login.js";
 import { currentSession, forgetSession } from "./session.js";
 
+/** An OIDC ID token this close to its expiry is renewed first, when the issuer gave a refresh token. */
+const RENEW_BEFORE_MS = 60_000;
+
 const bearer: Interceptor = (next) => async (request) => {
-  const session = currentSession();
+  let session = currentSession();
+  if (session?.via === "oidc" && session.refreshToken && session.expiresAt - RENEW_BEFORE_MS <= Date.now())
+    session = (await refreshOidcSession(session)) ?? session;
   if (session) request.header.set("authorization", `Bearer ${session.token}`);
   try {
     return await next(request);

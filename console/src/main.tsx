@@ -9,7 +9,8 @@ import { ApprovalsPage } from "./pages/approvals.js";
 import { GraphPage, GraphsPage } from "./pages/graphs.js";
 import { JobPage } from "./pages/job.js";
 import { JobsPage } from "./pages/jobs.js";
-import { LoginPage } from "./pages/login.js";
+import { CALLBACK_PATH, oidcLogin, type OidcLogin } from "./oidc-login.js";
+import { LoginPage, OidcCallbackPage } from "./pages/login.js";
 import { href, NO_FILTER, replaceRoute, useRoute } from "./router.js";
 import { currentSession, forgetSession } from "./session.js";
 import "./style.css";
@@ -19,6 +20,16 @@ function App() {
   const [me, setMe] = useState<WhoAmIResponse | undefined>(undefined);
   const [problem, setProblem] = useState<string | undefined>(undefined);
   const [sessionVersion, setSessionVersion] = useState(0);
+  const [oidc, setOidc] = useState<OidcLogin | undefined>(undefined);
+  const [loginProblem, setLoginProblem] = useState<string | undefined>(undefined);
+  // The issuer's answer, when the issuer sent the browser back here; read once, before routing.
+  const [callback, setCallback] = useState<string | undefined>(() =>
+    window.location.pathname === CALLBACK_PATH ? window.location.hash.replace(/^#/, "") : undefined,
+  );
+
+  useEffect(() => {
+    void oidcLogin().then(setOidc);
+  }, []);
 
   useEffect(() => {
     const loggedOut = (): void => {
@@ -45,10 +56,33 @@ function App() {
     };
   }, [route.page, sessionVersion]);
 
+  if (callback !== undefined) {
+    return (
+      <OidcCallbackPage
+        fragment={callback}
+        onLoggedIn={(who, returnTo) => {
+          setMe(who);
+          setProblem(undefined);
+          setLoginProblem(undefined);
+          window.history.replaceState(null, "", `/${returnTo}`);
+          setCallback(undefined);
+          window.dispatchEvent(new HashChangeEvent("hashchange"));
+        }}
+        onRefused={(refusal) => {
+          setLoginProblem(refusal);
+          window.history.replaceState(null, "", "/#/login");
+          setCallback(undefined);
+          window.dispatchEvent(new HashChangeEvent("hashchange"));
+        }}
+      />
+    );
+  }
   if (route.page === "login" || !currentSession()) {
     return (
       <LoginPage
         code={route.page === "login" ? route.code : undefined}
+        oidc={oidc}
+        problem={loginProblem}
         onLoggedIn={(who) => {
           setMe(who);
           setProblem(undefined);
@@ -61,6 +95,7 @@ function App() {
     await login.logout({}).catch(() => undefined);
     forgetSession();
     setMe(undefined);
+    setLoginProblem(undefined);
     replaceRoute({ page: "login", code: undefined });
   };
   return (

@@ -1,21 +1,38 @@
-// Redeems the one-time code of the link `oz0 dev` printed for a session token
-// of this page's own; the code is removed from the address bar and history
-// at once, used or not.
+// The ways in: "Log in with <issuer>" where the orchestrator has an OIDC
+// issuer for the console, and the one-time link `oz0 dev` prints, whose code
+// is redeemed for a session token of this page's own. A code, like the
+// issuer's answer, is removed from the address bar and history at once, used
+// or not.
 import { useEffect, useState } from "preact/hooks";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { WhoAmIResponse } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
 import { login, messageOf } from "../api.js";
-import { saveSession } from "../session.js";
+import {
+  CALLBACK_PATH,
+  finishOidcLogin,
+  issuerName,
+  oidcLogin,
+  startOidcLogin,
+  type OidcLogin,
+} from "../oidc-login.js";
+import { forgetSession, saveSession } from "../session.js";
 
 export function LoginPage({
   code,
+  oidc,
+  problem: given,
   onLoggedIn,
 }: {
   code: string | undefined;
+  /** The issuer to offer, when the orchestrator has one for the console. */
+  oidc: OidcLogin | undefined;
+  /** Why the last log-in failed (an issuer's answer refused), to say on this page. */
+  problem: string | undefined;
   onLoggedIn: (who: WhoAmIResponse) => void;
 }) {
-  const [problem, setProblem] = useState<string | undefined>(undefined);
+  const [problem, setProblem] = useState<string | undefined>(given);
   const [busy, setBusy] = useState(code !== undefined);
+  useEffect(() => setProblem(given), [given]);
   useEffect(() => {
     if (!code) return;
     window.history.replaceState(null, "", "#/login");
@@ -33,6 +50,13 @@ export function LoginPage({
       },
     );
   }, [code]);
+  const logInWithIssuer = (issuer: OidcLogin): void => {
+    setBusy(true);
+    startOidcLogin(issuer, "#/jobs").catch((error: unknown) => {
+      setProblem((error as Error).message);
+      setBusy(false);
+    });
+  };
   return (
     <main id="main" class="login">
       <h1>Orchestrator Zero</h1>
@@ -42,12 +66,62 @@ export function LoginPage({
           {problem}
         </p>
       ) : null}
+      {!busy && oidc ? (
+        <p>
+          <button type="button" onClick={() => logInWithIssuer(oidc)}>
+            Log in with {issuerName(oidc)}
+          </button>
+        </p>
+      ) : null}
       {!busy ? (
         <p>
-          Open the console with the one-time link <code>oz0 dev</code> prints (
+          {oidc ? "Or open" : "Open"} the console with the one-time link <code>oz0 dev</code> prints (
           <code>console: http://…/#/login?code=…</code>). A link works once and for a few minutes.
         </p>
       ) : null}
+    </main>
+  );
+}
+
+/**
+ * The page the issuer sends the browser back to (CALLBACK_PATH, the answer
+ * in the fragment): finishes the log-in, then opens the page the person was
+ * going to; or says why it was refused.
+ */
+export function OidcCallbackPage({
+  fragment,
+  onLoggedIn,
+  onRefused,
+}: {
+  fragment: string;
+  onLoggedIn: (who: WhoAmIResponse, returnTo: string) => void;
+  onRefused: (problem: string) => void;
+}) {
+  useEffect(() => {
+    // The code leaves the address bar and history before anything else happens.
+    window.history.replaceState(null, "", CALLBACK_PATH);
+    void (async () => {
+      try {
+        const issuer = await oidcLogin();
+        if (!issuer)
+          throw new Error(
+            "this orchestrator has no OIDC issuer for the console (oidc.consoleClientId in its auth config)",
+          );
+        const { returnTo } = await finishOidcLogin(issuer, fragment);
+        const who = await login.whoAmI({}).catch((error: unknown) => {
+          forgetSession();
+          throw new Error(messageOf(error));
+        });
+        onLoggedIn(who, returnTo);
+      } catch (error) {
+        onRefused((error as Error).message);
+      }
+    })();
+  }, [fragment]);
+  return (
+    <main id="main" class="login">
+      <h1>Orchestrator Zero</h1>
+      <p>Logging in…</p>
     </main>
   );
 }

@@ -16,7 +16,7 @@ import { eventsTranscripts } from "./jobs/job-transcripts.js";
 import { LifecycleOutbox } from "./cluster/lifecycle-outbox.js";
 import { LlmProxyClient } from "./sessions/llm-proxy-client.js";
 import { orchestratorServices } from "./rpc/orchestrator-service.js";
-import { consoleDirectory, consoleFiles } from "./console/console-files.js";
+import { consoleDirectory, consoleFiles, consoleOidcLogin } from "./console/console-files.js";
 import { ConsoleLogin } from "./console/console-login.js";
 import { loginService } from "./rpc/login-service.js";
 import { HookStage } from "./policy/hook-stage.js";
@@ -212,7 +212,9 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     port: config.port ?? 7700,
     logger,
     auth: new Authenticator({ ...config.auth, sessions: consoleLogin }),
-    fallback: consoleFiles(consoleDirectory(config.consoleDir)),
+    fallback: consoleFiles(consoleDirectory(config.consoleDir), {
+      oidc: consoleOidcLogin(config.auth?.people?.oidc),
+    }),
     services: [
       loginService(consoleLogin),
       ...orchestratorServices({

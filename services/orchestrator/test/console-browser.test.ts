@@ -89,6 +89,9 @@ void test("the orchestrator serves the console at / beside its RPCs: types, cach
     "a path outside the folder is the app, never the file",
   );
   assert.equal((await fetch(`${t.url}/oz0.orchestrator.v1.JobService/NoSuchMethod`)).status, 404);
+  // No OIDC issuer for the console here: the page offers none, and talks to nothing but this origin.
+  assert.deepEqual(await (await fetch(`${t.url}/console-config.json`)).json(), {});
+  assert.match(index.headers.get("content-security-policy") ?? "", /connect-src 'self';/);
   assert.equal((await fetch(`${t.url}/`, { method: "POST" })).status, 404);
   // The RPCs still answer, and still want a credential.
   const anonymous = createClient(JobService, createConnectTransport({ baseUrl: t.url, httpVersion: "1.1" }));

@@ -88,6 +88,7 @@ void test("the README's auth config is one the services accept, granting what it
   assert.ok(block, "the section has the auth config");
   const config = parsePeopleConfig(block[1]!, "the README's auth config");
   assert.equal(config.oidc?.usernameClaim, "sub");
+  assert.equal(config.oidc?.consoleClientId, "oz0-console");
   assert.deepEqual(grantedRoles(config, "alice", []), ["approver"]);
   assert.deepEqual(grantedRoles(config, "someone", ["platform", "staff"]), ["admin", "viewer"]);
   assert.equal(config.tokens?.[0]?.sha256, createHash("sha256").update("test").digest("hex"));

@@ -6,7 +6,7 @@
 import { createReadStream, existsSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
-import type { RequestHandler } from "@oz0/serving";
+import type { OidcConfig, RequestHandler } from "@oz0/serving";
 
 const CONTENT_TYPES: Record<string, string> = {
   ".html": "text/html; charset=utf-8",
@@ -20,17 +20,30 @@ const CONTENT_TYPES: Record<string, string> = {
   ".txt": "text/plain; charset=utf-8",
 };
 
+/** How the console logs in with OIDC: what the page needs to run the authorization-code flow itself (no secret: it is a public client). */
+export interface ConsoleOidcLogin {
+  issuer: string;
+  clientId: string;
+  scopes: string[];
+}
+
+/** Where the page reads how it may log in (`{}`, or `{ oidc: ConsoleOidcLogin }`): public, like the page itself. */
+export const CONSOLE_CONFIG_PATH = "/console-config.json";
+
 /**
  * The page may load only its own scripts and styles and talk only to this
- * origin; nothing may frame it (the approve button must not be clickjacked).
+ * origin (and to the OIDC issuer it logs in with: discovery and the token
+ * endpoint); nothing may frame it (the approve button must not be clickjacked).
  */
-const SECURITY_HEADERS = {
-  "content-security-policy":
-    "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
-  "x-content-type-options": "nosniff",
-  "referrer-policy": "no-referrer",
-  "x-frame-options": "DENY",
-};
+function securityHeaders(oidc: ConsoleOidcLogin | undefined): Record<string, string> {
+  const connect = oidc ? `'self' ${new URL(oidc.issuer).origin}` : "'self'";
+  return {
+    "content-security-policy": `default-src 'self'; connect-src ${connect}; img-src 'self' data:; style-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'`,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+  };
+}
 
 /** `/pkg.v1.Service/Method`: an RPC this server does not have, which must stay a 404, never the app. */
 const RPC_PATH = /^\/[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+\/[A-Za-z_]\w*$/;
@@ -47,14 +60,37 @@ export function consoleDirectory(configured?: string): string | undefined {
   }
 }
 
-/** The plain-HTTP handler for serve()'s `fallback`: the console's files, or a page saying how to build them. */
-export function consoleFiles(dir: string | undefined): RequestHandler {
+/** The OIDC log-in the console offers under this auth config: when it names an issuer and a client id for the console. */
+export function consoleOidcLogin(oidc: OidcConfig | undefined): ConsoleOidcLogin | undefined {
+  if (!oidc?.consoleClientId) return undefined;
+  return { issuer: oidc.issuer, clientId: oidc.consoleClientId, scopes: oidc.consoleScopes ?? ["openid"] };
+}
+
+/**
+ * The plain-HTTP handler for serve()'s `fallback`: the console's files (or a
+ * page saying how to build them), and how the page may log in.
+ */
+export function consoleFiles(
+  dir: string | undefined,
+  options: { oidc?: ConsoleOidcLogin | undefined } = {},
+): RequestHandler {
   const root = dir ? path.resolve(dir) : undefined;
+  const security = securityHeaders(options.oidc);
+  const config = JSON.stringify(options.oidc ? { oidc: options.oidc } : {});
   return (req, res) => {
     const url = new URL(req.url ?? "/", "http://console");
     const pathname = decodeURIComponent(url.pathname);
+    if (req.method === "GET" && pathname === CONSOLE_CONFIG_PATH) {
+      res.writeHead(200, {
+        "content-type": "application/json",
+        "cache-control": "no-cache",
+        ...security,
+      });
+      res.end(config);
+      return;
+    }
     if ((req.method !== "GET" && req.method !== "HEAD") || RPC_PATH.test(pathname)) {
-      res.writeHead(404, { "content-type": "text/plain; charset=utf-8", ...SECURITY_HEADERS });
+      res.writeHead(404, { "content-type": "text/plain; charset=utf-8", ...security });
       res.end(`${pathname} is neither an RPC of this orchestrator nor a page of its console\n`);
       return;
     }
@@ -62,7 +98,7 @@ export function consoleFiles(dir: string | undefined): RequestHandler {
       res.writeHead(503, {
         "content-type": "text/plain; charset=utf-8",
         "cache-control": "no-store",
-        ...SECURITY_HEADERS,
+        ...security,
       });
       res.end(
         "the web console is not built here: run `npm run build` in the repository (or set OZ0_CONSOLE_DIR to its dist folder)\n",
@@ -72,7 +108,7 @@ export function consoleFiles(dir: string | undefined): RequestHandler {
     const file = fileFor(root, pathname);
     if (!file && path.posix.extname(pathname) !== "") {
       // A missing script or image is a 404, not the app's HTML under a script's name.
-      res.writeHead(404, { "content-type": "text/plain; charset=utf-8", ...SECURITY_HEADERS });
+      res.writeHead(404, { "content-type": "text/plain; charset=utf-8", ...security });
       res.end(`${pathname} is not a file of the console\n`);
       return;
     }
@@ -82,7 +118,7 @@ export function consoleFiles(dir: string | undefined): RequestHandler {
       "content-type": CONTENT_TYPES[path.extname(target)] ?? "application/octet-stream",
       // Files under assets/ are named by their content's hash: they never change. index.html names them, so it is always revalidated.
       "cache-control": !isIndex && pathname.startsWith("/assets/") ? "public, max-age=31536000, immutable" : "no-cache",
-      ...SECURITY_HEADERS,
+      ...security,
     };
     res.writeHead(200, { ...headers, "content-length": String(statSync(target).size) });
     if (req.method === "HEAD") {
