@@ -2,13 +2,14 @@
 // (the orchestrator serves the page and the API on one port). Every call
 // carries the session's bearer token; a call refused as Unauthenticated ends
 // the session, so the page asks to log in again (an OIDC ID token is renewed
-// first when the issuer gave a refresh token).
+// first when the issuer gave a refresh token; one that expired and could not
+// be renewed sends the person through the issuer's log-in again, main.tsx).
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { AgentService, JobService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
 import { refreshOidcSession } from "./oidc-login.js";
-import { currentSession, forgetSession } from "./session.js";
+import { currentSession, forgetSession, saveSession } from "./session.js";
 
 /** An OIDC ID token this close to its expiry is renewed first, when the issuer gave a refresh token. */
 const RENEW_BEFORE_MS = 60_000;
@@ -17,6 +18,13 @@ const bearer: Interceptor = (next) => async (request) => {
   let session = currentSession();
   if (session?.via === "oidc" && session.refreshToken && session.expiresAt - RENEW_BEFORE_MS <= Date.now())
     session = (await refreshOidcSession(session)) ?? session;
+  if (session?.via === "oidc" && session.expiresAt <= Date.now()) {
+    // Expired and not renewed (no refresh token, or the issuer refused it): kept without its refresh token, so the
+    // shell sends the person through the issuer's log-in, back to this page, instead of trying it again.
+    saveSession({ token: session.token, expiresAt: session.expiresAt, via: "oidc" });
+    window.dispatchEvent(new Event("oz0:logged-out"));
+    throw new ConnectError("the log-in expired: logging in again at the issuer", Code.Unauthenticated);
+  }
   if (session) request.header.set("authorization", `Bearer ${session.token}`);
   try {
     return await next(request);

@@ -9,11 +9,15 @@ import { ApprovalsPage } from "./pages/approvals.js";
 import { GraphPage, GraphsPage } from "./pages/graphs.js";
 import { JobPage } from "./pages/job.js";
 import { JobsPage } from "./pages/jobs.js";
-import { CALLBACK_PATH, oidcLogin, type OidcLogin } from "./oidc-login.js";
-import { LoginPage, OidcCallbackPage } from "./pages/login.js";
+import { CALLBACK_PATH, endOidcSession, issuerName, LOGGED_OUT_PATH, oidcLogin, type OidcLogin } from "./oidc-login.js";
+import { LogInAgainPage, LoginPage, OidcCallbackPage } from "./pages/login.js";
 import { href, NO_FILTER, replaceRoute, useRoute } from "./router.js";
-import { currentSession, forgetSession } from "./session.js";
+import { currentSession, expiredOidcSession, forgetSession, storedSession } from "./session.js";
 import "./style.css";
+
+// The issuer sends the browser here after ending its session (RP-initiated logout): the login page, saying so.
+const backFromIssuerLogout = window.location.pathname === LOGGED_OUT_PATH;
+if (backFromIssuerLogout) window.history.replaceState(null, "", "/#/login");
 
 function App() {
   const route = useRoute();
@@ -22,6 +26,9 @@ function App() {
   const [sessionVersion, setSessionVersion] = useState(0);
   const [oidc, setOidc] = useState<OidcLogin | undefined>(undefined);
   const [loginProblem, setLoginProblem] = useState<string | undefined>(undefined);
+  const [loginNotice, setLoginNotice] = useState<string | undefined>(
+    backFromIssuerLogout ? "Logged out, at the issuer too." : undefined,
+  );
   // The issuer's answer, when the issuer sent the browser back here; read once, before routing.
   const [callback, setCallback] = useState<string | undefined>(() =>
     window.location.pathname === CALLBACK_PATH ? window.location.hash.replace(/^#/, "") : undefined,
@@ -64,6 +71,7 @@ function App() {
           setMe(who);
           setProblem(undefined);
           setLoginProblem(undefined);
+          setLoginNotice(undefined);
           window.history.replaceState(null, "", `/${returnTo}`);
           setCallback(undefined);
           window.dispatchEvent(new HashChangeEvent("hashchange"));
@@ -77,25 +85,44 @@ function App() {
       />
     );
   }
+  if (route.page !== "login" && !currentSession() && expiredOidcSession()) {
+    return (
+      <LogInAgainPage
+        returnTo={window.location.hash || "#/jobs"}
+        onRefused={(refusal) => {
+          setLoginProblem(refusal);
+          replaceRoute({ page: "login", code: undefined });
+        }}
+      />
+    );
+  }
   if (route.page === "login" || !currentSession()) {
     return (
       <LoginPage
         code={route.page === "login" ? route.code : undefined}
         oidc={oidc}
         problem={loginProblem}
+        notice={loginNotice}
         onLoggedIn={(who) => {
           setMe(who);
           setProblem(undefined);
+          setLoginNotice(undefined);
           replaceRoute({ page: "jobs", filter: NO_FILTER });
         }}
       />
     );
   }
   const logOut = async (): Promise<void> => {
+    const session = storedSession();
     await login.logout({}).catch(() => undefined);
     forgetSession();
     setMe(undefined);
     setLoginProblem(undefined);
+    // An OIDC log-in ends at the issuer too: its refresh token revoked, its session ended (the issuer's page, then back).
+    if (session?.via === "oidc" && oidc && (await endOidcSession(oidc, session))) return;
+    setLoginNotice(
+      session?.via === "oidc" && oidc ? `Logged out here; still logged in at ${issuerName(oidc)}.` : undefined,
+    );
     replaceRoute({ page: "login", code: undefined });
   };
   return (

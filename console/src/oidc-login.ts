@@ -5,7 +5,10 @@
 // code is never in a request line or an access log, as the one-time links'
 // codes are not. The page keeps the ID token (its audience is the console's
 // client id, which the orchestrator accepts) and sends it on every RPC; a
-// refresh token, when the issuer gives one, renews it.
+// refresh token, when the issuer gives one, renews it. Logging out revokes
+// the refresh token at the issuer and ends the issuer's session too, where
+// the issuer offers either; a token that expired with no way to renew it
+// sends the person through the issuer's log-in again, back to the same page.
 import * as oauth from "oauth4webapi";
 import { saveSession, type StoredSession } from "./session.js";
 
@@ -18,6 +21,9 @@ export interface OidcLogin {
 
 /** Where the issuer sends the browser back; register `<this origin>/login/callback` at the issuer. */
 export const CALLBACK_PATH = "/login/callback";
+
+/** Where the issuer sends the browser back after it ended its session; register it as a post-logout redirect URI. */
+export const LOGGED_OUT_PATH = "/login/logged-out";
 
 /** What the page must remember across the issuer's pages, in this tab only. */
 const PENDING_KEY = "oz0.console.oidc-pending";
@@ -151,6 +157,63 @@ export function refreshOidcSession(session: StoredSession): Promise<StoredSessio
     refreshing = undefined;
   });
   return refreshing;
+}
+
+/**
+ * Ends the OIDC session `session` belongs to at the issuer, once the page has
+ * forgotten it: revokes its refresh token (RFC 7009) when the issuer has a
+ * revocation endpoint, so a copy of it is worthless, then leaves for the
+ * issuer's end-session endpoint (RP-initiated logout) when there is one, which
+ * sends the browser back to LOGGED_OUT_PATH. Resolves false when the page
+ * stays (the issuer offers no end-session endpoint, or could not be reached).
+ */
+export async function endOidcSession(login: OidcLogin, session: StoredSession): Promise<boolean> {
+  let as: oauth.AuthorizationServer;
+  try {
+    as = await authorizationServer(login);
+  } catch (error) {
+    console.warn("the issuer could not be reached to log out there:", error);
+    return false;
+  }
+  if (session.refreshToken && as.revocation_endpoint) {
+    try {
+      const response = await oauth.revocationRequest(
+        as,
+        { client_id: login.clientId },
+        oauth.None(),
+        session.refreshToken,
+        { ...insecure(login), additionalParameters: { token_type_hint: "refresh_token" } },
+      );
+      await oauth.processRevocationResponse(response);
+    } catch (error) {
+      // Logging out goes on: the page forgot the token, and the issuer's session still ends below.
+      console.warn("the issuer did not revoke the refresh token:", error);
+    }
+  }
+  if (!as.end_session_endpoint) return false;
+  const url = new URL(as.end_session_endpoint);
+  url.searchParams.set("client_id", login.clientId);
+  url.searchParams.set("id_token_hint", session.token);
+  url.searchParams.set("post_logout_redirect_uri", `${window.location.origin}${LOGGED_OUT_PATH}`);
+  window.location.assign(url.href);
+  return true;
+}
+
+/**
+ * Sends the person through the issuer's log-in again (their ID token expired
+ * and cannot be renewed), coming back to `returnTo`, the route they were on.
+ * At most once a page load: the page is leaving.
+ */
+let leavingForIssuer = false;
+export async function logInAgainAtIssuer(login: OidcLogin, returnTo: string): Promise<void> {
+  if (leavingForIssuer) return;
+  leavingForIssuer = true;
+  try {
+    await startOidcLogin(login, returnTo);
+  } catch (error) {
+    leavingForIssuer = false;
+    throw error;
+  }
 }
 
 function sessionOf(result: oauth.TokenEndpointResponse, previousRefreshToken: string | undefined): StoredSession {

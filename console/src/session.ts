@@ -32,6 +32,16 @@ export function currentSession(): StoredSession | undefined {
   return stored.expiresAt > Date.now() || stored.refreshToken ? stored : undefined;
 }
 
+/**
+ * An OIDC log-in whose ID token expired with no refresh token to renew it:
+ * the page sends the person through the issuer's log-in again rather than to
+ * its own login page.
+ */
+export function expiredOidcSession(): StoredSession | undefined {
+  const stored = storedSession();
+  return stored?.via === "oidc" && stored.expiresAt <= Date.now() && !stored.refreshToken ? stored : undefined;
+}
+
 export function saveSession(session: StoredSession): void {
   localStorage.setItem(KEY, JSON.stringify(session));
 }

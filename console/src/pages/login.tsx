@@ -11,6 +11,7 @@ import {
   CALLBACK_PATH,
   finishOidcLogin,
   issuerName,
+  logInAgainAtIssuer,
   oidcLogin,
   startOidcLogin,
   type OidcLogin,
@@ -21,6 +22,7 @@ export function LoginPage({
   code,
   oidc,
   problem: given,
+  notice,
   onLoggedIn,
 }: {
   code: string | undefined;
@@ -28,6 +30,8 @@ export function LoginPage({
   oidc: OidcLogin | undefined;
   /** Why the last log-in failed (an issuer's answer refused), to say on this page. */
   problem: string | undefined;
+  /** What happened last, when it was not a problem (logged out at the issuer). */
+  notice?: string | undefined;
   onLoggedIn: (who: WhoAmIResponse) => void;
 }) {
   const [problem, setProblem] = useState<string | undefined>(given);
@@ -61,6 +65,7 @@ export function LoginPage({
     <main id="main" class="login">
       <h1>Orchestrator Zero</h1>
       {busy ? <p>Logging in…</p> : null}
+      {notice && !problem ? <p role="status">{notice}</p> : null}
       {problem ? (
         <p role="alert" class="error">
           {problem}
@@ -122,6 +127,35 @@ export function OidcCallbackPage({
     <main id="main" class="login">
       <h1>Orchestrator Zero</h1>
       <p>Logging in…</p>
+    </main>
+  );
+}
+
+/**
+ * Shown for the moment the page leaves for the issuer's log-in because the
+ * ID token expired and cannot be renewed; the issuer sends the browser back
+ * to `returnTo`, the route the person was on. When the issuer cannot be
+ * reached the session is forgotten and `onRefused` says why (the login page
+ * then shows it, and nothing leaves for the issuer again by itself).
+ */
+export function LogInAgainPage({ returnTo, onRefused }: { returnTo: string; onRefused: (problem: string) => void }) {
+  useEffect(() => {
+    void (async () => {
+      try {
+        const issuer = await oidcLogin();
+        if (!issuer) throw new Error("this orchestrator no longer offers an OIDC log-in for the console: log in again");
+        forgetSession();
+        await logInAgainAtIssuer(issuer, returnTo);
+      } catch (error) {
+        forgetSession();
+        onRefused((error as Error).message);
+      }
+    })();
+  }, [returnTo]);
+  return (
+    <main id="main" class="login">
+      <h1>Orchestrator Zero</h1>
+      <p>Your log-in expired: logging in again at the issuer…</p>
     </main>
   );
 }

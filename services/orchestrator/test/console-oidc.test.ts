@@ -6,7 +6,9 @@
 // lands on the jobs page and approves a job; a viewer sees no Approve and the
 // API refuses the viewer's ID token; an answer whose state was tampered with
 // is refused, saying so; an expired ID token is renewed with the refresh
-// token; the one-time link keeps working beside it.
+// token, and one that cannot be renewed sends the person through the issuer
+// again, back to the same page; Log out revokes the refresh token at the
+// issuer and ends the issuer's session; the one-time link keeps working beside it.
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -106,6 +108,46 @@ async function loggedInAs(page: Page, user: string): Promise<void> {
     });
 }
 
+/**
+ * Expires the ID token the console keeps (dropping its refresh token too, when
+ * asked), then opens `route`. The console is not running while the session
+ * changes: a renewal it started then, cut off by the reload, would rotate the
+ * refresh token at the issuer without the page keeping the new one.
+ */
+async function expireAndOpen(
+  page: Page,
+  how: "expired" | "expired-without-refresh-token",
+  route: string,
+): Promise<void> {
+  await page.goto(`${t.url}/console-config.json`);
+  await page.evaluate((change) => {
+    const storage = (
+      globalThis as unknown as {
+        localStorage: { getItem(key: string): string | null; setItem(key: string, value: string): void };
+      }
+    ).localStorage;
+    const session = JSON.parse(storage.getItem("oz0.console.session")!) as { expiresAt: number; refreshToken?: string };
+    session.expiresAt = 0;
+    if (change === "expired-without-refresh-token") delete session.refreshToken;
+    storage.setItem("oz0.console.session", JSON.stringify(session));
+  }, how);
+  await page.goto(`${t.url}/${route}`);
+}
+
+/** What the issuer's token endpoint answers to a refresh-token grant with `refreshToken`, as the console would ask. */
+async function refreshAtIssuer(refreshToken: string): Promise<{ status: number; error?: string }> {
+  const discovery = (await (await fetch(`${provider.issuer}/.well-known/openid-configuration`)).json()) as {
+    token_endpoint: string;
+  };
+  const res = await fetch(discovery.token_endpoint, {
+    method: "POST",
+    headers: { "content-type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({ grant_type: "refresh_token", refresh_token: refreshToken, client_id: "oz0-console" }),
+  });
+  const body = (await res.json()) as { error?: string };
+  return { status: res.status, ...(body.error ? { error: body.error } : {}) };
+}
+
 before(async () => {
   provider = await listenTestOpenIdProvider();
   const auth = path.join(scratch, "auth.yaml");
@@ -116,6 +158,7 @@ before(async () => {
   provider.start({
     clientId: config.oidc!.consoleClientId!,
     redirectUri: `${t.url}/login/callback`,
+    postLogoutRedirectUri: `${t.url}/login/logged-out`,
     accounts: { ada: ["developers"], vic: ["staff"] },
   });
   await clients(t.stack.ownerToken).plugins.installPlugin({ source: repo });
@@ -254,16 +297,7 @@ void test("an expired ID token is renewed with the refresh token, and the page c
   await logInAtIssuer(page, "ada");
   await loggedInAs(page, "ada");
   const before = await storedSession(page);
-  await page.evaluate(() => {
-    const storage = (
-      globalThis as unknown as {
-        localStorage: { getItem(key: string): string | null; setItem(key: string, value: string): void };
-      }
-    ).localStorage;
-    const session = JSON.parse(storage.getItem("oz0.console.session")!) as { expiresAt: number };
-    storage.setItem("oz0.console.session", JSON.stringify({ ...session, expiresAt: 0 }));
-  });
-  await page.reload();
+  await expireAndOpen(page, "expired", "#/jobs");
   await loggedInAs(page, "ada");
   const after = await storedSession(page);
   // The expiry went from 0 to the new ID token's (the token itself may be the same bytes when renewed within its
@@ -271,6 +305,64 @@ void test("an expired ID token is renewed with the refresh token, and the page c
   assert.ok(after.expiresAt! > Date.now(), "the ID token was renewed");
   assert.notEqual(after.refreshToken, before.refreshToken, "the refresh token was used (and rotated)");
   assert.equal(claimsOf(after.token!).sub, "ada");
+  await context.close();
+});
+
+void test("an ID token that expired with no refresh token sends the person through the issuer again, back to the page they were on", async () => {
+  const { context, page } = await freshPage();
+  await logInAtIssuer(page, "ada");
+  await loggedInAs(page, "ada");
+  await page.getByRole("link", { name: "Approvals" }).click();
+  await page.getByRole("heading", { name: "Approvals" }).waitFor();
+  await expireAndOpen(page, "expired-without-refresh-token", "#/approvals");
+  // The issuer's session is alive: it asks no password, only the consent offline_access needs.
+  await page.waitForURL((url) => url.href.startsWith(`${provider.issuer}/interaction/`));
+  await page.getByRole("button", { name: "Continue" }).waitFor();
+  assert.equal(await page.locator('input[name="password"]').count(), 0, "the issuer's session logs the person in");
+  await page.getByRole("button", { name: "Continue" }).click();
+  await loggedInAs(page, "ada");
+  assert.equal(page.url(), `${t.url}/#/approvals`, "back on the page the person was on");
+  const renewed = await storedSession(page);
+  assert.ok(renewed.expiresAt! > Date.now(), "a new ID token");
+  assert.ok(renewed.refreshToken, "and a new refresh token");
+  await context.close();
+});
+
+void test("Log out revokes the refresh token at the issuer and ends the issuer's session, so the next log-in asks for the password", async () => {
+  const { context, page } = await freshPage();
+  await logInAtIssuer(page, "ada");
+  await loggedInAs(page, "ada");
+  const { refreshToken } = await storedSession(page);
+  assert.ok(refreshToken);
+  const revocations: string[] = [];
+  page.on("request", (request) => {
+    if (request.method() === "POST" && request.url().startsWith(`${provider.issuer}/token/revocation`))
+      revocations.push(request.postData() ?? "");
+  });
+
+  await page.getByRole("button", { name: "Log out" }).click();
+  // RP-initiated logout: the issuer's page asks to confirm, then sends the browser back to the console's login page.
+  await page.waitForURL((url) => url.href.startsWith(`${provider.issuer}/session/end`));
+  await page.getByRole("button", { name: "Yes, sign me out" }).click();
+  await page.waitForURL(`${t.url}/#/login`);
+  await page.getByRole("status").filter({ hasText: "Logged out, at the issuer too." }).waitFor();
+  assert.deepEqual(await storedSession(page), {}, "the page forgot the ID token and the refresh token");
+  assert.equal(revocations.length, 1, "the page asked the issuer to revoke the refresh token once");
+  assert.match(revocations[0]!, /token_type_hint=refresh_token/);
+  await assertAccessible(page, "logged out (OIDC)");
+  await screenshot(page, "login-oidc-logged-out");
+
+  // An offline_access grant outlives the issuer's session (oidc-provider keeps it): only the revocation ends it.
+  assert.deepEqual(
+    await refreshAtIssuer(refreshToken),
+    { status: 400, error: "invalid_grant" },
+    "the issuer refuses it",
+  );
+
+  // The issuer's session ended: logging in asks for the password again.
+  await page.getByRole("button", { name: /^Log in with / }).click();
+  await page.locator('input[name="password"], button:has-text("Continue")').first().waitFor();
+  assert.equal(await page.locator('input[name="password"]').count(), 1, "the issuer asks for the password again");
   await context.close();
 });
 

@@ -2,7 +2,9 @@
 // panva's oidc-provider (certified), with its development log-in and consent
 // pages (devInteractions: any password; the accounts are the ones given), one
 // public client (no secret, PKCE required, as the console is) and its own
-// signing key. Its ID tokens carry `groups`, as an issuer's do when asked.
+// signing key. Its ID tokens carry `groups`, as an issuer's do when asked. It
+// revokes tokens (RFC 7009) and ends its session at the client's asking
+// (RP-initiated logout, with a confirmation page), as the console's log-out uses.
 import { generateKeyPairSync, randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -15,6 +17,8 @@ export interface TestOpenIdProvider {
   start(options: {
     clientId: string;
     redirectUri: string;
+    /** Where the issuer may send the browser after ending its session. */
+    postLogoutRedirectUri: string;
     /** Account id (the `sub`) → its groups. Any other name is refused at log-in. */
     accounts: Record<string, string[]>;
   }): void;
@@ -40,6 +44,7 @@ export async function listenTestOpenIdProvider(): Promise<TestOpenIdProvider> {
             client_id: options.clientId,
             token_endpoint_auth_method: "none",
             redirect_uris: [options.redirectUri],
+            post_logout_redirect_uris: [options.postLogoutRedirectUri],
             grant_types: ["authorization_code", "refresh_token"],
             response_types: ["code"],
           },
@@ -50,7 +55,7 @@ export async function listenTestOpenIdProvider(): Promise<TestOpenIdProvider> {
         claims: { openid: ["sub", "groups"] },
         // Claims of the openid scope in the ID token itself (the console sends the ID token, not the access token).
         conformIdTokenClaims: false,
-        features: { devInteractions: { enabled: true } },
+        features: { devInteractions: { enabled: true }, revocation: { enabled: true } },
         findAccount: (_ctx, id) => {
           const groups = options.accounts[id];
           return groups ? { accountId: id, claims: () => ({ sub: id, groups }) } : undefined;
