@@ -34,6 +34,7 @@ export const ACCESS_TABLE: Readonly<Record<string, Access>> = {
   "oz0.orchestrator.v1.JobService/GetJobUsage": { role: "viewer" },
   "oz0.orchestrator.v1.JobService/GetJobLogs": { role: "viewer" },
   "oz0.orchestrator.v1.JobService/GetJobTranscript": { role: "viewer" },
+  "oz0.orchestrator.v1.JobService/WatchJobTranscript": { role: "viewer" },
   "oz0.orchestrator.v1.PluginService/InstallPlugin": { role: "admin" },
   "oz0.orchestrator.v1.PluginService/ListPlugins": { role: "viewer" },
   "oz0.orchestrator.v1.AgentService/ListAgents": { role: "viewer" },
@@ -64,9 +65,9 @@ export const ACCESS_TABLE: Readonly<Record<string, Access>> = {
 
   // Events: producers publish; people read the public stream.
   "oz0.events.v1.EventsService/Publish": { services: ["orchestrator", "sandbox", "llm-proxy"] },
-  "oz0.events.v1.EventsService/Watch": { role: "viewer" },
-  // The orchestrator asks for a job's transcript on behalf of its callers (GetJobTranscript):
-  // clients then need only the orchestrator's address, as the events service is internal in a cluster.
+  // The orchestrator asks for a job's transcript, and follows its events to send it again (WatchJobTranscript), on
+  // behalf of its callers: clients then need only the orchestrator's address, as the events service is internal in a cluster.
+  "oz0.events.v1.EventsService/Watch": { role: "viewer", services: ["orchestrator"] },
   "oz0.events.v1.EventsService/Transcript": { role: "viewer", services: ["orchestrator"] },
 };
 
