@@ -145,7 +145,7 @@ class AnthropicStreamScrubber extends DeltaStreamScrubber {
           ...last,
           delta: { ...(last.delta as Json), [field]: text },
         });
-        return this.delta({ key: String(parsed.index), event, parsed, value, withText });
+        return this.delta({ key: String(parsed.index), event, parsed, value, withText, field });
       }
     }
     let held = "";

@@ -10,7 +10,17 @@ import type { TokenUsage } from "../proxy-store.js";
 import { sseData } from "../sse-event-splitter.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
 import { JsonRequestBody } from "../request-body.js";
-import { isObject, parseEvent, stringOf, usageOf, withData, withDataText, type Json } from "./sse-json.js";
+import {
+  isObject,
+  parseEvent,
+  rememberParsed,
+  stringOf,
+  usageOf,
+  withData,
+  withDataText,
+  withStringMember,
+  type Json,
+} from "./sse-json.js";
 import { firstPositive, TextStreamMeter, tokenCount } from "./token-counts.js";
 import {
   responseIdentity,
@@ -63,6 +73,9 @@ interface Chunk {
   usage?: OpenAiUsageFields | null;
 }
 
+/** How a chunk ends when the usage the proxy asked for is null and written last, as OpenAI does. */
+const NULL_USAGE_LAST = ',"usage":null}';
+
 export class OpenAiStreamMeter extends TextStreamMeter {
   readonly #clientWantsUsage: boolean;
 
@@ -92,6 +105,21 @@ export class OpenAiStreamMeter extends TextStreamMeter {
     if (this.#clientWantsUsage || !("usage" in chunk)) return event;
     // The client did not ask for usage: hide what the injected option added.
     if (chunk.usage && (chunk.choices ?? []).length === 0) return undefined;
+    // OpenAI writes it last, once: cut from the text (the event's one data line) without a scan.
+    // The closing brace is the top level's, so the member before it is a top-level one.
+    if (
+      chunk.usage === null &&
+      data.endsWith(NULL_USAGE_LAST) &&
+      data.indexOf('"usage"') === data.length - NULL_USAGE_LAST.length + 1 &&
+      event.length === data.length + 8 &&
+      event.startsWith("data: ")
+    ) {
+      const cut = `data: ${data.slice(0, -NULL_USAGE_LAST.length)}}\n\n`;
+      // The scrubber reads the same chunk next: what the cut text parses to, without parsing it.
+      const { usage: _usage, ...rest } = chunk as Json;
+      rememberParsed(cut, rest);
+      return cut;
+    }
     // Taken out of the provider's own text: the rest of the chunk goes on byte for byte.
     const body = JsonRequestBody.parse(Buffer.from(data));
     return body ? withDataText(event, body.without("usage").toString()) : event;
@@ -115,66 +143,78 @@ type Channel =
 class OpenAiStreamScrubber extends DeltaStreamScrubber {
   /** By choice index, by `field` or `tool:{index}`. */
   readonly #choices = new Map<number, Map<string, Channel>>();
-  /** The last chunk's fields other than its choices (id, model, created, …), for the chunks that carry held text. */
-  #envelope: Json = { object: "chat.completion.chunk" };
+  /** The last chunk with choices: its other fields (id, model, created, …) go on the chunks that carry held text. */
+  #lastChunk: Json | undefined;
 
   protected rewrite(event: string): string {
     const data = sseData(event);
     if (data !== undefined && data.trim() === "[DONE]") return this.#flushAll() + event;
     const chunk = parseEvent(event);
     if (!chunk) return event;
-    const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+    const choices = Array.isArray(chunk.choices) ? (chunk.choices as unknown[]) : [];
     // A chunk without choices (the usage chunk) or with an error comes after the texts ended.
     let before = choices.length === 0 || chunk.error !== undefined ? this.#flushAll() : "";
-    let changed = false;
-    const rewritten = choices.map((choice: unknown) => {
-      if (!isObject(choice) || !isObject(choice.delta)) return choice;
+    // Copies only of what changes: most chunks go on as they came.
+    let rewritten: unknown[] | undefined;
+    /** Each text a delta changed: its member's name, what came and what goes. */
+    const edits: [string, string, string][] = [];
+    for (let i = 0; i < choices.length; i += 1) {
+      const choice = choices[i];
+      if (!isObject(choice) || !isObject(choice.delta)) continue;
       const index = typeof choice.index === "number" ? choice.index : 0;
       const finishing = choice.finish_reason !== null && choice.finish_reason !== undefined;
-      const delta: Json = { ...choice.delta };
-      const touched = new Set<string>();
-      const send = (key: string, make: (held: HeldTextScrubber) => Channel, value: string): string => {
-        const channel = this.#channel(index, key, make);
-        touched.add(key);
-        const sent = channel.held.push(value) + (finishing ? channel.held.flush() : "");
-        if (sent !== value) changed = true;
-        return sent;
-      };
+      let delta: Json | undefined;
+      const touched: string[] = [];
       for (const field of TEXT_FIELDS) {
-        const value = delta[field];
-        if (typeof value === "string") delta[field] = send(field, (held) => ({ kind: "field", field, held }), value);
+        const value = choice.delta[field];
+        if (typeof value !== "string") continue;
+        const channel = this.#channel(index, field, undefined);
+        touched.push(field);
+        const sent = channel.held.push(value) + (finishing ? channel.held.flush() : "");
+        if (sent === value) continue;
+        (delta ??= { ...choice.delta })[field] = sent;
+        edits.push([field, value, sent]);
       }
-      if (Array.isArray(delta.tool_calls)) {
-        delta.tool_calls = delta.tool_calls.map((call: unknown) => {
-          if (!isObject(call) || !isObject(call.function) || typeof call.function.arguments !== "string") return call;
+      const calls = choice.delta.tool_calls;
+      if (Array.isArray(calls)) {
+        let rewrittenCalls: unknown[] | undefined;
+        for (let c = 0; c < calls.length; c += 1) {
+          const call: unknown = calls[c];
+          if (!isObject(call) || !isObject(call.function) || typeof call.function.arguments !== "string") continue;
           const toolIndex = typeof call.index === "number" ? call.index : 0;
-          const args = send(
-            `tool:${toolIndex}`,
-            (held) => ({ kind: "tool", toolIndex, held }),
-            call.function.arguments,
-          );
-          return { ...call, function: { ...call.function, arguments: args } };
-        });
+          const key = `tool:${toolIndex}`;
+          const channel = this.#channel(index, key, toolIndex);
+          touched.push(key);
+          const value = call.function.arguments;
+          const sent = channel.held.push(value) + (finishing ? channel.held.flush() : "");
+          if (sent === value) continue;
+          (rewrittenCalls ??= calls.slice())[c] = { ...call, function: { ...call.function, arguments: sent } };
+          edits.push(["arguments", value, sent]);
+        }
+        if (rewrittenCalls) (delta ??= { ...choice.delta }).tool_calls = rewrittenCalls;
       }
       if (finishing) {
         // Texts of this choice that did not stream in this chunk end here too: their held
         // text goes in a chunk of its own just before.
         for (const [key, channel] of this.#choices.get(index) ?? [])
-          if (!touched.has(key)) before += this.#held(index, channel, channel.held.flush());
+          if (!touched.includes(key)) before += this.#held(index, channel, channel.held.flush());
         this.#choices.delete(index);
       }
-      return { ...choice, delta };
-    });
-    if (choices.length > 0) {
-      const envelope: Json = { ...chunk };
-      delete envelope.choices;
-      if ("usage" in envelope) envelope.usage = null;
-      this.#envelope = envelope;
+      if (delta) (rewritten ??= choices.slice())[i] = { ...choice, delta };
     }
-    return before + (changed ? withData(event, { ...chunk, choices: rewritten }) : event);
+    if (choices.length > 0) this.#lastChunk = chunk;
+    if (!rewritten) return before + event;
+    // Spliced into the provider's text where each changed text is found once; else written again.
+    let out: string | undefined = event;
+    for (const [field, value, sent] of edits) {
+      out = withStringMember(out, field, value, sent);
+      if (out === undefined) break;
+    }
+    return before + (out ?? withData(event, { ...chunk, choices: rewritten }));
   }
 
-  #channel(index: number, key: string, make: (held: HeldTextScrubber) => Channel): Channel {
+  /** The channel of one text of a choice: a delta field, or (`toolIndex` given) a tool call's arguments. */
+  #channel(index: number, key: string, toolIndex: number | undefined): Channel {
     let channels = this.#choices.get(index);
     if (!channels) {
       channels = new Map();
@@ -182,7 +222,8 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
     }
     let channel = channels.get(key);
     if (!channel) {
-      channel = make(this.scrubber.held());
+      const held = this.scrubber.held();
+      channel = toolIndex === undefined ? { kind: "field", field: key, held } : { kind: "tool", toolIndex, held };
       channels.set(key, channel);
     }
     return channel;
@@ -203,7 +244,10 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
       channel.kind === "field"
         ? { [channel.field]: tail }
         : { tool_calls: [{ index: channel.toolIndex, function: { arguments: tail } }] };
-    return `data: ${JSON.stringify({ ...this.#envelope, choices: [{ index, delta, finish_reason: null }] })}\n\n`;
+    const envelope: Json = { ...(this.#lastChunk ?? { object: "chat.completion.chunk" }) };
+    delete envelope.choices;
+    if ("usage" in envelope) envelope.usage = null;
+    return `data: ${JSON.stringify({ ...envelope, choices: [{ index, delta, finish_reason: null }] })}\n\n`;
   }
 }
 

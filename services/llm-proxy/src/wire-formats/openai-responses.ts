@@ -100,6 +100,7 @@ class ResponsesStreamScrubber extends DeltaStreamScrubber {
         parsed,
         value: parsed.delta,
         withText: (last, text) => ({ ...last, delta: text }),
+        field: "delta",
         group: parsed.output_index,
       });
     }

@@ -34,6 +34,16 @@ export function parseEvent(event: string): Json | undefined {
   return parsed;
 }
 
+/**
+ * Tells parseEvent what `event` parses to, without parsing it: a meter that
+ * rewrote an event it parsed (taking out a member) hands the scrubber the
+ * rewrite's value with the rewrite. Never change `parsed` afterwards.
+ */
+export function rememberParsed(event: string, parsed: Json): void {
+  lastEvent = event;
+  lastParsed = parsed;
+}
+
 /** The event with its data replaced by `data` (one line), its other lines kept. */
 export function withData(event: string, data: unknown): string {
   return withDataText(event, JSON.stringify(data));
@@ -53,6 +63,23 @@ export function withDataText(event: string, json: string): string {
   }
   return `${out}\n`;
 }
+
+/**
+ * The event with its one string member `"name":"from"` (as JSON.stringify
+ * writes it) made `"name":"to"`, spliced into the provider's own text; undefined
+ * when that member is not there exactly once, and then the caller writes the
+ * data again. A quote not preceded by a backslash is never inside a string, so
+ * the match is a member; a stream scrubber holding back the end of a delta
+ * rewrites nearly every delta event, and parsing left the text as it is.
+ */
+export function withStringMember(event: string, name: string, from: string, to: string): string | undefined {
+  const needle = `"${name}":${JSON.stringify(from)}`;
+  const at = event.indexOf(needle);
+  if (at < 0 || event.charCodeAt(at - 1) === BACKSLASH || event.includes(needle, at + 1)) return undefined;
+  return `${event.slice(0, at)}"${name}":${JSON.stringify(to)}${event.slice(at + needle.length)}`;
+}
+
+const BACKSLASH = 0x5c;
 
 /** A whole answer's `usage` object, or undefined when it reports none. */
 export function usageOf(answer: unknown): Json | undefined {

@@ -7,7 +7,7 @@
 // string of every event (the scan reads JSON escapes, and a run cannot cross
 // a JSON string's quotes).
 import type { HeldTextScrubber, SecretScrubber } from "@oz0/serving";
-import { withData, type Json } from "./sse-json.js";
+import { withData, withStringMember, type Json } from "./sse-json.js";
 import type { StreamScrubber } from "./wire-format.js";
 
 /** One streamed text: its held part, and its last delta event (the shape of the event that carries what is still held). */
@@ -46,6 +46,8 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
     parsed: Json;
     value: string;
     withText: Text["withText"];
+    /** The name of the member whose string is `value` (`text`, `delta`): what it sends is spliced in there. */
+    field: string;
     group?: unknown;
   }): string {
     const { key, event, parsed, value } = options;
@@ -58,7 +60,8 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
     const sent = text.held.push(value);
     // Nothing of this delta may go yet: the client gets it with the next one.
     if (sent === "") return "";
-    return sent === value ? event : withData(event, text.withText(parsed, sent));
+    if (sent === value) return event;
+    return withStringMember(event, options.field, value, sent) ?? withData(event, text.withText(parsed, sent));
   }
 
   /** The held part of each text `which` picks (every text by default) as one more delta event each; those texts have ended. */
