@@ -4,6 +4,7 @@
 // runModelCall.
 import type http from "node:http";
 import type http2 from "node:http2";
+import { ClientGone, type ClientGoneSignal } from "./client-gone.js";
 import { forwardedHeaders } from "./forwarded-headers.js";
 import type { KeyVault } from "./key-vault.js";
 import { runModelCall, type ModelCallDeps, type ResolvedProvider } from "./model-call.js";
@@ -162,7 +163,7 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       typeof model === "string" && model.startsWith(`${found.provider}/`)
         ? model.slice(found.provider.length + 1)
         : undefined;
-    const clientGone = new AbortController();
+    const clientGone = new ClientGone();
     res.on("close", () => {
       if (!res.writableEnded) clientGone.abort();
     });
@@ -177,7 +178,7 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
         headers,
         rawBody: sendBody,
         upstreamPath: found.upstreamPath,
-        signal: clientGone.signal,
+        signal: clientGone,
       });
       return;
     }
@@ -198,7 +199,7 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       () =>
         runModelCall(options, {
           res,
-          clientGone: clientGone.signal,
+          clientGone,
           provider,
           format,
           calls: format.calls!,
@@ -246,7 +247,7 @@ async function passThrough(args: {
   headers: Record<string, string>;
   rawBody: Buffer;
   upstreamPath: string;
-  signal: AbortSignal;
+  signal: ClientGoneSignal;
 }): Promise<void> {
   const { options, res, format, provider } = args;
   const secretName = provider.config.keySecret;

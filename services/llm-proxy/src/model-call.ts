@@ -6,6 +6,7 @@
 import type http from "node:http";
 import { once } from "node:events";
 import { performance } from "node:perf_hooks";
+import type { ClientGoneSignal } from "./client-gone.js";
 import type { KeyVault } from "./key-vault.js";
 import { newOperationId, type Metering } from "./metering.js";
 import { costOf, priceOf, type ModelPrice, type ProviderConfig } from "./provider-config.js";
@@ -54,7 +55,7 @@ export interface ModelCallDeps {
 export interface ModelCallInput {
   res: ClientResponse;
   /** Fires when the client goes away. */
-  clientGone: AbortSignal;
+  clientGone: ClientGoneSignal;
   provider: ResolvedProvider;
   /** The route's API, and its metered side. */
   format: WireFormat;
@@ -125,7 +126,7 @@ interface AttemptSummary {
   response?: ResponseIdentity;
 }
 
-const sleep = (ms: number, signal: AbortSignal): Promise<void> =>
+const sleep = (ms: number, signal: ClientGoneSignal): Promise<void> =>
   new Promise((resolve) => {
     const timer = setTimeout(done, ms);
     function done(): void {
