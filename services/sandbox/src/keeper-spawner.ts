@@ -139,8 +139,14 @@ export class KeeperSpawner implements SpareKeepers {
 
   #start(): void {
     const { dir, spares, logger } = this.#options;
+    // What a previous run's spawner left; one still ending meanwhile (its sandbox was killed) may keep a spare's FIFO a
+    // moment longer, which names its own pid and so never collides with this one's.
     try {
-      rmSync(dir, { recursive: true, force: true });
+      rmSync(dir, { recursive: true, force: true, maxRetries: 2 });
+    } catch {
+      // Left as it is: the FIFOs made below have names of their own.
+    }
+    try {
       mkdirSync(dir, { recursive: true, mode: 0o700 });
     } catch (error) {
       logger.warn(
