@@ -1,6 +1,6 @@
 // Session tokens: minted per session by the orchestrator, carried by every
 // model call. Only a SHA-256 of each token is stored.
-import { createHash, randomBytes } from "node:crypto";
+import { hash as digest, randomBytes } from "node:crypto";
 import { ProxyError } from "./proxy-error.js";
 import type { ProxyStore, TokenRecord, TokenUseAnswer } from "./proxy-store.js";
 
@@ -19,8 +19,9 @@ export interface SessionTokensOptions {
   now?: () => Date;
 }
 
+/** Every model call hashes its token: the one-shot form, without a Hash object (createHash per call showed in profiles). */
 export function hashToken(token: string): string {
-  return createHash("sha256").update(token).digest("hex");
+  return digest("sha256", token, "hex");
 }
 
 export class SessionTokens {

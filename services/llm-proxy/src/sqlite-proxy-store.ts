@@ -49,20 +49,24 @@ const METERING_COLUMN_TYPES = `operation_id TEXT NOT NULL, job TEXT NOT NULL, ag
   cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL, cost_usd REAL NOT NULL, latency_ms REAL NOT NULL,
   ttft_ms REAL, estimated INTEGER NOT NULL, started_at INTEGER NOT NULL`;
 
+// The tables every call writes are WITHOUT ROWID: a table keyed by a TEXT id is otherwise two
+// b-trees (the rows by rowid, and the key's index), and each b-tree a commit touches is one more
+// page written to the WAL (a call's two commits: 11 pages -> 7, about a fifth less CPU in a
+// micro-run). Files made before keep their tables as they are; the statements are the same.
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, iv BLOB NOT NULL, ciphertext BLOB NOT NULL, tag BLOB NOT NULL,
   created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS session_tokens (hash TEXT PRIMARY KEY, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
   budget_usd REAL NOT NULL, created_at INTEGER NOT NULL, revoked_at INTEGER, used_at INTEGER);
 CREATE INDEX IF NOT EXISTS session_tokens_by_session ON session_tokens (session);
-CREATE TABLE IF NOT EXISTS attempts (${METERING_COLUMN_TYPES}, attempt INTEGER NOT NULL, PRIMARY KEY (operation_id, attempt));
+CREATE TABLE IF NOT EXISTS attempts (${METERING_COLUMN_TYPES}, attempt INTEGER NOT NULL, PRIMARY KEY (operation_id, attempt)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS attempts_by_job ON attempts (job);
-CREATE TABLE IF NOT EXISTS calls (${METERING_COLUMN_TYPES}, attempts INTEGER NOT NULL, PRIMARY KEY (operation_id));
+CREATE TABLE IF NOT EXISTS calls (${METERING_COLUMN_TYPES}, attempts INTEGER NOT NULL, PRIMARY KEY (operation_id)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS calls_by_job ON calls (job);
 CREATE INDEX IF NOT EXISTS calls_by_session ON calls (session);
 CREATE TABLE IF NOT EXISTS pending_calls (operation_id TEXT PRIMARY KEY, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
   provider TEXT NOT NULL, model TEXT NOT NULL, wire TEXT NOT NULL, stream INTEGER NOT NULL, attempt INTEGER NOT NULL,
-  started_at INTEGER NOT NULL, attempt_started_at INTEGER NOT NULL, reservation_id TEXT, owner TEXT NOT NULL);
+  started_at INTEGER NOT NULL, attempt_started_at INTEGER NOT NULL, reservation_id TEXT, owner TEXT NOT NULL) WITHOUT ROWID;
 `;
 
 const INSERT_METERING = (table: "attempts" | "calls", last: "attempt" | "attempts"): string =>
