@@ -3,7 +3,8 @@
 // its steps' events and spans carry. With a run chosen, each node shows its
 // live status (from the run's public lifecycle events), how many times it
 // ran (a loop's iterations), which arms of a choice were taken, and the
-// graph manager's decisions; read again as the run's own stream moves.
+// graph manager's decisions; the statuses follow the run's transcript as
+// the orchestrator streams it (WatchJobTranscript).
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { agents, jobs } from "../api.js";
 import { clock, dateOf, isTerminal, json, stateName } from "../format.js";
@@ -19,6 +20,7 @@ import {
 } from "../graph-status.js";
 import { useJobStream } from "../job-stream.js";
 import { useRead } from "../reads.js";
+import { useTranscriptStream } from "../transcript-stream.js";
 import { href } from "../router.js";
 
 export function GraphsPage() {
@@ -101,14 +103,7 @@ export function GraphPage({ name, run }: { name: string; run: string }) {
 function RunView({ runId, definition }: { runId: string; definition: JsonObject }) {
   const s = useJobStream(runId);
   const ended = s.job !== undefined && isTerminal(s.job.state);
-  const transcript = useRead(
-    (signal) => jobs.getJobTranscript({ jobId: runId }, { signal }).then((r) => r.transcript),
-    `${runId}|${s.version}|${s.job?.state}`,
-    {
-      // The events service's transcript trails the run's own events.
-      again: () => !ended,
-    },
-  );
+  const transcript = useTranscriptStream(runId);
   const steps = stepStatuses(transcript.value);
   const decisions = s.events.flatMap((e) => (e.event.case === "servedToolCall" ? [e.event.value] : []));
   return (

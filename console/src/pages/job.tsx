@@ -2,10 +2,10 @@
 // times, the trace), usage and cost, the elapsed timeline, the live
 // transcript with harness operations and their parallel groups, the
 // artifacts (a patch as a diff), the result, and cancel for operators.
-// Live through WatchJob (job-stream.ts); the transcript's operation rows,
-// usage and artifacts are read again when the stream shows they changed.
+// Live through WatchJob (job-stream.ts) and the events service's transcript
+// through WatchJobTranscript (transcript-stream.ts: operation rows); usage
+// and artifacts are read again when the job's stream shows they changed.
 import { useEffect, useMemo, useState } from "preact/hooks";
-import { OperationStatus } from "@oz0/proto/oz0/events/v1/events_pb";
 import { type GetArtifactsResponse, type GetJobUsageResponse } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { jobs, messageOf } from "../api.js";
@@ -13,6 +13,7 @@ import { clockMs, count, dateOf, duration, isTerminal, stateName, stopReasonName
 import { useJobStream } from "../job-stream.js";
 import { groupOperations, operationsOf, placeOperations, type Entry } from "../operations.js";
 import { useRead } from "../reads.js";
+import { useTranscriptStream } from "../transcript-stream.js";
 import { href } from "../router.js";
 import { saveTraceUrlTemplate, traceLink, traceUrlTemplate } from "../settings.js";
 import { timelineOf } from "../timeline.js";
@@ -37,18 +38,7 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
   const { rows, totals } = useMemo(() => fold(s.events), [s.version, jobId]);
   const now = useNow(!terminal);
 
-  const toolSignature = rows
-    .filter((r) => r.kind === "tool")
-    .map((r) => `${(r as ToolRow).callId}:${(r as ToolRow).result ? 1 : 0}`)
-    .join(",");
-  const transcript = useRead(
-    (signal) => jobs.getJobTranscript({ jobId }, { signal }).then((r) => r.transcript),
-    `${jobId}|${toolSignature}|${job?.state}`,
-    {
-      // The events service's transcript trails the job's events: read again while operations may still change.
-      again: (t) => !terminal || operationsOf(t).some((op) => op.status === OperationStatus.RUNNING),
-    },
-  );
+  const transcript = useTranscriptStream(jobId);
   const usageEvents = s.events.reduce((n, e) => n + (e.event.case === "usage" || e.event.case === "result" ? 1 : 0), 0);
   const usage = useRead((signal) => jobs.getJobUsage({ jobId }, { signal }), `${jobId}|${usageEvents}|${job?.state}`);
   const artifactRows = rows.filter((r): r is Extract<Row, { kind: "artifacts" }> => r.kind === "artifacts");

@@ -2,7 +2,8 @@
 // the seed's graph examples (examples/plugins/support-graphs): a graph is
 // drawn with its stable node ids; on a run, its nodes change state live (the
 // editor step is held until the test lets it answer, so the page is seen
-// with the steps before it completed and the editor running, then done);
+// with the steps before it completed and the editor running, then done),
+// through one transcript stream and no transcript read again;
 // a loop shows its iterations; a choice shows the arm taken, and the same
 // agent in the arms not taken as not run. axe on each page; screenshots
 // written.
@@ -75,6 +76,12 @@ void test("a graph is drawn with its stable node ids, and a run's nodes change s
 
   const { job } = await owner().jobs.runAgent({ agent: "article", input: "an article about tides" });
   const runId = job!.id;
+  // The transcript's RPCs the page makes for the run: one stream, and no transcript read again.
+  const transcriptCalls: string[] = [];
+  page.on("request", (request) => {
+    const method = /\/oz0\.orchestrator\.v1\.JobService\/(\w*Transcript)$/.exec(request.url())?.[1];
+    if (method) transcriptCalls.push(method);
+  });
   await page.goto(`${t.url}/#/graphs/article?run=${runId}`);
   const node = (id: string) => page.locator(`li[data-node="${id}"]`).first();
   await node("agent:editor").and(page.locator('[data-status="running"]')).waitFor();
@@ -89,6 +96,7 @@ void test("a graph is drawn with its stable node ids, and a run's nodes change s
   await node("agent:editor").and(page.locator('[data-status="completed"]')).waitFor();
   await page.getByTestId("run-state").filter({ hasText: "succeeded" }).waitFor();
   await screenshot(page, "graph-run-done");
+  assert.deepEqual(transcriptCalls, ["WatchJobTranscript"], "the statuses came through one stream");
 
   // The run is a job too: its page links back to the graph view.
   await page.getByRole("link", { name: runId }).click();

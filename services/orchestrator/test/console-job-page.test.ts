@@ -1,6 +1,8 @@
 // A job's page in the console, in a real browser against the real stack: the
 // shipment example shows its two harness operations as "Harness ·
-// operation_key" rows under one "2 parallel" rail, and a row opens a modal
+// operation_key" rows under one "2 parallel" rail, live (one completes while
+// the other runs, through one transcript stream the page never reads again
+// beside), and a row opens a modal
 // with what is public about it; the elapsed timeline and usage are drawn; a
 // person edits a call's input in the page and approves it, and the patch
 // artifact is rendered as a diff beside the decision that says so; the agents
@@ -44,6 +46,9 @@ let extractReady!: () => void;
 let verifyReady!: () => void;
 const extractAtLastTurn = new Promise<void>((r) => (extractReady = r));
 const verifyAtLastTurn = new Promise<void>((r) => (verifyReady = r));
+// extract_shipment's answer waits for the test, so the page sees it running and then completing.
+let releaseExtract!: () => void;
+const extractMayAnswer = new Promise<void>((r) => (releaseExtract = r));
 
 async function pick({
   input,
@@ -63,6 +68,7 @@ async function pick({
     if (turn === 0) return { toolCalls: [{ name: "read_file", input: { path: "booking-4831.txt" } }] };
     extractReady();
     await verifyAtLastTurn;
+    await extractMayAnswer;
     return {
       text: JSON.stringify({
         shipmentReference: "SHP-4831",
@@ -107,6 +113,7 @@ before(async () => {
 });
 
 after(async () => {
+  releaseExtract();
   await browser?.close();
   await t?.close();
   rmSync(scratch, { recursive: true, force: true });
@@ -120,16 +127,30 @@ void test("the shipment example: two operation rows under one '2 parallel' rail;
   });
   const jobId = job!.id;
   const page = await openConsole(browser, t.url, t.stack.ownerToken);
+  // The transcript's RPCs the page makes: it follows one stream, and never reads the transcript again.
+  const transcriptCalls: string[] = [];
+  page.on("request", (request) => {
+    const method = /\/oz0\.orchestrator\.v1\.JobService\/(\w*Transcript)$/.exec(request.url())?.[1];
+    if (method) transcriptCalls.push(method);
+  });
   await page.goto(`${t.url}/#/jobs/${jobId}`);
-  await page.getByTestId("job-state").filter({ hasText: "succeeded" }).waitFor();
 
+  // Live: verify_shipment completes while extract_shipment, held by the test, still runs; then it completes too.
   const group = page.locator("li.row-parallel");
+  const status = (key: string) => group.locator("li", { hasText: `Harness · ${key}` }).locator(".status");
+  await status("verify_shipment").filter({ hasText: "completed" }).waitFor();
+  await status("extract_shipment").filter({ hasText: "running" }).waitFor();
+  assert.equal(await page.getByTestId("job-state").textContent(), "running");
+  releaseExtract();
+  await status("extract_shipment").filter({ hasText: "completed" }).waitFor();
+  await page.getByTestId("job-state").filter({ hasText: "succeeded" }).waitFor();
+  assert.deepEqual(transcriptCalls, ["WatchJobTranscript"], "one transcript stream, and no transcript read again");
+
   await group.filter({ hasText: "2 parallel" }).waitFor();
   assert.equal(await group.count(), 1, "one parallel group");
   const rows = group.getByTestId("operation");
   await eventually(async () => ((await rows.count()) === 2 ? true : undefined));
   assert.deepEqual((await rows.allTextContents()).sort(), ["Harness · extract_shipment", "Harness · verify_shipment"]);
-  await group.getByText("completed").first().waitFor();
   assert.match((await group.getAttribute("class")) ?? "", /rail-\d/, "the group has a coloured rail");
 
   await page.getByTestId("timeline").waitFor();

@@ -49,6 +49,7 @@ import { OrchestratorError } from "../orchestrator-error.js";
 import type { JobTranscripts } from "../jobs/job-transcripts.js";
 import { listJobsPage } from "../jobs/job-pages.js";
 import { Doorbell } from "./doorbell.js";
+import { watchJobTranscript } from "./watch-job-transcript.js";
 import { watchJobs } from "./watch-jobs.js";
 import { jobUsage } from "../jobs/job-usage.js";
 import type { PluginRegistry } from "../plugins/plugin-registry.js";
@@ -271,6 +272,17 @@ async function* jobLogs(deps: OrchestratorServiceDeps, jobId: string): AsyncGene
 }
 
 export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegistration[] {
+  /** Who builds `jobId`'s transcript, once the job is known here. */
+  const transcriptsOf = async (jobId: string): Promise<JobTranscripts> => {
+    if (!(await deps.store.getJob(jobId)))
+      throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
+    if (!deps.transcripts)
+      throw new ConnectError(
+        "this orchestrator publishes no lifecycle events, so no transcript is built; set OZ0_EVENTS_URL",
+        Code.FailedPrecondition,
+      );
+    return deps.transcripts;
+  };
   const jobs = registration(JobService, {
     runAgent: (req, context) =>
       handle(async () => {
@@ -413,15 +425,13 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     getJobTranscript: (req) =>
       handle(async () => {
         const jobId = required(req.jobId, "job_id");
-        if (!(await deps.store.getJob(jobId)))
-          throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
-        if (!deps.transcripts)
-          throw new ConnectError(
-            "this orchestrator publishes no lifecycle events, so no transcript is built; set OZ0_EVENTS_URL",
-            Code.FailedPrecondition,
-          );
-        return { transcript: await deps.transcripts.transcript(jobId) };
+        return { transcript: await (await transcriptsOf(jobId)).transcript(jobId) };
       }),
+    watchJobTranscript: async function* (req, context) {
+      const jobId = required(req.jobId, "job_id");
+      orchestratorTracing.linkJob(jobId);
+      yield* watchJobTranscript(await transcriptsOf(jobId), jobId, context);
+    },
   });
   const plugins = registration(PluginService, {
     installPlugin: (req) =>

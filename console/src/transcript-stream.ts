@@ -1,0 +1,49 @@
+// A job's transcript as the events service builds it (its public, redacted
+// events: operation rows, a graph run's step events), followed through
+// WatchJobTranscript: the orchestrator sends it now and again each time it
+// changed, so the page never asks again on a timer. When the stream breaks
+// (the orchestrator restarted, the network dropped) it is opened again and
+// its first answer is the whole transcript. A job whose orchestrator has no
+// events service (FailedPrecondition) or that does not exist is not asked again.
+import { useEffect, useState } from "preact/hooks";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { TranscriptResponse } from "@oz0/proto/oz0/events/v1/events_pb";
+import { jobs, messageOf } from "./api.js";
+
+/** Waits between reconnects: quick at first, then at most every 5 s. */
+const RECONNECT_MS = [250, 500, 1_000, 2_000, 5_000];
+
+export interface TranscriptStream {
+  value: TranscriptResponse | undefined;
+  error: string | undefined;
+}
+
+export function useTranscriptStream(jobId: string): TranscriptStream {
+  const [value, setValue] = useState<TranscriptResponse | undefined>(undefined);
+  const [error, setError] = useState<string | undefined>(undefined);
+  useEffect(() => {
+    const abort = new AbortController();
+    setValue(undefined);
+    setError(undefined);
+    const follow = async (): Promise<void> => {
+      for (let attempt = 0; !abort.signal.aborted; attempt++) {
+        try {
+          for await (const { transcript } of jobs.watchJobTranscript({ jobId }, { signal: abort.signal })) {
+            attempt = 0;
+            setValue(transcript);
+            setError(undefined);
+          }
+        } catch (e) {
+          if (abort.signal.aborted) return;
+          setError(messageOf(e));
+          const code = ConnectError.from(e).code;
+          if (code === Code.FailedPrecondition || code === Code.NotFound || code === Code.PermissionDenied) return;
+        }
+        await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS[Math.min(attempt, RECONNECT_MS.length - 1)]));
+      }
+    };
+    void follow();
+    return () => abort.abort();
+  }, [jobId]);
+  return { value, error };
+}
