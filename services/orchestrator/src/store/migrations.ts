@@ -73,17 +73,47 @@ export interface OrchestratorMigration {
   /** Engines it runs on; default both. */
   only?: EngineName;
   /** The statements, built for the engine (a string: SQL Kysely's schema builder cannot make). */
-  up(db: Kysely<SchemaOnly>, t: ColumnTypes): (Compilable | string)[];
+  up(db: Kysely<SchemaOnly>, t: ColumnTypes, table: TableMaker): (Compilable | string)[];
   /** On a SQLite file from before numbered migrations: it already has what this makes. */
   present?(probe: Probe): boolean;
 }
 
 type Table = CreateTableBuilder<string, string>;
-const notNull = (c: { notNull(): unknown }) => c.notNull() as never;
+/** CREATE TABLE `name` for the engine, from its column list (see tableMaker). */
+type TableMaker = (name: string, columns: string) => Table;
 
-/** PostgreSQL's insertion order column (SQLite's rowid plays it). */
-function withOrd(t: ColumnTypes, table: Table): Table {
-  return t.engine === "postgres" ? table.addColumn("ord", "bigserial", notNull) : table;
+/**
+ * CREATE TABLE from its columns in order, `, ` between them, each written
+ * `name type`, then `!` for NOT NULL or `*` for the primary key, then
+ * optionally ` = 0` (a default) and ` -> table.column` (a reference, with
+ * ` cascade` for ON DELETE CASCADE); last, optionally, `primary key (a, b)`.
+ * A type is SQL's (text, integer, bigserial) or one each engine spells its
+ * own way (time, json, orderedJson, bool, bigint: `ColumnTypes`). `ord`,
+ * PostgreSQL's insertion order, is left out on SQLite, where rowid plays it.
+ */
+function tableMaker(db: Kysely<SchemaOnly>, t: ColumnTypes): TableMaker {
+  return (name, columns) => {
+    let table: Table = db.schema.createTable(name);
+    for (const column of columns.trim().split(/,\s*(?![^(]*\))/)) {
+      const key = /^primary key \(([\w, ]+)\)$/.exec(column)?.[1];
+      if (key) {
+        table = table.addPrimaryKeyConstraint(`${name}_pkey`, key.split(/,\s*/));
+        continue;
+      }
+      const [, columnName, type, flag, fallback, reference, cascade] =
+        /^(\w+) (\w+)([!*]?)(?: = (\d+))?(?: -> (\w+\.\w+)( cascade)?)?$/.exec(column) ?? [];
+      if (!columnName || !type) throw new Error(`migration column ${JSON.stringify(column)} is not "name type[!*]"`);
+      if (columnName === "ord" && t.engine === "sqlite") continue;
+      const engineType = (t as unknown as Record<string, ColumnDataType | undefined>)[type] ?? (type as ColumnDataType);
+      table = table.addColumn(columnName, engineType, (c) => {
+        let built = flag === "*" ? c.primaryKey() : flag === "!" ? c.notNull() : c;
+        if (fallback !== undefined) built = built.defaultTo(Number(fallback));
+        if (reference) built = built.references(reference);
+        return cascade ? built.onDelete("cascade") : built;
+      });
+    }
+    return table;
+  };
 }
 
 export const MIGRATIONS: readonly OrchestratorMigration[] = [
@@ -92,85 +122,36 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
     name: "job store",
     part: "jobs",
     present: (p) => p.hasTable("jobs"),
-    up: (db, t) => [
-      db.schema
-        .createTable("plugins")
-        .addColumn("name", "text", (c) => c.primaryKey())
-        .addColumn("version", "text", notNull)
-        .addColumn("description", "text", notNull)
-        .addColumn("source", "text", notNull)
-        .addColumn("path", "text", notNull)
-        .addColumn("manifest", t.json, notNull)
-        .addColumn("installed_at", t.time, notNull),
-      db.schema
-        .createTable("agent_versions")
-        .addColumn("name", "text", notNull)
-        .addColumn("version", "integer", notNull)
-        .addColumn("content_hash", "text", notNull)
-        .addColumn("plugin", "text", notNull)
-        .addColumn("plugin_version", "text", notNull)
-        .addColumn("plugin_path", "text", notNull)
-        .addColumn("definition", t.json, notNull)
-        .addColumn("instructions", "text", notNull)
-        .addColumn("harness", t.json, notNull)
-        .addColumn("published_at", t.time, notNull)
-        .addPrimaryKeyConstraint("agent_versions_pkey", ["name", "version"]),
-      withOrd(
-        t,
-        db.schema
-          .createTable("jobs")
-          .addColumn("id", "text", (c) => c.primaryKey())
-          .addColumn("agent_name", "text", notNull)
-          .addColumn("agent_version", "integer", notNull)
-          .addColumn("input", "text", notNull)
-          .addColumn("state", "text", notNull)
-          .addColumn("created_at", t.time, notNull)
-          .addColumn("updated_at", t.time, notNull)
-          .addColumn("finished_at", t.time)
-          .addColumn("result_text", "text", notNull)
-          .addColumn("stop_reason", "integer", notNull)
-          .addColumn("error", "text", notNull)
-          .addColumn("session_id", "text", notNull)
-          .addColumn("sandbox_url", "text", notNull)
-          .addColumn("last_seq", t.bigint, notNull)
-          .addColumn("sandbox_seq", t.bigint, notNull)
-          .addColumn("attachments", t.json, notNull)
-          .addColumn("token_id", "text", notNull)
-          .addColumn("cancel_requested_at", t.time),
+    up: (db, t, table) => [
+      table(
+        "plugins",
+        `name text*, version text!, description text!, source text!, path text!, manifest json!, installed_at time!`,
+      ),
+      table(
+        "agent_versions",
+        `name text!, version integer!, content_hash text!, plugin text!, plugin_version text!, plugin_path text!,
+        definition json!, instructions text!, harness json!, published_at time!, primary key (name, version)`,
+      ),
+      // ord: insertion order, to break ties between jobs created in the same millisecond (SQLite's rowid).
+      table(
+        "jobs",
+        `id text*, agent_name text!, agent_version integer!, input text!, state text!, created_at time!,
+        updated_at time!, finished_at time, result_text text!, stop_reason integer!, error text!, session_id text!,
+        sandbox_url text!, last_seq bigint!, sandbox_seq bigint!, attachments json!, token_id text!,
+        cancel_requested_at time, ord bigserial!`,
       ),
       db.schema.createIndex("jobs_by_state").on("jobs").column("state"),
       // Newest first, ties in insertion order (ListJobs' pages).
       t.engine === "postgres"
         ? db.schema.createIndex("jobs_by_created").on("jobs").columns(["created_at desc", "ord desc"])
         : db.schema.createIndex("jobs_by_created").on("jobs").column("created_at"),
-      db.schema
-        .createTable("job_events")
-        .addColumn("job_id", "text", notNull)
-        .addColumn("seq", t.bigint, notNull)
-        .addColumn("time", t.time, notNull)
-        .addColumn("event", t.json, notNull)
-        .addPrimaryKeyConstraint("job_events_pkey", ["job_id", "seq"]),
-      withOrd(
-        t,
-        db.schema
-          .createTable("permissions")
-          .addColumn("job_id", "text", notNull)
-          .addColumn("id", "text", notNull)
-          .addColumn("call_id", "text", notNull)
-          .addColumn("session_id", "text", notNull)
-          .addColumn("tool", "text", notNull)
-          .addColumn("input", t.json)
-          .addColumn("title", "text", notNull)
-          .addColumn("needs_person", t.bool, notNull)
-          .addColumn("status", "text", notNull)
-          .addColumn("reason", "text", notNull)
-          .addColumn("decider", "text")
-          .addColumn("answered_by", "text", notNull)
-          .addColumn("answer_input", t.json)
-          .addColumn("requested_at", t.time, notNull)
-          .addColumn("answered_at", t.time)
-          .addColumn("delivered", t.bool, notNull),
-      ).addPrimaryKeyConstraint("permissions_pkey", ["job_id", "id"]),
+      table("job_events", `job_id text!, seq bigint!, time time!, event json!, primary key (job_id, seq)`),
+      table(
+        "permissions",
+        `job_id text!, id text!, call_id text!, session_id text!, tool text!, input json, title text!,
+        needs_person bool!, status text!, reason text!, decider text, answered_by text!, answer_input json,
+        requested_at time!, answered_at time, delivered bool!, ord bigserial!, primary key (job_id, id)`,
+      ),
       db.schema.createIndex("permissions_by_status").on("permissions").column("status"),
       db.schema.createIndex("permissions_by_call").on("permissions").columns(["job_id", "call_id"]),
     ],
@@ -180,19 +161,15 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
     name: "leases",
     part: "cluster",
     only: "postgres",
-    up: (db) => [
+    up: (db, t, table) => [
       // Fencing tokens come from one sequence, so a token is never handed out twice,
       // even after a lease row is released and acquired again.
       "CREATE SEQUENCE lease_tokens",
-      db.schema
-        .createTable("leases")
-        .addColumn("kind", "text", notNull)
-        .addColumn("resource", "text", notNull)
-        .addColumn("owner", "text", notNull)
-        .addColumn("token", "bigint", notNull)
-        .addColumn("acquired_at", "timestamptz", notNull)
-        .addColumn("expires_at", "timestamptz", notNull)
-        .addPrimaryKeyConstraint("leases_pkey", ["kind", "resource"]),
+      table(
+        "leases",
+        `kind text!, resource text!, owner text!, token bigint!, acquired_at time!, expires_at time!,
+        primary key (kind, resource)`,
+      ),
       db.schema.createIndex("leases_by_expiry").on("leases").columns(["kind", "expires_at"]),
       db.schema.createIndex("leases_by_owner").on("leases").column("owner"),
     ],
@@ -202,21 +179,12 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
     name: "sandbox nodes",
     part: "cluster",
     only: "postgres",
-    up: (db) => [
-      db.schema
-        .createTable("sandbox_nodes")
-        .addColumn("id", "text", (c) => c.primaryKey())
-        .addColumn("url", "text", notNull)
-        .addColumn("capacity", "integer", notNull)
-        .addColumn("placed", "integer", (c) => c.notNull().defaultTo(0))
-        .addColumn("registered_at", "timestamptz", notNull)
-        .addColumn("last_heartbeat", "timestamptz", notNull),
-      db.schema
-        .createTable("session_placements")
-        .addColumn("session_id", "text", (c) => c.primaryKey())
-        .addColumn("job_id", "text", notNull)
-        .addColumn("node_id", "text", (c) => c.notNull().references("sandbox_nodes.id"))
-        .addColumn("placed_at", "timestamptz", notNull),
+    up: (db, t, table) => [
+      table(
+        "sandbox_nodes",
+        `id text*, url text!, capacity integer!, placed integer! = 0, registered_at time!, last_heartbeat time!`,
+      ),
+      table("session_placements", `session_id text*, job_id text!, node_id text! -> sandbox_nodes.id, placed_at time!`),
       db.schema.createIndex("session_placements_by_node").on("session_placements").column("node_id"),
     ],
   },
@@ -232,16 +200,14 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
     version: 5,
     name: "harness operation checkpoints",
     part: "jobs",
-    // One row per runtime tool call of a job (operation-runner.ts), so the replica that takes a job over resumes its operations.
+    // One row per runtime tool call of a job (operation-runner.ts), so the replica that takes a job over resumes
+    // its operations.
     present: (p) => p.hasTable("operation_checkpoints"),
-    up: (db, t) => [
-      db.schema
-        .createTable("operation_checkpoints")
-        .addColumn("job_id", "text", notNull)
-        .addColumn("call_id", "text", notNull)
-        .addColumn("record", t.json, notNull)
-        .addColumn("delivered", t.bool, notNull)
-        .addPrimaryKeyConstraint("operation_checkpoints_pkey", ["job_id", "call_id"]),
+    up: (db, t, table) => [
+      table(
+        "operation_checkpoints",
+        `job_id text!, call_id text!, record json!, delivered bool!, primary key (job_id, call_id)`,
+      ),
     ],
   },
   {
@@ -250,70 +216,40 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
     part: "graphs",
     // Graph versions, graph jobs and step jobs (sql-graph-store.ts); on PostgreSQL also the runs' checkpoints
     // (postgres-checkpoint-store.ts; @oz0/graph keeps its own tables in graphs.db). On SQLite these were made
-    // as orch_graph_*, renamed by migration 12.
+    // as orch_graph_*, renamed by migration 12. Definitions, deltas and bags keep their key order (orderedJson).
     present: (p) => p.hasTable("orch_graph_versions"),
-    up: (db, t) => {
+    up: (db, t, table) => {
       const prefix = t.engine === "sqlite" ? "orch_" : "";
       const tables: (Compilable | string)[] = [
-        db.schema
-          .createTable(`${prefix}graph_versions`)
-          .addColumn("name", "text", notNull)
-          .addColumn("version", "integer", notNull)
-          .addColumn("content_hash", "text", notNull)
-          .addColumn("plugin", "text", notNull)
-          .addColumn("plugin_version", "text", notNull)
-          .addColumn("plugin_path", "text", notNull)
-          .addColumn("definition", t.orderedJson, notNull)
-          .addColumn("published_at", t.time, notNull)
-          .addPrimaryKeyConstraint(`${prefix}graph_versions_pkey`, ["name", "version"]),
-        db.schema
-          .createTable(`${prefix}graph_jobs`)
-          .addColumn("job_id", "text", (c) => c.primaryKey())
-          .addColumn("graph", "text", notNull)
-          .addColumn("version", "integer", notNull)
-          .addColumn("pinned_agents", t.json, notNull)
-          .addColumn("created_at", t.time, notNull),
-        db.schema
-          .createTable(`${prefix}graph_step_jobs`)
-          .addColumn("idempotency_key", "text", (c) => c.primaryKey())
-          .addColumn("run_id", "text", notNull)
-          .addColumn("step_job_id", "text", notNull)
-          .addColumn("created_at", t.time, notNull),
+        table(
+          `${prefix}graph_versions`,
+          `name text!, version integer!, content_hash text!, plugin text!, plugin_version text!, plugin_path text!,
+          definition orderedJson!, published_at time!, primary key (name, version)`,
+        ),
+        table(
+          `${prefix}graph_jobs`,
+          `job_id text*, graph text!, version integer!, pinned_agents json!, created_at time!`,
+        ),
+        table(`${prefix}graph_step_jobs`, `idempotency_key text*, run_id text!, step_job_id text!, created_at time!`),
       ];
       if (t.engine === "sqlite") return tables;
       return [
         ...tables,
         db.schema.createIndex("graph_step_jobs_by_run").on("graph_step_jobs").column("run_id"),
-        db.schema
-          .createTable("graph_definitions")
-          .addColumn("hash", "text", (c) => c.primaryKey())
-          .addColumn("definition", "json", notNull),
-        db.schema
-          .createTable("graph_runs")
-          .addColumn("run_id", "text", (c) => c.primaryKey())
-          .addColumn("graph", "text", notNull)
-          .addColumn("definition_hash", "text", (c) => c.notNull().references("graph_definitions.hash"))
-          .addColumn("definition_version", "text")
-          .addColumn("input", "json", notNull)
-          .addColumn("status", "text", notNull)
-          .addColumn("started_at", "text", notNull)
-          .addColumn("finished_at", "text")
-          .addColumn("error", "json")
-          .addColumn("conflicts", "json")
-          .addColumn("result", "json")
-          // Creation order: listRuns returns runs oldest first.
-          .addColumn("ord", "bigserial", notNull),
+        table("graph_definitions", "hash text*, definition orderedJson!"),
+        // ord: creation order, listRuns returns runs oldest first.
+        table(
+          "graph_runs",
+          `run_id text*, graph text!, definition_hash text! -> graph_definitions.hash, definition_version text,
+          input orderedJson!, status text!, started_at text!, finished_at text, error orderedJson,
+          conflicts orderedJson, result orderedJson, ord bigserial!`,
+        ),
         db.schema.createIndex("graph_runs_by_status").on("graph_runs").columns(["status", "ord"]),
-        db.schema
-          .createTable("graph_steps")
-          .addColumn("run_id", "text", (c) => c.notNull().references("graph_runs.run_id").onDelete("cascade"))
-          .addColumn("path", "text", notNull)
-          .addColumn("node_id", "text", notNull)
-          .addColumn("iteration", "integer", notNull)
-          .addColumn("outcome", "text", notNull)
-          .addColumn("delta", "json", notNull)
-          .addColumn("decision", "json")
-          .addPrimaryKeyConstraint("graph_steps_pkey", ["run_id", "path"]),
+        table(
+          "graph_steps",
+          `run_id text! -> graph_runs.run_id cascade, path text!, node_id text!, iteration integer!, outcome text!,
+          delta orderedJson!, decision orderedJson, primary key (run_id, path)`,
+        ),
       ];
     },
   },
@@ -337,7 +273,7 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
         .addColumn("seq", t.engine === "postgres" ? "bigserial" : "integer", (c) =>
           t.engine === "postgres" ? c.primaryKey() : c.primaryKey().autoIncrement(),
         )
-        .addColumn("event", "text", notNull)
+        .addColumn("event", "text", (c) => c.notNull())
         .addColumn("claimed_until", t.time),
     ],
   },
@@ -356,27 +292,17 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
     // What each session's harness wrote to stderr, bounded per session (`oz0 jobs logs`): a row per session
     // (in the order they first wrote), and its pieces by the sandbox's seq.
     present: (p) => p.hasTable("session_stderr"),
-    up: (db, t) => [
-      withOrd(
-        t,
-        db.schema
-          .createTable("session_stderr")
-          .addColumn("job_id", "text", notNull)
-          .addColumn("session_id", "text", notNull)
-          .addColumn("last_seq", t.bigint, notNull)
-          .addColumn("kept_bytes", t.bigint, notNull)
-          .addColumn("dropped_bytes", t.bigint, notNull)
-          .addColumn("trailing_dropped_bytes", t.bigint, notNull),
-      ).addPrimaryKeyConstraint("session_stderr_pkey", ["job_id", "session_id"]),
-      db.schema
-        .createTable("stderr_pieces")
-        .addColumn("job_id", "text", notNull)
-        .addColumn("session_id", "text", notNull)
-        .addColumn("seq", t.bigint, notNull)
-        .addColumn("text", "text", notNull)
-        .addColumn("bytes", "integer", notNull)
-        .addColumn("dropped_bytes", t.bigint, notNull)
-        .addPrimaryKeyConstraint("stderr_pieces_pkey", ["job_id", "session_id", "seq"]),
+    up: (db, t, table) => [
+      table(
+        "session_stderr",
+        `job_id text!, session_id text!, last_seq bigint!, kept_bytes bigint!, dropped_bytes bigint!,
+        trailing_dropped_bytes bigint!, ord bigserial!, primary key (job_id, session_id)`,
+      ),
+      table(
+        "stderr_pieces",
+        `job_id text!, session_id text!, seq bigint!, text text!, bytes integer!, dropped_bytes bigint!,
+        primary key (job_id, session_id, seq)`,
+      ),
     ],
   },
   {
@@ -438,7 +364,7 @@ function migrationsFor(engine: EngineName, part?: SchemaPart): Migration[] {
     version: m.version,
     name: m.name,
     sql: m
-      .up(COMPILERS[engine], TYPES[engine])
+      .up(COMPILERS[engine], TYPES[engine], tableMaker(COMPILERS[engine], TYPES[engine]))
       .map((statement) => `${typeof statement === "string" ? statement : statement.compile().sql};`)
       .join("\n"),
   }));
@@ -470,8 +396,8 @@ export function migrateSqlite(db: Database.Database, part: Exclude<SchemaPart, "
       };
       const adopting =
         !probe.hasTable("oz0_migrations") && migrations.some((m) => byVersion.get(m.version)?.present?.(probe));
-      db.exec(`CREATE TABLE IF NOT EXISTS oz0_migrations (component TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL,
-      applied_at INTEGER NOT NULL, PRIMARY KEY (component, version))`);
+      db.exec(`CREATE TABLE IF NOT EXISTS oz0_migrations (component TEXT NOT NULL, version INTEGER NOT NULL,
+        name TEXT NOT NULL, applied_at INTEGER NOT NULL, PRIMARY KEY (component, version))`);
       const done = new Set(
         (
           db.prepare("SELECT version FROM oz0_migrations WHERE component = 'orchestrator'").all() as {
