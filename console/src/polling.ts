@@ -1,7 +1,7 @@
-// Lists the API has no stream for (jobs, approvals) are read again every
-// `intervalMs` while the page is open; an answer given elsewhere or a job that
-// changed state shows within that interval. A tab in the background is not
-// read for; it reads at once when it is shown again.
+// A list read when the page opens and again on `refresh()` (a change a
+// stream announced), and every `intervalMs` besides when one is given (the
+// jobs page's safety net beside WatchJobs): a tab in the background is then
+// not read for, and reads at once when it is shown again.
 import { useEffect, useRef, useState } from "preact/hooks";
 import { messageOf } from "./api.js";
 
@@ -12,7 +12,7 @@ export interface Polled<T> {
   refresh(): void;
 }
 
-export function usePolling<T>(read: () => Promise<T>, intervalMs: number, deps: unknown[]): Polled<T> {
+export function usePolling<T>(read: () => Promise<T>, intervalMs: number | undefined, deps: unknown[]): Polled<T> {
   const [value, setValue] = useState<T | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
   const tick = useRef<() => void>(() => undefined);
@@ -32,7 +32,7 @@ export function usePolling<T>(read: () => Promise<T>, intervalMs: number, deps: 
       } catch (e) {
         if (!stopped && mine === generation) setError(messageOf(e));
       }
-      if (!stopped && mine === generation && document.visibilityState !== "hidden")
+      if (intervalMs !== undefined && !stopped && mine === generation && document.visibilityState !== "hidden")
         timer = setTimeout(() => void run(), intervalMs);
     };
     const shown = (): void => {
@@ -40,7 +40,7 @@ export function usePolling<T>(read: () => Promise<T>, intervalMs: number, deps: 
     };
     tick.current = () => void run();
     void run();
-    document.addEventListener("visibilitychange", shown);
+    if (intervalMs !== undefined) document.addEventListener("visibilitychange", shown);
     return () => {
       stopped = true;
       clearTimeout(timer);

@@ -7,6 +7,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import type { Approval } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { jobs, messageOf } from "../api.js";
 import { clock, dateOf, duration, json } from "../format.js";
+import { useNow } from "../now.js";
 import { href } from "../router.js";
 
 export function ApprovalCard({
@@ -23,6 +24,7 @@ export function ApprovalCard({
   const [problem, setProblem] = useState<string | undefined>(undefined);
   const [edited, setEdited] = useState<string | undefined>(undefined);
   const requested = dateOf(approval.requestedAt);
+  const now = useNow(true);
   const deadline = dateOf(approval.deadline);
   const titleId = `approval-${approval.callId}`;
   const answer = async (allow: boolean, input?: JsonObject): Promise<void> => {
@@ -58,7 +60,7 @@ export function ApprovalCard({
           <a href={href({ page: "job", jobId: approval.jobId })}>{approval.jobId}</a>
         </dd>
         <dt>Waiting</dt>
-        <dd>{requested ? `${duration(Date.now() - requested.getTime())} (since ${clock(requested)})` : ""}</dd>
+        <dd>{requested ? `${duration(now - requested.getTime())} (since ${clock(requested)})` : ""}</dd>
         <dt>Deadline</dt>
         <dd>{deadline ? clock(deadline) : "none: it waits until answered"}</dd>
         {approval.approvers.length > 0 ? (

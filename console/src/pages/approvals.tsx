@@ -1,14 +1,16 @@
 // The queue of tool calls waiting for a person, across jobs, oldest first;
 // read again whenever WatchJobs says a job's calls started or stopped
-// waiting, so one answered elsewhere leaves the queue at once.
+// waiting (a deadline passing too: the runtime's answer is such a change),
+// and after the stream was opened again, so one answered elsewhere leaves
+// the queue at once. Nothing is read on a timer: how long each call has
+// waited moves with the page's clock.
 import { jobs } from "../api.js";
 import { useJobChanges } from "../job-changes.js";
 import { usePolling } from "../polling.js";
 import { ApprovalCard } from "./approval-card.js";
 
 export function ApprovalsPage({ roles }: { roles: string[] }) {
-  // Read again every 30 s too: a deadline passing changes nothing the stream carries until the runtime answers.
-  const queue = usePolling(() => jobs.listApprovals({}), 30_000, []);
+  const queue = usePolling(() => jobs.listApprovals({}), undefined, []);
   useJobChanges(() => queue.refresh());
   const canAnswer = roles.includes("approver");
   return (

@@ -5,12 +5,13 @@
 // Live through WatchJob (job-stream.ts) and the events service's transcript
 // through WatchJobTranscript (transcript-stream.ts: operation rows); usage
 // and artifacts are read again when the job's stream shows they changed.
-import { useEffect, useMemo, useState } from "preact/hooks";
+import { useMemo, useState } from "preact/hooks";
 import { type GetArtifactsResponse, type GetJobUsageResponse } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { jobs, messageOf } from "../api.js";
 import { clockMs, count, dateOf, duration, isTerminal, stateName, stopReasonName, usd } from "../format.js";
 import { useJobStream } from "../job-stream.js";
+import { useNow } from "../now.js";
 import { groupOperations, operationsOf, placeOperations, type Entry } from "../operations.js";
 import { useRead } from "../reads.js";
 import { useTranscriptStream } from "../transcript-stream.js";
@@ -233,17 +234,6 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
       ) : null}
     </section>
   );
-}
-
-/** Now, again every second while `ticking` (the running time and the timeline's end move). */
-function useNow(ticking: boolean): number {
-  const [now, setNow] = useState(Date.now());
-  useEffect(() => {
-    if (!ticking) return;
-    const timer = setInterval(() => setNow(Date.now()), 1_000);
-    return () => clearInterval(timer);
-  }, [ticking]);
-  return now;
 }
 
 function TraceId({ traceId }: { traceId: string }) {

@@ -13,7 +13,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { JobService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { ApprovalState, JobService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
 import { credentialDigest, newCredential } from "@oz0/serving";
 import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
@@ -56,7 +56,8 @@ before(async () => {
       tokens: [{ user: "vera", sha256: credentialDigest(viewerToken) }],
     }),
   );
-  const repo = await writeGuardedPlugin(path.join(scratch, "repo"));
+  // Beside guarded: the same agent whose calls wait for a person 8 s at most.
+  const repo = await writeGuardedPlugin(path.join(scratch, "repo"), { withDeadline: { name: "brief", timeout: "8s" } });
   t = await startTestStack({ pick, orchestratorEnv: { OZ0_AUTH_CONFIG: auth } });
   await clients(t.stack.ownerToken).plugins.installPlugin({ source: repo });
   browser = await launchBrowser();
@@ -204,5 +205,20 @@ void test("a viewer sees the queue without the buttons, the API refuses the view
   await card.waitFor({ state: "detached" });
   await page.goto(`${t.url}/#/jobs/${jobId}`);
   await page.getByTestId("decision").filter({ hasText: "denied by owner: not today" }).waitFor();
+  await page.close();
+});
+
+void test("a call whose deadline passes leaves the queue at once, though the page reads the queue on no timer", async () => {
+  const { job } = await clients(t.stack.ownerToken).jobs.runAgent({ agent: "brief", input: "deadline" });
+  const jobId = job!.id;
+  const page = await openConsole(t.stack.ownerToken);
+  await page.getByRole("link", { name: "Approvals" }).click();
+  const card = page.locator("article.approval", { hasText: jobId });
+  await card.waitFor();
+  // Nobody answers: at the deadline the runtime does, which WatchJobs carries, and the queue is read again.
+  await card.waitFor({ state: "detached" });
+  const { approvals } = await clients(t.stack.ownerToken).jobs.listApprovals({ jobId, includeAnswered: true });
+  assert.equal(approvals.length, 1);
+  assert.equal(ApprovalState[approvals[0]!.state], "TIMED_OUT");
   await page.close();
 });

@@ -97,17 +97,32 @@ export async function screenshot(page: Page, name: string): Promise<void> {
 /** What the guarded agent is told; a scripted model knows its requests by it. */
 export const GUARDED_INSTRUCTIONS = "Run the command you are asked to run.";
 
-/** A plugin (a git repository at `repo`) with one agent, guarded, whose run_command needs a person's approval. */
-export async function writeGuardedPlugin(repo: string): Promise<string> {
+/**
+ * A plugin (a git repository at `repo`) with one agent, guarded, whose
+ * run_command needs a person's approval; and, with `withDeadline`, the same
+ * agent under that name whose calls wait for a person `timeout` at most.
+ */
+export async function writeGuardedPlugin(
+  repo: string,
+  options: { withDeadline?: { name: string; timeout: string } } = {},
+): Promise<string> {
   for (const sub of ["agents", "prompts"]) mkdirSync(path.join(repo, sub), { recursive: true });
   writeFileSync(path.join(repo, "prompts", "p.md"), `${GUARDED_INSTRUCTIONS}\n`);
+  const guarded = (name: string) =>
+    `name: ${name}\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/p.md\nlimits:\n  max_steps: 5\nharness:\n  tools: [run_command]\n  requires_approval: [run_command]\n`;
+  const agents = ["guarded"];
+  writeFileSync(path.join(repo, "agents", "guarded.yaml"), guarded("guarded"));
+  const deadline = options.withDeadline;
+  if (deadline) {
+    agents.push(deadline.name);
+    writeFileSync(
+      path.join(repo, "agents", `${deadline.name}.yaml`),
+      `${guarded(deadline.name)}approvals:\n  timeout: ${deadline.timeout}\n`,
+    );
+  }
   writeFileSync(
     path.join(repo, "oz0-plugin.yaml"),
-    'name: consoled\nversion: 0.1.0\nharnesses:\n  - name: fake\n    command: ["oz0-fake-harness"]\n    permissions: true\n    tools: [run_command]\nagents:\n  - agents/guarded.yaml\n',
-  );
-  writeFileSync(
-    path.join(repo, "agents", "guarded.yaml"),
-    "name: guarded\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/p.md\nlimits:\n  max_steps: 5\nharness:\n  tools: [run_command]\n  requires_approval: [run_command]\n",
+    `name: consoled\nversion: 0.1.0\nharnesses:\n  - name: fake\n    command: ["oz0-fake-harness"]\n    permissions: true\n    tools: [run_command]\nagents:\n${agents.map((a) => `  - agents/${a}.yaml\n`).join("")}`,
   );
   await commitAll(repo, "plugin");
   return repo;
