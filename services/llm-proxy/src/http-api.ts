@@ -39,7 +39,9 @@ interface Route {
 function route(rawUrl: string): Route | undefined {
   const url = new URL(rawUrl, "http://proxy");
   const found = routeOf(url.pathname);
-  return found && { ...found, upstreamPath: `/v1/${found.format.route}${url.search}` };
+  return (
+    found && { provider: found.provider, format: found.format, upstreamPath: `/v1/${found.format.route}${url.search}` }
+  );
 }
 
 function header(req: ClientRequest, name: string): string | undefined {

@@ -29,9 +29,21 @@ export interface TracedModelCall {
   upstream?: string | undefined;
 }
 
+/** Per provider base URL (a few): parsing it per call cost more than the span. */
+const serverAttributesByUrl = new Map<string, Readonly<Record<string, string | number>>>();
+
 /** `server.address` and `server.port` of the provider's base URL. */
-function serverAttributes(upstream: string | undefined): Record<string, string | number> {
+function serverAttributes(upstream: string | undefined): Readonly<Record<string, string | number>> {
   if (!upstream) return {};
+  let attributes = serverAttributesByUrl.get(upstream);
+  if (!attributes) {
+    attributes = parseServerAttributes(upstream);
+    serverAttributesByUrl.set(upstream, attributes);
+  }
+  return attributes;
+}
+
+function parseServerAttributes(upstream: string): Record<string, string | number> {
   try {
     const url = new URL(upstream);
     const port = url.port ? Number(url.port) : url.protocol === "https:" ? 443 : 80;
@@ -41,6 +53,16 @@ function serverAttributes(upstream: string | undefined): Record<string, string |
   }
 }
 
+/** The chat span's attributes at its start; no spreads (on Node 20 each cost about a microsecond a call). */
+function spanAttributes(call: TracedModelCall): Record<string, string | number> {
+  const attributes: Record<string, string | number> = {
+    [GenAi.operationName]: call.operation,
+    [GenAi.providerName]: call.provider,
+  };
+  if (call.model) attributes[GenAi.requestModel] = call.model;
+  return Object.assign(attributes, serverAttributes(call.upstream));
+}
+
 /** Runs a model call inside its `chat {model}` span; metering records land on it (see recordCall). */
 export async function traceModelCall(call: TracedModelCall, run: () => Promise<void>): Promise<void> {
   const parent = propagation.extract(context.active(), call.incoming, headerGetter);
@@ -48,12 +70,7 @@ export async function traceModelCall(call: TracedModelCall, run: () => Promise<v
     call.model ? `${call.operation} ${call.model}` : call.operation,
     {
       kind: SpanKind.CLIENT,
-      attributes: {
-        [GenAi.operationName]: call.operation,
-        [GenAi.providerName]: call.provider,
-        ...(call.model ? { [GenAi.requestModel]: call.model } : {}),
-        ...serverAttributes(call.upstream),
-      },
+      attributes: spanAttributes(call),
     },
     parent,
   );
@@ -80,14 +97,16 @@ export function recordCall(record: CallRecord): void {
     [GenAi.requestModel]: record.model,
   };
   const metrics = genAiClientMetrics();
-  metrics.operationDuration.record(record.latencyMs / 1000, {
-    ...metricAttributes,
-    ...(record.outcome === "ok" ? {} : { "error.type": record.outcome }),
-  });
+  // Object.assign, not spreads: every call records these, and on Node 20 a spread copy that
+  // gains a field costs about a microsecond.
+  metrics.operationDuration.record(
+    record.latencyMs / 1000,
+    record.outcome === "ok" ? metricAttributes : Object.assign({ "error.type": record.outcome }, metricAttributes),
+  );
   if (record.usage.input > 0)
-    metrics.tokenUsage.record(record.usage.input, { ...metricAttributes, [GenAi.tokenType]: "input" });
+    metrics.tokenUsage.record(record.usage.input, Object.assign({ [GenAi.tokenType]: "input" }, metricAttributes));
   if (record.usage.output > 0)
-    metrics.tokenUsage.record(record.usage.output, { ...metricAttributes, [GenAi.tokenType]: "output" });
+    metrics.tokenUsage.record(record.usage.output, Object.assign({ [GenAi.tokenType]: "output" }, metricAttributes));
   const span = trace.getActiveSpan();
   if (!span?.isRecording()) return;
   span.setAttributes({
