@@ -15,6 +15,7 @@ import {
   ZERO_USAGE,
   type AttemptRecord,
   type BudgetStore,
+  type CallIdentity,
   type CallRecord,
   type Outcome,
   type PendingAttempt,
@@ -323,18 +324,6 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       "model call done",
     );
   }
-}
-
-/** What a metering record says of its call and its figures. */
-interface CallIdentity {
-  operationId: string;
-  job: string;
-  agent: string;
-  session: string;
-  provider: string;
-  model: string;
-  wire: string;
-  stream: boolean;
 }
 
 type Figures = Omit<AttemptRecord, keyof CallIdentity | "attempt" | "ttftMs"> & { ttftMs: number | undefined };

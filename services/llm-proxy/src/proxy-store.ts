@@ -78,7 +78,7 @@ export type Outcome =
   | "interrupted";
 
 /** Which call: its operation id, who made it, and where it went. */
-interface CallIdentity {
+export interface CallIdentity {
   operationId: string;
   job: string;
   agent: string;
