@@ -144,3 +144,17 @@ void test("the caller going away ends the stream and stops following the events"
   abort.abort();
   assert.equal((await last).done, true);
 });
+
+void test("the events service ending its stream ends this one, so the caller watches again", async () => {
+  const abort = new AbortController();
+  const transcripts: JobTranscripts = {
+    transcript: () => Promise.resolve(transcriptWith(1)),
+    async *changes() {
+      yield;
+    },
+  };
+  const stream = watchJobTranscript(transcripts, "job_1", { signal: abort.signal } as HandlerContext);
+  assert.equal((await stream.next()).value?.transcript?.rows.length, 1);
+  await assert.rejects(stream.next(), (e: unknown) => ConnectError.from(e).code === Code.Unavailable);
+  abort.abort();
+});

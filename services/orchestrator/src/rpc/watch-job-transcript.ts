@@ -6,7 +6,7 @@
 // rows and a graph run's node statuses follow the job without the page
 // asking, and without a read per event.
 import { equals } from "@bufbuild/protobuf";
-import type { HandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { TranscriptResponseSchema, type TranscriptResponse } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { WatchJobTranscriptResponse } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { JobTranscripts } from "../jobs/job-transcripts.js";
@@ -28,6 +28,12 @@ export async function* watchJobTranscript(
         changed = true;
         bell.ring();
       }
+      // The events service ended its stream (it is shutting down): the caller watches again, and is sent the whole transcript.
+      if (!signal.aborted)
+        throw new ConnectError(
+          "the events service stopped sending the job's events; watch again (the first answer is the whole transcript)",
+          Code.Unavailable,
+        );
     } catch (error) {
       failure = { error };
       bell.ring();
@@ -37,8 +43,11 @@ export async function* watchJobTranscript(
   try {
     while (!signal.aborted) {
       await bell.wait(() => changed || failure !== undefined);
-      if (failure) throw failure.error;
-      if (!changed) continue;
+      // What changed before a failure is sent first.
+      if (!changed) {
+        if (failure) throw failure.error;
+        continue;
+      }
       changed = false;
       const transcript = await transcripts.transcript(jobId);
       if (sent && equals(TranscriptResponseSchema, sent, transcript)) continue;
