@@ -4,6 +4,7 @@
 // not read for, and reads at once when it is shown again.
 import { useEffect, useRef, useState } from "preact/hooks";
 import { messageOf } from "./api.js";
+import { ReadOrder } from "./read-order.js";
 
 export interface Polled<T> {
   value: T | undefined;
@@ -19,20 +20,20 @@ export function usePolling<T>(read: () => Promise<T>, intervalMs: number | undef
   useEffect(() => {
     let stopped = false;
     let timer: ReturnType<typeof setTimeout> | undefined;
-    let generation = 0;
+    const order = new ReadOrder();
     const run = async (): Promise<void> => {
-      const mine = ++generation;
+      const mine = order.start();
       clearTimeout(timer);
       try {
         const next = await read();
-        if (!stopped && mine === generation) {
+        if (!stopped && order.show(mine)) {
           setValue(next);
           setError(undefined);
         }
       } catch (e) {
-        if (!stopped && mine === generation) setError(messageOf(e));
+        if (!stopped && order.show(mine)) setError(messageOf(e));
       }
-      if (intervalMs !== undefined && !stopped && mine === generation && document.visibilityState !== "hidden")
+      if (intervalMs !== undefined && !stopped && order.isLatest(mine) && document.visibilityState !== "hidden")
         timer = setTimeout(() => void run(), intervalMs);
     };
     const shown = (): void => {
