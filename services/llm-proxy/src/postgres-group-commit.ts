@@ -4,6 +4,10 @@
 // once) goes out as one statement, one round trip and one commit. Each write's
 // promise resolves when its statement commits, so a call in flight is durable
 // before its attempt is sent and a record is visible to every replica by then.
+// Its SQL is written here, not with the shared queries' Kysely: a batch's
+// statement has as many rows as the turn wrote, so Kysely would build and
+// compile one per flush, and these writes are PostgreSQL's alone (a CTE per
+// table in one round trip, claims that lapse, settle_budget).
 import type pg from "pg";
 import { METERING_COLUMN_LIST, METERING_COLUMNS, PENDING_COLUMNS } from "./store-rows.js";
 
@@ -24,7 +28,7 @@ interface Batch {
 }
 
 /** `(…), (…)` with each row's values appended to `params`; `extra` ends every row (an expression over params already there). */
-export function valuesClause(rows: unknown[][], params: unknown[], extra = ""): string {
+function valuesClause(rows: unknown[][], params: unknown[], extra = ""): string {
   return rows
     .map((row) => {
       const start = params.length;

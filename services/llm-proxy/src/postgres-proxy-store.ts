@@ -16,11 +16,11 @@
 // Secret and token changes are NOTIFYed in the statement that makes them, so
 // other replicas drop what they cached (postgres-change-feed.ts).
 import { randomUUID } from "node:crypto";
-import { channelName, checkSchemaName, createSchemaPool, runMigrations } from "@oz0/postgres";
+import { channelName, checkSchemaName, createSchemaPool } from "@oz0/postgres";
+import { sql } from "kysely";
 import type pg from "pg";
 import { PostgresChangeFeed } from "./postgres-change-feed.js";
-import { PostgresGroupCommit, valuesClause } from "./postgres-group-commit.js";
-import { MIGRATIONS } from "./postgres-migrations.js";
+import { PostgresGroupCommit } from "./postgres-group-commit.js";
 import { ProxyError } from "./proxy-error.js";
 import type {
   AttemptRecord,
@@ -37,22 +37,73 @@ import type {
   UsageTotals,
 } from "./proxy-store.js";
 import { interruptedRecords, tokenUse, type TokenUseAnswer } from "./proxy-store.js";
+import { migratePostgres } from "./store-migrations.js";
+import {
+  ATTEMPT_COLUMNS,
+  CALL_COLUMNS,
+  deleteSecret,
+  insertMetering,
+  meteringRow,
+  proxyQueries,
+  revokeMatching,
+  REVOKE_PARAMETERS,
+  upsertSecret,
+  UPSERT_SECRET_PARAMETERS,
+} from "./store-queries.js";
 import {
   attemptFromRow,
   callFromRow,
-  METERING_COLUMN_LIST,
   meteringValues,
   pendingFromRow,
   pendingValues,
   POSTGRES_ENCODING,
+  secretFromRow,
   tokenFromRow,
-  USAGE_SUMS,
   usageFromRows,
   type MeteringRow,
   type PendingRow,
+  type SecretRow,
   type TokenRow,
   type UsageRow,
 } from "./store-rows.js";
+import { COMPILERS, compiled, param } from "./store-sql.js";
+
+const QUERIES = proxyQueries("postgres");
+const db = COMPILERS.postgres;
+// The changes other replicas cache are NOTIFYed in the statement that makes them, so they hear of each when it commits.
+const NOTIFY = sql`pg_notify(${param("channel")}, ${param("notice")})::text`.as("notified");
+/** (name, iv, ciphertext, tag, now, now, channel, notice): whether it replaced one (xmax is 0 on a row just inserted). */
+const PUT_SECRET = compiled(
+  db
+    .with("saved", () => upsertSecret(db).returning(sql<boolean>`(xmax <> 0)`.as("replaced")))
+    .selectFrom("saved")
+    .select(["replaced", NOTIFY]),
+  [...UPSERT_SECRET_PARAMETERS, "channel", "notice"],
+);
+/** (name, channel, notice) */
+const DELETE_SECRET = compiled(
+  db
+    .with("gone", () => deleteSecret(db).returning("name"))
+    .selectFrom("gone")
+    .select(NOTIFY),
+  ["name", "channel", "notice"],
+);
+/**
+ * (now, hash, session, channel): one statement, so two replicas revoking at
+ * once each report only the tokens they ended, and every replica hears of each.
+ */
+const REVOKE_TOKENS = compiled(
+  db
+    .with("revoked", () => revokeMatching(db))
+    .selectFrom("revoked")
+    .selectAll()
+    .select(
+      sql`pg_notify(${param("channel")}, json_build_object('kind', 'token_revoked', 'hash', revoked.hash)::text)::text`.as(
+        "notified",
+      ),
+    ),
+  [...REVOKE_PARAMETERS, "channel"],
+);
 
 export type { BudgetSnapshot } from "./proxy-store.js";
 
@@ -147,7 +198,7 @@ export class PostgresProxyStore implements ProxyStore {
     const feed = new PostgresChangeFeed({ connectionString: options.connectionString, channel, onError });
     const store = new PostgresProxyStore({ pool, schema, holdMs: options.reservationHoldMs ?? 120_000, feed, channel });
     try {
-      await runMigrations({ pool, schema, component: "llm-proxy", migrations: MIGRATIONS });
+      await migratePostgres(pool, schema);
       await feed.start();
     } catch (error) {
       await feed.close();
@@ -182,80 +233,52 @@ export class PostgresProxyStore implements ProxyStore {
   }
 
   async putSecret(secret: Omit<StoredSecret, "createdAt" | "updatedAt">, now: Date): Promise<{ replaced: boolean }> {
-    // xmax is 0 on a freshly inserted row and set on one the upsert updated.
-    const { rows } = await this.#pool.query<{ replaced: boolean }>(
-      `WITH saved AS (
-         INSERT INTO secrets (name, iv, ciphertext, tag, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5)
-         ON CONFLICT (name) DO UPDATE SET iv = excluded.iv, ciphertext = excluded.ciphertext, tag = excluded.tag, updated_at = excluded.updated_at
-         RETURNING (xmax <> 0) AS replaced)
-       SELECT replaced, pg_notify($6, $7)::text AS notified FROM saved`,
-      [
-        secret.name,
-        secret.iv,
-        secret.ciphertext,
-        secret.tag,
-        now,
-        this.#channel,
-        notice({ kind: "secret", name: secret.name }),
-      ],
-    );
+    const { rows } = await this.#pool.query<{ replaced: boolean }>(PUT_SECRET, [
+      secret.name,
+      secret.iv,
+      secret.ciphertext,
+      secret.tag,
+      now,
+      now,
+      this.#channel,
+      notice({ kind: "secret", name: secret.name }),
+    ]);
     return { replaced: rows[0]!.replaced };
   }
 
   async getSecret(name: string): Promise<StoredSecret | undefined> {
-    const { rows } = await this.#pool.query<{
-      name: string;
-      iv: Buffer;
-      ciphertext: Buffer;
-      tag: Buffer;
-      created_at: Date;
-      updated_at: Date;
-    }>("SELECT * FROM secrets WHERE name = $1", [name]);
-    const row = rows[0];
-    if (!row) return undefined;
-    return {
-      name: row.name,
-      iv: row.iv,
-      ciphertext: row.ciphertext,
-      tag: row.tag,
-      createdAt: row.created_at,
-      updatedAt: row.updated_at,
-    };
+    const { rows } = await this.#pool.query<SecretRow>(QUERIES.getSecret, [name]);
+    return rows[0] ? secretFromRow(rows[0]) : undefined;
   }
 
   async deleteSecret(name: string): Promise<boolean> {
-    const result = await this.#pool.query(
-      "WITH gone AS (DELETE FROM secrets WHERE name = $1 RETURNING name) SELECT pg_notify($2, $3)::text AS notified FROM gone",
-      [name, this.#channel, notice({ kind: "secret", name })],
-    );
+    const result = await this.#pool.query(DELETE_SECRET, [name, this.#channel, notice({ kind: "secret", name })]);
     return (result.rowCount ?? 0) > 0;
   }
 
   async listSecrets(): Promise<SecretInfo[]> {
-    const { rows } = await this.#pool.query<{ name: string; created_at: Date; updated_at: Date }>(
-      "SELECT name, created_at, updated_at FROM secrets ORDER BY name",
-    );
+    const { rows } = await this.#pool.query<{ name: string; created_at: Date; updated_at: Date }>(QUERIES.listSecrets);
     return rows.map((r) => ({ name: r.name, createdAt: r.created_at, updatedAt: r.updated_at }));
   }
 
   async putToken(token: TokenRecord): Promise<void> {
-    await this.#pool.query(
-      "INSERT INTO session_tokens (hash, job, agent, session, budget_usd, created_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6, NULL)",
-      [token.hash, token.job, token.agent, token.session, token.budgetUsd, token.createdAt],
-    );
+    await this.#pool.query(QUERIES.putToken, [
+      token.hash,
+      token.job,
+      token.agent,
+      token.session,
+      token.budgetUsd,
+      token.createdAt,
+    ]);
   }
 
   async findToken(hash: string): Promise<TokenRecord | undefined> {
-    const { rows } = await this.#pool.query<TokenRow>("SELECT * FROM session_tokens WHERE hash = $1", [hash]);
+    const { rows } = await this.#pool.query<TokenRow>(QUERIES.findToken, [hash]);
     return rows[0] ? tokenFromRow(rows[0]) : undefined;
   }
 
   async useToken(hash: string, now: Date): Promise<TokenRecord | undefined> {
-    // The row lock orders this against a concurrent revocation: after one commits, the other sees it.
-    const { rows } = await this.#pool.query<TokenRow>(
-      "UPDATE session_tokens SET used_at = coalesce(used_at, $2) WHERE hash = $1 AND revoked_at IS NULL RETURNING *",
-      [hash, now],
-    );
+    const { rows } = await this.#pool.query<TokenRow>(QUERIES.useToken, [now, hash]);
     return rows[0] ? tokenFromRow(rows[0]) : undefined;
   }
 
@@ -263,19 +286,11 @@ export class PostgresProxyStore implements ProxyStore {
     by: { hash?: string; session?: string },
     now: Date,
   ): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }> {
-    // One statement: two replicas revoking at once each report only the tokens they ended,
-    // and every replica hears of each token when it commits.
-    const { rows } = await this.#pool.query<TokenRow>(
-      `WITH revoked AS (
-         UPDATE session_tokens SET revoked_at = $3 WHERE revoked_at IS NULL AND (hash = $1 OR session = $2) RETURNING *)
-       SELECT revoked.*, pg_notify($4, json_build_object('kind', 'token_revoked', 'hash', revoked.hash)::text)::text AS notified FROM revoked`,
-      [by.hash ?? null, by.session ?? null, now, this.#channel],
-    );
+    const hash = by.hash ?? null;
+    const session = by.session ?? null;
+    const { rows } = await this.#pool.query<TokenRow>(REVOKE_TOKENS, [now, hash, session, this.#channel]);
     // Read after that commit: every matching token is revoked by now, so none can be marked used any more.
-    const counts = await this.#pool.query<{ matched: number; used: number }>(
-      "SELECT count(*)::integer AS matched, count(used_at)::integer AS used FROM session_tokens WHERE hash = $1 OR session = $2",
-      [by.hash ?? null, by.session ?? null],
-    );
+    const counts = await this.#pool.query<{ matched: number; used: number }>(QUERIES.tokenUse, [hash, session]);
     return { ended: rows.map(tokenFromRow), use: tokenUse(counts.rows[0]!) };
   }
 
@@ -313,22 +328,28 @@ export class PostgresProxyStore implements ProxyStore {
       const made: CallRecord[] = [];
       if (rows.length > 0) {
         const records = rows.map((row) => interruptedRecords(pendingFromRow(row)));
-        const params: unknown[] = [];
-        await client.query(
-          `INSERT INTO attempts (${METERING_COLUMN_LIST}, attempt) VALUES ${valuesClause(
-            records.map((r) => [...meteringValues(r.attempt, POSTGRES_ENCODING), r.attempt.attempt]),
-            params,
-          )} ON CONFLICT DO NOTHING`,
-          params,
-        );
-        const callParams: unknown[] = [];
-        const inserted = await client.query<{ operation_id: string }>(
-          `INSERT INTO calls (${METERING_COLUMN_LIST}, attempts) VALUES ${valuesClause(
-            records.map((r) => [...meteringValues(r.call, POSTGRES_ENCODING), r.call.attempts]),
-            callParams,
-          )} ON CONFLICT DO NOTHING RETURNING operation_id`,
-          callParams,
-        );
+        // Compiled here, not once: the rows are as many as the calls found, and this runs at start-up and rarely after.
+        const attempts = insertMetering(
+          db,
+          "attempts",
+          records.map((r) =>
+            meteringRow(ATTEMPT_COLUMNS, [...meteringValues(r.attempt, POSTGRES_ENCODING), r.attempt.attempt]),
+          ),
+        )
+          .onConflict((oc) => oc.doNothing())
+          .compile();
+        await client.query(attempts.sql, [...attempts.parameters]);
+        const calls = insertMetering(
+          db,
+          "calls",
+          records.map((r) =>
+            meteringRow(CALL_COLUMNS, [...meteringValues(r.call, POSTGRES_ENCODING), r.call.attempts]),
+          ),
+        )
+          .onConflict((oc) => oc.doNothing())
+          .returning("operation_id")
+          .compile();
+        const inserted = await client.query<{ operation_id: string }>(calls.sql, [...calls.parameters]);
         const fresh = new Set(inserted.rows.map((r) => r.operation_id));
         made.push(...records.filter((r) => fresh.has(r.call.operationId)).map((r) => r.call));
         const holds = rows.map((r) => r.reservation_id).filter((id): id is string => id !== null);
@@ -354,38 +375,25 @@ export class PostgresProxyStore implements ProxyStore {
 
   async listAttempts(job: string): Promise<AttemptRecord[]> {
     await this.#writes.drain();
-    const { rows } = await this.#pool.query<MeteringRow & { attempt: number }>(
-      "SELECT * FROM attempts WHERE job = $1 ORDER BY started_at, operation_id, attempt",
-      [job],
-    );
+    const { rows } = await this.#pool.query<MeteringRow & { attempt: number }>(QUERIES.listAttempts, [job]);
     return rows.map(attemptFromRow);
   }
 
   async listCalls(job: string): Promise<CallRecord[]> {
     await this.#writes.drain();
-    const { rows } = await this.#pool.query<MeteringRow & { attempts: number }>(
-      "SELECT * FROM calls WHERE job = $1 ORDER BY started_at, operation_id",
-      [job],
-    );
+    const { rows } = await this.#pool.query<MeteringRow & { attempts: number }>(QUERIES.listCalls, [job]);
     return rows.map(callFromRow);
   }
 
   async usageByAgent(job: string): Promise<Map<string, UsageTotals>> {
     await this.#writes.drain();
-    const { rows } = await this.#pool.query<UsageRow>(
-      `SELECT ${USAGE_SUMS}, bool_or(estimated) AS estimated, array_agg(DISTINCT provider ORDER BY provider) AS providers
-       FROM calls WHERE job = $1 GROUP BY agent ORDER BY agent`,
-      [job],
-    );
+    const { rows } = await this.#pool.query<UsageRow>(QUERIES.usageByAgent, [job]);
     return usageFromRows(rows);
   }
 
   async chargedToSession(session: string): Promise<number> {
     await this.#writes.drain();
-    const { rows } = await this.#pool.query<{ cost: number }>(
-      "SELECT COALESCE(SUM(cost_usd), 0)::double precision AS cost FROM calls WHERE session = $1",
-      [session],
-    );
+    const { rows } = await this.#pool.query<{ cost: number }>(QUERIES.chargedToSession, [session]);
     return rows[0]!.cost;
   }
 

@@ -25,52 +25,63 @@ import type {
 } from "./proxy-store.js";
 import { interruptedRecords, tokenUse, type TokenUseAnswer } from "./proxy-store.js";
 import {
+  ATTEMPT_COLUMNS,
+  CALL_COLUMNS,
+  insertMetering,
+  proxyQueries,
+  revokeMatching,
+  REVOKE_PARAMETERS,
+  upsertSecret,
+  UPSERT_SECRET_PARAMETERS,
+} from "./store-queries.js";
+import { migrateSqlite } from "./store-migrations.js";
+import {
   attemptFromRow,
   callFromRow,
-  METERING_COLUMN_LIST,
-  METERING_COLUMNS,
   meteringValues,
   PENDING_COLUMNS,
   pendingFromRow,
   pendingValues,
+  secretFromRow,
   SQLITE_ENCODING,
   tokenFromRow,
-  USAGE_SUMS,
   usageFromRows,
   type MeteringRow,
   type PendingRow,
+  type SecretRow,
   type TokenRow,
   type UsageRow,
 } from "./store-rows.js";
+import { COMPILERS, compiled, namedValues, param } from "./store-sql.js";
 
-const METERING_COLUMN_TYPES = `operation_id TEXT NOT NULL, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
-  provider TEXT NOT NULL, model TEXT NOT NULL, wire TEXT NOT NULL, stream INTEGER NOT NULL, status INTEGER NOT NULL,
-  outcome TEXT NOT NULL, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, cache_read_tokens INTEGER NOT NULL,
-  cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL, cost_usd REAL NOT NULL, latency_ms REAL NOT NULL,
-  ttft_ms REAL, estimated INTEGER NOT NULL, started_at INTEGER NOT NULL`;
-
-// The tables every call writes are WITHOUT ROWID: a table keyed by a TEXT id is otherwise two
-// b-trees (the rows by rowid, and the key's index), and each b-tree a commit touches is one more
-// page written to the WAL (a call's two commits: 11 pages -> 7, about a fifth less CPU in a
-// micro-run). Files made before keep their tables as they are; the statements are the same.
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, iv BLOB NOT NULL, ciphertext BLOB NOT NULL, tag BLOB NOT NULL,
-  created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS session_tokens (hash TEXT PRIMARY KEY, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
-  budget_usd REAL NOT NULL, created_at INTEGER NOT NULL, revoked_at INTEGER, used_at INTEGER);
-CREATE INDEX IF NOT EXISTS session_tokens_by_session ON session_tokens (session);
-CREATE TABLE IF NOT EXISTS attempts (${METERING_COLUMN_TYPES}, attempt INTEGER NOT NULL, PRIMARY KEY (operation_id, attempt)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS attempts_by_job ON attempts (job);
-CREATE TABLE IF NOT EXISTS calls (${METERING_COLUMN_TYPES}, attempts INTEGER NOT NULL, PRIMARY KEY (operation_id)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS calls_by_job ON calls (job);
-CREATE INDEX IF NOT EXISTS calls_by_session ON calls (session);
-CREATE TABLE IF NOT EXISTS pending_calls (operation_id TEXT PRIMARY KEY, job TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
-  provider TEXT NOT NULL, model TEXT NOT NULL, wire TEXT NOT NULL, stream INTEGER NOT NULL, attempt INTEGER NOT NULL,
-  started_at INTEGER NOT NULL, attempt_started_at INTEGER NOT NULL, reservation_id TEXT, owner TEXT NOT NULL) WITHOUT ROWID;
-`;
-
-const INSERT_METERING = (table: "attempts" | "calls", last: "attempt" | "attempts"): string =>
-  `INSERT INTO ${table} (${METERING_COLUMN_LIST}, ${last}) VALUES (${[...METERING_COLUMNS, last].map(() => "?").join(", ")})`;
+const QUERIES = proxyQueries("sqlite");
+const db = COMPILERS.sqlite;
+// A call in flight here is owned by this process (a later start reconciles another's): SQLite's own.
+const BEGIN_CALL_COLUMNS = [...PENDING_COLUMNS, "owner"];
+const BEGIN_CALL = compiled(
+  db
+    .insertInto("pending_calls")
+    .values(namedValues(BEGIN_CALL_COLUMNS))
+    .onConflict((oc) =>
+      oc.column("operation_id").doUpdateSet((eb) => ({
+        attempt: eb.ref("excluded.attempt"),
+        attempt_started_at: eb.ref("excluded.attempt_started_at"),
+      })),
+    ),
+  BEGIN_CALL_COLUMNS,
+);
+const END_CALL = compiled(db.deleteFrom("pending_calls").where("operation_id", "=", param("operation_id")), [
+  "operation_id",
+]);
+const ORPHANED_CALLS = compiled(db.deleteFrom("pending_calls").where("owner", "<>", param("owner")).returningAll(), [
+  "owner",
+]);
+/** A record of a call that was interrupted, unless the call's own record is there already. */
+const INSERT_IF_NEW = (table: "attempts" | "calls", columns: readonly string[]): string =>
+  compiled(
+    insertMetering(db, table, [namedValues(columns)]).onConflict((oc) => oc.doNothing()),
+    columns,
+  );
 
 export interface SqliteProxyStoreOptions {
   /** A directory (the file is `llm-proxy.sqlite` in it), or `:memory:`. */
@@ -124,53 +135,31 @@ export class SqliteProxyStore implements ProxyStore {
       this.#db.pragma("wal_autocheckpoint = 0");
       this.#checkpointer = new SqliteCheckpointer({ file, onError: this.#onWriteError });
     }
-    this.#db.exec(SCHEMA);
-    // A store made before tokens recorded their first use gains the column in place.
-    const tokenColumns = this.#db.prepare("PRAGMA table_info(session_tokens)").all() as { name: string }[];
-    if (!tokenColumns.some((c) => c.name === "used_at")) {
-      // Nothing recorded the use of the tokens already there: count them used, which claims nothing false.
-      this.#db.exec(
-        "ALTER TABLE session_tokens ADD COLUMN used_at INTEGER; UPDATE session_tokens SET used_at = created_at;",
-      );
-    }
-    const db = this.#db;
+    migrateSqlite(this.#db);
+    // Each statement is compiled once, here: a call runs prepared statements only (issue 24).
+    const prepare = (text: string): Database.Statement => this.#db.prepare(text);
     this.#statements = {
-      getSecret: db.prepare("SELECT * FROM secrets WHERE name = ?"),
-      insertSecret: db.prepare(
-        "INSERT INTO secrets (name, iv, ciphertext, tag, created_at, updated_at) VALUES (@name, @iv, @ciphertext, @tag, @now, @now) ON CONFLICT (name) DO UPDATE SET iv = @iv, ciphertext = @ciphertext, tag = @tag, updated_at = @now",
-      ),
-      deleteSecret: db.prepare("DELETE FROM secrets WHERE name = ?"),
-      listSecrets: db.prepare("SELECT name, created_at, updated_at FROM secrets ORDER BY name"),
-      putToken: db.prepare(
-        "INSERT INTO session_tokens (hash, job, agent, session, budget_usd, created_at, revoked_at) VALUES (@hash, @job, @agent, @session, @budget_usd, @created_at, NULL)",
-      ),
-      findToken: db.prepare("SELECT * FROM session_tokens WHERE hash = ?"),
-      tokensByHash: db.prepare("SELECT * FROM session_tokens WHERE hash = ? AND revoked_at IS NULL"),
-      tokensBySession: db.prepare("SELECT * FROM session_tokens WHERE session = ? AND revoked_at IS NULL"),
-      revokeToken: db.prepare("UPDATE session_tokens SET revoked_at = ? WHERE hash = ?"),
-      useToken: db.prepare(
-        "UPDATE session_tokens SET used_at = coalesce(used_at, @now) WHERE hash = @hash AND revoked_at IS NULL RETURNING *",
-      ),
-      tokenUse: db.prepare(
-        "SELECT count(*) AS matched, count(used_at) AS used FROM session_tokens WHERE hash = @hash OR session = @session",
-      ),
+      getSecret: prepare(QUERIES.getSecret),
+      upsertSecret: prepare(compiled(upsertSecret(db), UPSERT_SECRET_PARAMETERS)),
+      deleteSecret: prepare(compiled(db.deleteFrom("secrets").where("name", "=", param("name")), ["name"])),
+      listSecrets: prepare(QUERIES.listSecrets),
+      putToken: prepare(QUERIES.putToken),
+      findToken: prepare(QUERIES.findToken),
+      useToken: prepare(QUERIES.useToken),
+      revokeTokens: prepare(compiled(revokeMatching(db), REVOKE_PARAMETERS)),
+      tokenUse: prepare(QUERIES.tokenUse),
       // Positional parameters: binding twenty named ones per row costs more than the insert.
-      insertAttempt: db.prepare(INSERT_METERING("attempts", "attempt")),
-      insertCall: db.prepare(INSERT_METERING("calls", "attempts")),
-      listAttempts: db.prepare("SELECT * FROM attempts WHERE job = ? ORDER BY started_at, operation_id, attempt"),
-      listCalls: db.prepare("SELECT * FROM calls WHERE job = ? ORDER BY started_at, operation_id"),
-      usageByAgent:
-        db.prepare(`SELECT ${USAGE_SUMS}, MAX(estimated) AS estimated, GROUP_CONCAT(DISTINCT provider) AS providers
-        FROM calls WHERE job = ? GROUP BY agent ORDER BY agent`),
-      beginCall: db.prepare(
-        `INSERT INTO pending_calls (${PENDING_COLUMNS.join(", ")}, owner) VALUES (${[...PENDING_COLUMNS, "owner"].map(() => "?").join(", ")})
-         ON CONFLICT (operation_id) DO UPDATE SET attempt = excluded.attempt, attempt_started_at = excluded.attempt_started_at`,
-      ),
-      endCall: db.prepare("DELETE FROM pending_calls WHERE operation_id = ?"),
-      orphanedCalls: db.prepare("DELETE FROM pending_calls WHERE owner <> ? RETURNING *"),
-      insertAttemptIfNew: db.prepare(`${INSERT_METERING("attempts", "attempt")} ON CONFLICT DO NOTHING`),
-      insertCallIfNew: db.prepare(`${INSERT_METERING("calls", "attempts")} ON CONFLICT DO NOTHING`),
-      chargedToSession: db.prepare("SELECT COALESCE(SUM(cost_usd), 0) AS cost FROM calls WHERE session = ?"),
+      insertAttempt: prepare(QUERIES.insertAttempt),
+      insertCall: prepare(QUERIES.insertCall),
+      listAttempts: prepare(QUERIES.listAttempts),
+      listCalls: prepare(QUERIES.listCalls),
+      usageByAgent: prepare(QUERIES.usageByAgent),
+      beginCall: prepare(BEGIN_CALL),
+      endCall: prepare(END_CALL),
+      orphanedCalls: prepare(ORPHANED_CALLS),
+      insertAttemptIfNew: prepare(INSERT_IF_NEW("attempts", ATTEMPT_COLUMNS)),
+      insertCallIfNew: prepare(INSERT_IF_NEW("calls", CALL_COLUMNS)),
+      chargedToSession: prepare(QUERIES.chargedToSession),
     };
     // Synchronous starting point: a first reservation decides in the same turn as it asks.
     this.#ledger = new BudgetLedger({ spentBefore: (session) => this.#charged(session) });
@@ -178,28 +167,14 @@ export class SqliteProxyStore implements ProxyStore {
 
   async putSecret(secret: Omit<StoredSecret, "createdAt" | "updatedAt">, now: Date): Promise<{ replaced: boolean }> {
     const replaced = this.#statements.getSecret.get(secret.name) !== undefined;
-    this.#statements.insertSecret.run({
-      name: secret.name,
-      iv: secret.iv,
-      ciphertext: secret.ciphertext,
-      tag: secret.tag,
-      now: now.getTime(),
-    });
+    const time = now.getTime();
+    this.#statements.upsertSecret.run(secret.name, secret.iv, secret.ciphertext, secret.tag, time, time);
     return { replaced };
   }
 
   async getSecret(name: string): Promise<StoredSecret | undefined> {
-    const row = this.#statements.getSecret.get(name) as
-      { name: string; iv: Buffer; ciphertext: Buffer; tag: Buffer; created_at: number; updated_at: number } | undefined;
-    if (!row) return undefined;
-    return {
-      name: row.name,
-      iv: row.iv,
-      ciphertext: row.ciphertext,
-      tag: row.tag,
-      createdAt: new Date(row.created_at),
-      updatedAt: new Date(row.updated_at),
-    };
+    const row = this.#statements.getSecret.get(name) as SecretRow | undefined;
+    return row ? secretFromRow(row) : undefined;
   }
 
   async deleteSecret(name: string): Promise<boolean> {
@@ -212,14 +187,14 @@ export class SqliteProxyStore implements ProxyStore {
   }
 
   async putToken(token: TokenRecord): Promise<void> {
-    this.#statements.putToken.run({
-      hash: token.hash,
-      job: token.job,
-      agent: token.agent,
-      session: token.session,
-      budget_usd: token.budgetUsd,
-      created_at: token.createdAt.getTime(),
-    });
+    this.#statements.putToken.run(
+      token.hash,
+      token.job,
+      token.agent,
+      token.session,
+      token.budgetUsd,
+      token.createdAt.getTime(),
+    );
   }
 
   async findToken(hash: string): Promise<TokenRecord | undefined> {
@@ -228,7 +203,7 @@ export class SqliteProxyStore implements ProxyStore {
   }
 
   async useToken(hash: string, now: Date): Promise<TokenRecord | undefined> {
-    const row = this.#statements.useToken.get({ hash, now: now.getTime() }) as TokenRow | undefined;
+    const row = this.#statements.useToken.get(now.getTime(), hash) as TokenRow | undefined;
     return row ? tokenFromRow(row) : undefined;
   }
 
@@ -236,21 +211,12 @@ export class SqliteProxyStore implements ProxyStore {
     by: { hash?: string; session?: string },
     now: Date,
   ): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }> {
+    const hash = by.hash ?? null;
+    const session = by.session ?? null;
     return this.#db.transaction(() => {
-      const rows = [
-        ...(by.hash ? (this.#statements.tokensByHash.all(by.hash) as TokenRow[]) : []),
-        ...(by.session ? (this.#statements.tokensBySession.all(by.session) as TokenRow[]) : []),
-      ];
-      const unique = new Map(rows.map((r) => [r.hash, r]));
-      for (const hash of unique.keys()) this.#statements.revokeToken.run(now.getTime(), hash);
-      const counts = this.#statements.tokenUse.get({ hash: by.hash ?? null, session: by.session ?? null }) as {
-        matched: number;
-        used: number;
-      };
-      return {
-        ended: [...unique.values()].map((r) => ({ ...tokenFromRow(r), revokedAt: now })),
-        use: tokenUse(counts),
-      };
+      const ended = this.#statements.revokeTokens.all(now.getTime(), hash, session) as TokenRow[];
+      const counts = this.#statements.tokenUse.get(hash, session) as { matched: number; used: number };
+      return { ended: ended.map(tokenFromRow), use: tokenUse(counts) };
     })();
   }
 

@@ -3,7 +3,15 @@
 // records. The two drivers hand columns back in their own types (SQLite:
 // integers for booleans and times; PostgreSQL: booleans, Dates, and bigints
 // as strings), so each mapper reads both.
-import type { AttemptRecord, CallRecord, Outcome, PendingAttempt, TokenRecord, UsageTotals } from "./proxy-store.js";
+import type {
+  AttemptRecord,
+  CallRecord,
+  Outcome,
+  PendingAttempt,
+  StoredSecret,
+  TokenRecord,
+  UsageTotals,
+} from "./proxy-store.js";
 
 /** The metering columns of `attempts` and `calls`, in the order meteringValues gives them. */
 export const METERING_COLUMNS = [
@@ -182,6 +190,26 @@ export const callFromRow = (row: MeteringRow & { attempts: number }): CallRecord
   attempts: row.attempts,
 });
 
+export interface SecretRow {
+  name: string;
+  iv: Buffer;
+  ciphertext: Buffer;
+  tag: Buffer;
+  created_at: Time;
+  updated_at: Time;
+}
+
+export function secretFromRow(row: SecretRow): StoredSecret {
+  return {
+    name: row.name,
+    iv: row.iv,
+    ciphertext: row.ciphertext,
+    tag: row.tag,
+    createdAt: toDate(row.created_at),
+    updatedAt: toDate(row.updated_at),
+  };
+}
+
 export interface TokenRow {
   hash: string;
   job: string;
@@ -224,7 +252,7 @@ export function pendingFromRow(row: PendingRow): PendingAttempt {
 }
 
 /**
- * One agent's usage: both stores ask `calls` the same question (USAGE_SUMS),
+ * One agent's usage: both stores ask `calls` the same question (store-queries.ts),
  * and read its answer here. Sums arrive as numbers (SQLite) or strings
  * (PostgreSQL's bigint sums).
  */
@@ -243,11 +271,6 @@ export interface UsageRow {
   /** The providers, sorted: SQLite says them as one comma-separated text (names never hold a comma). */
   providers: string[] | string | null;
 }
-
-/** The sums of a job's calls per agent, as UsageRow names them; each store adds its own `estimated` and `providers`. */
-export const USAGE_SUMS = `agent, COUNT(*) AS calls, SUM(CASE WHEN outcome = 'ok' THEN 0 ELSE 1 END) AS failed_calls, SUM(attempts) AS attempts,
-  SUM(input_tokens) AS input, SUM(output_tokens) AS output, SUM(cache_read_tokens) AS cache_read, SUM(cache_write_tokens) AS cache_write,
-  SUM(reasoning_tokens) AS reasoning, SUM(cost_usd) AS cost`;
 
 export function usageFromRows(rows: UsageRow[]): Map<string, UsageTotals> {
   return new Map(

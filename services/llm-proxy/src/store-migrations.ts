@@ -1,0 +1,307 @@
+// The proxy store's schema as one list of numbered migrations for both
+// engines, written once with Kysely's schema builder and compiled for each
+// (a time is timestamptz on PostgreSQL and INTEGER milliseconds on SQLite, a
+// flag boolean or INTEGER 0/1, and so on: `ColumnTypes`). Append only: never
+// edit one that has been applied somewhere.
+//
+// PostgreSQL applies them with @oz0/postgres's runMigrations (an advisory
+// lock, so replicas starting together apply each once), recorded in
+// `oz0_migrations` under the component `llm-proxy`: versions 1-4 are the ones
+// the store's raw SQL migrations applied before, so a database they migrated
+// is recognised and migrated forward. Budgets are rows there only (SQLite's
+// live in the one proxy's memory), so those migrations are PostgreSQL's.
+//
+// A SQLite file records its versions in an `oz0_migrations` table of its own.
+// A file from before (its schema made by CREATE TABLE IF NOT EXISTS and ALTERs
+// at each open) is adopted first: each migration's `present` probe says
+// whether the file already has what it makes, and those are recorded as
+// applied without running. Files made before the tables a call writes were
+// WITHOUT ROWID (4bb2c2c) keep their rowid tables: the columns, keys and
+// indexes are the same and so is every statement.
+import type Database from "better-sqlite3";
+import { runMigrations, type Migration } from "@oz0/postgres";
+import { sql, type ColumnDataType, type Compilable, type CreateTableBuilder, type Kysely } from "kysely";
+import type pg from "pg";
+import { COMPILERS, type EngineName } from "./store-sql.js";
+
+/** Migrations use Kysely's schema builder only: no table types. */
+type SchemaOnly = Record<string, never>;
+type Table = CreateTableBuilder<string, string>;
+
+/** Column types by engine, as the stores' values are encoded (store-rows.ts). */
+interface ColumnTypes {
+  engine: EngineName;
+  time: ColumnDataType;
+  bool: ColumnDataType;
+  /** Token counts. */
+  count: ColumnDataType;
+  real: ColumnDataType;
+  bytes: ColumnDataType;
+}
+
+const TYPES: Record<EngineName, ColumnTypes> = {
+  postgres: {
+    engine: "postgres",
+    time: "timestamptz",
+    bool: "boolean",
+    count: "bigint",
+    real: "double precision",
+    bytes: "bytea",
+  },
+  sqlite: { engine: "sqlite", time: "integer", bool: "integer", count: "integer", real: "real", bytes: "blob" },
+};
+
+/** What a SQLite file from before numbered migrations has, for adopting it. */
+interface Probe {
+  hasTable(name: string): boolean;
+  hasColumn(table: string, column: string): boolean;
+}
+
+interface ProxyMigration {
+  version: number;
+  name: string;
+  /** Engines it runs on; default both. */
+  only?: EngineName;
+  /** The statements, built for the engine (a string: SQL Kysely's schema builder cannot make). */
+  up(db: Kysely<SchemaOnly>, t: ColumnTypes): (Compilable | string)[];
+  /** On a SQLite file from before numbered migrations: it already has what this makes. */
+  present?(probe: Probe): boolean;
+}
+
+/**
+ * Adds `columns` to `table` in order: `name type` with type one of SQL's
+ * (text, integer, numeric) or a ColumnTypes key, then `!` for NOT NULL.
+ */
+function withColumns(table: Table, t: ColumnTypes, columns: string): Table {
+  for (const column of columns.trim().split(/,\s*/)) {
+    const [, name, type, notNull] = /^(\w+) (\w+)(!?)$/.exec(column) ?? [];
+    if (!name || !type) throw new Error(`migration column ${JSON.stringify(column)} is not "name type[!]"`);
+    const engineType = (t as unknown as Record<string, ColumnDataType | undefined>)[type] ?? (type as ColumnDataType);
+    table = table.addColumn(name, engineType, (c) => (notNull ? c.notNull() : c));
+  }
+  return table;
+}
+
+/** A table each call writes: on SQLite WITHOUT ROWID, one b-tree by its TEXT key instead of two (fewer WAL pages a commit). */
+const keyedByText = (table: Table, t: ColumnTypes): Table =>
+  t.engine === "sqlite" ? table.modifyEnd(sql`without rowid`) : table;
+
+const IDENTITY = "operation_id text!, job text!, agent text!, session text!, provider text!, model text!, wire text!";
+const METERING = `${IDENTITY}, stream bool!, status integer!, outcome text!, input_tokens count!, output_tokens count!,
+  cache_read_tokens count!, cache_write_tokens count!, reasoning_tokens count!, cost_usd real!, latency_ms real!,
+  ttft_ms real, estimated bool!, started_at time!`;
+
+export const MIGRATIONS: readonly ProxyMigration[] = [
+  {
+    version: 1,
+    name: "secrets, session tokens, metering, budgets",
+    // On SQLite each IF NOT EXISTS, as the files from before made them: an adopted file gains what it lacks.
+    up: (db, t) => {
+      const sqlite = t.engine === "sqlite";
+      const createTable = (name: string): Table =>
+        sqlite ? db.schema.createTable(name).ifNotExists() : db.schema.createTable(name);
+      const createIndex = (name: string) =>
+        sqlite ? db.schema.createIndex(name).ifNotExists() : db.schema.createIndex(name);
+      return [
+        withColumns(
+          createTable("secrets").addColumn("name", "text", (c) => c.primaryKey()),
+          t,
+          "iv bytes!, ciphertext bytes!, tag bytes!, created_at time!, updated_at time!",
+        ),
+        withColumns(
+          createTable("session_tokens").addColumn("hash", "text", (c) => c.primaryKey()),
+          t,
+          "job text!, agent text!, session text!, budget_usd real!, created_at time!, revoked_at time",
+        ),
+        createIndex("session_tokens_by_session").on("session_tokens").column("session"),
+        keyedByText(
+          withColumns(createTable("attempts"), t, `${METERING}, attempt integer!`).addPrimaryKeyConstraint(
+            "attempts_pkey",
+            ["operation_id", "attempt"],
+          ),
+          t,
+        ),
+        createIndex("attempts_by_job").on("attempts").column("job"),
+        keyedByText(
+          withColumns(createTable("calls"), t, `${METERING}, attempts integer!`).addPrimaryKeyConstraint("calls_pkey", [
+            "operation_id",
+          ]),
+          t,
+        ),
+        createIndex("calls_by_job").on("calls").column("job"),
+        createIndex("calls_by_session").on("calls").column("session"),
+        // Budgets are rows on PostgreSQL only: every replica reserves against the same account.
+        ...(t.engine === "postgres"
+          ? [
+              withColumns(
+                createTable("budget_accounts").addColumn("session", "text", (c) => c.primaryKey()),
+                t,
+                "limit_usd numeric!, spent_usd numeric!, reserved_usd numeric!",
+              ),
+              // state: held (counted in reserved_usd), settled, or expired (freed by the sweep; a late settle still counts its spend).
+              withColumns(
+                createTable("budget_reservations").addColumn("id", "text", (c) => c.primaryKey()),
+                t,
+                "session text!, amount_usd numeric!, state text!, actual_usd numeric, created_at time!, expires_at time!",
+              ),
+              db.schema
+                .createIndex("budget_reservations_held")
+                .on("budget_reservations")
+                .column("expires_at")
+                .where(sql.ref("state"), "=", "held"),
+            ]
+          : []),
+      ];
+    },
+  },
+  {
+    version: 2,
+    name: "budget reservations in one round trip",
+    only: "postgres",
+    // Each function is one transaction's worth of locking: the account row is
+    // locked from the decision to the hold. A settled reservation is deleted
+    // (a second settle finds nothing); only holds in flight and expired ones stay.
+    // search_path is fixed at creation, so the functions find this schema's tables.
+    up: (db) => [
+      db.schema.createIndex("budget_reservations_by_session").on("budget_reservations").column("session"),
+      `CREATE FUNCTION reserve_budget(p_id text, p_session text, p_limit numeric, p_worst numeric, p_minimum numeric, p_partial boolean, p_hold_ms double precision)
+RETURNS TABLE (o_amount numeric, o_limit numeric, o_spent numeric, o_reserved numeric)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+DECLARE
+  a budget_accounts%ROWTYPE;
+  available numeric;
+  amount numeric;
+BEGIN
+  SELECT * INTO a FROM budget_accounts WHERE session = p_session FOR UPDATE;
+  IF NOT FOUND THEN
+    -- A first reservation starts from what the session's calls were charged (a restart, a forgotten account).
+    INSERT INTO budget_accounts (session, limit_usd, spent_usd, reserved_usd)
+      SELECT p_session, p_limit, COALESCE(SUM(c.cost_usd), 0)::numeric, 0 FROM calls c WHERE c.session = p_session
+      ON CONFLICT (session) DO NOTHING;
+    SELECT * INTO a FROM budget_accounts WHERE session = p_session FOR UPDATE;
+  END IF;
+  available := a.limit_usd - a.spent_usd - a.reserved_usd;
+  IF available <= 0 OR available < p_minimum OR (NOT p_partial AND p_worst > available) THEN
+    RETURN QUERY SELECT NULL::numeric, a.limit_usd, a.spent_usd, a.reserved_usd;
+    RETURN;
+  END IF;
+  amount := LEAST(p_worst, available);
+  UPDATE budget_accounts SET reserved_usd = reserved_usd + amount WHERE session = p_session;
+  INSERT INTO budget_reservations (id, session, amount_usd, state, created_at, expires_at)
+    VALUES (p_id, p_session, amount, 'held', now(), now() + p_hold_ms * interval '1 millisecond');
+  RETURN QUERY SELECT amount, a.limit_usd, a.spent_usd, a.reserved_usd + amount;
+END
+$fn$`,
+      `CREATE FUNCTION settle_budget(p_id text, p_actual numeric) RETURNS void
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+DECLARE
+  r budget_reservations%ROWTYPE;
+BEGIN
+  DELETE FROM budget_reservations WHERE id = p_id RETURNING * INTO r;
+  IF NOT FOUND OR r.state = 'settled' THEN RETURN; END IF;
+  -- An expired hold was already given back by the sweep: only the spend is left to count.
+  UPDATE budget_accounts
+    SET reserved_usd = reserved_usd - CASE WHEN r.state = 'held' THEN r.amount_usd ELSE 0 END, spent_usd = spent_usd + p_actual
+    WHERE session = r.session;
+END
+$fn$`,
+      "DELETE FROM budget_reservations WHERE state = 'settled'",
+    ],
+  },
+  {
+    version: 3,
+    name: "a session token's first use",
+    // Nothing recorded the use of the tokens already there: count them used, which claims nothing false.
+    up: (db, t) => [
+      db.schema.alterTable("session_tokens").addColumn("used_at", t.time),
+      "UPDATE session_tokens SET used_at = created_at",
+    ],
+    present: (probe) => probe.hasColumn("session_tokens", "used_at"),
+  },
+  {
+    version: 4,
+    name: "calls in flight, reconciled as interrupted when their replica is gone",
+    // One row per call in flight, written before its first attempt is sent and deleted with the call's
+    // record. What makes it an orphan is where the engines differ: on SQLite the row names the process
+    // that owns it, and a later start reconciles another's; on PostgreSQL its replica renews
+    // expires_at with its budget holds, and once it lapses any replica turns the row into an interrupted call.
+    up: (db, t) => [
+      keyedByText(
+        withColumns(
+          db.schema.createTable("pending_calls").addColumn("operation_id", "text", (c) => c.primaryKey()),
+          t,
+          `${IDENTITY.replace("operation_id text!, ", "")}, stream bool!, attempt integer!, started_at time!,
+           attempt_started_at time!, reservation_id text, ${t.engine === "sqlite" ? "owner text!" : "expires_at time!"}`,
+        ),
+        t,
+      ),
+      ...(t.engine === "postgres"
+        ? [db.schema.createIndex("pending_calls_by_expiry").on("pending_calls").column("expires_at")]
+        : []),
+    ],
+    present: (probe) => probe.hasTable("pending_calls"),
+  },
+];
+
+function migrationsFor(engine: EngineName): Migration[] {
+  const db = COMPILERS[engine] as unknown as Kysely<SchemaOnly>;
+  return MIGRATIONS.filter((m) => !m.only || m.only === engine).map((m) => ({
+    version: m.version,
+    name: m.name,
+    sql: m
+      .up(db, TYPES[engine])
+      .map((statement) => `${typeof statement === "string" ? statement : statement.compile().sql};`)
+      .join("\n"),
+  }));
+}
+
+/** Every migration PostgreSQL applies, as SQL. */
+export const POSTGRES_MIGRATIONS: readonly Migration[] = migrationsFor("postgres");
+const SQLITE_MIGRATIONS: readonly Migration[] = migrationsFor("sqlite");
+
+/** Applies the migrations the schema lacks, under an advisory lock; returns the versions it ran. */
+export function migratePostgres(pool: pg.Pool, schema: string): Promise<number[]> {
+  return runMigrations({ pool, schema, component: "llm-proxy", migrations: POSTGRES_MIGRATIONS });
+}
+
+/**
+ * Applies the migrations a SQLite file lacks, in one IMMEDIATE transaction
+ * (a second process opening the file at once waits, then finds them
+ * recorded), adopting a file from before numbered migrations first. Returns
+ * the versions it ran.
+ */
+export function migrateSqlite(db: Database.Database): number[] {
+  const byVersion = new Map(MIGRATIONS.map((m) => [m.version, m]));
+  return db
+    .transaction((): number[] => {
+      const probe: Probe = {
+        hasTable: (name) =>
+          db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?").get(name) !== undefined,
+        hasColumn: (table, column) =>
+          (db.prepare(`PRAGMA table_info(${table})`).all() as { name: string }[]).some((c) => c.name === column),
+      };
+      const adopting =
+        !probe.hasTable("oz0_migrations") && SQLITE_MIGRATIONS.some((m) => byVersion.get(m.version)?.present?.(probe));
+      db.exec(`CREATE TABLE IF NOT EXISTS oz0_migrations (component TEXT NOT NULL, version INTEGER NOT NULL,
+        name TEXT NOT NULL, applied_at INTEGER NOT NULL, PRIMARY KEY (component, version))`);
+      const done = new Set(
+        (
+          db.prepare("SELECT version FROM oz0_migrations WHERE component = 'llm-proxy'").all() as { version: number }[]
+        ).map((r) => r.version),
+      );
+      const record = db.prepare(
+        "INSERT INTO oz0_migrations (component, version, name, applied_at) VALUES ('llm-proxy', ?, ?, ?)",
+      );
+      const ran: number[] = [];
+      for (const migration of SQLITE_MIGRATIONS) {
+        if (done.has(migration.version)) continue;
+        if (!(adopting && byVersion.get(migration.version)?.present?.(probe))) {
+          db.exec(migration.sql);
+          ran.push(migration.version);
+        }
+        record.run(migration.version, migration.name, Date.now());
+      }
+      return ran;
+    })
+    .immediate();
+}
