@@ -9,7 +9,7 @@ import { create, fromJson as protoFromJson, fromJsonString, toJsonString } from 
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { RawEventSchema, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { JobEventSchema, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { sql, type Transaction } from "kysely";
+import { sql, type Transaction, type Insertable, type Updateable } from "kysely";
 import { notFound } from "../orchestrator-error.js";
 import {
   keptPiece,
@@ -31,7 +31,19 @@ import {
   type StderrPiece,
   type StoredLifecycleEvent,
 } from "./job-store.js";
-import type { Db, Json, SqlEngine, Tables } from "./sql-database.js";
+import { compiledOnce } from "./compiled-once.js";
+import type {
+  Bool,
+  Count,
+  Db,
+  JobEventsTable,
+  JobsTable,
+  Json,
+  PermissionsTable,
+  SqlEngine,
+  Tables,
+  Time,
+} from "./sql-database.js";
 import {
   fromJson,
   jobColumns,
@@ -56,6 +68,94 @@ function toEvent(value: Json<object>): JobEvent {
     ? fromJsonString(JobEventSchema, value)
     : protoFromJson(JobEventSchema, value as never);
 }
+
+/**
+ * The queries a job makes many times (each append, its row read and
+ * updated, its events listed, the lifecycle outbox), compiled once per
+ * engine and shape (compiled-once.ts) instead of built and compiled by
+ * Kysely on every call. Exported for the test that compares their SQL with
+ * the builder's.
+ */
+export const HOT_QUERIES = {
+  createJob: compiledOnce((db, v: { row: JobsTable }) => db.insertInto("jobs").values(v.row)),
+  getJob: compiledOnce((db, v: { id: string }) => db.selectFrom("jobs").selectAll().where("id", "=", v.id)),
+  updateJobReturning: compiledOnce((db, v: { id: string; columns: Updateable<JobsTable> }) =>
+    db.updateTable("jobs").set(v.columns).where("id", "=", v.id).returningAll(),
+  ),
+  updateJob: compiledOnce((db, v: { id: string; columns: Updateable<JobsTable> }) =>
+    db.updateTable("jobs").set(v.columns).where("id", "=", v.id),
+  ),
+  // On PostgreSQL the row lock orders concurrent appends to one job, so sequence numbers stay gap-free across replicas.
+  lockJobSeq: compiledOnce((db, v: { id: string }, engine) =>
+    db
+      .selectFrom("jobs")
+      .select("last_seq")
+      .where("id", "=", v.id)
+      .$if(engine.rowLocks, (q) => q.forUpdate()),
+  ),
+  insertJobEvents: compiledOnce((db, v: { rows: Insertable<JobEventsTable>[] }) =>
+    db.insertInto("job_events").values(v.rows),
+  ),
+  listJobEvents: compiledOnce((db, v: { jobId: string; afterSeq: number; limit: number }) =>
+    db
+      .selectFrom("job_events")
+      .select("event")
+      .where("job_id", "=", v.jobId)
+      .where("seq", ">", v.afterSeq)
+      .orderBy("seq")
+      .limit(v.limit),
+  ),
+  keepLifecycle: compiledOnce((db, v: { events: string[] }) =>
+    db.insertInto("lifecycle_outbox").values(v.events.map((event) => ({ event }))),
+  ),
+  unclaimedLifecycle: compiledOnce((db, v: { now: Time; limit: number }) =>
+    db
+      .selectFrom("lifecycle_outbox")
+      .select(["seq", "event"])
+      .where((eb) => eb.or([eb("claimed_until", "is", null), eb("claimed_until", "<", v.now)]))
+      .orderBy("seq")
+      .limit(v.limit),
+  ),
+  claimLifecycle: compiledOnce((db, v: { seqs: Count[]; until: Time | null }) =>
+    db.updateTable("lifecycle_outbox").set({ claimed_until: v.until }).where("seq", "in", v.seqs),
+  ),
+  deleteLifecycle: compiledOnce((db, v: { seqs: number[] }) =>
+    db.deleteFrom("lifecycle_outbox").where("seq", "in", v.seqs),
+  ),
+  upsertPermission: compiledOnce((db, v: { row: PermissionsTable }) =>
+    db
+      .insertInto("permissions")
+      .values(v.row)
+      .onConflict((oc) =>
+        oc.columns(["job_id", "id"]).doUpdateSet((eb) => ({
+          status: eb.ref("excluded.status"),
+          reason: eb.ref("excluded.reason"),
+          decider: eb.ref("excluded.decider"),
+          answered_by: eb.ref("excluded.answered_by"),
+          answer_input: eb.ref("excluded.answer_input"),
+          answered_at: eb.ref("excluded.answered_at"),
+          delivered: eb.ref("excluded.delivered"),
+          needs_person: eb.ref("excluded.needs_person"),
+        })),
+      ),
+  ),
+  // Each filter is there when its value is (presence is part of a query's shape).
+  listPermissions: compiledOnce(
+    (db, v: { jobId?: string; needsPerson?: Bool; pending?: string; delivered?: Bool }, engine) =>
+      db
+        .selectFrom("permissions")
+        .selectAll()
+        .$if(v.jobId !== undefined, (q) => q.where("job_id", "=", v.jobId!))
+        .$if(v.needsPerson !== undefined, (q) => q.where("needs_person", "=", v.needsPerson!))
+        .$if(v.pending !== undefined, (q) => q.where("status", "=", v.pending!))
+        .$if(v.delivered !== undefined, (q) => q.where("status", "<>", "pending").where("delivered", "=", v.delivered!))
+        .orderBy("requested_at")
+        .orderBy(sql.ref(engine.insertionOrder)),
+  ),
+  markPermissionDelivered: compiledOnce((db, v: { jobId: string; id: string; delivered: Bool }) =>
+    db.updateTable("permissions").set({ delivered: v.delivered }).where("job_id", "=", v.jobId).where("id", "=", v.id),
+  ),
+};
 
 export class SqlJobStore implements JobStore {
   protected readonly db: Db;
@@ -144,11 +244,11 @@ export class SqlJobStore implements JobStore {
   }
 
   async createJob(job: JobRecord): Promise<void> {
-    await this.db.insertInto("jobs").values(jobColumns(this.engine, job)).execute();
+    await HOT_QUERIES.createJob.execute(this.db, this.engine, { row: jobColumns(this.engine, job) });
   }
 
   async getJob(id: string): Promise<JobRecord | undefined> {
-    const row = await this.db.selectFrom("jobs").selectAll().where("id", "=", id).executeTakeFirst();
+    const [row] = (await HOT_QUERIES.getJob.execute(this.db, this.engine, { id })).rows;
     return row ? toJob(row) : undefined;
   }
 
@@ -181,9 +281,9 @@ export class SqlJobStore implements JobStore {
 
   async #updateJob(db: Db | Trx, id: string, patch: JobPatch): Promise<JobRecord> {
     const columns = jobPatchColumns(this.engine, patch);
-    const row = Object.keys(columns).length
-      ? await db.updateTable("jobs").set(columns).where("id", "=", id).returningAll().executeTakeFirst()
-      : await db.selectFrom("jobs").selectAll().where("id", "=", id).executeTakeFirst();
+    const [row] = Object.keys(columns).length
+      ? (await HOT_QUERIES.updateJobReturning.execute(db, this.engine, { id, columns })).rows
+      : (await HOT_QUERIES.getJob.execute(db, this.engine, { id })).rows;
     if (!row) throw jobNotFound(id);
     return toJob(row);
   }
@@ -205,13 +305,7 @@ export class SqlJobStore implements JobStore {
   async append(change: JobAppend): Promise<JobEvent[]> {
     const { jobId } = change;
     return this.#jobWrite(jobId, async (trx) => {
-      // On PostgreSQL the row lock orders concurrent appends to one job, so sequence numbers stay gap-free across replicas.
-      const locked = await trx
-        .selectFrom("jobs")
-        .select("last_seq")
-        .where("id", "=", jobId)
-        .$if(this.engine.rowLocks, (q) => q.forUpdate())
-        .executeTakeFirst();
+      const [locked] = (await HOT_QUERIES.lockJobSeq.execute(trx, this.engine, { id: jobId })).rows;
       if (!locked) throw notFound(`job ${jobId} not found`);
       let seq = toNumber(locked.last_seq);
       const now = new Date();
@@ -220,23 +314,23 @@ export class SqlJobStore implements JobStore {
       );
       if (stored.length > 0) {
         // One INSERT for the whole step: a statement per event would dominate a busy job.
-        await trx
-          .insertInto("job_events")
-          .values(
-            stored.map((e) => ({
-              job_id: jobId,
-              seq: Number(e.seq),
-              time: this.engine.time(now),
-              event: toJsonString(JobEventSchema, e),
-            })),
-          )
-          .execute();
+        await HOT_QUERIES.insertJobEvents.execute(trx, this.engine, {
+          rows: stored.map((e) => ({
+            job_id: jobId,
+            seq: Number(e.seq),
+            time: this.engine.time(now),
+            event: toJsonString(JobEventSchema, e),
+          })),
+        });
       }
-      await trx
-        .updateTable("jobs")
-        .set({ last_seq: seq, updated_at: this.engine.time(now), ...jobPatchColumns(this.engine, change.job ?? {}) })
-        .where("id", "=", jobId)
-        .execute();
+      await HOT_QUERIES.updateJob.execute(trx, this.engine, {
+        id: jobId,
+        columns: {
+          last_seq: seq,
+          updated_at: this.engine.time(now),
+          ...jobPatchColumns(this.engine, change.job ?? {}),
+        },
+      });
       for (const permission of change.permissions ?? []) {
         const decided = permission.status !== "pending";
         if (decided) await this.beforeDecision(trx, permission);
@@ -373,10 +467,9 @@ export class SqlJobStore implements JobStore {
 
   async #keepLifecycle(db: Db | Trx, events: RawEvent[]): Promise<void> {
     if (events.length === 0) return;
-    await db
-      .insertInto("lifecycle_outbox")
-      .values(events.map((e) => ({ event: toJsonString(RawEventSchema, e) })))
-      .execute();
+    await HOT_QUERIES.keepLifecycle.execute(db, this.engine, {
+      events: events.map((e) => toJsonString(RawEventSchema, e)),
+    });
   }
 
   async putLifecycleEvents(events: RawEvent[]): Promise<void> {
@@ -386,25 +479,15 @@ export class SqlJobStore implements JobStore {
   async claimLifecycleEvents(options: { limit: number; claimMs: number }): Promise<StoredLifecycleEvent[]> {
     return this.db.transaction().execute(async (trx) => {
       const now = Date.now();
-      const rows = await trx
-        .selectFrom("lifecycle_outbox")
-        .select(["seq", "event"])
-        .where((eb) =>
-          eb.or([eb("claimed_until", "is", null), eb("claimed_until", "<", this.engine.time(new Date(now)))]),
-        )
-        .orderBy("seq")
-        .limit(options.limit)
-        .execute();
+      const { rows } = await HOT_QUERIES.unclaimedLifecycle.execute(trx, this.engine, {
+        now: this.engine.time(new Date(now)),
+        limit: options.limit,
+      });
       if (rows.length > 0) {
-        await trx
-          .updateTable("lifecycle_outbox")
-          .set({ claimed_until: this.engine.time(new Date(now + options.claimMs)) })
-          .where(
-            "seq",
-            "in",
-            rows.map((r) => r.seq),
-          )
-          .execute();
+        await HOT_QUERIES.claimLifecycle.execute(trx, this.engine, {
+          seqs: rows.map((r) => r.seq),
+          until: this.engine.time(new Date(now + options.claimMs)),
+        });
       }
       return rows.map((r) => ({ seq: toNumber(r.seq), event: fromJsonString(RawEventSchema, r.event) }));
     });
@@ -412,43 +495,21 @@ export class SqlJobStore implements JobStore {
 
   async deleteLifecycleEvents(seqs: number[]): Promise<void> {
     if (seqs.length === 0) return;
-    await this.db.deleteFrom("lifecycle_outbox").where("seq", "in", seqs).execute();
+    await HOT_QUERIES.deleteLifecycle.execute(this.db, this.engine, { seqs });
   }
 
   async releaseLifecycleEvents(seqs: number[]): Promise<void> {
     if (seqs.length === 0) return;
-    await this.db.updateTable("lifecycle_outbox").set({ claimed_until: null }).where("seq", "in", seqs).execute();
+    await HOT_QUERIES.claimLifecycle.execute(this.db, this.engine, { seqs, until: null });
   }
 
   async listJobEvents(jobId: string, afterSeq: number, limit = 1000): Promise<JobEvent[]> {
-    const rows = await this.db
-      .selectFrom("job_events")
-      .select("event")
-      .where("job_id", "=", jobId)
-      .where("seq", ">", afterSeq)
-      .orderBy("seq")
-      .limit(limit)
-      .execute();
+    const { rows } = await HOT_QUERIES.listJobEvents.execute(this.db, this.engine, { jobId, afterSeq, limit });
     return rows.map((r) => toEvent(r.event));
   }
 
   async #upsertPermission(trx: Trx, p: PermissionRecord): Promise<void> {
-    await trx
-      .insertInto("permissions")
-      .values(permissionColumns(this.engine, p))
-      .onConflict((oc) =>
-        oc.columns(["job_id", "id"]).doUpdateSet((eb) => ({
-          status: eb.ref("excluded.status"),
-          reason: eb.ref("excluded.reason"),
-          decider: eb.ref("excluded.decider"),
-          answered_by: eb.ref("excluded.answered_by"),
-          answer_input: eb.ref("excluded.answer_input"),
-          answered_at: eb.ref("excluded.answered_at"),
-          delivered: eb.ref("excluded.delivered"),
-          needs_person: eb.ref("excluded.needs_person"),
-        })),
-      )
-      .execute();
+    await HOT_QUERIES.upsertPermission.execute(trx, this.engine, { row: permissionColumns(this.engine, p) });
   }
 
   async getPermission(jobId: string, id: string): Promise<PermissionRecord | undefined> {
@@ -465,28 +526,21 @@ export class SqlJobStore implements JobStore {
   }
 
   async listPermissions(query: ListPermissionsQuery): Promise<PermissionRecord[]> {
-    const rows = await this.db
-      .selectFrom("permissions")
-      .selectAll()
-      .$if(Boolean(query.jobId), (q) => q.where("job_id", "=", query.jobId!))
-      .$if(Boolean(query.approvalsOnly), (q) => q.where("needs_person", "=", this.engine.bool(true)))
-      .$if(Boolean(query.pendingOnly), (q) => q.where("status", "=", "pending"))
-      .$if(Boolean(query.undeliveredOnly), (q) =>
-        q.where("status", "<>", "pending").where("delivered", "=", this.engine.bool(false)),
-      )
-      .orderBy("requested_at")
-      .orderBy(sql.ref(this.engine.insertionOrder))
-      .execute();
+    const { rows } = await HOT_QUERIES.listPermissions.execute(this.db, this.engine, {
+      ...(query.jobId ? { jobId: query.jobId } : {}),
+      ...(query.approvalsOnly ? { needsPerson: this.engine.bool(true) } : {}),
+      ...(query.pendingOnly ? { pending: "pending" } : {}),
+      ...(query.undeliveredOnly ? { delivered: this.engine.bool(false) } : {}),
+    });
     return rows.map(toPermission);
   }
 
   async markPermissionDelivered(jobId: string, id: string): Promise<void> {
-    await this.db
-      .updateTable("permissions")
-      .set({ delivered: this.engine.bool(true) })
-      .where("job_id", "=", jobId)
-      .where("id", "=", id)
-      .execute();
+    await HOT_QUERIES.markPermissionDelivered.execute(this.db, this.engine, {
+      jobId,
+      id,
+      delivered: this.engine.bool(true),
+    });
   }
 
   async putOperationCheckpoint(record: OperationCheckpoint): Promise<void> {
