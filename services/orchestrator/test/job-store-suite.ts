@@ -207,6 +207,24 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     assert.equal(graph?.traceId, "0af7651916cd43dd8448eb211c80319c");
   });
 
+  withStore(
+    "a job keeps its root span's traceparent, for whichever replica resumes it; older jobs have none",
+    async (store) => {
+      const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+      await store.createJob(job("r1"));
+      assert.equal((await store.getJob("r1"))?.traceparent, undefined, "a job stored without one has none");
+      await store.append({
+        jobId: "r1",
+        events: [],
+        job: { traceId: "4bf92f3577b34da6a3ce929d0e0e4736", traceparent },
+      });
+      assert.equal((await store.getJob("r1"))?.traceparent, traceparent);
+      await store.createJob(job("r2", { traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00" }));
+      const listed = (await store.listJobs({ limit: 10 })).find((j) => j.id === "r2");
+      assert.equal(listed?.traceparent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00");
+    },
+  );
+
   withStore("jobs list newest first, filter by state, agent and text, and page after a job", async (store) => {
     await store.createJob(job("a", { createdAt: new Date(1000) }));
     await store.createJob(job("b", { createdAt: new Date(2000), state: "succeeded" }));

@@ -95,6 +95,12 @@ export interface JobRecord {
   startedAt?: Date;
   /** Its trace's id when its spans were exported (tracing.ts), for `oz0 jobs show` and a link to a trace viewer. */
   traceId?: string;
+  /**
+   * Its root span (`invoke_agent`) as a W3C traceparent, stored when it is
+   * created: a replica that resumes the job continues this trace, and calls
+   * about the job link this span (tracing.ts). Absent on jobs from before.
+   */
+  traceparent?: string;
 }
 
 /** What a new job is made of; the rest of its record starts empty (nothing ran yet). */

@@ -337,6 +337,15 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
       db.schema.createIndex("permissions_by_call").ifNotExists().on("permissions").columns(["job_id", "call_id"]),
     ],
   },
+  {
+    version: 14,
+    name: "job traceparent",
+    part: "jobs",
+    // The job's root span as a W3C traceparent (trace id, span id, flags): a replica that resumes the job
+    // after a restart or a takeover continues that trace, and calls about the job link that span (tracing.ts).
+    present: (p) => p.hasColumn("jobs", "traceparent"),
+    up: (db) => [db.schema.alterTable("jobs").addColumn("traceparent", "text", (c) => c.notNull().defaultTo(""))],
+  },
 ];
 
 /** Kysely that only compiles (no connection): the DDL of a migration as text for one engine. */

@@ -73,6 +73,7 @@ export interface JobsTable {
   started_by: string;
   started_at: Time | null;
   trace_id: string;
+  traceparent: string;
 }
 
 export interface JobEventsTable {

@@ -76,6 +76,7 @@ export function toJob(row: Selectable<JobsTable>): JobRecord {
     startedBy: row.started_by,
     ...(startedAt ? { startedAt } : {}),
     ...(row.trace_id ? { traceId: row.trace_id } : {}),
+    ...(row.traceparent ? { traceparent: row.traceparent } : {}),
   };
 }
 
@@ -104,6 +105,7 @@ export function jobColumns(engine: SqlEngine, job: JobRecord): JobsTable {
     started_by: job.startedBy,
     started_at: job.startedAt ? engine.time(job.startedAt) : null,
     trace_id: job.traceId ?? "",
+    traceparent: job.traceparent ?? "",
   };
 }
 
@@ -128,6 +130,7 @@ const JOB_COLUMNS = {
   startedBy: "started_by",
   startedAt: "started_at",
   traceId: "trace_id",
+  traceparent: "traceparent",
 } as const satisfies Record<keyof JobPatch, keyof JobsTable>;
 
 /** The columns a patch sets (keys it has, unknown keys ignored), with values as the engine takes them. */
