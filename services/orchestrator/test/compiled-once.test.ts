@@ -86,15 +86,15 @@ function calls(engine: SqlEngine): Record<keyof typeof HOT_QUERIES, unknown[]> {
       { id: "job-1", columns: { state: "failed", finished_at: at(engine, 7), error: "x", updated_at: at(engine, 7) } },
       { id: "job-1", columns: { finished_at: null, updated_at: at(engine, 8) } },
     ],
-    updateJob: [
-      { id: "job-1", columns: { last_seq: 4, updated_at: at(engine, 1), sandbox_seq: 2 } },
-      { id: "job-3", columns: { last_seq: 7, updated_at: at(engine, 2), sandbox_seq: 5 } },
+    numberEvents: [
+      { id: "job-1", count: 1, columns: { updated_at: at(engine, 1), sandbox_seq: 2 } },
+      { id: "job-3", count: 3, columns: { updated_at: at(engine, 2), sandbox_seq: 5 } },
       {
         id: "job-1",
-        columns: { last_seq: 8, updated_at: at(engine, 3), attachments: '["a"]', cancel_requested_at: null },
+        count: 0,
+        columns: { updated_at: at(engine, 3), attachments: '["a"]', cancel_requested_at: null },
       },
     ],
-    lockJobSeq: [{ id: "job-1" }, { id: "job-2" }],
     insertJobEvents: [
       { rows: [event("job-1", 1)] },
       { rows: [event("job-2", 7)] },
@@ -145,15 +145,16 @@ for (const { engine, db } of ENGINES) {
   });
 }
 
-void test("the SQL the store ran before, for the hottest queries (SQLite and PostgreSQL)", () => {
+void test("the SQL of the hottest queries, as the store ran them (SQLite and PostgreSQL)", () => {
   const [sqlite, postgres] = ENGINES;
+  const columns = { updated_at: 1, sandbox_seq: 2 };
   assert.equal(
-    HOT_QUERIES.lockJobSeq.compile(sqlite!.db, SQLITE, { id: "j" }).sql,
-    'select "last_seq" from "jobs" where "id" = ?',
+    HOT_QUERIES.numberEvents.compile(sqlite!.db, SQLITE, { id: "j", count: 2, columns }).sql,
+    'update "jobs" set "last_seq" = last_seq + ?, "updated_at" = ?, "sandbox_seq" = ? where "id" = ? returning "last_seq"',
   );
   assert.equal(
-    HOT_QUERIES.lockJobSeq.compile(postgres!.db, POSTGRES, { id: "j" }).sql,
-    'select "last_seq" from "jobs" where "id" = $1 for update',
+    HOT_QUERIES.numberEvents.compile(postgres!.db, POSTGRES, { id: "j", count: 2, columns }).sql,
+    'update "jobs" set "last_seq" = last_seq + $1, "updated_at" = $2, "sandbox_seq" = $3 where "id" = $4 returning "last_seq"',
   );
   assert.equal(
     HOT_QUERIES.insertJobEvents.compile(postgres!.db, POSTGRES, {

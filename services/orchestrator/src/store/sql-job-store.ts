@@ -82,16 +82,14 @@ export const HOT_QUERIES = {
   updateJobReturning: compiledOnce((db, v: { id: string; columns: Updateable<JobsTable> }) =>
     db.updateTable("jobs").set(v.columns).where("id", "=", v.id).returningAll(),
   ),
-  updateJob: compiledOnce((db, v: { id: string; columns: Updateable<JobsTable> }) =>
-    db.updateTable("jobs").set(v.columns).where("id", "=", v.id),
-  ),
-  // On PostgreSQL the row lock orders concurrent appends to one job, so sequence numbers stay gap-free across replicas.
-  lockJobSeq: compiledOnce((db, v: { id: string }, engine) =>
+  // An append's first statement: it numbers the events and sets the job's columns. On PostgreSQL the UPDATE's
+  // row lock orders concurrent appends to one job, so sequence numbers stay gap-free across replicas.
+  numberEvents: compiledOnce((db, v: { id: string; count: number; columns: Updateable<JobsTable> }) =>
     db
-      .selectFrom("jobs")
-      .select("last_seq")
+      .updateTable("jobs")
+      .set({ last_seq: sql<Count>`last_seq + ${v.count}`, ...v.columns })
       .where("id", "=", v.id)
-      .$if(engine.rowLocks, (q) => q.forUpdate()),
+      .returning("last_seq"),
   ),
   insertJobEvents: compiledOnce((db, v: { rows: Insertable<JobEventsTable>[] }) =>
     db.insertInto("job_events").values(v.rows),
@@ -305,10 +303,17 @@ export class SqlJobStore implements JobStore {
   async append(change: JobAppend): Promise<JobEvent[]> {
     const { jobId } = change;
     return this.#jobWrite(jobId, async (trx) => {
-      const [locked] = (await HOT_QUERIES.lockJobSeq.execute(trx, this.engine, { id: jobId })).rows;
-      if (!locked) throw notFound(`job ${jobId} not found`);
-      let seq = toNumber(locked.last_seq);
       const now = new Date();
+      // One statement reserves the events' numbers and sets the job's columns (it read the row, then wrote it).
+      const [numbered] = (
+        await HOT_QUERIES.numberEvents.execute(trx, this.engine, {
+          id: jobId,
+          count: change.events.length,
+          columns: { updated_at: this.engine.time(now), ...jobPatchColumns(this.engine, change.job ?? {}) },
+        })
+      ).rows;
+      if (!numbered) throw notFound(`job ${jobId} not found`);
+      let seq = toNumber(numbered.last_seq) - change.events.length;
       const stored = change.events.map((event) =>
         create(JobEventSchema, { ...event, jobId, seq: BigInt(++seq), time: event.time ?? timestampFromDate(now) }),
       );
@@ -323,14 +328,6 @@ export class SqlJobStore implements JobStore {
           })),
         });
       }
-      await HOT_QUERIES.updateJob.execute(trx, this.engine, {
-        id: jobId,
-        columns: {
-          last_seq: seq,
-          updated_at: this.engine.time(now),
-          ...jobPatchColumns(this.engine, change.job ?? {}),
-        },
-      });
       for (const permission of change.permissions ?? []) {
         const decided = permission.status !== "pending";
         if (decided) await this.beforeDecision(trx, permission);
