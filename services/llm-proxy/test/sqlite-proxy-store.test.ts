@@ -41,3 +41,42 @@ void test("a store made before tokens recorded their first use gains the column,
     await store.close();
   }
 });
+
+void test("a call's store work runs the statements prepared at open: none is prepared per call", async (t) => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-prepared-"));
+  const store = new SqliteProxyStore({ dataDir });
+  t.after(async () => {
+    await store.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+  await store.putToken({ hash: "h", job: "j", agent: "a", session: "s", budgetUsd: 0, createdAt: new Date(1) });
+  const prepare = t.mock.method(Database.prototype, "prepare");
+  const identity = {
+    operationId: "op-1",
+    job: "j",
+    agent: "a",
+    session: "s",
+    provider: "p",
+    model: "m",
+    wire: "openai",
+    stream: false,
+  };
+  assert.ok(await store.useToken("h", new Date(2)));
+  await store.beginAttempt({ ...identity, attempt: 1, startedAt: new Date(2), attemptStartedAt: new Date(2) });
+  const record = {
+    ...identity,
+    status: 200,
+    outcome: "ok" as const,
+    usage: { input: 1, output: 2, cacheRead: 0, cacheWrite: 0, reasoning: 0 },
+    costUsd: 0.01,
+    latencyMs: 3,
+    estimated: false,
+    startedAt: new Date(2),
+  };
+  await Promise.all([store.recordAttempt({ ...record, attempt: 1 }), store.recordCall({ ...record, attempts: 1 })]);
+  assert.equal(prepare.mock.callCount(), 0);
+  assert.deepEqual(
+    (await store.listCalls("j")).map((c) => c.operationId),
+    ["op-1"],
+  );
+});
