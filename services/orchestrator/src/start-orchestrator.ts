@@ -28,7 +28,7 @@ import { RegistryPlacement, StaticPlacement, type SandboxPlacement } from "./ses
 import type { LifecycleSink, SecretWriter, SessionRunner, TokenIssuer } from "./sessions/session-runner.js";
 import { soleCluster, type Cluster } from "./cluster/cluster.js";
 import { openJobStore, openPostgresCluster } from "./cluster/postgres-cluster.js";
-import { orchestratorTracing } from "./tracing.js";
+import { orchestratorTracing, untracedProbes } from "./tracing.js";
 
 export interface OrchestratorConfig {
   /** Default 127.0.0.1. */
@@ -212,6 +212,8 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     port: config.port ?? 7700,
     logger,
     auth: new Authenticator({ ...config.auth, sessions: consoleLogin }),
+    // Health checks are no trace's work (tracing.ts).
+    untracedRpcs: untracedProbes,
     fallback: consoleFiles(consoleDirectory(config.consoleDir), {
       oidc: consoleOidcLogin(config.auth?.people?.oidc),
     }),

@@ -18,8 +18,15 @@
 //
 // The job's session token is minted and revoked in the job's trace (the
 // TokenIssuer decorator), not in the trace of whichever RPC happened to start
-// or end the job; calls that act on a running job (approve, cancel, watch)
-// keep their own traces and link the job's span (linkJob).
+// or end the job; calls that act on a job (approve, cancel, watch) keep their
+// own traces and link the job's span (linkJob).
+//
+// The root span lives in this process only, so its traceparent is stored with
+// the job: a replica that resumes the job (after a restart or a takeover)
+// parents the job's further work to it as a remote parent (`resumed`), and a
+// call about a job that runs elsewhere links it from the store. The root span
+// itself ended with the process that started it (it was never exported, or
+// was exported by that process only if it ended cleanly).
 import { create } from "@bufbuild/protobuf";
 import {
   context,
@@ -42,7 +49,16 @@ import {
   type PermissionAnswer,
   type RuntimeToolResult,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { GenAi, oz0Tracer, traceContextOf, workMetrics } from "@oz0/serving";
+import { Health } from "@oz0/proto/grpc/health/v1/health_pb";
+import { SandboxNodeService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import {
+  contextFromTraceparent,
+  GenAi,
+  oz0Tracer,
+  traceContextOf,
+  workMetrics,
+  type UntracedRpcPolicy,
+} from "@oz0/serving";
 import type {
   LifecycleInit,
   LifecycleSink,
@@ -65,6 +81,8 @@ interface Traced {
 
 interface JobTrace extends Traced {
   agent: string;
+  /** Resumed here: `span` is the stored root's context, recorded by the process that started the job. */
+  resumed?: boolean;
 }
 
 interface SessionTrace extends Traced {
@@ -84,9 +102,6 @@ const TERMINAL_JOB_EVENTS = new Map<LifecycleType, "succeeded" | "failed" | "can
   ["graph.run_failed", "failed"],
   ["graph.run_cancelled", "cancelled"],
 ]);
-
-/** How many ended jobs' spans linkJob still finds (a few hundred kilobytes). */
-const ENDED_JOBS_KEPT = 10_000;
 
 /** A harness operation's end, as its call span's `oz0.operation.outcome`. */
 const OPERATION_OUTCOMES: Readonly<Partial<Record<LifecycleType, string>>> = {
@@ -131,6 +146,31 @@ function enumName(names: Record<number, string>, value: number): string {
   return (names[value] ?? "UNSPECIFIED").toLowerCase();
 }
 
+/**
+ * serve()'s `untracedRpcs` for the orchestrator's listeners: health checks
+ * and sandbox nodes' heartbeats come every few seconds and belong to no
+ * trace, so unless their caller sent a trace context they leave no span
+ * (each was a lone one-span trace). Any other call starts a trace of its own.
+ */
+export const untracedProbes: UntracedRpcPolicy = (request) =>
+  request.service.typeName === Health.typeName ||
+  (request.service.typeName === SandboxNodeService.typeName &&
+    request.method.name === SandboxNodeService.method.heartbeat.name)
+    ? "none"
+    : "root";
+
+/** Where linkJob finds the traceparent of a job this process holds no span of. */
+export interface StoredTraces {
+  getJob(jobId: string): Promise<{ traceparent?: string } | undefined>;
+}
+
+/** The span context a stored traceparent names (remote), or undefined for none or a malformed one. */
+function spanContextOf(traceparent: string | undefined): SpanContext | undefined {
+  if (!traceparent) return undefined;
+  const span = trace.getSpanContext(contextFromTraceparent(traceparent, undefined, ROOT_CONTEXT));
+  return span && isSpanContextValid(span) ? span : undefined;
+}
+
 /** One per process: the hook stage and the job runner's decorators share it. */
 export class OrchestratorTracing {
   readonly #jobs = new Map<string, JobTrace>();
@@ -138,8 +178,8 @@ export class OrchestratorTracing {
   /** Open graph.step spans by `runId|stepPath`, and their span ids. */
   readonly #graphSteps = new Map<string, Context>();
   readonly #graphStepSpans = new Set<string>();
-  /** Span contexts of jobs that ended here lately, oldest first (linkJob: watching a job that just ended). */
-  readonly #endedJobs = new Map<string, SpanContext>();
+  /** Sessions of jobs resumed here, by session id, until re-attached: their session span starts then. */
+  readonly #resumedSessions = new Map<string, string>();
   /** The job context each live session token was minted in (by token id), for its revoke. */
   readonly #tokenTraces = new Map<string, Context>();
   #instruments: { jobs: WorkMetrics; sessions: WorkMetrics; approvals: WorkMetrics } | undefined;
@@ -160,7 +200,7 @@ export class OrchestratorTracing {
     return {
       url: inner.url,
       start: (options) => this.#start(inner, options),
-      reattach: (options) => this.#channel(inner.reattach(options), options.sessionId),
+      reattach: (options) => this.#reattach(inner, options),
       cancel: (options) => inner.cancel(options),
     };
   }
@@ -194,16 +234,47 @@ export class OrchestratorTracing {
   /**
    * Links the active span (an RPC that approves, cancels or watches a job) to
    * the job's `invoke_agent` span: the call keeps its own trace, and a viewer
-   * goes from either to the other. Only a job that runs or lately ended on
-   * this replica has a span to link (the store keeps the trace's id, not the
-   * span's); for others the call names the job (`oz0.job.id`) only.
+   * goes from either to the other. A job this replica works on is linked from
+   * memory; any other (run elsewhere, ended, or started before a restart) from
+   * its stored traceparent. A job stored without one (from before it was
+   * kept) is only named (`oz0.job.id`). Never fails the call: a store that
+   * cannot be read leaves the call unlinked.
    */
-  linkJob(jobId: string): void {
+  async linkJob(jobId: string, store: StoredTraces): Promise<void> {
+    // Taken now: the handler's span is the active one only until its first await.
     const span = trace.getActiveSpan();
     if (!span?.isRecording()) return;
     span.setAttribute("oz0.job.id", jobId);
-    const job = this.#jobs.get(jobId)?.span.spanContext() ?? this.#endedJobs.get(jobId);
+    let job = this.#jobs.get(jobId)?.span.spanContext();
+    if (!job) {
+      const stored = await store.getJob(jobId).catch(() => undefined);
+      job = spanContextOf(stored?.traceparent);
+    }
     if (job && isSpanContextValid(job)) span.addLink({ context: job, attributes: { "oz0.job.id": jobId } });
+  }
+
+  /**
+   * A job this process did not start is worked on here (a restart, a
+   * takeover): its further work (sessions, the token's revoke, permission
+   * spans, its lifecycle events' traceparent) goes below its stored root span,
+   * a remote parent, so the job stays one trace. A job stored without a
+   * traceparent is left as before: its later work is in traces of its own.
+   */
+  resumed(job: { id: string; agentName: string; sessionId: string; traceparent?: string; tokenId: string }): void {
+    if (this.#jobs.has(job.id)) return;
+    const root = spanContextOf(job.traceparent);
+    if (!root) return;
+    const ctx = trace.setSpanContext(ROOT_CONTEXT, root);
+    this.#jobs.set(job.id, {
+      span: trace.wrapSpanContext(root),
+      ctx,
+      started: performance.now(),
+      agent: job.agentName,
+      resumed: true,
+    });
+    // The token minted before the restart is revoked in the job's trace too (at its end, or before a new one).
+    if (job.tokenId) this.#tokenTraces.set(job.tokenId, ctx);
+    if (job.sessionId) this.#resumedSessions.set(job.sessionId, job.id);
   }
 
   /** The LifecycleSink (or none) with job spans from the job's events and a traceparent on each event. */
@@ -231,6 +302,11 @@ export class OrchestratorTracing {
       close: async () => {
         await inner?.close();
       },
+      traceparentOf: (jobId) => {
+        const ctx = this.#jobs.get(jobId)?.ctx;
+        return (ctx && traceContextOf(ctx).traceparent) || undefined;
+      },
+      resumed: (job) => this.resumed(job),
       traceIdOf: (jobId) => {
         const span = this.#jobs.get(jobId)?.span.spanContext();
         // A trace nobody records (no exporter, or not sampled) has no id worth showing.
@@ -316,24 +392,14 @@ export class OrchestratorTracing {
       parentSession?.ctx ??
       job?.ctx ??
       ROOT_CONTEXT;
-    const agent = request.agent?.name ?? job?.agent ?? "";
-    const session = start(`session ${agent}`, parent, {
-      [GenAi.conversationId]: request.sessionId,
-      [GenAi.agentName]: agent,
-      "oz0.job.id": request.jobId,
-      "oz0.session.id": request.sessionId,
-      "oz0.sandbox.url": inner.url,
-      ...(options.shareWorkingDirOf ? { "oz0.session.shares_working_dir_of": options.shareWorkingDirOf } : {}),
-    });
-    this.#sessions.set(request.sessionId, {
-      ...session,
-      jobId: request.jobId,
-      agent,
-      tools: new Map(),
-      runtimeCalls: new Map(),
-      permissions: new Map(),
-      usage: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
-    });
+    const session = this.#openSession(
+      { sessionId: request.sessionId, jobId: request.jobId, agent: request.agent?.name ?? job?.agent ?? "" },
+      parent,
+      {
+        "oz0.sandbox.url": inner.url,
+        ...(options.shareWorkingDirOf ? { "oz0.session.shares_working_dir_of": options.shareWorkingDirOf } : {}),
+      },
+    );
     const { traceparent, tracestate } = traceContextOf(session.ctx);
     if (traceparent) request.trace = create(TraceContextSchema, { traceparent, tracestate });
     // Active while the RunSession call starts, so the sandbox's server span continues it.
@@ -341,6 +407,53 @@ export class OrchestratorTracing {
       context.with(session.ctx, () => inner.start(options)),
       request.sessionId,
     );
+  }
+
+  /**
+   * A re-attach. The first one of a job resumed here opens its session span
+   * (the one opened before the restart ended with that process), below the
+   * job's stored root, and the RunSession call continues it; any other keeps
+   * the session span it has.
+   */
+  #reattach(inner: SessionRunner, options: { sessionId: string; afterSeq: number }): SessionChannel {
+    const jobId = this.#resumedSessions.get(options.sessionId);
+    const job = jobId ? this.#jobs.get(jobId) : undefined;
+    this.#resumedSessions.delete(options.sessionId);
+    if (!jobId || !job || this.#sessions.has(options.sessionId))
+      return this.#channel(inner.reattach(options), options.sessionId);
+    const session = this.#openSession({ sessionId: options.sessionId, jobId, agent: job.agent }, job.ctx, {
+      "oz0.sandbox.url": inner.url,
+      "oz0.session.reattached": true,
+    });
+    return this.#channel(
+      context.with(session.ctx, () => inner.reattach(options)),
+      options.sessionId,
+    );
+  }
+
+  /** `session {agent}`, below `parent`, followed by its session id. */
+  #openSession(
+    o: { sessionId: string; jobId: string; agent: string },
+    parent: Context,
+    attributes: Record<string, string | number | boolean>,
+  ): Traced {
+    const session = start(`session ${o.agent}`, parent, {
+      [GenAi.conversationId]: o.sessionId,
+      [GenAi.agentName]: o.agent,
+      "oz0.job.id": o.jobId,
+      "oz0.session.id": o.sessionId,
+      ...attributes,
+    });
+    this.#sessions.set(o.sessionId, {
+      ...session,
+      jobId: o.jobId,
+      agent: o.agent,
+      tools: new Map(),
+      runtimeCalls: new Map(),
+      permissions: new Map(),
+      usage: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
+    });
+    return session;
   }
 
   #channel(inner: SessionChannel, sessionId: string): SessionChannel {
@@ -545,19 +658,21 @@ export class OrchestratorTracing {
     const job = this.#jobs.get(init.jobId);
     if (!job) return;
     this.#jobs.delete(init.jobId);
+    for (const [sessionId, jobId] of this.#resumedSessions)
+      if (jobId === init.jobId) this.#resumedSessions.delete(sessionId);
     for (const [id, session] of this.#sessions)
       if (session.jobId === init.jobId) this.#endSession(id, state === "succeeded" ? undefined : `job_${state}`);
     job.span.setAttributes({
       "oz0.job.state": state,
       ...(init.sessionId ? { [GenAi.conversationId]: init.sessionId } : {}),
     });
+    // A resumed job's span is the stored root's context: these record nothing (its process ended it).
     if (state !== "succeeded") fail(job.span, `job_${state}`);
     job.span.end();
-    this.#endedJobs.set(init.jobId, job.span.spanContext());
-    if (this.#endedJobs.size > ENDED_JOBS_KEPT) this.#endedJobs.delete(this.#endedJobs.keys().next().value!);
     const attributes = { [GenAi.agentName]: job.agent, "oz0.job.state": state };
     this.#metrics.jobs.count.add(1, attributes);
-    this.#metrics.jobs.duration.record((performance.now() - job.started) / 1000, attributes);
+    // Its duration here would be since the resume, not since the job began.
+    if (!job.resumed) this.#metrics.jobs.duration.record((performance.now() - job.started) / 1000, attributes);
   }
 
   /** The innermost span an event belongs to: its tool call, else its session, else its job. */

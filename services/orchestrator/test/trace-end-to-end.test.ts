@@ -6,68 +6,24 @@
 // the GenAI names and attributes, the metrics, and no content anywhere (a
 // marker planted in the task, the tool input and output and the model's text).
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
-import path from "node:path";
-import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 import { CONTENT_ATTRIBUTES } from "@oz0/serving";
-import { eventually, makePluginRepo, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
+import {
+  startOtlpReceiverProcess,
+  type OtlpReceiverProcess,
+  type ReceivedSpan,
+} from "./support/otlp-receiver-process.js";
+import { eventually, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
 
 const MARKER = "PLANTED-CONTENT-MARKER-5c1e";
 
-interface ReceivedSpan {
-  service: string;
-  traceId: string;
-  spanId: string;
-  parentSpanId: string;
-  name: string;
-  attributes: Record<string, unknown>;
-  statusCode: number;
-  statusMessage: string;
-  startTimeUnixNano: string;
-  links: { traceId: string; spanId: string; attributes: Record<string, unknown> }[];
-}
-
 const FAILING_TASK = "a command that fails, then one nobody answers";
 
-interface ReceivedMetricPoint {
-  service: string;
-  name: string;
-  attributes: Record<string, unknown>;
-  value: number;
-  count?: number;
-}
-
-let receiver: ChildProcess;
-let receiverUrl: string;
+let receiver: OtlpReceiverProcess;
 let t: TestStack | undefined;
-const savedEnv = { ...process.env };
-
-async function startReceiverProcess(): Promise<string> {
-  receiver = spawn(process.execPath, [path.join(repoRoot, "tools", "test-infra", "bin", "otlp-receiver.mjs")], {
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const lines = createInterface({ input: receiver.stdout! });
-  for await (const line of lines) return (JSON.parse(line) as { url: string }).url;
-  throw new Error("the OTLP receiver exited before printing its URL");
-}
-
-async function received(): Promise<{ spans: ReceivedSpan[]; metrics: ReceivedMetricPoint[] }> {
-  const [spans, metrics] = await Promise.all([fetch(`${receiverUrl}/spans`), fetch(`${receiverUrl}/metrics`)]);
-  return { spans: (await spans.json()) as ReceivedSpan[], metrics: (await metrics.json()) as ReceivedMetricPoint[] };
-}
 
 before(async () => {
-  receiverUrl = await startReceiverProcess();
-  // The services are children of this process and inherit its environment (the embedded stack's code path).
-  Object.assign(process.env, {
-    OTEL_EXPORTER_OTLP_ENDPOINT: receiverUrl,
-    OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
-    OTEL_BSP_SCHEDULE_DELAY: "100",
-    OTEL_METRIC_EXPORT_INTERVAL: "500",
-    OTEL_LOGS_EXPORTER: "none",
-    OTEL_TRACES_SAMPLER: "always_on",
-  });
+  receiver = await startOtlpReceiverProcess();
   t = await startTestStack({
     pick: ({ turn, input }) => {
       // The second job: a command exiting 3 (approved), then one left waiting until the job is cancelled.
@@ -105,8 +61,7 @@ hooks:
 
 after(async () => {
   await t?.close();
-  receiver?.kill("SIGTERM");
-  for (const key of Object.keys(process.env)) if (!(key in savedEnv)) delete process.env[key];
+  receiver?.stop();
 });
 
 void test("a job with an approved tool call and model calls through the proxy is one trace across every service", async () => {
@@ -153,7 +108,7 @@ void test("a job with an approved tool call and model calls through the proxy is
   await stack.close();
   t = undefined;
   const { spans, metrics } = await eventually(async () => {
-    const all = await received();
+    const all = await receiver.received();
     return all.spans.filter((s) => s.name === "invoke_agent careful").length === 2 &&
       all.spans.some((s) => s.name.startsWith("chat ") && s.service === "oz0-llm-proxy")
       ? all

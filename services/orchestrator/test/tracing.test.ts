@@ -7,14 +7,24 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { context, trace, type SpanContext } from "@opentelemetry/api";
 import type { ReadableSpan } from "@opentelemetry/sdk-trace-base";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { Health } from "@oz0/proto/grpc/health/v1/health_pb";
 import {
   PermissionAnswerSchema,
   RuntimeToolResultSchema,
   SessionEventSchema,
   SessionRequestSchema,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { CONTENT_ATTRIBUTES, startInMemoryTelemetry, type InMemoryTelemetry } from "@oz0/serving";
+import { SandboxNodeService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import {
+  CONTENT_ATTRIBUTES,
+  startInMemoryTelemetry,
+  traceContextClientInterceptor,
+  type InMemoryTelemetry,
+} from "@oz0/serving";
 import type {
   LifecycleInit,
   LifecycleSink,
@@ -23,6 +33,7 @@ import type {
   SessionRunner,
   StartSessionOptions,
 } from "../src/sessions/session-runner.js";
+import { startNodeListener } from "../src/rpc/sandbox-node-service.js";
 import { OrchestratorTracing } from "../src/tracing.js";
 
 const MARKER = "PLANTED-CONTENT-MARKER-91b2";
@@ -260,4 +271,141 @@ void test("a graph run is one trace: a span per step attempt, the agent step's j
   assert.equal(fix.attributes["oz0.iteration"], 1);
   assert.equal(fix.status.code, 2);
   assert.equal(fix.status.message, "graph_step_failed", "a fixed message: the step's own may quote content");
+});
+
+void test("a job resumed by another process continues its stored trace, and calls about any job link its stored root", async () => {
+  telemetry.reset();
+  // The process that created the job: its root span's traceparent is what the store keeps. It dies
+  // (SIGKILL) with the span open, so the span is never exported.
+  const first = new OrchestratorTracing();
+  const firstSink = first.lifecycleSink(undefined);
+  firstSink.publish("job.created", { jobId: "job_r", agentName: "coder", agentVersion: "1" });
+  const stored = firstSink.traceparentOf?.("job_r") ?? "";
+  const [, traceId, rootSpanId] = /^00-([0-9a-f]{32})-([0-9a-f]{16})-01$/.exec(stored) ?? [];
+  assert.ok(traceId && rootSpanId, `a traceparent to store: ${stored}`);
+
+  // The process that resumes it: the token minted before is revoked, the session re-attached, a
+  // tool call waits for a person and is answered, and the job ends.
+  const second = new OrchestratorTracing();
+  const sink = recordingSink();
+  const lifecycle = second.lifecycleSink(sink);
+  const revokedIn: (SpanContext | undefined)[] = [];
+  const tokens = second.tokenIssuer({
+    mint: () => Promise.reject(new Error("not used")),
+    revoke: async () => {
+      revokedIn.push(trace.getSpanContext(context.active()));
+      return { neverUsed: false };
+    },
+  });
+  const reattachedIn: (SpanContext | undefined)[] = [];
+  const runner: SessionRunner = {
+    ...fakeRunner({}),
+    reattach: () => {
+      reattachedIn.push(trace.getSpanContext(context.active()));
+      const channel: SessionChannel = {
+        async *[Symbol.asyncIterator]() {
+          yield event({ case: "toolCall", value: { callId: "call_9", tool: "run_command", input: { m: MARKER } } });
+          yield event({ case: "permissionRequest", value: { id: "perm_9", callId: "call_9", tool: "run_command" } });
+        },
+        answerPermission: async () => {},
+        answerRuntimeTool: async () => {},
+        close: () => {},
+      };
+      return channel;
+    },
+  };
+  lifecycle.resumed?.({ id: "job_r", agentName: "coder", sessionId: "ses_r", traceparent: stored, tokenId: "tok_r" });
+  const channel = second.sessionRunner(runner).reattach({ sessionId: "ses_r", afterSeq: 4 });
+  for await (const message of channel) void message;
+  await channel.answerPermission(create(PermissionAnswerSchema, { id: "perm_9", allow: true }));
+  lifecycle.publish("job.completed", { jobId: "job_r", status: "succeeded" });
+  await tokens.revoke({ tokenId: "tok_r" });
+
+  const session = byName("session coder");
+  assert.equal(session.spanContext().traceId, traceId, "the re-attached session is in the job's trace");
+  assert.equal(session.parentSpanContext?.spanId, rootSpanId, "below the stored root, a remote parent");
+  assert.equal(session.attributes["oz0.session.reattached"], true);
+  assert.equal(reattachedIn[0]?.spanId, session.spanContext().spanId, "the RunSession call continues the session");
+  assert.equal(byName("permission run_command").spanContext().traceId, traceId);
+  assert.deepEqual(
+    [revokedIn[0]?.traceId, revokedIn[0]?.spanId],
+    [traceId, rootSpanId],
+    "the token minted before the restart is revoked below the job's root",
+  );
+  const completed = sink.events.find((e) => e.type === "job.completed")?.traceparent ?? "";
+  assert.equal(completed.split("-")[1], traceId, "job.completed carries the job's trace");
+  assert.equal(
+    telemetry.spans().filter((s) => s.name.startsWith("invoke_agent")).length,
+    0,
+    "no second root: the job stays one trace",
+  );
+
+  // Calls about a job link its root: from memory while it runs here, else from the store (run
+  // elsewhere, ended, or started before a restart); a job stored without one is only named.
+  const third = new OrchestratorTracing();
+  const store = {
+    getJob: async (jobId: string) =>
+      jobId === "job_r" ? { traceparent: stored } : jobId === "job_old" ? {} : undefined,
+  };
+  const call = async (name: string, jobId: string): Promise<ReadableSpan> => {
+    await trace.getTracer("test").startActiveSpan(name, async (span) => {
+      await third.linkJob(jobId, store);
+      span.end();
+    });
+    return byName(name);
+  };
+  const approve = await call("AnswerPermission", "job_r");
+  assert.deepEqual(
+    approve.links.map((l) => [l.context.traceId, l.context.spanId, l.attributes?.["oz0.job.id"]]),
+    [[traceId, rootSpanId, "job_r"]],
+  );
+  assert.notEqual(approve.spanContext().traceId, traceId, "the call keeps a trace of its own");
+  const old = await call("CancelJob", "job_old");
+  assert.deepEqual(old.links, []);
+  assert.equal(old.attributes["oz0.job.id"], "job_old");
+});
+
+void test("health checks and node heartbeats leave no span unless their caller sent a trace context", async () => {
+  const TOKEN = "node-token-for-the-tracing-test";
+  const listener = await startNodeListener({
+    registry: { register: async () => ({ placed: 0 }), staleAfterMs: 15_000 } as never,
+    nodeToken: TOKEN,
+    host: "127.0.0.1",
+    port: 0,
+  });
+  try {
+    const transport = createGrpcTransport({ baseUrl: listener.url, interceptors: [traceContextClientInterceptor] });
+    const nodes = createClient(SandboxNodeService, transport);
+    const health = createClient(Health, transport);
+    const beat = () =>
+      nodes.heartbeat(
+        { nodeId: "node-1", url: "http://127.0.0.1:7701", capacity: 2, running: 0 },
+        { headers: { authorization: `Bearer ${TOKEN}` } },
+      );
+    const rpcSpans = () => telemetry.spans().filter((s) => s.name.includes("/"));
+    telemetry.reset();
+    await beat();
+    await health.check({ service: "liveness" });
+    assert.deepEqual(
+      rpcSpans().map((s) => s.name),
+      [],
+      "no lone one-span traces",
+    );
+    await trace.getTracer("test").startActiveSpan("caller", async (span) => {
+      await beat();
+      await health.check({ service: "liveness" });
+      span.end();
+    });
+    const caller = byName("caller");
+    assert.deepEqual(
+      rpcSpans().map((s) => [s.name, s.parentSpanContext?.spanId]),
+      [
+        ["oz0.orchestrator.v1.SandboxNodeService/Heartbeat", caller.spanContext().spanId],
+        ["grpc.health.v1.Health/Check", caller.spanContext().spanId],
+      ],
+      "a caller's trace is continued",
+    );
+  } finally {
+    await listener.close({ graceMs: 0 });
+  }
 });

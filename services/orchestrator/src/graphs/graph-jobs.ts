@@ -198,9 +198,16 @@ export class GraphJobs {
       graph_name: graph.name,
       graph_version: String(graph.version),
     });
-    // The run's trace begins with that event (tracing.ts); its id is kept for `oz0 jobs show`.
+    // The run's trace begins with that event (tracing.ts): its id is kept for `oz0 jobs show`, its root
+    // span for whichever replica resumes the run and for links from calls about it.
     const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
-    await this.#append(job.id, [stateChanged("running")], traceId ? { traceId } : undefined, [started]);
+    const traceparent = this.#o.lifecycle?.traceparentOf?.(job.id);
+    await this.#append(
+      job.id,
+      [stateChanged("running")],
+      traceId || traceparent ? { ...(traceId ? { traceId } : {}), ...(traceparent ? { traceparent } : {}) } : undefined,
+      [started],
+    );
     const active = this.#activate(job.id, graph, pinned);
     this.#started.set(job.id, Date.now());
     const handle = await active.runner.start({ prompt: options.input, runId: job.id });
@@ -287,6 +294,8 @@ export class GraphJobs {
   }
 
   async #resume(job: JobRecord, note: string): Promise<boolean> {
+    // Its steps continue the run's stored trace (tracing.ts).
+    this.#o.lifecycle?.resumed?.(job);
     const row = await this.#graphs.getGraphJob(job.id);
     const graph = row ? await this.#o.registry.findVersion(row.graph, row.version) : undefined;
     if (!row || !graph) {

@@ -153,10 +153,14 @@ export class JobRunner {
       status: "pending",
       attributes: { harness: agent.harness.manifest.name, plugin: agent.plugin, attachment_count: attachments.length },
     });
-    // The job's trace begins with that event (tracing.ts); its id is kept for `oz0 jobs show`.
+    // The job's trace begins with that event (tracing.ts): its id is kept for `oz0 jobs show`, its root
+    // span for whichever replica resumes the job and for links from calls about it.
     const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
+    const traceparent = this.#o.lifecycle?.traceparentOf?.(job.id);
     await this.#append(job.id, [stateChanged("pending")], {
-      ...(traceId ? { job: { traceId } } : {}),
+      ...(traceId || traceparent
+        ? { job: { ...(traceId ? { traceId } : {}), ...(traceparent ? { traceparent } : {}) } }
+        : {}),
       lifecycle: [created],
     });
     const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "" };

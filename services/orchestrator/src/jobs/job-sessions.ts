@@ -164,6 +164,8 @@ export class JobSessions {
    */
   async resume(resumed: JobRecord): Promise<void> {
     let job = resumed;
+    // Its further work (the session, the token's revoke, the job's end) continues its stored trace (tracing.ts).
+    this.#o.lifecycle?.resumed?.(job);
     const agent = await this.#o.store.getAgentVersion(job.agentName, job.agentVersion);
     if (!agent) {
       await this.#o.finish(job.id, {

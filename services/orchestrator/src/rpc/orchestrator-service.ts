@@ -331,15 +331,18 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
       }),
     watchJob: (req, context) => {
       const jobId = required(req.jobId, "job_id");
-      // Calls about a job keep their own traces, linked to the job's (tracing.ts).
-      orchestratorTracing.linkJob(jobId);
-      return watch(deps, jobId, Number(req.afterSeq), context);
+      // Calls about a job keep their own traces, linked to the job's (tracing.ts); started here, while the call's span is active.
+      const linked = orchestratorTracing.linkJob(jobId, deps.store);
+      return (async function* () {
+        await linked;
+        yield* watch(deps, jobId, Number(req.afterSeq), context);
+      })();
     },
     watchJobs: (_req, context) => watchJobs({ feed: deps.feed, store: deps.store, toProto: jobToProto }, context),
     cancelJob: (req) =>
       handle(async () => {
         const jobId = required(req.jobId, "job_id");
-        orchestratorTracing.linkJob(jobId);
+        await orchestratorTracing.linkJob(jobId, deps.store);
         const cancelled =
           deps.graphs && isGraphJob({ id: jobId })
             ? await deps.graphs.jobs.cancel({ jobId, reason: req.reason })
@@ -362,7 +365,7 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     answerPermission: (req, context) =>
       handle(async () => {
         const jobId = required(req.jobId, "job_id");
-        orchestratorTracing.linkJob(jobId);
+        await orchestratorTracing.linkJob(jobId, deps.store);
         const record = await deps.runner.answerPermission({
           jobId,
           callId: required(req.callId, "call_id"),
@@ -429,7 +432,7 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
       }),
     watchJobTranscript: async function* (req, context) {
       const jobId = required(req.jobId, "job_id");
-      orchestratorTracing.linkJob(jobId);
+      await orchestratorTracing.linkJob(jobId, deps.store);
       yield* watchJobTranscript(await transcriptsOf(jobId), jobId, context);
     },
   });

@@ -16,6 +16,7 @@ import {
   type ServiceRegistration,
 } from "@oz0/serving";
 import type { SandboxNodeRegistry } from "../cluster/sandbox-node-registry.js";
+import { untracedProbes } from "../tracing.js";
 
 export interface SandboxNodeServiceOptions {
   registry: Pick<SandboxNodeRegistry, "register" | "staleAfterMs">;
@@ -84,6 +85,8 @@ export async function startNodeListener(
     services,
     auth: new Authenticator({ nodeTokenSha256: credentialDigest(options.nodeToken) }),
     credentialHint: "sandbox nodes send OZ0_NODE_TOKEN; set it on the sandbox to the value the orchestrators have",
+    // Heartbeats and health checks are no trace's work (tracing.ts).
+    untracedRpcs: untracedProbes,
     ...(options.logger ? { logger: options.logger } : {}),
   });
 }

@@ -158,5 +158,16 @@ export interface LifecycleSink {
    * event was made, when that trace is exported (tracing.ts); else undefined.
    */
   traceIdOf?(jobId: string): string | undefined;
+  /**
+   * The job's root span as a W3C traceparent once that event was made (even
+   * when not sampled: a resumed job keeps the sampling decision), to store
+   * with the job; else undefined.
+   */
+  traceparentOf?(jobId: string): string | undefined;
+  /**
+   * A job this process did not start is worked on here (a restart, a
+   * takeover): its further work continues the trace of its stored traceparent.
+   */
+  resumed?(job: { id: string; agentName: string; sessionId: string; traceparent?: string; tokenId: string }): void;
   close(): Promise<void>;
 }
