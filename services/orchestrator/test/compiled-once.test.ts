@@ -18,6 +18,7 @@ import {
   type Time,
 } from "../src/store/sql-database.js";
 import { HOT_QUERIES } from "../src/store/sql-job-store.js";
+import { VERSION_QUERIES } from "../src/store/versions.js";
 import { newJobRecord } from "../src/store/job-store.js";
 import { jobColumns } from "../src/store/sql-rows.js";
 
@@ -133,8 +134,20 @@ function calls(engine: SqlEngine): Record<keyof typeof HOT_QUERIES, unknown[]> {
 
 for (const { engine, db } of ENGINES) {
   void test(`${engine.name}: each hot query compiled once gives the builder's SQL and parameters, call after call`, () => {
-    for (const [name, values] of Object.entries(calls(engine))) {
-      const query = HOT_QUERIES[name as keyof typeof HOT_QUERIES] as CompiledOnce<unknown, unknown>;
+    const versionCalls = [{ name: "fixer" }, { name: "fixer", version: 2 }, { name: "other", version: 3 }];
+    const queries: [string, CompiledOnce<unknown, unknown>, unknown[]][] = [
+      ...Object.entries(calls(engine)).map(([name, values]): [string, CompiledOnce<unknown, unknown>, unknown[]] => [
+        name,
+        HOT_QUERIES[name as keyof typeof HOT_QUERIES] as CompiledOnce<unknown, unknown>,
+        values,
+      ]),
+      ...Object.entries(VERSION_QUERIES).map(([table, query]): [string, CompiledOnce<unknown, unknown>, unknown[]] => [
+        table,
+        query as CompiledOnce<unknown, unknown>,
+        versionCalls,
+      ]),
+    ];
+    for (const [name, query, values] of queries) {
       for (const value of values) {
         const once = query.compile(db, engine, value);
         const built = query.built(db, engine, value);

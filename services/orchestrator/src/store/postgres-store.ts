@@ -18,6 +18,7 @@ import type { ClusterNotifier } from "../cluster/cluster-notifier.js";
 import { assertLeaseHeld, type LeaseFence } from "../cluster/lease-manager.js";
 import { failedPrecondition } from "../orchestrator-error.js";
 import type { PermissionRecord, StoredLifecycleEvent } from "./job-store.js";
+import { compiledOnce } from "./compiled-once.js";
 import { migrateOrchestrator } from "./migrations.js";
 import { advisoryXactLock, transactionClient } from "./postgres-locks.js";
 import { createPostgresPool, POSTGRES, postgresDb, type Db, type PostgresConnectionOptions } from "./sql-database.js";
@@ -45,6 +46,16 @@ interface Shared {
   fences?: JobFences;
   notifier?: ClusterNotifier;
 }
+
+// Once per decided call of every job: compiled once (compiled-once.ts).
+const LOCK_PERMISSION = compiledOnce((db, v: { jobId: string; id: string }) =>
+  db
+    .selectFrom("permissions")
+    .select(["status", "answered_by"])
+    .where("job_id", "=", v.jobId)
+    .where("id", "=", v.id)
+    .forUpdate(),
+);
 
 export class PostgresJobStore extends SqlJobStore {
   readonly #shared: Shared;
@@ -108,13 +119,7 @@ export class PostgresJobStore extends SqlJobStore {
    * one is refused and rolled back with everything it came with.
    */
   protected override async beforeDecision(trx: Trx, p: PermissionRecord): Promise<void> {
-    const current = await trx
-      .selectFrom("permissions")
-      .select(["status", "answered_by"])
-      .where("job_id", "=", p.jobId)
-      .where("id", "=", p.id)
-      .forUpdate()
-      .executeTakeFirst();
+    const [current] = (await LOCK_PERMISSION.execute(trx, POSTGRES, { jobId: p.jobId, id: p.id })).rows;
     if (current && current.status !== "pending" && current.status !== p.status) {
       throw failedPrecondition(
         `call ${p.id} of job ${p.jobId} was already ${current.status}${current.answered_by ? ` by ${current.answered_by}` : ""} meanwhile; this ${p.status} answer is refused`,

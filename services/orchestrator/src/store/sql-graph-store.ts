@@ -44,7 +44,7 @@ export abstract class SqlGraphStore implements GraphStore {
   }
 
   async getVersion(name: string, version?: number): Promise<GraphVersionRecord | undefined> {
-    const row = await getVersionRow(this.db, "graph_versions", name, version);
+    const row = await getVersionRow(this.db, this.engine, "graph_versions", name, version);
     return row ? toGraphVersion(row) : undefined;
   }
 

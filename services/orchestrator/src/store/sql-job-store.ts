@@ -223,7 +223,7 @@ export class SqlJobStore implements JobStore {
   }
 
   async getAgentVersion(name: string, version?: number): Promise<AgentVersionRecord | undefined> {
-    const row = await getVersionRow(this.db, "agent_versions", name, version);
+    const row = await getVersionRow(this.db, this.engine, "agent_versions", name, version);
     return row ? toAgent(row) : undefined;
   }
 

@@ -6,6 +6,7 @@
 // and the name, postgres-locks.ts); SQLite has one writer. Reading a
 // version, or every name at its latest, is the same query on both tables.
 import type { Selectable, Transaction } from "kysely";
+import { compiledOnce } from "./compiled-once.js";
 import type { Db, SqlEngine, Tables, VersionsTable } from "./sql-database.js";
 
 /** The tables holding versions; each has name, version, content_hash and published_at columns. */
@@ -50,22 +51,35 @@ export async function publishVersion<T extends VersionTable>(
   });
 }
 
+// Read as each job starts (its agent's version, and whether its name is a graph's): compiled once per engine
+// (compiled-once.ts). One query shape for both tables, as in publishVersion.
+function versionQuery(table: VersionTable) {
+  return compiledOnce((db, v: { name: string; version?: number }) =>
+    db
+      .selectFrom(table as "graph_versions")
+      .selectAll()
+      .where("name", "=", v.name)
+      .$if(v.version !== undefined, (q) => q.where("version", "=", v.version!))
+      .orderBy("version", "desc")
+      .limit(1),
+  );
+}
+
+export const VERSION_QUERIES = {
+  agent_versions: versionQuery("agent_versions"),
+  graph_versions: versionQuery("graph_versions"),
+} as const satisfies Record<VersionTable, unknown>;
+
 /** The version asked for, or the latest; undefined when there is none. */
 export async function getVersionRow<T extends VersionTable>(
   db: Db,
+  engine: SqlEngine,
   tableName: T,
   name: string,
   version?: number,
 ): Promise<Selectable<Tables[T]> | undefined> {
-  const row = await db
-    .selectFrom(tableName as "graph_versions")
-    .selectAll()
-    .where("name", "=", name)
-    .$if(Boolean(version), (q) => q.where("version", "=", version!))
-    .orderBy("version", "desc")
-    .limit(1)
-    .executeTakeFirst();
-  return row as Selectable<Tables[T]> | undefined;
+  const { rows } = await VERSION_QUERIES[tableName].execute(db, engine, { name, ...(version ? { version } : {}) });
+  return rows[0] as Selectable<Tables[T]> | undefined;
 }
 
 /** Every name at its latest version, by name. */
