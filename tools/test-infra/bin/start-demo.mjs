@@ -111,6 +111,9 @@ try {
   if (harnessInstalled.code !== 0) throw new Error("installing the harness-claude plugin failed");
   const installed = await oz0(["plugin", "install", path.relative(process.cwd(), plugin) || "."]);
   if (installed.code !== 0) throw new Error("installing the example plugin failed");
+  // The web console, logged in through a one-time link, shows the job live while the demo runs.
+  const opened = await oz0(["console"]);
+  if (opened.code !== 0) throw new Error("oz0 console failed");
   const run = await oz0(
     ["run", demo.agent, "Fix the failing test in the dates project", "--attach", path.relative(process.cwd(), project)],
     { capture: true },
@@ -137,7 +140,8 @@ try {
           .filter((l) => /^[#ℹ] (tests|pass|fail) /.test(l))
           .join("\n"),
       );
-      say(`The test passes. Job ${where[1]}: see it with \`OZ0_HOME=${home} npx oz0 jobs show ${where[1]}\`.`);
+      say(`The test passes. Job ${where[1]}: see it with \`OZ0_HOME=${home} npx oz0 jobs show ${where[1]}\`,`);
+      say(`or in the web console after this demo: \`OZ0_HOME=${home} npx oz0 dev\` prints its link.`);
     } catch (error) {
       console.log(String(error.stdout ?? error));
       say("The test still fails with the job's patch applied.");

@@ -14,7 +14,15 @@ import { fileURLToPath } from "node:url";
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const startDemo = path.join(repoRoot, "tools/test-infra/bin/start-demo.mjs");
 
-function runDemo(harness: string | undefined): Promise<{ code: number; out: string; leftInTmp: string[] }> {
+interface DemoRun {
+  code: number;
+  out: string;
+  leftInTmp: string[];
+  /** What the printed console link's page answered, fetched while the demo ran. */
+  consolePage: Promise<{ status: number; contentType: string } | undefined>;
+}
+
+function runDemo(harness: string | undefined): Promise<DemoRun> {
   const home = mkdtempSync(path.join(os.tmpdir(), "oz0-demo-test-"));
   const tmp = mkdtempSync(path.join(os.tmpdir(), "oz0-demo-tmp-"));
   const env: NodeJS.ProcessEnv = { ...process.env, OZ0_HOME: home, TMPDIR: tmp };
@@ -29,24 +37,39 @@ function runDemo(harness: string | undefined): Promise<{ code: number; out: stri
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [startDemo], { cwd: repoRoot, env, stdio: ["ignore", "pipe", "pipe"] });
     let out = "";
-    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    let consolePage: DemoRun["consolePage"] = Promise.resolve(undefined);
+    let fetching = false;
+    child.stdout.on("data", (d: Buffer) => {
+      out += d.toString();
+      const link = /^console: (http:\/\/127\.0\.0\.1:\d+)\/#\/login\?code=\S+$/m.exec(out);
+      if (link && !fetching) {
+        fetching = true;
+        consolePage = fetch(`${link[1]}/`).then((r) => ({
+          status: r.status,
+          contentType: r.headers.get("content-type") ?? "",
+        }));
+      }
+    });
     child.stderr.on("data", (d: Buffer) => (out += d.toString()));
     child.on("exit", (code) => {
       if (!process.env["OZ0_KEEP_TEST_HOME"]) rmSync(home, { recursive: true, force: true });
       const leftInTmp = readdirSync(tmp);
       rmSync(tmp, { recursive: true, force: true });
-      resolve({ code: code ?? 1, out, leftInTmp });
+      resolve({ code: code ?? 1, out, leftInTmp, consolePage });
     });
   });
 }
 
 void test("npm start runs claude-fixer on Claude Code with the scripted model, and the patched test passes", async () => {
-  const { code, out, leftInTmp } = await runDemo(undefined);
+  const { code, out, leftInTmp, consolePage } = await runDemo(undefined);
   assert.equal(code, 0, out);
   assert.deepEqual(leftInTmp, [], "npm start left these in its temporary folder");
   assert.match(out, /the SCRIPTED model \(no ANTHROPIC_API_KEY set\).*demo-script-claude\.json/);
   assert.match(out, /installed plugin harness-claude 0\.1\.0/);
   assert.match(out, /\$ oz0 run claude-fixer /);
+  // The console link is printed before the run, and its page is served while the demo runs.
+  assert.ok(out.indexOf("console: http://127.0.0.1:") < out.indexOf("$ oz0 run claude-fixer"), out);
+  assert.deepEqual(await consolePage, { status: 200, contentType: "text/html; charset=utf-8" });
   // Claude Code's own Bash tool read, edited and tested the code.
   assert.match(out, /▸ Bash: Run cat dates\/dates\.mjs/);
   assert.match(out, /▸ Bash: Run cd dates && node --test/);
