@@ -376,7 +376,11 @@ interface AttemptContext {
 }
 
 function connectionFailure(error: unknown): AttemptSummary {
-  const code = (error as { code?: string }).code ?? (error as Error).name ?? "error";
+  return failedConnection((error as { code?: string }).code ?? (error as Error).name ?? "error");
+}
+
+/** No answer came: retried like any connection failure, `errorCode` saying why. */
+function failedConnection(errorCode: string): AttemptSummary {
   return {
     status: 0,
     outcome: "connection_error",
@@ -384,7 +388,7 @@ function connectionFailure(error: unknown): AttemptSummary {
     estimated: false,
     delivered: false,
     retryable: true,
-    errorCode: code,
+    errorCode,
   };
 }
 
@@ -394,15 +398,7 @@ function upstreamTimeout(deps: ModelCallDeps): AttemptSummary {
     { timeoutMs: deps.retry.attemptTimeoutMs },
     "the provider did not answer in time; the attempt is given up",
   );
-  return {
-    status: 0,
-    outcome: "connection_error",
-    usage: { ...ZERO_USAGE },
-    estimated: false,
-    delivered: false,
-    retryable: true,
-    errorCode: "upstream_timeout",
-  };
+  return failedConnection("upstream_timeout");
 }
 
 function clientLeft(): AttemptSummary {
