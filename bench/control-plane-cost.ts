@@ -25,6 +25,11 @@
 // --kafka: the events service relays to Kafka (KAFKA_BROKERS when set, else a
 // broker started with @oz0/test-infra); without it, the embedded default, the
 // local log only.
+// OZ0_BENCH_ORCHESTRATOR_DIST=DIR: the orchestrator's child runs DIR/main.js (a
+// copy of an earlier services/orchestrator/dist, kept inside the repository so
+// its packages resolve) instead of the current build, the other three
+// services unchanged: runs alternating with and without it compare two
+// orchestrators side by side.
 import { spawn } from "node:child_process";
 import {
   chmodSync,
@@ -119,9 +124,41 @@ interface Api {
   plugins: Client<typeof PluginService>;
 }
 
+const orchestratorMain = path.join(repoRoot, "services", "orchestrator", "dist", "main.js");
+const orchestratorDist = process.env.OZ0_BENCH_ORCHESTRATOR_DIST;
+
+/**
+ * Starts a stack whose services run as `process.execPath main.js` under a
+ * script that execs node with `nodeFlags` and, with
+ * OZ0_BENCH_ORCHESTRATOR_DIST, the orchestrator's main.js from that folder.
+ * Node 20 refuses --cpu-prof in NODE_OPTIONS (later releases take it,
+ * nodejs/node#57018), hence a script named by process.execPath for the
+ * length of the start-up.
+ */
 async function stackFor(
   name: string,
   extra: Partial<Record<StackServiceName, Record<string, string>>> = {},
+  nodeFlags = "",
+): Promise<EmbeddedStack> {
+  if (nodeFlags === "" && orchestratorDist === undefined) return startStack(name, extra);
+  const node = process.execPath;
+  const wrapper = path.join(root, `node-${name}.sh`);
+  const swap =
+    orchestratorDist === undefined
+      ? ""
+      : `if [ "$1" = "${orchestratorMain}" ]; then shift; set -- "${path.resolve(orchestratorDist, "main.js")}" "$@"; fi\n`;
+  writeFileSync(wrapper, `#!/bin/sh\n${swap}exec "${node}" ${nodeFlags} "$@"\n`, { mode: 0o755 });
+  process.execPath = wrapper;
+  try {
+    return await startStack(name, extra);
+  } finally {
+    process.execPath = node;
+  }
+}
+
+async function startStack(
+  name: string,
+  extra: Partial<Record<StackServiceName, Record<string, string>>>,
 ): Promise<EmbeddedStack> {
   const home = path.join(root, name);
   mkdirSync(home, { recursive: true });
@@ -312,6 +349,7 @@ try {
     console.log(
       `sandbox isolation: ${stack.isolation?.mode ?? "unknown"}${stack.isolation?.reason ? ` (${stack.isolation.reason})` : ""}`,
     );
+    if (orchestratorDist !== undefined) console.log(`orchestrator: ${path.resolve(orchestratorDist, "main.js")}`);
     const api = await apiFor(stack);
     const pids = pidsOf(stack);
     const logs = path.join(root, "measured", "logs");
@@ -402,33 +440,19 @@ try {
 
 /**
  * A second stack, every service under `node --cpu-prof`, running
- * --profile-jobs jobs. The embedded stack starts each service as
- * `process.execPath main.js`, and Node 20 refuses --cpu-prof in
- * NODE_OPTIONS (later releases take it, nodejs/node#57018), so for the
- * length of the start-up process.execPath names a script that execs node
- * with the flags.
+ * --profile-jobs jobs.
  */
 async function profilePass(): Promise<void> {
   console.log("");
-  const node = process.execPath;
-  const wrapper = path.join(root, "node-cpu-prof.sh");
-  writeFileSync(wrapper, `#!/bin/sh\nexec "${node}" --cpu-prof --cpu-prof-dir="$OZ0_BENCH_CPU_PROF_DIR" "$@"\n`, {
-    mode: 0o755,
-  });
   const dirs = Object.fromEntries(SERVICES.map((name) => [name, path.join(profileDir, name)])) as Record<
     StackServiceName,
     string
   >;
-  let stack: EmbeddedStack;
-  process.execPath = wrapper;
-  try {
-    stack = await stackFor(
-      "profiled",
-      Object.fromEntries(SERVICES.map((name) => [name, { OZ0_BENCH_CPU_PROF_DIR: dirs[name] }])),
-    );
-  } finally {
-    process.execPath = node;
-  }
+  const stack = await stackFor(
+    "profiled",
+    Object.fromEntries(SERVICES.map((name) => [name, { OZ0_BENCH_CPU_PROF_DIR: dirs[name] }])),
+    '--cpu-prof --cpu-prof-dir="$OZ0_BENCH_CPU_PROF_DIR"',
+  );
   const fromUs = { value: 0 };
   const toUs = { value: 0 };
   let result: Round;
