@@ -30,6 +30,15 @@ export interface LifecycleOutboxOptions {
   sendTimeoutMs?: number;
   /** Events per claim and per Publish call. Default 500. */
   batch?: number;
+  /**
+   * How long a commit's nudge waits before shipping, so the events of
+   * the jobs committing meanwhile go in the same claim, Publish call and
+   * delete (issue 24: a job's five lifecycle steps were three rounds, six
+   * transactions and three calls; the events service pays per call too).
+   * They are stored either way: only when they reach the events service
+   * moves. Default 50 ms; 0 ships at once.
+   */
+  lingerMs?: number;
 }
 
 export class LifecycleOutbox implements LifecycleSink {
@@ -38,6 +47,8 @@ export class LifecycleOutbox implements LifecycleSink {
   readonly #poll: NodeJS.Timeout;
   /** A ship round runs; a nudge meanwhile asks for one more after it. */
   #shipping: Promise<void> | undefined;
+  /** A nudge waits out the linger before the next round. */
+  #lingering: NodeJS.Timeout | undefined;
   #again = false;
   #closed = false;
   /** Stores of events on their own (publish) not yet finished, so close() ships them too. */
@@ -62,16 +73,30 @@ export class LifecycleOutbox implements LifecycleSink {
   }
 
   committed(): void {
-    if (this.#closed) return;
+    if (this.#closed || this.#lingering) return;
     if (this.#shipping) {
       this.#again = true;
       return;
     }
+    const lingerMs = this.#o.lingerMs ?? 50;
+    if (lingerMs <= 0) {
+      this.#startShipping();
+      return;
+    }
+    this.#lingering = setTimeout(() => {
+      this.#lingering = undefined;
+      if (!this.#closed) this.#startShipping();
+    }, lingerMs);
+    this.#lingering.unref();
+  }
+
+  #startShipping(): void {
     this.#shipping = this.#shipAll().finally(() => {
       this.#shipping = undefined;
       if (this.#again) {
         this.#again = false;
-        this.committed();
+        // What committed while this round shipped has lingered already.
+        if (!this.#closed) this.#startShipping();
       }
     });
   }
@@ -100,6 +125,9 @@ export class LifecycleOutbox implements LifecycleSink {
   async close(options: { timeoutMs?: number } = {}): Promise<void> {
     clearInterval(this.#poll);
     await Promise.all(this.#storing);
+    // A lingering nudge's events are shipped below, now.
+    clearTimeout(this.#lingering);
+    this.#lingering = undefined;
     this.#closed = true;
     const last = (async () => {
       await this.#shipping;
