@@ -1,9 +1,10 @@
 // The ProxyStore on SQLite (better-sqlite3), one file under OZ0_LLM_PROXY_DATA,
 // for one proxy process: budgets are held in its memory (budget-ledger.ts).
 // better-sqlite3 answers synchronously; the methods wrap it in promises.
-// Writes are group-committed: every write of one turn of the event loop
-// (calls in flight before they go upstream, attempt and call records) is one
-// transaction, since a commit costs more than the rows in it.
+// Writes are group-committed while calls overlap: every write of one turn of
+// the event loop (calls in flight before they go upstream, attempt and call
+// records) is one transaction, since a commit costs more than the rows in it.
+// A call alone commits at once: there is nothing to group it with.
 import { randomUUID } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import path from "node:path";
@@ -110,6 +111,11 @@ export class SqliteProxyStore implements ProxyStore {
   // killed after a client has its answer still has the call on record. Every
   // read flushes first.
   #batch: WriteBatch | undefined;
+  // Calls between their first row in flight and their record. A write of a call alone
+  // commits in its own turn instead of waiting for the next one: no other call can
+  // add to its batch, and the wait was the proxy's added latency one call at a time.
+  // While calls overlap they group. A call whose record never came only keeps grouping on.
+  readonly #inFlight = new Set<string>();
   readonly #onWriteError: (error: unknown) => void;
   /** This store's pending calls carry it; those of any other (a process that died) are reconciled. */
   readonly #owner = randomUUID();
@@ -227,11 +233,13 @@ export class SqliteProxyStore implements ProxyStore {
 
   recordCall(call: CallRecord): Promise<void> {
     const values = [...meteringValues(call, SQLITE_ENCODING), call.attempts];
-    // The call's record and the end of its pending row commit in one transaction (the batch's).
+    this.#inFlight.delete(call.operationId);
+    // The call's record and the end of its pending row commit in one transaction (the batch's),
+    // with its attempts' records queued before it.
     return this.#enqueue(() => {
       this.#statements.insertCall.run(values);
       this.#statements.endCall.run(call.operationId);
-    });
+    }, this.#inFlight.size === 0);
   }
 
   beginAttempt(pending: PendingAttempt): Promise<void> {
@@ -239,7 +247,8 @@ export class SqliteProxyStore implements ProxyStore {
     // In WAL mode with synchronous = NORMAL a commit is a write to the WAL, no fsync, and
     // survives the process being killed (not a power cut, like every other row here).
     const values = [...pendingValues(pending, SQLITE_ENCODING), this.#owner];
-    return this.#enqueue(() => this.#statements.beginCall.run(values));
+    this.#inFlight.add(pending.operationId);
+    return this.#enqueue(() => this.#statements.beginCall.run(values), this.#inFlight.size === 1);
   }
 
   async reconcileInterrupted(): Promise<CallRecord[]> {
@@ -259,17 +268,28 @@ export class SqliteProxyStore implements ProxyStore {
     })();
   }
 
-  /** Resolves once the write's batch is committed. */
-  #enqueue(write: () => void): Promise<void> {
+  /**
+   * Resolves once the write's batch is committed: at once (with what is queued)
+   * when `alone`, else at the next turn of the event loop.
+   */
+  #enqueue(write: () => void, alone = false): Promise<void> {
     let batch = this.#batch;
     if (!batch) {
       batch = { writes: [], committed: deferred() };
       // Its writers see a failure; the uncaught one is for onWriteError.
       batch.committed.promise.catch(() => undefined);
       this.#batch = batch;
-      setImmediate(() => this.#flushQueued());
+      if (!alone) setImmediate(() => this.#flushQueued());
     }
     batch.writes.push(write);
+    if (alone) {
+      try {
+        this.flush();
+      } catch (error) {
+        // The writers see it through the batch's promise; onWriteError where a turn's batch has it.
+        setImmediate(() => this.#onWriteError(error));
+      }
+    }
     return batch.committed.promise;
   }
 

@@ -9,6 +9,34 @@ import Database from "better-sqlite3";
 import { SqliteProxyStore } from "../src/sqlite-proxy-store.js";
 import { describeProxyStore } from "./proxy-store-suite.js";
 
+/** A call of job "j" as the proxy hands it to the store. */
+const identity = (operationId: string) => ({
+  operationId,
+  job: "j",
+  agent: "a",
+  session: "s",
+  provider: "p",
+  model: "m",
+  wire: "openai",
+  stream: false,
+});
+const pending = (operationId: string) => ({
+  ...identity(operationId),
+  attempt: 1,
+  startedAt: new Date(2),
+  attemptStartedAt: new Date(2),
+});
+const record = (operationId: string) => ({
+  ...identity(operationId),
+  status: 200,
+  outcome: "ok" as const,
+  usage: { input: 1, output: 2, cacheRead: 0, cacheWrite: 0, reasoning: 0 },
+  costUsd: 0.01,
+  latencyMs: 3,
+  estimated: false,
+  startedAt: new Date(2),
+});
+
 describeProxyStore("SqliteProxyStore", async () => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-store-"));
   const store = new SqliteProxyStore({ dataDir });
@@ -51,32 +79,59 @@ void test("a call's store work runs the statements prepared at open: none is pre
   });
   await store.putToken({ hash: "h", job: "j", agent: "a", session: "s", budgetUsd: 0, createdAt: new Date(1) });
   const prepare = t.mock.method(Database.prototype, "prepare");
-  const identity = {
-    operationId: "op-1",
-    job: "j",
-    agent: "a",
-    session: "s",
-    provider: "p",
-    model: "m",
-    wire: "openai",
-    stream: false,
-  };
   assert.ok(await store.useToken("h", new Date(2)));
-  await store.beginAttempt({ ...identity, attempt: 1, startedAt: new Date(2), attemptStartedAt: new Date(2) });
-  const record = {
-    ...identity,
-    status: 200,
-    outcome: "ok" as const,
-    usage: { input: 1, output: 2, cacheRead: 0, cacheWrite: 0, reasoning: 0 },
-    costUsd: 0.01,
-    latencyMs: 3,
-    estimated: false,
-    startedAt: new Date(2),
-  };
-  await Promise.all([store.recordAttempt({ ...record, attempt: 1 }), store.recordCall({ ...record, attempts: 1 })]);
+  await store.beginAttempt(pending("op-1"));
+  await Promise.all([
+    store.recordAttempt({ ...record("op-1"), attempt: 1 }),
+    store.recordCall({ ...record("op-1"), attempts: 1 }),
+  ]);
   assert.equal(prepare.mock.callCount(), 0);
   assert.deepEqual(
     (await store.listCalls("j")).map((c) => c.operationId),
     ["op-1"],
   );
+});
+
+void test("a call alone commits at once; calls that overlap commit together at the next turn", async (t) => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-grouping-"));
+  const store = new SqliteProxyStore({ dataDir });
+  // Another connection sees only what is committed.
+  const reader = new Database(path.join(dataDir, "llm-proxy.sqlite"), { readonly: true });
+  t.after(async () => {
+    reader.close();
+    await store.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+  const committed = (table: string): string[] =>
+    (reader.prepare(`SELECT operation_id FROM ${table} ORDER BY operation_id`).all() as { operation_id: string }[]).map(
+      (r) => r.operation_id,
+    );
+  // Alone: in the file when the call returns, before any other turn of the event loop.
+  const begun = store.beginAttempt(pending("op-1"));
+  assert.deepEqual(committed("pending_calls"), ["op-1"]);
+  await begun;
+  // The attempt's record waits for its call's; the call's, alone, commits both at once.
+  const attempt = store.recordAttempt({ ...record("op-1"), attempt: 1 });
+  assert.deepEqual(committed("attempts"), []);
+  const call = store.recordCall({ ...record("op-1"), attempts: 1 });
+  assert.deepEqual(committed("attempts"), ["op-1"]);
+  assert.deepEqual(committed("calls"), ["op-1"]);
+  assert.deepEqual(committed("pending_calls"), []);
+  await Promise.all([attempt, call]);
+
+  // Overlapping: the first is alone when it comes; the second waits for the turn's batch.
+  const first = store.beginAttempt(pending("op-2"));
+  const second = store.beginAttempt(pending("op-3"));
+  assert.deepEqual(committed("pending_calls"), ["op-2"]);
+  await Promise.all([first, second]);
+  assert.deepEqual(committed("pending_calls"), ["op-2", "op-3"]);
+  // op-3 is still in flight: op-2's record groups with the turn's writes.
+  const overlapped = store.recordCall({ ...record("op-2"), attempts: 1 });
+  assert.deepEqual(committed("calls"), ["op-1"]);
+  await overlapped;
+  assert.deepEqual(committed("calls"), ["op-1", "op-2"]);
+  // The last one in flight is alone again.
+  const last = store.recordCall({ ...record("op-3"), attempts: 1 });
+  assert.deepEqual(committed("calls"), ["op-1", "op-2", "op-3"]);
+  await last;
 });
