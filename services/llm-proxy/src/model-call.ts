@@ -581,18 +581,25 @@ async function forwardStream(options: {
   let ttftMs: number | undefined;
   let outcome: Outcome = "ok";
   let finish: (() => void) | undefined;
+  // The events of the chunk that completes the stream, and any after: sent with the answer's end once
+  // the call is recorded, so a client that read the stream's last event has it on record,
+  // and the end costs no system call of its own (often the whole stream came in one chunk).
+  let tail = "";
   const end = (): void => {
-    if (!res.writableEnded) res.end();
+    if (!res.writableEnded) res.end(tail);
   };
   const headers = responseHeaders(upstream, ctx.operationId, scrubber);
 
+  /** The answer's headers, decided (Node sends them with the first bytes). */
+  const begin = (): void => {
+    if (delivered) return;
+    res.writeHead(200, headers);
+    delivered = true;
+    ttftMs = performance.now() - attemptStart;
+  };
   const deliver = async (text: string): Promise<void> => {
     if (input.clientGone.aborted) return;
-    if (!delivered) {
-      res.writeHead(200, headers);
-      delivered = true;
-      ttftMs = performance.now() - attemptStart;
-    }
+    begin();
     if (!(res as NodeJS.WritableStream).write(text)) await Promise.race([once(res, "drain"), once(res, "close")]);
   };
 
@@ -609,8 +616,9 @@ async function forwardStream(options: {
             sendError(res, { format, status: 402, type: "budget_exhausted", operationId: ctx.operationId, message });
             delivered = true;
           } else {
-            await deliver(batch + calls.streamErrorEvent("budget_exhausted", message));
+            await deliver(tail + batch + calls.streamErrorEvent("budget_exhausted", message));
             batch = "";
+            tail = "";
             finish = end;
           }
           abort();
@@ -619,7 +627,12 @@ async function forwardStream(options: {
         if (forward === undefined) continue;
         batch += streamScrubber.push(forward);
       }
-      if (batch) await deliver(batch);
+      if (batch && meter.complete) {
+        if (!input.clientGone.aborted) {
+          begin();
+          tail += batch;
+        }
+      } else if (batch) await deliver(batch);
       if (input.clientGone.aborted) {
         outcome = "client_aborted";
         abort();

@@ -1,7 +1,10 @@
 import assert from "node:assert/strict";
+import http from "node:http";
 import { describe, it } from "node:test";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
+import type { CallRecord } from "../src/proxy-store.js";
+import { SqliteProxyStore } from "../src/sqlite-proxy-store.js";
 import { startFixture, type SessionEndpoint } from "./proxy-fixture.js";
 
 const ask = { model: "claude-sonnet-5", max_tokens: 100, messages: [{ role: "user" as const, content: "x" }] };
@@ -313,6 +316,68 @@ void describe("clients that leave", () => {
       assert.equal(fx.model.tokensServed.total, 0);
     } finally {
       await fx.close();
+    }
+  });
+});
+
+/** A store whose call records wait until `release()`: what a client has by then, it had before its call was on record. */
+class RecordGate extends SqliteProxyStore {
+  readonly reached: Promise<void>;
+  readonly release: () => void;
+  readonly #reached: () => void;
+  readonly #released: Promise<void>;
+
+  constructor() {
+    super({ dataDir: ":memory:" });
+    let reached!: () => void;
+    let release!: () => void;
+    this.reached = new Promise((resolve) => (reached = resolve));
+    this.#released = new Promise((resolve) => (release = resolve));
+    this.#reached = reached;
+    this.release = release;
+  }
+
+  override async recordCall(call: CallRecord): Promise<void> {
+    this.#reached();
+    await this.#released;
+    return super.recordCall(call);
+  }
+}
+
+void describe("a stream's end", () => {
+  void it("reaches the client only once its call is on record", async () => {
+    const store = new RecordGate();
+    const fx = await startFixture({ turns: [{ text: "A streamed answer of a few deltas." }], config: { store } });
+    try {
+      const e = await fx.session();
+      let received = "";
+      const ended = new Promise<number>((resolve, reject) => {
+        const req = http.request(`${e.anthropicBaseUrl}/v1/messages`, {
+          method: "POST",
+          headers: { "content-type": "application/json", "x-api-key": e.token, ...e.headers },
+        });
+        req.on("response", (res) => {
+          res.setEncoding("utf8");
+          res.on("data", (text: string) => (received += text));
+          res.on("end", () => resolve(res.statusCode ?? 0));
+          res.on("error", reject);
+        });
+        req.on("error", reject);
+        req.end(JSON.stringify({ ...ask, stream: true }));
+      });
+      await store.reached;
+      // Whatever the proxy wrote before recording the call is on loopback already: a few turns
+      // of this process's event loop read it.
+      for (let turn = 0; turn < 5; turn += 1) await new Promise((resolve) => setImmediate(resolve));
+      assert.ok(!received.includes("message_stop"), "the stream's last event waits for the call's record");
+      store.release();
+      assert.equal(await ended, 200);
+      assert.ok(received.includes("event: message_stop"));
+      const [call] = await store.listCalls(e.job);
+      assert.equal(call!.outcome, "ok");
+    } finally {
+      await fx.close();
+      await store.close();
     }
   });
 });
