@@ -4,8 +4,8 @@
 // Publish call waiting on it (and every call queued behind it on the service's
 // one thread) waits too. Here the checkpoint runs beside the writer (PASSIVE:
 // it never blocks a writer or a reader), a few milliseconds after the outbox
-// says it appended, so the log is copied back while it is small and SQLite
-// restarts it from the beginning at the next write.
+// says the log grew by about a megabyte, so the log is copied back while it is
+// small and SQLite restarts it from the beginning at the next write.
 import Database from "better-sqlite3";
 import { parentPort, workerData } from "node:worker_threads";
 
@@ -14,7 +14,7 @@ export interface CheckpointerData {
   file: string;
 }
 
-/** What the outbox posts: `appended` after a commit, `close` to end the thread. */
+/** What the outbox posts: `appended` once the log grew by about a megabyte, `close` to end the thread. */
 export type ToCheckpointer = "appended" | "close";
 
 const port = parentPort!;

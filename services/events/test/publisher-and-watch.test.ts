@@ -207,16 +207,16 @@ void describe("Watch", () => {
     cleanup.push(() => rmSync(dataDir, { recursive: true, force: true }));
     const events = await service({ dataDir });
     const client = eventsClient(events.url);
-    for (let batch = 0; batch < 6; batch++) {
+    for (let batch = 0; batch < 12; batch++) {
       await client.publish({
         events: Array.from({ length: 500 }, (_, i) =>
           rawEvent("graph.step_started", { jobId: `job-${i % 7}`, attributes: { iteration: i } }),
         ),
       });
     }
-    // 3 000 events are close to 1 MB of pages: SQLite alone would keep them in
-    // the log until it reaches its (raised) threshold; the checkpointer copies
-    // them over a few milliseconds after each append.
+    // 6 000 events are about 2 MB of pages: SQLite alone would keep them in
+    // the log until it reaches its (raised) threshold of 8 000 pages; the
+    // checkpointer copies them over once the log grew by about a megabyte.
     const file = path.join(dataDir, "events.sqlite");
     const deadline = Date.now() + 30_000;
     while (statSync(file).size < 500_000) {
@@ -226,7 +226,7 @@ void describe("Watch", () => {
       );
       await new Promise((r) => setTimeout(r, 20));
     }
-    assert.equal((await watchAll(events.url)).length, 3000);
+    assert.equal((await watchAll(events.url)).length, 6000);
   });
 
   void test("the log survives a restart on the same data folder, positions included", async () => {
