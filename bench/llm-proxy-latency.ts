@@ -7,12 +7,14 @@
 // For each wire format (Anthropic Messages, OpenAI Chat Completions, OpenAI
 // Responses), whole answers and streams:
 //   - latency: sequential calls, the contenders alternating call by call;
-//     added p50 and p99 over the direct call, the proxy's against the forwarder's;
+//     added p50 and p99 over the direct call, the proxy's against the forwarder's,
+//     and the CPU each serving process spent a call;
 //   - throughput: calls per second at each concurrency, the contenders
 //     alternating round by round, with the CPU each serving process spent per call;
 //   - with --profile, a CPU profile of the proxy over one throughput window
-//     (V8's profiler, what --cpu-prof runs), summarised as the functions with
-//     the most self time per call; the .cpuprofile files stay for DevTools.
+//     and another over sequential calls (V8's profiler, what --cpu-prof runs),
+//     summarised as the functions with the most self time per call; the
+//     .cpuprofile files stay for DevTools.
 // Goal (issue 24): ≥ 50% of the forwarder's calls/s at 16 and 32
 // connections, added p50 ≤ 1.5x the forwarder's. `--body-kb` gives every
 // request a conversation of about that many kilobytes, which the proxy does
@@ -168,9 +170,12 @@ async function latency(
   wire: Wire,
   body: Buffer,
   calls: number,
-): Promise<Map<Contender, { p50: number; p99: number }>> {
+): Promise<Map<Contender, { p50: number; p99: number; cpuMicrosPerCall: number }>> {
   const times = new Map(contenders.map((c) => [c, [] as number[]]));
   for (let i = 0; i < 200; i += 1) for (const c of contenders) await call(c, wire, body); // warm-up: JIT, pools
+  // Each serving process does nothing but these calls: its CPU over them is theirs, one at a time.
+  const cpuBefore = new Map<Contender, number>();
+  for (const c of contenders) cpuBefore.set(c, await cpuOf(c.process));
   for (let i = 0; i < calls; i += 1) {
     for (let k = 0; k < contenders.length; k += 1) {
       const c = contenders[(i + k) % contenders.length]!;
@@ -179,10 +184,13 @@ async function latency(
       times.get(c)!.push(performance.now() - start);
     }
   }
+  const cpuAfter = new Map<Contender, number>();
+  for (const c of contenders) cpuAfter.set(c, await cpuOf(c.process));
   return new Map(
     contenders.map((c) => {
       const sorted = times.get(c)!.sort((a, b) => a - b);
-      return [c, { p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99) }];
+      const cpuMicrosPerCall = (cpuAfter.get(c)! - cpuBefore.get(c)!) / calls;
+      return [c, { p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99), cpuMicrosPerCall }];
     }),
   );
 }
@@ -309,7 +317,7 @@ async function bench(): Promise<void> {
               ? ""
               : `; added p50 ${((m.p50 - d.p50) / (l.get(forwarder)!.p50 - d.p50)).toFixed(2)}x the forwarder's`;
           console.log(
-            `    ${c.name.padEnd(15)} p50 ${m.p50.toFixed(3)} ms p99 ${m.p99.toFixed(3)} ms; added p50 ${(m.p50 - d.p50).toFixed(3)} ms p99 ${(m.p99 - d.p99).toFixed(3)} ms${vsForwarder}`,
+            `    ${c.name.padEnd(15)} p50 ${m.p50.toFixed(3)} ms p99 ${m.p99.toFixed(3)} ms; added p50 ${(m.p50 - d.p50).toFixed(3)} ms p99 ${(m.p99 - d.p99).toFixed(3)} ms; CPU ${m.cpuMicrosPerCall.toFixed(0)} µs a call${vsForwarder}`,
           );
         }
         for (const concurrency of concurrencies) {
@@ -364,6 +372,14 @@ async function bench(): Promise<void> {
             `  CPU profile of the proxy at ${concurrencies[0]} connections (${fmt(run.perSecond)}/s, ${run.cpuMicrosPerCall.toFixed(0)} µs CPU a call while profiled): ${file}`,
           );
           for (const line of formatProfileSummary(summariseCpuProfile(file, run.calls, 12), "  ")) console.log(line);
+          // And one call at a time: what the added latency is made of, besides waiting.
+          const sequentialFile = file.replace(/\.cpuprofile$/, "-sequential.cpuprofile");
+          await askRole(proxy, "profile-start");
+          for (let i = 0; i < calls; i += 1) await call(proxy1, wire, body);
+          await askRole(proxy, `profile-stop ${sequentialFile}`);
+          console.log(`  CPU profile of the proxy, ${calls} calls one at a time: ${sequentialFile}`);
+          for (const line of formatProfileSummary(summariseCpuProfile(sequentialFile, calls, 12), "  "))
+            console.log(line);
         }
       }
     }
