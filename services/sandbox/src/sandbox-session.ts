@@ -48,6 +48,7 @@ import {
   createSessionDirectories,
   handOverSessionDirectories,
   removeSessionDirectories,
+  type InternalDirectoryPool,
   type SessionPaths,
 } from "./session-directories.js";
 import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host";
@@ -109,7 +110,7 @@ export interface SandboxSessionOptions {
    * record and log in its internal directory, so a restarted sandbox takes it
    * over. Under bubblewrap only: there the keeper is all the harness needs.
    */
-  keep?: { orphanMs: number; spares?: SpareKeepers | undefined };
+  keep?: { orphanMs: number; spares?: SpareKeepers | undefined; internalDirs?: InternalDirectoryPool | undefined };
   /** A session a previous run of the sandbox started, taken over: {@link SandboxSession.resume} instead of prepareAndLaunch. */
   adopted?: {
     record: SessionRecord;
@@ -242,7 +243,9 @@ export class SandboxSession {
     const { paths, start, isolation, logger } = this.#options;
     try {
       if (isolation.mode === "user") this.#user = await isolation.acquireUser();
-      await createSessionDirectories(paths, stateSubdirectories(paths.stateDir));
+      createSessionDirectories(paths, stateSubdirectories(paths.stateDir), {
+        internalDirs: this.#options.keep?.internalDirs,
+      });
       if (isolation.mode === "none") this.#container = containerFor(isolation.containment, this.id, paths.internalDir);
       await copyAttachments(paths.workingDir, start.attachments);
       // A shared directory belongs to its owner: its changes are the owner's patch, not this session's.
@@ -707,7 +710,10 @@ export class SandboxSession {
     // Before, everything there is root's and nothing of the uid runs.
     const removeAs = this.#host !== undefined ? this.#user : undefined;
     try {
-      await removeSessionDirectories(this.#options.paths, { ...(removeAs !== undefined ? { user: removeAs } : {}) });
+      await removeSessionDirectories(this.#options.paths, {
+        ...(removeAs !== undefined ? { user: removeAs } : {}),
+        internalDirs: this.#options.keep?.internalDirs,
+      });
     } catch (error) {
       this.#options.logger.warn(
         { err: error, sessionId: this.id },

@@ -12,7 +12,18 @@
 // isolation mode) passes through them to its directories but cannot list
 // which other sessions there are; `internal/` is root's alone (0700).
 import { chmod, cp, lstat, mkdir, readdir, realpath, rm, rmdir, writeFile } from "node:fs/promises";
-import { existsSync, realpathSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  realpathSync,
+  renameSync,
+  rmdirSync,
+  rmSync,
+  truncateSync,
+  unlinkSync,
+} from "node:fs";
 import path from "node:path";
 import type { Attachment } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
@@ -120,16 +131,22 @@ export function relativeInside(relative: string, field: string): string {
   return normalized;
 }
 
-export async function createSessionDirectories(
+/**
+ * Makes the session's directories. Synchronously: a dozen directories on the
+ * node's own disk, each a single mkdir, cost less in the main thread than a
+ * thread-pool round trip and a promise apiece (issue 24).
+ */
+export function createSessionDirectories(
   paths: SessionPaths,
   stateSubdirectories: readonly string[],
-): Promise<void> {
+  options: { internalDirs?: InternalDirectoryPool | undefined } = {},
+): void {
   // The last step of each is not recursive: if another start raced us to the
   // same directory, this one fails instead of sharing it.
-  const exclusive = async (dir: string, mode: number): Promise<void> => {
-    await makePassableParents(dir);
+  const exclusive = (dir: string, mode: number): void => {
+    makePassableParents(dir);
     try {
-      await mkdir(dir, { mode });
+      mkdirSync(dir, { mode });
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === "EEXIST") {
         throw new SandboxError(
@@ -141,11 +158,12 @@ export async function createSessionDirectories(
     }
     paths.created.push(dir);
   };
-  await exclusive(paths.internalDir, 0o700);
-  if (!paths.sharesWorkingDir) await exclusive(paths.workingDir, 0o755);
-  await exclusive(paths.stateDir, 0o700);
-  for (const dir of stateSubdirectories) await mkdir(dir, { recursive: true, mode: 0o700 });
-  await mkdir(paths.socketDir, { recursive: true, mode: 0o700 });
+  if (options.internalDirs?.take(paths.internalDir) === true) paths.created.push(paths.internalDir);
+  else exclusive(paths.internalDir, 0o700);
+  if (!paths.sharesWorkingDir) exclusive(paths.workingDir, 0o755);
+  exclusive(paths.stateDir, 0o700);
+  for (const dir of stateSubdirectories) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  mkdirSync(paths.socketDir, { recursive: true, mode: 0o700 });
 }
 
 export async function copyAttachments(workingDir: string, attachments: readonly Attachment[]): Promise<void> {
@@ -170,12 +188,12 @@ export async function copyAttachments(workingDir: string, attachments: readonly 
  * The parents of `dir` that do not exist yet, made 0711 whatever the umask:
  * passable for a session's uid, not listable.
  */
-async function makePassableParents(dir: string): Promise<void> {
+function makePassableParents(dir: string): void {
   const parent = path.dirname(dir);
-  const first = await mkdir(parent, { recursive: true, mode: 0o711 });
+  const first = mkdirSync(parent, { recursive: true, mode: 0o711 });
   if (first === undefined) return;
   for (let made = parent; ; made = path.dirname(made)) {
-    await chmod(made, 0o711);
+    chmodSync(made, 0o711);
     if (made === first || made === path.dirname(made)) break;
   }
 }
@@ -193,19 +211,137 @@ export async function handOverSessionDirectories(paths: SessionPaths, user: Sess
  */
 export async function removeSessionDirectories(
   paths: SessionPaths,
-  options: { user?: SessionUser } = {},
+  options: { user?: SessionUser; internalDirs?: InternalDirectoryPool | undefined } = {},
 ): Promise<void> {
-  const { user } = options;
+  const { user, internalDirs } = options;
   const problems: unknown[] = [];
   const ownedByUser = user === undefined ? [] : paths.created.filter((dir) => dir !== paths.internalDir);
+  const budget = { entries: SYNC_REMOVAL_ENTRIES };
   for (const dir of paths.created) {
     if (ownedByUser.includes(dir)) continue;
+    if (dir === paths.internalDir && internalDirs?.give(dir) === true) continue;
+    if (removeSmallTree(dir, budget)) continue;
     await rm(dir, { recursive: true, force: true, maxRetries: 2 }).catch((error: unknown) => problems.push(error));
   }
   if (user !== undefined) await removeAsUser(ownedByUser, user).catch((error: unknown) => problems.push(error));
   // The default parent of work/ and state/, once empty; rmdir leaves it if a requested directory sits in it.
   await rmdir(paths.sessionDir).catch(() => undefined);
   if (problems.length > 0) throw problems[0];
+}
+
+/**
+ * How many entries a session's removal walks synchronously. A session's own
+ * tree is a dozen directories and the keeper's files, and the harness's work
+ * is usually small: removed in the main thread they cost a syscall each,
+ * where rm -r's walk through the thread pool costs an lstat, a round trip
+ * and a promise per entry besides (issue 24). A larger tree (a checkout, a
+ * node_modules) goes to rm -r, so the event loop never stalls on it.
+ */
+const SYNC_REMOVAL_ENTRIES = 256;
+
+/**
+ * Removes `dir` and everything in it, synchronously, by the entry types
+ * readdir gives (a symlink is unlinked, never followed); true when it is
+ * gone. False, having removed part of it, when the tree has more entries
+ * than the budget left or an entry cannot be removed this way: rm -r then
+ * finishes it and reports what it cannot remove.
+ */
+function removeSmallTree(dir: string, budget: { entries: number }): boolean {
+  let entries;
+  try {
+    entries = readdirSync(dir, { withFileTypes: true });
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "ENOENT";
+  }
+  budget.entries -= entries.length;
+  if (budget.entries < 0) return false;
+  try {
+    for (const entry of entries) {
+      const child = path.join(dir, entry.name);
+      if (entry.isDirectory()) {
+        if (!removeSmallTree(child, budget)) return false;
+      } else unlinkSync(child);
+    }
+    rmdirSync(dir);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The sandbox's own files in a kept session's internal directory that the next session there writes again: emptied, not removed. */
+const REUSED_FILES = new Set(["stdout", "stderr", "fd3", "exit.tmp", "session.json", "log.bin", "answers"]);
+
+/**
+ * Internal directories of ended sessions, emptied and kept for the next
+ * sessions (under bubblewrap, with keepers). On this machine's ext4 most of
+ * the sandbox's system time per session went to making inodes (the
+ * allocator steps over every inode freed in the last seconds, so churn makes
+ * each new one dearer) and freeing them: a session's internal directory and
+ * the six files the keeper and the sandbox write there are made once and
+ * reused instead (issue 24). The keeper's files are truncated, its `exit`
+ * renamed back to the `exit.tmp` it writes first; anything else is removed.
+ * The folder is never visible inside bubblewrap, and only a directory whose
+ * keeper wrote `exit` is taken: bwrap was reaped then, and with its PID
+ * namespace gone nothing still holds the files. Spares live in `dir`,
+ * emptied at start, as a restart finds them.
+ */
+export class InternalDirectoryPool {
+  readonly #dir: string;
+  readonly #max: number;
+  readonly #spares: string[] = [];
+  #made = 0;
+
+  constructor(options: { dir: string; max: number }) {
+    this.#dir = options.dir;
+    let usable = true;
+    try {
+      rmSync(this.#dir, { recursive: true, force: true, maxRetries: 2 });
+      mkdirSync(this.#dir, { recursive: true, mode: 0o700 });
+    } catch {
+      // No folder for spares: every session makes and removes its own, as without the pool.
+      usable = false;
+    }
+    this.#max = usable ? options.max : 0;
+  }
+
+  /** Moves a spare to `target` (which must not exist); false when there is none. */
+  take(target: string): boolean {
+    const spare = this.#spares.pop();
+    if (spare === undefined) return false;
+    // rename(2) would replace an empty directory: a start racing this one to the same path fails instead.
+    if (existsSync(target)) {
+      this.#spares.push(spare);
+      return false;
+    }
+    try {
+      renameSync(spare, target);
+      return true;
+    } catch {
+      rmSync(spare, { recursive: true, force: true });
+      return false;
+    }
+  }
+
+  /** Empties an ended session's internal directory and keeps it; false (the caller removes it) when it cannot be reused. */
+  give(internalDir: string): boolean {
+    if (this.#spares.length >= this.#max || !existsSync(path.join(internalDir, "exit"))) return false;
+    try {
+      for (const entry of readdirSync(internalDir, { withFileTypes: true })) {
+        const file = path.join(internalDir, entry.name);
+        if (entry.isFile() && entry.name === "exit") renameSync(file, path.join(internalDir, "exit.tmp"));
+        else if (entry.isFile() && REUSED_FILES.has(entry.name)) truncateSync(file, 0);
+        else if (!entry.isDirectory()) unlinkSync(file);
+        else if (!removeSmallTree(file, { entries: SYNC_REMOVAL_ENTRIES })) return false;
+      }
+      const spare = path.join(this.#dir, String(++this.#made));
+      renameSync(internalDir, spare);
+      this.#spares.push(spare);
+      return true;
+    } catch {
+      return false;
+    }
+  }
 }
 
 /**

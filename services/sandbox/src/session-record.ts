@@ -4,7 +4,7 @@
 // the same after the restart), and the ids of the requests already answered.
 // All of it lives in the session's internal directory, readable by the
 // sandbox alone, and goes with it when the session is removed.
-import { appendFileSync, closeSync, openSync, readFileSync, renameSync, writeFileSync, writeSync } from "node:fs";
+import { appendFileSync, closeSync, openSync, readFileSync, writeFileSync, writeSync } from "node:fs";
 import path from "node:path";
 import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { sizeDelimitedEncode, sizeDelimitedPeek } from "@bufbuild/protobuf/wire";
@@ -41,7 +41,12 @@ function files(internalDir: string): { record: string; log: string; answers: str
   };
 }
 
-/** Writes (or rewrites) the record, atomically. */
+/**
+ * Writes the record, once per session, before its first message is logged.
+ * Straight to its name, with no temporary file renamed into place (one
+ * metadata write less per session, issue 24): a record a crash tore does
+ * not parse and reads as none, as a record not yet renamed did.
+ */
 export function writeSessionRecord(record: SessionRecord): void {
   const file: RecordFile = {
     version: 1,
@@ -56,8 +61,7 @@ export function writeSessionRecord(record: SessionRecord): void {
     startTime: record.startTime,
   };
   const target = files(record.paths.internalDir).record;
-  writeFileSync(`${target}.tmp`, JSON.stringify(file), { mode: 0o600 });
-  renameSync(`${target}.tmp`, target);
+  writeFileSync(target, JSON.stringify(file), { mode: 0o600 });
 }
 
 /** The record in `internalDir`, or undefined when there is none (or it is unreadable). */

@@ -17,7 +17,13 @@ import { SandboxSession, type SandboxSessionOptions, type SessionIsolation } fro
 import { keeperAvailable, processStartTime, readKeeperExit } from "./session-keeper.js";
 import { KeeperSpawner } from "./keeper-spawner.js";
 import { readAnswered, readLogMessages, readSessionRecord } from "./session-record.js";
-import { relativeInside, resolveSessionPaths, validateAttachments, validateSessionId } from "./session-directories.js";
+import {
+  InternalDirectoryPool,
+  relativeInside,
+  resolveSessionPaths,
+  validateAttachments,
+  validateSessionId,
+} from "./session-directories.js";
 import type { SessionUserLease, SessionUserPool } from "./session-user-pool.js";
 
 /** Lifecycle hooks (the events publisher listens here). */
@@ -66,6 +72,8 @@ export interface SessionRegistryOptions {
 
 /** Keepers forked ahead: enough for sessions started a few at once; a burst past it starts the rest directly. */
 const SPARE_KEEPERS = 4;
+/** Emptied internal directories kept for new sessions: as many as start at once, a few; past it they are removed. */
+const SPARE_INTERNAL_DIRS = 8;
 
 export class SessionRegistry {
   readonly #options: SessionRegistryOptions;
@@ -80,6 +88,8 @@ export class SessionRegistry {
 
   /** Forks keepers ahead for new sessions, when sessions are kept (keeper-spawner.ts). */
   readonly #spawner: KeeperSpawner | undefined;
+  /** Ended kept sessions' internal directories, emptied for the next ones (session-directories.ts). */
+  readonly #internalDirs: InternalDirectoryPool | undefined;
 
   constructor(options: SessionRegistryOptions) {
     this.#options = options;
@@ -88,6 +98,11 @@ export class SessionRegistry {
         dir: path.join(options.root, "keepers"),
         spares: Math.min(SPARE_KEEPERS, options.maxSessions),
         logger: options.logger,
+      });
+    if (this.#keeps)
+      this.#internalDirs = new InternalDirectoryPool({
+        dir: path.join(options.root, "recycled"),
+        max: Math.min(SPARE_INTERNAL_DIRS, options.maxSessions),
       });
   }
 
@@ -214,7 +229,15 @@ export class SessionRegistry {
     const listener = this.#options.listener;
     return new SandboxSession({
       ...options,
-      ...(this.#keeps ? { keep: { orphanMs: this.#options.sessionOrphanMs, spares: this.#spawner } } : {}),
+      ...(this.#keeps
+        ? {
+            keep: {
+              orphanMs: this.#options.sessionOrphanMs,
+              spares: this.#spawner,
+              internalDirs: this.#internalDirs,
+            },
+          }
+        : {}),
       sessionPath: this.#options.sessionPath,
       locale: this.#options.locale,
       graceMs: this.#options.cancelGraceMs,

@@ -1,0 +1,136 @@
+// Kept sessions' internal directories are emptied and reused by later
+// sessions instead of made and removed each time (issue 24). What must hold:
+// a reused directory holds nothing of the session before it (its keeper's
+// output, its log, its record, its answers), and only a directory whose
+// keeper wrote its exit is reused.
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { describe, it } from "node:test";
+import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { startSandbox } from "../src/index.js";
+import { InternalDirectoryPool } from "../src/session-directories.js";
+import { testCredentials } from "@oz0/serving/testing";
+import { scenarioStart, SessionStream, startTestSandbox } from "./sandbox-test-kit.js";
+
+/** An ended kept session's internal directory, as its keeper and the sandbox leave it. */
+function endedSessionDir(dir: string, options: { exited: boolean }): void {
+  mkdirSync(path.join(dir, "run"), { recursive: true });
+  mkdirSync(path.join(dir, "snapshot.git", "objects"), { recursive: true });
+  for (const name of ["stdout", "stderr", "fd3", "session.json", "log.bin", "answers", "owner", "stdin"])
+    writeFileSync(path.join(dir, name), `${name} of the session before\n`);
+  writeFileSync(path.join(dir, "snapshot.git", "objects", "x"), "x");
+  writeFileSync(path.join(dir, "run", "left"), "x");
+  if (options.exited) writeFileSync(path.join(dir, "exit"), "0 \n");
+}
+
+void describe("internal directory pool", () => {
+  void it("empties an ended session's directory (its keeper's files truncated, the rest removed) and moves it to the next session", (t) => {
+    const root = mkdtempSync(path.join(os.tmpdir(), "oz0-pool-"));
+    t.after(() => rmSync(root, { recursive: true, force: true }));
+    const pool = new InternalDirectoryPool({ dir: path.join(root, "recycled"), max: 1 });
+    const first = path.join(root, "internal", "first");
+    endedSessionDir(first, { exited: true });
+    const inode = statSync(first).ino;
+
+    assert.equal(pool.give(first), true);
+    assert.equal(existsSync(first), false);
+    const next = path.join(root, "internal", "next");
+    assert.equal(pool.take(next), true);
+    assert.equal(statSync(next).ino, inode, "the same directory, not a new one");
+    assert.deepEqual(readdirSync(next).sort(), [
+      "answers",
+      "exit.tmp",
+      "fd3",
+      "log.bin",
+      "session.json",
+      "stderr",
+      "stdout",
+    ]);
+    // exit.tmp is the keeper's to write whole (it truncates it) and to rename; what it held is no output of the session.
+    for (const name of readdirSync(next).filter((name) => name !== "exit.tmp"))
+      assert.equal(statSync(path.join(next, name)).size, 0, `${name} is empty`);
+    assert.equal(pool.take(path.join(root, "internal", "third")), false, "one spare, taken");
+  });
+
+  void it("reuses no directory whose keeper did not write its exit, keeps at most its maximum, and never replaces an existing target", (t) => {
+    const root = mkdtempSync(path.join(os.tmpdir(), "oz0-pool-"));
+    t.after(() => rmSync(root, { recursive: true, force: true }));
+    const pool = new InternalDirectoryPool({ dir: path.join(root, "recycled"), max: 1 });
+    const running = path.join(root, "internal", "running");
+    endedSessionDir(running, { exited: false });
+    assert.equal(pool.give(running), false);
+    assert.match(readdirSync(running).join(","), /stdout/, "left as it was, for the caller to remove");
+
+    const [a, b] = ["a", "b"].map((name) => path.join(root, "internal", name)) as [string, string];
+    endedSessionDir(a, { exited: true });
+    endedSessionDir(b, { exited: true });
+    assert.equal(pool.give(a), true);
+    assert.equal(pool.give(b), false, "past its maximum");
+
+    const taken = path.join(root, "internal", "taken");
+    mkdirSync(taken);
+    assert.equal(pool.take(taken), false, "an existing directory is not replaced");
+    assert.deepEqual(readdirSync(path.join(root, "recycled")).length, 1, "the spare stays for the next session");
+  });
+
+  void it("under bubblewrap, a session started after another ended runs in its emptied internal directory and sees nothing of it; a restart drops the spares", async (t) => {
+    const first = await startTestSandbox({ isolation: "bwrap" });
+    const { root } = first;
+    t.after(() => rmSync(root, { recursive: true, force: true }));
+    let firstClosed = false;
+    t.after(async () => {
+      if (!firstClosed) await first.sandbox.close();
+    });
+
+    // Stderr lines, a permission answered, then exit 1: the keeper's stderr, the log, the answers and exit all written.
+    const before = new SessionStream(first.client, {
+      message: { case: "start", value: scenarioStart({ mode: "stderr", lines: 2, ask: true }) },
+    });
+    await before.waitFor((m) => m.message.case === "event" && m.message.value.event.case === "permissionRequest", "p1");
+    before.send({ message: { case: "permissionAnswer", value: { id: "p1", allow: true } } });
+    await before.finished;
+    assert.deepEqual(before.exited().how, { case: "exitCode", value: 1 });
+    const spares = readdirSync(path.join(root, "recycled"));
+    assert.equal(spares.length, 1, "the ended session's internal directory is kept");
+    const inode = statSync(path.join(root, "recycled", spares[0]!)).ino;
+
+    const after = new SessionStream(first.client, {
+      message: { case: "start", value: scenarioStart({ mode: "permission" }, {}, { sessionId: "after-1" }) },
+    });
+    await after.waitFor((m) => m.message.case === "event" && m.message.value.event.case === "permissionRequest", "p1");
+    assert.equal(statSync(path.join(root, "internal", "after-1")).ino, inode, "the spare was reused");
+    after.send({ message: { case: "permissionAnswer", value: { id: "p1", allow: true } } });
+    await after.finished;
+    assert.equal(after.exited().status, SessionStatus.COMPLETED);
+    assert.deepEqual(
+      after.received.map((m) => Number(m.seq)),
+      after.received.map((_, i) => i + 1),
+      "its own seqs from 1",
+    );
+    assert.equal(
+      after.received.some((m) => m.message.case === "stderr"),
+      false,
+      "no stderr of the session before",
+    );
+    assert.deepEqual(after.texts(), ["answer p1 allow=true outcome=OUTCOME_ANSWERED"]);
+
+    // A restarted sandbox on the same root starts with no spares (they belong to no session).
+    await first.sandbox.close();
+    firstClosed = true;
+    assert.equal(readdirSync(path.join(root, "recycled")).length, 1);
+    const restarted = await startSandbox({
+      port: 0,
+      root,
+      isolation: "bwrap",
+      cancelGraceMs: 2_000,
+      auth: testCredentials.settingsFor("sandbox"),
+    });
+    try {
+      assert.deepEqual(readdirSync(path.join(root, "recycled")), []);
+    } finally {
+      await restarted.close();
+    }
+  });
+});
