@@ -87,7 +87,11 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
       }
       const { appended, duplicates } = stored;
       traceAccepted(appended, { ...(deps.topic ? { topic: deps.topic } : {}) });
-      relay?.wake();
+      if (relay) {
+        relay.wake();
+        // Stored already; the answer waits while Kafka is behind, so a producer publishes at the pace it delivers.
+        await relay.caughtUp();
+      }
       return { accepted: appended.length, duplicates, dropped, reduced: sayUnknown(appended) };
     },
 

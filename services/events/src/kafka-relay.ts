@@ -21,6 +21,13 @@ export interface KafkaRelayOptions {
   /** Events per produce request. Default 1 000. */
   batchSize?: number;
   clientId?: string;
+  /**
+   * Undelivered events past which `caughtUp()` waits, so Publish answers at
+   * the pace the relay delivers. Default one produce request (`batchSize`).
+   */
+  maxBacklog?: number;
+  /** The longest `caughtUp()` holds a Publish back: back-pressure slows a producer, never stops one. Default 1 s. */
+  maxHoldMs?: number;
 }
 
 export class KafkaRelay {
@@ -30,6 +37,8 @@ export class KafkaRelay {
   private wakeUp: (() => void) | undefined;
   private loop: Promise<void> | undefined;
   private outage: { since: number } | undefined;
+  /** Publish calls held back until the backlog is short again (`caughtUp`). */
+  private readonly catchingUp = new Set<() => void>();
 
   constructor(private readonly options: KafkaRelayOptions) {
     this.logger = options.logger;
@@ -59,11 +68,44 @@ export class KafkaRelay {
   }
 
   /**
+   * Back-pressure for Publish, asked after its events are committed: resolves
+   * once the events Kafka has not received are at most `maxBacklog` again, at
+   * once when they are already, or when Kafka is unreachable or the relay
+   * stops (the outbox then holds the backlog, as it is for), and after
+   * `maxHoldMs` at most. Without it a producer that publishes faster than the
+   * broker takes builds a backlog in the outbox through a whole run, and every
+   * event's latency to Kafka includes its wait there.
+   */
+  caughtUp(): Promise<void> {
+    if (!this.holdsBack()) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        this.catchingUp.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, this.options.maxHoldMs ?? 1_000);
+      this.catchingUp.add(done);
+    });
+  }
+
+  private holdsBack(): boolean {
+    const maxBacklog = this.options.maxBacklog ?? this.options.batchSize ?? 1_000;
+    return !this.stopping && this.healthy && this.options.outbox.undeliveredBacklog > maxBacklog;
+  }
+
+  private releaseCaughtUp(): void {
+    if (this.catchingUp.size === 0 || this.holdsBack()) return;
+    for (const done of [...this.catchingUp]) done();
+  }
+
+  /**
    * Stop relaying. Gives the current batch up to `timeoutMs` to finish; what is
    * left stays in the outbox and is delivered after the next start.
    */
   async close({ timeoutMs = 5_000 } = {}): Promise<void> {
     this.stopping = true;
+    this.releaseCaughtUp();
     this.wake();
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([this.loop, new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
@@ -89,6 +131,7 @@ export class KafkaRelay {
         await this.producer.send(pinned.map((e) => e.json));
         this.options.outbox.markDeliveredThrough(pinned[pinned.length - 1]!.position);
         pinned = [];
+        this.releaseCaughtUp();
         backoffMs = 100;
         if (this.outage) {
           this.logger.info(
@@ -102,6 +145,8 @@ export class KafkaRelay {
         if (this.stopping) break;
         if (!this.outage) {
           this.outage = { since: Date.now() };
+          // Publish calls held back go on: the outbox keeps what Kafka cannot take now.
+          this.releaseCaughtUp();
           this.logger.warn(
             {
               code: "KAFKA_UNAVAILABLE",

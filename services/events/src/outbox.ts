@@ -386,6 +386,11 @@ export class Outbox {
     return this.head;
   }
 
+  /** How many stored events Kafka has not received yet (no query: positions are consecutive). */
+  get undeliveredBacklog(): number {
+    return Number(this.head - this.delivered);
+  }
+
   /** Commits what is waiting, then closes the checkpointer and the log. */
   async close(): Promise<void> {
     await this.groupCommitted;
