@@ -3,12 +3,41 @@
 // with the last seq it saw and gets every later message exactly once. Old
 // stderr pieces can be dropped to bound memory (stderr-capture.ts): their seq
 // stays, and a reader gets their size instead of their text.
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { WireType } from "@bufbuild/protobuf/wire";
 import { RunSessionResponseSchema, type RunSessionResponse } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { SandboxError } from "./sandbox-errors.js";
 
 /** A message of the log, as a message or its init object; the log gives it its seq. */
 export type LogBody = MessageInitShape<typeof RunSessionResponseSchema>["message"];
+
+/**
+ * How many bytes of its latest messages' encodings a log keeps for its live
+ * followers (and at least the latest's): more than a burst of lines read at
+ * once, little beside the log itself.
+ */
+const RECENT_ENCODED_BYTES = 256 * 1024;
+
+/** The tag of RunSessionResponse.seq (field 1, varint), the first byte of every logged message's encoding. */
+const SEQ_TAG = (1 << 3) | WireType.Varint;
+
+/**
+ * A message that protobuf-es's binary serialization writes as `bytes`, the
+ * encoding of `entry` (from {@link SessionEventLog.encoded}), instead of
+ * encoding `entry` again: it has no known field set and one unknown field,
+ * which toBinary writes as its tag and then its raw data. The tag is seq's,
+ * which every logged message's encoding starts with (its seq is at least 1
+ * and is field 1); the data is the rest of the encoding, so the bytes
+ * written are the encoding itself. For binary codecs only: JSON does not
+ * write unknown fields, so a JSON stream gets `entry`. `entry` is returned
+ * as it is when its encoding does not start with seq's tag.
+ */
+export function preEncoded(entry: RunSessionResponse, bytes: Uint8Array): RunSessionResponse {
+  if (bytes[0] !== SEQ_TAG) return entry;
+  const message = create(RunSessionResponseSchema);
+  message.$unknown = [{ no: 1, wireType: WireType.Varint, data: bytes.subarray(1) }];
+  return message;
+}
 
 export class SessionEventLog {
   readonly sessionId: string;
@@ -18,6 +47,9 @@ export class SessionEventLog {
   #wake: (() => void)[] = [];
 
   readonly #onAppend: ((entry: RunSessionResponse) => void) | undefined;
+  /** The latest messages' encodings, oldest first: see {@link encoded}. */
+  readonly #recentBytes = new Map<RunSessionResponse, Uint8Array>();
+  #recentSize = 0;
 
   /**
    * `restored`: the messages a previous run of the sandbox logged for this
@@ -65,6 +97,28 @@ export class SessionEventLog {
     this.#wake = [];
     for (const resolve of wake) resolve();
     return entry;
+  }
+
+  /**
+   * The message's protobuf encoding, made once for the log file and every
+   * stream following the log live (issue 24: the sandbox encoded each
+   * message for its file and again for each stream). Only the latest
+   * messages' are kept (RECENT_ENCODED_BYTES), so the log holds no second copy of itself; an
+   * attach from further back encodes them again.
+   */
+  encoded(entry: RunSessionResponse): Uint8Array {
+    let bytes = this.#recentBytes.get(entry);
+    if (bytes === undefined) {
+      bytes = toBinary(RunSessionResponseSchema, entry);
+      this.#recentBytes.set(entry, bytes);
+      this.#recentSize += bytes.byteLength;
+      for (const [older, olderBytes] of this.#recentBytes) {
+        if (this.#recentSize <= RECENT_ENCODED_BYTES || older === entry) break;
+        this.#recentBytes.delete(older);
+        this.#recentSize -= olderBytes.byteLength;
+      }
+    }
+    return bytes;
   }
 
   /**

@@ -8,6 +8,7 @@ import {
   type RunSessionResponse,
   type SandboxService,
 } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { preEncoded } from "./event-log.js";
 import { SandboxError, type SandboxErrorCode } from "./sandbox-errors.js";
 import { CommandRejectedError, type SandboxSession } from "./sandbox-session.js";
 import type { SessionRegistry } from "./session-registry.js";
@@ -104,6 +105,8 @@ async function* follow(
   /** Called once every message of a finished session, its end included, was handed to this stream. */
   onEndRead: () => void,
 ): AsyncGenerator<RunSessionResponse> {
+  // Binary codecs send each message as the log encoded it once (event-log.ts, preEncoded); JSON ones encode it themselves.
+  const binary = !/json/i.test(context.requestHeader.get("content-type") ?? "");
   const stop = new AbortController();
   const onAbort = (): void => stop.abort();
   context.signal.addEventListener("abort", onAbort, { once: true });
@@ -146,7 +149,7 @@ async function* follow(
         if (!stop.signal.aborted) onEndRead();
         return;
       }
-      yield winner.value;
+      yield binary ? preEncoded(winner.value, session.log.encoded(winner.value)) : winner.value;
       pending = log.next();
     }
   } finally {

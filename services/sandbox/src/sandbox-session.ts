@@ -185,7 +185,7 @@ export class SandboxSession {
         ? {
             onAppend: (entry: RunSessionResponse) => {
               try {
-                logFile.append(entry);
+                logFile.append(this.log.encoded(entry));
               } catch (error) {
                 if (!persistFailed)
                   options.logger.warn(

@@ -4,10 +4,10 @@
 // the same after the restart), and the ids of the requests already answered.
 // All of it lives in the session's internal directory, readable by the
 // sandbox alone, and goes with it when the session is removed.
-import { appendFileSync, closeSync, openSync, readFileSync, writeFileSync, writeSync } from "node:fs";
+import { appendFileSync, closeSync, openSync, readFileSync, writeFileSync, writevSync } from "node:fs";
 import path from "node:path";
 import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
-import { sizeDelimitedEncode, sizeDelimitedPeek } from "@bufbuild/protobuf/wire";
+import { BinaryWriter, sizeDelimitedPeek } from "@bufbuild/protobuf/wire";
 import { fromBinary } from "@bufbuild/protobuf";
 import { SessionRequestSchema, type SessionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import {
@@ -99,10 +99,12 @@ export class SessionLogFile {
     this.#path = files(internalDir).log;
   }
 
-  append(message: RunSessionResponse): void {
+  /** Appends a message given as its encoding (the log's, shared with the streams), with its size before it. */
+  append(encoded: Uint8Array): void {
     if (this.#closed) return;
     this.#fd ??= openSync(this.#path, "a", 0o600);
-    writeSync(this.#fd, sizeDelimitedEncode(RunSessionResponseSchema, message));
+    const size = new BinaryWriter().uint32(encoded.byteLength).finish();
+    writevSync(this.#fd, [size, encoded]);
   }
 
   close(): void {
