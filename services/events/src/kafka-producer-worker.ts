@@ -8,9 +8,10 @@
 // long as the worker, so a batch retried after a lost acknowledgement is not
 // written twice.
 import { parentPort, workerData } from "node:worker_threads";
-import { Kafka, logLevel, type LogEntry } from "kafkajs";
+import type { LogEntry } from "kafkajs";
 import { toKafkaMessage } from "./cloudevents.js";
 import { poolSmallZeroFilledBuffers } from "./kafka-allocation.js";
+import { useFasterKafkajsPaths } from "./kafkajs-hot-paths.js";
 
 export interface ProducerWorkerData {
   brokers: string[];
@@ -33,6 +34,9 @@ export type FromProducerWorker =
 
 // This thread runs nothing but the producer (see kafka-allocation.ts).
 poolSmallZeroFilledBuffers();
+// Before kafkajs loads, which takes its record encoder and its grouping by partition as it does (kafkajs-hot-paths.ts).
+useFasterKafkajsPaths();
+const { Kafka, logLevel } = await import("kafkajs");
 
 const port = parentPort!;
 const options = workerData as ProducerWorkerData;

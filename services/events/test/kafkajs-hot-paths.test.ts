@@ -1,0 +1,110 @@
+// The relay's replacements of kafkajs's hot paths against kafkajs's own: the
+// same record bytes for every shape of message the relay sends (kafkajs's
+// encoder for the rest), and the same grouping by partition.
+import assert from "node:assert/strict";
+import { createRequire } from "node:module";
+import { describe, test } from "node:test";
+import { toKafkaMessage } from "@oz0/events";
+import {
+  encodeRecord,
+  groupByPartition,
+  KAFKAJS_GROUPING,
+  KAFKAJS_RECORD,
+  useFasterKafkajsPaths,
+  type EncodedRecord,
+  type GroupingInput,
+  type RecordInput,
+} from "../src/kafkajs-hot-paths.js";
+
+const require = createRequire(import.meta.url);
+const RECORD_FILE = require.resolve(KAFKAJS_RECORD);
+const GROUPING_FILE = require.resolve(KAFKAJS_GROUPING);
+const kafkajsRecord = require(RECORD_FILE) as (input: RecordInput) => EncodedRecord;
+const kafkajsGrouping = require(GROUPING_FILE) as <M>(input: GroupingInput<M>) => Record<number, M[]>;
+
+const event = {
+  id: "3f2b1c9e-8a7d-4e6f-9b1a-2c3d4e5f6a7b",
+  type: "harness.operation_step",
+  time: "2026-12-02T01:23:45.678Z",
+  source: "orchestrator",
+  jobId: "job-17",
+  attributes: { step_index: 3, label: "Requested read" },
+  traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+};
+
+const cases: Record<string, RecordInput> = {
+  "a CloudEvents message as the relay sends it": { ...toKafkaMessage(JSON.stringify(event)), offsetDelta: 7 },
+  "an event outside a job (no key)": {
+    ...toKafkaMessage(JSON.stringify({ ...event, jobId: undefined, sessionId: "s-1" })),
+    offsetDelta: 0,
+  },
+  "multi-byte text in the key, the value and a header": {
+    key: "job-é✓",
+    value: JSON.stringify({ label: "read naïve 📄" }),
+    headers: { ce_subject: "ü", "content-type": "application/json" },
+    offsetDelta: 1,
+  },
+  "offsets and timestamps past one varint byte": {
+    key: "k",
+    value: "v",
+    headers: {},
+    offsetDelta: 999,
+    timestampDelta: 300_000,
+  },
+  "a negative timestamp delta": { key: "k", value: "v", offsetDelta: 128, timestampDelta: -5 },
+  "a value of 200 KB": { key: "big", value: "x".repeat(200_000), headers: { a: "b" } },
+  "Buffers for the value and a header": {
+    key: null,
+    value: Buffer.from([0, 1, 2, 255]),
+    headers: { h: Buffer.from("x") },
+  },
+  "no headers field at all": { key: "k", value: "" },
+};
+
+void describe("kafkajs's hot paths, replaced", () => {
+  for (const [name, input] of Object.entries(cases)) {
+    void test(`is kafkajs's bytes: ${name}`, () => {
+      const ours = encodeRecord(input);
+      assert.ok(ours, "encoded here, not left to kafkajs");
+      assert.ok(Buffer.isBuffer(ours.buf) && ours.buffer === ours.buf);
+      assert.deepEqual(ours.buffer, kafkajsRecord(input).buffer);
+    });
+  }
+
+  void test("leaves to kafkajs what the relay never sends: arrays of header values, numbers, huge deltas", () => {
+    assert.equal(encodeRecord({ key: "k", value: "v", headers: { h: ["a", "b"] } }), undefined);
+    assert.equal(encodeRecord({ key: "k", value: 42 }), undefined);
+    assert.equal(encodeRecord({ key: "k", value: "v", timestampDelta: 2 ** 40 }), undefined);
+  });
+
+  void test("messages grouped by partition in one pass land where kafkajs puts them, in order", () => {
+    const messages = Array.from({ length: 1_000 }, (_, i) => ({ key: `job-${(i * 7) % 50}`, value: String(i) }));
+    const calls: string[][] = [[], []];
+    const partitioner = (call: string[]) => (args: { message: { key: string } }) => {
+      call.push(args.message.key);
+      return Number(args.message.key.slice(4)) % 3;
+    };
+    const input = { topic: "t", partitionMetadata: [{}, {}, {}], messages };
+    const ours = groupByPartition({ ...input, partitioner: partitioner(calls[0]!) });
+    assert.deepEqual(ours, kafkajsGrouping({ ...input, partitioner: partitioner(calls[1]!) }));
+    assert.deepEqual(calls[0], calls[1], "the partitioner is asked about the same messages in the same order");
+    assert.deepEqual(groupByPartition({ ...input, partitionMetadata: [], partitioner: () => 0 }), {});
+  });
+
+  void test("both are what kafkajs's modules load once installed", () => {
+    // The modules kafkajs's produce request (v3; v4 to v7 reuse it) and its producer require are the ones replaced.
+    const produce = require.resolve("kafkajs/src/protocol/requests/produce/v3/request.js");
+    assert.equal(createRequire(produce).resolve("../../../recordBatch/record/v0"), RECORD_FILE);
+    const sendMessages = require.resolve("kafkajs/src/producer/sendMessages.js");
+    assert.equal(createRequire(sendMessages).resolve("./groupMessagesPerPartition"), GROUPING_FILE);
+    assert.deepEqual(useFasterKafkajsPaths(), { records: true, grouping: true });
+    const installed = require(RECORD_FILE) as (input: RecordInput) => EncodedRecord;
+    assert.notEqual(installed, kafkajsRecord);
+    assert.equal(require(GROUPING_FILE), groupByPartition);
+    const input = { ...cases["a CloudEvents message as the relay sends it"]! };
+    assert.deepEqual(installed(input).buffer, kafkajsRecord(input).buffer);
+    // A shape left to kafkajs is still encoded, by kafkajs.
+    const array = { key: "k", value: "v", headers: { h: ["a", "b"] } };
+    assert.deepEqual(installed(array).buffer, kafkajsRecord(array).buffer);
+  });
+});
