@@ -157,16 +157,18 @@ export class JobRunner {
     // span for whichever replica resumes the job and for links from calls about it.
     const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
     const traceparent = this.#o.lifecycle?.traceparentOf?.(job.id);
-    await this.#append(job.id, [stateChanged("pending")], {
-      ...(traceId || traceparent
-        ? { job: { ...(traceId ? { traceId } : {}), ...(traceparent ? { traceparent } : {}) } }
-        : {}),
+    const traced = { ...(traceId ? { traceId } : {}), ...(traceparent ? { traceparent } : {}) };
+    // Its update time stays its creation's, so the record below is the stored one without reading it back.
+    const [pending] = await this.#append(job.id, [stateChanged("pending")], {
+      job: { ...traced, updatedAt: job.updatedAt },
       lifecycle: [created],
     });
     const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "" };
     this.#active.set(job.id, active);
     this.#active.track(this.#sessions.start(job, active));
-    return (await this.#o.store.getJob(job.id))!;
+    // What the store holds now (issue 24: it was read back): the session's start writes nothing until its
+    // token is minted, a call to the LLM proxy away.
+    return { ...job, ...traced, lastSeq: Number(pending!.seq) };
   }
 
   /** Re-attach to every job that was running when the orchestrator stopped. */
@@ -226,7 +228,10 @@ export class JobRunner {
     const seqPatch: JobPatch = { sandboxSeq: message.seq };
     switch (message.kind) {
       case "started":
-        await this.#o.store.updateJob(jobId, seqPatch);
+        // Not written on its own: the session's next message (its first event, or its exit) stores a later seq,
+        // and a re-attach before that replays this message, which changes nothing (issue 24: one transaction
+        // less per job). Until then the stored seq is 0, "nothing heard from the session", which is true of the
+        // harness: whether it may start again elsewhere is its unused token's to prove (job-sessions.ts).
         return;
       case "exited":
         if (!active.result && message.result) active.result = message.result;
@@ -241,8 +246,11 @@ export class JobRunner {
           // past `exited` and must fail the job alike (jobEnding reads it back). A cancel keeps its reason.
           const job = await this.#o.store.getJob(jobId);
           if (job && !job.cancelRequestedAt) seqPatch.error = message.failure;
+          await this.#o.store.updateJob(jobId, seqPatch);
         }
-        await this.#o.store.updateJob(jobId, seqPatch);
+        // Otherwise nothing is stored (issue 24: one transaction less per job): the job ends when the stream
+        // does, right after, and a restart before that re-attaches before `exited` (the sandbox keeps an ended
+        // session for its retention period), which reads the same exit again.
         return;
       case "artifacts": {
         // Stored as they arrive, with the seq that says they were handled: a restart or a
