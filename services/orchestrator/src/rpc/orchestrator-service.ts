@@ -216,14 +216,17 @@ export interface OrchestratorServiceDeps {
   graphs?: { jobs: GraphJobs; registry: GraphRegistry };
 }
 
+/** Stored events a watcher reads at once before following the feed. */
+const WATCH_PAGE = 500;
+
 async function* watch(
   deps: OrchestratorServiceDeps,
   jobId: string,
   afterSeq: number,
   context: HandlerContext,
+  linked: Promise<unknown>,
 ): AsyncGenerator<WatchJobResponse> {
-  const job = await deps.store.getJob(jobId);
-  if (!job) throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
+  await linked;
   const buffer: JobEvent[] = [];
   const bell = new Doorbell(context.signal);
   const unsubscribe = deps.feed.subscribe(jobId, (event) => {
@@ -231,18 +234,21 @@ async function* watch(
     bell.ring();
   });
   try {
+    // Read once, after subscribing: an end committed later reaches the buffer (issue 24: it was read twice).
+    const job = await deps.store.getJob(jobId);
+    if (!job) throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
     let last = afterSeq;
     for (;;) {
-      const page = await deps.store.listJobEvents(jobId, last, 500);
-      if (page.length === 0) break;
+      const page = await deps.store.listJobEvents(jobId, last, WATCH_PAGE);
       for (const event of page) {
         yield { event } as WatchJobResponse;
         last = Number(event.seq);
         if (isTerminalEvent(event)) return;
       }
+      // A short page was all there was: what was appended since is in the buffer (no read that finds nothing).
+      if (page.length < WATCH_PAGE) break;
     }
-    const current = await deps.store.getJob(jobId);
-    if (current && isTerminal(current.state) && Number(current.lastSeq) <= last) return;
+    if (isTerminal(job.state) && Number(job.lastSeq) <= last) return;
     while (!context.signal.aborted) {
       while (buffer.length > 0) {
         const event = buffer.shift()!;
@@ -332,11 +338,8 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     watchJob: (req, context) => {
       const jobId = required(req.jobId, "job_id");
       // Calls about a job keep their own traces, linked to the job's (tracing.ts); started here, while the call's span is active.
-      const linked = orchestratorTracing.linkJob(jobId, deps.store);
-      return (async function* () {
-        await linked;
-        yield* watch(deps, jobId, Number(req.afterSeq), context);
-      })();
+      // Awaited inside watch: a generator around it would cost each message one more hop (issue 24).
+      return watch(deps, jobId, Number(req.afterSeq), context, orchestratorTracing.linkJob(jobId, deps.store));
     },
     watchJobs: (_req, context) => watchJobs({ feed: deps.feed, store: deps.store, toProto: jobToProto }, context),
     cancelJob: (req) =>
