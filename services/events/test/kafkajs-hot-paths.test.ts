@@ -1,13 +1,15 @@
 // The relay's replacements of kafkajs's hot paths against kafkajs's own: the
 // same record bytes for every shape of message the relay sends (kafkajs's
-// encoder for the rest), and the same grouping by partition.
+// encoder for the rest), the same grouping by partition and the same CRC.
 import assert from "node:assert/strict";
 import { createRequire } from "node:module";
 import { describe, test } from "node:test";
 import { toKafkaMessage } from "@oz0/events";
 import {
+  crc32c,
   encodeRecord,
   groupByPartition,
+  KAFKAJS_CRC32C,
   KAFKAJS_GROUPING,
   KAFKAJS_RECORD,
   useFasterKafkajsPaths,
@@ -19,6 +21,8 @@ import {
 const require = createRequire(import.meta.url);
 const RECORD_FILE = require.resolve(KAFKAJS_RECORD);
 const GROUPING_FILE = require.resolve(KAFKAJS_GROUPING);
+const CRC_FILE = require.resolve(KAFKAJS_CRC32C);
+const kafkajsCrc = require(CRC_FILE) as (buffer: Buffer) => number;
 const kafkajsRecord = require(RECORD_FILE) as (input: RecordInput) => EncodedRecord;
 const kafkajsGrouping = require(GROUPING_FILE) as <M>(input: GroupingInput<M>) => Record<number, M[]>;
 
@@ -91,13 +95,28 @@ void describe("kafkajs's hot paths, replaced", () => {
     assert.deepEqual(groupByPartition({ ...input, partitionMetadata: [], partitioner: () => 0 }), {});
   });
 
-  void test("both are what kafkajs's modules load once installed", () => {
+  void test("the CRC-32C is kafkajs's for every length, at every alignment", () => {
+    const bytes = Buffer.from(Array.from({ length: 70_000 }, (_, i) => (i * 2654435761) >>> 24));
+    for (let length = 0; length <= 41; length++)
+      for (let start = 0; start < 8; start++) {
+        const slice = bytes.subarray(start, start + length);
+        assert.equal(crc32c(slice), kafkajsCrc(slice), `${length} bytes from ${start}`);
+      }
+    assert.equal(crc32c(bytes), kafkajsCrc(bytes));
+    // The standard check value of CRC-32C.
+    assert.equal(crc32c(Buffer.from("123456789")), 0xe3069283);
+  });
+
+  void test("all three are what kafkajs's modules load once installed", () => {
     // The modules kafkajs's produce request (v3; v4 to v7 reuse it) and its producer require are the ones replaced.
     const produce = require.resolve("kafkajs/src/protocol/requests/produce/v3/request.js");
     assert.equal(createRequire(produce).resolve("../../../recordBatch/record/v0"), RECORD_FILE);
     const sendMessages = require.resolve("kafkajs/src/producer/sendMessages.js");
     assert.equal(createRequire(sendMessages).resolve("./groupMessagesPerPartition"), GROUPING_FILE);
-    assert.deepEqual(useFasterKafkajsPaths(), { records: true, grouping: true });
+    const recordBatch = require.resolve("kafkajs/src/protocol/recordBatch/v0/index.js");
+    assert.equal(createRequire(recordBatch).resolve("../crc32C"), CRC_FILE);
+    assert.deepEqual(useFasterKafkajsPaths(), { records: true, grouping: true, crc: true });
+    assert.equal(require(CRC_FILE), crc32c);
     const installed = require(RECORD_FILE) as (input: RecordInput) => EncodedRecord;
     assert.notEqual(installed, kafkajsRecord);
     assert.equal(require(GROUPING_FILE), groupByPartition);
