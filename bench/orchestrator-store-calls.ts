@@ -17,7 +17,7 @@
 // reads it once; RunAgent answers without reading it back), 2 updates (the
 // sandbox's positions ride on the next append or the job's end), 1 read of
 // its events (a short page is the last), 2 claims (a commit's nudge lingers
-// 50 ms, so jobs share a claim). "Built each call" swaps CompiledOnce's
+// 100 ms, so jobs share a claim). "Built each call" swaps CompiledOnce's
 // compile for its `built` (Kysely's builder and compiler, as before);
 // everything else (the store's code, better-sqlite3's cached statements, the
 // file's transactions) is the same.
