@@ -243,7 +243,7 @@ export class SandboxSession {
     const { paths, start, isolation, logger } = this.#options;
     try {
       if (isolation.mode === "user") this.#user = await isolation.acquireUser();
-      createSessionDirectories(paths, stateSubdirectories(paths.stateDir), {
+      await createSessionDirectories(paths, stateSubdirectories(paths.stateDir), {
         internalDirs: this.#options.keep?.internalDirs,
       });
       if (isolation.mode === "none") this.#container = containerFor(isolation.containment, this.id, paths.internalDir);

@@ -11,19 +11,21 @@
 // own are 0711: a session running under a uid of its own (the `user`
 // isolation mode) passes through them to its directories but cannot list
 // which other sessions there are; `internal/` is root's alone (0700).
-import { chmod, cp, lstat, mkdir, readdir, realpath, rm, rmdir, writeFile } from "node:fs/promises";
 import {
-  chmodSync,
-  existsSync,
-  mkdirSync,
-  readdirSync,
-  realpathSync,
-  renameSync,
-  rmdirSync,
-  rmSync,
-  truncateSync,
-  unlinkSync,
-} from "node:fs";
+  chmod,
+  cp,
+  lstat,
+  mkdir,
+  readdir,
+  realpath,
+  rename,
+  rm,
+  rmdir,
+  truncate,
+  unlink,
+  writeFile,
+} from "node:fs/promises";
+import { existsSync, mkdirSync, realpathSync, renameSync, rmSync } from "node:fs";
 import path from "node:path";
 import type { Attachment } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
@@ -132,21 +134,22 @@ export function relativeInside(relative: string, field: string): string {
 }
 
 /**
- * Makes the session's directories. Synchronously: a dozen directories on the
- * node's own disk, each a single mkdir, cost less in the main thread than a
- * thread-pool round trip and a promise apiece (issue 24).
+ * Makes the session's directories; the state directory's subdirectories at
+ * once. In the thread pool, not the main thread: on a disk that discards
+ * freed blocks, or an allocator that scans, one mkdir can take a
+ * millisecond, which would stall every session's stream.
  */
-export function createSessionDirectories(
+export async function createSessionDirectories(
   paths: SessionPaths,
   stateSubdirectories: readonly string[],
   options: { internalDirs?: InternalDirectoryPool | undefined } = {},
-): void {
+): Promise<void> {
   // The last step of each is not recursive: if another start raced us to the
   // same directory, this one fails instead of sharing it.
-  const exclusive = (dir: string, mode: number): void => {
-    makePassableParents(dir);
+  const exclusive = async (dir: string, mode: number): Promise<void> => {
+    await makePassableParents(dir);
     try {
-      mkdirSync(dir, { mode });
+      await mkdir(dir, { mode });
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === "EEXIST") {
         throw new SandboxError(
@@ -159,11 +162,12 @@ export function createSessionDirectories(
     paths.created.push(dir);
   };
   if (options.internalDirs?.take(paths.internalDir) === true) paths.created.push(paths.internalDir);
-  else exclusive(paths.internalDir, 0o700);
-  if (!paths.sharesWorkingDir) exclusive(paths.workingDir, 0o755);
-  exclusive(paths.stateDir, 0o700);
-  for (const dir of stateSubdirectories) mkdirSync(dir, { recursive: true, mode: 0o700 });
-  mkdirSync(paths.socketDir, { recursive: true, mode: 0o700 });
+  else await exclusive(paths.internalDir, 0o700);
+  if (!paths.sharesWorkingDir) await exclusive(paths.workingDir, 0o755);
+  await exclusive(paths.stateDir, 0o700);
+  await Promise.all(
+    [...stateSubdirectories, paths.socketDir].map((dir) => mkdir(dir, { recursive: true, mode: 0o700 })),
+  );
 }
 
 export async function copyAttachments(workingDir: string, attachments: readonly Attachment[]): Promise<void> {
@@ -188,12 +192,12 @@ export async function copyAttachments(workingDir: string, attachments: readonly 
  * The parents of `dir` that do not exist yet, made 0711 whatever the umask:
  * passable for a session's uid, not listable.
  */
-function makePassableParents(dir: string): void {
+async function makePassableParents(dir: string): Promise<void> {
   const parent = path.dirname(dir);
-  const first = mkdirSync(parent, { recursive: true, mode: 0o711 });
+  const first = await mkdir(parent, { recursive: true, mode: 0o711 });
   if (first === undefined) return;
   for (let made = parent; ; made = path.dirname(made)) {
-    chmodSync(made, 0o711);
+    await chmod(made, 0o711);
     if (made === first || made === path.dirname(made)) break;
   }
 }
@@ -216,11 +220,11 @@ export async function removeSessionDirectories(
   const { user, internalDirs } = options;
   const problems: unknown[] = [];
   const ownedByUser = user === undefined ? [] : paths.created.filter((dir) => dir !== paths.internalDir);
-  const budget = { entries: SYNC_REMOVAL_ENTRIES };
+  const budget = { entries: REMOVAL_ENTRIES };
   for (const dir of paths.created) {
     if (ownedByUser.includes(dir)) continue;
-    if (dir === paths.internalDir && internalDirs?.give(dir) === true) continue;
-    if (removeSmallTree(dir, budget)) continue;
+    if (dir === paths.internalDir && (await internalDirs?.give(dir)) === true) continue;
+    if (await removeSmallTree(dir, budget)) continue;
     await rm(dir, { recursive: true, force: true, maxRetries: 2 }).catch((error: unknown) => problems.push(error));
   }
   if (user !== undefined) await removeAsUser(ownedByUser, user).catch((error: unknown) => problems.push(error));
@@ -230,39 +234,41 @@ export async function removeSessionDirectories(
 }
 
 /**
- * How many entries a session's removal walks synchronously. A session's own
- * tree is a dozen directories and the keeper's files, and the harness's work
- * is usually small: removed in the main thread they cost a syscall each,
- * where rm -r's walk through the thread pool costs an lstat, a round trip
- * and a promise per entry besides (issue 24). A larger tree (a checkout, a
- * node_modules) goes to rm -r, so the event loop never stalls on it.
+ * How many entries a session's removal walks itself. A session's own tree is
+ * a dozen directories and the keeper's files, and the harness's work is
+ * usually small: removed by the types readdir gives, an unlink or rmdir per
+ * entry, all of a directory's at once, where rm -r's walk costs an lstat
+ * and an rmdir attempt more per entry, one after the other (issue 24). A
+ * larger tree (a checkout, a node_modules) goes to rm -r, which walks it
+ * without a promise per entry pending at once.
  */
-const SYNC_REMOVAL_ENTRIES = 256;
+const REMOVAL_ENTRIES = 256;
 
 /**
- * Removes `dir` and everything in it, synchronously, by the entry types
- * readdir gives (a symlink is unlinked, never followed); true when it is
- * gone. False, having removed part of it, when the tree has more entries
- * than the budget left or an entry cannot be removed this way: rm -r then
- * finishes it and reports what it cannot remove.
+ * Removes `dir` and everything in it, by the entry types readdir gives (a
+ * symlink is unlinked, never followed); true when it is gone. False, having
+ * removed part of it, when the tree has more entries than the budget left or
+ * an entry cannot be removed this way: rm -r then finishes it and reports
+ * what it cannot remove.
  */
-function removeSmallTree(dir: string, budget: { entries: number }): boolean {
+async function removeSmallTree(dir: string, budget: { entries: number }): Promise<boolean> {
   let entries;
   try {
-    entries = readdirSync(dir, { withFileTypes: true });
+    entries = await readdir(dir, { withFileTypes: true });
   } catch (error) {
     return (error as NodeJS.ErrnoException).code === "ENOENT";
   }
   budget.entries -= entries.length;
   if (budget.entries < 0) return false;
   try {
-    for (const entry of entries) {
-      const child = path.join(dir, entry.name);
-      if (entry.isDirectory()) {
-        if (!removeSmallTree(child, budget)) return false;
-      } else unlinkSync(child);
-    }
-    rmdirSync(dir);
+    const removed = await Promise.all(
+      entries.map((entry) => {
+        const child = path.join(dir, entry.name);
+        return entry.isDirectory() ? removeSmallTree(child, budget) : unlink(child).then(() => true);
+      }),
+    );
+    if (removed.includes(false)) return false;
+    await rmdir(dir);
     return true;
   } catch {
     return false;
@@ -324,18 +330,22 @@ export class InternalDirectoryPool {
   }
 
   /** Empties an ended session's internal directory and keeps it; false (the caller removes it) when it cannot be reused. */
-  give(internalDir: string): boolean {
+  async give(internalDir: string): Promise<boolean> {
     if (this.#spares.length >= this.#max || !existsSync(path.join(internalDir, "exit"))) return false;
     try {
-      for (const entry of readdirSync(internalDir, { withFileTypes: true })) {
-        const file = path.join(internalDir, entry.name);
-        if (entry.isFile() && entry.name === "exit") renameSync(file, path.join(internalDir, "exit.tmp"));
-        else if (entry.isFile() && REUSED_FILES.has(entry.name)) truncateSync(file, 0);
-        else if (!entry.isDirectory()) unlinkSync(file);
-        else if (!removeSmallTree(file, { entries: SYNC_REMOVAL_ENTRIES })) return false;
-      }
+      const emptied = await Promise.all(
+        (await readdir(internalDir, { withFileTypes: true })).map(async (entry) => {
+          const file = path.join(internalDir, entry.name);
+          if (entry.isFile() && entry.name === "exit") await rename(file, path.join(internalDir, "exit.tmp"));
+          else if (entry.isFile() && REUSED_FILES.has(entry.name)) await truncate(file, 0);
+          else if (!entry.isDirectory()) await unlink(file);
+          else return removeSmallTree(file, { entries: REMOVAL_ENTRIES });
+          return true;
+        }),
+      );
+      if (emptied.includes(false) || this.#spares.length >= this.#max) return false;
       const spare = path.join(this.#dir, String(++this.#made));
-      renameSync(internalDir, spare);
+      await rename(internalDir, spare);
       this.#spares.push(spare);
       return true;
     } catch {

@@ -26,7 +26,7 @@ function endedSessionDir(dir: string, options: { exited: boolean }): void {
 }
 
 void describe("internal directory pool", () => {
-  void it("empties an ended session's directory (its keeper's files truncated, the rest removed) and moves it to the next session", (t) => {
+  void it("empties an ended session's directory (its keeper's files truncated, the rest removed) and moves it to the next session", async (t) => {
     const root = mkdtempSync(path.join(os.tmpdir(), "oz0-pool-"));
     t.after(() => rmSync(root, { recursive: true, force: true }));
     const pool = new InternalDirectoryPool({ dir: path.join(root, "recycled"), max: 1 });
@@ -34,7 +34,7 @@ void describe("internal directory pool", () => {
     endedSessionDir(first, { exited: true });
     const inode = statSync(first).ino;
 
-    assert.equal(pool.give(first), true);
+    assert.equal(await pool.give(first), true);
     assert.equal(existsSync(first), false);
     const next = path.join(root, "internal", "next");
     assert.equal(pool.take(next), true);
@@ -54,20 +54,20 @@ void describe("internal directory pool", () => {
     assert.equal(pool.take(path.join(root, "internal", "third")), false, "one spare, taken");
   });
 
-  void it("reuses no directory whose keeper did not write its exit, keeps at most its maximum, and never replaces an existing target", (t) => {
+  void it("reuses no directory whose keeper did not write its exit, keeps at most its maximum, and never replaces an existing target", async (t) => {
     const root = mkdtempSync(path.join(os.tmpdir(), "oz0-pool-"));
     t.after(() => rmSync(root, { recursive: true, force: true }));
     const pool = new InternalDirectoryPool({ dir: path.join(root, "recycled"), max: 1 });
     const running = path.join(root, "internal", "running");
     endedSessionDir(running, { exited: false });
-    assert.equal(pool.give(running), false);
+    assert.equal(await pool.give(running), false);
     assert.match(readdirSync(running).join(","), /stdout/, "left as it was, for the caller to remove");
 
     const [a, b] = ["a", "b"].map((name) => path.join(root, "internal", name)) as [string, string];
     endedSessionDir(a, { exited: true });
     endedSessionDir(b, { exited: true });
-    assert.equal(pool.give(a), true);
-    assert.equal(pool.give(b), false, "past its maximum");
+    assert.equal(await pool.give(a), true);
+    assert.equal(await pool.give(b), false, "past its maximum");
 
     const taken = path.join(root, "internal", "taken");
     mkdirSync(taken);
