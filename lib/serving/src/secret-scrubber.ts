@@ -90,6 +90,20 @@ function readEscape(text: string, at: number): { code: number; end: number } | n
 }
 
 /**
+ * The character at `at`, a JSON escape read as the character it stands for
+ * (a backslash that starts none, or whose escape the text cuts off, as
+ * itself): its code times 8 plus how many of the text's characters it
+ * takes (1, 2 or 6), one number so the loops that read a character each
+ * allocate nothing.
+ */
+function readCharacter(text: string, at: number): number {
+  const code = text.charCodeAt(at);
+  if (code !== BACKSLASH) return code * 8 + 1;
+  const escape = readEscape(text, at);
+  return escape ? escape.code * 8 + (escape.end - at) : code * 8 + 1;
+}
+
+/**
  * Buffers every scan writes into, grown as needed. A scan's result is read
  * before the next scan starts (scans are synchronous and never nested), and
  * what outlives it is copied, so one set serves the whole process: a scan
@@ -181,6 +195,55 @@ function scan(options: {
 }
 
 /**
+ * The pairs of neighbouring characters in any of the secrets, a flag per
+ * pair of their low bytes (two pairs that share low bytes share a flag).
+ */
+function neighbourPairs(secrets: readonly string[]): Uint8Array {
+  const pairs = new Uint8Array(1 << 16);
+  for (const secret of secrets) {
+    for (let i = 1; i < secret.length; i += 1) {
+      pairs[((secret.charCodeAt(i - 1) & 0xff) << 8) | (secret.charCodeAt(i) & 0xff)] = 1;
+    }
+  }
+  return pairs;
+}
+
+/**
+ * False only when the text cannot hold a run of 8 or more key characters: a
+ * run is 7 neighbouring pairs in a row that are all pairs of a secret, read
+ * through white space and escapes as the scan reads them. A key's hundred
+ * or so pairs are a few of the thousands a text's characters form, so an
+ * ordinary text fails within a character or two of every start, and this
+ * loop (a table lookup per character) is what most streamed events cost
+ * instead of the automaton's steps (issue 24). Pairs that share their low
+ * bytes, and a gap long enough to end a run, only make it answer true more
+ * often: the scan then decides.
+ */
+function mayHoldRun(text: string, pairs: Uint8Array): boolean {
+  let previous = -1;
+  let run = 0;
+  for (let i = 0; i < text.length;) {
+    let code = text.charCodeAt(i);
+    if (code === BACKSLASH) {
+      const read = readCharacter(text, i);
+      code = read >>> 3;
+      i += read & 7;
+    } else {
+      i += 1;
+    }
+    if (isGap(code)) continue;
+    if (previous >= 0 && pairs[((previous & 0xff) << 8) | (code & 0xff)] === 1) {
+      run += 1;
+      if (run === MIN_FRAGMENT - 1) return true;
+    } else {
+      run = 0;
+    }
+    previous = code;
+  }
+  return false;
+}
+
+/**
  * True when the text holds a run of 8 or more key characters: the scan
  * without its bookkeeping, since nearly every text scrubbed holds none.
  */
@@ -188,16 +251,9 @@ function holdsRun(text: string, automata: readonly KeyAutomaton[]): boolean {
   const matches: KeyMatch[] = automata.map(() => ({ state: 0, length: 0 }));
   let gap = 0;
   for (let i = 0; i < text.length;) {
-    let code = text.charCodeAt(i);
-    let next = i + 1;
-    if (code === BACKSLASH) {
-      const escape = readEscape(text, i);
-      if (escape) {
-        code = escape.code;
-        next = escape.end;
-      }
-    }
-    i = next;
+    const read = readCharacter(text, i);
+    const code = read >>> 3;
+    i += read & 7;
     if (isGap(code)) {
       gap += 1;
       if (gap === MAX_GAP + 1) {
@@ -327,14 +383,20 @@ export interface SecretScrubber {
 export function createScrubber(secrets: string | undefined | readonly (string | undefined)[]): SecretScrubber {
   const list = Array.isArray(secrets) ? secrets : [secrets];
   const automata: KeyAutomaton[] = [];
+  const visibleSecrets: string[] = [];
   for (const secret of list) {
     if (typeof secret !== "string") continue;
     let visible = "";
     for (let i = 0; i < secret.length; i += 1) if (!isGap(secret.charCodeAt(i))) visible += secret[i];
-    if (visible.length >= MIN_FRAGMENT) automata.push(new KeyAutomaton(visible));
+    if (visible.length < MIN_FRAGMENT) continue;
+    automata.push(new KeyAutomaton(visible));
+    visibleSecrets.push(visible);
   }
+  // Without a secret nothing is scanned: no table (a scrubber of nothing is made per call).
+  const pairs = visibleSecrets.length === 0 ? new Uint8Array(0) : neighbourPairs(visibleSecrets);
+  const holdsAnyRun = (value: string): boolean => mayHoldRun(value, pairs) && holdsRun(value, automata);
   const text = (value: string): string => {
-    if (automata.length === 0 || value.length < MIN_FRAGMENT || !holdsRun(value, automata)) return value;
+    if (automata.length === 0 || value.length < MIN_FRAGMENT || !holdsAnyRun(value)) return value;
     const found = scan({ text: value, automata, streaming: false });
     return found.found ? render({ text: value, found, end: value.length, afterCovered: false }) : value;
   };
@@ -346,7 +408,7 @@ export function createScrubber(secrets: string | undefined | readonly (string | 
       // Without an escaped backslash, each decoded string is its raw characters read through one
       // level of escapes, which is how the raw text is scanned: no run in the raw text means none
       // in any string, and the document goes out as it came without being parsed.
-      if (!ESCAPED_BACKSLASH.test(document) && !holdsRun(document, automata)) return document;
+      if (!ESCAPED_BACKSLASH.test(document) && !holdsAnyRun(document)) return document;
       let parsed: unknown;
       try {
         parsed = JSON.parse(document);

@@ -1,0 +1,92 @@
+// The scrubber's quick test of a text (does it hold a run of 8 key
+// characters at all?) must never let a run through: thousands of texts with
+// fragments of a key planted in them, spaced out, escaped, at every offset,
+// come out with no 8 characters of the key left in them, and texts with no
+// fragment come out unchanged.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { createScrubber, REDACTED } from "../src/secret-scrubber.js";
+
+const KEY = "sk-ant-api03-Zq8fK2vLm9XwR4tYp7HsBn3Jc6DgUe1Ao5Vi0Nx-QrTy";
+
+/** A seeded generator, so a failure is the same on every run. */
+function seeded(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state * 1664525 + 1013904223) >>> 0;
+    return state / 2 ** 32;
+  };
+}
+
+const WORDS = ["the", "answer", "is", "1733100000", "chatcmpl-9f", '{"delta":', "Zq", "api", "ok.", "\\n", "sk-"];
+
+/** A fragment of the key written the ways a model might: plain, spaced out, with JSON escapes for space or letters. */
+function disguise(fragment: string, random: () => number): string {
+  let out = "";
+  for (const char of fragment) {
+    const roll = random();
+    if (roll < 0.15) out += `\\u00${char.charCodeAt(0).toString(16).padStart(2, "0")}`;
+    else out += char;
+    const gap = random();
+    if (gap < 0.1) out += " ";
+    else if (gap < 0.15) out += "\\n";
+    else if (gap < 0.2) out += "\\u0020";
+    else if (gap < 0.22) out += "\u200b";
+  }
+  return out;
+}
+
+/** The text as the leak check reads it: JSON escapes decoded, white space and zero-width characters gone. */
+function squeeze(text: string): string {
+  return text
+    .replace(/\\u([0-9a-fA-F]{4})/g, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)))
+    .replace(/\\[nrt]/g, " ")
+    .replace(/[\s\u200b]/g, "");
+}
+
+function leaks(text: string): string[] {
+  const squeezed = squeeze(text);
+  const found: string[] = [];
+  for (let i = 0; i + 8 <= KEY.length; i += 1)
+    if (squeezed.includes(KEY.slice(i, i + 8))) found.push(KEY.slice(i, i + 8));
+  return found;
+}
+
+void test("no text with a planted fragment of 8 or more key characters keeps one, however it is spaced or escaped", () => {
+  const scrubber = createScrubber(KEY);
+  const random = seeded(24);
+  for (let round = 0; round < 3_000; round += 1) {
+    const parts: string[] = [];
+    for (let i = 0; i < 1 + Math.floor(random() * 6); i += 1) parts.push(WORDS[Math.floor(random() * WORDS.length)]!);
+    const length = 8 + Math.floor(random() * 12);
+    const start = Math.floor(random() * (KEY.length - length + 1));
+    const fragment = KEY.slice(start, start + length);
+    parts.splice(Math.floor(random() * (parts.length + 1)), 0, disguise(fragment, random));
+    const text = parts.join(random() < 0.5 ? " " : "");
+    assert.ok(leaks(text).length > 0, `the planted text must leak before scrubbing: ${text}`);
+    for (const scrubbed of [scrubber.text(text), scrubber.json(JSON.stringify({ content: text }))]) {
+      assert.deepEqual(leaks(scrubbed), [], `round ${round}: ${JSON.stringify(text)} came out as ${scrubbed}`);
+      assert.ok(scrubbed.includes(REDACTED), `round ${round}: nothing was marked in ${scrubbed}`);
+    }
+  }
+});
+
+void test("texts with 7 key characters in a row at most come out exactly as they went in", () => {
+  const scrubber = createScrubber(KEY);
+  const random = seeded(7);
+  for (let round = 0; round < 2_000; round += 1) {
+    const parts: string[] = [];
+    for (let i = 0; i < 2 + Math.floor(random() * 8); i += 1) {
+      if (random() < 0.3) {
+        const start = Math.floor(random() * (KEY.length - 7));
+        parts.push(KEY.slice(start, start + 1 + Math.floor(random() * 7)));
+      } else {
+        parts.push(WORDS[Math.floor(random() * WORDS.length)]!);
+      }
+    }
+    // A space between the parts, so no two fragments join into a longer run.
+    const text = parts.join(" ");
+    if (leaks(text).length > 0) continue;
+    assert.equal(scrubber.text(text), text);
+  }
+});
