@@ -53,7 +53,7 @@ export interface ServeOptions {
   interceptors?: Interceptor[];
   /**
    * Where an RPC that arrives with no trace context is traced (default: a
-   * trace of its own). The events service puts a Publish in the traces of the
+   * trace of its own; health checks: none). The events service puts a Publish in the traces of the
    * events it carries, and traces none for events that belong to no trace.
    */
   untracedRpcs?: UntracedRpcPolicy;
@@ -75,6 +75,16 @@ export interface RunningServer {
    * `graceMs` to finish, then close every connection.
    */
   close(options?: { graceMs?: number }): Promise<void>;
+}
+
+/**
+ * Health checks come every few seconds from probes and belong to no trace:
+ * without a caller's trace context they leave no span (each was a lone
+ * one-span trace), on every service. Other RPCs go where the server's policy
+ * says, a trace of their own by default.
+ */
+function untracedOrProbe(policy: UntracedRpcPolicy | undefined): UntracedRpcPolicy {
+  return (request) => (request.service.typeName === Health.typeName ? "none" : (policy?.(request) ?? "root"));
 }
 
 export async function serve(options: ServeOptions): Promise<RunningServer> {
@@ -105,7 +115,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     acceptCompression: ACCEPT_COMPRESSION,
     readMaxBytes: READ_MAX_BYTES,
     interceptors: [
-      traceServer(options.untracedRpcs ? { untraced: options.untracedRpcs } : {}),
+      traceServer({ untraced: untracedOrProbe(options.untracedRpcs) }),
       unexpectedErrorInterceptor(logger),
       authInterceptor(options.auth, hint),
       ...(options.interceptors ?? []),

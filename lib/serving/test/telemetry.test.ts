@@ -44,11 +44,26 @@ void test("an RPC continues the caller's trace: the server span is a child of th
     assert.equal(rpc.attributes["rpc.method"], "Check");
 
     // A failed RPC is an error span whose status message names the code, never the error's own text.
-    await assert.rejects(client.check({ service: "no-such-service" }));
+    await tracer.startActiveSpan("caller", async (span) => {
+      await assert.rejects(client.check({ service: "no-such-service" }));
+      span.end();
+    });
     const failed = exporter.getFinishedSpans().filter((s) => s.name === "grpc.health.v1.Health/Check")[1];
     assert.equal(failed?.status.code, 2);
     assert.equal(failed?.status.message, "NotFound");
     assert.equal(failed?.attributes["rpc.grpc.status_code"], 5);
+
+    // A probe's health check, with no trace context, leaves no span (a lone one-span trace each).
+    const before = exporter.getFinishedSpans().length;
+    await client.check({ service: "liveness" });
+    await client.check({ service: "readiness" });
+    assert.deepEqual(
+      exporter
+        .getFinishedSpans()
+        .slice(before)
+        .map((s) => s.name),
+      [],
+    );
   } finally {
     await server.close({ graceMs: 100 });
     trace.disable();

@@ -49,7 +49,6 @@ import {
   type PermissionAnswer,
   type RuntimeToolResult,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { Health } from "@oz0/proto/grpc/health/v1/health_pb";
 import { SandboxNodeService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import {
   contextFromTraceparent,
@@ -147,15 +146,15 @@ function enumName(names: Record<number, string>, value: number): string {
 }
 
 /**
- * serve()'s `untracedRpcs` for the orchestrator's listeners: health checks
- * and sandbox nodes' heartbeats come every few seconds and belong to no
- * trace, so unless their caller sent a trace context they leave no span
- * (each was a lone one-span trace). Any other call starts a trace of its own.
+ * serve()'s `untracedRpcs` for the orchestrator's listeners: sandbox nodes'
+ * heartbeats come every few seconds and belong to no trace, so unless their
+ * caller sent a trace context they leave no span (each was a lone one-span
+ * trace), as serve() does for health checks. Any other call starts a trace
+ * of its own.
  */
 export const untracedProbes: UntracedRpcPolicy = (request) =>
-  request.service.typeName === Health.typeName ||
-  (request.service.typeName === SandboxNodeService.typeName &&
-    request.method.name === SandboxNodeService.method.heartbeat.name)
+  request.service.typeName === SandboxNodeService.typeName &&
+  request.method.name === SandboxNodeService.method.heartbeat.name
     ? "none"
     : "root";
 
