@@ -20,6 +20,7 @@
 // indexes are the same and so is every statement.
 import type Database from "better-sqlite3";
 import { runMigrations, type Migration } from "@oz0/postgres";
+import { runSqliteMigrations, type SchemaProbe, type SqliteMigration } from "@oz0/sqlite";
 import { sql, type ColumnDataType, type Compilable, type CreateTableBuilder, type Kysely } from "kysely";
 import type pg from "pg";
 import { COMPILERS, type EngineName } from "./store-sql.js";
@@ -51,12 +52,6 @@ const TYPES: Record<EngineName, ColumnTypes> = {
   sqlite: { engine: "sqlite", time: "integer", bool: "integer", count: "integer", real: "real", bytes: "blob" },
 };
 
-/** What a SQLite file from before numbered migrations has, for adopting it. */
-interface Probe {
-  hasTable(name: string): boolean;
-  hasColumn(table: string, column: string): boolean;
-}
-
 interface ProxyMigration {
   version: number;
   name: string;
@@ -65,7 +60,7 @@ interface ProxyMigration {
   /** The statements, built for the engine (a string: SQL Kysely's schema builder cannot make). */
   up(db: Kysely<SchemaOnly>, t: ColumnTypes): (Compilable | string)[];
   /** On a SQLite file from before numbered migrations: it already has what this makes. */
-  present?(probe: Probe): boolean;
+  present?(probe: SchemaProbe): boolean;
 }
 
 /**
@@ -243,7 +238,8 @@ $fn$`,
   },
 ];
 
-function migrationsFor(engine: EngineName): Migration[] {
+/** The engine's migrations as SQL, each with its probe for adopting an old SQLite file. */
+function migrationsFor(engine: EngineName): SqliteMigration[] {
   const db = COMPILERS[engine] as unknown as Kysely<SchemaOnly>;
   return MIGRATIONS.filter((m) => !m.only || m.only === engine).map((m) => ({
     version: m.version,
@@ -252,12 +248,13 @@ function migrationsFor(engine: EngineName): Migration[] {
       .up(db, TYPES[engine])
       .map((statement) => `${typeof statement === "string" ? statement : statement.compile().sql};`)
       .join("\n"),
+    ...(m.present ? { present: m.present } : {}),
   }));
 }
 
 /** Every migration PostgreSQL applies, as SQL. */
 export const POSTGRES_MIGRATIONS: readonly Migration[] = migrationsFor("postgres");
-const SQLITE_MIGRATIONS: readonly Migration[] = migrationsFor("sqlite");
+const SQLITE_MIGRATIONS: readonly SqliteMigration[] = migrationsFor("sqlite");
 
 /** Applies the migrations the schema lacks, under an advisory lock; returns the versions it ran. */
 export function migratePostgres(pool: pg.Pool, schema: string): Promise<number[]> {
@@ -265,43 +262,10 @@ export function migratePostgres(pool: pg.Pool, schema: string): Promise<number[]
 }
 
 /**
- * Applies the migrations a SQLite file lacks, in one IMMEDIATE transaction
- * (a second process opening the file at once waits, then finds them
- * recorded), adopting a file from before numbered migrations first. Returns
- * the versions it ran.
+ * Applies the migrations a SQLite file lacks (@oz0/sqlite's runner: one
+ * IMMEDIATE transaction, a file from before numbered migrations adopted by
+ * each migration's `present`). Returns the versions it ran.
  */
 export function migrateSqlite(db: Database.Database): number[] {
-  const byVersion = new Map(MIGRATIONS.map((m) => [m.version, m]));
-  return db
-    .transaction((): number[] => {
-      const probe: Probe = {
-        hasTable: (name) =>
-          db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?").get(name) !== undefined,
-        hasColumn: (table, column) =>
-          (db.prepare(`PRAGMA table_info(${table})`).all() as { name: string }[]).some((c) => c.name === column),
-      };
-      const adopting =
-        !probe.hasTable("oz0_migrations") && SQLITE_MIGRATIONS.some((m) => byVersion.get(m.version)?.present?.(probe));
-      db.exec(`CREATE TABLE IF NOT EXISTS oz0_migrations (component TEXT NOT NULL, version INTEGER NOT NULL,
-        name TEXT NOT NULL, applied_at INTEGER NOT NULL, PRIMARY KEY (component, version))`);
-      const done = new Set(
-        (
-          db.prepare("SELECT version FROM oz0_migrations WHERE component = 'llm-proxy'").all() as { version: number }[]
-        ).map((r) => r.version),
-      );
-      const record = db.prepare(
-        "INSERT INTO oz0_migrations (component, version, name, applied_at) VALUES ('llm-proxy', ?, ?, ?)",
-      );
-      const ran: number[] = [];
-      for (const migration of SQLITE_MIGRATIONS) {
-        if (done.has(migration.version)) continue;
-        if (!(adopting && byVersion.get(migration.version)?.present?.(probe))) {
-          db.exec(migration.sql);
-          ran.push(migration.version);
-        }
-        record.run(migration.version, migration.name, Date.now());
-      }
-      return ran;
-    })
-    .immediate();
+  return runSqliteMigrations({ db, component: "llm-proxy", migrations: SQLITE_MIGRATIONS });
 }

@@ -30,6 +30,7 @@ import {
   type CreateTableBuilder,
 } from "kysely";
 import { runMigrations, type Migration } from "@oz0/postgres";
+import { runSqliteMigrations, type SchemaProbe, type SqliteMigration } from "@oz0/sqlite";
 import type pg from "pg";
 
 export type SchemaPart = "jobs" | "graphs" | "cluster";
@@ -60,12 +61,6 @@ const TYPES: Record<EngineName, ColumnTypes> = {
   sqlite: { engine: "sqlite", time: "integer", json: "text", orderedJson: "text", bool: "integer", bigint: "integer" },
 };
 
-/** What a SQLite file from before numbered migrations has, for adopting it. */
-interface Probe {
-  hasTable(name: string): boolean;
-  hasColumn(table: string, column: string): boolean;
-}
-
 export interface OrchestratorMigration {
   version: number;
   name: string;
@@ -75,7 +70,7 @@ export interface OrchestratorMigration {
   /** The statements, built for the engine (a string: SQL Kysely's schema builder cannot make). */
   up(db: Kysely<SchemaOnly>, t: ColumnTypes, table: TableMaker): (Compilable | string)[];
   /** On a SQLite file from before numbered migrations: it already has what this makes. */
-  present?(probe: Probe): boolean;
+  present?(probe: SchemaProbe): boolean;
 }
 
 type Table = CreateTableBuilder<string, string>;
@@ -368,7 +363,8 @@ const COMPILERS: Record<EngineName, Kysely<SchemaOnly>> = {
   }),
 };
 
-function migrationsFor(engine: EngineName, part?: SchemaPart): Migration[] {
+/** The engine's migrations (of one part) as SQL, each with its probe for adopting an old SQLite file. */
+function migrationsFor(engine: EngineName, part?: SchemaPart): SqliteMigration[] {
   return MIGRATIONS.filter((m) => (!m.only || m.only === engine) && (!part || m.part === part)).map((m) => ({
     version: m.version,
     name: m.name,
@@ -376,6 +372,7 @@ function migrationsFor(engine: EngineName, part?: SchemaPart): Migration[] {
       .up(COMPILERS[engine], TYPES[engine], tableMaker(COMPILERS[engine], TYPES[engine]))
       .map((statement) => `${typeof statement === "string" ? statement : statement.compile().sql};`)
       .join("\n"),
+    ...(m.present ? { present: m.present } : {}),
   }));
 }
 
@@ -388,45 +385,10 @@ export async function migrateOrchestrator(pool: pg.Pool, schema: string): Promis
 }
 
 /**
- * Applies `part`'s migrations a SQLite file lacks, in one IMMEDIATE
- * transaction (two processes opening one file at once: the second waits,
- * then finds them recorded). Returns the versions it ran.
+ * Applies `part`'s migrations a SQLite file lacks (@oz0/sqlite's runner: one
+ * IMMEDIATE transaction, a file from before numbered migrations adopted by
+ * each migration's `present`). Returns the versions it ran.
  */
 export function migrateSqlite(db: Database.Database, part: Exclude<SchemaPart, "cluster">): number[] {
-  const migrations = migrationsFor("sqlite", part);
-  const byVersion = new Map(MIGRATIONS.map((m) => [m.version, m]));
-  return db
-    .transaction((): number[] => {
-      const probe: Probe = {
-        hasTable: (name) =>
-          db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?").get(name) !== undefined,
-        hasColumn: (table, column) =>
-          (db.prepare(`PRAGMA table_info(${table})`).all() as { name: string }[]).some((c) => c.name === column),
-      };
-      const adopting =
-        !probe.hasTable("oz0_migrations") && migrations.some((m) => byVersion.get(m.version)?.present?.(probe));
-      db.exec(`CREATE TABLE IF NOT EXISTS oz0_migrations (component TEXT NOT NULL, version INTEGER NOT NULL,
-        name TEXT NOT NULL, applied_at INTEGER NOT NULL, PRIMARY KEY (component, version))`);
-      const done = new Set(
-        (
-          db.prepare("SELECT version FROM oz0_migrations WHERE component = 'orchestrator'").all() as {
-            version: number;
-          }[]
-        ).map((r) => r.version),
-      );
-      const record = db.prepare(
-        "INSERT INTO oz0_migrations (component, version, name, applied_at) VALUES ('orchestrator', ?, ?, ?)",
-      );
-      const ran: number[] = [];
-      for (const migration of migrations) {
-        if (done.has(migration.version)) continue;
-        if (!(adopting && byVersion.get(migration.version)?.present?.(probe))) {
-          db.exec(migration.sql);
-          ran.push(migration.version);
-        }
-        record.run(migration.version, migration.name, Date.now());
-      }
-      return ran;
-    })
-    .immediate();
+  return runSqliteMigrations({ db, component: "orchestrator", migrations: migrationsFor("sqlite", part) });
 }

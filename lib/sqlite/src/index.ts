@@ -1,0 +1,6 @@
+export {
+  runSqliteMigrations,
+  type SchemaProbe,
+  type SqliteMigration,
+  type SqliteMigrationOptions,
+} from "./migrations.js";
