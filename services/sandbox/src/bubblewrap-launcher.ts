@@ -239,8 +239,13 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
           const pid = initPidFromInfo(text);
           if (pid !== undefined) {
             resolve(pid);
-            // bwrap writes nothing more there; a kept session's info file is no longer followed.
-            infoStream.destroy();
+            // A kept session's info file is no longer followed. A pipe is drained instead: bwrap may still
+            // write to it, and a write to a pipe closed here would end bwrap by SIGPIPE.
+            if (options.spawn !== undefined) infoStream.destroy();
+            else {
+              infoStream.removeAllListeners("data");
+              infoStream.resume();
+            }
           }
         });
         infoStream.on("error", () => resolve(undefined));
