@@ -159,7 +159,7 @@ async function waiting(jobId: string, count = 1): Promise<Record<string, unknown
     const list = await t.cli(["approvals", "list", "--job", jobId, "--json"]);
     const found = jsonLines(list.stdout);
     return found.length >= count ? found : undefined;
-  });
+  }, `${count} call(s) of job ${jobId} waiting for a person`);
 }
 
 async function finished(jobId: string): Promise<JobJson> {

@@ -99,7 +99,7 @@ async function killService(dev: Dev, name: string): Promise<void> {
   await eventually(
     async () =>
       servicePids()[name] !== before && dev.stderr().includes(`the ${name} service is back`) ? true : undefined,
-    200,
+    `the ${name} service back under a new pid`,
   );
   // Each restart says so in one line (how it ended is known for a service this oz0 dev started, not for an adopted one), then that it is back.
   const lines = dev.stderr().split("\n");
@@ -128,7 +128,7 @@ async function finished(id: string): Promise<Job> {
   return eventually(async () => {
     const j = await job(id);
     return /SUCCEEDED|FAILED|CANCELLED/.test(j.state) ? j : undefined;
-  }, 250);
+  }, `job ${id} ended`);
 }
 
 function jsonLines(text: string): unknown[] {
@@ -184,7 +184,7 @@ void test(
     await eventually(async () => {
       const usage = JSON.parse(await oz0("usage", working, "--json")) as { total?: { calls?: string | number } };
       return Number(usage.total?.calls ?? 0) >= 1 ? true : undefined;
-    }, 200);
+    }, "the working job's first model call metered");
 
     step("approval waits; the other job is in its model call");
     for (const name of ["llm-proxy", "events", "orchestrator", "sandbox"]) {

@@ -5,6 +5,8 @@ import { randomBytes } from "node:crypto";
 import pg from "pg";
 import type { JobRecord } from "../src/store/job-store.js";
 
+export { eventually } from "./support/eventually.js";
+
 export function databaseUrl(): string {
   const url = process.env.DATABASE_URL;
   if (!url)
@@ -25,26 +27,6 @@ export async function dropSchema(schema: string): Promise<void> {
     await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
   } finally {
     await client.end();
-  }
-}
-
-/**
- * Polls until `check` returns a value: waits for a condition, never asserts
- * how fast it came. The two-minute guard only turns a condition that never
- * comes (a broken implementation) into a failure instead of a hung run;
- * `timeoutMs` widens it for work that is long by design.
- */
-export async function eventually<T>(
-  check: () => Promise<T | undefined>,
-  what = "the condition",
-  timeoutMs = 120_000,
-): Promise<T> {
-  const giveUp = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > giveUp) throw new Error(`${what} never came about`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }
 

@@ -16,6 +16,8 @@ import {
   type StackProcess,
 } from "../../src/dev/embedded-stack.js";
 
+export { eventually } from "./eventually.js";
+
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const packageDir = path.resolve(here, "..", "..");
 export const repoRoot = path.resolve(packageDir, "..", "..");
@@ -213,13 +215,4 @@ export async function commitAll(dir: string, message: string): Promise<void> {
   await git("init", "-q", "-b", "main").catch(() => undefined);
   await git("add", "-A");
   await git("commit", "-q", "-m", message);
-}
-
-/** Wait until `check` returns a value, polling; the test's own timeout bounds it. */
-export async function eventually<T>(check: () => Promise<T | undefined>, intervalMs = 100): Promise<T> {
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    await new Promise((r) => setTimeout(r, intervalMs));
-  }
 }
