@@ -29,7 +29,8 @@
 // copy of an earlier services/orchestrator/dist, kept inside the repository so
 // its packages resolve) instead of the current build, the other three
 // services unchanged: runs alternating with and without it compare two
-// orchestrators side by side.
+// orchestrators side by side. OZ0_BENCH_SANDBOX_DIST=DIR: the same for the
+// sandbox's child (DIR a copy of an earlier services/sandbox/dist).
 import { spawn } from "node:child_process";
 import {
   chmodSync,
@@ -126,6 +127,11 @@ interface Api {
 
 const orchestratorMain = path.join(repoRoot, "services", "orchestrator", "dist", "main.js");
 const orchestratorDist = process.env.OZ0_BENCH_ORCHESTRATOR_DIST;
+const sandboxMain = path.join(repoRoot, "services", "sandbox", "dist", "main.js");
+const sandboxDist = process.env.OZ0_BENCH_SANDBOX_DIST;
+/** The wrapper's line that runs `dist`'s main.js in place of `main`. */
+const swapMain = (main: string, dist: string | undefined): string =>
+  dist === undefined ? "" : `if [ "$1" = "${main}" ]; then shift; set -- "${path.resolve(dist, "main.js")}" "$@"; fi\n`;
 
 /**
  * Starts a stack whose services run as `process.execPath main.js` under a
@@ -140,13 +146,10 @@ async function stackFor(
   extra: Partial<Record<StackServiceName, Record<string, string>>> = {},
   nodeFlags = "",
 ): Promise<EmbeddedStack> {
-  if (nodeFlags === "" && orchestratorDist === undefined) return startStack(name, extra);
+  if (nodeFlags === "" && orchestratorDist === undefined && sandboxDist === undefined) return startStack(name, extra);
   const node = process.execPath;
   const wrapper = path.join(root, `node-${name}.sh`);
-  const swap =
-    orchestratorDist === undefined
-      ? ""
-      : `if [ "$1" = "${orchestratorMain}" ]; then shift; set -- "${path.resolve(orchestratorDist, "main.js")}" "$@"; fi\n`;
+  const swap = swapMain(orchestratorMain, orchestratorDist) + swapMain(sandboxMain, sandboxDist);
   writeFileSync(wrapper, `#!/bin/sh\n${swap}exec "${node}" ${nodeFlags} "$@"\n`, { mode: 0o755 });
   process.execPath = wrapper;
   try {
@@ -350,6 +353,7 @@ try {
       `sandbox isolation: ${stack.isolation?.mode ?? "unknown"}${stack.isolation?.reason ? ` (${stack.isolation.reason})` : ""}`,
     );
     if (orchestratorDist !== undefined) console.log(`orchestrator: ${path.resolve(orchestratorDist, "main.js")}`);
+    if (sandboxDist !== undefined) console.log(`sandbox: ${path.resolve(sandboxDist, "main.js")}`);
     const api = await apiFor(stack);
     const pids = pidsOf(stack);
     const logs = path.join(root, "measured", "logs");
