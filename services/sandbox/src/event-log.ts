@@ -132,6 +132,12 @@ export class SessionEventLog {
     const piece = message.message.value;
     const bytes = Number(piece.droppedBytes) + Buffer.byteLength(piece.text);
     this.#messages[seq - 1] = bytes;
+    // Its encoding holds the text too.
+    const encoding = this.#recentBytes.get(message);
+    if (encoding !== undefined) {
+      this.#recentBytes.delete(message);
+      this.#recentSize -= encoding.byteLength;
+    }
     return bytes;
   }
 

@@ -11,6 +11,7 @@
 // own are 0711: a session running under a uid of its own (the `user`
 // isolation mode) passes through them to its directories but cannot list
 // which other sessions there are; `internal/` is root's alone (0700).
+import { randomUUID } from "node:crypto";
 import {
   chmod,
   cp,
@@ -55,6 +56,16 @@ export function validateSessionId(sessionId: string, field: string): void {
   }
 }
 
+/**
+ * The sandbox's own folders under the root, which no session may ask for as
+ * its working or state directory: `internal/` (each session's keeper files,
+ * log and record) and `recycled/` (emptied internal folders waiting for a
+ * later session, InternalDirectoryPool).
+ */
+export const SANDBOX_OWN_DIRS = ["internal", "recycled"] as const;
+/** Where InternalDirectoryPool keeps its spares, under the root. */
+export const RECYCLED_DIR: (typeof SANDBOX_OWN_DIRS)[number] = "recycled";
+
 /** Resolves and checks where the session's directories go; creates nothing. */
 export function resolveSessionPaths(options: {
   root: string;
@@ -81,8 +92,14 @@ export function resolveSessionPaths(options: {
         "is outside the node's sandbox root (OZ0_SANDBOX_ROOT); leave it empty to let the sandbox choose",
       );
     }
-    if (isInside(path.join(root, "internal"), resolved))
-      throw invalidField(field, "is inside the sandbox's internal directory; leave it empty to let the sandbox choose");
+    // The sandbox's own folders: a requested directory there could be swapped for (or emptied as) another session's.
+    for (const own of SANDBOX_OWN_DIRS) {
+      if (isInside(path.join(root, own), resolved))
+        throw invalidField(
+          field,
+          `is inside the sandbox's own directory ${own}/; leave it empty to let the sandbox choose`,
+        );
+    }
     if (existsSync(resolved))
       throw invalidField(field, "already exists; a session starts with an empty directory of its own");
     return resolved;
@@ -296,7 +313,8 @@ export class InternalDirectoryPool {
   readonly #dir: string;
   readonly #max: number;
   readonly #spares: string[] = [];
-  #made = 0;
+  /** give() calls between their check of the count and their spare's rename. */
+  #giving = 0;
 
   constructor(options: { dir: string; max: number }) {
     this.#dir = options.dir;
@@ -311,7 +329,11 @@ export class InternalDirectoryPool {
     this.#max = usable ? options.max : 0;
   }
 
-  /** Moves a spare to `target` (which must not exist); false when there is none. */
+  /**
+   * Moves a spare to `target` (which must not exist); false when there is
+   * none. In the main thread, unlike the rest of a session's directories: one
+   * rename, where making the folder and its files would be eight inodes.
+   */
   take(target: string): boolean {
     const spare = this.#spares.pop();
     if (spare === undefined) return false;
@@ -331,7 +353,9 @@ export class InternalDirectoryPool {
 
   /** Empties an ended session's internal directory and keeps it; false (the caller removes it) when it cannot be reused. */
   async give(internalDir: string): Promise<boolean> {
-    if (this.#spares.length >= this.#max || !existsSync(path.join(internalDir, "exit"))) return false;
+    // A place is held from here, so sessions ending together never keep more than `max`.
+    if (this.#spares.length + this.#giving >= this.#max || !existsSync(path.join(internalDir, "exit"))) return false;
+    this.#giving += 1;
     try {
       const emptied = await Promise.all(
         (await readdir(internalDir, { withFileTypes: true })).map(async (entry) => {
@@ -343,13 +367,16 @@ export class InternalDirectoryPool {
           return true;
         }),
       );
-      if (emptied.includes(false) || this.#spares.length >= this.#max) return false;
-      const spare = path.join(this.#dir, String(++this.#made));
+      if (emptied.includes(false)) return false;
+      // A name nobody can predict: rename(2) would replace an empty directory made there.
+      const spare = path.join(this.#dir, randomUUID());
       await rename(internalDir, spare);
       this.#spares.push(spare);
       return true;
     } catch {
       return false;
+    } finally {
+      this.#giving -= 1;
     }
   }
 }

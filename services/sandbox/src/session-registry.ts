@@ -23,6 +23,7 @@ import {
   resolveSessionPaths,
   validateAttachments,
   validateSessionId,
+  RECYCLED_DIR,
 } from "./session-directories.js";
 import type { SessionUserLease, SessionUserPool } from "./session-user-pool.js";
 
@@ -101,7 +102,7 @@ export class SessionRegistry {
       });
     if (this.#keeps)
       this.#internalDirs = new InternalDirectoryPool({
-        dir: path.join(options.root, "recycled"),
+        dir: path.join(options.root, RECYCLED_DIR),
         max: Math.min(SPARE_INTERNAL_DIRS, options.maxSessions),
       });
   }

@@ -4,13 +4,23 @@
 // output, its log, its record, its answers), and only a directory whose
 // keeper wrote its exit is reused.
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, it } from "node:test";
 import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { startSandbox } from "../src/index.js";
-import { InternalDirectoryPool } from "../src/session-directories.js";
+import { InternalDirectoryPool, resolveSessionPaths } from "../src/session-directories.js";
+import { SandboxError } from "../src/sandbox-errors.js";
 import { testCredentials } from "@oz0/serving/testing";
 import { scenarioStart, SessionStream, startTestSandbox } from "./sandbox-test-kit.js";
 
@@ -73,6 +83,35 @@ void describe("internal directory pool", () => {
     mkdirSync(taken);
     assert.equal(pool.take(taken), false, "an existing directory is not replaced");
     assert.deepEqual(readdirSync(path.join(root, "recycled")).length, 1, "the spare stays for the next session");
+  });
+
+  void it("sessions ending together keep no more spares than its maximum", async (t) => {
+    const root = mkdtempSync(path.join(os.tmpdir(), "oz0-pool-"));
+    t.after(() => rmSync(root, { recursive: true, force: true }));
+    const pool = new InternalDirectoryPool({ dir: path.join(root, "recycled"), max: 2 });
+    const ended = ["a", "b", "c", "d"].map((name) => path.join(root, "internal", name));
+    for (const dir of ended) endedSessionDir(dir, { exited: true });
+    const kept = await Promise.all(ended.map((dir) => pool.give(dir)));
+    assert.equal(kept.filter(Boolean).length, 2);
+    assert.equal(readdirSync(path.join(root, "recycled")).length, 2);
+  });
+
+  void it("no session may ask for a working or state directory inside the sandbox's own folders (internal/, recycled/)", (t) => {
+    const root = mkdtempSync(path.join(os.tmpdir(), "oz0-pool-"));
+    t.after(() => rmSync(root, { recursive: true, force: true }));
+    for (const own of ["internal", "recycled"]) {
+      mkdirSync(path.join(root, own), { recursive: true });
+      // A spare's name is not predictable, but any directory there could be swapped for (or emptied as) another session's.
+      const requested = path.join(realpathSync(root), own, "next");
+      for (const field of ["workingDir", "stateDir"] as const) {
+        assert.throws(
+          () => resolveSessionPaths({ root, sessionId: "s1", workingDir: "", stateDir: "", [field]: requested }),
+          (error: unknown) =>
+            error instanceof SandboxError && error.message.includes(`sandbox's own directory ${own}/`),
+          `${field} in ${own}/`,
+        );
+      }
+    }
   });
 
   void it("under bubblewrap, a session started after another ended runs in its emptied internal directory and sees nothing of it; a restart drops the spares", async (t) => {
