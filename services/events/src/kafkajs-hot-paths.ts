@@ -61,9 +61,13 @@ export interface GroupingInput<M> {
  * Makes kafkajs, in this thread, encode records with `encodeRecord` and group
  * messages with `groupByPartition`. Call it before kafkajs is imported: its
  * modules take both when they load. Says which it replaced: none when kafkajs
- * keeps them somewhere else, as another version might.
+ * is another release than the one they were written against, or keeps them
+ * somewhere else.
  */
 export function useFasterKafkajsPaths(): { records: boolean; grouping: boolean; crc: boolean } {
+  // The contracts replaced (what each module takes and gives) are 2.2.4's; another release that
+  // kept the files but changed a contract would send wrong bytes, so it runs kafkajs as it is.
+  if (kafkajsVersion() !== REPLACED_VERSION) return { records: false, grouping: false, crc: false };
   const records = replaceModule<(input: RecordInput) => EncodedRecord>(
     KAFKAJS_RECORD,
     (original) => (input) => encodeRecord(input) ?? original(input),
@@ -74,6 +78,17 @@ export function useFasterKafkajsPaths(): { records: boolean; grouping: boolean; 
   );
   const crc = replaceModule<(buffer: Buffer) => number>(KAFKAJS_CRC32C, () => crc32c);
   return { records, grouping, crc };
+}
+
+/** The kafkajs release whose modules these replacements were written and tested against. */
+export const REPLACED_VERSION = "2.2.4";
+
+function kafkajsVersion(): string | undefined {
+  try {
+    return (createRequire(import.meta.url)("kafkajs/package.json") as { version?: string }).version;
+  } catch {
+    return undefined;
+  }
 }
 
 function replaceModule<F>(specifier: string, replacement: (original: F) => F): boolean {
