@@ -604,7 +604,9 @@ async function forwardStream(options: {
   };
 
   try {
-    chunks: for await (const chunk of upstream) {
+    // Not destroyed when the loop stops at the stream's last event: `discard` (below) reads the rest
+    // so the connection goes back to the pool once the provider ends the response.
+    chunks: for await (const chunk of upstream.iterator({ destroyOnReturn: false })) {
       let batch = "";
       for (const event of splitter.push(chunk as Buffer)) {
         const forward = meter.onEvent(event);
@@ -638,6 +640,10 @@ async function forwardStream(options: {
         abort();
         break;
       }
+      // The provider has completed the stream: nothing after it is the client's, so the call is
+      // recorded and its last events sent now, not once the provider gets round to ending the
+      // response (one slow to close would hold the client's end; one that resets would cut it).
+      if (meter.complete) break;
     }
     if (outcome === "ok") {
       if (!meter.complete) {
@@ -659,14 +665,20 @@ async function forwardStream(options: {
       }
     }
   } catch (error) {
-    if (outcome === "ok") outcome = input.clientGone.aborted ? "client_aborted" : "stream_cut";
-    if (!delivered && outcome === "stream_cut") {
-      const code = (error as { code?: string }).code ?? "stream_error";
-      return { status: 200, outcome, ...reading(), delivered: false, retryable: true, errorCode: code };
+    // The loop stops at the stream's last event, so a connection that fails after it should not
+    // get here; if it does, the provider completed the answer, and its tail still goes out once recorded.
+    if (outcome === "ok" && meter.complete && delivered && !input.clientGone.aborted) finish = end;
+    else {
+      if (outcome === "ok") outcome = input.clientGone.aborted ? "client_aborted" : "stream_cut";
+      if (!delivered && outcome === "stream_cut") {
+        const code = (error as { code?: string }).code ?? "stream_error";
+        return { status: 200, outcome, ...reading(), delivered: false, retryable: true, errorCode: code };
+      }
+      if (delivered && !res.writableEnded) abortResponse(res);
     }
-    if (delivered && !res.writableEnded) abortResponse(res);
   } finally {
-    if (!upstream.complete) discard(upstream);
+    // Also when the response is complete but its end not yet read: its socket is freed on `end`.
+    if (!upstream.readableEnded) discard(upstream);
   }
   const { usage, estimated } = reading();
   // Field by field (no spreads): see meteringRecord.

@@ -344,35 +344,52 @@ class RecordGate extends SqliteProxyStore {
   }
 }
 
+/** A streamed request to the proxy over raw HTTP: what the client read so far, and how its answer ended. */
+function streamFromProxy(
+  url: string,
+  headers: Record<string, string>,
+  body: unknown,
+): { received: () => string; done: Promise<{ status: number; ended: boolean }> } {
+  let received = "";
+  const done = new Promise<{ status: number; ended: boolean }>((resolve) => {
+    const req = http.request(url, { method: "POST", headers: { "content-type": "application/json", ...headers } });
+    req.on("response", (res) => {
+      res.setEncoding("utf8");
+      res.on("data", (text: string) => (received += text));
+      // `ended` is false for an answer whose connection broke before its end.
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, ended: true }));
+      res.on("error", () => resolve({ status: res.statusCode ?? 0, ended: false }));
+      res.on("close", () => resolve({ status: res.statusCode ?? 0, ended: res.complete }));
+    });
+    // A connection that broke before the answer's headers.
+    req.on("error", () => resolve({ status: 0, ended: false }));
+    req.end(JSON.stringify(body));
+  });
+  return { received: () => received, done };
+}
+
 void describe("a stream's end", () => {
   void it("reaches the client only once its call is on record", async () => {
     const store = new RecordGate();
     const fx = await startFixture({ turns: [{ text: "A streamed answer of a few deltas." }], config: { store } });
     try {
       const e = await fx.session();
-      let received = "";
-      const ended = new Promise<number>((resolve, reject) => {
-        const req = http.request(`${e.anthropicBaseUrl}/v1/messages`, {
-          method: "POST",
-          headers: { "content-type": "application/json", "x-api-key": e.token, ...e.headers },
-        });
-        req.on("response", (res) => {
-          res.setEncoding("utf8");
-          res.on("data", (text: string) => (received += text));
-          res.on("end", () => resolve(res.statusCode ?? 0));
-          res.on("error", reject);
-        });
-        req.on("error", reject);
-        req.end(JSON.stringify({ ...ask, stream: true }));
-      });
+      const stream = streamFromProxy(
+        `${e.anthropicBaseUrl}/v1/messages`,
+        { "x-api-key": e.token, ...e.headers },
+        {
+          ...ask,
+          stream: true,
+        },
+      );
       await store.reached;
       // Whatever the proxy wrote before recording the call is on loopback already: a few turns
       // of this process's event loop read it.
       for (let turn = 0; turn < 5; turn += 1) await new Promise((resolve) => setImmediate(resolve));
-      assert.ok(!received.includes("message_stop"), "the stream's last event waits for the call's record");
+      assert.ok(!stream.received().includes("message_stop"), "the stream's last event waits for the call's record");
       store.release();
-      assert.equal(await ended, 200);
-      assert.ok(received.includes("event: message_stop"));
+      assert.deepEqual(await stream.done, { status: 200, ended: true });
+      assert.ok(stream.received().includes("event: message_stop"));
       const [call] = await store.listCalls(e.job);
       assert.equal(call!.outcome, "ok");
     } finally {
@@ -380,4 +397,166 @@ void describe("a stream's end", () => {
       await store.close();
     }
   });
+
+  /** Each format's whole streamed answer, as a provider sends it (usage: 10 in, 20 out), and its last event. */
+  const formats = {
+    anthropic: {
+      path: "/v1/messages",
+      last: "event: message_stop",
+      frames: [
+        [
+          "message_start",
+          {
+            type: "message_start",
+            message: {
+              id: "msg_tail",
+              type: "message",
+              role: "assistant",
+              model: "claude-sonnet-5",
+              content: [],
+              stop_reason: null,
+              usage: { input_tokens: 10, output_tokens: 1 },
+            },
+          },
+        ],
+        ["content_block_start", { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } }],
+        [
+          "content_block_delta",
+          { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "whole" } },
+        ],
+        ["content_block_stop", { type: "content_block_stop", index: 0 }],
+        ["message_delta", { type: "message_delta", delta: { stop_reason: "end_turn" }, usage: { output_tokens: 20 } }],
+        ["message_stop", { type: "message_stop" }],
+      ]
+        .map(([name, data]) => `event: ${name as string}\ndata: ${JSON.stringify(data)}\n\n`)
+        .join(""),
+    },
+    openai: {
+      path: "/v1/chat/completions",
+      last: "data: [DONE]",
+      frames:
+        [
+          { choices: [{ index: 0, delta: { role: "assistant", content: "whole" }, finish_reason: null }] },
+          { choices: [{ index: 0, delta: {}, finish_reason: "stop" }] },
+          { choices: [], usage: { prompt_tokens: 10, completion_tokens: 20, total_tokens: 30 } },
+        ]
+          .map(
+            (chunk) =>
+              `data: ${JSON.stringify({ id: "chatcmpl-tail", object: "chat.completion.chunk", model: "gpt-4o", ...chunk })}\n\n`,
+          )
+          .join("") + "data: [DONE]\n\n",
+    },
+  };
+
+  /**
+   * A provider that sends a whole streamed answer in one write and then, instead of ending the
+   * response, resets the connection or holds it open until `release()`.
+   */
+  async function completingProvider(then: "reset" | "hold") {
+    let released = false;
+    let release!: () => void;
+    const releasing = new Promise<void>((resolve) => (release = resolve));
+    const server = http.createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        const format = req.url!.includes("chat/completions") ? formats.openai : formats.anthropic;
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.write(format.frames, () => {
+          if (then === "reset") req.socket.resetAndDestroy();
+          else void releasing.then(() => res.end());
+        });
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    return {
+      url: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
+      get released() {
+        return released;
+      },
+      release() {
+        released = true;
+        release();
+      },
+      close: () => {
+        server.closeAllConnections();
+        return new Promise<void>((resolve) => server.close(() => resolve()));
+      },
+    };
+  }
+
+  async function proxyIn(front: string) {
+    const price = { "*": { input: 1, output: 1 } };
+    return startFixture({
+      turns: [],
+      config: {
+        providers: [
+          { name: "anthropic", baseUrl: front, keySecret: "ANTHROPIC_API_KEY", prices: price },
+          { name: "openai", baseUrl: front, keySecret: "OPENAI_API_KEY", auth: "bearer", prices: price },
+        ],
+      },
+    });
+  }
+
+  function askStreamed(e: SessionEndpoint, name: keyof typeof formats) {
+    return name === "anthropic"
+      ? streamFromProxy(
+          `${e.anthropicBaseUrl}/v1/messages`,
+          { "x-api-key": e.token, ...e.headers },
+          { ...ask, stream: true },
+        )
+      : streamFromProxy(
+          `${e.openaiBaseUrl}/chat/completions`,
+          { authorization: `Bearer ${e.token}`, ...e.headers },
+          {
+            model: "gpt-4o",
+            stream: true,
+            stream_options: { include_usage: true },
+            messages: [{ role: "user", content: "x" }],
+          },
+        );
+  }
+
+  for (const name of ["anthropic", "openai"] as const) {
+    void it(`${name}: a provider that resets its connection after completing the stream: the client has the whole stream, the call is recorded as completed`, async () => {
+      const provider = await completingProvider("reset");
+      const fx = await proxyIn(provider.url);
+      try {
+        const e = await fx.session();
+        const stream = askStreamed(e, name);
+        assert.deepEqual(await stream.done, { status: 200, ended: true }, "the answer ends, not breaks");
+        assert.ok(stream.received().includes(formats[name].last), `the client read ${formats[name].last}`);
+        const [call] = await fx.proxy.store.listCalls(e.job);
+        assert.equal(call!.outcome, "ok");
+        assert.equal(call!.estimated, false);
+        assert.deepEqual([call!.usage.input, call!.usage.output], [10, 20]);
+      } finally {
+        await fx.close();
+        await provider.close();
+      }
+    });
+
+    void it(`${name}: a provider that holds its connection open after completing the stream does not hold the client's end`, async () => {
+      const provider = await completingProvider("hold");
+      // Not a threshold: on a proxy that waits for the provider's end, the test would wait for ever;
+      // this lets the provider go after a while so that the test fails (below) instead of hanging.
+      const unstick = setTimeout(() => provider.release(), 30_000);
+      const fx = await proxyIn(provider.url);
+      try {
+        const e = await fx.session();
+        const stream = askStreamed(e, name);
+        const done = await stream.done;
+        assert.equal(provider.released, false, "the client's end came while the provider still held its connection");
+        assert.deepEqual(done, { status: 200, ended: true });
+        assert.ok(stream.received().includes(formats[name].last), `the client read ${formats[name].last}`);
+        const [call] = await fx.proxy.store.listCalls(e.job);
+        assert.equal(call!.outcome, "ok");
+        assert.deepEqual([call!.usage.input, call!.usage.output], [10, 20]);
+      } finally {
+        clearTimeout(unstick);
+        provider.release();
+        await fx.close();
+        await provider.close();
+      }
+    });
+  }
 });
