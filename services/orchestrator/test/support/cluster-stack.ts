@@ -137,6 +137,9 @@ export async function startClusterStack(options: ClusterStackOptions): Promise<C
           OZ0_NODE_TOKEN: nodeToken,
           OZ0_NODE_ID: `sandbox-${i + 1}`,
           OZ0_HEARTBEAT_MS: "500",
+          // A node killed here is never started again: its kept sessions end 5 s after it, not 15 min
+          // (they outlived the whole suite, their folders already removed).
+          OZ0_SESSION_ORPHAN_MS: "5000",
         }),
       ),
     );
