@@ -4,28 +4,10 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import path from "node:path";
 import { createInterface } from "node:readline";
+import { fetchReceived, type ReceivedMetricPoint, type ReceivedSpan } from "@oz0/test-infra";
 import { repoRoot } from "./test-stack.js";
 
-export interface ReceivedSpan {
-  service: string;
-  traceId: string;
-  spanId: string;
-  parentSpanId: string;
-  name: string;
-  attributes: Record<string, unknown>;
-  statusCode: number;
-  statusMessage: string;
-  startTimeUnixNano: string;
-  links: { traceId: string; spanId: string; attributes: Record<string, unknown> }[];
-}
-
-export interface ReceivedMetricPoint {
-  service: string;
-  name: string;
-  attributes: Record<string, unknown>;
-  value: number;
-  count?: number;
-}
+export type { ReceivedMetricPoint, ReceivedSpan };
 
 export interface OtlpReceiverProcess {
   url: string;
@@ -63,13 +45,7 @@ export async function startOtlpReceiverProcess(): Promise<OtlpReceiverProcess> {
   });
   return {
     url: base,
-    async received() {
-      const [spans, metrics] = await Promise.all([fetch(`${base}/spans`), fetch(`${base}/metrics`)]);
-      return {
-        spans: (await spans.json()) as ReceivedSpan[],
-        metrics: (await metrics.json()) as ReceivedMetricPoint[],
-      };
-    },
+    received: () => fetchReceived(base),
     stop: () => {
       receiver.kill("SIGTERM");
       for (const key of Object.keys(process.env)) if (!(key in saved)) delete process.env[key];
