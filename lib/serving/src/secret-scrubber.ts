@@ -208,6 +208,8 @@ function neighbourPairs(secrets: readonly string[]): Uint8Array {
   return pairs;
 }
 
+const NO_PAIRS = new Uint8Array(0);
+
 /**
  * False only when the text cannot hold a run of 8 or more key characters: a
  * run is 7 neighbouring pairs in a row that are all pairs of a secret, read
@@ -393,7 +395,7 @@ export function createScrubber(secrets: string | undefined | readonly (string | 
     visibleSecrets.push(visible);
   }
   // Without a secret nothing is scanned: no table (a scrubber of nothing is made per call).
-  const pairs = visibleSecrets.length === 0 ? new Uint8Array(0) : neighbourPairs(visibleSecrets);
+  const pairs = visibleSecrets.length === 0 ? NO_PAIRS : neighbourPairs(visibleSecrets);
   const holdsAnyRun = (value: string): boolean => mayHoldRun(value, pairs) && holdsRun(value, automata);
   const text = (value: string): string => {
     if (automata.length === 0 || value.length < MIN_FRAGMENT || !holdsAnyRun(value)) return value;
