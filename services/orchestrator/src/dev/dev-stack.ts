@@ -12,7 +12,6 @@
 // What a restart cannot save: sessions live in the sandbox's process, so the
 // sandbox's own crash ends them, and their jobs fail saying so.
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import net from "node:net";
 import path from "node:path";
 import { generateStackCredentials, type StackCredentials } from "@oz0/serving";
 import {
@@ -85,19 +84,14 @@ function readRecord(home: string): DevStackRecord | undefined {
   }
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-/** Each service's port for this data directory: the recorded one, or a free one chosen now and recorded. */
-async function stablePorts(home: string, orchestratorPort: number): Promise<Record<StackServiceName, number>> {
+/**
+ * Each service's port for this data directory as far as it is chosen: the
+ * orchestrator's given port, or the one recorded in ports.json. A service
+ * without one listens on a port of the kernel's choosing at its first start,
+ * which is then recorded: choosing a free port first and handing it over
+ * leaves a moment in which another program can take it.
+ */
+function recordedPorts(home: string, orchestratorPort: number): Partial<Record<StackServiceName, number>> {
   const file = devPortsFile(home);
   let recorded: Partial<Record<StackServiceName, number>> = {};
   if (existsSync(file)) {
@@ -109,21 +103,20 @@ async function stablePorts(home: string, orchestratorPort: number): Promise<Reco
       );
     }
   }
-  const ports = {} as Record<StackServiceName, number>;
-  let changed = false;
+  const ports: Partial<Record<StackServiceName, number>> = {};
   for (const name of SERVICES) {
-    const given = name === "orchestrator" && orchestratorPort !== 0 ? orchestratorPort : undefined;
     const kept = recorded[name];
-    if (given !== undefined) ports[name] = given;
+    if (name === "orchestrator" && orchestratorPort !== 0) ports[name] = orchestratorPort;
     else if (Number.isInteger(kept) && kept! > 0 && kept! < 65_536) ports[name] = kept!;
-    else {
-      ports[name] = await freePort();
-      changed = true;
-    }
-    if (ports[name] !== recorded[name]) changed = true;
   }
-  if (changed) writeFileSync(file, `${JSON.stringify(ports, null, 2)}\n`);
   return ports;
+}
+
+function writePorts(home: string, ports: Partial<Record<StackServiceName, number>>): void {
+  const file = devPortsFile(home);
+  const inOrder = Object.fromEntries(SERVICES.filter((name) => ports[name] !== undefined).map((n) => [n, ports[n]]));
+  const text = `${JSON.stringify(inOrder, null, 2)}\n`;
+  if (!existsSync(file) || readFileSync(file, "utf8") !== text) writeFileSync(file, text);
 }
 
 /** A service a previous `oz0 dev` started: watched by its pid, stopped by signals. */
@@ -180,11 +173,10 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
   const logs = path.join(home, "logs");
   const delays = options.restartDelayMs ?? { first: 500, max: 30_000 };
   const ownerToken = ensureOwnerCredential(home);
-  const ports = await stablePorts(home, options.orchestratorPort);
-  const urls = Object.fromEntries(SERVICES.map((name) => [name, `http://127.0.0.1:${ports[name]}`])) as Record<
-    StackServiceName,
-    string
-  >;
+  const ports = recordedPorts(home, options.orchestratorPort);
+  // Filled in as services are adopted or started; complete once the stack is up.
+  const urls: Partial<Record<StackServiceName, string>> = {};
+  for (const name of SERVICES) if (ports[name] !== undefined) urls[name] = `http://127.0.0.1:${ports[name]}`;
 
   // Services a crashed `oz0 dev` left running keep their credentials; those they accept must not change.
   const previous = readRecord(home);
@@ -226,15 +218,22 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
         home,
         urls,
         identity: stackIdentityEnv({ credentials, ownerToken, name }),
-        port: ports[name],
+        port: ports[name] ?? 0,
         extra: options.env?.[name],
       }),
       logFile: path.join(logs, `${name}.log`),
       outlivesParent: true,
       ...(options.logLevel ? { logLevel: options.logLevel } : {}),
-    }).catch((error: unknown) => {
-      throw portTakenHint(error, name, ports[name], home);
-    });
+    }).then(
+      (started) => {
+        ports[name] = Number(new URL(started.url).port);
+        urls[name] = started.url;
+        return started;
+      },
+      (error: unknown) => {
+        throw portTakenHint(error, name, ports[name], home);
+      },
+    );
 
   let closing = false;
   const wakeOnClose: (() => void)[] = [];
@@ -303,6 +302,7 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
             running.set(name, await start(name));
           }),
       );
+      writePorts(home, ports);
       const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
       if (failed) throw failed.reason;
       save();
@@ -314,7 +314,7 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
   for (const name of SERVICES) supervising.push(supervise(name));
 
   return {
-    urls,
+    urls: urls as Record<StackServiceName, string>,
     ownerToken,
     adopted: alive,
     get isolation() {
@@ -328,9 +328,9 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
 }
 
 /** A start that failed because the recorded port is taken says so, and what to do. */
-function portTakenHint(error: unknown, name: StackServiceName, port: number, home: string): Error {
+function portTakenHint(error: unknown, name: StackServiceName, port: number | undefined, home: string): Error {
   const message = (error as Error).message;
-  if (!/EADDRINUSE|address already in use/i.test(message)) return error as Error;
+  if (port === undefined || !/EADDRINUSE|address already in use/i.test(message)) return error as Error;
   return new Error(
     `the ${name} service's port ${port} is taken by another program; stop that program, or delete ${devPortsFile(home)} (oz0 dev then chooses new ports; jobs in flight are then lost)`,
   );
