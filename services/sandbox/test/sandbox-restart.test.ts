@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
-import net from "node:net";
+import type net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { createInterface } from "node:readline";
@@ -25,21 +25,17 @@ import { isText, scenarioStart, SessionStream } from "./sandbox-test-kit.js";
 const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist", "main.js");
 
 let root: string;
-let port: number;
+let port = 0;
 let model: http.Server;
 let modelUrl: string;
 let sandbox: ChildProcess | undefined;
 const logLines: string[] = [];
 
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port: chosen } = server.address() as net.AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return chosen;
-}
-
-/** Starts dist/main.js on the test's port and root; resolves once it listens. */
+/**
+ * Starts dist/main.js on the test's root and port; resolves once it listens.
+ * The first start takes a port of the kernel's choosing (a port chosen before
+ * could be taken by another test in between), every later one the same.
+ */
 async function startSandboxProcess(): Promise<ChildProcess> {
   const child = spawn(process.execPath, [MAIN], {
     env: {
@@ -55,6 +51,7 @@ async function startSandboxProcess(): Promise<ChildProcess> {
   for await (const line of createInterface({ input: child.stderr! })) {
     logLines.push(line);
     if (line.includes("sandbox listening")) {
+      port = Number(new URL((JSON.parse(line) as { url: string }).url).port);
       child.stderr!.resume();
       return child;
     }
@@ -71,7 +68,6 @@ function client(): Client<typeof SandboxService> {
 
 before(async () => {
   root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-restart-"));
-  port = await freePort();
   model = http.createServer((_request, response) => response.end("hello from the model"));
   await new Promise<void>((resolve) => model.listen(0, "127.0.0.1", resolve));
   modelUrl = `http://127.0.0.1:${(model.address() as net.AddressInfo).port}/anthropic`;
