@@ -70,7 +70,7 @@ export interface TokenCountsInit {
 
 /** Everything a raw event may carry besides its type. */
 export interface RawEventInit {
-  /** Defaults to a random UUID. Reuse an id only to say "the same event". */
+  /** Defaults to `newEventId()` (a UUID of version 7, time-ordered). Reuse an id only to say "the same event". */
   id?: string;
   /** Defaults to now. */
   time?: Date;
@@ -104,7 +104,7 @@ export function rawEvent(type: LifecycleType, init: RawEventInit = {}): RawEvent
   // (what create() would build, without its per-field walk).
   return {
     $typeName: "oz0.events.v1.RawEvent",
-    id: init.id ?? randomUUID(),
+    id: init.id ?? newEventId(),
     type,
     time: timestampFromDate(init.time ?? new Date()),
     source: init.source ?? "",
@@ -126,6 +126,23 @@ export function rawEvent(type: LifecycleType, init: RawEventInit = {}): RawEvent
     attributesJson: init.attributes ? JSON.stringify(init.attributes) : "",
     traceparent: init.traceparent ?? "",
   };
+}
+
+/**
+ * A new event id: a UUID of version 7 (RFC 9562), whose first 48 bits are
+ * the time in milliseconds. The events service keeps a unique index on event
+ * ids to ignore retried events; random ids (version 4) put each new entry on
+ * any page of it, so a commit of 500 events rewrote a page of the index per
+ * event, and the index's share of the outbox's CPU grew with the log (about
+ * half of SQLite's cost per event at 100 000 events). Ids made one after
+ * another sort together and the index grows at one end. 74 bits stay random.
+ */
+export function newEventId(now: number = Date.now()): string {
+  const hex = now.toString(16).padStart(12, "0");
+  // A version 4 UUID from Node's pool of random bytes, its first 48 bits the
+  // time and its version digit (the 15th character) 7; the variant stays.
+  const random = randomUUID();
+  return `${hex.slice(0, 8)}-${hex.slice(8)}-7${random.slice(15)}`;
 }
 
 /**

@@ -8,6 +8,7 @@ export {
   createEventPublisher,
   eventsTransport,
   logPublishResponse,
+  newEventId,
   rawAttributes,
   rawEvent,
 } from "./event-publisher.js";
