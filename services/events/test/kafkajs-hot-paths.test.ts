@@ -12,7 +12,9 @@ import {
   KAFKAJS_CRC32C,
   REPLACED_VERSION,
   KAFKAJS_GROUPING,
+  KAFKAJS_MURMUR2,
   KAFKAJS_RECORD,
+  rememberedPerKey,
   useFasterKafkajsPaths,
   type EncodedRecord,
   type GroupingInput,
@@ -23,6 +25,8 @@ const require = createRequire(import.meta.url);
 const RECORD_FILE = require.resolve(KAFKAJS_RECORD);
 const GROUPING_FILE = require.resolve(KAFKAJS_GROUPING);
 const CRC_FILE = require.resolve(KAFKAJS_CRC32C);
+const MURMUR2_FILE = require.resolve(KAFKAJS_MURMUR2);
+const kafkajsMurmur2 = require(MURMUR2_FILE) as (key: unknown) => number;
 const kafkajsCrc = require(CRC_FILE) as (buffer: Buffer) => number;
 const kafkajsRecord = require(RECORD_FILE) as (input: RecordInput) => EncodedRecord;
 const kafkajsGrouping = require(GROUPING_FILE) as <M>(input: GroupingInput<M>) => Record<number, M[]>;
@@ -55,6 +59,11 @@ const cases: Record<string, RecordInput> = {
     headers: {},
     offsetDelta: 999,
     timestampDelta: 300_000,
+  },
+  "ASCII and other text at and past the length written a character at a time": {
+    key: "k".repeat(64),
+    value: `${"v".repeat(63)}\u0080`,
+    headers: { [`h${"x".repeat(63)}`]: "y".repeat(65), a: "\u007f", b: `${"z".repeat(63)}é`, c: "" },
   },
   "a negative timestamp delta": { key: "k", value: "v", offsetDelta: 128, timestampDelta: -5 },
   "a value of 200 KB": { key: "big", value: "x".repeat(200_000), headers: { a: "b" } },
@@ -96,6 +105,16 @@ void describe("kafkajs's hot paths, replaced", () => {
     assert.deepEqual(groupByPartition({ ...input, partitionMetadata: [], partitioner: () => 0 }), {});
   });
 
+  void test("a key's hash, remembered, is kafkajs's murmur2 of it: first time, again, for Buffers and past the memory's size", () => {
+    const remembered = rememberedPerKey(kafkajsMurmur2);
+    const keys = ["job-17", "", "k", "job-é✓📄", "3f2b1c9e-8a7d-4e6f-9b1a-2c3d4e5f6a7b"];
+    for (let i = 0; i < 12_000; i++) keys.push(`job-${i}`);
+    for (const round of [1, 2])
+      for (const key of keys) assert.equal(remembered(key), kafkajsMurmur2(key), `${key} (round ${round})`);
+    const buffer = Buffer.from("job-17");
+    assert.equal(remembered(buffer), kafkajsMurmur2(buffer));
+  });
+
   void test("the CRC-32C is kafkajs's for every length, at every alignment", () => {
     const bytes = Buffer.from(Array.from({ length: 70_000 }, (_, i) => (i * 2654435761) >>> 24));
     for (let length = 0; length <= 41; length++)
@@ -108,7 +127,7 @@ void describe("kafkajs's hot paths, replaced", () => {
     assert.equal(crc32c(Buffer.from("123456789")), 0xe3069283);
   });
 
-  void test("all three are what kafkajs's modules load once installed", () => {
+  void test("all four are what kafkajs's modules load once installed", () => {
     // The modules kafkajs's produce request (v3; v4 to v7 reuse it) and its producer require are the ones replaced.
     const produce = require.resolve("kafkajs/src/protocol/requests/produce/v3/request.js");
     assert.equal(createRequire(produce).resolve("../../../recordBatch/record/v0"), RECORD_FILE);
@@ -116,13 +135,18 @@ void describe("kafkajs's hot paths, replaced", () => {
     assert.equal(createRequire(sendMessages).resolve("./groupMessagesPerPartition"), GROUPING_FILE);
     const recordBatch = require.resolve("kafkajs/src/protocol/recordBatch/v0/index.js");
     assert.equal(createRequire(recordBatch).resolve("../crc32C"), CRC_FILE);
+    const partitioner = require.resolve("kafkajs/src/producer/partitioners/default/index.js");
+    assert.equal(createRequire(partitioner).resolve("./murmur2"), MURMUR2_FILE);
     // A kafkajs release other than the one these were written against is left as it is; a bump fails here first.
     assert.equal((require("kafkajs/package.json") as { version: string }).version, REPLACED_VERSION);
-    assert.deepEqual(useFasterKafkajsPaths(), { records: true, grouping: true, crc: true });
+    assert.deepEqual(useFasterKafkajsPaths(), { records: true, grouping: true, crc: true, keyHash: true });
     assert.equal(require(CRC_FILE), crc32c);
     const installed = require(RECORD_FILE) as (input: RecordInput) => EncodedRecord;
     assert.notEqual(installed, kafkajsRecord);
     assert.equal(require(GROUPING_FILE), groupByPartition);
+    const installedHash = require(MURMUR2_FILE) as (key: unknown) => number;
+    assert.notEqual(installedHash, kafkajsMurmur2);
+    assert.equal(installedHash("job-17"), kafkajsMurmur2("job-17"));
     const input = { ...cases["a CloudEvents message as the relay sends it"]! };
     assert.deepEqual(installed(input).buffer, kafkajsRecord(input).buffer);
     // A shape left to kafkajs is still encoded, by kafkajs.
