@@ -92,7 +92,7 @@ export class JobRunner {
       approvals: this.#approvals,
       operations: this.#operations,
       served: (job) => this.#served(job),
-      handle: (jobId, active, message) => this.#handle(jobId, active, message),
+      handleBurst: (jobId, active, messages) => this.#handleBurst(jobId, active, messages),
       finish: (jobId, o) => this.#finish(jobId, o),
     });
   }
@@ -222,9 +222,60 @@ export class JobRunner {
     this.#sessions.watchNodes(options);
   }
 
-  async #handle(jobId: string, active: ActiveJob, message: SandboxMessage): Promise<void> {
-    active.sandboxSeq = message.seq;
-    active.startIfUnknown = false;
+  /**
+   * Messages of the job's session that arrived together (under the job's
+   * lock), in order. Runs of those that only append to the job (text, usage,
+   * tool calls and results, the result, artifacts, stderr) are stored in one
+   * transaction: their events in order, the job's columns as the last of
+   * them leaves them, the sandbox's seq of the last one (issue 24: a
+   * transaction per message was most of a job's). Any other message first
+   * has the run before it stored, then is handled alone, as it reads the job.
+   * A run that cannot be stored leaves the in-memory seq at the last one
+   * stored, so the stream re-attached after it delivers the run again.
+   */
+  async #handleBurst(jobId: string, active: ActiveJob, messages: SandboxMessage[]): Promise<void> {
+    let run: AppendStep | undefined;
+    let storedSeq = active.sandboxSeq;
+    const store = async (): Promise<void> => {
+      if (!run) return;
+      const step = run;
+      run = undefined;
+      try {
+        if (step.events.length > 0 || step.job || step.stderr || step.lifecycle.length > 0)
+          await this.#append(jobId, step.events, {
+            lifecycle: step.lifecycle,
+            ...(step.job ? { job: step.job } : {}),
+            ...(step.stderr ? { stderr: step.stderr } : {}),
+          });
+      } catch (error) {
+        active.sandboxSeq = storedSeq;
+        throw error;
+      }
+      storedSeq = active.sandboxSeq;
+      for (const after of step.after) await after();
+    };
+    for (const message of messages) {
+      const step = this.#appendStep(jobId, active, message);
+      // A step holds one piece of stderr at most.
+      if (!step || (run?.stderr && step.stderr)) await store();
+      if (!step) {
+        await this.#handleAlone(jobId, active, message);
+        storedSeq = active.sandboxSeq;
+        continue;
+      }
+      active.sandboxSeq = message.seq;
+      active.startIfUnknown = false;
+      run = run ? mergeSteps(run, step) : step;
+    }
+    await store();
+  }
+
+  /**
+   * What a message that only appends to the job writes (undefined for any
+   * other). Its in-memory effects (the result, the exit) happen here, when
+   * it is handled.
+   */
+  #appendStep(jobId: string, active: ActiveJob, message: SandboxMessage): AppendStep | undefined {
     const seqPatch: JobPatch = { sandboxSeq: message.seq };
     switch (message.kind) {
       case "started":
@@ -232,55 +283,110 @@ export class JobRunner {
         // and a re-attach before that replays this message, which changes nothing (issue 24: one transaction
         // less per job). Until then the stored seq is 0, "nothing heard from the session", which is true of the
         // harness: whether it may start again elsewhere is its unused token's to prove (job-sessions.ts).
-        return;
+        return emptyStep();
       case "exited":
+        if (message.failure) return undefined;
         if (!active.result && message.result) active.result = message.result;
-        active.exitError =
-          message.error ||
-          (message.exitCode !== 0 || message.signal
-            ? `the harness exited (code ${message.exitCode}${message.signal ? `, signal ${message.signal}` : ""})`
-            : "");
-        if (message.failure) {
-          active.sessionFailure = message.failure;
-          // Stored with the seq that passes it: a restart or a takeover after this point re-attaches
-          // past `exited` and must fail the job alike (jobEnding reads it back). A cancel keeps its reason.
-          const job = await this.#o.store.getJob(jobId);
-          if (job && !job.cancelRequestedAt) seqPatch.error = message.failure;
-          await this.#o.store.updateJob(jobId, seqPatch);
-        }
-        // Otherwise nothing is stored (issue 24: one transaction less per job): the job ends when the stream
-        // does, right after, and a restart before that re-attaches before `exited` (the sandbox keeps an ended
-        // session for its retention period), which reads the same exit again.
-        return;
+        active.exitError = exitError(message);
+        // Nothing is stored (issue 24: one transaction less per job): the job ends when the stream does, right
+        // after, and a restart before that re-attaches before `exited` (the sandbox keeps an ended session for its
+        // retention period), which reads the same exit again.
+        return emptyStep();
       case "artifacts": {
         // Stored as they arrive, with the seq that says they were handled: a restart or a
-        // replica taking the job over re-attaches after them and must not lose them.
+        // replica taking the job over re-attaches after them and must not lose them. None (the
+        // session changed nothing) stores nothing, as `exited` does (issue 24: one transaction less
+        // per such job): the job ends right after, and a re-attach before that reads the same none.
         const artifacts = storeArtifacts(this.#o.home, jobId, message.artifacts);
-        await this.#append(jobId, artifacts.length ? [{ event: { case: "artifacts", value: { artifacts } } }] : [], {
-          job: seqPatch,
-        });
-        return;
+        if (artifacts.length === 0) return emptyStep();
+        return { ...emptyStep(), events: [{ event: { case: "artifacts", value: { artifacts } } }], job: seqPatch };
       }
-      case "event":
-        await this.#handleEvent(jobId, active, message.event, seqPatch);
-        return;
       case "stderr":
         // Stored with the seq that passes it, like artifacts: a re-attach starts after it.
-        await this.#append(jobId, [], {
+        return {
+          ...emptyStep(),
           job: seqPatch,
           stderr: stderrAppend(message, this.#o.maxStderrBytes ?? DEFAULT_MAX_STDERR_BYTES),
-        });
-        return;
+        };
+      case "event":
+        return this.#eventStep(jobId, active, message.event, seqPatch);
     }
   }
 
-  async #handleEvent(jobId: string, active: ActiveJob, event: SessionEvent, patch: JobPatch): Promise<void> {
+  #eventStep(jobId: string, active: ActiveJob, event: SessionEvent, patch: JobPatch): AppendStep | undefined {
     const e = event.event;
     const time = event.time;
     switch (e.case) {
+      case "text":
+      case "usage":
+        return { ...emptyStep(), events: [{ time, event: e }], job: patch };
+      case "toolCall":
+        return {
+          ...emptyStep(),
+          events: [{ time, event: e }],
+          job: patch,
+          lifecycle: [
+            this.#o.lifecycle?.event("tool.called", {
+              jobId,
+              toolCallId: e.value.callId,
+              attributes: { tool_name: e.value.tool, input: e.value.input },
+            }),
+          ],
+        };
+      case "toolResult":
+        return {
+          ...emptyStep(),
+          events: [{ time, event: e }],
+          job: patch,
+          after: [
+            async () => {
+              const violation = await this.#approvals.audit(jobId, active, e.value);
+              const job = violation ? await this.#o.store.getJob(jobId) : undefined;
+              // Stop the session now; the job fails with the violation when its stream ends (#finish).
+              if (job && active.sandbox)
+                this.#active.track(active.sandbox.cancel({ sessionId: job.sessionId, reason: violation! }));
+            },
+          ],
+        };
+      case "result":
+        active.result = e.value;
+        return {
+          ...emptyStep(),
+          events: [{ time, event: e }],
+          job: { ...patch, resultText: e.value.text, stopReason: e.value.stopReason },
+        };
+      case "started":
+      case "permissionRequest":
+      case "runtimeToolCall":
+        return undefined;
+      default:
+        return { ...emptyStep(), job: patch };
+    }
+  }
+
+  /** A message that reads the job before it writes: handled on its own, after what came before it is stored. */
+  async #handleAlone(jobId: string, active: ActiveJob, message: SandboxMessage): Promise<void> {
+    active.sandboxSeq = message.seq;
+    active.startIfUnknown = false;
+    const patch: JobPatch = { sandboxSeq: message.seq };
+    if (message.kind === "exited") {
+      if (!active.result && message.result) active.result = message.result;
+      active.exitError = exitError(message);
+      active.sessionFailure = message.failure;
+      // Stored with the seq that passes it: a restart or a takeover after this point re-attaches
+      // past `exited` and must fail the job alike (jobEnding reads it back). A cancel keeps its reason.
+      const job = await this.#o.store.getJob(jobId);
+      if (job && !job.cancelRequestedAt) patch.error = message.failure!;
+      await this.#o.store.updateJob(jobId, patch);
+      return;
+    }
+    if (message.kind !== "event") throw new Error(`a ${message.kind} message of a session only appends to its job`);
+    const event = message.event;
+    const e = event.event;
+    switch (e.case) {
       case "started": {
         const job = await this.#o.store.getJob(jobId);
-        const events: JobEventInit[] = [{ time, event: { case: "sessionStarted", value: e.value } }];
+        const events: JobEventInit[] = [{ time: event.time, event: { case: "sessionStarted", value: e.value } }];
         if (job && job.state === "pending") {
           events.push(stateChanged("running"));
           patch.state = "running";
@@ -301,37 +407,6 @@ export class JobRunner {
         });
         return;
       }
-      case "text":
-      case "usage":
-        await this.#append(jobId, [{ time, event: e }], { job: patch });
-        return;
-      case "toolCall":
-        await this.#append(jobId, [{ time, event: e }], {
-          job: patch,
-          lifecycle: [
-            this.#o.lifecycle?.event("tool.called", {
-              jobId,
-              toolCallId: e.value.callId,
-              attributes: { tool_name: e.value.tool, input: e.value.input },
-            }),
-          ],
-        });
-        return;
-      case "toolResult": {
-        await this.#append(jobId, [{ time, event: e }], { job: patch });
-        const violation = await this.#approvals.audit(jobId, active, e.value);
-        const job = violation ? await this.#o.store.getJob(jobId) : undefined;
-        // Stop the session now; the job fails with the violation when its stream ends (#finish).
-        if (job && active.sandbox)
-          this.#active.track(active.sandbox.cancel({ sessionId: job.sessionId, reason: violation! }));
-        return;
-      }
-      case "result":
-        active.result = e.value;
-        await this.#append(jobId, [{ time, event: e }], {
-          job: { ...patch, resultText: e.value.text, stopReason: e.value.stopReason },
-        });
-        return;
       case "permissionRequest": {
         const job = (await this.#o.store.getJob(jobId))!;
         const offered = this.#served(job)?.tools.some((t) => t.name === e.value.tool) ?? false;
@@ -369,7 +444,7 @@ export class JobRunner {
         return;
       }
       default:
-        await this.#o.store.updateJob(jobId, patch);
+        throw new Error(`a session's ${e.case ?? "empty"} event only appends to its job`);
     }
   }
 
@@ -485,4 +560,36 @@ export class JobRunner {
     this.#approvals.close();
     await this.#active.close();
   }
+}
+
+/** What one message that only appends to its job writes, and what follows once that is stored. */
+interface AppendStep extends JobStepWrites {
+  events: JobEventInit[];
+  lifecycle: NonNullable<JobStepWrites["lifecycle"]>;
+  after: (() => Promise<void>)[];
+}
+
+function emptyStep(): AppendStep {
+  return { events: [], lifecycle: [], after: [] };
+}
+
+/** Two steps in one: events, lifecycle events and what follows in order; the job's columns as the later leaves them. */
+function mergeSteps(a: AppendStep, b: AppendStep): AppendStep {
+  return {
+    events: [...a.events, ...b.events],
+    lifecycle: [...a.lifecycle, ...b.lifecycle],
+    after: [...a.after, ...b.after],
+    ...(a.job || b.job ? { job: { ...a.job, ...b.job } } : {}),
+    ...(a.stderr || b.stderr ? { stderr: (a.stderr ?? b.stderr)! } : {}),
+  };
+}
+
+/** Why the harness's exit fails its job, or "" when it does not. */
+function exitError(message: Extract<SandboxMessage, { kind: "exited" }>): string {
+  return (
+    message.error ||
+    (message.exitCode !== 0 || message.signal
+      ? `the harness exited (code ${message.exitCode}${message.signal ? `, signal ${message.signal}` : ""})`
+      : "")
+  );
 }

@@ -42,8 +42,8 @@ export interface JobSessionsOptions {
   reattachAttempts?: number;
   /** The runtime tools the orchestrator serves the job itself, if any. */
   served(job: JobRecord): ServedRuntimeTools | undefined;
-  /** One new message of the job's session (called under the job's lock). */
-  handle(jobId: string, active: ActiveJob, message: SandboxMessage): Promise<void>;
+  /** New messages of the job's session that arrived together, in order (called under the job's lock). */
+  handleBurst(jobId: string, active: ActiveJob, messages: SandboxMessage[]): Promise<void>;
   /** Ends the job: from its result, or with `failure`. */
   finish(jobId: string, options: { failure?: string }): Promise<void>;
 }
@@ -272,7 +272,8 @@ export class JobSessions {
       jobId: job.id,
       sessionId: job.sessionId,
       state: active,
-      handle: (message) => this.#o.active.withLock(job.id, () => this.#o.handle(job.id, active, message)),
+      handle: (message) => this.#o.active.withLock(job.id, () => this.#o.handleBurst(job.id, active, [message])),
+      handleBurst: (messages) => this.#o.active.withLock(job.id, () => this.#o.handleBurst(job.id, active, messages)),
       stopped: () => this.#o.active.stopped(active),
       // Gone from the store, or finished meanwhile (its node was lost): nothing is left to follow.
       stillFollowed: async () =>

@@ -7,6 +7,7 @@
 // all run their sessions through it; what an ending means for each (fail the
 // job, start the session again, fail the step) is theirs to decide.
 import type { Logger } from "@oz0/serving";
+import { messageBursts } from "./message-bursts.js";
 import type { LostSession, SandboxPlacement } from "./sandbox-placement.js";
 import {
   SandboxFullError,
@@ -58,6 +59,12 @@ export interface FollowOptions {
   state: SessionState;
   /** One new message (never one at or below `state.sandboxSeq`); a throw counts as a broken stream. */
   handle(message: SandboxMessage): Promise<void>;
+  /**
+   * New messages that arrived together (message-bursts.ts), in order, in place
+   * of `handle` one at a time; a throw counts as a broken stream, and the
+   * stream is re-attached after `state.sandboxSeq` as it is then.
+   */
+  handleBurst?(messages: SandboxMessage[]): Promise<void>;
   /** Whether the follower stopped following (checked when the stream ends or breaks). */
   stopped(): boolean;
   /** Re-attach a broken stream with backoff. False: a broken stream ends following (`broken`). Default true. */
@@ -136,10 +143,18 @@ export class SessionDriver {
     const { state } = o;
     for (let attempt = 0; ; attempt++) {
       try {
-        for await (const message of state.channel!) {
-          if (message.seq <= state.sandboxSeq) continue; // already handled before a re-attach
-          await o.handle(message);
-          attempt = 0;
+        if (o.handleBurst) {
+          for await (const burst of messageBursts(state.channel!)) {
+            const fresh = burst.filter((message) => message.seq > state.sandboxSeq); // not handled before a re-attach
+            if (fresh.length > 0) await o.handleBurst(fresh);
+            attempt = 0;
+          }
+        } else {
+          for await (const message of state.channel!) {
+            if (message.seq <= state.sandboxSeq) continue; // already handled before a re-attach
+            await o.handle(message);
+            attempt = 0;
+          }
         }
         return o.stopped() ? { kind: "stopped" } : { kind: "ended" };
       } catch (error) {
