@@ -4,12 +4,15 @@
 // Writes are group-committed while calls overlap: every write of one turn of
 // the event loop (calls in flight before they go upstream, attempt and call
 // records) is one transaction, since a commit costs more than the rows in it.
-// A call alone commits at once: there is nothing to group it with.
+// A call alone commits at once: there is nothing to group it with. Calls in
+// flight are not written here but to a file of slots (in-flight-slots.ts):
+// one `pwrite` before each attempt instead of a commit.
 import { randomUUID } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import path from "node:path";
 import Database from "better-sqlite3";
 import { BudgetLedger } from "./budget-ledger.js";
+import { InFlightSlots } from "./in-flight-slots.js";
 import { SqliteCheckpointer } from "./sqlite-checkpointer.js";
 import type {
   AttemptRecord,
@@ -120,6 +123,11 @@ export class SqliteProxyStore implements ProxyStore {
   /** This store's pending calls carry it; those of any other (a process that died) are reconciled. */
   readonly #owner = randomUUID();
   readonly #checkpointer: SqliteCheckpointer | undefined;
+  /** Where calls in flight are written (none for `:memory:`, whose rows die with the process anyway). */
+  readonly #slots: InFlightSlots | undefined;
+  readonly #slotsDir: string | undefined;
+  /** Calls in flight written to `pending_calls` instead (no slot file, or a row too big for a slot). */
+  readonly #pendingInTable = new Set<string>();
 
   constructor(options: SqliteProxyStoreOptions) {
     let file = ":memory:";
@@ -142,6 +150,10 @@ export class SqliteProxyStore implements ProxyStore {
       this.#checkpointer = new SqliteCheckpointer({ file, onError: this.#onWriteError });
     }
     migrateSqlite(this.#db);
+    if (file !== ":memory:") {
+      this.#slotsDir = path.join(options.dataDir, "in-flight");
+      this.#slots = new InFlightSlots({ dir: this.#slotsDir, owner: this.#owner });
+    }
     // Each statement is compiled once, here: a call runs prepared statements only (issue 24).
     const prepare = (text: string): Database.Statement => this.#db.prepare(text);
     this.#statements = {
@@ -233,21 +245,31 @@ export class SqliteProxyStore implements ProxyStore {
 
   recordCall(call: CallRecord): Promise<void> {
     const values = [...meteringValues(call, SQLITE_ENCODING), call.attempts];
-    this.#inFlight.delete(call.operationId);
+    const { operationId } = call;
+    this.#inFlight.delete(operationId);
+    const inTable = this.#pendingInTable.delete(operationId);
     // The call's record and the end of its pending row commit in one transaction (the batch's),
     // with its attempts' records queued before it.
-    return this.#enqueue(() => {
+    const committed = this.#enqueue(() => {
       this.#statements.insertCall.run(values);
-      this.#statements.endCall.run(call.operationId);
+      if (inTable) this.#statements.endCall.run(operationId);
     }, this.#inFlight.size === 0);
+    if (inTable || !this.#slots) return committed;
+    // Its slot is freed once the record is in the file, not before: until then it is the call's only trace.
+    const slots = this.#slots;
+    return committed.then(() => slots.end(operationId));
   }
 
   beginAttempt(pending: PendingAttempt): Promise<void> {
-    // It must be in the file before the attempt goes out: it resolves once its batch commits.
-    // In WAL mode with synchronous = NORMAL a commit is a write to the WAL, no fsync, and
-    // survives the process being killed (not a power cut, like every other row here).
+    const { operationId } = pending;
+    this.#inFlight.add(operationId);
+    // It must be in a file before the attempt goes out. A slot is written at once (one
+    // `pwrite`, in the page cache: it survives the process being killed, not a power cut,
+    // like every commit here with synchronous = NORMAL).
+    if (this.#slots && !this.#pendingInTable.has(operationId) && this.#slots.begin(pending)) return RESOLVED;
+    // Else a row of pending_calls, resolved once its batch commits.
+    this.#pendingInTable.add(operationId);
     const values = [...pendingValues(pending, SQLITE_ENCODING), this.#owner];
-    this.#inFlight.add(pending.operationId);
     return this.#enqueue(() => this.#statements.beginCall.run(values), this.#inFlight.size === 1);
   }
 
@@ -255,17 +277,25 @@ export class SqliteProxyStore implements ProxyStore {
     this.flush();
     // Budget holds of SQLite live in the memory of the process that made them: the dead
     // process's are gone with it, and an account opened now starts from the calls' charges.
-    return this.#db.transaction(() => {
+    const orphaned = this.#slotsDir ? InFlightSlots.orphaned({ dir: this.#slotsDir, owner: this.#owner }) : undefined;
+    const made = this.#db.transaction(() => {
       const rows = this.#statements.orphanedCalls.all(this.#owner) as PendingRow[];
-      const made: CallRecord[] = [];
-      for (const row of rows) {
-        const { call, attempt } = interruptedRecords(pendingFromRow(row));
+      const calls = [...rows.map(pendingFromRow), ...(orphaned?.calls ?? [])];
+      const reconciled: CallRecord[] = [];
+      for (const pending of calls) {
+        const { call, attempt } = interruptedRecords(pending);
+        // A call with a record completed (its attempts' records came before it): a slot
+        // freed after it, or the slot of a retry's previous attempt, is skipped here.
+        if (this.#statements.insertCallIfNew.run([...meteringValues(call, SQLITE_ENCODING), call.attempts]).changes === 0)
+          continue;
         this.#statements.insertAttemptIfNew.run([...meteringValues(attempt, SQLITE_ENCODING), attempt.attempt]);
-        if (this.#statements.insertCallIfNew.run([...meteringValues(call, SQLITE_ENCODING), call.attempts]).changes > 0)
-          made.push(call);
+        reconciled.push(call);
       }
-      return made;
+      return reconciled;
     })();
+    // Committed: the dead processes' slot files are no longer their calls' only trace.
+    orphaned?.remove();
+    return made;
   }
 
   /**
@@ -361,8 +391,11 @@ export class SqliteProxyStore implements ProxyStore {
     this.flush();
     await this.#checkpointer?.close();
     this.#db.close();
+    this.#slots?.close();
   }
 }
+
+const RESOLVED = Promise.resolve();
 
 function deferred(): WriteBatch["committed"] {
   let resolve!: () => void;

@@ -115,7 +115,9 @@ void describe("key custody", () => {
     }
     outputs.push(...fx.logs);
     assert.ok(fx.logs.length > 0, "logs were captured");
-    for (const file of readdirSync(dataDir)) outputs.push(readFileSync(path.join(dataDir, file)).toString("latin1"));
+    // Every file, the calls in flight's slot files (in-flight/) too.
+    for (const entry of readdirSync(dataDir, { recursive: true, withFileTypes: true }))
+      if (entry.isFile()) outputs.push(readFileSync(path.join(entry.parentPath ?? entry.path, entry.name)).toString("latin1"));
     const all = outputs.join("\n");
     assert.deepEqual(leaks(all), []);
     assert.match(all, /\[redacted\]/, "the echoes were there and were scrubbed");

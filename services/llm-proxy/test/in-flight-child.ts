@@ -1,0 +1,54 @@
+// A proxy's store in a process of its own, for in-flight-slots.test.ts: it
+// records what its arguments say (a call completed, a call retried, calls in
+// flight), prints "ready" and waits to be killed.
+//   node --import tsx in-flight-child.ts <dataDir> <job> <completed> <retried> <in flight>
+import { SqliteProxyStore } from "../src/sqlite-proxy-store.js";
+import type { PendingAttempt } from "../src/proxy-store.js";
+
+const [dataDir, job, completed, retried, inFlight] = process.argv.slice(2) as [string, string, string, string, string];
+const store = new SqliteProxyStore({ dataDir });
+const identity = (operationId: string) => ({
+  operationId,
+  job,
+  agent: "coder",
+  session: "s",
+  provider: "p",
+  model: "m",
+  wire: "anthropic",
+  stream: false,
+});
+const pending = (operationId: string, attempt: number): PendingAttempt => ({
+  ...identity(operationId),
+  attempt,
+  startedAt: new Date(1_000),
+  attemptStartedAt: new Date(1_000 + attempt),
+});
+const ended = (operationId: string, attempt: number) => ({
+  ...identity(operationId),
+  status: attempt === 1 ? 529 : 200,
+  outcome: attempt === 1 ? ("http_error" as const) : ("ok" as const),
+  usage: { input: 1, output: 2, cacheRead: 0, cacheWrite: 0, reasoning: 0 },
+  costUsd: 0.01,
+  latencyMs: 3,
+  estimated: false,
+  startedAt: new Date(1_000),
+});
+
+// Completed calls (their slots freed and some taken again by later calls).
+for (let i = 0; i < Number(completed); i += 1) {
+  const operationId = `${job}-done-${i}`;
+  await store.beginAttempt(pending(operationId, 1));
+  await store.recordAttempt({ ...ended(operationId, 2), attempt: 1 });
+  await store.recordCall({ ...ended(operationId, 2), attempts: 1 });
+}
+// Calls whose first attempt failed and whose second is upstream.
+for (let i = 0; i < Number(retried); i += 1) {
+  const operationId = `${job}-retried-${i}`;
+  await store.beginAttempt(pending(operationId, 1));
+  await store.recordAttempt({ ...ended(operationId, 1), attempt: 1 });
+  await store.beginAttempt(pending(operationId, 2));
+}
+// Calls on their first attempt.
+for (let i = 0; i < Number(inFlight); i += 1) await store.beginAttempt(pending(`${job}-flying-${i}`, 1));
+process.stdout.write("ready\n");
+setInterval(() => undefined, 60_000);

@@ -1,0 +1,144 @@
+// The SQLite store's calls in flight (in-flight-slots.ts) against a real
+// SIGKILL: a process that wrote them and was killed between that write and
+// anything else (its attempt upstream, its records) leaves each call to the
+// next start, which meters it once as interrupted; never a call that
+// completed, never a retried call twice.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+import type { PendingAttempt } from "../src/proxy-store.js";
+import { SqliteProxyStore } from "../src/sqlite-proxy-store.js";
+
+const child = path.join(path.dirname(fileURLToPath(import.meta.url)), "in-flight-child.ts");
+
+/** A call on its first attempt, as the proxy hands it to the store. */
+const inFlight = (operationId: string, model = "m"): PendingAttempt => ({
+  operationId,
+  job: "j",
+  agent: "a",
+  session: "s",
+  provider: "p",
+  model,
+  wire: "openai",
+  stream: false,
+  attempt: 1,
+  startedAt: new Date(2),
+  attemptStartedAt: new Date(2),
+});
+
+/** Runs in-flight-child.ts until it has written its calls, then SIGKILLs it. */
+async function killedAfter(options: {
+  dataDir: string;
+  job: string;
+  completed: number;
+  retried: number;
+  inFlight: number;
+}): Promise<void> {
+  const args = [options.dataDir, options.job, options.completed, options.retried, options.inFlight].map(String);
+  const process_ = spawn(process.execPath, ["--import", "tsx", child, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+  let output = "";
+  process_.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<NodeJS.Signals | null>((resolve) => process_.once("exit", (_code, signal) => resolve(signal)));
+  await new Promise<void>((resolve, reject) => {
+    process_.stdout!.on("data", (chunk: Buffer) => {
+      if (chunk.toString().includes("ready")) resolve();
+    });
+    process_.once("exit", (code) => reject(new Error(`the child exited with ${code}: ${output}`)));
+  });
+  process_.kill("SIGKILL");
+  assert.equal(await exited, "SIGKILL");
+}
+
+void test("calls in flight when their process is SIGKILLed are metered once each as interrupted at the next start; completed calls are not, a retried call once with its last attempt", async (t) => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-in-flight-"));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+  // More calls in flight than the file's first 64 slots: it grows.
+  await killedAfter({ dataDir, job: "j", completed: 3, retried: 2, inFlight: 70 });
+  assert.equal(readdirSync(path.join(dataDir, "in-flight")).length, 1, "the dead process's slot file");
+
+  const store = new SqliteProxyStore({ dataDir });
+  try {
+    const reconciled = await store.reconcileInterrupted();
+    assert.equal(reconciled.length, 72);
+    assert.deepEqual(
+      reconciled.filter((c) => c.operationId.includes("retried")).map((c) => [c.operationId, c.attempts]).sort(),
+      [
+        ["j-retried-0", 2],
+        ["j-retried-1", 2],
+      ],
+    );
+    const calls = await store.listCalls("j");
+    assert.equal(calls.length, 75);
+    assert.equal(new Set(calls.map((c) => c.operationId)).size, 75, "each call once");
+    assert.deepEqual(
+      calls.filter((c) => c.operationId.includes("done")).map((c) => c.outcome),
+      ["ok", "ok", "ok"],
+      "completed calls keep their own record",
+    );
+    assert.ok(calls.filter((c) => !c.operationId.includes("done")).every((c) => c.outcome === "interrupted"));
+    const attempts = await store.listAttempts("j");
+    assert.deepEqual(
+      attempts.filter((a) => a.operationId === "j-retried-0").map((a) => [a.attempt, a.outcome]),
+      [
+        [1, "http_error"],
+        [2, "interrupted"],
+      ],
+    );
+    assert.equal((await store.reconcileInterrupted()).length, 0, "and never again");
+  } finally {
+    await store.close();
+  }
+  assert.deepEqual(readdirSync(path.join(dataDir, "in-flight")), [], "reconciled files and a clean close leave none");
+});
+
+void test("a call's slot is freed once its record is committed, and taken by a later call: calls one after another keep the file at its first size", async (t) => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-slots-"));
+  const store = new SqliteProxyStore({ dataDir });
+  t.after(async () => {
+    await store.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+  const slotFile = (): string => {
+    const [name] = readdirSync(path.join(dataDir, "in-flight"));
+    return path.join(dataDir, "in-flight", name!);
+  };
+  const firstSize = statSync(slotFile()).size;
+  for (let i = 0; i < 200; i += 1) {
+    const call = inFlight(`op-${i}`);
+    await store.beginAttempt(call);
+    await store.recordCall({
+      ...call,
+      status: 200,
+      outcome: "ok",
+      usage: { input: 1, output: 2, cacheRead: 0, cacheWrite: 0, reasoning: 0 },
+      costUsd: 0,
+      latencyMs: 1,
+      estimated: false,
+      attempts: 1,
+    });
+  }
+  assert.equal(statSync(slotFile()).size, firstSize);
+  assert.equal((await store.listCalls("j")).length, 200);
+});
+
+void test("a call too big for a slot (a model name of kilobytes) is written to pending_calls instead, and reconciled from there", async (t) => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-big-"));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+  const dead = new SqliteProxyStore({ dataDir });
+  const model = "m".repeat(5_000);
+  await dead.beginAttempt(inFlight("op-big", model));
+  await dead.close();
+  const store = new SqliteProxyStore({ dataDir });
+  try {
+    assert.deepEqual(
+      (await store.reconcileInterrupted()).map((c) => [c.operationId, c.outcome, c.model.length]),
+      [["op-big", "interrupted", 5_000]],
+    );
+  } finally {
+    await store.close();
+  }
+});
