@@ -14,7 +14,14 @@ import path from "node:path";
 import { Worker } from "node:worker_threads";
 import { publicEventJson } from "./cloudevents.js";
 import type { CheckpointerData, ToCheckpointer } from "./outbox-checkpointer.js";
-import { INSERT_EVENT, UPDATE_CURSOR, insertRows, pruneStepOn, type AppendRows } from "./outbox-statements.js";
+import {
+  UPDATE_CURSOR,
+  insertRows,
+  prepareInserts,
+  pruneStepOn,
+  type AppendRows,
+  type Inserts,
+} from "./outbox-statements.js";
 
 export interface OutboxOptions {
   /** Folder for `events.sqlite`; undefined keeps the log in memory (tests). */
@@ -70,7 +77,7 @@ export class Outbox {
   // its last update to a power cut only means re-sending a batch, which
   // consumers drop by event id; an fsync per Kafka batch cost more than the batch.
   private readonly cursorDb: Database.Database;
-  private readonly insert: Database.Statement;
+  private readonly inserts: Inserts;
   private readonly updateCursor: Database.Statement;
   private readonly commitGroup: (group: PendingAppend[]) => BigInt64Array[];
   private readonly selectUndelivered: Database.Statement;
@@ -131,10 +138,20 @@ export class Outbox {
       this.db.exec(`ALTER TABLE events ADD COLUMN accepted_at INTEGER NOT NULL DEFAULT ${Date.now()}`);
     }
     this.now = options.now ?? Date.now;
-    this.insert = this.db.prepare(INSERT_EVENT);
-    this.commitGroup = this.db.transaction((group: PendingAppend[]) =>
-      group.map((pending) => insertRows(this.insert, pending.rows)),
-    );
+    this.inserts = prepareInserts(this.db);
+    this.commitGroup = this.db.transaction((group: PendingAppend[]) => {
+      // This connection is the only writer: nothing is stored after the head but what this commit inserts.
+      let last = this.head;
+      return group.map((pending) => {
+        const positions = insertRows(this.inserts, pending.rows, last);
+        for (let i = positions.length - 1; i >= 0; i--) {
+          if (positions[i] === 0n) continue;
+          last = positions[i]!;
+          break;
+        }
+        return positions;
+      });
+    });
     if (file === ":memory:") {
       this.cursorDb = this.db;
     } else {

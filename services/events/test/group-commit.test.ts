@@ -79,6 +79,50 @@ void describe("group commit of the outbox", () => {
     }
   });
 
+  void test("rows go in a hundred at a time, and a chunk holding a stored id or one twice stores each new event once", async () => {
+    const outbox = new Outbox({ dataDir: tempDir() });
+    try {
+      const batch = (ids: string[]) =>
+        ids.map((id) => {
+          const outcome = redactEvent(rawEvent("graph.step_started", { id, jobId: `job-${id.length % 3}` }));
+          assert.ok(outcome.ok);
+          return outcome.event;
+        });
+      const ids = (from: number, count: number) => Array.from({ length: count }, (_, i) => `e${from + i}`);
+      // 250 new events: two whole chunks and 50 one at a time.
+      const first = await outbox.append(batch(ids(0, 250)));
+      assert.deepEqual([first.appended.length, first.duplicates, first.appended.at(-1)?.position], [250, 0, 250n]);
+      // A chunk with two stored ids among new ones, one with an id twice, one all stored, one all new.
+      const mixed = [...ids(250, 40), "e7", ...ids(290, 58), "e249", ...ids(348, 50), "e348", ...ids(398, 49)];
+      mixed.push(...ids(0, 100), ...ids(447, 100));
+      const second = await outbox.append(batch(mixed));
+      assert.equal(second.duplicates, 103);
+      assert.deepEqual(
+        second.appended.map((e) => e.id),
+        ids(250, 297),
+        "each new event once, in the order given",
+      );
+      const positions = second.appended.map((e) => e.position);
+      assert.ok(
+        positions.every((p, i) => p > (i === 0 ? 250n : positions[i - 1]!)),
+        "positions grow in the order given (an ignored row may leave one unused, as SQLite's AUTOINCREMENT does)",
+      );
+      // The chunk of 100 new events went in whole: one position after another.
+      assert.deepEqual(
+        positions.slice(-100),
+        positions.slice(-100).map((_, i) => positions.at(-100)! + BigInt(i)),
+      );
+      const stored = outbox.read({ fromPosition: 0n, limit: 1_000 });
+      assert.deepEqual(
+        stored.map((e) => [e.id, e.position]),
+        [...first.appended, ...second.appended].map((e) => [e.id, e.position]),
+        "the log holds every event once, at the position it was given",
+      );
+    } finally {
+      await outbox.close();
+    }
+  });
+
   void test("concurrent producers each get every event stored once, in their own order", async () => {
     const events = await startEvents({ auth: testCredentials.settingsFor("events"), dataDir: tempDir() });
     after(() => events.close());
