@@ -3,7 +3,7 @@
 // encoder for the rest), the same grouping by partition and the same CRC.
 import assert from "node:assert/strict";
 import { createRequire } from "node:module";
-import { describe, test } from "node:test";
+import { describe, mock, test } from "node:test";
 import { toKafkaMessage } from "@oz0/events";
 import {
   crc32c,
@@ -14,10 +14,14 @@ import {
   KAFKAJS_GROUPING,
   KAFKAJS_MURMUR2,
   KAFKAJS_RECORD,
+  KAFKAJS_RECORD_BATCH,
+  recordBatchInOneBuffer,
   rememberedPerKey,
   useFasterKafkajsPaths,
   type EncodedRecord,
   type GroupingInput,
+  type RecordBatchInput,
+  type RecordBatchModule,
   type RecordInput,
 } from "../src/kafkajs-hot-paths.js";
 
@@ -25,6 +29,9 @@ const require = createRequire(import.meta.url);
 const RECORD_FILE = require.resolve(KAFKAJS_RECORD);
 const GROUPING_FILE = require.resolve(KAFKAJS_GROUPING);
 const CRC_FILE = require.resolve(KAFKAJS_CRC32C);
+const RECORD_BATCH_FILE = require.resolve(KAFKAJS_RECORD_BATCH);
+const kafkajsRecordBatch = (require(RECORD_BATCH_FILE) as RecordBatchModule).RecordBatch;
+const Long = require("kafkajs/src/utils/long.js") as { fromValue(value: unknown): unknown };
 const MURMUR2_FILE = require.resolve(KAFKAJS_MURMUR2);
 const kafkajsMurmur2 = require(MURMUR2_FILE) as (key: unknown) => number;
 const kafkajsCrc = require(CRC_FILE) as (buffer: Buffer) => number;
@@ -115,6 +122,58 @@ void describe("kafkajs's hot paths, replaced", () => {
     assert.equal(remembered(buffer), kafkajsMurmur2(buffer));
   });
 
+  void describe("a record batch in one buffer is kafkajs's bytes", () => {
+    const ours = recordBatchInOneBuffer(kafkajsRecordBatch);
+    const records = Array.from({ length: 40 }, (_, i) =>
+      kafkajsRecord({
+        ...toKafkaMessage(JSON.stringify({ ...event, id: `e-${i}` })),
+        offsetDelta: i,
+        timestampDelta: i * 3,
+      }),
+    );
+    const batches: Record<string, RecordBatchInput> = {
+      "as the idempotent producer sends it": {
+        compression: 0,
+        records,
+        firstTimestamp: 1_764_640_000_123,
+        maxTimestamp: 1_764_640_000_246,
+        producerId: Long.fromValue(4_000_000_017),
+        producerEpoch: 3,
+        firstSequence: 1_234,
+        transactional: false,
+        lastOffsetDelta: records.length - 1,
+      },
+      "transactional, with a leader epoch, a first offset and a negative producer id": {
+        records: records.slice(0, 3),
+        firstOffset: Long.fromValue(99),
+        partitionLeaderEpoch: 7,
+        firstTimestamp: 5,
+        maxTimestamp: 9,
+        producerId: -1,
+        transactional: true,
+        lastOffsetDelta: 2,
+      },
+      "one record, every other field left to the defaults": { records: records.slice(0, 1) },
+      "no records": { records: [] },
+      "gzip (left to kafkajs)": { compression: 1, records: records.slice(0, 5), firstTimestamp: 1, maxTimestamp: 2 },
+      "a record that is not an encoded one (left to kafkajs)": { records: [records[0], 42], firstTimestamp: 1 },
+    };
+    for (const [name, input] of Object.entries(batches)) {
+      void test(name, async () => {
+        // The defaults read the clock: the same clock for both.
+        mock.method(Date, "now", () => 1_764_640_000_000);
+        try {
+          const [mine, theirs] = [await ours(input), await kafkajsRecordBatch(input)];
+          assert.deepEqual(mine.buffer, theirs.buffer);
+          assert.equal(mine.size(), theirs.size());
+          assert.ok(Buffer.isBuffer(mine.buf));
+        } finally {
+          mock.restoreAll();
+        }
+      });
+    }
+  });
+
   void test("the CRC-32C is kafkajs's for every length, at every alignment", () => {
     const bytes = Buffer.from(Array.from({ length: 70_000 }, (_, i) => (i * 2654435761) >>> 24));
     for (let length = 0; length <= 41; length++)
@@ -127,7 +186,7 @@ void describe("kafkajs's hot paths, replaced", () => {
     assert.equal(crc32c(Buffer.from("123456789")), 0xe3069283);
   });
 
-  void test("all four are what kafkajs's modules load once installed", () => {
+  void test("all five are what kafkajs's modules load once installed", () => {
     // The modules kafkajs's produce request (v3; v4 to v7 reuse it) and its producer require are the ones replaced.
     const produce = require.resolve("kafkajs/src/protocol/requests/produce/v3/request.js");
     assert.equal(createRequire(produce).resolve("../../../recordBatch/record/v0"), RECORD_FILE);
@@ -135,11 +194,19 @@ void describe("kafkajs's hot paths, replaced", () => {
     assert.equal(createRequire(sendMessages).resolve("./groupMessagesPerPartition"), GROUPING_FILE);
     const recordBatch = require.resolve("kafkajs/src/protocol/recordBatch/v0/index.js");
     assert.equal(createRequire(recordBatch).resolve("../crc32C"), CRC_FILE);
+    assert.equal(createRequire(produce).resolve("../../../recordBatch/v0"), RECORD_BATCH_FILE);
     const partitioner = require.resolve("kafkajs/src/producer/partitioners/default/index.js");
     assert.equal(createRequire(partitioner).resolve("./murmur2"), MURMUR2_FILE);
     // A kafkajs release other than the one these were written against is left as it is; a bump fails here first.
     assert.equal((require("kafkajs/package.json") as { version: string }).version, REPLACED_VERSION);
-    assert.deepEqual(useFasterKafkajsPaths(), { records: true, grouping: true, crc: true, keyHash: true });
+    assert.deepEqual(useFasterKafkajsPaths(), {
+      records: true,
+      grouping: true,
+      crc: true,
+      keyHash: true,
+      recordBatch: true,
+    });
+    assert.notEqual((require(RECORD_BATCH_FILE) as RecordBatchModule).RecordBatch, kafkajsRecordBatch);
     assert.equal(require(CRC_FILE), crc32c);
     const installed = require(RECORD_FILE) as (input: RecordInput) => EncodedRecord;
     assert.notEqual(installed, kafkajsRecord);
