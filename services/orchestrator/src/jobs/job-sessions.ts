@@ -124,7 +124,8 @@ export class JobSessions {
     if (this.#o.active.closing) return;
     const end = await this.#driver.start({
       ...this.#following(job, active),
-      place: this.#placing(job, active),
+      // `current` was read just now, with no await since: the first check before placing need not read it again.
+      place: this.#placing(job, active, { justRead: true }),
       start: (sandbox) => sandbox.start(start),
     });
     await this.#ended(job.id, active, end);
@@ -245,12 +246,18 @@ export class JobSessions {
    * waiting while every node is full, until the job is cancelled, ends or
    * is abandoned.
    */
-  #placing(job: JobRecord, active: ActiveJob): PlaceOptions {
+  #placing(job: JobRecord, active: ActiveJob, options: { justRead?: boolean } = {}): PlaceOptions {
+    let justRead = options.justRead === true;
     return {
       jobId: job.id,
       sessionId: job.sessionId,
       stop: async () => {
         if (this.#o.active.stopped(active)) return true;
+        // The caller found it neither cancelled nor ended, and nothing ran since (issue 24: one read less per job).
+        if (justRead) {
+          justRead = false;
+          return false;
+        }
         const current = await this.#o.store.getJob(job.id);
         return !current || current.cancelRequestedAt !== undefined || isTerminal(current.state);
       },
