@@ -4,7 +4,17 @@
 // the same after the restart), and the ids of the requests already answered.
 // All of it lives in the session's internal directory, readable by the
 // sandbox alone, and goes with it when the session is removed.
-import { appendFileSync, closeSync, openSync, readFileSync, writeFileSync, writevSync } from "node:fs";
+import {
+  appendFileSync,
+  closeSync,
+  constants as fs,
+  fstatSync,
+  ftruncateSync,
+  openSync,
+  readFileSync,
+  writeSync,
+  writevSync,
+} from "node:fs";
 import path from "node:path";
 import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { BinaryWriter, sizeDelimitedPeek } from "@bufbuild/protobuf/wire";
@@ -45,7 +55,12 @@ function files(internalDir: string): { record: string; log: string; answers: str
  * Writes the record, once per session, before its first message is logged.
  * Straight to its name, with no temporary file renamed into place (one
  * metadata write less per session, issue 24): a record a crash tore does
- * not parse and reads as none, as a record not yet renamed did.
+ * not parse and reads as none, as a record not yet renamed did. Opened
+ * without O_TRUNC: in a reused internal folder the file is there, emptied,
+ * and ext4 (auto_da_alloc) starts writing back a file truncated to nothing
+ * and written again when it is closed, a block allocated and written per
+ * session in the main thread where a new file's pages would have waited (and
+ * mostly been gone before writeback). A longer leftover is cut to the record.
  */
 export function writeSessionRecord(record: SessionRecord): void {
   const file: RecordFile = {
@@ -61,7 +76,14 @@ export function writeSessionRecord(record: SessionRecord): void {
     startTime: record.startTime,
   };
   const target = files(record.paths.internalDir).record;
-  writeFileSync(target, JSON.stringify(file), { mode: 0o600 });
+  const bytes = Buffer.from(JSON.stringify(file));
+  const fd = openSync(target, fs.O_WRONLY | fs.O_CREAT, 0o600);
+  try {
+    for (let at = 0; at < bytes.length;) at += writeSync(fd, bytes, at, bytes.length - at, at);
+    if (fstatSync(fd).size > bytes.length) ftruncateSync(fd, bytes.length);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** The record in `internalDir`, or undefined when there is none (or it is unreadable). */
