@@ -162,22 +162,28 @@ export class SessionEventLog {
         `attach.after_seq: ${afterSeq} is past the last seq of session ${this.sessionId} (${this.#messages.length}); attach with the last seq you received`,
       );
     }
-    let next = afterSeq;
-    while (!signal.aborted) {
-      while (next < this.#messages.length) {
-        const message = this.#at(next);
-        next++;
-        if (message !== undefined) yield message;
+    // One abort listener for the whole follow, not one added and removed per wait: an AbortSignal's
+    // listeners are EventTarget's, whose bookkeeping cost more than the rest of a message's wait (issue 24).
+    let wake: (() => void) | undefined;
+    const onAbort = (): void => wake?.();
+    signal.addEventListener("abort", onAbort, { once: true });
+    try {
+      let next = afterSeq;
+      while (!signal.aborted) {
+        while (next < this.#messages.length) {
+          const message = this.#at(next);
+          next++;
+          if (message !== undefined) yield message;
+        }
+        if (this.#ended) return;
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+          this.#wake.push(resolve);
+        });
+        wake = undefined;
       }
-      if (this.#ended) return;
-      await new Promise<void>((resolve) => {
-        const done = (): void => {
-          signal.removeEventListener("abort", done);
-          resolve();
-        };
-        this.#wake.push(done);
-        signal.addEventListener("abort", done, { once: true });
-      });
+    } finally {
+      signal.removeEventListener("abort", onAbort);
     }
   }
 }

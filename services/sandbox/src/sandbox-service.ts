@@ -135,16 +135,21 @@ async function* follow(
   const log = session.log.follow(afterSeq, stop.signal);
   try {
     let pending = log.next();
+    // Made again only once a rejection woke it, not for every message.
+    let rejection: Promise<"rejection"> | undefined;
     for (;;) {
       const queued = rejections.shift();
       if (queued !== undefined) {
         yield queued;
         continue;
       }
-      const rejection = new Promise<"rejection">((resolve) => (wakeForRejection = () => resolve("rejection")));
+      rejection ??= new Promise<"rejection">((resolve) => (wakeForRejection = () => resolve("rejection")));
       const winner = await Promise.race([pending, rejection]);
-      wakeForRejection = undefined;
-      if (winner === "rejection") continue;
+      if (winner === "rejection") {
+        rejection = undefined;
+        wakeForRejection = undefined;
+        continue;
+      }
       if (winner.done === true) {
         if (!stop.signal.aborted) onEndRead();
         return;
