@@ -139,7 +139,7 @@ function killQuietly(pid: number, signal: NodeJS.Signals): void {
 function assertVisible(command: string, mounts: MountPlan): void {
   let target = command;
   try {
-    target = realpathSync(command);
+    target = realpathSync.native(command);
   } catch {
     // Unreadable link: the literal path decides.
   }
@@ -180,7 +180,10 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
       for (const p of options.writablePaths) binds.push({ source: p, writable: true });
       let command = spec.command;
       if (options.entry !== undefined && options.socketDir !== undefined) {
-        binds.push({ source: options.socketDir, dest: "/run/oz0", writable: true });
+        // Read-only: the entry only connects to the sockets there, which a read-only mount allows. The
+        // harness can then neither plant a file nor mark the folder (mode, xattr, ACL), so it is kept
+        // with the session's internal folder for a later session (InternalDirectoryPool).
+        binds.push({ source: options.socketDir, dest: "/run/oz0" });
         command = [
           ...options.entry.command,
           ...options.entry.forwards.map((f) => `${f.innerPort}=${f.innerSocketPath}`),

@@ -38,9 +38,14 @@ export function isWithin(file: string, root: string): boolean {
   return root !== "" && (file === root || root === "/" || file.startsWith(root.endsWith("/") ? root : `${root}/`));
 }
 
+// Real paths by the C library's realpath(3) (realpathSync.native), here and
+// wherever a session's paths are resolved: every session plans its mounts
+// again, so a link changed since is followed where it now leads, and Node's
+// JavaScript realpathSync walked each path component by component in cold
+// code, an lstat and a cache entry apiece (issue 24).
 function realOrSelf(file: string): string {
   try {
-    return realpathSync(file);
+    return realpathSync.native(file);
   } catch {
     return file;
   }
@@ -81,7 +86,7 @@ export function planMounts(options: {
     let real: string;
     let directory: boolean;
     try {
-      real = realpathSync(file);
+      real = realpathSync.native(file);
       directory = statSync(real).isDirectory();
     } catch {
       continue; // not there: nothing to hide

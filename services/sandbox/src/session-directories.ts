@@ -17,16 +17,25 @@ import {
   cp,
   lstat,
   mkdir,
+  open,
   readdir,
   realpath,
   rename,
   rm,
   rmdir,
-  truncate,
   unlink,
   writeFile,
 } from "node:fs/promises";
-import { existsSync, mkdirSync, realpathSync, renameSync, rmSync } from "node:fs";
+import {
+  constants as fs,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  type Dirent,
+} from "node:fs";
 import path from "node:path";
 import type { Attachment } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
@@ -34,6 +43,8 @@ import { handOver, removeAsUser } from "./session-user-files.js";
 import type { SessionUser } from "./session-user-processes.js";
 
 const SESSION_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+/** The LLM forwarder's sockets, in the session's internal folder (bound into bubblewrap as /run/oz0). */
+const SOCKET_DIR = "run";
 
 export interface SessionPaths {
   sessionDir: string;
@@ -75,7 +86,7 @@ export function resolveSessionPaths(options: {
   /** Another live session's working directory, to run in instead of a new one. */
   sharedWorkingDir?: string;
 }): SessionPaths {
-  const root = realpathSync(options.root);
+  const root = realpathSync.native(options.root);
   const sessionDir = path.join(root, "sessions", options.sessionId);
   const internalDir = path.join(root, "internal", options.sessionId);
   const chosen = (requested: string, fallback: string, field: string): string => {
@@ -122,7 +133,7 @@ export function resolveSessionPaths(options: {
     stateDir,
     internalDir,
     gitDir: path.join(internalDir, "snapshot.git"),
-    socketDir: path.join(internalDir, "run"),
+    socketDir: path.join(internalDir, SOCKET_DIR),
     created: [],
     sharesWorkingDir: options.sharedWorkingDir !== undefined,
   };
@@ -163,8 +174,11 @@ export async function createSessionDirectories(
 ): Promise<void> {
   // The last step of each is not recursive: if another start raced us to the
   // same directory, this one fails instead of sharing it.
+  const parentsMade = new Set<string>();
   const exclusive = async (dir: string, mode: number): Promise<void> => {
-    await makePassableParents(dir);
+    // The working and state directories' parent (sessions/<id>) is made once, not asked for again.
+    if (!parentsMade.has(path.dirname(dir))) await makePassableParents(dir);
+    parentsMade.add(path.dirname(dir));
     try {
       await mkdir(dir, { mode });
     } catch (error) {
@@ -178,13 +192,15 @@ export async function createSessionDirectories(
     }
     paths.created.push(dir);
   };
-  if (options.internalDirs?.take(paths.internalDir) === true) paths.created.push(paths.internalDir);
-  else await exclusive(paths.internalDir, 0o700);
+  // A reused internal folder keeps its emptied socket folder (InternalDirectoryPool.give).
+  let socketDir: string[] = [paths.socketDir];
+  if (options.internalDirs?.take(paths.internalDir) === true) {
+    paths.created.push(paths.internalDir);
+    if (existsSync(paths.socketDir)) socketDir = [];
+  } else await exclusive(paths.internalDir, 0o700);
   if (!paths.sharesWorkingDir) await exclusive(paths.workingDir, 0o755);
   await exclusive(paths.stateDir, 0o700);
-  await Promise.all(
-    [...stateSubdirectories, paths.socketDir].map((dir) => mkdir(dir, { recursive: true, mode: 0o700 })),
-  );
+  await Promise.all([...stateSubdirectories, ...socketDir].map((dir) => mkdir(dir, { recursive: true, mode: 0o700 })));
 }
 
 export async function copyAttachments(workingDir: string, attachments: readonly Attachment[]): Promise<void> {
@@ -232,7 +248,12 @@ export async function handOverSessionDirectories(paths: SessionPaths, user: Sess
  */
 export async function removeSessionDirectories(
   paths: SessionPaths,
-  options: { user?: SessionUser; internalDirs?: InternalDirectoryPool | undefined } = {},
+  options: {
+    user?: SessionUser;
+    internalDirs?: InternalDirectoryPool | undefined;
+    /** The session's socket folder was read-only to it (bubblewrap-launcher.ts): a reused internal folder keeps it. */
+    socketDirSealed?: boolean;
+  } = {},
 ): Promise<void> {
   const { user, internalDirs } = options;
   const problems: unknown[] = [];
@@ -240,8 +261,12 @@ export async function removeSessionDirectories(
   const budget = { entries: REMOVAL_ENTRIES };
   for (const dir of paths.created) {
     if (ownedByUser.includes(dir)) continue;
-    if (dir === paths.internalDir && (await internalDirs?.give(dir)) === true) continue;
-    if (await removeSmallTree(dir, budget)) continue;
+    if (
+      dir === paths.internalDir &&
+      (await internalDirs?.give(dir, { keepSocketDir: options.socketDirSealed === true })) === true
+    )
+      continue;
+    if (await removeDirectory(dir, budget)) continue;
     await rm(dir, { recursive: true, force: true, maxRetries: 2 }).catch((error: unknown) => problems.push(error));
   }
   if (user !== undefined) await removeAsUser(ownedByUser, user).catch((error: unknown) => problems.push(error));
@@ -275,21 +300,58 @@ async function removeSmallTree(dir: string, budget: { entries: number }): Promis
   } catch (error) {
     return (error as NodeJS.ErrnoException).code === "ENOENT";
   }
-  budget.entries -= entries.length;
-  if (budget.entries < 0) return false;
   try {
-    const removed = await Promise.all(
-      entries.map((entry) => {
-        const child = path.join(dir, entry.name);
-        return entry.isDirectory() ? removeSmallTree(child, budget) : unlink(child).then(() => true);
-      }),
-    );
-    if (removed.includes(false)) return false;
+    if (!(await removeEntries(dir, entries, budget))) return false;
     await rmdir(dir);
     return true;
   } catch {
     return false;
   }
+}
+
+/**
+ * {@link removeSmallTree}, trying rmdir first: most of a session's folders
+ * (the state directory's seven, often the working directory) are empty at
+ * its end, and go with one call instead of a readdir and an rmdir.
+ */
+async function removeDirectory(dir: string, budget: { entries: number }): Promise<boolean> {
+  try {
+    await rmdir(dir);
+    return true;
+  } catch {
+    // Not empty (or not removable so): walked.
+  }
+  return removeSmallTree(dir, budget);
+}
+
+/** Removes `entries` of `dir`, all at once, by their types (a link is unlinked, never followed); false past the budget. */
+async function removeEntries(dir: string, entries: Dirent[], budget: { entries: number }): Promise<boolean> {
+  budget.entries -= entries.length;
+  if (budget.entries < 0) return false;
+  const removed = await Promise.all(
+    entries.map((entry) => {
+      const child = path.join(dir, entry.name);
+      return entry.isDirectory() ? removeDirectory(child, budget) : unlink(child).then(() => true);
+    }),
+  );
+  return !removed.includes(false);
+}
+
+/**
+ * Truncates a file of the sandbox's own to nothing: one left empty (often
+ * stderr, the answers) needs no call at all, another an open with O_TRUNC
+ * and a close, two thread-pool round trips where truncate() takes three (an
+ * open, an ftruncate, a close).
+ */
+async function emptyFile(file: string): Promise<void> {
+  if (lstatSync(file).size === 0) return;
+  const handle = await open(file, fs.O_WRONLY | fs.O_TRUNC);
+  await handle.close();
+}
+
+/** Removes what `dir` holds, keeping `dir`; false when something could not be removed this way. */
+async function emptyDirectory(dir: string): Promise<boolean> {
+  return removeEntries(dir, await readdir(dir, { withFileTypes: true }), { entries: REMOVAL_ENTRIES });
 }
 
 /** The sandbox's own files in a kept session's internal directory that the next session there writes again: emptied, not removed. */
@@ -351,8 +413,14 @@ export class InternalDirectoryPool {
     }
   }
 
-  /** Empties an ended session's internal directory and keeps it; false (the caller removes it) when it cannot be reused. */
-  async give(internalDir: string): Promise<boolean> {
+  /**
+   * Empties an ended session's internal directory and keeps it; false (the
+   * caller removes it) when it cannot be reused. With `keepSocketDir` its
+   * socket folder `run/` (read-only inside bubblewrap, so nothing but the
+   * sandbox wrote there) is emptied and kept too: one directory fewer made
+   * and freed per session.
+   */
+  async give(internalDir: string, options: { keepSocketDir?: boolean } = {}): Promise<boolean> {
     // A place is held from here, so sessions ending together never keep more than `max`.
     if (this.#spares.length + this.#giving >= this.#max || !existsSync(path.join(internalDir, "exit"))) return false;
     this.#giving += 1;
@@ -361,8 +429,9 @@ export class InternalDirectoryPool {
         (await readdir(internalDir, { withFileTypes: true })).map(async (entry) => {
           const file = path.join(internalDir, entry.name);
           if (entry.isFile() && entry.name === "exit") await rename(file, path.join(internalDir, "exit.tmp"));
-          else if (entry.isFile() && REUSED_FILES.has(entry.name)) await truncate(file, 0);
+          else if (entry.isFile() && REUSED_FILES.has(entry.name)) await emptyFile(file);
           else if (!entry.isDirectory()) await unlink(file);
+          else if (entry.name === SOCKET_DIR && options.keepSocketDir === true) return emptyDirectory(file);
           else return removeSmallTree(file, { entries: REMOVAL_ENTRIES });
           return true;
         }),
@@ -433,7 +502,7 @@ function realAncestor(target: string): string {
   let current = target;
   for (;;) {
     try {
-      return path.join(realpathSync(current), path.relative(current, target));
+      return path.join(realpathSync.native(current), path.relative(current, target));
     } catch {
       const parent = path.dirname(current);
       if (parent === current) return target;

@@ -64,6 +64,27 @@ void describe("internal directory pool", () => {
     assert.equal(pool.take(path.join(root, "internal", "third")), false, "one spare, taken");
   });
 
+  void it("keeps the emptied socket folder of a session that could not write it, and removes one it could", async (t) => {
+    const root = mkdtempSync(path.join(os.tmpdir(), "oz0-pool-"));
+    t.after(() => rmSync(root, { recursive: true, force: true }));
+    const pool = new InternalDirectoryPool({ dir: path.join(root, "recycled"), max: 2 });
+    const sealed = path.join(root, "internal", "sealed");
+    endedSessionDir(sealed, { exited: true });
+    const socketDir = statSync(path.join(sealed, "run")).ino;
+    assert.equal(await pool.give(sealed, { keepSocketDir: true }), true);
+    const next = path.join(root, "internal", "next");
+    assert.equal(pool.take(next), true);
+    assert.equal(statSync(path.join(next, "run")).ino, socketDir, "the same folder");
+    assert.deepEqual(readdirSync(path.join(next, "run")), [], "emptied");
+
+    const writable = path.join(root, "internal", "writable");
+    endedSessionDir(writable, { exited: true });
+    assert.equal(await pool.give(writable), true);
+    const after = path.join(root, "internal", "after");
+    assert.equal(pool.take(after), true);
+    assert.equal(existsSync(path.join(after, "run")), false, "a folder the session could mark is made anew");
+  });
+
   void it("reuses no directory whose keeper did not write its exit, keeps at most its maximum, and never replaces an existing target", async (t) => {
     const root = mkdtempSync(path.join(os.tmpdir(), "oz0-pool-"));
     t.after(() => rmSync(root, { recursive: true, force: true }));

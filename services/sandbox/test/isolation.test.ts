@@ -250,6 +250,25 @@ for (const mode of ["none", "user", "bwrap"] as const) {
         );
         assert.equal(stream.exited().result?.text, "200 pong", String(stream.error));
       });
+
+      void it("cannot write or mark the forwarder's socket folder, which a later session's internal folder keeps", async () => {
+        const stream = await runToEnd(
+          t.client,
+          scenarioStart(
+            { mode: "probe", list: ["/run/oz0"], write: ["/run/oz0/planted"] },
+            {},
+            { llm: { anthropicBaseUrl: "http://127.0.0.1:9/anthropic", token: "t" } },
+          ),
+        );
+        const exited = stream.exited();
+        assert.equal(exited.status, SessionStatus.COMPLETED, `${exited.errorMessage} ${exited.stderrTail}`);
+        const report = JSON.parse(stream.texts()[0] ?? "{}") as {
+          lists: Record<string, unknown>;
+          writes: Record<string, string>;
+        };
+        assert.deepEqual(report.lists["/run/oz0"], ["llm-0.sock"]);
+        assert.deepEqual(report.writes, { "/run/oz0/planted": "ERROR EROFS" });
+      });
     } else {
       void it(`still connects to loopback ${mode === "user" ? "under a uid of its own (no network namespace)" : "without isolation (the mode isolates nothing)"}`, async () => {
         const server = net.createServer((socket) => {
