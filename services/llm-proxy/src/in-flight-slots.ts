@@ -1,21 +1,27 @@
-// Calls in flight for the SQLite store, in a file of fixed slots instead of a
-// SQLite commit before each attempt. The record of a call in flight must be
-// in the file before its attempt goes out; a SQLite commit there cost a call
-// about 15 system calls (WAL frames, locks) and 60–120 µs one at a time, a
-// `pwrite` of one slot costs one system call and a few µs. Both survive the
+// Calls in flight for the SQLite store, and metering records not committed
+// yet, in a file of fixed slots instead of a SQLite commit before each
+// attempt and another before each answer ends. A call in flight must be in a
+// file before its attempt goes out, and its records before its answer ends;
+// a SQLite commit there cost a call about 15 system calls (WAL frames,
+// locks) and 60–120 µs one at a time, a `pwrite` of one slot costs one system
+// call and a few µs, and the records are committed to SQLite a little later,
+// many calls' in one transaction, off every call's path. Both survive the
 // process being killed (the page cache keeps them) and neither survives a
 // power cut (SQLite runs with synchronous = NORMAL; an `fdatasync` per call
 // measured 400–600 µs on this machine's disk, more than the whole call).
 //
 // Each process writes a file of its own (`in-flight/<owner>.slots`), so a
 // later start tells a dead process's calls from its own. A slot is one page
-// (a write within a page is never torn by a kill) holding the call's row as
-// JSON after its length (its values in PENDING_COLUMNS order, as SQLite stores them). A retry takes a new slot before it frees the old
-// one, so a kill mid-write leaves the attempt before it on record. A slot is
-// freed only once the call's record is committed and is then overwritten by
-// a later call; a freed slot still holding an old call is harmless, since
-// reconciling skips every call whose record exists. A process that ends with
-// nothing in flight removes its file.
+// (a write within a page is never torn by a kill) holding, after its length,
+// one JSON array: its kind (`p`, a call in flight; `a`, an attempt's record;
+// `c`, a call's record), then the row's values as SQLite stores them
+// (PENDING_COLUMNS, or the metering columns). Slots are never written twice
+// while they hold something: a retry takes a new slot before it frees the
+// old one, so a kill mid-write leaves the attempt before it on record. A
+// call's slot in flight is freed once its record is committed to SQLite, a
+// record's once it is; a freed slot still holding an old row is harmless,
+// since replaying skips every record already there and every call with a
+// record. A process that ends with nothing left in its slots removes its file.
 import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from "node:fs";
 import path from "node:path";
 import type { PendingAttempt } from "./proxy-store.js";
@@ -28,10 +34,14 @@ const LENGTH_BYTES = 4;
 const INITIAL_SLOTS = 64;
 const SUFFIX = ".slots";
 
-/** A dead process's calls in flight, read from its slot file. */
+/** What dead processes left in their slot files. */
 export interface OrphanedSlots {
-  /** Every call found, newest attempt of each call first. */
-  calls: PendingAttempt[];
+  /** Calls in flight, newest attempt of each call first. */
+  inFlight: PendingAttempt[];
+  /** Records of attempts (their values in ATTEMPT_COLUMNS order), perhaps committed already. */
+  attempts: unknown[][];
+  /** Records of calls (CALL_COLUMNS order), perhaps committed already. */
+  calls: unknown[][];
   /** Removes the files read; call once their calls are reconciled (committed). */
   remove(): void;
 }
@@ -44,6 +54,8 @@ export class InFlightSlots {
   readonly #free: number[] = [];
   /** The slot of each call in flight, by operation id. */
   readonly #slotOf = new Map<string, number>();
+  /** Slots holding a record not committed yet. */
+  #held = 0;
 
   constructor(options: { dir: string; owner: string }) {
     mkdirSync(options.dir, { recursive: true, mode: 0o700 });
@@ -59,15 +71,8 @@ export class InFlightSlots {
    */
   begin(pending: PendingAttempt): boolean {
     const { operationId } = pending;
-    const json = JSON.stringify(pendingValues(pending, SQLITE_ENCODING));
-    const length = Buffer.byteLength(json);
-    if (length > SLOT_BYTES - LENGTH_BYTES) return false;
-    const bytes = Buffer.allocUnsafe(LENGTH_BYTES + length);
-    bytes.writeUInt32LE(bytes.length - LENGTH_BYTES, 0);
-    bytes.write(json, LENGTH_BYTES);
-    if (this.#free.length === 0) this.#grow(this.#capacity);
-    const slot = this.#free.pop()!;
-    writeSync(this.#fd, bytes, 0, bytes.length, slot * SLOT_BYTES);
+    const slot = this.#write(["p", ...pendingValues(pending, SQLITE_ENCODING)]);
+    if (slot === undefined) return false;
     const before = this.#slotOf.get(operationId);
     this.#slotOf.set(operationId, slot);
     // Only now: until the new row was written, the one before stood for the call.
@@ -83,12 +88,43 @@ export class InFlightSlots {
     this.#free.push(slot);
   }
 
-  /** Closes the file, and removes it when no call is in flight (else a later start reconciles them). */
+  /**
+   * Writes a metering record not yet committed (`values` as its insert takes
+   * them); the slot to release once it is committed, or undefined when it
+   * does not fit (the caller commits it before it answers instead).
+   */
+  hold(kind: "attempt" | "call", values: readonly unknown[]): number | undefined {
+    const slot = this.#write([kind === "attempt" ? "a" : "c", ...values]);
+    if (slot !== undefined) this.#held += 1;
+    return slot;
+  }
+
+  /** The record in `slot` (from `hold`) is committed. */
+  release(slot: number): void {
+    this.#held -= 1;
+    this.#free.push(slot);
+  }
+
+  /** Closes the file, and removes it when it holds nothing (else a later start takes it up). */
   close(): void {
     if (this.#fd < 0) return;
     closeSync(this.#fd);
     this.#fd = -1;
-    if (this.#slotOf.size === 0) rmSync(this.#file, { force: true });
+    if (this.#slotOf.size === 0 && this.#held === 0) rmSync(this.#file, { force: true });
+  }
+
+  /** One entry in a free slot: the slot, or undefined when it does not fit one. */
+  #write(entry: unknown[]): number | undefined {
+    const json = JSON.stringify(entry);
+    const length = Buffer.byteLength(json);
+    if (length > SLOT_BYTES - LENGTH_BYTES) return undefined;
+    const bytes = Buffer.allocUnsafe(LENGTH_BYTES + length);
+    bytes.writeUInt32LE(length, 0);
+    bytes.write(json, LENGTH_BYTES);
+    if (this.#free.length === 0) this.#grow(this.#capacity);
+    const slot = this.#free.pop()!;
+    writeSync(this.#fd, bytes, 0, bytes.length, slot * SLOT_BYTES);
+    return slot;
   }
 
   /** Zeroed slots (a zero length is an empty slot), taken lowest first. */
@@ -109,20 +145,27 @@ export class InFlightSlots {
       names = [];
     }
     const files = names.map((name) => path.join(options.dir, name));
-    const calls: PendingAttempt[] = [];
+    const orphaned: OrphanedSlots = { inFlight: [], attempts: [], calls: [], remove: () => undefined };
     for (const file of files) {
       const bytes = readFileSync(file);
       for (let at = 0; at + LENGTH_BYTES <= bytes.length; at += SLOT_BYTES) {
         const length = bytes.readUInt32LE(at);
         if (length === 0 || length > SLOT_BYTES - LENGTH_BYTES) continue;
-        const row = parseRow(bytes.toString("utf8", at + LENGTH_BYTES, at + LENGTH_BYTES + length));
-        if (row) calls.push(pendingFromRow(row));
+        const entry = parseEntry(bytes.toString("utf8", at + LENGTH_BYTES, at + LENGTH_BYTES + length));
+        if (!entry) continue;
+        const [kind, ...values] = entry;
+        if (kind === "a") orphaned.attempts.push(values);
+        else if (kind === "c") orphaned.calls.push(values);
+        else if (kind === "p") {
+          const row = pendingRow(values);
+          if (row) orphaned.inFlight.push(pendingFromRow(row));
+        }
       }
     }
     // A retry's slot and the one it replaced may both be there: the newest attempt stands for the call.
-    calls.sort((a, b) => b.attempt - a.attempt);
+    orphaned.inFlight.sort((a, b) => b.attempt - a.attempt);
     return {
-      calls,
+      ...orphaned,
       remove: () => {
         for (const file of files) rmSync(file, { force: true });
       },
@@ -130,14 +173,18 @@ export class InFlightSlots {
   }
 }
 
-function parseRow(text: string): PendingRow | undefined {
+function parseEntry(text: string): unknown[] | undefined {
   try {
-    const values = JSON.parse(text) as unknown;
-    if (!Array.isArray(values) || values.length !== PENDING_COLUMNS.length) return undefined;
-    const row = Object.fromEntries(PENDING_COLUMNS.map((column, i) => [column, values[i]])) as unknown as PendingRow;
-    return typeof row.operation_id === "string" && typeof row.attempt === "number" ? row : undefined;
+    const entry = JSON.parse(text) as unknown;
+    return Array.isArray(entry) && entry.length > 1 ? entry : undefined;
   } catch {
-    // Not a row this store wrote (a file cut short by a full disk): nothing to reconcile from it.
+    // Not an entry this store wrote (a file cut short by a full disk): nothing to take up from it.
     return undefined;
   }
+}
+
+function pendingRow(values: unknown[]): PendingRow | undefined {
+  if (values.length !== PENDING_COLUMNS.length) return undefined;
+  const row = Object.fromEntries(PENDING_COLUMNS.map((column, i) => [column, values[i]])) as unknown as PendingRow;
+  return typeof row.operation_id === "string" && typeof row.attempt === "number" ? row : undefined;
 }

@@ -256,10 +256,13 @@ export interface MeteringStore {
   /**
    * Both resolve once every reader of the store (every replica) sees the
    * record, and reject when it could not be stored. Writes may be batched.
-   * recordCall also ends the call's pending attempt (beginAttempt) in the
-   * same transaction.
-   * Both stores resolve once the record is committed, so a record whose
-   * answer reached a client survives the proxy being killed.
+   * recordCall also ends the call's pending attempt (beginAttempt).
+   * Both resolve once the record survives the proxy being killed, so a
+   * record whose answer reached a client is kept: PostgreSQL once it is
+   * committed; SQLite (one process, whose every read commits what waits)
+   * once it is committed or, with a data directory, in its slot
+   * (in-flight-slots.ts), committed a few milliseconds later or by the next
+   * start.
    */
   recordAttempt(attempt: AttemptRecord): Promise<void>;
   recordCall(call: CallRecord): Promise<void>;

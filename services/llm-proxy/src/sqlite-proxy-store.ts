@@ -4,9 +4,11 @@
 // Writes are group-committed while calls overlap: every write of one turn of
 // the event loop (calls in flight before they go upstream, attempt and call
 // records) is one transaction, since a commit costs more than the rows in it.
-// A call alone commits at once: there is nothing to group it with. Calls in
-// flight are not written here but to a file of slots (in-flight-slots.ts):
-// one `pwrite` before each attempt instead of a commit.
+// A call alone commits at once: there is nothing to group it with. With a
+// data directory, calls in flight and records not yet committed are written
+// to a file of slots first (in-flight-slots.ts): one `pwrite` before each
+// attempt and one per record instead of a commit in a call's path; the
+// records are committed a few milliseconds later, many calls' together.
 import { randomUUID } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import path from "node:path";
@@ -94,9 +96,16 @@ export interface SqliteProxyStoreOptions {
   onWriteError?: (error: unknown) => void;
 }
 
+/** How long records in slots wait for others before they are committed together. */
+const SLOTTED_COMMIT_MS = 5;
+
 /** The writes of one turn of the event loop, committed together. */
 interface WriteBatch {
   writes: (() => void)[];
+  /** Slots of records in this batch (InFlightSlots.hold), freed once it is committed. */
+  held: number[];
+  /** Calls whose slot in flight is freed once it is committed. */
+  ended: string[];
   /** Settles once the batch is committed (or failed). */
   committed: { promise: Promise<void>; resolve: () => void; reject: (error: unknown) => void };
 }
@@ -114,6 +123,10 @@ export class SqliteProxyStore implements ProxyStore {
   // killed after a client has its answer still has the call on record. Every
   // read flushes first.
   #batch: WriteBatch | undefined;
+  /** The next turn flushes the batch (setImmediate). */
+  #flushScheduled = false;
+  /** The batch holds only rows in slots: flushed a few milliseconds after the first. */
+  #flushTimer: NodeJS.Timeout | undefined;
   // Calls between their first row in flight and their record. A write of a call alone
   // commits in its own turn instead of waiting for the next one: no other call can
   // add to its batch, and the wait was the proxy's added latency one call at a time.
@@ -240,7 +253,12 @@ export class SqliteProxyStore implements ProxyStore {
 
   recordAttempt(attempt: AttemptRecord): Promise<void> {
     const values = [...meteringValues(attempt, SQLITE_ENCODING), attempt.attempt];
-    return this.#enqueue(() => this.#statements.insertAttempt.run(values));
+    const write = (): void => void this.#statements.insertAttempt.run(values);
+    const slot = this.#slots?.hold("attempt", values);
+    if (slot === undefined) return this.#enqueue(write);
+    // In its slot, it survives the process being killed: committed with the next group.
+    this.#enqueueSlotted(write, slot);
+    return RESOLVED;
   }
 
   recordCall(call: CallRecord): Promise<void> {
@@ -248,16 +266,22 @@ export class SqliteProxyStore implements ProxyStore {
     const { operationId } = call;
     this.#inFlight.delete(operationId);
     const inTable = this.#pendingInTable.delete(operationId);
-    // The call's record and the end of its pending row commit in one transaction (the batch's),
-    // with its attempts' records queued before it.
-    const committed = this.#enqueue(() => {
+    const write = (): void => {
       this.#statements.insertCall.run(values);
       if (inTable) this.#statements.endCall.run(operationId);
-    }, this.#inFlight.size === 0);
-    if (inTable || !this.#slots) return committed;
-    // Its slot is freed once the record is in the file, not before: until then it is the call's only trace.
-    const slots = this.#slots;
-    return committed.then(() => slots.end(operationId));
+    };
+    const slot = inTable ? undefined : this.#slots?.hold("call", values);
+    // The call's record and the end of its pending row commit in one transaction (the batch's),
+    // with its attempts' records queued before it.
+    if (slot === undefined) {
+      const committed = this.#enqueue(write, this.#inFlight.size === 0);
+      const slots = this.#slots;
+      return inTable || !slots ? committed : committed.then(() => slots.end(operationId));
+    }
+    // Its record is in a slot (it survives the process being killed): the answer may end now.
+    // The slot of the call in flight is freed with the record's, once the record is committed.
+    this.#enqueueSlotted(write, slot, operationId);
+    return RESOLVED;
   }
 
   beginAttempt(pending: PendingAttempt): Promise<void> {
@@ -279,8 +303,11 @@ export class SqliteProxyStore implements ProxyStore {
     // process's are gone with it, and an account opened now starts from the calls' charges.
     const orphaned = this.#slotsDir ? InFlightSlots.orphaned({ dir: this.#slotsDir, owner: this.#owner }) : undefined;
     const made = this.#db.transaction(() => {
+      // Records a dead process had in slots and may not have committed: committed now, once.
+      for (const values of orphaned?.attempts ?? []) this.#statements.insertAttemptIfNew.run(values);
+      for (const values of orphaned?.calls ?? []) this.#statements.insertCallIfNew.run(values);
       const rows = this.#statements.orphanedCalls.all(this.#owner) as PendingRow[];
-      const calls = [...rows.map(pendingFromRow), ...(orphaned?.calls ?? [])];
+      const calls = [...rows.map(pendingFromRow), ...(orphaned?.inFlight ?? [])];
       const reconciled: CallRecord[] = [];
       for (const pending of calls) {
         const { call, attempt } = interruptedRecords(pending);
@@ -294,8 +321,33 @@ export class SqliteProxyStore implements ProxyStore {
       return reconciled;
     })();
     // Committed: the dead processes' slot files are no longer their calls' only trace.
+    // (A process killed between the commit and this removal finds the same rows next time: all skipped.)
     orphaned?.remove();
     return made;
+  }
+
+  /**
+   * A write whose row is in a slot already: nothing waits for its commit, so it
+   * waits a few milliseconds for others. Its slot (and the call's slot in
+   * flight, `ended`) is freed once it is committed.
+   */
+  #enqueueSlotted(write: () => void, slot: number, ended?: string): void {
+    const batch = this.#openBatch();
+    batch.writes.push(write);
+    batch.held.push(slot);
+    if (ended !== undefined) batch.ended.push(ended);
+    if (!this.#flushTimer) this.#flushTimer = setTimeout(this.#flushQueuedNow, SLOTTED_COMMIT_MS);
+  }
+
+  #openBatch(): WriteBatch {
+    let batch = this.#batch;
+    if (!batch) {
+      batch = { writes: [], held: [], ended: [], committed: deferred() };
+      // Its writers see a failure; the uncaught one is for onWriteError.
+      batch.committed.promise.catch(() => undefined);
+      this.#batch = batch;
+    }
+    return batch;
   }
 
   /**
@@ -305,11 +357,14 @@ export class SqliteProxyStore implements ProxyStore {
   #enqueue(write: () => void, alone = false): Promise<void> {
     let batch = this.#batch;
     if (!batch) {
-      batch = { writes: [], committed: deferred() };
+      batch = { writes: [], held: [], ended: [], committed: deferred() };
       // Its writers see a failure; the uncaught one is for onWriteError.
       batch.committed.promise.catch(() => undefined);
       this.#batch = batch;
-      if (!alone) setImmediate(() => this.#flushQueued());
+    }
+    if (!alone && !this.#flushScheduled) {
+      this.#flushScheduled = true;
+      setImmediate(this.#flushQueuedNow);
     }
     batch.writes.push(write);
     if (alone) {
@@ -323,16 +378,21 @@ export class SqliteProxyStore implements ProxyStore {
     return batch.committed.promise;
   }
 
-  #flushQueued(): void {
+  readonly #flushQueuedNow = (): void => {
     try {
       this.flush();
     } catch (error) {
       this.#onWriteError(error);
     }
-  }
+  };
 
   /** Writes what is queued now, in one transaction. */
   flush(): void {
+    this.#flushScheduled = false;
+    if (this.#flushTimer) {
+      clearTimeout(this.#flushTimer);
+      this.#flushTimer = undefined;
+    }
     const batch = this.#batch;
     if (!batch) return;
     this.#batch = undefined;
@@ -341,8 +401,14 @@ export class SqliteProxyStore implements ProxyStore {
         for (const write of batch.writes) write();
       })();
     } catch (error) {
+      // The slots keep their rows: a later start commits them.
       batch.committed.reject(error);
       throw error;
+    }
+    const slots = this.#slots;
+    if (slots) {
+      for (const slot of batch.held) slots.release(slot);
+      for (const operationId of batch.ended) slots.end(operationId);
     }
     batch.committed.resolve();
   }

@@ -1,6 +1,8 @@
 // A proxy's store in a process of its own, for in-flight-slots.test.ts: it
-// records what its arguments say (a call completed, a call retried, calls in
-// flight), prints "ready" and waits to be killed.
+// records what its arguments say (calls completed, calls retried, calls in
+// flight) and SIGKILLs itself in the same turn of the event loop as the last
+// write, so nothing of what it wrote is committed but the first completed call
+// (a read commits it, and its slots are taken again by the later calls).
 //   node --import tsx in-flight-child.ts <dataDir> <job> <completed> <retried> <in flight>
 import { SqliteProxyStore } from "../src/sqlite-proxy-store.js";
 import type { PendingAttempt } from "../src/proxy-store.js";
@@ -40,6 +42,7 @@ for (let i = 0; i < Number(completed); i += 1) {
   await store.beginAttempt(pending(operationId, 1));
   await store.recordAttempt({ ...ended(operationId, 2), attempt: 1 });
   await store.recordCall({ ...ended(operationId, 2), attempts: 1 });
+  if (i === 0) await store.listCalls(job);
 }
 // Calls whose first attempt failed and whose second is upstream.
 for (let i = 0; i < Number(retried); i += 1) {
@@ -50,5 +53,4 @@ for (let i = 0; i < Number(retried); i += 1) {
 }
 // Calls on their first attempt.
 for (let i = 0; i < Number(inFlight); i += 1) await store.beginAttempt(pending(`${job}-flying-${i}`, 1));
-process.stdout.write("ready\n");
-setInterval(() => undefined, 60_000);
+process.kill(process.pid, "SIGKILL");

@@ -1,8 +1,8 @@
-// The SQLite store's calls in flight (in-flight-slots.ts) against a real
-// SIGKILL: a process that wrote them and was killed between that write and
-// anything else (its attempt upstream, its records) leaves each call to the
-// next start, which meters it once as interrupted; never a call that
-// completed, never a retried call twice.
+// The SQLite store's slots (in-flight-slots.ts) against a real SIGKILL: a
+// process killed right after writing calls in flight (before their attempts
+// go out) and records (before they are committed) leaves them to the next
+// start, which commits each record once and meters each call in flight once
+// as interrupted; never a call that completed, never a retried call twice.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
+import Database from "better-sqlite3";
 import type { PendingAttempt } from "../src/proxy-store.js";
 import { SqliteProxyStore } from "../src/sqlite-proxy-store.js";
 
@@ -30,7 +31,7 @@ const inFlight = (operationId: string, model = "m"): PendingAttempt => ({
   attemptStartedAt: new Date(2),
 });
 
-/** Runs in-flight-child.ts until it has written its calls, then SIGKILLs it. */
+/** Runs in-flight-child.ts, which SIGKILLs itself once it has written its calls. */
 async function killedAfter(options: {
   dataDir: string;
   job: string;
@@ -42,22 +43,27 @@ async function killedAfter(options: {
   const process_ = spawn(process.execPath, ["--import", "tsx", child, ...args], { stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   process_.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString()));
-  const exited = new Promise<NodeJS.Signals | null>((resolve) => process_.once("exit", (_code, signal) => resolve(signal)));
-  await new Promise<void>((resolve, reject) => {
-    process_.stdout!.on("data", (chunk: Buffer) => {
-      if (chunk.toString().includes("ready")) resolve();
-    });
-    process_.once("exit", (code) => reject(new Error(`the child exited with ${code}: ${output}`)));
-  });
-  process_.kill("SIGKILL");
-  assert.equal(await exited, "SIGKILL");
+  const signal = await new Promise<NodeJS.Signals | null>((resolve) =>
+    process_.once("exit", (_code, exitSignal) => resolve(exitSignal)),
+  );
+  assert.equal(signal, "SIGKILL", output);
 }
 
-void test("calls in flight when their process is SIGKILLed are metered once each as interrupted at the next start; completed calls are not, a retried call once with its last attempt", async (t) => {
+void test("calls in flight when their process is SIGKILLed are metered once each as interrupted at the next start; completed calls keep their records, committed or not, and a retried call is metered once with its last attempt", async (t) => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-in-flight-"));
   t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   // More calls in flight than the file's first 64 slots: it grows.
   await killedAfter({ dataDir, job: "j", completed: 3, retried: 2, inFlight: 70 });
+  const committed = new Database(path.join(dataDir, "llm-proxy.sqlite"), { readonly: true });
+  try {
+    assert.deepEqual(
+      committed.prepare("SELECT operation_id FROM calls").all(),
+      [{ operation_id: "j-done-0" }],
+      "the first completed call alone was committed before the kill",
+    );
+  } finally {
+    committed.close();
+  }
   assert.equal(readdirSync(path.join(dataDir, "in-flight")).length, 1, "the dead process's slot file");
 
   const store = new SqliteProxyStore({ dataDir });
@@ -77,10 +83,14 @@ void test("calls in flight when their process is SIGKILLed are metered once each
     assert.deepEqual(
       calls.filter((c) => c.operationId.includes("done")).map((c) => c.outcome),
       ["ok", "ok", "ok"],
-      "completed calls keep their own record",
+      "completed calls keep their own record: one committed, two taken from their slots",
     );
     assert.ok(calls.filter((c) => !c.operationId.includes("done")).every((c) => c.outcome === "interrupted"));
     const attempts = await store.listAttempts("j");
+    assert.deepEqual(
+      attempts.filter((a) => a.operationId === "j-done-2").map((a) => [a.attempt, a.outcome]),
+      [[1, "ok"]],
+    );
     assert.deepEqual(
       attempts.filter((a) => a.operationId === "j-retried-0").map((a) => [a.attempt, a.outcome]),
       [
@@ -95,7 +105,7 @@ void test("calls in flight when their process is SIGKILLed are metered once each
   assert.deepEqual(readdirSync(path.join(dataDir, "in-flight")), [], "reconciled files and a clean close leave none");
 });
 
-void test("a call's slot is freed once its record is committed, and taken by a later call: calls one after another keep the file at its first size", async (t) => {
+void test("a call's slots are freed once its records are committed, and taken by later calls: calls one after another keep the file at its first size", async (t) => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-slots-"));
   const store = new SqliteProxyStore({ dataDir });
   t.after(async () => {
@@ -120,6 +130,8 @@ void test("a call's slot is freed once its record is committed, and taken by a l
       estimated: false,
       attempts: 1,
     });
+    // A read commits what waits (as the few milliseconds' timer does): ten calls' slots at most are taken.
+    if (i % 10 === 9) await store.usageByAgent("j");
   }
   assert.equal(statSync(slotFile()).size, firstSize);
   assert.equal((await store.listCalls("j")).length, 200);

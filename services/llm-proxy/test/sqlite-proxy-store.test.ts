@@ -92,14 +92,16 @@ void test("a call's store work runs the statements prepared at open: none is pre
   );
 });
 
-void test("a call alone commits its records at once; calls that overlap commit together at the next turn", async (t) => {
+void test("with a data directory, records resolve once in their slots and commit together a few milliseconds later (every read commits them first); in memory a call alone commits at once, overlapping calls at the next turn", async (t) => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-grouping-"));
   const store = new SqliteProxyStore({ dataDir });
   // Another connection sees only what is committed.
   const reader = new Database(path.join(dataDir, "llm-proxy.sqlite"), { readonly: true });
+  const memory = new SqliteProxyStore({ dataDir: ":memory:" });
   t.after(async () => {
     reader.close();
     await store.close();
+    await memory.close();
     rmSync(dataDir, { recursive: true, force: true });
   });
   const committed = (table: string): string[] =>
@@ -109,23 +111,34 @@ void test("a call alone commits its records at once; calls that overlap commit t
   // In flight: in the slot file (in-flight-slots.test.ts), not a commit of its own.
   await store.beginAttempt(pending("op-1"));
   assert.deepEqual(committed("pending_calls"), []);
-  // The attempt's record waits for its call's; the call's, alone, commits both at once.
-  const attempt = store.recordAttempt({ ...record("op-1"), attempt: 1 });
-  assert.deepEqual(committed("attempts"), []);
-  const call = store.recordCall({ ...record("op-1"), attempts: 1 });
-  assert.deepEqual(committed("attempts"), ["op-1"]);
-  assert.deepEqual(committed("calls"), ["op-1"]);
-  assert.deepEqual(committed("pending_calls"), []);
-  await Promise.all([attempt, call]);
-
-  // Overlapping: op-3 is still in flight, so op-2's record groups with the turn's writes.
+  await store.recordAttempt({ ...record("op-1"), attempt: 1 });
+  await store.recordCall({ ...record("op-1"), attempts: 1 });
+  assert.deepEqual(committed("calls"), [], "resolved from their slots, not committed yet");
   await Promise.all([store.beginAttempt(pending("op-2")), store.beginAttempt(pending("op-3"))]);
-  const overlapped = store.recordCall({ ...record("op-2"), attempts: 1 });
-  assert.deepEqual(committed("calls"), ["op-1"]);
-  await overlapped;
-  assert.deepEqual(committed("calls"), ["op-1", "op-2"]);
-  // The last one in flight is alone again.
-  const last = store.recordCall({ ...record("op-3"), attempts: 1 });
+  await store.recordCall({ ...record("op-2"), attempts: 1 });
+  await store.recordCall({ ...record("op-3"), attempts: 1 });
+  assert.deepEqual(committed("calls"), []);
+  // A read commits what is waiting: the store answers with every record it resolved.
+  assert.deepEqual(
+    (await store.listCalls("j")).map((c) => c.operationId),
+    ["op-1", "op-2", "op-3"],
+  );
   assert.deepEqual(committed("calls"), ["op-1", "op-2", "op-3"]);
-  await last;
+  assert.deepEqual(committed("attempts"), ["op-1"]);
+  // Unread, they commit on their own a few milliseconds later.
+  await store.beginAttempt(pending("op-4"));
+  await store.recordCall({ ...record("op-4"), attempts: 1 });
+  while (!committed("calls").includes("op-4")) await new Promise((resolve) => setTimeout(resolve, 5));
+
+  // In memory (no slot file): a call alone commits at once; while calls overlap they group.
+  await memory.beginAttempt(pending("op-5"));
+  const alone = memory.recordCall({ ...record("op-5"), attempts: 1 });
+  await Promise.all([memory.beginAttempt(pending("op-6")), memory.beginAttempt(pending("op-7"))]);
+  const overlapped = memory.recordCall({ ...record("op-6"), attempts: 1 });
+  const last = memory.recordCall({ ...record("op-7"), attempts: 1 });
+  await Promise.all([alone, overlapped, last]);
+  assert.deepEqual(
+    (await memory.listCalls("j")).map((c) => c.operationId),
+    ["op-5", "op-6", "op-7"],
+  );
 });
