@@ -106,9 +106,9 @@ function calls(engine: SqlEngine): Record<keyof typeof HOT_QUERIES, unknown[]> {
       { jobId: "job-2", afterSeq: 12, limit: 5 },
     ],
     keepLifecycle: [{ events: ["{}"] }, { events: ['{"a":1}', '{"b":2}'] }, { events: ['{"c":3}', '{"d":4}'] }],
-    unclaimedLifecycle: [
-      { now: at(engine, 10), limit: 100 },
-      { now: at(engine, 20), limit: 7 },
+    claimUnclaimedLifecycle: [
+      { now: at(engine, 10), until: at(engine, 15), limit: 100 },
+      { now: at(engine, 20), until: at(engine, 25), limit: 7 },
     ],
     claimLifecycle: [
       { seqs: [1, 2], until: at(engine, 30) },

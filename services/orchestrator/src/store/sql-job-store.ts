@@ -106,13 +106,21 @@ export const HOT_QUERIES = {
   keepLifecycle: compiledOnce((db, v: { events: string[] }) =>
     db.insertInto("lifecycle_outbox").values(v.events.map((event) => ({ event }))),
   ),
-  unclaimedLifecycle: compiledOnce((db, v: { now: Time; limit: number }) =>
+  // One statement finds the oldest unclaimed events and claims them (issue 24: it was a transaction of a SELECT
+  // and an UPDATE); PostgreSQL's store claims with SKIP LOCKED instead (postgres-store.ts).
+  claimUnclaimedLifecycle: compiledOnce((db, v: { now: Time; until: Time; limit: number }) =>
     db
-      .selectFrom("lifecycle_outbox")
-      .select(["seq", "event"])
-      .where((eb) => eb.or([eb("claimed_until", "is", null), eb("claimed_until", "<", v.now)]))
-      .orderBy("seq")
-      .limit(v.limit),
+      .updateTable("lifecycle_outbox")
+      .set({ claimed_until: v.until })
+      .where("seq", "in", (eb) =>
+        eb
+          .selectFrom("lifecycle_outbox")
+          .select("seq")
+          .where((w) => w.or([w("claimed_until", "is", null), w("claimed_until", "<", v.now)]))
+          .orderBy("seq")
+          .limit(v.limit),
+      )
+      .returning(["seq", "event"]),
   ),
   claimLifecycle: compiledOnce((db, v: { seqs: Count[]; until: Time | null }) =>
     db.updateTable("lifecycle_outbox").set({ claimed_until: v.until }).where("seq", "in", v.seqs),
@@ -474,20 +482,16 @@ export class SqlJobStore implements JobStore {
   }
 
   async claimLifecycleEvents(options: { limit: number; claimMs: number }): Promise<StoredLifecycleEvent[]> {
-    return this.db.transaction().execute(async (trx) => {
-      const now = Date.now();
-      const { rows } = await HOT_QUERIES.unclaimedLifecycle.execute(trx, this.engine, {
-        now: this.engine.time(new Date(now)),
-        limit: options.limit,
-      });
-      if (rows.length > 0) {
-        await HOT_QUERIES.claimLifecycle.execute(trx, this.engine, {
-          seqs: rows.map((r) => r.seq),
-          until: this.engine.time(new Date(now + options.claimMs)),
-        });
-      }
-      return rows.map((r) => ({ seq: toNumber(r.seq), event: fromJsonString(RawEventSchema, r.event) }));
+    const now = Date.now();
+    const { rows } = await HOT_QUERIES.claimUnclaimedLifecycle.execute(this.db, this.engine, {
+      now: this.engine.time(new Date(now)),
+      until: this.engine.time(new Date(now + options.claimMs)),
+      limit: options.limit,
     });
+    // RETURNING gives no order.
+    return rows
+      .map((r) => ({ seq: toNumber(r.seq), event: fromJsonString(RawEventSchema, r.event) }))
+      .sort((a, b) => a.seq - b.seq);
   }
 
   async deleteLifecycleEvents(seqs: number[]): Promise<void> {
