@@ -1,7 +1,8 @@
 // A session's messages come a burst at a time: what arrived together is
 // handed over together (a job stores it in one transaction), what arrives
-// later is a burst of its own, and a consumer that stops early closes the
-// channel instead of leaving its next read open.
+// later is a burst of its own, a consumer that stops early closes the
+// channel instead of leaving its next read open, and a stream that breaks
+// loses none of the messages it delivered.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { messageBursts } from "../src/sessions/message-bursts.js";
@@ -61,4 +62,25 @@ void test("a consumer that stops in the middle of the stream closes the channel 
   })();
   await assert.rejects(reading, /the store refused the burst/);
   assert.equal(closed(), true);
+});
+
+void test("a stream that breaks right after a message hands that message over, then throws", async () => {
+  const channel: SessionChannel = {
+    async *[Symbol.asyncIterator]() {
+      yield started(1);
+      yield started(2);
+      throw new Error("the stream broke");
+    },
+    answerPermission: async () => undefined,
+    answerRuntimeTool: async () => undefined,
+    close: () => undefined,
+  };
+  const bursts: number[][] = [];
+  await assert.rejects(
+    (async () => {
+      for await (const burst of messageBursts(channel)) bursts.push(burst.map((m) => m.seq));
+    })(),
+    /the stream broke/,
+  );
+  assert.deepEqual(bursts, [[1, 2]]);
 });

@@ -17,30 +17,42 @@ function nextTurn(): Promise<typeof TURNED> {
  * The channel's messages, a burst at a time, in order. A burst is never
  * empty. While a burst is handled the next message is already asked for;
  * when the caller stops early (a throw, a break) the channel is closed, so
- * that request ends too instead of holding the call open.
+ * that request ends too instead of holding the call open. A stream that
+ * breaks after some messages of a burst hands those over first, then throws.
  */
 export async function* messageBursts(channel: SessionChannel): AsyncGenerator<SandboxMessage[]> {
   const messages = channel[Symbol.asyncIterator]();
   let pending: Promise<IteratorResult<SandboxMessage>> | undefined;
-  let done = false;
   try {
-    while (!done) {
-      const first = await (pending ?? messages.next());
+    for (;;) {
+      const asked = pending ?? messages.next();
       pending = undefined;
+      const first = await asked;
       if (first.done) return;
       const burst = [first.value];
+      let end: { error: unknown } | "done" | undefined;
       for (;;) {
         pending = messages.next();
-        const next = await Promise.race([pending, nextTurn()]);
+        let next: IteratorResult<SandboxMessage> | typeof TURNED;
+        try {
+          next = await Promise.race([pending, nextTurn()]);
+        } catch (error) {
+          pending = undefined;
+          end = { error };
+          break;
+        }
+        // Not there yet: the next burst begins with it.
         if (next === TURNED) break;
         pending = undefined;
         if (next.done) {
-          done = true;
+          end = "done";
           break;
         }
         burst.push(next.value);
       }
       yield burst;
+      if (end === "done") return;
+      if (end) throw end.error;
     }
   } finally {
     if (pending) {
