@@ -1,7 +1,10 @@
-// Calls in flight for the SQLite store, and metering records not committed
-// yet, in a file of fixed slots instead of a SQLite commit before each
-// attempt and another before each answer ends. A call in flight must be in a
-// file before its attempt goes out, and its records before its answer ends;
+// Calls in flight for the SQLite store, and rows not committed yet (metering
+// records, session tokens minted and their first use), in a file of fixed
+// slots instead of a SQLite commit before each attempt, another before each
+// answer ends and one per token minted or first used. A call in flight must
+// be in a file before its attempt goes out, its records before its answer
+// ends, a token before it is handed out, its first use before its call goes
+// upstream;
 // a SQLite commit there cost a call about 15 system calls (WAL frames,
 // locks) and 60–120 µs one at a time, a `pwrite` of one slot costs one system
 // call and a few µs, and the records are committed to SQLite a little later,
@@ -14,8 +17,9 @@
 // later start tells a dead process's calls from its own. A slot is one page
 // (a write within a page is never torn by a kill) holding, after its length,
 // one JSON array: its kind (`p`, a call in flight; `a`, an attempt's record;
-// `c`, a call's record), then the row's values as SQLite stores them
-// (PENDING_COLUMNS, or the metering columns). Slots are never written twice
+// `c`, a call's record; `t`, a token; `u`, a token's first use), then the
+// row's values as SQLite stores them (PENDING_COLUMNS, or as the statement
+// that writes the row takes them). Slots are never written twice
 // while they hold something: a retry takes a new slot before it frees the
 // old one, so a kill mid-write leaves the attempt before it on record. A
 // call's slot in flight is freed once its record is committed to SQLite, a
@@ -34,14 +38,17 @@ const LENGTH_BYTES = 4;
 const INITIAL_SLOTS = 64;
 const SUFFIX = ".slots";
 
+/** Rows written to slots until they are committed, by kind (the values as the statement that writes each takes them). */
+export type HeldKind = "token" | "use" | "attempt" | "call";
+const KIND_CODES: Record<HeldKind, string> = { token: "t", use: "u", attempt: "a", call: "c" };
+const KINDS = new Map(Object.entries(KIND_CODES).map(([kind, code]) => [code, kind as HeldKind]));
+
 /** What dead processes left in their slot files. */
 export interface OrphanedSlots {
   /** Calls in flight, newest attempt of each call first. */
   inFlight: PendingAttempt[];
-  /** Records of attempts (their values in ATTEMPT_COLUMNS order), perhaps committed already. */
-  attempts: unknown[][];
-  /** Records of calls (CALL_COLUMNS order), perhaps committed already. */
-  calls: unknown[][];
+  /** Rows of each kind, perhaps committed already. */
+  held: Record<HeldKind, unknown[][]>;
   /** Removes the files read; call once their calls are reconciled (committed). */
   remove(): void;
 }
@@ -89,17 +96,17 @@ export class InFlightSlots {
   }
 
   /**
-   * Writes a metering record not yet committed (`values` as its insert takes
-   * them); the slot to release once it is committed, or undefined when it
-   * does not fit (the caller commits it before it answers instead).
+   * Writes a row not yet committed (`values` as its statement takes them);
+   * the slot to release once it is committed, or undefined when it does not
+   * fit (the caller commits it at once instead).
    */
-  hold(kind: "attempt" | "call", values: readonly unknown[]): number | undefined {
-    const slot = this.#write([kind === "attempt" ? "a" : "c", ...values]);
+  hold(kind: HeldKind, values: readonly unknown[]): number | undefined {
+    const slot = this.#write([KIND_CODES[kind], ...values]);
     if (slot !== undefined) this.#held += 1;
     return slot;
   }
 
-  /** The record in `slot` (from `hold`) is committed. */
+  /** The row in `slot` (from `hold`) is committed. */
   release(slot: number): void {
     this.#held -= 1;
     this.#free.push(slot);
@@ -145,7 +152,11 @@ export class InFlightSlots {
       names = [];
     }
     const files = names.map((name) => path.join(options.dir, name));
-    const orphaned: OrphanedSlots = { inFlight: [], attempts: [], calls: [], remove: () => undefined };
+    const orphaned: OrphanedSlots = {
+      inFlight: [],
+      held: { token: [], use: [], attempt: [], call: [] },
+      remove: () => undefined,
+    };
     for (const file of files) {
       const bytes = readFileSync(file);
       for (let at = 0; at + LENGTH_BYTES <= bytes.length; at += SLOT_BYTES) {
@@ -153,10 +164,10 @@ export class InFlightSlots {
         if (length === 0 || length > SLOT_BYTES - LENGTH_BYTES) continue;
         const entry = parseEntry(bytes.toString("utf8", at + LENGTH_BYTES, at + LENGTH_BYTES + length));
         if (!entry) continue;
-        const [kind, ...values] = entry;
-        if (kind === "a") orphaned.attempts.push(values);
-        else if (kind === "c") orphaned.calls.push(values);
-        else if (kind === "p") {
+        const [code, ...values] = entry;
+        const kind = KINDS.get(code as string);
+        if (kind) orphaned.held[kind].push(values);
+        else if (code === "p") {
           const row = pendingRow(values);
           if (row) orphaned.inFlight.push(pendingFromRow(row));
         }

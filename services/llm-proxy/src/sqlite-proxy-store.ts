@@ -7,8 +7,10 @@
 // A call alone commits at once: there is nothing to group it with. With a
 // data directory, calls in flight and records not yet committed are written
 // to a file of slots first (in-flight-slots.ts): one `pwrite` before each
-// attempt and one per record instead of a commit in a call's path; the
-// records are committed a few milliseconds later, many calls' together.
+// attempt, one per record, one per token minted and one at its first use,
+// instead of a commit each; those rows are committed a few milliseconds later,
+// many calls' together (or with the next read or revocation, which commit
+// what waits first).
 import { randomUUID } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import path from "node:path";
@@ -83,6 +85,15 @@ const ORPHANED_CALLS = compiled(db.deleteFrom("pending_calls").where("owner", "<
   "owner",
 ]);
 /** A record of a call that was interrupted, unless the call's own record is there already. */
+const TOKEN_COLUMNS = ["hash", "job", "agent", "session", "budget_usd", "created_at"];
+/** A token a dead process had in a slot: perhaps committed already. */
+const PUT_TOKEN_IF_NEW = compiled(
+  db
+    .insertInto("session_tokens")
+    .values(namedValues(TOKEN_COLUMNS))
+    .onConflict((oc) => oc.doNothing()),
+  TOKEN_COLUMNS,
+);
 const INSERT_IF_NEW = (table: "attempts" | "calls", columns: readonly string[]): string =>
   compiled(
     insertMetering(db, table, [namedValues(columns)]).onConflict((oc) => oc.doNothing()),
@@ -139,6 +150,10 @@ export class SqliteProxyStore implements ProxyStore {
   /** Where calls in flight are written (none for `:memory:`, whose rows die with the process anyway). */
   readonly #slots: InFlightSlots | undefined;
   readonly #slotsDir: string | undefined;
+  /** Tokens held in slots, not committed yet, by hash. */
+  readonly #tokensWaiting = new Map<string, TokenRow>();
+  /** First uses of tokens held in slots, not committed yet: hash → time. */
+  readonly #usesWaiting = new Map<string, number>();
   /** Calls in flight written to `pending_calls` instead (no slot file, or a row too big for a slot). */
   readonly #pendingInTable = new Set<string>();
 
@@ -175,6 +190,7 @@ export class SqliteProxyStore implements ProxyStore {
       deleteSecret: prepare(compiled(db.deleteFrom("secrets").where("name", "=", param("name")), ["name"])),
       listSecrets: prepare(QUERIES.listSecrets),
       putToken: prepare(QUERIES.putToken),
+      putTokenIfNew: prepare(PUT_TOKEN_IF_NEW),
       findToken: prepare(QUERIES.findToken),
       useToken: prepare(QUERIES.useToken),
       revokeTokens: prepare(compiled(revokeMatching(db), REVOKE_PARAMETERS)),
@@ -218,24 +234,60 @@ export class SqliteProxyStore implements ProxyStore {
   }
 
   async putToken(token: TokenRecord): Promise<void> {
-    this.#statements.putToken.run(
-      token.hash,
-      token.job,
-      token.agent,
-      token.session,
-      token.budgetUsd,
-      token.createdAt.getTime(),
-    );
+    const values = [token.hash, token.job, token.agent, token.session, token.budgetUsd, token.createdAt.getTime()];
+    // In its slot it survives the process being killed before the token is handed out;
+    // committed with the next group (a hash met twice would be a collision of 256 random bits).
+    const slot = this.#slots?.hold("token", values);
+    if (slot === undefined) {
+      this.#statements.putToken.run(values);
+      return;
+    }
+    this.#tokensWaiting.set(token.hash, {
+      hash: token.hash,
+      job: token.job,
+      agent: token.agent,
+      session: token.session,
+      budget_usd: token.budgetUsd,
+      created_at: token.createdAt.getTime(),
+      revoked_at: null,
+      used_at: null,
+    });
+    this.#enqueueSlotted(() => void this.#statements.putTokenIfNew.run(values), slot);
   }
 
   async findToken(hash: string): Promise<TokenRecord | undefined> {
-    const row = this.#statements.findToken.get(hash) as TokenRow | undefined;
-    return row ? tokenFromRow(row) : undefined;
+    return this.#token(hash);
+  }
+
+  /** The token's row as it stands with what waits in slots (a token minted or first used a moment ago). */
+  #token(hash: string): TokenRecord | undefined {
+    const row = (this.#statements.findToken.get(hash) as TokenRow | undefined) ?? this.#tokensWaiting.get(hash);
+    if (!row) return undefined;
+    const usedAt = row.used_at === null ? this.#usesWaiting.get(hash) : undefined;
+    return tokenFromRow(usedAt === undefined ? row : { ...row, used_at: usedAt });
   }
 
   async useToken(hash: string, now: Date): Promise<TokenRecord | undefined> {
-    const row = this.#statements.useToken.get(now.getTime(), hash) as TokenRow | undefined;
-    return row ? tokenFromRow(row) : undefined;
+    if (!this.#slots) {
+      const row = this.#statements.useToken.get(now.getTime(), hash) as TokenRow | undefined;
+      return row ? tokenFromRow(row) : undefined;
+    }
+    // Everything here runs in one turn of the event loop and a revocation commits what waits
+    // before it reads: a use either comes before a revocation, which reports it, or is refused.
+    const token = this.#token(hash);
+    if (!token || token.revokedAt) return undefined;
+    if (token.usedAt) return token;
+    // The first use: in its slot before the call goes upstream, committed with the next group.
+    const time = now.getTime();
+    const slot = this.#slots.hold("use", [time, hash]);
+    if (slot === undefined) {
+      const row = this.#statements.useToken.get(time, hash) as TokenRow | undefined;
+      return row ? tokenFromRow(row) : undefined;
+    }
+    this.#usesWaiting.set(hash, time);
+    this.#enqueueSlotted(() => void this.#statements.useToken.get(time, hash), slot);
+    token.usedAt = now;
+    return token;
   }
 
   async revokeTokens(
@@ -244,11 +296,12 @@ export class SqliteProxyStore implements ProxyStore {
   ): Promise<{ ended: TokenRecord[]; use: TokenUseAnswer }> {
     const hash = by.hash ?? null;
     const session = by.session ?? null;
-    return this.#db.transaction(() => {
+    // What waits (a first use among it) commits in the same transaction, before the revocation reads.
+    return this.#commit(() => {
       const ended = this.#statements.revokeTokens.all(now.getTime(), hash, session) as TokenRow[];
       const counts = this.#statements.tokenUse.get(hash, session) as { matched: number; used: number };
       return { ended: ended.map(tokenFromRow), use: tokenUse(counts) };
-    })();
+    });
   }
 
   recordAttempt(attempt: AttemptRecord): Promise<void> {
@@ -303,9 +356,12 @@ export class SqliteProxyStore implements ProxyStore {
     // process's are gone with it, and an account opened now starts from the calls' charges.
     const orphaned = this.#slotsDir ? InFlightSlots.orphaned({ dir: this.#slotsDir, owner: this.#owner }) : undefined;
     const made = this.#db.transaction(() => {
-      // Records a dead process had in slots and may not have committed: committed now, once.
-      for (const values of orphaned?.attempts ?? []) this.#statements.insertAttemptIfNew.run(values);
-      for (const values of orphaned?.calls ?? []) this.#statements.insertCallIfNew.run(values);
+      // Rows a dead process had in slots and may not have committed: committed now, once.
+      const held = orphaned?.held;
+      for (const values of held?.token ?? []) this.#statements.putTokenIfNew.run(values);
+      for (const values of held?.use ?? []) this.#statements.useToken.get(values);
+      for (const values of held?.attempt ?? []) this.#statements.insertAttemptIfNew.run(values);
+      for (const values of held?.call ?? []) this.#statements.insertCallIfNew.run(values);
       const rows = this.#statements.orphanedCalls.all(this.#owner) as PendingRow[];
       const calls = [...rows.map(pendingFromRow), ...(orphaned?.inFlight ?? [])];
       const reconciled: CallRecord[] = [];
@@ -313,7 +369,9 @@ export class SqliteProxyStore implements ProxyStore {
         const { call, attempt } = interruptedRecords(pending);
         // A call with a record completed (its attempts' records came before it): a slot
         // freed after it, or the slot of a retry's previous attempt, is skipped here.
-        if (this.#statements.insertCallIfNew.run([...meteringValues(call, SQLITE_ENCODING), call.attempts]).changes === 0)
+        if (
+          this.#statements.insertCallIfNew.run([...meteringValues(call, SQLITE_ENCODING), call.attempts]).changes === 0
+        )
           continue;
         this.#statements.insertAttemptIfNew.run([...meteringValues(attempt, SQLITE_ENCODING), attempt.attempt]);
         reconciled.push(call);
@@ -388,17 +446,26 @@ export class SqliteProxyStore implements ProxyStore {
 
   /** Writes what is queued now, in one transaction. */
   flush(): void {
+    if (this.#batch) this.#commit(() => undefined);
+  }
+
+  /** Writes what is queued and then runs `then`, in one transaction; returns what `then` returns. */
+  #commit<T>(then: () => T): T {
     this.#flushScheduled = false;
     if (this.#flushTimer) {
       clearTimeout(this.#flushTimer);
       this.#flushTimer = undefined;
     }
     const batch = this.#batch;
-    if (!batch) return;
+    if (!batch) return this.#db.transaction(then)();
     this.#batch = undefined;
+    this.#tokensWaiting.clear();
+    this.#usesWaiting.clear();
+    let result: T;
     try {
-      this.#db.transaction(() => {
+      result = this.#db.transaction(() => {
         for (const write of batch.writes) write();
+        return then();
       })();
     } catch (error) {
       // The slots keep their rows: a later start commits them.
@@ -411,6 +478,7 @@ export class SqliteProxyStore implements ProxyStore {
       for (const operationId of batch.ended) slots.end(operationId);
     }
     batch.committed.resolve();
+    return result;
   }
 
   async listAttempts(job: string): Promise<AttemptRecord[]> {

@@ -1,6 +1,6 @@
 // A proxy's store in a process of its own, for in-flight-slots.test.ts: it
-// records what its arguments say (calls completed, calls retried, calls in
-// flight) and SIGKILLs itself in the same turn of the event loop as the last
+// mints tokens and uses one, records what its arguments say (calls completed,
+// calls retried, calls in flight) and SIGKILLs itself in the same turn of the event loop as the last
 // write, so nothing of what it wrote is committed but the first completed call
 // (a read commits it, and its slots are taken again by the later calls).
 //   node --import tsx in-flight-child.ts <dataDir> <job> <completed> <retried> <in flight>
@@ -36,6 +36,18 @@ const ended = (operationId: string, attempt: number) => ({
   startedAt: new Date(1_000),
 });
 
+// Tokens: one committed (a read commits what waits) and first used just before the kill; one minted then.
+const token = (hash: string) => ({
+  hash,
+  job,
+  agent: "coder",
+  session: `s-${hash}`,
+  budgetUsd: 0,
+  createdAt: new Date(1_000),
+});
+await store.putToken(token(`${job}-used`));
+await store.listCalls(job);
+
 // Completed calls (their slots freed and some taken again by later calls).
 for (let i = 0; i < Number(completed); i += 1) {
   const operationId = `${job}-done-${i}`;
@@ -53,4 +65,6 @@ for (let i = 0; i < Number(retried); i += 1) {
 }
 // Calls on their first attempt.
 for (let i = 0; i < Number(inFlight); i += 1) await store.beginAttempt(pending(`${job}-flying-${i}`, 1));
+await store.useToken(`${job}-used`, new Date(2_000));
+await store.putToken(token(`${job}-minted`));
 process.kill(process.pid, "SIGKILL");

@@ -49,7 +49,7 @@ async function killedAfter(options: {
   assert.equal(signal, "SIGKILL", output);
 }
 
-void test("calls in flight when their process is SIGKILLed are metered once each as interrupted at the next start; completed calls keep their records, committed or not, and a retried call is metered once with its last attempt", async (t) => {
+void test("calls in flight when their process is SIGKILLed are metered once each as interrupted at the next start; completed calls keep their records, committed or not, a retried call is metered once with its last attempt, and tokens minted or first used keep that", async (t) => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-in-flight-"));
   t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   // More calls in flight than the file's first 64 slots: it grows.
@@ -71,7 +71,10 @@ void test("calls in flight when their process is SIGKILLed are metered once each
     const reconciled = await store.reconcileInterrupted();
     assert.equal(reconciled.length, 72);
     assert.deepEqual(
-      reconciled.filter((c) => c.operationId.includes("retried")).map((c) => [c.operationId, c.attempts]).sort(),
+      reconciled
+        .filter((c) => c.operationId.includes("retried"))
+        .map((c) => [c.operationId, c.attempts])
+        .sort(),
       [
         ["j-retried-0", 2],
         ["j-retried-1", 2],
@@ -99,6 +102,11 @@ void test("calls in flight when their process is SIGKILLed are metered once each
       ],
     );
     assert.equal((await store.reconcileInterrupted()).length, 0, "and never again");
+    // Tokens: one minted in the turn of the kill is known; one first used then is on record as used.
+    assert.equal((await store.findToken("j-minted"))?.session, "s-j-minted");
+    assert.equal((await store.findToken("j-used"))?.usedAt?.getTime(), 2_000);
+    assert.equal((await store.revokeTokens({ session: "s-j-used" }, new Date(3_000))).use, "used");
+    assert.equal((await store.revokeTokens({ session: "s-j-minted" }, new Date(3_000))).use, "never");
   } finally {
     await store.close();
   }
