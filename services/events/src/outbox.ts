@@ -403,7 +403,11 @@ export class Outbox {
     return this.head;
   }
 
-  /** How many stored events Kafka has not received yet (no query: positions are consecutive). */
+  /**
+   * How many stored events Kafka has not received yet, counted from positions
+   * (no query). A retried event's ignored insert can leave a position unused
+   * (SQLite's AUTOINCREMENT), so it may count a few more than there are.
+   */
   get undeliveredBacklog(): number {
     return Number(this.head - this.delivered);
   }
