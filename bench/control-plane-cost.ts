@@ -30,7 +30,8 @@
 // its packages resolve) instead of the current build, the other three
 // services unchanged: runs alternating with and without it compare two
 // orchestrators side by side. OZ0_BENCH_SANDBOX_DIST=DIR: the same for the
-// sandbox's child (DIR a copy of an earlier services/sandbox/dist).
+// sandbox's child (DIR a copy of an earlier services/sandbox/dist), and
+// OZ0_BENCH_LLM_PROXY_DIST=DIR for the LLM proxy's.
 import { spawn } from "node:child_process";
 import {
   chmodSync,
@@ -129,6 +130,8 @@ const orchestratorMain = path.join(repoRoot, "services", "orchestrator", "dist",
 const orchestratorDist = process.env.OZ0_BENCH_ORCHESTRATOR_DIST;
 const sandboxMain = path.join(repoRoot, "services", "sandbox", "dist", "main.js");
 const sandboxDist = process.env.OZ0_BENCH_SANDBOX_DIST;
+const llmProxyMain = path.join(repoRoot, "services", "llm-proxy", "dist", "main.js");
+const llmProxyDist = process.env.OZ0_BENCH_LLM_PROXY_DIST;
 /** The wrapper's line that runs `dist`'s main.js in place of `main`. */
 const swapMain = (main: string, dist: string | undefined): string =>
   dist === undefined ? "" : `if [ "$1" = "${main}" ]; then shift; set -- "${path.resolve(dist, "main.js")}" "$@"; fi\n`;
@@ -146,10 +149,14 @@ async function stackFor(
   extra: Partial<Record<StackServiceName, Record<string, string>>> = {},
   nodeFlags = "",
 ): Promise<EmbeddedStack> {
-  if (nodeFlags === "" && orchestratorDist === undefined && sandboxDist === undefined) return startStack(name, extra);
+  if (nodeFlags === "" && orchestratorDist === undefined && sandboxDist === undefined && llmProxyDist === undefined)
+    return startStack(name, extra);
   const node = process.execPath;
   const wrapper = path.join(root, `node-${name}.sh`);
-  const swap = swapMain(orchestratorMain, orchestratorDist) + swapMain(sandboxMain, sandboxDist);
+  const swap =
+    swapMain(orchestratorMain, orchestratorDist) +
+    swapMain(sandboxMain, sandboxDist) +
+    swapMain(llmProxyMain, llmProxyDist);
   writeFileSync(wrapper, `#!/bin/sh\n${swap}exec "${node}" ${nodeFlags} "$@"\n`, { mode: 0o755 });
   process.execPath = wrapper;
   try {
