@@ -4,7 +4,9 @@
 // queries built and compiled by Kysely on every call, as the store ran them
 // before, alternating in the same run (issue 24); and, compiled once, the
 // store calls a job made before the orchestrator's cuts of 2026-12-02
-// against those it makes after them.
+// against those it makes after them; and those with the messages that
+// arrive together stored in one append (7 appends of the same 14 events
+// instead of 11, and one read of the job's row fewer).
 //
 // A simulated job makes the calls control-plane-cost.ts counted per job of
 // the Python fake harness in the orchestrator (its SQL statements, counted by
@@ -48,17 +50,21 @@ let jobNumber = 0;
 
 const text = (value: string) => create(JobEventSchema, { event: { case: "text", value: { text: value } } });
 
-/** How many of each call a simulated job makes, besides its 11 appends. */
+/** How many of each call a simulated job makes; `appends` lists the events each append stores. */
 interface JobCalls {
+  appends: readonly number[];
   jobReads: number;
   jobUpdates: number;
   eventReads: number;
   ships: number;
 }
 
-const BEFORE_CUTS: JobCalls = { jobReads: 7, jobUpdates: 4, eventReads: 2, ships: 3 };
-const AFTER_CUTS: JobCalls = { jobReads: 5, jobUpdates: 2, eventReads: 1, ships: 2 };
-const APPENDS = 11;
+/** 14 events in 11 appends, one per session message. */
+const ONE_PER_MESSAGE = [2, 1, 1, 1, 2, 1, 1, 1, 2, 1, 1];
+const BEFORE_CUTS: JobCalls = { appends: ONE_PER_MESSAGE, jobReads: 7, jobUpdates: 4, eventReads: 2, ships: 3 };
+const AFTER_CUTS: JobCalls = { appends: ONE_PER_MESSAGE, jobReads: 5, jobUpdates: 2, eventReads: 1, ships: 2 };
+/** The same 14 events in 7 appends (messages that arrive together stored at once), one read of the row fewer. */
+const AFTER_BURSTS: JobCalls = { appends: [2, 2, 3, 2, 2, 2, 1], jobReads: 4, jobUpdates: 2, eventReads: 1, ships: 2 };
 
 async function oneJob(calls: JobCalls): Promise<void> {
   const id = `job_${++jobNumber}`;
@@ -95,15 +101,16 @@ async function oneJob(calls: JobCalls): Promise<void> {
     answeredAt: new Date(),
     delivered: false,
   };
-  const shipEvery = Math.ceil(APPENDS / calls.ships);
-  for (let i = 0; i < APPENDS; i++) {
+  const appends = calls.appends.length;
+  const shipEvery = Math.ceil(appends / calls.ships);
+  for (let i = 0; i < appends; i++) {
     if (i < calls.jobReads) await store.getJob(id);
     await store.append({
       jobId: id,
-      events: i % 4 === 0 ? [text("a"), text("b")] : [text(`step ${i}`)],
+      events: Array.from({ length: calls.appends[i]! }, (_, n) => text(`step ${i}.${n}`)),
       job: { sandboxSeq: i + 1, ...(i === 0 ? { state: "running" as const, startedAt: new Date() } : {}) },
       ...(i % 2 === 0 ? { lifecycle: [rawEvent("tool.called", { jobId: id })] } : {}),
-      ...(i === 5 ? { permissions: [permission] } : {}),
+      ...(i === Math.floor(appends / 2) ? { permissions: [permission] } : {}),
     });
     if (i < calls.jobUpdates)
       await store.updateJob(
@@ -111,7 +118,7 @@ async function oneJob(calls: JobCalls): Promise<void> {
         i === 0 ? { tokenId: "tok_1" } : i === 1 ? { sandboxUrl: "http://node" } : { sandboxSeq: i + 1 },
       );
     if (i < calls.eventReads) await store.listJobEvents(id, 0);
-    if (i % shipEvery === shipEvery - 1 || i === APPENDS - 1) {
+    if (i % shipEvery === shipEvery - 1 || i === appends - 1) {
       const claimed = await store.claimLifecycleEvents({ limit: 100, claimMs: 30_000 });
       await store.deleteLifecycleEvents(claimed.map((c) => c.seq));
     }
@@ -135,21 +142,24 @@ try {
   CompiledOnce.prototype.compile = compiledOnce;
   await round(50, BEFORE_CUTS);
   await round(50, AFTER_CUTS);
+  await round(50, AFTER_BURSTS);
   const built: number[] = [];
   const once: number[] = [];
   const cut: number[] = [];
+  const bursts: number[] = [];
   for (let r = 0; r < options.rounds; r++) {
     CompiledOnce.prototype.compile = builtEachCall;
     built.push(await round(options.jobs, BEFORE_CUTS));
     CompiledOnce.prototype.compile = compiledOnce;
     once.push(await round(options.jobs, BEFORE_CUTS));
     cut.push(await round(options.jobs, AFTER_CUTS));
+    bursts.push(await round(options.jobs, AFTER_BURSTS));
     console.log(
-      `round ${r + 1}: CPU per simulated job, built each call ${built.at(-1)!.toFixed(2)} ms, compiled once ${once.at(-1)!.toFixed(2)} ms, compiled once with the calls after the cuts ${cut.at(-1)!.toFixed(2)} ms`,
+      `round ${r + 1}: CPU per simulated job, built each call ${built.at(-1)!.toFixed(2)} ms, compiled once ${once.at(-1)!.toFixed(2)} ms, compiled once with the calls after the cuts ${cut.at(-1)!.toFixed(2)} ms, and with bursts stored at once ${bursts.at(-1)!.toFixed(2)} ms`,
     );
   }
   console.log(
-    `CPU per simulated job (${options.jobs} jobs a round, median of ${options.rounds}): built each call ${median(built).toFixed(2)} ms, compiled once ${median(once).toFixed(2)} ms, the calls after the cuts ${median(cut).toFixed(2)} ms`,
+    `CPU per simulated job (${options.jobs} jobs a round, median of ${options.rounds}): built each call ${median(built).toFixed(2)} ms, compiled once ${median(once).toFixed(2)} ms, the calls after the cuts ${median(cut).toFixed(2)} ms, bursts stored at once ${median(bursts).toFixed(2)} ms`,
   );
   report.ratio(
     "compiled once / built each call, CPU per job",
@@ -158,6 +168,10 @@ try {
   report.ratio(
     "the calls after the cuts / before them, CPU per job",
     cut.map((x, i) => x / once[i]!),
+  );
+  report.ratio(
+    "bursts stored at once / one append per message, CPU per job",
+    bursts.map((x, i) => x / cut[i]!),
   );
 } finally {
   CompiledOnce.prototype.compile = compiledOnce;
