@@ -345,7 +345,7 @@ async function removeEntries(dir: string, entries: Dirent[], budget: { entries: 
  */
 async function emptyFile(file: string): Promise<void> {
   if (lstatSync(file).size === 0) return;
-  const handle = await open(file, fs.O_WRONLY | fs.O_TRUNC);
+  const handle = await open(file, fs.O_WRONLY | fs.O_TRUNC | fs.O_NOFOLLOW);
   await handle.close();
 }
 
