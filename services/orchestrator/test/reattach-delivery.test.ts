@@ -1,7 +1,11 @@
-// A person answers while the orchestrator's stream to the sandbox is broken:
-// writing the answer fails, and the re-attach that follows must write it, or
-// the session waits for an answer already given. The stream goes through a
-// TCP relay this test cuts, so the sandbox and its session live on.
+// The orchestrator's stream to the sandbox breaks while the session lives on
+// (the stream goes through a TCP relay these tests cut, as a sandbox that
+// restarts and takes its sessions over would look):
+// - a person answers meanwhile: writing the answer fails, and the re-attach
+//   that follows must write it, or the session waits for an answer given;
+// - the stream stays broken longer than the re-attach attempts take (a
+//   sandbox restarting on a loaded machine): the job is still followed once
+//   it mends, and fails only after the re-attach window.
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -11,7 +15,7 @@ import { createLogger } from "@oz0/serving";
 import { HookStage } from "../src/policy/hook-stage.js";
 import { JobFeed } from "../src/jobs/job-feed.js";
 import { JobRunner } from "../src/jobs/job-runner.js";
-import { isTerminal } from "../src/store/job-store.js";
+import { isTerminal, type JobRecord } from "../src/store/job-store.js";
 import { LlmProxyClient } from "../src/sessions/llm-proxy-client.js";
 import { PermissionPolicy } from "../src/policy/permission-policy.js";
 import { PluginRegistry } from "../src/plugins/plugin-registry.js";
@@ -25,7 +29,31 @@ let t: TestStack;
 let relay: TcpRelay;
 let store: SqliteJobStore;
 let runner: JobRunner;
+let repo: string;
 const home = mkdtempSync(path.join(os.tmpdir(), "oz0-reattach-delivery-"));
+
+function jobRunner(options: { store: SqliteJobStore; sandboxUrl: string; reattachWindowMs?: number }): JobRunner {
+  return new JobRunner({
+    store: options.store,
+    feed: new JobFeed(),
+    placement: new StaticPlacement({
+      runners: [new SandboxClient({ url: options.sandboxUrl, token: t.stack.credentials.orchestrator })],
+    }),
+    tokens: new LlmProxyClient({ url: t.stack.urls["llm-proxy"], token: t.stack.credentials.orchestrator }),
+    policy: new PermissionPolicy({ hooks: [new HookStage()] }),
+    home,
+    logger: createLogger({ name: "orchestrator-reattach", level: "error" }),
+    ...(options.reattachWindowMs !== undefined ? { reattachWindowMs: options.reattachWindowMs } : {}),
+  });
+}
+
+/** The job once it ended. */
+function ended(jobs: SqliteJobStore, jobId: string): Promise<JobRecord> {
+  return eventually(async () => {
+    const current = await jobs.getJob(jobId);
+    return current && isTerminal(current.state) ? current : undefined;
+  });
+}
 
 before(async () => {
   t = await startTestStack({
@@ -36,18 +64,8 @@ before(async () => {
   relay = new TcpRelay({ host: target.hostname, port: Number(target.port) });
   const sandboxUrl = `http://127.0.0.1:${await relay.listen()}`;
   store = new SqliteJobStore({ file: path.join(home, "orchestrator.db") });
-  runner = new JobRunner({
-    store,
-    feed: new JobFeed(),
-    placement: new StaticPlacement({
-      runners: [new SandboxClient({ url: sandboxUrl, token: t.stack.credentials.orchestrator })],
-    }),
-    tokens: new LlmProxyClient({ url: t.stack.urls["llm-proxy"], token: t.stack.credentials.orchestrator }),
-    policy: new PermissionPolicy({ hooks: [new HookStage()] }),
-    home,
-    logger: createLogger({ name: "orchestrator-reattach", level: "error" }),
-  });
-  const repo = await makePluginRepo({
+  runner = jobRunner({ store, sandboxUrl });
+  repo = await makePluginRepo({
     agents: {
       careful:
         "name: careful\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/fixer.md\nharness:\n  tools: [run_command]\n  requires_approval: [run_command]\n",
@@ -75,11 +93,50 @@ void test("an answer given while the sandbox stream is broken reaches the sessio
     answeredBy: { id: "reattach-test", groups: [] },
   });
   relay.resume();
-  const done = await eventually(async () => {
-    const current = await store.getJob(job.id);
-    return current && isTerminal(current.state) ? current : undefined;
-  });
+  const done = await ended(store, job.id);
   assert.equal(done.state, "succeeded", done.error);
   assert.equal(done.resultText, "went on");
   assert.equal((await store.getPermission(job.id, waiting.id))?.delivered, true);
+});
+
+void test("a stream broken longer than the re-attach attempts take is followed again once it mends", async () => {
+  const job = await runner.runAgent({ agent: "careful", input: "run it" });
+  const waiting = await eventually(async () => (await store.listPermissions({ jobId: job.id, pendingOnly: true }))[0]);
+  relay.cut();
+  // Five attempts, 0.2 to 1.6 s apart, are over in about 3 s; the default window is 30 s.
+  await new Promise((resolve) => setTimeout(resolve, 6_000));
+  assert.equal((await store.getJob(job.id))?.state, "waiting", "the job is still followed while the stream is broken");
+  relay.resume();
+  await runner.answerPermission({
+    jobId: job.id,
+    callId: waiting.callId,
+    allow: true,
+    answeredBy: { id: "reattach-test", groups: [] },
+  });
+  const done = await ended(store, job.id);
+  assert.equal(done.state, "succeeded", done.error);
+  assert.equal(done.resultText, "went on");
+});
+
+void test("a stream that stays broken past the re-attach window fails its job, saying so", async () => {
+  const relayed = new TcpRelay({ host: "127.0.0.1", port: Number(new URL(t.stack.urls.sandbox).port) });
+  const jobs = new SqliteJobStore({ file: path.join(home, "window.db") });
+  const short = jobRunner({
+    store: jobs,
+    sandboxUrl: `http://127.0.0.1:${await relayed.listen()}`,
+    reattachWindowMs: 1_000,
+  });
+  try {
+    await new PluginRegistry({ store: jobs, home }).install({ source: repo });
+    const job = await short.runAgent({ agent: "careful", input: "run it" });
+    await eventually(async () => (await jobs.listPermissions({ jobId: job.id, pendingOnly: true }))[0]);
+    relayed.cut();
+    const done = await ended(jobs, job.id);
+    assert.equal(done.state, "failed");
+    assert.match(done.error ?? "", /lost the session's stream and could not re-attach/);
+  } finally {
+    await short.close();
+    await relayed.close();
+    await jobs.close();
+  }
 });

@@ -49,8 +49,14 @@ export interface JobRunnerOptions {
   /** The data directory; artifacts go under jobs/<id>/artifacts. */
   home: string;
   logger: Logger;
-  /** How often a lost sandbox stream is re-attached before the job fails. Default 5. */
+  /** How often a lost sandbox stream is re-attached before the node is suspected. Default 5. */
   reattachAttempts?: number;
+  /**
+   * Without node heartbeats (one sandbox, no registry): how long a lost
+   * sandbox stream is re-attached before the job fails, so a sandbox that
+   * restarts and takes its sessions over finds them still followed. Default 30 s.
+   */
+  reattachWindowMs?: number;
   /** Repair sessions a harness operation gets when its result does not validate. Default 2. */
   operationRepairs?: number;
   /** Which jobs this replica works on (job-ownership.ts). Default: every job (one orchestrator). */

@@ -40,6 +40,8 @@ export interface JobSessionsOptions {
   operations: OperationRunner;
   /** How often a lost stream is re-attached before the node is suspected. Default 5. */
   reattachAttempts?: number;
+  /** Without node heartbeats, how long a lost stream is re-attached before the job fails. Default 30 s. */
+  reattachWindowMs?: number;
   /** The runtime tools the orchestrator serves the job itself, if any. */
   served(job: JobRecord): ServedRuntimeTools | undefined;
   /** New messages of the job's session that arrived together, in order (called under the job's lock). */
@@ -59,6 +61,7 @@ export class JobSessions {
       placement: options.placement,
       logger: options.logger,
       ...(options.reattachAttempts !== undefined ? { reattachAttempts: options.reattachAttempts } : {}),
+      ...(options.reattachWindowMs !== undefined ? { reattachWindowMs: options.reattachWindowMs } : {}),
     });
   }
 

@@ -88,10 +88,21 @@ export interface SessionDriverOptions {
   logger?: Logger;
   /** How often in a row a lost stream is re-attached before the node is suspected. Default 5. */
   reattachAttempts?: number;
+  /**
+   * Without heartbeats to tell whether a node lives (one sandbox, no
+   * registry): how long a lost stream is re-attached, the attempts done,
+   * before following gives up. A sandbox that restarts (`oz0 dev`'s
+   * supervisor, a container's restart) takes its kept sessions over once it
+   * listens, which on a loaded machine takes longer than the attempts' few
+   * seconds. Default 30 s.
+   */
+  reattachWindowMs?: number;
 }
 
 /** How long a session waits before it asks the nodes for room again. */
 const ROOM_POLL_MS = 500;
+/** A stream that broke again this long after its last failure had been re-attached: a new outage, timed afresh. */
+const NEW_OUTAGE_MS = 10_000;
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -140,7 +151,12 @@ export class SessionDriver {
   /** Follows the session's stream (`state.channel` on `state.sandbox`) until it cannot be followed any more. */
   async follow(o: FollowOptions): Promise<SessionEnd> {
     const attempts = this.#o.reattachAttempts ?? 5;
+    const windowMs = this.#o.reattachWindowMs ?? 30_000;
     const { state } = o;
+    // When this outage began and its last failed attempt: a session waiting for a person sends nothing
+    // after a re-attach, so a working stream is told only by how long it went without breaking.
+    let outageSince = 0;
+    let lastFailure = 0;
     for (let attempt = 0; ; attempt++) {
       try {
         if (o.handleBurst) {
@@ -181,12 +197,16 @@ export class SessionDriver {
         if (error instanceof SessionNotFoundError) return { kind: "unknown", error };
         if (error instanceof SandboxRefusedError) return { kind: "refused", error };
         if (o.reattach === false) return { kind: "broken", error: error as Error };
+        const now = Date.now();
+        if (now - lastFailure > NEW_OUTAGE_MS) outageSince = now;
+        lastFailure = now;
         if (attempt + 1 >= attempts) {
           const lost = await this.#o.placement?.lostSession(o.sessionId);
           if (lost) return { kind: "lost", lost };
-          if (!this.#o.placement?.tracksNodes) return { kind: "broken", error: error as Error };
-          // The node still sends heartbeats (a network blip, a restart): keep trying at the longest interval
-          // until it answers or goes silent.
+          if (!this.#o.placement?.tracksNodes && now - outageSince >= windowMs)
+            return { kind: "broken", error: error as Error };
+          // The node still sends heartbeats (a network blip, a restart), or without heartbeats the window is not
+          // over: keep trying at the longest interval until it answers (or goes silent, or the window ends).
           attempt = attempts - 2;
         }
         this.#o.logger?.warn({ jobId: o.jobId, err: String(error), attempt }, "session stream lost; re-attaching");
