@@ -203,7 +203,11 @@ void test(
     assert.deepEqual(servicePids(), pidsBefore, "the services were adopted, not started again");
 
     step("oz0 dev killed and adopted");
-    await oz0("approve", waiting, call);
+    await oz0("approve", waiting, call).catch(async (error: Error) => {
+      // Why the call could not be answered is in the job's record (its error): say it with the failure.
+      const record = await oz0("jobs", "show", waiting, "--json").catch((e: Error) => e.message);
+      throw new Error(`${error.message}\nthe job: ${record}`);
+    });
     step("approved");
     for (const id of [waiting, working]) {
       const ended = await finished(id);
