@@ -87,6 +87,11 @@ export class InFlightSlots {
     return true;
   }
 
+  /** Whether the call is in flight in a slot. */
+  holds(operationId: string): boolean {
+    return this.#slotOf.has(operationId);
+  }
+
   /** The call's record is committed: its slot may take another call. */
   end(operationId: string): void {
     const slot = this.#slotOf.get(operationId);

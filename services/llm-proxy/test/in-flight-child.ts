@@ -1,13 +1,17 @@
-// A proxy's store in a process of its own, for in-flight-slots.test.ts: it
-// mints tokens and uses one, records what its arguments say (calls completed,
-// calls retried, calls in flight) and SIGKILLs itself in the same turn of the event loop as the last
-// write, so nothing of what it wrote is committed but the first completed call
-// (a read commits it, and its slots are taken again by the later calls).
-//   node --import tsx in-flight-child.ts <dataDir> <job> <completed> <retried> <in flight>
+// A proxy's store in a process of its own, for in-flight-slots.test.ts, which
+// SIGKILLs itself in the same turn of the event loop as its last write.
+//   node --import tsx in-flight-child.ts <dataDir> <job> alone|overlapping
+// alone: one call at a time, so every row goes to a slot: three calls
+// completed (the first committed by a read, the others' records only in
+// their slots), a call retried with its second attempt upstream, a token
+// first used and 71 minted (past the file's first 64 slots), none committed.
+// overlapping: 70 calls in flight at once, the first alone when it came (a
+// slot), the rest in pending_calls (each committed before its attempt would
+// go out), and a call retried among them.
 import { SqliteProxyStore } from "../src/sqlite-proxy-store.js";
 import type { PendingAttempt } from "../src/proxy-store.js";
 
-const [dataDir, job, completed, retried, inFlight] = process.argv.slice(2) as [string, string, string, string, string];
+const [dataDir, job, mode] = process.argv.slice(2) as [string, string, "alone" | "overlapping"];
 const store = new SqliteProxyStore({ dataDir });
 const identity = (operationId: string) => ({
   operationId,
@@ -36,7 +40,19 @@ const ended = (operationId: string, attempt: number) => ({
   startedAt: new Date(1_000),
 });
 
-// Tokens: one committed (a read commits what waits) and first used just before the kill; one minted then.
+/** A call whose first attempt failed and whose second is upstream. */
+async function retried(operationId: string): Promise<void> {
+  await store.beginAttempt(pending(operationId, 1));
+  await store.recordAttempt({ ...ended(operationId, 1), attempt: 1 });
+  await store.beginAttempt(pending(operationId, 2));
+}
+
+if (mode === "overlapping") {
+  for (let i = 0; i < 70; i += 1) await store.beginAttempt(pending(`${job}-flying-${i}`, 1));
+  await retried(`${job}-retried-1`);
+  process.kill(process.pid, "SIGKILL");
+}
+
 const token = (hash: string) => ({
   hash,
   job,
@@ -47,24 +63,15 @@ const token = (hash: string) => ({
 });
 await store.putToken(token(`${job}-used`));
 await store.listCalls(job);
-
-// Completed calls (their slots freed and some taken again by later calls).
-for (let i = 0; i < Number(completed); i += 1) {
+for (let i = 0; i < 3; i += 1) {
   const operationId = `${job}-done-${i}`;
   await store.beginAttempt(pending(operationId, 1));
   await store.recordAttempt({ ...ended(operationId, 2), attempt: 1 });
   await store.recordCall({ ...ended(operationId, 2), attempts: 1 });
   if (i === 0) await store.listCalls(job);
 }
-// Calls whose first attempt failed and whose second is upstream.
-for (let i = 0; i < Number(retried); i += 1) {
-  const operationId = `${job}-retried-${i}`;
-  await store.beginAttempt(pending(operationId, 1));
-  await store.recordAttempt({ ...ended(operationId, 1), attempt: 1 });
-  await store.beginAttempt(pending(operationId, 2));
-}
-// Calls on their first attempt.
-for (let i = 0; i < Number(inFlight); i += 1) await store.beginAttempt(pending(`${job}-flying-${i}`, 1));
+await retried(`${job}-retried-0`);
 await store.useToken(`${job}-used`, new Date(2_000));
 await store.putToken(token(`${job}-minted`));
+for (let i = 0; i < 70; i += 1) await store.putToken(token(`${job}-many-${i}`));
 process.kill(process.pid, "SIGKILL");

@@ -32,14 +32,8 @@ const inFlight = (operationId: string, model = "m"): PendingAttempt => ({
 });
 
 /** Runs in-flight-child.ts, which SIGKILLs itself once it has written its calls. */
-async function killedAfter(options: {
-  dataDir: string;
-  job: string;
-  completed: number;
-  retried: number;
-  inFlight: number;
-}): Promise<void> {
-  const args = [options.dataDir, options.job, options.completed, options.retried, options.inFlight].map(String);
+async function killedAfter(options: { dataDir: string; job: string; mode: "alone" | "overlapping" }): Promise<void> {
+  const args = [options.dataDir, options.job, options.mode];
   const process_ = spawn(process.execPath, ["--import", "tsx", child, ...args], { stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   process_.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString()));
@@ -52,19 +46,19 @@ async function killedAfter(options: {
 void test("calls in flight when their process is SIGKILLed are metered once each as interrupted at the next start; completed calls keep their records, committed or not, a retried call is metered once with its last attempt, and tokens minted or first used keep that", async (t) => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-in-flight-"));
   t.after(() => rmSync(dataDir, { recursive: true, force: true }));
-  // More calls in flight than the file's first 64 slots: it grows.
-  await killedAfter({ dataDir, job: "j", completed: 3, retried: 2, inFlight: 70 });
+  await killedAfter({ dataDir, job: "j", mode: "overlapping" });
+  await killedAfter({ dataDir, job: "j", mode: "alone" });
   const committed = new Database(path.join(dataDir, "llm-proxy.sqlite"), { readonly: true });
   try {
     assert.deepEqual(
       committed.prepare("SELECT operation_id FROM calls").all(),
       [{ operation_id: "j-done-0" }],
-      "the first completed call alone was committed before the kill",
+      "the first completed call alone was committed before its kill",
     );
   } finally {
     committed.close();
   }
-  assert.equal(readdirSync(path.join(dataDir, "in-flight")).length, 1, "the dead process's slot file");
+  assert.equal(readdirSync(path.join(dataDir, "in-flight")).length, 2, "the dead processes' slot files");
 
   const store = new SqliteProxyStore({ dataDir });
   try {
@@ -107,6 +101,8 @@ void test("calls in flight when their process is SIGKILLed are metered once each
     assert.equal((await store.findToken("j-used"))?.usedAt?.getTime(), 2_000);
     assert.equal((await store.revokeTokens({ session: "s-j-used" }, new Date(3_000))).use, "used");
     assert.equal((await store.revokeTokens({ session: "s-j-minted" }, new Date(3_000))).use, "never");
+    for (let i = 0; i < 70; i += 1)
+      assert.ok(await store.findToken(`j-many-${i}`), `token ${i} of 70, past the first 64 slots`);
   } finally {
     await store.close();
   }

@@ -92,7 +92,7 @@ void test("a call's store work runs the statements prepared at open: none is pre
   );
 });
 
-void test("with a data directory, records resolve once in their slots and commit together a few milliseconds later (every read commits them first); in memory a call alone commits at once, overlapping calls at the next turn", async (t) => {
+void test("with a data directory, a call alone is in slots and its records commit a few milliseconds later (every read commits them first), overlapping calls group-commit at the next turn; in memory a call alone commits at once", async (t) => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-grouping-"));
   const store = new SqliteProxyStore({ dataDir });
   // Another connection sees only what is committed.
@@ -108,35 +108,47 @@ void test("with a data directory, records resolve once in their slots and commit
     (reader.prepare(`SELECT operation_id FROM ${table} ORDER BY operation_id`).all() as { operation_id: string }[]).map(
       (r) => r.operation_id,
     );
-  // In flight: in the slot file (in-flight-slots.test.ts), not a commit of its own.
+  // A call alone: in flight in the slot file (in-flight-slots.test.ts), its records too; none committed yet.
   await store.beginAttempt(pending("op-1"));
-  assert.deepEqual(committed("pending_calls"), []);
   await store.recordAttempt({ ...record("op-1"), attempt: 1 });
   await store.recordCall({ ...record("op-1"), attempts: 1 });
+  assert.deepEqual(committed("pending_calls"), []);
   assert.deepEqual(committed("calls"), [], "resolved from their slots, not committed yet");
-  await Promise.all([store.beginAttempt(pending("op-2")), store.beginAttempt(pending("op-3"))]);
-  await store.recordCall({ ...record("op-2"), attempts: 1 });
-  await store.recordCall({ ...record("op-3"), attempts: 1 });
-  assert.deepEqual(committed("calls"), []);
   // A read commits what is waiting: the store answers with every record it resolved.
   assert.deepEqual(
     (await store.listCalls("j")).map((c) => c.operationId),
-    ["op-1", "op-2", "op-3"],
+    ["op-1"],
   );
-  assert.deepEqual(committed("calls"), ["op-1", "op-2", "op-3"]);
+  assert.deepEqual(committed("calls"), ["op-1"]);
   assert.deepEqual(committed("attempts"), ["op-1"]);
-  // Unread, they commit on their own a few milliseconds later.
+
+  // Overlapping calls keep to the group commit. The first was alone when it came (a slot);
+  // the second overlaps it: its row in flight commits with the turn's batch.
+  await Promise.all([store.beginAttempt(pending("op-2")), store.beginAttempt(pending("op-3"))]);
+  assert.deepEqual(committed("pending_calls"), ["op-3"]);
+  // op-3 is still in flight: op-2's record groups with the turn's writes and resolves once committed.
+  const overlapped = store.recordCall({ ...record("op-2"), attempts: 1 });
+  assert.deepEqual(committed("calls"), ["op-1"]);
+  await overlapped;
+  assert.deepEqual(committed("calls"), ["op-1", "op-2"]);
+  // The last one in flight is alone again; its row in flight is in the table, so its record commits at once.
+  const last = store.recordCall({ ...record("op-3"), attempts: 1 });
+  assert.deepEqual(committed("calls"), ["op-1", "op-2", "op-3"]);
+  assert.deepEqual(committed("pending_calls"), []);
+  await last;
+  // Alone and unread, records commit on their own a few milliseconds later.
   await store.beginAttempt(pending("op-4"));
   await store.recordCall({ ...record("op-4"), attempts: 1 });
+  assert.deepEqual(committed("calls"), ["op-1", "op-2", "op-3"]);
   while (!committed("calls").includes("op-4")) await new Promise((resolve) => setTimeout(resolve, 5));
 
   // In memory (no slot file): a call alone commits at once; while calls overlap they group.
   await memory.beginAttempt(pending("op-5"));
-  const alone = memory.recordCall({ ...record("op-5"), attempts: 1 });
+  const memoryAlone = memory.recordCall({ ...record("op-5"), attempts: 1 });
   await Promise.all([memory.beginAttempt(pending("op-6")), memory.beginAttempt(pending("op-7"))]);
-  const overlapped = memory.recordCall({ ...record("op-6"), attempts: 1 });
-  const last = memory.recordCall({ ...record("op-7"), attempts: 1 });
-  await Promise.all([alone, overlapped, last]);
+  const memoryOverlapped = memory.recordCall({ ...record("op-6"), attempts: 1 });
+  const memoryLast = memory.recordCall({ ...record("op-7"), attempts: 1 });
+  await Promise.all([memoryAlone, memoryOverlapped, memoryLast]);
   assert.deepEqual(
     (await memory.listCalls("j")).map((c) => c.operationId),
     ["op-5", "op-6", "op-7"],
