@@ -105,7 +105,10 @@ const INSERT_IF_NEW = (table: "attempts" | "calls", columns: readonly string[]):
 export interface SqliteProxyStoreOptions {
   /** A directory (the file is `llm-proxy.sqlite` in it), or `:memory:`. */
   dataDir: string;
-  /** Metering rows that could not be written (their batch is lost). Default: thrown, as an uncaught error. */
+  /**
+   * A commit that failed in the background. Rows not in slots are lost (their writers saw the
+   * error); rows in slots wait for the next commit. Default: thrown, as an uncaught error.
+   */
   onWriteError?: (error: unknown) => void;
 }
 
@@ -115,6 +118,8 @@ const SLOTTED_COMMIT_MS = 5;
 /** The writes of one turn of the event loop, committed together. */
 interface WriteBatch {
   writes: (() => void)[];
+  /** The writes whose rows are in slots: kept for the next commit when this one fails. */
+  slotted: Set<() => void>;
   /** Slots of records in this batch (InFlightSlots.hold), freed once it is committed. */
   held: number[];
   /** Calls whose slot in flight is freed once it is committed. */
@@ -397,6 +402,7 @@ export class SqliteProxyStore implements ProxyStore {
   #enqueueSlotted(write: () => void, slot: number, ended?: string): void {
     const batch = this.#openBatch();
     batch.writes.push(write);
+    batch.slotted.add(write);
     batch.held.push(slot);
     if (ended !== undefined) batch.ended.push(ended);
     if (!this.#flushTimer) this.#flushTimer = setTimeout(this.#flushQueuedNow, SLOTTED_COMMIT_MS);
@@ -405,9 +411,7 @@ export class SqliteProxyStore implements ProxyStore {
   #openBatch(): WriteBatch {
     let batch = this.#batch;
     if (!batch) {
-      batch = { writes: [], held: [], ended: [], committed: deferred() };
-      // Its writers see a failure; the uncaught one is for onWriteError.
-      batch.committed.promise.catch(() => undefined);
+      batch = { writes: [], slotted: new Set(), held: [], ended: [], committed: deferred() };
       this.#batch = batch;
     }
     return batch;
@@ -420,9 +424,7 @@ export class SqliteProxyStore implements ProxyStore {
   #enqueue(write: () => void, alone = false): Promise<void> {
     let batch = this.#batch;
     if (!batch) {
-      batch = { writes: [], held: [], ended: [], committed: deferred() };
-      // Its writers see a failure; the uncaught one is for onWriteError.
-      batch.committed.promise.catch(() => undefined);
+      batch = { writes: [], slotted: new Set(), held: [], ended: [], committed: deferred() };
       this.#batch = batch;
     }
     if (!alone && !this.#flushScheduled) {
@@ -464,8 +466,6 @@ export class SqliteProxyStore implements ProxyStore {
     const batch = this.#batch;
     if (!batch) return this.#db.transaction(then)();
     this.#batch = undefined;
-    this.#tokensWaiting.clear();
-    this.#usesWaiting.clear();
     let result: T;
     try {
       result = this.#db.transaction(() => {
@@ -473,10 +473,20 @@ export class SqliteProxyStore implements ProxyStore {
         return then();
       })();
     } catch (error) {
-      // The slots keep their rows: a later start commits them.
+      // Writes not in slots fail (their writers see it). Rows in slots stay waiting, in order,
+      // with their slots: reads and revocations still see them, and the next commit retries
+      // them (nothing else has them in this process, and a later start only replays a dead one).
       batch.committed.reject(error);
-      throw error;
+      const kept = batch.writes.filter((write) => batch.slotted.has(write));
+      if (kept.length > 0) this.#batch = { ...batch, writes: kept, committed: deferred() };
+      throw new Error(
+        `the SQLite store could not commit what waits (${(error as Error).message}): ${kept.length} row(s) in slots (in-flight/${this.#owner}.slots) stay waiting and are retried with the next commit; nothing that must read after them is answered until then (free disk space, or restart the proxy to replay them)`,
+        { cause: error },
+      );
     }
+    // Only now are the rows of slots in SQLite: a read need not look at what waited any more.
+    this.#tokensWaiting.clear();
+    this.#usesWaiting.clear();
     const slots = this.#slots;
     if (slots) {
       for (const slot of batch.held) slots.release(slot);
@@ -527,10 +537,14 @@ export class SqliteProxyStore implements ProxyStore {
   }
 
   async close(): Promise<void> {
-    this.flush();
-    await this.#checkpointer?.close();
-    this.#db.close();
-    this.#slots?.close();
+    try {
+      this.flush();
+    } finally {
+      // Rows a failed commit left in slots keep the file: the next start replays them.
+      await this.#checkpointer?.close();
+      this.#db.close();
+      this.#slots?.close();
+    }
   }
 }
 
@@ -543,5 +557,7 @@ function deferred(): WriteBatch["committed"] {
     resolve = res;
     reject = rej;
   });
+  // Its writers see a failure; the uncaught one is for onWriteError.
+  promise.catch(() => undefined);
   return { promise, resolve, reject };
 }

@@ -154,3 +154,35 @@ void test("with a data directory, a call alone is in slots and its records commi
     ["op-5", "op-6", "op-7"],
   );
 });
+
+void test("a commit that fails keeps what waits in slots: a revocation meanwhile throws instead of calling a used token unused, and the next commit stores each row once", async (t) => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-failed-commit-"));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+  const store = new SqliteProxyStore({ dataDir, onWriteError: () => undefined });
+  t.after(() => store.close());
+  // A real SQLite failure, as a full disk gives one, while the slots' pwrites still succeed.
+  const other = new Database(path.join(dataDir, "llm-proxy.sqlite"));
+  t.after(() => other.close());
+  other.exec(
+    `CREATE TRIGGER refuse BEFORE INSERT ON session_tokens BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END`,
+  );
+  const token = { hash: "h-1", job: "j", agent: "a", session: "s-1", budgetUsd: 1, createdAt: new Date(5) };
+  await store.putToken(token);
+  assert.ok(await store.useToken("h-1", new Date(6)), "the first use, in its slot");
+  await assert.rejects(
+    store.revokeTokens({ session: "s-1" }, new Date(7)),
+    /could not commit what waits.*disk is full/,
+  );
+  await assert.rejects(store.revokeTokens({ session: "s-1" }, new Date(7)), /could not commit/, "still waiting");
+  assert.equal((await store.findToken("h-1"))?.usedAt?.getTime(), 6, "what waits is still seen");
+  other.exec("DROP TRIGGER refuse");
+  const { ended, use } = await store.revokeTokens({ session: "s-1" }, new Date(8));
+  assert.deepEqual(
+    ended.map((e) => [e.hash, e.usedAt?.getTime()]),
+    [["h-1", 6]],
+  );
+  assert.equal(use, "used");
+  assert.deepEqual(other.prepare("SELECT hash, used_at, revoked_at FROM session_tokens").all(), [
+    { hash: "h-1", used_at: 6, revoked_at: 8 },
+  ]);
+});
