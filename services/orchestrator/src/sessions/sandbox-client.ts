@@ -109,14 +109,23 @@ class SandboxChannel implements SessionChannel {
   readonly #sessionId: string;
 
   readonly #url: string;
+  #answeredAt: number | undefined;
 
   constructor(client: Client<typeof SandboxService>, first: RunSessionRequest, sessionId: string, url: string) {
     this.#sessionId = sessionId;
     this.#url = url;
     this.#requests.push(first);
-    this.#responses = client.runSession(this.#requests, { signal: this.#abort.signal })[Symbol.asyncIterator]();
+    const responses = client.runSession(this.#requests, {
+      signal: this.#abort.signal,
+      onHeader: () => (this.#answeredAt = Date.now()),
+    });
+    this.#responses = responses[Symbol.asyncIterator]();
     this.#first = this.#responses.next();
     this.#first.catch(() => undefined);
+  }
+
+  get answeredAt(): number | undefined {
+    return this.#answeredAt;
   }
 
   async *[Symbol.asyncIterator](): AsyncIterator<SandboxMessage> {

@@ -101,7 +101,7 @@ export interface SessionDriverOptions {
 
 /** How long a session waits before it asks the nodes for room again. */
 const ROOM_POLL_MS = 500;
-/** A stream that broke again this long after its last failure had been re-attached: a new outage, timed afresh. */
+/** A stream that ran this long after its node answered, then broke: a new outage, timed afresh. */
 const NEW_OUTAGE_MS = 10_000;
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
@@ -153,10 +153,11 @@ export class SessionDriver {
     const attempts = this.#o.reattachAttempts ?? 5;
     const windowMs = this.#o.reattachWindowMs ?? 30_000;
     const { state } = o;
-    // When this outage began and its last failed attempt: a session waiting for a person sends nothing
-    // after a re-attach, so a working stream is told only by how long it went without breaking.
-    let outageSince = 0;
-    let lastFailure = 0;
+    // When this outage began. A session waiting for a person sends nothing after a re-attach, so a mended
+    // stream is told by its node having answered the call and the stream then running a while. A call never
+    // answered (a refused connect, or one that hangs until the system's connect timeout) or a stream that broke
+    // soon after its answer does not end the outage, so an unreachable or flapping node still ends the window.
+    let outageSince: number | undefined;
     for (let attempt = 0; ; attempt++) {
       try {
         if (o.handleBurst) {
@@ -198,8 +199,9 @@ export class SessionDriver {
         if (error instanceof SandboxRefusedError) return { kind: "refused", error };
         if (o.reattach === false) return { kind: "broken", error: error as Error };
         const now = Date.now();
-        if (now - lastFailure > NEW_OUTAGE_MS) outageSince = now;
-        lastFailure = now;
+        const answeredAt = state.channel?.answeredAt;
+        if (outageSince === undefined || (answeredAt !== undefined && now - answeredAt >= NEW_OUTAGE_MS))
+          outageSince = now;
         if (attempt + 1 >= attempts) {
           const lost = await this.#o.placement?.lostSession(o.sessionId);
           if (lost) return { kind: "lost", lost };

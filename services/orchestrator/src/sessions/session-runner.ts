@@ -58,6 +58,8 @@ export interface StartSessionOptions {
 }
 
 export interface SessionChannel extends AsyncIterable<SandboxMessage> {
+  /** When the node answered the call (its response headers came), in ms since the epoch; undefined until then. */
+  readonly answeredAt?: number | undefined;
   answerPermission(answer: PermissionAnswer): Promise<void>;
   /** Answer one of the session's runtime tool calls. */
   answerRuntimeTool(result: RuntimeToolResult): Promise<void>;
