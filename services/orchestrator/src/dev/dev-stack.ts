@@ -300,12 +300,14 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
           .filter((name) => !running.has(name))
           .map(async (name) => {
             running.set(name, await start(name));
+            // Recorded as soon as it listens: services outlive oz0 dev, and one killed before the wave ends must
+            // leave each started service adoptable (its port and pid), not a second one started on its data.
+            writePorts(home, ports);
+            save();
           }),
       );
-      writePorts(home, ports);
       const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
       if (failed) throw failed.reason;
-      save();
     }
   } catch (error) {
     await stopAll();
