@@ -354,8 +354,15 @@ async function emptyDirectory(dir: string): Promise<boolean> {
   return removeEntries(dir, await readdir(dir, { withFileTypes: true }), { entries: REMOVAL_ENTRIES });
 }
 
-/** The sandbox's own files in a kept session's internal directory that the next session there writes again: emptied, not removed. */
-const REUSED_FILES = new Set(["stdout", "stderr", "fd3", "exit.tmp", "session.json", "log.bin", "answers"]);
+/**
+ * The sandbox's own files in a kept session's internal directory that the
+ * next session there writes again: emptied, not removed. Not the keeper's
+ * output files (stdout, stderr, fd3): the harness holds them as its stdio,
+ * and through those descriptors it can change their mode and set extended
+ * attributes, which emptying keeps; a later session (another job's) could
+ * read them back from its own stdio. They are removed and made anew.
+ */
+const REUSED_FILES = new Set(["exit.tmp", "session.json", "log.bin", "answers"]);
 
 /**
  * Internal directories of ended sessions, emptied and kept for the next

@@ -4,7 +4,9 @@
 // output, its log, its record, its answers), and only a directory whose
 // keeper wrote its exit is reused.
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import {
+  chmodSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -21,6 +23,7 @@ import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { startSandbox } from "../src/index.js";
 import { InternalDirectoryPool, resolveSessionPaths } from "../src/session-directories.js";
 import { SandboxError } from "../src/sandbox-errors.js";
+import { createKeeperOutputs } from "../src/session-keeper.js";
 import { testCredentials } from "@oz0/serving/testing";
 import { scenarioStart, SessionStream, startTestSandbox } from "./sandbox-test-kit.js";
 
@@ -36,7 +39,7 @@ function endedSessionDir(dir: string, options: { exited: boolean }): void {
 }
 
 void describe("internal directory pool", () => {
-  void it("empties an ended session's directory (its keeper's files truncated, the rest removed) and moves it to the next session", async (t) => {
+  void it("empties an ended session's directory (the sandbox's files truncated, the rest removed) and moves it to the next session", async (t) => {
     const root = mkdtempSync(path.join(os.tmpdir(), "oz0-pool-"));
     t.after(() => rmSync(root, { recursive: true, force: true }));
     const pool = new InternalDirectoryPool({ dir: path.join(root, "recycled"), max: 1 });
@@ -49,19 +52,40 @@ void describe("internal directory pool", () => {
     const next = path.join(root, "internal", "next");
     assert.equal(pool.take(next), true);
     assert.equal(statSync(next).ino, inode, "the same directory, not a new one");
-    assert.deepEqual(readdirSync(next).sort(), [
-      "answers",
-      "exit.tmp",
-      "fd3",
-      "log.bin",
-      "session.json",
-      "stderr",
-      "stdout",
-    ]);
+    assert.deepEqual(readdirSync(next).sort(), ["answers", "exit.tmp", "log.bin", "session.json"]);
     // exit.tmp is the keeper's to write whole (it truncates it) and to rename; what it held is no output of the session.
     for (const name of readdirSync(next).filter((name) => name !== "exit.tmp"))
       assert.equal(statSync(path.join(next, name)).size, 0, `${name} is empty`);
     assert.equal(pool.take(path.join(root, "internal", "third")), false, "one spare, taken");
+  });
+
+  void it("gives the next session new stdio files: a mode or an extended attribute the harness set through its stdout does not reach it", async (t) => {
+    const root = mkdtempSync(path.join(os.tmpdir(), "oz0-pool-"));
+    t.after(() => rmSync(root, { recursive: true, force: true }));
+    const pool = new InternalDirectoryPool({ dir: path.join(root, "recycled"), max: 1 });
+    const first = path.join(root, "internal", "first");
+    endedSessionDir(first, { exited: true });
+    // What a harness can do to the files it holds as fds 1 and 2 (fchmod, fsetxattr), done here by path.
+    for (const name of ["stdout", "stderr", "fd3"]) {
+      chmodSync(path.join(first, name), 0o644);
+      execFileSync("python3", [
+        "-c",
+        "import os, sys; os.setxattr(sys.argv[1], 'user.note', b'for the next job')",
+        path.join(first, name),
+      ]);
+    }
+    assert.equal(await pool.give(first), true);
+    const next = path.join(root, "internal", "next");
+    assert.equal(pool.take(next), true);
+    createKeeperOutputs(next, 1);
+    for (const name of ["stdout", "stderr", "fd3"]) {
+      const file = path.join(next, name);
+      assert.equal(statSync(file).mode & 0o777, 0o600, `${name}: the keeper's mode`);
+      const attributes = execFileSync("python3", ["-c", "import os, sys; print(os.listxattr(sys.argv[1]))", file], {
+        encoding: "utf8",
+      });
+      assert.equal(attributes.trim(), "[]", `${name} carries no attribute of the session before`);
+    }
   });
 
   void it("keeps the emptied socket folder of a session that could not write it, and removes one it could", async (t) => {
