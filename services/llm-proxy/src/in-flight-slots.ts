@@ -13,8 +13,12 @@
 // power cut (SQLite runs with synchronous = NORMAL; an `fdatasync` per call
 // measured 400–600 µs on this machine's disk, more than the whole call).
 //
-// Each process writes a file of its own (`in-flight/<owner>.slots`), so a
-// later start tells a dead process's calls from its own. A slot is one page
+// Each process writes a file of its own (`in-flight/<owner>.v1.slots`), so a
+// later start tells a dead process's calls from its own. The file's name
+// carries the version of this layout: a start refuses (it does not serve) a
+// file of another version, or with a row it cannot read, naming the file,
+// rather than replay part of it; a file without a version is of version 1,
+// the layout before it was named. A slot is one page
 // (a write within a page is never torn by a kill) holding, after its length,
 // one JSON array: its kind (`p`, a call in flight; `a`, an attempt's record;
 // `c`, a call's record; `t`, a token; `u`, a token's first use), then the
@@ -37,6 +41,9 @@ const LENGTH_BYTES = 4;
 /** Slots the file starts with (it grows by as many again when they are all taken). */
 const INITIAL_SLOTS = 64;
 const SUFFIX = ".slots";
+/** The layout of slots and rows this code writes and reads (a change to either is a new version). */
+const FORMAT_VERSION = 1;
+const VERSIONED = /\.v(\d+)\.slots$/;
 
 /** Rows written to slots until they are committed, by kind (the values as the statement that writes each takes them). */
 export type HeldKind = "token" | "use" | "attempt" | "call";
@@ -49,8 +56,18 @@ export interface OrphanedSlots {
   inFlight: PendingAttempt[];
   /** Rows of each kind, perhaps committed already. */
   held: Record<HeldKind, unknown[][]>;
+  /** The file a row of `held` or a call of `inFlight` was read from (to name it when it cannot be replayed). */
+  fileOf(row: object): string | undefined;
   /** Removes the files read; call once their calls are reconciled (committed). */
   remove(): void;
+}
+
+/** Values each kind of row holds (as its statement takes them): a row of another count is refused. */
+export type HeldColumns = Record<HeldKind, number>;
+
+/** What to do with a slot file a start cannot replay. */
+export function slotFileAdvice(file: string): string {
+  return `start the llm-proxy version that wrote ${file} on this data directory to replay it, or move the file out of ${path.dirname(file)} to give up its rows (metering records, tokens and first uses of a dead process)`;
 }
 
 export class InFlightSlots {
@@ -66,9 +83,14 @@ export class InFlightSlots {
 
   constructor(options: { dir: string; owner: string }) {
     mkdirSync(options.dir, { recursive: true, mode: 0o700 });
-    this.#file = path.join(options.dir, options.owner + SUFFIX);
+    this.#file = path.join(options.dir, `${options.owner}.v${FORMAT_VERSION}${SUFFIX}`);
     this.#fd = openSync(this.#file, "wx", 0o600);
     this.#grow(INITIAL_SLOTS);
+  }
+
+  /** The file's path (to name it in an error). */
+  get file(): string {
+    return this.#file;
   }
 
   /**
@@ -148,21 +170,29 @@ export class InFlightSlots {
   }
 
   /** The rows in the slot files of `dir` other than `owner`'s: processes that are gone. */
-  static orphaned(options: { dir: string; owner: string }): OrphanedSlots {
+  static orphaned(options: { dir: string; owner: string; columns: HeldColumns }): OrphanedSlots {
     let names: string[];
     try {
-      names = readdirSync(options.dir).filter((name) => name.endsWith(SUFFIX) && name !== options.owner + SUFFIX);
+      const own = `${options.owner}.v${FORMAT_VERSION}${SUFFIX}`;
+      names = readdirSync(options.dir).filter((name) => name.endsWith(SUFFIX) && name !== own);
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
       names = [];
     }
     const files = names.map((name) => path.join(options.dir, name));
+    const fileOf = new WeakMap<object, string>();
     const orphaned: OrphanedSlots = {
       inFlight: [],
       held: { token: [], use: [], attempt: [], call: [] },
+      fileOf: (row) => fileOf.get(row),
       remove: () => undefined,
     };
     for (const file of files) {
+      const version = Number(VERSIONED.exec(file)?.[1] ?? 1);
+      if (version !== FORMAT_VERSION)
+        throw new Error(
+          `the slot file ${file} is of version ${version} of their layout and this llm-proxy reads version ${FORMAT_VERSION}: ${slotFileAdvice(file)}`,
+        );
       const bytes = readFileSync(file);
       for (let at = 0; at + LENGTH_BYTES <= bytes.length; at += SLOT_BYTES) {
         const length = bytes.readUInt32LE(at);
@@ -171,11 +201,20 @@ export class InFlightSlots {
         if (!entry) continue;
         const [code, ...values] = entry;
         const kind = KINDS.get(code as string);
-        if (kind) orphaned.held[kind].push(values);
-        else if (code === "p") {
+        const refuse = (what: string): Error =>
+          new Error(`the slot file ${file} holds ${what} in slot ${at / SLOT_BYTES}: ${slotFileAdvice(file)}`);
+        if (kind) {
+          if (values.length !== options.columns[kind])
+            throw refuse(`a row of kind ${kind} with ${values.length} values, not ${options.columns[kind]}`);
+          orphaned.held[kind].push(values);
+          fileOf.set(values, file);
+        } else if (code === "p") {
           const row = pendingRow(values);
-          if (row) orphaned.inFlight.push(pendingFromRow(row));
-        }
+          if (!row) throw refuse("a call in flight this llm-proxy cannot read");
+          const pending = pendingFromRow(row);
+          orphaned.inFlight.push(pending);
+          fileOf.set(pending, file);
+        } else throw refuse(`a row of unknown kind ${JSON.stringify(code)}`);
       }
     }
     // A retry's slot and the one it replaced may both be there: the newest attempt stands for the call.

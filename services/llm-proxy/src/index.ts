@@ -200,10 +200,24 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
       (error: unknown) =>
         logger.warn({ error: (error as Error).message }, "could not reconcile interrupted model calls; retried later"),
     );
-  await reconcile();
   if (store.shared) {
+    await reconcile();
     reconcileTimer = setInterval(() => void reconcile(), config.reconcileIntervalMs ?? 15_000);
     reconcileTimer.unref();
+  } else {
+    // A dead process's rows are only in its files (slots): serving without them would
+    // leave budgets short of its charges and its tokens unknown. The error names the file.
+    try {
+      await metering.reconcileInterrupted();
+    } catch (error) {
+      await sink.close();
+      await Promise.all(scripted.map((m) => m.close()));
+      if (ownsStore) await store.close();
+      throw new Error(
+        `could not reconcile the calls of a proxy that stopped, so this one does not serve: ${(error as Error).message}`,
+        { cause: error },
+      );
+    }
   }
 
   let publicUrl = "";

@@ -18,7 +18,7 @@ import { mkdirSync } from "node:fs";
 import path from "node:path";
 import Database from "better-sqlite3";
 import { BudgetLedger } from "./budget-ledger.js";
-import { InFlightSlots } from "./in-flight-slots.js";
+import { InFlightSlots, slotFileAdvice, type HeldColumns } from "./in-flight-slots.js";
 import { SqliteCheckpointer } from "./sqlite-checkpointer.js";
 import type {
   AttemptRecord,
@@ -87,6 +87,13 @@ const ORPHANED_CALLS = compiled(db.deleteFrom("pending_calls").where("owner", "<
   "owner",
 ]);
 const TOKEN_COLUMNS = ["hash", "job", "agent", "session", "budget_usd", "created_at"];
+/** Values of each kind of row in a slot, as the statement that writes it takes them (a first use: time, hash). */
+const HELD_COLUMNS: HeldColumns = {
+  token: TOKEN_COLUMNS.length,
+  use: 2,
+  attempt: ATTEMPT_COLUMNS.length,
+  call: CALL_COLUMNS.length,
+};
 /** A token a dead process had in a slot: perhaps committed already. */
 const PUT_TOKEN_IF_NEW = compiled(
   db
@@ -364,18 +371,30 @@ export class SqliteProxyStore implements ProxyStore {
     this.flush();
     // Budget holds of SQLite live in the memory of the process that made them: the dead
     // process's are gone with it, and an account opened now starts from the calls' charges.
-    const orphaned = this.#slotsDir ? InFlightSlots.orphaned({ dir: this.#slotsDir, owner: this.#owner }) : undefined;
-    const made = this.#db.transaction(() => {
+    const orphaned = this.#slotsDir
+      ? InFlightSlots.orphaned({ dir: this.#slotsDir, owner: this.#owner, columns: HELD_COLUMNS })
+      : undefined;
+    // The row being replayed, to name its slot file if SQLite refuses it (the whole replay rolls back).
+    let replaying: object | undefined;
+    const replay = this.#db.transaction(() => {
       // Rows a dead process had in slots and may not have committed: committed now, once.
       const held = orphaned?.held;
-      for (const values of held?.token ?? []) this.#statements.putTokenIfNew.run(values);
-      for (const values of held?.use ?? []) this.#statements.useToken.get(values);
-      for (const values of held?.attempt ?? []) this.#statements.insertAttemptIfNew.run(values);
-      for (const values of held?.call ?? []) this.#statements.insertCallIfNew.run(values);
+      const each = (rows: unknown[][] | undefined, statement: Database.Statement, get = false): void => {
+        for (const values of rows ?? []) {
+          replaying = values;
+          if (get) statement.get(values);
+          else statement.run(values);
+        }
+      };
+      each(held?.token, this.#statements.putTokenIfNew);
+      each(held?.use, this.#statements.useToken, true);
+      each(held?.attempt, this.#statements.insertAttemptIfNew);
+      each(held?.call, this.#statements.insertCallIfNew);
       const rows = this.#statements.orphanedCalls.all(this.#owner) as PendingRow[];
       const calls = [...rows.map(pendingFromRow), ...(orphaned?.inFlight ?? [])];
       const reconciled: CallRecord[] = [];
       for (const pending of calls) {
+        replaying = pending;
         const { call, attempt } = interruptedRecords(pending);
         // A call with a record completed (its attempts' records came before it): a slot
         // freed after it, or the slot of a retry's previous attempt, is skipped here.
@@ -387,7 +406,18 @@ export class SqliteProxyStore implements ProxyStore {
         reconciled.push(call);
       }
       return reconciled;
-    })();
+    });
+    let made: CallRecord[];
+    try {
+      made = replay();
+    } catch (error) {
+      const file = replaying && orphaned?.fileOf(replaying);
+      if (!file) throw error;
+      throw new Error(
+        `could not replay the slot file ${file} (${(error as Error).message}); nothing of it was committed: ${slotFileAdvice(file)}`,
+        { cause: error },
+      );
+    }
     // Committed: the dead processes' slot files are no longer their calls' only trace.
     // (A process killed between the commit and this removal finds the same rows next time: all skipped.)
     orphaned?.remove();
@@ -480,7 +510,7 @@ export class SqliteProxyStore implements ProxyStore {
       const kept = batch.writes.filter((write) => batch.slotted.has(write));
       if (kept.length > 0) this.#batch = { ...batch, writes: kept, committed: deferred() };
       throw new Error(
-        `the SQLite store could not commit what waits (${(error as Error).message}): ${kept.length} row(s) in slots (in-flight/${this.#owner}.slots) stay waiting and are retried with the next commit; nothing that must read after them is answered until then (free disk space, or restart the proxy to replay them)`,
+        `the SQLite store could not commit what waits (${(error as Error).message}): ${kept.length} row(s) in slots (${this.#slots?.file}) stay waiting and are retried with the next commit; nothing that must read after them is answered until then (free disk space, or restart the proxy to replay them)`,
         { cause: error },
       );
     }

@@ -5,12 +5,14 @@
 // as interrupted; never a call that completed, never a retried call twice.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
+import pino from "pino";
+import { startLlmProxy } from "../src/index.js";
 import type { PendingAttempt } from "../src/proxy-store.js";
 import { SqliteProxyStore } from "../src/sqlite-proxy-store.js";
 
@@ -156,5 +158,69 @@ void test("a call too big for a slot (a model name of kilobytes) is written to p
     );
   } finally {
     await store.close();
+  }
+});
+
+/** A slot file as a dead process left it: one row (kind, values) a slot, 4 KB each. */
+function slotFile(dataDir: string, name: string, rows: unknown[][]): string {
+  const dir = path.join(dataDir, "in-flight");
+  mkdirSync(dir, { recursive: true });
+  const bytes = Buffer.alloc(rows.length * 4096);
+  rows.forEach((row, slot) => {
+    const json = JSON.stringify(row);
+    bytes.writeUInt32LE(Buffer.byteLength(json), slot * 4096);
+    bytes.write(json, slot * 4096 + 4);
+  });
+  const file = path.join(dir, name);
+  writeFileSync(file, bytes);
+  return file;
+}
+
+const GOOD_TOKEN = ["t", "h-good", "j", "a", "s", 1, 5];
+
+void test("a start refuses a slot file it cannot replay whole (another version's, a row of another shape, a value SQLite refuses), names it, commits none of it and keeps it, and the proxy does not serve", async (t) => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-bad-slots-"));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+  const cases: [string, unknown[][], RegExp][] = [
+    ["dead-1.v2.slots", [GOOD_TOKEN], /dead-1\.v2\.slots is of version 2 .* reads version 1/],
+    [
+      "dead-2.v1.slots",
+      [GOOD_TOKEN, ["t", "h-short", "j"]],
+      /dead-2\.v1\.slots holds a row of kind token with 2 values, not 6 in slot 1/,
+    ],
+    ["dead-3.v1.slots", [GOOD_TOKEN, ["x", 1]], /dead-3\.v1\.slots holds a row of unknown kind "x"/],
+    // A budget that was NaN or Infinity, written as null: SQLite refuses it, and the whole replay rolls back.
+    [
+      "dead-4.slots",
+      [GOOD_TOKEN, ["t", "h-null", "j", "a", "s", null, 5]],
+      /could not replay the slot file .*dead-4\.slots \(NOT NULL constraint failed/,
+    ],
+  ];
+  for (const [name, rows, message] of cases) {
+    const file = slotFile(dataDir, name, rows);
+    const store = new SqliteProxyStore({ dataDir });
+    try {
+      await assert.rejects(store.reconcileInterrupted(), message);
+      assert.equal(await store.findToken("h-good"), undefined, "nothing of the file is committed");
+    } finally {
+      await store.close();
+    }
+    await assert.rejects(
+      startLlmProxy({ dataDir, providers: [], logger: pino({ level: "silent" }) }),
+      (error: Error) =>
+        error.message.includes("does not serve") &&
+        message.test(error.message) &&
+        /move the file out of/.test(error.message),
+    );
+    assert.ok(existsSync(file), "the file is kept for a version that reads it");
+    rmSync(file);
+  }
+  // Once the file is moved away the proxy starts; a file of this version replays.
+  slotFile(dataDir, "dead-5.v1.slots", [GOOD_TOKEN]);
+  const proxy = await startLlmProxy({ dataDir, providers: [], logger: pino({ level: "silent" }) });
+  try {
+    assert.equal((await proxy.store.findToken("h-good"))?.session, "s");
+  } finally {
+    await proxy.close();
   }
 });
