@@ -276,13 +276,12 @@ export class JobSessions {
     };
   }
 
-  /** How the job's session is followed: its messages handled one at a time under the job's lock, what it missed written again after a re-attach. */
+  /** How the job's session is followed: the messages that arrived together handled under the job's lock, what it missed written again after a re-attach. */
   #following(job: JobRecord, active: ActiveJob): FollowOptions {
     return {
       jobId: job.id,
       sessionId: job.sessionId,
       state: active,
-      handle: (message) => this.#o.active.withLock(job.id, () => this.#o.handleBurst(job.id, active, [message])),
       handleBurst: (messages) => this.#o.active.withLock(job.id, () => this.#o.handleBurst(job.id, active, messages)),
       stopped: () => this.#o.active.stopped(active),
       // Gone from the store, or finished meanwhile (its node was lost): nothing is left to follow.

@@ -53,18 +53,22 @@ export interface PlaceOptions {
   placed?(sandbox: SessionRunner): Promise<void>;
 }
 
-export interface FollowOptions {
+/**
+ * How a follower takes the session's new messages (never one at or below
+ * `state.sandboxSeq`); a throw counts as a broken stream, re-attached after
+ * `state.sandboxSeq` as it is then. One at a time, or the messages that
+ * arrived together in one call (message-bursts.ts), in order.
+ */
+export type MessageHandling =
+  | { handle(message: SandboxMessage): Promise<void>; handleBurst?: never }
+  | { handleBurst(messages: SandboxMessage[]): Promise<void>; handle?: never };
+
+export type FollowOptions = FollowSettings & MessageHandling;
+
+export interface FollowSettings {
   jobId: string;
   sessionId: string;
   state: SessionState;
-  /** One new message (never one at or below `state.sandboxSeq`); a throw counts as a broken stream. */
-  handle(message: SandboxMessage): Promise<void>;
-  /**
-   * New messages that arrived together (message-bursts.ts), in order, in place
-   * of `handle` one at a time; a throw counts as a broken stream, and the
-   * stream is re-attached after `state.sandboxSeq` as it is then.
-   */
-  handleBurst?(messages: SandboxMessage[]): Promise<void>;
   /** Whether the follower stopped following (checked when the stream ends or breaks). */
   stopped(): boolean;
   /** Re-attach a broken stream with backoff. False: a broken stream ends following (`broken`). Default true. */
@@ -139,7 +143,8 @@ export class SessionDriver {
 
   /** Places the session, starts it there and follows it (re-placed while nodes are full). */
   async start(
-    o: Omit<FollowOptions, "restart"> & { place: PlaceOptions; start(sandbox: SessionRunner): SessionChannel },
+    o: Omit<FollowSettings, "restart"> &
+      MessageHandling & { place: PlaceOptions; start(sandbox: SessionRunner): SessionChannel },
   ): Promise<SessionEnd> {
     const sandbox = await this.place(o.place);
     if (!sandbox) return { kind: "gave_up" };
