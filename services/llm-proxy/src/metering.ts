@@ -1,21 +1,19 @@
 // Records what each attempt and each logical call used and cost, and rolls
 // usage up per job and agent.
-import { randomUUID } from "node:crypto";
+import { newEventId } from "@oz0/events-client";
 import type { Logger } from "@oz0/serving";
 import type { AttemptRecord, CallRecord, PendingAttempt, ProxyStore, TokenUsage, UsageTotals } from "./proxy-store.js";
 import { recordAttempt, recordCall } from "./tracing.js";
 import type { UsageSink } from "./usage-sink.js";
 
 /**
- * A new operation id: a UUID of version 7, whose first 48 bits are the time
- * in milliseconds, so the ids of calls made one after another sort together
+ * A new operation id: a time-ordered UUID (version 7), made as event ids are
+ * (`newEventId`), so the ids of calls made one after another sort together
  * and the stores' indexes on them grow at one end (random ids touched a page
  * of each index anywhere per call: about half of SQLite's cost per call).
  */
 export function newOperationId(now = Date.now()): string {
-  const time = now.toString(16).padStart(12, "0");
-  // randomUUID is version 4 from a pool of random bytes: its version digit (at 14) becomes 7.
-  return `${time.slice(0, 8)}-${time.slice(8, 12)}-7${randomUUID().slice(15)}`;
+  return newEventId(now);
 }
 
 export interface MeteringOptions {
