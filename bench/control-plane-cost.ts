@@ -21,7 +21,12 @@
 // the samples taken while its jobs ran, and those samples as a .cpuprofile
 // beside the whole one (start-up and shutdown cut off), which a flame graph
 // opens (Chrome DevTools' Performance panel, speedscope.app).
-//   node --import tsx bench/control-plane-cost.ts [--jobs 20] [--inflight 4] [--rounds 3] [--harness-runs 5] [--idle-ms 3000] [--profile-jobs 30] [--profile-dir DIR] [--kafka]
+//   node --import tsx bench/control-plane-cost.ts [--jobs 20] [--inflight 4] [--rounds 3] [--warmup-jobs 300] [--harness-runs 5] [--idle-ms 3000] [--profile-jobs 30] [--profile-dir DIR] [--kafka]
+// --warmup-jobs: jobs each stack runs before it is measured or profiled. A
+// service's first few hundred jobs cost it about twice what later ones do (V8
+// compiles its hot code as it goes), so the rounds measure services that run
+// jobs all day; the warm-up's own CPU per job is printed too, as the cold
+// figure (--warmup-jobs 0 measures cold services).
 // --kafka: the events service relays to Kafka (KAFKA_BROKERS when set, else a
 // broker started with @oz0/test-infra); without it, the embedded default, the
 // local log only.
@@ -66,6 +71,7 @@ const options = benchOptions({
   jobs: { type: "number", default: 20 },
   inflight: { type: "number", default: 4 },
   rounds: { type: "number", default: 3 },
+  "warmup-jobs": { type: "number", default: 300 },
   "harness-runs": { type: "number", default: 5 },
   "idle-ms": { type: "number", default: 3000 },
   "profile-jobs": { type: "number", default: 30 },
@@ -321,9 +327,21 @@ interface Round {
 /** After the last job ended, the sandbox still removes its directories and the events service still writes: counted in the round. */
 const SETTLE_MS = 500;
 
-async function round(api: Api, pids: Record<StackServiceName, number>, jobs: number, logs: string): Promise<Round> {
+/** Runs --warmup-jobs jobs (none: undefined): connections, the agent's first resolution, and V8's compiling of the services' hot code. */
+async function warmUp(api: Api, pids: Record<StackServiceName, number>, logs: string): Promise<Round | undefined> {
+  if (options["warmup-jobs"] <= 0) return undefined;
+  return await round(api, pids, options["warmup-jobs"], logs, { harnessRuns: 0 });
+}
+
+async function round(
+  api: Api,
+  pids: Record<StackServiceName, number>,
+  jobs: number,
+  logs: string,
+  { harnessRuns = options["harness-runs"] }: { harnessRuns?: number } = {},
+): Promise<Round> {
   // Before the services' readings: the direct runs touch none of them.
-  const harnessAloneMs = await harnessAlone(options["harness-runs"]);
+  const harnessAloneMs = harnessRuns > 0 ? await harnessAlone(harnessRuns) : Number.NaN;
   const before = read(pids);
   const benchBefore = process.cpuUsage();
   const t0 = performance.now();
@@ -349,7 +367,7 @@ const total = (perJob: Record<StackServiceName, number>): number =>
 
 try {
   console.log(
-    `jobs of the Python fake harness (one tool call, then the answer; 2 model calls), ${options.jobs} per round, ${options.inflight} at once, ${options.rounds} rounds; ` +
+    `jobs of the Python fake harness (one tool call, then the answer; 2 model calls), ${options.jobs} per round, ${options.inflight} at once, ${options.rounds} rounds after ${options["warmup-jobs"]} warm-up jobs; ` +
       `events ${brokers ? `relaying to Kafka at ${brokers}` : "on its local log only (no Kafka; --kafka for a broker)"}; CPU clock ${ticks} ticks/s (${(1000 / ticks).toFixed(0)} ms resolution per reading)`,
   );
   const stack = await stackFor("measured");
@@ -364,8 +382,11 @@ try {
     const api = await apiFor(stack);
     const pids = pidsOf(stack);
     const logs = path.join(root, "measured", "logs");
-    // Warm-up: connections, JIT, the agent's first resolution.
-    await runJobs(api, options.inflight * 2, options.inflight, logs);
+    const warmup = await warmUp(api, pids, logs);
+    if (warmup !== undefined)
+      console.log(
+        `warm-up: ${options["warmup-jobs"]} jobs, not in the rounds; CPU per job while warming ${ms(total(warmup.perJob))} ms (${SERVICES.map((n) => `${n} ${ms(warmup.perJob[n])}`).join(", ")})`,
+      );
 
     // Baseline of the services' own background (timers, heartbeats, pollers): CPU per second with no job.
     const idleBefore = read(pids);
@@ -387,7 +408,7 @@ try {
   } finally {
     await stack.close();
   }
-  const jobsRun = options.inflight * 2 + options.rounds * options.jobs;
+  const jobsRun = options["warmup-jobs"] + options.rounds * options.jobs;
   console.log(`what a job leaves in the stores: ${storedPerJob(jobsRun)}`);
 
   const perService = Object.fromEntries(
@@ -472,7 +493,7 @@ async function profilePass(): Promise<void> {
   try {
     const api = await apiFor(stack);
     const logs = path.join(root, "profiled", "logs");
-    await runJobs(api, options.inflight * 2, options.inflight, logs);
+    await warmUp(api, pids, logs);
     // V8's profile timestamps and process.hrtime are both CLOCK_MONOTONIC: the window cuts start-up and shutdown off.
     fromUs.value = Number(process.hrtime.bigint() / 1000n);
     result = await round(api, pids, options["profile-jobs"], logs);
