@@ -15,7 +15,7 @@ import { HealthRegistry } from "./health.js";
 import { createLogger, type Logger } from "./logger.js";
 import { createSniffingServer, type RequestHandler } from "./protocol-sniffing-server.js";
 import { ReflectionIndex, reflectionServiceV1, reflectionServiceV1alpha } from "./reflection.js";
-import { refusingUndecodableBodies } from "./undecodable-requests.js";
+import { decodingBinaryBodies, handingOnDecodedMessages } from "./undecodable-requests.js";
 
 /** What connect decodes request bodies with (its own defaults, named so the body check uses the same). */
 const ACCEPT_COMPRESSION = [compressionGzip, compressionBrotli];
@@ -107,7 +107,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     router.handlers.splice(
       0,
       router.handlers.length,
-      ...router.handlers.map((h) => refusingUndecodableBodies(h, bodyCheck)),
+      ...router.handlers.map((h) => decodingBinaryBodies(h, bodyCheck)),
     );
   };
   const handler = connectNodeAdapter({
@@ -115,6 +115,8 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     acceptCompression: ACCEPT_COMPRESSION,
     readMaxBytes: READ_MAX_BYTES,
     interceptors: [
+      // First: it puts back the request messages the body check decoded (connect parsed empty ones).
+      handingOnDecodedMessages(),
       traceServer({ untraced: untracedOrProbe(options.untracedRpcs) }),
       unexpectedErrorInterceptor(logger),
       authInterceptor(options.auth, hint),
