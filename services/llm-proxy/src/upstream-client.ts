@@ -65,6 +65,8 @@ export function readAll(
   stream: NodeJS.ReadableStream & { readonly complete?: boolean },
   maxBytes = Number.POSITIVE_INFINITY,
 ): Promise<Buffer | undefined> {
+  const arrived = bodyArrived(stream, maxBytes);
+  if (arrived !== NOT_ARRIVED) return Promise.resolve(arrived);
   return new Promise((resolve, reject) => {
     const parts: Buffer[] = [];
     let size = 0;
@@ -102,6 +104,43 @@ export function readAll(
     stream.on("error", onError);
     stream.on("close", onClose);
   });
+}
+
+const NOT_ARRIVED = Symbol("not arrived");
+
+/**
+ * The body of an HTTP/1.1 message that arrived whole with its headers (a
+ * model call's request, most whole answers), taken from the stream's buffer
+ * at once. Through `data` and `end` events the same bytes took a resume, a
+ * tick and two events more, and for a request waited for the parser's end
+ * of message besides: 30–50 µs of a call one at a time on the loaded bench
+ * machine (bench/README.md, issue 24). An answer is whole once the code
+ * awaiting it runs (`complete`); a request's end of message comes after its
+ * handler's first await, so its body is whole when the buffer holds its
+ * `content-length`. Undefined when larger than `maxBytes`; NOT_ARRIVED when
+ * the body is still arriving, already being read, or HTTP/2 (an HTTP/2
+ * request is `complete` when aborted too, with part of its body buffered):
+ * `readAll` reads those through events.
+ */
+function bodyArrived(stream: NodeJS.ReadableStream, maxBytes: number): Buffer | undefined | typeof NOT_ARRIVED {
+  if (!(stream instanceof http.IncomingMessage) || stream.readableFlowing !== null) return NOT_ARRIVED;
+  const length = stream.readableLength;
+  const complete = stream.complete;
+  if (!complete) {
+    const declared = stream.headers["content-length"];
+    if (declared === undefined || stream.headers["transfer-encoding"] !== undefined || Number(declared) !== length)
+      return NOT_ARRIVED;
+  }
+  if (length > maxBytes) {
+    stream.resume();
+    return undefined;
+  }
+  // Paused, `read()` returns everything buffered as one Buffer (null when empty), and ends a
+  // complete stream; one whose end of message is still to be parsed flows to its end once it is
+  // (its `end` frees a pooled connection and lets the server take the next request, as before).
+  const body = stream.read() as Buffer | null;
+  if (!complete) stream.resume();
+  return body ?? Buffer.alloc(0);
 }
 
 /** Reads and discards a body so the connection can be reused. */
