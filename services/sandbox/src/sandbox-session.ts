@@ -713,8 +713,9 @@ export class SandboxSession {
       await removeSessionDirectories(this.#options.paths, {
         ...(removeAs !== undefined ? { user: removeAs } : {}),
         internalDirs: this.#options.keep?.internalDirs,
-        // This run bound it read-only; a session taken over from an earlier version may have had it writable.
-        socketDirSealed: this.#options.isolation.mode === "bwrap" && this.#options.adopted === undefined,
+        // This run bound its socket folder read-only and gave its harness pipes; a session taken over from an earlier
+        // version may have had the folder writable, and the keeper's files as its stdio.
+        sealed: this.#options.isolation.mode === "bwrap" && this.#options.adopted === undefined,
       });
     } catch (error) {
       this.#options.logger.warn(

@@ -251,8 +251,11 @@ export async function removeSessionDirectories(
   options: {
     user?: SessionUser;
     internalDirs?: InternalDirectoryPool | undefined;
-    /** The session's socket folder was read-only to it (bubblewrap-launcher.ts): a reused internal folder keeps it. */
-    socketDirSealed?: boolean;
+    /**
+     * The session could not write its socket folder (read-only inside bubblewrap, bubblewrap-launcher.ts) and never held the
+     * keeper's output files (session-keeper.ts): a reused internal folder keeps them, emptied.
+     */
+    sealed?: boolean;
   } = {},
 ): Promise<void> {
   const { user, internalDirs } = options;
@@ -261,10 +264,7 @@ export async function removeSessionDirectories(
   const budget = { entries: REMOVAL_ENTRIES };
   for (const dir of paths.created) {
     if (ownedByUser.includes(dir)) continue;
-    if (
-      dir === paths.internalDir &&
-      (await internalDirs?.give(dir, { keepSocketDir: options.socketDirSealed === true })) === true
-    )
+    if (dir === paths.internalDir && (await internalDirs?.give(dir, { sealed: options.sealed === true })) === true)
       continue;
     if (await removeDirectory(dir, budget)) continue;
     await rm(dir, { recursive: true, force: true, maxRetries: 2 }).catch((error: unknown) => problems.push(error));
@@ -356,13 +356,20 @@ async function emptyDirectory(dir: string): Promise<boolean> {
 
 /**
  * The sandbox's own files in a kept session's internal directory that the
- * next session there writes again: emptied, not removed. Not the keeper's
- * output files (stdout, stderr, fd3): the harness holds them as its stdio,
- * and through those descriptors it can change their mode and set extended
- * attributes, which emptying keeps; a later session (another job's) could
- * read them back from its own stdio. They are removed and made anew.
+ * next session there writes again: emptied, not removed.
  */
 const REUSED_FILES = new Set(["exit.tmp", "session.json", "log.bin", "answers"]);
+/**
+ * The keeper's output files, emptied and reused too when the session was
+ * sealed from them: its keeper copied the harness's stdout and stderr into
+ * them from pipes, and bwrap writes fd3 (its --info-fd) outside the sandbox,
+ * so the harness never held one (a harness holding one could change its mode
+ * or set an extended attribute through its descriptor, which emptying keeps,
+ * for a later session, another job's, to read back from its own). Otherwise
+ * (a session a previous run started, whose keeper may have handed the harness
+ * the files themselves) they are removed and made anew.
+ */
+const SEALED_KEEPER_FILES = new Set(["stdout", "stderr", "fd3"]);
 
 /**
  * Internal directories of ended sessions, emptied and kept for the next
@@ -422,12 +429,13 @@ export class InternalDirectoryPool {
 
   /**
    * Empties an ended session's internal directory and keeps it; false (the
-   * caller removes it) when it cannot be reused. With `keepSocketDir` its
-   * socket folder `run/` (read-only inside bubblewrap, so nothing but the
-   * sandbox wrote there) is emptied and kept too: one directory fewer made
-   * and freed per session.
+   * caller removes it) when it cannot be reused. With `sealed` (a session
+   * this run started under bubblewrap) its socket folder `run/` (read-only
+   * inside, so nothing but the sandbox wrote there) is emptied and kept too,
+   * and so are the keeper's output files (SEALED_KEEPER_FILES): four inodes
+   * fewer made and freed per session.
    */
-  async give(internalDir: string, options: { keepSocketDir?: boolean } = {}): Promise<boolean> {
+  async give(internalDir: string, options: { sealed?: boolean } = {}): Promise<boolean> {
     // A place is held from here, so sessions ending together never keep more than `max`.
     if (this.#spares.length + this.#giving >= this.#max || !existsSync(path.join(internalDir, "exit"))) return false;
     this.#giving += 1;
@@ -437,8 +445,10 @@ export class InternalDirectoryPool {
           const file = path.join(internalDir, entry.name);
           if (entry.isFile() && entry.name === "exit") await rename(file, path.join(internalDir, "exit.tmp"));
           else if (entry.isFile() && REUSED_FILES.has(entry.name)) await emptyFile(file);
+          else if (entry.isFile() && SEALED_KEEPER_FILES.has(entry.name) && options.sealed === true)
+            await emptyFile(file);
           else if (!entry.isDirectory()) await unlink(file);
-          else if (entry.name === SOCKET_DIR && options.keepSocketDir === true) return emptyDirectory(file);
+          else if (entry.name === SOCKET_DIR && options.sealed === true) return emptyDirectory(file);
           else return removeSmallTree(file, { entries: REMOVAL_ENTRIES });
           return true;
         }),

@@ -4,8 +4,12 @@
 // sandbox's child. The keeper holds the harness's stdio in the session's
 // internal directory, where a restarted sandbox finds it again:
 //
-// - stdout and stderr go to the files `stdout` and `stderr` (appended), which
-//   the sandbox reads as they grow, from any offset;
+// - stdout and stderr are pipes the keeper copies into the files `stdout` and
+//   `stderr` (appended), which the sandbox reads as they grow, from any
+//   offset. The harness never holds the files themselves: through a file it
+//   held it could change its mode or set extended attributes on it, which a
+//   later session reusing the folder would find (session-directories.ts);
+//   a pipe is new with every session;
 // - stdin comes from the FIFO `stdin`, which the keeper holds open for
 //   reading and writing, so the sandbox coming and going is no end of input;
 //   the keeper relays it into a pipe to the harness and closes that pipe at a
@@ -47,10 +51,14 @@ import { perlCommand } from "./perl-command.js";
  * $cwd, \%env, $in, @cmd)` never returns. `$owner` is the sandbox's pid, `$in`
  * the FIFO already open (or undef: it opens "$dir/stdin"), `$cwd` and `%env`
  * what the command runs with when the keeper did not inherit them (a spare
- * forked by the spawner, keeper-spawner.ts). Stdio entries past the third are
- * the files "$dir/fd3", "$dir/fd4", ... (bwrap's --info-fd), appended to by
- * the command and read by the sandbox as they grow, like stdout: a spare
- * cannot be handed a pipe of the sandbox's.
+ * forked by the spawner, keeper-spawner.ts). The command's stdout and stderr
+ * are pipes the keeper copies into the files "$dir/stdout" and
+ * "$dir/stderr"; stdio entries past the third are the files "$dir/fd3",
+ * "$dir/fd4", ... themselves (bwrap's --info-fd, which bwrap writes outside
+ * the sandbox and never passes into it), appended to by the command. The
+ * sandbox reads all of them as they grow: a spare cannot be handed a pipe of
+ * the sandbox's. The keeper writes `exit` once the output pipes are copied to
+ * their ends, so the files are whole when the sandbox hears of the exit.
  */
 export const KEEP_SUB = String.raw`
 use strict; use POSIX ();
@@ -61,25 +69,33 @@ open(my $out, ">>", "$dir/stdout") or do { print STDERR "oz0 keeper: cannot open
 open(my $err, ">>", "$dir/stderr") or do { print STDERR "oz0 keeper: cannot open $dir/stderr: $!\n"; POSIX::_exit(125) };
 my @extra = map { open(my $x, ">>", "$dir/fd$_") or do { print STDERR "oz0 keeper: cannot open $dir/fd$_: $!\n"; POSIX::_exit(125) }; $x } 3 .. 2 + $extra;
 pipe(my $harnessIn, my $toHarness) or do { print STDERR "oz0 keeper: pipe failed: $!\n"; POSIX::_exit(125) };
+pipe(my $fromOut, my $harnessOut) or do { print STDERR "oz0 keeper: pipe failed: $!\n"; POSIX::_exit(125) };
+pipe(my $fromErr, my $harnessErr) or do { print STDERR "oz0 keeper: pipe failed: $!\n"; POSIX::_exit(125) };
 %ENV = %$env if $env;
 if ($cwd ne "") { chdir $cwd or do { print STDERR "oz0 keeper: cannot enter $cwd: $!\n"; POSIX::_exit(125) } }
 my $harness = fork() // do { print STDERR "oz0 keeper: fork failed: $!\n"; POSIX::_exit(125) };
 if ($harness == 0) {
-  open(STDIN, "<&", $harnessIn); open(STDOUT, ">&", $out); open(STDERR, ">&", $err);
+  open(STDIN, "<&", $harnessIn); open(STDOUT, ">&", $harnessOut); open(STDERR, ">&", $harnessErr);
   # Through fds no file holds, so placing one at 3 + i never closes another still to be placed.
   POSIX::dup2(fileno($extra[$_]), 100 + $_) for 0 .. $#extra;
   for (0 .. $#extra) { POSIX::dup2(100 + $_, 3 + $_); POSIX::close(100 + $_) }
   exec { $cmd[0] } @cmd; print STDERR "oz0 keeper: cannot run $cmd[0]: $!\n"; POSIX::_exit(127);
 }
-close $harnessIn; close $out; close $err; close $_ for @extra;
+close $harnessIn; close $harnessOut; close $harnessErr; close $_ for @extra;
 open(STDIN, "<", "/dev/null"); open(STDOUT, ">", "/dev/null"); open(STDERR, ">", "/dev/null");
 chdir "/";
 $SIG{$_} = sub {} for qw(TERM INT HUP CHLD);
 $SIG{PIPE} = "IGNORE";
-my ($status, $relaying, $orphaned_at, $checked) = (undef, 1, undef, 0);
+# Never blocked by a harness that does not read its stdin: its output would wait meanwhile, and it may be waiting for that.
+fcntl($toHarness, POSIX::F_SETFL(), fcntl($toHarness, POSIX::F_GETFL(), 0) | POSIX::O_NONBLOCK());
+my ($status, $relaying, $pending, $closing, $orphaned_at, $checked) = (undef, 1, "", 0, undef, 0);
+# The harness's output pipes, each with the file it is copied into.
+my @copies = ([$fromOut, $out], [$fromErr, $err]);
+# One read of a pipe, written whole to its file; false at the pipe's end (or when the file cannot be written: the harness then gets EPIPE).
+my $copy = sub { my ($pair) = @_; my $got = sysread($pair->[0], my $data, 65536); return 1 if !defined $got && ($!{EINTR} || $!{EAGAIN}); return 0 unless $got; while (length $data) { my $n = syswrite($pair->[1], $data); if (!defined $n) { next if $!{EINTR}; return 0 } substr($data, 0, $n) = "" } 1 };
+my $copy_ready = sub { my ($rout) = @_; for my $pair (@copies) { next unless vec($rout, fileno($pair->[0]), 1); next if $copy->($pair); close $pair->[0]; $pair = undef } @copies = grep { defined } @copies };
 # The sandbox that owns the session: the one that started the keeper, or the one that took it over (its pid in "owner").
 my $owner_alive = sub { if (open(my $o, "<", "$dir/owner")) { my $p = <$o>; $owner = $1 if defined $p && $p =~ /(\d+)/ } kill(0, $owner) || $!{EPERM} };
-my $relay = sub { my ($data) = @_; while (length $data) { my $n = syswrite($toHarness, $data); if (!defined $n) { next if $!{EINTR}; return 0 } substr($data, 0, $n) = "" } 1 };
 for (;;) {
   my $w = waitpid($harness, POSIX::WNOHANG()); if ($w == $harness) { $status = $?; last }
   # No sandbox took the session over within the orphan time: it ends (SIGKILL to bwrap ends its namespace).
@@ -87,14 +103,33 @@ for (;;) {
     $checked = time();
     if ($owner_alive->()) { $orphaned_at = undef } else { $orphaned_at //= time(); kill "KILL", $harness if (time() - $orphaned_at) * 1000 >= $orphan_ms }
   }
-  if (!$relaying) { select(undef, undef, undef, 0.2); next }
-  my $rin = ""; vec($rin, fileno($in), 1) = 1;
-  next unless select(my $rout = $rin, undef, undef, 0.2) > 0;
-  my $got = sysread($in, my $chunk, 65536);
-  next unless $got;
-  my $at = index($chunk, "\0");
-  my $ok = $relay->($at < 0 ? $chunk : substr($chunk, 0, $at));
-  if (!$ok || $at >= 0) { close $toHarness; $relaying = 0 }
+  my ($rin, $win) = ("", "");
+  vec($rin, fileno($_->[0]), 1) = 1 for @copies;
+  if ($relaying) { if ($pending ne "") { vec($win, fileno($toHarness), 1) = 1 } else { vec($rin, fileno($in), 1) = 1 } }
+  next unless select(my $rout = $rin, my $wout = $win, undef, 0.2) > 0;
+  $copy_ready->($rout);
+  next unless $relaying;
+  if ($pending eq "" && vec($rout, fileno($in), 1)) {
+    my $got = sysread($in, my $chunk, 65536);
+    next unless $got;
+    # The runtime closes the harness's stdin with a NUL byte (JSON lines never hold one raw).
+    my $at = index($chunk, "\0");
+    ($pending, $closing) = $at < 0 ? ($chunk, 0) : (substr($chunk, 0, $at), 1);
+  }
+  if ($pending ne "") {
+    my $n = syswrite($toHarness, $pending);
+    if (defined $n) { substr($pending, 0, $n) = "" } elsif (!$!{EAGAIN} && !$!{EINTR}) { ($pending, $closing) = ("", 1) }
+  }
+  if ($closing && $pending eq "") { close $toHarness; $relaying = 0 }
+}
+# What the harness wrote last may still be in the pipes: copied to their ends, which come at once (with bwrap's PID namespace
+# gone nothing holds them). A process that still holds one (no namespace) is waited for a second without output, 5 s at most.
+my $until = time() + 5;
+while (@copies && time() < $until) {
+  my $rin = ""; vec($rin, fileno($_->[0]), 1) = 1 for @copies;
+  my $n = select(my $rout = $rin, undef, undef, 1);
+  last if $n == 0;
+  $copy_ready->($rout) if $n > 0;
 }
 my ($code, $sig) = ($status & 127) ? ("", $status & 127) : ($status >> 8, "");
 if (open(my $x, ">", "$dir/exit.tmp")) { print $x "$code $sig\n"; close $x; rename "$dir/exit.tmp", "$dir/exit" }

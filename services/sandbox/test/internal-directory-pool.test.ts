@@ -25,7 +25,7 @@ import { InternalDirectoryPool, resolveSessionPaths } from "../src/session-direc
 import { SandboxError } from "../src/sandbox-errors.js";
 import { createKeeperOutputs } from "../src/session-keeper.js";
 import { testCredentials } from "@oz0/serving/testing";
-import { scenarioStart, SessionStream, startTestSandbox } from "./sandbox-test-kit.js";
+import { runToEnd, scenarioStart, SessionStream, startTestSandbox } from "./sandbox-test-kit.js";
 
 /** An ended kept session's internal directory, as its keeper and the sandbox leave it. */
 function endedSessionDir(dir: string, options: { exited: boolean }): void {
@@ -59,7 +59,36 @@ void describe("internal directory pool", () => {
     assert.equal(pool.take(path.join(root, "internal", "third")), false, "one spare, taken");
   });
 
-  void it("gives the next session new stdio files: a mode or an extended attribute the harness set through its stdout does not reach it", async (t) => {
+  void it("keeps the keeper's output files, emptied, of a session sealed from them", async (t) => {
+    const root = mkdtempSync(path.join(os.tmpdir(), "oz0-pool-"));
+    t.after(() => rmSync(root, { recursive: true, force: true }));
+    const pool = new InternalDirectoryPool({ dir: path.join(root, "recycled"), max: 1 });
+    const first = path.join(root, "internal", "first");
+    endedSessionDir(first, { exited: true });
+    const inodes = Object.fromEntries(
+      ["stdout", "stderr", "fd3"].map((name) => [name, statSync(path.join(first, name)).ino]),
+    );
+
+    assert.equal(await pool.give(first, { sealed: true }), true);
+    const next = path.join(root, "internal", "next");
+    assert.equal(pool.take(next), true);
+    assert.deepEqual(readdirSync(next).sort(), [
+      "answers",
+      "exit.tmp",
+      "fd3",
+      "log.bin",
+      "run",
+      "session.json",
+      "stderr",
+      "stdout",
+    ]);
+    for (const [name, inode] of Object.entries(inodes)) {
+      assert.equal(statSync(path.join(next, name)).ino, inode, `${name}: the same file, not a new one`);
+      assert.equal(statSync(path.join(next, name)).size, 0, `${name} is empty`);
+    }
+  });
+
+  void it("gives the next session new stdio files after a session not sealed from them (one a previous run started): a mode or an extended attribute its harness set through its stdout does not reach it", async (t) => {
     const root = mkdtempSync(path.join(os.tmpdir(), "oz0-pool-"));
     t.after(() => rmSync(root, { recursive: true, force: true }));
     const pool = new InternalDirectoryPool({ dir: path.join(root, "recycled"), max: 1 });
@@ -95,7 +124,7 @@ void describe("internal directory pool", () => {
     const sealed = path.join(root, "internal", "sealed");
     endedSessionDir(sealed, { exited: true });
     const socketDir = statSync(path.join(sealed, "run")).ino;
-    assert.equal(await pool.give(sealed, { keepSocketDir: true }), true);
+    assert.equal(await pool.give(sealed, { sealed: true }), true);
     const next = path.join(root, "internal", "next");
     assert.equal(pool.take(next), true);
     assert.equal(statSync(path.join(next, "run")).ino, socketDir, "the same folder");
@@ -139,6 +168,38 @@ void describe("internal directory pool", () => {
     const kept = await Promise.all(ended.map((dir) => pool.give(dir)));
     assert.equal(kept.filter(Boolean).length, 2);
     assert.equal(readdirSync(path.join(root, "recycled")).length, 2);
+  });
+
+  void it("under bubblewrap, the harness's stdout and stderr are pipes: the keeper's files, reused by the next session, carry no mode or attribute it tried to set", async (t) => {
+    const sandbox = await startTestSandbox({ isolation: "bwrap" });
+    t.after(() => sandbox.close());
+    const { root } = sandbox;
+    const marked = await runToEnd(sandbox.client, scenarioStart({ mode: "mark-stdio" }, {}, { sessionId: "marked" }));
+    assert.equal(marked.exited().status, SessionStatus.COMPLETED);
+    const report = JSON.parse(marked.texts()[0] ?? "{}") as Record<
+      string,
+      { fifo: boolean; chmod: string; xattr: string }
+    >;
+    for (const fd of ["1", "2"]) assert.equal(report[fd]?.fifo, true, `fd ${fd} is a pipe: ${JSON.stringify(report)}`);
+
+    const spares = readdirSync(path.join(root, "recycled"));
+    assert.equal(spares.length, 1, "the ended session's internal directory is kept");
+    const spare = path.join(root, "recycled", spares[0]!);
+    for (const name of ["stdout", "stderr"]) {
+      const file = path.join(spare, name);
+      assert.equal(statSync(file).mode & 0o777, 0o600, `${name}: the keeper's mode`);
+      const attributes = execFileSync("python3", ["-c", "import os, sys; print(os.listxattr(sys.argv[1]))", file], {
+        encoding: "utf8",
+      });
+      assert.equal(attributes.trim(), "[]", `${name} carries no attribute the harness set`);
+    }
+    // The next session runs in that folder, with those very files (no new inode), and reads only its own output.
+    const inode = statSync(path.join(spare, "stdout")).ino;
+    const next = await runToEnd(sandbox.client, scenarioStart({ mode: "complete" }, {}, { sessionId: "next" }));
+    assert.equal(next.exited().status, SessionStatus.COMPLETED);
+    assert.deepEqual(next.texts(), ["working"]);
+    const [again] = readdirSync(path.join(root, "recycled"));
+    assert.equal(statSync(path.join(root, "recycled", again!, "stdout")).ino, inode, "the same stdout file");
   });
 
   void it("no session may ask for a working or state directory inside the sandbox's own folders (internal/, recycled/)", (t) => {

@@ -1,8 +1,8 @@
 // The keeper spawner (src/keeper-spawner.ts) with real processes: a session's
 // keeper is one of its spares, not a fork of this process, and behaves as a
-// keeper the sandbox started itself (stdin relayed until closed, stdout,
-// stderr and the extra stdio entry read from its files, its exit status
-// reported); a keeper outlives the spawner, whose end is then read from the
+// keeper the sandbox started itself (stdin relayed until closed, stdout and
+// stderr copied from pipes into its files, which are read with the extra
+// stdio entry's, its exit status reported); a keeper outlives the spawner, whose end is then read from the
 // exit file; unused spares go with the spawner.
 import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
@@ -82,6 +82,37 @@ void it(
       await spawner.close();
     }
     assert.deepEqual(readdirSync(path.join(root, "keepers-1")), [], "unused spares remove their FIFOs");
+  },
+);
+
+void it(
+  "copies the command's output while its stdin waits: a command that writes a MiB to each before it reads a MiB given to it gets it all through",
+  { skip, timeout: 60_000 },
+  async () => {
+    const spawner = new KeeperSpawner({
+      dir: path.join(root, "keepers-3"),
+      spares: 1,
+      logger: recordingLogger().logger,
+    });
+    try {
+      // Pipes hold 64 KiB: a keeper that waited for the command to take its stdin would never read its output, nor it its stdin.
+      const kept = await fromSpare(
+        spawner,
+        "session-5",
+        "[ -p /dev/stdout ] && [ -p /dev/stderr ] && echo pipes; head -c 1048576 /dev/zero | tr '\\0' o; head -c 1048576 /dev/zero | tr '\\0' e >&2; wc -c",
+      );
+      const out = collect(kept.stdout);
+      const err = collect(kept.stderr);
+      const ending = exited(kept);
+      kept.stdin.write(Buffer.alloc(1 << 20, "i"));
+      kept.stdin.end();
+      assert.deepEqual(await ending, [0, null]);
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.equal(out(), `pipes\n${"o".repeat(1 << 20)}1048576\n`);
+      assert.equal(err(), "e".repeat(1 << 20));
+    } finally {
+      await spawner.close();
+    }
   },
 );
 
