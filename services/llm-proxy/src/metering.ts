@@ -81,15 +81,24 @@ export class Metering {
     return calls.length;
   }
 
-  /** Like `attempt`; the usage event goes out at once. */
+  /** Like `attempt`, for the call's record; its usage event and metrics are `completed`'s. */
   call(record: CallRecord): Promise<void> {
-    recordCall(record);
-    this.#sink.callCompleted(record);
     return this.#stored(
       () => this.#store.recordCall(record),
       { operationId: record.operationId },
       "could not record a metered call",
     );
+  }
+
+  /**
+   * The call's usage event (`llm.call_completed`) and its usage on the chat span and in the
+   * GenAI metrics, once the client has its answer (called inside the call's chat span): the
+   * client needs neither, and publishing the event and recording the metrics were steps on
+   * the answer's way out.
+   */
+  completed(record: CallRecord): void {
+    recordCall(record);
+    this.#sink.callCompleted(record);
   }
 
   #stored(write: () => Promise<void>, fields: Record<string, unknown>, message: string): Promise<void> {

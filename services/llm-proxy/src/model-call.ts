@@ -187,7 +187,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       });
     } catch (error) {
       if (!(error instanceof ProxyError) || error.code !== "budget_exhausted") throw error;
-      await deps.metering.call({
+      const refused: CallRecord = {
         ...common,
         status: 402,
         outcome: "budget_refused",
@@ -197,8 +197,10 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
         estimated: false,
         startedAt,
         attempts: 0,
-      });
+      };
+      await deps.metering.call(refused);
       sendError(res, { format, status: 402, type: "budget_exhausted", operationId, message: error.message });
+      deps.metering.completed(refused);
       return;
     }
   }
@@ -312,6 +314,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
         message: `provider ${provider.config.name} could not be reached after ${attempt} attempt(s) (${final.errorCode ?? "no answer"}); try again later`,
       });
     }
+    deps.metering.completed(callRecord);
     deps.logger.debug(
       {
         operationId,

@@ -33,6 +33,8 @@ void describe("budgets", () => {
       assert.equal(fx.model.requests.length, 1, "the refused call never reached the provider");
       const calls = await fx.proxy.store.listCalls(e.job);
       assert.deepEqual(calls.map((c) => c.outcome).sort(), ["budget_refused", "ok"]);
+      // One usage event a call, the refused one too (sent once its answer is written).
+      assert.deepEqual(fx.events.map((c) => c.outcome).sort(), ["budget_refused", "ok"]);
     } finally {
       await fx.close();
     }
