@@ -5,7 +5,15 @@
 // Nothing of the request or the answer is put on a span: only counts, names,
 // ids and outcomes (the answer's id, the model that gave it, why it ended, the
 // provider's host); an error span's status message is its outcome's name.
-import { context, propagation, SpanKind, SpanStatusCode, trace, type Span } from "@opentelemetry/api";
+import {
+  context,
+  propagation,
+  ProxyTracerProvider,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Span,
+} from "@opentelemetry/api";
 import { GenAi, genAiClientMetrics, oz0Tracer, recording } from "@oz0/serving";
 import type { AttemptRecord, CallRecord } from "./proxy-store.js";
 
@@ -63,8 +71,23 @@ function spanAttributes(call: TracedModelCall): Record<string, string | number> 
   return Object.assign(attributes, serverAttributes(call.upstream));
 }
 
+/** What the API's tracer provider delegates to while no SDK is registered. */
+const NO_TRACER_PROVIDER = new ProxyTracerProvider().getDelegate();
+
+/**
+ * Whether a tracer provider is registered (startTelemetry's, or a test's). While none is, the
+ * chat span would record nothing from start to end, and a call makes none: extracting the
+ * caller's context, starting, entering and ending a span that records nothing were steps of
+ * the API's before every request went upstream.
+ */
+function tracing(): boolean {
+  const provider = trace.getTracerProvider();
+  return !(provider instanceof ProxyTracerProvider) || provider.getDelegate() !== NO_TRACER_PROVIDER;
+}
+
 /** Runs a model call inside its `chat {model}` span; metering records land on it (see recordCall). */
 export async function traceModelCall(call: TracedModelCall, run: () => Promise<void>): Promise<void> {
+  if (!tracing()) return run();
   const parent = propagation.extract(context.active(), call.incoming, headerGetter);
   const span = tracer.startSpan(
     call.model ? `${call.operation} ${call.model}` : call.operation,
