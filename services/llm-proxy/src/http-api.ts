@@ -36,11 +36,32 @@ interface Route {
   upstreamPath: string;
 }
 
+/**
+ * A request target of a path and perhaps a query in characters URL parsing leaves as they are
+ * (no dot segment or percent escape it could resolve, no backslash, fragment or character it
+ * would escape): what SDKs send. Read as it is, with no URL object per call; any other target
+ * goes through URL's rules.
+ */
+const PLAIN_TARGET = /^\/(?!\/)[\w\-~/?=&+,;:@!$*()]*$/;
+
 function route(rawUrl: string): Route | undefined {
-  const url = new URL(rawUrl, "http://proxy");
-  const found = routeOf(url.pathname);
+  let pathname = rawUrl;
+  let search = "";
+  if (PLAIN_TARGET.test(rawUrl)) {
+    const query = rawUrl.indexOf("?");
+    if (query >= 0) {
+      pathname = rawUrl.slice(0, query);
+      // As URL reads it: a `?` with nothing after it is no query.
+      if (query < rawUrl.length - 1) search = rawUrl.slice(query);
+    }
+  } else {
+    const url = new URL(rawUrl, "http://proxy");
+    pathname = url.pathname;
+    search = url.search;
+  }
+  const found = routeOf(pathname);
   return (
-    found && { provider: found.provider, format: found.format, upstreamPath: `/v1/${found.format.route}${url.search}` }
+    found && { provider: found.provider, format: found.format, upstreamPath: `/v1/${found.format.route}${search}` }
   );
 }
 
