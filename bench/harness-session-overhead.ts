@@ -102,7 +102,6 @@ async function underBubblewrap(): Promise<number> {
       writablePaths: [workDir, stateDir],
       hiddenPaths: [],
       sandboxRoot,
-      socketDir,
       entry: { command: entryCommand, forwards: [forward] },
     });
     await throughHost({ launcher, request: inner });

@@ -110,10 +110,14 @@ export interface BubblewrapLauncherOptions {
   hiddenPaths: readonly string[];
   /** The sandbox root: it and its parent are hidden too, unless bound themselves; the session's own directories are bound again inside. */
   sandboxRoot: string;
-  /** Bound to /run/oz0 (the LLM sockets), when the session has an LLM endpoint. */
-  socketDir?: string;
-  /** The in-sandbox LLM forwarder (sandbox-entry.ts's command): runs first and then the harness. */
-  entry?: { command: readonly string[]; forwards: { innerPort: number; innerSocketPath: string }[] };
+  /**
+   * The in-sandbox LLM forwarder (sandbox-entry.ts's command): runs first and then the harness. Each forward's `mount`
+   * (the folder of its socket) is bound read-only inside.
+   */
+  entry?: {
+    command: readonly string[];
+    forwards: { innerPort: number; innerSocketPath: string; mount: { source: string; dest: string } }[];
+  };
   /** Starts bwrap; default `child_process.spawn`. The sandbox passes its keeper's, so the session outlives a restart of the sandbox. */
   spawn?: (file: string, args: readonly string[], options: SpawnOptions) => ChildProcess | KeptChild;
 }
@@ -179,11 +183,17 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
       if (options.pluginDir !== "") binds.push({ source: options.pluginDir });
       for (const p of options.writablePaths) binds.push({ source: p, writable: true });
       let command = spec.command;
-      if (options.entry !== undefined && options.socketDir !== undefined) {
+      if (options.entry !== undefined) {
         // Read-only: the entry only connects to the sockets there, which a read-only mount allows. The
-        // harness can then neither plant a file nor mark the folder (mode, xattr, ACL), so it is kept
-        // with the session's internal folder for a later session (InternalDirectoryPool).
-        binds.push({ source: options.socketDir, dest: "/run/oz0" });
+        // harness can then neither plant a file nor mark the folder (mode, xattr, ACL): an origin's folder is
+        // shared by the sessions that use it (llm-forwarder.ts), a session's own is kept with its internal
+        // folder for a later session (InternalDirectoryPool).
+        const mounted = new Set<string>();
+        for (const { mount } of options.entry.forwards) {
+          if (mounted.has(mount.dest)) continue;
+          mounted.add(mount.dest);
+          binds.push({ source: mount.source, dest: mount.dest });
+        }
         command = [
           ...options.entry.command,
           ...options.entry.forwards.map((f) => `${f.innerPort}=${f.innerSocketPath}`),

@@ -39,7 +39,7 @@ import { bubblewrapLauncher, initPidFromInfo } from "./bubblewrap-launcher.js";
 import type { IsolationName } from "./isolation-choice.js";
 import { MAX_LINE_NESTING, nestingLimitLauncher } from "./line-nesting.js";
 import { parentDeathLauncher } from "./parent-death-launcher.js";
-import { startLlmForwarding, type LlmForward, type LlmForwarding } from "./llm-forwarder.js";
+import { startLlmForwarding, type LlmForward, type LlmForwarding, type SharedLlmListeners } from "./llm-forwarder.js";
 import { SessionEventLog } from "./event-log.js";
 import { SandboxError } from "./sandbox-errors.js";
 import { StderrCapture } from "./stderr-capture.js";
@@ -73,6 +73,8 @@ export type SessionIsolation =
       sandboxRoot: string;
       entryCommand: readonly string[];
       forwards: LlmForward[];
+      /** The node's listeners, when the forwards are planned on them; else the session listens on its own sockets. */
+      listeners: SharedLlmListeners | undefined;
     };
 
 /**
@@ -266,7 +268,7 @@ export class SandboxSession {
       // Only now: the attachments and the snapshot are the sandbox's, made before any process of the uid runs.
       if (this.#user !== undefined) await handOverSessionDirectories(paths, this.#user);
       if (isolation.mode === "bwrap" && isolation.forwards.length > 0)
-        this.#forwarding = await startLlmForwarding(isolation.forwards);
+        this.#forwarding = await forwardingFor(isolation);
     } catch (error) {
       await this.#cleanup();
       throw error;
@@ -335,7 +337,6 @@ export class SandboxSession {
         sandboxRoot: isolation.sandboxRoot,
         pluginDir: start.pluginDir,
         writablePaths: [paths.workingDir, paths.stateDir],
-        socketDir: paths.socketDir,
         entry:
           isolation.forwards.length > 0 ? { command: isolation.entryCommand, forwards: isolation.forwards } : undefined,
         ...(keep !== undefined
@@ -381,8 +382,9 @@ export class SandboxSession {
     this.#baseline = record.baseline;
     if (isolation.forwards.length > 0) {
       // The dead sandbox's sockets are still bound to their paths; the harness reaches the new ones there.
-      for (const forward of isolation.forwards) rmSync(forward.socketPath, { force: true });
-      this.#forwarding = await startLlmForwarding(isolation.forwards);
+      if (isolation.listeners === undefined)
+        for (const forward of isolation.forwards) rmSync(forward.socketPath, { force: true });
+      this.#forwarding = await forwardingFor(isolation);
     }
     let stderrBytes = 0;
     for (const entry of adopted.log) {
@@ -484,6 +486,9 @@ export class SandboxSession {
       keeper,
       baseline: this.#baseline,
       startTime: timestampDate(this.startTime).toISOString(),
+      ...(this.#options.isolation.mode === "bwrap" && this.#options.isolation.listeners !== undefined
+        ? { sharedForwards: true }
+        : {}),
     };
     try {
       writeSessionRecord(this.#record);
@@ -726,6 +731,11 @@ export class SandboxSession {
     await this.#user?.release();
     await this.#container?.end();
   }
+}
+
+/** The session's LLM forwarding: the node's shared listeners, or its own sockets (a session a previous version started). */
+function forwardingFor(isolation: Extract<SessionIsolation, { mode: "bwrap" }>): Promise<LlmForwarding> {
+  return isolation.listeners?.open(isolation.forwards) ?? startLlmForwarding(isolation.forwards);
 }
 
 /** The session's container; one that cannot be made refuses the session rather than run it uncontained. */

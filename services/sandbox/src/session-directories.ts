@@ -70,10 +70,13 @@ export function validateSessionId(sessionId: string, field: string): void {
 /**
  * The sandbox's own folders under the root, which no session may ask for as
  * its working or state directory: `internal/` (each session's keeper files,
- * log and record) and `recycled/` (emptied internal folders waiting for a
- * later session, InternalDirectoryPool).
+ * log and record), `recycled/` (emptied internal folders waiting for a
+ * later session, InternalDirectoryPool) and `forward/` (the LLM origins'
+ * sockets every session using them shares, llm-forwarder.ts).
  */
-export const SANDBOX_OWN_DIRS = ["internal", "recycled"] as const;
+export const SANDBOX_OWN_DIRS = ["internal", "recycled", "forward"] as const;
+/** Where the node's shared LLM sockets live, under the root. */
+export const FORWARD_DIR: (typeof SANDBOX_OWN_DIRS)[number] = "forward";
 /** Where InternalDirectoryPool keeps its spares, under the root. */
 export const RECYCLED_DIR: (typeof SANDBOX_OWN_DIRS)[number] = "recycled";
 

@@ -38,6 +38,8 @@ export interface SessionRecord {
   initPid?: number;
   baseline: "snapshot" | "empty" | "none";
   startTime: string;
+  /** The session's LLM sockets are the node's shared ones (llm-forwarder.ts); records written before those were its own. */
+  sharedForwards?: boolean;
 }
 
 /** The record as written: the messages as their JSON. */
@@ -74,6 +76,7 @@ export function writeSessionRecord(record: SessionRecord): void {
     ...(record.initPid !== undefined ? { initPid: record.initPid } : {}),
     baseline: record.baseline,
     startTime: record.startTime,
+    ...(record.sharedForwards === true ? { sharedForwards: true } : {}),
   };
   const target = files(record.paths.internalDir).record;
   const bytes = Buffer.from(JSON.stringify(file));
@@ -104,6 +107,7 @@ export function readSessionRecord(internalDir: string): SessionRecord | undefine
     ...(file.initPid !== undefined ? { initPid: file.initPid } : {}),
     baseline: file.baseline,
     startTime: file.startTime,
+    ...(file.sharedForwards === true ? { sharedForwards: true } : {}),
   };
 }
 

@@ -11,7 +11,7 @@ import { ProtocolVersion, SessionRequestSchema, type SessionEvent } from "@oz0/p
 import type { SessionInfo, StartSession } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import type { Containment } from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
-import { planLlmForwards } from "./llm-forwarder.js";
+import { planLlmForwards, SharedLlmListeners } from "./llm-forwarder.js";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
 import { SandboxSession, type SandboxSessionOptions, type SessionIsolation } from "./sandbox-session.js";
 import { keeperAvailable, processStartTime, readKeeperExit } from "./session-keeper.js";
@@ -23,6 +23,7 @@ import {
   resolveSessionPaths,
   validateAttachments,
   validateSessionId,
+  FORWARD_DIR,
   RECYCLED_DIR,
 } from "./session-directories.js";
 import type { SessionUserLease, SessionUserPool } from "./session-user-pool.js";
@@ -91,6 +92,8 @@ export class SessionRegistry {
   readonly #spawner: KeeperSpawner | undefined;
   /** Ended kept sessions' internal directories, emptied for the next ones (session-directories.ts). */
   readonly #internalDirs: InternalDirectoryPool | undefined;
+  /** The LLM origins' sockets under bubblewrap, one per origin for every session (llm-forwarder.ts). */
+  readonly #listeners: SharedLlmListeners | undefined;
 
   constructor(options: SessionRegistryOptions) {
     this.#options = options;
@@ -100,6 +103,8 @@ export class SessionRegistry {
         spares: Math.min(SPARE_KEEPERS, options.maxSessions),
         logger: options.logger,
       });
+    if (options.isolation.mode === "bwrap")
+      this.#listeners = new SharedLlmListeners({ dir: path.join(options.root, FORWARD_DIR) });
     if (this.#keeps)
       this.#internalDirs = new InternalDirectoryPool({
         dir: path.join(options.root, RECYCLED_DIR),
@@ -141,7 +146,7 @@ export class SessionRegistry {
       stateDir: request.stateDir,
       ...(shared !== undefined ? { sharedWorkingDir: shared.workingDir } : {}),
     });
-    const isolation = this.#isolationFor(shared, { socketDir: paths.socketDir, request });
+    const isolation = this.#isolationFor(shared, { socketDir: paths.socketDir, request, sharedForwards: true });
     const session = this.#newSession({ start, request, command, paths, isolation });
     this.#active++;
     this.#sessions.set(session.id, session);
@@ -185,7 +190,11 @@ export class SessionRegistry {
       const keeperRuns = processStartTime(record.keeper.pid) === record.keeper.startTime;
       if (!keeperRuns && readKeeperExit(dir) === undefined) continue;
       try {
-        const isolation = this.#isolationFor(undefined, { socketDir: record.paths.socketDir, request: record.request });
+        const isolation = this.#isolationFor(undefined, {
+          socketDir: record.paths.socketDir,
+          request: record.request,
+          sharedForwards: record.sharedForwards === true,
+        });
         const session = this.#newSession({
           start: record.start,
           request: record.request,
@@ -303,7 +312,12 @@ export class SessionRegistry {
   /** What the session's launcher needs; validates the LLM URLs under bubblewrap. Takes no uid yet (the session does, counted against the limit). */
   #isolationFor(
     shared: SandboxSession | undefined,
-    options: { socketDir: string; request: StartSession["request"] & object },
+    options: {
+      socketDir: string;
+      request: StartSession["request"] & object;
+      /** Its LLM sockets are the node's shared ones: every new session's, and those of the sessions taken over whose record says so. */
+      sharedForwards: boolean;
+    },
   ): SessionIsolation {
     const isolation = this.#options.isolation;
     if (isolation.mode === "none") return isolation;
@@ -322,8 +336,10 @@ export class SessionRegistry {
       }
       return { mode: "user", setprivPath, acquireUser: () => users.acquire() };
     }
+    const listeners = options.sharedForwards ? this.#listeners : undefined;
     const forwards = planLlmForwards({
       socketDir: options.socketDir,
+      ...(listeners !== undefined ? { sharedDir: listeners.dir } : {}),
       urls: [
         { field: "start.request.llm.anthropic_base_url", url: options.request.llm?.anthropicBaseUrl ?? "" },
         { field: "start.request.llm.openai_base_url", url: options.request.llm?.openaiBaseUrl ?? "" },
@@ -331,7 +347,7 @@ export class SessionRegistry {
         { field: "the sandbox's trace relay", url: this.#options.traceRelay?.url ?? "" },
       ],
     });
-    return { ...isolation, sandboxRoot: this.#options.root, forwards };
+    return { ...isolation, sandboxRoot: this.#options.root, forwards, listeners };
   }
 
   /** The live session whose working directory start.share_working_dir_of names, checked: it runs on this node right now. */
@@ -427,6 +443,7 @@ export class SessionRegistry {
     for (const session of running) session.cancel("the sandbox node is shutting down");
     await Promise.all(running.map((session) => session.finished));
     await this.#spawner?.close();
+    await this.#listeners?.close();
     for (const timer of this.#retention.values()) clearTimeout(timer);
     this.#retention.clear();
     this.#unread.clear();
