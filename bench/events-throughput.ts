@@ -8,8 +8,10 @@
 // the consumer sees it. Prints events/s, p50/p99 latency and the ratios.
 // `--warmup N` first sends N events down each path (the service is a fresh
 // process every round; the direct producer's process is not) and times only
-// what follows: a steady-state view. Off by default.
-//   node --import tsx bench/events-throughput.ts [--events 20000] [--jobs 50] [--repeat 3] [--warmup 0] [--profile DIR]
+// what follows: a steady-state view. Off by default. `--trail` prints each
+// path's highest latency per tenth of the run (the p99 of a cold service is
+// its first batches').
+//   node --import tsx bench/events-throughput.ts [--events 20000] [--jobs 50] [--repeat 3] [--warmup 0] [--profile DIR] [--trail]
 // Uses KAFKA_BROKERS when set, else starts a broker with @oz0/test-infra.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -37,6 +39,7 @@ const {
   compare: COMPARE,
   "compare-struct": COMPARE_STRUCT,
   producers: PRODUCERS,
+  trail: TRAIL,
 } = benchOptions({
   events: { type: "number", default: 20_000 },
   jobs: { type: "number", default: 50 },
@@ -65,6 +68,12 @@ const {
    * then N concurrent Publish calls. The direct producers are unchanged.
    */
   producers: { type: "number", default: 1 },
+  /**
+   * `--trail`: also print each path's highest latency in each tenth of the
+   * run, in the order the consumer saw the events, so a slow start (a fresh
+   * service process compiling its hot paths) is told apart from a slow run.
+   */
+  trail: { type: "boolean" },
 });
 const BATCH = 500;
 const PARTITIONS = 3;
@@ -73,6 +82,8 @@ interface Result {
   perSecond: number;
   p50: number;
   p99: number;
+  /** The highest latency in each tenth of the run, in arrival order. */
+  trail: number[];
   /** CPU per event in µs while timed: this process (producer and consumer), the service process (all its threads), the broker. */
   cpu: { bench: number; service?: number; broker?: number };
 }
@@ -192,7 +203,11 @@ function summarise(started: number, latencies: number[], cpu: Result["cpu"]): Re
   const elapsed = (performance.now() - started) / 1000;
   const sorted = [...latencies].sort((a, b) => a - b);
   const at = (q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
-  return { perSecond: latencies.length / elapsed, p50: at(0.5), p99: at(0.99), cpu };
+  const tenth = Math.ceil(latencies.length / 10);
+  const trail = Array.from({ length: 10 }, (_, i) =>
+    latencies.slice(i * tenth, (i + 1) * tenth).reduce((a, b) => Math.max(a, b), 0),
+  );
+  return { perSecond: latencies.length / elapsed, p50: at(0.5), p99: at(0.99), trail, cpu };
 }
 
 // Two baselines, both kafkajs producing straight to the same broker, with the
@@ -380,7 +395,8 @@ function fail(why: string): never {
 const us = (x: number | undefined): string => (x === undefined ? "?" : x.toFixed(0));
 const format = (r: Result): string =>
   `${Math.round(r.perSecond).toString().padStart(7)} events/s  p50 ${String(r.p50).padStart(5)} ms  p99 ${String(r.p99).padStart(5)} ms  ` +
-  `CPU µs/event: bench ${us(r.cpu.bench)}${r.cpu.service === undefined ? "" : `, service ${us(r.cpu.service)}`}, broker ${us(r.cpu.broker)}`;
+  `CPU µs/event: bench ${us(r.cpu.bench)}${r.cpu.service === undefined ? "" : `, service ${us(r.cpu.service)}`}, broker ${us(r.cpu.broker)}` +
+  (TRAIL ? `\n           highest latency per tenth of the run: ${r.trail.join(" ")} ms` : "");
 
 const report = startReport("events-throughput");
 console.log(
