@@ -1,4 +1,10 @@
 export {
+  DataDirectoryInUseError,
+  lockDataDirectory,
+  type DataDirectoryLock,
+  type DataDirectoryLockOptions,
+} from "./data-directory-lock.js";
+export {
   runSqliteMigrations,
   type SchemaProbe,
   type SqliteMigration,

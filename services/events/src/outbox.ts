@@ -8,8 +8,8 @@
 // grew by about a megabyte.
 import { fromJsonString } from "@bufbuild/protobuf";
 import { PublicEventSchema, type PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import { lockDataDirectory, type DataDirectoryLock } from "@oz0/sqlite";
 import Database from "better-sqlite3";
-import { mkdirSync } from "node:fs";
 import path from "node:path";
 import { Worker } from "node:worker_threads";
 import { publicEventJson } from "./cloudevents.js";
@@ -83,6 +83,8 @@ export class Outbox {
   private readonly selectUndelivered: Database.Statement;
   private readonly waiters = new Set<() => void>();
   private readonly checkpointer: Worker | undefined;
+  /** The data directory held for this process (none in memory). */
+  private readonly lock: DataDirectoryLock | undefined;
   private readonly checkpointerExited: Promise<void> | undefined;
   private closing = false;
   private head: bigint;
@@ -103,99 +105,107 @@ export class Outbox {
   constructor(options: OutboxOptions = {}) {
     let file = ":memory:";
     if (options.dataDir) {
-      mkdirSync(options.dataDir, { recursive: true });
+      // This connection numbers events from the head it read: it must be the only writer.
+      this.lock = lockDataDirectory({ dir: options.dataDir, name: "events" });
       file = path.join(options.dataDir, "events.sqlite");
     }
-    this.db = new Database(file);
-    this.db.defaultSafeIntegers(true);
-    // WAL with synchronous=FULL: an acknowledged Publish survives power loss.
-    this.db.pragma("journal_mode = WAL");
-    this.db.pragma("synchronous = FULL");
-    this.db.exec(`
-      -- AUTOINCREMENT: a position is never used twice, even after retention removed the newest rows.
-      CREATE TABLE IF NOT EXISTS events (
-        position    INTEGER PRIMARY KEY AUTOINCREMENT,
-        id          TEXT NOT NULL UNIQUE,
-        job_id      TEXT NOT NULL,
-        event       TEXT NOT NULL,
-        accepted_at INTEGER NOT NULL
-      );
-      CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, position);
-      -- The relay delivers in position order, so one cursor says what is delivered.
-      CREATE TABLE IF NOT EXISTS relay_cursor (
-        name      TEXT PRIMARY KEY,
-        delivered INTEGER NOT NULL
-      );
-      -- Retention removes the oldest events: everything up to 'through' is gone.
-      CREATE TABLE IF NOT EXISTS pruned (
-        name      TEXT PRIMARY KEY,
-        through   INTEGER NOT NULL
-      );
-    `);
-    // A log from before retention: its events count as accepted now, so they are kept a full period.
-    const columns = this.db.prepare("SELECT name FROM pragma_table_info('events')").all() as { name: string }[];
-    if (!columns.some((c) => c.name === "accepted_at")) {
-      this.db.exec(`ALTER TABLE events ADD COLUMN accepted_at INTEGER NOT NULL DEFAULT ${Date.now()}`);
-    }
-    this.now = options.now ?? Date.now;
-    this.inserts = prepareInserts(this.db);
-    this.commitGroup = this.db.transaction((group: PendingAppend[]) => {
-      // This connection is the only writer: nothing is stored after the head but what this commit inserts.
-      let last = this.head;
-      return group.map((pending) => {
-        const positions = insertRows(this.inserts, pending.rows, last);
-        for (let i = positions.length - 1; i >= 0; i--) {
-          if (positions[i] === 0n) continue;
-          last = positions[i]!;
-          break;
-        }
-        return positions;
+    try {
+      this.db = new Database(file);
+      this.db.defaultSafeIntegers(true);
+      // WAL with synchronous=FULL: an acknowledged Publish survives power loss.
+      this.db.pragma("journal_mode = WAL");
+      this.db.pragma("synchronous = FULL");
+      this.db.exec(`
+        -- AUTOINCREMENT: a position is never used twice, even after retention removed the newest rows.
+        CREATE TABLE IF NOT EXISTS events (
+          position    INTEGER PRIMARY KEY AUTOINCREMENT,
+          id          TEXT NOT NULL UNIQUE,
+          job_id      TEXT NOT NULL,
+          event       TEXT NOT NULL,
+          accepted_at INTEGER NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, position);
+        -- The relay delivers in position order, so one cursor says what is delivered.
+        CREATE TABLE IF NOT EXISTS relay_cursor (
+          name      TEXT PRIMARY KEY,
+          delivered INTEGER NOT NULL
+        );
+        -- Retention removes the oldest events: everything up to 'through' is gone.
+        CREATE TABLE IF NOT EXISTS pruned (
+          name      TEXT PRIMARY KEY,
+          through   INTEGER NOT NULL
+        );
+      `);
+      // A log from before retention: its events count as accepted now, so they are kept a full period.
+      const columns = this.db.prepare("SELECT name FROM pragma_table_info('events')").all() as { name: string }[];
+      if (!columns.some((c) => c.name === "accepted_at")) {
+        this.db.exec(`ALTER TABLE events ADD COLUMN accepted_at INTEGER NOT NULL DEFAULT ${Date.now()}`);
+      }
+      this.now = options.now ?? Date.now;
+      this.inserts = prepareInserts(this.db);
+      this.commitGroup = this.db.transaction((group: PendingAppend[]) => {
+        // This connection is the only writer: nothing is stored after the head but what this commit inserts.
+        let last = this.head;
+        return group.map((pending) => {
+          const positions = insertRows(this.inserts, pending.rows, last);
+          for (let i = positions.length - 1; i >= 0; i--) {
+            if (positions[i] === 0n) continue;
+            last = positions[i]!;
+            break;
+          }
+          return positions;
+        });
       });
-    });
-    if (file === ":memory:") {
-      this.cursorDb = this.db;
-    } else {
-      this.cursorDb = new Database(file);
-      this.cursorDb.defaultSafeIntegers(true);
-      this.cursorDb.pragma("busy_timeout = 5000");
-      this.cursorDb.pragma("synchronous = OFF");
-      // Checkpoints run in their own thread (outbox-checkpointer.ts), off the
-      // Publish path. This connection never checkpoints: without syncs, its
-      // checkpoint could let the log restart over events the database file
-      // does not durably hold yet. The writer keeps a high threshold as a
-      // backstop, should the checkpointer fall behind.
-      this.cursorDb.pragma("wal_autocheckpoint = 0");
-      this.db.pragma("wal_autocheckpoint = 8000");
-      const checkpointer = new Worker(new URL("./outbox-checkpointer.js", import.meta.url), {
-        workerData: { file } satisfies CheckpointerData,
-      });
-      checkpointer.unref();
-      // Should the thread ever fail, the writer checkpoints by itself again.
-      checkpointer.on("error", () => undefined);
-      this.checkpointerExited = new Promise((resolve) =>
-        checkpointer.once("exit", () => {
-          if (!this.closing) this.db.pragma("wal_autocheckpoint = 1000");
-          resolve();
-        }),
+      if (file === ":memory:") {
+        this.cursorDb = this.db;
+      } else {
+        this.cursorDb = new Database(file);
+        this.cursorDb.defaultSafeIntegers(true);
+        this.cursorDb.pragma("busy_timeout = 5000");
+        this.cursorDb.pragma("synchronous = OFF");
+        // Checkpoints run in their own thread (outbox-checkpointer.ts), off the
+        // Publish path. This connection never checkpoints: without syncs, its
+        // checkpoint could let the log restart over events the database file
+        // does not durably hold yet. The writer keeps a high threshold as a
+        // backstop, should the checkpointer fall behind.
+        this.cursorDb.pragma("wal_autocheckpoint = 0");
+        this.db.pragma("wal_autocheckpoint = 8000");
+        const checkpointer = new Worker(new URL("./outbox-checkpointer.js", import.meta.url), {
+          workerData: { file } satisfies CheckpointerData,
+        });
+        checkpointer.unref();
+        // Should the thread ever fail, the writer checkpoints by itself again.
+        checkpointer.on("error", () => undefined);
+        this.checkpointerExited = new Promise((resolve) =>
+          checkpointer.once("exit", () => {
+            if (!this.closing) this.db.pragma("wal_autocheckpoint = 1000");
+            resolve();
+          }),
+        );
+        this.checkpointer = checkpointer;
+      }
+      this.updateCursor = this.cursorDb.prepare(UPDATE_CURSOR);
+      this.selectUndelivered = this.db.prepare(
+        "SELECT position, event FROM events WHERE position > ? ORDER BY position LIMIT ?",
       );
-      this.checkpointer = checkpointer;
+      this.head = this.lastPosition();
+      this.pruned =
+        (
+          this.db.prepare("SELECT through FROM pruned WHERE name = 'retention'").get() as
+            { through: bigint } | undefined
+        )?.through ?? 0n;
+      this.delivered =
+        (
+          this.db.prepare("SELECT delivered FROM relay_cursor WHERE name = 'kafka'").get() as
+            { delivered: bigint } | undefined
+        )?.delivered ?? 0n;
+      // What is in the log already is read back; the tail starts after it.
+      this.tail = options.relayTail ? [] : undefined;
+      this.tailFloor = this.head;
+    } catch (error) {
+      this.lock?.release();
+      throw error;
     }
-    this.updateCursor = this.cursorDb.prepare(UPDATE_CURSOR);
-    this.selectUndelivered = this.db.prepare(
-      "SELECT position, event FROM events WHERE position > ? ORDER BY position LIMIT ?",
-    );
-    this.head = this.lastPosition();
-    this.pruned =
-      (this.db.prepare("SELECT through FROM pruned WHERE name = 'retention'").get() as { through: bigint } | undefined)
-        ?.through ?? 0n;
-    this.delivered =
-      (
-        this.db.prepare("SELECT delivered FROM relay_cursor WHERE name = 'kafka'").get() as
-          { delivered: bigint } | undefined
-      )?.delivered ?? 0n;
-    // What is in the log already is read back; the tail starts after it.
-    this.tail = options.relayTail ? [] : undefined;
-    this.tailFloor = this.head;
   }
 
   /**
@@ -426,6 +436,7 @@ export class Outbox {
     }
     if (this.cursorDb !== this.db) this.cursorDb.close();
     this.db.close();
+    this.lock?.release();
   }
 }
 

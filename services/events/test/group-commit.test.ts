@@ -2,7 +2,8 @@
 // transaction, one fsync), and still answers each call
 // only once its events are durable: concurrent producers each get all their
 // events stored once, in their order; and every event a producer was told
-// was accepted is still there after the service is killed mid-load.
+// was accepted is still there after the service is killed mid-load (a second
+// service is refused the data directory meanwhile, and the next start gets it).
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -184,6 +185,11 @@ void describe("group commit of the outbox", () => {
       });
       child.once("exit", (code) => reject(new Error(`the events service exited with ${code}:\n${output}`)));
     });
+    // A second service on the log while this one runs would number events from a head it no longer has: refused.
+    await assert.rejects(
+      startEvents({ auth: testCredentials.settingsFor("events"), dataDir }),
+      new RegExp(`in use by another events process \\(pid ${child.pid}\\); stop it first`),
+    );
 
     // Producers publish batch after batch; a batch counts as accepted once flush() resolved.
     // Large batches from several producers make long group commits, so the

@@ -14,9 +14,9 @@
 // a turn's calls costs each less than its own system calls for slots did
 // (the bench's CPU a call at 16 connections rose 15–40% with slots for all).
 import { randomUUID } from "node:crypto";
-import { mkdirSync } from "node:fs";
 import path from "node:path";
 import Database from "better-sqlite3";
+import { lockDataDirectory, type DataDirectoryLock } from "@oz0/sqlite";
 import { BudgetLedger } from "./budget-ledger.js";
 import { InFlightSlots, slotFileAdvice, type HeldColumns } from "./in-flight-slots.js";
 import { SqliteCheckpointer } from "./sqlite-checkpointer.js";
@@ -117,6 +117,13 @@ export interface SqliteProxyStoreOptions {
    * error); rows in slots wait for the next commit. Default: thrown, as an uncaught error.
    */
   onWriteError?: (error: unknown) => void;
+  /**
+   * Default true: the data directory is held for this store (`@oz0/sqlite`'s
+   * lockDataDirectory), and a second store on it, in this process or another,
+   * fails to open. false only where one process plays a dead proxy and a live
+   * one on the same directory (the ProxyStore contract tests).
+   */
+  exclusive?: boolean;
 }
 
 /** How long records in slots wait for others before they are committed together. */
@@ -164,6 +171,8 @@ export class SqliteProxyStore implements ProxyStore {
   /** Where calls in flight are written (none for `:memory:`, whose rows die with the process anyway). */
   readonly #slots: InFlightSlots | undefined;
   readonly #slotsDir: string | undefined;
+  /** The data directory held for this process (none for `:memory:`). */
+  readonly #lock: DataDirectoryLock | undefined;
   /** Tokens held in slots, not committed yet, by hash. */
   readonly #tokensWaiting = new Map<string, TokenRow>();
   /** First uses of tokens held in slots, not committed yet: hash → time. */
@@ -174,56 +183,63 @@ export class SqliteProxyStore implements ProxyStore {
   constructor(options: SqliteProxyStoreOptions) {
     let file = ":memory:";
     if (options.dataDir !== ":memory:") {
-      mkdirSync(options.dataDir, { recursive: true, mode: 0o700 });
+      // Before anything there is read: a start takes every slot file but its own for a dead process's.
+      this.#lock =
+        options.exclusive === false ? undefined : lockDataDirectory({ dir: options.dataDir, name: "llm-proxy" });
       file = path.join(options.dataDir, "llm-proxy.sqlite");
     }
-    this.#onWriteError =
-      options.onWriteError ??
-      ((error) => {
-        throw error;
-      });
-    this.#db = new Database(file);
-    this.#db.pragma("journal_mode = WAL");
-    // Metering rows lost in a power cut are acceptable; a slow fsync per call is not.
-    this.#db.pragma("synchronous = NORMAL");
-    if (file !== ":memory:") {
-      // Checkpoints (and their fsync) happen on a thread of their own, never in a commit here.
-      this.#db.pragma("wal_autocheckpoint = 0");
-      this.#checkpointer = new SqliteCheckpointer({ file, onError: this.#onWriteError });
+    try {
+      this.#onWriteError =
+        options.onWriteError ??
+        ((error) => {
+          throw error;
+        });
+      this.#db = new Database(file);
+      this.#db.pragma("journal_mode = WAL");
+      // Metering rows lost in a power cut are acceptable; a slow fsync per call is not.
+      this.#db.pragma("synchronous = NORMAL");
+      if (file !== ":memory:") {
+        // Checkpoints (and their fsync) happen on a thread of their own, never in a commit here.
+        this.#db.pragma("wal_autocheckpoint = 0");
+        this.#checkpointer = new SqliteCheckpointer({ file, onError: this.#onWriteError });
+      }
+      migrateSqlite(this.#db);
+      if (file !== ":memory:") {
+        this.#slotsDir = path.join(options.dataDir, "in-flight");
+        this.#slots = new InFlightSlots({ dir: this.#slotsDir, owner: this.#owner });
+      }
+      // Each statement is compiled once, here: a call runs prepared statements only (issue 24).
+      const prepare = (text: string): Database.Statement => this.#db.prepare(text);
+      this.#statements = {
+        getSecret: prepare(QUERIES.getSecret),
+        upsertSecret: prepare(compiled(upsertSecret(db), UPSERT_SECRET_PARAMETERS)),
+        deleteSecret: prepare(compiled(db.deleteFrom("secrets").where("name", "=", param("name")), ["name"])),
+        listSecrets: prepare(QUERIES.listSecrets),
+        putToken: prepare(QUERIES.putToken),
+        putTokenIfNew: prepare(PUT_TOKEN_IF_NEW),
+        findToken: prepare(QUERIES.findToken),
+        useToken: prepare(QUERIES.useToken),
+        revokeTokens: prepare(compiled(revokeMatching(db), REVOKE_PARAMETERS)),
+        tokenUse: prepare(QUERIES.tokenUse),
+        // Positional parameters: binding twenty named ones per row costs more than the insert.
+        insertAttempt: prepare(QUERIES.insertAttempt),
+        insertCall: prepare(QUERIES.insertCall),
+        listAttempts: prepare(QUERIES.listAttempts),
+        listCalls: prepare(QUERIES.listCalls),
+        usageByAgent: prepare(QUERIES.usageByAgent),
+        beginCall: prepare(BEGIN_CALL),
+        endCall: prepare(END_CALL),
+        orphanedCalls: prepare(ORPHANED_CALLS),
+        insertAttemptIfNew: prepare(INSERT_IF_NEW("attempts", ATTEMPT_COLUMNS)),
+        insertCallIfNew: prepare(INSERT_IF_NEW("calls", CALL_COLUMNS)),
+        chargedToSession: prepare(QUERIES.chargedToSession),
+      };
+      // Synchronous starting point: a first reservation decides in the same turn as it asks.
+      this.#ledger = new BudgetLedger({ spentBefore: (session) => this.#charged(session) });
+    } catch (error) {
+      this.#lock?.release();
+      throw error;
     }
-    migrateSqlite(this.#db);
-    if (file !== ":memory:") {
-      this.#slotsDir = path.join(options.dataDir, "in-flight");
-      this.#slots = new InFlightSlots({ dir: this.#slotsDir, owner: this.#owner });
-    }
-    // Each statement is compiled once, here: a call runs prepared statements only (issue 24).
-    const prepare = (text: string): Database.Statement => this.#db.prepare(text);
-    this.#statements = {
-      getSecret: prepare(QUERIES.getSecret),
-      upsertSecret: prepare(compiled(upsertSecret(db), UPSERT_SECRET_PARAMETERS)),
-      deleteSecret: prepare(compiled(db.deleteFrom("secrets").where("name", "=", param("name")), ["name"])),
-      listSecrets: prepare(QUERIES.listSecrets),
-      putToken: prepare(QUERIES.putToken),
-      putTokenIfNew: prepare(PUT_TOKEN_IF_NEW),
-      findToken: prepare(QUERIES.findToken),
-      useToken: prepare(QUERIES.useToken),
-      revokeTokens: prepare(compiled(revokeMatching(db), REVOKE_PARAMETERS)),
-      tokenUse: prepare(QUERIES.tokenUse),
-      // Positional parameters: binding twenty named ones per row costs more than the insert.
-      insertAttempt: prepare(QUERIES.insertAttempt),
-      insertCall: prepare(QUERIES.insertCall),
-      listAttempts: prepare(QUERIES.listAttempts),
-      listCalls: prepare(QUERIES.listCalls),
-      usageByAgent: prepare(QUERIES.usageByAgent),
-      beginCall: prepare(BEGIN_CALL),
-      endCall: prepare(END_CALL),
-      orphanedCalls: prepare(ORPHANED_CALLS),
-      insertAttemptIfNew: prepare(INSERT_IF_NEW("attempts", ATTEMPT_COLUMNS)),
-      insertCallIfNew: prepare(INSERT_IF_NEW("calls", CALL_COLUMNS)),
-      chargedToSession: prepare(QUERIES.chargedToSession),
-    };
-    // Synchronous starting point: a first reservation decides in the same turn as it asks.
-    this.#ledger = new BudgetLedger({ spentBefore: (session) => this.#charged(session) });
   }
 
   async putSecret(secret: Omit<StoredSecret, "createdAt" | "updatedAt">, now: Date): Promise<{ replaced: boolean }> {
@@ -574,6 +590,7 @@ export class SqliteProxyStore implements ProxyStore {
       await this.#checkpointer?.close();
       this.#db.close();
       this.#slots?.close();
+      this.#lock?.release();
     }
   }
 }

@@ -167,7 +167,21 @@ void describe("a proxy killed mid-call", () => {
       assert.equal(usage.total?.calls, 3n, "the completed call, the refused one and the interrupted one, each once");
       assert.equal(usage.total?.failedCalls, 2n);
       assert.equal(usage.total?.estimated, true);
+      // A second proxy on the directory while this one runs would take its slot file for a dead one's: refused.
+      await assert.rejects(
+        startMain(env),
+        new RegExp(`in use by another llm-proxy process \\(pid ${second.child.pid}\\); stop it first`),
+      );
 
+      // The hold is gone: a call needing the whole budget goes through.
+      const after = await messages(second.url, wholeBudget);
+      assert.equal(after.status, 200, await after.clone().text());
+      await after.json();
+
+      const stopped = new Promise((resolve) => second.child.once("exit", resolve));
+      second.child.kill("SIGTERM");
+      await stopped;
+      // The store read directly once that proxy stopped: it holds its data directory while it runs.
       const store = new SqliteProxyStore({ dataDir: env.OZ0_LLM_PROXY_DATA });
       try {
         const calls = await store.listCalls("job-crash");
@@ -182,7 +196,11 @@ void describe("a proxy killed mid-call", () => {
           ["ok"],
           "the completed call once, not also as interrupted",
         );
-        assert.deepEqual(calls.map((c) => c.outcome).sort(), ["budget_refused", "interrupted", "ok"]);
+        assert.deepEqual(
+          calls.map((c) => c.outcome).sort(),
+          ["budget_refused", "interrupted", "ok", "ok"],
+          "and the call after",
+        );
         assert.deepEqual(
           (await store.listAttempts("job-crash")).filter((a) => a.operationId === interruptedId).map((a) => a.outcome),
           ["interrupted"],
@@ -191,14 +209,6 @@ void describe("a proxy killed mid-call", () => {
         await store.close();
       }
 
-      // The hold is gone: a call needing the whole budget goes through.
-      const after = await messages(second.url, wholeBudget);
-      assert.equal(after.status, 200, await after.clone().text());
-      await after.json();
-
-      const stopped = new Promise((resolve) => second.child.once("exit", resolve));
-      second.child.kill("SIGTERM");
-      await stopped;
       // A third start finds nothing more to reconcile: still one interrupted call.
       const third = await startMain(env);
       children.push(third.child);

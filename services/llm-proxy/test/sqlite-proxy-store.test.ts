@@ -39,12 +39,13 @@ const record = (operationId: string) => ({
 
 describeProxyStore("SqliteProxyStore", async () => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-store-"));
-  const store = new SqliteProxyStore({ dataDir });
+  // Not exclusive: this one process also plays a proxy that used the directory before it and died.
+  const store = new SqliteProxyStore({ dataDir, exclusive: false });
   // A process that used the same file before this one (its budget holds die with it).
   return {
     a: store,
     b: store,
-    crashed: async () => new SqliteProxyStore({ dataDir }),
+    crashed: async () => new SqliteProxyStore({ dataDir, exclusive: false }),
     close: async () => {
       await store.close();
       rmSync(dataDir, { recursive: true, force: true });
