@@ -27,7 +27,7 @@ import { isRetryableStatus, retryDelayMs, type RetryPolicy } from "./retry-polic
 import { createScrubber, type Logger, type SecretScrubber } from "@oz0/serving";
 import { SseEventSplitter } from "./sse-event-splitter.js";
 import { recordAnswer } from "./tracing.js";
-import { discard, readAll, sendUpstream } from "./upstream-client.js";
+import { discard, nextChunk, readAll, sendUpstream } from "./upstream-client.js";
 import { abortResponse, sendError, type ClientResponse } from "./wire-errors.js";
 import { estimateTokens } from "./wire-formats/token-counts.js";
 import type {
@@ -607,11 +607,14 @@ async function forwardStream(options: {
   };
 
   try {
-    // Not destroyed when the loop stops at the stream's last event: `discard` (below) reads the rest
-    // so the connection goes back to the pool once the provider ends the response.
-    chunks: for await (const chunk of upstream.iterator({ destroyOnReturn: false })) {
+    // Read as it arrives; left paused when the loop stops at the stream's last event: `discard`
+    // (below) reads the rest so the connection goes back to the pool once the provider ends the response.
+    chunks: for (;;) {
+      const next = nextChunk(upstream);
+      const chunk = next instanceof Promise ? await next : next;
+      if (chunk === null) break;
       let batch = "";
-      for (const event of splitter.push(chunk as Buffer)) {
+      for (const event of splitter.push(chunk)) {
         const forward = meter.onEvent(event);
         if (ctx.reservation && costOf(ctx.price, reading().usage) > ctx.reservation.amountUsd) {
           // This event would take the session past its budget: it is not delivered.

@@ -2,11 +2,13 @@
 // whole with its headers (taken from the stream's buffer), else through
 // events as it arrives. Both ways must give the same bytes, refuse a body
 // over the limit, and reject an answer whose connection dies before its end.
+// nextChunk reads a streamed answer as it arrives: what is buffered at once,
+// else the next part, null at the end, and rejects a cut connection.
 import assert from "node:assert/strict";
 import http from "node:http";
 import net from "node:net";
 import { after, before, describe, it } from "node:test";
-import { readAll } from "../src/upstream-client.js";
+import { nextChunk, readAll } from "../src/upstream-client.js";
 
 const LIMIT = 1000;
 
@@ -126,6 +128,95 @@ void describe("readAll", () => {
       await assert.rejects(readAll(await answer("/cut")), { code: "ECONNRESET" });
     } finally {
       await new Promise<void>((resolve) => upstream.close(() => resolve()));
+    }
+  });
+});
+
+void describe("nextChunk", () => {
+  /** An upstream writing a chunked answer in the given parts, each once the client has read the one before; `cut` ends the connection after them. */
+  async function answer(
+    parts: string[],
+    cut = false,
+  ): Promise<{ response: http.IncomingMessage; next: () => void; close: () => Promise<void> }> {
+    let release: () => void = () => undefined;
+    const upstream = net.createServer((socket) => {
+      socket.once("data", () => {
+        socket.write("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n");
+        const write = (i: number): void => {
+          if (i === parts.length) {
+            if (cut) socket.destroy();
+            else socket.end("0\r\n\r\n");
+            return;
+          }
+          socket.write(`${Buffer.byteLength(parts[i]!).toString(16)}\r\n${parts[i]}\r\n`);
+          release = () => write(i + 1);
+        };
+        write(0);
+      });
+    });
+    await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
+    const { port } = upstream.address() as net.AddressInfo;
+    const response = await new Promise<http.IncomingMessage>((resolve, reject) => {
+      const req = http.request({ host: "127.0.0.1", port, method: "POST", agent: false });
+      req.on("response", resolve).on("error", reject).end("{}");
+    });
+    return {
+      response,
+      next: () => release(),
+      close: () => new Promise<void>((resolve) => upstream.close(() => resolve())),
+    };
+  }
+
+  void it("gives each part as it arrives, then null at the end", async () => {
+    const { response, next, close } = await answer(["data: 1\n\n", "data: 2\n\n", "data: 3\n\n"]);
+    try {
+      const read: string[] = [];
+      for (;;) {
+        const chunk = await nextChunk(response);
+        if (chunk === null) break;
+        read.push(chunk.toString());
+        next();
+      }
+      assert.equal(read.join(""), "data: 1\n\ndata: 2\n\ndata: 3\n\n");
+      assert.equal(await nextChunk(response), null, "still null after the end");
+    } finally {
+      await close();
+    }
+  });
+
+  void it("gives what is buffered at once, without a promise", async () => {
+    const { response, next, close } = await answer(["data: 1\n\n"]);
+    try {
+      next();
+      // Wait until the answer is whole in the buffer, then read it in one synchronous call.
+      while (!response.complete) await new Promise((resolve) => setImmediate(resolve));
+      const chunk = nextChunk(response);
+      assert.ok(!(chunk instanceof Promise));
+      assert.equal(chunk?.toString(), "data: 1\n\n");
+      assert.equal(await nextChunk(response), null);
+    } finally {
+      await close();
+    }
+  });
+
+  void it("rejects when the connection is cut before the end, waiting or between reads", async () => {
+    const waiting = await answer(["data: 1\n\n"], true);
+    try {
+      assert.equal((await nextChunk(waiting.response))?.toString(), "data: 1\n\n");
+      const pending = nextChunk(waiting.response);
+      waiting.next();
+      await assert.rejects(Promise.resolve(pending), { code: "ECONNRESET" });
+    } finally {
+      await waiting.close();
+    }
+    const between = await answer(["data: 1\n\n"], true);
+    try {
+      assert.equal((await nextChunk(between.response))?.toString(), "data: 1\n\n");
+      between.next();
+      while (!between.response.destroyed) await new Promise((resolve) => setImmediate(resolve));
+      await assert.rejects(Promise.resolve(nextChunk(between.response)), { code: "ECONNRESET" });
+    } finally {
+      await between.close();
     }
   });
 });
