@@ -294,7 +294,7 @@ async function passThrough(args: {
   let text: string;
   let contentType: string;
   try {
-    const call = sendUpstream({ url: new URL(args.upstreamPath, provider.baseUrl), headers, body: args.rawBody });
+    const call = sendUpstream({ baseUrl: provider.baseUrl, path: args.upstreamPath, headers, body: args.rawBody });
     args.signal.addEventListener("abort", call.abort);
     try {
       const upstream = await call.response;

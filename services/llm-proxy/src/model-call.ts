@@ -454,7 +454,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
   // It may have left while the key was read: a listener added now would never fire.
   if (input.request.stream && input.clientGone.aborted) return clientLeft();
   const attemptStart = performance.now();
-  const call = sendUpstream({ url: new URL(input.upstreamPath, provider.baseUrl), headers, body: input.sendBody });
+  const call = sendUpstream({ baseUrl: provider.baseUrl, path: input.upstreamPath, headers, body: input.sendBody });
   const onGone = call.abort;
   // A client that leaves stops a stream (the provider stops generating and bills what it
   // sent). A whole answer, once asked for, is generated and billed in full whether anyone

@@ -12,9 +12,46 @@ const httpsAgent = new https.Agent({ keepAlive: true, maxSockets: 256, maxFreeSo
 const noDelaySockets = new WeakSet<object>();
 
 export interface UpstreamRequest {
-  url: URL;
+  /** The provider's base URL (its scheme, host and port count; a path in it does not, as with `new URL(path, baseUrl)`). */
+  baseUrl: string;
+  /** The path and query, from `/`. */
+  path: string;
   headers: Record<string, string>;
   body: Buffer;
+}
+
+/** Where a base URL's requests go, as `http.request` takes it. */
+interface Origin {
+  secure: boolean;
+  hostname: string;
+  port: number | undefined;
+  auth: string | undefined;
+}
+
+/**
+ * Per base URL (a few): a URL object made and taken apart again for every
+ * request (`new URL(path, baseUrl)`, then Node's `urlToHttpOptions`) was a
+ * step of every request's way out.
+ */
+const origins = new Map<string, Origin>();
+
+function originOf(baseUrl: string): Origin {
+  let origin = origins.get(baseUrl);
+  if (!origin) {
+    const url = new URL(baseUrl);
+    origin = {
+      secure: url.protocol === "https:",
+      // As urlToHttpOptions gives them: an IPv6 host without brackets, credentials decoded.
+      hostname: url.hostname.replace(/^\[(.*)\]$/, "$1"),
+      port: url.port ? Number(url.port) : undefined,
+      auth:
+        url.username || url.password
+          ? `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`
+          : undefined,
+    };
+    origins.set(baseUrl, origin);
+  }
+  return origin;
 }
 
 /** A request sent upstream. */
@@ -31,13 +68,18 @@ export interface UpstreamCall {
 }
 
 export function sendUpstream(request: UpstreamRequest): UpstreamCall {
-  const secure = request.url.protocol === "https:";
-  const req = (secure ? https : http).request(request.url, {
+  const origin = originOf(request.baseUrl);
+  const options: http.RequestOptions = {
+    hostname: origin.hostname,
+    path: request.path,
     method: "POST",
-    agent: secure ? httpsAgent : httpAgent,
+    agent: origin.secure ? httpsAgent : httpAgent,
     // Object.assign, not a spread: on Node 20 a spread copy with a field more costs about 1 µs.
     headers: Object.assign({}, request.headers, { "content-length": String(request.body.length) }),
-  });
+  };
+  if (origin.port !== undefined) options.port = origin.port;
+  if (origin.auth !== undefined) options.auth = origin.auth;
+  const req = (origin.secure ? https : http).request(options);
   const response = new Promise<http.IncomingMessage>((resolve, reject) => {
     req.once("socket", (socket) => {
       if (noDelaySockets.has(socket)) return;

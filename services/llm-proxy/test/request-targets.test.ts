@@ -37,7 +37,11 @@ void describe("request targets", () => {
     fx = await startFixture({
       turns: () => ({ text: "unused" }),
       config: {
-        providers: [{ name: "anthropic", baseUrl, keySecret: "ANTHROPIC_API_KEY", prices: { "*": PRICE } }],
+        providers: [
+          { name: "anthropic", baseUrl, keySecret: "ANTHROPIC_API_KEY", prices: { "*": PRICE } },
+          // A path in a base URL goes nowhere: requests go to /v1/{route} at its host, as new URL(path, baseUrl) made them.
+          { name: "prefixed", baseUrl: `${baseUrl}/a/prefix`, keySecret: "ANTHROPIC_API_KEY", prices: { "*": PRICE } },
+        ],
       },
     });
     e = await fx.session();
@@ -90,6 +94,10 @@ void describe("request targets", () => {
     assert.deepEqual(await call("/anthropic/v1/messages/"), { status: 200, upstream: "/v1/messages" });
     // A `?` with nothing after it is no query.
     assert.deepEqual(await call("/anthropic/v1/messages?"), { status: 200, upstream: "/v1/messages" });
+    assert.deepEqual(await call("/prefixed/v1/messages?beta=true"), {
+      status: 200,
+      upstream: "/v1/messages?beta=true",
+    });
   });
 
   void it("reads any other target by URL's rules", async () => {
