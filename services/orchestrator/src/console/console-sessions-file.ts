@@ -3,8 +3,9 @@
 // streams and carries on). Only each token's SHA-256 is written, with the
 // principal and when the session ends: the file opens no session by itself.
 // Written whole to a temporary file and renamed, readable by this user only.
-import { readFileSync, renameSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import type { Principal, Role } from "@oz0/serving";
+import { replaceFile } from "../replace-file.js";
 
 type Person = Extract<Principal, { kind: "person" }>;
 
@@ -56,7 +57,5 @@ export function writeSessionsFile(file: string, sessions: Iterable<StoredSession
     roles: [...s.principal.roles],
     until: s.until,
   }));
-  const temporary = `${file}.${process.pid}.tmp`;
-  writeFileSync(temporary, `${JSON.stringify({ sessions: entries })}\n`, { mode: 0o600 });
-  renameSync(temporary, file);
+  replaceFile(file, `${JSON.stringify({ sessions: entries })}\n`, { mode: 0o600 });
 }

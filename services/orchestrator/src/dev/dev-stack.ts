@@ -11,7 +11,7 @@
 //   credentials/dev-stack.json, 0600) and starts only the missing ones.
 // What a restart cannot save: sessions live in the sandbox's process, so the
 // sandbox's own crash ends them, and their jobs fail saying so.
-import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import path from "node:path";
 import { generateStackCredentials, type StackCredentials } from "@oz0/serving";
 import {
@@ -25,6 +25,7 @@ import {
   type StackServiceName,
 } from "./embedded-stack.js";
 import { ensureCredentialsDir, ensureOwnerCredential } from "./local-credentials.js";
+import { replaceFile } from "../replace-file.js";
 
 const SERVICES: readonly StackServiceName[] = ["events", "llm-proxy", "sandbox", "orchestrator"];
 /** Started in waves: the LLM proxy and the sandbox need the events service; the orchestrator needs them all. */
@@ -116,7 +117,7 @@ function writePorts(home: string, ports: Partial<Record<StackServiceName, number
   const file = devPortsFile(home);
   const inOrder = Object.fromEntries(SERVICES.filter((name) => ports[name] !== undefined).map((n) => [n, ports[n]]));
   const text = `${JSON.stringify(inOrder, null, 2)}\n`;
-  if (!existsSync(file) || readFileSync(file, "utf8") !== text) writeFileSync(file, text);
+  if (!existsSync(file) || readFileSync(file, "utf8") !== text) replaceFile(file, text);
 }
 
 /** A service a previous `oz0 dev` started: watched by its pid, stopped by signals. */
@@ -203,7 +204,7 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
     const services: DevStackRecord["services"] = {};
     for (const [name, p] of running)
       services[name] = { pid: p.pid, url: p.url, ...(p.isolation ? { isolation: p.isolation } : {}) };
-    writeFileSync(
+    replaceFile(
       recordFile(home),
       `${JSON.stringify({ version: 1, credentials, services } satisfies DevStackRecord, null, 2)}\n`,
       { mode: 0o600 },

@@ -15,7 +15,6 @@ import {
   readSync,
   rmSync,
   statSync,
-  writeFileSync,
   type WriteStream,
 } from "node:fs";
 import path from "node:path";
@@ -24,6 +23,7 @@ import { fileURLToPath } from "node:url";
 import { credentialDigest, generateStackCredentials, serviceIdentityEnv, type StackCredentials } from "@oz0/serving";
 import { ensureOwnerCredential } from "./local-credentials.js";
 import { processAlive } from "./process-liveness.js";
+import { replaceFile } from "../replace-file.js";
 
 export type StackServiceName = "events" | "llm-proxy" | "sandbox" | "orchestrator";
 
@@ -451,7 +451,7 @@ export function discoveryFile(home: string): string {
 
 export function writeDiscovery(home: string, discovery: DevDiscovery): void {
   mkdirSync(home, { recursive: true });
-  writeFileSync(discoveryFile(home), `${JSON.stringify(discovery, null, 2)}\n`);
+  replaceFile(discoveryFile(home), `${JSON.stringify(discovery, null, 2)}\n`);
 }
 
 export function removeDiscovery(home: string, pid: number): void {

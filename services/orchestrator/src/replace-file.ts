@@ -1,0 +1,12 @@
+// A file other processes read while this one rewrites it (the dev stack's
+// record and ports, the console's sessions) is replaced whole: written beside
+// it, then renamed over it, so a reader sees the old text or the new one and
+// never a truncated file. (writeFileSync truncates first, and a reader in
+// between parsed an empty or half-written JSON.)
+import { renameSync, writeFileSync } from "node:fs";
+
+export function replaceFile(file: string, text: string, options: { mode?: number } = {}): void {
+  const temporary = `${file}.${process.pid}.tmp`;
+  writeFileSync(temporary, text, options.mode === undefined ? {} : { mode: options.mode });
+  renameSync(temporary, file);
+}
