@@ -14,7 +14,10 @@
 //   - with --profile, a CPU profile of the proxy over one throughput window
 //     and another over sequential calls (V8's profiler, what --cpu-prof runs),
 //     summarised as the functions with the most self time per call; the
-//     .cpuprofile files stay for DevTools.
+//     .cpuprofile files stay for DevTools;
+//   - with --timeline, where the wall time of a sequential call goes in the
+//     forwarder and each proxy, step by step (llm-proxy-timeline.ts; calls
+//     that overlap are left out).
 // Goal (issue 24): ≥ 50% of the forwarder's calls/s at 16 and 32
 // connections, added p50 ≤ 1.5x the forwarder's. `--body-kb` gives every
 // request a conversation of about that many kilobytes, which the proxy does
@@ -22,8 +25,8 @@
 // this one (its dist/index.js, for example a copy of the previous commit's),
 // so a change is measured before and after in the same run.
 //   node --import tsx bench/llm-proxy-latency.ts [--calls 500] [--seconds 2] [--rounds 2] [--concurrency 16,32]
-//     [--wires anthropic,openai,responses] [--body-kb 0] [--profile] [--profile-dir DIR] [--baseline-module PATH]
-import { mkdtempSync, rmSync } from "node:fs";
+//     [--wires anthropic,openai,responses] [--body-kb 0] [--profile] [--profile-dir DIR] [--baseline-module PATH] [--timeline]
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
@@ -54,6 +57,7 @@ const options = benchOptions({
   profile: { type: "boolean" },
   "profile-dir": { type: "string", default: "" },
   "baseline-module": { type: "string", default: "" },
+  timeline: { type: "boolean" },
   // This file runs itself as the upstream and the proxy, picked by --role.
   role: { type: "string", default: "bench", internal: true },
   upstream: { type: "string", default: "", internal: true },
@@ -68,17 +72,27 @@ type LlmProxyModule = typeof LlmProxyPackage;
 
 const ANSWER = "The scripted upstream answers every call with this sentence, which is about a hundred characters long.";
 
+/** With --timeline, the serving processes load llm-proxy-timeline.ts first; it writes its steps here when they exit. */
+const timelineDir =
+  options.timeline && role === "bench" ? mkdtempSync(path.join(os.tmpdir(), "llm-proxy-timeline-")) : "";
+if (timelineDir) process.env.OZ0_BENCH_TIMELINE_DIR = timelineDir;
+const timelineImport = timelineDir
+  ? ["--import", fileURLToPath(new URL("./llm-proxy-timeline.ts", import.meta.url))]
+  : [];
+
 function startBare(url: string): Promise<Role> {
   return startRoleProcess([
     "--import",
     "tsx",
+    ...timelineImport,
     fileURLToPath(new URL("./llm-proxy-bare-forwarder.ts", import.meta.url)),
     url,
   ]);
 }
 
 function startRole(name: string, extra: string[] = []): Promise<Role> {
-  return startRoleProcess(["--import", "tsx", fileURLToPath(import.meta.url), "--role", name, ...extra]);
+  const timeline = name === "proxy" ? timelineImport : [];
+  return startRoleProcess(["--import", "tsx", ...timeline, fileURLToPath(import.meta.url), "--role", name, ...extra]);
 }
 
 /** Earlier turns of about `kb` kilobytes, then the question. */
@@ -388,6 +402,14 @@ async function bench(): Promise<void> {
     closePostConnections();
     await Promise.all(roles.map((r) => new Promise((resolve) => r.child.once("exit", resolve).stdin!.end())));
     for (const dir of dataDirs) rmSync(dir, { recursive: true, force: true });
+    if (timelineDir) {
+      console.log("\ntimeline of sequential calls in each serving process (llm-proxy-timeline.ts)");
+      for (const name of ["forwarder", "proxy", "baseline-proxy"]) {
+        const file = path.join(timelineDir, `${name}.txt`);
+        if (existsSync(file)) process.stdout.write(readFileSync(file, "utf8"));
+      }
+      rmSync(timelineDir, { recursive: true, force: true });
+    }
     report.end();
   }
 }
