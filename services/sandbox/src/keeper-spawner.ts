@@ -3,12 +3,13 @@
 // tables) and runs `mkfifo` synchronously in the main thread: about a quarter
 // of the sandbox's CPU per job in the control-plane bench. Instead one small
 // Perl process per sandbox (this spawner) keeps a few spare keepers forked
-// ahead, each with its stdin FIFO made and open. A session takes a spare: the
-// sandbox renames the spare's FIFO into the session's internal folder, makes
-// the output files, and sends the spare (through the spawner) the command,
-// its folder, working directory and environment; the spare becomes that
-// session's keeper, and the spawner forks the next one. Its pid is known when
-// the session starts, as a child's would be, so nothing waits for it.
+// ahead, and as many stdin FIFOs made. A session takes a spare: the sandbox
+// renames a FIFO into the session's internal folder (a reused folder has its
+// own still, session-directories.ts: none is taken), makes the output files,
+// and sends the spare (through the spawner) the command, its folder, working
+// directory and environment; the spare becomes that session's keeper, opens
+// the folder's FIFO, and the spawner forks the next one. Its pid is known
+// when the session starts, as a child's would be, so nothing waits for it.
 //
 // The spawner is the keepers' parent: it reaps them and reports each exit
 // ("exit <pid> <code> <signal>") on its stdout. Keepers are session leaders of
@@ -19,7 +20,7 @@
 // a session taken over after a restart. When no spare is ready (a burst of
 // starts, the spawner restarting), the sandbox starts the keeper itself.
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, renameSync, rmSync } from "node:fs";
+import { lstatSync, mkdirSync, renameSync, rmSync } from "node:fs";
 import path from "node:path";
 import { createInterface } from "node:readline";
 import type { Logger } from "@oz0/serving";
@@ -37,23 +38,27 @@ import {
 } from "./session-keeper.js";
 
 /**
- * The spawner's loop. Requests on stdin: "<length>\n<pid>\0<dir>\0<orphan
- * ms>\0<extra>\0<cwd>\0<env count>\0<NAME=value>...\0<file>\0<arg>...";
- * reports on stdout: "spare <pid> <FIFO's name>" once a spare is ready, "exit <pid>
- * <code> <signal>" when a child (keeper or spare) ended.
+ * The spawner's loop. Requests on stdin: "<length>\n<pid>\0<FIFO taken or
+ * empty>\0<dir>\0<orphan ms>\0<extra>\0<cwd>\0<env count>\0<NAME=value>...\0<file>\0<arg>...";
+ * reports on stdout: "spare <pid>" once a spare is ready, "fifo <name>" once a
+ * FIFO is, "exit <pid> <code> <signal>" when a child (keeper or spare) ended.
  */
 const SPAWNER = String.raw`${KEEP_SUB}
 my ($spares_dir, $owner, $want) = @ARGV;
 $| = 1;
 $SIG{CHLD} = sub {};
 $SIG{PIPE} = "IGNORE";
-my (%spare, $made, $failed_at);
+my (%spare, %fifo, $made, $failed_at);
+sub add_fifo {
+  my $name = "$$." . ++$made;
+  POSIX::mkfifo("$spares_dir/$name", 0600) or do { print STDERR "cannot make the FIFO $spares_dir/$name: $!\n"; return 0 };
+  $fifo{$name} = 1;
+  print "fifo $name\n";
+  1;
+}
 sub add_spare {
-  my $name = "$$." . ++$made; my $fifo = "$spares_dir/$name";
-  POSIX::mkfifo($fifo, 0600) or do { print STDERR "cannot make the FIFO $fifo: $!\n"; return 0 };
-  open(my $in, "+<", $fifo) or do { print STDERR "cannot open $fifo: $!\n"; unlink $fifo; return 0 };
-  pipe(my $r, my $w) or do { print STDERR "pipe failed: $!\n"; close $in; unlink $fifo; return 0 };
-  my $pid = fork() // do { print STDERR "fork failed: $!\n"; close $in; unlink $fifo; return 0 };
+  pipe(my $r, my $w) or do { print STDERR "pipe failed: $!\n"; return 0 };
+  my $pid = fork() // do { print STDERR "fork failed: $!\n"; close $r; close $w; return 0 };
   if ($pid == 0) {
     close $w; close $_ for values %spare;
     POSIX::setsid();
@@ -61,21 +66,23 @@ sub add_spare {
     $SIG{CHLD} = "DEFAULT";
     my $line = <$r>;
     # The spawner ended before this spare was used.
-    if (!defined $line) { unlink $fifo; POSIX::_exit(0) }
+    POSIX::_exit(0) unless defined $line;
     my $len = $line + 0; my $msg = "";
     while (length($msg) < $len) { my $got = read($r, $msg, $len - length($msg), length($msg)); POSIX::_exit(0) unless $got }
     close $r;
     my ($dir, $orphan_ms, $extra, $cwd, $envc, @rest) = split /\0/, $msg, -1;
     my %env = map { /\A([^=]*)=(.*)\z/s ? ($1, $2) : () } splice(@rest, 0, $envc);
-    keep($dir, $owner, $orphan_ms, $extra, $cwd, \%env, $in, @rest);
+    # The FIFO is in the session's folder by now (renamed there, or the reused folder's own).
+    keep($dir, $owner, $orphan_ms, $extra, $cwd, \%env, undef, @rest);
   }
-  close $r; close $in;
+  close $r;
   $spare{$pid} = $w;
-  print "spare $pid $name\n";
+  print "spare $pid\n";
   1;
 }
 sub assign {
-  my ($pid, $rest) = split /\0/, $_[0], 2;
+  my ($pid, $taken, $rest) = split /\0/, $_[0], 3;
+  delete $fifo{$taken} if $taken ne "";
   my $w = delete $spare{$pid} or return;
   print {$w} length($rest) . "\n" . $rest;
   close $w;
@@ -92,6 +99,7 @@ for (;;) {
   if (!defined $failed_at || time() - $failed_at >= 5) {
     $failed_at = undef;
     for (my $n = keys %spare; $n < $want; $n++) { next if add_spare(); $failed_at = time(); last }
+    for (my $n = keys %fifo; $n < $want && !defined $failed_at; $n++) { next if add_fifo(); $failed_at = time(); last }
   }
   my $rin = ""; vec($rin, 0, 1) = 1;
   next unless select(my $rout = $rin, undef, undef, 0.25) > 0;
@@ -105,9 +113,10 @@ for (;;) {
     substr($buf, 0, $head + $len) = "";
   }
 }
-# The unused spares end at the end of their pipes, removing their FIFOs; waited for, so nothing is left once this has ended.
+# The unused spares end at the end of their pipes, waited for, and the unused FIFOs go: nothing is left once this has ended.
 close $_ for values %spare;
 waitpid($_, 0) for keys %spare;
+unlink "$spares_dir/$_" for keys %fifo;
 POSIX::_exit(0);
 `;
 
@@ -115,7 +124,7 @@ POSIX::_exit(0);
 const RESTART_MS = 1000;
 
 export interface KeeperSpawnerOptions {
-  /** A folder of its own on the sandbox root's filesystem (the spares' FIFOs are renamed from there into sessions' folders); emptied at start. */
+  /** A folder of its own on the sandbox root's filesystem (its FIFOs are renamed from there into sessions' folders); emptied at start. */
   dir: string;
   /** Spare keepers kept ready. */
   spares: number;
@@ -125,8 +134,10 @@ export interface KeeperSpawnerOptions {
 export class KeeperSpawner implements SpareKeepers {
   readonly #options: KeeperSpawnerOptions;
   #process: ChildProcess | undefined;
-  /** Ready spares, oldest first: their pid and FIFO. */
-  #ready: { pid: number; fifo: string }[] = [];
+  /** Ready spares' pids, oldest first. */
+  #ready: number[] = [];
+  /** Ready FIFOs, oldest first. */
+  #fifos: string[] = [];
   /** Keepers started from spares whose end the spawner has not reported yet. */
   readonly #kept = new Map<number, { child: KeptChild; dir: string; startTime: string | undefined }>();
   #closed = false;
@@ -179,11 +190,15 @@ export class KeeperSpawner implements SpareKeepers {
     const [kind, pidText = "", a = "", b = ""] = line.split(" ");
     const pid = Number(pidText);
     if (kind === "spare") {
-      this.#ready.push({ pid, fifo: path.join(this.#options.dir, a) });
+      this.#ready.push(pid);
+      return;
+    }
+    if (kind === "fifo") {
+      this.#fifos.push(path.join(this.#options.dir, pidText));
       return;
     }
     if (kind !== "exit") return;
-    this.#ready = this.#ready.filter((spare) => spare.pid !== pid);
+    this.#ready = this.#ready.filter((spare) => spare !== pid);
     const kept = this.#kept.get(pid);
     if (kept === undefined) return;
     this.#kept.delete(pid);
@@ -194,6 +209,7 @@ export class KeeperSpawner implements SpareKeepers {
     if (this.#process !== child) return;
     this.#process = undefined;
     this.#ready = [];
+    this.#fifos = [];
     // Their keepers run on, no longer this process's grandchildren to hear of: their exit files tell.
     for (const [pid, kept] of this.#kept)
       followKeeperExit(kept.child, { dir: kept.dir, pid, startTime: kept.startTime });
@@ -220,32 +236,31 @@ export class KeeperSpawner implements SpareKeepers {
     );
     const cwd = typeof spawnOptions.cwd === "string" ? spawnOptions.cwd : (spawnOptions.cwd?.pathname ?? "");
     const extra = extraStdioCount(spawnOptions);
-    const fields = [
-      String(spare.pid),
-      dir,
-      String(orphanMs),
-      String(extra),
-      cwd,
-      String(env.length),
-      ...env,
-      file,
-      ...args,
-    ];
+    const fields = [dir, String(orphanMs), String(extra), cwd, String(env.length), ...env, file, ...args];
     // As child_process.spawn refuses them: a NUL would shift every later field.
     if (fields.some((field) => field.includes("\0")))
       throw new Error("a command, argument or environment entry contains a NUL byte");
-    try {
-      renameSync(spare.fifo, keeperFiles(dir).stdin);
-    } catch {
-      // Another filesystem, or the folder is gone: this spare stays ready for the next session.
-      this.#ready.unshift(spare);
-      return undefined;
+    // A reused folder has its FIFO still (sealed from the harness, and no longer open anywhere); another takes one made ahead.
+    const stdin = keeperFiles(dir).stdin;
+    let taken = "";
+    if (lstatSync(stdin, { throwIfNoEntry: false })?.isFIFO() !== true) {
+      const fifo = this.#fifos.shift();
+      try {
+        if (fifo === undefined) throw new Error("no FIFO ready");
+        renameSync(fifo, stdin);
+      } catch {
+        // None ready, another filesystem, or the folder is gone: the spare (and the FIFO) stay for the next session.
+        if (fifo !== undefined) this.#fifos.unshift(fifo);
+        this.#ready.unshift(spare);
+        return undefined;
+      }
+      taken = path.basename(fifo);
     }
     createKeeperOutputs(dir, extra);
-    const payload = fields.join("\0");
+    const payload = [String(spare), taken, ...fields].join("\0");
     child.stdin!.write(`${Buffer.byteLength(payload)}\n${payload}`);
-    const kept = new KeptChild({ dir, pid: spare.pid, from: { stdout: 0, stderr: 0 }, extra });
-    this.#kept.set(spare.pid, { child: kept, dir, startTime: processStartTime(spare.pid) });
+    const kept = new KeptChild({ dir, pid: spare, from: { stdout: 0, stderr: 0 }, extra });
+    this.#kept.set(spare, { child: kept, dir, startTime: processStartTime(spare) });
     return kept;
   }
 

@@ -370,7 +370,11 @@ const REUSED_FILES = new Set(["exit.tmp", "session.json", "log.bin", "answers"])
  * or set an extended attribute through its descriptor, which emptying keeps,
  * for a later session, another job's, to read back from its own). Otherwise
  * (a session a previous run started, whose keeper may have handed the harness
- * the files themselves) they are removed and made anew.
+ * the files themselves) they are removed and made anew. The keeper's stdin
+ * FIFO, which it relays to the harness through a pipe, is kept as it is in a
+ * sealed folder: nobody holds it open once the keeper wrote `exit` and the
+ * sandbox closed its end (KeptChild.exited), and a FIFO's data goes with its
+ * last open descriptor.
  */
 const SEALED_KEEPER_FILES = new Set(["stdout", "stderr", "fd3"]);
 
@@ -435,8 +439,8 @@ export class InternalDirectoryPool {
    * caller removes it) when it cannot be reused. With `sealed` (a session
    * this run started under bubblewrap) its socket folder `run/` (read-only
    * inside, so nothing but the sandbox wrote there) is emptied and kept too,
-   * and so are the keeper's output files (SEALED_KEEPER_FILES): four inodes
-   * fewer made and freed per session.
+   * and so are the keeper's output files and stdin FIFO (SEALED_KEEPER_FILES):
+   * five inodes fewer made and freed per session.
    */
   async give(internalDir: string, options: { sealed?: boolean } = {}): Promise<boolean> {
     // A place is held from here, so sessions ending together never keep more than `max`.
@@ -450,6 +454,7 @@ export class InternalDirectoryPool {
           else if (entry.isFile() && REUSED_FILES.has(entry.name)) await emptyFile(file);
           else if (entry.isFile() && SEALED_KEEPER_FILES.has(entry.name) && options.sealed === true)
             await emptyFile(file);
+          else if (entry.isFIFO() && entry.name === "stdin" && options.sealed === true) return true;
           else if (!entry.isDirectory()) await unlink(file);
           else if (entry.name === SOCKET_DIR && options.sealed === true) return emptyDirectory(file);
           else return removeSmallTree(file, { entries: REMOVAL_ENTRIES });

@@ -32,6 +32,7 @@ import { EventEmitter } from "node:events";
 import {
   closeSync,
   existsSync,
+  lstatSync,
   openSync,
   readFileSync,
   readSync,
@@ -267,7 +268,8 @@ class FifoWriter extends Writable {
   #closed = false;
 
   constructor(file: string) {
-    super();
+    // Not destroyed (closed) once ended: see _final.
+    super({ autoDestroy: false });
     // Read-write: opening never waits for a reader, and the FIFO lives as long as someone holds it.
     this.#fd = openSync(file, fs.O_RDWR | fs.O_NONBLOCK);
   }
@@ -277,11 +279,10 @@ class FifoWriter extends Writable {
   }
 
   override _final(callback: (error?: Error | null) => void): void {
-    // The keeper closes the harness's stdin at this byte.
-    this.#writeAll(Buffer.from([0]), (error) => {
-      this.#close();
-      callback(error);
-    });
+    // The keeper closes the harness's stdin at this byte. The FIFO stays open here until the session has ended
+    // (KeptChild.exited): a keeper that has not opened it yet still finds what was written (a FIFO nobody holds
+    // open drops what it held).
+    this.#writeAll(Buffer.from([0]), callback);
   }
 
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
@@ -292,6 +293,8 @@ class FifoWriter extends Writable {
   #writeAll(chunk: Buffer, callback: (error?: Error | null) => void): void {
     let offset = 0;
     const attempt = (): void => {
+      // Closed (destroyed) while waiting for room: its fd number may be another file's by now.
+      if (this.#closed) return callback(new Error("the keeper's FIFO was closed before this was written"));
       try {
         while (offset < chunk.length) offset += writeSync(this.#fd, chunk, offset);
         callback();
@@ -346,11 +349,17 @@ export class KeptChild extends EventEmitter {
     this.stdio = [this.stdin, stdout, stderr, ...extra];
   }
 
-  /** The harness has exited: its output is read to the end, then `exit` is emitted. */
+  /**
+   * The harness has exited: its output is read to the end, then `exit` is
+   * emitted. Nothing more reaches the FIFO from here: its keeper is gone,
+   * and a later session reusing the folder opens it again with nothing of
+   * this one's in it (a pipe's buffer goes with its last open descriptor).
+   */
   exited(code: number | null, signal: NodeJS.Signals | null): void {
     if (this.exitCode !== null || this.signalCode !== null) return;
     this.exitCode = code;
     this.signalCode = signal;
+    this.stdin.destroy();
     for (const tail of this.#tails) tail.finish();
     this.emit("exit", code, signal);
   }
@@ -433,7 +442,9 @@ export function keeperSpawn(options: {
     const spare = spares?.take({ dir, orphanMs, file, args, spawn: spawnOptions });
     if (spare !== undefined) return spare;
     const files = keeperFiles(dir);
-    execFileSync("mkfifo", ["-m", "600", files.stdin]);
+    // A reused folder has its FIFO still.
+    if (lstatSync(files.stdin, { throwIfNoEntry: false })?.isFIFO() !== true)
+      execFileSync("mkfifo", ["-m", "600", files.stdin]);
     const extra = extraStdioCount(spawnOptions);
     createKeeperOutputs(dir, extra);
     const keeper: ChildProcess = spawn(perl(), ["-e", KEEPER, dir, String(orphanMs), String(extra), file, ...args], {

@@ -59,14 +59,16 @@ void describe("internal directory pool", () => {
     assert.equal(pool.take(path.join(root, "internal", "third")), false, "one spare, taken");
   });
 
-  void it("keeps the keeper's output files, emptied, of a session sealed from them", async (t) => {
+  void it("keeps the keeper's output files, emptied, and its stdin FIFO, of a session sealed from them", async (t) => {
     const root = mkdtempSync(path.join(os.tmpdir(), "oz0-pool-"));
     t.after(() => rmSync(root, { recursive: true, force: true }));
     const pool = new InternalDirectoryPool({ dir: path.join(root, "recycled"), max: 1 });
     const first = path.join(root, "internal", "first");
     endedSessionDir(first, { exited: true });
+    rmSync(path.join(first, "stdin"));
+    execFileSync("mkfifo", ["-m", "600", path.join(first, "stdin")]);
     const inodes = Object.fromEntries(
-      ["stdout", "stderr", "fd3"].map((name) => [name, statSync(path.join(first, name)).ino]),
+      ["stdout", "stderr", "fd3", "stdin"].map((name) => [name, statSync(path.join(first, name)).ino]),
     );
 
     assert.equal(await pool.give(first, { sealed: true }), true);
@@ -80,8 +82,10 @@ void describe("internal directory pool", () => {
       "run",
       "session.json",
       "stderr",
+      "stdin",
       "stdout",
     ]);
+    assert.equal(statSync(path.join(next, "stdin")).isFIFO(), true);
     for (const [name, inode] of Object.entries(inodes)) {
       assert.equal(statSync(path.join(next, name)).ino, inode, `${name}: the same file, not a new one`);
       assert.equal(statSync(path.join(next, name)).size, 0, `${name} is empty`);
@@ -195,11 +199,13 @@ void describe("internal directory pool", () => {
     }
     // The next session runs in that folder, with those very files (no new inode), and reads only its own output.
     const inode = statSync(path.join(spare, "stdout")).ino;
+    const fifo = statSync(path.join(spare, "stdin")).ino;
     const next = await runToEnd(sandbox.client, scenarioStart({ mode: "complete" }, {}, { sessionId: "next" }));
     assert.equal(next.exited().status, SessionStatus.COMPLETED);
     assert.deepEqual(next.texts(), ["working"]);
     const [again] = readdirSync(path.join(root, "recycled"));
     assert.equal(statSync(path.join(root, "recycled", again!, "stdout")).ino, inode, "the same stdout file");
+    assert.equal(statSync(path.join(root, "recycled", again!, "stdin")).ino, fifo, "the same stdin FIFO");
   });
 
   void it("no session may ask for a working or state directory inside the sandbox's own folders (internal/, recycled/)", (t) => {
