@@ -200,8 +200,8 @@ async function* checkedWhole(body: AsyncIterable<Uint8Array>, check: MessageChec
  * An enveloped body (gRPC, gRPC-Web, Connect streaming): 1 byte of flags, a
  * 4-byte big-endian length, the message. Each envelope is handed on once
  * complete: empty, its message decoded here; as it came when connect skips it
- * (`endFlag`) or judges it itself (other flags, a compression connect does
- * not take, a size past its limit).
+ * (`endFlag`) or judges it itself (a compression connect does not take, a
+ * size past its limit); refused, with any other flags.
  */
 async function* decodedEnvelopes(
   body: AsyncIterable<Uint8Array>,
@@ -224,18 +224,25 @@ async function* decodedEnvelopes(
       const bytes = concat(pending);
       const envelope = bytes.subarray(0, size);
       const flags = envelope[0]!;
+      const refusal = strangeFlags(flags, endFlag, check);
+      if (refusal !== undefined) {
+        const error = await refusal;
+        // The envelopes before it go on, as connect would have taken them; the bad one never does.
+        for (const good of out) yield good;
+        throw error;
+      }
       if (endFlag !== undefined && (flags & endFlag) === endFlag) {
         out.push(envelope);
-      } else if ((flags === 0 || flags === 1) && size - 5 <= check.readMaxBytes) {
+      } else if (size - 5 <= check.readMaxBytes) {
         const message = await decodeMessage(envelope.subarray(5), flags === 1, check);
         if (message instanceof ConnectError) {
-          // The envelopes before it go on, as connect would have taken them; the bad one never does.
           for (const good of out) yield good;
           throw message;
         }
         check.decoded.push(message);
         out.push(message === undefined ? envelope : EMPTY_ENVELOPE);
       } else {
+        // Past connect's limit: connect refuses it (ResourceExhausted).
         check.decoded.push(undefined);
         out.push(envelope);
       }
@@ -248,6 +255,30 @@ async function* decodedEnvelopes(
   }
   // A body cut short inside an envelope: connect says so.
   if (pendingBytes > 0) yield concat(pending);
+}
+
+/**
+ * The refusal of an envelope whose flags are neither a message's (0, or 1:
+ * compressed) nor the protocol's end of stream that connect skips (alone, or
+ * compressed in an encoding connect takes), else undefined. Connect would
+ * parse or decompress such an envelope itself and answer any failure Internal,
+ * and before the access check on a unary call.
+ */
+function strangeFlags(
+  flags: number,
+  endFlag: number | undefined,
+  check: MessageCheck,
+): Promise<ConnectError> | undefined {
+  if (flags === 0 || flags === 1) return undefined;
+  if (
+    endFlag !== undefined &&
+    (flags === endFlag || (flags === (endFlag | 1) && typeof check.compression === "object"))
+  )
+    return undefined;
+  const hex = `0x${flags.toString(16).padStart(2, "0")}`;
+  return check.refuse(
+    `an envelope is flagged ${hex}; a request message's flags are 0, or 1 when compressed in the encoding the request names`,
+  );
 }
 
 /**

@@ -277,6 +277,39 @@ void describe("an undecodable request body", () => {
     assert.equal(connect.code, "invalid_argument");
     assert.equal(published, before + 1);
   });
+
+  void it("with an envelope flagged other than a message is InvalidArgument on every protocol, and the refusal first", async () => {
+    const good = toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, { service: "" }));
+    // gRPC has no end-of-stream envelope: 0x02, 0x04, 0x80 and 0x05 are no message's flags.
+    for (const flags of [0x02, 0x04, 0x80, 0x05]) {
+      for (const message of [good, GARBAGE]) {
+        const answer = await grpc(server.url, CHECK, [envelope(message, flags)]);
+        assert.equal(answer.status, Code.InvalidArgument, `gRPC, flags ${flags}: ${answer.message}`);
+        assert.match(answer.message, new RegExp(`flagged 0x${flags.toString(16).padStart(2, "0")}`));
+      }
+    }
+    // Connect streaming: its end-of-stream flag (0x02) is the server's; a client's compressed one without an
+    // encoding, or other bits, are refused.
+    for (const flags of [0x03, 0x04, 0x05]) {
+      const response = await fetch(server.url + WATCH, {
+        method: "POST",
+        headers: { "content-type": "application/connect+proto" },
+        body: envelope(GARBAGE, flags),
+      });
+      const end = envelopes(new Uint8Array(await response.arrayBuffer())).find((e) => e.flags & 0x02);
+      const { error } = JSON.parse(new TextDecoder().decode(end?.data)) as { error: { code: string } };
+      assert.equal(error.code, "invalid_argument", `Connect streaming, flags ${flags}`);
+    }
+    assert.equal((await grpcWeb(server.url, CHECK, envelope(GARBAGE, 0x04))).status, Code.InvalidArgument);
+    // Who may not call hears that, whatever the flags.
+    const before = published;
+    assert.equal((await grpc(server.url, PUBLISH, [envelope(GARBAGE, 0x04)])).status, Code.Unauthenticated);
+    assert.equal(
+      (await grpc(server.url, PUBLISH, [envelope(GARBAGE, 0x04)], { authorization: orchestrator })).status,
+      Code.InvalidArgument,
+    );
+    assert.equal(published, before);
+  });
 });
 
 void describe("the body check", () => {
@@ -326,8 +359,11 @@ void describe("the body check", () => {
   });
   const bytewise = (bytes: Uint8Array): Uint8Array[] => [...bytes].map((b) => new Uint8Array([b]));
   /** What the first interceptor hands on for each message connect parsed from `read`. */
-  async function handedOn(seen: UniversalServerRequest, read: Uint8Array[]): Promise<unknown[]> {
-    const parsed = envelopes(Buffer.concat(read)).map((e) => fromBinary(HealthCheckRequestSchema, e.data));
+  async function handedOn(
+    seen: UniversalServerRequest,
+    read: Uint8Array[],
+    parsed: unknown[] = envelopes(Buffer.concat(read)).map((e) => fromBinary(HealthCheckRequestSchema, e.data)),
+  ): Promise<unknown[]> {
     const out: unknown[] = [];
     const interceptor = handingOnDecodedMessages()(async (req) => {
       for await (const m of (req as { message: AsyncIterable<unknown> }).message) out.push(m);
@@ -361,19 +397,23 @@ void describe("the body check", () => {
 
   void it("passes an envelope connect judges itself as it came, and keeps the rest in step", async () => {
     const one = create(HealthCheckRequestSchema, { service: "one" });
-    const other = toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, { service: "flag 4" }));
+    // Compressed in an encoding this check does not take (connect answers it itself).
+    const other = gzipSync(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, { service: "gz" })));
     const body = new Uint8Array([
       ...envelope(toBinary(HealthCheckRequestSchema, one)),
-      ...envelope(other, 4),
+      ...envelope(other, 1),
       ...envelope(toBinary(HealthCheckRequestSchema, one)),
     ]);
     const { handler, read, seen } = reading();
-    await handler(request("application/grpc", [body]));
+    await handler(request("application/grpc", [body], { "grpc-encoding": "gzip" }));
     assert.deepEqual(
       Buffer.concat(read),
-      Buffer.from([...envelope(new Uint8Array()), ...envelope(other, 4), ...envelope(new Uint8Array())]),
+      Buffer.from([...envelope(new Uint8Array()), ...envelope(other, 1), ...envelope(new Uint8Array())]),
     );
-    assert.deepEqual(await handedOn(seen[0]!, read), [one, fromBinary(HealthCheckRequestSchema, other), one]);
+    // What connect parses: two empty messages, and the second decompressed itself.
+    const gz = create(HealthCheckRequestSchema, { service: "gz" });
+    const empty = create(HealthCheckRequestSchema);
+    assert.deepEqual(await handedOn(seen[0]!, read, [empty, gz, empty]), [one, gz, one]);
   });
 
   void it("ends a body cut anywhere with InvalidArgument, passing on the good envelopes before and never the bad one", async () => {
