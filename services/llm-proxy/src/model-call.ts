@@ -89,6 +89,9 @@ const DROP_RESPONSE_HEADERS = new Set([
   "content-encoding",
   "upgrade",
   "proxy-connection",
+  // HTTP/1.1 hop-by-hop headers HTTP/2 forbids: Node's HTTP/2 answer throws on them.
+  "te",
+  "http2-settings",
 ]);
 
 function responseHeaders(
@@ -199,8 +202,12 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
         attempts: 0,
       };
       await deps.metering.call(refused);
-      sendError(res, { format, status: 402, type: "budget_exhausted", operationId, message: error.message });
-      deps.metering.completed(refused);
+      try {
+        sendError(res, { format, status: 402, type: "budget_exhausted", operationId, message: error.message });
+      } finally {
+        // Its event and metrics whether or not the answer could be written.
+        deps.metering.completed(refused);
+      }
       return;
     }
   }
@@ -294,27 +301,31 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     // Both stored before the answer ends (neither rejects: a failure is logged): once a client
     // has its answer, every replica counts the call in its usage and in its budget.
     await Promise.all([...meteredAttempts, metered, settled]);
-    if (final.finish) {
-      final.finish();
-    } else if (final.pendingError && !res.headersSent && !input.clientGone.aborted) {
-      // The proxy already retried what can be retried: tell the client SDKs (which
-      // honour x-should-retry) not to multiply the attempts past five.
-      res.writeHead(final.pendingError.status, {
-        ...final.pendingError.headers,
-        "x-should-retry": "false",
-        "content-length": String(final.pendingError.body.length),
-      });
-      res.end(final.pendingError.body);
-    } else if (!final.delivered && !res.headersSent && !input.clientGone.aborted) {
-      sendError(res, {
-        format,
-        status: 502,
-        type: "api_error",
-        operationId,
-        message: `provider ${provider.config.name} could not be reached after ${attempt} attempt(s) (${final.errorCode ?? "no answer"}); try again later`,
-      });
+    try {
+      if (final.finish) {
+        final.finish();
+      } else if (final.pendingError && !res.headersSent && !input.clientGone.aborted) {
+        // The proxy already retried what can be retried: tell the client SDKs (which
+        // honour x-should-retry) not to multiply the attempts past five.
+        res.writeHead(final.pendingError.status, {
+          ...final.pendingError.headers,
+          "x-should-retry": "false",
+          "content-length": String(final.pendingError.body.length),
+        });
+        res.end(final.pendingError.body);
+      } else if (!final.delivered && !res.headersSent && !input.clientGone.aborted) {
+        sendError(res, {
+          format,
+          status: 502,
+          type: "api_error",
+          operationId,
+          message: `provider ${provider.config.name} could not be reached after ${attempt} attempt(s) (${final.errorCode ?? "no answer"}); try again later`,
+        });
+      }
+    } finally {
+      // The call's event and metrics after the answer, and also when writing it threw.
+      deps.metering.completed(callRecord);
     }
-    deps.metering.completed(callRecord);
     deps.logger.debug(
       {
         operationId,

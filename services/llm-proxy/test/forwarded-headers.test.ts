@@ -4,6 +4,9 @@
 // proxy; what the API needs (version, betas, who is calling) arrives as sent.
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import http from "node:http";
+import http2 from "node:http2";
+import type { AddressInfo } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { PLANTED_KEY, post, startFixture, type ProxyFixture, type SessionEndpoint } from "./proxy-fixture.js";
 
@@ -156,5 +159,85 @@ void describe("request headers forwarded to a provider", () => {
     assert.equal(headers["x-app"], "cli");
     assert.equal(headers["anthropic-version"], "2023-06-01", "the proxy names a version when the client names none");
     assert.ok(!JSON.stringify(headers).includes(e.token));
+  });
+});
+
+void describe("a provider's answer to a client on HTTP/2", () => {
+  // A provider behind an HTTP/1.1 hop may answer with hop-by-hop headers HTTP/2 forbids; Node's HTTP/2 answer
+  // throws on them, which left the client without its answer and the call without its usage event.
+  let fixture: ProxyFixture;
+  let upstream: http.Server;
+  before(async () => {
+    upstream = http.createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        res.writeHead(200, { "content-type": "application/json", te: "gzip", "http2-settings": "AAMAAABk" });
+        res.end(
+          JSON.stringify({
+            id: "msg_h2",
+            type: "message",
+            role: "assistant",
+            model: "claude-sonnet-5",
+            content: [{ type: "text", text: "over h2" }],
+            stop_reason: "end_turn",
+            usage: { input_tokens: 3, output_tokens: 2 },
+          }),
+        );
+      });
+    });
+    await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
+    const { port } = upstream.address() as AddressInfo;
+    fixture = await startFixture({
+      turns: [],
+      config: {
+        providers: [
+          {
+            name: "anthropic",
+            baseUrl: `http://127.0.0.1:${port}`,
+            keySecret: "ANTHROPIC_API_KEY",
+            prices: { "*": { input: 3, output: 15 } },
+          },
+        ],
+      },
+    });
+  });
+  after(async () => {
+    await fixture.close();
+    await new Promise((resolve) => upstream.close(resolve));
+  });
+
+  void it("gets it without te or http2-settings, and the call its usage event", async () => {
+    const session = await fixture.session();
+    const client = http2.connect(fixture.proxy.url);
+    try {
+      const answer = await new Promise<{ status: number; headers: http2.IncomingHttpHeaders; body: string }>(
+        (resolve, reject) => {
+          const stream = client.request({
+            ":method": "POST",
+            ":path": `${new URL(session.anthropicBaseUrl).pathname.replace(/\/$/, "")}/v1/messages`,
+            "content-type": "application/json",
+            "anthropic-version": "2023-06-01",
+            "x-api-key": session.token,
+            ...session.headers,
+          });
+          let headers: http2.IncomingHttpHeaders = {};
+          let body = "";
+          stream.on("response", (h) => (headers = h));
+          stream.on("data", (chunk: Buffer) => (body += chunk.toString("utf8")));
+          stream.on("end", () => resolve({ status: Number(headers[":status"]), headers, body }));
+          stream.on("error", reject);
+          stream.end(
+            JSON.stringify({ model: "claude-sonnet-5", max_tokens: 10, messages: [{ role: "user", content: "hi" }] }),
+          );
+        },
+      );
+      assert.equal(answer.status, 200, answer.body);
+      assert.match(answer.body, /over h2/);
+      assert.equal(answer.headers.te, undefined);
+      assert.equal(answer.headers["http2-settings"], undefined);
+      assert.equal(fixture.events.filter((e) => e.session === session.session).length, 1, "one usage event");
+    } finally {
+      client.close();
+    }
   });
 });
