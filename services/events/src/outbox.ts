@@ -109,8 +109,12 @@ export class Outbox {
       this.lock = lockDataDirectory({ dir: options.dataDir, name: "events" });
       file = path.join(options.dataDir, "events.sqlite");
     }
+    // Closed, newest first, should the constructor fail: no thread or handle is left on the directory.
+    const opened: (() => unknown)[] = [];
     try {
       this.db = new Database(file);
+      const db = this.db;
+      opened.push(() => db.close());
       this.db.defaultSafeIntegers(true);
       // WAL with synchronous=FULL: an acknowledged Publish survives power loss.
       this.db.pragma("journal_mode = WAL");
@@ -160,6 +164,8 @@ export class Outbox {
         this.cursorDb = this.db;
       } else {
         this.cursorDb = new Database(file);
+        const cursorDb = this.cursorDb;
+        opened.push(() => cursorDb.close());
         this.cursorDb.defaultSafeIntegers(true);
         this.cursorDb.pragma("busy_timeout = 5000");
         this.cursorDb.pragma("synchronous = OFF");
@@ -183,6 +189,7 @@ export class Outbox {
           }),
         );
         this.checkpointer = checkpointer;
+        opened.push(() => checkpointer.terminate());
       }
       this.updateCursor = this.cursorDb.prepare(UPDATE_CURSOR);
       this.selectUndelivered = this.db.prepare(
@@ -203,6 +210,7 @@ export class Outbox {
       this.tail = options.relayTail ? [] : undefined;
       this.tailFloor = this.head;
     } catch (error) {
+      for (const close of opened.reverse()) close();
       this.lock?.release();
       throw error;
     }

@@ -188,6 +188,8 @@ export class SqliteProxyStore implements ProxyStore {
         options.exclusive === false ? undefined : lockDataDirectory({ dir: options.dataDir, name: "llm-proxy" });
       file = path.join(options.dataDir, "llm-proxy.sqlite");
     }
+    // Closed, newest first, should the constructor fail: no thread or handle is left on the directory.
+    const opened: (() => unknown)[] = [];
     try {
       this.#onWriteError =
         options.onWriteError ??
@@ -195,18 +197,24 @@ export class SqliteProxyStore implements ProxyStore {
           throw error;
         });
       this.#db = new Database(file);
+      const handle = this.#db;
+      opened.push(() => handle.close());
       this.#db.pragma("journal_mode = WAL");
       // Metering rows lost in a power cut are acceptable; a slow fsync per call is not.
       this.#db.pragma("synchronous = NORMAL");
       if (file !== ":memory:") {
         // Checkpoints (and their fsync) happen on a thread of their own, never in a commit here.
         this.#db.pragma("wal_autocheckpoint = 0");
-        this.#checkpointer = new SqliteCheckpointer({ file, onError: this.#onWriteError });
+        const checkpointer = new SqliteCheckpointer({ file, onError: this.#onWriteError });
+        this.#checkpointer = checkpointer;
+        opened.push(() => checkpointer.close());
       }
       migrateSqlite(this.#db);
       if (file !== ":memory:") {
         this.#slotsDir = path.join(options.dataDir, "in-flight");
-        this.#slots = new InFlightSlots({ dir: this.#slotsDir, owner: this.#owner });
+        const slots = new InFlightSlots({ dir: this.#slotsDir, owner: this.#owner });
+        this.#slots = slots;
+        opened.push(() => slots.close());
       }
       // Each statement is compiled once, here: a call runs prepared statements only (issue 24).
       const prepare = (text: string): Database.Statement => this.#db.prepare(text);
@@ -237,6 +245,7 @@ export class SqliteProxyStore implements ProxyStore {
       // Synchronous starting point: a first reservation decides in the same turn as it asks.
       this.#ledger = new BudgetLedger({ spentBefore: (session) => this.#charged(session) });
     } catch (error) {
+      for (const close of opened.reverse()) close();
       this.#lock?.release();
       throw error;
     }

@@ -1,7 +1,7 @@
 // The SQLite store against the ProxyStore contract (proxy-store-suite.ts).
 // One process uses it, so both handles are the same store.
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
@@ -186,4 +186,18 @@ void test("a commit that fails keeps what waits in slots: a revocation meanwhile
   assert.deepEqual(other.prepare("SELECT hash, used_at, revoked_at FROM session_tokens").all(), [
     { hash: "h-1", used_at: 6, revoked_at: 8 },
   ]);
+});
+
+void test("a store that cannot open its file lets the data directory go: the next open fails for the file again, not for a holder", (t) => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-notadb-"));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+  writeFileSync(
+    path.join(dataDir, "llm-proxy.sqlite"),
+    "not a database, but long enough to be read as a header.".repeat(4),
+  );
+  for (let i = 0; i < 2; i++)
+    assert.throws(
+      () => new SqliteProxyStore({ dataDir }),
+      (error: Error) => /not a database/.test(error.message) && !/in use/.test(error.message),
+    );
 });
