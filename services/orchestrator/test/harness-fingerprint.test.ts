@@ -158,3 +158,54 @@ void test("a changed package behind node_modules/.bin publishes new versions, an
   );
   assert.match(await install(dir), /no agent changed/);
 });
+
+void test("the same plugin installed again from another folder runs with that folder's dependencies, the first one gone", async () => {
+  // Two checkouts of one plugin, each beside a node_modules of its own holding a different build of one package.
+  const checkout = (name: string, mark: string): string => {
+    const root = path.join(work, name);
+    const pkg = path.join(root, "node_modules", "dep");
+    mkdirSync(pkg, { recursive: true });
+    writeFileSync(path.join(pkg, "package.json"), JSON.stringify({ name: "dep", version: "1.0.0", type: "module" }));
+    writeFileSync(path.join(pkg, "index.mjs"), harnessScript(mark));
+    const dir = path.join(root, "plugin");
+    mkdirSync(path.join(dir, "agents"), { recursive: true });
+    mkdirSync(path.join(dir, "prompts"), { recursive: true });
+    writeFileSync(path.join(dir, "prompts", "p.md"), "Say hello.\n");
+    writeFileSync(path.join(dir, "harness.mjs"), 'await import("dep/index.mjs");\n');
+    writeFileSync(
+      path.join(dir, "oz0-plugin.yaml"),
+      [
+        "name: moved",
+        "version: 0.1.0",
+        "harnesses:",
+        "  - name: marked",
+        '    command: ["node", "harness.mjs"]',
+        "    tools: [read_file]",
+        "agents: [agents/a.yaml]",
+        "",
+      ].join("\n"),
+    );
+    writeFileSync(
+      path.join(dir, "agents", "a.yaml"),
+      [
+        "name: moved-agent",
+        "description: Notes which checkout's dependency ran.",
+        "runtime: harness:marked",
+        "model: { primary: anthropic/claude-sonnet-5-5 }",
+        "instructions: prompts/p.md",
+        "",
+      ].join("\n"),
+    );
+    return dir;
+  };
+  const first = checkout("checkout-a", "dep-a");
+  await install(first);
+  await runAgent("moved-agent");
+  assert.equal(lastMark(), "dep-a");
+
+  const second = checkout("checkout-b", "dep-b");
+  rmSync(path.dirname(first), { recursive: true, force: true });
+  await install(second);
+  await runAgent("moved-agent");
+  assert.equal(lastMark(), "dep-b", "the installed copy's dependencies are the second checkout's");
+});

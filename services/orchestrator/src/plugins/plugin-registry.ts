@@ -8,9 +8,11 @@ import { createHash, randomUUID } from "node:crypto";
 import {
   cpSync,
   existsSync,
+  lstatSync,
   mkdirSync,
   readdirSync,
   readFileSync,
+  readlinkSync,
   renameSync,
   rmSync,
   statSync,
@@ -94,15 +96,26 @@ function definitionFiles(root: string, manifest: PluginManifest, instructions?: 
  * A plugin copied from a folder keeps resolving its JavaScript dependencies
  * where the folder did: its copy gets a `node_modules` link to the nearest
  * node_modules at or above the source (a workspace's hoisted one included).
- * Plugins cloned from git bring no dependencies.
+ * Installing the same content again from another folder (a second checkout,
+ * the first one deleted) points the link there: the copy is shared by
+ * content, and the latest install says where its dependencies are. A copy
+ * that brought a node_modules folder of its own keeps it. Plugins cloned from
+ * git bring no dependencies.
  */
 function linkDependencies(source: string, copy: string): void {
-  if (isGitSource(source) || existsSync(path.join(copy, "node_modules"))) return;
+  if (isGitSource(source)) return;
+  const link = path.join(copy, "node_modules");
+  const current = lstatSync(link, { throwIfNoEntry: false });
+  if (current && !current.isSymbolicLink()) return;
   let dir = path.resolve(source);
   for (;;) {
     const candidate = path.join(dir, "node_modules");
     if (existsSync(candidate)) {
-      symlinkSync(candidate, path.join(copy, "node_modules"), "dir");
+      if (current && readlinkSync(link) === candidate) return;
+      // Replaced by a rename, so a session starting meanwhile finds the old link or the new one, never none.
+      const fresh = `${link}.${randomUUID()}`;
+      symlinkSync(candidate, fresh, "dir");
+      renameSync(fresh, link);
       return;
     }
     const parent = path.dirname(dir);
@@ -147,8 +160,8 @@ export class PluginRegistry {
         mkdirSync(path.dirname(finalDir), { recursive: true });
         rmSync(path.join(staging, ".git"), { recursive: true, force: true });
         renameSync(staging, finalDir);
-        linkDependencies(source, finalDir);
       }
+      linkDependencies(source, finalDir);
       const harnesses = new Map<string, FingerprintedHarness>();
       const ownDefinitions = definitionFiles(
         finalDir,
