@@ -19,8 +19,8 @@ const bin = path.join(work, "node_modules", ".bin");
 const harnessScript = (mark: string, shebang = false): string =>
   `${shebang ? "#!/usr/bin/env node\n" : ""}import { appendFileSync } from "node:fs";\nappendFileSync(${JSON.stringify(marks)}, ${JSON.stringify(`${mark}\n`)});\nawait import(${JSON.stringify(fakeHarness)});\n`;
 
-function makePlugin(options: { name: string; command: string[]; agent: string }): string {
-  const dir = path.join(work, options.name);
+function makePlugin(options: { name: string; command: string[]; agent: string; dir?: string }): string {
+  const dir = options.dir ?? path.join(work, options.name);
   mkdirSync(path.join(dir, "agents"), { recursive: true });
   mkdirSync(path.join(dir, "prompts"), { recursive: true });
   writeFileSync(path.join(dir, "prompts", "p.md"), "Say hello.\n");
@@ -167,35 +167,13 @@ void test("the same plugin installed again from another folder runs with that fo
     mkdirSync(pkg, { recursive: true });
     writeFileSync(path.join(pkg, "package.json"), JSON.stringify({ name: "dep", version: "1.0.0", type: "module" }));
     writeFileSync(path.join(pkg, "index.mjs"), harnessScript(mark));
-    const dir = path.join(root, "plugin");
-    mkdirSync(path.join(dir, "agents"), { recursive: true });
-    mkdirSync(path.join(dir, "prompts"), { recursive: true });
-    writeFileSync(path.join(dir, "prompts", "p.md"), "Say hello.\n");
+    const dir = makePlugin({
+      name: "moved",
+      command: ["node", "harness.mjs"],
+      agent: "moved-agent",
+      dir: path.join(root, "plugin"),
+    });
     writeFileSync(path.join(dir, "harness.mjs"), 'await import("dep/index.mjs");\n');
-    writeFileSync(
-      path.join(dir, "oz0-plugin.yaml"),
-      [
-        "name: moved",
-        "version: 0.1.0",
-        "harnesses:",
-        "  - name: marked",
-        '    command: ["node", "harness.mjs"]',
-        "    tools: [read_file]",
-        "agents: [agents/a.yaml]",
-        "",
-      ].join("\n"),
-    );
-    writeFileSync(
-      path.join(dir, "agents", "a.yaml"),
-      [
-        "name: moved-agent",
-        "description: Notes which checkout's dependency ran.",
-        "runtime: harness:marked",
-        "model: { primary: anthropic/claude-sonnet-5-5 }",
-        "instructions: prompts/p.md",
-        "",
-      ].join("\n"),
-    );
     return dir;
   };
   const first = checkout("checkout-a", "dep-a");
