@@ -216,8 +216,15 @@ const read = (pids: Record<StackServiceName, number>): Reading =>
       const own = readProcessCpu(pids[name], ticks);
       if (name !== "sandbox") return [name, own];
       // The sandbox's keeper spawner forks the sessions' keepers for it (services/sandbox/src/keeper-spawner.ts): its own CPU is the sandbox's.
-      const helpers = keeperSpawners(pids[name]).map((pid) => readProcessCpu(pid, ticks).ownMs);
-      return [name, { ...own, ownMs: own.ownMs + helpers.reduce((sum, x) => sum + x, 0) }];
+      const helpers = keeperSpawners(pids[name]).map((pid) => readProcessCpu(pid, ticks));
+      return [
+        name,
+        {
+          ...own,
+          ownMs: own.ownMs + helpers.reduce((sum, x) => sum + x.ownMs, 0),
+          ownSystemMs: own.ownSystemMs + helpers.reduce((sum, x) => sum + x.ownSystemMs, 0),
+        },
+      ];
     }),
   ) as Reading;
 
@@ -318,6 +325,8 @@ async function harnessAlone(runs: number): Promise<number> {
 /** What one round cost: CPU ms per job of each service and of this process, the harness run alone; jobs/s; its wall time. */
 interface Round {
   perJob: Record<StackServiceName, number>;
+  /** The part of perJob spent in the kernel. */
+  systemPerJob: Record<StackServiceName, number>;
   harnessAloneMs: number;
   benchPerJob: number;
   jobsPerSecond: number;
@@ -353,8 +362,12 @@ async function round(
   const perJob = Object.fromEntries(
     SERVICES.map((name) => [name, (after[name].ownMs - before[name].ownMs) / jobs]),
   ) as Record<StackServiceName, number>;
+  const systemPerJob = Object.fromEntries(
+    SERVICES.map((name) => [name, (after[name].ownSystemMs - before[name].ownSystemMs) / jobs]),
+  ) as Record<StackServiceName, number>;
   return {
     perJob,
+    systemPerJob,
     harnessAloneMs,
     benchPerJob: (bench.user + bench.system) / 1000 / jobs,
     jobsPerSecond: jobs / jobsSeconds,
@@ -425,7 +438,8 @@ try {
   for (const name of SERVICES) {
     const values = rounds.map((r) => r.perJob[name]);
     console.log(
-      `  ${name.padEnd(13)} ${ms(perService[name]).padStart(7)} ms  (${ms(Math.min(...values))}–${ms(Math.max(...values))}); idle background ${ms(idle[name])} ms per second`,
+      `  ${name.padEnd(13)} ${ms(perService[name]).padStart(7)} ms  (${ms(Math.min(...values))}–${ms(Math.max(...values))}); ` +
+        `in the kernel ${ms(median(rounds.map((r) => r.systemPerJob[name])))} ms; idle background ${ms(idle[name])} ms per second`,
     );
   }
   console.log(

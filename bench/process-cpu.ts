@@ -52,10 +52,16 @@ export function ticksPerSecond(): number {
 /** CPU milliseconds of one process: its own (all threads) and its waited-for children's. */
 export interface ProcessCpu {
   ownMs: number;
+  /** The part of ownMs spent in the kernel (system calls, page faults, the file system's work done in the caller). */
+  ownSystemMs: number;
   childrenMs: number;
 }
 
 export function readProcessCpu(pid: number, ticks: number): ProcessCpu {
   const t = parseProcStat(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  return { ownMs: ((t.utime + t.stime) * 1000) / ticks, childrenMs: ((t.cutime + t.cstime) * 1000) / ticks };
+  return {
+    ownMs: ((t.utime + t.stime) * 1000) / ticks,
+    ownSystemMs: (t.stime * 1000) / ticks,
+    childrenMs: ((t.cutime + t.cstime) * 1000) / ticks,
+  };
 }
