@@ -306,6 +306,7 @@ export class OrchestratorTracing {
         return (ctx && traceContextOf(ctx).traceparent) || undefined;
       },
       resumed: (job) => this.resumed(job),
+      withdrawn: (jobId) => this.#withdrawn(jobId),
       traceIdOf: (jobId) => {
         const span = this.#jobs.get(jobId)?.span.spanContext();
         // A trace nobody records (no exporter, or not sampled) has no id worth showing.
@@ -672,6 +673,15 @@ export class OrchestratorTracing {
     this.#metrics.jobs.count.add(1, attributes);
     // Its duration here would be since the resume, not since the job began.
     if (!job.resumed) this.#metrics.jobs.duration.record((performance.now() - job.started) / 1000, attributes);
+  }
+
+  /** A job whose creation failed after its span began: the span ends as an error and nothing keeps it. */
+  #withdrawn(jobId: string): void {
+    const job = this.#jobs.get(jobId);
+    if (!job) return;
+    this.#jobs.delete(jobId);
+    fail(job.span, "job_not_created");
+    job.span.end();
   }
 
   /** The innermost span an event belongs to: its tool call, else its session, else its job. */

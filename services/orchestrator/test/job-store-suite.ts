@@ -126,6 +126,50 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     assert.equal((await store.getPlugin("example"))?.path, "/p/2");
   });
 
+  withStore(
+    "a job created with its first events and lifecycle events stores them at once; a creation that fails stores none of them",
+    async (store) => {
+      const created = job("c1", { createdAt: new Date(5000), updatedAt: new Date(5000) });
+      const stored = await store.createJob(created, {
+        events: [create(JobEventSchema, { event: { case: "stateChanged", value: { state: JobState.PENDING } } })],
+        lifecycle: [rawEvent("job.created", { jobId: "c1", status: "pending" })],
+      });
+      assert.deepEqual(
+        stored.map((e) => [Number(e.seq), e.jobId, e.event.case]),
+        [[1, "c1", "stateChanged"]],
+      );
+      assert.equal(stored[0]!.time?.seconds, 5n, "an event without a time is stamped with the job's creation");
+      const row = await store.getJob("c1");
+      assert.equal(row?.lastSeq, 1);
+      assert.equal(row?.updatedAt.getTime(), 5000);
+      assert.deepEqual(
+        (await store.listJobEvents("c1", 0)).map((e) => Number(e.seq)),
+        [1],
+      );
+      const next = await store.append({
+        jobId: "c1",
+        events: [create(JobEventSchema, { event: { case: "text", value: { text: "after" } } })],
+      });
+      assert.equal(Number(next[0]!.seq), 2, "appends number on from the first events");
+      // The same id again: the insert fails, and the events and the lifecycle event that came with it go too.
+      await assert.rejects(
+        store.createJob(job("c1", { input: "second" }), {
+          events: [create(JobEventSchema, { event: { case: "text", value: { text: "never" } } })],
+          lifecycle: [rawEvent("job.failed", { jobId: "c1" })],
+        }),
+      );
+      assert.equal((await store.getJob("c1"))?.input, "fix it");
+      assert.deepEqual(
+        (await store.listJobEvents("c1", 0)).map((e) => e.event.case),
+        ["stateChanged", "text"],
+      );
+      assert.deepEqual(
+        (await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 })).map((c) => c.event.type),
+        ["job.created"],
+      );
+    },
+  );
+
   withStore("events get gap-free sequence numbers, with the job patch in the same step", async (store) => {
     await store.createJob(job("j1"));
     const stored = await store.append({

@@ -30,7 +30,14 @@ import { stepNote, stepWhere } from "./graph-step-notes.js";
 import type { JobFeed } from "../jobs/job-feed.js";
 import { asBystander, soleOwnership, type JobOwnership } from "../cluster/job-ownership.js";
 import type { JobRunner } from "../jobs/job-runner.js";
-import { appendJobStep, JOB_STATE_TO_PROTO, stateChanged, textNote, type JobEventInit } from "../jobs/job-events.js";
+import {
+  appendJobStep,
+  createJobStep,
+  JOB_STATE_TO_PROTO,
+  stateChanged,
+  textNote,
+  type JobEventInit,
+} from "../jobs/job-events.js";
 import { checkJobInput } from "../jobs/job-input.js";
 import {
   ACTIVE_JOB_STATES,
@@ -181,19 +188,6 @@ export class GraphJobs {
     );
     // Leased before it exists, so no other replica takes it for an orphan.
     await this.#ownership.claim(job.id);
-    try {
-      await this.#graphs.putGraphJob({
-        jobId: job.id,
-        graph: graph.name,
-        version: graph.version,
-        pinnedAgents: pinned,
-        createdAt: now,
-      });
-      await this.#o.store.createJob(job);
-    } catch (error) {
-      await this.#ownership.release(job.id).catch(() => undefined);
-      throw error;
-    }
     const started = this.#lifecycleEvent("graph.run_started", job.id, {
       graph_name: graph.name,
       graph_version: String(graph.version),
@@ -202,12 +196,26 @@ export class GraphJobs {
     // span for whichever replica resumes the run and for links from calls about it.
     const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
     const traceparent = this.#o.lifecycle?.traceparentOf?.(job.id);
-    await this.#append(
-      job.id,
-      [stateChanged("running")],
-      traceId || traceparent ? { ...(traceId ? { traceId } : {}), ...(traceparent ? { traceparent } : {}) } : undefined,
-      [started],
-    );
+    try {
+      await this.#graphs.putGraphJob({
+        jobId: job.id,
+        graph: graph.name,
+        version: graph.version,
+        pinnedAgents: pinned,
+        createdAt: now,
+      });
+      // The run's job, its first event and `graph.run_started` in one transaction (issue 24).
+      await createJobStep(
+        this.#o,
+        { ...job, ...(traceId ? { traceId } : {}), ...(traceparent ? { traceparent } : {}) },
+        { events: [stateChanged("running")], lifecycle: [started] },
+      );
+    } catch (error) {
+      // Not created: its span ends here, and a lease kept (and renewed) would be for nothing.
+      this.#o.lifecycle?.withdrawn?.(job.id);
+      await this.#ownership.release(job.id).catch(() => undefined);
+      throw error;
+    }
     const active = this.#activate(job.id, graph, pinned);
     this.#started.set(job.id, Date.now());
     const handle = await active.runner.start({ prompt: options.input, runId: job.id });

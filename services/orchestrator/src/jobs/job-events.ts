@@ -7,7 +7,14 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { JobEventSchema, JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import type { JobPatch, JobStateName, JobStore, PermissionRecord, StderrAppend } from "../store/job-store.js";
+import type {
+  JobPatch,
+  JobRecord,
+  JobStateName,
+  JobStore,
+  PermissionRecord,
+  StderrAppend,
+} from "../store/job-store.js";
 import type { LifecycleSink } from "../sessions/session-runner.js";
 import type { JobFeed } from "./job-feed.js";
 
@@ -49,10 +56,10 @@ export interface JobStepWrites {
  * ships the lifecycle events.
  */
 export async function appendJobStep(
-  deps: { store: JobStore; feed: JobFeed; lifecycle?: LifecycleSink | undefined },
+  deps: JobStepDeps,
   step: { jobId: string; events: JobEventInit[] } & JobStepWrites,
 ): Promise<JobEvent[]> {
-  const lifecycle = (step.lifecycle ?? []).filter((e): e is RawEvent => e !== undefined);
+  const lifecycle = definedEvents(step.lifecycle);
   const stored = await deps.store.append({
     jobId: step.jobId,
     events: step.events.map((e) => create(JobEventSchema, e)),
@@ -61,7 +68,39 @@ export async function appendJobStep(
     ...(lifecycle.length ? { lifecycle } : {}),
     ...(step.stderr ? { stderr: step.stderr } : {}),
   });
+  return committed(deps, step.jobId, stored, lifecycle);
+}
+
+/**
+ * A new job with its first events and the lifecycle events reporting it, in
+ * one transaction (JobStore.createJob); then as appendJobStep.
+ */
+export async function createJobStep(
+  deps: JobStepDeps,
+  job: JobRecord,
+  first: { events: JobEventInit[]; lifecycle: (RawEvent | undefined)[] },
+): Promise<JobEvent[]> {
+  const lifecycle = definedEvents(first.lifecycle);
+  const stored = await deps.store.createJob(job, {
+    events: first.events.map((e) => create(JobEventSchema, e)),
+    lifecycle,
+  });
+  return committed(deps, job.id, stored, lifecycle);
+}
+
+interface JobStepDeps {
+  store: JobStore;
+  feed: JobFeed;
+  lifecycle?: LifecycleSink | undefined;
+}
+
+function definedEvents(events: (RawEvent | undefined)[] | undefined): RawEvent[] {
+  return (events ?? []).filter((e): e is RawEvent => e !== undefined);
+}
+
+/** What follows a step's commit: the outbox ships its lifecycle events, watchers here hear of its events. */
+function committed(deps: JobStepDeps, jobId: string, stored: JobEvent[], lifecycle: RawEvent[]): JobEvent[] {
   if (lifecycle.length) deps.lifecycle?.committed();
-  deps.feed.publish(step.jobId, stored);
+  deps.feed.publish(jobId, stored);
   return stored;
 }

@@ -32,7 +32,7 @@ import {
 import { ActiveJobs, type ActiveJob } from "./active-jobs.js";
 import { storeArtifacts } from "./job-artifacts.js";
 import { jobEnding } from "./job-ending.js";
-import { appendJobStep, stateChanged, type JobEventInit, type JobStepWrites } from "./job-events.js";
+import { appendJobStep, createJobStep, stateChanged, type JobEventInit, type JobStepWrites } from "./job-events.js";
 import type { JobFeed } from "./job-feed.js";
 import { checkAttachments, checkJobInput } from "./job-input.js";
 import { JobSessions } from "./job-sessions.js";
@@ -145,13 +145,6 @@ export class JobRunner {
     );
     // Leased before it exists, so no other replica takes it for an orphan.
     await this.#ownership.claim(job.id);
-    try {
-      await this.#o.store.createJob(job);
-    } catch (error) {
-      // Not created: a lease kept (and renewed) would be for nothing.
-      await this.#ownership.release(job.id).catch(() => undefined);
-      throw error;
-    }
     const created = this.#o.lifecycle?.event("job.created", {
       jobId: job.id,
       agentName: agent.name,
@@ -163,18 +156,28 @@ export class JobRunner {
     // span for whichever replica resumes the job and for links from calls about it.
     const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
     const traceparent = this.#o.lifecycle?.traceparentOf?.(job.id);
-    const traced = { ...(traceId ? { traceId } : {}), ...(traceparent ? { traceparent } : {}) };
-    // Its update time stays its creation's, so the record below is the stored one without reading it back.
-    const [pending] = await this.#append(job.id, [stateChanged("pending")], {
-      job: { ...traced, updatedAt: job.updatedAt },
-      lifecycle: [created],
-    });
+    const record: JobRecord = {
+      ...job,
+      ...(traceId ? { traceId } : {}),
+      ...(traceparent ? { traceparent } : {}),
+    };
+    // The job, its first event and `job.created` in one transaction (issue 24: it was two): a job is
+    // stored with them or not at all.
+    let pending: JobEvent | undefined;
+    try {
+      [pending] = await createJobStep(this.#o, record, { events: [stateChanged("pending")], lifecycle: [created] });
+    } catch (error) {
+      // Not created: its span ends here, and a lease kept (and renewed) would be for nothing.
+      this.#o.lifecycle?.withdrawn?.(job.id);
+      await this.#ownership.release(job.id).catch(() => undefined);
+      throw error;
+    }
     const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "" };
     this.#active.set(job.id, active);
     this.#active.track(this.#sessions.start(job, active));
     // What the store holds now (issue 24: it was read back): the session's start writes nothing until its
     // token is minted, a call to the LLM proxy away.
-    return { ...job, ...traced, lastSeq: Number(pending!.seq) };
+    return { ...record, lastSeq: Number(pending!.seq) };
   }
 
   /** Re-attach to every job that was running when the orchestrator stopped. */

@@ -17,7 +17,7 @@ import { SessionDriver, type FollowOptions, type PlaceOptions, type SessionEnd }
 import { agentSessionStart } from "../sessions/session-request.js";
 import type { LifecycleSink, SandboxMessage, SessionRunner, TokenIssuer } from "../sessions/session-runner.js";
 import { newSessionId } from "../store/ids.js";
-import { ACTIVE_JOB_STATES, isTerminal, type JobRecord, type JobStore } from "../store/job-store.js";
+import { ACTIVE_JOB_STATES, isTerminal, type JobPatch, type JobRecord, type JobStore } from "../store/job-store.js";
 import type { ActiveJob, ActiveJobs } from "./active-jobs.js";
 import { appendJobStep, stateChanged } from "./job-events.js";
 import type { JobFeed } from "./job-feed.js";
@@ -107,11 +107,6 @@ export class JobSessions {
       });
       return;
     }
-    const current = await this.#o.store.updateJob(job.id, { tokenId: token.tokenId });
-    if (current.cancelRequestedAt || isTerminal(current.state)) {
-      await this.#o.finish(job.id, {});
-      return;
-    }
     const timeoutMs = definition.limits?.timeout ? parseDuration(definition.limits.timeout) : 0;
     const start = agentSessionStart({
       sessionId: job.sessionId,
@@ -127,8 +122,8 @@ export class JobSessions {
     if (this.#o.active.closing) return;
     const end = await this.#driver.start({
       ...this.#following(job, active),
-      // `current` was read just now, with no await since: the first check before placing need not read it again.
-      place: this.#placing(job, active, { justRead: true }),
+      // The token's id is stored with the session's node (or, when every node is full, with the wait): one write.
+      place: this.#placing(job, active, token.tokenId),
       start: (sandbox) => sandbox.start(start),
     });
     await this.#ended(job.id, active, end);
@@ -247,18 +242,27 @@ export class JobSessions {
    * How the job's session is placed: on a node with room, stored as the
    * job's node before the session starts (so a restart re-attaches there);
    * waiting while every node is full, until the job is cancelled, ends or
-   * is abandoned.
+   * is abandoned. `minted`: the session's token's id, just minted, stored with
+   * the first of these writes (issue 24: it was a write of its own); the job
+   * is read back by it, so a cancel or an end that came meanwhile stops the
+   * start there, and the first check before placing reads nothing.
    */
-  #placing(job: JobRecord, active: ActiveJob, options: { justRead?: boolean } = {}): PlaceOptions {
-    let justRead = options.justRead === true;
+  #placing(job: JobRecord, active: ActiveJob, minted: string): PlaceOptions {
+    let tokenId: string | undefined = minted;
+    let checked = true;
+    const withToken = (): JobPatch => {
+      const patch = tokenId !== undefined ? { tokenId } : {};
+      tokenId = undefined;
+      return patch;
+    };
     return {
       jobId: job.id,
       sessionId: job.sessionId,
       stop: async () => {
         if (this.#o.active.stopped(active)) return true;
-        // The caller found it neither cancelled nor ended, and nothing ran since (issue 24: one read less per job).
-        if (justRead) {
-          justRead = false;
+        // The write that stores the placement (or the wait) reads the job back and checks it then.
+        if (checked) {
+          checked = false;
           return false;
         }
         const current = await this.#o.store.getJob(job.id);
@@ -266,12 +270,22 @@ export class JobSessions {
       },
       // Once per job: otherwise a waiting job only shows "pending", and why is in the orchestrator's log alone.
       waiting: async () => {
-        if (active.waitSaid) return;
+        if (active.waitSaid && tokenId === undefined) return;
+        const said = active.waitSaid === true;
         active.waitSaid = true;
-        await appendJobStep(this.#o, { jobId: job.id, events: [stateChanged("pending", WAITING_FOR_ROOM)] });
+        const events = said ? [] : [stateChanged("pending", WAITING_FOR_ROOM)];
+        await appendJobStep(this.#o, { jobId: job.id, events, job: withToken() });
       },
       placed: async (sandbox) => {
-        await this.#o.store.updateJob(job.id, { sandboxUrl: sandbox.url });
+        const patch = withToken();
+        const current = await this.#o.store.updateJob(job.id, { ...patch, sandboxUrl: sandbox.url });
+        if (current.cancelRequestedAt === undefined && !isTerminal(current.state)) return true;
+        // Ended while its token was minted (a cancel): that end revoked no token, none was stored yet.
+        if (patch.tokenId && isTerminal(current.state))
+          await this.#o.tokens.revoke({ tokenId: patch.tokenId }).catch((error: unknown) => {
+            this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not revoke the session token");
+          });
+        return false;
       },
     };
   }

@@ -49,8 +49,11 @@ export interface PlaceOptions {
   stop(): boolean | Promise<boolean>;
   /** Every node is full: called before each wait. */
   waiting?(): Promise<void>;
-  /** A node took it, before the session starts there (a job records its node, so a restart re-attaches there). */
-  placed?(sandbox: SessionRunner): Promise<void>;
+  /**
+   * A node took it, before the session starts there (a job records its node, so a restart re-attaches there).
+   * False: it is not to start after all (its job ended or was cancelled meanwhile); placing gives up as with `stop`.
+   */
+  placed?(sandbox: SessionRunner): Promise<boolean>;
 }
 
 /**
@@ -132,10 +135,7 @@ export class SessionDriver {
         sessionId: o.sessionId,
         ...(refusedBy ? { refusedBy } : {}),
       });
-      if (sandbox) {
-        await o.placed?.(sandbox);
-        return sandbox;
-      }
+      if (sandbox) return (await (o.placed?.(sandbox) ?? true)) ? sandbox : undefined;
       await o.waiting?.();
       await sleep(ROOM_POLL_MS);
     }

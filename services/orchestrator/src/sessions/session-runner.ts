@@ -167,6 +167,12 @@ export interface LifecycleSink {
    */
   traceparentOf?(jobId: string): string | undefined;
   /**
+   * The job whose `job.created` (or `graph.run_started`) event was made is
+   * not stored after all (its creation's transaction failed): what the event
+   * began for it (its trace's root span) ends, failed, and is forgotten.
+   */
+  withdrawn?(jobId: string): void;
+  /**
    * A job this process did not start is worked on here (a restart, a
    * takeover): its further work continues the trace of its stored traceparent.
    */

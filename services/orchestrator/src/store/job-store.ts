@@ -206,6 +206,14 @@ export interface JobAppend {
   stderr?: StderrAppend;
 }
 
+/** What a job is created with besides its row, in the same transaction. */
+export interface JobCreation {
+  /** Its first events; `seq` and `jobId` are filled in. */
+  events?: JobEvent[];
+  /** The lifecycle events reporting its creation (see JobAppend.lifecycle). */
+  lifecycle?: RawEvent[];
+}
+
 /** A piece of a session's stderr as the sandbox logged it (the session token already scrubbed). */
 export interface StderrPiece {
   /** The sandbox's seq of the piece. */
@@ -292,7 +300,11 @@ export interface JobStore {
   /** Oldest first. */
   listAgentVersions(name: string): Promise<AgentVersionRecord[]>;
 
-  createJob(job: JobRecord): Promise<void>;
+  /**
+   * Stores a new job; with `first`, its first events (numbered after `job.lastSeq`) and the lifecycle events
+   * reporting it in the same transaction. Returns the stored events.
+   */
+  createJob(job: JobRecord, first?: JobCreation): Promise<JobEvent[]>;
   getJob(id: string): Promise<JobRecord | undefined>;
   /** Newest first. */
   listJobs(query?: ListJobsQuery): Promise<JobRecord[]>;

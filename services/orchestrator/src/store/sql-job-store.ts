@@ -16,6 +16,7 @@ import {
   likeEscaped,
   type AgentVersionRecord,
   type JobAppend,
+  type JobCreation,
   type JobPatch,
   type JobRecord,
   type JobStore,
@@ -249,8 +250,23 @@ export class SqlJobStore implements JobStore {
     return rows.map(toAgent);
   }
 
-  async createJob(job: JobRecord): Promise<void> {
-    await HOT_QUERIES.createJob.execute(this.db, this.engine, { row: jobColumns(this.engine, job) });
+  async createJob(job: JobRecord, first: JobCreation = {}): Promise<JobEvent[]> {
+    const events = first.events ?? [];
+    const lifecycle = first.lifecycle ?? [];
+    if (events.length === 0 && lifecycle.length === 0) {
+      await HOT_QUERIES.createJob.execute(this.db, this.engine, { row: jobColumns(this.engine, job) });
+      return [];
+    }
+    // The job, its first events and the lifecycle events reporting it in one transaction (issue 24: it was an
+    // insert and then an append): a job exists with its first events or not at all.
+    return this.#jobWrite(job.id, async (trx) => {
+      const row = { ...jobColumns(this.engine, job), last_seq: job.lastSeq + events.length };
+      await HOT_QUERIES.createJob.execute(trx, this.engine, { row });
+      const stored = await this.#insertEvents(trx, job.id, job.lastSeq, events, job.createdAt);
+      await this.#keepLifecycle(trx, lifecycle);
+      if (stored.length > 0) await this.afterAppend(trx, job.id, job.lastSeq + 1, job.lastSeq + stored.length);
+      return stored;
+    });
   }
 
   async getJob(id: string): Promise<JobRecord | undefined> {
@@ -321,21 +337,8 @@ export class SqlJobStore implements JobStore {
         })
       ).rows;
       if (!numbered) throw notFound(`job ${jobId} not found`);
-      let seq = toNumber(numbered.last_seq) - change.events.length;
-      const stored = change.events.map((event) =>
-        create(JobEventSchema, { ...event, jobId, seq: BigInt(++seq), time: event.time ?? timestampFromDate(now) }),
-      );
-      if (stored.length > 0) {
-        // One INSERT for the whole step: a statement per event would dominate a busy job.
-        await HOT_QUERIES.insertJobEvents.execute(trx, this.engine, {
-          rows: stored.map((e) => ({
-            job_id: jobId,
-            seq: Number(e.seq),
-            time: this.engine.time(now),
-            event: toJsonString(JobEventSchema, e),
-          })),
-        });
-      }
+      const seq = toNumber(numbered.last_seq);
+      const stored = await this.#insertEvents(trx, jobId, seq - change.events.length, change.events, now);
       for (const permission of change.permissions ?? []) {
         const decided = permission.status !== "pending";
         if (decided) await this.beforeDecision(trx, permission);
@@ -347,6 +350,26 @@ export class SqlJobStore implements JobStore {
       if (stored.length > 0) await this.afterAppend(trx, jobId, seq - stored.length + 1, seq);
       return stored;
     });
+  }
+
+  /** `events` stored as the job's next after `afterSeq`, numbered from there; an event without a time gets `now`. */
+  async #insertEvents(trx: Trx, jobId: string, afterSeq: number, events: JobEvent[], now: Date): Promise<JobEvent[]> {
+    let seq = afterSeq;
+    const stored = events.map((event) =>
+      create(JobEventSchema, { ...event, jobId, seq: BigInt(++seq), time: event.time ?? timestampFromDate(now) }),
+    );
+    if (stored.length > 0) {
+      // One INSERT for the whole step: a statement per event would dominate a busy job.
+      await HOT_QUERIES.insertJobEvents.execute(trx, this.engine, {
+        rows: stored.map((e) => ({
+          job_id: jobId,
+          seq: Number(e.seq),
+          time: this.engine.time(now),
+          event: toJsonString(JobEventSchema, e),
+        })),
+      });
+    }
+    return stored;
   }
 
   async #appendStderr(trx: Trx, jobId: string, { sessionId, piece, maxBytes }: StderrAppend): Promise<void> {
