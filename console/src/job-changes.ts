@@ -1,7 +1,9 @@
 // Every job's state changes as they happen (WatchJobs), for lists that stay
 // current without reading again on a timer: `changed` is called (at most
-// once per GATHER_MS, for a burst) when a job changed, and after the stream
-// was opened again (changes may have been missed while it was down).
+// once per GATHER_MS, for a burst) when a job changed, and each time the
+// stream is live (its first message, which carries no job): whatever changed
+// before, while the page read its list or while the stream was down, is read
+// again then, and nothing after it is missed.
 import { useEffect, useRef } from "preact/hooks";
 import type { Job } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { jobs } from "./api.js";
@@ -28,8 +30,7 @@ export function useJobChanges(changed: (jobs: readonly Job[]) => void): void {
     const follow = async (): Promise<void> => {
       for (let attempt = 0; !abort.signal.aborted; attempt++) {
         try {
-          // Reopened: what changed meanwhile is unknown, so the list is read again.
-          if (attempt > 0) soon(undefined);
+          // The first message has no job: the stream is live, so the list is read again.
           for await (const { job } of jobs.watchJobs({}, { signal: abort.signal })) {
             attempt = 0;
             soon(job);

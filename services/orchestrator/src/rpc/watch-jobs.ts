@@ -3,6 +3,12 @@
 // console's jobs and approvals pages). The feed says which job
 // changed; the job is read from the store when its turn to be sent comes, so
 // a burst of changes to one job sends it once, as it is by then.
+//
+// The first message carries no job: it goes out once the stream hears every
+// change, so a list read after it misses none. A client that listed first
+// and then opened the stream lost what changed in between (the console's
+// approvals page never showed a call that started waiting then, and so never
+// saw it leave either).
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Job, WatchJobsResponse } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { JobFeed } from "../jobs/job-feed.js";
@@ -21,6 +27,7 @@ export async function* watchJobs(
     bell.ring();
   });
   try {
+    yield {} as WatchJobsResponse;
     while (!context.signal.aborted) {
       for (const jobId of changed) {
         changed.delete(jobId);

@@ -435,7 +435,7 @@ export const WatchJobsRequestSchema: GenMessage<WatchJobsRequest> = /*@__PURE__*
  */
 export type WatchJobsResponse = Message<"oz0.orchestrator.v1.WatchJobsResponse"> & {
   /**
-   * The job as it is after the change.
+   * The job as it is after the change; unset in the stream's first message.
    *
    * @generated from field: oz0.orchestrator.v1.Job job = 1;
    */
@@ -1955,9 +1955,11 @@ export const JobService: GenService<{
   /**
    * Every job as it changes state (stored, running, waiting for a person,
    * running again, ended) or a call of it starts or stops waiting for a
-   * person, from now on: list with ListJobs (or ListApprovals) first, then
-   * follow this to keep the list current. Nothing is replayed; after a
-   * reconnect, list again.
+   * person, from now on. The first message carries no job: it is sent once
+   * the stream hears every change, so list with ListJobs (or ListApprovals)
+   * when it arrives and follow the stream to keep the list current; nothing
+   * that changes after it is missed. Nothing is replayed: after a reconnect,
+   * list again at its first message.
    *
    * @generated from rpc oz0.orchestrator.v1.JobService.WatchJobs
    */
