@@ -209,10 +209,14 @@ void test("a viewer sees the queue without the buttons, the API refuses the view
 });
 
 void test("a call whose deadline passes leaves the queue at once, though the page reads the queue on no timer", async () => {
-  const { job } = await clients(t.stack.ownerToken).jobs.runAgent({ agent: "brief", input: "deadline" });
-  const jobId = job!.id;
+  // The page is open before the job starts: the call's 8 s are then the page's to see it in, not also the
+  // browser's start on a loaded machine.
   const page = await openConsole(t.stack.ownerToken);
   await page.getByRole("link", { name: "Approvals" }).click();
+  await page.getByRole("heading", { name: "Approvals" }).waitFor();
+  await page.getByText("Loading…").waitFor({ state: "detached" });
+  const { job } = await clients(t.stack.ownerToken).jobs.runAgent({ agent: "brief", input: "deadline" });
+  const jobId = job!.id;
   const card = page.locator("article.approval", { hasText: jobId });
   await card.waitFor();
   // Nobody answers: at the deadline the runtime does, which WatchJobs carries, and the queue is read again.
