@@ -3,7 +3,13 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { LIFECYCLE_TYPES } from "@oz0/events-client";
 import type { Logger } from "@oz0/serving";
-import type { EventsService, PublicEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type {
+  EventsService,
+  PublicEvent,
+  PublishRequest,
+  PublishResponseSchema,
+} from "@oz0/proto/oz0/events/v1/events_pb";
 import type { KafkaRelay } from "./kafka-relay.js";
 import { OutboxWriteError, type AppendResult, type Outbox } from "./outbox.js";
 import { redactEvent } from "./redaction-policy.js";
@@ -49,50 +55,74 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
     }
     return reduced;
   };
+  // One batch, as Publish and each message of PublishStream take it: answered once its events are durable.
+  const publishBatch = async (request: PublishRequest): Promise<MessageInitShape<typeof PublishResponseSchema>> => {
+    if (request.events.length > MAX_PUBLISH_BATCH) {
+      throw new ConnectError(
+        `a Publish carries at most ${MAX_PUBLISH_BATCH} events (got ${request.events.length}); split the batch`,
+        Code.InvalidArgument,
+      );
+    }
+    const redacted: PublicEvent[] = [];
+    let dropped = 0;
+    request.events.forEach((raw, index) => {
+      const outcome = redactEvent(raw);
+      if (outcome.ok) {
+        redacted.push(outcome.event);
+        return;
+      }
+      dropped++;
+      // Neither the id nor the type is logged: either may be what was wrong.
+      logger.warn(
+        { code: outcome.code, index },
+        "dropped a raw event whose id or type is not a plain identifier; build events with rawEvent()",
+      );
+    });
+    let stored: AppendResult;
+    try {
+      // Resolves once durable, committed with the other calls of the moment.
+      stored = await outbox.append(redacted);
+    } catch (error) {
+      if (!(error instanceof OutboxWriteError)) throw error;
+      logger.error({ code: error.code, err: error.message }, "could not store published events in the outbox");
+      // Nothing of the batch is acknowledged: the producer sends it again, and ids already stored are ignored.
+      throw new ConnectError(
+        "the events service could not store the events durably; send them again (producers retry by themselves)",
+        Code.Unavailable,
+      );
+    }
+    const { appended, duplicates } = stored;
+    traceAccepted(appended, { ...(deps.topic ? { topic: deps.topic } : {}) });
+    if (relay) {
+      relay.wake();
+      // Stored already; the answer waits while Kafka is behind, so a producer publishes at the pace it delivers.
+      await relay.caughtUp();
+    }
+    return { accepted: appended.length, duplicates, dropped, reduced: sayUnknown(appended) };
+  };
   return {
-    async publish(request) {
-      if (request.events.length > MAX_PUBLISH_BATCH) {
-        throw new ConnectError(
-          `a Publish carries at most ${MAX_PUBLISH_BATCH} events (got ${request.events.length}); split the batch`,
-          Code.InvalidArgument,
-        );
-      }
-      const redacted: PublicEvent[] = [];
-      let dropped = 0;
-      request.events.forEach((raw, index) => {
-        const outcome = redactEvent(raw);
-        if (outcome.ok) {
-          redacted.push(outcome.event);
-          return;
-        }
-        dropped++;
-        // Neither the id nor the type is logged: either may be what was wrong.
-        logger.warn(
-          { code: outcome.code, index },
-          "dropped a raw event whose id or type is not a plain identifier; build events with rawEvent()",
-        );
-      });
-      let stored: AppendResult;
+    publish: publishBatch,
+
+    // A producer's batches one after another on one stream (it sends the next
+    // once this one is answered): each answered in order, as Publish answers
+    // it. An error ends the stream, and the producer sends the batch again.
+    // The stream ends when the service closes, between batches, so a producer's
+    // idle stream never holds up the close (the producer opens a new one).
+    async *publishStream(requests) {
+      if (deps.shutdown.aborted) return;
+      const batches = requests[Symbol.asyncIterator]();
+      let closed: () => void = () => undefined;
+      const closing = new Promise<undefined>((resolve) => (closed = () => resolve(undefined)));
+      deps.shutdown.addEventListener("abort", closed, { once: true });
       try {
-        // Resolves once durable, committed with the other calls of the moment.
-        stored = await outbox.append(redacted);
-      } catch (error) {
-        if (!(error instanceof OutboxWriteError)) throw error;
-        logger.error({ code: error.code, err: error.message }, "could not store published events in the outbox");
-        // Nothing of the batch is acknowledged: the producer sends it again, and ids already stored are ignored.
-        throw new ConnectError(
-          "the events service could not store the events durably; send them again (producers retry by themselves)",
-          Code.Unavailable,
-        );
+        for (;;) {
+          const next = await Promise.race([batches.next(), closing]);
+          if (next === undefined || next.done) return;
+          yield await publishBatch(next.value);
+        }
+      } finally {
+        deps.shutdown.removeEventListener("abort", closed);
       }
-      const { appended, duplicates } = stored;
-      traceAccepted(appended, { ...(deps.topic ? { topic: deps.topic } : {}) });
-      if (relay) {
-        relay.wake();
-        // Stored already; the answer waits while Kafka is behind, so a producer publishes at the pace it delivers.
-        await relay.caughtUp();
-      }
-      return { accepted: appended.length, duplicates, dropped, reduced: sayUnknown(appended) };
     },
 
     async *watch(request, context) {

@@ -44,6 +44,9 @@ export function traceAccepted(events: readonly PublicEvent[], options: { topic?:
 
 /** serve()'s `untracedRpcs`: a Publish joins its events' traces (see the top of this file); other RPCs start their own. */
 export function publishTraces(request: UnaryRequest | StreamRequest): UntracedRpc {
+  // A producer's stream lives as long as the producer: a span of it would be a trace of its own, hours long. Its
+  // events still join their traces, by their PRODUCER spans.
+  if (request.method.name === "PublishStream") return "none";
   if (request.method.name !== "Publish" || request.stream) return "root";
   const byTrace = new Map<string, SpanContext>();
   // A batch is mostly events of a few jobs: each trace's traceparent is parsed once (`00-{trace id}-…`).

@@ -9,6 +9,7 @@ import { startEvents, type RunningEvents } from "@oz0/events";
 import { createEventPublisher, rawAttributes, rawEvent, type PublisherLogger } from "@oz0/events-client";
 import { foreignEvent } from "./fixtures/foreign-event.js";
 import { freePortForTest } from "./fixtures/free-port.js";
+import { startTestEvents } from "./fixtures/test-service.js";
 import { eventsClient, watchAll } from "./fixtures/events-client.js";
 import { testCredentials } from "@oz0/serving/testing";
 
@@ -22,15 +23,8 @@ function recordingLogger(): PublisherLogger & { lines: { obj: object; msg?: stri
   return { lines, warn: (obj, msg) => lines.push({ obj, msg }), error: (obj, msg) => lines.push({ obj, msg }) };
 }
 
-async function service(options: { dataDir?: string; port?: number } = {}): Promise<RunningEvents> {
-  const events = await startEvents({
-    auth: testCredentials.settingsFor("events"),
-    port: options.port ?? 0,
-    dataDir: options.dataDir,
-  });
-  cleanup.push(() => events.close());
-  return events;
-}
+const service = (options: { dataDir?: string; port?: number } = {}): Promise<RunningEvents> =>
+  startTestEvents(cleanup, options);
 
 void describe("the publisher", () => {
   void test("batches, delivers in order, and flush waits until the service accepted everything", async () => {
