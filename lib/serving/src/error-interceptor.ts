@@ -10,16 +10,21 @@ export function unexpectedErrorInterceptor(logger: Logger): Interceptor {
     try {
       return await next(request);
     } catch (error) {
-      if (error instanceof ConnectError) throw error;
-      const ref = randomUUID().slice(0, 8);
-      logger.error({ err: error, ref, procedure: request.method.name }, "unexpected error in handler");
-      throw new ConnectError(
-        `internal error (ref ${ref}); the service log has the details`,
-        Code.Internal,
-        undefined,
-        undefined,
-        error,
-      );
+      throw hiddenUnexpected(error, logger, request.method.name);
     }
   };
+}
+
+/** A ConnectError as it is; anything else logged, and `Internal` with its reference. */
+export function hiddenUnexpected(error: unknown, logger: Logger, procedure: string): ConnectError {
+  if (error instanceof ConnectError) return error;
+  const ref = randomUUID().slice(0, 8);
+  logger.error({ err: error, ref, procedure }, "unexpected error in handler");
+  return new ConnectError(
+    `internal error (ref ${ref}); the service log has the details`,
+    Code.Internal,
+    undefined,
+    undefined,
+    error,
+  );
 }

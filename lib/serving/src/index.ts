@@ -16,6 +16,13 @@ export {
   envUrlList,
 } from "./env-config.js";
 export { unexpectedErrorInterceptor } from "./error-interceptor.js";
+export {
+  DEFAULT_MAX_MESSAGE_BYTES,
+  MAX_MESSAGE_BYTES_VARIABLE,
+  envMaxMessageBytes,
+  messageTooLarge,
+} from "./message-size-limit.js";
+export type { OversizedMessage } from "./message-size-limit.js";
 export type { RequestHandler } from "./protocol-sniffing-server.js";
 export {
   startTelemetry,

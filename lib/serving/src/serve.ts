@@ -7,19 +7,19 @@ import { ServerReflection as ReflectionV1 } from "@oz0/proto/grpc/reflection/v1/
 import { ServerReflection as ReflectionV1alpha } from "@oz0/proto/grpc/reflection/v1alpha/reflection_pb";
 import type { AddressInfo, Server as TcpServer } from "node:net";
 import { ACCESS_TABLE } from "./auth/access-table.js";
-import { accessCheck, authInterceptor } from "./auth/auth-interceptor.js";
+import { accessGate } from "./auth/auth-interceptor.js";
 import type { Authenticator } from "./auth/authenticator.js";
-import { unexpectedErrorInterceptor } from "./error-interceptor.js";
+import { hiddenUnexpected, unexpectedErrorInterceptor } from "./error-interceptor.js";
 import { traceServer, type UntracedRpcPolicy } from "./telemetry.js";
 import { HealthRegistry } from "./health.js";
 import { createLogger, type Logger } from "./logger.js";
+import { DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_VARIABLE, type OversizedMessage } from "./message-size-limit.js";
 import { createSniffingServer, type RequestHandler } from "./protocol-sniffing-server.js";
 import { ReflectionIndex, reflectionServiceV1, reflectionServiceV1alpha } from "./reflection.js";
 import { decodingBinaryBodies, handingOnDecodedMessages } from "./undecodable-requests.js";
 
 /** What connect decodes request bodies with (its own defaults, named so the body check uses the same). */
 const ACCEPT_COMPRESSION = [compressionGzip, compressionBrotli];
-const READ_MAX_BYTES = 0xffffffff;
 
 /** One RPC service and its implementation. */
 export interface ServiceRegistration<S extends DescService = DescService> {
@@ -62,6 +62,12 @@ export interface ServeOptions {
   readyOnListen?: boolean;
   /** A client that has not sent its request's headers by then is disconnected. Default 10 s. */
   headersTimeoutMs?: number;
+  /**
+   * The largest request message an RPC may carry, decompressed, in bytes
+   * (OZ0_MAX_MESSAGE_BYTES, message-size-limit.ts); a larger one is refused
+   * ResourceExhausted as soon as its size is known. Default 4 MiB.
+   */
+  maxMessageBytes?: number;
 }
 
 export interface RunningServer {
@@ -93,6 +99,8 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   const health = new HealthRegistry(options.services.map((s) => s.service.typeName));
   const reflection = new ReflectionIndex([...options.services.map((s) => s.service), Health, ReflectionV1]);
   const hint = options.credentialHint ? { credentialHint: options.credentialHint } : {};
+  const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const gate = accessGate(options.auth, hint);
   const routes = (router: ConnectRouter): void => {
     for (const { service, impl } of options.services) router.service(service, impl);
     router.service(Health, health.service());
@@ -101,8 +109,12 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     // connect-node takes the router's handlers once this returns.
     const bodyCheck = {
       compressions: ACCEPT_COMPRESSION,
-      readMaxBytes: READ_MAX_BYTES,
-      accessCheck: accessCheck(options.auth, hint),
+      maxMessageBytes,
+      onOversized: (refusal: OversizedMessage) =>
+        logger.warn(
+          { code: "MESSAGE_TOO_LARGE", ...refusal, setting: MAX_MESSAGE_BYTES_VARIABLE },
+          "a request message over the size limit was refused",
+        ),
     };
     router.handlers.splice(
       0,
@@ -113,13 +125,17 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   const handler = connectNodeAdapter({
     routes,
     acceptCompression: ACCEPT_COMPRESSION,
-    readMaxBytes: READ_MAX_BYTES,
+    readMaxBytes: maxMessageBytes,
+    // Who may call is decided before a byte of the body is read, on every protocol.
+    requestGate: (context) =>
+      gate(context).catch((error: unknown) => {
+        throw hiddenUnexpected(error, logger, context.method.name);
+      }),
     interceptors: [
       // First: it puts back the request messages the body check decoded (connect parsed empty ones).
       handingOnDecodedMessages(),
       traceServer({ untraced: untracedOrProbe(options.untracedRpcs) }),
       unexpectedErrorInterceptor(logger),
-      authInterceptor(options.auth, hint),
       ...(options.interceptors ?? []),
     ],
     fallback: options.fallback as Parameters<typeof connectNodeAdapter>[0]["fallback"],

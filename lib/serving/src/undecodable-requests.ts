@@ -20,14 +20,24 @@
 // which puts it where connect's empty one was. Decoding each Publish of the
 // events service twice was about 2.8 µs of CPU per event and a quarter of its
 // main thread's allocations (issue 24). Where connect would do something
-// else with the bytes (a compressed unary body, an envelope connect skips or
-// would refuse for its size), they go on as they came and connect parses them.
+// else with the bytes (a compressed unary body, an envelope connect skips),
+// they go on as they came and connect parses them.
 //
-// JSON bodies are left to connect: it already answers them InvalidArgument,
-// naming the request type.
+// The same pass holds every body to the service's message size limit
+// (message-size-limit.ts), JSON ones too: an envelope whose header says it is
+// larger, or a unary body whose Content-Length does, is refused before any of
+// its bytes are read, and one without a declared size on the first byte past
+// the limit, so no more than the limit is ever held for a message. Connect's
+// own readMaxBytes is the same limit (it is what bounds a compressed JSON
+// message's decompression). A caller the access table refuses never gets this
+// far: serve()'s request gate refuses it before the body is read.
+//
+// JSON bodies are otherwise left to connect: it already answers them
+// InvalidArgument, naming the request type.
 import { fromBinary, type DescMethod, type Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextKey, createContextValues, type Interceptor } from "@connectrpc/connect";
 import type { Compression, UniversalHandler, UniversalServerRequest } from "@connectrpc/connect/protocol";
+import { messageTooLarge, type OversizedMessage } from "./message-size-limit.js";
 
 /**
  * The messages a body's envelopes were decoded to, in their order; undefined
@@ -46,16 +56,10 @@ const EMPTY_BODY = new Uint8Array(0);
 export interface BodyCheckOptions {
   /** The encodings connect is given (`acceptCompression`), to decompress a message before decoding it. */
   compressions: Compression[];
-  /** Connect's `readMaxBytes`: no message is decompressed past it. */
-  readMaxBytes: number;
-  /**
-   * Asked before a body is refused, with the method (`service/Method`) and the
-   * authorization header; throws the caller's refusal (Unauthenticated,
-   * PermissionDenied). So a caller the access table refuses is told that
-   * first, whatever it sent, on every protocol: a streaming call's
-   * interceptors run before its body is read, a unary call's after.
-   */
-  accessCheck: (method: string, authorization: string | null) => Promise<unknown>;
+  /** The largest request message, decompressed, in bytes (connect's `readMaxBytes` is the same). */
+  maxMessageBytes: number;
+  /** Told of each message refused for its size, before the caller is (the service logs it). */
+  onOversized?: (refusal: OversizedMessage) => void;
 }
 
 /**
@@ -65,36 +69,45 @@ export interface BodyCheckOptions {
  */
 export function decodingBinaryBodies(handler: UniversalHandler, options: BodyCheckOptions): UniversalHandler {
   const checked = (request: UniversalServerRequest) => {
-    const framing = binaryFraming(request.header.get("content-type"));
+    const framing = bodyFraming(request.header.get("content-type"));
     if (!framing || !isByteStream(request.body)) return handler(request);
     const encoding = request.header.get(framing.encodingHeader);
     const decoded: DecodedMessages = [];
     const contextValues = request.contextValues ?? createContextValues();
     contextValues.set(decodedMessages, decoded);
+    const method = `${handler.service.typeName}/${handler.method.name}`;
     const check: MessageCheck = {
       method: handler.method,
+      binary: framing.binary,
       compression:
         encoding && encoding !== "identity"
           ? (options.compressions.find((c) => c.name === encoding) ?? "unknown")
           : undefined,
-      readMaxBytes: options.readMaxBytes,
-      refuse: async (reason) => {
-        const method = `${handler.service.typeName}/${handler.method.name}`;
-        await options.accessCheck(method, request.header.get("authorization"));
-        return new ConnectError(
-          `the request body could not be decoded as ${handler.method.input.typeName} (${reason}); send that message in the protocol's binary encoding`,
+      maxBytes: options.maxMessageBytes,
+      refuse: (reason) =>
+        new ConnectError(
+          `the request body could not be decoded as ${handler.method.input.typeName} (${reason}); send that message${framing.binary ? " in the protocol's binary encoding" : ""}`,
           Code.InvalidArgument,
-        );
+        ),
+      oversized: (size, decompressed) => {
+        const refusal = { method, size, limit: options.maxMessageBytes, decompressed };
+        options.onOversized?.(refusal);
+        return messageTooLarge(refusal);
       },
       decoded,
     };
     if (framing.enveloped)
       return handler({ ...request, contextValues, body: decodedEnvelopes(request.body, check, framing.endFlag) });
-    if (check.compression !== undefined)
+    const declared = declaredLength(request.header.get("content-length"));
+    if (declared !== undefined && declared > check.maxBytes) {
+      // Connect would refuse it on its Content-Length itself, without saying what raises the limit.
+      const body = refused(check.oversized(declared, false));
+      return handler({ ...request, header: withoutLength(request.header), contextValues, body });
+    }
+    if (check.compression !== undefined || !check.binary)
       return handler({ ...request, contextValues, body: checkedWhole(request.body, check) });
     // Connect compares the body with its Content-Length, and it gets an empty one.
-    const header = new Headers(request.header);
-    header.delete("content-length");
+    const header = withoutLength(request.header);
     return handler({ ...request, header, contextValues, body: decodedWhole(request.body, check) });
   };
   return Object.assign(checked, {
@@ -128,37 +141,69 @@ async function* inOrder<M>(parsed: AsyncIterable<M>, decoded: DecodedMessages): 
 
 interface MessageCheck {
   method: DescMethod;
+  /** Binary protobuf, decoded here; false for JSON, whose messages are only counted and go on as they came. */
+  binary: boolean;
   /** The request's encoding; "unknown" when connect does not accept it (connect refuses the call itself). */
   compression: Compression | "unknown" | undefined;
-  readMaxBytes: number;
-  refuse(reason: string): Promise<ConnectError>;
+  /** The service's message size limit. */
+  maxBytes: number;
+  refuse(reason: string): ConnectError;
+  /** The refusal of a message of `size` bytes (undefined: more than the limit arrived), logged. */
+  oversized(size: number | undefined, decompressed: boolean): ConnectError;
   /** Where each envelope's message goes, in order. */
   decoded: DecodedMessages;
 }
 
 /**
- * How a binary request body carries its messages, from its content type
- * (connect's own content types; JSON and gRPC-Web's base64 text are not
- * checked), and the flag of an envelope connect skips in it (end of stream,
- * trailers) rather than parses.
+ * How a request body carries its messages, from its content type (connect's
+ * own content types; connect refuses any other without reading the body), and
+ * the flag of an envelope connect skips in it (end of stream, trailers)
+ * rather than parses.
  */
-function binaryFraming(
-  contentType: string | null,
-): { enveloped: boolean; encodingHeader: string; endFlag?: number } | undefined {
-  switch (contentType?.toLowerCase()) {
-    case "application/proto":
-      return { enveloped: false, encodingHeader: "content-encoding" };
-    case "application/connect+proto":
-      return { enveloped: true, encodingHeader: "connect-content-encoding", endFlag: 0b10 };
-    case "application/grpc":
-    case "application/grpc+proto":
-      return { enveloped: true, encodingHeader: "grpc-encoding" };
-    case "application/grpc-web":
-    case "application/grpc-web+proto":
-      return { enveloped: true, encodingHeader: "grpc-encoding", endFlag: 0x80 };
-    default:
-      return undefined;
-  }
+function bodyFraming(contentType: string | null): Framing | undefined {
+  return FRAMINGS.get(contentType?.toLowerCase().replace(/;\s*charset=utf-?8$/, "") ?? "");
+}
+
+interface Framing {
+  enveloped: boolean;
+  binary: boolean;
+  encodingHeader: string;
+  endFlag?: number;
+}
+
+const CONNECT_UNARY = { enveloped: false, encodingHeader: "content-encoding" };
+const CONNECT_STREAM = { enveloped: true, encodingHeader: "connect-content-encoding", endFlag: 0b10 };
+const GRPC = { enveloped: true, encodingHeader: "grpc-encoding" };
+const GRPC_WEB = { enveloped: true, encodingHeader: "grpc-encoding", endFlag: 0x80 };
+/** gRPC-Web's base64 text is not among them: connect does not serve it. */
+const FRAMINGS = new Map<string, Framing>([
+  ["application/proto", { ...CONNECT_UNARY, binary: true }],
+  ["application/json", { ...CONNECT_UNARY, binary: false }],
+  ["application/connect+proto", { ...CONNECT_STREAM, binary: true }],
+  ["application/connect+json", { ...CONNECT_STREAM, binary: false }],
+  ["application/grpc", { ...GRPC, binary: true }],
+  ["application/grpc+proto", { ...GRPC, binary: true }],
+  ["application/grpc+json", { ...GRPC, binary: false }],
+  ["application/grpc-web", { ...GRPC_WEB, binary: true }],
+  ["application/grpc-web+proto", { ...GRPC_WEB, binary: true }],
+  ["application/grpc-web+json", { ...GRPC_WEB, binary: false }],
+]);
+
+/** A Content-Length header's value, undefined when absent or not a plain number. */
+function declaredLength(header: string | null): number | undefined {
+  return header !== null && /^\d+$/.test(header) ? Number(header) : undefined;
+}
+
+function withoutLength(headers: Headers): Headers {
+  const header = new Headers(headers);
+  header.delete("content-length");
+  return header;
+}
+
+/** A body that ends in `error` before a byte of the request's own is read. */
+// eslint-disable-next-line require-yield -- it only throws, as a body connect reads
+async function* refused(error: ConnectError): AsyncIterable<Uint8Array> {
+  throw error;
 }
 
 function isByteStream(body: UniversalServerRequest["body"]): body is AsyncIterable<Uint8Array> {
@@ -170,14 +215,9 @@ async function* decodedWhole(body: AsyncIterable<Uint8Array>, check: MessageChec
   const chunks: Uint8Array[] = [];
   let size = 0;
   for await (const chunk of body) {
-    chunks.push(chunk);
     size += chunk.byteLength;
-    // Past connect's limit the bytes go on as they came, for connect to refuse.
-    if (size > check.readMaxBytes) {
-      yield* chunks.splice(0);
-      for await (const rest of body) yield rest;
-      return;
-    }
+    if (size > check.maxBytes) throw check.oversized(undefined, false);
+    chunks.push(chunk);
   }
   const message = await decodeMessage(concat(chunks), false, check);
   if (message instanceof ConnectError) throw message;
@@ -185,23 +225,32 @@ async function* decodedWhole(body: AsyncIterable<Uint8Array>, check: MessageChec
   yield EMPTY_BODY;
 }
 
-/** A compressed Connect unary body: checked whole and passed on, as connect decompresses it itself. */
+/**
+ * A Connect unary body connect parses itself (compressed, or JSON): passed on
+ * as it comes, counted; a compressed binary one is also decoded whole here
+ * (connect decompresses it again).
+ */
 async function* checkedWhole(body: AsyncIterable<Uint8Array>, check: MessageCheck): AsyncIterable<Uint8Array> {
   const chunks: Uint8Array[] = [];
+  let size = 0;
   for await (const chunk of body) {
-    chunks.push(chunk);
+    size += chunk.byteLength;
+    if (size > check.maxBytes) throw check.oversized(undefined, false);
+    if (check.binary) chunks.push(chunk);
     yield chunk;
   }
+  if (!check.binary) return;
   const message = await decodeMessage(concat(chunks), true, check);
   if (message instanceof ConnectError) throw message;
 }
 
 /**
  * An enveloped body (gRPC, gRPC-Web, Connect streaming): 1 byte of flags, a
- * 4-byte big-endian length, the message. Each envelope is handed on once
- * complete: empty, its message decoded here; as it came when connect skips it
- * (`endFlag`) or judges it itself (a compression connect does not take, a
- * size past its limit); refused, with any other flags.
+ * 4-byte big-endian length, the message. An envelope larger than the limit is
+ * refused once its header is in. Each other is handed on once complete:
+ * empty, its message decoded here; as it came when connect skips it
+ * (`endFlag`), judges it itself (a compression connect does not take) or
+ * parses it (JSON); refused, with any other flags.
  */
 async function* decodedEnvelopes(
   body: AsyncIterable<Uint8Array>,
@@ -219,6 +268,11 @@ async function* decodedEnvelopes(
       if (size === undefined && pendingBytes >= 5) {
         const head = pending[0]!.byteLength >= 5 ? pending[0]! : (pending = [concat(pending)])[0]!;
         size = 5 + new DataView(head.buffer, head.byteOffset, 5).getUint32(1);
+        if (size - 5 > check.maxBytes) {
+          // The envelopes before it go on, as connect would have taken them; none of its bytes is held.
+          for (const good of out) yield good;
+          throw check.oversized(size - 5, false);
+        }
       }
       if (size === undefined || pendingBytes < size) break;
       const bytes = concat(pending);
@@ -226,14 +280,13 @@ async function* decodedEnvelopes(
       const flags = envelope[0]!;
       const refusal = strangeFlags(flags, endFlag, check);
       if (refusal !== undefined) {
-        const error = await refusal;
         // The envelopes before it go on, as connect would have taken them; the bad one never does.
         for (const good of out) yield good;
-        throw error;
+        throw refusal;
       }
       if (endFlag !== undefined && (flags & endFlag) === endFlag) {
         out.push(envelope);
-      } else if (size - 5 <= check.readMaxBytes) {
+      } else {
         const message = await decodeMessage(envelope.subarray(5), flags === 1, check);
         if (message instanceof ConnectError) {
           for (const good of out) yield good;
@@ -241,10 +294,6 @@ async function* decodedEnvelopes(
         }
         check.decoded.push(message);
         out.push(message === undefined ? envelope : EMPTY_ENVELOPE);
-      } else {
-        // Past connect's limit: connect refuses it (ResourceExhausted).
-        check.decoded.push(undefined);
-        out.push(envelope);
       }
       pending = size < bytes.byteLength ? [bytes.subarray(size)] : [];
       pendingBytes -= size;
@@ -264,11 +313,7 @@ async function* decodedEnvelopes(
  * parse or decompress such an envelope itself and answer any failure Internal,
  * and before the access check on a unary call.
  */
-function strangeFlags(
-  flags: number,
-  endFlag: number | undefined,
-  check: MessageCheck,
-): Promise<ConnectError> | undefined {
+function strangeFlags(flags: number, endFlag: number | undefined, check: MessageCheck): ConnectError | undefined {
   if (flags === 0 || flags === 1) return undefined;
   if (
     endFlag !== undefined &&
@@ -283,7 +328,7 @@ function strangeFlags(
 
 /**
  * The message `bytes` decode to, undefined when connect is left to judge them
- * (a compression it does not take, or cannot undo), or the refusal.
+ * (JSON, a compression it does not take, or cannot undo), or the refusal.
  */
 async function decodeMessage(
   bytes: Uint8Array,
@@ -294,13 +339,17 @@ async function decodeMessage(
   if (compressed) {
     if (check.compression === undefined)
       return check.refuse("a message is flagged compressed, but the request names no encoding");
-    if (check.compression === "unknown") return undefined;
+    // Connect decompresses a JSON message itself, to its readMaxBytes: the same limit.
+    if (check.compression === "unknown" || !check.binary) return undefined;
     try {
-      message = await check.compression.decompress(bytes, check.readMaxBytes);
-    } catch {
+      // Stops on the first byte past the limit: a small message that inflates is never held whole.
+      message = await check.compression.decompress(bytes, check.maxBytes);
+    } catch (error) {
+      if (error instanceof ConnectError && error.code === Code.ResourceExhausted)
+        return check.oversized(undefined, true);
       return undefined; // connect decompresses it again and says why it cannot
     }
-  }
+  } else if (!check.binary) return undefined;
   try {
     return fromBinary(check.method.input, message);
   } catch (error) {

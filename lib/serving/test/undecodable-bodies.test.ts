@@ -3,7 +3,6 @@
 // and a caller the access table refuses hears that first. Raw HTTP requests
 // (fetch for HTTP/1.1, node:http2 for gRPC) against a real server.
 import assert from "node:assert/strict";
-import { connect as http2Connect } from "node:http2";
 import { after, before, describe, it } from "node:test";
 import { gzipSync } from "node:zlib";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
@@ -19,6 +18,7 @@ import { Authenticator } from "../src/auth/authenticator.js";
 import { registration, serve, type RunningServer } from "../src/serve.js";
 import { testCredentials } from "../src/testing.js";
 import { decodingBinaryBodies, handingOnDecodedMessages } from "../src/undecodable-requests.js";
+import { connectUnary, envelope, envelopes, grpc, grpcWeb } from "./raw-rpc.js";
 
 /** Not a protobuf message: field 536870911 with wire type 7. */
 const GARBAGE = new Uint8Array([0xff, 0xff, 0xff, 0xff, 0x0f, 0x07]);
@@ -27,103 +27,6 @@ const WATCH = "/grpc.health.v1.Health/Watch";
 const REFLECT = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
 const PUBLISH = "/oz0.events.v1.EventsService/Publish";
 const orchestrator = `Bearer ${testCredentials.services.orchestrator}`;
-
-function envelope(message: Uint8Array, flags = 0): Uint8Array {
-  const out = new Uint8Array(5 + message.byteLength);
-  out[0] = flags;
-  new DataView(out.buffer).setUint32(1, message.byteLength);
-  out.set(message, 5);
-  return out;
-}
-
-function envelopes(bytes: Uint8Array): { flags: number; data: Uint8Array }[] {
-  const out: { flags: number; data: Uint8Array }[] = [];
-  for (let at = 0; at + 5 <= bytes.byteLength;) {
-    const size = new DataView(bytes.buffer, bytes.byteOffset + at, 5).getUint32(1);
-    out.push({ flags: bytes[at]!, data: bytes.subarray(at + 5, at + 5 + size) });
-    at += 5 + size;
-  }
-  return out;
-}
-
-interface GrpcAnswer {
-  status: number;
-  message: string;
-  messages: Uint8Array[];
-}
-
-/** One gRPC call over HTTP/2 with the body's envelopes written as they are given. */
-function grpc(
-  url: string,
-  path: string,
-  body: Uint8Array[],
-  headers: Record<string, string> = {},
-): Promise<GrpcAnswer> {
-  return new Promise((resolve, reject) => {
-    const session = http2Connect(url);
-    session.on("error", reject);
-    const stream = session.request({
-      ":method": "POST",
-      ":path": path,
-      "content-type": "application/grpc",
-      te: "trailers",
-      ...headers,
-    });
-    const received: Buffer[] = [];
-    let answer: Record<string, unknown> = {};
-    stream.on("response", (h) => (answer = { ...h }));
-    stream.on("trailers", (t) => (answer = { ...answer, ...t }));
-    stream.on("data", (chunk: Buffer) => received.push(chunk));
-    stream.on("error", reject);
-    stream.on("close", () => {
-      session.close();
-      resolve({
-        status: Number(answer["grpc-status"]),
-        message: decodeURIComponent(String(answer["grpc-message"] ?? "")),
-        messages: envelopes(Buffer.concat(received)).map((e) => e.data),
-      });
-    });
-    for (const chunk of body) stream.write(chunk);
-    stream.end();
-  });
-}
-
-/** One gRPC-Web call over HTTP/1.1: the status is in the trailer envelope of the body. */
-async function grpcWeb(url: string, path: string, body: Uint8Array): Promise<{ status: number; message: string }> {
-  const response = await fetch(url + path, {
-    method: "POST",
-    headers: { "content-type": "application/grpc-web+proto" },
-    body,
-  });
-  const trailer = envelopes(new Uint8Array(await response.arrayBuffer())).find((e) => e.flags & 0x80);
-  const fields = Object.fromEntries(
-    new TextDecoder()
-      .decode(trailer?.data)
-      .split("\r\n")
-      .filter(Boolean)
-      .map((line) => [line.slice(0, line.indexOf(":")).toLowerCase(), line.slice(line.indexOf(":") + 1).trim()]),
-  );
-  return {
-    status: Number(fields["grpc-status"] ?? response.headers.get("grpc-status")),
-    message: decodeURIComponent(fields["grpc-message"] ?? ""),
-  };
-}
-
-/** One Connect unary call: the HTTP status and the error's code and message. */
-async function connectUnary(
-  url: string,
-  path: string,
-  body: Uint8Array | string,
-  headers: Record<string, string> = {},
-): Promise<{ http: number; code?: string; message?: string }> {
-  const response = await fetch(url + path, {
-    method: "POST",
-    headers: { "content-type": "application/proto", ...headers },
-    body,
-  });
-  const text = await response.text();
-  return { http: response.status, ...(response.ok ? {} : (JSON.parse(text) as { code: string; message: string })) };
-}
 
 void describe("an undecodable request body", () => {
   let server: RunningServer;
@@ -338,8 +241,7 @@ void describe("the body check", () => {
     );
     const handler = decodingBinaryBodies(inner, {
       compressions: [],
-      readMaxBytes: 0xffffffff,
-      accessCheck: () => Promise.resolve(undefined),
+      maxMessageBytes: 0xffffffff,
     });
     return { handler, read, seen };
   }

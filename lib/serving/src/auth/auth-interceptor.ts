@@ -2,7 +2,7 @@
 // (Unauthenticated when nobody can be told), and whether the access table
 // lets them (PermissionDenied naming what is needed). The principal is put on
 // the call's context for handlers (principalOf).
-import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { ACCESS_TABLE, shortMethodName, type Access } from "./access-table.js";
 import type { Authenticator } from "./authenticator.js";
 import { describePrincipal, principalKey, type Principal } from "./principal.js";
@@ -11,23 +11,29 @@ import { describePrincipal, principalKey, type Principal } from "./principal.js"
 export const DEFAULT_CREDENTIAL_HINT =
   "people: the oz0 CLI sends yours (`oz0 login`, OZ0_TOKEN, or the owner credential of oz0 dev); services: OZ0_SERVICE_TOKEN";
 
-export function authInterceptor(authenticator: Authenticator, options: { credentialHint?: string } = {}): Interceptor {
+/**
+ * The gate serve() gives connect (`requestGate`): it runs once a call's
+ * headers are in and before a byte of its body is read, on every protocol, so
+ * a caller the access table refuses makes a service read nothing of what it
+ * sends (an interceptor runs only after a unary call's body was read whole).
+ */
+export function accessGate(
+  authenticator: Authenticator,
+  options: { credentialHint?: string } = {},
+): (context: HandlerContext) => Promise<void> {
   const check = accessCheck(authenticator, options);
-  return (next) => async (request) => {
+  return async (context) => {
     const principal = await check(
-      `${request.service.typeName}/${request.method.name}`,
-      request.header.get("authorization"),
+      `${context.service.typeName}/${context.method.name}`,
+      context.requestHeader.get("authorization"),
     );
-    if (principal) request.contextValues.set(principalKey, principal);
-    return next(request);
+    if (principal) context.values.set(principalKey, principal);
   };
 }
 
 /**
- * The interceptor's decision on its own: the caller of `method` (`service/Method`),
+ * The gate's decision on its own: the caller of `method` (`service/Method`),
  * undefined for an open method; throws Unauthenticated or PermissionDenied.
- * serve() also asks it before refusing an undecodable body, so a stranger
- * learns nothing about a method's request type.
  */
 export function accessCheck(
   authenticator: Authenticator,
