@@ -261,7 +261,7 @@ export interface MeteringStore {
    * record whose answer reached a client is kept: PostgreSQL once it is
    * committed; SQLite (one process, whose every read commits what waits)
    * once it is committed or, with a data directory, in its slot
-   * (in-flight-slots.ts), committed a few milliseconds later or by the next
+   * (in-flight-slots.ts), committed up to a second later or by the next
    * start.
    */
   recordAttempt(attempt: AttemptRecord): Promise<void>;
