@@ -190,6 +190,7 @@ export class ApprovalService {
         ],
       },
     );
+    if (record.status === "approved") (o.active.approvedCalls ??= new Set()).add(record.callId).add(record.id);
     if (decision.kind !== "ask") await this.deliver(job.id, record);
     else this.#arm(o.active.agent, record);
   }
@@ -409,6 +410,8 @@ export class ApprovalService {
    */
   async audit(jobId: string, active: ActiveJob, result: ToolResultSeen): Promise<string | undefined> {
     if (!active.agent.harness.manifest.permissions || active.violation) return undefined;
+    // Approved here: allowed, with no read of the job's permissions (issue 24: one read per tool call).
+    if (active.approvedCalls?.has(result.callId)) return undefined;
     const permission = (await this.#o.store.listPermissions({ jobId })).find(
       (p) => p.callId === result.callId || p.id === result.callId,
     );

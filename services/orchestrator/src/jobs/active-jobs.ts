@@ -25,6 +25,11 @@ export interface ActiveJob extends SessionState {
   waitSaid?: boolean;
   /** Its node went silent, and that is being dealt with (handleLostSession): once, whoever noticed first. */
   lostHandled?: boolean;
+  /**
+   * Call ids (and permission ids) of its calls this process stored as approved: the tool-call audit needs
+   * no read for those (an approved call stays approved). Others are read from the store.
+   */
+  approvedCalls?: Set<string>;
 }
 
 export class ActiveJobs {
