@@ -5,12 +5,10 @@
 import { create, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
-import { createWritableIterable, type WritableIterable } from "@connectrpc/connect/protocol";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import {
   EventsService,
   TokenCountsSchema,
-  type PublishRequest,
   type PublishResponse,
   type RawEvent,
 } from "@oz0/proto/oz0/events/v1/events_pb";
@@ -18,13 +16,7 @@ import { bearerInterceptor, createLogger } from "@oz0/serving";
 import { randomUUID } from "node:crypto";
 import { connect } from "node:net";
 import type { LifecycleType } from "./lifecycle-types.js";
-
-/**
- * How long a publish stream stays open with nothing to send. An open stream
- * keeps the producer's connection in use, and so its process alive: a
- * producer that never calls close() exits this much later.
- */
-const STREAM_IDLE_MS = 2_000;
+import { createPublishSender } from "./publish-sender.js";
 
 /** The few logger methods the publisher uses (a pino logger fits). */
 export interface PublisherLogger {
@@ -194,60 +186,8 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
   const maxQueued = options.maxQueued ?? 100_000;
   const maxBackoffMs = options.maxBackoffMs ?? 5_000;
   const client: Client<typeof EventsService> = createClient(EventsService, eventsTransport(options.url, options.token));
-  // Batches go over one PublishStream kept open while there is something to
-  // send (issue 24: a unary Publish cost the events service 2-5 ms of CPU,
-  // most of it the call's own, whatever it carried; a batch on an open
-  // stream about a third of that). An events service without PublishStream
-  // (older than this client) is sent unary Publish calls.
-  let stream: PublishStream | undefined;
-  let streamIdle: NodeJS.Timeout | undefined;
-  let unaryOnly = false;
-
-  const endStream = (): void => {
-    clearTimeout(streamIdle);
-    streamIdle = undefined;
-    const ending = stream;
-    stream = undefined;
-    if (!ending) return;
-    // Ends the request side; the service answers what it has and ends its own, which is read so the stream closes.
-    ending.requests.close();
-    void ending.responses.next().catch(() => undefined);
-  };
-
-  const send = async (batch: RawEvent[]): Promise<PublishResponse> => {
-    if (unaryOnly) return client.publish({ events: batch }, { signal: abort.signal });
-    clearTimeout(streamIdle);
-    streamIdle = undefined;
-    if (!stream) {
-      const requests = createWritableIterable<PublishRequest>();
-      const responses = client.publishStream(requests, { signal: abort.signal })[Symbol.asyncIterator]();
-      stream = { requests, responses };
-    }
-    const { requests, responses } = stream;
-    try {
-      const [, answer] = await Promise.all([
-        requests.write({ $typeName: "oz0.events.v1.PublishRequest", events: batch }),
-        responses.next(),
-      ]);
-      if (answer.done) {
-        throw new ConnectError("the events service ended the publish stream; sending on a new one", Code.Unavailable);
-      }
-      return answer.value;
-    } catch (error) {
-      // The batch was not acknowledged: the stream is done with, and the batch goes again.
-      if (stream?.requests === requests) endStream();
-      if (ConnectError.from(error).code !== Code.Unimplemented) throw error;
-      unaryOnly = true;
-      return client.publish({ events: batch }, { signal: abort.signal });
-    }
-  };
-
-  /** After the last batch was answered, the stream is ended once nothing was sent for a while. */
-  const idleStream = (): void => {
-    if (!stream || streamIdle) return;
-    streamIdle = setTimeout(endStream, STREAM_IDLE_MS);
-    streamIdle.unref();
-  };
+  // Batches go over one PublishStream while there is something to send (publish-sender.ts).
+  const sender = createPublishSender(client);
 
   const queue: RawEvent[] = [];
   // Counts of events ever queued and ever settled (accepted or dropped), so
@@ -296,7 +236,7 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
         const batch = queue.slice(0, maxBatch);
         inFlight = batch.length;
         try {
-          const response = await send(batch);
+          const response = await sender.send(batch, { signal: abort.signal });
           logPublishResponse(logger, response, batch.length);
           queue.splice(0, batch.length);
           settle(batch.length);
@@ -337,7 +277,6 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
       sending = false;
       inFlight = 0;
     }
-    idleStream();
     schedule();
   };
 
@@ -389,7 +328,7 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
       clearTimeout(timer);
       closed = true;
       if (lingerTimer) clearTimeout(lingerTimer);
-      endStream();
+      sender.close();
       abort.abort();
       abort = new AbortController();
       if (queue.length > 0) {
@@ -432,12 +371,6 @@ export function eventsTransport(url: string, token?: string): ReturnType<typeof 
     interceptors,
     nodeOptions: { createConnection: () => connect({ host, port, noDelay: true }) },
   });
-}
-
-/** A PublishStream: the batches written, the answers read, one of each at a time. */
-interface PublishStream {
-  requests: WritableIterable<PublishRequest>;
-  responses: AsyncIterator<PublishResponse>;
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

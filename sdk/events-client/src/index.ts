@@ -12,6 +12,8 @@ export {
   rawAttributes,
   rawEvent,
 } from "./event-publisher.js";
+export { createPublishSender, PUBLISH_STREAM_IDLE_MS } from "./publish-sender.js";
+export type { PublishSender } from "./publish-sender.js";
 export type {
   EventPublisher,
   EventPublisherOptions,

@@ -9,10 +9,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type ServiceImpl } from "@connectrpc/connect";
 import { createWritableIterable } from "@connectrpc/connect/protocol";
 import { startEvents, type RunningEvents } from "@oz0/events";
-import { createEventPublisher, rawEvent } from "@oz0/events-client";
+import { createEventPublisher, createPublishSender, eventsTransport, rawEvent } from "@oz0/events-client";
 import { EventsService, type PublishRequest, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { Authenticator, createLogger, registration, serve } from "@oz0/serving";
 import { testCredentials } from "@oz0/serving/testing";
@@ -27,6 +27,16 @@ after(async () => {
 
 const service = (options: { dataDir?: string; port?: number } = {}): Promise<RunningEvents> =>
   startTestEvents(cleanup, options);
+
+/** A stand-in events service with these handlers, taking the test credentials. */
+const stubEvents = (handlers: Partial<ServiceImpl<typeof EventsService>>) =>
+  serve({
+    name: "events-stub",
+    port: 0,
+    auth: new Authenticator(testCredentials.settingsFor("events")),
+    logger: createLogger({ name: "events-stub", level: "silent" }),
+    services: [registration(EventsService, handlers)],
+  });
 
 const batchOf = (events: RawEvent[]): PublishRequest => ({ $typeName: "oz0.events.v1.PublishRequest", events });
 
@@ -64,32 +74,24 @@ void test("PublishStream answers each batch in order once stored, as Publish doe
 void test("the publisher sends its batches over one stream, and unary Publish calls to a service without PublishStream", async () => {
   const received = { streams: 0, streamBatches: 0, unary: 0, events: [] as string[] };
   const stub = (withStream: boolean) =>
-    serve({
-      name: "events-stub",
-      port: 0,
-      auth: new Authenticator(testCredentials.settingsFor("events")),
-      logger: createLogger({ name: "events-stub", level: "silent" }),
-      services: [
-        registration(EventsService, {
-          publish(request) {
-            received.unary++;
-            received.events.push(...request.events.map((e) => e.id));
-            return { accepted: request.events.length };
-          },
-          ...(withStream
-            ? {
-                async *publishStream(requests: AsyncIterable<PublishRequest>) {
-                  received.streams++;
-                  for await (const request of requests) {
-                    received.streamBatches++;
-                    received.events.push(...request.events.map((e) => e.id));
-                    yield { accepted: request.events.length };
-                  }
-                },
+    stubEvents({
+      publish(request) {
+        received.unary++;
+        received.events.push(...request.events.map((e) => e.id));
+        return { accepted: request.events.length };
+      },
+      ...(withStream
+        ? {
+            async *publishStream(requests: AsyncIterable<PublishRequest>) {
+              received.streams++;
+              for await (const request of requests) {
+                received.streamBatches++;
+                received.events.push(...request.events.map((e) => e.id));
+                yield { accepted: request.events.length };
               }
-            : {}),
-        }),
-      ],
+            },
+          }
+        : {}),
     });
   for (const withStream of [true, false]) {
     Object.assign(received, { streams: 0, streamBatches: 0, unary: 0, events: [] });
@@ -155,7 +157,7 @@ void test(
       [
         "--input-type=module",
         "-e",
-        `import { createEventPublisher, rawEvent } from "@oz0/events-client";
+        `import { createEventPublisher, createPublishSender, eventsTransport, rawEvent } from "@oz0/events-client";
        const publisher = createEventPublisher({ url: process.env.URL, token: process.env.TOKEN });
        publisher.publish(rawEvent("session.started", { jobId: "job-exit" }));
        await publisher.flush();`,
@@ -172,3 +174,36 @@ void test(
     assert.equal((await watchAll(events.url, { jobId: "job-exit" })).length, 1);
   },
 );
+
+void test("a sender's deadline ends the stream its batch waits on, and the batch goes again on a new one", async () => {
+  const streams: string[][] = [];
+  let answering = false;
+  const server = await stubEvents({
+    publish() {
+      throw new ConnectError("streams only here", Code.FailedPrecondition);
+    },
+    async *publishStream(requests: AsyncIterable<PublishRequest>) {
+      const seen: string[] = [];
+      streams.push(seen);
+      for await (const request of requests) {
+        seen.push(...request.events.map((e) => e.jobId));
+        // The first stream never answers: a service that hangs.
+        if (!answering) await new Promise(() => undefined);
+        yield { accepted: request.events.length };
+      }
+    },
+  });
+  cleanup.push(() => server.close({ graceMs: 0 }));
+  const sender = createPublishSender(
+    createClient(EventsService, eventsTransport(server.url, testCredentials.services.orchestrator)),
+  );
+  const batch = [rawEvent("job.created", { jobId: "job-deadline" })];
+  await assert.rejects(
+    sender.send(batch, { timeoutMs: 200 }),
+    (error) => ConnectError.from(error).code === Code.DeadlineExceeded,
+  );
+  answering = true;
+  assert.equal((await sender.send(batch, { timeoutMs: 10_000 })).accepted, 1);
+  sender.close();
+  assert.deepEqual(streams, [["job-deadline"], ["job-deadline"]], "sent again on a second stream");
+});
