@@ -4,8 +4,13 @@
 // on the proxy's event loop that stalled every call for as long as the disk
 // took (tens of milliseconds on a busy machine). So the store's connection
 // never checkpoints (wal_autocheckpoint = 0) and this thread, on a connection
-// of its own, runs a PASSIVE checkpoint every few hundred milliseconds, which
-// never waits for the writer nor holds it up.
+// of its own, runs a PASSIVE checkpoint, which never waits for the writer nor
+// holds it up: every 250 ms once 64 commits came since the last, else once a
+// second after one did (the store counts its commits, `wrote()`, in memory
+// both threads share). Each checkpoint costs two fsyncs here and one in the
+// store's next commit (SQLite syncs the log's header when it starts the log
+// again), and copies every page written since the last once: at a few commits
+// a second, one every 250 ms was about one per commit (issue 24).
 import { createRequire } from "node:module";
 import { Worker } from "node:worker_threads";
 
@@ -22,7 +27,19 @@ const checkpoint = () => {
     parentPort.postMessage({ error: String(error && error.message) });
   }
 };
-const timer = setInterval(checkpoint, workerData.intervalMs);
+// Commits the store counted (Atomics.add), and how many the last checkpoint came after.
+const commits = new Int32Array(workerData.commits);
+let checkpointed = 0;
+let waited = 0;
+const timer = setInterval(() => {
+  const now = Atomics.load(commits, 0);
+  if (now === checkpointed) return;
+  waited += workerData.intervalMs;
+  if (now - checkpointed < workerData.commitsPerCheckpoint && waited < workerData.maxWaitMs) return;
+  checkpointed = now;
+  waited = 0;
+  checkpoint();
+}, workerData.intervalMs);
 parentPort.on("message", () => {
   clearInterval(timer);
   checkpoint();
@@ -34,14 +51,22 @@ parentPort.on("message", () => {
 
 export class SqliteCheckpointer {
   readonly #worker: Worker;
+  readonly #commits = new Int32Array(new SharedArrayBuffer(4));
   #closed: Promise<void> | undefined;
 
-  /** `onError`: a checkpoint failed (it is tried again at the next interval). */
+  /** `onError`: a checkpoint failed (it is tried again after the next commit). */
   constructor(options: { file: string; intervalMs?: number; onError: (error: unknown) => void }) {
     const driver = createRequire(import.meta.url).resolve("better-sqlite3");
     this.#worker = new Worker(THREAD, {
       eval: true,
-      workerData: { file: options.file, driver, intervalMs: options.intervalMs ?? 250 },
+      workerData: {
+        file: options.file,
+        driver,
+        intervalMs: options.intervalMs ?? 250,
+        commits: this.#commits.buffer,
+        commitsPerCheckpoint: 64,
+        maxWaitMs: 1_000,
+      },
     });
     // The proxy's exit does not wait for it.
     this.#worker.unref();
@@ -49,6 +74,11 @@ export class SqliteCheckpointer {
       if (message.error !== undefined) options.onError(new Error(`WAL checkpoint: ${message.error}`));
     });
     this.#worker.on("error", options.onError);
+  }
+
+  /** The store committed a write: the log grew. */
+  wrote(): void {
+    Atomics.add(this.#commits, 0, 1);
   }
 
   /** Checkpoints once more, closes the thread's connection and ends the thread. */

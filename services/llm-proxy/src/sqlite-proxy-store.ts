@@ -265,6 +265,7 @@ export class SqliteProxyStore implements ProxyStore {
     const replaced = this.#statements.getSecret.get(secret.name) !== undefined;
     const time = now.getTime();
     this.#statements.upsertSecret.run(secret.name, secret.iv, secret.ciphertext, secret.tag, time, time);
+    this.#checkpointer?.wrote();
     return { replaced };
   }
 
@@ -274,7 +275,9 @@ export class SqliteProxyStore implements ProxyStore {
   }
 
   async deleteSecret(name: string): Promise<boolean> {
-    return this.#statements.deleteSecret.run(name).changes > 0;
+    const deleted = this.#statements.deleteSecret.run(name).changes > 0;
+    this.#checkpointer?.wrote();
+    return deleted;
   }
 
   async listSecrets(): Promise<SecretInfo[]> {
@@ -289,6 +292,7 @@ export class SqliteProxyStore implements ProxyStore {
     const slot = this.#slots?.hold("token", values);
     if (slot === undefined) {
       this.#statements.putToken.run(values);
+      this.#checkpointer?.wrote();
       return;
     }
     this.#tokensWaiting.set(token.hash, {
@@ -331,6 +335,7 @@ export class SqliteProxyStore implements ProxyStore {
     const slot = this.#slots.hold("use", [time, hash]);
     if (slot === undefined) {
       const row = this.#statements.useToken.get(time, hash) as TokenRow | undefined;
+      this.#checkpointer?.wrote();
       return row ? tokenFromRow(row) : undefined;
     }
     this.#usesWaiting.set(hash, time);
@@ -445,6 +450,7 @@ export class SqliteProxyStore implements ProxyStore {
     let made: CallRecord[];
     try {
       made = replay();
+      this.#checkpointer?.wrote();
     } catch (error) {
       const file = replaying && orphaned?.fileOf(replaying);
       if (!file) throw error;
@@ -538,7 +544,11 @@ export class SqliteProxyStore implements ProxyStore {
       this.#flushTimer = undefined;
     }
     const batch = this.#batch;
-    if (!batch) return this.#db.transaction(then)();
+    if (!batch) {
+      const result = this.#db.transaction(then)();
+      this.#checkpointer?.wrote();
+      return result;
+    }
     this.#batch = undefined;
     let result: T;
     try {
@@ -558,6 +568,7 @@ export class SqliteProxyStore implements ProxyStore {
         { cause: error },
       );
     }
+    this.#checkpointer?.wrote();
     // Only now are the rows of slots in SQLite: a read need not look at what waited any more.
     this.#tokensWaiting.clear();
     this.#usesWaiting.clear();

@@ -1,7 +1,7 @@
 // The SQLite store against the ProxyStore contract (proxy-store-suite.ts).
 // One process uses it, so both handles are the same store.
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
@@ -93,7 +93,7 @@ void test("a call's store work runs the statements prepared at open: none is pre
   );
 });
 
-void test("with a data directory, a call alone is in slots and its records commit a few milliseconds later (every read commits them first), overlapping calls group-commit at the next turn; in memory a call alone commits at once", async (t) => {
+void test("with a data directory, a call alone is in slots and its records commit up to a second later (every read commits them first), overlapping calls group-commit at the next turn; in memory a call alone commits at once", async (t) => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-grouping-"));
   const store = new SqliteProxyStore({ dataDir });
   // Another connection sees only what is committed.
@@ -200,4 +200,43 @@ void test("a store that cannot open its file lets the data directory go: the nex
       () => new SqliteProxyStore({ dataDir }),
       (error: Error) => /not a database/.test(error.message) && !/in use/.test(error.message),
     );
+});
+
+void test("the log is copied into the database file after each kind of commit: a secret set, slotted rows committed, a revocation with nothing waiting", async (t) => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-checkpoints-"));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+  const store = new SqliteProxyStore({ dataDir });
+  t.after(() => store.close());
+  // The database file alone (a copy without its log) holds what a checkpoint copied there, and nothing else.
+  const inFile = (sql: string): unknown[] => {
+    const copy = path.join(dataDir, "copy.sqlite");
+    copyFileSync(path.join(dataDir, "llm-proxy.sqlite"), copy);
+    try {
+      const db = new Database(copy, { readonly: true });
+      try {
+        return db.prepare(sql).all();
+      } finally {
+        db.close();
+      }
+    } catch {
+      // Copied in the middle of a checkpoint's writes: read again.
+      return [];
+    } finally {
+      for (const file of [copy, `${copy}-wal`, `${copy}-shm`]) rmSync(file, { force: true });
+    }
+  };
+  const checkpointed = async (sql: string, expected: unknown[]): Promise<void> => {
+    while (JSON.stringify(inFile(sql)) !== JSON.stringify(expected))
+      await new Promise((resolve) => setTimeout(resolve, 20));
+  };
+  await store.putSecret(
+    { name: "K", iv: Buffer.alloc(12), ciphertext: Buffer.from("x"), tag: Buffer.alloc(16) },
+    new Date(1),
+  );
+  await checkpointed("SELECT name FROM secrets", [{ name: "K" }]);
+  await store.putToken({ hash: "h-1", job: "j", agent: "a", session: "s-1", budgetUsd: 0, createdAt: new Date(2) });
+  await store.listCalls("j");
+  await checkpointed("SELECT hash FROM session_tokens", [{ hash: "h-1" }]);
+  await store.revokeTokens({ session: "s-1" }, new Date(3));
+  await checkpointed("SELECT revoked_at FROM session_tokens", [{ revoked_at: 3 }]);
 });
