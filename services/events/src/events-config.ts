@@ -2,7 +2,7 @@
 // "Configuration"), read and validated in one place: a malformed value is an
 // EnvConfigError naming the variable and the form it expects, and main.ts
 // stops on it before anything starts.
-import { authSettingsFromEnv, EnvConfigError, envNumber, envPort, envString } from "@oz0/serving";
+import { authSettingsFromEnv, EnvConfigError, envMaxMessageBytes, envNumber, envPort, envString } from "@oz0/serving";
 import { homedir } from "node:os";
 import path from "node:path";
 import { DEFAULT_TOPIC, type EventsConfig } from "./start-events.js";
@@ -12,6 +12,7 @@ export const DEFAULT_PORT = 7703;
 /** Everything `startEvents` takes from the environment (the logger is the caller's). */
 export function configFromEnv(env: NodeJS.ProcessEnv): EventsConfig {
   const retentionHours = envNumber(env, "OZ0_EVENTS_RETENTION_HOURS", { unit: "hours (0 keeps every event)" });
+  const maxMessageBytes = envMaxMessageBytes(env);
   return {
     host: envString(env, "OZ0_HOST") ?? "127.0.0.1",
     port: envPort(env, "OZ0_PORT") ?? DEFAULT_PORT,
@@ -20,6 +21,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): EventsConfig {
     topic: topic(env, "OZ0_KAFKA_TOPIC") ?? DEFAULT_TOPIC,
     ...(retentionHours !== undefined ? { retentionMs: retentionHours * 3_600_000 } : {}),
     auth: authSettingsFromEnv(env),
+    ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}),
   };
 }
 

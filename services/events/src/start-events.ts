@@ -25,6 +25,12 @@ export interface EventsConfig {
   /** Partitions when the service creates the topic. Default 3. */
   partitions?: number;
   /**
+   * Largest request message, a batch of events, in bytes (OZ0_MAX_MESSAGE_BYTES).
+   * Default 16 MiB: a producer sends up to 1 000 events a batch, and the
+   * publisher splits a batch the service refuses for its size.
+   */
+  maxMessageBytes?: number;
+  /**
    * How long the local log keeps an event (OZ0_EVENTS_RETENTION_HOURS).
    * Default 7 days; 0 keeps every event. An event Kafka has not received yet
    * is kept however old it is.
@@ -66,6 +72,7 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
       host: config.host,
       port: config.port ?? 0,
       logger,
+      maxMessageBytes: config.maxMessageBytes ?? 16 * 1024 * 1024,
       auth: new Authenticator(config.auth ?? {}),
       untracedRpcs: publishTraces,
       services: [

@@ -18,6 +18,7 @@ void test("the environment's variables become the events service's configuration
     KAFKA_BROKERS: "kafka-0:9092, kafka-1.kafka:9093,[::1]:9094",
     OZ0_KAFKA_TOPIC: "oz0.lifecycle.v1-test_a",
     OZ0_EVENTS_RETENTION_HOURS: "0.5",
+    OZ0_MAX_MESSAGE_BYTES: "33554432",
   });
   assert.ok(auth);
   assert.deepEqual(rest, {
@@ -27,6 +28,7 @@ void test("the environment's variables become the events service's configuration
     kafkaBrokers: ["kafka-0:9092", "kafka-1.kafka:9093", "[::1]:9094"],
     topic: "oz0.lifecycle.v1-test_a",
     retentionMs: 1_800_000,
+    maxMessageBytes: 32 * 1024 * 1024,
   });
 });
 
@@ -58,6 +60,7 @@ void test("a malformed variable is refused, naming it and the form it expects", 
     ],
     [{ KAFKA_BROKERS: "kafka-0:9092,kafka-1" }, /^KAFKA_BROKERS must be comma-separated host:port brokers/],
     [{ KAFKA_BROKERS: "," }, /^KAFKA_BROKERS must be comma-separated host:port brokers/],
+    [{ OZ0_MAX_MESSAGE_BYTES: "16M" }, /^OZ0_MAX_MESSAGE_BYTES must be a whole number of bytes, from 1 to 4294967295/],
     [
       { OZ0_KAFKA_TOPIC: "oz0 lifecycle" },
       /^OZ0_KAFKA_TOPIC must be a Kafka topic name: letters, digits, '\.', '_' and '-', up to 249; got "oz0 lifecycle"$/,

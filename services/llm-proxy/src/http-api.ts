@@ -26,7 +26,7 @@ export interface HttpApiOptions extends ModelCallDeps {
   tokens: SessionTokens;
   vault: KeyVault;
   logger: Logger;
-  /** Largest request body accepted. Default 32 MiB. */
+  /** Largest request body accepted (OZ0_MAX_MODEL_REQUEST_BYTES). Default 32 MiB. */
   maxBodyBytes?: number;
 }
 
@@ -160,13 +160,22 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       });
       return;
     }
-    const rawBody = await readAll(req as NodeJS.ReadableStream, maxBodyBytes);
+    // A body that says it is too large is refused before a byte of it is read.
+    const declared = Number(header(req, "content-length"));
+    const rawBody = declared > maxBodyBytes ? undefined : await readAll(req as NodeJS.ReadableStream, maxBodyBytes);
     if (rawBody === undefined) {
+      const size = declared > maxBodyBytes ? declared : undefined;
+      options.logger.warn(
+        { code: "MODEL_REQUEST_TOO_LARGE", provider: found.provider, size, limit: maxBodyBytes, job: token.job },
+        "a model call's request body over the size limit was refused",
+      );
+      // HTTP/1.1 cannot end one request: the connection closes after the answer rather than read the rest.
+      if (!("stream" in res)) res.setHeader("connection", "close");
       sendError(res, {
         format,
         status: 413,
         type: "invalid_request_error",
-        message: `the request body is larger than ${maxBodyBytes} bytes`,
+        message: `the request body${size === undefined ? "" : ` (${size} bytes)`} is larger than this proxy takes (${maxBodyBytes} bytes); send less in one call (a shorter context, fewer or smaller images), or raise OZ0_MAX_MODEL_REQUEST_BYTES on the LLM proxy`,
       });
       return;
     }

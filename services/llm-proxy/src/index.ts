@@ -77,6 +77,16 @@ export interface LlmProxyConfig {
    */
   auth?: AuthSettings;
   retry?: Partial<RetryPolicy>;
+  /**
+   * Largest request message of the control API, in bytes (OZ0_MAX_MESSAGE_BYTES).
+   * Default 1 MiB: its largest messages are a secret (16 KiB at most) and a token's budget.
+   */
+  maxMessageBytes?: number;
+  /**
+   * Largest model call body, in bytes (OZ0_MAX_MODEL_REQUEST_BYTES). Default
+   * 32 MiB, what Anthropic's Messages API takes: a long context, with images.
+   */
+  maxModelRequestBytes?: number;
   /** Output tokens a call without max_tokens is assumed to be able to produce, for budget reservations. Default 32 000. */
   defaultMaxOutputTokens?: number;
   logger?: Logger;
@@ -230,6 +240,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     retry: { ...DEFAULT_RETRY_POLICY, ...config.retry },
     logger,
     defaultMaxOutputTokens: config.defaultMaxOutputTokens ?? 32_000,
+    ...(config.maxModelRequestBytes !== undefined ? { maxBodyBytes: config.maxModelRequestBytes } : {}),
   });
   let server: Awaited<ReturnType<typeof serve>>;
   try {
@@ -238,6 +249,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
       ...(config.host ? { host: config.host } : {}),
       port: config.port ?? 0,
       logger,
+      maxMessageBytes: config.maxMessageBytes ?? 1024 * 1024,
       services: [
         registration(SecretService, secretService(vault)),
         registration(

@@ -3,7 +3,7 @@
 // EnvConfigError naming the variable and the form it expects, and main.ts
 // stops on it before anything listens. The KEK and the providers file are
 // read here too, so a bad one also stops the start (with their own errors).
-import { authSettingsFromEnv, envInteger, envPort, envString, envUrl } from "@oz0/serving";
+import { authSettingsFromEnv, envInteger, envMaxMessageBytes, envPort, envString, envUrl } from "@oz0/serving";
 import type { LlmProxyConfig } from "./index.js";
 import { loadKek } from "./key-vault.js";
 import { loadProvidersFile } from "./provider-config.js";
@@ -19,6 +19,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv): LlmProxyConfig {
   const eventsUrl = envUrl(env, "OZ0_EVENTS_URL");
   const attemptTimeoutMs = envInteger(env, "OZ0_UPSTREAM_TIMEOUT_MS", { min: 1, unit: "milliseconds" });
   const kek = loadKek(env);
+  const maxMessageBytes = envMaxMessageBytes(env);
+  const maxModelRequestBytes = envInteger(env, "OZ0_MAX_MODEL_REQUEST_BYTES", { min: 1, unit: "bytes" });
   return {
     port: envPort(env, "OZ0_PORT") ?? DEFAULT_PORT,
     host: envString(env, "OZ0_HOST") ?? "127.0.0.1",
@@ -32,5 +34,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): LlmProxyConfig {
     auth: authSettingsFromEnv(env),
     ...(attemptTimeoutMs !== undefined ? { retry: { attemptTimeoutMs } } : {}),
     ...(kek ? { kek } : {}),
+    ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}),
+    ...(maxModelRequestBytes !== undefined ? { maxModelRequestBytes } : {}),
   };
 }

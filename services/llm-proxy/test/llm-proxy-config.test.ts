@@ -22,6 +22,8 @@ void test("the environment's variables become the proxy's configuration", () => 
     OZ0_EVENTS_URL: "http://events:7703",
     OZ0_UPSTREAM_TIMEOUT_MS: "30000",
     OZ0_KEK: kek.toString("base64"),
+    OZ0_MAX_MESSAGE_BYTES: "65536",
+    OZ0_MAX_MODEL_REQUEST_BYTES: "67108864",
   });
   assert.ok(auth);
   assert.deepEqual(rest, {
@@ -34,6 +36,8 @@ void test("the environment's variables become the proxy's configuration", () => 
     eventsUrl: "http://events:7703",
     retry: { attemptTimeoutMs: 30_000 },
     kek,
+    maxMessageBytes: 65_536,
+    maxModelRequestBytes: 64 * 1024 * 1024,
   });
 });
 
@@ -53,6 +57,8 @@ void test("a malformed variable is refused, naming it and the form it expects", 
     ],
     [{ OZ0_UPSTREAM_TIMEOUT_MS: "0" }, /^OZ0_UPSTREAM_TIMEOUT_MS must be a whole number of milliseconds, at least 1/],
     [{ OZ0_EVENTS_URL: "events:7703" }, /^OZ0_EVENTS_URL must be an http:\/\/ or https:\/\/ URL/],
+    [{ OZ0_MAX_MESSAGE_BYTES: "1MiB" }, /^OZ0_MAX_MESSAGE_BYTES must be a whole number of bytes, from 1 to 4294967295/],
+    [{ OZ0_MAX_MODEL_REQUEST_BYTES: "0" }, /^OZ0_MAX_MODEL_REQUEST_BYTES must be a whole number of bytes, at least 1/],
   ];
   for (const [env, message] of cases)
     assert.throws(() => configFromEnv(env), { name: "EnvConfigError", message }, JSON.stringify(env));

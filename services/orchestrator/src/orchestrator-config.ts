@@ -2,7 +2,15 @@
 // "Running the service"), read and validated in one place: a malformed value
 // stops the process at start with a message naming the variable and the form
 // it expects, rather than a NaN port or a lease that never expires.
-import { authSettingsFromEnv, envInteger, envPort, envString, envUrl, envUrlList } from "@oz0/serving";
+import {
+  authSettingsFromEnv,
+  envInteger,
+  envMaxMessageBytes,
+  envPort,
+  envString,
+  envUrl,
+  envUrlList,
+} from "@oz0/serving";
 import type { OrchestratorConfig } from "./start-orchestrator.js";
 
 /** Everything `startOrchestrator` takes from the environment (the logger is the caller's). */
@@ -22,6 +30,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     unit: "bytes (0 keeps none)",
   });
   const consoleDir = envString(env, "OZ0_CONSOLE_DIR");
+  const maxMessageBytes = envMaxMessageBytes(env);
   return {
     host: envString(env, "OZ0_HOST") ?? "127.0.0.1",
     port: envPort(env, "OZ0_PORT") ?? 7700,
@@ -39,5 +48,6 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     ...(nodeStaleAfterMs !== undefined ? { nodeStaleAfterMs } : {}),
     ...(maxSessionStderrBytes !== undefined ? { maxSessionStderrBytes } : {}),
     ...(consoleDir ? { consoleDir } : {}),
+    ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}),
   };
 }

@@ -74,6 +74,12 @@ export interface OrchestratorConfig {
   maxSessionStderrBytes?: number;
   /** The web console's built files (OZ0_CONSOLE_DIR), served at `/`. Default the @oz0/console package's dist/. */
   consoleDir?: string;
+  /**
+   * The largest request message of the public API and the node API, in bytes
+   * (OZ0_MAX_MESSAGE_BYTES). Default 4 MiB: a task's text, an approval's
+   * changed tool input (a harness line is at most 1 MiB), a node's heartbeat.
+   */
+  maxMessageBytes?: number;
   /** A custom store (tests); otherwise PostgreSQL when `databaseUrl` is set, else SQLite at <home>/orchestrator.db. */
   store?: JobStore;
   logger?: Logger;
@@ -211,6 +217,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     host: config.host ?? "127.0.0.1",
     port: config.port ?? 7700,
     logger,
+    ...(config.maxMessageBytes !== undefined ? { maxMessageBytes: config.maxMessageBytes } : {}),
     auth: new Authenticator({ ...config.auth, sessions: consoleLogin }),
     // Health checks are no trace's work (tracing.ts).
     untracedRpcs: untracedProbes,
@@ -241,6 +248,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
         logger,
         host: config.host ?? "127.0.0.1",
         port: config.nodePort ?? 7710,
+        ...(config.maxMessageBytes !== undefined ? { maxMessageBytes: config.maxMessageBytes } : {}),
       });
     } catch (error) {
       await server.close({ graceMs: 0 });

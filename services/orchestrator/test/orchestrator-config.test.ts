@@ -27,6 +27,7 @@ void test("the environment's variables become the orchestrator's configuration",
     OZ0_NODE_STALE_AFTER_MS: "5000",
     OZ0_MAX_SESSION_STDERR_BYTES: "0",
     OZ0_CONSOLE_DIR: "/srv/console",
+    OZ0_MAX_MESSAGE_BYTES: "8388608",
   });
   const { auth, ...rest } = config;
   assert.ok(auth);
@@ -46,6 +47,7 @@ void test("the environment's variables become the orchestrator's configuration",
     nodeStaleAfterMs: 5_000,
     maxSessionStderrBytes: 0,
     consoleDir: "/srv/console",
+    maxMessageBytes: 8 * 1024 * 1024,
   });
 });
 
@@ -73,6 +75,7 @@ void test("a malformed variable is refused, naming it and the form it expects", 
       /^OZ0_SANDBOX_URLS must be comma-separated http:\/\/ or https:\/\/ URLs; got "sandbox:7701"$/,
     ],
     [{ OZ0_LLM_PROXY_URL: "llm-proxy" }, /^OZ0_LLM_PROXY_URL must be an http:\/\/ or https:\/\/ URL/],
+    [{ OZ0_MAX_MESSAGE_BYTES: "0" }, /^OZ0_MAX_MESSAGE_BYTES must be a whole number of bytes, from 1 to 4294967295/],
   ];
   for (const [env, message] of cases)
     assert.throws(() => configFromEnv(env), { name: "EnvConfigError", message }, JSON.stringify(env));

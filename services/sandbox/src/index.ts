@@ -12,6 +12,7 @@ import {
   checkNodeToken,
   defaultRoot,
   DEFAULT_HEARTBEAT_MS,
+  DEFAULT_MAX_MESSAGE_BYTES,
   DEFAULT_PORT,
   DEFAULT_SESSION_UIDS,
   type SandboxConfig,
@@ -171,6 +172,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     services: [registration(SandboxService, sandboxService(registry))],
     auth: new Authenticator(config.auth ?? {}),
     logger,
+    maxMessageBytes: config.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
   });
   server.health.setStatus(ISOLATION_HEALTH_SERVICE, useBwrap ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);
 

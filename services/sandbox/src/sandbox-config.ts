@@ -7,6 +7,7 @@ import {
   EnvConfigError,
   envInteger,
   envOneOf,
+  envMaxMessageBytes,
   envPort,
   envString,
   envUrl,
@@ -89,6 +90,8 @@ export interface SandboxConfig {
   maxLineBytes?: number;
   /** Largest patch, and largest total of named files, returned as artifacts (OZ0_MAX_ARTIFACT_BYTES). Default 8 MiB. */
   maxArtifactBytes?: number;
+  /** Largest RunSession message (or other request) taken, in bytes (OZ0_MAX_MESSAGE_BYTES). Default DEFAULT_MAX_MESSAGE_BYTES. */
+  maxMessageBytes?: number;
   /** Harness events a session may write; each is kept for re-attach, so past it the session is stopped (OZ0_MAX_SESSION_EVENTS). Default 200 000. */
   maxSessionEvents?: number;
   /** How much of a session's stderr is kept for re-attach, its last bytes (OZ0_MAX_SESSION_STDERR_BYTES); older pieces are dropped to their size. Default 1 MiB. */
@@ -138,6 +141,12 @@ export interface SandboxConfig {
 }
 
 export const DEFAULT_PORT = 7701;
+/**
+ * 16 MiB: the largest messages a sandbox takes are a session's start (its
+ * request, and any files attached by content rather than by node path) and a
+ * runtime tool's result (a harness operation's result, for one).
+ */
+export const DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 export const DEFAULT_HEARTBEAT_MS = 5_000;
 
 const ISOLATION_SETTINGS: readonly IsolationSetting[] = ["auto", "bwrap", "user", "none"];
@@ -184,6 +193,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     maxUnreadSessions: envInteger(env, "OZ0_MAX_UNREAD_SESSIONS", { min: 0, unit: "sessions" }),
     maxLineBytes: bytes(env, "OZ0_MAX_LINE_BYTES"),
     maxArtifactBytes: bytes(env, "OZ0_MAX_ARTIFACT_BYTES"),
+    maxMessageBytes: envMaxMessageBytes(env),
     maxSessionEvents: envInteger(env, "OZ0_MAX_SESSION_EVENTS", { min: 0, unit: "events" }),
     maxSessionStderrBytes: bytes(env, "OZ0_MAX_SESSION_STDERR_BYTES"),
     sessionUids: { base: uidBase, count: uidCount },

@@ -32,6 +32,7 @@ void test("the environment's variables become the sandbox's configuration", () =
     OZ0_MAX_UNREAD_SESSIONS: "8",
     OZ0_MAX_LINE_BYTES: "65536",
     OZ0_MAX_ARTIFACT_BYTES: "1048576",
+    OZ0_MAX_MESSAGE_BYTES: "33554432",
     OZ0_MAX_SESSION_EVENTS: "1000",
     OZ0_MAX_SESSION_STDERR_BYTES: "0",
     OZ0_SESSION_PATH: "/usr/bin:/bin",
@@ -58,6 +59,7 @@ void test("the environment's variables become the sandbox's configuration", () =
     maxUnreadSessions: 8,
     maxLineBytes: 65_536,
     maxArtifactBytes: 1_048_576,
+    maxMessageBytes: 32 * 1024 * 1024,
     maxSessionEvents: 1_000,
     maxSessionStderrBytes: 0,
     sessionUids: { base: 300_000, count: 1_000 },
@@ -81,6 +83,7 @@ void test("unset variables take the README's defaults", () => {
   assert.deepEqual(config.hiddenPaths, []);
   assert.equal(config.orchestratorUrls, undefined);
   assert.equal(config.maxSessions, undefined);
+  assert.equal(config.maxMessageBytes, undefined, "startSandbox takes DEFAULT_MAX_MESSAGE_BYTES");
 });
 
 void test("a malformed variable is refused, naming it and the form it expects", () => {
@@ -88,6 +91,7 @@ void test("a malformed variable is refused, naming it and the form it expects", 
     [{ OZ0_PORT: "x" }, /^OZ0_PORT must be a port number from 0 \(any free port\) to 65535; got "x"$/],
     [{ OZ0_PORT: "99999" }, /^OZ0_PORT must be a port number/],
     [{ OZ0_MAX_SESSIONS: "0" }, /^OZ0_MAX_SESSIONS must be a whole number of sessions, at least 1; got "0"$/],
+    [{ OZ0_MAX_MESSAGE_BYTES: "0" }, /^OZ0_MAX_MESSAGE_BYTES must be a whole number of bytes, from 1 to 4294967295/],
     [{ OZ0_ISOLATION: "docker" }, /^OZ0_ISOLATION must be one of auto, bwrap, user, none; got "docker"$/],
     [{ OZ0_CONTAINMENT: "systemd" }, /^OZ0_CONTAINMENT must be one of auto, .*; got "systemd"$/],
     [

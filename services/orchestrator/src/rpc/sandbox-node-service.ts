@@ -75,7 +75,7 @@ export function sandboxNodeServices(options: SandboxNodeServiceOptions): Service
  * reaches no job, approval or secret.
  */
 export async function startNodeListener(
-  options: SandboxNodeServiceOptions & { host: string; port: number },
+  options: SandboxNodeServiceOptions & { host: string; port: number; maxMessageBytes?: number },
 ): Promise<RunningServer> {
   const services = sandboxNodeServices(options);
   return serve({
@@ -88,6 +88,7 @@ export async function startNodeListener(
     // Heartbeats and health checks are no trace's work (tracing.ts).
     untracedRpcs: untracedProbes,
     ...(options.logger ? { logger: options.logger } : {}),
+    ...(options.maxMessageBytes !== undefined ? { maxMessageBytes: options.maxMessageBytes } : {}),
   });
 }
 
