@@ -36,7 +36,9 @@
 // services unchanged: runs alternating with and without it compare two
 // orchestrators side by side. OZ0_BENCH_SANDBOX_DIST=DIR: the same for the
 // sandbox's child (DIR a copy of an earlier services/sandbox/dist), and
-// OZ0_BENCH_LLM_PROXY_DIST=DIR for the LLM proxy's.
+// OZ0_BENCH_LLM_PROXY_DIST=DIR for the LLM proxy's, OZ0_BENCH_EVENTS_DIST=DIR for
+// the events service's (its dist has no packages of its own: a copy anywhere in
+// the repository resolves).
 import { spawn } from "node:child_process";
 import {
   chmodSync,
@@ -138,6 +140,8 @@ const sandboxMain = path.join(repoRoot, "services", "sandbox", "dist", "main.js"
 const sandboxDist = process.env.OZ0_BENCH_SANDBOX_DIST;
 const llmProxyMain = path.join(repoRoot, "services", "llm-proxy", "dist", "main.js");
 const llmProxyDist = process.env.OZ0_BENCH_LLM_PROXY_DIST;
+const eventsMain = path.join(repoRoot, "services", "events", "dist", "main.js");
+const eventsDist = process.env.OZ0_BENCH_EVENTS_DIST;
 /** The wrapper's line that runs `dist`'s main.js in place of `main`. */
 const swapMain = (main: string, dist: string | undefined): string =>
   dist === undefined ? "" : `if [ "$1" = "${main}" ]; then shift; set -- "${path.resolve(dist, "main.js")}" "$@"; fi\n`;
@@ -155,14 +159,21 @@ async function stackFor(
   extra: Partial<Record<StackServiceName, Record<string, string>>> = {},
   nodeFlags = "",
 ): Promise<EmbeddedStack> {
-  if (nodeFlags === "" && orchestratorDist === undefined && sandboxDist === undefined && llmProxyDist === undefined)
+  if (
+    nodeFlags === "" &&
+    orchestratorDist === undefined &&
+    sandboxDist === undefined &&
+    llmProxyDist === undefined &&
+    eventsDist === undefined
+  )
     return startStack(name, extra);
   const node = process.execPath;
   const wrapper = path.join(root, `node-${name}.sh`);
   const swap =
     swapMain(orchestratorMain, orchestratorDist) +
     swapMain(sandboxMain, sandboxDist) +
-    swapMain(llmProxyMain, llmProxyDist);
+    swapMain(llmProxyMain, llmProxyDist) +
+    swapMain(eventsMain, eventsDist);
   writeFileSync(wrapper, `#!/bin/sh\n${swap}exec "${node}" ${nodeFlags} "$@"\n`, { mode: 0o755 });
   process.execPath = wrapper;
   try {
