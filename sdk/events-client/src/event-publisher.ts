@@ -12,7 +12,7 @@ import {
   type PublishResponse,
   type RawEvent,
 } from "@oz0/proto/oz0/events/v1/events_pb";
-import { bearerInterceptor, createLogger } from "@oz0/serving";
+import { bearerInterceptor, createLogger, MAX_MESSAGE_BYTES_VARIABLE } from "@oz0/serving";
 import { randomUUID } from "node:crypto";
 import { connect } from "node:net";
 import type { LifecycleType } from "./lifecycle-types.js";
@@ -231,9 +231,11 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
     if (sending) return;
     sending = true;
     let backoffMs = 100;
+    // Fewer events than maxBatch while batches come out larger than the service takes in one message.
+    let batchSize = maxBatch;
     try {
       while (queue.length > 0 && !closed) {
-        const batch = queue.slice(0, maxBatch);
+        const batch = queue.slice(0, batchSize);
         inFlight = batch.length;
         try {
           const response = await sender.send(batch, { signal: abort.signal });
@@ -241,10 +243,17 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
           queue.splice(0, batch.length);
           settle(batch.length);
           backoffMs = 100;
+          batchSize = Math.min(maxBatch, batchSize * 2);
         } catch (error) {
           if (closed) break;
           const err = ConnectError.from(error);
-          if (err.code === Code.InvalidArgument) {
+          const tooLarge = err.code === Code.ResourceExhausted && err.rawMessage.includes(MAX_MESSAGE_BYTES_VARIABLE);
+          if (tooLarge && batch.length > 1) {
+            // Retried as it is it would be refused forever, and every event after it with it: halves go, in order.
+            batchSize = Math.ceil(batch.length / 2);
+            continue;
+          }
+          if (err.code === Code.InvalidArgument || tooLarge) {
             // Retrying cannot help a batch the service refuses; say which events went.
             queue.splice(0, batch.length);
             settle(batch.length);
