@@ -78,6 +78,7 @@ void describe("the access table", () => {
       "oz0.llmproxy.v1.SecretService/SetSecret",
       "oz0.llmproxy.v1.LlmProxyService/MintSessionToken",
       "oz0.events.v1.EventsService/Publish",
+      "oz0.events.v1.EventsService/PublishStream",
     ]) {
       const access = ACCESS_TABLE[method]!;
       assert.ok(!("open" in access) && !("anyPrincipal" in access) && !("role" in access && access.role), method);
