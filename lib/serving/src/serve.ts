@@ -100,7 +100,10 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   const reflection = new ReflectionIndex([...options.services.map((s) => s.service), Health, ReflectionV1]);
   const hint = options.credentialHint ? { credentialHint: options.credentialHint } : {};
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
-  const gate = accessGate(options.auth, hint);
+  const gate = accessGate(options.auth, {
+    ...hint,
+    unexpected: (error, procedure) => hiddenUnexpected(error, logger, procedure),
+  });
   const routes = (router: ConnectRouter): void => {
     for (const { service, impl } of options.services) router.service(service, impl);
     router.service(Health, health.service());
@@ -127,10 +130,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     acceptCompression: ACCEPT_COMPRESSION,
     readMaxBytes: maxMessageBytes,
     // Who may call is decided before a byte of the body is read, on every protocol.
-    requestGate: (context) =>
-      gate(context).catch((error: unknown) => {
-        throw hiddenUnexpected(error, logger, context.method.name);
-      }),
+    requestGate: gate,
     interceptors: [
       // First: it puts back the request messages the body check decoded (connect parsed empty ones).
       handingOnDecodedMessages(),

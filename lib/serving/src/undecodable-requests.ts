@@ -71,6 +71,9 @@ export function decodingBinaryBodies(handler: UniversalHandler, options: BodyChe
   const checked = (request: UniversalServerRequest) => {
     const framing = bodyFraming(request.header.get("content-type"));
     if (!framing || !isByteStream(request.body)) return handler(request);
+    const declared = framing.enveloped ? undefined : declaredLength(request.header.get("content-length"));
+    // Connect reads no more than a unary JSON body's Content-Length (more is a protocol error), and parses it itself.
+    if (!framing.binary && declared !== undefined && declared <= options.maxMessageBytes) return handler(request);
     const encoding = request.header.get(framing.encodingHeader);
     const decoded: DecodedMessages = [];
     const contextValues = request.contextValues ?? createContextValues();
@@ -98,7 +101,6 @@ export function decodingBinaryBodies(handler: UniversalHandler, options: BodyChe
     };
     if (framing.enveloped)
       return handler({ ...request, contextValues, body: decodedEnvelopes(request.body, check, framing.endFlag) });
-    const declared = declaredLength(request.header.get("content-length"));
     if (declared !== undefined && declared > check.maxBytes) {
       // Connect would refuse it on its Content-Length itself, without saying what raises the limit.
       const body = refused(check.oversized(declared, false));

@@ -1,5 +1,5 @@
 // Identity on every API: the access table covers every method of every proto,
-// and the one interceptor refuses what it must, over a real server, with
+// and the one gate refuses what it must, over a real server, with
 // messages that say what is missing. OIDC against a real issuer (jose).
 import assert from "node:assert/strict";
 import { readdirSync } from "node:fs";
@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import type { GenFile } from "@bufbuild/protobuf/codegenv2";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import { pino } from "pino";
 import { Health } from "@oz0/proto/grpc/health/v1/health_pb";
 import {
   AgentService,
@@ -96,7 +97,7 @@ void describe("the access table", () => {
   });
 });
 
-void describe("the auth interceptor", () => {
+void describe("the access gate", () => {
   const orchestrator = newCredential();
   const sandbox = newCredential();
   const alice = newCredential();
@@ -203,6 +204,29 @@ void describe("the auth interceptor", () => {
     assert.deepEqual(seen, ["alice"]);
     await jobs.listJobs({}, as(bob));
     await createClient(SandboxNodeService, transport()).heartbeat({}, as(node));
+  });
+
+  void it("answers an authenticator that fails with Internal and a reference, never its error", async () => {
+    class Failing extends Authenticator {
+      override authenticate(): never {
+        throw new Error("connect ECONNREFUSED /var/lib/secret-issuer");
+      }
+    }
+    const failing = await serve({
+      name: "auth-failing",
+      port: 0,
+      auth: new Failing({}),
+      logger: pino({ level: "silent" }),
+      services: [registration(JobService, { listJobs: () => ({}) })],
+    });
+    try {
+      await assert.rejects(
+        createClient(JobService, createGrpcTransport({ baseUrl: failing.url })).listJobs({}, as(bob)),
+        refused(Code.Internal, /^internal error \(ref [0-9a-f]{8}\); the service log has the details$/),
+      );
+    } finally {
+      await failing.close({ graceMs: 0 });
+    }
   });
 });
 

@@ -19,14 +19,22 @@ export const DEFAULT_CREDENTIAL_HINT =
  */
 export function accessGate(
   authenticator: Authenticator,
-  options: { credentialHint?: string } = {},
+  options: { credentialHint?: string; unexpected?: (error: unknown, procedure: string) => unknown } = {},
 ): (context: HandlerContext) => Promise<void> {
   const check = accessCheck(authenticator, options);
   return async (context) => {
-    const principal = await check(
-      `${context.service.typeName}/${context.method.name}`,
-      context.requestHeader.get("authorization"),
-    );
+    let principal: Principal | undefined;
+    try {
+      principal = await check(
+        `${context.service.typeName}/${context.method.name}`,
+        context.requestHeader.get("authorization"),
+      );
+    } catch (error) {
+      // An authenticator that fails (an OIDC issuer out of reach) is not the caller's business.
+      throw options.unexpected && !(error instanceof ConnectError)
+        ? options.unexpected(error, context.method.name)
+        : error;
+    }
     if (principal) context.values.set(principalKey, principal);
   };
 }
