@@ -181,6 +181,11 @@ export class OrchestratorTracing {
   readonly #resumedSessions = new Map<string, string>();
   /** The job context each live session token was minted in (by token id), for its revoke. */
   readonly #tokenTraces = new Map<string, Context>();
+  /**
+   * What a job's `job.created` (or `graph.run_started`) replaced, when its id was known here already (a
+   * creation asked again with the same id, which the store refuses): restored when that creation is withdrawn.
+   */
+  readonly #replaced = new Map<string, JobTrace>();
   #instruments: { jobs: WorkMetrics; sessions: WorkMetrics; approvals: WorkMetrics } | undefined;
 
   // Created on first use, not at import: the metrics API has no proxy, so an
@@ -605,7 +610,7 @@ export class OrchestratorTracing {
         },
         parent,
       );
-      this.#jobs.set(init.jobId, {
+      this.#begin(init.jobId, {
         span,
         ctx: trace.setSpan(parent, span),
         started: performance.now(),
@@ -630,7 +635,7 @@ export class OrchestratorTracing {
         },
         ROOT_CONTEXT,
       );
-      this.#jobs.set(init.jobId, {
+      this.#begin(init.jobId, {
         span,
         ctx: trace.setSpan(ROOT_CONTEXT, span),
         started: performance.now(),
@@ -675,13 +680,31 @@ export class OrchestratorTracing {
     if (!job.resumed) this.#metrics.jobs.duration.record((performance.now() - job.started) / 1000, attributes);
   }
 
-  /** A job whose creation failed after its span began: the span ends as an error and nothing keeps it. */
+  /**
+   * A job's root span begins. One already known under its id is kept aside: a job known here exists in the
+   * store, so this creation is refused there and withdrawn, and the one kept aside is known again.
+   */
+  #begin(jobId: string, job: JobTrace): void {
+    const previous = this.#jobs.get(jobId);
+    if (previous) this.#replaced.set(jobId, previous);
+    this.#jobs.set(jobId, job);
+  }
+
+  /**
+   * A job whose creation failed after its span began: the span ends as an error and nothing keeps it. A job
+   * known under the same id before (the creation asked again) is the one known again.
+   */
   #withdrawn(jobId: string): void {
     const job = this.#jobs.get(jobId);
     if (!job) return;
     this.#jobs.delete(jobId);
     fail(job.span, "job_not_created");
     job.span.end();
+    const previous = this.#replaced.get(jobId);
+    if (previous) {
+      this.#replaced.delete(jobId);
+      this.#jobs.set(jobId, previous);
+    }
   }
 
   /** The innermost span an event belongs to: its tool call, else its session, else its job. */

@@ -2,7 +2,8 @@
 // orchestrator's tracing, a sandbox and an LLM proxy faked in process:
 // - a job is stored with its first event and its `job.created` event in one
 //   transaction, or not at all: a creation that fails leaves no job, no
-//   lifecycle event, no lease and no open span (its span ends as an error);
+//   lifecycle event, no lease and no open span (its span ends as an error),
+//   and a job already known under the same id stays known;
 // - the session's token is stored with the session's node, and a job
 //   cancelled while its token was minted never starts its session and has
 //   the token revoked (the cancel found no token to revoke).
@@ -173,6 +174,8 @@ void test("a job whose creation fails leaves no job, no lifecycle event, no leas
       first.traceparent?.split("-")[1],
       "the first job's trace is not the one ended",
     );
+    // The first job, which runs on, is still known under its id: its span, and the traceparent calls about it link.
+    assert.equal(lifecycle.traceparentOf?.("job_taken"), first.traceparent);
   } finally {
     tokens.release();
     await runner.close();
