@@ -111,6 +111,16 @@ void describe("a request message over the service's limit", () => {
     assert.equal(bidi.status, Code.ResourceExhausted, bidi.message);
     assert.equal(bidi.messages.length, 1, "the message before it was answered");
 
+    // Connect's GET (a message in the query) is only for methods marked free of side effects; none is.
+    const viaGet = await fetch(
+      `${server.url}${PUBLISH}?connect=v1&encoding=proto&base64=1&message=${"A".repeat(8000)}`,
+      {
+        headers: auth,
+      },
+    );
+    assert.equal(viaGet.status, 405);
+    await viaGet.arrayBuffer();
+
     assert.equal(received.length, before, "no oversized message reached the handler");
     const refusals = logLines.filter((l) => l.code === "MESSAGE_TOO_LARGE");
     assert.ok(refusals.length >= 6, `each refusal is logged (${refusals.length})`);
