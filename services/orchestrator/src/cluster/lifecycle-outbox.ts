@@ -7,8 +7,15 @@
 // go when the claim runs out, and any replica sends the batch again. The
 // events service keeps each event id once, so an event sent twice (accepted,
 // then the shipper died before removing it) is still on the stream once.
-import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
-import { eventsTransport, logPublishResponse, rawEvent, type LifecycleType } from "@oz0/events-client";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import {
+  createPublishSender,
+  eventsTransport,
+  logPublishResponse,
+  rawEvent,
+  type LifecycleType,
+  type PublishSender,
+} from "@oz0/events-client";
 import { EventsService, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { Logger } from "@oz0/serving";
 import type { JobStore, StoredLifecycleEvent } from "../store/job-store.js";
@@ -43,7 +50,8 @@ export interface LifecycleOutboxOptions {
 
 export class LifecycleOutbox implements LifecycleSink {
   readonly #o: LifecycleOutboxOptions;
-  readonly #client: Client<typeof EventsService>;
+  /** Batches over one PublishStream while there are some to ship (issue 24: a unary call cost the events service more than its events). */
+  readonly #sender: PublishSender;
   readonly #poll: NodeJS.Timeout;
   /** A ship round runs; a nudge meanwhile asks for one more after it. */
   #shipping: Promise<void> | undefined;
@@ -63,7 +71,7 @@ export class LifecycleOutbox implements LifecycleSink {
   constructor(options: LifecycleOutboxOptions) {
     this.#o = options;
     this.#batch = options.batch ?? 500;
-    this.#client = createClient(EventsService, eventsTransport(options.url, options.token));
+    this.#sender = createPublishSender(createClient(EventsService, eventsTransport(options.url, options.token)));
     this.#poll = setInterval(() => this.committed(), options.pollMs ?? 1_000);
     this.#poll.unref();
   }
@@ -136,6 +144,7 @@ export class LifecycleOutbox implements LifecycleSink {
     const timeoutMs = options.timeoutMs ?? 2_000;
     await within(last, timeoutMs);
     // A send still waiting is stopped; a store query still waiting is not waited for past a second grace.
+    this.#sender.close();
     this.#abort.abort();
     await within(last, timeoutMs);
   }
@@ -186,10 +195,7 @@ export class LifecycleOutbox implements LifecycleSink {
 
   async #send(events: RawEvent[]): Promise<void> {
     try {
-      const response = await this.#client.publish(
-        { events },
-        { timeoutMs: this.#sendTimeoutMs, signal: this.#abort.signal },
-      );
+      const response = await this.#sender.send(events, { timeoutMs: this.#sendTimeoutMs, signal: this.#abort.signal });
       logPublishResponse(this.#o.logger, response, events.length);
     } catch (error) {
       const err = ConnectError.from(error);
