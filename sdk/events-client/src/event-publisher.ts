@@ -164,7 +164,11 @@ export function rawAttributes(event: RawEvent): JsonObject {
 }
 
 /** Says what the events service did not take as sent: events it dropped, and events whose type it did not know (kept as an envelope only). */
-export function logPublishResponse(logger: PublisherLogger, response: PublishResponse, count: number): void {
+export function logPublishResponse(
+  logger: PublisherLogger,
+  response: Pick<PublishResponse, "dropped" | "reduced">,
+  count: number,
+): void {
   if (response.dropped > 0) {
     logger.error(
       { code: "EVENTS_DROPPED_BY_SERVICE", dropped: response.dropped, count },

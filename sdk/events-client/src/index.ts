@@ -13,7 +13,7 @@ export {
   rawEvent,
 } from "./event-publisher.js";
 export { createPublishSender, PUBLISH_STREAM_IDLE_MS } from "./publish-sender.js";
-export type { PublishSender } from "./publish-sender.js";
+export type { PublishAnswer, PublishSender } from "./publish-sender.js";
 export type {
   EventPublisher,
   EventPublisherOptions,

@@ -6,7 +6,13 @@
 // by the publisher and by the orchestrator's lifecycle outbox.
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { createWritableIterable, type WritableIterable } from "@connectrpc/connect/protocol";
-import type { EventsService, PublishRequest, PublishResponse, RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import type {
+  EventsService,
+  PublishResponse,
+  PublishStreamRequest,
+  PublishStreamResponse,
+  RawEvent,
+} from "@oz0/proto/oz0/events/v1/events_pb";
 
 /**
  * How long a stream stays open with nothing to send. An open stream keeps
@@ -14,6 +20,9 @@ import type { EventsService, PublishRequest, PublishResponse, RawEvent } from "@
  * that never ends it exits this much later.
  */
 export const PUBLISH_STREAM_IDLE_MS = 2_000;
+
+/** The service's answer to a batch: a PublishStream's, or a unary Publish's (the same fields). */
+export type PublishAnswer = PublishStreamResponse | PublishResponse;
 
 export interface PublishSender {
   /**
@@ -23,14 +32,14 @@ export interface PublishSender {
    * ids already stored are ignored). `signal` and `timeoutMs` end the stream
    * the batch waits on, as they end a unary call.
    */
-  send(events: RawEvent[], options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<PublishResponse>;
+  send(events: RawEvent[], options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<PublishAnswer>;
   /** Ends the stream, if one is open; a later send opens another. */
   close(): void;
 }
 
 interface OpenStream {
-  requests: WritableIterable<PublishRequest>;
-  responses: AsyncIterator<PublishResponse>;
+  requests: WritableIterable<PublishStreamRequest>;
+  responses: AsyncIterator<PublishStreamResponse>;
   cancel: AbortController;
   idle: NodeJS.Timeout;
   busy: boolean;
@@ -56,7 +65,7 @@ export function createPublishSender(client: Client<typeof EventsService>): Publi
   };
 
   const open = (): OpenStream => {
-    const requests = createWritableIterable<PublishRequest>();
+    const requests = createWritableIterable<PublishStreamRequest>();
     const cancel = new AbortController();
     const responses = client.publishStream(requests, { signal: cancel.signal })[Symbol.asyncIterator]();
     const opened: OpenStream = {
@@ -76,7 +85,7 @@ export function createPublishSender(client: Client<typeof EventsService>): Publi
   const send = async (
     events: RawEvent[],
     options: { signal?: AbortSignal; timeoutMs?: number } = {},
-  ): Promise<PublishResponse> => {
+  ): Promise<PublishAnswer> => {
     const { signal, timeoutMs } = options;
     if (unaryOnly) return client.publish({ events }, { signal, timeoutMs });
     const current = (stream ??= open());
@@ -94,7 +103,7 @@ export function createPublishSender(client: Client<typeof EventsService>): Publi
     if (signal?.aborted) cancel();
     try {
       const [, answer] = await Promise.all([
-        current.requests.write({ $typeName: "oz0.events.v1.PublishRequest", events }),
+        current.requests.write({ $typeName: "oz0.events.v1.PublishStreamRequest", events }),
         current.responses.next(),
       ]);
       if (answer.done) {

@@ -3,13 +3,7 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { LIFECYCLE_TYPES } from "@oz0/events-client";
 import type { Logger } from "@oz0/serving";
-import type { MessageInitShape } from "@bufbuild/protobuf";
-import type {
-  EventsService,
-  PublicEvent,
-  PublishRequest,
-  PublishResponseSchema,
-} from "@oz0/proto/oz0/events/v1/events_pb";
+import type { EventsService, PublicEvent, PublishRequest } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { KafkaRelay } from "./kafka-relay.js";
 import { OutboxWriteError, type AppendResult, type Outbox } from "./outbox.js";
 import { redactEvent } from "./redaction-policy.js";
@@ -21,6 +15,14 @@ export const MAX_PUBLISH_BATCH = 10_000;
 const WATCH_PAGE = 500;
 /** Unknown types remembered so each is logged once; past this many, the rest go unlogged (PublishResponse.reduced still counts them). */
 const MAX_UNKNOWN_TYPES_LOGGED = 1_000;
+
+/** What Publish answers a call and PublishStream each batch (PublishResponse's and PublishStreamResponse's fields). */
+interface BatchAnswer {
+  accepted: number;
+  duplicates: number;
+  dropped: number;
+  reduced: number;
+}
 
 export interface EventsServiceDeps {
   outbox: Outbox;
@@ -56,7 +58,7 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
     return reduced;
   };
   // One batch, as Publish and each message of PublishStream take it: answered once its events are durable.
-  const publishBatch = async (request: PublishRequest): Promise<MessageInitShape<typeof PublishResponseSchema>> => {
+  const publishBatch = async (request: Pick<PublishRequest, "events">): Promise<BatchAnswer> => {
     if (request.events.length > MAX_PUBLISH_BATCH) {
       throw new ConnectError(
         `a Publish carries at most ${MAX_PUBLISH_BATCH} events (got ${request.events.length}); split the batch`,

@@ -13,7 +13,7 @@ import { Code, ConnectError, createClient, type ServiceImpl } from "@connectrpc/
 import { createWritableIterable } from "@connectrpc/connect/protocol";
 import { startEvents, type RunningEvents } from "@oz0/events";
 import { createEventPublisher, createPublishSender, eventsTransport, rawEvent } from "@oz0/events-client";
-import { EventsService, type PublishRequest, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import { EventsService, type PublishStreamRequest, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { Authenticator, createLogger, registration, serve } from "@oz0/serving";
 import { testCredentials } from "@oz0/serving/testing";
 import { eventsClient, watchAll } from "./fixtures/events-client.js";
@@ -38,16 +38,19 @@ const stubEvents = (handlers: Partial<ServiceImpl<typeof EventsService>>) =>
     services: [registration(EventsService, handlers)],
   });
 
-const batchOf = (events: RawEvent[]): PublishRequest => ({ $typeName: "oz0.events.v1.PublishRequest", events });
+const batchOf = (events: RawEvent[]): PublishStreamRequest => ({
+  $typeName: "oz0.events.v1.PublishStreamRequest",
+  events,
+});
 
 void test("PublishStream answers each batch in order once stored, as Publish does, and ends on a batch it refuses", async () => {
   const events = await service();
   const [a, b, c] = ["job.created", "session.started", "job.completed"].map((type) =>
     rawEvent(type as "job.created", { jobId: "job-stream" }),
   );
-  const requests = createWritableIterable<PublishRequest>();
+  const requests = createWritableIterable<PublishStreamRequest>();
   const responses = eventsClient(events.url).publishStream(requests)[Symbol.asyncIterator]();
-  const answer = async (request: PublishRequest) => {
+  const answer = async (request: PublishStreamRequest) => {
     const [, next] = await Promise.all([requests.write(request), responses.next()]);
     assert.equal(next.done, false, "one answer per batch");
     return next.value!;
@@ -82,7 +85,7 @@ void test("the publisher sends its batches over one stream, and unary Publish ca
       },
       ...(withStream
         ? {
-            async *publishStream(requests: AsyncIterable<PublishRequest>) {
+            async *publishStream(requests: AsyncIterable<PublishStreamRequest>) {
               received.streams++;
               for await (const request of requests) {
                 received.streamBatches++;
@@ -182,7 +185,7 @@ void test("a sender's deadline ends the stream its batch waits on, and the batch
     publish() {
       throw new ConnectError("streams only here", Code.FailedPrecondition);
     },
-    async *publishStream(requests: AsyncIterable<PublishRequest>) {
+    async *publishStream(requests: AsyncIterable<PublishStreamRequest>) {
       const seen: string[] = [];
       streams.push(seen);
       for await (const request of requests) {

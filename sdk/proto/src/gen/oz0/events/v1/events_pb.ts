@@ -25,7 +25,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file oz0/events/v1/events.proto.
  */
 export const file_oz0_events_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("ChpvejAvZXZlbnRzL3YxL2V2ZW50cy5wcm90bxINb3owLmV2ZW50cy52MSJxCgtUb2tlbkNvdW50cxIUCgxpbnB1dF90b2tlbnMYASABKA0SFQoNb3V0cHV0X3Rva2VucxgCIAEoDRIZChFjYWNoZV9yZWFkX3Rva2VucxgDIAEoDRIaChJjYWNoZV93cml0ZV90b2tlbnMYBCABKA0iqAMKCFJhd0V2ZW50EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSKAoEdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAQgASgJEg4KBmpvYl9pZBgFIAEoCRISCgpzZXNzaW9uX2lkGAYgASgJEhQKDHRvb2xfY2FsbF9pZBgHIAEoCRIfChdvcGVyYXRpb25faW52b2NhdGlvbl9pZBgIIAEoCRIUCgxncmFwaF9ydW5faWQYCSABKAkSFQoNZ3JhcGhfc3RlcF9pZBgKIAEoCRISCgphZ2VudF9uYW1lGAsgASgJEhUKDWFnZW50X3ZlcnNpb24YDCABKAkSDgoGc3RhdHVzGA0gASgJEioKBnRva2VucxgOIAEoCzIaLm96MC5ldmVudHMudjEuVG9rZW5Db3VudHMSKwoKYXR0cmlidXRlcxgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLdHJhY2VwYXJlbnQYECABKAkSFwoPYXR0cmlidXRlc19qc29uGBEgASgJIrUDCgtQdWJsaWNFdmVudBIKCgJpZBgBIAEoCRIMCgR0eXBlGAIgASgJEigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnNvdXJjZRgEIAEoCRIOCgZqb2JfaWQYBSABKAkSEgoKc2Vzc2lvbl9pZBgGIAEoCRIUCgx0b29sX2NhbGxfaWQYByABKAkSHwoXb3BlcmF0aW9uX2ludm9jYXRpb25faWQYCCABKAkSFAoMZ3JhcGhfcnVuX2lkGAkgASgJEhUKDWdyYXBoX3N0ZXBfaWQYCiABKAkSEgoKYWdlbnRfbmFtZRgLIAEoCRIVCg1hZ2VudF92ZXJzaW9uGAwgASgJEg4KBnN0YXR1cxgNIAEoCRIqCgZ0b2tlbnMYDiABKAsyGi5vejAuZXZlbnRzLnYxLlRva2VuQ291bnRzEisKCmF0dHJpYnV0ZXMYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhMKC3RyYWNlcGFyZW50GBAgASgJEhAKCHBvc2l0aW9uGBEgASgDEg8KB3JlZHVjZWQYEiABKAgiOQoOUHVibGlzaFJlcXVlc3QSJwoGZXZlbnRzGAEgAygLMhcub3owLmV2ZW50cy52MS5SYXdFdmVudCJZCg9QdWJsaXNoUmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKA0SEgoKZHVwbGljYXRlcxgCIAEoDRIPCgdkcm9wcGVkGAMgASgNEg8KB3JlZHVjZWQYBCABKA0iTgoMV2F0Y2hSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIVCg1mcm9tX3Bvc2l0aW9uGAIgASgDEhcKD3VudGlsX2NhdWdodF91cBgDIAEoCCI6Cg1XYXRjaFJlc3BvbnNlEikKBWV2ZW50GAEgASgLMhoub3owLmV2ZW50cy52MS5QdWJsaWNFdmVudCIjChFUcmFuc2NyaXB0UmVxdWVzdBIOCgZqb2JfaWQYASABKAkihwEKElRyYW5zY3JpcHRSZXNwb25zZRIOCgZqb2JfaWQYASABKAkSKgoEcm93cxgCIAMoCzIcLm96MC5ldmVudHMudjEuVHJhbnNjcmlwdFJvdxI1Cg9wYXJhbGxlbF9ncm91cHMYAyADKAsyHC5vejAuZXZlbnRzLnYxLlBhcmFsbGVsR3JvdXAidQoNVHJhbnNjcmlwdFJvdxIrCgVldmVudBgBIAEoCzIaLm96MC5ldmVudHMudjEuUHVibGljRXZlbnRIABIwCglvcGVyYXRpb24YAiABKAsyGy5vejAuZXZlbnRzLnYxLk9wZXJhdGlvblJvd0gAQgUKA3JvdyLIBAoMT3BlcmF0aW9uUm93Eh8KF29wZXJhdGlvbl9pbnZvY2F0aW9uX2lkGAEgASgJEhQKDHRvb2xfY2FsbF9pZBgCIAEoCRIVCg1vcGVyYXRpb25fa2V5GAMgASgJEg0KBXRpdGxlGAQgASgJEi4KBnN0YXR1cxgFIAEoDjIeLm96MC5ldmVudHMudjEuT3BlcmF0aW9uU3RhdHVzEi4KCnN0YXJ0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtkdXJhdGlvbl9tcxgIIAEoDRISCgp0YXNrX2NoYXJzGAkgASgNEhIKCnRpbWVvdXRfbXMYCiABKA0SGQoRcmVzdWx0X3ZhbGlkYXRpb24YCyABKAkSKwoFc3RlcHMYDCADKAsyHC5vejAuZXZlbnRzLnYxLk9wZXJhdGlvblN0ZXASKgoGdG9rZW5zGA0gASgLMhoub3owLmV2ZW50cy52MS5Ub2tlbkNvdW50cxIZChFwYXJhbGxlbF9ncm91cF9pZBgOIAEoCRIbChNwYXJhbGxlbF9ncm91cF9zaXplGA8gASgNEhkKEXBhcmFsbGVsX3Bvc2l0aW9uGBAgASgNEhsKE2F0dHJpYnV0aW9uX3BhcnRpYWwYESABKAgSGAoQYXR0cmlidXRpb25fbm90ZRgSIAEoCRISCgplcnJvcl9jb2RlGBMgASgJItoBCg1PcGVyYXRpb25TdGVwEhAKCGV2ZW50X2lkGAEgASgJEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGtpbmQYAyABKAkSDQoFbGFiZWwYBCABKAkSEQoJdG9vbF9uYW1lGAUgASgJEgwKBHBhdGgYBiABKAkSDgoGc3RhdHVzGAcgASgJEhMKC2R1cmF0aW9uX21zGAggASgNEioKBnRva2VucxgJIAEoCzIaLm96MC5ldmVudHMudjEuVG9rZW5Db3VudHMimwEKDVBhcmFsbGVsR3JvdXASCgoCaWQYASABKAkSIAoYb3BlcmF0aW9uX2ludm9jYXRpb25faWRzGAIgAygJEi4KCnN0YXJ0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCrOAQoPT3BlcmF0aW9uU3RhdHVzEiAKHE9QRVJBVElPTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIcChhPUEVSQVRJT05fU1RBVFVTX1JVTk5JTkcQARIeChpPUEVSQVRJT05fU1RBVFVTX0NPTVBMRVRFRBACEhsKF09QRVJBVElPTl9TVEFUVVNfRkFJTEVEEAMSHgoaT1BFUkFUSU9OX1NUQVRVU19DQU5DRUxMRUQQBBIeChpPUEVSQVRJT05fU1RBVFVTX1RJTUVEX09VVBAFMsYCCg1FdmVudHNTZXJ2aWNlEkgKB1B1Ymxpc2gSHS5vejAuZXZlbnRzLnYxLlB1Ymxpc2hSZXF1ZXN0Gh4ub3owLmV2ZW50cy52MS5QdWJsaXNoUmVzcG9uc2USUgoNUHVibGlzaFN0cmVhbRIdLm96MC5ldmVudHMudjEuUHVibGlzaFJlcXVlc3QaHi5vejAuZXZlbnRzLnYxLlB1Ymxpc2hSZXNwb25zZSgBMAESRAoFV2F0Y2gSGy5vejAuZXZlbnRzLnYxLldhdGNoUmVxdWVzdBocLm96MC5ldmVudHMudjEuV2F0Y2hSZXNwb25zZTABElEKClRyYW5zY3JpcHQSIC5vejAuZXZlbnRzLnYxLlRyYW5zY3JpcHRSZXF1ZXN0GiEub3owLmV2ZW50cy52MS5UcmFuc2NyaXB0UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChpvejAvZXZlbnRzL3YxL2V2ZW50cy5wcm90bxINb3owLmV2ZW50cy52MSJxCgtUb2tlbkNvdW50cxIUCgxpbnB1dF90b2tlbnMYASABKA0SFQoNb3V0cHV0X3Rva2VucxgCIAEoDRIZChFjYWNoZV9yZWFkX3Rva2VucxgDIAEoDRIaChJjYWNoZV93cml0ZV90b2tlbnMYBCABKA0iqAMKCFJhd0V2ZW50EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSKAoEdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAQgASgJEg4KBmpvYl9pZBgFIAEoCRISCgpzZXNzaW9uX2lkGAYgASgJEhQKDHRvb2xfY2FsbF9pZBgHIAEoCRIfChdvcGVyYXRpb25faW52b2NhdGlvbl9pZBgIIAEoCRIUCgxncmFwaF9ydW5faWQYCSABKAkSFQoNZ3JhcGhfc3RlcF9pZBgKIAEoCRISCgphZ2VudF9uYW1lGAsgASgJEhUKDWFnZW50X3ZlcnNpb24YDCABKAkSDgoGc3RhdHVzGA0gASgJEioKBnRva2VucxgOIAEoCzIaLm96MC5ldmVudHMudjEuVG9rZW5Db3VudHMSKwoKYXR0cmlidXRlcxgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLdHJhY2VwYXJlbnQYECABKAkSFwoPYXR0cmlidXRlc19qc29uGBEgASgJIrUDCgtQdWJsaWNFdmVudBIKCgJpZBgBIAEoCRIMCgR0eXBlGAIgASgJEigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnNvdXJjZRgEIAEoCRIOCgZqb2JfaWQYBSABKAkSEgoKc2Vzc2lvbl9pZBgGIAEoCRIUCgx0b29sX2NhbGxfaWQYByABKAkSHwoXb3BlcmF0aW9uX2ludm9jYXRpb25faWQYCCABKAkSFAoMZ3JhcGhfcnVuX2lkGAkgASgJEhUKDWdyYXBoX3N0ZXBfaWQYCiABKAkSEgoKYWdlbnRfbmFtZRgLIAEoCRIVCg1hZ2VudF92ZXJzaW9uGAwgASgJEg4KBnN0YXR1cxgNIAEoCRIqCgZ0b2tlbnMYDiABKAsyGi5vejAuZXZlbnRzLnYxLlRva2VuQ291bnRzEisKCmF0dHJpYnV0ZXMYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhMKC3RyYWNlcGFyZW50GBAgASgJEhAKCHBvc2l0aW9uGBEgASgDEg8KB3JlZHVjZWQYEiABKAgiOQoOUHVibGlzaFJlcXVlc3QSJwoGZXZlbnRzGAEgAygLMhcub3owLmV2ZW50cy52MS5SYXdFdmVudCJZCg9QdWJsaXNoUmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKA0SEgoKZHVwbGljYXRlcxgCIAEoDRIPCgdkcm9wcGVkGAMgASgNEg8KB3JlZHVjZWQYBCABKA0iPwoUUHVibGlzaFN0cmVhbVJlcXVlc3QSJwoGZXZlbnRzGAEgAygLMhcub3owLmV2ZW50cy52MS5SYXdFdmVudCJfChVQdWJsaXNoU3RyZWFtUmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKA0SEgoKZHVwbGljYXRlcxgCIAEoDRIPCgdkcm9wcGVkGAMgASgNEg8KB3JlZHVjZWQYBCABKA0iTgoMV2F0Y2hSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIVCg1mcm9tX3Bvc2l0aW9uGAIgASgDEhcKD3VudGlsX2NhdWdodF91cBgDIAEoCCI6Cg1XYXRjaFJlc3BvbnNlEikKBWV2ZW50GAEgASgLMhoub3owLmV2ZW50cy52MS5QdWJsaWNFdmVudCIjChFUcmFuc2NyaXB0UmVxdWVzdBIOCgZqb2JfaWQYASABKAkihwEKElRyYW5zY3JpcHRSZXNwb25zZRIOCgZqb2JfaWQYASABKAkSKgoEcm93cxgCIAMoCzIcLm96MC5ldmVudHMudjEuVHJhbnNjcmlwdFJvdxI1Cg9wYXJhbGxlbF9ncm91cHMYAyADKAsyHC5vejAuZXZlbnRzLnYxLlBhcmFsbGVsR3JvdXAidQoNVHJhbnNjcmlwdFJvdxIrCgVldmVudBgBIAEoCzIaLm96MC5ldmVudHMudjEuUHVibGljRXZlbnRIABIwCglvcGVyYXRpb24YAiABKAsyGy5vejAuZXZlbnRzLnYxLk9wZXJhdGlvblJvd0gAQgUKA3JvdyLIBAoMT3BlcmF0aW9uUm93Eh8KF29wZXJhdGlvbl9pbnZvY2F0aW9uX2lkGAEgASgJEhQKDHRvb2xfY2FsbF9pZBgCIAEoCRIVCg1vcGVyYXRpb25fa2V5GAMgASgJEg0KBXRpdGxlGAQgASgJEi4KBnN0YXR1cxgFIAEoDjIeLm96MC5ldmVudHMudjEuT3BlcmF0aW9uU3RhdHVzEi4KCnN0YXJ0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtkdXJhdGlvbl9tcxgIIAEoDRISCgp0YXNrX2NoYXJzGAkgASgNEhIKCnRpbWVvdXRfbXMYCiABKA0SGQoRcmVzdWx0X3ZhbGlkYXRpb24YCyABKAkSKwoFc3RlcHMYDCADKAsyHC5vejAuZXZlbnRzLnYxLk9wZXJhdGlvblN0ZXASKgoGdG9rZW5zGA0gASgLMhoub3owLmV2ZW50cy52MS5Ub2tlbkNvdW50cxIZChFwYXJhbGxlbF9ncm91cF9pZBgOIAEoCRIbChNwYXJhbGxlbF9ncm91cF9zaXplGA8gASgNEhkKEXBhcmFsbGVsX3Bvc2l0aW9uGBAgASgNEhsKE2F0dHJpYnV0aW9uX3BhcnRpYWwYESABKAgSGAoQYXR0cmlidXRpb25fbm90ZRgSIAEoCRISCgplcnJvcl9jb2RlGBMgASgJItoBCg1PcGVyYXRpb25TdGVwEhAKCGV2ZW50X2lkGAEgASgJEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGtpbmQYAyABKAkSDQoFbGFiZWwYBCABKAkSEQoJdG9vbF9uYW1lGAUgASgJEgwKBHBhdGgYBiABKAkSDgoGc3RhdHVzGAcgASgJEhMKC2R1cmF0aW9uX21zGAggASgNEioKBnRva2VucxgJIAEoCzIaLm96MC5ldmVudHMudjEuVG9rZW5Db3VudHMimwEKDVBhcmFsbGVsR3JvdXASCgoCaWQYASABKAkSIAoYb3BlcmF0aW9uX2ludm9jYXRpb25faWRzGAIgAygJEi4KCnN0YXJ0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCrOAQoPT3BlcmF0aW9uU3RhdHVzEiAKHE9QRVJBVElPTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIcChhPUEVSQVRJT05fU1RBVFVTX1JVTk5JTkcQARIeChpPUEVSQVRJT05fU1RBVFVTX0NPTVBMRVRFRBACEhsKF09QRVJBVElPTl9TVEFUVVNfRkFJTEVEEAMSHgoaT1BFUkFUSU9OX1NUQVRVU19DQU5DRUxMRUQQBBIeChpPUEVSQVRJT05fU1RBVFVTX1RJTUVEX09VVBAFMtICCg1FdmVudHNTZXJ2aWNlEkgKB1B1Ymxpc2gSHS5vejAuZXZlbnRzLnYxLlB1Ymxpc2hSZXF1ZXN0Gh4ub3owLmV2ZW50cy52MS5QdWJsaXNoUmVzcG9uc2USXgoNUHVibGlzaFN0cmVhbRIjLm96MC5ldmVudHMudjEuUHVibGlzaFN0cmVhbVJlcXVlc3QaJC5vejAuZXZlbnRzLnYxLlB1Ymxpc2hTdHJlYW1SZXNwb25zZSgBMAESRAoFV2F0Y2gSGy5vejAuZXZlbnRzLnYxLldhdGNoUmVxdWVzdBocLm96MC5ldmVudHMudjEuV2F0Y2hSZXNwb25zZTABElEKClRyYW5zY3JpcHQSIC5vejAuZXZlbnRzLnYxLlRyYW5zY3JpcHRSZXF1ZXN0GiEub3owLmV2ZW50cy52MS5UcmFuc2NyaXB0UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Token counts of a model call (or a sum of them).
@@ -370,6 +370,60 @@ export const PublishResponseSchema: GenMessage<PublishResponse> = /*@__PURE__*/
   messageDesc(file_oz0_events_v1_events, 4);
 
 /**
+ * One batch on a PublishStream: the same fields (and bytes) as PublishRequest.
+ *
+ * @generated from message oz0.events.v1.PublishStreamRequest
+ */
+export type PublishStreamRequest = Message<"oz0.events.v1.PublishStreamRequest"> & {
+  /**
+   * @generated from field: repeated oz0.events.v1.RawEvent events = 1;
+   */
+  events: RawEvent[];
+};
+
+/**
+ * Describes the message oz0.events.v1.PublishStreamRequest.
+ * Use `create(PublishStreamRequestSchema)` to create a new message.
+ */
+export const PublishStreamRequestSchema: GenMessage<PublishStreamRequest> = /*@__PURE__*/
+  messageDesc(file_oz0_events_v1_events, 5);
+
+/**
+ * The answer to one batch of a PublishStream, in the order of the batches:
+ * the same fields (and bytes) as PublishResponse, which says what each means.
+ *
+ * @generated from message oz0.events.v1.PublishStreamResponse
+ */
+export type PublishStreamResponse = Message<"oz0.events.v1.PublishStreamResponse"> & {
+  /**
+   * @generated from field: uint32 accepted = 1;
+   */
+  accepted: number;
+
+  /**
+   * @generated from field: uint32 duplicates = 2;
+   */
+  duplicates: number;
+
+  /**
+   * @generated from field: uint32 dropped = 3;
+   */
+  dropped: number;
+
+  /**
+   * @generated from field: uint32 reduced = 4;
+   */
+  reduced: number;
+};
+
+/**
+ * Describes the message oz0.events.v1.PublishStreamResponse.
+ * Use `create(PublishStreamResponseSchema)` to create a new message.
+ */
+export const PublishStreamResponseSchema: GenMessage<PublishStreamResponse> = /*@__PURE__*/
+  messageDesc(file_oz0_events_v1_events, 6);
+
+/**
  * @generated from message oz0.events.v1.WatchRequest
  */
 export type WatchRequest = Message<"oz0.events.v1.WatchRequest"> & {
@@ -402,7 +456,7 @@ export type WatchRequest = Message<"oz0.events.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_events_v1_events, 5);
+  messageDesc(file_oz0_events_v1_events, 7);
 
 /**
  * @generated from message oz0.events.v1.WatchResponse
@@ -419,7 +473,7 @@ export type WatchResponse = Message<"oz0.events.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_events_v1_events, 6);
+  messageDesc(file_oz0_events_v1_events, 8);
 
 /**
  * @generated from message oz0.events.v1.TranscriptRequest
@@ -436,7 +490,7 @@ export type TranscriptRequest = Message<"oz0.events.v1.TranscriptRequest"> & {
  * Use `create(TranscriptRequestSchema)` to create a new message.
  */
 export const TranscriptRequestSchema: GenMessage<TranscriptRequest> = /*@__PURE__*/
-  messageDesc(file_oz0_events_v1_events, 7);
+  messageDesc(file_oz0_events_v1_events, 9);
 
 /**
  * @generated from message oz0.events.v1.TranscriptResponse
@@ -468,7 +522,7 @@ export type TranscriptResponse = Message<"oz0.events.v1.TranscriptResponse"> & {
  * Use `create(TranscriptResponseSchema)` to create a new message.
  */
 export const TranscriptResponseSchema: GenMessage<TranscriptResponse> = /*@__PURE__*/
-  messageDesc(file_oz0_events_v1_events, 8);
+  messageDesc(file_oz0_events_v1_events, 10);
 
 /**
  * @generated from message oz0.events.v1.TranscriptRow
@@ -500,7 +554,7 @@ export type TranscriptRow = Message<"oz0.events.v1.TranscriptRow"> & {
  * Use `create(TranscriptRowSchema)` to create a new message.
  */
 export const TranscriptRowSchema: GenMessage<TranscriptRow> = /*@__PURE__*/
-  messageDesc(file_oz0_events_v1_events, 9);
+  messageDesc(file_oz0_events_v1_events, 11);
 
 /**
  * One harness operation invocation: its whole lifecycle merged into one row
@@ -635,7 +689,7 @@ export type OperationRow = Message<"oz0.events.v1.OperationRow"> & {
  * Use `create(OperationRowSchema)` to create a new message.
  */
 export const OperationRowSchema: GenMessage<OperationRow> = /*@__PURE__*/
-  messageDesc(file_oz0_events_v1_events, 10);
+  messageDesc(file_oz0_events_v1_events, 12);
 
 /**
  * One safe inner step of an operation's scratch loop.
@@ -699,7 +753,7 @@ export type OperationStep = Message<"oz0.events.v1.OperationStep"> & {
  * Use `create(OperationStepSchema)` to create a new message.
  */
 export const OperationStepSchema: GenMessage<OperationStep> = /*@__PURE__*/
-  messageDesc(file_oz0_events_v1_events, 11);
+  messageDesc(file_oz0_events_v1_events, 13);
 
 /**
  * @generated from message oz0.events.v1.ParallelGroup
@@ -733,7 +787,7 @@ export type ParallelGroup = Message<"oz0.events.v1.ParallelGroup"> & {
  * Use `create(ParallelGroupSchema)` to create a new message.
  */
 export const ParallelGroupSchema: GenMessage<ParallelGroup> = /*@__PURE__*/
-  messageDesc(file_oz0_events_v1_events, 12);
+  messageDesc(file_oz0_events_v1_events, 14);
 
 /**
  * Status of a harness operation invocation.
@@ -806,8 +860,8 @@ export const EventsService: GenService<{
    */
   publishStream: {
     methodKind: "bidi_streaming";
-    input: typeof PublishRequestSchema;
-    output: typeof PublishResponseSchema;
+    input: typeof PublishStreamRequestSchema;
+    output: typeof PublishStreamResponseSchema;
   },
   /**
    * Streams public events from a position of the local log, then follows new
