@@ -19,11 +19,12 @@ import { JobFeed } from "../src/jobs/job-feed.js";
 import { JobRunner } from "../src/jobs/job-runner.js";
 import { HookStage } from "../src/policy/hook-stage.js";
 import { PermissionPolicy } from "../src/policy/permission-policy.js";
-import { StaticPlacement } from "../src/sessions/sandbox-placement.js";
+import { StaticPlacement, type SandboxPlacement } from "../src/sessions/sandbox-placement.js";
 import type { LifecycleSink, SessionRunner, StartSessionOptions, TokenIssuer } from "../src/sessions/session-runner.js";
 import { isTerminal } from "../src/store/job-store.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
 import { rawEvent } from "@oz0/events-client";
+import { JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { OrchestratorTracing } from "../src/tracing.js";
 import { eventually } from "./support/eventually.js";
 
@@ -116,16 +117,27 @@ function recordingOwnership(): JobOwnership & { released: string[] } {
   };
 }
 
+/** Every node full, always: a job placed here waits for room. */
+const fullPlacement: SandboxPlacement = {
+  tracksNodes: true,
+  place: () => Promise.resolve(undefined),
+  runnerForSession: () => Promise.reject(new Error("no session is ever placed here")),
+  release: () => Promise.resolve(),
+  lostSessions: () => Promise.resolve([]),
+  lostSession: () => Promise.resolve(undefined),
+};
+
 function runnerWith(o: {
   tokens: TokenIssuer;
   sandbox: SessionRunner;
   lifecycle: LifecycleSink;
   ownership: JobOwnership;
+  placement?: SandboxPlacement;
 }) {
   return new JobRunner({
     store,
     feed: new JobFeed(),
-    placement: new StaticPlacement({ runners: [o.sandbox] }),
+    placement: o.placement ?? new StaticPlacement({ runners: [o.sandbox] }),
     tokens: o.tokens,
     policy: new PermissionPolicy({ hooks: [new HookStage()] }),
     lifecycle: o.lifecycle,
@@ -220,6 +232,33 @@ void test("a job cancelled while its token is minted never starts its session, a
     const stored = await store.getJob(job.id);
     assert.ok(stored && isTerminal(stored.state));
     assert.equal(stored.state, "cancelled");
+  } finally {
+    await runner.close();
+  }
+});
+
+void test("a job cancelled while its token is minted and every node is full has the token revoked, and its transcript ends with its end", async () => {
+  const tokens = gatedTokens();
+  const sandbox = silentSandbox();
+  const runner = runnerWith({
+    tokens,
+    sandbox,
+    lifecycle: bareSink,
+    ownership: recordingOwnership(),
+    placement: fullPlacement,
+  });
+  try {
+    const job = await runner.runAgent({ agent: "coder", input: "go" });
+    const cancelled = await runner.cancel({ jobId: job.id, reason: "changed my mind" });
+    assert.equal(cancelled.state, "cancelled");
+    tokens.release();
+    // The wait for room is where the minted token is stored: the job has ended by then, so it is revoked there.
+    await eventually(async () => (tokens.revoked.includes(`tok_${job.id}`) ? true : undefined));
+    assert.equal(sandbox.started.length, 0);
+    const events = await store.listJobEvents(job.id, 0, 100);
+    const last = events.at(-1);
+    assert.equal(last?.event.case, "stateChanged");
+    assert.equal(last?.event.case === "stateChanged" ? last.event.value.state : undefined, JobState.CANCELLED);
   } finally {
     await runner.close();
   }

@@ -255,6 +255,12 @@ export class JobSessions {
       tokenId = undefined;
       return patch;
     };
+    const revokeMinted = async (minted: string | undefined): Promise<void> => {
+      if (minted === undefined) return;
+      await this.#o.tokens.revoke({ tokenId: minted }).catch((error: unknown) => {
+        this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not revoke the session token");
+      });
+    };
     return {
       jobId: job.id,
       sessionId: job.sessionId,
@@ -271,20 +277,27 @@ export class JobSessions {
       // Once per job: otherwise a waiting job only shows "pending", and why is in the orchestrator's log alone.
       waiting: async () => {
         if (active.waitSaid && tokenId === undefined) return;
+        if (tokenId !== undefined) {
+          // The first write since the mint stores the token and reads the job back, as `placed` does: a job
+          // cancelled meanwhile says nothing more (its transcript ends with its end), and one that has ended
+          // has its token revoked here (its end found none stored). A cancel still ending revokes it itself.
+          const patch = withToken();
+          const current = await this.#o.store.updateJob(job.id, patch);
+          if (current.cancelRequestedAt !== undefined || isTerminal(current.state)) {
+            if (isTerminal(current.state)) await revokeMinted(patch.tokenId);
+            return;
+          }
+        }
         const said = active.waitSaid === true;
         active.waitSaid = true;
-        const events = said ? [] : [stateChanged("pending", WAITING_FOR_ROOM)];
-        await appendJobStep(this.#o, { jobId: job.id, events, job: withToken() });
+        if (!said) await appendJobStep(this.#o, { jobId: job.id, events: [stateChanged("pending", WAITING_FOR_ROOM)] });
       },
       placed: async (sandbox) => {
         const patch = withToken();
         const current = await this.#o.store.updateJob(job.id, { ...patch, sandboxUrl: sandbox.url });
         if (current.cancelRequestedAt === undefined && !isTerminal(current.state)) return true;
         // Ended while its token was minted (a cancel): that end revoked no token, none was stored yet.
-        if (patch.tokenId && isTerminal(current.state))
-          await this.#o.tokens.revoke({ tokenId: patch.tokenId }).catch((error: unknown) => {
-            this.#o.logger.warn({ jobId: job.id, err: String(error) }, "could not revoke the session token");
-          });
+        if (isTerminal(current.state)) await revokeMinted(patch.tokenId);
         return false;
       },
     };
