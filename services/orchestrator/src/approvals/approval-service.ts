@@ -169,6 +169,10 @@ export class ApprovalService {
       delivered: false,
     };
     if (decision.kind === "ask") patch.state = "waiting";
+    // A request again under an id or call id seen before replaces what the audit knew of it (the store's row is
+    // replaced too): only this request's own decision may say the call is approved.
+    o.active.approvedCalls?.delete(record.callId);
+    o.active.approvedCalls?.delete(record.id);
     await this.#append(
       job.id,
       [
