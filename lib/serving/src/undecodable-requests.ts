@@ -103,7 +103,7 @@ export function decodingBinaryBodies(handler: UniversalHandler, options: BodyChe
       return handler({ ...request, contextValues, body: decodedEnvelopes(request.body, check, framing.endFlag) });
     if (declared !== undefined && declared > check.maxBytes) {
       // Connect would refuse it on its Content-Length itself, without saying what raises the limit.
-      const body = refused(check.oversized(declared, false));
+      const body = refused(() => check.oversized(declared, false));
       return handler({ ...request, header: withoutLength(request.header), contextValues, body });
     }
     if (check.compression !== undefined || !check.binary)
@@ -202,10 +202,15 @@ function withoutLength(headers: Headers): Headers {
   return header;
 }
 
-/** A body that ends in `error` before a byte of the request's own is read. */
+/**
+ * A body that ends in `error()` before a byte of the request's own is read.
+ * The error is made when connect first reads the body, after its request
+ * gate: a caller the access table refuses never gets this far, so its
+ * Content-Length puts nothing in the log.
+ */
 // eslint-disable-next-line require-yield -- it only throws, as a body connect reads
-async function* refused(error: ConnectError): AsyncIterable<Uint8Array> {
-  throw error;
+async function* refused(error: () => ConnectError): AsyncIterable<Uint8Array> {
+  throw error();
 }
 
 function isByteStream(body: UniversalServerRequest["body"]): body is AsyncIterable<Uint8Array> {

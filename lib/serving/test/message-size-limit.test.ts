@@ -176,6 +176,8 @@ void describe("a request message over the service's limit", () => {
   });
 
   void it("from a caller with no credential is refused before its body is read: none of it on HTTP/2, on HTTP/1.1 at most what connect drops", async () => {
+    const tooLarge = (): number => logLines.filter((l) => l.code === "MESSAGE_TOO_LARGE").length;
+    const loggedBefore = tooLarge();
     const session = http2Connect(server.url);
     try {
       // gRPC: headers only, the body never written and the request never ended.
@@ -198,6 +200,8 @@ void describe("a request message over the service's limit", () => {
       );
       assert.ok(answer.written < BIG / 4, `${contentType}: the server took ${answer.written} bytes of ${BIG}`);
     }
+    // Refused for who it is, not for its size: a stranger's Content-Length writes nothing to the log.
+    assert.equal(tooLarge(), loggedBefore, "no MESSAGE_TOO_LARGE logged for a caller the access table refuses");
   });
 
   void it("from a caller with a credential is refused once the size is announced, before the message is sent", async () => {
