@@ -217,16 +217,25 @@ void test("a job is stored with its first event and job.created; its token is st
   }
 });
 
+/** Starts a job, cancels it while its token is minted, lets the mint finish and waits for that token's revocation. */
+async function cancelledWhileMinting(
+  runner: JobRunner,
+  tokens: ReturnType<typeof gatedTokens>,
+): Promise<{ id: string }> {
+  const job = await runner.runAgent({ agent: "coder", input: "go" });
+  const cancelled = await runner.cancel({ jobId: job.id, reason: "changed my mind" });
+  assert.equal(cancelled.state, "cancelled");
+  tokens.release();
+  await eventually(async () => (tokens.revoked.includes(`tok_${job.id}`) ? true : undefined));
+  return job;
+}
+
 void test("a job cancelled while its token is minted never starts its session, and the token is revoked", async () => {
   const tokens = gatedTokens();
   const sandbox = silentSandbox();
   const runner = runnerWith({ tokens, sandbox, lifecycle: bareSink, ownership: recordingOwnership() });
   try {
-    const job = await runner.runAgent({ agent: "coder", input: "go" });
-    const cancelled = await runner.cancel({ jobId: job.id, reason: "changed my mind" });
-    assert.equal(cancelled.state, "cancelled");
-    tokens.release();
-    await eventually(async () => (tokens.revoked.includes(`tok_${job.id}`) ? true : undefined));
+    const job = await cancelledWhileMinting(runner, tokens);
     assert.deepEqual(tokens.minted, [`tok_${job.id}`]);
     assert.equal(sandbox.started.length, 0, "no session started for a cancelled job");
     const stored = await store.getJob(job.id);
@@ -248,12 +257,8 @@ void test("a job cancelled while its token is minted and every node is full has 
     placement: fullPlacement,
   });
   try {
-    const job = await runner.runAgent({ agent: "coder", input: "go" });
-    const cancelled = await runner.cancel({ jobId: job.id, reason: "changed my mind" });
-    assert.equal(cancelled.state, "cancelled");
-    tokens.release();
     // The wait for room is where the minted token is stored: the job has ended by then, so it is revoked there.
-    await eventually(async () => (tokens.revoked.includes(`tok_${job.id}`) ? true : undefined));
+    const job = await cancelledWhileMinting(runner, tokens);
     assert.equal(sandbox.started.length, 0);
     const events = await store.listJobEvents(job.id, 0, 100);
     const last = events.at(-1);
