@@ -67,7 +67,7 @@ import { benchOptions } from "./bench-options.js";
 import { median, startReport } from "./bench-report.js";
 import { cpuProfileWindow, type TimedCpuProfile } from "./cpu-profile-window.js";
 import { summariseCpuProfile, type ProfileLine } from "./llm-proxy-cpu-profile.js";
-import { readProcessCpu, ticksPerSecond, type ProcessCpu } from "./process-cpu.js";
+import { readProcessCpu, readProcessWakeups, ticksPerSecond, type ProcessCpu } from "./process-cpu.js";
 
 const options = benchOptions({
   jobs: { type: "number", default: 20 },
@@ -239,6 +239,18 @@ const read = (pids: Record<StackServiceName, number>): Reading =>
     }),
   ) as Reading;
 
+type Wakeups = Record<StackServiceName, { main: number; all: number }>;
+/** Each service's wake-ups so far (the sandbox's keeper spawner's in its `all`), as `read` counts CPU. */
+const readWakeups = (pids: Record<StackServiceName, number>): Wakeups =>
+  Object.fromEntries(
+    SERVICES.map((name) => {
+      const own = readProcessWakeups(pids[name]);
+      if (name !== "sandbox") return [name, own];
+      const helpers = keeperSpawners(pids[name]).map((pid) => readProcessWakeups(pid).all);
+      return [name, { main: own.main, all: own.all + helpers.reduce((sum, x) => sum + x, 0) }];
+    }),
+  ) as Wakeups;
+
 /** The sandbox's keeper spawner (a Perl child of it, running the spawner's loop), found among its children. */
 function keeperSpawners(sandboxPid: number): number[] {
   const pids: number[] = [];
@@ -338,6 +350,8 @@ interface Round {
   perJob: Record<StackServiceName, number>;
   /** The part of perJob spent in the kernel. */
   systemPerJob: Record<StackServiceName, number>;
+  /** Wake-ups per job: the main thread's and every thread's. */
+  wakeupsPerJob: Wakeups;
   harnessAloneMs: number;
   benchPerJob: number;
   jobsPerSecond: number;
@@ -363,12 +377,14 @@ async function round(
   // Before the services' readings: the direct runs touch none of them.
   const harnessAloneMs = harnessRuns > 0 ? await harnessAlone(harnessRuns) : Number.NaN;
   const before = read(pids);
+  const wakeupsBefore = readWakeups(pids);
   const benchBefore = process.cpuUsage();
   const t0 = performance.now();
   await runJobs(api, jobs, options.inflight, logs);
   const jobsSeconds = (performance.now() - t0) / 1000;
   await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
   const after = read(pids);
+  const wakeupsAfter = readWakeups(pids);
   const bench = process.cpuUsage(benchBefore);
   const perJob = Object.fromEntries(
     SERVICES.map((name) => [name, (after[name].ownMs - before[name].ownMs) / jobs]),
@@ -376,9 +392,19 @@ async function round(
   const systemPerJob = Object.fromEntries(
     SERVICES.map((name) => [name, (after[name].ownSystemMs - before[name].ownSystemMs) / jobs]),
   ) as Record<StackServiceName, number>;
+  const wakeupsPerJob = Object.fromEntries(
+    SERVICES.map((name) => [
+      name,
+      {
+        main: (wakeupsAfter[name].main - wakeupsBefore[name].main) / jobs,
+        all: (wakeupsAfter[name].all - wakeupsBefore[name].all) / jobs,
+      },
+    ]),
+  ) as Wakeups;
   return {
     perJob,
     systemPerJob,
+    wakeupsPerJob,
     harnessAloneMs,
     benchPerJob: (bench.user + bench.system) / 1000 / jobs,
     jobsPerSecond: jobs / jobsSeconds,
@@ -450,7 +476,8 @@ try {
     const values = rounds.map((r) => r.perJob[name]);
     console.log(
       `  ${name.padEnd(13)} ${ms(perService[name]).padStart(7)} ms  (${ms(Math.min(...values))}–${ms(Math.max(...values))}); ` +
-        `in the kernel ${ms(median(rounds.map((r) => r.systemPerJob[name])))} ms; idle background ${ms(idle[name])} ms per second`,
+        `in the kernel ${ms(median(rounds.map((r) => r.systemPerJob[name])))} ms; idle background ${ms(idle[name])} ms per second; ` +
+        `wake-ups ${median(rounds.map((r) => r.wakeupsPerJob[name].main)).toFixed(1)} (main thread), ${median(rounds.map((r) => r.wakeupsPerJob[name].all)).toFixed(1)} (all threads)`,
     );
   }
   console.log(

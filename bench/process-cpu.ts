@@ -4,7 +4,7 @@
 // bench reads it before and after a round and divides the difference by the
 // work done. Linux only.
 import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 
 /** Clock ticks, as /proc/<pid>/stat counts them. */
 export interface ProcessTicks {
@@ -64,4 +64,33 @@ export function readProcessCpu(pid: number, ticks: number): ProcessCpu {
     ownSystemMs: (t.stime * 1000) / ticks,
     childrenMs: ((t.cutime + t.cstime) * 1000) / ticks,
   };
+}
+
+/**
+ * How often a process's threads went to sleep of their own accord
+ * (`voluntary_ctxt_switches` in /proc/<pid>/task/<tid>/status): each is a
+ * wake-up later. `main` is the main thread's (a Node service's event loop
+ * blocking in epoll_wait, mostly), `all` every thread's. On this project's
+ * VMs a wake-up after an idle gap costs a Node process 50–270 µs of CPU
+ * however little it then does (bench/README.md, "What a wake-up costs"), so
+ * wake-ups per job are a cost of their own. Threads that ended took their
+ * counts with them.
+ */
+export function readProcessWakeups(pid: number): { main: number; all: number } {
+  let all = 0;
+  let main = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    let status: string;
+    try {
+      status = readFileSync(`/proc/${pid}/task/${tid}/status`, "utf8");
+    } catch {
+      continue; // the thread ended between the listing and the read
+    }
+    const match = /^voluntary_ctxt_switches:\s+(\d+)$/m.exec(status);
+    if (!match) throw new Error(`/proc/${pid}/task/${tid}/status has no voluntary_ctxt_switches line`);
+    const count = Number(match[1]);
+    all += count;
+    if (tid === String(pid)) main = count;
+  }
+  return { main, all };
 }

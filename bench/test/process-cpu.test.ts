@@ -2,7 +2,8 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { test } from "node:test";
-import { parseProcStat, readProcessCpu, ticksPerSecond } from "../process-cpu.js";
+import { setTimeout as sleep } from "node:timers/promises";
+import { parseProcStat, readProcessCpu, readProcessWakeups, ticksPerSecond } from "../process-cpu.js";
 
 // A real line's shape: pid, (comm), state, then 49 numbers; utime..cstime are fields 14..17.
 const line = (comm: string): string =>
@@ -35,4 +36,13 @@ void test("this process's reading counts the CPU of a child it waited for", asyn
     `children's CPU did not grow: ${before.childrenMs} → ${after.childrenMs} ms`,
   );
   assert.ok(after.ownMs >= before.ownMs);
+});
+
+void test("wake-ups: each time this process's event loop waits for a timer, its main thread sleeps once more", async () => {
+  const before = readProcessWakeups(process.pid);
+  for (let i = 0; i < 5; i++) await sleep(5);
+  const after = readProcessWakeups(process.pid);
+  assert.ok(after.main - before.main >= 5, `main thread: ${before.main} → ${after.main}`);
+  assert.ok(after.all >= after.main, `all threads (${after.all}) include the main thread (${after.main})`);
+  assert.ok(after.all - before.all >= after.main - before.main);
 });
