@@ -8,7 +8,7 @@ Anthropic Messages API at {anthropicBaseUrl}/v1/messages for the others) with
 its headers and token, asks permission before every tool call, and passes the
 same conformance kit as the TypeScript fake harness, on both routes.
 """
-import json, os, signal, subprocess, sys, urllib.request
+import http.client, json, os, signal, subprocess, sys, urllib.parse
 
 state = {"result_sent": False, "turns": 0, "ids": 0, "usage": {}}
 
@@ -105,6 +105,42 @@ def from_openai(reply):
     return content, (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
 
 
+# One connection per origin, kept for the whole session as the official SDKs
+# keep theirs: a new connection per model call costs the sandbox's forwarder
+# and the LLM proxy a connect, an accept and a close each time.
+connections = {}
+
+
+def post_json(url, body, headers):
+    """POSTs body as JSON on the origin's kept connection; returns the parsed answer, raises on a status other than 2xx."""
+    parts = urllib.parse.urlsplit(url)
+    origin = (parts.scheme, parts.netloc)
+    target = parts.path + ("?" + parts.query if parts.query else "")
+    data = json.dumps(body).encode()
+    while True:
+        conn = connections.get(origin)
+        reused = conn is not None
+        if not reused:
+            kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+            conn = connections[origin] = kind(parts.netloc)
+        try:
+            conn.request("POST", target, data, headers)
+            response = conn.getresponse()
+            payload = response.read()
+        except (http.client.RemoteDisconnected, http.client.CannotSendRequest, ConnectionResetError, BrokenPipeError):
+            conn.close()
+            del connections[origin]
+            if reused:
+                continue  # the server closed the kept connection between two calls: once more, on a new one
+            raise
+        if response.will_close:
+            conn.close()
+            del connections[origin]
+        if not 200 <= response.status < 300:
+            raise RuntimeError(f"{url} answered {response.status} {response.reason}: {payload[:500].decode(errors='replace')}")
+        return json.loads(payload)
+
+
 def call_model(llm, provider, model, system, messages, tools):
     """One model call on the route the model's provider names; returns content blocks and (input, output) tokens."""
     auth = {**llm.get("headers", {}), "x-api-key": llm.get("token", ""), "content-type": "application/json"}
@@ -112,10 +148,10 @@ def call_model(llm, provider, model, system, messages, tools):
         chat, functions = to_openai(system, messages, tools)
         body = {"model": model, "max_tokens": 4096, "messages": chat, "tools": functions}
         url = llm["openaiBaseUrl"].rstrip("/") + "/chat/completions"
-        return from_openai(json.load(urllib.request.urlopen(urllib.request.Request(url, json.dumps(body).encode(), auth))))
+        return from_openai(post_json(url, body, auth))
     body = {"model": model, "max_tokens": 4096, "system": system, "messages": messages, "tools": tools}
     url = llm["anthropicBaseUrl"].rstrip("/") + "/v1/messages"
-    reply = json.load(urllib.request.urlopen(urllib.request.Request(url, json.dumps(body).encode(), {**auth, "anthropic-version": "2023-06-01"})))
+    reply = post_json(url, body, {**auth, "anthropic-version": "2023-06-01"})
     usage = reply.get("usage", {})
     return reply["content"], (usage.get("input_tokens", 0), usage.get("output_tokens", 0))
 
