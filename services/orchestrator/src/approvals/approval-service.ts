@@ -36,6 +36,7 @@ import {
   type JsonObject,
   type PermissionRecord,
 } from "../store/job-store.js";
+import { claim, repeatedRequestId, requestIdsOf } from "./request-ids.js";
 import { answerRefusal, approvalDeadline, ApprovalDeadlines, type Answerer } from "./approval-deadlines.js";
 
 const DECIDER_TO_PROTO: Record<DeciderName, Decider> = {
@@ -115,7 +116,9 @@ export class ApprovalService {
    * recorded with `patch` (the session's position) in one step, and
    * answered, or left waiting for a person with its deadline armed.
    * `offered`: a tool the runtime offered this session itself, allowed
-   * without the policy.
+   * without the policy. A request that reuses an id or a call id of the
+   * session (request-ids.ts) is neither decided nor stored: the protocol
+   * error is returned, for the caller to stop the session with.
    */
   async decide(o: {
     job: JobRecord;
@@ -123,10 +126,15 @@ export class ApprovalService {
     event: SessionEvent;
     patch: JobPatch;
     offered: boolean;
-  }): Promise<void> {
+  }): Promise<string | undefined> {
     const { job, event, patch } = o;
-    if (event.event.case !== "permissionRequest") return;
+    if (event.event.case !== "permissionRequest") return undefined;
+    // The session is being stopped for breaking a rule: nothing more of it is decided (no hook runs for it).
+    if (o.active.violation) return o.active.violation;
     const request = event.event.value;
+    o.active.requestIds ??= requestIdsOf(await this.#o.store.listPermissions({ jobId: job.id }));
+    const repeated = repeatedRequestId(o.active.requestIds, request);
+    if (repeated) return repeated;
     const input = request.input as JsonObject | undefined;
     const cancelled = job.cancelRequestedAt !== undefined;
     const decision: PolicyDecision = cancelled
@@ -169,10 +177,6 @@ export class ApprovalService {
       delivered: false,
     };
     if (decision.kind === "ask") patch.state = "waiting";
-    // A request again under an id or call id seen before replaces what the audit knew of it (the store's row is
-    // replaced too): only this request's own decision may say the call is approved.
-    o.active.approvedCalls?.delete(record.callId);
-    o.active.approvedCalls?.delete(record.id);
     await this.#append(
       job.id,
       [
@@ -194,9 +198,17 @@ export class ApprovalService {
         ],
       },
     );
-    if (record.status === "approved") (o.active.approvedCalls ??= new Set()).add(record.callId).add(record.id);
+    claim(o.active.requestIds, record);
+    // Its ids are its own from now on (a repeat is refused above), so an approved call stays approved. An empty
+    // call id names no call: it is never one a result can claim.
+    if (record.status === "approved") {
+      o.active.approvedCalls ??= new Set();
+      o.active.approvedCalls.add(record.id);
+      if (record.callId) o.active.approvedCalls.add(record.callId);
+    }
     if (decision.kind !== "ask") await this.deliver(job.id, record);
     else this.#arm(o.active.agent, record);
+    return undefined;
   }
 
   #arm(agent: AgentVersionRecord, p: PermissionRecord): void {
@@ -416,8 +428,9 @@ export class ApprovalService {
     if (!active.agent.harness.manifest.permissions || active.violation) return undefined;
     // Approved here: allowed, with no read of the job's permissions (issue 24: one read per tool call).
     if (active.approvedCalls?.has(result.callId)) return undefined;
+    // One row at most: a request's id and call id are used once in a session (request-ids.ts).
     const permission = (await this.#o.store.listPermissions({ jobId })).find(
-      (p) => p.callId === result.callId || p.id === result.callId,
+      (p) => (p.callId !== "" && p.callId === result.callId) || p.id === result.callId,
     );
     const violation = toolResultViolation({ result, permission, harness: active.agent.harness.manifest.name });
     if (!violation) return undefined;

@@ -5,6 +5,7 @@
 // happens one at a time, and the background work they start, awaited at close.
 import type { Logger } from "@oz0/serving";
 import type { SessionResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { RequestIds } from "../approvals/request-ids.js";
 import type { AgentVersionRecord } from "../store/job-store.js";
 import type { SessionState } from "../sessions/session-driver.js";
 
@@ -30,6 +31,8 @@ export interface ActiveJob extends SessionState {
    * no read for those (an approved call stays approved). Others are read from the store.
    */
   approvedCalls?: Set<string>;
+  /** The ids and call ids its permission requests used (approvals/request-ids.ts): read from the store once, then kept here. */
+  requestIds?: RequestIds;
 }
 
 export class ActiveJobs {

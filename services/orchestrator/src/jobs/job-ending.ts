@@ -28,7 +28,8 @@ export async function jobEnding(o: {
   let result =
     active?.result ??
     (job.stopReason ? create(SessionResultSchema, { stopReason: job.stopReason, text: job.resultText }) : undefined);
-  // A running job's error is only ever written by a cancel (with cancelRequestedAt) or by a failed session (the job runner's handle).
+  // A running job's error is only ever written by a cancel (with cancelRequestedAt) or by a failed session (the job runner's
+  // handle, or a protocol error the runner saw itself).
   const sessionFailure = active?.sessionFailure ?? (job.error && !job.cancelRequestedAt ? job.error : undefined);
   let state: JobStateName;
   let error = "";

@@ -351,9 +351,7 @@ export class JobRunner {
             async () => {
               const violation = await this.#approvals.audit(jobId, active, e.value);
               const job = violation ? await this.#o.store.getJob(jobId) : undefined;
-              // Stop the session now; the job fails with the violation when its stream ends (#finish).
-              if (job && active.sandbox)
-                this.#active.track(active.sandbox.cancel({ sessionId: job.sessionId, reason: violation! }));
+              if (job) this.#stopSession(job, active, violation!);
             },
           ],
         };
@@ -419,7 +417,13 @@ export class JobRunner {
       case "permissionRequest": {
         const job = (await this.#o.store.getJob(jobId))!;
         const offered = this.#served(job)?.tools.some((t) => t.name === e.value.tool) ?? false;
-        await this.#approvals.decide({ job, active, event, patch, offered });
+        const violation = await this.#approvals.decide({ job, active, event, patch, offered });
+        if (violation) {
+          // Stored as a failed session's error is (with the seq that passes the request): a restart or a
+          // takeover fails the job alike, even though the request is not read again.
+          await this.#o.store.updateJob(jobId, { ...patch, error: violation });
+          this.#stopSession(job, active, violation);
+        }
         return;
       }
       case "runtimeToolCall": {
@@ -455,6 +459,16 @@ export class JobRunner {
       default:
         throw new Error(`a session's ${e.case ?? "empty"} event only appends to its job`);
     }
+  }
+
+  /** The harness broke a rule: its session is stopped now, and the job fails with the rule when its stream ends (#finish). */
+  #stopSession(job: JobRecord, active: ActiveJob, violation: string): void {
+    if (!active.violation) {
+      active.violation = violation;
+      this.#o.logger.warn({ jobId: job.id, sessionId: job.sessionId }, violation);
+    }
+    if (active.sandbox)
+      this.#active.track(active.sandbox.cancel({ sessionId: job.sessionId, reason: active.violation }));
   }
 
   #served(job: JobRecord): ServedRuntimeTools | undefined {

@@ -1,0 +1,162 @@
+// A permission request's id, and its tool call's id, are used once in a
+// session: a harness that repeats one breaks the protocol, and the job fails
+// with duplicate_request_id before the repeat touches anything. Before, a
+// repeated id replaced the stored row of a call already decided, and a
+// repeated call id gave the tool-call audit two rows to choose from, one
+// approved and one denied. The harness (test/fixtures/repeated-ids) writes
+// its JSON lines itself. Each case runs behind a sandbox node that is the
+// attacker's (support/hostile-sandbox.ts: it passes every line on, checking
+// nothing), so what is checked is the orchestrator's own rule; a repeat
+// after an orchestrator restart is caught from the stored rows; and the
+// same harness behind the real sandbox fails its job the same way.
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { createLogger } from "@oz0/serving";
+import { JobFeed } from "../src/jobs/job-feed.js";
+import { JobRunner } from "../src/jobs/job-runner.js";
+import { HookStage } from "../src/policy/hook-stage.js";
+import { PermissionPolicy } from "../src/policy/permission-policy.js";
+import { PluginRegistry } from "../src/plugins/plugin-registry.js";
+import { LlmProxyClient } from "../src/sessions/llm-proxy-client.js";
+import { SandboxClient } from "../src/sessions/sandbox-client.js";
+import { StaticPlacement } from "../src/sessions/sandbox-placement.js";
+import { isTerminal, type JobRecord, type PermissionRecord } from "../src/store/job-store.js";
+import { SqliteJobStore } from "../src/store/sqlite-store.js";
+import { HostileSandbox } from "./support/hostile-sandbox.js";
+import { eventually, packageDir, startTestStack, type TestStack } from "./support/test-stack.js";
+
+const plugin = path.join(packageDir, "test/fixtures/repeated-ids");
+const home = mkdtempSync(path.join(os.tmpdir(), "oz0-repeated-ids-"));
+
+let t: TestStack;
+let hostile: HostileSandbox;
+let hostileUrl: string;
+let store: SqliteJobStore;
+const runners = new Set<JobRunner>();
+
+function jobRunner(sandboxUrl: string): JobRunner {
+  const runner = new JobRunner({
+    store,
+    feed: new JobFeed(),
+    placement: new StaticPlacement({
+      runners: [new SandboxClient({ url: sandboxUrl, token: t.stack.credentials.orchestrator })],
+    }),
+    tokens: new LlmProxyClient({ url: t.stack.urls["llm-proxy"], token: t.stack.credentials.orchestrator }),
+    policy: new PermissionPolicy({ hooks: [new HookStage()] }),
+    home,
+    logger: createLogger({ name: "orchestrator-repeated-ids", level: "error" }),
+  });
+  runners.add(runner);
+  return runner;
+}
+
+async function closeRunner(runner: JobRunner): Promise<void> {
+  runners.delete(runner);
+  await runner.close();
+}
+
+before(async () => {
+  // The model is never called: the harness writes its events itself.
+  t = await startTestStack({ pick: () => ({ text: "unused" }) });
+  hostile = new HostileSandbox();
+  hostileUrl = await hostile.listen();
+  store = new SqliteJobStore({ file: path.join(home, "orchestrator.db") });
+  await new PluginRegistry({ store, home }).install({ source: plugin });
+});
+
+after(async () => {
+  for (const runner of runners) await runner.close();
+  await hostile?.close();
+  await store?.close();
+  await t?.close();
+  rmSync(home, { recursive: true, force: true });
+});
+
+function ended(jobId: string): Promise<JobRecord> {
+  return eventually(async () => {
+    const current = await store.getJob(jobId);
+    return current && isTerminal(current.state) ? current : undefined;
+  });
+}
+
+const fix =
+  "the request was refused, every earlier decision stands, and the session was stopped. A harness gives every permission request an id, and every tool call a call_id, used once in its session";
+const repeatedId = `the harness broke the protocol: duplicate_request_id: permission request "perm-1" reuses "perm-1" as its id, the id of permission request "perm-1" earlier in this session; ${fix}`;
+const repeatedCall = `the harness broke the protocol: duplicate_request_id: permission request "perm-2" reuses "call-1" as its call id, the call id of permission request "perm-1" earlier in this session; ${fix}`;
+
+/** perm-1 as the policy decided it: read_file for call-1, allowed. */
+function assertFirstDecisionStands(rows: PermissionRecord[]): void {
+  assert.deepEqual(
+    rows.map((p) => ({ id: p.id, callId: p.callId, tool: p.tool, status: p.status, decider: p.decider })),
+    [{ id: "perm-1", callId: "call-1", tool: "read_file", status: "approved", decider: "policy" }],
+    "the stored rows are perm-1's decision alone: the repeat was neither stored nor decided",
+  );
+}
+
+/** A job of the repeater on its own runner (closed after, whatever the test does), to its end. */
+async function runToEnd(sandboxUrl: string, input: string): Promise<JobRecord> {
+  const runner = jobRunner(sandboxUrl);
+  try {
+    const job = await runner.runAgent({ agent: "repeater", input });
+    return await ended(job.id);
+  } finally {
+    await closeRunner(runner);
+  }
+}
+
+void test("behind a node that checks nothing, the control keeps to the protocol and succeeds", async () => {
+  const done = await runToEnd(hostileUrl, "polite");
+  assert.equal(done.state, "succeeded", done.error);
+  assertFirstDecisionStands(await store.listPermissions({ jobId: done.id }));
+});
+
+void test("a decided permission id asked again (for a call that waits for a person) fails the job, and the decided row is unchanged", async () => {
+  const done = await runToEnd(hostileUrl, "repeat-id");
+  assert.equal(done.state, "failed");
+  assert.equal(done.error, repeatedId);
+  assertFirstDecisionStands(await store.listPermissions({ jobId: done.id }));
+});
+
+void test("a second request under an approved call's id, for a denied tool, fails the job: the approved row does not pass the call", async () => {
+  const done = await runToEnd(hostileUrl, "repeat-call");
+  assert.equal(done.state, "failed", "the call ran with a denied tool: the job must not succeed");
+  assert.equal(done.error, repeatedCall);
+  assert.equal(done.resultText, "", "the harness's result is not the job's");
+  assertFirstDecisionStands(await store.listPermissions({ jobId: done.id }));
+});
+
+void test("a permission id decided before an orchestrator restart is a repeat after it (the stored rows count)", async () => {
+  const first = jobRunner(hostileUrl);
+  const job = await first.runAgent({ agent: "repeater", input: "wait-repeat-id" });
+  const decided = await eventually(async () => {
+    const [p] = await store.listPermissions({ jobId: job.id });
+    return p?.status === "approved" ? p : undefined;
+  });
+  await closeRunner(first);
+  const second = jobRunner(hostileUrl);
+  try {
+    await second.resumeAll();
+    // The harness goes on to repeat perm-1 once the new orchestrator follows the session.
+    hostile.write(job.sessionId, "{}");
+    const done = await ended(job.id);
+    assert.equal(done.state, "failed");
+    assert.equal(done.error, repeatedId);
+    const rows = await store.listPermissions({ jobId: job.id });
+    assertFirstDecisionStands(rows);
+    assert.deepEqual(rows[0], { ...decided, delivered: rows[0]!.delivered });
+  } finally {
+    await closeRunner(second);
+  }
+});
+
+void test("behind the real sandbox, a repeated call id fails the job the same way", async () => {
+  const done = await runToEnd(t.stack.urls.sandbox, "repeat-call");
+  assert.equal(done.state, "failed");
+  assert.match(done.error ?? "", /^the harness broke the protocol: duplicate_request_id: .*"call-1"/);
+  assertFirstDecisionStands(await store.listPermissions({ jobId: done.id }));
+  const control = await runToEnd(t.stack.urls.sandbox, "polite");
+  assert.equal(control.state, "succeeded", control.error);
+});

@@ -1,0 +1,163 @@
+// A sandbox node that is the attacker's: it runs the harness the
+// orchestrator names and passes every line the harness writes on as an
+// event, checking nothing (the real sandbox refuses a line that breaks the
+// protocol, so only the orchestrator's own checks stand between such a node
+// and the job's store). Sessions keep their messages, so a re-attach (an
+// orchestrator that restarted) reads them from its sequence number, as from
+// the real sandbox.
+import { spawn, type ChildProcess } from "node:child_process";
+import http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import path from "node:path";
+import readline from "node:readline";
+import { create, fromJsonString, toJsonString, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import {
+  RuntimeMessageSchema,
+  SessionEventSchema,
+  SessionRequestSchema,
+  type SessionResult,
+} from "@oz0/proto/oz0/harness/v1/harness_pb";
+import {
+  IsolationMode,
+  RunSessionResponseSchema,
+  SandboxService,
+  SessionStatus,
+  type RunSessionRequest,
+  type RunSessionResponse,
+  type StartSession,
+} from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+
+interface HostileSession {
+  child: ChildProcess;
+  log: RunSessionResponse[];
+  ended: boolean;
+  cancelled?: string;
+  /** Streams waiting for the next message. */
+  waiting: Set<() => void>;
+}
+
+export class HostileSandbox {
+  readonly #sessions = new Map<string, HostileSession>();
+  readonly #server = http2.createServer(
+    connectNodeAdapter({
+      routes: (router) =>
+        router.service(SandboxService, {
+          runSession: (requests) => this.#runSession(requests),
+          listSessions: () => ({ sessions: [], maxSessions: 100 }),
+          cancelSession: (request) => ({ cancelled: this.#cancel(request.sessionId, request.reason) }),
+        }),
+    }),
+  );
+
+  readonly #connections = new Set<http2.ServerHttp2Session>();
+
+  async listen(): Promise<string> {
+    this.#server.on("session", (connection) => {
+      this.#connections.add(connection);
+      connection.on("close", () => this.#connections.delete(connection));
+    });
+    await new Promise<void>((resolve) => this.#server.listen(0, "127.0.0.1", resolve));
+    return `http://127.0.0.1:${(this.#server.address() as AddressInfo).port}`;
+  }
+
+  /** Writes a line to a session's harness, as if the runtime had sent it. */
+  write(sessionId: string, line: string): void {
+    this.#sessions.get(sessionId)?.child.stdin?.write(`${line}\n`);
+  }
+
+  async close(): Promise<void> {
+    for (const session of this.#sessions.values()) {
+      session.child.kill("SIGKILL");
+      session.ended = true;
+      for (const wake of session.waiting) wake();
+    }
+    const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
+    for (const connection of this.#connections) connection.destroy();
+    await closed;
+  }
+
+  async *#runSession(requests: AsyncIterable<RunSessionRequest>): AsyncGenerator<RunSessionResponse> {
+    const incoming = requests[Symbol.asyncIterator]();
+    const first = (await incoming.next()).value as RunSessionRequest | undefined;
+    let sessionId: string;
+    let seq = 0;
+    if (first?.message.case === "start") {
+      sessionId = this.#start(first.message.value);
+    } else if (first?.message.case === "attach") {
+      sessionId = first.message.value.sessionId;
+      seq = Number(first.message.value.afterSeq);
+      if (!this.#sessions.has(sessionId)) throw new ConnectError(`no session ${sessionId}`, Code.NotFound);
+    } else {
+      throw new ConnectError("a stream starts with start or attach", Code.InvalidArgument);
+    }
+    const session = this.#sessions.get(sessionId)!;
+    // The runtime's answers go to the harness as they come, whatever it asked.
+    const answers = async (): Promise<void> => {
+      for (let r = await incoming.next(); !r.done; r = await incoming.next())
+        if (r.value.message.case === "permissionAnswer" || r.value.message.case === "runtimeToolResult")
+          session.child.stdin?.write(
+            `${toJsonString(RuntimeMessageSchema, create(RuntimeMessageSchema, { message: r.value.message }))}\n`,
+          );
+    };
+    answers().catch(() => undefined);
+    for (;;) {
+      while (seq < session.log.length) yield session.log[seq++]!;
+      if (session.ended) return;
+      await new Promise<void>((resolve) => session.waiting.add(resolve));
+    }
+  }
+
+  #start(start: StartSession): string {
+    const sessionId = start.request!.sessionId;
+    const [command, ...args] = start.command;
+    const child = spawn(command!, args, {
+      cwd: start.pluginDir || path.resolve("."),
+      stdio: ["pipe", "pipe", "ignore"],
+    });
+    child.stdin.on("error", () => undefined);
+    const session: HostileSession = { child, log: [], ended: false, waiting: new Set() };
+    this.#sessions.set(sessionId, session);
+    const push = (message: MessageInitShape<typeof RunSessionResponseSchema>["message"]): void => {
+      session.log.push(create(RunSessionResponseSchema, { seq: BigInt(session.log.length + 1), sessionId, message }));
+      for (const wake of session.waiting) wake();
+      session.waiting.clear();
+    };
+    push({
+      case: "started",
+      value: { pid: child.pid ?? 0, isolation: IsolationMode.NONE, startTime: timestampNow() },
+    });
+    child.stdin.write(`${toJsonString(SessionRequestSchema, start.request!)}\n`);
+    let result: SessionResult | undefined;
+    const lines = readline.createInterface({ input: child.stdout });
+    lines.on("line", (line) => {
+      const event = fromJsonString(SessionEventSchema, line, { ignoreUnknownFields: true });
+      if (event.event.case === "result") result = event.event.value;
+      push({ case: "event", value: event });
+    });
+    child.on("close", (code, signal) => {
+      session.ended = true;
+      push({
+        case: "exited",
+        value: {
+          how: signal ? { case: "signal", value: signal } : { case: "exitCode", value: code ?? 0 },
+          status: session.cancelled !== undefined ? SessionStatus.CANCELLED : SessionStatus.COMPLETED,
+          ...(result ? { result } : {}),
+          cancelReason: session.cancelled ?? "",
+          endTime: timestampNow(),
+        },
+      });
+    });
+    return sessionId;
+  }
+
+  #cancel(sessionId: string, reason: string): boolean {
+    const session = this.#sessions.get(sessionId);
+    if (!session || session.ended) return false;
+    session.cancelled = reason;
+    session.child.kill("SIGTERM");
+    return true;
+  }
+}
