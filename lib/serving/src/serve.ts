@@ -9,6 +9,7 @@ import type { AddressInfo, Server as TcpServer } from "node:net";
 import { ACCESS_TABLE } from "./auth/access-table.js";
 import { accessGate } from "./auth/auth-interceptor.js";
 import type { Authenticator } from "./auth/authenticator.js";
+import { RefusalLog } from "./auth/refusal-log.js";
 import { hiddenUnexpected, unexpectedErrorInterceptor } from "./error-interceptor.js";
 import { traceServer, type UntracedRpcPolicy } from "./telemetry.js";
 import { HealthRegistry } from "./health.js";
@@ -100,9 +101,11 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   const reflection = new ReflectionIndex([...options.services.map((s) => s.service), Health, ReflectionV1]);
   const hint = options.credentialHint ? { credentialHint: options.credentialHint } : {};
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const refusals = new RefusalLog({ logger });
   const gate = accessGate(options.auth, {
     ...hint,
     unexpected: (error, procedure) => hiddenUnexpected(error, logger, procedure),
+    refusals,
   });
   const routes = (router: ConnectRouter): void => {
     for (const { service, impl } of options.services) router.service(service, impl);
@@ -172,6 +175,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
           await new Promise((r) => setTimeout(r, 50));
         }
         server.destroyConnections();
+        refusals.close();
         logger.info(`${options.name} stopped`);
       })();
       return closing;

@@ -6,6 +6,7 @@ import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { ACCESS_TABLE, shortMethodName, type Access } from "./access-table.js";
 import type { Authenticator } from "./authenticator.js";
 import { describePrincipal, principalKey, type Principal } from "./principal.js";
+import type { RefusalLog } from "./refusal-log.js";
 
 /** Where a caller finds its credential, for the Unauthenticated messages of the services. */
 export const DEFAULT_CREDENTIAL_HINT =
@@ -19,7 +20,12 @@ export const DEFAULT_CREDENTIAL_HINT =
  */
 export function accessGate(
   authenticator: Authenticator,
-  options: { credentialHint?: string; unexpected?: (error: unknown, procedure: string) => unknown } = {},
+  options: {
+    credentialHint?: string;
+    unexpected?: (error: unknown, procedure: string) => unknown;
+    /** Where refusals are logged (refused calls end before tracing, so they have no span). */
+    refusals?: RefusalLog;
+  } = {},
 ): (context: HandlerContext) => Promise<void> {
   const check = accessCheck(authenticator, options);
   return async (context) => {
@@ -45,16 +51,31 @@ export function accessGate(
  */
 export function accessCheck(
   authenticator: Authenticator,
-  options: { credentialHint?: string } = {},
+  options: { credentialHint?: string; refusals?: RefusalLog } = {},
 ): (method: string, authorization: string | null) => Promise<Principal | undefined> {
   const hint = options.credentialHint ?? DEFAULT_CREDENTIAL_HINT;
+  const refusals = options.refusals;
   return async (method, authorization) => {
     const access = ACCESS_TABLE[method];
-    if (!access) throw new ConnectError(`${method} is in no access rule, so it is refused`, Code.PermissionDenied);
+    if (!access) {
+      const message = `${method} is in no access rule, so it is refused`;
+      refusals?.unauthenticated({ method, message });
+      throw new ConnectError(message, Code.PermissionDenied);
+    }
     if ("open" in access) return undefined;
-    const principal = await authenticated(authenticator, authorization, method, hint);
+    let principal: Principal;
+    try {
+      principal = await authenticated(authenticator, authorization, method, hint);
+    } catch (error) {
+      if (error instanceof ConnectError && error.code === Code.Unauthenticated)
+        refusals?.unauthenticated({ method, message: error.rawMessage });
+      throw error;
+    }
     const denial = deniedBecause(access, principal, method);
-    if (denial) throw new ConnectError(denial, Code.PermissionDenied);
+    if (denial) {
+      refusals?.denied({ method, principal, message: denial });
+      throw new ConnectError(denial, Code.PermissionDenied);
+    }
     return principal;
   };
 }
