@@ -180,6 +180,33 @@ void describe("startHostSession", () => {
     assert.equal(outcome.result?.text, "one");
   });
 
+  void it("fails a permission request that reuses an id, or a call id, an earlier request used; the repeat is not delivered", async () => {
+    const repeats = {
+      "repeats-permission-id": 'the harness reused the permission request id "p1"; ids are unique in a session',
+      "repeats-call-id":
+        'the harness reused "c1" in permission request "p2": it is the call id of permission request "p1"; a harness asks once per tool call, and ids are unique in a session',
+      "call-id-of-another-id":
+        'the harness reused "p1" in permission request "p2": it is the id of permission request "p1"; a harness asks once per tool call, and ids are unique in a session',
+    };
+    for (const [behaviour, message] of Object.entries(repeats)) {
+      const { session, events } = run(behaviour);
+      const outcome = await expectFailure(session.outcome, "duplicate_request_id");
+      assert.equal(outcome.error?.message, message);
+      assert.deepEqual(
+        events.map((e) => (e.event.case === "permissionRequest" ? e.event.value.id : e.event.case)),
+        ["started", "p1"],
+        `${behaviour}: the repeat never reaches the caller`,
+      );
+    }
+  });
+
+  void it("takes requests without a call id, and one whose id is its call id", async () => {
+    const { session, events } = run("distinct-ids");
+    const outcome = await session.outcome;
+    assert.equal(outcome.status, "completed", outcome.error?.message);
+    assert.equal(events.filter((e) => e.event.case === "permissionRequest").length, 3);
+  });
+
   void it("fails events after the result", async () => {
     const outcome = await expectFailure(run("event-after-result").session.outcome, "event_after_result");
     assert.equal(outcome.result?.text, "one");

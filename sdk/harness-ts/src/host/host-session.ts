@@ -181,6 +181,8 @@ class RunningHostSession implements HostSession {
 
   readonly #pendingPermissions = new Set<string>();
   readonly #usedPermissionIds = new Set<string>();
+  /** The call ids of the session's permission requests, each with who claimed it (#claimCallId). */
+  readonly #permissionCallIds = new Map<string, string>();
   readonly #pendingToolCalls = new Set<string>();
   readonly #usedToolCallIds = new Set<string>();
   readonly #counts: SessionCounts = { lines: 0, events: 0, permissionRequests: 0, runtimeToolCalls: 0, stderrBytes: 0 };
@@ -402,8 +404,9 @@ class RunningHostSession implements HostSession {
 
     switch (kind) {
       case "permissionRequest": {
-        const { id } = event.event.value;
+        const { id, callId } = event.event.value;
         if (!this.#claimId(id, this.#usedPermissionIds, "permission request")) return;
+        if (!this.#claimCallId(id, callId)) return;
         if (!this.#options.adopt?.answeredPermissions.has(id)) this.#pendingPermissions.add(id);
         this.#counts.permissionRequests++;
         break;
@@ -457,6 +460,30 @@ class RunningHostSession implements HostSession {
       return false;
     }
     used.add(id);
+    return true;
+  }
+
+  /**
+   * A permission request's id and its call id are one namespace (the orchestrator finds a tool result's
+   * request by either): a value an earlier request claimed, as either, is a repeat (#claimId has checked
+   * the id against earlier ids). One request may use one value for both.
+   */
+  #claimCallId(id: string, callId: string): boolean {
+    const idClaim = this.#permissionCallIds.get(id);
+    const callClaim =
+      callId === "" || callId === id
+        ? undefined
+        : (this.#permissionCallIds.get(callId) ??
+          (this.#usedPermissionIds.has(callId) ? `the id of permission request ${JSON.stringify(callId)}` : undefined));
+    const [value, earlier] = idClaim !== undefined ? [id, idClaim] : [callId, callClaim];
+    if (earlier !== undefined) {
+      this.#fail(
+        "duplicate_request_id",
+        `the harness reused ${JSON.stringify(value)} in permission request ${JSON.stringify(id)}: it is ${earlier}; a harness asks once per tool call, and ids are unique in a session`,
+      );
+      return false;
+    }
+    if (callId !== "") this.#permissionCallIds.set(callId, `the call id of permission request ${JSON.stringify(id)}`);
     return true;
   }
 
