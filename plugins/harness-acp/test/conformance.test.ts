@@ -40,6 +40,7 @@ void test("oz0-harness-conformance passes with a second ACP agent (expected fail
     "permission-allow",
     "permission-deny",
     "permission-outcome",
+    "unique-ids",
     "tool-events",
     "working-dir",
     "max-turns",
@@ -50,7 +51,7 @@ void test("oz0-harness-conformance passes with a second ACP agent (expected fail
     assert.match(stdout, new RegExp(`^PASS {2}${id}:`, "m"));
   }
   assert.match(stdout, /^XFAIL permission-modified-input:/m);
-  assert.match(stdout, /^14 passed, 0 failed$/m);
+  assert.match(stdout, /^15 passed, 0 failed$/m);
 });
 
 void test("oz0-harness-conformance with claude-agent-acp: working directory and turn limit", async () => {

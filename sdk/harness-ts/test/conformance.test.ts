@@ -154,6 +154,7 @@ void describe("the conformance kit", () => {
         "permission-deny",
         "permission-modified-input",
         "permission-outcome",
+        "unique-ids",
         "runtime-tools",
         "runtime-tool-permission",
         "structured-output",
@@ -163,8 +164,8 @@ void describe("the conformance kit", () => {
       notApplicable.find((c) => c.id === "runtime-tool-permission")?.message ?? "",
       /^not declared: capabilities\.permissions, capabilities\.runtimeTools$/,
     );
-    assert.equal(report.notApplicable, 7);
-    assert.equal(report.passed, CONFORMANCE_CASES.length - 7);
+    assert.equal(report.notApplicable, 8);
+    assert.equal(report.passed, CONFORMANCE_CASES.length - 8);
     assert.deepEqual(report.capabilities, {
       permissions: false,
       runtimeTools: false,
@@ -220,6 +221,12 @@ void describe("the conformance kit", () => {
       message: /not the answer's replacement/,
     },
     { fixture: "hides-deny-reason", caseId: "permission-deny", message: /does not contain the denial reason/ },
+    {
+      fixture: "asks-twice-per-call",
+      caseId: "unique-ids",
+      message:
+        /the session failed \(duplicate_request_id\): the harness reused "[^"]+" in permission request "p2": it is the call id of permission request "p1"/,
+    },
   ];
   for (const { fixture, caseId, message } of brokenFixtures) {
     void it(`fails ${fixture} on ${caseId}, saying what is wrong`, async () => {
@@ -251,6 +258,13 @@ void describe("the conformance kit", () => {
       status: "failed",
       message:
         /the tool ran \(timed-out\.txt exists\) although the answer's outcome was OUTCOME_TIMED_OUT.*\(rule 6, rule 7\)$/,
+    },
+    {
+      fixture: "ids-from-content",
+      caseId: "unique-ids",
+      status: "failed",
+      message:
+        /the session failed \(duplicate_request_id\): the harness reused the permission request id .*\(PermissionRequest\.id, PermissionRequest\.call_id\)$/,
     },
     {
       fixture: "no-tool-events",

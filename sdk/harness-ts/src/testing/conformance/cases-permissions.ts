@@ -1,9 +1,10 @@
 // Cases about permissions (rules 6 and 7): ask before every tool call, run it
-// only when the answer allows it with OUTCOME_ANSWERED, with the answer's input.
-import { existsSync } from "node:fs";
+// only when the answer allows it with OUTCOME_ANSWERED, with the answer's input;
+// and ask once per call, each request under ids of its own.
+import { existsSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { PermissionAnswer_Outcome } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { checkCompletedNormally, checkSession, fileContent } from "./case-checks.js";
+import { checkCompletedNormally, checkSession, eventsOf, fileContent } from "./case-checks.js";
 import type { ConformanceCase } from "./case-checks.js";
 import { check, requestText, runScenario } from "./conformance-scenario.js";
 
@@ -204,6 +205,46 @@ export const PERMISSION_CASES: readonly ConformanceCase[] = [
               `the tool ran (${step.file} exists) although the answer's outcome was ${step.name}; allow counts only with OUTCOME_ANSWERED, any other outcome denies the call`,
             );
           }
+        },
+      );
+    },
+  },
+  {
+    id: "unique-ids",
+    title: "every permission request has an id, and every tool call a call_id, used once in the session",
+    rule: "PermissionRequest.id, PermissionRequest.call_id",
+    level: "required",
+    requires: ["permissions"],
+    needsTools: true,
+    async run(settings) {
+      await runScenario(
+        settings,
+        {
+          id: "unique-ids",
+          input: "Read notes.txt twice, then write copy.txt.",
+          permissions: true,
+          needsTools: true,
+          // The same call twice: ids made from the tool and its input would repeat.
+          turn: (_request, { profile, workDir, call }) => {
+            if (call === 1) writeFileSync(path.join(workDir, "notes.txt"), "some notes");
+            if (call <= 2)
+              return {
+                toolCalls: [{ name: profile.readFile.tool, input: profile.readFile.input(workDir, "notes.txt") }],
+              };
+            if (call === 3)
+              return {
+                toolCalls: [
+                  { name: profile.writeFile.tool, input: profile.writeFile.input(workDir, "copy.txt", "some notes") },
+                ],
+              };
+            return { text: "Read it twice and copied it." };
+          },
+        },
+        (run) => {
+          // The host fails a session at a repeated id or call id (duplicate_request_id), as the sandbox does.
+          checkCompletedNormally(run);
+          const asks = eventsOf(run.events, "permissionRequest");
+          check(asks.length >= 3, `the harness asked permission ${asks.length} times for the model's 3 tool calls`);
         },
       );
     },

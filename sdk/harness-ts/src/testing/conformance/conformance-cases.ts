@@ -21,6 +21,7 @@ const ORDER = [
   "permission-deny",
   "permission-modified-input",
   "permission-outcome",
+  "unique-ids",
   "tool-events",
   "working-dir",
   "max-turns",
