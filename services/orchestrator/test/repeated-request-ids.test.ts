@@ -8,7 +8,9 @@
 // attacker's (support/hostile-sandbox.ts: it passes every line on, checking
 // nothing), so what is checked is the orchestrator's own rule; a repeat
 // after an orchestrator restart is caught from the stored rows; and the
-// same harness behind the real sandbox fails its job the same way.
+// same harness behind the real sandbox fails its job the same way. A result
+// with no call id is matched to no request, so an approved request without
+// one does not cover it.
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -126,6 +128,15 @@ void test("a second request under an approved call's id, for a denied tool, fail
   assert.equal(done.error, repeatedCall);
   assert.equal(done.resultText, "", "the harness's result is not the job's");
   assertFirstDecisionStands(await store.listPermissions({ jobId: done.id }));
+});
+
+void test("a result with no call id is not covered by an approved request with none: the audit stops the job", async () => {
+  const done = await runToEnd(hostileUrl, "no-call-id");
+  assert.equal(done.state, "failed", "a result that names no call passed as the approved request's");
+  assert.equal(
+    done.error,
+    "policy bypass: harness repeater ran a tool call whose result names no call id without asking permission first (rule: every tool call asks first); the job was stopped",
+  );
 });
 
 void test("a permission id decided before an orchestrator restart is a repeat after it (the stored rows count)", async () => {

@@ -20,7 +20,9 @@ export function toolResultViolation(options: {
 }): string | undefined {
   const { result, permission: p, harness } = options;
   if (!p) {
-    return `policy bypass: harness ${harness} ran tool call ${result.callId} without asking permission first (rule: every tool call asks first); the job was stopped`;
+    // A result with no call id names no call, so no answer covers it (an approved request without one included).
+    const call = result.callId ? `tool call ${result.callId}` : "a tool call whose result names no call id";
+    return `policy bypass: harness ${harness} ran ${call} without asking permission first (rule: every tool call asks first); the job was stopped`;
   }
   if (p.status === "pending") {
     return `policy bypass: harness ${harness} ran ${p.tool} call ${result.callId} while it still waited for a person (rule: a call runs only once it is allowed); the job was stopped`;
