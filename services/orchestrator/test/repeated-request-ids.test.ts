@@ -130,6 +130,13 @@ void test("a second request under an approved call's id, for a denied tool, fail
   assertFirstDecisionStands(await store.listPermissions({ jobId: done.id }));
 });
 
+void test("a permission request with no id fails the job before anything is stored", async () => {
+  const done = await runToEnd(hostileUrl, "empty-id");
+  assert.equal(done.state, "failed");
+  assert.equal(done.error, `the harness broke the protocol: invalid_event: a permission request has no id; ${fix}`);
+  assert.deepEqual(await store.listPermissions({ jobId: done.id }), []);
+});
+
 void test("a result with no call id is not covered by an approved request with none: the audit stops the job", async () => {
   const done = await runToEnd(hostileUrl, "no-call-id");
   assert.equal(done.state, "failed", "a result that names no call passed as the approved request's");
