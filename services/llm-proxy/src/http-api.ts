@@ -4,6 +4,7 @@
 // runModelCall.
 import type http from "node:http";
 import type http2 from "node:http2";
+import { BytesInFlight, bytesRefusalMessage, type BytesRefusal, type CallBytes } from "./bytes-in-flight.js";
 import { ClientGone, type ClientGoneSignal } from "./client-gone.js";
 import { forwardedHeaders } from "./forwarded-headers.js";
 import type { KeyVault } from "./key-vault.js";
@@ -28,6 +29,8 @@ export interface HttpApiOptions extends ModelCallDeps {
   logger: Logger;
   /** Largest request body accepted (OZ0_MAX_MODEL_REQUEST_BYTES). Default 32 MiB. */
   maxBodyBytes?: number;
+  /** The budgets of bytes calls hold at once, per session and in all. Default: bytes-in-flight.ts's. */
+  bytesInFlight?: BytesInFlight;
 }
 
 interface Route {
@@ -121,6 +124,7 @@ const noDelaySockets = new WeakSet<object>();
 
 export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res: ClientResponse) => void {
   const maxBodyBytes = options.maxBodyBytes ?? 32 * 1024 * 1024;
+  const bytesInFlight = options.bytesInFlight ?? new BytesInFlight();
 
   const handle = async (req: ClientRequest, res: ClientResponse): Promise<void> => {
     const found = req.method === "POST" ? route(req.url ?? "/") : undefined;
@@ -160,9 +164,56 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       });
       return;
     }
-    // A body that says it is too large is refused before a byte of it is read.
+    // Whatever happens to the call, its bodies are given back to the budgets when it ends: once
+    // its answer has left for the client, or the client is gone. Not when the handler returns:
+    // an answer a client does not read stays in the proxy's buffers, and a session could hold
+    // any number of them.
+    const held = bytesInFlight.call(token.session);
+    try {
+      await serveCall({ req, res, found, provider, token, held });
+    } finally {
+      if (res.writableFinished || res.destroyed) held.release();
+      else {
+        const release = (): void => held.release();
+        res.once("finish", release);
+        res.once("close", release);
+      }
+    }
+  };
+
+  /** A caller's model call, once it is known who is calling: read its body, then run it. */
+  const serveCall = async (args: {
+    req: ClientRequest;
+    res: ClientResponse;
+    found: Route;
+    provider: ResolvedProvider;
+    token: TokenRecord;
+    held: CallBytes;
+  }): Promise<void> => {
+    const { req, res, found, provider, token, held } = args;
+    const { format } = found;
+    // A body that says it is too large is refused before a byte of it is read; so is one
+    // its session or the process cannot hold now (its declared size is taken at once).
     const declared = Number(header(req, "content-length"));
-    const rawBody = declared > maxBodyBytes ? undefined : await readAll(req as NodeJS.ReadableStream, maxBodyBytes);
+    const refused: { by?: BytesRefusal } = {};
+    if (declared > 0 && declared <= maxBodyBytes) refused.by = held.take(declared);
+    let rawBody: Buffer | undefined;
+    if (!refused.by && !(declared > maxBodyBytes)) {
+      // Without a Content-Length (chunked, or HTTP/2) the body is taken as it arrives: the read
+      // stops at the chunk that would cross a budget, and what the declared size took covers the rest.
+      let received = 0;
+      rawBody = await readAll(req as NodeJS.ReadableStream, maxBodyBytes, (bytes) => {
+        received += bytes;
+        const more = received - held.held;
+        if (more <= 0) return true;
+        refused.by = held.take(more);
+        return refused.by === undefined;
+      });
+    }
+    if (refused.by) {
+      refuseOverBytesInFlight({ res, format, refusal: refused.by, provider: found.provider, token, declared });
+      return;
+    }
     if (rawBody === undefined) {
       const size = declared > maxBodyBytes ? declared : undefined;
       options.logger.warn(
@@ -211,6 +262,7 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
         rawBody: sendBody,
         upstreamPath: found.upstreamPath,
         signal: clientGone,
+        held,
       });
       return;
     }
@@ -241,8 +293,53 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
           token,
           rawBody,
           sendBody,
+          held,
         }),
     );
+  };
+
+  /**
+   * A call over a budget of bytes in flight: refused in its API's error shape, naming the
+   * budget and its setting; not metered (it never became a model call) and spending no budget,
+   * like a body over the size limit. 429 when its session holds too much: the caller's own
+   * calls are in the way, and retrying after they end passes. 503 when the process does:
+   * the proxy is full, not the caller at fault, and another replica may have room. Both
+   * carry retry-after, which the SDKs honour; a call larger than the budget itself never
+   * fits, so it is 413 as a body over the size limit is.
+   */
+  const refuseOverBytesInFlight = (args: {
+    res: ClientResponse;
+    format: WireFormat;
+    refusal: BytesRefusal;
+    provider: string;
+    token: TokenRecord;
+    declared: number;
+  }): void => {
+    const { res, refusal, token } = args;
+    options.logger.warn(
+      {
+        code: "MODEL_REQUEST_OVER_BYTES_IN_FLIGHT",
+        provider: args.provider,
+        scope: refusal.scope,
+        limit: refusal.limit,
+        job: token.job,
+        session: token.session,
+        ...(args.declared >= 0 ? { size: args.declared } : {}),
+      },
+      "a model call was refused: the bytes calls hold at once would pass a budget",
+    );
+    // HTTP/1.1 cannot end one request: the connection closes after the answer rather than read the rest.
+    if (!("stream" in res)) res.setHeader("connection", "close");
+    const message = bytesRefusalMessage(refusal, "this request body");
+    if (refusal.never) sendError(res, { format: args.format, status: 413, type: "invalid_request_error", message });
+    else
+      sendError(res, {
+        format: args.format,
+        status: refusal.scope === "session" ? 429 : 503,
+        type: refusal.scope === "session" ? "rate_limit_error" : "overloaded_error",
+        message,
+        retryAfterSeconds: 1,
+      });
   };
 
   return (req, res) => {
@@ -280,6 +377,7 @@ async function passThrough(args: {
   rawBody: Buffer;
   upstreamPath: string;
   signal: ClientGoneSignal;
+  held: CallBytes;
 }): Promise<void> {
   const { options, res, format, provider } = args;
   const secretName = provider.config.keySecret;
@@ -309,7 +407,23 @@ async function passThrough(args: {
       const upstream = await call.response;
       status = upstream.statusCode ?? 502;
       contentType = String(upstream.headers["content-type"] ?? "application/json");
-      text = (key?.scrubber ?? createScrubber(undefined)).json((await readAll(upstream))!.toString("utf8"));
+      // The answer counts against the budgets of bytes in flight as it arrives, as a model call's does.
+      const refused: { by?: BytesRefusal } = {};
+      const answer = await readAll(upstream, Number.POSITIVE_INFINITY, (bytes) => {
+        refused.by = args.held.takeAnswer(bytes);
+        return refused.by === undefined;
+      });
+      if (answer === undefined) {
+        call.abort();
+        sendError(res, {
+          format,
+          status: 502,
+          type: "api_error",
+          message: bytesRefusalMessage(refused.by!, "the provider's answer"),
+        });
+        return;
+      }
+      text = (key?.scrubber ?? createScrubber(undefined)).json(answer.toString("utf8"));
     } finally {
       args.signal.removeEventListener("abort", call.abort);
     }

@@ -3,6 +3,7 @@ import { Authenticator, createLogger, registration, serve, type AuthSettings, ty
 import { modelTurnsIn, startScriptedModel, type Script, type ScriptedModel } from "@oz0/harness/testing";
 import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { randomBytes } from "node:crypto";
+import { BytesInFlight } from "./bytes-in-flight.js";
 import { createHttpApi } from "./http-api.js";
 import { KeyVault } from "./key-vault.js";
 import { llmProxyService, secretService } from "./llm-proxy-service.js";
@@ -87,6 +88,13 @@ export interface LlmProxyConfig {
    * 32 MiB, what Anthropic's Messages API takes: a long context, with images.
    */
   maxModelRequestBytes?: number;
+  /**
+   * Bytes of request bodies and whole answers one session's calls may hold at
+   * once (OZ0_MAX_SESSION_BYTES_IN_FLIGHT). Default 64 MiB (bytes-in-flight.ts says why).
+   */
+  maxSessionBytesInFlight?: number;
+  /** The same for all calls of the process (OZ0_MAX_BYTES_IN_FLIGHT). Default 128 MiB. */
+  maxBytesInFlight?: number;
   /** Output tokens a call without max_tokens is assumed to be able to produce, for budget reservations. Default 32 000. */
   defaultMaxOutputTokens?: number;
   logger?: Logger;
@@ -241,6 +249,10 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     logger,
     defaultMaxOutputTokens: config.defaultMaxOutputTokens ?? 32_000,
     ...(config.maxModelRequestBytes !== undefined ? { maxBodyBytes: config.maxModelRequestBytes } : {}),
+    bytesInFlight: new BytesInFlight({
+      ...(config.maxSessionBytesInFlight !== undefined ? { perSession: config.maxSessionBytesInFlight } : {}),
+      ...(config.maxBytesInFlight !== undefined ? { perProcess: config.maxBytesInFlight } : {}),
+    }),
   });
   let server: Awaited<ReturnType<typeof serve>>;
   try {

@@ -21,6 +21,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv): LlmProxyConfig {
   const kek = loadKek(env);
   const maxMessageBytes = envMaxMessageBytes(env);
   const maxModelRequestBytes = envInteger(env, "OZ0_MAX_MODEL_REQUEST_BYTES", { min: 1, unit: "bytes" });
+  const maxSessionBytesInFlight = envInteger(env, "OZ0_MAX_SESSION_BYTES_IN_FLIGHT", { min: 1, unit: "bytes" });
+  const maxBytesInFlight = envInteger(env, "OZ0_MAX_BYTES_IN_FLIGHT", { min: 1, unit: "bytes" });
   return {
     port: envPort(env, "OZ0_PORT") ?? DEFAULT_PORT,
     host: envString(env, "OZ0_HOST") ?? "127.0.0.1",
@@ -36,5 +38,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): LlmProxyConfig {
     ...(kek ? { kek } : {}),
     ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}),
     ...(maxModelRequestBytes !== undefined ? { maxModelRequestBytes } : {}),
+    ...(maxSessionBytesInFlight !== undefined ? { maxSessionBytesInFlight } : {}),
+    ...(maxBytesInFlight !== undefined ? { maxBytesInFlight } : {}),
   };
 }

@@ -6,6 +6,7 @@
 import type http from "node:http";
 import { once } from "node:events";
 import { performance } from "node:perf_hooks";
+import { bytesRefusalMessage, type BytesRefusal, type CallBytes } from "./bytes-in-flight.js";
 import type { ClientGoneSignal } from "./client-gone.js";
 import type { KeyVault } from "./key-vault.js";
 import { newOperationId, type Metering } from "./metering.js";
@@ -32,6 +33,7 @@ import { abortResponse, sendError, type ClientResponse } from "./wire-errors.js"
 import { estimateTokens } from "./wire-formats/token-counts.js";
 import type {
   ModelCalls,
+  ProxyErrorType,
   ResponseIdentity,
   StreamMeterReading,
   StreamScrubber,
@@ -75,6 +77,8 @@ export interface ModelCallInput {
   rawBody: Buffer;
   /** The body to send upstream. */
   sendBody: Buffer;
+  /** The call's account of bytes in flight: its request already taken, each answer taken as it arrives. */
+  held: CallBytes;
 }
 
 /** The scrubber of a provider without a key: nothing to scrub. */
@@ -415,6 +419,34 @@ function upstreamTimeout(deps: ModelCallDeps): AttemptSummary {
   return failedConnection("upstream_timeout");
 }
 
+/**
+ * An answer the budgets of bytes in flight could not hold: dropped, and the client told so
+ * in its API's error shape (502: the provider answered, the proxy could not pass it on), not
+ * retried (the provider billed it; asking again would bill again). Metered with what was read.
+ */
+function answerOverBytesInFlight(args: {
+  format: WireFormat;
+  ctx: AttemptContext;
+  refusal: BytesRefusal;
+  usage: TokenUsage;
+}): AttemptSummary {
+  const message = `${bytesRefusalMessage(args.refusal, "the provider's answer")}; the answer was dropped (ask for a shorter one)`;
+  return {
+    status: 502,
+    outcome: "proxy_error",
+    usage: args.usage,
+    estimated: true,
+    delivered: false,
+    retryable: false,
+    errorCode: "answer_over_bytes_in_flight",
+    pendingError: {
+      status: 502,
+      headers: { "content-type": "application/json", "oz0-operation-id": args.ctx.operationId },
+      body: Buffer.from(JSON.stringify(args.format.errorBody("api_error", message))),
+    },
+  };
+}
+
 function clientLeft(): AttemptSummary {
   return {
     status: 0,
@@ -428,6 +460,8 @@ function clientLeft(): AttemptSummary {
 
 async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: AttemptContext): Promise<AttemptSummary> {
   const { res, provider, format } = input;
+  // A previous attempt's answer (an error body) is no longer held once this attempt replaces it.
+  input.held.dropAnswer();
   // Nobody waits any more (the client left during a reservation or a retry's pause): ask nothing.
   if (input.clientGone.aborted) return clientLeft();
   const secretName = provider.config.keySecret;
@@ -476,6 +510,13 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
   // budget hold, and a socket) forever: an attempt gets until its whole answer, or a
   // stream's headers, to come.
   let timedOut = false;
+  // A whole answer or error body is held until it is sent: it counts against the budgets of bytes
+  // in flight as it arrives, and one that would cross one is dropped (the request upstream stops).
+  const refused: { by?: BytesRefusal } = {};
+  const charge = (bytes: number): boolean => {
+    refused.by = input.held.takeAnswer(bytes);
+    return refused.by === undefined;
+  };
   const deadline = setTimeout(() => {
     timedOut = true;
     call.abort();
@@ -502,11 +543,15 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
         ...(retryable ? { retryHeaders: upstream.headers } : {}),
       };
       // Kept for the client in case this is the last attempt; it is small.
-      let bodyBytes: Buffer;
+      let bodyBytes: Buffer | undefined;
       try {
-        bodyBytes = (await readAll(upstream))!;
+        bodyBytes = await readAll(upstream, Number.POSITIVE_INFINITY, charge);
       } catch (error) {
         return retryable ? failed : connectionFailure(error);
+      }
+      if (bodyBytes === undefined) {
+        call.abort();
+        return answerOverBytesInFlight({ format, ctx, refusal: refused.by!, usage: { ...ZERO_USAGE } });
       }
       return {
         ...failed,
@@ -524,11 +569,17 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
       return await forwardStream({ deps, input, ctx, upstream, scrubber, abort: call.abort, attemptStart });
     }
     // A whole answer: read it, meter it, pass it on.
-    let bodyBytes: Buffer;
+    let bodyBytes: Buffer | undefined;
     try {
-      bodyBytes = (await readAll(upstream))!;
+      bodyBytes = await readAll(upstream, Number.POSITIVE_INFINITY, charge);
     } catch (error) {
       return timedOut ? upstreamTimeout(deps) : connectionFailure(error);
+    }
+    if (bodyBytes === undefined) {
+      call.abort();
+      // Generated and billed, but not read to its end: what was read is the estimate.
+      const usage = { ...ZERO_USAGE, input: ctx.estimatedInput, output: estimateTokens(input.held.answer) };
+      return answerOverBytesInFlight({ format, ctx, refusal: refused.by!, usage });
     }
     const ttftMs = performance.now() - attemptStart;
     const text = bodyBytes.toString("utf8");
@@ -617,6 +668,31 @@ async function forwardStream(options: {
     if (!(res as NodeJS.WritableStream).write(text)) await Promise.race([once(res, "drain"), once(res, "close")]);
   };
 
+  /**
+   * Ends the stream here, the request upstream stopped: an error answer when nothing went out
+   * yet, else the events so far (`batch`, not yet sent) and an error event.
+   */
+  const cutOff = async (
+    batch: string,
+    cut: { status: number; type: ProxyErrorType; message: string },
+  ): Promise<void> => {
+    if (!delivered && !batch) {
+      sendError(res, {
+        format,
+        status: cut.status,
+        type: cut.type,
+        operationId: ctx.operationId,
+        message: cut.message,
+      });
+      delivered = true;
+    } else {
+      await deliver(tail + batch + calls.streamErrorEvent(cut.type, cut.message));
+      tail = "";
+      finish = end;
+    }
+    abort();
+  };
+
   try {
     // Read as it arrives; left paused when the loop stops at the stream's last event: `discard`
     // (below) reads the rest so the connection goes back to the pool once the provider ends the response.
@@ -625,26 +701,34 @@ async function forwardStream(options: {
       const chunk = next instanceof Promise ? await next : next;
       if (chunk === null) break;
       let batch = "";
-      for (const event of splitter.push(chunk)) {
+      const events = splitter.push(chunk);
+      // The part of an event still arriving is held until the event ends: it counts against the
+      // budgets of bytes in flight (an event never ended would otherwise grow without end).
+      const overBytes = input.held.holdAnswer(splitter.pending.length);
+      for (const event of events) {
         const forward = meter.onEvent(event);
         if (ctx.reservation && costOf(ctx.price, reading().usage) > ctx.reservation.amountUsd) {
           // This event would take the session past its budget: it is not delivered.
           outcome = "budget_cut";
-          const message = "the session's budget is exhausted; the answer was cut off here";
-          if (!delivered && !batch) {
-            sendError(res, { format, status: 402, type: "budget_exhausted", operationId: ctx.operationId, message });
-            delivered = true;
-          } else {
-            await deliver(tail + batch + calls.streamErrorEvent("budget_exhausted", message));
-            batch = "";
-            tail = "";
-            finish = end;
-          }
-          abort();
+          await cutOff(batch, {
+            status: 402,
+            type: "budget_exhausted",
+            message: "the session's budget is exhausted; the answer was cut off here",
+          });
           break chunks;
         }
         if (forward === undefined) continue;
         batch += streamScrubber.push(forward);
+      }
+      if (overBytes && !meter.complete) {
+        // The stream is cut where the event that would not fit began: the events before it go out.
+        outcome = "proxy_error";
+        await cutOff(batch, {
+          status: 502,
+          type: "api_error",
+          message: `${bytesRefusalMessage(overBytes, "an event of the provider's stream")}; the answer was cut off here`,
+        });
+        break;
       }
       if (batch && meter.complete) {
         if (!input.clientGone.aborted) {

@@ -100,21 +100,30 @@ export function sendUpstream(request: UpstreamRequest): UpstreamCall {
 }
 
 /**
- * Reads a whole body. Rejects when the connection dies before its end.
+ * Whether `bytes` more of a body being read may be held (the bytes-in-flight
+ * budgets); false stops the read, which then resolves undefined.
+ */
+export type ChargeBytes = (bytes: number) => boolean;
+
+/**
+ * Reads a whole body: undefined when it is larger than `maxBytes` or `charge`
+ * refuses a part of it (the rest is read and dropped, not held). Rejects when
+ * the connection dies before its end.
  * Events rather than `for await`: the async iterator costs a promise per chunk.
  */
 export function readAll(
   stream: NodeJS.ReadableStream & { readonly complete?: boolean },
   maxBytes = Number.POSITIVE_INFINITY,
+  charge?: ChargeBytes,
 ): Promise<Buffer | undefined> {
-  const arrived = bodyArrived(stream, maxBytes);
+  const arrived = bodyArrived(stream, maxBytes, charge);
   if (arrived !== NOT_ARRIVED) return Promise.resolve(arrived);
   return new Promise((resolve, reject) => {
     const parts: Buffer[] = [];
     let size = 0;
     const onData = (chunk: Buffer): void => {
       size += chunk.length;
-      if (size > maxBytes) {
+      if (size > maxBytes || (charge !== undefined && !charge(chunk.length))) {
         cleanup();
         stream.resume();
         resolve(undefined);
@@ -159,12 +168,17 @@ const NOT_ARRIVED = Symbol("not arrived");
  * machine (bench/README.md, issue 24). An answer is whole once the code
  * awaiting it runs (`complete`); a request's end of message comes after its
  * handler's first await, so its body is whole when the buffer holds its
- * `content-length`. Undefined when larger than `maxBytes`; NOT_ARRIVED when
+ * `content-length`. Undefined when larger than `maxBytes` or refused by
+ * `charge`; NOT_ARRIVED when
  * the body is still arriving, already being read, or HTTP/2 (an HTTP/2
  * request is `complete` when aborted too, with part of its body buffered):
  * `readAll` reads those through events.
  */
-function bodyArrived(stream: NodeJS.ReadableStream, maxBytes: number): Buffer | undefined | typeof NOT_ARRIVED {
+function bodyArrived(
+  stream: NodeJS.ReadableStream,
+  maxBytes: number,
+  charge: ChargeBytes | undefined,
+): Buffer | undefined | typeof NOT_ARRIVED {
   if (!(stream instanceof http.IncomingMessage) || stream.readableFlowing !== null) return NOT_ARRIVED;
   const length = stream.readableLength;
   const complete = stream.complete;
@@ -173,7 +187,7 @@ function bodyArrived(stream: NodeJS.ReadableStream, maxBytes: number): Buffer | 
     if (declared === undefined || stream.headers["transfer-encoding"] !== undefined || Number(declared) !== length)
       return NOT_ARRIVED;
   }
-  if (length > maxBytes) {
+  if (length > maxBytes || (charge !== undefined && !charge(length))) {
     stream.resume();
     return undefined;
   }

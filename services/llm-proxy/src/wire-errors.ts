@@ -8,7 +8,15 @@ export type ClientResponse = http.ServerResponse | http2.Http2ServerResponse;
 
 export function sendError(
   res: ClientResponse,
-  options: { format: WireFormat; status: number; type: ProxyErrorType; message: string; operationId?: string },
+  options: {
+    format: WireFormat;
+    status: number;
+    type: ProxyErrorType;
+    message: string;
+    operationId?: string;
+    /** A refusal the same call gets past later (a budget of bytes in flight): the SDKs retry it after this. */
+    retryAfterSeconds?: number;
+  },
 ): void {
   const text = JSON.stringify(options.format.errorBody(options.type, options.message));
   if (res.headersSent) {
@@ -18,8 +26,11 @@ export function sendError(
   res.writeHead(options.status, {
     "content-type": "application/json",
     "content-length": String(Buffer.byteLength(text)),
-    // Refusals are final: tell the official SDKs not to retry them.
-    "x-should-retry": "false",
+    // Refusals are final, but for those that pass once other calls end: the official SDKs
+    // follow x-should-retry over the status, and retry-after for the wait.
+    ...(options.retryAfterSeconds === undefined
+      ? { "x-should-retry": "false" }
+      : { "x-should-retry": "true", "retry-after": String(options.retryAfterSeconds) }),
     ...(options.operationId ? { "oz0-operation-id": options.operationId } : {}),
   });
   res.end(text);

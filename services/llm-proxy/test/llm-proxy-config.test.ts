@@ -24,6 +24,8 @@ void test("the environment's variables become the proxy's configuration", () => 
     OZ0_KEK: kek.toString("base64"),
     OZ0_MAX_MESSAGE_BYTES: "65536",
     OZ0_MAX_MODEL_REQUEST_BYTES: "67108864",
+    OZ0_MAX_SESSION_BYTES_IN_FLIGHT: "134217728",
+    OZ0_MAX_BYTES_IN_FLIGHT: "1073741824",
   });
   assert.ok(auth);
   assert.deepEqual(rest, {
@@ -38,6 +40,8 @@ void test("the environment's variables become the proxy's configuration", () => 
     kek,
     maxMessageBytes: 65_536,
     maxModelRequestBytes: 64 * 1024 * 1024,
+    maxSessionBytesInFlight: 128 * 1024 * 1024,
+    maxBytesInFlight: 1024 * 1024 * 1024,
   });
 });
 
@@ -59,6 +63,8 @@ void test("a malformed variable is refused, naming it and the form it expects", 
     [{ OZ0_EVENTS_URL: "events:7703" }, /^OZ0_EVENTS_URL must be an http:\/\/ or https:\/\/ URL/],
     [{ OZ0_MAX_MESSAGE_BYTES: "1MiB" }, /^OZ0_MAX_MESSAGE_BYTES must be a whole number of bytes, from 1 to 4294967295/],
     [{ OZ0_MAX_MODEL_REQUEST_BYTES: "0" }, /^OZ0_MAX_MODEL_REQUEST_BYTES must be a whole number of bytes, at least 1/],
+    [{ OZ0_MAX_SESSION_BYTES_IN_FLIGHT: "64M" }, /^OZ0_MAX_SESSION_BYTES_IN_FLIGHT must be a whole number of bytes/],
+    [{ OZ0_MAX_BYTES_IN_FLIGHT: "0" }, /^OZ0_MAX_BYTES_IN_FLIGHT must be a whole number of bytes, at least 1/],
   ];
   for (const [env, message] of cases)
     assert.throws(() => configFromEnv(env), { name: "EnvConfigError", message }, JSON.stringify(env));

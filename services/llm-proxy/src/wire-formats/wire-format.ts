@@ -14,6 +14,8 @@ export type ProxyErrorType =
   | "budget_exhausted"
   | "invalid_request_error"
   | "not_found_error"
+  | "rate_limit_error"
+  | "overloaded_error"
   | "api_error";
 
 /** A request body, read a top-level field at a time. */
