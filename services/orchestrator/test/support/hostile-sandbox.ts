@@ -4,7 +4,8 @@
 // protocol, so only the orchestrator's own checks stand between such a node
 // and the job's store). Sessions keep their messages, so a re-attach (an
 // orchestrator that restarted) reads them from its sequence number, as from
-// the real sandbox.
+// the real sandbox. With `ignoreCancel` it also lets its harness run on when
+// asked to stop it.
 import { spawn, type ChildProcess } from "node:child_process";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
@@ -35,12 +36,20 @@ interface HostileSession {
   log: RunSessionResponse[];
   ended: boolean;
   cancelled?: string;
+  /** Why the runtime asked to stop it, even when that was ignored. */
+  cancelRequested?: string;
   /** Streams waiting for the next message. */
   waiting: Set<() => void>;
 }
 
 export class HostileSandbox {
   readonly #sessions = new Map<string, HostileSession>();
+  readonly #ignoreCancel: boolean;
+
+  constructor(options: { ignoreCancel?: boolean } = {}) {
+    this.#ignoreCancel = options.ignoreCancel ?? false;
+  }
+
   readonly #server = http2.createServer(
     connectNodeAdapter({
       routes: (router) =>
@@ -66,6 +75,11 @@ export class HostileSandbox {
   /** Writes a line to a session's harness, as if the runtime had sent it. */
   write(sessionId: string, line: string): void {
     this.#sessions.get(sessionId)?.child.stdin?.write(`${line}\n`);
+  }
+
+  /** Why the runtime asked to stop a session; undefined while it has not. */
+  cancelRequested(sessionId: string): string | undefined {
+    return this.#sessions.get(sessionId)?.cancelRequested;
   }
 
   async close(): Promise<void> {
@@ -156,6 +170,8 @@ export class HostileSandbox {
   #cancel(sessionId: string, reason: string): boolean {
     const session = this.#sessions.get(sessionId);
     if (!session || session.ended) return false;
+    session.cancelRequested ??= reason;
+    if (this.#ignoreCancel) return true;
     session.cancelled = reason;
     session.child.kill("SIGTERM");
     return true;
