@@ -170,28 +170,36 @@ void test("a permission id decided before an orchestrator restart is a repeat af
   }
 });
 
-void test("the protocol error outlives an orchestrator restart, even behind a node that lets the session run on", async () => {
-  const stubborn = new HostileSandbox({ ignoreCancel: true });
-  try {
-    const url = await stubborn.listen();
-    const first = jobRunner(url);
-    const job = await first.runAgent({ agent: "repeater", input: "repeat-id-then-wait" });
-    // The repeat was refused and its session asked to stop; the new orchestrator re-attaches after it.
-    assert.equal(await eventually(async () => stubborn.cancelRequested(job.sessionId)), repeatedId);
-    await closeRunner(first);
-    const second = jobRunner(url);
-    await second.resumeAll();
-    // The harness ends with a completed result, as if nothing had happened.
-    stubborn.write(job.sessionId, "{}");
-    const done = await ended(job.id);
-    await closeRunner(second);
-    assert.equal(done.state, "failed", "the session broke the protocol: its result is not the job's");
-    assert.equal(done.error, repeatedId);
-    assertFirstDecisionStands(await store.listPermissions({ jobId: job.id }));
-  } finally {
-    await stubborn.close();
-  }
-});
+const unasked =
+  "policy bypass: harness repeater ran tool call call-9 without asking permission first (rule: every tool call asks first); the job was stopped";
+
+for (const [mode, error] of [
+  ["repeat-id-then-wait", repeatedId],
+  ["unasked-then-wait", unasked],
+] as const) {
+  void test(`the rule a session broke outlives an orchestrator restart, behind a node that lets it run on (${mode})`, async () => {
+    const stubborn = new HostileSandbox({ ignoreCancel: true });
+    try {
+      const url = await stubborn.listen();
+      const first = jobRunner(url);
+      const job = await first.runAgent({ agent: "repeater", input: mode });
+      // The session was asked to stop; the new orchestrator re-attaches past what broke the rule.
+      assert.equal(await eventually(async () => stubborn.cancelRequested(job.sessionId)), error);
+      await closeRunner(first);
+      const second = jobRunner(url);
+      await second.resumeAll();
+      // The harness ends with a completed result, as if nothing had happened.
+      stubborn.write(job.sessionId, "{}");
+      const done = await ended(job.id);
+      await closeRunner(second);
+      assert.equal(done.state, "failed", "the session broke a rule: its result is not the job's");
+      assert.equal(done.error, error);
+      assertFirstDecisionStands(await store.listPermissions({ jobId: job.id }));
+    } finally {
+      await stubborn.close();
+    }
+  });
+}
 
 void test("behind the real sandbox, a repeated call id fails the job the same way", async () => {
   const done = await runToEnd(t.stack.urls.sandbox, "repeat-call");

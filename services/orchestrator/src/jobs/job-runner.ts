@@ -351,7 +351,7 @@ export class JobRunner {
             async () => {
               const violation = await this.#approvals.audit(jobId, active, e.value);
               const job = violation ? await this.#o.store.getJob(jobId) : undefined;
-              if (job) this.#stopSession(job, active, violation!);
+              if (job) await this.#stopSession(job, active, violation!, {});
             },
           ],
         };
@@ -418,12 +418,8 @@ export class JobRunner {
         const job = (await this.#o.store.getJob(jobId))!;
         const offered = this.#served(job)?.tools.some((t) => t.name === e.value.tool) ?? false;
         const violation = await this.#approvals.decide({ job, active, event, patch, offered });
-        if (violation) {
-          // Stored as a failed session's error is (with the seq that passes the request): a restart or a
-          // takeover fails the job alike, even though the request is not read again.
-          await this.#o.store.updateJob(jobId, { ...patch, error: violation });
-          this.#stopSession(job, active, violation);
-        }
+        // With the seq that passes the request, which is not read again.
+        if (violation) await this.#stopSession(job, active, violation, patch);
         return;
       }
       case "runtimeToolCall": {
@@ -462,11 +458,15 @@ export class JobRunner {
   }
 
   /** The harness broke a rule: its session is stopped now, and the job fails with the rule when its stream ends (#finish). */
-  #stopSession(job: JobRecord, active: ActiveJob, violation: string): void {
+  async #stopSession(job: JobRecord, active: ActiveJob, violation: string, patch: JobPatch): Promise<void> {
     if (!active.violation) {
       active.violation = violation;
       this.#o.logger.warn({ jobId: job.id, sessionId: job.sessionId }, violation);
     }
+    // Stored as a failed session's error is: a restart or a takeover re-attaches past what broke the rule
+    // and would not see it again, so the job fails alike whatever the session does next (a node may let it
+    // run on).
+    await this.#o.store.updateJob(job.id, { ...patch, error: active.violation });
     if (active.sandbox)
       this.#active.track(active.sandbox.cancel({ sessionId: job.sessionId, reason: active.violation }));
   }
