@@ -10,7 +10,9 @@
 // after an orchestrator restart is caught from the stored rows; and the
 // same harness behind the real sandbox fails its job the same way. A result
 // with no call id is matched to no request, so an approved request without
-// one does not cover it.
+// one does not cover it. The rule a session broke (a repeat, a policy
+// bypass) is stored with the job at once: behind a node that lets the
+// session run on, the job still fails after an orchestrator restart.
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
