@@ -172,7 +172,9 @@ export class JobRunner {
       await this.#ownership.release(job.id).catch(() => undefined);
       throw error;
     }
-    const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "" };
+    // Created just now, it has asked nothing: its first permission request needs no read of the ids used
+    // (issue 24); a job resumed or taken over reads them from the store.
+    const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "", requestIds: new Map() };
     this.#active.set(job.id, active);
     this.#active.track(this.#sessions.start(job, active));
     // What the store holds now (issue 24: it was read back): the session's start writes nothing until its
