@@ -816,7 +816,7 @@ export const ToolResultSchema: GenMessage<ToolResult> = /*@__PURE__*/
  */
 export type PermissionRequest = Message<"oz0.harness.v1.PermissionRequest"> & {
   /**
-   * Unique in the session.
+   * Unique in the session: no other request uses it as its id or call_id.
    *
    * @generated from field: string id = 1;
    */
@@ -842,7 +842,9 @@ export type PermissionRequest = Message<"oz0.harness.v1.PermissionRequest"> & {
   title: string;
 
   /**
-   * The ToolCall this request is for, when the harness announced one.
+   * The ToolCall this request is for, when the harness announced one. A
+   * call is asked about once: no other request uses this as its id or
+   * call_id (the runtime fails the session with `duplicate_request_id`).
    *
    * @generated from field: string call_id = 5;
    */
