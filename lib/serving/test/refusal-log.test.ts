@@ -13,11 +13,12 @@ import { GetUsageResponseSchema, LlmProxyService } from "@oz0/proto/oz0/llmproxy
 import { Authenticator, credentialDigest } from "../src/auth/authenticator.js";
 import { RefusalLog } from "../src/auth/refusal-log.js";
 import { newCredential } from "../src/auth/stack-credentials.js";
+import type { Logger } from "../src/logger.js";
 import { registration, serve, type RunningServer } from "../src/serve.js";
 
 type LogLine = Record<string, unknown> & { code?: string; msg?: string };
 
-function capturingLogger(): { lines: LogLine[]; logger: ReturnType<typeof pino> } {
+function capturingLogger(): { lines: LogLine[]; logger: Logger } {
   const lines: LogLine[] = [];
   const stream = new Writable({
     write(chunk: Buffer, _encoding, done) {
