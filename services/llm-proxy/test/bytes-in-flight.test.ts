@@ -123,9 +123,15 @@ void describe("the proxy's budgets of bytes in flight", () => {
     // Two fit (200 000 bytes); the other four are answered at once, without waiting for the two.
     await gate.reached(arrivedBefore + 2);
     const settled: Answer[] = [];
-    for (const pending of calls) void pending.then((answer) => settled.push(answer));
+    // Settled as they are answered (no polling: a loop left waiting would keep a failed run alive).
+    const fourAnswered = new Promise<string>((resolve) => {
+      for (const pending of calls)
+        void pending.then((answer) => {
+          if (settled.push(answer) === 4) resolve("four answered");
+        });
+    });
     const first = await Promise.race([
-      until(() => settled.length === 4).then(() => "four answered"),
+      fourAnswered,
       gate.reached(arrivedBefore + 3).then(() => "a third call reached the model"),
     ]);
     assert.equal(first, "four answered");
@@ -308,13 +314,22 @@ async function answerInPieces(res: http.ServerResponse): Promise<void> {
   );
 }
 
-void describe("a stream's event still arriving counts against the budgets", () => {
+void describe("what a provider sends counts against the budgets as it arrives", () => {
+  const requests: string[] = [];
   let upstream: http.Server;
   let fx: ProxyFixture;
   before(async () => {
     upstream = http.createServer((req, res) => {
-      req.resume();
-      req.on("end", () => void answerInPieces(res));
+      let body = "";
+      req.setEncoding("utf8");
+      req.on("data", (chunk: string) => (body += chunk));
+      req.on("end", () => {
+        requests.push(req.url ?? "");
+        const large = JSON.stringify({ padding: "z".repeat(2_000_000) });
+        if (req.url?.includes("count_tokens")) res.writeHead(200, { "content-type": "application/json" }).end(large);
+        else if (body.includes("ERRBIG")) res.writeHead(500, { "content-type": "application/json" }).end(large);
+        else void answerInPieces(res);
+      });
     });
     await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
     const url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
@@ -349,6 +364,27 @@ void describe("a stream's event still arriving counts against the budgets", () =
     assert.match(answer.text, /event: error\ndata: .*OZ0_MAX_SESSION_BYTES_IN_FLIGHT.*cut off here/);
     assert.ok(!answer.text.includes("message_stop"));
   });
+
+  void it("drops an error body over the budget with a 502 naming the setting, and does not retry it", async () => {
+    const a = await fx.session();
+    const before = requests.length;
+    const answer = await call(a, messagesBody(1000).replace("PASS", "ERRBIG"));
+    assert.equal(answer.status, 502, answer.text.slice(0, 300));
+    assert.match(anthropicError(answer).message, /the provider's answer .*OZ0_MAX_SESSION_BYTES_IN_FLIGHT/);
+    assert.equal(requests.length, before + 1, "one attempt: the budget, not the provider, refused it");
+  });
+
+  void it("drops a count_tokens answer over the budget with a 502 naming the setting", async () => {
+    const a = await fx.session();
+    const response = await fetch(`${a.anthropicBaseUrl}/v1/messages/count_tokens`, {
+      method: "POST",
+      headers: headersOf(a),
+      body: JSON.stringify({ model: "claude-test", messages: [{ role: "user", content: "hi" }] }),
+    });
+    const text = await response.text();
+    assert.equal(response.status, 502, text.slice(0, 300));
+    assert.match(text, /the provider's answer .*OZ0_MAX_SESSION_BYTES_IN_FLIGHT/);
+  });
 });
 
 void describe("an answer its client does not read", () => {
@@ -378,6 +414,8 @@ void describe("an answer its client does not read", () => {
     assert.equal(unread.statusCode, 200);
     unread.pause();
     const refused = await call(a, messagesBody(10_000_000));
+    // A failed run must not leave the unread answer's connection open.
+    if (refused.status !== 429) unread.destroy();
     assert.equal(refused.status, 429, refused.text.slice(0, 300));
     assert.match(anthropicError(refused).message, /OZ0_MAX_SESSION_BYTES_IN_FLIGHT/);
     // Once the client has taken it, the bytes are given back.
