@@ -6,10 +6,14 @@
 // budgets one session could make the proxy hold 32 MiB per call until it runs
 // out of memory, and every other job's calls die with it.
 //
-// Bytes are counted as they are taken, before they are read where the size is
-// known (a request's Content-Length), else chunk by chunk: a read that would
-// cross a budget stops there. Each call's bytes are given back at once when
-// the call lets go of its bodies (`CallBytes.release`).
+// Bytes are counted chunk by chunk as they arrive: a read that would cross a
+// budget stops there. A request's declared size (its Content-Length) is
+// reserved at once, before any of it is read, but against its session's
+// budget only: a session can declare sizes it never sends, and what it
+// declares may block its own calls, never other sessions'. The process's
+// budget counts the bytes the process really holds. Each call's bytes are
+// given back at once when the call lets go of its bodies
+// (`CallBytes.release`).
 
 /** The budget that refused: which, how large, and the setting that raises it. */
 export interface BytesRefusal {
@@ -65,35 +69,44 @@ export class BytesInFlight {
     return new CallBytes(this, session);
   }
 
-  /** @internal CallBytes' step: takes `bytes` for `session`, or says which budget refuses (taking nothing). */
-  take(session: string, bytes: number, callHeld: number): BytesRefusal | undefined {
-    const sessionHeld = this.#bySession.get(session) ?? 0;
+  /**
+   * @internal CallBytes' step: takes `session` bytes of the session's budget
+   * and `process` bytes of the process's (a declared size is reserved in the
+   * session's only), or says which budget refuses (taking nothing). `call`:
+   * what the call already holds of each, to tell a call that can never fit.
+   */
+  take(
+    owner: string,
+    want: { session: number; process: number },
+    call: { session: number; process: number },
+  ): BytesRefusal | undefined {
+    const sessionHeld = this.#bySession.get(owner) ?? 0;
     const { perSession, perProcess } = this.limits;
-    if (sessionHeld + bytes > perSession)
+    if (want.session > 0 && sessionHeld + want.session > perSession)
       return {
         scope: "session",
         limit: perSession,
         setting: "OZ0_MAX_SESSION_BYTES_IN_FLIGHT",
-        never: callHeld + bytes > perSession,
+        never: call.session + want.session > perSession,
       };
-    if (this.#total + bytes > perProcess)
+    if (want.process > 0 && this.#total + want.process > perProcess)
       return {
         scope: "process",
         limit: perProcess,
         setting: "OZ0_MAX_BYTES_IN_FLIGHT",
-        never: callHeld + bytes > perProcess,
+        never: call.process + want.process > perProcess,
       };
-    this.#bySession.set(session, sessionHeld + bytes);
-    this.#total += bytes;
+    if (want.session > 0) this.#bySession.set(owner, sessionHeld + want.session);
+    this.#total += want.process;
     return undefined;
   }
 
-  /** @internal CallBytes' step: gives back bytes `session` took. */
-  give(session: string, bytes: number): void {
-    const left = (this.#bySession.get(session) ?? 0) - bytes;
-    if (left > 0) this.#bySession.set(session, left);
-    else this.#bySession.delete(session);
-    this.#total -= bytes;
+  /** @internal CallBytes' step: gives back what `session` took of each budget. */
+  give(owner: string, back: { session: number; process: number }): void {
+    const left = (this.#bySession.get(owner) ?? 0) - back.session;
+    if (left > 0) this.#bySession.set(owner, left);
+    else this.#bySession.delete(owner);
+    this.#total -= back.process;
   }
 }
 
@@ -101,8 +114,11 @@ export class BytesInFlight {
 export class CallBytes {
   readonly #budget: BytesInFlight;
   readonly #session: string;
-  #held = 0;
-  /** What the current attempt's answer holds (given back when another attempt replaces it). */
+  /** What the call holds of its session's budget (a reservation included) and of the process's. */
+  #held = { session: 0, process: 0 };
+  /** Of the session's: what the request's declared size reserved and has not arrived yet. */
+  #reserved = 0;
+  /** What the current attempt's answer holds, of each budget alike (given back when another attempt replaces it). */
   #answer = 0;
 
   constructor(budget: BytesInFlight, session: string) {
@@ -110,8 +126,9 @@ export class CallBytes {
     this.#session = session;
   }
 
+  /** What the call holds of its session's budget. */
   get held(): number {
-    return this.#held;
+    return this.#held.session;
   }
 
   /** What the current attempt's answer holds. */
@@ -119,16 +136,24 @@ export class CallBytes {
     return this.#answer;
   }
 
-  /** Takes `bytes` more for this call, or says which budget refuses (and takes nothing). */
-  take(bytes: number): BytesRefusal | undefined {
-    const refusal = this.#budget.take(this.#session, bytes, this.#held);
-    if (!refusal) this.#held += bytes;
+  /** Reserves a request's declared size in its session's budget, before a byte of it is read. */
+  reserve(declared: number): BytesRefusal | undefined {
+    const refusal = this.#take({ session: declared, process: 0 });
+    if (!refusal) this.#reserved += declared;
+    return refusal;
+  }
+
+  /** `bytes` more of the request's body arrived: the process's budget, and the session's past what was reserved. */
+  arrived(bytes: number): BytesRefusal | undefined {
+    const reserved = Math.min(bytes, this.#reserved);
+    const refusal = this.#take({ session: bytes - reserved, process: bytes });
+    if (!refusal) this.#reserved -= reserved;
     return refusal;
   }
 
   /** Takes `bytes` more of an answer being read. */
   takeAnswer(bytes: number): BytesRefusal | undefined {
-    const refusal = this.take(bytes);
+    const refusal = this.#take({ session: bytes, process: bytes });
     if (!refusal) this.#answer += bytes;
     return refusal;
   }
@@ -139,28 +164,35 @@ export class CallBytes {
    */
   holdAnswer(total: number): BytesRefusal | undefined {
     if (total > this.#answer) return this.takeAnswer(total - this.#answer);
-    if (total < this.#answer) {
-      this.#budget.give(this.#session, this.#answer - total);
-      this.#held -= this.#answer - total;
-      this.#answer = total;
-    }
+    if (total < this.#answer) this.#giveAnswer(this.#answer - total);
     return undefined;
   }
 
   /** Gives back what an answer took, once nothing holds it any more (an attempt that failed and is retried). */
   dropAnswer(): void {
-    if (this.#answer === 0) return;
-    this.#budget.give(this.#session, this.#answer);
-    this.#held -= this.#answer;
-    this.#answer = 0;
+    if (this.#answer > 0) this.#giveAnswer(this.#answer);
   }
 
   /** Gives back everything this call holds; once is enough, more is harmless. */
   release(): void {
-    if (this.#held === 0) return;
+    if (this.#held.session === 0 && this.#held.process === 0) return;
     this.#budget.give(this.#session, this.#held);
-    this.#held = 0;
+    this.#held = { session: 0, process: 0 };
+    this.#reserved = 0;
     this.#answer = 0;
+  }
+
+  #take(want: { session: number; process: number }): BytesRefusal | undefined {
+    const refusal = this.#budget.take(this.#session, want, this.#held);
+    if (!refusal)
+      this.#held = { session: this.#held.session + want.session, process: this.#held.process + want.process };
+    return refusal;
+  }
+
+  #giveAnswer(bytes: number): void {
+    this.#budget.give(this.#session, { session: bytes, process: bytes });
+    this.#held = { session: this.#held.session - bytes, process: this.#held.process - bytes };
+    this.#answer -= bytes;
   }
 }
 

@@ -192,21 +192,18 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
   }): Promise<void> => {
     const { req, res, found, provider, token, held } = args;
     const { format } = found;
-    // A body that says it is too large is refused before a byte of it is read; so is one
-    // its session or the process cannot hold now (its declared size is taken at once).
+    // A body that says it is too large is refused before a byte of it is read; so is one its
+    // session cannot hold now (its declared size is reserved in the session's budget at once:
+    // declaring sizes and sending nothing blocks only the declaring session's own calls).
     const declared = Number(header(req, "content-length"));
     const refused: { by?: BytesRefusal } = {};
-    if (declared > 0 && declared <= maxBodyBytes) refused.by = held.take(declared);
+    if (declared > 0 && declared <= maxBodyBytes) refused.by = held.reserve(declared);
     let rawBody: Buffer | undefined;
     if (!refused.by && !(declared > maxBodyBytes)) {
-      // Without a Content-Length (chunked, or HTTP/2) the body is taken as it arrives: the read
-      // stops at the chunk that would cross a budget, and what the declared size took covers the rest.
-      let received = 0;
+      // The bytes that arrive count against the process's budget (and the session's past what
+      // was declared): the read stops at the chunk that would cross one.
       rawBody = await readAll(req as NodeJS.ReadableStream, maxBodyBytes, (bytes) => {
-        received += bytes;
-        const more = received - held.held;
-        if (more <= 0) return true;
-        refused.by = held.take(more);
+        refused.by = held.arrived(bytes);
         return refused.by === undefined;
       });
     }

@@ -93,6 +93,38 @@ async function call(
   return { status: response.status, text: await response.text(), headers: response.headers };
 }
 
+/**
+ * A request of `session` that declares 200 000 bytes, sends the first 1 000 and waits (its body never
+ * ends), returned once the proxy holds its reservation: the session's next call of 100 000 bytes is then
+ * refused 429 (alone either fits). The stall comes on a new connection, the probes on one already open, so
+ * a probe sent at once overtakes it in the proxy and the stall is refused itself: each probe waits a while
+ * longer than the last (a wait for the stall to be taken in, not a deadline), and a refused stall is sent again.
+ */
+async function stalledRequest(session: SessionEndpoint): Promise<http.ClientRequest> {
+  for (let probes = 0, waitMs = 10; ;) {
+    let answered = false;
+    const request = http.request(`${session.anthropicBaseUrl}/v1/messages`, {
+      method: "POST",
+      headers: { ...headersOf(session), "content-length": String(2 * BODY) },
+    });
+    request.on("response", (response) => {
+      answered = true;
+      response.resume();
+    });
+    request.on("error", () => undefined); // destroyed by the test
+    await new Promise((resolve) => request.write(messagesBody(2 * BODY).slice(0, 1000), resolve));
+    for (;;) {
+      assert.ok(++probes < 100, "the stalled request's reservation never showed");
+      await new Promise((resolve) => setTimeout(resolve, (waitMs *= 1.5)));
+      const probe = await call(session, messagesBody(BODY));
+      if (answered) break;
+      if (probe.status === 429) return request;
+      assert.equal(probe.status, 200, probe.text);
+    }
+    request.destroy();
+  }
+}
+
 function anthropicError(answer: Answer): { type: string; message: string } {
   const body = JSON.parse(answer.text) as { type: string; error: { type: string; message: string } };
   assert.equal(body.type, "error");
@@ -223,6 +255,23 @@ void describe("the proxy's budgets of bytes in flight", () => {
       (await Promise.all(held)).map((answer) => answer.status),
       [200, 200, 200, 200],
     );
+  });
+
+  void it("a session that declares bodies it does not send holds back only its own calls, not other sessions'", async () => {
+    // Two sessions each declare 200 000 bytes, send 1 000 and wait: 400 000 declared, within the process's
+    // 450 000 only if declared sizes counted there. They count in the declaring session's budget only, so a
+    // third session's 100 000-byte call goes through, while each stalling session's own next call is refused.
+    const [h1, h2, c] = [await fx.session(), await fx.session(), await fx.session()];
+    const stalled = [await stalledRequest(h1), await stalledRequest(h2)];
+    const third = await call(c, messagesBody(BODY));
+    assert.equal(third.status, 200, third.text);
+    for (const request of stalled) request.destroy();
+    // Their reservations are given back once the proxy sees them go.
+    for (let status = 0, probes = 0; status !== 200;) {
+      assert.ok(++probes < 1000, "the stalled requests' reservations were never given back");
+      status = (await call(h1, messagesBody(BODY))).status;
+      if (status !== 200) assert.equal(status, 429);
+    }
   });
 
   void it("counts a chunked body as it arrives and refuses it at the chunk that crosses the budget", async () => {
