@@ -168,16 +168,20 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
     // its answer has left for the client, or the client is gone. Not when the handler returns:
     // an answer a client does not read stays in the proxy's buffers, and a session could hold
     // any number of them.
+    // The response's `close` says both, on HTTP/1.1 and HTTP/2 alike (an HTTP/2 response has no
+    // `destroyed`, and a stream its client reset has closed before the handler returns, so a listener
+    // added then never fired and the bytes were never given back). What the handler still takes after
+    // the close (the rest of an answer it meters) is given back when it returns.
     const held = bytesInFlight.call(token.session);
+    let closed = false;
+    res.once("close", () => {
+      closed = true;
+      held.release();
+    });
     try {
       await serveCall({ req, res, found, provider, token, held });
     } finally {
-      if (res.writableFinished || res.destroyed) held.release();
-      else {
-        const release = (): void => held.release();
-        res.once("finish", release);
-        res.once("close", release);
-      }
+      if (closed) held.release();
     }
   };
 

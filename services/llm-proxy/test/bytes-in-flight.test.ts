@@ -5,6 +5,7 @@
 // 100 000 bytes, so two of a session's calls fit and a third does not.
 import assert from "node:assert/strict";
 import http from "node:http";
+import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, it } from "node:test";
 import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
@@ -362,6 +363,92 @@ async function answerInPieces(res: http.ServerResponse): Promise<void> {
     'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\nevent: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n',
   );
 }
+
+void describe("an HTTP/2 client that resets its stream mid-answer", () => {
+  // The proxy's port takes HTTP/2 without negotiation, and a harness can speak it through the sandbox's
+  // forwarder. This provider starts a streamed answer for a conversation that says HOLD and then waits;
+  // anything else gets a whole answer at once.
+  let upstream: http.Server;
+  let fx: ProxyFixture;
+  before(async () => {
+    upstream = http.createServer((req, res) => {
+      let body = "";
+      req.setEncoding("utf8");
+      req.on("data", (chunk: string) => (body += chunk));
+      req.on("end", () => {
+        if (!body.includes("HOLD")) {
+          res.writeHead(200, { "content-type": "application/json" }).end(
+            JSON.stringify({
+              id: "msg_ok",
+              type: "message",
+              role: "assistant",
+              model: "claude-test",
+              content: [{ type: "text", text: "ok" }],
+              stop_reason: "end_turn",
+              usage: { input_tokens: 1, output_tokens: 1 },
+            }),
+          );
+          return;
+        }
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.write(
+          `event: message_start\ndata: ${JSON.stringify({ type: "message_start", message: { id: "msg_held", type: "message", role: "assistant", model: "claude-test", content: [], usage: { input_tokens: 1, output_tokens: 1 } } })}\n\n`,
+        );
+        // Left open: the proxy goes away first, when its client does.
+      });
+    });
+    await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
+    const url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+    fx = await startFixture({
+      turns: () => ({ text: "unused" }),
+      config: {
+        maxSessionBytesInFlight: SESSION_LIMIT,
+        maxBytesInFlight: PROCESS_LIMIT,
+        providers: [
+          {
+            name: "anthropic",
+            baseUrl: url,
+            keySecret: "ANTHROPIC_API_KEY",
+            prices: { "*": { input: 3, output: 15 } },
+          },
+        ],
+      },
+    });
+  });
+  after(async () => {
+    await fx.close();
+    upstream.closeAllConnections();
+    await new Promise((resolve) => upstream.close(resolve));
+  });
+
+  void it("gives the call's bytes back: the session's budget is whole again", async () => {
+    const a = await fx.session();
+    const url = new URL(a.anthropicBaseUrl);
+    const client = http2.connect(url.origin);
+    try {
+      // Two streamed calls of 100 000 bytes each, reset by the client once their answers have begun.
+      const streams = [1, 2].map(() => {
+        const stream = client.request({ ":method": "POST", ":path": `${url.pathname}/v1/messages`, ...headersOf(a) });
+        stream.on("error", () => undefined); // reset by the test
+        const firstBytes = new Promise((resolve) => stream.once("data", resolve));
+        stream.end(messagesBody(BODY, { hold: true, stream: true }));
+        return { stream, firstBytes };
+      });
+      await Promise.all(streams.map((s) => s.firstBytes));
+      for (const { stream } of streams) stream.close(http2.constants.NGHTTP2_CANCEL);
+      // A call of 200 000 bytes fits only once both gave their 200 000 back (250 000 a session).
+      for (let status = 0, probes = 0, waitMs = 5; status !== 200;) {
+        assert.ok(++probes < 30, "the reset calls' bytes were never given back");
+        await new Promise((resolve) => setTimeout(resolve, (waitMs *= 1.2)));
+        const probe = await call(a, messagesBody(2 * BODY));
+        status = probe.status;
+        if (status !== 200) assert.equal(status, 429, probe.text);
+      }
+    } finally {
+      client.close();
+    }
+  });
+});
 
 void describe("what a provider sends counts against the budgets as it arrives", () => {
   const requests: string[] = [];
