@@ -9,6 +9,7 @@
 // a later request claiming either again breaks the protocol. The claims of a
 // job are read from its stored rows once per process (a restart, a takeover
 // count what is stored), then kept with the job.
+import { clippedHarnessText } from "../policy/harness-text.js";
 import type { PermissionRecord } from "../store/job-store.js";
 
 /** The values the job's permission requests claimed so far, each with the request that claimed it. */
@@ -41,7 +42,7 @@ export function repeatedRequestId(ids: RequestIds, request: { id: string; callId
   ] as const) {
     const earlier = value ? ids.get(value) : undefined;
     if (!earlier) continue;
-    return `the harness broke the protocol: duplicate_request_id: permission request ${JSON.stringify(request.id)} reuses ${JSON.stringify(value)} as its ${as}, the ${earlier.as} of permission request ${JSON.stringify(earlier.permissionId)} earlier in this session; ${fix}`;
+    return `the harness broke the protocol: duplicate_request_id: permission request ${JSON.stringify(clippedHarnessText(request.id))} reuses ${JSON.stringify(clippedHarnessText(value))} as its ${as}, the ${earlier.as} of permission request ${JSON.stringify(clippedHarnessText(earlier.permissionId))} earlier in this session; ${fix}`;
   }
   return undefined;
 }

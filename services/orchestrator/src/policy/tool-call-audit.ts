@@ -6,6 +6,7 @@
 // the rule it broke. (A refused call's result is fine when it reports the
 // refusal as an error, which is what a well-behaved harness sends.)
 import type { PermissionRecord } from "../store/job-store.js";
+import { clippedHarnessText } from "./harness-text.js";
 
 export interface ToolResultSeen {
   callId: string;
@@ -18,21 +19,25 @@ export function toolResultViolation(options: {
   permission: PermissionRecord | undefined;
   harness: string;
 }): string | undefined {
-  const { result, permission: p, harness } = options;
+  const { permission: p, harness } = options;
+  // The ids and tool names are the harness's own, of any length: clipped for the log and the job's error.
+  const callId = clippedHarnessText(options.result.callId);
+  const tool = p ? clippedHarnessText(p.tool) : "";
+  const result = { ...options.result, callId };
   if (!p) {
     // A result with no call id names no call, so no answer covers it (an approved request without one included).
     const call = result.callId ? `tool call ${result.callId}` : "a tool call whose result names no call id";
     return `policy bypass: harness ${harness} ran ${call} without asking permission first (rule: every tool call asks first); the job was stopped`;
   }
   if (p.status === "pending") {
-    return `policy bypass: harness ${harness} ran ${p.tool} call ${result.callId} while it still waited for a person (rule: a call runs only once it is allowed); the job was stopped`;
+    return `policy bypass: harness ${harness} ran ${tool} call ${result.callId} while it still waited for a person (rule: a call runs only once it is allowed); the job was stopped`;
   }
   if (p.status !== "approved" && !result.isError) {
     const rule =
       p.decider === "policy" && /not in this agent's harness\.tools/.test(p.reason)
         ? "rule: only the tools in harness.tools run"
         : `rule: a ${p.status === "denied" ? "denied" : p.status === "timed_out" ? "timed-out" : "cancelled"} call does not run`;
-    return `policy bypass: harness ${harness} ran ${p.tool} call ${result.callId} although it was ${p.status.replace("_", " ")} (${rule}); the job was stopped`;
+    return `policy bypass: harness ${harness} ran ${tool} call ${result.callId} although it was ${p.status.replace("_", " ")} (${rule}); the job was stopped`;
   }
   return undefined;
 }
