@@ -126,12 +126,18 @@ def post_json(url, body, headers):
         try:
             conn.request("POST", target, data, headers)
             response = conn.getresponse()
-            payload = response.read()
         except (http.client.RemoteDisconnected, http.client.CannotSendRequest, ConnectionResetError, BrokenPipeError):
             conn.close()
             del connections[origin]
             if reused:
                 continue  # the server closed the kept connection between two calls: once more, on a new one
+            raise
+        # Not sent again once its answer began: the call was received (and may be billed).
+        try:
+            payload = response.read()
+        except Exception:
+            conn.close()
+            del connections[origin]
             raise
         if response.will_close:
             conn.close()
