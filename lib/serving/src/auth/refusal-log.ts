@@ -4,25 +4,40 @@
 // refusals.
 //
 // - A caller who proved who they are and was refused (PermissionDenied: a
-//   viewer approving a tool call, a service calling outside its rights) is
-//   logged each time, by name: `ACCESS_DENIED`. Authenticated callers are
-//   accountable, and a refusal of one is worth a line each.
-// - A call with no credential, a bad one, or to a method in no access rule
-//   comes from someone the service cannot name, as often as they like: the
-//   first after a quiet minute is logged at once and the rest are summed up,
-//   at most one line a minute (`CALLS_REFUSED_UNAUTHENTICATED`, with counts
-//   by method), so a stranger's flood of requests cannot flood the log too.
+//   viewer approving a tool call, a service or a sandbox node calling outside
+//   its rights): `ACCESS_DENIED`, by name.
+// - A call with no credential, a bad one, or to a method in no access rule,
+//   from someone the service cannot name: `CALLS_REFUSED_UNAUTHENTICATED`.
+//
+// Either may come as often as the caller likes (a sandbox node's credential
+// is in the hands of whoever runs the node), so the log cannot follow each
+// call: the first refusal of a caller (strangers count as one) after a quiet
+// minute is logged at once, and the rest are summed up by method, at most one
+// line a minute for that caller, so a flood of requests is not a flood of log
+// lines.
 import type { Logger } from "../logger.js";
 import { describePrincipal, type Principal } from "./principal.js";
 
 /** How many distinct methods a summary counts by name; the rest are counted together (an unknown path is the caller's to choose). */
 const METHODS_NAMED = 32;
+/** How many named callers are counted apart; the rest are counted together. */
+const CALLERS_NAMED = 64;
+/** Strangers' refusals, counted as one caller's. */
+const STRANGERS = "";
+
+type Code = "ACCESS_DENIED" | "CALLS_REFUSED_UNAUTHENTICATED";
+
+/** The refusals of one caller since its last line: by method. */
+interface Counting {
+  code: Code;
+  methods: Map<string, number>;
+}
 
 export class RefusalLog {
   readonly #logger: Logger;
   readonly #intervalMs: number;
-  /** Refusals of callers nobody can name since the last line, by method; undefined while quiet. */
-  #counting: Map<string, number> | undefined;
+  /** Callers refused in the current minute (their name; STRANGERS for the unnamed), with what came since their last line. */
+  readonly #counting = new Map<string, Counting>();
   #timer: NodeJS.Timeout | undefined;
 
   constructor(options: { logger: Logger; intervalMs?: number }) {
@@ -32,59 +47,76 @@ export class RefusalLog {
 
   /** An authenticated caller refused by the access table. */
   denied(refusal: { method: string; principal: Principal; message: string }): void {
-    this.#logger.warn(
-      { code: "ACCESS_DENIED", method: refusal.method, principal: describePrincipal(refusal.principal) },
-      refusal.message,
+    const name = describePrincipal(refusal.principal);
+    this.#refused(name, "ACCESS_DENIED", refusal.method, () =>
+      this.#logger.warn({ code: "ACCESS_DENIED", method: refusal.method, principal: name }, refusal.message),
     );
   }
 
   /** A call refused before anyone could be named (no or a bad credential, or a method in no access rule). */
   unauthenticated(refusal: { method: string; message: string }): void {
-    if (this.#counting) {
-      const key =
-        this.#counting.has(refusal.method) || this.#counting.size < METHODS_NAMED ? refusal.method : "(other)";
-      this.#counting.set(key, (this.#counting.get(key) ?? 0) + 1);
-      return;
-    }
-    this.#logger.warn(
-      { code: "CALLS_REFUSED_UNAUTHENTICATED", calls: 1, methods: { [refusal.method]: 1 } },
-      `a call was refused before its caller could be named: ${refusal.message}; more in the next minute are summed up in one line`,
+    this.#refused(STRANGERS, "CALLS_REFUSED_UNAUTHENTICATED", refusal.method, () =>
+      this.#logger.warn(
+        { code: "CALLS_REFUSED_UNAUTHENTICATED", calls: 1, methods: { [refusal.method]: 1 } },
+        `a call was refused before its caller could be named: ${refusal.message}; more in the next minute are summed up in one line`,
+      ),
     );
-    this.#counting = new Map();
-    this.#startTimer();
   }
 
   /** Writes what was counted and not yet logged; the log is quiet again. */
   close(): void {
     clearTimeout(this.#timer);
     this.#timer = undefined;
-    this.#summarise();
-    this.#counting = undefined;
+    for (const [caller, counting] of this.#counting) this.#summarise(caller, counting);
+    this.#counting.clear();
   }
 
-  #startTimer(): void {
-    this.#timer = setTimeout(() => {
-      // A flood goes on counting, one line a minute; a minute with none ends the counting.
-      if (this.#summarise()) {
-        this.#counting = new Map();
-        this.#startTimer();
-      } else {
-        this.#counting = undefined;
-        this.#timer = undefined;
+  #refused(caller: string, code: Code, method: string, logAtOnce: () => void): void {
+    const key =
+      caller === STRANGERS || this.#counting.has(caller) || this.#counting.size < CALLERS_NAMED
+        ? caller
+        : "(other callers)";
+    const counting = this.#counting.get(key);
+    if (!counting) {
+      logAtOnce();
+      this.#counting.set(key, { code, methods: new Map() });
+      this.#timer ??= this.#startTimer();
+      return;
+    }
+    const named = counting.methods.has(method) || counting.methods.size < METHODS_NAMED ? method : "(other)";
+    counting.methods.set(named, (counting.methods.get(named) ?? 0) + 1);
+  }
+
+  #startTimer(): NodeJS.Timeout {
+    const timer = setTimeout(() => {
+      // A caller that goes on is summed up once a minute; one with a quiet minute is logged at once again.
+      for (const [caller, counting] of this.#counting) {
+        if (this.#summarise(caller, counting)) counting.methods = new Map();
+        else this.#counting.delete(caller);
       }
+      this.#timer = this.#counting.size > 0 ? this.#startTimer() : undefined;
     }, this.#intervalMs);
-    this.#timer.unref();
+    timer.unref();
+    return timer;
   }
 
-  /** Logs the counts, if any; whether there were some. */
-  #summarise(): boolean {
-    if (!this.#counting || this.#counting.size === 0) return false;
+  /** Logs a caller's counts, if any; whether there were some. */
+  #summarise(caller: string, counting: Counting): boolean {
+    if (counting.methods.size === 0) return false;
     let calls = 0;
-    for (const count of this.#counting.values()) calls += count;
-    this.#logger.warn(
-      { code: "CALLS_REFUSED_UNAUTHENTICATED", calls, methods: Object.fromEntries(this.#counting) },
-      `${calls} more call${calls === 1 ? " was" : "s were"} refused before their callers could be named (no or a bad credential, or a method in no access rule)`,
-    );
+    for (const count of counting.methods.values()) calls += count;
+    const methods = Object.fromEntries(counting.methods);
+    const were = calls === 1 ? "call was" : "calls were";
+    if (counting.code === "CALLS_REFUSED_UNAUTHENTICATED")
+      this.#logger.warn(
+        { code: counting.code, calls, methods },
+        `${calls} more ${were} refused before their callers could be named (no or a bad credential, or a method in no access rule)`,
+      );
+    else
+      this.#logger.warn(
+        { code: counting.code, principal: caller, calls, methods },
+        `${calls} more ${were} of ${caller} refused by the access table`,
+      );
     return true;
   }
 }
