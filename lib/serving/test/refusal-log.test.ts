@@ -11,6 +11,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { pino } from "pino";
 import { GetUsageResponseSchema, LlmProxyService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { Authenticator, credentialDigest } from "../src/auth/authenticator.js";
+import type { Principal } from "../src/auth/principal.js";
 import { RefusalLog } from "../src/auth/refusal-log.js";
 import { newCredential } from "../src/auth/stack-credentials.js";
 import type { Logger } from "../src/logger.js";
@@ -149,8 +150,8 @@ void describe("RefusalLog's counting", () => {
     try {
       const { lines, logger } = capturingLogger();
       const log = new RefusalLog({ logger, intervalMs: 60_000 });
-      const node = { kind: "node", id: "node" } as const;
-      const viewer = { kind: "person", id: "dave", groups: [], roles: new Set(), via: "token" } as const;
+      const node: Principal = { kind: "node", id: "node" };
+      const viewer: Principal = { kind: "person", id: "dave", groups: [], roles: new Set(), via: "token" };
       for (let i = 0; i < 50; i++) log.denied({ method: "a/Approve", principal: node, message: "not for nodes" });
       log.denied({ method: "a/Approve", principal: viewer, message: "dave may not" });
       log.unauthenticated({ method: "a/Approve", message: "no credential" });
