@@ -122,6 +122,11 @@ async function authenticate(req: ClientRequest, tokens: SessionTokens): Promise<
 
 const noDelaySockets = new WeakSet<object>();
 
+/** Whether a response is done with: sent, or its client gone (an HTTP/2 response has no `destroyed` of its own). */
+function responseClosed(res: ClientResponse): boolean {
+  return "stream" in res ? res.stream.destroyed || res.stream.closed : res.destroyed || res.closed;
+}
+
 export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res: ClientResponse) => void {
   const maxBodyBytes = options.maxBodyBytes ?? 32 * 1024 * 1024;
   const bytesInFlight = options.bytesInFlight ?? new BytesInFlight();
@@ -168,20 +173,16 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
     // its answer has left for the client, or the client is gone. Not when the handler returns:
     // an answer a client does not read stays in the proxy's buffers, and a session could hold
     // any number of them.
-    // The response's `close` says both, on HTTP/1.1 and HTTP/2 alike (an HTTP/2 response has no
-    // `destroyed`, and a stream its client reset has closed before the handler returns, so a listener
-    // added then never fired and the bytes were never given back). What the handler still takes after
-    // the close (the rest of an answer it meters) is given back when it returns.
+    // The response's `close` says both, on HTTP/1.1 and HTTP/2 alike. A client may be gone before
+    // this line (while its token was checked), and then `close` has fired already: the handler's
+    // end gives back what it took. So does anything it takes after the close (the rest of an answer
+    // it meters).
     const held = bytesInFlight.call(token.session);
-    let closed = false;
-    res.once("close", () => {
-      closed = true;
-      held.release();
-    });
+    res.once("close", () => held.release());
     try {
       await serveCall({ req, res, found, provider, token, held });
     } finally {
-      if (closed) held.release();
+      if (responseClosed(res)) held.release();
     }
   };
 
