@@ -59,11 +59,6 @@ export class BytesInFlight {
     };
   }
 
-  /** Bytes held by every call, or by one session's calls. */
-  held(session?: string): number {
-    return session === undefined ? this.#total : (this.#bySession.get(session) ?? 0);
-  }
-
   /** A call's account: what it takes is counted against its session's budget and the process's. */
   call(session: string): CallBytes {
     return new CallBytes(this, session);
@@ -124,11 +119,6 @@ export class CallBytes {
   constructor(budget: BytesInFlight, session: string) {
     this.#budget = budget;
     this.#session = session;
-  }
-
-  /** What the call holds of its session's budget. */
-  get held(): number {
-    return this.#held.session;
   }
 
   /** What the current attempt's answer holds. */

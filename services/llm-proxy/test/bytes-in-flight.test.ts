@@ -364,62 +364,75 @@ async function answerInPieces(res: http.ServerResponse): Promise<void> {
   );
 }
 
+/**
+ * A proxy (the budgets above) whose one provider, `anthropic`, is `answer`: a raw HTTP server handed each
+ * request's path and whole body, for answers the scripted model does not give.
+ */
+async function proxyBeforeProvider(
+  answer: (res: http.ServerResponse, request: { url: string; body: string }) => void,
+): Promise<{ fx: ProxyFixture; close: () => Promise<void> }> {
+  const upstream = http.createServer((req, res) => {
+    let body = "";
+    req.setEncoding("utf8");
+    req.on("data", (chunk: string) => (body += chunk));
+    req.on("end", () => answer(res, { url: req.url ?? "", body }));
+  });
+  await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
+  const fx = await startFixture({
+    turns: () => ({ text: "unused" }),
+    config: {
+      maxSessionBytesInFlight: SESSION_LIMIT,
+      maxBytesInFlight: PROCESS_LIMIT,
+      providers: [
+        {
+          name: "anthropic",
+          baseUrl: `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`,
+          keySecret: "ANTHROPIC_API_KEY",
+          prices: { "*": { input: 3, output: 15 } },
+        },
+      ],
+    },
+  });
+  return {
+    fx,
+    close: async () => {
+      await fx.close();
+      upstream.closeAllConnections();
+      await new Promise((resolve) => upstream.close(resolve));
+    },
+  };
+}
+
 void describe("an HTTP/2 client that resets its stream mid-answer", () => {
   // The proxy's port takes HTTP/2 without negotiation, and a harness can speak it through the sandbox's
   // forwarder. This provider starts a streamed answer for a conversation that says HOLD and then waits;
   // anything else gets a whole answer at once.
-  let upstream: http.Server;
   let fx: ProxyFixture;
+  let close: () => Promise<void>;
   before(async () => {
-    upstream = http.createServer((req, res) => {
-      let body = "";
-      req.setEncoding("utf8");
-      req.on("data", (chunk: string) => (body += chunk));
-      req.on("end", () => {
-        if (!body.includes("HOLD")) {
-          res.writeHead(200, { "content-type": "application/json" }).end(
-            JSON.stringify({
-              id: "msg_ok",
-              type: "message",
-              role: "assistant",
-              model: "claude-test",
-              content: [{ type: "text", text: "ok" }],
-              stop_reason: "end_turn",
-              usage: { input_tokens: 1, output_tokens: 1 },
-            }),
-          );
-          return;
-        }
-        res.writeHead(200, { "content-type": "text/event-stream" });
-        res.write(
-          `event: message_start\ndata: ${JSON.stringify({ type: "message_start", message: { id: "msg_held", type: "message", role: "assistant", model: "claude-test", content: [], usage: { input_tokens: 1, output_tokens: 1 } } })}\n\n`,
+    ({ fx, close } = await proxyBeforeProvider((res, { body }) => {
+      if (!body.includes("HOLD")) {
+        res.writeHead(200, { "content-type": "application/json" }).end(
+          JSON.stringify({
+            id: "msg_ok",
+            type: "message",
+            role: "assistant",
+            model: "claude-test",
+            content: [{ type: "text", text: "ok" }],
+            stop_reason: "end_turn",
+            usage: { input_tokens: 1, output_tokens: 1 },
+          }),
         );
-        // Left open: the proxy goes away first, when its client does.
-      });
-    });
-    await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
-    const url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
-    fx = await startFixture({
-      turns: () => ({ text: "unused" }),
-      config: {
-        maxSessionBytesInFlight: SESSION_LIMIT,
-        maxBytesInFlight: PROCESS_LIMIT,
-        providers: [
-          {
-            name: "anthropic",
-            baseUrl: url,
-            keySecret: "ANTHROPIC_API_KEY",
-            prices: { "*": { input: 3, output: 15 } },
-          },
-        ],
-      },
-    });
+        return;
+      }
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(
+        `event: message_start\ndata: ${JSON.stringify({ type: "message_start", message: { id: "msg_held", type: "message", role: "assistant", model: "claude-test", content: [], usage: { input_tokens: 1, output_tokens: 1 } } })}\n\n`,
+      );
+      // Left open: the proxy goes away first, when its client does.
+    }));
   });
-  after(async () => {
-    await fx.close();
-    upstream.closeAllConnections();
-    await new Promise((resolve) => upstream.close(resolve));
-  });
+  after(() => close());
 
   void it("gives the call's bytes back: the session's budget is whole again", async () => {
     const a = await fx.session();
@@ -452,44 +465,18 @@ void describe("an HTTP/2 client that resets its stream mid-answer", () => {
 
 void describe("what a provider sends counts against the budgets as it arrives", () => {
   const requests: string[] = [];
-  let upstream: http.Server;
   let fx: ProxyFixture;
+  let close: () => Promise<void>;
   before(async () => {
-    upstream = http.createServer((req, res) => {
-      let body = "";
-      req.setEncoding("utf8");
-      req.on("data", (chunk: string) => (body += chunk));
-      req.on("end", () => {
-        requests.push(req.url ?? "");
-        const large = JSON.stringify({ padding: "z".repeat(2_000_000) });
-        if (req.url?.includes("count_tokens")) res.writeHead(200, { "content-type": "application/json" }).end(large);
-        else if (body.includes("ERRBIG")) res.writeHead(500, { "content-type": "application/json" }).end(large);
-        else void answerInPieces(res);
-      });
-    });
-    await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
-    const url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
-    fx = await startFixture({
-      turns: () => ({ text: "unused" }),
-      config: {
-        maxSessionBytesInFlight: SESSION_LIMIT,
-        maxBytesInFlight: PROCESS_LIMIT,
-        providers: [
-          {
-            name: "anthropic",
-            baseUrl: url,
-            keySecret: "ANTHROPIC_API_KEY",
-            prices: { "*": { input: 3, output: 15 } },
-          },
-        ],
-      },
-    });
+    ({ fx, close } = await proxyBeforeProvider((res, { url, body }) => {
+      requests.push(url);
+      const large = JSON.stringify({ padding: "z".repeat(2_000_000) });
+      if (url.includes("count_tokens")) res.writeHead(200, { "content-type": "application/json" }).end(large);
+      else if (body.includes("ERRBIG")) res.writeHead(500, { "content-type": "application/json" }).end(large);
+      else void answerInPieces(res);
+    }));
   });
-  after(async () => {
-    await fx.close();
-    upstream.closeAllConnections();
-    await new Promise((resolve) => upstream.close(resolve));
-  });
+  after(() => close());
 
   void it("cuts a stream at an event that would cross the budget, with an error event naming the setting", async () => {
     const a = await fx.session();
