@@ -220,36 +220,32 @@ async function apiFor(stack: EmbeddedStack): Promise<Api> {
 const pidsOf = (stack: EmbeddedStack): Record<StackServiceName, number> =>
   Object.fromEntries(stack.processes.map((p) => [p.name, p.pid])) as Record<StackServiceName, number>;
 
-type Reading = Record<StackServiceName, ProcessCpu>;
+/** A service's CPU so far and its wake-ups (voluntary context switches: the main thread's and every thread's). */
+type Reading = Record<StackServiceName, ProcessCpu & { wakeups: { main: number; all: number } }>;
 const read = (pids: Record<StackServiceName, number>): Reading =>
   Object.fromEntries(
     SERVICES.map((name) => {
-      const own = readProcessCpu(pids[name], ticks);
+      const own = { ...readProcessCpu(pids[name], ticks), wakeups: readProcessWakeups(pids[name]) };
       if (name !== "sandbox") return [name, own];
-      // The sandbox's keeper spawner forks the sessions' keepers for it (services/sandbox/src/keeper-spawner.ts): its own CPU is the sandbox's.
-      const helpers = keeperSpawners(pids[name]).map((pid) => readProcessCpu(pid, ticks));
+      // The sandbox's keeper spawner forks the sessions' keepers for it (services/sandbox/src/keeper-spawner.ts): its own CPU
+      // and wake-ups are the sandbox's.
+      const helpers = keeperSpawners(pids[name]).map((pid) => ({
+        cpu: readProcessCpu(pid, ticks),
+        wakeups: readProcessWakeups(pid).all,
+      }));
       return [
         name,
         {
           ...own,
-          ownMs: own.ownMs + helpers.reduce((sum, x) => sum + x.ownMs, 0),
-          ownSystemMs: own.ownSystemMs + helpers.reduce((sum, x) => sum + x.ownSystemMs, 0),
+          ownMs: own.ownMs + helpers.reduce((sum, x) => sum + x.cpu.ownMs, 0),
+          ownSystemMs: own.ownSystemMs + helpers.reduce((sum, x) => sum + x.cpu.ownSystemMs, 0),
+          wakeups: { main: own.wakeups.main, all: own.wakeups.all + helpers.reduce((sum, x) => sum + x.wakeups, 0) },
         },
       ];
     }),
   ) as Reading;
 
 type Wakeups = Record<StackServiceName, { main: number; all: number }>;
-/** Each service's wake-ups so far (the sandbox's keeper spawner's in its `all`), as `read` counts CPU. */
-const readWakeups = (pids: Record<StackServiceName, number>): Wakeups =>
-  Object.fromEntries(
-    SERVICES.map((name) => {
-      const own = readProcessWakeups(pids[name]);
-      if (name !== "sandbox") return [name, own];
-      const helpers = keeperSpawners(pids[name]).map((pid) => readProcessWakeups(pid).all);
-      return [name, { main: own.main, all: own.all + helpers.reduce((sum, x) => sum + x, 0) }];
-    }),
-  ) as Wakeups;
 
 /** The sandbox's keeper spawner (a Perl child of it, running the spawner's loop), found among its children. */
 function keeperSpawners(sandboxPid: number): number[] {
@@ -377,14 +373,12 @@ async function round(
   // Before the services' readings: the direct runs touch none of them.
   const harnessAloneMs = harnessRuns > 0 ? await harnessAlone(harnessRuns) : Number.NaN;
   const before = read(pids);
-  const wakeupsBefore = readWakeups(pids);
   const benchBefore = process.cpuUsage();
   const t0 = performance.now();
   await runJobs(api, jobs, options.inflight, logs);
   const jobsSeconds = (performance.now() - t0) / 1000;
   await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
   const after = read(pids);
-  const wakeupsAfter = readWakeups(pids);
   const bench = process.cpuUsage(benchBefore);
   const perJob = Object.fromEntries(
     SERVICES.map((name) => [name, (after[name].ownMs - before[name].ownMs) / jobs]),
@@ -396,8 +390,8 @@ async function round(
     SERVICES.map((name) => [
       name,
       {
-        main: (wakeupsAfter[name].main - wakeupsBefore[name].main) / jobs,
-        all: (wakeupsAfter[name].all - wakeupsBefore[name].all) / jobs,
+        main: (after[name].wakeups.main - before[name].wakeups.main) / jobs,
+        all: (after[name].wakeups.all - before[name].wakeups.all) / jobs,
       },
     ]),
   ) as Wakeups;

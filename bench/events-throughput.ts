@@ -205,15 +205,15 @@ async function consumeAll(
   return { done, warmedUp, consumer };
 }
 
-/** The latency at quantile q of `latencies`. */
-function quantile(latencies: number[], q: number): number {
+/** The latency at quantile q of `latencies`, sorted once for every quantile asked. */
+function quantiles(latencies: number[]): (q: number) => number {
   const sorted = [...latencies].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
+  return (q) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
 }
 
 function summarise(started: number, latencies: number[], cpu: Result["cpu"], warm: number[]): Result {
   const elapsed = (performance.now() - started) / 1000;
-  const at = (q: number): number => quantile(latencies, q);
+  const at = quantiles(latencies);
   const tenth = Math.ceil(latencies.length / 10);
   const trail = Array.from({ length: 10 }, (_, i) =>
     latencies.slice(i * tenth, (i + 1) * tenth).reduce((a, b) => Math.max(a, b), 0),
@@ -223,7 +223,7 @@ function summarise(started: number, latencies: number[], cpu: Result["cpu"], war
     p50: at(0.5),
     p99: at(0.99),
     trail,
-    coldP99: warm.length > 0 ? quantile(warm, 0.99) : undefined,
+    coldP99: warm.length > 0 ? quantiles(warm)(0.99) : undefined,
     cpu,
   };
 }
