@@ -27,6 +27,14 @@
 // compiles its hot code as it goes), so the rounds measure services that run
 // jobs all day; the warm-up's own CPU per job is printed too, as the cold
 // figure (--warmup-jobs 0 measures cold services).
+// --perf: after the rounds, one more round under a system-wide Linux `perf
+// record` (perf-record.ts; needs perf, and root), the measured stack's
+// services running with --perf-basic-prof so their JavaScript frames have
+// names: each process's on-CPU samples per job, kernel included, and what the
+// rounds cannot see, the sessions' own short-lived processes (the harness,
+// its keeper and entry, bubblewrap) by command name; the services' top
+// symbols and system calls, and folded stacks for a flame graph in
+// --profile-dir.
 // --kafka: the events service relays to Kafka (KAFKA_BROKERS when set, else a
 // broker started with @oz0/test-infra); without it, the embedded default, the
 // local log only.
@@ -67,6 +75,14 @@ import { benchOptions } from "./bench-options.js";
 import { median, startReport } from "./bench-report.js";
 import { cpuProfileWindow, type TimedCpuProfile } from "./cpu-profile-window.js";
 import { summariseCpuProfile, type ProfileLine } from "./llm-proxy-cpu-profile.js";
+import {
+  foldedStacks,
+  othersByCommand,
+  perfUnavailable,
+  processShare,
+  startPerfRecord,
+  type PerfSample,
+} from "./perf-record.js";
 import { readProcessCpu, readProcessWakeups, ticksPerSecond, type ProcessCpu } from "./process-cpu.js";
 
 const options = benchOptions({
@@ -79,15 +95,29 @@ const options = benchOptions({
   "profile-jobs": { type: "number", default: 30 },
   "profile-dir": { type: "string" },
   kafka: { type: "boolean" },
+  perf: { type: "boolean" },
 });
 
 const GOAL_MS = 10;
+/** What the measured services run with under --perf: names for their JavaScript frames in /tmp/perf-<pid>.map. */
+const PERF_NODE_FLAGS = "--perf-basic-prof";
+const PERF_FREQUENCY = 999;
+
 const CORES_FOR_IMPLIED_RATE = 2;
 const SERVICES: readonly StackServiceName[] = ["orchestrator", "sandbox", "llm-proxy", "events"];
 const TERMINAL = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]);
 const repoRoot = path.join(import.meta.dirname, "..");
 
 const ms = (x: number): string => x.toFixed(2);
+const pct = (part: number, whole: number): string => `${whole === 0 ? "0.0" : ((100 * part) / whole).toFixed(1)}%`;
+
+if (options.perf) {
+  const why = perfUnavailable();
+  if (why !== undefined) {
+    console.error(`--perf: ${why}; or run without --perf`);
+    process.exit(2);
+  }
+}
 
 const report = startReport("control-plane-cost");
 
@@ -414,7 +444,7 @@ try {
     `jobs of the Python fake harness (one tool call, then the answer; 2 model calls), ${options.jobs} per round, ${options.inflight} at once, ${options.rounds} rounds after ${options["warmup-jobs"]} warm-up jobs; ` +
       `events ${brokers ? `relaying to Kafka at ${brokers}` : "on its local log only (no Kafka; --kafka for a broker)"}; CPU clock ${ticks} ticks/s (${(1000 / ticks).toFixed(0)} ms resolution per reading)`,
   );
-  const stack = await stackFor("measured");
+  const stack = await stackFor("measured", {}, options.perf ? PERF_NODE_FLAGS : "");
   let rounds: Round[];
   let idle: Record<StackServiceName, number>;
   try {
@@ -449,8 +479,10 @@ try {
           `the harness alone ${ms(result.harnessAloneMs)} ms; this process ${ms(result.benchPerJob)} ms`,
       );
     }
+    if (options.perf) await perfPass(api, pids, logs);
   } finally {
     await stack.close();
+    if (options.perf) removePerfMaps(pidsOf(stack));
   }
   const jobsRun = options["warmup-jobs"] + options.rounds * options.jobs;
   console.log(`what a job leaves in the stores: ${storedPerJob(jobsRun)}`);
@@ -520,6 +552,71 @@ try {
  * A second stack, every service under `node --cpu-prof`, running
  * --profile-jobs jobs.
  */
+/** One more round under a system-wide `perf record`: CPU per job by process, the services' top symbols, folded stacks. */
+async function perfPass(api: Api, pids: Record<StackServiceName, number>, logs: string): Promise<void> {
+  mkdirSync(profileDir, { recursive: true });
+  const recording = await startPerfRecord({ file: path.join(profileDir, "perf.data"), frequency: PERF_FREQUENCY });
+  let result: Round;
+  let samples: PerfSample[];
+  try {
+    result = await round(api, pids, options.jobs, logs, { harnessRuns: 0 });
+  } finally {
+    samples = await recording.stop();
+  }
+  const jobs = options.jobs;
+  const perJob = (n: number): string => ms((n * 1000) / PERF_FREQUENCY / jobs);
+  const groups: [string, Set<number>][] = SERVICES.map((name) => [
+    name,
+    new Set([pids[name], ...(name === "sandbox" ? keeperSpawners(pids.sandbox) : [])]),
+  ]);
+  groups.push(["this process", new Set([process.pid])]);
+  const known = new Set(groups.flatMap(([, set]) => [...set]));
+  console.log("");
+  console.log(
+    `perf: one more round of ${jobs} jobs under a system-wide perf record (on-CPU samples at ${PERF_FREQUENCY} Hz, every process, kernel included); CPU per job by process:`,
+  );
+  const shares = new Map<string, ReturnType<typeof processShare>>();
+  for (const [name, set] of groups) {
+    const share = processShare(samples, set);
+    shares.set(name, share);
+    const measured = SERVICES.includes(name as StackServiceName)
+      ? `; /proc's reading of the same round ${ms(result.perJob[name as StackServiceName])} ms`
+      : "";
+    console.log(
+      `  ${name.padEnd(13)} ${perJob(share.samples).padStart(7)} ms, ${pct(share.kernelSamples, share.samples)} in the kernel${measured}`,
+    );
+  }
+  const others = othersByCommand(samples, known);
+  const othersTotal = others.reduce((sum, [, n]) => sum + n, 0);
+  console.log(
+    `  every other process, by command (on a quiet machine, mostly the sessions' own: the harness, its keeper and entry (perl), bwrap): ${perJob(othersTotal)} ms`,
+  );
+  for (const [command, n] of others.slice(0, 8)) console.log(`    ${command.padEnd(18)} ${perJob(n).padStart(7)} ms`);
+  for (const name of SERVICES) {
+    const share = shares.get(name)!;
+    console.log(`  ${name}: top symbols (innermost frame; share of its samples):`);
+    for (const [symbol, n] of share.selfSymbols) console.log(`    ${pct(n, share.samples).padStart(6)}  ${symbol}`);
+    console.log(
+      `    system calls: ${share.systemCalls.map(([call, n]) => `${call} ${pct(n, share.samples)}`).join(", ") || "none sampled"}`,
+    );
+  }
+  for (const [name, set] of groups)
+    writeFileSync(path.join(profileDir, `perf-${name.replace(/ /g, "-")}.folded`), foldedStacks(samples, set));
+  const pidsNotKnown = new Set(samples.filter((s) => s.pid !== 0 && !known.has(s.pid)).map((s) => s.pid));
+  writeFileSync(path.join(profileDir, "perf-others.folded"), foldedStacks(samples, pidsNotKnown));
+  console.log(`  folded stacks for flame graphs (flamegraph.pl, speedscope.app): ${profileDir}/perf-*.folded`);
+}
+
+/** The JIT maps --perf-basic-prof wrote, and the V8 logs it leaves in the working directory: large, and of no use after the pass. */
+function removePerfMaps(pids: Record<StackServiceName, number>): void {
+  for (const pid of Object.values(pids)) {
+    // V8 writes them to /tmp whatever TMPDIR says.
+    rmSync(`/tmp/perf-${pid}.map`, { force: true });
+    for (const file of readdirSync(process.cwd()))
+      if (new RegExp(`^isolate-0x[0-9a-f]+-${pid}-v8\\.log$`).test(file)) rmSync(file, { force: true });
+  }
+}
+
 async function profilePass(): Promise<void> {
   console.log("");
   const dirs = Object.fromEntries(SERVICES.map((name) => [name, path.join(profileDir, name)])) as Record<
