@@ -26,7 +26,7 @@
 // so a change is measured before and after in the same run.
 //   node --import tsx bench/llm-proxy-latency.ts [--calls 500] [--seconds 2] [--rounds 2] [--concurrency 16,32]
 //     [--wires anthropic,openai,responses] [--body-kb 0] [--profile] [--profile-dir DIR] [--baseline-module PATH] [--timeline]
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
@@ -249,9 +249,11 @@ async function bench(): Promise<void> {
   const wires = options.wires
     .split(",")
     .map((name) => WIRES[name] ?? fail(`--wires: no wire ${name}; known: ${Object.keys(WIRES).join(", ")}`));
-  const profileDir = options.profile
-    ? options["profile-dir"] || mkdtempSync(path.join(os.tmpdir(), "llm-proxy-profile-"))
-    : "";
+  const profileDir = !options.profile
+    ? ""
+    : options["profile-dir"]
+      ? (mkdirSync(options["profile-dir"], { recursive: true }), options["profile-dir"])
+      : mkdtempSync(path.join(os.tmpdir(), "llm-proxy-profile-"));
   if (options.store !== "file" && options.store !== "memory") fail(`--store is file or memory, not ${options.store}`);
   const dataDirs: string[] = [];
   const store = (): string[] => {
@@ -381,7 +383,7 @@ async function bench(): Promise<void> {
           );
           await askRole(proxy, "profile-start");
           const run = await throughput(proxy1, wire, body, concurrencies[0]!, seconds);
-          await askRole(proxy, `profile-stop ${file}`);
+          await stopProfile(proxy, file);
           console.log(
             `  CPU profile of the proxy at ${concurrencies[0]} connections (${fmt(run.perSecond)}/s, ${run.cpuMicrosPerCall.toFixed(0)} µs CPU a call while profiled): ${file}`,
           );
@@ -390,7 +392,7 @@ async function bench(): Promise<void> {
           const sequentialFile = file.replace(/\.cpuprofile$/, "-sequential.cpuprofile");
           await askRole(proxy, "profile-start");
           for (let i = 0; i < calls; i += 1) await call(proxy1, wire, body);
-          await askRole(proxy, `profile-stop ${sequentialFile}`);
+          await stopProfile(proxy, sequentialFile);
           console.log(`  CPU profile of the proxy, ${calls} calls one at a time: ${sequentialFile}`);
           for (const line of formatProfileSummary(summariseCpuProfile(sequentialFile, calls, 12), "  "))
             console.log(line);
@@ -412,6 +414,12 @@ async function bench(): Promise<void> {
     }
     report.end();
   }
+}
+
+/** Stops the proxy's profiler, its profile written to `file`; throws what the proxy could not do. */
+async function stopProfile(proxy: Role, file: string): Promise<void> {
+  const answer = await askRole<{ error?: string }>(proxy, `profile-stop ${file}`);
+  if (answer.error !== undefined) throw new Error(`the proxy's profile: ${answer.error}`);
 }
 
 function fail(message: string): never {

@@ -40,9 +40,15 @@ export function serveRoleControl(): void {
         const current = session;
         session = undefined;
         current.post("Profiler.stop", (error, result) => {
-          if (!error) writeFileSync(argument, JSON.stringify(result.profile));
           current.disconnect();
-          reply(error ? { error: error.message } : { profile: argument });
+          if (error) return reply({ error: error.message });
+          // A profile that cannot be written is an answer too: the bench waits for one.
+          try {
+            writeFileSync(argument, JSON.stringify(result.profile));
+            reply({ profile: argument });
+          } catch (writeError) {
+            reply({ error: `cannot write the profile to ${argument}: ${(writeError as Error).message}` });
+          }
         });
       }
     }
