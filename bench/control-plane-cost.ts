@@ -484,7 +484,8 @@ try {
     await stack.close();
     if (options.perf) removePerfMaps(pidsOf(stack));
   }
-  const jobsRun = options["warmup-jobs"] + options.rounds * options.jobs;
+  // The perf round's jobs are in the stores too.
+  const jobsRun = options["warmup-jobs"] + (options.rounds + (options.perf ? 1 : 0)) * options.jobs;
   console.log(`what a job leaves in the stores: ${storedPerJob(jobsRun)}`);
 
   const perService = Object.fromEntries(
