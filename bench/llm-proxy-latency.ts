@@ -21,11 +21,13 @@
 // Goal (issue 24): ≥ 50% of the forwarder's calls/s at 16 and 32
 // connections, added p50 ≤ 1.5x the forwarder's. `--body-kb` gives every
 // request a conversation of about that many kilobytes, which the proxy does
-// not parse. `--baseline-module` runs another build of @oz0/llm-proxy beside
+// not parse; `--answer-chars` answers of about that many characters, which
+// the upstream streams 16 characters an event (the proxy's work per event).
+// `--baseline-module` runs another build of @oz0/llm-proxy beside
 // this one (its dist/index.js, for example a copy of the previous commit's),
 // so a change is measured before and after in the same run.
 //   node --import tsx bench/llm-proxy-latency.ts [--calls 500] [--seconds 2] [--rounds 2] [--concurrency 16,32]
-//     [--wires anthropic,openai,responses] [--body-kb 0] [--profile] [--profile-dir DIR] [--baseline-module PATH] [--timeline]
+//     [--wires anthropic,openai,responses] [--body-kb 0] [--answer-chars 0] [--profile] [--profile-dir DIR] [--baseline-module PATH] [--timeline]
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -52,6 +54,8 @@ const options = benchOptions({
   concurrency: { type: "string", default: "16,32" },
   wires: { type: "string", default: "anthropic,openai,responses" },
   "body-kb": { type: "number", default: 0 },
+  // Answers of about this many characters (the sentence below repeated); 0: the sentence alone.
+  "answer-chars": { type: "number", default: 0 },
   // The proxy's SQLite store in a file (as deployed: OZ0_LLM_PROXY_DATA) or in memory.
   store: { type: "string", default: "file" },
   profile: { type: "boolean" },
@@ -70,7 +74,19 @@ if (role !== "bench") serveRoleControl();
 
 type LlmProxyModule = typeof LlmProxyPackage;
 
-const ANSWER = "The scripted upstream answers every call with this sentence, which is about a hundred characters long.";
+const SENTENCE =
+  "The scripted upstream answers every call with this sentence, which is about a hundred characters long.";
+/**
+ * What the upstream answers: the sentence, or with --answer-chars about that
+ * many characters of it, which the scripted model streams 16 characters an
+ * event (a real answer of 500 tokens is some 2,000 characters).
+ */
+const ANSWER =
+  options["answer-chars"] > 0
+    ? `${SENTENCE} `
+        .repeat(Math.ceil(options["answer-chars"] / (SENTENCE.length + 1)))
+        .slice(0, options["answer-chars"])
+    : SENTENCE;
 
 /** With --timeline, the serving processes load llm-proxy-timeline.ts first; it writes its steps here when they exit. */
 const timelineDir =
@@ -261,7 +277,7 @@ async function bench(): Promise<void> {
     dataDirs.push(mkdtempSync(path.join(os.tmpdir(), "llm-proxy-bench-")));
     return ["--data-dir", dataDirs.at(-1)!];
   };
-  const upstream = await startRole("upstream");
+  const upstream = await startRole("upstream", ["--answer-chars", String(options["answer-chars"])]);
   const roles: Role[] = [upstream];
   try {
     const proxy = await startRole("proxy", ["--upstream", upstream.info.url, ...store()]);
@@ -312,7 +328,7 @@ async function bench(): Promise<void> {
 
     console.log(
       `llm-proxy against a bare Node forwarder: ${calls} sequential calls per contender; ${seconds}s per throughput window at ${concurrencies.join(" and ")} connections, ${rounds} round(s), contenders alternating; ` +
-        `requests of ${options["body-kb"] > 0 ? `about ${options["body-kb"]} KB` : "a short question"}; the proxy's store ${options.store === "file" ? "a SQLite file" : "SQLite in memory"}; the proxy with a session token, metering, a budget and retries on` +
+        `requests of ${options["body-kb"] > 0 ? `about ${options["body-kb"]} KB` : "a short question"}, answers of ${ANSWER.length} characters; the proxy's store ${options.store === "file" ? "a SQLite file" : "SQLite in memory"}; the proxy with a session token, metering, a budget and retries on` +
         (before ? `; baseline proxy: ${options["baseline-module"]}` : ""),
     );
     const ratios = rounds >= 2;
