@@ -66,9 +66,23 @@ process.on("exit", () => rmSync(runTmp, { recursive: true, force: true }));
 const { startInfrastructure } = await import("./infrastructure.mjs");
 const infra = await startInfrastructure({ root, files });
 
+// A test that hangs fails after ten minutes (the longest, the cluster's
+// acceptance test, takes under four on a loaded machine), and its file then
+// exits even though what it started still holds the event loop: before, one
+// stuck wait held the whole run until CI's 90 minutes ran out, and the
+// report named no test. A test that needs longer says so with its own timeout.
+const TEST_TIMEOUT_MS = 600_000;
 const child = spawn(
   process.execPath,
-  ["--import", "tsx", "--test", "--test-reporter=spec", ...files.map((f) => path.relative(root, f))],
+  [
+    "--import",
+    "tsx",
+    "--test",
+    "--test-reporter=spec",
+    `--test-timeout=${TEST_TIMEOUT_MS}`,
+    "--test-force-exit",
+    ...files.map((f) => path.relative(root, f)),
+  ],
   { cwd: root, stdio: "inherit", env: { OZ0_LOG_LEVEL: "warn", ...process.env, ...infra.env } },
 );
 let interrupted = false;
