@@ -154,15 +154,17 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
     } catch (error) {
       if (abort.signal.aborted) return;
       const err = ConnectError.from(error);
-      const problem = `${Code[err.code]}: ${err.rawMessage}`;
-      if (problem === last) {
-        logger.debug({ ...context, err: problem }, "heartbeat failed again");
-        return;
-      }
-      last = problem;
       // A refused token or identity is a configuration mistake; anything else may pass (the orchestrator restarts).
       const misconfigured =
         err.code === Code.Unauthenticated || err.code === Code.InvalidArgument || err.code === Code.Unimplemented;
+      // An orchestrator that is away answers "refused", then "reset", then a deadline: one lasting
+      // failure, logged once until a heartbeat goes through. A refusal is logged for each new reason.
+      const problem = misconfigured ? `${Code[err.code]}: ${err.rawMessage}` : "unreachable";
+      if (problem === last) {
+        logger.debug({ ...context, code: Code[err.code], err: err.rawMessage }, "heartbeat failed again");
+        return;
+      }
+      last = problem;
       logger[misconfigured ? "error" : "warn"](
         { ...context, code: Code[err.code], err: err.rawMessage, retryMs: options.intervalMs },
         misconfigured

@@ -5,6 +5,7 @@
 // refuses the token is logged and never stops the node serving sessions.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -13,6 +14,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { SandboxNodeService, type HeartbeatRequest } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { Authenticator, credentialDigest, registration, serve, type RunningServer } from "@oz0/serving";
 import { configFromEnv, heartbeatSidecarConfigFromEnv, startHeartbeatSidecar, startSandbox } from "../src/index.js";
+import { startNodeHeartbeat } from "../src/node-heartbeat.js";
 import {
   isText,
   recordingLogger,
@@ -62,18 +64,47 @@ async function startFakeOrchestrator(port = 0): Promise<{
     received,
     async next(predicate) {
       const from = received.length;
+      const deadline = Date.now() + WAIT_LIMIT_MS;
       for (;;) {
         const found = received.slice(from).find(predicate);
         if (found) return found;
-        await new Promise<void>((resolve) => wake.push(resolve));
+        const left = deadline - Date.now();
+        if (left <= 0)
+          throw new Error(
+            `no such heartbeat in ${WAIT_LIMIT_MS / 1000} s; since the wait began the orchestrator received ${JSON.stringify(
+              received.slice(from).map((r) => [r.request.nodeId, r.request.capacity, r.request.running]),
+            )}`,
+          );
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, left);
+          wake.push(() => {
+            clearTimeout(timer);
+            resolve();
+          });
+        });
       }
     },
   };
 }
 
-async function until(check: () => boolean): Promise<void> {
-  while (!check()) await new Promise((resolve) => setTimeout(resolve, 20));
+/**
+ * How long a wait here may last before it fails saying what it waited for and
+ * what it saw. Everything awaited takes milliseconds; this bounds a wait that
+ * never ends (CI once sat an hour in this file and said only that it ran).
+ */
+const WAIT_LIMIT_MS = 60_000;
+
+async function until(check: () => boolean, waitingFor: string, seen: () => unknown): Promise<void> {
+  const deadline = Date.now() + WAIT_LIMIT_MS;
+  while (!check()) {
+    if (Date.now() > deadline)
+      throw new Error(`waited ${WAIT_LIMIT_MS / 1000} s for ${waitingFor}; saw ${JSON.stringify(seen())}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
 }
+
+/** What the sandbox logged, one line each, for a wait's failure. */
+const logged = (lines: LogLine[]) => () => lines.map((l) => `${l.level} ${l.msg} ${JSON.stringify(l.fields)}`);
 
 /** Undone after every test of the file, last first. */
 const cleanup: (() => Promise<void>)[] = [];
@@ -137,7 +168,11 @@ void describe("node heartbeats", () => {
     });
     cleanup.push(() => t.close());
     const failed = (): LogLine[] => lines.filter((l) => l.msg.startsWith("could not send a heartbeat"));
-    await until(() => failed().length > 0 && lines.filter((l) => l.msg === "heartbeat failed again").length >= 3);
+    await until(
+      () => failed().length > 0 && lines.filter((l) => l.msg === "heartbeat failed again").length >= 3,
+      "a failed heartbeat logged, then three more at debug",
+      logged(lines),
+    );
     assert.equal(failed().length, 1, "a lasting failure is logged once");
     assert.equal(failed()[0]!.level, "warn");
 
@@ -149,7 +184,37 @@ void describe("node heartbeats", () => {
     cleanup.push(() => orchestrator.server.close());
     const registered = await orchestrator.next((r) => r.request.nodeId === "node-down");
     assert.equal(registered.request.url, "http://node-down.internal:7701");
-    await until(() => lines.some((l) => l.msg === "sending heartbeats to the orchestrator"));
+    await until(
+      () => lines.some((l) => l.msg === "sending heartbeats to the orchestrator"),
+      "the node to log that heartbeats go through",
+      logged(lines),
+    );
+  });
+
+  void it("logs an orchestrator that stays away once, however its failures read", async () => {
+    // First something that takes each connection and drops it, then nothing at all on that port.
+    const dropper = net.createServer((socket) => socket.destroy());
+    await new Promise<void>((resolve) => dropper.listen(0, "127.0.0.1", resolve));
+    const port = (dropper.address() as net.AddressInfo).port;
+    const { logger, lines } = recordingLogger();
+    const heartbeat = startNodeHeartbeat({
+      orchestratorUrls: [`http://127.0.0.1:${port}`],
+      nodeToken: TOKEN,
+      nodeId: "node-away",
+      advertiseUrl: "http://127.0.0.1:7701",
+      status: () => ({ capacity: 1, running: 0 }),
+      intervalMs: 20,
+      logger,
+    });
+    cleanup.push(() => heartbeat.stop());
+    const failedAgain = (reason: RegExp) =>
+      lines.filter((l) => l.msg === "heartbeat failed again" && reason.test(String(l.fields.err))).length;
+    await until(() => failedAgain(/./) >= 2, "two more failures while connections are dropped", logged(lines));
+    await new Promise<void>((resolve, reject) => dropper.close((error) => (error ? reject(error) : resolve())));
+    await until(() => failedAgain(/ECONNREFUSED/) >= 2, "two failures once nothing listens", logged(lines));
+    const warned = lines.filter((l) => l.level === "warn" || l.level === "error");
+    assert.equal(warned.length, 1, `one warning for the whole outage; got ${JSON.stringify(logged(warned)())}`);
+    assert.match(warned[0]!.msg, /^could not send a heartbeat/);
   });
 
   void it("sends each heartbeat on to the next orchestrator when one does not answer", async () => {
@@ -169,7 +234,11 @@ void describe("node heartbeats", () => {
     assert.equal(first.request.capacity > 0, true);
     // And stays with the one that answered.
     const count = orchestrator.received.length;
-    await until(() => orchestrator.received.length >= count + 3);
+    await until(
+      () => orchestrator.received.length >= count + 3,
+      "three more heartbeats at the orchestrator that answered",
+      () => orchestrator.received.length - count,
+    );
   });
 
   void it("logs a refused token as an error and keeps serving", async () => {
@@ -183,7 +252,7 @@ void describe("node heartbeats", () => {
       logger,
     });
     cleanup.push(() => t.close());
-    await until(() => lines.some((l) => l.level === "error"));
+    await until(() => lines.some((l) => l.level === "error"), "the refused token logged as an error", logged(lines));
     const refused = lines.find((l) => l.level === "error")!;
     assert.match(refused.msg, /refuses this node's heartbeats/);
     assert.equal(refused.fields.code, "Unauthenticated");
@@ -279,7 +348,11 @@ void describe("heartbeat sidecar", () => {
     child.kill("SIGTERM");
     await orchestrator.next((r) => r.request.nodeId === "pod-7" && r.request.capacity === 0);
     const draining = orchestrator.received.length;
-    await until(() => orchestrator.received.length >= draining + 2);
+    await until(
+      () => orchestrator.received.length >= draining + 2,
+      "two heartbeats while the sandbox drains",
+      () => orchestrator.received.length - draining,
+    );
     assert.ok(
       orchestrator.received.slice(draining).every((r) => r.request.capacity === 0),
       "nothing more is placed on a draining node",
@@ -329,7 +402,11 @@ void describe("heartbeat sidecar", () => {
     await stream.finished;
 
     // Gone: no heartbeat, and one warning however long it lasts.
-    await until(() => lines.some((l) => l.msg.startsWith("cannot read this node's status")));
+    await until(
+      () => lines.some((l) => l.msg.startsWith("cannot read this node's status")),
+      "the sidecar to log that the sandbox does not answer",
+      logged(lines),
+    );
     const count = orchestrator.received.length;
     await new Promise((resolve) => setTimeout(resolve, 300));
     assert.equal(orchestrator.received.length, count, "no heartbeat for a sandbox that does not answer");
