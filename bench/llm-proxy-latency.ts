@@ -157,6 +157,9 @@ const WIRES: Record<string, Wire> = {
           model: "gpt-5",
           max_completion_tokens: 256,
           stream,
+          // OpenAI pads each streamed chunk with an `obfuscation` member unless told not to; the
+          // scripted upstream pads only when asked, so the bench asks, as a client's default gets it.
+          ...(stream ? { stream_options: { include_obfuscation: true } } : {}),
           messages: conversation(options["body-kb"]),
         }),
       ),

@@ -5,6 +5,7 @@
 // writes the event again) whenever the text could put it in the wrong place.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { JsonRequestBody } from "../src/request-body.js";
 import { OpenAiStreamMeter } from "../src/wire-formats/openai-chat-completions.js";
 import { parseEvent, withStringMember } from "../src/wire-formats/sse-json.js";
 
@@ -49,6 +50,39 @@ void describe("OpenAiStreamMeter, a client that did not ask for usage", () => {
     const meter = new OpenAiStreamMeter({ clientWantsUsage: false });
     const forwarded = meter.onEvent(event({ id: "c1", usage: null, choices: chunk.choices }));
     assert.equal(forwarded, event({ id: "c1", choices: chunk.choices }));
+  });
+
+  void it("cuts it before OpenAI's obfuscation padding too, keeping the padding, without parsing the chunk again", (t) => {
+    const reparse = t.mock.method(JsonRequestBody, "parse");
+    const meter = new OpenAiStreamMeter({ clientWantsUsage: false });
+    const text = `data: ${JSON.stringify({ ...chunk, usage: null }).slice(0, -1)},"obfuscation":"Zx8q"}\n\n`;
+    const forwarded = meter.onEvent(text);
+    assert.equal(forwarded, event({ ...chunk, obfuscation: "Zx8q" }));
+    assert.deepEqual(parseEvent(forwarded!), { ...chunk, obfuscation: "Zx8q" });
+    assert.equal(reparse.mock.callCount(), 0);
+  });
+
+  void it("gives the same chunk by the slow path when what follows usage is not plain string members", (t) => {
+    const reparse = t.mock.method(JsonRequestBody, "parse");
+    // Each declines the cut in the text (a value with an escape, a number, a nested usage first) and
+    // takes usage out of the parsed chunk: the same answer either way.
+    const tails: Record<string, unknown>[] = [
+      { obfuscation: 'a"b' },
+      { obfuscation: "a\\b" },
+      { n: 1 },
+      { obfuscation: "x", more: { usage: null } },
+    ];
+    for (const tail of tails) {
+      const meter = new OpenAiStreamMeter({ clientWantsUsage: false });
+      assert.equal(meter.onEvent(event({ ...chunk, usage: null, ...tail })), event({ ...chunk, ...tail }));
+    }
+    const nestedFirst = { id: "c1", extra: { usage: null }, choices: chunk.choices };
+    const meter = new OpenAiStreamMeter({ clientWantsUsage: false });
+    assert.equal(
+      meter.onEvent(event({ ...nestedFirst, usage: null, obfuscation: "x" })),
+      event({ ...nestedFirst, obfuscation: "x" }),
+    );
+    assert.equal(reparse.mock.callCount(), tails.length + 1, "each took the slow path");
   });
 
   void it("leaves a nested usage alone", () => {

@@ -246,8 +246,17 @@ export function openAiCompletion({ turn, usage, model, seq }: AnswerInput): unkn
   };
 }
 
-/** Chat completion chunks; the usage chunk only when the client asked (`stream_options.include_usage`). */
-export function openAiStream({ turn, usage, model, seq }: AnswerInput, includeUsage: boolean): StreamFrame[] {
+/**
+ * Chat completion chunks; the usage chunk only when the client asked
+ * (`stream_options.include_usage`). Each chunk with choices carries an
+ * `obfuscation` member of random letters after `usage`, as OpenAI writes it,
+ * only when the client asked for it by name (`include_obfuscation: true`):
+ * OpenAI sends it unless told not to, but the suite's streams predate it.
+ */
+export function openAiStream(
+  { turn, usage, model, seq }: AnswerInput,
+  { includeUsage, obfuscation }: { includeUsage: boolean; obfuscation: boolean },
+): StreamFrame[] {
   const base = {
     id: `chatcmpl-scripted-${seq}`,
     object: "chat.completion.chunk",
@@ -255,11 +264,14 @@ export function openAiStream({ turn, usage, model, seq }: AnswerInput, includeUs
     model,
     system_fingerprint: "fp_scripted",
   };
+  let padded = 0;
   const chunk = (delta: unknown, finishReason: string | null = null): StreamFrame => ({
     data: `data: ${JSON.stringify({
       ...base,
       choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
       ...(includeUsage ? { usage: null } : {}),
+      // Letters of a length that varies from chunk to chunk, as OpenAI's padding does.
+      ...(obfuscation ? { obfuscation: OBFUSCATION.slice(0, 3 + ((padded++ * 7) % 12)) } : {}),
     })}\n\n`,
   });
   const frames: StreamFrame[] = [chunk({ role: "assistant", content: "", refusal: null })];
@@ -312,11 +324,18 @@ export const ANTHROPIC_MESSAGES: ScriptedAnswerFormat = {
   modelTurns: assistantMessages,
 };
 
+const OBFUSCATION = "qZ3mK8wTn1xVbR4s";
+
 export const OPENAI_CHAT_COMPLETIONS: ScriptedAnswerFormat = {
   error: openAiError,
   whole: openAiCompletion,
-  stream: (answer, body) =>
-    openAiStream(answer, (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true),
+  stream: (answer, body) => {
+    const options = body.stream_options as { include_usage?: unknown; include_obfuscation?: unknown } | undefined;
+    return openAiStream(answer, {
+      includeUsage: options?.include_usage === true,
+      obfuscation: options?.include_obfuscation === true,
+    });
+  },
   // Usage comes in the last chunk only.
   cutUsage: () => ({}),
   modelTurns: assistantMessages,

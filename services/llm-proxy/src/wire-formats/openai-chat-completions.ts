@@ -73,8 +73,16 @@ interface Chunk {
   usage?: OpenAiUsageFields | null;
 }
 
-/** How a chunk ends when the usage the proxy asked for is null and written last, as OpenAI does. */
-const NULL_USAGE_LAST = ',"usage":null}';
+/** The usage the proxy asked for, null on every chunk but the last, as OpenAI writes it: not first, on one line. */
+const NULL_USAGE = ',"usage":null';
+/**
+ * What may follow it to the chunk's end for it to be cut without a parse:
+ * string members whose name and value hold no quote or backslash (OpenAI's
+ * `obfuscation` padding, written after `usage`), then the closing brace.
+ * Read back from that brace, each is a whole member of the top-level
+ * object, and so is the `usage` before them.
+ */
+const PLAIN_STRING_MEMBERS_TO_END = /(?:,"[^"\\]*":"[^"\\]*")*\}$/y;
 
 export class OpenAiStreamMeter extends TextStreamMeter {
   readonly #clientWantsUsage: boolean;
@@ -105,16 +113,11 @@ export class OpenAiStreamMeter extends TextStreamMeter {
     if (this.#clientWantsUsage || !("usage" in chunk)) return event;
     // The client did not ask for usage: hide what the injected option added.
     if (chunk.usage && (chunk.choices ?? []).length === 0) return undefined;
-    // OpenAI writes it last, once: cut from the text (the event's one data line) without a scan.
-    // The closing brace is the top level's, so the member before it is a top-level one.
-    if (
-      chunk.usage === null &&
-      data.endsWith(NULL_USAGE_LAST) &&
-      data.indexOf('"usage"') === data.length - NULL_USAGE_LAST.length + 1 &&
-      event.length === data.length + 8 &&
-      event.startsWith("data: ")
-    ) {
-      const cut = `data: ${data.slice(0, -NULL_USAGE_LAST.length)}}\n\n`;
+    // OpenAI writes it once, last or followed only by its `obfuscation` padding: cut from the text
+    // (the event's one data line) without a parse.
+    const at = chunk.usage === null ? cutOfNullUsage(data) : -1;
+    if (at >= 0 && event.length === data.length + 8 && event.startsWith("data: ")) {
+      const cut = `data: ${data.slice(0, at)}${data.slice(at + NULL_USAGE.length)}\n\n`;
       // The scrubber reads the same chunk next: what the cut text parses to, without parsing it.
       const { usage: _usage, ...rest } = chunk as Json;
       rememberParsed(cut, rest);
@@ -124,6 +127,18 @@ export class OpenAiStreamMeter extends TextStreamMeter {
     const body = JsonRequestBody.parse(Buffer.from(data));
     return body ? withDataText(event, body.without("usage").toString()) : event;
   }
+}
+
+/**
+ * Where the top-level `,"usage":null` starts in a chunk's data, when only
+ * plain string members follow it to the end and no other `"usage"` comes
+ * before it (one nested deeper, say); otherwise -1, and the caller parses.
+ */
+function cutOfNullUsage(data: string): number {
+  const at = data.lastIndexOf(NULL_USAGE);
+  if (at < 0 || data.indexOf('"usage"') !== at + 1) return -1;
+  PLAIN_STRING_MEMBERS_TO_END.lastIndex = at + NULL_USAGE.length;
+  return PLAIN_STRING_MEMBERS_TO_END.test(data) ? at : -1;
 }
 
 /** Fields of a choice's delta that carry streamed text (`reasoning` as some compatible servers name it). */
