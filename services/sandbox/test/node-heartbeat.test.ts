@@ -103,6 +103,16 @@ async function until(check: () => boolean, waitingFor: string, seen: () => unkno
   }
 }
 
+/** A loopback port where every connection is taken and dropped at once: an orchestrator that is down. */
+async function dropConnections(): Promise<{ port: number; close(): Promise<void> }> {
+  const server = net.createServer((socket) => socket.destroy());
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    close: () => new Promise<void>((resolve, reject) => server.close((error) => (error ? reject(error) : resolve()))),
+  };
+}
+
 /** What the sandbox logged, one line each, for a wait's failure. */
 const logged = (lines: LogLine[]) => () => lines.map((l) => `${l.level} ${l.msg} ${JSON.stringify(l.fields)}`);
 
@@ -153,10 +163,10 @@ void describe("node heartbeats", () => {
   });
 
   void it("keeps serving when the orchestrator is down, logging it once, and registers when it comes back", async () => {
-    // A port that was just free: nothing listens there until the orchestrator starts on it.
-    const placeholder = await serve({ name: "placeholder", port: 0, services: [], auth: new Authenticator({}) });
-    const port = placeholder.port;
-    await placeholder.close({ graceMs: 0 });
+    // The orchestrator's port drops every connection while it is down, and is held, so nothing
+    // else takes the port before the orchestrator comes back on it.
+    const down = await dropConnections();
+    const port = down.port;
     const { logger, lines } = recordingLogger();
     const t = await startTestSandbox({
       orchestratorUrls: [`http://127.0.0.1:${port}`],
@@ -180,6 +190,7 @@ void describe("node heartbeats", () => {
     assert.equal(stream.exited().errorCode, "", "the node still runs sessions");
 
     // The orchestrator comes up on that port: the node registers without a restart.
+    await down.close();
     const orchestrator = await startFakeOrchestrator(port);
     cleanup.push(() => orchestrator.server.close());
     const registered = await orchestrator.next((r) => r.request.nodeId === "node-down");
@@ -193,9 +204,8 @@ void describe("node heartbeats", () => {
 
   void it("logs an orchestrator that stays away once, however its failures read", async () => {
     // First something that takes each connection and drops it, then nothing at all on that port.
-    const dropper = net.createServer((socket) => socket.destroy());
-    await new Promise<void>((resolve) => dropper.listen(0, "127.0.0.1", resolve));
-    const port = (dropper.address() as net.AddressInfo).port;
+    const dropper = await dropConnections();
+    const port = dropper.port;
     const { logger, lines } = recordingLogger();
     const heartbeat = startNodeHeartbeat({
       orchestratorUrls: [`http://127.0.0.1:${port}`],
@@ -210,7 +220,7 @@ void describe("node heartbeats", () => {
     const failedAgain = (reason: RegExp) =>
       lines.filter((l) => l.msg === "heartbeat failed again" && reason.test(String(l.fields.err))).length;
     await until(() => failedAgain(/./) >= 2, "two more failures while connections are dropped", logged(lines));
-    await new Promise<void>((resolve, reject) => dropper.close((error) => (error ? reject(error) : resolve())));
+    await dropper.close();
     await until(() => failedAgain(/ECONNREFUSED/) >= 2, "two failures once nothing listens", logged(lines));
     const warned = lines.filter((l) => l.level === "warn" || l.level === "error");
     assert.equal(warned.length, 1, `one warning for the whole outage; got ${JSON.stringify(logged(warned)())}`);
