@@ -9,6 +9,7 @@ import type { HeldTextScrubber } from "@oz0/serving";
 import type { TokenUsage } from "../proxy-store.js";
 import { sseData } from "../sse-event-splitter.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
+import { readTextDelta, rememberTextDelta } from "./openai-text-delta.js";
 import { JsonRequestBody } from "../request-body.js";
 import {
   isObject,
@@ -93,6 +94,16 @@ export class OpenAiStreamMeter extends TextStreamMeter {
   }
 
   onEvent(event: string): string | undefined {
+    // Once the stream named its answer (noteResponse keeps the first id and model), a chunk of
+    // text only adds characters, and the usage: null the proxy asked for is cut where it lies.
+    const text = this.response.model !== undefined && this.response.id !== undefined ? readTextDelta(event) : undefined;
+    if (text) {
+      if (text.field === "content" || text.field === "reasoning_content") this.characters += text.text.length;
+      if (this.#clientWantsUsage || text.nullUsageAt < 0) return event;
+      const cut = event.slice(0, text.nullUsageAt) + event.slice(text.nullUsageAt + NULL_USAGE.length);
+      rememberTextDelta(cut, { ...text, nullUsageAt: -1 });
+      return cut;
+    }
     const data = sseData(event);
     if (data === undefined) return event;
     if (data.trim() === "[DONE]") {
@@ -162,6 +173,13 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
   #lastChunk: Json | undefined;
 
   protected rewrite(event: string): string {
+    const text = readTextDelta(event);
+    if (text) {
+      // One choice's next text, and nothing else: held back or let go, spliced where it lies.
+      const sent = this.#channel(text.index, text.field, undefined).held.push(text.text);
+      if (sent === text.text) return event;
+      return event.slice(0, text.textStart) + JSON.stringify(sent) + event.slice(text.textEnd);
+    }
     const data = sseData(event);
     if (data !== undefined && data.trim() === "[DONE]") return this.#flushAll() + event;
     const chunk = parseEvent(event);
