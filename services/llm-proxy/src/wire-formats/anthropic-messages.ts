@@ -5,6 +5,7 @@
 // `partial_json` or `thinking` deltas.
 import type { TokenUsage } from "../proxy-store.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
+import { readAnthropicTextDelta } from "./text-delta-events.js";
 import { isObject, parseEvent, stringOf, usageOf, type Json } from "./sse-json.js";
 import { estimateTokens, firstPositive, TextStreamMeter, tokenCount } from "./token-counts.js";
 import {
@@ -63,6 +64,11 @@ export class AnthropicStreamMeter extends TextStreamMeter {
   #sawDelta = false;
 
   onEvent(event: string): string {
+    const text = readAnthropicTextDelta(event);
+    if (text) {
+      this.characters += text.text.length;
+      return event;
+    }
     const parsed = parseEvent(event) as
       | {
           type?: string;
@@ -129,6 +135,15 @@ const ENDS = new Set(["message_delta", "message_stop", "error"]);
  */
 class AnthropicStreamScrubber extends DeltaStreamScrubber {
   protected rewrite(event: string): string {
+    const text = readAnthropicTextDelta(event);
+    if (text) {
+      const { field, textStart, textEnd } = text;
+      const withText = (last: Json, sent: string): Json => ({
+        ...last,
+        delta: { ...(last.delta as Json), [field]: sent },
+      });
+      return this.delta({ key: String(text.index), event, read: { textStart, textEnd }, value: text.text, withText });
+    }
     const parsed = parseEvent(event);
     if (!parsed) return event;
     const delta = parsed.delta;
@@ -145,7 +160,7 @@ class AnthropicStreamScrubber extends DeltaStreamScrubber {
           ...last,
           delta: { ...(last.delta as Json), [field]: text },
         });
-        return this.delta({ key: String(parsed.index), event, parsed, value, withText, field });
+        return this.delta({ key: String(parsed.index), event, read: { parsed, field }, value, withText });
       }
     }
     let held = "";

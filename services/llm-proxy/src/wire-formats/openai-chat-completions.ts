@@ -9,7 +9,7 @@ import type { HeldTextScrubber } from "@oz0/serving";
 import type { TokenUsage } from "../proxy-store.js";
 import { sseData } from "../sse-event-splitter.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
-import { readTextDelta, rememberTextDelta } from "./openai-text-delta.js";
+import { readChatTextDelta, rememberChatTextDelta } from "./text-delta-events.js";
 import { JsonRequestBody } from "../request-body.js";
 import {
   isObject,
@@ -96,12 +96,13 @@ export class OpenAiStreamMeter extends TextStreamMeter {
   onEvent(event: string): string | undefined {
     // Once the stream named its answer (noteResponse keeps the first id and model), a chunk of
     // text only adds characters, and the usage: null the proxy asked for is cut where it lies.
-    const text = this.response.model !== undefined && this.response.id !== undefined ? readTextDelta(event) : undefined;
+    const text =
+      this.response.model !== undefined && this.response.id !== undefined ? readChatTextDelta(event) : undefined;
     if (text) {
       if (text.field === "content" || text.field === "reasoning_content") this.characters += text.text.length;
       if (this.#clientWantsUsage || text.nullUsageAt < 0) return event;
       const cut = event.slice(0, text.nullUsageAt) + event.slice(text.nullUsageAt + NULL_USAGE.length);
-      rememberTextDelta(cut, { ...text, nullUsageAt: -1 });
+      rememberChatTextDelta(cut, { ...text, nullUsageAt: -1 });
       return cut;
     }
     const data = sseData(event);
@@ -173,7 +174,7 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
   #lastChunk: Json | undefined;
 
   protected rewrite(event: string): string {
-    const text = readTextDelta(event);
+    const text = readChatTextDelta(event);
     if (text) {
       // One choice's next text, and nothing else: held back or let go, spliced where it lies.
       const sent = this.#channel(text.index, text.field, undefined).held.push(text.text);

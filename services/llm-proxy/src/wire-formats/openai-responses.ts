@@ -14,6 +14,7 @@ import { OPENAI_FORWARDED_HEADERS, openAiErrorBody } from "./openai-chat-complet
 import { sseData } from "../sse-event-splitter.js";
 import { isObject, parseEvent, stringOf, usageOf, withDataText, type Json } from "./sse-json.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
+import { readResponsesTextDelta } from "./text-delta-events.js";
 import { firstPositive, TextStreamMeter, tokenCount } from "./token-counts.js";
 import { responseIdentity, type ProxyErrorType, type WireFormat } from "./wire-format.js";
 
@@ -60,6 +61,11 @@ const TEXT_DELTAS = new Set([
 
 export class ResponsesStreamMeter extends TextStreamMeter {
   onEvent(event: string): string {
+    const text = readResponsesTextDelta(event);
+    if (text && TEXT_DELTAS.has(text.type)) {
+      this.characters += text.text.length;
+      return event;
+    }
     const parsed = parseEvent(event);
     if (!parsed || typeof parsed.type !== "string") return event;
     // `response.created` and the events that end a stream carry the response (its id and model).
@@ -89,24 +95,37 @@ export class ResponsesStreamMeter extends TextStreamMeter {
  */
 class ResponsesStreamScrubber extends DeltaStreamScrubber {
   protected rewrite(event: string): string {
+    const text = readResponsesTextDelta(event);
+    if (text && TEXT_DELTAS.has(text.type)) {
+      return this.delta({
+        key: textKey(text.type, text.outputIndex, text.partIndex),
+        event,
+        read: text,
+        value: text.text,
+        withText,
+        group: text.outputIndex,
+      });
+    }
     const parsed = parseEvent(event);
     if (!parsed || typeof parsed.type !== "string") return event;
     const type = parsed.type;
     if (TEXT_DELTAS.has(type) && typeof parsed.delta === "string") {
-      // By `{type}:{output_index}:{content_index or summary_index}`.
       return this.delta({
-        key: textKey(type, parsed),
+        key: textKey(type, parsed.output_index, parsed.content_index ?? parsed.summary_index),
         event,
-        parsed,
+        read: { parsed, field: "delta" },
         value: parsed.delta,
-        withText: (last, text) => ({ ...last, delta: text }),
-        field: "delta",
+        withText,
         group: parsed.output_index,
       });
     }
     let held = "";
     if (type.endsWith(".done") && TEXT_DELTAS.has(`${type.slice(0, -".done".length)}.delta`)) {
-      const ended = textKey(`${type.slice(0, -".done".length)}.delta`, parsed);
+      const ended = textKey(
+        `${type.slice(0, -".done".length)}.delta`,
+        parsed.output_index,
+        parsed.content_index ?? parsed.summary_index,
+      );
       held = this.end((key) => key === ended);
     } else if (
       type === "response.content_part.done" ||
@@ -128,9 +147,13 @@ class ResponsesStreamScrubber extends DeltaStreamScrubber {
   }
 }
 
-function textKey(deltaType: string, parsed: Json): string {
-  return `${deltaType}:${String(parsed.output_index)}:${String(parsed.content_index ?? parsed.summary_index ?? "")}`;
+/** A text's key: `{type}:{output_index}:{content_index or summary_index}`. */
+function textKey(deltaType: string, outputIndex: unknown, partIndex: unknown): string {
+  return `${deltaType}:${String(outputIndex)}:${String(partIndex ?? "")}`;
 }
+
+/** A delta event carrying `text` instead of its own. */
+const withText = (last: Json, text: string): Json => ({ ...last, delta: text });
 
 /** The stream event of an error (the budget ran out): Responses' own `error` event. */
 function streamErrorEvent(type: ProxyErrorType, message: string): string {

@@ -7,18 +7,27 @@
 // string of every event (the scan reads JSON escapes, and a run cannot cross
 // a JSON string's quotes).
 import type { HeldTextScrubber, SecretScrubber } from "@oz0/serving";
-import { withData, withStringMember, type Json } from "./sse-json.js";
+import { parseEvent, withData, withStringMember, type Json } from "./sse-json.js";
 import type { StreamScrubber } from "./wire-format.js";
 
 /** One streamed text: its held part, and its last delta event (the shape of the event that carries what is still held). */
 interface Text {
   held: HeldTextScrubber;
-  last: Json;
+  /** The last delta event, and what it parsed to when it was parsed (else it is parsed if needed). */
+  lastEvent: string;
+  last: Json | undefined;
   /** The delta event `event` carrying `text` instead of its own. */
   withText: (event: Json, text: string) => Json;
   /** What the format groups texts by (an output item), for ending them together. */
   group: unknown;
 }
+
+/**
+ * How a delta event was read: parsed (what it parsed to, and the name of the
+ * member whose string is the text: `text`, `delta`), or read in its text,
+ * which says where the text's JSON string lies (text-delta-events.ts).
+ */
+export type DeltaRead = { parsed: Json; field: string } | { textStart: number; textEnd: number };
 
 export abstract class DeltaStreamScrubber implements StreamScrubber {
   protected readonly scrubber: SecretScrubber;
@@ -38,30 +47,37 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
 
   /**
    * One delta of the text `key`: the event as it came when all of `value` can
-   * go, rewritten to carry what can (`withText`), or "" when nothing can yet.
+   * go, rewritten to carry what can, or "" when nothing can yet.
    */
   protected delta(options: {
     key: string;
     event: string;
-    parsed: Json;
+    read: DeltaRead;
     value: string;
     withText: Text["withText"];
-    /** The name of the member whose string is `value` (`text`, `delta`): what it sends is spliced in there. */
-    field: string;
     group?: unknown;
   }): string {
-    const { key, event, parsed, value } = options;
+    const { key, event, read, value } = options;
+    const parsed = "parsed" in read ? read.parsed : undefined;
     let text = this.#texts.get(key);
     if (!text) {
-      text = { held: this.scrubber.held(), last: parsed, withText: options.withText, group: options.group };
+      text = {
+        held: this.scrubber.held(),
+        lastEvent: event,
+        last: parsed,
+        withText: options.withText,
+        group: options.group,
+      };
       this.#texts.set(key, text);
     }
+    text.lastEvent = event;
     text.last = parsed;
     const sent = text.held.push(value);
     // Nothing of this delta may go yet: the client gets it with the next one.
     if (sent === "") return "";
     if (sent === value) return event;
-    return withStringMember(event, options.field, value, sent) ?? withData(event, text.withText(parsed, sent));
+    if (!("parsed" in read)) return event.slice(0, read.textStart) + JSON.stringify(sent) + event.slice(read.textEnd);
+    return withStringMember(event, read.field, value, sent) ?? withData(event, text.withText(read.parsed, sent));
   }
 
   /** The held part of each text `which` picks (every text by default) as one more delta event each; those texts have ended. */
@@ -71,8 +87,10 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
       if (!which(key, text.group)) continue;
       this.#texts.delete(key);
       const tail = text.held.flush();
-      if (tail !== "")
-        out += `event: ${String(text.last.type)}\ndata: ${JSON.stringify(text.withText(text.last, tail))}\n\n`;
+      if (tail === "") continue;
+      // A delta read in its text is parsed only now, when its shape carries held text.
+      const last = text.last ?? parseEvent(text.lastEvent)!;
+      out += `event: ${String(last.type)}\ndata: ${JSON.stringify(text.withText(last, tail))}\n\n`;
     }
     return out;
   }
