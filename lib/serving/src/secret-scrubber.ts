@@ -334,7 +334,11 @@ export class HeldTextScrubber {
       holdFrom === found.count ? (found.incomplete ?? text.length) : holdFrom === 0 ? 0 : found.ends[holdFrom - 1]!;
     const out = this.#send({ text, found, end, sentCount: holdFrom });
     this.#held = text.slice(end);
-    this.#carried = holdFrom < found.count ? found.covered.slice(holdFrom, found.count) : undefined;
+    // Flags only when a held character is covered: no flags and flags all 0 scan alike.
+    this.#carried =
+      found.found && found.covered.subarray(holdFrom, found.count).includes(1)
+        ? found.covered.slice(holdFrom, found.count)
+        : undefined;
     return out;
   }
 
@@ -352,6 +356,11 @@ export class HeldTextScrubber {
   #send(options: { text: string; found: Scan; end: number; sentCount: number }): string {
     const { found, end } = options;
     if (end === 0) return "";
+    if (!found.found) {
+      // Nothing covered: the text as it came (what render gives, without a piece per character).
+      this.#afterCovered = false;
+      return options.text.slice(0, end);
+    }
     const out = render({ text: options.text, found, end, afterCovered: this.#afterCovered });
     const last = options.sentCount - 1;
     // White space sent after a covered character ends its run: a run going on gets a marker of its own.
