@@ -5,7 +5,7 @@
 // `partial_json` or `thinking` deltas.
 import type { TokenUsage } from "../proxy-store.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
-import { readAnthropicTextDelta } from "./text-delta-events.js";
+import { ANTHROPIC_TEXT_FIELDS, readAnthropicTextDelta } from "./text-delta-events.js";
 import { isObject, parseEvent, stringOf, usageOf, type Json } from "./sse-json.js";
 import { estimateTokens, firstPositive, TextStreamMeter, tokenCount } from "./token-counts.js";
 import {
@@ -93,7 +93,7 @@ export class AnthropicStreamMeter extends TextStreamMeter {
         break;
       case "content_block_delta": {
         const delta = parsed.delta ?? {};
-        for (const key of ["text", "partial_json", "thinking"]) {
+        for (const key of Object.values(ANTHROPIC_TEXT_FIELDS)) {
           const value = delta[key];
           if (typeof value === "string") this.characters += value.length;
         }
@@ -118,12 +118,11 @@ export class AnthropicStreamMeter extends TextStreamMeter {
   }
 }
 
-/** Which field of each Anthropic delta type carries streamed text. */
-const TEXT_FIELDS: Readonly<Record<string, string>> = {
-  text_delta: "text",
-  input_json_delta: "partial_json",
-  thinking_delta: "thinking",
-};
+/** A content_block_delta carrying `text` in `field` instead of its own. */
+function withTextIn(field: string): (last: Json, text: string) => Json {
+  return (last, text) => ({ ...last, delta: { ...(last.delta as Json), [field]: text } });
+}
+
 /** Events after which no block streams any more: everything held goes out before them. */
 const ENDS = new Set(["message_delta", "message_stop", "error"]);
 
@@ -137,12 +136,14 @@ class AnthropicStreamScrubber extends DeltaStreamScrubber {
   protected rewrite(event: string): string {
     const text = readAnthropicTextDelta(event);
     if (text) {
-      const { field, textStart, textEnd } = text;
-      const withText = (last: Json, sent: string): Json => ({
-        ...last,
-        delta: { ...(last.delta as Json), [field]: sent },
+      const { index, field, textStart, textEnd } = text;
+      return this.delta({
+        key: String(index),
+        event,
+        read: { textStart, textEnd },
+        value: text.text,
+        withText: withTextIn(field),
       });
-      return this.delta({ key: String(text.index), event, read: { textStart, textEnd }, value: text.text, withText });
     }
     const parsed = parseEvent(event);
     if (!parsed) return event;
@@ -153,14 +154,16 @@ class AnthropicStreamScrubber extends DeltaStreamScrubber {
       isObject(delta) &&
       typeof delta.type === "string"
     ) {
-      const field = TEXT_FIELDS[delta.type];
+      const field: string | undefined = ANTHROPIC_TEXT_FIELDS[delta.type as keyof typeof ANTHROPIC_TEXT_FIELDS];
       const value = field ? delta[field] : undefined;
       if (field && typeof value === "string") {
-        const withText = (last: Json, text: string): Json => ({
-          ...last,
-          delta: { ...(last.delta as Json), [field]: text },
+        return this.delta({
+          key: String(parsed.index),
+          event,
+          read: { parsed, field },
+          value,
+          withText: withTextIn(field),
         });
-        return this.delta({ key: String(parsed.index), event, read: { parsed, field }, value, withText });
       }
     }
     let held = "";

@@ -9,7 +9,7 @@ import type { HeldTextScrubber } from "@oz0/serving";
 import type { TokenUsage } from "../proxy-store.js";
 import { sseData } from "../sse-event-splitter.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
-import { readChatTextDelta, rememberChatTextDelta } from "./text-delta-events.js";
+import { CHAT_TEXT_FIELDS, readChatTextDelta, rememberChatTextDelta, withTextAt } from "./text-delta-events.js";
 import { JsonRequestBody } from "../request-body.js";
 import {
   isObject,
@@ -153,9 +153,6 @@ function cutOfNullUsage(data: string): number {
   return PLAIN_STRING_MEMBERS_TO_END.test(data) ? at : -1;
 }
 
-/** Fields of a choice's delta that carry streamed text (`reasoning` as some compatible servers name it). */
-const TEXT_FIELDS = ["content", "reasoning_content", "reasoning", "refusal"] as const;
-
 /** A streamed text of one choice: a delta field, or a tool call's arguments. */
 type Channel =
   | { kind: "field"; field: string; held: HeldTextScrubber }
@@ -179,7 +176,7 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
       // One choice's next text, and nothing else: held back or let go, spliced where it lies.
       const sent = this.#channel(text.index, text.field, undefined).held.push(text.text);
       if (sent === text.text) return event;
-      return event.slice(0, text.textStart) + JSON.stringify(sent) + event.slice(text.textEnd);
+      return withTextAt(event, text, sent);
     }
     const data = sseData(event);
     if (data !== undefined && data.trim() === "[DONE]") return this.#flushAll() + event;
@@ -199,7 +196,7 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
       const finishing = choice.finish_reason !== null && choice.finish_reason !== undefined;
       let delta: Json | undefined;
       const touched: string[] = [];
-      for (const field of TEXT_FIELDS) {
+      for (const field of CHAT_TEXT_FIELDS) {
         const value = choice.delta[field];
         if (typeof value !== "string") continue;
         const channel = this.#channel(index, field, undefined);

@@ -8,6 +8,7 @@
 // a JSON string's quotes).
 import type { HeldTextScrubber, SecretScrubber } from "@oz0/serving";
 import { parseEvent, withData, withStringMember, type Json } from "./sse-json.js";
+import { withTextAt } from "./text-delta-events.js";
 import type { StreamScrubber } from "./wire-format.js";
 
 /** One streamed text: its held part, and its last delta event (the shape of the event that carries what is still held). */
@@ -76,7 +77,7 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
     // Nothing of this delta may go yet: the client gets it with the next one.
     if (sent === "") return "";
     if (sent === value) return event;
-    if (!("parsed" in read)) return event.slice(0, read.textStart) + JSON.stringify(sent) + event.slice(read.textEnd);
+    if (!("parsed" in read)) return withTextAt(event, read, sent);
     return withStringMember(event, read.field, value, sent) ?? withData(event, text.withText(read.parsed, sent));
   }
 

@@ -46,6 +46,11 @@ function placeOf(token: string, textStart: number): TextPlace {
   return { textStart, textEnd: textStart + token.length, text: decode(token) };
 }
 
+/** The event with `text` in place of the JSON string at `place`. */
+export function withTextAt(event: string, place: Pick<TextPlace, "textStart" | "textEnd">, text: string): string {
+  return event.slice(0, place.textStart) + JSON.stringify(text) + event.slice(place.textEnd);
+}
+
 const UNREAD = Symbol("unread");
 
 /**
@@ -75,8 +80,9 @@ function rememberingLast<T>(read: (event: string) => T | undefined): {
 
 // OpenAI Chat Completions
 
-/** The fields of a choice's delta that carry streamed text (the scrubber's TEXT_FIELDS). */
-export type ChatTextField = "content" | "reasoning_content" | "reasoning" | "refusal";
+/** The fields of a choice's delta that carry streamed text (`reasoning` as some compatible servers name it). */
+export const CHAT_TEXT_FIELDS = ["content", "reasoning_content", "reasoning", "refusal"] as const;
+export type ChatTextField = (typeof CHAT_TEXT_FIELDS)[number];
 
 export interface ChatTextDelta extends TextPlace {
   /** The choice's index. */
@@ -90,7 +96,7 @@ export interface ChatTextDelta extends TextPlace {
 const CHUNK_MEMBER = otherMember(["choices", "usage", "error"]);
 
 const CHAT_TEXT_CHUNK = new RegExp(
-  String.raw`^(data: \{(?:${CHUNK_MEMBER},)*"choices":\[\{"index":${INDEX},"delta":\{"(content|reasoning_content|reasoning|refusal)":)` +
+  String.raw`^(data: \{(?:${CHUNK_MEMBER},)*"choices":\[\{"index":${INDEX},"delta":\{"(${CHAT_TEXT_FIELDS.join("|")})":)` +
     `(${STRING})` +
     String.raw`(\}(?:,"logprobs":null)?(?:,"finish_reason":null)?\}\])(,"usage":null)?(?:,${CHUNK_MEMBER})*\}\n\n$`,
 );
@@ -126,29 +132,31 @@ export function rememberChatTextDelta(event: string, delta: ChatTextDelta): void
 
 // Anthropic Messages
 
+/** Which member of each Anthropic delta type carries streamed text. */
+export const ANTHROPIC_TEXT_FIELDS = {
+  text_delta: "text",
+  input_json_delta: "partial_json",
+  thinking_delta: "thinking",
+} as const;
+type AnthropicDeltaType = keyof typeof ANTHROPIC_TEXT_FIELDS;
+
 export interface AnthropicTextDelta extends TextPlace {
   /** The content block's index. */
   index: number;
   /** The delta's type and the member holding its text. */
-  type: "text_delta" | "input_json_delta" | "thinking_delta";
-  field: "text" | "partial_json" | "thinking";
+  type: AnthropicDeltaType;
+  field: (typeof ANTHROPIC_TEXT_FIELDS)[AnthropicDeltaType];
 }
 
-const ANTHROPIC_FIELDS: Readonly<Record<AnthropicTextDelta["type"], AnthropicTextDelta["field"]>> = {
-  text_delta: "text",
-  input_json_delta: "partial_json",
-  thinking_delta: "thinking",
-};
-
 const ANTHROPIC_TEXT_DELTA = new RegExp(
-  String.raw`^((?:event: content_block_delta\n)?data: \{"type":"content_block_delta","index":${INDEX},"delta":\{"type":"(text_delta|input_json_delta|thinking_delta)","(text|partial_json|thinking)":)` +
+  String.raw`^((?:event: content_block_delta\n)?data: \{"type":"content_block_delta","index":${INDEX},"delta":\{"type":"(${Object.keys(ANTHROPIC_TEXT_FIELDS).join("|")})","(${Object.values(ANTHROPIC_TEXT_FIELDS).join("|")})":)` +
     String.raw`(${STRING})\}\}\n\n$`,
 );
 
 const anthropicText = rememberingLast((event): AnthropicTextDelta | undefined => {
   const match = ANTHROPIC_TEXT_DELTA.exec(event);
-  const type = match?.[3] as AnthropicTextDelta["type"] | undefined;
-  if (!match || ANTHROPIC_FIELDS[type!] !== match[4]) return undefined;
+  const type = match?.[3] as AnthropicDeltaType | undefined;
+  if (!match || ANTHROPIC_TEXT_FIELDS[type!] !== match[4]) return undefined;
   return {
     ...placeOf(match[5]!, match[1]!.length),
     index: Number(match[2]),
