@@ -29,28 +29,49 @@ export interface SniffingServerOptions {
    * disconnected instead of holding a connection open. Default 10 s.
    */
   headersTimeoutMs?: number;
-  /** How long an HTTP/1.1 request's body may take to arrive. Default 120 s. */
+  /**
+   * How long a request's body may take to arrive, on either protocol: a body
+   * that stops short is not held forever. Default 120 s.
+   */
   requestTimeoutMs?: number;
+  /**
+   * Requests whose body stays open as long as the call lasts (client- and
+   * bidi-streaming RPCs), by path: HTTP/2 gives them no request timeout.
+   */
+  openEndedRequest?: (path: string) => boolean;
+  /**
+   * How long an HTTP/2 connection with no open stream is kept before the
+   * server asks its client to go away (a client opens a new one for its next
+   * call). Default 5 min.
+   */
+  idleTimeoutMs?: number;
 }
 
 export function createSniffingServer(handler: RequestHandler, options: SniffingServerOptions = {}): SniffingServer {
   const headersTimeout = options.headersTimeoutMs ?? 10_000;
+  const requestTimeout = options.requestTimeoutMs ?? 120_000;
   const h1 = http.createServer(
     {
       headersTimeout,
-      requestTimeout: Math.max(options.requestTimeoutMs ?? 120_000, headersTimeout),
+      // Node's HTTP/1.1 server takes none shorter than its headers timeout.
+      requestTimeout: Math.max(requestTimeout, headersTimeout),
       // Node checks both timeouts on this interval (30 s by default, which let a stalled client stay far past them).
       connectionsCheckingInterval: Math.min(1_000, headersTimeout),
     },
     handler as http.RequestListener,
   );
   h1.keepAliveTimeout = 5_000;
-  const h2 = http2.createServer({}, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
+  const openEnded = options.openEndedRequest ?? (() => false);
+  const h2 = http2.createServer({}, (req, res) => {
+    if (!openEnded(req.url)) timeRequestBody(req, res, requestTimeout);
+    handler(req, res);
+  });
   const sockets = new Set<net.Socket>();
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (session) => {
     sessions.add(session);
     session.on("close", () => sessions.delete(session));
+    closeWhenIdle(session, options.idleTimeoutMs ?? 300_000);
   });
 
   const tcp = net.createServer((socket) => {
@@ -106,4 +127,44 @@ export function createSniffingServer(handler: RequestHandler, options: SniffingS
       for (const socket of sockets) socket.destroy();
     },
   };
+}
+
+/**
+ * What HTTP/1.1's request timeout does, for one HTTP/2 stream: a body that
+ * has not arrived whole in time is answered 408 (or, once an answer began,
+ * the stream is reset). Node's HTTP/2 server has no such timeout, so a body
+ * one byte short of complete was held for as long as the connection lived.
+ */
+function timeRequestBody(req: http2.Http2ServerRequest, res: http2.Http2ServerResponse, timeoutMs: number): void {
+  const stream = req.stream;
+  if (stream.endAfterHeaders) return;
+  const timer = setTimeout(() => {
+    // The whole body arrived (whether or not it was read), or the stream is gone.
+    if (stream.destroyed || stream.state.remoteClose) return;
+    if (!res.headersSent) {
+      res.writeHead(408, { "content-type": "text/plain" });
+      res.end(`the request's body did not arrive within ${timeoutMs} ms; send it whole, or send less\n`);
+    }
+    stream.close(http2.constants.NGHTTP2_CANCEL);
+  }, timeoutMs).unref();
+  stream.once("close", () => clearTimeout(timer));
+}
+
+/** Asks the client to go away once its connection has had no open stream for `idleMs`: idle connections are not held forever. */
+function closeWhenIdle(session: http2.ServerHttp2Session, idleMs: number): void {
+  let open = 0;
+  let idle: NodeJS.Timeout | undefined;
+  const arm = (): void => {
+    idle = setTimeout(() => session.close(), idleMs).unref();
+  };
+  arm();
+  session.on("stream", (stream: http2.ServerHttp2Stream) => {
+    open += 1;
+    clearTimeout(idle);
+    stream.once("close", () => {
+      open -= 1;
+      if (open === 0 && !session.closed) arm();
+    });
+  });
+  session.once("close", () => clearTimeout(idle));
 }

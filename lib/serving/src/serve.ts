@@ -64,6 +64,14 @@ export interface ServeOptions {
   /** A client that has not sent its request's headers by then is disconnected. Default 10 s. */
   headersTimeoutMs?: number;
   /**
+   * A request whose body has not arrived whole by then is answered 408, on
+   * either protocol; client- and bidi-streaming RPCs are exempt on HTTP/2.
+   * Default 120 s.
+   */
+  requestTimeoutMs?: number;
+  /** An HTTP/2 connection with no open stream for this long is asked to go away. Default 5 min. */
+  idleTimeoutMs?: number;
+  /**
    * The largest request message an RPC may carry, decompressed, in bytes
    * (OZ0_MAX_MESSAGE_BYTES, message-size-limit.ts); a larger one is refused
    * ResourceExhausted as soon as its size is known. Default 4 MiB.
@@ -143,10 +151,13 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     ],
     fallback: options.fallback as Parameters<typeof connectNodeAdapter>[0]["fallback"],
   });
-  const server = createSniffingServer(
-    guarded(handler as RequestHandler, logger),
-    options.headersTimeoutMs ? { headersTimeoutMs: options.headersTimeoutMs } : {},
-  );
+  const openEnded = openEndedPaths([...options.services.map((s) => s.service), ReflectionV1, ReflectionV1alpha]);
+  const server = createSniffingServer(guarded(handler as RequestHandler, logger), {
+    ...(options.headersTimeoutMs ? { headersTimeoutMs: options.headersTimeoutMs } : {}),
+    ...(options.requestTimeoutMs ? { requestTimeoutMs: options.requestTimeoutMs } : {}),
+    ...(options.idleTimeoutMs ? { idleTimeoutMs: options.idleTimeoutMs } : {}),
+    openEndedRequest: (path) => openEnded.has(path),
+  });
   const host = options.host ?? "127.0.0.1";
   await new Promise<void>((resolve, reject) => {
     server.tcp.once("error", reject);
@@ -181,6 +192,17 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
       return closing;
     },
   };
+}
+
+/** The paths of the methods whose request stream stays open as long as the call (client- and bidi-streaming). */
+function openEndedPaths(services: DescService[]): Set<string> {
+  return new Set(
+    services.flatMap((service) =>
+      service.methods
+        .filter((m) => m.methodKind === "client_streaming" || m.methodKind === "bidi_streaming")
+        .map((m) => `/${service.typeName}/${m.name}`),
+    ),
+  );
 }
 
 /** Nothing is open by omission: a method with no line in the access table stops the service at start. */

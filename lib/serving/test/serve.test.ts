@@ -128,3 +128,95 @@ void test(
     }
   },
 );
+
+/** A model call over HTTP/2 that sends part of its body and stops, as a session holding the proxy's bytes would. */
+function stalledUpload(url: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    void import("node:http2").then(({ connect }) => {
+      const session = connect(url);
+      session.on("error", reject);
+      const stream = session.request({ ":method": "POST", ":path": "/v1/messages", "content-length": "100" });
+      stream.write("{".padEnd(10, " "));
+      let status = 0;
+      let body = "";
+      stream.on("response", (headers) => (status = Number(headers[":status"])));
+      stream.setEncoding("utf8");
+      stream.on("data", (chunk: string) => (body += chunk));
+      stream.on("error", () => undefined);
+      stream.on("close", () => {
+        session.close();
+        resolve({ status, body });
+      });
+    }, reject);
+  });
+}
+
+// The timeouts only turn a hang into a failure; the server is told 300 ms.
+void test(
+  "an HTTP/2 request whose body stops arriving is answered 408, while a bidi-streaming RPC stays open past the timeout",
+  { timeout: 60_000 },
+  async () => {
+    const { ServerReflection, ServerReflectionRequestSchema } =
+      await import("@oz0/proto/grpc/reflection/v1/reflection_pb");
+    const { create } = await import("@bufbuild/protobuf");
+    const server = await serve({
+      name: "test",
+      port: 0,
+      services: [],
+      auth,
+      requestTimeoutMs: 300,
+      // The body is read as it comes, as the LLM proxy's model calls read theirs.
+      fallback: (req, res) => {
+        req.resume();
+        req.on("end", () => res.end("whole"));
+      },
+    });
+    try {
+      const stalled = await stalledUpload(server.url);
+      assert.equal(stalled.status, 408);
+      assert.match(stalled.body, /did not arrive within 300 ms/);
+      // Reflection is bidi-streaming: its request stream is open for the whole call, here well past 300 ms.
+      const reflection = createClient(
+        ServerReflection,
+        createGrpcTransport({ baseUrl: server.url, interceptors: [testCredentials.caller] }),
+      );
+      async function* asks() {
+        yield create(ServerReflectionRequestSchema, { messageRequest: { case: "listServices", value: "" } });
+        await new Promise((r) => setTimeout(r, 1_000));
+        yield create(ServerReflectionRequestSchema, { messageRequest: { case: "listServices", value: "" } });
+      }
+      let answers = 0;
+      for await (const answer of reflection.serverReflectionInfo(asks())) {
+        assert.equal(answer.messageResponse.case, "listServicesResponse");
+        answers += 1;
+      }
+      assert.equal(answers, 2, "both asks were answered on the one stream");
+    } finally {
+      await server.close({ graceMs: 100 });
+    }
+  },
+);
+
+void test(
+  "an HTTP/2 connection left with no open stream is asked to go away, and its client's next call opens another",
+  { timeout: 60_000 },
+  async () => {
+    const { connect } = await import("node:http2");
+    const server = await serve({ name: "test", port: 0, services: [], auth, idleTimeoutMs: 300 });
+    try {
+      const session = connect(server.url);
+      session.on("error", () => undefined);
+      const goaway = new Promise<number>((resolve) => session.once("goaway", (code: number) => resolve(code)));
+      // Nothing is asked on it: the server ends it.
+      assert.equal(await goaway, 0, "a graceful GOAWAY (NO_ERROR)");
+      session.close();
+      const grpc = createClient(Health, createGrpcTransport({ baseUrl: server.url }));
+      assert.equal((await grpc.check({ service: "liveness" })).status, ServingStatus.SERVING);
+      await new Promise((r) => setTimeout(r, 600));
+      // The transport's connection went away meanwhile; the call is served on a new one.
+      assert.equal((await grpc.check({ service: "liveness" })).status, ServingStatus.SERVING);
+    } finally {
+      await server.close({ graceMs: 100 });
+    }
+  },
+);
