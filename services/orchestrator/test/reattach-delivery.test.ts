@@ -11,17 +11,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { createLogger } from "@oz0/serving";
-import { HookStage } from "../src/policy/hook-stage.js";
-import { JobFeed } from "../src/jobs/job-feed.js";
-import { JobRunner } from "../src/jobs/job-runner.js";
-import { isTerminal, type JobRecord } from "../src/store/job-store.js";
-import { LlmProxyClient } from "../src/sessions/llm-proxy-client.js";
-import { PermissionPolicy } from "../src/policy/permission-policy.js";
+import type { JobRunner } from "../src/jobs/job-runner.js";
 import { PluginRegistry } from "../src/plugins/plugin-registry.js";
-import { SandboxClient } from "../src/sessions/sandbox-client.js";
-import { StaticPlacement } from "../src/sessions/sandbox-placement.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
+import { endedJob, inProcessJobRunner } from "./support/in-process-runner.js";
 import { TcpRelay } from "./support/tcp-relay.js";
 import { eventually, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
 
@@ -33,26 +26,7 @@ let repo: string;
 const home = mkdtempSync(path.join(os.tmpdir(), "oz0-reattach-delivery-"));
 
 function jobRunner(options: { store: SqliteJobStore; sandboxUrl: string; reattachWindowMs?: number }): JobRunner {
-  return new JobRunner({
-    store: options.store,
-    feed: new JobFeed(),
-    placement: new StaticPlacement({
-      runners: [new SandboxClient({ url: options.sandboxUrl, token: t.stack.credentials.orchestrator })],
-    }),
-    tokens: new LlmProxyClient({ url: t.stack.urls["llm-proxy"], token: t.stack.credentials.orchestrator }),
-    policy: new PermissionPolicy({ hooks: [new HookStage()] }),
-    home,
-    logger: createLogger({ name: "orchestrator-reattach", level: "error" }),
-    ...(options.reattachWindowMs !== undefined ? { reattachWindowMs: options.reattachWindowMs } : {}),
-  });
-}
-
-/** The job once it ended. */
-function ended(jobs: SqliteJobStore, jobId: string): Promise<JobRecord> {
-  return eventually(async () => {
-    const current = await jobs.getJob(jobId);
-    return current && isTerminal(current.state) ? current : undefined;
-  });
+  return inProcessJobRunner({ ...options, stack: t, home, name: "orchestrator-reattach" });
 }
 
 before(async () => {
@@ -93,7 +67,7 @@ void test("an answer given while the sandbox stream is broken reaches the sessio
     answeredBy: { id: "reattach-test", groups: [] },
   });
   relay.resume();
-  const done = await ended(store, job.id);
+  const done = await endedJob(store, job.id);
   assert.equal(done.state, "succeeded", done.error);
   assert.equal(done.resultText, "went on");
   assert.equal((await store.getPermission(job.id, waiting.id))?.delivered, true);
@@ -113,7 +87,7 @@ void test("a stream broken longer than the re-attach attempts take is followed a
     allow: true,
     answeredBy: { id: "reattach-test", groups: [] },
   });
-  const done = await ended(store, job.id);
+  const done = await endedJob(store, job.id);
   assert.equal(done.state, "succeeded", done.error);
   assert.equal(done.resultText, "went on");
 });
@@ -131,7 +105,7 @@ void test("a stream that stays broken past the re-attach window fails its job, s
     const job = await short.runAgent({ agent: "careful", input: "run it" });
     await eventually(async () => (await jobs.listPermissions({ jobId: job.id, pendingOnly: true }))[0]);
     relayed.cut();
-    const done = await ended(jobs, job.id);
+    const done = await endedJob(jobs, job.id);
     assert.equal(done.state, "failed");
     assert.match(done.error ?? "", /lost the session's stream and could not re-attach/);
   } finally {

@@ -18,18 +18,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { createLogger } from "@oz0/serving";
-import { JobFeed } from "../src/jobs/job-feed.js";
-import { JobRunner } from "../src/jobs/job-runner.js";
-import { HookStage } from "../src/policy/hook-stage.js";
-import { PermissionPolicy } from "../src/policy/permission-policy.js";
+import type { JobRunner } from "../src/jobs/job-runner.js";
 import { PluginRegistry } from "../src/plugins/plugin-registry.js";
-import { LlmProxyClient } from "../src/sessions/llm-proxy-client.js";
-import { SandboxClient } from "../src/sessions/sandbox-client.js";
-import { StaticPlacement } from "../src/sessions/sandbox-placement.js";
-import { isTerminal, type JobRecord, type PermissionRecord } from "../src/store/job-store.js";
+import type { JobRecord, PermissionRecord } from "../src/store/job-store.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
 import { HostileSandbox } from "./support/hostile-sandbox.js";
+import { endedJob, inProcessJobRunner } from "./support/in-process-runner.js";
 import { eventually, packageDir, startTestStack, type TestStack } from "./support/test-stack.js";
 
 const plugin = path.join(packageDir, "test/fixtures/repeated-ids");
@@ -42,17 +36,7 @@ let store: SqliteJobStore;
 const runners = new Set<JobRunner>();
 
 function jobRunner(sandboxUrl: string): JobRunner {
-  const runner = new JobRunner({
-    store,
-    feed: new JobFeed(),
-    placement: new StaticPlacement({
-      runners: [new SandboxClient({ url: sandboxUrl, token: t.stack.credentials.orchestrator })],
-    }),
-    tokens: new LlmProxyClient({ url: t.stack.urls["llm-proxy"], token: t.stack.credentials.orchestrator }),
-    policy: new PermissionPolicy({ hooks: [new HookStage()] }),
-    home,
-    logger: createLogger({ name: "orchestrator-repeated-ids", level: "error" }),
-  });
+  const runner = inProcessJobRunner({ stack: t, store, home, sandboxUrl, name: "orchestrator-repeated-ids" });
   runners.add(runner);
   return runner;
 }
@@ -80,10 +64,7 @@ after(async () => {
 });
 
 function ended(jobId: string): Promise<JobRecord> {
-  return eventually(async () => {
-    const current = await store.getJob(jobId);
-    return current && isTerminal(current.state) ? current : undefined;
-  });
+  return endedJob(store, jobId);
 }
 
 const fix =

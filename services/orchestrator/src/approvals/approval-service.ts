@@ -425,9 +425,7 @@ export class ApprovalService {
    * rule the result broke, once per job (the job then fails with it); else undefined.
    */
   async audit(jobId: string, active: ActiveJob, result: ToolResultSeen): Promise<string | undefined> {
-    if (!active.agent.harness.manifest.permissions || active.violation) return undefined;
-    // Approved here: allowed, with no read of the job's permissions (issue 24: one read per tool call).
-    if (active.approvedCalls?.has(result.callId)) return undefined;
+    if (passesAuditUnread(active, result)) return undefined;
     // One row at most: a request's id and call id are used once in a session (request-ids.ts).
     const permission = (await this.#o.store.listPermissions({ jobId })).find(
       (p) => (p.callId !== "" && p.callId === result.callId) || p.id === result.callId,
@@ -447,4 +445,18 @@ export class ApprovalService {
   close(): void {
     this.#deadlines.close();
   }
+}
+
+/**
+ * Whether a tool result passes the audit with nothing read: its harness
+ * declares no permissions, the job already broke a rule, or this process
+ * stored its call as approved (issue 24: one read per tool call). Any other
+ * result is audited against the store before its seq is stored.
+ */
+export function passesAuditUnread(active: ActiveJob, result: ToolResultSeen): boolean {
+  return (
+    !active.agent.harness.manifest.permissions ||
+    active.violation !== undefined ||
+    (active.approvedCalls?.has(result.callId) ?? false)
+  );
 }

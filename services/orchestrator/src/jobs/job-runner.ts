@@ -7,7 +7,7 @@ import type { SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { Logger } from "@oz0/serving";
 import { AgentVersions } from "../agents/agent-versions.js";
-import { ApprovalService, type AnswerOptions } from "../approvals/approval-service.js";
+import { ApprovalService, passesAuditUnread, type AnswerOptions } from "../approvals/approval-service.js";
 import { asBystander, soleOwnership, type JobOwnership } from "../cluster/job-ownership.js";
 import { OperationRunner } from "../operations/operation-runner.js";
 import { OrchestratorError, notFound } from "../orchestrator-error.js";
@@ -263,7 +263,6 @@ export class JobRunner {
         throw error;
       }
       storedSeq = active.sandboxSeq;
-      for (const after of step.after) await after();
     };
     for (const message of messages) {
       const step = this.#appendStep(jobId, active, message);
@@ -345,18 +344,10 @@ export class JobRunner {
           ],
         };
       case "toolResult":
-        return {
-          ...emptyStep(),
-          events: [{ time, event: e }],
-          job: patch,
-          after: [
-            async () => {
-              const violation = await this.#approvals.audit(jobId, active, e.value);
-              const job = violation ? await this.#o.store.getJob(jobId) : undefined;
-              if (job) await this.#stopSession(job, active, violation!, {});
-            },
-          ],
-        };
+        // Audited before its seq is stored unless it passes unread: stored first and audited after, a crash or a
+        // failed read in between re-attached past it and the harness's bypass went unseen.
+        if (!passesAuditUnread(active, e.value)) return undefined;
+        return { ...emptyStep(), events: [{ time, event: e }], job: patch };
       case "result":
         active.result = e.value;
         return {
@@ -375,6 +366,7 @@ export class JobRunner {
 
   /** A message that reads the job before it writes: handled on its own, after what came before it is stored. */
   async #handleAlone(jobId: string, active: ActiveJob, message: SandboxMessage): Promise<void> {
+    const heard = active.sandboxSeq;
     active.sandboxSeq = message.seq;
     active.startIfUnknown = false;
     const patch: JobPatch = { sandboxSeq: message.seq };
@@ -414,6 +406,24 @@ export class JobRunner {
             }),
           ],
         });
+        return;
+      }
+      case "toolResult": {
+        let violation: string | undefined;
+        try {
+          violation = await this.#approvals.audit(jobId, active, e.value);
+        } catch (error) {
+          // Nothing is stored: the re-attach delivers the result again, and it is audited then.
+          active.sandboxSeq = heard;
+          throw error;
+        }
+        // The rule it broke is stored with the seq that passes it, in one transaction: a restart or a takeover
+        // re-attaches past the result and must still fail the job.
+        await this.#append(jobId, [{ time: event.time, event: e }], {
+          job: violation ? { ...patch, error: violation } : patch,
+        });
+        const job = violation ? await this.#o.store.getJob(jobId) : undefined;
+        if (job) this.#cancelSession(job, active, violation!);
         return;
       }
       case "permissionRequest": {
@@ -469,8 +479,12 @@ export class JobRunner {
     // and would not see it again, so the job fails alike whatever the session does next (a node may let it
     // run on).
     await this.#o.store.updateJob(job.id, { ...patch, error: active.violation });
-    if (active.sandbox)
-      this.#active.track(active.sandbox.cancel({ sessionId: job.sessionId, reason: active.violation }));
+    this.#cancelSession(job, active, active.violation);
+  }
+
+  /** Stops the session of a job that broke a rule (stored already): the node is told, not waited for. */
+  #cancelSession(job: JobRecord, active: ActiveJob, reason: string): void {
+    if (active.sandbox) this.#active.track(active.sandbox.cancel({ sessionId: job.sessionId, reason }));
   }
 
   #served(job: JobRecord): ServedRuntimeTools | undefined {
@@ -587,23 +601,21 @@ export class JobRunner {
   }
 }
 
-/** What one message that only appends to its job writes, and what follows once that is stored. */
+/** What one message that only appends to its job writes. */
 interface AppendStep extends JobStepWrites {
   events: JobEventInit[];
   lifecycle: NonNullable<JobStepWrites["lifecycle"]>;
-  after: (() => Promise<void>)[];
 }
 
 function emptyStep(): AppendStep {
-  return { events: [], lifecycle: [], after: [] };
+  return { events: [], lifecycle: [] };
 }
 
-/** Two steps in one: events, lifecycle events and what follows in order; the job's columns as the later leaves them. */
+/** Two steps in one: events and lifecycle events in order; the job's columns as the later leaves them. */
 function mergeSteps(a: AppendStep, b: AppendStep): AppendStep {
   return {
     events: [...a.events, ...b.events],
     lifecycle: [...a.lifecycle, ...b.lifecycle],
-    after: [...a.after, ...b.after],
     ...(a.job || b.job ? { job: { ...a.job, ...b.job } } : {}),
     ...(a.stderr || b.stderr ? { stderr: (a.stderr ?? b.stderr)! } : {}),
   };
