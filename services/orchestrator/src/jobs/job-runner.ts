@@ -37,6 +37,7 @@ import type { JobFeed } from "./job-feed.js";
 import { checkAttachments, checkJobInput } from "./job-input.js";
 import { JobSessions } from "./job-sessions.js";
 import { answerServedCall, type ServedRuntimeTools } from "./served-tools.js";
+import { SessionStops } from "./session-stops.js";
 
 export interface JobRunnerOptions {
   store: JobStore;
@@ -65,6 +66,13 @@ export interface JobRunnerOptions {
   servedTools?: Record<string, ServedRuntimeTools>;
   /** How much of each session's stderr is stored, its last bytes (OZ0_MAX_SESSION_STDERR_BYTES). Default 1 MiB. */
   maxStderrBytes?: number;
+  /**
+   * How long after its deadline (`limits.timeout`) a session may still run before the orchestrator asks its node
+   * to stop it (session-stops.ts). Default 60 s.
+   */
+  overdueAfterMs?: number;
+  /** How long after its node was asked to stop a session its job waits for the session to end, then ends without it. Default 30 s. */
+  stopWaitMs?: number;
 }
 
 export class JobRunner {
@@ -75,6 +83,7 @@ export class JobRunner {
   readonly #approvals: ApprovalService;
   readonly #sessions: JobSessions;
   readonly #ownership: JobOwnership;
+  readonly #stops: SessionStops;
 
   constructor(options: JobRunnerOptions) {
     this.#o = options;
@@ -91,12 +100,20 @@ export class JobRunner {
       ...(options.maxStderrBytes !== undefined ? { maxStderrBytes: options.maxStderrBytes } : {}),
     });
     this.#approvals = new ApprovalService({ ...options, ownership: this.#ownership, active: this.#active });
+    this.#stops = new SessionStops({
+      ...(options.overdueAfterMs !== undefined ? { overdueAfterMs: options.overdueAfterMs } : {}),
+      ...(options.stopWaitMs !== undefined ? { stopWaitMs: options.stopWaitMs } : {}),
+      stopOverdue: (jobId, reason) => this.#stopOverdue(jobId, reason),
+      endWithoutNode: (jobId, failure) => this.#finish(jobId, { failure }),
+      track: (work) => this.#active.track(work),
+    });
     this.#sessions = new JobSessions({
       ...options,
       ownership: this.#ownership,
       active: this.#active,
       approvals: this.#approvals,
       operations: this.#operations,
+      stops: this.#stops,
       served: (job) => this.#served(job),
       handleBurst: (jobId, active, messages) => this.#handleBurst(jobId, active, messages),
       finish: (jobId, o) => this.#finish(jobId, o),
@@ -204,6 +221,7 @@ export class JobRunner {
       this.#active.delete(jobId);
     }
     this.#approvals.clearJob(jobId);
+    this.#stops.forget(jobId);
     // Its unfinished harness operations run again at the new owner; they write nothing more here.
     this.#operations.abandonJob(jobId);
   }
@@ -482,9 +500,27 @@ export class JobRunner {
     this.#cancelSession(job, active, active.violation);
   }
 
-  /** Stops the session of a job that broke a rule (stored already): the node is told, not waited for. */
+  /**
+   * Stops the session of a job that must end (why is stored already): the node is told, not waited for, and the
+   * job ends without it if the session runs on (session-stops.ts).
+   */
   #cancelSession(job: JobRecord, active: ActiveJob, reason: string): void {
-    if (active.sandbox) this.#active.track(active.sandbox.cancel({ sessionId: job.sessionId, reason }));
+    if (!active.sandbox) return;
+    this.#active.track(active.sandbox.cancel({ sessionId: job.sessionId, reason }));
+    this.#stops.askedToStop(job.id, reason);
+  }
+
+  /** The job's session ran well past its deadline and its node did not end it: the orchestrator stops it. */
+  async #stopOverdue(jobId: string, reason: string): Promise<void> {
+    await this.#active.withLock(jobId, async () => {
+      const active = this.#active.get(jobId);
+      const job = await this.#o.store.getJob(jobId);
+      if (!active || !job || isTerminal(job.state)) return;
+      this.#o.logger.warn({ jobId, sessionId: job.sessionId, sandbox: active.sandbox?.url }, reason);
+      // A cancel or a broken rule asked first keeps its reason: the job ends with it.
+      if (!job.error) await this.#o.store.updateJob(jobId, { error: reason });
+      this.#cancelSession(job, active, job.error || reason);
+    });
   }
 
   #served(job: JobRecord): ServedRuntimeTools | undefined {
@@ -520,6 +556,8 @@ export class JobRunner {
     }
     let sessionGone = !active?.channel;
     if (!sessionGone) {
+      // Before the call: a node that never answers it does not keep the job running either.
+      this.#stops.askedToStop(job.id, reason);
       try {
         await active!.sandbox!.cancel({ sessionId: job.sessionId, reason });
       } catch (error) {
@@ -577,6 +615,7 @@ export class JobRunner {
       this.#operations.cancelJob(jobId);
       this.#active.get(jobId)?.channel?.close();
       this.#active.delete(jobId);
+      this.#stops.forget(jobId);
       if (job.tokenId) {
         await this.#o.tokens
           .revoke({ tokenId: job.tokenId })
@@ -597,6 +636,7 @@ export class JobRunner {
   async close(): Promise<void> {
     this.#sessions.close();
     this.#approvals.close();
+    this.#stops.close();
     await this.#active.close();
   }
 }

@@ -15,13 +15,20 @@ import { operationRuntimeTools, type OperationParent, type OperationRunner } fro
 import type { LostSession, SandboxPlacement } from "../sessions/sandbox-placement.js";
 import { SessionDriver, type FollowOptions, type PlaceOptions, type SessionEnd } from "../sessions/session-driver.js";
 import { agentSessionStart } from "../sessions/session-request.js";
-import type { LifecycleSink, SandboxMessage, SessionRunner, TokenIssuer } from "../sessions/session-runner.js";
+import {
+  SessionNotFoundError,
+  type LifecycleSink,
+  type SandboxMessage,
+  type SessionRunner,
+  type TokenIssuer,
+} from "../sessions/session-runner.js";
 import { newSessionId } from "../store/ids.js";
 import { ACTIVE_JOB_STATES, isTerminal, type JobPatch, type JobRecord, type JobStore } from "../store/job-store.js";
 import type { ActiveJob, ActiveJobs } from "./active-jobs.js";
 import { appendJobStep, stateChanged } from "./job-events.js";
 import type { JobFeed } from "./job-feed.js";
 import { sendServedAnswer, servedToolCalls, type ServedRuntimeTools } from "./served-tools.js";
+import type { SessionStops } from "./session-stops.js";
 
 /** Why a pending job has not started, in its events. */
 export const WAITING_FOR_ROOM =
@@ -38,6 +45,8 @@ export interface JobSessionsOptions {
   active: ActiveJobs;
   approvals: ApprovalService;
   operations: OperationRunner;
+  /** The orchestrator's own clocks on a session's end (session-stops.ts). */
+  stops: SessionStops;
   /** How often a lost stream is re-attached before the node is suspected. Default 5. */
   reattachAttempts?: number;
   /** Without node heartbeats, how long a lost stream is re-attached before the job fails. Default 30 s. */
@@ -108,13 +117,15 @@ export class JobSessions {
       return;
     }
     const timeoutMs = definition.limits?.timeout ? parseDuration(definition.limits.timeout) : 0;
+    const deadline = timeoutMs > 0 ? new Date(Date.now() + timeoutMs) : undefined;
+    if (deadline) this.#o.stops.watchDeadline(job.id, deadline, definition.limits!.timeout!);
     const start = agentSessionStart({
       sessionId: job.sessionId,
       jobId: job.id,
       agent,
       token,
       input: job.input,
-      ...(timeoutMs > 0 ? { deadline: new Date(Date.now() + timeoutMs) } : {}),
+      ...(deadline ? { deadline } : {}),
       // Harness operations, as runtime tools, and the tools this job is served.
       runtimeTools: [...operationRuntimeTools(agent), ...(this.#o.served(job)?.tools ?? [])],
       attachments: job.attachments,
@@ -206,8 +217,34 @@ export class JobSessions {
       // Pending with nothing heard from the sandbox: the start may never have reached it (its
       // replica died first, or it was full); then the session is started now (#ended).
       if (job.state === "pending" && job.sandboxSeq === 0) active.startIfUnknown = true;
+      this.#watchResumed(job, active);
       this.#o.active.track(this.#reattach(job.id, active));
     }
+  }
+
+  /**
+   * The clocks of a session followed again (session-stops.ts). Its node was given a deadline before the session
+   * started, so its start (or, not heard of yet, now) plus the timeout is never earlier than that deadline. A
+   * cancel or a broken rule stored before the restart may never have reached its node: it is asked again, and
+   * the wait for it starts again.
+   */
+  #watchResumed(job: JobRecord, active: ActiveJob): void {
+    const timeout = active.agent.definition.limits?.timeout;
+    const timeoutMs = timeout ? parseDuration(timeout) : 0;
+    if (timeoutMs > 0)
+      this.#o.stops.watchDeadline(job.id, new Date((job.startedAt ?? new Date()).getTime() + timeoutMs), timeout!);
+    if (!(job.cancelRequestedAt || job.error) || !active.sandbox) return;
+    const reason = job.error || "cancelled by request";
+    this.#o.active.track(
+      active.sandbox.cancel({ sessionId: job.sessionId, reason }).then(
+        () => undefined,
+        (error: unknown) => {
+          // It ended meanwhile: the re-attach reads how.
+          if (!(error instanceof SessionNotFoundError)) throw error;
+        },
+      ),
+    );
+    this.#o.stops.askedToStop(job.id, reason);
   }
 
   async #reattach(jobId: string, active: ActiveJob): Promise<void> {

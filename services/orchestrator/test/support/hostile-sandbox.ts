@@ -19,6 +19,7 @@ import {
   RuntimeMessageSchema,
   SessionEventSchema,
   SessionRequestSchema,
+  type SessionRequest,
   type SessionResult,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import {
@@ -33,6 +34,8 @@ import {
 
 interface HostileSession {
   child: ChildProcess;
+  /** What the runtime asked the node to run (its session token among it). */
+  request: SessionRequest;
   log: RunSessionResponse[];
   ended: boolean;
   cancelled?: string;
@@ -75,6 +78,17 @@ export class HostileSandbox {
   /** Writes a line to a session's harness, as if the runtime had sent it. */
   write(sessionId: string, line: string): void {
     this.#sessions.get(sessionId)?.child.stdin?.write(`${line}\n`);
+  }
+
+  /** The request the runtime started a session with. */
+  sessionRequest(sessionId: string): SessionRequest | undefined {
+    return this.#sessions.get(sessionId)?.request;
+  }
+
+  /** Whether the session's harness still runs. */
+  running(sessionId: string): boolean {
+    const session = this.#sessions.get(sessionId);
+    return session !== undefined && !session.ended;
   }
 
   /** Why the runtime asked to stop a session; undefined while it has not. */
@@ -132,7 +146,7 @@ export class HostileSandbox {
       stdio: ["pipe", "pipe", "ignore"],
     });
     child.stdin.on("error", () => undefined);
-    const session: HostileSession = { child, log: [], ended: false, waiting: new Set() };
+    const session: HostileSession = { child, request: start.request!, log: [], ended: false, waiting: new Set() };
     this.#sessions.set(sessionId, session);
     const push = (message: MessageInitShape<typeof RunSessionResponseSchema>["message"]): void => {
       session.log.push(create(RunSessionResponseSchema, { seq: BigInt(session.log.length + 1), sessionId, message }));

@@ -22,7 +22,7 @@ export function inProcessJobRunner(
     sandboxUrl: string;
     /** Names the runner's log lines. */
     name: string;
-  } & Pick<JobRunnerOptions, "reattachWindowMs">,
+  } & Pick<JobRunnerOptions, "reattachWindowMs" | "overdueAfterMs" | "stopWaitMs">,
 ): JobRunner {
   const { stack, store, home, sandboxUrl, name, ...clocks } = options;
   return new JobRunner({

@@ -1,0 +1,140 @@
+// A sandbox node is trusted to run a session, not to end it
+// (src/jobs/session-stops.ts). Behind a node that is the attacker's
+// (support/hostile-sandbox.ts), which ignores the session's deadline and
+// every request to stop it, a job must still end: past its deadline, after a
+// cancel, and after an orchestrator restart. Once it ended, the session's
+// token reaches no model, though its harness still runs on that node.
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import type { JobRunner } from "../src/jobs/job-runner.js";
+import { PluginRegistry } from "../src/plugins/plugin-registry.js";
+import type { JobRecord } from "../src/store/job-store.js";
+import { SqliteJobStore } from "../src/store/sqlite-store.js";
+import { HostileSandbox } from "./support/hostile-sandbox.js";
+import { endedJob, inProcessJobRunner } from "./support/in-process-runner.js";
+import { commitAll, eventually, startTestStack, type TestStack } from "./support/test-stack.js";
+
+const home = mkdtempSync(path.join(os.tmpdir(), "oz0-session-stops-"));
+const repo = mkdtempSync(path.join(os.tmpdir(), "oz0-endless-repo-"));
+
+let t: TestStack;
+let stubborn: HostileSandbox;
+let stubbornUrl: string;
+let store: SqliteJobStore;
+const runners = new Set<JobRunner>();
+
+/** The orchestrator's clocks, short: a minute past the deadline and 30 s after asking would make a slow test. */
+function jobRunner(): JobRunner {
+  const runner = inProcessJobRunner({
+    stack: t,
+    store,
+    home,
+    name: "orchestrator-session-stops",
+    sandboxUrl: stubbornUrl,
+    overdueAfterMs: 300,
+    stopWaitMs: 700,
+  });
+  runners.add(runner);
+  return runner;
+}
+
+async function closeRunner(runner: JobRunner): Promise<void> {
+  runners.delete(runner);
+  await runner.close();
+}
+
+function ended(jobId: string): Promise<JobRecord> {
+  return endedJob(store, jobId);
+}
+
+/** A model call with the session's own token and headers, as its harness would make one. */
+async function modelCall(sessionId: string): Promise<number> {
+  const llm = stubborn.sessionRequest(sessionId)?.llm;
+  assert.ok(llm?.token, "the node was given the session's token");
+  const response = await fetch(`${llm.anthropicBaseUrl}/v1/messages`, {
+    method: "POST",
+    headers: { ...llm.headers, "x-api-key": llm.token, "content-type": "application/json" },
+    body: JSON.stringify({ model: "claude-sonnet-5-5", max_tokens: 10, messages: [{ role: "user", content: "hi" }] }),
+  });
+  await response.arrayBuffer();
+  return response.status;
+}
+
+before(async () => {
+  t = await startTestStack({ pick: () => ({ text: "still here" }) });
+  stubborn = new HostileSandbox({ ignoreCancel: true });
+  stubbornUrl = await stubborn.listen();
+  store = new SqliteJobStore({ file: path.join(home, "orchestrator.db") });
+  mkdirSync(path.join(repo, "agents"));
+  mkdirSync(path.join(repo, "prompts"));
+  writeFileSync(path.join(repo, "prompts", "p.md"), "Work.\n");
+  // A harness that starts and never ends by itself: only its node could stop it, and this node does not.
+  const endless = `console.log(JSON.stringify({ started: { harnessName: "endless" } })); setInterval(() => {}, 1000)`;
+  writeFileSync(
+    path.join(repo, "oz0-plugin.yaml"),
+    `name: endless\nversion: 0.1.0\nharnesses:\n  - name: endless\n    command: ["node", "-e", '${endless}']\nagents:\n  - agents/timed.yaml\n  - agents/untimed.yaml\n`,
+  );
+  const agent = (name: string, limits: string): string =>
+    `name: ${name}\nruntime: harness:endless\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/p.md\n${limits}`;
+  writeFileSync(path.join(repo, "agents", "timed.yaml"), agent("timed", "limits:\n  timeout: 1s\n"));
+  writeFileSync(path.join(repo, "agents", "untimed.yaml"), agent("untimed", ""));
+  await commitAll(repo, "plugin");
+  await new PluginRegistry({ store, home }).install({ source: repo });
+});
+
+after(async () => {
+  for (const runner of runners) await runner.close();
+  await stubborn?.close();
+  await store?.close();
+  await t?.close();
+  rmSync(home, { recursive: true, force: true });
+  rmSync(repo, { recursive: true, force: true });
+});
+
+const overdue =
+  /^the session ran past its deadline \(limits\.timeout 1s\) and its sandbox node had not ended it 0s later; the orchestrator stopped it; its sandbox node did not end the session within 1s of being asked to, so the job was ended without it$/;
+
+void test("a session its node lets run past the deadline: the orchestrator asks it to stop, then ends the job without it", async () => {
+  const runner = jobRunner();
+  const job = await runner.runAgent({ agent: "timed", input: "run on" });
+  await eventually(async () => stubborn.sessionRequest(job.sessionId), "the session started on the node");
+  assert.equal(await modelCall(job.sessionId), 200, "the control: while its job runs, the session reaches the model");
+  const done = await ended(job.id);
+  assert.equal(done.state, "failed");
+  assert.match(done.error ?? "", overdue);
+  assert.match(stubborn.cancelRequested(job.sessionId) ?? "", /^the session ran past its deadline/);
+  assert.ok(stubborn.running(job.sessionId), "the node let the harness run on");
+  assert.equal(await modelCall(job.sessionId), 401, "the ended job's token reaches no model");
+  await closeRunner(runner);
+});
+
+void test("a cancel its node ignores: the job ends cancelled, and its token reaches no model", async () => {
+  const runner = jobRunner();
+  const job = await runner.runAgent({ agent: "untimed", input: "run on" });
+  await eventually(async () => (await store.getJob(job.id))?.state === "running" || undefined, "the job runs");
+  await runner.cancel({ jobId: job.id, reason: "not needed any more" });
+  assert.equal(stubborn.cancelRequested(job.sessionId), "not needed any more");
+  const done = await ended(job.id);
+  assert.equal(done.state, "cancelled");
+  assert.equal(done.error, "not needed any more");
+  assert.ok(stubborn.running(job.sessionId), "the node let the harness run on");
+  assert.equal(await modelCall(job.sessionId), 401);
+  await closeRunner(runner);
+});
+
+void test("after an orchestrator restart, the deadline is watched again from the session's start", async () => {
+  const first = jobRunner();
+  const job = await first.runAgent({ agent: "timed", input: "run on" });
+  await eventually(async () => (await store.getJob(job.id))?.startedAt, "the session started");
+  // Gone before its clocks run out: only the next orchestrator can end the job.
+  await closeRunner(first);
+  const second = jobRunner();
+  assert.equal(await second.resumeAll(), 1);
+  const done = await ended(job.id);
+  assert.equal(done.state, "failed");
+  assert.match(done.error ?? "", overdue);
+  await closeRunner(second);
+});
