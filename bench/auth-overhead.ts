@@ -50,7 +50,7 @@ import { startTestOidcIssuer, testCredentials, type TestOidcIssuer } from "../li
 import { SessionTokens } from "../services/llm-proxy/src/session-tokens.js";
 import { SqliteProxyStore } from "../services/llm-proxy/src/sqlite-proxy-store.js";
 import { benchOptions } from "./bench-options.js";
-import { startReport } from "./bench-report.js";
+import { median, percentile, startReport } from "./bench-report.js";
 import { closePostConnections, cpuOf, postJson, startRoleProcess, type Role } from "./llm-proxy-role-process.js";
 
 const options = benchOptions({
@@ -70,15 +70,6 @@ const options = benchOptions({
 const GOAL_MICROS = 50;
 
 // ---------------------------------------------------------------- statistics
-
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-}
-
-function percentile(sorted: Float64Array, p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor((sorted.length - 1) * p))]!;
-}
 
 /** Mean of the middle half of sorted values. */
 function middleMean(sorted: Float64Array): number {

@@ -68,6 +68,16 @@ export function startReport(name: string): BenchReport {
   };
 }
 
+/**
+ * The value at quantile `p` (0 to 1) of values sorted ascending, by nearest
+ * rank: the smallest value with at least `p` of the values at or below it.
+ * Every bench's p50 and p99 come from here, so they mean the same thing.
+ */
+export function percentile(sorted: ArrayLike<number>, p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))]!;
+}
+
 /** The median; an even count averages the middle two (the upper one alone would flatter). */
 export function median(values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b);

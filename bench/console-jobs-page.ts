@@ -25,7 +25,7 @@ import { openJobStore } from "../services/orchestrator/src/cluster/postgres-clus
 import { startEmbeddedStack, type EmbeddedStack } from "../services/orchestrator/src/dev/embedded-stack.js";
 import { newJobRecord, type JobStateName } from "../services/orchestrator/src/store/job-store.js";
 import { benchOptions } from "./bench-options.js";
-import { MIN_ROUNDS, startReport } from "./bench-report.js";
+import { median, MIN_ROUNDS, startReport } from "./bench-report.js";
 
 const { jobs: JOBS, rounds: ROUNDS } = benchOptions({
   jobs: { type: "number", default: 10_000 },
@@ -33,10 +33,6 @@ const { jobs: JOBS, rounds: ROUNDS } = benchOptions({
 });
 const CHROMIUM = process.env.OZ0_CHROMIUM ?? "/usr/bin/chromium";
 
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 const ms = (x: number): string => `${x.toFixed(1)} ms`;
 
 const model = await startScriptedModel({

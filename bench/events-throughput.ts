@@ -30,7 +30,7 @@ import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import { credentialDigest, newCredential } from "@oz0/serving";
 import { startKafka, type RunningKafka } from "@oz0/test-infra";
 import { benchOptions } from "./bench-options.js";
-import { startReport } from "./bench-report.js";
+import { percentile, startReport } from "./bench-report.js";
 import { readProcessCpu, ticksPerSecond } from "./process-cpu.js";
 
 const {
@@ -208,7 +208,7 @@ async function consumeAll(
 /** The latency at quantile q of `latencies`, sorted once for every quantile asked. */
 function quantiles(latencies: number[]): (q: number) => number {
   const sorted = [...latencies].sort((a, b) => a - b);
-  return (q) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
+  return (q) => percentile(sorted, q);
 }
 
 function summarise(started: number, latencies: number[], cpu: Result["cpu"], warm: number[]): Result {

@@ -31,7 +31,7 @@ import {
 import { planLlmForwards, startLlmForwarding, type LlmForward } from "../services/sandbox/src/llm-forwarder.js";
 import { sandboxEntryCommand } from "../services/sandbox/src/sandbox-entry.js";
 import { benchOptions } from "./bench-options.js";
-import { startReport } from "./bench-report.js";
+import { median, startReport } from "./bench-report.js";
 
 const SESSIONS = benchOptions({ sessions: { type: "number", default: 20 } }).sessions;
 
@@ -154,7 +154,6 @@ async function directPipe(detached = false): Promise<number> {
   return performance.now() - started;
 }
 
-const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN;
 /** The nearest-rank percentile: with 20 values, p95 is the 19th. */
 const percentile = (values: number[], p: number): number =>
   [...values].sort((a, b) => a - b)[Math.max(0, Math.ceil(p * values.length) - 1)] ?? NaN;

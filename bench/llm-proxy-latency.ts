@@ -35,7 +35,7 @@ import { performance } from "node:perf_hooks";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import type * as LlmProxyPackage from "@oz0/llm-proxy";
 import { benchOptions } from "./bench-options.js";
-import { startReport } from "./bench-report.js";
+import { median, percentile, startReport } from "./bench-report.js";
 import { formatProfileSummary, summariseCpuProfile } from "./llm-proxy-cpu-profile.js";
 import {
   askRole,
@@ -181,16 +181,6 @@ interface Contender {
   process: Role;
   target(wire: Wire): { url: URL; headers: Record<string, string> };
 }
-
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor((sorted.length - 1) * p))]!;
-}
-
-const median = (values: number[]): number =>
-  percentile(
-    [...values].sort((a, b) => a - b),
-    0.5,
-  );
 
 function call(contender: Contender, wire: Wire, body: Buffer): Promise<void> {
   const { url, headers } = contender.target(wire);

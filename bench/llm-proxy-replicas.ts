@@ -13,7 +13,7 @@ import { randomBytes } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { benchOptions } from "./bench-options.js";
-import { MIN_ROUNDS, startReport } from "./bench-report.js";
+import { median, MIN_ROUNDS, percentile, startReport } from "./bench-report.js";
 import {
   closePostConnections,
   cpuOf,
@@ -67,8 +67,7 @@ async function latency(setup: Setup, body: Buffer, calls: number): Promise<{ p50
     times.push(performance.now() - start);
   }
   times.sort((a, b) => a - b);
-  const at = (p: number): number => times[Math.min(times.length - 1, Math.floor((times.length - 1) * p))]!;
-  return { p50: at(0.5), p99: at(0.99) };
+  return { p50: percentile(times, 0.5), p99: percentile(times, 0.99) };
 }
 
 async function throughput(
@@ -108,8 +107,6 @@ async function mint(proxyUrl: string): Promise<string> {
   );
   return minted.token;
 }
-
-const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]!;
 
 async function bench(): Promise<void> {
   const report = startReport("llm-proxy-replicas");

@@ -26,7 +26,7 @@ import { SandboxService, SessionStatus, type RunSessionResponse } from "@oz0/pro
 import { startSandbox, type IsolationSetting } from "@oz0/sandbox";
 import { testCredentials } from "@oz0/serving/testing";
 import { benchOptions } from "./bench-options.js";
-import { startReport } from "./bench-report.js";
+import { percentile, startReport } from "./bench-report.js";
 
 const {
   sessions: SESSIONS,
@@ -63,10 +63,6 @@ const REQUEST = {
   model: { primary: "anthropic/scripted" },
   llm: { anthropicBaseUrl: model.url, token: "bench-token", headers: { "Oz0-Job": "bench", "Oz0-Agent": "bench" } },
 };
-
-function quantile(sorted: number[], q: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] ?? Number.NaN;
-}
 
 function rssKiB(pid: number): number {
   try {
@@ -228,7 +224,7 @@ process.env.OZ0_LOG_LEVEL ??= "warn";
 const report = startReport("sandbox-load");
 const rate = (s: RunStats): number => (SESSIONS / s.wallMs) * 1000;
 const row = (name: string, s: RunStats): string =>
-  `${name.padEnd(22)} ${rate(s).toFixed(1).padStart(8)} ${quantile(s.latencies, 0.5).toFixed(0).padStart(8)} ${quantile(s.latencies, 0.99).toFixed(0).padStart(8)} ${(s.selfPeakKiB / SESSIONS).toFixed(0).padStart(12)} ${(s.childrenPeakKiB / SESSIONS).toFixed(0).padStart(14)}`;
+  `${name.padEnd(22)} ${rate(s).toFixed(1).padStart(8)} ${percentile(s.latencies, 0.5).toFixed(0).padStart(8)} ${percentile(s.latencies, 0.99).toFixed(0).padStart(8)} ${(s.selfPeakKiB / SESSIONS).toFixed(0).padStart(12)} ${(s.childrenPeakKiB / SESSIONS).toFixed(0).padStart(14)}`;
 console.log(
   `${SESSIONS} concurrent sessions of ${FAKE ? "oz0-fake-harness (one scripted model call each)" : `the chatty harness (${EVENTS} text events each)`}, isolation ${ISOLATION}, ${ROUNDS} rounds`,
 );
@@ -243,8 +239,8 @@ for (let r = 0; r < ROUNDS; r++) {
   console.log(row(`${r + 1}: baseline (host)`, base));
   console.log(row(`${r + 1}: sandbox (${load.isolation})`, load));
   ratios.throughput.push(rate(load) / rate(base));
-  ratios.p50.push(quantile(load.latencies, 0.5) / quantile(base.latencies, 0.5));
-  ratios.p99.push(quantile(load.latencies, 0.99) / quantile(base.latencies, 0.99));
+  ratios.p50.push(percentile(load.latencies, 0.5) / percentile(base.latencies, 0.5));
+  ratios.p99.push(percentile(load.latencies, 0.99) / percentile(base.latencies, 0.99));
   problems.push(...load.problems);
 }
 await model.close();
