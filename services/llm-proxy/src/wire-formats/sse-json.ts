@@ -8,9 +8,43 @@ export function isObject(value: unknown): value is Json {
   return value !== null && typeof value === "object" && !Array.isArray(value);
 }
 
-/** The last event parsed and what it parsed to: a stream's meter and its scrubber read each event in turn. */
-let lastEvent: string | undefined;
-let lastParsed: Json | undefined;
+const UNREAD = Symbol("unread");
+
+/**
+ * A reader that remembers the last event it read: a stream's meter and then
+ * its scrubber read each event in turn.
+ */
+export function rememberingLast<T>(read: (event: string) => T | undefined): {
+  read: (event: string) => T | undefined;
+  remember: (event: string, value: T) => void;
+} {
+  let lastEvent: string | undefined;
+  let last: T | undefined | typeof UNREAD = UNREAD;
+  return {
+    read(event) {
+      if (event === lastEvent && last !== UNREAD) return last;
+      const value = read(event);
+      lastEvent = event;
+      last = value;
+      return value;
+    },
+    remember(event, value) {
+      lastEvent = event;
+      last = value;
+    },
+  };
+}
+
+const parsedEvents = rememberingLast((event): Json | undefined => {
+  const data = sseData(event);
+  if (data === undefined) return undefined;
+  try {
+    const value: unknown = JSON.parse(data);
+    return isObject(value) ? value : undefined;
+  } catch {
+    return undefined;
+  }
+});
 
 /**
  * The event's data parsed, or undefined when it is not a JSON object. The
@@ -18,20 +52,7 @@ let lastParsed: Json | undefined;
  * never change it.
  */
 export function parseEvent(event: string): Json | undefined {
-  if (event === lastEvent) return lastParsed;
-  const data = sseData(event);
-  let parsed: Json | undefined;
-  if (data !== undefined) {
-    try {
-      const value: unknown = JSON.parse(data);
-      parsed = isObject(value) ? value : undefined;
-    } catch {
-      parsed = undefined;
-    }
-  }
-  lastEvent = event;
-  lastParsed = parsed;
-  return parsed;
+  return parsedEvents.read(event);
 }
 
 /**
@@ -40,8 +61,7 @@ export function parseEvent(event: string): Json | undefined {
  * rewrite's value with the rewrite. Never change `parsed` afterwards.
  */
 export function rememberParsed(event: string, parsed: Json): void {
-  lastEvent = event;
-  lastParsed = parsed;
+  parsedEvents.remember(event, parsed);
 }
 
 /** The event with its data replaced by `data` (one line), its other lines kept. */

@@ -9,6 +9,7 @@
 // reason, an error) is parsed, as every event was before. What an expression
 // accepts parses to exactly what its reader says: a test holds each to
 // JSON.parse, on the providers' events and on events cut and spliced at random.
+import { rememberingLast } from "./sse-json.js";
 
 /** Where a text's JSON string lies in its event. */
 interface TextPlace {
@@ -49,33 +50,6 @@ function placeOf(token: string, textStart: number): TextPlace {
 /** The event with `text` in place of the JSON string at `place`. */
 export function withTextAt(event: string, place: Pick<TextPlace, "textStart" | "textEnd">, text: string): string {
   return event.slice(0, place.textStart) + JSON.stringify(text) + event.slice(place.textEnd);
-}
-
-const UNREAD = Symbol("unread");
-
-/**
- * A reader that remembers the last event it read: a stream's meter and then
- * its scrubber read each event in turn.
- */
-function rememberingLast<T>(read: (event: string) => T | undefined): {
-  read: (event: string) => T | undefined;
-  remember: (event: string, value: T) => void;
-} {
-  let lastEvent: string | undefined;
-  let last: T | undefined | typeof UNREAD = UNREAD;
-  return {
-    read(event) {
-      if (event === lastEvent && last !== UNREAD) return last;
-      const value = read(event);
-      lastEvent = event;
-      last = value;
-      return value;
-    },
-    remember(event, value) {
-      lastEvent = event;
-      last = value;
-    },
-  };
 }
 
 // OpenAI Chat Completions
