@@ -154,7 +154,10 @@ class AnthropicStreamScrubber extends DeltaStreamScrubber {
       isObject(delta) &&
       typeof delta.type === "string"
     ) {
-      const field: string | undefined = ANTHROPIC_TEXT_FIELDS[delta.type as keyof typeof ANTHROPIC_TEXT_FIELDS];
+      // Own members only: a provider's `"type": "toString"` names no text field.
+      const field: string | undefined = Object.hasOwn(ANTHROPIC_TEXT_FIELDS, delta.type)
+        ? ANTHROPIC_TEXT_FIELDS[delta.type as keyof typeof ANTHROPIC_TEXT_FIELDS]
+        : undefined;
       const value = field ? delta[field] : undefined;
       if (field && typeof value === "string") {
         return this.delta({
