@@ -14,11 +14,22 @@
 // budget counts the bytes the process really holds. Each call's bytes are
 // given back at once when the call lets go of its bodies
 // (`CallBytes.release`).
+//
+// Requests may take three quarters of the process's budget, answers all of
+// it: the last quarter is kept for answers. A request body is held for as
+// long as its call lasts, so calls waiting on the provider (or bodies sent
+// slowly on purpose) could fill the whole budget, and the answers of those
+// very calls, which the provider has already billed, were then dropped. Now
+// a new request is refused first (503, retried by the SDKs, nothing spent)
+// and answers still find room.
 
 /** The budget that refused: which, how large, and the setting that raises it. */
 export interface BytesRefusal {
   scope: "session" | "process";
+  /** What the refused bytes could take: the budget, or for a request the process's budget less what is kept for answers. */
   limit: number;
+  /** For a request refused by the process's budget: the bytes of it kept for answers. */
+  keptForAnswers?: number;
   setting: "OZ0_MAX_SESSION_BYTES_IN_FLIGHT" | "OZ0_MAX_BYTES_IN_FLIGHT";
   /** True when the call alone needs more than the budget: it will never fit, however long the caller waits. */
   never: boolean;
@@ -64,19 +75,27 @@ export class BytesInFlight {
     return new CallBytes(this, session);
   }
 
+  /** Of the process's budget, what requests may not take: a quarter, kept for answers. */
+  get keptForAnswers(): number {
+    return Math.floor(this.limits.perProcess / 4);
+  }
+
   /**
    * @internal CallBytes' step: takes `session` bytes of the session's budget
    * and `process` bytes of the process's (a declared size is reserved in the
    * session's only), or says which budget refuses (taking nothing). `call`:
    * what the call already holds of each, to tell a call that can never fit.
+   * A request's bytes may not take what is kept for answers.
    */
   take(
     owner: string,
-    want: { session: number; process: number },
+    want: { session: number; process: number; request: boolean },
     call: { session: number; process: number },
   ): BytesRefusal | undefined {
     const sessionHeld = this.#bySession.get(owner) ?? 0;
-    const { perSession, perProcess } = this.limits;
+    const { perSession } = this.limits;
+    const kept = want.request ? this.keptForAnswers : 0;
+    const perProcess = this.limits.perProcess - kept;
     if (want.session > 0 && sessionHeld + want.session > perSession)
       return {
         scope: "session",
@@ -88,6 +107,7 @@ export class BytesInFlight {
       return {
         scope: "process",
         limit: perProcess,
+        ...(kept > 0 ? { keptForAnswers: kept } : {}),
         setting: "OZ0_MAX_BYTES_IN_FLIGHT",
         never: call.process + want.process > perProcess,
       };
@@ -128,7 +148,7 @@ export class CallBytes {
 
   /** Reserves a request's declared size in its session's budget, before a byte of it is read. */
   reserve(declared: number): BytesRefusal | undefined {
-    const refusal = this.#take({ session: declared, process: 0 });
+    const refusal = this.#take({ session: declared, process: 0, request: true });
     if (!refusal) this.#reserved += declared;
     return refusal;
   }
@@ -136,14 +156,14 @@ export class CallBytes {
   /** `bytes` more of the request's body arrived: the process's budget, and the session's past what was reserved. */
   arrived(bytes: number): BytesRefusal | undefined {
     const reserved = Math.min(bytes, this.#reserved);
-    const refusal = this.#take({ session: bytes - reserved, process: bytes });
+    const refusal = this.#take({ session: bytes - reserved, process: bytes, request: true });
     if (!refusal) this.#reserved -= reserved;
     return refusal;
   }
 
   /** Takes `bytes` more of an answer being read. */
   takeAnswer(bytes: number): BytesRefusal | undefined {
-    const refusal = this.#take({ session: bytes, process: bytes });
+    const refusal = this.#take({ session: bytes, process: bytes, request: false });
     if (!refusal) this.#answer += bytes;
     return refusal;
   }
@@ -172,7 +192,7 @@ export class CallBytes {
     this.#answer = 0;
   }
 
-  #take(want: { session: number; process: number }): BytesRefusal | undefined {
+  #take(want: { session: number; process: number; request: boolean }): BytesRefusal | undefined {
     const refusal = this.#budget.take(this.#session, want, this.#held);
     if (!refusal)
       this.#held = { session: this.#held.session + want.session, process: this.#held.process + want.process };
@@ -194,5 +214,9 @@ export function bytesRefusalMessage(refusal: BytesRefusal, what: string): string
     : refusal.scope === "session"
       ? "retry once the session's other calls end"
       : "retry shortly";
-  return `${what} would take the bytes ${whose} hold at once in the LLM proxy past its limit (${refusal.limit} bytes); ${wait}, or raise ${refusal.setting} on the LLM proxy`;
+  const limit =
+    refusal.keptForAnswers === undefined
+      ? `its limit (${refusal.limit} bytes)`
+      : `what requests may take (${refusal.limit} bytes; ${refusal.keptForAnswers} more are kept for answers)`;
+  return `${what} would take the bytes ${whose} hold at once in the LLM proxy past ${limit}; ${wait}, or raise ${refusal.setting} on the LLM proxy`;
 }

@@ -1,8 +1,10 @@
 // What one session can make the proxy hold at once: a real proxy on loopback
 // in front of the scripted model, whose answers to calls marked HOLD wait
 // until the test lets them go, so calls stay in flight with their bodies held.
-// Budgets here: 250 000 bytes a session, 450 000 for the process; requests of
-// 100 000 bytes, so two of a session's calls fit and a third does not.
+// Budgets here: 250 000 bytes a session, 450 000 for the process, of which
+// requests may take 337 500 (a quarter is kept for answers); requests of
+// 100 000 bytes, so two of a session's calls fit and a third does not, and
+// three calls of any sessions fit and a fourth does not.
 import assert from "node:assert/strict";
 import http from "node:http";
 import http2 from "node:http2";
@@ -14,6 +16,7 @@ import { startFixture, type ProxyFixture, type SessionEndpoint } from "./proxy-f
 const SESSION_LIMIT = 250_000;
 const PROCESS_LIMIT = 450_000;
 const BODY = 100_000;
+const REQUEST_ROOM = PROCESS_LIMIT - PROCESS_LIMIT / 4;
 
 /** Holds the scripted model's answers to calls whose conversation says HOLD until `release`. */
 class Gate {
@@ -22,9 +25,12 @@ class Gate {
   #watchers: { count: number; resolve: () => void }[] = [];
 
   readonly turn = (request: ScriptedRequest): ScriptedTurn | Promise<ScriptedTurn> => {
-    if (!JSON.stringify(request.body?.messages ?? request.body?.input ?? "").includes("HOLD")) return { text: "ok" };
+    const conversation = JSON.stringify(request.body?.messages ?? request.body?.input ?? "");
+    if (!conversation.includes("HOLD")) return { text: "ok" };
+    // HOLDBIG: an answer as large as a request.
+    const text = conversation.includes("HOLDBIG") ? "y".repeat(BODY) : "ok";
     return new Promise((resolve) => {
-      this.#waiting.push(() => resolve({ text: "ok" }));
+      this.#waiting.push(() => resolve({ text }));
       this.arrived += 1;
       for (const watcher of this.#watchers.filter((w) => this.arrived >= w.count)) watcher.resolve();
     });
@@ -58,12 +64,12 @@ function messagesBody(bytes: number, options: { hold?: boolean; stream?: boolean
   return shell("x".repeat(bytes - shell("").length));
 }
 
-/** An OpenAI Chat Completions body of exactly `bytes` bytes. */
-function chatBody(bytes: number, options: { hold?: boolean } = {}): string {
+/** An OpenAI Chat Completions body of exactly `bytes` bytes; `big` (with `hold`) asks for an answer as large. */
+function chatBody(bytes: number, options: { hold?: boolean; big?: boolean } = {}): string {
   const shell = (text: string) =>
     JSON.stringify({
       model: "gpt-test",
-      messages: [{ role: "user", content: `${options.hold ? "HOLD" : "PASS"}${text}` }],
+      messages: [{ role: "user", content: `${options.hold ? (options.big ? "HOLDBIG" : "HOLD") : "PASS"}${text}` }],
     });
   return shell("x".repeat(bytes - shell("").length));
 }
@@ -235,18 +241,23 @@ void describe("the proxy's budgets of bytes in flight", () => {
     await twoAnswered();
   });
 
-  void it("refuses any call 503 once all sessions together hold the process's budget, in the route's error shape", async () => {
+  void it("refuses any call 503 once all sessions' requests hold what requests may take, in the route's error shape", async () => {
     const [a, b, c] = [await fx.session(), await fx.session(), await fx.session()];
     const arrived = gate.arrived;
-    // 400 000 bytes held by two sessions, each within its own budget.
-    const held = [a, a, b, b].map((session) => call(session, chatBody(BODY, { hold: true }), { wire: "openai" }));
-    await gate.reached(arrived + 4);
+    // 300 000 bytes held by two sessions, each within its own budget.
+    const held = [a, a, b].map((session) => call(session, chatBody(BODY, { hold: true }), { wire: "openai" }));
+    await gate.reached(arrived + 3);
     const refused = await call(c, chatBody(BODY), { wire: "openai" });
     assert.equal(refused.status, 503, refused.text);
     assert.equal(refused.headers.get("retry-after"), "1");
     const { error } = JSON.parse(refused.text) as { error: { type: string; message: string } };
     assert.equal(error.type, "overloaded_error");
-    assert.match(error.message, new RegExp(`all sessions' calls .*\\(${PROCESS_LIMIT} bytes\\)`));
+    assert.match(
+      error.message,
+      new RegExp(
+        `all sessions' calls .* past what requests may take \\(${REQUEST_ROOM} bytes; ${PROCESS_LIMIT / 4} more are kept for answers\\)`,
+      ),
+    );
     assert.match(error.message, /OZ0_MAX_BYTES_IN_FLIGHT/);
     // A smaller call still fits beside them.
     const small = await call(c, chatBody(BODY / 4), { wire: "openai" });
@@ -254,8 +265,36 @@ void describe("the proxy's budgets of bytes in flight", () => {
     gate.release();
     assert.deepEqual(
       (await Promise.all(held)).map((answer) => answer.status),
-      [200, 200, 200, 200],
+      [200, 200, 200],
     );
+  });
+
+  void it("a paid answer finds room when requests hold all they may: the new request is refused, not the answer", async () => {
+    // Calls waiting on the provider hold their request bodies (as slow uploads would). Had requests been
+    // free to fill the whole budget, a fourth would have been taken, and then the answer the provider had
+    // already billed, dropped.
+    const [a, b, c] = [await fx.session(), await fx.session(), await fx.session()];
+    const arrived = gate.arrived;
+    const held = [
+      call(a, chatBody(BODY, { hold: true }), { wire: "openai" }),
+      call(a, chatBody(BODY, { hold: true }), { wire: "openai" }),
+      call(b, chatBody(BODY, { hold: true, big: true }), { wire: "openai" }),
+    ];
+    await gate.reached(arrived + 3);
+    const fourth = await Promise.race([
+      call(c, chatBody(BODY, { hold: true }), { wire: "openai" }).then((answer) => answer.status),
+      gate.reached(arrived + 4).then(() => "reached the model"),
+    ]);
+    assert.equal(fourth, 503, "the new request is refused before it costs anything");
+    gate.release();
+    const answers = await Promise.all(held);
+    assert.deepEqual(
+      answers.map((answer) => answer.status),
+      [200, 200, 200],
+      answers.map((answer) => answer.text.slice(0, 300)).join("\n"),
+    );
+    const big = JSON.parse(answers[2]!.text) as { choices: { message: { content: string } }[] };
+    assert.equal(big.choices[0]!.message.content.length, BODY, "the large answer came whole");
   });
 
   void it("a session that declares bodies it does not send holds back only its own calls, not other sessions'", async () => {
