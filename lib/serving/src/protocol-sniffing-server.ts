@@ -39,12 +39,6 @@ export interface SniffingServerOptions {
    * bidi-streaming RPCs), by path: HTTP/2 gives them no request timeout.
    */
   openEndedRequest?: (path: string) => boolean;
-  /**
-   * How long an HTTP/2 connection with no open stream is kept before the
-   * server asks its client to go away (a client opens a new one for its next
-   * call). Default 5 min.
-   */
-  idleTimeoutMs?: number;
 }
 
 export function createSniffingServer(handler: RequestHandler, options: SniffingServerOptions = {}): SniffingServer {
@@ -71,7 +65,6 @@ export function createSniffingServer(handler: RequestHandler, options: SniffingS
   h2.on("session", (session) => {
     sessions.add(session);
     session.on("close", () => sessions.delete(session));
-    closeWhenIdle(session, options.idleTimeoutMs ?? 300_000);
   });
 
   const tcp = net.createServer((socket) => {
@@ -148,23 +141,4 @@ function timeRequestBody(req: http2.Http2ServerRequest, res: http2.Http2ServerRe
     stream.close(http2.constants.NGHTTP2_CANCEL);
   }, timeoutMs).unref();
   stream.once("close", () => clearTimeout(timer));
-}
-
-/** Asks the client to go away once its connection has had no open stream for `idleMs`: idle connections are not held forever. */
-function closeWhenIdle(session: http2.ServerHttp2Session, idleMs: number): void {
-  let open = 0;
-  let idle: NodeJS.Timeout | undefined;
-  const arm = (): void => {
-    idle = setTimeout(() => session.close(), idleMs).unref();
-  };
-  arm();
-  session.on("stream", (stream: http2.ServerHttp2Stream) => {
-    open += 1;
-    clearTimeout(idle);
-    stream.once("close", () => {
-      open -= 1;
-      if (open === 0 && !session.closed) arm();
-    });
-  });
-  session.once("close", () => clearTimeout(idle));
 }

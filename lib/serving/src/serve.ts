@@ -69,8 +69,6 @@ export interface ServeOptions {
    * Default 120 s.
    */
   requestTimeoutMs?: number;
-  /** An HTTP/2 connection with no open stream for this long is asked to go away. Default 5 min. */
-  idleTimeoutMs?: number;
   /**
    * The largest request message an RPC may carry, decompressed, in bytes
    * (OZ0_MAX_MESSAGE_BYTES, message-size-limit.ts); a larger one is refused
@@ -155,7 +153,6 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   const server = createSniffingServer(guarded(handler as RequestHandler, logger), {
     ...(options.headersTimeoutMs ? { headersTimeoutMs: options.headersTimeoutMs } : {}),
     ...(options.requestTimeoutMs ? { requestTimeoutMs: options.requestTimeoutMs } : {}),
-    ...(options.idleTimeoutMs ? { idleTimeoutMs: options.idleTimeoutMs } : {}),
     openEndedRequest: (path) => openEnded.has(path),
   });
   const host = options.host ?? "127.0.0.1";

@@ -196,27 +196,3 @@ void test(
     }
   },
 );
-
-void test(
-  "an HTTP/2 connection left with no open stream is asked to go away, and its client's next call opens another",
-  { timeout: 60_000 },
-  async () => {
-    const { connect } = await import("node:http2");
-    const server = await serve({ name: "test", port: 0, services: [], auth, idleTimeoutMs: 300 });
-    try {
-      const session = connect(server.url);
-      session.on("error", () => undefined);
-      const goaway = new Promise<number>((resolve) => session.once("goaway", (code: number) => resolve(code)));
-      // Nothing is asked on it: the server ends it.
-      assert.equal(await goaway, 0, "a graceful GOAWAY (NO_ERROR)");
-      session.close();
-      const grpc = createClient(Health, createGrpcTransport({ baseUrl: server.url }));
-      assert.equal((await grpc.check({ service: "liveness" })).status, ServingStatus.SERVING);
-      await new Promise((r) => setTimeout(r, 600));
-      // The transport's connection went away meanwhile; the call is served on a new one.
-      assert.equal((await grpc.check({ service: "liveness" })).status, ServingStatus.SERVING);
-    } finally {
-      await server.close({ graceMs: 100 });
-    }
-  },
-);
