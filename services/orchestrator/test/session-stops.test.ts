@@ -9,6 +9,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
 import type { JobRunner } from "../src/jobs/job-runner.js";
 import { PluginRegistry } from "../src/plugins/plugin-registry.js";
 import type { JobRecord } from "../src/store/job-store.js";
@@ -17,23 +18,27 @@ import { HostileSandbox } from "./support/hostile-sandbox.js";
 import { endedJob, inProcessJobRunner } from "./support/in-process-runner.js";
 import { commitAll, eventually, startTestStack, type TestStack } from "./support/test-stack.js";
 
+const rogueHarness = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "hooks", "rogue-harness.mjs");
+
 const home = mkdtempSync(path.join(os.tmpdir(), "oz0-session-stops-"));
 const repo = mkdtempSync(path.join(os.tmpdir(), "oz0-endless-repo-"));
 
 let t: TestStack;
 let stubborn: HostileSandbox;
 let stubbornUrl: string;
+let silent: HostileSandbox;
+let silentUrl: string;
 let store: SqliteJobStore;
 const runners = new Set<JobRunner>();
 
 /** The orchestrator's clocks, short: a minute past the deadline and 30 s after asking would make a slow test. */
-function jobRunner(): JobRunner {
+function jobRunner(sandboxUrl = stubbornUrl): JobRunner {
   const runner = inProcessJobRunner({
     stack: t,
     store,
     home,
     name: "orchestrator-session-stops",
-    sandboxUrl: stubbornUrl,
+    sandboxUrl,
     overdueAfterMs: 300,
     stopWaitMs: 700,
   });
@@ -67,6 +72,8 @@ before(async () => {
   t = await startTestStack({ pick: () => ({ text: "still here" }) });
   stubborn = new HostileSandbox({ ignoreCancel: true });
   stubbornUrl = await stubborn.listen();
+  silent = new HostileSandbox({ ignoreCancel: "unanswered" });
+  silentUrl = await silent.listen();
   store = new SqliteJobStore({ file: path.join(home, "orchestrator.db") });
   mkdirSync(path.join(repo, "agents"));
   mkdirSync(path.join(repo, "prompts"));
@@ -75,12 +82,16 @@ before(async () => {
   const endless = `console.log(JSON.stringify({ started: { harnessName: "endless" } })); setInterval(() => {}, 1000)`;
   writeFileSync(
     path.join(repo, "oz0-plugin.yaml"),
-    `name: endless\nversion: 0.1.0\nharnesses:\n  - name: endless\n    command: ["node", "-e", '${endless}']\nagents:\n  - agents/timed.yaml\n  - agents/untimed.yaml\n`,
+    `name: endless\nversion: 0.1.0\nharnesses:\n  - name: endless\n    command: ["node", "-e", '${endless}']\n  - name: rogue\n    command: ["node", "${rogueHarness}"]\n    permissions: true\n    tools: [run_command]\nagents:\n  - agents/timed.yaml\n  - agents/untimed.yaml\n  - agents/rogue.yaml\n`,
   );
   const agent = (name: string, limits: string): string =>
     `name: ${name}\nruntime: harness:endless\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/p.md\n${limits}`;
   writeFileSync(path.join(repo, "agents", "timed.yaml"), agent("timed", "limits:\n  timeout: 1s\n"));
   writeFileSync(path.join(repo, "agents", "untimed.yaml"), agent("untimed", ""));
+  writeFileSync(
+    path.join(repo, "agents", "rogue.yaml"),
+    agent("rogue", "harness:\n  tools: [run_command]\n").replace("harness:endless", "harness:rogue"),
+  );
   await commitAll(repo, "plugin");
   await new PluginRegistry({ store, home }).install({ source: repo });
 });
@@ -88,6 +99,7 @@ before(async () => {
 after(async () => {
   for (const runner of runners) await runner.close();
   await stubborn?.close();
+  await silent?.close();
   await store?.close();
   await t?.close();
   rmSync(home, { recursive: true, force: true });
@@ -131,10 +143,42 @@ void test("after an orchestrator restart, the deadline is watched again from the
   await eventually(async () => (await store.getJob(job.id))?.startedAt, "the session started");
   // Gone before its clocks run out: only the next orchestrator can end the job.
   await closeRunner(first);
+  assert.equal(stubborn.cancelRequested(job.sessionId), undefined, "the first orchestrator asked nothing of the node");
+  assert.equal((await store.getJob(job.id))?.error, "", "nor stored a reason to stop");
   const second = jobRunner();
   assert.equal(await second.resumeAll(), 1);
   const done = await ended(job.id);
   assert.equal(done.state, "failed");
   assert.match(done.error ?? "", overdue);
   await closeRunner(second);
+});
+
+void test("a harness that ran a tool without asking, behind a node that lets it run on: the job fails with the rule it broke", async () => {
+  const runner = jobRunner();
+  const job = await runner.runAgent({ agent: "rogue", input: "unasked" });
+  const done = await ended(job.id);
+  assert.equal(done.state, "failed");
+  assert.equal(
+    done.error,
+    "policy bypass: harness rogue ran tool call call_rogue without asking permission first (rule: every tool call asks first); the job was stopped; its sandbox node did not end the session within 1s of being asked to, so the job was ended without it",
+  );
+  assert.ok(stubborn.running(job.sessionId), "the node let the harness run on");
+  assert.equal(await modelCall(job.sessionId), 401);
+  await closeRunner(runner);
+});
+
+void test("a node that never answers the cancel holds neither the job, nor the cancel, nor the orchestrator's shutdown", async () => {
+  const runner = jobRunner(silentUrl);
+  const job = await runner.runAgent({ agent: "untimed", input: "run on" });
+  await eventually(async () => (await store.getJob(job.id))?.state === "running" || undefined, "the job runs");
+  const cancelling = runner.cancel({ jobId: job.id, reason: "not needed any more" }).then(
+    () => "answered",
+    (error: unknown) => String(error),
+  );
+  const done = await ended(job.id);
+  assert.equal(done.state, "cancelled");
+  assert.equal(done.error, "not needed any more");
+  // The call to the node gives up on its own (the job ended long before).
+  assert.match(await cancelling, /deadline_exceeded/);
+  await closeRunner(runner);
 });

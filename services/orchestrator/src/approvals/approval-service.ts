@@ -422,7 +422,8 @@ export class ApprovalService {
   /**
    * "Every tool call asks first", checked: a harness that declares
    * permissions must have asked, and been allowed, before any result. The
-   * rule the result broke, once per job (the job then fails with it); else undefined.
+   * rule the result broke (the job then fails with it); else undefined. It
+   * changes nothing: the caller stores the rule, then acts on it.
    */
   async audit(jobId: string, active: ActiveJob, result: ToolResultSeen): Promise<string | undefined> {
     if (passesAuditUnread(active, result)) return undefined;
@@ -430,11 +431,7 @@ export class ApprovalService {
     const permission = (await this.#o.store.listPermissions({ jobId })).find(
       (p) => (p.callId !== "" && p.callId === result.callId) || p.id === result.callId,
     );
-    const violation = toolResultViolation({ result, permission, harness: active.agent.harness.manifest.name });
-    if (!violation) return undefined;
-    active.violation = violation;
-    this.#o.logger.warn({ jobId, callId: result.callId }, violation);
-    return violation;
+    return toolResultViolation({ result, permission, harness: active.agent.harness.manifest.name });
   }
 
   /** Stop timing a job's calls: another replica works on it now. */

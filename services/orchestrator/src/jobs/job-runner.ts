@@ -395,7 +395,8 @@ export class JobRunner {
       // Stored with the seq that passes it: a restart or a takeover after this point re-attaches
       // past `exited` and must fail the job alike (jobEnding reads it back). A cancel keeps its reason.
       const job = await this.#o.store.getJob(jobId);
-      if (job && !job.cancelRequestedAt) patch.error = message.failure!;
+      // An error stored first (a cancel's reason, a rule the harness broke) stays the job's.
+      if (job && !job.cancelRequestedAt && !job.error) patch.error = message.failure!;
       await this.#o.store.updateJob(jobId, patch);
       return;
     }
@@ -428,20 +429,26 @@ export class JobRunner {
       }
       case "toolResult": {
         let violation: string | undefined;
+        let job: JobRecord | undefined;
         try {
           violation = await this.#approvals.audit(jobId, active, e.value);
+          job = violation ? await this.#o.store.getJob(jobId) : undefined;
+          // The rule it broke is stored with the seq that passes it, in one transaction: a restart or a takeover
+          // re-attaches past the result and must still fail the job. An error stored first (a cancel's reason,
+          // a rule broken before) stays the job's.
+          await this.#append(jobId, [{ time: event.time, event: e }], {
+            job: violation ? { ...patch, error: job?.error || violation } : patch,
+          });
         } catch (error) {
           // Nothing is stored: the re-attach delivers the result again, and it is audited then.
           active.sandboxSeq = heard;
           throw error;
         }
-        // The rule it broke is stored with the seq that passes it, in one transaction: a restart or a takeover
-        // re-attaches past the result and must still fail the job.
-        await this.#append(jobId, [{ time: event.time, event: e }], {
-          job: violation ? { ...patch, error: violation } : patch,
-        });
-        const job = violation ? await this.#o.store.getJob(jobId) : undefined;
-        if (job) this.#cancelSession(job, active, violation!);
+        if (violation && job) {
+          active.violation ??= violation;
+          this.#o.logger.warn({ jobId, sessionId: job.sessionId, callId: e.value.callId }, violation);
+          this.#cancelSession(job, active, violation);
+        }
         return;
       }
       case "permissionRequest": {
@@ -496,7 +503,7 @@ export class JobRunner {
     // Stored as a failed session's error is: a restart or a takeover re-attaches past what broke the rule
     // and would not see it again, so the job fails alike whatever the session does next (a node may let it
     // run on).
-    await this.#o.store.updateJob(job.id, { ...patch, error: active.violation });
+    await this.#o.store.updateJob(job.id, { ...patch, error: job.error || active.violation });
     this.#cancelSession(job, active, active.violation);
   }
 
@@ -505,8 +512,7 @@ export class JobRunner {
    * job ends without it if the session runs on (session-stops.ts).
    */
   #cancelSession(job: JobRecord, active: ActiveJob, reason: string): void {
-    if (!active.sandbox) return;
-    this.#active.track(active.sandbox.cancel({ sessionId: job.sessionId, reason }));
+    if (active.sandbox) this.#active.track(active.sandbox.cancel({ sessionId: job.sessionId, reason }));
     this.#stops.askedToStop(job.id, reason);
   }
 

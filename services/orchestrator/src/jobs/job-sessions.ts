@@ -118,7 +118,6 @@ export class JobSessions {
     }
     const timeoutMs = definition.limits?.timeout ? parseDuration(definition.limits.timeout) : 0;
     const deadline = timeoutMs > 0 ? new Date(Date.now() + timeoutMs) : undefined;
-    if (deadline) this.#o.stops.watchDeadline(job.id, deadline, definition.limits!.timeout!);
     const start = agentSessionStart({
       sessionId: job.sessionId,
       jobId: job.id,
@@ -134,7 +133,13 @@ export class JobSessions {
     const end = await this.#driver.start({
       ...this.#following(job, active),
       // The token's id is stored with the session's node (or, when every node is full, with the wait): one write.
-      place: this.#placing(job, active, token.tokenId),
+      // Its deadline is watched once it has a node: a job waiting for room has no session to stop yet.
+      place: this.#placing(job, active, {
+        minted: token.tokenId,
+        ...(deadline
+          ? { placed: () => this.#o.stops.watchDeadline(job.id, deadline, definition.limits!.timeout!) }
+          : {}),
+      }),
       start: (sandbox) => sandbox.start(start),
     });
     await this.#ended(job.id, active, end);
@@ -283,9 +288,10 @@ export class JobSessions {
    * the first of these writes (issue 24: it was a write of its own); the job
    * is read back by it, so a cancel or an end that came meanwhile stops the
    * start there, and the first check before placing reads nothing.
+   * `placed`: called when the session has its node and is to start there.
    */
-  #placing(job: JobRecord, active: ActiveJob, minted: string): PlaceOptions {
-    let tokenId: string | undefined = minted;
+  #placing(job: JobRecord, active: ActiveJob, o: { minted: string; placed?: () => void }): PlaceOptions {
+    let tokenId: string | undefined = o.minted;
     let checked = true;
     const withToken = (): JobPatch => {
       const patch = tokenId !== undefined ? { tokenId } : {};
@@ -332,7 +338,10 @@ export class JobSessions {
       placed: async (sandbox) => {
         const patch = withToken();
         const current = await this.#o.store.updateJob(job.id, { ...patch, sandboxUrl: sandbox.url });
-        if (current.cancelRequestedAt === undefined && !isTerminal(current.state)) return true;
+        if (current.cancelRequestedAt === undefined && !isTerminal(current.state)) {
+          o.placed?.();
+          return true;
+        }
         // Ended while its token was minted (a cancel): that end revoked no token, none was stored yet.
         if (isTerminal(current.state)) await revokeMinted(patch.tokenId);
         return false;

@@ -34,6 +34,8 @@ export class SessionStops {
   readonly #o: SessionStopsOptions;
   readonly #overdue = new Map<string, NodeJS.Timeout>();
   readonly #waits = new Map<string, NodeJS.Timeout>();
+  /** Closed with its process's job runner: work still under way starts no clock. */
+  #closed = false;
 
   constructor(options: SessionStopsOptions) {
     this.#o = options;
@@ -41,6 +43,7 @@ export class SessionStops {
 
   /** The job's session must have ended by `deadline` (from `limits.timeout`, named in what the job says). */
   watchDeadline(jobId: string, deadline: Date, timeout: string): void {
+    if (this.#closed) return;
     clearTimeout(this.#overdue.get(jobId));
     const overdueAfterMs = this.#o.overdueAfterMs ?? DEFAULT_OVERDUE_AFTER_MS;
     const reason = `the session ran past its deadline (limits.timeout ${timeout}) and its sandbox node had not ended it ${Math.round(overdueAfterMs / 1000)}s later; the orchestrator stopped it`;
@@ -59,7 +62,7 @@ export class SessionStops {
 
   /** The job's node was asked to stop its session: unless the job ends first, it ends without the node. Once per job. */
   askedToStop(jobId: string, reason: string): void {
-    if (this.#waits.has(jobId)) return;
+    if (this.#closed || this.#waits.has(jobId)) return;
     const waitMs = this.#o.stopWaitMs ?? DEFAULT_STOP_WAIT_MS;
     const failure = `${reason}; its sandbox node did not end the session within ${Math.round(waitMs / 1000)}s of being asked to, so the job was ended without it`;
     this.#waits.set(
@@ -80,6 +83,7 @@ export class SessionStops {
   }
 
   close(): void {
+    this.#closed = true;
     for (const jobId of [...this.#overdue.keys(), ...this.#waits.keys()]) this.forget(jobId);
   }
 }

@@ -165,6 +165,9 @@ class SandboxChannel implements SessionChannel {
   }
 }
 
+/** How long a node has to answer a CancelSession. */
+const CANCEL_TIMEOUT_MS = 10_000;
+
 export class SandboxClient implements SessionRunner {
   readonly url: string;
   readonly #client: Client<typeof SandboxService>;
@@ -210,7 +213,12 @@ export class SandboxClient implements SessionRunner {
 
   async cancel(options: { sessionId: string; reason: string }): Promise<void> {
     try {
-      await this.#client.cancelSession({ sessionId: options.sessionId, reason: options.reason });
+      // A node that never answers holds neither the caller (a CancelJob, the orchestrator's shutdown) nor the job:
+      // the job ends without it anyway (jobs/session-stops.ts).
+      await this.#client.cancelSession(
+        { sessionId: options.sessionId, reason: options.reason },
+        { timeoutMs: CANCEL_TIMEOUT_MS },
+      );
     } catch (error) {
       if (ConnectError.from(error).code === Code.NotFound) throw new SessionNotFoundError(options.sessionId);
       throw error;

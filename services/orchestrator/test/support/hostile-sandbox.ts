@@ -5,7 +5,7 @@
 // and the job's store). Sessions keep their messages, so a re-attach (an
 // orchestrator that restarted) reads them from its sequence number, as from
 // the real sandbox. With `ignoreCancel` it also lets its harness run on when
-// asked to stop it.
+// asked to stop it; with `ignoreCancel: "unanswered"` it never even answers.
 import { spawn, type ChildProcess } from "node:child_process";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
@@ -47,9 +47,9 @@ interface HostileSession {
 
 export class HostileSandbox {
   readonly #sessions = new Map<string, HostileSession>();
-  readonly #ignoreCancel: boolean;
+  readonly #ignoreCancel: boolean | "unanswered";
 
-  constructor(options: { ignoreCancel?: boolean } = {}) {
+  constructor(options: { ignoreCancel?: boolean | "unanswered" } = {}) {
     this.#ignoreCancel = options.ignoreCancel ?? false;
   }
 
@@ -59,7 +59,13 @@ export class HostileSandbox {
         router.service(SandboxService, {
           runSession: (requests) => this.#runSession(requests),
           listSessions: () => ({ sessions: [], maxSessions: 100 }),
-          cancelSession: (request) => ({ cancelled: this.#cancel(request.sessionId, request.reason) }),
+          cancelSession: async (request, context) => {
+            const cancelled = this.#cancel(request.sessionId, request.reason);
+            // Held until the caller gives up.
+            if (this.#ignoreCancel === "unanswered")
+              await new Promise((resolve) => context.signal.addEventListener("abort", resolve));
+            return { cancelled };
+          },
         }),
     }),
   );
