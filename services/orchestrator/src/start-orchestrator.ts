@@ -300,6 +300,18 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       runner
         .deliverUndelivered()
         .catch((error: unknown) => logger.warn({ err: error }, "could not deliver answers missed while disconnected"));
+      runner
+        .heedStoredCancels()
+        .catch((error: unknown) =>
+          logger.warn({ err: error }, "could not check for cancels missed while disconnected"),
+        );
+    },
+    onCancelRequested: (cancel) => {
+      runner
+        .heedCancel(cancel.jobId)
+        .catch((error: unknown) =>
+          logger.warn({ err: error, jobId: cancel.jobId }, "could not stop the session of a job cancelled elsewhere"),
+        );
     },
   });
   if (registered) runner.watchNodes({ intervalMs: 1_000 });

@@ -4,7 +4,8 @@
 // sweep at once and each orphaned resource is resumed by exactly one of them;
 // the dead replica's late writes are refused, but an answer taken at a
 // replica that lost the lease before it noticed still lands; an approval
-// answered at one replica reaches the replica owning the job.
+// answered at one replica reaches the replica owning the job, and so does a
+// cancel.
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -34,6 +35,8 @@ interface Replica {
   cluster: PostgresCluster;
   resumed: Lease[];
   answers: ApprovalAnswered[];
+  /** Jobs this replica owns that were cancelled (at any replica). */
+  cancels: string[];
 }
 
 void describe("orchestrator replicas sharing PostgreSQL", () => {
@@ -47,6 +50,7 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     let failures = options.failTakeOvers ?? 0;
     const resumed: Lease[] = [];
     const answers: ApprovalAnswered[] = [];
+    const cancels: string[] = [];
     // Sweeping is driven by the test (sweepOnce) so the race between survivors is explicit.
     const cluster = await openPostgresCluster({
       connectionString,
@@ -67,8 +71,11 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
         // Only the owner acts on an answer; the others hear it and ignore it.
         if (cluster.jobs.owns(answer.jobId)) answers.push(answer);
       },
+      onCancelRequested: (cancel) => {
+        if (cluster.jobs.owns(cancel.jobId)) cancels.push(cancel.jobId);
+      },
     });
-    const r = { cluster, resumed, answers };
+    const r = { cluster, resumed, answers, cancels };
     replicas.push(r);
     return r;
   }
@@ -264,6 +271,23 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
       [[ownedByTwo.resource, "perm-1"]],
     );
     assert.deepEqual(one!.answers, [], "a replica not owning the job ignores the answer");
+  });
+
+  void it("brings a cancel taken at any replica to the replica that owns the job", async () => {
+    const one = replicas.find((r) => r.cluster.leases.owner === "orch-1")!;
+    const two = replicas.find((r) => r.cluster.leases.owner === "orch-2")!;
+    await two.cluster.jobs.claim("job-cancelled");
+    await two.cluster.store.createJob(job("job-cancelled"));
+    // A person cancels at replica one, which does not own the job: its write is a bystander's.
+    await asBystander(() =>
+      one.cluster.store.append({
+        jobId: "job-cancelled",
+        events: [],
+        job: { cancelRequestedAt: new Date(), error: "not needed" },
+      }),
+    );
+    await eventually(async () => (two.cancels.includes("job-cancelled") ? true : undefined));
+    assert.ok(!one.cancels.includes("job-cancelled"), "a replica not owning the job ignores the cancel");
   });
 
   void it("carries a job's events appended at its owner to watchers at another replica, each once and in order", async () => {

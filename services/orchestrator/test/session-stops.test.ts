@@ -182,3 +182,21 @@ void test("a node that never answers the cancel holds neither the job, nor the c
   assert.match(await cancelling, /deadline_exceeded/);
   await closeRunner(runner);
 });
+
+void test("a cancel stored at another replica: the replica following the job asks its node, and ends the job without it", async () => {
+  const runner = jobRunner();
+  const job = await runner.runAgent({ agent: "untimed", input: "run on" });
+  await eventually(async () => (await store.getJob(job.id))?.state === "running" || undefined, "the job runs");
+  // What the replica a person asked writes (on PostgreSQL its notice then reaches this one: leases-cluster.test.ts).
+  await store.append({
+    jobId: job.id,
+    events: [],
+    job: { cancelRequestedAt: new Date(), error: "cancelled elsewhere" },
+  });
+  await runner.heedCancel(job.id);
+  assert.equal(await eventually(async () => stubborn.cancelRequested(job.sessionId)), "cancelled elsewhere");
+  const done = await ended(job.id);
+  assert.equal(done.state, "cancelled");
+  assert.equal(done.error, "cancelled elsewhere");
+  await closeRunner(runner);
+});

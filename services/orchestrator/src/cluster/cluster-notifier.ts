@@ -6,6 +6,9 @@
 // - A job's events appended at one replica (its owner) reach watchers at
 //   every replica: the store publishes `appended` with the job's last seq,
 //   and each replica's JobFeed reads the new events from the store.
+// - A job cancelled at any replica stops, even behind a node that lets its
+//   session run on: the store publishes `cancelRequested`, and the replica
+//   owning the job starts its wait for the session's end (session-stops.ts).
 // NOTIFY is delivered only to connected listeners and only on commit, so it
 // is a wake-up, not the record: the rows are the record, and a replica that
 // (re)connects or takes a job over reads undelivered answers from the store
@@ -28,7 +31,15 @@ export interface EventsAppended {
   seq: number;
 }
 
-type Notice = ({ kind: "answered" } & ApprovalAnswered) | ({ kind: "appended" } & EventsAppended);
+/** A cancel of the job is stored. */
+export interface CancelRequested {
+  jobId: string;
+}
+
+type Notice =
+  | ({ kind: "answered" } & ApprovalAnswered)
+  | ({ kind: "appended" } & EventsAppended)
+  | ({ kind: "cancelRequested" } & CancelRequested);
 
 export interface ClusterNotifierOptions {
   connectionString: string;
@@ -48,6 +59,7 @@ export class ClusterNotifier {
   readonly channel: string;
   readonly #answered = new Set<(answer: ApprovalAnswered) => void>();
   readonly #appended = new Set<(appended: EventsAppended) => void>();
+  readonly #cancelled = new Set<(cancel: CancelRequested) => void>();
   readonly #listener: NotificationListener;
 
   constructor(options: ClusterNotifierOptions) {
@@ -80,6 +92,11 @@ export class ClusterNotifier {
     await this.#notify(db, { kind: "appended", jobId: appended.jobId, fromSeq: appended.fromSeq, seq: appended.seq });
   }
 
+  /** Publishes that a cancel of the job is stored; pass the cancelling transaction's client. */
+  async publishCancelRequested(db: SqlClient, cancel: CancelRequested): Promise<void> {
+    await this.#notify(db, { kind: "cancelRequested", jobId: cancel.jobId });
+  }
+
   async #notify(db: SqlClient, notice: Notice): Promise<void> {
     // pg_notify takes the channel as a parameter, unlike the NOTIFY statement.
     await db.query("SELECT pg_notify($1, $2)", [this.channel, JSON.stringify(notice)]);
@@ -97,6 +114,12 @@ export class ClusterNotifier {
     return () => this.#appended.delete(handler);
   }
 
+  /** Calls `handler` whenever any replica stored a job's cancel. Returns the unsubscribe. */
+  subscribeCancelRequested(handler: (cancel: CancelRequested) => void): () => void {
+    this.#cancelled.add(handler);
+    return () => this.#cancelled.delete(handler);
+  }
+
   /** Opens the dedicated listening connection and keeps it open (reconnecting) until `close()`. */
   async listen(): Promise<void> {
     await this.#listener.start();
@@ -112,6 +135,8 @@ export class ClusterNotifier {
     }
     if (notice.kind === "appended") {
       for (const handler of this.#appended) handler({ jobId: notice.jobId, fromSeq: notice.fromSeq, seq: notice.seq });
+    } else if (notice.kind === "cancelRequested") {
+      for (const handler of this.#cancelled) handler({ jobId: notice.jobId });
     } else {
       for (const handler of this.#answered)
         handler({ jobId: notice.jobId, permissionId: notice.permissionId, status: notice.status });
@@ -121,6 +146,7 @@ export class ClusterNotifier {
   async close(): Promise<void> {
     this.#answered.clear();
     this.#appended.clear();
+    this.#cancelled.clear();
     await this.#listener.close();
   }
 }

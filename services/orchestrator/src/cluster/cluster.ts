@@ -10,7 +10,7 @@
 // engine could take the seam over (docs/architecture.md, "Past one machine").
 import type { GraphStoreSharing } from "../store/graph-store.js";
 import type { JobStore } from "../store/job-store.js";
-import type { ApprovalAnswered, EventsAppended } from "./cluster-notifier.js";
+import type { ApprovalAnswered, CancelRequested, EventsAppended } from "./cluster-notifier.js";
 import { soleOwnership, type JobOwnership } from "./job-ownership.js";
 import type { Lease } from "./lease-manager.js";
 import type { SandboxNodeRegistry } from "./sandbox-node-registry.js";
@@ -27,6 +27,8 @@ export interface ClusterHandlers {
   onApprovalAnswered: (answer: ApprovalAnswered) => void;
   /** Listening resumed after the connection was lost: re-read undelivered answers of the jobs this replica owns. */
   onApprovalsReconnected?: () => void;
+  /** A job was cancelled at some replica; when this replica owns it, make sure its session stops. */
+  onCancelRequested?: (cancel: CancelRequested) => void;
 }
 
 export interface Cluster {

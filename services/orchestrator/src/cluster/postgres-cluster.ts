@@ -121,6 +121,7 @@ export async function openPostgresCluster(options: PostgresClusterOptions): Prom
       started = true;
       Object.assign(handlers, given);
       notifier.subscribe(given.onApprovalAnswered);
+      if (given.onCancelRequested) notifier.subscribeCancelRequested(given.onCancelRequested);
       await notifier.listen();
       leases.startRenewing({
         onLost: (lease) => {

@@ -231,6 +231,24 @@ export class JobRunner {
     return this.#approvals.deliverAnswer(answer);
   }
 
+  /**
+   * A cancel stored at another replica (the one a person asked): when this replica follows the job, its session
+   * is asked to stop and the wait for its end starts here, as if cancelled here (session-stops.ts). The replica
+   * that took the cancel told the node too, but only the owner can end the job if the node lets the session run on.
+   */
+  async heedCancel(jobId: string): Promise<void> {
+    const active = this.#active.get(jobId);
+    if (!active || !this.#ownership.owns(jobId) || this.#stops.asked(jobId)) return;
+    const job = await this.#o.store.getJob(jobId);
+    if (!job?.cancelRequestedAt || isTerminal(job.state)) return;
+    this.#cancelSession(job, active, job.error || "cancelled by request");
+  }
+
+  /** heedCancel for every job this replica follows (notices may have been missed). */
+  async heedStoredCancels(): Promise<void> {
+    for (const jobId of this.#active.ids()) await this.heedCancel(jobId);
+  }
+
   /** Deliver every decided, undelivered answer of the jobs this replica works on (notices may have been missed). */
   deliverUndelivered(): Promise<void> {
     return this.#approvals.deliverUndelivered();

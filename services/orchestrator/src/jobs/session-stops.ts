@@ -74,6 +74,11 @@ export class SessionStops {
     );
   }
 
+  /** Whether the job's node was asked to stop its session and the wait for its end runs. */
+  asked(jobId: string): boolean {
+    return this.#waits.has(jobId);
+  }
+
   /** The job ended, or this process no longer follows it. */
   forget(jobId: string): void {
     clearTimeout(this.#overdue.get(jobId));

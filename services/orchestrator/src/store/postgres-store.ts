@@ -136,6 +136,11 @@ export class PostgresJobStore extends SqlJobStore {
     });
   }
 
+  // The replica that owns the job makes sure its session stops when this commits (session-stops.ts).
+  protected override async afterCancelRequested(trx: Trx, jobId: string): Promise<void> {
+    await this.#shared.notifier?.publishCancelRequested(transactionClient(trx), { jobId });
+  }
+
   // Watchers at other replicas read the new events when this commits (job-feed.ts).
   protected override async afterAppend(trx: Trx, jobId: string, fromSeq: number, seq: number): Promise<void> {
     await this.#shared.notifier?.publishAppended(transactionClient(trx), { jobId, fromSeq, seq });

@@ -183,6 +183,8 @@ export class SqlJobStore implements JobStore {
   protected async afterDecision(_trx: Trx, _permission: PermissionRecord): Promise<void> {}
   /** After a job's events `fromSeq`..`seq` are stored, in their transaction. */
   protected async afterAppend(_trx: Trx, _jobId: string, _fromSeq: number, _seq: number): Promise<void> {}
+  /** After a cancel of the job is stored (its `cancelRequestedAt`), in its transaction. */
+  protected async afterCancelRequested(_trx: Trx, _jobId: string): Promise<void> {}
   /** First in a publish's transaction, keyed by kind and name. */
   protected versionLock: ((trx: Trx, key: string) => Promise<void>) | undefined = undefined;
 
@@ -311,9 +313,11 @@ export class SqlJobStore implements JobStore {
   }
 
   async updateJob(id: string, patch: JobPatch): Promise<JobRecord> {
-    return this.#jobWrite(id, (trx) =>
-      this.#updateJob(trx, id, { ...patch, updatedAt: patch.updatedAt ?? new Date() }),
-    );
+    return this.#jobWrite(id, async (trx) => {
+      const updated = await this.#updateJob(trx, id, { ...patch, updatedAt: patch.updatedAt ?? new Date() });
+      if (patch.cancelRequestedAt) await this.afterCancelRequested(trx, id);
+      return updated;
+    });
   }
 
   /** `write` in a transaction that first passes beforeJobWrite (a fence, on PostgreSQL). */
@@ -348,6 +352,7 @@ export class SqlJobStore implements JobStore {
       await this.#keepLifecycle(trx, change.lifecycle ?? []);
       if (change.stderr) await this.#appendStderr(trx, jobId, change.stderr);
       if (stored.length > 0) await this.afterAppend(trx, jobId, seq - stored.length + 1, seq);
+      if (change.job?.cancelRequestedAt) await this.afterCancelRequested(trx, jobId);
       return stored;
     });
   }
