@@ -10,7 +10,8 @@
 //   session's token and frees its slot (job-runner.ts), so a harness left
 //   running there reaches no model.
 // Both clocks are this process's: a restart or a takeover arms them again
-// from what the store says (job-sessions.ts).
+// from what the store says (job-sessions.ts), and a cancel stored at another
+// replica starts the wait at the one that owns the job (JobRunner.heedCancel).
 
 /** The sandbox stops a harness within its grace after the deadline (10 s by default): a minute is well past that. */
 export const DEFAULT_OVERDUE_AFTER_MS = 60_000;
