@@ -1,14 +1,18 @@
 // @oz0/serving/testing: credentials for tests that start the suite's
 // services in-process or as processes, and clients that present the right one
 // for each method (a service's credential where the access table names
-// services, the owner's where it names a role).
+// services, the owner's where it names a role); a logger whose lines a test
+// reads back.
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { Writable } from "node:stream";
 import type { Interceptor } from "@connectrpc/connect";
 import { exportJWK, generateKeyPair, SignJWT, type JWK } from "jose";
+import { pino } from "pino";
 import { ACCESS_TABLE } from "./auth/access-table.js";
 import { credentialDigest, type AuthSettings } from "./auth/authenticator.js";
 import type { ServiceName } from "./auth/principal.js";
+import type { Logger } from "./logger.js";
 import {
   generateStackCredentials,
   newCredential,
@@ -103,4 +107,19 @@ export async function startTestOidcIssuer(): Promise<TestOidcIssuer> {
         .sign(options.key === "stranger" ? stranger.privateKey : own.privateKey),
     close: () => new Promise((resolve) => server.close(() => resolve())),
   };
+}
+
+/** A log line as a test reads it back. */
+export type CapturedLogLine = Record<string, unknown> & { code?: string; msg?: string };
+
+/** A logger whose lines (warn and above) a test reads back, parsed, in `lines`. */
+export function capturingLogger(): { lines: CapturedLogLine[]; logger: Logger } {
+  const lines: CapturedLogLine[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const text of chunk.toString().split("\n").filter(Boolean)) lines.push(JSON.parse(text) as CapturedLogLine);
+      done();
+    },
+  });
+  return { lines, logger: pino({ level: "warn" }, stream) };
 }

@@ -4,31 +4,16 @@
 // they send the log gets one line a minute.
 import assert from "node:assert/strict";
 import { after, before, describe, it, mock } from "node:test";
-import { Writable } from "node:stream";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { pino } from "pino";
 import { GetUsageResponseSchema, LlmProxyService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { Authenticator, credentialDigest } from "../src/auth/authenticator.js";
 import type { Principal } from "../src/auth/principal.js";
 import { RefusalLog } from "../src/auth/refusal-log.js";
 import { newCredential } from "../src/auth/stack-credentials.js";
-import type { Logger } from "../src/logger.js";
 import { registration, serve, type RunningServer } from "../src/serve.js";
-
-type LogLine = Record<string, unknown> & { code?: string; msg?: string };
-
-function capturingLogger(): { lines: LogLine[]; logger: Logger } {
-  const lines: LogLine[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      for (const text of chunk.toString().split("\n").filter(Boolean)) lines.push(JSON.parse(text) as LogLine);
-      done();
-    },
-  });
-  return { lines, logger: pino({ level: "warn" }, stream) };
-}
+import { capturingLogger, type CapturedLogLine as LogLine } from "../src/testing.js";
 
 void describe("the access gate's refusals in the service's log", () => {
   const orchestratorToken = newCredential();

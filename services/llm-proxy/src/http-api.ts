@@ -5,6 +5,7 @@
 import type http from "node:http";
 import type http2 from "node:http2";
 import { BytesInFlight, bytesRefusalMessage, type BytesRefusal, type CallBytes } from "./bytes-in-flight.js";
+import type { RefusedCallsLog } from "./refused-calls-log.js";
 import { ClientGone, type ClientGoneSignal } from "./client-gone.js";
 import { forwardedHeaders } from "./forwarded-headers.js";
 import type { KeyVault } from "./key-vault.js";
@@ -31,6 +32,8 @@ export interface HttpApiOptions extends ModelCallDeps {
   maxBodyBytes?: number;
   /** The budgets of bytes calls hold at once, per session and in all. Default: bytes-in-flight.ts's. */
   bytesInFlight?: BytesInFlight;
+  /** Where calls refused before they became calls are logged, a few lines a minute a session. */
+  refusedCalls: RefusedCallsLog;
 }
 
 interface Route {
@@ -218,10 +221,13 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
     }
     if (rawBody === undefined) {
       const size = declared > maxBodyBytes ? declared : undefined;
-      options.logger.warn(
-        { code: "MODEL_REQUEST_TOO_LARGE", provider: found.provider, size, limit: maxBodyBytes, job: token.job },
-        "a model call's request body over the size limit was refused",
-      );
+      options.refusedCalls.refused({
+        code: "MODEL_REQUEST_TOO_LARGE",
+        session: token.session,
+        reason: "over the size limit",
+        fields: { provider: found.provider, size, limit: maxBodyBytes, job: token.job },
+        message: "a model call's request body over the size limit was refused",
+      });
       // HTTP/1.1 cannot end one request: the connection closes after the answer rather than read the rest.
       if (!("stream" in res)) res.setHeader("connection", "close");
       sendError(res, {
@@ -318,18 +324,19 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
     declared: number;
   }): void => {
     const { res, refusal, token } = args;
-    options.logger.warn(
-      {
-        code: "MODEL_REQUEST_OVER_BYTES_IN_FLIGHT",
+    options.refusedCalls.refused({
+      code: "MODEL_REQUEST_OVER_BYTES_IN_FLIGHT",
+      session: token.session,
+      reason: `the ${refusal.scope}'s budget${refusal.never ? ", never to fit" : ""}`,
+      fields: {
         provider: args.provider,
         scope: refusal.scope,
         limit: refusal.limit,
         job: token.job,
-        session: token.session,
         ...(args.declared >= 0 ? { size: args.declared } : {}),
       },
-      "a model call was refused: the bytes calls hold at once would pass a budget",
-    );
+      message: "a model call was refused: the bytes calls hold at once would pass a budget",
+    });
     // HTTP/1.1 cannot end one request: the connection closes after the answer rather than read the rest.
     if (!("stream" in res)) res.setHeader("connection", "close");
     const message = bytesRefusalMessage(refusal, "this request body");

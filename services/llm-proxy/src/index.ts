@@ -5,6 +5,7 @@ import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_p
 import { randomBytes } from "node:crypto";
 import { BytesInFlight } from "./bytes-in-flight.js";
 import { createHttpApi } from "./http-api.js";
+import { RefusedCallsLog } from "./refused-calls-log.js";
 import { KeyVault } from "./key-vault.js";
 import { llmProxyService, secretService } from "./llm-proxy-service.js";
 import { Metering } from "./metering.js";
@@ -239,6 +240,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
   }
 
   let publicUrl = "";
+  const refusedCalls = new RefusedCallsLog({ logger });
   const httpApi = createHttpApi({
     providers,
     tokens,
@@ -247,6 +249,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     metering,
     retry: { ...DEFAULT_RETRY_POLICY, ...config.retry },
     logger,
+    refusedCalls,
     defaultMaxOutputTokens: config.defaultMaxOutputTokens ?? 32_000,
     ...(config.maxModelRequestBytes !== undefined ? { maxBodyBytes: config.maxModelRequestBytes } : {}),
     bytesInFlight: new BytesInFlight({
@@ -293,6 +296,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     async close({ graceMs = 5_000 } = {}) {
       clearInterval(reconcileTimer);
       await server.close({ graceMs });
+      refusedCalls.close();
       await sink.close();
       await Promise.all(scripted.map((m) => m.close()));
       // After the server: the metering rows of the last calls are written first.

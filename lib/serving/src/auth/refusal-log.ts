@@ -16,46 +16,53 @@
 // line a minute for that caller, so a flood of requests is not a flood of log
 // lines.
 import type { Logger } from "../logger.js";
+import { SummarisedLog } from "../summarised-log.js";
 import { describePrincipal, type Principal } from "./principal.js";
 
-/** How many distinct methods a summary counts by name; the rest are counted together (an unknown path is the caller's to choose). */
-const METHODS_NAMED = 32;
-/** How many named callers are counted apart; the rest are counted together. */
-const CALLERS_NAMED = 64;
 /** Strangers' refusals, counted as one caller's. */
 const STRANGERS = "";
 
 type Code = "ACCESS_DENIED" | "CALLS_REFUSED_UNAUTHENTICATED";
 
-/** The refusals of one caller since its last line: by method. */
-interface Counting {
-  code: Code;
-  methods: Map<string, number>;
-}
-
 export class RefusalLog {
   readonly #logger: Logger;
-  readonly #intervalMs: number;
-  /** Callers refused in the current minute (their name; STRANGERS for the unnamed), with what came since their last line. */
-  readonly #counting = new Map<string, Counting>();
-  #timer: NodeJS.Timeout | undefined;
+  /** By caller (their name; STRANGERS for the unnamed), by method. */
+  readonly #log: SummarisedLog<Code>;
 
   constructor(options: { logger: Logger; intervalMs?: number }) {
     this.#logger = options.logger;
-    this.#intervalMs = options.intervalMs ?? 60_000;
+    this.#log = new SummarisedLog<Code>({
+      ...(options.intervalMs !== undefined ? { intervalMs: options.intervalMs } : {}),
+      otherSources: "(other callers)",
+      alwaysApart: STRANGERS,
+      summarise: (caller, { kind, details, total: calls }) => {
+        const methods = Object.fromEntries(details);
+        const were = calls === 1 ? "call was" : "calls were";
+        if (kind === "CALLS_REFUSED_UNAUTHENTICATED")
+          this.#logger.warn(
+            { code: kind, calls, methods },
+            `${calls} more ${were} refused before their callers could be named (no or a bad credential, or a method in no access rule)`,
+          );
+        else
+          this.#logger.warn(
+            { code: kind, principal: caller, calls, methods },
+            `${calls} more ${were} of ${caller} refused by the access table`,
+          );
+      },
+    });
   }
 
   /** An authenticated caller refused by the access table. */
   denied(refusal: { method: string; principal: Principal; message: string }): void {
     const name = describePrincipal(refusal.principal);
-    this.#refused(name, "ACCESS_DENIED", refusal.method, () =>
+    this.#log.add(name, "ACCESS_DENIED", refusal.method, () =>
       this.#logger.warn({ code: "ACCESS_DENIED", method: refusal.method, principal: name }, refusal.message),
     );
   }
 
   /** A call refused before anyone could be named (no or a bad credential, or a method in no access rule). */
   unauthenticated(refusal: { method: string; message: string }): void {
-    this.#refused(STRANGERS, "CALLS_REFUSED_UNAUTHENTICATED", refusal.method, () =>
+    this.#log.add(STRANGERS, "CALLS_REFUSED_UNAUTHENTICATED", refusal.method, () =>
       this.#logger.warn(
         { code: "CALLS_REFUSED_UNAUTHENTICATED", calls: 1, methods: { [refusal.method]: 1 } },
         `a call was refused before its caller could be named: ${refusal.message}; more in the next minute are summed up in one line`,
@@ -65,58 +72,6 @@ export class RefusalLog {
 
   /** Writes what was counted and not yet logged; the log is quiet again. */
   close(): void {
-    clearTimeout(this.#timer);
-    this.#timer = undefined;
-    for (const [caller, counting] of this.#counting) this.#summarise(caller, counting);
-    this.#counting.clear();
-  }
-
-  #refused(caller: string, code: Code, method: string, logAtOnce: () => void): void {
-    const key =
-      caller === STRANGERS || this.#counting.has(caller) || this.#counting.size < CALLERS_NAMED
-        ? caller
-        : "(other callers)";
-    const counting = this.#counting.get(key);
-    if (!counting) {
-      logAtOnce();
-      this.#counting.set(key, { code, methods: new Map() });
-      this.#timer ??= this.#startTimer();
-      return;
-    }
-    const named = counting.methods.has(method) || counting.methods.size < METHODS_NAMED ? method : "(other)";
-    counting.methods.set(named, (counting.methods.get(named) ?? 0) + 1);
-  }
-
-  #startTimer(): NodeJS.Timeout {
-    const timer = setTimeout(() => {
-      // A caller that goes on is summed up once a minute; one with a quiet minute is logged at once again.
-      for (const [caller, counting] of this.#counting) {
-        if (this.#summarise(caller, counting)) counting.methods = new Map();
-        else this.#counting.delete(caller);
-      }
-      this.#timer = this.#counting.size > 0 ? this.#startTimer() : undefined;
-    }, this.#intervalMs);
-    timer.unref();
-    return timer;
-  }
-
-  /** Logs a caller's counts, if any; whether there were some. */
-  #summarise(caller: string, counting: Counting): boolean {
-    if (counting.methods.size === 0) return false;
-    let calls = 0;
-    for (const count of counting.methods.values()) calls += count;
-    const methods = Object.fromEntries(counting.methods);
-    const were = calls === 1 ? "call was" : "calls were";
-    if (counting.code === "CALLS_REFUSED_UNAUTHENTICATED")
-      this.#logger.warn(
-        { code: counting.code, calls, methods },
-        `${calls} more ${were} refused before their callers could be named (no or a bad credential, or a method in no access rule)`,
-      );
-    else
-      this.#logger.warn(
-        { code: counting.code, principal: caller, calls, methods },
-        `${calls} more ${were} of ${caller} refused by the access table`,
-      );
-    return true;
+    this.#log.close();
   }
 }
