@@ -20,6 +20,26 @@ function alive(pid: number): boolean {
   }
 }
 
+function serviceState(pid: number): string {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    const fields = ["State", "PPid", "SigPnd", "ShdPnd", "SigBlk", "SigCgt"].map(
+      (name) => new RegExp(`^${name}:.*$`, "m").exec(status)?.[0] ?? `${name}: ?`,
+    );
+    return `the service is ${fields.join(", ").replace(/\t/g, " ")}`;
+  } catch {
+    return "the service is gone";
+  }
+}
+
+function logTail(file: string): string {
+  try {
+    return readFileSync(file, "utf8").split("\n").slice(-15).join("\n");
+  } catch {
+    return "(no log)";
+  }
+}
+
 void test("a service process stops when the process that started it is killed", async () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-embedded-"));
   const logFile = path.join(dir, "events.log");
@@ -44,7 +64,12 @@ void test("a service process stops when the process that started it is killed", 
     });
     assert.ok(alive(servicePid));
     parent.kill("SIGKILL");
-    await eventually(async () => (alive(servicePid) ? undefined : true), "the service's exit");
+    await eventually(async () => (alive(servicePid) ? undefined : true), "the service's exit").catch(
+      (error: unknown) => {
+        // What the service was doing (did the signal reach it, is it stuck shutting down), for whoever reads the failure.
+        throw new Error(`${(error as Error).message}; ${serviceState(servicePid)}; its log ends:\n${logTail(logFile)}`);
+      },
+    );
   } finally {
     parent.kill("SIGKILL");
     if (servicePid > 0 && alive(servicePid)) process.kill(servicePid, "SIGKILL");
