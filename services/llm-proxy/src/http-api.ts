@@ -5,13 +5,13 @@
 import type http from "node:http";
 import type http2 from "node:http2";
 import { BytesInFlight, bytesRefusalMessage, type BytesRefusal, type CallBytes } from "./bytes-in-flight.js";
-import type { RefusedCallsLog } from "./refused-calls-log.js";
 import { ClientGone, type ClientGoneSignal } from "./client-gone.js";
 import { forwardedHeaders } from "./forwarded-headers.js";
 import type { KeyVault } from "./key-vault.js";
 import { runModelCall, type ModelCallDeps, type ResolvedProvider } from "./model-call.js";
 import { ProxyError } from "./proxy-error.js";
 import type { TokenRecord } from "./proxy-store.js";
+import type { RefusedCallsLog } from "./refused-calls-log.js";
 import { JsonRequestBody } from "./request-body.js";
 import { createScrubber, type Logger } from "@oz0/serving";
 import type { SessionTokens } from "./session-tokens.js";

@@ -5,7 +5,6 @@ import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_p
 import { randomBytes } from "node:crypto";
 import { BytesInFlight } from "./bytes-in-flight.js";
 import { createHttpApi } from "./http-api.js";
-import { RefusedCallsLog } from "./refused-calls-log.js";
 import { KeyVault } from "./key-vault.js";
 import { llmProxyService, secretService } from "./llm-proxy-service.js";
 import { Metering } from "./metering.js";
@@ -14,6 +13,7 @@ import { ProxyError } from "./proxy-error.js";
 import type { ResolvedProvider } from "./model-call.js";
 import { defaultProviders, validateProviders, type ProviderConfig } from "./provider-config.js";
 import type { ProxyStore } from "./proxy-store.js";
+import { RefusedCallsLog } from "./refused-calls-log.js";
 import { DEFAULT_RETRY_POLICY, type RetryPolicy } from "./retry-policy.js";
 import { SessionTokens } from "./session-tokens.js";
 import { SqliteProxyStore } from "./sqlite-proxy-store.js";

@@ -114,6 +114,7 @@ export class JobRunner {
       approvals: this.#approvals,
       operations: this.#operations,
       stops: this.#stops,
+      stopStored: (job, active) => this.#stopStored(job, active),
       served: (job) => this.#served(job),
       handleBurst: (jobId, active, messages) => this.#handleBurst(jobId, active, messages),
       finish: (jobId, o) => this.#finish(jobId, o),
@@ -241,7 +242,7 @@ export class JobRunner {
     if (!active || !this.#ownership.owns(jobId) || this.#stops.asked(jobId)) return;
     const job = await this.#o.store.getJob(jobId);
     if (!job?.cancelRequestedAt || isTerminal(job.state)) return;
-    this.#cancelSession(job, active, job.error || "cancelled by request");
+    this.#stopStored(job, active);
   }
 
   /** heedCancel for every job this replica follows (notices may have been missed). */
@@ -530,8 +531,19 @@ export class JobRunner {
    * job ends without it if the session runs on (session-stops.ts).
    */
   #cancelSession(job: JobRecord, active: ActiveJob, reason: string): void {
-    if (active.sandbox) this.#active.track(active.sandbox.cancel({ sessionId: job.sessionId, reason }));
+    if (active.sandbox)
+      this.#active.track(
+        active.sandbox.cancel({ sessionId: job.sessionId, reason }).catch((error: unknown) => {
+          // It ended meanwhile: its stream says how.
+          if (!(error instanceof SessionNotFoundError)) throw error;
+        }),
+      );
     this.#stops.askedToStop(job.id, reason);
+  }
+
+  /** A job whose cancel (or a rule its harness broke) is stored: its session is asked to stop, with that reason. */
+  #stopStored(job: JobRecord, active: ActiveJob): void {
+    this.#cancelSession(job, active, job.error || "cancelled by request");
   }
 
   /** The job's session ran well past its deadline and its node did not end it: the orchestrator stops it. */

@@ -15,13 +15,7 @@ import { operationRuntimeTools, type OperationParent, type OperationRunner } fro
 import type { LostSession, SandboxPlacement } from "../sessions/sandbox-placement.js";
 import { SessionDriver, type FollowOptions, type PlaceOptions, type SessionEnd } from "../sessions/session-driver.js";
 import { agentSessionStart } from "../sessions/session-request.js";
-import {
-  SessionNotFoundError,
-  type LifecycleSink,
-  type SandboxMessage,
-  type SessionRunner,
-  type TokenIssuer,
-} from "../sessions/session-runner.js";
+import type { LifecycleSink, SandboxMessage, SessionRunner, TokenIssuer } from "../sessions/session-runner.js";
 import { newSessionId } from "../store/ids.js";
 import { ACTIVE_JOB_STATES, isTerminal, type JobPatch, type JobRecord, type JobStore } from "../store/job-store.js";
 import type { ActiveJob, ActiveJobs } from "./active-jobs.js";
@@ -47,6 +41,8 @@ export interface JobSessionsOptions {
   operations: OperationRunner;
   /** The orchestrator's own clocks on a session's end (session-stops.ts). */
   stops: SessionStops;
+  /** Asks the node again to stop the session of a job whose cancel or broken rule is stored, and waits for its end. */
+  stopStored(job: JobRecord, active: ActiveJob): void;
   /** How often a lost stream is re-attached before the node is suspected. Default 5. */
   reattachAttempts?: number;
   /** Without node heartbeats, how long a lost stream is re-attached before the job fails. Default 30 s. */
@@ -238,18 +234,7 @@ export class JobSessions {
     const timeoutMs = timeout ? parseDuration(timeout) : 0;
     if (timeoutMs > 0)
       this.#o.stops.watchDeadline(job.id, new Date((job.startedAt ?? new Date()).getTime() + timeoutMs), timeout!);
-    if (!(job.cancelRequestedAt || job.error) || !active.sandbox) return;
-    const reason = job.error || "cancelled by request";
-    this.#o.active.track(
-      active.sandbox.cancel({ sessionId: job.sessionId, reason }).then(
-        () => undefined,
-        (error: unknown) => {
-          // It ended meanwhile: the re-attach reads how.
-          if (!(error instanceof SessionNotFoundError)) throw error;
-        },
-      ),
-    );
-    this.#o.stops.askedToStop(job.id, reason);
+    if (job.cancelRequestedAt || job.error) this.#o.stopStored(job, active);
   }
 
   async #reattach(jobId: string, active: ActiveJob): Promise<void> {
