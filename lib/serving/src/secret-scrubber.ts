@@ -384,7 +384,65 @@ export interface SecretScrubber {
   json(text: string): string;
   /** A scrubber for one streamed text, fed delta by delta. */
   held(): HeldTextScrubber;
+  /** A scrubber for a stream's events that repeat what lies around one JSON string. */
+  framed(): FramedTextScrubber;
 }
+
+/**
+ * Scrubs the events of one stream as text, where each event carries one JSON
+ * string (the next piece of a streamed text) after a part that mostly repeats
+ * from event to event: the answer's id, model and indexes, a sequence number.
+ * Nearly every event of a stream is one, and reading that part again was most
+ * of what scrubbing an event cost (issue 24). The part before the string of
+ * the last event found clean is remembered; of the next event's part, only
+ * what comes before the end the two share is read (from the first quote in
+ * that end on, it is known clean), then the string and what follows it.
+ *
+ * When no secret holds a quote, a quote is a character of no secret and ends
+ * every run, escaped or not; no escape spans one (a quote is no hex digit).
+ * So every run in the whole event lies inside one of the pieces read apart,
+ * and reading them apart finds nothing only when the whole holds nothing.
+ * When a piece holds a run (or a secret holds a quote), the whole event is
+ * read and scrubbed as text.
+ */
+export class FramedTextScrubber {
+  readonly #text: (value: string) => string;
+  readonly #quotesEndRuns: boolean;
+  /** The part before the string of the last event found clean. */
+  #head = "";
+
+  constructor(options: { text: (value: string) => string; quotesEndRuns: boolean }) {
+    this.#text = options.text;
+    this.#quotesEndRuns = options.quotesEndRuns;
+  }
+
+  /** `event` scrubbed as text; `textStart` is where its one JSON string begins (its opening quote). */
+  scrub(event: string, textStart: number): string {
+    if (!this.#quotesEndRuns || event.charCodeAt(textStart) !== QUOTE) return this.#text(event);
+    const head = event.slice(0, textStart);
+    const fresh = head.slice(0, this.#knownFrom(head));
+    const rest = event.slice(textStart);
+    if (this.#text(fresh) !== fresh || this.#text(rest) !== rest) return this.#text(event);
+    this.#head = head;
+    return event;
+  }
+
+  /** Where the part of `head` known clean begins: the first quote in the end it shares with the last clean head. */
+  #knownFrom(head: string): number {
+    const known = this.#head;
+    if (head === known) return 0;
+    let i = head.length;
+    let j = known.length;
+    while (i > 0 && j > 0 && head.charCodeAt(i - 1) === known.charCodeAt(j - 1)) {
+      i -= 1;
+      j -= 1;
+    }
+    const quote = head.indexOf('"', i);
+    return quote < 0 ? head.length : quote;
+  }
+}
+
+const QUOTE = 0x22;
 
 /**
  * A scrubber for the given secrets, built per attempt (the key is decrypted
@@ -432,6 +490,7 @@ export function createScrubber(secrets: string | undefined | readonly (string | 
       return scrubbed === parsed ? text(document) : JSON.stringify(scrubbed);
     },
     held: () => new HeldTextScrubber(automata),
+    framed: () => new FramedTextScrubber({ text, quotesEndRuns: !visibleSecrets.some((s) => s.includes('"')) }),
   };
 }
 

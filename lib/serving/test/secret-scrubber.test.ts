@@ -2,7 +2,11 @@
 // characters at all?) must never let a run through: thousands of texts with
 // fragments of a key planted in them, spaced out, escaped, at every offset,
 // come out with no 8 characters of the key left in them, and texts with no
-// fragment come out unchanged.
+// fragment come out unchanged. A stream's events, scrubbed reading again only
+// what differs from the last clean event (FramedTextScrubber), come out
+// exactly as scrubbing each whole event makes them: thousands of random
+// streams whose events repeat, change, and plant key fragments across the
+// place where they start to differ.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { createScrubber, REDACTED } from "../src/secret-scrubber.js";
@@ -89,4 +93,72 @@ void test("texts with 7 key characters in a row at most come out exactly as they
     if (leaks(text).length > 0) continue;
     assert.equal(scrubber.text(text), text);
   }
+});
+
+/** Pieces a string value of an event's frame is made of: words, escapes, and fragments of the key. */
+function value(random: () => number): string {
+  const pieces = ["msg_", "01", "gpt-4o", '\\"', "\\\\", "\\u0041", " ", "api", "Zq8f"];
+  let out = "";
+  for (let i = 0; i < Math.floor(random() * 4); i += 1) {
+    if (random() < 0.3) {
+      const start = Math.floor(random() * (KEY.length - 12));
+      out += KEY.slice(start, start + 3 + Math.floor(random() * 10));
+    } else {
+      out += pieces[Math.floor(random() * pieces.length)];
+    }
+  }
+  return out;
+}
+
+/** An event's frame before its text: members whose values `values` gives, ending where the text's string begins. */
+function head(values: readonly string[], sequence: number): string {
+  const members = values.map((text, i) => `"m${i}":"${text}"`);
+  return `data: {"type":"delta","sequence_number":${sequence},${members.join(",")},"delta":`;
+}
+
+void test("a stream's events come out of the framed scrubber exactly as scrubbing each whole event makes them", () => {
+  const scrubber = createScrubber(KEY);
+  const random = seeded(42);
+  let redacted = 0;
+  for (let stream = 0; stream < 400; stream += 1) {
+    const framed = scrubber.framed();
+    const values = Array.from({ length: 1 + Math.floor(random() * 4) }, () => value(random));
+    for (let sequence = 0; sequence < 30; sequence += 1) {
+      // Most events repeat the frame but for their sequence number; some change one member.
+      if (random() < 0.25) values[Math.floor(random() * values.length)] = value(random);
+      const before = head(values, sequence);
+      const text = random() < 0.2 ? KEY.slice(0, Math.floor(random() * 14)) : value(random);
+      const tail = random() < 0.5 ? "}\n\n" : `,"obfuscation":"${value(random)}"}\n\n`;
+      const event = before + JSON.stringify(text) + tail;
+      const expected = scrubber.text(event);
+      if (expected !== event) redacted += 1;
+      assert.equal(framed.scrub(event, before.length), expected, `stream ${stream}, event ${sequence}: ${event}`);
+    }
+  }
+  // The streams did plant whole runs, in frames and in texts, so the comparison covers scrubbing too.
+  assert.ok(redacted > 100, `only ${redacted} events held a run`);
+});
+
+void test("a key that arrives in the frame of a later event is scrubbed, though the events before it were clean", () => {
+  const scrubber = createScrubber(KEY);
+  const framed = scrubber.framed();
+  const clean = 'data: {"id":"msg_01","model":"claude","delta":';
+  assert.equal(framed.scrub(`${clean}"Hello"}\n\n`, clean.length), `${clean}"Hello"}\n\n`);
+  assert.equal(framed.scrub(`${clean}" there"}\n\n`, clean.length), `${clean}" there"}\n\n`);
+  // Only the id differs from the clean frame, and the key runs on into what the frames share.
+  const leaking = `data: {"id":"${KEY.slice(0, 20)}","model":"claude","delta":`;
+  const out = framed.scrub(`${leaking}"!"}\n\n`, leaking.length);
+  assert.ok(!out.includes(KEY.slice(0, 8)), out);
+  assert.ok(out.includes(REDACTED), out);
+});
+
+void test("with a secret that holds a quote, every event is read whole", () => {
+  const secret = 'abcde"fghij';
+  const scrubber = createScrubber(secret);
+  const framed = scrubber.framed();
+  const before = 'data: {"id":"abcde';
+  // The run crosses the string's opening quote: read apart, neither side holds 8 characters of it.
+  const event = `${before}"fghij"}\n\n`;
+  assert.equal(framed.scrub(event, before.length), scrubber.text(event));
+  assert.ok(framed.scrub(event, before.length).includes(REDACTED));
 });

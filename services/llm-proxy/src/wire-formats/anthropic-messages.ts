@@ -5,7 +5,7 @@
 // `partial_json` or `thinking` deltas.
 import type { TokenUsage } from "../proxy-store.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
-import { ANTHROPIC_TEXT_FIELDS, readAnthropicTextDelta } from "./text-delta-events.js";
+import { ANTHROPIC_TEXT_FIELDS, readAnthropicTextDelta, type TextEvent } from "./text-delta-events.js";
 import { isObject, parseEvent, stringOf, usageOf, type Json } from "./sse-json.js";
 import { estimateTokens, firstPositive, TextStreamMeter, tokenCount } from "./token-counts.js";
 import {
@@ -133,7 +133,7 @@ const ENDS = new Set(["message_delta", "message_stop", "error"]);
  * `message_stop`, `error`).
  */
 class AnthropicStreamScrubber extends DeltaStreamScrubber {
-  protected rewrite(event: string): string {
+  protected rewrite(event: string): string | TextEvent {
     const text = readAnthropicTextDelta(event);
     if (text) {
       const { index, field, textStart, textEnd } = text;

@@ -9,7 +9,13 @@ import type { HeldTextScrubber } from "@oz0/serving";
 import type { TokenUsage } from "../proxy-store.js";
 import { sseData } from "../sse-event-splitter.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
-import { CHAT_TEXT_FIELDS, readChatTextDelta, rememberChatTextDelta, withTextAt } from "./text-delta-events.js";
+import {
+  CHAT_TEXT_FIELDS,
+  readChatTextDelta,
+  rememberChatTextDelta,
+  withTextAt,
+  type TextEvent,
+} from "./text-delta-events.js";
 import { JsonRequestBody } from "../request-body.js";
 import {
   isObject,
@@ -170,12 +176,12 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
   /** The last chunk with choices: its other fields (id, model, created, …) go on the chunks that carry held text. */
   #lastChunk: Json | undefined;
 
-  protected rewrite(event: string): string {
+  protected rewrite(event: string): string | TextEvent {
     const text = readChatTextDelta(event);
     if (text) {
       // One choice's next text, and nothing else: held back or let go, spliced where it lies.
       const sent = this.#channel(text.index, text.field, undefined).held.push(text.text);
-      if (sent === text.text) return event;
+      if (sent === text.text) return { event, textStart: text.textStart };
       return withTextAt(event, text, sent);
     }
     const data = sseData(event);

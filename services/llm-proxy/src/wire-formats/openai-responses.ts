@@ -14,7 +14,7 @@ import { OPENAI_FORWARDED_HEADERS, openAiErrorBody } from "./openai-chat-complet
 import { sseData } from "../sse-event-splitter.js";
 import { isObject, parseEvent, stringOf, usageOf, withDataText, type Json } from "./sse-json.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
-import { readResponsesTextDelta } from "./text-delta-events.js";
+import { readResponsesTextDelta, type TextEvent } from "./text-delta-events.js";
 import { firstPositive, TextStreamMeter, tokenCount } from "./token-counts.js";
 import { responseIdentity, type ProxyErrorType, type WireFormat } from "./wire-format.js";
 
@@ -94,7 +94,7 @@ export class ResponsesStreamMeter extends TextStreamMeter {
  * raw event would read only one level of.
  */
 class ResponsesStreamScrubber extends DeltaStreamScrubber {
-  protected rewrite(event: string): string {
+  protected rewrite(event: string): string | TextEvent {
     const text = readResponsesTextDelta(event);
     if (text && TEXT_DELTAS.has(text.type)) {
       return this.delta({

@@ -5,10 +5,12 @@
 // the text ends is sent in one more delta event just before the event that
 // ends it. What goes out is then scrubbed as text, once, for every other
 // string of every event (the scan reads JSON escapes, and a run cannot cross
-// a JSON string's quotes).
-import type { HeldTextScrubber, SecretScrubber } from "@oz0/serving";
+// a JSON string's quotes); of a delta event read in its text, the part
+// before its text is read only where it differs from the last one's
+// (FramedTextScrubber).
+import type { FramedTextScrubber, HeldTextScrubber, SecretScrubber } from "@oz0/serving";
 import { parseEvent, withData, withStringMember, type Json } from "./sse-json.js";
-import { withTextAt } from "./text-delta-events.js";
+import { withTextAt, type TextEvent } from "./text-delta-events.js";
 import type { StreamScrubber } from "./wire-format.js";
 
 /** One streamed text: its held part, and its last delta event (the shape of the event that carries what is still held). */
@@ -34,17 +36,23 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
   protected readonly scrubber: SecretScrubber;
   /** The texts streaming now, by a key the format makes (a content block, an output item's part). */
   readonly #texts = new Map<string, Text>();
+  readonly #framed: FramedTextScrubber;
 
   constructor(scrubber: SecretScrubber) {
     this.scrubber = scrubber;
+    this.#framed = scrubber.framed();
   }
 
   push(event: string): string {
-    return this.scrubber.text(this.rewrite(event));
+    const out = this.rewrite(event);
+    return typeof out === "string" ? this.scrubber.text(out) : this.#framed.scrub(out.event, out.textStart);
   }
 
-  /** The event with its streamed texts held back or let go, preceded by events of held text it ends. */
-  protected abstract rewrite(event: string): string;
+  /**
+   * The event with its streamed texts held back or let go, preceded by events of held text it ends;
+   * a delta event read in its text says where its text lies.
+   */
+  protected abstract rewrite(event: string): string | TextEvent;
 
   /**
    * One delta of the text `key`: the event as it came when all of `value` can
@@ -57,7 +65,7 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
     value: string;
     withText: Text["withText"];
     group?: unknown;
-  }): string {
+  }): string | TextEvent {
     const { key, event, read, value } = options;
     const parsed = "parsed" in read ? read.parsed : undefined;
     let text = this.#texts.get(key);
@@ -76,8 +84,9 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
     const sent = text.held.push(value);
     // Nothing of this delta may go yet: the client gets it with the next one.
     if (sent === "") return "";
+    if (!("parsed" in read))
+      return sent === value ? { event, textStart: read.textStart } : withTextAt(event, read, sent);
     if (sent === value) return event;
-    if (!("parsed" in read)) return withTextAt(event, read, sent);
     return withStringMember(event, read.field, value, sent) ?? withData(event, text.withText(read.parsed, sent));
   }
 

@@ -47,9 +47,18 @@ function placeOf(token: string, textStart: number): TextPlace {
   return { textStart, textEnd: textStart + token.length, text: decode(token) };
 }
 
+/** An event that carries one streamed text, and where that text's JSON string begins in it. */
+export interface TextEvent {
+  event: string;
+  textStart: number;
+}
+
 /** The event with `text` in place of the JSON string at `place`. */
-export function withTextAt(event: string, place: Pick<TextPlace, "textStart" | "textEnd">, text: string): string {
-  return event.slice(0, place.textStart) + JSON.stringify(text) + event.slice(place.textEnd);
+export function withTextAt(event: string, place: Pick<TextPlace, "textStart" | "textEnd">, text: string): TextEvent {
+  return {
+    event: event.slice(0, place.textStart) + JSON.stringify(text) + event.slice(place.textEnd),
+    textStart: place.textStart,
+  };
 }
 
 // OpenAI Chat Completions
