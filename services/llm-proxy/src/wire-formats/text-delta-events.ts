@@ -61,6 +61,47 @@ export function withTextAt(event: string, place: Pick<TextPlace, "textStart" | "
   };
 }
 
+/** What a split expression matched: the event's head, and its text's string with what follows. */
+interface SplitMatch {
+  head: RegExpExecArray;
+  rest: RegExpExecArray;
+}
+
+/**
+ * An expression for a delta event in two parts: `head`, from the event's
+ * start up to its text's opening quote, then `rest` (sticky), from there to
+ * the event's end. The delta events of one stream mostly repeat their head
+ * (for Chat Completions and Anthropic all of it: the id, the model, the
+ * indexes), and matching it again was most of what reading an event cost
+ * (issue 24), so an event that begins with the last head matched is matched
+ * from its string on only. A head's expression decides where it ends by the
+ * characters it reads (it ends at the one member that holds the text, which
+ * no member before it can be), so a repeated head matches as it did.
+ */
+class SplitExpression {
+  readonly #head: RegExp;
+  readonly #rest: RegExp;
+  #lastHead: RegExpExecArray | undefined;
+
+  constructor(head: string, rest: string) {
+    this.#head = new RegExp(`^${head}`);
+    this.#rest = new RegExp(`${rest}$`, "y");
+  }
+
+  exec(event: string): SplitMatch | undefined {
+    let head = this.#lastHead;
+    // Compared as a slice: V8's startsWith reads a character at a time, several times slower.
+    if (head === undefined || event.slice(0, head[0].length) !== head[0]) {
+      head = this.#head.exec(event) ?? undefined;
+      if (head === undefined) return undefined;
+      this.#lastHead = head;
+    }
+    this.#rest.lastIndex = head[0].length;
+    const rest = this.#rest.exec(event);
+    return rest ? { head, rest } : undefined;
+  }
+}
+
 // OpenAI Chat Completions
 
 /** The fields of a choice's delta that carry streamed text (`reasoning` as some compatible servers name it). */
@@ -78,21 +119,22 @@ export interface ChatTextDelta extends TextPlace {
 /** Members of a chunk around its choices (`id`, `object`, `created`, `model`, `system_fingerprint`, `obfuscation`, …). */
 const CHUNK_MEMBER = otherMember(["choices", "usage", "error"]);
 
-const CHAT_TEXT_CHUNK = new RegExp(
-  String.raw`^(data: \{(?:${CHUNK_MEMBER},)*"choices":\[\{"index":${INDEX},"delta":\{"(${CHAT_TEXT_FIELDS.join("|")})":)` +
-    `(${STRING})` +
-    String.raw`(\}(?:,"logprobs":null)?(?:,"finish_reason":null)?\}\])(,"usage":null)?(?:,${CHUNK_MEMBER})*\}\n\n$`,
+const CHAT_TEXT_CHUNK = new SplitExpression(
+  String.raw`data: \{(?:${CHUNK_MEMBER},)*"choices":\[\{"index":${INDEX},"delta":\{"(${CHAT_TEXT_FIELDS.join("|")})":`,
+  `(${STRING})` +
+    String.raw`(\}(?:,"logprobs":null)?(?:,"finish_reason":null)?\}\])(,"usage":null)?(?:,${CHUNK_MEMBER})*\}\n\n`,
 );
 
 const chatText = rememberingLast((event): ChatTextDelta | undefined => {
   const match = CHAT_TEXT_CHUNK.exec(event);
   if (!match) return undefined;
-  const place = placeOf(match[4]!, match[1]!.length);
+  const { head, rest } = match;
+  const place = placeOf(rest[1]!, head[0].length);
   return {
     ...place,
-    index: Number(match[2]),
-    field: match[3] as ChatTextField,
-    nullUsageAt: match[6] === undefined ? -1 : place.textEnd + match[5]!.length,
+    index: Number(head[1]),
+    field: head[2] as ChatTextField,
+    nullUsageAt: rest[3] === undefined ? -1 : place.textEnd + rest[2]!.length,
   };
 });
 
@@ -131,20 +173,21 @@ export interface AnthropicTextDelta extends TextPlace {
   field: (typeof ANTHROPIC_TEXT_FIELDS)[AnthropicDeltaType];
 }
 
-const ANTHROPIC_TEXT_DELTA = new RegExp(
-  String.raw`^((?:event: content_block_delta\n)?data: \{"type":"content_block_delta","index":${INDEX},"delta":\{"type":"(${Object.keys(ANTHROPIC_TEXT_FIELDS).join("|")})","(${Object.values(ANTHROPIC_TEXT_FIELDS).join("|")})":)` +
-    String.raw`(${STRING})\}\}\n\n$`,
+const ANTHROPIC_TEXT_DELTA = new SplitExpression(
+  String.raw`(?:event: content_block_delta\n)?data: \{"type":"content_block_delta","index":${INDEX},"delta":\{"type":"(${Object.keys(ANTHROPIC_TEXT_FIELDS).join("|")})","(${Object.values(ANTHROPIC_TEXT_FIELDS).join("|")})":`,
+  String.raw`(${STRING})\}\}\n\n`,
 );
 
 const anthropicText = rememberingLast((event): AnthropicTextDelta | undefined => {
   const match = ANTHROPIC_TEXT_DELTA.exec(event);
-  const type = match?.[3] as AnthropicDeltaType | undefined;
-  if (!match || ANTHROPIC_TEXT_FIELDS[type!] !== match[4]) return undefined;
+  const type = match?.head[2] as AnthropicDeltaType | undefined;
+  if (!match || ANTHROPIC_TEXT_FIELDS[type!] !== match.head[3]) return undefined;
+  const { head, rest } = match;
   return {
-    ...placeOf(match[5]!, match[1]!.length),
-    index: Number(match[2]),
+    ...placeOf(rest[1]!, head[0].length),
+    index: Number(head[1]),
     type: type!,
-    field: match[4] as AnthropicTextDelta["field"],
+    field: head[3] as AnthropicTextDelta["field"],
   };
 });
 
@@ -166,19 +209,20 @@ export interface ResponsesTextDelta extends TextPlace {
 /** Members of a delta event besides its type, indexes and delta (`sequence_number`, `item_id`, `logprobs: []`, `obfuscation`). */
 const RESPONSES_MEMBER = otherMember(["type", "delta", "output_index", "content_index", "summary_index"]);
 
-const RESPONSES_TEXT_DELTA = new RegExp(
-  String.raw`^((?:event: [a-z_.]+\n)?data: \{"type":"([a-z_.]+)"(?:,${RESPONSES_MEMBER})*,"output_index":${INDEX}(?:,"(?:content_index|summary_index)":${INDEX})?(?:,${RESPONSES_MEMBER})*,"delta":)` +
-    String.raw`(${STRING})(?:,${RESPONSES_MEMBER})*\}\n\n$`,
+const RESPONSES_TEXT_DELTA = new SplitExpression(
+  String.raw`(?:event: [a-z_.]+\n)?data: \{"type":"([a-z_.]+)"(?:,${RESPONSES_MEMBER})*,"output_index":${INDEX}(?:,"(?:content_index|summary_index)":${INDEX})?(?:,${RESPONSES_MEMBER})*,"delta":`,
+  String.raw`(${STRING})(?:,${RESPONSES_MEMBER})*\}\n\n`,
 );
 
 const responsesText = rememberingLast((event): ResponsesTextDelta | undefined => {
   const match = RESPONSES_TEXT_DELTA.exec(event);
   if (!match) return undefined;
+  const { head, rest } = match;
   return {
-    ...placeOf(match[5]!, match[1]!.length),
-    type: match[2]!,
-    outputIndex: Number(match[3]),
-    partIndex: match[4] === undefined ? undefined : Number(match[4]),
+    ...placeOf(rest[1]!, head[0].length),
+    type: head[1]!,
+    outputIndex: Number(head[2]),
+    partIndex: head[3] === undefined ? undefined : Number(head[3]),
   };
 });
 
