@@ -39,6 +39,7 @@ import {
   type JobEventInit,
 } from "../jobs/job-events.js";
 import { checkJobInput } from "../jobs/job-input.js";
+import { cancelReason, CANCELLED_BY_REQUEST } from "../jobs/job-ending.js";
 import {
   ACTIVE_JOB_STATES,
   isTerminal,
@@ -271,7 +272,7 @@ export class GraphJobs {
     const job = await this.#o.store.getJob(options.jobId);
     if (!job) throw notFound(`job ${options.jobId} not found; list jobs with \`oz0 jobs list\``);
     if (isTerminal(job.state)) return job;
-    const reason = options.reason || "cancelled by request";
+    const reason = options.reason || CANCELLED_BY_REQUEST;
     // In-flight steps see an aborted signal and cancel their own jobs and sessions; the run ends cancelled.
     if (this.#runs.get(job.id)?.runner.cancel(job.id, reason)) return (await this.#o.store.getJob(job.id))!;
     if (!this.#ownership.owns(job.id)) {
@@ -335,7 +336,7 @@ export class GraphJobs {
         : await active.runner.start({ prompt: job.input, runId: job.id });
       this.#track(job.id, active, handle.result);
       // Cancelled at another replica while nobody ran it.
-      if (job.cancelRequestedAt) active.runner.cancel(job.id, job.error || "cancelled by request");
+      if (job.cancelRequestedAt) active.runner.cancel(job.id, cancelReason(job));
       return true;
     } catch (error) {
       // One run that cannot resume must not keep the orchestrator (and every other run) from starting.
@@ -422,7 +423,7 @@ export class GraphJobs {
         void this.#o.store
           .getJob(jobId)
           .then((job) => {
-            if (live() && job?.cancelRequestedAt) runner.cancel(jobId, job.error || "cancelled by request");
+            if (live() && job?.cancelRequestedAt) runner.cancel(jobId, cancelReason(job));
           })
           .catch((error: unknown) =>
             this.#o.logger.warn({ jobId, err: String(error) }, "could not read a graph job's cancel request"),

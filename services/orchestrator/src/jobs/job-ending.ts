@@ -9,6 +9,14 @@ import { storedStderrTail, withStderr } from "../sessions/harness-stderr.js";
 import type { JobRecord, JobStateName, JobStore } from "../store/job-store.js";
 import type { ActiveJob } from "./active-jobs.js";
 
+/** Why a job was cancelled when its cancel gave no reason. */
+export const CANCELLED_BY_REQUEST = "cancelled by request";
+
+/** The reason a job whose cancel is stored ends with: the one stored with it, else the default. */
+export function cancelReason(job: Pick<JobRecord, "error">): string {
+  return job.error || CANCELLED_BY_REQUEST;
+}
+
 export interface JobEnding {
   state: JobStateName;
   error: string;
@@ -37,7 +45,7 @@ export async function jobEnding(o: {
   let failedBySession = false;
   if (job.cancelRequestedAt) {
     state = "cancelled";
-    error = job.error || "cancelled by request";
+    error = cancelReason(job);
   } else if (o.failure || active?.violation) {
     state = "failed";
     error = o.failure || active!.violation!;

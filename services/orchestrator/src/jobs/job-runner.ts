@@ -31,7 +31,7 @@ import {
 } from "../store/job-store.js";
 import { ActiveJobs, type ActiveJob } from "./active-jobs.js";
 import { storeArtifacts } from "./job-artifacts.js";
-import { jobEnding } from "./job-ending.js";
+import { cancelReason, CANCELLED_BY_REQUEST, jobEnding } from "./job-ending.js";
 import { appendJobStep, createJobStep, stateChanged, type JobEventInit, type JobStepWrites } from "./job-events.js";
 import type { JobFeed } from "./job-feed.js";
 import { checkAttachments, checkJobInput } from "./job-input.js";
@@ -543,7 +543,7 @@ export class JobRunner {
 
   /** A job whose cancel (or a rule its harness broke) is stored: its session is asked to stop, with that reason. */
   #stopStored(job: JobRecord, active: ActiveJob): void {
-    this.#cancelSession(job, active, job.error || "cancelled by request");
+    this.#cancelSession(job, active, cancelReason(job));
   }
 
   /** The job's session ran well past its deadline and its node did not end it: the orchestrator stops it. */
@@ -572,7 +572,7 @@ export class JobRunner {
     const job = await this.#o.store.getJob(options.jobId);
     if (!job) throw notFound(`job ${options.jobId} not found; list jobs with \`oz0 jobs list\``);
     if (isTerminal(job.state)) return job;
-    const reason = options.reason || "cancelled by request";
+    const reason = options.reason || CANCELLED_BY_REQUEST;
     const active = this.#active.get(job.id);
     await this.#active.withLock(job.id, () =>
       this.#approvals.cancelWaiting(job.id, { cancelRequestedAt: new Date(), error: reason }),
