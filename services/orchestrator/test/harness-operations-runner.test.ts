@@ -87,7 +87,11 @@ function agentWith(timeoutMs = 60_000): AgentVersionRecord {
 
 type Step = SessionEvent["event"] | { case: "hang" } | { case: "waitFor"; value: Promise<unknown> };
 
-/** A sandbox whose sessions play scripts; `hang` waits until the session is cancelled. */
+/**
+ * A sandbox whose sessions play scripts; `hang` waits until the session is
+ * cancelled. With `ignoreCancel` it is a hostile node: a hung session runs on
+ * whatever it is asked, and its stream ends only when the orchestrator lets it go.
+ */
 class ScriptedSandbox implements SessionRunner {
   readonly url = "scripted://sandbox";
   readonly started: StartSessionOptions[] = [];
@@ -96,7 +100,10 @@ class ScriptedSandbox implements SessionRunner {
   readonly #cancels = new Map<string, () => void>();
   readonly #onStart: ((n: number) => void)[] = [];
 
-  constructor(readonly script: (request: SessionRequest, n: number) => Step[]) {}
+  constructor(
+    readonly script: (request: SessionRequest, n: number) => Step[],
+    readonly options: { ignoreCancel?: boolean } = {},
+  ) {}
 
   /** Resolves when the n-th session (from 1) has started. */
   startedNth(n: number): Promise<void> {
@@ -148,7 +155,7 @@ class ScriptedSandbox implements SessionRunner {
       answerRuntimeTool: async (result) => {
         this.runtimeAnswers.push(result);
       },
-      close: () => undefined,
+      close: () => queue.end(),
     };
   }
 
@@ -158,7 +165,7 @@ class ScriptedSandbox implements SessionRunner {
 
   async cancel(options: { sessionId: string }): Promise<void> {
     this.cancelled.push(options.sessionId);
-    this.#cancels.get(options.sessionId)?.();
+    if (!this.options.ignoreCancel) this.#cancels.get(options.sessionId)?.();
   }
 }
 
@@ -195,6 +202,7 @@ function setup(options: {
   sandbox: ScriptedSandbox;
   home?: string;
   maxRepairs?: number;
+  stopWaitMs?: number;
   deadline?: Date;
   agent?: AgentVersionRecord;
   answer?: (r: RuntimeToolResult) => Promise<void>;
@@ -231,6 +239,7 @@ function setup(options: {
       },
     },
     ...(options.maxRepairs !== undefined ? { maxRepairs: options.maxRepairs } : {}),
+    ...(options.stopWaitMs !== undefined ? { stopWaitMs: options.stopWaitMs } : {}),
   });
   const parent: OperationParent = {
     jobId: "job_1",
@@ -388,6 +397,29 @@ void test("cancelling the parent cancels its running operations", async () => {
   assert.deepEqual(sandbox.cancelled, [sandbox.started[0]!.request.sessionId]);
   assert.match(answers[0]!.error, /^operation_cancelled: /);
   assert.equal(events.at(-1)!.type, "harness.operation_cancelled");
+});
+
+/** One call of the operation, with a task that does not matter to the test. */
+function extract(o: ReturnType<typeof setup>, callId: string): ReturnType<OperationRunner["accept"]> {
+  return o.runner.accept({ parent: o.parent, callId, name: "extract_shipment", input: { task: "t" } });
+}
+
+void test("a scratch session its node will not stop: the operation still ends, timed out or cancelled, and its token is revoked", async () => {
+  const sandbox = new ScriptedSandbox(() => [usage(), { case: "hang" }], { ignoreCancel: true });
+  const timedOut = setup({ sandbox, deadline: new Date(Date.now() + 300), stopWaitMs: 200 });
+  await extract(timedOut, "rt-1").done;
+  const first = sandbox.started[0]!.request.sessionId;
+  assert.deepEqual(sandbox.cancelled, [first], "the node was asked once");
+  assert.match(timedOut.answers[0]!.error, /^operation_timed_out: /);
+  assert.deepEqual(timedOut.revoked, [`tid-${first}`]);
+
+  const cancelled = setup({ sandbox, stopWaitMs: 200 });
+  const { done } = extract(cancelled, "rt-2");
+  await sandbox.startedNth(2);
+  cancelled.runner.cancelJob("job_1");
+  await done;
+  assert.match(cancelled.answers[0]!.error, /^operation_cancelled: /);
+  assert.deepEqual(cancelled.revoked, [`tid-${sandbox.started[1]!.request.sessionId}`]);
 });
 
 void test("a job abandoned to another replica: its running operations stop and record nothing more", async () => {

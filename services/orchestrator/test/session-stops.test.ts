@@ -3,14 +3,23 @@
 // (support/hostile-sandbox.ts), which ignores the session's deadline and
 // every request to stop it, a job must still end: past its deadline, after a
 // cancel, and after an orchestrator restart. Once it ended, the session's
-// token reaches no model, though its harness still runs on that node.
+// token reaches no model, though its harness still runs on that node. A graph
+// run's custom step on such a node holds no cancel of the run either
+// (harness-operations-runner.test.ts has the scratch sessions').
 import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { createLogger } from "@oz0/serving";
+import { GraphJobs } from "../src/graphs/graph-jobs.js";
+import { GraphRegistry } from "../src/graphs/graph-registry.js";
+import { JobFeed } from "../src/jobs/job-feed.js";
 import type { JobRunner } from "../src/jobs/job-runner.js";
+import { SandboxClient } from "../src/sessions/sandbox-client.js";
+import { StaticPlacement } from "../src/sessions/sandbox-placement.js";
+import { openGraphStore } from "../src/store/graph-store.js";
 import { PluginRegistry } from "../src/plugins/plugin-registry.js";
 import type { JobRecord } from "../src/store/job-store.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
@@ -22,6 +31,7 @@ const rogueHarness = path.join(path.dirname(fileURLToPath(import.meta.url)), "fi
 
 const home = mkdtempSync(path.join(os.tmpdir(), "oz0-session-stops-"));
 const repo = mkdtempSync(path.join(os.tmpdir(), "oz0-endless-repo-"));
+const graphRepo = mkdtempSync(path.join(os.tmpdir(), "oz0-endless-graph-repo-"));
 
 let t: TestStack;
 let stubborn: HostileSandbox;
@@ -104,6 +114,7 @@ after(async () => {
   await t?.close();
   rmSync(home, { recursive: true, force: true });
   rmSync(repo, { recursive: true, force: true });
+  rmSync(graphRepo, { recursive: true, force: true });
 });
 
 const overdue =
@@ -199,4 +210,69 @@ void test("a cancel stored at another replica: the replica following the job ask
   assert.equal(done.state, "cancelled");
   assert.equal(done.error, "cancelled elsewhere");
   await closeRunner(runner);
+});
+
+void test("a custom graph step its node lets run on: the run's cancel ends the graph job, and its stream is let go", async () => {
+  // A step whose module never returns, in a graph of that one step.
+  mkdirSync(path.join(graphRepo, "graphs"));
+  mkdirSync(path.join(graphRepo, "steps"));
+  writeFileSync(
+    path.join(graphRepo, "steps", "endless.mjs"),
+    "export default class Endless { run() { setInterval(() => {}, 1000); return new Promise(() => {}); } }\n",
+  );
+  writeFileSync(
+    path.join(graphRepo, "graphs", "endless-step.yaml"),
+    "format: oz0.graph/v1\nkind: harness\nname: endless-step\nid: harness:endless-step\nroot:\n  - kind: step\n    id: step:endless\n    step: endless\n    module: steps/endless.mjs\n",
+  );
+  writeFileSync(
+    path.join(graphRepo, "oz0-plugin.yaml"),
+    "name: endless-graph\nversion: 0.1.0\ngraphs:\n  - graphs/endless-step.yaml\n",
+  );
+  await commitAll(graphRepo, "graph");
+  const feed = new JobFeed();
+  const placement = new StaticPlacement({
+    runners: [new SandboxClient({ url: stubbornUrl, token: t.stack.credentials.orchestrator })],
+  });
+  const runner = inProcessJobRunner({
+    stack: t,
+    store,
+    home,
+    name: "orchestrator-session-stops-graph",
+    sandboxUrl: stubbornUrl,
+    stopWaitMs: 700,
+    feed,
+    placement,
+  });
+  runners.add(runner);
+  const graphStore = await openGraphStore({ home });
+  const registry = new GraphRegistry({ graphStore, store });
+  await new PluginRegistry({ store, home, graphs: registry }).install({ source: graphRepo });
+  const graphs = new GraphJobs({
+    graphStore,
+    store,
+    feed,
+    jobs: runner,
+    registry,
+    placement,
+    logger: createLogger({ name: "orchestrator-session-stops-graph", level: "error" }),
+  });
+  try {
+    const before = new Set(stubborn.sessionIds());
+    const job = await graphs.run({ graph: "endless-step", input: "run on" });
+    const step = await eventually(
+      async () => stubborn.sessionIds().find((id) => !before.has(id) && id.startsWith("ses_step_")),
+      "the custom step's session started on the node",
+    );
+    await graphs.cancel({ jobId: job.id, reason: "not needed any more" });
+    const done = await ended(job.id);
+    assert.equal(done.state, "cancelled", done.error);
+    assert.equal(stubborn.cancelRequested(step), "the graph run stopped this step");
+    assert.ok(stubborn.running(step), "the node let the step run on");
+    // The run's cancel does not wait for its steps; once the run ended, the step's stream is let go (its halt).
+    await eventually(async () => stubborn.followers(step) === 0 || undefined, "the step's stream let go");
+  } finally {
+    await graphs.close();
+    await graphStore.close();
+    await closeRunner(runner);
+  }
 });

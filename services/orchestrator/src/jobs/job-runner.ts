@@ -71,7 +71,7 @@ export interface JobRunnerOptions {
    * to stop it (session-stops.ts). Default 60 s.
    */
   overdueAfterMs?: number;
-  /** How long after its node was asked to stop a session its job waits for the session to end, then ends without it. Default 30 s. */
+  /** How long after its node was asked to stop a session its job waits for the session to end, then ends without it (a harness operation, then no longer waits for its scratch session). Default 30 s. */
   stopWaitMs?: number;
 }
 
@@ -98,6 +98,7 @@ export class JobRunner {
       ...(options.lifecycle ? { lifecycle: options.lifecycle } : {}),
       ...(options.operationRepairs !== undefined ? { maxRepairs: options.operationRepairs } : {}),
       ...(options.maxStderrBytes !== undefined ? { maxStderrBytes: options.maxStderrBytes } : {}),
+      ...(options.stopWaitMs !== undefined ? { stopWaitMs: options.stopWaitMs } : {}),
     });
     this.#approvals = new ApprovalService({ ...options, ownership: this.#ownership, active: this.#active });
     this.#stops = new SessionStops({

@@ -12,6 +12,11 @@
 // Both clocks are this process's: a restart or a takeover arms them again
 // from what the store says (job-sessions.ts), and a cancel stored at another
 // replica starts the wait at the one that owns the job (JobRunner.heedCancel).
+// A harness operation's scratch session is not a job's own: it is stopped with
+// stopFollowedSession, its caller waiting for the stream's end and no longer a
+// while after asking. (A custom graph step's stream is let go when its run
+// ends, which a cancel of the run does without waiting for its steps.)
+import type { SessionChannel, SessionRunner } from "../sessions/session-runner.js";
 
 /** The sandbox stops a harness within its grace after the deadline (10 s by default): a minute is well past that. */
 export const DEFAULT_OVERDUE_AFTER_MS = 60_000;
@@ -92,6 +97,32 @@ export class SessionStops {
     this.#closed = true;
     for (const jobId of [...this.#overdue.keys(), ...this.#waits.keys()]) this.forget(jobId);
   }
+}
+
+/**
+ * Asks a session's node to stop it, and stops following its stream when the
+ * node has not ended it `waitMs` later: the caller's follow then returns as
+ * if the session had ended (it knows it asked). Returns what disarms that
+ * wait, for when the stream ends first.
+ */
+export function stopFollowedSession(o: {
+  sandbox: SessionRunner;
+  channel: SessionChannel;
+  sessionId: string;
+  reason: string;
+  waitMs?: number | undefined;
+  /** Told when the node did not end the session in time, just before the stream is let go. */
+  onGiveUp?: (message: string) => void;
+}): () => void {
+  void o.sandbox.cancel({ sessionId: o.sessionId, reason: o.reason }).catch(() => undefined);
+  const waitMs = o.waitMs ?? DEFAULT_STOP_WAIT_MS;
+  const timer = later(waitMs, () => {
+    o.onGiveUp?.(
+      `its sandbox node did not end the session within ${Math.round(waitMs / 1000)}s of being asked to (${o.reason}); it is no longer followed`,
+    );
+    o.channel.close();
+  });
+  return () => clearTimeout(timer);
 }
 
 const MAX_DELAY_MS = 2_147_483_647;

@@ -40,6 +40,7 @@ import type {
 } from "../sessions/session-runner.js";
 import { SessionDriver } from "../sessions/session-driver.js";
 import { agentSessionStart } from "../sessions/session-request.js";
+import { stopFollowedSession } from "../jobs/session-stops.js";
 import { newId } from "../store/ids.js";
 
 /** Repair sessions after the first attempt when its result does not validate. */
@@ -95,6 +96,8 @@ export interface OperationRunnerOptions {
   maxRepairs?: number;
   /** How much of each scratch session's stderr is stored with the parent job (OZ0_MAX_SESSION_STDERR_BYTES). Default 1 MiB. */
   maxStderrBytes?: number;
+  /** How long after its node was asked to stop a scratch session the operation still waits for it to end (default 30 s). */
+  stopWaitMs?: number;
 }
 
 type Outcome =
@@ -490,10 +493,21 @@ export class OperationRunner {
     let channel: SessionChannel | undefined;
     let timer: NodeJS.Timeout | undefined;
     let stop: "timed_out" | "cancelled" | undefined;
-    const onAbort = (): void => {
-      stop ??= "cancelled";
-      void parent.sandbox.cancel({ sessionId, reason: "the parent run was cancelled" }).catch(() => undefined);
+    let stopWaiting: (() => void) | undefined;
+    /** Once: the node is asked to stop the session, and after a while it is no longer waited for. */
+    const stopSession = (why: "timed_out" | "cancelled", reason: string): void => {
+      if (stop || !channel) return;
+      stop = why;
+      stopWaiting = stopFollowedSession({
+        sandbox: parent.sandbox,
+        channel,
+        sessionId,
+        reason,
+        waitMs: this.#o.stopWaitMs,
+        onGiveUp: (message) => this.#o.logger.warn({ jobId: parent.jobId, sessionId, operation: op.key }, message),
+      });
     };
+    const onAbort = (): void => stopSession("cancelled", "the parent run was cancelled");
     try {
       // Recorded before it starts, so a restart can stop it.
       await this.#checkpoints.put(record);
@@ -532,10 +546,7 @@ export class OperationRunner {
       const scratch = channel;
       signal.addEventListener("abort", onAbort, { once: true });
       timer = setTimeout(
-        () => {
-          stop ??= "timed_out";
-          void parent.sandbox.cancel({ sessionId, reason: "the harness operation timed out" }).catch(() => undefined);
-        },
+        () => stopSession("timed_out", "the harness operation timed out"),
         Math.max(0, until - Date.now()),
       );
       let result: SessionResult | undefined;
@@ -705,6 +716,7 @@ export class OperationRunner {
       };
     } finally {
       if (timer) clearTimeout(timer);
+      stopWaiting?.();
       signal.removeEventListener("abort", onAbort);
       channel?.close();
       this.#scratch.delete(sessionId);

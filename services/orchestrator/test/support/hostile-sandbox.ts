@@ -43,6 +43,8 @@ interface HostileSession {
   cancelRequested?: string;
   /** Streams waiting for the next message. */
   waiting: Set<() => void>;
+  /** How many of the runtime's streams of it are open. */
+  followers: number;
 }
 
 export class HostileSandbox {
@@ -53,11 +55,24 @@ export class HostileSandbox {
     this.#ignoreCancel = options.ignoreCancel ?? false;
   }
 
+  /**
+   * The command a session runs. An orchestrator in the test's process runs from its sources, and names
+   * the custom steps' runner there (src/graphs/graph-step-runner.js, which is the built file's path): it
+   * runs as built, as the real sandbox runs it for the built orchestrator.
+   */
+  static #built(command: readonly string[]): string[] {
+    return command.map((part) =>
+      part.endsWith(`${path.sep}src${path.sep}graphs${path.sep}graph-step-runner.js`)
+        ? part.replace(`${path.sep}src${path.sep}`, `${path.sep}dist${path.sep}`)
+        : part,
+    );
+  }
+
   readonly #server = http2.createServer(
     connectNodeAdapter({
       routes: (router) =>
         router.service(SandboxService, {
-          runSession: (requests) => this.#runSession(requests),
+          runSession: (requests, context) => this.#runSession(requests, context.signal),
           listSessions: () => ({ sessions: [], maxSessions: 100 }),
           cancelSession: async (request, context) => {
             const cancelled = this.#cancel(request.sessionId, request.reason);
@@ -91,6 +106,16 @@ export class HostileSandbox {
     return this.#sessions.get(sessionId)?.request;
   }
 
+  /** The sessions the runtime started here, in order. */
+  sessionIds(): string[] {
+    return [...this.#sessions.keys()];
+  }
+
+  /** How many of the runtime's streams of the session are open: 0 once it no longer follows it. */
+  followers(sessionId: string): number {
+    return this.#sessions.get(sessionId)?.followers ?? 0;
+  }
+
   /** Whether the session's harness still runs. */
   running(sessionId: string): boolean {
     const session = this.#sessions.get(sessionId);
@@ -113,7 +138,10 @@ export class HostileSandbox {
     await closed;
   }
 
-  async *#runSession(requests: AsyncIterable<RunSessionRequest>): AsyncGenerator<RunSessionResponse> {
+  async *#runSession(
+    requests: AsyncIterable<RunSessionRequest>,
+    signal: AbortSignal,
+  ): AsyncGenerator<RunSessionResponse> {
     const incoming = requests[Symbol.asyncIterator]();
     const first = (await incoming.next()).value as RunSessionRequest | undefined;
     let sessionId: string;
@@ -128,6 +156,9 @@ export class HostileSandbox {
       throw new ConnectError("a stream starts with start or attach", Code.InvalidArgument);
     }
     const session = this.#sessions.get(sessionId)!;
+    // Followed until the call ends, however it ends (the runtime letting the stream go aborts the signal).
+    session.followers += 1;
+    signal.addEventListener("abort", () => (session.followers -= 1), { once: true });
     // The runtime's answers go to the harness as they come, whatever it asked.
     const answers = async (): Promise<void> => {
       for (let r = await incoming.next(); !r.done; r = await incoming.next())
@@ -146,13 +177,22 @@ export class HostileSandbox {
 
   #start(start: StartSession): string {
     const sessionId = start.request!.sessionId;
-    const [command, ...args] = start.command;
+    const [command, ...args] = HostileSandbox.#built(start.command);
     const child = spawn(command!, args, {
       cwd: start.pluginDir || path.resolve("."),
+      // As the real sandbox names it: the step runner of a custom graph step imports its module from there.
+      env: { ...process.env, OZ0_PLUGIN_DIR: start.pluginDir },
       stdio: ["pipe", "pipe", "ignore"],
     });
     child.stdin.on("error", () => undefined);
-    const session: HostileSession = { child, request: start.request!, log: [], ended: false, waiting: new Set() };
+    const session: HostileSession = {
+      child,
+      request: start.request!,
+      log: [],
+      ended: false,
+      waiting: new Set(),
+      followers: 0,
+    };
     this.#sessions.set(sessionId, session);
     const push = (message: MessageInitShape<typeof RunSessionResponseSchema>["message"]): void => {
       session.log.push(create(RunSessionResponseSchema, { seq: BigInt(session.log.length + 1), sessionId, message }));

@@ -22,15 +22,18 @@ export function inProcessJobRunner(
     sandboxUrl: string;
     /** Names the runner's log lines. */
     name: string;
-  } & Pick<JobRunnerOptions, "reattachWindowMs" | "overdueAfterMs" | "stopWaitMs">,
+  } & Pick<JobRunnerOptions, "reattachWindowMs" | "overdueAfterMs" | "stopWaitMs"> &
+    Partial<Pick<JobRunnerOptions, "feed" | "placement">>,
 ): JobRunner {
-  const { stack, store, home, sandboxUrl, name, ...clocks } = options;
+  const { stack, store, home, sandboxUrl, name, feed, placement, ...clocks } = options;
   return new JobRunner({
     store,
-    feed: new JobFeed(),
-    placement: new StaticPlacement({
-      runners: [new SandboxClient({ url: sandboxUrl, token: stack.stack.credentials.orchestrator })],
-    }),
+    feed: feed ?? new JobFeed(),
+    placement:
+      placement ??
+      new StaticPlacement({
+        runners: [new SandboxClient({ url: sandboxUrl, token: stack.stack.credentials.orchestrator })],
+      }),
     tokens: new LlmProxyClient({ url: stack.stack.urls["llm-proxy"], token: stack.stack.credentials.orchestrator }),
     policy: new PermissionPolicy({ hooks: [new HookStage()] }),
     home,
