@@ -124,12 +124,21 @@ function conversation(kb: number): { role: string; content: string }[] {
   return [...turns, { role: "user", content: "Say something short." }];
 }
 
-/** One wire format: where it is served, and a request body for it. */
+/**
+ * What each request allows the model to write: the whole answer. The proxy holds the session's
+ * budget for that many tokens and cuts a stream that outgrows its hold (budget_exhausted); the
+ * scripted upstream does not stop at max_tokens, so a smaller one measured streams the proxy cut
+ * short (with 256, a 2,000-character answer at about half its events) against whole ones.
+ */
+const MAX_TOKENS = Math.max(256, ANSWER.length);
+
+/** One wire format: where it is served, a request body for it, and what a whole stream of it ends with. */
 interface Wire {
   name: string;
   provider: "anthropic" | "openai";
   route: string;
   body(stream: boolean): Buffer;
+  streamEnd: string;
 }
 
 const WIRES: Record<string, Wire> = {
@@ -137,11 +146,12 @@ const WIRES: Record<string, Wire> = {
     name: "Anthropic Messages",
     provider: "anthropic",
     route: "messages",
+    streamEnd: "event: message_stop",
     body: (stream) =>
       Buffer.from(
         JSON.stringify({
           model: "claude-sonnet-5",
-          max_tokens: 256,
+          max_tokens: MAX_TOKENS,
           stream,
           messages: conversation(options["body-kb"]),
         }),
@@ -151,11 +161,12 @@ const WIRES: Record<string, Wire> = {
     name: "OpenAI chat",
     provider: "openai",
     route: "chat/completions",
+    streamEnd: "data: [DONE]",
     body: (stream) =>
       Buffer.from(
         JSON.stringify({
           model: "gpt-5",
-          max_completion_tokens: 256,
+          max_completion_tokens: MAX_TOKENS,
           stream,
           // OpenAI pads each streamed chunk with an `obfuscation` member unless told not to; the
           // scripted upstream pads only when asked, so the bench asks, as a client's default gets it.
@@ -168,9 +179,15 @@ const WIRES: Record<string, Wire> = {
     name: "OpenAI Responses",
     provider: "openai",
     route: "responses",
+    streamEnd: '"type":"response.completed"',
     body: (stream) =>
       Buffer.from(
-        JSON.stringify({ model: "gpt-5", max_output_tokens: 256, stream, input: conversation(options["body-kb"]) }),
+        JSON.stringify({
+          model: "gpt-5",
+          max_output_tokens: MAX_TOKENS,
+          stream,
+          input: conversation(options["body-kb"]),
+        }),
       ),
   },
 };
@@ -182,9 +199,27 @@ interface Contender {
   target(wire: Wire): { url: URL; headers: Record<string, string> };
 }
 
-function call(contender: Contender, wire: Wire, body: Buffer): Promise<void> {
+function call(contender: Contender, wire: Wire, body: Buffer): Promise<string> {
   const { url, headers } = contender.target(wire);
   return postJson({ url, headers, body, label: contender.name });
+}
+
+/**
+ * Fails the bench unless every contender answers whole: a stream that ends with its format's last
+ * event and no error event, an answer with the whole text. Ratios over answers cut short (by a
+ * budget's hold, a size limit) would measure less work as if it were the same.
+ */
+async function checkWhole(contenders: Contender[], wire: Wire, body: Buffer, stream: boolean): Promise<void> {
+  const tail = ANSWER.slice(-40);
+  for (const c of contenders) {
+    const { url, headers } = c.target(wire);
+    const answer = await postJson({ url, headers, body, label: c.name, keepBody: true });
+    const whole = stream
+      ? answer.includes(wire.streamEnd) && !/"type":"error"|"error":\{/.test(answer)
+      : answer.includes(JSON.stringify(tail).slice(1, -1));
+    if (!whole)
+      fail(`${c.name} did not answer ${wire.name} ${stream ? "streaming" : "whole"} in full: …${answer.slice(-300)}`);
+  }
 }
 
 /** Sequential calls, the contenders taking turns call by call (so drift in the machine's load hits all alike). */
@@ -331,6 +366,7 @@ async function bench(): Promise<void> {
       for (const stream of [false, true]) {
         const kind = `${wire.name}, ${stream ? "streaming" : "whole answers"}`;
         const body = wire.body(stream);
+        await checkWhole(contenders, wire, body, stream);
         const l = await latency(contenders, wire, body, calls);
         const d = l.get(direct)!;
         console.log(`\n${kind}`);

@@ -45,7 +45,7 @@ function startRole(name: string, extra: string[] = []): Promise<Role> {
   return startRoleProcess(["--import", "tsx", fileURLToPath(import.meta.url), "--role", name, ...extra]);
 }
 
-function call(url: URL, headers: Record<string, string>, body: Buffer): Promise<void> {
+function call(url: URL, headers: Record<string, string>, body: Buffer): Promise<string> {
   return postJson({ url, headers, body, label: url.host });
 }
 

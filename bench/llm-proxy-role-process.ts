@@ -99,12 +99,14 @@ export async function cpuOf(role: Role): Promise<number> {
 const agent = new http.Agent({ keepAlive: true, maxSockets: 512 });
 
 /** One JSON POST over pooled keep-alive connections; rejects on anything but 200 (`label` names the target). */
+/** Posts a JSON body; resolves with the answer's body as text when `keepBody` (else ""), rejects on a status other than 200. */
 export function postJson(options: {
   url: URL;
   headers: Record<string, string>;
   body: Buffer;
   label: string;
-}): Promise<void> {
+  keepBody?: boolean;
+}): Promise<string> {
   return new Promise((resolve, reject) => {
     const req = http.request(
       options.url,
@@ -118,9 +120,15 @@ export function postJson(options: {
         },
       },
       (res) => {
-        if (res.statusCode !== 200) reject(new Error(`${options.label}: HTTP ${res.statusCode}`));
-        res.on("data", () => {});
-        res.on("end", resolve);
+        const ok = res.statusCode === 200;
+        // Kept only when asked (or to say what went wrong): the calls measured read and drop.
+        const parts: Buffer[] | undefined = options.keepBody || !ok ? [] : undefined;
+        res.on("data", (chunk: Buffer) => parts?.push(chunk));
+        res.on("end", () => {
+          const text = parts ? Buffer.concat(parts).toString("utf8") : "";
+          if (ok) resolve(text);
+          else reject(new Error(`${options.label}: HTTP ${res.statusCode}: ${text.slice(0, 300)}`));
+        });
         res.on("error", reject);
       },
     );
