@@ -169,6 +169,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
   };
 
   let reservation: Reservation | undefined;
+  let streamCutUsd: number | undefined;
   if (token.budgetUsd > 0) {
     if (!price) {
       sendError(res, {
@@ -180,15 +181,16 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       });
       return;
     }
+    const worstCase = worstCaseUsd({
+      price,
+      maxOutputTokens: request.maxOutputTokens ?? deps.defaultMaxOutputTokens,
+      rawBytes: rawBody.length,
+    });
     try {
       reservation = await deps.budgets.reserveBudget({
         session: token.session,
         limitUsd: token.budgetUsd,
-        worstCaseUsd: worstCaseUsd({
-          price,
-          maxOutputTokens: request.maxOutputTokens ?? deps.defaultMaxOutputTokens,
-          rawBytes: rawBody.length,
-        }),
+        worstCaseUsd: worstCase,
         minimumUsd: costOf(price, { input: 0, output: 0, cacheRead: estimatedInput, cacheWrite: 0, reasoning: 0 }),
         partial: stream,
       });
@@ -214,6 +216,14 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       }
       return;
     }
+    // A stream is cut where its cost passes its hold only when the hold is less than the call may cost:
+    // the session had less left than the request allows, or the request set no output limit for the
+    // provider to keep to. Otherwise the provider stops at the request's limit, which the hold covers,
+    // and a stream whose estimate (four characters a token, until the provider's usage comes) passes it
+    // is the estimate off, not a spend: code indented with spaces, long words. It is charged what the
+    // provider reports.
+    if (request.maxOutputTokens === undefined || reservation.amountUsd < worstCase)
+      streamCutUsd = reservation.amountUsd;
   }
 
   let summary: AttemptSummary | undefined;
@@ -241,7 +251,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       if (reservation) pending.reservationId = reservation.id;
       await deps.metering.beginAttempt(pending);
       const attemptStart = performance.now();
-      summary = await runAttempt(deps, input, { operationId, price, estimatedInput, reservation });
+      summary = await runAttempt(deps, input, { operationId, price, estimatedInput, streamCutUsd });
       const latencyMs = performance.now() - attemptStart;
       if (summary.ttftMs !== undefined && summary.delivered) firstByteMs = attemptStart - callStart + summary.ttftMs;
       const attemptRecord = meteringRecord(common, {
@@ -390,7 +400,8 @@ interface AttemptContext {
   operationId: string;
   price: ModelPrice | undefined;
   estimatedInput: number;
-  reservation: Reservation | undefined;
+  /** A stream that would cost more than this is cut there (the session's budget); undefined: never. */
+  streamCutUsd: number | undefined;
 }
 
 function connectionFailure(error: unknown): AttemptSummary {
@@ -707,7 +718,7 @@ async function forwardStream(options: {
       const overBytes = input.held.holdAnswer(splitter.pending.length);
       for (const event of events) {
         const forward = meter.onEvent(event);
-        if (ctx.reservation && costOf(ctx.price, reading().usage) > ctx.reservation.amountUsd) {
+        if (ctx.streamCutUsd !== undefined && costOf(ctx.price, reading().usage) > ctx.streamCutUsd) {
           // This event would take the session past its budget: it is not delivered.
           outcome = "budget_cut";
           await cutOff(batch, {

@@ -4,6 +4,19 @@ import Anthropic from "@anthropic-ai/sdk";
 import type { ScriptedRequest } from "@oz0/harness/testing";
 import { PRICE, post, startFixture } from "./proxy-fixture.js";
 
+/** Streams a Messages call, adding its text deltas to `received.text` as they come (kept when the stream fails). */
+async function readStreamText(client: Anthropic, maxTokens: number, received: { text: string }): Promise<void> {
+  const stream = await client.messages.create({
+    model: "claude-sonnet-5",
+    max_tokens: maxTokens,
+    stream: true,
+    messages: [{ role: "user", content: "x" }],
+  });
+  for await (const event of stream) {
+    if (event.type === "content_block_delta" && event.delta.type === "text_delta") received.text += event.delta.text;
+  }
+}
+
 void describe("budgets", () => {
   void it("admits only one of two concurrent calls that together would exceed the budget", async () => {
     // max_tokens 1000 at $15/M output is a $0.015 worst case each; the budget holds one, not two.
@@ -52,22 +65,12 @@ void describe("budgets", () => {
         defaultHeaders: e.headers,
         maxRetries: 0,
       });
-      let received = "";
+      const received = { text: "" };
       await assert.rejects(
-        async () => {
-          const stream = await client.messages.create({
-            model: "claude-sonnet-5",
-            max_tokens: 4000,
-            stream: true,
-            messages: [{ role: "user", content: "x" }],
-          });
-          for await (const event of stream) {
-            if (event.type === "content_block_delta" && event.delta.type === "text_delta") received += event.delta.text;
-          }
-        },
+        () => readStreamText(client, 4000, received),
         (error: unknown) => error instanceof Error && /budget/.test(error.message),
       );
-      assert.ok(received.length > 0 && received.length < long.length);
+      assert.ok(received.text.length > 0 && received.text.length < long.length);
       const [call] = await fx.proxy.store.listCalls(e.job);
       assert.equal(call!.outcome, "budget_cut");
       assert.ok(call!.costUsd <= 0.003 + (16 / 4) * (PRICE.output / 1e6), "spent at most one event past the budget");
@@ -79,6 +82,25 @@ void describe("budgets", () => {
       assert.equal(again.status, 402);
       assert.equal(JSON.parse(again.text).error.type, "budget_exhausted");
       assert.equal(fx.model.requests.length, 1);
+    } finally {
+      await fx.close();
+    }
+  });
+
+  void it("does not cut a stream whose hold covers its max_tokens, however far its estimate runs past it", async () => {
+    // 4,000 characters are 1,000 tokens at four characters a token; the provider reports the 400 it
+    // counted (code indented with spaces is far fewer tokens than characters/4), within max_tokens 500.
+    const indented = `${" ".repeat(12)}return x;\n`.repeat(200).slice(0, 4000);
+    const fx = await startFixture({ turns: [{ text: indented, usage: { input: 10, output: 400 } }] });
+    try {
+      const e = await fx.session({ budgetUsd: 1 });
+      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers });
+      const received = { text: "" };
+      await readStreamText(client, 500, received);
+      assert.equal(received.text, indented);
+      const [call] = await fx.proxy.store.listCalls(e.job);
+      assert.equal(call!.outcome, "ok");
+      assert.equal(call!.usage.output, 400, "charged what the provider reported");
     } finally {
       await fx.close();
     }
