@@ -390,20 +390,19 @@ export interface SecretScrubber {
 
 /**
  * Scrubs the events of one stream as text, where each event carries one JSON
- * string (the next piece of a streamed text) after a part that mostly repeats
- * from event to event: the answer's id, model and indexes, a sequence number.
- * Nearly every event of a stream is one, and reading that part again was most
- * of what scrubbing an event cost (issue 24). The part before the string of
- * the last event found clean is remembered; of the next event's part, only
- * what comes before the end the two share is read (from the first quote in
- * that end on, it is known clean), then the string and what follows it.
- *
- * When no secret holds a quote, a quote is a character of no secret and ends
- * every run, escaped or not; no escape spans one (a quote is no hex digit).
- * So every run in the whole event lies inside one of the pieces read apart,
- * and reading them apart finds nothing only when the whole holds nothing.
- * When a piece holds a run (or a secret holds a quote), the whole event is
- * read and scrubbed as text.
+ * string (the next piece of a streamed text) after a part that repeats from
+ * event to event: the answer's id, model and indexes. Nearly every event of a
+ * stream is one, and reading that part again was most of what scrubbing an
+ * event cost (issue 24). The part before the string of the last event found
+ * clean is remembered; an event that begins with exactly that part has only
+ * its string and what follows read. When no secret holds a quote, a quote is
+ * a character of no secret and ends every run, escaped or not, and no escape
+ * spans one (a quote is no hex digit); so every run in the event lies in the
+ * part before its string or in the rest, and the first is known to hold none.
+ * An event whose part differs (Responses numbers each event), or whose rest
+ * holds a run, or a secret that holds a quote, has the whole event read and
+ * scrubbed as text. (Reading only where a part differs cost more, in slices
+ * and comparisons, than it saved.)
  */
 export class FramedTextScrubber {
   readonly #text: (value: string) => string;
@@ -420,25 +419,13 @@ export class FramedTextScrubber {
   scrub(event: string, textStart: number): string {
     if (!this.#quotesEndRuns || event.charCodeAt(textStart) !== QUOTE) return this.#text(event);
     const head = event.slice(0, textStart);
-    const fresh = head.slice(0, this.#knownFrom(head));
-    const rest = event.slice(textStart);
-    if (this.#text(fresh) !== fresh || this.#text(rest) !== rest) return this.#text(event);
-    this.#head = head;
-    return event;
-  }
-
-  /** Where the part of `head` known clean begins: the first quote in the end it shares with the last clean head. */
-  #knownFrom(head: string): number {
-    const known = this.#head;
-    if (head === known) return 0;
-    let i = head.length;
-    let j = known.length;
-    while (i > 0 && j > 0 && head.charCodeAt(i - 1) === known.charCodeAt(j - 1)) {
-      i -= 1;
-      j -= 1;
+    if (head !== this.#head) {
+      const scrubbed = this.#text(event);
+      if (scrubbed === event) this.#head = head;
+      return scrubbed;
     }
-    const quote = head.indexOf('"', i);
-    return quote < 0 ? head.length : quote;
+    const rest = event.slice(textStart);
+    return this.#text(rest) === rest ? event : this.#text(event);
   }
 }
 

@@ -6,7 +6,7 @@
 // ends it. What goes out is then scrubbed as text, once, for every other
 // string of every event (the scan reads JSON escapes, and a run cannot cross
 // a JSON string's quotes); of a delta event read in its text, the part
-// before its text is read only where it differs from the last one's
+// before its text is not read again when the last clean one had the same
 // (FramedTextScrubber).
 import type { FramedTextScrubber, HeldTextScrubber, SecretScrubber } from "@oz0/serving";
 import { parseEvent, withData, withStringMember, type Json } from "./sse-json.js";
