@@ -326,6 +326,29 @@ void describe("streams read without a parse", () => {
     assert.equal(text.join(""), SCRUBBED);
   });
 
+  void it("OpenAI chat: a key sent three characters a chunk in a legacy function_call or an audio transcript is scrubbed", () => {
+    const head = { id: "chatcmpl-Bx9", object: "chat.completion.chunk", created: 1, model: "gpt-4.1-mini" };
+    const nested = {
+      function_call: (piece: string): Json => ({ function_call: { arguments: piece } }),
+      audio: (piece: string): Json => ({ audio: { transcript: piece } }),
+    };
+    for (const [parent, deltaOf] of Object.entries(nested)) {
+      const events = [
+        ...pieces(ANSWER).map((piece) =>
+          sse({ ...head, choices: [{ index: 0, delta: deltaOf(piece), finish_reason: null }] }),
+        ),
+        sse({ ...head, choices: [{ index: 0, delta: {}, finish_reason: "stop" }] }),
+        "data: [DONE]\n\n",
+      ];
+      const out = throughProxy(openAiChatCompletions, new OpenAiStreamMeter({ clientWantsUsage: true }), events);
+      const text = dataOf(out)
+        .map((chunk) => (chunk.choices as { delta: Record<string, Record<string, string> | undefined> }[])[0]?.delta)
+        .map((delta) => Object.values(delta?.[parent] ?? {}).join(""))
+        .join("");
+      assert.equal(text, SCRUBBED, parent);
+    }
+  });
+
   void it("Anthropic: a key sent three characters a delta is scrubbed, and what is held goes out before the block stops", () => {
     const events = [
       sse({ type: "message_start", message: { id: "msg_1", model: "claude", usage: { input_tokens: 5 } } }),

@@ -160,9 +160,22 @@ function cutOfNullUsage(data: string): number {
 }
 
 /** A streamed text of one choice: a delta field, or a tool call's arguments. */
-type Channel =
-  | { kind: "field"; field: string; held: HeldTextScrubber }
-  | { kind: "tool"; toolIndex: number; held: HeldTextScrubber };
+type ChannelShape =
+  | { kind: "field"; field: string }
+  | { kind: "tool"; toolIndex: number }
+  | { kind: "nested"; parent: NestedText[0]; member: NestedText[1] };
+type Channel = ChannelShape & { held: HeldTextScrubber };
+
+/**
+ * Texts a choice's delta streams one level down: the legacy `function_call`'s
+ * arguments (`functions` is still accepted) and an audio answer's transcript.
+ * A request may ask for either, so each is held across chunks like `content`.
+ */
+const NESTED_TEXTS = [
+  ["function_call", "arguments"],
+  ["audio", "transcript"],
+] as const;
+type NestedText = (typeof NESTED_TEXTS)[number];
 
 /**
  * Holds back the end of each streamed text of each choice that may be the
@@ -180,7 +193,7 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
     const text = readChatTextDelta(event);
     if (text) {
       // One choice's next text, and nothing else: held back or let go, spliced where it lies.
-      const sent = this.#channel(text.index, text.field, undefined).held.push(text.text);
+      const sent = this.#channel(text.index, text.field, { kind: "field", field: text.field }).held.push(text.text);
       if (sent === text.text) return { event, textStart: text.textStart };
       return withTextAt(event, text, sent);
     }
@@ -205,12 +218,24 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
       for (const field of CHAT_TEXT_FIELDS) {
         const value = choice.delta[field];
         if (typeof value !== "string") continue;
-        const channel = this.#channel(index, field, undefined);
+        const channel = this.#channel(index, field, { kind: "field", field });
         touched.push(field);
         const sent = channel.held.push(value) + (finishing ? channel.held.flush() : "");
         if (sent === value) continue;
         (delta ??= { ...choice.delta })[field] = sent;
         edits.push([field, value, sent]);
+      }
+      for (const [parent, member] of NESTED_TEXTS) {
+        const holder = choice.delta[parent];
+        if (!isObject(holder) || typeof holder[member] !== "string") continue;
+        const value = holder[member];
+        const key = `${parent}.${member}`;
+        const channel = this.#channel(index, key, { kind: "nested", parent, member });
+        touched.push(key);
+        const sent = channel.held.push(value) + (finishing ? channel.held.flush() : "");
+        if (sent === value) continue;
+        (delta ??= { ...choice.delta })[parent] = { ...holder, [member]: sent };
+        edits.push([member, value, sent]);
       }
       const calls = choice.delta.tool_calls;
       if (Array.isArray(calls)) {
@@ -220,7 +245,7 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
           if (!isObject(call) || !isObject(call.function) || typeof call.function.arguments !== "string") continue;
           const toolIndex = typeof call.index === "number" ? call.index : 0;
           const key = `tool:${toolIndex}`;
-          const channel = this.#channel(index, key, toolIndex);
+          const channel = this.#channel(index, key, { kind: "tool", toolIndex });
           touched.push(key);
           const value = call.function.arguments;
           const sent = channel.held.push(value) + (finishing ? channel.held.flush() : "");
@@ -250,8 +275,8 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
     return before + (out ?? withData(event, { ...chunk, choices: rewritten }));
   }
 
-  /** The channel of one text of a choice: a delta field, or (`toolIndex` given) a tool call's arguments. */
-  #channel(index: number, key: string, toolIndex: number | undefined): Channel {
+  /** The channel of one text of a choice: a delta field, a tool call's arguments, or a nested text. */
+  #channel(index: number, key: string, shape: ChannelShape): Channel {
     let channels = this.#choices.get(index);
     if (!channels) {
       channels = new Map();
@@ -260,7 +285,7 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
     let channel = channels.get(key);
     if (!channel) {
       const held = this.scrubber.held();
-      channel = toolIndex === undefined ? { kind: "field", field: key, held } : { kind: "tool", toolIndex, held };
+      channel = { ...shape, held };
       channels.set(key, channel);
     }
     return channel;
@@ -280,7 +305,9 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
     const delta =
       channel.kind === "field"
         ? { [channel.field]: tail }
-        : { tool_calls: [{ index: channel.toolIndex, function: { arguments: tail } }] };
+        : channel.kind === "tool"
+          ? { tool_calls: [{ index: channel.toolIndex, function: { arguments: tail } }] }
+          : { [channel.parent]: { [channel.member]: tail } };
     const envelope: Json = { ...(this.#lastChunk ?? { object: "chat.completion.chunk" }) };
     delete envelope.choices;
     if ("usage" in envelope) envelope.usage = null;
