@@ -169,7 +169,6 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
   };
 
   let reservation: Reservation | undefined;
-  let streamCutUsd: number | undefined;
   if (token.budgetUsd > 0) {
     if (!price) {
       sendError(res, {
@@ -181,16 +180,15 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       });
       return;
     }
-    const worstCase = worstCaseUsd({
-      price,
-      maxOutputTokens: request.maxOutputTokens ?? deps.defaultMaxOutputTokens,
-      rawBytes: rawBody.length,
-    });
     try {
       reservation = await deps.budgets.reserveBudget({
         session: token.session,
         limitUsd: token.budgetUsd,
-        worstCaseUsd: worstCase,
+        worstCaseUsd: worstCaseUsd({
+          price,
+          maxOutputTokens: request.maxOutputTokens ?? deps.defaultMaxOutputTokens,
+          rawBytes: rawBody.length,
+        }),
         minimumUsd: costOf(price, { input: 0, output: 0, cacheRead: estimatedInput, cacheWrite: 0, reasoning: 0 }),
         partial: stream,
       });
@@ -216,14 +214,6 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       }
       return;
     }
-    // A stream is cut where its cost passes its hold only when the hold is less than the call may cost:
-    // the session had less left than the request allows, or the request set no output limit for the
-    // provider to keep to. Otherwise the provider stops at the request's limit, which the hold covers,
-    // and a stream whose estimate (four characters a token, until the provider's usage comes) passes it
-    // is the estimate off, not a spend: code indented with spaces, long words. It is charged what the
-    // provider reports.
-    if (request.maxOutputTokens === undefined || reservation.amountUsd < worstCase)
-      streamCutUsd = reservation.amountUsd;
   }
 
   let summary: AttemptSummary | undefined;
@@ -251,7 +241,13 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       if (reservation) pending.reservationId = reservation.id;
       await deps.metering.beginAttempt(pending);
       const attemptStart = performance.now();
-      summary = await runAttempt(deps, input, { operationId, price, estimatedInput, streamCutUsd });
+      summary = await runAttempt(deps, input, {
+        operationId,
+        price,
+        estimatedInput,
+        reservation,
+        outputBound: request.maxOutputTokens,
+      });
       const latencyMs = performance.now() - attemptStart;
       if (summary.ttftMs !== undefined && summary.delivered) firstByteMs = attemptStart - callStart + summary.ttftMs;
       const attemptRecord = meteringRecord(common, {
@@ -389,6 +385,17 @@ function meteringRecord(common: CallIdentity, figures: Figures): Omit<AttemptRec
  * input price (a token is rarely shorter than two bytes, so half is still an
  * over-estimate), and every allowed output token.
  */
+/**
+ * What a stream has used so far, as its budget counts it: an estimated output no larger than the
+ * request's bound (the provider stops there), what the provider reported as it is (an input far above
+ * its estimate, a PDF by URL, is cut at once).
+ */
+function countedUsage(reading: StreamMeterReading, outputBound: number | undefined): TokenUsage {
+  const { usage } = reading;
+  if (!reading.estimated || outputBound === undefined || usage.output <= outputBound) return usage;
+  return { ...usage, output: outputBound };
+}
+
 function worstCaseUsd(options: { price: ModelPrice; maxOutputTokens: number; rawBytes: number }): number {
   const { price } = options;
   const inputTokens = Math.ceil(options.rawBytes / 2);
@@ -400,8 +407,13 @@ interface AttemptContext {
   operationId: string;
   price: ModelPrice | undefined;
   estimatedInput: number;
-  /** A stream that would cost more than this is cut there (the session's budget); undefined: never. */
-  streamCutUsd: number | undefined;
+  reservation: Reservation | undefined;
+  /**
+   * The most output tokens the provider may bill for the call, when the request bounds them. A stream's
+   * output is estimated (four characters a token) until the provider reports it, and text such as code
+   * indented with spaces runs far past that estimate: past this bound it is the estimate off, not a spend.
+   */
+  outputBound: number | undefined;
 }
 
 function connectionFailure(error: unknown): AttemptSummary {
@@ -718,7 +730,10 @@ async function forwardStream(options: {
       const overBytes = input.held.holdAnswer(splitter.pending.length);
       for (const event of events) {
         const forward = meter.onEvent(event);
-        if (ctx.streamCutUsd !== undefined && costOf(ctx.price, reading().usage) > ctx.streamCutUsd) {
+        if (
+          ctx.reservation &&
+          costOf(ctx.price, countedUsage(reading(), ctx.outputBound)) > ctx.reservation.amountUsd
+        ) {
           // This event would take the session past its budget: it is not delivered.
           outcome = "budget_cut";
           await cutOff(batch, {

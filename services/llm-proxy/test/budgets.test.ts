@@ -106,6 +106,54 @@ void describe("budgets", () => {
     }
   });
 
+  void it("cuts a stream whose reported input runs past its hold, though its output is bounded", async () => {
+    // A request of a few bytes whose input the provider counts at 200,000 tokens (a document by URL):
+    // what message_start reports is spent, not an estimate.
+    const fx = await startFixture({ turns: [{ text: "word ".repeat(400), usage: { input: 200_000, output: 10 } }] });
+    try {
+      const e = await fx.session({ budgetUsd: 1 });
+      const client = new Anthropic({ baseURL: e.anthropicBaseUrl, apiKey: e.token, defaultHeaders: e.headers });
+      const received = { text: "" };
+      await assert.rejects(
+        () => readStreamText(client, 100, received),
+        (error: unknown) => error instanceof Error && /budget/.test(error.message),
+      );
+      assert.equal(received.text, "", "cut at message_start, before any text");
+      const [call] = await fx.proxy.store.listCalls(e.job);
+      assert.equal(call!.outcome, "budget_cut");
+    } finally {
+      await fx.close();
+    }
+  });
+
+  void it("holds what every choice may cost, at the larger of a chat request's two limits", async () => {
+    // $15/M output: 1,000 tokens is $0.015, inside a $0.02 budget; 20 choices of them, or a limit of
+    // 20,000 named beside a limit of 1 (compatible servers differ on which wins), are $0.30.
+    const fx = await startFixture({ turns: [{ text: "never" }, { text: "never" }, { text: "fits" }] });
+    try {
+      const e = await fx.session({ budgetUsd: 0.02 });
+      const headers = { authorization: `Bearer ${e.token}`, ...e.headers };
+      const ask = (limits: Record<string, number>) =>
+        post(
+          `${e.openaiBaseUrl}/chat/completions`,
+          { model: "gpt-4.1", messages: [{ role: "user", content: "x" }], ...limits },
+          headers,
+        );
+      for (const limits of [
+        { max_tokens: 1000, n: 20 },
+        { max_tokens: 1, max_completion_tokens: 20_000 },
+      ]) {
+        const refused = await ask(limits);
+        assert.equal(refused.status, 402, JSON.stringify(limits));
+        assert.match(JSON.parse(refused.text).error.message, /could cost up to \$0\.30/);
+      }
+      assert.equal(fx.model.requests.length, 0, "neither reached the provider");
+      assert.equal((await ask({ max_tokens: 1000 })).status, 200, "the control: one choice of 1,000 tokens fits");
+    } finally {
+      await fx.close();
+    }
+  });
+
   void it("refuses a budgeted call to a model without a price (fails closed)", async () => {
     const fx = await startFixture({
       turns: [{ text: "never" }],

@@ -28,7 +28,7 @@ import {
   withStringMember,
   type Json,
 } from "./sse-json.js";
-import { firstPositive, TextStreamMeter, tokenCount } from "./token-counts.js";
+import { TextStreamMeter, tokenCount } from "./token-counts.js";
 import {
   responseIdentity,
   type ProxyErrorType,
@@ -315,6 +315,22 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
   }
 }
 
+/**
+ * The most output tokens a chat request lets the provider bill: its limit for
+ * each of its `n` choices. A request that names its limit twice is read at the
+ * larger: OpenAI refuses both at once, but compatible servers differ on which
+ * wins, and the budget must hold whichever they use.
+ */
+function chatOutputBound(body: RequestBody): number | undefined {
+  const limits = [body.field("max_tokens"), body.field("max_completion_tokens")].filter(
+    (value): value is number => typeof value === "number" && value > 0,
+  );
+  if (limits.length === 0) return undefined;
+  const n = body.field("n");
+  const choices = typeof n === "number" && Number.isInteger(n) && n > 1 ? n : 1;
+  return Math.max(...limits) * choices;
+}
+
 export const openAiChatCompletions: WireFormat = {
   name: "openai",
   route: "chat/completions",
@@ -329,7 +345,7 @@ export const openAiChatCompletions: WireFormat = {
       return {
         model: stringOf(body.field("model")),
         stream,
-        maxOutputTokens: firstPositive(body.field("max_tokens"), body.field("max_completion_tokens")),
+        maxOutputTokens: chatOutputBound(body),
         ...(clientWantsUsage
           ? {}
           : { upstreamFields: { stream_options: { ...(streamOptions ?? {}), include_usage: true } } }),

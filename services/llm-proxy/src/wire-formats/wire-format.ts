@@ -62,7 +62,10 @@ export interface ModelCalls {
 export interface WireRequest {
   model: string | undefined;
   stream: boolean;
-  /** The most output tokens the request allows, when it says (the budget reserves them). */
+  /**
+   * The most output tokens the provider may bill for the request, when the request bounds them (the
+   * budget reserves them, and a stream's estimate counts no more): every choice's, where it asks for several.
+   */
   maxOutputTokens: number | undefined;
   /** Top-level fields the proxy sets before the request goes upstream (OpenAI streams are asked for their usage). */
   upstreamFields?: Readonly<Record<string, unknown>>;
