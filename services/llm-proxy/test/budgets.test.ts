@@ -139,10 +139,11 @@ void describe("budgets", () => {
           { model: "gpt-4.1", messages: [{ role: "user", content: "x" }], ...limits },
           headers,
         );
-      for (const limits of [
+      const overBudget: Record<string, number>[] = [
         { max_tokens: 1000, n: 20 },
         { max_tokens: 1, max_completion_tokens: 20_000 },
-      ]) {
+      ];
+      for (const limits of overBudget) {
         const refused = await ask(limits);
         assert.equal(refused.status, 402, JSON.stringify(limits));
         assert.match(JSON.parse(refused.text).error.message, /could cost up to \$0\.30/);
