@@ -60,6 +60,7 @@ interface Scan {
 }
 
 const BACKSLASH = 0x5c;
+const QUOTE = 0x22;
 const SIMPLE_ESCAPES: Readonly<Record<string, number>> = {
   n: 0x0a,
   r: 0x0d,
@@ -428,8 +429,6 @@ export class FramedTextScrubber {
     return this.#text(rest) === rest ? event : this.#text(event);
   }
 }
-
-const QUOTE = 0x22;
 
 /**
  * A scrubber for the given secrets, built per attempt (the key is decrypted

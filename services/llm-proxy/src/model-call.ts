@@ -381,11 +381,6 @@ function meteringRecord(common: CallIdentity, figures: Figures): Omit<AttemptRec
 }
 
 /**
- * The most a call can cost: every request byte an input token at the dearest
- * input price (a token is rarely shorter than two bytes, so half is still an
- * over-estimate), and every allowed output token.
- */
-/**
  * What a stream has used so far, as its budget counts it: an estimated output no larger than the
  * request's bound (the provider stops there), what the provider reported as it is (an input far above
  * its estimate, a PDF by URL, is cut at once).
@@ -396,6 +391,11 @@ function countedUsage(reading: StreamMeterReading, outputBound: number | undefin
   return { ...usage, output: outputBound };
 }
 
+/**
+ * The most a call can cost: every request byte an input token at the dearest
+ * input price (a token is rarely shorter than two bytes, so half is still an
+ * over-estimate), and every allowed output token.
+ */
 function worstCaseUsd(options: { price: ModelPrice; maxOutputTokens: number; rawBytes: number }): number {
   const { price } = options;
   const inputTokens = Math.ceil(options.rawBytes / 2);

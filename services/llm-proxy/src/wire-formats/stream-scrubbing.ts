@@ -56,7 +56,8 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
 
   /**
    * One delta of the text `key`: the event as it came when all of `value` can
-   * go, rewritten to carry what can, or "" when nothing can yet.
+   * go, rewritten to carry what can, or "" when nothing can yet. A delta read
+   * in its text says where its text lies, so the event is scrubbed framed.
    */
   protected delta(options: {
     key: string;
