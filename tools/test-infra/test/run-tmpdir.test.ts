@@ -3,32 +3,13 @@
 // either way the TMPDIR the runner itself was given is left as it was found.
 // The real runner, on the fixtures' test files.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { runTests as runTestFiles } from "./support/runner.js";
 
-const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
-const runner = path.join(repoRoot, "tools/test-infra/bin/run-tests.mjs");
-
-function runTests(file: string, tmp: string): Promise<{ code: number; out: string }> {
-  const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: tmp };
-  // Set by the runner of this test; the inner run would report to it instead of its own output.
-  delete env["NODE_TEST_CONTEXT"];
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [runner, `tools/test-infra/test/fixtures/${file}`], {
-      cwd: repoRoot,
-      env,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "";
-    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
-    child.on("exit", (code) => resolve({ code: code ?? 1, out }));
-  });
-}
+const runTests = (file: string, tmp: string) => runTestFiles([`tools/test-infra/test/fixtures/${file}`], tmp);
 
 void test("a run whose test leaves a folder behind fails, naming the folder and the file that makes it", async (t) => {
   const tmp = mkdtempSync(path.join(os.tmpdir(), "oz0-runner-test-"));
