@@ -67,4 +67,4 @@ export {
 } from "./auth/stack-credentials.js";
 export type { StackCredentials } from "./auth/stack-credentials.js";
 export { createScrubber, scrubSecret, REDACTED } from "./secret-scrubber.js";
-export type { FramedTextScrubber, HeldTextScrubber, SecretScrubber } from "./secret-scrubber.js";
+export type { FramedTextScrubber, HeldTextScrubber, SecretScrubber, TextSpan } from "./secret-scrubber.js";

@@ -9,7 +9,7 @@
 // it, and plant key fragments in it and in the texts.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { createScrubber, REDACTED } from "../src/secret-scrubber.js";
+import { createScrubber, REDACTED, type TextSpan } from "../src/secret-scrubber.js";
 
 const KEY = "sk-ant-api03-Zq8fK2vLm9XwR4tYp7HsBn3Jc6DgUe1Ao5Vi0Nx-QrTy";
 
@@ -110,33 +110,72 @@ function value(random: () => number): string {
   return out;
 }
 
-/** An event's frame before its text: members whose values `values` gives, ending where the text's string begins. */
-function head(values: readonly string[], sequence: number): string {
+/**
+ * An event's frame before its text: a counter, then members whose values
+ * `values` gives, ending where the text's string begins; and where its
+ * counter lies.
+ */
+function head(values: readonly string[], counter: string): { before: string; counter: TextSpan } {
   const members = values.map((text, i) => `"m${i}":"${text}"`);
-  return `data: {"type":"delta","sequence_number":${sequence},${members.join(",")},"delta":`;
+  const start = 'data: {"type":"delta","sequence_number":'.length;
+  const before = `data: {"type":"delta","sequence_number":${counter},${members.join(",")},"delta":`;
+  return { before, counter: { start, end: start + counter.length } };
 }
 
 void test("a stream's events come out of the framed scrubber exactly as scrubbing each whole event makes them", () => {
   const scrubber = createScrubber(KEY);
   const random = seeded(42);
   let redacted = 0;
-  for (let stream = 0; stream < 400; stream += 1) {
+  let counted = 0;
+  for (let stream = 0; stream < 600; stream += 1) {
     const framed = scrubber.framed();
     const values = Array.from({ length: 1 + Math.floor(random() * 4) }, () => value(random));
+    // Most streams say where their counter lies (the reader of Responses events does); some do not.
+    const tellsCounter = random() < 0.7;
     for (let sequence = 0; sequence < 30; sequence += 1) {
-      // Most events repeat the frame but for their sequence number; some change one member.
+      // Most events repeat the frame but for their counter; some change one member.
       if (random() < 0.25) values[Math.floor(random() * values.length)] = value(random);
-      const before = head(values, sequence);
+      // The counter is a number, or now and then a piece of the key long enough to be a run with its neighbours.
+      const counterText =
+        random() < 0.15 ? KEY.slice(3, 3 + Math.floor(random() * 12)).replaceAll("-", "") : String(sequence);
+      const { before, counter } = head(values, counterText);
       const text = random() < 0.2 ? KEY.slice(0, Math.floor(random() * 14)) : value(random);
       const tail = random() < 0.5 ? "}\n\n" : `,"obfuscation":"${value(random)}"}\n\n`;
       const event = before + JSON.stringify(text) + tail;
       const expected = scrubber.text(event);
       if (expected !== event) redacted += 1;
-      assert.equal(framed.scrub(event, before.length), expected, `stream ${stream}, event ${sequence}: ${event}`);
+      if (tellsCounter) counted += 1;
+      const out = tellsCounter ? framed.scrub(event, before.length, counter) : framed.scrub(event, before.length);
+      assert.equal(out, expected, `stream ${stream}, event ${sequence}: ${event}`);
     }
   }
-  // The streams did plant whole runs, in frames and in texts, so the comparison covers scrubbing too.
-  assert.ok(redacted > 100, `only ${redacted} events held a run`);
+  // The streams did plant whole runs, in frames, counters and texts, so the comparison covers scrubbing too.
+  assert.ok(redacted > 150, `only ${redacted} events held a run`);
+  assert.ok(counted > 10_000, `only ${counted} events told their counter`);
+});
+
+void test("a key that arrives in a counter's stretch is scrubbed, though the events around it were clean", () => {
+  const scrubber = createScrubber(KEY);
+  const framed = scrubber.framed();
+  const event = (counter: string, text: string): { event: string; before: string; counter: TextSpan } => {
+    const start = 'data: {"id":"msg_01","n":'.length;
+    const before = `data: {"id":"msg_01","n":${counter},"delta":`;
+    return { event: `${before}${JSON.stringify(text)}}\n\n`, before, counter: { start, end: start + counter.length } };
+  };
+  for (const [counter, text] of [
+    ["1", "Hello"],
+    ["2", " there"],
+  ] as const) {
+    const e = event(counter, text);
+    assert.equal(framed.scrub(e.event, e.before.length, e.counter), e.event);
+  }
+  const leaking = event(KEY.slice(3, 20), "!");
+  const out = framed.scrub(leaking.event, leaking.before.length, leaking.counter);
+  assert.ok(!out.includes(KEY.slice(3, 11)), out);
+  assert.ok(out.includes(REDACTED), out);
+  // The next event's counter is a number again: its frame is read again, and it goes out whole.
+  const after = event("4", "!");
+  assert.equal(framed.scrub(after.event, after.before.length, after.counter), after.event);
 });
 
 void test("a key that arrives in the frame of a later event is scrubbed, though the events before it were clean", () => {

@@ -179,10 +179,13 @@ const FORMATS: Format[] = [
   },
   {
     name: "OpenAI Responses",
+    // Each with another sequence number, so the events spliced in turn differ in it too.
     own: [
       responsesDelta("Hello", { part: "content_index" }),
-      responsesDelta("Hello", { type: "response.reasoning_summary_text.delta", part: "summary_index" }),
-      responsesDelta('{"city":', { type: "response.function_call_arguments.delta" }),
+      responsesDelta("Hello", { type: "response.reasoning_summary_text.delta", part: "summary_index", sequence: 17 }),
+      responsesDelta('{"city":', { type: "response.function_call_arguments.delta", sequence: 0 }),
+      responsesDelta("Hello", { part: "content_index", sequence: 1234 }),
+      responsesDelta("Hello", { part: "content_index", sequence: 1235 }),
     ],
     declined: [
       responsesDelta("hi", { part: "content_index" }).replace(
@@ -208,6 +211,19 @@ const FORMATS: Format[] = [
       assert.equal(parsed.delta, delta.text, event);
       assert.equal(parsed.output_index, delta.outputIndex, event);
       assert.equal(parsed.content_index ?? parsed.summary_index, delta.partIndex, event);
+      // Its counter, when it says where one lies, is the sequence number's text.
+      if (delta.counter)
+        assert.equal(
+          event.slice(delta.counter.start, delta.counter.end),
+          JSON.stringify(parsed.sequence_number),
+          event,
+        );
+      else
+        assert.doesNotMatch(
+          event,
+          /^(?:event: [a-z_.]+\n)?data: \{"type":"[a-z_.]+","sequence_number":(?:0|[1-9]\d{0,15}),/,
+          event,
+        );
       if ("content_index" in parsed || "summary_index" in parsed) assert.notEqual(delta.partIndex, undefined, event);
       for (const [name, value] of Object.entries(parsed))
         assert.ok(value === null || typeof value !== "object" || (Array.isArray(value) && value.length === 0), name);
@@ -243,6 +259,8 @@ const PIECES = [
   "a",
   " ",
   "[]",
+  "0",
+  "7",
 ];
 
 for (const format of FORMATS) {
@@ -279,6 +297,35 @@ for (const format of FORMATS) {
     });
   });
 }
+
+void describe("OpenAI Responses: sequence numbers", () => {
+  void it("reads an event that repeats the last head but for its sequence number, and none whose number is no JSON integer", () => {
+    const responses = FORMATS.find((format) => format.name === "OpenAI Responses")!;
+    const withNumber = (number: string): string =>
+      responsesDelta("Hello", { part: "content_index" }).replace('"sequence_number":4', `"sequence_number":${number}`);
+    for (const [number, read] of [
+      ["4", true],
+      ["5", true],
+      ["0", true],
+      ["10", true],
+      ["9007199254740991", true],
+      ["05", false],
+      ["00", false],
+      ["", false],
+      ["-", false],
+      ["1a", false],
+      ["1 ", false],
+    ] as const) {
+      // Each right after a read event with another number, so it is read against that event's head.
+      assert.equal(responses.check(withNumber("3")), true);
+      assert.equal(responses.check(withNumber(number)), read, withNumber(number));
+    }
+    // A number longer than the reader counts is parsed, but the event is still read, by the whole expression.
+    const long = withNumber("12345678901234567");
+    assert.equal(readResponsesTextDelta(long)?.counter, undefined);
+    assert.equal(responses.check(long), true);
+  });
+});
 
 /** A stream's events through a meter, then a scrubber of KEY, as the proxy runs them. */
 function throughProxy(format: WireFormat, meter: StreamMeter, events: string[]): string {

@@ -14,7 +14,7 @@ import { OPENAI_FORWARDED_HEADERS, openAiErrorBody } from "./openai-chat-complet
 import { sseData } from "../sse-event-splitter.js";
 import { isObject, parseEvent, stringOf, usageOf, withDataText, type Json } from "./sse-json.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
-import { readResponsesTextDelta, type TextEvent } from "./text-delta-events.js";
+import { readResponsesTextDelta, type ResponsesTextDelta, type TextEvent } from "./text-delta-events.js";
 import { firstPositive, TextStreamMeter, tokenCount } from "./token-counts.js";
 import { responseIdentity, type ProxyErrorType, type WireFormat } from "./wire-format.js";
 
@@ -94,11 +94,14 @@ export class ResponsesStreamMeter extends TextStreamMeter {
  * raw event would read only one level of.
  */
 class ResponsesStreamScrubber extends DeltaStreamScrubber {
+  /** The last delta read in its text and its text's key: the next delta mostly continues the same text. */
+  #lastRead: { type: string; outputIndex: number; partIndex: number | undefined; key: string } | undefined;
+
   protected rewrite(event: string): string | TextEvent {
     const text = readResponsesTextDelta(event);
     if (text && TEXT_DELTAS.has(text.type)) {
       return this.delta({
-        key: textKey(text.type, text.outputIndex, text.partIndex),
+        key: this.#keyOf(text),
         event,
         read: text,
         value: text.text,
@@ -137,6 +140,19 @@ class ResponsesStreamScrubber extends DeltaStreamScrubber {
       held = this.end();
     }
     return held + this.#wholeStrings(event);
+  }
+
+  /**
+   * The key of a delta's text, the same string as the last delta's when it
+   * continues that text: a key made again was hashed again to find its text,
+   * a cost in every event.
+   */
+  #keyOf({ type, outputIndex, partIndex }: ResponsesTextDelta): string {
+    const last = this.#lastRead;
+    if (last && last.type === type && last.outputIndex === outputIndex && last.partIndex === partIndex) return last.key;
+    const key = textKey(type, outputIndex, partIndex);
+    this.#lastRead = { type, outputIndex, partIndex, key };
+    return key;
   }
 
   /** The event with each string of its data scrubbed as its decoded text. */

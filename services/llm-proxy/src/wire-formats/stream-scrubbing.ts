@@ -8,7 +8,7 @@
 // a JSON string's quotes); of a delta event read in its text, the part
 // before its text is not read again when the last clean one had the same
 // (FramedTextScrubber).
-import type { FramedTextScrubber, HeldTextScrubber, SecretScrubber } from "@oz0/serving";
+import type { FramedTextScrubber, HeldTextScrubber, SecretScrubber, TextSpan } from "@oz0/serving";
 import { parseEvent, withData, withStringMember, type Json } from "./sse-json.js";
 import { withTextAt, type TextEvent } from "./text-delta-events.js";
 import type { StreamScrubber } from "./wire-format.js";
@@ -30,7 +30,8 @@ interface Text {
  * member whose string is the text: `text`, `delta`), or read in its text,
  * which says where the text's JSON string lies (text-delta-events.ts).
  */
-export type DeltaRead = { parsed: Json; field: string } | { textStart: number; textEnd: number };
+export type DeltaRead =
+  { parsed: Json; field: string } | { textStart: number; textEnd: number; counter?: TextSpan | undefined };
 
 export abstract class DeltaStreamScrubber implements StreamScrubber {
   protected readonly scrubber: SecretScrubber;
@@ -45,7 +46,9 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
 
   push(event: string): string {
     const out = this.rewrite(event);
-    return typeof out === "string" ? this.scrubber.text(out) : this.#framed.scrub(out.event, out.textStart);
+    return typeof out === "string"
+      ? this.scrubber.text(out)
+      : this.#framed.scrub(out.event, out.textStart, out.counter);
   }
 
   /**
@@ -86,7 +89,9 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
     // Nothing of this delta may go yet: the client gets it with the next one.
     if (sent === "") return "";
     if (!("parsed" in read))
-      return sent === value ? { event, textStart: read.textStart } : withTextAt(event, read, sent);
+      return sent === value
+        ? { event, textStart: read.textStart, counter: read.counter }
+        : withTextAt(event, read, sent);
     if (sent === value) return event;
     return withStringMember(event, read.field, value, sent) ?? withData(event, text.withText(read.parsed, sent));
   }

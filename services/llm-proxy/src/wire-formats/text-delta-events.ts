@@ -9,6 +9,7 @@
 // reason, an error) is parsed, as every event was before. What an expression
 // accepts parses to exactly what its reader says: a test holds each to
 // JSON.parse, on the providers' events and on events cut and spliced at random.
+import type { TextSpan } from "@oz0/serving";
 import { rememberingLast } from "./sse-json.js";
 
 /** Where a text's JSON string lies in its event. */
@@ -47,25 +48,48 @@ function placeOf(token: string, textStart: number): TextPlace {
   return { textStart, textEnd: textStart + token.length, text: decode(token) };
 }
 
-/** An event that carries one streamed text, and where that text's JSON string begins in it. */
+/** An event that carries one streamed text, where that text's JSON string begins in it, and its counter when it has one. */
 export interface TextEvent {
   event: string;
   textStart: number;
+  counter?: TextSpan | undefined;
 }
 
-/** The event with `text` in place of the JSON string at `place`. */
-export function withTextAt(event: string, place: Pick<TextPlace, "textStart" | "textEnd">, text: string): TextEvent {
+/** The event with `text` in place of the JSON string at `place` (which is all that changes: its counter stays where it was). */
+export function withTextAt(
+  event: string,
+  place: Pick<TextPlace, "textStart" | "textEnd"> & { counter?: TextSpan | undefined },
+  text: string,
+): TextEvent {
   return {
     event: event.slice(0, place.textStart) + JSON.stringify(text) + event.slice(place.textEnd),
     textStart: place.textStart,
+    counter: place.counter,
   };
 }
 
 /** What a split expression matched: the event's head, and its text's string with what follows. */
 interface SplitMatch {
   head: RegExpExecArray;
+  /** Where the head ends: the text's opening quote. */
+  headEnd: number;
+  /** Where the head's counter lies, when it has one. */
+  counter: TextSpan | undefined;
   rest: RegExpExecArray;
 }
+
+/** A head matched, remembered to be recognised in the events after it. */
+interface RememberedHead {
+  match: RegExpExecArray;
+  /** The head up to its counter (all of it without one), and after its counter. */
+  beforeCounter: string;
+  afterCounter: string | undefined;
+}
+
+const DIGIT_0 = 0x30;
+const DIGIT_9 = 0x39;
+/** The longest counter read without the expression: 16 digits (a safe integer's). */
+const COUNTER_DIGITS = 16;
 
 /**
  * An expression for a delta event in two parts: `head`, from the event's
@@ -77,29 +101,67 @@ interface SplitMatch {
  * from its string on only. A head's expression decides where it ends by the
  * characters it reads (it ends at the one member that holds the text, which
  * no member before it can be), so a repeated head matches as it did.
+ *
+ * A head may hold a counter (Responses numbers every event): the capture
+ * group `counterGroup` of the head's expression, an integer. An event that
+ * repeats the last head but for another integer there (digits, without a
+ * leading zero, as the group takes them) matches as the last did, the
+ * integer being the only part of it that differs.
  */
 class SplitExpression {
   readonly #head: RegExp;
   readonly #rest: RegExp;
-  #lastHead: RegExpExecArray | undefined;
+  readonly #counterGroup: number | undefined;
+  #last: RememberedHead | undefined;
 
-  constructor(head: string, rest: string) {
-    this.#head = new RegExp(`^${head}`);
+  constructor(head: string, rest: string, options: { counterGroup?: number } = {}) {
+    this.#counterGroup = options.counterGroup;
+    this.#head = new RegExp(`^${head}`, options.counterGroup === undefined ? "" : "d");
     this.#rest = new RegExp(`${rest}$`, "y");
   }
 
   exec(event: string): SplitMatch | undefined {
-    let head = this.#lastHead;
-    // Compared as a slice: V8's startsWith reads a character at a time, several times slower.
-    if (head === undefined || event.slice(0, head[0].length) !== head[0]) {
-      head = this.#head.exec(event) ?? undefined;
-      if (head === undefined) return undefined;
-      this.#lastHead = head;
+    let head: RegExpExecArray;
+    let headEnd: number;
+    let counter: TextSpan | undefined;
+    const last = this.#last;
+    const repeatedEnd = last === undefined ? -1 : repeatedHeadEnd(event, last);
+    if (repeatedEnd >= 0) {
+      head = last!.match;
+      headEnd = repeatedEnd;
+      const { beforeCounter, afterCounter } = last!;
+      if (afterCounter !== undefined) counter = { start: beforeCounter.length, end: headEnd - afterCounter.length };
+    } else {
+      const match = this.#head.exec(event);
+      if (match === null) return undefined;
+      head = match;
+      headEnd = match[0].length;
+      const span = this.#counterGroup === undefined ? undefined : match.indices?.[this.#counterGroup];
+      if (span !== undefined) counter = { start: span[0], end: span[1] };
+      this.#last = counter
+        ? { match, beforeCounter: match[0].slice(0, counter.start), afterCounter: match[0].slice(counter.end) }
+        : { match, beforeCounter: match[0], afterCounter: undefined };
     }
-    this.#rest.lastIndex = head[0].length;
+    this.#rest.lastIndex = headEnd;
     const rest = this.#rest.exec(event);
-    return rest ? { head, rest } : undefined;
+    return rest ? { head, headEnd, counter, rest } : undefined;
   }
+}
+
+/** Where the remembered head ends in `event` when the event begins with it (its counter aside), else -1. */
+function repeatedHeadEnd(event: string, { beforeCounter, afterCounter }: RememberedHead): number {
+  // Compared as slices: V8's startsWith reads a character at a time, several times slower.
+  if (event.slice(0, beforeCounter.length) !== beforeCounter) return -1;
+  if (afterCounter === undefined) return beforeCounter.length;
+  const start = beforeCounter.length;
+  let end = start;
+  while (end - start < COUNTER_DIGITS) {
+    const c = event.charCodeAt(end);
+    if (c < DIGIT_0 || c > DIGIT_9) break;
+    end += 1;
+  }
+  if (end === start || (end - start > 1 && event.charCodeAt(start) === DIGIT_0)) return -1;
+  return event.slice(end, end + afterCounter.length) === afterCounter ? end + afterCounter.length : -1;
 }
 
 // OpenAI Chat Completions
@@ -128,8 +190,8 @@ const CHAT_TEXT_CHUNK = new SplitExpression(
 const chatText = rememberingLast((event): ChatTextDelta | undefined => {
   const match = CHAT_TEXT_CHUNK.exec(event);
   if (!match) return undefined;
-  const { head, rest } = match;
-  const place = placeOf(rest[1]!, head[0].length);
+  const { head, headEnd, rest } = match;
+  const place = placeOf(rest[1]!, headEnd);
   return {
     ...place,
     index: Number(head[1]),
@@ -182,9 +244,9 @@ const anthropicText = rememberingLast((event): AnthropicTextDelta | undefined =>
   const match = ANTHROPIC_TEXT_DELTA.exec(event);
   const type = match?.head[2] as AnthropicDeltaType | undefined;
   if (!match || ANTHROPIC_TEXT_FIELDS[type!] !== match.head[3]) return undefined;
-  const { head, rest } = match;
+  const { head, headEnd, rest } = match;
   return {
-    ...placeOf(rest[1]!, head[0].length),
+    ...placeOf(rest[1]!, headEnd),
     index: Number(head[1]),
     type: type!,
     field: head[3] as AnthropicTextDelta["field"],
@@ -204,25 +266,29 @@ export interface ResponsesTextDelta extends TextPlace {
   outputIndex: number;
   /** Its `content_index` or `summary_index`, when it has one. */
   partIndex: number | undefined;
+  /** Where its `sequence_number` lies, when it follows the type, as OpenAI writes it. */
+  counter: TextSpan | undefined;
 }
 
 /** Members of a delta event besides its type, indexes and delta (`sequence_number`, `item_id`, `logprobs: []`, `obfuscation`). */
 const RESPONSES_MEMBER = otherMember(["type", "delta", "output_index", "content_index", "summary_index"]);
 
 const RESPONSES_TEXT_DELTA = new SplitExpression(
-  String.raw`(?:event: [a-z_.]+\n)?data: \{"type":"([a-z_.]+)"(?:,${RESPONSES_MEMBER})*,"output_index":${INDEX}(?:,"(?:content_index|summary_index)":${INDEX})?(?:,${RESPONSES_MEMBER})*,"delta":`,
+  String.raw`(?:event: [a-z_.]+\n)?data: \{"type":"([a-z_.]+)"(?:,"sequence_number":(0|[1-9]\d{0,15}))?(?:,${RESPONSES_MEMBER})*,"output_index":${INDEX}(?:,"(?:content_index|summary_index)":${INDEX})?(?:,${RESPONSES_MEMBER})*,"delta":`,
   String.raw`(${STRING})(?:,${RESPONSES_MEMBER})*\}\n\n`,
+  { counterGroup: 2 },
 );
 
 const responsesText = rememberingLast((event): ResponsesTextDelta | undefined => {
   const match = RESPONSES_TEXT_DELTA.exec(event);
   if (!match) return undefined;
-  const { head, rest } = match;
+  const { head, headEnd, counter, rest } = match;
   return {
-    ...placeOf(rest[1]!, head[0].length),
+    ...placeOf(rest[1]!, headEnd),
     type: head[1]!,
-    outputIndex: Number(head[2]),
-    partIndex: head[3] === undefined ? undefined : Number(head[3]),
+    outputIndex: Number(head[3]),
+    partIndex: head[4] === undefined ? undefined : Number(head[4]),
+    counter,
   };
 });
 
