@@ -429,6 +429,27 @@ void describe("streams read without a parse", () => {
     assert.equal(out.includes(KEY.slice(0, 8)), false);
   });
 
+  void it("Responses: the events that repeat a text streamed clean are still scrubbed wherever else they hold a key", () => {
+    const answer = "A clean answer, long enough to be remembered once it has streamed whole. ";
+    const done = { type: "response.output_text.done", output_index: 1, content_index: 0, text: answer };
+    const part = { type: "response.content_part.done", output_index: 1, content_index: 0 };
+    const events = [
+      ...pieces(answer).map((piece, i) => responsesDelta(piece, { part: "content_index", sequence: i })),
+      sse(done, done.type),
+      // The same text beside a key, and a text that differs from what streamed.
+      sse({ ...part, part: { type: "output_text", text: answer, annotations: [{ title: KEY }] } }, part.type),
+      sse({
+        type: "response.completed",
+        response: { id: "resp_1", status: "completed", output: [{ content: [{ text: `${answer}${KEY}` }] }] },
+      }),
+    ];
+    const out = throughProxy(openAiResponses, new ResponsesStreamMeter(), events);
+    const data = dataOf(out);
+    assert.equal(data.at(-3)?.text, answer, "the done event goes out as it came");
+    assert.equal(out.includes(KEY.slice(0, 8)), false, out);
+    assert.equal(JSON.stringify(data.at(-2)).includes(answer), true, "the repeated text is kept");
+  });
+
   void it("the meters count the characters a parse counts", () => {
     const cases: [StreamMeter, StreamMeter, string[], string][] = [
       [
