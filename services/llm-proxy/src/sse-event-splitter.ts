@@ -10,16 +10,24 @@ export class SseEventSplitter {
 
   /** Whole events completed by this chunk, in order. */
   push(chunk: Buffer): string[] {
-    this.#buffer += this.#decoder.write(chunk);
+    const buffer = this.#buffer + this.#decoder.write(chunk);
     const events: string[] = [];
     let start = 0;
-    BOUNDARY.lastIndex = 0;
-    for (let match = BOUNDARY.exec(this.#buffer); match; match = BOUNDARY.exec(this.#buffer)) {
-      const end = match.index + match[0].length;
-      events.push(this.#buffer.slice(start, end));
-      start = end;
+    if (buffer.includes("\r")) {
+      BOUNDARY.lastIndex = 0;
+      for (let match = BOUNDARY.exec(buffer); match; match = BOUNDARY.exec(buffer)) {
+        const end = match.index + match[0].length;
+        events.push(buffer.slice(start, end));
+        start = end;
+      }
+    } else {
+      // The common stream, lines ended by \n alone: found without the expression, a cost in every event.
+      for (let at = buffer.indexOf("\n\n"); at >= 0; at = buffer.indexOf("\n\n", start)) {
+        events.push(buffer.slice(start, at + 2));
+        start = at + 2;
+      }
     }
-    this.#buffer = this.#buffer.slice(start);
+    this.#buffer = buffer.slice(start);
     return events;
   }
 
