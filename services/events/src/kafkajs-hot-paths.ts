@@ -1,4 +1,4 @@
-// Four of kafkajs's hot paths, replaced in the relay's producer thread by code
+// kafkajs's hot paths, replaced in the relay's producer thread by code
 // that gives the same result for less CPU. kafkajs is at its last release
 // (2.2.4), so the files replaced here do not move; should they, nothing is
 // replaced and kafkajs runs as it is.
@@ -29,6 +29,15 @@
 //   is computed with a Long object per operation (about 1 µs a message of a
 //   job id's length); the relay keys by job id, so a batch holds few keys,
 //   each many times. The hash is a pure function of the key: same partitions.
+// - A broker connection's request queue stops checking for requests waiting
+//   to be sent when none waits. kafkajs re-arms that check after every
+//   response and every check, with a delay it computes from a throttle time
+//   of -1 when there is no throttle: a negative delay, which Node runs after
+//   1 ms (with a TimeoutNegativeWarning). So every connection that had one
+//   response spun a 1 ms timer for the rest of its life: about 50 ms of CPU
+//   a second in an idle producer, on this machine (tulios/kafkajs#1704,
+//   #1751). A request that has to wait is queued by push(), which arms the
+//   check again; with something waiting, the check runs as kafkajs's does.
 import { crc32c } from "@node-rs/crc32";
 import { createRequire } from "node:module";
 
@@ -60,6 +69,10 @@ export const KAFKAJS_RECORD_BATCH = "kafkajs/src/protocol/recordBatch/v0/index.j
 /** Where kafkajs's encoder and its 64-bit integers live (the record batch returns the one, writes the other). */
 const KAFKAJS_ENCODER = "kafkajs/src/protocol/encoder.js";
 const KAFKAJS_LONG = "kafkajs/src/utils/long.js";
+/** Where each broker connection's request queue (its RequestQueue class) lives. */
+export const KAFKAJS_REQUEST_QUEUE = "kafkajs/src/network/requestQueue/index.js";
+/** kafkajs's delay before checking a queue again when a request waits but no throttle does (CHECK_PENDING_REQUESTS_INTERVAL). */
+const CHECK_PENDING_REQUESTS_INTERVAL_MS = 10;
 /** Where kafkajs's default partitioner takes its murmur2 hash of a key from. */
 export const KAFKAJS_MURMUR2 = "kafkajs/src/producer/partitioners/default/murmur2.js";
 /** Keys whose hash is remembered at most; past it the memory starts again (a service runs many jobs over time). */
@@ -77,8 +90,9 @@ export interface GroupingInput<M> {
 
 /**
  * Makes kafkajs, in this thread, encode records with `encodeRecord`, group
- * messages with `groupByPartition`, take the CRC-32C from `crc32c` and
- * remember each key's hash (`rememberedPerKey`). Call it before kafkajs is
+ * messages with `groupByPartition`, take the CRC-32C from `crc32c`,
+ * remember each key's hash (`rememberedPerKey`) and leave an idle request
+ * queue unchecked (`scheduleCheckPendingRequests`). Call it before kafkajs is
  * imported: its modules take them when they load. Says which it replaced: none when kafkajs
  * is another release than the one they were written against, or keeps them
  * somewhere else.
@@ -89,11 +103,12 @@ export function useFasterKafkajsPaths(): {
   crc: boolean;
   keyHash: boolean;
   recordBatch: boolean;
+  idleQueues: boolean;
 } {
   // The contracts replaced (what each module takes and gives) are 2.2.4's; another release that
   // kept the files but changed a contract would send wrong bytes, so it runs kafkajs as it is.
   if (kafkajsVersion() !== REPLACED_VERSION)
-    return { records: false, grouping: false, crc: false, keyHash: false, recordBatch: false };
+    return { records: false, grouping: false, crc: false, keyHash: false, recordBatch: false, idleQueues: false };
   const records = replaceModule<(input: RecordInput) => EncodedRecord>(
     KAFKAJS_RECORD,
     (original) => (input) => encodeRecord(input) ?? original(input),
@@ -108,7 +123,41 @@ export function useFasterKafkajsPaths(): {
     ...original,
     RecordBatch: recordBatchInOneBuffer(original.RecordBatch),
   }));
-  return { records, grouping, crc, keyHash, recordBatch };
+  const idleQueues = replaceModule<RequestQueueModule>(KAFKAJS_REQUEST_QUEUE, (RequestQueue) => {
+    if (typeof RequestQueue.prototype?.scheduleCheckPendingRequests !== "function") return RequestQueue;
+    RequestQueue.prototype.scheduleCheckPendingRequests = scheduleCheckPendingRequests;
+    return RequestQueue;
+  });
+  return { records, grouping, crc, keyHash, recordBatch, idleQueues };
+}
+
+/** What a kafkajs request queue's check of waiting requests reads and arms. */
+export interface RequestQueueState {
+  /** When the broker's throttle ends (epoch ms), or -1 when it never throttled. */
+  throttledUntil: number;
+  throttleCheckTimeoutId: ReturnType<typeof setTimeout> | null;
+  pending: unknown[];
+  checkPendingRequests(): void;
+}
+
+/** kafkajs's RequestQueue class, as its module exports it. */
+type RequestQueueModule = { prototype: Partial<RequestQueueState> & { scheduleCheckPendingRequests?: unknown } };
+
+/**
+ * kafkajs's RequestQueue#scheduleCheckPendingRequests, arming nothing when
+ * no request waits (kafkajs armed a 1 ms check then, forever). With one
+ * waiting, as kafkajs: when the throttle ends, or after its interval.
+ */
+export function scheduleCheckPendingRequests(this: RequestQueueState): void {
+  if (this.throttleCheckTimeoutId || this.pending.length === 0) return;
+  const untilUnthrottled = this.throttledUntil - Date.now();
+  this.throttleCheckTimeoutId = setTimeout(
+    () => {
+      this.throttleCheckTimeoutId = null;
+      this.checkPendingRequests();
+    },
+    untilUnthrottled > 0 ? untilUnthrottled : CHECK_PENDING_REQUESTS_INTERVAL_MS,
+  );
 }
 
 /** The kafkajs release whose modules these replacements were written and tested against. */

@@ -15,8 +15,10 @@ import {
   KAFKAJS_MURMUR2,
   KAFKAJS_RECORD,
   KAFKAJS_RECORD_BATCH,
+  KAFKAJS_REQUEST_QUEUE,
   recordBatchInOneBuffer,
   rememberedPerKey,
+  scheduleCheckPendingRequests,
   useFasterKafkajsPaths,
   type EncodedRecord,
   type GroupingInput,
@@ -186,7 +188,7 @@ void describe("kafkajs's hot paths, replaced", () => {
     assert.equal(crc32c(Buffer.from("123456789")), 0xe3069283);
   });
 
-  void test("all five are what kafkajs's modules load once installed", () => {
+  void test("all six are what kafkajs's modules load once installed", () => {
     // The modules kafkajs's produce request (v3; v4 to v7 reuse it) and its producer require are the ones replaced.
     const produce = require.resolve("kafkajs/src/protocol/requests/produce/v3/request.js");
     assert.equal(createRequire(produce).resolve("../../../recordBatch/record/v0"), RECORD_FILE);
@@ -205,7 +207,12 @@ void describe("kafkajs's hot paths, replaced", () => {
       crc: true,
       keyHash: true,
       recordBatch: true,
+      idleQueues: true,
     });
+    const queue = require(KAFKAJS_REQUEST_QUEUE) as { prototype: { scheduleCheckPendingRequests: unknown } };
+    assert.equal(queue.prototype.scheduleCheckPendingRequests, scheduleCheckPendingRequests);
+    const connection = require.resolve("kafkajs/src/network/connection.js");
+    assert.equal(createRequire(connection).resolve("./requestQueue"), require.resolve(KAFKAJS_REQUEST_QUEUE));
     assert.notEqual((require(RECORD_BATCH_FILE) as RecordBatchModule).RecordBatch, kafkajsRecordBatch);
     assert.equal(require(CRC_FILE), crc32c);
     const installed = require(RECORD_FILE) as (input: RecordInput) => EncodedRecord;
