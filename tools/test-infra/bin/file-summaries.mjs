@@ -60,7 +60,9 @@ export function fileSummaryProblems({ record, files, root }) {
     const name = path.relative(root, file);
     const summary = summaries.get(file);
     if (summary === undefined) {
-      problems.push(`${name}: its summary never reached the runner, so some of its results may be missing`);
+      problems.push(
+        `${name}: its summary never reached the runner, so some of its results may be missing (a file that declares no test sends none: declare at least one)`,
+      );
       continue;
     }
     const { ran, received } = summary;

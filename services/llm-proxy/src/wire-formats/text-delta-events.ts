@@ -266,7 +266,11 @@ export interface ResponsesTextDelta extends TextPlace {
   outputIndex: number;
   /** Its `content_index` or `summary_index`, when it has one. */
   partIndex: number | undefined;
-  /** Where its `sequence_number` lies, when it follows the type, as OpenAI writes it. */
+  /**
+   * Where a `sequence_number` right after the type lies, as OpenAI writes it
+   * (a second one later in the event is the one a parse keeps: this span is
+   * for reading the event again, not for its number).
+   */
   counter: TextSpan | undefined;
 }
 
