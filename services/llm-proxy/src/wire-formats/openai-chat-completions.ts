@@ -13,7 +13,7 @@ import {
   CHAT_TEXT_FIELDS,
   readChatTextDelta,
   rememberChatTextDelta,
-  withTextAt,
+  withSentText,
   type TextEvent,
 } from "./text-delta-events.js";
 import { JsonRequestBody } from "../request-body.js";
@@ -194,8 +194,7 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
     if (text) {
       // One choice's next text, and nothing else: held back or let go, spliced where it lies.
       const sent = this.#channel(text.index, text.field, { kind: "field", field: text.field }).held.push(text.text);
-      if (sent === text.text) return { event, textStart: text.textStart };
-      return withTextAt(event, text, sent);
+      return withSentText(event, text, { came: text.text, sent });
     }
     const data = sseData(event);
     if (data !== undefined && data.trim() === "[DONE]") return this.#flushAll() + event;
@@ -215,12 +214,16 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
       const finishing = choice.finish_reason !== null && choice.finish_reason !== undefined;
       let delta: Json | undefined;
       const touched: string[] = [];
+      /** One text's piece in this chunk through its channel: what of it goes now (all that is held, when the choice finishes). */
+      const pass = (key: string, shape: ChannelShape, value: string): string => {
+        const { held } = this.#channel(index, key, shape);
+        touched.push(key);
+        return held.push(value) + (finishing ? held.flush() : "");
+      };
       for (const field of CHAT_TEXT_FIELDS) {
         const value = choice.delta[field];
         if (typeof value !== "string") continue;
-        const channel = this.#channel(index, field, { kind: "field", field });
-        touched.push(field);
-        const sent = channel.held.push(value) + (finishing ? channel.held.flush() : "");
+        const sent = pass(field, { kind: "field", field }, value);
         if (sent === value) continue;
         (delta ??= { ...choice.delta })[field] = sent;
         edits.push([field, value, sent]);
@@ -229,10 +232,7 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
         const holder = choice.delta[parent];
         if (!isObject(holder) || typeof holder[member] !== "string") continue;
         const value = holder[member];
-        const key = `${parent}.${member}`;
-        const channel = this.#channel(index, key, { kind: "nested", parent, member });
-        touched.push(key);
-        const sent = channel.held.push(value) + (finishing ? channel.held.flush() : "");
+        const sent = pass(`${parent}.${member}`, { kind: "nested", parent, member }, value);
         if (sent === value) continue;
         (delta ??= { ...choice.delta })[parent] = { ...holder, [member]: sent };
         edits.push([member, value, sent]);
@@ -244,11 +244,8 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
           const call: unknown = calls[c];
           if (!isObject(call) || !isObject(call.function) || typeof call.function.arguments !== "string") continue;
           const toolIndex = typeof call.index === "number" ? call.index : 0;
-          const key = `tool:${toolIndex}`;
-          const channel = this.#channel(index, key, { kind: "tool", toolIndex });
-          touched.push(key);
           const value = call.function.arguments;
-          const sent = channel.held.push(value) + (finishing ? channel.held.flush() : "");
+          const sent = pass(`tool:${toolIndex}`, { kind: "tool", toolIndex }, value);
           if (sent === value) continue;
           (rewrittenCalls ??= calls.slice())[c] = { ...call, function: { ...call.function, arguments: sent } };
           edits.push(["arguments", value, sent]);

@@ -8,9 +8,9 @@
 // a JSON string's quotes); of a delta event read in its text, the part
 // before its text is not read again when the last clean one had the same
 // (FramedTextScrubber).
-import type { FramedTextScrubber, HeldTextScrubber, SecretScrubber, TextSpan } from "@oz0/serving";
+import type { FramedTextScrubber, HeldTextScrubber, SecretScrubber } from "@oz0/serving";
 import { parseEvent, withData, withStringMember, type Json } from "./sse-json.js";
-import { withTextAt, type TextEvent } from "./text-delta-events.js";
+import { withSentText, type TextEvent, type TextPlacement } from "./text-delta-events.js";
 import type { StreamScrubber } from "./wire-format.js";
 
 /** One streamed text: its held part, and its last delta event (the shape of the event that carries what is still held). */
@@ -30,8 +30,7 @@ interface Text {
  * member whose string is the text: `text`, `delta`), or read in its text,
  * which says where the text's JSON string lies (text-delta-events.ts).
  */
-export type DeltaRead =
-  { parsed: Json; field: string } | { textStart: number; textEnd: number; counter?: TextSpan | undefined };
+export type DeltaRead = { parsed: Json; field: string } | TextPlacement;
 
 export abstract class DeltaStreamScrubber implements StreamScrubber {
   protected readonly scrubber: SecretScrubber;
@@ -88,10 +87,7 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
     const sent = text.held.push(value);
     // Nothing of this delta may go yet: the client gets it with the next one.
     if (sent === "") return "";
-    if (!("parsed" in read))
-      return sent === value
-        ? { event, textStart: read.textStart, counter: read.counter }
-        : withTextAt(event, read, sent);
+    if (!("parsed" in read)) return withSentText(event, read, { came: value, sent });
     if (sent === value) return event;
     return withStringMember(event, read.field, value, sent) ?? withData(event, text.withText(read.parsed, sent));
   }

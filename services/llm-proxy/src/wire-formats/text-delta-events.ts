@@ -55,17 +55,18 @@ export interface TextEvent {
   counter?: TextSpan | undefined;
 }
 
-/** The event with `text` in place of the JSON string at `place` (which is all that changes: its counter stays where it was). */
-export function withTextAt(
-  event: string,
-  place: Pick<TextPlace, "textStart" | "textEnd"> & { counter?: TextSpan | undefined },
-  text: string,
-): TextEvent {
-  return {
-    event: event.slice(0, place.textStart) + JSON.stringify(text) + event.slice(place.textEnd),
-    textStart: place.textStart,
-    counter: place.counter,
-  };
+/** Where a text's JSON string lies in its event, and the event's counter when it has one. */
+export type TextPlacement = Pick<TextPlace, "textStart" | "textEnd"> & { counter?: TextSpan | undefined };
+
+/**
+ * The event carrying `sent` in place of its text `came`, whose JSON string
+ * lies at `place`: the event as it came when the two are the same. Only the
+ * string changes, so the counter stays where it was.
+ */
+export function withSentText(event: string, place: TextPlacement, text: { came: string; sent: string }): TextEvent {
+  const { textStart, textEnd, counter } = place;
+  if (text.sent === text.came) return { event, textStart, counter };
+  return { event: event.slice(0, textStart) + JSON.stringify(text.sent) + event.slice(textEnd), textStart, counter };
 }
 
 /** What a split expression matched: the event's head, and its text's string with what follows. */
@@ -126,10 +127,10 @@ class SplitExpression {
     let counter: TextSpan | undefined;
     const last = this.#last;
     const repeatedEnd = last === undefined ? -1 : repeatedHeadEnd(event, last);
-    if (repeatedEnd >= 0) {
-      head = last!.match;
+    if (last !== undefined && repeatedEnd >= 0) {
+      const { match, beforeCounter, afterCounter } = last;
+      head = match;
       headEnd = repeatedEnd;
-      const { beforeCounter, afterCounter } = last!;
       if (afterCounter !== undefined) counter = { start: beforeCounter.length, end: headEnd - afterCounter.length };
     } else {
       const match = this.#head.exec(event);
