@@ -286,7 +286,10 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       }
     },
     onLeaseLost: (lease) => {
-      logger.warn({ jobId: lease.resource }, "lost a job's lease to another replica; stopped working on it");
+      logger.warn(
+        { jobId: lease.resource },
+        "lost a job's lease (not renewed in time: another replica, or this one at its next sweep, takes the job over); stopped working on it",
+      );
       abandon(lease.resource);
     },
     onApprovalAnswered: (answer) => {

@@ -75,6 +75,10 @@ class TestOwnership implements JobOwnership {
     this.#owned.delete(jobId);
   }
 
+  working<T>(_jobId: string, work: () => T): T {
+    return work();
+  }
+
   lose(jobId: string): void {
     this.#owned.delete(jobId);
   }

@@ -114,6 +114,7 @@ function recordingOwnership(): JobOwnership & { released: string[] } {
     release: async (jobId) => {
       released.push(jobId);
     },
+    working: (_jobId, work) => work(),
   };
 }
 

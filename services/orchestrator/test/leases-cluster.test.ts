@@ -194,6 +194,49 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     assert.equal(seen.error, "", "the stale write did not");
   });
 
+  void it("refuses the writes of work begun under a lease this replica lost, once it took the job again under a new one", async () => {
+    // The CI failure this holds: a replica lost a job's lease by its own clock while it was deciding the
+    // session's permission request, took the job again at its next sweep, and the old decision was stored
+    // under the new lease beside the new follower's (duplicate_request_id for the session's own request).
+    const slow = await replica("orch-slow", 300);
+    await slow.cluster.jobs.claim("again-job");
+    await slow.cluster.store.createJob(job("again-job"));
+    let unblock!: () => void;
+    const blocked = new Promise<void>((resolve) => (unblock = resolve));
+    const inFlight = slow.cluster.jobs.working("again-job", async () => {
+      await blocked;
+      return slow.cluster.store.updateJob("again-job", { error: "written under the lost lease" });
+    });
+    // Its renewals did not confirm in time by its own clock: it stops working on the job.
+    const lost: Lease[] = [];
+    slow.cluster.leases.expireUnconfirmed((lease) => slow.cluster.jobs.lose(lease) && lost.push(lease), {
+      marginMs: 0,
+      now: performance.now() + 60_000,
+    });
+    assert.deepEqual(
+      lost.map((l) => l.resource),
+      ["again-job"],
+    );
+    const retaken = await eventually(
+      async () => (await slow.cluster.sweeper.sweepOnce()).find((l) => l.resource === "again-job"),
+      "the job taken again at the replica's own sweep",
+    );
+    assert.notEqual(retaken.token, lost[0]!.token, "taken again under a new lease");
+    assert.equal(slow.cluster.jobs.owns("again-job"), true);
+    // Work under the new lease writes; the old work, let go now, is refused.
+    await slow.cluster.jobs.working("again-job", () =>
+      slow.cluster.store.updateJob("again-job", { resultText: "new" }),
+    );
+    unblock();
+    await assert.rejects(inFlight, LeaseLostError);
+    const stored = await slow.cluster.store.getJob("again-job");
+    assert.equal(stored?.resultText, "new");
+    assert.equal(stored?.error, "", "the old lease's write did not land");
+    // Outside any work's scope a write is the current lease's.
+    await slow.cluster.store.updateJob("again-job", { stopReason: 1 });
+    assert.equal((await slow.cluster.store.getJob("again-job"))?.stopReason, 1);
+  });
+
   void it("takes an answer at a replica that lost the job's lease before it noticed as a bystander's, not refused", async () => {
     const unaware = await replica("orch-unaware", 60_000);
     await unaware.cluster.jobs.claim("answer-job");

@@ -4,6 +4,9 @@
 // lease stays here after it was lost, so whatever of the job's work is still
 // in flight here has its writes refused. Writes this replica makes as a
 // bystander (`asBystander`: a person's answer, a cancel) are not fenced.
+// Work begun under a lease (`working`) keeps that lease as its fence, so it
+// stays refused after this replica wins the job again under another.
+import { AsyncLocalStorage } from "node:async_hooks";
 import { isBystander, type JobOwnership } from "./job-ownership.js";
 import type { Lease, LeaseFence, LeaseManager } from "./lease-manager.js";
 import { failedPrecondition } from "../orchestrator-error.js";
@@ -22,6 +25,8 @@ export class JobLeases implements JobOwnership, JobFences {
   readonly #working = new Map<string, Working>();
   /** Resources whose leases were lost, oldest first (MAX_LOST_KEPT). */
   readonly #lostOrder: string[] = [];
+  /** The job and lease the current async context works under (`working`). */
+  readonly #tenure = new AsyncLocalStorage<{ jobId: string; lease: LeaseFence }>();
 
   constructor(leases: LeaseManager) {
     this.#leases = leases;
@@ -53,7 +58,15 @@ export class JobLeases implements JobOwnership, JobFences {
   }
 
   fenceFor(jobId: string): LeaseFence | undefined {
-    return isBystander() ? undefined : this.#working.get(jobId)?.lease;
+    if (isBystander()) return undefined;
+    const tenure = this.#tenure.getStore();
+    if (tenure?.jobId === jobId) return tenure.lease;
+    return this.#working.get(jobId)?.lease;
+  }
+
+  working<T>(jobId: string, work: () => T): T {
+    const lease = this.#working.get(jobId)?.lease;
+    return lease ? this.#tenure.run({ jobId, lease }, work) : work();
   }
 
   /** This replica took the lease over (from a dead replica, or a job nobody leased): it works on the job now. */

@@ -18,6 +18,17 @@ export interface JobOwnership {
   owns(jobId: string): boolean;
   /** The job ended: its lease is given up, so nobody takes it over. */
   release(jobId: string): Promise<void>;
+  /**
+   * Runs `work`, and whatever it starts, as the job's work under the lease
+   * this replica holds on it now: its writes stay fenced by that lease. Once
+   * the lease is lost they are refused, even after this replica wins the job
+   * again under a new lease while that work is still in flight (a replica
+   * that lost a lease by its own clock often takes it back at its next
+   * sweep). Without this, the old work's writes would pass the new lease's
+   * fence and land beside the new work's: a message of the session handled
+   * twice.
+   */
+  working<T>(jobId: string, work: () => T): T;
 }
 
 const bystanding = new AsyncLocalStorage<true>();
@@ -52,4 +63,5 @@ export const soleOwnership: JobOwnership = {
   claim: () => Promise.resolve(),
   owns: () => true,
   release: () => Promise.resolve(),
+  working: (_jobId, work) => work(),
 };

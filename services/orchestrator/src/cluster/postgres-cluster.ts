@@ -92,7 +92,8 @@ export async function openPostgresCluster(options: PostgresClusterOptions): Prom
   const takeOver = async (lease: Lease): Promise<void> => {
     jobs.adopt(lease);
     try {
-      await handlers.onTakeOver?.(lease);
+      // Under this lease to the end: work of an earlier lease here, still in flight, stays refused.
+      await jobs.working(lease.resource, async () => handlers.onTakeOver?.(lease));
     } catch (error) {
       await jobs.release(lease.resource).catch(() => undefined);
       throw error;

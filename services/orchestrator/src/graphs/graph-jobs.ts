@@ -219,7 +219,10 @@ export class GraphJobs {
     }
     const active = this.#activate(job.id, graph, pinned);
     this.#started.set(job.id, Date.now());
-    const handle = await active.runner.start({ prompt: options.input, runId: job.id });
+    // Under the lease just claimed (job-ownership.ts: `working`), to the run's end here.
+    const handle = await this.#ownership.working(job.id, () =>
+      active.runner.start({ prompt: options.input, runId: job.id }),
+    );
     this.#track(job.id, active, handle.result);
     return (await this.#o.store.getJob(job.id))!;
   }

@@ -195,7 +195,8 @@ export class JobRunner {
     // (issue 24); a job resumed or taken over reads them from the store.
     const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "", requestIds: new Map() };
     this.#active.set(job.id, active);
-    this.#active.track(this.#sessions.start(job, active));
+    // Under the lease just claimed (job-ownership.ts: `working`), to the session's end here.
+    this.#active.track(this.#ownership.working(job.id, () => this.#sessions.start(job, active)));
     // What the store holds now (issue 24: it was read back): the session's start writes nothing until its
     // token is minted, a call to the LLM proxy away.
     return { ...record, lastSeq: Number(pending!.seq) };

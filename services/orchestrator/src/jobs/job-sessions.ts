@@ -340,7 +340,12 @@ export class JobSessions {
       jobId: job.id,
       sessionId: job.sessionId,
       state: active,
-      handleBurst: (messages) => this.#o.active.withLock(job.id, () => this.#o.handleBurst(job.id, active, messages)),
+      // A burst that waited for the lock behind one that outlived the job's lease here is not handled: the new
+      // owner (perhaps this replica again, under a new lease) handles it, and a hook must not decide it twice.
+      handleBurst: (messages) =>
+        this.#o.active.withLock(job.id, async () => {
+          if (!this.#o.active.stopped(active)) await this.#o.handleBurst(job.id, active, messages);
+        }),
       stopped: () => this.#o.active.stopped(active),
       // Gone from the store, or finished meanwhile (its node was lost): nothing is left to follow.
       stillFollowed: async () =>
