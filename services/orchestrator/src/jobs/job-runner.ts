@@ -308,7 +308,15 @@ export class JobRunner {
       // A step holds one piece of stderr at most.
       if (!step || (run?.stderr && step.stderr)) await store();
       if (!step) {
-        await this.#handleAlone(jobId, active, message);
+        try {
+          await this.#handleAlone(jobId, active, message);
+        } catch (error) {
+          // Its seq is stored in the step that handles it, or not at all: a message that failed before that
+          // step (its read, its audit, its decision) is delivered again by the re-attach, and handled then.
+          // Left past it, a permission request would never be decided and its session would wait for ever.
+          active.sandboxSeq = storedSeq;
+          throw error;
+        }
         storedSeq = active.sandboxSeq;
         continue;
       }
@@ -403,9 +411,11 @@ export class JobRunner {
     }
   }
 
-  /** A message that reads the job before it writes: handled on its own, after what came before it is stored. */
+  /**
+   * A message that reads the job before it writes: handled on its own, after what came before it is stored, and
+   * stored with its seq in the step that handles it. On a throw #handleBurst puts the seq in memory back.
+   */
   async #handleAlone(jobId: string, active: ActiveJob, message: SandboxMessage): Promise<void> {
-    const heard = active.sandboxSeq;
     active.sandboxSeq = message.seq;
     active.startIfUnknown = false;
     const patch: JobPatch = { sandboxSeq: message.seq };
@@ -449,22 +459,15 @@ export class JobRunner {
         return;
       }
       case "toolResult": {
-        let violation: string | undefined;
-        let job: JobRecord | undefined;
-        try {
-          violation = await this.#approvals.audit(jobId, active, e.value);
-          job = violation ? await this.#o.store.getJob(jobId) : undefined;
-          // The rule it broke is stored with the seq that passes it, in one transaction: a restart or a takeover
-          // re-attaches past the result and must still fail the job. An error stored first (a cancel's reason,
-          // a rule broken before) stays the job's.
-          await this.#append(jobId, [{ time: event.time, event: e }], {
-            job: violation ? { ...patch, error: job?.error || violation } : patch,
-          });
-        } catch (error) {
-          // Nothing is stored: the re-attach delivers the result again, and it is audited then.
-          active.sandboxSeq = heard;
-          throw error;
-        }
+        // A failed audit or write stores nothing: the re-attach delivers the result again, and it is audited then.
+        const violation = await this.#approvals.audit(jobId, active, e.value);
+        const job = violation ? await this.#o.store.getJob(jobId) : undefined;
+        // The rule it broke is stored with the seq that passes it, in one transaction: a restart or a takeover
+        // re-attaches past the result and must still fail the job. An error stored first (a cancel's reason,
+        // a rule broken before) stays the job's.
+        await this.#append(jobId, [{ time: event.time, event: e }], {
+          job: violation ? { ...patch, error: job?.error || violation } : patch,
+        });
         if (violation && job) {
           active.violation ??= violation;
           this.#o.logger.warn({ jobId, sessionId: job.sessionId, callId: e.value.callId }, violation);
