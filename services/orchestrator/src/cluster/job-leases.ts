@@ -47,12 +47,13 @@ export class JobLeases implements JobOwnership, JobFences {
 
   owns(jobId: string): boolean {
     const working = this.#working.get(jobId);
-    return working !== undefined && !working.lost;
+    return working !== undefined && !working.lost && this.#ofThisTenure(jobId, working.lease);
   }
 
   async release(jobId: string): Promise<void> {
     const working = this.#working.get(jobId);
-    if (!working) return;
+    // Work of an earlier lease, ending late, gives up nothing: the lease held now is the work running under it.
+    if (!working || !this.#ofThisTenure(jobId, working.lease)) return;
     this.#working.delete(jobId);
     if (!working.lost) await this.#leases.release(working.lease);
   }
@@ -65,8 +66,16 @@ export class JobLeases implements JobOwnership, JobFences {
   }
 
   working<T>(jobId: string, work: () => T): T {
+    // Work nested in the job's own keeps the lease that began it: stale work never takes up a newer lease.
+    if (this.#tenure.getStore()?.jobId === jobId) return work();
     const lease = this.#working.get(jobId)?.lease;
     return lease ? this.#tenure.run({ jobId, lease }, work) : work();
+  }
+
+  /** Whether the calling work runs under `lease` (or under no lease of the job's: a notice, a person's call). */
+  #ofThisTenure(jobId: string, lease: LeaseFence): boolean {
+    const tenure = this.#tenure.getStore();
+    return tenure?.jobId !== jobId || tenure.lease.token === lease.token;
   }
 
   /** This replica took the lease over (from a dead replica, or a job nobody leased): it works on the job now. */

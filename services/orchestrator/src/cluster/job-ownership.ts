@@ -14,9 +14,13 @@ export interface JobOwnership {
    * means a bug or a collision).
    */
   claim(jobId: string): Promise<void>;
-  /** True while this replica works on the job: it claimed or took over the lease and has not released or lost it. */
+  /**
+   * True while this replica works on the job: it claimed or took over the
+   * lease and has not released or lost it. Inside `working`, only while that
+   * lease is the one the work began under.
+   */
   owns(jobId: string): boolean;
-  /** The job ended: its lease is given up, so nobody takes it over. */
+  /** The job ended: its lease is given up, so nobody takes it over (not by work of an earlier lease: see `working`). */
   release(jobId: string): Promise<void>;
   /**
    * Runs `work`, and whatever it starts, as the job's work under the lease
@@ -26,7 +30,7 @@ export interface JobOwnership {
    * that lost a lease by its own clock often takes it back at its next
    * sweep). Without this, the old work's writes would pass the new lease's
    * fence and land beside the new work's: a message of the session handled
-   * twice.
+   * twice. Work already running under the job's lease keeps its own.
    */
   working<T>(jobId: string, work: () => T): T;
 }

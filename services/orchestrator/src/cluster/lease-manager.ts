@@ -37,7 +37,7 @@ export class LeaseLostError extends OrchestratorError {
   constructor(fence: LeaseFence, holder: string) {
     super(
       "failed_precondition",
-      `the lease on ${fence.kind} ${fence.resource} (token ${fence.token}) is no longer held by this replica (${holder}); it stopped renewing in time and another replica took over, so this replica must stop working on it`,
+      `the lease on ${fence.kind} ${fence.resource} (token ${fence.token}) is no longer the one held (${holder}); it was not renewed in time and the job was taken over (by another replica, or by this one under a new lease), so the work begun under it must stop`,
     );
     this.name = "LeaseLostError";
     this.fence = fence;

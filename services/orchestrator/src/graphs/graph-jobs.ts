@@ -187,44 +187,46 @@ export class GraphJobs {
       },
       now,
     );
-    // Leased before it exists, so no other replica takes it for an orphan.
+    // Leased before it exists, so no other replica takes it for an orphan; run under that lease from here to
+    // the run's end (job-ownership.ts: `working`).
     await this.#ownership.claim(job.id);
-    const started = this.#lifecycleEvent("graph.run_started", job.id, {
-      graph_name: graph.name,
-      graph_version: String(graph.version),
-    });
-    // The run's trace begins with that event (tracing.ts): its id is kept for `oz0 jobs show`, its root
-    // span for whichever replica resumes the run and for links from calls about it.
-    const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
-    const traceparent = this.#o.lifecycle?.traceparentOf?.(job.id);
-    try {
-      await this.#graphs.putGraphJob({
-        jobId: job.id,
-        graph: graph.name,
-        version: graph.version,
-        pinnedAgents: pinned,
-        createdAt: now,
+    return this.#ownership.working(job.id, async () => {
+      const started = this.#lifecycleEvent("graph.run_started", job.id, {
+        graph_name: graph.name,
+        graph_version: String(graph.version),
       });
-      // The run's job, its first event and `graph.run_started` in one transaction (issue 24).
-      await createJobStep(
-        this.#o,
-        { ...job, ...(traceId ? { traceId } : {}), ...(traceparent ? { traceparent } : {}) },
-        { events: [stateChanged("running")], lifecycle: [started] },
-      );
-    } catch (error) {
-      // Not created: its span ends here, and a lease kept (and renewed) would be for nothing.
-      this.#o.lifecycle?.withdrawn?.(job.id);
-      await this.#ownership.release(job.id).catch(() => undefined);
-      throw error;
-    }
-    const active = this.#activate(job.id, graph, pinned);
-    this.#started.set(job.id, Date.now());
-    // Under the lease just claimed (job-ownership.ts: `working`), to the run's end here.
-    const handle = await this.#ownership.working(job.id, () =>
-      active.runner.start({ prompt: options.input, runId: job.id }),
-    );
-    this.#track(job.id, active, handle.result);
-    return (await this.#o.store.getJob(job.id))!;
+      // The run's trace begins with that event (tracing.ts): its id is kept for `oz0 jobs show`, its root
+      // span for whichever replica resumes the run and for links from calls about it.
+      const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
+      const traceparent = this.#o.lifecycle?.traceparentOf?.(job.id);
+      try {
+        await this.#graphs.putGraphJob({
+          jobId: job.id,
+          graph: graph.name,
+          version: graph.version,
+          pinnedAgents: pinned,
+          createdAt: now,
+        });
+        // The run's job, its first event and `graph.run_started` in one transaction (issue 24).
+        await createJobStep(
+          this.#o,
+          { ...job, ...(traceId ? { traceId } : {}), ...(traceparent ? { traceparent } : {}) },
+          { events: [stateChanged("running")], lifecycle: [started] },
+        );
+      } catch (error) {
+        // Not created: its span ends here, and a lease kept (and renewed) would be for nothing.
+        this.#o.lifecycle?.withdrawn?.(job.id);
+        await this.#ownership.release(job.id).catch(() => undefined);
+        throw error;
+      }
+      // Its lease lost meanwhile: whoever takes the run over (this replica too, under a new lease) resumes it.
+      if (!this.#ownership.owns(job.id)) return (await this.#o.store.getJob(job.id))!;
+      const active = this.#activate(job.id, graph, pinned);
+      this.#started.set(job.id, Date.now());
+      const handle = await active.runner.start({ prompt: options.input, runId: job.id });
+      this.#track(job.id, active, handle.result);
+      return (await this.#o.store.getJob(job.id))!;
+    });
   }
 
   /**
@@ -246,11 +248,14 @@ export class GraphJobs {
 
   /**
    * Work on a graph job this replica just took over (the replica running it
-   * stopped): resume its run from the shared checkpoints. Nothing happens
-   * when the job ended meanwhile (its lease is released) or runs here already.
+   * stopped, or this one lost its lease and won it again): resume its run
+   * from the shared checkpoints. A run of it still here began under a lease
+   * lost since: it is halted first. Nothing happens when the job ended
+   * meanwhile (its lease is released).
    */
   async resumeJob(jobId: string): Promise<void> {
     if (this.#closing) return;
+    this.#stop(jobId);
     const job = await this.#o.store.getJob(jobId);
     if (job && !isGraphJob(job)) throw invalidArgument(`job ${jobId} is not a graph job; the job runner resumes it`);
     if (!job || isTerminal(job.state)) {
@@ -300,7 +305,9 @@ export class GraphJobs {
       await pending;
       return false;
     }
-    const resuming = this.#resume(job, note).finally(() => this.#resuming.delete(job.id));
+    const resuming = this.#resume(job, note).finally(() => {
+      if (this.#resuming.get(job.id) === resuming) this.#resuming.delete(job.id);
+    });
     this.#resuming.set(job.id, resuming);
     return resuming;
   }
@@ -362,6 +369,8 @@ export class GraphJobs {
     this.#waiting.delete(jobId);
     this.#started.delete(jobId);
     this.#updates.delete(jobId);
+    // A resume under the lease lost is not waited for by the next: it ends without running the run (owns()).
+    this.#resuming.delete(jobId);
   }
 
   #activate(jobId: string, graph: GraphVersionRecord, pinned: Record<string, number>): ActiveRun {

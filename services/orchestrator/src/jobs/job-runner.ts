@@ -23,6 +23,7 @@ import {
 import { newJobId, newSessionId } from "../store/ids.js";
 import {
   isTerminal,
+  type AgentVersionRecord,
   newJobRecord,
   type JobPatch,
   type JobRecord,
@@ -162,8 +163,14 @@ export class JobRunner {
       },
       new Date(),
     );
-    // Leased before it exists, so no other replica takes it for an orphan.
+    // Leased before it exists, so no other replica takes it for an orphan; worked on under that lease from here
+    // to its session's end (job-ownership.ts: `working`).
     await this.#ownership.claim(job.id);
+    return this.#ownership.working(job.id, () => this.#create(job, agent, attachments));
+  }
+
+  /** runAgent's job, leased: stored with its first event, and its session started. */
+  async #create(job: JobRecord, agent: AgentVersionRecord, attachments: string[]): Promise<JobRecord> {
     const created = this.#o.lifecycle?.event("job.created", {
       jobId: job.id,
       agentName: agent.name,
@@ -194,9 +201,11 @@ export class JobRunner {
     // Created just now, it has asked nothing: its first permission request needs no read of the ids used
     // (issue 24); a job resumed or taken over reads them from the store.
     const active: ActiveJob = { agent, sandboxSeq: 0, exitError: "", requestIds: new Map() };
-    this.#active.set(job.id, active);
-    // Under the lease just claimed (job-ownership.ts: `working`), to the session's end here.
-    this.#active.track(this.#ownership.working(job.id, () => this.#sessions.start(job, active)));
+    // Its lease lost meanwhile: whoever takes the job over (this replica too, under a new lease) starts it.
+    if (this.#ownership.owns(job.id)) {
+      this.#active.set(job.id, active);
+      this.#active.track(this.#sessions.start(job, active));
+    }
     // What the store holds now (issue 24: it was read back): the session's start writes nothing until its
     // token is minted, a call to the LLM proxy away.
     return { ...record, lastSeq: Number(pending!.seq) };
@@ -207,8 +216,12 @@ export class JobRunner {
     return this.#sessions.resumeAll();
   }
 
-  /** Work on a job this replica just took over (its owner died). */
+  /**
+   * Work on a job this replica just took over (its owner died, or this replica lost its lease and won it again).
+   * Whatever of it still runs here began under a lease lost since: it stops, and the job is resumed afresh.
+   */
   resumeJob(jobId: string): Promise<void> {
+    this.abandon(jobId);
     return this.#sessions.resumeJob(jobId);
   }
 

@@ -154,7 +154,8 @@ export class JobSessions {
   /**
    * Work on a job this replica just took over (its owner died): re-attach
    * its session, or start it if it never reached a sandbox. Nothing happens
-   * when the job ended meanwhile or this replica already follows it.
+   * when the job ended meanwhile or this replica already follows it (under
+   * this lease: JobRunner.resumeJob let go of any follower of an earlier one).
    */
   async resumeJob(jobId: string): Promise<void> {
     const job = await this.#o.store.getJob(jobId);
@@ -209,6 +210,8 @@ export class JobSessions {
       await this.#o.finish(job.id, { failure: (error as Error).message });
       return;
     }
+    // Its lease lost meanwhile: whoever takes the job over (this replica too, under a new lease) follows it.
+    if (!this.#o.ownership.owns(job.id)) return;
     const active: ActiveJob = { agent, ...(sandbox ? { sandbox } : {}), sandboxSeq: job.sandboxSeq, exitError: "" };
     this.#o.active.set(job.id, active);
     await this.#o.approvals.armWaiting(job.id, agent);
@@ -340,8 +343,8 @@ export class JobSessions {
       jobId: job.id,
       sessionId: job.sessionId,
       state: active,
-      // A burst that waited for the lock behind one that outlived the job's lease here is not handled: the new
-      // owner (perhaps this replica again, under a new lease) handles it, and a hook must not decide it twice.
+      // A burst that waited for the lock behind one that outlived the job's lease here is not handled (nor
+      // counted): the new owner, perhaps this replica again under a new lease, re-attaches before it.
       handleBurst: (messages) =>
         this.#o.active.withLock(job.id, async () => {
           if (!this.#o.active.stopped(active)) await this.#o.handleBurst(job.id, active, messages);
@@ -445,7 +448,8 @@ export class JobSessions {
         if (!job || isTerminal(job.state) || job.sessionId !== lost.sessionId) {
           await this.#o.placement.release(lost.sessionId, { fromNode: lost.nodeId });
         } else if (this.#o.ownership.owns(lost.jobId)) {
-          await this.#handleLostSession(lost.jobId, lost);
+          // Under the job's lease, as its follower would be: a session started elsewhere is followed under it.
+          await this.#o.ownership.working(lost.jobId, () => this.#handleLostSession(lost.jobId, lost));
         }
       } catch (error) {
         this.#o.logger.warn(
