@@ -15,13 +15,20 @@ import { eventually, packageDir, startTestStack, type TestStack } from "./suppor
 
 const plugin = path.join(packageDir, "test/fixtures/graphs/crash");
 
-function turn(agent: string, turnIndex: number): ScriptedTurn {
+/** A step that the test cancels runs until it is cancelled (its prompt says so). */
+const UNTIL_CANCELLED = "cancel-run";
+
+function turn(agent: string, turnIndex: number, input: string): ScriptedTurn {
   switch (agent) {
-    case "slow":
+    case "slow": {
       // Long enough that the kill lands while the command runs; the test waits for the step's job, not for time.
+      // A step to be cancelled runs far longer: on a loaded machine a poll can miss a 4 s step's whole run
+      // (a CI run once did, beside a 200-job test), and the test waited for a running step that had ended.
+      const seconds = input.includes(UNTIL_CANCELLED) ? 600 : 4;
       return turnIndex === 0
-        ? { toolCalls: [{ name: "run_command", input: { command: "sleep 4 && echo slept" } }] }
+        ? { toolCalls: [{ name: "run_command", input: { command: `sleep ${seconds} && echo slept` } }] }
         : { text: "slow done" };
+    }
     case "careful-a":
     case "careful-b":
       return turnIndex === 0
@@ -88,7 +95,10 @@ async function waitToSucceed(graphJob: string): Promise<string> {
 }
 
 before(async () => {
-  t = await startTestStack({ pick: ({ turn: n, request }) => turn(agentOf(request), n) });
+  t = await startTestStack({
+    pick: ({ turn: n, request }) =>
+      turn(agentOf(request), n, JSON.stringify((request.body?.messages as unknown[] | undefined)?.[0] ?? "")),
+  });
   const installed = await t.cli(["plugin", "install", plugin]);
   assert.equal(installed.code, 0, installed.stderr);
 });
@@ -190,7 +200,7 @@ void test("two approvals wait in parallel branches across a restart and are answ
 });
 
 void test("cancelling a graph job cancels the step that runs and ends the run cancelled", async () => {
-  const prompt = "cancel-run";
+  const prompt = UNTIL_CANCELLED;
   const graphJob = await startGraph("chain", prompt);
   await eventually(async () =>
     (await stepJobs(prompt)).slow?.some((j) => j.state === "JOB_STATE_RUNNING") ? true : undefined,
