@@ -24,7 +24,8 @@ import { JobRunner } from "../src/jobs/job-runner.js";
 import { PermissionPolicy, type PermissionStage } from "../src/policy/permission-policy.js";
 import { MessageQueue } from "../src/sessions/message-queue.js";
 import type { SandboxMessage, SessionChannel, SessionRunner } from "../src/sessions/session-runner.js";
-import { StaticPlacement } from "../src/sessions/sandbox-placement.js";
+import { StaticPlacement, type SandboxPlacement } from "../src/sessions/sandbox-placement.js";
+import type { LostSession } from "../src/cluster/sandbox-node-registry.js";
 import type { JobStore, NewAgentVersion } from "../src/store/job-store.js";
 import { databaseUrl, dropSchema, eventually, freshSchema } from "./postgres-test-support.js";
 
@@ -36,7 +37,9 @@ class ReplayingSandbox implements SessionRunner {
   readonly url = "replaying://sandbox";
   readonly #logs = new Map<string, SandboxMessage[]>();
   readonly #followers = new Map<string, MessageQueue<SandboxMessage>[]>();
+  readonly #breaks = new Map<string, (() => void)[]>();
   readonly answers: string[] = [];
+  reattaches = 0;
 
   start(options: { request: { sessionId: string } }): SessionChannel {
     this.#logs.set(options.request.sessionId, []);
@@ -46,6 +49,7 @@ class ReplayingSandbox implements SessionRunner {
   }
 
   reattach(options: { sessionId: string; afterSeq: number }): SessionChannel {
+    this.reattaches++;
     return this.#follow(options.sessionId, options.afterSeq);
   }
 
@@ -63,12 +67,30 @@ class ReplayingSandbox implements SessionRunner {
     return [...this.#logs.keys()];
   }
 
+  /** Every stream of the session breaks (its node went silent); a re-attach gets a new one. */
+  breakStreams(sessionId: string): void {
+    for (const broken of this.#breaks.get(sessionId) ?? []) broken();
+    this.#breaks.set(sessionId, []);
+  }
+
   #follow(sessionId: string, afterSeq: number): SessionChannel {
     const queue = new MessageQueue<SandboxMessage>();
     for (const message of this.#logs.get(sessionId) ?? []) if (message.seq > afterSeq) queue.push(message);
     this.#followers.set(sessionId, [...(this.#followers.get(sessionId) ?? []), queue]);
+    const broke = new Promise<"broke">((resolve) =>
+      this.#breaks.set(sessionId, [...(this.#breaks.get(sessionId) ?? []), () => resolve("broke")]),
+    );
+    async function* messages(): AsyncGenerator<SandboxMessage> {
+      const next = queue[Symbol.asyncIterator]();
+      for (;;) {
+        const item = await Promise.race([next.next(), broke]);
+        if (item === "broke") throw new Error("the stream broke");
+        if (item.done) return;
+        yield item.value;
+      }
+    }
     return {
-      [Symbol.asyncIterator]: () => queue[Symbol.asyncIterator](),
+      [Symbol.asyncIterator]: messages,
       answerPermission: async (answer) => {
         this.answers.push(`${answer.id}:${answer.allow ? "allow" : "deny"}`);
       },
@@ -125,7 +147,45 @@ interface Replica {
   close(): Promise<void>;
 }
 
-async function replica(options: { hook?: PermissionStage; store?: (store: JobStore) => JobStore }): Promise<Replica> {
+/** Which sessions' nodes went silent, as the node registry would say; `hold` keeps the next answer back. */
+class NodeWatch {
+  lost: LostSession | undefined;
+  asked = 0;
+  #held: ((lost: LostSession | undefined) => void) | undefined;
+  #holdNext = false;
+
+  hold(): void {
+    this.#holdNext = true;
+  }
+
+  answer(lost: LostSession | undefined): void {
+    this.#held?.(lost);
+    this.#held = undefined;
+  }
+
+  placement(sandbox: SessionRunner): SandboxPlacement {
+    const fixed = new StaticPlacement({ runners: [sandbox] });
+    return {
+      tracksNodes: false,
+      place: (request) => fixed.place(request),
+      runnerForSession: (job) => fixed.runnerForSession(job),
+      release: () => Promise.resolve(),
+      lostSessions: () => Promise.resolve([]),
+      lostSession: () => {
+        this.asked++;
+        if (!this.#holdNext) return Promise.resolve(this.lost);
+        this.#holdNext = false;
+        return new Promise((resolve) => (this.#held = resolve));
+      },
+    };
+  }
+}
+
+async function replica(options: {
+  hook?: PermissionStage;
+  store?: (store: JobStore) => JobStore;
+  nodes?: NodeWatch;
+}): Promise<Replica> {
   const schema = freshSchema();
   schemas.push(schema);
   const home = mkdtempSync(path.join(os.tmpdir(), "oz0-lease-retake-"));
@@ -143,7 +203,8 @@ async function replica(options: { hook?: PermissionStage; store?: (store: JobSto
   const runner = new JobRunner({
     store: options.store ? options.store(cluster.store) : cluster.store,
     feed: new JobFeed(),
-    placement: new StaticPlacement({ runners: [sandbox] }),
+    placement: options.nodes ? options.nodes.placement(sandbox) : new StaticPlacement({ runners: [sandbox] }),
+    reattachAttempts: 1,
     tokens: {
       mint: async (o) => ({
         token: "oz0_test",
@@ -234,6 +295,48 @@ void describe("a job taken again by the replica that lost its lease", () => {
       r.sandbox.push(job.sessionId, permissionRequest("perm-2", "call-2"));
       await eventually(async () => (r.sandbox.answers.length > 1 ? true : undefined), "perm-2 answered");
       assert.deepEqual(r.sandbox.answers, ["perm-1:allow", "perm-2:allow"]);
+    } finally {
+      await r.close();
+    }
+  });
+
+  void it("fails the job once with its node's loss, though the follower let go of was asking whether the node was lost", async () => {
+    const nodes = new NodeWatch();
+    const r = await replica({ nodes });
+    try {
+      const job = await r.runner.runAgent({ agent: "coder", input: "go" });
+      await eventually(async () => (r.sandbox.sessions().length > 0 ? true : undefined), "the session started");
+      r.sandbox.push(job.sessionId, {
+        kind: "event",
+        event: create(SessionEventSchema, { event: { case: "started", value: { harnessName: "fake" } } }),
+      });
+      await eventually(async () => ((await r.cluster.store.getJob(job.id))?.state === "running" ? true : undefined));
+      // The stream breaks, and the follower's question "is its node lost?" is slow to come back.
+      nodes.hold();
+      r.sandbox.breakStreams(job.sessionId);
+      await eventually(async () => (nodes.asked === 1 ? true : undefined), "the first follower asking");
+      // Meanwhile the lease is lost by the replica's own clock and taken again: a new follower re-attaches.
+      await r.cluster.leases.stop();
+      r.loseByOwnClock(job.id);
+      await retake(r, job.id);
+      await eventually(async () => (r.sandbox.reattaches === 1 ? true : undefined), "the new follower re-attached");
+      // The node did go silent: the first follower hears so late, then the new one meets it too.
+      const lost: LostSession = {
+        sessionId: job.sessionId,
+        jobId: job.id,
+        nodeId: "node-1",
+        nodeUrl: r.sandbox.url,
+        lastHeartbeat: new Date(),
+        reason: "sandbox node node-1 stopped sending heartbeats",
+      };
+      nodes.answer(lost);
+      nodes.lost = lost;
+      r.sandbox.breakStreams(job.sessionId);
+      const ended = await eventually(async () => {
+        const current = await r.cluster.store.getJob(job.id);
+        return current?.state === "failed" ? current : undefined;
+      }, "the job failed with its node");
+      assert.equal(ended.error, lost.reason);
     } finally {
       await r.close();
     }

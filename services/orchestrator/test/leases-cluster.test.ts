@@ -237,6 +237,31 @@ void describe("orchestrator replicas sharing PostgreSQL", () => {
     assert.equal((await slow.cluster.store.getJob("again-job"))?.stopReason, 1);
   });
 
+  void it("renews on no lease it gave up by its own clock while a renewal round was in flight; the lease expires and is taken over", async () => {
+    const r = await replica("orch-round", 1_000);
+    await r.cluster.leases.stop(); // the test runs the rounds
+    await r.cluster.jobs.claim("round-job");
+    await r.cluster.store.createJob(job("round-job"));
+    const lost: string[] = [];
+    const onLost = (lease: Lease): void => {
+      if (r.cluster.jobs.lose(lease)) lost.push(lease.resource);
+    };
+    const round = r.cluster.leases.renewAll(onLost);
+    // The round is in flight when the timer's check finds the lease unconfirmed for too long.
+    r.cluster.leases.expireUnconfirmed(onLost, { marginMs: 0, now: performance.now() + 60_000 });
+    await round;
+    assert.deepEqual(lost, ["round-job"]);
+    assert.deepEqual(
+      r.cluster.leases.held().map((l) => l.resource),
+      [],
+      "the round's renewal does not hold it again: nobody works on the job here",
+    );
+    await eventually(
+      async () => ((await r.cluster.sweeper.sweepOnce()).some((l) => l.resource === "round-job") ? true : undefined),
+      "the job taken over once its lease expired",
+    );
+  });
+
   void it("takes an answer at a replica that lost the job's lease before it noticed as a bystander's, not refused", async () => {
     const unaware = await replica("orch-unaware", 60_000);
     await unaware.cluster.jobs.claim("answer-job");

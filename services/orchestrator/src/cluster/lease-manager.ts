@@ -303,7 +303,9 @@ export class LeaseManager {
       const key = `${lease.kind}/${lease.resource}`;
       const fresh = renewed.get(key);
       if (fresh) {
-        this.#hold(fresh, sentAt);
+        // Unless given up meanwhile (expireUnconfirmed while this round was in flight: its work has stopped) or
+        // taken again under a new token: renewed on, it would hold a job nobody works on, kept from the sweeps.
+        if (this.#held.get(key) === lease) this.#hold(fresh, sentAt);
       } else if (this.#held.get(key) === lease) {
         // Still the lease we tried to renew (not re-acquired meanwhile): it is lost.
         this.#drop(key);

@@ -398,7 +398,7 @@ export class JobSessions {
         await this.#o.finish(jobId, { failure: end.error.message });
         return;
       case "lost":
-        await this.#handleLostSession(jobId, end.lost);
+        await this.#handleLostSession(jobId, end.lost, active);
         return;
       case "broken":
         await this.#o.finish(jobId, {
@@ -470,9 +470,11 @@ export class JobSessions {
    * followed here yet is being resumed (a takeover): its re-attach meets the
    * silent node and comes back here.
    */
-  async #handleLostSession(jobId: string, lost: LostSession): Promise<void> {
+  async #handleLostSession(jobId: string, lost: LostSession, follower?: ActiveJob): Promise<void> {
     const active = this.#o.active.get(jobId);
-    if (!active || active.lostHandled) return;
+    // A follower let go of (its lease lost, the job perhaps taken again here) speaks for nobody: the job's
+    // follower now, if any, deals with the loss itself.
+    if (!active || active.lostHandled || (follower && follower !== active) || this.#o.active.stopped(active)) return;
     active.lostHandled = true;
     try {
       const job = await this.#o.store.getJob(jobId);
@@ -489,9 +491,9 @@ export class JobSessions {
       }
       await this.#o.finish(jobId, { failure: lost.reason });
     } catch (error) {
-      // Another replica runs it now: nothing is left to do here.
-      if (error instanceof LeaseLostError) return;
       active.lostHandled = false;
+      // Another replica runs it now (or this one, under a new lease): nothing is left to do here.
+      if (error instanceof LeaseLostError) return;
       throw error;
     }
   }

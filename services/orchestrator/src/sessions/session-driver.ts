@@ -209,6 +209,8 @@ export class SessionDriver {
           outageSince = now;
         if (attempt + 1 >= attempts) {
           const lost = await this.#o.placement?.lostSession(o.sessionId);
+          // Let go of while it asked (its lease lost): whoever follows the session now says what became of it.
+          if (o.stopped()) return { kind: "stopped" };
           if (lost) return { kind: "lost", lost };
           if (!this.#o.placement?.tracksNodes && now - outageSince >= windowMs)
             return { kind: "broken", error: error as Error };
