@@ -204,6 +204,7 @@ async function replica(options: {
     store: options.store ? options.store(cluster.store) : cluster.store,
     feed: new JobFeed(),
     placement: options.nodes ? options.nodes.placement(sandbox) : new StaticPlacement({ runners: [sandbox] }),
+    // A broken stream asks about its node at once (no stream here breaks unless a test breaks it).
     reattachAttempts: 1,
     tokens: {
       mint: async (o) => ({

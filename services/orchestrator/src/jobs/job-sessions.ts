@@ -479,6 +479,11 @@ export class JobSessions {
     try {
       const job = await this.#o.store.getJob(jobId);
       if (!job || isTerminal(job.state)) return;
+      if (job.sessionId !== lost.sessionId) {
+        // Its session renewed meanwhile (started afresh elsewhere): the old one's loss is not the new one's.
+        active.lostHandled = false;
+        return;
+      }
       if (job.state === "pending" && job.sandboxSeq === 0 && active.sandboxSeq === 0) {
         // Still this replica's job (a paused replica must not revoke or move a session its successor started):
         // a fenced write of nothing throws LeaseLostError once another replica took the job over.
