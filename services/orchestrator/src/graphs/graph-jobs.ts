@@ -190,43 +190,46 @@ export class GraphJobs {
     // Leased before it exists, so no other replica takes it for an orphan; run under that lease from here to
     // the run's end (job-ownership.ts: `working`).
     await this.#ownership.claim(job.id);
-    return this.#ownership.working(job.id, async () => {
-      const started = this.#lifecycleEvent("graph.run_started", job.id, {
-        graph_name: graph.name,
-        graph_version: String(graph.version),
-      });
-      // The run's trace begins with that event (tracing.ts): its id is kept for `oz0 jobs show`, its root
-      // span for whichever replica resumes the run and for links from calls about it.
-      const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
-      const traceparent = this.#o.lifecycle?.traceparentOf?.(job.id);
-      try {
-        await this.#graphs.putGraphJob({
-          jobId: job.id,
-          graph: graph.name,
-          version: graph.version,
-          pinnedAgents: pinned,
-          createdAt: now,
-        });
-        // The run's job, its first event and `graph.run_started` in one transaction (issue 24).
-        await createJobStep(
-          this.#o,
-          { ...job, ...(traceId ? { traceId } : {}), ...(traceparent ? { traceparent } : {}) },
-          { events: [stateChanged("running")], lifecycle: [started] },
-        );
-      } catch (error) {
-        // Not created: its span ends here, and a lease kept (and renewed) would be for nothing.
-        this.#o.lifecycle?.withdrawn?.(job.id);
-        await this.#ownership.release(job.id).catch(() => undefined);
-        throw error;
-      }
-      // Its lease lost meanwhile: whoever takes the run over (this replica too, under a new lease) resumes it.
-      if (!this.#ownership.owns(job.id)) return (await this.#o.store.getJob(job.id))!;
-      const active = this.#activate(job.id, graph, pinned);
-      this.#started.set(job.id, Date.now());
-      const handle = await active.runner.start({ prompt: options.input, runId: job.id });
-      this.#track(job.id, active, handle.result);
-      return (await this.#o.store.getJob(job.id))!;
+    return this.#ownership.working(job.id, () => this.#create(job, graph, pinned));
+  }
+
+  /** A graph run's job, leased: stored with the run's record and first event, and its run started. */
+  async #create(job: JobRecord, graph: GraphVersionRecord, pinned: Record<string, number>): Promise<JobRecord> {
+    const started = this.#lifecycleEvent("graph.run_started", job.id, {
+      graph_name: graph.name,
+      graph_version: String(graph.version),
     });
+    // The run's trace begins with that event (tracing.ts): its id is kept for `oz0 jobs show`, its root
+    // span for whichever replica resumes the run and for links from calls about it.
+    const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
+    const traceparent = this.#o.lifecycle?.traceparentOf?.(job.id);
+    try {
+      await this.#graphs.putGraphJob({
+        jobId: job.id,
+        graph: graph.name,
+        version: graph.version,
+        pinnedAgents: pinned,
+        createdAt: job.createdAt,
+      });
+      // The run's job, its first event and `graph.run_started` in one transaction (issue 24).
+      await createJobStep(
+        this.#o,
+        { ...job, ...(traceId ? { traceId } : {}), ...(traceparent ? { traceparent } : {}) },
+        { events: [stateChanged("running")], lifecycle: [started] },
+      );
+    } catch (error) {
+      // Not created: its span ends here, and a lease kept (and renewed) would be for nothing.
+      this.#o.lifecycle?.withdrawn?.(job.id);
+      await this.#ownership.release(job.id).catch(() => undefined);
+      throw error;
+    }
+    // Its lease lost meanwhile: whoever takes the run over (this replica too, under a new lease) resumes it.
+    if (!this.#ownership.owns(job.id)) return (await this.#o.store.getJob(job.id))!;
+    const active = this.#activate(job.id, graph, pinned);
+    this.#started.set(job.id, Date.now());
+    const handle = await active.runner.start({ prompt: job.input, runId: job.id });
+    this.#track(job.id, active, handle.result);
+    return (await this.#o.store.getJob(job.id))!;
   }
 
   /**
