@@ -4,6 +4,7 @@
 // checked rather than quoted.
 import { createHash } from "node:crypto";
 import pg from "pg";
+import { NulReplacingClient } from "./nul-replacement.js";
 
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
@@ -46,11 +47,15 @@ export interface SchemaPoolOptions {
   queryTimeoutMs?: number;
 }
 
-/** A pool whose connections resolve unqualified table names in `schema`. */
+/**
+ * A pool whose connections resolve unqualified table names in `schema`, and
+ * store U+0000 in a parameter as U+FFFD (nul-replacement.ts).
+ */
 export function createSchemaPool(options: SchemaPoolOptions): pg.Pool {
   const schema = checkSchemaName(options.schema);
   const pool = new pg.Pool({
     connectionString: options.connectionString,
+    Client: NulReplacingClient,
     max: options.maxConnections ?? 10,
     // search_path per connection, so SQL names tables without a schema.
     options: `-c search_path=${schema}`,

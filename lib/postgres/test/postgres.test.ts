@@ -12,6 +12,7 @@ import {
   channelName,
   checkSchemaName,
   createSchemaPool,
+  jsonbText,
   NotificationListener,
   runMigrations,
   withTransaction,
@@ -208,6 +209,51 @@ void describe("@oz0/postgres", () => {
         /changed my mind/,
       );
       assert.deepEqual((await pool.query<{ id: number }>("SELECT id FROM things ORDER BY id")).rows, [{ id: 1 }]);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  void it("stores U+0000, which PostgreSQL's text and jsonb refuse, as U+FFFD, whichever way a statement is sent", async () => {
+    const schema = freshSchema();
+    const pool = createSchemaPool({ connectionString: url, schema });
+    try {
+      await pool.query(`CREATE SCHEMA ${schema}`);
+      await pool.query("CREATE TABLE t (id int PRIMARY KEY, body text, tags text[], doc jsonb)");
+      // A command's output as a harness reports it, with a NUL from a binary file in it.
+      const output = "ELF\u0000\u0000bin";
+      const doc = { stdout: output, literal: "\\u0000 is how JSON writes it" };
+      await pool.query("INSERT INTO t VALUES ($1, $2, $3, $4)", [
+        1,
+        output,
+        [output, "plain"],
+        jsonbText(JSON.stringify(doc)),
+      ]);
+      await pool.query({ text: "INSERT INTO t (id, body) VALUES ($1, $2)", values: [2, output] });
+      const client = await pool.connect();
+      try {
+        await client.query("UPDATE t SET body = $1 || body WHERE id = 2", ["\u0000"]);
+      } finally {
+        client.release();
+      }
+      const rows = (await pool.query("SELECT id, body, tags, doc FROM t ORDER BY id")).rows;
+      assert.deepEqual(rows[0], {
+        id: 1,
+        body: "ELF\uFFFD\uFFFDbin",
+        tags: ["ELF\uFFFD\uFFFDbin", "plain"],
+        // The text "\u0000" (an escaped backslash, then u0000) is not a NUL, and stays as written.
+        doc: { stdout: "ELF\uFFFD\uFFFDbin", literal: "\\u0000 is how JSON writes it" },
+      });
+      assert.equal(rows[1].body, "\uFFFDELF\uFFFD\uFFFDbin");
+      // Without the replacement the server refuses both, as it would refuse the write of a job's event.
+      await assert.rejects(
+        admin((c) => c.query("SELECT $1::text", ["a\u0000b"])),
+        /invalid byte sequence for encoding "UTF8": 0x00/,
+      );
+      await assert.rejects(
+        admin((c) => c.query("SELECT $1::jsonb", [JSON.stringify("a\u0000b")])),
+        /unsupported Unicode escape sequence/,
+      );
     } finally {
       await pool.end();
     }

@@ -10,7 +10,7 @@
 import { mkdirSync } from "node:fs";
 import path from "node:path";
 import Database from "better-sqlite3";
-import { createSchemaPool } from "@oz0/postgres";
+import { createSchemaPool, jsonbText } from "@oz0/postgres";
 import { Kysely, PostgresDialect, SqliteDialect, type Generated } from "kysely";
 import type pg from "pg";
 import { cachedStatements } from "./sqlite-statements.js";
@@ -172,6 +172,11 @@ export interface SqlEngine {
   /** A time as the engine's column takes it. */
   time(date: Date): Time;
   bool(value: boolean): Bool;
+  /**
+   * JSON text as the engine's JSON columns take it. PostgreSQL's jsonb refuses the `\u0000` escape, so a NUL
+   * (in a command's output, say) is stored as U+FFFD there, as in its text columns (@oz0/postgres's pool).
+   */
+  jsonText(json: string): string;
   /** The column that orders a table's rows as inserted: SQLite's rowid, PostgreSQL's `ord` (bigserial). */
   readonly insertionOrder: "rowid" | "ord";
   /** SQLite's LIKE already ignores ASCII case; PostgreSQL's does not. */
@@ -184,6 +189,7 @@ export const SQLITE: SqlEngine = {
   name: "sqlite",
   time: (date) => date.getTime(),
   bool: (value) => (value ? 1 : 0),
+  jsonText: (json) => json,
   insertionOrder: "rowid",
   caseInsensitiveLike: "like",
   rowLocks: false,
@@ -193,6 +199,7 @@ export const POSTGRES: SqlEngine = {
   name: "postgres",
   time: (date) => date,
   bool: (value) => value,
+  jsonText: jsonbText,
   insertionOrder: "ord",
   caseInsensitiveLike: "ilike",
   rowLocks: true,

@@ -36,7 +36,7 @@ export abstract class SqlGraphStore implements GraphStore {
         plugin: version.plugin,
         plugin_version: version.pluginVersion,
         plugin_path: version.pluginPath,
-        definition: JSON.stringify(version.definition),
+        definition: this.engine.jsonText(JSON.stringify(version.definition)),
       },
       ...(this.versionLock ? { lock: this.versionLock } : {}),
     });
@@ -59,7 +59,7 @@ export abstract class SqlGraphStore implements GraphStore {
         job_id: job.jobId,
         graph: job.graph,
         version: job.version,
-        pinned_agents: JSON.stringify(job.pinnedAgents),
+        pinned_agents: this.engine.jsonText(JSON.stringify(job.pinnedAgents)),
         created_at: this.engine.time(job.createdAt),
       })
       .execute();

@@ -195,7 +195,7 @@ export class SqlJobStore implements JobStore {
       description: record.description,
       source: record.source,
       path: record.path,
-      manifest: JSON.stringify(record.manifest),
+      manifest: this.engine.jsonText(JSON.stringify(record.manifest)),
       installed_at: this.engine.time(record.installedAt),
     };
     const { name: _, ...rest } = row;
@@ -224,9 +224,9 @@ export class SqlJobStore implements JobStore {
         plugin: version.plugin,
         plugin_version: version.pluginVersion,
         plugin_path: version.pluginPath,
-        definition: JSON.stringify(version.definition),
+        definition: this.engine.jsonText(JSON.stringify(version.definition)),
         instructions: version.instructions,
-        harness: JSON.stringify(version.harness),
+        harness: this.engine.jsonText(JSON.stringify(version.harness)),
       },
       ...(this.versionLock ? { lock: this.versionLock } : {}),
     });
@@ -370,7 +370,7 @@ export class SqlJobStore implements JobStore {
           job_id: jobId,
           seq: Number(e.seq),
           time: this.engine.time(now),
-          event: toJsonString(JobEventSchema, e),
+          event: this.engine.jsonText(toJsonString(JobEventSchema, e)),
         })),
       });
     }
@@ -578,7 +578,7 @@ export class SqlJobStore implements JobStore {
       const row = {
         job_id: record.jobId,
         call_id: record.callId,
-        record: JSON.stringify(record),
+        record: this.engine.jsonText(JSON.stringify(record)),
         delivered: this.engine.bool(record.delivered),
       };
       await trx

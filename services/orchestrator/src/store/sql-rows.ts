@@ -1,7 +1,7 @@
 // The stores' rows and their records, once for both engines: a column that
 // each engine returns its own way (sql-database.ts: Time, Json, Bool,
 // Count) is read through the decoders here, and a record's values are
-// written through the engine's `time` and `bool`.
+// written through the engine's `time`, `bool` and `jsonText`.
 import type { Selectable, Updateable } from "kysely";
 import type { GraphDefinition } from "@oz0/graph";
 import type {
@@ -98,7 +98,7 @@ export function jobColumns(engine: SqlEngine, job: JobRecord): JobsTable {
     sandbox_url: job.sandboxUrl,
     last_seq: job.lastSeq,
     sandbox_seq: job.sandboxSeq,
-    attachments: JSON.stringify(job.attachments),
+    attachments: engine.jsonText(JSON.stringify(job.attachments)),
     token_id: job.tokenId,
     cancel_requested_at: job.cancelRequestedAt ? engine.time(job.cancelRequestedAt) : null,
     served_tools: job.servedTools,
@@ -140,7 +140,11 @@ export function jobPatchColumns(engine: SqlEngine, patch: JobPatch): Updateable<
     if (!(key in JOB_COLUMNS)) continue;
     const value: unknown = patch[key];
     columns[JOB_COLUMNS[key]] =
-      value instanceof Date ? engine.time(value) : key === "attachments" ? JSON.stringify(value) : (value ?? null);
+      value instanceof Date
+        ? engine.time(value)
+        : key === "attachments"
+          ? engine.jsonText(JSON.stringify(value))
+          : (value ?? null);
   }
   return columns as Updateable<JobsTable>;
 }
@@ -209,14 +213,14 @@ export function permissionColumns(engine: SqlEngine, p: PermissionRecord): Permi
     call_id: p.callId,
     session_id: p.sessionId,
     tool: p.tool,
-    input: p.input ? JSON.stringify(p.input) : null,
+    input: p.input ? engine.jsonText(JSON.stringify(p.input)) : null,
     title: p.title,
     needs_person: engine.bool(p.needsPerson),
     status: p.status,
     reason: p.reason,
     decider: p.decider ?? null,
     answered_by: p.answeredBy,
-    answer_input: p.answerInput ? JSON.stringify(p.answerInput) : null,
+    answer_input: p.answerInput ? engine.jsonText(JSON.stringify(p.answerInput)) : null,
     requested_at: engine.time(p.requestedAt),
     answered_at: p.answeredAt ? engine.time(p.answeredAt) : null,
     delivered: engine.bool(p.delivered),
