@@ -31,6 +31,8 @@ export interface ActiveJob extends SessionState {
    * no read for those (an approved call stays approved). Others are read from the store.
    */
   approvedCalls?: Set<string>;
+  /** The database refused its messages after `after` for their data, `times` times in a row (JobRunner #refusedForGood). */
+  refusals?: { after: number; times: number };
   /** The ids and call ids its permission requests used (approvals/request-ids.ts): read from the store once, then kept here. */
   requestIds?: RequestIds;
 }

@@ -21,6 +21,7 @@ import {
   type TokenIssuer,
 } from "../sessions/session-runner.js";
 import { newJobId, newSessionId } from "../store/ids.js";
+import { refusedForItsData } from "../store/sql-database.js";
 import {
   isTerminal,
   type AgentVersionRecord,
@@ -299,6 +300,13 @@ export class JobRunner {
   async #handleBurst(jobId: string, active: ActiveJob, messages: SandboxMessage[]): Promise<void> {
     let run: AppendStep | undefined;
     let storedSeq = active.sandboxSeq;
+    /** Puts the seq in memory back to the last one stored, unless the job fails with the refusal (then it passes it). */
+    const failed = async (error: unknown): Promise<void> => {
+      const lastSeq = active.sandboxSeq;
+      active.sandboxSeq = storedSeq;
+      if (!(await this.#refusedForGood(jobId, active, { after: storedSeq, last: lastSeq }, error))) throw error;
+      storedSeq = active.sandboxSeq;
+    };
     const store = async (): Promise<void> => {
       if (!run) return;
       const step = run;
@@ -311,10 +319,11 @@ export class JobRunner {
             ...(step.stderr ? { stderr: step.stderr } : {}),
           });
       } catch (error) {
-        active.sandboxSeq = storedSeq;
-        throw error;
+        await failed(error);
+        return;
       }
       storedSeq = active.sandboxSeq;
+      active.refusals = undefined;
     };
     for (const message of messages) {
       const step = this.#appendStep(jobId, active, message);
@@ -327,10 +336,11 @@ export class JobRunner {
           // Its seq is stored in the step that handles it, or not at all: a message that failed before that
           // step (its read, its audit, its decision) is delivered again by the re-attach, and handled then.
           // Left past it, a permission request would never be decided and its session would wait for ever.
-          active.sandboxSeq = storedSeq;
-          throw error;
+          await failed(error);
+          continue;
         }
         storedSeq = active.sandboxSeq;
+        active.refusals = undefined;
         continue;
       }
       active.sandboxSeq = message.seq;
@@ -338,6 +348,36 @@ export class JobRunner {
       run = run ? mergeSteps(run, step) : step;
     }
     await store();
+  }
+
+  /**
+   * Whether the session's messages after `seqs.after` (to `seqs.last`) are refused for good: the database
+   * refused them for their data (sql-database.ts: refusedForItsData) the last REFUSALS_BEFORE_FAILING times
+   * they came. A re-attach delivers a message that failed again, which suits a database that was busy or
+   * away; refused for its data, it would be delivered and refused for ever, and the job would neither go on
+   * nor end. Its job fails instead, saying why, with the seq that passes them stored.
+   */
+  async #refusedForGood(
+    jobId: string,
+    active: ActiveJob,
+    seqs: { after: number; last: number },
+    error: unknown,
+  ): Promise<boolean> {
+    if (!refusedForItsData(error)) {
+      active.refusals = undefined;
+      return false;
+    }
+    const times = active.refusals?.after === seqs.after ? active.refusals.times + 1 : 1;
+    active.refusals = { after: seqs.after, times };
+    if (times < REFUSALS_BEFORE_FAILING) return false;
+    const job = await this.#o.store.getJob(jobId);
+    if (!job) return false;
+    const which = seqs.last > seqs.after + 1 ? `messages ${seqs.after + 1}-${seqs.last}` : `message ${seqs.last}`;
+    const reason = `the database refused to store the session's ${which} (${(error as Error).message}), ${times} times: its data cannot be stored, so the job fails rather than retry for ever`;
+    await this.#stopSession(job, active, reason, { sandboxSeq: seqs.last });
+    active.sandboxSeq = seqs.last;
+    active.refusals = undefined;
+    return true;
   }
 
   /**
@@ -700,6 +740,9 @@ interface AppendStep extends JobStepWrites {
   events: JobEventInit[];
   lifecycle: NonNullable<JobStepWrites["lifecycle"]>;
 }
+
+/** How many times in a row the database may refuse a session's message for its data before its job fails. */
+const REFUSALS_BEFORE_FAILING = 3;
 
 function emptyStep(): AppendStep {
   return { events: [], lifecycle: [] };

@@ -296,3 +296,17 @@ export interface PostgresConnectionOptions {
 export function createPostgresPool(options: PostgresConnectionOptions): pg.Pool {
   return createSchemaPool({ ...options, schema: options.schema ?? "oz0" });
 }
+
+/**
+ * Whether the database refused a statement for the data it carried: a value
+ * the column cannot hold (PostgreSQL's class 22, data exception), or a
+ * constraint it breaks (class 23; SQLite's SQLITE_CONSTRAINT*, SQLITE_TOOBIG,
+ * SQLITE_MISMATCH). A retry of the same data is refused again, unlike a
+ * connection lost, a busy database or a serialization failure.
+ */
+export function refusedForItsData(error: unknown): boolean {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  if (typeof code !== "string") return false;
+  if (/^2[23][0-9A-Z]{3}$/.test(code)) return true;
+  return code.startsWith("SQLITE_CONSTRAINT") || code === "SQLITE_TOOBIG" || code === "SQLITE_MISMATCH";
+}

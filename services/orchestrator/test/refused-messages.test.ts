@@ -1,0 +1,116 @@
+// A message of a session that the database refuses for its data (a value a
+// column cannot hold, a constraint it breaks) is refused again however often
+// it is retried. The re-attach that follows a failed write delivered it again
+// and again: the job neither went on nor ended. Refused three times in a row,
+// it now fails its job, saying which message and why; a database busy or
+// away is still waited for, however often.
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import type { JobRunner } from "../src/jobs/job-runner.js";
+import { PluginRegistry } from "../src/plugins/plugin-registry.js";
+import type { JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import type { JobAppend } from "../src/store/job-store.js";
+import { SqliteJobStore } from "../src/store/sqlite-store.js";
+import { endedJob, inProcessJobRunner } from "./support/in-process-runner.js";
+import { makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
+
+/** How PostgreSQL refuses a NUL in text, with its SQLSTATE (class 22, data exception). */
+const refusedData = (): Error =>
+  Object.assign(new Error('invalid byte sequence for encoding "UTF8": 0x00'), { code: "22021" });
+const busy = (): Error => Object.assign(new Error("database is locked"), { code: "SQLITE_BUSY" });
+
+/** The job store, refusing the writes `refuse.which` picks out, `refuse.times` times, with `refuse.error`. */
+class RefusingStore extends SqliteJobStore {
+  refuse: { which: (change: JobAppend) => boolean; times: number; error: () => Error } | undefined;
+  refused = 0;
+
+  override append(change: JobAppend): Promise<JobEvent[]> {
+    if (this.refuse && this.refuse.times > 0 && this.refuse.which(change)) {
+      this.refuse.times--;
+      this.refused++;
+      return Promise.reject(this.refuse.error());
+    }
+    return super.append(change);
+  }
+}
+
+const decision = (change: JobAppend): boolean => (change.permissions?.length ?? 0) > 0;
+const poisonText = (change: JobAppend): boolean =>
+  change.events.some((e) => e.event.case === "text" && e.event.value.text.includes("poison"));
+
+let t: TestStack;
+let store: RefusingStore;
+let runner: JobRunner;
+const home = mkdtempSync(path.join(os.tmpdir(), "oz0-refused-"));
+
+before(async () => {
+  t = await startTestStack({
+    pick: ({ input, turn }) => {
+      if (input.includes("poison")) return { text: "a poison text" };
+      return turn === 0
+        ? { toolCalls: [{ name: "run_command", input: { command: "echo decided" } }] }
+        : { text: "went on" };
+    },
+  });
+  store = new RefusingStore({ file: path.join(home, "orchestrator.db") });
+  runner = inProcessJobRunner({
+    stack: t,
+    store,
+    home,
+    sandboxUrl: t.stack.urls.sandbox,
+    name: "orchestrator-refused",
+  });
+  const repo = await makePluginRepo({
+    agents: {
+      plain:
+        "name: plain\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/fixer.md\nharness:\n  tools: [run_command]\n",
+    },
+  });
+  await new PluginRegistry({ store, home }).install({ source: repo });
+});
+
+after(async () => {
+  await runner?.close();
+  await store?.close();
+  await t?.close();
+  rmSync(home, { recursive: true, force: true });
+});
+
+void test("a permission request whose decision the database refuses for its data fails its job, saying so", async () => {
+  store.refused = 0;
+  store.refuse = { which: decision, times: Infinity, error: refusedData };
+  const job = await runner.runAgent({ agent: "plain", input: "run it" });
+  const done = await endedJob(store, job.id);
+  store.refuse = undefined;
+  assert.equal(store.refused, 3, "refused three times, then not asked again");
+  assert.equal(done.state, "failed");
+  assert.match(
+    done.error,
+    /^the database refused to store the session's message \d+ \(invalid byte sequence for encoding "UTF8": 0x00\), 3 times: its data cannot be stored/,
+  );
+  assert.deepEqual(await store.listPermissions({ jobId: job.id }), [], "nothing decided: the call never ran");
+});
+
+void test("a run of events the database refuses for its data fails its job, saying so", async () => {
+  store.refused = 0;
+  store.refuse = { which: poisonText, times: Infinity, error: refusedData };
+  const job = await runner.runAgent({ agent: "plain", input: "say the poison" });
+  const done = await endedJob(store, job.id);
+  store.refuse = undefined;
+  assert.equal(store.refused, 3);
+  assert.equal(done.state, "failed");
+  assert.match(done.error, /^the database refused to store the session's messages? [\d-]+ \(.*\), 3 times/);
+});
+
+void test("a database busy more often than that is waited for, and the job goes on", async () => {
+  store.refused = 0;
+  store.refuse = { which: decision, times: 4, error: busy };
+  const job = await runner.runAgent({ agent: "plain", input: "run it" });
+  const done = await endedJob(store, job.id);
+  assert.equal(store.refused, 4);
+  assert.equal(done.state, "succeeded", done.error);
+  assert.equal(done.resultText, "went on");
+});
