@@ -253,7 +253,7 @@ function setup(options: {
         answers.push(r);
       }),
   };
-  return { home, runner, parent, events, answers, revoked };
+  return { home, store, runner, parent, events, answers, revoked };
 }
 
 void test("offers each operation as a runtime tool taking { task }", () => {
@@ -403,6 +403,30 @@ void test("cancelling the parent cancels its running operations", async () => {
 function extract(o: ReturnType<typeof setup>, callId: string): ReturnType<OperationRunner["accept"]> {
   return o.runner.accept({ parent: o.parent, callId, name: "extract_shipment", input: { task: "t" } });
 }
+
+void test("a call whose record cannot be written is not answered, and runs once when delivered again", async () => {
+  // Answered "try again", the call ran twice when the parent's seq could not be written either: the replay of
+  // the call ran it, and so did the harness calling again.
+  const sandbox = new ScriptedSandbox(() => finish({ shipmentReference: "7", pickupCountry: "NL" }));
+  const o = setup({ sandbox });
+  const put = o.store.putOperationCheckpoint.bind(o.store);
+  o.store.putOperationCheckpoint = () => Promise.reject(new Error("Connection terminated unexpectedly"));
+  const first = extract(o, "rt-1");
+  await assert.rejects(first.recorded, /Connection terminated unexpectedly/);
+  await first.done;
+  assert.equal(o.answers.length, 0, "nothing answered: the caller leaves the seq before the call");
+  assert.equal(sandbox.started.length, 0, "nothing ran");
+
+  o.store.putOperationCheckpoint = put;
+  const again = extract(o, "rt-1");
+  await again.recorded;
+  await again.done;
+  assert.equal(sandbox.started.length, 1, "ran once");
+  assert.deepEqual(
+    o.answers.map((a) => [a.id, a.isError]),
+    [["rt-1", false]],
+  );
+});
 
 void test("a scratch session its node will not stop: the operation still ends, timed out or cancelled, and its token is revoked", async () => {
   const sandbox = new ScriptedSandbox(() => [usage(), { case: "hang" }], { ignoreCancel: true });

@@ -178,8 +178,13 @@ export class OperationRunner {
    * Accept one runtime tool call of a parent session and run it in the
    * background. `recorded` resolves once the call is durably recorded (so the
    * caller may then advance the session's sequence number: a crash in
-   * between replays the call instead of losing it); `done` settles when the
-   * answer was delivered. Neither rejects.
+   * between replays the call instead of losing it), and rejects when its
+   * record could not be read or written: nothing is answered then, and the
+   * caller leaves the sequence number before the call, so the re-attach that
+   * follows delivers it again. (Answered "try again" instead, the call ran
+   * twice when the sequence number's write failed too: once replayed, once
+   * called again by the harness.) `done` settles when the answer was
+   * delivered, or nothing was to be; it never rejects.
    */
   accept(options: { parent: OperationParent; callId: string; name: string; input: unknown }): {
     recorded: Promise<void>;
@@ -190,8 +195,12 @@ export class OperationRunner {
     if (this.#inFlight.has(flight)) return { recorded: Promise.resolve(), done: Promise.resolve() };
     this.#inFlight.add(flight);
     let markRecorded!: () => void;
-    const recorded = new Promise<void>((resolve) => (markRecorded = resolve));
-    const done = this.#accept(options, markRecorded)
+    let recordFailed!: (error: unknown) => void;
+    const recorded = new Promise<void>((resolve, reject) => {
+      markRecorded = resolve;
+      recordFailed = reject;
+    });
+    const done = this.#accept(options, { markRecorded, recordFailed })
       .catch((error: unknown) =>
         this.#o.logger.error(
           { jobId: parent.jobId, callId, err: String(error) },
@@ -207,7 +216,7 @@ export class OperationRunner {
 
   async #accept(
     options: { parent: OperationParent; callId: string; name: string; input: unknown },
-    markRecorded: () => void,
+    { markRecorded, recordFailed }: { markRecorded: () => void; recordFailed: (error: unknown) => void },
   ): Promise<void> {
     const { parent, callId, name } = options;
     // Refusals need no record: a replayed call is refused the same way again.
@@ -233,10 +242,7 @@ export class OperationRunner {
     try {
       existing = await this.#checkpoints.get(parent.jobId, callId);
     } catch (error) {
-      return refuse(
-        "operation_session_failed",
-        `${name} could not be recorded (${(error as Error).message}); try the call again`,
-      );
+      return recordFailed(error);
     }
     if (existing) {
       markRecorded();
@@ -256,10 +262,7 @@ export class OperationRunner {
     try {
       await this.#checkpoints.put(record);
     } catch (error) {
-      return refuse(
-        "operation_session_failed",
-        `${name} could not be recorded (${(error as Error).message}); try the call again`,
-      );
+      return recordFailed(error);
     }
     markRecorded();
     await this.#run(parent, op, record);
