@@ -10,49 +10,63 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
-import { commitAll, eventually, startTestStack, type TestStack } from "./support/test-stack.js";
+import {
+  commitAll,
+  eventually,
+  fakeAgentYaml,
+  startTestStack,
+  type FakeAgentOptions,
+  type TestStack,
+} from "./support/test-stack.js";
 import { toolResults } from "./support/tool-results.js";
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "hooks");
 
-const agent = (name: string, extra: string): string =>
-  `name: ${name}\ndescription: ${name}\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/p.md\nlimits:\n  max_steps: 5\n${extra}`;
+/** This file's agents: each describes itself by its name, reads prompts/p.md and takes five steps at most. */
+const agent = (options: FakeAgentOptions): string =>
+  fakeAgentYaml({ description: options.name, instructions: "prompts/p.md", limits: { maxSteps: 5 }, ...options });
 
 const AGENTS: Record<string, string> = {
-  limited: agent("limited", "harness:\n  tools: [read_file]\n"),
-  guarded: agent(
-    "guarded",
-    `harness:
-  tools: [read_file, write_file, run_command]
-hooks:
+  limited: agent({ name: "limited", tools: ["read_file"] }),
+  guarded: agent({
+    name: "guarded",
+    tools: ["read_file", "write_file", "run_command"],
+    extra: `hooks:
   - name: guard
     match: fake.run_command
     command: ["node", "hooks/guard.mjs"]
     timeout: 30s
 `,
-  ),
-  careful: agent("careful", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n"),
-  hasty: agent(
-    "hasty",
-    "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n  timeout: 2s\n",
-  ),
-  patient: agent(
-    "patient",
-    "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n  timeout: 15s\n",
-  ),
-  stuck: agent(
-    "stuck",
-    'harness:\n  tools: [run_command]\nhooks:\n  - name: slow-guard\n    command: ["node", "hooks/hang.mjs"]\n    timeout: 1s\n',
-  ),
-  broken: agent(
-    "broken",
-    'harness:\n  tools: [run_command]\nhooks:\n  - name: crashing-guard\n    command: ["node", "hooks/crash.mjs"]\n',
-  ),
-  parallel: agent("parallel", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n").replace(
+  }),
+  careful: agent({ name: "careful", tools: ["run_command"], requiresApproval: ["run_command"] }),
+  hasty: agent({
+    name: "hasty",
+    tools: ["run_command"],
+    requiresApproval: ["run_command"],
+    extra: "approvals:\n  timeout: 2s\n",
+  }),
+  patient: agent({
+    name: "patient",
+    tools: ["run_command"],
+    requiresApproval: ["run_command"],
+    extra: "approvals:\n  timeout: 15s\n",
+  }),
+  stuck: agent({
+    name: "stuck",
+    tools: ["run_command"],
+    extra: 'hooks:\n  - name: slow-guard\n    command: ["node", "hooks/hang.mjs"]\n    timeout: 1s\n',
+  }),
+  broken: agent({
+    name: "broken",
+    tools: ["run_command"],
+    extra: 'hooks:\n  - name: crashing-guard\n    command: ["node", "hooks/crash.mjs"]\n',
+  }),
+  // The same agent on the test's own harnesses, which the plugin's manifest declares next to fake.
+  parallel: agent({ name: "parallel", tools: ["run_command"], requiresApproval: ["run_command"] }).replace(
     "harness:fake",
     "harness:parallel",
   ),
-  rogue: agent("rogue", "harness:\n  tools: [run_command]\n  requires_approval: [run_command]\n").replace(
+  rogue: agent({ name: "rogue", tools: ["run_command"], requiresApproval: ["run_command"] }).replace(
     "harness:fake",
     "harness:rogue",
   ),

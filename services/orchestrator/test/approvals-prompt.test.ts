@@ -7,7 +7,7 @@ import { PassThrough } from "node:stream";
 import { after, before, test } from "node:test";
 import type { ScriptedTurn } from "@oz0/harness/testing";
 import { promptForAnswer, rowsOf } from "../src/cli/approval-prompt.js";
-import { cliMain, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
+import { cliMain, fakeAgentYaml, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
 import { toolResults } from "./support/tool-results.js";
 
 function pair(): { input: PassThrough; output: PassThrough; shown: () => string } {
@@ -93,16 +93,12 @@ void test("a question answered elsewhere is taken back: erased row by row, or ma
   assert.ok(!marked.shown().includes("\x1b"));
 });
 
-const CAREFUL = `name: careful
-description: Every command waits for a person.
-runtime: harness:fake
-model:
-  primary: anthropic/claude-sonnet-5-5
-instructions: prompts/fixer.md
-harness:
-  tools: [run_command]
-  requires_approval: [run_command]
-`;
+const CAREFUL = fakeAgentYaml({
+  name: "careful",
+  description: "Every command waits for a person.",
+  tools: ["run_command"],
+  requiresApproval: ["run_command"],
+});
 
 let t: TestStack;
 

@@ -16,9 +16,11 @@ import {
   cliMain,
   commitAll,
   eventually,
+  fakeAgentYaml,
   makePluginRepo,
   repoRoot,
   startTestStack,
+  type FakeAgentOptions,
   type TestStack,
 } from "./support/test-stack.js";
 
@@ -28,29 +30,18 @@ const demoScript = JSON.parse(
 ) as ScriptedTurn[];
 const datesProject = path.join(repoRoot, "examples/projects/dates");
 
-const FIXER = `name: fixer
-description: Fixes failing tests.
-runtime: harness:fake
-model:
-  primary: anthropic/claude-sonnet-5-5
-instructions: prompts/fixer.md
-limits:
-  max_steps: 10
-  timeout: 10m
-harness:
-  tools: [read_file, write_file, run_command]
-`;
+const FIXER_AGENT = {
+  name: "fixer",
+  description: "Fixes failing tests.",
+  limits: { maxSteps: 10, timeout: "10m" },
+} satisfies FakeAgentOptions;
+const FIXER = fakeAgentYaml(FIXER_AGENT);
 
-const CAREFUL = `name: careful
-description: Every command waits for a person.
-runtime: harness:fake
-model:
-  primary: anthropic/claude-sonnet-5-5
-instructions: prompts/fixer.md
-harness:
-  tools: [read_file, write_file, run_command]
-  requires_approval: [run_command]
-`;
+const CAREFUL = fakeAgentYaml({
+  name: "careful",
+  description: "Every command waits for a person.",
+  requiresApproval: ["run_command"],
+});
 
 function pick({ input, turn }: { input: string; turn: number }): ScriptedTurn {
   if (input.startsWith("Fix")) return demoScript[turn] ?? { text: "done" };
@@ -106,7 +97,7 @@ void test("an invalid agent is refused naming the file, the field and what was e
   const bad = await makePluginRepo({
     name: "broken",
     agents: {
-      bad: FIXER.replace("name: fixer", "name: bad").replace(
+      bad: fakeAgentYaml({ ...FIXER_AGENT, name: "bad" }).replace(
         "  primary: anthropic/claude-sonnet-5-5\n",
         "  fallbacks: []\n",
       ),
@@ -232,7 +223,7 @@ void test("publishing a changed agent makes a new version; the old job stays pin
   assert.deepEqual(oldJob.agent, { name: "fixer", version: 1 });
   writeFileSync(
     path.join(repo, "agents", "fixer.yaml"),
-    FIXER.replace("Fixes failing tests.", "Fixes failing tests, carefully."),
+    fakeAgentYaml({ ...FIXER_AGENT, description: "Fixes failing tests, carefully." }),
   );
   await commitAll(repo, "change fixer");
   const installed = await t.cli(["plugin", "install", `file://${repo}`]);
@@ -356,7 +347,10 @@ void test("the API refuses an input over its limit and a state that is not one, 
 });
 
 void test("a plugin manifest that sets harnesses[].env is refused at install, saying how to set variables instead", async () => {
-  const bad = await makePluginRepo({ name: "with-env", agents: { envy: FIXER.replace("name: fixer", "name: envy") } });
+  const bad = await makePluginRepo({
+    name: "with-env",
+    agents: { envy: fakeAgentYaml({ ...FIXER_AGENT, name: "envy" }) },
+  });
   const manifest = path.join(bad, "oz0-plugin.yaml");
   writeFileSync(
     manifest,

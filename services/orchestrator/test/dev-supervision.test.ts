@@ -13,19 +13,12 @@ import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
 import { promisify } from "node:util";
-import { cliMain, eventually, makePluginRepo } from "./support/test-stack.js";
+import { cliMain, eventually, fakeAgentYaml, makePluginRepo } from "./support/test-stack.js";
 
 const run = promisify(execFile);
 
-const AGENT = (name: string, approvals: string): string => `name: ${name}
-description: Writes a proof.
-runtime: harness:fake
-model:
-  primary: anthropic/claude-sonnet-5-5
-instructions: prompts/fixer.md
-harness:
-  tools: [read_file, write_file]
-${approvals}`;
+/** What both agents of this file share: they write the proof, with read_file and write_file. */
+const PROOF_WRITER = { description: "Writes a proof.", tools: ["read_file", "write_file"] };
 
 // Each session replays it: write a file, then a slow last answer (the model call a crash lands in).
 // The third turn is for the call the sandbox's crash cuts: the proxy serves it (and meters it, as a
@@ -159,7 +152,10 @@ void test(
     step("dev ready");
     const firstPorts = readFileSync(path.join(home, "ports.json"), "utf8");
     const repo = await makePluginRepo({
-      agents: { careful: AGENT("careful", "  requires_approval: [write_file]\n"), trusted: AGENT("trusted", "") },
+      agents: {
+        careful: fakeAgentYaml({ ...PROOF_WRITER, name: "careful", requiresApproval: ["write_file"] }),
+        trusted: fakeAgentYaml({ ...PROOF_WRITER, name: "trusted" }),
+      },
     });
     await oz0("plugin", "install", `file://${repo}`);
 

@@ -18,7 +18,7 @@ import { JobService, JobState, PluginService } from "@oz0/proto/oz0/orchestrator
 import { startServiceProcess, type StackProcess } from "../src/dev/embedded-stack.js";
 import { eventually } from "./postgres-test-support.js";
 import { TcpRelay } from "./support/tcp-relay.js";
-import { makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
+import { fakeAgentYaml, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
 
 let t: TestStack;
 let relay: TcpRelay;
@@ -74,8 +74,7 @@ void test("a job's lifecycle events reach the events service once after its orch
   });
   const repo = await makePluginRepo({
     agents: {
-      plain:
-        "name: plain\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/fixer.md\n",
+      plain: fakeAgentYaml({ name: "plain", tools: "harness-defaults" }),
     },
   });
   await createClient(PluginService, transport).installPlugin({ source: repo });

@@ -16,15 +16,23 @@ import { EventsService, type PublicEvent } from "@oz0/proto/oz0/events/v1/events
 import { bearerInterceptor } from "@oz0/serving";
 import { startTestOidcIssuer, type TestOidcIssuer } from "@oz0/serving/testing";
 import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
-import { commitAll, eventually, startTestStack, type TestStack } from "./support/test-stack.js";
+import { commitAll, eventually, fakeAgentYaml, startTestStack, type TestStack } from "./support/test-stack.js";
 import { toolResults } from "./support/tool-results.js";
 
 let t: TestStack;
 let issuer: TestOidcIssuer;
 const tokens: Record<string, string> = {};
 
+/** An agent whose every command waits for a person whom its `approvals:` block (the lines under it) names. */
 const agent = (name: string, approvals: string): string =>
-  `name: ${name}\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/p.md\nlimits:\n  max_steps: 5\nharness:\n  tools: [run_command]\n  requires_approval: [run_command]\napprovals:\n${approvals}`;
+  fakeAgentYaml({
+    name,
+    instructions: "prompts/p.md",
+    limits: { maxSteps: 5 },
+    tools: ["run_command"],
+    requiresApproval: ["run_command"],
+    extra: `approvals:\n${approvals}`,
+  });
 
 function pick({ input, turn, request }: { input: string; turn: number; request: ScriptedRequest }): ScriptedTurn {
   if (turn > 0) return { text: `saw: ${toolResults(request)}` };

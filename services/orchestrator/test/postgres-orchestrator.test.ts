@@ -7,28 +7,15 @@ import { after, before, test } from "node:test";
 import pg from "pg";
 import type { ScriptedTurn } from "@oz0/harness/testing";
 import { databaseUrl, dropSchema, freshSchema } from "./postgres-test-support.js";
-import { eventually, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
+import { eventually, fakeAgentYaml, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
 
-const CAREFUL = `name: careful
-description: Every command waits for a person.
-runtime: harness:fake
-model:
-  primary: anthropic/claude-sonnet-5-5
-instructions: prompts/fixer.md
-harness:
-  tools: [read_file, write_file, run_command]
-  requires_approval: [run_command]
-`;
+const CAREFUL = fakeAgentYaml({
+  name: "careful",
+  description: "Every command waits for a person.",
+  requiresApproval: ["run_command"],
+});
 
-const PLAIN = `name: plain
-description: Runs its command at once.
-runtime: harness:fake
-model:
-  primary: anthropic/claude-sonnet-5-5
-instructions: prompts/fixer.md
-harness:
-  tools: [read_file, write_file, run_command]
-`;
+const PLAIN = fakeAgentYaml({ name: "plain", description: "Runs its command at once." });
 
 const schema = freshSchema();
 let t: TestStack;

@@ -16,7 +16,7 @@ import { PluginRegistry } from "../src/plugins/plugin-registry.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
 import { endedJob, inProcessJobRunner } from "./support/in-process-runner.js";
 import { TcpRelay } from "./support/tcp-relay.js";
-import { eventually, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
+import { eventually, fakeAgentYaml, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
 
 let t: TestStack;
 let relay: TcpRelay;
@@ -41,8 +41,7 @@ before(async () => {
   runner = jobRunner({ store, sandboxUrl });
   repo = await makePluginRepo({
     agents: {
-      careful:
-        "name: careful\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/fixer.md\nharness:\n  tools: [run_command]\n  requires_approval: [run_command]\n",
+      careful: fakeAgentYaml({ name: "careful", tools: ["run_command"], requiresApproval: ["run_command"] }),
     },
   });
   await new PluginRegistry({ store, home }).install({ source: repo });

@@ -3,16 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { ScriptedTurn } from "@oz0/harness/testing";
-import { eventually, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
-
-const AGENT = (name: string, approval: string) => `name: ${name}
-runtime: harness:fake
-model:
-  primary: anthropic/claude-sonnet-5-5
-instructions: prompts/fixer.md
-harness:
-  tools: [read_file, write_file, run_command]
-${approval}`;
+import { eventually, fakeAgentYaml, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
 
 function pick({ input, turn }: { input: string; turn: number }): ScriptedTurn {
   if (turn > 0) return { text: `done: ${input}` };
@@ -24,7 +15,10 @@ let t: TestStack;
 before(async () => {
   t = await startTestStack({ pick, sandboxEnv: { OZ0_MAX_SESSIONS: "1" } });
   const repo = await makePluginRepo({
-    agents: { careful: AGENT("careful", "  requires_approval: [run_command]\n"), quick: AGENT("quick", "") },
+    agents: {
+      careful: fakeAgentYaml({ name: "careful", requiresApproval: ["run_command"] }),
+      quick: fakeAgentYaml({ name: "quick" }),
+    },
   });
   const installed = await t.cli(["plugin", "install", repo]);
   assert.equal(installed.code, 0, installed.stderr);

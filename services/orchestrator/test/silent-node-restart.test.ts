@@ -26,7 +26,7 @@ import { PostgresJobStore } from "../src/store/postgres-store.js";
 import { SandboxNodeRegistry } from "../src/cluster/sandbox-node-registry.js";
 import { RegistryPlacement } from "../src/sessions/sandbox-placement.js";
 import { databaseUrl, dropSchema, eventually, freshSchema, jobRecord } from "./postgres-test-support.js";
-import { makePluginRepo, startTestStack, userInput, type TestStack } from "./support/test-stack.js";
+import { fakeAgentYaml, makePluginRepo, startTestStack, userInput, type TestStack } from "./support/test-stack.js";
 
 /** Nothing listens here: the node that went silent. */
 const GONE_URL = "http://127.0.0.1:1";
@@ -61,8 +61,7 @@ void describe("a session on a node that went silent before it was heard from", (
     });
     const repo = await makePluginRepo({
       agents: {
-        plain:
-          "name: plain\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/fixer.md\n",
+        plain: fakeAgentYaml({ name: "plain", tools: "harness-defaults" }),
       },
     });
     await new PluginRegistry({ store, home }).install({ source: repo });

@@ -13,20 +13,24 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import type { ScriptedTurn } from "@oz0/harness/testing";
 import { ptyScreen } from "./support/pty-screen.js";
-import { cliMain, eventually, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
+import {
+  cliMain,
+  eventually,
+  fakeAgentYaml,
+  makePluginRepo,
+  startTestStack,
+  type FakeAgentOptions,
+  type TestStack,
+} from "./support/test-stack.js";
 
-const REVIEWED = `name: reviewed
-description: Every command waits for the owner or a reviewer.
-runtime: harness:fake
-model:
-  primary: anthropic/claude-sonnet-5-5
-instructions: prompts/fixer.md
-harness:
-  tools: [run_command]
-  requires_approval: [run_command]
-approvals:
-  approvers: [owner, reviewers]
-`;
+const REVIEWED_AGENT = {
+  name: "reviewed",
+  description: "Every command waits for the owner or a reviewer.",
+  tools: ["run_command"],
+  requiresApproval: ["run_command"],
+  extra: "approvals:\n  approvers: [owner, reviewers]\n",
+} satisfies FakeAgentOptions;
+const REVIEWED = fakeAgentYaml(REVIEWED_AGENT);
 
 // The first model call of "hold" waits until the test lets it answer, so the
 // status line can be seen saying "model call" for as long as it takes to look.
@@ -230,7 +234,7 @@ void test("oz0 usage marks what the scripted model's price table charged as nomi
     "plugin",
     "install",
     await makePluginRepo({
-      agents: { reviewed: REVIEWED.replace("requires_approval: [run_command]", "requires_approval: []") },
+      agents: { reviewed: fakeAgentYaml({ ...REVIEWED_AGENT, requiresApproval: [] }) },
     }),
   ]);
   assert.equal(installed.code, 0, installed.stderr);

@@ -16,7 +16,7 @@ import {
   type OtlpReceiverProcess,
   type ReceivedSpan,
 } from "./support/otlp-receiver-process.js";
-import { eventually, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
+import { eventually, fakeAgentYaml, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
 
 let receiver: OtlpReceiverProcess;
 let t: TestStack | undefined;
@@ -29,18 +29,13 @@ before(async () => {
   });
   const repo = await makePluginRepo({
     agents: {
-      careful: `name: careful
-description: asks before running commands
-runtime: harness:fake
-model:
-  primary: anthropic/claude-sonnet-5-5
-instructions: prompts/fixer.md
-limits:
-  max_steps: 5
-harness:
-  tools: [run_command]
-  requires_approval: [run_command]
-`,
+      careful: fakeAgentYaml({
+        name: "careful",
+        description: "asks before running commands",
+        limits: { maxSteps: 5 },
+        tools: ["run_command"],
+        requiresApproval: ["run_command"],
+      }),
     },
   });
   const installed = await t.cli(["plugin", "install", `file://${repo}`]);

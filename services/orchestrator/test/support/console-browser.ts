@@ -12,7 +12,7 @@ import { AgentService, JobService, PluginService } from "@oz0/proto/oz0/orchestr
 import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
 import { bearerInterceptor } from "@oz0/serving";
 import { chromium, type Browser, type Page } from "playwright-core";
-import { commitAll, packageDir } from "./test-stack.js";
+import { commitAll, fakeAgentYaml, packageDir } from "./test-stack.js";
 
 export const CHROMIUM = process.env.OZ0_CHROMIUM ?? "/usr/bin/chromium";
 export const screenshots = path.join(packageDir, ".screenshots");
@@ -108,8 +108,15 @@ export async function writeGuardedPlugin(
 ): Promise<string> {
   for (const sub of ["agents", "prompts"]) mkdirSync(path.join(repo, sub), { recursive: true });
   writeFileSync(path.join(repo, "prompts", "p.md"), `${GUARDED_INSTRUCTIONS}\n`);
-  const guarded = (name: string) =>
-    `name: ${name}\nruntime: harness:fake\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/p.md\nlimits:\n  max_steps: 5\nharness:\n  tools: [run_command]\n  requires_approval: [run_command]\n`;
+  const guarded = (name: string, extra?: string) =>
+    fakeAgentYaml({
+      name,
+      instructions: "prompts/p.md",
+      limits: { maxSteps: 5 },
+      tools: ["run_command"],
+      requiresApproval: ["run_command"],
+      extra,
+    });
   const agents = ["guarded"];
   writeFileSync(path.join(repo, "agents", "guarded.yaml"), guarded("guarded"));
   const deadline = options.withDeadline;
@@ -117,7 +124,7 @@ export async function writeGuardedPlugin(
     agents.push(deadline.name);
     writeFileSync(
       path.join(repo, "agents", `${deadline.name}.yaml`),
-      `${guarded(deadline.name)}approvals:\n  timeout: ${deadline.timeout}\n`,
+      guarded(deadline.name, `approvals:\n  timeout: ${deadline.timeout}\n`),
     );
   }
   writeFileSync(

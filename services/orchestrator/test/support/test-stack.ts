@@ -200,6 +200,50 @@ export async function makePluginRepo(options: {
   return dir;
 }
 
+/** What sets a test agent on the fake harness apart; fakeAgentYaml writes the rest. */
+export interface FakeAgentOptions {
+  name: string;
+  description?: string;
+  /** The prompt file, relative to the plugin; makePluginRepo writes prompts/fixer.md. */
+  instructions?: string;
+  /** harness.tools; "harness-defaults" leaves it unset, so the agent gets the tools its harness declares. */
+  tools?: readonly string[] | "harness-defaults";
+  /** harness.requires_approval: the tools whose every call waits for a person. */
+  requiresApproval?: readonly string[];
+  limits?: { maxSteps?: number; timeout?: string };
+  /** More top-level YAML, appended as it is (an `approvals:` or `hooks:` block), ending in a newline. */
+  extra?: string;
+}
+
+/**
+ * The YAML of a test agent that runs on its plugin's `fake` harness (the one
+ * makePluginRepo's manifest declares), so that each test states only what sets
+ * its agent apart instead of writing the whole file again.
+ */
+export function fakeAgentYaml(options: FakeAgentOptions): string {
+  const tools = options.tools ?? ["read_file", "write_file", "run_command"];
+  const list = (items: readonly string[]) => `[${items.join(", ")}]`;
+  const harness = [
+    ...(tools === "harness-defaults" ? [] : [`  tools: ${list(tools)}`]),
+    ...(options.requiresApproval ? [`  requires_approval: ${list(options.requiresApproval)}`] : []),
+  ];
+  const limits = [
+    ...(options.limits?.maxSteps !== undefined ? [`  max_steps: ${options.limits.maxSteps}`] : []),
+    ...(options.limits?.timeout !== undefined ? [`  timeout: ${options.limits.timeout}`] : []),
+  ];
+  const lines = [
+    `name: ${options.name}`,
+    ...(options.description !== undefined ? [`description: ${options.description}`] : []),
+    "runtime: harness:fake",
+    "model:",
+    "  primary: anthropic/claude-sonnet-5-5",
+    `instructions: ${options.instructions ?? "prompts/fixer.md"}`,
+    ...(limits.length > 0 ? ["limits:", ...limits] : []),
+    ...(harness.length > 0 ? ["harness:", ...harness] : []),
+  ];
+  return `${lines.join("\n")}\n${options.extra ?? ""}`;
+}
+
 export async function commitAll(dir: string, message: string): Promise<void> {
   const git = (...args: string[]) =>
     run("git", args, {
