@@ -31,8 +31,11 @@ export interface ActiveJob extends SessionState {
    * no read for those (an approved call stays approved). Others are read from the store.
    */
   approvedCalls?: Set<string>;
-  /** The database refused its messages after `after` for their data, `times` times in a row (JobRunner #refusedForGood). */
-  refusals?: { after: number; times: number };
+  /**
+   * The database refused its messages after `after` (to `last`, where the one refused must be) for their data,
+   * `times` times in a row (JobRunner #refusedForGood). Forgotten once a write stores past `last`.
+   */
+  refusals?: { after: number; last: number; times: number };
   /** The ids and call ids its permission requests used (approvals/request-ids.ts): read from the store once, then kept here. */
   requestIds?: RequestIds;
 }

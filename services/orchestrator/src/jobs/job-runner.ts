@@ -323,7 +323,7 @@ export class JobRunner {
         return;
       }
       storedSeq = active.sandboxSeq;
-      active.refusals = undefined;
+      if (active.refusals && storedSeq >= active.refusals.last) active.refusals = undefined;
     };
     for (const message of messages) {
       const step = this.#appendStep(jobId, active, message);
@@ -340,7 +340,7 @@ export class JobRunner {
           continue;
         }
         storedSeq = active.sandboxSeq;
-        active.refusals = undefined;
+        if (active.refusals && storedSeq >= active.refusals.last) active.refusals = undefined;
         continue;
       }
       active.sandboxSeq = message.seq;
@@ -367,12 +367,20 @@ export class JobRunner {
       active.refusals = undefined;
       return false;
     }
-    const times = active.refusals?.after === seqs.after ? active.refusals.times + 1 : 1;
-    active.refusals = { after: seqs.after, times };
+    // The refused message lies in every range refused since: a re-attach may group the messages otherwise, and
+    // store a good few before it alone, so the count goes on while the ranges overlap.
+    const before = active.refusals;
+    const overlaps = before !== undefined && seqs.after < before.last && before.after < seqs.last;
+    const times = overlaps ? before.times + 1 : 1;
+    active.refusals = overlaps
+      ? { after: Math.max(before.after, seqs.after), last: Math.min(before.last, seqs.last), times }
+      : { after: seqs.after, last: seqs.last, times };
     if (times < REFUSALS_BEFORE_FAILING) return false;
     const job = await this.#o.store.getJob(jobId);
     if (!job) return false;
-    const which = seqs.last > seqs.after + 1 ? `messages ${seqs.after + 1}-${seqs.last}` : `message ${seqs.last}`;
+    const refused = active.refusals;
+    const which =
+      refused.last > refused.after + 1 ? `messages ${refused.after + 1}-${refused.last}` : `message ${refused.last}`;
     const reason = `the database refused to store the session's ${which} (${(error as Error).message}), ${times} times: its data cannot be stored, so the job fails rather than retry for ever`;
     await this.#stopSession(job, active, reason, { sandboxSeq: seqs.last });
     active.sandboxSeq = seqs.last;
