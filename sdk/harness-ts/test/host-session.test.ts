@@ -200,6 +200,28 @@ void describe("startHostSession", () => {
     }
   });
 
+  void it("fails an id longer than 256 characters, or with a control character in it; the request is not delivered", async () => {
+    const wrong = {
+      "long-permission-id": `the permission request id "${"p".repeat(120)}…" (257 characters) has 257 characters, more than 256`,
+      "nul-call-id": 'the call id of permission request "p1" "c\\u0000" has a control character (U+0000) in it',
+      "escape-runtime-call-id": 'the runtime tool call id "r\\u001b[2J" has a control character (U+001B) in it',
+    };
+    for (const [behaviour, message] of Object.entries(wrong)) {
+      const { session, events } = run(behaviour);
+      const outcome = await expectFailure(session.outcome, "invalid_event");
+      assert.equal(
+        outcome.error?.message,
+        `${message}; ids are at most 256 characters, with no control characters`,
+        behaviour,
+      );
+      assert.deepEqual(
+        events.map((e) => e.event.case),
+        ["started"],
+        `${behaviour}: the request never reaches the caller`,
+      );
+    }
+  });
+
   void it("takes requests without a call id, and one whose id is its call id", async () => {
     const { session, events } = run("distinct-ids");
     const outcome = await session.outcome;

@@ -1,25 +1,28 @@
-// A harness chooses its permission ids, call ids and tool names, up to a
-// megabyte each: the messages that name them in the log and a job's stored
-// error keep their first 120 characters.
+// A harness chooses its call ids and tool names, up to a megabyte each (a
+// permission id longer than 256 characters is refused, and named): the
+// messages that name them in the log and a job's stored error keep their
+// first 120 characters.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { repeatedRequestId, requestIdsOf } from "../src/approvals/request-ids.js";
+import { requestIdViolation, requestIdsOf } from "../src/approvals/request-ids.js";
 import { toolResultViolation } from "../src/policy/tool-call-audit.js";
 import type { PermissionRecord } from "../src/store/job-store.js";
 
 const huge = (mark: string): string => mark + "x".repeat(1_000_000);
 
-void test("a repeated id of a megabyte is named by its first 120 characters and its length", () => {
+void test("an id of a megabyte is refused, named by its first 120 characters and its length", () => {
   const id = huge("p");
-  const ids = requestIdsOf([{ id, callId: "c-1" } as PermissionRecord]);
-  const message = repeatedRequestId(ids, { id, callId: "c-2" });
+  const ids = requestIdsOf([{ id: "p-1", callId: "c-1" } as PermissionRecord]);
+  const message = requestIdViolation(ids, { id, callId: "c-2" });
   assert.ok(message);
-  assert.match(message, /duplicate_request_id/);
-  assert.match(message, /"px{119}… \(1000001 characters\)"/);
+  assert.match(
+    message,
+    /invalid_event: permission request "px{119}… \(1000001 characters\)": its id has 1000001 characters, more than 256/,
+  );
   assert.ok(message.length < 1_000, `${message.length} characters`);
   // Short ids are named whole, as before.
   assert.match(
-    repeatedRequestId(ids, { id: "p-2", callId: "c-1" })!,
+    requestIdViolation(ids, { id: "p-2", callId: "c-1" })!,
     /permission request "p-2" reuses "c-1" as its call id/,
   );
 });

@@ -120,6 +120,24 @@ void test("a permission request with no id fails the job before anything is stor
   assert.deepEqual(await store.listPermissions({ jobId: done.id }), []);
 });
 
+void test("a permission request whose id has a NUL in it, or is too long, fails the job before anything is stored", async () => {
+  const nul = await runToEnd(hostileUrl, "nul-id");
+  assert.equal(nul.state, "failed", "the call ran without a person's answer: the job must not succeed");
+  assert.equal(
+    nul.error,
+    `the harness broke the protocol: invalid_event: permission request "x\\u0000": its id has a control character (U+0000) in it; ${fix}, at most 256 characters with no control characters`,
+  );
+  assert.deepEqual(await store.listPermissions({ jobId: nul.id }), []);
+
+  const long = await runToEnd(hostileUrl, "long-id");
+  assert.equal(long.state, "failed");
+  assert.match(
+    long.error,
+    /^the harness broke the protocol: invalid_event: permission request "p+.*": its id has 300 characters, more than 256;/,
+  );
+  assert.deepEqual(await store.listPermissions({ jobId: long.id }), []);
+});
+
 void test("a result with no call id is not covered by an approved request with none: the audit stops the job", async () => {
   const done = await runToEnd(hostileUrl, "no-call-id");
   assert.equal(done.state, "failed", "a result that names no call passed as the approved request's");

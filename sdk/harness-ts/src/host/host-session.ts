@@ -23,6 +23,7 @@ import type {
 import { LineSplitter } from "../protocol/line-framing.js";
 import { describeLine, encodeLine } from "../protocol/message-codec.js";
 import { decodeEventLine } from "../protocol/event-decoding.js";
+import { MAX_REQUEST_ID_CHARS, quotedRequestId, requestIdProblem } from "../protocol/request-id-rules.js";
 import type { SessionError, SessionErrorCode } from "./host-errors.js";
 import { HostSessionError } from "./host-errors.js";
 import { processGroupLauncher } from "./process-launcher.js";
@@ -452,6 +453,7 @@ class RunningHostSession implements HostSession {
       this.#fail("invalid_event", `a ${what} has no id`);
       return false;
     }
+    if (!this.#wellFormedId(id, `the ${what} id`)) return false;
     if (used.has(id)) {
       this.#fail(
         "duplicate_request_id",
@@ -469,6 +471,8 @@ class RunningHostSession implements HostSession {
    * the id against earlier ids). One request may use one value for both.
    */
   #claimCallId(id: string, callId: string): boolean {
+    if (callId !== "" && !this.#wellFormedId(callId, `the call id of permission request ${quotedRequestId(id)}`))
+      return false;
     const idClaim = this.#permissionCallIds.get(id);
     const callClaim =
       callId === "" || callId === id
@@ -485,6 +489,17 @@ class RunningHostSession implements HostSession {
     }
     if (callId !== "") this.#permissionCallIds.set(callId, `the call id of permission request ${JSON.stringify(id)}`);
     return true;
+  }
+
+  /** Fails the session when `id` is not one an id may be (protocol/request-id-rules.ts). */
+  #wellFormedId(id: string, what: string): boolean {
+    const problem = requestIdProblem(id);
+    if (problem === undefined) return true;
+    this.#fail(
+      "invalid_event",
+      `${what} ${quotedRequestId(id)} has ${problem}; ids are at most ${MAX_REQUEST_ID_CHARS} characters, with no control characters`,
+    );
+    return false;
   }
 
   #onDeadline(): void {

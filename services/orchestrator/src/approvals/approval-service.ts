@@ -36,7 +36,7 @@ import {
   type JsonObject,
   type PermissionRecord,
 } from "../store/job-store.js";
-import { claim, repeatedRequestId, requestIdsOf } from "./request-ids.js";
+import { claim, requestIdViolation, requestIdsOf } from "./request-ids.js";
 import { answerRefusal, approvalDeadline, ApprovalDeadlines, type Answerer } from "./approval-deadlines.js";
 
 const DECIDER_TO_PROTO: Record<DeciderName, Decider> = {
@@ -133,7 +133,7 @@ export class ApprovalService {
     if (o.active.violation) return o.active.violation;
     const request = event.event.value;
     o.active.requestIds ??= requestIdsOf(await this.#o.store.listPermissions({ jobId: job.id }));
-    const repeated = repeatedRequestId(o.active.requestIds, request);
+    const repeated = requestIdViolation(o.active.requestIds, request);
     if (repeated) return repeated;
     const input = request.input as JsonObject | undefined;
     const cancelled = job.cancelRequestedAt !== undefined;

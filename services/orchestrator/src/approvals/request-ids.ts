@@ -8,7 +8,9 @@
 // claims its id and its call id (the same value for both is one claim), and
 // a later request claiming either again breaks the protocol. The claims of a
 // job are read from its stored rows once per process (a restart, a takeover
-// count what is stored), then kept with the job.
+// count what is stored), then kept with the job. An id must also be well
+// formed (@oz0/harness's request-id rules: length, no control characters).
+import { MAX_REQUEST_ID_CHARS, requestIdProblem } from "@oz0/harness/host";
 import { clippedHarnessText } from "../policy/harness-text.js";
 import type { PermissionRecord } from "../store/job-store.js";
 
@@ -29,10 +31,10 @@ export function claim(ids: RequestIds, request: { id: string; callId: string }):
 }
 
 /**
- * The protocol error a new permission request is, for the job's failure; undefined when its ids are new.
+ * The protocol error a new permission request is, for the job's failure; undefined when its ids are new and well formed.
  * Worded like the sandbox's own `duplicate_request_id` so a job reads the same whichever side saw it first.
  */
-export function repeatedRequestId(ids: RequestIds, request: { id: string; callId: string }): string | undefined {
+export function requestIdViolation(ids: RequestIds, request: { id: string; callId: string }): string | undefined {
   const fix =
     "the request was refused, every earlier decision stands, and the session was stopped. A harness gives every permission request an id, and every tool call a call_id, used once in its session";
   if (!request.id) return `the harness broke the protocol: invalid_event: a permission request has no id; ${fix}`;
@@ -40,9 +42,13 @@ export function repeatedRequestId(ids: RequestIds, request: { id: string; callId
     [request.id, "id"],
     [request.callId, "call id"],
   ] as const) {
-    const earlier = value ? ids.get(value) : undefined;
-    if (!earlier) continue;
-    return `the harness broke the protocol: duplicate_request_id: permission request ${JSON.stringify(clippedHarnessText(request.id))} reuses ${JSON.stringify(clippedHarnessText(value))} as its ${as}, the ${earlier.as} of permission request ${JSON.stringify(clippedHarnessText(earlier.permissionId))} earlier in this session; ${fix}`;
+    if (!value) continue;
+    const problem = requestIdProblem(value);
+    if (problem)
+      return `the harness broke the protocol: invalid_event: permission request ${JSON.stringify(clippedHarnessText(request.id))}: its ${as} has ${problem}; ${fix}, at most ${MAX_REQUEST_ID_CHARS} characters with no control characters`;
+    const earlier = ids.get(value);
+    if (earlier)
+      return `the harness broke the protocol: duplicate_request_id: permission request ${JSON.stringify(clippedHarnessText(request.id))} reuses ${JSON.stringify(clippedHarnessText(value))} as its ${as}, the ${earlier.as} of permission request ${JSON.stringify(clippedHarnessText(earlier.permissionId))} earlier in this session; ${fix}`;
   }
   return undefined;
 }

@@ -817,6 +817,9 @@ export const ToolResultSchema: GenMessage<ToolResult> = /*@__PURE__*/
 export type PermissionRequest = Message<"oz0.harness.v1.PermissionRequest"> & {
   /**
    * Unique in the session: no other request uses it as its id or call_id.
+   * At most 256 characters, with no control characters (U+0000-U+001F,
+   * U+007F); call_id likewise. The runtime fails the session with
+   * `invalid_event` otherwise.
    *
    * @generated from field: string id = 1;
    */
@@ -866,6 +869,9 @@ export const PermissionRequestSchema: GenMessage<PermissionRequest> = /*@__PURE_
  */
 export type RuntimeToolCall = Message<"oz0.harness.v1.RuntimeToolCall"> & {
   /**
+   * Unique among the session's runtime tool calls; at most 256 characters,
+   * with no control characters, as PermissionRequest.id.
+   *
    * @generated from field: string id = 1;
    */
   id: string;
