@@ -140,7 +140,7 @@ void test("a permission request whose decision the database refuses for its data
   assert.equal(done.state, "failed");
   assert.match(
     done.error,
-    /^the database refused to store the session's message \d+ \(invalid byte sequence for encoding "UTF8": 0x00\), 3 times: its data cannot be stored/,
+    /^the session's message \d+ could not be stored \(invalid byte sequence for encoding "UTF8": 0x00\), 3 times: its data cannot be stored/,
   );
   assert.deepEqual(await store.listPermissions({ jobId: job.id }), [], "nothing decided: the call never ran");
 });
@@ -151,5 +151,5 @@ void test("a run of events the database refuses for its data fails its job, sayi
   const done = await endedJob(store, job.id);
   assert.equal(store.refused, 3);
   assert.equal(done.state, "failed");
-  assert.match(done.error, /^the database refused to store the session's messages? [\d-]+ \(.*\), 3 times/);
+  assert.match(done.error, /^the session's messages? [\d-]+ could not be stored \(.*\), 3 times/);
 });

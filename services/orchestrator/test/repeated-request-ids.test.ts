@@ -120,7 +120,7 @@ void test("a permission request with no id fails the job before anything is stor
   assert.deepEqual(await store.listPermissions({ jobId: done.id }), []);
 });
 
-void test("a permission request whose id has a NUL in it, or is too long, fails the job before anything is stored", async () => {
+void test("a permission request or runtime tool call whose id has a NUL in it, or is too long, fails the job before anything is stored", async () => {
   const nul = await runToEnd(hostileUrl, "nul-id");
   assert.equal(nul.state, "failed", "the call ran without a person's answer: the job must not succeed");
   assert.equal(
@@ -136,6 +136,23 @@ void test("a permission request whose id has a NUL in it, or is too long, fails 
     /^the harness broke the protocol: invalid_event: permission request "p+.*": its id has 300 characters, more than 256;/,
   );
   assert.deepEqual(await store.listPermissions({ jobId: long.id }), []);
+
+  const runtime = await runToEnd(hostileUrl, "nul-runtime-id");
+  assert.equal(runtime.state, "failed");
+  assert.equal(
+    runtime.error,
+    'the harness broke the protocol: invalid_event: runtime tool call "r\\u0000": its id has a control character (U+0000) in it; ids are at most 256 characters, with no control characters',
+  );
+});
+
+void test("a tool call whose input holds a number JSON cannot write fails the job, saying so", async () => {
+  // Stored as JSON, it could never be: before, the re-attach delivered it again and again.
+  const done = await runToEnd(hostileUrl, "infinite-number");
+  assert.equal(done.state, "failed");
+  assert.match(
+    done.error,
+    /^the session's messages? [\d-]+ could not be stored \(event \d+ \(toolCall\) cannot be written as JSON: .*\), 3 times/,
+  );
 });
 
 void test("a result with no call id is not covered by an approved request with none: the audit stops the job", async () => {

@@ -5,12 +5,14 @@
 // On start-up it re-attaches to every job that was running.
 import type { SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { MAX_REQUEST_ID_CHARS, requestIdProblem } from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
 import { AgentVersions } from "../agents/agent-versions.js";
 import { ApprovalService, passesAuditUnread, type AnswerOptions } from "../approvals/approval-service.js";
 import { asBystander, soleOwnership, type JobOwnership } from "../cluster/job-ownership.js";
 import { OperationRunner } from "../operations/operation-runner.js";
 import { OrchestratorError, notFound } from "../orchestrator-error.js";
+import { clippedHarnessText } from "../policy/harness-text.js";
 import type { PermissionPolicy } from "../policy/permission-policy.js";
 import { DEFAULT_MAX_STDERR_BYTES, stderrAppend } from "../sessions/harness-stderr.js";
 import type { SandboxPlacement } from "../sessions/sandbox-placement.js";
@@ -381,8 +383,15 @@ export class JobRunner {
     const refused = active.refusals;
     const which =
       refused.last > refused.after + 1 ? `messages ${refused.after + 1}-${refused.last}` : `message ${refused.last}`;
-    const reason = `the database refused to store the session's ${which} (${(error as Error).message}), ${times} times: its data cannot be stored, so the job fails rather than retry for ever`;
-    await this.#stopSession(job, active, reason, { sandboxSeq: seqs.last });
+    const reason = `the session's ${which} could not be stored (${(error as Error).message}), ${times} times: its data cannot be stored, so the job fails rather than retry for ever`;
+    try {
+      await this.#stopSession(job, active, reason, { sandboxSeq: seqs.last });
+    } catch (stopError) {
+      // The seq itself may be what is refused (a node's, beyond bigint): the error is stored without it, and the
+      // job still fails.
+      if (!refusedForItsData(stopError)) throw stopError;
+      await this.#stopSession(job, active, reason, {});
+    }
     active.sandboxSeq = seqs.last;
     active.refusals = undefined;
     return true;
@@ -546,6 +555,13 @@ export class JobRunner {
       }
       case "runtimeToolCall": {
         const job = (await this.#o.store.getJob(jobId))!;
+        // Checked here too: a node could be the attacker's, and forward an id its host would refuse.
+        const idProblem = requestIdProblem(e.value.id);
+        if (idProblem) {
+          const violation = `the harness broke the protocol: invalid_event: runtime tool call ${JSON.stringify(clippedHarnessText(e.value.id))}: its id has ${idProblem}; ids are at most ${MAX_REQUEST_ID_CHARS} characters, with no control characters`;
+          await this.#stopSession(job, active, violation, patch);
+          return;
+        }
         const served = this.#served(job);
         if (served?.tools.some((t) => t.name === e.value.name)) {
           await answerServedCall({
@@ -556,6 +572,12 @@ export class JobRunner {
             channel: active.channel,
             record: (event) => this.#append(jobId, [event]),
           });
+          await this.#o.store.updateJob(jobId, patch);
+          return;
+        }
+        // The job fails already (a rule broken, a message refused) and its session is being stopped: an operation
+        // would run a scratch session for nothing.
+        if (active.violation) {
           await this.#o.store.updateJob(jobId, patch);
           return;
         }
@@ -582,7 +604,8 @@ export class JobRunner {
   /** The harness broke a rule: its session is stopped now, and the job fails with the rule when its stream ends (#finish). */
   async #stopSession(job: JobRecord, active: ActiveJob, violation: string, patch: JobPatch): Promise<void> {
     if (!active.violation) {
-      active.violation = violation;
+      // A rule broken before, stored (by this process before a restart, or another replica), stays the job's.
+      active.violation = job.error || violation;
       this.#o.logger.warn({ jobId: job.id, sessionId: job.sessionId }, violation);
     }
     // Stored as a failed session's error is: a restart or a takeover re-attaches past what broke the rule

@@ -297,16 +297,27 @@ export function createPostgresPool(options: PostgresConnectionOptions): pg.Pool 
   return createSchemaPool({ ...options, schema: options.schema ?? "oz0" });
 }
 
+/** A value the store cannot write however often it tries (a number JSON has no way to write). */
+export class UnstorableValueError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "UnstorableValueError";
+  }
+}
+
 /**
  * Whether the database refused a statement for the data it carried: a value
- * the column cannot hold (PostgreSQL's class 22, data exception), or a
- * constraint it breaks (class 23; SQLite's SQLITE_CONSTRAINT*, SQLITE_TOOBIG,
- * SQLITE_MISMATCH). A retry of the same data is refused again, unlike a
- * connection lost, a busy database or a serialization failure.
+ * the column cannot hold (PostgreSQL's class 22, data exception), a
+ * constraint it breaks (class 23), a limit it exceeds (class 54: a btree row
+ * too big, too many arguments); SQLite's SQLITE_CONSTRAINT*, SQLITE_TOOBIG,
+ * SQLITE_MISMATCH; or the store could not write it at all
+ * (UnstorableValueError). A retry of the same data is refused again, unlike
+ * a connection lost, a busy database or a serialization failure.
  */
 export function refusedForItsData(error: unknown): boolean {
+  if (error instanceof UnstorableValueError) return true;
   const code = (error as { code?: unknown } | undefined)?.code;
   if (typeof code !== "string") return false;
-  if (/^2[23][0-9A-Z]{3}$/.test(code)) return true;
+  if (/^(22|23|54)[0-9A-Z]{3}$/.test(code)) return true;
   return code.startsWith("SQLITE_CONSTRAINT") || code === "SQLITE_TOOBIG" || code === "SQLITE_MISMATCH";
 }

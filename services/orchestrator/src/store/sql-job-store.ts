@@ -45,6 +45,7 @@ import type {
   Tables,
   Time,
 } from "./sql-database.js";
+import { UnstorableValueError } from "./sql-database.js";
 import {
   fromJson,
   jobColumns,
@@ -370,7 +371,7 @@ export class SqlJobStore implements JobStore {
           job_id: jobId,
           seq: Number(e.seq),
           time: this.engine.time(now),
-          event: this.engine.jsonText(toJsonString(JobEventSchema, e)),
+          event: this.engine.jsonText(eventJson(e)),
         })),
       });
     }
@@ -612,4 +613,15 @@ export class SqlJobStore implements JobStore {
   }
 
   async close(): Promise<void> {}
+}
+
+/** The event as stored: its JSON. A session's number JSON cannot write (Infinity, NaN in a tool's input) fails it for good. */
+function eventJson(event: JobEvent): string {
+  try {
+    return toJsonString(JobEventSchema, event);
+  } catch (error) {
+    throw new UnstorableValueError(
+      `event ${event.seq} (${event.event.case ?? "empty"}) cannot be written as JSON: ${(error as Error).message}`,
+    );
+  }
 }
