@@ -10,8 +10,12 @@ import pg from "pg";
 
 const NUL = "\u0000";
 const REPLACEMENT = "\uFFFD";
-/** A `\u0000` escape in JSON text: one preceded by an even number of backslashes (`\\u0000` is text, not a NUL). */
-const NUL_ESCAPE = /(?<!\\)((?:\\\\)*)\\u0000/g;
+/**
+ * An escape jsonb refuses, in JSON text as JSON.stringify writes it: `\u0000`, or a surrogate's (JSON.stringify
+ * escapes one only when it stands alone, and jsonb refuses a lone one). An escape is one preceded by an even
+ * number of backslashes: `\\u0000` is text.
+ */
+const REFUSED_ESCAPE = /(?<!\\)((?:\\\\)*)\\u(?:0000|d[89a-f][0-9a-f]{2})/g;
 
 /** `value` with each U+0000 as U+FFFD: a string, or the strings of an array (pg sends arrays as PostgreSQL arrays). */
 export function withoutNul<T>(value: T): T {
@@ -24,9 +28,12 @@ function hasNul(value: unknown): boolean {
   return typeof value === "string" ? value.includes(NUL) : Array.isArray(value) && value.some(hasNul);
 }
 
-/** JSON text as jsonb takes it: each `\u0000` escape as `\ufffd`, the rest unchanged. */
+/**
+ * JSON text (as JSON.stringify writes it) as jsonb takes it: each `\u0000` escape, and each of a lone surrogate,
+ * as `\ufffd`; the rest unchanged.
+ */
 export function jsonbText(json: string): string {
-  return json.includes("\\u0000") ? json.replace(NUL_ESCAPE, "$1\\ufffd") : json;
+  return json.includes("\\u0000") || json.includes("\\ud") ? json.replace(REFUSED_ESCAPE, "$1\\ufffd") : json;
 }
 
 type Query = (...args: unknown[]) => unknown;

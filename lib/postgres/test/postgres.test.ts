@@ -214,7 +214,7 @@ void describe("@oz0/postgres", () => {
     }
   });
 
-  void it("stores U+0000, which PostgreSQL's text and jsonb refuse, as U+FFFD, whichever way a statement is sent", async () => {
+  void it("stores U+0000, which PostgreSQL's text and jsonb refuse, and a lone surrogate, which jsonb refuses, as U+FFFD", async () => {
     const schema = freshSchema();
     const pool = createSchemaPool({ connectionString: url, schema });
     try {
@@ -222,7 +222,8 @@ void describe("@oz0/postgres", () => {
       await pool.query("CREATE TABLE t (id int PRIMARY KEY, body text, tags text[], doc jsonb)");
       // A command's output as a harness reports it, with a NUL from a binary file in it.
       const output = "ELF\u0000\u0000bin";
-      const doc = { stdout: output, literal: "\\u0000 is how JSON writes it" };
+      // And a text cut in the middle of an emoji (a lone surrogate), beside a whole one.
+      const doc = { stdout: output, literal: "\\u0000 is how JSON writes it", cut: "\ud83d|😀" };
       await pool.query("INSERT INTO t VALUES ($1, $2, $3, $4)", [
         1,
         output,
@@ -242,7 +243,7 @@ void describe("@oz0/postgres", () => {
         body: "ELF\uFFFD\uFFFDbin",
         tags: ["ELF\uFFFD\uFFFDbin", "plain"],
         // The text "\u0000" (an escaped backslash, then u0000) is not a NUL, and stays as written.
-        doc: { stdout: "ELF\uFFFD\uFFFDbin", literal: "\\u0000 is how JSON writes it" },
+        doc: { stdout: "ELF\uFFFD\uFFFDbin", literal: "\\u0000 is how JSON writes it", cut: "\uFFFD|😀" },
       });
       assert.equal(rows[1].body, "\uFFFDELF\uFFFD\uFFFDbin");
       // Without the replacement the server refuses both, as it would refuse the write of a job's event.
@@ -253,6 +254,10 @@ void describe("@oz0/postgres", () => {
       await assert.rejects(
         admin((c) => c.query("SELECT $1::jsonb", [JSON.stringify("a\u0000b")])),
         /unsupported Unicode escape sequence/,
+      );
+      await assert.rejects(
+        admin((c) => c.query("SELECT $1::jsonb", [JSON.stringify("a\ud83d")])),
+        /invalid input syntax for type json/,
       );
     } finally {
       await pool.end();
