@@ -14,7 +14,7 @@
 // bypass) is stored with the job at once: behind a node that lets the
 // session run on, the job still fails after an orchestrator restart.
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -153,6 +153,23 @@ void test("a tool call whose input holds a number JSON cannot write fails the jo
     done.error,
     /^the session's messages? [\d-]+ could not be stored \(event \d+ \(toolCall\) cannot be written as JSON: .*\), 3 times/,
   );
+});
+
+void test("artifacts a node names '..' or with a NUL are stored under names a file may have, and the job goes on", async () => {
+  // Before, the write of each failed (EISDIR, a NUL in a path) every time it was delivered.
+  const done = await runToEnd(hostileUrl, "odd-artifacts");
+  assert.equal(done.state, "succeeded", done.error);
+  const events = await store.listJobEvents(done.id, 0);
+  assert.ok(events.some((e) => e.event.case === "text" && e.event.value.text === "handing back two files"));
+  const stored = events.flatMap((e) => (e.event.case === "artifacts" ? e.event.value.artifacts : []));
+  assert.deepEqual(
+    stored.map((a) => [a.name, readFileSync(a.path, "utf8")]),
+    [
+      ["artifact", "up"],
+      ["a\uFFFDb", "nul"],
+    ],
+  );
+  for (const a of stored) assert.equal(path.dirname(a.path), path.join(home, "jobs", done.id, "artifacts"));
 });
 
 void test("a result with no call id is not covered by an approved request with none: the audit stops the job", async () => {

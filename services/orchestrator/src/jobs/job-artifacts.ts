@@ -12,13 +12,18 @@ export interface StoredArtifact {
   mediaType: string;
 }
 
-/** Writes the artifacts under `home`; a name is reduced to its last part, so none lands outside the job's folder. */
+/**
+ * Writes the artifacts under `home`. A name is reduced to its last part, so none lands outside the job's
+ * folder; one that names no file there (".", "..", empty) is "artifact", and a NUL, which no file name may
+ * hold, is U+FFFD: a name from a node must not make the write fail every time it is delivered.
+ */
 export function storeArtifacts(home: string, jobId: string, artifacts: SessionArtifact[]): StoredArtifact[] {
   if (artifacts.length === 0) return [];
   const dir = path.join(home, "jobs", jobId, "artifacts");
   mkdirSync(dir, { recursive: true });
   return artifacts.map((a) => {
-    const name = path.basename(a.name) || "artifact";
+    const last = path.basename(a.name).replaceAll("\u0000", "\uFFFD");
+    const name = last === "" || last === "." || last === ".." ? "artifact" : last;
     const file = path.join(dir, name);
     writeFileSync(file, a.content);
     return { name, path: file, sizeBytes: BigInt(a.content.byteLength), mediaType: a.mediaType };

@@ -328,7 +328,17 @@ export class JobRunner {
       if (active.refusals && storedSeq >= active.refusals.last) active.refusals = undefined;
     };
     for (const message of messages) {
-      const step = this.#appendStep(jobId, active, message);
+      let step: AppendStep | undefined;
+      try {
+        step = this.#appendStep(jobId, active, message);
+      } catch (error) {
+        // Its artifacts could not be written (a full disk): the run before it is not stored either, so the seq
+        // goes back before both, and the re-attach delivers them again.
+        run = undefined;
+        active.sandboxSeq = message.seq;
+        await failed(error);
+        continue;
+      }
       // A step holds one piece of stderr at most.
       if (!step || (run?.stderr && step.stderr)) await store();
       if (!step) {

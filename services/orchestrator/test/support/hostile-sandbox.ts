@@ -6,6 +6,8 @@
 // orchestrator that restarted) reads them from its sequence number, as from
 // the real sandbox. With `ignoreCancel` it also lets its harness run on when
 // asked to stop it; with `ignoreCancel: "unanswered"` it never even answers.
+// A harness line `{"nodeArtifacts": [{"path", "content"}]}` becomes the
+// node's artifacts message, named as the harness likes.
 import { spawn, type ChildProcess } from "node:child_process";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
@@ -207,6 +209,15 @@ export class HostileSandbox {
     let result: SessionResult | undefined;
     const lines = readline.createInterface({ input: child.stdout });
     lines.on("line", (line) => {
+      if (line.startsWith('{"nodeArtifacts":')) {
+        // Artifacts the node sends as it likes: {"nodeArtifacts": [{"path", "content"}]}, content as text.
+        const files = (JSON.parse(line) as { nodeArtifacts: { path: string; content: string }[] }).nodeArtifacts;
+        push({
+          case: "artifacts",
+          value: { files: files.map((f) => ({ path: f.path, content: Buffer.from(f.content) })) },
+        });
+        return;
+      }
       const event = fromJsonString(SessionEventSchema, line, { ignoreUnknownFields: true });
       if (event.event.case === "result") result = event.event.value;
       push({ case: "event", value: event });
