@@ -205,6 +205,7 @@ void describe("startHostSession", () => {
       "long-permission-id": `the permission request id "${"p".repeat(120)}…" (257 characters) has 257 characters, more than 256`,
       "nul-call-id": 'the call id of permission request "p1" "c\\u0000" has a control character (U+0000) in it',
       "escape-runtime-call-id": 'the runtime tool call id "r\\u001b[2J" has a control character (U+001B) in it',
+      "half-emoji-id": 'the permission request id "p\\ud83d" has half of a character (U+D83D, a surrogate alone) in it',
     };
     for (const [behaviour, message] of Object.entries(wrong)) {
       const { session, events } = run(behaviour);
