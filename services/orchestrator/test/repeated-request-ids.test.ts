@@ -155,7 +155,7 @@ void test("a tool call whose input holds a number JSON cannot write fails the jo
   );
 });
 
-void test("artifacts a node names '..' or with a NUL are stored under names a file may have, and the job goes on", async () => {
+void test("artifacts a node names '..', with a NUL or at 600 bytes are stored under names a file may have, and the job goes on", async () => {
   // Before, the write of each failed (EISDIR, a NUL in a path) every time it was delivered.
   const done = await runToEnd(hostileUrl, "odd-artifacts");
   assert.equal(done.state, "succeeded", done.error);
@@ -167,6 +167,7 @@ void test("artifacts a node names '..' or with a NUL are stored under names a fi
     [
       ["artifact", "up"],
       ["a\uFFFDb", "nul"],
+      ["é".repeat(100), "long"],
     ],
   );
   for (const a of stored) assert.equal(path.dirname(a.path), path.join(home, "jobs", done.id, "artifacts"));

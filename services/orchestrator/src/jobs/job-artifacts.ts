@@ -14,18 +14,32 @@ export interface StoredArtifact {
 
 /**
  * Writes the artifacts under `home`. A name is reduced to its last part, so none lands outside the job's
- * folder; one that names no file there (".", "..", empty) is "artifact", and a NUL, which no file name may
- * hold, is U+FFFD: a name from a node must not make the write fail every time it is delivered.
+ * folder; one that names no file there (".", "..", empty) is "artifact", a NUL, which no file name may
+ * hold, is U+FFFD, and a name longer than a file system takes is cut: a name from a node must not make the
+ * write fail every time it is delivered.
  */
 export function storeArtifacts(home: string, jobId: string, artifacts: SessionArtifact[]): StoredArtifact[] {
   if (artifacts.length === 0) return [];
   const dir = path.join(home, "jobs", jobId, "artifacts");
   mkdirSync(dir, { recursive: true });
   return artifacts.map((a) => {
-    const last = path.basename(a.name).replaceAll("\u0000", "\uFFFD");
+    const last = fitFileName(path.basename(a.name).replaceAll("\u0000", "\uFFFD"));
     const name = last === "" || last === "." || last === ".." ? "artifact" : last;
     const file = path.join(dir, name);
     writeFileSync(file, a.content);
     return { name, path: file, sizeBytes: BigInt(a.content.byteLength), mediaType: a.mediaType };
   });
+}
+
+/** Most file systems take names of up to 255 bytes; a longer one is cut to its first 200 (whole characters). */
+const MAX_FILE_NAME_BYTES = 200;
+
+function fitFileName(name: string): string {
+  if (Buffer.byteLength(name) <= 255) return name;
+  let cut = "";
+  for (const character of name) {
+    if (Buffer.byteLength(cut + character) > MAX_FILE_NAME_BYTES) break;
+    cut += character;
+  }
+  return cut;
 }

@@ -549,7 +549,8 @@ export class JobRunner {
           job: violation ? { ...patch, error: job?.error || violation } : patch,
         });
         if (violation && job) {
-          active.violation ??= violation;
+          // A rule broken before, stored (by this process before a restart), stays the job's.
+          active.violation ??= job.error || violation;
           this.#o.logger.warn({ jobId, sessionId: job.sessionId, callId: e.value.callId }, violation);
           this.#cancelSession(job, active, violation);
         }
@@ -566,7 +567,7 @@ export class JobRunner {
       case "runtimeToolCall": {
         const job = (await this.#o.store.getJob(jobId))!;
         // Checked here too: a node could be the attacker's, and forward an id its host would refuse.
-        const idProblem = requestIdProblem(e.value.id);
+        const idProblem = e.value.id ? requestIdProblem(e.value.id) : "no characters";
         if (idProblem) {
           const violation = `the harness broke the protocol: invalid_event: runtime tool call ${JSON.stringify(clippedHarnessText(e.value.id))}: its id has ${idProblem}; ids are at most ${MAX_REQUEST_ID_CHARS} characters, with no control characters`;
           await this.#stopSession(job, active, violation, patch);

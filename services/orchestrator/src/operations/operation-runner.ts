@@ -201,12 +201,14 @@ export class OperationRunner {
       recordFailed = reject;
     });
     const done = this.#accept(options, { markRecorded, recordFailed })
-      .catch((error: unknown) =>
+      .catch((error: unknown) => {
+        // Before it was recorded, the call is delivered again (rejecting once recorded changes nothing).
+        recordFailed(error);
         this.#o.logger.error(
           { jobId: parent.jobId, callId, err: String(error) },
           "harness operation failed unexpectedly",
-        ),
-      )
+        );
+      })
       .finally(() => {
         markRecorded();
         this.#inFlight.delete(flight);
