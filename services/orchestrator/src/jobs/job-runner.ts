@@ -309,6 +309,11 @@ export class JobRunner {
       if (!(await this.#refusedForGood(jobId, active, { after: storedSeq, last: lastSeq }, error))) throw error;
       storedSeq = active.sandboxSeq;
     };
+    /** The seq in memory is stored: refusals before it are forgotten. */
+    const stored = (): void => {
+      storedSeq = active.sandboxSeq;
+      if (active.refusals && storedSeq >= active.refusals.last) active.refusals = undefined;
+    };
     const store = async (): Promise<void> => {
       if (!run) return;
       const step = run;
@@ -324,8 +329,7 @@ export class JobRunner {
         await failed(error);
         return;
       }
-      storedSeq = active.sandboxSeq;
-      if (active.refusals && storedSeq >= active.refusals.last) active.refusals = undefined;
+      stored();
     };
     for (const message of messages) {
       let step: AppendStep | undefined;
@@ -351,8 +355,7 @@ export class JobRunner {
           await failed(error);
           continue;
         }
-        storedSeq = active.sandboxSeq;
-        if (active.refusals && storedSeq >= active.refusals.last) active.refusals = undefined;
+        stored();
         continue;
       }
       active.sandboxSeq = message.seq;
