@@ -1,5 +1,10 @@
 // Structured JSON logs on stderr, one object per line, for every service.
 import pino, { type Logger } from "pino";
+import sonicBoom from "sonic-boom";
+
+// sonic-boom is CommonJS (`module.exports = SonicBoom`) while its types declare a default export: under NodeNext the
+// default import is the constructor at run time but typed as the module.
+const SonicBoom = sonicBoom as unknown as typeof sonicBoom.SonicBoom;
 
 export type { Logger };
 
@@ -12,10 +17,10 @@ export interface LoggerOptions {
 
 /**
  * How long an exiting process keeps retrying a stderr whose reader stopped
- * reading. pino flushes synchronously on exit and by default retries a full
- * pipe forever, blocking the only thread: the process could then never exit,
- * not even on SIGTERM (its handler never runs). Past this, what is left is
- * dropped and the process exits.
+ * reading. The exit flush is synchronous: retrying a full pipe forever blocks
+ * the only thread, and the process could then never exit, not even on SIGTERM
+ * (its handler never runs). Past this, what is left is dropped and the process
+ * exits.
  */
 const EXIT_FLUSH_PATIENCE_MS = 2_000;
 /** When the exiting process first found stderr full; unset while it is not exiting. */
@@ -29,35 +34,54 @@ function retryWrite(): boolean {
   return Date.now() - exitBlockedSince < EXIT_FLUSH_PATIENCE_MS;
 }
 
-let exitWatched = false;
-const destinations = new Set<ReturnType<typeof pino.destination>>();
+/**
+ * Where the services' lines go: stderr, written from the event loop. Built
+ * here rather than with `pino.destination` for sonic-boom 5, whose exit flush
+ * gives up on a pipe whose reader is gone (EPIPE: the parent that read it was
+ * killed). Version 4, which pino bundles, retried that forever, sleeping, so a
+ * service whose parent died hung in its exit after SIGTERM.
+ */
+class StderrDestination {
+  readonly #boom = new SonicBoom({ fd: 2, sync: false, retryEAGAIN: retryWrite });
+  /** The reader is gone or stderr broke: nothing written any more could arrive. */
+  #broken = false;
 
-/** Runs before pino's own exit flush (prepended), so the bounded retry applies to it. */
-function watchExit(): void {
-  if (exitWatched) return;
-  exitWatched = true;
-  process.prependListener("exit", () => {
-    exiting = true;
-    for (const destination of destinations) {
-      try {
-        destination.flushSync();
-      } catch {
-        // The reader never made room: drop what is left, so pino's flush after this one finds nothing to do.
-        try {
-          destination.destroy();
-        } catch {
-          // Destroyed already: nothing is left to drop.
-        }
-      }
+  constructor() {
+    // A logger must never throw at its caller, nor crash the process, because stderr failed.
+    this.#boom.on("error", () => (this.#broken = true));
+  }
+
+  write(line: string): void {
+    if (!this.#broken) this.#boom.write(line);
+  }
+
+  /** Writes what is left before the process exits; drops it if stderr cannot take it (broken, or full for too long). */
+  flushBeforeExit(): void {
+    if (this.#broken) return;
+    try {
+      this.#boom.flushSync();
+    } catch {
+      this.#broken = true;
     }
-  });
+  }
+}
+
+/** One per process: loggers that each wrote fd 2 from the event loop could interleave long lines. */
+let stderrDestination: StderrDestination | undefined;
+
+function sharedStderr(): StderrDestination {
+  if (!stderrDestination) {
+    const destination = new StderrDestination();
+    process.on("exit", () => {
+      exiting = true;
+      destination.flushBeforeExit();
+    });
+    stderrDestination = destination;
+  }
+  return stderrDestination;
 }
 
 export function createLogger(options: LoggerOptions): Logger {
-  watchExit();
-  const destination = pino.destination({ fd: 2, sync: false, retryEAGAIN: retryWrite });
-  destinations.add(destination);
-  destination.on("close", () => destinations.delete(destination));
   return pino(
     {
       name: options.name,
@@ -66,6 +90,6 @@ export function createLogger(options: LoggerOptions): Logger {
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
     },
-    destination,
+    sharedStderr(),
   );
 }
