@@ -466,6 +466,30 @@ void test("a job abandoned to another replica: its running operations stop and r
   assert.equal(record?.delivered, false);
 });
 
+void test("a job abandoned and taken back mid-operation: the first run's end does not let go of the second", async () => {
+  // The lease lost, then won back: the call is delivered again and runs again. When the abandoned run then ended,
+  // it let go of the call under the second run, and a third delivery started a third run beside it.
+  const sandbox = new ScriptedSandbox(() => [usage(), { case: "hang" }]);
+  const o = setup({ sandbox });
+  const first = extract(o, "rt-1");
+  await first.recorded;
+  await sandbox.startedNth(1);
+  o.runner.abandonJob("job_1");
+  const second = extract(o, "rt-1");
+  await first.done;
+  await second.recorded;
+  await sandbox.startedNth(2);
+  const third = extract(o, "rt-1");
+  const settled = await Promise.race([
+    third.done.then(() => "settled"),
+    new Promise((resolve) => setImmediate(() => resolve("still running"))),
+  ]);
+  assert.equal(settled, "settled", "the third delivery is the second run's, which is still in flight");
+  o.runner.cancelJob("job_1");
+  await second.done;
+  assert.equal(sandbox.started.length, 2, "two runs: the abandoned one and the one after the lease came back");
+});
+
 void test("a nested operation call from a scratch session is refused; bad task input is refused", async () => {
   const sandbox = new ScriptedSandbox(() => [
     usage(),

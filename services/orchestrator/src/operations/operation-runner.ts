@@ -130,8 +130,11 @@ export class OperationRunner {
   readonly #jobs = new Map<string, AbortController>();
   /** Scratch session ids this process started, to refuse calls they make. */
   readonly #scratch = new Set<string>();
-  /** Calls being handled, so a replayed call event is not run twice. */
-  readonly #inFlight = new Set<string>();
+  /**
+   * Calls being handled, so a replayed call event is not run twice: each flight's own token, so that a run
+   * abandoned and started again (the lease lost, then won back) is not let go of by the first run's end.
+   */
+  readonly #inFlight = new Map<string, symbol>();
   /** Scratch sessions run on their parent's node, never placed: the driver only follows them. */
   readonly #sessions: SessionDriver;
 
@@ -171,7 +174,20 @@ export class OperationRunner {
     this.#jobs.delete(jobId);
     // Its calls are no longer handled here: should this replica take the job back, it runs them again
     // (an abandoned run records nothing, so the two never both answer).
-    for (const flight of this.#inFlight) if (flight.startsWith(`${jobId}/`)) this.#inFlight.delete(flight);
+    for (const flight of this.#inFlight.keys()) if (flight.startsWith(`${jobId}/`)) this.#inFlight.delete(flight);
+  }
+
+  /** Marks the call as handled here; undefined when it is already. */
+  #takeOff(flight: string): symbol | undefined {
+    if (this.#inFlight.has(flight)) return undefined;
+    const token = Symbol(flight);
+    this.#inFlight.set(flight, token);
+    return token;
+  }
+
+  /** The call is handled no more, unless a later flight of it took over meanwhile (after abandonJob). */
+  #land(flight: string, token: symbol): void {
+    if (this.#inFlight.get(flight) === token) this.#inFlight.delete(flight);
   }
 
   /**
@@ -192,8 +208,8 @@ export class OperationRunner {
   } {
     const { parent, callId } = options;
     const flight = `${parent.jobId}/${callId}`;
-    if (this.#inFlight.has(flight)) return { recorded: Promise.resolve(), done: Promise.resolve() };
-    this.#inFlight.add(flight);
+    const token = this.#takeOff(flight);
+    if (!token) return { recorded: Promise.resolve(), done: Promise.resolve() };
     let markRecorded!: () => void;
     let recordFailed!: (error: unknown) => void;
     const recorded = new Promise<void>((resolve, reject) => {
@@ -211,7 +227,7 @@ export class OperationRunner {
       })
       .finally(() => {
         markRecorded();
-        this.#inFlight.delete(flight);
+        this.#land(flight, token);
       });
     return { recorded, done };
   }
@@ -294,8 +310,8 @@ export class OperationRunner {
       }
       if (record.delivered) return Promise.resolve();
       const flight = `${parent.jobId}/${record.callId}`;
-      if (this.#inFlight.has(flight)) return Promise.resolve();
-      this.#inFlight.add(flight);
+      const token = this.#takeOff(flight);
+      if (!token) return Promise.resolve();
       const op = operationsOf(parent.agent).find((o) => o.key === record.operationKey);
       const work = op
         ? this.#resume(parent, op, record)
@@ -317,7 +333,7 @@ export class OperationRunner {
             "could not resume a harness operation",
           ),
         )
-        .finally(() => this.#inFlight.delete(flight));
+        .finally(() => this.#land(flight, token));
     });
     await Promise.all(work);
   }
