@@ -12,7 +12,10 @@
 // with no call id is matched to no request, so an approved request without
 // one does not cover it. The rule a session broke (a repeat, a policy
 // bypass) is stored with the job at once: behind a node that lets the
-// session run on, the job still fails after an orchestrator restart.
+// session run on, the job still fails after an orchestrator restart, and the
+// orchestrator that follows it then decides nothing more of it and starts no
+// operation for it. A rule broken while an operation runs stops the operation
+// with the session.
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -230,12 +233,41 @@ for (const [mode, error] of [
       await closeRunner(second);
       assert.equal(done.state, "failed", "the session broke a rule: its result is not the job's");
       assert.equal(done.error, error);
+      // What it asked after the restart (read_file, which the policy allows; an operation) got nothing.
       assertFirstDecisionStands(await store.listPermissions({ jobId: job.id }));
+      assert.deepEqual(await store.listOperationCheckpoints(job.id), [], "no operation started for it");
     } finally {
       await stubborn.close();
     }
   });
 }
+
+void test("a rule broken while a harness operation runs stops the operation's scratch session at once, not when the job ends", async () => {
+  // Before, the operation ran on until the job ended: behind a node that lets the session run on, 30 s later.
+  const stubborn = new HostileSandbox({ ignoreCancel: true });
+  const runner = jobRunner(await stubborn.listen());
+  try {
+    const job = await runner.runAgent({ agent: "repeater", input: "operation-then-unasked" });
+    const scratch = await eventually(
+      async () => (await store.getOperationCheckpoint(job.id, "rt-1"))?.scratchSessionIds[0],
+      "the operation's scratch session",
+    );
+    await eventually(async () => stubborn.sessionRequest(scratch), "the scratch session on the node");
+    // The parent goes on: it runs a command without asking.
+    stubborn.write(job.sessionId, "{}");
+    const first = await eventually(async () => {
+      const now = await store.getJob(job.id);
+      if (now && !["pending", "running"].includes(now.state)) return `the job ended (${now.state}: ${now.error})`;
+      return stubborn.cancelRequested(scratch) ? "the operation was stopped" : undefined;
+    });
+    assert.equal(first, "the operation was stopped");
+    assert.equal(stubborn.cancelRequested(job.sessionId), unasked, "the parent was asked to stop for the bypass");
+  } finally {
+    // The node first: its sessions end, so the runner does not wait out the stop of the one it ignored.
+    await stubborn.close();
+    await closeRunner(runner);
+  }
+});
 
 void test("behind the real sandbox, a repeated call id fails the job the same way", async () => {
   const done = await runToEnd(t.stack.urls.sandbox, "repeat-call");

@@ -17,6 +17,15 @@ export function cancelReason(job: Pick<JobRecord, "error">): string {
   return job.error || CANCELLED_BY_REQUEST;
 }
 
+/**
+ * The failure stored with a job that has not ended: the rule its harness broke, the deadline it passed, how its
+ * session failed. A running job's error is only ever written by a cancel (with cancelRequestedAt) or by such a
+ * failure (the job runner's, or one the sandbox reported), and either way the job ends with it.
+ */
+export function storedFailure(job: Pick<JobRecord, "error" | "cancelRequestedAt">): string | undefined {
+  return job.error && !job.cancelRequestedAt ? job.error : undefined;
+}
+
 export interface JobEnding {
   state: JobStateName;
   error: string;
@@ -36,9 +45,7 @@ export async function jobEnding(o: {
   let result =
     active?.result ??
     (job.stopReason ? create(SessionResultSchema, { stopReason: job.stopReason, text: job.resultText }) : undefined);
-  // A running job's error is only ever written by a cancel (with cancelRequestedAt) or by a failed session (the job runner's
-  // handle, or a protocol error the runner saw itself).
-  const sessionFailure = active?.sessionFailure ?? (job.error && !job.cancelRequestedAt ? job.error : undefined);
+  const sessionFailure = active?.sessionFailure ?? storedFailure(job);
   let state: JobStateName;
   let error = "";
   // The job fails because of how its session ended: the failure says what the harness last wrote to stderr.

@@ -576,6 +576,13 @@ export class JobRunner {
           await this.#stopSession(job, active, violation, patch);
           return;
         }
+        // The job ends already (a rule broken, a message refused, a cancel: stored, so before a restart too) and its
+        // session is being stopped: nothing more of it is answered. An operation would run a scratch session for
+        // nothing, and a graph manager's decision would still steer its graph.
+        if (active.violation || job.error) {
+          await this.#o.store.updateJob(jobId, patch);
+          return;
+        }
         const served = this.#served(job);
         if (served?.tools.some((t) => t.name === e.value.name)) {
           await answerServedCall({
@@ -586,12 +593,6 @@ export class JobRunner {
             channel: active.channel,
             record: (event) => this.#append(jobId, [event]),
           });
-          await this.#o.store.updateJob(jobId, patch);
-          return;
-        }
-        // The job fails already (a rule broken, a message refused) and its session is being stopped: an operation
-        // would run a scratch session for nothing.
-        if (active.violation) {
           await this.#o.store.updateJob(jobId, patch);
           return;
         }
@@ -630,10 +631,12 @@ export class JobRunner {
   }
 
   /**
-   * Stops the session of a job that must end (why is stored already): the node is told, not waited for, and the
-   * job ends without it if the session runs on (session-stops.ts).
+   * Stops the session of a job that must end (why is stored already), and its running operations: the node is
+   * told, not waited for, and the job ends without it if the session runs on (session-stops.ts).
    */
   #cancelSession(job: JobRecord, active: ActiveJob, reason: string): void {
+    // Its harness operations too: their answers would go to a session that is ending.
+    this.#operations.cancelJob(job.id);
     if (active.sandbox)
       this.#active.track(
         active.sandbox.cancel({ sessionId: job.sessionId, reason }).catch((error: unknown) => {

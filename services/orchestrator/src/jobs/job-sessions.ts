@@ -264,8 +264,10 @@ export class JobSessions {
         "could not write the session's answers again after re-attaching; the next re-attach tries again",
       );
     }
-    // Harness operations the session still waits for: a checkpointed result is delivered, an unfinished one runs again.
-    this.#o.active.track(this.#o.operations.resumeJob(this.operationParent(job, active)));
+    // Harness operations the session still waits for: a checkpointed result is delivered, an unfinished one runs
+    // again. Not for a job that ends already (cancelled, or its failure stored): its session is being stopped.
+    if (!job.error && !job.cancelRequestedAt)
+      this.#o.active.track(this.#o.operations.resumeJob(this.operationParent(job, active)));
   }
 
   /**
