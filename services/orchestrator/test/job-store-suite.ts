@@ -170,6 +170,38 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     },
   );
 
+  withStore(
+    "one step of 20,000 events and 70,000 lifecycle events stores them all, numbered in order",
+    async (store) => {
+      // A burst a re-attach replays after a long outage can be this long. As one INSERT it passed the database's
+      // cap on a statement's parameters (PostgreSQL 65,535, four a row), and the step failed at every delivery.
+      await store.createJob(job("big"));
+      const texts = Array.from({ length: 20_000 }, (_, i) =>
+        create(JobEventSchema, { event: { case: "text", value: { text: `line ${i}` } } }),
+      );
+      const lifecycle = Array.from({ length: 70_000 }, (_, i) =>
+        rawEvent("tool.called", { jobId: "big", toolCallId: `c${i}` }),
+      );
+      const stored = await store.append({ jobId: "big", events: texts, job: { sandboxSeq: 20_000 }, lifecycle });
+      assert.equal(stored.length, 20_000);
+      assert.equal(Number(stored.at(-1)!.seq), 20_000);
+      const j = await store.getJob("big");
+      assert.equal(j?.lastSeq, 20_000);
+      assert.equal(j?.sandboxSeq, 20_000);
+      let read = 0;
+      for (let after = 0; ;) {
+        const page = await store.listJobEvents("big", after);
+        if (page.length === 0) break;
+        for (const e of page) {
+          assert.equal(Number(e.seq), ++read);
+          assert.equal(e.event.case === "text" && e.event.value.text, `line ${read - 1}`);
+        }
+        after = Number(page.at(-1)!.seq);
+      }
+      assert.equal(read, 20_000);
+    },
+  );
+
   withStore("events get gap-free sequence numbers, with the job patch in the same step", async (store) => {
     await store.createJob(job("j1"));
     const stored = await store.append({

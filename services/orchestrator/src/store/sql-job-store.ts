@@ -61,6 +61,20 @@ import { getVersionRow, latestVersionRows, publishVersion } from "./versions.js"
 
 export type Trx = Transaction<Tables>;
 
+/**
+ * The most rows one INSERT writes. A statement has at most 65,535 parameters on PostgreSQL and 32,766 on SQLite
+ * (four a job event): a step of more events (a re-attach can replay a long outage's in one burst) failed at
+ * every delivery. Each row count is a query shape compiled once (compiled-once.ts), so this also bounds those.
+ */
+const ROWS_PER_INSERT = 1_000;
+
+/** `items` in consecutive parts of at most `size`; none for none. */
+function inParts<T>(items: T[], size: number): T[][] {
+  const parts: T[][] = [];
+  for (let i = 0; i < items.length; i += size) parts.push(items.slice(i, i + size));
+  return parts;
+}
+
 function jobNotFound(id: string): Error {
   return notFound(`job ${id} not found; list jobs with \`oz0 jobs list\``);
 }
@@ -364,17 +378,16 @@ export class SqlJobStore implements JobStore {
     const stored = events.map((event) =>
       create(JobEventSchema, { ...event, jobId, seq: BigInt(++seq), time: event.time ?? timestampFromDate(now) }),
     );
-    if (stored.length > 0) {
-      // One INSERT for the whole step: a statement per event would dominate a busy job.
+    // One INSERT for a step (a statement per event would dominate a busy job), of at most ROWS_PER_INSERT rows.
+    for (const rows of inParts(stored, ROWS_PER_INSERT))
       await HOT_QUERIES.insertJobEvents.execute(trx, this.engine, {
-        rows: stored.map((e) => ({
+        rows: rows.map((e) => ({
           job_id: jobId,
           seq: Number(e.seq),
           time: this.engine.time(now),
           event: this.engine.jsonText(eventJson(e)),
         })),
       });
-    }
     return stored;
   }
 
@@ -500,10 +513,10 @@ export class SqlJobStore implements JobStore {
   }
 
   async #keepLifecycle(db: Db | Trx, events: RawEvent[]): Promise<void> {
-    if (events.length === 0) return;
-    await HOT_QUERIES.keepLifecycle.execute(db, this.engine, {
-      events: events.map((e) => toJsonString(RawEventSchema, e)),
-    });
+    for (const part of inParts(events, ROWS_PER_INSERT))
+      await HOT_QUERIES.keepLifecycle.execute(db, this.engine, {
+        events: part.map((e) => toJsonString(RawEventSchema, e)),
+      });
   }
 
   async putLifecycleEvents(events: RawEvent[]): Promise<void> {
