@@ -20,6 +20,11 @@ export interface ActiveJob extends SessionState {
   sessionFailure?: string;
   /** Another replica took the job's lease: stop following it without finishing it. */
   abandoned?: boolean;
+  /**
+   * The job ended (JobRunner #endJob): what its session sent after, still waiting for the job's lock, is not handled.
+   * (Not `stopped`: a placement under way still stores, then revokes, the token it minted.)
+   */
+  ended?: boolean;
   /** Re-attached to a session that may never have started: start it if the sandbox does not know it. */
   startIfUnknown?: boolean;
   /** The job's events already say it waits for room on a node (said once, not per attempt). */

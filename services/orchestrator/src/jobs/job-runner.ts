@@ -755,7 +755,11 @@ export class JobRunner {
         ],
       });
       this.#operations.cancelJob(jobId);
-      this.#active.get(jobId)?.channel?.close();
+      const active = this.#active.get(jobId);
+      if (active) {
+        active.ended = true;
+        active.channel?.close();
+      }
       this.#active.delete(jobId);
       this.#stops.forget(jobId);
       if (job.tokenId) {

@@ -346,10 +346,11 @@ export class JobSessions {
       sessionId: job.sessionId,
       state: active,
       // A burst that waited for the lock behind one that outlived the job's lease here is not handled (nor
-      // counted): the new owner, perhaps this replica again under a new lease, re-attaches before it.
+      // counted): the new owner, perhaps this replica again under a new lease, re-attaches before it. Nor one
+      // that waited behind the job's end: it would append to an ended job.
       handleBurst: (messages) =>
         this.#o.active.withLock(job.id, async () => {
-          if (!this.#o.active.stopped(active)) await this.#o.handleBurst(job.id, active, messages);
+          if (!this.#o.active.stopped(active) && !active.ended) await this.#o.handleBurst(job.id, active, messages);
         }),
       stopped: () => this.#o.active.stopped(active),
       // Gone from the store, or finished meanwhile (its node was lost): nothing is left to follow.
