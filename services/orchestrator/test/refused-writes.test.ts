@@ -152,4 +152,5 @@ void test("a run of events the database refuses for its data fails its job, sayi
   assert.equal(store.refused, 3);
   assert.equal(done.state, "failed");
   assert.match(done.error, /^the session's messages? [\d-]+ could not be stored \(.*\), 3 times/);
+  assert.equal(done.resultText, "", "the result of a session whose messages were lost is not the job's");
 });
