@@ -23,7 +23,7 @@ import type {
 import { LineSplitter } from "../protocol/line-framing.js";
 import { describeLine, encodeLine } from "../protocol/message-codec.js";
 import { decodeEventLine } from "../protocol/event-decoding.js";
-import { MAX_REQUEST_ID_CHARS, quotedRequestId, requestIdProblem } from "../protocol/request-id-rules.js";
+import { REQUEST_ID_RULES, quotedRequestId, requestIdProblem } from "../protocol/request-id-rules.js";
 import type { SessionError, SessionErrorCode } from "./host-errors.js";
 import { HostSessionError } from "./host-errors.js";
 import { processGroupLauncher } from "./process-launcher.js";
@@ -495,10 +495,7 @@ class RunningHostSession implements HostSession {
   #wellFormedId(id: string, what: string): boolean {
     const problem = requestIdProblem(id);
     if (problem === undefined) return true;
-    this.#fail(
-      "invalid_event",
-      `${what} ${quotedRequestId(id)} has ${problem}; ids are at most ${MAX_REQUEST_ID_CHARS} characters, with no control characters`,
-    );
+    this.#fail("invalid_event", `${what} ${quotedRequestId(id)} has ${problem}; ids are ${REQUEST_ID_RULES}`);
     return false;
   }
 

@@ -9,6 +9,9 @@
 /** The longest id, in UTF-16 code units (JavaScript's string length). */
 export const MAX_REQUEST_ID_CHARS = 256;
 
+/** The rules in a few words, for the message that refuses an id ("ids are …"). */
+export const REQUEST_ID_RULES = `at most ${MAX_REQUEST_ID_CHARS} characters, with no control characters`;
+
 /**
  * Characters no id may hold: C0 and C1 controls and DEL (a terminal acts on them), the line and paragraph
  * separators, and the bidirectional overrides and isolates (an id shown reversed is not the one asked about).

@@ -10,7 +10,7 @@
 // job are read from its stored rows once per process (a restart, a takeover
 // count what is stored), then kept with the job. An id must also be well
 // formed (@oz0/harness's request-id rules: length, no control characters).
-import { MAX_REQUEST_ID_CHARS, requestIdProblem } from "@oz0/harness/host";
+import { REQUEST_ID_RULES, requestIdProblem } from "@oz0/harness/host";
 import { clippedHarnessText } from "../policy/harness-text.js";
 import type { PermissionRecord } from "../store/job-store.js";
 
@@ -45,7 +45,7 @@ export function requestIdViolation(ids: RequestIds, request: { id: string; callI
     if (!value) continue;
     const problem = requestIdProblem(value);
     if (problem)
-      return `the harness broke the protocol: invalid_event: permission request ${JSON.stringify(clippedHarnessText(request.id))}: its ${as} has ${problem}; ${fix}, at most ${MAX_REQUEST_ID_CHARS} characters with no control characters`;
+      return `the harness broke the protocol: invalid_event: permission request ${JSON.stringify(clippedHarnessText(request.id))}: its ${as} has ${problem}; ${fix}, ${REQUEST_ID_RULES}`;
     const earlier = ids.get(value);
     if (earlier)
       return `the harness broke the protocol: duplicate_request_id: permission request ${JSON.stringify(clippedHarnessText(request.id))} reuses ${JSON.stringify(clippedHarnessText(value))} as its ${as}, the ${earlier.as} of permission request ${JSON.stringify(clippedHarnessText(earlier.permissionId))} earlier in this session; ${fix}`;

@@ -5,7 +5,7 @@
 // On start-up it re-attaches to every job that was running.
 import type { SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { MAX_REQUEST_ID_CHARS, requestIdProblem } from "@oz0/harness/host";
+import { REQUEST_ID_RULES, requestIdProblem } from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
 import { AgentVersions } from "../agents/agent-versions.js";
 import { ApprovalService, passesAuditUnread, type AnswerOptions } from "../approvals/approval-service.js";
@@ -572,7 +572,7 @@ export class JobRunner {
         // Checked here too: a node could be the attacker's, and forward an id its host would refuse.
         const idProblem = e.value.id ? requestIdProblem(e.value.id) : "no characters";
         if (idProblem) {
-          const violation = `the harness broke the protocol: invalid_event: runtime tool call ${JSON.stringify(clippedHarnessText(e.value.id))}: its id has ${idProblem}; ids are at most ${MAX_REQUEST_ID_CHARS} characters, with no control characters`;
+          const violation = `the harness broke the protocol: invalid_event: runtime tool call ${JSON.stringify(clippedHarnessText(e.value.id))}: its id has ${idProblem}; ids are ${REQUEST_ID_RULES}`;
           await this.#stopSession(job, active, violation, patch);
           return;
         }
