@@ -16,22 +16,20 @@ export interface LoggerOptions {
 }
 
 /**
- * How long an exiting process keeps retrying a stderr whose reader stopped
- * reading. The exit flush is synchronous: retrying a full pipe forever blocks
- * the only thread, and the process could then never exit, not even on SIGTERM
- * (its handler never runs). Past this, what is left is dropped and the process
- * exits.
+ * How long a synchronous flush (at exit, or after a fatal line) keeps retrying
+ * a stderr whose reader stopped reading. It blocks the only thread: retrying a
+ * full pipe forever, the process could never exit, not even on SIGTERM (its
+ * handler never runs). Past this, what is left is dropped.
  */
-const EXIT_FLUSH_PATIENCE_MS = 2_000;
-/** When the exiting process first found stderr full; unset while it is not exiting. */
-let exitBlockedSince: number | undefined;
-let exiting = false;
+const SYNC_FLUSH_PATIENCE_MS = 2_000;
+/** Set while a synchronous flush runs: when it first found stderr full, once it has. */
+let syncFlush: { blockedSince?: number } | undefined;
 
 function retryWrite(): boolean {
-  // While running, writes are retried from the event loop (nothing blocks): keep them.
-  if (!exiting) return true;
-  exitBlockedSince ??= Date.now();
-  return Date.now() - exitBlockedSince < EXIT_FLUSH_PATIENCE_MS;
+  // Written from the event loop (nothing blocks): keep retrying.
+  if (!syncFlush) return true;
+  syncFlush.blockedSince ??= Date.now();
+  return Date.now() - syncFlush.blockedSince < SYNC_FLUSH_PATIENCE_MS;
 }
 
 /**
@@ -55,13 +53,19 @@ class StderrDestination {
     if (!this.#broken) this.#boom.write(line);
   }
 
-  /** Writes what is left before the process exits; drops it if stderr cannot take it (broken, or full for too long). */
-  flushBeforeExit(): void {
+  /**
+   * Writes what is waiting now, blocking (pino calls it after a fatal line, and the exit does); drops it if stderr
+   * cannot take it: broken, or full for longer than SYNC_FLUSH_PATIENCE_MS.
+   */
+  flushSync(): void {
     if (this.#broken) return;
+    syncFlush = {};
     try {
       this.#boom.flushSync();
     } catch {
       this.#broken = true;
+    } finally {
+      syncFlush = undefined;
     }
   }
 }
@@ -72,10 +76,7 @@ let stderrDestination: StderrDestination | undefined;
 function sharedStderr(): StderrDestination {
   if (!stderrDestination) {
     const destination = new StderrDestination();
-    process.on("exit", () => {
-      exiting = true;
-      destination.flushBeforeExit();
-    });
+    process.on("exit", () => destination.flushSync());
     stderrDestination = destination;
   }
   return stderrDestination;
