@@ -68,6 +68,9 @@ import {
 } from "./store-rows.js";
 import { COMPILERS, compiled, param } from "./store-sql.js";
 
+/** The most interrupted calls one INSERT writes while reconciling (each row about 17 parameters). */
+const RECONCILED_ROWS_PER_INSERT = 1_000;
+
 const QUERIES = proxyQueries("postgres");
 const db = COMPILERS.postgres;
 // The changes other replicas cache are NOTIFYed in the statement that makes them, so they hear of each when it commits.
@@ -328,30 +331,33 @@ export class PostgresProxyStore implements ProxyStore {
       const made: CallRecord[] = [];
       if (rows.length > 0) {
         const records = rows.map((row) => interruptedRecords(pendingFromRow(row)));
-        // Compiled here, not once: the rows are as many as the calls found, and this runs at start-up and rarely after.
-        const attempts = insertMetering(
-          db,
-          "attempts",
-          records.map((r) =>
-            meteringRow(ATTEMPT_COLUMNS, [...meteringValues(r.attempt, POSTGRES_ENCODING), r.attempt.attempt]),
-          ),
-        )
-          .onConflict((oc) => oc.doNothing())
-          .compile();
-        await client.query(attempts.sql, [...attempts.parameters]);
-        const calls = insertMetering(
-          db,
-          "calls",
-          records.map((r) =>
-            meteringRow(CALL_COLUMNS, [...meteringValues(r.call, POSTGRES_ENCODING), r.call.attempts]),
-          ),
-        )
-          .onConflict((oc) => oc.doNothing())
-          .returning("operation_id")
-          .compile();
-        const inserted = await client.query<{ operation_id: string }>(calls.sql, [...calls.parameters]);
-        const fresh = new Set(inserted.rows.map((r) => r.operation_id));
-        made.push(...records.filter((r) => fresh.has(r.call.operationId)).map((r) => r.call));
+        // In parts: a replica that died with thousands of calls in flight left more rows than one statement's
+        // 65,535 parameters hold (about 17 a row), and the reconcile failed at every start.
+        for (let i = 0; i < records.length; i += RECONCILED_ROWS_PER_INSERT) {
+          const part = records.slice(i, i + RECONCILED_ROWS_PER_INSERT);
+          // Compiled here, not once: the rows are as many as the calls found, and this runs at start-up and rarely after.
+          const attempts = insertMetering(
+            db,
+            "attempts",
+            part.map((r) =>
+              meteringRow(ATTEMPT_COLUMNS, [...meteringValues(r.attempt, POSTGRES_ENCODING), r.attempt.attempt]),
+            ),
+          )
+            .onConflict((oc) => oc.doNothing())
+            .compile();
+          await client.query(attempts.sql, [...attempts.parameters]);
+          const calls = insertMetering(
+            db,
+            "calls",
+            part.map((r) => meteringRow(CALL_COLUMNS, [...meteringValues(r.call, POSTGRES_ENCODING), r.call.attempts])),
+          )
+            .onConflict((oc) => oc.doNothing())
+            .returning("operation_id")
+            .compile();
+          const inserted = await client.query<{ operation_id: string }>(calls.sql, [...calls.parameters]);
+          const fresh = new Set(inserted.rows.map((r) => r.operation_id));
+          made.push(...part.filter((r) => fresh.has(r.call.operationId)).map((r) => r.call));
+        }
         const holds = rows.map((r) => r.reservation_id).filter((id): id is string => id !== null);
         if (holds.length > 0) {
           await client.query(

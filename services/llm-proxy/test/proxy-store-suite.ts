@@ -58,6 +58,22 @@ export function rounded(snapshot: BudgetSnapshot | undefined): BudgetSnapshot | 
   return { limitUsd: r(snapshot.limitUsd), spentUsd: r(snapshot.spentUsd), reservedUsd: r(snapshot.reservedUsd) };
 }
 
+/** An attempt of a call to Anthropic by the agent `fixer`, started a second ago. */
+function pendingAttempt(
+  o: Pick<PendingAttempt, "operationId" | "job" | "session" | "attempt" | "reservationId">,
+): PendingAttempt {
+  return {
+    agent: "fixer",
+    provider: "anthropic",
+    model: "claude-sonnet-5",
+    wire: "anthropic",
+    stream: true,
+    startedAt: new Date(Date.now() - 1_000),
+    attemptStartedAt: new Date(),
+    ...o,
+  };
+}
+
 export function describeProxyStore(name: string, open: () => Promise<StorePair>): void {
   void describe(`${name}: the ProxyStore contract`, () => {
     let a: ProxyStore;
@@ -331,20 +347,8 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
     void it("reconciles a call a dead proxy left in flight once, as interrupted, frees its hold, and never a call that was recorded or is alive", async () => {
       const session = unique("ses-crash");
       const job = unique("job-crash");
-      const pending = (operationId: string, attempt: number, reservationId?: string): PendingAttempt => ({
-        operationId,
-        job,
-        agent: "fixer",
-        session,
-        provider: "anthropic",
-        model: "claude-sonnet-5",
-        wire: "anthropic",
-        stream: true,
-        attempt,
-        startedAt: new Date(Date.now() - 1_000),
-        attemptStartedAt: new Date(),
-        ...(reservationId ? { reservationId } : {}),
-      });
+      const pending = (operationId: string, attempt: number, reservationId?: string): PendingAttempt =>
+        pendingAttempt({ operationId, job, session, attempt, ...(reservationId ? { reservationId } : {}) });
       const [done, inFlight, alive] = [unique("op-done"), unique("op-in-flight"), unique("op-alive")];
       const dead = await pair.crashed();
       // A call that completed before the crash: recorded, and its pending row ended with it.
@@ -429,6 +433,24 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
         (await b.listCalls(job)).filter((c) => c.operationId === alive).map((c) => c.outcome),
         ["ok"],
       );
+    });
+
+    void it("reconciles 5,000 calls a dead proxy left in flight, each once", async () => {
+      // Written as one INSERT, PostgreSQL's cap on a statement's parameters made this fail at every start.
+      const job = unique("job-many");
+      const session = unique("ses-many");
+      const dead = await pair.crashed();
+      const ids = Array.from({ length: 5_000 }, (_, i) => `${job}-op-${i}`);
+      await Promise.all(
+        ids.map((operationId) => dead.beginAttempt(pendingAttempt({ operationId, job, session, attempt: 1 }))),
+      );
+      await dead.close();
+      const reconciled = (await a.reconcileInterrupted()).filter((c) => c.job === job);
+      assert.equal(reconciled.length, 5_000);
+      assert.deepEqual(new Set(reconciled.map((c) => c.outcome)), new Set(["interrupted"]));
+      const calls = await b.listCalls(job);
+      assert.deepEqual(calls.map((c) => c.operationId).sort(), [...ids].sort());
+      assert.equal((await b.reconcileInterrupted()).filter((c) => c.job === job).length, 0, "and never again");
     });
   });
 }
