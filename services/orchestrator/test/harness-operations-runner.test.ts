@@ -599,3 +599,37 @@ void test("crash before the checkpoint: the operation runs again", async () => {
   assert.equal(restarted.answers[0]!.isError, false);
   first.cancel({ sessionId: leftover }).catch(() => undefined);
 });
+
+void test("crash before the checkpoint, of a job that ends already: the leftover scratch session is stopped, and the call answered cancelled", async () => {
+  // A job cancelled or failed before the restart: its operations are cancelled before they are resumed, so the
+  // resume runs nothing, yet still stops what the previous process left running on the node.
+  const first = new ScriptedSandbox(() => [usage(), { case: "hang" }]);
+  const crashed = setup({ sandbox: first });
+  void extract(crashed, "rt-1").done;
+  await first.startedNth(1);
+  const leftover = first.started[0]!.request.sessionId;
+  await eventually(async () =>
+    (await crashed.runner.checkpoints.get("job_1", "rt-1"))?.scratchSessionIds.includes(leftover) ? true : undefined,
+  );
+
+  const second = new ScriptedSandbox(() => assert.fail("the operation ran again"));
+  const restarted = setup({ sandbox: second, home: crashed.home });
+  restarted.runner.cancelJob("job_1");
+  await restarted.runner.resumeJob(restarted.parent);
+  assert.deepEqual(second.cancelled, [leftover], "the previous attempt's scratch session is stopped");
+  assert.equal(second.started.length, 0, "nothing runs");
+  assert.match(restarted.answers[0]!.error, /^operation_cancelled: /);
+  assert.equal((await restarted.runner.checkpoints.get("job_1", "rt-1"))?.delivered, true, "and recorded so");
+  first.cancel({ sessionId: leftover }).catch(() => undefined);
+});
+
+void test("a call that comes after its job's operations were cancelled runs nothing", async () => {
+  // The job's cancel reached the runner first; a call replayed or delivered after it must not start afresh.
+  const sandbox = new ScriptedSandbox(() => assert.fail("an operation ran after its job was cancelled"));
+  const o = setup({ sandbox });
+  o.runner.cancelJob("job_1");
+  await extract(o, "rt-1").done;
+  assert.equal(sandbox.started.length, 0);
+  assert.match(o.answers[0]!.error, /^operation_cancelled: /);
+  o.runner.forgetJob("job_1");
+});

@@ -236,6 +236,12 @@ for (const [mode, error] of [
       // What it asked after the restart (read_file, which the policy allows; an operation) got nothing.
       assertFirstDecisionStands(await store.listPermissions({ jobId: job.id }));
       assert.deepEqual(await store.listOperationCheckpoints(job.id), [], "no operation started for it");
+      const texts = (await store.listJobEvents(job.id, 0)).flatMap((e) =>
+        e.event.case === "text" ? [e.event.value.text] : [],
+      );
+      assert.deepEqual(texts, [
+        "rt-3 answered: job_ending: summarize was not run: the job is ending (cancelled, or failed), and its session is being stopped",
+      ]);
     } finally {
       await stubborn.close();
     }
@@ -266,6 +272,29 @@ void test("a rule broken while a harness operation runs stops the operation's sc
     // The node first: its sessions end, so the runner does not wait out the stop of the one it ignored.
     await stubborn.close();
     await closeRunner(runner);
+  }
+});
+
+void test("a harness that broke a rule, then wrote a completed result, behind a node that lets it run on: the job fails without that result", async () => {
+  const stubborn = new HostileSandbox({ ignoreCancel: true });
+  // Asked to stop, the node is given half a second before the job ends without it.
+  const runner = inProcessJobRunner({
+    stack: t,
+    store,
+    home,
+    sandboxUrl: await stubborn.listen(),
+    name: "orchestrator-repeated-ids-quick-stop",
+    stopWaitMs: 500,
+  });
+  try {
+    const job = await runner.runAgent({ agent: "repeater", input: "unasked-result-then-wait" });
+    const done = await ended(job.id);
+    assert.equal(done.state, "failed");
+    assert.match(done.error, /^policy bypass: .* call-9 .*; its sandbox node did not end the session within/);
+    assert.equal(done.resultText, "", "the harness's result is not the job's");
+  } finally {
+    await stubborn.close();
+    await runner.close();
   }
 });
 

@@ -20,7 +20,6 @@ import type { Logger } from "@oz0/serving";
 import { asBystander, type JobOwnership } from "../cluster/job-ownership.js";
 import { LeaseLostError } from "../cluster/lease-manager.js";
 import type { ActiveJob, ActiveJobs } from "../jobs/active-jobs.js";
-import { storedFailure } from "../jobs/job-ending.js";
 import { appendJobStep, stateChanged, type JobEventInit, type JobStepWrites } from "../jobs/job-events.js";
 import type { JobFeed } from "../jobs/job-feed.js";
 import { failedPrecondition, invalidArgument, notFound, permissionDenied } from "../orchestrator-error.js";
@@ -130,11 +129,8 @@ export class ApprovalService {
   }): Promise<string | undefined> {
     const { job, event, patch } = o;
     if (event.event.case !== "permissionRequest") return undefined;
-    // The session is being stopped for breaking a rule: nothing more of it is decided (no hook runs for it). So
-    // too when the job's failure is stored (a rule broken, a deadline passed), read by this process after a
-    // restart or a takeover: it re-attached past what broke the rule, and its ActiveJob knows nothing of it.
-    const failing = o.active.violation ?? storedFailure(job);
-    if (failing) return failing;
+    // The session is being stopped for breaking a rule: nothing more of it is decided (no hook runs for it).
+    if (o.active.violation) return o.active.violation;
     const request = event.event.value;
     o.active.requestIds ??= requestIdsOf(await this.#o.store.listPermissions({ jobId: job.id }));
     const repeated = requestIdViolation(o.active.requestIds, request);

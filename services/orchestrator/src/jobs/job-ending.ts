@@ -1,9 +1,11 @@
 // How a job ends, decided from what is known when its session can no longer
 // be followed: a cancel wins, then a failure the orchestrator saw (a lost
-// session), then a rule the harness broke (or messages the store refused),
-// then a failure the sandbox reported, then the session's result. A session
-// that broke a rule or failed gives the job no result. A job that failed
-// because of how its session ended says what the harness last wrote to stderr.
+// session, a node that would not stop it), then a rule the harness broke (or
+// messages the store refused), then the failure stored with the job (how the
+// sandbox said the session failed, a deadline passed, or a rule broken before
+// a restart), then the session's result. A job that fails gets no result from
+// its session. One that failed because of how its session ended says what the
+// harness last wrote to stderr.
 import { create } from "@bufbuild/protobuf";
 import { SessionResultSchema, StopReason, type SessionResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { storedStderrTail, withStderr } from "../sessions/harness-stderr.js";
@@ -54,15 +56,12 @@ export async function jobEnding(o: {
   if (job.cancelRequestedAt) {
     state = "cancelled";
     error = cancelReason(job);
-  } else if (o.failure) {
+  } else if (o.failure || active?.violation || sessionFailure) {
     state = "failed";
-    error = o.failure;
-  } else if (active?.violation || sessionFailure) {
-    state = "failed";
-    error = active?.violation ?? sessionFailure!;
-    failedBySession = !active?.violation;
-    // Whatever the harness wrote as its result came from a session that broke the rules (or whose messages could
-    // not be stored): not the job's result.
+    error = o.failure || (active?.violation ?? sessionFailure!);
+    failedBySession = !o.failure && !active?.violation;
+    // Whatever the harness wrote as its result came from a session that broke the rules, failed, was lost or
+    // whose messages could not be stored: not the job's result.
     result = create(SessionResultSchema, { stopReason: StopReason.UNSPECIFIED, text: "" });
   } else if (result && result.stopReason === StopReason.COMPLETED) {
     state = "succeeded";

@@ -3,7 +3,8 @@
 // the sandbox's sequence number (for re-attach), hands permission requests to
 // the approval service, and finishes the job with its result and artifacts.
 // On start-up it re-attaches to every job that was running.
-import type { SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { create } from "@bufbuild/protobuf";
+import { RuntimeToolResultSchema, type SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { REQUEST_ID_RULES, requestIdProblem } from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
@@ -35,7 +36,7 @@ import {
 } from "../store/job-store.js";
 import { ActiveJobs, type ActiveJob } from "./active-jobs.js";
 import { storeArtifacts } from "./job-artifacts.js";
-import { cancelReason, CANCELLED_BY_REQUEST, jobEnding } from "./job-ending.js";
+import { cancelReason, CANCELLED_BY_REQUEST, jobEnding, storedFailure } from "./job-ending.js";
 import { appendJobStep, createJobStep, stateChanged, type JobEventInit, type JobStepWrites } from "./job-events.js";
 import type { JobFeed } from "./job-feed.js";
 import { checkAttachments, checkJobInput } from "./job-input.js";
@@ -561,6 +562,12 @@ export class JobRunner {
       }
       case "permissionRequest": {
         const job = (await this.#o.store.getJob(jobId))!;
+        // The job fails already, its session asked to stop when that was found (or when this process took the
+        // job up after a restart: #watchResumed): nothing more of it is decided, and the node is not asked again.
+        if (active.violation || storedFailure(job)) {
+          await this.#o.store.updateJob(jobId, patch);
+          return;
+        }
         const offered = this.#served(job)?.tools.some((t) => t.name === e.value.tool) ?? false;
         const violation = await this.#approvals.decide({ job, active, event, patch, offered });
         // With the seq that passes the request, which is not read again.
@@ -577,10 +584,19 @@ export class JobRunner {
           return;
         }
         // The job ends already (a rule broken, a message refused, a cancel: stored, so before a restart too) and its
-        // session is being stopped: nothing more of it is answered. An operation would run a scratch session for
-        // nothing, and a graph manager's decision would still steer its graph.
+        // session is being stopped: the call is answered as an error, with nothing run or recorded. An operation
+        // would run a scratch session for nothing, and a graph manager's decision would still steer its graph.
         if (active.violation || job.error) {
           await this.#o.store.updateJob(jobId, patch);
+          await active.channel
+            ?.answerRuntimeTool(
+              create(RuntimeToolResultSchema, {
+                id: e.value.id,
+                isError: true,
+                error: `job_ending: ${e.value.name} was not run: the job is ending (cancelled, or failed), and its session is being stopped`,
+              }),
+            )
+            .catch(() => undefined);
           return;
         }
         const served = this.#served(job);
@@ -683,7 +699,6 @@ export class JobRunner {
     await this.#active.withLock(job.id, () =>
       this.#approvals.cancelWaiting(job.id, { cancelRequestedAt: new Date(), error: reason }),
     );
-    this.#operations.cancelJob(job.id);
     if (!this.#ownership.owns(job.id)) {
       // Another replica runs it: stop its session; that replica sees the stream end and finishes the job.
       await (
@@ -696,6 +711,8 @@ export class JobRunner {
         });
       return (await this.#o.store.getJob(job.id))!;
     }
+    // Its operations here; another replica's are cancelled by that replica when its session ends.
+    this.#operations.cancelJob(job.id);
     let sessionGone = !active?.channel;
     if (!sessionGone) {
       // Before the call: a node that never answers it does not keep the job running either.
@@ -714,6 +731,7 @@ export class JobRunner {
   /** End the job: state from the result (or the failure), waiting calls closed, token revoked. */
   async #finish(jobId: string, options: { failure?: string }): Promise<void> {
     const job = await this.#endJob(jobId, options);
+    this.#operations.forgetJob(jobId);
     // Ended (now or before): its node's slot is free, and nobody is to take it over.
     if (job)
       await this.#o.placement

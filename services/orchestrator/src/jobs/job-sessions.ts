@@ -265,9 +265,10 @@ export class JobSessions {
       );
     }
     // Harness operations the session still waits for: a checkpointed result is delivered, an unfinished one runs
-    // again. Not for a job that ends already (cancelled, or its failure stored): its session is being stopped.
-    if (!job.error && !job.cancelRequestedAt)
-      this.#o.active.track(this.#o.operations.resumeJob(this.operationParent(job, active)));
+    // again. For a job that ends already (cancelled, or its failure stored) they are cancelled first: resuming
+    // them then stops the scratch sessions an earlier process left running, and answers each call cancelled.
+    if (job.error || job.cancelRequestedAt) this.#o.operations.cancelJob(job.id);
+    this.#o.active.track(this.#o.operations.resumeJob(this.operationParent(job, active)));
   }
 
   /**
@@ -485,6 +486,11 @@ export class JobSessions {
       if (job.sessionId !== lost.sessionId) {
         // Its session renewed meanwhile (started afresh elsewhere): the old one's loss is not the new one's.
         active.lostHandled = false;
+        return;
+      }
+      // A job that ends already (cancelled, or its failure stored) is not started again elsewhere: it ends now.
+      if (job.error || job.cancelRequestedAt) {
+        await this.#o.finish(jobId, {});
         return;
       }
       if (job.state === "pending" && job.sandboxSeq === 0 && active.sandboxSeq === 0) {

@@ -157,8 +157,22 @@ export class OperationRunner {
     return controller.signal;
   }
 
-  /** Cancel every running operation of the job (the parent was cancelled or ended). */
+  /**
+   * Cancel every operation of the job (the parent was cancelled, broke a rule, or ended): those running, and
+   * any that would start later (a call resumed at a re-attach stops the scratch sessions an earlier process
+   * left, then is answered cancelled). Kept aborted until `forgetJob`.
+   */
   cancelJob(jobId: string): void {
+    let controller = this.#jobs.get(jobId);
+    if (!controller) {
+      controller = new AbortController();
+      this.#jobs.set(jobId, controller);
+    }
+    controller.abort();
+  }
+
+  /** The job ended: nothing of it is kept (its operations were cancelled when it ended). */
+  forgetJob(jobId: string): void {
     this.#jobs.get(jobId)?.abort();
     this.#jobs.delete(jobId);
   }

@@ -64,7 +64,7 @@ export type Trx = Transaction<Tables>;
 /**
  * The most rows one INSERT writes. A statement has at most 65,535 parameters on PostgreSQL and 32,766 on SQLite
  * (four a job event): a step of more events (a re-attach can replay a long outage's in one burst) failed at
- * every delivery. Each row count is a query shape compiled once (compiled-once.ts), so this also bounds those.
+ * every delivery.
  */
 const ROWS_PER_INSERT = 1_000;
 
