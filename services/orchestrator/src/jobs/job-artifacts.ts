@@ -1,7 +1,7 @@
 // A job's artifacts: the files its session handed back, stored under the
 // data directory (jobs/<id>/artifacts) as they arrive, so a restart or a
 // replica taking the job over after them loses none.
-import { mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import type { SessionArtifact } from "../sessions/session-runner.js";
 
@@ -16,26 +16,48 @@ export interface StoredArtifact {
  * Writes the artifacts under `home`. A name is reduced to its last part, so none lands outside the job's
  * folder; one that names no file there (".", "..", empty) is "artifact", a NUL, which no file name may
  * hold, is U+FFFD, and a name longer than a file system takes is cut: a name from a node must not make the
- * write fail every time it is delivered.
+ * write fail every time it is delivered. Two artifacts that end up with one name (two folders' `notes.md`, a
+ * later session's `changes.patch`) are kept apart as `notes (2).md` and so on: each event's path keeps the
+ * file it listed. A message delivered again finds its files as they were written, and writes nothing new.
  */
 export function storeArtifacts(home: string, jobId: string, artifacts: SessionArtifact[]): StoredArtifact[] {
   if (artifacts.length === 0) return [];
   const dir = path.join(home, "jobs", jobId, "artifacts");
   mkdirSync(dir, { recursive: true });
+  const taken = new Set<string>();
   return artifacts.map((a) => {
     const last = fitFileName(path.basename(a.name).replaceAll("\u0000", "\uFFFD"));
-    const name = last === "" || last === "." || last === ".." ? "artifact" : last;
+    const name = freeName(dir, last === "" || last === "." || last === ".." ? "artifact" : last, a.content, taken);
+    taken.add(name);
     const file = path.join(dir, name);
     writeFileSync(file, a.content);
     return { name, path: file, sizeBytes: BigInt(a.content.byteLength), mediaType: a.mediaType };
   });
 }
 
-/** Most file systems take names of up to 255 bytes; a longer one is cut to its first 200 (whole characters). */
+/**
+ * `name`, or `name (2)`, `name (3)`… (before its extension): the first not taken by another artifact of this
+ * message, that is either free or holds `content` already (this artifact, written at an earlier delivery).
+ */
+function freeName(dir: string, name: string, content: Uint8Array, taken: Set<string>): string {
+  const extension = path.extname(name);
+  const stem = name.slice(0, name.length - extension.length);
+  for (let n = 1; ; n++) {
+    const candidate = n === 1 ? name : `${stem} (${n})${extension}`;
+    if (taken.has(candidate)) continue;
+    const file = path.join(dir, candidate);
+    if (!existsSync(file) || Buffer.from(content).equals(readFileSync(file))) return candidate;
+  }
+}
+
+/**
+ * Most file systems take names of up to 255 bytes: a name of more than 240 is cut to its first 200 (whole
+ * characters), which leaves room for a " (2)" that keeps it apart from another.
+ */
 const MAX_FILE_NAME_BYTES = 200;
 
 function fitFileName(name: string): string {
-  if (Buffer.byteLength(name) <= 255) return name;
+  if (Buffer.byteLength(name) <= 240) return name;
   let cut = "";
   for (const character of name) {
     if (Buffer.byteLength(cut + character) > MAX_FILE_NAME_BYTES) break;
