@@ -631,5 +631,14 @@ void test("a call that comes after its job's operations were cancelled runs noth
   await extract(o, "rt-1").done;
   assert.equal(sandbox.started.length, 0);
   assert.match(o.answers[0]!.error, /^operation_cancelled: /);
+  // Ended: a call resumed or delivered after the end, by a re-attach that was under way, runs nothing either.
   o.runner.forgetJob("job_1");
+  await extract(o, "rt-2").done;
+  await o.runner.resumeJob(o.parent);
+  assert.equal(sandbox.started.length, 0);
+  // (The resume sends the recorded answers again, as it does at every re-attach.)
+  assert.deepEqual(
+    new Set(o.answers.map((a) => `${a.id} ${a.error.split(":")[0]}`)),
+    new Set(["rt-1 operation_cancelled", "rt-2 operation_cancelled"]),
+  );
 });

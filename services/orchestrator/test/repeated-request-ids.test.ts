@@ -298,6 +298,43 @@ void test("a harness that broke a rule, then wrote a completed result, behind a 
   }
 });
 
+void test("a broken rule whose write the database refused once is written when the request comes again, and the session is stopped", async () => {
+  // Before, the request delivered again found the rule broken in memory and only passed it: the rule was never
+  // stored, and a node that lets the session run on was never asked to stop it.
+  class RefusingOnce extends SqliteJobStore {
+    refused = 0;
+    override updateJob(id: string, patch: Parameters<SqliteJobStore["updateJob"]>[1]): Promise<JobRecord> {
+      if (patch.error && this.refused === 0) {
+        this.refused++;
+        return Promise.reject(Object.assign(new Error("database is locked"), { code: "SQLITE_BUSY" }));
+      }
+      return super.updateJob(id, patch);
+    }
+  }
+  const refusing = new RefusingOnce({ file: path.join(home, "orchestrator.db") });
+  const stubborn = new HostileSandbox({ ignoreCancel: true });
+  const runner = inProcessJobRunner({
+    stack: t,
+    store: refusing,
+    home,
+    sandboxUrl: await stubborn.listen(),
+    name: "orchestrator-repeated-ids-refused",
+  });
+  try {
+    const job = await runner.runAgent({ agent: "repeater", input: "repeat-id-then-wait" });
+    assert.equal(
+      await eventually(async () => stubborn.cancelRequested(job.sessionId), "the node asked to stop"),
+      repeatedId,
+    );
+    assert.equal(refusing.refused, 1);
+    assert.equal((await store.getJob(job.id))?.error, repeatedId, "the rule broken is stored");
+  } finally {
+    await stubborn.close();
+    await runner.close();
+    await refusing.close();
+  }
+});
+
 void test("behind the real sandbox, a repeated call id fails the job the same way", async () => {
   const done = await runToEnd(t.stack.urls.sandbox, "repeat-call");
   assert.equal(done.state, "failed");

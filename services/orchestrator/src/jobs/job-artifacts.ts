@@ -1,8 +1,9 @@
 // A job's artifacts: the files its session handed back, stored under the
 // data directory (jobs/<id>/artifacts) as they arrive, so a restart or a
 // replica taking the job over after them loses none.
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
+import { replaceFile } from "../replace-file.js";
 import type { SessionArtifact } from "../sessions/session-runner.js";
 
 export interface StoredArtifact {
@@ -30,7 +31,9 @@ export function storeArtifacts(home: string, jobId: string, artifacts: SessionAr
     const name = freeName(dir, last === "" || last === "." || last === ".." ? "artifact" : last, a.content, taken);
     taken.add(name);
     const file = path.join(dir, name);
-    writeFileSync(file, a.content);
+    // Whole or not at all: a partial file (a full disk) would hold other content when the message comes again,
+    // and that delivery would write a "(2)" beside it.
+    replaceFile(file, a.content);
     return { name, path: file, sizeBytes: BigInt(a.content.byteLength), mediaType: a.mediaType };
   });
 }
@@ -46,7 +49,13 @@ function freeName(dir: string, name: string, content: Uint8Array, taken: Set<str
     const candidate = n === 1 ? name : `${stem} (${n})${extension}`;
     if (taken.has(candidate)) continue;
     const file = path.join(dir, candidate);
-    if (!existsSync(file) || Buffer.from(content).equals(readFileSync(file))) return candidate;
+    const size = statSync(file, { throwIfNoEntry: false })?.size;
+    if (size === undefined) return candidate;
+    if (
+      size === content.byteLength &&
+      Buffer.from(content.buffer, content.byteOffset, content.byteLength).equals(readFileSync(file))
+    )
+      return candidate;
   }
 }
 

@@ -563,9 +563,9 @@ export class JobRunner {
       case "permissionRequest": {
         const job = (await this.#o.store.getJob(jobId))!;
         // The job fails already, its session asked to stop when that was found (or when this process took the
-        // job up after a restart: #watchResumed): nothing more of it is decided, and the node is not asked again.
+        // job up after a restart: #watchResumed): nothing more of it is decided.
         if (active.violation || storedFailure(job)) {
-          await this.#o.store.updateJob(jobId, patch);
+          await this.#passEnding(job, active, patch);
           return;
         }
         const offered = this.#served(job)?.tools.some((t) => t.name === e.value.tool) ?? false;
@@ -587,16 +587,15 @@ export class JobRunner {
         // session is being stopped: the call is answered as an error, with nothing run or recorded. An operation
         // would run a scratch session for nothing, and a graph manager's decision would still steer its graph.
         if (active.violation || job.error) {
-          await this.#o.store.updateJob(jobId, patch);
-          await active.channel
-            ?.answerRuntimeTool(
-              create(RuntimeToolResultSchema, {
-                id: e.value.id,
-                isError: true,
-                error: `job_ending: ${e.value.name} was not run: the job is ending (cancelled, or failed), and its session is being stopped`,
-              }),
-            )
-            .catch(() => undefined);
+          // Answered before the seq passes the call: an answer lost with a broken stream is given at the re-attach.
+          await active.channel?.answerRuntimeTool(
+            create(RuntimeToolResultSchema, {
+              id: e.value.id,
+              isError: true,
+              error: `job_ending: ${e.value.name} was not run: the job is ending (cancelled, or failed), and its session is being stopped`,
+            }),
+          );
+          await this.#passEnding(job, active, patch);
           return;
         }
         const served = this.#served(job);
@@ -630,6 +629,15 @@ export class JobRunner {
       default:
         throw new Error(`a session's ${e.case ?? "empty"} event only appends to its job`);
     }
+  }
+
+  /**
+   * A message of a job that ends already, passed with its seq. A rule broken whose write failed (the message that
+   * broke it comes again, or a later one does) is written now, and the session asked to stop.
+   */
+  async #passEnding(job: JobRecord, active: ActiveJob, patch: JobPatch): Promise<void> {
+    if (active.violation && !job.error) await this.#stopSession(job, active, active.violation, patch);
+    else await this.#o.store.updateJob(job.id, patch);
   }
 
   /** The harness broke a rule: its session is stopped now, and the job fails with the rule when its stream ends (#finish). */
@@ -731,6 +739,7 @@ export class JobRunner {
   /** End the job: state from the result (or the failure), waiting calls closed, token revoked. */
   async #finish(jobId: string, options: { failure?: string }): Promise<void> {
     const job = await this.#endJob(jobId, options);
+    // Not when the end threw: a lease lost meanwhile leaves the job to its new owner, this replica perhaps.
     this.#operations.forgetJob(jobId);
     // Ended (now or before): its node's slot is free, and nobody is to take it over.
     if (job)

@@ -119,6 +119,9 @@ interface EventBase {
   agentVersion: string;
 }
 
+/** How many ended jobs' ids the runner keeps to refuse their late operations (a few hundred kilobytes). */
+const ENDED_JOBS_KEPT = 10_000;
+
 /** The abort reason of operations whose job this replica no longer runs (`abandonJob`). */
 const ABANDONED = Symbol("abandoned by this replica");
 
@@ -128,6 +131,8 @@ export class OperationRunner {
   readonly #validators = new Map<string, ValidateFunction>();
   /** Per parent job: aborting it cancels the job's running operations. */
   readonly #jobs = new Map<string, AbortController>();
+  /** Jobs that ended here, oldest first (forgetJob). */
+  readonly #ended = new Set<string>();
   /** Scratch session ids this process started, to refuse calls they make. */
   readonly #scratch = new Set<string>();
   /**
@@ -149,6 +154,8 @@ export class OperationRunner {
   }
 
   #signal(jobId: string): AbortSignal {
+    // Ended: a call resumed or delivered after the end (its re-attach was under way) runs nothing.
+    if (this.#ended.has(jobId)) return AbortSignal.abort();
     let controller = this.#jobs.get(jobId);
     if (!controller) {
       controller = new AbortController();
@@ -163,6 +170,7 @@ export class OperationRunner {
    * left, then is answered cancelled). Kept aborted until `forgetJob`.
    */
   cancelJob(jobId: string): void {
+    if (this.#ended.has(jobId)) return;
     let controller = this.#jobs.get(jobId);
     if (!controller) {
       controller = new AbortController();
@@ -171,10 +179,15 @@ export class OperationRunner {
     controller.abort();
   }
 
-  /** The job ended: nothing of it is kept (its operations were cancelled when it ended). */
+  /**
+   * The job ended: its operations are cancelled, and any that would start later runs nothing. Its id is kept
+   * among the last ENDED_JOBS_KEPT ended, long past the few seconds a re-attach under way at its end can take.
+   */
   forgetJob(jobId: string): void {
     this.#jobs.get(jobId)?.abort();
     this.#jobs.delete(jobId);
+    this.#ended.add(jobId);
+    if (this.#ended.size > ENDED_JOBS_KEPT) this.#ended.delete(this.#ended.values().next().value!);
   }
 
   /**
