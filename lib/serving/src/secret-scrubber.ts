@@ -104,6 +104,14 @@ function readCharacter(text: string, at: number): number {
   return escape ? escape.code * 8 + (escape.end - at) : code * 8 + 1;
 }
 
+/** Readings back at their start: a gap longer than MAX_GAP ends every run. */
+function restart(matches: readonly KeyMatch[]): void {
+  for (const match of matches) {
+    match.state = 0;
+    match.length = 0;
+  }
+}
+
 /**
  * Buffers every scan writes into, grown as needed. A scan's result is read
  * before the next scan starts (scans are synchronous and never nested), and
@@ -165,12 +173,7 @@ function scan(options: {
     }
     if (isGap(code)) {
       gap += 1;
-      if (gap === MAX_GAP + 1) {
-        for (const match of matches) {
-          match.state = 0;
-          match.length = 0;
-        }
-      }
+      if (gap === MAX_GAP + 1) restart(matches);
       i = next;
       continue;
     }
@@ -212,20 +215,25 @@ function neighbourPairs(secrets: readonly string[]): Uint8Array {
 const NO_PAIRS = new Uint8Array(0);
 
 /**
- * False only when the text cannot hold a run of 8 or more key characters: a
- * run is 7 neighbouring pairs in a row that are all pairs of a secret, read
- * through white space and escapes as the scan reads them. A key's hundred
- * or so pairs are a few of the thousands a text's characters form, so an
- * ordinary text fails within a character or two of every start, and this
- * loop (a table lookup per character) is what most streamed events cost
- * instead of the automaton's steps (issue 24). Pairs that share their low
- * bytes, and a gap long enough to end a run, only make it answer true more
- * often: the scan then decides.
+ * -1 when the text may hold a run of 8 or more key characters; otherwise
+ * where the trailing run of neighbouring key pairs begins (the text's length
+ * when it has no character but white space), before which no run of key
+ * characters can reach the text's end. A run is 7 neighbouring pairs in a
+ * row that are all pairs of a secret, read through white space and escapes
+ * as the scan reads them. A key's hundred or so pairs are a few of the
+ * thousands a text's characters form, so an ordinary text fails within a
+ * character or two of every start, and this loop (a table lookup per
+ * character) is what most streamed events cost instead of the automaton's
+ * steps (issue 24). Pairs that share their low bytes, and a gap long enough
+ * to end a run, only make it answer -1 more often, or the trailing run
+ * start earlier: the scan then decides.
  */
-function mayHoldRun(text: string, pairs: Uint8Array): boolean {
+function trailingPairRun(text: string, pairs: Uint8Array): number {
   let previous = -1;
   let run = 0;
+  let runStart = text.length;
   for (let i = 0; i < text.length;) {
+    const at = i;
     let code = text.charCodeAt(i);
     if (code === BACKSLASH) {
       const read = readCharacter(text, i);
@@ -237,13 +245,14 @@ function mayHoldRun(text: string, pairs: Uint8Array): boolean {
     if (isGap(code)) continue;
     if (previous >= 0 && pairs[((previous & 0xff) << 8) | (code & 0xff)] === 1) {
       run += 1;
-      if (run === MIN_FRAGMENT - 1) return true;
+      if (run === MIN_FRAGMENT - 1) return -1;
     } else {
       run = 0;
+      runStart = at;
     }
     previous = code;
   }
-  return false;
+  return runStart;
 }
 
 /**
@@ -259,12 +268,7 @@ function holdsRun(text: string, automata: readonly KeyAutomaton[]): boolean {
     i += read & 7;
     if (isGap(code)) {
       gap += 1;
-      if (gap === MAX_GAP + 1) {
-        for (const match of matches) {
-          match.state = 0;
-          match.length = 0;
-        }
-      }
+      if (gap === MAX_GAP + 1) restart(matches);
       continue;
     }
     gap = 0;
@@ -314,6 +318,12 @@ function render(options: { text: string; found: Scan; end: number; afterCovered:
  */
 export class HeldTextScrubber {
   readonly #automata: readonly KeyAutomaton[];
+  readonly #pairs: Uint8Array;
+  /** Where the characters of a text's trailing run start, and a reading per key: reused by every delta. */
+  readonly #trailingStarts = new Int32Array(MIN_FRAGMENT - 1);
+  readonly #matches: KeyMatch[];
+  /** What the last push sent was plain (see `sentPlain`). */
+  #sentPlain = false;
   /** Received, not yet sent: starts right after the last character sent. */
   #held = "";
   /** Covered flags of the held non-gap characters, from the scans that saw their run. */
@@ -321,14 +331,27 @@ export class HeldTextScrubber {
   /** The last character sent was covered, with nothing sent after it. */
   #afterCovered = false;
 
-  constructor(automata: readonly KeyAutomaton[]) {
-    this.#automata = automata;
+  constructor(options: { automata: readonly KeyAutomaton[]; pairs: Uint8Array }) {
+    this.#automata = options.automata;
+    this.#pairs = options.pairs;
+    this.#matches = options.automata.map(() => ({ state: 0, length: 0 }));
   }
 
   /** The part of the text so far that can be sent now, scrubbed. */
   push(delta: string): string {
     if (this.#automata.length === 0) return delta;
     const text = this.#held + delta;
+    if (this.#carried === undefined && !text.includes("\\")) {
+      const end = this.#cleanEnd(text);
+      if (end >= 0) {
+        this.#held = text.slice(end);
+        // Nothing sent leaves the last character sent where it was (a run it ended may go on).
+        if (end > 0) this.#afterCovered = false;
+        this.#sentPlain = true;
+        return text.slice(0, end);
+      }
+    }
+    this.#sentPlain = false;
     const found = scan({ text, automata: this.#automata, carried: this.#carried, streaming: true });
     const holdFrom = found.count - found.tail;
     const end =
@@ -341,6 +364,57 @@ export class HeldTextScrubber {
         ? found.covered.slice(holdFrom, found.count)
         : undefined;
     return out;
+  }
+
+  /**
+   * Whether what the last `push` returned holds no run of key characters and
+   * no backslash: written as a JSON string, a scan of that string (which
+   * reads one level of escapes) reads exactly its characters, and finds no
+   * run in it either (FramedTextScrubber's `plainTextEnd`).
+   */
+  get sentPlain(): boolean {
+    return this.#sentPlain;
+  }
+
+  /**
+   * Where the text's part that can go now ends, when the text holds no run
+   * of 8 (else -1, and the whole scan decides): only its trailing run of
+   * neighbouring key pairs can be the start of one, so only that is read by
+   * the automata, for the run of key characters the text ends with. Nearly
+   * every delta is one, and scanning all of it, held part and all, was the
+   * largest part of what a streamed event's scrub cost (issue 24). Only for
+   * a text without a backslash: each character is itself, so white space
+   * before the trailing run is found by reading backwards.
+   */
+  #cleanEnd(text: string): number {
+    const from = trailingPairRun(text, this.#pairs);
+    if (from < 0) return -1;
+    // The trailing run is at most 7 characters (7 pairs would be 8): read without a scan's bookkeeping.
+    const matches = this.#matches;
+    restart(matches);
+    const starts = this.#trailingStarts;
+    let count = 0;
+    let gap = 0;
+    for (let i = from; i < text.length; i += 1) {
+      const code = text.charCodeAt(i);
+      if (isGap(code)) {
+        gap += 1;
+        if (gap === MAX_GAP + 1) restart(matches);
+        continue;
+      }
+      if (count === starts.length) return -1;
+      gap = 0;
+      starts[count] = i;
+      count += 1;
+      for (let s = 0; s < matches.length; s += 1) this.#automata[s]!.step(matches[s]!, code);
+    }
+    let tail = 0;
+    for (const match of matches) tail = Math.max(tail, match.length);
+    if (tail === 0) return text.length;
+    // What went before the held run goes; the white space between them is held with it.
+    let end = starts[count - tail]!;
+    while (end > 0 && isGap(text.charCodeAt(end - 1))) end -= 1;
+    return end;
   }
 
   /** What is still held, scrubbed: the text ended. */
@@ -426,10 +500,18 @@ export class FramedTextScrubber {
 
   /**
    * `event` scrubbed as text; `textStart` is where its one JSON string begins
-   * (its opening quote), and `counter`, when given, the span before it that
-   * may differ from the last event's.
+   * (its opening quote). `counter`, when given, is the span before it that
+   * may differ from the last event's. `plainTextEnd`, when given, is where
+   * that string ends (after its closing quote) when its text is one a
+   * HeldTextScrubber sent as plain (`sentPlain`): then only what follows it
+   * is read, the string being known to hold no run.
    */
-  scrub(event: string, textStart: number, counter?: TextSpan): string {
+  scrub(
+    event: string,
+    textStart: number,
+    place: { counter?: TextSpan | undefined; plainTextEnd?: number | undefined } = {},
+  ): string {
+    const { counter } = place;
     if (!this.#quotesEndRuns || event.charCodeAt(textStart) !== QUOTE) return this.#text(event);
     if (!this.#repeatsHead(event, textStart, counter)) {
       const scrubbed = this.#text(event);
@@ -439,7 +521,7 @@ export class FramedTextScrubber {
       }
       return scrubbed;
     }
-    const rest = event.slice(textStart);
+    const rest = event.slice(place.plainTextEnd ?? textStart);
     return this.#text(rest) === rest ? event : this.#text(event);
   }
 
@@ -486,7 +568,7 @@ export function createScrubber(secrets: string | undefined | readonly (string | 
   }
   // Without a secret nothing is scanned: no table (a scrubber of nothing is made per call).
   const pairs = visibleSecrets.length === 0 ? NO_PAIRS : neighbourPairs(visibleSecrets);
-  const holdsAnyRun = (value: string): boolean => mayHoldRun(value, pairs) && holdsRun(value, automata);
+  const holdsAnyRun = (value: string): boolean => trailingPairRun(value, pairs) < 0 && holdsRun(value, automata);
   const text = (value: string): string => {
     if (automata.length === 0 || value.length < MIN_FRAGMENT || !holdsAnyRun(value)) return value;
     const found = scan({ text: value, automata, streaming: false });
@@ -512,7 +594,7 @@ export function createScrubber(secrets: string | undefined | readonly (string | 
       // text for what parsing hides (a property a later duplicate replaced).
       return scrubbed === parsed ? text(document) : JSON.stringify(scrubbed);
     },
-    held: () => new HeldTextScrubber(automata),
+    held: () => new HeldTextScrubber({ automata, pairs }),
     framed: () => new FramedTextScrubber({ text, quotesEndRuns: !visibleSecrets.some((s) => s.includes('"')) }),
   };
 }

@@ -122,13 +122,24 @@ function head(values: readonly string[], counter: string): { before: string; cou
   return { before, counter: { start, end: start + counter.length } };
 }
 
-void test("a stream's events come out of the framed scrubber exactly as scrubbing each whole event makes them", () => {
+/**
+ * Random streams through the framed scrubber, each event compared with
+ * scrubbing it whole; `throughHeld`: each event's text is what a held
+ * scrubber of the stream's text sends, and its end is told when sent plain.
+ */
+function framedAgainstWhole(options: { seed: number; throughHeld: boolean }): {
+  redacted: number;
+  counted: number;
+  plain: number;
+} {
   const scrubber = createScrubber(KEY);
-  const random = seeded(42);
+  const random = seeded(options.seed);
   let redacted = 0;
   let counted = 0;
+  let plain = 0;
   for (let stream = 0; stream < 600; stream += 1) {
     const framed = scrubber.framed();
+    const held = scrubber.held();
     const values = Array.from({ length: 1 + Math.floor(random() * 4) }, () => value(random));
     // Most streams say where their counter lies (the reader of Responses events does); some do not.
     const tellsCounter = random() < 0.7;
@@ -139,19 +150,120 @@ void test("a stream's events come out of the framed scrubber exactly as scrubbin
       const counterText =
         random() < 0.15 ? KEY.slice(3, 3 + Math.floor(random() * 12)).replaceAll("-", "") : String(sequence);
       const { before, counter } = head(values, counterText);
-      const text = random() < 0.2 ? KEY.slice(0, Math.floor(random() * 14)) : value(random);
+      const came = random() < 0.2 ? KEY.slice(0, Math.floor(random() * 14)) : value(random);
+      const text = options.throughHeld ? held.push(came) : came;
+      if (options.throughHeld && text === "") continue;
+      const string = JSON.stringify(text);
       const tail = random() < 0.5 ? "}\n\n" : `,"obfuscation":"${value(random)}"}\n\n`;
-      const event = before + JSON.stringify(text) + tail;
+      const event = before + string + tail;
       const expected = scrubber.text(event);
       if (expected !== event) redacted += 1;
       if (tellsCounter) counted += 1;
-      const out = tellsCounter ? framed.scrub(event, before.length, counter) : framed.scrub(event, before.length);
+      const plainTextEnd = options.throughHeld && held.sentPlain ? before.length + string.length : undefined;
+      if (plainTextEnd !== undefined) plain += 1;
+      const out = framed.scrub(event, before.length, { counter: tellsCounter ? counter : undefined, plainTextEnd });
       assert.equal(out, expected, `stream ${stream}, event ${sequence}: ${event}`);
     }
   }
+  return { redacted, counted, plain };
+}
+
+void test("a stream's events come out of the framed scrubber exactly as scrubbing each whole event makes them", () => {
+  const { redacted, counted } = framedAgainstWhole({ seed: 42, throughHeld: false });
   // The streams did plant whole runs, in frames, counters and texts, so the comparison covers scrubbing too.
   assert.ok(redacted > 150, `only ${redacted} events held a run`);
   assert.ok(counted > 10_000, `only ${counted} events told their counter`);
+});
+
+void test("events whose text a held scrubber sent plain, read only after their text, come out as scrubbed whole", () => {
+  const { redacted, plain } = framedAgainstWhole({ seed: 43, throughHeld: true });
+  // Runs still arrive in frames, counters and what follows the texts; most texts go plain.
+  assert.ok(redacted > 100, `only ${redacted} events held a run`);
+  assert.ok(plain > 2_500, `only ${plain} texts were sent plain`);
+});
+
+void test("a text with a backslash is never sent plain: its event reads its escapes one level less", () => {
+  // A key with what a JSON escape's letters look like: read through the escape, the text holds 4 of
+  // its characters; read as its event carries it (the backslash escaped), 12 in a row.
+  const key = "Qxu0041bcdefghPz";
+  const scrubber = createScrubber(key);
+  const held = scrubber.held();
+  const sent = held.push("\\u0041bcdefgh.") + held.flush();
+  assert.equal(sent, "\\u0041bcdefgh.");
+  assert.equal(held.sentPlain, false);
+  const before = 'data: {"delta":';
+  const framed = scrubber.framed();
+  assert.equal(framed.scrub(`${before}"clean"}\n\n`, before.length), `${before}"clean"}\n\n`);
+  const event = `${before}${JSON.stringify(sent)}}\n\n`;
+  const out = framed.scrub(event, before.length, { plainTextEnd: held.sentPlain ? event.length - 3 : undefined });
+  assert.equal(out, scrubber.text(event));
+  assert.ok(out.includes(REDACTED), out);
+});
+
+/** The white space the held-text tests below write: spaces, a newline, a tab and a zero-width space. */
+const isTestGap = (char: string): boolean => /^[ \n\t\u200b]$/.test(char);
+
+/**
+ * What a held scrubber sends of `text` (what it held, then the delta: no
+ * backslash, no run of 8), by brute force: all of it but the longest run of
+ * key characters it ends with (read through white space, a gap of more than
+ * 32 ending a run), and the white space before that run.
+ */
+function sentOf(text: string, key: string): string {
+  const at: number[] = [];
+  for (let i = 0; i < text.length; i += 1) if (!isTestGap(text[i]!)) at.push(i);
+  if (at.length === 0 || text.length - 1 - at.at(-1)! > 32) return text;
+  let tail = 0;
+  for (let length = 1; length <= Math.min(at.length, 7); length += 1) {
+    const chars = at.slice(-length);
+    if (length > 1 && chars[1]! - chars[0]! - 1 > 32) break;
+    if (!key.includes(chars.map((i) => text[i]).join(""))) break;
+    tail = length;
+  }
+  if (tail === 0) return text;
+  let end = at[at.length - tail]!;
+  while (end > 0 && isTestGap(text[end - 1]!)) end -= 1;
+  return text.slice(0, end);
+}
+
+void test("a held text sends all but the run of key characters it ends with, delta by delta", () => {
+  const scrubber = createScrubber(KEY);
+  const random = seeded(11);
+  const gaps = [" ", "\n", "\t", "\u200b", " ".repeat(33), " ".repeat(32)];
+  let held = 0;
+  let plain = 0;
+  let pushes = 0;
+  for (let round = 0; round < 2_000; round += 1) {
+    let text = "";
+    for (let i = 0; i < 2 + Math.floor(random() * 8); i += 1) {
+      const roll = random();
+      if (roll < 0.4) {
+        const start = Math.floor(random() * (KEY.length - 7));
+        text += KEY.slice(start, start + 1 + Math.floor(random() * 7));
+      } else if (roll < 0.7) text += gaps[Math.floor(random() * gaps.length)]!;
+      else text += ["the", "answer", "is", "ok.", "Zq", "api", "\u{1F600}", "é"][Math.floor(random() * 8)]!;
+    }
+    if (leaks(text).length > 0) continue;
+    const scrubbing = scrubber.held();
+    let sent = "";
+    let waiting = "";
+    for (let at = 0; at < text.length;) {
+      const delta = text.slice(at, at + 1 + Math.floor(random() * 6));
+      at += delta.length;
+      const expected = sentOf(waiting + delta, KEY);
+      assert.equal(scrubbing.push(delta), expected, `round ${round}, after ${at} of ${JSON.stringify(text)}`);
+      // The quick reading decides most pushes; a text it cannot clear is scanned whole, to the same end.
+      if (scrubbing.sentPlain) plain += 1;
+      pushes += 1;
+      sent += expected;
+      waiting = (waiting + delta).slice(expected.length);
+      if (waiting !== "") held += 1;
+    }
+    assert.equal(sent + scrubbing.flush(), text);
+  }
+  // Most deltas end in characters of the key: the comparison covers holding back, not only sending.
+  assert.ok(held > 2_000, `only ${held} pushes held text back`);
+  assert.ok(plain > pushes * 0.8, `only ${plain} of ${pushes} pushes were sent plain`);
 });
 
 void test("a key that arrives in a counter's stretch is scrubbed, though the events around it were clean", () => {
@@ -167,15 +279,15 @@ void test("a key that arrives in a counter's stretch is scrubbed, though the eve
     ["2", " there"],
   ] as const) {
     const e = event(counter, text);
-    assert.equal(framed.scrub(e.event, e.before.length, e.counter), e.event);
+    assert.equal(framed.scrub(e.event, e.before.length, { counter: e.counter }), e.event);
   }
   const leaking = event(KEY.slice(3, 20), "!");
-  const out = framed.scrub(leaking.event, leaking.before.length, leaking.counter);
+  const out = framed.scrub(leaking.event, leaking.before.length, { counter: leaking.counter });
   assert.ok(!out.includes(KEY.slice(3, 11)), out);
   assert.ok(out.includes(REDACTED), out);
   // The next event's counter is a number again: its frame is read again, and it goes out whole.
   const after = event("4", "!");
-  assert.equal(framed.scrub(after.event, after.before.length, after.counter), after.event);
+  assert.equal(framed.scrub(after.event, after.before.length, { counter: after.counter }), after.event);
 });
 
 void test("a key that arrives in the frame of a later event is scrubbed, though the events before it were clean", () => {

@@ -193,8 +193,9 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
     const text = readChatTextDelta(event);
     if (text) {
       // One choice's next text, and nothing else: held back or let go, spliced where it lies.
-      const sent = this.#channel(text.index, text.field, { kind: "field", field: text.field }).held.push(text.text);
-      return withSentText(event, text, { came: text.text, sent });
+      const { held } = this.#channel(text.index, text.field, { kind: "field", field: text.field });
+      const sent = held.push(text.text);
+      return withSentText(event, text, { came: text.text, sent, plain: held.sentPlain });
     }
     const data = sseData(event);
     if (data !== undefined && data.trim() === "[DONE]") return this.#flushAll() + event;

@@ -45,9 +45,7 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
 
   push(event: string): string {
     const out = this.rewrite(event);
-    return typeof out === "string"
-      ? this.scrubber.text(out)
-      : this.#framed.scrub(out.event, out.textStart, out.counter);
+    return typeof out === "string" ? this.scrubber.text(out) : this.#framed.scrub(out.event, out.textStart, out);
   }
 
   /**
@@ -87,7 +85,7 @@ export abstract class DeltaStreamScrubber implements StreamScrubber {
     const sent = text.held.push(value);
     // Nothing of this delta may go yet: the client gets it with the next one.
     if (sent === "") return "";
-    if (!("parsed" in read)) return withSentText(event, read, { came: value, sent });
+    if (!("parsed" in read)) return withSentText(event, read, { came: value, sent, plain: text.held.sentPlain });
     if (sent === value) return event;
     return withStringMember(event, read.field, value, sent) ?? withData(event, text.withText(read.parsed, sent));
   }

@@ -48,11 +48,15 @@ function placeOf(token: string, textStart: number): TextPlace {
   return { textStart, textEnd: textStart + token.length, text: decode(token) };
 }
 
-/** An event that carries one streamed text, where that text's JSON string begins in it, and its counter when it has one. */
+/**
+ * An event that carries one streamed text, where that text's JSON string begins in it, and its
+ * counter when it has one; where the string ends when its text was sent plain (`HeldTextScrubber.sentPlain`).
+ */
 export interface TextEvent {
   event: string;
   textStart: number;
   counter?: TextSpan | undefined;
+  plainTextEnd?: number | undefined;
 }
 
 /** Where a text's JSON string lies in its event, and the event's counter when it has one. */
@@ -61,12 +65,23 @@ export type TextPlacement = Pick<TextPlace, "textStart" | "textEnd"> & { counter
 /**
  * The event carrying `sent` in place of its text `came`, whose JSON string
  * lies at `place`: the event as it came when the two are the same. Only the
- * string changes, so the counter stays where it was.
+ * string changes, so the counter stays where it was. `plain`: the text was
+ * sent plain, so the string's end is told.
  */
-export function withSentText(event: string, place: TextPlacement, text: { came: string; sent: string }): TextEvent {
+export function withSentText(
+  event: string,
+  place: TextPlacement,
+  text: { came: string; sent: string; plain: boolean },
+): TextEvent {
   const { textStart, textEnd, counter } = place;
-  if (text.sent === text.came) return { event, textStart, counter };
-  return { event: event.slice(0, textStart) + JSON.stringify(text.sent) + event.slice(textEnd), textStart, counter };
+  if (text.sent === text.came) return { event, textStart, counter, plainTextEnd: text.plain ? textEnd : undefined };
+  const string = JSON.stringify(text.sent);
+  return {
+    event: event.slice(0, textStart) + string + event.slice(textEnd),
+    textStart,
+    counter,
+    plainTextEnd: text.plain ? textStart + string.length : undefined,
+  };
 }
 
 /** What a split expression matched: the event's head, and its text's string with what follows. */
