@@ -66,5 +66,5 @@ export {
   serviceIdentityEnv,
 } from "./auth/stack-credentials.js";
 export type { StackCredentials } from "./auth/stack-credentials.js";
-export { createScrubber, scrubSecret, REDACTED } from "./secret-scrubber.js";
+export { createScrubber, scanReadsStrings, scrubSecret, REDACTED } from "./secret-scrubber.js";
 export type { FramedTextScrubber, HeldTextScrubber, SecretScrubber, TextSpan } from "./secret-scrubber.js";

@@ -582,7 +582,7 @@ export function createScrubber(secrets: string | undefined | readonly (string | 
       // Without an escaped backslash, each decoded string is its raw characters read through one
       // level of escapes, which is how the raw text is scanned: no run in the raw text means none
       // in any string, and the document goes out as it came without being parsed.
-      if (!ESCAPED_BACKSLASH.test(document) && !holdsAnyRun(document)) return document;
+      if (scanReadsStrings(document) && !holdsAnyRun(document)) return document;
       let parsed: unknown;
       try {
         parsed = JSON.parse(document);
@@ -625,6 +625,17 @@ function scrubValue(value: unknown, scrub: (text: string) => string): unknown {
 
 /** `\\` or `\u005c`: a JSON escape that decodes to a backslash, so a decoded string may hold escapes of its own. */
 const ESCAPED_BACKSLASH = /\\\\|\\u005[cC]/;
+
+/**
+ * True when scrubbing the JSON text as text reads each of its strings as
+ * decoded: without an escaped backslash, a decoded string is its raw
+ * characters read through one level of escapes, which is how the scan reads
+ * them, so `text` finds every run `json` would (only the marker's place
+ * differs: in the text as it came, not in the document written again).
+ */
+export function scanReadsStrings(document: string): boolean {
+  return !ESCAPED_BACKSLASH.test(document);
+}
 
 /** Replace the key and every run of at least 8 of its characters found in `text`. */
 export function scrubSecret(text: string, secret: string | undefined): string {

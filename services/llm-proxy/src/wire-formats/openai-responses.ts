@@ -9,6 +9,7 @@
 // reasoning and its summary, function call arguments, custom tool input), one
 // text per output item and content part; the other events repeat whole texts
 // (a text's `.done`, the output item, the final response).
+import { scanReadsStrings } from "@oz0/serving";
 import type { TokenUsage } from "../proxy-store.js";
 import { OPENAI_FORWARDED_HEADERS, openAiErrorBody } from "./openai-chat-completions.js";
 import { sseData } from "../sse-event-splitter.js";
@@ -155,9 +156,14 @@ class ResponsesStreamScrubber extends DeltaStreamScrubber {
     return key;
   }
 
-  /** The event with each string of its data scrubbed as its decoded text. */
+  /**
+   * The event with each string of its data scrubbed as its decoded text. Every event is scrubbed as
+   * text on its way out (`push`), which is that scrub when no string's escapes hide a second level:
+   * such an event is not read twice (the four that repeat a whole text were a fifth of a stream's work).
+   */
   #wholeStrings(event: string): string {
     const data = sseData(event)!;
+    if (scanReadsStrings(data)) return event;
     const scrubbed = this.scrubber.json(data);
     return scrubbed === data ? event : withDataText(event, scrubbed);
   }
