@@ -10,6 +10,7 @@
 // (`node_modules/@oz0/serving` with `package.json` and `dist`, beside
 // `llm-proxy`; link that package's `node_modules` too).
 //   node --import tsx bench/llm-proxy-stream-work.ts [--answer-chars 2000] [--streams 500] [--rounds 8] [--baseline-dir DIR]
+//     [--wires anthropic,openai,openai-responses]
 import { createRequire } from "node:module";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -23,6 +24,7 @@ const options = benchOptions({
   streams: { type: "number", default: 500 },
   rounds: { type: "number", default: 8 },
   "baseline-dir": { type: "string", default: "" },
+  wires: { type: "string", default: "anthropic,openai,openai-responses" },
 });
 
 /** The key the proxy would hold, of an Anthropic key's length and alphabet: its hundred-odd pairs are what the scrub's quick reading looks for. */
@@ -78,7 +80,7 @@ if (options["baseline-dir"]) {
 const SENTENCE =
   "The scripted upstream answers every call with this sentence, which is about a hundred characters long. ";
 const ANSWER = SENTENCE.repeat(Math.ceil(options["answer-chars"] / SENTENCE.length)).slice(0, options["answer-chars"]);
-const WIRES = [
+const ALL_WIRES = [
   { format: "anthropic", path: "/v1/messages", body: { model: "m", max_tokens: 8192, stream: true } },
   {
     format: "openai",
@@ -87,6 +89,9 @@ const WIRES = [
   },
   { format: "openai-responses", path: "/v1/responses", body: { model: "m", max_output_tokens: 8192, stream: true } },
 ];
+
+const WIRES = ALL_WIRES.filter((wire) => options.wires.split(",").includes(wire.format));
+if (WIRES.length === 0) throw new Error(`--wires: name one or more of ${ALL_WIRES.map((w) => w.format).join(", ")}`);
 
 const report = startReport("llm-proxy-stream-work");
 const model = await startScriptedModel({
@@ -111,7 +116,7 @@ for (const wire of WIRES) {
 await model.close();
 
 /** One stream through a build's meter and scrubber, as forwardStream reads it; the bytes that would go out. */
-function streamThrough(build: Build, wire: (typeof WIRES)[number]): number {
+function streamThrough(build: Build, wire: (typeof ALL_WIRES)[number]): number {
   const format = build.formats.find((f) => f.name === wire.format)!;
   const body = wire.body as Record<string, unknown>;
   const meter = format.calls.readRequest({ field: (name) => body[name] }).streamMeter();
@@ -128,7 +133,7 @@ function streamThrough(build: Build, wire: (typeof WIRES)[number]): number {
 }
 
 /** The floor: the same bytes split into events, nothing read in them. */
-function splitOnly(build: Build, wire: (typeof WIRES)[number]): number {
+function splitOnly(build: Build, wire: (typeof ALL_WIRES)[number]): number {
   const splitter = new build.Splitter();
   let out = 0;
   for (const chunk of streams.get(wire.format)!) for (const event of splitter.push(chunk)) out += event.length;
