@@ -8,20 +8,29 @@ import { toKafkaMessage } from "@oz0/events";
 import {
   crc32c,
   encodeRecord,
+  frameRequest,
   groupByPartition,
   KAFKAJS_CRC32C,
   REPLACED_VERSION,
   KAFKAJS_GROUPING,
   KAFKAJS_MURMUR2,
+  KAFKAJS_PRODUCE_REQUEST,
+  KAFKAJS_REQUEST_FRAME,
   KAFKAJS_RECORD,
   KAFKAJS_RECORD_BATCH,
   KAFKAJS_REQUEST_QUEUE,
+  ProducePayload,
+  produceRequestInParts,
   recordBatchInOneBuffer,
   rememberedPerKey,
   scheduleCheckPendingRequests,
   useFasterKafkajsPaths,
   type EncodedRecord,
+  type FrameRequest,
   type GroupingInput,
+  type KafkajsRequest,
+  type ProduceRequestFactory,
+  type ProduceRequestInput,
   type RecordBatchInput,
   type RecordBatchModule,
   type RecordInput,
@@ -39,6 +48,10 @@ const kafkajsMurmur2 = require(MURMUR2_FILE) as (key: unknown) => number;
 const kafkajsCrc = require(CRC_FILE) as (buffer: Buffer) => number;
 const kafkajsRecord = require(RECORD_FILE) as (input: RecordInput) => EncodedRecord;
 const kafkajsGrouping = require(GROUPING_FILE) as <M>(input: GroupingInput<M>) => Record<number, M[]>;
+const PRODUCE_FILE = require.resolve(KAFKAJS_PRODUCE_REQUEST);
+const FRAME_FILE = require.resolve(KAFKAJS_REQUEST_FRAME);
+const kafkajsProduce = require(PRODUCE_FILE) as ProduceRequestFactory;
+const kafkajsFrame = require(FRAME_FILE) as FrameRequest;
 
 const event = {
   id: "3f2b1c9e-8a7d-4e6f-9b1a-2c3d4e5f6a7b",
@@ -176,6 +189,132 @@ void describe("kafkajs's hot paths, replaced", () => {
     }
   });
 
+  void describe("a produce request framed in one buffer is kafkajs's bytes", () => {
+    const messages = (count: number, from = 0) =>
+      Array.from({ length: count }, (_, i) => toKafkaMessage(JSON.stringify({ ...event, id: `e-${from + i}` })));
+    const requests: Record<string, ProduceRequestInput> = {
+      "as the relay's idempotent producer sends it": {
+        acks: -1,
+        timeout: 30_000,
+        producerId: Long.fromValue(4_000_000_017),
+        producerEpoch: 3,
+        compression: 0,
+        topicData: [
+          {
+            topic: "oz0.events",
+            partitions: [
+              { partition: 0, firstSequence: 1_234, messages: messages(40) },
+              { partition: 2, firstSequence: 0, messages: messages(3, 40) },
+            ],
+          },
+        ],
+      },
+      "two topics, a multi-byte transactional id, timestamps out of order, some missing, as strings and numbers": {
+        acks: 1,
+        timeout: 5_000,
+        transactionalId: "tx-é✓",
+        producerId: Long.fromValue(7),
+        topicData: [
+          {
+            topic: "tópico",
+            partitions: [
+              {
+                partition: 1,
+                messages: [
+                  { key: "a", value: "1", timestamp: "1764640000300" },
+                  { key: "b", value: "2" },
+                  { key: "c", value: "3", timestamp: 1_764_640_000_200, headers: { h: "x" } },
+                  // Sorted as kafkajs sorts them, as strings: this one last, though it is the earliest.
+                  { key: "d", value: "4", timestamp: 99_999_999_999 },
+                ],
+              },
+            ],
+          },
+          { topic: "second", partitions: [{ partition: 0, firstSequence: 5, messages: messages(2) }] },
+        ],
+      },
+      "kafkajs's defaults: no transactional id, producer id, epoch or compression": {
+        acks: 0,
+        timeout: 1,
+        topicData: [{ topic: "t", partitions: [{ partition: 0, messages: messages(1) }] }],
+      },
+      "a partition with no messages, and a topic with no partitions": {
+        acks: -1,
+        timeout: 30_000,
+        topicData: [
+          { topic: "t", partitions: [{ partition: 3, messages: [] }] },
+          { topic: "u", partitions: [] },
+        ],
+      },
+      "no topics": { acks: -1, timeout: 30_000, topicData: [] },
+      "gzip (left to kafkajs)": {
+        acks: -1,
+        timeout: 30_000,
+        compression: 1,
+        topicData: [{ topic: "t", partitions: [{ partition: 0, messages: messages(5) }] }],
+      },
+    };
+    // With kafkajs's own records and batches, the layout alone differs; with this file's, all of it.
+    const layoutOnly = produceRequestInParts(kafkajsProduce, {
+      record: kafkajsRecord,
+      recordBatch: kafkajsRecordBatch,
+    });
+    const all = produceRequestInParts(kafkajsProduce, {
+      record: (input) => encodeRecord(input) ?? kafkajsRecord(input),
+      recordBatch: recordBatchInOneBuffer(kafkajsRecordBatch),
+    });
+    for (const [name, input] of Object.entries(requests)) {
+      void test(name, async () => {
+        // A batch with no timestamps given reads the clock: the same clock for all.
+        mock.method(Date, "now", () => 1_764_640_000_000);
+        try {
+          const theirs = kafkajsProduce(input);
+          const frame = { correlationId: 2_147_483_000, clientId: "oz0-events" };
+          const expected = (await kafkajsFrame({ ...frame, request: theirs })).buffer;
+          for (const ours of [layoutOnly, all]) {
+            const request = ours(input);
+            assert.deepEqual(
+              { apiKey: request.apiKey, apiVersion: request.apiVersion, apiName: request.apiName },
+              { apiKey: theirs.apiKey, apiVersion: theirs.apiVersion, apiName: theirs.apiName },
+            );
+            assert.equal(request.expectResponse?.(), theirs.expectResponse?.());
+            assert.deepEqual((await frameRequest({ ...frame, request })).buffer, expected);
+            // Read as an encoder (joined), the payload is kafkajs's too.
+            const payload = await request.encode();
+            assert.equal(payload instanceof ProducePayload, input.compression !== 1);
+            assert.deepEqual(payload.buffer, (await theirs.encode()).buffer);
+            assert.equal(payload.size(), (await theirs.encode()).size());
+          }
+        } finally {
+          mock.restoreAll();
+        }
+      });
+    }
+
+    void test("any other request is framed as kafkajs frames it, with every kind of client id", async () => {
+      const metadata = require("kafkajs/src/protocol/requests/metadata/v0/request.js") as (input: {
+        topics: string[];
+      }) => KafkajsRequest;
+      const apiVersions = require("kafkajs/src/protocol/requests/apiVersions/v0/request.js") as () => KafkajsRequest;
+      for (const request of [metadata({ topics: ["oz0.events", "ü"] }), metadata({ topics: [] }), apiVersions()])
+        for (const clientId of ["oz0-events", "client-é✓", "", null, undefined]) {
+          const frame = { correlationId: 9, clientId, request };
+          assert.deepEqual(
+            (await frameRequest(frame)).buffer,
+            (await kafkajsFrame(frame)).buffer,
+            `${request.apiName}, client id ${String(clientId)}`,
+          );
+        }
+    });
+
+    void test("a request whose payload is no encoder fails as kafkajs's framing does", async () => {
+      const request = { apiKey: 3, apiVersion: 0, apiName: "Metadata", encode: () => ({}) as never };
+      const frame = { correlationId: 1, clientId: "c", request };
+      await assert.rejects(kafkajsFrame(frame), { message: "value should be an instance of Encoder" });
+      await assert.rejects(frameRequest(frame), { message: "value should be an instance of Encoder" });
+    });
+  });
+
   void test("the CRC-32C is kafkajs's for every length, at every alignment", () => {
     const bytes = Buffer.from(Array.from({ length: 70_000 }, (_, i) => (i * 2654435761) >>> 24));
     for (let length = 0; length <= 41; length++)
@@ -188,7 +327,7 @@ void describe("kafkajs's hot paths, replaced", () => {
     assert.equal(crc32c(Buffer.from("123456789")), 0xe3069283);
   });
 
-  void test("all six are what kafkajs's modules load once installed", () => {
+  void test("all eight are what kafkajs's modules load once installed", async () => {
     // The modules kafkajs's produce request (v3; v4 to v7 reuse it) and its producer require are the ones replaced.
     const produce = require.resolve("kafkajs/src/protocol/requests/produce/v3/request.js");
     assert.equal(createRequire(produce).resolve("../../../recordBatch/record/v0"), RECORD_FILE);
@@ -207,12 +346,28 @@ void describe("kafkajs's hot paths, replaced", () => {
       crc: true,
       keyHash: true,
       recordBatch: true,
+      produceRequest: true,
+      requestFrame: true,
       idleQueues: true,
     });
+    // Every connection frames its requests with the frame installed; produce requests of v3 to v7 are in parts.
+    assert.equal(createRequire(connection()).resolve("../protocol/request"), FRAME_FILE);
+    assert.equal(require(FRAME_FILE), frameRequest);
+    const produceVersions = require("kafkajs/src/protocol/requests/produce/index.js") as {
+      protocol(of: { version: number }): (input: ProduceRequestInput) => { request: KafkajsRequest };
+    };
+    for (const version of [3, 4, 5, 6, 7]) {
+      const { request } = produceVersions.protocol({ version })({
+        acks: -1,
+        timeout: 30_000,
+        topicData: [{ topic: "t", partitions: [{ partition: 0, messages: [{ key: "k", value: "v" }] }] }],
+      });
+      assert.equal(request.apiVersion, version);
+      assert.ok((await request.encode()) instanceof ProducePayload, `produce v${version}`);
+    }
     const queue = require(KAFKAJS_REQUEST_QUEUE) as { prototype: { scheduleCheckPendingRequests: unknown } };
     assert.equal(queue.prototype.scheduleCheckPendingRequests, scheduleCheckPendingRequests);
-    const connection = require.resolve("kafkajs/src/network/connection.js");
-    assert.equal(createRequire(connection).resolve("./requestQueue"), require.resolve(KAFKAJS_REQUEST_QUEUE));
+    assert.equal(createRequire(connection()).resolve("./requestQueue"), require.resolve(KAFKAJS_REQUEST_QUEUE));
     assert.notEqual((require(RECORD_BATCH_FILE) as RecordBatchModule).RecordBatch, kafkajsRecordBatch);
     assert.equal(require(CRC_FILE), crc32c);
     const installed = require(RECORD_FILE) as (input: RecordInput) => EncodedRecord;
@@ -228,3 +383,7 @@ void describe("kafkajs's hot paths, replaced", () => {
     assert.deepEqual(installed(array).buffer, kafkajsRecord(array).buffer);
   });
 });
+
+function connection(): string {
+  return require.resolve("kafkajs/src/network/connection.js");
+}
