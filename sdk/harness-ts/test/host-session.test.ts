@@ -8,6 +8,9 @@ import type { SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { HostSessionError, startHostSession } from "@oz0/harness/host";
 import type { HostSession, HostSessionOptions, SessionOutcome } from "@oz0/harness/host";
 
+const RULE =
+  "at most 256 characters, with no control characters, line or paragraph separators, bidirectional controls or half characters";
+
 const harness = fileURLToPath(new URL("./fixtures/host/protocol-harness.mjs", import.meta.url));
 
 function run(
@@ -200,21 +203,23 @@ void describe("startHostSession", () => {
     }
   });
 
-  void it("fails an id longer than 256 characters, or with a control character in it; the request is not delivered", async () => {
+  void it("fails an id longer than 256 characters, or with a character no id may hold; the request is not delivered", async () => {
     const wrong = {
       "long-permission-id": `the permission request id "${"p".repeat(120)}…" (257 characters) has 257 characters, more than 256`,
       "nul-call-id": 'the call id of permission request "p1" "c\\u0000" has a control character (U+0000) in it',
       "escape-runtime-call-id": 'the runtime tool call id "r\\u001b[2J" has a control character (U+001B) in it',
       "half-emoji-id": 'the permission request id "p\\ud83d" has half of a character (U+D83D, a surrogate alone) in it',
+      "c1-control-id": 'the permission request id "p\\u009b" has a control character (U+009B) in it',
+      "line-separator-id": 'the permission request id "p\\u2028" has a line separator (U+2028) in it',
+      "paragraph-separator-call-id":
+        'the call id of permission request "p1" "c\\u2029" has a paragraph separator (U+2029) in it',
+      "bidi-override-runtime-call-id": 'the runtime tool call id "r\\u202e" has a bidirectional control (U+202E) in it',
+      "bidi-isolate-id": 'the permission request id "p\\u2066" has a bidirectional control (U+2066) in it',
     };
     for (const [behaviour, message] of Object.entries(wrong)) {
       const { session, events } = run(behaviour);
       const outcome = await expectFailure(session.outcome, "invalid_event");
-      assert.equal(
-        outcome.error?.message,
-        `${message}; ids are at most 256 characters, with no control characters`,
-        behaviour,
-      );
+      assert.equal(outcome.error?.message, `${message}; ids are ${RULE}`, behaviour);
       assert.deepEqual(
         events.map((e) => e.event.case),
         ["started"],

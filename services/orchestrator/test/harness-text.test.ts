@@ -50,3 +50,41 @@ void test("the tool-call audit's messages clip the harness's call id and tool na
     /ran tx{119}… \(1000001 characters\) call cx{119}… \(1000001 characters\) although it was denied/,
   );
 });
+
+/** What a terminal, a log line or a reader acts on: no message the orchestrator writes may hold one raw. */
+// eslint-disable-next-line no-control-regex -- the control characters are what it looks for
+const ACTIVE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
+
+void test("a harness's call ids and tool names are inert in the messages that name them: escapes, line breaks and bidirectional controls are written as \\u escapes", () => {
+  // Clears the screen, writes the clipboard (OSC 52), starts a forged log line, shows the rest reversed.
+  const callId = "c\u001b[2J\u001b]52;c;ZXZpbA==\u0007\nINFO approved by alice\u202etxt.exe";
+  const unasked = toolResultViolation({ result: { callId, isError: false }, permission: undefined, harness: "h" })!;
+  assert.doesNotMatch(unasked, ACTIVE);
+  assert.ok(
+    unasked.includes(
+      String.raw`tool call c\u001b[2J\u001b]52;c;ZXZpbA==\u0007\u000aINFO approved by alice\u202etxt.exe without asking`,
+    ),
+    unasked,
+  );
+  const denied = toolResultViolation({
+    result: { callId: "c-1", isError: false },
+    permission: {
+      id: "p",
+      callId: "c-1",
+      tool: "rm\u2028-rf",
+      status: "denied",
+      decider: "person",
+      reason: "",
+    } as PermissionRecord,
+    harness: "h",
+  })!;
+  assert.ok(denied.includes(String.raw`ran rm\u2028-rf call c-1 although it was denied`), denied);
+  // A refused id, and the ids a repeat names (one stored before the rule refused such ids), quoted as JSON and inert.
+  const ids = requestIdsOf([{ id: "p\u0085", callId: "c-1" } as PermissionRecord]);
+  const refused = requestIdViolation(ids, { id: "p\u202e1", callId: "" })!;
+  assert.doesNotMatch(refused, ACTIVE);
+  assert.match(refused, /permission request "p\\u202e1": its id has a bidirectional control \(U\+202E\) in it/);
+  const repeat = requestIdViolation(ids, { id: "p-2", callId: "c-1" })!;
+  assert.doesNotMatch(repeat, ACTIVE);
+  assert.match(repeat, /reuses "c-1" as its call id, the call id of permission request "p\\u0085"/);
+});

@@ -128,7 +128,7 @@ void test("a permission request or runtime tool call whose id has a NUL in it, o
   assert.equal(nul.state, "failed", "the call ran without a person's answer: the job must not succeed");
   assert.equal(
     nul.error,
-    `the harness broke the protocol: invalid_event: permission request "x\\u0000": its id has a control character (U+0000) in it; ${fix}, at most 256 characters, with no control characters`,
+    `the harness broke the protocol: invalid_event: permission request "x\\u0000": its id has a control character (U+0000) in it; ${fix}, at most 256 characters, with no control characters, line or paragraph separators, bidirectional controls or half characters`,
   );
   assert.deepEqual(await store.listPermissions({ jobId: nul.id }), []);
 
@@ -144,7 +144,7 @@ void test("a permission request or runtime tool call whose id has a NUL in it, o
   assert.equal(runtime.state, "failed");
   assert.equal(
     runtime.error,
-    'the harness broke the protocol: invalid_event: runtime tool call "r\\u0000": its id has a control character (U+0000) in it; ids are at most 256 characters, with no control characters',
+    'the harness broke the protocol: invalid_event: runtime tool call "r\\u0000": its id has a control character (U+0000) in it; ids are at most 256 characters, with no control characters, line or paragraph separators, bidirectional controls or half characters',
   );
 });
 

@@ -28,7 +28,12 @@ export type {
   SessionContainer,
 } from "./session-containment.js";
 export { describeProcess } from "./process-table.js";
-export { MAX_REQUEST_ID_CHARS, REQUEST_ID_RULES, requestIdProblem } from "../protocol/request-id-rules.js";
+export {
+  escapeRefusedCharacters,
+  MAX_REQUEST_ID_CHARS,
+  REQUEST_ID_RULES,
+  requestIdProblem,
+} from "../protocol/request-id-rules.js";
 export type { SessionProcess } from "./process-table.js";
 export { LineSplitter } from "../protocol/line-framing.js";
 export type { LineSplitterOptions } from "../protocol/line-framing.js";

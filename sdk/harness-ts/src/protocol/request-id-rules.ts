@@ -10,21 +10,19 @@
 export const MAX_REQUEST_ID_CHARS = 256;
 
 /** The rules in a few words, for the message that refuses an id ("ids are …"). */
-export const REQUEST_ID_RULES = `at most ${MAX_REQUEST_ID_CHARS} characters, with no control characters`;
+export const REQUEST_ID_RULES = `at most ${MAX_REQUEST_ID_CHARS} characters, with no control characters, line or paragraph separators, bidirectional controls or half characters`;
 
 /**
- * Characters no id may hold: C0 and C1 controls and DEL (a terminal acts on them), the line and paragraph
- * separators, and the bidirectional overrides and isolates (an id shown reversed is not the one asked about).
+ * What a character no id may hold is, in the words of REQUEST_ID_RULES; undefined for any other. C0 and C1
+ * controls and DEL (a terminal acts on them), the line and paragraph separators (a log line ends at them),
+ * and the bidirectional overrides and isolates (an id shown reversed is not the one asked about).
  */
-function isRefusedCharacter(code: number): boolean {
-  return (
-    code < 0x20 ||
-    (code >= 0x7f && code <= 0x9f) ||
-    code === 0x2028 ||
-    code === 0x2029 ||
-    (code >= 0x202a && code <= 0x202e) ||
-    (code >= 0x2066 && code <= 0x2069)
-  );
+function refusedCharacter(code: number): string | undefined {
+  if (code < 0x20 || (code >= 0x7f && code <= 0x9f)) return "a control character";
+  if (code === 0x2028) return "a line separator";
+  if (code === 0x2029) return "a paragraph separator";
+  if ((code >= 0x202a && code <= 0x202e) || (code >= 0x2066 && code <= 0x2069)) return "a bidirectional control";
+  return undefined;
 }
 
 /** What is wrong with an id, worded to follow "it has"; undefined when it may be used. */
@@ -32,8 +30,8 @@ export function requestIdProblem(id: string): string | undefined {
   if (id.length > MAX_REQUEST_ID_CHARS) return `${id.length} characters, more than ${MAX_REQUEST_ID_CHARS}`;
   for (let i = 0; i < id.length; i++) {
     const code = id.charCodeAt(i);
-    if (isRefusedCharacter(code))
-      return `a control character (U+${code.toString(16).toUpperCase().padStart(4, "0")}) in it`;
+    const refused = refusedCharacter(code);
+    if (refused) return `${refused} (U+${code.toString(16).toUpperCase().padStart(4, "0")}) in it`;
     // Half of a character (a surrogate alone, as a slice through an emoji leaves it): on the wire, in UTF-8, it
     // becomes U+FFFD, and the answer would name an id the harness never used.
     if (code >= 0xd800 && code <= 0xdfff) {
@@ -45,7 +43,35 @@ export function requestIdProblem(id: string): string | undefined {
   return undefined;
 }
 
-/** An id as a message names it: quoted, and cut to its first 120 characters and its length when longer. */
+/** Past the C0 controls, what no id may hold (refusedCharacter's): DEL and the C1 controls, the separators, the bidirectional controls. */
+const REFUSED_PAST_C0 = "\\u007f-\\u009f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069";
+/** A surrogate with no other half beside it. */
+const HALF_CHARACTER = "[\\ud800-\\udbff](?![\\udc00-\\udfff])|(?<![\\ud800-\\udbff])[\\udc00-\\udfff]";
+/** What escapeRefusedCharacters escapes: every character no id may hold, and half characters. */
+const REFUSED_OR_HALF = new RegExp(`[\\u0000-\\u001f${REFUSED_PAST_C0}]|${HALF_CHARACTER}`, "g");
+/** The same but for line feeds, tabs and the carriage return of a CRLF (keepLinesAndTabs). */
+const REFUSED_OR_HALF_BUT_LINES = new RegExp(
+  `[\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f${REFUSED_PAST_C0}]|\\r(?!\\n)|${HALF_CHARACTER}`,
+  "g",
+);
+
+/**
+ * `text` with every character no id may hold, and every half character, written as a `\uXXXX` escape
+ * (as JSON writes a control character): harness text that a message names then stays inert in a log line,
+ * an operator's terminal or the console, whatever the harness put in it. Valid JSON stays valid JSON.
+ * `keepLinesAndTabs` keeps line feeds, tabs and the carriage return of a CRLF, for text printed as lines
+ * (a lone carriage return would let a line be written over).
+ */
+export function escapeRefusedCharacters(text: string, options: { keepLinesAndTabs?: boolean } = {}): string {
+  return text.replace(
+    options.keepLinesAndTabs ? REFUSED_OR_HALF_BUT_LINES : REFUSED_OR_HALF,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+}
+
+/** An id as a message names it: quoted, cut to its first 120 characters and its length when longer, and inert (escapeRefusedCharacters). */
 export function quotedRequestId(id: string): string {
-  return id.length <= 120 ? JSON.stringify(id) : `${JSON.stringify(`${id.slice(0, 120)}…`)} (${id.length} characters)`;
+  return escapeRefusedCharacters(
+    id.length <= 120 ? JSON.stringify(id) : `${JSON.stringify(`${id.slice(0, 120)}…`)} (${id.length} characters)`,
+  );
 }

@@ -9,9 +9,9 @@
 // a later request claiming either again breaks the protocol. The claims of a
 // job are read from its stored rows once per process (a restart, a takeover
 // count what is stored), then kept with the job. An id must also be well
-// formed (@oz0/harness's request-id rules: length, no control characters).
+// formed (@oz0/harness's request-id rules: length, the characters an id may hold).
 import { REQUEST_ID_RULES, requestIdProblem } from "@oz0/harness/host";
-import { clippedHarnessText } from "../policy/harness-text.js";
+import { quotedHarnessText } from "../policy/harness-text.js";
 import type { PermissionRecord } from "../store/job-store.js";
 
 /** The values the job's permission requests claimed so far, each with the request that claimed it. */
@@ -45,10 +45,10 @@ export function requestIdViolation(ids: RequestIds, request: { id: string; callI
     if (!value) continue;
     const problem = requestIdProblem(value);
     if (problem)
-      return `the harness broke the protocol: invalid_event: permission request ${JSON.stringify(clippedHarnessText(request.id))}: its ${as} has ${problem}; ${fix}, ${REQUEST_ID_RULES}`;
+      return `the harness broke the protocol: invalid_event: permission request ${quotedHarnessText(request.id)}: its ${as} has ${problem}; ${fix}, ${REQUEST_ID_RULES}`;
     const earlier = ids.get(value);
     if (earlier)
-      return `the harness broke the protocol: duplicate_request_id: permission request ${JSON.stringify(clippedHarnessText(request.id))} reuses ${JSON.stringify(clippedHarnessText(value))} as its ${as}, the ${earlier.as} of permission request ${JSON.stringify(clippedHarnessText(earlier.permissionId))} earlier in this session; ${fix}`;
+      return `the harness broke the protocol: duplicate_request_id: permission request ${quotedHarnessText(request.id)} reuses ${quotedHarnessText(value)} as its ${as}, the ${earlier.as} of permission request ${quotedHarnessText(earlier.permissionId)} earlier in this session; ${fix}`;
   }
   return undefined;
 }

@@ -13,7 +13,7 @@ import { ApprovalService, passesAuditUnread, type AnswerOptions } from "../appro
 import { asBystander, soleOwnership, type JobOwnership } from "../cluster/job-ownership.js";
 import { OperationRunner } from "../operations/operation-runner.js";
 import { OrchestratorError, notFound } from "../orchestrator-error.js";
-import { clippedHarnessText } from "../policy/harness-text.js";
+import { quotedHarnessText } from "../policy/harness-text.js";
 import type { PermissionPolicy } from "../policy/permission-policy.js";
 import { DEFAULT_MAX_STDERR_BYTES, stderrAppend } from "../sessions/harness-stderr.js";
 import type { SandboxPlacement } from "../sessions/sandbox-placement.js";
@@ -579,7 +579,7 @@ export class JobRunner {
         // Checked here too: a node could be the attacker's, and forward an id its host would refuse.
         const idProblem = e.value.id ? requestIdProblem(e.value.id) : "no characters";
         if (idProblem) {
-          const violation = `the harness broke the protocol: invalid_event: runtime tool call ${JSON.stringify(clippedHarnessText(e.value.id))}: its id has ${idProblem}; ids are ${REQUEST_ID_RULES}`;
+          const violation = `the harness broke the protocol: invalid_event: runtime tool call ${quotedHarnessText(e.value.id)}: its id has ${idProblem}; ids are ${REQUEST_ID_RULES}`;
           await this.#stopSession(job, active, violation, patch);
           return;
         }

@@ -2,12 +2,25 @@
 // the orchestrator writes to its log and to a job's stored error. A harness
 // line may be up to a megabyte, so a message that held such a value whole
 // could be several; a long value is cut to its first characters, saying how
-// long it was.
+// long it was. And a harness may put anything in it: a control character, a
+// line separator or a bidirectional override is written as a `\uXXXX` escape,
+// so a message cannot clear an operator's terminal, forge a log line or read
+// reversed.
+import { escapeRefusedCharacters } from "@oz0/harness/host";
 
 /** The first characters a long value keeps. */
 const KEPT = 120;
 
-/** `value`, or its first 120 characters and its length when it is longer. */
+/** `value`, or its first 120 characters and its length when it is longer; inert (see above). */
 export function clippedHarnessText(value: string): string {
+  return escapeRefusedCharacters(clipped(value));
+}
+
+/** `value` as clippedHarnessText cuts it, quoted as a JSON string; inert (see above). */
+export function quotedHarnessText(value: string): string {
+  return escapeRefusedCharacters(JSON.stringify(clipped(value)));
+}
+
+function clipped(value: string): string {
   return value.length <= KEPT ? value : `${value.slice(0, KEPT)}… (${value.length} characters)`;
 }
