@@ -61,6 +61,33 @@ void test("y approves, n asks why and denies, e takes a JSON object and approves
   });
 });
 
+void test("the person is shown what would run: a tool, reason or input that would move the cursor or read reversed is printed inert", async () => {
+  const shown = pair();
+  shown.input.write("n\nno\n");
+  await promptForAnswer({
+    call: {
+      // Writes over its own line, then a command shown reversed: it reads "rm -rf ~/ #safe" backwards.
+      tool: "run_command\r\u001b[2Klist_files",
+      input: { command: "echo \u202e~/ fr- mr\u202c #safe" },
+      reason: "run_command is in harness.requires_approval\u001b]0;approved\u0007",
+    },
+    input: shown.input,
+    output: shown.output,
+  });
+  // eslint-disable-next-line no-control-regex -- the control characters are what it looks for
+  assert.doesNotMatch(shown.shown(), /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/);
+  assert.ok(
+    shown
+      .shown()
+      .includes(
+        String.raw`run_command\u000d\u001b[2Klist_files waits for approval: run_command is in harness.requires_approval\u001b]0;approved\u0007` +
+          "\n  input: " +
+          String.raw`{"command":"echo \u202e~/ fr- mr\u202c #safe"}`,
+      ),
+    shown.shown(),
+  );
+});
+
 void test("a question answered elsewhere is taken back: erased row by row, or marked where the terminal cannot move its cursor", async () => {
   const erased = pair();
   const abort = new AbortController();

@@ -71,7 +71,7 @@ void test("oz0 jobs logs prints a failed harness's stderr, the failure ends with
   assert.equal(logs.code, 0, logs.stderr);
   assert.equal(
     logs.stdout,
-    "starting up\nANTHROPIC_API_KEY=[redacted]\nspaced: [redacted]\nError: the harness gave up\n    at main (noisy-harness.mjs:1:1)\n",
+    "starting up \\u001b[1mnow\\u001b[0m\nANTHROPIC_API_KEY=[redacted]\nspaced: [redacted]\nError: the harness gave up\n    at main (noisy-harness.mjs:1:1)\n",
   );
   assert.match(logs.stderr, /^oz0: stderr of session ses_\w+\n$/);
   assert.deepEqual(leaks(logs.stdout + logs.stderr, token), []);
@@ -81,7 +81,7 @@ void test("oz0 jobs logs prints a failed harness's stderr, the failure ends with
   assert.equal(
     job.error,
     "the harness broke the protocol: no_result: the harness exited (code 1) without writing a result; its stderr ended with: " +
-      `starting up | ANTHROPIC_API_KEY=[redacted] | spaced: [redacted] | Error: the harness gave up |     at main (noisy-harness.mjs:1:1) (all of it: \`oz0 jobs logs ${jobId}\`)`,
+      `starting up \\u001b[1mnow\\u001b[0m | ANTHROPIC_API_KEY=[redacted] | spaced: [redacted] | Error: the harness gave up |     at main (noisy-harness.mjs:1:1) (all of it: \`oz0 jobs logs ${jobId}\`)`,
   );
   assert.deepEqual(leaks(job.error, token), []);
   // What `oz0 run` printed as the job ended says the same.
@@ -93,7 +93,11 @@ void test("oz0 jobs logs prints a failed harness's stderr, the failure ends with
     .trim()
     .split("\n")
     .map((l) => JSON.parse(l) as { sessionId: string; text?: string });
-  assert.equal(pieces.map((p) => p.text ?? "").join(""), logs.stdout);
+  // As it came: the escape sequence whole, where the terminal output shows it inert.
+  assert.equal(
+    pieces.map((p) => p.text ?? "").join(""),
+    logs.stdout.replace("\\u001b[1mnow\\u001b[0m", "\u001b[1mnow\u001b[0m"),
+  );
   assert.deepEqual(leaks(json.stdout, token), []);
 });
 

@@ -3,6 +3,7 @@
 // reads from any stream pair, so tests drive it without a TTY.
 import { createInterface } from "node:readline";
 import type { JsonObject } from "@bufbuild/protobuf";
+import { terminalText } from "./terminal-text.js";
 
 export interface PromptedCall {
   /** `<harness>.<tool>` or the tool's name. */
@@ -103,7 +104,10 @@ export async function promptForAnswer(options: {
   };
   try {
     if (signal?.aborted) return undefined;
-    write(`\n${call.tool} waits for approval: ${call.reason}\n  input: ${JSON.stringify(call.input ?? {})}\n`);
+    // The tool, the reason and the input are the harness's (or a hook's): printed inert, the person reads what would run.
+    write(
+      terminalText(`\n${call.tool} waits for approval: ${call.reason}\n  input: ${JSON.stringify(call.input ?? {})}\n`),
+    );
     for (;;) {
       const choice = await ask("Allow it? [y]es, [n]o, [e]dit the input: ");
       if (choice === RETRACTED) return erase();

@@ -19,6 +19,7 @@ import type { Connection } from "./connection.js";
 import { describeJob, stateName } from "./event-printer.js";
 import { EXIT } from "./exit-codes.js";
 import { followJob, TERMINAL } from "./job-watch.js";
+import { terminalLine, terminalText } from "./terminal-text.js";
 import { transcriptRows } from "./transcript-rows.js";
 import { costText, NOMINAL_NOTE } from "./usage-format.js";
 import { GetUsageResponseSchema, type Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
@@ -74,7 +75,9 @@ function jobLine(job: Job): string {
   const created = job.createdAt
     ? new Date(Number(job.createdAt.seconds) * 1000).toISOString().replace("T", " ").slice(0, 19)
     : "";
-  return `${job.id}  ${stateName(job.state).padEnd(9)}  ${`${job.agent?.name} v${job.agent?.version}`.padEnd(20)}  ${created}  ${job.input.replace(/\s+/g, " ").slice(0, 50)}`;
+  return terminalLine(
+    `${job.id}  ${stateName(job.state).padEnd(9)}  ${`${job.agent?.name} v${job.agent?.version}`.padEnd(20)}  ${created}  ${job.input.replace(/\s+/g, " ").slice(0, 50)}`,
+  );
 }
 
 export async function jobsList(options: {
@@ -201,7 +204,8 @@ export async function jobsLogs(options: {
     }
     if (piece.droppedBytes > 0n) io.err.write(`oz0: [${piece.droppedBytes} bytes of it not kept]\n`);
     if (piece.text === "") continue;
-    io.out.write(piece.text);
+    // A harness's own stderr: printed inert, as the rest of its text (`--json` has it as it came).
+    io.out.write(terminalText(piece.text));
     endsLine = piece.text.endsWith("\n");
   }
   if (session === undefined && !options.json)

@@ -11,6 +11,7 @@ import {
   type JobEvent,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { TextSink } from "./live-terminal.js";
+import { terminalText } from "./terminal-text.js";
 import { costText, durationText, NOMINAL_NOTE, tokensText } from "./usage-format.js";
 
 export function stateName(state: JobState): string {
@@ -54,10 +55,11 @@ export class EventPrinter {
     this.#json = options.json;
   }
 
+  /** Writes a line; everything it prints comes from the job's events, so it is printed inert (terminalText). */
   #line(text: string): void {
     if (this.#midLine) this.#out.write("\n");
     this.#midLine = false;
-    this.#out.write(`${text}\n`);
+    this.#out.write(`${terminalText(text)}\n`);
   }
 
   print(event: JobEvent): void {
@@ -70,7 +72,7 @@ export class EventPrinter {
       case "text":
         if (e.value.role === "thinking") return;
         if (e.value.delta) {
-          this.#out.write(e.value.text);
+          this.#out.write(terminalText(e.value.text));
           this.#midLine = !e.value.text.endsWith("\n");
         } else {
           // A whole text that ends its own line (a graph run's step lines) gets no blank line after it.
@@ -182,5 +184,6 @@ export function describeJob(job: Job, options: { usage?: GetJobUsageResponse | s
   if (job.stopReason) lines.push(`  stop      ${stopReasonName(job.stopReason)}`);
   if (job.error) lines.push(`  error     ${job.error}`);
   if (job.resultText) lines.push(`  result    ${short(job.resultText, 400)}`);
-  return lines.join("\n");
+  // The input, the activity, the error and the result are a person's, a harness's or a model's text.
+  return terminalText(lines.join("\n"));
 }

@@ -18,6 +18,7 @@ import type { Connection } from "./connection.js";
 import { EventPrinter } from "./event-printer.js";
 import { EXIT } from "./exit-codes.js";
 import { LiveTerminal, wantsStatusLine } from "./live-terminal.js";
+import { terminalLine } from "./terminal-text.js";
 import { clockText, costText, tokensText } from "./usage-format.js";
 
 export const TERMINAL = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]);
@@ -227,7 +228,8 @@ export async function followJob(options: {
     const parts = [doing];
     if (Number(tokens.input) + Number(tokens.output) > 0) parts.push(tokensText(tokens));
     if (usage) parts.push(costText(usage));
-    return `[${clockText(now - since)}] ${parts.join(" · ")}`;
+    // One line: the activity names the harness's tools.
+    return terminalLine(`[${clockText(now - since)}] ${parts.join(" · ")}`);
   };
   const terminal = new LiveTerminal({ out: io.out, render: status ? render : undefined });
   if (status)

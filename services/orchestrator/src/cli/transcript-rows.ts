@@ -14,6 +14,7 @@ import {
   type TokenCounts,
   type TranscriptResponse,
 } from "@oz0/proto/oz0/events/v1/events_pb";
+import { terminalText } from "./terminal-text.js";
 import { durationText, tokensText } from "./usage-format.js";
 
 const RAIL = "┃";
@@ -56,7 +57,8 @@ export function transcriptRows(transcript: TranscriptResponse): string[] {
       lines.push(...operationRows(op, at, grouped));
     }
   }
-  return lines;
+  // Labels and attributes hold a harness's words (a tool's name, an operation's title).
+  return lines.map(terminalText);
 }
 
 function eventRow(event: PublicEvent, at: (t: Timestamp | undefined) => string): string {

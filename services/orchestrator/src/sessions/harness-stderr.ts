@@ -2,6 +2,7 @@
 // sandbox logged (the session token already scrubbed there) is stored with
 // the job, bounded per session, for `oz0 jobs logs`; and a failure message
 // ends with the last few lines of it and says where the rest is.
+import { escapeRefusedCharacters } from "@oz0/harness/host";
 import type { JobStore, StderrAppend, StderrPiece } from "../store/job-store.js";
 import type { SandboxMessage } from "./session-runner.js";
 
@@ -27,8 +28,9 @@ export function stderrAppend(message: Extract<SandboxMessage, { kind: "stderr" }
 
 /**
  * `message` followed by the last lines of the harness's stderr (at most 5,
- * at most 1 KiB, on one line), and, with `jobId`, the command that prints
- * all of it. Unchanged when the harness wrote nothing there.
+ * at most 1 KiB, on one line, inert as harness-text.ts says: an escape
+ * sequence in them is a `\u001b` in the message), and, with `jobId`, the
+ * command that prints all of it. Unchanged when the harness wrote nothing there.
  */
 export function withStderr(message: string, options: { stderr: string; jobId?: string }): string {
   const lines = options.stderr
@@ -43,7 +45,7 @@ export function withStderr(message: string, options: { stderr: string; jobId?: s
       .subarray(-EXCERPT_BYTES)
       .toString("utf8")
       .replace(/^\uFFFD+/, "")}`;
-  return `${message}; its stderr ended with: ${excerpt}${options.jobId ? ` (all of it: \`oz0 jobs logs ${options.jobId}\`)` : ""}`;
+  return `${message}; its stderr ended with: ${escapeRefusedCharacters(excerpt)}${options.jobId ? ` (all of it: \`oz0 jobs logs ${options.jobId}\`)` : ""}`;
 }
 
 /** The last few KiB of a session's stored stderr ("" when it wrote none). */

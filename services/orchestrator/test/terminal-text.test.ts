@@ -1,0 +1,143 @@
+// What oz0 prints on a terminal from a job (the model's text, tool names and
+// titles, tool output, results, errors, a session's stderr) is a harness's or a
+// model's text, and a file a tool read can put anything in it. Printed, it
+// cannot clear the screen, retitle the window, write the clipboard, write over
+// a line or show a command reversed: each such character is a \u escape, and
+// line feeds and tabs stay.
+import assert from "node:assert/strict";
+import { PassThrough } from "node:stream";
+import { test } from "node:test";
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate, ValueSchema } from "@bufbuild/protobuf/wkt";
+import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { OperationStatus, TranscriptResponseSchema } from "@oz0/proto/oz0/events/v1/events_pb";
+import {
+  Decider,
+  JobEventSchema,
+  JobSchema,
+  JobState,
+  type JobEvent,
+} from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { describeJob, EventPrinter } from "../src/cli/event-printer.js";
+import { terminalLine, terminalText } from "../src/cli/terminal-text.js";
+import { transcriptRows } from "../src/cli/transcript-rows.js";
+
+/** Everything a terminal acts on but a line feed and a tab. */
+// eslint-disable-next-line no-control-regex -- the control characters are what it looks for
+const ACTIVE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
+
+/** Clears the screen, writes the clipboard (OSC 52), writes over its line, then reads reversed. */
+const HOSTILE = "ok\u001b[2J\u001b]52;c;ZXZpbA==\u0007\rDONE \u202egnp.exe\u2028\u009b31m";
+const SHOWN = String.raw`ok\u001b[2J\u001b]52;c;ZXZpbA==\u0007\u000dDONE \u202egnp.exe\u2028\u009b31m`;
+
+void test("terminalText keeps line feeds, tabs and CRLFs and escapes the rest; terminalLine escapes line feeds too", () => {
+  assert.equal(terminalText("a\tb\r\nc\nd"), "a\tb\r\nc\nd");
+  assert.equal(terminalText(HOSTILE), SHOWN);
+  assert.equal(terminalLine("a\nb\tc"), String.raw`a\u000ab\u0009c`);
+  // A whole emoji stays; half of one is named.
+  assert.equal(terminalText("🎉 \ud83d"), String.raw`🎉 \ud83d`);
+  assert.equal(terminalText("plain text, ünïcödé, 日本語"), "plain text, ünïcödé, 日本語");
+});
+
+function printed(events: Omit<Parameters<typeof create<typeof JobEventSchema>>[1], "$typeName">[]): string {
+  const out = new PassThrough();
+  let text = "";
+  out.on("data", (d: Buffer) => (text += d.toString()));
+  const printer = new EventPrinter({ out, json: false });
+  for (const event of events) printer.print(create(JobEventSchema, { jobId: "job-1", ...event }) as JobEvent);
+  printer.end();
+  return text;
+}
+
+void test("a job's live output prints the harness's and the model's text inert, its lines and tabs as they are", () => {
+  const text = printed([
+    { event: { case: "text", value: { itemId: "t1", text: `line one\n\tindented ${HOSTILE}`, delta: true } } },
+    { event: { case: "text", value: { itemId: "t1", text: " more\r\n", delta: true } } },
+    {
+      event: {
+        case: "toolCall",
+        value: { callId: "c1", tool: `Bash${HOSTILE}`, title: `Run ${HOSTILE}` },
+      },
+    },
+    {
+      event: {
+        case: "toolResult",
+        value: {
+          callId: "c1",
+          output: create(ValueSchema, { kind: { case: "stringValue", value: `out\n${HOSTILE}` } }),
+        },
+      },
+    },
+    {
+      event: {
+        case: "permissionDecision",
+        value: { id: `p${HOSTILE}`, tool: `Bash${HOSTILE}`, pending: true },
+      },
+    },
+    {
+      event: {
+        case: "permissionDecision",
+        value: { id: "p2", tool: "Bash", allow: false, decider: Decider.PERSON, reason: `no ${HOSTILE}` },
+      },
+    },
+    {
+      event: {
+        case: "result",
+        value: { stopReason: StopReason.COMPLETED, turns: 1, text: `done ${HOSTILE}`, error: `err ${HOSTILE}` },
+      },
+    },
+    { event: { case: "stateChanged", value: { state: JobState.FAILED, reason: `because ${HOSTILE}` } } },
+  ]);
+  // The CRLF the model ended its line with stays (a carriage return alone would not).
+  assert.doesNotMatch(text.replaceAll("\r\n", "\n"), ACTIVE, JSON.stringify(text));
+  assert.ok(text.startsWith(`line one\n\tindented ${SHOWN} more\r\n`), text);
+  // Every place a harness's text was printed shows it escaped (a title is put on one line first).
+  assert.equal(text.split(SHOWN).length - 1, 11, text);
+  assert.ok(text.includes(String.raw`: Run ok\u001b[2J\u001b]52;c;ZXZpbA==\u0007 DONE \u202egnp.exe \u009b31m`), text);
+});
+
+void test("oz0 jobs show and oz0 jobs transcript print a job's text inert", () => {
+  const job = create(JobSchema, {
+    id: "job-1",
+    agent: { name: "a", version: 1 },
+    state: JobState.FAILED,
+    input: `fix it ${HOSTILE}`,
+    createdAt: timestampFromDate(new Date("2026-12-04T12:00:00Z")),
+    error: `policy bypass: ${HOSTILE}`,
+    resultText: `result ${HOSTILE}`,
+  });
+  const shown = describeJob(job, { usage: "not metered" });
+  assert.doesNotMatch(shown, ACTIVE, shown);
+  assert.ok(shown.includes(`  error     policy bypass: ${SHOWN}`), shown);
+
+  const rows = transcriptRows(
+    create(TranscriptResponseSchema, {
+      jobId: "job-1",
+      rows: [
+        {
+          row: {
+            case: "event",
+            value: {
+              type: "harness.tool_called",
+              time: timestampFromDate(new Date("2026-12-04T12:00:00Z")),
+              attributes: { tool: `Bash${HOSTILE}` },
+            },
+          },
+        },
+        {
+          row: {
+            case: "operation",
+            value: {
+              title: `Harness · review${HOSTILE}`,
+              status: OperationStatus.COMPLETED,
+              startedAt: timestampFromDate(new Date("2026-12-04T12:00:01Z")),
+              steps: [{ kind: "tool", label: `Requested ${HOSTILE}` }],
+            },
+          },
+        },
+      ],
+    }),
+  );
+  for (const row of rows) assert.doesNotMatch(row, ACTIVE, row);
+  assert.equal(rows.join("\n").split(SHOWN).length - 1, 3, rows.join("\n"));
+});
