@@ -51,10 +51,23 @@ export function duration(ms: number): string {
   return `${Math.floor(m / 60)} h ${m % 60} min`;
 }
 
-/** A tool's input or output as indented JSON. */
+/**
+ * Characters that change how the text around them reads on a page rather than
+ * show: the bidirectional controls, the line and paragraph separators, the C1
+ * controls. A harness chooses its tool names, titles and inputs; with these it
+ * could show `rm -rf ~/` reversed in an approval card.
+ */
+const READS_DIFFERENTLY = /[\u0080-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+
+/** `text` with each character that would change how it reads as a `\uXXXX` escape: shown, not obeyed. */
+export function visible(text: string): string {
+  return text.replace(READS_DIFFERENTLY, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
+/** A tool's input or output as indented JSON, visible(): the escapes are JSON's own, so it parses back to the same value. */
 export function json(value: unknown): string {
   if (value === undefined || value === null) return "";
-  return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+  return visible(typeof value === "string" ? value : JSON.stringify(value, null, 2));
 }
 
 export function shortId(id: string): string {

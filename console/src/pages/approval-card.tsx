@@ -6,7 +6,7 @@ import { useState } from "preact/hooks";
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { Approval } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { jobs, messageOf } from "../api.js";
-import { clock, dateOf, duration, json } from "../format.js";
+import { clock, dateOf, duration, json, visible } from "../format.js";
 import { useNow } from "../now.js";
 import { href } from "../router.js";
 
@@ -48,7 +48,8 @@ export function ApprovalCard({
   return (
     <article class="approval" aria-labelledby={titleId} data-call={approval.callId}>
       <h2 id={titleId}>
-        <code>{approval.tool}</code> {approval.title ? <span class="muted">{approval.title}</span> : null}
+        <code>{visible(approval.tool)}</code>{" "}
+        {approval.title ? <span class="muted">{visible(approval.title)}</span> : null}
       </h2>
       <dl class="facts">
         <dt>Agent</dt>

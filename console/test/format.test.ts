@@ -1,0 +1,18 @@
+// What the console shows of a harness's words reads as it is: a character that
+// would reorder or break the text around it is shown as an escape.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { json, visible } from "../src/format.js";
+
+void test("a bidirectional override in an input is shown, not obeyed, and the JSON still parses to the same input", () => {
+  // Reads "echo ~/ fr- mr #safe" with the override obeyed: the command is rm -rf ~/.
+  const input = { command: "echo \u202e~/ fr- mr\u202c #safe", note: "a\u2028b\u0085c" };
+  const shown = json(input);
+  assert.doesNotMatch(shown, /[\u0080-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/);
+  assert.ok(shown.includes(String.raw`"echo \u202e~/ fr- mr\u202c #safe"`), shown);
+  // The card's "Edit input…" starts from this text: approved as it is, it is the input asked about.
+  assert.deepEqual(JSON.parse(shown), input);
+  assert.equal(visible("Bash\u2066x\u2069"), String.raw`Bash\u2066x\u2069`);
+  // Everything else as it is: other scripts, emoji, line breaks.
+  assert.equal(visible("ünïcödé 日本語 🎉\nnext\tline"), "ünïcödé 日本語 🎉\nnext\tline");
+});
