@@ -620,6 +620,15 @@ void test("crash before the checkpoint, of a job that ends already: the leftover
   assert.equal(second.started.length, 0, "nothing runs");
   assert.match(restarted.answers[0]!.error, /^operation_cancelled: /);
   assert.equal((await restarted.runner.checkpoints.get("job_1", "rt-1"))?.delivered, true, "and recorded so");
+  // The first process published its start; the second publishes only its end.
+  assert.deepEqual(
+    crashed.events.map((e) => e.type),
+    ["harness.operation_started"],
+  );
+  assert.deepEqual(
+    restarted.events.map((e) => [e.type, e.init.operationInvocationId]),
+    [["harness.operation_cancelled", crashed.events[0]!.init.operationInvocationId]],
+  );
   first.cancel({ sessionId: leftover }).catch(() => undefined);
 });
 

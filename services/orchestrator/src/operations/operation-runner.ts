@@ -381,10 +381,16 @@ export class OperationRunner {
       return this.#deliver(parent, record.callId, recorded, record);
     }
     // Started but never checkpointed: it runs again (at-least-once execution).
-    await this.#run(parent, op, record);
+    await this.#run(parent, op, record, { resumed: true });
   }
 
-  async #run(parent: OperationParent, op: HarnessOperationDefinition, record: OperationCheckpoint): Promise<void> {
+  /** `resumed`: an earlier process started it (and published its start). */
+  async #run(
+    parent: OperationParent,
+    op: HarnessOperationDefinition,
+    record: OperationCheckpoint,
+    { resumed = false }: { resumed?: boolean } = {},
+  ): Promise<void> {
     const signal = this.#signal(parent.jobId);
     const started = Date.now();
     const remaining = parent.deadline ? parent.deadline.getTime() - started : Number.POSITIVE_INFINITY;
@@ -398,11 +404,14 @@ export class OperationRunner {
       agentName: parent.agent.name,
       agentVersion: String(parent.agent.version),
     };
-    this.#o.lifecycle?.publish("harness.operation_started", {
-      ...base,
-      status: "running",
-      attributes: { operation_key: op.key, task_chars: [...record.task].length, timeout_ms: timeoutMs },
-    });
+    // Resumed for a job that ends already, it runs nothing: its start stands as the earlier process published
+    // it, and only its cancel follows (a second start would say it ran again).
+    if (!(resumed && signal.aborted))
+      this.#o.lifecycle?.publish("harness.operation_started", {
+        ...base,
+        status: "running",
+        attributes: { operation_key: op.key, task_chars: [...record.task].length, timeout_ms: timeoutMs },
+      });
     const usage: Usage = { inputTokens: 0, outputTokens: 0 };
     let outcome: Outcome;
     if (timeoutMs <= 0) {
