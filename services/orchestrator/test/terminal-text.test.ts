@@ -12,12 +12,15 @@ import { timestampFromDate, ValueSchema } from "@bufbuild/protobuf/wkt";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { OperationStatus, TranscriptResponseSchema } from "@oz0/proto/oz0/events/v1/events_pb";
 import {
+  ApprovalSchema,
   Decider,
   JobEventSchema,
   JobSchema,
   JobState,
   type JobEvent,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { approvalsList } from "../src/cli/commands.js";
+import type { Connection } from "../src/cli/connection.js";
 import { describeJob, EventPrinter } from "../src/cli/event-printer.js";
 import { terminalLine, terminalText } from "../src/cli/terminal-text.js";
 import { transcriptRows } from "../src/cli/transcript-rows.js";
@@ -140,4 +143,31 @@ void test("oz0 jobs show and oz0 jobs transcript print a job's text inert", () =
   );
   for (const row of rows) assert.doesNotMatch(row, ACTIVE, row);
   assert.equal(rows.join("\n").split(SHOWN).length - 1, 3, rows.join("\n"));
+});
+
+void test("oz0 approvals list shows every call's input, whatever its title says, on one inert line", async () => {
+  const approvals = [
+    create(ApprovalSchema, {
+      jobId: "job-1",
+      callId: "call-1",
+      tool: "run_command",
+      // A title that says one thing, and an input that does another.
+      title: `Run the tests\n${HOSTILE}`,
+      input: { command: "rm -rf ~/ \u202e#safe" },
+    }),
+  ];
+  const conn = { clients: { jobs: { listApprovals: async () => ({ approvals }) } } } as unknown as Connection;
+  const out = new PassThrough();
+  let text = "";
+  out.on("data", (d: Buffer) => (text += d.toString()));
+  await approvalsList({ conn, all: false, json: false, io: { out, err: new PassThrough() } });
+  assert.equal(text.split("\n").length, 2, text);
+  // eslint-disable-next-line no-control-regex -- the control characters are what it looks for
+  assert.doesNotMatch(text.slice(0, -1), /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/);
+  assert.ok(
+    text.startsWith(
+      String.raw`job-1  call-1  run_command  Run the tests\u000a${SHOWN}  {"command":"rm -rf ~/ \u202e#safe"}`,
+    ),
+    text,
+  );
 });

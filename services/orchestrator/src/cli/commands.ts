@@ -406,8 +406,10 @@ export async function approvalsList(options: {
       const deadline = a.deadline
         ? `  (denied if unanswered by ${new Date(Number(a.deadline.seconds) * 1000).toISOString()})`
         : "";
+      // The input always: a title is the harness's own words for the call, and could say anything. One line,
+      // inert: the tool, title and input are the harness's.
       options.io.out.write(
-        `${a.jobId}  ${a.callId}  ${a.tool}  ${a.title || JSON.stringify(a.input ?? {})}${deadline}\n`,
+        `${terminalLine(`${a.jobId}  ${a.callId}  ${a.tool}  ${a.title ? `${a.title}  ` : ""}${JSON.stringify(a.input ?? {})}${deadline}`)}\n`,
       );
     }
   return EXIT.ok;
