@@ -161,6 +161,18 @@ void describe("startHostSession", () => {
     assert.equal(outcome.counts.events, 1);
   });
 
+  void it("quotes what a refused line holds inert: no escape sequence or override reaches the failure message", async () => {
+    for (const [behaviour, code] of [
+      ["hostile-garbage", "invalid_json"],
+      ["hostile-invalid-event", "invalid_event"],
+    ] as const) {
+      const message = (await expectFailure(run(behaviour).session.outcome, code)).error?.message ?? "";
+      // eslint-disable-next-line no-control-regex -- the control characters are what it looks for
+      assert.doesNotMatch(message, /[\u0000-\u001f\u007f-\u009f\u202a-\u202e]/, `${behaviour}: ${message}`);
+      assert.match(message, /\\u202e/, `${behaviour}: ${message}`);
+    }
+  });
+
   void it("fails a line over the size limit", async () => {
     const outcome = await expectFailure(run("oversized", { maxLineBytes: 1000 }).session.outcome, "line_too_long");
     assert.match(outcome.error?.message ?? "", /1000 bytes/);
@@ -215,6 +227,7 @@ void describe("startHostSession", () => {
         'the call id of permission request "p1" "c\\u2029" has a paragraph separator (U+2029) in it',
       "bidi-override-runtime-call-id": 'the runtime tool call id "r\\u202e" has a bidirectional control (U+202E) in it',
       "bidi-isolate-id": 'the permission request id "p\\u2066" has a bidirectional control (U+2066) in it',
+      "bidi-mark-id": 'the permission request id "p\\u200f~/\\u200f" has a bidirectional control (U+200F) in it',
     };
     for (const [behaviour, message] of Object.entries(wrong)) {
       const { session, events } = run(behaviour);

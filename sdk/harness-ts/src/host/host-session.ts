@@ -23,7 +23,12 @@ import type {
 import { LineSplitter } from "../protocol/line-framing.js";
 import { describeLine, encodeLine } from "../protocol/message-codec.js";
 import { decodeEventLine } from "../protocol/event-decoding.js";
-import { REQUEST_ID_RULES, quotedRequestId, requestIdProblem } from "../protocol/request-id-rules.js";
+import {
+  escapeRefusedCharacters,
+  REQUEST_ID_RULES,
+  quotedRequestId,
+  requestIdProblem,
+} from "../protocol/request-id-rules.js";
 import type { SessionError, SessionErrorCode } from "./host-errors.js";
 import { HostSessionError } from "./host-errors.js";
 import { processGroupLauncher } from "./process-launcher.js";
@@ -537,8 +542,12 @@ class RunningHostSession implements HostSession {
     this.#stop();
   }
 
+  /**
+   * A failure's message quotes what the harness wrote (a line, a field, an id): it is stored with the job,
+   * logged and shown to operators, so each character a terminal or a reader acts on is an escape in it.
+   */
   #setError(code: SessionErrorCode, message: string): void {
-    if (this.#error === undefined) this.#error = { code, message };
+    if (this.#error === undefined) this.#error = { code, message: escapeRefusedCharacters(message) };
   }
 
   /** SIGTERM now, SIGKILL after the grace; pending requests are answered first. */

@@ -15,13 +15,21 @@ export const REQUEST_ID_RULES = `at most ${MAX_REQUEST_ID_CHARS} characters, wit
 /**
  * What a character no id may hold is, in the words of REQUEST_ID_RULES; undefined for any other. C0 and C1
  * controls and DEL (a terminal acts on them), the line and paragraph separators (a log line ends at them),
- * and the bidirectional overrides and isolates (an id shown reversed is not the one asked about).
+ * and the bidirectional controls, Unicode's Bidi_Control: embeddings, overrides, isolates and the marks (an id
+ * shown reversed is not the one asked about).
  */
 function refusedCharacter(code: number): string | undefined {
   if (code < 0x20 || (code >= 0x7f && code <= 0x9f)) return "a control character";
   if (code === 0x2028) return "a line separator";
   if (code === 0x2029) return "a paragraph separator";
-  if ((code >= 0x202a && code <= 0x202e) || (code >= 0x2066 && code <= 0x2069)) return "a bidirectional control";
+  if (
+    (code >= 0x202a && code <= 0x202e) ||
+    (code >= 0x2066 && code <= 0x2069) ||
+    code === 0x061c ||
+    code === 0x200e ||
+    code === 0x200f
+  )
+    return "a bidirectional control";
   return undefined;
 }
 
@@ -44,7 +52,7 @@ export function requestIdProblem(id: string): string | undefined {
 }
 
 /** Past the C0 controls, what no id may hold (refusedCharacter's): DEL and the C1 controls, the separators, the bidirectional controls. */
-const REFUSED_PAST_C0 = "\\u007f-\\u009f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069";
+const REFUSED_PAST_C0 = "\\u007f-\\u009f\\u061c\\u200e\\u200f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069";
 /** A surrogate with no other half beside it. */
 const HALF_CHARACTER = "[\\ud800-\\udbff](?![\\udc00-\\udfff])|(?<![\\ud800-\\udbff])[\\udc00-\\udfff]";
 /** What escapeRefusedCharacters escapes: every character no id may hold, and half characters. */

@@ -819,9 +819,9 @@ export type PermissionRequest = Message<"oz0.harness.v1.PermissionRequest"> & {
    * Unique in the session: no other request uses it as its id or call_id.
    * At most 256 characters (UTF-16 code units), with no control characters
    * (U+0000-U+001F, U+007F-U+009F), line or paragraph separators (U+2028,
-   * U+2029), bidirectional controls (U+202A-U+202E, U+2066-U+2069) or half
-   * characters (a surrogate alone); call_id likewise. The runtime fails the
-   * session with `invalid_event` otherwise.
+   * U+2029), bidirectional controls (U+061C, U+200E, U+200F, U+202A-U+202E,
+   * U+2066-U+2069) or half characters (a surrogate alone); call_id likewise.
+   * The runtime fails the session with `invalid_event` otherwise.
    *
    * @generated from field: string id = 1;
    */
