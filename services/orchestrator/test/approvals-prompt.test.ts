@@ -61,30 +61,31 @@ void test("y approves, n asks why and denies, e takes a JSON object and approves
   });
 });
 
-void test("the person is shown what would run: a tool, reason or input that would move the cursor or read reversed is printed inert", async () => {
+void test("the person is shown what would run: a tool, reason or input that would forge a line, move the cursor or read reversed is printed inert", async () => {
   const shown = pair();
   shown.input.write("n\nno\n");
   await promptForAnswer({
     call: {
-      // Writes over its own line, then a command shown reversed: it reads "rm -rf ~/ #safe" backwards.
-      tool: "run_command\r\u001b[2Klist_files",
+      // A line of its own that says the input is harmless, then writes over its own line.
+      tool: 'run_command\n  input: {"command":"npm test"}\r\u001b[2K',
+      // Reads "rm -rf ~/ #safe" backwards.
       input: { command: "echo \u202e~/ fr- mr\u202c #safe" },
       reason: "run_command is in harness.requires_approval\u001b]0;approved\u0007",
     },
     input: shown.input,
     output: shown.output,
   });
+  const text = shown.shown();
   // eslint-disable-next-line no-control-regex -- the control characters are what it looks for
-  assert.doesNotMatch(shown.shown(), /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/);
+  assert.doesNotMatch(text, /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/);
+  assert.equal(text.split("\n").filter((line) => line.startsWith("  input: ")).length, 1, text);
   assert.ok(
-    shown
-      .shown()
-      .includes(
-        String.raw`run_command\u000d\u001b[2Klist_files waits for approval: run_command is in harness.requires_approval\u001b]0;approved\u0007` +
-          "\n  input: " +
-          String.raw`{"command":"echo \u202e~/ fr- mr\u202c #safe"}`,
-      ),
-    shown.shown(),
+    text.includes(
+      String.raw`run_command\u000a  input: {"command":"npm test"}\u000d\u001b[2K waits for approval: run_command is in harness.requires_approval\u001b]0;approved\u0007` +
+        "\n  input: " +
+        String.raw`{"command":"echo \u202e~/ fr- mr\u202c #safe"}`,
+    ),
+    text,
   );
 });
 

@@ -5,8 +5,9 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { requestIdViolation, requestIdsOf } from "../src/approvals/request-ids.js";
+import { toolListStage, type PermissionQuestion } from "../src/policy/permission-policy.js";
 import { toolResultViolation } from "../src/policy/tool-call-audit.js";
-import type { PermissionRecord } from "../src/store/job-store.js";
+import type { AgentVersionRecord, PermissionRecord } from "../src/store/job-store.js";
 
 const huge = (mark: string): string => mark + "x".repeat(1_000_000);
 
@@ -87,4 +88,24 @@ void test("a harness's call ids and tool names are inert in the messages that na
   const repeat = requestIdViolation(ids, { id: "p-2", callId: "c-1" })!;
   assert.doesNotMatch(repeat, ACTIVE);
   assert.match(repeat, /reuses "c-1" as its call id, the call id of permission request "p\\u0085"/);
+});
+
+void test("a tool outside harness.tools is refused with its name clipped and inert in the reason", async () => {
+  const agent = { definition: { harness: { tools: ["read_file"] } } } as unknown as AgentVersionRecord;
+  const decision = await toolListStage.decide({
+    agent,
+    tool: `${huge("t")}\u001b[2J`,
+    input: {},
+  } as PermissionQuestion);
+  assert.equal(decision?.kind, "deny");
+  assert.match(
+    decision!.reason,
+    /^tool tx{119}… \(1000005 characters\) is not in this agent's harness\.tools \(read_file\)/,
+  );
+  const inert = await toolListStage.decide({
+    agent,
+    tool: "rm\u202e-rf",
+    input: {},
+  } as PermissionQuestion);
+  assert.match(inert!.reason, /^tool rm\\u202e-rf is not/);
 });

@@ -19,7 +19,7 @@ import {
   JobState,
   type JobEvent,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { approvalsList } from "../src/cli/commands.js";
+import { approvalsList, jobsArtifacts } from "../src/cli/commands.js";
 import type { Connection } from "../src/cli/connection.js";
 import { describeJob, EventPrinter } from "../src/cli/event-printer.js";
 import { terminalLine, terminalText } from "../src/cli/terminal-text.js";
@@ -169,5 +169,47 @@ void test("oz0 approvals list shows every call's input, whatever its title says,
       String.raw`job-1  call-1  run_command  Run the tests\u000a${SHOWN}  {"command":"rm -rf ~/ \u202e#safe"}`,
     ),
     text,
+  );
+});
+
+void test("a field meant for one line cannot forge a line: a tool name, an id, a reason or an artifact's name with a line feed in it", async () => {
+  // A pending call that looks harmless, under the name of another.
+  const forged = "Bash\n? read_file waits for approval (call p9): oz0 approve job-1 p9";
+  const text = printed([
+    { event: { case: "toolCall", value: { callId: "c1", tool: forged, input: { command: "rm -rf ~/" } } } },
+    { event: { case: "permissionDecision", value: { id: "p1", tool: forged, pending: true } } },
+    {
+      event: {
+        case: "permissionDecision",
+        value: { id: "p1", tool: "Bash", allow: false, decider: Decider.POLICY, reason: `no\n${forged}` },
+      },
+    },
+    { event: { case: "artifacts", value: { artifacts: [{ path: `notes\n${forged}.md`, sizeBytes: 1n }] } } },
+  ]);
+  const lines = text.split("\n").filter(Boolean);
+  assert.equal(lines.length, 4, text);
+  assert.ok(
+    lines.every((line) => !line.startsWith("? read_file")),
+    text,
+  );
+  // The tool call shows its input, whatever its title is.
+  assert.ok(lines[0]!.endsWith(`: {"command":"rm -rf ~/"}`), lines[0]);
+
+  const shown = describeJob(
+    create(JobSchema, { id: "job-1", state: JobState.FAILED, error: `bad\n  result    all good` }),
+  );
+  assert.ok(!shown.split("\n").some((line) => line.startsWith("  result ")), shown);
+
+  const out = new PassThrough();
+  let listed = "";
+  out.on("data", (d: Buffer) => (listed += d.toString()));
+  const artifacts = [{ name: "a", path: `/jobs/job-1/artifacts/notes\n${forged}\u001b[2J.md`, sizeBytes: 1n }];
+  const conn = {
+    clients: { jobs: { getArtifacts: async () => ({ artifacts, contents: [] }) } },
+  } as unknown as Connection;
+  await jobsArtifacts({ conn, jobId: "job-1", json: false, io: { out, err: new PassThrough() } });
+  assert.equal(
+    listed,
+    `${String.raw`/jobs/job-1/artifacts/notes\u000aBash\u000a? read_file waits for approval (call p9): oz0 approve job-1 p9\u001b[2J.md`}\n`,
   );
 });

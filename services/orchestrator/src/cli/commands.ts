@@ -264,7 +264,8 @@ export async function jobsArtifacts(options: {
     options.io.out.write(
       options.json
         ? `${JSON.stringify({ name: a.name, path: where, sizeBytes: Number(a.sizeBytes), mediaType: a.mediaType })}\n`
-        : `${where}\n`,
+        : // A name is the harness's (a file it made in a folder of artifact_paths): inert.
+          `${terminalLine(where)}\n`,
     );
   });
   return EXIT.ok;

@@ -11,7 +11,7 @@ import {
   type JobEvent,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { TextSink } from "./live-terminal.js";
-import { terminalText } from "./terminal-text.js";
+import { terminalLine, terminalText } from "./terminal-text.js";
 import { costText, durationText, NOMINAL_NOTE, tokensText } from "./usage-format.js";
 
 export function stateName(state: JobState): string {
@@ -39,8 +39,10 @@ export function toolOutput(value: Value | undefined, mark: string): string {
   const shown =
     lines.length <= 10 ? lines : [...lines.slice(0, 2), `… (${lines.length - 10} more lines)`, ...lines.slice(-8)];
   return (
-    shown.map((l, i) => `  ${i === 0 ? mark : " "} ${l.length > 200 ? `${l.slice(0, 199)}…` : l}`).join("\n") ||
-    `  ${mark}`
+    shown
+      // Each line is a line: a carriage return in it would write over it (terminalText keeps only a CRLF's).
+      .map((l, i) => `  ${i === 0 ? mark : " "} ${terminalText(l.length > 200 ? `${l.slice(0, 199)}…` : l)}`)
+      .join("\n") || `  ${mark}`
   );
 }
 
@@ -55,11 +57,15 @@ export class EventPrinter {
     this.#json = options.json;
   }
 
-  /** Writes a line; everything it prints comes from the job's events, so it is printed inert (terminalText). */
+  /**
+   * Writes a line. What it prints comes from the job's events, so each caller makes it inert: a body (the
+   * model's text, a tool's output) with terminalText, a field meant for one line (a tool name, an id, a
+   * reason) with terminalLine, so that a line feed in it cannot forge a line of its own.
+   */
   #line(text: string): void {
     if (this.#midLine) this.#out.write("\n");
     this.#midLine = false;
-    this.#out.write(`${terminalText(text)}\n`);
+    this.#out.write(`${text}\n`);
   }
 
   print(event: JobEvent): void {
@@ -76,50 +82,59 @@ export class EventPrinter {
           this.#midLine = !e.value.text.endsWith("\n");
         } else {
           // A whole text that ends its own line (a graph run's step lines) gets no blank line after it.
-          this.#line(e.value.text.replace(/\n$/, ""));
+          this.#line(terminalText(e.value.text.replace(/\n$/, "")));
         }
         return;
-      case "toolCall":
-        this.#line(`▸ ${e.value.tool}: ${short(e.value.title || e.value.input || {}, 120)}`);
+      case "toolCall": {
+        // The input always: a title is the harness's own words for the call, and could say anything.
+        const title = e.value.title ? `${short(e.value.title, 120)}  ` : "";
+        this.#line(terminalLine(`▸ ${e.value.tool}: ${title}${short(e.value.input ?? {}, 120)}`));
         return;
+      }
       case "toolResult":
         this.#line(toolOutput(e.value.output, e.value.isError ? "✗" : "✓"));
         return;
       case "servedToolCall":
         // A tool the orchestrator answered itself, such as a graph manager's decision.
         this.#line(
-          `◆ ${e.value.tool}: ${short(e.value.input ?? {}, 120)}${e.value.error ? ` ✗ ${e.value.error}` : " ✓"}`,
+          terminalLine(
+            `◆ ${e.value.tool}: ${short(e.value.input ?? {}, 120)}${e.value.error ? ` ✗ ${e.value.error}` : " ✓"}`,
+          ),
         );
         return;
       case "permissionDecision": {
         const d = e.value;
         if (d.pending)
           this.#line(
-            `? ${d.tool} waits for approval (call ${d.id}): oz0 approve ${event.jobId} ${d.id}   or   oz0 deny ${event.jobId} ${d.id} --reason TEXT`,
+            terminalLine(
+              `? ${d.tool} waits for approval (call ${d.id}): oz0 approve ${event.jobId} ${d.id}   or   oz0 deny ${event.jobId} ${d.id} --reason TEXT`,
+            ),
           );
         else if (!d.allow)
           this.#line(
-            `  ✗ ${d.tool} denied${d.decider === Decider.PERSON && d.answeredBy ? ` by ${d.answeredBy}` : ""}: ${d.reason}`,
+            terminalLine(
+              `  ✗ ${d.tool} denied${d.decider === Decider.PERSON && d.answeredBy ? ` by ${d.answeredBy}` : ""}: ${d.reason}`,
+            ),
           );
         else if (d.decider === Decider.PERSON)
-          this.#line(`  ✓ ${d.tool} approved${d.answeredBy ? ` by ${d.answeredBy}` : ""}`);
+          this.#line(terminalLine(`  ✓ ${d.tool} approved${d.answeredBy ? ` by ${d.answeredBy}` : ""}`));
         return;
       }
       case "result":
         this.#line(`\n── result (${stopReasonName(e.value.stopReason)}, ${e.value.turns} turns)`);
-        if (e.value.text) this.#line(e.value.text);
-        if (e.value.error) this.#line(`error: ${e.value.error}`);
+        if (e.value.text) this.#line(terminalText(e.value.text));
+        if (e.value.error) this.#line(terminalLine(`error: ${e.value.error}`));
         return;
       case "artifacts":
-        for (const a of e.value.artifacts) this.#line(`artifact: ${a.path} (${a.sizeBytes} bytes)`);
+        for (const a of e.value.artifacts) this.#line(terminalLine(`artifact: ${a.path} (${a.sizeBytes} bytes)`));
         return;
       case "stateChanged": {
         const s = e.value.state;
         if (s === JobState.SUCCEEDED || s === JobState.FAILED || s === JobState.CANCELLED) {
-          this.#line(`job ${event.jobId} ${stateName(s)}${e.value.reason ? `: ${e.value.reason}` : ""}`);
+          this.#line(terminalLine(`job ${event.jobId} ${stateName(s)}${e.value.reason ? `: ${e.value.reason}` : ""}`));
         }
         // A pending job with a reason waits for something (room on a node).
-        else if (s === JobState.PENDING && e.value.reason) this.#line(`… ${e.value.reason}`);
+        else if (s === JobState.PENDING && e.value.reason) this.#line(terminalLine(`… ${e.value.reason}`));
         return;
       }
       default:
@@ -184,6 +199,7 @@ export function describeJob(job: Job, options: { usage?: GetJobUsageResponse | s
   if (job.stopReason) lines.push(`  stop      ${stopReasonName(job.stopReason)}`);
   if (job.error) lines.push(`  error     ${job.error}`);
   if (job.resultText) lines.push(`  result    ${short(job.resultText, 400)}`);
-  // The input, the activity, the error and the result are a person's, a harness's or a model's text.
-  return terminalText(lines.join("\n"));
+  // The input, the activity, the error and the result are a person's, a harness's or a model's text: each line
+  // one line, inert.
+  return lines.map(terminalLine).join("\n");
 }

@@ -176,7 +176,7 @@ class ApprovalPrompts {
         // Answered elsewhere a moment before, or refused (not an approver here): say so and keep following.
         terminal.around(() =>
           io.err.write(
-            `oz0: your answer to ${call.tool} (call ${call.id}) was not taken: ${describeError(error, conn.url)}\n`,
+            `${terminalLine(`oz0: your answer to ${call.tool} (call ${call.id}) was not taken: ${describeError(error, conn.url)}`)}\n`,
           ),
         );
       } finally {

@@ -14,7 +14,7 @@ import {
   type TokenCounts,
   type TranscriptResponse,
 } from "@oz0/proto/oz0/events/v1/events_pb";
-import { terminalText } from "./terminal-text.js";
+import { terminalLine } from "./terminal-text.js";
 import { durationText, tokensText } from "./usage-format.js";
 
 const RAIL = "┃";
@@ -58,7 +58,7 @@ export function transcriptRows(transcript: TranscriptResponse): string[] {
     }
   }
   // Labels and attributes hold a harness's words (a tool's name, an operation's title).
-  return lines.map(terminalText);
+  return lines.map(terminalLine);
 }
 
 function eventRow(event: PublicEvent, at: (t: Timestamp | undefined) => string): string {

@@ -4,6 +4,7 @@
 // input or ask a person (issue 5 plugs its stages in here); (3) tools in
 // harness.requires_approval wait for a person; (4) anything else is allowed.
 import type { AgentVersionRecord, DeciderName, JsonObject } from "../store/job-store.js";
+import { clippedHarnessText } from "./harness-text.js";
 
 export interface PermissionQuestion {
   jobId: string;
@@ -44,7 +45,8 @@ export const toolListStage: PermissionStage = {
     return {
       kind: "deny",
       decider: "policy",
-      reason: `tool ${q.tool} is not in this agent's harness.tools (${tools.join(", ") || "none"}); the call was refused`,
+      // The name is the harness's, of any length and holding anything: clipped and inert (harness-text.ts).
+      reason: `tool ${clippedHarnessText(q.tool)} is not in this agent's harness.tools (${tools.join(", ") || "none"}); the call was refused`,
     };
   },
 };
