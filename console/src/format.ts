@@ -57,7 +57,7 @@ export function duration(ms: number): string {
  * controls. A harness chooses its tool names, titles and inputs; with these it
  * could show `rm -rf ~/` reversed in an approval card.
  */
-const READS_DIFFERENTLY = /[\u0080-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+const READS_DIFFERENTLY = /[\u0080-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
 
 /** `text` with each character that would change how it reads as a `\uXXXX` escape: shown, not obeyed. */
 export function visible(text: string): string {

@@ -13,6 +13,8 @@ void test("a bidirectional override in an input is shown, not obeyed, and the JS
   // The card's "Edit input…" starts from this text: approved as it is, it is the input asked about.
   assert.deepEqual(JSON.parse(shown), input);
   assert.equal(visible("Bash\u2066x\u2069"), String.raw`Bash\u2066x\u2069`);
+  // The marks too: two right-to-left marks around "~/" show it as "/~".
+  assert.equal(visible("rm -rf \u200f~/\u200f \u061c\u200e"), String.raw`rm -rf \u200f~/\u200f \u061c\u200e`);
   // Everything else as it is: other scripts, emoji, line breaks.
   assert.equal(visible("ünïcödé 日本語 🎉\nnext\tline"), "ünïcödé 日本語 🎉\nnext\tline");
 });

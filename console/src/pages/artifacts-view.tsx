@@ -2,7 +2,7 @@
 // marked by colour and by their +/- prefix, so the meaning never rests on
 // colour alone), any other text as is.
 import type { Artifact } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { count } from "../format.js";
+import { count, visible } from "../format.js";
 
 /** Lines beyond this are left out of the page (the artifact is whole on disk). */
 const MAX_LINES = 2_000;
@@ -22,7 +22,7 @@ export function ArtifactsView({
         return (
           <section key={artifact.name} class="artifact" aria-label={`Artifact ${artifact.name}`}>
             <h3>
-              {artifact.name}{" "}
+              {visible(artifact.name)}{" "}
               <span class="muted">
                 ({count(artifact.sizeBytes)} bytes, {artifact.mediaType || "unknown type"})
               </span>

@@ -9,7 +9,7 @@ import { useMemo, useState } from "preact/hooks";
 import { type GetArtifactsResponse, type GetJobUsageResponse } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { jobs, messageOf } from "../api.js";
-import { clockMs, count, dateOf, duration, isTerminal, stateName, stopReasonName, usd } from "../format.js";
+import { clockMs, count, dateOf, duration, isTerminal, stateName, stopReasonName, usd, visible } from "../format.js";
 import { useJobStream } from "../job-stream.js";
 import { useNow } from "../now.js";
 import { groupOperations, operationsOf, placeOperations, type Entry } from "../operations.js";
@@ -123,7 +123,7 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
             {!terminal && job.activity?.summary ? (
               <>
                 <dt>Now</dt>
-                <dd data-testid="activity">{job.activity.summary}</dd>
+                <dd data-testid="activity">{visible(job.activity.summary)}</dd>
               </>
             ) : null}
             <dt>Agent</dt>
@@ -223,9 +223,9 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
       {job && terminal ? (
         <>
           <h2>Result</h2>
-          {job.error ? <p class="error">{job.error}</p> : null}
+          {job.error ? <p class="error">{visible(job.error)}</p> : null}
           <pre class="result" data-testid="result">
-            {job.resultText || "(no text)"}
+            {visible(job.resultText) || "(no text)"}
           </pre>
           <p class="muted">
             {stateName(job.state)}, {stopReasonName(job.stopReason)}

@@ -5,7 +5,7 @@
 // events service's transcript never carries them.
 import { useEffect, useRef, useState } from "preact/hooks";
 import { OperationStatus, type OperationRow, type TokenCounts } from "@oz0/proto/oz0/events/v1/events_pb";
-import { clockMs, count, dateOf, seconds } from "../format.js";
+import { clockMs, count, dateOf, seconds, visible } from "../format.js";
 import type { OperationGroup } from "../operations.js";
 import type { ToolRow } from "../transcript.js";
 import { CallDetails, CallOutcome } from "./transcript-rows.js";
@@ -132,7 +132,7 @@ function OperationModal({ op, onClose }: { op: OperationRow; onClose: () => void
             return (
               <li key={step.eventId}>
                 <span class="muted">{at && started ? `+${seconds(at.getTime() - started.getTime())}` : ""}</span>{" "}
-                <span class="step-kind">{step.kind}</span> {step.label}
+                <span class="step-kind">{step.kind}</span> {visible(step.label)}
                 {step.status ? <span class="muted"> · {step.status}</span> : null}
                 {step.durationMs > 0 ? <span class="muted"> · {seconds(step.durationMs)}</span> : null}
                 {step.tokens && (step.tokens.inputTokens || step.tokens.outputTokens) ? (

@@ -11,20 +11,20 @@ export function TranscriptRow({ row }: { row: Row }) {
       return (
         <li class="row row-state">
           <span class={`state state-${stateName(row.state)}`}>{stateName(row.state)}</span> {clock(row.time)}{" "}
-          {row.reason ? <span class="muted">{row.reason}</span> : null}
+          {row.reason ? <span class="muted">{visible(row.reason)}</span> : null}
         </li>
       );
     case "session":
       return (
         <li class="row row-session muted">
-          session started: {row.harness} {row.version}
+          session started: {visible(row.harness)} {visible(row.version)}
         </li>
       );
     case "text":
       return (
         <li class={`row row-text role-${row.role}`}>
           <span class="who">{row.role}</span>
-          <div class="text">{row.text}</div>
+          <div class="text">{visible(row.text)}</div>
         </li>
       );
     case "tool":
@@ -33,20 +33,21 @@ export function TranscriptRow({ row }: { row: Row }) {
       return (
         <li class="row row-tool">
           <span class="who">runtime</span> <code>{visible(row.tool)}</code>{" "}
-          {row.error ? <span class="error">{row.error}</span> : <pre>{json(row.output)}</pre>}
+          {row.error ? <span class="error">{visible(row.error)}</span> : <pre>{json(row.output)}</pre>}
         </li>
       );
     case "result":
       return (
         <li class="row row-result">
           <span class="who">result</span> {stopReasonName(row.result.stopReason)}, {row.result.turns} turns
-          {row.result.error ? <span class="error"> {row.result.error}</span> : null}
+          {row.result.error ? <span class="error"> {visible(row.result.error)}</span> : null}
         </li>
       );
     case "artifacts":
       return (
         <li class="row row-artifacts">
-          <span class="who">artifacts</span> {row.artifacts.map((a) => `${a.name} (${a.sizeBytes} bytes)`).join(", ")}
+          <span class="who">artifacts</span>{" "}
+          {visible(row.artifacts.map((a) => `${a.name} (${a.sizeBytes} bytes)`).join(", "))}
         </li>
       );
   }
@@ -90,7 +91,7 @@ function Decision({ asked, decision: d }: { asked: boolean; decision: Permission
     <span class={`decision ${d.allow ? "allowed" : "denied"}`} data-testid="decision">
       {d.allow ? "allowed" : "denied"} by{" "}
       {d.decider === Decider.PERSON ? d.answeredBy || "a person" : deciderName(d.decider)}
-      {d.reason ? `: ${d.reason}` : ""}
+      {d.reason ? `: ${visible(d.reason)}` : ""}
       {d.input ? " (input changed)" : ""}
     </span>
   );

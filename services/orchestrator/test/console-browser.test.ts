@@ -127,13 +127,16 @@ void test("a login code opens one session, once; the session is the person who a
 });
 
 void test("a job waiting for approval is in the queue, is approved in the page, and finishes", async () => {
-  const jobId = await startJob("approve-me");
+  // With an override in the command: the card shows it as an escape, so the command cannot read reversed.
+  const jobId = await startJob("approve-me \u202e~/ fr- mr");
   const page = await openConsole(t.stack.ownerToken);
   await page.getByRole("link", { name: "Approvals" }).click();
   const card = page.locator("article.approval", { hasText: jobId });
   await card.waitFor();
   assert.match((await card.textContent()) ?? "", /run_command/);
-  assert.match((await card.locator("pre").textContent()) ?? "", /echo approve-me/);
+  const input = (await card.locator("pre").textContent()) ?? "";
+  assert.ok(input.includes(String.raw`echo approve-me \u202e~/ fr- mr`), input);
+  assert.ok(!input.includes("\u202e"), "the override is not obeyed");
   await assertAccessible(page, "approvals");
   await screenshot(page, "approvals");
   await card.getByRole("button", { name: "Approve" }).click();
