@@ -104,8 +104,11 @@ export interface GroupingInput<M> {
 /**
  * Makes kafkajs, in this thread, encode records with `encodeRecord`, group
  * messages with `groupByPartition`, take the CRC-32C from `crc32c`,
- * remember each key's hash (`rememberedPerKey`) and leave an idle request
- * queue unchecked (`scheduleCheckPendingRequests`). Call it before kafkajs is
+ * remember each key's hash (`rememberedPerKey`), write each record batch in
+ * one buffer (`recordBatchInOneBuffer`), keep a produce request's payload in
+ * parts (`produceRequestInParts`) and frame every request in one buffer
+ * (`frameRequest`), and leave an idle request queue unchecked
+ * (`scheduleCheckPendingRequests`). Call it before kafkajs is
  * imported: its modules take them when they load. Says which it replaced: none when kafkajs
  * is another release than the one they were written against, or keeps them
  * somewhere else.
