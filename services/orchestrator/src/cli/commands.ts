@@ -19,7 +19,7 @@ import type { Connection } from "./connection.js";
 import { describeJob, stateName } from "./event-printer.js";
 import { EXIT } from "./exit-codes.js";
 import { followJob, TERMINAL } from "./job-watch.js";
-import { terminalLine, terminalText } from "./terminal-text.js";
+import { fieldText, shellWord, terminalLine, terminalText } from "./terminal-text.js";
 import { transcriptRows } from "./transcript-rows.js";
 import { costText, NOMINAL_NOTE } from "./usage-format.js";
 import { GetUsageResponseSchema, type Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
@@ -167,7 +167,7 @@ export async function jobUsage(options: {
   // A graph run: each job it ran, then the sums.
   for (const step of response.steps) {
     options.io.out.write(
-      `${line(`step ${step.step}`, step.usage)}  ${step.jobId} (${step.agent?.name ?? "?"} v${step.agent?.version ?? "?"})\n`,
+      `${terminalLine(`${line(`step ${step.step}`, step.usage)}  ${step.jobId} (${step.agent?.name ?? "?"} v${step.agent?.version ?? "?"})`)}\n`,
     );
   }
   for (const a of usage.agents) options.io.out.write(`${line(`agent ${a.agent}`, a.usage)}\n`);
@@ -279,7 +279,7 @@ export async function agentsList(options: { conn: Connection; json: boolean; io:
   else
     for (const a of agents)
       options.io.out.write(
-        `${a.name.padEnd(20)} v${String(a.version).padEnd(4)} ${a.runtime.padEnd(28)} ${a.description}\n`,
+        `${terminalLine(`${a.name.padEnd(20)} v${String(a.version).padEnd(4)} ${a.runtime.padEnd(28)} ${a.description}`)}\n`,
       );
   return EXIT.ok;
 }
@@ -296,7 +296,7 @@ export async function agentsVersions(options: {
     options.io.out.write(
       options.json
         ? `${JSON.stringify(toJson(AgentVersionSchema, a))}\n`
-        : `v${a.version}  ${published}  ${a.contentHash.slice(0, 19)}  plugin ${a.plugin} ${a.pluginVersion}\n`,
+        : `${terminalLine(`v${a.version}  ${published}  ${a.contentHash.slice(0, 19)}  plugin ${a.plugin} ${a.pluginVersion}`)}\n`,
     );
   }
   return EXIT.ok;
@@ -317,13 +317,15 @@ export async function agentsShow(options: {
     const definition = { ...(agent.definition as JsonObject | undefined) };
     const instructions = definition.instructions_text;
     delete definition.instructions_text;
+    // A plugin's words (its YAML, its instructions): inert, so the lines an operator audits (tools,
+    // requires_approval, hooks) cannot be written over by what follows them.
     options.io.out.write(
-      `# ${agent.name} v${agent.version} (${agent.contentHash}), plugin ${agent.plugin} ${agent.pluginVersion}\n`,
+      `${terminalLine(`# ${agent.name} v${agent.version} (${agent.contentHash}), plugin ${agent.plugin} ${agent.pluginVersion}`)}\n`,
     );
-    options.io.out.write(stringify(definition));
+    options.io.out.write(terminalText(stringify(definition)));
     if (typeof instructions === "string")
       options.io.out.write(
-        `# instructions (${String(definition.instructions)}):\n${instructions.replace(/^/gm, "#   ")}\n`,
+        terminalText(`# instructions (${String(definition.instructions)}):\n${instructions.replace(/^/gm, "#   ")}\n`),
       );
   }
   return EXIT.ok;
@@ -345,11 +347,13 @@ export async function pluginInstall(options: {
       `${JSON.stringify({ plugin: toJson(PluginSchema, plugin), published: published.map((p) => ({ name: p.name, version: p.version, reasons: why(p.name) })) })}\n`,
     );
   } else {
-    options.io.out.write(`installed plugin ${plugin.name} ${plugin.version} from ${options.source}\n`);
+    options.io.out.write(
+      `${terminalLine(`installed plugin ${plugin.name} ${plugin.version} from ${options.source}`)}\n`,
+    );
     for (const p of published) {
       const because = why(p.name);
       options.io.out.write(
-        `  published agent ${p.name} v${p.version}${because.length > 0 ? `: ${because.join("; ")}` : ""}\n`,
+        `${terminalLine(`  published agent ${p.name} v${p.version}${because.length > 0 ? `: ${because.join("; ")}` : ""}`)}\n`,
       );
     }
     if (published.length === 0 && plugin.agents.length > 0)
@@ -366,7 +370,7 @@ export async function pluginList(options: { conn: Connection; json: boolean; io:
   else
     for (const p of plugins) {
       options.io.out.write(
-        `${p.name.padEnd(20)} ${p.version.padEnd(10)} harnesses: ${p.harnesses.map((h) => h.name).join(", ") || "-"}  agents: ${p.agents.length}  (${p.source})\n`,
+        `${terminalLine(`${p.name.padEnd(20)} ${p.version.padEnd(10)} harnesses: ${p.harnesses.map((h) => h.name).join(", ") || "-"}  agents: ${p.agents.length}  (${p.source})`)}\n`,
       );
     }
   return EXIT.ok;
@@ -410,7 +414,7 @@ export async function approvalsList(options: {
       // The input always: a title is the harness's own words for the call, and could say anything. One line,
       // inert: the tool, title and input are the harness's.
       options.io.out.write(
-        `${terminalLine(`${a.jobId}  ${a.callId}  ${a.tool}  ${a.title ? `${a.title}  ` : ""}${JSON.stringify(a.input ?? {})}${deadline}`)}\n`,
+        `${terminalLine(`${a.jobId}  ${shellWord(a.callId)}  ${fieldText(a.tool)}  ${a.title ? `${fieldText(a.title)}  ` : ""}${JSON.stringify(a.input ?? {})}${deadline}`)}\n`,
       );
     }
   return EXIT.ok;

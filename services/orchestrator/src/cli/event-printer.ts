@@ -11,7 +11,7 @@ import {
   type JobEvent,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { TextSink } from "./live-terminal.js";
-import { terminalLine, terminalText } from "./terminal-text.js";
+import { fieldText, shellWord, terminalLine, terminalText } from "./terminal-text.js";
 import { costText, durationText, NOMINAL_NOTE, tokensText } from "./usage-format.js";
 
 export function stateName(state: JobState): string {
@@ -107,7 +107,8 @@ export class EventPrinter {
         if (d.pending)
           this.#line(
             terminalLine(
-              `? ${d.tool} waits for approval (call ${d.id}): oz0 approve ${event.jobId} ${d.id}   or   oz0 deny ${event.jobId} ${d.id} --reason TEXT`,
+              // The id is the harness's: quoted as a shell word in the commands a person copies.
+              `? ${fieldText(d.tool)} waits for approval (call ${d.id}): oz0 approve ${event.jobId} ${shellWord(d.id)}   or   oz0 deny ${event.jobId} ${shellWord(d.id)} --reason TEXT`,
             ),
           );
         else if (!d.allow)

@@ -6,6 +6,7 @@ import { parseDefinition, renderGraph, toMermaid } from "@oz0/graph";
 import { CliError } from "./cli-error.js";
 import type { Output } from "./commands.js";
 import type { Connection } from "./connection.js";
+import { terminalText } from "./terminal-text.js";
 
 export async function graphShow(options: {
   conn: Connection;
@@ -28,10 +29,13 @@ export async function graphShow(options: {
     throw new CliError(`${options.name} is an agent, not a graph; see \`oz0 agents show ${options.name}\``);
   const definition = parseDefinition(agent.definition ?? {});
   if (options.mermaid) {
-    options.io.out.write(`${toMermaid(definition)}\n`);
+    // Node ids and names are the plugin's words: inert.
+    options.io.out.write(`${terminalText(toMermaid(definition))}\n`);
   } else {
     options.io.out.write(
-      `${agent.name} v${agent.version} (plugin ${agent.plugin} ${agent.pluginVersion})\n${renderGraph(definition)}\n`,
+      terminalText(
+        `${agent.name} v${agent.version} (plugin ${agent.plugin} ${agent.pluginVersion})\n${renderGraph(definition)}\n`,
+      ),
     );
   }
   return 0;

@@ -34,6 +34,7 @@ import { LiveTerminal } from "./live-terminal.js";
 import { graphShow } from "./graph-commands.js";
 import { applyEnvironmentKeys, chosenModelScript, embeddedStackEnv } from "./embedded-defaults.js";
 import { EXIT } from "./exit-codes.js";
+import { terminalText } from "./terminal-text.js";
 
 const io: Output = { out: process.stdout, err: process.stderr };
 const home = path.resolve(defaultHome());
@@ -470,7 +471,8 @@ try {
     process.exitCode = error.exitCode === 0 ? EXIT.ok : EXIT.usage;
   } else {
     if (process.env.OZ0_DEBUG) console.error(error);
-    io.err.write(`oz0: ${describeError(error, target)}\n`);
+    // Inert: an error can quote what a plugin or a harness wrote (a YAML key, a tool name).
+    io.err.write(`${terminalText(`oz0: ${describeError(error, target)}`)}\n`);
     process.exitCode = error instanceof CliError ? error.exitCode : EXIT.error;
   }
 }

@@ -18,3 +18,25 @@ export function terminalText(text: string): string {
 export function terminalLine(text: string): string {
   return escapeRefusedCharacters(text);
 }
+
+/** Characters that word a shell command safely as they are. */
+const SHELL_SAFE = /^[A-Za-z0-9._:@+=,/-]+$/;
+
+/**
+ * `text` as one word of a shell command a person copies (an id in an `oz0 approve` hint): as it is when it is
+ * only plain characters, else single-quoted. An id is the harness's, and may hold `;`, `$(…)` or a space
+ * followed by `--input`: pasted unquoted, that would run in the operator's shell or approve another input.
+ */
+export function shellWord(text: string): string {
+  return SHELL_SAFE.test(text) ? text : `'${text.replaceAll("'", "'\\''")}'`;
+}
+
+/**
+ * A harness's field (a tool name, a title, a reason) on one line, inert, its runs of white space one space and
+ * cut to `max` characters: padded to a terminal's width, a field would otherwise wrap and start what looks
+ * like a line of its own.
+ */
+export function fieldText(text: string, max = 120): string {
+  const one = text.replace(/\s+/g, " ").trim();
+  return terminalLine(one.length > max ? `${one.slice(0, max - 1)}…` : one);
+}
