@@ -32,7 +32,7 @@ export function ArtifactsView({
             ) : isPatch(artifact) ? (
               <Diff text={decoder.decode(content)} />
             ) : (
-              <pre>{decoder.decode(content.subarray(0, 200_000))}</pre>
+              <pre>{visible(decoder.decode(content.subarray(0, 200_000)))}</pre>
             )}
           </section>
         );
@@ -58,7 +58,8 @@ function Diff({ text }: { text: string }) {
       <pre class="diff" data-testid="diff" tabIndex={0}>
         {shown.map((line, i) => (
           <span key={i} class={`diff-${kindOf(line)}`}>
-            {line}
+            {/* A patch is reviewed, then applied: an override in it must not make it read as another. */}
+            {visible(line)}
             {"\n"}
           </span>
         ))}

@@ -124,7 +124,7 @@ function RunView({ runId, definition }: { runId: string; definition: JsonObject 
             {decisions.map((d) => (
               <li key={d.callId}>
                 <code>{visible(d.tool)}</code> {json(d.input as JsonValue)}{" "}
-                {d.error ? <span class="error">refused: {d.error}</span> : <span class="muted">accepted</span>}
+                {d.error ? <span class="error">refused: {visible(d.error)}</span> : <span class="muted">accepted</span>}
               </li>
             ))}
           </ol>

@@ -181,7 +181,7 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
       {job ? (
         <>
           <h2>Input</h2>
-          <pre class="input">{job.input}</pre>
+          <pre class="input">{visible(job.input)}</pre>
         </>
       ) : null}
       {(waiting ? (approvals.value?.approvals ?? []) : []).map((approval) => (

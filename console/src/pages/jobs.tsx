@@ -6,7 +6,7 @@
 import { useEffect, useState } from "preact/hooks";
 import { JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { agents, jobs } from "../api.js";
-import { clock, dateOf, duration, JOB_STATES, stateName } from "../format.js";
+import { clock, dateOf, duration, JOB_STATES, stateName, visible } from "../format.js";
 import { useJobChanges } from "../job-changes.js";
 import { usePolling } from "../polling.js";
 import { useRead } from "../reads.js";
@@ -132,7 +132,7 @@ export function JobsPage({ filter }: { filter: JobsFilter }) {
                       {stateName(job.state)}
                     </span>
                   </td>
-                  <td class="input">{job.input}</td>
+                  <td class="input">{visible(job.input)}</td>
                   <td>{clock(created)}</td>
                   <td>{start && end ? duration(end.getTime() - start.getTime()) : ""}</td>
                 </tr>

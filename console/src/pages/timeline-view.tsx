@@ -3,7 +3,7 @@
 // security policy allows, unlike inline style attributes.
 import type { Lane, Phase, Segment } from "../timeline.js";
 import { MAX_LANES } from "../timeline.js";
-import { duration } from "../format.js";
+import { duration, visible } from "../format.js";
 
 const PHASE_NAMES: Record<Phase, string> = {
   model: "model",
@@ -45,8 +45,8 @@ function LaneRow({ lane, totalMs }: { lane: Lane; totalMs: number }) {
     .join(", ");
   return (
     <li class={lane.colour === undefined ? "lane" : `lane rail-${lane.colour}`}>
-      <span class="lane-label">{lane.label}</span>
-      <span class="track" role="img" aria-label={`${lane.label}: ${summary}`}>
+      <span class="lane-label">{visible(lane.label)}</span>
+      <span class="track" role="img" aria-label={`${visible(lane.label)}: ${summary}`}>
         {lane.segments.map((s, i) => (
           <span key={i} class={`bar phase-${s.phase}`} style={position(s, totalMs)} />
         ))}

@@ -23,7 +23,7 @@ export function TranscriptRow({ row }: { row: Row }) {
     case "text":
       return (
         <li class={`row row-text role-${row.role}`}>
-          <span class="who">{row.role}</span>
+          <span class="who">{visible(row.role)}</span>
           <div class="text">{visible(row.text)}</div>
         </li>
       );
@@ -90,7 +90,7 @@ function Decision({ asked, decision: d }: { asked: boolean; decision: Permission
   return (
     <span class={`decision ${d.allow ? "allowed" : "denied"}`} data-testid="decision">
       {d.allow ? "allowed" : "denied"} by{" "}
-      {d.decider === Decider.PERSON ? d.answeredBy || "a person" : deciderName(d.decider)}
+      {d.decider === Decider.PERSON ? visible(d.answeredBy) || "a person" : deciderName(d.decider)}
       {d.reason ? `: ${visible(d.reason)}` : ""}
       {d.input ? " (input changed)" : ""}
     </span>
@@ -106,7 +106,7 @@ export function CallDetails({ row }: { row: ToolRow }) {
       <pre>{json(row.input)}</pre>
       {changed ? (
         <>
-          <p class="muted">changed by {row.decision?.answeredBy || "the answer"} to:</p>
+          <p class="muted">changed by {visible(row.decision?.answeredBy ?? "") || "the answer"} to:</p>
           <pre>{json(changed)}</pre>
         </>
       ) : null}
