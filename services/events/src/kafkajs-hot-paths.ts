@@ -151,13 +151,14 @@ export function useFasterKafkajsPaths(): {
     RecordBatch: recordBatchInOneBuffer(original.RecordBatch),
   }));
   // After the record and the record batch: the request encodes with whichever of them is installed.
+  const require = createRequire(import.meta.url);
   const produceRequest =
     records &&
     recordBatch &&
     replaceModule<ProduceRequestFactory>(KAFKAJS_PRODUCE_REQUEST, (original) =>
       produceRequestInParts(original, {
-        record: createRequire(import.meta.url)(KAFKAJS_RECORD) as (input: RecordInput) => EncodedRecord,
-        recordBatch: (createRequire(import.meta.url)(KAFKAJS_RECORD_BATCH) as RecordBatchModule).RecordBatch,
+        record: require(KAFKAJS_RECORD) as (input: RecordInput) => EncodedRecord,
+        recordBatch: (require(KAFKAJS_RECORD_BATCH) as RecordBatchModule).RecordBatch,
       }),
     );
   const requestFrame = replaceModule<FrameRequest>(KAFKAJS_REQUEST_FRAME, () => frameRequest);
@@ -270,11 +271,7 @@ const TRANSACTIONAL = 16;
  * records, go to `original`.
  */
 export function recordBatchInOneBuffer(original: RecordBatchModule["RecordBatch"]): RecordBatchModule["RecordBatch"] {
-  const require = createRequire(import.meta.url);
-  const Long = require(KAFKAJS_LONG) as {
-    fromValue(value: unknown): KafkajsLong;
-    fromInt(value: number): KafkajsLong;
-  };
+  const Long = kafkajsLong();
   return async (input) => {
     // kafkajs's defaults apply to what is undefined, as its parameters' defaults do.
     const records = input.records === undefined ? [] : input.records;
@@ -308,7 +305,7 @@ export function recordBatchInOneBuffer(original: RecordBatchModule["RecordBatch"
   };
 }
 
-function writeInt64(buf: Buffer, at: number, value: unknown, Long: { fromValue(value: unknown): KafkajsLong }): void {
+function writeInt64(buf: Buffer, at: number, value: unknown, Long: KafkajsLongModule): void {
   const long = Long.fromValue(value);
   buf.writeInt32BE(long.getHighBits(), at);
   buf.writeInt32BE(long.getLowBits(), at + 4);
@@ -535,10 +532,16 @@ function writeString(buf: Buffer, at: number, text: string | null): number {
   return at + buf.write(text, at, length, "utf8");
 }
 
-let KafkajsLongClass: { fromInt(value: number): KafkajsLong } | undefined;
+/** kafkajs's 64-bit integers, as its record batch and produce request take them. */
+interface KafkajsLongModule {
+  fromValue(value: unknown): KafkajsLong;
+  fromInt(value: number): KafkajsLong;
+}
 
-function kafkajsLong(): { fromInt(value: number): KafkajsLong } {
-  return (KafkajsLongClass ??= createRequire(import.meta.url)(KAFKAJS_LONG) as { fromInt(value: number): KafkajsLong });
+let KafkajsLongClass: KafkajsLongModule | undefined;
+
+function kafkajsLong(): KafkajsLongModule {
+  return (KafkajsLongClass ??= createRequire(import.meta.url)(KAFKAJS_LONG) as KafkajsLongModule);
 }
 
 let KafkajsEncoderClass: (new (initialSize?: number) => KafkajsEncoder) | undefined;

@@ -13,24 +13,21 @@ export const MAX_REQUEST_ID_CHARS = 256;
 export const REQUEST_ID_RULES = `at most ${MAX_REQUEST_ID_CHARS} characters, with no control characters, line or paragraph separators, bidirectional controls or half characters`;
 
 /**
- * What a character no id may hold is, in the words of REQUEST_ID_RULES; undefined for any other. C0 and C1
- * controls and DEL (a terminal acts on them), the line and paragraph separators (a log line ends at them),
- * and the bidirectional controls, Unicode's Bidi_Control: embeddings, overrides, isolates and the marks (an id
- * shown reversed is not the one asked about).
+ * The characters no id may hold, each kind in the words of REQUEST_ID_RULES: C0 and C1 controls and DEL (a
+ * terminal acts on them), the line and paragraph separators (a log line ends at them), and the bidirectional
+ * controls, Unicode's Bidi_Control: embeddings, overrides, isolates and the marks (an id shown reversed is not
+ * the one asked about). The one list both the id check and escapeRefusedCharacters read.
  */
-function refusedCharacter(code: number): string | undefined {
-  if (code < 0x20 || (code >= 0x7f && code <= 0x9f)) return "a control character";
-  if (code === 0x2028) return "a line separator";
-  if (code === 0x2029) return "a paragraph separator";
-  if (
-    (code >= 0x202a && code <= 0x202e) ||
-    (code >= 0x2066 && code <= 0x2069) ||
-    code === 0x061c ||
-    code === 0x200e ||
-    code === 0x200f
-  )
-    return "a bidirectional control";
-  return undefined;
+const REFUSED_KINDS = [
+  { kind: "a control character", ranges: "\\u0000-\\u001f\\u007f-\\u009f" },
+  { kind: "a line separator", ranges: "\\u2028" },
+  { kind: "a paragraph separator", ranges: "\\u2029" },
+  { kind: "a bidirectional control", ranges: "\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069" },
+].map(({ kind, ranges }) => ({ kind, ranges, pattern: new RegExp(`[${ranges}]`) }));
+
+/** What kind of character no id may hold `c` is; undefined for any other. */
+function refusedCharacter(c: string): string | undefined {
+  return REFUSED_KINDS.find((k) => k.pattern.test(c))?.kind;
 }
 
 /** What is wrong with an id, worded to follow "it has"; undefined when it may be used. */
@@ -38,7 +35,7 @@ export function requestIdProblem(id: string): string | undefined {
   if (id.length > MAX_REQUEST_ID_CHARS) return `${id.length} characters, more than ${MAX_REQUEST_ID_CHARS}`;
   for (let i = 0; i < id.length; i++) {
     const code = id.charCodeAt(i);
-    const refused = refusedCharacter(code);
+    const refused = refusedCharacter(id[i]!);
     if (refused) return `${refused} (U+${code.toString(16).toUpperCase().padStart(4, "0")}) in it`;
     // Half of a character (a surrogate alone, as a slice through an emoji leaves it): on the wire, in UTF-8, it
     // becomes U+FFFD, and the answer would name an id the harness never used.
@@ -51,17 +48,14 @@ export function requestIdProblem(id: string): string | undefined {
   return undefined;
 }
 
-/** Past the C0 controls, what no id may hold (refusedCharacter's): DEL and the C1 controls, the separators, the bidirectional controls. */
-const REFUSED_PAST_C0 = "\\u007f-\\u009f\\u061c\\u200e\\u200f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069";
+/** Every character no id may hold, as one character class's ranges. */
+const REFUSED_RANGES = REFUSED_KINDS.map((k) => k.ranges).join("");
 /** A surrogate with no other half beside it. */
 const HALF_CHARACTER = "[\\ud800-\\udbff](?![\\udc00-\\udfff])|(?<![\\ud800-\\udbff])[\\udc00-\\udfff]";
 /** What escapeRefusedCharacters escapes: every character no id may hold, and half characters. */
-const REFUSED_OR_HALF = new RegExp(`[\\u0000-\\u001f${REFUSED_PAST_C0}]|${HALF_CHARACTER}`, "g");
+const REFUSED_OR_HALF = new RegExp(`[${REFUSED_RANGES}]|${HALF_CHARACTER}`, "g");
 /** The same but for line feeds, tabs and the carriage return of a CRLF (keepLinesAndTabs). */
-const REFUSED_OR_HALF_BUT_LINES = new RegExp(
-  `[\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f${REFUSED_PAST_C0}]|\\r(?!\\n)|${HALF_CHARACTER}`,
-  "g",
-);
+const REFUSED_OR_HALF_BUT_LINES = new RegExp(`\\r(?!\\n)|(?![\\t\\n\\r])[${REFUSED_RANGES}]|${HALF_CHARACTER}`, "g");
 
 /**
  * `text` with every character no id may hold, and every half character, written as a `\uXXXX` escape
@@ -77,9 +71,10 @@ export function escapeRefusedCharacters(text: string, options: { keepLinesAndTab
   );
 }
 
-/** An id as a message names it: quoted, cut to its first 120 characters and its length when longer, and inert (escapeRefusedCharacters). */
+/**
+ * An id as a message names it: quoted, and cut to its first 120 characters and its length when longer. The
+ * host's failure messages, where it goes, are made inert as a whole (escapeRefusedCharacters).
+ */
 export function quotedRequestId(id: string): string {
-  return escapeRefusedCharacters(
-    id.length <= 120 ? JSON.stringify(id) : `${JSON.stringify(`${id.slice(0, 120)}…`)} (${id.length} characters)`,
-  );
+  return id.length <= 120 ? JSON.stringify(id) : `${JSON.stringify(`${id.slice(0, 120)}…`)} (${id.length} characters)`;
 }

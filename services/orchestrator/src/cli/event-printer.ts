@@ -11,7 +11,7 @@ import {
   type JobEvent,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { TextSink } from "./live-terminal.js";
-import { fieldText, shellWord, terminalLine, terminalText } from "./terminal-text.js";
+import { fieldText, shellWord, short, terminalLine, terminalText } from "./terminal-text.js";
 import { costText, durationText, NOMINAL_NOTE, tokensText } from "./usage-format.js";
 
 export function stateName(state: JobState): string {
@@ -20,12 +20,6 @@ export function stateName(state: JobState): string {
 
 export function stopReasonName(reason: StopReason): string {
   return (StopReason[reason] ?? "UNSPECIFIED").toLowerCase();
-}
-
-function short(value: unknown, max = 160): string {
-  const text = typeof value === "string" ? value : (JSON.stringify(value) ?? "");
-  const one = text.replace(/\s+/g, " ").trim();
-  return one.length > max ? `${one.slice(0, max - 1)}…` : one;
 }
 
 /** A tool's output, shortened for a terminal: short outputs whole, long ones by their head and tail. */

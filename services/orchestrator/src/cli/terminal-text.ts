@@ -37,6 +37,12 @@ export function shellWord(text: string): string {
  * like a line of its own.
  */
 export function fieldText(text: string, max = 120): string {
+  return terminalLine(short(text, max));
+}
+
+/** `value` (a string, or JSON) on one line: its runs of white space one space, cut to `max` characters. */
+export function short(value: unknown, max = 160): string {
+  const text = typeof value === "string" ? value : (JSON.stringify(value) ?? "");
   const one = text.replace(/\s+/g, " ").trim();
-  return terminalLine(one.length > max ? `${one.slice(0, max - 1)}…` : one);
+  return one.length > max ? `${one.slice(0, max - 1)}…` : one;
 }
