@@ -22,7 +22,16 @@ import {
 import { approvalsList, jobsArtifacts } from "../src/cli/commands.js";
 import type { Connection } from "../src/cli/connection.js";
 import { describeJob, EventPrinter } from "../src/cli/event-printer.js";
-import { fieldText, shellWord, terminalLine, terminalText } from "../src/cli/terminal-text.js";
+import { LiveTerminal } from "../src/cli/live-terminal.js";
+import { rowsOf } from "../src/cli/approval-prompt.js";
+import {
+  clipToColumns,
+  fieldText,
+  rowsOfLine,
+  shellWord,
+  terminalLine,
+  terminalText,
+} from "../src/cli/terminal-text.js";
 import { transcriptRows } from "../src/cli/transcript-rows.js";
 
 /** Everything a terminal acts on but a line feed and a tab. */
@@ -40,6 +49,40 @@ void test("terminalText keeps line feeds, tabs and CRLFs and escapes the rest; t
   // A whole emoji stays; half of one is named.
   assert.equal(terminalText("🎉 \ud83d"), String.raw`🎉 \ud83d`);
   assert.equal(terminalText("plain text, ünïcödé, 日本語"), "plain text, ünïcödé, 日本語");
+});
+
+void test("rows and clipping count a terminal's columns: wide characters two, combining and zero-width ones none", () => {
+  // 10 CJK characters are 20 columns: two rows of a 16-column terminal, where 10 code points would fit in one.
+  assert.equal(rowsOfLine("日本語日本語日本語日", 16), 2);
+  // A wide character with one column left moves to the next row whole: 7 (14 columns), then 1 char on 15 → row 2.
+  assert.equal(rowsOfLine(`${"日".repeat(7)}x日`, 16), 2);
+  assert.equal(rowsOfLine(`${"日".repeat(7)}x`, 16), 1, "15 columns fit");
+  assert.equal(rowsOfLine(`${"日".repeat(8)}`, 16), 1, "exactly the width stays one row");
+  // 20 letters each with a combining accent, and zero-width joiners between them: 20 columns, 40+ code points.
+  const combined = "e\u0301\u200b".repeat(20);
+  assert.equal(rowsOfLine(combined, 16), 2);
+  assert.equal(rowsOfLine(combined, 20), 1, "combining and zero-width characters take no column");
+  assert.equal(rowsOfLine("👩‍👩‍👧 ok", 6), 1, "a family emoji of seven code points is two columns");
+  assert.equal(rowsOf("日本語日本語日本語日\n\nb", 16), 4);
+  assert.equal(rowsOfLine("", 80), 1, "an empty line is still a row");
+
+  assert.equal(clipToColumns("日本語日本語", 5), "日本", "never half of a wide character");
+  assert.equal(clipToColumns("e\u0301e\u0301e\u0301", 2), "e\u0301e\u0301", "an accent stays with its letter");
+  assert.equal(clipToColumns("short", 80), "short");
+});
+
+void test("the status line fits on one row of the terminal whatever the width of its characters", () => {
+  const out = new PassThrough();
+  let shown = "";
+  out.on("data", (d: Buffer) => (shown += d.toString()));
+  Object.assign(out, { columns: 21 });
+  const terminal = new LiveTerminal({ out, render: () => "ツール 日本語の説明が長いステータス行" });
+  terminal.refresh();
+  terminal.stop();
+  // eslint-disable-next-line no-control-regex -- the status line's own escapes are what it strips
+  const line = /\x1b\[2m(.*?)\x1b\[0m/.exec(shown)?.[1];
+  // 20 columns at most (one left for the cursor): 10 wide characters or fewer, never 20 code points.
+  assert.equal(line, "ツール 日本語の説明");
 });
 
 function printed(events: Omit<Parameters<typeof create<typeof JobEventSchema>>[1], "$typeName">[]): string {
@@ -170,6 +213,40 @@ void test("oz0 approvals list shows every call's input, whatever its title says,
     ),
     text,
   );
+});
+
+void test("--json holds the very same values, with what a terminal would act on written as JSON escapes", async () => {
+  const hostileTool = `run_command${HOSTILE}`;
+  const approvals = [
+    create(ApprovalSchema, { jobId: "job-1", callId: "call-1", tool: hostileTool, input: { command: HOSTILE } }),
+  ];
+  const conn = { clients: { jobs: { listApprovals: async () => ({ approvals }) } } } as unknown as Connection;
+  const out = new PassThrough();
+  let listed = "";
+  out.on("data", (d: Buffer) => (listed += d.toString()));
+  await approvalsList({ conn, all: false, json: true, io: { out, err: new PassThrough() } });
+
+  const events = new PassThrough();
+  let watched = "";
+  events.on("data", (d: Buffer) => (watched += d.toString()));
+  const printer = new EventPrinter({ out: events, json: true });
+  printer.print(
+    create(JobEventSchema, {
+      jobId: "job-1",
+      event: { case: "text", value: { itemId: "t1", text: HOSTILE, delta: true } },
+    }) as JobEvent,
+  );
+  printer.end();
+
+  for (const output of [listed, watched]) {
+    assert.equal(output.split("\n").length, 2, output);
+    assert.doesNotMatch(output.slice(0, -1), ACTIVE, output);
+  }
+  // A parser reads what the API said, character for character.
+  const approval = JSON.parse(listed) as { tool: string; input: { command: string } };
+  assert.equal(approval.tool, hostileTool);
+  assert.equal(approval.input.command, HOSTILE);
+  assert.equal((JSON.parse(watched) as { text: { text: string } }).text.text, HOSTILE);
 });
 
 void test("a field meant for one line cannot forge a line: a tool name, an id, a reason or an artifact's name with a line feed in it", async () => {

@@ -3,7 +3,7 @@
 // reads from any stream pair, so tests drive it without a TTY.
 import { createInterface } from "node:readline";
 import type { JsonObject } from "@bufbuild/protobuf";
-import { fieldText, terminalLine } from "./terminal-text.js";
+import { fieldText, rowsOfLine, terminalLine } from "./terminal-text.js";
 
 export interface PromptedCall {
   /** `<harness>.<tool>` or the tool's name. */
@@ -52,9 +52,7 @@ class LineQueue {
 
 /** How many terminal rows `text` takes on a terminal `columns` wide (the cursor ends on the last). */
 export function rowsOf(text: string, columns: number): number {
-  return text
-    .split("\n")
-    .reduce((rows, line) => rows + Math.max(1, Math.ceil([...line].length / Math.max(columns, 1))), 0);
+  return text.split("\n").reduce((rows, line) => rows + rowsOfLine(line, columns), 0);
 }
 
 /**

@@ -19,7 +19,7 @@ import type { Connection } from "./connection.js";
 import { describeJob, stateName } from "./event-printer.js";
 import { EXIT } from "./exit-codes.js";
 import { followJob, TERMINAL } from "./job-watch.js";
-import { fieldText, shellWord, terminalLine, terminalText } from "./terminal-text.js";
+import { fieldText, jsonLine, shellWord, terminalLine, terminalText } from "./terminal-text.js";
 import { transcriptRows } from "./transcript-rows.js";
 import { costText, NOMINAL_NOTE } from "./usage-format.js";
 import { GetUsageResponseSchema, type Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
@@ -58,7 +58,7 @@ export async function runCommand(options: {
   const { job } = await conn.clients.jobs.runAgent({ agent: options.agent, input: options.input, attachments });
   if (!job) throw new CliError("the orchestrator returned no job");
   if (options.detach) {
-    io.out.write(options.json ? `${JSON.stringify(toJson(JobSchema, job))}\n` : `${job.id}\n`);
+    io.out.write(options.json ? `${jsonLine(toJson(JobSchema, job))}\n` : `${job.id}\n`);
     return EXIT.ok;
   }
   if (!options.json) io.err.write(`job ${job.id}: ${job.agent?.name} v${job.agent?.version}\n`);
@@ -104,7 +104,7 @@ export async function jobsList(options: {
     state,
     agent: options.agent ?? "",
   });
-  if (options.json) for (const job of jobs) options.io.out.write(`${JSON.stringify(toJson(JobSchema, job))}\n`);
+  if (options.json) for (const job of jobs) options.io.out.write(`${jsonLine(toJson(JobSchema, job))}\n`);
   else if (jobs.length === 0) options.io.out.write('no jobs yet: start one with `oz0 run AGENT "INPUT"`\n');
   else for (const job of jobs) options.io.out.write(`${jobLine(job)}\n`);
   return EXIT.ok;
@@ -119,7 +119,7 @@ export async function jobsShow(options: {
   const { job } = await options.conn.clients.jobs.getJob({ jobId: options.jobId });
   if (!job) throw new CliError(`job ${options.jobId} not found`);
   if (options.json) {
-    options.io.out.write(`${JSON.stringify(toJson(JobSchema, job))}\n`);
+    options.io.out.write(`${jsonLine(toJson(JobSchema, job))}\n`);
     return EXIT.ok;
   }
   // Its cost is the LLM proxy's metering; a job shows without it when that cannot be had.
@@ -157,7 +157,7 @@ export async function jobUsage(options: {
     // The proxy's form, as before, and a graph run's jobs beside it.
     const json = toJson(GetUsageResponseSchema, usage) as JsonObject;
     if (response.steps.length > 0) json.steps = response.steps.map((s) => toJson(StepJobUsageSchema, s));
-    options.io.out.write(`${JSON.stringify(json)}\n`);
+    options.io.out.write(`${jsonLine(json)}\n`);
     return EXIT.ok;
   }
   const line = (who: string, u: Usage | undefined): string =>
@@ -192,7 +192,7 @@ export async function jobsLogs(options: {
   let endsLine = true;
   for await (const piece of options.conn.clients.jobs.getJobLogs({ jobId: options.jobId })) {
     if (options.json) {
-      io.out.write(`${JSON.stringify(toJson(GetJobLogsResponseSchema, piece))}\n`);
+      io.out.write(`${jsonLine(toJson(GetJobLogsResponseSchema, piece))}\n`);
       continue;
     }
     if (piece.sessionId !== session) {
@@ -225,7 +225,7 @@ export async function jobsTranscript(options: {
   const { transcript } = await options.conn.clients.jobs.getJobTranscript({ jobId: options.jobId });
   if (!transcript) throw new CliError(`the orchestrator returned no transcript for job ${options.jobId}`);
   if (options.json) {
-    options.io.out.write(`${JSON.stringify(toJson(TranscriptResponseSchema, transcript))}\n`);
+    options.io.out.write(`${jsonLine(toJson(TranscriptResponseSchema, transcript))}\n`);
     return EXIT.ok;
   }
   if (transcript.rows.length === 0) {
@@ -263,7 +263,7 @@ export async function jobsArtifacts(options: {
     }
     options.io.out.write(
       options.json
-        ? `${JSON.stringify({ name: a.name, path: where, sizeBytes: Number(a.sizeBytes), mediaType: a.mediaType })}\n`
+        ? `${jsonLine({ name: a.name, path: where, sizeBytes: Number(a.sizeBytes), mediaType: a.mediaType })}\n`
         : // A name is the harness's (a file it made in a folder of artifact_paths): inert.
           `${terminalLine(where)}\n`,
     );
@@ -273,7 +273,7 @@ export async function jobsArtifacts(options: {
 
 export async function agentsList(options: { conn: Connection; json: boolean; io: Output }): Promise<number> {
   const { agents } = await options.conn.clients.agents.listAgents({});
-  if (options.json) for (const a of agents) options.io.out.write(`${JSON.stringify(toJson(AgentVersionSchema, a))}\n`);
+  if (options.json) for (const a of agents) options.io.out.write(`${jsonLine(toJson(AgentVersionSchema, a))}\n`);
   else if (agents.length === 0)
     options.io.out.write("no agents yet: install a plugin with `oz0 plugin install <git url|path>`\n");
   else
@@ -295,7 +295,7 @@ export async function agentsVersions(options: {
     const published = a.publishedAt ? new Date(Number(a.publishedAt.seconds) * 1000).toISOString() : "";
     options.io.out.write(
       options.json
-        ? `${JSON.stringify(toJson(AgentVersionSchema, a))}\n`
+        ? `${jsonLine(toJson(AgentVersionSchema, a))}\n`
         : `${terminalLine(`v${a.version}  ${published}  ${a.contentHash.slice(0, 19)}  plugin ${a.plugin} ${a.pluginVersion}`)}\n`,
     );
   }
@@ -312,7 +312,7 @@ export async function agentsShow(options: {
   const { agent } = await options.conn.clients.agents.getAgent({ name: options.name, version: options.version ?? 0 });
   if (!agent) throw new CliError(`unknown agent ${options.name}`);
   if (options.json) {
-    options.io.out.write(`${JSON.stringify(toJson(AgentVersionSchema, agent))}\n`);
+    options.io.out.write(`${jsonLine(toJson(AgentVersionSchema, agent))}\n`);
   } else {
     const definition = { ...(agent.definition as JsonObject | undefined) };
     const instructions = definition.instructions_text;
@@ -344,7 +344,7 @@ export async function pluginInstall(options: {
   const why = (name: string): string[] => reasons.find((r) => r.agent === name)?.reasons ?? [];
   if (options.json) {
     options.io.out.write(
-      `${JSON.stringify({ plugin: toJson(PluginSchema, plugin), published: published.map((p) => ({ name: p.name, version: p.version, reasons: why(p.name) })) })}\n`,
+      `${jsonLine({ plugin: toJson(PluginSchema, plugin), published: published.map((p) => ({ name: p.name, version: p.version, reasons: why(p.name) })) })}\n`,
     );
   } else {
     options.io.out.write(
@@ -364,7 +364,7 @@ export async function pluginInstall(options: {
 
 export async function pluginList(options: { conn: Connection; json: boolean; io: Output }): Promise<number> {
   const { plugins } = await options.conn.clients.plugins.listPlugins({});
-  if (options.json) for (const p of plugins) options.io.out.write(`${JSON.stringify(toJson(PluginSchema, p))}\n`);
+  if (options.json) for (const p of plugins) options.io.out.write(`${jsonLine(toJson(PluginSchema, p))}\n`);
   else if (plugins.length === 0)
     options.io.out.write("no plugins installed: install one with `oz0 plugin install <git url|path>`\n");
   else
@@ -404,7 +404,7 @@ export async function approvalsList(options: {
     jobId: options.jobId ?? "",
     includeAnswered: options.all,
   });
-  if (options.json) for (const a of approvals) options.io.out.write(`${JSON.stringify(toJson(ApprovalSchema, a))}\n`);
+  if (options.json) for (const a of approvals) options.io.out.write(`${jsonLine(toJson(ApprovalSchema, a))}\n`);
   else if (approvals.length === 0) options.io.out.write("nothing waits for approval\n");
   else
     for (const a of approvals) {

@@ -1,5 +1,5 @@
 // How a job's live events look on a terminal, and as JSON lines for scripts.
-import { toJson, toJsonString } from "@bufbuild/protobuf";
+import { toJson } from "@bufbuild/protobuf";
 import { timestampDate, ValueSchema, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import {
@@ -11,7 +11,7 @@ import {
   type JobEvent,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { TextSink } from "./live-terminal.js";
-import { fieldText, shellWord, short, terminalLine, terminalText } from "./terminal-text.js";
+import { fieldText, jsonLine, shellWord, short, terminalLine, terminalText } from "./terminal-text.js";
 import { costText, durationText, NOMINAL_NOTE, tokensText } from "./usage-format.js";
 
 export function stateName(state: JobState): string {
@@ -64,7 +64,7 @@ export class EventPrinter {
 
   print(event: JobEvent): void {
     if (this.#json) {
-      this.#out.write(`${toJsonString(JobEventSchema, event)}\n`);
+      this.#out.write(`${jsonLine(toJson(JobEventSchema, event))}\n`);
       return;
     }
     const e = event.event;

@@ -6,6 +6,7 @@
 // waits, so the question is not torn apart; it comes out once the question
 // closes. Without a status line (not a terminal, --json, NO_COLOR,
 // TERM=dumb) it writes through untouched.
+import { clipToColumns } from "./terminal-text.js";
 
 /** What the event printer writes to: a stream, or this. */
 export interface TextSink {
@@ -133,7 +134,7 @@ export class LiveTerminal implements TextSink {
     if (!this.#render || this.#stopped || this.#held > 0 || !this.#atLineStart) return;
     const columns = (this.#out as NodeJS.WriteStream).columns || 80;
     // One row, never wrapped: a wrapped line could not be cleared in place.
-    const text = [...this.#render().replace(/\s+/g, " ")].slice(0, Math.max(columns - 1, 1)).join("");
+    const text = clipToColumns(this.#render().replace(/\s+/g, " "), Math.max(columns - 1, 1));
     this.#out.write(`${CLEAR_LINE}${DIM}${text}${RESET}`);
     this.#shown = true;
     this.#lastDraw = Date.now();

@@ -6,8 +6,11 @@
 // bidirectional override that shows a command reversed in the approval
 // prompt), put there by a harness, a model or a file a tool read. Printed, each
 // such character is a `\uXXXX` escape; line feeds and tabs stay as they are.
-// `--json` output is the API's JSON, which a script parses rather than shows.
+// `--json` output is the API's JSON, which a script parses, but which also
+// lands on terminals and in CI logs: it holds the same values, with every
+// character a terminal acts on written as a JSON `\uXXXX` escape.
 import { escapeRefusedCharacters } from "@oz0/harness/host";
+import stringWidth from "string-width";
 
 /** `text` to print as lines: line feeds, tabs and CRLFs kept, every other character a terminal acts on escaped. */
 export function terminalText(text: string): string {
@@ -17,6 +20,16 @@ export function terminalText(text: string): string {
 /** `text` to print on one line (a status line): every character a terminal acts on escaped, line feeds too. */
 export function terminalLine(text: string): string {
   return escapeRefusedCharacters(text);
+}
+
+/**
+ * `value` as one line of JSON (`--json`): what JSON.stringify writes, so a parser reads the very same values,
+ * with the characters it leaves raw that a terminal acts on (C1 controls such as CSI, DEL, the line and
+ * paragraph separators, the bidirectional controls) written as `\uXXXX` escapes too: JSON.stringify escapes
+ * only C0 controls and half characters.
+ */
+export function jsonLine(value: unknown): string {
+  return terminalLine(JSON.stringify(value));
 }
 
 /** Characters that word a shell command safely as they are. */
@@ -45,4 +58,39 @@ export function short(value: unknown, max = 160): string {
   const text = typeof value === "string" ? value : (JSON.stringify(value) ?? "");
   const one = text.replace(/\s+/g, " ").trim();
   return one.length > max ? `${one.slice(0, max - 1)}…` : one;
+}
+
+const graphemes = new Intl.Segmenter(undefined, { granularity: "grapheme" });
+
+/**
+ * How many terminal rows one line of `text` (no line feed) takes on a terminal `columns` wide, as a terminal
+ * lays it out: a wide character (CJK, most emoji) takes two columns and moves to the next row whole when one is
+ * left, a combining or zero-width one takes none. Counting code points instead, an approval question with
+ * wide characters was erased one row short, leaving part of it on the screen (or one row too far, over a line
+ * before it, with zero-width ones).
+ */
+export function rowsOfLine(line: string, columns: number): number {
+  const width = Math.max(columns, 1);
+  let rows = 1;
+  let column = 0;
+  for (const { segment } of graphemes.segment(line)) {
+    const w = stringWidth(segment);
+    if (w === 0) continue;
+    if (column + w > width) {
+      rows += 1;
+      column = 0;
+    }
+    column += w;
+  }
+  return rows;
+}
+
+/** `text` (one line) cut to whole characters that fit in `columns` terminal columns. */
+export function clipToColumns(text: string, columns: number): string {
+  let used = 0;
+  for (const { segment, index } of graphemes.segment(text)) {
+    used += stringWidth(segment);
+    if (used > columns) return text.slice(0, index);
+  }
+  return text;
 }
