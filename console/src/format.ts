@@ -2,6 +2,7 @@
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { JobState, ApprovalState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { escapeRefusedCharacters } from "@oz0/harness/text";
 
 export const JOB_STATES: readonly JobState[] = [
   JobState.PENDING,
@@ -52,16 +53,14 @@ export function duration(ms: number): string {
 }
 
 /**
- * Characters that change how the text around them reads on a page rather than
- * show: the bidirectional controls, the line and paragraph separators, the C1
- * controls. A harness chooses its tool names, titles and inputs; with these it
- * could show `rm -rf ~/` reversed in an approval card.
+ * `text` with each character that would change how it reads written as a `\uXXXX` escape: shown, not obeyed.
+ * A harness chooses its tool names, titles and inputs; with a bidirectional override it could show `rm -rf ~/`
+ * reversed in an approval card, and a control character or a separator hides what the text holds. The list is
+ * the one the harness host's id rules, `oz0` and the orchestrator's messages escape (`@oz0/harness/text`);
+ * line feeds and tabs stay.
  */
-const READS_DIFFERENTLY = /[\u0080-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
-
-/** `text` with each character that would change how it reads as a `\uXXXX` escape: shown, not obeyed. */
 export function visible(text: string): string {
-  return text.replace(READS_DIFFERENTLY, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  return escapeRefusedCharacters(text, { keepLinesAndTabs: true });
 }
 
 /** A tool's input or output as indented JSON, visible(): the escapes are JSON's own, so it parses back to the same value. */

@@ -18,3 +18,11 @@ void test("a bidirectional override in an input is shown, not obeyed, and the JS
   // Everything else as it is: other scripts, emoji, line breaks.
   assert.equal(visible("ünïcödé 日本語 🎉\nnext\tline"), "ünïcödé 日本語 🎉\nnext\tline");
 });
+
+void test("what a page hides is shown too: a control character, a lone carriage return, half a character", () => {
+  // An escape sequence and a carriage return show nothing on a page, and hide what they carry; the CLI and the
+  // orchestrator's messages escape the same characters (one list, @oz0/harness/text).
+  assert.equal(visible("ok\u001b[2J\rDONE \ud83d"), String.raw`ok\u001b[2J\u000dDONE \ud83d`);
+  // A CRLF is a line break as the harness wrote it.
+  assert.equal(visible("one\r\ntwo"), "one\r\ntwo");
+});
