@@ -32,7 +32,7 @@ export function ArtifactsView({
             ) : isPatch(artifact) ? (
               <Diff text={decoder.decode(content)} />
             ) : (
-              <pre>{visible(decoder.decode(content.subarray(0, 200_000)))}</pre>
+              <pre class="prose">{visible(decoder.decode(content.subarray(0, 200_000)))}</pre>
             )}
           </section>
         );

@@ -181,7 +181,9 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
       {job ? (
         <>
           <h2>Input</h2>
-          <pre class="input">{visible(job.input)}</pre>
+          <pre class="input prose" data-testid="job-input">
+            {visible(job.input)}
+          </pre>
         </>
       ) : null}
       {(waiting ? (approvals.value?.approvals ?? []) : []).map((approval) => (
@@ -224,7 +226,7 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
         <>
           <h2>Result</h2>
           {job.error ? <p class="error">{visible(job.error)}</p> : null}
-          <pre class="result" data-testid="result">
+          <pre class="result prose" data-testid="result">
             {visible(job.resultText) || "(no text)"}
           </pre>
           <p class="muted">

@@ -132,7 +132,7 @@ export function JobsPage({ filter }: { filter: JobsFilter }) {
                       {stateName(job.state)}
                     </span>
                   </td>
-                  <td class="input">{visible(job.input)}</td>
+                  <td class="input prose">{visible(job.input)}</td>
                   <td>{clock(created)}</td>
                   <td>{start && end ? duration(end.getTime() - start.getTime()) : ""}</td>
                 </tr>

@@ -24,7 +24,7 @@ export function TranscriptRow({ row }: { row: Row }) {
       return (
         <li class={`row row-text role-${row.role}`}>
           <span class="who">{visible(row.role)}</span>
-          <div class="text">{visible(row.text)}</div>
+          <div class="text prose">{visible(row.text)}</div>
         </li>
       );
     case "tool":

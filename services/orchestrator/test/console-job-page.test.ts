@@ -205,6 +205,40 @@ void test("the shipment example: two operation rows under one '2 parallel' rail;
   await page.close();
 });
 
+void test("a job's words read in their own direction: a right-to-left paragraph from the right edge, a left-to-right one from the left", async () => {
+  const input = "Summarise this note:\nשלום עולם, זו הערה קצרה בעברית";
+  const { job } = await owner().jobs.runAgent({ agent: "guarded", input });
+  const jobId = job!.id;
+  const page = await openConsole(browser, t.url, t.stack.ownerToken);
+  await page.goto(`${t.url}/#/jobs/${jobId}`);
+  const shown = page.getByTestId("job-input");
+  await shown.waitFor();
+  const edges = await shown.evaluate((pre) => {
+    const text = pre.firstChild as Text;
+    const style = getComputedStyle(pre);
+    const box = pre.getBoundingClientRect();
+    const left = box.left + parseFloat(style.borderLeftWidth) + parseFloat(style.paddingLeft);
+    const right = box.right - parseFloat(style.borderRightWidth) - parseFloat(style.paddingRight);
+    // No function declared in here: the test runner's transform would name it with a helper the page lacks.
+    const feed = text.data.indexOf("\n");
+    const [english, hebrew] = [
+      [0, feed],
+      [feed + 1, text.data.length],
+    ].map(([start, end]) => {
+      const range = document.createRange();
+      range.setStart(text, start!);
+      range.setEnd(text, end!);
+      const r = range.getBoundingClientRect();
+      return { fromLeft: r.left - left, fromRight: right - r.right };
+    });
+    return { english: english!, hebrew: hebrew! };
+  });
+  assert.ok(edges.english.fromLeft < 2 && edges.english.fromRight > 50, JSON.stringify(edges));
+  assert.ok(edges.hebrew.fromRight < 2 && edges.hebrew.fromLeft > 50, JSON.stringify(edges));
+  await page.close();
+  await owner().jobs.cancelJob({ jobId, reason: "done looking" });
+});
+
 void test("a person edits a call's input in the page and approves it; the decision says so, and the patch artifact is a diff", async () => {
   const { job } = await owner().jobs.runAgent({ agent: "guarded", input: "first > notes.txt" });
   const jobId = job!.id;
