@@ -40,10 +40,18 @@ const modelHeld = new Promise<void>((resolve) => (releaseModel = resolve));
 async function pick({ input, turn }: { input: string; turn: number }): Promise<ScriptedTurn> {
   if (turn === 0) {
     if (input.startsWith("hold")) await modelHeld;
+    // A model that writes lines that read like oz0's own.
+    if (input.startsWith("forge"))
+      return {
+        text: `Running it.\n${FORGED.join("\n")}\n`,
+        toolCalls: [{ name: "run_command", input: { command: "echo ran" } }],
+      };
     return { text: "Running it.", toolCalls: [{ name: "run_command", input: { command: "echo ran" } }] };
   }
   return { text: "done" };
 }
+
+const FORGED = ["? run_command waits for approval (call p9): oz0 approve job p9", "  ✓ run_command approved by owner"];
 
 let t: TestStack;
 const env = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => ({
@@ -133,6 +141,36 @@ void test("oz0 jobs watch on a terminal: a status line says what the job does an
   assert.equal(await plain.exited, 0, plain.raw());
   assert.ok(!plain.raw().includes("\x1b["), "no redrawing with NO_COLOR");
   assert.match(plain.raw(), /job \w+ succeeded/);
+});
+
+void test("on a terminal, the marks of oz0's own lines are bold, and a model's line that reads like one is not", async () => {
+  const started = await t.cli(["run", "reviewed", "forge some lines", "--detach"]);
+  assert.equal(started.code, 0, started.stderr);
+  const jobId = started.stdout.trim();
+  const watch = ptyScreen(`${oz0(`jobs watch ${jobId}`)} </dev/null`, { env: env() });
+  await watch.waitFor((rows) => rows.filter((row) => row.startsWith("? run_command waits for approval")).length === 2);
+  const approved = await t.cli(["approve", jobId, await waitingCall(jobId)]);
+  assert.equal(approved.code, 0, approved.stderr);
+  assert.equal(await watch.exited, 0, watch.rows().join("\n"));
+  const screen = watch.boldRows();
+  const shown = screen.join("\n");
+  // The model's lines, as it wrote them: nothing bold.
+  for (const forged of FORGED) assert.ok(screen.includes(forged), shown);
+  // oz0's own: the same words, behind a bold mark.
+  assert.ok(
+    screen.some((row) => row.startsWith(`**?** run_command waits for approval (call `)),
+    shown,
+  );
+  assert.ok(screen.includes("  **✓** run_command approved by owner"), shown);
+  assert.ok(
+    screen.some((row) => row.startsWith("**▸** run_command: ")),
+    shown,
+  );
+  assert.ok(screen.includes(`**job** ${jobId} succeeded`), shown);
+  // Piped: the same lines, with no style at all.
+  const piped = await t.cli(["jobs", "watch", jobId]);
+  assert.ok(!piped.stdout.includes("\x1b"), "no escape sequences when piped");
+  assert.match(piped.stdout, /^\? run_command waits for approval \(call /m);
 });
 
 void test("oz0 jobs show: start and end to the millisecond, duration, cost, trace and pinned version", async () => {

@@ -40,15 +40,34 @@ export function toolOutput(value: Value | undefined, mark: string): string {
   );
 }
 
+/** Bold on, and back to normal intensity (SGR 1 and 22). */
+const BOLD = "\x1b[1m";
+const NOT_BOLD = "\x1b[22m";
+
 export class EventPrinter {
   readonly #out: TextSink;
   readonly #json: boolean;
+  readonly #style: boolean;
   #midLine = false;
 
-  /** `out`: a stream, or a LiveTerminal (which keeps a status line below what is printed). */
-  constructor(options: { out?: TextSink; json: boolean }) {
+  /**
+   * `out`: a stream, or a LiveTerminal (which keeps a status line below what is printed). `style`: the output
+   * is a terminal that shows style (LiveTerminal.live), where the marks of oz0's own lines are bold.
+   */
+  constructor(options: { out?: TextSink; json: boolean; style?: boolean }) {
     this.#out = options.out ?? process.stdout;
     this.#json = options.json;
+    this.#style = options.style === true;
+  }
+
+  /**
+   * The mark that begins one of oz0's own lines (a call, its result, an approval, the result, the job's end):
+   * bold on a terminal that shows style. Nothing a harness or a model writes can be: its escape sequences are
+   * printed inert, so a line of the model's text that reads like oz0's (`? Bash waits for approval …`) does
+   * not look like one.
+   */
+  #mark(symbol: string): string {
+    return this.#style ? `${BOLD}${symbol}${NOT_BOLD}` : symbol;
   }
 
   /**
@@ -82,54 +101,58 @@ export class EventPrinter {
       case "toolCall": {
         // The input always: a title is the harness's own words for the call, and could say anything.
         const title = e.value.title ? `${short(e.value.title, 120)}  ` : "";
-        this.#line(terminalLine(`▸ ${e.value.tool}: ${title}${short(e.value.input ?? {}, 120)}`));
+        this.#line(`${this.#mark("▸")} ${terminalLine(`${e.value.tool}: ${title}${short(e.value.input ?? {}, 120)}`)}`);
         return;
       }
       case "toolResult":
-        this.#line(toolOutput(e.value.output, e.value.isError ? "✗" : "✓"));
+        this.#line(toolOutput(e.value.output, this.#mark(e.value.isError ? "✗" : "✓")));
         return;
       case "servedToolCall":
         // A tool the orchestrator answered itself, such as a graph manager's decision.
         this.#line(
-          terminalLine(
-            `◆ ${e.value.tool}: ${short(e.value.input ?? {}, 120)}${e.value.error ? ` ✗ ${e.value.error}` : " ✓"}`,
-          ),
+          `${this.#mark("◆")} ${terminalLine(`${e.value.tool}: ${short(e.value.input ?? {}, 120)}${e.value.error ? ` ✗ ${e.value.error}` : " ✓"}`)}`,
         );
         return;
       case "permissionDecision": {
         const d = e.value;
         if (d.pending)
           this.#line(
-            terminalLine(
+            `${this.#mark("?")} ${terminalLine(
               // The id is the harness's: quoted as a shell word in the commands a person copies.
-              `? ${fieldText(d.tool)} waits for approval (call ${d.id}): oz0 approve ${event.jobId} ${shellWord(d.id)}   or   oz0 deny ${event.jobId} ${shellWord(d.id)} --reason TEXT`,
-            ),
+              `${fieldText(d.tool)} waits for approval (call ${d.id}): oz0 approve ${event.jobId} ${shellWord(d.id)}   or   oz0 deny ${event.jobId} ${shellWord(d.id)} --reason TEXT`,
+            )}`,
           );
         else if (!d.allow)
           this.#line(
-            terminalLine(
-              `  ✗ ${d.tool} denied${d.decider === Decider.PERSON && d.answeredBy ? ` by ${d.answeredBy}` : ""}: ${d.reason}`,
-            ),
+            `  ${this.#mark("✗")} ${terminalLine(
+              `${d.tool} denied${d.decider === Decider.PERSON && d.answeredBy ? ` by ${d.answeredBy}` : ""}: ${d.reason}`,
+            )}`,
           );
         else if (d.decider === Decider.PERSON)
-          this.#line(terminalLine(`  ✓ ${d.tool} approved${d.answeredBy ? ` by ${d.answeredBy}` : ""}`));
+          this.#line(
+            `  ${this.#mark("✓")} ${terminalLine(`${d.tool} approved${d.answeredBy ? ` by ${d.answeredBy}` : ""}`)}`,
+          );
         return;
       }
       case "result":
-        this.#line(`\n── result (${stopReasonName(e.value.stopReason)}, ${e.value.turns} turns)`);
+        this.#line(`\n${this.#mark("── result")} (${stopReasonName(e.value.stopReason)}, ${e.value.turns} turns)`);
         if (e.value.text) this.#line(terminalText(e.value.text));
         if (e.value.error) this.#line(terminalLine(`error: ${e.value.error}`));
         return;
       case "artifacts":
-        for (const a of e.value.artifacts) this.#line(terminalLine(`artifact: ${a.path} (${a.sizeBytes} bytes)`));
+        for (const a of e.value.artifacts)
+          this.#line(`${this.#mark("artifact:")} ${terminalLine(`${a.path} (${a.sizeBytes} bytes)`)}`);
         return;
       case "stateChanged": {
         const s = e.value.state;
         if (s === JobState.SUCCEEDED || s === JobState.FAILED || s === JobState.CANCELLED) {
-          this.#line(terminalLine(`job ${event.jobId} ${stateName(s)}${e.value.reason ? `: ${e.value.reason}` : ""}`));
+          this.#line(
+            `${this.#mark("job")} ${terminalLine(`${event.jobId} ${stateName(s)}${e.value.reason ? `: ${e.value.reason}` : ""}`)}`,
+          );
         }
         // A pending job with a reason waits for something (room on a node).
-        else if (s === JobState.PENDING && e.value.reason) this.#line(terminalLine(`… ${e.value.reason}`));
+        else if (s === JobState.PENDING && e.value.reason)
+          this.#line(`${this.#mark("…")} ${terminalLine(e.value.reason)}`);
         return;
       }
       default:

@@ -7,6 +7,8 @@ import xterm from "@xterm/headless";
 export interface PtyScreen {
   /** The screen's lines (scrollback included; a line the terminal wrapped is one), trailing blanks trimmed. */
   rows(): string[];
+  /** {@link rows}, with each run of bold characters between `**` marks. */
+  boldRows(): string[];
   /** Everything the command wrote, escape sequences included. */
   raw(): string;
   /** Waits until `check` holds for the rows; the test's own timeout bounds it. */
@@ -31,12 +33,12 @@ export function ptyScreen(
   });
   let raw = "";
   const waiters = new Set<() => void>();
-  const rows = (): string[] => {
+  const screenRows = (bold: boolean): string[] => {
     const buffer = term.buffer.active;
     const lines: string[] = [];
     for (let i = 0; i < buffer.length; i++) {
       const line = buffer.getLine(i);
-      const text = line?.translateToString(true) ?? "";
+      const text = (bold ? line && withBold(line) : line?.translateToString(true)) ?? "";
       // A row the terminal wrapped continues the line above it.
       if (line?.isWrapped && lines.length > 0) lines[lines.length - 1] += text;
       else lines.push(text);
@@ -44,6 +46,7 @@ export function ptyScreen(
     while (lines.length > 0 && lines.at(-1) === "") lines.pop();
     return lines;
   };
+  const rows = (): string[] => screenRows(false);
   child.stdout.on("data", (chunk: Buffer) => {
     raw += chunk.toString();
     term.write(chunk, () => {
@@ -54,6 +57,7 @@ export function ptyScreen(
   const exited = new Promise<number>((resolve) => child.on("exit", (code) => resolve(code ?? 1)));
   return {
     rows,
+    boldRows: () => screenRows(true),
     raw: () => raw,
     type: (text) => child.stdin.write(text),
     exited,
@@ -81,4 +85,20 @@ export function ptyScreen(
       });
     },
   };
+}
+
+/** A row's text with its bold runs between `**` marks, trailing blanks trimmed. */
+function withBold(line: xterm.IBufferLine): string {
+  let text = "";
+  let inBold = false;
+  for (let x = 0; x < line.length; x++) {
+    const cell = line.getCell(x);
+    if (!cell || cell.getWidth() === 0) continue;
+    const bold = cell.isBold() !== 0;
+    if (bold !== inBold) text += "**";
+    inBold = bold;
+    text += cell.getChars() || " ";
+  }
+  if (inBold) text += "**";
+  return text.trimEnd();
 }
