@@ -169,6 +169,10 @@ export class SandboxSession {
   /** The session's record while it is kept (the keeper's pid and bwrap's init are added to it). */
   #record: SessionRecord | undefined;
   #cancelRequested: string | undefined;
+  /** Sessions working in this one's directory (start.share_working_dir_of), each with when it is gone. */
+  readonly #sharers = new Map<SandboxSession, Promise<void>>();
+  /** The session is ending: no other session may start in its working directory any more. */
+  #ending = false;
   #resolveFinished!: () => void;
   readonly #span: SessionSpan;
 
@@ -234,6 +238,39 @@ export class SandboxSession {
 
   get running(): boolean {
     return this.status === SessionStatus.RUNNING;
+  }
+
+  /** Whether another session may start in this one's working directory now: its harness runs, and it is not ending. */
+  get sharable(): boolean {
+    return this.running && this.#host !== undefined && !this.#ending;
+  }
+
+  /**
+   * `session` works in this one's directory from now on; `launched` settles once it started (or could not).
+   * This session's end waits until it is gone (endSharers).
+   */
+  shareWith(session: SandboxSession, launched: Promise<void>): void {
+    this.#sharers.set(
+      session,
+      launched.then(
+        () => session.finished,
+        () => undefined,
+      ),
+    );
+  }
+
+  /**
+   * Ends the sessions working in this one's directory, and waits until they are gone: the sandbox (root) reads
+   * the directory and removes it next, by path, and a process of theirs still running there could swap a
+   * directory for a link between the two, so that the removal walks and empties another session's directory,
+   * or any on the node. The `user` mode's killAll ends them too (they run under this session's uid); under
+   * bubblewrap nothing else would. A session gone runs nothing: its namespace went with it.
+   */
+  async #endSharers(): Promise<void> {
+    this.#ending = true;
+    for (const sharer of this.#sharers.keys())
+      sharer.cancel(`the session whose working directory it shares (${this.id}) ended`);
+    await Promise.all(this.#sharers.values());
   }
 
   /**
@@ -616,6 +653,7 @@ export class SandboxSession {
       const { paths } = this.#options;
       // The host drained stderr before its outcome: all of it goes before `artifacts`.
       this.#stderr.finish();
+      await this.#endSharers();
       // The sandbox (root) reads the working directory next: nothing of the
       // uid may still run there to swap a file for a link to a node file
       // meanwhile. Sessions sharing the directory go too; it is removed next.

@@ -16,7 +16,7 @@ import { invalidField, SandboxError } from "./sandbox-errors.js";
 import { SandboxSession, type SandboxSessionOptions, type SessionIsolation } from "./sandbox-session.js";
 import { keeperAvailable, processStartTime, readKeeperExit } from "./session-keeper.js";
 import { KeeperSpawner } from "./keeper-spawner.js";
-import { readAnswered, readLogMessages, readSessionRecord } from "./session-record.js";
+import { readAnswered, readLogMessages, readSessionRecord, type SessionRecord } from "./session-record.js";
 import {
   InternalDirectoryPool,
   relativeInside,
@@ -150,8 +150,11 @@ export class SessionRegistry {
     const session = this.#newSession({ start, request, command, paths, isolation });
     this.#active++;
     this.#sessions.set(session.id, session);
+    const launched = session.prepareAndLaunch();
+    // In the same turn as the check that the owner may be shared: its end waits for this session from now on.
+    shared?.shareWith(session, launched);
     try {
-      await session.prepareAndLaunch();
+      await launched;
     } catch (error) {
       this.#active--;
       this.#sessions.delete(session.id);
@@ -183,6 +186,7 @@ export class SessionRegistry {
     } catch {
       return adopted;
     }
+    const found: { session: SandboxSession; record: SessionRecord }[] = [];
     for (const name of names) {
       const dir = path.join(internal, name);
       const record = readSessionRecord(dir);
@@ -205,16 +209,28 @@ export class SessionRegistry {
         });
         this.#active++;
         this.#sessions.set(session.id, session);
+        found.push({ session, record });
+      } catch (error) {
+        this.#refuseTakeover(record, error);
+      }
+    }
+    // Each session working in another's directory is that one's again before any resumes: an owner whose
+    // harness ended while the sandbox was down removes its directory only once they are gone too.
+    const resumed = new Map<SandboxSession, { resolve: () => void; reject: (error: unknown) => void }>();
+    for (const { session, record } of found) {
+      const owner = record.paths.sharesWorkingDir ? this.#sessions.get(record.start.shareWorkingDirOf) : undefined;
+      if (owner === undefined || !found.some((f) => f.session === owner)) continue;
+      owner.shareWith(session, new Promise<void>((resolve, reject) => resumed.set(session, { resolve, reject })));
+    }
+    for (const { session, record } of found) {
+      try {
         await session.resume();
+        resumed.get(session)?.resolve();
         this.#track(session);
         adopted.push(session.id);
       } catch (error) {
-        this.#options.logger.warn(
-          { err: error, sessionId: record.request.sessionId },
-          "could not take over a session the previous run of the sandbox left running; it is removed",
-        );
-        this.#sessions.delete(record.request.sessionId);
-        this.#active--;
+        resumed.get(session)?.reject(error);
+        this.#refuseTakeover(record, error);
       }
     }
     if (adopted.length > 0)
@@ -223,6 +239,14 @@ export class SessionRegistry {
         "took over the sessions the previous run of the sandbox left running",
       );
     return adopted;
+  }
+
+  #refuseTakeover(record: SessionRecord, error: unknown): void {
+    this.#options.logger.warn(
+      { err: error, sessionId: record.request.sessionId },
+      "could not take over a session the previous run of the sandbox left running; it is removed",
+    );
+    if (this.#sessions.delete(record.request.sessionId)) this.#active--;
   }
 
   /** Whether sessions run under keepers and survive a restart of the sandbox: under bubblewrap, where perl and mkfifo are there. */
@@ -369,6 +393,11 @@ export class SessionRegistry {
         `start.share_working_dir_of: session ${owner} is not running on this node; a working directory can only be shared while its session runs`,
       );
     }
+    if (!session.sharable)
+      throw new SandboxError(
+        "failed_precondition",
+        `start.share_working_dir_of: session ${owner} is still starting or already ending; a working directory can only be shared while its harness runs (retry once it has started)`,
+      );
     return session;
   }
 

@@ -2,6 +2,10 @@
 // its parent's live working directory (not a copy), which stays the parent's.
 // Under the user isolation mode it runs under the parent's uid (the only one
 // that can work in that directory), and its end leaves the parent running.
+// The parent's end ends the sessions working in its directory before the
+// sandbox (root) reads and removes it: under bubblewrap, a session left
+// running there could swap a directory for a link while the removal walks it,
+// and so empty another session's directory, or any on the node.
 import assert from "node:assert/strict";
 import { existsSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
@@ -25,7 +29,7 @@ const userModeSkip =
       ? "the user isolation mode needs setpriv"
       : false;
 
-for (const isolation of ["none", "user"] as const) {
+for (const isolation of ["none", "user", "bwrap"] as const) {
   void describe(
     `RunSession sharing a live session's working directory (isolation ${isolation})`,
     { skip: isolation === "user" ? userModeSkip : false },
@@ -87,6 +91,32 @@ for (const isolation of ["none", "user"] as const) {
         // The owner was still running (the scratch session's end killed nothing of its uid): it answered the cancel itself.
         assert.equal(owner.exited().result?.text, "cancelled after cleanup");
         assert.equal(existsSync(workingDir), false);
+      });
+
+      void it("the owner's end ends the sessions working in its directory first, then removes it", async () => {
+        const owner = new SessionStream(t.client, {
+          message: { case: "start", value: scenarioStart({ mode: "wait" }) },
+        });
+        await owner.waitFor(isText("ready"), "ready");
+        const ownerStarted = owner.received[0]?.message;
+        assert(ownerStarted?.case === "started");
+        const sharer = new SessionStream(t.client, {
+          message: { case: "start", value: { ...scenarioStart({ mode: "wait" }), shareWorkingDirOf: owner.sessionId } },
+        });
+        await sharer.waitFor(isText("ready"), "ready");
+
+        await t.client.cancelSession({ sessionId: owner.sessionId, reason: "done" });
+        await Promise.all([owner.finished, sharer.finished]);
+        assert.equal(sharer.exited().status, SessionStatus.CANCELLED);
+        assert.match(
+          sharer.exited().cancelReason,
+          new RegExp(`the session whose working directory it shares \\(${owner.sessionId}\\) ended`),
+        );
+        // The sharer was gone before the owner's directory was read and removed (the owner's exit is logged after).
+        const endOf = (s: SessionStream): number =>
+          Number(s.exited().endTime!.seconds) * 1e3 + s.exited().endTime!.nanos / 1e6;
+        assert.ok(endOf(sharer) <= endOf(owner), `${endOf(sharer)} <= ${endOf(owner)}`);
+        assert.equal(existsSync(ownerStarted.value.workingDir), false);
       });
 
       void it("refuses to share the directory of a session that is not running", async () => {
