@@ -69,6 +69,11 @@ export class BudgetLedger {
   }
 
   #hold(account: Account, input: ReserveInput): Reservation {
+    // A cost that is not a number would make every comparison below false: the budget could never run out.
+    if (!Number.isFinite(input.worstCaseUsd) || !Number.isFinite(input.minimumUsd))
+      throw new Error(
+        `a call's cost could not be computed ($${input.worstCaseUsd} at most, $${input.minimumUsd} at least)`,
+      );
     const available = account.limitUsd - account.spentUsd - account.reservedUsd;
     const budget = `$${account.limitUsd.toFixed(4)}`;
     if (available <= 0 || available < input.minimumUsd) {
@@ -97,7 +102,8 @@ export class BudgetLedger {
         if (!done) {
           done = true;
           account.reservedUsd -= amountUsd;
-          account.spentUsd += actualUsd;
+          // Never NaN into the account (see #hold); costOf of finite prices and token counts is finite.
+          account.spentUsd += Number.isFinite(actualUsd) ? actualUsd : amountUsd;
         }
         return Promise.resolve();
       },

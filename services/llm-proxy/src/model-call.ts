@@ -186,7 +186,8 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
         limitUsd: token.budgetUsd,
         worstCaseUsd: worstCaseUsd({
           price,
-          maxOutputTokens: request.maxOutputTokens ?? deps.defaultMaxOutputTokens,
+          // Unbounded: the default bound for each answer asked for (n choices are n answers, each up to the default).
+          maxOutputTokens: request.maxOutputTokens ?? deps.defaultMaxOutputTokens * (request.answers ?? 1),
           rawBytes: rawBody.length,
         }),
         minimumUsd: costOf(price, { input: 0, output: 0, cacheRead: estimatedInput, cacheWrite: 0, reasoning: 0 }),

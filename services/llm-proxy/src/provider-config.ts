@@ -116,26 +116,41 @@ export function validateProviders(providers: ProviderConfig[]): ProviderConfig[]
       }
     }
     for (const [model, price] of Object.entries(p.prices ?? {})) {
-      if (!(price.input >= 0 && price.output >= 0))
+      if (!(dollars(price.input) && dollars(price.output)))
         throw new ProxyError(
           "invalid_argument",
           `price of ${p.name}/${model} needs input and output dollars per million tokens`,
         );
+      for (const field of ["cacheRead", "cacheWrite"] as const)
+        if (price[field] !== undefined && !dollars(price[field]))
+          throw new ProxyError(
+            "invalid_argument",
+            `price of ${p.name}/${model}: ${field} must be dollars per million tokens (a number, 0 or more), or left out to be the input price`,
+          );
     }
   }
   return providers;
 }
 
-/** The price of a model, or undefined when the table has none. */
+/** A price: a finite number of dollars, 0 or more. */
+function dollars(value: unknown): boolean {
+  return typeof value === "number" && Number.isFinite(value) && value >= 0;
+}
+
+/**
+ * The price of a model, or undefined when the table has none. Only the table's own entries: the model is the
+ * caller's word, and `constructor` or `__proto__` looked up as a plain property would find Object.prototype's,
+ * a "price" whose every cost is NaN (a budget no comparison could exhaust, a record no store would take).
+ */
 export function priceOf(provider: ProviderConfig, model: string): ModelPrice | undefined {
   const prices = provider.prices ?? {};
-  const exact = prices[model];
-  if (exact) return exact;
+  if (Object.hasOwn(prices, model)) return prices[model];
   let best: string | undefined;
   for (const key of Object.keys(prices)) {
     if (key !== "*" && model.startsWith(key) && (best === undefined || key.length > best.length)) best = key;
   }
-  return best !== undefined ? prices[best] : prices["*"];
+  if (best !== undefined) return prices[best];
+  return Object.hasOwn(prices, "*") ? prices["*"] : undefined;
 }
 
 /** Dollars for some usage; cache tokens at their own prices. */

@@ -1,4 +1,7 @@
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { describe, it } from "node:test";
 import Anthropic from "@anthropic-ai/sdk";
 import type { ScriptedRequest } from "@oz0/harness/testing";
@@ -18,6 +21,36 @@ async function readStreamText(client: Anthropic, maxTokens: number, received: { 
 }
 
 void describe("budgets", () => {
+  void it("a model named after an object's own members (constructor, __proto__, toString) is priced by the table alone: the budget holds and the store keeps committing", async () => {
+    const dataDir = mkdtempSync(path.join(os.tmpdir(), "oz0-proxy-prototype-"));
+    const fx = await startFixture({
+      turns: () => ({ text: "ok", usage: { input: 10, output: 10 } }),
+      config: { dataDir },
+    });
+    try {
+      const e = await fx.session({ budgetUsd: 0.05 });
+      const headers = { "x-api-key": e.token, ...e.headers };
+      const url = `${e.anthropicBaseUrl}/v1/messages`;
+      const body = { max_tokens: 10, messages: [{ role: "user", content: "x" }] };
+      // Looked up as a plain property, each found Object.prototype's member: a "price" whose every cost was NaN,
+      // so no later call was refused, and the NaN record stopped every group commit of the store.
+      for (const model of ["constructor", "__proto__", "toString", "hasOwnProperty"])
+        assert.equal((await post(url, { ...body, model }, headers)).status, 200, model);
+      const calls = await fx.proxy.store.listCalls(e.job);
+      assert.equal(calls.length, 4);
+      for (const call of calls) assert.ok(Number.isFinite(call.costUsd) && call.costUsd > 0, JSON.stringify(call));
+      // The table's "*" price charged them; the budget still refuses a call it cannot hold.
+      const large = await post(url, { ...body, model: "constructor", max_tokens: 100_000 }, headers);
+      assert.equal(large.status, 402, large.text);
+      assert.match(JSON.parse(large.text).error.message, /could cost up to \$1\.5\d+ but only \$0\.04\d+/);
+      await fx.control.revokeSessionToken({ token: e.token });
+      assert.equal((await post(url, { ...body, model: "claude-sonnet-5" }, headers)).status, 401);
+    } finally {
+      await fx.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
   void it("admits only one of two concurrent calls that together would exceed the budget", async () => {
     // max_tokens 1000 at $15/M output is a $0.015 worst case each; the budget holds one, not two.
     let releaseFirst!: () => void;
@@ -150,6 +183,28 @@ void describe("budgets", () => {
       }
       assert.equal(fx.model.requests.length, 0, "neither reached the provider");
       assert.equal((await ask({ max_tokens: 1000 })).status, 200, "the control: one choice of 1,000 tokens fits");
+    } finally {
+      await fx.close();
+    }
+  });
+
+  void it("holds the default bound for every choice of a chat request that names no limit", async () => {
+    // No max_tokens: 32,000 output tokens (the default bound) at $15/M is $0.48 a choice; 20 choices are $9.60.
+    const fx = await startFixture({ turns: [{ text: "fits" }] });
+    try {
+      const e = await fx.session({ budgetUsd: 1 });
+      const headers = { authorization: `Bearer ${e.token}`, ...e.headers };
+      const ask = (extra: Record<string, number>) =>
+        post(
+          `${e.openaiBaseUrl}/chat/completions`,
+          { model: "gpt-4.1", messages: [{ role: "user", content: "x" }], ...extra },
+          headers,
+        );
+      const refused = await ask({ n: 20 });
+      assert.equal(refused.status, 402, refused.text);
+      assert.match(JSON.parse(refused.text).error.message, /could cost up to \$9\.60/);
+      assert.equal(fx.model.requests.length, 0, "it never reached the provider");
+      assert.equal((await ask({})).status, 200, "the control: one choice of the default bound fits");
     } finally {
       await fx.close();
     }

@@ -6,7 +6,7 @@ import { Authenticator, registration, serve } from "@oz0/serving";
 import Anthropic from "@anthropic-ai/sdk";
 import pino from "pino";
 import { BudgetLedger } from "../src/budget-ledger.js";
-import { priceOf } from "../src/provider-config.js";
+import { priceOf, validateProviders } from "../src/provider-config.js";
 import { DEFAULT_RETRY_POLICY, retryDelayMs } from "../src/retry-policy.js";
 import { eventsUsageSink, USAGE_EVENT_TYPE } from "../src/usage-sink.js";
 import { AnthropicStreamMeter } from "../src/wire-formats/anthropic-messages.js";
@@ -136,6 +136,17 @@ void describe("prices", () => {
     assert.equal(priceOf(provider, "claude-sonnet-4-5-20250929")?.input, 4);
     assert.equal(priceOf(provider, "claude-sonnet-4-0")?.input, 3);
     assert.equal(priceOf(provider, "other")?.input, 1);
+  });
+
+  void it("reads only the table's own entries, and refuses a price that is not a number of dollars", () => {
+    const prefixes = { name: "p", prices: { "claude-": { input: 3, output: 15 } } };
+    for (const model of ["constructor", "__proto__", "toString", "valueOf", "hasOwnProperty"])
+      assert.equal(priceOf(prefixes, model), undefined, model);
+    const bad = (price: object) => () =>
+      validateProviders([{ name: "p", baseUrl: "http://127.0.0.1:1", prices: { m: price as never } }]);
+    assert.throws(bad({ input: 1, output: 1, cacheRead: "0.3" }), /cacheRead must be dollars per million tokens/);
+    assert.throws(bad({ input: 1, output: Number.POSITIVE_INFINITY }), /needs input and output dollars/);
+    assert.doesNotThrow(bad({ input: 1, output: 2, cacheRead: 0.1 }));
   });
 });
 

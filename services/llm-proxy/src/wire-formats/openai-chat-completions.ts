@@ -319,14 +319,18 @@ class OpenAiStreamScrubber extends DeltaStreamScrubber {
  * larger: OpenAI refuses both at once, but compatible servers differ on which
  * wins, and the budget must hold whichever they use.
  */
-function chatOutputBound(body: RequestBody): number | undefined {
+function chatOutputBound(body: RequestBody, choices: number): number | undefined {
   const limits = [body.field("max_tokens"), body.field("max_completion_tokens")].filter(
     (value): value is number => typeof value === "number" && value > 0,
   );
   if (limits.length === 0) return undefined;
-  const n = body.field("n");
-  const choices = typeof n === "number" && Number.isInteger(n) && n > 1 ? n : 1;
   return Math.max(...limits) * choices;
+}
+
+/** How many choices the request asks for (`n`): 1 unless it asks for more. */
+function choicesOf(body: RequestBody): number {
+  const n = body.field("n");
+  return typeof n === "number" && Number.isInteger(n) && n > 1 ? n : 1;
 }
 
 export const openAiChatCompletions: WireFormat = {
@@ -340,10 +344,12 @@ export const openAiChatCompletions: WireFormat = {
       const stream = body.field("stream") === true;
       const streamOptions = body.field("stream_options") as { include_usage?: boolean } | undefined;
       const clientWantsUsage = !stream || streamOptions?.include_usage === true;
+      const choices = choicesOf(body);
       return {
         model: stringOf(body.field("model")),
         stream,
-        maxOutputTokens: chatOutputBound(body),
+        maxOutputTokens: chatOutputBound(body, choices),
+        ...(choices > 1 ? { answers: choices } : {}),
         ...(clientWantsUsage
           ? {}
           : { upstreamFields: { stream_options: { ...(streamOptions ?? {}), include_usage: true } } }),

@@ -67,6 +67,11 @@ export interface WireRequest {
    * budget reserves them, and a stream's estimate counts no more): every choice's, where it asks for several.
    */
   maxOutputTokens: number | undefined;
+  /**
+   * How many answers the request asks for (OpenAI chat's `n`), when more than one: a request that does not bound
+   * its output has the default bound reserved for each.
+   */
+  answers?: number;
   /** Top-level fields the proxy sets before the request goes upstream (OpenAI streams are asked for their usage). */
   upstreamFields?: Readonly<Record<string, unknown>>;
   /** A meter for one attempt's stream. */
