@@ -69,6 +69,7 @@ export const POSTGRES_ENCODING: ColumnEncoding = { bool: (value) => value, time:
 /** A metering record's values in METERING_COLUMNS order. */
 export function meteringValues(record: AttemptRecord | CallRecord, encode: ColumnEncoding): unknown[] {
   const { usage } = record;
+  checkFigures(record);
   return [
     record.operationId,
     record.job,
@@ -91,6 +92,31 @@ export function meteringValues(record: AttemptRecord | CallRecord, encode: Colum
     encode.bool(record.estimated),
     encode.time(record.startedAt),
   ];
+}
+
+/**
+ * Refuses a record whose figures are not numbers before it is stored anywhere: a NaN written to a slot reads
+ * back as null, which no commit could store (NOT NULL), and the group commit that kept retrying it would stop
+ * every session's records, and the replay of a restart, with it. Refused, the one record is lost (and
+ * logged by Metering); everything else is stored as before.
+ */
+function checkFigures(record: AttemptRecord | CallRecord): void {
+  const { usage } = record;
+  const figures: [string, number | undefined][] = [
+    ["usage.input", usage.input],
+    ["usage.output", usage.output],
+    ["usage.cacheRead", usage.cacheRead],
+    ["usage.cacheWrite", usage.cacheWrite],
+    ["usage.reasoning", usage.reasoning],
+    ["costUsd", record.costUsd],
+    ["latencyMs", record.latencyMs],
+    ["ttftMs", record.ttftMs ?? 0],
+  ];
+  for (const [name, value] of figures)
+    if (!Number.isFinite(value))
+      throw new Error(
+        `the metering record of call ${record.operationId} has ${name} ${String(value)}, not a finite number; it is not stored`,
+      );
 }
 
 /** A pending call's values in PENDING_COLUMNS order. */

@@ -205,6 +205,27 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       }
     });
 
+    void it("refuses a record whose figures are not numbers, and keeps storing every other", async () => {
+      const job = unique("job-nan");
+      const session = unique("ses-nan");
+      for (const bad of [{ costUsd: Number.NaN }, { latencyMs: Number.POSITIVE_INFINITY }]) {
+        await assert.rejects(
+          async () => a.recordCall(call({ operationId: unique("op-bad"), job, session, ...bad })),
+          /not a finite number; it is not stored/,
+        );
+        await assert.rejects(
+          async () => a.recordAttempt({ ...call({ operationId: unique("op-bad"), job, session, ...bad }), attempt: 1 }),
+          /not a finite number; it is not stored/,
+        );
+      }
+      await a.recordCall(call({ operationId: unique("op-good"), job, session, costUsd: 0.25 }));
+      const calls = await b.listCalls(job);
+      assert.deepEqual(
+        calls.map((c) => c.costUsd),
+        [0.25],
+      );
+    });
+
     void it("meters calls and attempts from every handle into one set of totals", async () => {
       const job = unique("job-metered");
       const session = unique("ses-metered");
