@@ -214,8 +214,21 @@ void test("a job's words read in their own direction: a right-to-left paragraph 
   const shown = page.getByTestId("job-input");
   await shown.waitFor();
   const edges = await shown.evaluate((pre) => {
-    const text = pre.firstChild as Text;
-    const style = getComputedStyle(pre);
+    // The page's own objects, named as far as this test uses them (the tests compile without the DOM's types).
+    const page = globalThis as unknown as {
+      getComputedStyle(
+        element: unknown,
+      ): Record<"borderLeftWidth" | "paddingLeft" | "borderRightWidth" | "paddingRight", string>;
+      document: {
+        createRange(): {
+          setStart(node: unknown, offset: number): void;
+          setEnd(node: unknown, offset: number): void;
+          getBoundingClientRect(): { left: number; right: number };
+        };
+      };
+    };
+    const text = pre.firstChild as unknown as { data: string };
+    const style = page.getComputedStyle(pre);
     const box = pre.getBoundingClientRect();
     const left = box.left + parseFloat(style.borderLeftWidth) + parseFloat(style.paddingLeft);
     const right = box.right - parseFloat(style.borderRightWidth) - parseFloat(style.paddingRight);
@@ -225,7 +238,7 @@ void test("a job's words read in their own direction: a right-to-left paragraph 
       [0, feed],
       [feed + 1, text.data.length],
     ].map(([start, end]) => {
-      const range = document.createRange();
+      const range = page.document.createRange();
       range.setStart(text, start!);
       range.setEnd(text, end!);
       const r = range.getBoundingClientRect();
