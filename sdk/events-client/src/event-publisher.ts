@@ -10,6 +10,7 @@ import {
   EventsService,
   TokenCountsSchema,
   type PublishResponse,
+  type TokenCounts,
   type RawEvent,
 } from "@oz0/proto/oz0/events/v1/events_pb";
 import { bearerInterceptor, createLogger, MAX_MESSAGE_BYTES_VARIABLE } from "@oz0/serving";
@@ -96,6 +97,24 @@ export interface RawEventInit {
   traceparent?: string;
 }
 
+/** The most a TokenCounts field holds (uint32). */
+const MAX_TOKEN_COUNT = 0xffff_ffff;
+
+/**
+ * Token counts as the message holds them: whole numbers from 0 to 2^32 - 1, a larger count saturating there.
+ * A harness reports its usage in 64 bits; a count past 32 bits made an event nobody could decode again, so the
+ * orchestrator's outbox, which reads events back in batches, retried that batch, with other jobs' events in
+ * it, forever.
+ */
+function tokenCounts(init: TokenCountsInit): TokenCounts {
+  const counts = create(TokenCountsSchema, init);
+  for (const field of ["inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens"] as const) {
+    const n = counts[field];
+    counts[field] = Number.isFinite(n) && n > 0 ? Math.min(Math.trunc(n), MAX_TOKEN_COUNT) : 0;
+  }
+  return counts;
+}
+
 /**
  * Build a raw event: `rawEvent("tool.called", { jobId, toolCallId, attributes: { tool_name: "read", input } })`.
  * The type is one of `LIFECYCLE_EVENTS`' keys, so the compiler refuses one the events service does not know.
@@ -118,7 +137,7 @@ export function rawEvent(type: LifecycleType, init: RawEventInit = {}): RawEvent
     agentName: init.agentName ?? "",
     agentVersion: init.agentVersion ?? "",
     status: init.status ?? "",
-    tokens: init.tokens ? create(TokenCountsSchema, init.tokens) : undefined,
+    tokens: init.tokens ? tokenCounts(init.tokens) : undefined,
     // As JSON text rather than the Struct field: encoding a Struct (a message
     // per value) cost the producer, and decoding it the events service, more
     // than the rest of the event. JSON.stringify also takes what a producer

@@ -27,6 +27,7 @@ import { rawEvent } from "@oz0/events-client";
 import { JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { OrchestratorTracing } from "../src/tracing.js";
 import { eventually } from "./support/eventually.js";
+import { claimedEvents } from "./support/claimed-events.js";
 
 let telemetry: InMemoryTelemetry;
 let home: string;
@@ -157,7 +158,7 @@ const bareSink: LifecycleSink = {
 };
 
 async function drainOutbox(): Promise<string[]> {
-  const claimed = await store.claimLifecycleEvents({ limit: 100, claimMs: 60_000 });
+  const claimed = claimedEvents(await store.claimLifecycleEvents({ limit: 100, claimMs: 60_000 }));
   await store.deleteLifecycleEvents(claimed.map((c) => c.seq));
   return claimed.map((c) => `${c.event.type} ${c.event.jobId}`);
 }

@@ -4,8 +4,10 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { rawAttributes, rawEvent } from "@oz0/events-client";
+import { RawEventSchema } from "@oz0/proto/oz0/events/v1/events_pb";
 import { JobEventSchema, JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { JobRecord, JobStore, NewAgentVersion, PermissionRecord } from "../src/store/job-store.js";
+import { claimedEvents } from "./support/claimed-events.js";
 
 export type StoreFactory = () => Promise<{ store: JobStore; cleanup?: () => Promise<void> }>;
 
@@ -164,7 +166,7 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
         ["stateChanged", "text"],
       );
       assert.deepEqual(
-        (await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 })).map((c) => c.event.type),
+        claimedEvents(await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 })).map((c) => c.event.type),
         ["job.created"],
       );
     },
@@ -487,7 +489,7 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
         /not found/,
       );
 
-      const claimed = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
+      const claimed = claimedEvents(await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 }));
       assert.deepEqual(
         claimed.map((c) => c.event.type),
         ["job.created", "graph.step_started"],
@@ -496,14 +498,14 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
       assert.equal(claimed[0]!.event.id, created.id);
       assert.deepEqual(rawAttributes(claimed[0]!.event), { plugin: "example" });
       assert.deepEqual(
-        await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 }),
+        claimedEvents(await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 })),
         [],
         "claimed: held from every other shipper",
       );
       await store.deleteLifecycleEvents([claimed[0]!.seq]);
       // A send that failed gives its claim back at once.
       await store.releaseLifecycleEvents([claimed[1]!.seq]);
-      const released = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
+      const released = claimedEvents(await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 }));
       assert.deepEqual(
         released.map((c) => c.seq),
         [claimed[1]!.seq],
@@ -513,18 +515,49 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
       // A claim that runs out (its shipper died) lets the events go to the next claim.
       await store.putLifecycleEvents([rawEvent("tool.called", { jobId: "j1" })]);
       assert.deepEqual(
-        (await store.claimLifecycleEvents({ limit: 10, claimMs: 1 })).map((c) => c.event.type),
+        claimedEvents(await store.claimLifecycleEvents({ limit: 10, claimMs: 1 })).map((c) => c.event.type),
         ["tool.called"],
       );
       await new Promise((resolve) => setTimeout(resolve, 50));
-      const again = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
+      const again = claimedEvents(await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 }));
       assert.deepEqual(
         again.map((c) => c.event.type),
         ["tool.called"],
       );
       await store.deleteLifecycleEvents([claimed[1]!.seq, again[0]!.seq]);
       await new Promise((resolve) => setTimeout(resolve, 50));
-      assert.deepEqual(await store.claimLifecycleEvents({ limit: 10, claimMs: 1 }), [], "delivered: gone");
+      assert.deepEqual(
+        claimedEvents(await store.claimLifecycleEvents({ limit: 10, claimMs: 1 })),
+        [],
+        "delivered: gone",
+      );
+    },
+  );
+
+  withStore(
+    "a stored lifecycle event that no longer reads is claimed as unreadable, alone: the events claimed with it read",
+    async (store) => {
+      // A count past its uint32 field: written as JSON, it never decodes again (rawEvent now saturates counts;
+      // a row from before, or from another producer, may still hold one).
+      const unreadable = create(RawEventSchema, {
+        id: "e-bad",
+        type: "harness.operation_completed",
+        jobId: "attacker",
+        tokens: { inputTokens: 2 ** 32 },
+      });
+      await store.putLifecycleEvents([
+        rawEvent("job.created", { jobId: "victim" }),
+        unreadable,
+        rawEvent("job.completed", { jobId: "victim" }),
+      ]);
+      const claimed = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
+      assert.deepEqual(
+        claimed.map((c) => ("event" in c ? c.event.type : "unreadable")),
+        ["job.created", "unreadable", "job.completed"],
+      );
+      const bad = claimed[1]!;
+      assert.ok("unreadable" in bad && /out of range/.test(bad.unreadable), JSON.stringify(bad));
+      await store.deleteLifecycleEvents(claimed.map((c) => c.seq));
     },
   );
 }

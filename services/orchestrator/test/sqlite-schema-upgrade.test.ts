@@ -13,6 +13,7 @@ import Database from "better-sqlite3";
 import { JobEventSchema } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { SqliteGraphStore } from "../src/store/sqlite-graph-store.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
+import { claimedEvents } from "./support/claimed-events.js";
 
 const fixture = (name: string) => readFileSync(new URL(`./fixtures/old-schemas/${name}`, import.meta.url), "utf8");
 
@@ -147,7 +148,7 @@ void test(
       assert.deepEqual(await store.listStderrPieces("job_old", "ses_old", 0), [
         { seq: 3, text: "oops\n", droppedBytes: 2 },
       ]);
-      const claimed = await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 });
+      const claimed = claimedEvents(await store.claimLifecycleEvents({ limit: 10, claimMs: 60_000 }));
       assert.deepEqual(
         claimed.map((c) => c.event.type),
         ["job.completed"],

@@ -182,9 +182,23 @@ export class LifecycleOutbox implements LifecycleSink {
   }
 
   async #ship(claimed: StoredLifecycleEvent[]): Promise<void> {
-    const seqs = claimed.map((c) => c.seq);
+    const readable: { seq: number; event: RawEvent }[] = [];
+    for (const stored of claimed) {
+      if ("event" in stored) {
+        readable.push(stored);
+        continue;
+      }
+      // It can never be sent: dropped, and named, so the events claimed with it (other jobs' too) still go.
+      this.#o.logger.error(
+        { code: "LIFECYCLE_EVENT_UNREADABLE", seq: stored.seq, reason: stored.unreadable },
+        "a stored lifecycle event does not read as an event and can never be sent; it is dropped",
+      );
+      await this.#o.store.deleteLifecycleEvents([stored.seq]);
+    }
+    if (readable.length === 0) return;
+    const seqs = readable.map((c) => c.seq);
     try {
-      await this.#send(claimed.map((c) => c.event));
+      await this.#send(readable.map((c) => c.event));
     } catch (error) {
       // Given back at once: the next round (here or at another replica) sends them again, oldest first.
       await this.#o.store.releaseLifecycleEvents(seqs).catch(() => undefined);

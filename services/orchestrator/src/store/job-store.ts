@@ -4,7 +4,8 @@
 // its queries for both engines (sql-job-store.ts, on Kysely): SQLite for the
 // embedded default (sqlite-store.ts), PostgreSQL for replicas
 // (postgres-store.ts); both pass the same suite (test/job-store-suite.ts).
-import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import { fromJsonString } from "@bufbuild/protobuf";
+import { RawEventSchema, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { AgentDefinition, HarnessManifest, PluginManifest } from "../plugins/plugin-types.js";
 
@@ -248,10 +249,27 @@ export interface SessionStderr {
   trailingDroppedBytes: number;
 }
 
-/** A lifecycle event waiting to reach the events service; `seq` orders them as stored. */
-export interface StoredLifecycleEvent {
-  seq: number;
-  event: RawEvent;
+/**
+ * A lifecycle event waiting to reach the events service; `seq` orders them as stored. `unreadable` instead of
+ * `event`: its stored JSON no longer reads as a RawEvent (why), so it can never be sent.
+ */
+export type StoredLifecycleEvent = { seq: number; event: RawEvent } | { seq: number; unreadable: string };
+
+/**
+ * Claimed outbox rows as events, each read alone: a row that does not read (a field out of its range, from a
+ * producer before its checks) is marked unreadable rather than failing the claim, which would leave it, and
+ * every event claimed with it (other jobs' too), in the outbox for good. Oldest first (RETURNING gives no order).
+ */
+export function storedLifecycleEvents(rows: { seq: number; json: string }[]): StoredLifecycleEvent[] {
+  return rows
+    .map(({ seq, json }): StoredLifecycleEvent => {
+      try {
+        return { seq, event: fromJsonString(RawEventSchema, json) };
+      } catch (error) {
+        return { seq, unreadable: (error as Error).message };
+      }
+    })
+    .sort((a, b) => a.seq - b.seq);
 }
 
 export interface PublishResult {

@@ -10,14 +10,12 @@
 // same transaction as the write (`fences`, or one fixed fence for a
 // `fenced()` view). Writes to jobs this replica does not work on (a person's
 // answer, a cancel taken here for a job another replica runs) are not fenced.
-import { fromJsonString } from "@bufbuild/protobuf";
-import { RawEventSchema } from "@oz0/proto/oz0/events/v1/events_pb";
 import { sql } from "kysely";
 import type pg from "pg";
 import type { ClusterNotifier } from "../cluster/cluster-notifier.js";
 import { assertLeaseHeld, type LeaseFence } from "../cluster/lease-manager.js";
 import { failedPrecondition } from "../orchestrator-error.js";
-import type { PermissionRecord, StoredLifecycleEvent } from "./job-store.js";
+import { storedLifecycleEvents, type PermissionRecord, type StoredLifecycleEvent } from "./job-store.js";
 import { compiledOnce } from "./compiled-once.js";
 import { migrateOrchestrator } from "./migrations.js";
 import { advisoryXactLock, transactionClient } from "./postgres-locks.js";
@@ -154,9 +152,7 @@ export class PostgresJobStore extends SqlJobStore {
       WHERE seq IN (SELECT seq FROM lifecycle_outbox WHERE claimed_until IS NULL OR claimed_until < now()
                     ORDER BY seq LIMIT ${options.limit} FOR UPDATE SKIP LOCKED)
       RETURNING seq, event`.execute(this.db);
-    return rows
-      .map((r) => ({ seq: Number(r.seq), event: fromJsonString(RawEventSchema, r.event) }))
-      .sort((a, b) => a.seq - b.seq);
+    return storedLifecycleEvents(rows.map((r) => ({ seq: Number(r.seq), json: r.event })));
   }
 
   override async close(): Promise<void> {

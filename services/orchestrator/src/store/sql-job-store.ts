@@ -31,6 +31,7 @@ import {
   type StderrAppend,
   type StderrPiece,
   type StoredLifecycleEvent,
+  storedLifecycleEvents,
 } from "./job-store.js";
 import { compiledOnce } from "./compiled-once.js";
 import type {
@@ -530,10 +531,7 @@ export class SqlJobStore implements JobStore {
       until: this.engine.time(new Date(now + options.claimMs)),
       limit: options.limit,
     });
-    // RETURNING gives no order.
-    return rows
-      .map((r) => ({ seq: toNumber(r.seq), event: fromJsonString(RawEventSchema, r.event) }))
-      .sort((a, b) => a.seq - b.seq);
+    return storedLifecycleEvents(rows.map((r) => ({ seq: toNumber(r.seq), json: r.event })));
   }
 
   async deleteLifecycleEvents(seqs: number[]): Promise<void> {
