@@ -30,14 +30,17 @@ function identifier(value: JsonValue | undefined): string | undefined {
   return typeof value === "string" && IDENTIFIER.test(value) ? value : undefined;
 }
 
-// A path: one line, no control characters, bounded.
+/**
+ * A path: POSIX's portable file name characters (letters, digits, `.`, `_`, `-`) in segments of at most 255
+ * between `/`, at most MAX_PATH in all. A tool's path is the model's word: read as any one line, a model (or a
+ * document steering it) wrote its task or its result into a `read_file` path, and the public step label carried
+ * it. No space, quote, comma or colon passes, so prose does not; a path outside the set is dropped, and the
+ * label names the tool alone.
+ */
+const PATH = /^\/?[A-Za-z0-9._-]{1,255}(?:\/[A-Za-z0-9._-]{1,255})*\/?$/;
+
 function path(value: JsonValue | undefined): string | undefined {
-  if (typeof value !== "string" || value.length === 0 || value.length > MAX_PATH) return undefined;
-  for (let i = 0; i < value.length; i++) {
-    const code = value.charCodeAt(i);
-    if (code < 0x20 || code === 0x7f) return undefined;
-  }
-  return value;
+  return typeof value === "string" && value.length <= MAX_PATH && PATH.test(value) ? value : undefined;
 }
 
 function count(value: JsonValue | undefined): number | undefined {

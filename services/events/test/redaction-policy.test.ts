@@ -309,6 +309,19 @@ void describe("the redaction policy", () => {
     );
   });
 
+  void test("a path is portable file name characters between slashes: prose written into one is dropped", () => {
+    const leak = `Extract order 4831 for ACME Corp, ship to 12 Main St; result: {"shipmentReference":"4831"}`;
+    for (const path of [leak, "notes for alice.txt", "a//b", "résumé.pdf", "x".repeat(256), `a/${"b/".repeat(300)}c`]) {
+      const step = redact("harness.operation_step", {
+        attributes: { step_kind: "tool", step_index: 1, tool_name: "read_file", path },
+      });
+      assert.equal(step.attributes?.path, undefined, path);
+      assert.equal(step.attributes?.label, "read_file", "the label names the tool alone");
+    }
+    for (const path of ["uploads/order.pdf", "/work/src/app.ts", "src/", ".env.example", "a/b-c_d.e"])
+      assert.equal(redact("tool.called", { attributes: { tool_name: "read", path } }).attributes?.path, path);
+  });
+
   void test("values that are not what the allowlist expects are dropped", () => {
     const event = redact("tool.called", { attributes: { tool_name: "read this secret file please", path: "a\nb" } });
     assert.deepEqual(event.attributes, {});
