@@ -189,13 +189,21 @@ function stepOf(event: PublicEvent): OperationStep {
   });
 }
 
+/** The most a TokenCounts field holds (uint32). */
+const MAX_TOKEN_COUNT = 0xffff_ffff;
+
+/**
+ * Adds an event's counts to its row's, saturating at the fields' range: a harness's steps can each report
+ * up to 2^32 - 1, and a sum past it made a transcript that could not be encoded, so the job's Transcript
+ * (and the orchestrator's GetJobTranscript and WatchJobTranscript) failed for good.
+ */
 function addTokens(row: OperationRow, tokens: TokenCounts | undefined): void {
   if (!tokens) return;
   const sum = (row.tokens ??= create(TokenCountsSchema));
-  sum.inputTokens += tokens.inputTokens;
-  sum.outputTokens += tokens.outputTokens;
-  sum.cacheReadTokens += tokens.cacheReadTokens;
-  sum.cacheWriteTokens += tokens.cacheWriteTokens;
+  sum.inputTokens = Math.min(sum.inputTokens + tokens.inputTokens, MAX_TOKEN_COUNT);
+  sum.outputTokens = Math.min(sum.outputTokens + tokens.outputTokens, MAX_TOKEN_COUNT);
+  sum.cacheReadTokens = Math.min(sum.cacheReadTokens + tokens.cacheReadTokens, MAX_TOKEN_COUNT);
+  sum.cacheWriteTokens = Math.min(sum.cacheWriteTokens + tokens.cacheWriteTokens, MAX_TOKEN_COUNT);
 }
 
 function finishRow(invocation: Invocation): void {

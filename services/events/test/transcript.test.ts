@@ -3,6 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { startEvents, type RunningEvents } from "@oz0/events";
+import { rawEvent } from "@oz0/events-client";
 import { OperationStatus, type OperationRow, type TranscriptResponse } from "@oz0/proto/oz0/events/v1/events_pb";
 import { eventsClient } from "./fixtures/events-client.js";
 import { legacyWithoutInvocationIds, threeWithTwoOverlapping, twoOverlapping } from "./fixtures/recorded-jobs.js";
@@ -131,6 +132,35 @@ void describe("Transcript", () => {
     assert.equal(a.resultValidation, "pending");
     assert.equal(a.endedAt, undefined);
     assert.equal(a.parallelGroupSize, 2);
+  });
+
+  void test("an operation's token counts add up to at most 2^32 - 1: a transcript whose steps report more still reads", async () => {
+    const base = {
+      source: "orchestrator",
+      jobId: "job-tokens",
+      sessionId: "s1",
+      toolCallId: "call1",
+      operationInvocationId: "inv1",
+    };
+    const most = { inputTokens: 0xffff_ffff, outputTokens: 3 };
+    const transcript = await transcriptOf("job-tokens", [
+      rawEvent("harness.operation_started", { ...base, status: "running", attributes: { operation_key: "op" } }),
+      rawEvent("harness.operation_step", {
+        ...base,
+        status: "ok",
+        tokens: most,
+        attributes: { step_index: 1, step_kind: "model" },
+      }),
+      rawEvent("harness.operation_step", {
+        ...base,
+        status: "ok",
+        tokens: most,
+        attributes: { step_index: 2, step_kind: "model" },
+      }),
+    ]);
+    const row = operations(transcript).get("inv1")!;
+    assert.equal(row.tokens?.inputTokens, 0xffff_ffff);
+    assert.equal(row.tokens?.outputTokens, 6);
   });
 
   void test("asks for a job id", async () => {
