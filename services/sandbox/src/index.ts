@@ -150,6 +150,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     maxLineBytes: config.maxLineBytes ?? 1024 * 1024,
     maxArtifactBytes: config.maxArtifactBytes ?? 8 * 1024 * 1024,
     maxLogEvents: config.maxSessionEvents ?? 200_000,
+    maxLogBytes: config.maxSessionLogBytes ?? 64 * 1024 * 1024,
     maxStderrBytes: config.maxSessionStderrBytes ?? DEFAULT_MAX_STDERR_BYTES,
     logger,
     listener: lifecycle?.listener,

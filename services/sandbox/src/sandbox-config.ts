@@ -94,6 +94,11 @@ export interface SandboxConfig {
   maxMessageBytes?: number;
   /** Harness events a session may write; each is kept for re-attach, so past it the session is stopped (OZ0_MAX_SESSION_EVENTS). Default 200 000. */
   maxSessionEvents?: number;
+  /**
+   * Bytes of harness events a session may write (their encoding); each is kept in memory for re-attach, so past
+   * it the session is stopped (OZ0_MAX_SESSION_LOG_BYTES). Default 64 MiB.
+   */
+  maxSessionLogBytes?: number;
   /** How much of a session's stderr is kept for re-attach, its last bytes (OZ0_MAX_SESSION_STDERR_BYTES); older pieces are dropped to their size. Default 1 MiB. */
   maxSessionStderrBytes?: number;
   /**
@@ -195,6 +200,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     maxArtifactBytes: bytes(env, "OZ0_MAX_ARTIFACT_BYTES"),
     maxMessageBytes: envMaxMessageBytes(env),
     maxSessionEvents: envInteger(env, "OZ0_MAX_SESSION_EVENTS", { min: 0, unit: "events" }),
+    maxSessionLogBytes: bytes(env, "OZ0_MAX_SESSION_LOG_BYTES"),
     maxSessionStderrBytes: bytes(env, "OZ0_MAX_SESSION_STDERR_BYTES"),
     sessionUids: { base: uidBase, count: uidCount },
     readOnlyPaths: readOnlyPaths?.split(":").filter((p) => p !== ""),

@@ -102,6 +102,8 @@ export interface SandboxSessionOptions {
   maxArtifactBytes: number;
   /** Harness events kept per session; past it the session is stopped. */
   maxLogEvents: number;
+  /** Bytes of harness events (their encoding) kept per session; past it the session is stopped. */
+  maxLogBytes: number;
   /** How much of the harness's stderr the log keeps (the last bytes of it). */
   maxStderrBytes: number;
   logger: Logger;
@@ -159,6 +161,8 @@ export class SandboxSession {
   #usageEvents = 0;
   /** Harness events logged (stderr pieces do not count against OZ0_MAX_SESSION_EVENTS). */
   #events = 0;
+  /** Their encoded bytes (OZ0_MAX_SESSION_LOG_BYTES). */
+  #eventBytes = 0;
   readonly #stderr: StderrCapture;
   /** A limit the sandbox itself enforced (turns, log size, line nesting): it fails the session whatever the harness did. */
   #limitBroken: { code: string; message: string } | undefined;
@@ -545,17 +549,24 @@ export class SandboxSession {
       return;
     }
     // The log is memory: a harness that floods it is stopped, and what it
-    // writes past the cap is not kept (the session fails, saying so).
-    const maxEvents = this.#options.maxLogEvents;
-    if (this.#events >= maxEvents) {
+    // writes past the cap is not kept (the session fails, saying so). In
+    // events and in bytes: lines of up to OZ0_MAX_LINE_BYTES each, the
+    // event cap alone let one session hold hundreds of gigabytes, and run
+    // the sandbox, and every session on the node, out of memory.
+    const { maxLogEvents, maxLogBytes } = this.#options;
+    if (this.#events >= maxLogEvents || this.#eventBytes >= maxLogBytes) {
       this.#breakLimit(
-        "too_many_events",
-        `the harness wrote more than ${maxEvents} events (OZ0_MAX_SESSION_EVENTS); later events were dropped and the session was stopped`,
+        this.#events >= maxLogEvents ? "too_many_events" : "log_too_large",
+        this.#events >= maxLogEvents
+          ? `the harness wrote more than ${maxLogEvents} events (OZ0_MAX_SESSION_EVENTS); later events were dropped and the session was stopped`
+          : `the harness wrote more than ${maxLogBytes} bytes of events (OZ0_MAX_SESSION_LOG_BYTES); later events were dropped and the session was stopped`,
       );
       if (event.event.case !== "result") return;
     }
-    this.log.append({ case: "event", value: event });
+    const entry = this.log.append({ case: "event", value: event });
     this.#events++;
+    // Encoded once for the log file and the streams that follow it live (event-log.ts keeps it).
+    this.#eventBytes += this.log.encoded(entry).byteLength;
     this.#options.onEvent?.(this, event);
     if (event.event.case === "usage") {
       // One usage event per model call: past the turn limit the runtime stops

@@ -65,6 +65,7 @@ export interface SessionRegistryOptions {
   maxLineBytes: number;
   maxArtifactBytes: number;
   maxLogEvents: number;
+  maxLogBytes: number;
   maxStderrBytes: number;
   logger: Logger;
   listener?: SessionLifecycleListener;
@@ -278,6 +279,7 @@ export class SessionRegistry {
       maxLineBytes: this.#options.maxLineBytes,
       maxArtifactBytes: this.#options.maxArtifactBytes,
       maxLogEvents: this.#options.maxLogEvents,
+      maxLogBytes: this.#options.maxLogBytes,
       maxStderrBytes: this.#options.maxStderrBytes,
       logger: this.#options.logger,
       ...(this.#options.traceRelay !== undefined ? { traceRelay: this.#options.traceRelay } : {}),

@@ -70,6 +70,22 @@ void describe("faults", () => {
     });
   }
 
+  void it("stops a session whose events pass OZ0_MAX_SESSION_LOG_BYTES, keeping no more than that and one line", async () => {
+    // 40 lines of 900 bytes, each under the line limit and the event count, 36 KB in all past a 16 KB cap.
+    const bulky = await startTestSandbox({ isolation: "none", maxLineBytes: 1024, maxSessionLogBytes: 16 * 1024 });
+    try {
+      const stream = await runToEnd(bulky.client, scenarioStart({ mode: "chatty", events: 40, chunkBytes: 900 }));
+      const exited = stream.exited();
+      assert.equal(exited.errorCode, "log_too_large", exited.errorMessage);
+      assert.equal(exited.status, SessionStatus.FAILED);
+      assert.match(exited.errorMessage, /more than 16384 bytes of events \(OZ0_MAX_SESSION_LOG_BYTES\)/);
+      const kept = stream.received.filter((m) => m.message.case === "event");
+      assert.ok(kept.length >= 16 && kept.length < 20, `${kept.length} events kept of 40`);
+    } finally {
+      await bulky.close();
+    }
+  });
+
   void it("names the exit code, or the signal, of a harness that failed after its completed result", async () => {
     const coded = (await runToEnd(t.client, scenarioStart({ mode: "exit-after-result", code: 3 }))).exited();
     assert.equal(
