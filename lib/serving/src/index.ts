@@ -52,7 +52,7 @@ export type { InMemoryTelemetry } from "./in-memory-telemetry.js";
 export { ACCESS_TABLE } from "./auth/access-table.js";
 export type { Access } from "./auth/access-table.js";
 export { Authenticator, credentialDigest } from "./auth/authenticator.js";
-export type { AuthSettings, Authentication, SessionCredentials } from "./auth/authenticator.js";
+export type { AuthSettings, Authentication, SessionCredentials, SessionOrigin } from "./auth/authenticator.js";
 export { authSettingsFromEnv, peerVariable } from "./auth/auth-settings.js";
 export { bearerInterceptor } from "./auth/bearer-credential.js";
 export { parsePeopleConfig, grantedRoles } from "./auth/people-config.js";

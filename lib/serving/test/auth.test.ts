@@ -18,10 +18,10 @@ import {
   SecretService,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { ACCESS_TABLE } from "../src/auth/access-table.js";
-import { Authenticator, credentialDigest } from "../src/auth/authenticator.js";
+import { Authenticator, credentialDigest, type SessionCredentials } from "../src/auth/authenticator.js";
 import { authSettingsFromEnv } from "../src/auth/auth-settings.js";
 import { parsePeopleConfig } from "../src/auth/people-config.js";
-import { principalOf } from "../src/auth/principal.js";
+import { principalOf, ROLES, type Principal } from "../src/auth/principal.js";
 import { newCredential } from "../src/auth/stack-credentials.js";
 import { registration, serve, type RunningServer } from "../src/serve.js";
 import { startTestOidcIssuer, type TestOidcIssuer } from "../src/testing.js";
@@ -226,6 +226,57 @@ void describe("the access gate", () => {
       );
     } finally {
       await failing.close({ graceMs: 0 });
+    }
+  });
+});
+
+void describe("console sessions", () => {
+  // A session store with one session per person, as the orchestrator's ConsoleLogin keeps them.
+  const person = (id: string, groups: string[]): Extract<Principal, { kind: "person" }> => ({
+    kind: "person",
+    id,
+    groups,
+    roles: new Set(ROLES),
+    via: "console",
+  });
+  const sessions: SessionCredentials = {
+    sessionOf: (digest: string) =>
+      ({
+        [credentialDigest("bob-session")]: { principal: person("bob", []), origin: "token" as const },
+        [credentialDigest("carol-session")]: { principal: person("carol", ["staff"]), origin: "oidc" as const },
+        [credentialDigest("owner-session")]: { principal: person("owner", []), origin: "owner" as const },
+      })[digest],
+  };
+  const people = (text: string) => parsePeopleConfig(text, "auth.yaml");
+
+  void it("takes each session's roles from the configuration as it is now, not as it was when the session opened", async () => {
+    const auth = new Authenticator({
+      ownerTokenSha256: credentialDigest("owner-token"),
+      people: people(
+        `roles:\n  approver: { users: [bob] }\n  viewer: { groups: [staff] }\ntokens:\n  - { user: bob, sha256: ${credentialDigest("bob-token")} }\n`,
+      ),
+      sessions,
+    });
+    const rolesOf = async (token: string) => {
+      const result = await auth.authenticate(token);
+      assert.ok("principal" in result && result.principal.kind === "person", JSON.stringify(result));
+      return [...result.principal.roles].sort();
+    };
+    assert.deepEqual(await rolesOf("bob-session"), ["approver", "viewer"], "bob's grant, not the admin he opened with");
+    assert.deepEqual(await rolesOf("carol-session"), ["viewer"]);
+    assert.deepEqual(await rolesOf("owner-session"), ["admin", "approver", "operator", "viewer"]);
+  });
+
+  void it("refuses a session whose person was taken out of the configuration: their token, their grants or the owner credential", async () => {
+    const auth = new Authenticator({
+      // No owner credential; bob's grant stays but his token is gone; carol's group has no role.
+      people: people(`roles:\n  approver: { users: [bob] }\n`),
+      sessions,
+    });
+    for (const token of ["bob-session", "carol-session", "owner-session"]) {
+      const result = await auth.authenticate(token);
+      assert.ok("refused" in result, `${token}: ${JSON.stringify(result)}`);
+      assert.match(result.refused, /no credential or role here any more \(revoked since it opened\); log in again/);
     }
   });
 });

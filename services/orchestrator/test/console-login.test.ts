@@ -24,9 +24,9 @@ void test("a code opens one session as its maker, with the maker's roles, once",
   const session = login.redeem(code);
   assert.ok(session);
   assert.equal(login.redeem(code), undefined, "a second redemption");
-  const principal = login.principalOf(credentialDigest(session.token));
+  const principal = login.sessionOf(credentialDigest(session.token))?.principal;
   assert.deepEqual(principal, { ...alice, via: "console" });
-  assert.equal(login.principalOf(credentialDigest(code)), undefined, "the code itself is no credential");
+  assert.equal(login.sessionOf(credentialDigest(code))?.principal, undefined, "the code itself is no credential");
 });
 
 void test("a code expires unused, a session expires, and logging out ends a session at once", () => {
@@ -38,12 +38,37 @@ void test("a code expires unused, a session expires, and logging out ends a sess
   const session = login.redeem(login.createCode(alice).code)!;
   const digest = credentialDigest(session.token);
   now += 9_999;
-  assert.ok(login.principalOf(digest));
+  assert.ok(login.sessionOf(digest));
   now += 1;
-  assert.equal(login.principalOf(digest), undefined);
+  assert.equal(login.sessionOf(digest), undefined);
   const other = login.redeem(login.createCode(alice).code)!;
   assert.equal(login.logout(credentialDigest(other.token)), true);
-  assert.equal(login.principalOf(credentialDigest(other.token)), undefined);
+  assert.equal(login.sessionOf(credentialDigest(other.token))?.principal, undefined);
+});
+
+void test("a console session makes no login code: a session it opened would outlive it, and so on for ever", () => {
+  const login = new ConsoleLogin();
+  const session = login.redeem(login.createCode(alice).code)!;
+  assert.equal(session.principal.via, "console");
+  assert.throws(() => login.createCode(session.principal), /a console session cannot make a login code/);
+  assert.equal(login.sessionOf(credentialDigest(session.token))?.origin, "oidc", "how alice had logged in is kept");
+});
+
+void test("one person's codes and sessions are bounded on their own: a viewer minting a thousand pushes nobody else out", () => {
+  const login = new ConsoleLogin({ limit: 100, perPerson: 3 });
+  const owner: Principal = { kind: "person", id: "owner", groups: [], roles: new Set(["admin"]), via: "owner" };
+  const vic: Principal = { kind: "person", id: "vic", groups: [], roles: new Set(["viewer"]), via: "token" };
+  const ownerSession = login.redeem(login.createCode(owner).code)!;
+  const ownerCode = login.createCode(owner).code;
+  const vics = Array.from({ length: 1_000 }, () => login.redeem(login.createCode(vic).code)!);
+  assert.ok(login.sessionOf(credentialDigest(ownerSession.token)), "the owner's session stays");
+  assert.ok(login.redeem(ownerCode), "the owner's unredeemed code stays");
+  assert.equal(
+    vics.filter((v) => login.sessionOf(credentialDigest(v.token)) !== undefined).length,
+    3,
+    "vic keeps their latest three",
+  );
+  assert.ok(login.sessionOf(credentialDigest(vics.at(-1)!.token)));
 });
 
 void test("only a person logs in, and unredeemed codes are bounded (the oldest goes first)", () => {
@@ -70,12 +95,16 @@ void test("with a sessions file, a session outlives its ConsoleLogin (a restart)
   assert.equal(statSync(file).mode & 0o777, 0o600);
 
   const after = new ConsoleLogin({ sessionsFile: file, sessionTtlMs: 10_000, now: () => now });
-  assert.deepEqual(after.principalOf(credentialDigest(kept.token)), { ...alice, via: "console" });
-  assert.equal(after.principalOf(credentialDigest(ended.token)), undefined, "a session logged out stays ended");
+  assert.deepEqual(after.sessionOf(credentialDigest(kept.token))?.principal, { ...alice, via: "console" });
+  assert.equal(
+    after.sessionOf(credentialDigest(ended.token))?.principal,
+    undefined,
+    "a session logged out stays ended",
+  );
   assert.equal(after.redeem(code), undefined, "codes do not outlive the process");
   now += 10_000;
   assert.equal(
-    new ConsoleLogin({ sessionsFile: file, now: () => now }).principalOf(credentialDigest(kept.token)),
+    new ConsoleLogin({ sessionsFile: file, now: () => now }).sessionOf(credentialDigest(kept.token)),
     undefined,
     "an ended session is not read back",
   );

@@ -6,7 +6,7 @@
 import { createHash } from "node:crypto";
 import { OidcVerifier } from "./oidc-verifier.js";
 import { grantedRoles, type PeopleConfig } from "./people-config.js";
-import { impliedRoles, ownerPrincipal, type Principal, type Role, type ServiceName } from "./principal.js";
+import { impliedRoles, ownerPrincipal, ROLES, type Principal, type Role, type ServiceName } from "./principal.js";
 
 export interface AuthSettings {
   /** This service's own credential, sent on the calls it makes (OZ0_SERVICE_TOKEN). */
@@ -27,9 +27,13 @@ export interface AuthSettings {
   sessions?: SessionCredentials;
 }
 
+/** How the person of a session had proved who they were when it opened. */
+export type SessionOrigin = "oidc" | "token" | "owner";
+
 /** A store of credentials that live for a while, known by their SHA-256. */
 export interface SessionCredentials {
-  principalOf(digest: string): Principal | undefined;
+  /** The session's person as it opened (`via: "console"`), and how they had proved who they were. */
+  sessionOf(digest: string): { principal: Extract<Principal, { kind: "person" }>; origin: SessionOrigin } | undefined;
 }
 
 export type Authentication = { principal: Principal } | { refused: string };
@@ -46,6 +50,7 @@ export class Authenticator {
   readonly #people: PeopleConfig;
   readonly #oidc: OidcVerifier | undefined;
   readonly #sessions: SessionCredentials | undefined;
+  readonly #ownerConfigured: boolean;
   /** Verified OIDC tokens until they expire. */
   readonly #verified = new Map<string, { principal: Principal; until: number }>();
 
@@ -56,6 +61,7 @@ export class Authenticator {
     }
     if (settings.nodeTokenSha256) this.#opaque.set(settings.nodeTokenSha256, { kind: "node", id: "node" });
     if (settings.ownerTokenSha256) this.#opaque.set(settings.ownerTokenSha256, ownerPrincipal());
+    this.#ownerConfigured = settings.ownerTokenSha256 !== undefined && settings.ownerTokenSha256 !== "";
     for (const t of this.#people.tokens ?? []) {
       const groups = t.groups ?? [];
       this.#opaque.set(t.sha256, {
@@ -72,8 +78,18 @@ export class Authenticator {
 
   async authenticate(token: string): Promise<Authentication> {
     const digest = credentialDigest(token);
-    const known = this.#opaque.get(digest) ?? this.#sessions?.principalOf(digest);
+    const known = this.#opaque.get(digest);
     if (known) return { principal: known };
+    const session = this.#sessions?.sessionOf(digest);
+    if (session) {
+      const now = this.#stillPerson(session);
+      return now
+        ? { principal: now }
+        : {
+            refused:
+              "the console session's person has no credential or role here any more (revoked since it opened); log in again",
+          };
+    }
     if (!looksLikeJwt(token)) return { refused: "the credential is not one this service accepts (not a known token)" };
     if (!this.#oidc)
       return { refused: "the credential is a JWT, but no OIDC issuer is configured here (oidc in OZ0_AUTH_CONFIG)" };
@@ -91,6 +107,29 @@ export class Authenticator {
     if (this.#verified.size >= CACHE_LIMIT) this.#verified.delete(this.#verified.keys().next().value!);
     this.#verified.set(token, { principal, until: person.expiresAt ? person.expiresAt * 1000 : Date.now() + 60_000 });
     return { principal };
+  }
+
+  /**
+   * A session's person as the configuration has them now, or undefined when it no longer admits them: the
+   * owner credential is gone, their configured token was removed, or no grant gives them a role. A session
+   * kept the roles it opened with, so removing a person from the configuration (and restarting) left their open
+   * consoles working for hours.
+   */
+  #stillPerson(session: {
+    principal: Extract<Principal, { kind: "person" }>;
+    origin: SessionOrigin;
+  }): Principal | undefined {
+    const { principal, origin } = session;
+    let roles: ReadonlySet<Role>;
+    if (origin === "owner") {
+      if (!this.#ownerConfigured) return undefined;
+      roles = new Set(ROLES);
+    } else if (origin === "token") {
+      const configured = (this.#people.tokens ?? []).find((t) => t.user === principal.id);
+      if (!configured) return undefined;
+      roles = this.#roles(principal.id, configured.groups ?? []);
+    } else roles = this.#roles(principal.id, principal.groups);
+    return roles.size > 0 ? { ...principal, roles } : undefined;
   }
 
   #roles(user: string, groups: readonly string[]): ReadonlySet<Role> {

@@ -9,7 +9,7 @@
 // so a restart keeps open consoles logged in; another replica does not know
 // them (OIDC is the way in past one machine). Codes never outlive the process.
 import { randomBytes } from "node:crypto";
-import { credentialDigest, type Principal, type SessionCredentials } from "@oz0/serving";
+import { credentialDigest, type Principal, type SessionCredentials, type SessionOrigin } from "@oz0/serving";
 import { permissionDenied } from "../orchestrator-error.js";
 import { readSessionsFile, writeSessionsFile } from "./console-sessions-file.js";
 
@@ -20,6 +20,8 @@ export interface ConsoleLoginOptions {
   sessionTtlMs?: number;
   /** At most this many unredeemed codes and this many sessions; the oldest go first. Default 1,000. */
   limit?: number;
+  /** At most this many unredeemed codes, and this many sessions, of one person; their own oldest go first. Default 20. */
+  perPerson?: number;
   now?: () => number;
   /** Keep sessions (their tokens' digests only) in this file, so they survive a restart. */
   sessionsFile?: string;
@@ -29,6 +31,8 @@ type Person = Extract<Principal, { kind: "person" }>;
 
 interface Entry {
   principal: Person;
+  /** How the person had proved who they were (the Authenticator checks it still admits them at every call). */
+  origin: SessionOrigin;
   until: number;
 }
 
@@ -44,6 +48,7 @@ export class ConsoleLogin implements SessionCredentials {
   readonly #codeTtlMs: number;
   readonly #sessionTtlMs: number;
   readonly #limit: number;
+  readonly #perPerson: number;
   readonly #now: () => number;
   readonly #sessionsFile: string | undefined;
 
@@ -51,20 +56,27 @@ export class ConsoleLogin implements SessionCredentials {
     this.#codeTtlMs = options.codeTtlMs ?? 5 * 60_000;
     this.#sessionTtlMs = options.sessionTtlMs ?? 12 * 60 * 60_000;
     this.#limit = options.limit ?? 1_000;
+    this.#perPerson = options.perPerson ?? 20;
     this.#now = options.now ?? Date.now;
     this.#sessionsFile = options.sessionsFile;
     if (this.#sessionsFile)
-      for (const s of readSessionsFile(this.#sessionsFile, this.#now()))
-        remember(this.#sessions, s.digest, s, this.#limit);
+      for (const s of readSessionsFile(this.#sessionsFile, this.#now())) this.#remember(this.#sessions, s.digest, s);
   }
 
-  /** A code that opens a session as `principal` (with its roles as they are now), once. */
+  /**
+   * A code that opens a session as `principal` (whose roles the Authenticator works out again at every call), once.
+   * Not from a console session: its code would open a session that outlives it, and so on for ever.
+   */
   createCode(principal: Principal): { code: string; expiresAt: Date } {
     if (principal.kind !== "person")
       throw permissionDenied("only a person can log in to the console: a service or node credential opens no session");
+    if (principal.via === "console")
+      throw permissionDenied(
+        "a console session cannot make a login code (it would open a session that outlives it); make one with your own credential: `oz0 console`",
+      );
     const code = randomBytes(24).toString("base64url");
     const until = this.#now() + this.#codeTtlMs;
-    remember(this.#codes, credentialDigest(code), { principal, until }, this.#limit);
+    this.#remember(this.#codes, credentialDigest(code), { principal, origin: principal.via, until });
     return { code, expiresAt: new Date(until) };
   }
 
@@ -80,15 +92,15 @@ export class ConsoleLogin implements SessionCredentials {
     const token = randomBytes(32).toString("base64url");
     const until = this.#now() + this.#sessionTtlMs;
     const principal: Person = { ...entry.principal, via: "console" };
-    remember(this.#sessions, credentialDigest(token), { principal, until }, this.#limit);
+    this.#remember(this.#sessions, credentialDigest(token), { principal, origin: entry.origin, until });
     this.#saveSessions();
     return { token, expiresAt: new Date(until), principal };
   }
 
-  principalOf(digest: string): Principal | undefined {
+  sessionOf(digest: string): { principal: Person; origin: SessionOrigin } | undefined {
     const entry = this.#sessions.get(digest);
     if (!entry) return undefined;
-    if (entry.until > this.#now()) return entry.principal;
+    if (entry.until > this.#now()) return entry;
     this.#sessions.delete(digest);
     return undefined;
   }
@@ -108,9 +120,15 @@ export class ConsoleLogin implements SessionCredentials {
       [...this.#sessions].filter(([, e]) => e.until > now).map(([digest, e]) => ({ digest, ...e })),
     );
   }
-}
 
-function remember(map: Map<string, Entry>, key: string, entry: Entry, limit: number): void {
-  while (map.size >= limit) map.delete(map.keys().next().value!);
-  map.set(key, entry);
+  /**
+   * Keeps `entry`, the oldest of its person's going first past `perPerson`, and the oldest of all past `limit`: a
+   * person making codes and sessions by the thousand (a viewer may) pushed everyone else's out, the owner's too.
+   */
+  #remember(map: Map<string, Entry>, key: string, entry: Entry): void {
+    const own = [...map].filter(([, e]) => e.principal.id === entry.principal.id);
+    for (const [oldest] of own.slice(0, Math.max(0, own.length - this.#perPerson + 1))) map.delete(oldest);
+    while (map.size >= this.#limit) map.delete(map.keys().next().value!);
+    map.set(key, entry);
+  }
 }

@@ -4,7 +4,7 @@
 // principal and when the session ends: the file opens no session by itself.
 // Written whole to a temporary file and renamed, readable by this user only.
 import { readFileSync } from "node:fs";
-import type { Principal, Role } from "@oz0/serving";
+import type { Principal, Role, SessionOrigin } from "@oz0/serving";
 import { replaceFile } from "../replace-file.js";
 
 type Person = Extract<Principal, { kind: "person" }>;
@@ -12,6 +12,7 @@ type Person = Extract<Principal, { kind: "person" }>;
 export interface StoredSession {
   digest: string;
   principal: Person;
+  origin: SessionOrigin;
   until: number;
 }
 
@@ -20,8 +21,11 @@ interface FileEntry {
   id: string;
   groups: string[];
   roles: Role[];
+  origin: SessionOrigin;
   until: number;
 }
+
+const ORIGINS: readonly string[] = ["oidc", "token", "owner"] satisfies SessionOrigin[];
 
 /** The sessions in `file` that have not ended by `now`; none when it is missing or unreadable. */
 export function readSessionsFile(file: string, now: number): StoredSession[] {
@@ -40,11 +44,15 @@ export function readSessionsFile(file: string, now: number): StoredSession[] {
         Array.isArray(e.roles) &&
         Array.isArray(e.groups) &&
         typeof e.until === "number" &&
-        e.until > now,
+        e.until > now &&
+        // A session kept before sessions named how their person logged in: it cannot be checked against the
+        // configuration at each call, so it is not taken back (its person logs in again).
+        ORIGINS.includes(e.origin),
     )
     .map((e) => ({
       digest: e.digest,
       until: e.until,
+      origin: e.origin,
       principal: { kind: "person", id: e.id, groups: e.groups, roles: new Set(e.roles), via: "console" },
     }));
 }
@@ -55,6 +63,7 @@ export function writeSessionsFile(file: string, sessions: Iterable<StoredSession
     id: s.principal.id,
     groups: [...s.principal.groups],
     roles: [...s.principal.roles],
+    origin: s.origin,
     until: s.until,
   }));
   replaceFile(file, `${JSON.stringify({ sessions: entries })}\n`, { mode: 0o600 });
