@@ -4,6 +4,7 @@ import { Authenticator, createLogger, READINESS, registration, serve, ServingSta
 import { DEFAULT_READ_ONLY_PATHS, type BubblewrapDetection } from "./bubblewrap-launcher.js";
 import { chooseIsolation, type IsolationName } from "./isolation-choice.js";
 import { chooseSessionContainment, type ContainmentName } from "./containment-choice.js";
+import { detectLandlock } from "./landlock-launcher.js";
 import { findSetpriv } from "./parent-death-launcher.js";
 import { createLifecycleEvents } from "./lifecycle-events.js";
 import { defaultNodeIdentity, startNodeHeartbeat, type NodeHeartbeat } from "./node-heartbeat.js";
@@ -81,6 +82,10 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     root,
   });
   const { containment } = contained;
+  const walled: ReturnType<typeof detectLandlock> =
+    !useBwrap && users === undefined
+      ? detectLandlock()
+      : { reason: "not needed: sessions run under bwrap or a uid of their own" };
   // What a killed previous run's sessions still run is killed before their directories are removed, so nothing changes them meanwhile.
   const killedLeftovers = ((await users?.killLeftovers()) ?? 0) + ((await containment?.removeLeftovers()) ?? 0);
   // The startup line the embedded stack reads: its `isolation` field is bwrap, user or none (with `reason`), always before "sandbox listening".
@@ -105,10 +110,18 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         containment: contained.name,
         containmentReason: contained.reason,
         ...where,
+        landlock: walled.landlock !== undefined,
       },
       `sessions run WITHOUT OS isolation (plain process groups of the sandbox's own user; what a session starts ends with it by ${contained.name}${contained.name === "environment" ? ", best effort: see the sandbox README" : ""})`,
     );
   }
+  // The harness runs as the sandbox's own user: a Landlock domain keeps the sandbox's memory and environment,
+  // the orchestrator's credential in them, out of its reach (landlock-launcher.ts).
+  if (!useBwrap && users === undefined && walled.landlock === undefined)
+    logger.warn(
+      { isolation: "none", landlock: false, landlockReason: walled.reason },
+      "sessions can read the sandbox process's memory and environment where the kernel lets a process read its parent's (Yama's ptrace_scope 0, or as root), and the orchestrator's credential is in them: run untrusted agents under bubblewrap (see the sandbox README)",
+    );
   for (const warning of isolation.sessionUsers.warnings)
     logger.warn({ uids: `${uids.base}-${uids.base + uids.count - 1}` }, warning);
 
@@ -139,7 +152,12 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         }
       : users !== undefined
         ? { mode: "user", setprivPath: isolation.sessionUsers.setprivPath as string, users }
-        : { mode: "none", setprivPath: findSetpriv(), containment: containment! },
+        : {
+            mode: "none",
+            setprivPath: findSetpriv(),
+            containment: containment!,
+            ...(walled.landlock !== undefined ? { landlock: walled.landlock } : {}),
+          },
     sessionPath: config.sessionPath ?? defaultSessionPath(),
     locale: config.locale ?? "C.UTF-8",
     cancelGraceMs: config.cancelGraceMs ?? 10_000,

@@ -38,6 +38,7 @@ import { collectArtifacts, snapshotInitialState } from "./artifact-collector.js"
 import { bubblewrapLauncher, initPidFromInfo } from "./bubblewrap-launcher.js";
 import type { IsolationName } from "./isolation-choice.js";
 import { MAX_LINE_NESTING, nestingLimitLauncher } from "./line-nesting.js";
+import { landlockLauncher, type Landlock } from "./landlock-launcher.js";
 import { parentDeathLauncher } from "./parent-death-launcher.js";
 import { startLlmForwarding, type LlmForward, type LlmForwarding, type SharedLlmListeners } from "./llm-forwarder.js";
 import { SessionEventLog } from "./event-log.js";
@@ -62,7 +63,7 @@ import { startSessionSpan, type SessionSpan } from "./tracing.js";
 /** How the session's harness is isolated, decided by the registry. */
 export type SessionIsolation =
   /** Everything the harness starts runs in a container of `containment`, ended with the session. */
-  | { mode: "none"; setprivPath?: string; containment: Containment }
+  | { mode: "none"; setprivPath?: string; containment: Containment; landlock?: Landlock }
   /** The session's uid is taken when it prepares its directories (a new one, or the one of the session whose working directory it shares). */
   | { mode: "user"; setprivPath: string; acquireUser: () => Promise<SessionUserLease> }
   | {
@@ -355,10 +356,13 @@ export class SandboxSession {
     });
     let launcher: HarnessLauncher | undefined;
     if (isolation.mode === "none") {
-      const inner =
+      const grouped =
         isolation.setprivPath !== undefined
           ? parentDeathLauncher({ setprivPath: isolation.setprivPath })
           : processGroupLauncher();
+      // Inside a Landlock domain the harness cannot read the sandbox's memory or environment (landlock-launcher.ts).
+      const inner =
+        isolation.landlock !== undefined ? landlockLauncher({ inner: grouped, landlock: isolation.landlock }) : grouped;
       launcher = this.#container?.launcher(inner) ?? inner;
     }
     const user = this.#user;

@@ -9,6 +9,7 @@ import { clone } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { ProtocolVersion, SessionRequestSchema, type SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { SessionInfo, StartSession } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import type { Landlock } from "./landlock-launcher.js";
 import type { Containment } from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
 import { planLlmForwards, SharedLlmListeners } from "./llm-forwarder.js";
@@ -39,7 +40,7 @@ export interface SessionRegistryOptions {
   root: string;
   maxSessions: number;
   isolation:
-    | { mode: "none"; setprivPath?: string; containment: Containment }
+    | { mode: "none"; setprivPath?: string; containment: Containment; landlock?: Landlock }
     | { mode: "user"; setprivPath: string; users: SessionUserPool }
     | {
         mode: "bwrap";

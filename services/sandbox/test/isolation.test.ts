@@ -285,6 +285,27 @@ for (const mode of ["none", "user", "bwrap"] as const) {
         }
       });
     }
+
+    // The sandbox (this process) holds the orchestrator's credential as it arrived on the last RunSession. With
+    // isolation none the harness runs as its user, and where the kernel lets a process read another's memory
+    // (here: no Yama, and as root) only a Landlock domain of the harness's own keeps it out. Landlock guards
+    // memory (ptrace's attach checks), not the environment: with none, /proc/<pid>/environ stays readable, and
+    // the sandbox's README says what it holds.
+    void it(`cannot read the sandbox process's memory${mode === "none" ? "" : " or environment"}`, async () => {
+      const sandbox = String(process.pid);
+      const stream = await runToEnd(
+        t.client,
+        scenarioStart({ mode: "probe", read: [`/proc/${sandbox}/environ`], readMemory: [sandbox] }),
+      );
+      assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
+      const report = JSON.parse(stream.texts()[0] ?? "{}") as {
+        reads: Record<string, string>;
+        memories: Record<string, string>;
+      };
+      const refused = /^ERROR (EACCES|EPERM|ENOENT)$/;
+      assert.match(report.memories[sandbox] ?? "", refused, JSON.stringify(report.memories));
+      if (mode !== "none") assert.match(report.reads[`/proc/${sandbox}/environ`] ?? "", refused);
+    });
   });
 }
 

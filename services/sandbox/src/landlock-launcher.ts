@@ -1,0 +1,89 @@
+// With isolation `none` a harness runs as the sandbox's own user, so it could
+// read the sandbox process's memory and environment (/proc/<pid>/mem,
+// /proc/<pid>/environ): where the kernel lets it (Yama's ptrace scope 0, or
+// the sandbox running as root) the memory holds the orchestrator's
+// credential as it arrived on the last RunSession, which every service
+// takes as the orchestrator's (an attacker review found it there).
+//
+// A process inside a Landlock domain (Linux 5.13+) may not ptrace, nor read
+// the memory or the environment of, any process outside its domain, whoever
+// it runs as, root included. So the harness is started through perl, which
+// enters a domain of its own and execs it. The domain handles one file-system
+// right the harness has no use for (making block devices, which needs
+// CAP_MKNOD anyway), so it restricts nothing else; what the harness starts
+// stays in it. Entering one unprivileged takes no_new_privs: set-user-id
+// programs (sudo) do not raise the harness's privileges, as under bubblewrap.
+//
+// Node cannot call landlock(2) or prctl(2), and this package writes no native
+// code: perl's `syscall` builtin reaches them (perl-base is essential on
+// Debian). The landlock calls have the same numbers on every architecture
+// (444, 446); prctl's is known for x86-64 and arm64.
+import { spawnSync } from "node:child_process";
+import { commandIsExecutable, type HarnessLauncher } from "@oz0/harness/host";
+import { perlCommand } from "./perl-command.js";
+
+/** prctl's and close's syscall numbers by Node's `process.arch`. */
+const SYSCALLS: Partial<Record<NodeJS.Architecture, { prctl: number; close: number }>> = {
+  x64: { prctl: 157, close: 3 },
+  arm64: { prctl: 167, close: 57 },
+};
+
+/** Arguments: prctl's and close's syscall numbers, then the command to exec inside the domain. */
+const ENTER_DOMAIN = String.raw`
+my $prctl = shift @ARGV;
+my $close = shift @ARGV;
+syscall($prctl, 38, 1, 0, 0, 0) == 0 or do { print STDERR "oz0 landlock: prctl(PR_SET_NO_NEW_PRIVS) failed: $!\n"; exit 125 };
+my $attr = pack("Q", 1 << 11);
+my $fd = syscall(444, $attr, length($attr), 0);
+$fd >= 0 or do { print STDERR "oz0 landlock: landlock_create_ruleset failed: $!\n"; exit 125 };
+syscall(446, $fd, 0) == 0 or do { print STDERR "oz0 landlock: landlock_restrict_self failed: $!\n"; exit 125 };
+syscall($close, $fd);
+exec { $ARGV[0] } @ARGV;
+print STDERR "oz0 landlock: cannot run $ARGV[0]: $!\n";
+exit 127;
+`;
+
+/** Where a harness can be started inside a Landlock domain: a perl, and the syscall numbers here. */
+export interface Landlock {
+  perlPath: string;
+  syscalls: { prctl: number; close: number };
+}
+
+/** A Landlock domain that works here, or why not (tried once, with a command that exits at once). */
+export function detectLandlock():
+  { landlock: Landlock; reason?: undefined } | { landlock?: undefined; reason: string } {
+  if (process.platform !== "linux") return { reason: `Landlock is Linux's (this is ${process.platform})` };
+  const syscalls = SYSCALLS[process.arch];
+  if (syscalls === undefined)
+    return { reason: `prctl's syscall number is not known for ${process.arch} (only x64 and arm64)` };
+  const perlPath = perlCommand();
+  if (perlPath === undefined) return { reason: "no perl in /usr/bin or /bin (Debian's perl-base)" };
+  const trial = spawnSync(perlPath, ["-e", ENTER_DOMAIN, ...numbers(syscalls), "/bin/sh", "-c", "exit 7"], {
+    encoding: "utf8",
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  if (trial.status !== 7)
+    return {
+      reason: `a trial did not work (${trial.error?.message ?? (trial.stderr.trim() || `exit ${trial.status ?? trial.signal}`)}); the kernel needs Landlock (Linux 5.13+, landlock in its LSM list)`,
+    };
+  return { landlock: { perlPath, syscalls } };
+}
+
+function numbers(syscalls: Landlock["syscalls"]): string[] {
+  return [String(syscalls.prctl), String(syscalls.close)];
+}
+
+/** `inner`, starting each harness inside a Landlock domain of its own (see the top of this file). */
+export function landlockLauncher(options: { inner: HarnessLauncher; landlock: Landlock }): HarnessLauncher {
+  const { inner, landlock } = options;
+  return {
+    launch(spec) {
+      // A command that cannot run is started as is, so the host reports spawn_failed rather than perl's exit code.
+      if (!commandIsExecutable(spec)) return inner.launch(spec);
+      return inner.launch({
+        ...spec,
+        command: [landlock.perlPath, "-e", ENTER_DOMAIN, ...numbers(landlock.syscalls), ...spec.command],
+      });
+    },
+  };
+}
