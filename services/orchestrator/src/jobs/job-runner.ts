@@ -598,6 +598,19 @@ export class JobRunner {
           await this.#passEnding(job, active, patch);
           return;
         }
+        // Asked about and allowed first, as every tool call is: else nothing runs, and the job fails with the rule.
+        const bypass = await this.#approvals.permitRuntimeCall(jobId, active, e.value);
+        if (bypass) {
+          await active.channel?.answerRuntimeTool(
+            create(RuntimeToolResultSchema, {
+              id: e.value.id,
+              isError: true,
+              error: `not_permitted: ${e.value.name} was not run: no allowed permission request covers this call`,
+            }),
+          );
+          await this.#stopSession(job, active, bypass, patch);
+          return;
+        }
         const served = this.#served(job);
         if (served?.tools.some((t) => t.name === e.value.name)) {
           await answerServedCall({
