@@ -48,7 +48,32 @@ function isGitSource(source: string): boolean {
   return /^(https?|git|ssh|file):\/\//.test(source) || /^[\w.-]+@[\w.-]+:/.test(source) || source.endsWith(".git");
 }
 
-/** sha256 over every file's relative path and content (the .git folder excluded). */
+/**
+ * Refuses a plugin with a symbolic link that leads outside its folder: an absolute target, or a relative one
+ * that climbs out. The orchestrator reads a plugin's instructions, graphs and modules in its own process, and a
+ * path check on the link's own name passes while the read follows the link: a plugin could make its
+ * instructions the owner's credential (`../../../../credentials/owner`) or any file the orchestrator can read,
+ * and have it shown by `oz0 agents show` and sent to its harness and the model. Links inside the folder stay.
+ */
+function refuseEscapingLinks(root: string): void {
+  const walk = (dir: string): void => {
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      if (entry.name === ".git") continue;
+      const full = path.join(dir, entry.name);
+      if (entry.isSymbolicLink()) {
+        const target = readlinkSync(full);
+        const resolved = path.resolve(dir, target);
+        if (path.isAbsolute(target) || !resolved.startsWith(root + path.sep))
+          throw invalidArgument(
+            `${path.relative(root, full)}: a symbolic link to ${target}, outside the plugin; a plugin's links must lead to files inside its folder`,
+          );
+      } else if (entry.isDirectory()) walk(full);
+    }
+  };
+  walk(root);
+}
+
+/** sha256 over every file's relative path and content, and every link's target (the .git folder excluded). */
 function hashTree(root: string): string {
   const hash = createHash("sha256");
   const walk = (dir: string): void => {
@@ -57,6 +82,7 @@ function hashTree(root: string): string {
       const full = path.join(dir, entry.name);
       const rel = path.relative(root, full);
       if (entry.isDirectory()) walk(full);
+      else if (entry.isSymbolicLink()) hash.update(`${rel}\0->${readlinkSync(full)}\0`);
       else if (entry.isFile()) {
         hash.update(`${rel}\0`);
         hash.update(readFileSync(full));
@@ -145,6 +171,7 @@ export class PluginRegistry {
     mkdirSync(path.dirname(staging), { recursive: true });
     try {
       await this.#fetch(source, staging);
+      refuseEscapingLinks(staging);
       const manifest = readYamlDocument<PluginManifest>({
         schema: "plugin-manifest",
         file: path.join(staging, MANIFEST_FILE),
@@ -244,7 +271,12 @@ export class PluginRegistry {
           `plugin not found: ${source} has no ${MANIFEST_FILE}; point at the plugin's folder or git repository`,
         );
       }
-      cpSync(local, into, { recursive: true, filter: (src) => !/[\\/](\.git|node_modules)$/.test(src) });
+      // Links as they are (cpSync makes relative ones absolute, into the source), checked by refuseEscapingLinks.
+      cpSync(local, into, {
+        recursive: true,
+        verbatimSymlinks: true,
+        filter: (src) => !/[\\/](\.git|node_modules)$/.test(src),
+      });
       return;
     }
     if (!isGitSource(source)) {

@@ -1,0 +1,75 @@
+// A plugin's symbolic links stay inside its folder. The orchestrator reads a
+// plugin's instructions (and graphs, modules) in its own process: a link
+// named like a prompt but leading to the owner's credential, or any file the
+// orchestrator can read, was installed as the agent's instructions, shown by
+// `oz0 agents show` and sent to the model (found by an attacker review). Such
+// a plugin is refused at install; a link inside the plugin still works, from
+// a folder and from a git repository alike.
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, test } from "node:test";
+import { PluginRegistry } from "../src/plugins/plugin-registry.js";
+import { SqliteJobStore } from "../src/store/sqlite-store.js";
+import { commitAll } from "./support/test-stack.js";
+
+const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-plugin-links-"));
+after(() => rmSync(scratch, { recursive: true, force: true }));
+
+const home = path.join(scratch, "home");
+mkdirSync(path.join(home, "credentials"), { recursive: true });
+writeFileSync(path.join(home, "credentials", "owner"), "oz0_the-owner-credential\n");
+const store = new SqliteJobStore({ file: ":memory:" });
+const registry = new PluginRegistry({ store, home });
+
+/** A plugin whose agent's instructions are prompts/p.md, made by `link` (a symlink's target) or as a file. */
+function plugin(name: string, link?: string): string {
+  const dir = path.join(scratch, name);
+  mkdirSync(path.join(dir, "agents"), { recursive: true });
+  mkdirSync(path.join(dir, "prompts"));
+  writeFileSync(path.join(dir, "prompts", "real.md"), "You are a plain agent.\n");
+  if (link === undefined) writeFileSync(path.join(dir, "prompts", "p.md"), "You are a plain agent.\n");
+  else symlinkSync(link, path.join(dir, "prompts", "p.md"));
+  writeFileSync(
+    path.join(dir, "oz0-plugin.yaml"),
+    `name: ${name}\nversion: 0.1.0\nharnesses:\n  - name: fake\n    command: ["oz0-fake-harness"]\n    permissions: true\nagents: [agents/a.yaml]\n`,
+  );
+  writeFileSync(
+    path.join(dir, "agents", "a.yaml"),
+    `name: ${name}-agent\nruntime: harness:fake\nmodel:\n  primary: anthropic/x\ninstructions: prompts/p.md\n`,
+  );
+  return dir;
+}
+
+void test("a plugin whose link leads out of its folder is refused, naming the link; the credential is read by nobody", async () => {
+  const outside = [
+    ["climbing", "../../../../credentials/owner"],
+    ["absolute", path.join(home, "credentials", "owner")],
+    ["sideways", "../../other/secret.md"],
+  ] as const;
+  for (const [name, target] of outside) {
+    const dir = plugin(name, target);
+    await assert.rejects(
+      registry.install({ source: dir }),
+      new RegExp(
+        `prompts/p\\.md: a symbolic link to ${target.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")}, outside the plugin`,
+      ),
+      name,
+    );
+    await commitAll(dir, "plugin");
+    await assert.rejects(registry.install({ source: `file://${dir}` }), /outside the plugin/, `${name}, from git`);
+  }
+  assert.deepEqual(
+    (await store.listAgents()).map((a) => a.name),
+    [],
+    "nothing was installed",
+  );
+});
+
+void test("a link inside the plugin installs, and reads what it leads to", async () => {
+  const dir = plugin("inside", "real.md");
+  await registry.install({ source: dir });
+  const [agent] = await store.listAgents();
+  assert.equal(agent?.instructions, "You are a plain agent.\n");
+});
