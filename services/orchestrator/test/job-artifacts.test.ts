@@ -60,3 +60,17 @@ void test("a name near the file system's limit is cut so that a second one still
   assert.equal(names[0], "é".repeat(100));
   assert.equal(names[1], `${"é".repeat(100)} (2)`);
 });
+
+void test("many artifacts of one long name all fit, numbered, with room for the temporary file they are written as", () => {
+  const long = "a".repeat(240);
+  const stored = storeArtifacts(
+    home,
+    "job_many_long",
+    Array.from({ length: 1_000 }, (_, i) => artifact(long, String(i))),
+  );
+  assert.equal(new Set(stored.map((a) => a.name)).size, 1_000);
+  assert.ok(
+    stored.every((a) => Buffer.byteLength(a.name) <= 255 - ".4194304.tmp".length),
+    "a seven-digit pid fits too",
+  );
+});

@@ -60,13 +60,15 @@ function freeName(dir: string, name: string, content: Uint8Array, taken: Set<str
 }
 
 /**
- * Most file systems take names of up to 255 bytes: a name of more than 240 is cut to its first 200 (whole
- * characters), which leaves room for a " (2)" that keeps it apart from another.
+ * Most file systems take names of up to 255 bytes: a name of more than 200 is cut to its first 200 (whole
+ * characters), which leaves room for a " (1000)" that keeps it apart from others and for the ".<pid>.tmp" it
+ * is written as first (replace-file.ts). Cut only past 240, a name of 240 bytes failed with ENAMETOOLONG once
+ * it took a number, at every delivery, and the job never moved on.
  */
 const MAX_FILE_NAME_BYTES = 200;
 
 function fitFileName(name: string): string {
-  if (Buffer.byteLength(name) <= 240) return name;
+  if (Buffer.byteLength(name) <= MAX_FILE_NAME_BYTES) return name;
   let cut = "";
   for (const character of name) {
     if (Buffer.byteLength(cut + character) > MAX_FILE_NAME_BYTES) break;
