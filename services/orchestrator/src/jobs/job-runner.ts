@@ -13,7 +13,7 @@ import { ApprovalService, passesAuditUnread, type AnswerOptions } from "../appro
 import { asBystander, soleOwnership, type JobOwnership } from "../cluster/job-ownership.js";
 import { OperationRunner } from "../operations/operation-runner.js";
 import { OrchestratorError, notFound } from "../orchestrator-error.js";
-import { quotedHarnessText } from "../policy/harness-text.js";
+import { clippedHarnessText, quotedHarnessText } from "../policy/harness-text.js";
 import type { PermissionPolicy } from "../policy/permission-policy.js";
 import { DEFAULT_MAX_STDERR_BYTES, stderrAppend } from "../sessions/harness-stderr.js";
 import type { SandboxPlacement } from "../sessions/sandbox-placement.js";
@@ -439,8 +439,14 @@ export class JobRunner {
         // session changed nothing) stores nothing, as `exited` does (issue 24: one transaction less
         // per such job): the job ends right after, and a re-attach before that reads the same none.
         const artifacts = storeArtifacts(this.#o.home, jobId, message.artifacts);
-        if (artifacts.length === 0) return emptyStep();
-        return { ...emptyStep(), events: [{ event: { case: "artifacts", value: { artifacts } } }], job: seqPatch };
+        // The node's reason when it could not collect them is the job's to show (else "no artifacts", and no why).
+        const error = message.error ? clippedHarnessText(message.error) : "";
+        if (artifacts.length === 0 && !error) return emptyStep();
+        return {
+          ...emptyStep(),
+          events: [{ event: { case: "artifacts", value: { artifacts, error } } }],
+          job: seqPatch,
+        };
       }
       case "stderr":
         // Stored with the seq that passes it, like artifacts: a re-attach starts after it.

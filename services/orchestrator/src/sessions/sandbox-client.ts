@@ -68,7 +68,7 @@ function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
         artifacts.push({ name: "changes.patch", mediaType: "text/x-diff", content: encoder.encode(m.value.patch) });
       for (const file of m.value.files)
         artifacts.push({ name: file.path, mediaType: "application/octet-stream", content: file.content });
-      return { seq, kind: "artifacts", artifacts };
+      return { seq, kind: "artifacts", artifacts, ...(m.value.error ? { error: m.value.error } : {}) };
     }
     case "exited": {
       const e = m.value;

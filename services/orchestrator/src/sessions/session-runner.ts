@@ -43,7 +43,13 @@ export type SandboxMessage =
       /** The last few KiB of the harness's stderr, scrubbed (for a failure message: harness-stderr.ts). */
       stderrTail?: string;
     }
-  | { seq: number; kind: "artifacts"; artifacts: SessionArtifact[] };
+  | {
+      seq: number;
+      kind: "artifacts";
+      artifacts: SessionArtifact[];
+      /** Why the node could not collect them (all, or some): its words. */
+      error?: string;
+    };
 
 export interface StartSessionOptions {
   request: SessionRequest;
