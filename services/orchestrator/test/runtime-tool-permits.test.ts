@@ -10,6 +10,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { inputAllowed } from "../src/policy/tool-call-audit.js";
 import { commitAll, eventually, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
 
 let t: TestStack;
@@ -121,4 +122,14 @@ void test("a harness operation called after its permission was denied runs nothi
   assert.equal(job.state, "JOB_STATE_FAILED", JSON.stringify(job));
   assert.match(job.error ?? "", /policy bypass: harness rogue called runtime tool verify \(call rt-\d+\)/);
   assert.doesNotMatch(job.resultText ?? "", /"ran":true/, "the operation's scratch session never ran");
+});
+
+void test("a runtime call's input is allowed when each of its fields is as the permission allowed it", () => {
+  const allowed = { task: "check order 4831", note: "a field the tool's schema does not name" };
+  assert.equal(inputAllowed({ task: "check order 4831", note: allowed.note }, allowed), true, "the same");
+  assert.equal(inputAllowed({ task: "check order 4831" }, allowed), true, "a field dropped by the tool's schema");
+  assert.equal(inputAllowed({ task: "check order 9999" }, allowed), false, "a field changed");
+  assert.equal(inputAllowed({ task: "check order 4831", to: "x" }, allowed), false, "a field added");
+  assert.equal(inputAllowed({ nested: { a: [1, 2] } }, { nested: { a: [1, 2] } }), true);
+  assert.equal(inputAllowed({ nested: { a: [1] } }, { nested: { a: [1, 2] } }), false, "compared whole below the top");
 });

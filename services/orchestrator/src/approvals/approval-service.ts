@@ -8,7 +8,6 @@
 // delivered to the session and written again after every re-attach until a
 // stream took it. The tool-call audit checks afterwards that a harness that
 // declares permissions ran only what it was allowed.
-import { isDeepStrictEqual } from "node:util";
 import type { JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
 import { create } from "@bufbuild/protobuf";
 import {
@@ -26,7 +25,7 @@ import type { JobFeed } from "../jobs/job-feed.js";
 import { failedPrecondition, invalidArgument, notFound, permissionDenied } from "../orchestrator-error.js";
 import type { PermissionPolicy, PolicyDecision } from "../policy/permission-policy.js";
 import { clippedHarnessText } from "../policy/harness-text.js";
-import { toolResultViolation, type ToolResultSeen } from "../policy/tool-call-audit.js";
+import { inputAllowed, toolResultViolation, type ToolResultSeen } from "../policy/tool-call-audit.js";
 import type { LifecycleSink } from "../sessions/session-runner.js";
 import {
   isTerminal,
@@ -453,7 +452,7 @@ export class ApprovalService {
     const used = (active.runtimePermits ??= new Map<string, string>());
     const input = call.input ?? {};
     const asked = (await this.#o.store.listPermissions({ jobId })).filter(
-      (p) => p.tool === call.name && isDeepStrictEqual(p.answerInput ?? p.input ?? {}, input),
+      (p) => p.tool === call.name && inputAllowed(input, p.answerInput ?? p.input ?? {}),
     );
     const permit = asked.find((p) => p.status === "approved" && (used.get(p.id) ?? call.id) === call.id);
     if (permit) {

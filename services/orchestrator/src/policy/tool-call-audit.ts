@@ -5,6 +5,7 @@
 // was refused means the harness ran a tool on its own: the job fails with
 // the rule it broke. (A refused call's result is fine when it reports the
 // refusal as an error, which is what a well-behaved harness sends.)
+import { isDeepStrictEqual } from "node:util";
 import type { PermissionRecord } from "../store/job-store.js";
 import { clippedHarnessText } from "./harness-text.js";
 
@@ -40,4 +41,15 @@ export function toolResultViolation(options: {
     return `policy bypass: harness ${harness} ran ${tool} call ${result.callId} although it was ${p.status.replace("_", " ")} (${rule}); the job was stopped`;
   }
   return undefined;
+}
+
+/**
+ * Whether a runtime call's input is what was allowed: each of its fields as the allowed input has it. The
+ * allowed input may hold more (a harness that parses a tool's input by its schema drops the fields the schema
+ * does not name, as Claude Code's MCP tools do); a field the call adds, or changes, was never allowed.
+ */
+export function inputAllowed(input: object, allowed: object): boolean {
+  const given = input as Record<string, unknown>;
+  const granted = allowed as Record<string, unknown>;
+  return Object.keys(given).every((key) => Object.hasOwn(granted, key) && isDeepStrictEqual(given[key], granted[key]));
 }
