@@ -6,8 +6,9 @@
 // takes as the orchestrator's (an attacker review found it there).
 //
 // A process inside a Landlock domain (Linux 5.13+) may not ptrace, nor read
-// the memory or the environment of, any process outside its domain, whoever
-// it runs as, root included. So the harness is started through perl, which
+// the memory of, any process outside its domain, whoever it runs as, root
+// included (ptrace's attach checks; /proc/<pid>/environ, a read check, stays
+// readable, as the README says). So the harness is started through perl, which
 // enters a domain of its own and execs it. The domain handles one file-system
 // right the harness has no use for (making block devices, which needs
 // CAP_MKNOD anyway), so it restricts nothing else; what the harness starts
