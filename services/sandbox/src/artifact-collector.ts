@@ -3,7 +3,15 @@
 // diffed against that commit when the session ends. The repository lives in
 // the session's internal directory, never inside the sandbox, so a harness
 // cannot rewrite the baseline.
-import { execFile } from "node:child_process";
+//
+// git runs here, in the sandbox's process and outside any isolation, over a
+// tree the harness made. So it never reads a nested repository (a folder with
+// a `.git` of its own): recording one as a gitlink means resolving its refs,
+// which the harness controls, and a ref that is a link to a node file, or a
+// `.git` file naming another repository, would copy 40 characters of it into
+// the patch; a FIFO would hang git. Nested repositories are listed first and
+// left out, and every git call has a time limit.
+import { execFile, spawn } from "node:child_process";
 import { constants } from "node:fs";
 import { lstat, open, readdir, readlink, realpath } from "node:fs/promises";
 import path from "node:path";
@@ -15,50 +23,137 @@ export type SessionArtifactsInit = MessageInitShape<typeof SessionArtifactsSchem
 interface GitOptions {
   gitDir: string;
   workingDir: string;
+  /** Longest any one git call may take before it is killed and the patch given up (default 5 minutes). */
+  gitTimeoutMs?: number;
 }
 
-function git(options: GitOptions, args: string[], maxBuffer: number): Promise<string> {
+const DEFAULT_GIT_TIMEOUT_MS = 5 * 60_000;
+
+/** How git runs: no user or system configuration, no environment of the sandbox's. */
+function gitInvocation(options: GitOptions, args: readonly string[]): { args: string[]; env: NodeJS.ProcessEnv } {
+  return {
+    args: [
+      "-c",
+      "safe.directory=*",
+      "-c",
+      "core.autocrlf=false",
+      "-c",
+      "core.fileMode=true",
+      `--git-dir=${options.gitDir}`,
+      `--work-tree=${options.workingDir}`,
+      ...args,
+    ],
+    env: {
+      PATH: "/usr/local/bin:/usr/bin:/bin",
+      HOME: path.dirname(options.gitDir),
+      GIT_CONFIG_NOSYSTEM: "1",
+      GIT_CONFIG_GLOBAL: "/dev/null",
+      GIT_AUTHOR_NAME: "oz0-sandbox",
+      GIT_AUTHOR_EMAIL: "sandbox@oz0.invalid",
+      GIT_COMMITTER_NAME: "oz0-sandbox",
+      GIT_COMMITTER_EMAIL: "sandbox@oz0.invalid",
+    },
+  };
+}
+
+function timedOut(options: GitOptions, args: readonly string[]): Error {
+  const seconds = Math.round((options.gitTimeoutMs ?? DEFAULT_GIT_TIMEOUT_MS) / 1000);
+  return new Error(
+    `git ${args[0] ?? ""} took longer than ${seconds} s and was stopped (a FIFO or a very large tree in the working directory?)`,
+  );
+}
+
+function git(options: GitOptions, args: string[], maxBuffer: number, input?: string): Promise<string> {
+  const invocation = gitInvocation(options, args);
   return new Promise((resolve, reject) => {
-    execFile(
+    const child = execFile(
       "git",
-      [
-        "-c",
-        "safe.directory=*",
-        "-c",
-        "core.autocrlf=false",
-        "-c",
-        "core.fileMode=true",
-        `--git-dir=${options.gitDir}`,
-        `--work-tree=${options.workingDir}`,
-        ...args,
-      ],
+      invocation.args,
       {
         cwd: options.workingDir,
         maxBuffer,
-        // git reads no user or system configuration and no environment of the sandbox's.
-        env: {
-          PATH: "/usr/local/bin:/usr/bin:/bin",
-          HOME: path.dirname(options.gitDir),
-          GIT_CONFIG_NOSYSTEM: "1",
-          GIT_CONFIG_GLOBAL: "/dev/null",
-          GIT_AUTHOR_NAME: "oz0-sandbox",
-          GIT_AUTHOR_EMAIL: "sandbox@oz0.invalid",
-          GIT_COMMITTER_NAME: "oz0-sandbox",
-          GIT_COMMITTER_EMAIL: "sandbox@oz0.invalid",
-        },
+        env: invocation.env,
+        timeout: options.gitTimeoutMs ?? DEFAULT_GIT_TIMEOUT_MS,
+        killSignal: "SIGKILL",
       },
       (error, stdout, stderr) => {
-        if (error !== null) reject(new Error(`git ${args[0] ?? ""} failed: ${(stderr || error.message).trim()}`));
-        else resolve(stdout);
+        if (error === null) resolve(stdout);
+        else if (error.killed && error.signal === "SIGKILL") reject(timedOut(options, args));
+        else reject(new Error(`git ${args[0] ?? ""} failed: ${(stderr || error.message).trim()}`));
       },
     );
+    child.stdin?.end(input ?? "");
   });
 }
 
-/** Commits the working directory's initial state. */
+/**
+ * The nested repositories of the working directory, as `git ls-files
+ * --others` names them (`sub/`, `a/b/`): git lists every untracked file but
+ * stops at a folder it takes for a repository of its own. Read as a stream:
+ * a tree of many untracked files is never held whole.
+ */
+function nestedRepositories(options: GitOptions): Promise<string[]> {
+  const args = ["ls-files", "-z", "--others"];
+  const invocation = gitInvocation(options, args);
+  return new Promise((resolve, reject) => {
+    const child = spawn("git", invocation.args, {
+      cwd: options.workingDir,
+      env: invocation.env,
+      stdio: ["ignore", "pipe", "pipe"],
+      timeout: options.gitTimeoutMs ?? DEFAULT_GIT_TIMEOUT_MS,
+      killSignal: "SIGKILL",
+    });
+    const found: string[] = [];
+    let partial = "";
+    let stderr = "";
+    child.stdout.setEncoding("utf8");
+    child.stdout.on("data", (chunk: string) => {
+      const entries = (partial + chunk).split("\0");
+      partial = entries.pop() ?? "";
+      for (const entry of entries) if (entry.endsWith("/")) found.push(entry);
+    });
+    child.stderr.setEncoding("utf8");
+    child.stderr.on("data", (chunk: string) => {
+      if (stderr.length < 4096) stderr += chunk;
+    });
+    child.on("error", reject);
+    child.on("close", (code, signal) => {
+      if (signal === "SIGKILL") reject(timedOut(options, args));
+      else if (code !== 0) reject(new Error(`git ls-files failed: ${stderr.trim() || `exit ${code}`}`));
+      else resolve(found);
+    });
+  });
+}
+
+/**
+ * Stages the whole working directory but its nested repositories, and returns
+ * those. The pathspecs go in on stdin, so a tree with many nested
+ * repositories never meets the command line's length limit.
+ */
+async function stageAllButNestedRepositories(options: GitOptions): Promise<string[]> {
+  const nested = await nestedRepositories(options);
+  const pathspecs = [".", ...nested.map((folder) => `:(exclude,literal)${folder}`)];
+  await git(
+    options,
+    ["add", "-A", "-f", "--pathspec-from-file=-", "--pathspec-file-nul"],
+    1 << 20,
+    pathspecs.join("\0"),
+  );
+  return nested;
+}
+
+/** What to tell the job of nested repositories left out (at most ten named). */
+function nestedRepositoriesLeftOut(nested: readonly string[]): string | undefined {
+  if (nested.length === 0) return undefined;
+  const named = nested.slice(0, 10).join(", ");
+  const more = nested.length > 10 ? ` and ${nested.length - 10} more` : "";
+  return `${named}${more} left out of the patch: a folder with a .git of its own is a separate repository, which the sandbox does not read`;
+}
+
+/** Commits the working directory's initial state (nested repositories left out, as in the patch). */
 export async function snapshotInitialState(options: GitOptions): Promise<void> {
   await git(options, ["init", "-q"], 1 << 20);
-  await git(options, ["add", "-A", "-f", "."], 1 << 20);
+  await stageAllButNestedRepositories(options);
   await git(options, ["commit", "-q", "--allow-empty", "--no-verify", "-m", "initial state of the session"], 1 << 20);
 }
 
@@ -84,11 +179,15 @@ export async function collectArtifacts(options: CollectOptions): Promise<Session
     try {
       // Against an empty start, a fresh repository's index diffed with no HEAD is the whole tree as added.
       if (options.baseline === "empty") await git(options, ["init", "-q"], 1 << 20);
-      await git(options, ["add", "-A", "-f", "."], 1 << 20);
+      const leftOut = nestedRepositoriesLeftOut(await stageAllButNestedRepositories(options));
+      if (leftOut !== undefined) problems.push(leftOut);
       const against = options.baseline === "snapshot" ? ["HEAD"] : [];
+      // --ignore-submodules=all: a repository nested after the listing above
+      // (a process still running in a shared directory) is staged as a
+      // gitlink, but its commit never reaches the patch.
       patch = await git(
         options,
-        ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", ...against],
+        ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--ignore-submodules=all", ...against],
         options.maxBytes,
       );
     } catch (error) {
