@@ -26,6 +26,7 @@ export const graphDefinitionSchema = {
     id: nodeId,
     version: { type: "string" },
     managerAgent: name,
+    secretKeys: { type: "array", items: name, uniqueItems: true },
     triggers: {
       type: "array",
       items: { type: "object", required: ["type"], properties: { type: { type: "string" } } },

@@ -102,6 +102,11 @@ export interface GraphDefinition {
   version?: string;
   /** Agent invoked only on control events. */
   managerAgent?: string;
+  /**
+   * Bag keys whose values never leave the engine in a snapshot (the manager
+   * agent's view): each is shown as `[secret]`. Steps still read them.
+   */
+  secretKeys?: string[];
   triggers?: TriggerDefinition[];
   root: Flow;
   /** Named subgraphs referenced by `graph` nodes. */

@@ -298,6 +298,8 @@ export interface HarnessProps extends GraphOptions {
   triggers?: Trigger[];
   /** Agent invoked only on control events (step error, max iterations, in-flight invoke). */
   managerAgent?: string | AgentStep;
+  /** Bag keys masked in every snapshot the engine hands out (the manager agent's view). */
+  secretKeys?: string[];
 }
 
 /** A runnable, named graph with optional triggers and manager agent. */
@@ -430,6 +432,7 @@ function buildDefinition(graph: Graph, kind: "harness" | "graph"): GraphDefiniti
   if (graph instanceof Harness) {
     const m = graph.props.managerAgent;
     if (m !== undefined) def.managerAgent = typeof m === "string" ? m : m.name;
+    if (graph.props.secretKeys !== undefined) def.secretKeys = [...graph.props.secretKeys];
     if (graph.props.triggers !== undefined) def.triggers = graph.props.triggers.map((t) => t.toDefinition());
   }
   if (Object.keys(graphs).length > 0) def.graphs = graphs;

@@ -1,7 +1,7 @@
 /**
  * The manager is not a step: the engine asks it only on control events. The
  * orchestrator implements {@link GraphManager} by invoking the harness's
- * `managerAgent` with the redacted snapshot and the tools in
+ * `managerAgent` with the snapshot (secret keys masked) and the tools in
  * {@link managerTools}, then turning its tool call into a decision with
  * {@link decisionFromToolCall}.
  */

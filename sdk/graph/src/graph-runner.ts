@@ -29,7 +29,7 @@ import { definitionHash } from "./definition-hash.js";
 import { GraphError } from "./errors.js";
 import type { GraphExecutor } from "./graph-executor.js";
 import type { ControlEvent, GraphManager, ManagerDecision } from "./graph-manager.js";
-import { HarnessContext, type BagDelta, type RedactFn } from "./harness-context.js";
+import { HarnessContext, maskKeys, type BagDelta, type RedactFn } from "./harness-context.js";
 import { assertValidDefinition, type ValidateOptions } from "./validate-definition.js";
 
 /** The longest final text still read as a choice label. */
@@ -90,7 +90,10 @@ export interface GraphRunnerOptions {
   store?: CheckpointStore;
   /** Decides control events; without one, step errors and in-flight invokes fail. */
   manager?: GraphManager;
-  /** Applied to every bag snapshot that leaves the engine; default redacts nothing. */
+  /**
+   * Applied to every bag snapshot that leaves the engine, after the
+   * definition's `secretKeys` are masked; default redacts nothing more.
+   */
   redact?: RedactFn;
   /** Receives every engine event, synchronously; what it throws is ignored. */
   onEvent?: (event: GraphEvent) => void;
@@ -426,7 +429,7 @@ class RunExecution {
     this.#recorded = new Map(args.records.map((r) => [r.path, r]));
     this.root = new HarnessContext({
       initial: args.input,
-      ...(args.options.redact ? { redact: args.options.redact } : {}),
+      redact: maskKeys(args.definition.secretKeys ?? [], args.options.redact),
     });
   }
 

@@ -15,6 +15,19 @@ export type RedactFn = (bag: Record<string, unknown>) => Record<string, unknown>
  */
 export const redactNothing: RedactFn = (bag) => bag;
 
+/** What a secret key's value reads as in a snapshot. */
+export const SECRET_MASK = "[secret]";
+
+/** A redaction that shows each of `keys` that is set as {@link SECRET_MASK}, then applies `then`. */
+export function maskKeys(keys: readonly string[], then: RedactFn = redactNothing): RedactFn {
+  if (keys.length === 0) return then;
+  return (bag) => {
+    const masked = { ...bag };
+    for (const key of keys) if (Object.hasOwn(masked, key) && masked[key] !== null) masked[key] = SECRET_MASK;
+    return then(masked);
+  };
+}
+
 /** Keys set during one step (or branch) and their final values. */
 export type BagDelta = Record<string, unknown>;
 

@@ -60,7 +60,9 @@ export {
 } from "./graph-manager.js";
 export {
   HarnessContext,
+  maskKeys,
   redactNothing,
+  SECRET_MASK,
   type BagDelta,
   type HarnessContextOptions,
   type RedactFn,

@@ -99,6 +99,13 @@ void test("the schema names the offending field", () => {
     (e: unknown) => e instanceof GraphValidationError && e.problems.some((p) => p.path === "/root/0/maxIterations"),
   );
   assert.throws(
+    () =>
+      parseDefinitionYaml(
+        "format: oz0.graph/v1\nkind: harness\nname: x\nid: harness:x\nsecretKeys: [apiKey, apiKey]\nroot:\n  - kind: agent\n    id: agent:a\n    agent: a\n",
+      ),
+    (e: unknown) => e instanceof GraphValidationError && e.problems.some((p) => p.path === "/secretKeys"),
+  );
+  assert.throws(
     () => parseDefinitionYaml("root: [unclosed"),
     (e: unknown) => e instanceof GraphValidationError && e.problems[0]?.code === "YAML_SYNTAX",
   );

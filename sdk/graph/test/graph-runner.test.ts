@@ -209,6 +209,34 @@ void test("the manager can retry, skip, answer or abort a failed step", async ()
   assert.match(r5.error?.message ?? "", /failed 3 times/);
 });
 
+void test("the definition's secretKeys are masked in every snapshot, before the runner's own redaction; steps still read them", async () => {
+  let stepSaw: unknown;
+  const reads = new FnStep("reads", (ctx) => {
+    stepSaw = ctx.get("apiKey");
+    ctx.set("token", "tok-made-by-a-step");
+  });
+  const h = new Harness("secret-keys", { secretKeys: ["apiKey", "token", "unset"] });
+  h.next(reads).next(agent("broken"));
+  const manager = scriptedManager([{ action: "skip" }]);
+  const result = await new GraphRunner({
+    definition: h.toDefinition(),
+    executor: new InProcessExecutor({ steps: [reads], agents: { broken: () => Promise.reject(new Error("x")) } }),
+    manager,
+    redact: (bag) => ({ ...bag, seenByRedact: JSON.stringify(bag) }),
+  }).run({ prompt: "p", input: { apiKey: "sk-live-123", plain: 1 } });
+  assert.equal(stepSaw, "sk-live-123");
+  const snapshot = manager.events[0]?.snapshot ?? {};
+  assert.equal(snapshot.apiKey, "[secret]");
+  assert.equal(snapshot.token, "[secret]");
+  assert.equal(snapshot.plain, 1);
+  assert.equal("unset" in snapshot, false, "a secret key never set is not made up");
+  assert.ok(!JSON.stringify(snapshot).includes("sk-live-123"), "the runner's redaction gets the masked bag");
+  assert.ok(!JSON.stringify(snapshot).includes("tok-made-by-a-step"));
+  // The caller's final bag is the run's own, unmasked.
+  assert.equal(result.bag.apiKey, "sk-live-123");
+  assert.deepEqual(h.toDefinition().secretKeys, ["apiKey", "token", "unset"]);
+});
+
 void test("the manager sees only the redacted snapshot", async () => {
   const h = new Harness("redact");
   h.next(agent("broken"));
