@@ -17,11 +17,18 @@ const packageDir = here("..");
 const cli = here("../bin/oz0-harness-conformance.js");
 const fakeHarness = [process.execPath, here("../bin/oz0-fake-harness.js")];
 const pythonHarness = ["python3", here("../fake/python/fake_harness.py")];
-const broken = (name: string): string[] => [process.execPath, here(`./fixtures/broken/${name}.mjs`)];
+/**
+ * A number of six digits unique to this run, which the fixtures put in their
+ * escaped children's command lines (`sleep N`, `setInterval(..., N)`): a run
+ * killed part-way leaves its escapees behind, and the next run must not find them.
+ */
+const ESCAPEE = String(100_000 + ((process.pid * 7919 + Date.now()) % 900_000));
+const broken = (name: string): string[] => [process.execPath, here(`./fixtures/broken/${name}.mjs`), ESCAPEE];
 // Generous: on a loaded machine a harness may need a while to exit after its result.
 const graceMs = 5000;
 /** What the clean-environment fixture's escaped child runs: only a cgroup or a subreaper finds it. */
-const CLEAN_ESCAPEE = "setInterval(() => {}, 987655)";
+const CLEAN_ESCAPEE = `setInterval(() => {}, ${ESCAPEE})`;
+const SETSID_ESCAPEE = `sleep ${ESCAPEE}`;
 
 /** The mechanism the kit takes in this process (the first that works). */
 const kitMechanism = CONTAINMENT_MECHANISMS.find((mechanism) => containmentUnavailable(mechanism) === undefined);
@@ -276,7 +283,9 @@ void describe("the conformance kit", () => {
       fixture: "escapes-with-setsid",
       caseId: "processes",
       status: "failed",
-      message: /process \d+ \(sleep 987654\) left the session's process group \(setsid.*\(rule 5\)$/,
+      message: new RegExp(
+        `process \\d+ \\(${SETSID_ESCAPEE}\\) left the session's process group \\(setsid.*\\(rule 5\\)$`,
+      ),
     },
     ...(kitMechanism !== "environment"
       ? [
@@ -284,8 +293,9 @@ void describe("the conformance kit", () => {
             fixture: "escapes-with-clean-environment",
             caseId: "processes",
             status: "failed" as const,
-            message:
-              /process \d+ \(.*setInterval\(\(\) => \{\}, 987655\)\) left the session's process group \(setsid.*\(rule 5\)$/,
+            message: new RegExp(
+              `process \\d+ \\(.*setInterval\\(\\(\\) => \\{\\}, ${ESCAPEE}\\)\\) left the session's process group \\(setsid.*\\(rule 5\\)$`,
+            ),
           },
         ]
       : []),
@@ -315,7 +325,7 @@ void describe("the conformance kit", () => {
       assert.equal(report.ok, status === "warning", "a recommended case only warns; a required one fails the run");
       if (fixture === "escapes-with-setsid") {
         // Its escaped child holds stdout open: the kit neither waits for it (the test's timeout would end a hang) nor leaves it running.
-        assert.deepEqual(processesRunning("sleep 987654"), []);
+        assert.deepEqual(processesRunning(SETSID_ESCAPEE), []);
       }
       if (fixture === "escapes-with-clean-environment") assert.deepEqual(processesRunning(CLEAN_ESCAPEE), []);
     });
@@ -464,7 +474,7 @@ void describe("the conformance kit", () => {
     // The best-effort search finds a process only by the environment it inherited: its fixture keeps it.
     const [fixture, escapee] =
       mechanism === "environment"
-        ? ["escapes-with-setsid", "sleep 987654"]
+        ? ["escapes-with-setsid", SETSID_ESCAPEE]
         : ["escapes-with-clean-environment", CLEAN_ESCAPEE];
     void it(
       `with containment by ${mechanism}, the CLI fails ${fixture} on processes, kills what it left and exits`,
