@@ -165,6 +165,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     retentionMs: config.retentionMs ?? 10 * 60_000,
     unreadRetentionMs: config.unreadRetentionMs ?? 24 * 3_600_000,
     maxUnreadSessions: config.maxUnreadSessions ?? Math.max(64, 4 * maxSessions),
+    maxEndedLogBytes: config.maxEndedSessionLogBytes ?? 512 * 1024 * 1024,
     maxLineBytes: config.maxLineBytes ?? 1024 * 1024,
     maxArtifactBytes: config.maxArtifactBytes ?? 8 * 1024 * 1024,
     maxLogEvents: config.maxSessionEvents ?? 200_000,

@@ -86,6 +86,12 @@ export interface SandboxConfig {
   unreadRetentionMs?: number;
   /** At most this many finished sessions wait for a reader (OZ0_MAX_UNREAD_SESSIONS); the oldest goes first. Default 4 × maxSessions, at least 64. */
   maxUnreadSessions?: number;
+  /**
+   * Bytes the logs of all finished sessions still kept may hold together, in memory
+   * (OZ0_MAX_ENDED_SESSION_LOG_BYTES): past it the oldest read one goes first, then the oldest unread one.
+   * Default 512 MiB.
+   */
+  maxEndedSessionLogBytes?: number;
   /** Longest harness stdout line, in bytes (OZ0_MAX_LINE_BYTES). Default 1 MiB. */
   maxLineBytes?: number;
   /** Largest patch, and largest total of named files, returned as artifacts (OZ0_MAX_ARTIFACT_BYTES). Default 8 MiB. */
@@ -196,6 +202,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     retentionMs: ms(env, "OZ0_SESSION_RETENTION_MS"),
     unreadRetentionMs: ms(env, "OZ0_UNREAD_SESSION_RETENTION_MS"),
     maxUnreadSessions: envInteger(env, "OZ0_MAX_UNREAD_SESSIONS", { min: 0, unit: "sessions" }),
+    maxEndedSessionLogBytes: bytes(env, "OZ0_MAX_ENDED_SESSION_LOG_BYTES"),
     maxLineBytes: bytes(env, "OZ0_MAX_LINE_BYTES"),
     maxArtifactBytes: bytes(env, "OZ0_MAX_ARTIFACT_BYTES"),
     maxMessageBytes: envMaxMessageBytes(env),

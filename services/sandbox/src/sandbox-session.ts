@@ -164,6 +164,8 @@ export class SandboxSession {
   #events = 0;
   /** Their encoded bytes (OZ0_MAX_SESSION_LOG_BYTES). */
   #eventBytes = 0;
+  /** The bytes of the artifacts logged: the patch and the named files. */
+  #artifactBytes = 0;
   readonly #stderr: StderrCapture;
   /** A limit the sandbox itself enforced (turns, log size, line nesting): it fails the session whatever the harness did. */
   #limitBroken: { code: string; message: string } | undefined;
@@ -243,6 +245,11 @@ export class SandboxSession {
 
   get running(): boolean {
     return this.status === SessionStatus.RUNNING;
+  }
+
+  /** What the session's log holds in memory, roughly: its events' encodings, the stderr kept and the artifacts. */
+  get keptBytes(): number {
+    return this.#eventBytes + this.#stderr.keptBytes + this.#artifactBytes;
   }
 
   /** Whether another session may start in this one's working directory now: its harness runs, and it is not ending. */
@@ -433,7 +440,11 @@ export class SandboxSession {
     }
     let stderrBytes = 0;
     for (const entry of adopted.log) {
-      if (entry.message.case === "event") this.#replayedEvents++;
+      if (entry.message.case === "event") {
+        this.#replayedEvents++;
+        // Taken over, the session's log cap counts what the dead sandbox logged too.
+        this.#eventBytes += this.log.encoded(entry).byteLength;
+      }
       if (entry.message.case === "stderr")
         stderrBytes += Buffer.byteLength(entry.message.value.text) + Number(entry.message.value.droppedBytes);
     }
@@ -684,6 +695,9 @@ export class SandboxSession {
           baseline: this.#baseline,
         });
         this.log.append({ case: "artifacts", value: artifacts });
+        this.#artifactBytes =
+          Buffer.byteLength(artifacts.patch ?? "") +
+          (artifacts.files ?? []).reduce((sum, file) => sum + (file.content?.byteLength ?? 0), 0);
       } catch (collectError) {
         this.#options.logger.warn({ err: collectError, sessionId: this.id }, "collecting artifacts failed");
         this.log.append({

@@ -63,6 +63,11 @@ export interface SessionRegistryOptions {
   unreadRetentionMs: number;
   /** At most this many finished sessions wait for a reader; past it the oldest is forgotten. */
   maxUnreadSessions: number;
+  /**
+   * Bytes all finished sessions' logs kept may hold together: past it the
+   * oldest read one is forgotten first, then the oldest unread one.
+   */
+  maxEndedLogBytes: number;
   maxLineBytes: number;
   maxArtifactBytes: number;
   maxLogEvents: number;
@@ -89,6 +94,9 @@ export class SessionRegistry {
   readonly #retention = new Map<SandboxSession, NodeJS.Timeout>();
   /** Finished sessions no stream has read to the end yet, oldest first. */
   readonly #unread = new Set<SandboxSession>();
+  /** Finished sessions kept, oldest first, with their logs' bytes when they ended. */
+  readonly #endedBytes = new Map<SandboxSession, number>();
+  #endedBytesTotal = 0;
 
   /** Forks keepers ahead for new sessions, when sessions are kept (keeper-spawner.ts). */
   readonly #spawner: KeeperSpawner | undefined;
@@ -301,6 +309,9 @@ export class SessionRegistry {
   #onFinished(session: SandboxSession): void {
     this.#unread.add(session);
     this.#forgetAfter(session, this.#options.unreadRetentionMs);
+    const bytes = session.keptBytes;
+    this.#endedBytes.set(session, bytes);
+    this.#endedBytesTotal += bytes;
     // Each keeps its whole log in memory: a node whose orchestrator never comes back must not fill up.
     for (const oldest of this.#unread) {
       if (this.#unread.size <= this.#options.maxUnreadSessions) break;
@@ -308,6 +319,35 @@ export class SessionRegistry {
       this.#options.logger.warn(
         { session: oldest.id, maxUnreadSessions: this.#options.maxUnreadSessions },
         "forgot a finished session nobody has read the end of: more finished sessions wait for a reader than OZ0_MAX_UNREAD_SESSIONS allows",
+      );
+    }
+    this.#keepEndedLogsWithinBytes(session);
+  }
+
+  /**
+   * Each session's log is bounded (OZ0_MAX_SESSION_LOG_BYTES), but many ended
+   * ones kept at once are not: sessions that each flood their log to the cap
+   * and end would hold the node's memory for the retention period. Past the
+   * node's budget, the oldest read sessions go first (a late attach is all
+   * they still serve), then the oldest unread ones. The one that just ended
+   * stays: its orchestrator is most likely reading it now, and alone it is
+   * bounded by the session caps. A stream still reading a forgotten
+   * session's log reads it to its end; only a later attach is NOT_FOUND.
+   */
+  #keepEndedLogsWithinBytes(newest: SandboxSession): void {
+    const max = this.#options.maxEndedLogBytes;
+    if (this.#endedBytesTotal <= max) return;
+    const read = [...this.#endedBytes.keys()].filter((s) => !this.#unread.has(s));
+    for (const oldest of [...read, ...this.#unread]) {
+      if (this.#endedBytesTotal <= max) return;
+      if (oldest === newest) continue;
+      const wasUnread = this.#unread.has(oldest);
+      this.#forget(oldest);
+      this.#options.logger.warn(
+        { session: oldest.id, maxEndedSessionLogBytes: max, unread: wasUnread },
+        wasUnread
+          ? "forgot a finished session nobody has read the end of: the finished sessions' logs hold more than OZ0_MAX_ENDED_SESSION_LOG_BYTES"
+          : "forgot a finished session before its retention period: the finished sessions' logs hold more than OZ0_MAX_ENDED_SESSION_LOG_BYTES",
       );
     }
   }
@@ -333,6 +373,8 @@ export class SessionRegistry {
     clearTimeout(this.#retention.get(session));
     this.#retention.delete(session);
     this.#unread.delete(session);
+    this.#endedBytesTotal -= this.#endedBytes.get(session) ?? 0;
+    this.#endedBytes.delete(session);
     if (this.#sessions.get(session.id) === session) this.#sessions.delete(session.id);
   }
 
@@ -479,5 +521,7 @@ export class SessionRegistry {
     for (const timer of this.#retention.values()) clearTimeout(timer);
     this.#retention.clear();
     this.#unread.clear();
+    this.#endedBytes.clear();
+    this.#endedBytesTotal = 0;
   }
 }

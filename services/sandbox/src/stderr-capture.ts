@@ -49,6 +49,11 @@ export class StderrCapture {
     this.#scrubber = createScrubber(options.secret).held();
   }
 
+  /** Bytes of stderr the log still holds. */
+  get keptBytes(): number {
+    return this.#keptBytes;
+  }
+
   /** The last few KiB logged, for `exited`. */
   get tail(): string {
     return this.#tail;

@@ -196,6 +196,50 @@ void describe("retention and limits", () => {
     }
   });
 
+  void it("keeps the finished sessions' logs within OZ0_MAX_ENDED_SESSION_LOG_BYTES, forgetting read ones before unread ones", async () => {
+    // Each session logs about 100 KiB of events; the node keeps 300 KiB of finished logs.
+    const capped = await startTestSandbox({
+      isolation: "none",
+      retentionMs: 60_000,
+      unreadRetentionMs: 60_000,
+      maxEndedSessionLogBytes: 300 * 1024,
+    });
+    const chatty = () => scenarioStart({ mode: "chatty", events: 100, chunkBytes: 1000 });
+    try {
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++) ids.push((await runToEnd(capped.client, chatty())).sessionId);
+      for (let i = 0; i < 3; i++) {
+        const unread = new SessionStream(capped.client, { message: { case: "start", value: chatty() } });
+        await unread.waitFor((m) => m.message.case === "artifacts", "artifacts");
+        ids.push(unread.sessionId);
+        unread.drop();
+        await until(async () => {
+          const listed = (await capped.client.listSessions({})).sessions.find((s) => s.sessionId === unread.sessionId);
+          return listed?.endTime !== undefined;
+        });
+      }
+      const kept = (await capped.client.listSessions({})).sessions.map((s) => s.sessionId);
+      assert.deepEqual(
+        ids.map((id) => kept.includes(id)),
+        [false, false, false, false, true, true],
+        "the read ones went first, then the oldest unread one",
+      );
+      // A forgotten one is NOT_FOUND; a kept unread one still gives its whole log.
+      const late = new SessionStream(capped.client, {
+        message: { case: "attach", value: { sessionId: ids[3]!, afterSeq: 0n } },
+      });
+      await late.finished;
+      assert.equal(ConnectError.from(late.error).code, Code.NotFound);
+      const back = new SessionStream(capped.client, {
+        message: { case: "attach", value: { sessionId: ids[5]!, afterSeq: 0n } },
+      });
+      await back.finished;
+      assert.equal(back.exited().status, SessionStatus.COMPLETED);
+    } finally {
+      await capped.close();
+    }
+  });
+
   void it("forgets a finished session after the retention period", async () => {
     const done = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
     // retentionMs 0: dropped as soon as its timer runs.
