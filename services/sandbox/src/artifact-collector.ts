@@ -82,6 +82,9 @@ function git(options: GitOptions, args: string[], maxBuffer: number, input?: str
         else reject(new Error(`git ${args[0] ?? ""} failed: ${(stderr || error.message).trim()}`));
       },
     );
+    // git may exit before it reads (or without reading) its stdin: the pipe's EPIPE is no error of
+    // ours, and unheard it would end the sandbox. What git did is in the callback above.
+    child.stdin?.on("error", () => undefined);
     child.stdin?.end(input ?? "");
   });
 }
