@@ -2,8 +2,10 @@
 // "Running the service"), read and validated in one place: a malformed value
 // stops the process at start with a message naming the variable and the form
 // it expects, rather than a NaN port or a lease that never expires.
+import path from "node:path";
 import {
   authSettingsFromEnv,
+  EnvConfigError,
   envInteger,
   envMaxMessageBytes,
   envPort,
@@ -30,6 +32,10 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     unit: "bytes (0 keeps none)",
   });
   const consoleDir = envString(env, "OZ0_CONSOLE_DIR");
+  const roots = envString(env, "OZ0_ATTACHMENT_ROOTS");
+  const attachmentRoots = (roots ?? "").split(":").filter(Boolean);
+  if (attachmentRoots.some((root) => !path.isAbsolute(root)))
+    throw new EnvConfigError("OZ0_ATTACHMENT_ROOTS", "`:`-separated absolute paths", roots ?? "");
   const maxMessageBytes = envMaxMessageBytes(env);
   return {
     host: envString(env, "OZ0_HOST") ?? "127.0.0.1",
@@ -48,6 +54,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     ...(nodeStaleAfterMs !== undefined ? { nodeStaleAfterMs } : {}),
     ...(maxSessionStderrBytes !== undefined ? { maxSessionStderrBytes } : {}),
     ...(consoleDir ? { consoleDir } : {}),
+    ...(attachmentRoots.length > 0 ? { attachmentRoots } : {}),
     ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}),
   };
 }

@@ -35,6 +35,12 @@ export interface OrchestratorConfig {
   host?: string;
   /** 0 picks a free port. Default 7700. */
   port?: number;
+  /**
+   * Folders anyone who may run a job may attach files from
+   * (OZ0_ATTACHMENT_ROOTS, `:`-separated). An admin may attach any path but
+   * the data directory; without roots, nobody else may attach.
+   */
+  attachmentRoots?: string[];
   /** The data directory (OZ0_HOME). Default ~/.oz0. */
   home?: string;
   /** Sandbox nodes (OZ0_SANDBOX_URLS); or `sandboxes` for custom runners. */
@@ -186,6 +192,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     tokens: orchestratorTracing.tokenIssuer(proxy),
     policy: new PermissionPolicy({ hooks: [new HookStage()] }),
     home,
+    ...(config.attachmentRoots ? { attachmentRoots: config.attachmentRoots } : {}),
     logger,
     ...(lifecycle ? { lifecycle } : {}),
     ownership: cluster.ownership,

@@ -27,6 +27,7 @@ void test("the environment's variables become the orchestrator's configuration",
     OZ0_NODE_STALE_AFTER_MS: "5000",
     OZ0_MAX_SESSION_STDERR_BYTES: "0",
     OZ0_CONSOLE_DIR: "/srv/console",
+    OZ0_ATTACHMENT_ROOTS: "/srv/shared:/home/projects",
     OZ0_MAX_MESSAGE_BYTES: "8388608",
   });
   const { auth, ...rest } = config;
@@ -47,6 +48,7 @@ void test("the environment's variables become the orchestrator's configuration",
     nodeStaleAfterMs: 5_000,
     maxSessionStderrBytes: 0,
     consoleDir: "/srv/console",
+    attachmentRoots: ["/srv/shared", "/home/projects"],
     maxMessageBytes: 8 * 1024 * 1024,
   });
 });
@@ -76,6 +78,10 @@ void test("a malformed variable is refused, naming it and the form it expects", 
     ],
     [{ OZ0_LLM_PROXY_URL: "llm-proxy" }, /^OZ0_LLM_PROXY_URL must be an http:\/\/ or https:\/\/ URL/],
     [{ OZ0_MAX_MESSAGE_BYTES: "0" }, /^OZ0_MAX_MESSAGE_BYTES must be a whole number of bytes, from 1 to 4294967295/],
+    [
+      { OZ0_ATTACHMENT_ROOTS: "/srv/shared:projects" },
+      /^OZ0_ATTACHMENT_ROOTS must be `:`-separated absolute paths; got "\/srv\/shared:projects"$/,
+    ],
   ];
   for (const [env, message] of cases)
     assert.throws(() => configFromEnv(env), { name: "EnvConfigError", message }, JSON.stringify(env));

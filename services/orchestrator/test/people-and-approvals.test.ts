@@ -6,7 +6,7 @@
 // a viewer may look but not approve. What is recorded, on the job and in the
 // public event, is the principal's id.
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -41,6 +41,8 @@ function pick({ input, turn, request }: { input: string; turn: number; request: 
 
 // The plugin, the auth configuration and the CLI homes of this file, removed when it ends.
 const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-people-"));
+/** The one folder people who are not admins may attach from (OZ0_ATTACHMENT_ROOTS). */
+const attachable = path.join(scratch, "attachable");
 
 async function makeRepo(): Promise<string> {
   const dir = mkdtempSync(path.join(scratch, "repo-"));
@@ -123,7 +125,8 @@ before(async () => {
   tokens.bob = await person("bob", ["approvers"]);
   tokens.carol = await person("carol", ["approvers", "reviewers"]);
   tokens.dave = await person("dave", []);
-  t = await startTestStack({ pick, orchestratorEnv: { OZ0_AUTH_CONFIG: config } });
+  mkdirSync(attachable);
+  t = await startTestStack({ pick, orchestratorEnv: { OZ0_AUTH_CONFIG: config, OZ0_ATTACHMENT_ROOTS: attachable } });
   const installed = await t.cli(["plugin", "install", `file://${await makeRepo()}`]);
   assert.equal(installed.code, 0, installed.stderr);
 });
@@ -209,6 +212,52 @@ void test("a viewer reads jobs but may neither approve nor run; a stale token is
   assert.match(anonymous.stderr, /not one this service accepts/);
   const cancelled = await t.cli(["jobs", "cancel", jobId], as("carol"));
   assert.equal(cancelled.code, 0, cancelled.stderr);
+});
+
+void test("an operator attaches only from OZ0_ATTACHMENT_ROOTS, and nobody attaches the orchestrator's data directory", async () => {
+  const owner = path.join(t.home, "credentials", "owner");
+  assert.ok(existsSync(owner));
+  const attempt = async (person: string | undefined, attachment: string) => {
+    const r = await t.cli(
+      ["run", "restricted", "attached", "--attach", attachment, "--detach"],
+      person ? as(person) : undefined,
+    );
+    return { code: r.code, said: `${r.stdout}${r.stderr}` };
+  };
+  // The review's attack: an operator attaches the owner's credential, to read it back from the job.
+  const direct = await attempt("carol", owner);
+  assert.equal(direct.code, 1);
+  assert.match(direct.said, /is, or holds, the orchestrator's data directory/);
+  // Through a link planted in the folder she may attach from.
+  const link = path.join(attachable, "innocent.txt");
+  symlinkSync(owner, link);
+  const linked = await attempt("carol", link);
+  assert.equal(linked.code, 1);
+  assert.match(linked.said, /is, or holds, the orchestrator's data directory/);
+  // Any other file of the host, outside the roots.
+  const elsewhere = path.join(scratch, "elsewhere.txt");
+  writeFileSync(elsewhere, "not for carol\n");
+  const outside = await attempt("carol", elsewhere);
+  assert.equal(outside.code, 1);
+  assert.match(outside.said, /is outside the folders attachments may come from \(OZ0_ATTACHMENT_ROOTS: /);
+  // The owner (an admin) may attach from anywhere, but not the data directory, nor a folder holding it.
+  for (const holding of [t.home, path.dirname(t.home)]) {
+    const admin = await attempt(undefined, holding);
+    assert.equal(admin.code, 1, admin.said);
+    assert.match(admin.said, /is, or holds, the orchestrator's data directory/);
+  }
+  // What the roots hold, she attaches; the owner attaches what he likes outside them.
+  writeFileSync(path.join(attachable, "notes.txt"), "for the agent\n");
+  for (const [person, attachment] of [
+    ["carol", path.join(attachable, "notes.txt")],
+    [undefined, elsewhere],
+  ] as const) {
+    const started = await attempt(person, attachment);
+    assert.equal(started.code, 0, started.said);
+    const jobId = started.said.trim();
+    const cancelled = await t.cli(["jobs", "cancel", jobId]);
+    assert.equal(cancelled.code, 0, cancelled.stderr);
+  }
 });
 
 void test("oz0 login keeps a checked credential for an orchestrator, commands use it, and oz0 logout forgets it", async () => {

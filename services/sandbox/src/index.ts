@@ -141,6 +141,8 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
       : undefined;
   const registry = new SessionRegistry({
     root,
+    // Every session's directories, and the hidden paths (OZ0_HOME among them: the suite's own data).
+    attachmentsNeverFrom: [root, ...(config.hiddenPaths ?? [])],
     maxSessions,
     isolation: useBwrap
       ? {

@@ -91,6 +91,8 @@ const ISOLATION_MODES: Record<IsolationName, IsolationMode> = {
 
 export interface SandboxSessionOptions {
   start: StartSession;
+  /** Paths a `node_path` attachment may never lead into or hold: the sandbox's root, the hidden paths. */
+  attachmentsNeverFrom: readonly string[];
   /** The validated request, with session id set. */
   request: SessionRequest;
   command: string[];
@@ -298,7 +300,7 @@ export class SandboxSession {
         internalDirs: this.#options.keep?.internalDirs,
       });
       if (isolation.mode === "none") this.#container = containerFor(isolation.containment, this.id, paths.internalDir);
-      await copyAttachments(paths.workingDir, start.attachments);
+      await copyAttachments(paths.workingDir, start.attachments, this.#options.attachmentsNeverFrom);
       // A shared directory belongs to its owner: its changes are the owner's patch, not this session's.
       try {
         // An empty start needs no snapshot: the patch is then everything present at the end.

@@ -206,7 +206,25 @@ export async function createSessionDirectories(
   await Promise.all([...stateSubdirectories, ...socketDir].map((dir) => mkdir(dir, { recursive: true, mode: 0o700 })));
 }
 
-export async function copyAttachments(workingDir: string, attachments: readonly Attachment[]): Promise<void> {
+/** True when `inner` is `outer` or below it. */
+function within(inner: string, outer: string): boolean {
+  const relative = path.relative(outer, inner);
+  return relative === "" || (!relative.startsWith("..") && !path.isAbsolute(relative));
+}
+
+/**
+ * Copies the attachments into the working directory, as the sandbox (outside
+ * any isolation). A `node_path` is a file of this node, so one that leads
+ * (its links resolved) into `neverFrom`, or holds one of them, is refused:
+ * the sessions' directories, the suite's data and the hidden paths are not
+ * the orchestrator's to hand to an agent, whoever asked it to.
+ */
+export async function copyAttachments(
+  workingDir: string,
+  attachments: readonly Attachment[],
+  neverFrom: readonly string[],
+): Promise<void> {
+  const guarded = await Promise.all(neverFrom.map((p) => realpath(p).catch(() => path.resolve(p))));
   for (const [index, attachment] of attachments.entries()) {
     const target = path.join(workingDir, path.normalize(attachment.path));
     await mkdir(path.dirname(target), { recursive: true });
@@ -219,6 +237,14 @@ export async function copyAttachments(workingDir: string, attachments: readonly 
       } catch {
         throw invalidField(`start.attachments[${index}].node_path`, "does not exist on this node");
       }
+      // A dangling link is copied as the link it is: nothing is read through it.
+      const real = await realpath(source).catch(() => undefined);
+      const guard = real === undefined ? undefined : guarded.find((g) => within(real, g) || within(g, real));
+      if (guard !== undefined)
+        throw invalidField(
+          `start.attachments[${index}].node_path`,
+          `leads into or holds ${guard}, which the sandbox never hands to a session (its sessions, the suite's data, the hidden paths); attach files from elsewhere`,
+        );
       await cp(source, target, { recursive: true, dereference: false, errorOnExist: false });
     }
   }

@@ -38,6 +38,8 @@ export interface SessionLifecycleListener {
 
 export interface SessionRegistryOptions {
   root: string;
+  /** Paths a `node_path` attachment may never lead into or hold (session-directories.ts: copyAttachments). */
+  attachmentsNeverFrom: readonly string[];
   maxSessions: number;
   isolation:
     | { mode: "none"; setprivPath?: string; containment: Containment; landlock?: Landlock }
@@ -287,6 +289,7 @@ export class SessionRegistry {
       graceMs: this.#options.cancelGraceMs,
       maxLineBytes: this.#options.maxLineBytes,
       maxArtifactBytes: this.#options.maxArtifactBytes,
+      attachmentsNeverFrom: this.#options.attachmentsNeverFrom,
       maxLogEvents: this.#options.maxLogEvents,
       maxLogBytes: this.#options.maxLogBytes,
       maxStderrBytes: this.#options.maxStderrBytes,

@@ -129,6 +129,48 @@ void describe("RunSession without isolation", () => {
   });
 });
 
+void it("refuses a node_path attachment that leads into, or holds, its root or a hidden path, links resolved", async () => {
+  const { mkdtempSync, rmSync, symlinkSync, writeFileSync } = await import("node:fs");
+  const os = await import("node:os");
+  const path = await import("node:path");
+  const secrets = mkdtempSync(path.join(os.tmpdir(), "oz0-hidden-"));
+  const elsewhere = mkdtempSync(path.join(os.tmpdir(), "oz0-elsewhere-"));
+  writeFileSync(path.join(secrets, "owner"), "the owner's credential\n");
+  writeFileSync(path.join(elsewhere, "notes.txt"), "for the agent\n");
+  symlinkSync(path.join(secrets, "owner"), path.join(elsewhere, "innocent.txt"));
+  const guarded = await startTestSandbox({ isolation: "none", hiddenPaths: [secrets] });
+  try {
+    const attach = (nodePath: string) =>
+      runToEnd(
+        guarded.client,
+        scenarioStart(
+          { mode: "complete" },
+          { attachments: [{ path: "a", source: { case: "nodePath", value: nodePath } }] },
+        ),
+      );
+    for (const [nodePath, guard] of [
+      [path.join(secrets, "owner"), secrets],
+      [path.join(elsewhere, "innocent.txt"), secrets],
+      [guarded.root, guarded.root],
+      [path.dirname(guarded.root), guarded.root],
+    ] as const) {
+      const refused = ConnectError.from((await attach(nodePath)).error);
+      assert.equal(refused.code, Code.InvalidArgument, nodePath);
+      assert.equal(
+        refused.rawMessage,
+        `start.attachments[0].node_path: leads into or holds ${guard}, which the sandbox never hands to a session (its sessions, the suite's data, the hidden paths); attach files from elsewhere`,
+      );
+    }
+    const allowed = await attach(path.join(elsewhere, "notes.txt"));
+    assert.equal(allowed.error, undefined);
+    assert.equal(allowed.exited().status, SessionStatus.COMPLETED);
+  } finally {
+    await guarded.close();
+    rmSync(secrets, { recursive: true, force: true });
+    rmSync(elsewhere, { recursive: true, force: true });
+  }
+});
+
 void it("removes what a previous run left in the root when it starts", async () => {
   const { mkdirSync, mkdtempSync, existsSync, rmSync, writeFileSync } = await import("node:fs");
   const os = await import("node:os");

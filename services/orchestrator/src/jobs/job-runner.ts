@@ -52,8 +52,10 @@ export interface JobRunnerOptions {
   tokens: TokenIssuer;
   policy: PermissionPolicy;
   lifecycle?: LifecycleSink;
-  /** The data directory; artifacts go under jobs/<id>/artifacts. */
+  /** The data directory; artifacts go under jobs/<id>/artifacts. Never attached to a job. */
   home: string;
+  /** Folders anyone who may run a job may attach files from (OZ0_ATTACHMENT_ROOTS); an admin may attach from anywhere but `home`. */
+  attachmentRoots?: readonly string[];
   logger: Logger;
   /** How often a lost sandbox stream is re-attached before the node is suspected. Default 5. */
   reattachAttempts?: number;
@@ -145,6 +147,8 @@ export class JobRunner {
     servedTools?: string;
     id?: string;
     startedBy?: string;
+    /** The caller may attach any path of the host but the data directory (an admin); otherwise only paths under `attachmentRoots`. */
+    attachFromAnywhere?: boolean;
   }): Promise<JobRecord> {
     if (this.#active.closing)
       throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
@@ -152,7 +156,11 @@ export class JobRunner {
       throw new Error(`no runtime tools named ${options.servedTools} are served here`);
     checkJobInput(options.input);
     const agent = await this.#agents.resolve(options.agent, options.version);
-    const attachments = checkAttachments(options.attachments ?? []);
+    const attachments = checkAttachments(options.attachments ?? [], {
+      home: this.#o.home,
+      roots: this.#o.attachmentRoots ?? [],
+      anywhere: options.attachFromAnywhere ?? false,
+    });
     const job = newJobRecord(
       {
         id: options.id ?? newJobId(),

@@ -302,9 +302,16 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
             );
           return { job: jobToProto(await deps.graphs.jobs.run({ graph: name, input: req.input, startedBy })) };
         }
+        const principal = principalOf(context);
         return {
           job: jobToProto(
-            await deps.runner.runAgent({ agent: name, input: req.input, attachments: req.attachments, startedBy }),
+            await deps.runner.runAgent({
+              agent: name,
+              input: req.input,
+              attachments: req.attachments,
+              startedBy,
+              attachFromAnywhere: principal?.kind === "person" && principal.roles.has("admin"),
+            }),
           ),
         };
       }),

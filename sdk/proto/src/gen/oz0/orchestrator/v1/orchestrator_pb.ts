@@ -240,7 +240,9 @@ export type RunAgentRequest = Message<"oz0.orchestrator.v1.RunAgentRequest"> & {
 
   /**
    * Files or directories on the orchestrator's host, copied into the
-   * session's working directory.
+   * session's working directory. Never in the orchestrator's data directory;
+   * a caller who is not an admin attaches only from the folders the
+   * orchestrator names (OZ0_ATTACHMENT_ROOTS).
    *
    * @generated from field: repeated string attachments = 3;
    */

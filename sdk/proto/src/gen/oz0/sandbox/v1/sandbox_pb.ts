@@ -173,7 +173,9 @@ export type Attachment = Message<"oz0.sandbox.v1.Attachment"> & {
     case: "content";
   } | {
     /**
-     * An absolute path on the node to copy (a file or a directory).
+     * An absolute path on the node to copy (a file or a directory); one that
+     * leads (links resolved) into, or holds, the sandbox's root or a hidden
+     * path (OZ0_SANDBOX_HIDDEN_PATHS, OZ0_HOME) is refused.
      *
      * @generated from field: string node_path = 3;
      */
