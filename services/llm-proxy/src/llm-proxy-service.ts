@@ -102,6 +102,7 @@ export function llmProxyService(options: LlmProxyServiceOptions): Partial<Servic
           agent: request.agent,
           session: request.session,
           budgetUsd: request.budgetUsd,
+          ...(request.budgetSession ? { budgetSession: request.budgetSession } : {}),
         });
         const base = options.publicUrl();
         return create(MintSessionTokenResponseSchema, {

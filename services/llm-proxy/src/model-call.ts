@@ -182,7 +182,8 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     }
     try {
       reservation = await deps.budgets.reserveBudget({
-        session: token.session,
+        // A harness operation's scratch session spends its parent's account.
+        session: token.budgetSession ?? token.session,
         limitUsd: token.budgetUsd,
         worstCaseUsd: worstCaseUsd({
           price,

@@ -272,6 +272,7 @@ export class PostgresProxyStore implements ProxyStore {
       token.session,
       token.budgetUsd,
       token.createdAt,
+      token.budgetSession ?? null,
     ]);
   }
 
@@ -399,7 +400,7 @@ export class PostgresProxyStore implements ProxyStore {
 
   async chargedToSession(session: string): Promise<number> {
     await this.#writes.drain();
-    const { rows } = await this.#pool.query<{ cost: number }>(QUERIES.chargedToSession, [session]);
+    const { rows } = await this.#pool.query<{ cost: number }>(QUERIES.chargedToSession, [session, session]);
     return rows[0]!.cost;
   }
 

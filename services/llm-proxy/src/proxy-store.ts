@@ -54,6 +54,8 @@ export interface TokenRecord {
   session: string;
   /** 0: no budget. */
   budgetUsd: number;
+  /** The session whose budget account its calls spend from, when not its own (a harness operation's scratch session). */
+  budgetSession?: string;
   createdAt: Date;
   revokedAt?: Date;
   /**
@@ -271,7 +273,7 @@ export interface MeteringStore {
   listCalls(job: string): Promise<CallRecord[]>;
   /** Usage of a job per agent. */
   usageByAgent(job: string): Promise<Map<string, UsageTotals>>;
-  /** What a session's calls were charged so far. */
+  /** What a budget account's calls were charged so far: its own session's, and every session whose token spends from it. */
   chargedToSession(session: string): Promise<number>;
 }
 

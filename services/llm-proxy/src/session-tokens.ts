@@ -12,6 +12,8 @@ export interface MintTokenInput {
   session: string;
   /** 0 or absent: no budget. */
   budgetUsd?: number;
+  /** The session whose budget account its calls spend from, when not its own (a harness operation's scratch session). */
+  budgetSession?: string;
 }
 
 export interface SessionTokensOptions {
@@ -48,12 +50,19 @@ export class SessionTokens {
   }
 
   async mint(input: MintTokenInput): Promise<{ token: string; record: TokenRecord }> {
-    for (const field of ["job", "agent", "session"] as const) {
-      if (!input[field]) throw new ProxyError("invalid_argument", `MintSessionToken needs a ${field}`);
-      if (!/^[\x21-\x7e]{1,256}$/.test(input[field])) {
+    for (const [field, name] of [
+      ["job", "job"],
+      ["agent", "agent"],
+      ["session", "session"],
+      ["budgetSession", "budget_session"],
+    ] as const) {
+      const value = input[field];
+      if (field === "budgetSession" && !value) continue;
+      if (!value) throw new ProxyError("invalid_argument", `MintSessionToken needs a ${name}`);
+      if (!/^[\x21-\x7e]{1,256}$/.test(value)) {
         throw new ProxyError(
           "invalid_argument",
-          `${field} must be 1 to 256 printable ASCII characters without spaces (it travels as an HTTP header)`,
+          `${name} must be 1 to 256 printable ASCII characters without spaces (it travels as an HTTP header, or names a session that does)`,
         );
       }
     }
@@ -67,6 +76,7 @@ export class SessionTokens {
       agent: input.agent,
       session: input.session,
       budgetUsd,
+      ...(input.budgetSession && input.budgetSession !== input.session ? { budgetSession: input.budgetSession } : {}),
       createdAt: this.#now(),
     };
     await this.#store.putToken(record);

@@ -87,7 +87,7 @@ const END_CALL = compiled(db.deleteFrom("pending_calls").where("operation_id", "
 const ORPHANED_CALLS = compiled(db.deleteFrom("pending_calls").where("owner", "<>", param("owner")).returningAll(), [
   "owner",
 ]);
-const TOKEN_COLUMNS = ["hash", "job", "agent", "session", "budget_usd", "created_at"];
+const TOKEN_COLUMNS = ["hash", "job", "agent", "session", "budget_usd", "created_at", "budget_session"];
 /** Values of each kind of row in a slot, as the statement that writes it takes them (a first use: time, hash). */
 const HELD_COLUMNS: HeldColumns = {
   token: TOKEN_COLUMNS.length,
@@ -286,7 +286,15 @@ export class SqliteProxyStore implements ProxyStore {
   }
 
   async putToken(token: TokenRecord): Promise<void> {
-    const values = [token.hash, token.job, token.agent, token.session, token.budgetUsd, token.createdAt.getTime()];
+    const values = [
+      token.hash,
+      token.job,
+      token.agent,
+      token.session,
+      token.budgetUsd,
+      token.createdAt.getTime(),
+      token.budgetSession ?? null,
+    ];
     // In its slot it survives the process being killed before the token is handed out;
     // committed with the next group (a hash met twice would be a collision of 256 random bits).
     const slot = this.#slots?.hold("token", values);
@@ -301,6 +309,7 @@ export class SqliteProxyStore implements ProxyStore {
       agent: token.agent,
       session: token.session,
       budget_usd: token.budgetUsd,
+      budget_session: token.budgetSession ?? null,
       created_at: token.createdAt.getTime(),
       revoked_at: null,
       used_at: null,
@@ -602,7 +611,7 @@ export class SqliteProxyStore implements ProxyStore {
 
   #charged(session: string): number {
     this.flush();
-    return (this.#statements.chargedToSession.get(session) as { cost: number }).cost;
+    return (this.#statements.chargedToSession.get(session, session) as { cost: number }).cost;
   }
 
   reserveBudget(input: ReserveInput): Promise<Reservation> {

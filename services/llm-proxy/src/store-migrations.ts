@@ -86,6 +86,38 @@ const METERING = `${IDENTITY}, stream bool!, status integer!, outcome text!, inp
   cache_read_tokens count!, cache_write_tokens count!, reasoning_tokens count!, cost_usd real!, latency_ms real!,
   ttft_ms real, estimated bool!, started_at time!`;
 
+/**
+ * The reservation function (see version 2): `startingPoint` is how a first
+ * reservation opens an account, the one part later versions change.
+ */
+function reserveBudgetFunction(create: "CREATE" | "CREATE OR REPLACE", startingPoint: string): string {
+  return `${create} FUNCTION reserve_budget(p_id text, p_session text, p_limit numeric, p_worst numeric, p_minimum numeric, p_partial boolean, p_hold_ms double precision)
+RETURNS TABLE (o_amount numeric, o_limit numeric, o_spent numeric, o_reserved numeric)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+DECLARE
+  a budget_accounts%ROWTYPE;
+  available numeric;
+  amount numeric;
+BEGIN
+  SELECT * INTO a FROM budget_accounts WHERE session = p_session FOR UPDATE;
+  IF NOT FOUND THEN
+${startingPoint}
+    SELECT * INTO a FROM budget_accounts WHERE session = p_session FOR UPDATE;
+  END IF;
+  available := a.limit_usd - a.spent_usd - a.reserved_usd;
+  IF available <= 0 OR available < p_minimum OR (NOT p_partial AND p_worst > available) THEN
+    RETURN QUERY SELECT NULL::numeric, a.limit_usd, a.spent_usd, a.reserved_usd;
+    RETURN;
+  END IF;
+  amount := LEAST(p_worst, available);
+  UPDATE budget_accounts SET reserved_usd = reserved_usd + amount WHERE session = p_session;
+  INSERT INTO budget_reservations (id, session, amount_usd, state, created_at, expires_at)
+    VALUES (p_id, p_session, amount, 'held', now(), now() + p_hold_ms * interval '1 millisecond');
+  RETURN QUERY SELECT amount, a.limit_usd, a.spent_usd, a.reserved_usd + amount;
+END
+$fn$`;
+}
+
 export const MIGRATIONS: readonly ProxyMigration[] = [
   {
     version: 1,
@@ -159,34 +191,13 @@ export const MIGRATIONS: readonly ProxyMigration[] = [
     // search_path is fixed at creation, so the functions find this schema's tables.
     up: (db) => [
       db.schema.createIndex("budget_reservations_by_session").on("budget_reservations").column("session"),
-      `CREATE FUNCTION reserve_budget(p_id text, p_session text, p_limit numeric, p_worst numeric, p_minimum numeric, p_partial boolean, p_hold_ms double precision)
-RETURNS TABLE (o_amount numeric, o_limit numeric, o_spent numeric, o_reserved numeric)
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
-DECLARE
-  a budget_accounts%ROWTYPE;
-  available numeric;
-  amount numeric;
-BEGIN
-  SELECT * INTO a FROM budget_accounts WHERE session = p_session FOR UPDATE;
-  IF NOT FOUND THEN
-    -- A first reservation starts from what the session's calls were charged (a restart, a forgotten account).
+      reserveBudgetFunction(
+        "CREATE",
+        `    -- A first reservation starts from what the session's calls were charged (a restart, a forgotten account).
     INSERT INTO budget_accounts (session, limit_usd, spent_usd, reserved_usd)
       SELECT p_session, p_limit, COALESCE(SUM(c.cost_usd), 0)::numeric, 0 FROM calls c WHERE c.session = p_session
-      ON CONFLICT (session) DO NOTHING;
-    SELECT * INTO a FROM budget_accounts WHERE session = p_session FOR UPDATE;
-  END IF;
-  available := a.limit_usd - a.spent_usd - a.reserved_usd;
-  IF available <= 0 OR available < p_minimum OR (NOT p_partial AND p_worst > available) THEN
-    RETURN QUERY SELECT NULL::numeric, a.limit_usd, a.spent_usd, a.reserved_usd;
-    RETURN;
-  END IF;
-  amount := LEAST(p_worst, available);
-  UPDATE budget_accounts SET reserved_usd = reserved_usd + amount WHERE session = p_session;
-  INSERT INTO budget_reservations (id, session, amount_usd, state, created_at, expires_at)
-    VALUES (p_id, p_session, amount, 'held', now(), now() + p_hold_ms * interval '1 millisecond');
-  RETURN QUERY SELECT amount, a.limit_usd, a.spent_usd, a.reserved_usd + amount;
-END
-$fn$`,
+      ON CONFLICT (session) DO NOTHING;`,
+      ),
       `CREATE FUNCTION settle_budget(p_id text, p_actual numeric) RETURNS void
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
 DECLARE
@@ -235,6 +246,31 @@ $fn$`,
         : []),
     ],
     present: (probe) => probe.hasTable("pending_calls"),
+  },
+  {
+    version: 5,
+    name: "a session token spending another session's budget",
+    // A harness operation's scratch session spends its parent session's budget: the account is named by
+    // budget_session, and its starting point counts every session that spends from it.
+    up: (db) => [db.schema.alterTable("session_tokens").addColumn("budget_session", "text")],
+    present: (probe) => probe.hasColumn("session_tokens", "budget_session"),
+  },
+  {
+    version: 6,
+    name: "a budget account's starting point counts the sessions spending from it",
+    only: "postgres",
+    up: () => [
+      reserveBudgetFunction(
+        "CREATE OR REPLACE",
+        `    -- A first reservation starts from what the account's calls were charged (a restart, a forgotten account):
+    -- its own session's, and those of every session spending from it (a harness operation's scratch sessions).
+    INSERT INTO budget_accounts (session, limit_usd, spent_usd, reserved_usd)
+      SELECT p_session, p_limit, COALESCE(SUM(c.cost_usd), 0)::numeric, 0 FROM calls c
+      WHERE c.session = p_session
+         OR c.session IN (SELECT t.session FROM session_tokens t WHERE t.budget_session = p_session)
+      ON CONFLICT (session) DO NOTHING;`,
+      ),
+    ],
   },
 ];
 

@@ -107,8 +107,8 @@ export function proxyQueries(engine: EngineName): ProxyQueries {
     putToken: compiled(
       db
         .insertInto("session_tokens")
-        .values(namedValues(["hash", "job", "agent", "session", "budget_usd", "created_at"])),
-      ["hash", "job", "agent", "session", "budget_usd", "created_at"],
+        .values(namedValues(["hash", "job", "agent", "session", "budget_usd", "created_at", "budget_session"])),
+      ["hash", "job", "agent", "session", "budget_usd", "created_at", "budget_session"],
     ),
     findToken: compiled(db.selectFrom("session_tokens").selectAll().where("hash", "=", param("hash")), ["hash"]),
     // The row lock (PostgreSQL) or the one writer (SQLite) orders it against a revocation: after one commits, the other sees it.
@@ -172,12 +172,23 @@ export function proxyQueries(engine: EngineName): ProxyQueries {
         .orderBy("agent"),
       ["job"],
     ),
+    // A budget account's starting point: its own session's calls and those of every session spending from it.
     chargedToSession: compiled(
       db
         .selectFrom("calls")
         .select(sql<number>`coalesce(sum(cost_usd), 0)`.as("cost"))
-        .where("session", "=", param("session")),
-      ["session"],
+        .where((eb) =>
+          eb.or([
+            eb("session", "=", param("session")),
+            eb(
+              "session",
+              "in",
+              eb.selectFrom("session_tokens").select("session").where("budget_session", "=", param("session")),
+            ),
+          ]),
+        ),
+      // Named twice: each engine takes its parameters by position.
+      ["session", "session"],
     ),
   };
 }

@@ -242,6 +242,7 @@ export interface TokenRow {
   agent: string;
   session: string;
   budget_usd: number;
+  budget_session: string | null;
   created_at: Time;
   revoked_at: Time | null;
   used_at: Time | null;
@@ -254,6 +255,7 @@ export function tokenFromRow(row: TokenRow): TokenRecord {
     agent: row.agent,
     session: row.session,
     budgetUsd: row.budget_usd,
+    ...(row.budget_session === null ? {} : { budgetSession: row.budget_session }),
     createdAt: toDate(row.created_at),
     ...(row.revoked_at === null ? {} : { revokedAt: toDate(row.revoked_at) }),
     ...(row.used_at === null ? {} : { usedAt: toDate(row.used_at) }),

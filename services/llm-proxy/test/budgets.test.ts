@@ -238,6 +238,51 @@ void describe("budgets", () => {
     }
   });
 
+  void it("a scratch session's token spends its parent's budget account: together they never pass it, across a restart", async (t) => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-llm-proxy-shared-"));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    // $0.003 in and $0.015 out a call: $0.018 of a $0.02 budget.
+    const fx = await startFixture({
+      turns: () => ({ text: "ok", usage: { input: 1000, output: 1000 } }),
+      config: { dataDir: dir },
+    });
+    const body = (maxTokens: number) => ({ model: "m", max_tokens: maxTokens, messages: [] });
+    const call = (base: string, e: { token: string; headers: Record<string, string> }, maxTokens: number) =>
+      post(`${base}/anthropic/v1/messages`, body(maxTokens), { "x-api-key": e.token, ...e.headers });
+    let parent: Awaited<ReturnType<typeof fx.session>>;
+    try {
+      parent = await fx.session({ budgetUsd: 0.02 });
+      const scratch = await fx.session({ job: parent.job, budgetUsd: 0.02, budgetSession: parent.session });
+      const own = await fx.session({ job: parent.job, budgetUsd: 0.02 });
+      assert.equal((await call(fx.proxy.url, scratch, 100)).status, 200);
+      const refused = await call(fx.proxy.url, parent, 1000);
+      assert.equal(refused.status, 402, refused.text);
+      assert.match(JSON.parse(refused.text).error.message, /only \$0\.0020 of the session's \$0\.0200 budget is left/);
+      // A session that names no budget session keeps its own account.
+      assert.equal((await call(fx.proxy.url, own, 100)).status, 200);
+      // Metering stays by session: the scratch session's call is its own, the parent's refusal the parent's.
+      const calls = await fx.proxy.store.listCalls(parent.job);
+      assert.deepEqual(
+        calls.map((c) => `${c.session} ${c.status}`).sort(),
+        [`${own.session} 200`, `${parent.session} 402`, `${scratch.session} 200`].sort(),
+      );
+      // A budget session is named like a session.
+      await assert.rejects(
+        fx.session({ job: parent.job, budgetUsd: 0.02, budgetSession: "two words" }),
+        /budget_session must be 1 to 256 printable ASCII characters/,
+      );
+    } finally {
+      await fx.close();
+    }
+    // Restarted on the same data, the parent's account starts from what every session spending from it was charged.
+    const again = await startFixture({ turns: () => ({ text: "ok" }), config: { dataDir: dir } });
+    try {
+      assert.equal((await call(again.proxy.url, parent, 1000)).status, 402);
+    } finally {
+      await again.close();
+    }
+  });
+
   void it("keeps the spent budget across a proxy restart", async (t) => {
     const { mkdtempSync, rmSync } = await import("node:fs");
     const dir = mkdtempSync(`${(await import("node:os")).tmpdir()}/oz0-llm-proxy-`);

@@ -24,7 +24,13 @@ export interface ProxyFixture {
   secrets: Client<typeof SecretService>;
   control: Client<typeof LlmProxyService>;
   /** Mint a token and return what a harness gets in LlmEndpoint. */
-  session(options?: { job?: string; agent?: string; session?: string; budgetUsd?: number }): Promise<SessionEndpoint>;
+  session(options?: {
+    job?: string;
+    agent?: string;
+    session?: string;
+    budgetUsd?: number;
+    budgetSession?: string;
+  }): Promise<SessionEndpoint>;
   close(): Promise<void>;
 }
 
@@ -85,7 +91,13 @@ export async function startFixture(options: {
       const job = s.job ?? `job-${sessionCounter}`;
       const agent = s.agent ?? "coder";
       const session = s.session ?? `session-${sessionCounter}`;
-      const minted = await control.mintSessionToken({ job, agent, session, budgetUsd: s.budgetUsd ?? 0 });
+      const minted = await control.mintSessionToken({
+        job,
+        agent,
+        session,
+        budgetUsd: s.budgetUsd ?? 0,
+        budgetSession: s.budgetSession ?? "",
+      });
       return {
         job,
         agent,

@@ -365,6 +365,36 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       await again.settle(0);
     });
 
+    void it("starts an account from the calls of its session and of every session whose token spends from it", async () => {
+      const parent = unique("ses-parent");
+      const scratch = unique("ses-scratch");
+      const other = unique("ses-other");
+      for (const [session, budgetSession] of [
+        [parent, undefined],
+        [scratch, parent],
+        [other, undefined],
+      ] as const)
+        await a.putToken({
+          hash: unique("hash"),
+          job: "job-1",
+          agent: "fixer",
+          session,
+          budgetUsd: 1,
+          ...(budgetSession ? { budgetSession } : {}),
+          createdAt: new Date(),
+        });
+      await a.recordCall(call({ operationId: unique("op-parent"), session: parent, costUsd: 0.2 }));
+      await a.recordCall(call({ operationId: unique("op-scratch"), session: scratch, costUsd: 0.5 }));
+      await a.recordCall(call({ operationId: unique("op-other"), session: other, costUsd: 0.25 }));
+      assert.equal(Math.round((await b.chargedToSession(parent)) * 1e9) / 1e9, 0.7);
+      await assert.rejects(
+        b.reserveBudget({ session: parent, limitUsd: 1, worstCaseUsd: 0.5, minimumUsd: 0.01, partial: false }),
+        /only \$0\.3000/,
+      );
+      const [token] = (await b.revokeTokens({ session: scratch }, new Date())).ended;
+      assert.equal(token?.budgetSession, parent, "the token says whose budget it spent");
+    });
+
     void it("reconciles a call a dead proxy left in flight once, as interrupted, frees its hold, and never a call that was recorded or is alive", async () => {
       const session = unique("ses-crash");
       const job = unique("job-crash");
