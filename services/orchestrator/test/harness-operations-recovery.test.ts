@@ -107,6 +107,24 @@ function checkpointOf(jobId: string): OperationCheckpoint | undefined {
   }
 }
 
+/** The sessions of the job whose LLM proxy tokens are still live (read from the proxy's SQLite store). */
+function liveTokensOf(jobId: string): string[] {
+  const db = new Database(path.join(t.home, "llm-proxy", "llm-proxy.sqlite"), { readonly: true });
+  try {
+    const rows = db.prepare("SELECT session FROM session_tokens WHERE job = ? AND revoked_at IS NULL").all(jobId);
+    return (rows as { session: string }[]).map((r) => r.session);
+  } finally {
+    db.close();
+  }
+}
+
+/** Every token minted for the job is revoked once it ended: the abandoned scratch session's too, which only the dead process held. */
+async function assertNoLiveTokens(jobId: string): Promise<void> {
+  await eventually(async () => (liveTokensOf(jobId).length === 0 ? true : undefined)).catch(() =>
+    assert.fail(`tokens still live for sessions ${liveTokensOf(jobId).join(", ")} of the ended job ${jobId}`),
+  );
+}
+
 /** Replaces the record, as the orchestrator would have written it. */
 function writeCheckpoint(record: OperationCheckpoint): void {
   const db = new Database(path.join(t.home, "orchestrator.db"));
@@ -136,6 +154,7 @@ void test("a crash before the checkpoint runs the operation again", async () => 
   const record = checkpointOf(jobId)!;
   assert.deepEqual([record.status, record.delivered, record.scratchSessionIds.length], ["validated", true, 2]);
   assert.match(parentSaw.get(task)!, /SHP-4831/);
+  await assertNoLiveTokens(jobId);
 });
 
 void test("a crash after the checkpoint reuses the recorded result", async () => {
@@ -161,6 +180,7 @@ void test("a crash after the checkpoint reuses the recorded result", async () =>
   assert.equal(scratchCalls.get(task), 1, "the model was not asked again");
   assert.match(parentSaw.get(task)!, /FROM-CHECKPOINT/);
   assert.equal(checkpointOf(jobId)!.delivered, true);
+  await assertNoLiveTokens(jobId);
 });
 
 void test("cancelling the parent job cancels its running operation", async () => {

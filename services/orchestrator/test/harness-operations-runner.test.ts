@@ -241,6 +241,7 @@ function setup(options: {
     ...(options.maxRepairs !== undefined ? { maxRepairs: options.maxRepairs } : {}),
     ...(options.stopWaitMs !== undefined ? { stopWaitMs: options.stopWaitMs } : {}),
   });
+  const brokenRules: string[] = [];
   const parent: OperationParent = {
     jobId: "job_1",
     sessionId: "ses_parent",
@@ -252,8 +253,11 @@ function setup(options: {
       (async (r) => {
         answers.push(r);
       }),
+    brokeRule: async (rule) => {
+      brokenRules.push(rule);
+    },
   };
-  return { home, store, runner, parent, events, answers, revoked };
+  return { home, store, runner, parent, events, answers, revoked, brokenRules };
 }
 
 void test("offers each operation as a runtime tool taking { task }", () => {

@@ -11,7 +11,8 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { inputAllowed } from "../src/policy/tool-call-audit.js";
-import { commitAll, eventually, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
+import { installPlugin, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
+import { runToEnd } from "./support/ended-job.js";
 
 let t: TestStack;
 const repo = mkdtempSync(path.join(os.tmpdir(), "oz0-rogue-ops-"));
@@ -83,9 +84,7 @@ before(async () => {
       "",
     ].join("\n"),
   );
-  await commitAll(repo, "plugin");
-  const installed = await t.cli(["plugin", "install", `file://${repo}`]);
-  assert.equal(installed.code, 0, installed.stderr);
+  await installPlugin(t, repo);
 });
 
 after(async () => {
@@ -93,19 +92,7 @@ after(async () => {
   rmSync(repo, { recursive: true, force: true });
 });
 
-async function ended(input: string): Promise<{ state: string; error?: string; resultText?: string }> {
-  const run = await t.cli(["run", "guarded", input, "--detach"]);
-  const jobId = /job_\w+/.exec(run.stdout + run.stderr)?.[0];
-  assert.ok(jobId, `${run.stdout}\n${run.stderr}`);
-  return eventually(async () => {
-    const shown = JSON.parse((await t.cli(["jobs", "show", jobId, "--json"])).stdout) as {
-      state: string;
-      error?: string;
-      resultText?: string;
-    };
-    return shown.state === "JOB_STATE_SUCCEEDED" || shown.state === "JOB_STATE_FAILED" ? shown : undefined;
-  });
-}
+const ended = (input: string) => runToEnd(t, "guarded", input);
 
 void test("a harness operation called without asking runs nothing, and the job fails with the rule", async () => {
   const job = await ended("never");

@@ -123,6 +123,10 @@ export class JobRunner {
       operations: this.#operations,
       stops: this.#stops,
       stopStored: (job, active) => this.#stopStored(job, active),
+      breakRule: async (jobId, active, rule) => {
+        const job = await this.#o.store.getJob(jobId);
+        if (job) await this.#stopSession(job, active, rule, {});
+      },
       served: (job) => this.#served(job),
       handleBurst: (jobId, active, messages) => this.#handleBurst(jobId, active, messages),
       finish: (jobId, o) => this.#finish(jobId, o),

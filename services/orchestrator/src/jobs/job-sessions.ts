@@ -43,6 +43,8 @@ export interface JobSessionsOptions {
   stops: SessionStops;
   /** Asks the node again to stop the session of a job whose cancel or broken rule is stored, and waits for its end. */
   stopStored(job: JobRecord, active: ActiveJob): void;
+  /** A harness operation's scratch session broke a rule: the job fails with it, its session stopped. */
+  breakRule(jobId: string, active: ActiveJob, rule: string): Promise<void>;
   /** How often a lost stream is re-attached before the node is suspected. Default 5. */
   reattachAttempts?: number;
   /** Without node heartbeats, how long a lost stream is re-attached before the job fails. Default 30 s. */
@@ -86,6 +88,7 @@ export class JobSessions {
         if (!channel) throw new Error("the job's session is not attached");
         await channel.answerRuntimeTool(result);
       },
+      brokeRule: (rule) => this.#o.breakRule(job.id, active, rule),
     };
   }
 

@@ -31,6 +31,7 @@ import type { AgentVersionRecord, JobStore, JsonObject } from "../store/job-stor
 import { DEFAULT_MAX_STDERR_BYTES, stderrAppend, withStderr } from "../sessions/harness-stderr.js";
 import { OperationCheckpoints, type OperationCheckpoint } from "./operation-checkpoints.js";
 import type { PermissionPolicy } from "../policy/permission-policy.js";
+import { toolResultViolation, type PermissionSeen } from "../policy/tool-call-audit.js";
 import type {
   LifecycleSink,
   SandboxMessage,
@@ -54,7 +55,8 @@ export type OperationErrorCode =
   | "operation_session_failed"
   | "operation_timed_out"
   | "operation_cancelled"
-  | "operation_deadline_passed";
+  | "operation_deadline_passed"
+  | "operation_policy_bypass";
 
 /** The operations an agent version declares (publication validated them). */
 export function operationsOf(agent: AgentVersionRecord): HarnessOperationDefinition[] {
@@ -84,6 +86,11 @@ export interface OperationParent {
   deadline?: Date;
   /** Writes a RuntimeToolResult to the parent's session (throws when its stream is gone; the next re-attach delivers). */
   answer(result: RuntimeToolResult): Promise<void>;
+  /**
+   * A scratch session broke "every tool call asks first": the parent job fails with the rule, its session
+   * stopped, as when its own session breaks it.
+   */
+  brokeRule(rule: string): Promise<void>;
 }
 
 export interface OperationRunnerOptions {
@@ -366,11 +373,21 @@ export class OperationRunner {
   }
 
   async #resume(parent: OperationParent, op: HarnessOperationDefinition, record: OperationCheckpoint): Promise<void> {
-    // Scratch sessions of a previous process are not followed by anyone now: stop them.
-    for (const id of record.scratchSessionIds)
+    // Scratch sessions of a previous process are not followed by anyone now: stop them, and end their
+    // tokens (tokenId is the session id), which only the process that minted them would have revoked.
+    for (const id of record.scratchSessionIds) {
       await parent.sandbox
         .cancel({ sessionId: id, reason: "the orchestrator restarted; this operation attempt is abandoned" })
         .catch(() => undefined);
+      await this.#o.tokens
+        .revoke({ tokenId: id })
+        .catch((error: unknown) =>
+          this.#o.logger.warn(
+            { jobId: parent.jobId, sessionId: id, err: String(error) },
+            "could not revoke an abandoned scratch session's token; it stays valid at the LLM proxy",
+          ),
+        );
+    }
     const recorded = recordedOutcome(record);
     if (recorded) {
       // The checkpoint committed: reuse it, do not ask the model again.
@@ -565,15 +582,21 @@ export class OperationRunner {
       });
     };
     const onAbort = (): void => stopSession("cancelled", "the parent run was cancelled");
+    // "Every tool call asks first", checked in scratch sessions too: what each request was answered, by its
+    // call id (and its own id), for the results that follow. The rule a result broke, once one did.
+    const answered = new Map<string, PermissionSeen>();
+    let bypass: string | undefined;
     try {
       // Recorded before it starts, so a restart can stop it.
       await this.#checkpoints.put(record);
+      // The parent's budget bounds its operations too: their calls spend from the parent session's account.
+      const parentBudget = parent.agent.definition.harness?.max_budget_usd;
       const token = await this.#o.tokens.mint({
         jobId: parent.jobId,
         agent: agent.name,
         agentVersion: agent.version,
         sessionId,
-        ttlMs: Math.max(1_000, until - Date.now()) + 60_000,
+        ...(typeof parentBudget === "number" ? { budgetUsd: parentBudget, budgetSession: parent.sessionId } : {}),
       });
       tokenId = token.tokenId;
       const input = options.feedback.length
@@ -680,6 +703,14 @@ export class OperationRunner {
             });
             // A scratch loop has no person to wait for: what needs approval is refused, and the model is told why.
             const allow = decision.kind === "allow";
+            const seen: PermissionSeen = {
+              tool: e.value.tool,
+              status: allow ? "approved" : "denied",
+              decider: decision.kind === "ask" ? "policy" : decision.decider,
+              reason: decision.reason,
+            };
+            answered.set(e.value.id, seen);
+            if (e.value.callId) answered.set(e.value.callId, seen);
             await scratch.answerPermission(
               create(PermissionAnswerSchema, {
                 id: e.value.id,
@@ -704,6 +735,23 @@ export class OperationRunner {
               }),
             );
             break;
+          case "toolResult": {
+            if (!agent.harness.manifest.permissions || bypass !== undefined) break;
+            const violation = toolResultViolation({
+              result: e.value,
+              permission: answered.get(e.value.callId),
+              harness: agent.harness.manifest.name,
+            });
+            if (violation === undefined) break;
+            bypass = violation;
+            this.#o.logger.warn(
+              { jobId: parent.jobId, sessionId, operation: op.key, callId: e.value.callId },
+              violation,
+            );
+            stopSession("cancelled", violation);
+            await parent.brokeRule(violation);
+            break;
+          }
           case "result":
             result = e.value;
             flushModel({ finish: true });
@@ -722,6 +770,13 @@ export class OperationRunner {
         reattach: false,
       });
       if (end.kind === "unknown" || end.kind === "refused" || end.kind === "broken") throw end.error;
+      if (bypass !== undefined)
+        return {
+          kind: "failed",
+          code: "operation_policy_bypass",
+          message: `${op.key}'s scratch session ${bypass.replace(/^policy bypass: /, "broke a rule: ")}`,
+          validation: "unknown",
+        };
       if (stop === "cancelled" || signal.aborted)
         return {
           kind: "failed",

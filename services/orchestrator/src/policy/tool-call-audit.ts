@@ -14,10 +14,13 @@ export interface ToolResultSeen {
   isError: boolean;
 }
 
+/** What the audit reads of the permission a result answers: a stored request's record, or a scratch session's decision. */
+export type PermissionSeen = Pick<PermissionRecord, "tool" | "status" | "decider" | "reason">;
+
 /** The rule a tool result breaks, as a message for the job's failure; undefined when it is fine. */
 export function toolResultViolation(options: {
   result: ToolResultSeen;
-  permission: PermissionRecord | undefined;
+  permission: PermissionSeen | undefined;
   harness: string;
 }): string | undefined {
   const { permission: p, harness } = options;

@@ -32,12 +32,19 @@ export class LlmProxyClient implements TokenIssuer, SecretWriter {
     this.#secrets = createClient(SecretService, transport);
   }
 
-  async mint(options: { jobId: string; agent: string; sessionId: string; budgetUsd?: number }): Promise<MintedToken> {
+  async mint(options: {
+    jobId: string;
+    agent: string;
+    sessionId: string;
+    budgetUsd?: number;
+    budgetSession?: string;
+  }): Promise<MintedToken> {
     const response = await this.#tokens.mintSessionToken({
       job: options.jobId,
       agent: options.agent,
       session: options.sessionId,
       budgetUsd: options.budgetUsd ?? 0,
+      budgetSession: options.budgetSession ?? "",
     });
     return {
       token: response.token,

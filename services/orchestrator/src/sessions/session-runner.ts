@@ -118,7 +118,8 @@ export interface TokenIssuer {
     agentVersion: number;
     sessionId: string;
     budgetUsd?: number;
-    ttlMs?: number;
+    /** The session whose budget this token's calls spend (a harness operation's scratch session spends its parent's). */
+    budgetSession?: string;
   }): Promise<MintedToken>;
   /**
    * Ends the session's token. `neverUsed`: the proxy knows that no model call

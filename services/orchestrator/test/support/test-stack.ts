@@ -2,6 +2,7 @@
 // processes on loopback (the embedded stack's own code path), the LLM proxy's
 // Anthropic and OpenAI routes pointed at a scripted model in the test process, and a
 // helper that runs the `oz0` CLI as a user would.
+import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -60,6 +61,8 @@ export async function startTestStack(options: {
   orchestratorEnv?: Record<string, string>;
   /** For the events service, for example KAFKA_BROKERS and OZ0_KAFKA_TOPIC. */
   eventsEnv?: Record<string, string>;
+  /** Both providers' price tables (dollars per million tokens), for budgets; none by default. */
+  prices?: Record<string, { input: number; output: number }>;
 }): Promise<TestStack> {
   const home = mkdtempSync(path.join(os.tmpdir(), "oz0-orch-test-"));
   const model = await startScriptedModel({
@@ -79,8 +82,8 @@ export async function startTestStack(options: {
     providersFile,
     JSON.stringify({
       providers: [
-        { name: "anthropic", baseUrl: model.url },
-        { name: "openai", baseUrl: model.url, auth: "bearer" },
+        { name: "anthropic", baseUrl: model.url, ...(options.prices ? { prices: options.prices } : {}) },
+        { name: "openai", baseUrl: model.url, auth: "bearer", ...(options.prices ? { prices: options.prices } : {}) },
       ],
     }),
   );
@@ -259,4 +262,11 @@ export async function commitAll(dir: string, message: string): Promise<void> {
   await git("init", "-q", "-b", "main").catch(() => undefined);
   await git("add", "-A");
   await git("commit", "-q", "-m", message);
+}
+
+/** Commits the plugin in `dir` and installs it on the stack, as `oz0 plugin install file://DIR` does. */
+export async function installPlugin(t: TestStack, dir: string): Promise<void> {
+  await commitAll(dir, "plugin");
+  const installed = await t.cli(["plugin", "install", `file://${dir}`]);
+  assert.equal(installed.code, 0, `${installed.stdout}${installed.stderr}`);
 }

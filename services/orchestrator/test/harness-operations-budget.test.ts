@@ -1,0 +1,96 @@
+// An agent's budget (harness.max_budget_usd) bounds its harness operations
+// too. Each operation runs a scratch session with a token of its own; those
+// tokens spend from the parent session's budget account at the LLM proxy, so
+// a session that has spent its budget cannot go on spending through an
+// operation (an attacker review: a $0.02 agent spent $0.19 that way).
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { installPlugin, startTestStack, type TestStack } from "./support/test-stack.js";
+
+/** A harness standing for any code in the session: it calls the model with its token until refused, then its operation. */
+const HARNESS = String.raw`
+import { createInterface } from "node:readline";
+const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+const out = (o) => process.stdout.write(JSON.stringify(o) + "\n");
+const req = JSON.parse((await lines.next()).value);
+out({ started: { protocolVersion: "PROTOCOL_VERSION_1", harnessName: "spender", capabilities: { runtimeTools: true, structuredOutput: true } } });
+const call = async () =>
+  (await fetch(req.llm.anthropicBaseUrl + "/v1/messages", {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-api-key": req.llm.token, "anthropic-version": "2023-06-01", ...req.llm.headers },
+    body: JSON.stringify({ model: "claude-sonnet-5-5", max_tokens: 20, messages: [{ role: "user", content: "hello there" }] }),
+  })).status;
+const statuses = [];
+if (req.instructions.includes("## Harness operation:")) {
+  for (let i = 0; i < 5; i++) statuses.push(await call());
+  out({ result: { stopReason: "STOP_REASON_COMPLETED", text: "", structuredOutput: { statuses: statuses.join(",") } } });
+} else {
+  for (let i = 0; i < 20; i++) { const s = await call(); statuses.push(s); if (s !== 200) break; }
+  out({ runtimeToolCall: { id: "op-1", name: "spend", input: { task: "spend more" } } });
+  const answer = JSON.parse((await lines.next()).value);
+  const operation = JSON.stringify(answer.runtimeToolResult.output ?? answer.runtimeToolResult.error);
+  out({ result: { stopReason: "STOP_REASON_COMPLETED", text: "main " + statuses.join(",") + " | operation " + operation } });
+}
+process.exit(0);
+`;
+
+let t: TestStack;
+const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-operation-budget-"));
+
+before(async () => {
+  // $100 per million tokens in and out: every call costs something; the agent has $0.02.
+  t = await startTestStack({ pick: () => ({ text: "ok" }), prices: { "*": { input: 100, output: 100 } } });
+  const repo = path.join(scratch, "repo");
+  for (const sub of ["agents", "prompts"]) mkdirSync(path.join(repo, sub), { recursive: true });
+  writeFileSync(path.join(repo, "harness.mjs"), HARNESS);
+  writeFileSync(path.join(repo, "prompts", "p.md"), "Be frugal.\n");
+  writeFileSync(
+    path.join(repo, "oz0-plugin.yaml"),
+    'name: spend\nversion: 0.1.0\nharnesses:\n  - name: spender\n    command: ["node", "harness.mjs"]\n    capabilities: [runtime_tools, structured_output]\nagents:\n  - agents/frugal.yaml\n',
+  );
+  writeFileSync(
+    path.join(repo, "agents", "frugal.yaml"),
+    [
+      "name: frugal",
+      "description: Spends its budget, then calls an operation.",
+      "runtime: harness:spender",
+      "model: { primary: anthropic/claude-sonnet-5-5 }",
+      "instructions: prompts/p.md",
+      "limits: { timeout: 2m }",
+      "harness:",
+      "  max_budget_usd: 0.02",
+      "harness_operations:",
+      "  - key: spend",
+      "    description: Spends more.",
+      "    instructions: Call the model.",
+      "    result_schema: { type: object, properties: { statuses: { type: string } } }",
+      "    timeout_ms: 60000",
+      "",
+    ].join("\n"),
+  );
+  await installPlugin(t, repo);
+});
+
+after(async () => {
+  await t?.close();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+void test("a harness operation's calls spend from the agent's budget: once the session spent it, the operation is refused too", async () => {
+  const run = await t.cli(["run", "frugal", "go", "--json"]);
+  const resultLine = run.stdout.split("\n").find((l) => l.includes('"result"'));
+  assert.ok(resultLine, `${run.stdout}\n${run.stderr}`);
+  const text = (JSON.parse(resultLine) as { result: { text: string } }).result.text;
+  const [, main, operation] = /^main ([\d,]+) \| operation (.*)$/.exec(text) ?? [];
+  assert.ok(main && operation, text);
+  assert.match(main, /^(200,)+402$/, "the session spent its budget and was refused");
+  assert.match(operation, /"statuses":"402,402,402,402,402"/, "its operation could not spend past it");
+  const jobId = /"jobId":"(job_[^"]+)"/.exec(run.stdout)?.[1];
+  assert.ok(jobId);
+  const usage = await t.cli(["usage", jobId]);
+  const cost = Number(/^job .*\$(\d+\.\d+)$/m.exec(usage.stdout)?.[1]);
+  assert.ok(cost > 0 && cost <= 0.02, `the job cost $${cost}, past its $0.02 budget:\n${usage.stdout}`);
+});
