@@ -19,7 +19,7 @@ import {
   type SandboxConfig,
 } from "./sandbox-config.js";
 import { sandboxService } from "./sandbox-service.js";
-import { DEFAULT_MAX_STDERR_BYTES } from "./stderr-capture.js";
+import { DEFAULT_MAX_STDERR_BYTES, DEFAULT_MAX_STDERR_WRITTEN_BYTES } from "./stderr-capture.js";
 import { prepareRoot, removeStaleSessions } from "./session-directories.js";
 import { SessionRegistry } from "./session-registry.js";
 import { sandboxEntryCommand } from "./sandbox-entry.js";
@@ -173,6 +173,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     maxLogEvents: config.maxSessionEvents ?? 200_000,
     maxLogBytes: config.maxSessionLogBytes ?? 64 * 1024 * 1024,
     maxStderrBytes: config.maxSessionStderrBytes ?? DEFAULT_MAX_STDERR_BYTES,
+    maxStderrWrittenBytes: config.maxSessionStderrWrittenBytes ?? DEFAULT_MAX_STDERR_WRITTEN_BYTES,
     logger,
     listener: lifecycle?.listener,
     ...(traceRelay !== undefined

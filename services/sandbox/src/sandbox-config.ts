@@ -106,6 +106,11 @@ export interface SandboxConfig {
    */
   maxSessionLogBytes?: number;
   /** How much of a session's stderr is kept for re-attach, its last bytes (OZ0_MAX_SESSION_STDERR_BYTES); older pieces are dropped to their size. Default 1 MiB. */
+  /**
+   * Bytes a session may write to stderr in all (OZ0_MAX_SESSION_STDERR_WRITTEN_BYTES): each is written to the
+   * node's disk, so past it the session is stopped (`stderr_too_large`). Default 256 MiB.
+   */
+  maxSessionStderrWrittenBytes?: number;
   maxSessionStderrBytes?: number;
   /**
    * Extra paths visible read-only inside bubblewrap, beyond the system
@@ -209,6 +214,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     maxSessionEvents: envInteger(env, "OZ0_MAX_SESSION_EVENTS", { min: 0, unit: "events" }),
     maxSessionLogBytes: bytes(env, "OZ0_MAX_SESSION_LOG_BYTES"),
     maxSessionStderrBytes: bytes(env, "OZ0_MAX_SESSION_STDERR_BYTES"),
+    maxSessionStderrWrittenBytes: bytes(env, "OZ0_MAX_SESSION_STDERR_WRITTEN_BYTES"),
     sessionUids: { base: uidBase, count: uidCount },
     readOnlyPaths: readOnlyPaths?.split(":").filter((p) => p !== ""),
     hiddenPaths: hiddenPaths(env),

@@ -109,6 +109,8 @@ export interface SandboxSessionOptions {
   maxLogBytes: number;
   /** How much of the harness's stderr the log keeps (the last bytes of it). */
   maxStderrBytes: number;
+  /** The most a session may write to stderr in all (OZ0_MAX_SESSION_STDERR_WRITTEN_BYTES); past it it is stopped. */
+  maxStderrWrittenBytes: number;
   logger: Logger;
   /** The sandbox's relay to the trace collector: the harness exports its spans there (inside the sandbox, through its forward), encoded as the collector takes them. */
   traceRelay?: { url: string; protocol: "http/protobuf" | "http/json" };
@@ -219,6 +221,12 @@ export class SandboxSession {
       maxBytes: options.maxStderrBytes,
       // For whoever runs the node at debug level; scrubbed like the log.
       onPiece: (text) => options.logger.debug({ sessionId: this.id, stderr: text }, "harness stderr"),
+      maxWritten: options.maxStderrWrittenBytes,
+      onTooMuch: () =>
+        this.#breakLimit(
+          "stderr_too_large",
+          `the harness wrote more than ${options.maxStderrWrittenBytes} bytes to stderr (OZ0_MAX_SESSION_STDERR_WRITTEN_BYTES); the rest was not read and the session was stopped`,
+        ),
     });
     this.isolationName = options.isolation.mode;
     this.isolation = ISOLATION_MODES[options.isolation.mode];

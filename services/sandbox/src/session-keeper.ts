@@ -184,6 +184,9 @@ export function signalName(number: number): NodeJS.Signals | undefined {
  * buffer per wake, which cost the sandbox more in garbage collection than
  * the reads themselves.
  */
+/** What one pump reads before it lets the event loop run: a harness writing as fast as it can must not hold the sandbox. */
+const PUMP_BYTES = 1024 * 1024;
+
 class FileTail extends Readable {
   readonly #path: string;
   #position: number;
@@ -232,7 +235,13 @@ class FileTail extends Readable {
     try {
       this.#fd ??= openSync(this.#path, "r");
       const scratch = FileTail.#scratch;
+      let pumped = 0;
       while (!this.#stopped) {
+        if (pumped >= PUMP_BYTES) {
+          // The rest after whatever else waits (other sessions, RPCs, heartbeats).
+          setImmediate(() => this.#pump());
+          return;
+        }
         const bytesRead = readSync(this.#fd, scratch, 0, scratch.length, this.#position);
         if (bytesRead === 0) {
           if (this.#finishing) {
@@ -242,6 +251,7 @@ class FileTail extends Readable {
           return;
         }
         this.#position += bytesRead;
+        pumped += bytesRead;
         // A copy: the scratch buffer is read into again.
         if (!this.push(Buffer.from(scratch.subarray(0, bytesRead)))) return;
       }

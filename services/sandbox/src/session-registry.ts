@@ -75,6 +75,7 @@ export interface SessionRegistryOptions {
   maxLogEvents: number;
   maxLogBytes: number;
   maxStderrBytes: number;
+  maxStderrWrittenBytes: number;
   logger: Logger;
   listener?: SessionLifecycleListener;
   /** The sandbox's relay to the trace collector (telemetry-relay.ts), when it exports traces: sessions send their spans there. */
@@ -293,6 +294,7 @@ export class SessionRegistry {
       maxLogEvents: this.#options.maxLogEvents,
       maxLogBytes: this.#options.maxLogBytes,
       maxStderrBytes: this.#options.maxStderrBytes,
+      maxStderrWrittenBytes: this.#options.maxStderrWrittenBytes,
       logger: this.#options.logger,
       ...(this.#options.traceRelay !== undefined ? { traceRelay: this.#options.traceRelay } : {}),
       onStarted: (s) => listener?.started?.(s),

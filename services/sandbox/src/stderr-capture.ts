@@ -14,6 +14,8 @@ export const STDERR_PIECE_BYTES = 64 * 1024;
 export const STDERR_FLUSH_MS = 200;
 /** Default of what a session keeps (OZ0_MAX_SESSION_STDERR_BYTES): 1 MiB. */
 export const DEFAULT_MAX_STDERR_BYTES = 1024 * 1024;
+/** Default of what a session may write to stderr in all (OZ0_MAX_SESSION_STDERR_WRITTEN_BYTES): 256 MiB. */
+export const DEFAULT_MAX_STDERR_WRITTEN_BYTES = 256 * 1024 * 1024;
 /** How much `exited.stderr_tail` carries. */
 const TAIL_CHARS = 4096;
 
@@ -31,21 +33,32 @@ export class StderrCapture {
   #keptBytes = 0;
   #tail = "";
   #finished = false;
+  /** Bytes the harness wrote to stderr so far, and the most it may (then `onTooMuch`, and the rest is ignored). */
+  #written = 0;
+  readonly #maxWritten: number;
+  readonly #onTooMuch: (() => void) | undefined;
 
   /**
    * `secret`: the session token (nothing is scrubbed without one).
    * `maxBytes`: how much of the session's stderr the log keeps (0: none, only the sizes).
    * `onPiece`: each piece as logged, for the node's debug log.
+   * `maxWritten`: the most the harness may write in all; past it `onTooMuch` is called once (the session is
+   * stopped) and what follows is ignored. The keeper's file and the log on disk hold every byte read, and a
+   * harness writing as fast as it can would fill the node's disk.
    */
   constructor(options: {
     log: SessionEventLog;
     secret: string | undefined;
     maxBytes: number;
     onPiece?: (text: string) => void;
+    maxWritten?: number;
+    onTooMuch?: () => void;
   }) {
     this.#log = options.log;
     this.#maxBytes = options.maxBytes;
     this.#onPiece = options.onPiece;
+    this.#maxWritten = options.maxWritten ?? DEFAULT_MAX_STDERR_WRITTEN_BYTES;
+    this.#onTooMuch = options.onTooMuch;
     this.#scrubber = createScrubber(options.secret).held();
   }
 
@@ -60,7 +73,12 @@ export class StderrCapture {
   }
 
   push(chunk: Buffer): void {
-    if (this.#finished) return;
+    if (this.#finished || this.#written > this.#maxWritten) return;
+    this.#written += chunk.length;
+    if (this.#written > this.#maxWritten) {
+      this.#onTooMuch?.();
+      return;
+    }
     this.#pending += this.#scrubber.push(this.#decoder.write(chunk));
     if (Buffer.byteLength(this.#pending) >= STDERR_PIECE_BYTES) this.#flush();
     else if (this.#pending !== "" && this.#timer === undefined)

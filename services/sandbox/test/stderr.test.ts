@@ -134,3 +134,26 @@ void describe("harness stderr", () => {
     assert.match(live.exited().stderrTail, /line 199 x+\n$/);
   });
 });
+
+for (const isolation of ["none", "bwrap"] as const) {
+  void it(`stops a session (${isolation}) that writes more than OZ0_MAX_SESSION_STDERR_WRITTEN_BYTES to stderr, and reads no more of it`, async () => {
+    const capped = await startTestSandbox({
+      isolation,
+      maxSessionStderrWrittenBytes: 1024 * 1024,
+      retentionMs: 60_000,
+    });
+    try {
+      const flood = await runToEnd(capped.client, scenarioStart({ mode: "stderr-flood", bytes: 64 * 1024 * 1024 }));
+      const exited = flood.exited();
+      assert.equal(exited.errorCode, "stderr_too_large", exited.errorMessage);
+      assert.match(
+        exited.errorMessage,
+        /^the harness wrote more than 1048576 bytes to stderr \(OZ0_MAX_SESSION_STDERR_WRITTEN_BYTES\); the rest was not read and the session was stopped$/,
+      );
+      const logged = pieces(flood.received).reduce((sum, p) => sum + Buffer.byteLength(p.text) + p.dropped, 0);
+      assert.ok(logged <= 1024 * 1024, `${logged} bytes of stderr were logged`);
+    } finally {
+      await capped.close();
+    }
+  });
+}
