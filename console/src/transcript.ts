@@ -28,7 +28,7 @@ export type Row =
       error: string;
     })
   | (Timed & { kind: "result"; result: SessionResult })
-  | (Timed & { kind: "artifacts"; artifacts: Artifact[] });
+  | (Timed & { kind: "artifacts"; artifacts: Artifact[]; error: string });
 
 export interface ToolRow extends Timed {
   kind: "tool";
@@ -159,7 +159,7 @@ export function fold(events: readonly JobEvent[]): { rows: Row[]; totals: Totals
         rows.push({ kind: "result", ...at, result: e.value });
         break;
       case "artifacts":
-        rows.push({ kind: "artifacts", ...at, artifacts: e.value.artifacts });
+        rows.push({ kind: "artifacts", ...at, artifacts: e.value.artifacts, error: e.value.error });
         break;
       default:
         break;

@@ -214,6 +214,11 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
       {artifactRows.length > 0 ? (
         <>
           <h2>Artifacts</h2>
+          {artifactRows
+            .filter((r) => r.error)
+            .map((r) => (
+              <p class="error artifacts-error">{visible(r.error)}</p>
+            ))}
           {artifacts.error ? <p class="error">{artifacts.error}</p> : null}
           {artifacts.value ? (
             <ArtifactsView artifacts={artifacts.value.artifacts} contents={artifacts.value.contents} />

@@ -48,6 +48,7 @@ export function TranscriptRow({ row }: { row: Row }) {
         <li class="row row-artifacts">
           <span class="who">artifacts</span>{" "}
           {visible(row.artifacts.map((a) => `${a.name} (${a.sizeBytes} bytes)`).join(", "))}
+          {row.error ? <span class="error"> {visible(row.error)}</span> : null}
         </li>
       );
   }

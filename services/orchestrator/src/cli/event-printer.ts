@@ -142,7 +142,7 @@ export class EventPrinter {
       case "artifacts":
         for (const a of e.value.artifacts)
           this.#line(`${this.#mark("artifact:")} ${terminalLine(`${a.path} (${a.sizeBytes} bytes)`)}`);
-        if (e.value.error) this.#line(`${this.#mark("artifacts:")} ${terminalLine(`not collected: ${e.value.error}`)}`);
+        if (e.value.error) this.#line(`${this.#mark("artifacts:")} ${terminalLine(e.value.error)}`);
         return;
       case "stateChanged": {
         const s = e.value.state;
