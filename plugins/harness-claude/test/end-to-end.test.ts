@@ -76,6 +76,7 @@ void test("oz0 run: Read, Edit and an approved Bash call; the job succeeds, mete
   // The sandbox's isolation is its default (bubblewrap where it works).
   mkdirSync(path.join(repoRoot, ".oz0"), { recursive: true });
   const home = mkdtempSync(path.join(repoRoot, ".oz0", "harness-claude-e2e-"));
+  const workspace = mkdtempSync(path.join(repoRoot, ".oz0", "harness-claude-e2e-files-"));
   const model = await startScriptedModel({ turns: turn });
   const providers = path.join(home, "providers.json");
   writeFileSync(
@@ -129,7 +130,8 @@ void test("oz0 run: Read, Edit and an approved Bash call; the job succeeds, mete
     const installed = await cli(["plugin", "install", agents]);
     assert.equal(installed.code, 0, installed.stderr);
 
-    const project = path.join(home, "project");
+    // Outside the stack's data directory: nobody attaches from there.
+    const project = path.join(workspace, "project");
     mkdirSync(project);
     writeFileSync(path.join(project, "notes.txt"), "alpha\n");
     // Attached as the folder `project` inside the session's working directory.
@@ -184,5 +186,6 @@ void test("oz0 run: Read, Edit and an approved Bash call; the job succeeds, mete
     await stack.close();
     await model.close();
     if (!process.env["OZ0_KEEP_TEST_HOME"]) rmSync(home, { recursive: true, force: true });
+    rmSync(workspace, { recursive: true, force: true });
   }
 });
