@@ -13,7 +13,7 @@
 // power cut (SQLite runs with synchronous = NORMAL; an `fdatasync` per call
 // measured 400–600 µs on this machine's disk, more than the whole call).
 //
-// Each process writes a file of its own (`in-flight/<owner>.v1.slots`), so a
+// Each process writes a file of its own (`in-flight/<owner>.v2.slots`), so a
 // later start tells a dead process's calls from its own. The file's name
 // carries the version of this layout: a start refuses (it does not serve) a
 // file of another version, or with a row it cannot read, naming the file,
@@ -42,7 +42,8 @@ const LENGTH_BYTES = 4;
 const INITIAL_SLOTS = 64;
 const SUFFIX = ".slots";
 /** The layout of slots and rows this code writes and reads (a change to either is a new version). */
-const FORMAT_VERSION = 1;
+// Version 2: a token's row holds its budget session (7 values).
+const FORMAT_VERSION = 2;
 const VERSIONED = /\.v(\d+)\.slots$/;
 
 /** Rows written to slots until they are committed, by kind (the values as the statement that writes each takes them). */

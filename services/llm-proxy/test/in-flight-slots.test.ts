@@ -176,24 +176,26 @@ function slotFile(dataDir: string, name: string, rows: unknown[][]): string {
   return file;
 }
 
-const GOOD_TOKEN = ["t", "h-good", "j", "a", "s", 1, 5];
+const GOOD_TOKEN = ["t", "h-good", "j", "a", "s", 1, 5, null];
 
 void test("a start refuses a slot file it cannot replay whole (another version's, a row of another shape, a value SQLite refuses), names it, commits none of it and keeps it, and the proxy does not serve", async (t) => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-bad-slots-"));
   t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   const cases: [string, unknown[][], RegExp][] = [
-    ["dead-1.v2.slots", [GOOD_TOKEN], /dead-1\.v2\.slots is of version 2 .* reads version 1/],
+    // An earlier version's file (its token rows had 6 values), and one without a version, which is version 1.
+    ["dead-1.v1.slots", [GOOD_TOKEN], /dead-1\.v1\.slots is of version 1 .* reads version 2/],
+    ["dead-0.slots", [GOOD_TOKEN], /dead-0\.slots is of version 1 .* reads version 2/],
     [
-      "dead-2.v1.slots",
+      "dead-2.v2.slots",
       [GOOD_TOKEN, ["t", "h-short", "j"]],
-      /dead-2\.v1\.slots holds a row of kind token with 2 values, not 6 in slot 1/,
+      /dead-2\.v2\.slots holds a row of kind token with 2 values, not 7 in slot 1/,
     ],
-    ["dead-3.v1.slots", [GOOD_TOKEN, ["x", 1]], /dead-3\.v1\.slots holds a row of unknown kind "x"/],
+    ["dead-3.v2.slots", [GOOD_TOKEN, ["x", 1]], /dead-3\.v2\.slots holds a row of unknown kind "x"/],
     // A budget that was NaN or Infinity, written as null: SQLite refuses it, and the whole replay rolls back.
     [
-      "dead-4.slots",
-      [GOOD_TOKEN, ["t", "h-null", "j", "a", "s", null, 5]],
-      /could not replay the slot file .*dead-4\.slots \(NOT NULL constraint failed/,
+      "dead-4.v2.slots",
+      [GOOD_TOKEN, ["t", "h-null", "j", "a", "s", null, 5, null]],
+      /could not replay the slot file .*dead-4\.v2\.slots \(NOT NULL constraint failed/,
     ],
   ];
   for (const [name, rows, message] of cases) {
@@ -216,7 +218,7 @@ void test("a start refuses a slot file it cannot replay whole (another version's
     rmSync(file);
   }
   // Once the file is moved away the proxy starts; a file of this version replays.
-  slotFile(dataDir, "dead-5.v1.slots", [GOOD_TOKEN]);
+  slotFile(dataDir, "dead-5.v2.slots", [GOOD_TOKEN]);
   const proxy = await startLlmProxy({ dataDir, providers: [], logger: pino({ level: "silent" }) });
   try {
     assert.equal((await proxy.store.findToken("h-good"))?.session, "s");
