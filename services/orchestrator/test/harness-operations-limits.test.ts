@@ -3,6 +3,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
+  compileResultSchema,
+  describeValidationErrors,
   OPERATION_LIMITS,
   readOperationTask,
   validateHarnessOperations,
@@ -105,6 +107,29 @@ void test("result_schema: required, top-level object, supported subset, compiles
     /result_schema does not compile/,
   );
   refused([op({ result_schema: { type: "object", required: "a" } })], /result_schema does not compile/);
+});
+
+void test("result_schema: a format is checked, and one the orchestrator does not check is refused at publication", () => {
+  const withFormat = (format: unknown) =>
+    op({
+      result_schema: { type: "object", properties: { contact: { type: "string", format } }, required: ["contact"] },
+    });
+  refused(
+    [withFormat("e-mail")],
+    /result_schema\/properties\/contact\/format is "e-mail", not a format the orchestrator checks \(date, time, date-time, .*email.*\); use one of those, or a pattern/,
+  );
+  refused([withFormat(7)], /result_schema\/properties\/contact\/format is 7, not a format/);
+  // A result that breaks its declared format does not validate: the model is asked again, then the call fails.
+  const validate = compileResultSchema(withFormat("email").result_schema as Record<string, unknown>);
+  assert.equal(validate({ contact: "ops@example.com" }), true);
+  assert.equal(validate({ contact: "not an address" }), false);
+  assert.deepEqual(describeValidationErrors(validate.errors), ['/contact must match format "email"']);
+  assert.equal(
+    compileResultSchema(withFormat("date-time").result_schema as Record<string, unknown>)({
+      contact: "2026-12-04T19:30:00Z",
+    }),
+    true,
+  );
 });
 
 void test("result_schema serialised size ≤ 65,536 bytes", () => {

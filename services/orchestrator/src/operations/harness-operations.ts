@@ -4,6 +4,9 @@
 // publication so a version that exists is always one the runtime can serve;
 // every message names the operation and the rule it broke.
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
+// A CommonJS module: its default import is module.exports, whose `default` is the plugin.
+import ajvFormats from "ajv-formats";
+import { fullFormats } from "ajv-formats/dist/formats.js";
 import { invalidArgument } from "../orchestrator-error.js";
 
 export const OPERATION_LIMITS = {
@@ -69,7 +72,11 @@ const SUBSCHEMA = new Set(["items", "additionalProperties"]);
 const SUBSCHEMA_LIST = new Set(["anyOf"]);
 const SUBSCHEMA_MAP = new Set(["properties"]);
 
-const ajv = new Ajv({ allErrors: true, strict: false, useDefaults: false, validateFormats: false });
+// `format` is checked, with ajv-formats' full set: a result that breaks the format its schema declares is
+// invalid, as the README promises. A format outside the set is refused when the agent is published.
+const ajv = new Ajv({ allErrors: true, strict: false, useDefaults: false });
+ajvFormats.default(ajv);
+const FORMATS: readonly string[] = Object.keys(fullFormats);
 
 function chars(text: string): number {
   return [...text].length;
@@ -90,6 +97,12 @@ function checkSubset(schema: unknown, pointer: string, where: string): void {
       refuse(
         where,
         `result_schema${pointer}/${keyword} uses a keyword outside the supported subset (${SUPPORTED_SCHEMA_KEYWORDS.join(", ")}); inline the schema without it`,
+      );
+    }
+    if (keyword === "format" && (typeof value !== "string" || !FORMATS.includes(value))) {
+      refuse(
+        where,
+        `result_schema${pointer}/format is ${JSON.stringify(value)}, not a format the orchestrator checks (${FORMATS.join(", ")}); use one of those, or a pattern`,
       );
     }
     if (SUBSCHEMA.has(keyword)) checkSubset(value, `${pointer}/${keyword}`, where);
