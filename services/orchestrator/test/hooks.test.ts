@@ -98,6 +98,22 @@ void test("names match exactly or by glob, and JSON pointers walk the input", ()
     "a missing pointer does not match",
   );
   assert.ok(!hookMatches(spec, call("fake.run_command", { command: "rm -rf .", cwd: "repo" })));
+  // The model chooses the input a rule runs over: a pattern that backtracks exponentially on it (2^64 steps here,
+  // never ending on a backtracking engine) answers at once on the linear-time engine, and so does the README's
+  // rule over a harness line's worth of "git push ".
+  const nested = {
+    match: "fake.run_command",
+    when: [{ pointer: "/command", regex: "(a+)+$" }],
+    decision: "deny" as const,
+  };
+  assert.ok(!hookMatches(nested, call("fake.run_command", { command: `${"a".repeat(64)}!` })));
+  const force = {
+    match: "fake.*",
+    when: [{ pointer: "/command", regex: "git push .*--force" }],
+    decision: "deny" as const,
+  };
+  assert.ok(!hookMatches(force, call("fake.run_command", { command: "git push ".repeat(116_000) })));
+  assert.ok(hookMatches(force, call("fake.run_command", { command: "git push origin main --force" })));
 });
 
 void test("the policy refuses tools outside the list before any hook sees them", async () => {
@@ -394,6 +410,16 @@ void test("an agent whose harness does not ask cannot be published with hooks or
         }),
       }),
       /agents\/a\.yaml: field \/hooks\/0\/when\/0\/regex: expected a valid regular expression/,
+    );
+    // A pattern only a backtracking engine runs (a backreference) is refused, saying why.
+    await assert.rejects(
+      registry.install({
+        source: plugin({
+          permissions: true,
+          agent: "hooks:\n  - decision: deny\n    when:\n      - pointer: /command\n        regex: '(a)\\1'\n",
+        }),
+      }),
+      /field \/hooks\/0\/when\/0\/regex: expected a valid regular expression that runs in linear time, without backreferences or lookarounds \(.*Cannot be executed in linear time\)/,
     );
     await assert.rejects(
       registry.install({

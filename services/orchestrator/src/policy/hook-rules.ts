@@ -3,6 +3,15 @@
 // (`<harness>.<tool>`, exact or a glob) and by its input (JSON pointers with
 // `equals` or `regex`), and decides. Command hooks (command-hooks.ts) share
 // the matching, so a program only runs for the calls it is declared for.
+//
+// A rule's regex runs on the orchestrator's event loop over a tool input the
+// model chose (up to a harness line, 1 MiB). A backtracking engine takes
+// quadratic or exponential time on some of them: `git push .*--force` over
+// "git push " repeated took 19 s at 432 KB, and held every job, approval and
+// RPC meanwhile (an attacker review). So rules run on V8's linear-time
+// engine (the `l` flag), and a pattern it cannot run (backreferences,
+// lookarounds) is refused when the plugin or agent is installed.
+import { setFlagsFromString } from "node:v8";
 import { isDeepStrictEqual } from "node:util";
 import type { JsonObject } from "../store/job-store.js";
 
@@ -104,13 +113,30 @@ export function resolvePointer(document: unknown, pointer: string): { found: boo
   return { found: true, value: current };
 }
 
+// The `l` flag needs this; set before any pattern is compiled with it.
+setFlagsFromString("--enable-experimental-regexp-engine");
+
+/** Patterns compiled for the linear-time engine, by their source (the installed plugins' and agents' rules). */
+const compiled = new Map<string, RegExp>();
+
+/** `pattern` on V8's linear-time engine; throws SyntaxError when it does not compile or needs backtracking. */
+export function linearRegExp(pattern: string): RegExp {
+  let regex = compiled.get(pattern);
+  if (regex === undefined) {
+    // eslint-disable-next-line no-invalid-regexp -- `l` is V8's linear-time engine, enabled above; ESLint knows only the standard flags
+    regex = new RegExp(pattern, "l");
+    compiled.set(pattern, regex);
+  }
+  return regex;
+}
+
 function conditionHolds(condition: HookInputCondition, input: JsonObject): boolean {
   const { found, value } = resolvePointer(input, condition.pointer);
   if (!found) return false;
   if ("equals" in condition && !isDeepStrictEqual(value, condition.equals)) return false;
   if (condition.regex !== undefined) {
     const text = typeof value === "string" ? value : JSON.stringify(value);
-    if (!new RegExp(condition.regex).test(text)) return false;
+    if (!linearRegExp(condition.regex).test(text)) return false;
   }
   return true;
 }
@@ -136,16 +162,16 @@ export function ruleVerdict(spec: RuleHookSpec, call: PreToolCall): HookVerdict 
   };
 }
 
-/** Problems a schema cannot see (a regex that does not compile); names the field. */
+/** Problems a schema cannot see (a regex that does not compile, or needs backtracking); names the field. */
 export function checkHookSpecs(specs: HookSpec[], where: string): void {
   specs.forEach((spec, i) => {
     (spec.when ?? []).forEach((c, j) => {
       if (c.regex === undefined) return;
       try {
-        new RegExp(c.regex);
+        linearRegExp(c.regex);
       } catch (error) {
         throw new Error(
-          `${where}: field /hooks/${i}/when/${j}/regex: expected a valid regular expression (${(error as Error).message})`,
+          `${where}: field /hooks/${i}/when/${j}/regex: expected a valid regular expression that runs in linear time, without backreferences or lookarounds (${(error as Error).message})`,
         );
       }
     });
