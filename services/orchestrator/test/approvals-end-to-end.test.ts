@@ -191,7 +191,14 @@ const decisions = (all: Record<string, unknown>[]): Record<string, unknown>[] =>
 before(async () => {
   t = await startTestStack({ pick });
   repo = await makeRepo();
-  const installed = await t.cli(["plugin", "install", `file://${repo}`]);
+  // Its agents' command hooks run on the orchestrator's host: not installed without the admin's say-so.
+  const refused = await t.cli(["plugin", "install", `file://${repo}`]);
+  assert.equal(refused.code, 1);
+  assert.match(
+    refused.stderr,
+    /plugin \S+ declares command hooks, guard \(agents\/\S+\.yaml\), .*they run on the orchestrator's host as the orchestrator, .*install it with --allow-host-hooks/,
+  );
+  const installed = await t.cli(["plugin", "install", `file://${repo}`, "--allow-host-hooks"]);
   assert.equal(installed.code, 0, installed.stderr);
 });
 

@@ -431,6 +431,17 @@ void test("an agent whose harness does not ask cannot be published with hooks or
       }),
       /oz0-plugin\.yaml: field \/hooks\/0\/when\/0\/regex/,
     );
+    // A command hook runs on this host: refused unless the admin allows it, naming each of them.
+    const hooked = plugin({
+      permissions: true,
+      agent: 'hooks:\n  - name: review\n    command: ["node", "review.mjs"]\n',
+      manifestHooks: 'hooks:\n  - command: ["node", "audit.mjs"]\n',
+    });
+    await assert.rejects(
+      registry.install({ source: hooked }),
+      /plugin quiet declares command hooks, hook 0 \(oz0-plugin\.yaml\), review \(agents\/a\.yaml\): they run on the orchestrator's host as the orchestrator, with its files \(its credentials among them\) and its network, not in a sandbox; install it with --allow-host-hooks/,
+    );
+    assert.equal((await registry.install({ source: hooked, allowHostHooks: true })).plugin.name, "quiet");
     const ok = await registry.install({
       source: plugin({
         permissions: true,

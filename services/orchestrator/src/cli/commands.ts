@@ -335,11 +335,15 @@ export async function pluginInstall(options: {
   conn: Connection;
   source: string;
   json: boolean;
+  allowHostHooks?: boolean;
   io: Output;
 }): Promise<number> {
   const local = path.resolve(options.source);
   const source = existsSync(local) ? local : options.source;
-  const { plugin, published, reasons } = await options.conn.clients.plugins.installPlugin({ source });
+  const { plugin, published, reasons } = await options.conn.clients.plugins.installPlugin({
+    source,
+    allowHostHooks: options.allowHostHooks ?? false,
+  });
   if (!plugin) throw new CliError("the orchestrator returned no plugin");
   const why = (name: string): string[] => reasons.find((r) => r.agent === name)?.reasons ?? [];
   if (options.json) {

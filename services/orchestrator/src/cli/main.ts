@@ -261,8 +261,14 @@ plugin
   .description("clone (git URL) or copy (path) a plugin, validate it, and publish its agents")
   .argument("<source>", "a git URL or a directory with oz0-plugin.yaml")
   .option("--json")
-  .action(async (source: string, opts: { json?: boolean }) =>
-    withConnection((conn) => pluginInstall({ conn, source, json: Boolean(opts.json), io })),
+  .option(
+    "--allow-host-hooks",
+    "let the plugin's command hooks run: they run on the orchestrator's host as the orchestrator, not in a sandbox",
+  )
+  .action(async (source: string, opts: { json?: boolean; allowHostHooks?: boolean }) =>
+    withConnection((conn) =>
+      pluginInstall({ conn, source, json: Boolean(opts.json), allowHostHooks: Boolean(opts.allowHostHooks), io }),
+    ),
   );
 plugin
   .command("list")

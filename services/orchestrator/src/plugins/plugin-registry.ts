@@ -27,7 +27,7 @@ import { harnessFingerprint, type FingerprintedHarness } from "../agents/harness
 import { validateHarnessOperations } from "../operations/harness-operations.js";
 import type { AgentVersionRecord, JobStore, PluginRecord, ResolvedHarness } from "../store/job-store.js";
 import { invalidArgument, notFound, OrchestratorError } from "../orchestrator-error.js";
-import type { HookSpec } from "../policy/hook-rules.js";
+import { isCommandHook, type HookSpec } from "../policy/hook-rules.js";
 import { checkHooks, checkToolPolicy } from "../policy/policy-checks.js";
 import type { AgentDefinition, HarnessManifest, PluginManifest } from "./plugin-types.js";
 import { readYamlDocument } from "./yaml-validation.js";
@@ -163,7 +163,11 @@ export class PluginRegistry {
     this.#agents = new AgentVersions({ store: options.store });
   }
 
-  async install(options: { source: string }): Promise<InstallResult> {
+  /**
+   * `allowHostHooks`: the admin trusts the plugin's command hooks, which run on this host as the orchestrator;
+   * without it a plugin that declares one is refused.
+   */
+  async install(options: { source: string; allowHostHooks?: boolean }): Promise<InstallResult> {
     const source = options.source.trim();
     if (!source)
       throw invalidArgument("no plugin source given: pass a git URL or a directory that holds oz0-plugin.yaml");
@@ -180,6 +184,7 @@ export class PluginRegistry {
       // Validate every agent before anything is registered: an install is all or nothing.
       const agents = this.#readAgents(staging, manifest);
       checkHooks((manifest.hooks ?? []) as unknown as HookSpec[], MANIFEST_FILE);
+      if (!options.allowHostHooks) refuseHostHooks(manifest, agents);
       const finalDir = path.join(this.#pluginsDir, manifest.name, hashTree(staging).slice(0, 16));
       if (existsSync(finalDir)) {
         rmSync(staging, { recursive: true, force: true });
@@ -352,4 +357,29 @@ export class PluginRegistry {
   list(): Promise<PluginRecord[]> {
     return this.#store.listPlugins();
   }
+}
+
+/**
+ * A command hook is a program of the plugin that the orchestrator runs on its
+ * own host, as itself: it can read the orchestrator's data directory (the
+ * owner's credential among it) and reach its network. An admin says so when
+ * installing (`--allow-host-hooks`); otherwise the plugin is refused, naming
+ * its command hooks.
+ */
+function refuseHostHooks(
+  manifest: PluginManifest,
+  agents: readonly { file: string; definition: { hooks?: unknown } }[],
+): void {
+  const named = (hooks: unknown, file: string): string[] =>
+    ((hooks ?? []) as unknown as HookSpec[]).flatMap((hook, index) =>
+      isCommandHook(hook) ? [`${hook.name ?? `hook ${index}`} (${file})`] : [],
+    );
+  const found = [
+    ...named(manifest.hooks, MANIFEST_FILE),
+    ...agents.flatMap((agent) => named(agent.definition.hooks, agent.file)),
+  ];
+  if (found.length === 0) return;
+  throw invalidArgument(
+    `plugin ${manifest.name} declares command hooks, ${found.join(", ")}: they run on the orchestrator's host as the orchestrator, with its files (its credentials among them) and its network, not in a sandbox; install it with --allow-host-hooks (InstallPluginRequest.allow_host_hooks) only if you trust its code`,
+  );
 }

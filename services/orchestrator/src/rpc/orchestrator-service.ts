@@ -449,7 +449,10 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
   const plugins = registration(PluginService, {
     installPlugin: (req) =>
       handle(async () => {
-        const result = await deps.plugins.install({ source: required(req.source, "source") });
+        const result = await deps.plugins.install({
+          source: required(req.source, "source"),
+          allowHostHooks: req.allowHostHooks,
+        });
         return {
           plugin: pluginToProto(result.plugin),
           published: result.published.map((a) => ({ name: a.name, version: a.version })),
