@@ -243,6 +243,11 @@ void test("a hook that hangs, crashes or prints garbage denies the call, saying 
   assert.match(missing.reason, /^hook missing could not start/);
   assert.equal(parseHookAnswer('{"decision":"maybe"}', "hook h").decision, "deny");
   assert.equal(parseHookAnswer('{"decision":"allow","input":[1]}', "hook h").decision, "deny");
+  // A reason is stored with the job and shown to viewers: cut at 2,000 characters, inert in a terminal.
+  const long = parseHookAnswer(JSON.stringify({ decision: "deny", reason: `${"r".repeat(5_000)}` }), "hook h");
+  assert.equal(long.reason, `${"r".repeat(2_000)}… (5000 characters)`);
+  const escaped = parseHookAnswer(JSON.stringify({ decision: "deny", reason: "no\u001b[2Jclear" }), "hook h");
+  assert.equal(escaped.reason, "no\\u001b[2Jclear");
   // Through the stage: a hanging hook with a declared timeout denies, and later hooks are not asked.
   const agent = agentWith({
     agentHooks: [
