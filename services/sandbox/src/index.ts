@@ -20,6 +20,7 @@ import {
 } from "./sandbox-config.js";
 import { sandboxService } from "./sandbox-service.js";
 import { DEFAULT_MAX_STDERR_BYTES, DEFAULT_MAX_STDERR_WRITTEN_BYTES } from "./stderr-capture.js";
+import { DEFAULT_MAX_STDOUT_BYTES } from "./stdout-limit.js";
 import { prepareRoot, removeStaleSessions } from "./session-directories.js";
 import { SessionRegistry } from "./session-registry.js";
 import { sandboxEntryCommand } from "./sandbox-entry.js";
@@ -174,6 +175,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     maxLogBytes: config.maxSessionLogBytes ?? 64 * 1024 * 1024,
     maxStderrBytes: config.maxSessionStderrBytes ?? DEFAULT_MAX_STDERR_BYTES,
     maxStderrWrittenBytes: config.maxSessionStderrWrittenBytes ?? DEFAULT_MAX_STDERR_WRITTEN_BYTES,
+    maxStdoutBytes: config.maxSessionStdoutBytes ?? DEFAULT_MAX_STDOUT_BYTES,
     logger,
     listener: lifecycle?.listener,
     ...(traceRelay !== undefined

@@ -111,6 +111,12 @@ export interface SandboxConfig {
    * node's disk, so past it the session is stopped (`stderr_too_large`). Default 256 MiB.
    */
   maxSessionStderrWrittenBytes?: number;
+  /**
+   * Bytes a session may write to stdout in all (OZ0_MAX_SESSION_STDOUT_BYTES): blank lines pass the event caps,
+   * and each byte is written to the node's disk, so past it the session is stopped (`stdout_too_large`).
+   * Default 512 MiB.
+   */
+  maxSessionStdoutBytes?: number;
   maxSessionStderrBytes?: number;
   /**
    * Extra paths visible read-only inside bubblewrap, beyond the system
@@ -215,6 +221,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     maxSessionLogBytes: bytes(env, "OZ0_MAX_SESSION_LOG_BYTES"),
     maxSessionStderrBytes: bytes(env, "OZ0_MAX_SESSION_STDERR_BYTES"),
     maxSessionStderrWrittenBytes: bytes(env, "OZ0_MAX_SESSION_STDERR_WRITTEN_BYTES"),
+    maxSessionStdoutBytes: bytes(env, "OZ0_MAX_SESSION_STDOUT_BYTES"),
     sessionUids: { base: uidBase, count: uidCount },
     readOnlyPaths: readOnlyPaths?.split(":").filter((p) => p !== ""),
     hiddenPaths: hiddenPaths(env),

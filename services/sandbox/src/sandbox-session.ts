@@ -44,6 +44,7 @@ import { startLlmForwarding, type LlmForward, type LlmForwarding, type SharedLlm
 import { SessionEventLog } from "./event-log.js";
 import { SandboxError } from "./sandbox-errors.js";
 import { StderrCapture } from "./stderr-capture.js";
+import { stdoutLimitLauncher } from "./stdout-limit.js";
 import {
   copyAttachments,
   createSessionDirectories,
@@ -111,6 +112,8 @@ export interface SandboxSessionOptions {
   maxStderrBytes: number;
   /** The most a session may write to stderr in all (OZ0_MAX_SESSION_STDERR_WRITTEN_BYTES); past it it is stopped. */
   maxStderrWrittenBytes: number;
+  /** The most a session may write to stdout in all (OZ0_MAX_SESSION_STDOUT_BYTES); past it it is stopped. */
+  maxStdoutBytes: number;
   logger: Logger;
   /** The sandbox's relay to the trace collector: the harness exports its spans there (inside the sandbox, through its forward), encoded as the collector takes them. */
   traceRelay?: { url: string; protocol: "http/protobuf" | "http/json" };
@@ -513,7 +516,15 @@ export class SandboxSession {
       graceMs: this.#options.graceMs,
       maxLineBytes: this.#options.maxLineBytes,
       launcher: nestingLimitLauncher({
-        inner: options.launcher,
+        inner: stdoutLimitLauncher({
+          inner: options.launcher,
+          maxBytes: this.#options.maxStdoutBytes,
+          onTooMuch: () =>
+            this.#breakLimit(
+              "stdout_too_large",
+              `the harness wrote more than ${this.#options.maxStdoutBytes} bytes to stdout (OZ0_MAX_SESSION_STDOUT_BYTES); the rest was not read and the session was stopped`,
+            ),
+        }),
         limit: MAX_LINE_NESTING,
         onTooDeep: ({ line, limit }) =>
           this.#breakLimit(

@@ -76,6 +76,7 @@ export interface SessionRegistryOptions {
   maxLogBytes: number;
   maxStderrBytes: number;
   maxStderrWrittenBytes: number;
+  maxStdoutBytes: number;
   logger: Logger;
   listener?: SessionLifecycleListener;
   /** The sandbox's relay to the trace collector (telemetry-relay.ts), when it exports traces: sessions send their spans there. */
@@ -295,6 +296,7 @@ export class SessionRegistry {
       maxLogBytes: this.#options.maxLogBytes,
       maxStderrBytes: this.#options.maxStderrBytes,
       maxStderrWrittenBytes: this.#options.maxStderrWrittenBytes,
+      maxStdoutBytes: this.#options.maxStdoutBytes,
       logger: this.#options.logger,
       ...(this.#options.traceRelay !== undefined ? { traceRelay: this.#options.traceRelay } : {}),
       onStarted: (s) => listener?.started?.(s),

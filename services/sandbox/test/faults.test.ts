@@ -86,6 +86,26 @@ void describe("faults", () => {
     }
   });
 
+  for (const isolation of ["none", "bwrap"] as const) {
+    void it(`stops a session (${isolation}) whose stdout passes OZ0_MAX_SESSION_STDOUT_BYTES in blank lines, which no event cap counts`, async () => {
+      const capped = await startTestSandbox({ isolation, maxSessionStdoutBytes: 1024 * 1024 });
+      try {
+        const stream = await runToEnd(
+          capped.client,
+          scenarioStart({ mode: "flood", stream: "stdout", bytes: 64 * 1024 * 1024 }),
+        );
+        const exited = stream.exited();
+        assert.equal(exited.errorCode, "stdout_too_large", exited.errorMessage);
+        assert.match(
+          exited.errorMessage,
+          /^the harness wrote more than 1048576 bytes to stdout \(OZ0_MAX_SESSION_STDOUT_BYTES\); the rest was not read and the session was stopped$/,
+        );
+      } finally {
+        await capped.close();
+      }
+    });
+  }
+
   void it("names the exit code, or the signal, of a harness that failed after its completed result", async () => {
     const coded = (await runToEnd(t.client, scenarioStart({ mode: "exit-after-result", code: 3 }))).exited();
     assert.equal(

@@ -143,7 +143,10 @@ for (const isolation of ["none", "bwrap"] as const) {
       retentionMs: 60_000,
     });
     try {
-      const flood = await runToEnd(capped.client, scenarioStart({ mode: "stderr-flood", bytes: 64 * 1024 * 1024 }));
+      const flood = await runToEnd(
+        capped.client,
+        scenarioStart({ mode: "flood", stream: "stderr", bytes: 64 * 1024 * 1024 }),
+      );
       const exited = flood.exited();
       assert.equal(exited.errorCode, "stderr_too_large", exited.errorMessage);
       assert.match(
