@@ -12,7 +12,7 @@ import { runModelCall, type ModelCallDeps, type ResolvedProvider } from "./model
 import { ProxyError } from "./proxy-error.js";
 import type { TokenRecord } from "./proxy-store.js";
 import type { RefusedCallsLog } from "./refused-calls-log.js";
-import { JsonRequestBody } from "./request-body.js";
+import { JsonRequestBody, MAX_BODY_NESTING } from "./request-body.js";
 import { createScrubber, type Logger } from "@oz0/serving";
 import type { SessionTokens } from "./session-tokens.js";
 import { readAll, sendUpstream } from "./upstream-client.js";
@@ -244,7 +244,7 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
         format,
         status: 400,
         type: "invalid_request_error",
-        message: "the request body must be a JSON object",
+        message: `the request body must be a JSON object, nesting at most ${MAX_BODY_NESTING} levels`,
       });
       return;
     }

@@ -50,12 +50,24 @@ function skipString(raw: Buffer, at: number): number {
   }
 }
 
-/** The index after the value that starts at `at`, or -1 when it is cut short or its brackets do not pair. */
+/**
+ * How deep a body's objects and arrays may nest. The providers refuse far
+ * less; the bound is what keeps the scan's own memory fixed: a 32 MiB body of
+ * `[` once took a stack of 33 million entries, 650 MB, and the process with it.
+ */
+export const MAX_BODY_NESTING = 1024;
+/** The closer each open bracket waits for, one byte a level, reused by every scan (scans never overlap). */
+const closers = new Uint8Array(MAX_BODY_NESTING);
+
+/**
+ * The index after the value that starts at `at`, or -1 when it is cut short,
+ * its brackets do not pair, or it nests deeper than MAX_BODY_NESTING.
+ */
 function skipValue(raw: Buffer, at: number): number {
   const first = raw[at];
   if (first === QUOTE) return skipString(raw, at);
   if (first === OPEN_BRACE || first === OPEN_BRACKET) {
-    const closers: number[] = [];
+    let depth = 0;
     for (let i = at; i < raw.length;) {
       const byte = raw[i]!;
       if (byte === QUOTE) {
@@ -63,11 +75,12 @@ function skipValue(raw: Buffer, at: number): number {
         if (i < 0) return -1;
         continue;
       }
-      if (byte === OPEN_BRACE) closers.push(CLOSE_BRACE);
-      else if (byte === OPEN_BRACKET) closers.push(CLOSE_BRACKET);
-      else if (byte === CLOSE_BRACE || byte === CLOSE_BRACKET) {
-        if (closers.pop() !== byte) return -1;
-        if (closers.length === 0) return i + 1;
+      if (byte === OPEN_BRACE || byte === OPEN_BRACKET) {
+        if (depth === MAX_BODY_NESTING) return -1;
+        closers[depth++] = byte === OPEN_BRACE ? CLOSE_BRACE : CLOSE_BRACKET;
+      } else if (byte === CLOSE_BRACE || byte === CLOSE_BRACKET) {
+        if (depth === 0 || closers[--depth] !== byte) return -1;
+        if (depth === 0) return i + 1;
       }
       i += 1;
     }

@@ -4,7 +4,7 @@
 // be refused, whatever the strings and nesting inside.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { JsonRequestBody } from "../src/request-body.js";
+import { JsonRequestBody, MAX_BODY_NESTING } from "../src/request-body.js";
 
 /** A small deterministic generator: the same documents every run. */
 function generator(seed: number): () => number {
@@ -142,5 +142,19 @@ void describe("a request body read a field at a time", () => {
     const body = JsonRequestBody.parse(Buffer.from('{"model":"m","max_tokens":1x,"messages":[{"role":tru}]}'))!;
     assert.equal(body.field("model"), "m");
     assert.equal(body.field("max_tokens"), undefined);
+  });
+
+  void it(`nests objects and arrays up to ${MAX_BODY_NESTING} levels, and refuses deeper in fixed memory`, () => {
+    const nested = (levels: number, open = "[", close = "]") =>
+      Buffer.from(`{"model":"m","messages":${open.repeat(levels)}1${close.repeat(levels)}}`);
+    // The body's own object is not a level of a member's value; objects and arrays count alike.
+    assert.equal(JsonRequestBody.parse(nested(MAX_BODY_NESTING))?.field("model"), "m");
+    assert.equal(JsonRequestBody.parse(nested(MAX_BODY_NESTING, '{"a":', "}"))?.field("model"), "m");
+    assert.equal(JsonRequestBody.parse(nested(MAX_BODY_NESTING + 1)), undefined);
+    assert.equal(JsonRequestBody.parse(nested(MAX_BODY_NESTING + 1, '{"a":', "}")), undefined);
+    // An attacker's 32 MiB of `[`: once 33 million stack entries (650 MB, and the process); now refused at level 1025.
+    const before = process.memoryUsage().heapUsed;
+    assert.equal(JsonRequestBody.parse(Buffer.from(`{"m":${"[".repeat(32 * 1024 * 1024)}`)), undefined);
+    assert.ok(process.memoryUsage().heapUsed - before < 64 * 1024 * 1024, "the scan held no stack of its own size");
   });
 });
