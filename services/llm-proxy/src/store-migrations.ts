@@ -252,7 +252,11 @@ $fn$`,
     name: "a session token spending another session's budget",
     // A harness operation's scratch session spends its parent session's budget: the account is named by
     // budget_session, and its starting point counts every session that spends from it.
-    up: (db) => [db.schema.alterTable("session_tokens").addColumn("budget_session", "text")],
+    // Indexed: every budget account opened (a session's first budgeted call) looks up the sessions spending from it.
+    up: (db) => [
+      db.schema.alterTable("session_tokens").addColumn("budget_session", "text"),
+      db.schema.createIndex("session_tokens_by_budget_session").on("session_tokens").column("budget_session"),
+    ],
     present: (probe) => probe.hasColumn("session_tokens", "budget_session"),
   },
   {

@@ -105,7 +105,6 @@ export interface SandboxConfig {
    * it the session is stopped (OZ0_MAX_SESSION_LOG_BYTES). Default 64 MiB.
    */
   maxSessionLogBytes?: number;
-  /** How much of a session's stderr is kept for re-attach, its last bytes (OZ0_MAX_SESSION_STDERR_BYTES); older pieces are dropped to their size. Default 1 MiB. */
   /**
    * Bytes a session may write to stderr in all (OZ0_MAX_SESSION_STDERR_WRITTEN_BYTES): each is written to the
    * node's disk, so past it the session is stopped (`stderr_too_large`). Default 256 MiB.
@@ -117,6 +116,7 @@ export interface SandboxConfig {
    * Default 512 MiB.
    */
   maxSessionStdoutBytes?: number;
+  /** How much of a session's stderr is kept for re-attach, its last bytes (OZ0_MAX_SESSION_STDERR_BYTES); older pieces are dropped to their size. Default 1 MiB. */
   maxSessionStderrBytes?: number;
   /**
    * Extra paths visible read-only inside bubblewrap, beyond the system

@@ -206,12 +206,6 @@ export async function createSessionDirectories(
   await Promise.all([...stateSubdirectories, ...socketDir].map((dir) => mkdir(dir, { recursive: true, mode: 0o700 })));
 }
 
-/** True when `inner` is `outer` or below it. */
-function within(inner: string, outer: string): boolean {
-  const relative = path.relative(outer, inner);
-  return relative === "" || (!relative.startsWith("..") && !path.isAbsolute(relative));
-}
-
 /**
  * Copies the attachments into the working directory, as the sandbox (outside
  * any isolation). A `node_path` is a file of this node, so one that leads
@@ -239,7 +233,7 @@ export async function copyAttachments(
       }
       // A dangling link is copied as the link it is: nothing is read through it.
       const real = await realpath(source).catch(() => undefined);
-      const guard = real === undefined ? undefined : guarded.find((g) => within(real, g) || within(g, real));
+      const guard = real === undefined ? undefined : guarded.find((g) => isInside(g, real) || isInside(real, g));
       if (guard !== undefined)
         throw invalidField(
           `start.attachments[${index}].node_path`,

@@ -176,6 +176,9 @@ export function signalName(number: number): NodeJS.Signals | undefined {
   return (Object.keys(signals) as NodeJS.Signals[]).find((name) => signals[name] === number);
 }
 
+/** What one pump reads before it lets the event loop run: a harness writing as fast as it can must not hold the sandbox. */
+const PUMP_BYTES = 1024 * 1024;
+
 /**
  * A file read as it grows, from a byte offset; it ends once {@link finish}
  * was called and everything is read. Read synchronously into one scratch
@@ -184,9 +187,6 @@ export function signalName(number: number): NodeJS.Signals | undefined {
  * buffer per wake, which cost the sandbox more in garbage collection than
  * the reads themselves.
  */
-/** What one pump reads before it lets the event loop run: a harness writing as fast as it can must not hold the sandbox. */
-const PUMP_BYTES = 1024 * 1024;
-
 class FileTail extends Readable {
   readonly #path: string;
   #position: number;

@@ -55,7 +55,7 @@ export interface AttachmentPolicy {
 /** True when `inner` is `outer` or below it (both resolved). */
 function within(inner: string, outer: string): boolean {
   const relative = path.relative(outer, inner);
-  return relative === "" || (!relative.startsWith("..") && !path.isAbsolute(relative));
+  return relative === "" || (relative !== ".." && !relative.startsWith(`..${path.sep}`) && !path.isAbsolute(relative));
 }
 
 /**

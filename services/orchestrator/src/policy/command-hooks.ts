@@ -4,11 +4,13 @@
 // non-zero, prints something else, does not answer in time) DENIES the call:
 // a broken guard must never open the door.
 import { spawn } from "node:child_process";
-import { escapeRefusedCharacters } from "@oz0/harness/host";
 import type { JsonObject } from "../store/job-store.js";
+import { clippedHarnessText } from "./harness-text.js";
 import type { HookVerdict, PreToolCall } from "./hook-rules.js";
 
 const DEFAULT_TIMEOUT_MS = 10_000;
+/** The most of a hook's reason that is kept: it is stored with the job, in every decision event, for viewers. */
+const MAX_REASON_CHARS = 2_000;
 /** Enough for any sensible answer; more is a broken hook, not a bigger answer. */
 const MAX_OUTPUT_BYTES = 1 << 20;
 
@@ -55,20 +57,10 @@ export function parseHookAnswer(stdout: string, label: string): HookVerdict {
   const decision = answer.decision as HookVerdict["decision"];
   return {
     decision,
-    reason: reasonOf(answer.reason as string | undefined) || `${label} said ${decision}`,
+    // Its first MAX_REASON_CHARS characters, saying how long it was, with no character a terminal acts on.
+    reason: answer.reason ? clippedHarnessText(answer.reason as string, MAX_REASON_CHARS) : `${label} said ${decision}`,
     ...(answer.input !== undefined && decision !== "deny" ? { input: answer.input as JsonObject } : {}),
   };
-}
-
-/** The most of a hook's reason that is kept: it is stored with the job, in every decision event, for viewers. */
-const MAX_REASON_CHARS = 2_000;
-
-/** A hook's reason as stored: its first MAX_REASON_CHARS characters, saying how long it was, with no character a terminal acts on. */
-function reasonOf(reason: string | undefined): string | undefined {
-  if (!reason) return reason;
-  const kept =
-    reason.length <= MAX_REASON_CHARS ? reason : `${reason.slice(0, MAX_REASON_CHARS)}… (${reason.length} characters)`;
-  return escapeRefusedCharacters(kept);
 }
 
 /** Run one command hook to its verdict. Never throws: failures are denials. */

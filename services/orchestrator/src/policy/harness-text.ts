@@ -11,9 +11,9 @@ import { escapeRefusedCharacters } from "@oz0/harness/host";
 /** The first characters a long value keeps. */
 const KEPT = 120;
 
-/** `value`, or its first 120 characters and its length when it is longer; inert (see above). */
-export function clippedHarnessText(value: string): string {
-  return escapeRefusedCharacters(clipped(value));
+/** `value`, or its first `kept` characters (120 by default) and its length when it is longer; inert (see above). */
+export function clippedHarnessText(value: string, kept = KEPT): string {
+  return escapeRefusedCharacters(clipped(value, kept));
 }
 
 /** `value` as clippedHarnessText cuts it, quoted as a JSON string; inert (see above). */
@@ -21,6 +21,6 @@ export function quotedHarnessText(value: string): string {
   return escapeRefusedCharacters(JSON.stringify(clipped(value)));
 }
 
-function clipped(value: string): string {
-  return value.length <= KEPT ? value : `${value.slice(0, KEPT)}… (${value.length} characters)`;
+function clipped(value: string, kept = KEPT): string {
+  return value.length <= kept ? value : `${value.slice(0, kept)}… (${value.length} characters)`;
 }
