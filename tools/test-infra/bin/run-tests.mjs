@@ -9,6 +9,7 @@
 // (file-summaries.mjs).
 // Usage: run-tests.mjs [path-substring | file.test.ts ...]   (only matching
 // test files; a path to a .test.ts file runs it, even under fixtures/)
+import "./exit-by-exec.mjs";
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -82,7 +83,8 @@ const infra = await startInfrastructure({ root, files });
 // stuck wait held the whole run until CI's 90 minutes ran out, and the
 // report named no test. A test that needs longer says so with its own timeout.
 // That forced exit dropped whatever of a file's results was still queued on
-// its stdout, unless the stdout blocks (blocking-stdio.mjs).
+// its stdout, unless the stdout blocks (blocking-stdio.mjs). And a forced exit
+// could itself hang for good in Node's teardown (exit-by-exec.mjs).
 const TEST_TIMEOUT_MS = 600_000;
 const binDir = path.join(root, "tools/test-infra/bin");
 const child = spawn(
@@ -90,6 +92,8 @@ const child = spawn(
   [
     "--import",
     path.join(binDir, "blocking-stdio.mjs"),
+    "--import",
+    path.join(binDir, "exit-by-exec.mjs"),
     "--import",
     "tsx",
     "--test",

@@ -11,6 +11,8 @@
 // harness instead, for machines where the Claude Code binary cannot run.
 // Without ANTHROPIC_API_KEY the model is the scripted model, answering from
 // the agent's script in examples/plugins/example, and the output says so.
+// Its process.exit() must not hang in Node's teardown once the demo is done.
+import "./exit-by-exec.mjs";
 import { execFileSync, spawn } from "node:child_process";
 import { cpSync, existsSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
