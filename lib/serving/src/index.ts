@@ -5,7 +5,7 @@ export { createLogger } from "./logger.js";
 export { SummarisedLog } from "./summarised-log.js";
 export type { Counted, SummarisedLogOptions } from "./summarised-log.js";
 export type { Logger, LoggerOptions } from "./logger.js";
-export { onShutdownSignal } from "./shutdown.js";
+export { onShutdownSignal, SHUTDOWN_LINGER_MS } from "./shutdown.js";
 export {
   configFromEnvOrExit,
   EnvConfigError,

@@ -21,12 +21,15 @@ function service(lines: number, then: "wait-for-signal" | "exit", logOnShutdown 
   const script = `
     const { createLogger, onShutdownSignal } = await import(${JSON.stringify(serving)});
     const logger = createLogger({ name: "logger-test", level: "info" });
+    // What a service serves from, closed by its shutdown.
+    const work = setInterval(() => undefined, 1000);
     onShutdownSignal(logger, async () => {
+      clearInterval(work);
       for (let i = 0; i < ${logOnShutdown}; i++) logger.info({ i }, "stopping");
     });
     for (let i = 0; i < ${lines}; i++) logger.info({ i, pad: "x".repeat(200) }, "line");
     process.stdout.write("ready\\n");
-    ${then === "exit" ? "process.exit(0);" : "setInterval(() => undefined, 1000);"}`;
+    ${then === "exit" ? "process.exit(0);" : ""}`;
   return spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "pipe"] });
 }
 
