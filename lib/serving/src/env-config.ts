@@ -76,17 +76,29 @@ export function envUrl(env: Env, name: string): string | undefined {
   return value;
 }
 
-/** Comma-separated http or https URLs; empty when unset. */
-export function envUrlList(env: Env, name: string): string[] {
+/**
+ * A comma-separated list, each item trimmed, every one `valid`; empty when
+ * unset (or, with `nonEmpty`, refused). `expected` says the form, for the error.
+ */
+export function envList(
+  env: Env,
+  name: string,
+  options: { valid(item: string): boolean; expected: string; nonEmpty?: boolean },
+): string[] {
   const value = raw(env, name);
   if (value === undefined) return [];
-  const urls = value
+  const items = value
     .split(",")
     .map((s) => s.trim())
     .filter(Boolean);
-  const bad = urls.find((url) => !isHttpUrl(url));
-  if (bad !== undefined) throw new EnvConfigError(name, "comma-separated http:// or https:// URLs", value);
-  return urls;
+  if (!items.every((item) => options.valid(item)) || (options.nonEmpty && items.length === 0))
+    throw new EnvConfigError(name, options.expected, value);
+  return items;
+}
+
+/** Comma-separated http or https URLs; empty when unset. */
+export function envUrlList(env: Env, name: string): string[] {
+  return envList(env, name, { valid: isHttpUrl, expected: "comma-separated http:// or https:// URLs" });
 }
 
 /** One of `values`. */

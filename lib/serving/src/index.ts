@@ -15,6 +15,7 @@ export {
   envPort,
   envString,
   envUrl,
+  envList,
   envUrlList,
 } from "./env-config.js";
 export { unexpectedErrorInterceptor } from "./error-interceptor.js";

@@ -2,7 +2,15 @@
 // "Configuration"), read and validated in one place: a malformed value is an
 // EnvConfigError naming the variable and the form it expects, and main.ts
 // stops on it before anything starts.
-import { authSettingsFromEnv, EnvConfigError, envMaxMessageBytes, envNumber, envPort, envString } from "@oz0/serving";
+import {
+  authSettingsFromEnv,
+  EnvConfigError,
+  envList,
+  envMaxMessageBytes,
+  envNumber,
+  envPort,
+  envString,
+} from "@oz0/serving";
 import { homedir } from "node:os";
 import path from "node:path";
 import { DEFAULT_TOPIC, type EventsConfig } from "./start-events.js";
@@ -27,17 +35,12 @@ export function configFromEnv(env: NodeJS.ProcessEnv): EventsConfig {
 
 /** Comma-separated `host:port` bootstrap brokers, as kafkajs takes them; empty when unset. */
 function brokers(env: NodeJS.ProcessEnv, name: string): string[] {
-  const value = envString(env, name);
-  if (value === undefined) return [];
-  const list = value
-    .split(",")
-    .map((s) => s.trim())
-    .filter(Boolean);
   // A URL (`kafka://…`, `http://…`) or a bare host would only fail later, at every connection attempt.
-  const bad = list.find((broker) => !/^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/.test(broker));
-  if (bad !== undefined || list.length === 0)
-    throw new EnvConfigError(name, "comma-separated host:port brokers, such as kafka-0:9092,kafka-1:9092", value);
-  return list;
+  return envList(env, name, {
+    valid: (broker) => /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/.test(broker),
+    expected: "comma-separated host:port brokers, such as kafka-0:9092,kafka-1:9092",
+    nonEmpty: true,
+  });
 }
 
 /** A legal Kafka topic name: letters, digits, `.`, `_` and `-`, at most 249 characters. */
