@@ -34,7 +34,7 @@ const KEY =
 interface WireFormatLike {
   name: string;
   calls: {
-    readRequest(body: { field(name: string): unknown }): {
+    readRequest(body: { field(name: string): unknown; values(name: string): unknown[]; objectsIn(name: string): [] }): {
       streamMeter(): { onEvent(event: string): string | undefined };
     };
     streamScrubber(scrubber: unknown): { push(event: string): string };
@@ -119,7 +119,9 @@ await model.close();
 function streamThrough(build: Build, wire: (typeof ALL_WIRES)[number]): number {
   const format = build.formats.find((f) => f.name === wire.format)!;
   const body = wire.body as Record<string, unknown>;
-  const meter = format.calls.readRequest({ field: (name) => body[name] }).streamMeter();
+  const meter = format.calls
+    .readRequest({ field: (name) => body[name], values: (name) => [body[name]], objectsIn: () => [] as [] })
+    .streamMeter();
   const scrubber = format.calls.streamScrubber(build.scrubber);
   const splitter = new build.Splitter();
   let out = 0;

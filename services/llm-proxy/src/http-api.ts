@@ -17,9 +17,12 @@ import { createScrubber, type Logger } from "@oz0/serving";
 import type { SessionTokens } from "./session-tokens.js";
 import { readAll, sendUpstream } from "./upstream-client.js";
 import { traceModelCall } from "./tracing.js";
+import { providerSideRefusal } from "./provider-side-features.js";
 import { sendError, type ClientResponse } from "./wire-errors.js";
 import { errorFormatOf, MODEL_ROUTES_TEXT, routeOf } from "./wire-formats/formats.js";
 import type { WireFormat } from "./wire-formats/wire-format.js";
+
+const NOTHING_PROVIDER_SIDE: ReadonlySet<string> = new Set();
 
 export type ClientRequest = http.IncomingMessage | http2.Http2ServerRequest;
 
@@ -34,6 +37,8 @@ export interface HttpApiOptions extends ModelCallDeps {
   bytesInFlight?: BytesInFlight;
   /** Where calls refused before they became calls are logged, a few lines a minute a session. */
   refusedCalls: RefusedCallsLog;
+  /** What requests may ask the provider to do on its own side (OZ0_PROVIDER_SIDE_FEATURES). Default: nothing. */
+  providerSideFeatures?: ReadonlySet<string>;
 }
 
 interface Route {
@@ -275,6 +280,22 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       return;
     }
     const read = format.calls.readRequest(body);
+    const providerSide = providerSideRefusal(read.providerSide, options.providerSideFeatures ?? NOTHING_PROVIDER_SIDE);
+    if (providerSide) {
+      options.refusedCalls.refused({
+        code: "MODEL_REQUEST_PROVIDER_SIDE",
+        session: token.session,
+        reason: "asks the provider to act on its own side",
+        fields: {
+          provider: found.provider,
+          features: [...new Set(read.providerSide.map((use) => use.feature))],
+          job: token.job,
+        },
+        message: "a model call asking the provider to act on its own side was refused",
+      });
+      sendError(res, { format, status: 403, type: "permission_error", message: providerSide });
+      return;
+    }
     const request = bareModel !== undefined ? { ...read, model: bareModel } : read;
     const sendBody = body.bytes(
       bareModel !== undefined ? { ...read.upstreamFields, model: bareModel } : read.upstreamFields,

@@ -90,6 +90,13 @@ export interface LlmProxyConfig {
    */
   maxModelRequestBytes?: number;
   /**
+   * What a request may ask the provider to do on its own side
+   * (OZ0_PROVIDER_SIDE_FEATURES: server tools such as web_search, `mcp`,
+   * `background`, `stored_context`). Default none: provider-side-features.ts
+   * says what each escapes.
+   */
+  providerSideFeatures?: readonly string[];
+  /**
    * Bytes of request bodies and whole answers one session's calls may hold at
    * once (OZ0_MAX_SESSION_BYTES_IN_FLIGHT). Default 64 MiB (bytes-in-flight.ts says why).
    */
@@ -252,6 +259,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     refusedCalls,
     defaultMaxOutputTokens: config.defaultMaxOutputTokens ?? 32_000,
     ...(config.maxModelRequestBytes !== undefined ? { maxBodyBytes: config.maxModelRequestBytes } : {}),
+    ...(config.providerSideFeatures ? { providerSideFeatures: new Set(config.providerSideFeatures) } : {}),
     bytesInFlight: new BytesInFlight({
       ...(config.maxSessionBytesInFlight !== undefined ? { perSession: config.maxSessionBytesInFlight } : {}),
       ...(config.maxBytesInFlight !== undefined ? { perProcess: config.maxBytesInFlight } : {}),

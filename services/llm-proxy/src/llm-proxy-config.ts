@@ -3,7 +3,7 @@
 // EnvConfigError naming the variable and the form it expects, and main.ts
 // stops on it before anything listens. The KEK and the providers file are
 // read here too, so a bad one also stops the start (with their own errors).
-import { authSettingsFromEnv, envInteger, envMaxMessageBytes, envPort, envString, envUrl } from "@oz0/serving";
+import { authSettingsFromEnv, envInteger, envList, envMaxMessageBytes, envPort, envString, envUrl } from "@oz0/serving";
 import type { LlmProxyConfig } from "./index.js";
 import { loadKek } from "./key-vault.js";
 import { loadProvidersFile } from "./provider-config.js";
@@ -23,6 +23,10 @@ export function configFromEnv(env: NodeJS.ProcessEnv): LlmProxyConfig {
   const maxModelRequestBytes = envInteger(env, "OZ0_MAX_MODEL_REQUEST_BYTES", { min: 1, unit: "bytes" });
   const maxSessionBytesInFlight = envInteger(env, "OZ0_MAX_SESSION_BYTES_IN_FLIGHT", { min: 1, unit: "bytes" });
   const maxBytesInFlight = envInteger(env, "OZ0_MAX_BYTES_IN_FLIGHT", { min: 1, unit: "bytes" });
+  const providerSideFeatures = envList(env, "OZ0_PROVIDER_SIDE_FEATURES", {
+    valid: (feature) => /^[a-z][a-z0-9_]*$/.test(feature),
+    expected: "a comma-separated list of feature names such as web_search,code_execution",
+  });
   return {
     port: envPort(env, "OZ0_PORT") ?? DEFAULT_PORT,
     host: envString(env, "OZ0_HOST") ?? "127.0.0.1",
@@ -40,5 +44,6 @@ export function configFromEnv(env: NodeJS.ProcessEnv): LlmProxyConfig {
     ...(maxModelRequestBytes !== undefined ? { maxModelRequestBytes } : {}),
     ...(maxSessionBytesInFlight !== undefined ? { maxSessionBytesInFlight } : {}),
     ...(maxBytesInFlight !== undefined ? { maxBytesInFlight } : {}),
+    ...(providerSideFeatures.length > 0 ? { providerSideFeatures } : {}),
   };
 }

@@ -6,7 +6,8 @@
 // a minute for that session (`SummarisedLog`).
 import { SummarisedLog, type Logger } from "@oz0/serving";
 
-export type RefusedCallCode = "MODEL_REQUEST_OVER_BYTES_IN_FLIGHT" | "MODEL_REQUEST_TOO_LARGE";
+export type RefusedCallCode =
+  "MODEL_REQUEST_OVER_BYTES_IN_FLIGHT" | "MODEL_REQUEST_TOO_LARGE" | "MODEL_REQUEST_PROVIDER_SIDE";
 
 export class RefusedCallsLog {
   readonly #logger: Logger;

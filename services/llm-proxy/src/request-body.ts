@@ -180,6 +180,37 @@ export class JsonRequestBody implements RequestBody {
     return member.read.value;
   }
 
+  /** Every copy's value of a field whose name repeats, in order (JSON.parse keeps the last; a provider's parser may keep another). */
+  values(name: string): unknown[] {
+    return this.#members
+      .filter((m) => m.name === name)
+      .map((member) => {
+        member.read ??= { value: readValue(this.#raw, member.start, member.end) };
+        return member.read.value;
+      });
+  }
+
+  /**
+   * The objects in an array field (in every copy of it), each read a field at
+   * a time without parsing the rest; undefined for one that cannot be read as
+   * an object. Other elements are left out.
+   */
+  objectsIn(name: string): (RequestBody | undefined)[] {
+    const found: (RequestBody | undefined)[] = [];
+    for (const member of this.#members) {
+      if (member.name !== name || this.#raw[member.start] !== OPEN_BRACKET) continue;
+      let i = skipSpace(this.#raw, member.start + 1);
+      while (i < member.end - 1) {
+        const end = skipValue(this.#raw, i);
+        if (end < 0) break;
+        if (this.#raw[i] === OPEN_BRACE) found.push(JsonRequestBody.parse(this.#raw.subarray(i, end)));
+        i = skipSpace(this.#raw, end);
+        if (this.#raw[i] === COMMA) i = skipSpace(this.#raw, i + 1);
+      }
+    }
+    return found;
+  }
+
   /** The bytes to send: the client's own, or with `changes` set (each field in its place, every copy of a repeated name; a new one last). */
   bytes(changes?: Readonly<Record<string, unknown>>): Buffer {
     const names = changes ? Object.keys(changes) : [];

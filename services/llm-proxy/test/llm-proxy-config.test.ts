@@ -26,6 +26,7 @@ void test("the environment's variables become the proxy's configuration", () => 
     OZ0_MAX_MODEL_REQUEST_BYTES: "67108864",
     OZ0_MAX_SESSION_BYTES_IN_FLIGHT: "134217728",
     OZ0_MAX_BYTES_IN_FLIGHT: "1073741824",
+    OZ0_PROVIDER_SIDE_FEATURES: " web_search, code_execution ",
   });
   assert.ok(auth);
   assert.deepEqual(rest, {
@@ -42,6 +43,7 @@ void test("the environment's variables become the proxy's configuration", () => 
     maxModelRequestBytes: 64 * 1024 * 1024,
     maxSessionBytesInFlight: 128 * 1024 * 1024,
     maxBytesInFlight: 1024 * 1024 * 1024,
+    providerSideFeatures: ["web_search", "code_execution"],
   });
 });
 
@@ -65,6 +67,10 @@ void test("a malformed variable is refused, naming it and the form it expects", 
     [{ OZ0_MAX_MODEL_REQUEST_BYTES: "0" }, /^OZ0_MAX_MODEL_REQUEST_BYTES must be a whole number of bytes, at least 1/],
     [{ OZ0_MAX_SESSION_BYTES_IN_FLIGHT: "64M" }, /^OZ0_MAX_SESSION_BYTES_IN_FLIGHT must be a whole number of bytes/],
     [{ OZ0_MAX_BYTES_IN_FLIGHT: "0" }, /^OZ0_MAX_BYTES_IN_FLIGHT must be a whole number of bytes, at least 1/],
+    [
+      { OZ0_PROVIDER_SIDE_FEATURES: "web_search web_fetch" },
+      /^OZ0_PROVIDER_SIDE_FEATURES must be a comma-separated list of feature names such as web_search,code_execution; got "web_search web_fetch"$/,
+    ],
   ];
   for (const [env, message] of cases)
     assert.throws(() => configFromEnv(env), { name: "EnvConfigError", message }, JSON.stringify(env));

@@ -144,6 +144,28 @@ void describe("a request body read a field at a time", () => {
     assert.equal(body.field("max_tokens"), undefined);
   });
 
+  void it("reads every copy of a repeated field, and the objects in an array field one at a time", () => {
+    const body = JsonRequestBody.parse(
+      Buffer.from(
+        '{"tools":[{"type":"a","x":[1,{"type":"nested"}]}, 7 ,"s",{"type":"b","type":"c"},{"type":"d"}],' +
+          '"n":1,"n":2,"tools":[{}],"tools":"not an array"}',
+      ),
+    )!;
+    assert.deepEqual(body.values("n"), [1, 2]);
+    assert.equal(body.field("n"), 2, "as JSON.parse reads it: the last");
+    assert.deepEqual(body.values("absent"), []);
+    const tools = body.objectsIn("tools");
+    // Objects only, from both arrays; each read a field at a time, every copy of its own repeats kept.
+    assert.deepEqual(
+      tools.map((tool) => tool?.values("type")),
+      [["a"], ["b", "c"], ["d"], []],
+    );
+    assert.deepEqual(body.objectsIn("n"), []);
+    // An element that cannot be read as an object is there, as undefined.
+    const broken = JsonRequestBody.parse(Buffer.from('{"tools":[{"type":"a",}]}'))!;
+    assert.deepEqual(broken.objectsIn("tools"), [undefined]);
+  });
+
   void it(`nests objects and arrays up to ${MAX_BODY_NESTING} levels, and refuses deeper in fixed memory`, () => {
     const nested = (levels: number, open = "[", close = "]") =>
       Buffer.from(`{"model":"m","messages":${open.repeat(levels)}1${close.repeat(levels)}}`);

@@ -3,6 +3,7 @@
 // field (a field absent or null in the delta keeps the start's value); input
 // is reported without cache tokens. Streamed texts: a content block's `text`,
 // `partial_json` or `thinking` deltas.
+import { providerSideFields, providerSideTools } from "../provider-side-features.js";
 import type { TokenUsage } from "../proxy-store.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
 import { ANTHROPIC_TEXT_FIELDS, readAnthropicTextDelta, type TextEvent } from "./text-delta-events.js";
@@ -177,6 +178,17 @@ class AnthropicStreamScrubber extends DeltaStreamScrubber {
   }
 }
 
+/**
+ * Anthropic's tools the client runs: its own (no type, or `custom`) and the
+ * client tools Anthropic defines a schema for (bash, the text editor, computer
+ * use, memory). Every other type is a server tool, named without its version
+ * date: `web_search_20250305` is web_search.
+ */
+const ANTHROPIC_TOOL_KINDS = {
+  runByClient: (type: string | undefined) =>
+    type === undefined || type === "custom" || /^(bash|text_editor|computer|memory)_\d{8}$/.test(type),
+  feature: (type: string) => type.replace(/_\d{8}$/, ""),
+};
 export const anthropicMessages: WireFormat = {
   name: "anthropic",
   route: "messages",
@@ -190,6 +202,10 @@ export const anthropicMessages: WireFormat = {
         model: stringOf(body.field("model")),
         stream: body.field("stream") === true,
         maxOutputTokens: firstPositive(body.field("max_tokens")),
+        providerSide: [
+          ...providerSideTools(body, ANTHROPIC_TOOL_KINDS),
+          ...providerSideFields(body, { mcp_servers: "mcp", container: "code_execution" }),
+        ],
         streamMeter: () => new AnthropicStreamMeter(),
       };
     },

@@ -6,6 +6,7 @@
 // `completion_tokens` reasoning ones. Streamed texts: a choice's `content`,
 // `reasoning_content`, `reasoning` or `refusal`, and its tool calls' `arguments`.
 import type { HeldTextScrubber } from "@oz0/serving";
+import { providerSideFields, providerSideTools } from "../provider-side-features.js";
 import type { TokenUsage } from "../proxy-store.js";
 import { sseData } from "../sse-event-splitter.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
@@ -333,6 +334,11 @@ function choicesOf(body: RequestBody): number {
   return typeof n === "number" && Number.isInteger(n) && n > 1 ? n : 1;
 }
 
+/** Chat's tools are the client's (`function`, `custom`); search is a field of its own (`web_search_options`). */
+const CHAT_TOOL_KINDS = {
+  runByClient: (type: string | undefined) => type === "function" || type === "custom",
+  feature: (type: string) => type,
+};
 export const openAiChatCompletions: WireFormat = {
   name: "openai",
   route: "chat/completions",
@@ -350,6 +356,10 @@ export const openAiChatCompletions: WireFormat = {
         stream,
         maxOutputTokens: chatOutputBound(body, choices),
         ...(choices > 1 ? { answers: choices } : {}),
+        providerSide: [
+          ...providerSideTools(body, CHAT_TOOL_KINDS),
+          ...providerSideFields(body, { web_search_options: "web_search" }),
+        ],
         ...(clientWantsUsage
           ? {}
           : { upstreamFields: { stream_options: { ...(streamOptions ?? {}), include_usage: true } } }),

@@ -10,6 +10,7 @@
 // text per output item and content part; the other events repeat whole texts
 // (a text's `.done`, the output item, the final response).
 import { scanReadsStrings } from "@oz0/serving";
+import { providerSideFields, providerSideTools } from "../provider-side-features.js";
 import type { TokenUsage } from "../proxy-store.js";
 import { OPENAI_FORWARDED_HEADERS, openAiErrorBody } from "./openai-chat-completions.js";
 import { sseData } from "../sse-event-splitter.js";
@@ -182,6 +183,17 @@ function streamErrorEvent(type: ProxyErrorType, message: string): string {
   return `event: error\ndata: ${JSON.stringify({ type: "error", code: type, message, param: null })}\n\n`;
 }
 
+/**
+ * The Responses tools the client runs: its functions and custom tools, and
+ * the shell, patch and computer-use actions the model asks the client to
+ * carry out. The rest are hosted tools, web_search under each of its names.
+ */
+const RESPONSES_TOOL_KINDS = {
+  runByClient: (type: string | undefined) =>
+    type !== undefined &&
+    ["function", "custom", "local_shell", "shell", "apply_patch", "computer_use_preview"].includes(type),
+  feature: (type: string) => (type.startsWith("web_search") ? "web_search" : type),
+};
 export const openAiResponses: WireFormat = {
   name: "openai-responses",
   route: "responses",
@@ -193,6 +205,15 @@ export const openAiResponses: WireFormat = {
       model: stringOf(body.field("model")),
       stream: body.field("stream") === true,
       maxOutputTokens: firstPositive(body.field("max_output_tokens")),
+      providerSide: [
+        ...providerSideTools(body, RESPONSES_TOOL_KINDS),
+        ...providerSideFields(body, {
+          background: "background",
+          previous_response_id: "stored_context",
+          conversation: "stored_context",
+          prompt: "stored_context",
+        }),
+      ],
       streamMeter: () => new ResponsesStreamMeter(),
     }),
     answerUsage(answer) {

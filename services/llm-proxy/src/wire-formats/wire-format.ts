@@ -5,6 +5,7 @@
 // budgets, retries, metering, forwarding) asks the format and never names one;
 // every format is one module in this folder and one entry in formats.ts.
 import type { SecretScrubber } from "@oz0/serving";
+import type { ProviderSideUse } from "../provider-side-features.js";
 import type { TokenUsage } from "../proxy-store.js";
 
 /** The error types the proxy answers with itself; `budget_exhausted` is the type a session ends on. */
@@ -22,6 +23,10 @@ export type ProxyErrorType =
 export interface RequestBody {
   /** The field's JSON value, or undefined when the body has none. */
   field(name: string): unknown;
+  /** Every copy's value of a field whose name repeats, in order. */
+  values(name: string): unknown[];
+  /** The objects in an array field, each read a field at a time; undefined for one that cannot be read. */
+  objectsIn(name: string): (RequestBody | undefined)[];
 }
 
 /** One provider API the proxy serves at `/{provider}/v1/{route}`. */
@@ -72,6 +77,8 @@ export interface WireRequest {
    * its output has the default bound reserved for each.
    */
   answers?: number;
+  /** What the request asks the provider to do on its own side (provider-side-features.ts); refused unless allowed. */
+  providerSide: ProviderSideUse[];
   /** Top-level fields the proxy sets before the request goes upstream (OpenAI streams are asked for their usage). */
   upstreamFields?: Readonly<Record<string, unknown>>;
   /** A meter for one attempt's stream. */

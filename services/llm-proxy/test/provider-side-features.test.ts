@@ -1,0 +1,227 @@
+// A request that asks the provider to act on its own side (a server tool that
+// fetches any URL, the MCP connector, a background generation, input the
+// provider holds) is refused before it goes upstream, unless the operator
+// allows that feature: otherwise an agent in a sandbox with no network reaches
+// the network through the provider, and spends outside its budget.
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { startFixture, type ProxyFixture, type SessionEndpoint } from "./proxy-fixture.js";
+
+const FUNCTION_TOOL = { name: "read_file", description: "reads a file", input_schema: { type: "object" } };
+
+interface Case {
+  name: string;
+  route: "messages" | "chat" | "responses";
+  /** The body, or its JSON text where JSON.stringify cannot write it (a repeated name). */
+  body: Record<string, unknown> | string;
+  /** What the refusal must name: where, then the feature. */
+  names?: RegExp;
+}
+
+const anthropic = (extra: Record<string, unknown>): Record<string, unknown> => ({
+  model: "claude-sonnet-5",
+  max_tokens: 100,
+  messages: [{ role: "user", content: "hi" }],
+  ...extra,
+});
+const chat = (extra: Record<string, unknown>): Record<string, unknown> => ({
+  model: "gpt-5",
+  messages: [{ role: "user", content: "hi" }],
+  ...extra,
+});
+const responses = (extra: Record<string, unknown>): Record<string, unknown> => ({
+  model: "gpt-5",
+  input: "hi",
+  max_output_tokens: 100,
+  ...extra,
+});
+
+const REFUSED: Case[] = [
+  {
+    name: "Anthropic's web_fetch server tool, beside a function",
+    route: "messages",
+    body: anthropic({ tools: [FUNCTION_TOOL, { type: "web_fetch_20250910", name: "web_fetch" }] }),
+    names: /tools\[1\] \(web_fetch_20250910\): web_fetch/,
+  },
+  {
+    name: "Anthropic's web_search server tool",
+    route: "messages",
+    body: anthropic({ tools: [{ type: "web_search_20250305", name: "web_search" }] }),
+    names: /tools\[0\] \(web_search_20250305\): web_search/,
+  },
+  {
+    name: "Anthropic's code execution",
+    route: "messages",
+    body: anthropic({ tools: [{ type: "code_execution_20250825", name: "code_execution" }] }),
+    names: /code_execution/,
+  },
+  {
+    name: "Anthropic's MCP connector",
+    route: "messages",
+    body: anthropic({ mcp_servers: [{ type: "url", url: "https://attacker.example/mcp", name: "x" }] }),
+    names: /mcp_servers: mcp/,
+  },
+  {
+    name: "a tool typed custom in one copy of `type` and a server tool in another",
+    route: "messages",
+    body: "", // written below
+    names: /tools\[0\] \(web_fetch_20250910\): web_fetch/,
+  },
+  {
+    name: "a server tool in a repeated `tools`",
+    route: "messages",
+    body: "", // written below
+    names: /web_search/,
+  },
+  {
+    name: "a tool whose type is not a string",
+    route: "messages",
+    body: anthropic({ tools: [{ type: ["web_fetch_20250910"], name: "x" }] }),
+    names: /tools\[0\]: unreadable tool/,
+  },
+  {
+    name: "chat's web_search_options",
+    route: "chat",
+    body: chat({ web_search_options: {} }),
+    names: /web_search_options: web_search/,
+  },
+  {
+    name: "Responses' hosted web search",
+    route: "responses",
+    body: responses({ tools: [{ type: "web_search_preview" }] }),
+    names: /tools\[0\] \(web_search_preview\): web_search/,
+  },
+  {
+    name: "Responses' remote MCP tool",
+    route: "responses",
+    body: responses({ tools: [{ type: "mcp", server_label: "x", server_url: "https://attacker.example/mcp" }] }),
+    names: /tools\[0\] \(mcp\): mcp/,
+  },
+  {
+    name: "a background Responses call",
+    route: "responses",
+    body: responses({ background: true }),
+    names: /background: background/,
+  },
+  {
+    name: "input the provider holds (previous_response_id)",
+    route: "responses",
+    body: responses({ previous_response_id: "resp_123" }),
+    names: /previous_response_id: stored_context/,
+  },
+];
+
+REFUSED[4]!.body =
+  '{"model":"claude-sonnet-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],' +
+  '"tools":[{"type":"web_fetch_20250910","name":"web_fetch","type":"custom"}]}';
+REFUSED[5]!.body =
+  '{"model":"claude-sonnet-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],' +
+  '"tools":[{"type":"web_search_20250305","name":"web_search"}],"tools":[]}';
+
+function urlOf(endpoint: SessionEndpoint, route: Case["route"]): string {
+  if (route === "messages") return `${endpoint.anthropicBaseUrl}/v1/messages`;
+  return `${endpoint.openaiBaseUrl}/${route === "chat" ? "chat/completions" : "responses"}`;
+}
+
+async function send(
+  endpoint: SessionEndpoint,
+  c: Pick<Case, "route" | "body">,
+): Promise<{ status: number; text: string }> {
+  const auth: Record<string, string> =
+    c.route === "messages" ? { "x-api-key": endpoint.token } : { authorization: `Bearer ${endpoint.token}` };
+  const response = await fetch(urlOf(endpoint, c.route), {
+    method: "POST",
+    headers: { "content-type": "application/json", ...auth, ...endpoint.headers },
+    body: typeof c.body === "string" ? c.body : JSON.stringify(c.body),
+  });
+  return { status: response.status, text: await response.text() };
+}
+
+void describe("provider-side features", () => {
+  let fx: ProxyFixture;
+  let endpoint: SessionEndpoint;
+  before(async () => {
+    fx = await startFixture({
+      turns: Array.from({ length: 8 }, () => ({ text: "ok", usage: { input: 1, output: 1 } })),
+    });
+    endpoint = await fx.session();
+  });
+  after(() => fx.close());
+
+  for (const c of REFUSED) {
+    void it(`refuses ${c.name}, in the API's own error shape, and the provider never hears of it`, async () => {
+      const before = fx.model.requests.length;
+      const r = await send(endpoint, c);
+      assert.equal(r.status, 403, r.text);
+      const error = JSON.parse(r.text) as { error: { type: string; message: string } };
+      assert.equal(error.error.type, "permission_error");
+      assert.match(error.error.message, c.names!);
+      assert.match(error.error.message, /outside the sandbox and outside metering/);
+      assert.equal(fx.model.requests.length, before);
+    });
+  }
+
+  void it("names the variable that would allow a feature, and never an unreadable tool", async () => {
+    const r = await send(endpoint, {
+      route: "messages",
+      body: anthropic({ tools: [{ type: "web_search_20250305", name: "web_search" }, { type: 7 }] }),
+    });
+    const { message } = (JSON.parse(r.text) as { error: { message: string } }).error;
+    assert.match(message, /allow web_search with OZ0_PROVIDER_SIDE_FEATURES=web_search on the LLM proxy$/);
+  });
+
+  void it("passes the client's own tools: functions, custom tools, Anthropic's bash and text editor", async () => {
+    const cases: Pick<Case, "route" | "body">[] = [
+      {
+        route: "messages",
+        body: anthropic({
+          tools: [
+            FUNCTION_TOOL,
+            { type: "custom", ...FUNCTION_TOOL },
+            { type: "bash_20250124", name: "bash" },
+            { type: "text_editor_20250728", name: "str_replace_based_edit_tool" },
+          ],
+        }),
+      },
+      { route: "chat", body: chat({ tools: [{ type: "function", function: { name: "f" } }] }) },
+      { route: "responses", body: responses({ tools: [{ type: "function", name: "f" }], background: false }) },
+    ];
+    for (const c of cases) {
+      const r = await send(endpoint, c);
+      assert.equal(r.status, 200, `${c.route}: ${r.text}`);
+    }
+  });
+
+  void it("logs each refusal by code and feature, and nothing of the request", () => {
+    const lines = fx.logs.filter((line) => line.includes("MODEL_REQUEST_PROVIDER_SIDE"));
+    assert.ok(lines.length > 0);
+    assert.ok(!lines.some((line) => line.includes("attacker.example")), lines.join("\n"));
+  });
+});
+
+void describe("provider-side features an operator allows", () => {
+  let fx: ProxyFixture;
+  before(async () => {
+    fx = await startFixture({
+      turns: [{ text: "searched", usage: { input: 1, output: 1 } }],
+      config: { providerSideFeatures: ["web_search"] },
+    });
+  });
+  after(() => fx.close());
+
+  void it("passes what is allowed, and still refuses the rest", async () => {
+    const endpoint = await fx.session();
+    const allowed = await send(endpoint, {
+      route: "messages",
+      body: anthropic({ tools: [{ type: "web_search_20250305", name: "web_search" }] }),
+    });
+    assert.equal(allowed.status, 200, allowed.text);
+    assert.equal(fx.model.requests.length, 1);
+    const refused = await send(endpoint, {
+      route: "messages",
+      body: anthropic({ tools: [{ type: "web_fetch_20250910", name: "web_fetch" }] }),
+    });
+    assert.equal(refused.status, 403);
+    assert.equal(fx.model.requests.length, 1);
+  });
+});
