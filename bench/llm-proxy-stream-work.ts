@@ -34,7 +34,8 @@ const KEY =
 interface WireFormatLike {
   name: string;
   calls: {
-    readRequest(body: { field(name: string): unknown; values(name: string): unknown[]; objectsIn(name: string): [] }): {
+    /** Takes the build's own request body (its request-body.js). */
+    readRequest(body: unknown): {
       streamMeter(): { onEvent(event: string): string | undefined };
     };
     streamScrubber(scrubber: unknown): { push(event: string): string };
@@ -45,6 +46,8 @@ interface Build {
   formats: readonly WireFormatLike[];
   Splitter: new () => { push(chunk: Buffer): string[] };
   scrubber: unknown;
+  /** A request body as the build reads it. */
+  parseBody(raw: Buffer): unknown;
 }
 
 async function loadBuild(name: string, dist: string, servingIndex: string): Promise<Build> {
@@ -54,12 +57,16 @@ async function loadBuild(name: string, dist: string, servingIndex: string): Prom
   const splitter = (await import(pathToFileURL(path.join(dist, "sse-event-splitter.js")).href)) as {
     SseEventSplitter: Build["Splitter"];
   };
+  const requestBody = (await import(pathToFileURL(path.join(dist, "request-body.js")).href)) as {
+    JsonRequestBody: { parse(raw: Buffer): unknown };
+  };
   const serving = (await import(pathToFileURL(servingIndex).href)) as { createScrubber: typeof createScrubber };
   return {
     name,
     formats: formats.WIRE_FORMATS,
     Splitter: splitter.SseEventSplitter,
     scrubber: serving.createScrubber(KEY),
+    parseBody: (raw) => requestBody.JsonRequestBody.parse(raw),
   };
 }
 
@@ -118,10 +125,7 @@ await model.close();
 /** One stream through a build's meter and scrubber, as forwardStream reads it; the bytes that would go out. */
 function streamThrough(build: Build, wire: (typeof ALL_WIRES)[number]): number {
   const format = build.formats.find((f) => f.name === wire.format)!;
-  const body = wire.body as Record<string, unknown>;
-  const meter = format.calls
-    .readRequest({ field: (name) => body[name], values: (name) => [body[name]], objectsIn: () => [] as [] })
-    .streamMeter();
+  const meter = format.calls.readRequest(build.parseBody(Buffer.from(JSON.stringify(wire.body)))).streamMeter();
   const scrubber = format.calls.streamScrubber(build.scrubber);
   const splitter = new build.Splitter();
   let out = 0;

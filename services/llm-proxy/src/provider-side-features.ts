@@ -8,9 +8,13 @@
 //   and fees the proxy does not meter;
 // - a Responses call with `background: true` generates after its answer, so
 //   the call's metering sees an estimate and the generation goes unmetered;
-// - `previous_response_id`, `conversation` and `prompt` send input the
-//   provider holds, of a size the proxy cannot see, so a budget cannot bound
-//   the call (a $0.10 budget once spent $24 this way).
+// - an image or a document given by URL is fetched by the provider, from
+//   wherever the agent points it, with whatever the agent put in the URL
+//   (`input_urls`); data URLs and inline bytes are the request's own;
+// - `previous_response_id`, `conversation`, `prompt`, a `file_id` or an
+//   `item_reference` send input the provider holds, of a size the proxy
+//   cannot see, so a budget cannot bound the call (`stored_context`; a $0.10
+//   budget once spent $24 this way).
 // Each wire format names the features a request uses (`WireRequest.
 // providerSide`); a request using one the operator has not allowed
 // (OZ0_PROVIDER_SIDE_FEATURES) is refused before it goes upstream. A tool the
@@ -60,6 +64,54 @@ export function providerSideFields(body: RequestBody, fields: Readonly<Record<st
     .map(([name, feature]) => ({ feature, where: name }));
 }
 
+/** How a wire format finds, in what a request sends, the inputs the provider would fetch or holds. */
+export interface InputRules {
+  /** The fields that carry the conversation (`messages`, `input`). */
+  fields: readonly string[];
+  /**
+   * Texts a field's bytes must hold for it to be read at all: a conversation
+   * of hundreds of kilobytes is searched, not parsed, unless it may ask for
+   * something. A field that escapes an ASCII letter is read anyway, since the
+   * search could miss a name written that way.
+   */
+  needles: readonly string[];
+  /** The feature one object of the conversation uses; `skip`: nothing inside it is an input (a tool call's arguments). */
+  classify(node: Readonly<Record<string, unknown>>): string | "skip" | undefined;
+}
+
+/** The inputs in a request's conversation that the provider would fetch or holds, each by where it is. */
+export function providerSideInputs(body: RequestBody, rules: InputRules): ProviderSideUse[] {
+  const uses: ProviderSideUse[] = [];
+  const visit = (node: unknown, where: string): void => {
+    if (Array.isArray(node)) {
+      node.forEach((item, i) => visit(item, `${where}[${i}]`));
+      return;
+    }
+    if (typeof node !== "object" || node === null) return;
+    const record = node as Record<string, unknown>;
+    const feature = rules.classify(record);
+    if (feature === "skip") return;
+    if (feature !== undefined) {
+      uses.push({ feature, where });
+      return;
+    }
+    for (const [key, value] of Object.entries(record)) visit(value, `${where}.${key}`);
+  };
+  for (const field of rules.fields) {
+    if (!rules.needles.some((needle) => body.mentions(field, needle)) && !body.escapesAscii(field)) continue;
+    for (const value of body.values(field)) visit(value, field);
+  }
+  return uses;
+}
+
+/** A URL the provider would fetch: anything but a data URL. */
+export function fetchedUrl(value: unknown): boolean {
+  return typeof value === "string" && !/^data:/i.test(value);
+}
+
+/** How many uses a refusal names before it counts the rest. */
+const NAMED_USES = 5;
+
 /** Why a request is refused, or undefined when every feature it uses is allowed. */
 export function providerSideRefusal(
   uses: readonly ProviderSideUse[],
@@ -67,7 +119,11 @@ export function providerSideRefusal(
 ): string | undefined {
   const refused = uses.filter((use) => !allowed.has(use.feature));
   if (refused.length === 0) return undefined;
-  const what = refused.map((use) => `${use.where}: ${use.feature}`).join("; ");
+  const what =
+    refused
+      .slice(0, NAMED_USES)
+      .map((use) => `${use.where}: ${use.feature}`)
+      .join("; ") + (refused.length > NAMED_USES ? `; and ${refused.length - NAMED_USES} more` : "");
   const allowable = [...new Set(refused.map((use) => use.feature).filter((f) => f !== UNREADABLE_TOOL))];
   return (
     `this LLM proxy does not pass what a provider would do on its own side, outside the sandbox and outside metering (${what}). ` +

@@ -109,6 +109,58 @@ const REFUSED: Case[] = [
     body: responses({ previous_response_id: "resp_123" }),
     names: /previous_response_id: stored_context/,
   },
+  {
+    name: "an Anthropic image the provider would fetch from a URL",
+    route: "messages",
+    body: anthropic({
+      messages: [
+        { role: "user", content: "look" },
+        {
+          role: "user",
+          content: [{ type: "image", source: { type: "url", url: "https://attacker.example/?secret=x" } }],
+        },
+      ],
+    }),
+    names: /messages\[1\]\.content\[0\]: input_urls/,
+  },
+  {
+    name: "an Anthropic document inside a tool result, given by a URL whose name is escaped",
+    route: "messages",
+    body: "", // written below
+    names: /messages\[0\]\.content\[0\]\.content\[0\]: input_urls/,
+  },
+  {
+    name: "an Anthropic file the provider holds",
+    route: "messages",
+    body: anthropic({
+      messages: [{ role: "user", content: [{ type: "document", source: { type: "file", file_id: "file_1" } }] }],
+    }),
+    names: /messages\[0\]\.content\[0\]: stored_context/,
+  },
+  {
+    name: "a chat image the provider would fetch",
+    route: "chat",
+    body: chat({
+      messages: [
+        { role: "user", content: [{ type: "image_url", image_url: { url: "http://attacker.example/x.png" } }] },
+      ],
+    }),
+    names: /messages\[0\]\.content\[0\]: input_urls/,
+  },
+  {
+    name: "a Responses file given by URL",
+    route: "responses",
+    body: responses({
+      input: [{ role: "user", content: [{ type: "input_file", file_url: "https://attacker.example/a.pdf" }] }],
+    }),
+    names: /input\[0\]\.content\[0\]: input_urls/,
+  },
+  {
+    name: "a Responses item the provider stored",
+    route: "responses",
+    body: responses({ input: [{ type: "item_reference", id: "msg_1" }] }),
+    names: /input\[0\]: stored_context/,
+  },
 ];
 
 REFUSED[4]!.body =
@@ -117,6 +169,11 @@ REFUSED[4]!.body =
 REFUSED[5]!.body =
   '{"model":"claude-sonnet-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}],' +
   '"tools":[{"type":"web_search_20250305","name":"web_search"}],"tools":[]}';
+
+// "\u0075rl" is "url": a search of the bytes for the plain name alone would miss it.
+REFUSED.find((c) => c.name.includes("escaped"))!.body =
+  '{"model":"claude-sonnet-5","max_tokens":100,"messages":[{"role":"user","content":[{"type":"tool_result",' +
+  '"tool_use_id":"t1","content":[{"type":"document","source":{"type":"\\u0075rl","\\u0075rl":"https://attacker.example/"}}]}]}]}';
 
 function urlOf(endpoint: SessionEndpoint, route: Case["route"]): string {
   if (route === "messages") return `${endpoint.anthropicBaseUrl}/v1/messages`;
@@ -170,7 +227,7 @@ void describe("provider-side features", () => {
     assert.match(message, /allow web_search with OZ0_PROVIDER_SIDE_FEATURES=web_search on the LLM proxy$/);
   });
 
-  void it("passes the client's own tools: functions, custom tools, Anthropic's bash and text editor", async () => {
+  void it("passes the client's own tools (functions, custom tools, Anthropic's bash and text editor) and inline inputs", async () => {
     const cases: Pick<Case, "route" | "body">[] = [
       {
         route: "messages",
@@ -183,7 +240,40 @@ void describe("provider-side features", () => {
           ],
         }),
       },
-      { route: "chat", body: chat({ tools: [{ type: "function", function: { name: "f" } }] }) },
+      {
+        route: "messages",
+        body: anthropic({
+          messages: [
+            {
+              role: "user",
+              content: [
+                { type: "image", source: { type: "base64", media_type: "image/png", data: "iVBORw0KGgo=" } },
+                { type: "text", text: 'a text that quotes {"type":"url","url":"https://x"} and \u001b[0m, caf\u00e9' },
+              ],
+            },
+            // The model's own call: its input is no input of the request's.
+            {
+              role: "assistant",
+              content: [
+                { type: "tool_use", id: "t", name: "fetch", input: { source: { type: "url", url: "https://x" } } },
+              ],
+            },
+            { role: "user", content: [{ type: "tool_result", tool_use_id: "t", content: "ok" }] },
+          ],
+        }),
+      },
+      {
+        route: "chat",
+        body: chat({
+          tools: [{ type: "function", function: { name: "f" } }],
+          messages: [
+            {
+              role: "user",
+              content: [{ type: "image_url", image_url: { url: "data:image/png;base64,iVBORw0KGgo=" } }],
+            },
+          ],
+        }),
+      },
       { route: "responses", body: responses({ tools: [{ type: "function", name: "f" }], background: false }) },
     ];
     for (const c of cases) {

@@ -166,6 +166,23 @@ void describe("a request body read a field at a time", () => {
     assert.deepEqual(broken.objectsIn("tools"), [undefined]);
   });
 
+  void it("searches a field's bytes, and tells an escaped ASCII letter from the escapes encoders write", () => {
+    const body = (text: string) => JsonRequestBody.parse(Buffer.from(`{"m":${text},"n":"url\\"x"}`))!;
+    assert.equal(body('[{"url":1}]').mentions("m", 'url"'), true);
+    assert.equal(body('["a \\"url\\" b"]').mentions("m", 'url"'), false, "a quoted word in a text is escaped");
+    assert.equal(body("[1]").mentions("n", "url"), true);
+    assert.equal(body("[1]").mentions("m", "url"), false, "only that field's bytes");
+    // A terminal's ESC, text beyond ASCII, Go's <, > and &: what encoders escape.
+    const usual = body('["\\u001b[0m caf\\u00e9 \\u003c\\u003e\\u0026 \\n\\t"]');
+    assert.equal(usual.escapesAscii("m"), false);
+    assert.equal(body('[{"\\u0075rl":1}]').escapesAscii("m"), true);
+    assert.equal(body('[{"type":"ur\\u006C"}]').escapesAscii("m"), true);
+    // Past a few hundred other escapes the rest is searched another way, and still found.
+    const many = `["${"\\u001b".repeat(1000)}", {"\\u0075rl":1}]`;
+    assert.equal(body(many).escapesAscii("m"), true);
+    assert.equal(body(`["${"\\u001b".repeat(1000)}"]`).escapesAscii("m"), false);
+  });
+
   void it(`nests objects and arrays up to ${MAX_BODY_NESTING} levels, and refuses deeper in fixed memory`, () => {
     const nested = (levels: number, open = "[", close = "]") =>
       Buffer.from(`{"model":"m","messages":${open.repeat(levels)}1${close.repeat(levels)}}`);

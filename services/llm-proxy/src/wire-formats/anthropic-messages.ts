@@ -3,7 +3,12 @@
 // field (a field absent or null in the delta keeps the start's value); input
 // is reported without cache tokens. Streamed texts: a content block's `text`,
 // `partial_json` or `thinking` deltas.
-import { providerSideFields, providerSideTools } from "../provider-side-features.js";
+import {
+  providerSideFields,
+  providerSideInputs,
+  providerSideTools,
+  type InputRules,
+} from "../provider-side-features.js";
 import type { TokenUsage } from "../proxy-store.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
 import { ANTHROPIC_TEXT_FIELDS, readAnthropicTextDelta, type TextEvent } from "./text-delta-events.js";
@@ -184,6 +189,24 @@ class AnthropicStreamScrubber extends DeltaStreamScrubber {
  * use, memory). Every other type is a server tool, named without its version
  * date: `web_search_20250305` is web_search.
  */
+/**
+ * An image or a document whose `source` is a URL the provider fetches, or a
+ * file it holds; a tool call's `input` is the model's own, and no input.
+ */
+const ANTHROPIC_INPUTS: InputRules = {
+  fields: ["messages", "system"],
+  needles: ['url"', "file_id"],
+  classify(node) {
+    if (node.type === "tool_use" || node.type === "server_tool_use") return "skip";
+    if ("file_id" in node) return "stored_context";
+    const source = node.source;
+    if (!isObject(source)) return undefined;
+    if (source.type === "url" || "url" in source) return "input_urls";
+    if (source.type === "file" || "file_id" in source) return "stored_context";
+    return undefined;
+  },
+};
+
 const ANTHROPIC_TOOL_KINDS = {
   runByClient: (type: string | undefined) =>
     type === undefined || type === "custom" || /^(bash|text_editor|computer|memory)_\d{8}$/.test(type),
@@ -205,6 +228,7 @@ export const anthropicMessages: WireFormat = {
         providerSide: [
           ...providerSideTools(body, ANTHROPIC_TOOL_KINDS),
           ...providerSideFields(body, { mcp_servers: "mcp", container: "code_execution" }),
+          ...providerSideInputs(body, ANTHROPIC_INPUTS),
         ],
         streamMeter: () => new AnthropicStreamMeter(),
       };

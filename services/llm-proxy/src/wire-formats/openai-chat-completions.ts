@@ -6,7 +6,13 @@
 // `completion_tokens` reasoning ones. Streamed texts: a choice's `content`,
 // `reasoning_content`, `reasoning` or `refusal`, and its tool calls' `arguments`.
 import type { HeldTextScrubber } from "@oz0/serving";
-import { providerSideFields, providerSideTools } from "../provider-side-features.js";
+import {
+  fetchedUrl,
+  providerSideFields,
+  providerSideInputs,
+  providerSideTools,
+  type InputRules,
+} from "../provider-side-features.js";
 import type { TokenUsage } from "../proxy-store.js";
 import { sseData } from "../sse-event-splitter.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
@@ -335,6 +341,18 @@ function choicesOf(body: RequestBody): number {
 }
 
 /** Chat's tools are the client's (`function`, `custom`); search is a field of its own (`web_search_options`). */
+/** An `image_url` part the provider fetches (not a data URL), or a file it holds. */
+const CHAT_INPUTS: InputRules = {
+  fields: ["messages"],
+  needles: ['url"', "file_id"],
+  classify(node) {
+    const image = node.image_url;
+    if (fetchedUrl(isObject(image) ? image.url : image)) return "input_urls";
+    if ("file_id" in node) return "stored_context";
+    return undefined;
+  },
+};
+
 const CHAT_TOOL_KINDS = {
   runByClient: (type: string | undefined) => type === "function" || type === "custom",
   feature: (type: string) => type,
@@ -359,6 +377,7 @@ export const openAiChatCompletions: WireFormat = {
         providerSide: [
           ...providerSideTools(body, CHAT_TOOL_KINDS),
           ...providerSideFields(body, { web_search_options: "web_search" }),
+          ...providerSideInputs(body, CHAT_INPUTS),
         ],
         ...(clientWantsUsage
           ? {}

@@ -10,7 +10,13 @@
 // text per output item and content part; the other events repeat whole texts
 // (a text's `.done`, the output item, the final response).
 import { scanReadsStrings } from "@oz0/serving";
-import { providerSideFields, providerSideTools } from "../provider-side-features.js";
+import {
+  fetchedUrl,
+  providerSideFields,
+  providerSideInputs,
+  providerSideTools,
+  type InputRules,
+} from "../provider-side-features.js";
 import type { TokenUsage } from "../proxy-store.js";
 import { OPENAI_FORWARDED_HEADERS, openAiErrorBody } from "./openai-chat-completions.js";
 import { sseData } from "../sse-event-splitter.js";
@@ -188,6 +194,17 @@ function streamErrorEvent(type: ProxyErrorType, message: string): string {
  * the shell, patch and computer-use actions the model asks the client to
  * carry out. The rest are hosted tools, web_search under each of its names.
  */
+/** An input image or file given by a URL the provider fetches (not a data URL), a file it holds, an item it stored. */
+const RESPONSES_INPUTS: InputRules = {
+  fields: ["input"],
+  needles: ['url"', "file_id", "item_reference"],
+  classify(node) {
+    if (fetchedUrl(node.image_url) || fetchedUrl(node.file_url)) return "input_urls";
+    if ("file_id" in node || node.type === "item_reference") return "stored_context";
+    return undefined;
+  },
+};
+
 const RESPONSES_TOOL_KINDS = {
   runByClient: (type: string | undefined) =>
     type !== undefined &&
@@ -213,6 +230,7 @@ export const openAiResponses: WireFormat = {
           conversation: "stored_context",
           prompt: "stored_context",
         }),
+        ...providerSideInputs(body, RESPONSES_INPUTS),
       ],
       streamMeter: () => new ResponsesStreamMeter(),
     }),

@@ -27,6 +27,10 @@ export interface RequestBody {
   values(name: string): unknown[];
   /** The objects in an array field, each read a field at a time; undefined for one that cannot be read. */
   objectsIn(name: string): (RequestBody | undefined)[];
+  /** Whether a field's bytes hold `needle` as they are. */
+  mentions(name: string, needle: string): boolean;
+  /** Whether a field writes an ASCII character as a `\u00XX` escape (a search of its bytes could miss a name). */
+  escapesAscii(name: string): boolean;
 }
 
 /** One provider API the proxy serves at `/{provider}/v1/{route}`. */
