@@ -35,6 +35,12 @@ export interface SniffingServerOptions {
    */
   requestTimeoutMs?: number;
   /**
+   * How long an HTTP/2 session may have no stream open before it is closed;
+   * its first stream is due within `headersTimeoutMs` of the connection, as a
+   * request's headers are. Default an hour (retire() says why so long).
+   */
+  idleSessionTimeoutMs?: number;
+  /**
    * Requests whose body stays open as long as the call lasts (client- and
    * bidi-streaming RPCs), by path: HTTP/2 gives them no request timeout.
    */
@@ -62,9 +68,29 @@ export function createSniffingServer(handler: RequestHandler, options: SniffingS
   });
   const sockets = new Set<net.Socket>();
   const sessions = new Set<http2.ServerHttp2Session>();
+  const idleSessionTimeout = options.idleSessionTimeoutMs ?? 60 * 60_000;
   h2.on("session", (session) => {
     sessions.add(session);
-    session.on("close", () => sessions.delete(session));
+    // Node's HTTP/2 server keeps a session for as long as its peer does: a
+    // client that connected and sent nothing, or went quiet, held one forever
+    // (2,000 of them, no credential needed, held 30 MB). Counting its open
+    // streams is what tells a quiet session from one holding a long call (a
+    // Watch that has nothing to say for minutes), which a timeout on the
+    // session's traffic alone would end too.
+    let open = 0;
+    let idle = setTimeout(() => retire(session), headersTimeout).unref();
+    session.on("stream", (stream: http2.ServerHttp2Stream) => {
+      open += 1;
+      clearTimeout(idle);
+      stream.once("close", () => {
+        open -= 1;
+        if (open === 0 && !session.closed) idle = setTimeout(() => retire(session), idleSessionTimeout).unref();
+      });
+    });
+    session.on("close", () => {
+      clearTimeout(idle);
+      sessions.delete(session);
+    });
   });
 
   const tcp = net.createServer((socket) => {
@@ -120,6 +146,20 @@ export function createSniffingServer(handler: RequestHandler, options: SniffingS
       for (const socket of sockets) socket.destroy();
     },
   };
+}
+
+/**
+ * Closes a quiet HTTP/2 session: a GOAWAY naming the last stream it took, and
+ * the streams still open finish. A stream the client sends as the GOAWAY
+ * crosses it is refused (REFUSED_STREAM, which HTTP/2 makes safe to retry,
+ * though connect-node does not retry it). Node has no way to send nghttp2's
+ * shutdown notice (a GOAWAY that still admits every stream, then the real one
+ * a round trip later, as gRPC servers do), so the idle time is set past the
+ * clients' own: connect-node closes a connection idle for 15 minutes itself,
+ * grpc-js after 30.
+ */
+function retire(session: http2.ServerHttp2Session): void {
+  if (!session.closed && !session.destroyed) session.close();
 }
 
 /**

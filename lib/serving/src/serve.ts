@@ -61,8 +61,14 @@ export interface ServeOptions {
   logger?: Logger;
   /** Mark the server ready as soon as it listens. Default true. */
   readyOnListen?: boolean;
-  /** A client that has not sent its request's headers by then is disconnected. Default 10 s. */
+  /**
+   * A client that has not sent its request's headers by then is disconnected
+   * (an HTTP/2 connection that has opened no stream by then is closed).
+   * Default 10 s.
+   */
   headersTimeoutMs?: number;
+  /** An HTTP/2 connection with no request open for this long is closed. Default an hour (longer than clients keep theirs). */
+  idleSessionTimeoutMs?: number;
   /**
    * A request whose body has not arrived whole by then is answered 408, on
    * either protocol; client- and bidi-streaming RPCs are exempt on HTTP/2.
@@ -153,6 +159,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   const server = createSniffingServer(guarded(handler as RequestHandler, logger), {
     ...(options.headersTimeoutMs ? { headersTimeoutMs: options.headersTimeoutMs } : {}),
     ...(options.requestTimeoutMs ? { requestTimeoutMs: options.requestTimeoutMs } : {}),
+    ...(options.idleSessionTimeoutMs ? { idleSessionTimeoutMs: options.idleSessionTimeoutMs } : {}),
     openEndedRequest: (path) => openEnded.has(path),
   });
   const host = options.host ?? "127.0.0.1";

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import type { ClientHttp2Session } from "node:http2";
 import { createRequire } from "node:module";
 import { test } from "node:test";
 import { promisify } from "node:util";
@@ -196,3 +197,100 @@ void test(
     }
   },
 );
+
+/** An HTTP/2 session of its own to `url`: the GOAWAY it got (its code and the last stream the server took), and its end. */
+async function watchedSession(url: string) {
+  const http2 = await import("node:http2");
+  const session = http2.connect(url);
+  session.on("error", () => undefined);
+  const goaways: { code: number; lastStreamID: number }[] = [];
+  session.on("goaway", (code, lastStreamID) => goaways.push({ code, lastStreamID }));
+  const closed = new Promise<void>((resolve) => session.once("close", () => resolve()));
+  await new Promise<void>((resolve, reject) => {
+    session.once("connect", () => resolve());
+    session.once("error", reject);
+  });
+  return { session, goaways, closed };
+}
+
+/** One health check on `session` (its own stream); its HTTP status. */
+function healthOver(session: ClientHttp2Session): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const stream = session.request({
+      ":method": "POST",
+      ":path": "/grpc.health.v1.Health/Check",
+      "content-type": "application/json",
+    });
+    let status = 0;
+    stream.on("response", (headers) => (status = Number(headers[":status"])));
+    stream.on("error", reject);
+    stream.resume();
+    stream.on("close", () => resolve(status));
+    stream.end('{"service":"liveness"}');
+  });
+}
+
+// The timeouts only turn a hang into a failure; the server is told 300 ms and 500 ms.
+void test(
+  "an HTTP/2 connection that opens no stream in time, or has none open for the idle time, is closed",
+  { timeout: 60_000 },
+  async () => {
+    const server = await serve({
+      name: "test",
+      port: 0,
+      services: [],
+      auth,
+      headersTimeoutMs: 300,
+      idleSessionTimeoutMs: 500,
+    });
+    try {
+      // Connected, and never a request: what 2,000 connections did to hold 30 MB.
+      const silent = await watchedSession(server.url);
+      await silent.closed;
+      assert.ok(silent.goaways.length > 0, "told to go away, not cut off");
+      assert.ok(
+        silent.goaways.every((g) => g.code === 0 && g.lastStreamID === 0),
+        `gracefully, no stream taken: ${JSON.stringify(silent.goaways)}`,
+      );
+      // One request, then quiet.
+      const quiet = await watchedSession(server.url);
+      assert.equal(await healthOver(quiet.session), 200);
+      await quiet.closed;
+      assert.ok(quiet.goaways.length > 0);
+      assert.ok(
+        quiet.goaways.every((g) => g.code === 0 && g.lastStreamID === 1),
+        `gracefully, its one stream taken: ${JSON.stringify(quiet.goaways)}`,
+      );
+    } finally {
+      await server.close({ graceMs: 100 });
+    }
+  },
+);
+
+void test("a connection holding a long call stays open past the idle time", { timeout: 60_000 }, async () => {
+  const { ServerReflection, ServerReflectionRequestSchema } =
+    await import("@oz0/proto/grpc/reflection/v1/reflection_pb");
+  const { create } = await import("@bufbuild/protobuf");
+  const server = await serve({ name: "test", port: 0, services: [], auth, idleSessionTimeoutMs: 200 });
+  try {
+    // Reflection is bidi-streaming: one stream open for 1.2 s, six idle times, nothing sent for 600 ms twice.
+    const reflection = createClient(
+      ServerReflection,
+      createGrpcTransport({ baseUrl: server.url, interceptors: [testCredentials.caller] }),
+    );
+    async function* asks() {
+      for (let i = 0; i < 3; i++) {
+        if (i > 0) await new Promise((r) => setTimeout(r, 600));
+        yield create(ServerReflectionRequestSchema, { messageRequest: { case: "listServices", value: "" } });
+      }
+    }
+    let answers = 0;
+    for await (const answer of reflection.serverReflectionInfo(asks())) {
+      assert.equal(answer.messageResponse.case, "listServicesResponse");
+      answers += 1;
+    }
+    assert.equal(answers, 3, "every ask answered on the one stream");
+  } finally {
+    await server.close({ graceMs: 100 });
+  }
+});
