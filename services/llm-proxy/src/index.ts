@@ -46,6 +46,12 @@ export interface LlmProxyConfig {
   port?: number;
   /** Default 127.0.0.1. */
   host?: string;
+  /**
+   * The URL sessions are given to reach this proxy (OZ0_PUBLIC_URL), when it
+   * is not the one it listens on: a listener on 0.0.0.0 is reached at the
+   * address of its Service. Default: `url`.
+   */
+  publicUrl?: string;
   /** Directory for the SQLite store (OZ0_LLM_PROXY_DATA); `:memory:` keeps nothing. Ignored when `store` or `databaseUrl` is given. */
   dataDir?: string;
   /**
@@ -297,7 +303,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     if (ownsStore) await store.close();
     throw error;
   }
-  publicUrl = server.url;
+  publicUrl = config.publicUrl?.replace(/\/+$/, "") ?? server.url;
   return {
     url: server.url,
     store,

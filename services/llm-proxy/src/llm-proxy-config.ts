@@ -3,7 +3,16 @@
 // EnvConfigError naming the variable and the form it expects, and main.ts
 // stops on it before anything listens. The KEK and the providers file are
 // read here too, so a bad one also stops the start (with their own errors).
-import { authSettingsFromEnv, envInteger, envList, envMaxMessageBytes, envPort, envString, envUrl } from "@oz0/serving";
+import {
+  authSettingsFromEnv,
+  EnvConfigError,
+  envInteger,
+  envList,
+  envMaxMessageBytes,
+  envPort,
+  envString,
+  envUrl,
+} from "@oz0/serving";
 import type { LlmProxyConfig } from "./index.js";
 import { loadKek } from "./key-vault.js";
 import { loadProvidersFile } from "./provider-config.js";
@@ -27,9 +36,19 @@ export function configFromEnv(env: NodeJS.ProcessEnv): LlmProxyConfig {
     valid: (feature) => /^[a-z][a-z0-9_]*$/.test(feature),
     expected: "a comma-separated list of feature names such as web_search,code_execution",
   });
+  const host = envString(env, "OZ0_HOST") ?? "127.0.0.1";
+  const publicUrl = envUrl(env, "OZ0_PUBLIC_URL");
+  // Sessions are told where the proxy is; "every interface" is no place to call.
+  if (!publicUrl && ["0.0.0.0", "::", "[::]"].includes(host))
+    throw new EnvConfigError(
+      "OZ0_PUBLIC_URL",
+      `the URL sessions reach the proxy at, since OZ0_HOST=${host} listens on every interface (in Kubernetes, the llm-proxy Service's address)`,
+      "",
+    );
   return {
     port: envPort(env, "OZ0_PORT") ?? DEFAULT_PORT,
-    host: envString(env, "OZ0_HOST") ?? "127.0.0.1",
+    host,
+    ...(publicUrl ? { publicUrl } : {}),
     dataDir: envString(env, "OZ0_LLM_PROXY_DATA") ?? ".oz0/llm-proxy",
     // PostgreSQL instead of the SQLite file: what several replicas share.
     ...(databaseUrl ? { databaseUrl } : {}),

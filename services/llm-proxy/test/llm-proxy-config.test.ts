@@ -15,6 +15,7 @@ void test("the environment's variables become the proxy's configuration", () => 
   const { auth, ...rest } = configFromEnv({
     OZ0_PORT: "0",
     OZ0_HOST: "0.0.0.0",
+    OZ0_PUBLIC_URL: "http://10.96.0.12:7702",
     OZ0_LLM_PROXY_DATA: "/var/lib/oz0-llm-proxy",
     DATABASE_URL: "postgres://oz0@db/oz0",
     OZ0_DATABASE_SCHEMA: "proxy_a",
@@ -32,6 +33,7 @@ void test("the environment's variables become the proxy's configuration", () => 
   assert.deepEqual(rest, {
     port: 0,
     host: "0.0.0.0",
+    publicUrl: "http://10.96.0.12:7702",
     dataDir: "/var/lib/oz0-llm-proxy",
     databaseUrl: "postgres://oz0@db/oz0",
     databaseSchema: "proxy_a",
@@ -67,6 +69,11 @@ void test("a malformed variable is refused, naming it and the form it expects", 
     [{ OZ0_MAX_MODEL_REQUEST_BYTES: "0" }, /^OZ0_MAX_MODEL_REQUEST_BYTES must be a whole number of bytes, at least 1/],
     [{ OZ0_MAX_SESSION_BYTES_IN_FLIGHT: "64M" }, /^OZ0_MAX_SESSION_BYTES_IN_FLIGHT must be a whole number of bytes/],
     [{ OZ0_MAX_BYTES_IN_FLIGHT: "0" }, /^OZ0_MAX_BYTES_IN_FLIGHT must be a whole number of bytes, at least 1/],
+    [
+      { OZ0_HOST: "0.0.0.0" },
+      /^OZ0_PUBLIC_URL must be the URL sessions reach the proxy at, since OZ0_HOST=0.0.0.0 listens on every interface/,
+    ],
+    [{ OZ0_PUBLIC_URL: "llm-proxy:7702" }, /^OZ0_PUBLIC_URL must be an http:\/\/ or https:\/\/ URL/],
     [
       { OZ0_PROVIDER_SIDE_FEATURES: "web_search web_fetch" },
       /^OZ0_PROVIDER_SIDE_FEATURES must be a comma-separated list of feature names such as web_search,code_execution; got "web_search web_fetch"$/,

@@ -233,3 +233,15 @@ void describe("who is calling", () => {
     );
   });
 });
+
+void it("gives sessions the public URL it is told (OZ0_PUBLIC_URL), not the one it listens on", async () => {
+  const fx = await startFixture({ turns: [], config: { host: "0.0.0.0", publicUrl: "http://10.96.0.12:7702/" } });
+  try {
+    const endpoint = await fx.session();
+    assert.equal(endpoint.anthropicBaseUrl, "http://10.96.0.12:7702/anthropic");
+    assert.equal(endpoint.openaiBaseUrl, "http://10.96.0.12:7702/openai/v1");
+    assert.match(fx.proxy.url, /^http:\/\/0\.0\.0\.0:\d+$/);
+  } finally {
+    await fx.close();
+  }
+});
