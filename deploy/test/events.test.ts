@@ -23,6 +23,7 @@ import {
   declaredReplicas,
   matchesSelector,
   ports,
+  urlService,
   workloads,
   type Any,
   type Workload,
@@ -181,7 +182,9 @@ export function serviceFindings(objects: K8sObject[]): string[] {
     if (!producer) continue;
     const url = containerEnv(objects, container(producer.pod, name)).OZ0_EVENTS_URL;
     if (url === undefined) continue;
-    const { hostname, port } = new URL(url);
+    const called = urlService(url);
+    const hostname = called?.service;
+    const port = called?.port;
     const svc = services.find((s) => s.metadata.name === hostname);
     if (!svc) findings.push(`${name}: OZ0_EVENTS_URL ${url} names no Service`);
     else if (svc.spec.clusterIP === "None") findings.push(`${name}: OZ0_EVENTS_URL ${url} names a headless Service`);

@@ -11,6 +11,7 @@ import {
   container,
   containerEnv,
   policiesFor,
+  urlService,
   workload,
   workloads,
   type Any,
@@ -143,18 +144,18 @@ for (const dir of prodOverlays) {
       assert.ok(existsSync(path.join(repoRoot, "services/sandbox/src/heartbeat-main.ts")), "the entry point's source");
 
       const env = containerEnv(objects, heartbeat);
-      const url = new URL(env.OZ0_ORCHESTRATOR_URL ?? "");
-      const service = objects.find((o) => o.kind === "Service" && o.metadata.name === url.hostname) as Any;
-      assert.ok(service, `OZ0_ORCHESTRATOR_URL names the Service ${url.hostname}`);
+      const url = urlService(env.OZ0_ORCHESTRATOR_URL ?? "");
+      const service = objects.find((o) => o.kind === "Service" && o.metadata.name === url?.service) as Any;
+      assert.ok(service, `OZ0_ORCHESTRATOR_URL ${env.OZ0_ORCHESTRATOR_URL} names a Service`);
       assert.equal(service.spec.selector["app.kubernetes.io/name"], "orchestrator");
       assert.ok(
-        service.spec.ports.some((p: Any) => p.port === Number(url.port)),
-        `the Service serves port ${url.port}`,
+        service.spec.ports.some((p: Any) => p.port === url!.port),
+        `the Service serves port ${url!.port}`,
       );
-      assert.equal(url.protocol, "http:");
+      assert.equal(url!.protocol, "http:");
       // The node API's own listener (OZ0_NODE_PORT), never the public API: the node token is refused there.
       const nodePort = Number(containerEnv(objects, orchestrator).OZ0_NODE_PORT);
-      assert.equal(Number(url.port), nodePort, "heartbeats go to the orchestrator's node port");
+      assert.equal(url!.port, nodePort, "heartbeats go to the orchestrator's node port");
       assert.notEqual(nodePort, Number(containerEnv(objects, orchestrator).OZ0_PORT));
       const servicePort = service.spec.ports.find((p: Any) => p.port === nodePort);
       assert.ok(

@@ -415,7 +415,7 @@ for (const dir of overlayDirs()) {
       }
     });
 
-    void it("lets sandbox pods reach only the orchestrator, the LLM proxy, DNS and the telemetry sinks", () => {
+    void it("lets sandbox pods reach only the orchestrator, the LLM proxy and the telemetry sinks: no DNS", () => {
       const sandbox = workload(objects, "sandbox");
       const strict = !objects.some((o) => o.kind === "NetworkPolicy" && o.metadata.name === "sandbox-telemetry");
       const allowed = new Set(["orchestrator", "llm-proxy", ...(strict ? [] : ["events", "otel-collector"])]);
@@ -424,16 +424,11 @@ for (const dir of overlayDirs()) {
         for (const rule of policy.spec.egress ?? []) {
           for (const peer of rule.to) {
             assert.equal(peer.ipBlock, undefined, `${policy.metadata.name}: sandbox egress to an ipBlock`);
-            const dns =
-              peer.namespaceSelector?.matchLabels?.["kubernetes.io/metadata.name"] === "kube-system" &&
-              peer.podSelector?.matchLabels?.["k8s-app"] === "kube-dns";
-            if (dns) {
-              assert.deepEqual(
-                rule.ports.map((p: Any) => p.port),
-                [53, 53],
-              );
-              continue;
-            }
+            // The cluster's resolver recurses: a query for <data>.attacker.example leaves the cluster.
+            assert.ok(
+              !rule.ports.some((p: Any) => p.port === 53),
+              `${policy.metadata.name}: sandbox pods may not reach a resolver (port 53)`,
+            );
             assert.equal(
               peer.namespaceSelector,
               undefined,
@@ -461,6 +456,29 @@ for (const dir of overlayDirs()) {
           assert.deepEqual(rule.from, [{ podSelector: { matchLabels: { "app.kubernetes.io/name": "orchestrator" } } }]);
         }
       }
+    });
+
+    void it("has sandbox pods resolve no names, and name every peer by an address Kubernetes gives them", () => {
+      const sandbox = workload(objects, "sandbox");
+      assert.equal(sandbox.pod.dnsPolicy, "None", "not the cluster's resolver");
+      assert.deepEqual(sandbox.pod.dnsConfig, { nameservers: ["127.0.0.1"] }, "a nameserver that answers nothing");
+      assert.equal(sandbox.pod.enableServiceLinks, true, "the *_SERVICE_HOST variables its URLs use");
+      for (const c of allContainers(sandbox.pod)) {
+        for (const [key, value] of Object.entries(containerEnv(objects, c))) {
+          for (const match of value.matchAll(/^[a-z]+:\/\/([^/:]+)/g)) {
+            assert.match(
+              match[1]!,
+              /^(127\.0\.0\.1|\$\([A-Z_]+_SERVICE_HOST\)|\$\(POD_IP\))$/,
+              `${c.name} ${key}=${value}: a host the pod would have to resolve`,
+            );
+          }
+        }
+      }
+      // The proxy's public URL is what harnesses in sandbox pods call.
+      const proxy = workload(objects, "llm-proxy");
+      const proxyEnv = containerEnv(objects, container(proxy.pod, "llm-proxy"));
+      assert.equal(proxyEnv.OZ0_PUBLIC_URL, "http://$(LLM_PROXY_SERVICE_HOST):7702");
+      assert.equal(proxy.pod.enableServiceLinks, true);
     });
 
     void it("has no ingress rule without `from`", () => {
@@ -507,7 +525,9 @@ for (const dir of overlayDirs()) {
     void it("points every service at the collector, whose pipelines drop model content", () => {
       for (const name of services) {
         const env = containerEnv(objects, container(workload(objects, name).pod, name));
-        assert.equal(env.OTEL_EXPORTER_OTLP_ENDPOINT, "http://otel-collector:4318", name);
+        // Sandbox pods resolve no names: they reach the collector at its Service's address.
+        const collector = name === "sandbox" ? "$(OTEL_COLLECTOR_SERVICE_HOST)" : "otel-collector";
+        assert.equal(env.OTEL_EXPORTER_OTLP_ENDPOINT, `http://${collector}:4318`, name);
         assert.equal(env.OZ0_HOST, "0.0.0.0", `${name} listens on the pod's address`);
         assert.equal(Number(env.OZ0_PORT), ports[name], `${name} OZ0_PORT`);
       }

@@ -149,6 +149,22 @@ export function policiesFor(objects: K8sObject[], labels: Record<string, string>
   );
 }
 
+/**
+ * The Service a URL in a pod's environment calls, and the port: by the
+ * Service's name, or by the address Kubernetes gives a pod for it
+ * (`$(NAME_SERVICE_HOST)`, where a pod resolves no names). Undefined for any
+ * other host, or a URL that is not one.
+ */
+export function urlService(url: string): { service: string; port: number; protocol: string } | undefined {
+  const parts = /^(https?):\/\/([^/:]+):(\d+)(?:\/|$)/.exec(url);
+  if (!parts) return undefined;
+  const [, protocol, host, port] = parts;
+  const linked = /^\$\(([A-Z0-9_]+)_SERVICE_HOST\)$/.exec(host!);
+  const service = linked ? linked[1]!.toLowerCase().replaceAll("_", "-") : host!;
+  if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(service)) return undefined;
+  return { service, port: Number(port), protocol: `${protocol}:` };
+}
+
 /** The env a container gets from its ConfigMaps (envFrom) and env. */
 export function containerEnv(objects: K8sObject[], container: Any): Record<string, string> {
   const env: Record<string, string> = {};

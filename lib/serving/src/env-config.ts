@@ -71,6 +71,7 @@ export function envPort(env: Env, name: string): number | undefined {
 export function envUrl(env: Env, name: string): string | undefined {
   const value = raw(env, name);
   if (value === undefined) return undefined;
+  refuseUnexpanded(name, value);
   if (!isHttpUrl(value))
     throw new EnvConfigError(name, "an http:// or https:// URL, such as http://127.0.0.1:7701", value);
   return value;
@@ -98,6 +99,7 @@ export function envList(
 
 /** Comma-separated http or https URLs; empty when unset. */
 export function envUrlList(env: Env, name: string): string[] {
+  refuseUnexpanded(name, raw(env, name) ?? "");
   return envList(env, name, { valid: isHttpUrl, expected: "comma-separated http:// or https:// URLs" });
 }
 
@@ -108,6 +110,20 @@ export function envOneOf<T extends string>(env: Env, name: string, values: reado
   if (!(values as readonly string[]).includes(value))
     throw new EnvConfigError(name, `one of ${values.join(", ")}`, value);
   return value as T;
+}
+
+/**
+ * Kubernetes leaves `$(VAR)` as it is when the pod has no VAR, and URL takes
+ * `$(events_service_host)` for a host name: the first call would fail, far
+ * from the cause.
+ */
+function refuseUnexpanded(name: string, value: string): void {
+  if (/\$\([A-Za-z_][A-Za-z0-9_]*\)/.test(value))
+    throw new EnvConfigError(
+      name,
+      "an http:// or https:// URL with every $(VAR) filled in (Kubernetes leaves a variable the pod lacks as it is: a Service made after the pod has no *_SERVICE_HOST in it; restart the pod)",
+      value,
+    );
 }
 
 function isHttpUrl(value: string): boolean {

@@ -69,6 +69,17 @@ void test("URLs are http or https, alone or comma-separated", () => {
   assert.equal(envUrl({ U: "http://127.0.0.1:7701" }, "U"), "http://127.0.0.1:7701");
   assert.deepEqual(envUrlList({ U: "http://a:1, https://b:2 ," }, "U"), ["http://a:1", "https://b:2"]);
   refused(() => envUrl({ U: "127.0.0.1:7701" }, "U"), "U", /^U must be an http:\/\/ or https:\/\/ URL/);
+  // What Kubernetes leaves of a Service's address the pod was not given.
+  refused(
+    () => envUrl({ U: "http://$(EVENTS_SERVICE_HOST):7703" }, "U"),
+    "U",
+    /with every \$\(VAR\) filled in .* restart the pod\); got "http:\/\/\$\(EVENTS_SERVICE_HOST\):7703"$/,
+  );
+  refused(
+    () => envUrlList({ U: "http://a:1,http://$(ORCHESTRATOR_SERVICE_HOST):7710" }, "U"),
+    "U",
+    /with every \$\(VAR\) filled in/,
+  );
   refused(
     () => envUrlList({ U: "http://a:1,nowhere" }, "U"),
     "U",
