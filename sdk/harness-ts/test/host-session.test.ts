@@ -311,6 +311,25 @@ void describe("startHostSession", () => {
     assert.equal(outcome.signal, "SIGKILL");
   });
 
+  void it("kill() ends a harness that ignores SIGTERM at once, with no grace, and cuts a cancel's grace short", async () => {
+    // A grace of ten minutes: a SIGTERM and its grace would hold this test to its timeout.
+    for (const cancelFirst of [false, true]) {
+      const { session } = run("ignores-sigterm", {
+        graceMs: 600_000,
+        onEvent: (event) => {
+          if (event.event.case !== "started") return;
+          if (cancelFirst) session.cancel("stop");
+          session.kill("flooded the disk");
+        },
+      });
+      const outcome = await session.outcome;
+      assert.equal(outcome.status, "cancelled");
+      assert.equal(outcome.signal, "SIGKILL");
+      assert.equal(outcome.error, undefined, "it never waited out a grace (no ignored_sigterm)");
+      assert.equal(outcome.cancelReason, cancelFirst ? "stop" : "flooded the disk");
+    }
+  });
+
   void it("times out at the deadline: pending permissions get OUTCOME_TIMED_OUT", async () => {
     const { session, events } = run("cancellable", { deadline: new Date(Date.now() + 300) });
     const outcome = await session.outcome;

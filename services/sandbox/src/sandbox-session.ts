@@ -229,6 +229,7 @@ export class SandboxSession {
         this.#breakLimit(
           "stderr_too_large",
           `the harness wrote more than ${options.maxStderrWrittenBytes} bytes to stderr (OZ0_MAX_SESSION_STDERR_WRITTEN_BYTES); the rest was not read and the session was stopped`,
+          { kill: true },
         ),
     });
     this.isolationName = options.isolation.mode;
@@ -523,6 +524,7 @@ export class SandboxSession {
             this.#breakLimit(
               "stdout_too_large",
               `the harness wrote more than ${this.#options.maxStdoutBytes} bytes to stdout (OZ0_MAX_SESSION_STDOUT_BYTES); the rest was not read and the session was stopped`,
+              { kill: true },
             ),
         }),
         limit: MAX_LINE_NESTING,
@@ -618,10 +620,16 @@ export class SandboxSession {
     }
   }
 
-  #breakLimit(code: string, message: string): void {
+  /**
+   * Stops a session that broke a limit of the node. `kill`: at once, with no
+   * grace, for a flood of output (a harness that ignored SIGTERM went on
+   * writing to the node's disk for the whole grace).
+   */
+  #breakLimit(code: string, message: string, options: { kill?: boolean } = {}): void {
     if (this.#limitBroken !== undefined) return;
     this.#limitBroken = { code, message };
-    this.#host?.cancel(message);
+    if (options.kill) this.#host?.kill(message);
+    else this.#host?.cancel(message);
   }
 
   answerPermission(answer: PermissionAnswer): void {

@@ -160,3 +160,35 @@ for (const isolation of ["none", "bwrap"] as const) {
     }
   });
 }
+
+// A harness that floods the node's disk and ignores SIGTERM is killed at once: with a grace of ten
+// minutes, a SIGTERM and its grace would hold this test to its timeout.
+for (const [isolation, stream] of [
+  ["none", "stderr"],
+  ["bwrap", "stderr"],
+  ["none", "stdout"],
+] as const) {
+  void it(
+    `kills a session (${isolation}) flooding ${stream} that ignores SIGTERM at once, without its grace`,
+    { timeout: 120_000 },
+    async () => {
+      const capped = await startTestSandbox({
+        isolation,
+        maxSessionStderrWrittenBytes: 1024 * 1024,
+        maxSessionStdoutBytes: 1024 * 1024,
+        cancelGraceMs: 600_000,
+        retentionMs: 60_000,
+      });
+      try {
+        const flood = await runToEnd(
+          capped.client,
+          scenarioStart({ mode: "flood", stream, bytes: 64 * 1024 * 1024, ignoreSigterm: true }),
+        );
+        const exited = flood.exited();
+        assert.equal(exited.errorCode, `${stream}_too_large`, exited.errorMessage);
+      } finally {
+        await capped.close();
+      }
+    },
+  );
+}

@@ -152,6 +152,13 @@ export interface HostSession {
    * harness writes within the grace is recorded. Idempotent.
    */
   cancel(reason?: string): void;
+  /**
+   * Ends the session at once: pending permissions are answered
+   * OUTCOME_CANCELLED, then SIGKILL, with no grace. For a harness that broke
+   * a limit of its host (a flood of output to the host's disk), which is owed
+   * no time to go on. Idempotent; it cuts short a cancel's grace.
+   */
+  kill(reason?: string): void;
 }
 
 /** Starts a harness session. Never throws for harness problems: they end up in the outcome. */
@@ -256,6 +263,22 @@ class RunningHostSession implements HostSession {
       this.#cancelReason = reason;
     }
     this.#stop();
+  }
+
+  kill(reason?: string): void {
+    if (this.#finalized) return;
+    if (this.#result === undefined && this.#endReason === undefined) {
+      this.#endReason = "cancelled";
+      this.#cancelReason = reason;
+    }
+    if (this.#launched === undefined) return;
+    if (!this.#stopping) {
+      this.#stopping = true;
+      this.#answerPendingAsEnded();
+    }
+    if (this.#exit !== undefined) return;
+    const launched = this.#launched;
+    this.#callLauncher(() => launched.kill());
   }
 
   #checkCanSend(): void {
