@@ -69,6 +69,7 @@ function calls(engine: SqlEngine): Record<keyof typeof HOT_QUERIES, unknown[]> {
     requested_at: at(engine, 2),
     answered_at: answeredAt,
     delivered: engine.bool(false),
+    runtime_call: "",
   });
   const event = (jobId: string, seq: number) => ({
     job_id: jobId,
@@ -128,6 +129,10 @@ function calls(engine: SqlEngine): Record<keyof typeof HOT_QUERIES, unknown[]> {
     markPermissionDelivered: [
       { jobId: "job-1", id: "perm-1", delivered: engine.bool(true) },
       { jobId: "job-2", id: "perm-2", delivered: engine.bool(true) },
+    ],
+    usePermissionForRuntimeCall: [
+      { jobId: "job-1", id: "perm-1", callId: "rt-1", none: "" },
+      { jobId: "job-2", id: "perm-2", callId: "rt-2", none: "" },
     ],
   };
 }

@@ -29,7 +29,7 @@ function agent(name: string, hash: string): NewAgentVersion {
   };
 }
 
-function job(id: string, overrides: Partial<JobRecord> = {}): JobRecord {
+export function job(id: string, overrides: Partial<JobRecord> = {}): JobRecord {
   const now = new Date();
   return {
     id,
@@ -419,6 +419,31 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     assert.equal(answered?.answeredBy, "ann");
     assert.deepEqual(answered?.answerInput, { command: "npm test -- --x" });
     assert.equal(answered?.delivered, true);
+  });
+
+  withStore("an approved permission allows one runtime call, once, whoever asks and however often", async (store) => {
+    await store.createJob(job("j1"));
+    await store.append({
+      jobId: "j1",
+      events: [],
+      permissions: [permission("j1", "p1", { status: "approved", decider: "policy" }), permission("j1", "p2")],
+    });
+    assert.equal(await store.usePermissionForRuntimeCall("j1", "p2", "rt1"), false, "a pending one allows nothing");
+    // Two calls race for it (two replicas, or a process before and after a restart): one has it.
+    const [a, b] = await Promise.all([
+      store.usePermissionForRuntimeCall("j1", "p1", "rt1"),
+      store.usePermissionForRuntimeCall("j1", "p1", "rt2"),
+    ]);
+    assert.deepEqual([a, b].sort(), [false, true]);
+    const winner = a ? "rt1" : "rt2";
+    assert.equal(await store.usePermissionForRuntimeCall("j1", "p1", winner), true, "the same call, replayed, again");
+    assert.equal(await store.usePermissionForRuntimeCall("j1", "p1", "rt3"), false);
+    assert.equal((await store.getPermission("j1", "p1"))?.runtimeCall, winner);
+    // A later write of the record (its delivery, a re-upsert) keeps which call used it.
+    const p1 = (await store.getPermission("j1", "p1"))!;
+    await store.append({ jobId: "j1", events: [], permissions: [{ ...p1, runtimeCall: undefined, delivered: true }] });
+    assert.equal((await store.getPermission("j1", "p1"))?.runtimeCall, winner);
+    assert.equal(await store.usePermissionForRuntimeCall("j2", "p1", "rt1"), false, "another job's has none");
   });
 
   withStore(

@@ -10,7 +10,10 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { permitRuntimeCall } from "../src/approvals/runtime-call-permits.js";
 import { inputAllowed } from "../src/policy/tool-call-audit.js";
+import { SqliteJobStore } from "../src/store/sqlite-store.js";
+import { job, permission } from "./job-store-suite.js";
 import { installPlugin, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
 import { runToEnd } from "./support/ended-job.js";
 
@@ -119,4 +122,32 @@ void test("a runtime call's input is allowed when each of its fields is as the p
   assert.equal(inputAllowed({ task: "check order 4831", to: "x" }, allowed), false, "a field added");
   assert.equal(inputAllowed({ nested: { a: [1, 2] } }, { nested: { a: [1, 2] } }), true);
   assert.equal(inputAllowed({ nested: { a: [1] } }, { nested: { a: [1, 2] } }), false, "compared whole below the top");
+});
+
+void test("an approved permission allows one runtime call, and still only one after the orchestrator restarts", async (t) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-runtime-permits-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const file = path.join(dir, "orchestrator.db");
+  const stored = new SqliteJobStore({ file });
+  await stored.createJob(job("j1"));
+  await stored.append({
+    jobId: "j1",
+    events: [],
+    permissions: [
+      permission("j1", "p1", { tool: "verify", input: { task: "x" }, status: "approved", decider: "person" }),
+    ],
+  });
+  const permit = (store: SqliteJobStore, id: string) =>
+    permitRuntimeCall({ store, jobId: "j1", harness: "rogue", call: { id, name: "verify", input: { task: "x" } } });
+  assert.equal(await permit(stored, "rt1"), undefined, "the call it was asked for");
+  assert.equal(await permit(stored, "rt1"), undefined, "the same call, replayed by a re-attach");
+  await stored.close();
+  // A new process on the same data: what the first one used is known to it.
+  const restarted = new SqliteJobStore({ file });
+  t.after(() => restarted.close());
+  assert.equal(await permit(restarted, "rt1"), undefined);
+  assert.match(
+    (await permit(restarted, "rt2")) ?? "",
+    /^policy bypass: harness rogue called runtime tool verify \(call rt2\) without a permission request allowed for it with this input, or with one an earlier call used/,
+  );
 });

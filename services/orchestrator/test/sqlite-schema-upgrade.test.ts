@@ -119,7 +119,11 @@ void test(
     } finally {
       await store.close();
     }
-    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14], "everything recorded, whether adopted or run");
+    assert.deepEqual(
+      migrations(file),
+      [1, 5, 7, 8, 9, 10, 11, 13, 14, 15],
+      "everything recorded, whether adopted or run",
+    );
     assert.deepEqual(schemaOf(file), await freshJobsSchema(dir), "the schema a new file gets");
   }),
 );
@@ -142,6 +146,7 @@ void test(
       assert.equal(permission?.status, "approved");
       assert.equal(permission?.answeredBy, "bob");
       assert.equal(permission?.delivered, true);
+      assert.equal(permission?.runtimeCall, undefined, "used by no runtime call (migration 15's default)");
       assert.deepEqual(await store.listStderrSessions("job_old"), [
         { sessionId: "ses_old", keptBytes: 5, droppedBytes: 2, trailingDroppedBytes: 0 },
       ]);
@@ -156,11 +161,11 @@ void test(
     } finally {
       await store.close();
     }
-    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14]);
+    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14, 15]);
     assert.deepEqual(schemaOf(file), await freshJobsSchema(dir));
     // Opened again: nothing more to do.
     await new SqliteJobStore({ file }).close();
-    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14]);
+    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14, 15]);
   }),
 );
 

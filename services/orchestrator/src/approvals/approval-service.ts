@@ -24,8 +24,7 @@ import { appendJobStep, stateChanged, type JobEventInit, type JobStepWrites } fr
 import type { JobFeed } from "../jobs/job-feed.js";
 import { failedPrecondition, invalidArgument, notFound, permissionDenied } from "../orchestrator-error.js";
 import type { PermissionPolicy, PolicyDecision } from "../policy/permission-policy.js";
-import { clippedHarnessText } from "../policy/harness-text.js";
-import { inputAllowed, toolResultViolation, type ToolResultSeen } from "../policy/tool-call-audit.js";
+import { toolResultViolation, type ToolResultSeen } from "../policy/tool-call-audit.js";
 import type { LifecycleSink } from "../sessions/session-runner.js";
 import {
   isTerminal,
@@ -38,6 +37,7 @@ import {
   type PermissionRecord,
 } from "../store/job-store.js";
 import { claim, requestIdViolation, requestIdsOf } from "./request-ids.js";
+import { permitRuntimeCall, type RuntimeCall } from "./runtime-call-permits.js";
 import { answerRefusal, approvalDeadline, ApprovalDeadlines, type Answerer } from "./approval-deadlines.js";
 
 const DECIDER_TO_PROTO: Record<DeciderName, Decider> = {
@@ -435,36 +435,10 @@ export class ApprovalService {
     return toolResultViolation({ result, permission, harness: active.agent.harness.manifest.name });
   }
 
-  /**
-   * "Every tool call asks first", for a call of a tool the runtime serves (a harness operation, a graph manager's
-   * decision), when the harness declares permissions: it must have asked about a call of that tool with that
-   * input, been allowed, and no other runtime call may have used that permission. Without this, a harness could
-   * run an operation (a scratch session, its model calls, the parent's working directory) without asking, or
-   * after its request was denied: no tool result comes of it for the audit to see. The rule the call broke, or
-   * undefined (the permission is used now).
-   */
-  async permitRuntimeCall(
-    jobId: string,
-    active: ActiveJob,
-    call: { id: string; name: string; input?: ProtoJsonObject | undefined },
-  ): Promise<string | undefined> {
+  /** runtime-call-permits.ts, for a job whose harness declares permissions and has broken no rule yet. */
+  async permitRuntimeCall(jobId: string, active: ActiveJob, call: RuntimeCall): Promise<string | undefined> {
     if (!active.agent.harness.manifest.permissions || active.violation !== undefined) return undefined;
-    const used = (active.runtimePermits ??= new Map<string, string>());
-    const input = call.input ?? {};
-    const asked = (await this.#o.store.listPermissions({ jobId })).filter(
-      (p) => p.tool === call.name && inputAllowed(input, p.answerInput ?? p.input ?? {}),
-    );
-    const permit = asked.find((p) => p.status === "approved" && (used.get(p.id) ?? call.id) === call.id);
-    if (permit) {
-      used.set(permit.id, call.id);
-      return undefined;
-    }
-    const harness = active.agent.harness.manifest.name;
-    const what = `runtime tool ${clippedHarnessText(call.name)} (call ${clippedHarnessText(call.id)})`;
-    const refused = asked.find((p) => p.status !== "approved");
-    if (refused)
-      return `policy bypass: harness ${harness} called ${what} although its permission was ${refused.status.replace("_", " ")} (rule: a call runs only once it is allowed); the job was stopped`;
-    return `policy bypass: harness ${harness} called ${what} without a permission request allowed for it with this input, or with one an earlier call used (rule: every tool call asks first); the job was stopped`;
+    return permitRuntimeCall({ store: this.#o.store, jobId, harness: active.agent.harness.manifest.name, call });
   }
 
   /** Stop timing a job's calls: another replica works on it now. */

@@ -37,11 +37,6 @@ export interface ActiveJob extends SessionState {
    */
   approvedCalls?: Set<string>;
   /**
-   * Permissions its runtime tool calls used (ApprovalService.permitRuntimeCall): permission id → the runtime
-   * call's id. A permission allows one call; the same call, replayed by a re-attach, finds its own again.
-   */
-  runtimePermits?: Map<string, string>;
-  /**
    * The database refused its messages after `after` (to `last`, where the one refused must be) for their data,
    * `times` times in a row (JobRunner #refusedForGood). Forgotten once a write stores past `last`.
    */

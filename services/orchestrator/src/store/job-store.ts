@@ -163,6 +163,11 @@ export interface PermissionRecord {
   answeredAt?: Date;
   /** The answer has been written to the session. */
   delivered: boolean;
+  /**
+   * The runtime tool call that used this permission (ApprovalService.permitRuntimeCall): an approved
+   * permission allows one such call. Stored, so a restart or another replica cannot let it allow a second.
+   */
+  runtimeCall?: string;
 }
 
 /** `text` for a LIKE pattern: its %, _ and \ match only themselves (with ESCAPE '\'). */
@@ -339,6 +344,12 @@ export interface JobStore {
   getPermission(jobId: string, id: string): Promise<PermissionRecord | undefined>;
   listPermissions(query: ListPermissionsQuery): Promise<PermissionRecord[]>;
   markPermissionDelivered(jobId: string, id: string): Promise<void>;
+  /**
+   * Lets an approved permission allow the runtime tool call `callId`, once: true when the permission is now
+   * that call's (or already was), false when it is not approved or another call has it. Atomic, so two
+   * replicas (or a process before and after a restart) never both have it.
+   */
+  usePermissionForRuntimeCall(jobId: string, id: string, callId: string): Promise<boolean>;
 
   /** Insert or replace a harness operation's record. */
   putOperationCheckpoint(record: OperationCheckpoint): Promise<void>;

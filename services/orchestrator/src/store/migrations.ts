@@ -341,6 +341,17 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
     present: (p) => p.hasColumn("jobs", "traceparent"),
     up: (db) => [db.schema.alterTable("jobs").addColumn("traceparent", "text", (c) => c.notNull().defaultTo(""))],
   },
+  {
+    version: 15,
+    name: "permission used by a runtime call",
+    part: "jobs",
+    // An approved permission allows one runtime tool call (a harness operation): which one, kept with it, so
+    // neither a restart nor another replica lets it allow a second (it was kept in the process's memory).
+    present: (p) => p.hasColumn("permissions", "runtime_call"),
+    up: (db) => [
+      db.schema.alterTable("permissions").addColumn("runtime_call", "text", (c) => c.notNull().defaultTo("")),
+    ],
+  },
 ];
 
 /** Kysely that only compiles (no connection): the DDL of a migration as text for one engine. */

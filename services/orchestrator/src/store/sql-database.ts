@@ -100,6 +100,8 @@ export interface PermissionsTable {
   requested_at: Time;
   answered_at: Time | null;
   delivered: Bool;
+  /** The runtime tool call that used the permission; "" while none has. */
+  runtime_call: string;
 }
 
 export interface OperationCheckpointsTable {

@@ -178,6 +178,16 @@ export const HOT_QUERIES = {
   markPermissionDelivered: compiledOnce((db, v: { jobId: string; id: string; delivered: Bool }) =>
     db.updateTable("permissions").set({ delivered: v.delivered }).where("job_id", "=", v.jobId).where("id", "=", v.id),
   ),
+  // An upsert never writes runtime_call (upsertPermission's update leaves it out): only this sets it, once.
+  usePermissionForRuntimeCall: compiledOnce((db, v: { jobId: string; id: string; callId: string; none: string }) =>
+    db
+      .updateTable("permissions")
+      .set({ runtime_call: v.callId })
+      .where("job_id", "=", v.jobId)
+      .where("id", "=", v.id)
+      .where("status", "=", "approved")
+      .where((eb) => eb.or([eb("runtime_call", "=", v.none), eb("runtime_call", "=", v.callId)])),
+  ),
 };
 
 export class SqlJobStore implements JobStore {
@@ -582,6 +592,16 @@ export class SqlJobStore implements JobStore {
       id,
       delivered: this.engine.bool(true),
     });
+  }
+
+  async usePermissionForRuntimeCall(jobId: string, id: string, callId: string): Promise<boolean> {
+    const result = await HOT_QUERIES.usePermissionForRuntimeCall.execute(this.db, this.engine, {
+      jobId,
+      id,
+      callId,
+      none: "",
+    });
+    return Number(result.numAffectedRows ?? 0) > 0;
   }
 
   async putOperationCheckpoint(record: OperationCheckpoint): Promise<void> {

@@ -203,6 +203,7 @@ export function toPermission(row: Selectable<PermissionsTable>): PermissionRecor
     requestedAt: toDate(row.requested_at),
     ...(answeredAt ? { answeredAt } : {}),
     delivered: toBool(row.delivered),
+    ...(row.runtime_call !== "" ? { runtimeCall: row.runtime_call } : {}),
   };
 }
 
@@ -224,6 +225,7 @@ export function permissionColumns(engine: SqlEngine, p: PermissionRecord): Permi
     requested_at: engine.time(p.requestedAt),
     answered_at: p.answeredAt ? engine.time(p.answeredAt) : null,
     delivered: engine.bool(p.delivered),
+    runtime_call: p.runtimeCall ?? "",
   };
 }
 

@@ -1,0 +1,48 @@
+// "Every tool call asks first", for a call of a tool the runtime serves (a
+// harness operation, a graph manager's decision), when the harness declares
+// permissions: it must have asked about a call of that tool with that input,
+// been allowed, and no other runtime call may have used that permission.
+// Without this, a harness could run an operation (a scratch session, its
+// model calls, the parent's working directory) without asking, or after its
+// request was denied: no tool result comes of it for the audit to see.
+import type { JsonObject } from "@bufbuild/protobuf";
+import { clippedHarnessText } from "../policy/harness-text.js";
+import { inputAllowed } from "../policy/tool-call-audit.js";
+import type { JobStore } from "../store/job-store.js";
+
+/** A runtime tool call as the harness made it. */
+export interface RuntimeCall {
+  id: string;
+  name: string;
+  input?: JsonObject | undefined;
+}
+
+/**
+ * The rule the call broke, or undefined: a permission allowed it, and is now
+ * its own. The store keeps which call used a permission and hands each to one
+ * call, so a replay of the same call (a re-attach) finds its own again, while
+ * a second call finds it taken, after a restart or on another replica too (it
+ * was once kept in the process's memory).
+ */
+export async function permitRuntimeCall(options: {
+  store: Pick<JobStore, "listPermissions" | "usePermissionForRuntimeCall">;
+  jobId: string;
+  /** The harness's name, for the rule. */
+  harness: string;
+  call: RuntimeCall;
+}): Promise<string | undefined> {
+  const { store, jobId, call } = options;
+  const input = call.input ?? {};
+  const asked = (await store.listPermissions({ jobId })).filter(
+    (p) => p.tool === call.name && inputAllowed(input, p.answerInput ?? p.input ?? {}),
+  );
+  for (const p of asked) {
+    if (p.status !== "approved" || (p.runtimeCall !== undefined && p.runtimeCall !== call.id)) continue;
+    if (await store.usePermissionForRuntimeCall(jobId, p.id, call.id)) return undefined;
+  }
+  const what = `runtime tool ${clippedHarnessText(call.name)} (call ${clippedHarnessText(call.id)})`;
+  const refused = asked.find((p) => p.status !== "approved");
+  if (refused)
+    return `policy bypass: harness ${options.harness} called ${what} although its permission was ${refused.status.replace("_", " ")} (rule: a call runs only once it is allowed); the job was stopped`;
+  return `policy bypass: harness ${options.harness} called ${what} without a permission request allowed for it with this input, or with one an earlier call used (rule: every tool call asks first); the job was stopped`;
+}
