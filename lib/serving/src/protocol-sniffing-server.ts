@@ -7,6 +7,9 @@ import net from "node:net";
 
 const HTTP2_PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
 
+/** The streams one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS). */
+export const MAX_CONCURRENT_STREAMS = 1000;
+
 export type RequestHandler = (
   req: http.IncomingMessage | http2.Http2ServerRequest,
   res: http.ServerResponse | http2.Http2ServerResponse,
@@ -62,7 +65,10 @@ export function createSniffingServer(handler: RequestHandler, options: SniffingS
   );
   h1.keepAliveTimeout = 5_000;
   const openEnded = options.openEndedRequest ?? (() => false);
-  const h2 = http2.createServer({}, (req, res) => {
+  // Node's default lets one connection hold 2^32-1 streams at once, each with its buffers: a client
+  // without a credential could open them faster than the gate refuses them. A node's sessions, a
+  // console's Watches and an orchestrator's calls need far fewer.
+  const h2 = http2.createServer({ settings: { maxConcurrentStreams: MAX_CONCURRENT_STREAMS } }, (req, res) => {
     if (!openEnded(req.url)) timeRequestBody(req, res, requestTimeout);
     handler(req, res);
   });

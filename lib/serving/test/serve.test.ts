@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import type { ClientHttp2Session } from "node:http2";
+import { once } from "node:events";
+import type { ClientHttp2Session, Settings } from "node:http2";
 import { createRequire } from "node:module";
 import { test } from "node:test";
 import { promisify } from "node:util";
@@ -8,6 +9,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport, createConnectTransport } from "@connectrpc/connect-node";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "@oz0/proto/grpc/health/v1/health_pb";
 import { Authenticator } from "../src/auth/authenticator.js";
+import { MAX_CONCURRENT_STREAMS } from "../src/protocol-sniffing-server.js";
 import { serve } from "../src/serve.js";
 import { testCredentials } from "../src/testing.js";
 
@@ -290,6 +292,21 @@ void test("a connection holding a long call stays open past the idle time", { ti
       answers += 1;
     }
     assert.equal(answers, 3, "every ask answered on the one stream");
+  } finally {
+    await server.close({ graceMs: 100 });
+  }
+});
+
+void test("an HTTP/2 connection is told how many streams it may have open at once", async () => {
+  const server = await serve({ name: "test", port: 0, services: [], auth });
+  try {
+    const http2 = await import("node:http2");
+    const client = http2.connect(server.url);
+    const [remote] = (await once(client, "remoteSettings")) as [Settings];
+    // Node's own default is 2^32-1, each stream with its buffers, for a client with no credential.
+    assert.equal(remote.maxConcurrentStreams, MAX_CONCURRENT_STREAMS);
+    assert.equal(MAX_CONCURRENT_STREAMS, 1000);
+    client.destroy();
   } finally {
     await server.close({ graceMs: 100 });
   }
