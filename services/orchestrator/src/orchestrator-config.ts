@@ -8,11 +8,13 @@ import {
   EnvConfigError,
   envInteger,
   envMaxMessageBytes,
+  envOneOf,
   envPort,
   envString,
   envUrl,
   envUrlList,
 } from "@oz0/serving";
+import { HOOK_ISOLATION_SETTINGS } from "./policy/hook-isolation.js";
 import type { OrchestratorConfig } from "./start-orchestrator.js";
 
 /** Everything `startOrchestrator` takes from the environment (the logger is the caller's). */
@@ -37,6 +39,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
   if (attachmentRoots.some((root) => !path.isAbsolute(root)))
     throw new EnvConfigError("OZ0_ATTACHMENT_ROOTS", "`:`-separated absolute paths", roots ?? "");
   const maxMessageBytes = envMaxMessageBytes(env);
+  const hookIsolation = envOneOf(env, "OZ0_HOOK_ISOLATION", HOOK_ISOLATION_SETTINGS);
   return {
     host: envString(env, "OZ0_HOST") ?? "127.0.0.1",
     port: envPort(env, "OZ0_PORT") ?? 7700,
@@ -56,5 +59,6 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     ...(consoleDir ? { consoleDir } : {}),
     ...(attachmentRoots.length > 0 ? { attachmentRoots } : {}),
     ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}),
+    ...(hookIsolation ? { hookIsolation } : {}),
   };
 }

@@ -20,6 +20,7 @@ import { consoleDirectory, consoleFiles, consoleOidcLogin } from "./console/cons
 import { ConsoleLogin } from "./console/console-login.js";
 import { loginService } from "./rpc/login-service.js";
 import { HookStage } from "./policy/hook-stage.js";
+import { chooseHookIsolation, type HookIsolationSetting } from "./policy/hook-isolation.js";
 import { PermissionPolicy } from "./policy/permission-policy.js";
 import { PluginRegistry } from "./plugins/plugin-registry.js";
 import { SandboxClient } from "./sessions/sandbox-client.js";
@@ -43,6 +44,11 @@ export interface OrchestratorConfig {
   attachmentRoots?: string[];
   /** The data directory (OZ0_HOME). Default ~/.oz0. */
   home?: string;
+  /**
+   * How plugins' command hooks run (OZ0_HOOK_ISOLATION): `auto` (default) under bubblewrap when it works
+   * here, else as the orchestrator's user, said in the log; `bwrap` refuses to start without it; `none`.
+   */
+  hookIsolation?: HookIsolationSetting;
   /** Sandbox nodes (OZ0_SANDBOX_URLS); or `sandboxes` for custom runners. */
   sandboxUrls?: string[];
   sandboxes?: SessionRunner[];
@@ -118,8 +124,14 @@ function defaultReplicaId(port: number): string {
 
 export async function startOrchestrator(config: OrchestratorConfig = {}): Promise<RunningOrchestrator> {
   const home = path.resolve(config.home ?? defaultHome());
+  const hookIsolation = await chooseHookIsolation({ setting: config.hookIsolation ?? "auto", dataDir: home });
   const serviceToken = config.auth?.serviceToken;
   const logger = config.logger ?? createLogger({ name: "orchestrator" });
+  if (!hookIsolation.isolation)
+    logger.info(
+      { reason: hookIsolation.reason },
+      "plugins' command hooks run as the orchestrator's user, not isolated",
+    );
   for (const [name, value] of [
     ["OZ0_LEASE_TTL_MS", config.leaseTtlMs],
     ["OZ0_NODE_STALE_AFTER_MS", config.nodeStaleAfterMs],
@@ -190,7 +202,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     feed,
     placement,
     tokens: orchestratorTracing.tokenIssuer(proxy),
-    policy: new PermissionPolicy({ hooks: [new HookStage()] }),
+    policy: new PermissionPolicy({ hooks: [new HookStage({ isolation: hookIsolation.isolation })] }),
     home,
     ...(config.attachmentRoots ? { attachmentRoots: config.attachmentRoots } : {}),
     logger,

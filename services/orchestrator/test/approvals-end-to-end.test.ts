@@ -196,7 +196,7 @@ before(async () => {
   assert.equal(refused.code, 1);
   assert.match(
     refused.stderr,
-    /plugin \S+ declares command hooks, guard \(agents\/\S+\.yaml\), .*they run on the orchestrator's host as the orchestrator, .*install it with --allow-host-hooks/,
+    /plugin \S+ declares command hooks, guard \(agents\/\S+\.yaml\), .*they run on the orchestrator's host, .*install it with --allow-host-hooks/,
   );
   const installed = await t.cli(["plugin", "install", `file://${repo}`, "--allow-host-hooks"]);
   assert.equal(installed.code, 0, installed.stderr);

@@ -444,7 +444,7 @@ void test("an agent whose harness does not ask cannot be published with hooks or
     });
     await assert.rejects(
       registry.install({ source: hooked }),
-      /plugin quiet declares command hooks, hook 0 \(oz0-plugin\.yaml\), review \(agents\/a\.yaml\): they run on the orchestrator's host as the orchestrator, with its files \(its credentials among them\) and its network, not in a sandbox; install it with --allow-host-hooks/,
+      /plugin quiet declares command hooks, hook 0 \(oz0-plugin\.yaml\), review \(agents\/a\.yaml\): they run on the orchestrator's host, with its network, and as the orchestrator with its files \(its credentials among them\) unless bubblewrap isolates them \(OZ0_HOOK_ISOLATION\); install it with --allow-host-hooks/,
     );
     assert.equal((await registry.install({ source: hooked, allowHostHooks: true })).plugin.name, "quiet");
     const ok = await registry.install({

@@ -29,6 +29,7 @@ void test("the environment's variables become the orchestrator's configuration",
     OZ0_CONSOLE_DIR: "/srv/console",
     OZ0_ATTACHMENT_ROOTS: "/srv/shared:/home/projects",
     OZ0_MAX_MESSAGE_BYTES: "8388608",
+    OZ0_HOOK_ISOLATION: "bwrap",
   });
   const { auth, ...rest } = config;
   assert.ok(auth);
@@ -50,6 +51,7 @@ void test("the environment's variables become the orchestrator's configuration",
     consoleDir: "/srv/console",
     attachmentRoots: ["/srv/shared", "/home/projects"],
     maxMessageBytes: 8 * 1024 * 1024,
+    hookIsolation: "bwrap",
   });
 });
 
@@ -82,6 +84,7 @@ void test("a malformed variable is refused, naming it and the form it expects", 
       { OZ0_ATTACHMENT_ROOTS: "/srv/shared:projects" },
       /^OZ0_ATTACHMENT_ROOTS must be `:`-separated absolute paths; got "\/srv\/shared:projects"$/,
     ],
+    [{ OZ0_HOOK_ISOLATION: "gvisor" }, /^OZ0_HOOK_ISOLATION must be one of auto, bwrap, none; got "gvisor"$/],
   ];
   for (const [env, message] of cases)
     assert.throws(() => configFromEnv(env), { name: "EnvConfigError", message }, JSON.stringify(env));

@@ -10,6 +10,7 @@ import path from "node:path";
 import { parse } from "yaml";
 import { parseDuration } from "../agents/agent-versions.js";
 import { runCommandHook } from "./command-hooks.js";
+import { isolatedHookCommand, type HookIsolation } from "./hook-isolation.js";
 import { resolveHarnessCommand } from "../agents/harness-command.js";
 import {
   hookMatches,
@@ -75,14 +76,17 @@ export function preToolCall(q: PermissionQuestion): PreToolCall {
   };
 }
 
-async function verdictOf(hook: SourcedHook, call: PreToolCall): Promise<HookVerdict> {
+async function verdictOf(hook: SourcedHook, call: PreToolCall, isolation?: HookIsolation): Promise<HookVerdict> {
   const spec = hook.spec;
   if (!isCommandHook(spec)) return ruleVerdict(spec, call);
-  const command = resolveHarnessCommand({
+  const resolved = resolveHarnessCommand({
     plugin: hook.source,
     pluginPath: hook.pluginDir,
     manifest: { name: "hook", command: spec.command },
   });
+  const command = isolation
+    ? isolatedHookCommand(isolation, { command: resolved, pluginDir: hook.pluginDir })
+    : resolved;
   return runCommandHook({
     command,
     call,
@@ -95,6 +99,12 @@ async function verdictOf(hook: SourcedHook, call: PreToolCall): Promise<HookVerd
 export class HookStage implements PermissionStage {
   readonly name = "hooks";
   readonly #cache = new Map<string, HookSpec[]>();
+  readonly #isolation: HookIsolation | undefined;
+
+  /** `isolation`: command hooks run under bubblewrap (hook-isolation.ts); without it, as the orchestrator's user. */
+  constructor(options: { isolation?: HookIsolation | undefined } = {}) {
+    this.#isolation = options.isolation;
+  }
 
   async decide(q: PermissionQuestion): Promise<PolicyDecision | undefined> {
     const call = preToolCall(q);
@@ -104,7 +114,7 @@ export class HookStage implements PermissionStage {
       try {
         verdict = await orchestratorTracing.traceHook(
           { sessionId: q.sessionId, permissionId: q.id, hook: hook.spec.name ?? "hook", source: hook.source },
-          () => verdictOf(hook, call),
+          () => verdictOf(hook, call, this.#isolation),
         );
       } catch (error) {
         // A hook that cannot even be evaluated (a bad regex, a bad timeout) fails closed like a crashing one.
