@@ -1,4 +1,4 @@
-export { serve, registration } from "./serve.js";
+export { isWildcardHost, serve, registration } from "./serve.js";
 export type { ServeOptions, RunningServer, ServiceRegistration } from "./serve.js";
 export { HealthRegistry, LIVENESS, READINESS, ServingStatus } from "./health.js";
 export { createLogger } from "./logger.js";

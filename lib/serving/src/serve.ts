@@ -249,6 +249,17 @@ function guarded(handler: RequestHandler, logger: Logger): RequestHandler {
 }
 
 /** `::1:7700` → `[::1]:7700`; anything already well-formed is returned as is. */
+/**
+ * Whether `host` (as OZ0_HOST gives it) listens on every address: then the
+ * server's own URL (`http://0.0.0.0:7702`) is no address a peer can call, and
+ * whoever tells peers where it is must name another.
+ */
+export function isWildcardHost(host: string): boolean {
+  return WILDCARD_HOSTS.has(host);
+}
+
+const WILDCARD_HOSTS = new Set(["", "0.0.0.0", "::", "[::]"]);
+
 export function bracketIpv6Authority(authority: string): string {
   if (authority.startsWith("[") || authority.split(":").length <= 2) return authority;
   const lastColon = authority.lastIndexOf(":");

@@ -12,6 +12,7 @@ import {
   envPort,
   envString,
   envUrl,
+  isWildcardHost,
 } from "@oz0/serving";
 import type { LlmProxyConfig } from "./index.js";
 import { loadKek } from "./key-vault.js";
@@ -39,7 +40,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): LlmProxyConfig {
   const host = envString(env, "OZ0_HOST") ?? "127.0.0.1";
   const publicUrl = envUrl(env, "OZ0_PUBLIC_URL");
   // Sessions are told where the proxy is; "every interface" is no place to call.
-  if (!publicUrl && ["0.0.0.0", "::", "[::]"].includes(host))
+  if (!publicUrl && isWildcardHost(host))
     throw new EnvConfigError(
       "OZ0_PUBLIC_URL",
       `the URL sessions reach the proxy at, since OZ0_HOST=${host} listens on every interface (in Kubernetes, the llm-proxy Service's address)`,

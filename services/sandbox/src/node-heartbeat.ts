@@ -10,7 +10,7 @@ import os from "node:os";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { SandboxNodeService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import type { Logger } from "@oz0/serving";
+import { isWildcardHost, type Logger } from "@oz0/serving";
 
 export interface NodeHeartbeatOptions {
   /** One or more orchestrator replicas (or one Service URL in front of them). */
@@ -47,7 +47,6 @@ export interface NodeHeartbeat {
   stop(options?: { drain?: boolean }): Promise<void>;
 }
 
-const WILDCARD_HOSTS = new Set(["", "0.0.0.0", "::", "[::]"]);
 const LOOPBACK_HOST = /^(localhost|127\.\d+\.\d+\.\d+|\[::1\])$/;
 
 /** The node's identity when OZ0_NODE_ID / OZ0_ADVERTISE_URL are unset: hostname:port, and the server's own URL (the hostname when it listens on every address). */
@@ -58,7 +57,7 @@ export function defaultNodeIdentity(options: { host: string | undefined; port: n
   const hostname = os.hostname();
   return {
     nodeId: `${hostname}:${options.port}`,
-    advertiseUrl: WILDCARD_HOSTS.has(options.host ?? "127.0.0.1") ? `http://${hostname}:${options.port}` : options.url,
+    advertiseUrl: isWildcardHost(options.host ?? "127.0.0.1") ? `http://${hostname}:${options.port}` : options.url,
   };
 }
 
