@@ -11,6 +11,7 @@
 import { existsSync, lstatSync, readdirSync, realpathSync } from "node:fs";
 import path from "node:path";
 import { invalidArgument } from "../orchestrator-error.js";
+import { isWithin } from "../path-within.js";
 
 /** A job's input is a prompt, not a payload: larger material goes in an attachment. */
 export const MAX_JOB_INPUT_BYTES = 2 * 1024 * 1024;
@@ -52,12 +53,6 @@ export interface AttachmentPolicy {
   anywhere: boolean;
 }
 
-/** True when `inner` is `outer` or below it (both resolved). */
-function within(inner: string, outer: string): boolean {
-  const relative = path.relative(outer, inner);
-  return relative === "" || (relative !== ".." && !relative.startsWith(`..${path.sep}`) && !path.isAbsolute(relative));
-}
-
 /**
  * A job's attachments, checked: absolute paths that exist on the
  * orchestrator's host, that the caller may attach (AttachmentPolicy), within
@@ -73,11 +68,11 @@ export function checkAttachments(attachments: readonly string[], policy: Attachm
     if (!existsSync(a))
       throw invalidArgument(`attachment ${a} does not exist on the orchestrator's host; check the path`);
     const real = realpathSync(a);
-    if (within(real, home) || within(home, real))
+    if (isWithin(real, home) || isWithin(home, real))
       throw invalidArgument(
         `attachment ${a} is, or holds, the orchestrator's data directory (${policy.home}: its credentials and stores); attach the files the agent needs from somewhere else`,
       );
-    if (!policy.anywhere && !roots.some((root) => within(real, root)))
+    if (!policy.anywhere && !roots.some((root) => isWithin(real, root)))
       throw invalidArgument(
         roots.length === 0
           ? `attachment ${a}: only an admin may attach files of the orchestrator's host here; an admin can name folders anyone may attach from with OZ0_ATTACHMENT_ROOTS`

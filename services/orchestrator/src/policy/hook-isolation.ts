@@ -11,6 +11,7 @@
 import { realpathSync } from "node:fs";
 import path from "node:path";
 import { DEFAULT_READ_ONLY_PATHS, detectBubblewrap } from "@oz0/sandbox";
+import { isWithin } from "../path-within.js";
 
 /** How command hooks run: under bubblewrap, hiding `dataDir`. */
 export interface HookIsolation {
@@ -45,11 +46,6 @@ export async function chooseHookIsolation(options: {
   return { reason };
 }
 
-function within(child: string, parent: string): boolean {
-  const relative = path.relative(parent, child);
-  return relative === "" || (!relative.startsWith("..") && !path.isAbsolute(relative));
-}
-
 /** The hook's command, run under bubblewrap: what it sees is listed above. */
 export function isolatedHookCommand(
   isolation: HookIsolation,
@@ -68,7 +64,7 @@ export function isolatedHookCommand(
     }
   }
   for (const dir of programDirs) {
-    if (DEFAULT_READ_ONLY_PATHS.some((p) => within(dir, p)) || within(dir, isolation.dataDir)) continue;
+    if (DEFAULT_READ_ONLY_PATHS.some((p) => isWithin(dir, p)) || isWithin(dir, isolation.dataDir)) continue;
     binds.push("--ro-bind", dir, dir);
   }
   return [
