@@ -53,8 +53,25 @@ export interface BubblewrapDetection {
   reason?: string;
 }
 
-/** Tries a real sandbox with every namespace this launcher uses; bwrap being installed is not enough (user namespaces may be off). */
-export async function detectBubblewrap(options: { bwrapPath?: string } = {}): Promise<BubblewrapDetection> {
+/** What each bwrap tried in this process found: the embedded stack's sandbox and orchestrator both ask. */
+const detections = new Map<string, Promise<BubblewrapDetection>>();
+
+/**
+ * Tries a real sandbox with every namespace this launcher uses; bwrap being
+ * installed is not enough (user namespaces may be off). Once a process: each
+ * try spawns bwrap twice.
+ */
+export function detectBubblewrap(options: { bwrapPath?: string } = {}): Promise<BubblewrapDetection> {
+  const key = options.bwrapPath ?? "";
+  let found = detections.get(key);
+  if (!found) {
+    found = tryBubblewrap(options);
+    detections.set(key, found);
+  }
+  return found;
+}
+
+async function tryBubblewrap(options: { bwrapPath?: string }): Promise<BubblewrapDetection> {
   const candidates =
     options.bwrapPath !== undefined ? [options.bwrapPath] : ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
   const bwrap = candidates.find((candidate) => existsSync(candidate));
