@@ -41,7 +41,8 @@ function endOnceIdle(logger: Logger): void {
   setTimeout(() => {
     const open = process.getActiveResourcesInfo();
     // This timer is one of them.
-    open.splice(open.indexOf("Timeout"), 1);
+    const own = open.indexOf("Timeout");
+    if (own >= 0) open.splice(own, 1);
     logger.warn({ open }, `still running ${SHUTDOWN_LINGER_MS} ms after shutting down: exiting anyway`);
     process.exit(0);
   }, SHUTDOWN_LINGER_MS).unref();
