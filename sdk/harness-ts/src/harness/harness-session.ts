@@ -23,6 +23,7 @@ import type {
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { LineSplitter } from "../protocol/line-framing.js";
 import { decodeLine, encodeLine } from "../protocol/message-codec.js";
+import { exitProcess } from "./exit-process.js";
 import { HarnessSessionError } from "./harness-errors.js";
 import { modelEndpointFrom } from "./model-endpoint.js";
 import type { ModelEndpoint } from "./model-endpoint.js";
@@ -425,7 +426,7 @@ export class HarnessSession {
     this.#close(error);
     if ((this.#options.handleSigterm ?? true) && (this.#options.exitOnCancel ?? true)) {
       // Exit only once the result has reached the pipe, and the spans the collector (bounded).
-      this.#output.write("", () => void (this.#spans?.flush() ?? Promise.resolve()).then(() => process.exit(0)));
+      this.#output.write("", () => void (this.#spans?.flush() ?? Promise.resolve()).then(() => exitProcess(0)));
     }
   }
 

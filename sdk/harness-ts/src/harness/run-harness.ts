@@ -2,6 +2,7 @@
 // whatever happens (a return value, a throw, a cancellation) into exactly one
 // result.
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { exitProcess } from "./exit-process.js";
 import { HarnessSessionError } from "./harness-errors.js";
 import { openSession } from "./harness-session.js";
 import type { HarnessSession, OpenSessionOptions, ResultInit } from "./harness-session.js";
@@ -38,7 +39,7 @@ export async function runHarness(
     // Exit only once the result has reached the pipe.
     const output = options.output ?? process.stdout;
     await new Promise<void>((resolve) => output.write("", () => resolve()));
-    process.exit();
+    exitProcess();
   }
 }
 

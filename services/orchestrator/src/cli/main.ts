@@ -2,6 +2,7 @@
 // oz0 (also orchestrator-zero): the command line an operator uses.
 import path from "node:path";
 import { Command, CommanderError, Option } from "commander";
+import { exitProcess } from "@oz0/harness";
 import { defaultHome } from "../start-orchestrator.js";
 import { startDevStack } from "../dev/dev-stack.js";
 import { isolationNotice, removeDiscovery, writeDiscovery } from "../dev/embedded-stack.js";
@@ -454,7 +455,7 @@ async function readStdin(): Promise<string> {
 
 // `oz0 jobs list | head`: a reader that went away is not an error.
 process.stdout.on("error", (error: NodeJS.ErrnoException) => {
-  if (error.code === "EPIPE") process.exit(process.exitCode ?? 0);
+  if (error.code === "EPIPE") exitProcess(Number(process.exitCode ?? 0));
   throw error;
 });
 
@@ -463,11 +464,11 @@ process.on("SIGINT", () => {
   if (devRunning) return;
   // A status line is not left on the screen for the shell's prompt to follow.
   LiveTerminal.clearAll();
-  if (interrupted || !open) process.exit(130);
+  if (interrupted || !open) exitProcess(130);
   interrupted = true;
   const conn = open;
   if (conn.mode !== "embedded") io.err.write("\noz0: stopped following; the job keeps running (oz0 jobs watch JOB)\n");
-  void conn.close().finally(() => process.exit(130));
+  void conn.close().finally(() => exitProcess(130));
 });
 
 try {
@@ -486,7 +487,7 @@ try {
 // while, so the CLI exits itself, but only once what it wrote has left: writes
 // to a pipe are asynchronous, and exiting at once cut piped output at 64 KiB.
 await Promise.all([drained(process.stdout), drained(process.stderr)]);
-process.exit(process.exitCode ?? EXIT.ok);
+exitProcess(Number(process.exitCode ?? EXIT.ok));
 
 /** Resolves when everything written to `stream` so far has been handed to the OS (or the reader went away). */
 function drained(stream: NodeJS.WriteStream): Promise<void> {

@@ -1,0 +1,113 @@
+// A harness (runHarness's exitWhenDone, a cancel) and the oz0 CLI end their
+// process with exitProcess: process.exit() can hang for good in Node's
+// teardown (nodejs/node#54918), and a harness that hangs so is reported
+// did_not_exit and killed after its grace. The hang is a race no test can
+// call up on demand; these tests hold that the exit takes the path with no
+// teardown to hang in, and keeps what an exit must keep.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { describe, it } from "node:test";
+import { create } from "@bufbuild/protobuf";
+import { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { startHostSession } from "@oz0/harness/host";
+
+const exitModule = pathToFileURL(fileURLToPath(new URL("../src/harness/exit-process.ts", import.meta.url))).href;
+const lingering = fileURLToPath(new URL("./fixtures/sdk/lingering-harness.mjs", import.meta.url));
+
+/** Runs `script` (after it: exitProcess imported, the execve path and exit listeners printed); how it ended. */
+function run(script: string, nodeArgs: string[] = [], cwd = process.cwd()): { status: number | null; stdout: string } {
+  const prelude = `
+    import diagnostics from "node:diagnostics_channel";
+    import { exitProcess } from ${JSON.stringify(exitModule)};
+    diagnostics.subscribe("process.execve", ({ args }) => process.stdout.write("execve " + args.join(" ") + "\\n"));
+    process.on("exit", (code) => process.stdout.write("exit listener " + code + "\\n"));
+  `;
+  const { status, stdout, stderr } = spawnSync(
+    process.execPath,
+    [...nodeArgs, "--import", "tsx", "--input-type=module", "-e", `${prelude}\n${script}`],
+    { encoding: "utf8", cwd },
+  );
+  assert.equal(stderr.replace(/^\(node:\d+\) ExperimentalWarning.*\n(.*--trace-warnings.*\n)?/gm, ""), "");
+  return { status, stdout };
+}
+
+void describe("exitProcess", () => {
+  void it("ends the process by execve, after the exit listeners, with the exit code", () => {
+    const { status, stdout } = run(`setInterval(() => {}, 60_000); exitProcess(7);`);
+    assert.equal(status, 7);
+    assert.equal(stdout, "exit listener 7\nexecve sh -c exit 7\n");
+  });
+
+  void it("keeps an exit code a listener sets, and of a code past one byte what exit(3) keeps", () => {
+    const changed = run(`process.on("exit", () => { process.exitCode = 4; }); exitProcess(1);`);
+    assert.equal(changed.status, 4);
+    assert.match(changed.stdout, /execve sh -c exit 4\n$/);
+    assert.equal(run(`exitProcess(300);`).status, 300 & 0xff);
+    assert.equal(run(`process.exitCode = 3; exitProcess();`).status, 3);
+  });
+
+  void it("in a worker thread ends only the worker, as process.exit() does", () => {
+    const { status, stdout } = run(`
+      import { Worker } from "node:worker_threads";
+      const source = "import(" + ${JSON.stringify(JSON.stringify(exitModule))} + ").then((m) => m.exitProcess(5))";
+      new Worker(source, { eval: true }).on("exit", (code) => exitProcess(code === 5 ? 0 : 1));`);
+    assert.equal(status, 0, stdout);
+    assert.equal(stdout, "exit listener 0\nexecve sh -c exit 0\n");
+  });
+
+  void it("exits Node's way when a CPU profile is to be written at exit, and the profile is written", (t) => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-exit-profile-"));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const { status, stdout } = run(`exitProcess(6);`, ["--cpu-prof", "--cpu-prof-dir", dir]);
+    assert.equal(status, 6);
+    assert.equal(stdout, "exit listener 6\n", "no execve");
+    assert.equal(readdirSync(dir).filter((f) => f.endsWith(".cpuprofile")).length, 1);
+  });
+});
+
+/** Runs the lingering harness to its outcome; `cancel` cancels it once it has said something. */
+async function runLingering(mode: "done" | "wait" | "throw") {
+  const events: SessionEvent[] = [];
+  const session = startHostSession({
+    command: [process.execPath, lingering, mode],
+    cwd: process.cwd(),
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+    request: create(SessionRequestSchema, { protocolVersion: 1, sessionId: "s1", jobId: "j1", input: "hello" }),
+    graceMs: 10_000,
+    onEvent: (event) => {
+      events.push(event);
+      if (event.event.case === "text") session.cancel("stop");
+    },
+  });
+  return { outcome: await session.outcome, events };
+}
+
+void describe("a harness on runHarness", () => {
+  void it("with exitWhenDone exits by execve once its result is out, though a handle is left open", async () => {
+    const { outcome } = await runLingering("done");
+    assert.equal(outcome.status, "completed", outcome.stderrTail);
+    assert.equal(outcome.result?.text, "done");
+    assert.equal(outcome.exitCode, 0);
+    assert.match(outcome.stderrTail, /exit listener 0\nexecve sh -c exit 0\n$/);
+  });
+
+  void it("whose work throws exits by execve with code 1, after its error result", async () => {
+    const { outcome } = await runLingering("throw");
+    assert.equal(outcome.result?.error, "the work failed", outcome.stderrTail);
+    assert.equal(outcome.exitCode, 1);
+    assert.match(outcome.stderrTail, /exit listener 1\nexecve sh -c exit 1\n$/);
+  });
+
+  void it("cancelled, exits by execve after its cancelled result, within the grace", async () => {
+    const { outcome } = await runLingering("wait");
+    assert.equal(outcome.status, "cancelled", outcome.stderrTail);
+    assert.equal(outcome.exitCode, 0);
+    assert.equal(outcome.error, undefined, "no did_not_exit");
+    assert.match(outcome.stderrTail, /exit listener 0\nexecve sh -c exit 0\n$/);
+  });
+});
