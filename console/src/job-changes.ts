@@ -7,9 +7,9 @@
 import { useEffect, useRef } from "preact/hooks";
 import type { Job } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { jobs } from "./api.js";
+import { waitBeforeRetry } from "./retry-delay.js";
 
 const GATHER_MS = 100;
-const RECONNECT_MS = [250, 500, 1_000, 2_000, 5_000];
 
 export function useJobChanges(changed: (jobs: readonly Job[]) => void): void {
   const latest = useRef(changed);
@@ -38,7 +38,7 @@ export function useJobChanges(changed: (jobs: readonly Job[]) => void): void {
         } catch {
           if (abort.signal.aborted) return;
         }
-        await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS[Math.min(attempt, RECONNECT_MS.length - 1)]));
+        await waitBeforeRetry(attempt);
       }
     };
     void follow();

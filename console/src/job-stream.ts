@@ -7,9 +7,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import type { Job, JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { jobs, messageOf } from "./api.js";
 import { isTerminal } from "./format.js";
-
-/** Waits between reconnects: quick at first, then at most every 5 s. */
-const RECONNECT_MS = [250, 500, 1_000, 2_000, 5_000];
+import { waitBeforeRetry } from "./retry-delay.js";
 
 export type StreamState = "connecting" | "live" | "reconnecting" | "ended";
 
@@ -78,7 +76,7 @@ export function useJobStream(jobId: string): JobStream {
         if (abort.signal.aborted) return;
         setStream("reconnecting");
         setReconnects((n) => n + 1);
-        await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS[Math.min(attempt, RECONNECT_MS.length - 1)]));
+        await waitBeforeRetry(attempt);
         if (abort.signal.aborted) return;
       }
     };

@@ -12,6 +12,7 @@ import { JobsPage } from "./pages/jobs.js";
 import { CALLBACK_PATH, endOidcSession, issuerName, LOGGED_OUT_PATH, oidcLogin, type OidcLogin } from "./oidc-login.js";
 import { LogInAgainPage, LoginPage, OidcCallbackPage } from "./pages/login.js";
 import { href, NO_FILTER, replaceRoute, useRoute } from "./router.js";
+import { retryDelayMs } from "./retry-delay.js";
 import { currentSession, expiredOidcSession, forgetSession, storedSession } from "./session.js";
 import "./style.css";
 
@@ -50,16 +51,27 @@ function App() {
   useEffect(() => {
     if (route.page === "login" || !currentSession()) return;
     let stopped = false;
-    login.whoAmI({}).then(
-      (who) => {
-        if (!stopped) setMe(who);
-      },
-      (error: unknown) => {
-        if (!stopped) setProblem(messageOf(error));
-      },
-    );
+    let retry: ReturnType<typeof setTimeout> | undefined;
+    // Read again on each page. A failed read (the orchestrator restarting) keeps who was known, says why, and is
+    // tried again until it answers, so its error does not stay on the page after the orchestrator is back.
+    const ask = (attempt: number): void => {
+      login.whoAmI({}).then(
+        (who) => {
+          if (stopped) return;
+          setMe(who);
+          setProblem(undefined);
+        },
+        (error: unknown) => {
+          if (stopped) return;
+          setProblem(messageOf(error));
+          retry = setTimeout(() => ask(attempt + 1), retryDelayMs(attempt));
+        },
+      );
+    };
+    ask(0);
     return () => {
       stopped = true;
+      clearTimeout(retry);
     };
   }, [route.page, sessionVersion]);
 

@@ -9,9 +9,7 @@ import { useEffect, useState } from "preact/hooks";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { TranscriptResponse } from "@oz0/proto/oz0/events/v1/events_pb";
 import { jobs, messageOf } from "./api.js";
-
-/** Waits between reconnects: quick at first, then at most every 5 s. */
-const RECONNECT_MS = [250, 500, 1_000, 2_000, 5_000];
+import { waitBeforeRetry } from "./retry-delay.js";
 
 export interface TranscriptStream {
   value: TranscriptResponse | undefined;
@@ -39,7 +37,7 @@ export function useTranscriptStream(jobId: string): TranscriptStream {
           const code = ConnectError.from(e).code;
           if (code === Code.FailedPrecondition || code === Code.NotFound || code === Code.PermissionDenied) return;
         }
-        await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS[Math.min(attempt, RECONNECT_MS.length - 1)]));
+        await waitBeforeRetry(attempt);
       }
     };
     void follow();

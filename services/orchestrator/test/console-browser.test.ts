@@ -126,6 +126,24 @@ void test("a login code opens one session, once; the session is the person who a
   await page.close();
 });
 
+void test("a who-am-I read that fails (the orchestrator away) says so, is tried again, and its error does not stay", async () => {
+  const page = await openConsole(t.stack.ownerToken);
+  // The next page asks who is logged in again: that read fails twice, as while the orchestrator restarts.
+  let failed = 0;
+  await page.route("**/oz0.orchestrator.v1.LoginService/WhoAmI", async (route) => {
+    if (failed < 2) {
+      failed++;
+      await route.abort("connectionrefused");
+    } else await route.continue();
+  });
+  await page.getByRole("link", { name: "Agents" }).click();
+  await page.getByRole("alert").waitFor();
+  await page.getByRole("alert").waitFor({ state: "detached" });
+  assert.equal(failed, 2);
+  assert.equal(await page.getByTestId("principal").textContent(), "owner");
+  await page.close();
+});
+
 void test("a job waiting for approval is in the queue, is approved in the page, and finishes", async () => {
   // With an override in the command: the card shows it as an escape, so the command cannot read reversed.
   const jobId = await startJob("approve-me \u202e~/ fr- mr");
