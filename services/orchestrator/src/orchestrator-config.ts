@@ -29,6 +29,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
   const nodeToken = envString(env, "OZ0_NODE_TOKEN");
   const nodePort = envPort(env, "OZ0_NODE_PORT");
   const nodeStaleAfterMs = envInteger(env, "OZ0_NODE_STALE_AFTER_MS", { min: 100, unit: "milliseconds" });
+  const tokenSweepMs = envInteger(env, "OZ0_TOKEN_SWEEP_MS", { min: 100, unit: "milliseconds" });
   const maxSessionStderrBytes = envInteger(env, "OZ0_MAX_SESSION_STDERR_BYTES", {
     min: 0,
     unit: "bytes (0 keeps none)",
@@ -55,6 +56,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     ...(nodePort !== undefined ? { nodePort } : {}),
     auth: authSettingsFromEnv(env),
     ...(nodeStaleAfterMs !== undefined ? { nodeStaleAfterMs } : {}),
+    ...(tokenSweepMs !== undefined ? { tokenSweepMs } : {}),
     ...(maxSessionStderrBytes !== undefined ? { maxSessionStderrBytes } : {}),
     ...(consoleDir ? { consoleDir } : {}),
     ...(attachmentRoots.length > 0 ? { attachmentRoots } : {}),

@@ -14,6 +14,7 @@ import { JobRunner } from "./jobs/job-runner.js";
 import type { JobStore } from "./store/job-store.js";
 import { eventsTranscripts } from "./jobs/job-transcripts.js";
 import { LifecycleOutbox } from "./cluster/lifecycle-outbox.js";
+import { DurableTokens } from "./sessions/durable-tokens.js";
 import { LlmProxyClient } from "./sessions/llm-proxy-client.js";
 import { orchestratorServices } from "./rpc/orchestrator-service.js";
 import { consoleDirectory, consoleFiles, consoleOidcLogin } from "./console/console-files.js";
@@ -82,6 +83,11 @@ export interface OrchestratorConfig {
   auth?: AuthSettings;
   /** A node silent this long gets no sessions and its sessions are lost (OZ0_NODE_STALE_AFTER_MS). Default 15 s. */
   nodeStaleAfterMs?: number;
+  /**
+   * How often session tokens left valid at the LLM proxy (a revoke that failed, or never ran) are revoked
+   * (OZ0_TOKEN_SWEEP_MS); also once at start-up. Default 60 s.
+   */
+  tokenSweepMs?: number;
   /** How much of each session's harness stderr is stored, its last bytes (OZ0_MAX_SESSION_STDERR_BYTES). Default 1 MiB. */
   maxSessionStderrBytes?: number;
   /** The web console's built files (OZ0_CONSOLE_DIR), served at `/`. Default the @oz0/console package's dist/. */
@@ -135,6 +141,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
   for (const [name, value] of [
     ["OZ0_LEASE_TTL_MS", config.leaseTtlMs],
     ["OZ0_NODE_STALE_AFTER_MS", config.nodeStaleAfterMs],
+    ["OZ0_TOKEN_SWEEP_MS", config.tokenSweepMs],
   ] as const) {
     if (value !== undefined && !(Number.isInteger(value) && value >= 100))
       throw new Error(`${name} must be a whole number of milliseconds, at least 100; got ${String(value)}`);
@@ -179,6 +186,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     config.tokens ??
     (config.llmProxyUrl ? new LlmProxyClient({ url: config.llmProxyUrl, token: serviceToken }) : undefined);
   if (!proxy) throw new Error("no LLM proxy configured: set OZ0_LLM_PROXY_URL");
+  const tokens = new DurableTokens({ issuer: proxy, store, logger });
   const secrets: SecretWriter = {
     setSecret: async (s) => {
       if (!proxy.setSecret) throw new Error("this LLM proxy takes no secrets");
@@ -201,7 +209,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     store,
     feed,
     placement,
-    tokens: orchestratorTracing.tokenIssuer(proxy),
+    tokens: orchestratorTracing.tokenIssuer(tokens),
     policy: new PermissionPolicy({ hooks: [new HookStage({ isolation: hookIsolation.isolation })] }),
     home,
     ...(config.attachmentRoots ? { attachmentRoots: config.attachmentRoots } : {}),
@@ -337,6 +345,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     },
   });
   if (registered) runner.watchNodes({ intervalMs: 1_000 });
+  tokens.start({ intervalMs: config.tokenSweepMs ?? 60_000 });
   let closing: Promise<void> | undefined;
   return {
     url: server.url,
@@ -349,6 +358,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       closing ??= (async () => {
         await graphJobs.close();
         await runner.close();
+        await tokens.close();
         await server.close({ graceMs: 1_000 });
         await nodeListener?.close({ graceMs: 1_000 });
         await lifecycle?.close();

@@ -16,6 +16,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
 import { EventsService, OperationStatus } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { OperationCheckpoint } from "../src/operations/operation-checkpoints.js";
+import { liveTokensOf } from "./support/proxy-tokens.js";
 import { eventually, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
 
 const plugin = path.join(repoRoot, "examples", "plugins", "shipments");
@@ -107,21 +108,10 @@ function checkpointOf(jobId: string): OperationCheckpoint | undefined {
   }
 }
 
-/** The sessions of the job whose LLM proxy tokens are still live (read from the proxy's SQLite store). */
-function liveTokensOf(jobId: string): string[] {
-  const db = new Database(path.join(t.home, "llm-proxy", "llm-proxy.sqlite"), { readonly: true });
-  try {
-    const rows = db.prepare("SELECT session FROM session_tokens WHERE job = ? AND revoked_at IS NULL").all(jobId);
-    return (rows as { session: string }[]).map((r) => r.session);
-  } finally {
-    db.close();
-  }
-}
-
 /** Every token minted for the job is revoked once it ended: the abandoned scratch session's too, which only the dead process held. */
 async function assertNoLiveTokens(jobId: string): Promise<void> {
-  await eventually(async () => (liveTokensOf(jobId).length === 0 ? true : undefined)).catch(() =>
-    assert.fail(`tokens still live for sessions ${liveTokensOf(jobId).join(", ")} of the ended job ${jobId}`),
+  await eventually(async () => (liveTokensOf(t.home, jobId).length === 0 ? true : undefined)).catch(() =>
+    assert.fail(`tokens still live for sessions ${liveTokensOf(t.home, jobId).join(", ")} of the ended job ${jobId}`),
   );
 }
 

@@ -447,6 +447,28 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
   });
 
   withStore(
+    "a session token is kept until forgotten, and due for revoke once its job ended or its revoke failed",
+    async (store) => {
+      await store.createJob(job("j1"));
+      await store.createJob(job("j2"));
+      await store.recordSessionToken("s1", "j1");
+      await store.recordSessionToken("s2", "j2");
+      assert.deepEqual(await store.sessionTokensToRevoke(10), [], "tokens of running jobs are not due");
+      await store.markSessionTokenRevokeAsked("s2");
+      await store.markSessionTokenRevokeAsked("s3");
+      assert.deepEqual((await store.sessionTokensToRevoke(10)).sort(), ["s2", "s3"], "failed revokes, known or not");
+      await store.updateJob("j1", { state: "succeeded", finishedAt: new Date() });
+      assert.deepEqual((await store.sessionTokensToRevoke(10)).sort(), ["s1", "s2", "s3"], "a token of an ended job");
+      assert.equal((await store.sessionTokensToRevoke(2)).length, 2, "at most the limit");
+      // The same session minted again (a job started again under its session id) is kept for the new token.
+      await store.recordSessionToken("s2", "j2");
+      await store.forgetSessionToken("s1");
+      await store.forgetSessionToken("s3");
+      assert.deepEqual(await store.sessionTokensToRevoke(10), []);
+    },
+  );
+
+  withStore(
     "a session's stderr is kept with the seq that passes it, once per sandbox seq, at most maxBytes of it, the rest counted",
     async (store) => {
       await store.createJob(job("j1"));

@@ -121,7 +121,7 @@ void test(
     }
     assert.deepEqual(
       migrations(file),
-      [1, 5, 7, 8, 9, 10, 11, 13, 14, 15],
+      [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16],
       "everything recorded, whether adopted or run",
     );
     assert.deepEqual(schemaOf(file), await freshJobsSchema(dir), "the schema a new file gets");
@@ -129,7 +129,7 @@ void test(
 );
 
 void test(
-  "sqlite: orchestrator.db from just before numbered migrations is adopted as it is: nothing lost, nothing run but the index it lacked",
+  "sqlite: orchestrator.db from just before numbered migrations is adopted as it is: nothing lost, nothing run but the index it lacked and the migrations made since",
   withDir(async (dir) => {
     const file = path.join(dir, "orchestrator.db");
     oldFile(file, fixture("sqlite-jobs-before-migrations.sql"));
@@ -147,6 +147,11 @@ void test(
       assert.equal(permission?.answeredBy, "bob");
       assert.equal(permission?.delivered, true);
       assert.equal(permission?.runtimeCall, undefined, "used by no runtime call (migration 15's default)");
+      assert.deepEqual(
+        await store.sessionTokensToRevoke(10),
+        ["tok_1"],
+        "the ended job's token, whose revoke was never recorded, is revoked again by the next sweep (migration 16)",
+      );
       assert.deepEqual(await store.listStderrSessions("job_old"), [
         { sessionId: "ses_old", keptBytes: 5, droppedBytes: 2, trailingDroppedBytes: 0 },
       ]);
@@ -161,11 +166,11 @@ void test(
     } finally {
       await store.close();
     }
-    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14, 15]);
+    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16]);
     assert.deepEqual(schemaOf(file), await freshJobsSchema(dir));
     // Opened again: nothing more to do.
     await new SqliteJobStore({ file }).close();
-    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14, 15]);
+    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16]);
   }),
 );
 

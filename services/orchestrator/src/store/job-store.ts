@@ -366,6 +366,14 @@ export interface JobStore {
   deleteLifecycleEvents(seqs: number[]): Promise<void>;
   /** Not delivered this time: the claim ends, and the next claim gets them again. */
   releaseLifecycleEvents(seqs: number[]): Promise<void>;
+  /** Keeps a session token just minted for `jobId` until {@link forgetSessionToken}. */
+  recordSessionToken(tokenId: string, jobId: string): Promise<void>;
+  /** A revoke of the token was asked for and did not succeed: {@link sessionTokensToRevoke} lists it. */
+  markSessionTokenRevokeAsked(tokenId: string): Promise<void>;
+  /** The token's revoke succeeded: it is no longer kept. */
+  forgetSessionToken(tokenId: string): Promise<void>;
+  /** Up to `limit` kept tokens to revoke now: those whose revoke was asked for, and those of jobs that have ended. */
+  sessionTokensToRevoke(limit: number): Promise<string[]>;
   getOperationCheckpoint(jobId: string, callId: string): Promise<OperationCheckpoint | undefined>;
   /** The job's operation records, by call id. */
   listOperationCheckpoints(jobId: string): Promise<OperationCheckpoint[]>;

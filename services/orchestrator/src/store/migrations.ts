@@ -352,6 +352,22 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
       db.schema.alterTable("permissions").addColumn("runtime_call", "text", (c) => c.notNull().defaultTo("")),
     ],
   },
+  {
+    version: 16,
+    name: "session tokens to revoke",
+    part: "jobs",
+    // Each token minted at the LLM proxy until its revoke succeeded, so a revoke that failed (the proxy away) or
+    // never ran (the process died first) is made by a later sweep: a token otherwise never expires. The jobs'
+    // tokens from before are kept too: whether their revokes succeeded was never recorded, and revoking again
+    // is harmless.
+    present: (p) => p.hasTable("session_tokens"),
+    up: (db, t, table) => [
+      table("session_tokens", `token_id text*, job_id text!, revoke_asked bool!`),
+      `INSERT INTO session_tokens (token_id, job_id, revoke_asked)
+       SELECT token_id, id, ${t.engine === "postgres" ? "false" : "0"} FROM jobs WHERE token_id <> ''
+       ON CONFLICT (token_id) DO NOTHING`,
+    ],
+  },
 ];
 
 /** Kysely that only compiles (no connection): the DDL of a migration as text for one engine. */

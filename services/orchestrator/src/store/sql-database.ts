@@ -151,6 +151,15 @@ export interface GraphStepJobsTable {
 }
 
 /** The tables the shared queries use (SQLite keeps the graph ones in graphs.db, PostgreSQL all in one schema). */
+/** A session token the LLM proxy may still honour: kept from its mint until a revoke of it succeeded. */
+export interface SessionTokensTable {
+  token_id: string;
+  /** The job it was minted for; empty when only a revoke of it was recorded. */
+  job_id: string;
+  /** A revoke was asked for and did not succeed (yet). */
+  revoke_asked: Bool;
+}
+
 export interface Tables {
   plugins: PluginsTable;
   agent_versions: AgentVersionsTable;
@@ -159,6 +168,7 @@ export interface Tables {
   permissions: PermissionsTable;
   operation_checkpoints: OperationCheckpointsTable;
   lifecycle_outbox: LifecycleOutboxTable;
+  session_tokens: SessionTokensTable;
   session_stderr: SessionStderrTable;
   stderr_pieces: StderrPiecesTable;
   graph_versions: VersionsTable;

@@ -12,6 +12,7 @@ import { JobEventSchema, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/or
 import { sql, type Transaction, type Insertable, type Updateable } from "kysely";
 import { notFound } from "../orchestrator-error.js";
 import {
+  ACTIVE_JOB_STATES,
   keptPiece,
   likeEscaped,
   type AgentVersionRecord,
@@ -532,6 +533,43 @@ export class SqlJobStore implements JobStore {
 
   async putLifecycleEvents(events: RawEvent[]): Promise<void> {
     await this.#keepLifecycle(this.db, events);
+  }
+
+  async recordSessionToken(tokenId: string, jobId: string): Promise<void> {
+    await this.db
+      .insertInto("session_tokens")
+      .values({ token_id: tokenId, job_id: jobId, revoke_asked: this.engine.bool(false) })
+      // The same session minted again (a job started again under its session id): kept for the new token.
+      .onConflict((oc) => oc.column("token_id").doUpdateSet({ job_id: jobId, revoke_asked: this.engine.bool(false) }))
+      .execute();
+  }
+
+  async markSessionTokenRevokeAsked(tokenId: string): Promise<void> {
+    await this.db
+      .insertInto("session_tokens")
+      .values({ token_id: tokenId, job_id: "", revoke_asked: this.engine.bool(true) })
+      .onConflict((oc) => oc.column("token_id").doUpdateSet({ revoke_asked: this.engine.bool(true) }))
+      .execute();
+  }
+
+  async forgetSessionToken(tokenId: string): Promise<void> {
+    await this.db.deleteFrom("session_tokens").where("token_id", "=", tokenId).execute();
+  }
+
+  async sessionTokensToRevoke(limit: number): Promise<string[]> {
+    const rows = await this.db
+      .selectFrom("session_tokens")
+      .leftJoin("jobs", "jobs.id", "session_tokens.job_id")
+      .select("session_tokens.token_id")
+      .where((eb) =>
+        eb.or([
+          eb("session_tokens.revoke_asked", "=", this.engine.bool(true)),
+          eb("jobs.state", "not in", [...ACTIVE_JOB_STATES]),
+        ]),
+      )
+      .limit(limit)
+      .execute();
+    return rows.map((r) => r.token_id);
   }
 
   async claimLifecycleEvents(options: { limit: number; claimMs: number }): Promise<StoredLifecycleEvent[]> {

@@ -42,8 +42,8 @@ export interface TestStack {
   cli(args: string[], options?: { input?: string; env?: Record<string, string> }): Promise<CliResult>;
   /** Start `oz0 …` and return the child, for commands that run long (watch). */
   spawnCli(args: string[]): ReturnType<typeof spawn>;
-  /** SIGKILL the orchestrator and start a new one on the same data directory and port. */
-  restartOrchestrator(): Promise<void>;
+  /** SIGKILL the orchestrator and start a new one on the same data directory and port; `env` over the stack's. */
+  restartOrchestrator(env?: Record<string, string>): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -131,7 +131,7 @@ export async function startTestStack(options: {
     spawnCli(args) {
       return spawn(process.execPath, [cliMain, ...args], { env: env(), stdio: ["ignore", "pipe", "pipe"] });
     },
-    async restartOrchestrator() {
+    async restartOrchestrator(extraEnv = {}) {
       await orchestrator.stop({ signal: "SIGKILL" });
       const port = new URL(url).port;
       orchestrator = await startServiceProcess({
@@ -144,6 +144,7 @@ export async function startTestStack(options: {
           OZ0_SANDBOX_URLS: stack.urls.sandbox,
           OZ0_LLM_PROXY_URL: stack.urls["llm-proxy"],
           OZ0_EVENTS_URL: stack.urls.events,
+          ...extraEnv,
         },
         logFile: path.join(home, "logs", "orchestrator.log"),
       });

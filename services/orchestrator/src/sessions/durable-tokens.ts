@@ -1,0 +1,117 @@
+// Session tokens whose end does not depend on one call succeeding. The LLM
+// proxy honours a token until it is revoked, and nothing else ends it: a
+// revoke that failed (the proxy away at a job's end) or never ran (the
+// orchestrator died between a job's end and its revoke) left a token that
+// worked for good. So each token minted is kept in the store until a revoke
+// of it succeeded, and a sweep (at start-up and on an interval) revokes the
+// kept tokens of jobs that have ended and those whose revoke failed. Revoking
+// is idempotent at the proxy, so revoking one twice (a replica's sweep beside
+// another's, a process that died before it forgot one) does no harm.
+import type { Logger } from "@oz0/serving";
+import type { JobStore } from "../store/job-store.js";
+import type { MintedToken, TokenIssuer } from "./session-runner.js";
+
+/** Tokens revoked a sweep at most, before the next sweep takes the rest. */
+const SWEEP_BATCH = 100;
+
+export type TokenLedger = Pick<
+  JobStore,
+  "recordSessionToken" | "markSessionTokenRevokeAsked" | "forgetSessionToken" | "sessionTokensToRevoke"
+>;
+
+export interface DurableTokensOptions {
+  /** What mints and revokes at the proxy (LlmProxyClient). */
+  issuer: TokenIssuer;
+  store: TokenLedger;
+  logger: Logger;
+}
+
+export class DurableTokens implements TokenIssuer {
+  readonly #o: DurableTokensOptions;
+  #timer: ReturnType<typeof setInterval> | undefined;
+  #sweeping: Promise<number> | undefined;
+
+  constructor(options: DurableTokensOptions) {
+    this.#o = options;
+  }
+
+  async mint(options: Parameters<TokenIssuer["mint"]>[0]): Promise<MintedToken> {
+    const minted = await this.#o.issuer.mint(options);
+    try {
+      await this.#o.store.recordSessionToken(minted.tokenId, options.jobId);
+    } catch (error) {
+      // Not kept, it could outlive a revoke that fails: it is not handed out.
+      await this.#o.issuer.revoke({ tokenId: minted.tokenId }).catch(() => undefined);
+      throw error;
+    }
+    return minted;
+  }
+
+  async revoke(options: { tokenId: string }): Promise<{ neverUsed: boolean }> {
+    let answer: { neverUsed: boolean };
+    try {
+      answer = await this.#o.issuer.revoke(options);
+    } catch (error) {
+      await this.#o.store
+        .markSessionTokenRevokeAsked(options.tokenId)
+        .catch((storeError: unknown) =>
+          this.#o.logger.error(
+            { tokenId: options.tokenId, err: String(storeError) },
+            "could not record a session token whose revoke failed; it stays valid at the LLM proxy",
+          ),
+        );
+      throw error;
+    }
+    // Kept still if this write fails: a later sweep revokes it again, which changes nothing.
+    await this.#o.store.forgetSessionToken(options.tokenId).catch(() => undefined);
+    return answer;
+  }
+
+  /**
+   * Revokes the kept tokens of jobs that have ended and those whose revoke
+   * failed; how many it revoked. Stops at the first revoke that fails (the
+   * proxy is away): the next sweep goes on. One sweep at a time.
+   */
+  sweep(): Promise<number> {
+    this.#sweeping ??= this.#sweep().finally(() => (this.#sweeping = undefined));
+    return this.#sweeping;
+  }
+
+  async #sweep(): Promise<number> {
+    let revoked = 0;
+    for (;;) {
+      const due = await this.#o.store.sessionTokensToRevoke(SWEEP_BATCH);
+      for (const tokenId of due) {
+        await this.#o.issuer.revoke({ tokenId });
+        await this.#o.store.forgetSessionToken(tokenId);
+        revoked++;
+      }
+      if (due.length < SWEEP_BATCH) return revoked;
+    }
+  }
+
+  /** Sweeps now and every `intervalMs` until {@link close}; what a sweep could not do is logged. */
+  start(options: { intervalMs: number }): void {
+    if (this.#timer) return;
+    const sweep = (): void => {
+      this.sweep().then(
+        (revoked) => {
+          if (revoked > 0) this.#o.logger.info({ revoked }, "revoked session tokens left valid at the LLM proxy");
+        },
+        (error: unknown) =>
+          this.#o.logger.warn(
+            { err: String(error) },
+            "could not revoke session tokens left valid at the LLM proxy; trying again at the next sweep",
+          ),
+      );
+    };
+    sweep();
+    this.#timer = setInterval(sweep, options.intervalMs).unref();
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+    await this.#sweeping?.catch(() => undefined);
+  }
+}
