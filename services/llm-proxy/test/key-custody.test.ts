@@ -117,8 +117,7 @@ void describe("key custody", () => {
     assert.ok(fx.logs.length > 0, "logs were captured");
     // Every file, the calls in flight's slot files (in-flight/) too.
     for (const entry of readdirSync(dataDir, { recursive: true, withFileTypes: true }))
-      if (entry.isFile())
-        outputs.push(readFileSync(path.join(entry.parentPath ?? entry.path, entry.name)).toString("latin1"));
+      if (entry.isFile()) outputs.push(readFileSync(path.join(entry.parentPath, entry.name)).toString("latin1"));
     const all = outputs.join("\n");
     assert.deepEqual(leaks(all), []);
     assert.match(all, /\[redacted\]/, "the echoes were there and were scrubbed");

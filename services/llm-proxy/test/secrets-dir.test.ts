@@ -141,7 +141,7 @@ void describe("provider keys from OZ0_SECRETS_DIR", () => {
       ...second.lines,
       ...readdirSync(dataDir, { recursive: true, withFileTypes: true })
         .filter((entry) => entry.isFile())
-        .map((entry) => readFileSync(path.join(entry.parentPath ?? entry.path, entry.name)).toString("latin1")),
+        .map((entry) => readFileSync(path.join(entry.parentPath, entry.name)).toString("latin1")),
     ].join("\n");
     for (const key of [PLANTED_KEY, OPENAI_KEY]) {
       for (let i = 0; i + 8 <= key.length; i += 1)

@@ -13,9 +13,6 @@
 // options exits Node's way.
 import { isMainThread } from "node:worker_threads";
 
-/** process.execve, in Node from 22.15 and 23.11; @types/node 20 does not know it. */
-type Execve = (file: string, args: string[], env: Record<string, string>) => never;
-
 /**
  * Exits as `process.exit(code)` does (its 'exit' listeners run, and the exit
  * code is theirs to change), but ends by replacing the process with
@@ -25,8 +22,9 @@ type Execve = (file: string, args: string[], env: Record<string, string>) => nev
  * `process.exit(code)`.
  */
 export function exitProcess(code?: number): never {
-  const execve = (process as { execve?: Execve }).execve;
-  if (process.platform === "linux" && isMainThread && typeof execve === "function" && !nativeExitWork()) {
+  // process.execve: in Node from 22.15 and 23.11.
+  const execve = process.execve;
+  if (process.platform === "linux" && isMainThread && execve !== undefined && !nativeExitWork()) {
     // Registered now, so it runs after every other 'exit' listener.
     process.once("exit", () => {
       // An exit status is one byte, as exit(3) would keep of it.
