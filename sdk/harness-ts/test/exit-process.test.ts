@@ -6,7 +6,7 @@
 // teardown to hang in, and keeps what an exit must keep.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -67,6 +67,61 @@ void describe("exitProcess", () => {
     assert.equal(status, 6);
     assert.equal(stdout, "exit listener 6\n", "no execve");
     assert.equal(readdirSync(dir).filter((f) => f.endsWith(".cpuprofile")).length, 1);
+  });
+});
+
+void describe("exitProcess, beside what else runs at exit", () => {
+  void it("runs what wraps the 'exit' listeners (signal-exit's callbacks: lock and temp-file clean-up) first", () => {
+    // signal-exit runs its callbacks after the 'exit' listeners, from a wrapper of process.emit.
+    const { status, stdout } = run(`
+      const emit = process.emit;
+      process.emit = function (event, ...args) {
+        const answer = emit.call(this, event, ...args);
+        if (event === "exit") process.stdout.write("after the exit listeners\\n");
+        return answer;
+      };
+      exitProcess(2);`);
+    assert.equal(status, 2);
+    assert.equal(stdout, "exit listener 2\nafter the exit listeners\nexecve sh -c exit 2\n");
+  });
+
+  void it("leaves a pipe it shares blocking, as Node's own exit does, for the next writer", (t) => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-exit-pipe-"));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const script = path.join(dir, "write-then-exit.mjs");
+    writeFileSync(
+      script,
+      `import { exitProcess } from ${JSON.stringify(exitModule)};\nprocess.stdout.write("x");\nexitProcess(0);\n`,
+    );
+    // The next writer fills the pipe while its reader waits: on a pipe left non-blocking, its write fails (EAGAIN).
+    const shell = `{ "$0" --import tsx "$1"; head -c 3000000 /dev/zero || echo "head failed" >&2; } | (sleep 1; wc -c)`;
+    const { status, stdout, stderr } = spawnSync("sh", ["-c", shell, process.execPath, script], { encoding: "utf8" });
+    assert.equal(stderr, "");
+    assert.equal(status, 0);
+    assert.equal(stdout.trim(), String(3_000_000 + 1));
+  });
+
+  void it("exits Node's way where /bin/sh cannot be run (an execve that fails would abort)", () => {
+    // /bin is /usr/bin here: bubblewrap hides it behind an empty folder, and leaves everything else as it is.
+    const { status, stdout } = spawnSync(
+      "bwrap",
+      [
+        "--dev-bind",
+        "/",
+        "/",
+        "--tmpfs",
+        "/usr/bin",
+        process.execPath,
+        "--input-type=module",
+        "-e",
+        `import { exitProcess } from ${JSON.stringify(exitModule.replace(/\.ts$/, ".js").replace("/src/", "/dist/"))};
+         process.on("exit", (code) => process.stdout.write("exit listener " + code + "\\n"));
+         exitProcess(3);`,
+      ],
+      { encoding: "utf8" },
+    );
+    assert.equal(status, 3);
+    assert.equal(stdout, "exit listener 3\n");
   });
 });
 

@@ -7,38 +7,78 @@
 // that hangs so is reported `did_not_exit` and killed after its grace; a CLI
 // that hangs so hangs the script that ran it.
 // execve(2) ends every other thread at once, so nothing is joined: the
-// process becomes `sh -c 'exit N'`, which exits with the same code. The
-// process's 'exit' listeners have run by then; Node's native at-exit work
-// (a --cpu-prof profile, coverage) does not, so a process started with those
-// options exits Node's way.
+// process becomes `sh -c 'exit N'`, which exits with the same code. It is
+// made from process.reallyExit, which process.exit calls last: every 'exit'
+// listener has run by then, and so have the callbacks of signal-exit (which
+// wraps process.emit; proper-lockfile, execa and write-file-atomic clean up
+// through it). What Node does at a normal exit beyond that is done here
+// first for stdio (ResetStdio: stdout, stderr and stdin blocking again, a
+// terminal out of raw mode), so a pipe this process shared stays as its other
+// writers expect. Node's other native at-exit work (a --cpu-prof profile,
+// coverage) is lost, so a process started with those exits Node's way. A
+// failed execve aborts Node, so it is made only when /bin/sh can be run.
+import { accessSync, constants } from "node:fs";
+import type { ReadStream } from "node:tty";
 import { isMainThread } from "node:worker_threads";
+
+const SHELL = "/bin/sh";
+
+/** process.reallyExit: undocumented, what process.exit calls once the 'exit' listeners have run. */
+type ReallyExit = (code?: number | string | null) => never;
+type Exiting = NodeJS.Process & { reallyExit: ReallyExit };
 
 /**
  * Exits as `process.exit(code)` does (its 'exit' listeners run, and the exit
  * code is theirs to change), but ends by replacing the process with
  * `/bin/sh -c 'exit N'`, so that Node's teardown cannot hang the exit.
  * Where that cannot be done (not Linux, a worker thread, a Node without
- * `process.execve`, no `/bin/sh`, profiling or coverage on), it is
+ * `process.execve`, no `/bin/sh` to run, profiling or coverage on), it is
  * `process.exit(code)`.
  */
 export function exitProcess(code?: number): never {
   // process.execve: in Node from 22.15 and 23.11.
   const execve = process.execve;
-  if (process.platform === "linux" && isMainThread && execve !== undefined && !nativeExitWork()) {
-    // Registered now, so it runs after every other 'exit' listener.
-    process.once("exit", () => {
+  const exiting = process as Exiting;
+  const nodeExit = exiting.reallyExit;
+  if (process.platform === "linux" && isMainThread && execve !== undefined && !nativeExitWork() && shellRuns()) {
+    exiting.reallyExit = (status) => {
+      restoreStdio();
       // An exit status is one byte, as exit(3) would keep of it.
-      const status = Number(process.exitCode ?? 0) & 0xff;
-      try {
-        execve.call(process, "/bin/sh", ["sh", "-c", `exit ${status}`], {});
-      } catch {
-        // No /bin/sh, or exec refused (a sandbox's rules): Node's own exit, rather than none.
-      }
-    });
+      execve.call(process, SHELL, ["sh", "-c", `exit ${Number(status ?? 0) & 0xff}`], {});
+      return nodeExit.call(process, status);
+    };
   }
-  // process.exit(undefined) would clear an exit code set beforehand: pass on only what was given.
-  if (code === undefined) process.exit();
-  process.exit(code);
+  try {
+    // process.exit(undefined) would clear an exit code set beforehand: pass on only what was given.
+    if (code === undefined) process.exit();
+    process.exit(code);
+  } finally {
+    // Reached only when process.exit threw (a code that is not an integer): nothing is left changed.
+    exiting.reallyExit = nodeExit;
+  }
+}
+
+/** Whether /bin/sh is there to run: an execve that fails aborts the process. */
+function shellRuns(): boolean {
+  try {
+    accessSync(SHELL, constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** What Node's ResetStdio does at a normal exit, which an execve skips: blocking stdio, a terminal not raw. */
+function restoreStdio(): void {
+  for (const stream of [process.stdin, process.stdout, process.stderr]) {
+    try {
+      if ((stream as Partial<ReadStream>).isRaw) (stream as ReadStream).setRawMode(false);
+      // libuv's, as Node's own stdio uses it (stdout and stderr on pipes, which Node left non-blocking).
+      (stream as { _handle?: { setBlocking?: (blocking: boolean) => void } })._handle?.setBlocking?.(true);
+    } catch {
+      // A stream already closed: nothing to restore.
+    }
+  }
 }
 
 /** Whether Node has work to do at exit that an execve would lose: a CPU or heap profile, coverage. */
