@@ -15,6 +15,19 @@ export type RequestHandler = (
   res: http.ServerResponse | http2.Http2ServerResponse,
 ) => void;
 
+/**
+ * `res.writeHead(status, headers)` on an HTTP/1.1 or an HTTP/2 response. Both
+ * take these arguments alike; a call on their union does not type-check,
+ * since @types/node gives each its own overloads.
+ */
+export function writeHead(
+  res: http.ServerResponse | http2.Http2ServerResponse,
+  status: number,
+  headers: http.OutgoingHttpHeaders,
+): void {
+  (res as http.ServerResponse).writeHead(status, headers);
+}
+
 export interface SniffingServer {
   readonly tcp: net.Server;
   readonly h1: http.Server;

@@ -15,7 +15,7 @@ import { traceServer, type UntracedRpcPolicy } from "./telemetry.js";
 import { HealthRegistry } from "./health.js";
 import { createLogger, type Logger } from "./logger.js";
 import { DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_VARIABLE, type OversizedMessage } from "./message-size-limit.js";
-import { createSniffingServer, type RequestHandler } from "./protocol-sniffing-server.js";
+import { createSniffingServer, writeHead, type RequestHandler } from "./protocol-sniffing-server.js";
 import { ReflectionIndex, reflectionServiceV1, reflectionServiceV1alpha } from "./reflection.js";
 import { decodingBinaryBodies, handingOnDecodedMessages } from "./undecodable-requests.js";
 
@@ -241,7 +241,7 @@ function guarded(handler: RequestHandler, logger: Logger): RequestHandler {
     } catch (error) {
       logger.warn({ err: error, url: req.url }, "malformed request refused");
       if (!res.headersSent) {
-        res.writeHead(400, { "content-type": "text/plain" });
+        writeHead(res, 400, { "content-type": "text/plain" });
         res.end("malformed request: check the :authority / Host header and the path\n");
       }
     }

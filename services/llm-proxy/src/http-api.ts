@@ -13,7 +13,7 @@ import { ProxyError } from "./proxy-error.js";
 import type { TokenRecord } from "./proxy-store.js";
 import type { RefusedCallsLog } from "./refused-calls-log.js";
 import { JsonRequestBody, MAX_BODY_NESTING } from "./request-body.js";
-import { createScrubber, type Logger } from "@oz0/serving";
+import { createScrubber, writeHead, type Logger } from "@oz0/serving";
 import type { SessionTokens } from "./session-tokens.js";
 import { readAll, sendUpstream } from "./upstream-client.js";
 import { traceModelCall } from "./tracing.js";
@@ -467,6 +467,6 @@ async function passThrough(args: {
     return;
   }
   if (res.headersSent) return;
-  res.writeHead(status, { "content-type": contentType, "content-length": String(Buffer.byteLength(text)) });
+  writeHead(res, status, { "content-type": contentType, "content-length": String(Buffer.byteLength(text)) });
   res.end(text);
 }

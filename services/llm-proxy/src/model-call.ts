@@ -25,7 +25,7 @@ import {
   type TokenUsage,
 } from "./proxy-store.js";
 import { isRetryableStatus, retryDelayMs, type RetryPolicy } from "./retry-policy.js";
-import { createScrubber, type Logger, type SecretScrubber } from "@oz0/serving";
+import { createScrubber, writeHead, type Logger, type SecretScrubber } from "@oz0/serving";
 import { SseEventSplitter } from "./sse-event-splitter.js";
 import { recordAnswer } from "./tracing.js";
 import { discard, nextChunk, readAll, sendUpstream } from "./upstream-client.js";
@@ -319,7 +319,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       } else if (final.pendingError && !res.headersSent && !input.clientGone.aborted) {
         // The proxy already retried what can be retried: tell the client SDKs (which
         // honour x-should-retry) not to multiply the attempts past five.
-        res.writeHead(final.pendingError.status, {
+        writeHead(res, final.pendingError.status, {
           ...final.pendingError.headers,
           "x-should-retry": "false",
           "content-length": String(final.pendingError.body.length),
@@ -628,7 +628,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     answerHeaders["content-length"] = String(out.length);
     const finish = (): void => {
       if (input.clientGone.aborted) return;
-      res.writeHead(status, answerHeaders);
+      writeHead(res, status, answerHeaders);
       res.end(out);
     };
     return {
@@ -683,7 +683,7 @@ async function forwardStream(options: {
   /** The answer's headers, decided (Node sends them with the first bytes). */
   const begin = (): void => {
     if (delivered) return;
-    res.writeHead(200, headers);
+    writeHead(res, 200, headers);
     delivered = true;
     ttftMs = performance.now() - attemptStart;
   };

@@ -3,6 +3,7 @@
 import type http from "node:http";
 import type http2 from "node:http2";
 import type { ProxyErrorType, WireFormat } from "./wire-formats/wire-format.js";
+import { writeHead } from "@oz0/serving";
 
 export type ClientResponse = http.ServerResponse | http2.Http2ServerResponse;
 
@@ -23,7 +24,7 @@ export function sendError(
     abortResponse(res);
     return;
   }
-  res.writeHead(options.status, {
+  writeHead(res, options.status, {
     "content-type": "application/json",
     "content-length": String(Buffer.byteLength(text)),
     // Refusals are final, but for those that pass once other calls end: the official SDKs

@@ -6,7 +6,7 @@
 import { createReadStream, existsSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
-import type { OidcConfig, RequestHandler } from "@oz0/serving";
+import { writeHead, type OidcConfig, type RequestHandler } from "@oz0/serving";
 
 const CONTENT_TYPES: Record<string, string> = {
   ".html": "text/html; charset=utf-8",
@@ -81,7 +81,7 @@ export function consoleFiles(
     const url = new URL(req.url ?? "/", "http://console");
     const pathname = decodeURIComponent(url.pathname);
     if (req.method === "GET" && pathname === CONSOLE_CONFIG_PATH) {
-      res.writeHead(200, {
+      writeHead(res, 200, {
         "content-type": "application/json",
         "cache-control": "no-cache",
         ...security,
@@ -90,12 +90,12 @@ export function consoleFiles(
       return;
     }
     if ((req.method !== "GET" && req.method !== "HEAD") || RPC_PATH.test(pathname)) {
-      res.writeHead(404, { "content-type": "text/plain; charset=utf-8", ...security });
+      writeHead(res, 404, { "content-type": "text/plain; charset=utf-8", ...security });
       res.end(`${pathname} is neither an RPC of this orchestrator nor a page of its console\n`);
       return;
     }
     if (!root || !existsSync(path.join(root, "index.html"))) {
-      res.writeHead(503, {
+      writeHead(res, 503, {
         "content-type": "text/plain; charset=utf-8",
         "cache-control": "no-store",
         ...security,
@@ -108,7 +108,7 @@ export function consoleFiles(
     const file = fileFor(root, pathname);
     if (!file && path.posix.extname(pathname) !== "") {
       // A missing script or image is a 404, not the app's HTML under a script's name.
-      res.writeHead(404, { "content-type": "text/plain; charset=utf-8", ...security });
+      writeHead(res, 404, { "content-type": "text/plain; charset=utf-8", ...security });
       res.end(`${pathname} is not a file of the console\n`);
       return;
     }
@@ -120,7 +120,7 @@ export function consoleFiles(
       "cache-control": !isIndex && pathname.startsWith("/assets/") ? "public, max-age=31536000, immutable" : "no-cache",
       ...security,
     };
-    res.writeHead(200, { ...headers, "content-length": String(statSync(target).size) });
+    writeHead(res, 200, { ...headers, "content-length": String(statSync(target).size) });
     if (req.method === "HEAD") {
       res.end();
       return;
