@@ -4,9 +4,12 @@
 // model calls go to the proxy directly): a job that ends while the proxy is
 // away has its token revoked by the sweep once the proxy answers again, and a
 // token whose revoke failed before the orchestrator died is revoked by the
-// next orchestrator's start-up sweep.
+// next orchestrator's start-up sweep. A job started again under its session
+// is not given a new token while its earlier one cannot be revoked (a sweep
+// still holding that one would end the new one with it).
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import Database from "better-sqlite3";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -88,4 +91,28 @@ void test("a token whose revoke failed before the orchestrator died is revoked b
   relay.resume();
   await t.restartOrchestrator({ OZ0_LLM_PROXY_URL: relayUrl, OZ0_TOKEN_SWEEP_MS: "3600000" });
   await eventually(async () => (liveTokensOf(t.home, jobId).length === 0 ? true : undefined), "the start-up sweep");
+});
+
+void test("a job started again while its earlier token cannot be revoked fails, rather than get a second token", async () => {
+  await t.restartOrchestrator({ OZ0_LLM_PROXY_URL: relayUrl, OZ0_TOKEN_SWEEP_MS: "3600000" });
+  const { job } = await owner().jobs.runAgent({ agent: "guarded", input: "again" });
+  const jobId = job!.id;
+  await eventually(async () => ((await owner().jobs.listApprovals({ jobId })).approvals.length > 0 ? true : undefined));
+  // As a start whose token was stored but whose session never reached a node (the orchestrator died first).
+  await t.orchestrator.stop({ signal: "SIGKILL" });
+  const db = new Database(path.join(t.home, "orchestrator.db"));
+  try {
+    db.pragma("busy_timeout = 5000");
+    db.prepare("UPDATE jobs SET state = 'pending', sandbox_url = '', sandbox_seq = 0 WHERE id = ?").run(jobId);
+  } finally {
+    db.close();
+  }
+  relay.cut();
+  await t.restartOrchestrator({ OZ0_LLM_PROXY_URL: relayUrl, OZ0_TOKEN_SWEEP_MS: "3600000" });
+  const ended = await eventually(async () => {
+    const current = (await owner().jobs.getJob({ jobId })).job;
+    return current?.state === JobState.FAILED ? current : undefined;
+  });
+  assert.match(ended.error, /could not revoke the session's earlier token at the LLM proxy, so no new one is minted/);
+  relay.resume();
 });

@@ -96,8 +96,19 @@ export class JobSessions {
   async start(job: JobRecord, active: ActiveJob): Promise<void> {
     const agent = active.agent;
     const definition = agent.definition;
-    // A token minted for a start that never happened (before a restart or a takeover) is not used again.
-    if (job.tokenId) await this.#o.tokens.revoke({ tokenId: job.tokenId }).catch(() => undefined);
+    // A token minted for a start that never happened (before a restart or a takeover) is not used again. Its
+    // revoke must succeed first: the new token is the same session's, so a sweep still holding the old one to
+    // revoke (after a revoke of it failed) would end the new one with it.
+    if (job.tokenId) {
+      try {
+        await this.#o.tokens.revoke({ tokenId: job.tokenId });
+      } catch (error) {
+        await this.#o.finish(job.id, {
+          failure: `could not revoke the session's earlier token at the LLM proxy, so no new one is minted: ${(error as Error).message}`,
+        });
+        return;
+      }
+    }
     let token;
     try {
       token = await this.#o.tokens.mint({

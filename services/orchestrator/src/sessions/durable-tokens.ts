@@ -30,6 +30,7 @@ export class DurableTokens implements TokenIssuer {
   readonly #o: DurableTokensOptions;
   #timer: ReturnType<typeof setInterval> | undefined;
   #sweeping: Promise<number> | undefined;
+  #closed = false;
 
   constructor(options: DurableTokensOptions) {
     this.#o = options;
@@ -79,15 +80,18 @@ export class DurableTokens implements TokenIssuer {
 
   async #sweep(): Promise<number> {
     let revoked = 0;
-    for (;;) {
+    while (!this.#closed) {
       const due = await this.#o.store.sessionTokensToRevoke(SWEEP_BATCH);
       for (const tokenId of due) {
+        // A long backlog (the first sweep after migration 16 has every job's) does not hold a shutdown up.
+        if (this.#closed) return revoked;
         await this.#o.issuer.revoke({ tokenId });
         await this.#o.store.forgetSessionToken(tokenId);
         revoked++;
       }
       if (due.length < SWEEP_BATCH) return revoked;
     }
+    return revoked;
   }
 
   /** Sweeps now and every `intervalMs` until {@link close}; what a sweep could not do is logged. */
@@ -110,6 +114,7 @@ export class DurableTokens implements TokenIssuer {
   }
 
   async close(): Promise<void> {
+    this.#closed = true;
     clearInterval(this.#timer);
     this.#timer = undefined;
     await this.#sweeping?.catch(() => undefined);

@@ -11,6 +11,9 @@ import { bearerInterceptor, traceContextClientInterceptor } from "@oz0/serving";
 import { invalidArgument, OrchestratorError } from "../orchestrator-error.js";
 import type { MintedToken, SecretWriter, TokenIssuer } from "./session-runner.js";
 
+/** How long a revoke may take before it counts as failed (and is made again by a later sweep). */
+const REVOKE_TIMEOUT_MS = 10_000;
+
 export class LlmProxyClient implements TokenIssuer, SecretWriter {
   readonly url: string;
   readonly #tokens: Client<typeof LlmProxyService>;
@@ -70,7 +73,11 @@ export class LlmProxyClient implements TokenIssuer, SecretWriter {
   }
 
   async revoke(options: { tokenId: string }): Promise<{ neverUsed: boolean }> {
-    const response = await this.#tokens.revokeSessionToken({ session: options.tokenId });
+    // Bounded: a proxy that takes the call and never answers holds neither a job's end nor a sweep for good.
+    const response = await this.#tokens.revokeSessionToken(
+      { session: options.tokenId },
+      { timeoutMs: REVOKE_TIMEOUT_MS },
+    );
     // Only a proxy that recorded every use can say "never"; an unknown session, or an older proxy, proves nothing.
     return { neverUsed: response.use === TokenUse.NEVER };
   }
