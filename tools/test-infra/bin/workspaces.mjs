@@ -1,7 +1,7 @@
 // The workspace folders named by the root package.json (`dir` or `dir/*`),
 // and `tsc -b` over some of them.
 import { execFileSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -21,6 +21,21 @@ export function workspaceDirs() {
     })
     .filter((d) => existsSync(path.join(root, d, "package.json")))
     .map((d) => path.join(root, d));
+}
+
+/**
+ * The projects (absolute folders) built before `node_modules` last changed: `tsc -b` takes a project as built
+ * when its own sources are older than its build info, and declarations in `node_modules` are not among them.
+ * @types/node 20 → 24 refused 13 call sites a fresh clone's build found, and an incremental build here did not.
+ * `installed`: the file npm writes on every install.
+ */
+export function builtBeforeInstall(projects, installed = path.join(root, "node_modules", ".package-lock.json")) {
+  if (!existsSync(installed)) return [];
+  const installedAt = statSync(installed).mtimeMs;
+  return projects.filter((dir) => {
+    const info = path.join(dir, "tsconfig.tsbuildinfo");
+    return existsSync(info) && statSync(info).mtimeMs < installedAt;
+  });
 }
 
 /** `tsc -b` over the project folders (absolute) with `args`; exits 1 when it fails (tsc has printed why). */
