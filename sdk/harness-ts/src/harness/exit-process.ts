@@ -45,6 +45,7 @@ export function exitProcess(code?: number): never {
       restoreStdio();
       // An exit status is one byte, as exit(3) would keep of it.
       execve.call(process, SHELL, ["sh", "-c", `exit ${Number(status ?? 0) & 0xff}`], {});
+      // Not reached: execve returns only by aborting. Here for the type (never), and should Node change that.
       return nodeExit.call(process, status);
     };
   }

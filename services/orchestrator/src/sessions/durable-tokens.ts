@@ -11,7 +11,7 @@ import type { Logger } from "@oz0/serving";
 import type { JobStore } from "../store/job-store.js";
 import type { MintedToken, TokenIssuer } from "./session-runner.js";
 
-/** Tokens revoked a sweep at most, before the next sweep takes the rest. */
+/** Kept tokens a sweep reads at a time; it reads again until fewer come back. */
 const SWEEP_BATCH = 100;
 
 export type TokenLedger = Pick<
