@@ -37,13 +37,27 @@ export class DurableTokens implements TokenIssuer {
   }
 
   async mint(options: Parameters<TokenIssuer["mint"]>[0]): Promise<MintedToken> {
-    const minted = await this.#o.issuer.mint(options);
+    // Kept before it exists: a token the proxy minted whose answer was lost
+    // (the call failed after the proxy took it), or that this process died
+    // just after minting, has a record for the sweep rather than none. A
+    // token's id is its session's (the proxy revokes by session), so it is
+    // known before the mint.
+    await this.#o.store.recordSessionToken(options.sessionId, options.jobId);
+    let minted: MintedToken;
     try {
-      await this.#o.store.recordSessionToken(minted.tokenId, options.jobId);
+      minted = await this.#o.issuer.mint(options);
     } catch (error) {
-      // Not kept, it could outlive a revoke that fails: it is not handed out.
-      await this.#o.issuer.revoke({ tokenId: minted.tokenId }).catch(() => undefined);
+      // Maybe minted: left for the next sweep rather than revoked now, which a
+      // mint still on its way to the proxy could overtake.
+      await this.#dueForSweep(options.sessionId, "whose mint failed; if the LLM proxy minted it, it stays valid there");
       throw error;
+    }
+    if (minted.tokenId !== options.sessionId) {
+      await this.#o.issuer.revoke({ tokenId: minted.tokenId }).catch(() => undefined);
+      throw new Error(
+        `the token issuer gave session ${options.sessionId} a token with id ${minted.tokenId}; ` +
+          "tokens are kept by their session's id, so an issuer must give each token its session's id",
+      );
     }
     return minted;
   }
@@ -53,19 +67,21 @@ export class DurableTokens implements TokenIssuer {
     try {
       answer = await this.#o.issuer.revoke(options);
     } catch (error) {
-      await this.#o.store
-        .markSessionTokenRevokeAsked(options.tokenId)
-        .catch((storeError: unknown) =>
-          this.#o.logger.error(
-            { tokenId: options.tokenId, err: String(storeError) },
-            "could not record a session token whose revoke failed; it stays valid at the LLM proxy",
-          ),
-        );
+      await this.#dueForSweep(options.tokenId, "whose revoke failed; it stays valid at the LLM proxy");
       throw error;
     }
     // Kept still if this write fails: a later sweep revokes it again, which changes nothing.
     await this.#o.store.forgetSessionToken(options.tokenId).catch(() => undefined);
     return answer;
+  }
+
+  /** Marks a kept token for the next sweep whatever its job's state; a store that refuses is logged, `what` saying the cost. */
+  async #dueForSweep(tokenId: string, what: string): Promise<void> {
+    await this.#o.store
+      .markSessionTokenRevokeAsked(tokenId)
+      .catch((storeError: unknown) =>
+        this.#o.logger.error({ tokenId, err: String(storeError) }, `could not record a session token ${what}`),
+      );
   }
 
   /**
