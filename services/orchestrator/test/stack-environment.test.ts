@@ -30,12 +30,19 @@ void test("serviceEnv passes the basics and each service's own settings, never c
     KAFKA_BROKERS: "broker:9092",
     OZ0_AUTH_CONFIG: "/etc/oz0/auth.yaml",
     AWS_SECRET_ACCESS_KEY: "aws",
+    // Another deployment's wiring, and a session's, when oz0 runs inside a job.
+    OZ0_ORCHESTRATOR_URL: "http://orchestrator.elsewhere:7710",
+    OZ0_SANDBOX_URLS: "http://sandbox.elsewhere:7700",
+    OZ0_HOME: "/var/lib/oz0",
+    OZ0_LLM_TOKEN: "a-session's-token",
+    OZ0_SESSION_PATH: "/opt/tools/bin:/usr/bin",
   };
   for (const name of ["events", "llm-proxy", "sandbox", "orchestrator"] as const) {
     const env = serviceEnv(name, shell);
     assert.equal(env.PATH, "/usr/bin");
     assert.equal(env.OTEL_EXPORTER_OTLP_ENDPOINT, "http://collector:4318");
     assert.equal(env.OZ0_ISOLATION, "user");
+    assert.equal(env.OZ0_SESSION_PATH, "/opt/tools/bin:/usr/bin", "a setting, not wiring");
     for (const withheld of [
       "ANTHROPIC_API_KEY",
       "OPENAI_API_KEY",
@@ -46,6 +53,10 @@ void test("serviceEnv passes the basics and each service's own settings, never c
       "OZ0_LLM_PROXY_ADMIN_TOKEN",
       "DATABASE_URL",
       "AWS_SECRET_ACCESS_KEY",
+      "OZ0_ORCHESTRATOR_URL",
+      "OZ0_SANDBOX_URLS",
+      "OZ0_HOME",
+      "OZ0_LLM_TOKEN",
     ]) {
       assert.equal(env[withheld], undefined, `${name} got ${withheld}`);
     }
@@ -60,6 +71,8 @@ void test("no service's environment holds a provider key or another service's cr
   const planted = {
     ANTHROPIC_API_KEY: `sk-ant-planted-${Date.now()}`,
     OZ0_TOKEN: `oz0_person-${Date.now()}-0123456789`,
+    // Left in a shell from another deployment: the stack's sandbox would have refused to start with no node token.
+    OZ0_ORCHESTRATOR_URL: `http://orchestrator-planted-${Date.now()}.invalid:7710`,
   };
   const saved = { ...process.env };
   Object.assign(process.env, planted);

@@ -543,6 +543,39 @@ const WITHHELD = new Set([
 ]);
 
 /**
+ * How a deployment's services find and name each other, which the stack sets
+ * for its own: one left in the shell (from a deployment's shell, or a
+ * session's when `oz0` runs inside a job) would join a stack's service to
+ * services elsewhere, or name it as one of them. A sandbox given a stray
+ * OZ0_ORCHESTRATOR_URL refused to start ("set but OZ0_NODE_TOKEN is not").
+ */
+const STACK_WIRING = new Set([
+  "OZ0_URL",
+  "OZ0_ORCHESTRATOR_URL",
+  "OZ0_SANDBOX_URL",
+  "OZ0_SANDBOX_URLS",
+  "OZ0_LLM_PROXY_URL",
+  "OZ0_EVENTS_URL",
+  "OZ0_PUBLIC_URL",
+  "OZ0_ADVERTISE_URL",
+  "OZ0_NODE_ID",
+  "OZ0_NODE_PORT",
+  "OZ0_HEALTH_PORT",
+  "OZ0_REPLICA_ID",
+  "OZ0_HOME",
+  "OZ0_EVENTS_DATA",
+  "OZ0_LLM_PROXY_DATA",
+  "OZ0_SANDBOX_ROOT",
+  // What a session's harness is given, the token among them.
+  "OZ0_SESSION_ID",
+  "OZ0_JOB_ID",
+  "OZ0_LLM_TOKEN",
+  "OZ0_LLM_HEADERS",
+  "OZ0_ANTHROPIC_BASE_URL",
+  "OZ0_OPENAI_BASE_URL",
+]);
+
+/**
  * The environment a stack process takes from the shell: an allowlist, so a
  * provider key, a token or DATABASE_URL in the shell reaches no service by
  * accident (the embedded stack keeps its jobs in SQLite under its own home;
@@ -554,7 +587,7 @@ export function serviceEnv(name: StackServiceName, shell: NodeJS.ProcessEnv = pr
   for (const [key, value] of Object.entries(shell)) {
     if (value === undefined || key.startsWith("OZ0_PEER_")) continue;
     const shared = SHARED_VARIABLES.has(key) || SHARED_PREFIXES.some((p) => key.startsWith(p));
-    if (own.has(key) || (shared && !WITHHELD.has(key))) env[key] = value;
+    if (own.has(key) || (shared && !WITHHELD.has(key) && !STACK_WIRING.has(key))) env[key] = value;
   }
   return env;
 }
