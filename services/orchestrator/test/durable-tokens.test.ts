@@ -25,6 +25,9 @@ after(() => Promise.all(cleanups.map((cleanup) => cleanup())));
 class ProxyModel implements TokenIssuer {
   readonly live = new Set<string>();
   answer: "given" | "lost" | "never" = "given";
+  /** Every revoke asked, in order; `revokesLeft` of them succeed, then the proxy is away. */
+  readonly revokes: string[] = [];
+  revokesLeft = Infinity;
   tokenIdOf = (sessionId: string): string => sessionId;
 
   mint(options: Parameters<TokenIssuer["mint"]>[0]): Promise<MintedToken> {
@@ -41,6 +44,8 @@ class ProxyModel implements TokenIssuer {
   }
 
   revoke(options: { tokenId: string }): Promise<{ neverUsed: boolean }> {
+    if (this.revokesLeft-- <= 0) return Promise.reject(new Error("the LLM proxy is away"));
+    this.revokes.push(options.tokenId);
     this.live.delete(options.tokenId);
     return Promise.resolve({ neverUsed: false });
   }
@@ -88,5 +93,38 @@ void test("an issuer whose token ids are not their sessions' is refused, and its
   const { proxy, tokens } = await setup();
   proxy.tokenIdOf = (sessionId) => `tid-${sessionId}`;
   await assert.rejects(mintFor(tokens), /must give each token its session's id/);
+  assert.deepEqual([...proxy.live], []);
+});
+
+/** `count` tokens of an ended job, live at the proxy and kept in the ledger. */
+async function endedJobTokens(store: SqliteJobStore, proxy: ProxyModel, count: number): Promise<string[]> {
+  await store.createJob(job("j_ended", { state: "succeeded", finishedAt: new Date() }));
+  const ids = Array.from({ length: count }, (_, i) => `ses_old_${i}`);
+  for (const id of ids) {
+    proxy.live.add(id);
+    await store.recordSessionToken(id, "j_ended");
+  }
+  return ids;
+}
+
+void test("two replicas sweeping at once revoke each token once between them", async () => {
+  const { store, proxy, tokens } = await setup();
+  // More than a sweep's batch, so each sweep claims more than once.
+  const ids = await endedJobTokens(store, proxy, 250);
+  const other = new DurableTokens({ issuer: proxy, store, logger });
+  const [a, b] = await Promise.all([tokens.sweep(), other.sweep()]);
+  assert.equal(a + b, 250);
+  assert.deepEqual([...proxy.revokes].sort(), [...ids].sort(), "every token revoked, none twice");
+  assert.deepEqual([...proxy.live], []);
+});
+
+void test("what a sweep could not revoke is the next sweep's at once, not when its claim runs out", async () => {
+  const { store, proxy, tokens } = await setup();
+  await endedJobTokens(store, proxy, 5);
+  proxy.revokesLeft = 2;
+  await assert.rejects(tokens.sweep(), /away/);
+  assert.equal(proxy.live.size, 3);
+  proxy.revokesLeft = Infinity;
+  assert.equal(await new DurableTokens({ issuer: proxy, store, logger }).sweep(), 3);
   assert.deepEqual([...proxy.live], []);
 });

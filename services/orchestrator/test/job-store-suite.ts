@@ -449,22 +449,50 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
   withStore(
     "a session token is kept until forgotten, and due for revoke once its job ended or its revoke failed",
     async (store) => {
+      // Each check claims nothing for long: a claim that has run out (claimMs < 0) leaves the token to the next.
+      const due = async (limit = 10): Promise<string[]> =>
+        (await store.claimSessionTokensToRevoke({ limit, claimMs: -1000 })).sort();
       await store.createJob(job("j1"));
       await store.createJob(job("j2"));
       await store.recordSessionToken("s1", "j1");
       await store.recordSessionToken("s2", "j2");
-      assert.deepEqual(await store.sessionTokensToRevoke(10), [], "tokens of running jobs are not due");
+      assert.deepEqual(await due(), [], "tokens of running jobs are not due");
       await store.markSessionTokenRevokeAsked("s2");
       await store.markSessionTokenRevokeAsked("s3");
-      assert.deepEqual((await store.sessionTokensToRevoke(10)).sort(), ["s2", "s3"], "failed revokes, known or not");
+      assert.deepEqual(await due(), ["s2", "s3"], "failed revokes, known or not");
       await store.updateJob("j1", { state: "succeeded", finishedAt: new Date() });
-      assert.deepEqual((await store.sessionTokensToRevoke(10)).sort(), ["s1", "s2", "s3"], "a token of an ended job");
-      assert.equal((await store.sessionTokensToRevoke(2)).length, 2, "at most the limit");
+      assert.deepEqual(await due(), ["s1", "s2", "s3"], "a token of an ended job");
+      assert.equal((await due(2)).length, 2, "at most the limit");
       // The same session minted again (a job started again under its session id) is kept for the new token.
       await store.recordSessionToken("s2", "j2");
       await store.forgetSessionToken("s1");
       await store.forgetSessionToken("s3");
-      assert.deepEqual(await store.sessionTokensToRevoke(10), []);
+      assert.deepEqual(await due(), []);
+    },
+  );
+
+  withStore(
+    "a due session token is claimed by one sweep at a time, until it is released or the claim runs out",
+    async (store) => {
+      await store.createJob(job("j1", { state: "succeeded", finishedAt: new Date() }));
+      for (const token of ["s1", "s2", "s3"]) await store.recordSessionToken(token, "j1");
+      const claim = (limit: number) => store.claimSessionTokensToRevoke({ limit, claimMs: 60_000 });
+      const first = await claim(2);
+      const second = await claim(10);
+      assert.equal(first.length, 2);
+      assert.deepEqual([...first, ...second].sort(), ["s1", "s2", "s3"], "two sweeps at once share the tokens");
+      assert.deepEqual(await claim(10), [], "claimed tokens are no other sweep's");
+      await store.releaseSessionTokens([first[0]!]);
+      assert.deepEqual(await claim(10), [first[0]], "a released token is the next sweep's");
+      // A sweep that died: its claim runs out by itself.
+      await store.releaseSessionTokens(["s1", "s2", "s3"]);
+      await store.claimSessionTokensToRevoke({ limit: 10, claimMs: -1000 });
+      assert.equal((await claim(10)).length, 3, "a claim that ran out holds nothing");
+      // A token minted again for its session is not left claimed by a sweep of the old one.
+      await store.createJob(job("j2"));
+      await store.recordSessionToken("s1", "j2");
+      await store.markSessionTokenRevokeAsked("s1");
+      assert.deepEqual(await claim(10), ["s1"]);
     },
   );
 

@@ -121,7 +121,7 @@ void test(
     }
     assert.deepEqual(
       migrations(file),
-      [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16],
+      [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17],
       "everything recorded, whether adopted or run",
     );
     assert.deepEqual(schemaOf(file), await freshJobsSchema(dir), "the schema a new file gets");
@@ -148,7 +148,7 @@ void test(
       assert.equal(permission?.delivered, true);
       assert.equal(permission?.runtimeCall, undefined, "used by no runtime call (migration 15's default)");
       assert.deepEqual(
-        await store.sessionTokensToRevoke(10),
+        await store.claimSessionTokensToRevoke({ limit: 10, claimMs: 60_000 }),
         ["tok_1"],
         "the ended job's token, whose revoke was never recorded, is revoked again by the next sweep (migration 16)",
       );
@@ -166,11 +166,11 @@ void test(
     } finally {
       await store.close();
     }
-    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16]);
+    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17]);
     assert.deepEqual(schemaOf(file), await freshJobsSchema(dir));
     // Opened again: nothing more to do.
     await new SqliteJobStore({ file }).close();
-    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16]);
+    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17]);
   }),
 );
 

@@ -4,19 +4,31 @@
 // orchestrator died between a job's end and its revoke) left a token that
 // worked for good. So each token minted is kept in the store until a revoke
 // of it succeeded, and a sweep (at start-up and on an interval) revokes the
-// kept tokens of jobs that have ended and those whose revoke failed. Revoking
-// is idempotent at the proxy, so revoking one twice (a replica's sweep beside
-// another's, a process that died before it forgot one) does no harm.
+// kept tokens of jobs that have ended and those whose revoke failed. A sweep
+// claims the tokens it revokes, so replicas sweeping at once share them.
+// Revoking is idempotent at the proxy, so revoking one twice (after a claim
+// ran out, or a process died before it forgot one) does no harm.
 import type { Logger } from "@oz0/serving";
 import type { JobStore } from "../store/job-store.js";
 import type { MintedToken, TokenIssuer } from "./session-runner.js";
 
-/** Kept tokens a sweep reads at a time; it reads again until fewer come back. */
+/** Kept tokens a sweep claims at a time; it claims again until fewer come back. */
 const SWEEP_BATCH = 100;
+/**
+ * How long a sweep's claim keeps other replicas' sweeps off its tokens: a
+ * batch's revokes take milliseconds each, 10 s at worst (LlmProxyClient's
+ * timeout). A claim that runs out first only lets another sweep revoke a
+ * token again, which changes nothing.
+ */
+const SWEEP_CLAIM_MS = 10 * 60_000;
 
 export type TokenLedger = Pick<
   JobStore,
-  "recordSessionToken" | "markSessionTokenRevokeAsked" | "forgetSessionToken" | "sessionTokensToRevoke"
+  | "recordSessionToken"
+  | "markSessionTokenRevokeAsked"
+  | "forgetSessionToken"
+  | "claimSessionTokensToRevoke"
+  | "releaseSessionTokens"
 >;
 
 export interface DurableTokensOptions {
@@ -97,17 +109,30 @@ export class DurableTokens implements TokenIssuer {
   async #sweep(): Promise<number> {
     let revoked = 0;
     while (!this.#closed) {
-      const due = await this.#o.store.sessionTokensToRevoke(SWEEP_BATCH);
-      for (const tokenId of due) {
+      const due = await this.#o.store.claimSessionTokensToRevoke({ limit: SWEEP_BATCH, claimMs: SWEEP_CLAIM_MS });
+      for (const [i, tokenId] of due.entries()) {
         // A long backlog (the first sweep after migration 16 has every job's) does not hold a shutdown up.
-        if (this.#closed) return revoked;
-        await this.#o.issuer.revoke({ tokenId });
+        if (this.#closed) {
+          await this.#release(due.slice(i));
+          return revoked;
+        }
+        try {
+          await this.#o.issuer.revoke({ tokenId });
+        } catch (error) {
+          await this.#release(due.slice(i));
+          throw error;
+        }
         await this.#o.store.forgetSessionToken(tokenId);
         revoked++;
       }
       if (due.length < SWEEP_BATCH) return revoked;
     }
     return revoked;
+  }
+
+  /** What a sweep leaves is the next sweep's, here or at another replica; if the store refuses, once the claim runs out. */
+  async #release(tokenIds: string[]): Promise<void> {
+    await this.#o.store.releaseSessionTokens(tokenIds).catch(() => undefined);
   }
 
   /** Sweeps now and every `intervalMs` until {@link close}; what a sweep could not do is logged. */

@@ -368,12 +368,19 @@ export interface JobStore {
   releaseLifecycleEvents(seqs: number[]): Promise<void>;
   /** Keeps a session token just minted for `jobId` until {@link forgetSessionToken}. */
   recordSessionToken(tokenId: string, jobId: string): Promise<void>;
-  /** A revoke of the token was asked for and did not succeed: {@link sessionTokensToRevoke} lists it. */
+  /** A revoke of the token was asked for and did not succeed: {@link claimSessionTokensToRevoke} gets it. */
   markSessionTokenRevokeAsked(tokenId: string): Promise<void>;
   /** The token's revoke succeeded: it is no longer kept. */
   forgetSessionToken(tokenId: string): Promise<void>;
-  /** Up to `limit` kept tokens to revoke now: those whose revoke was asked for, and those of jobs that have ended. */
-  sessionTokensToRevoke(limit: number): Promise<string[]>;
+  /**
+   * Up to `limit` kept tokens to revoke now (those whose revoke was asked
+   * for, and those of jobs that have ended), claimed for `claimMs`: no other
+   * sweep gets them until the claim runs out, so a sweep that died lets go
+   * of them by itself.
+   */
+  claimSessionTokensToRevoke(options: { limit: number; claimMs: number }): Promise<string[]>;
+  /** Not revoked this time: the claim ends, and the next sweep gets them again. */
+  releaseSessionTokens(tokenIds: string[]): Promise<void>;
   getOperationCheckpoint(jobId: string, callId: string): Promise<OperationCheckpoint | undefined>;
   /** The job's operation records, by call id. */
   listOperationCheckpoints(jobId: string): Promise<OperationCheckpoint[]>;

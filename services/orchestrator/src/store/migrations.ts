@@ -368,6 +368,16 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
        ON CONFLICT (token_id) DO NOTHING`,
     ],
   },
+  {
+    version: 17,
+    name: "session token sweep claims",
+    part: "jobs",
+    // Replicas sweeping at once each revoke other tokens: a sweep claims the rows it revokes for a while, as
+    // the lifecycle outbox's shippers claim events. Each replica revoked every row before (harmless, since a
+    // revoke is idempotent, but the first sweeps after migration 16 revoked every job's token once a replica).
+    present: (p) => p.hasColumn("session_tokens", "claimed_until"),
+    up: (db, t) => [db.schema.alterTable("session_tokens").addColumn("claimed_until", t.time)],
+  },
 ];
 
 /** Kysely that only compiles (no connection): the DDL of a migration as text for one engine. */

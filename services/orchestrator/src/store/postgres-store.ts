@@ -15,7 +15,12 @@ import type pg from "pg";
 import type { ClusterNotifier } from "../cluster/cluster-notifier.js";
 import { assertLeaseHeld, type LeaseFence } from "../cluster/lease-manager.js";
 import { failedPrecondition } from "../orchestrator-error.js";
-import { storedLifecycleEvents, type PermissionRecord, type StoredLifecycleEvent } from "./job-store.js";
+import {
+  ACTIVE_JOB_STATES,
+  storedLifecycleEvents,
+  type PermissionRecord,
+  type StoredLifecycleEvent,
+} from "./job-store.js";
 import { compiledOnce } from "./compiled-once.js";
 import { migrateOrchestrator } from "./migrations.js";
 import { advisoryXactLock, transactionClient } from "./postgres-locks.js";
@@ -153,6 +158,19 @@ export class PostgresJobStore extends SqlJobStore {
                     ORDER BY seq LIMIT ${options.limit} FOR UPDATE SKIP LOCKED)
       RETURNING seq, event`.execute(this.db);
     return storedLifecycleEvents(rows.map((r) => ({ seq: Number(r.seq), json: r.event })));
+  }
+
+  override async claimSessionTokensToRevoke(options: { limit: number; claimMs: number }): Promise<string[]> {
+    // SKIP LOCKED, as the lifecycle outbox's claim: replicas sweeping at once each get other tokens.
+    const { rows } = await sql<{ token_id: string }>`
+      UPDATE session_tokens SET claimed_until = now() + ${options.claimMs} * interval '1 millisecond'
+      WHERE token_id IN (
+        SELECT t.token_id FROM session_tokens t LEFT JOIN jobs j ON j.id = t.job_id
+        WHERE (t.revoke_asked OR j.state NOT IN (${sql.join([...ACTIVE_JOB_STATES])}))
+          AND (t.claimed_until IS NULL OR t.claimed_until < now())
+        LIMIT ${options.limit} FOR UPDATE OF t SKIP LOCKED)
+      RETURNING token_id`.execute(this.db);
+    return rows.map((r) => r.token_id);
   }
 
   override async close(): Promise<void> {

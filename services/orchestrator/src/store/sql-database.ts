@@ -158,6 +158,8 @@ export interface SessionTokensTable {
   job_id: string;
   /** A revoke was asked for and did not succeed (yet). */
   revoke_asked: Bool;
+  /** A sweep is revoking it until then; null when none is. */
+  claimed_until: Time | null;
 }
 
 export interface Tables {

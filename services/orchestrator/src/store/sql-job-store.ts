@@ -536,18 +536,19 @@ export class SqlJobStore implements JobStore {
   }
 
   async recordSessionToken(tokenId: string, jobId: string): Promise<void> {
+    const fresh = { job_id: jobId, revoke_asked: this.engine.bool(false), claimed_until: null };
     await this.db
       .insertInto("session_tokens")
-      .values({ token_id: tokenId, job_id: jobId, revoke_asked: this.engine.bool(false) })
+      .values({ token_id: tokenId, ...fresh })
       // The same session minted again (a job started again under its session id): kept for the new token.
-      .onConflict((oc) => oc.column("token_id").doUpdateSet({ job_id: jobId, revoke_asked: this.engine.bool(false) }))
+      .onConflict((oc) => oc.column("token_id").doUpdateSet(fresh))
       .execute();
   }
 
   async markSessionTokenRevokeAsked(tokenId: string): Promise<void> {
     await this.db
       .insertInto("session_tokens")
-      .values({ token_id: tokenId, job_id: "", revoke_asked: this.engine.bool(true) })
+      .values({ token_id: tokenId, job_id: "", revoke_asked: this.engine.bool(true), claimed_until: null })
       .onConflict((oc) => oc.column("token_id").doUpdateSet({ revoke_asked: this.engine.bool(true) }))
       .execute();
   }
@@ -556,20 +557,43 @@ export class SqlJobStore implements JobStore {
     await this.db.deleteFrom("session_tokens").where("token_id", "=", tokenId).execute();
   }
 
-  async sessionTokensToRevoke(limit: number): Promise<string[]> {
+  // One statement finds the due, unclaimed tokens and claims them; PostgreSQL's store claims with SKIP LOCKED.
+  async claimSessionTokensToRevoke(options: { limit: number; claimMs: number }): Promise<string[]> {
+    const now = Date.now();
     const rows = await this.db
-      .selectFrom("session_tokens")
-      .leftJoin("jobs", "jobs.id", "session_tokens.job_id")
-      .select("session_tokens.token_id")
-      .where((eb) =>
-        eb.or([
-          eb("session_tokens.revoke_asked", "=", this.engine.bool(true)),
-          eb("jobs.state", "not in", [...ACTIVE_JOB_STATES]),
-        ]),
+      .updateTable("session_tokens")
+      .set({ claimed_until: this.engine.time(new Date(now + options.claimMs)) })
+      .where("token_id", "in", (eb) =>
+        eb
+          .selectFrom("session_tokens")
+          .leftJoin("jobs", "jobs.id", "session_tokens.job_id")
+          .select("session_tokens.token_id")
+          .where((w) =>
+            w.and([
+              w.or([
+                w("session_tokens.revoke_asked", "=", this.engine.bool(true)),
+                w("jobs.state", "not in", [...ACTIVE_JOB_STATES]),
+              ]),
+              w.or([
+                w("session_tokens.claimed_until", "is", null),
+                w("session_tokens.claimed_until", "<", this.engine.time(new Date(now))),
+              ]),
+            ]),
+          )
+          .limit(options.limit),
       )
-      .limit(limit)
+      .returning("token_id")
       .execute();
     return rows.map((r) => r.token_id);
+  }
+
+  async releaseSessionTokens(tokenIds: string[]): Promise<void> {
+    if (tokenIds.length === 0) return;
+    await this.db
+      .updateTable("session_tokens")
+      .set({ claimed_until: null })
+      .where("token_id", "in", tokenIds)
+      .execute();
   }
 
   async claimLifecycleEvents(options: { limit: number; claimMs: number }): Promise<StoredLifecycleEvent[]> {
