@@ -23,7 +23,7 @@ const lingering = fileURLToPath(new URL("./fixtures/sdk/lingering-harness.mjs", 
 function run(script: string, nodeArgs: string[] = [], cwd = process.cwd()): { status: number | null; stdout: string } {
   const prelude = `
     import diagnostics from "node:diagnostics_channel";
-    import { exitProcess } from ${JSON.stringify(exitModule)};
+    import { exitProcess, installExitByExecve } from ${JSON.stringify(exitModule)};
     diagnostics.subscribe("process.execve", ({ args }) => process.stdout.write("execve " + args.join(" ") + "\\n"));
     process.on("exit", (code) => process.stdout.write("exit listener " + code + "\\n"));
   `;
@@ -58,6 +58,22 @@ void describe("exitProcess", () => {
       new Worker(source, { eval: true }).on("exit", (code) => exitProcess(code === 5 ? 0 : 1));`);
     assert.equal(status, 0, stdout);
     assert.equal(stdout, "exit listener 0\nexecve sh -c exit 0\n");
+  });
+
+  void it("installed, ends every later process.exit() so, and in a worker leaves Node's exit", () => {
+    const { status, stdout } = run(`
+      import { Worker } from "node:worker_threads";
+      if (!installExitByExecve()) throw new Error("not installed");
+      const source = "import(" + ${JSON.stringify(JSON.stringify(exitModule))} + ").then((m) => process.exit(m.installExitByExecve() ? 9 : 6))";
+      new Worker(source, { eval: true }).on("exit", (code) => process.exit(code));`);
+    assert.equal(status, 6, "the worker's install declined, and its exit ended only it");
+    assert.equal(stdout, "exit listener 6\nexecve sh -c exit 6\n");
+  });
+
+  void it("exits by execve when flags only tune a profiler that is off (node --test gives every file's process those)", () => {
+    const { status, stdout } = run(`exitProcess(3);`, ["--cpu-prof-interval=1000", "--heap-prof-interval=524288"]);
+    assert.equal(status, 3);
+    assert.match(stdout, /execve sh -c exit 3\n$/);
   });
 
   void it("exits Node's way when a CPU profile is to be written at exit, and the profile is written", (t) => {

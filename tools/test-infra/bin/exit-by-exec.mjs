@@ -11,24 +11,16 @@
 // is a process.exit()). A loop of that file alone hung in 2 of 80 runs. gdb
 // showed the main thread in NodePlatform::Shutdown's join and the V8 worker
 // in CollectionBarrier::AwaitCollectionBackground.
-// execve(2) ends every other thread at once, so there is nothing to join. The
-// process's 'exit' listeners have run by then (process.exit emits 'exit', then
-// calls process.reallyExit, the undocumented hook replaced here, which
-// nyc and signal-exit also wrap); Node's native at-exit hooks do not run, and
-// the test runs use none (no --cpu-prof, no coverage). stdout and stderr
-// block (blocking-stdio.mjs), so nothing written is still queued.
-import { isMainThread } from "node:worker_threads";
-
-const nodeExit = process.reallyExit;
-
-if (isMainThread && process.platform === "linux") {
-  process.reallyExit = (code) => {
-    try {
-      // An exit status is one byte, as exit(3) would keep of it.
-      process.execve("/bin/sh", ["sh", "-c", `exit ${Number(code) & 0xff}`], {});
-    } catch {
-      // No /bin/sh: Node's own exit, deadlock and all, rather than none.
-    }
-    nodeExit.call(process, code);
-  };
+// The exit is the harness SDK's (`exitProcess`, which its harnesses and the
+// oz0 CLI use), installed here for every exit of the process: its 'exit'
+// listeners run first, and where Node has work of its own at exit (a CPU
+// profile, coverage) or in a worker, the exit stays Node's. `npm test` and
+// `npm start` build the SDK before they get here.
+let install;
+try {
+  ({ installExitByExecve: install } = await import("@oz0/harness/exit"));
+} catch (error) {
+  console.error(`@oz0/harness is not built (${error.message}); run \`npm run build\` first`);
+  process.exit(1);
 }
+install();

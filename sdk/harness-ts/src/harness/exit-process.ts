@@ -36,19 +36,9 @@ type Exiting = NodeJS.Process & { reallyExit: ReallyExit };
  * `process.exit(code)`.
  */
 export function exitProcess(code?: number): never {
-  // process.execve: in Node from 22.15 and 23.11.
-  const execve = process.execve;
   const exiting = process as Exiting;
   const nodeExit = exiting.reallyExit;
-  if (process.platform === "linux" && isMainThread && execve !== undefined && !nativeExitWork() && shellRuns()) {
-    exiting.reallyExit = (status) => {
-      restoreStdio();
-      // An exit status is one byte, as exit(3) would keep of it.
-      execve.call(process, SHELL, ["sh", "-c", `exit ${Number(status ?? 0) & 0xff}`], {});
-      // Not reached: execve returns only by aborting. Here for the type (never), and should Node change that.
-      return nodeExit.call(process, status);
-    };
-  }
+  if (execveExitPossible()) exiting.reallyExit = execveExit(nodeExit);
   try {
     // process.exit(undefined) would clear an exit code set beforehand: pass on only what was given.
     if (code === undefined) process.exit();
@@ -57,6 +47,39 @@ export function exitProcess(code?: number): never {
     // Reached only when process.exit threw (a code that is not an integer): nothing is left changed.
     exiting.reallyExit = nodeExit;
   }
+}
+
+/**
+ * From now on every `process.exit()` of this process ends as
+ * {@link exitProcess} does: for a process that exits in many places it does
+ * not own (a test runner and its files, a script's libraries). False where
+ * it cannot be done (the cases exitProcess lists), and exits stay Node's.
+ */
+export function installExitByExecve(): boolean {
+  if (!execveExitPossible()) return false;
+  const exiting = process as Exiting;
+  exiting.reallyExit = execveExit(exiting.reallyExit);
+  return true;
+}
+
+/** Whether this process can end by execve: Linux, its main thread, a Node with it, a shell to run, nothing of Node's to write at exit. */
+function execveExitPossible(): boolean {
+  // process.execve: in Node from 22.15 and 23.11.
+  return (
+    process.platform === "linux" && isMainThread && process.execve !== undefined && !nativeExitWork() && shellRuns()
+  );
+}
+
+/** A process.reallyExit that leaves stdio as Node's exit would, then becomes `sh -c 'exit N'`. */
+function execveExit(nodeExit: ReallyExit): ReallyExit {
+  const execve = process.execve!;
+  return (status) => {
+    restoreStdio();
+    // An exit status is one byte, as exit(3) would keep of it.
+    execve.call(process, SHELL, ["sh", "-c", `exit ${Number(status ?? 0) & 0xff}`], {});
+    // Not reached: execve returns only by aborting. Here for the type (never), and should Node change that.
+    return nodeExit.call(process, status);
+  };
 }
 
 /** Whether /bin/sh is there to run: an execve that fails aborts the process. */
@@ -84,6 +107,11 @@ function restoreStdio(): void {
 
 /** Whether Node has work to do at exit that an execve would lose: a CPU or heap profile, coverage. */
 function nativeExitWork(): boolean {
-  const flags = [...process.execArgv, process.env.NODE_OPTIONS ?? ""].join(" ");
-  return /--(cpu-prof|heap-prof|prof)\b/.test(flags) || process.env.NODE_V8_COVERAGE !== undefined;
+  // The flags themselves: a process may carry --cpu-prof-interval and the like with no profile on (node --test
+  // gives each file's process every option's default).
+  const flags = [...process.execArgv, ...(process.env.NODE_OPTIONS ?? "").split(/\s+/)];
+  return flags.some((flag) => PROFILING_FLAGS.has(flag)) || process.env.NODE_V8_COVERAGE !== undefined;
 }
+
+/** The flags that have Node write a profile at exit. */
+const PROFILING_FLAGS = new Set(["--cpu-prof", "--heap-prof", "--prof"]);

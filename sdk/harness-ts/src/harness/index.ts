@@ -13,7 +13,7 @@ export type {
   UsageInit,
 } from "./harness-session.js";
 export { runHarness } from "./run-harness.js";
-export { exitProcess } from "./exit-process.js";
+export { exitProcess, installExitByExecve } from "./exit-process.js";
 export type { HarnessWorkResult, RunHarnessOptions } from "./run-harness.js";
 export { HarnessSessionError } from "./harness-errors.js";
 export type { HarnessSessionErrorCode } from "./harness-errors.js";
