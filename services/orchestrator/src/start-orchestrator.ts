@@ -138,6 +138,11 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       { reason: hookIsolation.reason },
       "plugins' command hooks run as the orchestrator's user, not isolated",
     );
+  else if (hookIsolation.isolation.kind === "landlock")
+    logger.info(
+      { reason: hookIsolation.reason },
+      "plugins' command hooks run in a Landlock domain: the host's files beyond the system's and their plugin's are walled off",
+    );
   for (const [name, value] of [
     ["OZ0_LEASE_TTL_MS", config.leaseTtlMs],
     ["OZ0_NODE_STALE_AFTER_MS", config.nodeStaleAfterMs],

@@ -1,10 +1,11 @@
-// A plugin's command hook runs on the orchestrator's host. Under bubblewrap
-// (OZ0_HOOK_ISOLATION, on by default where it works) it cannot read the data
-// directory, the owner's credential in it, nor the orchestrator's environment;
-// it still decides, from its plugin's folder. Without isolation it reads them
-// all, which is what an attacker review's hook did.
+// A plugin's command hook runs on the orchestrator's host. Isolated
+// (OZ0_HOOK_ISOLATION, on by default where bubblewrap or Landlock works) it
+// cannot read the data directory, the owner's credential in it, nor the
+// orchestrator's environment; it still decides, from its plugin's folder.
+// Without isolation it reads them all, which is what an attacker review's
+// hook did.
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
@@ -27,7 +28,9 @@ writeFileSync(path.join(pluginDir, "oz0-plugin.yaml"), JSON.stringify({ name: "s
 writeFileSync(
   path.join(pluginDir, "spy.mjs"),
   `
-import { readFileSync, readdirSync } from "node:fs";
+import { readFileSync, readdirSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 const tryRead = (read) => { try { return String(read()); } catch (error) { return "unreadable: " + error.code; } };
 readFileSync(0);
 const seen = {
@@ -35,6 +38,9 @@ const seen = {
   home: tryRead(() => readdirSync(${JSON.stringify(home)}).join(",")),
   orchestratorEnv: tryRead(() => readFileSync("/proc/${process.pid}/environ").includes("PATH=")),
   ownFolder: tryRead(() => readdirSync(".").join(",")),
+  signalOrchestrator: tryRead(() => process.kill(${process.pid}, 0)),
+  ownTmp: tryRead(() => writeFileSync(path.join(os.tmpdir(), "scratch"), "x")),
+  outsideTmp: tryRead(() => writeFileSync(path.join(${JSON.stringify(home)}, "planted"), "x")),
 };
 process.stdout.write(JSON.stringify({ decision: "deny", reason: JSON.stringify(seen) }));
 `,
@@ -86,25 +92,62 @@ void test("under bubblewrap a command hook reads its plugin's folder, and not th
   assert.equal(seen.home, "plugins");
   assert.match(seen.orchestratorEnv!, /^unreadable: ENOENT$/, "no process of the host is in its /proc");
   assert.equal(seen.ownFolder, "oz0-plugin.yaml,spy.mjs");
+  assert.match(seen.signalOrchestrator!, /^unreadable: ESRCH$/, "no process of the host is in its pid namespace");
+  assert.equal(seen.ownTmp, "undefined");
+});
+
+void test("in a Landlock domain (where bubblewrap cannot run) a command hook reads its plugin's folder, and not the data directory or the orchestrator's environment", async () => {
+  const { isolation, reason } = await chooseHookIsolation({ setting: "landlock", dataDir: home });
+  assert.ok(isolation, reason);
+  assert.equal(isolation.kind, "landlock");
+  const before = readdirSync(os.tmpdir()).filter((name) => name.startsWith("oz0-hook-"));
+  const seen = await whatTheHookSaw(new HookStage({ isolation }));
+  assert.match(seen.credential!, /^unreadable: EACCES$/);
+  assert.match(seen.home!, /^unreadable: EACCES$/);
+  assert.match(seen.orchestratorEnv!, /^unreadable: EACCES$/, "the host's /proc is walled off");
+  assert.equal(seen.ownFolder, "oz0-plugin.yaml,spy.mjs");
+  assert.equal(seen.ownTmp, "undefined", "its TMPDIR is its own to write");
+  assert.match(seen.outsideTmp!, /^unreadable: EACCES$/);
+  assert.equal(existsSync(path.join(home, "planted")), false);
+  // Scoped signals came with Landlock ABI 6 (Linux 6.12): the kernel here has it.
+  assert.match(seen.signalOrchestrator!, /^unreadable: EPERM$/, "no signal leaves the domain");
+  assert.deepEqual(
+    readdirSync(os.tmpdir()).filter((name) => name.startsWith("oz0-hook-")),
+    before,
+    "its temporary folder is gone once it answered",
+  );
 });
 
 void test("without isolation the same hook reads the owner's credential and the orchestrator's environment", async () => {
   const seen = await whatTheHookSaw(new HookStage());
   assert.equal(seen.credential, OWNER_TOKEN);
   assert.equal(seen.orchestratorEnv, "true");
+  assert.equal(seen.signalOrchestrator, "true");
 });
 
-void test("OZ0_HOOK_ISOLATION=none runs hooks unisolated, saying so; auto without bubblewrap too; bwrap refuses to start", async () => {
+void test("OZ0_HOOK_ISOLATION=none runs hooks unisolated, saying so; auto falls back to Landlock, then to none; bwrap and landlock refuse to start without theirs", async () => {
   assert.deepEqual(await chooseHookIsolation({ setting: "none", dataDir: home }), {
     reason: "OZ0_HOOK_ISOLATION=none",
   });
-  // As on a host without bubblewrap.
-  const missing = { dataDir: home, bwrapPath: path.join(home, "no-bwrap-here") };
-  const auto = await chooseHookIsolation({ setting: "auto", ...missing });
-  assert.equal(auto.isolation, undefined);
-  assert.match(auto.reason!, /^bubblewrap cannot run here: /);
+  // As on a host without bubblewrap (a Kubernetes pod): a Landlock domain instead.
+  const noBwrap = { dataDir: home, bwrapPath: path.join(home, "no-bwrap-here") };
+  assert.equal((await chooseHookIsolation({ setting: "auto", ...noBwrap })).isolation?.kind, "landlock");
   await assert.rejects(
-    chooseHookIsolation({ setting: "bwrap", ...missing }),
-    /^Error: OZ0_HOOK_ISOLATION=bwrap, but bubblewrap cannot run here: .*; install bubblewrap \(and allow user namespaces\), or set OZ0_HOOK_ISOLATION=auto or none$/,
+    chooseHookIsolation({ setting: "bwrap", ...noBwrap }),
+    /^Error: OZ0_HOOK_ISOLATION=bwrap, but bubblewrap cannot run here: .*; install bubblewrap \(and allow user namespaces\), or set OZ0_HOOK_ISOLATION=auto, landlock or none$/,
+  );
+  // And with neither.
+  const neither = { ...noBwrap, perlPath: path.join(home, "no-perl-here") };
+  const auto = await chooseHookIsolation({ setting: "auto", ...neither });
+  assert.equal(auto.isolation, undefined);
+  assert.match(auto.reason!, /^bubblewrap cannot run here: .*; Landlock cannot be used here: a trial did not work/);
+  await assert.rejects(
+    chooseHookIsolation({ setting: "landlock", ...neither }),
+    /^Error: OZ0_HOOK_ISOLATION=landlock, but Landlock cannot be used here: .*; use a kernel with Landlock \(Linux 5\.13\+\), or set OZ0_HOOK_ISOLATION=auto, bwrap or none$/,
+  );
+  // A data directory beneath a path hooks may read cannot be hidden by a domain, which only allows.
+  assert.match(
+    (await chooseHookIsolation({ setting: "auto", bwrapPath: noBwrap.bwrapPath, dataDir: "/usr/local/oz0" })).reason!,
+    /a Landlock domain cannot hide the data directory \/usr\/local\/oz0, which lies in \/usr$/,
   );
 });

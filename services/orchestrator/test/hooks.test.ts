@@ -11,6 +11,7 @@ import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { runCommandHook, parseHookAnswer } from "../src/policy/command-hooks.js";
 import { hookMatches, nameMatches, resolvePointer, type PreToolCall } from "../src/policy/hook-rules.js";
+import { chooseHookIsolation } from "../src/policy/hook-isolation.js";
 import { HookStage } from "../src/policy/hook-stage.js";
 import type { AgentVersionRecord } from "../src/store/job-store.js";
 import { PermissionPolicy, type PermissionQuestion } from "../src/policy/permission-policy.js";
@@ -324,7 +325,7 @@ void test("invalid hooks are refused naming the file and the field", () => {
   );
 });
 
-void test("the README's hooks example validates and decides as documented", async () => {
+void test("the README's hooks example validates and decides as documented, unisolated, under bubblewrap and in a Landlock domain", async () => {
   const { readFileSync, mkdirSync } = await import("node:fs");
   const { parse } = await import("yaml");
   const packageDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
@@ -351,7 +352,15 @@ void test("the README's hooks example validates and decides as documented", asyn
   });
   mkdirSync(path.join(agent.pluginPath, "hooks"));
   writeFileSync(path.join(agent.pluginPath, "hooks", "review.mjs"), script);
-  const policy = new PermissionPolicy({ hooks: [new HookStage()] });
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), "oz0-hooks-home-"));
+  after(() => rmSync(dataDir, { recursive: true, force: true }));
+  for (const setting of ["none", "bwrap", "landlock"] as const) {
+    const { isolation } = await chooseHookIsolation({ setting, dataDir });
+    await decidesAsDocumented(agent, new PermissionPolicy({ hooks: [new HookStage({ isolation })] }));
+  }
+});
+
+async function decidesAsDocumented(agent: AgentVersionRecord, policy: PermissionPolicy): Promise<void> {
   assert.deepEqual(await policy.decide(question(agent, "run_command", { command: "git push origin main --force" })), {
     kind: "deny",
     decider: "hook",
@@ -373,7 +382,7 @@ void test("the README's hooks example validates and decides as documented", asyn
     "ask",
     "requires_approval after the hooks said continue",
   );
-});
+}
 
 void test("an agent whose harness does not ask cannot be published with hooks or approvals, and a bad regex is refused at install", async () => {
   const { mkdirSync } = await import("node:fs");
@@ -444,7 +453,7 @@ void test("an agent whose harness does not ask cannot be published with hooks or
     });
     await assert.rejects(
       registry.install({ source: hooked }),
-      /plugin quiet declares command hooks, hook 0 \(oz0-plugin\.yaml\), review \(agents\/a\.yaml\): they run on the orchestrator's host, with its network, and as the orchestrator with its files \(its credentials among them\) unless bubblewrap isolates them \(OZ0_HOOK_ISOLATION\); install it with --allow-host-hooks/,
+      /plugin quiet declares command hooks, hook 0 \(oz0-plugin\.yaml\), review \(agents\/a\.yaml\): they run on the orchestrator's host, with its network, and as the orchestrator with its files \(its credentials among them\) unless bubblewrap or Landlock isolates them \(OZ0_HOOK_ISOLATION\); install it with --allow-host-hooks/,
     );
     assert.equal((await registry.install({ source: hooked, allowHostHooks: true })).plugin.name, "quiet");
     const ok = await registry.install({

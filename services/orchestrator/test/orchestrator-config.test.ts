@@ -84,7 +84,7 @@ void test("a malformed variable is refused, naming it and the form it expects", 
       { OZ0_ATTACHMENT_ROOTS: "/srv/shared:projects" },
       /^OZ0_ATTACHMENT_ROOTS must be `:`-separated absolute paths; got "\/srv\/shared:projects"$/,
     ],
-    [{ OZ0_HOOK_ISOLATION: "gvisor" }, /^OZ0_HOOK_ISOLATION must be one of auto, bwrap, none; got "gvisor"$/],
+    [{ OZ0_HOOK_ISOLATION: "gvisor" }, /^OZ0_HOOK_ISOLATION must be one of auto, bwrap, landlock, none; got "gvisor"$/],
   ];
   for (const [env, message] of cases)
     assert.throws(() => configFromEnv(env), { name: "EnvConfigError", message }, JSON.stringify(env));

@@ -35,6 +35,8 @@ export { startHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export type { RunningHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export { detectBubblewrap, DEFAULT_READ_ONLY_PATHS } from "./bubblewrap-launcher.js";
 export type { BubblewrapDetection } from "./bubblewrap-launcher.js";
+export { detectLandlock, walledCommand } from "./landlock-launcher.js";
+export type { Landlock } from "./landlock-launcher.js";
 export { buildSessionEnvironment, QUIET_HARNESS_ENV } from "@oz0/harness/host";
 
 /** The health service name that says whether sessions run under bubblewrap (SERVING) or not (NOT_SERVING). */

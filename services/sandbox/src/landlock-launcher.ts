@@ -44,20 +44,75 @@ print STDERR "oz0 landlock: cannot run $ARGV[0]: $!\n";
 exit 127;
 `;
 
+/**
+ * A domain that walls the file system off, for a program the orchestrator
+ * runs on its own host (a plugin's command hook, where bubblewrap cannot
+ * run). Arguments: prctl's and close's syscall numbers; how many read-only
+ * paths, then them; how many writable paths, then them; then the command.
+ * The domain handles every file-system right the kernel's Landlock knows
+ * (ABI 1: execute to make_sym; 2: refer; 3: truncate; 5: ioctl_dev) and
+ * allows them only beneath the paths given: read and execute beneath the
+ * read-only ones and the program's own /proc/<pid> (opened as /proc/self
+ * before the exec, which keeps the pid), all of them beneath the writable
+ * ones. From ABI 6 (Linux 6.12) it is also scoped: no signal to, and no
+ * abstract Unix socket of, a process outside it. The network is not walled.
+ * A path that cannot be opened is skipped, as bubblewrap's --ro-bind-try.
+ * O_PATH (010000000) and O_CLOEXEC (02000000) are the same on x86-64 and
+ * arm64, the two architectures SYSCALLS knows.
+ */
+const ENTER_WALLED_DOMAIN = String.raw`
+my $prctl = shift @ARGV;
+my $close = shift @ARGV;
+my $count = shift @ARGV;
+my @read_only = splice(@ARGV, 0, $count);
+$count = shift @ARGV;
+my @writable = splice(@ARGV, 0, $count);
+sub fail { print STDERR "oz0 landlock: $_[0]\n"; exit 125 }
+my $abi = syscall(444, 0, 0, 1);
+$abi >= 1 or fail("the kernel has no Landlock: $!");
+my $fs = (1 << 13) - 1;
+$fs |= 1 << 13 if $abi >= 2;
+$fs |= 1 << 14 if $abi >= 3;
+$fs |= 1 << 15 if $abi >= 5;
+my $attr = $abi >= 6 ? pack("QQQ", $fs, 0, 3) : pack("Q", $fs);
+my $ruleset = syscall(444, $attr, length($attr), 0);
+$ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
+my $file_rights = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15);
+sub allow {
+  my ($path, $rights) = @_;
+  sysopen(my $fh, $path, 010000000 | 02000000) or return;
+  $rights &= $file_rights unless -d $fh;
+  syscall(445, $ruleset, 1, pack("Ql", $rights & $fs, fileno($fh)), 0) == 0 or fail("landlock_add_rule($path) failed: $!");
+  close $fh;
+}
+allow($_, (1 << 0) | (1 << 2) | (1 << 3)) for @read_only, "/proc/self";
+allow($_, $fs) for @writable;
+syscall($prctl, 38, 1, 0, 0, 0) == 0 or fail("prctl(PR_SET_NO_NEW_PRIVS) failed: $!");
+syscall(446, $ruleset, 0) == 0 or fail("landlock_restrict_self failed: $!");
+syscall($close, $ruleset);
+exec { $ARGV[0] } @ARGV;
+print STDERR "oz0 landlock: cannot run $ARGV[0]: $!\n";
+exit 127;
+`;
+
 /** Where a harness can be started inside a Landlock domain: a perl, and the syscall numbers here. */
 export interface Landlock {
   perlPath: string;
   syscalls: { prctl: number; close: number };
 }
 
-/** A Landlock domain that works here, or why not (tried once, with a command that exits at once). */
-export function detectLandlock():
-  { landlock: Landlock; reason?: undefined } | { landlock?: undefined; reason: string } {
+/**
+ * A Landlock domain that works here, or why not (tried once, with a command
+ * that exits at once). `perlPath`: the perl to try; default the system's.
+ */
+export function detectLandlock(
+  options: { perlPath?: string } = {},
+): { landlock: Landlock; reason?: undefined } | { landlock?: undefined; reason: string } {
   if (process.platform !== "linux") return { reason: `Landlock is Linux's (this is ${process.platform})` };
   const syscalls = SYSCALLS[process.arch];
   if (syscalls === undefined)
     return { reason: `prctl's syscall number is not known for ${process.arch} (only x64 and arm64)` };
-  const perlPath = perlCommand();
+  const perlPath = options.perlPath ?? perlCommand();
   if (perlPath === undefined) return { reason: "no perl in /usr/bin or /bin (Debian's perl-base)" };
   const trial = spawnSync(perlPath, ["-e", ENTER_DOMAIN, ...numbers(syscalls), "/bin/sh", "-c", "exit 7"], {
     encoding: "utf8",
@@ -87,4 +142,27 @@ export function landlockLauncher(options: { inner: HarnessLauncher; landlock: La
       });
     },
   };
+}
+
+/**
+ * `command` as run inside a walled Landlock domain (ENTER_WALLED_DOMAIN
+ * above): it reads and runs what lies beneath `readOnly`, changes only what
+ * lies beneath `writable`, and reaches no other file, nor another process's
+ * memory, whoever it runs as.
+ */
+export function walledCommand(
+  landlock: Landlock,
+  options: { readOnly: readonly string[]; writable: readonly string[]; command: readonly string[] },
+): string[] {
+  return [
+    landlock.perlPath,
+    "-e",
+    ENTER_WALLED_DOMAIN,
+    ...numbers(landlock.syscalls),
+    String(options.readOnly.length),
+    ...options.readOnly,
+    String(options.writable.length),
+    ...options.writable,
+    ...options.command,
+  ];
 }

@@ -264,7 +264,7 @@ plugin
   .option("--json")
   .option(
     "--allow-host-hooks",
-    "let the plugin's command hooks run: they run on the orchestrator's host (under bubblewrap when OZ0_HOOK_ISOLATION allows), not in a sandbox",
+    "let the plugin's command hooks run: they run on the orchestrator's host (isolated by bubblewrap or Landlock when OZ0_HOOK_ISOLATION allows), not in a sandbox",
   )
   .action(async (source: string, opts: { json?: boolean; allowHostHooks?: boolean }) =>
     withConnection((conn) =>

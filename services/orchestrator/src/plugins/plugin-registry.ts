@@ -380,6 +380,6 @@ function refuseHostHooks(
   ];
   if (found.length === 0) return;
   throw invalidArgument(
-    `plugin ${manifest.name} declares command hooks, ${found.join(", ")}: they run on the orchestrator's host, with its network, and as the orchestrator with its files (its credentials among them) unless bubblewrap isolates them (OZ0_HOOK_ISOLATION); install it with --allow-host-hooks (InstallPluginRequest.allow_host_hooks) only if you trust its code`,
+    `plugin ${manifest.name} declares command hooks, ${found.join(", ")}: they run on the orchestrator's host, with its network, and as the orchestrator with its files (its credentials among them) unless bubblewrap or Landlock isolates them (OZ0_HOOK_ISOLATION); install it with --allow-host-hooks (InstallPluginRequest.allow_host_hooks) only if you trust its code`,
   );
 }

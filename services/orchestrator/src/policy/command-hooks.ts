@@ -22,6 +22,8 @@ export interface RunCommandHookOptions {
   label: string;
   timeoutMs?: number;
   cwd: string;
+  /** Added to the little a hook gets of the orchestrator's environment (PATH and HOME): its isolation's (TMPDIR). */
+  env?: Record<string, string>;
 }
 
 function deny(reason: string): HookVerdict {
@@ -81,7 +83,7 @@ export function runCommandHook(options: RunCommandHookOptions): Promise<HookVerd
       cwd: options.cwd,
       stdio: ["pipe", "pipe", "pipe"],
       detached: true,
-      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/" },
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/", ...options.env },
     });
     const killGroup = (): void => {
       try {

@@ -3,92 +3,151 @@
 // orchestrator can, the owner's credential in the data directory among it (an
 // attacker review's hook denied a call with that token as its reason). Only
 // an admin can let a plugin with command hooks in (--allow-host-hooks), and
-// under bubblewrap even that hook sees only the system's read-only paths, its
-// plugin's folder (read-only), its own program, a /tmp of its own and a /proc
-// of its own processes: not the data directory, not the orchestrator's
-// environment or memory, not another process. The network is left as it is:
-// a hook may ask a policy service.
-import { realpathSync } from "node:fs";
+// isolated even that hook reads only the system's read-only paths, its
+// plugin's folder, its own program and a temporary folder of its own: not the
+// data directory, not the orchestrator's environment or memory, not another
+// process. The network is left as it is: a hook may ask a policy service.
+// Two ways give that. Bubblewrap shows the hook a file system made of those
+// paths alone, with a /proc of its own processes. Where bubblewrap cannot run
+// (a Kubernetes pod, which may not make user namespaces), a Landlock domain
+// leaves the host's file system in place but walls the hook in: it may open
+// nothing beneath any other path (the host's /proc included), ptrace no
+// process outside, and from Linux 6.12 signal none.
+import { mkdtempSync, realpathSync, rmSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
-import { DEFAULT_READ_ONLY_PATHS, detectBubblewrap } from "@oz0/sandbox";
+import { DEFAULT_READ_ONLY_PATHS, detectBubblewrap, detectLandlock, walledCommand, type Landlock } from "@oz0/sandbox";
 import { isWithin } from "../path-within.js";
 
-/** How command hooks run: under bubblewrap, hiding `dataDir`. */
-export interface HookIsolation {
-  bwrapPath: string;
-  /** The orchestrator's data directory (OZ0_HOME), which no hook may see. */
-  dataDir: string;
-}
-
-/** OZ0_HOOK_ISOLATION: `auto` isolates when bubblewrap works here, `bwrap` insists, `none` runs hooks as they are. */
-export type HookIsolationSetting = "auto" | "bwrap" | "none";
-export const HOOK_ISOLATION_SETTINGS: readonly HookIsolationSetting[] = ["auto", "bwrap", "none"];
+/** How command hooks run; either way `dataDir`, the orchestrator's data directory (OZ0_HOME), is out of their reach. */
+export type HookIsolation =
+  { kind: "bwrap"; bwrapPath: string; dataDir: string } | { kind: "landlock"; landlock: Landlock; dataDir: string };
 
 /**
- * The isolation command hooks get on this host, or why they get none. A
- * `bwrap` setting that cannot be met throws, saying why: a guard that was
- * asked for must not be dropped in silence.
+ * OZ0_HOOK_ISOLATION: `auto` isolates under bubblewrap where it works, else
+ * in a Landlock domain where that works; `bwrap` and `landlock` insist on
+ * theirs; `none` runs hooks as they are.
+ */
+export type HookIsolationSetting = "auto" | "bwrap" | "landlock" | "none";
+export const HOOK_ISOLATION_SETTINGS: readonly HookIsolationSetting[] = ["auto", "bwrap", "landlock", "none"];
+
+/**
+ * The isolation command hooks get on this host, or why they get none (with
+ * Landlock, why not bubblewrap). A setting that cannot be met throws, saying
+ * why: a guard that was asked for must not be dropped in silence.
  */
 export async function chooseHookIsolation(options: {
   setting: HookIsolationSetting;
   dataDir: string;
   /** The bwrap to try; default the usual places. */
   bwrapPath?: string;
+  /** The perl that enters a Landlock domain; default the system's. */
+  perlPath?: string;
 }): Promise<{ isolation?: HookIsolation; reason?: string }> {
-  if (options.setting === "none") return { reason: "OZ0_HOOK_ISOLATION=none" };
-  const found = await detectBubblewrap(options.bwrapPath !== undefined ? { bwrapPath: options.bwrapPath } : {});
-  if (found.available && found.path) return { isolation: { bwrapPath: found.path, dataDir: options.dataDir } };
-  const reason = `bubblewrap cannot run here: ${found.reason ?? "not found"}`;
-  if (options.setting === "bwrap")
+  const { setting, dataDir } = options;
+  if (setting === "none") return { reason: "OZ0_HOOK_ISOLATION=none" };
+  let bwrapReason: string | undefined;
+  if (setting !== "landlock") {
+    const found = await detectBubblewrap(options.bwrapPath !== undefined ? { bwrapPath: options.bwrapPath } : {});
+    if (found.available && found.path) return { isolation: { kind: "bwrap", bwrapPath: found.path, dataDir } };
+    bwrapReason = `bubblewrap cannot run here: ${found.reason ?? "not found"}`;
+    if (setting === "bwrap")
+      throw new Error(
+        `OZ0_HOOK_ISOLATION=bwrap, but ${bwrapReason}; install bubblewrap (and allow user namespaces), or set OZ0_HOOK_ISOLATION=auto, landlock or none`,
+      );
+  }
+  const landlock = landlockFor(dataDir, options.perlPath);
+  if (landlock.isolation) return { isolation: landlock.isolation, ...(bwrapReason ? { reason: bwrapReason } : {}) };
+  if (setting === "landlock")
     throw new Error(
-      `OZ0_HOOK_ISOLATION=bwrap, but ${reason}; install bubblewrap (and allow user namespaces), or set OZ0_HOOK_ISOLATION=auto or none`,
+      `OZ0_HOOK_ISOLATION=landlock, but ${landlock.reason}; use a kernel with Landlock (Linux 5.13+), or set OZ0_HOOK_ISOLATION=auto, bwrap or none`,
     );
-  return { reason };
+  return { reason: `${bwrapReason}; ${landlock.reason}` };
 }
 
-/** The hook's command, run under bubblewrap: what it sees is listed above. */
-export function isolatedHookCommand(
+function landlockFor(dataDir: string, perlPath?: string): { isolation?: HookIsolation; reason?: string } {
+  // A domain only allows: it cannot hide a folder beneath a path it lets hooks read.
+  const holder = DEFAULT_READ_ONLY_PATHS.find((p) => isWithin(dataDir, p));
+  if (holder !== undefined)
+    return { reason: `a Landlock domain cannot hide the data directory ${dataDir}, which lies in ${holder}` };
+  const found = detectLandlock(perlPath !== undefined ? { perlPath } : {});
+  if (found.landlock === undefined) return { reason: `Landlock cannot be used here: ${found.reason}` };
+  return { isolation: { kind: "landlock", landlock: found.landlock, dataDir } };
+}
+
+/** A hook's command as isolated, what to add to its environment, and what to undo once it ended. */
+export interface IsolatedHook {
+  command: string[];
+  env: Record<string, string>;
+  /** Removes what the run made (a Landlock hook's temporary folder). */
+  dispose(): void;
+}
+
+/** The hook's command, run as `isolation` says: what it reads is listed above. */
+export function isolatedHook(
   isolation: HookIsolation,
   options: { command: string[]; pluginDir: string },
-): string[] {
-  const [program] = options.command;
-  const binds = DEFAULT_READ_ONLY_PATHS.flatMap((p) => ["--ro-bind-try", p, p]);
-  // Its program's folder when it lies elsewhere (node from a version manager): the folder, then where a link leads.
-  const programDirs = new Set<string>();
+): IsolatedHook {
+  const ownDirs = programDirs(options.command, isolation.dataDir);
+  if (isolation.kind === "landlock") {
+    // Its own temporary folder, the one path it may change (bubblewrap gives a /tmp of its own instead).
+    const tmp = mkdtempSync(path.join(os.tmpdir(), "oz0-hook-"));
+    return {
+      command: walledCommand(isolation.landlock, {
+        readOnly: [...DEFAULT_READ_ONLY_PATHS, ...ownDirs, options.pluginDir],
+        writable: [tmp, "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"],
+        command: options.command,
+      }),
+      env: { TMPDIR: tmp },
+      dispose: () => rmSync(tmp, { recursive: true, force: true }),
+    };
+  }
+  return {
+    command: [
+      isolation.bwrapPath,
+      "--die-with-parent",
+      "--unshare-pid",
+      "--unshare-ipc",
+      "--unshare-uts",
+      ...DEFAULT_READ_ONLY_PATHS.flatMap((p) => ["--ro-bind-try", p, p]),
+      ...ownDirs.flatMap((dir) => ["--ro-bind", dir, dir]),
+      "--dev",
+      "/dev",
+      "--proc",
+      "/proc",
+      "--tmpfs",
+      "/tmp",
+      // Hidden, should a read-only path above hold it; then the plugin's own folder inside it, read-only.
+      "--tmpfs",
+      isolation.dataDir,
+      "--ro-bind",
+      options.pluginDir,
+      options.pluginDir,
+      "--chdir",
+      options.pluginDir,
+      "--",
+      ...options.command,
+    ],
+    env: {},
+    dispose: () => undefined,
+  };
+}
+
+/**
+ * Its program's folder when it lies outside the system's paths (node from a
+ * version manager): the folder, then where a link leads; never one in the
+ * data directory.
+ */
+function programDirs(command: string[], dataDir: string): string[] {
+  const [program] = command;
+  const dirs = new Set<string>();
   if (program !== undefined && path.isAbsolute(program)) {
-    programDirs.add(path.dirname(program));
+    dirs.add(path.dirname(program));
     try {
-      programDirs.add(path.dirname(realpathSync(program)));
+      dirs.add(path.dirname(realpathSync(program)));
     } catch {
       // Not there: the hook fails to start, and denies, as it would unisolated.
     }
   }
-  for (const dir of programDirs) {
-    if (DEFAULT_READ_ONLY_PATHS.some((p) => isWithin(dir, p)) || isWithin(dir, isolation.dataDir)) continue;
-    binds.push("--ro-bind", dir, dir);
-  }
-  return [
-    isolation.bwrapPath,
-    "--die-with-parent",
-    "--unshare-pid",
-    "--unshare-ipc",
-    "--unshare-uts",
-    ...binds,
-    "--dev",
-    "/dev",
-    "--proc",
-    "/proc",
-    "--tmpfs",
-    "/tmp",
-    // Hidden, should a read-only path above hold it; then the plugin's own folder inside it, read-only.
-    "--tmpfs",
-    isolation.dataDir,
-    "--ro-bind",
-    options.pluginDir,
-    options.pluginDir,
-    "--chdir",
-    options.pluginDir,
-    "--",
-    ...options.command,
-  ];
+  return [...dirs].filter((dir) => !DEFAULT_READ_ONLY_PATHS.some((p) => isWithin(dir, p)) && !isWithin(dir, dataDir));
 }

@@ -10,7 +10,7 @@ import path from "node:path";
 import { parse } from "yaml";
 import { parseDuration } from "../agents/agent-versions.js";
 import { runCommandHook } from "./command-hooks.js";
-import { isolatedHookCommand, type HookIsolation } from "./hook-isolation.js";
+import { isolatedHook, type HookIsolation } from "./hook-isolation.js";
 import { resolveHarnessCommand } from "../agents/harness-command.js";
 import {
   hookMatches,
@@ -84,16 +84,19 @@ async function verdictOf(hook: SourcedHook, call: PreToolCall, isolation?: HookI
     pluginPath: hook.pluginDir,
     manifest: { name: "hook", command: spec.command },
   });
-  const command = isolation
-    ? isolatedHookCommand(isolation, { command: resolved, pluginDir: hook.pluginDir })
-    : resolved;
-  return runCommandHook({
-    command,
-    call,
-    label: hook.label,
-    cwd: hook.pluginDir,
-    ...(spec.timeout ? { timeoutMs: parseDuration(spec.timeout) } : {}),
-  });
+  const isolated = isolation ? isolatedHook(isolation, { command: resolved, pluginDir: hook.pluginDir }) : undefined;
+  try {
+    return await runCommandHook({
+      command: isolated?.command ?? resolved,
+      env: isolated?.env ?? {},
+      call,
+      label: hook.label,
+      cwd: hook.pluginDir,
+      ...(spec.timeout ? { timeoutMs: parseDuration(spec.timeout) } : {}),
+    });
+  } finally {
+    isolated?.dispose();
+  }
 }
 
 export class HookStage implements PermissionStage {
@@ -101,7 +104,7 @@ export class HookStage implements PermissionStage {
   readonly #cache = new Map<string, HookSpec[]>();
   readonly #isolation: HookIsolation | undefined;
 
-  /** `isolation`: command hooks run under bubblewrap (hook-isolation.ts); without it, as the orchestrator's user. */
+  /** `isolation`: how command hooks are walled in (hook-isolation.ts); without it, they run as the orchestrator's user. */
   constructor(options: { isolation?: HookIsolation | undefined } = {}) {
     this.#isolation = options.isolation;
   }
