@@ -157,3 +157,25 @@ void test("a job's state changes while the jobs page is open", async () => {
   await row.getByText("succeeded").waitFor();
   await page.close();
 });
+
+void test("a page holds at most 500 jobs: the API refuses more, naming next_page_token, and oz0 jobs list --limit pages on", async () => {
+  await assert.rejects(
+    owner().jobs.listJobs({ limit: 2 ** 31 - 1 }),
+    (e: unknown) =>
+      ConnectError.from(e).code === Code.InvalidArgument &&
+      /more than a page holds \(500\); .*next_page_token/.test(ConnectError.from(e).rawMessage),
+  );
+  const store = await openJobStore({ dataDir: t.home });
+  for (let i = 0; i < 510; i++)
+    await store.createJob({ ...storedJob(i), id: `job_bulk${String(i).padStart(10, "0")}`, agentName: "bulk" });
+  await store.close();
+  const listed = async (limit: number): Promise<string[]> => {
+    const { code, stdout, stderr } = await t.cli(["jobs", "list", "--agent", "bulk", "--json", "--limit", `${limit}`]);
+    assert.equal(code, 0, stderr);
+    return stdout.trim().split("\n");
+  };
+  assert.equal((await listed(600)).length, 510, "two pages, all of them");
+  const some = await listed(505);
+  assert.equal(some.length, 505);
+  assert.equal(new Set(some).size, 505, "no job twice across the pages");
+});

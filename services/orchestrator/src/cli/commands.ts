@@ -19,6 +19,7 @@ import type { Connection } from "./connection.js";
 import { describeJob, stateName } from "./event-printer.js";
 import { EXIT } from "./exit-codes.js";
 import { followJob, TERMINAL } from "./job-watch.js";
+import { MAX_PAGE_SIZE } from "../jobs/job-pages.js";
 import { fieldText, jsonLine, shellWord, terminalLine, terminalText } from "./terminal-text.js";
 import { transcriptRows } from "./transcript-rows.js";
 import { costText, NOMINAL_NOTE } from "./usage-format.js";
@@ -99,11 +100,19 @@ export async function jobsList(options: {
     }
     state = found;
   }
-  const { jobs } = await options.conn.clients.jobs.listJobs({
-    limit: options.limit,
-    state,
-    agent: options.agent ?? "",
-  });
+  // A page holds at most MAX_PAGE_SIZE jobs: a larger --limit pages on.
+  const jobs: Job[] = [];
+  let pageToken = "";
+  do {
+    const page = await options.conn.clients.jobs.listJobs({
+      limit: Math.min(options.limit - jobs.length, MAX_PAGE_SIZE),
+      state,
+      agent: options.agent ?? "",
+      pageToken,
+    });
+    jobs.push(...page.jobs);
+    pageToken = page.nextPageToken;
+  } while (pageToken !== "" && jobs.length < options.limit);
   if (options.json) for (const job of jobs) options.io.out.write(`${jsonLine(toJson(JobSchema, job))}\n`);
   else if (jobs.length === 0) options.io.out.write('no jobs yet: start one with `oz0 run AGENT "INPUT"`\n');
   else for (const job of jobs) options.io.out.write(`${jobLine(job)}\n`);

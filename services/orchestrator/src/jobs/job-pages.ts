@@ -7,9 +7,15 @@ import { invalidArgument } from "../orchestrator-error.js";
 import type { JobRecord, JobStateName, JobStore } from "../store/job-store.js";
 
 export const DEFAULT_PAGE_SIZE = 50;
+/**
+ * The most a page may hold. A page is built and sent whole, on the event loop
+ * every caller shares: a viewer asking for every job at once (2^31 - 1) held
+ * it for most of a second and the orchestrator's memory grew by 400 MB.
+ */
+export const MAX_PAGE_SIZE = 500;
 
 export interface JobsPageQuery {
-  /** At most this many (DEFAULT_PAGE_SIZE when 0). */
+  /** At most this many (DEFAULT_PAGE_SIZE when 0, MAX_PAGE_SIZE at most). */
   limit: number;
   state?: JobStateName;
   agent?: string;
@@ -24,6 +30,10 @@ export async function listJobsPage(
   query: JobsPageQuery,
 ): Promise<{ jobs: JobRecord[]; nextPageToken: string }> {
   const limit = query.limit || DEFAULT_PAGE_SIZE;
+  if (limit > MAX_PAGE_SIZE)
+    throw invalidArgument(
+      `limit ${limit} is more than a page holds (${MAX_PAGE_SIZE}); ask for at most ${MAX_PAGE_SIZE} and page on with next_page_token`,
+    );
   if (query.pageToken && !(await store.getJob(query.pageToken))) {
     throw invalidArgument("page_token is not one ListJobs gave: list again without it for the first page");
   }

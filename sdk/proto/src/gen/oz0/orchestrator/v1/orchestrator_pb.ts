@@ -312,7 +312,7 @@ export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
  */
 export type ListJobsRequest = Message<"oz0.orchestrator.v1.ListJobsRequest"> & {
   /**
-   * At most this many (default 50).
+   * At most this many (default 50, at most 500: page on with page_token).
    *
    * @generated from field: uint32 limit = 1;
    */
