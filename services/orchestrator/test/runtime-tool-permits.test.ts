@@ -10,7 +10,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { permitRuntimeCall } from "../src/approvals/runtime-call-permits.js";
+import { MAX_WAITING_RUNTIME_PERMITS, permitRuntimeCall } from "../src/approvals/runtime-call-permits.js";
 import { inputAllowed } from "../src/policy/tool-call-audit.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
 import { job, permission } from "./job-store-suite.js";
@@ -149,5 +149,63 @@ void test("an approved permission allows one runtime call, and still only one af
   assert.match(
     (await permit(restarted, "rt2")) ?? "",
     /^policy bypass: harness rogue called runtime tool verify \(call rt2\) without a permission request allowed for it with this input, or with one an earlier call used/,
+  );
+});
+
+void test("a runtime call reads only the waiting permits of its tool, not every permission of its job, and at most 64", async (t) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-runtime-permits-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const stored = new SqliteJobStore({ file: path.join(dir, "orchestrator.db") });
+  t.after(() => stored.close());
+  await stored.createJob(job("j1"));
+  const asked = (from: number, count: number, tool = "verify") =>
+    stored.append({
+      jobId: "j1",
+      events: [],
+      permissions: Array.from({ length: count }, (_, i) =>
+        permission("j1", `${tool}-${from + i}`, {
+          tool,
+          input: { task: from + i },
+          status: "approved",
+          decider: "policy",
+        }),
+      ),
+    });
+  // Other tools' permissions and calls already made: a job's history, which a call must not read again.
+  await asked(0, 500, "read_file");
+  // Counts the permissions each call reads back from the store.
+  let read = 0;
+  const counting = {
+    listPermissions: async (q: Parameters<SqliteJobStore["listPermissions"]>[0]) => {
+      const found = await stored.listPermissions(q);
+      read += found.length;
+      return found;
+    },
+    runtimeCallPermits: async (q: Parameters<SqliteJobStore["runtimeCallPermits"]>[0]) => {
+      const found = await stored.runtimeCallPermits(q);
+      read += found.length;
+      return found;
+    },
+    usePermissionForRuntimeCall: stored.usePermissionForRuntimeCall.bind(stored),
+  };
+  const call = (task: number) =>
+    permitRuntimeCall({
+      store: counting,
+      jobId: "j1",
+      harness: "rogue",
+      call: { id: `rt-${task}`, name: "verify", input: { task } },
+    });
+  // As many asked ahead as a harness may hold, then called newest first: each call reads the waiting ones only.
+  await asked(0, MAX_WAITING_RUNTIME_PERMITS);
+  for (let task = MAX_WAITING_RUNTIME_PERMITS - 1; task >= 0; task--) assert.equal(await call(task), undefined);
+  assert.ok(
+    read <= (MAX_WAITING_RUNTIME_PERMITS * (MAX_WAITING_RUNTIME_PERMITS + 1)) / 2,
+    `${read} permissions read for ${MAX_WAITING_RUNTIME_PERMITS} calls`,
+  );
+  // One more waiting than that: a call past them is refused, naming the rule.
+  await asked(1000, MAX_WAITING_RUNTIME_PERMITS + 1);
+  assert.match(
+    (await call(1000 + MAX_WAITING_RUNTIME_PERMITS)) ?? "",
+    /^policy bypass: harness rogue called runtime tool verify \(call rt-1064\) while 64 or more of its allowed calls of that tool were not made yet/,
   );
 });

@@ -18,6 +18,15 @@ export interface RuntimeCall {
 }
 
 /**
+ * The permits one runtime call looks through: approved, of its tool, used by
+ * no other call. A harness asks, then calls, so a few wait at a time; reading
+ * every permission of the job on each call let a harness that asked N times,
+ * then called N times, hold the event loop every job shares for O(N^2) work
+ * (4,000 of each: 75 s; attacker review). Beyond these, a call is refused.
+ */
+export const MAX_WAITING_RUNTIME_PERMITS = 64;
+
+/**
  * The rule the call broke, or undefined: a permission allowed it, and is now
  * its own. The store keeps which call used a permission and hands each to one
  * call, so a replay of the same call (a re-attach) finds its own again, while
@@ -25,7 +34,7 @@ export interface RuntimeCall {
  * was once kept in the process's memory).
  */
 export async function permitRuntimeCall(options: {
-  store: Pick<JobStore, "listPermissions" | "usePermissionForRuntimeCall">;
+  store: Pick<JobStore, "listPermissions" | "runtimeCallPermits" | "usePermissionForRuntimeCall">;
   jobId: string;
   /** The harness's name, for the rule. */
   harness: string;
@@ -33,14 +42,23 @@ export async function permitRuntimeCall(options: {
 }): Promise<string | undefined> {
   const { store, jobId, call } = options;
   const input = call.input ?? {};
+  const permits = await store.runtimeCallPermits({
+    jobId,
+    tool: call.name,
+    callId: call.id,
+    limit: MAX_WAITING_RUNTIME_PERMITS,
+  });
+  for (const p of permits) {
+    if (!inputAllowed(input, p.answerInput ?? p.input ?? {})) continue;
+    if (await store.usePermissionForRuntimeCall(jobId, p.id, call.id)) return undefined;
+  }
+  // Refused, and the job stops: once a job, so every permission of it may be read to say why.
+  const what = `runtime tool ${clippedHarnessText(call.name)} (call ${clippedHarnessText(call.id)})`;
+  if (permits.length === MAX_WAITING_RUNTIME_PERMITS)
+    return `policy bypass: harness ${options.harness} called ${what} while ${MAX_WAITING_RUNTIME_PERMITS} or more of its allowed calls of that tool were not made yet, more than a harness that asks before each call holds (rule: every tool call asks first, then runs); the job was stopped`;
   const asked = (await store.listPermissions({ jobId })).filter(
     (p) => p.tool === call.name && inputAllowed(input, p.answerInput ?? p.input ?? {}),
   );
-  for (const p of asked) {
-    if (p.status !== "approved" || (p.runtimeCall !== undefined && p.runtimeCall !== call.id)) continue;
-    if (await store.usePermissionForRuntimeCall(jobId, p.id, call.id)) return undefined;
-  }
-  const what = `runtime tool ${clippedHarnessText(call.name)} (call ${clippedHarnessText(call.id)})`;
   const refused = asked.find((p) => p.status !== "approved");
   if (refused)
     return `policy bypass: harness ${options.harness} called ${what} although its permission was ${refused.status.replace("_", " ")} (rule: a call runs only once it is allowed); the job was stopped`;

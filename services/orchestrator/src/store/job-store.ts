@@ -350,6 +350,18 @@ export interface JobStore {
    * replicas (or a process before and after a restart) never both have it.
    */
   usePermissionForRuntimeCall(jobId: string, id: string, callId: string): Promise<boolean>;
+  /**
+   * The approved permissions of a job's `tool` that runtime call `callId` may
+   * use (none other has), oldest first, at most `limit`: what
+   * usePermissionForRuntimeCall is asked for, without reading the job's
+   * every permission.
+   */
+  runtimeCallPermits(query: {
+    jobId: string;
+    tool: string;
+    callId: string;
+    limit: number;
+  }): Promise<PermissionRecord[]>;
 
   /** Insert or replace a harness operation's record. */
   putOperationCheckpoint(record: OperationCheckpoint): Promise<void>;

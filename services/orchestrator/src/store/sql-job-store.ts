@@ -176,6 +176,19 @@ export const HOT_QUERIES = {
         .orderBy("requested_at")
         .orderBy(sql.ref(engine.insertionOrder)),
   ),
+  runtimeCallPermits: compiledOnce(
+    (db, v: { jobId: string; tool: string; callId: string; none: string; limit: number }, engine) =>
+      db
+        .selectFrom("permissions")
+        .selectAll()
+        .where("job_id", "=", v.jobId)
+        .where("tool", "=", v.tool)
+        .where("status", "=", "approved")
+        .where((eb) => eb.or([eb("runtime_call", "=", v.none), eb("runtime_call", "=", v.callId)]))
+        .orderBy("requested_at")
+        .orderBy(sql.ref(engine.insertionOrder))
+        .limit(v.limit),
+  ),
   markPermissionDelivered: compiledOnce((db, v: { jobId: string; id: string; delivered: Bool }) =>
     db.updateTable("permissions").set({ delivered: v.delivered }).where("job_id", "=", v.jobId).where("id", "=", v.id),
   ),
@@ -654,6 +667,16 @@ export class SqlJobStore implements JobStore {
       id,
       delivered: this.engine.bool(true),
     });
+  }
+
+  async runtimeCallPermits(query: {
+    jobId: string;
+    tool: string;
+    callId: string;
+    limit: number;
+  }): Promise<PermissionRecord[]> {
+    const { rows } = await HOT_QUERIES.runtimeCallPermits.execute(this.db, this.engine, { ...query, none: "" });
+    return rows.map(toPermission);
   }
 
   async usePermissionForRuntimeCall(jobId: string, id: string, callId: string): Promise<boolean> {
