@@ -18,7 +18,7 @@ interface Timed {
 export type Row =
   | (Timed & { kind: "state"; state: number; reason: string })
   | (Timed & { kind: "session"; harness: string; version: string })
-  | (Timed & { kind: "text"; itemId: string; role: string; text: string })
+  | (Timed & { kind: "text"; itemId: string; role: "assistant" | "thinking" | "graph"; text: string })
   | ToolRow
   | (Timed & {
       kind: "served";
@@ -50,6 +50,18 @@ export interface Totals {
   inputTokens: bigint;
   outputTokens: bigint;
   costUsd: number;
+}
+
+/**
+ * What a text row is labelled, and styled as (`role-<it>`): the roles the
+ * protocol names (`assistant`, `thinking`) and the graph's own lines. A
+ * harness's role is its own free text, which shown as the row's label (or put
+ * in its class) let a job dress its words as a tool call or an approval.
+ */
+function textRole(role: string, itemId: string): "assistant" | "thinking" | "graph" {
+  if (role === "thinking") return "thinking";
+  if (role === "" && itemId === "graph") return "graph";
+  return "assistant";
 }
 
 export function fold(events: readonly JobEvent[]): { rows: Row[]; totals: Totals } {
@@ -104,7 +116,7 @@ export function fold(events: readonly JobEvent[]): { rows: Row[]; totals: Totals
             kind: "text" as const,
             ...at,
             itemId: key,
-            role: e.value.role || (key === "graph" ? "graph" : "assistant"),
+            role: textRole(e.value.role, key),
             text: e.value.text,
           };
           if (e.value.delta) texts.set(key, row);
