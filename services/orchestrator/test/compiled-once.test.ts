@@ -134,6 +134,10 @@ function calls(engine: SqlEngine): Record<keyof typeof HOT_QUERIES, unknown[]> {
       { jobId: "job-1", id: "perm-1", callId: "rt-1", none: "" },
       { jobId: "job-2", id: "perm-2", callId: "rt-2", none: "" },
     ],
+    runtimeCallPermits: [
+      { jobId: "job-1", tool: "run_command", callId: "rt-1", none: "", limit: 64 },
+      { jobId: "job-2", tool: "verify", callId: "rt-2", none: "", limit: 3 },
+    ],
   };
 }
 
