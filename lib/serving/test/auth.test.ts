@@ -363,6 +363,20 @@ void describe("OIDC people", () => {
     await createClient(JobService, createGrpcTransport({ baseUrl: server.url })).runAgent({}, as(token));
   });
 
+  void it("says when the token ends, so what it opens (a console session) ends with it", async () => {
+    const token = await issuer.sign({ preferred_username: "carol", groups: ["dev"] }, { expiresIn: "10m" });
+    const auth = new Authenticator({
+      people: parsePeopleConfig(
+        `oidc: { issuer: "${issuer.url}", audience: oz0, usernameClaim: preferred_username }\n`,
+        "test",
+      ),
+    });
+    const result = await auth.authenticate(token);
+    assert.ok("principal" in result && result.principal.kind === "person", JSON.stringify(result));
+    const exp = (JSON.parse(Buffer.from(token.split(".")[1]!, "base64url").toString()) as { exp: number }).exp;
+    assert.equal(result.principal.credentialEnds, exp * 1000);
+  });
+
   void it("accepts an ID token issued to the console's client (oidc.consoleClientId), as the console sends it", async () => {
     const token = await issuer.sign({ preferred_username: "carol", groups: ["dev"] }, { audience: "oz0-console" });
     await agents().listAgents({}, as(token));

@@ -46,6 +46,22 @@ void test("a code expires unused, a session expires, and logging out ends a sess
   assert.equal(login.sessionOf(credentialDigest(other.token))?.principal, undefined);
 });
 
+void test("a code made with an OIDC token opens a session that ends when the token does, not 12 hours later", () => {
+  let now = 1_000_000;
+  const login = new ConsoleLogin({ codeTtlMs: 300_000, sessionTtlMs: 12 * 3_600_000, now: () => now });
+  const token = { ...alice, credentialEnds: now + 60_000 };
+  const session = login.redeem(login.createCode(token).code)!;
+  assert.equal(session.expiresAt.getTime(), now + 60_000);
+  now += 59_999;
+  assert.ok(login.sessionOf(credentialDigest(session.token)));
+  now += 1;
+  assert.equal(login.sessionOf(credentialDigest(session.token)), undefined, "gone with the token");
+  // A code outlives its token no more than a session does.
+  const late = login.createCode({ ...alice, credentialEnds: now + 10 }).code;
+  now += 10;
+  assert.equal(login.redeem(late), undefined);
+});
+
 void test("a console session makes no login code: a session it opened would outlive it, and so on for ever", () => {
   const login = new ConsoleLogin();
   const session = login.redeem(login.createCode(alice).code)!;

@@ -103,9 +103,10 @@ export class Authenticator {
       groups: person.groups,
       roles: this.#roles(person.user, person.groups),
       via: "oidc",
+      ...(person.expiresAt ? { credentialEnds: person.expiresAt * 1000 } : {}),
     };
     if (this.#verified.size >= CACHE_LIMIT) this.#verified.delete(this.#verified.keys().next().value!);
-    this.#verified.set(token, { principal, until: person.expiresAt ? person.expiresAt * 1000 : Date.now() + 60_000 });
+    this.#verified.set(token, { principal, until: principal.credentialEnds ?? Date.now() + 60_000 });
     return { principal };
   }
 

@@ -22,6 +22,11 @@ export type Principal =
       roles: ReadonlySet<Role>;
       /** How the person proved who they are; `console`: a session opened with a one-time login code. */
       via: "oidc" | "token" | "owner" | "console";
+      /**
+       * When the credential they proved it with ends, in ms since the epoch (an OIDC token's `exp`); absent for
+       * one that does not end by itself. What it opens (a console session) ends then at the latest.
+       */
+      credentialEnds?: number;
     }
   | { kind: "service"; id: ServiceName }
   | { kind: "node"; id: "node" };

@@ -75,7 +75,7 @@ export class ConsoleLogin implements SessionCredentials {
         "a console session cannot make a login code (it would open a session that outlives it); make one with your own credential: `oz0 console`",
       );
     const code = randomBytes(24).toString("base64url");
-    const until = this.#now() + this.#codeTtlMs;
+    const until = Math.min(this.#now() + this.#codeTtlMs, principal.credentialEnds ?? Infinity);
     this.#remember(this.#codes, credentialDigest(code), { principal, origin: principal.via, until });
     return { code, expiresAt: new Date(until) };
   }
@@ -90,7 +90,9 @@ export class ConsoleLogin implements SessionCredentials {
     this.#codes.delete(digest);
     if (!entry || entry.until <= this.#now()) return undefined;
     const token = randomBytes(32).toString("base64url");
-    const until = this.#now() + this.#sessionTtlMs;
+    // No longer than the credential the code was made with: a session from an hour's OIDC token lasted 12 hours,
+    // past the token's end and any change of the person's groups at the issuer (attacker review).
+    const until = Math.min(this.#now() + this.#sessionTtlMs, entry.principal.credentialEnds ?? Infinity);
     const principal: Person = { ...entry.principal, via: "console" };
     this.#remember(this.#sessions, credentialDigest(token), { principal, origin: entry.origin, until });
     this.#saveSessions();
