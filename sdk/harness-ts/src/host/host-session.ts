@@ -377,9 +377,10 @@ class RunningHostSession implements HostSession {
     }
   }
 
-  #onLine(line: string): void {
+  #onLine(raw: string): void {
     if (!this.#processing) return;
     this.#counts.lines++;
+    const line = withoutSessionToken(raw, this.#options.request.llm?.token);
     const decoded = decodeEventLine(line);
     if (!decoded.ok) {
       if (decoded.reason === "invalid_json") {
@@ -679,4 +680,19 @@ class RunningHostSession implements HostSession {
     if (this.#cancelReason !== undefined) outcome.cancelReason = this.#cancelReason;
     this.#resolve(outcome);
   }
+}
+
+/** What stands for the session's token in what the harness wrote: the mark the sandbox's stderr scrubber leaves. */
+const TOKEN_REDACTED = "[redacted]";
+
+/**
+ * The line with the session's own LLM token taken out. A harness that prints
+ * it (a tool's `env`, a debug line in a result) put it in the job's events,
+ * which every viewer of the job reads, while it still spends the job's
+ * budget. A token is base64url, which JSON never escapes, so its text is
+ * found as is in any line a JSON encoder wrote; one written to hide it is
+ * not looked for.
+ */
+function withoutSessionToken(line: string, token: string | undefined): string {
+  return token && line.includes(token) ? line.replaceAll(token, TOKEN_REDACTED) : line;
 }
