@@ -115,6 +115,7 @@ function App() {
         oidc={oidc}
         problem={loginProblem}
         notice={loginNotice}
+        onStay={() => replaceRoute({ page: "jobs", filter: NO_FILTER })}
         onLoggedIn={(who) => {
           setMe(who);
           setProblem(undefined);

@@ -16,7 +16,14 @@ import {
   startOidcLogin,
   type OidcLogin,
 } from "../oidc-login.js";
-import { forgetSession, saveSession } from "../session.js";
+import { currentSession, forgetSession, saveSession } from "../session.js";
+
+/**
+ * Where a login link stands: who is logged in here being read, that person
+ * asked whether the link may replace them, the code being redeemed, or done.
+ */
+type LinkPhase =
+  { at: "checking" } | { at: "asking"; current: string } | { at: "redeeming"; replaces: boolean } | { at: "idle" };
 
 export function LoginPage({
   code,
@@ -24,8 +31,11 @@ export function LoginPage({
   problem: given,
   notice,
   onLoggedIn,
+  onStay,
 }: {
   code: string | undefined;
+  /** The person chose to stay logged in as they were rather than use the link. */
+  onStay: () => void;
   /** The issuer to offer, when the orchestrator has one for the console. */
   oidc: OidcLogin | undefined;
   /** Why the last log-in failed (an issuer's answer refused), to say on this page. */
@@ -35,13 +45,30 @@ export function LoginPage({
   onLoggedIn: (who: WhoAmIResponse) => void;
 }) {
   const [problem, setProblem] = useState<string | undefined>(given);
-  const [busy, setBusy] = useState(code !== undefined);
+  // A link opened where someone is logged in already asks them first: one a viewer sent would otherwise log this
+  // browser in as that viewer, unasked (attacker review).
+  const [phase, setPhase] = useState<LinkPhase>(
+    code === undefined ? { at: "idle" } : currentSession() ? { at: "checking" } : { at: "redeeming", replaces: false },
+  );
+  const busy = phase.at === "checking" || phase.at === "redeeming";
   useEffect(() => setProblem(given), [given]);
   useEffect(() => {
-    if (!code) return;
-    window.history.replaceState(null, "", "#/login");
+    if (code) window.history.replaceState(null, "", "#/login");
+  }, [code]);
+  useEffect(() => {
+    if (phase.at !== "checking") return;
+    login.whoAmI({}).then(
+      (who) => setPhase({ at: "asking", current: who.id }),
+      // No one after all (an expired session): the link logs in.
+      () => setPhase({ at: "redeeming", replaces: false }),
+    );
+  }, [phase.at]);
+  useEffect(() => {
+    if (phase.at !== "redeeming" || !code) return;
     login.redeemLoginCode({ code }).then(
-      (answer) => {
+      async (answer) => {
+        // The session it replaces ends on the server too, not only in this browser.
+        if (phase.replaces) await login.logout({}).catch(() => undefined);
         saveSession({
           token: answer.sessionToken,
           expiresAt: answer.expiresAt ? timestampDate(answer.expiresAt).getTime() : Date.now() + 3_600_000,
@@ -50,17 +77,34 @@ export function LoginPage({
       },
       (error: unknown) => {
         setProblem(messageOf(error));
-        setBusy(false);
+        setPhase({ at: "idle" });
       },
     );
-  }, [code]);
+  }, [phase.at]);
   const logInWithIssuer = (issuer: OidcLogin): void => {
-    setBusy(true);
+    setPhase({ at: "redeeming", replaces: false });
     startOidcLogin(issuer, "#/jobs").catch((error: unknown) => {
       setProblem((error as Error).message);
-      setBusy(false);
+      setPhase({ at: "idle" });
     });
   };
+  if (phase.at === "asking")
+    return (
+      <main id="main" class="login">
+        <h1>Orchestrator Zero</h1>
+        <p role="status" data-testid="login-link-confirm">
+          You are logged in as <strong>{phase.current}</strong>. This link logs in whoever made it, in your place.
+        </p>
+        <p>
+          <button type="button" onClick={onStay}>
+            Stay logged in as {phase.current}
+          </button>{" "}
+          <button type="button" onClick={() => setPhase({ at: "redeeming", replaces: true })}>
+            Log in with the link
+          </button>
+        </p>
+      </main>
+    );
   return (
     <main id="main" class="login">
       <h1>Orchestrator Zero</h1>

@@ -126,6 +126,35 @@ void test("a login code opens one session, once; the session is the person who a
   await page.close();
 });
 
+void test("a login link opened while someone is logged in asks first: staying keeps them, and using it ends their session", async () => {
+  const page = await openConsole(t.stack.ownerToken);
+  const sessionToken = () =>
+    page.evaluate(() => {
+      const storage = (globalThis as unknown as { localStorage: { getItem(key: string): string | null } }).localStorage;
+      return (JSON.parse(storage.getItem("oz0.console.session") ?? "{}") as { token?: string }).token ?? "";
+    });
+  const ownerSession = await sessionToken();
+  const link = async () =>
+    `${t.url}/#/login?code=${encodeURIComponent((await clients(viewerToken).login.createLoginCode({})).code)}`;
+  // A link a viewer sent: the owner is asked, and stays.
+  await page.goto(await link());
+  await page.getByTestId("login-link-confirm").filter({ hasText: "You are logged in as owner" }).waitFor();
+  assert.doesNotMatch(page.url(), /code=/, "the code is gone from the address bar while it asks");
+  await assertAccessible(page, "login link over a session");
+  await page.getByRole("button", { name: "Stay logged in as owner" }).click();
+  await page.getByTestId("principal").filter({ hasText: "owner" }).waitFor();
+  assert.equal(await sessionToken(), ownerSession);
+  // Chosen: the link's person, and the owner's session ends at the server, not only in this browser.
+  await page.goto(await link());
+  await page.getByRole("button", { name: "Log in with the link" }).click();
+  await page.getByTestId("principal").filter({ hasText: "vera" }).waitFor();
+  await assert.rejects(
+    clients(ownerSession).login.whoAmI({}),
+    (e: unknown) => ConnectError.from(e).code === Code.Unauthenticated,
+  );
+  await page.close();
+});
+
 void test("a who-am-I read that fails (the orchestrator away) says so, is tried again, and its error does not stay", async () => {
   const page = await openConsole(t.stack.ownerToken);
   // The next page asks who is logged in again: that read fails twice, as while the orchestrator restarts.
