@@ -395,12 +395,14 @@ function countedUsage(reading: StreamMeterReading, outputBound: number | undefin
 
 /**
  * The most a call can cost: every request byte an input token at the dearest
- * input price (a token is rarely shorter than two bytes, so half is still an
- * over-estimate), and every allowed output token.
+ * input price, and every allowed output token. A token covers one byte at
+ * least; it was once taken as two, but text of punctuation tokenizes at about
+ * a token a byte, so a whole answer could spend twice its hold on input
+ * (attacker review).
  */
 function worstCaseUsd(options: { price: ModelPrice; maxOutputTokens: number; rawBytes: number }): number {
   const { price } = options;
-  const inputTokens = Math.ceil(options.rawBytes / 2);
+  const inputTokens = options.rawBytes;
   const dearestInput = Math.max(price.input, price.cacheWrite ?? price.input, price.cacheRead ?? price.input);
   return (inputTokens * dearestInput + options.maxOutputTokens * price.output) / 1_000_000;
 }

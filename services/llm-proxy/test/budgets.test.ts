@@ -188,6 +188,29 @@ void describe("budgets", () => {
     }
   });
 
+  void it("holds a token of input for every request byte: text that tokenizes a token a byte cannot spend past the budget", async () => {
+    // 4,000 bytes of punctuation, at the dearest input price ($3.75/M, cache writes) a token a byte: $0.015, past a
+    // $0.01 budget. Held as a token every two bytes ($0.0075) it was let through.
+    const fx = await startFixture({ turns: [{ text: "never" }, { text: "fits" }] });
+    try {
+      const e = await fx.session({ budgetUsd: 0.01 });
+      const headers = { authorization: `Bearer ${e.token}`, ...e.headers };
+      const ask = (content: string) =>
+        post(
+          `${e.openaiBaseUrl}/chat/completions`,
+          { model: "gpt-4.1", messages: [{ role: "user", content }], max_tokens: 10 },
+          headers,
+        );
+      const refused = await ask(".,;:!?".repeat(667));
+      assert.equal(refused.status, 402, refused.text);
+      assert.match(JSON.parse(refused.text).error.message, /could cost up to \$0\.015\d but only \$0\.0100/);
+      assert.equal(fx.model.requests.length, 0, "it never reached the provider");
+      assert.equal((await ask(".,;:!?".repeat(300))).status, 200, "the control: half as much fits");
+    } finally {
+      await fx.close();
+    }
+  });
+
   void it("holds the default bound for every choice of a chat request that names no limit", async () => {
     // No max_tokens: 32,000 output tokens (the default bound) at $15/M is $0.48 a choice; 20 choices are $9.60.
     const fx = await startFixture({ turns: [{ text: "fits" }] });
