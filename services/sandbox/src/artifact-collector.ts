@@ -202,6 +202,8 @@ export async function collectArtifacts(options: CollectOptions): Promise<Session
     problems.push("no patch: the initial state could not be recorded (is git installed on the node?)");
   }
   const files: { path: string; content: Uint8Array }[] = [];
+  // Most sessions name no files: no real path to resolve then (a thread-pool round trip and a readlink per component).
+  if (options.artifactPaths.length === 0) return { patch, files, error: problems.join("; ") };
   let budget = options.maxBytes;
   const root = await realpath(options.workingDir);
   const addFile = async (relative: string): Promise<void> => {

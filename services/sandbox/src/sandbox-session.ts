@@ -817,6 +817,7 @@ export class SandboxSession {
         // This run bound its socket folder read-only and gave its harness pipes; a session taken over from an earlier
         // version may have had the folder writable, and the keeper's files as its stdio.
         sealed: this.#options.isolation.mode === "bwrap" && this.#options.adopted === undefined,
+        stateSubdirectories: stateSubdirectories(this.#options.paths.stateDir),
       });
     } catch (error) {
       this.#options.logger.warn(

@@ -12,25 +12,15 @@
 // isolation mode) passes through them to its directories but cannot list
 // which other sessions there are; `internal/` is root's alone (0700).
 import { randomUUID } from "node:crypto";
+import { chmod, cp, lstat, mkdir, readdir, realpath, rm, rmdir, unlink, writeFile } from "node:fs/promises";
 import {
-  chmod,
-  cp,
-  lstat,
-  mkdir,
-  open,
-  readdir,
-  realpath,
-  rename,
-  rm,
-  rmdir,
-  unlink,
-  writeFile,
-} from "node:fs/promises";
-import {
+  closeSync,
   constants as fs,
   existsSync,
   lstatSync,
   mkdirSync,
+  open as openCallback,
+  readdirSync,
   realpathSync,
   renameSync,
   rmSync,
@@ -218,7 +208,10 @@ export async function copyAttachments(
   attachments: readonly Attachment[],
   neverFrom: readonly string[],
 ): Promise<void> {
-  const guarded = await Promise.all(neverFrom.map((p) => realpath(p).catch(() => path.resolve(p))));
+  // Resolved only for node paths to check: most sessions attach nothing, and each realpath is a thread-pool round trip.
+  const guarded = attachments.some((attachment) => attachment.source.case === "nodePath")
+    ? await Promise.all(neverFrom.map((p) => realpath(p).catch(() => path.resolve(p))))
+    : [];
   for (const [index, attachment] of attachments.entries()) {
     const target = path.join(workingDir, path.normalize(attachment.path));
     await mkdir(path.dirname(target), { recursive: true });
@@ -279,6 +272,8 @@ export async function removeSessionDirectories(
      * keeper's output files (session-keeper.ts): a reused internal folder keeps them, emptied.
      */
     sealed?: boolean;
+    /** The state directory's subdirectories it was made with: removed first, by name, so the state directory goes with one rmdir. */
+    stateSubdirectories?: readonly string[];
   } = {},
 ): Promise<void> {
   const { user, internalDirs } = options;
@@ -289,6 +284,9 @@ export async function removeSessionDirectories(
     if (ownedByUser.includes(dir)) continue;
     if (dir === paths.internalDir && (await internalDirs?.give(dir, { sealed: options.sealed === true })) === true)
       continue;
+    // Usually all empty at the end: an rmdir each, where the state directory's failed rmdir and readdir took two round trips more.
+    if (dir === paths.stateDir && options.stateSubdirectories !== undefined)
+      await Promise.all(options.stateSubdirectories.map((sub) => rmdir(sub).catch(() => undefined)));
     if (await removeDirectory(dir, budget)) continue;
     await rm(dir, { recursive: true, force: true, maxRetries: 2 }).catch((error: unknown) => problems.push(error));
   }
@@ -362,19 +360,25 @@ async function removeEntries(dir: string, entries: Dirent[], budget: { entries: 
 
 /**
  * Truncates a file of the sandbox's own to nothing: one left empty (often
- * stderr, the answers) needs no call at all, another an open with O_TRUNC
- * and a close, two thread-pool round trips where truncate() takes three (an
- * open, an ftruncate, a close).
+ * stderr, the answers) needs no call at all, another an open with O_TRUNC in
+ * the thread pool (it frees the file's blocks, which on a disk mounted with
+ * `discard` waits for the device) and a close in the main thread, one
+ * thread-pool round trip where a FileHandle's close was a second and
+ * truncate() takes three (an open, an ftruncate, a close).
  */
 async function emptyFile(file: string): Promise<void> {
   if (lstatSync(file).size === 0) return;
-  const handle = await open(file, fs.O_WRONLY | fs.O_TRUNC | fs.O_NOFOLLOW);
-  await handle.close();
+  const fd = await new Promise<number>((resolve, reject) =>
+    openCallback(file, fs.O_WRONLY | fs.O_TRUNC | fs.O_NOFOLLOW, (error, opened) =>
+      error === null ? resolve(opened) : reject(error),
+    ),
+  );
+  closeSync(fd);
 }
 
 /** Removes what `dir` holds, keeping `dir`; false when something could not be removed this way. */
 async function emptyDirectory(dir: string): Promise<boolean> {
-  return removeEntries(dir, await readdir(dir, { withFileTypes: true }), { entries: REMOVAL_ENTRIES });
+  return removeEntries(dir, readdirSync(dir, { withFileTypes: true }), { entries: REMOVAL_ENTRIES });
 }
 
 /**
@@ -467,10 +471,13 @@ export class InternalDirectoryPool {
     if (this.#spares.length + this.#giving >= this.#max || !existsSync(path.join(internalDir, "exit"))) return false;
     this.#giving += 1;
     try {
+      // The folder is the sandbox's own and holds a dozen names: listed, renamed and closed in the main thread, each a
+      // few microseconds where a thread-pool round trip costs the sandbox tens (issue 24). What frees blocks (a
+      // truncation, a removal) stays in the pool.
       const emptied = await Promise.all(
-        (await readdir(internalDir, { withFileTypes: true })).map(async (entry) => {
+        readdirSync(internalDir, { withFileTypes: true }).map(async (entry) => {
           const file = path.join(internalDir, entry.name);
-          if (entry.isFile() && entry.name === "exit") await rename(file, path.join(internalDir, "exit.tmp"));
+          if (entry.isFile() && entry.name === "exit") renameSync(file, path.join(internalDir, "exit.tmp"));
           else if (entry.isFile() && REUSED_FILES.has(entry.name)) await emptyFile(file);
           else if (entry.isFile() && SEALED_KEEPER_FILES.has(entry.name) && options.sealed === true)
             await emptyFile(file);
@@ -484,7 +491,7 @@ export class InternalDirectoryPool {
       if (emptied.includes(false)) return false;
       // A name nobody can predict: rename(2) would replace an empty directory made there.
       const spare = path.join(this.#dir, randomUUID());
-      await rename(internalDir, spare);
+      renameSync(internalDir, spare);
       this.#spares.push(spare);
       return true;
     } catch {
