@@ -1,32 +1,37 @@
 // One tool call waiting for a person: what it wants to do, for whom, how long
 // it has waited; approve, approve with an edited input, or deny with a
 // reason, for people with the approver role (the API refuses everyone else
-// anyway).
+// anyway). The input shown, and the one Edit starts from, is the input an
+// approval runs (`input_to_run`): a hook may have changed the harness's,
+// which is then shown beside it, marked as changed.
 import { useState } from "preact/hooks";
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { Approval } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { jobs, messageOf } from "../api.js";
 import { clock, dateOf, duration, json, visible } from "../format.js";
-import { useNow } from "../now.js";
 import { href } from "../router.js";
 
+/** `now`: the page's one clock (useNow), shared by every card, so a long queue does not run a timer per card. */
 export function ApprovalCard({
   approval,
   canAnswer,
   onAnswered,
+  now,
 }: {
   approval: Approval;
   canAnswer: boolean;
   onAnswered: () => void;
+  now: number;
 }) {
   const [reason, setReason] = useState("");
   const [busy, setBusy] = useState(false);
   const [problem, setProblem] = useState<string | undefined>(undefined);
   const [edited, setEdited] = useState<string | undefined>(undefined);
   const requested = dateOf(approval.requestedAt);
-  const now = useNow(true);
   const deadline = dateOf(approval.deadline);
   const titleId = `approval-${approval.callId}`;
+  // What Approve runs; an older orchestrator sends no input_to_run, and runs the harness's input.
+  const inputToRun = approval.inputToRun ?? approval.input;
   const answer = async (allow: boolean, input?: JsonObject): Promise<void> => {
     setBusy(true);
     setProblem(undefined);
@@ -72,8 +77,19 @@ export function ApprovalCard({
         ) : null}
       </dl>
       <pre class="input" aria-label="Input">
-        {json(approval.input)}
+        {json(inputToRun)}
       </pre>
+      {approval.inputChangedBy ? (
+        <div class="input-changed" data-testid="input-changed">
+          <p>
+            Input changed by <strong>{visible(approval.inputChangedBy)}</strong>: the call runs with the input above,
+            not with the one the harness asked for:
+          </p>
+          <pre class="input" aria-label="Input the harness asked for">
+            {json(approval.input)}
+          </pre>
+        </div>
+      ) : null}
       {canAnswer ? (
         <form
           class="answer"
@@ -97,7 +113,7 @@ export function ApprovalCard({
             Deny
           </button>
           {edited === undefined ? (
-            <button type="button" disabled={busy} onClick={() => setEdited(json(approval.input))}>
+            <button type="button" disabled={busy} onClick={() => setEdited(json(inputToRun))}>
               Edit input…
             </button>
           ) : null}
@@ -124,7 +140,7 @@ export function ApprovalCard({
                 Approve with this input
               </button>{" "}
               <button type="button" disabled={busy} onClick={() => setEdited(undefined)}>
-                Keep the original
+                Keep the input above
               </button>
             </div>
           ) : null}

@@ -192,6 +192,7 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
           approval={approval}
           canAnswer={roles.includes("approver")}
           onAnswered={() => undefined}
+          now={now}
         />
       ))}
       <h2>Usage</h2>

@@ -34,6 +34,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     min: 0,
     unit: "bytes (0 keeps none)",
   });
+  const maxWaitingApprovals = envInteger(env, "OZ0_MAX_WAITING_APPROVALS", { min: 1, unit: "calls" });
   const consoleDir = envString(env, "OZ0_CONSOLE_DIR");
   const roots = envString(env, "OZ0_ATTACHMENT_ROOTS");
   const attachmentRoots = (roots ?? "").split(":").filter(Boolean);
@@ -58,6 +59,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     ...(nodeStaleAfterMs !== undefined ? { nodeStaleAfterMs } : {}),
     ...(tokenSweepMs !== undefined ? { tokenSweepMs } : {}),
     ...(maxSessionStderrBytes !== undefined ? { maxSessionStderrBytes } : {}),
+    ...(maxWaitingApprovals !== undefined ? { maxWaitingApprovals } : {}),
     ...(consoleDir ? { consoleDir } : {}),
     ...(attachmentRoots.length > 0 ? { attachmentRoots } : {}),
     ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}),

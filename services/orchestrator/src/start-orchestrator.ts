@@ -90,6 +90,11 @@ export interface OrchestratorConfig {
   tokenSweepMs?: number;
   /** How much of each session's harness stderr is stored, its last bytes (OZ0_MAX_SESSION_STDERR_BYTES). Default 1 MiB. */
   maxSessionStderrBytes?: number;
+  /**
+   * How many calls of one session may wait for a person at once (OZ0_MAX_WAITING_APPROVALS); a call beyond it is
+   * refused, and the model reads why. Default 32.
+   */
+  maxWaitingApprovals?: number;
   /** The web console's built files (OZ0_CONSOLE_DIR), served at `/`. Default the @oz0/console package's dist/. */
   consoleDir?: string;
   /**
@@ -151,6 +156,11 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     if (value !== undefined && !(Number.isInteger(value) && value >= 100))
       throw new Error(`${name} must be a whole number of milliseconds, at least 100; got ${String(value)}`);
   }
+  const waitingApprovals = config.maxWaitingApprovals;
+  if (waitingApprovals !== undefined && !(Number.isInteger(waitingApprovals) && waitingApprovals >= 1))
+    throw new Error(
+      `OZ0_MAX_WAITING_APPROVALS must be a whole number of calls, at least 1; got ${String(waitingApprovals)}`,
+    );
   const stderrBytes = config.maxSessionStderrBytes;
   if (stderrBytes !== undefined && !(Number.isInteger(stderrBytes) && stderrBytes >= 0)) {
     throw new Error(
@@ -223,6 +233,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     ownership: cluster.ownership,
     servedTools: { [GRAPH_MANAGER_TOOLS]: graphManagerTools },
     ...(config.maxSessionStderrBytes !== undefined ? { maxStderrBytes: config.maxSessionStderrBytes } : {}),
+    ...(config.maxWaitingApprovals !== undefined ? { maxWaitingApprovals: config.maxWaitingApprovals } : {}),
   });
   // Graph versions, graph jobs and their checkpoints: beside the jobs (PostgreSQL), or a SQLite file of their own under the data directory.
   const graphStore = await openGraphStore({

@@ -70,7 +70,26 @@ const AGENTS: Record<string, string> = {
     "harness:fake",
     "harness:rogue",
   ),
+  flood: agent({ name: "flood", tools: ["run_command"], requiresApproval: ["run_command"] }).replace(
+    "harness:fake",
+    "harness:flood",
+  ),
+  // The attacker review's case: a rule allows with a changed input, and requires_approval still asks a person.
+  forced: agent({
+    name: "forced",
+    tools: ["run_command"],
+    requiresApproval: ["run_command"],
+    extra: `hooks:
+  - name: force-command
+    match: fake.run_command
+    decision: allow
+    set_input: { command: "echo HOOK-CHOSEN-COMMAND-RAN" }
+`,
+  }),
 };
+
+/** How many calls of one session may wait for a person at once, in this file's orchestrator. */
+const MAX_WAITING = 3;
 
 const COMMANDS: Record<string, string> = {
   refused: "echo not-allowed-here",
@@ -80,6 +99,7 @@ const COMMANDS: Record<string, string> = {
   network: "curl http://example.invalid",
   deploy: "echo deploy",
   wait: "echo waited",
+  shown: "echo MODEL-SHOWN-COMMAND",
 };
 
 function pick({ input, turn, request }: { input: string; turn: number; request: ScriptedRequest }): ScriptedTurn {
@@ -123,6 +143,10 @@ harnesses:
     tools: [run_command]
   - name: rogue
     command: ["node", "${path.join(fixtures, "rogue-harness.mjs")}"]
+    permissions: true
+    tools: [run_command]
+  - name: flood
+    command: ["node", "${path.join(fixtures, "parallel-harness.mjs")}", "1", "2", "3", "4", "5"]
     permissions: true
     tools: [run_command]
 hooks:
@@ -189,7 +213,7 @@ const decisions = (all: Record<string, unknown>[]): Record<string, unknown>[] =>
   all.flatMap((e) => (e.permissionDecision ? [e.permissionDecision as Record<string, unknown>] : []));
 
 before(async () => {
-  t = await startTestStack({ pick });
+  t = await startTestStack({ pick, orchestratorEnv: { OZ0_MAX_WAITING_APPROVALS: String(MAX_WAITING) } });
   repo = await makeRepo();
   // Its agents' command hooks run on the orchestrator's host: not installed without the admin's say-so.
   const refused = await t.cli(["plugin", "install", `file://${repo}`]);
@@ -272,6 +296,71 @@ void test("a hook asks a person; the approval with a changed input runs that inp
   const done = await finished(jobId);
   assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
   assert.match(done.resultText ?? "", /^saw: exit code 0\napproved-deploy/);
+});
+
+void test("a hook's changed input is the one the approval shows, beside the harness's, and the one a plain approve runs", async () => {
+  const jobId = await start("forced", "shown");
+  const [approval] = await waiting(jobId);
+  assert.deepEqual(approval?.inputToRun, { command: "echo HOOK-CHOSEN-COMMAND-RAN" }, "what an approval runs");
+  assert.deepEqual(approval?.input, { command: "echo MODEL-SHOWN-COMMAND" }, "what the harness asked");
+  assert.equal(approval?.inputChangedBy, "hook force-command (agent forced)");
+  const listed = await t.cli(["approvals", "list", "--job", jobId]);
+  assert.ok(
+    listed.stdout.includes(
+      '{"command":"echo HOOK-CHOSEN-COMMAND-RAN"}  (input changed by hook force-command (agent forced); the harness asked {"command":"echo MODEL-SHOWN-COMMAND"})',
+    ),
+    listed.stdout,
+  );
+  const approved = await t.cli(["approve", jobId, String(approval?.callId)]);
+  assert.equal(approved.code, 0, approved.stderr);
+  const done = await finished(jobId);
+  assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
+  assert.match(
+    done.resultText ?? "",
+    /^saw: exit code 0\nHOOK-CHOSEN-COMMAND-RAN/,
+    "the input shown is the one that ran",
+  );
+  const [asked] = decisions(await events(jobId));
+  assert.equal(asked?.inputChangedBy, "hook force-command (agent forced)", "the job's record names the hook too");
+});
+
+void test("a session has at most OZ0_MAX_WAITING_APPROVALS calls waiting for a person: the ones beyond are refused, and the model reads why", async () => {
+  const jobId = await start("flood", "go");
+  const asked = await waiting(jobId, MAX_WAITING);
+  for (const approval of asked) {
+    const denied = await t.cli(["deny", jobId, String(approval.callId), "--reason", "one at a time"]);
+    assert.equal(denied.code, 0, denied.stderr);
+  }
+  const done = await finished(jobId);
+  assert.equal(done.state, "JOB_STATE_SUCCEEDED", done.error);
+  assert.deepEqual(
+    done.resultText?.split(" ").sort(),
+    ["call_1:denied", "call_2:denied", "call_3:denied", "call_4:denied", "call_5:denied"],
+    "every call answered, in the order the answers came",
+  );
+  const all = decisions(await events(jobId));
+  assert.deepEqual(
+    all.filter((d) => d.pending).map((d) => d.callId),
+    ["call_1", "call_2", "call_3"],
+    "only the first three waited for a person",
+  );
+  const refused = all.filter((d) => d.decider === "DECIDER_RUNTIME");
+  assert.deepEqual(
+    refused.map((d) => d.callId),
+    ["call_4", "call_5"],
+  );
+  for (const decision of refused) {
+    assert.equal(decision.allow, undefined, "denied");
+    assert.equal(
+      decision.reason,
+      "3 calls of this session already wait for a person, the most one session may have waiting at once (OZ0_MAX_WAITING_APPROVALS); this call was refused without asking anyone: ask again once those are answered",
+    );
+  }
+  assert.equal(
+    jsonLines((await t.cli(["approvals", "list", "--job", jobId, "--all", "--json"])).stdout).length,
+    MAX_WAITING,
+    "the refused calls never reached the approvers' queue",
+  );
 });
 
 void test("requires_approval → deny: the person's reason reaches the model", async () => {

@@ -25,6 +25,30 @@ const call = {
   reason: "run_command is in harness.requires_approval",
 };
 
+void test("a hook's changed input is the one asked about, with the harness's beside it, marked as changed", async () => {
+  const changed = pair();
+  changed.input.write("y\n");
+  await promptForAnswer({
+    call: {
+      tool: "run_command",
+      input: { command: "echo HOOK-CHOSEN-COMMAND-RAN" },
+      inputChangedBy: "hook force-command (agent forced)",
+      harnessInput: { command: "echo MODEL-SHOWN-COMMAND" },
+      reason: "hook force-command (agent forced): fake.run_command: allow by a hook rule",
+    },
+    input: changed.input,
+    output: changed.output,
+  });
+  assert.ok(
+    changed
+      .shown()
+      .includes(
+        '\n  input: {"command":"echo HOOK-CHOSEN-COMMAND-RAN"}\n  (input changed by hook force-command (agent forced); the harness asked {"command":"echo MODEL-SHOWN-COMMAND"})\n',
+      ),
+    changed.shown(),
+  );
+});
+
 void test("y approves, n asks why and denies, e takes a JSON object and approves it", async () => {
   const yes = pair();
   yes.input.write("y\n");

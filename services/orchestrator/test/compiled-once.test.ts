@@ -66,6 +66,7 @@ function calls(engine: SqlEngine): Record<keyof typeof HOT_QUERIES, unknown[]> {
     decider: answeredAt ? "policy" : null,
     answered_by: "",
     answer_input: null,
+    input_changed_by: "",
     requested_at: at(engine, 2),
     answered_at: answeredAt,
     delivered: engine.bool(false),

@@ -57,7 +57,10 @@ before(async () => {
     }),
   );
   // Beside guarded: the same agent whose calls wait for a person 8 s at most.
-  const repo = await writeGuardedPlugin(path.join(scratch, "repo"), { withDeadline: { name: "brief", timeout: "8s" } });
+  const repo = await writeGuardedPlugin(path.join(scratch, "repo"), {
+    withDeadline: { name: "brief", timeout: "8s" },
+    withHookInput: { name: "forced", command: "echo HOOK-CHOSEN-COMMAND-RAN" },
+  });
   t = await startTestStack({ pick, orchestratorEnv: { OZ0_AUTH_CONFIG: auth } });
   await clients(t.stack.ownerToken).plugins.installPlugin({ source: repo });
   browser = await launchBrowser();
@@ -204,6 +207,29 @@ void test("a job waiting for approval is in the queue, is approved in the page, 
   await page.locator(`tr[data-job="${jobId}"]`).getByText("succeeded").waitFor();
   await assertAccessible(page, "jobs");
   await screenshot(page, "jobs");
+  await page.close();
+});
+
+void test("a card shows the input a hook chose, which runs, with the harness's beside it; Edit starts from the hook's", async () => {
+  const { job } = await clients(t.stack.ownerToken).jobs.runAgent({ agent: "forced", input: "MODEL-SHOWN-COMMAND" });
+  const jobId = job!.id;
+  const page = await openConsole(t.stack.ownerToken);
+  await page.getByRole("link", { name: "Approvals" }).click();
+  const card = page.locator("article.approval", { hasText: jobId });
+  await card.waitFor();
+  assert.match((await card.getByLabel("Input", { exact: true }).textContent()) ?? "", /HOOK-CHOSEN-COMMAND-RAN/);
+  const changed = (await card.getByTestId("input-changed").textContent()) ?? "";
+  assert.match(changed, /Input changed by hook force-command \(agent forced\)/);
+  assert.match((await card.getByLabel("Input the harness asked for").textContent()) ?? "", /MODEL-SHOWN-COMMAND/);
+  await assertAccessible(page, "approvals (input changed by a hook)");
+  await card.getByRole("button", { name: "Edit input…" }).click();
+  const edited = await card.getByRole("textbox", { name: "Input to run instead (JSON)" }).inputValue();
+  assert.match(edited, /HOOK-CHOSEN-COMMAND-RAN/, "Edit starts from the input that runs");
+  await card.getByRole("button", { name: "Approve with this input" }).click();
+  await card.waitFor({ state: "detached" });
+  await page.goto(`${t.url}/#/jobs/${jobId}`);
+  await page.getByTestId("job-state").filter({ hasText: "succeeded" }).waitFor();
+  assert.match((await page.getByTestId("result").textContent()) ?? "", /HOOK-CHOSEN-COMMAND-RAN/);
   await page.close();
 });
 

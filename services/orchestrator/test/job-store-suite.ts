@@ -421,6 +421,45 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
     assert.equal(answered?.delivered, true);
   });
 
+  withStore(
+    "permissions list a page at a time: at most `limit`, then those after a given one, in request order",
+    async (store) => {
+      await store.createJob(job("j1"));
+      await store.createJob(job("j2"));
+      const at = new Date(5000);
+      // Three requested in one millisecond: insertion order breaks the tie, across jobs.
+      await store.append({ jobId: "j1", events: [], permissions: [permission("j1", "b", { requestedAt: at })] });
+      await store.append({ jobId: "j2", events: [], permissions: [permission("j2", "a", { requestedAt: at })] });
+      await store.append({
+        jobId: "j1",
+        events: [],
+        permissions: [
+          permission("j1", "c", { requestedAt: at }),
+          permission("j1", "first", { requestedAt: new Date(1000) }),
+          permission("j1", "last", {
+            requestedAt: new Date(9000),
+            answerInput: { command: "npm test --silent" },
+            inputChangedBy: "hook quiet-tests (agent fixer)",
+          }),
+        ],
+      });
+      const ids = (list: PermissionRecord[]): string[] => list.map((p) => `${p.jobId}/${p.id}`);
+      assert.deepEqual(ids(await store.listPermissions({ approvalsOnly: true, limit: 2 })), ["j1/first", "j1/b"]);
+      assert.deepEqual(ids(await store.listPermissions({ approvalsOnly: true, after: { jobId: "j1", id: "b" } })), [
+        "j2/a",
+        "j1/c",
+        "j1/last",
+      ]);
+      assert.deepEqual(
+        ids(await store.listPermissions({ approvalsOnly: true, after: { jobId: "j2", id: "a" }, limit: 1 })),
+        ["j1/c"],
+      );
+      const last = await store.getPermission("j1", "last");
+      assert.equal(last?.inputChangedBy, "hook quiet-tests (agent fixer)", "who changed the input is kept");
+      assert.equal((await store.getPermission("j1", "c"))?.inputChangedBy, undefined);
+    },
+  );
+
   withStore("an approved permission allows one runtime call, once, whoever asks and however often", async (store) => {
     await store.createJob(job("j1"));
     await store.append({

@@ -66,7 +66,16 @@ export interface ApprovalServiceOptions {
   ownership: JobOwnership;
   /** The jobs this process follows: their sessions take the answers, their locks order the writes. */
   active: ActiveJobs;
+  /** How many calls of one session may wait for a person at once (OZ0_MAX_WAITING_APPROVALS). Default 32. */
+  maxWaitingApprovals?: number;
 }
+
+/**
+ * The default of OZ0_MAX_WAITING_APPROVALS. Parallel tool calls that all need
+ * a person are a handful; a harness asking thousands at once buried every
+ * other job's calls in the approvers' queue.
+ */
+export const DEFAULT_MAX_WAITING_APPROVALS = 32;
 
 /** How a decided call ended, as the session's answer and the job's event say it. */
 function outcomeOf(p: PermissionRecord): PermissionAnswer_Outcome {
@@ -90,6 +99,7 @@ export function decisionEvent(p: PermissionRecord): JobEventInit {
         decider: p.decider ? DECIDER_TO_PROTO[p.decider] : Decider.UNSPECIFIED,
         answeredBy: p.answeredBy,
         ...(p.answerInput ? { input: p.answerInput as ProtoJsonObject } : {}),
+        inputChangedBy: p.inputChangedBy ?? "",
         outcome: outcomeOf(p),
       },
     },
@@ -138,7 +148,7 @@ export class ApprovalService {
     if (repeated) return repeated;
     const input = request.input as JsonObject | undefined;
     const cancelled = job.cancelRequestedAt !== undefined;
-    const decision: PolicyDecision = cancelled
+    const policyDecision: PolicyDecision = cancelled
       ? { kind: "deny", decider: "runtime", reason: "the job was cancelled" }
       : o.offered
         ? { kind: "allow", decider: "runtime", reason: "a tool the runtime offered this session" }
@@ -152,6 +162,7 @@ export class ApprovalService {
             title: request.title,
             callId: request.callId,
           });
+    const decision = policyDecision.kind === "ask" ? await this.#withinWaitingCap(job, policyDecision) : policyDecision;
     const record: PermissionRecord = {
       jobId: job.id,
       id: request.id,
@@ -173,7 +184,12 @@ export class ApprovalService {
       ...(decision.kind !== "ask" ? { decider: decision.decider, answeredAt: new Date() } : {}),
       answeredBy: "",
       // A hook's changed input: the call runs with it (or, when it waits, it is what the person approves).
-      ...(decision.kind !== "deny" && decision.input ? { answerInput: decision.input } : {}),
+      ...(decision.kind !== "deny" && decision.input
+        ? {
+            answerInput: decision.input,
+            ...(decision.inputChangedBy ? { inputChangedBy: decision.inputChangedBy } : {}),
+          }
+        : {}),
       requestedAt: new Date(),
       delivered: false,
     };
@@ -210,6 +226,25 @@ export class ApprovalService {
     if (decision.kind !== "ask") await this.deliver(job.id, record);
     else this.#arm(o.active.agent, record);
     return undefined;
+  }
+
+  /**
+   * A call that would wait for a person, refused when its session has as many
+   * waiting as it may (OZ0_MAX_WAITING_APPROVALS). Refused, not a protocol
+   * violation: the protocol sets no such limit, and the model reads why, and
+   * may ask again once some are answered.
+   */
+  async #withinWaitingCap(job: JobRecord, decision: PolicyDecision): Promise<PolicyDecision> {
+    const max = this.#o.maxWaitingApprovals ?? DEFAULT_MAX_WAITING_APPROVALS;
+    const waiting = (await this.#o.store.listPermissions({ jobId: job.id, pendingOnly: true })).filter(
+      (p) => p.sessionId === job.sessionId,
+    ).length;
+    if (waiting < max) return decision;
+    return {
+      kind: "deny",
+      decider: "runtime",
+      reason: `${waiting} calls of this session already wait for a person, the most one session may have waiting at once (OZ0_MAX_WAITING_APPROVALS); this call was refused without asking anyone: ask again once those are answered`,
+    };
   }
 
   #arm(agent: AgentVersionRecord, p: PermissionRecord): void {
@@ -378,7 +413,8 @@ export class ApprovalService {
         decider: "person",
         answeredBy: options.answeredBy.id,
         reason: options.reason ?? (options.allow ? "approved" : ""),
-        ...(options.input ? { answerInput: options.input } : {}),
+        // An edit replaces the hook's input (the person was shown it, and edited from it).
+        ...(options.input ? { answerInput: options.input, inputChangedBy: `person ${options.answeredBy.id}` } : {}),
         answeredAt: new Date(),
         delivered: false,
       };

@@ -8,7 +8,11 @@ import { fieldText, rowsOfLine, terminalLine } from "./terminal-text.js";
 export interface PromptedCall {
   /** `<harness>.<tool>` or the tool's name. */
   tool: string;
+  /** What the call runs with when approved: a hook's changed input, else the harness's. */
   input?: JsonObject;
+  /** Who changed the input (a hook's label), when it is not the harness's; `harnessInput` is then what the harness asked. */
+  inputChangedBy?: string;
+  harnessInput?: JsonObject;
   /** Why it waits (the rule or hook that asked). */
   reason: string;
 }
@@ -48,6 +52,12 @@ class LineQueue {
     if (this.#ended) return Promise.resolve(undefined);
     return new Promise((resolve) => this.#waiting.push(resolve));
   }
+}
+
+/** Beside the input a call runs, when it is not the harness's: who changed it, and what the harness asked. */
+export function inputChangedText(call: { inputChangedBy?: string; input?: JsonObject }): string {
+  if (!call.inputChangedBy) return "";
+  return `  (input changed by ${fieldText(call.inputChangedBy)}; the harness asked ${JSON.stringify(call.input ?? {})})`;
 }
 
 /** How many terminal rows `text` takes on a terminal `columns` wide (the cursor ends on the last). */
@@ -103,8 +113,11 @@ export async function promptForAnswer(options: {
   try {
     if (signal?.aborted) return undefined;
     // The tool, the reason and the input are the harness's (or a hook's): printed inert, the person reads what would run.
+    const changed = call.inputChangedBy
+      ? `\n  ${terminalLine(inputChangedText({ inputChangedBy: call.inputChangedBy, input: call.harnessInput ?? {} }).trim())}`
+      : "";
     write(
-      `\n${fieldText(call.tool)} waits for approval: ${fieldText(call.reason, 400)}\n  input: ${terminalLine(JSON.stringify(call.input ?? {}))}\n`,
+      `\n${fieldText(call.tool)} waits for approval: ${fieldText(call.reason, 400)}\n  input: ${terminalLine(JSON.stringify(call.input ?? {}))}${changed}\n`,
     );
     for (;;) {
       const choice = await ask("Allow it? [y]es, [n]o, [e]dit the input: ");

@@ -14,11 +14,12 @@ import {
   type Job,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { stringify } from "yaml";
+import { inputChangedText } from "./approval-prompt.js";
 import { CliError } from "./cli-error.js";
 import type { Connection } from "./connection.js";
 import { describeJob, stateName } from "./event-printer.js";
 import { EXIT } from "./exit-codes.js";
-import { followJob, TERMINAL } from "./job-watch.js";
+import { followJob, listAllApprovals, TERMINAL } from "./job-watch.js";
 import { MAX_PAGE_SIZE } from "../jobs/job-pages.js";
 import { fieldText, jsonLine, shellWord, terminalLine, terminalText } from "./terminal-text.js";
 import { transcriptRows } from "./transcript-rows.js";
@@ -413,10 +414,7 @@ export async function approvalsList(options: {
   json: boolean;
   io: Output;
 }): Promise<number> {
-  const { approvals } = await options.conn.clients.jobs.listApprovals({
-    jobId: options.jobId ?? "",
-    includeAnswered: options.all,
-  });
+  const approvals = await listAllApprovals(options.conn, { jobId: options.jobId ?? "", includeAnswered: options.all });
   if (options.json) for (const a of approvals) options.io.out.write(`${jsonLine(toJson(ApprovalSchema, a))}\n`);
   else if (approvals.length === 0) options.io.out.write("nothing waits for approval\n");
   else
@@ -424,10 +422,11 @@ export async function approvalsList(options: {
       const deadline = a.deadline
         ? `  (denied if unanswered by ${new Date(Number(a.deadline.seconds) * 1000).toISOString()})`
         : "";
-      // The input always: a title is the harness's own words for the call, and could say anything. One line,
-      // inert: the tool, title and input are the harness's.
+      // The input always: a title is the harness's own words for the call, and could say anything. The input an
+      // approval runs, with the harness's beside it when a hook changed it. One line, inert: the tool, title and
+      // inputs are the harness's (or a hook's).
       options.io.out.write(
-        `${terminalLine(`${a.jobId}  ${shellWord(a.callId)}  ${fieldText(a.tool)}  ${a.title ? `${fieldText(a.title)}  ` : ""}${JSON.stringify(a.input ?? {})}${deadline}`)}\n`,
+        `${terminalLine(`${a.jobId}  ${shellWord(a.callId)}  ${fieldText(a.tool)}  ${a.title ? `${fieldText(a.title)}  ` : ""}${JSON.stringify(a.inputToRun ?? a.input ?? {})}${inputChangedText(a)}${deadline}`)}\n`,
       );
     }
   return EXIT.ok;

@@ -9,7 +9,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
-import { JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { JobState, type Approval, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { JobActivityTracker } from "../jobs/job-activity.js";
 import { promptForAnswer, type PromptedCall } from "./approval-prompt.js";
 import { describeError } from "./cli-error.js";
@@ -36,6 +36,21 @@ export function exitCodeFor(state: JobState): number {
     default:
       return EXIT.error;
   }
+}
+
+/** Every approval ListApprovals has for the request, page after page (a page holds at most 500). */
+export async function listAllApprovals(
+  conn: Connection,
+  request: { jobId?: string; includeAnswered?: boolean },
+): Promise<Approval[]> {
+  const approvals: Approval[] = [];
+  let pageToken = "";
+  do {
+    const page = await conn.clients.jobs.listApprovals({ ...request, pageToken });
+    approvals.push(...page.approvals);
+    pageToken = page.nextPageToken;
+  } while (pageToken);
+  return approvals;
 }
 
 function canPrompt(json: boolean): boolean {
@@ -150,8 +165,8 @@ class ApprovalPrompts {
     const done = (async () => {
       try {
         // A call that waited long ago (a watch replaying the job from its start) may be answered already.
-        const waiting = await conn.clients.jobs.listApprovals({ jobId }).then(
-          ({ approvals }) => approvals.some((a) => a.callId === call.id),
+        const waiting = await listAllApprovals(conn, { jobId }).then(
+          (approvals) => approvals.some((a) => a.callId === call.id),
           () => true, // Cannot tell: ask; an answer given meanwhile takes the question back.
         );
         if (abort.signal.aborted || !waiting) return;
@@ -266,8 +281,18 @@ export async function followJob(options: {
     if (e.case === "permissionDecision" && e.value.pending) {
       learnApprovers();
       if (prompts) {
-        const input = e.value.input ?? requested.get(e.value.id);
-        prompts.ask({ id: e.value.id, tool: e.value.tool, reason: e.value.reason, ...(input ? { input } : {}) });
+        // The input the call runs with: a hook's changed input (named, with the harness's beside it), else the harness's.
+        const harnessInput = requested.get(e.value.id);
+        const input = e.value.input ?? harnessInput;
+        prompts.ask({
+          id: e.value.id,
+          tool: e.value.tool,
+          reason: e.value.reason,
+          ...(input ? { input } : {}),
+          ...(e.value.input && e.value.inputChangedBy
+            ? { inputChangedBy: e.value.inputChangedBy, ...(harnessInput ? { harnessInput } : {}) }
+            : {}),
+        });
       } else if (options.stopWhenWaiting) {
         printer.end();
         if (conn.mode === "embedded") {

@@ -73,6 +73,8 @@ export interface JobRunnerOptions {
   servedTools?: Record<string, ServedRuntimeTools>;
   /** How much of each session's stderr is stored, its last bytes (OZ0_MAX_SESSION_STDERR_BYTES). Default 1 MiB. */
   maxStderrBytes?: number;
+  /** How many calls of one session may wait for a person at once (OZ0_MAX_WAITING_APPROVALS). Default 32. */
+  maxWaitingApprovals?: number;
   /**
    * How long after its deadline (`limits.timeout`) a session may still run before the orchestrator asks its node
    * to stop it (session-stops.ts). Default 60 s.

@@ -129,13 +129,14 @@ export class HookStage implements PermissionStage {
       if (verdict.decision === "continue") continue;
       // The hook's name goes into the reason, so the job's record says which hook decided.
       const reason = verdict.reason.startsWith(hook.label) ? verdict.reason : `${hook.label}: ${verdict.reason}`;
+      const changed = verdict.input ? { input: verdict.input, inputChangedBy: hook.label } : {};
       switch (verdict.decision) {
         case "deny":
           return { kind: "deny", decider: "hook", reason };
         case "ask":
-          return { kind: "ask", reason, ...(verdict.input ? { input: verdict.input } : {}) };
+          return { kind: "ask", reason, ...changed };
         case "allow":
-          return { kind: "allow", decider: "hook", reason, ...(verdict.input ? { input: verdict.input } : {}) };
+          return { kind: "allow", decider: "hook", reason, ...changed };
       }
     }
     return undefined;

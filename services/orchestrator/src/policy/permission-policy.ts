@@ -18,10 +18,11 @@ export interface PermissionQuestion {
   callId: string;
 }
 
+/** `input`: a changed input, and `inputChangedBy` the hook that chose it (its label, for the record and the approval). */
 export type PolicyDecision =
-  | { kind: "allow"; decider: DeciderName; reason: string; input?: JsonObject }
+  | { kind: "allow"; decider: DeciderName; reason: string; input?: JsonObject; inputChangedBy?: string }
   | { kind: "deny"; decider: DeciderName; reason: string }
-  | { kind: "ask"; reason: string; input?: JsonObject };
+  | { kind: "ask"; reason: string; input?: JsonObject; inputChangedBy?: string };
 
 /** One step of the policy. `undefined` means "no opinion": the next stage decides. */
 export interface PermissionStage {
@@ -87,6 +88,7 @@ export class PermissionPolicy {
         kind: "ask",
         reason: allowed ? `${allowed.reason}; ${asked.reason}` : asked.reason,
         ...(allowed?.input ? { input: allowed.input } : {}),
+        ...(allowed?.inputChangedBy ? { inputChangedBy: allowed.inputChangedBy } : {}),
       };
     }
     return allowed ?? { kind: "allow", decider: "policy", reason: "no rule asks for approval" };

@@ -28,6 +28,7 @@ import { principalOf, registration, type ServiceRegistration } from "@oz0/servin
 import { existsSync, readFileSync, statSync } from "node:fs";
 import type { AgentVersions } from "../agents/agent-versions.js";
 import { approvalDeadline, approversOf } from "../approvals/approval-deadlines.js";
+import { listApprovalsPage } from "../approvals/approval-pages.js";
 import { isGraphJob, type GraphJobs } from "../graphs/graph-jobs.js";
 import type { GraphRegistry, GraphVersionRecord } from "../graphs/graph-registry.js";
 import { readJobStderr } from "../sessions/harness-stderr.js";
@@ -175,14 +176,24 @@ const APPROVAL_STATE: Record<PermissionRecord["status"], ApprovalState> = {
   timed_out: ApprovalState.TIMED_OUT,
 };
 
+/** Who chose a changed input; a row stored before migration 18 names nobody, so its decider says which kind did. */
+function inputChangedBy(p: PermissionRecord): string {
+  if (p.inputChangedBy) return p.inputChangedBy;
+  return p.decider === "person" ? `person ${p.answeredBy}` : "a hook";
+}
+
 export function approvalToProto(p: PermissionRecord, job?: JobRecord, agent?: AgentVersionRecord): Approval {
   const deadline = agent ? approvalDeadline(agent, p) : undefined;
+  const inputToRun = p.answerInput ?? p.input;
   return create(ApprovalSchema, {
     jobId: p.jobId,
     callId: p.id,
     sessionId: p.sessionId,
     tool: p.tool,
     ...(p.input ? { input: p.input as ProtoJsonObject } : {}),
+    // What an approval runs: the hook's (or the approver's) input when one changed it, else the harness's.
+    ...(inputToRun ? { inputToRun: inputToRun as ProtoJsonObject } : {}),
+    ...(p.answerInput ? { inputChangedBy: inputChangedBy(p) } : {}),
     title: p.title,
     state: APPROVAL_STATE[p.status],
     requestedAt: timestampFromDate(p.requestedAt),
@@ -396,23 +407,13 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
       }),
     listApprovals: (req) =>
       handle(async () => {
-        const list = await deps.store.listPermissions({
-          approvalsOnly: true,
-          pendingOnly: !req.includeAnswered,
+        const { rows, nextPageToken } = await listApprovalsPage(deps.store, {
           ...(req.jobId ? { jobId: req.jobId } : {}),
+          includeAnswered: req.includeAnswered,
+          limit: req.limit,
+          pageToken: req.pageToken,
         });
-        const approvals = [];
-        for (const p of list) {
-          const job = await deps.store.getJob(p.jobId);
-          approvals.push(
-            approvalToProto(
-              p,
-              job,
-              job ? await deps.store.getAgentVersion(job.agentName, job.agentVersion) : undefined,
-            ),
-          );
-        }
-        return { approvals };
+        return { approvals: rows.map((r) => approvalToProto(r.permission, r.job, r.agent)), nextPageToken };
       }),
     getJobLogs: (req) => jobLogs(deps, required(req.jobId, "job_id")),
     getJobUsage: (req) =>

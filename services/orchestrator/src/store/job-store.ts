@@ -157,8 +157,10 @@ export interface PermissionRecord {
   reason: string;
   decider?: DeciderName;
   answeredBy: string;
-  /** The changed input an answer carries. */
+  /** The changed input an answer carries: a hook's (also while the call waits for a person), or an approver's edit. */
   answerInput?: JsonObject;
+  /** Who chose `answerInput`: the hook's label (`hook quiet-tests (agent coder)`) or `person ID`. */
+  inputChangedBy?: string;
   requestedAt: Date;
   answeredAt?: Date;
   /** The answer has been written to the session. */
@@ -193,6 +195,10 @@ export interface ListPermissionsQuery {
   pendingOnly?: boolean;
   /** Only decided but not yet delivered to the session. */
   undeliveredOnly?: boolean;
+  /** Only those listed after this one (job id and request id), in the list's order: the next page. */
+  after?: { jobId: string; id: string };
+  /** At most this many. */
+  limit?: number;
 }
 
 /** Everything one step of a job changes, written in one transaction. */

@@ -378,6 +378,17 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
     present: (p) => p.hasColumn("session_tokens", "claimed_until"),
     up: (db, t) => [db.schema.alterTable("session_tokens").addColumn("claimed_until", t.time)],
   },
+  {
+    version: 18,
+    name: "who changed a permission's input",
+    part: "jobs",
+    // A hook's changed input is what an approval runs: the approval shows it, and which hook chose it, beside
+    // the harness's own (the queue showed only the harness's, and a plain Approve ran the hook's).
+    present: (p) => p.hasColumn("permissions", "input_changed_by"),
+    up: (db) => [
+      db.schema.alterTable("permissions").addColumn("input_changed_by", "text", (c) => c.notNull().defaultTo("")),
+    ],
+  },
 ];
 
 /** Kysely that only compiles (no connection): the DDL of a migration as text for one engine. */

@@ -97,6 +97,8 @@ export interface PermissionsTable {
   decider: string | null;
   answered_by: string;
   answer_input: Json<object> | null;
+  /** Who chose answer_input: a hook's label or `person ID`; "" when nobody changed the input. */
+  input_changed_by: string;
   requested_at: Time;
   answered_at: Time | null;
   delivered: Bool;

@@ -157,6 +157,7 @@ export const HOT_QUERIES = {
           decider: eb.ref("excluded.decider"),
           answered_by: eb.ref("excluded.answered_by"),
           answer_input: eb.ref("excluded.answer_input"),
+          input_changed_by: eb.ref("excluded.input_changed_by"),
           answered_at: eb.ref("excluded.answered_at"),
           delivered: eb.ref("excluded.delivered"),
           needs_person: eb.ref("excluded.needs_person"),
@@ -165,16 +166,40 @@ export const HOT_QUERIES = {
   ),
   // Each filter is there when its value is (presence is part of a query's shape).
   listPermissions: compiledOnce(
-    (db, v: { jobId?: string; needsPerson?: Bool; pending?: string; delivered?: Bool }, engine) =>
-      db
-        .selectFrom("permissions")
-        .selectAll()
-        .$if(v.jobId !== undefined, (q) => q.where("job_id", "=", v.jobId!))
-        .$if(v.needsPerson !== undefined, (q) => q.where("needs_person", "=", v.needsPerson!))
-        .$if(v.pending !== undefined, (q) => q.where("status", "=", v.pending!))
-        .$if(v.delivered !== undefined, (q) => q.where("status", "<>", "pending").where("delivered", "=", v.delivered!))
-        .orderBy("requested_at")
-        .orderBy(sql.ref(engine.insertionOrder)),
+    (
+      db,
+      v: {
+        jobId?: string;
+        needsPerson?: Bool;
+        pending?: string;
+        delivered?: Bool;
+        after?: { jobId: string; id: string };
+        limit?: number;
+      },
+      engine,
+    ) => {
+      const ord = sql.ref(engine.insertionOrder);
+      return (
+        db
+          .selectFrom("permissions")
+          .selectAll()
+          .$if(v.jobId !== undefined, (q) => q.where("job_id", "=", v.jobId!))
+          .$if(v.needsPerson !== undefined, (q) => q.where("needs_person", "=", v.needsPerson!))
+          .$if(v.pending !== undefined, (q) => q.where("status", "=", v.pending!))
+          .$if(v.delivered !== undefined, (q) =>
+            q.where("status", "<>", "pending").where("delivered", "=", v.delivered!),
+          )
+          // The next page: rows after the given one in the list's order (request time, then insertion).
+          .$if(v.after !== undefined, (q) =>
+            q.where(
+              sql<boolean>`(requested_at, ${ord}) > (SELECT requested_at, ${ord} FROM permissions WHERE job_id = ${v.after!.jobId} AND id = ${v.after!.id})`,
+            ),
+          )
+          .orderBy("requested_at")
+          .orderBy(ord)
+          .$if(v.limit !== undefined, (q) => q.limit(v.limit!))
+      );
+    },
   ),
   runtimeCallPermits: compiledOnce(
     (db, v: { jobId: string; tool: string; callId: string; none: string; limit: number }, engine) =>
@@ -657,6 +682,8 @@ export class SqlJobStore implements JobStore {
       ...(query.approvalsOnly ? { needsPerson: this.engine.bool(true) } : {}),
       ...(query.pendingOnly ? { pending: "pending" } : {}),
       ...(query.undeliveredOnly ? { delivered: this.engine.bool(false) } : {}),
+      ...(query.after ? { after: query.after } : {}),
+      ...(query.limit !== undefined ? { limit: query.limit } : {}),
     });
     return rows.map(toPermission);
   }

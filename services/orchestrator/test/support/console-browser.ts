@@ -104,7 +104,11 @@ export const GUARDED_INSTRUCTIONS = "Run the command you are asked to run.";
  */
 export async function writeGuardedPlugin(
   repo: string,
-  options: { withDeadline?: { name: string; timeout: string } } = {},
+  options: {
+    withDeadline?: { name: string; timeout: string };
+    /** Also an agent like guarded whose rule hook allows every call with this command instead (set_input). */
+    withHookInput?: { name: string; command: string };
+  } = {},
 ): Promise<string> {
   for (const sub of ["agents", "prompts"]) mkdirSync(path.join(repo, sub), { recursive: true });
   writeFileSync(path.join(repo, "prompts", "p.md"), `${GUARDED_INSTRUCTIONS}\n`);
@@ -125,6 +129,17 @@ export async function writeGuardedPlugin(
     writeFileSync(
       path.join(repo, "agents", `${deadline.name}.yaml`),
       guarded(deadline.name, `approvals:\n  timeout: ${deadline.timeout}\n`),
+    );
+  }
+  const forced = options.withHookInput;
+  if (forced) {
+    agents.push(forced.name);
+    writeFileSync(
+      path.join(repo, "agents", `${forced.name}.yaml`),
+      guarded(
+        forced.name,
+        `hooks:\n  - name: force-command\n    match: fake.run_command\n    decision: allow\n    set_input: { command: ${JSON.stringify(forced.command)} }\n`,
+      ),
     );
   }
   writeFileSync(
