@@ -107,15 +107,18 @@ void test("postgres: the shared migrations build the schema the old SQL built, t
     const old = await describe(pool, before);
     assert.ok(old.length > 100, "the old schema is there to compare with");
     // Less what came after the old SQL: the job's traceparent (version 14), the runtime call that used a
-    // permission (version 15), the session tokens to revoke (versions 16 and 17).
+    // permission (version 15), the session tokens to revoke (versions 16 and 17), who changed a permission's
+    // input (version 18).
     const newer = (line: string): boolean =>
       line.startsWith("jobs.traceparent ") ||
       line.startsWith("permissions.runtime_call ") ||
+      line.startsWith("permissions.input_changed_by ") ||
       /\bsession_tokens[ .]/.test(line);
     const built = await describe(pool, after);
     assert.deepEqual(built.filter(newer), [
       "CREATE UNIQUE INDEX session_tokens_pkey ON session_tokens USING btree (token_id)",
       "jobs.traceparent text NO ''::text",
+      "permissions.input_changed_by text NO ''::text",
       "permissions.runtime_call text NO ''::text",
       "session_tokens.claimed_until timestamp with time zone YES ",
       "session_tokens.job_id text NO ",
