@@ -2069,7 +2069,9 @@ export const JobService: GenService<{
     output: typeof AnswerPermissionResponseSchema;
   },
   /**
-   * Permission requests that wait for a person, oldest first.
+   * Permission requests that wait for a person, oldest first, a page at a
+   * time (ListApprovalsRequest.limit). Each says the input an approval runs
+   * (Approval.input_to_run), which a hook may have changed.
    *
    * @generated from rpc oz0.orchestrator.v1.JobService.ListApprovals
    */
