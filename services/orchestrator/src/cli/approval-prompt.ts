@@ -3,7 +3,7 @@
 // reads from any stream pair, so tests drive it without a TTY.
 import { createInterface } from "node:readline";
 import type { JsonObject } from "@bufbuild/protobuf";
-import { fieldText, rowsOfLine, terminalLine } from "./terminal-text.js";
+import { fieldText, inputText, rowsOfLine, terminalLine } from "./terminal-text.js";
 
 export interface PromptedCall {
   /** `<harness>.<tool>` or the tool's name. */
@@ -57,7 +57,7 @@ class LineQueue {
 /** Beside the input a call runs, when it is not the harness's: who changed it, and what the harness asked. */
 export function inputChangedText(call: { inputChangedBy?: string; input?: JsonObject }): string {
   if (!call.inputChangedBy) return "";
-  return `  (input changed by ${fieldText(call.inputChangedBy)}; the harness asked ${JSON.stringify(call.input ?? {})})`;
+  return `  (input changed by ${fieldText(call.inputChangedBy)}; the harness asked ${inputText(call.input ?? {})})`;
 }
 
 /** How many terminal rows `text` takes on a terminal `columns` wide (the cursor ends on the last). */
@@ -117,7 +117,7 @@ export async function promptForAnswer(options: {
       ? `\n  ${terminalLine(inputChangedText({ inputChangedBy: call.inputChangedBy, input: call.harnessInput ?? {} }).trim())}`
       : "";
     write(
-      `\n${fieldText(call.tool)} waits for approval: ${fieldText(call.reason, 400)}\n  input: ${terminalLine(JSON.stringify(call.input ?? {}))}${changed}\n`,
+      `\n${fieldText(call.tool)} waits for approval: ${fieldText(call.reason, 400)}\n  input: ${inputText(call.input ?? {})}${changed}\n`,
     );
     for (;;) {
       const choice = await ask("Allow it? [y]es, [n]o, [e]dit the input: ");

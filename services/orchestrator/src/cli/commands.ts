@@ -21,7 +21,7 @@ import { describeJob, stateName } from "./event-printer.js";
 import { EXIT } from "./exit-codes.js";
 import { followJob, listAllApprovals, TERMINAL } from "./job-watch.js";
 import { MAX_PAGE_SIZE } from "../jobs/job-pages.js";
-import { fieldText, jsonLine, shellWord, terminalLine, terminalText } from "./terminal-text.js";
+import { fieldText, inputText, jsonLine, shellWord, terminalLine, terminalText } from "./terminal-text.js";
 import { transcriptRows } from "./transcript-rows.js";
 import { costText, NOMINAL_NOTE } from "./usage-format.js";
 import { GetUsageResponseSchema, type Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
@@ -426,7 +426,7 @@ export async function approvalsList(options: {
       // approval runs, with the harness's beside it when a hook changed it. One line, inert: the tool, title and
       // inputs are the harness's (or a hook's).
       options.io.out.write(
-        `${terminalLine(`${a.jobId}  ${shellWord(a.callId)}  ${fieldText(a.tool)}  ${a.title ? `${fieldText(a.title)}  ` : ""}${JSON.stringify(a.inputToRun ?? a.input ?? {})}${inputChangedText(a)}${deadline}`)}\n`,
+        `${terminalLine(`${a.jobId}  ${shellWord(a.callId)}  ${fieldText(a.tool)}  ${a.title ? `${fieldText(a.title)}  ` : ""}${inputText(a.inputToRun ?? a.input ?? {})}${inputChangedText(a)}${deadline}`)}\n`,
       );
     }
   return EXIT.ok;

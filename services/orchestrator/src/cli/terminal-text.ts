@@ -60,6 +60,33 @@ export function short(value: unknown, max = 160): string {
   return one.length > max ? `${one.slice(0, max - 1)}…` : one;
 }
 
+/** Runs of white space this long or longer are shown by their length in a call's input (inputText). */
+const LONG_BLANK = 8;
+/** The most of a call's input a question shows: its start and its end, with what lies between counted. */
+const INPUT_HEAD = 1_200;
+const INPUT_TAIL = 400;
+
+/**
+ * A call's input as a question about it shows it: its JSON, inert, with
+ * each run of 8 or more blanks (JSON keeps spaces raw) shown as
+ * `⟨N blanks⟩`, and past 1,600 characters its start and end with the
+ * characters between counted. Shown whole, an input that put a dangerous
+ * command first and then thousands of blanks before something harmless
+ * filled the screen with blanks and showed only the harmless end above
+ * "Allow it?" (attacker review). What runs is the input itself, unchanged.
+ */
+export function inputText(input: unknown): string {
+  const json = (JSON.stringify(input) ?? "").replace(
+    new RegExp(` {${LONG_BLANK},}`, "g"),
+    (run) => `⟨${run.length} blanks⟩`,
+  );
+  const text =
+    json.length <= INPUT_HEAD + INPUT_TAIL
+      ? json
+      : `${json.slice(0, INPUT_HEAD)}⟨… ${json.length - INPUT_HEAD - INPUT_TAIL} characters …⟩${json.slice(-INPUT_TAIL)}`;
+  return terminalLine(text);
+}
+
 const graphemes = new Intl.Segmenter(undefined, { granularity: "grapheme" });
 
 /**
