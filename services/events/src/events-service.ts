@@ -8,7 +8,7 @@ import type { KafkaRelay } from "./kafka-relay.js";
 import { OutboxWriteError, type AppendResult, type Outbox } from "./outbox.js";
 import { redactEvent } from "./redaction-policy.js";
 import { traceAccepted } from "./tracing.js";
-import { buildTranscript } from "./transcript.js";
+import { TranscriptCache } from "./transcript-cache.js";
 
 /** Events per Publish call; a producer with more splits its batch. */
 export const MAX_PUBLISH_BATCH = 10_000;
@@ -37,6 +37,7 @@ export interface EventsServiceDeps {
 export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof EventsService> {
   const { outbox, relay, logger } = deps;
   const unknownTypes = new Set<string>();
+  const transcripts = new TranscriptCache(outbox);
   // A type outside the list (another version, another producer) keeps its
   // envelope only (the policy reduces it); the producer is told by the
   // response's count, the operator by one warning per type. It is not
@@ -159,7 +160,7 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
       if (!request.jobId) {
         throw new ConnectError("job_id is required: name the job whose transcript you want", Code.InvalidArgument);
       }
-      return buildTranscript(request.jobId, outbox.job(request.jobId));
+      return transcripts.transcript(request.jobId);
     },
   };
 }

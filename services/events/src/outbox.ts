@@ -357,6 +357,14 @@ export class Outbox {
     return rows.map(toEvent);
   }
 
+  /** The position of one job's newest event (0 when it has none): a job's events changed when this or prunedThrough() did. */
+  jobHead(jobId: string): bigint {
+    const row = this.db.prepare("SELECT max(position) AS head FROM events WHERE job_id = ?").get(jobId) as {
+      head: bigint | null;
+    };
+    return row.head ?? 0n;
+  }
+
   /** Every event of one job, in order. */
   job(jobId: string): PublicEvent[] {
     const rows = this.db
