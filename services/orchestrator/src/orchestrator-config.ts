@@ -35,6 +35,10 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     unit: "bytes (0 keeps none)",
   });
   const maxWaitingApprovals = envInteger(env, "OZ0_MAX_WAITING_APPROVALS", { min: 1, unit: "calls" });
+  const maxTranscriptWatchesPerPerson = envInteger(env, "OZ0_MAX_TRANSCRIPT_WATCHES_PER_PERSON", {
+    min: 1,
+    unit: "streams",
+  });
   const consoleDir = envString(env, "OZ0_CONSOLE_DIR");
   const roots = envString(env, "OZ0_ATTACHMENT_ROOTS");
   const attachmentRoots = (roots ?? "").split(":").filter(Boolean);
@@ -60,6 +64,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     ...(tokenSweepMs !== undefined ? { tokenSweepMs } : {}),
     ...(maxSessionStderrBytes !== undefined ? { maxSessionStderrBytes } : {}),
     ...(maxWaitingApprovals !== undefined ? { maxWaitingApprovals } : {}),
+    ...(maxTranscriptWatchesPerPerson !== undefined ? { maxTranscriptWatchesPerPerson } : {}),
     ...(consoleDir ? { consoleDir } : {}),
     ...(attachmentRoots.length > 0 ? { attachmentRoots } : {}),
     ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}),

@@ -95,6 +95,12 @@ export interface OrchestratorConfig {
    * refused, and the model reads why. Default 32.
    */
   maxWaitingApprovals?: number;
+  /**
+   * Most WatchJobTranscript streams one person holds open at once on this
+   * replica (OZ0_MAX_TRANSCRIPT_WATCHES_PER_PERSON); more are refused with
+   * RESOURCE_EXHAUSTED. Default 32.
+   */
+  maxTranscriptWatchesPerPerson?: number;
   /** The web console's built files (OZ0_CONSOLE_DIR), served at `/`. Default the @oz0/console package's dist/. */
   consoleDir?: string;
   /**
@@ -278,6 +284,9 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
         secrets,
         ...(proxy instanceof LlmProxyClient ? { usage: proxy } : {}),
         ...(config.eventsUrl ? { transcripts: eventsTranscripts({ url: config.eventsUrl, token: serviceToken }) } : {}),
+        ...(config.maxTranscriptWatchesPerPerson !== undefined
+          ? { maxTranscriptWatchesPerPerson: config.maxTranscriptWatchesPerPerson }
+          : {}),
         graphs: { jobs: graphJobs, registry: graphRegistry },
       }),
     ],

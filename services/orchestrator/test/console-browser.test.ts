@@ -7,7 +7,7 @@
 // passes axe with no serious violation, and a screenshot of each is written to
 // services/orchestrator/.screenshots/ (gitignored).
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -15,29 +15,24 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ApprovalState, JobService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
-import { credentialDigest, newCredential } from "@oz0/serving";
-import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
+import { newCredential } from "@oz0/serving";
 import type { Browser, Page } from "playwright-core";
 import {
   assertAccessible,
   consoleClients,
+  echoTheInput,
   launchBrowser,
   openConsole as open,
   screenshot,
   writeGuardedPlugin,
+  writeViewerAuth,
 } from "./support/console-browser.js";
 import { eventually, startTestStack, type TestStack } from "./support/test-stack.js";
-import { toolResults } from "./support/tool-results.js";
 
 let t: TestStack;
 let browser: Browser;
 const viewerToken = newCredential();
 const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-console-"));
-
-function pick({ input, turn, request }: { input: string; turn: number; request: ScriptedRequest }): ScriptedTurn {
-  if (turn > 0) return { text: `done: ${toolResults(request)}` };
-  return { toolCalls: [{ name: "run_command", input: { command: `echo ${input}` } }] };
-}
 
 const clients = (token: string) => consoleClients(t.url, token);
 const openConsole = (token: string): Promise<Page> => open(browser, t.url, token);
@@ -48,20 +43,13 @@ async function startJob(input: string): Promise<string> {
 }
 
 before(async () => {
-  const auth = path.join(scratch, "auth.json");
-  writeFileSync(
-    auth,
-    JSON.stringify({
-      roles: { viewer: { users: ["vera"] } },
-      tokens: [{ user: "vera", sha256: credentialDigest(viewerToken) }],
-    }),
-  );
+  const auth = writeViewerAuth(path.join(scratch, "auth.json"), "vera", viewerToken);
   // Beside guarded: the same agent whose calls wait for a person 8 s at most.
   const repo = await writeGuardedPlugin(path.join(scratch, "repo"), {
     withDeadline: { name: "brief", timeout: "8s" },
     withHookInput: { name: "forced", command: "echo HOOK-CHOSEN-COMMAND-RAN" },
   });
-  t = await startTestStack({ pick, orchestratorEnv: { OZ0_AUTH_CONFIG: auth } });
+  t = await startTestStack({ pick: echoTheInput, orchestratorEnv: { OZ0_AUTH_CONFIG: auth } });
   await clients(t.stack.ownerToken).plugins.installPlugin({ source: repo });
   browser = await launchBrowser();
 });

@@ -48,8 +48,10 @@ import {
 } from "../store/job-store.js";
 import { OrchestratorError } from "../orchestrator-error.js";
 import type { JobTranscripts } from "../jobs/job-transcripts.js";
+import { TranscriptFollowers } from "../jobs/transcript-followers.js";
 import { listJobsPage } from "../jobs/job-pages.js";
 import { Doorbell } from "./doorbell.js";
+import { StreamsPerPerson } from "./streams-per-person.js";
 import { watchJobTranscript } from "./watch-job-transcript.js";
 import { watchJobs } from "./watch-jobs.js";
 import { jobUsage } from "../jobs/job-usage.js";
@@ -223,9 +225,14 @@ export interface OrchestratorServiceDeps {
   usage?: { jobUsage(jobId: string): Promise<GetUsageResponse> };
   /** The events service's transcripts (GetJobTranscript); absent when no events are published. */
   transcripts?: JobTranscripts;
+  /** Most WatchJobTranscript streams one person holds at once (OZ0_MAX_TRANSCRIPT_WATCHES_PER_PERSON). Default 32. */
+  maxTranscriptWatchesPerPerson?: number;
   /** Graph harnesses: RunAgent, CancelJob and the agent listings share their name space with agents. */
   graphs?: { jobs: GraphJobs; registry: GraphRegistry };
 }
+
+/** A console tab per job page, and then some: beyond it, one person's streams are refused. */
+export const DEFAULT_TRANSCRIPT_WATCHES_PER_PERSON = 32;
 
 /** Stored events a watcher reads at once before following the feed. */
 const WATCH_PAGE = 500;
@@ -300,6 +307,15 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
       );
     return deps.transcripts;
   };
+  // Shared by every WatchJobTranscript stream of this replica: one follower per job.
+  const followers = deps.transcripts ? new TranscriptFollowers(deps.transcripts) : undefined;
+  const transcriptWatches = new StreamsPerPerson(
+    deps.maxTranscriptWatchesPerPerson ?? DEFAULT_TRANSCRIPT_WATCHES_PER_PERSON,
+    {
+      streams: "job transcript watches (WatchJobTranscript)",
+      setting: "OZ0_MAX_TRANSCRIPT_WATCHES_PER_PERSON",
+    },
+  );
   const jobs = registration(JobService, {
     runAgent: (req, context) =>
       handle(async () => {
@@ -444,7 +460,8 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     watchJobTranscript: async function* (req, context) {
       const jobId = required(req.jobId, "job_id");
       await orchestratorTracing.linkJob(jobId, deps.store);
-      yield* watchJobTranscript(await transcriptsOf(jobId), jobId, context);
+      await transcriptsOf(jobId);
+      yield* watchJobTranscript(followers!, transcriptWatches, jobId, context);
     },
   });
   const plugins = registration(PluginService, {

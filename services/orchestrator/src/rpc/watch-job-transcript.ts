@@ -1,62 +1,33 @@
 // WatchJobTranscript: the job's transcript (the events service's, built from
 // its public, redacted events) now, and again each time the events service
-// accepted new events of the job. Events that arrive while a transcript is
-// being read are answered by one more read, not one each, and a transcript
-// equal to the one sent last is not sent again; so the console's operation
-// rows and a graph run's node statuses follow the job without the page
-// asking, and without a read per event.
-import { equals } from "@bufbuild/protobuf";
-import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
-import { TranscriptResponseSchema, type TranscriptResponse } from "@oz0/proto/oz0/events/v1/events_pb";
+// accepted new events of the job that changed it. The streams on one job share
+// one follower (`jobs/transcript-followers.ts`): one Watch of the events
+// service and one transcript read per change, whatever the number of
+// streams; and one person holds at most OZ0_MAX_TRANSCRIPT_WATCHES_PER_PERSON
+// of them at once. So the console's operation rows and a graph run's node
+// statuses follow the job without the page asking, and without a read per
+// event or per stream.
+import type { HandlerContext } from "@connectrpc/connect";
 import type { WatchJobTranscriptResponse } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import type { JobTranscripts } from "../jobs/job-transcripts.js";
-import { Doorbell } from "./doorbell.js";
+import { principalOf } from "@oz0/serving";
+import type { TranscriptFollowers } from "../jobs/transcript-followers.js";
+import type { StreamsPerPerson } from "./streams-per-person.js";
 
 export async function* watchJobTranscript(
-  transcripts: JobTranscripts,
+  followers: TranscriptFollowers,
+  streamsPerPerson: StreamsPerPerson,
   jobId: string,
   context: HandlerContext,
 ): AsyncGenerator<WatchJobTranscriptResponse> {
-  const stop = new AbortController();
-  const signal = AbortSignal.any([context.signal, stop.signal]);
-  const bell = new Doorbell(signal);
-  let changed = false;
-  let failure: { error: unknown } | undefined;
-  const following = (async () => {
-    try {
-      for await (const _ of transcripts.changes(jobId, signal)) {
-        changed = true;
-        bell.ring();
-      }
-      // The events service ended its stream (it is shutting down): the caller watches again, and is sent the whole transcript.
-      if (!signal.aborted)
-        throw new ConnectError(
-          "the events service stopped sending the job's events; watch again (the first answer is the whole transcript)",
-          Code.Unavailable,
-        );
-    } catch (error) {
-      failure = { error };
-      bell.ring();
-    }
-  })();
-  let sent: TranscriptResponse | undefined;
+  const principal = principalOf(context);
+  // Services and nodes are counted under their own names, apart from people's.
+  const close = streamsPerPerson.open(
+    principal?.kind === "person" ? principal.id : `${principal?.kind}:${principal?.id}`,
+  );
   try {
-    while (!signal.aborted) {
-      await bell.wait(() => changed || failure !== undefined);
-      // What changed before a failure is sent first.
-      if (!changed) {
-        if (failure) throw failure.error;
-        continue;
-      }
-      changed = false;
-      const transcript = await transcripts.transcript(jobId);
-      if (sent && equals(TranscriptResponseSchema, sent, transcript)) continue;
-      sent = transcript;
+    for await (const transcript of followers.watch(jobId, context.signal))
       yield { transcript } as WatchJobTranscriptResponse;
-    }
   } finally {
-    stop.abort();
-    bell.close();
-    await following;
+    close();
   }
 }

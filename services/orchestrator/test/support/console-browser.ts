@@ -10,9 +10,10 @@ import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { AgentService, JobService, PluginService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
-import { bearerInterceptor } from "@oz0/serving";
+import { bearerInterceptor, credentialDigest } from "@oz0/serving";
 import { chromium, type Browser, type Page } from "playwright-core";
-import { commitAll, fakeAgentYaml, packageDir } from "./test-stack.js";
+import { commitAll, fakeAgentYaml, packageDir, type TurnPicker } from "./test-stack.js";
+import { toolResults } from "./tool-results.js";
 
 export const CHROMIUM = process.env.OZ0_CHROMIUM ?? "/usr/bin/chromium";
 export const screenshots = path.join(packageDir, ".screenshots");
@@ -92,6 +93,24 @@ export async function assertAccessible(page: Page, name: string): Promise<void> 
 
 export async function screenshot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: path.join(screenshots, `${name}.png`), fullPage: true });
+}
+
+/** The guarded agent's scripted model: it runs `echo <the job's input>` (which waits for a person), then says what came of it. */
+export const echoTheInput: TurnPicker = ({ input, turn, request }) =>
+  turn > 0
+    ? { text: `done: ${toolResults(request)}` }
+    : { toolCalls: [{ name: "run_command", input: { command: `echo ${input}` } }] };
+
+/** An OZ0_AUTH_CONFIG file at `file` in which `user`, holding `token`, is a viewer and nothing more. */
+export function writeViewerAuth(file: string, user: string, token: string): string {
+  writeFileSync(
+    file,
+    JSON.stringify({
+      roles: { viewer: { users: [user] } },
+      tokens: [{ user, sha256: credentialDigest(token) }],
+    }),
+  );
+  return file;
 }
 
 /** What the guarded agent is told; a scripted model knows its requests by it. */
