@@ -313,6 +313,7 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     deps.maxTranscriptWatchesPerPerson ?? DEFAULT_TRANSCRIPT_WATCHES_PER_PERSON,
     {
       streams: "job transcript watches (WatchJobTranscript)",
+      opensOne: "a console tab showing a job",
       setting: "OZ0_MAX_TRANSCRIPT_WATCHES_PER_PERSON",
     },
   );
@@ -460,6 +461,7 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     watchJobTranscript: async function* (req, context) {
       const jobId = required(req.jobId, "job_id");
       await orchestratorTracing.linkJob(jobId, deps.store);
+      // Refuses a job it does not know, and an orchestrator without transcripts (then there are no followers).
       await transcriptsOf(jobId);
       yield* watchJobTranscript(followers!, transcriptWatches, jobId, context);
     },

@@ -9,8 +9,8 @@ export class StreamsPerPerson {
   constructor(
     /** Most a person may hold at once. */
     readonly max: number,
-    /** What is refused, and how to change the bound, for the refusal's message. */
-    private readonly what: { streams: string; setting: string },
+    /** For the refusal's message: what is refused, what opens one, and the setting that bounds them. */
+    private readonly what: { streams: string; opensOne: string; setting: string },
   ) {}
 
   /** Counts one more stream of `person`, or refuses it with RESOURCE_EXHAUSTED; call the returned function when it ends. */
@@ -18,7 +18,7 @@ export class StreamsPerPerson {
     const held = this.#open.get(person) ?? 0;
     if (held >= this.max)
       throw new ConnectError(
-        `you already hold ${held} ${this.what.streams} open, the most one person may (${this.what.setting} on the orchestrator); close one (a console tab, an \`oz0\` command) and open this again`,
+        `you already hold ${held} ${this.what.streams} open, the most one person may: close one (${this.what.opensOne}) and open this again, or have an operator raise ${this.what.setting} on the orchestrator`,
         Code.ResourceExhausted,
       );
     this.#open.set(person, held + 1);
