@@ -11,7 +11,7 @@
 import { equals } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { TranscriptResponseSchema, type TranscriptResponse } from "@oz0/proto/oz0/events/v1/events_pb";
-import { Doorbell } from "../rpc/doorbell.js";
+import { Doorbell } from "../doorbell.js";
 import type { JobTranscripts } from "./job-transcripts.js";
 
 /** One job's follower: the transcript it read last, and who waits for the next. */

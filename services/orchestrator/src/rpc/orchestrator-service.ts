@@ -50,7 +50,7 @@ import { OrchestratorError } from "../orchestrator-error.js";
 import type { JobTranscripts } from "../jobs/job-transcripts.js";
 import { TranscriptFollowers } from "../jobs/transcript-followers.js";
 import { listJobsPage } from "../jobs/job-pages.js";
-import { Doorbell } from "./doorbell.js";
+import { Doorbell } from "../doorbell.js";
 import { StreamsPerPerson } from "./streams-per-person.js";
 import { watchJobTranscript } from "./watch-job-transcript.js";
 import { watchJobs } from "./watch-jobs.js";

@@ -13,7 +13,7 @@ import type { HandlerContext } from "@connectrpc/connect";
 import type { Job, WatchJobsResponse } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { JobFeed } from "../jobs/job-feed.js";
 import type { JobRecord, JobStore } from "../store/job-store.js";
-import { Doorbell } from "./doorbell.js";
+import { Doorbell } from "../doorbell.js";
 
 export async function* watchJobs(
   deps: { feed: JobFeed; store: Pick<JobStore, "getJob">; toProto: (job: JobRecord) => Job },

@@ -1,6 +1,7 @@
-// How a streaming handler waits: for work a listener hands it, or for its
-// call to end. A listener rings; the handler waits only when it has nothing
-// to send, and a ring that came first is not lost (`ready` is checked first).
+// How a streaming handler, or a job's transcript follower, waits: for work a
+// listener hands it, or for its call to end. A listener rings; the waiter
+// waits only when it has nothing to do, and a ring that came first is not
+// lost (`ready` is checked first).
 export class Doorbell {
   #ring: (() => void) | undefined;
   readonly #signal: AbortSignal;
