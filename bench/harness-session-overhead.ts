@@ -28,7 +28,14 @@ import {
   DEFAULT_READ_ONLY_PATHS,
   detectBubblewrap,
 } from "../services/sandbox/src/bubblewrap-launcher.js";
-import { planLlmForwards, startLlmForwarding, type LlmForward } from "../services/sandbox/src/llm-forwarder.js";
+import {
+  DEFAULT_FORWARD_IDLE_TIMEOUT_MS,
+  DEFAULT_FORWARDS_PER_SESSION,
+  ForwardBudget,
+  planLlmForwards,
+  startLlmForwarding,
+  type LlmForward,
+} from "../services/sandbox/src/llm-forwarder.js";
 import { sandboxEntryCommand } from "../services/sandbox/src/sandbox-entry.js";
 import { benchOptions } from "./bench-options.js";
 import { median, startReport } from "./bench-report.js";
@@ -41,6 +48,11 @@ const repoRoot = path.join(import.meta.dirname, "..");
 const fakeHarness = path.join(repoRoot, "sdk", "harness-ts", "bin", "oz0-fake-harness.js");
 const entryCommand = sandboxEntryCommand();
 const command = [process.execPath, fakeHarness];
+const forwardBudget = new ForwardBudget({
+  perSession: DEFAULT_FORWARDS_PER_SESSION,
+  total: 1024,
+  idleTimeoutMs: DEFAULT_FORWARD_IDLE_TIMEOUT_MS,
+});
 const model = await startScriptedModel({ turns: () => ({ text: "Done." }) });
 // Laid out as the sandbox lays a session out: bubblewrap hides the root and its parent, and binds the session's own directories again.
 const benchDir = mkdtempSync(path.join(tmpdir(), "oz0-bench-session-"));
@@ -91,7 +103,7 @@ const [forward] = planLlmForwards({ socketDir, urls: [{ field: "llm.anthropic_ba
 /** A session as the sandbox's bwrap mode runs it: the socket forwarding started for it, bubblewrap, the entry script inside, the harness. */
 async function underBubblewrap(): Promise<number> {
   const started = performance.now();
-  const forwarding = await startLlmForwarding([forward]);
+  const forwarding = await startLlmForwarding([forward], forwardBudget);
   try {
     const inner = clone(SessionRequestSchema, request);
     inner.llm!.anthropicBaseUrl = forwarding.innerUrl(model.url);
@@ -116,7 +128,7 @@ async function forwarderWithoutBubblewrap(): Promise<number> {
   const started = performance.now();
   const port = await freePort();
   const outside: LlmForward = { ...forward, innerSocketPath: forward.socketPath, innerPort: port };
-  const forwarding = await startLlmForwarding([outside]);
+  const forwarding = await startLlmForwarding([outside], forwardBudget);
   try {
     const direct = clone(SessionRequestSchema, request);
     direct.llm!.anthropicBaseUrl = `http://127.0.0.1:${port}`;

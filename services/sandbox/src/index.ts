@@ -24,6 +24,11 @@ import { DEFAULT_MAX_STDOUT_BYTES } from "./stdout-limit.js";
 import { prepareRoot, removeStaleSessions } from "./session-directories.js";
 import { SessionRegistry } from "./session-registry.js";
 import { sandboxEntryCommand } from "./sandbox-entry.js";
+import {
+  DEFAULT_FORWARD_IDLE_TIMEOUT_MS,
+  DEFAULT_FORWARDS_PER_SESSION,
+  defaultTotalForwards,
+} from "./llm-forwarder.js";
 import { startTelemetryRelay } from "./telemetry-relay.js";
 import { SessionUserPool } from "./session-user-pool.js";
 
@@ -154,6 +159,11 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
           readOnlyPaths: [...DEFAULT_READ_ONLY_PATHS, ...(config.readOnlyPaths ?? [])],
           hiddenPaths: config.hiddenPaths ?? [],
           entryCommand: sandboxEntryCommand(),
+          forwardLimits: {
+            perSession: config.maxForwardsPerSession ?? DEFAULT_FORWARDS_PER_SESSION,
+            total: config.maxForwards ?? defaultTotalForwards(),
+            idleTimeoutMs: config.forwardIdleTimeoutMs ?? DEFAULT_FORWARD_IDLE_TIMEOUT_MS,
+          },
         }
       : users !== undefined
         ? { mode: "user", setprivPath: isolation.sessionUsers.setprivPath as string, users }

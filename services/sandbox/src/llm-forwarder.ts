@@ -1,20 +1,26 @@
-// The node side of the LLM path under bubblewrap: one Unix socket per LLM
-// origin, bind-mounted into the sandbox, each piped to that origin and to
-// nothing else. The sandbox's network namespace has no other way out.
+// The node side of the LLM path under bubblewrap: Unix sockets bind-mounted
+// into the sandbox, each piped to one LLM origin and to nothing else. The
+// sandbox's network namespace has no other way out.
 //
-// The node listens once per origin, for every session (SharedLlmListeners):
-// each origin's socket has a folder of its own, `<root>/forward/<key>`,
-// which a session whose request names that origin gets bound read-only at
-// `/run/oz0/<i>`. A socket per session was an inode made and freed per
-// session, a bind, a listen and a server (issue 24). The folder holds that
-// socket alone and nothing of any session: a session reaches the origins its
-// request names, as before, and learns nothing of the sessions sharing them
-// (a hard link per session would have shown their number as the socket's
-// link count). Sessions a previous version started keep their sockets in
-// their own internal folder (`run/`, bound at /run/oz0), listened on per
-// session as before.
+// Each session listens on sockets of its own, in its internal folder
+// (`run/`, bound read-only at /run/oz0), so the sandbox knows whose every
+// connection is: a session holds at most `perSession` forwarded connections
+// at once, all sessions together at most `total` (each costs the sandbox two
+// descriptors, the Unix side and the TCP one to the origin, and the sandbox
+// needs the rest for sessions' files and processes), and a connection idle
+// for `idleTimeoutMs` is closed. A harness reaches the sockets directly, not
+// only through the entry, so none of this can be left to it.
+//
+// For a while the node listened once per origin for every session
+// (SharedLlmListeners, issue 24: a socket per session is an inode, a bind
+// and a server per session), but a shared socket cannot tell sessions apart,
+// and one session holding ten thousand connections to it took the node's
+// descriptors from every other (attacker review). Sessions that version
+// started keep the origin's shared folder (`<root>/forward/<key>`, bound at
+// `/run/oz0/<i>`) when taken over; only the overall cap and the idle
+// timeout apply to them.
 import { createHash } from "node:crypto";
-import { mkdirSync, rmSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
@@ -49,8 +55,8 @@ export interface LlmForwarding {
 /**
  * Plans the forwards for the request's base URLs; starts nothing. With
  * `sharedDir` each origin's socket is the node's shared one in a folder of
- * its own there (SharedLlmListeners); without, the session's own in
- * `socketDir` (the layout of sessions a previous version started).
+ * its own there (SharedLlmListeners: the layout of sessions a previous
+ * version started); without, the session's own in `socketDir`.
  */
 export function planLlmForwards(options: {
   socketDir: string;
@@ -104,16 +110,114 @@ function originKey(origin: URL): string {
   return createHash("sha256").update(origin.host).digest("hex").slice(0, 16);
 }
 
-/** Accepts connections on a forward's socket and pipes each to `origin`; `sockets` holds both ends of each while open. */
-function forwardingServer(origin: URL, sockets: Set<net.Socket>): net.Server {
+export interface ForwardLimits {
+  /** Forwarded connections one session holds at once, across its origins. */
+  perSession: number;
+  /** Forwarded connections all sessions hold at once. */
+  total: number;
+  /** A connection with no bytes either way for this long is closed. */
+  idleTimeoutMs: number;
+}
+
+/** Connections a session may hold: enough for a harness's parallel model calls, subagents and trace exports. */
+export const DEFAULT_FORWARDS_PER_SESSION = 64;
+/** A model's answer can pause for minutes (a long think before the first token); a pooled keep-alive connection is dropped by its client sooner. */
+export const DEFAULT_FORWARD_IDLE_TIMEOUT_MS = 10 * 60_000;
+
+/**
+ * The overall cap when none is set: a quarter of the process's descriptor
+ * limit, so forwarded connections (two descriptors each) take at most half
+ * of the descriptors and the other half stays for the sandbox's own work.
+ */
+export function defaultTotalForwards(descriptorLimit = openFilesLimit()): number {
+  return Math.max(1, Math.floor(descriptorLimit / 4));
+}
+
+/** The soft RLIMIT_NOFILE (Node raises it to the hard limit at start); 1024, the usual default, when unreadable. */
+function openFilesLimit(): number {
+  try {
+    const line = readFileSync("/proc/self/limits", "utf8")
+      .split("\n")
+      .find((l) => l.startsWith("Max open files"));
+    const soft = Number(line?.split(/\s{2,}/)[1]);
+    return Number.isSafeInteger(soft) && soft > 0 ? soft : 1024;
+  } catch {
+    return 1024;
+  }
+}
+
+/**
+ * Counts the node's forwarded connections against `limits.total`; each
+ * session's (or the shared listeners') against its own cap through a
+ * {@link ForwardBudget.group}.
+ */
+export class ForwardBudget {
+  readonly limits: ForwardLimits;
+  #open = 0;
+
+  constructor(limits: ForwardLimits) {
+    this.limits = limits;
+  }
+
+  /** A count of its own, capped at `cap`, within the node's. */
+  group(cap: number): ConnectionGroup {
+    let open = 0;
+    return {
+      admit: () => {
+        if (open >= cap || this.#open >= this.limits.total) return false;
+        open++;
+        this.#open++;
+        return true;
+      },
+      release: () => {
+        open--;
+        this.#open--;
+      },
+    };
+  }
+}
+
+interface ConnectionGroup {
+  /** Counts a connection in, or says false when a cap is reached. */
+  admit(): boolean;
+  release(): void;
+}
+
+/**
+ * Accepts connections on a forward's socket and pipes each to `origin`;
+ * `sockets` holds both ends of each while open. A connection past the
+ * group's cap is closed at once, before its TCP side is made.
+ */
+function forwardingServer(
+  origin: URL,
+  options: { sockets: Set<net.Socket>; group: ConnectionGroup; idleTimeoutMs: number },
+): net.Server {
   const port = Number(origin.port || "80");
   const host = origin.hostname.replace(/^\[|\]$/g, "");
+  const { sockets, group, idleTimeoutMs } = options;
   return net.createServer((inbound) => {
+    if (!group.admit()) {
+      inbound.destroy();
+      return;
+    }
     const outbound = net.connect({ host, port });
+    // Counted until both ends are gone: both hold a descriptor.
+    let ends = 2;
+    const ended = (): void => {
+      if (--ends === 0) group.release();
+    };
+    inbound.once("close", ended);
+    outbound.once("close", ended);
     for (const socket of [inbound, outbound]) {
       sockets.add(socket);
       socket.on("close", () => sockets.delete(socket));
     }
+    // A socket's reads and writes both count as activity; each side has a timer, as one may outlive the other.
+    for (const socket of [inbound, outbound])
+      socket.setTimeout(idleTimeoutMs, () => {
+        inbound.destroy();
+        outbound.destroy();
+      });
     inbound.pipe(outbound);
     outbound.pipe(inbound);
     inbound.on("error", () => outbound.destroy());
@@ -155,10 +259,15 @@ export class SharedLlmListeners {
   readonly #servers: net.Server[] = [];
   readonly #sockets = new Set<net.Socket>();
   readonly #aliasedDirs: FileHandle[] = [];
+  readonly #budget: ForwardBudget;
+  /** Every session on these sockets counts as one: the sockets cannot tell them apart. */
+  readonly #group: ConnectionGroup;
   #closed = false;
 
-  constructor(options: { dir: string }) {
+  constructor(options: { dir: string; budget: ForwardBudget }) {
     this.#dir = options.dir;
+    this.#budget = options.budget;
+    this.#group = options.budget.group(options.budget.limits.total);
   }
 
   get dir(): string {
@@ -188,7 +297,11 @@ export class SharedLlmListeners {
     mkdirSync(folder, { recursive: true, mode: 0o700 });
     // What a previous run of the sandbox bound there; its sessions, taken over, reach this run's socket in its place.
     rmSync(forward.socketPath, { force: true });
-    const server = forwardingServer(forward.origin, this.#sockets);
+    const server = forwardingServer(forward.origin, {
+      sockets: this.#sockets,
+      group: this.#group,
+      idleTimeoutMs: this.#budget.limits.idleTimeoutMs,
+    });
     this.#servers.push(server);
     await listenOn(server, forward.socketPath, this.#aliasedDirs);
   }
@@ -201,14 +314,19 @@ export class SharedLlmListeners {
   }
 }
 
-/** Listens on each forward's Unix socket, the session's own, and pipes connections to its origin. */
-export async function startLlmForwarding(forwards: LlmForward[]): Promise<LlmForwarding> {
+/**
+ * Listens on each forward's Unix socket, the session's own, and pipes
+ * connections to its origin: at most `budget.limits.perSession` at once
+ * across the session's forwards.
+ */
+export async function startLlmForwarding(forwards: LlmForward[], budget: ForwardBudget): Promise<LlmForwarding> {
   const servers: net.Server[] = [];
   const sockets = new Set<net.Socket>();
   const aliasedDirs: FileHandle[] = [];
+  const group = budget.group(budget.limits.perSession);
   try {
     for (const forward of forwards) {
-      const server = forwardingServer(forward.origin, sockets);
+      const server = forwardingServer(forward.origin, { sockets, group, idleTimeoutMs: budget.limits.idleTimeoutMs });
       servers.push(server);
       await listenOn(server, forward.socketPath, aliasedDirs);
     }

@@ -92,6 +92,21 @@ export interface SandboxConfig {
    * Default 512 MiB.
    */
   maxEndedSessionLogBytes?: number;
+  /**
+   * Connections one session holds at once to its LLM endpoints and the trace
+   * relay under bubblewrap (OZ0_LLM_FORWARD_MAX_CONNECTIONS_PER_SESSION);
+   * past it a new one is closed at once. Default 64.
+   */
+  maxForwardsPerSession?: number;
+  /**
+   * The same, for all sessions together (OZ0_LLM_FORWARD_MAX_CONNECTIONS):
+   * each costs the sandbox two descriptors. Default a quarter of the
+   * process's descriptor limit, leaving half of the descriptors to the
+   * sandbox's own work.
+   */
+  maxForwards?: number;
+  /** A forwarded connection with no bytes either way for this long is closed (OZ0_LLM_FORWARD_IDLE_TIMEOUT_MS). Default 10 minutes. */
+  forwardIdleTimeoutMs?: number;
   /** Longest harness stdout line, in bytes (OZ0_MAX_LINE_BYTES). Default 1 MiB. */
   maxLineBytes?: number;
   /** Largest patch, and largest total of named files, returned as artifacts (OZ0_MAX_ARTIFACT_BYTES). Default 8 MiB. */
@@ -214,6 +229,12 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     unreadRetentionMs: ms(env, "OZ0_UNREAD_SESSION_RETENTION_MS"),
     maxUnreadSessions: envInteger(env, "OZ0_MAX_UNREAD_SESSIONS", { min: 0, unit: "sessions" }),
     maxEndedSessionLogBytes: bytes(env, "OZ0_MAX_ENDED_SESSION_LOG_BYTES"),
+    maxForwardsPerSession: envInteger(env, "OZ0_LLM_FORWARD_MAX_CONNECTIONS_PER_SESSION", {
+      min: 1,
+      unit: "connections",
+    }),
+    maxForwards: envInteger(env, "OZ0_LLM_FORWARD_MAX_CONNECTIONS", { min: 1, unit: "connections" }),
+    forwardIdleTimeoutMs: ms(env, "OZ0_LLM_FORWARD_IDLE_TIMEOUT_MS", 1),
     maxLineBytes: bytes(env, "OZ0_MAX_LINE_BYTES"),
     maxArtifactBytes: bytes(env, "OZ0_MAX_ARTIFACT_BYTES"),
     maxMessageBytes: envMaxMessageBytes(env),

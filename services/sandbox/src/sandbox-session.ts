@@ -40,7 +40,13 @@ import type { IsolationName } from "./isolation-choice.js";
 import { MAX_LINE_NESTING, nestingLimitLauncher } from "./line-nesting.js";
 import { landlockLauncher, type Landlock } from "./landlock-launcher.js";
 import { parentDeathLauncher } from "./parent-death-launcher.js";
-import { startLlmForwarding, type LlmForward, type LlmForwarding, type SharedLlmListeners } from "./llm-forwarder.js";
+import {
+  startLlmForwarding,
+  type ForwardBudget,
+  type LlmForward,
+  type LlmForwarding,
+  type SharedLlmListeners,
+} from "./llm-forwarder.js";
 import { SessionEventLog } from "./event-log.js";
 import { SandboxError } from "./sandbox-errors.js";
 import { StderrCapture } from "./stderr-capture.js";
@@ -75,8 +81,10 @@ export type SessionIsolation =
       sandboxRoot: string;
       entryCommand: readonly string[];
       forwards: LlmForward[];
-      /** The node's listeners, when the forwards are planned on them; else the session listens on its own sockets. */
+      /** The node's listeners, when the forwards are planned on them (a session a previous version started); else the session listens on its own sockets. */
       listeners: SharedLlmListeners | undefined;
+      /** The node's count of forwarded connections, which the session's own sockets are capped in. */
+      budget: ForwardBudget;
     };
 
 /**
@@ -830,9 +838,9 @@ export class SandboxSession {
   }
 }
 
-/** The session's LLM forwarding: the node's shared listeners, or its own sockets (a session a previous version started). */
+/** The session's LLM forwarding: its own sockets, or the node's shared listeners (a session a previous version started). */
 function forwardingFor(isolation: Extract<SessionIsolation, { mode: "bwrap" }>): Promise<LlmForwarding> {
-  return isolation.listeners?.open(isolation.forwards) ?? startLlmForwarding(isolation.forwards);
+  return isolation.listeners?.open(isolation.forwards) ?? startLlmForwarding(isolation.forwards, isolation.budget);
 }
 
 /** The session's container; one that cannot be made refuses the session rather than run it uncontained. */

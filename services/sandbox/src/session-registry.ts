@@ -12,7 +12,7 @@ import type { SessionInfo, StartSession } from "@oz0/proto/oz0/sandbox/v1/sandbo
 import type { Landlock } from "./landlock-launcher.js";
 import type { Containment } from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
-import { planLlmForwards, SharedLlmListeners } from "./llm-forwarder.js";
+import { ForwardBudget, planLlmForwards, SharedLlmListeners, type ForwardLimits } from "./llm-forwarder.js";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
 import { SandboxSession, type SandboxSessionOptions, type SessionIsolation } from "./sandbox-session.js";
 import { keeperAvailable, processStartTime, readKeeperExit } from "./session-keeper.js";
@@ -50,6 +50,8 @@ export interface SessionRegistryOptions {
         readOnlyPaths: readonly string[];
         hiddenPaths: readonly string[];
         entryCommand: readonly string[];
+        /** The caps and idle timeout of the LLM forwards (llm-forwarder.ts). */
+        forwardLimits: ForwardLimits;
       };
   sessionPath: string;
   locale: string;
@@ -106,7 +108,9 @@ export class SessionRegistry {
   readonly #spawner: KeeperSpawner | undefined;
   /** Ended kept sessions' internal directories, emptied for the next ones (session-directories.ts). */
   readonly #internalDirs: InternalDirectoryPool | undefined;
-  /** The LLM origins' sockets under bubblewrap, one per origin for every session (llm-forwarder.ts). */
+  /** The node's forwarded connections under bubblewrap, counted against their caps (llm-forwarder.ts). */
+  readonly #forwardBudget: ForwardBudget | undefined;
+  /** The LLM origins' shared sockets, for the sessions taken over that a previous version started on them (llm-forwarder.ts). */
   readonly #listeners: SharedLlmListeners | undefined;
 
   constructor(options: SessionRegistryOptions) {
@@ -117,8 +121,13 @@ export class SessionRegistry {
         spares: Math.min(SPARE_KEEPERS, options.maxSessions),
         logger: options.logger,
       });
-    if (options.isolation.mode === "bwrap")
-      this.#listeners = new SharedLlmListeners({ dir: path.join(options.root, FORWARD_DIR) });
+    if (options.isolation.mode === "bwrap") {
+      this.#forwardBudget = new ForwardBudget(options.isolation.forwardLimits);
+      this.#listeners = new SharedLlmListeners({
+        dir: path.join(options.root, FORWARD_DIR),
+        budget: this.#forwardBudget,
+      });
+    }
     if (this.#keeps)
       this.#internalDirs = new InternalDirectoryPool({
         dir: path.join(options.root, RECYCLED_DIR),
@@ -160,7 +169,7 @@ export class SessionRegistry {
       stateDir: request.stateDir,
       ...(shared !== undefined ? { sharedWorkingDir: shared.workingDir } : {}),
     });
-    const isolation = this.#isolationFor(shared, { socketDir: paths.socketDir, request, sharedForwards: true });
+    const isolation = this.#isolationFor(shared, { socketDir: paths.socketDir, request, sharedForwards: false });
     const session = this.#newSession({ start, request, command, paths, isolation });
     this.#active++;
     this.#sessions.set(session.id, session);
@@ -391,7 +400,7 @@ export class SessionRegistry {
     options: {
       socketDir: string;
       request: StartSession["request"] & object;
-      /** Its LLM sockets are the node's shared ones: every new session's, and those of the sessions taken over whose record says so. */
+      /** Its LLM sockets are the node's shared ones: a session taken over whose record says so (a previous version started it). */
       sharedForwards: boolean;
     },
   ): SessionIsolation {
@@ -423,7 +432,7 @@ export class SessionRegistry {
         { field: "the sandbox's trace relay", url: this.#options.traceRelay?.url ?? "" },
       ],
     });
-    return { ...isolation, sandboxRoot: this.#options.root, forwards, listeners };
+    return { ...isolation, sandboxRoot: this.#options.root, forwards, listeners, budget: this.#forwardBudget! };
   }
 
   /** The live session whose working directory start.share_working_dir_of names, checked: it runs on this node right now. */

@@ -233,7 +233,7 @@ for (const mode of ["none", "user", "bwrap"] as const) {
       void it("reaches the LLM endpoint from a sandbox root too deep for a Unix socket's path", async (ctx) => {
         const outer = mkdtempSync(path.join(os.tmpdir(), "oz0-deep-root-"));
         ctx.after(() => rmSync(outer, { recursive: true, force: true }));
-        // The forwarder's socket, <root>/forward/<origin's key>/llm.sock, is past the 107 bytes Linux binds.
+        // The forwarder's socket, <root>/internal/<session>/run/llm-0.sock, is past the 107 bytes Linux binds.
         const deep = await startTestSandbox({ isolation: "bwrap", root: path.join(outer, "d".repeat(80)) });
         ctx.after(() => deep.close());
         const llm = http.createServer((_req, res) => res.end("pong"));
@@ -251,11 +251,11 @@ for (const mode of ["none", "user", "bwrap"] as const) {
         assert.equal(stream.exited().result?.text, "200 pong", String(stream.error));
       });
 
-      void it("cannot write or mark the forwarder's socket folder, which every session using that origin shares", async () => {
+      void it("cannot write or mark the folder of its forwarder's sockets", async () => {
         const stream = await runToEnd(
           t.client,
           scenarioStart(
-            { mode: "probe", list: ["/run/oz0/0"], write: ["/run/oz0/0/planted"] },
+            { mode: "probe", list: ["/run/oz0"], write: ["/run/oz0/planted"] },
             {},
             { llm: { anthropicBaseUrl: "http://127.0.0.1:9/anthropic", token: "t" } },
           ),
@@ -266,8 +266,8 @@ for (const mode of ["none", "user", "bwrap"] as const) {
           lists: Record<string, unknown>;
           writes: Record<string, string>;
         };
-        assert.deepEqual(report.lists["/run/oz0/0"], ["llm.sock"]);
-        assert.deepEqual(report.writes, { "/run/oz0/0/planted": "ERROR EROFS" });
+        assert.deepEqual(report.lists["/run/oz0"], ["llm-0.sock"]);
+        assert.deepEqual(report.writes, { "/run/oz0/planted": "ERROR EROFS" });
       });
     } else {
       void it(`still connects to loopback ${mode === "user" ? "under a uid of its own (no network namespace)" : "without isolation (the mode isolates nothing)"}`, async () => {

@@ -11,7 +11,9 @@ import type net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { planLlmForwards, SharedLlmListeners, startLlmForwarding } from "../src/llm-forwarder.js";
+import { ForwardBudget, planLlmForwards, SharedLlmListeners, startLlmForwarding } from "../src/llm-forwarder.js";
+
+const budget = new ForwardBudget({ perSession: 64, total: 1024, idleTimeoutMs: 60_000 });
 
 /** One HTTP request over the Unix socket at `socketPath`; the answer's body. */
 function get(socketPath: string): Promise<string> {
@@ -48,7 +50,7 @@ void describe("the LLM forwarder", () => {
       const forwards = planLlmForwards({ socketDir, urls: [{ field: "llm.anthropic_base_url", url }] });
       const socketPath = forwards[0]!.socketPath;
       assert.equal(Buffer.byteLength(socketPath) > 107, depth > 100);
-      const forwarding = await startLlmForwarding(forwards);
+      const forwarding = await startLlmForwarding(forwards, budget);
       try {
         assert.ok(existsSync(socketPath), "the socket is where bubblewrap binds it from");
         // Connecting has the same limit as binding: a client reaches a deep socket through its directory too.
@@ -71,7 +73,7 @@ void describe("the LLM forwarder", () => {
       const other = http.createServer((req, res) => res.end(`other saw ${req.url}`));
       await new Promise<void>((resolve) => other.listen(0, "127.0.0.1", resolve));
       const otherUrl = `http://127.0.0.1:${(other.address() as net.AddressInfo).port}`;
-      const listeners = new SharedLlmListeners({ dir: sharedDir });
+      const listeners = new SharedLlmListeners({ dir: sharedDir, budget });
       try {
         const plan = (urls: string[]) =>
           planLlmForwards({
