@@ -26,7 +26,7 @@ export {
   messageTooLarge,
 } from "./message-size-limit.js";
 export type { OversizedMessage } from "./message-size-limit.js";
-export { writeHead } from "./protocol-sniffing-server.js";
+export { timeRequestBody, writeHead } from "./protocol-sniffing-server.js";
 export type { RequestHandler } from "./protocol-sniffing-server.js";
 export {
   startTelemetry,

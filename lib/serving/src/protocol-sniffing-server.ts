@@ -182,22 +182,44 @@ function retire(session: http2.ServerHttp2Session): void {
 }
 
 /**
- * What HTTP/1.1's request timeout does, for one HTTP/2 stream: a body that
- * has not arrived whole in time is answered 408 (or, once an answer began,
- * the stream is reset). Node's HTTP/2 server has no such timeout, so a body
- * one byte short of complete was held for as long as the connection lived.
+ * A request's body that has not arrived whole within `timeoutMs` is answered
+ * 408 (or, once an answer began, its stream or connection is cut). Node's
+ * HTTP/2 server has no request timeout, and its HTTP/1.1 one
+ * (`server.requestTimeout`) is not enforced on a body the handler is still
+ * reading: a body one byte short of complete was held for as long as the
+ * connection lived.
  */
-function timeRequestBody(req: http2.Http2ServerRequest, res: http2.Http2ServerResponse, timeoutMs: number): void {
-  const stream = req.stream;
-  if (stream.endAfterHeaders) return;
+export function timeRequestBody(
+  req: http.IncomingMessage | http2.Http2ServerRequest,
+  res: http.ServerResponse | http2.Http2ServerResponse,
+  timeoutMs: number,
+): void {
+  const answer408 = (then: () => void): void => {
+    if (res.headersSent) return then();
+    writeHead(res, 408, { "content-type": "text/plain", connection: "close" });
+    (res as http.ServerResponse).end(
+      `the request's body did not arrive within ${timeoutMs} ms; send it whole, or send less\n`,
+      then,
+    );
+  };
+  if ("stream" in req) {
+    const stream = req.stream;
+    if (stream.endAfterHeaders) return;
+    const timer = setTimeout(() => {
+      // The whole body arrived (whether or not it was read), or the stream is gone.
+      if (stream.destroyed || stream.state.remoteClose) return;
+      answer408(() => {});
+      stream.close(http2.constants.NGHTTP2_CANCEL);
+    }, timeoutMs).unref();
+    stream.once("close", () => clearTimeout(timer));
+    return;
+  }
+  if (req.complete) return;
   const timer = setTimeout(() => {
-    // The whole body arrived (whether or not it was read), or the stream is gone.
-    if (stream.destroyed || stream.state.remoteClose) return;
-    if (!res.headersSent) {
-      res.writeHead(408, { "content-type": "text/plain" });
-      res.end(`the request's body did not arrive within ${timeoutMs} ms; send it whole, or send less\n`);
-    }
-    stream.close(http2.constants.NGHTTP2_CANCEL);
+    if (req.complete || req.socket.destroyed) return;
+    // The connection goes too: the rest of the body would otherwise be read as the next request.
+    answer408(() => req.socket.destroy());
   }, timeoutMs).unref();
-  stream.once("close", () => clearTimeout(timer));
+  // Answered (whatever becomes of the body then) or gone.
+  (res as http.ServerResponse).once("close", () => clearTimeout(timer));
 }

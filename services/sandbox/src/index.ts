@@ -191,7 +191,13 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     logger,
     listener: lifecycle?.listener,
     ...(traceRelay !== undefined
-      ? { traceRelay: { url: traceRelay.url, protocol: config.sessionTraces!.protocol } }
+      ? {
+          traceRelay: {
+            url: traceRelay.url,
+            protocol: config.sessionTraces!.protocol,
+            exportPath: (sessionId: string) => traceRelay.exportPath(sessionId),
+          },
+        }
       : {}),
   });
   // Sessions a previous run left running under their keepers are taken over; everything else it left is removed.

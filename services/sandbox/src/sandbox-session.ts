@@ -64,7 +64,6 @@ import { sessionUserLauncher } from "./session-user-launcher.js";
 import type { SessionUserLease } from "./session-user-pool.js";
 import { appendAnswered, SessionLogFile, writeSessionRecord, type SessionRecord } from "./session-record.js";
 import { adoptKeeper, extraFile, keeperSpawn, processStartTime, type SpareKeepers } from "./session-keeper.js";
-import { OTLP_TRACES_PATH } from "./telemetry-relay.js";
 import { startSessionSpan, type SessionSpan } from "./tracing.js";
 
 /** How the session's harness is isolated, decided by the registry. */
@@ -124,7 +123,7 @@ export interface SandboxSessionOptions {
   maxStdoutBytes: number;
   logger: Logger;
   /** The sandbox's relay to the trace collector: the harness exports its spans there (inside the sandbox, through its forward), encoded as the collector takes them. */
-  traceRelay?: { url: string; protocol: "http/protobuf" | "http/json" };
+  traceRelay?: { url: string; protocol: "http/protobuf" | "http/json"; exportPath(sessionId: string): string };
   /**
    * Run the harness under a keeper (session-keeper.ts) and keep the session's
    * record and log in its internal directory, so a restarted sandbox takes it
@@ -377,7 +376,7 @@ export class SandboxSession {
       ...(this.#options.traceRelay !== undefined
         ? {
             otlpTraces: {
-              endpoint: `${innerUrl(this.#options.traceRelay.url)}${OTLP_TRACES_PATH}`,
+              endpoint: `${innerUrl(this.#options.traceRelay.url)}${this.#options.traceRelay.exportPath(this.id)}`,
               protocol: this.#options.traceRelay.protocol,
             },
           }

@@ -82,7 +82,7 @@ export interface SessionRegistryOptions {
   logger: Logger;
   listener?: SessionLifecycleListener;
   /** The sandbox's relay to the trace collector (telemetry-relay.ts), when it exports traces: sessions send their spans there. */
-  traceRelay?: { url: string; protocol: "http/protobuf" | "http/json" };
+  traceRelay?: { url: string; protocol: "http/protobuf" | "http/json"; exportPath(sessionId: string): string };
 }
 
 /** Keepers forked ahead: enough for sessions started a few at once; a burst past it starts the rest directly. */
