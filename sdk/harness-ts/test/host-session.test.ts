@@ -5,8 +5,8 @@ import { describe, it } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { SessionRequestSchema, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { HostSessionError, startHostSession } from "@oz0/harness/host";
-import type { HostSession, HostSessionOptions, SessionOutcome } from "@oz0/harness/host";
+import { HostSessionError, processGroupLauncher, startHostSession } from "@oz0/harness/host";
+import type { HarnessLauncher, HostSession, HostSessionOptions, SessionOutcome } from "@oz0/harness/host";
 
 const RULE =
   "at most 256 characters, with no control characters, line or paragraph separators, bidirectional controls or half characters";
@@ -362,6 +362,28 @@ void describe("startHostSession", () => {
     const outcome = await expectFailure(session.outcome, "event_callback_failed");
     assert.match(outcome.error?.message ?? "", /sink broke/);
   });
+
+  // A guard, not a measure: before, such a session ran on until its deadline.
+  void it(
+    "stops a harness whose stdout cannot be read, rather than leave it running unheard",
+    { timeout: 60_000 },
+    async () => {
+      // A kept session's stdout is a file the sandbox reads, whose open fails when the node is out of descriptors: the
+      // reader errs while the harness, whose output goes to the file, runs on (a closed pipe would end it instead).
+      const processes = processGroupLauncher();
+      const launcher: HarnessLauncher = {
+        launch(spec) {
+          const launched = processes.launch(spec);
+          const unopened = Object.assign(new Error("EMFILE: too many open files, open 'stdout'"), { code: "EMFILE" });
+          setImmediate(() => launched.child.stdout.emit("error", unopened));
+          return launched;
+        },
+      };
+      const { session } = run("cancellable", { launcher });
+      const outcome = await expectFailure(session.outcome, "output_unreadable");
+      assert.match(outcome.error?.message ?? "", /EMFILE/);
+    },
+  );
 
   void it("kills the harness's process group when the host process exits", async () => {
     const { execFile } = await import("node:child_process");

@@ -34,7 +34,9 @@ export type SessionErrorCode =
   /** The session's deadline passed. */
   | "deadline_exceeded"
   /** The caller's `onEvent` threw; the session was stopped. */
-  | "event_callback_failed";
+  | "event_callback_failed"
+  /** The harness's stdout could not be read (its file not opened, as when the node is out of descriptors); the harness was stopped. */
+  | "output_unreadable";
 
 /** The first problem a session met, as recorded in its outcome. */
 export interface SessionError {

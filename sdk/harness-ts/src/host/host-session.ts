@@ -333,7 +333,13 @@ class RunningHostSession implements HostSession {
       this.#stdoutEnded = true;
       this.#maybeFinalize();
     });
-    child.stdout.on("error", () => {
+    child.stdout.on("error", (error: NodeJS.ErrnoException) => {
+      // Unread, the harness would run on unheard until its deadline (a kept session's stdout file not opened: EMFILE).
+      if (this.#result === undefined)
+        this.#fail(
+          "output_unreadable",
+          `could not read the harness's stdout (${error.message}); if it says EMFILE, the node is out of file descriptors`,
+        );
       this.#stdoutEnded = true;
       this.#maybeFinalize();
     });
