@@ -700,5 +700,14 @@ const TOKEN_REDACTED = "[redacted]";
  * not looked for.
  */
 function withoutSessionToken(line: string, token: string | undefined): string {
-  return token && line.includes(token) ? line.replaceAll(token, TOKEN_REDACTED) : line;
+  return token !== undefined && token.length >= MIN_REDACTED_TOKEN && line.includes(token)
+    ? line.replaceAll(token, TOKEN_REDACTED)
+    : line;
 }
+
+/**
+ * A token shorter than this (a test's `t`) is not looked for: it could be a
+ * piece of any line's JSON, and taking it out would break the line. The
+ * proxy's tokens are over 40 characters.
+ */
+const MIN_REDACTED_TOKEN = 16;
