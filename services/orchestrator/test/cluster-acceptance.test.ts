@@ -262,11 +262,18 @@ void test("200 jobs across three orchestrators, two sandbox nodes and two proxie
   }
 
   // Metering: every token the scripted model served is on some job, whichever proxy metered it.
-  const all = await c.jobs(0).listJobs({ limit: 10_000 });
+  // Every job, a page (at most 500) at a time.
+  const all: Job[] = [];
+  let pageToken = "";
+  do {
+    const page = await c.jobs(0).listJobs({ limit: 500, pageToken });
+    all.push(...page.jobs);
+    pageToken = page.nextPageToken;
+  } while (pageToken !== "");
   let input = 0;
   let output = 0;
   // A graph run's usage is its step jobs' (GetJobUsage sums them), so it is counted through its steps only.
-  for (const job of all.jobs.filter((j) => !j.id.startsWith("graph_"))) {
+  for (const job of all.filter((j) => !j.id.startsWith("graph_"))) {
     const usage = (await c.jobs(1).getJobUsage({ jobId: job.id })).usage?.total;
     input += Number(usage?.inputTokens ?? 0);
     output += Number(usage?.outputTokens ?? 0);
