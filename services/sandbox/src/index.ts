@@ -195,7 +195,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
           traceRelay: {
             url: traceRelay.url,
             protocol: config.sessionTraces!.protocol,
-            exportPath: (sessionId: string) => traceRelay.exportPath(sessionId),
+            exportPath: traceRelay.exportPath,
           },
         }
       : {}),

@@ -5,6 +5,7 @@
 // A page holds at most MAX_APPROVALS_PAGE calls, and each job and agent
 // version is read once per page, however many of its calls the page holds.
 import { invalidArgument } from "../orchestrator-error.js";
+import { pageSize } from "../page-size.js";
 import type { AgentVersionRecord, JobRecord, JobStore, PermissionRecord } from "../store/job-store.js";
 
 export const DEFAULT_APPROVALS_PAGE = 100;
@@ -39,11 +40,7 @@ export async function listApprovalsPage(
   store: JobStore,
   query: ApprovalsPageQuery,
 ): Promise<{ rows: ApprovalRow[]; nextPageToken: string }> {
-  const limit = query.limit || DEFAULT_APPROVALS_PAGE;
-  if (limit > MAX_APPROVALS_PAGE)
-    throw invalidArgument(
-      `limit ${limit} is more than a page holds (${MAX_APPROVALS_PAGE}); ask for at most ${MAX_APPROVALS_PAGE} and page on with next_page_token`,
-    );
+  const limit = pageSize(query.limit, { default: DEFAULT_APPROVALS_PAGE, max: MAX_APPROVALS_PAGE });
   const after = query.pageToken ? positionOf(query.pageToken) : undefined;
   if (query.pageToken && (!after || (await store.getPermission(after.jobId, after.id))?.id !== after.id))
     throw invalidArgument("page_token is not one ListApprovals gave: list again without it for the first page");

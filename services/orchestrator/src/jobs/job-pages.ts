@@ -4,14 +4,11 @@
 // jobs created while someone pages through do not shift the pages after the
 // first, and a page costs the same however deep it is.
 import { invalidArgument } from "../orchestrator-error.js";
+import { pageSize } from "../page-size.js";
 import type { JobRecord, JobStateName, JobStore } from "../store/job-store.js";
 
 export const DEFAULT_PAGE_SIZE = 50;
-/**
- * The most a page may hold. A page is built and sent whole, on the event loop
- * every caller shares: a viewer asking for every job at once (2^31 - 1) held
- * it for most of a second and the orchestrator's memory grew by 400 MB.
- */
+/** The most a page may hold (page-size.ts says why there is a most). */
 export const MAX_PAGE_SIZE = 500;
 
 export interface JobsPageQuery {
@@ -29,11 +26,7 @@ export async function listJobsPage(
   store: Pick<JobStore, "listJobs" | "getJob">,
   query: JobsPageQuery,
 ): Promise<{ jobs: JobRecord[]; nextPageToken: string }> {
-  const limit = query.limit || DEFAULT_PAGE_SIZE;
-  if (limit > MAX_PAGE_SIZE)
-    throw invalidArgument(
-      `limit ${limit} is more than a page holds (${MAX_PAGE_SIZE}); ask for at most ${MAX_PAGE_SIZE} and page on with next_page_token`,
-    );
+  const limit = pageSize(query.limit, { default: DEFAULT_PAGE_SIZE, max: MAX_PAGE_SIZE });
   if (query.pageToken && !(await store.getJob(query.pageToken))) {
     throw invalidArgument("page_token is not one ListJobs gave: list again without it for the first page");
   }
