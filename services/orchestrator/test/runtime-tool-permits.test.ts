@@ -10,7 +10,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { MAX_WAITING_RUNTIME_PERMITS, permitRuntimeCall } from "../src/approvals/runtime-call-permits.js";
+import { MAX_WAITING_RUNTIME_PERMITS, permitRuntimeCall, schemaFields } from "../src/approvals/runtime-call-permits.js";
 import { inputAllowed } from "../src/policy/tool-call-audit.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
 import { job, permission } from "./job-store-suite.js";
@@ -116,12 +116,37 @@ void test("a harness operation called after its permission was denied runs nothi
 
 void test("a runtime call's input is allowed when each of its fields is as the permission allowed it", () => {
   const allowed = { task: "check order 4831", note: "a field the tool's schema does not name" };
-  assert.equal(inputAllowed({ task: "check order 4831", note: allowed.note }, allowed), true, "the same");
-  assert.equal(inputAllowed({ task: "check order 4831" }, allowed), true, "a field dropped by the tool's schema");
-  assert.equal(inputAllowed({ task: "check order 9999" }, allowed), false, "a field changed");
-  assert.equal(inputAllowed({ task: "check order 4831", to: "x" }, allowed), false, "a field added");
+  const named = new Set(["task", "priority"]);
+  assert.equal(inputAllowed({ task: "check order 4831", note: allowed.note }, allowed, named), true, "the same");
+  assert.equal(
+    inputAllowed({ task: "check order 4831" }, allowed, named),
+    true,
+    "a field dropped by the tool's schema",
+  );
+  assert.equal(inputAllowed({ task: "check order 9999" }, allowed, named), false, "a field changed");
+  assert.equal(inputAllowed({ task: "check order 4831", to: "x" }, allowed, named), false, "a field added");
   assert.equal(inputAllowed({ nested: { a: [1, 2] } }, { nested: { a: [1, 2] } }), true);
   assert.equal(inputAllowed({ nested: { a: [1] } }, { nested: { a: [1, 2] } }), false, "compared whole below the top");
+});
+
+void test("a runtime call that leaves out a field the person allowed, which its tool's schema names, is not allowed", () => {
+  // The tool would run with its default: an empty input once matched every permission of its tool.
+  const allowed = { task: "check order 4831", priority: "low" };
+  const named = new Set(["task", "priority"]);
+  assert.equal(inputAllowed({}, allowed, named), false, "an empty input");
+  assert.equal(inputAllowed({ task: "check order 4831" }, allowed, named), false, "one named field left out");
+  assert.equal(inputAllowed({ task: "check order 4831" }, allowed), false, "a tool whose schema is not known: exact");
+  assert.equal(inputAllowed({}, {}, named), true, "nothing allowed, nothing given");
+});
+
+void test("schemaFields reads the fields a runtime tool's schema names", () => {
+  assert.deepEqual(
+    [...(schemaFields({ type: "object", properties: { task: { type: "string" }, n: {} } }) ?? [])],
+    ["task", "n"],
+  );
+  assert.equal(schemaFields({ type: "object" }), undefined, "no properties: every allowed field must be given");
+  assert.equal(schemaFields(undefined), undefined, "a tool not offered");
+  assert.equal(schemaFields({ properties: ["task"] }), undefined, "properties that are not an object");
 });
 
 void test("an approved permission allows one runtime call, and still only one after the orchestrator restarts", async (t) => {
@@ -138,7 +163,13 @@ void test("an approved permission allows one runtime call, and still only one af
     ],
   });
   const permit = (store: SqliteJobStore, id: string) =>
-    permitRuntimeCall({ store, jobId: "j1", harness: "rogue", call: { id, name: "verify", input: { task: "x" } } });
+    permitRuntimeCall({
+      store,
+      jobId: "j1",
+      harness: "rogue",
+      call: { id, name: "verify", input: { task: "x" } },
+      named: new Set(["task"]),
+    });
   assert.equal(await permit(stored, "rt1"), undefined, "the call it was asked for");
   assert.equal(await permit(stored, "rt1"), undefined, "the same call, replayed by a re-attach");
   await stored.close();
@@ -194,6 +225,7 @@ void test("a runtime call reads only the waiting permits of its tool, not every 
       jobId: "j1",
       harness: "rogue",
       call: { id: `rt-${task}`, name: "verify", input: { task } },
+      named: new Set(["task"]),
     });
   // As many asked ahead as a harness may hold, then called newest first: each call reads the waiting ones only.
   await asked(0, MAX_WAITING_RUNTIME_PERMITS);

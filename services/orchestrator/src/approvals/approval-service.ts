@@ -472,9 +472,17 @@ export class ApprovalService {
   }
 
   /** runtime-call-permits.ts, for a job whose harness declares permissions and has broken no rule yet. */
-  async permitRuntimeCall(jobId: string, active: ActiveJob, call: RuntimeCall): Promise<string | undefined> {
+  async permitRuntimeCall(options: {
+    jobId: string;
+    active: ActiveJob;
+    call: RuntimeCall;
+    /** The called tool's schema fields (schemaFields). */
+    named: ReadonlySet<string> | undefined;
+  }): Promise<string | undefined> {
+    const { jobId, active, call, named } = options;
     if (!active.agent.harness.manifest.permissions || active.violation !== undefined) return undefined;
-    return permitRuntimeCall({ store: this.#o.store, jobId, harness: active.agent.harness.manifest.name, call });
+    const harness = active.agent.harness.manifest.name;
+    return permitRuntimeCall({ store: this.#o.store, jobId, harness, call, named });
   }
 
   /** Stop timing a job's calls: another replica works on it now. */

@@ -17,6 +17,14 @@ export interface RuntimeCall {
   input?: JsonObject | undefined;
 }
 
+/** The fields a runtime tool's input schema names (its top-level `properties`); undefined when it names none or is not offered. */
+export function schemaFields(schema: JsonObject | undefined): ReadonlySet<string> | undefined {
+  const properties = schema?.properties;
+  return properties && typeof properties === "object" && !Array.isArray(properties)
+    ? new Set(Object.keys(properties))
+    : undefined;
+}
+
 /**
  * The permits one runtime call looks through: approved, of its tool, used by
  * no other call. A harness asks, then calls, so a few wait at a time; reading
@@ -39,8 +47,10 @@ export async function permitRuntimeCall(options: {
   /** The harness's name, for the rule. */
   harness: string;
   call: RuntimeCall;
+  /** The fields the called tool's schema names (schemaFields); a permission's field it names must be in the call. */
+  named: ReadonlySet<string> | undefined;
 }): Promise<string | undefined> {
-  const { store, jobId, call } = options;
+  const { store, jobId, call, named } = options;
   const input = call.input ?? {};
   const permits = await store.runtimeCallPermits({
     jobId,
@@ -49,7 +59,7 @@ export async function permitRuntimeCall(options: {
     limit: MAX_WAITING_RUNTIME_PERMITS,
   });
   for (const p of permits) {
-    if (!inputAllowed(input, p.answerInput ?? p.input ?? {})) continue;
+    if (!inputAllowed(input, p.answerInput ?? p.input ?? {}, named)) continue;
     if (await store.usePermissionForRuntimeCall(jobId, p.id, call.id)) return undefined;
   }
   // Refused, and the job stops: once a job, so every permission of it may be read to say why.
@@ -57,7 +67,7 @@ export async function permitRuntimeCall(options: {
   if (permits.length === MAX_WAITING_RUNTIME_PERMITS)
     return `policy bypass: harness ${options.harness} called ${what} while ${MAX_WAITING_RUNTIME_PERMITS} or more of its allowed calls of that tool were not made yet, more than a harness that asks before each call holds (rule: every tool call asks first, then runs); the job was stopped`;
   const asked = (await store.listPermissions({ jobId })).filter(
-    (p) => p.tool === call.name && inputAllowed(input, p.answerInput ?? p.input ?? {}),
+    (p) => p.tool === call.name && inputAllowed(input, p.answerInput ?? p.input ?? {}, named),
   );
   const refused = asked.find((p) => p.status !== "approved");
   if (refused)

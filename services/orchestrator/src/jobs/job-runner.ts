@@ -10,6 +10,7 @@ import { REQUEST_ID_RULES, requestIdProblem } from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
 import { AgentVersions } from "../agents/agent-versions.js";
 import { ApprovalService, passesAuditUnread, type AnswerOptions } from "../approvals/approval-service.js";
+import { schemaFields } from "../approvals/runtime-call-permits.js";
 import { asBystander, soleOwnership, type JobOwnership } from "../cluster/job-ownership.js";
 import { OperationRunner } from "../operations/operation-runner.js";
 import { OrchestratorError, notFound } from "../orchestrator-error.js";
@@ -619,7 +620,9 @@ export class JobRunner {
           return;
         }
         // Asked about and allowed first, as every tool call is: else nothing runs, and the job fails with the rule.
-        const bypass = await this.#approvals.permitRuntimeCall(jobId, active, e.value);
+        const offered = this.#sessions.runtimeTools(job, active.agent).find((t) => t.name === e.value.name);
+        const named = schemaFields(offered?.inputSchema);
+        const bypass = await this.#approvals.permitRuntimeCall({ jobId, active, call: e.value, named });
         if (bypass) {
           await active.channel?.answerRuntimeTool(
             create(RuntimeToolResultSchema, {

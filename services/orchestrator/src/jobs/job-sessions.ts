@@ -6,6 +6,7 @@
 // token unused) may start again, elsewhere; any other lost session fails its
 // job. What a session's messages mean for the job is the job runner's
 // (`handle`), as is finishing the job (`finish`).
+import type { RuntimeTool } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { Logger } from "@oz0/serving";
 import { parseDuration } from "../agents/agent-versions.js";
 import type { ApprovalService } from "../approvals/approval-service.js";
@@ -17,7 +18,14 @@ import { SessionDriver, type FollowOptions, type PlaceOptions, type SessionEnd }
 import { agentSessionStart } from "../sessions/session-request.js";
 import type { LifecycleSink, SandboxMessage, SessionRunner, TokenIssuer } from "../sessions/session-runner.js";
 import { newSessionId } from "../store/ids.js";
-import { ACTIVE_JOB_STATES, isTerminal, type JobPatch, type JobRecord, type JobStore } from "../store/job-store.js";
+import {
+  ACTIVE_JOB_STATES,
+  isTerminal,
+  type AgentVersionRecord,
+  type JobPatch,
+  type JobRecord,
+  type JobStore,
+} from "../store/job-store.js";
 import type { ActiveJob, ActiveJobs } from "./active-jobs.js";
 import { appendJobStep, stateChanged } from "./job-events.js";
 import type { JobFeed } from "./job-feed.js";
@@ -93,6 +101,11 @@ export class JobSessions {
   }
 
   /** Mints the session's token, places the session, starts it and follows it to its end. */
+  /** The runtime tools a job's session is offered: its agent's harness operations, and the tools the job is served. */
+  runtimeTools(job: JobRecord, agent: AgentVersionRecord): RuntimeTool[] {
+    return [...operationRuntimeTools(agent), ...(this.#o.served(job)?.tools ?? [])];
+  }
+
   async start(job: JobRecord, active: ActiveJob): Promise<void> {
     const agent = active.agent;
     const definition = agent.definition;
@@ -136,7 +149,7 @@ export class JobSessions {
       input: job.input,
       ...(deadline ? { deadline } : {}),
       // Harness operations, as runtime tools, and the tools this job is served.
-      runtimeTools: [...operationRuntimeTools(agent), ...(this.#o.served(job)?.tools ?? [])],
+      runtimeTools: this.runtimeTools(job, agent),
       attachments: job.attachments,
     });
     if (this.#o.active.closing) return;

@@ -47,12 +47,16 @@ export function toolResultViolation(options: {
 }
 
 /**
- * Whether a runtime call's input is what was allowed: each of its fields as the allowed input has it. The
- * allowed input may hold more (a harness that parses a tool's input by its schema drops the fields the schema
- * does not name, as Claude Code's MCP tools do); a field the call adds, or changes, was never allowed.
+ * Whether a runtime call's input is what was allowed: each of its fields as the allowed input has it, and each
+ * allowed field the tool's schema names there too. The allowed input may hold fields the schema does not name (a
+ * harness that parses a tool's input by its schema drops them, as Claude Code's MCP tools do); a field the call
+ * adds, changes, or leaves out while its schema names it (the tool would run with a default the person never
+ * saw) was never allowed. `named` is the schema's fields; without it, every allowed field must be there.
  */
-export function inputAllowed(input: object, allowed: object): boolean {
+export function inputAllowed(input: object, allowed: object, named?: ReadonlySet<string>): boolean {
   const given = input as Record<string, unknown>;
   const granted = allowed as Record<string, unknown>;
-  return Object.keys(given).every((key) => Object.hasOwn(granted, key) && isDeepStrictEqual(given[key], granted[key]));
+  const same = (key: string) => Object.hasOwn(granted, key) && isDeepStrictEqual(given[key], granted[key]);
+  const kept = (key: string) => Object.hasOwn(given, key) || (named !== undefined && !named.has(key));
+  return Object.keys(given).every(same) && Object.keys(granted).every(kept);
 }
