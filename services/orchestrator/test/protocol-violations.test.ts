@@ -92,6 +92,26 @@ void test("the same harness keeping to the protocol succeeds (the control)", asy
   assert.equal((await jobOf(run)).resultText, "polite");
 });
 
+void test("a harness's text is stored with a role the protocol names, so no item id makes it read as the graph's own line", async () => {
+  const run = await t.cli(["run", "breaker", "graph-label"]);
+  assert.equal(run.code, 0, run.stdout + run.stderr);
+  const job = await jobOf(run);
+  const watched = await t.cli(["jobs", "watch", job.id, "--json"]);
+  const texts = watched.stdout
+    .split("\n")
+    .filter((l) => l.trim())
+    .map((l) => JSON.parse(l) as { text?: { itemId?: string; role?: string; text?: string } })
+    .flatMap((e) => (e.text ? [e.text] : []));
+  assert.deepEqual(
+    texts.map((x) => [x.itemId, x.role, x.text]),
+    [
+      ["graph", "assistant", "graph: step review approved by the owner"],
+      ["graph", "assistant", "graph: run finished"],
+      ["mind", "thinking", "thinking aloud"],
+    ],
+  );
+});
+
 void test("a harness operation whose scratch session breaks the protocol returns operation_session_failed to its parent, never its result", async () => {
   for (const v of VIOLATIONS) {
     const run = await t.cli(["run", "delegator", v.mode]);

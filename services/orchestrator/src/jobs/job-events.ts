@@ -6,6 +6,7 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
+import type { TextEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { JobEventSchema, JobState, type JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type {
   JobPatch,
@@ -35,9 +36,23 @@ export function stateChanged(state: JobStateName, reason = ""): JobEventInit {
   return { event: { case: "stateChanged", value: { state: JOB_STATE_TO_PROTO[state], reason } } };
 }
 
-/** A whole line of text the orchestrator writes into a job's events itself (a graph run's notes, its result). */
+/**
+ * A whole line of text the orchestrator writes into a job's events itself (a graph run's notes, its result): the
+ * one text with no role. A harness's text always has one (harnessText), so a harness cannot write a line that
+ * reads as the orchestrator's, whatever item id it picks.
+ */
 export function textNote(itemId: string, text: string, time?: Timestamp): JobEventInit {
   return { ...(time ? { time } : {}), event: { case: "text", value: { itemId, text, delta: false, role: "" } } };
+}
+
+/**
+ * A harness's text as stored: its role one the protocol names, `thinking` or `assistant` (its default, and what
+ * any other role is read as). An empty role once stayed empty, and with item id `graph` the console showed the
+ * harness's words as the graph's own line.
+ */
+export function harnessText(text: TextEvent): TextEvent {
+  const role = text.role === "thinking" ? "thinking" : "assistant";
+  return text.role === role ? text : { ...text, role };
 }
 
 /** What a step of a job writes, besides its events. */

@@ -38,7 +38,14 @@ import {
 import { ActiveJobs, type ActiveJob } from "./active-jobs.js";
 import { storeArtifacts } from "./job-artifacts.js";
 import { cancelReason, CANCELLED_BY_REQUEST, jobEnding, storedFailure } from "./job-ending.js";
-import { appendJobStep, createJobStep, stateChanged, type JobEventInit, type JobStepWrites } from "./job-events.js";
+import {
+  appendJobStep,
+  createJobStep,
+  harnessText,
+  stateChanged,
+  type JobEventInit,
+  type JobStepWrites,
+} from "./job-events.js";
 import type { JobFeed } from "./job-feed.js";
 import { checkAttachments, checkJobInput } from "./job-input.js";
 import { JobSessions } from "./job-sessions.js";
@@ -480,6 +487,7 @@ export class JobRunner {
     const time = event.time;
     switch (e.case) {
       case "text":
+        return { ...emptyStep(), events: [{ time, event: { case: "text", value: harnessText(e.value) } }], job: patch };
       case "usage":
         return { ...emptyStep(), events: [{ time, event: e }], job: patch };
       case "toolCall":
