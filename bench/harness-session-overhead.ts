@@ -103,7 +103,7 @@ const [forward] = planLlmForwards({ socketDir, urls: [{ field: "llm.anthropic_ba
 /** A session as the sandbox's bwrap mode runs it: the socket forwarding started for it, bubblewrap, the entry script inside, the harness. */
 async function underBubblewrap(): Promise<number> {
   const started = performance.now();
-  const forwarding = await startLlmForwarding([forward], forwardBudget);
+  const forwarding = await startLlmForwarding({ forwards: [forward], budget: forwardBudget, sessionId: "ses_bench" });
   try {
     const inner = clone(SessionRequestSchema, request);
     inner.llm!.anthropicBaseUrl = forwarding.innerUrl(model.url);
@@ -128,7 +128,7 @@ async function forwarderWithoutBubblewrap(): Promise<number> {
   const started = performance.now();
   const port = await freePort();
   const outside: LlmForward = { ...forward, innerSocketPath: forward.socketPath, innerPort: port };
-  const forwarding = await startLlmForwarding([outside], forwardBudget);
+  const forwarding = await startLlmForwarding({ forwards: [outside], budget: forwardBudget, sessionId: "ses_bench" });
   try {
     const direct = clone(SessionRequestSchema, request);
     direct.llm!.anthropicBaseUrl = `http://127.0.0.1:${port}`;

@@ -24,6 +24,7 @@ import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
+import type { Logger } from "@oz0/serving";
 import { invalidField } from "./sandbox-errors.js";
 
 /** Inside the sandbox, forwarder ports count up from here (the namespace is empty, so any port is free). */
@@ -146,25 +147,56 @@ function openFilesLimit(): number {
   }
 }
 
+/** A group's refusals are logged at most this often, with how many came since: a harness retrying in a loop must not flood the log. */
+export const REFUSAL_LOG_INTERVAL_MS = 60_000;
+
 /**
  * Counts the node's forwarded connections against `limits.total`; each
  * session's (or the shared listeners') against its own cap through a
- * {@link ForwardBudget.group}.
+ * {@link ForwardBudget.group}. A connection past a cap is closed, and the
+ * operator told which cap (the harness sees only a closed connection).
  */
 export class ForwardBudget {
   readonly limits: ForwardLimits;
+  readonly #logger: Logger | undefined;
+  readonly #now: () => number;
   #open = 0;
 
-  constructor(limits: ForwardLimits) {
+  constructor(limits: ForwardLimits, options: { logger?: Logger; now?: () => number } = {}) {
     this.limits = limits;
+    this.#logger = options.logger;
+    this.#now = options.now ?? Date.now;
   }
 
-  /** A count of its own, capped at `cap`, within the node's. */
-  group(cap: number): ConnectionGroup {
+  /** A count of its own, capped at `cap`, within the node's; `whose` names its connections in the log. */
+  group(cap: number, whose: { sessionId: string } | "sessions on the shared sockets"): ConnectionGroup {
     let open = 0;
+    let loggedAt = -Infinity;
+    let unlogged = 0;
+    const refuse = (): false => {
+      unlogged++;
+      const now = this.#now();
+      if (now - loggedAt < REFUSAL_LOG_INTERVAL_MS) return false;
+      loggedAt = now;
+      const ownCap = open >= cap;
+      const fields = {
+        ...(typeof whose === "string" ? { forwards: whose } : { sessionId: whose.sessionId }),
+        open: ownCap ? open : this.#open,
+        cap: ownCap ? cap : this.limits.total,
+        refusedSinceLastLine: unlogged,
+      };
+      unlogged = 0;
+      this.#logger?.warn(
+        fields,
+        ownCap && typeof whose !== "string"
+          ? "a session's harness holds as many LLM connections as one session may (OZ0_LLM_FORWARD_MAX_CONNECTIONS_PER_SESSION); its further connections are closed until some end"
+          : "the node's forwarded LLM connections are at their cap (OZ0_LLM_FORWARD_MAX_CONNECTIONS); further connections are closed until some end",
+      );
+      return false;
+    };
     return {
       admit: () => {
-        if (open >= cap || this.#open >= this.limits.total) return false;
+        if (open >= cap || this.#open >= this.limits.total) return refuse();
         open++;
         this.#open++;
         return true;
@@ -267,7 +299,7 @@ export class SharedLlmListeners {
   constructor(options: { dir: string; budget: ForwardBudget }) {
     this.#dir = options.dir;
     this.#budget = options.budget;
-    this.#group = options.budget.group(options.budget.limits.total);
+    this.#group = options.budget.group(options.budget.limits.total, "sessions on the shared sockets");
   }
 
   get dir(): string {
@@ -319,11 +351,16 @@ export class SharedLlmListeners {
  * connections to its origin: at most `budget.limits.perSession` at once
  * across the session's forwards.
  */
-export async function startLlmForwarding(forwards: LlmForward[], budget: ForwardBudget): Promise<LlmForwarding> {
+export async function startLlmForwarding(options: {
+  forwards: LlmForward[];
+  budget: ForwardBudget;
+  sessionId: string;
+}): Promise<LlmForwarding> {
+  const { forwards, budget, sessionId } = options;
   const servers: net.Server[] = [];
   const sockets = new Set<net.Socket>();
   const aliasedDirs: FileHandle[] = [];
-  const group = budget.group(budget.limits.perSession);
+  const group = budget.group(budget.limits.perSession, { sessionId });
   try {
     for (const forward of forwards) {
       const server = forwardingServer(forward.origin, { sockets, group, idleTimeoutMs: budget.limits.idleTimeoutMs });

@@ -338,7 +338,7 @@ export class SandboxSession {
       // Only now: the attachments and the snapshot are the sandbox's, made before any process of the uid runs.
       if (this.#user !== undefined) await handOverSessionDirectories(paths, this.#user);
       if (isolation.mode === "bwrap" && isolation.forwards.length > 0)
-        this.#forwarding = await forwardingFor(isolation);
+        this.#forwarding = await forwardingFor(isolation, this.id);
     } catch (error) {
       await this.#cleanup();
       throw error;
@@ -457,7 +457,7 @@ export class SandboxSession {
       // The dead sandbox's sockets are still bound to their paths; the harness reaches the new ones there.
       if (isolation.listeners === undefined)
         for (const forward of isolation.forwards) rmSync(forward.socketPath, { force: true });
-      this.#forwarding = await forwardingFor(isolation);
+      this.#forwarding = await forwardingFor(isolation, this.id);
     }
     let stderrBytes = 0;
     for (const entry of adopted.log) {
@@ -838,8 +838,12 @@ export class SandboxSession {
 }
 
 /** The session's LLM forwarding: its own sockets, or the node's shared listeners (a session a previous version started). */
-function forwardingFor(isolation: Extract<SessionIsolation, { mode: "bwrap" }>): Promise<LlmForwarding> {
-  return isolation.listeners?.open(isolation.forwards) ?? startLlmForwarding(isolation.forwards, isolation.budget);
+function forwardingFor(
+  isolation: Extract<SessionIsolation, { mode: "bwrap" }>,
+  sessionId: string,
+): Promise<LlmForwarding> {
+  const { listeners, forwards, budget } = isolation;
+  return listeners?.open(forwards) ?? startLlmForwarding({ forwards, budget, sessionId });
 }
 
 /** The session's container; one that cannot be made refuses the session rather than run it uncontained. */

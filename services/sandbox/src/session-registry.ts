@@ -122,7 +122,7 @@ export class SessionRegistry {
         logger: options.logger,
       });
     if (options.isolation.mode === "bwrap") {
-      this.#forwardBudget = new ForwardBudget(options.isolation.forwardLimits);
+      this.#forwardBudget = new ForwardBudget(options.isolation.forwardLimits, { logger: options.logger });
       this.#listeners = new SharedLlmListeners({
         dir: path.join(options.root, FORWARD_DIR),
         budget: this.#forwardBudget,

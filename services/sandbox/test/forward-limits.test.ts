@@ -10,7 +10,15 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import net from "node:net";
 import { after, before, describe, it } from "node:test";
-import { runToEnd, scenarioStart, SessionStream, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
+import { ForwardBudget, REFUSAL_LOG_INTERVAL_MS } from "../src/llm-forwarder.js";
+import {
+  recordingLogger,
+  runToEnd,
+  scenarioStart,
+  SessionStream,
+  startTestSandbox,
+  type TestSandbox,
+} from "./sandbox-test-kit.js";
 
 /** What a `hold-forwards` session reports: how many of its connections the origin answered, how many were closed unanswered. */
 interface Held {
@@ -69,10 +77,18 @@ void describe("the LLM forwards' caps", () => {
   }
 
   void it("refuses a session's connections past its cap, and another session still starts and reaches its model", async (ctx) => {
-    const t = await startTestSandbox({ isolation: "bwrap", maxForwardsPerSession: 4 });
+    const { logger, lines } = recordingLogger();
+    const t = await startTestSandbox({ isolation: "bwrap", maxForwardsPerSession: 4, logger });
     ctx.after(() => t.close());
     const [greedy, got] = await holdForwards(t, "ses_greedy", 10);
     assert.deepEqual(got, { answered: 4, closed: 6 }, "four forwarded, the rest closed by the sandbox");
+    // The operator is told, once for the six (the harness sees only closed connections).
+    const told = lines.filter((l) => /OZ0_LLM_FORWARD_MAX_CONNECTIONS/.test(l.msg));
+    assert.deepEqual(
+      told.map((l) => [l.level, l.fields]),
+      [["warn", { sessionId: "ses_greedy", open: 4, cap: 4, refusedSinceLastLine: 1 }]],
+    );
+    assert.match(told[0]!.msg, /OZ0_LLM_FORWARD_MAX_CONNECTIONS_PER_SESSION/);
     const other = await runToEnd(
       t.client,
       scenarioStart({ mode: "llm" }, {}, { sessionId: "ses_other", llm: { anthropicBaseUrl: modelUrl, token: "t" } }),
@@ -103,5 +119,35 @@ void describe("the LLM forwards' caps", () => {
       ),
     );
     assert.equal(stream.exited().result?.text, "closed by the sandbox", String(stream.error));
+  });
+
+  void it("logs a group's refusals at most once a minute, with how many came since, and names the cap that refused", () => {
+    const { logger, lines } = recordingLogger();
+    let now = 1_000_000;
+    const budget = new ForwardBudget({ perSession: 2, total: 3, idleTimeoutMs: 60_000 }, { logger, now: () => now });
+    const a = budget.group(2, { sessionId: "ses_a" });
+    const b = budget.group(2, { sessionId: "ses_b" });
+    assert.deepEqual([a.admit(), a.admit(), a.admit(), a.admit()], [true, true, false, false]);
+    now += REFUSAL_LOG_INTERVAL_MS - 1;
+    assert.equal(a.admit(), false);
+    now += 1;
+    assert.equal(a.admit(), false);
+    // The node's cap: ses_b is refused with one of its own while under its own cap.
+    assert.deepEqual([b.admit(), b.admit()], [true, false]);
+    assert.deepEqual(
+      lines.map((l) => l.fields),
+      [
+        { sessionId: "ses_a", open: 2, cap: 2, refusedSinceLastLine: 1 },
+        { sessionId: "ses_a", open: 2, cap: 2, refusedSinceLastLine: 3 },
+        { sessionId: "ses_b", open: 3, cap: 3, refusedSinceLastLine: 1 },
+      ],
+    );
+    assert.match(lines[0]!.msg, /OZ0_LLM_FORWARD_MAX_CONNECTIONS_PER_SESSION/);
+    assert.match(
+      lines[2]!.msg,
+      /the node's forwarded LLM connections are at their cap \(OZ0_LLM_FORWARD_MAX_CONNECTIONS\)/,
+    );
+    a.release();
+    assert.equal(b.admit(), true, "room again once one ends");
   });
 });

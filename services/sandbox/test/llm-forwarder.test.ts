@@ -50,7 +50,7 @@ void describe("the LLM forwarder", () => {
       const forwards = planLlmForwards({ socketDir, urls: [{ field: "llm.anthropic_base_url", url }] });
       const socketPath = forwards[0]!.socketPath;
       assert.equal(Buffer.byteLength(socketPath) > 107, depth > 100);
-      const forwarding = await startLlmForwarding(forwards, budget);
+      const forwarding = await startLlmForwarding({ forwards, budget, sessionId: "ses_deep" });
       try {
         assert.ok(existsSync(socketPath), "the socket is where bubblewrap binds it from");
         // Connecting has the same limit as binding: a client reaches a deep socket through its directory too.
