@@ -296,19 +296,22 @@ async function* jobLogs(deps: OrchestratorServiceDeps, jobId: string): AsyncGene
 }
 
 export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegistration[] {
-  /** Who builds `jobId`'s transcript, once the job is known here. */
-  const transcriptsOf = async (jobId: string): Promise<JobTranscripts> => {
+  // The transcripts, when lifecycle events are published, and their followers: shared by every
+  // WatchJobTranscript stream of this replica, one follower per job.
+  const transcribing = deps.transcripts
+    ? { transcripts: deps.transcripts, followers: new TranscriptFollowers(deps.transcripts) }
+    : undefined;
+  /** Who builds `jobId`'s transcript and follows it, once the job is known here. */
+  const transcriptsOf = async (jobId: string): Promise<NonNullable<typeof transcribing>> => {
     if (!(await deps.store.getJob(jobId)))
       throw new ConnectError(`job ${jobId} not found; list jobs with \`oz0 jobs list\``, Code.NotFound);
-    if (!deps.transcripts)
+    if (!transcribing)
       throw new ConnectError(
         "this orchestrator publishes no lifecycle events, so no transcript is built; set OZ0_EVENTS_URL",
         Code.FailedPrecondition,
       );
-    return deps.transcripts;
+    return transcribing;
   };
-  // Shared by every WatchJobTranscript stream of this replica: one follower per job.
-  const followers = deps.transcripts ? new TranscriptFollowers(deps.transcripts) : undefined;
   const transcriptWatches = new StreamsPerPerson(
     deps.maxTranscriptWatchesPerPerson ?? DEFAULT_TRANSCRIPT_WATCHES_PER_PERSON,
     {
@@ -456,14 +459,13 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     getJobTranscript: (req) =>
       handle(async () => {
         const jobId = required(req.jobId, "job_id");
-        return { transcript: await (await transcriptsOf(jobId)).transcript(jobId) };
+        return { transcript: await (await transcriptsOf(jobId)).transcripts.transcript(jobId) };
       }),
     watchJobTranscript: async function* (req, context) {
       const jobId = required(req.jobId, "job_id");
       await orchestratorTracing.linkJob(jobId, deps.store);
-      // Refuses a job it does not know, and an orchestrator without transcripts (then there are no followers).
-      await transcriptsOf(jobId);
-      yield* watchJobTranscript(followers!, transcriptWatches, jobId, context);
+      const { followers } = await transcriptsOf(jobId);
+      yield* watchJobTranscript(followers, transcriptWatches, jobId, context);
     },
   });
   const plugins = registration(PluginService, {
