@@ -32,6 +32,15 @@ async function readQueue(pages: number): Promise<{ approvals: Approval[]; more: 
   return { approvals, more: pageToken !== "" };
 }
 
+/**
+ * How many of a job's calls wait. With pages of the queue still unread, any job's count may go on in them (the
+ * queue is ordered by when each call asked, across jobs), so it is a floor.
+ */
+function waitingCount(n: number, more: boolean): string {
+  const counted = n === 1 ? "1 call waits" : `${n} calls wait`;
+  return more ? `at least ${counted}` : counted;
+}
+
 export function ApprovalsPage({ roles }: { roles: string[] }) {
   const [pages, setPages] = useState(1);
   const queue = usePolling(() => readQueue(pages), undefined, [pages]);
@@ -64,7 +73,7 @@ export function ApprovalsPage({ roles }: { roles: string[] }) {
             <h2>
               Job <a href={href({ page: "job", jobId: group.jobId })}>{group.jobId}</a>{" "}
               <span class="muted" data-testid="job-waiting-count">
-                {group.approvals.length === 1 ? "1 call waits" : `${group.approvals.length} calls wait`}
+                {waitingCount(group.approvals.length, queue.value?.more ?? false)}
               </span>
             </h2>
             {group.shown.map((approval) => (

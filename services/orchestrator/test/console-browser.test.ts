@@ -34,6 +34,9 @@ let browser: Browser;
 const viewerToken = newCredential();
 const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-console-"));
 
+/** The many agent's calls, all asked at once: more than the queue's first page holds. */
+const MANY_CALLS = 104;
+
 const clients = (token: string) => consoleClients(t.url, token);
 const openConsole = (token: string): Promise<Page> => open(browser, t.url, token);
 
@@ -48,8 +51,13 @@ before(async () => {
   const repo = await writeGuardedPlugin(path.join(scratch, "repo"), {
     withDeadline: { name: "brief", timeout: "8s" },
     withHookInput: { name: "forced", command: "echo HOOK-CHOSEN-COMMAND-RAN" },
+    withParallelCalls: { name: "many", calls: MANY_CALLS },
   });
-  t = await startTestStack({ pick: echoTheInput, orchestratorEnv: { OZ0_AUTH_CONFIG: auth } });
+  t = await startTestStack({
+    pick: echoTheInput,
+    // Room for the many agent's calls: more than a page of the queue (100), all waiting at once.
+    orchestratorEnv: { OZ0_AUTH_CONFIG: auth, OZ0_MAX_WAITING_APPROVALS: String(MANY_CALLS) },
+  });
   await clients(t.stack.ownerToken).plugins.installPlugin({ source: repo });
   browser = await launchBrowser();
 });
@@ -289,4 +297,40 @@ void test("a call whose deadline passes leaves the queue at once, though the pag
   assert.equal(approvals.length, 1);
   assert.equal(ApprovalState[approvals[0]!.state], "TIMED_OUT");
   await page.close();
+});
+
+void test("a job with more calls waiting than a page shows three, the rest on asking, and the next page on Show more", async () => {
+  const { job } = await clients(t.stack.ownerToken).jobs.runAgent({ agent: "many", input: "ask them all" });
+  const jobId = job!.id;
+  await eventually(async () => {
+    const { approvals } = await clients(t.stack.ownerToken).jobs.listApprovals({ jobId, limit: 500 });
+    return approvals.length === MANY_CALLS ? approvals : undefined;
+  });
+  const page = await openConsole(t.stack.ownerToken);
+  await page.getByRole("link", { name: "Approvals" }).click();
+  const group = page.getByRole("region", { name: `Calls of job ${jobId}` });
+  await group.waitFor();
+  const cards = group.locator("article.approval");
+  // The first page holds 100 of the 104: the count says so, and the job shows its first three.
+  assert.equal(await group.getByTestId("job-waiting-count").textContent(), "at least 100 calls wait");
+  assert.equal(await cards.count(), 3);
+  assert.match((await cards.first().textContent()) ?? "", /echo 1\b/, "oldest first");
+  await group.getByRole("button", { name: "Show the other 97 calls of this job" }).click();
+  await cards.nth(99).waitFor();
+  assert.equal(await cards.count(), 100);
+  await assertAccessible(page, "approvals (a job with many calls)");
+  await page.getByRole("button", { name: "Show more" }).click();
+  await group
+    .getByTestId("job-waiting-count")
+    .filter({ hasText: /^104 calls wait$/ })
+    .waitFor();
+  assert.equal(await cards.count(), MANY_CALLS, "the job stays expanded");
+  assert.equal(await page.getByRole("button", { name: "Show more" }).count(), 0, "nothing more waits");
+  await page.close();
+  // Cancelled: its calls leave the queue, as the other tests expect an empty one.
+  await clients(t.stack.ownerToken).jobs.cancelJob({ jobId });
+  await eventually(async () => {
+    const { approvals } = await clients(t.stack.ownerToken).jobs.listApprovals({ jobId });
+    return approvals.length === 0 ? true : undefined;
+  });
 });

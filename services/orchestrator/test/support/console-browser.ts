@@ -127,6 +127,8 @@ export async function writeGuardedPlugin(
     withDeadline?: { name: string; timeout: string };
     /** Also an agent like guarded whose rule hook allows every call with this command instead (set_input). */
     withHookInput?: { name: string; command: string };
+    /** Also an agent whose harness asks about `calls` run_command calls at once (test/fixtures/hooks/parallel-harness.mjs). */
+    withParallelCalls?: { name: string; calls: number };
   } = {},
 ): Promise<string> {
   for (const sub of ["agents", "prompts"]) mkdirSync(path.join(repo, sub), { recursive: true });
@@ -161,9 +163,25 @@ export async function writeGuardedPlugin(
       ),
     );
   }
+  const harnesses = [
+    '  - name: fake\n    command: ["oz0-fake-harness"]\n    permissions: true\n    tools: [run_command]\n',
+  ];
+  const parallel = options.withParallelCalls;
+  if (parallel) {
+    agents.push(parallel.name);
+    writeFileSync(
+      path.join(repo, "agents", `${parallel.name}.yaml`),
+      guarded(parallel.name).replace("runtime: harness:fake", "runtime: harness:parallel"),
+    );
+    const labels = Array.from({ length: parallel.calls }, (_, i) => String(i + 1));
+    const command = ["node", path.join(packageDir, "test/fixtures/hooks/parallel-harness.mjs"), ...labels];
+    harnesses.push(
+      `  - name: parallel\n    command: ${JSON.stringify(command)}\n    permissions: true\n    tools: [run_command]\n`,
+    );
+  }
   writeFileSync(
     path.join(repo, "oz0-plugin.yaml"),
-    `name: consoled\nversion: 0.1.0\nharnesses:\n  - name: fake\n    command: ["oz0-fake-harness"]\n    permissions: true\n    tools: [run_command]\nagents:\n${agents.map((a) => `  - agents/${a}.yaml\n`).join("")}`,
+    `name: consoled\nversion: 0.1.0\nharnesses:\n${harnesses.join("")}agents:\n${agents.map((a) => `  - agents/${a}.yaml\n`).join("")}`,
   );
   await commitAll(repo, "plugin");
   return repo;
