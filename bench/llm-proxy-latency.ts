@@ -6,8 +6,9 @@
 // production; the load generator is this process, with keep-alive connections.
 // For each wire format (Anthropic Messages, OpenAI Chat Completions, OpenAI
 // Responses), whole answers and streams:
-//   - latency: sequential calls, the contenders alternating call by call;
-//     added p50 and p99 over the direct call, the proxy's against the forwarder's,
+//   - latency: sequential calls, the contenders alternating call by call, in
+//     as many blocks as rounds; added p50 and p99 over the direct call, the
+//     proxy's added p50 against the forwarder's round by round (median and range),
 //     and the CPU each serving process spent a call;
 //   - throughput: calls per second at each concurrency, the contenders
 //     alternating round by round, with the CPU each serving process spent per call;
@@ -222,35 +223,69 @@ async function checkWhole(contenders: Contender[], wire: Wire, body: Buffer, str
   }
 }
 
-/** Sequential calls, the contenders taking turns call by call (so drift in the machine's load hits all alike). */
+interface LatencyReading {
+  p50: number;
+  p99: number;
+  cpuMicrosPerCall: number;
+}
+
+/**
+ * Sequential calls, the contenders taking turns call by call (so drift in the machine's load hits all alike), in
+ * `rounds` blocks of `calls / rounds` each: every contender's p50 in each block, for ratios taken round by round (a
+ * ratio of one block is noise on a shared machine), and the p50, p99 and CPU of all the calls pooled.
+ */
 async function latency(
   contenders: Contender[],
   wire: Wire,
   body: Buffer,
-  calls: number,
-): Promise<Map<Contender, { p50: number; p99: number; cpuMicrosPerCall: number }>> {
+  options: { calls: number; rounds: number },
+): Promise<{ pooled: Map<Contender, LatencyReading>; p50ByRound: Map<Contender, number[]> }> {
+  const { calls, rounds } = options;
   const times = new Map(contenders.map((c) => [c, [] as number[]]));
+  const p50ByRound = new Map(contenders.map((c) => [c, [] as number[]]));
   for (let i = 0; i < 200; i += 1) for (const c of contenders) await call(c, wire, body); // warm-up: JIT, pools
   // Each serving process does nothing but these calls: its CPU over them is theirs, one at a time.
   const cpuBefore = new Map<Contender, number>();
   for (const c of contenders) cpuBefore.set(c, await cpuOf(c.process));
-  for (let i = 0; i < calls; i += 1) {
-    for (let k = 0; k < contenders.length; k += 1) {
-      const c = contenders[(i + k) % contenders.length]!;
-      const start = performance.now();
-      await call(c, wire, body);
-      times.get(c)!.push(performance.now() - start);
+  const perRound = Math.ceil(calls / rounds);
+  for (let round = 0; round < rounds; round += 1) {
+    const block = new Map(contenders.map((c) => [c, [] as number[]]));
+    for (let i = round * perRound; i < Math.min(calls, (round + 1) * perRound); i += 1) {
+      for (let k = 0; k < contenders.length; k += 1) {
+        const c = contenders[(i + k) % contenders.length]!;
+        const start = performance.now();
+        await call(c, wire, body);
+        block.get(c)!.push(performance.now() - start);
+      }
+    }
+    for (const c of contenders) {
+      const sorted = block.get(c)!.sort((a, b) => a - b);
+      p50ByRound.get(c)!.push(percentile(sorted, 0.5));
+      times.get(c)!.push(...sorted);
     }
   }
   const cpuAfter = new Map<Contender, number>();
   for (const c of contenders) cpuAfter.set(c, await cpuOf(c.process));
-  return new Map(
+  const pooled = new Map(
     contenders.map((c) => {
       const sorted = times.get(c)!.sort((a, b) => a - b);
       const cpuMicrosPerCall = (cpuAfter.get(c)! - cpuBefore.get(c)!) / calls;
       return [c, { p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99), cpuMicrosPerCall }];
     }),
   );
+  return { pooled, p50ByRound };
+}
+
+/** Each round's added p50 of `c` over `baseline`'s (both over the direct call's, in the same round). */
+function addedRatios(
+  p50ByRound: Map<Contender, number[]>,
+  c: Contender,
+  baseline: Contender,
+  direct: Contender,
+): number[] {
+  const d = p50ByRound.get(direct)!;
+  const b = p50ByRound.get(baseline)!;
+  return p50ByRound.get(c)!.map((p50, round) => (p50 - d[round]!) / (b[round]! - d[round]!));
 }
 
 /** Calls per second at `concurrency` for `seconds`, and the serving process's CPU per call. */
@@ -355,7 +390,7 @@ async function bench(): Promise<void> {
     const measured = [forwarder, proxy1, ...(before ? [before] : [])];
 
     console.log(
-      `llm-proxy against a bare Node forwarder: ${calls} sequential calls per contender; ${seconds}s per throughput window at ${concurrencies.join(" and ")} connections, ${rounds} round(s), contenders alternating; ` +
+      `llm-proxy against a bare Node forwarder: ${calls} sequential calls per contender in ${rounds} round(s); ${seconds}s per throughput window at ${concurrencies.join(" and ")} connections, ${rounds} round(s), contenders alternating; ` +
         `requests of ${options["body-kb"] > 0 ? `about ${options["body-kb"]} KB` : "a short question"}, answers of ${ANSWER.length} characters; the proxy's store ${options.store === "file" ? "a SQLite file" : "SQLite in memory"}; the proxy with a session token, metering, a budget and retries on` +
         (before ? `; baseline proxy: ${options["baseline-module"]}` : ""),
     );
@@ -367,16 +402,17 @@ async function bench(): Promise<void> {
         const kind = `${wire.name}, ${stream ? "streaming" : "whole answers"}`;
         const body = wire.body(stream);
         await checkWhole(contenders, wire, body, stream);
-        const l = await latency(contenders, wire, body, calls);
+        const { pooled: l, p50ByRound } = await latency(contenders, wire, body, { calls, rounds });
         const d = l.get(direct)!;
+        const addedVsForwarder = (c: Contender): number[] => addedRatios(p50ByRound, c, forwarder, direct);
         console.log(`\n${kind}`);
         console.log(`  latency, sequential: direct p50 ${d.p50.toFixed(3)} ms p99 ${d.p99.toFixed(3)} ms`);
         for (const c of measured) {
           const m = l.get(c)!;
           const vsForwarder =
-            c === forwarder
+            c === forwarder || !ratios
               ? ""
-              : `; added p50 ${((m.p50 - d.p50) / (l.get(forwarder)!.p50 - d.p50)).toFixed(2)}x the forwarder's`;
+              : `; added p50 ${range(addedVsForwarder(c))}x the forwarder's (median ${median(addedVsForwarder(c)).toFixed(2)}x over ${rounds} rounds)`;
           console.log(
             `    ${c.name.padEnd(15)} p50 ${m.p50.toFixed(3)} ms p99 ${m.p99.toFixed(3)} ms; added p50 ${(m.p50 - d.p50).toFixed(3)} ms p99 ${(m.p99 - d.p99).toFixed(3)} ms; CPU ${m.cpuMicrosPerCall.toFixed(0)} µs a call${vsForwarder}`,
           );
@@ -408,12 +444,12 @@ async function bench(): Promise<void> {
           }
           if (ratios) {
             const vs = results.get(proxy1)!.map((r, i) => r.perSecond / results.get(forwarder)!.at(i)!.perSecond);
-            const added = (l.get(proxy1)!.p50 - d.p50) / (l.get(forwarder)!.p50 - d.p50);
+            const added = median(addedVsForwarder(proxy1));
             const baselineVs = before
               ? results.get(before)!.map((r, i) => r.perSecond / results.get(forwarder)!.at(i)!.perSecond)
               : [];
             const baselineText = before
-              ? `; baseline ${median(baselineVs).toFixed(2)}x, added p50 ${((l.get(before)!.p50 - d.p50) / (l.get(forwarder)!.p50 - d.p50)).toFixed(2)}x, CPU ${cpu(before).toFixed(0)} µs`
+              ? `; baseline ${median(baselineVs).toFixed(2)}x, added p50 ${median(addedVsForwarder(before)).toFixed(2)}x, CPU ${cpu(before).toFixed(0)} µs`
               : "";
             summary.push(
               `  ${kind.padEnd(38)} ${String(concurrency).padStart(2)} conn: ${median(vs).toFixed(2)}x the forwarder's calls/s (goal ≥ 0.50), added p50 ${added.toFixed(2)}x (goal ≤ 1.5), proxy CPU ${cpu(proxy1).toFixed(0)} µs vs ${cpu(forwarder).toFixed(0)} µs a call${baselineText}`,
