@@ -67,4 +67,32 @@ void describe("decodeEventLine", () => {
     assert.equal(bad('{"usage":{"inputTokens":"-1"}}'), "invalid_message");
     assert.equal(bad('{"toolCall":{"input":[1]}}'), "invalid_message");
   });
+
+  void it("refuses a stop reason or protocol version by a name its enum does not have, naming the ones it has", () => {
+    const detail = (line: string): string => {
+      const decoded = decodeEventLine(line);
+      assert.equal(decoded.ok, false, line);
+      return decoded.ok ? "" : decoded.detail;
+    };
+    const completed = detail('{"result":{"stopReason":"completed","text":"done"}}');
+    assert.match(
+      completed,
+      /^result\.stopReason "completed" is not a StopReason name; use one of STOP_REASON_COMPLETED, /,
+    );
+    assert.match(completed, /STOP_REASON_ERROR\b.*\(proto3 JSON names, upper case, or their numbers\)$/);
+    assert.doesNotMatch(completed, /UNSPECIFIED/, "not a name to use");
+    assert.match(detail('{"result":{"stop_reason":"DONE"}}'), /^result\.stop_reason "DONE" is not a/);
+    assert.match(
+      detail('{"started":{"protocolVersion":"PROTOCOL_VERSION_2"}}'),
+      /^started\.protocolVersion "PROTOCOL_VERSION_2" is not a ProtocolVersion name; use one of PROTOCOL_VERSION_1 /,
+    );
+    // Known names and numbers decode as before; a number it does not know is the host's to judge (a version it does not speak).
+    for (const line of [
+      '{"result":{"stopReason":"STOP_REASON_COMPLETED"}}',
+      '{"result":{"stopReason":4}}',
+      '{"started":{"protocolVersion":7}}',
+      '{"started":{"protocolVersion":"PROTOCOL_VERSION_1"}}',
+    ])
+      assert.equal(decodeEventLine(line).ok, true, line);
+  });
 });

@@ -150,6 +150,14 @@ void describe("startHostSession", () => {
     assert.equal(outcome.result?.stopReason, StopReason.ERROR);
   });
 
+  void it("fails a lone result that is not a refusal: a session that never started did not complete", async () => {
+    const outcome = await expectFailure(run("result-first").session.outcome, "first_event_not_started");
+    assert.equal(
+      outcome.error?.message,
+      "the first event must be started; a result before it is only a refusal of the request's protocol version, with stop_reason STOP_REASON_ERROR (this one has STOP_REASON_COMPLETED)",
+    );
+  });
+
   void it("fails a non-JSON line, keeping the events before it", async () => {
     const { session, events } = run("garbage");
     const outcome = await expectFailure(session.outcome, "invalid_json");
@@ -165,6 +173,7 @@ void describe("startHostSession", () => {
     for (const [behaviour, code] of [
       ["hostile-garbage", "invalid_json"],
       ["hostile-invalid-event", "invalid_event"],
+      ["hostile-enum-name", "invalid_event"],
     ] as const) {
       const message = (await expectFailure(run(behaviour).session.outcome, code)).error?.message ?? "";
       // eslint-disable-next-line no-control-regex -- the control characters are what it looks for

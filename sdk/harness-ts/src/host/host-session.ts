@@ -12,6 +12,7 @@ import {
   RuntimeMessageSchema,
   RuntimeToolResultSchema,
   SessionRequestSchema,
+  StopReason,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type {
   RuntimeMessage,
@@ -416,9 +417,19 @@ class RunningHostSession implements HostSession {
       return;
     }
     if (!this.#handshakeDone) {
-      // A harness refusing the protocol version answers with a result alone (rule 1).
+      // A harness refusing the protocol version answers with a result alone, STOP_REASON_ERROR (rule 1). Any
+      // other first line, a result that reports success among them, is a session that never started.
       if (kind !== "started" && kind !== "result") {
         this.#fail("first_event_not_started", `the first event must be started, got ${kind}`);
+        return;
+      }
+      if (kind === "result" && event.event.value.stopReason !== StopReason.ERROR) {
+        const given = event.event.value.stopReason;
+        const stopReason = StopReason[given] ? `STOP_REASON_${StopReason[given]}` : String(given);
+        this.#fail(
+          "first_event_not_started",
+          `the first event must be started; a result before it is only a refusal of the request's protocol version, with stop_reason STOP_REASON_ERROR (this one has ${stopReason})`,
+        );
         return;
       }
       if (kind === "started") {

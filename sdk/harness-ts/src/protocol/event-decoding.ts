@@ -5,8 +5,8 @@
 // checks both produce equal messages. fromJson alone costs about twice a
 // JSON.parse; the fast path keeps the host near plain parsing.
 import { fromJson } from "@bufbuild/protobuf";
-import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
-import { SessionEventSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { DescEnum, JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { ProtocolVersionSchema, SessionEventSchema, StopReasonSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { LineDecodeResult } from "./message-codec.js";
 
@@ -173,9 +173,36 @@ export function decodeEventLine(line: string): LineDecodeResult<typeof SessionEv
   }
   const fast = fastEvent(json as Record<string, unknown>);
   if (fast !== undefined) return { ok: true, message: fast };
+  const unknownName = unknownEnumName(json as Record<string, unknown>);
+  if (unknownName !== undefined) return { ok: false, reason: "invalid_message", detail: unknownName };
   try {
     return { ok: true, message: fromJson(SessionEventSchema, json as JsonValue, { ignoreUnknownFields: true }) };
   } catch (error) {
     return { ok: false, reason: "invalid_message", detail: (error as Error).message };
   }
+}
+
+/**
+ * The enums that decide a session, by event and field (both JSON spellings). fromJson, told to ignore what it
+ * does not know, reads a name it does not know as the enum's zero: `"stopReason": "completed"` ended a session
+ * "unspecified", and `"protocolVersion": "PROTOCOL_VERSION_2"` read as a harness of no version.
+ */
+const DECIDING_ENUMS: { event: string; fields: [string, string]; enum: DescEnum }[] = [
+  { event: "result", fields: ["stopReason", "stop_reason"], enum: StopReasonSchema },
+  { event: "started", fields: ["protocolVersion", "protocol_version"], enum: ProtocolVersionSchema },
+];
+
+/** What is wrong when a deciding enum is given by a name it does not have; undefined when nothing is. */
+function unknownEnumName(json: Record<string, unknown>): string | undefined {
+  for (const { event, fields, enum: desc } of DECIDING_ENUMS) {
+    const value = json[event];
+    if (value === null || typeof value !== "object") continue;
+    for (const field of fields) {
+      const given = (value as Record<string, unknown>)[field];
+      if (typeof given !== "string" || desc.values.some((v) => v.name === given)) continue;
+      const names = desc.values.filter((v) => v.number !== 0).map((v) => v.name);
+      return `${event}.${field} ${JSON.stringify(given.slice(0, 64))} is not a ${desc.name} name; use one of ${names.join(", ")} (proto3 JSON names, upper case, or their numbers)`;
+    }
+  }
+  return undefined;
 }
