@@ -33,6 +33,16 @@ const VIOLATIONS = [
     error:
       "nonzero_exit_after_result: the harness exited with code 3 after writing a completed result; a harness exits with code 0 once its result is out",
   },
+  {
+    mode: "result-alone",
+    error:
+      "first_event_not_started: the first event must be started; a result before it is only a refusal of the request's protocol version, with stop_reason STOP_REASON_ERROR (this one has STOP_REASON_COMPLETED)",
+  },
+  {
+    mode: "lowercase-enum",
+    error:
+      /^invalid_event: stdout line 2 is not a valid SessionEvent: result\.stopReason "completed" is not a StopReason name; use one of STOP_REASON_COMPLETED, /,
+  },
 ];
 
 interface JobJson {
@@ -76,7 +86,8 @@ async function failedRun(args: string[]): Promise<JobJson> {
 for (const v of VIOLATIONS) {
   void test(`a harness that does ${v.mode} fails its job with the protocol error, and its result is not the job's`, async () => {
     const job = await failedRun(["breaker", v.mode]);
-    assert.equal(job.error, `the harness broke the protocol: ${v.error}`);
+    if (typeof v.error === "string") assert.equal(job.error, `the harness broke the protocol: ${v.error}`);
+    else assert.match(job.error?.replace(/^the harness broke the protocol: /, "") ?? "", v.error);
     assert.equal(
       job.resultText ?? "",
       "",
@@ -85,6 +96,14 @@ for (const v of VIOLATIONS) {
     assert.equal(job.stopReason ?? "STOP_REASON_UNSPECIFIED", "STOP_REASON_UNSPECIFIED");
   });
 }
+
+void test("a result that names no stop reason fails its job, saying which stop reason a harness ends with", async () => {
+  const job = await failedRun(["breaker", "no-stop-reason"]);
+  assert.match(
+    job.error ?? "",
+    /^the session's result gave no stop reason \(stopReason unset, or STOP_REASON_UNSPECIFIED\): a harness ends with STOP_REASON_COMPLETED, or the stop reason that says why not/,
+  );
+});
 
 void test("the same harness keeping to the protocol succeeds (the control)", async () => {
   const run = await t.cli(["run", "breaker", "polite"]);
@@ -117,10 +136,14 @@ void test("a harness operation whose scratch session breaks the protocol returns
     const run = await t.cli(["run", "delegator", v.mode]);
     assert.equal(run.code, 0, run.stdout + run.stderr);
     const job = await jobOf(run);
-    assert.equal(
-      job.resultText,
-      `tool error: operation_session_failed: check's scratch session failed: the harness broke the protocol: ${v.error}`,
-    );
+    const failed =
+      "tool error: operation_session_failed: check's scratch session failed: the harness broke the protocol: ";
+    if (typeof v.error === "string") assert.equal(job.resultText, `${failed}${v.error}`);
+    else {
+      const text = job.resultText ?? "";
+      assert.ok(text.startsWith(failed), text);
+      assert.match(text.slice(failed.length), v.error);
+    }
   }
   // The control: a scratch session that keeps to the protocol returns its validated result.
   const polite = await t.cli(["run", "delegator", "polite"]);

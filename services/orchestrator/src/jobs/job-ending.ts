@@ -67,9 +67,11 @@ export async function jobEnding(o: {
     state = "succeeded";
   } else {
     state = "failed";
-    error = result
-      ? `the session ended ${StopReason[result.stopReason]?.toLowerCase() ?? "badly"}${result.error ? `: ${result.error}` : ""}`
-      : `the session ended without a result${active?.exitError ? `: ${active.exitError}` : ""}`;
+    error = !result
+      ? `the session ended without a result${active?.exitError ? `: ${active.exitError}` : ""}`
+      : result.stopReason === StopReason.UNSPECIFIED
+        ? `the session's result gave no stop reason (stopReason unset, or STOP_REASON_UNSPECIFIED): a harness ends with STOP_REASON_COMPLETED, or the stop reason that says why not${result.error ? `; its error: ${result.error}` : ""}`
+        : `the session ended ${StopReason[result.stopReason]?.toLowerCase() ?? "badly"}${result.error ? `: ${result.error}` : ""}`;
     failedBySession = true;
   }
   if (failedBySession)
