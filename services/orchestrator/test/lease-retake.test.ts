@@ -309,7 +309,9 @@ void describe("a job taken again by the replica that lost its lease", () => {
       await eventually(async () => (r.sandbox.sessions().length > 0 ? true : undefined), "the session started");
       r.sandbox.push(job.sessionId, {
         kind: "event",
-        event: create(SessionEventSchema, { event: { case: "started", value: { harnessName: "fake" } } }),
+        event: create(SessionEventSchema, {
+          event: { case: "started", value: { harnessName: "fake", capabilities: { permissions: true } } },
+        }),
       });
       await eventually(async () => ((await r.cluster.store.getJob(job.id))?.state === "running" ? true : undefined));
       // The stream breaks, and the follower's question "is its node lost?" is slow to come back.

@@ -105,6 +105,15 @@ void test("a result that names no stop reason fails its job, saying which stop r
   );
 });
 
+void test("a harness whose manifest says permissions: true, and whose start does not declare them, fails its job at its start, saying so", async () => {
+  const job = await failedRun(["undeclared", "polite"]);
+  assert.equal(
+    job.error,
+    "harness undeclared (it names itself protocol-breaker) does not declare the permissions capability in its started event, though its manifest says permissions: true (rule: a harness whose manifest says permissions asks before every tool call and says so when it starts, capabilities.permissions = true); fix the harness, or take permissions: true out of oz0-plugin.yaml (then no agent with requires_approval or hooks runs on it); the job was stopped",
+  );
+  assert.equal(job.resultText ?? "", "", "its result is not the job's");
+});
+
 void test("the same harness keeping to the protocol succeeds (the control)", async () => {
   const run = await t.cli(["run", "breaker", "polite"]);
   assert.equal(run.code, 0, run.stdout + run.stderr);

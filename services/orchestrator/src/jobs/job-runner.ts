@@ -14,6 +14,7 @@ import { schemaFields } from "../approvals/runtime-call-permits.js";
 import { asBystander, soleOwnership, type JobOwnership } from "../cluster/job-ownership.js";
 import { OperationRunner } from "../operations/operation-runner.js";
 import { OrchestratorError, notFound } from "../orchestrator-error.js";
+import { capabilitiesViolation } from "../policy/harness-capabilities.js";
 import { clippedHarnessText, quotedHarnessText } from "../policy/harness-text.js";
 import type { PermissionPolicy } from "../policy/permission-policy.js";
 import { DEFAULT_MAX_STDERR_BYTES, stderrAppend } from "../sessions/harness-stderr.js";
@@ -558,6 +559,9 @@ export class JobRunner {
         // The first session's start is the job's (a session started afresh elsewhere keeps it), on
         // the orchestrator's clock like the job's creation and end, so durations compare one clock.
         if (job && !job.startedAt) patch.startedAt = new Date();
+        // Stored with the seq that passes the start, as the audit's rules are: a re-attach past it fails alike.
+        const violation = capabilitiesViolation(active.agent.harness.manifest, e.value);
+        if (violation && job) patch.error = job.error || violation;
         await this.#append(jobId, events, {
           job: patch,
           lifecycle: [
@@ -569,6 +573,11 @@ export class JobRunner {
             }),
           ],
         });
+        if (violation && job) {
+          active.violation ??= job.error || violation;
+          this.#o.logger.warn({ jobId, sessionId: job.sessionId }, violation);
+          this.#cancelSession(job, active, active.violation);
+        }
         return;
       }
       case "toolResult": {
