@@ -4,7 +4,7 @@
 // scripted model answers its second turn with what it read in the tool
 // results ("saw: …"), so what reached the model is in the job's result.
 import assert from "node:assert/strict";
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -18,6 +18,7 @@ import {
   type FakeAgentOptions,
   type TestStack,
 } from "./support/test-stack.js";
+import { ARTIFACTS_WITHHELD } from "../src/jobs/job-artifacts.js";
 import { toolResults } from "./support/tool-results.js";
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "hooks");
@@ -467,11 +468,28 @@ void test("a harness that runs a tool without asking, or runs a refused one, fai
     early.error ?? "",
     /ran run_command call call_rogue while it still waited for a person \(rule: a call runs only once it is allowed\)/,
   );
-  // The control: the same harness, asking and waiting, passes.
+  // What each rogue changed is not handed out: its file is in no artifact, and the job says why.
+  for (const job of [unasked, refused, early]) {
+    const stored = (await events(job.id)).flatMap((e) =>
+      e.artifacts ? [e.artifacts as { artifacts?: unknown[]; error?: string }] : [],
+    );
+    assert.deepEqual(
+      stored.map((a) => [a.artifacts ?? [], a.error]),
+      [[[], ARTIFACTS_WITHHELD]],
+      `${job.id}: ${JSON.stringify(stored)}`,
+    );
+  }
+  // The control: the same harness, asking and waiting, passes, and its change is the job's.
   const jobId = await start("rogue", "polite");
   const [approval] = await waiting(jobId);
   assert.equal((await t.cli(["approve", jobId, String(approval?.callId)])).code, 0);
   assert.equal((await finished(jobId)).state, "JOB_STATE_SUCCEEDED");
+  const [kept] = (await events(jobId)).flatMap((e) =>
+    e.artifacts ? [e.artifacts as { artifacts: { name: string; path: string }[] }] : [],
+  );
+  const patch = kept?.artifacts.find((a) => a.name === "changes.patch");
+  assert.ok(patch, JSON.stringify(kept));
+  assert.match(readFileSync(patch.path, "utf8"), /rogue\.txt/);
 });
 
 void test("restart while calls wait: an approval after the restart completes its job, and a deadline is re-armed from the store", async () => {

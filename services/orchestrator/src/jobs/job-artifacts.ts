@@ -6,6 +6,10 @@ import path from "node:path";
 import { replaceFile } from "../replace-file.js";
 import type { SessionArtifact } from "../sessions/session-runner.js";
 
+/** Why a job that broke a rule has no artifacts (ArtifactsStored.error). */
+export const ARTIFACTS_WITHHELD =
+  "withheld: the session broke a rule (the job's error says which), so what it changed was not all allowed and is not handed out as the job's work; its tool calls are in the job's events";
+
 export interface StoredArtifact {
   name: string;
   path: string;

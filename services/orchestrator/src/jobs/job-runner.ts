@@ -37,7 +37,7 @@ import {
   type PermissionRecord,
 } from "../store/job-store.js";
 import { ActiveJobs, type ActiveJob } from "./active-jobs.js";
-import { storeArtifacts } from "./job-artifacts.js";
+import { ARTIFACTS_WITHHELD, storeArtifacts } from "./job-artifacts.js";
 import { cancelReason, CANCELLED_BY_REQUEST, jobEnding, storedFailure } from "./job-ending.js";
 import {
   appendJobStep,
@@ -461,6 +461,15 @@ export class JobRunner {
         // replica taking the job over re-attaches after them and must not lose them. None (the
         // session changed nothing) stores nothing, as `exited` does (issue 24: one transaction less
         // per such job): the job ends right after, and a re-attach before that reads the same none.
+        // A session that broke a rule (a tool run unasked, or after its refusal) made changes nobody allowed: they
+        // are not handed out as the job's work, where a person could apply them unaware. What it did is in the
+        // job's events. (Known to the replica that saw the rule broken; after a restart in between, they are kept.)
+        if (active.violation)
+          return {
+            ...emptyStep(),
+            events: [{ event: { case: "artifacts", value: { artifacts: [], error: ARTIFACTS_WITHHELD } } }],
+            job: seqPatch,
+          };
         const artifacts = storeArtifacts(this.#o.home, jobId, message.artifacts);
         // The node's reason when it could not collect them is the job's to show (else "no artifacts", and no why).
         const error = message.error ? clippedHarnessText(message.error) : "";
