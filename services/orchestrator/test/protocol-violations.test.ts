@@ -12,6 +12,7 @@ import { after, before, test } from "node:test";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { EventsService } from "@oz0/proto/oz0/events/v1/events_pb";
+import { JobService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { bearerInterceptor } from "@oz0/serving";
 import { eventually, packageDir, startTestStack, type CliResult, type TestStack } from "./support/test-stack.js";
 
@@ -112,6 +113,36 @@ void test("a harness whose manifest says permissions: true, and whose start does
     "harness undeclared (it names itself protocol-breaker) does not declare the permissions capability in its started event, though its manifest says permissions: true (rule: a harness whose manifest says permissions asks before every tool call and says so when it starts, capabilities.permissions = true); fix the harness, or take permissions: true out of oz0-plugin.yaml (then no agent with requires_approval or hooks runs on it); the job was stopped",
   );
   assert.equal(job.resultText ?? "", "", "its result is not the job's");
+});
+
+void test("a cancelled job whose harness ignored SIGTERM says it was killed, beside the cancel's reason", async (ctx) => {
+  // Without bubblewrap: under it, SIGTERM ends the sandbox's namespace, and the harness with it, whatever it ignores.
+  const plain = await startTestStack({ pick: () => ({ text: "unused" }), sandboxEnv: { OZ0_ISOLATION: "none" } });
+  ctx.after(() => plain.close());
+  assert.equal((await plain.cli(["plugin", "install", plugin])).code, 0);
+  const started = await plain.cli(["run", "breaker", "deaf", "--detach"]);
+  assert.equal(started.code, 0, started.stderr);
+  const jobId = started.stdout.trim();
+  // Cancelled once the harness has said it will not listen (its handler is set by then).
+  const jobs = createClient(
+    JobService,
+    createGrpcTransport({
+      baseUrl: plain.stack.urls.orchestrator,
+      interceptors: [bearerInterceptor(plain.stack.ownerToken)],
+    }),
+  );
+  for await (const { event } of jobs.watchJob({ jobId }))
+    if (event?.event.case === "text" && event.event.value.text === "not listening") break;
+  const cancelled = await plain.cli(["jobs", "cancel", jobId, "--reason", "changed plans"]);
+  assert.equal(cancelled.code, 0, cancelled.stderr);
+  const job = await eventually(async () => {
+    const shown = JSON.parse((await plain.cli(["jobs", "show", jobId, "--json"])).stdout) as JobJson;
+    return shown.state === "JOB_STATE_CANCELLED" ? shown : undefined;
+  });
+  assert.equal(
+    job.error,
+    "changed plans; then ignored_sigterm: the harness was still running 2000 ms after SIGTERM and was killed",
+  );
 });
 
 void test("the same harness keeping to the protocol succeeds (the control)", async () => {

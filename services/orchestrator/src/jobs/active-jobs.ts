@@ -18,6 +18,8 @@ export interface ActiveJob extends SessionState {
   violation?: string;
   /** Set when the sandbox failed the session (the harness broke the protocol or a limit); the job fails with it, whatever its result. */
   sessionFailure?: string;
+  /** Set when its session, asked to stop, ignored SIGTERM and was killed: said beside the job's end (job-ending.ts). */
+  killedAfterStop?: string;
   /** Another replica took the job's lease: stop following it without finishing it. */
   abandoned?: boolean;
   /**

@@ -53,12 +53,14 @@ export async function jobEnding(o: {
   let error = "";
   // The job fails because of how its session ended: the failure says what the harness last wrote to stderr.
   let failedBySession = false;
+  // A harness that took a stop (a cancel, a broken rule) only as SIGKILL: said beside why it was stopped.
+  const killed = active?.killedAfterStop ? `; then ${active.killedAfterStop}` : "";
   if (job.cancelRequestedAt) {
     state = "cancelled";
-    error = cancelReason(job);
+    error = `${cancelReason(job)}${killed}`;
   } else if (o.failure || active?.violation || sessionFailure) {
     state = "failed";
-    error = o.failure || (active?.violation ?? sessionFailure!);
+    error = o.failure || (active?.violation ? `${active.violation}${killed}` : sessionFailure!);
     failedBySession = !o.failure && !active?.violation;
     // Whatever the harness wrote as its result came from a session that broke the rules, failed, was lost or
     // whose messages could not be stored: not the job's result.

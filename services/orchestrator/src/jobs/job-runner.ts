@@ -452,6 +452,7 @@ export class JobRunner {
         if (message.failure) return undefined;
         if (!active.result && message.result) active.result = message.result;
         active.exitError = exitError(message);
+        active.killedAfterStop = message.killedAfterStop;
         // Nothing is stored (issue 24: one transaction less per job): the job ends when the stream does, right
         // after, and a restart before that re-attaches before `exited` (the sandbox keeps an ended session for its
         // retention period), which reads the same exit again.
@@ -546,6 +547,7 @@ export class JobRunner {
       if (!active.result && message.result) active.result = message.result;
       active.exitError = exitError(message);
       active.sessionFailure = message.failure;
+      active.killedAfterStop = message.killedAfterStop;
       // Stored with the seq that passes it: a restart or a takeover after this point re-attaches
       // past `exited` and must fail the job alike (jobEnding reads it back). A cancel keeps its reason.
       const job = await this.#o.store.getJob(jobId);

@@ -79,6 +79,7 @@ function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
         e.status === SessionStatus.FAILED
           ? `${PROTOCOL_ERROR_CODES.has(e.errorCode) ? "the harness broke the protocol" : "the session failed"}: ${error}`
           : undefined;
+      const killed = e.status === SessionStatus.CANCELLED && e.errorCode === "ignored_sigterm";
       return {
         seq,
         kind: "exited",
@@ -86,6 +87,7 @@ function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
         signal: e.how.case === "signal" ? e.how.value : "",
         error,
         ...(failure !== undefined ? { failure } : {}),
+        ...(killed ? { killedAfterStop: `${e.errorCode}: ${e.errorMessage}` } : {}),
         ...(e.result ? { result: e.result } : {}),
         stderrTail: e.stderrTail,
       };

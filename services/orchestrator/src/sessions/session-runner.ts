@@ -39,6 +39,12 @@ export type SandboxMessage =
        * duplicate_result: the harness wrote a second result; …`.
        */
       failure?: string;
+      /**
+       * Set when a session asked to stop (cancelled) did not stop on SIGTERM and was killed: the node's words
+       * (`ignored_sigterm: the harness was still running 10000 ms after SIGTERM and was killed`). The job ends as
+       * the stop made it end; this says how its harness took the stop.
+       */
+      killedAfterStop?: string;
       result?: SessionResult;
       /** The last few KiB of the harness's stderr, scrubbed (for a failure message: harness-stderr.ts). */
       stderrTail?: string;
