@@ -50,9 +50,29 @@ export function checkSession(run: ScenarioRun, status: "completed" | "cancelled"
   }
 }
 
+/** How much of a harness's stderr a failing case shows: a Go panic or a Python traceback fits. */
+export const STDERR_SHOWN_BYTES = 4096;
+
+/**
+ * The end of the harness's stderr as lines to append to a message, each on
+ * a line of its own below it (an empty string when it wrote none): at most {@link STDERR_SHOWN_BYTES}, from a
+ * whole line where the cut falls inside one, saying how much was left out.
+ */
 export function stderrHint(run: ScenarioRun): string {
-  const tail = run.outcome.stderrTail.trim().split("\n").slice(-3).join(" | ");
-  return tail === "" ? "" : ` (stderr: ${tail.length > 300 ? `…${tail.slice(-300)}` : tail})`;
+  let tail = Buffer.from(run.outcome.stderrTail, "utf8");
+  if (tail.length > STDERR_SHOWN_BYTES) tail = tail.subarray(tail.length - STDERR_SHOWN_BYTES);
+  const cut = run.stderrBytes > tail.length;
+  // The cut may fall inside a line (or a character): start at the next whole line, if there is one.
+  const newline = tail.indexOf(0x0a);
+  if (cut && newline !== -1 && newline < tail.length - 1) tail = tail.subarray(newline + 1);
+  const text = tail.toString("utf8").trimEnd();
+  if (text.trim() === "") return "";
+  const lines = text.split("\n").map((line) => `    ${line}`.trimEnd());
+  const bytes = (n: number): string => n.toLocaleString("en-US");
+  const heading = cut
+    ? `its stderr ended with (the last ${bytes(Buffer.byteLength(text))} of ${bytes(run.stderrBytes)} bytes; the lines before are not shown)`
+    : "its stderr";
+  return `\n  ${heading}:\n${lines.join("\n")}`;
 }
 
 export function checkCompletedNormally(run: ScenarioRun): void {

@@ -50,7 +50,7 @@ export const SESSION_CASES: readonly ConformanceCase[] = [
           const { result, error } = run.outcome;
           check(
             result !== undefined,
-            `the harness wrote no result for a ${FUTURE_VERSION} request${error ? ` (${error.code}: ${error.message})` : ""}${stderrHint(run)}; a harness refuses a major version it does not speak by writing a result with STOP_REASON_ERROR`,
+            `the harness wrote no result for a ${FUTURE_VERSION} request${error ? ` (${error.code}: ${error.message})` : ""}; a harness refuses a major version it does not speak by writing a result with STOP_REASON_ERROR${stderrHint(run)}`,
           );
           check(
             result.stopReason === StopReason.ERROR,

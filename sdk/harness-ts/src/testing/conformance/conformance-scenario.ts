@@ -138,6 +138,8 @@ export interface ScenarioRun {
   /** Processes alive after the harness exited (all killed by the kit). */
   leftovers: Pick<LeftoverProcesses, "inGroup" | "inGroupProcesses" | "escaped">;
   transcript: TranscriptLine[];
+  /** How many bytes the harness wrote to stderr in all (the outcome keeps only the end). */
+  stderrBytes: number;
 }
 
 /**
@@ -167,6 +169,7 @@ export async function runScenario(
   let offeredTools: string[] | undefined;
   let calls = 0;
   let session: HostSession | undefined;
+  let stderrBytes = 0;
   const run = {} as ScenarioRun;
 
   const model = await startScriptedModel({
@@ -241,6 +244,7 @@ export async function runScenario(
       deadline: new Date(Date.now() + settings.caseTimeoutMs),
       // The tracking launcher innermost: it starts the harness inside its container.
       launcher: recordingLauncher(trackingLauncher(sessionId, leftovers), transcript, rewrite),
+      onStderr: (chunk) => (stderrBytes += chunk.length),
       onEvent: (event) => {
         events.push(event);
         spec.onEvent?.(event, run);
@@ -279,6 +283,7 @@ export async function runScenario(
       leftovers: { inGroup: false, inGroupProcesses: [], escaped: leftovers.escaped },
       transcript,
       offeredTools,
+      stderrBytes: 0,
     });
     const outcome = await session.outcome;
     // The host stopped the harness if it failed to start; then nothing was launched and nothing is left.
@@ -295,6 +300,7 @@ export async function runScenario(
     for (const p of sweepSession(sessionId))
       if (p.pgid !== session.pid && !leftovers.escaped.some((e) => e.pid === p.pid)) leftovers.escaped.push(p);
     run.outcome = outcome;
+    run.stderrBytes = stderrBytes;
     run.leftovers = {
       inGroup: leftovers.inGroup,
       inGroupProcesses: leftovers.inGroupProcesses,

@@ -260,12 +260,14 @@ async function runCase(
     } catch (error) {
       const message =
         error instanceof ConformanceFailure
-          ? `${error.message} (${testCase.rule})`
+          ? withRule(error.message, testCase.rule)
           : `the kit failed: ${(error as Error).stack ?? String(error)}`;
       failures.push(routes.length > 1 ? `${routeName(route)}: ${message}` : message);
     }
   }
-  const failure = failures.length === 0 ? undefined : failures.join("; ");
+  // A message that ends with the harness's stderr takes lines of its own; the next route's starts on a new one.
+  const failure =
+    failures.length === 0 ? undefined : failures.join(failures.some((f) => f.includes("\n")) ? "\n" : "; ");
   const durationMs = performance.now() - started;
   const extra = { routes: [...routes], ...(keepTranscripts ? { transcripts } : {}) };
   if (expectedToFail) {
@@ -287,6 +289,13 @@ async function runCase(
     durationMs,
     ...extra,
   };
+}
+
+/** `message (rule)`, the rule before the stderr lines a message may end with. */
+function withRule(message: string, rule: string): string {
+  const lineEnd = message.indexOf("\n");
+  if (lineEnd === -1) return `${message} (${rule})`;
+  return `${message.slice(0, lineEnd)} (${rule})${message.slice(lineEnd)}`;
 }
 
 /**

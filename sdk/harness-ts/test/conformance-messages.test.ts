@@ -1,0 +1,37 @@
+// What the kit says when a case fails: enough to fix the harness without
+// running it again by hand. Each fixture is the minimal agent with one
+// switch on (test/fixtures/broken), as a third-party author's harness broke.
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { describe, it } from "node:test";
+import { runConformance } from "@oz0/harness/testing";
+
+const here = (relative: string): string => fileURLToPath(new URL(relative, import.meta.url));
+const broken = (name: string): string[] => [process.execPath, here(`./fixtures/broken/${name}.mjs`)];
+const graceMs = 5000;
+
+void describe("the conformance kit's messages", () => {
+  void it("show the last 4 KiB of stderr, from a whole line, saying what was cut", async () => {
+    const report = await runConformance({ command: broken("panics"), graceMs, only: ["handshake"] });
+    const message = report.cases[0]?.message ?? "";
+    assert.equal(report.cases[0]?.status, "failed");
+    assert.match(
+      message,
+      /^the session failed \(no_result\): the harness exited \(code 2\) without writing a result \(rule 1, rule 3\)\n {2}its stderr ended with/,
+    );
+    // The panic line, 25 lines above the end, and the last line.
+    assert.match(message, /^ {4}panic: runtime error: index out of range \[3\] with length 3$/m);
+    assert.match(message, /\n {4}exit status 2$/);
+    const [, shown, total] =
+      /its stderr ended with \(the last ([\d,]+) of ([\d,]+) bytes; the lines before are not shown\):\n/.exec(
+        message,
+      ) ?? ["", "", ""];
+    assert.ok(shown !== "" && total !== "", message.slice(0, 400));
+    const shownBytes = Number(shown.replaceAll(",", ""));
+    assert.ok(shownBytes <= 4096 && shownBytes > 3000, `shown ${shownBytes}`);
+    assert.ok(Number(total.replaceAll(",", "")) > 4096, total);
+    // Whole lines only: the first line shown is a complete log line.
+    const block = message.slice(message.indexOf("bytes; the lines before are not shown):\n") + 40);
+    assert.match(block.split("\n")[0] ?? "", /^ {4}log: step \d+ of the agent loop went well$/);
+  });
+});
