@@ -34,4 +34,26 @@ void describe("the conformance kit's messages", () => {
     const block = message.slice(message.indexOf("bytes; the lines before are not shown):\n") + 40);
     assert.match(block.split("\n")[0] ?? "", /^ {4}log: step \d+ of the agent loop went well$/);
   });
+
+  void it("fail every case that completes when the harness exits non-zero after its result, as the stack does", async () => {
+    const report = await runConformance({
+      command: broken("exits-nonzero-after-result"),
+      graceMs,
+      only: ["handshake", "text", "tool-events", "processes"],
+    });
+    for (const c of report.cases) {
+      assert.equal(c.status, "failed", `${c.id} passed`);
+      assert.match(
+        c.message,
+        /nonzero_exit_after_result: the harness exited with code 1 after writing a completed result; a harness exits with code 0 once its result is out/,
+        c.id,
+      );
+    }
+    assert.equal(report.cases.length, 4);
+
+    // So does a second result, in a case that checks only the result's stop reason.
+    const twice = await runConformance({ command: broken("two-results"), graceMs, only: ["protocol-version"] });
+    assert.equal(twice.cases[0]?.status, "failed");
+    assert.match(twice.cases[0]?.message ?? "", /^the session failed \(duplicate_result\)/);
+  });
 });

@@ -3,7 +3,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { Capabilities, SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { check } from "./conformance-scenario.js";
+import { check } from "./conformance-failure.js";
 import type { ScenarioRun, ScenarioSettings } from "./conformance-scenario.js";
 
 /** A capability a case needs the harness to declare in `started`. */
@@ -73,6 +73,27 @@ export function stderrHint(run: ScenarioRun): string {
     ? `its stderr ended with (the last ${bytes(Buffer.byteLength(text))} of ${bytes(run.stderrBytes)} bytes; the lines before are not shown)`
     : "its stderr";
   return `\n  ${heading}:\n${lines.join("\n")}`;
+}
+
+/**
+ * Rule 3, which every scenario ends with, whatever its case checks: exactly
+ * one result, nothing after it, and exit code 0 after a completed one. The
+ * stack fails a session that breaks it whatever else it did right; a
+ * completed result followed by a non-zero exit or a signal is the sandbox's
+ * `nonzero_exit_after_result`: the process contradicts its result.
+ */
+export function checkResultAndExit(run: ScenarioRun): void {
+  const { status, result, exitCode, signal, error } = run.outcome;
+  check(
+    error?.code !== "duplicate_result" && error?.code !== "event_after_result",
+    `the session failed (${error?.code}): ${error?.message}${stderrHint(run)}`,
+  );
+  if (status !== "completed" || result?.stopReason !== StopReason.COMPLETED) return;
+  const how = signal !== null ? `was ended by ${signal}` : `exited with code ${exitCode ?? "unknown"}`;
+  check(
+    signal === null && exitCode === 0,
+    `nonzero_exit_after_result: the harness ${how} after writing a completed result; a harness exits with code 0 once its result is out (the stack fails such a session, whatever its result)${stderrHint(run)}`,
+  );
 }
 
 export function checkCompletedNormally(run: ScenarioRun): void {

@@ -30,11 +30,9 @@ import { detectToolProfile, KNOWN_TOOL_PROFILES, offeredToolNames } from "./tool
 import { isOnRoute, offRouteMessage, ROUTE_MODELS } from "./model-routes.js";
 import type { ModelRoute } from "./model-routes.js";
 import type { ToolProfile } from "./tool-profiles.js";
+import { checkResultAndExit } from "./case-checks.js";
 
-/** A conformance check that did not hold; its message says what the harness did wrong. */
-export class ConformanceFailure extends Error {
-  override name = "ConformanceFailure";
-}
+export { check, ConformanceFailure } from "./conformance-failure.js";
 
 /** Settings shared by every scenario of one conformance run. */
 export interface ScenarioSettings {
@@ -325,6 +323,8 @@ export async function runScenario(
     run.offeredTools = offeredTools;
     settings.onTranscript?.(spec.id, settings.route, transcript);
     verify(run);
+    // After the case's own checks, whose findings say more: rule 3 holds in every case, as on the stack.
+    checkResultAndExit(run);
     return run;
   } finally {
     sweepSession(sessionId);
@@ -418,9 +418,4 @@ export function addUnknownFields(line: string): string {
 /** Request bodies as text, to look for what the model was told. */
 export function requestText(request: ScriptedRequest | undefined): string {
   return request === undefined ? "" : JSON.stringify(request.body ?? null);
-}
-
-/** Fails with `message` unless `condition` holds. */
-export function check(condition: unknown, message: string): asserts condition {
-  if (!condition) throw new ConformanceFailure(message);
 }

@@ -1,0 +1,60 @@
+// What the harness authors' docs name must exist: the error codes a session
+// can end with, as the host and the sandbox define them.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, it } from "node:test";
+
+const packageDir = fileURLToPath(new URL("..", import.meta.url));
+const repoRoot = path.resolve(packageDir, "..", "..");
+const read = (relative: string): string => readFileSync(path.join(repoRoot, relative), "utf8");
+
+/** The codes of the host's `SessionErrorCode` union. */
+function hostErrorCodes(): string[] {
+  const source = read("sdk/harness-ts/src/host/host-errors.ts");
+  const start = source.indexOf("export type SessionErrorCode =");
+  // The union ends at its last member's semicolon (its comments hold semicolons too).
+  const union = source.slice(start, source.indexOf('";\n', start) + 1);
+  return [...union.matchAll(/\| "([a-z_]+)"/g)].map((m) => m[1] ?? "");
+}
+
+/** The codes the sandbox ends a session with itself (its limits, the exit after a result, its own failure). */
+function sandboxErrorCodes(): string[] {
+  const source = read("services/sandbox/src/sandbox-session.ts");
+  const calls = [...source.matchAll(/#breakLimit\(\s*([^,]+),/g)].map((m) => m[1] ?? "");
+  const fields = [...source.matchAll(/\b(?:code|errorCode): ([^,\n]+)/g)].map((m) => m[1] ?? "");
+  return [
+    ...new Set(
+      [...calls, ...fields].flatMap((text) =>
+        [...text.matchAll(/"([a-z]+(?:_[a-z]+)+|internal)"/g)].map((m) => m[1] ?? ""),
+      ),
+    ),
+  ];
+}
+
+void describe("the harness docs", () => {
+  void it("list every code a session can fail with, in the SDK README and the sandbox README alike", () => {
+    const sdkReadme = read("sdk/harness-ts/README.md");
+    const sandboxReadme = read("services/sandbox/README.md");
+    const host = hostErrorCodes();
+    const sandbox = sandboxErrorCodes();
+    assert.ok(host.length >= 15 && host.includes("did_not_exit"), `host codes: ${host.join(", ")}`);
+    assert.ok(
+      sandbox.includes("nonzero_exit_after_result") && sandbox.includes("max_turns_exceeded"),
+      `sandbox codes: ${sandbox.join(", ")}`,
+    );
+    for (const code of [...host, ...sandbox]) {
+      assert.match(
+        sdkReadme,
+        new RegExp(`^\\| (\`[a-z_]+\` / )?\`${code}\`( / \`[a-z_]+\`)? \\|`, "m"),
+        `sdk/harness-ts/README.md's tables lack ${code}`,
+      );
+      assert.match(
+        sandboxReadme.slice(sandboxReadme.indexOf("### Errors")),
+        new RegExp(`\`${code}\``),
+        `services/sandbox/README.md's Errors lack ${code}`,
+      );
+    }
+  });
+});
