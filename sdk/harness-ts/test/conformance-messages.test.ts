@@ -5,10 +5,15 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { describe, it } from "node:test";
 import { runConformance } from "@oz0/harness/testing";
+import type { ConformanceReport } from "@oz0/harness/testing";
 
 const here = (relative: string): string => fileURLToPath(new URL(relative, import.meta.url));
 const broken = (name: string): string[] => [process.execPath, here(`./fixtures/broken/${name}.mjs`)];
 const graceMs = 5000;
+
+function messages(report: ConformanceReport): Record<string, [string, string]> {
+  return Object.fromEntries(report.cases.map((c) => [c.id, [c.status, c.message]]));
+}
 
 void describe("the conformance kit's messages", () => {
   void it("show the last 4 KiB of stderr, from a whole line, saying what was cut", async () => {
@@ -55,5 +60,40 @@ void describe("the conformance kit's messages", () => {
     const twice = await runConformance({ command: broken("two-results"), graceMs, only: ["protocol-version"] });
     assert.equal(twice.cases[0]?.status, "failed");
     assert.match(twice.cases[0]?.message ?? "", /^the session failed \(duplicate_result\)/);
+  });
+
+  void it("say the harness made no model call rather than naming tools nobody called", async () => {
+    const report = await runConformance({
+      command: broken("no-model-call"),
+      graceMs,
+      only: ["tool-events", "working-dir"],
+    });
+    const got = messages(report);
+    for (const id of ["tool-events", "working-dir"]) {
+      assert.equal(got[id]?.[0], "failed", `${id}: ${got[id]?.[1]}`);
+      assert.match(
+        got[id]?.[1] ?? "",
+        /^the harness made no model call \(it ended STOP_REASON_COMPLETED\), so the kit's model could not call its tools/,
+      );
+      assert.doesNotMatch(got[id]?.[1] ?? "", /the model called {2}and/);
+    }
+  });
+
+  void it("name the stop reason of a result the harness ended with instead of being cancelled", async () => {
+    const report = await runConformance({
+      command: broken("refuses-openai"),
+      graceMs,
+      route: "both",
+      only: ["cancellation", "cancelled-result"],
+    });
+    for (const c of report.cases) {
+      assert.equal(c.status, "failed", c.id);
+      assert.match(
+        c.message,
+        /^the OpenAI route: the harness ended the session itself with a STOP_REASON_ERROR result \(error: this harness serves only anthropic\/… models, not openai\/gpt-conformance\) before the kit cancelled it; the kit cancels a session while it waits on its model, and this one made no model call/,
+        c.id,
+      );
+      assert.doesNotMatch(c.message, /the Anthropic route/);
+    }
   });
 });

@@ -44,10 +44,27 @@ export function checkSession(run: ScenarioRun, status: "completed" | "cancelled"
     outcome.error === undefined,
     `the session failed (${outcome.error?.code}): ${outcome.error?.message}${stderrHint(run)}`,
   );
-  check(outcome.status === status, `the session ended ${outcome.status}, expected ${status}`);
+  check(outcome.status === status, `the session ended ${outcome.status} ${endedWith(outcome)}, expected ${status}`);
   if (status === "completed") {
     check(outcome.result !== undefined, "the harness wrote no result");
   }
+  // Cases that drive tools would otherwise blame tools the model never had a chance to call.
+  check(
+    !run.needsTools || madeModelCall(run),
+    `the harness made no model call (it ended ${stopReasonName(outcome.result?.stopReason)}), so the kit's model could not call its tools; this case needs a harness that calls the model, offering it its file tools`,
+  );
+}
+
+/** Whether the harness called the model at all, on any route or path. */
+export function madeModelCall(run: ScenarioRun): boolean {
+  return [...run.allRequests, ...run.refusedRequests].some((call) => call.method === "POST");
+}
+
+/** How a session ended, for messages: `with a STOP_REASON_ERROR result (error: …)` or `without a result`. */
+export function endedWith(outcome: ScenarioRun["outcome"]): string {
+  const { result } = outcome;
+  if (result === undefined) return "without a result";
+  return `with a ${stopReasonName(result.stopReason)} result${result.error ? ` (error: ${result.error})` : ""}`;
 }
 
 /** How much of a harness's stderr a failing case shows: a Go panic or a Python traceback fits. */

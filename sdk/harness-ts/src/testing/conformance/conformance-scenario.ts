@@ -138,6 +138,8 @@ export interface ScenarioRun {
   transcript: TranscriptLine[];
   /** How many bytes the harness wrote to stderr in all (the outcome keeps only the end). */
   stderrBytes: number;
+  /** The scenario drives the harness's file tools (its spec's `needsTools`). */
+  needsTools: boolean;
 }
 
 /**
@@ -282,6 +284,7 @@ export async function runScenario(
       transcript,
       offeredTools,
       stderrBytes: 0,
+      needsTools: spec.needsTools ?? false,
     });
     const outcome = await session.outcome;
     // The host stopped the harness if it failed to start; then nothing was launched and nothing is left.
