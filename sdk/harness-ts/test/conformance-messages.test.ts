@@ -96,4 +96,21 @@ void describe("the conformance kit's messages", () => {
       assert.doesNotMatch(c.message, /the Anthropic route/);
     }
   });
+
+  void it("hint at unflushed stdout when a session saw no line before its deadline", async () => {
+    const report = await runConformance({
+      command: broken("buffers-stdout"),
+      graceMs,
+      caseTimeoutMs: 3000,
+      route: "anthropic",
+      only: ["permission-allow"],
+    });
+    const message = report.cases[0]?.message ?? "";
+    assert.equal(report.cases[0]?.status, "failed", message);
+    assert.match(message, /^the session failed \(deadline_exceeded\)/);
+    assert.match(
+      message,
+      /the harness wrote no line to stdout before the deadline: if it wrote events, they are still in its stdout buffer; flush stdout after each line \(Python: print\(line, flush=True\); Go: Flush\(\) a bufio\.Writer, or write to os\.Stdout directly\)/,
+    );
+  });
 });

@@ -42,7 +42,7 @@ export function checkSession(run: ScenarioRun, status: "completed" | "cancelled"
   const { outcome } = run;
   check(
     outcome.error === undefined,
-    `the session failed (${outcome.error?.code}): ${outcome.error?.message}${stderrHint(run)}`,
+    `the session failed (${outcome.error?.code}): ${outcome.error?.message}${deadlineHint(run)}${stderrHint(run)}`,
   );
   check(outcome.status === status, `the session ended ${outcome.status} ${endedWith(outcome)}, expected ${status}`);
   if (status === "completed") {
@@ -65,6 +65,16 @@ export function endedWith(outcome: ScenarioRun["outcome"]): string {
   const { result } = outcome;
   if (result === undefined) return "without a result";
   return `with a ${stopReasonName(result.stopReason)} result${result.error ? ` (error: ${result.error})` : ""}`;
+}
+
+/**
+ * A harness whose lines sit in a block-buffered stdout (Python's print on a
+ * pipe) delivers nothing until it exits: the session waits for a permission
+ * request that never comes and only its deadline ends it.
+ */
+function deadlineHint(run: ScenarioRun): string {
+  if (run.outcome.error?.code !== "deadline_exceeded" || run.wroteBeforeDeadline) return "";
+  return "; the harness wrote no line to stdout before the deadline: if it wrote events, they are still in its stdout buffer; flush stdout after each line (Python: print(line, flush=True); Go: Flush() a bufio.Writer, or write to os.Stdout directly)";
 }
 
 /** How much of a harness's stderr a failing case shows: a Go panic or a Python traceback fits. */

@@ -140,6 +140,8 @@ export interface ScenarioRun {
   stderrBytes: number;
   /** The scenario drives the harness's file tools (its spec's `needsTools`). */
   needsTools: boolean;
+  /** Whether an event arrived before the session's deadline (block-buffered stdout delivers none). */
+  wroteBeforeDeadline: boolean;
 }
 
 /**
@@ -170,6 +172,7 @@ export async function runScenario(
   let calls = 0;
   let session: HostSession | undefined;
   let stderrBytes = 0;
+  let wroteBeforeDeadline = false;
   const run = {} as ScenarioRun;
 
   const model = await startScriptedModel({
@@ -235,17 +238,19 @@ export async function runScenario(
       if (spec.injectUnknownFields) out = addUnknownFields(out);
       return out;
     };
+    const deadline = new Date(Date.now() + settings.caseTimeoutMs);
     session = startHostSession({
       command: settings.command,
       cwd: workDir,
       env,
       request,
       graceMs: settings.graceMs,
-      deadline: new Date(Date.now() + settings.caseTimeoutMs),
+      deadline,
       // The tracking launcher innermost: it starts the harness inside its container.
       launcher: recordingLauncher(trackingLauncher(sessionId, leftovers), transcript, rewrite),
       onStderr: (chunk) => (stderrBytes += chunk.length),
       onEvent: (event) => {
+        if (Date.now() < deadline.getTime()) wroteBeforeDeadline = true;
         events.push(event);
         spec.onEvent?.(event, run);
         const current = session;
@@ -285,6 +290,7 @@ export async function runScenario(
       offeredTools,
       stderrBytes: 0,
       needsTools: spec.needsTools ?? false,
+      wroteBeforeDeadline: false,
     });
     const outcome = await session.outcome;
     // The host stopped the harness if it failed to start; then nothing was launched and nothing is left.
@@ -302,6 +308,7 @@ export async function runScenario(
       if (p.pgid !== session.pid && !leftovers.escaped.some((e) => e.pid === p.pid)) leftovers.escaped.push(p);
     run.outcome = outcome;
     run.stderrBytes = stderrBytes;
+    run.wroteBeforeDeadline = wroteBeforeDeadline;
     run.leftovers = {
       inGroup: leftovers.inGroup,
       inGroupProcesses: leftovers.inGroupProcesses,
