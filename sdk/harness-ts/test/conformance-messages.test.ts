@@ -113,4 +113,20 @@ void describe("the conformance kit's messages", () => {
       /the harness wrote no line to stdout before the deadline: if it wrote events, they are still in its stdout buffer; flush stdout after each line \(Python: print\(line, flush=True\); Go: Flush\(\) a bufio\.Writer, or write to os\.Stdout directly\)/,
     );
   });
+
+  void it("warn that a harness declaring no permissions capability must not claim permissions: true in its manifest", async () => {
+    const report = await runConformance({
+      command: broken("declares-nothing"),
+      graceMs,
+      route: "anthropic",
+      only: ["text", "permission-allow"],
+    });
+    assert.equal(report.ok, true);
+    assert.deepEqual(report.notices, [
+      "the permission cases were not run: the harness declared no permissions capability in started; so its plugin manifest must not say permissions: true (on the stack, a tool result no permission request covers stops the job as a policy bypass), and without it the orchestrator refuses agents on it that set harness.requires_approval, hooks or approvals",
+    ]);
+    // The CLI prints it as a warning line: conformance.test.ts's CLI test.
+    const declared = await runConformance({ command: broken("correct"), graceMs, only: ["text"] });
+    assert.deepEqual(declared.notices, []);
+  });
 });

@@ -102,6 +102,8 @@ export interface ConformanceReport {
   routes: ModelRoute[];
   /** With `route: "auto"`, the routes the harness did not call, and what it did instead. */
   untestedRoutes: Array<{ route: ModelRoute; reason: string }>;
+  /** What the results mean for the plugin's manifest, beyond passed and failed (the CLI prints each as `warning: …`). */
+  notices: string[];
   passed: number;
   /** Failed cases, stale and unknown entries included; expected failures excluded. */
   failed: number;
@@ -198,6 +200,7 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
     toolProfile: probe.toolProfile,
     routes,
     untestedRoutes,
+    notices: manifestNotices(probe, results),
     passed: count("passed"),
     failed,
     warnings: count("warning"),
@@ -205,6 +208,22 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
     expectedFailures: count("expected_failure"),
     cases: results,
   };
+}
+
+/**
+ * A harness that declares no permissions capability passes the kit with its
+ * permission cases not applicable; on the stack it then fails every job its
+ * manifest calls permission-gated. Said where it cannot be missed.
+ */
+function manifestNotices(probe: Probe, results: readonly ConformanceCaseResult[]): string[] {
+  const permissionCases = new Set(
+    CONFORMANCE_CASES.filter((c) => c.requires?.includes("permissions")).map((c) => c.id),
+  );
+  const skipped = results.some((r) => r.status === "not_applicable" && permissionCases.has(r.id));
+  if (probe.capabilities === undefined || probe.capabilities.permissions || !skipped) return [];
+  return [
+    "the permission cases were not run: the harness declared no permissions capability in started; so its plugin manifest must not say permissions: true (on the stack, a tool result no permission request covers stops the job as a policy bypass), and without it the orchestrator refuses agents on it that set harness.requires_approval, hooks or approvals",
+  ];
 }
 
 /** Why a case cannot apply to this harness, or undefined when it applies. */
