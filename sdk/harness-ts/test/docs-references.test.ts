@@ -1,7 +1,8 @@
-// What the harness authors' docs name must exist: the error codes a session
+// What the harness authors' docs name must exist: the files and folders they
+// point to (links, and paths written as code), and the error codes a session
 // can end with, as the host and the sandbox define them.
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, it } from "node:test";
@@ -33,7 +34,39 @@ function sandboxErrorCodes(): string[] {
   ];
 }
 
+/** The two documents a harness author reads, relative to the repository. */
+const DOCS = ["docs/harness-authors.md", "sdk/harness-ts/README.md"];
+
+/** Paths the docs show as the author's own files (examples of a command), not files of this repository. */
+const AUTHORS_FILES = new Set(["dist/main.js"]);
+
+/**
+ * What a document names as a file or folder of this repository: relative
+ * links, and code spans like `services/sandbox/README.md` or `src/host/x.ts`
+ * whose first folder exists beside the document or at the repository's root.
+ */
+function namedPaths(doc: string): string[] {
+  const text = read(doc);
+  const links = [...text.matchAll(/\]\((\.\.?\/[^)#\s]+|[\w-]+\/[^)#\s:]+)(#[^)]*)?\)/g)].map((m) => m[1] ?? "");
+  const spans = [...text.matchAll(/`([A-Za-z][\w.-]*(?:\/[\w.-]+)+\/?)`/g)].map((m) => m[1] ?? "");
+  const topFolders = (dir: string): string[] => readdirSync(path.join(repoRoot, dir));
+  const known = new Set([...topFolders("."), ...topFolders(path.dirname(doc))]);
+  const claimed = spans.filter((span) => known.has(span.split("/")[0] ?? "") && !AUTHORS_FILES.has(span));
+  return [...new Set([...links, ...claimed])];
+}
+
 void describe("the harness docs", () => {
+  void it("name only files and folders that exist", () => {
+    for (const doc of DOCS) {
+      const named = namedPaths(doc);
+      assert.ok(named.length >= 5, `${doc}: found only ${named.join(", ")}`);
+      for (const name of named) {
+        const found = [path.dirname(doc), "."].some((dir) => existsSync(path.join(repoRoot, dir, name)));
+        assert.ok(found, `${doc} names ${name}, which is neither beside it nor at the repository's root`);
+      }
+    }
+  });
+
   void it("list every code a session can fail with, in the SDK README and the sandbox README alike", () => {
     const sdkReadme = read("sdk/harness-ts/README.md");
     const sandboxReadme = read("services/sandbox/README.md");
