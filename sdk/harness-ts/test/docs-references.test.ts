@@ -6,6 +6,9 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, it } from "node:test";
+import { create } from "@bufbuild/protobuf";
+import { SessionRequestSchema, SessionResultSchema, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { DEFAULT_GRACE_MS, decodeEventLine, encodeLine } from "@oz0/harness/host";
 
 const packageDir = fileURLToPath(new URL("..", import.meta.url));
 const repoRoot = path.resolve(packageDir, "..", "..");
@@ -89,5 +92,47 @@ void describe("the harness docs", () => {
         `services/sandbox/README.md's Errors lack ${code}`,
       );
     }
+  });
+
+  void it("give the grace a harness has to exit after its result as the host's and the sandbox's default", () => {
+    const guide = read("docs/harness-authors.md");
+    const [, seconds] = /the sandbox's `OZ0_CANCEL_GRACE_MS`, (\d+) s by\s+default/.exec(guide) ?? [];
+    assert.ok(seconds !== undefined, "the guide no longer says how long a harness has to exit after its result");
+    assert.equal(Number(seconds) * 1000, DEFAULT_GRACE_MS);
+    const sandbox = read("services/sandbox/src/index.ts");
+    const [, sandboxDefault] = /cancelGraceMs: config\.cancelGraceMs \?\? ([\d_]+)/.exec(sandbox) ?? [];
+    assert.equal(
+      Number(sandboxDefault?.replaceAll("_", "")),
+      DEFAULT_GRACE_MS,
+      "the sandbox's OZ0_CANCEL_GRACE_MS default",
+    );
+  });
+
+  void it("say truly which names and enum spellings the runtime writes and reads", () => {
+    // Written in lowerCamelCase: a harness reading limits.max_turns finds nothing.
+    const request = encodeLine(
+      SessionRequestSchema,
+      create(SessionRequestSchema, { workingDir: "/w", limits: { maxTurns: 3 } }),
+    );
+    assert.match(request, /"workingDir":"\/w"/);
+    assert.match(request, /"limits":\{"maxTurns":3\}/);
+    assert.doesNotMatch(request, /working_dir|max_turns/);
+    // Read in either form; an enum's number too, another spelling as the zero value.
+    const event = (line: string) => {
+      const decoded = decodeEventLine(line);
+      assert.ok(decoded.ok, line);
+      return decoded.message.event;
+    };
+    // (JSON text: the decoder leaves an absent input unset in one form and undefined in the other.)
+    const snake = JSON.stringify(event('{"tool_call":{"call_id":"c1","tool":"t"}}'));
+    assert.equal(snake, JSON.stringify(event('{"toolCall":{"callId":"c1","tool":"t"}}')));
+    assert.match(snake, /"callId":"c1"/);
+    const stopReason = (value: string) => {
+      const got = event(`{"result":{"stopReason":${value}}}`);
+      return got.case === "result" ? got.value.stopReason : undefined;
+    };
+    assert.equal(stopReason(`${StopReason.COMPLETED}`), StopReason.COMPLETED);
+    assert.equal(stopReason('"completed"'), create(SessionResultSchema).stopReason);
+    assert.equal(stopReason('"completed"'), StopReason.UNSPECIFIED);
   });
 });
