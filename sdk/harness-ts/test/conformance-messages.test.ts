@@ -2,6 +2,9 @@
 // running it again by hand. Each fixture is the minimal agent with one
 // switch on (test/fixtures/broken), as a third-party author's harness broke.
 import assert from "node:assert/strict";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, it } from "node:test";
 import { runConformance } from "@oz0/harness/testing";
@@ -128,5 +131,25 @@ void describe("the conformance kit's messages", () => {
     // The CLI prints it as a warning line: conformance.test.ts's CLI test.
     const declared = await runConformance({ command: broken("correct"), graceMs, only: ["text"] });
     assert.deepEqual(declared.notices, []);
+  });
+
+  void it("warn when the harness's program lies outside the folders a session sees under bubblewrap", async () => {
+    // A program in a folder of its own, as a pyenv shim or a virtualenv's python is.
+    const dir = await mkdtemp(path.join(tmpdir(), "oz0-kit-program-"));
+    try {
+      const runner = path.join(dir, "run-node");
+      await writeFile(runner, '#!/bin/sh\nexec node "$@"\n', { mode: 0o755 });
+      const report = await runConformance({
+        command: [runner, here("./fixtures/broken/correct.mjs")],
+        graceMs,
+        only: ["text"],
+      });
+      assert.equal(report.ok, true, report.cases[0]?.message);
+      assert.deepEqual(report.notices, [
+        `the harness's program ${runner} is outside the folders a session sees under bubblewrap on the stack (/usr, /bin, /sbin, /lib, /lib32, /lib64, node's folder, the plugin's and the session's own): there its job fails spawn_failed, not visible inside the sandbox, unless the sandbox's OZ0_SANDBOX_READ_ONLY_PATHS adds its folder; start a script through its shebang (#!/usr/bin/env python3) or name a system interpreter`,
+      ]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

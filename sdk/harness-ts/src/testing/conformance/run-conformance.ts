@@ -4,7 +4,7 @@ import { CONFORMANCE_CASES } from "./conformance-cases.js";
 import type { CapabilityName, CaseLevel, ConformanceCase } from "./conformance-cases.js";
 import { ConformanceFailure, runScenario } from "./conformance-scenario.js";
 import type { ScenarioSettings, TranscriptLine } from "./conformance-scenario.js";
-import { resolveHarnessCommand } from "./harness-command.js";
+import { hiddenProgramNotice, resolveHarnessCommand } from "./harness-command.js";
 import { KNOWN_TOOL_PROFILES } from "./tool-profiles.js";
 import type { ToolProfile } from "./tool-profiles.js";
 import { calledProvider, MODEL_ROUTES, ROUTE_MODELS, routeName } from "./model-routes.js";
@@ -200,7 +200,10 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
     toolProfile: probe.toolProfile,
     routes,
     untestedRoutes,
-    notices: manifestNotices(probe, results),
+    notices: [
+      ...manifestNotices(probe, results),
+      ...[hiddenProgramNotice(command, pluginDir)].filter((n) => n !== undefined),
+    ],
     passed: count("passed"),
     failed,
     warnings: count("warning"),
