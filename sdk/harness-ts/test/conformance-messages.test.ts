@@ -58,6 +58,9 @@ void describe("the conformance kit's messages", () => {
       );
     }
     assert.equal(report.cases.length, 4);
+    // The kit's first session, which learns what the harness declares, is no case: it still learns it.
+    assert.equal(report.harness?.name, "minimal-agent");
+    assert.equal(report.capabilities?.permissions, true);
 
     // So does a second result, in a case that checks only the result's stop reason.
     const twice = await runConformance({ command: broken("two-results"), graceMs, only: ["protocol-version"] });

@@ -327,7 +327,12 @@ function withRule(message: string, rule: string): string {
 async function probeHarness(settings: ScenarioSettings): Promise<Probe> {
   const route = settings.route;
   try {
-    const run = await runScenario(settings, { id: "probe", input: "Say hello.", turn: () => ({ text: "Hello." }) });
+    const run = await runScenario(settings, {
+      id: "probe",
+      input: "Say hello.",
+      probe: true,
+      turn: () => ({ text: "Hello." }),
+    });
     const started = run.outcome.started;
     const declared = started?.capabilities;
     const capabilities =
