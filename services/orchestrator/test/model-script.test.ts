@@ -213,11 +213,11 @@ void test(
     writeFileSync(path.join(plugin, "prompts", "notes.md"), "You keep notes.\n");
     const agent = block(guide, "yaml", "# my-plugin/agents/notes.yaml");
     writeFileSync(path.join(plugin, "agents", "notes.yaml"), agent);
-    const harnesses = block(guide, "yaml", "harnesses:").replace('["./my-harness"]', '["oz0-fake-harness"]');
-    writeFileSync(
-      path.join(plugin, "oz0-plugin.yaml"),
-      `name: my-plugin\nversion: 0.1.0\n${harnesses}agents:\n  - agents/notes.yaml\n`,
-    );
+    // The guide's manifest as it is, but for the command: a field it lacks fails the install or the run.
+    const shown = block(guide, "yaml", "# my-plugin/oz0-plugin.yaml");
+    const manifest = shown.replace('["./my-harness"]', '["oz0-fake-harness"]');
+    assert.notEqual(manifest, shown, "the guide's manifest no longer runs ./my-harness");
+    writeFileSync(path.join(plugin, "oz0-plugin.yaml"), manifest);
 
     const commands = block(guide, "sh", "oz0 dev --model-script")
       .split("\n")

@@ -3,7 +3,7 @@
 import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { checkSession, stopReasonName } from "./case-checks.js";
+import { checkSession, endedWith, stderrHint, stopReasonName } from "./case-checks.js";
 import type { ConformanceCase } from "./case-checks.js";
 import { check, runScenario } from "./conformance-scenario.js";
 import type { ScenarioRun, ScenarioSettings } from "./conformance-scenario.js";
@@ -17,6 +17,7 @@ async function cancelledSession(
 ): Promise<void> {
   let release: () => void = () => {};
   const hang = new Promise<void>((resolve) => (release = resolve));
+  let cancelled = false;
   try {
     await runScenario(
       settings,
@@ -24,12 +25,22 @@ async function cancelledSession(
         id,
         input: "Think for a long time.",
         turn: async (_request, { session }) => {
+          cancelled = true;
           session.cancel("conformance: cancellation case");
           await hang;
           return { text: "too late" };
         },
       },
-      verify,
+      (run) => {
+        // A harness that ends before its first model call (a one-route harness refusing the other) was never
+        // cancelled: say what it did instead of judging its ending as a cancellation.
+        check(
+          cancelled,
+          run.violations[0] ??
+            `the harness ended the session itself ${endedWith(run.outcome)} before the kit cancelled it; the kit cancels a session while it waits on its model, and this one made no model call${stderrHint(run)}`,
+        );
+        verify(run);
+      },
     );
   } finally {
     release();

@@ -224,6 +224,7 @@ if (args.json) {
   // Entries that are not cases (unknown ids in a list) were not printed as they ran.
   for (const result of report.cases.filter((r) => r.rule === "")) process.stdout.write(`${formatCaseLine(result)}\n`);
   for (const line of formatUntestedRoutes(report)) process.stdout.write(`${line}\n`);
+  for (const notice of report.notices) process.stdout.write(`warning: ${notice}\n`);
   const other = formatOtherCounts(report);
   if (other !== "") process.stdout.write(`${other}\n`);
   process.stdout.write(`${formatSummary(report)}\n`);

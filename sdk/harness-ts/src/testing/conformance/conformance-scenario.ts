@@ -30,11 +30,9 @@ import { detectToolProfile, KNOWN_TOOL_PROFILES, offeredToolNames } from "./tool
 import { isOnRoute, offRouteMessage, ROUTE_MODELS } from "./model-routes.js";
 import type { ModelRoute } from "./model-routes.js";
 import type { ToolProfile } from "./tool-profiles.js";
+import { checkResultAndExit } from "./case-checks.js";
 
-/** A conformance check that did not hold; its message says what the harness did wrong. */
-export class ConformanceFailure extends Error {
-  override name = "ConformanceFailure";
-}
+export { check, ConformanceFailure } from "./conformance-failure.js";
 
 /** Settings shared by every scenario of one conformance run. */
 export interface ScenarioSettings {
@@ -112,6 +110,8 @@ export interface ScenarioSpec {
   protocolVersion?: string;
   /** The scenario drives the harness's file tools: not recognising them is a violation. */
   needsTools?: boolean;
+  /** Not a case but the kit's look at what the harness declares and calls: rule 3 is left to the cases. */
+  probe?: boolean;
 }
 
 /** Everything a scenario recorded. */
@@ -138,6 +138,12 @@ export interface ScenarioRun {
   /** Processes alive after the harness exited (all killed by the kit). */
   leftovers: Pick<LeftoverProcesses, "inGroup" | "inGroupProcesses" | "escaped">;
   transcript: TranscriptLine[];
+  /** How many bytes the harness wrote to stderr in all (the outcome keeps only the end). */
+  stderrBytes: number;
+  /** The scenario drives the harness's file tools (its spec's `needsTools`). */
+  needsTools: boolean;
+  /** Whether an event arrived before the session's deadline (block-buffered stdout delivers none). */
+  wroteBeforeDeadline: boolean;
 }
 
 /**
@@ -167,6 +173,8 @@ export async function runScenario(
   let offeredTools: string[] | undefined;
   let calls = 0;
   let session: HostSession | undefined;
+  let stderrBytes = 0;
+  let wroteBeforeDeadline = false;
   const run = {} as ScenarioRun;
 
   const model = await startScriptedModel({
@@ -232,16 +240,19 @@ export async function runScenario(
       if (spec.injectUnknownFields) out = addUnknownFields(out);
       return out;
     };
+    const deadline = new Date(Date.now() + settings.caseTimeoutMs);
     session = startHostSession({
       command: settings.command,
       cwd: workDir,
       env,
       request,
       graceMs: settings.graceMs,
-      deadline: new Date(Date.now() + settings.caseTimeoutMs),
+      deadline,
       // The tracking launcher innermost: it starts the harness inside its container.
       launcher: recordingLauncher(trackingLauncher(sessionId, leftovers), transcript, rewrite),
+      onStderr: (chunk) => (stderrBytes += chunk.length),
       onEvent: (event) => {
+        if (Date.now() < deadline.getTime()) wroteBeforeDeadline = true;
         events.push(event);
         spec.onEvent?.(event, run);
         const current = session;
@@ -279,6 +290,9 @@ export async function runScenario(
       leftovers: { inGroup: false, inGroupProcesses: [], escaped: leftovers.escaped },
       transcript,
       offeredTools,
+      stderrBytes: 0,
+      needsTools: spec.needsTools ?? false,
+      wroteBeforeDeadline: false,
     });
     const outcome = await session.outcome;
     // The host stopped the harness if it failed to start; then nothing was launched and nothing is left.
@@ -295,6 +309,8 @@ export async function runScenario(
     for (const p of sweepSession(sessionId))
       if (p.pgid !== session.pid && !leftovers.escaped.some((e) => e.pid === p.pid)) leftovers.escaped.push(p);
     run.outcome = outcome;
+    run.stderrBytes = stderrBytes;
+    run.wroteBeforeDeadline = wroteBeforeDeadline;
     run.leftovers = {
       inGroup: leftovers.inGroup,
       inGroupProcesses: leftovers.inGroupProcesses,
@@ -319,6 +335,8 @@ export async function runScenario(
     run.offeredTools = offeredTools;
     settings.onTranscript?.(spec.id, settings.route, transcript);
     verify(run);
+    // After the case's own checks, whose findings say more: rule 3 holds in every case, as on the stack.
+    if (!spec.probe) checkResultAndExit(run);
     return run;
   } finally {
     sweepSession(sessionId);
@@ -412,9 +430,4 @@ export function addUnknownFields(line: string): string {
 /** Request bodies as text, to look for what the model was told. */
 export function requestText(request: ScriptedRequest | undefined): string {
   return request === undefined ? "" : JSON.stringify(request.body ?? null);
-}
-
-/** Fails with `message` unless `condition` holds. */
-export function check(condition: unknown, message: string): asserts condition {
-  if (!condition) throw new ConformanceFailure(message);
 }

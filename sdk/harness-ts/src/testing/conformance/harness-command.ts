@@ -2,7 +2,7 @@
 // plugin manifest (services/orchestrator/src/agents/harness-command.ts): every case
 // runs in a working directory of its own, so paths are resolved first,
 // against the plugin's folder (for the kit: the caller's directory).
-import { accessSync, constants, existsSync } from "node:fs";
+import { accessSync, constants, existsSync, realpathSync } from "node:fs";
 import path from "node:path";
 
 /**
@@ -38,4 +38,37 @@ function findProgram(name: string, searchPath: string): string | undefined {
     }
   }
   return undefined;
+}
+
+/**
+ * The folders of programs that bubblewrap shows every session on the stack
+ * (the executable part of the sandbox's DEFAULT_READ_ONLY_PATHS), besides
+ * node's folder, the plugin's and the session's own.
+ */
+const SANDBOX_SYSTEM_FOLDERS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"];
+
+function isWithin(file: string, dir: string): boolean {
+  const relative = path.relative(dir, file);
+  return relative === "" || (!relative.startsWith("..") && !path.isAbsolute(relative));
+}
+
+/**
+ * A program the kit runs but a session under bubblewrap cannot see (a pyenv
+ * shim, a virtualenv's python, a tool in the home folder): on the stack its
+ * job fails `spawn_failed`. Undefined when the program, and what its link
+ * points to, lie in folders a session sees. Only the program is looked at:
+ * what a script runs in turn is not known here.
+ */
+export function hiddenProgramNotice(command: readonly string[], pluginDir: string): string | undefined {
+  const program = command[0];
+  if (program === undefined || !path.isAbsolute(program)) return undefined;
+  let target = program;
+  try {
+    target = realpathSync.native(program);
+  } catch {
+    // Not there at all: the kit's cases say so.
+  }
+  const seen = [...SANDBOX_SYSTEM_FOLDERS, path.dirname(process.execPath), pluginDir];
+  if ([program, target].every((file) => seen.some((dir) => isWithin(file, dir)))) return undefined;
+  return `the harness's program ${program}${target !== program ? ` (${target})` : ""} is outside the folders a session sees under bubblewrap on the stack (${SANDBOX_SYSTEM_FOLDERS.join(", ")}, node's folder, the plugin's and the session's own): there its job fails spawn_failed, not visible inside the sandbox, unless the sandbox's OZ0_SANDBOX_READ_ONLY_PATHS adds its folder; start a script through its shebang (#!/usr/bin/env python3) or name a system interpreter`;
 }

@@ -4,7 +4,7 @@ import { CONFORMANCE_CASES } from "./conformance-cases.js";
 import type { CapabilityName, CaseLevel, ConformanceCase } from "./conformance-cases.js";
 import { ConformanceFailure, runScenario } from "./conformance-scenario.js";
 import type { ScenarioSettings, TranscriptLine } from "./conformance-scenario.js";
-import { resolveHarnessCommand } from "./harness-command.js";
+import { hiddenProgramNotice, resolveHarnessCommand } from "./harness-command.js";
 import { KNOWN_TOOL_PROFILES } from "./tool-profiles.js";
 import type { ToolProfile } from "./tool-profiles.js";
 import { calledProvider, MODEL_ROUTES, ROUTE_MODELS, routeName } from "./model-routes.js";
@@ -102,6 +102,8 @@ export interface ConformanceReport {
   routes: ModelRoute[];
   /** With `route: "auto"`, the routes the harness did not call, and what it did instead. */
   untestedRoutes: Array<{ route: ModelRoute; reason: string }>;
+  /** What the results mean for the plugin's manifest, beyond passed and failed (the CLI prints each as `warning: …`). */
+  notices: string[];
   passed: number;
   /** Failed cases, stale and unknown entries included; expected failures excluded. */
   failed: number;
@@ -198,6 +200,10 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
     toolProfile: probe.toolProfile,
     routes,
     untestedRoutes,
+    notices: [
+      ...manifestNotices(probe, results),
+      ...[hiddenProgramNotice(command, pluginDir)].filter((n) => n !== undefined),
+    ],
     passed: count("passed"),
     failed,
     warnings: count("warning"),
@@ -205,6 +211,22 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
     expectedFailures: count("expected_failure"),
     cases: results,
   };
+}
+
+/**
+ * A harness that declares no permissions capability passes the kit with its
+ * permission cases not applicable; on the stack it then fails every job its
+ * manifest calls permission-gated. Said where it cannot be missed.
+ */
+function manifestNotices(probe: Probe, results: readonly ConformanceCaseResult[]): string[] {
+  const permissionCases = new Set(
+    CONFORMANCE_CASES.filter((c) => c.requires?.includes("permissions")).map((c) => c.id),
+  );
+  const skipped = results.some((r) => r.status === "not_applicable" && permissionCases.has(r.id));
+  if (probe.capabilities === undefined || probe.capabilities.permissions || !skipped) return [];
+  return [
+    "the permission cases were not run: the harness declared no permissions capability in started; so its plugin manifest must not say permissions: true (on the stack, a tool result no permission request covers stops the job as a policy bypass), and without it the orchestrator refuses agents on it that set harness.requires_approval, hooks or approvals",
+  ];
 }
 
 /** Why a case cannot apply to this harness, or undefined when it applies. */
@@ -260,12 +282,14 @@ async function runCase(
     } catch (error) {
       const message =
         error instanceof ConformanceFailure
-          ? `${error.message} (${testCase.rule})`
+          ? withRule(error.message, testCase.rule)
           : `the kit failed: ${(error as Error).stack ?? String(error)}`;
       failures.push(routes.length > 1 ? `${routeName(route)}: ${message}` : message);
     }
   }
-  const failure = failures.length === 0 ? undefined : failures.join("; ");
+  // A message that ends with the harness's stderr takes lines of its own; the next route's starts on a new one.
+  const failure =
+    failures.length === 0 ? undefined : failures.join(failures.some((f) => f.includes("\n")) ? "\n" : "; ");
   const durationMs = performance.now() - started;
   const extra = { routes: [...routes], ...(keepTranscripts ? { transcripts } : {}) };
   if (expectedToFail) {
@@ -289,6 +313,13 @@ async function runCase(
   };
 }
 
+/** `message (rule)`, the rule before the stderr lines a message may end with. */
+function withRule(message: string, rule: string): string {
+  const lineEnd = message.indexOf("\n");
+  if (lineEnd === -1) return `${message} (${rule})`;
+  return `${message.slice(0, lineEnd)} (${rule})${message.slice(lineEnd)}`;
+}
+
 /**
  * Runs a text-only session on `settings.route` to learn what the harness
  * declares, which tools it offers, and whether it calls that route at all.
@@ -296,7 +327,12 @@ async function runCase(
 async function probeHarness(settings: ScenarioSettings): Promise<Probe> {
   const route = settings.route;
   try {
-    const run = await runScenario(settings, { id: "probe", input: "Say hello.", turn: () => ({ text: "Hello." }) });
+    const run = await runScenario(settings, {
+      id: "probe",
+      input: "Say hello.",
+      probe: true,
+      turn: () => ({ text: "Hello." }),
+    });
     const started = run.outcome.started;
     const declared = started?.capabilities;
     const capabilities =
