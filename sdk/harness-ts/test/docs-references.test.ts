@@ -7,7 +7,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, it } from "node:test";
 import { create } from "@bufbuild/protobuf";
-import { SessionRequestSchema, SessionResultSchema, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { SessionRequestSchema, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { DEFAULT_GRACE_MS, decodeEventLine, encodeLine } from "@oz0/harness/host";
 
 const packageDir = fileURLToPath(new URL("..", import.meta.url));
@@ -117,7 +117,7 @@ void describe("the harness docs", () => {
     assert.match(request, /"workingDir":"\/w"/);
     assert.match(request, /"limits":\{"maxTurns":3\}/);
     assert.doesNotMatch(request, /working_dir|max_turns/);
-    // Read in either form; an enum's number too, another spelling as the zero value.
+    // Read in either form; an enum's number too; a stop reason by another spelling is refused.
     const event = (line: string) => {
       const decoded = decodeEventLine(line);
       assert.ok(decoded.ok, line);
@@ -132,7 +132,11 @@ void describe("the harness docs", () => {
       return got.case === "result" ? got.value.stopReason : undefined;
     };
     assert.equal(stopReason(`${StopReason.COMPLETED}`), StopReason.COMPLETED);
-    assert.equal(stopReason('"completed"'), create(SessionResultSchema).stopReason);
-    assert.equal(stopReason('"completed"'), StopReason.UNSPECIFIED);
+    const misspelt = decodeEventLine('{"result":{"stopReason":"completed"}}');
+    assert.equal(misspelt.ok, false);
+    assert.match(
+      misspelt.ok ? "" : misspelt.detail,
+      /"completed" is not a StopReason name; use one of STOP_REASON_COMPLETED/,
+    );
   });
 });
