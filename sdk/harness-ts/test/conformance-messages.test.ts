@@ -129,7 +129,7 @@ void describe("the conformance kit's messages", () => {
     });
     assert.equal(report.ok, true);
     assert.deepEqual(report.notices, [
-      "the permission cases were not run: the harness declared no permissions capability in started; so its plugin manifest must not say permissions: true (on the stack, a tool result no permission request covers stops the job as a policy bypass), and without it the orchestrator refuses agents on it that set harness.requires_approval, hooks or approvals",
+      "the permission cases were not run: the harness declared no permissions capability in started; so its plugin manifest must not say permissions: true (on the stack, a harness whose manifest says so and whose started does not fails each job at its start), and without it the orchestrator refuses agents on it that set harness.requires_approval, hooks or approvals",
     ]);
     // The CLI prints it as a warning line: conformance.test.ts's CLI test.
     const declared = await runConformance({ command: broken("correct"), graceMs, only: ["text"] });

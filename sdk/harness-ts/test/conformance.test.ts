@@ -458,7 +458,7 @@ void describe("the conformance kit", () => {
     ]);
     assert.deepEqual(notApplicable.stdout.trim().split("\n").slice(1), [
       "N/A   permission-allow: asks before a tool call and runs it when allowed — not declared: capabilities.permissions",
-      "warning: the permission cases were not run: the harness declared no permissions capability in started; so its plugin manifest must not say permissions: true (on the stack, a tool result no permission request covers stops the job as a policy bypass), and without it the orchestrator refuses agents on it that set harness.requires_approval, hooks or approvals",
+      "warning: the permission cases were not run: the harness declared no permissions capability in started; so its plugin manifest must not say permissions: true (on the stack, a harness whose manifest says so and whose started does not fails each job at its start), and without it the orchestrator refuses agents on it that set harness.requires_approval, hooks or approvals",
       "1 not applicable",
       "1 passed, 0 failed",
     ]);

@@ -225,7 +225,7 @@ function manifestNotices(probe: Probe, results: readonly ConformanceCaseResult[]
   const skipped = results.some((r) => r.status === "not_applicable" && permissionCases.has(r.id));
   if (probe.capabilities === undefined || probe.capabilities.permissions || !skipped) return [];
   return [
-    "the permission cases were not run: the harness declared no permissions capability in started; so its plugin manifest must not say permissions: true (on the stack, a tool result no permission request covers stops the job as a policy bypass), and without it the orchestrator refuses agents on it that set harness.requires_approval, hooks or approvals",
+    "the permission cases were not run: the harness declared no permissions capability in started; so its plugin manifest must not say permissions: true (on the stack, a harness whose manifest says so and whose started does not fails each job at its start), and without it the orchestrator refuses agents on it that set harness.requires_approval, hooks or approvals",
   ];
 }
 
