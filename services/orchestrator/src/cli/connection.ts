@@ -3,7 +3,8 @@
 // `oz0 dev` wrote to <OZ0_HOME>/dev.json; else an embedded stack started for
 // the length of the command. As whom: OZ0_TOKEN when set; else the login's
 // token for its orchestrator; else the owner's credential of this machine
-// (<OZ0_HOME>/credentials/owner), which the local stacks accept.
+// (<OZ0_HOME>/credentials/owner), which the local stacks accept, and which is
+// sent to this machine only (an OZ0_URL on another host gets none).
 import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { bearerInterceptor } from "@oz0/serving";
@@ -45,6 +46,43 @@ export function clientsFor(url: string, token: string | undefined): Clients {
   };
 }
 
+/** OZ0_URL read as a URL; a usage error saying the form when it is not one. */
+function orchestratorUrl(value: string): URL {
+  try {
+    const url = new URL(value);
+    if (url.protocol === "http:" || url.protocol === "https:") return url;
+  } catch {
+    // Said below.
+  }
+  throw new CliError(
+    `OZ0_URL must be an orchestrator's URL such as http://127.0.0.1:7700 or https://oz0.example.com; got ${JSON.stringify(value)}`,
+    EXIT.usage,
+  );
+}
+
+/**
+ * The credential a command sends to the orchestrator at `url` (OZ0_URL): OZ0_TOKEN, else the login's token when
+ * the login is for that URL, else this machine's owner credential, but only when the URL names this machine. The
+ * owner credential opens this machine's stacks as a person with every role; it was once sent to any OZ0_URL, so a
+ * mistyped or hostile URL received it (operator review).
+ */
+export function credentialForUrl(options: {
+  url: string;
+  token: string | undefined;
+  login: { url: string; token: string } | undefined;
+  ownerCredential: () => string | undefined;
+}): string | undefined {
+  if (options.token) return options.token;
+  if (options.login?.url === options.url) return options.login.token;
+  return isLoopback(orchestratorUrl(options.url)) ? options.ownerCredential() : undefined;
+}
+
+/** Whether `url` names this machine: a loopback address, or localhost. */
+function isLoopback(url: URL): boolean {
+  const host = url.hostname.replace(/^\[|\]$/g, "");
+  return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
 export async function connect(options: {
   home: string;
   onEmbeddedStart?: () => void;
@@ -65,8 +103,20 @@ export async function connect(options: {
     }
   };
   if (fromEnv) {
+    const target = orchestratorUrl(fromEnv);
     noScriptThere(`${fromEnv} (OZ0_URL)`);
-    const credential = token ?? (login?.url === fromEnv ? login.token : readOwnerCredential(options.home));
+    const credential = credentialForUrl({
+      url: fromEnv,
+      token,
+      login,
+      ownerCredential: () => readOwnerCredential(options.home),
+    });
+    // Every call but health needs a credential: without one, nothing would work there.
+    if (credential === undefined)
+      throw new CliError(
+        `${target.origin} (OZ0_URL) is not on this machine, so this machine's owner credential is not sent to it, and no other is set: set OZ0_TOKEN, or \`oz0 login --url ${fromEnv}\``,
+        EXIT.usage,
+      );
     return { url: fromEnv, mode: "url", clients: clientsFor(fromEnv, credential), notes: [], close: async () => {} };
   }
   if (login) {
