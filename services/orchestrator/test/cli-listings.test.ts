@@ -13,7 +13,7 @@ import {
   JobState,
   type Approval,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { approvalsList } from "../src/cli/commands.js";
+import { approvalsList, jobsCancel } from "../src/cli/commands.js";
 import type { Connection } from "../src/cli/connection.js";
 
 const AT = new Date("2026-12-05T07:00:00Z");
@@ -91,4 +91,35 @@ void test("oz0 approvals list --job with an unknown job says the job is not foun
   });
   const { text } = await printed((io) => approvalsList({ conn: known, jobId: "job-1", all: false, json: false, io }));
   assert.match(text, /^nothing waits for approval/);
+});
+
+void test("oz0 jobs cancel on a job that had ended says so and cancels nothing", async () => {
+  let cancels = 0;
+  const conn = connWith({
+    getJob: async () => ({
+      job: create(JobSchema, { id: "job-1", state: JobState.SUCCEEDED, finishedAt: timestampFromDate(AT) }),
+    }),
+    cancelJob: async () => {
+      cancels++;
+      return { job: create(JobSchema, { id: "job-1", state: JobState.SUCCEEDED }) };
+    },
+  });
+  const { text, code } = await printed((io) => jobsCancel({ conn, jobId: "job-1", io }));
+  assert.equal(text, "job job-1 had already ended (succeeded at 2026-12-05T07:00:00.000Z); nothing was cancelled\n");
+  assert.equal(code, 0);
+  assert.equal(cancels, 0);
+});
+
+void test("oz0 jobs cancel on a running job asks for the cancel", async () => {
+  let cancels = 0;
+  const conn = connWith({
+    getJob: async () => ({ job: create(JobSchema, { id: "job-1", state: JobState.RUNNING }) }),
+    cancelJob: async () => {
+      cancels++;
+      return { job: create(JobSchema, { id: "job-1", state: JobState.RUNNING }) };
+    },
+  });
+  const { text } = await printed((io) => jobsCancel({ conn, jobId: "job-1", io }));
+  assert.equal(text, "job job-1: cancelling\n");
+  assert.equal(cancels, 1);
 });

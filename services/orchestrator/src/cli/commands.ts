@@ -149,6 +149,20 @@ export async function jobsCancel(options: {
   reason?: string;
   io: Output;
 }): Promise<number> {
+  // A job that had ended is left as it was; printing its end state alone read as if this command had ended it.
+  // Asked first (the answer to CancelJob cannot tell "ended now" from "had ended"); when that cannot be asked,
+  // the cancel below still says what it can.
+  const before = await options.conn.clients.jobs.getJob({ jobId: options.jobId }).then(
+    (r) => r.job,
+    () => undefined,
+  );
+  if (before && TERMINAL.has(before.state)) {
+    const ended = before.finishedAt ? ` at ${isoOf(before.finishedAt)}` : "";
+    options.io.out.write(
+      `job ${options.jobId} had already ended (${stateName(before.state)}${ended}); nothing was cancelled\n`,
+    );
+    return EXIT.ok;
+  }
   const { job } = await options.conn.clients.jobs.cancelJob({ jobId: options.jobId, reason: options.reason ?? "" });
   options.io.out.write(
     `job ${options.jobId}: ${job && TERMINAL.has(job.state) ? stateName(job.state) : "cancelling"}\n`,
