@@ -39,5 +39,8 @@ void test("the CLI exits by execve after a command, a usage error and a failed c
   // Nothing listens on port 1: the call fails, and the CLI says so.
   const refused = cli(["jobs", "list"], { OZ0_HOME: home, OZ0_URL: "http://127.0.0.1:1", OZ0_TOKEN: "t" });
   assert.equal(refused.status, 1, refused.stderr);
-  assert.match(refused.stderr, /cannot reach the orchestrator at http:\/\/127\.0\.0\.1:1.*\nexecve sh -c exit 1\n$/s);
+  assert.match(
+    refused.stderr,
+    /could not reach the orchestrator at http:\/\/127\.0\.0\.1:1.*unset OZ0_URL.*\nexecve sh -c exit 1\n$/s,
+  );
 });

@@ -40,6 +40,8 @@ import { terminalText } from "./terminal-text.js";
 const io: Output = { out: process.stdout, err: process.stderr };
 const home = path.resolve(defaultHome());
 let target = process.env.OZ0_URL || "the orchestrator";
+/** How the orchestrator was found, for what an error advises (cli-error.ts). */
+let targetMode: Connection["mode"] | undefined = process.env.OZ0_URL ? "url" : undefined;
 let open: Connection | undefined;
 /** `oz0 dev` handles its own signals (it stops the stack in order). */
 let devRunning = false;
@@ -51,6 +53,7 @@ async function withConnection(
   const conn = await connect({ home, onEmbeddedStart: () => undefined, modelScript: options.modelScript });
   open = conn;
   target = conn.url;
+  targetMode = conn.mode;
   try {
     process.exitCode = await fn(conn);
   } finally {
@@ -479,7 +482,7 @@ try {
   } else {
     if (process.env.OZ0_DEBUG) console.error(error);
     // Inert: an error can quote what a plugin or a harness wrote (a YAML key, a tool name).
-    io.err.write(`${terminalText(`oz0: ${describeError(error, target)}`)}\n`);
+    io.err.write(`${terminalText(`oz0: ${describeError(error, { target, mode: targetMode })}`)}\n`);
     process.exitCode = error instanceof CliError ? error.exitCode : EXIT.error;
   }
 }
