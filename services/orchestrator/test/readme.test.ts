@@ -4,7 +4,6 @@
 // run leaves a patch that makes the dates project's test pass.
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -91,7 +90,14 @@ void test("the README's auth config is one the services accept, granting what it
   assert.equal(config.oidc?.consoleClientId, "oz0-console");
   assert.deepEqual(grantedRoles(config, "alice", []), ["approver"]);
   assert.deepEqual(grantedRoles(config, "someone", ["platform", "staff"]), ["admin", "viewer"]);
-  assert.equal(config.tokens?.[0]?.sha256, createHash("sha256").update("test").digest("hex"));
+  // A placeholder nobody's token hashes to: a digest of a real word ("test", as it once was) is a token
+  // anyone can guess, which a copied config would then accept.
+  assert.equal(config.tokens?.[0]?.sha256, "0".repeat(64));
+  const howTo = /```sh\n([\s\S]*?)```/.exec(section.slice(block.index + block[0].length))?.[1] ?? "";
+  assert.match(howTo, /openssl rand -hex 32/);
+  const digest = spawnSync("bash", ["-c", `set -e\n${howTo}`], { encoding: "utf8" });
+  assert.equal(digest.status, 0, digest.stderr);
+  assert.match(digest.stdout, /^[0-9a-f]{64}\n$/, "the digest is what the file takes");
 });
 
 void test("the root README's CLI blocks run as written, offline, and the job's patch makes the dates test pass", () => {
