@@ -8,6 +8,8 @@ import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
+import { parse } from "yaml";
+import { validateDocument } from "../src/plugins/yaml-validation.js";
 import { cliMain, eventually, packageDir, repoRoot } from "./support/test-stack.js";
 
 const PATH = `${path.join(repoRoot, "node_modules", ".bin")}${path.delimiter}${process.env.PATH ?? ""}`;
@@ -98,6 +100,27 @@ void test("the README's auth config is one the services accept, granting what it
   const digest = spawnSync("bash", ["-c", `set -e\n${howTo}`], { encoding: "utf8" });
   assert.equal(digest.status, 0, digest.stderr);
   assert.match(digest.stdout, /^[0-9a-f]{64}\n$/, "the digest is what the file takes");
+});
+
+void test("the README's example plugin is the shipped one, and its addition is a valid agent", () => {
+  const readme = readFileSync(path.join(packageDir, "README.md"), "utf8");
+  const blocks = [...readme.matchAll(/```yaml\n# ([^\s:]+)(.*)\n([\s\S]*?)```/g)];
+  const example = path.join(repoRoot, "examples", "plugins", "example");
+  for (const file of ["oz0-plugin.yaml", "agents/fixer.yaml"]) {
+    const shown = blocks.find((b) => b[1] === file && b[2] === "");
+    assert.ok(shown, `the README shows ${file}`);
+    // The same values as the file the quick start installs (the README's comments aside).
+    assert.deepEqual(parse(shown[3]!), parse(readFileSync(path.join(example, file), "utf8")), file);
+  }
+  const addition = blocks.find((b) => b[1] === "agents/fixer.yaml" && b[2] === ": an addition");
+  assert.ok(addition, "the README shows what an agent may add");
+  const fixer = parse(readFileSync(path.join(example, "agents/fixer.yaml"), "utf8")) as { harness: object };
+  const added = parse(addition[3]!) as { harness: object };
+  validateDocument({
+    schema: "agent",
+    file: "the README's fixer with its addition",
+    value: { ...fixer, harness: { ...fixer.harness, ...added.harness } },
+  });
 });
 
 void test("the root README's CLI blocks run as written, offline, and the job's patch makes the dates test pass", () => {
