@@ -102,6 +102,17 @@ void test("the README's auth config is one the services accept, granting what it
   assert.match(digest.stdout, /^[0-9a-f]{64}\n$/, "the digest is what the file takes");
 });
 
+void test("the quick start's second terminal runs oz0 dev with the first one's OZ0_HOME", () => {
+  // The quick start's OZ0_HOME is a fresh directory: an `oz0 dev` in a terminal without it watched another
+  // home, and the quick start's commands went on starting embedded stacks of their own.
+  const readme = readFileSync(path.join(packageDir, "README.md"), "utf8");
+  const section = readme.slice(readme.indexOf("## Quick start"), readme.indexOf("### `oz0 dev` survives"));
+  const dev = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!).find((b) => /^oz0 dev$/m.test(b));
+  assert.ok(dev, "the quick start shows how to run oz0 dev");
+  assert.match(dev, /^export OZ0_HOME=.*\noz0 dev$/m, "OZ0_HOME is set to the first terminal's before oz0 dev");
+  assert.match(section, /the same `OZ0_HOME`/);
+});
+
 void test("the README's example plugin is the shipped one, and its addition is a valid agent", () => {
   const readme = readFileSync(path.join(packageDir, "README.md"), "utf8");
   const blocks = [...readme.matchAll(/```yaml\n# ([^\s:]+)(.*)\n([\s\S]*?)```/g)];
