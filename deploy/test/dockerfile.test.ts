@@ -210,3 +210,15 @@ void describe("deploy/healthcheck.mjs", () => {
     for (const i of imports) assert.match(i!, /^node:/);
   });
 });
+
+void it("the README runs no image alone as if it were a stack, and points to the way the images run together", () => {
+  const readme = readFileSync(path.join(deployDir, "README.md"), "utf8");
+  // `docker run … oz0/orchestrator:dev` alone could not start (no sandbox, LLM proxy or credential).
+  for (const run of readme.match(/^docker run .*$/gm) ?? []) {
+    if (!/oz0\/orchestrator/.test(run)) continue;
+    for (const needed of ["OZ0_SANDBOX_URLS", "OZ0_LLM_PROXY_URL", "OZ0_SERVICE_TOKEN"])
+      assert.ok(run.includes(needed), `${run} sets ${needed}`);
+  }
+  assert.match(readme, /^kubectl apply -k deploy\/k8s\/overlays\/dev$/m);
+  assert.ok(existsSync(path.join(deployDir, "k8s", "overlays", "dev", "generate-secrets.sh")));
+});

@@ -51,6 +51,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     port: envPort(env, "OZ0_PORT") ?? 7700,
     ...(home ? { home } : {}),
     sandboxUrls: envUrlList(env, "OZ0_SANDBOX_URLS"),
+    ...(env.OZ0_LOCAL_STACK === "1" ? { localStack: true } : {}),
     ...(llmProxyUrl ? { llmProxyUrl } : {}),
     ...(eventsUrl ? { eventsUrl } : {}),
     ...(databaseUrl ? { databaseUrl } : {}),

@@ -52,6 +52,8 @@ export interface OrchestratorConfig {
   hookIsolation?: HookIsolationSetting;
   /** Sandbox nodes (OZ0_SANDBOX_URLS); or `sandboxes` for custom runners. */
   sandboxUrls?: string[];
+  /** Run by a local stack (OZ0_LOCAL_STACK, set by `oz0 dev` and embedded stacks): its sandbox is the stack's own, new at each start. */
+  localStack?: boolean;
   sandboxes?: SessionRunner[];
   /** The LLM proxy (OZ0_LLM_PROXY_URL); or `tokens` and `secrets`. */
   llmProxyUrl?: string;
@@ -202,7 +204,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
   }
   const placement: SandboxPlacement = registered
     ? new RegistryPlacement({ registry: registered, logger, serviceToken })
-    : new StaticPlacement({ runners: sandboxes });
+    : new StaticPlacement({ runners: sandboxes, localStack: config.localStack ?? false });
   const proxy =
     config.tokens ??
     (config.llmProxyUrl ? new LlmProxyClient({ url: config.llmProxyUrl, token: serviceToken }) : undefined);

@@ -39,5 +39,21 @@ void test("the CLI exits by execve after a command, a usage error and a failed c
   // Nothing listens on port 1: the call fails, and the CLI says so.
   const refused = cli(["jobs", "list"], { OZ0_HOME: home, OZ0_URL: "http://127.0.0.1:1", OZ0_TOKEN: "t" });
   assert.equal(refused.status, 1, refused.stderr);
-  assert.match(refused.stderr, /cannot reach the orchestrator at http:\/\/127\.0\.0\.1:1.*\nexecve sh -c exit 1\n$/s);
+  assert.match(
+    refused.stderr,
+    /could not reach the orchestrator at http:\/\/127\.0\.0\.1:1.*unset OZ0_URL.*\nexecve sh -c exit 1\n$/s,
+  );
+});
+
+void test("oz0 deny without --reason is a usage error like the others: oz0's prefix, and what a reason is for", (t) => {
+  const home = mkdtempSync(path.join(os.tmpdir(), "oz0-cli-deny-"));
+  t.after(() => rmSync(home, { recursive: true, force: true }));
+  // Nothing listens at OZ0_URL: the usage error comes before any connection.
+  const denied = cli(["deny", "job-1", "perm-2"], { OZ0_HOME: home, OZ0_URL: "http://127.0.0.1:1", OZ0_TOKEN: "t" });
+  assert.equal(denied.status, 2, denied.stderr);
+  assert.match(
+    denied.stderr,
+    /^oz0: oz0 deny needs --reason TEXT: why the call is denied, which the model reads .*oz0 deny job-1 perm-2 --reason "not on a Friday"\n/,
+  );
+  assert.doesNotMatch(denied.stderr, /required option/);
 });

@@ -9,6 +9,7 @@ import path from "node:path";
 import { test } from "node:test";
 import { credentialDigest, type Principal } from "@oz0/serving";
 import { ConsoleLogin } from "../src/console/console-login.js";
+import { loginService } from "../src/rpc/login-service.js";
 
 const alice: Principal = {
   kind: "person",
@@ -123,5 +124,15 @@ void test("with a sessions file, a session outlives its ConsoleLogin (a restart)
     new ConsoleLogin({ sessionsFile: file, now: () => now }).sessionOf(credentialDigest(kept.token)),
     undefined,
     "an ended session is not read back",
+  );
+});
+
+void test("a link that cannot be redeemed points to `oz0 console`, the command that makes a new one", () => {
+  const registration = loginService({ redeem: () => undefined } as unknown as ConsoleLogin) as unknown as {
+    impl: { redeemLoginCode(request: { code: string }): unknown };
+  };
+  assert.throws(
+    () => registration.impl.redeemLoginCode({ code: "used-once" }),
+    (error: Error) => /run `oz0 console` for a new one/.test(error.message) && !/oz0 dev/.test(error.message),
   );
 });

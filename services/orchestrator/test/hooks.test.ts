@@ -307,7 +307,7 @@ void test("invalid hooks are refused naming the file and the field", () => {
   assert.throws(
     () =>
       validateDocument({ schema: "agent", file: "agents/a.yaml", value: { ...base, approvals: { timeout: "soon" } } }),
-    /agents\/a\.yaml: field \/approvals\/timeout: expected a string matching/,
+    /agents\/a\.yaml: field \/approvals\/timeout: expected a duration of hours, minutes and seconds, for example 90s, 10m or 1h30m; got "soon"/,
   );
   assert.doesNotThrow(() =>
     validateDocument({

@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
+import { stackServiceEnv } from "../src/dev/embedded-stack.js";
 import { configFromEnv } from "../src/orchestrator-config.js";
 import { packageDir } from "./support/test-stack.js";
 
@@ -63,6 +64,18 @@ void test("unset variables take the README's defaults", () => {
   const { auth, ...rest } = configFromEnv({});
   assert.ok(auth);
   assert.deepEqual(rest, { host: "127.0.0.1", port: 7700, sandboxUrls: [] });
+});
+
+void test("a local stack's orchestrator knows it is one, so its errors speak of that stack's own sandbox", () => {
+  const env = stackServiceEnv({
+    name: "orchestrator",
+    home: "/tmp/oz0-home",
+    urls: { sandbox: "http://127.0.0.1:40001" },
+    identity: {},
+  });
+  assert.equal(env.OZ0_LOCAL_STACK, "1");
+  assert.equal(configFromEnv(env).localStack, true);
+  assert.equal(configFromEnv({}).localStack, undefined);
 });
 
 void test("a malformed variable is refused, naming it and the form it expects", () => {

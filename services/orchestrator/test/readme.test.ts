@@ -4,11 +4,12 @@
 // run leaves a patch that makes the dates project's test pass.
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
+import { parse } from "yaml";
+import { validateDocument } from "../src/plugins/yaml-validation.js";
 import { cliMain, eventually, packageDir, repoRoot } from "./support/test-stack.js";
 
 const PATH = `${path.join(repoRoot, "node_modules", ".bin")}${path.delimiter}${process.env.PATH ?? ""}`;
@@ -91,7 +92,46 @@ void test("the README's auth config is one the services accept, granting what it
   assert.equal(config.oidc?.consoleClientId, "oz0-console");
   assert.deepEqual(grantedRoles(config, "alice", []), ["approver"]);
   assert.deepEqual(grantedRoles(config, "someone", ["platform", "staff"]), ["admin", "viewer"]);
-  assert.equal(config.tokens?.[0]?.sha256, createHash("sha256").update("test").digest("hex"));
+  // A placeholder nobody's token hashes to: a digest of a real word ("test", as it once was) is a token
+  // anyone can guess, which a copied config would then accept.
+  assert.equal(config.tokens?.[0]?.sha256, "0".repeat(64));
+  const howTo = /```sh\n([\s\S]*?)```/.exec(section.slice(block.index + block[0].length))?.[1] ?? "";
+  assert.match(howTo, /openssl rand -hex 32/);
+  const digest = spawnSync("bash", ["-c", `set -e\n${howTo}`], { encoding: "utf8" });
+  assert.equal(digest.status, 0, digest.stderr);
+  assert.match(digest.stdout, /^[0-9a-f]{64}\n$/, "the digest is what the file takes");
+});
+
+void test("the quick start's second terminal runs oz0 dev with the first one's OZ0_HOME", () => {
+  // The quick start's OZ0_HOME is a fresh directory: an `oz0 dev` in a terminal without it watched another
+  // home, and the quick start's commands went on starting embedded stacks of their own.
+  const readme = readFileSync(path.join(packageDir, "README.md"), "utf8");
+  const section = readme.slice(readme.indexOf("## Quick start"), readme.indexOf("### `oz0 dev` survives"));
+  const dev = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!).find((b) => /^oz0 dev$/m.test(b));
+  assert.ok(dev, "the quick start shows how to run oz0 dev");
+  assert.match(dev, /^export OZ0_HOME=.*\noz0 dev$/m, "OZ0_HOME is set to the first terminal's before oz0 dev");
+  assert.match(section, /the same `OZ0_HOME`/);
+});
+
+void test("the README's example plugin is the shipped one, and its addition is a valid agent", () => {
+  const readme = readFileSync(path.join(packageDir, "README.md"), "utf8");
+  const blocks = [...readme.matchAll(/```yaml\n# ([^\s:]+)(.*)\n([\s\S]*?)```/g)];
+  const example = path.join(repoRoot, "examples", "plugins", "example");
+  for (const file of ["oz0-plugin.yaml", "agents/fixer.yaml"]) {
+    const shown = blocks.find((b) => b[1] === file && b[2] === "");
+    assert.ok(shown, `the README shows ${file}`);
+    // The same values as the file the quick start installs (the README's comments aside).
+    assert.deepEqual(parse(shown[3]!), parse(readFileSync(path.join(example, file), "utf8")), file);
+  }
+  const addition = blocks.find((b) => b[1] === "agents/fixer.yaml" && b[2] === ": an addition");
+  assert.ok(addition, "the README shows what an agent may add");
+  const fixer = parse(readFileSync(path.join(example, "agents/fixer.yaml"), "utf8")) as { harness: object };
+  const added = parse(addition[3]!) as { harness: object };
+  validateDocument({
+    schema: "agent",
+    file: "the README's fixer with its addition",
+    value: { ...fixer, harness: { ...fixer.harness, ...added.harness } },
+  });
 });
 
 void test("the root README's CLI blocks run as written, offline, and the job's patch makes the dates test pass", () => {

@@ -36,6 +36,23 @@ void it("static placement spreads sessions over the configured nodes, the same n
   );
 });
 
+void it("a local stack's job whose sandbox went with an earlier run says so, and not to set OZ0_SANDBOX_URLS", () => {
+  const placement = new StaticPlacement({
+    runners: [new SandboxClient({ url: "http://127.0.0.1:40001" })],
+    localStack: true,
+  });
+  assert.throws(
+    () => placement.runnerFor("http://127.0.0.1:39999"),
+    (e: unknown) =>
+      e instanceof OrchestratorError &&
+      e.code === "unavailable" &&
+      /started by an earlier run of this local stack .* its sandbox http:\/\/127\.0\.0\.1:39999 went with it: the job cannot continue/.test(
+        e.message,
+      ) &&
+      !/OZ0_SANDBOX_URLS/.test(e.message),
+  );
+});
+
 void it("static placement sends a session a node refused for want of room to the next node, round the list", async () => {
   const urls = ["http://10.0.0.1:7701", "http://10.0.0.2:7701", "http://10.0.0.3:7701"];
   const placement = new StaticPlacement({ runners: urls.map((url) => new SandboxClient({ url })) });

@@ -11,6 +11,8 @@ import {
   JobState,
   PluginSchema,
   ApprovalSchema,
+  ApprovalState,
+  type Approval,
   type Job,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { stringify } from "yaml";
@@ -147,6 +149,20 @@ export async function jobsCancel(options: {
   reason?: string;
   io: Output;
 }): Promise<number> {
+  // A job that had ended is left as it was; printing its end state alone read as if this command had ended it.
+  // Asked first (the answer to CancelJob cannot tell "ended now" from "had ended"); when that cannot be asked,
+  // the cancel below still says what it can.
+  const before = await options.conn.clients.jobs.getJob({ jobId: options.jobId }).then(
+    (r) => r.job,
+    () => undefined,
+  );
+  if (before && TERMINAL.has(before.state)) {
+    const ended = before.finishedAt ? ` at ${isoOf(before.finishedAt)}` : "";
+    options.io.out.write(
+      `job ${options.jobId} had already ended (${stateName(before.state)}${ended}); nothing was cancelled\n`,
+    );
+    return EXIT.ok;
+  }
   const { job } = await options.conn.clients.jobs.cancelJob({ jobId: options.jobId, reason: options.reason ?? "" });
   options.io.out.write(
     `job ${options.jobId}: ${job && TERMINAL.has(job.state) ? stateName(job.state) : "cancelling"}\n`,
@@ -407,6 +423,34 @@ export async function secretSet(options: { conn: Connection; name: string; io: O
   return EXIT.ok;
 }
 
+/** A timestamp as ISO text, or "" when unset. */
+function isoOf(t: { seconds: bigint } | undefined): string {
+  return t ? new Date(Number(t.seconds) * 1000).toISOString() : "";
+}
+
+/**
+ * Where a call stands, for `oz0 approvals list`: a waiting call with its deadline, an answered one with who
+ * answered and when. With `--all` both kinds share the list, and an answered call printed like a waiting one
+ * (deadline and all) read as if it still waited.
+ */
+function approvalStateText(a: Approval): string {
+  const at = a.answeredAt ? ` at ${isoOf(a.answeredAt)}` : "";
+  const by = a.answeredBy ? ` by ${fieldText(a.answeredBy)}` : "";
+  const reason = a.reason ? `: ${fieldText(a.reason)}` : "";
+  switch (a.state) {
+    case ApprovalState.APPROVED:
+      return `approved${by}${at}`;
+    case ApprovalState.DENIED:
+      return `denied${by}${at}${reason}`;
+    case ApprovalState.TIMED_OUT:
+      return `timed out (denied, nobody answered)${at}`;
+    case ApprovalState.CANCELLED:
+      return `cancelled (the job ended first)${at}${reason}`;
+    default:
+      return a.deadline ? `waiting (denied if unanswered by ${isoOf(a.deadline)})` : "waiting";
+  }
+}
+
 export async function approvalsList(options: {
   conn: Connection;
   jobId?: string;
@@ -415,18 +459,23 @@ export async function approvalsList(options: {
   io: Output;
 }): Promise<number> {
   const approvals = await listAllApprovals(options.conn, { jobId: options.jobId ?? "", includeAnswered: options.all });
+  // The list does not say whether the job exists: a mistyped id read as "nothing waits", so ask for the job
+  // (its NotFound says so, as every other command about a job does).
+  if (approvals.length === 0 && options.jobId) await options.conn.clients.jobs.getJob({ jobId: options.jobId });
   if (options.json) for (const a of approvals) options.io.out.write(`${jsonLine(toJson(ApprovalSchema, a))}\n`);
-  else if (approvals.length === 0) options.io.out.write("nothing waits for approval\n");
+  else if (approvals.length === 0)
+    options.io.out.write(
+      options.all
+        ? "no calls have waited for approval\n"
+        : "nothing waits for approval (--all lists answered calls too)\n",
+    );
   else
     for (const a of approvals) {
-      const deadline = a.deadline
-        ? `  (denied if unanswered by ${new Date(Number(a.deadline.seconds) * 1000).toISOString()})`
-        : "";
       // The input always: a title is the harness's own words for the call, and could say anything. The input an
       // approval runs, with the harness's beside it when a hook changed it. One line, inert: the tool, title and
       // inputs are the harness's (or a hook's).
       options.io.out.write(
-        `${terminalLine(`${a.jobId}  ${shellWord(a.callId)}  ${fieldText(a.tool)}  ${a.title ? `${fieldText(a.title)}  ` : ""}${inputText(a.inputToRun ?? a.input ?? {})}${inputChangedText(a)}${deadline}`)}\n`,
+        `${terminalLine(`${a.jobId}  ${shellWord(a.callId)}  ${fieldText(a.tool)}  ${a.title ? `${fieldText(a.title)}  ` : ""}${inputText(a.inputToRun ?? a.input ?? {})}${inputChangedText(a)}  ${approvalStateText(a)}`)}\n`,
       );
     }
   return EXIT.ok;

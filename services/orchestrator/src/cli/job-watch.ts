@@ -191,7 +191,7 @@ class ApprovalPrompts {
         // Answered elsewhere a moment before, or refused (not an approver here): say so and keep following.
         terminal.around(() =>
           io.err.write(
-            `${terminalLine(`oz0: your answer to ${call.tool} (call ${call.id}) was not taken: ${describeError(error, conn.url)}`)}\n`,
+            `${terminalLine(`oz0: your answer to ${call.tool} (call ${call.id}) was not taken: ${describeError(error, { target: conn.url, mode: conn.mode })}`)}\n`,
           ),
         );
       } finally {

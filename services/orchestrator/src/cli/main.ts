@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // oz0 (also orchestrator-zero): the command line an operator uses.
 import path from "node:path";
-import { Command, CommanderError, Option } from "commander";
+import { Command, CommanderError } from "commander";
 import { exitProcess } from "@oz0/harness";
 import { defaultHome } from "../start-orchestrator.js";
 import { startDevStack } from "../dev/dev-stack.js";
@@ -40,6 +40,8 @@ import { terminalText } from "./terminal-text.js";
 const io: Output = { out: process.stdout, err: process.stderr };
 const home = path.resolve(defaultHome());
 let target = process.env.OZ0_URL || "the orchestrator";
+/** How the orchestrator was found, for what an error advises (cli-error.ts). */
+let targetMode: Connection["mode"] | undefined = process.env.OZ0_URL ? "url" : undefined;
 let open: Connection | undefined;
 /** `oz0 dev` handles its own signals (it stops the stack in order). */
 let devRunning = false;
@@ -51,6 +53,7 @@ async function withConnection(
   const conn = await connect({ home, onEmbeddedStart: () => undefined, modelScript: options.modelScript });
   open = conn;
   target = conn.url;
+  targetMode = conn.mode;
   try {
     process.exitCode = await fn(conn);
   } finally {
@@ -320,10 +323,18 @@ program
   .description("deny a waiting tool call")
   .argument("<job>")
   .argument("<call>")
-  .addOption(new Option("--reason <text>", "why (shown to the model)").makeOptionMandatory())
-  .action(async (jobId: string, callId: string, opts: { reason: string }) =>
-    withConnection((conn) => answer({ conn, jobId, callId, allow: false, reason: opts.reason, io })),
-  );
+  // Checked here rather than by commander: its "error: required option" had no `oz0:` and did not say what a
+  // reason is for, unlike every other usage error; and before connecting, so no embedded stack starts for it.
+  .option("--reason <text>", "why, required: the model reads it (so it can try another way) and the record keeps it")
+  .action(async (jobId: string, callId: string, opts: { reason?: string }) => {
+    const reason = opts.reason?.trim();
+    if (!reason)
+      throw new CliError(
+        `oz0 deny needs --reason TEXT: why the call is denied, which the model reads (so it can try another way) and the record keeps; for example: oz0 deny ${jobId} ${callId} --reason "not on a Friday"`,
+        EXIT.usage,
+      );
+    await withConnection((conn) => answer({ conn, jobId, callId, allow: false, reason, io }));
+  });
 
 program
   .command("login")
@@ -479,7 +490,7 @@ try {
   } else {
     if (process.env.OZ0_DEBUG) console.error(error);
     // Inert: an error can quote what a plugin or a harness wrote (a YAML key, a tool name).
-    io.err.write(`${terminalText(`oz0: ${describeError(error, target)}`)}\n`);
+    io.err.write(`${terminalText(`oz0: ${describeError(error, { target, mode: targetMode })}`)}\n`);
     process.exitCode = error instanceof CliError ? error.exitCode : EXIT.error;
   }
 }

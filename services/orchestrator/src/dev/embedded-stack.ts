@@ -413,6 +413,8 @@ export function stackServiceEnv(options: {
     case "orchestrator":
       env.OZ0_HOME = home;
       env.OZ0_PORT = String(options.port ?? options.orchestratorPort ?? 0);
+      // Its errors then speak of the local stack's own sandbox, not of OZ0_SANDBOX_URLS (sandbox-placement.ts).
+      env.OZ0_LOCAL_STACK = "1";
       if (urls.sandbox) env.OZ0_SANDBOX_URLS = urls.sandbox;
       if (urls["llm-proxy"]) env.OZ0_LLM_PROXY_URL = urls["llm-proxy"];
       break;
@@ -554,6 +556,7 @@ const STACK_WIRING = new Set([
   "OZ0_ORCHESTRATOR_URL",
   "OZ0_SANDBOX_URL",
   "OZ0_SANDBOX_URLS",
+  "OZ0_LOCAL_STACK",
   "OZ0_LLM_PROXY_URL",
   "OZ0_EVENTS_URL",
   "OZ0_PUBLIC_URL",

@@ -5,7 +5,7 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
-import { parseDocument } from "yaml";
+import { LineCounter, parseDocument } from "yaml";
 import { invalidArgument } from "../orchestrator-error.js";
 
 export const schemaDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "schemas");
@@ -26,6 +26,26 @@ function validator(name: SchemaName): ValidateFunction {
   return fn;
 }
 
+const NAME_WORDS = "lower-case letters, digits and '-', starting with a letter, at most 64 characters";
+
+/**
+ * The schemas' patterns in words: a person fixing a name should not have to read a regular expression.
+ * A pattern not here is shown as it is.
+ */
+const PATTERN_WORDS: Record<string, string> = {
+  "^[a-z][a-z0-9-]{0,63}$": `a name of ${NAME_WORDS}`,
+  "^harness:[a-z][a-z0-9-]{0,63}$": `harness:NAME, NAME being a harness's name (${NAME_WORDS})`,
+  "^([0-9]+h)?([0-9]+m)?([0-9]+s)?$": "a duration of hours, minutes and seconds, for example 90s, 10m or 1h30m",
+  "^[a-z0-9-]+/.+$": "PROVIDER/MODEL: the provider in lower-case letters, digits and '-', a '/', then the model's name",
+  "^(/.*)?$": "a JSON pointer: empty, or starting with '/' (for example /command)",
+};
+
+function patternWords(error: ErrorObject, pattern: string): string {
+  const words = PATTERN_WORDS[pattern] ?? `a string matching ${pattern}`;
+  // What was written, so the person sees which part breaks the rule (ajv's verbose errors carry it).
+  return typeof error.data === "string" ? `${words}; got ${JSON.stringify(error.data)}` : words;
+}
+
 function describe(error: ErrorObject): { pointer: string; expected: string } {
   const base = error.instancePath || "";
   const p = error.params as Record<string, unknown>;
@@ -40,7 +60,7 @@ function describe(error: ErrorObject): { pointer: string; expected: string } {
     case "type":
       return { pointer: base || "/", expected: `a value of type ${String(p.type)}` };
     case "pattern":
-      return { pointer: base || "/", expected: `a string matching ${String(p.pattern)}` };
+      return { pointer: base || "/", expected: patternWords(error, String(p.pattern)) };
     case "minItems":
       return { pointer: base || "/", expected: `at least ${String(p.limit)} item${p.limit === 1 ? "" : "s"}` };
     case "enum":
@@ -82,10 +102,13 @@ export function readYamlDocument<T>(options: { schema: SchemaName; file: string;
   } catch {
     throw invalidArgument(`${shown}: file not found; create it or fix the path that names it`);
   }
-  const doc = parseDocument(text, { prettyErrors: false });
+  // linePos is filled in only with prettyErrors, which also adds the source lines to the message; the line
+  // counter gives where the error is without them, so the one-line message can say line:column.
+  const lines = new LineCounter();
+  const doc = parseDocument(text, { prettyErrors: false, lineCounter: lines });
   if (doc.errors.length > 0) {
     const err = doc.errors[0]!;
-    const line = err.linePos?.[0];
+    const line = err.linePos?.[0] ?? lines.linePos(err.pos[0]);
     throw invalidArgument(
       `${shown}${line ? `:${line.line}:${line.col}` : ""}: invalid YAML: ${err.message.split("\n")[0]}`,
     );

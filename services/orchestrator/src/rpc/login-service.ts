@@ -17,8 +17,9 @@ export function loginService(login: ConsoleLogin): ServiceRegistration {
     redeemLoginCode(request) {
       const session = request.code ? login.redeem(request.code) : undefined;
       if (!session) {
+        // `oz0 console` makes a new link for the running stack (or OZ0_URL); `oz0 dev` prints one only as it starts.
         throw new ConnectError(
-          "this login link was used already, has expired or was not made by this orchestrator (a restart forgets them): ask `oz0 dev` for a new one",
+          "this login link was used already, has expired or was not made by this orchestrator (a restart forgets them): run `oz0 console` for a new one",
           Code.Unauthenticated,
         );
       }

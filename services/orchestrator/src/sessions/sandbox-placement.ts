@@ -48,11 +48,17 @@ export interface SandboxPlacement {
 export class StaticPlacement implements SandboxPlacement {
   readonly tracksNodes = false;
   readonly #runners: SessionRunner[];
+  readonly #localStack: boolean;
 
-  /** `runners` as they are: wrap them for tracing before (start-orchestrator.ts does). */
-  constructor(options: { runners: SessionRunner[] }) {
+  /**
+   * `runners` as they are: wrap them for tracing before (start-orchestrator.ts does). `localStack`: the list
+   * is the sandbox of a local stack (`oz0 dev` or an `oz0` command's embedded one, OZ0_LOCAL_STACK), which
+   * takes a new port at each start and reads no OZ0_SANDBOX_URLS from anyone.
+   */
+  constructor(options: { runners: SessionRunner[]; localStack?: boolean }) {
     if (options.runners.length === 0) throw invalidArgument("no sandbox configured: set OZ0_SANDBOX_URLS");
     this.#runners = [...options.runners];
+    this.#localStack = options.localStack ?? false;
   }
 
   place(request: { jobId: string; sessionId: string; refusedBy?: string }): Promise<SessionRunner> {
@@ -72,9 +78,13 @@ export class StaticPlacement implements SandboxPlacement {
   runnerFor(url: string): SessionRunner {
     const found = this.#runners.find((runner) => runner.url === url);
     if (found) return found;
+    // A local stack's job outlives its sandbox only when the stack stopped under it (an interrupted command,
+    // a stopped `oz0 dev`): that sandbox went with it, and OZ0_SANDBOX_URLS is no setting of a local stack.
     throw new OrchestratorError(
       "unavailable",
-      `the job's sandbox ${url} is not configured any more; add it to OZ0_SANDBOX_URLS`,
+      this.#localStack
+        ? `the job was started by an earlier run of this local stack (an \`oz0\` command or \`oz0 dev\` that stopped), and its sandbox ${url} went with it: the job cannot continue; run it again`
+        : `the job's sandbox ${url} is not configured any more; add it to OZ0_SANDBOX_URLS`,
     );
   }
 
