@@ -404,9 +404,15 @@ void test("an unanswered call times out at the agent's deadline and is denied (f
 void test("cancelling a job answers its waiting call cancelled, and a later answer says so", async () => {
   const jobId = await start("careful", "wait");
   const [approval] = await waiting(jobId);
+  const modelCalls = t.model.requests.length;
   const cancelled = await t.cli(["jobs", "cancel", jobId, "--reason", "changed plans"]);
   assert.equal(cancelled.code, 0, cancelled.stderr);
   assert.equal((await finished(jobId)).state, "JOB_STATE_CANCELLED");
+  // The answer woke the harness, which asks its model again at once: its token was revoked first, so no call
+  // reached the model (or was billed) after the cancel (operator review).
+  assert.equal(t.model.requests.length, modelCalls, "no model call after the cancel");
+  const answered = (await events(jobId)).filter((e) => e.permissionDecision);
+  assert.equal(answered.length, 2, "asked, then answered cancelled");
   const [record] = jsonLines((await t.cli(["approvals", "list", "--job", jobId, "--all", "--json"])).stdout);
   assert.equal(record?.state, "APPROVAL_STATE_CANCELLED");
   const late = await t.cli(["approve", jobId, String(approval?.callId)]);

@@ -292,22 +292,7 @@ export class ApprovalService {
     await this.#append(job.id, events, {
       job: patch,
       permissions: [updated],
-      lifecycle: [
-        this.#o.lifecycle?.event("approval.answered", {
-          jobId: job.id,
-          toolCallId: updated.callId,
-          status: updated.status,
-          attributes: {
-            approval_id: updated.id,
-            tool_name: updated.tool,
-            decision: updated.status,
-            waited_ms: Date.now() - updated.requestedAt.getTime(),
-            // Who answered (a principal id, "" when the runtime did) and whether they changed the input; never the input itself.
-            answered_by: updated.answeredBy,
-            input_changed: updated.answerInput !== undefined,
-          },
-        }),
-      ],
+      lifecycle: [this.#answeredEvent(updated)],
     });
     await this.deliver(job.id, updated);
   }
@@ -434,11 +419,34 @@ export class ApprovalService {
       answeredAt: new Date(),
       delivered: false,
     }));
-    await this.#append(jobId, cancelled.map(decisionEvent), { job: patch, permissions: cancelled });
+    await this.#append(jobId, cancelled.map(decisionEvent), {
+      job: patch,
+      permissions: cancelled,
+      // Answered by the runtime, as a deadline's answer is: the lifecycle stream says so for each.
+      lifecycle: cancelled.map((p) => this.#answeredEvent(p)),
+    });
     for (const p of cancelled) {
       this.#deadlines.clear(jobId, p.id);
       await this.deliver(jobId, p);
     }
+  }
+
+  /** The lifecycle event of a waiting call's answer (a person's, a deadline's, a cancel's). */
+  #answeredEvent(p: PermissionRecord) {
+    return this.#o.lifecycle?.event("approval.answered", {
+      jobId: p.jobId,
+      toolCallId: p.callId,
+      status: p.status,
+      attributes: {
+        approval_id: p.id,
+        tool_name: p.tool,
+        decision: p.status,
+        waited_ms: Date.now() - p.requestedAt.getTime(),
+        // Who answered (a principal id, "" when the runtime did) and whether they changed the input; never the input itself.
+        answered_by: p.answeredBy,
+        input_changed: p.answerInput !== undefined,
+      },
+    });
   }
 
   /** The job ends: its calls still waiting can never be answered now. Their records and events, for the job's last step. */

@@ -725,6 +725,8 @@ export class JobRunner {
   #cancelSession(job: JobRecord, active: ActiveJob, reason: string): void {
     // Its harness operations too: their answers would go to a session that is ending.
     this.#operations.cancelJob(job.id);
+    // A harness that broke a rule makes no more model calls while it is being stopped.
+    this.#active.track(this.#endModelCalls(job));
     if (active.sandbox)
       this.#active.track(
         active.sandbox.cancel({ sessionId: job.sessionId, reason }).catch((error: unknown) => {
@@ -768,6 +770,9 @@ export class JobRunner {
     if (isTerminal(job.state)) return job;
     const reason = options.reason || CANCELLED_BY_REQUEST;
     const active = this.#active.get(job.id);
+    // Its model calls end first: answering its waiting calls wakes the harness, which made one more (billed)
+    // model call before SIGTERM reached it (operator review). A call already under way runs to its end.
+    await this.#endModelCalls(job);
     await this.#active.withLock(job.id, () =>
       this.#approvals.cancelWaiting(job.id, { cancelRequestedAt: new Date(), error: reason }),
     );
@@ -862,6 +867,20 @@ export class JobRunner {
       }
       return job;
     });
+  }
+
+  /**
+   * Revokes the session's LLM token now, not at the job's end: a session being stopped runs on until SIGTERM
+   * reaches its harness (or the grace ends), and must spend nothing meanwhile. The job's end revokes it again,
+   * which changes nothing; a revoke that fails is the end's (and the sweep's) to retry.
+   */
+  async #endModelCalls(job: JobRecord): Promise<void> {
+    if (!job.tokenId) return;
+    await this.#o.tokens
+      .revoke({ tokenId: job.tokenId })
+      .catch((err: unknown) =>
+        this.#o.logger.warn({ jobId: job.id, err: String(err) }, "could not revoke the session token at its stop"),
+      );
   }
 
   /** Jobs whose session this process follows right now. */
