@@ -14,12 +14,66 @@ export function checkToolPolicy(options: {
   const { definition, harness, file } = options;
   const hooks = (definition.hooks ?? []) as unknown as HookSpec[];
   checkHooks(hooks, file);
+  checkEnforcedOptions({ definition, harness, file });
   if (harness.permissions) return;
   const why = `harness ${harness.name} does not ask before tool calls (permissions is not true in its manifest), so nothing could enforce it; use a harness that asks, or remove the field`;
   if ((definition.harness?.requires_approval ?? []).length > 0)
     throw invalidArgument(`${file}: field /harness/requires_approval: ${why}`);
   if (hooks.length > 0) throw invalidArgument(`${file}: field /hooks: ${why}`);
   if (definition.approvals) throw invalidArgument(`${file}: field /approvals: ${why}`);
+}
+
+/** The `harness` options the orchestrator itself enforces; every other key goes to the harness as it is. */
+const ENFORCED_OPTIONS = ["tools", "requires_approval", "max_budget_usd"] as const;
+
+/**
+ * A misspelt enforced option is no option at all: `requires_aproval` or `max_budget_ust` installed, and the
+ * tool ran with no approval and no budget (operator review). The other keys of `harness` belong to the
+ * harness, so they cannot all be refused; a key this close to an enforced one is. And a requires_approval
+ * entry that is none of the agent's tools (`Run_command` beside `run_command`) asks about nothing.
+ */
+function checkEnforcedOptions(options: { definition: AgentDefinition; harness: HarnessManifest; file: string }): void {
+  const { definition, harness, file } = options;
+  const given = definition.harness ?? {};
+  for (const key of Object.keys(given)) {
+    if ((ENFORCED_OPTIONS as readonly string[]).includes(key)) continue;
+    const meant = ENFORCED_OPTIONS.find((enforced) => nearMiss(key, enforced));
+    if (meant)
+      throw invalidArgument(
+        `${file}: field /harness/${key}: did you mean ${meant}? The orchestrator enforces ${ENFORCED_OPTIONS.join(", ")}; any other key of harness goes to the harness as it is, so a misspelt one would enforce nothing`,
+      );
+  }
+  const tools = definition.harness?.tools ?? harness.tools;
+  if (tools === undefined) return;
+  for (const tool of definition.harness?.requires_approval ?? []) {
+    if (tools.includes(tool)) continue;
+    const alike = tools.find((t) => t.toLowerCase() === tool.toLowerCase());
+    throw invalidArgument(
+      `${file}: field /harness/requires_approval: ${tool} is not one of the agent's tools (${tools.join(", ")}), so no call of it is ever asked about${alike ? `; tool names are exact: did you mean ${alike}?` : "; add it to harness.tools, or remove it"}`,
+    );
+  }
+}
+
+/**
+ * Whether `key` is `target` misspelt: the same but for case or dashes, cut short (`max_budget`), or at most two
+ * letters added, dropped, changed or swapped.
+ */
+function nearMiss(key: string, target: string): boolean {
+  const a = key.toLowerCase().replaceAll("-", "_");
+  if (a === target || (a.length >= 5 && target.startsWith(a))) return true;
+  if (Math.abs(a.length - target.length) > 2) return false;
+  // Optimal string alignment distance (Damerau-Levenshtein without repeated edits of one substring).
+  const d = Array.from({ length: a.length + 1 }, (_, i) =>
+    Array.from({ length: target.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)),
+  );
+  for (let i = 1; i <= a.length; i++)
+    for (let j = 1; j <= target.length; j++) {
+      const cost = a[i - 1] === target[j - 1] ? 0 : 1;
+      d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === target[j - 2] && a[i - 2] === target[j - 1])
+        d[i]![j] = Math.min(d[i]![j]!, d[i - 2]![j - 2]! + 1);
+    }
+  return d[a.length]![target.length]! <= 2;
 }
 
 /** Hook problems a JSON Schema cannot see (a regular expression that does not compile), as invalid_argument. */
