@@ -9,7 +9,13 @@ import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { credentialDigest } from "@oz0/serving";
-import { isolationNotice, serviceEnv, startEmbeddedStack } from "../src/dev/embedded-stack.js";
+import {
+  installRoot,
+  isolationNotice,
+  serviceEnv,
+  stackServiceEnv,
+  startEmbeddedStack,
+} from "../src/dev/embedded-stack.js";
 
 void test("serviceEnv passes the basics and each service's own settings, never credentials from the shell", () => {
   const shell = {
@@ -127,4 +133,26 @@ void test("the isolation notice names what to install, or the choice that was ma
     /WITHOUT isolation \(bwrap not found; not root\).*install bubblewrap \(apt-get install bubblewrap\)/,
   );
   assert.match(isolationNotice(stack("none", "OZ0_ISOLATION=none")) ?? "", /as OZ0_ISOLATION=none chose/);
+});
+
+void test("the local stack's sandbox binds the installation but hides its git folder and the dev overlay's credentials", (t) => {
+  const given = process.env.OZ0_SANDBOX_HIDDEN_PATHS;
+  const readOnly = process.env.OZ0_SANDBOX_READ_ONLY_PATHS;
+  t.after(() => {
+    if (given === undefined) delete process.env.OZ0_SANDBOX_HIDDEN_PATHS;
+    else process.env.OZ0_SANDBOX_HIDDEN_PATHS = given;
+    if (readOnly === undefined) delete process.env.OZ0_SANDBOX_READ_ONLY_PATHS;
+    else process.env.OZ0_SANDBOX_READ_ONLY_PATHS = readOnly;
+  });
+  delete process.env.OZ0_SANDBOX_READ_ONLY_PATHS;
+  process.env.OZ0_SANDBOX_HIDDEN_PATHS = "/srv/keys";
+  const env = stackServiceEnv({ name: "sandbox", home: "/tmp/oz0-home", urls: {}, identity: {} });
+  const root = installRoot();
+  assert.ok(root);
+  assert.equal(env.OZ0_SANDBOX_READ_ONLY_PATHS, root);
+  assert.deepEqual(env.OZ0_SANDBOX_HIDDEN_PATHS?.split(":"), [
+    "/srv/keys",
+    path.join(root, ".git"),
+    path.join(root, "deploy/k8s/overlays/dev/generated"),
+  ]);
 });

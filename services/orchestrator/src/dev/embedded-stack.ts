@@ -98,6 +98,14 @@ export function installRoot(): string | undefined {
   }
 }
 
+/**
+ * What an installation (a checkout) holds that its sessions must not read, though they read the rest of it:
+ * its git folder (a remote's URL may carry a token) and the credentials the dev overlay generates into it
+ * (deploy/k8s/overlays/dev/generate-secrets.sh: an admin token, service tokens, the proxy's key-encryption key),
+ * which a tool call printed (operator review).
+ */
+export const INSTALL_SECRETS = [".git", "deploy/k8s/overlays/dev/generated"] as const;
+
 const READY_TIMEOUT_MS = 60_000;
 
 const SETPRIV_PATHS = ["/usr/bin/setpriv", "/bin/setpriv"];
@@ -407,7 +415,14 @@ export function stackServiceEnv(options: {
     case "sandbox": {
       env.OZ0_SANDBOX_ROOT = path.join(home, "sandbox");
       const root = installRoot();
-      if (root && !process.env.OZ0_SANDBOX_READ_ONLY_PATHS) env.OZ0_SANDBOX_READ_ONLY_PATHS = root;
+      if (root && !process.env.OZ0_SANDBOX_READ_ONLY_PATHS) {
+        env.OZ0_SANDBOX_READ_ONLY_PATHS = root;
+        // The installation is bound whole (its packages run the harnesses), so what it keeps that no session may
+        // read is hidden in it, beside any hidden paths the shell names.
+        const hidden = INSTALL_SECRETS.map((secret) => path.join(root, secret));
+        const given = process.env.OZ0_SANDBOX_HIDDEN_PATHS;
+        env.OZ0_SANDBOX_HIDDEN_PATHS = [...(given ? [given] : []), ...hidden].join(":");
+      }
       break;
     }
     case "orchestrator":
