@@ -16,6 +16,25 @@ interface Account {
   reservedUsd: number;
 }
 
+/** Who sets a session's budget, for the messages below: a job's log is read by its operator as well as its model. */
+const BUDGET_SETTING = "an operator raises it with the agent's harness.max_budget_usd";
+
+/** A session with nothing left (on any proxy, for a shared store: `held` counts every proxy's calls in flight). */
+export function budgetExhausted(o: { limitUsd: number; spentUsd: number; heldUsd: number }): ProxyError {
+  return new ProxyError(
+    "budget_exhausted",
+    `the session's budget of $${o.limitUsd.toFixed(4)} is exhausted ($${o.spentUsd.toFixed(4)} spent, $${o.heldUsd.toFixed(4)} held by calls in flight); the session must end (${BUDGET_SETTING})`,
+  );
+}
+
+/** A whole answer whose worst case does not fit what is left: each call holds its worst case until it ends. */
+export function callOverBudget(o: { worstCaseUsd: number; availableUsd: number; limitUsd: number }): ProxyError {
+  return new ProxyError(
+    "budget_exhausted",
+    `this call could cost up to $${o.worstCaseUsd.toFixed(4)} but only $${o.availableUsd.toFixed(4)} of the session's $${o.limitUsd.toFixed(4)} budget is left (a call holds its worst case, its max_tokens at the model's price, until it ends); lower max_tokens or stream the call (streams are cut off at the budget); ${BUDGET_SETTING}`,
+  );
+}
+
 export interface BudgetLedgerOptions {
   /** What a session was charged before this process started: an account's starting point when first seen. */
   spentBefore: (session: string) => number | Promise<number>;
@@ -75,18 +94,11 @@ export class BudgetLedger {
         `a call's cost could not be computed ($${input.worstCaseUsd} at most, $${input.minimumUsd} at least)`,
       );
     const available = account.limitUsd - account.spentUsd - account.reservedUsd;
-    const budget = `$${account.limitUsd.toFixed(4)}`;
     if (available <= 0 || available < input.minimumUsd) {
-      throw new ProxyError(
-        "budget_exhausted",
-        `the session's budget of ${budget} is exhausted ($${account.spentUsd.toFixed(4)} spent, $${account.reservedUsd.toFixed(4)} held by calls in flight); the session must end or be given a new token with a budget`,
-      );
+      throw budgetExhausted({ limitUsd: account.limitUsd, spentUsd: account.spentUsd, heldUsd: account.reservedUsd });
     }
     if (!input.partial && input.worstCaseUsd > available) {
-      throw new ProxyError(
-        "budget_exhausted",
-        `this call could cost up to $${input.worstCaseUsd.toFixed(4)} but only $${available.toFixed(4)} of the session's ${budget} budget is left; lower max_tokens, stream the call (streams are cut off at the budget), or end the session`,
-      );
+      throw callOverBudget({ worstCaseUsd: input.worstCaseUsd, availableUsd: available, limitUsd: account.limitUsd });
     }
     const amountUsd = Math.min(input.worstCaseUsd, available);
     account.reservedUsd += amountUsd;

@@ -19,6 +19,7 @@ import { randomUUID } from "node:crypto";
 import { channelName, checkSchemaName, createSchemaPool } from "@oz0/postgres";
 import { sql } from "kysely";
 import type pg from "pg";
+import { budgetExhausted, callOverBudget } from "./budget-ledger.js";
 import { PostgresChangeFeed } from "./postgres-change-feed.js";
 import { PostgresGroupCommit } from "./postgres-group-commit.js";
 import { ProxyError } from "./proxy-error.js";
@@ -431,18 +432,11 @@ export class PostgresProxyStore implements ProxyStore {
     );
     const row = rows[0]!;
     if (row.o_amount === null) {
-      const available = Number(row.o_limit) - Number(row.o_spent) - Number(row.o_reserved);
-      const budget = `$${Number(row.o_limit).toFixed(4)}`;
-      if (available <= 0 || available < input.minimumUsd) {
-        throw new ProxyError(
-          "budget_exhausted",
-          `the session's budget of ${budget} is exhausted ($${Number(row.o_spent).toFixed(4)} spent, $${Number(row.o_reserved).toFixed(4)} held by calls in flight on any proxy); the session must end or be given a new token with a budget`,
-        );
-      }
-      throw new ProxyError(
-        "budget_exhausted",
-        `this call could cost up to $${input.worstCaseUsd.toFixed(4)} but only $${available.toFixed(4)} of the session's ${budget} budget is left; lower max_tokens, stream the call (streams are cut off at the budget), or end the session`,
-      );
+      const limitUsd = Number(row.o_limit);
+      const available = limitUsd - Number(row.o_spent) - Number(row.o_reserved);
+      if (available <= 0 || available < input.minimumUsd)
+        throw budgetExhausted({ limitUsd, spentUsd: Number(row.o_spent), heldUsd: Number(row.o_reserved) });
+      throw callOverBudget({ worstCaseUsd: input.worstCaseUsd, availableUsd: available, limitUsd });
     }
     this.#held.add(id);
     let settled: Promise<void> | undefined;

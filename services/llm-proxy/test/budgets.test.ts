@@ -43,6 +43,11 @@ void describe("budgets", () => {
       const large = await post(url, { ...body, model: "constructor", max_tokens: 100_000 }, headers);
       assert.equal(large.status, 402, large.text);
       assert.match(JSON.parse(large.text).error.message, /could cost up to \$1\.5\d+ but only \$0\.04\d+/);
+      // Read by the job's operator too: it says where the budget is set.
+      assert.match(
+        JSON.parse(large.text).error.message,
+        /an operator raises it with the agent's harness\.max_budget_usd$/,
+      );
       await fx.control.revokeSessionToken({ token: e.token });
       assert.equal((await post(url, { ...body, model: "claude-sonnet-5" }, headers)).status, 401);
     } finally {

@@ -313,7 +313,10 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
         refused.every((r) => isBudgetExhausted(r.reason)),
         "every refusal says the budget is exhausted",
       );
-      assert.match((refused[0]!.reason as Error).message, /budget/);
+      assert.match(
+        (refused[0]!.reason as Error).message,
+        /^this call could cost up to \$0\.0300 but only \$0\.0100 of the session's \$1\.0000 budget is left .*; an operator raises it with the agent's harness\.max_budget_usd$/,
+      );
       assert.deepEqual(rounded(await a.budgetSnapshot(session)), { limitUsd: 1, spentUsd: 0, reservedUsd: 0.99 });
 
       // Holds are given back and actual costs charged, exactly; a second settle changes nothing.
