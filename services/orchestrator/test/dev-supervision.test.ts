@@ -13,6 +13,7 @@ import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
 import { promisify } from "node:util";
+import { devServicePids, startDevProcess, type DevProcess } from "./support/dev-process.js";
 import { cliMain, eventually, fakeAgentYaml, makePluginRepo } from "./support/test-stack.js";
 
 const run = promisify(execFile);
@@ -39,42 +40,17 @@ writeFileSync(scriptFile, JSON.stringify(SCRIPT));
 const env = { ...process.env, OZ0_HOME: home, OZ0_URL: "", OZ0_TOKEN: "", OZ0_LOG_LEVEL: "info" };
 const children = new Set<ChildProcess>();
 
-interface Dev {
-  child: ChildProcess;
-  stderr: () => string;
-}
+type Dev = DevProcess;
 
 /** `oz0 dev`, resolved once it says it is ready. */
-async function startDev(): Promise<Dev> {
-  const child = spawn(process.execPath, [cliMain, "dev", "--port", "0", "--model-script", scriptFile], {
-    env,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  children.add(child);
-  let stdout = "";
-  let stderr = "";
-  child.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
-  await new Promise<void>((resolve, reject) => {
-    child.stdout!.on("data", (d: Buffer) => {
-      stdout += d.toString();
-      if (stdout.includes("ready:")) resolve();
-    });
-    child.once("exit", (code) => reject(new Error(`oz0 dev exited (${code}) before it was ready: ${stderr}`)));
-  });
-  return { child, stderr: () => stderr };
-}
+const startDev = (): Promise<Dev> => startDevProcess({ env, modelScript: scriptFile, children });
 
 async function oz0(...args: string[]): Promise<string> {
   const { stdout } = await run(process.execPath, [cliMain, ...args], { env, cwd: home });
   return stdout;
 }
 
-function servicePids(): Record<string, number> {
-  const record = JSON.parse(readFileSync(path.join(home, "credentials", "dev-stack.json"), "utf8")) as {
-    services: Record<string, { pid: number }>;
-  };
-  return Object.fromEntries(Object.entries(record.services).map(([name, s]) => [name, s.pid]));
-}
+const servicePids = (): Record<string, number> => devServicePids(home);
 
 function alive(pid: number): boolean {
   try {

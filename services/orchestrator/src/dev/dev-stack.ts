@@ -11,7 +11,8 @@
 //   credentials/dev-stack.json, 0600) and starts only the missing ones.
 // What a restart cannot save: sessions live in the sandbox's process, so the
 // sandbox's own crash ends them, and their jobs fail saying so.
-import { existsSync, readFileSync, rmSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import path from "node:path";
 import { generateStackCredentials, type StackCredentials } from "@oz0/serving";
 import {
@@ -68,8 +69,32 @@ interface DevStackRecord {
   version: 1;
   credentials: StackCredentials;
   services: Partial<
-    Record<StackServiceName, { pid: number; url: string; isolation?: { mode: string; reason: string } }>
+    Record<
+      StackServiceName,
+      {
+        pid: number;
+        url: string;
+        isolation?: { mode: string; reason: string };
+        /** settingsDigest of what it was started with beyond the stack's wiring (the LLM proxy's model script). */
+        settings?: string;
+      }
+    >
   >;
+}
+
+/**
+ * A digest of a service's own settings (`oz0 dev`'s env for it), to tell whether a running one was started with
+ * these: the variables, and the content of each file one names (the LLM proxy's providers file, rewritten with
+ * each start's model script under the same name).
+ */
+function settingsDigest(extra: Record<string, string> | undefined): string {
+  const hash = createHash("sha256");
+  for (const [name, value] of Object.entries(extra ?? {}).sort(([a], [b]) => a.localeCompare(b))) {
+    hash.update(`${name}=${value}\n`);
+    if (path.isAbsolute(value) && statSync(value, { throwIfNoEntry: false })?.isFile())
+      hash.update(readFileSync(value));
+  }
+  return hash.digest("hex");
 }
 
 function recordFile(home: string): string {
@@ -181,10 +206,25 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
 
   // Services a crashed `oz0 dev` left running keep their credentials; those they accept must not change.
   const previous = readRecord(home);
-  const alive = SERVICES.filter((name) => {
+  const running0 = SERVICES.filter((name) => {
     const kept = previous?.services[name];
     return kept !== undefined && kept.url === urls[name] && isServiceProcess(kept.pid, name);
   });
+  // One started with other settings (the LLM proxy with another model script) would go on answering as it was
+  // started, while this oz0 dev said otherwise (operator review): it is stopped, and started again below.
+  const settings = (name: StackServiceName): string => settingsDigest(options.env?.[name]);
+  const changed = running0.filter((name) => {
+    const kept = previous!.services[name]!.settings;
+    return kept !== undefined && kept !== settings(name);
+  });
+  for (const name of changed) {
+    const kept = previous!.services[name]!;
+    options.notify(
+      `the ${name} service a previous oz0 dev left running (pid ${kept.pid}) was started with other settings${name === "llm-proxy" ? " (another model script, or provider keys)" : ""}: stopping it, to start it with these`,
+    );
+    await adoptedProcess({ name, pid: kept.pid, url: kept.url, logFile: path.join(logs, `${name}.log`) }).stop();
+  }
+  const alive = running0.filter((name) => !changed.includes(name));
   const credentials = alive.length > 0 && previous ? previous.credentials : generateStackCredentials();
   const running = new Map<StackServiceName, StackProcess>();
   for (const name of alive) {
@@ -203,7 +243,12 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
   const save = (): void => {
     const services: DevStackRecord["services"] = {};
     for (const [name, p] of running)
-      services[name] = { pid: p.pid, url: p.url, ...(p.isolation ? { isolation: p.isolation } : {}) };
+      services[name] = {
+        pid: p.pid,
+        url: p.url,
+        ...(p.isolation ? { isolation: p.isolation } : {}),
+        settings: settings(name),
+      };
     replaceFile(
       recordFile(home),
       `${JSON.stringify({ version: 1, credentials, services } satisfies DevStackRecord, null, 2)}\n`,
