@@ -27,7 +27,7 @@ import { PluginRegistry } from "./plugins/plugin-registry.js";
 import { SandboxClient } from "./sessions/sandbox-client.js";
 import { startNodeListener } from "./rpc/sandbox-node-service.js";
 import { RegistryPlacement, StaticPlacement, type SandboxPlacement } from "./sessions/sandbox-placement.js";
-import type { LifecycleSink, SecretWriter, SessionRunner, TokenIssuer } from "./sessions/session-runner.js";
+import type { LifecycleSink, ProviderSecrets, SessionRunner, TokenIssuer } from "./sessions/session-runner.js";
 import { soleCluster, type Cluster } from "./cluster/cluster.js";
 import { openJobStore, openPostgresCluster } from "./cluster/postgres-cluster.js";
 import { orchestratorTracing, untracedProbes } from "./tracing.js";
@@ -57,7 +57,7 @@ export interface OrchestratorConfig {
   sandboxes?: SessionRunner[];
   /** The LLM proxy (OZ0_LLM_PROXY_URL); or `tokens` and `secrets`. */
   llmProxyUrl?: string;
-  tokens?: TokenIssuer & Partial<SecretWriter>;
+  tokens?: TokenIssuer & Partial<ProviderSecrets>;
   /** The events service (OZ0_EVENTS_URL); lifecycle events are not published without it. */
   eventsUrl?: string;
   /** PostgreSQL for the job store (DATABASE_URL); migrations run on start-up. */
@@ -210,11 +210,13 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     (config.llmProxyUrl ? new LlmProxyClient({ url: config.llmProxyUrl, token: serviceToken }) : undefined);
   if (!proxy) throw new Error("no LLM proxy configured: set OZ0_LLM_PROXY_URL");
   const tokens = new DurableTokens({ issuer: proxy, store, logger });
-  const secrets: SecretWriter = {
-    setSecret: async (s) => {
-      if (!proxy.setSecret) throw new Error("this LLM proxy takes no secrets");
-      await proxy.setSecret(s);
-    },
+  const noSecrets = (): never => {
+    throw new Error("this LLM proxy keeps no secrets");
+  };
+  const secrets: ProviderSecrets = {
+    setSecret: (s) => (proxy.setSecret ? proxy.setSecret(s) : noSecrets()),
+    listSecrets: () => (proxy.listSecrets ? proxy.listSecrets() : noSecrets()),
+    deleteSecret: (s) => (proxy.deleteSecret ? proxy.deleteSecret(s) : noSecrets()),
   };
   // Always a sink: the job's span starts and ends with its lifecycle events, published or not.
   const lifecycle: LifecycleSink = orchestratorTracing.lifecycleSink(

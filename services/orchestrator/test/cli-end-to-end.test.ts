@@ -295,6 +295,27 @@ void test("oz0 secret set hands the value to the LLM proxy; the orchestrator nev
   assert.match(empty.stderr, /^oz0: no value on stdin: pipe it in/);
 });
 
+void test("oz0 secret list names the proxy's secrets and when each was set, never a value; oz0 secret delete removes one", async () => {
+  const value = `sk-list-${Math.random().toString(36).slice(2)}`;
+  assert.equal((await t.cli(["secret", "set", "OPENAI_API_KEY"], { input: value })).code, 0);
+  const listed = await t.cli(["secret", "list"]);
+  assert.equal(listed.code, 0, listed.stderr);
+  assert.match(listed.stdout, /^OPENAI_API_KEY +set \d{4}-\d\d-\d\dT/m);
+  assert.ok(!listed.stdout.includes(value), "no value is listed");
+  const json = (await t.cli(["secret", "list", "--json"])).stdout
+    .split("\n")
+    .filter((l) => l.trim())
+    .map((l) => JSON.parse(l) as { name: string; value?: string });
+  assert.ok(json.some((s) => s.name === "OPENAI_API_KEY" && s.value === undefined));
+  const deleted = await t.cli(["secret", "delete", "OPENAI_API_KEY"]);
+  assert.equal(deleted.code, 0, deleted.stderr);
+  assert.equal(deleted.stdout, "secret OPENAI_API_KEY deleted\n");
+  assert.doesNotMatch((await t.cli(["secret", "list"])).stdout, /OPENAI_API_KEY/);
+  const again = await t.cli(["secret", "delete", "OPENAI_API_KEY"]);
+  assert.equal(again.code, 1);
+  assert.match(again.stderr, /OPENAI_API_KEY/);
+});
+
 void test("output piped to another program is whole: jobs list --json over 10 MB reads the same as written to a file", async () => {
   const { JobService } = await import("@oz0/proto/oz0/orchestrator/v1/orchestrator_pb");
   const { bearerInterceptor } = await import("@oz0/serving");

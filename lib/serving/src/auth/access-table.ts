@@ -41,6 +41,9 @@ export const ACCESS_TABLE: Readonly<Record<string, Access>> = {
   "oz0.orchestrator.v1.AgentService/ListAgentVersions": { role: "viewer" },
   "oz0.orchestrator.v1.AgentService/GetAgent": { role: "viewer" },
   "oz0.orchestrator.v1.SecretService/SetSecret": { role: "admin" },
+  // Names and times only, but which providers are keyed is the admin's to know.
+  "oz0.orchestrator.v1.SecretService/ListSecrets": { role: "admin" },
+  "oz0.orchestrator.v1.SecretService/DeleteSecret": { role: "admin" },
   // The console's log-in: a person mints a one-time code for themselves; the
   // code is the proof when it is redeemed, so redeeming is open.
   "oz0.orchestrator.v1.LoginService/CreateLoginCode": { role: "viewer" },

@@ -26,7 +26,7 @@ import { MAX_PAGE_SIZE } from "../jobs/job-pages.js";
 import { fieldText, inputText, jsonLine, shellWord, terminalLine, terminalText } from "./terminal-text.js";
 import { transcriptRows } from "./transcript-rows.js";
 import { costText, NOMINAL_NOTE } from "./usage-format.js";
-import { GetUsageResponseSchema, type Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import { GetUsageResponseSchema, SecretInfoSchema, type Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { TranscriptResponseSchema } from "@oz0/proto/oz0/events/v1/events_pb";
 
 export interface Output {
@@ -420,6 +420,26 @@ export async function secretSet(options: { conn: Connection; name: string; io: O
     );
   await options.conn.clients.secrets.setSecret({ name: options.name, value });
   options.io.out.write(`secret ${options.name} set\n`);
+  return EXIT.ok;
+}
+
+/** The provider keys the LLM proxy keeps: names and times, never values. */
+export async function secretList(options: { conn: Connection; json: boolean; io: Output }): Promise<number> {
+  const { secrets } = await options.conn.clients.secrets.listSecrets({});
+  if (options.json) for (const s of secrets) options.io.out.write(`${jsonLine(toJson(SecretInfoSchema, s))}\n`);
+  else if (secrets.length === 0)
+    options.io.out.write(
+      'no secrets: set one with `printf %s "$ANTHROPIC_API_KEY" | oz0 secret set ANTHROPIC_API_KEY`\n',
+    );
+  else
+    for (const s of secrets)
+      options.io.out.write(`${terminalLine(`${s.name.padEnd(28)} set ${isoOf(s.updatedAt ?? s.createdAt)}`)}\n`);
+  return EXIT.ok;
+}
+
+export async function secretDelete(options: { conn: Connection; name: string; io: Output }): Promise<number> {
+  await options.conn.clients.secrets.deleteSecret({ name: options.name });
+  options.io.out.write(`secret ${options.name} deleted\n`);
   return EXIT.ok;
 }
 

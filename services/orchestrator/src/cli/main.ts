@@ -26,6 +26,8 @@ import {
   pluginInstall,
   pluginList,
   runCommand,
+  secretDelete,
+  secretList,
   secretSet,
   type Output,
 } from "./commands.js";
@@ -281,13 +283,24 @@ plugin
     withConnection((conn) => pluginList({ conn, json: Boolean(opts.json), io })),
   );
 
-program
-  .command("secret")
-  .description("provider keys, handed to the LLM proxy (write-only)")
+const secret = program.command("secret").description("provider keys, kept by the LLM proxy (write-only)");
+secret
   .command("set")
   .description("set a secret from stdin; the value is never printed or stored by the orchestrator")
   .argument("<name>", "for example ANTHROPIC_API_KEY")
   .action(async (name: string) => withConnection((conn) => secretSet({ conn, name, io })));
+secret
+  .command("list")
+  .description("the secrets the LLM proxy keeps: names and when each was set, never values")
+  .option("--json", "one JSON object per line")
+  .action(async (opts: { json?: boolean }) =>
+    withConnection((conn) => secretList({ conn, json: Boolean(opts.json), io })),
+  );
+secret
+  .command("delete")
+  .description("delete a secret; its provider's calls fail until one is set again")
+  .argument("<name>", "for example ANTHROPIC_API_KEY")
+  .action(async (name: string) => withConnection((conn) => secretDelete({ conn, name, io })));
 
 program
   .command("approvals")

@@ -56,7 +56,7 @@ import { watchJobTranscript } from "./watch-job-transcript.js";
 import { watchJobs } from "./watch-jobs.js";
 import { jobUsage } from "../jobs/job-usage.js";
 import type { PluginRegistry } from "../plugins/plugin-registry.js";
-import type { SecretWriter } from "../sessions/session-runner.js";
+import type { ProviderSecrets } from "../sessions/session-runner.js";
 import { orchestratorTracing } from "../tracing.js";
 import type { GetUsageResponse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 
@@ -220,7 +220,7 @@ export interface OrchestratorServiceDeps {
   runner: JobRunner;
   plugins: PluginRegistry;
   agents: AgentVersions;
-  secrets: SecretWriter;
+  secrets: ProviderSecrets;
   /** The LLM proxy's metering, for GetJobUsage; absent when the proxy is a test double. */
   usage?: { jobUsage(jobId: string): Promise<GetUsageResponse> };
   /** The events service's transcripts (GetJobTranscript); absent when no events are published. */
@@ -508,6 +508,19 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     setSecret: (req) =>
       handle(async () => {
         await deps.secrets.setSecret({ name: required(req.name, "name"), value: req.value });
+        return {};
+      }),
+    listSecrets: () =>
+      handle(async () => ({
+        secrets: (await deps.secrets.listSecrets()).map((s) => ({
+          name: s.name,
+          ...(s.createdAt ? { createdAt: timestampFromDate(s.createdAt) } : {}),
+          ...(s.updatedAt ? { updatedAt: timestampFromDate(s.updatedAt) } : {}),
+        })),
+      })),
+    deleteSecret: (req) =>
+      handle(async () => {
+        await deps.secrets.deleteSecret({ name: required(req.name, "name") });
         return {};
       }),
   });

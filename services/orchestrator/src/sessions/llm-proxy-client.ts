@@ -1,4 +1,5 @@
-// TokenIssuer and SecretWriter over the LLM proxy's oz0.llmproxy.v1 API.
+// TokenIssuer and ProviderSecrets over the LLM proxy's oz0.llmproxy.v1 API.
+import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import {
@@ -8,13 +9,13 @@ import {
   type GetUsageResponse,
 } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { bearerInterceptor, traceContextClientInterceptor } from "@oz0/serving";
-import { invalidArgument, OrchestratorError } from "../orchestrator-error.js";
-import type { MintedToken, SecretWriter, TokenIssuer } from "./session-runner.js";
+import { invalidArgument, notFound, OrchestratorError } from "../orchestrator-error.js";
+import type { MintedToken, ProviderSecrets, SecretListing, TokenIssuer } from "./session-runner.js";
 
 /** How long a revoke may take before it counts as failed (and is made again by a later sweep). */
 const REVOKE_TIMEOUT_MS = 10_000;
 
-export class LlmProxyClient implements TokenIssuer, SecretWriter {
+export class LlmProxyClient implements TokenIssuer, ProviderSecrets {
   readonly url: string;
   readonly #tokens: Client<typeof LlmProxyService>;
   readonly #secrets: Client<typeof SecretService>;
@@ -86,9 +87,36 @@ export class LlmProxyClient implements TokenIssuer, SecretWriter {
     try {
       await this.#secrets.setSecret({ name: options.name, value: options.value });
     } catch (error) {
-      const err = ConnectError.from(error);
-      if (err.code === Code.InvalidArgument) throw invalidArgument(err.rawMessage);
-      throw new OrchestratorError("unavailable", `the LLM proxy did not take the secret: ${err.rawMessage}`);
+      throw secretError(error, "did not take the secret");
     }
   }
+
+  async listSecrets(): Promise<SecretListing[]> {
+    try {
+      const { secrets } = await this.#secrets.listSecrets({});
+      return secrets.map((s) => ({
+        name: s.name,
+        createdAt: s.createdAt ? timestampDate(s.createdAt) : undefined,
+        updatedAt: s.updatedAt ? timestampDate(s.updatedAt) : undefined,
+      }));
+    } catch (error) {
+      throw secretError(error, "could not list its secrets");
+    }
+  }
+
+  async deleteSecret(options: { name: string }): Promise<void> {
+    try {
+      await this.#secrets.deleteSecret({ name: options.name });
+    } catch (error) {
+      throw secretError(error, `did not delete secret ${options.name}`);
+    }
+  }
+}
+
+/** The proxy's refusal as the orchestrator's: a bad name and a missing secret are the caller's; the rest is the proxy being away. */
+function secretError(error: unknown, what: string): OrchestratorError {
+  const err = ConnectError.from(error);
+  if (err.code === Code.InvalidArgument) return invalidArgument(err.rawMessage);
+  if (err.code === Code.NotFound) return notFound(err.rawMessage);
+  return new OrchestratorError("unavailable", `the LLM proxy ${what}: ${err.rawMessage}`);
 }

@@ -144,9 +144,19 @@ export interface MintedToken {
   headers: Record<string, string>;
 }
 
-/** Provider keys, handed on to the LLM proxy (write-only). */
-export interface SecretWriter {
+/** A provider key as listed: its name and times, never its value. */
+export interface SecretListing {
+  name: string;
+  createdAt: Date | undefined;
+  updatedAt: Date | undefined;
+}
+
+/** Provider keys, kept by the LLM proxy: set (write-only), listed by name, deleted. */
+export interface ProviderSecrets {
   setSecret(options: { name: string; value: string }): Promise<void>;
+  listSecrets(): Promise<SecretListing[]>;
+  /** NotFound (OrchestratorError not_found) when there is none by that name. */
+  deleteSecret(options: { name: string }): Promise<void>;
 }
 
 /** What a lifecycle event says besides its type: the job it is about, and the raw event's other fields (the id and the source are the sink's). */
