@@ -206,14 +206,14 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
 
   // Services a crashed `oz0 dev` left running keep their credentials; those they accept must not change.
   const previous = readRecord(home);
-  const running0 = SERVICES.filter((name) => {
+  const leftRunning = SERVICES.filter((name) => {
     const kept = previous?.services[name];
     return kept !== undefined && kept.url === urls[name] && isServiceProcess(kept.pid, name);
   });
   // One started with other settings (the LLM proxy with another model script) would go on answering as it was
   // started, while this oz0 dev said otherwise (operator review): it is stopped, and started again below.
   const settings = (name: StackServiceName): string => settingsDigest(options.env?.[name]);
-  const changed = running0.filter((name) => {
+  const changed = leftRunning.filter((name) => {
     const kept = previous!.services[name]!.settings;
     return kept !== undefined && kept !== settings(name);
   });
@@ -224,7 +224,7 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
     );
     await adoptedProcess({ name, pid: kept.pid, url: kept.url, logFile: path.join(logs, `${name}.log`) }).stop();
   }
-  const alive = running0.filter((name) => !changed.includes(name));
+  const alive = leftRunning.filter((name) => !changed.includes(name));
   const credentials = alive.length > 0 && previous ? previous.credentials : generateStackCredentials();
   const running = new Map<StackServiceName, StackProcess>();
   for (const name of alive) {

@@ -2,6 +2,7 @@
 // Hooks and approvals only see calls a harness asks about; on a harness
 // whose manifest says `permissions: false` they would silently never run,
 // so such an agent is refused instead of published with a policy it lacks.
+import { distance } from "fastest-levenshtein";
 import { checkHookSpecs, type HookSpec } from "./hook-rules.js";
 import { invalidArgument } from "../orchestrator-error.js";
 import type { AgentDefinition, HarnessManifest } from "../plugins/plugin-types.js";
@@ -56,24 +57,11 @@ function checkEnforcedOptions(options: { definition: AgentDefinition; harness: H
 
 /**
  * Whether `key` is `target` misspelt: the same but for case or dashes, cut short (`max_budget`), or at most two
- * letters added, dropped, changed or swapped.
+ * letters added, dropped or changed (a swap of two is two).
  */
 function nearMiss(key: string, target: string): boolean {
   const a = key.toLowerCase().replaceAll("-", "_");
-  if (a === target || (a.length >= 5 && target.startsWith(a))) return true;
-  if (Math.abs(a.length - target.length) > 2) return false;
-  // Optimal string alignment distance (Damerau-Levenshtein without repeated edits of one substring).
-  const d = Array.from({ length: a.length + 1 }, (_, i) =>
-    Array.from({ length: target.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)),
-  );
-  for (let i = 1; i <= a.length; i++)
-    for (let j = 1; j <= target.length; j++) {
-      const cost = a[i - 1] === target[j - 1] ? 0 : 1;
-      d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
-      if (i > 1 && j > 1 && a[i - 1] === target[j - 2] && a[i - 2] === target[j - 1])
-        d[i]![j] = Math.min(d[i]![j]!, d[i - 2]![j - 2]! + 1);
-    }
-  return d[a.length]![target.length]! <= 2;
+  return a === target || (a.length >= 5 && target.startsWith(a)) || distance(a, target) <= 2;
 }
 
 /** Hook problems a JSON Schema cannot see (a regular expression that does not compile), as invalid_argument. */
