@@ -450,9 +450,7 @@ export class JobRunner {
         return emptyStep();
       case "exited":
         if (message.failure) return undefined;
-        if (!active.result && message.result) active.result = message.result;
-        active.exitError = exitError(message);
-        active.killedAfterStop = message.killedAfterStop;
+        heardExit(active, message);
         // Nothing is stored (issue 24: one transaction less per job): the job ends when the stream does, right
         // after, and a restart before that re-attaches before `exited` (the sandbox keeps an ended session for its
         // retention period), which reads the same exit again.
@@ -544,10 +542,7 @@ export class JobRunner {
     active.startIfUnknown = false;
     const patch: JobPatch = { sandboxSeq: message.seq };
     if (message.kind === "exited") {
-      if (!active.result && message.result) active.result = message.result;
-      active.exitError = exitError(message);
-      active.sessionFailure = message.failure;
-      active.killedAfterStop = message.killedAfterStop;
+      heardExit(active, message);
       // Stored with the seq that passes it: a restart or a takeover after this point re-attaches
       // past `exited` and must fail the job alike (jobEnding reads it back). A cancel keeps its reason.
       const job = await this.#o.store.getJob(jobId);
@@ -921,6 +916,14 @@ function mergeSteps(a: AppendStep, b: AppendStep): AppendStep {
 }
 
 /** Why the harness's exit fails its job, or "" when it does not. */
+/** What the session's exit says for the job's end (job-ending.ts): its result, how it exited, failed or took a stop. */
+function heardExit(active: ActiveJob, message: Extract<SandboxMessage, { kind: "exited" }>): void {
+  if (!active.result && message.result) active.result = message.result;
+  active.exitError = exitError(message);
+  active.sessionFailure = message.failure;
+  active.killedAfterStop = message.killedAfterStop;
+}
+
 function exitError(message: Extract<SandboxMessage, { kind: "exited" }>): string {
   return (
     message.error ||
