@@ -13,7 +13,7 @@ import { describe, it, type TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
 import { ACCESS_TABLE } from "@oz0/serving";
 import type { ScriptedRequest, ScriptedTurn } from "@oz0/harness/testing";
-import { commitAll, eventually, startTestStack, type TestStack } from "./support/test-stack.js";
+import { commitAll, eventually, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
 import { toolResults } from "./support/tool-results.js";
 
 const fixture = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "identity-attack.mjs");
@@ -59,7 +59,15 @@ async function attack(isolation: "bwrap" | "user", ctx: TestContext): Promise<{ 
   const payload = mkdtempSync(path.join(os.tmpdir(), "oz0-attack-payload-"));
   ctx.after(() => rmSync(payload, { recursive: true, force: true }));
   copyFileSync(fixture, path.join(payload, "identity-attack.mjs"));
+  if (isolation === "bwrap") {
+    // A person's checkout often holds a .env beside package.json, readable by everyone (0644); sessions of the
+    // local stack run the harnesses from the checkout, and must still not read it.
+    const dotEnv = path.join(repoRoot, `.env.oz0-attack-${process.pid}`);
+    writeFileSync(dotEnv, `ANTHROPIC_API_KEY=${PLANTED_KEY}\n`, { mode: 0o644 });
+    ctx.after(() => rmSync(dotEnv, { force: true }));
+  }
   const targets = {
+    install: repoRoot,
     urls: t.stack.urls,
     methods: Object.keys(ACCESS_TABLE).filter((m) => !m.startsWith("grpc.health.")),
     home: t.home,

@@ -4,12 +4,22 @@
 // reaches any service's /proc/<pid>/environ. The data directory and its
 // credentials are its owner's alone.
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import {
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { credentialDigest } from "@oz0/serving";
 import {
+  installationPaths,
   installRoot,
   isolationNotice,
   serviceEnv,
@@ -135,7 +145,7 @@ void test("the isolation notice names what to install, or the choice that was ma
   assert.match(isolationNotice(stack("none", "OZ0_ISOLATION=none")) ?? "", /as OZ0_ISOLATION=none chose/);
 });
 
-void test("the local stack's sandbox binds the installation but hides its git folder and the dev overlay's credentials", (t) => {
+void test("the local stack's sandbox binds of the installation only node_modules and the packages it links to", (t) => {
   const given = process.env.OZ0_SANDBOX_HIDDEN_PATHS;
   const readOnly = process.env.OZ0_SANDBOX_READ_ONLY_PATHS;
   t.after(() => {
@@ -149,10 +159,36 @@ void test("the local stack's sandbox binds the installation but hides its git fo
   const env = stackServiceEnv({ name: "sandbox", home: "/tmp/oz0-home", urls: {}, identity: {} });
   const root = installRoot();
   assert.ok(root);
-  assert.equal(env.OZ0_SANDBOX_READ_ONLY_PATHS, root);
+  const bound = env.OZ0_SANDBOX_READ_ONLY_PATHS?.split(":") ?? [];
+  assert.deepEqual(bound.slice(0, 2), [path.join(root, "node_modules"), path.join(root, "package.json")]);
+  // The harnesses' packages, where node_modules/@oz0/* lead.
+  for (const pkg of ["sdk/harness-ts", "plugins/harness-claude", "deploy"])
+    assert.ok(bound.includes(path.join(root, pkg)), pkg);
+  // Not the checkout itself, nor what sits beside its packages.
+  for (const outside of [root, path.join(root, ".git"), path.join(root, "examples"), path.join(root, ".oz0")])
+    assert.ok(!bound.some((p) => outside === p || outside.startsWith(p + path.sep)), outside);
   assert.deepEqual(env.OZ0_SANDBOX_HIDDEN_PATHS?.split(":"), [
     "/srv/keys",
-    path.join(root, ".git"),
     path.join(root, "deploy/k8s/overlays/dev/generated"),
+  ]);
+});
+
+void test("an installation's bound packages are the links of its node_modules that lead inside it", (t) => {
+  const root = mkdtempSync(path.join(os.tmpdir(), "oz0-install-"));
+  t.after(() => rmSync(root, { recursive: true, force: true }));
+  for (const dir of ["node_modules/@scope", "node_modules/plain", "packages/a", "tools/b", "elsewhere"])
+    mkdirSync(path.join(root, dir), { recursive: true });
+  const outside = mkdtempSync(path.join(os.tmpdir(), "oz0-outside-"));
+  t.after(() => rmSync(outside, { recursive: true, force: true }));
+  symlinkSync("../../packages/a", path.join(root, "node_modules/@scope/a"));
+  symlinkSync("../tools/b", path.join(root, "node_modules/b"));
+  symlinkSync(outside, path.join(root, "node_modules/away"));
+  symlinkSync("../nowhere", path.join(root, "node_modules/dangling"));
+  writeFileSync(path.join(root, ".env"), "SECRET=1\n");
+  assert.deepEqual(installationPaths(realpathSync(root)), [
+    path.join(realpathSync(root), "node_modules"),
+    path.join(realpathSync(root), "package.json"),
+    path.join(realpathSync(root), "packages/a"),
+    path.join(realpathSync(root), "tools/b"),
   ]);
 });

@@ -11,8 +11,10 @@ import {
   existsSync,
   mkdirSync,
   openSync,
+  readdirSync,
   readFileSync,
   readSync,
+  realpathSync,
   rmSync,
   statSync,
   type WriteStream,
@@ -99,12 +101,45 @@ export function installRoot(): string | undefined {
 }
 
 /**
- * What an installation (a checkout) holds that its sessions must not read, though they read the rest of it:
- * its git folder (a remote's URL may carry a token) and the credentials the dev overlay generates into it
- * (deploy/k8s/overlays/dev/generate-secrets.sh: an admin token, service tokens, the proxy's key-encryption key),
- * which a tool call printed (operator review).
+ * What of an installation (a checkout) its sessions read: its node_modules, its package.json (the module type) and
+ * the packages node_modules links into it (npm workspaces: `@oz0/harness` is `sdk/harness-ts`), which hold the
+ * harnesses' code. Nothing else of it is bound: not its .git (a remote's URL may carry a token), not a `.env` or
+ * `.npmrc` beside package.json, not a file someone puts there later (operator review found the dev overlay's
+ * credentials read by a tool call when the checkout was bound whole).
  */
-export const INSTALL_SECRETS = [".git", "deploy/k8s/overlays/dev/generated"] as const;
+export function installationPaths(root: string): string[] {
+  const modules = path.join(root, "node_modules");
+  const packages = new Set<string>();
+  const linked = (dir: string): void => {
+    let entries;
+    try {
+      entries = readdirSync(dir, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const entry of entries) {
+      const entryPath = path.join(dir, entry.name);
+      if (entry.name.startsWith("@") && entry.isDirectory()) linked(entryPath);
+      if (!entry.isSymbolicLink()) continue;
+      let target: string;
+      try {
+        target = realpathSync.native(entryPath);
+      } catch {
+        continue; // a dangling link: nothing to bind
+      }
+      if (target.startsWith(root + path.sep) && !target.startsWith(modules + path.sep)) packages.add(target);
+    }
+  };
+  linked(modules);
+  return [modules, path.join(root, "package.json"), ...[...packages].sort()];
+}
+
+/**
+ * What a linked package of the installation holds that no session may read: the credentials the dev overlay
+ * generates into `deploy/` (deploy/k8s/overlays/dev/generate-secrets.sh: an admin token, service tokens, the
+ * proxy's key-encryption key), which a tool call printed (operator review).
+ */
+export const INSTALL_SECRETS = ["deploy/k8s/overlays/dev/generated"] as const;
 
 const READY_TIMEOUT_MS = 60_000;
 
@@ -416,9 +451,8 @@ export function stackServiceEnv(options: {
       env.OZ0_SANDBOX_ROOT = path.join(home, "sandbox");
       const root = installRoot();
       if (root && !process.env.OZ0_SANDBOX_READ_ONLY_PATHS) {
-        env.OZ0_SANDBOX_READ_ONLY_PATHS = root;
-        // The installation is bound whole (its packages run the harnesses), so what it keeps that no session may
-        // read is hidden in it, beside any hidden paths the shell names.
+        env.OZ0_SANDBOX_READ_ONLY_PATHS = installationPaths(root).join(":");
+        // What a bound package keeps that no session may read is hidden in it, beside any hidden paths the shell names.
         const hidden = INSTALL_SECRETS.map((secret) => path.join(root, secret));
         const given = process.env.OZ0_SANDBOX_HIDDEN_PATHS;
         env.OZ0_SANDBOX_HIDDEN_PATHS = [...(given ? [given] : []), ...hidden].join(":");

@@ -14,6 +14,7 @@ import { startScriptedModel, type ScriptedModel, type ScriptedRequest, type Scri
 import { JobService, PluginService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { freePorts } from "@oz0/test-infra";
 import {
+  installationPaths,
   installRoot,
   startServiceProcess,
   type StackProcess,
@@ -127,7 +128,7 @@ export async function startClusterStack(options: ClusterStackOptions): Promise<C
           ...testCredentials.envFor("sandbox"),
           OZ0_EVENTS_URL: events.url,
           OZ0_SANDBOX_ROOT: path.join(home, `sandbox-${i + 1}`),
-          ...(root ? { OZ0_SANDBOX_READ_ONLY_PATHS: root } : {}),
+          ...(root ? { OZ0_SANDBOX_READ_ONLY_PATHS: installationPaths(root).join(":") } : {}),
           OZ0_MAX_SESSIONS: String(options.sandboxCapacity ?? 16),
           // No OZ0_CANCEL_GRACE_MS: the grace a harness has to exit after its result is the default 10 s.
           // At this test's load (200 jobs, load average near 20 on 2 cores) a fake harness took 0.64 s
