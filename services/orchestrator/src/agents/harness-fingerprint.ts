@@ -51,7 +51,10 @@ export type FingerprintedHarness = ResolvedHarness & { fingerprint?: HarnessFing
 
 const sha256 = (data: string | Buffer): string => createHash("sha256").update(data).digest("hex");
 
-/** Every file below `root` (no .git, no node_modules) by relative path, with its content's sha256, in a stable order. */
+/**
+ * Every file below `root` by relative path, with its content's sha256, in a stable order; not .git, node_modules or
+ * TypeScript's incremental build records (`*.tsbuildinfo`), which nothing runs and every build of a test rewrites.
+ */
 export function hashFiles(root: string, options: { capBytes?: number } = {}): Map<string, string> {
   const files = new Map<string, string>();
   const walk = (dir: string): void => {
@@ -59,7 +62,7 @@ export function hashFiles(root: string, options: { capBytes?: number } = {}): Ma
       a.name < b.name ? -1 : a.name > b.name ? 1 : 0,
     );
     for (const entry of entries) {
-      if (entry.name === ".git" || entry.name === "node_modules") continue;
+      if (entry.name === ".git" || entry.name === "node_modules" || entry.name.endsWith(".tsbuildinfo")) continue;
       const full = path.join(dir, entry.name);
       if (entry.isDirectory()) walk(full);
       else if (entry.isFile())
