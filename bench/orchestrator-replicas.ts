@@ -73,6 +73,7 @@ async function worker(): Promise<void> {
       sandboxSeq: 0,
       attachments: [],
       tokenId: "",
+      ruleBroken: "",
       servedTools: "",
       startedBy: "",
     });

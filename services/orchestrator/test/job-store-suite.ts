@@ -45,6 +45,7 @@ export function job(id: string, overrides: Partial<JobRecord> = {}): JobRecord {
     error: "",
     sessionId: `ses_${id}`,
     sandboxUrl: "http://127.0.0.1:1",
+    ruleBroken: "",
     lastSeq: 0,
     sandboxSeq: 0,
     attachments: [],

@@ -108,15 +108,17 @@ void test("postgres: the shared migrations build the schema the old SQL built, t
     assert.ok(old.length > 100, "the old schema is there to compare with");
     // Less what came after the old SQL: the job's traceparent (version 14), the runtime call that used a
     // permission (version 15), the session tokens to revoke (versions 16 and 17), who changed a permission's
-    // input (version 18).
+    // input (version 18), the rule a job's session broke (version 19).
     const newer = (line: string): boolean =>
       line.startsWith("jobs.traceparent ") ||
+      line.startsWith("jobs.rule_broken ") ||
       line.startsWith("permissions.runtime_call ") ||
       line.startsWith("permissions.input_changed_by ") ||
       /\bsession_tokens[ .]/.test(line);
     const built = await describe(pool, after);
     assert.deepEqual(built.filter(newer), [
       "CREATE UNIQUE INDEX session_tokens_pkey ON session_tokens USING btree (token_id)",
+      "jobs.rule_broken text NO ''::text",
       "jobs.traceparent text NO ''::text",
       "permissions.input_changed_by text NO ''::text",
       "permissions.runtime_call text NO ''::text",

@@ -46,6 +46,7 @@ export function jobRecord(id: string, overrides: Partial<JobRecord> = {}): JobRe
     error: "",
     sessionId: `ses_${id}`,
     sandboxUrl: "",
+    ruleBroken: "",
     lastSeq: 0,
     sandboxSeq: 0,
     attachments: [],

@@ -121,7 +121,7 @@ void test(
     }
     assert.deepEqual(
       migrations(file),
-      [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18],
+      [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19],
       "everything recorded, whether adopted or run",
     );
     assert.deepEqual(schemaOf(file), await freshJobsSchema(dir), "the schema a new file gets");
@@ -166,11 +166,11 @@ void test(
     } finally {
       await store.close();
     }
-    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18]);
+    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19]);
     assert.deepEqual(schemaOf(file), await freshJobsSchema(dir));
     // Opened again: nothing more to do.
     await new SqliteJobStore({ file }).close();
-    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18]);
+    assert.deepEqual(migrations(file), [1, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19]);
   }),
 );
 

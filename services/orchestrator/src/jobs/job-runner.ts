@@ -462,7 +462,7 @@ export class JobRunner {
         // per such job): the job ends right after, and a re-attach before that reads the same none.
         // A session that broke a rule (a tool run unasked, or after its refusal) made changes nobody allowed: they
         // are not handed out as the job's work, where a person could apply them unaware. What it did is in the
-        // job's events. (Known to the replica that saw the rule broken; after a restart in between, they are kept.)
+        // job's events. (A replica that follows the job again after a restart knows it from the job's ruleBroken.)
         if (active.violation)
           return {
             ...emptyStep(),
@@ -567,7 +567,10 @@ export class JobRunner {
         if (job && !job.startedAt) patch.startedAt = new Date();
         // Stored with the seq that passes the start, as the audit's rules are: a re-attach past it fails alike.
         const violation = capabilitiesViolation(active.agent.harness.manifest, e.value);
-        if (violation && job) patch.error = job.error || violation;
+        if (violation && job) {
+          patch.error = job.error || violation;
+          patch.ruleBroken = job.ruleBroken || violation;
+        }
         await this.#append(jobId, events, {
           job: patch,
           lifecycle: [
@@ -594,7 +597,9 @@ export class JobRunner {
         // re-attaches past the result and must still fail the job. An error stored first (a cancel's reason,
         // a rule broken before) stays the job's.
         await this.#append(jobId, [{ time: event.time, event: e }], {
-          job: violation ? { ...patch, error: job?.error || violation } : patch,
+          job: violation
+            ? { ...patch, error: job?.error || violation, ruleBroken: job?.ruleBroken || violation }
+            : patch,
         });
         if (violation && job) {
           // A rule broken before, stored (by this process before a restart), stays the job's.
@@ -709,7 +714,11 @@ export class JobRunner {
     // Stored as a failed session's error is: a restart or a takeover re-attaches past what broke the rule
     // and would not see it again, so the job fails alike whatever the session does next (a node may let it
     // run on).
-    await this.#o.store.updateJob(job.id, { ...patch, error: job.error || active.violation });
+    await this.#o.store.updateJob(job.id, {
+      ...patch,
+      error: job.error || active.violation,
+      ruleBroken: job.ruleBroken || violation,
+    });
     this.#cancelSession(job, active, active.violation);
   }
 

@@ -239,7 +239,15 @@ export class JobSessions {
     }
     // Its lease lost meanwhile: whoever takes the job over (this replica too, under a new lease) follows it.
     if (!this.#o.ownership.owns(job.id)) return;
-    const active: ActiveJob = { agent, ...(sandbox ? { sandbox } : {}), sandboxSeq: job.sandboxSeq, exitError: "" };
+    const active: ActiveJob = {
+      agent,
+      ...(sandbox ? { sandbox } : {}),
+      sandboxSeq: job.sandboxSeq,
+      exitError: "",
+      // A rule its session broke before the restart (or on the replica before a takeover): the job still fails
+      // with it, and what the session changed is still withheld.
+      ...(job.ruleBroken ? { violation: job.error || job.ruleBroken } : {}),
+    };
     this.#o.active.set(job.id, active);
     await this.#o.approvals.armWaiting(job.id, agent);
     if (job.state === "pending" && (!job.tokenId || !sandbox)) {

@@ -102,6 +102,11 @@ export interface JobRecord {
    * about the job link this span (tracing.ts). Absent on jobs from before.
    */
   traceparent?: string;
+  /**
+   * The rule its session broke (the tool policy, the protocol), "" when none: the job fails with it and its
+   * artifacts are withheld, whichever replica ends it (a restart in between included).
+   */
+  ruleBroken: string;
 }
 
 /** What a new job is made of; the rest of its record starts empty (nothing ran yet). */
@@ -133,6 +138,7 @@ export function newJobRecord(job: NewJob, now: Date): JobRecord {
     lastSeq: 0,
     sandboxSeq: 0,
     tokenId: "",
+    ruleBroken: "",
   };
 }
 

@@ -389,6 +389,15 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
       db.schema.alterTable("permissions").addColumn("input_changed_by", "text", (c) => c.notNull().defaultTo("")),
     ],
   },
+  {
+    version: 19,
+    name: "the rule a job's session broke",
+    part: "jobs",
+    // Kept apart from the job's error (a deadline overrun stores one too): a replica that follows the job again
+    // after a restart or a takeover withholds its artifacts and fails it with the rule, as the one that saw it did.
+    present: (p) => p.hasColumn("jobs", "rule_broken"),
+    up: (db) => [db.schema.alterTable("jobs").addColumn("rule_broken", "text", (c) => c.notNull().defaultTo(""))],
+  },
 ];
 
 /** Kysely that only compiles (no connection): the DDL of a migration as text for one engine. */

@@ -74,6 +74,7 @@ export interface JobsTable {
   started_at: Time | null;
   trace_id: string;
   traceparent: string;
+  rule_broken: string;
 }
 
 export interface JobEventsTable {

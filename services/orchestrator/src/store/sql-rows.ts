@@ -77,6 +77,7 @@ export function toJob(row: Selectable<JobsTable>): JobRecord {
     ...(startedAt ? { startedAt } : {}),
     ...(row.trace_id ? { traceId: row.trace_id } : {}),
     ...(row.traceparent ? { traceparent: row.traceparent } : {}),
+    ruleBroken: row.rule_broken,
   };
 }
 
@@ -106,6 +107,7 @@ export function jobColumns(engine: SqlEngine, job: JobRecord): JobsTable {
     started_at: job.startedAt ? engine.time(job.startedAt) : null,
     trace_id: job.traceId ?? "",
     traceparent: job.traceparent ?? "",
+    rule_broken: job.ruleBroken,
   };
 }
 
@@ -131,6 +133,7 @@ const JOB_COLUMNS = {
   startedAt: "started_at",
   traceId: "trace_id",
   traceparent: "traceparent",
+  ruleBroken: "rule_broken",
 } as const satisfies Record<keyof JobPatch, keyof JobsTable>;
 
 /** The columns a patch sets (keys it has, unknown keys ignored), with values as the engine takes them. */
