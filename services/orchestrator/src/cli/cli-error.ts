@@ -35,11 +35,21 @@ function unreachableAdvice(mode: ErrorTarget["mode"]): string {
   }
 }
 
+/**
+ * Whether a call failed on its way (no connection, a reset): no answer came. An answer carries the server's headers,
+ * and an orchestrator that answers Unavailable says itself what is (the LLM proxy it could not reach, its shutdown);
+ * prefixing that with "could not reach the orchestrator" sent operators to look at the wrong service.
+ */
+function failedInTransit(error: ConnectError, cause: string): boolean {
+  if ([...error.metadata.keys()].length > 0) return false;
+  return error.code === Code.Unavailable || /ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|ECONNRESET/.test(cause);
+}
+
 export function describeError(error: unknown, where: ErrorTarget): string {
   if (error instanceof CliError) return error.message;
   if (error instanceof ConnectError) {
     const cause = String((error.cause as Error | undefined)?.message ?? error.rawMessage);
-    if (error.code === Code.Unavailable || /ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|ECONNRESET/.test(cause)) {
+    if (failedInTransit(error, cause)) {
       return `could not reach the orchestrator at ${where.target} (${/ECONNREFUSED/.test(cause) ? "connection refused" : error.rawMessage}): ${unreachableAdvice(where.mode)}`;
     }
     if (error.code === Code.Internal) return `the orchestrator failed: ${error.rawMessage}`;
