@@ -8,7 +8,7 @@
 import { useMemo, useState } from "preact/hooks";
 import { type GetArtifactsResponse, type GetJobUsageResponse } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
-import { jobs, messageOf } from "../api.js";
+import { jobs } from "../api.js";
 import { clockMs, count, dateOf, duration, isTerminal, stateName, stopReasonName, usd, visible } from "../format.js";
 import { useJobStream } from "../job-stream.js";
 import { useNow } from "../now.js";
@@ -22,6 +22,7 @@ import type { Row, ToolRow, Totals } from "../transcript.js";
 import { fold } from "../transcript.js";
 import { ApprovalCard } from "./approval-card.js";
 import { ArtifactsView } from "./artifacts-view.js";
+import { CancelJob } from "./cancel-job.js";
 import { OperationGroupRow } from "./operation-rows.js";
 import { TimelineView } from "./timeline-view.js";
 import { TranscriptRow } from "./transcript-rows.js";
@@ -60,16 +61,7 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
   const approvals = useRead((signal) => jobs.listApprovals({ jobId }, { signal }), `${jobId}|${permissionEvents}`, {
     enabled: waiting,
   });
-  const [problem, setProblem] = useState<string | undefined>(undefined);
   const canCancel = roles.includes("operator") && job !== undefined && !terminal;
-  const cancel = async (): Promise<void> => {
-    try {
-      const answer = await jobs.cancelJob({ jobId, reason: "cancelled in the console" });
-      if (answer.job) s.setJob(answer.job);
-    } catch (error) {
-      setProblem(messageOf(error));
-    }
-  };
 
   const groups = useMemo(() => groupOperations(operationsOf(transcript.value)), [transcript.value]);
   const placed = useMemo(() => placeOperations(rows, groups), [rows, groups]);
@@ -97,9 +89,9 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
       <h1 id="job-title">
         Job <code>{jobId}</code>
       </h1>
-      {problem || s.problem ? (
+      {s.problem ? (
         <p role="alert" class="error">
-          {problem ?? s.problem}
+          {s.problem}
         </p>
       ) : null}
       {job ? (
@@ -171,11 +163,7 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
               <TraceId traceId={job.traceId} />
             </dd>
           </dl>
-          {canCancel ? (
-            <button type="button" class="deny" onClick={() => void cancel()}>
-              Cancel job
-            </button>
-          ) : null}
+          {canCancel ? <CancelJob jobId={jobId} onCancelled={(cancelled) => s.setJob(cancelled)} /> : null}
         </div>
       ) : null}
       {job ? (

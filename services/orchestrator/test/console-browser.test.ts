@@ -13,7 +13,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { ApprovalState, JobService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { ApprovalState, JobService, JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
 import { newCredential } from "@oz0/serving";
 import type { Browser, Page } from "playwright-core";
@@ -203,6 +203,34 @@ void test("a job waiting for approval is in the queue, is approved in the page, 
   await page.locator(`tr[data-job="${jobId}"]`).getByText("succeeded").waitFor();
   await assertAccessible(page, "jobs");
   await screenshot(page, "jobs");
+  await page.close();
+});
+
+void test("cancelling a job in its page asks first, with a reason; keeping it running changes nothing", async () => {
+  const jobId = await startJob("cancel-me");
+  const page = await openConsole(t.stack.ownerToken);
+  await page.goto(`${t.url}/#/jobs/${jobId}`);
+  await page.locator("article.approval").waitFor();
+  await page.getByRole("button", { name: "Cancel job…" }).click();
+  const question = page.getByRole("form", { name: "Cancel this job" });
+  await question.getByText("this cannot be undone").waitFor();
+  await assertAccessible(page, "job (cancel asked)");
+  // A stray click stops nothing: the job waits on.
+  await question.getByRole("button", { name: "Keep it running" }).click();
+  await question.waitFor({ state: "detached" });
+  const kept = (await clients(t.stack.ownerToken).jobs.getJob({ jobId })).job;
+  assert.equal(kept?.state, JobState.WAITING, `still waiting for its approval: ${kept?.error}`);
+  await page.getByRole("button", { name: "Cancel job…" }).click();
+  await question.getByLabel("Reason").fill("wrong branch");
+  await question.getByRole("button", { name: "Cancel job" }).click();
+  await page.getByTestId("job-state").filter({ hasText: "cancelled" }).waitFor();
+  const { job } = await clients(t.stack.ownerToken).jobs.getJob({ jobId });
+  assert.match(job?.error ?? "", /wrong branch/);
+  await page
+    .getByText(/wrong branch/)
+    .first()
+    .waitFor();
+  assert.equal(await page.getByRole("button", { name: "Cancel job…" }).count(), 0, "an ended job offers no cancel");
   await page.close();
 });
 
