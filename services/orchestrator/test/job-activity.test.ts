@@ -26,7 +26,7 @@ const summary = (tracker: JobActivityTracker, approvers: string[] = []): [string
   ];
 };
 
-void test("an agent's job: starting, a model call, a tool, a call waiting for its approvers, a refusal, the end", () => {
+void test("an agent's job: starting, the harness at work, a tool, a call waiting for its approvers, a refusal, the end", () => {
   const tracker = new JobActivityTracker();
   tracker.observe(at(1000, { case: "stateChanged", value: { state: JobState.PENDING, reason: "" } }));
   assert.deepEqual(summary(tracker), [
@@ -37,7 +37,11 @@ void test("an agent's job: starting, a model call, a tool, a call waiting for it
   tracker.observe(at(1100, { case: "sessionStarted", value: { harnessName: "fake" } }));
   tracker.observe(at(1101, { case: "stateChanged", value: { state: JobState.RUNNING, reason: "" } }));
   tracker.observe(at(1500, { case: "text", value: { itemId: "t", text: "Reading", delta: true, role: "" } }));
-  assert.deepEqual(summary(tracker), ["MODEL", "model call", 1100], "text streaming is still the model's turn");
+  assert.deepEqual(
+    summary(tracker),
+    ["MODEL", "harness at work (its model or its own code)", 1100],
+    "text streaming is still the model's turn",
+  );
   tracker.observe(at(2000, { case: "usage", value: { model: "m", inputTokens: 120n, outputTokens: 7n } }));
   tracker.observe(at(2001, { case: "toolCall", value: { callId: "c1", tool: "read_file" } }));
   tracker.observe(at(2002, { case: "toolCall", value: { callId: "c2", tool: "run_command" } }));
@@ -63,7 +67,7 @@ void test("an agent's job: starting, a model call, a tool, a call waiting for it
       value: { id: "perm-2", callId: "c2", tool: "run_command", pending: false, allow: false },
     }),
   );
-  assert.deepEqual(summary(tracker), ["MODEL", "model call", 3000]);
+  assert.deepEqual(summary(tracker), ["MODEL", "harness at work (its model or its own code)", 3000]);
   tracker.observe(at(3500, { case: "usage", value: { model: "m", inputTokens: 30n, outputTokens: 3n } }));
   assert.deepEqual(tracker.tokens, { input: 150, output: 10, cacheRead: 0, cacheWrite: 0 });
   tracker.observe(at(4000, { case: "stateChanged", value: { state: JobState.SUCCEEDED, reason: "" } }));

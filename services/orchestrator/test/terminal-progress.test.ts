@@ -33,7 +33,7 @@ const REVIEWED_AGENT = {
 const REVIEWED = fakeAgentYaml(REVIEWED_AGENT);
 
 // The first model call of "hold" waits until the test lets it answer, so the
-// status line can be seen saying "model call" for as long as it takes to look.
+// status line can be seen saying "harness at work" for as long as it takes to look.
 let releaseModel!: () => void;
 const modelHeld = new Promise<void>((resolve) => (releaseModel = resolve));
 
@@ -91,7 +91,7 @@ void test("oz0 jobs watch on a terminal: a status line says what the job does an
   const watch = ptyScreen(`${oz0(`jobs watch ${jobId}`)} </dev/null`, { env: env() });
 
   const modelCall = await watch.waitFor(
-    (rows) => STATUS.test(rows.at(-1) ?? "") && rows.at(-1)!.includes("model call"),
+    (rows) => STATUS.test(rows.at(-1) ?? "") && rows.at(-1)!.includes("harness at work (its model or its own code)"),
   );
   assert.doesNotMatch(modelCall.slice(0, -1).join("\n"), STATUS, "one status line, at the bottom");
   releaseModel();

@@ -139,7 +139,7 @@ export class JobActivityTracker {
   }
 }
 
-/** One line for people: "model call", "tool run_command", "waiting for approval of run_command by alice, reviewers". */
+/** One line for people: "harness at work", "tool run_command", "waiting for approval of run_command by alice, reviewers". */
 export function describeActivity(
   activity: Pick<JobActivity, "kind" | "tools" | "approvers" | "steps">,
   state: JobState,
@@ -149,7 +149,9 @@ export function describeActivity(
     case JobActivityKind.STARTING:
       return "starting (waiting for a sandbox node and the session's start)";
     case JobActivityKind.MODEL:
-      return "model call";
+      // Not "model call": the orchestrator sees no model call, only that the harness has the turn (its model, or
+      // its own code between tool calls).
+      return "harness at work (its model or its own code)";
     case JobActivityKind.TOOL:
       return `${activity.tools.length === 1 ? "tool" : `${activity.tools.length} tools`} ${list(activity.tools)}`;
     case JobActivityKind.APPROVAL: {
