@@ -8,6 +8,7 @@ import {
   EnvConfigError,
   envInteger,
   envMaxMessageBytes,
+  envNumber,
   envOneOf,
   envPort,
   envString,
@@ -35,6 +36,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     unit: "bytes (0 keeps none)",
   });
   const maxWaitingApprovals = envInteger(env, "OZ0_MAX_WAITING_APPROVALS", { min: 1, unit: "calls" });
+  const defaultBudgetUsd = envNumber(env, "OZ0_DEFAULT_MAX_BUDGET_USD", { min: 0.01, unit: "US dollars" });
   const maxTranscriptWatchesPerPerson = envInteger(env, "OZ0_MAX_TRANSCRIPT_WATCHES_PER_PERSON", {
     min: 1,
     unit: "streams",
@@ -65,6 +67,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     ...(tokenSweepMs !== undefined ? { tokenSweepMs } : {}),
     ...(maxSessionStderrBytes !== undefined ? { maxSessionStderrBytes } : {}),
     ...(maxWaitingApprovals !== undefined ? { maxWaitingApprovals } : {}),
+    ...(defaultBudgetUsd !== undefined ? { defaultBudgetUsd } : {}),
     ...(maxTranscriptWatchesPerPerson !== undefined ? { maxTranscriptWatchesPerPerson } : {}),
     ...(consoleDir ? { consoleDir } : {}),
     ...(attachmentRoots.length > 0 ? { attachmentRoots } : {}),

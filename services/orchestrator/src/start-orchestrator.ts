@@ -97,6 +97,8 @@ export interface OrchestratorConfig {
    * refused, and the model reads why. Default 32.
    */
   maxWaitingApprovals?: number;
+  /** What a session may spend when its agent sets no harness.max_budget_usd (OZ0_DEFAULT_MAX_BUDGET_USD). */
+  defaultBudgetUsd?: number;
   /**
    * Most WatchJobTranscript streams one person holds open at once on this
    * replica (OZ0_MAX_TRANSCRIPT_WATCHES_PER_PERSON); more are refused with
@@ -244,6 +246,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     servedTools: { [GRAPH_MANAGER_TOOLS]: graphManagerTools },
     ...(config.maxSessionStderrBytes !== undefined ? { maxStderrBytes: config.maxSessionStderrBytes } : {}),
     ...(config.maxWaitingApprovals !== undefined ? { maxWaitingApprovals: config.maxWaitingApprovals } : {}),
+    ...(config.defaultBudgetUsd !== undefined ? { defaultBudgetUsd: config.defaultBudgetUsd } : {}),
   });
   // Graph versions, graph jobs and their checkpoints: beside the jobs (PostgreSQL), or a SQLite file of their own under the data directory.
   const graphStore = await openGraphStore({

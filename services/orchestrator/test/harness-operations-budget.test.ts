@@ -2,7 +2,8 @@
 // too. Each operation runs a scratch session with a token of its own; those
 // tokens spend from the parent session's budget account at the LLM proxy, so
 // a session that has spent its budget cannot go on spending through an
-// operation (an attacker review: a $0.02 agent spent $0.19 that way).
+// operation (an attacker review: a $0.02 agent spent $0.19 that way). An
+// agent that sets no budget gets the orchestrator's OZ0_DEFAULT_MAX_BUDGET_USD.
 import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -41,27 +42,30 @@ let t: TestStack;
 const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-operation-budget-"));
 
 before(async () => {
-  // $100 per million tokens in and out: every call costs something; the agent has $0.02.
-  t = await startTestStack({ pick: () => ({ text: "ok" }), prices: { "*": { input: 100, output: 100 } } });
+  // $100 per million tokens in and out: every call costs something; the agent has $0.02, one without a budget of
+  // its own the orchestrator's default $0.03.
+  t = await startTestStack({
+    pick: () => ({ text: "ok" }),
+    prices: { "*": { input: 100, output: 100 } },
+    orchestratorEnv: { OZ0_DEFAULT_MAX_BUDGET_USD: "0.03" },
+  });
   const repo = path.join(scratch, "repo");
   for (const sub of ["agents", "prompts"]) mkdirSync(path.join(repo, sub), { recursive: true });
   writeFileSync(path.join(repo, "harness.mjs"), HARNESS);
   writeFileSync(path.join(repo, "prompts", "p.md"), "Be frugal.\n");
   writeFileSync(
     path.join(repo, "oz0-plugin.yaml"),
-    'name: spend\nversion: 0.1.0\nharnesses:\n  - name: spender\n    command: ["node", "harness.mjs"]\n    capabilities: [runtime_tools, structured_output]\nagents:\n  - agents/frugal.yaml\n',
+    'name: spend\nversion: 0.1.0\nharnesses:\n  - name: spender\n    command: ["node", "harness.mjs"]\n    capabilities: [runtime_tools, structured_output]\nagents:\n  - agents/frugal.yaml\n  - agents/unbudgeted.yaml\n',
   );
-  writeFileSync(
-    path.join(repo, "agents", "frugal.yaml"),
+  const agent = (name: string, budget: string[]): string =>
     [
-      "name: frugal",
+      `name: ${name}`,
       "description: Spends its budget, then calls an operation.",
       "runtime: harness:spender",
       "model: { primary: anthropic/claude-sonnet-5-5 }",
       "instructions: prompts/p.md",
       "limits: { timeout: 2m }",
-      "harness:",
-      "  max_budget_usd: 0.02",
+      ...budget,
       "harness_operations:",
       "  - key: spend",
       "    description: Spends more.",
@@ -69,8 +73,10 @@ before(async () => {
       "    result_schema: { type: object, properties: { statuses: { type: string } } }",
       "    timeout_ms: 60000",
       "",
-    ].join("\n"),
-  );
+    ].join("\n");
+  writeFileSync(path.join(repo, "agents", "frugal.yaml"), agent("frugal", ["harness:", "  max_budget_usd: 0.02"]));
+  // No budget of its own: the orchestrator's default (OZ0_DEFAULT_MAX_BUDGET_USD) bounds it.
+  writeFileSync(path.join(repo, "agents", "unbudgeted.yaml"), agent("unbudgeted", []));
   await installPlugin(t, repo);
 });
 
@@ -79,18 +85,34 @@ after(async () => {
   rmSync(scratch, { recursive: true, force: true });
 });
 
-void test("a harness operation's calls spend from the agent's budget: once the session spent it, the operation is refused too", async () => {
-  const run = await t.cli(["run", "frugal", "go", "--json"]);
+/** Runs the agent to its end: the statuses of its own calls, its operation's, and what the job cost. */
+async function spend(agent: string): Promise<{ main: string; operation: string; cost: number }> {
+  const run = await t.cli(["run", agent, "go", "--json"]);
   const resultLine = run.stdout.split("\n").find((l) => l.includes('"result"'));
   assert.ok(resultLine, `${run.stdout}\n${run.stderr}`);
   const text = (JSON.parse(resultLine) as { result: { text: string } }).result.text;
   const [, main, operation] = /^main ([\d,]+) \| operation (.*)$/.exec(text) ?? [];
   assert.ok(main && operation, text);
-  assert.match(main, /^(200,)+402$/, "the session spent its budget and was refused");
-  assert.match(operation, /"statuses":"402,402,402,402,402"/, "its operation could not spend past it");
   const jobId = /"jobId":"(job_[^"]+)"/.exec(run.stdout)?.[1];
   assert.ok(jobId);
   const usage = await t.cli(["usage", jobId]);
-  const cost = Number(/^job .*\$(\d+\.\d+)$/m.exec(usage.stdout)?.[1]);
-  assert.ok(cost > 0 && cost <= 0.02, `the job cost $${cost}, past its $0.02 budget:\n${usage.stdout}`);
+  return { main, operation, cost: Number(/^job .*\$(\d+\.\d+)$/m.exec(usage.stdout)?.[1]) };
+}
+
+void test("a harness operation's calls spend from the agent's budget: once the session spent it, the operation is refused too", async () => {
+  const { main, operation, cost } = await spend("frugal");
+  assert.match(main, /^(200,)+402$/, "the session spent its budget and was refused");
+  assert.match(operation, /"statuses":"402,402,402,402,402"/, "its operation could not spend past it");
+  assert.ok(cost > 0 && cost <= 0.02, `the job cost $${cost}, past its $0.02 budget`);
+});
+
+void test("an agent without a budget of its own gets the orchestrator's default, its operations too", async () => {
+  const { main, operation, cost } = await spend("unbudgeted");
+  assert.match(main, /^(200,)+402$/, "the default budget refused the session once spent");
+  assert.match(operation, /"statuses":"402,402,402,402,402"/, "its operation spends from the same account");
+  assert.ok(cost > 0 && cost <= 0.03, `the job cost $${cost}, past the default $0.03`);
+  // More than the $0.02 agent could: the default, not some other bound, refused it.
+  const calls = (statuses: string): number => statuses.split(",").filter((s) => s === "200").length;
+  const frugal = await spend("frugal");
+  assert.ok(calls(main) > calls(frugal.main), `${main} (default $0.03) against ${frugal.main} ($0.02)`);
 });

@@ -91,6 +91,8 @@ export interface JobRunnerOptions {
   overdueAfterMs?: number;
   /** How long after its node was asked to stop a session its job waits for the session to end, then ends without it (a harness operation, then no longer waits for its scratch session). Default 30 s. */
   stopWaitMs?: number;
+  /** What a session may spend when its agent sets no harness.max_budget_usd (OZ0_DEFAULT_MAX_BUDGET_USD). Default: nothing bounds it. */
+  defaultBudgetUsd?: number;
 }
 
 export class JobRunner {
@@ -117,6 +119,7 @@ export class JobRunner {
       ...(options.operationRepairs !== undefined ? { maxRepairs: options.operationRepairs } : {}),
       ...(options.maxStderrBytes !== undefined ? { maxStderrBytes: options.maxStderrBytes } : {}),
       ...(options.stopWaitMs !== undefined ? { stopWaitMs: options.stopWaitMs } : {}),
+      ...(options.defaultBudgetUsd !== undefined ? { defaultBudgetUsd: options.defaultBudgetUsd } : {}),
     });
     this.#approvals = new ApprovalService({ ...options, ownership: this.#ownership, active: this.#active });
     this.#stops = new SessionStops({

@@ -31,6 +31,7 @@ import { appendJobStep, stateChanged } from "./job-events.js";
 import type { JobFeed } from "./job-feed.js";
 import { sendServedAnswer, servedToolCalls, type ServedRuntimeTools } from "./served-tools.js";
 import type { SessionStops } from "./session-stops.js";
+import { sessionBudgetUsd } from "../policy/session-budget.js";
 
 /** Why a pending job has not started, in its events. */
 export const WAITING_FOR_ROOM =
@@ -63,6 +64,8 @@ export interface JobSessionsOptions {
   handleBurst(jobId: string, active: ActiveJob, messages: SandboxMessage[]): Promise<void>;
   /** Ends the job: from its result, or with `failure`. */
   finish(jobId: string, options: { failure?: string }): Promise<void>;
+  /** The budget of a session whose agent sets none (OZ0_DEFAULT_MAX_BUDGET_USD); none by default. */
+  defaultBudgetUsd?: number;
 }
 
 export class JobSessions {
@@ -122,6 +125,7 @@ export class JobSessions {
         return;
       }
     }
+    const budgetUsd = sessionBudgetUsd(definition, this.#o.defaultBudgetUsd);
     let token;
     try {
       token = await this.#o.tokens.mint({
@@ -129,9 +133,7 @@ export class JobSessions {
         agent: agent.name,
         agentVersion: agent.version,
         sessionId: job.sessionId,
-        ...(typeof definition.harness?.max_budget_usd === "number"
-          ? { budgetUsd: definition.harness.max_budget_usd }
-          : {}),
+        ...(budgetUsd !== undefined ? { budgetUsd } : {}),
       });
     } catch (error) {
       await this.#o.finish(job.id, {

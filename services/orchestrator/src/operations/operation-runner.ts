@@ -43,6 +43,7 @@ import { SessionDriver } from "../sessions/session-driver.js";
 import { agentSessionStart } from "../sessions/session-request.js";
 import { stopFollowedSession } from "../jobs/session-stops.js";
 import { newId } from "../store/ids.js";
+import { sessionBudgetUsd } from "../policy/session-budget.js";
 
 /** Repair sessions after the first attempt when its result does not validate. */
 export const DEFAULT_MAX_REPAIRS = 2;
@@ -105,6 +106,8 @@ export interface OperationRunnerOptions {
   maxStderrBytes?: number;
   /** How long after its node was asked to stop a scratch session the operation still waits for it to end (default 30 s). */
   stopWaitMs?: number;
+  /** The budget of a parent whose agent sets none (OZ0_DEFAULT_MAX_BUDGET_USD); none by default. */
+  defaultBudgetUsd?: number;
 }
 
 type Outcome =
@@ -590,13 +593,13 @@ export class OperationRunner {
       // Recorded before it starts, so a restart can stop it.
       await this.#checkpoints.put(record);
       // The parent's budget bounds its operations too: their calls spend from the parent session's account.
-      const parentBudget = parent.agent.definition.harness?.max_budget_usd;
+      const parentBudget = sessionBudgetUsd(parent.agent.definition, this.#o.defaultBudgetUsd);
       const token = await this.#o.tokens.mint({
         jobId: parent.jobId,
         agent: agent.name,
         agentVersion: agent.version,
         sessionId,
-        ...(typeof parentBudget === "number" ? { budgetUsd: parentBudget, budgetSession: parent.sessionId } : {}),
+        ...(parentBudget !== undefined ? { budgetUsd: parentBudget, budgetSession: parent.sessionId } : {}),
       });
       tokenId = token.tokenId;
       const input = options.feedback.length
