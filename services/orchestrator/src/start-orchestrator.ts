@@ -286,7 +286,12 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
         store,
         feed,
         runner,
-        plugins: new PluginRegistry({ store, home, graphs: graphRegistry }),
+        plugins: new PluginRegistry({
+          store,
+          home,
+          graphs: graphRegistry,
+          ...(config.defaultBudgetUsd !== undefined ? { defaultBudgetUsd: config.defaultBudgetUsd } : {}),
+        }),
         agents: new AgentVersions({ store }),
         secrets,
         ...(proxy instanceof LlmProxyClient ? { usage: proxy } : {}),

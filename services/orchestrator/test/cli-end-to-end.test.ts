@@ -85,12 +85,24 @@ void test("a plugin installs from a git repository and publishes its agents", as
   assert.match(installed.stdout, /installed plugin testing 0\.1\.0/);
   assert.match(installed.stdout, /published agent fixer v1/);
   assert.match(installed.stdout, /published agent careful v1/);
+  // Neither sets a budget, and this orchestrator has no default: the operator is told, with what to set.
+  assert.deepEqual(
+    installed.stderr
+      .split("\n")
+      .filter((line) => line.startsWith("warning: "))
+      .sort(),
+    ["careful", "fixer"].map(
+      (name) =>
+        `warning: agent ${name} sets no harness.max_budget_usd and this orchestrator has no OZ0_DEFAULT_MAX_BUDGET_USD: its jobs spend at the LLM proxy without limit; set either to bound them`,
+    ),
+  );
   const plugins = await t.cli(["plugin", "list"]);
   assert.match(plugins.stdout, /testing\s+0\.1\.0\s+harnesses: fake/);
   const agents = await t.cli(["agents", "list"]);
   assert.match(agents.stdout, /fixer\s+v1\s+harness:fake/);
   const again = await t.cli(["plugin", "install", `file://${repo}`]);
   assert.match(again.stdout, /no agent changed/);
+  assert.doesNotMatch(again.stderr, /warning:/, "said of what was published, once");
 });
 
 void test("an invalid agent is refused naming the file, the field and what was expected", async () => {

@@ -9,7 +9,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { installPlugin, startTestStack, type TestStack } from "./support/test-stack.js";
+import { commitAll, startTestStack, type TestStack } from "./support/test-stack.js";
 
 /** A harness standing for any code in the session: it calls the model with its token until refused, then its operation. */
 const HARNESS = String.raw`
@@ -77,7 +77,11 @@ before(async () => {
   writeFileSync(path.join(repo, "agents", "frugal.yaml"), agent("frugal", ["harness:", "  max_budget_usd: 0.02"]));
   // No budget of its own: the orchestrator's default (OZ0_DEFAULT_MAX_BUDGET_USD) bounds it.
   writeFileSync(path.join(repo, "agents", "unbudgeted.yaml"), agent("unbudgeted", []));
-  await installPlugin(t, repo);
+  await commitAll(repo, "plugin");
+  const installed = await t.cli(["plugin", "install", `file://${repo}`, "--json"]);
+  assert.equal(installed.code, 0, installed.stderr);
+  // The default bounds the agent without a budget: nothing to warn of.
+  assert.deepEqual((JSON.parse(installed.stdout) as { warnings: string[] }).warnings, []);
 });
 
 after(async () => {

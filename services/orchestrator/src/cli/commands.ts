@@ -366,7 +366,7 @@ export async function pluginInstall(options: {
 }): Promise<number> {
   const local = path.resolve(options.source);
   const source = existsSync(local) ? local : options.source;
-  const { plugin, published, reasons } = await options.conn.clients.plugins.installPlugin({
+  const { plugin, published, reasons, warnings } = await options.conn.clients.plugins.installPlugin({
     source,
     allowHostHooks: options.allowHostHooks ?? false,
   });
@@ -374,7 +374,7 @@ export async function pluginInstall(options: {
   const why = (name: string): string[] => reasons.find((r) => r.agent === name)?.reasons ?? [];
   if (options.json) {
     options.io.out.write(
-      `${jsonLine({ plugin: toJson(PluginSchema, plugin), published: published.map((p) => ({ name: p.name, version: p.version, reasons: why(p.name) })) })}\n`,
+      `${jsonLine({ plugin: toJson(PluginSchema, plugin), published: published.map((p) => ({ name: p.name, version: p.version, reasons: why(p.name) })), warnings })}\n`,
     );
   } else {
     options.io.out.write(
@@ -388,6 +388,7 @@ export async function pluginInstall(options: {
     }
     if (published.length === 0 && plugin.agents.length > 0)
       options.io.out.write("  no agent changed: every agent keeps its version\n");
+    for (const warning of warnings) options.io.err.write(`${terminalLine(`warning: ${warning}`)}\n`);
   }
   return EXIT.ok;
 }

@@ -29,6 +29,7 @@ import type { AgentVersionRecord, JobStore, PluginRecord, ResolvedHarness } from
 import { invalidArgument, notFound, OrchestratorError } from "../orchestrator-error.js";
 import { isCommandHook, type HookSpec } from "../policy/hook-rules.js";
 import { checkHooks, checkToolPolicy } from "../policy/policy-checks.js";
+import { unboundedAgentWarnings } from "../policy/session-budget.js";
 import type { AgentDefinition, HarnessManifest, PluginManifest } from "./plugin-types.js";
 import { readYamlDocument } from "./yaml-validation.js";
 
@@ -42,6 +43,8 @@ export interface InstallResult {
   published: (AgentVersionRecord & { reasons: string[] })[];
   /** Graph versions this install published (`graphs:` in the manifest). */
   publishedGraphs: GraphVersionRecord[];
+  /** What the operator should know of what was published (an agent no budget bounds), each with what to do. */
+  warnings: string[];
 }
 
 function isGitSource(source: string): boolean {
@@ -155,9 +158,17 @@ export class PluginRegistry {
   readonly #pluginsDir: string;
   readonly #agents: AgentVersions;
   readonly #graphs: GraphRegistry | undefined;
+  readonly #defaultBudgetUsd: number | undefined;
 
-  constructor(options: { store: JobStore; home: string; graphs?: GraphRegistry }) {
+  constructor(options: {
+    store: JobStore;
+    home: string;
+    graphs?: GraphRegistry;
+    /** The budget of sessions whose agent sets none (OZ0_DEFAULT_MAX_BUDGET_USD): without it, an install warns of such agents. */
+    defaultBudgetUsd?: number;
+  }) {
     this.#store = options.store;
+    this.#defaultBudgetUsd = options.defaultBudgetUsd;
     this.#graphs = options.graphs;
     this.#pluginsDir = path.join(options.home, "plugins");
     this.#agents = new AgentVersions({ store: options.store });
@@ -262,7 +273,12 @@ export class PluginRegistry {
         });
         if (result.published) publishedGraphs.push(result.record);
       }
-      return { plugin: record, published, publishedGraphs };
+      return {
+        plugin: record,
+        published,
+        publishedGraphs,
+        warnings: unboundedAgentWarnings(published, this.#defaultBudgetUsd),
+      };
     } finally {
       rmSync(staging, { recursive: true, force: true });
     }

@@ -12,3 +12,19 @@ export function sessionBudgetUsd(
   const own = definition.harness?.max_budget_usd;
   return typeof own === "number" ? own : defaultUsd;
 }
+
+/**
+ * What an install says of the agents it published that no budget bounds (none of their own, and no default): their
+ * jobs spend at the LLM proxy without limit, which nothing else would tell the operator.
+ */
+export function unboundedAgentWarnings(
+  agents: readonly { name: string; definition: Pick<AgentDefinition, "harness"> }[],
+  defaultUsd: number | undefined,
+): string[] {
+  return agents
+    .filter((agent) => sessionBudgetUsd(agent.definition, defaultUsd) === undefined)
+    .map(
+      (agent) =>
+        `agent ${agent.name} sets no harness.max_budget_usd and this orchestrator has no OZ0_DEFAULT_MAX_BUDGET_USD: its jobs spend at the LLM proxy without limit; set either to bound them`,
+    );
+}

@@ -479,6 +479,7 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
           plugin: pluginToProto(result.plugin),
           published: result.published.map((a) => ({ name: a.name, version: a.version })),
           reasons: result.published.map((a) => ({ agent: a.name, reasons: a.reasons })),
+          warnings: result.warnings,
         };
       }),
     listPlugins: () => handle(async () => ({ plugins: (await deps.plugins.list()).map(pluginToProto) })),
