@@ -17,7 +17,8 @@ interface Account {
 }
 
 /** Who sets a session's budget, for the messages below: a job's log is read by its operator as well as its model. */
-const BUDGET_SETTING = "an operator raises it with the agent's harness.max_budget_usd";
+const BUDGET_SETTING =
+  "an operator raises it with the agent's harness.max_budget_usd (or, for an agent that sets none, the orchestrator's OZ0_DEFAULT_MAX_BUDGET_USD)";
 
 /** A session with nothing left (on any proxy, for a shared store: `held` counts every proxy's calls in flight). */
 export function budgetExhausted(o: { limitUsd: number; spentUsd: number; heldUsd: number }): ProxyError {

@@ -1,11 +1,12 @@
 // Thin gRPC handlers over the domain modules: SecretService (write-only keys)
 // and LlmProxyService (session tokens, usage).
 import { create } from "@bufbuild/protobuf";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import {
   AgentUsageSchema,
   GetUsageResponseSchema,
+  SummarizeUsageResponseSchema,
   ListSecretsResponseSchema,
   MintSessionTokenResponseSchema,
   RevokeSessionTokenResponseSchema,
@@ -128,6 +129,32 @@ export function llmProxyService(options: LlmProxyServiceOptions): Partial<Servic
       const nominal = options.nominalPrices ?? ((): boolean => false);
       return create(GetUsageResponseSchema, {
         job: request.job,
+        total: usageMessage(usage.total, nominal),
+        agents: [...usage.agents].map(([agent, totals]) =>
+          create(AgentUsageSchema, { agent, usage: usageMessage(totals, nominal) }),
+        ),
+      });
+    },
+    summarizeUsage: async (request) => {
+      if (!request.since || !request.until)
+        throw new ConnectError(
+          "SummarizeUsage needs since and until: the window whose calls it sums",
+          Code.InvalidArgument,
+        );
+      const since = timestampDate(request.since);
+      const until = timestampDate(request.until);
+      if (Number.isNaN(since.getTime()) || Number.isNaN(until.getTime()))
+        throw new ConnectError("SummarizeUsage's since and until must be times a date can hold", Code.InvalidArgument);
+      if (!(since.getTime() < until.getTime()))
+        throw new ConnectError(
+          `SummarizeUsage's since (${since.toISOString()}) must come before its until (${until.toISOString()})`,
+          Code.InvalidArgument,
+        );
+      const usage = await options.metering.usageBetween(since, until);
+      const nominal = options.nominalPrices ?? ((): boolean => false);
+      return create(SummarizeUsageResponseSchema, {
+        since: request.since,
+        until: request.until,
         total: usageMessage(usage.total, nominal),
         agents: [...usage.agents].map(([agent, totals]) =>
           create(AgentUsageSchema, { agent, usage: usageMessage(totals, nominal) }),

@@ -115,11 +115,19 @@ export class Metering {
   }
 
   async usage(job: string): Promise<JobUsage> {
-    const agents = await this.#store.usageByAgent(job);
-    const total = emptyTotals();
-    for (const totals of agents.values()) addTotals(total, totals);
-    return { total, agents };
+    return withTotal(await this.#store.usageByAgent(job));
   }
+
+  /** Every job's calls that started in [since, until), per agent. */
+  async usageBetween(since: Date, until: Date): Promise<JobUsage> {
+    return withTotal(await this.#store.usageByAgentBetween(since, until));
+  }
+}
+
+function withTotal(agents: Map<string, UsageTotals>): JobUsage {
+  const total = emptyTotals();
+  for (const totals of agents.values()) addTotals(total, totals);
+  return { total, agents };
 }
 
 export function emptyTotals(): UsageTotals {

@@ -399,6 +399,12 @@ export class PostgresProxyStore implements ProxyStore {
     return usageFromRows(rows);
   }
 
+  async usageByAgentBetween(since: Date, until: Date): Promise<Map<string, UsageTotals>> {
+    await this.#writes.drain();
+    const { rows } = await this.#pool.query<UsageRow>(QUERIES.usageByAgentBetween, [since, until]);
+    return usageFromRows(rows);
+  }
+
   async chargedToSession(session: string): Promise<number> {
     await this.#writes.drain();
     const { rows } = await this.#pool.query<{ cost: number }>(QUERIES.chargedToSession, [session, session]);

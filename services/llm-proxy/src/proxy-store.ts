@@ -273,6 +273,8 @@ export interface MeteringStore {
   listCalls(job: string): Promise<CallRecord[]>;
   /** Usage of a job per agent. */
   usageByAgent(job: string): Promise<Map<string, UsageTotals>>;
+  /** Usage per agent of every job's calls that started in [since, until). */
+  usageByAgentBetween(since: Date, until: Date): Promise<Map<string, UsageTotals>>;
   /** What a budget account's calls were charged so far: its own session's, and every session whose token spends from it. */
   chargedToSession(session: string): Promise<number>;
 }

@@ -245,6 +245,7 @@ export class SqliteProxyStore implements ProxyStore {
         listAttempts: prepare(QUERIES.listAttempts),
         listCalls: prepare(QUERIES.listCalls),
         usageByAgent: prepare(QUERIES.usageByAgent),
+        usageByAgentBetween: prepare(QUERIES.usageByAgentBetween),
         beginCall: prepare(BEGIN_CALL),
         endCall: prepare(END_CALL),
         orphanedCalls: prepare(ORPHANED_CALLS),
@@ -603,6 +604,11 @@ export class SqliteProxyStore implements ProxyStore {
   async usageByAgent(job: string): Promise<Map<string, UsageTotals>> {
     this.flush();
     return usageFromRows(this.#statements.usageByAgent.all(job) as UsageRow[]);
+  }
+
+  async usageByAgentBetween(since: Date, until: Date): Promise<Map<string, UsageTotals>> {
+    this.flush();
+    return usageFromRows(this.#statements.usageByAgentBetween.all(since.getTime(), until.getTime()) as UsageRow[]);
   }
 
   async chargedToSession(session: string): Promise<number> {

@@ -276,6 +276,12 @@ $fn$`,
       ),
     ],
   },
+  {
+    version: 7,
+    name: "calls by when they started",
+    // Usage across jobs over a window (SummarizeUsage: what the agents spent today) reads the calls by start.
+    up: (db) => [db.schema.createIndex("calls_by_start").on("calls").column("started_at")],
+  },
 ];
 
 /** The engine's migrations as SQL, each with its probe for adopting an old SQLite file. */

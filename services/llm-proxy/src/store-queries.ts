@@ -70,6 +70,31 @@ export const REVOKE_PARAMETERS = ["now", "hash", "session"];
 
 export const deleteSecret = (db: ProxyDb) => db.deleteFrom("secrets").where("name", "=", param("name"));
 
+/** The calls' usage per agent (a UsageRow each), for a WHERE to choose which calls. */
+function usageByAgent(db: ProxyDb, postgres: boolean) {
+  return db
+    .selectFrom("calls")
+    .select((eb) => [
+      "agent",
+      eb.fn.countAll().as("calls"),
+      sql`sum(case when outcome = 'ok' then 0 else 1 end)`.as("failed_calls"),
+      eb.fn.sum("attempts").as("attempts"),
+      eb.fn.sum("input_tokens").as("input"),
+      eb.fn.sum("output_tokens").as("output"),
+      eb.fn.sum("cache_read_tokens").as("cache_read"),
+      eb.fn.sum("cache_write_tokens").as("cache_write"),
+      eb.fn.sum("reasoning_tokens").as("reasoning"),
+      eb.fn.sum("cost_usd").as("cost"),
+      // The same answers in each engine's words: SQLite's booleans are 0/1 and it has no arrays.
+      (postgres ? sql`bool_or(estimated)` : sql`max(estimated)`).as("estimated"),
+      (postgres ? sql`array_agg(distinct provider order by provider)` : sql`group_concat(distinct provider)`).as(
+        "providers",
+      ),
+    ])
+    .groupBy("agent")
+    .orderBy("agent");
+}
+
 /** Each query's SQL for one engine. */
 export interface ProxyQueries {
   /** (name) */
@@ -94,6 +119,8 @@ export interface ProxyQueries {
   readonly listCalls: string;
   /** (job) UsageRow per agent */
   readonly usageByAgent: string;
+  /** (since, until) UsageRow per agent, of the calls that started in [since, until) */
+  readonly usageByAgentBetween: string;
   /** (session) cost */
   readonly chargedToSession: string;
 }
@@ -147,30 +174,10 @@ export function proxyQueries(engine: EngineName): ProxyQueries {
       db.selectFrom("calls").selectAll().where("job", "=", param("job")).orderBy("started_at").orderBy("operation_id"),
       ["job"],
     ),
-    usageByAgent: compiled(
-      db
-        .selectFrom("calls")
-        .select((eb) => [
-          "agent",
-          eb.fn.countAll().as("calls"),
-          sql`sum(case when outcome = 'ok' then 0 else 1 end)`.as("failed_calls"),
-          eb.fn.sum("attempts").as("attempts"),
-          eb.fn.sum("input_tokens").as("input"),
-          eb.fn.sum("output_tokens").as("output"),
-          eb.fn.sum("cache_read_tokens").as("cache_read"),
-          eb.fn.sum("cache_write_tokens").as("cache_write"),
-          eb.fn.sum("reasoning_tokens").as("reasoning"),
-          eb.fn.sum("cost_usd").as("cost"),
-          // The same answers in each engine's words: SQLite's booleans are 0/1 and it has no arrays.
-          (postgres ? sql`bool_or(estimated)` : sql`max(estimated)`).as("estimated"),
-          (postgres ? sql`array_agg(distinct provider order by provider)` : sql`group_concat(distinct provider)`).as(
-            "providers",
-          ),
-        ])
-        .where("job", "=", param("job"))
-        .groupBy("agent")
-        .orderBy("agent"),
-      ["job"],
+    usageByAgent: compiled(usageByAgent(db, postgres).where("job", "=", param("job")), ["job"]),
+    usageByAgentBetween: compiled(
+      usageByAgent(db, postgres).where("started_at", ">=", param("since")).where("started_at", "<", param("until")),
+      ["since", "until"],
     ),
     // A budget account's starting point: its own session's calls and those of every session spending from it.
     chargedToSession: compiled(

@@ -46,7 +46,7 @@ void describe("budgets", () => {
       // Read by the job's operator too: it says where the budget is set.
       assert.match(
         JSON.parse(large.text).error.message,
-        /an operator raises it with the agent's harness\.max_budget_usd$/,
+        /an operator raises it with the agent's harness\.max_budget_usd \(or, for an agent that sets none, the orchestrator's OZ0_DEFAULT_MAX_BUDGET_USD\)$/,
       );
       await fx.control.revokeSessionToken({ token: e.token });
       assert.equal((await post(url, { ...body, model: "claude-sonnet-5" }, headers)).status, 401);

@@ -226,6 +226,32 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       );
     });
 
+    void it("sums every job's calls per agent over a window of their starts, ends excluded", async () => {
+      // A window of its own in the past: the suite's other calls start now.
+      const at = (iso: string): Date => new Date(iso);
+      const writer = unique("writer");
+      const reviewer = unique("reviewer");
+      const calls: [string, string, string][] = [
+        ["2001-03-04T09:59:59.999Z", writer, unique("job-w0")], // before the window
+        ["2001-03-04T10:00:00.000Z", writer, unique("job-w1")], // at its start: in
+        ["2001-03-04T11:30:00.000Z", writer, unique("job-w2")],
+        ["2001-03-04T11:45:00.000Z", reviewer, unique("job-r1")],
+        ["2001-03-04T12:00:00.000Z", reviewer, unique("job-r2")], // at its end: out
+      ];
+      for (const [startedAt, agent, job] of calls)
+        await a.recordCall(call({ operationId: unique("op-window"), job, agent, startedAt: at(startedAt) }));
+      const totals = await b.usageByAgentBetween(at("2001-03-04T10:00:00Z"), at("2001-03-04T12:00:00Z"));
+      assert.deepEqual(
+        [...totals].map(([agent, t]) => [agent, t.calls, t.usage.input]),
+        [
+          [reviewer, 1, 10],
+          [writer, 2, 20],
+        ].sort((x, y) => (String(x[0]) < String(y[0]) ? -1 : 1)),
+      );
+      assert.ok(Math.abs(totals.get(writer)!.costUsd - 0.002) < 1e-12);
+      assert.deepEqual(await a.usageByAgentBetween(at("2001-03-05T00:00:00Z"), at("2001-03-06T00:00:00Z")), new Map());
+    });
+
     void it("meters calls and attempts from every handle into one set of totals", async () => {
       const job = unique("job-metered");
       const session = unique("ses-metered");
@@ -315,7 +341,7 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       );
       assert.match(
         (refused[0]!.reason as Error).message,
-        /^this call could cost up to \$0\.0300 but only \$0\.0100 of the session's \$1\.0000 budget is left .*; an operator raises it with the agent's harness\.max_budget_usd$/,
+        /^this call could cost up to \$0\.0300 but only \$0\.0100 of the session's \$1\.0000 budget is left .*; an operator raises it with the agent's harness\.max_budget_usd \(or, for an agent that sets none, the orchestrator's OZ0_DEFAULT_MAX_BUDGET_USD\)$/,
       );
       assert.deepEqual(rounded(await a.budgetSnapshot(session)), { limitUsd: 1, spentUsd: 0, reservedUsd: 0.99 });
 

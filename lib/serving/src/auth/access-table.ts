@@ -32,6 +32,7 @@ export const ACCESS_TABLE: Readonly<Record<string, Access>> = {
   "oz0.orchestrator.v1.JobService/AnswerPermission": { role: "approver" },
   "oz0.orchestrator.v1.JobService/ListApprovals": { role: "viewer" },
   "oz0.orchestrator.v1.JobService/GetJobUsage": { role: "viewer" },
+  "oz0.orchestrator.v1.JobService/SummarizeUsage": { role: "viewer" },
   "oz0.orchestrator.v1.JobService/GetJobLogs": { role: "viewer" },
   "oz0.orchestrator.v1.JobService/GetJobTranscript": { role: "viewer" },
   "oz0.orchestrator.v1.JobService/WatchJobTranscript": { role: "viewer" },
@@ -65,6 +66,7 @@ export const ACCESS_TABLE: Readonly<Record<string, Access>> = {
   "oz0.llmproxy.v1.LlmProxyService/MintSessionToken": orchestratorOnly,
   "oz0.llmproxy.v1.LlmProxyService/RevokeSessionToken": orchestratorOnly,
   "oz0.llmproxy.v1.LlmProxyService/GetUsage": orchestratorOnly,
+  "oz0.llmproxy.v1.LlmProxyService/SummarizeUsage": orchestratorOnly,
 
   // Events: producers publish; people read the public stream.
   "oz0.events.v1.EventsService/Publish": { services: ["orchestrator", "sandbox", "llm-proxy"] },

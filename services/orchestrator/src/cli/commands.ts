@@ -2,6 +2,7 @@
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { toJson, type JsonObject } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { ConnectError } from "@connectrpc/connect";
 import {
   AgentVersionSchema,
@@ -25,8 +26,12 @@ import { followJob, listAllApprovals, TERMINAL } from "./job-watch.js";
 import { MAX_PAGE_SIZE } from "../jobs/job-pages.js";
 import { fieldText, inputText, jsonLine, shellWord, terminalLine, terminalText } from "./terminal-text.js";
 import { transcriptRows } from "./transcript-rows.js";
-import { costText, NOMINAL_NOTE } from "./usage-format.js";
-import { GetUsageResponseSchema, SecretInfoSchema, type Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import { NOMINAL_NOTE, usageLine } from "./usage-format.js";
+import {
+  GetUsageResponseSchema,
+  SecretInfoSchema,
+  SummarizeUsageResponseSchema,
+} from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { TranscriptResponseSchema } from "@oz0/proto/oz0/events/v1/events_pb";
 
 export interface Output {
@@ -186,10 +191,7 @@ export async function jobUsage(options: {
     options.io.out.write(`${jsonLine(json)}\n`);
     return EXIT.ok;
   }
-  const line = (who: string, u: Usage | undefined): string =>
-    `${who.padEnd(24)} ${String(u?.calls ?? 0).padStart(5)} calls ${String(u?.attempts ?? 0).padStart(5)} attempts ` +
-    `${String(u?.inputTokens ?? 0).padStart(8)} in ${String(u?.outputTokens ?? 0).padStart(8)} out ` +
-    `${String(u?.cacheReadTokens ?? 0).padStart(7)} cache-read ${String(u?.cacheWriteTokens ?? 0).padStart(7)} cache-write  ${costText(u)}`;
+  const line = usageLine;
   // A graph run: each job it ran, then the sums.
   for (const step of response.steps) {
     options.io.out.write(
@@ -198,6 +200,36 @@ export async function jobUsage(options: {
   }
   for (const a of usage.agents) options.io.out.write(`${line(`agent ${a.agent}`, a.usage)}\n`);
   options.io.out.write(`${line(`${response.steps.length > 0 ? "graph run" : "job"} ${options.jobId}`, usage.total)}\n`);
+  if (usage.total?.nominal) options.io.out.write(`${NOMINAL_NOTE}\n`);
+  return EXIT.ok;
+}
+
+/** What every job's model calls that started in [since, until) used, per agent: what the agents spent. */
+export async function usageSummary(options: {
+  conn: Connection;
+  since: Date;
+  until: Date;
+  json: boolean;
+  io: Output;
+}): Promise<number> {
+  const { usage } = await options.conn.clients.jobs.summarizeUsage({
+    since: timestampFromDate(options.since),
+    until: timestampFromDate(options.until),
+  });
+  if (!usage) throw new CliError("the orchestrator returned no usage");
+  if (options.json) {
+    options.io.out.write(`${jsonLine(toJson(SummarizeUsageResponseSchema, usage))}\n`);
+    return EXIT.ok;
+  }
+  options.io.out.write(
+    `model calls started from ${options.since.toISOString()} to ${options.until.toISOString()}, every job\n`,
+  );
+  if (usage.agents.length === 0) {
+    options.io.out.write("none: no agent called a model then\n");
+    return EXIT.ok;
+  }
+  for (const a of usage.agents) options.io.out.write(`${terminalLine(usageLine(`agent ${a.agent}`, a.usage))}\n`);
+  options.io.out.write(`${usageLine("all agents", usage.total)}\n`);
   if (usage.total?.nominal) options.io.out.write(`${NOMINAL_NOTE}\n`);
   return EXIT.ok;
 }

@@ -2,6 +2,7 @@
 // oz0 (also orchestrator-zero): the command line an operator uses.
 import path from "node:path";
 import { Command, CommanderError } from "commander";
+import { parseWhen } from "./usage-format.js";
 import { exitProcess } from "@oz0/harness";
 import { defaultHome } from "../start-orchestrator.js";
 import { startDevStack } from "../dev/dev-stack.js";
@@ -18,6 +19,7 @@ import {
   approvalsList,
   jobsArtifacts,
   jobUsage,
+  usageSummary,
   jobsLogs,
   jobsCancel,
   jobsList,
@@ -214,12 +216,46 @@ jobs
 program
   .command("usage")
   .description(
-    "what a job's model calls used, per agent, as the LLM proxy metered them (a graph run: each of its step jobs, then the sums)",
+    "what a job's model calls used, per agent, as the LLM proxy metered them (a graph run: each of its step jobs, then the sums); without a job, what every job's calls in a window used, per agent",
   )
-  .argument("<job>")
+  .argument("[job]")
+  .option(
+    "--since <when>",
+    "without a job: calls started since then, how long ago (24h, 7d, 1h30m) or a date or time (2026-12-01, 2026-12-01T08:00Z)",
+    "24h",
+  )
+  .option("--until <when>", "without a job: calls started before then, in the same forms (default: now)")
   .option("--json")
-  .action(async (jobId: string, opts: { json?: boolean }) =>
-    withConnection((conn) => jobUsage({ conn, jobId, json: Boolean(opts.json), io })),
+  .action(
+    async (jobId: string | undefined, opts: { json?: boolean; since: string; until?: string }, command: Command) => {
+      if (jobId !== undefined) {
+        const window = ["since", "until"].filter((name) => command.getOptionValueSource(name) === "cli");
+        if (window.length > 0)
+          throw new CliError(
+            `--${window[0]} sums every job's calls in a window: give a job or a window, not both (oz0 usage ${jobId}, or oz0 usage --${window[0]} ${window[0] === "since" ? opts.since : opts.until})`,
+            EXIT.usage,
+          );
+        return withConnection((conn) => jobUsage({ conn, jobId, json: Boolean(opts.json), io }));
+      }
+      const now = new Date();
+      const when = (flag: string, text: string): Date => {
+        const time = parseWhen(text, now);
+        if (!time)
+          throw new CliError(
+            `--${flag} ${text}: give how long ago (24h, 7d, 1h30m) or a date or time (2026-12-01, 2026-12-01T08:00Z)`,
+            EXIT.usage,
+          );
+        return time;
+      };
+      const since = when("since", opts.since);
+      const until = opts.until === undefined ? now : when("until", opts.until);
+      if (since.getTime() >= until.getTime())
+        throw new CliError(
+          `--since (${since.toISOString()}) must come before --until (${until.toISOString()})`,
+          EXIT.usage,
+        );
+      return withConnection((conn) => usageSummary({ conn, since, until, json: Boolean(opts.json), io }));
+    },
   );
 
 const agents = program.command("agents").description("agents and their immutable versions");

@@ -31,3 +31,29 @@ export function clockText(ms: number): string {
 /** Said once, under a table with a nominal cost in it. */
 export const NOMINAL_NOTE =
   "nominal: priced from the scripted model's table; no provider was called and nobody was charged";
+
+/** One row of `oz0 usage`: who, calls, attempts, tokens and cost, in fixed columns. */
+export function usageLine(who: string, u: Usage | undefined): string {
+  return (
+    `${who.padEnd(24)} ${String(u?.calls ?? 0).padStart(5)} calls ${String(u?.attempts ?? 0).padStart(5)} attempts ` +
+    `${String(u?.inputTokens ?? 0).padStart(8)} in ${String(u?.outputTokens ?? 0).padStart(8)} out ` +
+    `${String(u?.cacheReadTokens ?? 0).padStart(7)} cache-read ${String(u?.cacheWriteTokens ?? 0).padStart(7)} cache-write  ${costText(u)}`
+  );
+}
+
+const AGO = /^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/;
+
+/**
+ * A time `oz0 usage --since/--until` takes: how long ago (`24h`, `7d`, `1h30m`), or a date or time
+ * (`2026-12-01`, `2026-12-01T08:00:00Z`; a date alone is midnight UTC). Undefined for anything else.
+ */
+export function parseWhen(text: string, now: Date): Date | undefined {
+  const ago = AGO.exec(text);
+  if (ago && text !== "") {
+    const [, d, h, m, s] = ago.map((part) => Number(part ?? 0));
+    return new Date(now.getTime() - (((d! * 24 + h!) * 60 + m!) * 60 + s!) * 1000);
+  }
+  if (!/^\d{4}-\d{2}-\d{2}/.test(text)) return undefined;
+  const time = Date.parse(text);
+  return Number.isNaN(time) ? undefined : new Date(time);
+}

@@ -1,7 +1,7 @@
 // Thin RPC handlers: JobService, PluginService, AgentService and SecretService
 // over the domain modules. Domain errors map to Connect codes here.
 import { create, type JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import {
   AgentService,
@@ -58,7 +58,7 @@ import { jobUsage } from "../jobs/job-usage.js";
 import type { PluginRegistry } from "../plugins/plugin-registry.js";
 import type { ProviderSecrets } from "../sessions/session-runner.js";
 import { orchestratorTracing } from "../tracing.js";
-import type { GetUsageResponse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import type { GetUsageResponse, SummarizeUsageResponse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 
 const CODES: Record<OrchestratorError["code"], Code> = {
   not_found: Code.NotFound,
@@ -222,7 +222,10 @@ export interface OrchestratorServiceDeps {
   agents: AgentVersions;
   secrets: ProviderSecrets;
   /** The LLM proxy's metering, for GetJobUsage; absent when the proxy is a test double. */
-  usage?: { jobUsage(jobId: string): Promise<GetUsageResponse> };
+  usage?: {
+    jobUsage(jobId: string): Promise<GetUsageResponse>;
+    usageBetween(since: Date, until: Date): Promise<SummarizeUsageResponse>;
+  };
   /** The events service's transcripts (GetJobTranscript); absent when no events are published. */
   transcripts?: JobTranscripts;
   /** Most WatchJobTranscript streams one person holds at once (OZ0_MAX_TRANSCRIPT_WATCHES_PER_PERSON). Default 32. */
@@ -455,6 +458,20 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
           },
           job,
         );
+      }),
+    summarizeUsage: (req) =>
+      handle(async () => {
+        if (!req.since || !req.until)
+          throw new ConnectError(
+            "SummarizeUsage needs since and until: the window whose model calls it sums (`oz0 usage --since 24h`)",
+            Code.InvalidArgument,
+          );
+        if (!deps.usage)
+          throw new ConnectError(
+            "this orchestrator has no LLM proxy to ask for usage; set OZ0_LLM_PROXY_URL",
+            Code.FailedPrecondition,
+          );
+        return { usage: await deps.usage.usageBetween(timestampDate(req.since), timestampDate(req.until)) };
       }),
     getJobTranscript: (req) =>
       handle(async () => {

@@ -1,5 +1,5 @@
 // TokenIssuer and ProviderSecrets over the LLM proxy's oz0.llmproxy.v1 API.
-import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import {
@@ -7,6 +7,7 @@ import {
   SecretService,
   TokenUse,
   type GetUsageResponse,
+  type SummarizeUsageResponse,
 } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { bearerInterceptor, traceContextClientInterceptor } from "@oz0/serving";
 import { invalidArgument, notFound, OrchestratorError } from "../orchestrator-error.js";
@@ -70,6 +71,17 @@ export class LlmProxyClient implements TokenIssuer, ProviderSecrets {
         "unavailable",
         `the LLM proxy did not answer for the job's usage: ${ConnectError.from(error).rawMessage}`,
       );
+    }
+  }
+
+  /** Every job's metered usage of the calls that started in [since, until), totals and per agent. */
+  async usageBetween(since: Date, until: Date): Promise<SummarizeUsageResponse> {
+    try {
+      return await this.#tokens.summarizeUsage({ since: timestampFromDate(since), until: timestampFromDate(until) });
+    } catch (error) {
+      const refused = ConnectError.from(error);
+      if (refused.code === Code.InvalidArgument) throw new OrchestratorError("invalid_argument", refused.rawMessage);
+      throw new OrchestratorError("unavailable", `the LLM proxy did not answer for the usage: ${refused.rawMessage}`);
     }
   }
 

@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file oz0/llmproxy/v1/llm_proxy.proto.
  */
 export const file_oz0_llmproxy_v1_llm_proxy: GenFile = /*@__PURE__*/
-  fileDesc("Ch9vejAvbGxtcHJveHkvdjEvbGxtX3Byb3h5LnByb3RvEg9vejAubGxtcHJveHkudjEiLwoQU2V0U2VjcmV0UmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXZhbHVlGAIgASgJIiUKEVNldFNlY3JldFJlc3BvbnNlEhAKCHJlcGxhY2VkGAEgASgIIiMKE0RlbGV0ZVNlY3JldFJlcXVlc3QSDAoEbmFtZRgBIAEoCSIWChREZWxldGVTZWNyZXRSZXNwb25zZSIUChJMaXN0U2VjcmV0c1JlcXVlc3QiQwoTTGlzdFNlY3JldHNSZXNwb25zZRIsCgdzZWNyZXRzGAEgAygLMhsub3owLmxsbXByb3h5LnYxLlNlY3JldEluZm8iegoKU2VjcmV0SW5mbxIMCgRuYW1lGAEgASgJEi4KCmNyZWF0ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wInIKF01pbnRTZXNzaW9uVG9rZW5SZXF1ZXN0EgsKA2pvYhgBIAEoCRINCgVhZ2VudBgCIAEoCRIPCgdzZXNzaW9uGAMgASgJEhIKCmJ1ZGdldF91c2QYBCABKAESFgoOYnVkZ2V0X3Nlc3Npb24YBSABKAki1wEKGE1pbnRTZXNzaW9uVG9rZW5SZXNwb25zZRINCgV0b2tlbhgBIAEoCRJHCgdoZWFkZXJzGAIgAygLMjYub3owLmxsbXByb3h5LnYxLk1pbnRTZXNzaW9uVG9rZW5SZXNwb25zZS5IZWFkZXJzRW50cnkSGgoSYW50aHJvcGljX2Jhc2VfdXJsGAMgASgJEhcKD29wZW5haV9iYXNlX3VybBgEIAEoCRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI7ChlSZXZva2VTZXNzaW9uVG9rZW5SZXF1ZXN0Eg0KBXRva2VuGAEgASgJEg8KB3Nlc3Npb24YAiABKAkiVQoaUmV2b2tlU2Vzc2lvblRva2VuUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDRImCgN1c2UYAiABKA4yGS5vejAubGxtcHJveHkudjEuVG9rZW5Vc2UiHgoPR2V0VXNhZ2VSZXF1ZXN0EgsKA2pvYhgBIAEoCSJzChBHZXRVc2FnZVJlc3BvbnNlEgsKA2pvYhgBIAEoCRIlCgV0b3RhbBgCIAEoCzIWLm96MC5sbG1wcm94eS52MS5Vc2FnZRIrCgZhZ2VudHMYAyADKAsyGy5vejAubGxtcHJveHkudjEuQWdlbnRVc2FnZSJCCgpBZ2VudFVzYWdlEg0KBWFnZW50GAEgASgJEiUKBXVzYWdlGAIgASgLMhYub3owLmxsbXByb3h5LnYxLlVzYWdlIvIBCgVVc2FnZRINCgVjYWxscxgBIAEoBBIQCghhdHRlbXB0cxgCIAEoBBIUCgxpbnB1dF90b2tlbnMYAyABKAQSFQoNb3V0cHV0X3Rva2VucxgEIAEoBBIZChFjYWNoZV9yZWFkX3Rva2VucxgFIAEoBBIaChJjYWNoZV93cml0ZV90b2tlbnMYBiABKAQSGAoQcmVhc29uaW5nX3Rva2VucxgHIAEoBBIQCghjb3N0X3VzZBgIIAEoARIRCgllc3RpbWF0ZWQYCSABKAgSFAoMZmFpbGVkX2NhbGxzGAogASgEEg8KB25vbWluYWwYCyABKAgqTgoIVG9rZW5Vc2USGQoVVE9LRU5fVVNFX1VOU1BFQ0lGSUVEEAASEwoPVE9LRU5fVVNFX05FVkVSEAESEgoOVE9LRU5fVVNFX1VTRUQQAjKaAgoNU2VjcmV0U2VydmljZRJSCglTZXRTZWNyZXQSIS5vejAubGxtcHJveHkudjEuU2V0U2VjcmV0UmVxdWVzdBoiLm96MC5sbG1wcm94eS52MS5TZXRTZWNyZXRSZXNwb25zZRJbCgxEZWxldGVTZWNyZXQSJC5vejAubGxtcHJveHkudjEuRGVsZXRlU2VjcmV0UmVxdWVzdBolLm96MC5sbG1wcm94eS52MS5EZWxldGVTZWNyZXRSZXNwb25zZRJYCgtMaXN0U2VjcmV0cxIjLm96MC5sbG1wcm94eS52MS5MaXN0U2VjcmV0c1JlcXVlc3QaJC5vejAubGxtcHJveHkudjEuTGlzdFNlY3JldHNSZXNwb25zZTK6AgoPTGxtUHJveHlTZXJ2aWNlEmcKEE1pbnRTZXNzaW9uVG9rZW4SKC5vejAubGxtcHJveHkudjEuTWludFNlc3Npb25Ub2tlblJlcXVlc3QaKS5vejAubGxtcHJveHkudjEuTWludFNlc3Npb25Ub2tlblJlc3BvbnNlEm0KElJldm9rZVNlc3Npb25Ub2tlbhIqLm96MC5sbG1wcm94eS52MS5SZXZva2VTZXNzaW9uVG9rZW5SZXF1ZXN0Gisub3owLmxsbXByb3h5LnYxLlJldm9rZVNlc3Npb25Ub2tlblJlc3BvbnNlEk8KCEdldFVzYWdlEiAub3owLmxsbXByb3h5LnYxLkdldFVzYWdlUmVxdWVzdBohLm96MC5sbG1wcm94eS52MS5HZXRVc2FnZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("Ch9vejAvbGxtcHJveHkvdjEvbGxtX3Byb3h5LnByb3RvEg9vejAubGxtcHJveHkudjEiLwoQU2V0U2VjcmV0UmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXZhbHVlGAIgASgJIiUKEVNldFNlY3JldFJlc3BvbnNlEhAKCHJlcGxhY2VkGAEgASgIIiMKE0RlbGV0ZVNlY3JldFJlcXVlc3QSDAoEbmFtZRgBIAEoCSIWChREZWxldGVTZWNyZXRSZXNwb25zZSIUChJMaXN0U2VjcmV0c1JlcXVlc3QiQwoTTGlzdFNlY3JldHNSZXNwb25zZRIsCgdzZWNyZXRzGAEgAygLMhsub3owLmxsbXByb3h5LnYxLlNlY3JldEluZm8iegoKU2VjcmV0SW5mbxIMCgRuYW1lGAEgASgJEi4KCmNyZWF0ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wInIKF01pbnRTZXNzaW9uVG9rZW5SZXF1ZXN0EgsKA2pvYhgBIAEoCRINCgVhZ2VudBgCIAEoCRIPCgdzZXNzaW9uGAMgASgJEhIKCmJ1ZGdldF91c2QYBCABKAESFgoOYnVkZ2V0X3Nlc3Npb24YBSABKAki1wEKGE1pbnRTZXNzaW9uVG9rZW5SZXNwb25zZRINCgV0b2tlbhgBIAEoCRJHCgdoZWFkZXJzGAIgAygLMjYub3owLmxsbXByb3h5LnYxLk1pbnRTZXNzaW9uVG9rZW5SZXNwb25zZS5IZWFkZXJzRW50cnkSGgoSYW50aHJvcGljX2Jhc2VfdXJsGAMgASgJEhcKD29wZW5haV9iYXNlX3VybBgEIAEoCRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI7ChlSZXZva2VTZXNzaW9uVG9rZW5SZXF1ZXN0Eg0KBXRva2VuGAEgASgJEg8KB3Nlc3Npb24YAiABKAkiVQoaUmV2b2tlU2Vzc2lvblRva2VuUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDRImCgN1c2UYAiABKA4yGS5vejAubGxtcHJveHkudjEuVG9rZW5Vc2UiHgoPR2V0VXNhZ2VSZXF1ZXN0EgsKA2pvYhgBIAEoCSJzChBHZXRVc2FnZVJlc3BvbnNlEgsKA2pvYhgBIAEoCRIlCgV0b3RhbBgCIAEoCzIWLm96MC5sbG1wcm94eS52MS5Vc2FnZRIrCgZhZ2VudHMYAyADKAsyGy5vejAubGxtcHJveHkudjEuQWdlbnRVc2FnZSJtChVTdW1tYXJpemVVc2FnZVJlcXVlc3QSKQoFc2luY2UYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKBXVudGlsGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLCAQoWU3VtbWFyaXplVXNhZ2VSZXNwb25zZRIpCgVzaW5jZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFdW50aWwYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKBXRvdGFsGAMgASgLMhYub3owLmxsbXByb3h5LnYxLlVzYWdlEisKBmFnZW50cxgEIAMoCzIbLm96MC5sbG1wcm94eS52MS5BZ2VudFVzYWdlIkIKCkFnZW50VXNhZ2USDQoFYWdlbnQYASABKAkSJQoFdXNhZ2UYAiABKAsyFi5vejAubGxtcHJveHkudjEuVXNhZ2Ui8gEKBVVzYWdlEg0KBWNhbGxzGAEgASgEEhAKCGF0dGVtcHRzGAIgASgEEhQKDGlucHV0X3Rva2VucxgDIAEoBBIVCg1vdXRwdXRfdG9rZW5zGAQgASgEEhkKEWNhY2hlX3JlYWRfdG9rZW5zGAUgASgEEhoKEmNhY2hlX3dyaXRlX3Rva2VucxgGIAEoBBIYChByZWFzb25pbmdfdG9rZW5zGAcgASgEEhAKCGNvc3RfdXNkGAggASgBEhEKCWVzdGltYXRlZBgJIAEoCBIUCgxmYWlsZWRfY2FsbHMYCiABKAQSDwoHbm9taW5hbBgLIAEoCCpOCghUb2tlblVzZRIZChVUT0tFTl9VU0VfVU5TUEVDSUZJRUQQABITCg9UT0tFTl9VU0VfTkVWRVIQARISCg5UT0tFTl9VU0VfVVNFRBACMpoCCg1TZWNyZXRTZXJ2aWNlElIKCVNldFNlY3JldBIhLm96MC5sbG1wcm94eS52MS5TZXRTZWNyZXRSZXF1ZXN0GiIub3owLmxsbXByb3h5LnYxLlNldFNlY3JldFJlc3BvbnNlElsKDERlbGV0ZVNlY3JldBIkLm96MC5sbG1wcm94eS52MS5EZWxldGVTZWNyZXRSZXF1ZXN0GiUub3owLmxsbXByb3h5LnYxLkRlbGV0ZVNlY3JldFJlc3BvbnNlElgKC0xpc3RTZWNyZXRzEiMub3owLmxsbXByb3h5LnYxLkxpc3RTZWNyZXRzUmVxdWVzdBokLm96MC5sbG1wcm94eS52MS5MaXN0U2VjcmV0c1Jlc3BvbnNlMp0DCg9MbG1Qcm94eVNlcnZpY2USZwoQTWludFNlc3Npb25Ub2tlbhIoLm96MC5sbG1wcm94eS52MS5NaW50U2Vzc2lvblRva2VuUmVxdWVzdBopLm96MC5sbG1wcm94eS52MS5NaW50U2Vzc2lvblRva2VuUmVzcG9uc2USbQoSUmV2b2tlU2Vzc2lvblRva2VuEioub3owLmxsbXByb3h5LnYxLlJldm9rZVNlc3Npb25Ub2tlblJlcXVlc3QaKy5vejAubGxtcHJveHkudjEuUmV2b2tlU2Vzc2lvblRva2VuUmVzcG9uc2USTwoIR2V0VXNhZ2USIC5vejAubGxtcHJveHkudjEuR2V0VXNhZ2VSZXF1ZXN0GiEub3owLmxsbXByb3h5LnYxLkdldFVzYWdlUmVzcG9uc2USYQoOU3VtbWFyaXplVXNhZ2USJi5vejAubGxtcHJveHkudjEuU3VtbWFyaXplVXNhZ2VSZXF1ZXN0Gicub3owLmxsbXByb3h5LnYxLlN1bW1hcml6ZVVzYWdlUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message oz0.llmproxy.v1.SetSecretRequest
@@ -334,6 +334,63 @@ export const GetUsageResponseSchema: GenMessage<GetUsageResponse> = /*@__PURE__*
   messageDesc(file_oz0_llmproxy_v1_llm_proxy, 12);
 
 /**
+ * @generated from message oz0.llmproxy.v1.SummarizeUsageRequest
+ */
+export type SummarizeUsageRequest = Message<"oz0.llmproxy.v1.SummarizeUsageRequest"> & {
+  /**
+   * The calls that started at or after `since` and before `until`. Both
+   * required, `since` before `until`.
+   *
+   * @generated from field: google.protobuf.Timestamp since = 1;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp until = 2;
+   */
+  until?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message oz0.llmproxy.v1.SummarizeUsageRequest.
+ * Use `create(SummarizeUsageRequestSchema)` to create a new message.
+ */
+export const SummarizeUsageRequestSchema: GenMessage<SummarizeUsageRequest> = /*@__PURE__*/
+  messageDesc(file_oz0_llmproxy_v1_llm_proxy, 13);
+
+/**
+ * @generated from message oz0.llmproxy.v1.SummarizeUsageResponse
+ */
+export type SummarizeUsageResponse = Message<"oz0.llmproxy.v1.SummarizeUsageResponse"> & {
+  /**
+   * @generated from field: google.protobuf.Timestamp since = 1;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp until = 2;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * @generated from field: oz0.llmproxy.v1.Usage total = 3;
+   */
+  total?: Usage | undefined;
+
+  /**
+   * @generated from field: repeated oz0.llmproxy.v1.AgentUsage agents = 4;
+   */
+  agents: AgentUsage[];
+};
+
+/**
+ * Describes the message oz0.llmproxy.v1.SummarizeUsageResponse.
+ * Use `create(SummarizeUsageResponseSchema)` to create a new message.
+ */
+export const SummarizeUsageResponseSchema: GenMessage<SummarizeUsageResponse> = /*@__PURE__*/
+  messageDesc(file_oz0_llmproxy_v1_llm_proxy, 14);
+
+/**
  * @generated from message oz0.llmproxy.v1.AgentUsage
  */
 export type AgentUsage = Message<"oz0.llmproxy.v1.AgentUsage"> & {
@@ -353,7 +410,7 @@ export type AgentUsage = Message<"oz0.llmproxy.v1.AgentUsage"> & {
  * Use `create(AgentUsageSchema)` to create a new message.
  */
 export const AgentUsageSchema: GenMessage<AgentUsage> = /*@__PURE__*/
-  messageDesc(file_oz0_llmproxy_v1_llm_proxy, 13);
+  messageDesc(file_oz0_llmproxy_v1_llm_proxy, 15);
 
 /**
  * A sum of model calls.
@@ -436,7 +493,7 @@ export type Usage = Message<"oz0.llmproxy.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_oz0_llmproxy_v1_llm_proxy, 14);
+  messageDesc(file_oz0_llmproxy_v1_llm_proxy, 16);
 
 /**
  * @generated from enum oz0.llmproxy.v1.TokenUse
@@ -545,6 +602,17 @@ export const LlmProxyService: GenService<{
     methodKind: "unary";
     input: typeof GetUsageRequestSchema;
     output: typeof GetUsageResponseSchema;
+  },
+  /**
+   * Usage of every job's model calls that started in a window, in total and
+   * per agent: what the agents spent today.
+   *
+   * @generated from rpc oz0.llmproxy.v1.LlmProxyService.SummarizeUsage
+   */
+  summarizeUsage: {
+    methodKind: "unary";
+    input: typeof SummarizeUsageRequestSchema;
+    output: typeof SummarizeUsageResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_oz0_llmproxy_v1_llm_proxy, 1);
