@@ -6,6 +6,7 @@ import type { WhoAmIResponse } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
 import { login, messageOf } from "./api.js";
 import { AgentPage, AgentsPage } from "./pages/agents.js";
 import { ApprovalsPage } from "./pages/approvals.js";
+import { UsagePage } from "./pages/usage.js";
 import { GraphPage, GraphsPage } from "./pages/graphs.js";
 import { JobPage } from "./pages/job.js";
 import { JobsPage } from "./pages/jobs.js";
@@ -167,6 +168,9 @@ function App() {
           >
             Graphs
           </a>
+          <a href={href({ page: "usage", window: "24h" })} aria-current={route.page === "usage" ? "page" : undefined}>
+            Usage
+          </a>
         </nav>
         <span class="who">
           {me ? (
@@ -208,6 +212,8 @@ function Page({ route, roles }: { route: ReturnType<typeof useRoute>; roles: str
       return <GraphsPage />;
     case "graph":
       return <GraphPage name={route.name} run={route.run} />;
+    case "usage":
+      return <UsagePage window={route.window} />;
     default:
       return null;
   }

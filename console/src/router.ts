@@ -23,6 +23,8 @@ export type Route =
   | { page: "graphs" }
   /** `run`: a run's job id, or "" for the definition alone. */
   | { page: "graph"; name: string; run: string }
+  /** `window`: how far back (`1h`, `24h`, `7d`, `30d`). */
+  | { page: "usage"; window: string }
   | { page: "login"; code: string | undefined };
 
 export function parseRoute(hash: string): Route {
@@ -36,6 +38,7 @@ export function parseRoute(hash: string): Route {
   if (parts[0] === "graphs" && parts[1])
     return { page: "graph", name: parts[1], run: new URLSearchParams(query).get("run") ?? "" };
   if (parts[0] === "graphs") return { page: "graphs" };
+  if (parts[0] === "usage") return { page: "usage", window: new URLSearchParams(query).get("window") ?? "24h" };
   const q = new URLSearchParams(query);
   return {
     page: "jobs",
@@ -63,6 +66,8 @@ export function href(route: Route): string {
       return "#/graphs";
     case "graph":
       return `#/graphs/${encodeURIComponent(route.name)}${route.run ? `?run=${encodeURIComponent(route.run)}` : ""}`;
+    case "usage":
+      return route.window === "24h" ? "#/usage" : `#/usage?window=${encodeURIComponent(route.window)}`;
     case "login":
       return "#/login";
   }

@@ -26,6 +26,7 @@ import { CancelJob } from "./cancel-job.js";
 import { OperationGroupRow } from "./operation-rows.js";
 import { TimelineView } from "./timeline-view.js";
 import { TranscriptRow } from "./transcript-rows.js";
+import { UsageCells, UsageHeads } from "./usage-cells.js";
 
 /** A graph run's job id begins so (the orchestrator's graphs/graph-jobs.ts). */
 const GRAPH_RUN_PREFIX = "graph_";
@@ -316,10 +317,7 @@ function UsageView({
           <thead>
             <tr>
               <th scope="col">{usage.steps.length > 0 ? "Step" : "Agent"}</th>
-              <th scope="col">Calls</th>
-              <th scope="col">Tokens in</th>
-              <th scope="col">Tokens out</th>
-              <th scope="col">Cost</th>
+              <UsageHeads />
             </tr>
           </thead>
           <tbody>
@@ -333,10 +331,7 @@ function UsageView({
             ).map((line) => (
               <tr key={line.name}>
                 <td>{line.jobId ? <a href={href({ page: "job", jobId: line.jobId })}>{line.name}</a> : line.name}</td>
-                <td>{count(line.usage?.calls ?? 0n)}</td>
-                <td>{count(line.usage?.inputTokens ?? 0n)}</td>
-                <td>{count(line.usage?.outputTokens ?? 0n)}</td>
-                <td>{usd(line.usage?.costUsd ?? 0)}</td>
+                <UsageCells usage={line.usage} />
               </tr>
             ))}
           </tbody>

@@ -11,6 +11,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ApprovalState, JobService, JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
@@ -232,6 +233,41 @@ void test("cancelling a job in its page asks first, with a reason; keeping it ru
     .waitFor();
   assert.equal(await page.getByRole("button", { name: "Cancel job…" }).count(), 0, "an ended job offers no cancel");
   await page.close();
+});
+
+void test("the usage page sums every job's model calls per agent over a window, for a viewer too", async () => {
+  const jobId = await startJob("usage-me");
+  // Its first model call is metered before its tool call waits for a person.
+  await eventually(async () =>
+    (await clients(t.stack.ownerToken).jobs.listApprovals({ jobId })).approvals.length > 0 ? true : undefined,
+  );
+  const page = await openConsole(viewerToken);
+  await page.getByRole("link", { name: "Usage" }).click();
+  const table = page.getByTestId("usage-summary");
+  await table.waitFor();
+  const until = new Date();
+  const { usage } = await clients(t.stack.ownerToken).jobs.summarizeUsage({
+    since: timestampFromDate(new Date(until.getTime() - 86_400_000)),
+    until: timestampFromDate(until),
+  });
+  const guarded = usage?.agents.find((a) => a.agent === "guarded")?.usage;
+  assert.ok(guarded && guarded.calls > 0n, "the guarded agent's calls are metered");
+  const cells = async (agent: string): Promise<string[]> =>
+    (await page.locator(`tr[data-agent="${agent}"] td`).allTextContents()).map((c) => c.trim());
+  assert.equal((await cells("guarded"))[0], Number(guarded.calls).toLocaleString("en-US"));
+  assert.equal((await cells(""))[0], Number(usage?.total?.calls ?? 0n).toLocaleString("en-US"), "the sum row");
+  assert.equal(await page.locator('a[aria-current="page"]', { hasText: "Last 24 hours" }).count(), 1);
+  await assertAccessible(page, "usage");
+  await screenshot(page, "usage");
+  // Another window is a link of its own; an agent's name leads to its jobs.
+  await page.getByRole("link", { name: "Last hour" }).click();
+  await page.waitForURL(/#\/usage\?window=1h$/);
+  await page.locator('a[aria-current="page"]', { hasText: "Last hour" }).waitFor();
+  await table.locator('tr[data-agent="guarded"] a').click();
+  await page.waitForURL(/#\/jobs\?agent=guarded$/);
+  await page.close();
+  // Its call waits no longer: the queue's tests count every call waiting.
+  await clients(t.stack.ownerToken).jobs.cancelJob({ jobId, reason: "the usage page was read" });
 });
 
 void test("a card shows the input a hook chose, which runs, with the harness's beside it; Edit starts from the hook's", async () => {
