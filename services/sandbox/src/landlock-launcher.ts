@@ -20,14 +20,8 @@
 // Debian). The landlock calls have the same numbers on every architecture
 // (444, 446); prctl's is known for x86-64 and arm64.
 import { spawnSync } from "node:child_process";
-import { commandIsExecutable, type HarnessLauncher } from "@oz0/harness/host";
+import { commandIsExecutable, LINUX_SYSCALLS, type HarnessLauncher } from "@oz0/harness/host";
 import { perlCommand } from "./perl-command.js";
-
-/** prctl's and close's syscall numbers by Node's `process.arch`. */
-const SYSCALLS: Partial<Record<NodeJS.Architecture, { prctl: number; close: number }>> = {
-  x64: { prctl: 157, close: 3 },
-  arm64: { prctl: 167, close: 57 },
-};
 
 /** Arguments: prctl's and close's syscall numbers, then the command to exec inside the domain. */
 const ENTER_DOMAIN = String.raw`
@@ -58,7 +52,7 @@ exit 127;
  * abstract Unix socket of, a process outside it. The network is not walled.
  * A path that cannot be opened is skipped, as bubblewrap's --ro-bind-try.
  * O_PATH (010000000) and O_CLOEXEC (02000000) are the same on x86-64 and
- * arm64, the two architectures SYSCALLS knows.
+ * arm64, the two architectures LINUX_SYSCALLS (@oz0/harness/host) knows.
  */
 const ENTER_WALLED_DOMAIN = String.raw`
 my $prctl = shift @ARGV;
@@ -109,7 +103,7 @@ export function detectLandlock(
   options: { perlPath?: string } = {},
 ): { landlock: Landlock; reason?: undefined } | { landlock?: undefined; reason: string } {
   if (process.platform !== "linux") return { reason: `Landlock is Linux's (this is ${process.platform})` };
-  const syscalls = SYSCALLS[process.arch];
+  const syscalls = LINUX_SYSCALLS[process.arch];
   if (syscalls === undefined)
     return { reason: `prctl's syscall number is not known for ${process.arch} (only x64 and arm64)` };
   const perlPath = options.perlPath ?? perlCommand();

@@ -28,6 +28,7 @@ export type {
   SessionContainer,
 } from "./session-containment.js";
 export { describeProcess } from "./process-table.js";
+export { LINUX_SYSCALLS } from "./linux-syscalls.js";
 export {
   escapeRefusedCharacters,
   MAX_REQUEST_ID_CHARS,

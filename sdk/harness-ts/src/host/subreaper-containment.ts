@@ -19,11 +19,9 @@ import { readFileSync, rmSync } from "node:fs";
 import { findCommand } from "./command-lookup.js";
 import type { HarnessLauncher, LaunchedHarness } from "./process-launcher.js";
 import { signalGroup } from "./process-launcher.js";
+import { LINUX_SYSCALLS } from "./linux-syscalls.js";
 import { onHostExit } from "./process-table.js";
 import type { SessionProcess } from "./process-table.js";
-
-/** prctl's syscall number by Node's `process.arch`. */
-const PRCTL_SYSCALL: Partial<Record<NodeJS.Architecture, number>> = { x64: 157, arm64: 167 };
 
 /**
  * The wrapper. Arguments: prctl's syscall number, the pid of the process that
@@ -77,7 +75,7 @@ export interface Subreaper {
 export function detectSubreaper():
   { subreaper: Subreaper; reason?: undefined } | { subreaper?: undefined; reason: string } {
   if (process.platform !== "linux") return { reason: `prctl is Linux's (this is ${process.platform})` };
-  const prctl = PRCTL_SYSCALL[process.arch];
+  const prctl = LINUX_SYSCALLS[process.arch]?.prctl;
   if (prctl === undefined)
     return { reason: `prctl's syscall number is not known for ${process.arch} (only x64 and arm64)` };
   const perlPath = findCommand({ command: ["perl"], cwd: "/", env: { PATH: "/usr/bin:/bin:/usr/local/bin" } });
