@@ -9,7 +9,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { commitAll, startTestStack, type TestStack } from "./support/test-stack.js";
+import { commitAll, fakeAgentYaml, makePluginRepo, startTestStack, type TestStack } from "./support/test-stack.js";
 
 /** A harness standing for any code in the session: it calls the model with its token until refused, then its operation. */
 const HARNESS = String.raw`
@@ -82,6 +82,13 @@ before(async () => {
   assert.equal(installed.code, 0, installed.stderr);
   // The default bounds the agent without a budget: nothing to warn of.
   assert.deepEqual((JSON.parse(installed.stdout) as { warnings: string[] }).warnings, []);
+  // An agent on the SDK's fake harness whose budget holds no call at all.
+  const fake = await makePluginRepo({
+    name: "tiny",
+    agents: { tiny: `${fakeAgentYaml({ name: "tiny" })}  max_budget_usd: 0.0001\n` },
+  });
+  const tiny = await t.cli(["plugin", "install", `file://${fake}`]);
+  assert.equal(tiny.code, 0, tiny.stderr);
 });
 
 after(async () => {
@@ -119,4 +126,20 @@ void test("an agent without a budget of its own gets the orchestrator's default,
   const calls = (statuses: string): number => statuses.split(",").filter((s) => s === "200").length;
   const frugal = await spend("frugal");
   assert.ok(calls(main) > calls(frugal.main), `${main} (default $0.03) against ${frugal.main} ($0.02)`);
+});
+
+void test("a harness refused for its budget says so whole, with where the budget is raised", async () => {
+  const run = await t.cli(["run", "tiny", "go", "--json"]);
+  const jobId = /"jobId":"(job_[^"]+)"/.exec(run.stdout)?.[1];
+  assert.ok(jobId, run.stdout + run.stderr);
+  const shown = JSON.parse((await t.cli(["jobs", "show", jobId, "--json"])).stdout) as {
+    state: string;
+    error?: string;
+  };
+  assert.equal(shown.state, "JOB_STATE_FAILED");
+  // The fake harness kept only 200 characters of it, which stopped before what to do (operator review).
+  assert.match(
+    shown.error ?? "",
+    /HTTP 402 budget_exhausted: the session's budget of \$0\.0001 is exhausted .*; the session must end \(an operator raises it with the agent's harness\.max_budget_usd \(or, for an agent that sets none, the orchestrator's OZ0_DEFAULT_MAX_BUDGET_USD\)\)/,
+  );
 });

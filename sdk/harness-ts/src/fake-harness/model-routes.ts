@@ -66,12 +66,30 @@ export async function callModel(model: ModelEndpoint, call: ModelCall): Promise<
     body: JSON.stringify(body),
     signal: call.signal,
   });
-  if (!response.ok)
-    throw new Error(`the model call failed: HTTP ${response.status} ${(await response.text()).slice(0, 200)}`);
+  if (!response.ok) throw new Error(`the model call failed: HTTP ${response.status} ${refusal(await response.text())}`);
   return openai
     ? fromOpenAi((await response.json()) as OpenAiCompletion)
     : fromAnthropic((await response.json()) as AnthropicMessage);
 }
+
+/**
+ * What a refused call's body says, for the session's error: the provider's (or the proxy's) error type and its
+ * whole message, which ends with what to do (a budget's says where it is raised); the raw body, bounded, when it
+ * is not that JSON.
+ */
+function refusal(body: string): string {
+  try {
+    const { error } = JSON.parse(body) as { error?: { type?: string; code?: string; message?: string } };
+    if (typeof error?.message === "string")
+      return `${error.type ?? error.code ?? "error"}: ${error.message.slice(0, MAX_REFUSAL_CHARS)}`;
+  } catch {
+    // Not JSON: the body as it came.
+  }
+  return body.slice(0, MAX_REFUSAL_CHARS);
+}
+
+/** A refusal's message is kept up to this long (a budget's is about 400 characters). */
+const MAX_REFUSAL_CHARS = 2_000;
 
 /** Waits between tries when the proxy does not answer at all: about 8 s in all, longer than a restart of the proxy takes. */
 const RECONNECT_DELAYS_MS = [250, 500, 1_000, 2_000, 4_000];
