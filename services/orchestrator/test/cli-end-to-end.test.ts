@@ -93,7 +93,7 @@ void test("a plugin installs from a git repository and publishes its agents", as
       .sort(),
     ["careful", "fixer"].map(
       (name) =>
-        `warning: agent ${name} sets no harness.max_budget_usd and this orchestrator has no OZ0_DEFAULT_MAX_BUDGET_USD: its jobs spend at the LLM proxy without limit; set either to bound them`,
+        `warning: agent ${name} sets no harness.max_budget_usd and this orchestrator has no OZ0_DEFAULT_MAX_BUDGET_USD: its jobs spend at the LLM proxy without limit; set the agent's harness.max_budget_usd, or OZ0_DEFAULT_MAX_BUDGET_USD where the orchestrator starts`,
     ),
   );
   const plugins = await t.cli(["plugin", "list"]);

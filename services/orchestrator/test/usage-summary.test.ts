@@ -82,6 +82,10 @@ void test("usage over a window sums every job's calls per agent, and only the ca
   // The root README's form: the last week.
   assert.deepEqual((await summary("--since", "7d")).total, day.total);
   assert.ok(await jobCost(before), "the first job was metered");
+  // --until alone moves the whole window: the day before it.
+  const moved = await summary("--until", "2020-01-02");
+  assert.equal(moved.since, "2020-01-01T00:00:00Z");
+  assert.deepEqual(moved.agents ?? [], []);
   // A window that ended before any job: nothing.
   const empty = await t.cli(["usage", "--since", "2020-01-01", "--until", "2020-01-02"]);
   assert.equal(empty.code, 0, empty.stderr);
@@ -91,7 +95,7 @@ void test("usage over a window sums every job's calls per agent, and only the ca
   );
   // On a terminal, a row per agent and the sum.
   const table = await t.cli(["usage", "--since", start.toISOString()]);
-  assert.match(table.stdout, /^agent reviewer +1 calls/m);
+  assert.match(table.stdout, /^agent reviewer +1 calls +0 failed/m);
   assert.match(table.stdout, /^agent writer +2 calls/m);
   assert.match(table.stdout, /^all agents +3 calls .*\$\d+\.\d{4}$/m);
 });
@@ -99,7 +103,13 @@ void test("usage over a window sums every job's calls per agent, and only the ca
 void test("a window oz0 cannot read, or a job and a window at once, is a usage error that says what to give", async () => {
   const bad = await t.cli(["usage", "--since", "yesterday"]);
   assert.equal(bad.code, 2);
-  assert.match(bad.stderr, /--since yesterday: give how long ago \(24h, 7d, 1h30m\) or a date or time/);
+  assert.match(
+    bad.stderr,
+    /--since yesterday: give how long ago \(24h, 7d, 1h30m\) or a date, or a date and time with its zone/,
+  );
+  const empty = await t.cli(["usage", "--since", "0h"]);
+  assert.equal(empty.code, 2);
+  assert.match(empty.stderr, /the window from .* to .* is empty: give a --since before --until/);
   const backwards = await t.cli(["usage", "--since", "1h", "--until", "2h"]);
   assert.equal(backwards.code, 2);
   assert.match(backwards.stderr, /--since \(.*\) must come before --until/);

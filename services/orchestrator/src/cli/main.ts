@@ -221,7 +221,7 @@ program
   .argument("[job]")
   .option(
     "--since <when>",
-    "without a job: calls started since then, how long ago (24h, 7d, 1h30m) or a date or time (2026-12-01, 2026-12-01T08:00Z)",
+    "without a job: calls started since then, how long ago (24h, 7d, 1h30m) or a date, or a date and time with its zone (2026-12-01, 2026-12-01T08:00Z); default the day before --until",
     "24h",
   )
   .option("--until <when>", "without a job: calls started before then, in the same forms (default: now)")
@@ -238,18 +238,24 @@ program
         return withConnection((conn) => jobUsage({ conn, jobId, json: Boolean(opts.json), io }));
       }
       const now = new Date();
-      const when = (flag: string, text: string): Date => {
-        const time = parseWhen(text, now);
+      const when = (flag: string, text: string, from: Date): Date => {
+        const time = parseWhen(text, from);
         if (!time)
           throw new CliError(
-            `--${flag} ${text}: give how long ago (24h, 7d, 1h30m) or a date or time (2026-12-01, 2026-12-01T08:00Z)`,
+            `--${flag} ${text}: give how long ago (24h, 7d, 1h30m) or a date, or a date and time with its zone (2026-12-01, 2026-12-01T08:00Z)`,
             EXIT.usage,
           );
         return time;
       };
-      const since = when("since", opts.since);
-      const until = opts.until === undefined ? now : when("until", opts.until);
-      if (since.getTime() >= until.getTime())
+      const until = opts.until === undefined ? now : when("until", opts.until, now);
+      // Without --since the window is the day before its end: --until alone moves the whole window.
+      const since = when("since", opts.since, command.getOptionValueSource("since") === "cli" ? now : until);
+      if (since.getTime() === until.getTime())
+        throw new CliError(
+          `the window from ${since.toISOString()} to ${until.toISOString()} is empty: give a --since before --until`,
+          EXIT.usage,
+        );
+      if (since.getTime() > until.getTime())
         throw new CliError(
           `--since (${since.toISOString()}) must come before --until (${until.toISOString()})`,
           EXIT.usage,

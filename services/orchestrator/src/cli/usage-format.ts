@@ -32,28 +32,39 @@ export function clockText(ms: number): string {
 export const NOMINAL_NOTE =
   "nominal: priced from the scripted model's table; no provider was called and nobody was charged";
 
-/** One row of `oz0 usage`: who, calls, attempts, tokens and cost, in fixed columns. */
+/** One row of `oz0 usage`: who, calls, failed calls, attempts, tokens and cost, in fixed columns (the console's too). */
 export function usageLine(who: string, u: Usage | undefined): string {
   return (
-    `${who.padEnd(24)} ${String(u?.calls ?? 0).padStart(5)} calls ${String(u?.attempts ?? 0).padStart(5)} attempts ` +
+    `${who.padEnd(24)} ${String(u?.calls ?? 0).padStart(5)} calls ${String(u?.failedCalls ?? 0).padStart(4)} failed ${String(u?.attempts ?? 0).padStart(5)} attempts ` +
     `${String(u?.inputTokens ?? 0).padStart(8)} in ${String(u?.outputTokens ?? 0).padStart(8)} out ` +
     `${String(u?.cacheReadTokens ?? 0).padStart(7)} cache-read ${String(u?.cacheWriteTokens ?? 0).padStart(7)} cache-write  ${costText(u)}`
   );
 }
 
 const AGO = /^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/;
+/** A date, or a date and a time with its zone: `2026-12-01`, `2026-12-01T08:00Z`, `2026-12-01T08:00:30.5+01:00`. */
+const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(Z|[+-]\d{2}:\d{2}))?$/;
 
 /**
- * A time `oz0 usage --since/--until` takes: how long ago (`24h`, `7d`, `1h30m`), or a date or time
- * (`2026-12-01`, `2026-12-01T08:00:00Z`; a date alone is midnight UTC). Undefined for anything else.
+ * A time `oz0 usage --since/--until` takes: how long before `from` (`24h`, `7d`, `1h30m`), or a date (midnight
+ * UTC) or a date and time with its zone (`2026-12-01T08:00Z`: without one it would be read in the local zone, a
+ * different window on a laptop and on a server). Undefined for anything else, a day the month lacks included.
  */
-export function parseWhen(text: string, now: Date): Date | undefined {
+export function parseWhen(text: string, from: Date): Date | undefined {
   const ago = AGO.exec(text);
   if (ago && text !== "") {
     const [, d, h, m, s] = ago.map((part) => Number(part ?? 0));
-    return new Date(now.getTime() - (((d! * 24 + h!) * 60 + m!) * 60 + s!) * 1000);
+    const time = from.getTime() - (((d! * 24 + h!) * 60 + m!) * 60 + s!) * 1000;
+    // Further back than a date can hold (`99999999999d`) is not a time.
+    return Number.isSafeInteger(time) && !Number.isNaN(new Date(time).getTime()) ? new Date(time) : undefined;
   }
-  if (!/^\d{4}-\d{2}-\d{2}/.test(text)) return undefined;
-  const time = Date.parse(text);
+  const iso = ISO.exec(text);
+  if (!iso) return undefined;
+  const [, year, month, day, hour = "00", minute = "00", second = "00"] = iso;
+  // Date.parse moves a day the month lacks to the next month (2026-02-30 is March 2nd): refused instead.
+  const date = new Date(Date.UTC(Number(year), Number(month) - 1, Number(day)));
+  if (date.getUTCMonth() !== Number(month) - 1 || date.getUTCDate() !== Number(day)) return undefined;
+  if (Number(hour) > 23 || Number(minute) > 59 || Number(second) > 59) return undefined;
+  const time = Date.parse(text.length === 10 ? `${text}T00:00:00Z` : text);
   return Number.isNaN(time) ? undefined : new Date(time);
 }

@@ -25,6 +25,6 @@ export function unboundedAgentWarnings(
     .filter((agent) => sessionBudgetUsd(agent.definition, defaultUsd) === undefined)
     .map(
       (agent) =>
-        `agent ${agent.name} sets no harness.max_budget_usd and this orchestrator has no OZ0_DEFAULT_MAX_BUDGET_USD: its jobs spend at the LLM proxy without limit; set either to bound them`,
+        `agent ${agent.name} sets no harness.max_budget_usd and this orchestrator has no OZ0_DEFAULT_MAX_BUDGET_USD: its jobs spend at the LLM proxy without limit; set the agent's harness.max_budget_usd, or OZ0_DEFAULT_MAX_BUDGET_USD where the orchestrator starts`,
     );
 }
