@@ -4,10 +4,10 @@
 // immutable, so what is shown for a version is what every job pinned to it ran.
 import { useState } from "preact/hooks";
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
-import type { AgentVersion } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { BudgetSource, type AgentVersion } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { agents } from "../api.js";
 import { diffLines, withContext } from "../diff.js";
-import { clock, dateOf } from "../format.js";
+import { clock, dateOf, usd } from "../format.js";
 import { useRead } from "../reads.js";
 import { href } from "../router.js";
 
@@ -33,6 +33,7 @@ export function AgentsPage() {
               <th scope="col">Agent</th>
               <th scope="col">Latest</th>
               <th scope="col">Runtime</th>
+              <th scope="col">Budget</th>
               <th scope="col">Plugin</th>
               <th scope="col">Published</th>
               <th scope="col">Description</th>
@@ -55,6 +56,9 @@ export function AgentsPage() {
                 <td>v{a.version}</td>
                 <td>{a.runtime}</td>
                 <td>
+                  <Budget agent={a} />
+                </td>
+                <td>
                   {a.plugin} {a.pluginVersion}
                 </td>
                 <td>{clock(dateOf(a.publishedAt))}</td>
@@ -66,6 +70,28 @@ export function AgentsPage() {
       ) : null}
     </section>
   );
+}
+
+/** What a session of the version may spend, and whose setting that is (nothing for a graph). */
+function Budget({ agent }: { agent: AgentVersion }) {
+  switch (agent.budgetSource) {
+    case BudgetSource.AGENT:
+      return <span title="the agent's harness.max_budget_usd">{usd(agent.budgetUsd)} a session</span>;
+    case BudgetSource.ORCHESTRATOR_DEFAULT:
+      return (
+        <span title="the orchestrator's OZ0_DEFAULT_MAX_BUDGET_USD: the agent sets none">
+          {usd(agent.budgetUsd)} a session (default)
+        </span>
+      );
+    case BudgetSource.NONE:
+      return (
+        <strong title="set the agent's harness.max_budget_usd, or the orchestrator's OZ0_DEFAULT_MAX_BUDGET_USD">
+          none: spends without limit
+        </strong>
+      );
+    default:
+      return null;
+  }
 }
 
 export function AgentPage({ name, version }: { name: string; version: number }) {

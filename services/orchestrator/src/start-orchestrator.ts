@@ -294,6 +294,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
         }),
         agents: new AgentVersions({ store }),
         secrets,
+        ...(config.defaultBudgetUsd !== undefined ? { defaultBudgetUsd: config.defaultBudgetUsd } : {}),
         ...(proxy instanceof LlmProxyClient ? { usage: proxy } : {}),
         ...(config.eventsUrl ? { transcripts: eventsTranscripts({ url: config.eventsUrl, token: serviceToken }) } : {}),
         ...(config.maxTranscriptWatchesPerPerson !== undefined

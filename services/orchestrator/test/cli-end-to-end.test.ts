@@ -99,7 +99,12 @@ void test("a plugin installs from a git repository and publishes its agents", as
   const plugins = await t.cli(["plugin", "list"]);
   assert.match(plugins.stdout, /testing\s+0\.1\.0\s+harnesses: fake/);
   const agents = await t.cli(["agents", "list"]);
-  assert.match(agents.stdout, /fixer\s+v1\s+harness:fake/);
+  assert.match(agents.stdout, /fixer\s+v1\s+harness:fake\s+no budget /);
+  // Audited later too, not only when the install warned.
+  assert.match(
+    (await t.cli(["agents", "show", "fixer"])).stdout,
+    /^# budget: none: its jobs spend without limit \(set the agent's harness\.max_budget_usd, or OZ0_DEFAULT_MAX_BUDGET_USD where the orchestrator starts\)$/m,
+  );
   const again = await t.cli(["plugin", "install", `file://${repo}`]);
   assert.match(again.stdout, /no agent changed/);
   assert.doesNotMatch(again.stderr, /warning:/, "said of what was published, once");

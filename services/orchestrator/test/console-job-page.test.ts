@@ -307,6 +307,8 @@ void test("the agents page: every agent; every version of one, and the diff betw
   const page = await openConsole(browser, t.url, t.stack.ownerToken);
   await page.getByRole("link", { name: "Agents" }).click();
   await page.locator('tr[data-agent="shipment-orchestrator"]').waitFor();
+  // It sets no budget and this orchestrator has no default: said where an operator audits agents.
+  await page.locator('tr[data-agent="shipment-orchestrator"]').getByText("none: spends without limit").waitFor();
   await assertAccessible(page, "agents");
   await screenshot(page, "agents");
 

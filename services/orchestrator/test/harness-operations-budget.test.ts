@@ -143,3 +143,17 @@ void test("a harness refused for its budget says so whole, with where the budget
     /HTTP 402 budget_exhausted: the session's budget of \$0\.0001 is exhausted .*; the session must end \(an operator raises it with the agent's harness\.max_budget_usd \(or, for an agent that sets none, the orchestrator's OZ0_DEFAULT_MAX_BUDGET_USD\)\)/,
   );
 });
+
+void test("each agent version says what a session of it may spend, and whose setting that is", async () => {
+  const show = async (name: string): Promise<string> => (await t.cli(["agents", "show", name])).stdout;
+  assert.match(await show("frugal"), /^# budget: \$0\.02 a session \(the agent's harness\.max_budget_usd\)$/m);
+  assert.match(
+    await show("unbudgeted"),
+    /^# budget: \$0\.03 a session \(the orchestrator's OZ0_DEFAULT_MAX_BUDGET_USD: the agent sets none\)$/m,
+  );
+  const json = JSON.parse((await t.cli(["agents", "show", "unbudgeted", "--json"])).stdout) as Record<string, unknown>;
+  assert.deepEqual([json.budgetUsd, json.budgetSource], [0.03, "BUDGET_SOURCE_ORCHESTRATOR_DEFAULT"]);
+  const list = (await t.cli(["agents", "list"])).stdout;
+  assert.match(list, /^frugal +v\d+ +harness:spender +\$0\.02 /m);
+  assert.match(list, /^unbudgeted +v\d+ +harness:spender +\$0\.03 default /m);
+});

@@ -26,7 +26,7 @@ import { followJob, listAllApprovals, TERMINAL } from "./job-watch.js";
 import { MAX_PAGE_SIZE } from "../jobs/job-pages.js";
 import { fieldText, inputText, jsonLine, shellWord, terminalLine, terminalText } from "./terminal-text.js";
 import { transcriptRows } from "./transcript-rows.js";
-import { NOMINAL_NOTE, usageLine } from "./usage-format.js";
+import { budgetText, NOMINAL_NOTE, usageLine } from "./usage-format.js";
 import {
   GetUsageResponseSchema,
   SecretInfoSchema,
@@ -337,7 +337,7 @@ export async function agentsList(options: { conn: Connection; json: boolean; io:
   else
     for (const a of agents)
       options.io.out.write(
-        `${terminalLine(`${a.name.padEnd(20)} v${String(a.version).padEnd(4)} ${a.runtime.padEnd(28)} ${a.description}`)}\n`,
+        `${terminalLine(`${a.name.padEnd(20)} v${String(a.version).padEnd(4)} ${a.runtime.padEnd(28)} ${budgetText(a, "short").padEnd(16)} ${a.description}`)}\n`,
       );
   return EXIT.ok;
 }
@@ -380,6 +380,8 @@ export async function agentsShow(options: {
     options.io.out.write(
       `${terminalLine(`# ${agent.name} v${agent.version} (${agent.contentHash}), plugin ${agent.plugin} ${agent.pluginVersion}`)}\n`,
     );
+    const budget = budgetText(agent, "long");
+    if (budget) options.io.out.write(`# budget: ${budget}\n`);
     options.io.out.write(terminalText(stringify(definition)));
     if (typeof instructions === "string")
       options.io.out.write(

@@ -1,6 +1,7 @@
 // How usage, costs and durations read on a terminal, the same in
 // `oz0 usage`, `oz0 jobs show` and the live status line.
 import type { Usage } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
+import { BudgetSource, type AgentVersion } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 
 /** `$0.0123`, marked when the price is nominal (a scripted provider's table: nobody was charged) or estimated. */
 export function costText(usage: Pick<Usage, "costUsd" | "nominal" | "estimated"> | undefined): string {
@@ -67,4 +68,26 @@ export function parseWhen(text: string, from: Date): Date | undefined {
   if (Number(hour) > 23 || Number(minute) > 59 || Number(second) > 59) return undefined;
   const time = Date.parse(text.length === 10 ? `${text}T00:00:00Z` : text);
   return Number.isNaN(time) ? undefined : new Date(time);
+}
+
+/**
+ * An agent version's session budget, short for a listing (`$1.00`, `$0.50 default`, `no budget`) or long for
+ * `oz0 agents show`, saying whose setting it is; "" for a graph (its steps' agents have their own).
+ */
+export function budgetText(agent: Pick<AgentVersion, "budgetUsd" | "budgetSource">, form: "short" | "long"): string {
+  const usd = `$${agent.budgetUsd.toFixed(2)}`;
+  switch (agent.budgetSource) {
+    case BudgetSource.AGENT:
+      return form === "short" ? usd : `${usd} a session (the agent's harness.max_budget_usd)`;
+    case BudgetSource.ORCHESTRATOR_DEFAULT:
+      return form === "short"
+        ? `${usd} default`
+        : `${usd} a session (the orchestrator's OZ0_DEFAULT_MAX_BUDGET_USD: the agent sets none)`;
+    case BudgetSource.NONE:
+      return form === "short"
+        ? "no budget"
+        : "none: its jobs spend without limit (set the agent's harness.max_budget_usd, or OZ0_DEFAULT_MAX_BUDGET_USD where the orchestrator starts)";
+    default:
+      return "";
+  }
 }

@@ -5,12 +5,24 @@
 // parent agent's budget.
 import type { AgentDefinition } from "../plugins/plugin-types.js";
 
+/** A session's budget and whose setting it is (`none`: nothing bounds it). */
+export type SessionBudget =
+  { usd: number; source: "agent" | "orchestrator_default" } | { usd?: undefined; source: "none" };
+
+export function sessionBudget(
+  definition: Pick<AgentDefinition, "harness">,
+  defaultUsd: number | undefined,
+): SessionBudget {
+  const own = definition.harness?.max_budget_usd;
+  if (typeof own === "number") return { usd: own, source: "agent" };
+  return defaultUsd !== undefined ? { usd: defaultUsd, source: "orchestrator_default" } : { source: "none" };
+}
+
 export function sessionBudgetUsd(
   definition: Pick<AgentDefinition, "harness">,
   defaultUsd: number | undefined,
 ): number | undefined {
-  const own = definition.harness?.max_budget_usd;
-  return typeof own === "number" ? own : defaultUsd;
+  return sessionBudget(definition, defaultUsd).usd;
 }
 
 /**

@@ -6,6 +6,7 @@ import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import {
   AgentService,
   AgentVersionSchema,
+  BudgetSource,
   ApprovalSchema,
   ApprovalState,
   ArtifactSchema,
@@ -54,6 +55,7 @@ import { Doorbell } from "../doorbell.js";
 import { StreamsPerPerson } from "./streams-per-person.js";
 import { watchJobTranscript } from "./watch-job-transcript.js";
 import { watchJobs } from "./watch-jobs.js";
+import { sessionBudget } from "../policy/session-budget.js";
 import { jobUsage } from "../jobs/job-usage.js";
 import type { PluginRegistry } from "../plugins/plugin-registry.js";
 import type { ProviderSecrets } from "../sessions/session-runner.js";
@@ -122,8 +124,19 @@ export function jobToProto(job: JobRecord): Job {
   });
 }
 
-export function agentToProto(a: AgentVersionRecord): AgentVersion {
+/** What BudgetSource each of sessionBudget's sources is. */
+const BUDGET_SOURCES = {
+  agent: BudgetSource.AGENT,
+  orchestrator_default: BudgetSource.ORCHESTRATOR_DEFAULT,
+  none: BudgetSource.NONE,
+} as const;
+
+/** `defaultBudgetUsd`: the orchestrator's OZ0_DEFAULT_MAX_BUDGET_USD, which applies to an agent that sets no budget. */
+export function agentToProto(a: AgentVersionRecord, defaultBudgetUsd?: number): AgentVersion {
+  const budget = sessionBudget(a.definition, defaultBudgetUsd);
   return create(AgentVersionSchema, {
+    budgetUsd: budget.usd ?? 0,
+    budgetSource: BUDGET_SOURCES[budget.source],
     name: a.name,
     version: a.version,
     description: a.definition.description ?? "",
@@ -232,6 +245,8 @@ export interface OrchestratorServiceDeps {
   maxTranscriptWatchesPerPerson?: number;
   /** Graph harnesses: RunAgent, CancelJob and the agent listings share their name space with agents. */
   graphs?: { jobs: GraphJobs; registry: GraphRegistry };
+  /** The budget of sessions whose agent sets none (OZ0_DEFAULT_MAX_BUDGET_USD), shown with each agent version. */
+  defaultBudgetUsd?: number;
 }
 
 /** A console tab per job page, and then some: beyond it, one person's streams are refused. */
@@ -505,12 +520,16 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
     listAgents: () =>
       handle(async () => ({
         agents: [
-          ...(await deps.agents.list()).map(agentToProto),
+          ...(await deps.agents.list()).map((a) => agentToProto(a, deps.defaultBudgetUsd)),
           ...(deps.graphs ? await deps.graphs.registry.listLatest() : []).map(graphToProto),
         ],
       })),
     listAgentVersions: (req) =>
-      handle(async () => ({ versions: (await deps.agents.versions(required(req.name, "name"))).map(agentToProto) })),
+      handle(async () => ({
+        versions: (await deps.agents.versions(required(req.name, "name"))).map((a) =>
+          agentToProto(a, deps.defaultBudgetUsd),
+        ),
+      })),
     getAgent: (req) =>
       handle(async () => {
         const name = required(req.name, "name");
@@ -519,7 +538,7 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
           return {
             agent: graphToProto(req.version ? await deps.graphs!.registry.resolveVersion(name, req.version) : graph),
           };
-        return { agent: agentToProto(await deps.agents.resolve(name, req.version)) };
+        return { agent: agentToProto(await deps.agents.resolve(name, req.version), deps.defaultBudgetUsd) };
       }),
   });
   const secrets = registration(SecretService, {
