@@ -17,18 +17,13 @@ import { existsSync, realpathSync } from "node:fs";
 import path from "node:path";
 import type { Readable } from "node:stream";
 import { planMounts, isWithin, type BindMount, type MountPlan } from "./bubblewrap-mounts.js";
-import { findCommand } from "@oz0/harness/host";
+import { findCommand, SYSTEM_PROGRAM_FOLDERS } from "@oz0/harness/host";
 import type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "@oz0/harness/host";
 import type { KeptChild } from "./session-keeper.js";
 
 /** System paths bound read-only when they exist; /etc only in part, since it can hold secrets. */
 export const DEFAULT_READ_ONLY_PATHS: readonly string[] = [
-  "/usr",
-  "/bin",
-  "/sbin",
-  "/lib",
-  "/lib32",
-  "/lib64",
+  ...SYSTEM_PROGRAM_FOLDERS,
   "/etc/alternatives",
   "/etc/ssl",
   "/etc/ca-certificates",

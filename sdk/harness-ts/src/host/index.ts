@@ -29,6 +29,7 @@ export type {
 } from "./session-containment.js";
 export { describeProcess } from "./process-table.js";
 export { LINUX_SYSCALLS } from "./linux-syscalls.js";
+export { SYSTEM_PROGRAM_FOLDERS } from "./system-program-folders.js";
 export {
   escapeRefusedCharacters,
   MAX_REQUEST_ID_CHARS,

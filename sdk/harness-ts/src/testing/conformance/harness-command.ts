@@ -4,6 +4,7 @@
 // against the plugin's folder (for the kit: the caller's directory).
 import { accessSync, constants, existsSync, realpathSync } from "node:fs";
 import path from "node:path";
+import { SYSTEM_PROGRAM_FOLDERS } from "../../host/system-program-folders.js";
 
 /**
  * An argument naming a file or folder that exists under `baseDir`
@@ -40,13 +41,6 @@ function findProgram(name: string, searchPath: string): string | undefined {
   return undefined;
 }
 
-/**
- * The folders of programs that bubblewrap shows every session on the stack
- * (the executable part of the sandbox's DEFAULT_READ_ONLY_PATHS), besides
- * node's folder, the plugin's and the session's own.
- */
-const SANDBOX_SYSTEM_FOLDERS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"];
-
 function isWithin(file: string, dir: string): boolean {
   const relative = path.relative(dir, file);
   return relative === "" || (!relative.startsWith("..") && !path.isAbsolute(relative));
@@ -68,7 +62,7 @@ export function hiddenProgramNotice(command: readonly string[], pluginDir: strin
   } catch {
     // Not there at all: the kit's cases say so.
   }
-  const seen = [...SANDBOX_SYSTEM_FOLDERS, path.dirname(process.execPath), pluginDir];
+  const seen = [...SYSTEM_PROGRAM_FOLDERS, path.dirname(process.execPath), pluginDir];
   if ([program, target].every((file) => seen.some((dir) => isWithin(file, dir)))) return undefined;
-  return `the harness's program ${program}${target !== program ? ` (${target})` : ""} is outside the folders a session sees under bubblewrap on the stack (${SANDBOX_SYSTEM_FOLDERS.join(", ")}, node's folder, the plugin's and the session's own): there its job fails spawn_failed, not visible inside the sandbox, unless the sandbox's OZ0_SANDBOX_READ_ONLY_PATHS adds its folder; start a script through its shebang (#!/usr/bin/env python3) or name a system interpreter`;
+  return `the harness's program ${program}${target !== program ? ` (${target})` : ""} is outside the folders a session sees under bubblewrap on the stack (${SYSTEM_PROGRAM_FOLDERS.join(", ")}, node's folder, the plugin's and the session's own): there its job fails spawn_failed, not visible inside the sandbox, unless the sandbox's OZ0_SANDBOX_READ_ONLY_PATHS adds its folder; start a script through its shebang (#!/usr/bin/env python3) or name a system interpreter`;
 }
