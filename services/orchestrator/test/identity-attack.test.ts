@@ -30,6 +30,7 @@ interface Report {
   breaches: unknown[];
   readableSensitive: string[];
   keyFound: string[];
+  probesRead: string[];
   uid: number;
 }
 
@@ -59,15 +60,23 @@ async function attack(isolation: "bwrap" | "user", ctx: TestContext): Promise<{ 
   const payload = mkdtempSync(path.join(os.tmpdir(), "oz0-attack-payload-"));
   ctx.after(() => rmSync(payload, { recursive: true, force: true }));
   copyFileSync(fixture, path.join(payload, "identity-attack.mjs"));
+  // Where a person's checkout holds secrets, readable by everyone (0644): a .env beside package.json, in a
+  // service's folder, in a harness package's own (not among what it publishes), and under deploy/ (where the k8s
+  // README has operators write keys). Sessions of the local stack run the harnesses from the checkout, and must
+  // still not read them; and a file the harness needs, to show the probes can read what is bound.
+  const planted = [".", "services/llm-proxy", "sdk/harness-ts", "deploy"].map((dir) =>
+    path.join(repoRoot, dir, `.env.oz0-attack-${process.pid}`),
+  );
+  const needed = path.join(repoRoot, "sdk", "harness-ts", "package.json");
   if (isolation === "bwrap") {
-    // A person's checkout often holds a .env beside package.json, readable by everyone (0644); sessions of the
-    // local stack run the harnesses from the checkout, and must still not read it.
-    const dotEnv = path.join(repoRoot, `.env.oz0-attack-${process.pid}`);
-    writeFileSync(dotEnv, `ANTHROPIC_API_KEY=${PLANTED_KEY}\n`, { mode: 0o644 });
-    ctx.after(() => rmSync(dotEnv, { force: true }));
+    for (const file of planted) {
+      writeFileSync(file, `ANTHROPIC_API_KEY=${PLANTED_KEY}\n`, { mode: 0o644 });
+      ctx.after(() => rmSync(file, { force: true }));
+    }
   }
   const targets = {
     install: repoRoot,
+    probes: isolation === "bwrap" ? [...planted, needed] : [],
     urls: t.stack.urls,
     methods: Object.keys(ACCESS_TABLE).filter((m) => !m.startsWith("grpc.health.")),
     home: t.home,
@@ -126,6 +135,8 @@ void describe("an attacker inside a job", () => {
         report.attempts,
         "every call failed to connect: the session has a network of its own",
       );
+      // Of the checkout it read what its harness needs, and none of the planted secrets (keyFound above).
+      assert.deepEqual(report.probesRead, [path.join(repoRoot, "sdk", "harness-ts", "package.json")]);
     } finally {
       await t.close();
     }

@@ -145,50 +145,89 @@ void test("the isolation notice names what to install, or the choice that was ma
   assert.match(isolationNotice(stack("none", "OZ0_ISOLATION=none")) ?? "", /as OZ0_ISOLATION=none chose/);
 });
 
-void test("the local stack's sandbox binds of the installation only node_modules and the packages it links to", (t) => {
-  const given = process.env.OZ0_SANDBOX_HIDDEN_PATHS;
+void test("the local stack's sandbox binds of the installation only what its harnesses run, as published", (t) => {
   const readOnly = process.env.OZ0_SANDBOX_READ_ONLY_PATHS;
   t.after(() => {
-    if (given === undefined) delete process.env.OZ0_SANDBOX_HIDDEN_PATHS;
-    else process.env.OZ0_SANDBOX_HIDDEN_PATHS = given;
     if (readOnly === undefined) delete process.env.OZ0_SANDBOX_READ_ONLY_PATHS;
     else process.env.OZ0_SANDBOX_READ_ONLY_PATHS = readOnly;
   });
   delete process.env.OZ0_SANDBOX_READ_ONLY_PATHS;
-  process.env.OZ0_SANDBOX_HIDDEN_PATHS = "/srv/keys";
-  const env = stackServiceEnv({ name: "sandbox", home: "/tmp/oz0-home", urls: {}, identity: {} });
+  const env = stackServiceEnv({
+    name: "sandbox",
+    home: "/tmp/oz0-home",
+    urls: {},
+    identity: {},
+    sessionReadable: ["/srv/fixtures"],
+  });
   const root = installRoot();
   assert.ok(root);
   const bound = env.OZ0_SANDBOX_READ_ONLY_PATHS?.split(":") ?? [];
   assert.deepEqual(bound.slice(0, 2), [path.join(root, "node_modules"), path.join(root, "package.json")]);
-  // The harnesses' packages, where node_modules/@oz0/* lead.
-  for (const pkg of ["sdk/harness-ts", "plugins/harness-claude", "deploy"])
-    assert.ok(bound.includes(path.join(root, pkg)), pkg);
-  // Not the checkout itself, nor what sits beside its packages.
-  for (const outside of [root, path.join(root, ".git"), path.join(root, "examples"), path.join(root, ".oz0")])
-    assert.ok(!bound.some((p) => outside === p || outside.startsWith(p + path.sep)), outside);
-  assert.deepEqual(env.OZ0_SANDBOX_HIDDEN_PATHS?.split(":"), [
-    "/srv/keys",
-    path.join(root, "deploy/k8s/overlays/dev/generated"),
-  ]);
+  assert.equal(bound.at(-1), "/srv/fixtures", "and what the caller adds");
+  // The SDK, the harness plugins and what they depend on, as they would be published.
+  for (const published of [
+    "sdk/harness-ts/dist",
+    "sdk/harness-ts/bin",
+    "sdk/proto/dist",
+    "plugins/harness-claude/dist",
+  ])
+    assert.ok(bound.includes(path.join(root, published)), published);
+  // Not the checkout, nor a service, nor the dev overlay, nor a harness package's sources and tests.
+  for (const outside of [
+    ".git",
+    ".env",
+    "services/llm-proxy",
+    "deploy",
+    "sdk/harness-ts/src",
+    "sdk/harness-ts/test",
+    "plugins/harness-claude/test",
+  ]) {
+    const file = path.join(root, outside);
+    assert.ok(!bound.some((p) => file === p || file.startsWith(p + path.sep)), outside);
+  }
 });
 
-void test("an installation's bound packages are the links of its node_modules that lead inside it", (t) => {
-  const root = mkdtempSync(path.join(os.tmpdir(), "oz0-install-"));
+void test("an installation's bound packages: the harness SDK, its plugins and their dependencies, each its files", (t) => {
+  const root = realpathSync(mkdtempSync(path.join(os.tmpdir(), "oz0-install-")));
   t.after(() => rmSync(root, { recursive: true, force: true }));
-  for (const dir of ["node_modules/@scope", "node_modules/plain", "packages/a", "tools/b", "elsewhere"])
+  const pkg = (dir: string, json: Record<string, unknown>, extra: string[] = []): void => {
     mkdirSync(path.join(root, dir), { recursive: true });
+    writeFileSync(path.join(root, dir, "package.json"), JSON.stringify(json));
+    for (const sub of extra) mkdirSync(path.join(root, dir, sub), { recursive: true });
+  };
+  pkg("sdk/harness", { name: "@oz0/harness", files: ["dist", "bin", "missing"], dependencies: { "@oz0/proto": "*" } }, [
+    "dist",
+    "bin",
+    "src",
+  ]);
+  pkg("sdk/proto", { name: "@oz0/proto", files: ["dist"] }, ["dist", "node_modules"]);
+  pkg("plugins/mine", { name: "mine", dependencies: { "@oz0/harness": "*", left: "*" } }, ["dist"]);
+  writeFileSync(path.join(root, "plugins/mine/oz0-plugin.yaml"), "name: mine\n");
+  pkg("services/api", { name: "@oz0/api", files: ["dist"], dependencies: { "@oz0/proto": "*" } }, ["dist"]);
+  writeFileSync(path.join(root, "services/api/.env"), "SECRET=1\n");
+  for (const [link, target] of [
+    ["@oz0/harness", "../../sdk/harness"],
+    ["@oz0/proto", "../../sdk/proto"],
+    ["@oz0/api", "../../services/api"],
+    ["mine", "../plugins/mine"],
+    ["dangling", "../nowhere"],
+  ] as const) {
+    mkdirSync(path.dirname(path.join(root, "node_modules", link)), { recursive: true });
+    symlinkSync(target, path.join(root, "node_modules", link));
+  }
   const outside = mkdtempSync(path.join(os.tmpdir(), "oz0-outside-"));
   t.after(() => rmSync(outside, { recursive: true, force: true }));
-  symlinkSync("../../packages/a", path.join(root, "node_modules/@scope/a"));
-  symlinkSync("../tools/b", path.join(root, "node_modules/b"));
-  symlinkSync(outside, path.join(root, "node_modules/away"));
-  symlinkSync("../nowhere", path.join(root, "node_modules/dangling"));
-  writeFileSync(path.join(root, ".env"), "SECRET=1\n");
-  assert.deepEqual(installationPaths(realpathSync(root)), [
-    path.join(realpathSync(root), "node_modules"),
-    path.join(realpathSync(root), "package.json"),
-    path.join(realpathSync(root), "packages/a"),
-    path.join(realpathSync(root), "tools/b"),
+  symlinkSync(outside, path.join(root, "node_modules", "away"));
+  assert.deepEqual(installationPaths(root), [
+    path.join(root, "node_modules"),
+    path.join(root, "package.json"),
+    // A plugin that names no files is bound whole; the others as published, with their own node_modules.
+    path.join(root, "plugins/mine"),
+    path.join(root, "sdk/harness/bin"),
+    path.join(root, "sdk/harness/dist"),
+    path.join(root, "sdk/harness/package.json"),
+    path.join(root, "sdk/proto/dist"),
+    path.join(root, "sdk/proto/node_modules"),
+    path.join(root, "sdk/proto/package.json"),
   ]);
 });

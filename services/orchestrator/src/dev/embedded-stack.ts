@@ -24,6 +24,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { credentialDigest, generateStackCredentials, serviceIdentityEnv, type StackCredentials } from "@oz0/serving";
 import { ensureOwnerCredential } from "./local-credentials.js";
+import { STEP_RUNNER_PACKAGES, STEP_RUNNER_SCRIPT } from "../graphs/step-runner-script.js";
 import { processAlive } from "./process-liveness.js";
 import { replaceFile } from "../replace-file.js";
 
@@ -40,6 +41,11 @@ export interface EmbeddedStackOptions {
   logLevel?: "info" | "debug" | "trace";
   /** Start only these (in this order); default all four. */
   services?: StackServiceName[];
+  /**
+   * More of the installation that sessions may read, besides what its harnesses run (installationPaths): a test's
+   * harness fixtures, for example.
+   */
+  sessionReadable?: readonly string[];
 }
 
 export interface StackProcess {
@@ -101,16 +107,53 @@ export function installRoot(): string | undefined {
 }
 
 /**
- * What of an installation (a checkout) its sessions read: its node_modules, its package.json (the module type) and
- * the packages node_modules links into it (npm workspaces: `@oz0/harness` is `sdk/harness-ts`), which hold the
- * harnesses' code. Nothing else of it is bound: not its .git (a remote's URL may carry a token), not a `.env` or
- * `.npmrc` beside package.json, not a file someone puts there later (operator review found the dev overlay's
- * credentials read by a tool call when the checkout was bound whole).
+ * The packages sessions run besides the harness plugins: the harness SDK (its fake harness, its protocol) and what
+ * the orchestrator's own harness, the graphs' step runner, imports.
+ */
+const SESSION_PACKAGES: readonly string[] = ["@oz0/harness", ...STEP_RUNNER_PACKAGES];
+
+/**
+ * What of an installation (a checkout) its sessions read: its node_modules, its package.json (the module type), and
+ * of its own packages (npm workspaces, which node_modules links to) only those a harness runs: the harness SDK, the
+ * harness plugins (a folder with an oz0-plugin.yaml) and the packages they depend on, each only as it would be
+ * published (its package.json and its `files`; the whole folder when it names none). Nothing else of it is bound:
+ * not its .git (a remote's URL may carry a token), not a `.env` or `.npmrc` beside package.json or in a service's
+ * folder, not the dev overlay's generated credentials, not a file someone puts there later (operator review found
+ * the dev overlay's admin token read by a tool call when the checkout was bound whole, and a review after that a
+ * service's .env while every workspace was).
  */
 export function installationPaths(root: string): string[] {
+  const packages = linkedPackages(root);
+  const wanted = new Set<string>();
+  const visit = (name: string): void => {
+    const pkg = packages.get(name);
+    if (!pkg || wanted.has(name)) return;
+    wanted.add(name);
+    for (const dependency of Object.keys({ ...pkg.json.dependencies, ...pkg.json.optionalDependencies }))
+      visit(dependency);
+  };
+  for (const [name, pkg] of packages)
+    if (SESSION_PACKAGES.includes(name) || existsSync(path.join(pkg.dir, "oz0-plugin.yaml"))) visit(name);
+  const bound = [...wanted].flatMap((name) => publishedPaths(packages.get(name)!));
+  // The step runner itself, when it is this installation's (not the rest of the orchestrator's files).
+  const stepRunner = STEP_RUNNER_SCRIPT.startsWith(root + path.sep) ? [STEP_RUNNER_SCRIPT] : [];
+  return [path.join(root, "node_modules"), path.join(root, "package.json"), ...[...bound, ...stepRunner].sort()];
+}
+
+interface LinkedPackage {
+  dir: string;
+  json: {
+    files?: unknown;
+    dependencies?: Record<string, string>;
+    optionalDependencies?: Record<string, string>;
+  };
+}
+
+/** The installation's own packages by name: what its node_modules links to inside it. */
+function linkedPackages(root: string): Map<string, LinkedPackage> {
   const modules = path.join(root, "node_modules");
-  const packages = new Set<string>();
-  const linked = (dir: string): void => {
+  const found = new Map<string, LinkedPackage>();
+  const scan = (dir: string): void => {
     let entries;
     try {
       entries = readdirSync(dir, { withFileTypes: true });
@@ -119,27 +162,34 @@ export function installationPaths(root: string): string[] {
     }
     for (const entry of entries) {
       const entryPath = path.join(dir, entry.name);
-      if (entry.name.startsWith("@") && entry.isDirectory()) linked(entryPath);
+      if (entry.name.startsWith("@") && entry.isDirectory()) scan(entryPath);
       if (!entry.isSymbolicLink()) continue;
-      let target: string;
       try {
-        target = realpathSync.native(entryPath);
+        const target = realpathSync.native(entryPath);
+        if (!target.startsWith(root + path.sep) || target.startsWith(modules + path.sep)) continue;
+        const json = JSON.parse(readFileSync(path.join(target, "package.json"), "utf8")) as LinkedPackage["json"] & {
+          name?: string;
+        };
+        if (typeof json.name === "string") found.set(json.name, { dir: target, json });
       } catch {
-        continue; // a dangling link: nothing to bind
+        // A dangling link or no package.json: nothing a session could run.
       }
-      if (target.startsWith(root + path.sep) && !target.startsWith(modules + path.sep)) packages.add(target);
     }
   };
-  linked(modules);
-  return [modules, path.join(root, "package.json"), ...[...packages].sort()];
+  scan(modules);
+  return found;
 }
 
-/**
- * What a linked package of the installation holds that no session may read: the credentials the dev overlay
- * generates into `deploy/` (deploy/k8s/overlays/dev/generate-secrets.sh: an admin token, service tokens, the
- * proxy's key-encryption key), which a tool call printed (operator review).
- */
-export const INSTALL_SECRETS = ["deploy/k8s/overlays/dev/generated"] as const;
+/** A package as it would be published: its package.json, its `files`, and its own node_modules (nested versions). */
+function publishedPaths(pkg: LinkedPackage): string[] {
+  const files = pkg.json.files;
+  if (!Array.isArray(files) || !files.every((f): f is string => typeof f === "string")) return [pkg.dir];
+  const inside = files
+    .map((f) => path.resolve(pkg.dir, f))
+    .filter((f) => f.startsWith(pkg.dir + path.sep) && existsSync(f));
+  const own = path.join(pkg.dir, "node_modules");
+  return [path.join(pkg.dir, "package.json"), ...inside, ...(existsSync(own) ? [own] : [])];
+}
 
 const READY_TIMEOUT_MS = 60_000;
 
@@ -381,6 +431,7 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
       identity: identityEnv(name),
       orchestratorPort: options.orchestratorPort ?? 0,
       extra: options.env?.[name],
+      sessionReadable: options.sessionReadable,
     });
     const p = await startServiceProcess({
       name,
@@ -436,6 +487,8 @@ export function stackServiceEnv(options: {
   port?: number;
   orchestratorPort?: number;
   extra?: Record<string, string> | undefined;
+  /** More of the installation that sessions may read, besides installationPaths: a test's harness fixtures. */
+  sessionReadable?: readonly string[] | undefined;
 }): Record<string, string> {
   const { name, home, urls } = options;
   const env: Record<string, string> = { ...(urls.events ? { OZ0_EVENTS_URL: urls.events } : {}), ...options.identity };
@@ -451,11 +504,7 @@ export function stackServiceEnv(options: {
       env.OZ0_SANDBOX_ROOT = path.join(home, "sandbox");
       const root = installRoot();
       if (root && !process.env.OZ0_SANDBOX_READ_ONLY_PATHS) {
-        env.OZ0_SANDBOX_READ_ONLY_PATHS = installationPaths(root).join(":");
-        // What a bound package keeps that no session may read is hidden in it, beside any hidden paths the shell names.
-        const hidden = INSTALL_SECRETS.map((secret) => path.join(root, secret));
-        const given = process.env.OZ0_SANDBOX_HIDDEN_PATHS;
-        env.OZ0_SANDBOX_HIDDEN_PATHS = [...(given ? [given] : []), ...hidden].join(":");
+        env.OZ0_SANDBOX_READ_ONLY_PATHS = [...installationPaths(root), ...(options.sessionReadable ?? [])].join(":");
       }
       break;
     }

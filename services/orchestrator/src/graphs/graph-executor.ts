@@ -22,7 +22,6 @@
 // finish nor fail, so the engine records nothing more for it.
 import { createHash } from "node:crypto";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import {
   GraphError,
@@ -49,8 +48,7 @@ import type { SandboxPlacement } from "../sessions/sandbox-placement.js";
 import type { StepCall } from "./graph-step-runner.js";
 import { withStderr } from "../sessions/harness-stderr.js";
 import { orchestratorTracing } from "../tracing.js";
-
-const stepRunnerScript = path.join(path.dirname(fileURLToPath(import.meta.url)), "graph-step-runner.js");
+import { STEP_RUNNER_SCRIPT } from "./step-runner-script.js";
 
 export interface SessionGraphExecutorOptions {
   graphStore: GraphStore;
@@ -297,7 +295,7 @@ export class SessionGraphExecutor implements GraphExecutor {
       jobId: o.graphJobId,
       name: `step:${request.name}`,
       input: JSON.stringify(call),
-      command: [process.execPath, stepRunnerScript],
+      command: [process.execPath, STEP_RUNNER_SCRIPT],
       pluginDir: o.pluginPath,
     });
     let messages: SandboxMessage[];

@@ -128,7 +128,14 @@ export async function startClusterStack(options: ClusterStackOptions): Promise<C
           ...testCredentials.envFor("sandbox"),
           OZ0_EVENTS_URL: events.url,
           OZ0_SANDBOX_ROOT: path.join(home, `sandbox-${i + 1}`),
-          ...(root ? { OZ0_SANDBOX_READ_ONLY_PATHS: installationPaths(root).join(":") } : {}),
+          ...(root
+            ? {
+                OZ0_SANDBOX_READ_ONLY_PATHS: [
+                  ...installationPaths(root),
+                  path.join(root, "services/orchestrator/test"),
+                ].join(":"),
+              }
+            : {}),
           OZ0_MAX_SESSIONS: String(options.sandboxCapacity ?? 16),
           // No OZ0_CANCEL_GRACE_MS: the grace a harness has to exit after its result is the default 10 s.
           // At this test's load (200 jobs, load average near 20 on 2 cores) a fake harness took 0.64 s

@@ -90,6 +90,8 @@ export async function startTestStack(options: {
   const stack = await startEmbeddedStack({
     home,
     logLevel: "info",
+    // The harnesses and hooks of this package's tests (test/fixtures), which jobs run.
+    sessionReadable: [path.join(packageDir, "test")],
     env: {
       "llm-proxy": { OZ0_PROVIDERS_FILE: providersFile },
       sandbox: { OZ0_CANCEL_GRACE_MS: "2000", ...options.sandboxEnv },
