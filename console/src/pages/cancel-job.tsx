@@ -54,7 +54,16 @@ export function CancelJob({ jobId, onCancelled }: { jobId: string; onCancelled: 
       <button type="submit" class="deny" disabled={busy}>
         Cancel job
       </button>{" "}
-      <button type="button" disabled={busy} onClick={() => setAsking(false)}>
+      <button
+        type="button"
+        disabled={busy}
+        onClick={() => {
+          // Asked again later, the question starts afresh: no reason or error of this one.
+          setAsking(false);
+          setReason("");
+          setProblem(undefined);
+        }}
+      >
         Keep it running
       </button>
       {problem ? (

@@ -65,3 +65,23 @@ void test("an orchestrator that answers Unavailable is not said to be unreachabl
     /^could not reach the orchestrator at http:\/\/127\.0\.0\.1:1 \(connection refused\)/,
   );
 });
+
+void test("an ingress answering 503 while the orchestrator restarts is not the orchestrator's answer: the advice stays", async (t) => {
+  const ingress = http2.createServer((_request, response) => {
+    response.writeHead(503, { "content-type": "text/html" });
+    response.end("<html>503 Service Temporarily Unavailable</html>");
+  });
+  await new Promise<void>((resolve) => ingress.listen(0, "127.0.0.1", resolve));
+  t.after(() => ingress.close());
+  const url = `http://127.0.0.1:${(ingress.address() as AddressInfo).port}`;
+  const failed = await createClient(JobService, createGrpcTransport({ baseUrl: url }))
+    .listJobs({})
+    .then(
+      () => assert.fail("the ingress answered 503"),
+      (error: unknown) => error,
+    );
+  assert.match(
+    describeError(failed, { target: url, mode: "url" }),
+    /^could not reach the orchestrator at .*: check that it runs/,
+  );
+});

@@ -254,8 +254,13 @@ void test("the usage page sums every job's model calls per agent over a window, 
   assert.ok(guarded && guarded.calls > 0n, "the guarded agent's calls are metered");
   const cells = async (agent: string): Promise<string[]> =>
     (await page.locator(`tr[data-agent="${agent}"] td`).allTextContents()).map((c) => c.trim());
-  assert.equal((await cells("guarded"))[0], Number(guarded.calls).toLocaleString("en-US"));
-  assert.equal((await cells(""))[0], Number(usage?.total?.calls ?? 0n).toLocaleString("en-US"), "the sum row");
+  // Every figure as the API gives it: calls, failed, tokens in and out, cost.
+  const figures = (u: typeof guarded | undefined): string[] => [
+    ...[u?.calls, u?.failedCalls, u?.inputTokens, u?.outputTokens].map((n) => Number(n ?? 0n).toLocaleString("en-US")),
+    `$${(u?.costUsd ?? 0).toFixed(4)}`,
+  ];
+  assert.deepEqual(await cells("guarded"), figures(guarded));
+  assert.deepEqual(await cells(""), figures(usage?.total), "the sum row");
   assert.equal(await page.locator('a[aria-current="page"]', { hasText: "Last 24 hours" }).count(), 1);
   await assertAccessible(page, "usage");
   await screenshot(page, "usage");

@@ -113,6 +113,13 @@ void test("a window oz0 cannot read, or a job and a window at once, is a usage e
   const backwards = await t.cli(["usage", "--since", "1h", "--until", "2h"]);
   assert.equal(backwards.code, 2);
   assert.match(backwards.stderr, /--since \(.*\) must come before --until/);
+  // The orchestrator bounds what one request makes the proxy read again.
+  const long = await t.cli(["usage", "--since", "500d"]);
+  assert.equal(long.code, 1);
+  assert.match(
+    long.stderr,
+    /SummarizeUsage sums at most 400 days at once, not 500: ask for shorter windows and add them up/,
+  );
   const both = await t.cli(["usage", "job_x", "--since", "7d"]);
   assert.equal(both.code, 2);
   assert.match(both.stderr, /give a job or a window, not both/);

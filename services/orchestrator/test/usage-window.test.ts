@@ -3,7 +3,7 @@
 // silently mean another window.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { parseWhen } from "../src/cli/usage-format.js";
+import { parseWhen, usageWindow } from "../src/cli/usage-window.js";
 
 const now = new Date("2026-12-05T10:00:00.000Z");
 const iso = (text: string): string | undefined => parseWhen(text, now)?.toISOString();
@@ -35,4 +35,17 @@ void test("a date is midnight UTC; a time needs its zone", () => {
     "",
   ])
     assert.equal(iso(refused), undefined, refused);
+});
+
+void test("the window: the day before --until by default, --since from now, never empty or backwards", () => {
+  const window = (options: { since?: string; until?: string }) => {
+    const { since, until } = usageWindow({ ...options, now });
+    return [since.toISOString(), until.toISOString()];
+  };
+  assert.deepEqual(window({}), ["2026-12-04T10:00:00.000Z", now.toISOString()]);
+  assert.deepEqual(window({ until: "2026-12-01" }), ["2026-11-30T00:00:00.000Z", "2026-12-01T00:00:00.000Z"]);
+  assert.deepEqual(window({ since: "7d", until: "1d" }), ["2026-11-28T10:00:00.000Z", "2026-12-04T10:00:00.000Z"]);
+  assert.throws(() => window({ since: "0h" }), /is empty: give a --since before --until/);
+  assert.throws(() => window({ since: "1h", until: "2h" }), /--since \(.*\) must come before --until/);
+  assert.throws(() => window({ until: "tomorrow" }), /--until tomorrow: give how long ago/);
 });

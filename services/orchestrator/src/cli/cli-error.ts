@@ -36,12 +36,14 @@ function unreachableAdvice(mode: ErrorTarget["mode"]): string {
 }
 
 /**
- * Whether a call failed on its way (no connection, a reset): no answer came. An answer carries the server's headers,
- * and an orchestrator that answers Unavailable says itself what is (the LLM proxy it could not reach, its shutdown);
- * prefixing that with "could not reach the orchestrator" sent operators to look at the wrong service.
+ * Whether a call failed before the orchestrator answered: no connection, a reset, or something in between (an
+ * ingress answering 502 or 503 while the orchestrator restarts, with headers but no gRPC status). An answer of the
+ * orchestrator's own carries a gRPC status, and when it is Unavailable it says itself what is (the LLM proxy it could
+ * not reach, its shutdown): prefixing that with "could not reach the orchestrator" sent operators to the wrong service.
  */
 function failedInTransit(error: ConnectError, cause: string): boolean {
-  if ([...error.metadata.keys()].length > 0) return false;
+  if (error.metadata.has("grpc-status") || (error.metadata.get("content-type") ?? "").startsWith("application/grpc"))
+    return false;
   return error.code === Code.Unavailable || /ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|ECONNRESET/.test(cause);
 }
 

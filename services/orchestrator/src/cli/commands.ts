@@ -191,15 +191,16 @@ export async function jobUsage(options: {
     options.io.out.write(`${jsonLine(json)}\n`);
     return EXIT.ok;
   }
-  const line = usageLine;
   // A graph run: each job it ran, then the sums.
   for (const step of response.steps) {
     options.io.out.write(
-      `${terminalLine(`${line(`step ${step.step}`, step.usage)}  ${step.jobId} (${step.agent?.name ?? "?"} v${step.agent?.version ?? "?"})`)}\n`,
+      `${terminalLine(`${usageLine(`step ${step.step}`, step.usage)}  ${step.jobId} (${step.agent?.name ?? "?"} v${step.agent?.version ?? "?"})`)}\n`,
     );
   }
-  for (const a of usage.agents) options.io.out.write(`${line(`agent ${a.agent}`, a.usage)}\n`);
-  options.io.out.write(`${line(`${response.steps.length > 0 ? "graph run" : "job"} ${options.jobId}`, usage.total)}\n`);
+  for (const a of usage.agents) options.io.out.write(`${usageLine(`agent ${a.agent}`, a.usage)}\n`);
+  options.io.out.write(
+    `${usageLine(`${response.steps.length > 0 ? "graph run" : "job"} ${options.jobId}`, usage.total)}\n`,
+  );
   if (usage.total?.nominal) options.io.out.write(`${NOMINAL_NOTE}\n`);
   return EXIT.ok;
 }

@@ -2,7 +2,7 @@
 // oz0 (also orchestrator-zero): the command line an operator uses.
 import path from "node:path";
 import { Command, CommanderError } from "commander";
-import { parseWhen } from "./usage-format.js";
+import { usageWindow } from "./usage-window.js";
 import { exitProcess } from "@oz0/harness";
 import { defaultHome } from "../start-orchestrator.js";
 import { startDevStack } from "../dev/dev-stack.js";
@@ -237,29 +237,11 @@ program
           );
         return withConnection((conn) => jobUsage({ conn, jobId, json: Boolean(opts.json), io }));
       }
-      const now = new Date();
-      const when = (flag: string, text: string, from: Date): Date => {
-        const time = parseWhen(text, from);
-        if (!time)
-          throw new CliError(
-            `--${flag} ${text}: give how long ago (24h, 7d, 1h30m) or a date, or a date and time with its zone (2026-12-01, 2026-12-01T08:00Z)`,
-            EXIT.usage,
-          );
-        return time;
-      };
-      const until = opts.until === undefined ? now : when("until", opts.until, now);
-      // Without --since the window is the day before its end: --until alone moves the whole window.
-      const since = when("since", opts.since, command.getOptionValueSource("since") === "cli" ? now : until);
-      if (since.getTime() === until.getTime())
-        throw new CliError(
-          `the window from ${since.toISOString()} to ${until.toISOString()} is empty: give a --since before --until`,
-          EXIT.usage,
-        );
-      if (since.getTime() > until.getTime())
-        throw new CliError(
-          `--since (${since.toISOString()}) must come before --until (${until.toISOString()})`,
-          EXIT.usage,
-        );
+      const { since, until } = usageWindow({
+        ...(command.getOptionValueSource("since") === "cli" ? { since: opts.since } : {}),
+        ...(opts.until !== undefined ? { until: opts.until } : {}),
+        now: new Date(),
+      });
       return withConnection((conn) => usageSummary({ conn, since, until, json: Boolean(opts.json), io }));
     },
   );

@@ -42,40 +42,13 @@ export function usageLine(who: string, u: Usage | undefined): string {
   );
 }
 
-const AGO = /^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/;
-/** A date, or a date and a time with its zone: `2026-12-01`, `2026-12-01T08:00Z`, `2026-12-01T08:00:30.5+01:00`. */
-const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(Z|[+-]\d{2}:\d{2}))?$/;
-
-/**
- * A time `oz0 usage --since/--until` takes: how long before `from` (`24h`, `7d`, `1h30m`), or a date (midnight
- * UTC) or a date and time with its zone (`2026-12-01T08:00Z`: without one it would be read in the local zone, a
- * different window on a laptop and on a server). Undefined for anything else, a day the month lacks included.
- */
-export function parseWhen(text: string, from: Date): Date | undefined {
-  const ago = AGO.exec(text);
-  if (ago && text !== "") {
-    const [, d, h, m, s] = ago.map((part) => Number(part ?? 0));
-    const time = from.getTime() - (((d! * 24 + h!) * 60 + m!) * 60 + s!) * 1000;
-    // Further back than a date can hold (`99999999999d`) is not a time.
-    return Number.isSafeInteger(time) && !Number.isNaN(new Date(time).getTime()) ? new Date(time) : undefined;
-  }
-  const iso = ISO.exec(text);
-  if (!iso) return undefined;
-  const [, year, month, day, hour = "00", minute = "00", second = "00"] = iso;
-  // Date.parse moves a day the month lacks to the next month (2026-02-30 is March 2nd): refused instead.
-  const date = new Date(Date.UTC(Number(year), Number(month) - 1, Number(day)));
-  if (date.getUTCMonth() !== Number(month) - 1 || date.getUTCDate() !== Number(day)) return undefined;
-  if (Number(hour) > 23 || Number(minute) > 59 || Number(second) > 59) return undefined;
-  const time = Date.parse(text.length === 10 ? `${text}T00:00:00Z` : text);
-  return Number.isNaN(time) ? undefined : new Date(time);
-}
-
 /**
  * An agent version's session budget, short for a listing (`$1.00`, `$0.50 default`, `no budget`) or long for
  * `oz0 agents show`, saying whose setting it is; "" for a graph (its steps' agents have their own).
  */
 export function budgetText(agent: Pick<AgentVersion, "budgetUsd" | "budgetSource">, form: "short" | "long"): string {
-  const usd = `$${agent.budgetUsd.toFixed(2)}`;
+  // Cents, or the digits a budget below a cent needs ($0.0001 is not "$0.00").
+  const usd = `$${agent.budgetUsd >= 0.01 ? agent.budgetUsd.toFixed(2) : String(agent.budgetUsd)}`;
   switch (agent.budgetSource) {
     case BudgetSource.AGENT:
       return form === "short" ? usd : `${usd} a session (the agent's harness.max_budget_usd)`;

@@ -703,7 +703,8 @@ export class JobRunner {
    * broke it comes again, or a later one does) is written now, and the session asked to stop.
    */
   async #passEnding(job: JobRecord, active: ActiveJob, patch: JobPatch): Promise<void> {
-    if (active.violation && !job.error) await this.#stopSession(job, active, active.violation, patch);
+    // Keyed on the rule, not the error: a cancel's reason stored first must not keep the rule from being stored.
+    if (active.violation && !job.ruleBroken) await this.#stopSession(job, active, active.violation, patch);
     else await this.#o.store.updateJob(job.id, patch);
   }
 

@@ -56,6 +56,7 @@ import { StreamsPerPerson } from "./streams-per-person.js";
 import { watchJobTranscript } from "./watch-job-transcript.js";
 import { watchJobs } from "./watch-jobs.js";
 import { sessionBudget } from "../policy/session-budget.js";
+import { checkUsageWindow } from "../jobs/usage-window.js";
 import { jobUsage } from "../jobs/job-usage.js";
 import type { PluginRegistry } from "../plugins/plugin-registry.js";
 import type { ProviderSecrets } from "../sessions/session-runner.js";
@@ -486,7 +487,10 @@ export function orchestratorServices(deps: OrchestratorServiceDeps): ServiceRegi
             "this orchestrator has no LLM proxy to ask for usage; set OZ0_LLM_PROXY_URL",
             Code.FailedPrecondition,
           );
-        return { usage: await deps.usage.usageBetween(timestampDate(req.since), timestampDate(req.until)) };
+        const since = timestampDate(req.since);
+        const until = timestampDate(req.until);
+        checkUsageWindow(since, until);
+        return { usage: await deps.usage.usageBetween(since, until) };
       }),
     getJobTranscript: (req) =>
       handle(async () => {

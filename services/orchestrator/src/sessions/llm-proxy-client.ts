@@ -80,8 +80,23 @@ export class LlmProxyClient implements TokenIssuer, ProviderSecrets {
       return await this.#tokens.summarizeUsage({ since: timestampFromDate(since), until: timestampFromDate(until) });
     } catch (error) {
       const refused = ConnectError.from(error);
-      if (refused.code === Code.InvalidArgument) throw new OrchestratorError("invalid_argument", refused.rawMessage);
-      throw new OrchestratorError("unavailable", `the LLM proxy did not answer for the usage: ${refused.rawMessage}`);
+      switch (refused.code) {
+        case Code.InvalidArgument:
+          throw new OrchestratorError("invalid_argument", refused.rawMessage);
+        case Code.Unimplemented:
+          throw new OrchestratorError(
+            "failed_precondition",
+            `the LLM proxy at ${this.url} cannot sum usage over a window (SummarizeUsage): upgrade it to this orchestrator's version`,
+          );
+        case Code.Unavailable:
+        case Code.DeadlineExceeded:
+          throw new OrchestratorError(
+            "unavailable",
+            `the LLM proxy did not answer for the usage: ${refused.rawMessage}`,
+          );
+        default:
+          throw new OrchestratorError("internal", `the LLM proxy failed to sum the usage: ${refused.rawMessage}`);
+      }
     }
   }
 

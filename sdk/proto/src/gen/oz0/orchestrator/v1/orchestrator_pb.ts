@@ -205,7 +205,7 @@ export type JobActivity = Message<"oz0.orchestrator.v1.JobActivity"> & {
   steps: string[];
 
   /**
-   * One line for people: "model call", "tool run_command",
+   * One line for people: "harness at work (its model or its own code)", "tool run_command",
    * "waiting for approval of run_command by alice, reviewers".
    *
    * @generated from field: string summary = 6;
