@@ -126,6 +126,16 @@ void test("an agent without a budget of its own gets the orchestrator's default,
   const calls = (statuses: string): number => statuses.split(",").filter((s) => s === "200").length;
   const frugal = await spend("frugal");
   assert.ok(calls(main) > calls(frugal.main), `${main} (default $0.03) against ${frugal.main} ($0.02)`);
+  // The job says what bound it, beside what it cost.
+  const jobs = JSON.parse(
+    (await t.cli(["jobs", "list", "--json", "--agent", "unbudgeted"])).stdout.split("\n")[0]!,
+  ) as {
+    id: string;
+  };
+  assert.match(
+    (await t.cli(["jobs", "show", jobs.id])).stdout,
+    /^ {2}cost {6}\$[\d.]+: .*\n {2}budget {4}\$0\.03 a session \(the orchestrator's OZ0_DEFAULT_MAX_BUDGET_USD: the agent sets none\)$/m,
+  );
 });
 
 void test("a harness refused for its budget says so whole, with where the budget is raised", async () => {

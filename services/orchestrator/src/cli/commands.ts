@@ -139,12 +139,19 @@ export async function jobsShow(options: {
     options.io.out.write(`${jsonLine(toJson(JobSchema, job))}\n`);
     return EXIT.ok;
   }
-  // Its cost is the LLM proxy's metering; a job shows without it when that cannot be had.
-  const usage = await options.conn.clients.jobs.getJobUsage({ jobId: options.jobId }).then(
-    (response) => response,
-    (error: unknown) => ConnectError.from(error).rawMessage,
-  );
-  options.io.out.write(`${describeJob(job, { usage })}\n`);
+  // Its cost is the LLM proxy's metering; a job shows without it when that cannot be had. Its budget is its pinned
+  // version's (the agent's own, or the orchestrator's default), shown when that version can be read.
+  const [usage, agent] = await Promise.all([
+    options.conn.clients.jobs.getJobUsage({ jobId: options.jobId }).then(
+      (response) => response,
+      (error: unknown) => ConnectError.from(error).rawMessage,
+    ),
+    options.conn.clients.agents.getAgent({ name: job.agent?.name ?? "", version: job.agent?.version ?? 0 }).then(
+      (response) => response.agent,
+      () => undefined,
+    ),
+  ]);
+  options.io.out.write(`${describeJob(job, { usage, ...(agent ? { agent } : {}) })}\n`);
   return EXIT.ok;
 }
 

@@ -6,13 +6,14 @@ import {
   Decider,
   JobEventSchema,
   JobState,
+  type AgentVersion,
   type GetJobUsageResponse,
   type Job,
   type JobEvent,
 } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import type { TextSink } from "./live-terminal.js";
 import { fieldText, jsonLine, shellWord, short, terminalLine, terminalText } from "./terminal-text.js";
-import { costText, durationText, NOMINAL_NOTE, tokensText } from "./usage-format.js";
+import { budgetText, costText, durationText, NOMINAL_NOTE, tokensText } from "./usage-format.js";
 
 export function stateName(state: JobState): string {
   return (JobState[state] ?? "UNSPECIFIED").toLowerCase();
@@ -173,9 +174,12 @@ const TERMINAL_STATES = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.C
 /**
  * `oz0 jobs show`: state and what it does now, its times to the
  * millisecond and its duration, what it cost, its trace and pinned version.
- * `usage` is the metering (GetJobUsage), or why it is unknown.
+ * `usage` is the metering (GetJobUsage), or why it is unknown; `agent` the pinned version, for its budget.
  */
-export function describeJob(job: Job, options: { usage?: GetJobUsageResponse | string; now?: Date } = {}): string {
+export function describeJob(
+  job: Job,
+  options: { usage?: GetJobUsageResponse | string; agent?: AgentVersion; now?: Date } = {},
+): string {
   const at = (t: Timestamp | undefined): string => (t ? timestampDate(t).toISOString() : "");
   const ended = TERMINAL_STATES.has(job.state);
   const lines = [
@@ -211,6 +215,8 @@ export function describeJob(job: Job, options: { usage?: GetJobUsageResponse | s
     );
     if (total.nominal) lines.push(`            (${NOMINAL_NOTE})`);
   }
+  const budget = options.agent ? budgetText(options.agent, "long") : "";
+  if (budget) lines.push(`  budget    ${budget}`);
   lines.push(
     `  trace     ${job.traceId || "none: the orchestrator exported no trace for it (set OTEL_EXPORTER_OTLP_ENDPOINT to export traces)"}`,
   );
