@@ -13,7 +13,7 @@
 // signals it has no handler for. So terminate() signals that group, and
 // kill() SIGKILLs bwrap and the init, which takes the namespace with it.
 import { execFile, spawn, type ChildProcess, type SpawnOptions } from "node:child_process";
-import { existsSync, realpathSync } from "node:fs";
+import { existsSync, lstatSync, realpathSync } from "node:fs";
 import path from "node:path";
 import type { Readable } from "node:stream";
 import { planMounts, isWithin, type BindMount, type MountPlan } from "./bubblewrap-mounts.js";
@@ -169,6 +169,22 @@ function assertVisible(command: string, mounts: MountPlan): void {
 }
 
 /**
+ * Where a plugin's JavaScript dependencies are when its folder links to them: the orchestrator's copy of a plugin
+ * gets a `node_modules` link to the nearest node_modules above its source (plugin-registry.ts), which lies outside
+ * the plugin's folder, so a harness importing a package found nothing under bubblewrap. Bound read-only like the
+ * plugin (hidden paths in it stay hidden); undefined when the folder has no such link.
+ */
+function pluginModules(pluginDir: string): string | undefined {
+  const link = path.join(pluginDir, "node_modules");
+  try {
+    if (!lstatSync(link).isSymbolicLink()) return undefined;
+    return realpathSync.native(link);
+  } catch {
+    return undefined; // none, or a dangling link: nothing to bind
+  }
+}
+
+/**
  * The pid (on the node) of the namespace's init, from what bwrap wrote to its
  * --info-fd; undefined until it has. A kept session's info is its keeper's
  * file fd3, where a restarted sandbox reads it again (what SIGTERM goes to).
@@ -192,7 +208,11 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
       const nodeDir = path.dirname(process.execPath);
       const binds: BindMount[] = options.readOnlyPaths.map((p) => ({ source: p, optional: true }));
       if (!options.readOnlyPaths.some((p) => isWithin(nodeDir, p))) binds.push({ source: nodeDir });
-      if (options.pluginDir !== "") binds.push({ source: options.pluginDir });
+      if (options.pluginDir !== "") {
+        binds.push({ source: options.pluginDir });
+        const modules = pluginModules(options.pluginDir);
+        if (modules !== undefined) binds.push({ source: modules, optional: true });
+      }
       for (const p of options.writablePaths) binds.push({ source: p, writable: true });
       let command = spec.command;
       if (options.entry !== undefined) {

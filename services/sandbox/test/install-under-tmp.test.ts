@@ -1,7 +1,7 @@
 // An installation that lives under the node's /tmp (CI clones there) must stay
 // visible inside bubblewrap, where the session gets a private /tmp of its own.
 import assert from "node:assert/strict";
-import { chmodSync, copyFileSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, it } from "node:test";
@@ -49,5 +49,31 @@ void it("refuses a harness command outside every bound path, saying which settin
     );
   } finally {
     rmSync(elsewhere, { recursive: true, force: true });
+  }
+});
+
+void it("runs a plugin whose folder links its dependencies from elsewhere, as the orchestrator's copy does", async () => {
+  // A plugin written outside any installation, beside its own node_modules; the orchestrator's copy of it links
+  // node_modules to that folder (plugin-registry.ts), which no bound path holds.
+  const source = mkdtempSync(path.join(os.tmpdir(), "oz0-js-plugin-"));
+  try {
+    const dep = path.join(source, "node_modules", "dep");
+    mkdirSync(dep, { recursive: true });
+    writeFileSync(path.join(dep, "package.json"), JSON.stringify({ name: "dep", version: "1.0.0", type: "module" }));
+    copyFileSync(path.join(FIXTURES, "scenario-harness.mjs"), path.join(dep, "index.mjs"));
+    const plugin = path.join(source, "copy");
+    mkdirSync(plugin);
+    writeFileSync(path.join(plugin, "harness.mjs"), 'await import("dep/index.mjs");\n');
+    symlinkSync(path.join(source, "node_modules"), path.join(plugin, "node_modules"));
+    const stream = await runToEnd(
+      t.client,
+      scenarioStart(
+        { mode: "complete" },
+        { command: [process.execPath, path.join(plugin, "harness.mjs")], pluginDir: plugin },
+      ),
+    );
+    assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
+  } finally {
+    rmSync(source, { recursive: true, force: true });
   }
 });
