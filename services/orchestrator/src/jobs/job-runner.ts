@@ -95,6 +95,15 @@ export interface JobRunnerOptions {
   defaultBudgetUsd?: number;
 }
 
+/**
+ * What a job stores when its session broke `rule`: the rule as its error (a cancel's reason or a rule stored first
+ * stays the job's) and as the rule it broke (the first one stays), written with the seq that passes the message
+ * that broke it, so a replica that follows the job again knows (job-sessions.ts).
+ */
+function ruleBrokenPatch(job: Pick<JobRecord, "error" | "ruleBroken"> | undefined, rule: string): JobPatch {
+  return { error: job?.error || rule, ruleBroken: job?.ruleBroken || rule };
+}
+
 export class JobRunner {
   readonly #o: JobRunnerOptions;
   readonly #agents: AgentVersions;
@@ -570,10 +579,7 @@ export class JobRunner {
         if (job && !job.startedAt) patch.startedAt = new Date();
         // Stored with the seq that passes the start, as the audit's rules are: a re-attach past it fails alike.
         const violation = capabilitiesViolation(active.agent.harness.manifest, e.value);
-        if (violation && job) {
-          patch.error = job.error || violation;
-          patch.ruleBroken = job.ruleBroken || violation;
-        }
+        if (violation && job) Object.assign(patch, ruleBrokenPatch(job, violation));
         await this.#append(jobId, events, {
           job: patch,
           lifecycle: [
@@ -600,9 +606,7 @@ export class JobRunner {
         // re-attaches past the result and must still fail the job. An error stored first (a cancel's reason,
         // a rule broken before) stays the job's.
         await this.#append(jobId, [{ time: event.time, event: e }], {
-          job: violation
-            ? { ...patch, error: job?.error || violation, ruleBroken: job?.ruleBroken || violation }
-            : patch,
+          job: violation ? { ...patch, ...ruleBrokenPatch(job, violation) } : patch,
         });
         if (violation && job) {
           // A rule broken before, stored (by this process before a restart), stays the job's.
@@ -718,10 +722,11 @@ export class JobRunner {
     // Stored as a failed session's error is: a restart or a takeover re-attaches past what broke the rule
     // and would not see it again, so the job fails alike whatever the session does next (a node may let it
     // run on).
+    // The error is the first reason this process holds (it may be a cancel's); the rule is the one broken.
     await this.#o.store.updateJob(job.id, {
       ...patch,
+      ...ruleBrokenPatch(job, violation),
       error: job.error || active.violation,
-      ruleBroken: job.ruleBroken || violation,
     });
     this.#cancelSession(job, active, active.violation);
   }

@@ -31,7 +31,7 @@ import { appendJobStep, stateChanged } from "./job-events.js";
 import type { JobFeed } from "./job-feed.js";
 import { sendServedAnswer, servedToolCalls, type ServedRuntimeTools } from "./served-tools.js";
 import type { SessionStops } from "./session-stops.js";
-import { sessionBudgetUsd } from "../policy/session-budget.js";
+import { sessionBudget } from "../policy/session-budget.js";
 
 /** Why a pending job has not started, in its events. */
 export const WAITING_FOR_ROOM =
@@ -125,7 +125,7 @@ export class JobSessions {
         return;
       }
     }
-    const budgetUsd = sessionBudgetUsd(definition, this.#o.defaultBudgetUsd);
+    const budgetUsd = sessionBudget(definition, this.#o.defaultBudgetUsd).usd;
     let token;
     try {
       token = await this.#o.tokens.mint({

@@ -43,7 +43,7 @@ import { SessionDriver } from "../sessions/session-driver.js";
 import { agentSessionStart } from "../sessions/session-request.js";
 import { stopFollowedSession } from "../jobs/session-stops.js";
 import { newId } from "../store/ids.js";
-import { sessionBudgetUsd } from "../policy/session-budget.js";
+import { sessionBudget } from "../policy/session-budget.js";
 
 /** Repair sessions after the first attempt when its result does not validate. */
 export const DEFAULT_MAX_REPAIRS = 2;
@@ -593,7 +593,7 @@ export class OperationRunner {
       // Recorded before it starts, so a restart can stop it.
       await this.#checkpoints.put(record);
       // The parent's budget bounds its operations too: their calls spend from the parent session's account.
-      const parentBudget = sessionBudgetUsd(parent.agent.definition, this.#o.defaultBudgetUsd);
+      const parentBudget = sessionBudget(parent.agent.definition, this.#o.defaultBudgetUsd).usd;
       const token = await this.#o.tokens.mint({
         jobId: parent.jobId,
         agent: agent.name,

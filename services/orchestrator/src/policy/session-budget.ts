@@ -18,13 +18,6 @@ export function sessionBudget(
   return defaultUsd !== undefined ? { usd: defaultUsd, source: "orchestrator_default" } : { source: "none" };
 }
 
-export function sessionBudgetUsd(
-  definition: Pick<AgentDefinition, "harness">,
-  defaultUsd: number | undefined,
-): number | undefined {
-  return sessionBudget(definition, defaultUsd).usd;
-}
-
 /**
  * What an install says of the agents it published that no budget bounds (none of their own, and no default): their
  * jobs spend at the LLM proxy without limit, which nothing else would tell the operator.
@@ -34,7 +27,7 @@ export function unboundedAgentWarnings(
   defaultUsd: number | undefined,
 ): string[] {
   return agents
-    .filter((agent) => sessionBudgetUsd(agent.definition, defaultUsd) === undefined)
+    .filter((agent) => sessionBudget(agent.definition, defaultUsd).source === "none")
     .map(
       (agent) =>
         `agent ${agent.name} sets no harness.max_budget_usd and this orchestrator has no OZ0_DEFAULT_MAX_BUDGET_USD: its jobs spend at the LLM proxy without limit; set the agent's harness.max_budget_usd, or OZ0_DEFAULT_MAX_BUDGET_USD where the orchestrator starts`,

@@ -79,24 +79,10 @@ export class LlmProxyClient implements TokenIssuer, ProviderSecrets {
     try {
       return await this.#tokens.summarizeUsage({ since: timestampFromDate(since), until: timestampFromDate(until) });
     } catch (error) {
-      const refused = ConnectError.from(error);
-      switch (refused.code) {
-        case Code.InvalidArgument:
-          throw new OrchestratorError("invalid_argument", refused.rawMessage);
-        case Code.Unimplemented:
-          throw new OrchestratorError(
-            "failed_precondition",
-            `the LLM proxy at ${this.url} cannot sum usage over a window (SummarizeUsage): upgrade it to this orchestrator's version`,
-          );
-        case Code.Unavailable:
-        case Code.DeadlineExceeded:
-          throw new OrchestratorError(
-            "unavailable",
-            `the LLM proxy did not answer for the usage: ${refused.rawMessage}`,
-          );
-        default:
-          throw new OrchestratorError("internal", `the LLM proxy failed to sum the usage: ${refused.rawMessage}`);
-      }
+      throw proxyRefusal(error, {
+        what: "did not sum the usage",
+        method: `SummarizeUsage (upgrade the LLM proxy at ${this.url} to this orchestrator's version)`,
+      });
     }
   }
 
@@ -114,7 +100,7 @@ export class LlmProxyClient implements TokenIssuer, ProviderSecrets {
     try {
       await this.#secrets.setSecret({ name: options.name, value: options.value });
     } catch (error) {
-      throw secretError(error, "did not take the secret");
+      throw proxyRefusal(error, { what: "did not take the secret" });
     }
   }
 
@@ -127,7 +113,7 @@ export class LlmProxyClient implements TokenIssuer, ProviderSecrets {
         updatedAt: s.updatedAt ? timestampDate(s.updatedAt) : undefined,
       }));
     } catch (error) {
-      throw secretError(error, "could not list its secrets");
+      throw proxyRefusal(error, { what: "could not list its secrets" });
     }
   }
 
@@ -135,15 +121,20 @@ export class LlmProxyClient implements TokenIssuer, ProviderSecrets {
     try {
       await this.#secrets.deleteSecret({ name: options.name });
     } catch (error) {
-      throw secretError(error, `did not delete secret ${options.name}`);
+      throw proxyRefusal(error, { what: `did not delete secret ${options.name}` });
     }
   }
 }
 
-/** The proxy's refusal as the orchestrator's: a bad name and a missing secret are the caller's; the rest is the proxy being away. */
-function secretError(error: unknown, what: string): OrchestratorError {
+/**
+ * The proxy's refusal as the orchestrator's: a bad argument and a missing secret are the caller's, a method the proxy
+ * lacks (an older version, `method` says which and what to do) is a precondition; the rest is the proxy being away.
+ */
+function proxyRefusal(error: unknown, o: { what: string; method?: string }): OrchestratorError {
   const err = ConnectError.from(error);
   if (err.code === Code.InvalidArgument) return invalidArgument(err.rawMessage);
   if (err.code === Code.NotFound) return notFound(err.rawMessage);
-  return new OrchestratorError("unavailable", `the LLM proxy ${what}: ${err.rawMessage}`);
+  if (err.code === Code.Unimplemented && o.method)
+    return new OrchestratorError("failed_precondition", `the LLM proxy does not serve ${o.method}`);
+  return new OrchestratorError("unavailable", `the LLM proxy ${o.what}: ${err.rawMessage}`);
 }
