@@ -3,6 +3,6 @@ export { channelName, checkSchemaName, createSchemaPool, withTransaction } from 
 export type { SchemaPoolOptions } from "./schema-pool.js";
 export { jsonbText } from "./nul-replacement.js";
 export { runMigrations } from "./migrations.js";
-export type { Migration } from "./migrations.js";
+export type { ConcurrentIndexMigration, Migration, SqlMigration } from "./migrations.js";
 export { NotificationListener } from "./notification-listener.js";
 export type { NotificationListenerOptions } from "./notification-listener.js";

@@ -43,6 +43,13 @@ after(async () => {
   });
 });
 
+async function waitFor(check: () => Promise<boolean>): Promise<void> {
+  for (const deadline = Date.now() + 30_000; !(await check());) {
+    if (Date.now() > deadline) throw new Error("waited 30 s for the condition");
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
 async function until(check: () => boolean): Promise<void> {
   while (!check()) await new Promise((resolve) => setTimeout(resolve, 20));
 }
@@ -119,29 +126,44 @@ void describe("@oz0/postgres", () => {
     const pools = Array.from({ length: 5 }, () =>
       createSchemaPool({ connectionString: url, schema, maxConnections: 1 }),
     );
+    // An index built concurrently among them: it waits for every transaction older than its own, so a replica
+    // waiting for the lock inside one would deadlock it.
+    const migrations: Migration[] = [
+      ...MIGRATIONS,
+      { version: 4, name: "a size", sql: "ALTER TABLE things ADD COLUMN size integer" },
+      {
+        version: 3,
+        name: "things by colour",
+        concurrentIndex: { name: "things_by_colour", table: "things", columns: ["colour"] },
+      },
+    ];
     try {
+      // Every pool holds an open connection first, so the migrations start as close together as they can.
+      await Promise.all(pools.map((pool) => pool.query("SELECT 1")));
       const ran = await Promise.all(
-        pools.map((pool) => runMigrations({ pool, schema, component: "test", migrations: MIGRATIONS })),
+        pools.map((pool) => runMigrations({ pool, schema, component: "test", migrations })),
       );
-      assert.deepEqual(ran.flat().sort(), [1, 2], `each version applied once: ${JSON.stringify(ran)}`);
+      assert.deepEqual(ran.flat().sort(), [1, 2, 3, 4], `each version applied once: ${JSON.stringify(ran)}`);
       assert.deepEqual(
         ran.find((r) => r.length > 0),
-        [1, 2],
+        [1, 2, 3, 4],
         "in version order",
       );
       assert.deepEqual(
-        await runMigrations({ pool: pools[0]!, schema, component: "test", migrations: MIGRATIONS }),
+        await runMigrations({ pool: pools[0]!, schema, component: "test", migrations }),
         [],
         "a no-op once applied",
       );
-      // Unqualified names resolve in the schema, and the second migration's column is there.
-      await pools[1]!.query("INSERT INTO things (id, colour) VALUES (1, 'blue')");
+      // Unqualified names resolve in the schema, and the later migrations' columns are there.
+      await pools[1]!.query("INSERT INTO things (id, colour, size) VALUES (1, 'blue', 3)");
       const recorded = await pools[2]!.query<{ version: number; name: string }>(
         "SELECT version, name FROM oz0_migrations WHERE component = 'test' ORDER BY version",
       );
       assert.deepEqual(recorded.rows, [
         { version: 1, name: "things" },
         { version: 2, name: "a column" },
+        { version: 3, name: "things by colour" },
+        { version: 4, name: "a size" },
       ]);
     } finally {
       await Promise.all(pools.map((pool) => pool.end()));
@@ -192,6 +214,117 @@ void describe("@oz0/postgres", () => {
       );
     } finally {
       await Promise.all(racers.map(({ pool }) => pool.end()));
+    }
+  });
+
+  void it("builds an index concurrently: writes to the table go on while it waits and builds", async () => {
+    const schema = freshSchema();
+    const pool = createSchemaPool({ connectionString: url, schema });
+    const writer = new pg.Client({ connectionString: url });
+    const index: Migration = {
+      version: 3,
+      name: "things by colour",
+      concurrentIndex: { name: "things_by_colour", table: "things", columns: ["colour", "id"] },
+    };
+    try {
+      await runMigrations({ pool, schema, component: "test", migrations: MIGRATIONS });
+      // A write in flight when the migration starts: a plain CREATE INDEX would wait for it holding a lock every
+      // later write to the table queues behind, until it commits.
+      await writer.connect();
+      await writer.query(`BEGIN; INSERT INTO ${schema}.things (id, colour) VALUES (1, 'red')`);
+      const migrating = runMigrations({ pool, schema, component: "test", migrations: [...MIGRATIONS, index] });
+      await waitFor(async () => {
+        const building = await pool.query(
+          "SELECT 1 FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX%things_by_colour%' AND wait_event_type = 'Lock'",
+        );
+        return building.rowCount === 1;
+      });
+      // Another replica's write goes through while the build waits.
+      await admin(async (client) => {
+        await client.query("SET statement_timeout = '5s'");
+        await client.query(`INSERT INTO ${schema}.things (id, colour) VALUES (2, 'blue')`);
+      });
+      await writer.query("COMMIT");
+      assert.deepEqual(await migrating, [3]);
+      const built = await pool.query<{ valid: boolean; definition: string }>(
+        "SELECT i.indisvalid AS valid, pg_get_indexdef(i.indexrelid) AS definition FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'things_by_colour'",
+        [schema],
+      );
+      assert.equal(built.rows.length, 1);
+      assert.equal(built.rows[0]!.valid, true);
+      assert.match(built.rows[0]!.definition, /ON \w+\.things USING btree \(colour, id\)$/);
+      const recorded = await pool.query("SELECT name FROM oz0_migrations WHERE component = 'test' AND version = 3");
+      assert.deepEqual(recorded.rows, [{ name: "things by colour" }]);
+    } finally {
+      await writer.end();
+      await pool.end();
+    }
+  });
+
+  void it("builds again an index a killed concurrent build left invalid, and keeps one left valid", async () => {
+    const schema = freshSchema();
+    const pool = createSchemaPool({ connectionString: url, schema });
+    const byColour: Migration = {
+      version: 3,
+      name: "things by colour",
+      concurrentIndex: { name: "things_by_colour", table: "things", columns: ["colour"] },
+    };
+    const byId: Migration = {
+      version: 4,
+      name: "things by id",
+      concurrentIndex: { name: "things_by_id", table: "things", columns: ["id"] },
+    };
+    const indexes = async () =>
+      (
+        await pool.query<{ name: string; valid: boolean; unique: boolean }>(
+          "SELECT c.relname AS name, i.indisvalid AS valid, i.indisunique AS unique FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname LIKE 'things_by_%' ORDER BY 1",
+          [schema],
+        )
+      ).rows;
+    try {
+      await runMigrations({ pool, schema, component: "test", migrations: MIGRATIONS });
+      await pool.query("INSERT INTO things (id, colour) VALUES (1, 'red'), (2, 'red')");
+      // A concurrent build that fails leaves its index behind, invalid, as one whose process was killed does.
+      await assert.rejects(
+        pool.query("CREATE UNIQUE INDEX CONCURRENTLY things_by_colour ON things (colour)"),
+        /could not create unique index/,
+      );
+      // A replica killed after its build and before the version's record leaves it valid.
+      await pool.query("CREATE INDEX CONCURRENTLY things_by_id ON things (id)");
+      assert.deepEqual(await indexes(), [
+        { name: "things_by_colour", valid: false, unique: true },
+        { name: "things_by_id", valid: true, unique: false },
+      ]);
+      assert.deepEqual(
+        await runMigrations({ pool, schema, component: "test", migrations: [...MIGRATIONS, byColour, byId] }),
+        [3, 4],
+      );
+      assert.deepEqual(await indexes(), [
+        { name: "things_by_colour", valid: true, unique: false },
+        { name: "things_by_id", valid: true, unique: false },
+      ]);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  void it("refuses an index whose names are not plain identifiers before touching the schema", async () => {
+    const schema = freshSchema();
+    const pool = createSchemaPool({ connectionString: url, schema });
+    try {
+      const bad: Migration = {
+        version: 3,
+        name: "a bad index",
+        concurrentIndex: { name: "things_by_colour", table: "things; DROP TABLE things", columns: ["colour"] },
+      };
+      await assert.rejects(
+        runMigrations({ pool, schema, component: "test", migrations: [...MIGRATIONS, bad] }),
+        /migration 3 \(a bad index\): an index's name, table and columns .* must be lower-case letters/,
+      );
+      const created = await pool.query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [schema]);
+      assert.equal(created.rowCount, 0, "nothing applied");
+    } finally {
+      await pool.end();
     }
   });
 

@@ -61,6 +61,12 @@ interface ProxyMigration {
   up(db: Kysely<SchemaOnly>, t: ColumnTypes): (Compilable | string)[];
   /** On a SQLite file from before numbered migrations: it already has what this makes. */
   present?(probe: SchemaProbe): boolean;
+  /**
+   * An index on a table that may be large by the time the migration reaches
+   * it: PostgreSQL builds it CONCURRENTLY, so calls go on being metered while
+   * it builds (`up` makes it on SQLite, whose file has one writer anyway).
+   */
+  concurrentIndex?: { name: string; table: string; columns: string[] };
 }
 
 /**
@@ -280,27 +286,35 @@ $fn$`,
     version: 7,
     name: "calls by when they started",
     // Usage across jobs over a window (SummarizeUsage: what the agents spent today) reads the calls by start.
+    // First applied as a plain CREATE INDEX on both engines; the index it leaves is the same.
     up: (db) => [db.schema.createIndex("calls_by_start").on("calls").column("started_at")],
+    concurrentIndex: { name: "calls_by_start", table: "calls", columns: ["started_at"] },
   },
 ];
 
-/** The engine's migrations as SQL, each with its probe for adopting an old SQLite file. */
-function migrationsFor(engine: EngineName): SqliteMigration[] {
-  const db = COMPILERS[engine] as unknown as Kysely<SchemaOnly>;
-  return MIGRATIONS.filter((m) => !m.only || m.only === engine).map((m) => ({
-    version: m.version,
-    name: m.name,
-    sql: m
-      .up(db, TYPES[engine])
-      .map((statement) => `${typeof statement === "string" ? statement : statement.compile().sql};`)
-      .join("\n"),
-    ...(m.present ? { present: m.present } : {}),
-  }));
+/** A migration's statements, compiled for the engine. */
+function sqlOf(migration: ProxyMigration, engine: EngineName): string {
+  return migration
+    .up(COMPILERS[engine] as unknown as Kysely<SchemaOnly>, TYPES[engine])
+    .map((statement) => `${typeof statement === "string" ? statement : statement.compile().sql};`)
+    .join("\n");
 }
 
-/** Every migration PostgreSQL applies, as SQL. */
-export const POSTGRES_MIGRATIONS: readonly Migration[] = migrationsFor("postgres");
-const SQLITE_MIGRATIONS: readonly SqliteMigration[] = migrationsFor("sqlite");
+const appliesTo = (engine: EngineName) => (m: ProxyMigration) => !m.only || m.only === engine;
+
+/** Every migration PostgreSQL applies: SQL, or an index built concurrently. */
+export const POSTGRES_MIGRATIONS: readonly Migration[] = MIGRATIONS.filter(appliesTo("postgres")).map((m) =>
+  m.concurrentIndex
+    ? { version: m.version, name: m.name, concurrentIndex: m.concurrentIndex }
+    : { version: m.version, name: m.name, sql: sqlOf(m, "postgres") },
+);
+/** SQLite's, each with its probe for adopting a file from before numbered migrations. */
+const SQLITE_MIGRATIONS: readonly SqliteMigration[] = MIGRATIONS.filter(appliesTo("sqlite")).map((m) => ({
+  version: m.version,
+  name: m.name,
+  sql: sqlOf(m, "sqlite"),
+  ...(m.present ? { present: m.present } : {}),
+}));
 
 /** Applies the migrations the schema lacks, under an advisory lock; returns the versions it ran. */
 export function migratePostgres(pool: pg.Pool, schema: string): Promise<number[]> {
