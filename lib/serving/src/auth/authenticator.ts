@@ -3,7 +3,7 @@
 // their SHA-256, so a service never holds another's secret; OIDC tokens are
 // verified against the issuer. Results are kept in memory for their lifetime,
 // so a call costs a hash and a map look-up.
-import { createHash } from "node:crypto";
+import { hash } from "node:crypto";
 import { OidcVerifier } from "./oidc-verifier.js";
 import { grantedRoles, type PeopleConfig } from "./people-config.js";
 import { impliedRoles, ownerPrincipal, ROLES, type Principal, type Role, type ServiceName } from "./principal.js";
@@ -38,9 +38,9 @@ export interface SessionCredentials {
 
 export type Authentication = { principal: Principal } | { refused: string };
 
-/** Hex SHA-256 of a credential: the form in which services know each other's. */
+/** Hex SHA-256 of a credential: the form in which services know each other's. Every call's credential is hashed: the one-shot form, without a Hash object. */
 export function credentialDigest(token: string): string {
-  return createHash("sha256").update(token).digest("hex");
+  return hash("sha256", token, "hex");
 }
 
 const CACHE_LIMIT = 10_000;
