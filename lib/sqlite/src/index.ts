@@ -10,3 +10,4 @@ export {
   type SqliteMigration,
   type SqliteMigrationOptions,
 } from "./migrations.js";
+export { SqliteCheckpointer } from "./sqlite-checkpointer.js";

@@ -17,10 +17,9 @@
 import { randomUUID } from "node:crypto";
 import path from "node:path";
 import Database from "better-sqlite3";
-import { lockDataDirectory, type DataDirectoryLock } from "@oz0/sqlite";
+import { lockDataDirectory, SqliteCheckpointer, type DataDirectoryLock } from "@oz0/sqlite";
 import { BudgetLedger } from "./budget-ledger.js";
 import { InFlightSlots, slotFileAdvice, type HeldColumns } from "./in-flight-slots.js";
-import { SqliteCheckpointer } from "./sqlite-checkpointer.js";
 import type {
   AttemptRecord,
   BudgetSnapshot,

@@ -11,6 +11,7 @@ import { mkdirSync } from "node:fs";
 import path from "node:path";
 import Database from "better-sqlite3";
 import { createSchemaPool, jsonbText } from "@oz0/postgres";
+import { SqliteCheckpointer } from "@oz0/sqlite";
 import { Kysely, PostgresDialect, SqliteDialect, type Generated } from "kysely";
 import type pg from "pg";
 import { cachedStatements } from "./sqlite-statements.js";
@@ -239,7 +240,7 @@ export interface SqliteFile {
   readonly handle: Database.Database;
   readonly db: Db;
   /** Closes the handle once every opener released it. */
-  release(): void;
+  release(): Promise<void>;
 }
 
 const openFiles = new Map<string, { file: SqliteFile; openers: number }>();
@@ -274,14 +275,30 @@ export function openSqlite(options: SqliteFileOptions & { migrate: (handle: Data
     handle.close();
     throw error;
   }
+  // The WAL is copied into the file by a thread of its own (@oz0/sqlite's SqliteCheckpointer): a checkpoint run by
+  // whichever commit crossed 1,000 pages stalled the event loop, and every job with it, for its fsync.
+  const checkpointer = key
+    ? new SqliteCheckpointer({
+        file: key,
+        trigger: "polled",
+        onError: (error) =>
+          process.emitWarning(
+            `${key}: ${(error as Error).message}; it is tried again in a second (a full or failing disk stops the writes too)`,
+            { code: "OZ0_SQLITE_CHECKPOINT" },
+          ),
+      })
+    : undefined;
+  if (checkpointer) handle.pragma("wal_autocheckpoint = 0");
   const entry = {
     openers: 1,
     file: {
       handle,
       db: new Kysely<Tables>({ dialect: new SqliteDialect({ database: cachedStatements(handle) }) }),
-      release(): void {
+      async release(): Promise<void> {
         if (--entry.openers > 0) return;
         if (key) openFiles.delete(key);
+        // The thread's last checkpoint first; closing the handle then finds the log copied.
+        await checkpointer?.close();
         handle.close();
       },
     },

@@ -26,6 +26,6 @@ export class SqliteGraphStore extends SqlGraphStore {
 
   async close(): Promise<void> {
     this.checkpoints.close();
-    this.#file.release();
+    await this.#file.release();
   }
 }

@@ -16,6 +16,6 @@ export class SqliteJobStore extends SqlJobStore {
   }
 
   override async close(): Promise<void> {
-    this.#file.release();
+    await this.#file.release();
   }
 }

@@ -1,16 +1,23 @@
-// Copies the SQLite store's write-ahead log into its database file from a
+// Copies a SQLite file's write-ahead log into its database file from a
 // thread of its own. A WAL checkpoint ends with an fsync of the database
 // file, and SQLite runs one in whichever commit crosses 1,000 pages of log:
-// on the proxy's event loop that stalled every call for as long as the disk
-// took (tens of milliseconds on a busy machine). So the store's connection
-// never checkpoints (wal_autocheckpoint = 0) and this thread, on a connection
-// of its own, runs a PASSIVE checkpoint, which never waits for the writer nor
-// holds it up: every 250 ms once 64 commits came since the last, else once a
-// second after one did (the store counts its commits, `wrote()`, in memory
-// both threads share). Each checkpoint costs two fsyncs here and one in the
-// store's next commit (SQLite syncs the log's header when it starts the log
-// again), and copies every page written since the last once: at a few commits
-// a second, one every 250 ms was about one per commit (issue 24).
+// on a service's event loop that stalls everything it serves for as long as
+// the disk takes (tens of milliseconds on a busy machine; 12-17 ms here every
+// few hundred commits of three rows, against under 1 ms without). So the
+// service's connection never checkpoints (wal_autocheckpoint = 0) and this
+// thread, on a connection of its own, runs a PASSIVE checkpoint, which never
+// waits for the writer nor holds it up. When, by `trigger`:
+//  - `counted` (the LLM proxy, whose store counts its commits, `wrote()`, in
+//    memory both threads share): every 250 ms once 64 commits came since the
+//    last, else once a second after one did. Each checkpoint costs two fsyncs
+//    here and one in the store's next commit (SQLite syncs the log's header
+//    when it starts the log again), and copies every page written since the
+//    last once: at a few commits a second, one every 250 ms was about one per
+//    commit (issue 24).
+//  - `polled` (the orchestrator, whose files are written through Kysely and
+//    @oz0/graph alike, with no one place that sees every commit): each
+//    interval (1 s) the thread asks `PRAGMA data_version`, which changes when
+//    another connection committed, and checkpoints when it did.
 import { createRequire } from "node:module";
 import { Worker } from "node:worker_threads";
 
@@ -31,7 +38,18 @@ const checkpoint = () => {
 const commits = new Int32Array(workerData.commits);
 let checkpointed = 0;
 let waited = 0;
+// Polled: the file's version as this connection last saw it; none at first, so commits made before the thread
+// started are checkpointed on its first look.
+let version = -1;
 const timer = setInterval(() => {
+  if (workerData.trigger === "polled") {
+    const now = db.pragma("data_version", { simple: true });
+    if (now !== version) {
+      version = now;
+      checkpoint();
+    }
+    return;
+  }
   const now = Atomics.load(commits, 0);
   if (now === checkpointed) return;
   waited += workerData.intervalMs;
@@ -55,20 +73,29 @@ export class SqliteCheckpointer {
   #closed: Promise<void> | undefined;
 
   /** `onError`: a checkpoint failed (it is tried again after the next commit). */
-  constructor(options: { file: string; intervalMs?: number; onError: (error: unknown) => void }) {
+  constructor(options: {
+    file: string;
+    /** How the thread learns of commits (above). Default `counted`. */
+    trigger?: "counted" | "polled";
+    /** How often the thread looks. Default 250 ms counted, 1 s polled. */
+    intervalMs?: number;
+    onError: (error: unknown) => void;
+  }) {
+    const trigger = options.trigger ?? "counted";
     const driver = createRequire(import.meta.url).resolve("better-sqlite3");
     this.#worker = new Worker(THREAD, {
       eval: true,
       workerData: {
         file: options.file,
         driver,
-        intervalMs: options.intervalMs ?? 250,
+        trigger,
+        intervalMs: options.intervalMs ?? (trigger === "polled" ? 1_000 : 250),
         commits: this.#commits.buffer,
         commitsPerCheckpoint: 64,
         maxWaitMs: 1_000,
       },
     });
-    // The proxy's exit does not wait for it.
+    // The service's exit does not wait for it.
     this.#worker.unref();
     this.#worker.on("message", (message: { error?: string }) => {
       if (message.error !== undefined) options.onError(new Error(`WAL checkpoint: ${message.error}`));
@@ -76,7 +103,7 @@ export class SqliteCheckpointer {
     this.#worker.on("error", options.onError);
   }
 
-  /** The store committed a write: the log grew. */
+  /** The store committed a write: the log grew (`counted`). */
   wrote(): void {
     Atomics.add(this.#commits, 0, 1);
   }
