@@ -50,6 +50,16 @@ async function waitFor(check: () => Promise<boolean>): Promise<void> {
   }
 }
 
+/** Until things_by_colour's build waits on a lock (a transaction it must outlast). */
+async function buildWaiting(pool: pg.Pool): Promise<void> {
+  await waitFor(async () => {
+    const building = await pool.query(
+      "SELECT 1 FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX%things_by_colour%' AND wait_event_type = 'Lock'",
+    );
+    return building.rowCount === 1;
+  });
+}
+
 async function until(check: () => boolean): Promise<void> {
   while (!check()) await new Promise((resolve) => setTimeout(resolve, 20));
 }
@@ -109,6 +119,12 @@ const MIGRATIONS: Migration[] = [
   { version: 2, name: "a column", sql: "ALTER TABLE things ADD COLUMN colour text" },
   { version: 1, name: "things", sql: "CREATE TABLE things (id integer PRIMARY KEY)" },
 ];
+/** Version 3: an index built concurrently. */
+const BY_COLOUR: Migration = {
+  version: 3,
+  name: "things by colour",
+  concurrentIndex: { name: "things_by_colour", table: "things", columns: ["colour"] },
+};
 
 void describe("@oz0/postgres", () => {
   void it("refuses a schema name that is not a plain identifier, and fits long ones into a channel name", () => {
@@ -131,11 +147,7 @@ void describe("@oz0/postgres", () => {
     const migrations: Migration[] = [
       ...MIGRATIONS,
       { version: 4, name: "a size", sql: "ALTER TABLE things ADD COLUMN size integer" },
-      {
-        version: 3,
-        name: "things by colour",
-        concurrentIndex: { name: "things_by_colour", table: "things", columns: ["colour"] },
-      },
+      BY_COLOUR,
     ];
     try {
       // Every pool holds an open connection first, so the migrations start as close together as they can.
@@ -171,8 +183,8 @@ void describe("@oz0/postgres", () => {
   });
 
   void it("lets two components migrate one fresh schema at once, each applying its own migrations once", async () => {
-    // The orchestrator and the LLM proxy may share a schema and start together: both find it
-    // missing, and both find `oz0_migrations` missing.
+    // Components may share a schema and start together: both find it missing, and both find
+    // `oz0_migrations` missing.
     const schema = freshSchema();
     const components = {
       alpha: [{ version: 1, name: "alpha things", sql: "CREATE TABLE alpha_things (id integer PRIMARY KEY)" }],
@@ -233,12 +245,7 @@ void describe("@oz0/postgres", () => {
       await writer.connect();
       await writer.query(`BEGIN; INSERT INTO ${schema}.things (id, colour) VALUES (1, 'red')`);
       const migrating = runMigrations({ pool, schema, component: "test", migrations: [...MIGRATIONS, index] });
-      await waitFor(async () => {
-        const building = await pool.query(
-          "SELECT 1 FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX%things_by_colour%' AND wait_event_type = 'Lock'",
-        );
-        return building.rowCount === 1;
-      });
+      await buildWaiting(pool);
       // Another replica's write goes through while the build waits.
       await admin(async (client) => {
         await client.query("SET statement_timeout = '5s'");
@@ -261,14 +268,9 @@ void describe("@oz0/postgres", () => {
     }
   });
 
-  void it("builds again an index a killed concurrent build left invalid, and keeps one left valid", async () => {
+  void it("builds again an index a failed concurrent build left invalid, and keeps one left valid", async () => {
     const schema = freshSchema();
     const pool = createSchemaPool({ connectionString: url, schema });
-    const byColour: Migration = {
-      version: 3,
-      name: "things by colour",
-      concurrentIndex: { name: "things_by_colour", table: "things", columns: ["colour"] },
-    };
     const byId: Migration = {
       version: 4,
       name: "things by id",
@@ -276,34 +278,111 @@ void describe("@oz0/postgres", () => {
     };
     const indexes = async () =>
       (
-        await pool.query<{ name: string; valid: boolean; unique: boolean }>(
-          "SELECT c.relname AS name, i.indisvalid AS valid, i.indisunique AS unique FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname LIKE 'things_by_%' ORDER BY 1",
+        await pool.query<{ name: string; valid: boolean; unique: boolean; oid: number }>(
+          "SELECT c.relname AS name, i.indisvalid AS valid, i.indisunique AS unique, c.oid::int AS oid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname LIKE 'things_by_%' ORDER BY 1",
           [schema],
         )
       ).rows;
     try {
       await runMigrations({ pool, schema, component: "test", migrations: MIGRATIONS });
       await pool.query("INSERT INTO things (id, colour) VALUES (1, 'red'), (2, 'red')");
-      // A concurrent build that fails leaves its index behind, invalid, as one whose process was killed does.
+      // A concurrent build that fails leaves its index behind, invalid, as one cancelled, aborted as a deadlock's
+      // victim, or cut by a server crash does.
       await assert.rejects(
         pool.query("CREATE UNIQUE INDEX CONCURRENTLY things_by_colour ON things (colour)"),
         /could not create unique index/,
       );
       // A replica killed after its build and before the version's record leaves it valid.
       await pool.query("CREATE INDEX CONCURRENTLY things_by_id ON things (id)");
-      assert.deepEqual(await indexes(), [
-        { name: "things_by_colour", valid: false, unique: true },
-        { name: "things_by_id", valid: true, unique: false },
-      ]);
+      const before = await indexes();
       assert.deepEqual(
-        await runMigrations({ pool, schema, component: "test", migrations: [...MIGRATIONS, byColour, byId] }),
+        before.map(({ oid: _, ...rest }) => rest),
+        [
+          { name: "things_by_colour", valid: false, unique: true },
+          { name: "things_by_id", valid: true, unique: false },
+        ],
+      );
+      assert.deepEqual(
+        await runMigrations({ pool, schema, component: "test", migrations: [...MIGRATIONS, BY_COLOUR, byId] }),
         [3, 4],
       );
-      assert.deepEqual(await indexes(), [
-        { name: "things_by_colour", valid: true, unique: false },
-        { name: "things_by_id", valid: true, unique: false },
-      ]);
+      const after = await indexes();
+      assert.deepEqual(
+        after.map(({ oid: _, ...rest }) => rest),
+        [
+          { name: "things_by_colour", valid: true, unique: false },
+          { name: "things_by_id", valid: true, unique: false },
+        ],
+      );
+      assert.notEqual(after[0]!.oid, before[0]!.oid, "the invalid one was built again");
+      assert.equal(after[1]!.oid, before[1]!.oid, "the valid one was kept, not built again");
     } finally {
+      await pool.end();
+    }
+  });
+
+  void it("refuses to take another index of the same name for the one a migration builds", async () => {
+    const schema = freshSchema();
+    const pool = createSchemaPool({ connectionString: url, schema });
+    try {
+      await runMigrations({ pool, schema, component: "test", migrations: MIGRATIONS });
+      await pool.query("CREATE INDEX things_by_colour ON things (id)");
+      await assert.rejects(
+        runMigrations({ pool, schema, component: "test", migrations: [...MIGRATIONS, BY_COLOUR] }),
+        /migration 3 \(things by colour\): schema \w+ has an index things_by_colour that is not the one this migration builds \(on things \(colour\)\): CREATE INDEX things_by_colour ON \w+\.things USING btree \(id\); drop or rename it, then start again/,
+      );
+      const recorded = await pool.query("SELECT 1 FROM oz0_migrations WHERE component = 'test' AND version = 3");
+      assert.equal(recorded.rowCount, 0);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  void it("builds again when a replica of an older version, waiting for the lock inside a transaction, deadlocks the build", async () => {
+    // Runners before this one waited for the lock with pg_advisory_xact_lock, holding a snapshot the build waits
+    // for: PostgreSQL aborts one of the two. The old replica's wait begins first, so its one deadlock check (after
+    // deadlock_timeout) finds no cycle yet; the build's finds it, and the build is the victim.
+    const schema = freshSchema();
+    const pool = createSchemaPool({ connectionString: url, schema });
+    const writer = new pg.Client({ connectionString: url });
+    const oldReplica = new pg.Client({ connectionString: url });
+    try {
+      await runMigrations({ pool, schema, component: "test", migrations: MIGRATIONS });
+      await Promise.all([writer.connect(), oldReplica.connect()]);
+      const deadlockTimeoutMs = Number(
+        (
+          await oldReplica.query<{ ms: string }>(
+            "SELECT setting AS ms FROM pg_settings WHERE name = 'deadlock_timeout'",
+          )
+        ).rows[0]!.ms,
+      );
+      // The build waits for this write first, long enough for the old replica to line up behind the lock.
+      await writer.query(`BEGIN; INSERT INTO ${schema}.things (id, colour) VALUES (1, 'red')`);
+      const migrating = runMigrations({ pool, schema, component: "test", migrations: [...MIGRATIONS, BY_COLOUR] });
+      await buildWaiting(pool);
+      await oldReplica.query("BEGIN");
+      const oldPid = (await oldReplica.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0]!.pid;
+      const oldTurn = oldReplica.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`oz0.migrations:${schema}:test`]);
+      await waitFor(async () => {
+        const waiting = await pool.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'advisory'", [
+          oldPid,
+        ]);
+        return waiting.rowCount === 1;
+      });
+      await new Promise((resolve) => setTimeout(resolve, deadlockTimeoutMs * 2));
+      await writer.query("COMMIT");
+      // The old replica gets the lock once the aborted build lets it go: it finds nothing it knows to do, and ends.
+      await oldTurn;
+      await oldReplica.query("COMMIT");
+      assert.deepEqual(await migrating, [3]);
+      const built = await pool.query<{ valid: boolean }>(
+        "SELECT i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'things_by_colour'",
+        [schema],
+      );
+      assert.deepEqual(built.rows, [{ valid: true }]);
+    } finally {
+      await writer.end();
+      await oldReplica.end();
       await pool.end();
     }
   });
@@ -323,6 +402,26 @@ void describe("@oz0/postgres", () => {
       );
       const created = await pool.query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [schema]);
       assert.equal(created.rowCount, 0, "nothing applied");
+    } finally {
+      await pool.end();
+    }
+  });
+
+  void it("says to give a component a schema of its own when another component's table took a name it makes", async () => {
+    // The orchestrator and the LLM proxy both make `session_tokens`.
+    const schema = freshSchema();
+    const pool = createSchemaPool({ connectionString: url, schema });
+    try {
+      const tokens = (component: string): Migration[] => [
+        { version: 1, name: `${component}'s tokens`, sql: "CREATE TABLE session_tokens (id text PRIMARY KEY)" },
+      ];
+      await runMigrations({ pool, schema, component: "orchestrator", migrations: tokens("orchestrator") });
+      await assert.rejects(
+        runMigrations({ pool, schema, component: "llm-proxy", migrations: tokens("llm-proxy") }),
+        new RegExp(
+          `^Error: migration 1 \\(llm-proxy's tokens\\) of llm-proxy failed in schema ${schema}: relation "session_tokens" already exists; the schema holds the tables of orchestrator as well, whose names may be the same: give llm-proxy a schema of its own \\(OZ0_DATABASE_SCHEMA\\)$`,
+        ),
+      );
     } finally {
       await pool.end();
     }
