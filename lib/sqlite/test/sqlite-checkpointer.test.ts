@@ -53,7 +53,12 @@ for (const trigger of ["polled", "counted"] as const) {
 
 void test("polled: closing checkpoints what was written last", async (t) => {
   const { file, db } = walFile(t);
-  const checkpointer = new SqliteCheckpointer({ file, trigger: "polled", intervalMs: 50, onError: assert.fail });
+  const checkpointer = new SqliteCheckpointer({
+    file,
+    trigger: "polled",
+    intervalMs: 50,
+    onError: (error) => assert.fail(String(error)),
+  });
   await new Promise((r) => setTimeout(r, 200));
   const idle = statSync(file).size;
   // Written, and closed at once: the thread's last checkpoint on close copies it.
