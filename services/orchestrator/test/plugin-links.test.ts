@@ -6,7 +6,7 @@
 // a plugin is refused at install; a link inside the plugin still works, from
 // a folder and from a git repository alike.
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
@@ -23,9 +23,12 @@ writeFileSync(path.join(home, "credentials", "owner"), "oz0_the-owner-credential
 const store = new SqliteJobStore({ file: ":memory:" });
 const registry = new PluginRegistry({ store, home });
 
-/** A plugin whose agent's instructions are prompts/p.md, made by `link` (a symlink's target) or as a file. */
-function plugin(name: string, link?: string): string {
-  const dir = path.join(scratch, name);
+/**
+ * A plugin whose agent's instructions are prompts/p.md, made by `link` (a symlink's target) or as a file; in
+ * `scratch/<name>`, or in `at`.
+ */
+function plugin(name: string, link?: string, at = path.join(scratch, name)): string {
+  const dir = at;
   mkdirSync(path.join(dir, "agents"), { recursive: true });
   mkdirSync(path.join(dir, "prompts"));
   writeFileSync(path.join(dir, "prompts", "real.md"), "You are a plain agent.\n");
@@ -72,4 +75,28 @@ void test("a link inside the plugin installs, and reads what it leads to", async
   await registry.install({ source: dir });
   const [agent] = await store.listAgents();
   assert.equal(agent?.instructions, "You are a plain agent.\n");
+});
+
+void test("installed again from another checkout, every copy of the plugin uses that checkout's node_modules", async () => {
+  // Two checkouts, each with its dependencies, and the plugin a little different in each (a README): two copies.
+  // An agent version whose harness did not change keeps running the first copy, so its link must follow too.
+  const checkouts = ["first", "second"].map((name) => {
+    const root = path.join(scratch, "checkouts", name);
+    mkdirSync(path.join(root, "node_modules"), { recursive: true });
+    const dir = plugin("deps", undefined, path.join(root, "plugins", "deps"));
+    writeFileSync(path.join(dir, "README.md"), `from the ${name} checkout\n`);
+    return { root, dir };
+  });
+  const copies = path.join(home, "plugins", "deps");
+  const links = () =>
+    readdirSync(copies)
+      .map((copy) => readlinkSync(path.join(copies, copy, "node_modules")))
+      .sort();
+  await registry.install({ source: checkouts[0]!.dir });
+  assert.deepEqual(links(), [path.join(checkouts[0]!.root, "node_modules")]);
+  await registry.install({ source: checkouts[1]!.dir });
+  assert.deepEqual(links(), [
+    path.join(checkouts[1]!.root, "node_modules"),
+    path.join(checkouts[1]!.root, "node_modules"),
+  ]);
 });

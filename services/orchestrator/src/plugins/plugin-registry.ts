@@ -127,7 +127,8 @@ function definitionFiles(root: string, manifest: PluginManifest, instructions?: 
  * node_modules at or above the source (a workspace's hoisted one included).
  * Installing the same content again from another folder (a second checkout,
  * the first one deleted) points the link there: the copy is shared by
- * content, and the latest install says where its dependencies are. A copy
+ * content, and the latest install says where its dependencies are, for every
+ * copy of the plugin (an older one an agent version still runs too). A copy
  * that brought a node_modules folder of its own keeps it. Plugins cloned from
  * git bring no dependencies.
  */
@@ -204,7 +205,12 @@ export class PluginRegistry {
         rmSync(path.join(staging, ".git"), { recursive: true, force: true });
         renameSync(staging, finalDir);
       }
-      linkDependencies(source, finalDir);
+      // Every copy of this plugin uses the dependencies of the source installed last, the older ones too: an agent
+      // version whose harness did not change keeps running its copy, and a stack binds its own installation's
+      // node_modules into sessions, not the one another checkout installed that copy from (the demo, run from a
+      // second checkout with the same home, failed: "Cannot find package '@oz0/harness'").
+      for (const copy of readdirSync(path.dirname(finalDir), { withFileTypes: true }))
+        if (copy.isDirectory()) linkDependencies(source, path.join(path.dirname(finalDir), copy.name));
       const harnesses = new Map<string, FingerprintedHarness>();
       const ownDefinitions = definitionFiles(
         finalDir,
