@@ -29,7 +29,8 @@
 // older replica can finish, and tries again (a few times) once it has the
 // lock back.
 import type pg from "pg";
-import { checkSchemaName, withTransaction } from "./schema-pool.js";
+import { setTimeout as sleep } from "node:timers/promises";
+import { checkSchemaName, isPlainIdentifier, transactionOn, withTransaction } from "./schema-pool.js";
 
 interface MigrationCommon {
   version: number;
@@ -111,7 +112,7 @@ export async function runMigrations(options: {
         ran.push(...error.applied);
         // The replica the build waited for waits for this lock: it goes first.
         await unlock(client, lock);
-        await new Promise((resolve) => setTimeout(resolve, 100 * attempt));
+        await sleep(100 * attempt);
       }
     }
   } catch (error) {
@@ -137,7 +138,7 @@ async function lockPolling(client: pg.PoolClient, lock: string): Promise<void> {
       lock,
     ]);
     if (tried.rows[0]?.locked) return;
-    await new Promise((resolve) => setTimeout(resolve, waitMs));
+    await sleep(waitMs);
   }
 }
 
@@ -171,15 +172,14 @@ async function applyPending(
       }
       await record(migration);
     } else {
-      await client.query("BEGIN");
       try {
-        // The connection's search_path names this schema, but it may not have existed when the connection opened.
-        await client.query(`SET LOCAL search_path TO ${schema}`);
-        await client.query(migration.sql);
-        await record(migration);
-        await client.query("COMMIT");
+        await transactionOn(client, async () => {
+          // The connection's search_path names this schema, but it may not have existed when the connection opened.
+          await client.query(`SET LOCAL search_path TO ${schema}`);
+          await client.query(migration.sql);
+          await record(migration);
+        });
       } catch (error) {
-        await client.query("ROLLBACK").catch(() => undefined);
         throw await withSchemaSharers(client, { schema, component, migration, error });
       }
     }
@@ -213,19 +213,18 @@ async function withSchemaSharers(
   );
 }
 
+/** An index as the catalogs describe it; `plain`: a btree, not unique, on columns only, whole table. */
+interface IndexFound {
+  valid: boolean;
+  definition: string;
+  table: string;
+  columns: string[];
+  plain: boolean;
+}
+
 /** What an index of the schema is, by name: undefined when there is none. */
-async function indexNamed(
-  client: pg.PoolClient,
-  schema: string,
-  name: string,
-): Promise<{ valid: boolean; definition: string; table: string; columns: string[]; plain: boolean } | undefined> {
-  const found = await client.query<{
-    valid: boolean;
-    definition: string;
-    table: string;
-    columns: string[];
-    plain: boolean;
-  }>(
+async function indexNamed(client: pg.PoolClient, schema: string, name: string): Promise<IndexFound | undefined> {
+  const found = await client.query<IndexFound>(
     `SELECT i.indisvalid AS valid, pg_get_indexdef(i.indexrelid) AS definition, t.relname AS table,
             ARRAY(SELECT a.attname::text FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
                     JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum ORDER BY k.n) AS columns,
@@ -239,9 +238,11 @@ async function indexNamed(
   return found.rows[0];
 }
 
+const dropIndex = (client: pg.PoolClient, schema: string, name: string) =>
+  client.query(`DROP INDEX CONCURRENTLY "${schema}"."${name}"`);
+
 async function dropInvalidIndex(client: pg.PoolClient, schema: string, name: string): Promise<void> {
-  if ((await indexNamed(client, schema, name))?.valid === false)
-    await client.query(`DROP INDEX CONCURRENTLY "${schema}"."${name}"`);
+  if ((await indexNamed(client, schema, name))?.valid === false) await dropIndex(client, schema, name);
 }
 
 async function buildIndexConcurrently(
@@ -259,7 +260,7 @@ async function buildIndexConcurrently(
       `migration ${migration.version} (${migration.name}): schema ${schema} has an index ${name} that is not the one this migration builds (on ${table} (${columns.join(", ")})): ${found.definition}; drop or rename it, then start again`,
     );
   }
-  if (found) await client.query(`DROP INDEX CONCURRENTLY "${schema}"."${name}"`);
+  if (found) await dropIndex(client, schema, name);
   // A build takes as long as the table is large: no timeout the role or database sets applies to it.
   await client.query("SET statement_timeout = 0; SET lock_timeout = 0");
   try {
@@ -275,7 +276,7 @@ async function buildIndexConcurrently(
 function checkIndex(migration: ConcurrentIndexMigration): void {
   const { name, table, columns } = migration.concurrentIndex;
   const names = [name, table, ...columns];
-  if (columns.length === 0 || names.some((n) => !/^[a-z_][a-z0-9_]{0,62}$/.test(n))) {
+  if (columns.length === 0 || !names.every(isPlainIdentifier)) {
     throw new Error(
       `migration ${migration.version} (${migration.name}): an index's name, table and columns (at least one) must be lower-case letters, digits and underscores, starting with a letter or an underscore; got ${JSON.stringify(migration.concurrentIndex)}`,
     );

@@ -6,11 +6,16 @@ import { createHash } from "node:crypto";
 import pg from "pg";
 import { NulReplacingClient } from "./nul-replacement.js";
 
-const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+const PLAIN_IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/** A lower-case identifier PostgreSQL takes as written (a schema's, a table's, an index's name), at most 63 characters. */
+export function isPlainIdentifier(name: string): boolean {
+  return PLAIN_IDENTIFIER.test(name);
+}
 
 /** Returns `schema` when it is a plain lower-case identifier; throws saying what a name may be. */
 export function checkSchemaName(schema: string): string {
-  if (!SCHEMA_NAME.test(schema)) {
+  if (!isPlainIdentifier(schema)) {
     throw new Error(
       `schema name ${JSON.stringify(schema)} must be lower-case letters, digits and underscores, starting with a letter, at most 63 characters`,
     );
@@ -71,14 +76,21 @@ export function createSchemaPool(options: SchemaPoolOptions): pg.Pool {
 export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
   try {
-    await client.query("BEGIN");
+    return await transactionOn(client, fn);
+  } finally {
+    client.release();
+  }
+}
+
+/** {@link withTransaction} on a connection the caller holds (one that holds a session-level lock, say). */
+export async function transactionOn<T>(client: pg.PoolClient, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  await client.query("BEGIN");
+  try {
     const result = await fn(client);
     await client.query("COMMIT");
     return result;
   } catch (error) {
     await client.query("ROLLBACK").catch(() => undefined);
     throw error;
-  } finally {
-    client.release();
   }
 }

@@ -27,6 +27,17 @@ function freshSchema(): string {
   return schema;
 }
 
+/** `fn` with a fresh schema and a pool on it, ended afterwards. */
+async function withSchemaPool(fn: (schema: string, pool: pg.Pool) => Promise<void>): Promise<void> {
+  const schema = freshSchema();
+  const pool = createSchemaPool({ connectionString: url, schema });
+  try {
+    await fn(schema, pool);
+  } finally {
+    await pool.end();
+  }
+}
+
 async function admin<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
@@ -269,21 +280,19 @@ void describe("@oz0/postgres", () => {
   });
 
   void it("builds again an index a failed concurrent build left invalid, and keeps one left valid", async () => {
-    const schema = freshSchema();
-    const pool = createSchemaPool({ connectionString: url, schema });
-    const byId: Migration = {
-      version: 4,
-      name: "things by id",
-      concurrentIndex: { name: "things_by_id", table: "things", columns: ["id"] },
-    };
-    const indexes = async () =>
-      (
-        await pool.query<{ name: string; valid: boolean; unique: boolean; oid: number }>(
-          "SELECT c.relname AS name, i.indisvalid AS valid, i.indisunique AS unique, c.oid::int AS oid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname LIKE 'things_by_%' ORDER BY 1",
-          [schema],
-        )
-      ).rows;
-    try {
+    await withSchemaPool(async (schema, pool) => {
+      const byId: Migration = {
+        version: 4,
+        name: "things by id",
+        concurrentIndex: { name: "things_by_id", table: "things", columns: ["id"] },
+      };
+      const indexes = async () =>
+        (
+          await pool.query<{ name: string; valid: boolean; unique: boolean; oid: number }>(
+            "SELECT c.relname AS name, i.indisvalid AS valid, i.indisunique AS unique, c.oid::int AS oid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname LIKE 'things_by_%' ORDER BY 1",
+            [schema],
+          )
+        ).rows;
       await runMigrations({ pool, schema, component: "test", migrations: MIGRATIONS });
       await pool.query("INSERT INTO things (id, colour) VALUES (1, 'red'), (2, 'red')");
       // A concurrent build that fails leaves its index behind, invalid, as one cancelled, aborted as a deadlock's
@@ -316,15 +325,11 @@ void describe("@oz0/postgres", () => {
       );
       assert.notEqual(after[0]!.oid, before[0]!.oid, "the invalid one was built again");
       assert.equal(after[1]!.oid, before[1]!.oid, "the valid one was kept, not built again");
-    } finally {
-      await pool.end();
-    }
+    });
   });
 
   void it("refuses to take another index of the same name for the one a migration builds", async () => {
-    const schema = freshSchema();
-    const pool = createSchemaPool({ connectionString: url, schema });
-    try {
+    await withSchemaPool(async (schema, pool) => {
       await runMigrations({ pool, schema, component: "test", migrations: MIGRATIONS });
       await pool.query("CREATE INDEX things_by_colour ON things (id)");
       await assert.rejects(
@@ -333,9 +338,7 @@ void describe("@oz0/postgres", () => {
       );
       const recorded = await pool.query("SELECT 1 FROM oz0_migrations WHERE component = 'test' AND version = 3");
       assert.equal(recorded.rowCount, 0);
-    } finally {
-      await pool.end();
-    }
+    });
   });
 
   void it("builds again when a replica of an older version, waiting for the lock inside a transaction, deadlocks the build", async () => {
@@ -388,9 +391,7 @@ void describe("@oz0/postgres", () => {
   });
 
   void it("refuses an index whose names are not plain identifiers before touching the schema", async () => {
-    const schema = freshSchema();
-    const pool = createSchemaPool({ connectionString: url, schema });
-    try {
+    await withSchemaPool(async (schema, pool) => {
       const bad: Migration = {
         version: 3,
         name: "a bad index",
@@ -402,16 +403,12 @@ void describe("@oz0/postgres", () => {
       );
       const created = await pool.query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [schema]);
       assert.equal(created.rowCount, 0, "nothing applied");
-    } finally {
-      await pool.end();
-    }
+    });
   });
 
   void it("says to give a component a schema of its own when another component's table took a name it makes", async () => {
     // The orchestrator and the LLM proxy both make `session_tokens`.
-    const schema = freshSchema();
-    const pool = createSchemaPool({ connectionString: url, schema });
-    try {
+    await withSchemaPool(async (schema, pool) => {
       const tokens = (component: string): Migration[] => [
         { version: 1, name: `${component}'s tokens`, sql: "CREATE TABLE session_tokens (id text PRIMARY KEY)" },
       ];
@@ -422,15 +419,11 @@ void describe("@oz0/postgres", () => {
           `^Error: migration 1 \\(llm-proxy's tokens\\) of llm-proxy failed in schema ${schema}: relation "session_tokens" already exists; the schema holds the tables of orchestrator as well, whose names may be the same: give llm-proxy a schema of its own \\(OZ0_DATABASE_SCHEMA\\)$`,
         ),
       );
-    } finally {
-      await pool.end();
-    }
+    });
   });
 
   void it("commits a transaction that resolves and rolls back one that throws", async () => {
-    const schema = freshSchema();
-    const pool = createSchemaPool({ connectionString: url, schema });
-    try {
+    await withSchemaPool(async (schema, pool) => {
       await runMigrations({ pool, schema, component: "test", migrations: MIGRATIONS });
       await withTransaction(pool, (client) => client.query("INSERT INTO things (id) VALUES (1)"));
       await assert.rejects(
@@ -441,9 +434,7 @@ void describe("@oz0/postgres", () => {
         /changed my mind/,
       );
       assert.deepEqual((await pool.query<{ id: number }>("SELECT id FROM things ORDER BY id")).rows, [{ id: 1 }]);
-    } finally {
-      await pool.end();
-    }
+    });
   });
 
   void it("stores U+0000, which PostgreSQL's text and jsonb refuse, and a lone surrogate, which jsonb refuses, as U+FFFD", async () => {
