@@ -20,6 +20,7 @@ import { planMounts, isWithin, type BindMount, type MountPlan } from "./bubblewr
 import { findCommand, SYSTEM_PROGRAM_FOLDERS } from "@oz0/harness/host";
 import type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "@oz0/harness/host";
 import type { KeptChild } from "./session-keeper.js";
+import { withProcessLimit, type SessionProcessLimit } from "./session-process-limit.js";
 
 /** System paths bound read-only when they exist; /etc only in part, since it can hold secrets. */
 export const DEFAULT_READ_ONLY_PATHS: readonly string[] = [
@@ -130,6 +131,8 @@ export interface BubblewrapLauncherOptions {
     command: readonly string[];
     forwards: { innerPort: number; innerSocketPath: string; mount: { source: string; dest: string } }[];
   };
+  /** At most this many processes and threads in the session at once (session-process-limit.ts). */
+  processLimit?: SessionProcessLimit;
   /** Starts bwrap; default `child_process.spawn`. The sandbox passes its keeper's, so the session outlives a restart of the sandbox. */
   spawn?: (file: string, args: readonly string[], options: SpawnOptions) => ChildProcess | KeptChild;
 }
@@ -233,6 +236,8 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
           ...spec.command,
         ];
       }
+      // Inside the session's own user namespace, where the kernel counts its processes apart (session-process-limit.ts).
+      command = withProcessLimit(options.processLimit, command);
       const mounts = planMounts({
         binds,
         hidden: options.hiddenPaths,

@@ -31,11 +31,19 @@ import {
 } from "./llm-forwarder.js";
 import { startTelemetryRelay } from "./telemetry-relay.js";
 import { SessionUserPool } from "./session-user-pool.js";
+import {
+  chooseSessionProcessLimit,
+  DEFAULT_SESSION_MAX_PROCESSES,
+  findPrlimit,
+  runsAsInitialRoot,
+  type ProcessLimitChoice,
+} from "./session-process-limit.js";
 
 export { configFromEnv, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, heartbeatSidecarConfigFromEnv } from "./sandbox-config.js";
 export type { HeartbeatSidecarConfig, IsolationSetting, SandboxConfig, SessionUidRange } from "./sandbox-config.js";
 export type { IsolationName } from "./isolation-choice.js";
 export type { ContainmentName } from "./containment-choice.js";
+export type { ProcessLimitChoice, SessionProcessLimit } from "./session-process-limit.js";
 export { startHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export type { RunningHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export { detectBubblewrap, DEFAULT_READ_ONLY_PATHS } from "./bubblewrap-launcher.js";
@@ -58,6 +66,8 @@ export interface RunningSandbox {
   readonly containment: ContainmentName;
   /** Why bubblewrap is or is not used, as detected at start-up. */
   readonly bubblewrap: BubblewrapDetection;
+  /** How many processes a session may run at once, or why nothing limits them (OZ0_SESSION_MAX_PROCESSES). */
+  readonly processLimit: ProcessLimitChoice;
   /** What this node sends heartbeats as, when it has an orchestrator to send them to (OZ0_ORCHESTRATOR_URL). */
   readonly node: { id: string; advertiseUrl: string } | undefined;
   /** Stop taking sessions (readiness NOT_SERVING), cancel running ones with the grace, then close. */
@@ -90,6 +100,17 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     root,
   });
   const { containment } = contained;
+  const processes = chooseSessionProcessLimit({
+    isolation: isolation.mode,
+    max: config.maxSessionProcesses ?? DEFAULT_SESSION_MAX_PROCESSES,
+    prlimitPath: findPrlimit(),
+    initialRoot: runsAsInitialRoot(),
+  });
+  // The start-up line's `sessionProcesses`: the limit, or "unlimited" with the reason.
+  const processFields =
+    processes.limit !== undefined
+      ? { sessionProcesses: processes.limit.max }
+      : { sessionProcesses: "unlimited", sessionProcessesReason: processes.reason };
   const walled: ReturnType<typeof detectLandlock> =
     !useBwrap && users === undefined
       ? detectLandlock()
@@ -100,13 +121,19 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   // Its `containment` field names what ends everything a session started (pid-namespace, uid, cgroup, subreaper or environment).
   if (useBwrap)
     logger.info(
-      { isolation: "bwrap", containment: contained.name, bwrap: bubblewrap.path, version: bubblewrap.version },
+      {
+        isolation: "bwrap",
+        containment: contained.name,
+        ...processFields,
+        bwrap: bubblewrap.path,
+        version: bubblewrap.version,
+      },
       "sessions run under bubblewrap",
     );
   else if (users !== undefined) {
     const range = `${uids.base}-${uids.base + uids.count - 1}`;
     logger.info(
-      { isolation: "user", containment: contained.name, uids: range, reason: isolation.reason },
+      { isolation: "user", containment: contained.name, ...processFields, uids: range, reason: isolation.reason },
       "sessions run under unprivileged uids of their own (no network, PID or mount namespaces: see the sandbox README)",
     );
   } else {
@@ -118,6 +145,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         containment: contained.name,
         containmentReason: contained.reason,
         ...where,
+        ...processFields,
         landlock: walled.landlock !== undefined,
       },
       `sessions run WITHOUT OS isolation (plain process groups of the sandbox's own user; what a session starts ends with it by ${contained.name}${contained.name === "environment" ? ", best effort: see the sandbox README" : ""})`,
@@ -174,6 +202,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
             ...(walled.landlock !== undefined ? { landlock: walled.landlock } : {}),
           },
     sessionPath: config.sessionPath ?? defaultSessionPath(),
+    processLimit: processes.limit,
     locale: config.locale ?? "C.UTF-8",
     cancelGraceMs: config.cancelGraceMs ?? 10_000,
     sessionOrphanMs: config.sessionOrphanMs ?? 15 * 60_000,
@@ -241,6 +270,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     isolation: isolation.mode,
     isolationReason: isolation.reason,
     containment: contained.name,
+    processLimit: processes,
     bubblewrap,
     node,
     close() {

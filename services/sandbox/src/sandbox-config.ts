@@ -56,6 +56,15 @@ export interface SandboxConfig {
    * `user` modes have their own (the PID namespace, the uid). Default auto.
    */
   containment?: ContainmentSetting;
+  /**
+   * How many processes and threads each session may run at once
+   * (OZ0_SESSION_MAX_PROCESSES), where the isolation mode lets the kernel
+   * count a session's apart: under bubblewrap when the sandbox is not root,
+   * and in the `user` mode (session-process-limit.ts). Past it the session's
+   * fork or thread creation fails (EAGAIN); other sessions are unaffected.
+   * 0 turns it off. Default 1024.
+   */
+  maxSessionProcesses?: number;
   /** The uid range of the `user` mode (OZ0_SANDBOX_UID_BASE, OZ0_SANDBOX_UID_COUNT). Default 200000, 65536 uids. */
   sessionUids?: SessionUidRange;
   /**
@@ -220,6 +229,10 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     host: envString(env, "OZ0_HOST"),
     root: envString(env, "OZ0_SANDBOX_ROOT"),
     maxSessions: envInteger(env, "OZ0_MAX_SESSIONS", { min: 1, unit: "sessions" }),
+    maxSessionProcesses: envInteger(env, "OZ0_SESSION_MAX_PROCESSES", {
+      min: 0,
+      unit: "processes and threads a session (0: no limit)",
+    }),
     isolation: envOneOf(env, "OZ0_ISOLATION", ISOLATION_SETTINGS) ?? "auto",
     containment: envOneOf(env, "OZ0_CONTAINMENT", CONTAINMENT_SETTINGS) ?? "auto",
     eventsUrl: envUrl(env, "OZ0_EVENTS_URL"),

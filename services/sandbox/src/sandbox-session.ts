@@ -65,6 +65,7 @@ import type { SessionUserLease } from "./session-user-pool.js";
 import { appendAnswered, SessionLogFile, writeSessionRecord, type SessionRecord } from "./session-record.js";
 import { adoptKeeper, extraFile, keeperSpawn, processStartTime, type SpareKeepers } from "./session-keeper.js";
 import { startSessionSpan, type SessionSpan } from "./tracing.js";
+import type { SessionProcessLimit } from "./session-process-limit.js";
 
 /** How the session's harness is isolated, decided by the registry. */
 export type SessionIsolation =
@@ -108,6 +109,8 @@ export interface SandboxSessionOptions {
   isolation: SessionIsolation;
   sessionPath: string;
   locale: string;
+  /** The limit on the session's processes, where the isolation mode lets the kernel count them apart. */
+  processLimit: SessionProcessLimit | undefined;
   graceMs: number;
   maxLineBytes: number;
   maxArtifactBytes: number;
@@ -399,6 +402,7 @@ export class SandboxSession {
         setprivPath: isolation.setprivPath,
         user,
         ...(paths.sharesWorkingDir ? {} : { killAll: () => user.killAll() }),
+        ...(this.#options.processLimit !== undefined ? { processLimit: this.#options.processLimit } : {}),
       });
     }
     const keep = this.#options.keep;
@@ -410,6 +414,7 @@ export class SandboxSession {
         sandboxRoot: isolation.sandboxRoot,
         pluginDir: start.pluginDir,
         writablePaths: [paths.workingDir, paths.stateDir],
+        ...(this.#options.processLimit !== undefined ? { processLimit: this.#options.processLimit } : {}),
         entry:
           isolation.forwards.length > 0 ? { command: isolation.entryCommand, forwards: isolation.forwards } : undefined,
         ...(keep !== undefined

@@ -28,6 +28,7 @@ import {
   RECYCLED_DIR,
 } from "./session-directories.js";
 import type { SessionUserLease, SessionUserPool } from "./session-user-pool.js";
+import type { SessionProcessLimit } from "./session-process-limit.js";
 
 /** Lifecycle hooks (the events publisher listens here). */
 export interface SessionLifecycleListener {
@@ -55,6 +56,8 @@ export interface SessionRegistryOptions {
       };
   sessionPath: string;
   locale: string;
+  /** OZ0_SESSION_MAX_PROCESSES where it holds (session-process-limit.ts). */
+  processLimit: SessionProcessLimit | undefined;
   cancelGraceMs: number;
   /** How long a session's keeper waits for a sandbox to take it over after its own died, before it ends the session (OZ0_SESSION_ORPHAN_MS). */
   sessionOrphanMs: number;
@@ -297,6 +300,7 @@ export class SessionRegistry {
         : {}),
       sessionPath: this.#options.sessionPath,
       locale: this.#options.locale,
+      processLimit: this.#options.processLimit,
       graceMs: this.#options.cancelGraceMs,
       maxLineBytes: this.#options.maxLineBytes,
       maxArtifactBytes: this.#options.maxArtifactBytes,

@@ -11,6 +11,7 @@ import { realpathSync, statSync } from "node:fs";
 import path from "node:path";
 import { findCommand, processGroupLauncher, type HarnessLauncher } from "@oz0/harness/host";
 import type { SessionUser } from "./session-user-processes.js";
+import { withProcessLimit, type SessionProcessLimit } from "./session-process-limit.js";
 
 /** setpriv's arguments that make the rest of the command run as `user`, unprivileged for good. */
 export function setprivUserArgs(user: SessionUser): string[] {
@@ -80,6 +81,8 @@ export function sessionUserLauncher(options: {
   setprivPath: string;
   user: SessionUser;
   killAll?: () => Promise<void>;
+  /** At most this many processes and threads of the session's uid at once (session-process-limit.ts). */
+  processLimit?: SessionProcessLimit;
 }): HarnessLauncher {
   const inner = processGroupLauncher();
   return {
@@ -96,7 +99,8 @@ export function sessionUserLauncher(options: {
           "--pdeathsig",
           "SIGKILL",
           "--",
-          ...spec.command,
+          // After the change of uid: the kernel counts the session's uid's processes against the limit.
+          ...withProcessLimit(options.processLimit, spec.command),
         ],
       });
       const { killAll } = options;
