@@ -20,7 +20,7 @@ import { planMounts, isWithin, type BindMount, type MountPlan } from "./bubblewr
 import { findCommand, SYSTEM_PROGRAM_FOLDERS } from "@oz0/harness/host";
 import type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "@oz0/harness/host";
 import type { KeptChild } from "./session-keeper.js";
-import { withProcessLimit, type SessionProcessLimit } from "./session-process-limit.js";
+import { withProcessLimitAndInit, type SessionProcessLimit } from "./session-process-limit.js";
 
 /** System paths bound read-only when they exist; /etc only in part, since it can hold secrets. */
 export const DEFAULT_READ_ONLY_PATHS: readonly string[] = [
@@ -236,8 +236,9 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
           ...spec.command,
         ];
       }
-      // Inside the session's own user namespace, where the kernel counts its processes apart (session-process-limit.ts).
-      command = withProcessLimit(options.processLimit, command);
+      // Inside the session's own user namespace, where the kernel counts its processes apart; bwrap's init too
+      // (session-process-limit.ts).
+      command = withProcessLimitAndInit(options.processLimit, command);
       const mounts = planMounts({
         binds,
         hidden: options.hiddenPaths,

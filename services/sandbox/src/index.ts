@@ -1,4 +1,5 @@
 // @oz0/sandbox: the node agent that runs harness sessions.
+import os from "node:os";
 import { SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { Authenticator, createLogger, READINESS, registration, serve, ServingStatus } from "@oz0/serving";
 import { DEFAULT_READ_ONLY_PATHS, type BubblewrapDetection } from "./bubblewrap-launcher.js";
@@ -35,6 +36,7 @@ import {
   chooseSessionProcessLimit,
   DEFAULT_SESSION_MAX_PROCESSES,
   findPrlimit,
+  ownProcessLimit,
   runsAsInitialRoot,
   type ProcessLimitChoice,
 } from "./session-process-limit.js";
@@ -100,16 +102,24 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     root,
   });
   const { containment } = contained;
+  const maxSessions = config.maxSessions ?? 16;
   const processes = chooseSessionProcessLimit({
     isolation: isolation.mode,
     max: config.maxSessionProcesses ?? DEFAULT_SESSION_MAX_PROCESSES,
     prlimitPath: findPrlimit(),
     initialRoot: runsAsInitialRoot(),
+    kernel: os.release(),
+    own: ownProcessLimit(),
+    maxSessions,
   });
+  if (processes.warning !== undefined) logger.warn({ sessionProcesses: processes.limit?.max }, processes.warning);
   // The start-up line's `sessionProcesses`: the limit, or "unlimited" with the reason.
   const processFields =
     processes.limit !== undefined
-      ? { sessionProcesses: processes.limit.max }
+      ? {
+          sessionProcesses: processes.limit.max,
+          ...(processes.reason !== undefined ? { sessionProcessesReason: processes.reason } : {}),
+        }
       : { sessionProcesses: "unlimited", sessionProcessesReason: processes.reason };
   const walled: ReturnType<typeof detectLandlock> =
     !useBwrap && users === undefined
@@ -161,7 +171,6 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   for (const warning of isolation.sessionUsers.warnings)
     logger.warn({ uids: `${uids.base}-${uids.base + uids.count - 1}` }, warning);
 
-  const maxSessions = config.maxSessions ?? 16;
   const lifecycle =
     config.eventsUrl !== undefined
       ? createLifecycleEvents({

@@ -13,14 +13,22 @@
 //   every session's together.
 // - in the `user` mode, a uid per session (a session sharing another's
 //   working directory runs under its uid, and shares its count).
+// Under bubblewrap, the namespace's init (bwrap's pid 1) was forked before
+// prlimit ran, and a session can ptrace it (the same user in the same
+// namespace) and fork from it: the wrapper lowers its limit too, before the
+// harness starts.
 // The kernel exempts uid 0 of the initial user namespace (a sandbox running
-// as plain root under bubblewrap), and in the `none` mode every session runs
-// as the sandbox's own user, counted together: there nothing is set, and the
-// start-up line says why.
+// as plain root under bubblewrap); before Linux 5.14 it counted a uid's
+// processes across every namespace; and in the `none` mode every session
+// runs as the sandbox's own user, counted together: there nothing is set,
+// and the start-up line says why.
 import { existsSync, readFileSync } from "node:fs";
+import os from "node:os";
 import type { IsolationName } from "./isolation-choice.js";
 
 export const DEFAULT_SESSION_MAX_PROCESSES = 1024;
+/** Processes the sandbox keeps for itself beyond its sessions' limits: its threads, keepers, helpers. */
+const SANDBOX_HEADROOM = 256;
 
 export interface SessionProcessLimit {
   /** Processes and threads of the session at once. */
@@ -29,7 +37,14 @@ export interface SessionProcessLimit {
 }
 
 export type ProcessLimitChoice =
-  { limit: SessionProcessLimit; reason?: undefined } | { limit: undefined; reason: string };
+  | { limit: SessionProcessLimit; reason?: string; warning?: string }
+  | { limit: undefined; reason: string; warning?: undefined };
+
+/** A process's RLIMIT_NPROC, soft and hard; Infinity for unlimited. */
+export interface OwnProcessLimit {
+  soft: number;
+  hard: number;
+}
 
 export function findPrlimit(): string | undefined {
   return ["/usr/bin/prlimit", "/bin/prlimit"].find((candidate) => existsSync(candidate));
@@ -37,19 +52,40 @@ export function findPrlimit(): string | undefined {
 
 /**
  * True when this process is uid 0 of the initial user namespace, whose
- * processes the kernel never counts against RLIMIT_NPROC. Root in a user
- * namespace of its own (a Kubernetes pod with `hostUsers: false`) is
+ * processes the kernel never counts against RLIMIT_NPROC. Only the initial
+ * namespace maps uid 0 onto uid 0 for the whole range of ids; root in a
+ * user namespace of its own (a Kubernetes pod with `hostUsers: false`) is
  * another user to the kernel, and is limited.
  */
-export function runsAsInitialRoot(): boolean {
+export function runsAsInitialRoot(uidMap = readUidMap()): boolean {
   if (process.getuid?.() !== 0) return false;
+  if (uidMap === undefined) return true;
+  return uidMap
+    .split("\n")
+    .map((line) => line.trim().split(/\s+/))
+    .some(([inside, outside, count]) => inside === "0" && outside === "0" && count === "4294967295");
+}
+
+function readUidMap(): string | undefined {
   try {
-    // "0 0 4294967295": uid 0 here is uid 0 of the parent, the whole range mapped (the initial namespace's map).
-    const [inside, outside] = readFileSync("/proc/self/uid_map", "utf8").trim().split(/\s+/);
-    return inside === "0" && outside === "0";
+    return readFileSync("/proc/self/uid_map", "utf8");
   } catch {
-    return true;
+    return undefined;
   }
+}
+
+/** This process's own limit on its user's processes (`ulimit -u`), from /proc/self/limits. */
+export function ownProcessLimit(limits = readFileSync("/proc/self/limits", "utf8")): OwnProcessLimit {
+  const [, soft, hard] = /^Max processes\s+(\S+)\s+(\S+)/m.exec(limits) ?? [];
+  const value = (text: string | undefined): number =>
+    text === undefined || text === "unlimited" ? Infinity : Number(text);
+  return { soft: value(soft), hard: value(hard) };
+}
+
+/** Whether the kernel counts RLIMIT_NPROC per user namespace (Linux 5.14 and later). */
+export function countsPerUserNamespace(release = os.release()): boolean {
+  const [, major, minor] = /^(\d+)\.(\d+)/.exec(release) ?? [];
+  return Number(major) > 5 || (Number(major) === 5 && Number(minor) >= 14);
 }
 
 export function chooseSessionProcessLimit(options: {
@@ -58,9 +94,15 @@ export function chooseSessionProcessLimit(options: {
   max: number;
   prlimitPath: string | undefined;
   initialRoot: boolean;
+  /** The kernel's release (`uname -r`). */
+  kernel: string;
+  /** The sandbox's own RLIMIT_NPROC. */
+  own: OwnProcessLimit;
+  /** OZ0_MAX_SESSIONS. */
+  maxSessions: number;
 }): ProcessLimitChoice {
-  const { max, prlimitPath } = options;
-  if (max === 0) return { limit: undefined, reason: "OZ0_SESSION_MAX_PROCESSES=0" };
+  const { prlimitPath, own } = options;
+  if (options.max === 0) return { limit: undefined, reason: "OZ0_SESSION_MAX_PROCESSES=0" };
   if (options.isolation === "none")
     return {
       limit: undefined,
@@ -72,13 +114,53 @@ export function chooseSessionProcessLimit(options: {
       reason:
         "the sandbox runs as root, whose processes the kernel does not limit: run it as an unprivileged user (as the Kubernetes manifests do)",
     };
+  if (options.isolation === "bwrap" && !countsPerUserNamespace(options.kernel))
+    return {
+      limit: undefined,
+      reason: `Linux ${options.kernel} counts a user's processes across every user namespace (per namespace since 5.14): a limit would count every session's together`,
+    };
   if (prlimitPath === undefined)
     return { limit: undefined, reason: "prlimit (util-linux) not found in /usr/bin or /bin" };
-  return { limit: { max, prlimitPath } };
+  // A process cannot raise its hard limit, and the session's wrapper is the sandbox's child.
+  const max = Math.min(options.max, own.hard);
+  const reason =
+    max < options.max
+      ? `lowered from ${options.max} to the sandbox's own hard limit on processes (ulimit -Hu)`
+      : undefined;
+  // Under bubblewrap the sessions' processes are the sandbox user's too; in the user mode, the helpers the
+  // sandbox runs as a session's uid (killing its processes, removing its files) carry the sandbox's limit.
+  const needed = max * options.maxSessions + SANDBOX_HEADROOM;
+  const warning =
+    own.soft < needed
+      ? `the sandbox's own limit on processes (ulimit -u, ${own.soft}) is below OZ0_SESSION_MAX_PROCESSES (${max}) x OZ0_MAX_SESSIONS (${options.maxSessions}) + ${SANDBOX_HEADROOM}: sessions at their limits can leave the sandbox unable to start processes; raise it or lower OZ0_SESSION_MAX_PROCESSES`
+      : undefined;
+  return {
+    limit: { max, prlimitPath },
+    ...(reason !== undefined ? { reason } : {}),
+    ...(warning !== undefined ? { warning } : {}),
+  };
 }
 
 /** `command` run under the limit: prlimit sets it (soft and hard) and execs the command in its place. */
 export function withProcessLimit(limit: SessionProcessLimit | undefined, command: readonly string[]): string[] {
   if (limit === undefined) return [...command];
   return [limit.prlimitPath, `--nproc=${limit.max}`, "--", ...command];
+}
+
+/**
+ * `command` run under the limit as the first process inside a PID
+ * namespace: the namespace's init (pid 1) gets the limit first, then the
+ * command. The init was forked before anything in the namespace could set
+ * one, and the session could ptrace it and fork from it.
+ */
+export function withProcessLimitAndInit(limit: SessionProcessLimit | undefined, command: readonly string[]): string[] {
+  if (limit === undefined) return [...command];
+  return [
+    "/bin/sh",
+    "-c",
+    '"$0" --pid 1 --nproc="$1" && n="$1" && shift && exec "$0" --nproc="$n" -- "$@"',
+    limit.prlimitPath,
+    String(limit.max),
+    ...command,
+  ];
 }

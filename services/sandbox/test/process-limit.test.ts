@@ -5,6 +5,8 @@
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { chownSync, mkdtempSync, rmSync } from "node:fs";
+import http from "node:http";
+import type net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { createInterface } from "node:readline";
@@ -15,7 +17,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { SandboxService, type RunSessionResponse } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { testCredentials } from "@oz0/serving/testing";
 import { findSetpriv } from "../src/parent-death-launcher.js";
-import { chooseSessionProcessLimit, runsAsInitialRoot } from "../src/session-process-limit.js";
+import { chooseSessionProcessLimit, ownProcessLimit, runsAsInitialRoot } from "../src/session-process-limit.js";
 import { runToEnd, scenarioStart, SessionStream, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
 
 const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist", "main.js");
@@ -72,29 +74,76 @@ async function assertLimitedApart(client: Client<typeof SandboxService>): Promis
 }
 
 void describe("which isolation modes can limit a session's processes", () => {
-  const common = { max: LIMIT, prlimitPath: "/usr/bin/prlimit" };
+  const common = {
+    max: LIMIT,
+    prlimitPath: "/usr/bin/prlimit",
+    kernel: "6.1.0-28-amd64",
+    own: { soft: Infinity, hard: Infinity },
+    maxSessions: 16,
+  };
   void it("limits them under bubblewrap as an unprivileged user, and in the user mode", () => {
     assert.equal(chooseSessionProcessLimit({ ...common, isolation: "bwrap", initialRoot: false }).limit?.max, LIMIT);
     assert.equal(chooseSessionProcessLimit({ ...common, isolation: "user", initialRoot: true }).limit?.max, LIMIT);
   });
   void it("says why nothing limits them elsewhere", () => {
+    const reason = (options: Partial<Parameters<typeof chooseSessionProcessLimit>[0]>): string => {
+      const choice = chooseSessionProcessLimit({ ...common, isolation: "bwrap", initialRoot: false, ...options });
+      assert.equal(choice.limit, undefined);
+      return choice.reason;
+    };
+    assert.match(reason({ initialRoot: true }), /runs as root.*unprivileged user/);
+    assert.match(reason({ isolation: "none" }), /sandbox's own user/);
+    assert.match(reason({ max: 0 }), /OZ0_SESSION_MAX_PROCESSES=0/);
+    assert.match(reason({ prlimitPath: undefined }), /prlimit \(util-linux\) not found/);
+    // Before 5.14 the kernel counted a uid's processes across namespaces: every session's together.
     assert.match(
-      chooseSessionProcessLimit({ ...common, isolation: "bwrap", initialRoot: true }).reason ?? "",
-      /runs as root.*unprivileged user/,
+      reason({ kernel: "5.10.0-32-amd64" }),
+      /Linux 5\.10\.0-32-amd64 counts .* across every user namespace/,
     );
+    assert.equal(
+      chooseSessionProcessLimit({ ...common, isolation: "bwrap", initialRoot: false, kernel: "5.14.0" }).limit?.max,
+      LIMIT,
+    );
+    // The user mode counts by uid, a session's own on any kernel.
+    assert.equal(
+      chooseSessionProcessLimit({ ...common, isolation: "user", initialRoot: true, kernel: "4.18.0" }).limit?.max,
+      LIMIT,
+    );
+  });
+  void it("keeps to the sandbox's own limits, and warns when sessions at theirs would leave it none", () => {
+    const lowered = chooseSessionProcessLimit({
+      ...common,
+      isolation: "bwrap",
+      initialRoot: false,
+      own: { soft: 30, hard: 30 },
+    });
+    assert.equal(lowered.limit?.max, 30);
+    assert.match(lowered.reason ?? "", /lowered from 40 to the sandbox's own hard limit/);
     assert.match(
-      chooseSessionProcessLimit({ ...common, isolation: "none", initialRoot: false }).reason ?? "",
-      /sandbox's own user/,
+      lowered.warning ?? "",
+      /ulimit -u, 30\) is below OZ0_SESSION_MAX_PROCESSES \(30\) x OZ0_MAX_SESSIONS \(16\)/,
     );
-    assert.match(
-      chooseSessionProcessLimit({ ...common, max: 0, isolation: "bwrap", initialRoot: false }).reason ?? "",
-      /OZ0_SESSION_MAX_PROCESSES=0/,
+    const roomy = chooseSessionProcessLimit({
+      ...common,
+      isolation: "bwrap",
+      initialRoot: false,
+      own: { soft: LIMIT * 16 + 256, hard: Infinity },
+    });
+    assert.equal(roomy.warning, undefined);
+  });
+  void it("reads the sandbox's own limit and whether it is the initial namespace's root", () => {
+    assert.deepEqual(
+      ownProcessLimit(
+        "Max cpu time              unlimited            unlimited            seconds\nMax processes             96369                unlimited            processes\n",
+      ),
+      { soft: 96369, hard: Infinity },
     );
-    assert.match(
-      chooseSessionProcessLimit({ ...common, prlimitPath: undefined, isolation: "user", initialRoot: true }).reason ??
-        "",
-      /prlimit \(util-linux\) not found/,
-    );
+    if (asRoot) {
+      assert.equal(runsAsInitialRoot("         0          0 4294967295\n"), true);
+      // Root of a namespace nested in another: its map covers part of the parent's ids only.
+      assert.equal(runsAsInitialRoot("         0          0      65536\n"), false);
+      assert.equal(runsAsInitialRoot("         0     100000      65536\n"), false);
+    } else assert.equal(runsAsInitialRoot("         0          0 4294967295\n"), false);
   });
 });
 
@@ -186,6 +235,36 @@ void describe("a session's processes under bubblewrap", () => {
         const startup = lines.map((line) => JSON.parse(line) as Record<string, unknown>).find((l) => l.isolation);
         assert.equal(startup?.sessionProcesses, LIMIT, `the start-up line: ${JSON.stringify(startup)}`);
         await assertLimitedApart(client);
+      });
+
+      void it("runs a session with an LLM endpoint, the in-sandbox forwarder first, under it", async () => {
+        const model = http.createServer((_request, response) => response.end("hello from the model"));
+        await new Promise<void>((resolve) => model.listen(0, "127.0.0.1", resolve));
+        try {
+          const anthropicBaseUrl = `http://127.0.0.1:${(model.address() as net.AddressInfo).port}/anthropic`;
+          const session = await runToEnd(
+            client,
+            scenarioStart({ mode: "llm" }, {}, { llm: { anthropicBaseUrl, token: "tok" } }),
+          );
+          assert.equal(session.exited().result?.text, "200 hello from the model");
+        } finally {
+          model.close();
+        }
+      });
+
+      // The namespace's init was forked before the limit was set, and a session can ptrace it and fork from it.
+      void it("holds for bwrap's init in the namespace too", async () => {
+        const probe = await runToEnd(
+          client,
+          scenarioStart({ mode: "probe", read: ["/proc/1/limits", "/proc/self/limits"] }),
+        );
+        const reads = (JSON.parse(probe.texts()[0]!) as { reads: Record<string, string> }).reads;
+        for (const file of ["/proc/1/limits", "/proc/self/limits"])
+          assert.match(
+            reads[file]!,
+            new RegExp(`^Max processes\\s+${LIMIT}\\s+${LIMIT}\\s`, "m"),
+            `${file}: ${reads[file]}`,
+          );
       });
     });
   } else {
