@@ -132,7 +132,7 @@ export interface BubblewrapLauncherOptions {
     forwards: { innerPort: number; innerSocketPath: string; mount: { source: string; dest: string } }[];
   };
   /** At most this many processes and threads in the session at once (session-process-limit.ts). */
-  processLimit?: SessionProcessLimit;
+  processLimit?: SessionProcessLimit | undefined;
   /** Starts bwrap; default `child_process.spawn`. The sandbox passes its keeper's, so the session outlives a restart of the sandbox. */
   spawn?: (file: string, args: readonly string[], options: SpawnOptions) => ChildProcess | KeptChild;
 }

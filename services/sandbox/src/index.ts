@@ -32,10 +32,10 @@ import {
 } from "./llm-forwarder.js";
 import { startTelemetryRelay } from "./telemetry-relay.js";
 import { SessionUserPool } from "./session-user-pool.js";
+import { systemCommand } from "./system-command.js";
 import {
   chooseSessionProcessLimit,
   DEFAULT_SESSION_MAX_PROCESSES,
-  findPrlimit,
   ownProcessLimit,
   runsAsInitialRoot,
   type ProcessLimitChoice,
@@ -106,7 +106,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   const processes = chooseSessionProcessLimit({
     isolation: isolation.mode,
     max: config.maxSessionProcesses ?? DEFAULT_SESSION_MAX_PROCESSES,
-    prlimitPath: findPrlimit(),
+    prlimitPath: systemCommand("prlimit"),
     initialRoot: runsAsInitialRoot(),
     kernel: os.release(),
     own: ownProcessLimit(),

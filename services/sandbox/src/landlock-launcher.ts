@@ -21,7 +21,7 @@
 // (444, 446); prctl's is known for x86-64 and arm64.
 import { spawnSync } from "node:child_process";
 import { commandIsExecutable, LINUX_SYSCALLS, type HarnessLauncher } from "@oz0/harness/host";
-import { perlCommand } from "./perl-command.js";
+import { systemCommand } from "./system-command.js";
 
 /** Arguments: prctl's and close's syscall numbers, then the command to exec inside the domain. */
 const ENTER_DOMAIN = String.raw`
@@ -106,7 +106,7 @@ export function detectLandlock(
   const syscalls = LINUX_SYSCALLS[process.arch];
   if (syscalls === undefined)
     return { reason: `prctl's syscall number is not known for ${process.arch} (only x64 and arm64)` };
-  const perlPath = options.perlPath ?? perlCommand();
+  const perlPath = options.perlPath ?? systemCommand("perl");
   if (perlPath === undefined) return { reason: "no perl in /usr/bin or /bin (Debian's perl-base)" };
   const trial = spawnSync(perlPath, ["-e", ENTER_DOMAIN, ...numbers(syscalls), "/bin/sh", "-c", "exit 7"], {
     encoding: "utf8",

@@ -4,11 +4,11 @@
 // command, so the pid and process group are the harness's own. What the
 // harness itself started is killed only on a clean exit of the sandbox (or
 // under bubblewrap, whose --die-with-parent takes the whole namespace).
-import { existsSync } from "node:fs";
 import { commandIsExecutable, processGroupLauncher, type HarnessLauncher } from "@oz0/harness/host";
+import { systemCommand } from "./system-command.js";
 
 export function findSetpriv(): string | undefined {
-  return ["/usr/bin/setpriv", "/bin/setpriv"].find((candidate) => existsSync(candidate));
+  return systemCommand("setpriv");
 }
 
 export function parentDeathLauncher(options: { setprivPath: string }): HarnessLauncher {

@@ -61,7 +61,8 @@ export interface SandboxConfig {
    * (OZ0_SESSION_MAX_PROCESSES), where the isolation mode lets the kernel
    * count a session's apart: under bubblewrap when the sandbox is not root,
    * and in the `user` mode (session-process-limit.ts). Past it the session's
-   * fork or thread creation fails (EAGAIN); other sessions are unaffected.
+   * fork or thread creation fails (EAGAIN); other sessions are unaffected
+   * (but for one sharing its working directory in the `user` mode).
    * 0 turns it off. Default 1024.
    */
   maxSessionProcesses?: number;

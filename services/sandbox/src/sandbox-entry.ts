@@ -22,7 +22,7 @@
 // reaches the harness and leaves the forwarder (a no-op handler, which exec
 // resets for the harness); it exits when the harness does, the same way, and
 // the namespace's end takes its connection processes with it.
-import { perlCommand } from "./perl-command.js";
+import { systemCommand } from "./system-command.js";
 
 /**
  * Linux's numbers for what the program would otherwise take from Socket,
@@ -111,7 +111,7 @@ export function sandboxEntryCommand(): string[] {
     throw new Error(
       "the sandbox's LLM forwarder does not know MIPS's socket numbers; run the sandbox without bubblewrap there",
     );
-  const perl = perlCommand();
+  const perl = systemCommand("perl");
   if (perl === undefined)
     throw new Error("no perl in /usr/bin or /bin (Debian's perl-base), which runs the LLM forwarder inside bubblewrap");
   return [perl, "-e", PROGRAM];

@@ -402,7 +402,7 @@ export class SandboxSession {
         setprivPath: isolation.setprivPath,
         user,
         ...(paths.sharesWorkingDir ? {} : { killAll: () => user.killAll() }),
-        ...(this.#options.processLimit !== undefined ? { processLimit: this.#options.processLimit } : {}),
+        processLimit: this.#options.processLimit,
       });
     }
     const keep = this.#options.keep;
@@ -414,7 +414,7 @@ export class SandboxSession {
         sandboxRoot: isolation.sandboxRoot,
         pluginDir: start.pluginDir,
         writablePaths: [paths.workingDir, paths.stateDir],
-        ...(this.#options.processLimit !== undefined ? { processLimit: this.#options.processLimit } : {}),
+        processLimit: this.#options.processLimit,
         entry:
           isolation.forwards.length > 0 ? { command: isolation.entryCommand, forwards: isolation.forwards } : undefined,
         ...(keep !== undefined

@@ -45,7 +45,7 @@ import {
 import os from "node:os";
 import path from "node:path";
 import { Readable, Writable } from "node:stream";
-import { perlCommand } from "./perl-command.js";
+import { systemCommand } from "./system-command.js";
 
 /**
  * The keeper itself, as a Perl sub: `keep($dir, $owner, $orphan_ms, $extra,
@@ -406,7 +406,7 @@ export function extraStdioCount(options: SpawnOptions): number {
 }
 
 export function perl(): string {
-  const path = perlCommand();
+  const path = systemCommand("perl");
   if (path === undefined)
     throw new Error(
       "no perl in /usr/bin or /bin (Debian's perl-base): sessions cannot be kept across restarts of the sandbox",

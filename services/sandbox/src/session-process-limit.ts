@@ -22,8 +22,7 @@
 // processes across every namespace; and in the `none` mode every session
 // runs as the sandbox's own user, counted together: there nothing is set,
 // and the start-up line says why.
-import { existsSync, readFileSync } from "node:fs";
-import os from "node:os";
+import { readFileSync } from "node:fs";
 import type { IsolationName } from "./isolation-choice.js";
 
 export const DEFAULT_SESSION_MAX_PROCESSES = 1024;
@@ -44,10 +43,6 @@ export type ProcessLimitChoice =
 export interface OwnProcessLimit {
   soft: number;
   hard: number;
-}
-
-export function findPrlimit(): string | undefined {
-  return ["/usr/bin/prlimit", "/bin/prlimit"].find((candidate) => existsSync(candidate));
 }
 
 /**
@@ -83,7 +78,7 @@ export function ownProcessLimit(limits = readFileSync("/proc/self/limits", "utf8
 }
 
 /** Whether the kernel counts RLIMIT_NPROC per user namespace (Linux 5.14 and later). */
-export function countsPerUserNamespace(release = os.release()): boolean {
+export function countsPerUserNamespace(release: string): boolean {
   const [, major, minor] = /^(\d+)\.(\d+)/.exec(release) ?? [];
   return Number(major) > 5 || (Number(major) === 5 && Number(minor) >= 14);
 }

@@ -82,7 +82,7 @@ export function sessionUserLauncher(options: {
   user: SessionUser;
   killAll?: () => Promise<void>;
   /** At most this many processes and threads of the session's uid at once (session-process-limit.ts). */
-  processLimit?: SessionProcessLimit;
+  processLimit?: SessionProcessLimit | undefined;
 }): HarnessLauncher {
   const inner = processGroupLauncher();
   return {

@@ -13,14 +13,13 @@ import http from "node:http";
 import type net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { SandboxService, SessionStatus, type RunSessionResponse } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { testCredentials } from "@oz0/serving/testing";
-import { isText, scenarioStart, SessionStream } from "./sandbox-test-kit.js";
+import { isText, listeningUrl, scenarioStart, SessionStream } from "./sandbox-test-kit.js";
 
 const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist", "main.js");
 
@@ -48,15 +47,8 @@ async function startSandboxProcess(): Promise<ChildProcess> {
     },
     stdio: ["ignore", "ignore", "pipe"],
   });
-  for await (const line of createInterface({ input: child.stderr! })) {
-    logLines.push(line);
-    if (line.includes("sandbox listening")) {
-      port = Number(new URL((JSON.parse(line) as { url: string }).url).port);
-      child.stderr!.resume();
-      return child;
-    }
-  }
-  throw new Error(`the sandbox exited before listening:\n${logLines.join("\n")}`);
+  port = Number(new URL(await listeningUrl(child, logLines)).port);
+  return child;
 }
 
 function client(): Client<typeof SandboxService> {

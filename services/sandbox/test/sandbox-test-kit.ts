@@ -1,8 +1,10 @@
 // Shared by the sandbox tests: a real sandbox on loopback, a gRPC client,
 // and a RunSession stream the test drives message by message.
+import type { ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import type { SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
@@ -52,6 +54,21 @@ export async function startTestSandbox(config: SandboxConfig = {}): Promise<Test
       rmSync(root, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * The URL a sandbox process (`dist/main.js`) listens on, once its log says
+ * so; its log lines are kept in `lines`. Throws with them when it exits first.
+ */
+export async function listeningUrl(child: ChildProcess, lines: string[]): Promise<string> {
+  for await (const line of createInterface({ input: child.stderr! })) {
+    lines.push(line);
+    if (line.includes("sandbox listening")) {
+      child.stderr!.resume();
+      return (JSON.parse(line) as { url: string }).url;
+    }
+  }
+  throw new Error(`the sandbox exited before listening:\n${lines.join("\n")}`);
 }
 
 /** A start message for the scenario harness in the given mode. */
