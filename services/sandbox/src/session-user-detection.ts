@@ -8,6 +8,7 @@ import path from "node:path";
 import { findSetpriv } from "./parent-death-launcher.js";
 import type { SessionUidRange } from "./sandbox-config.js";
 import { closedToOtherUsers, setprivUserArgs } from "./session-user-launcher.js";
+import { systemCommand } from "./system-command.js";
 
 export interface SessionUsersDetection {
   available: boolean;
@@ -47,6 +48,16 @@ export async function detectSessionUsers(options: {
       available: false,
       warnings: [],
       reason: `setpriv not found (${options.setprivPath ?? "/usr/bin/setpriv, /bin/setpriv"}); install util-linux`,
+    };
+  }
+  // The sandbox kills a session uid's processes and removes its files through perl (session-user-helper.ts).
+  if (systemCommand("perl") === undefined) {
+    return {
+      available: false,
+      setprivPath: setpriv,
+      warnings: [],
+      reason:
+        "no perl in /usr/bin or /bin, through which the sandbox kills a session's processes and removes its files: install perl-base",
     };
   }
   const sessions = path.join(options.root, "sessions");

@@ -8,11 +8,21 @@
 // delete a node file. As the uid, the worst a swap can do is what the uid
 // could do itself. Root then removes only the emptied top directories, whose
 // parents root owns.
-import { execFile } from "node:child_process";
 import { chmod, lchown, readdir, rmdir } from "node:fs/promises";
 import path from "node:path";
+import { runAsSessionUser } from "./session-user-helper.js";
 import type { SessionUser } from "./session-user-processes.js";
 
+/**
+ * Empties each directory of @ARGV, keeping the directory itself: first every
+ * directory of the tree made the uid's to enter and change (the uid owns them
+ * all; links are never followed), then File::Path removes what is in it.
+ */
+const REMOVE_CONTENTS = String.raw`
+use File::Path ();
+sub open_up { my ($dir) = @_; chmod 0700, $dir; opendir(my $h, $dir) or return; for (readdir $h) { next if $_ eq "." || $_ eq ".."; lstat "$dir/$_"; open_up("$dir/$_") if -d _ } }
+for my $dir (@ARGV) { open_up($dir); File::Path::remove_tree($dir, { keep_root => 1, safe => 0, error => \my $errors }) }
+`;
 /** Makes `dir` and everything in it the user's (symlinks themselves, never their targets), and `dir` private to it. */
 export async function handOver(dir: string, user: SessionUser): Promise<void> {
   const walk = async (current: string): Promise<void> => {
@@ -34,16 +44,10 @@ export async function handOver(dir: string, user: SessionUser): Promise<void> {
  */
 export async function removeAsUser(dirs: readonly string[], user: SessionUser): Promise<void> {
   if (dirs.length === 0) return;
-  await new Promise<void>((resolve) => {
-    // The uid owns everything inside, so it can always make it writable
-    // first; `rm` then fails only on the top directories themselves (their
-    // parents are root's), which root removes next.
-    execFile(
-      "/bin/sh",
-      ["-c", 'chmod -R u+rwx -- "$@" 2>/dev/null; rm -rf -- "$@" 2>/dev/null', "sh", ...dirs],
-      { uid: user.uid, gid: user.gid, env: { PATH: "/usr/bin:/bin" }, cwd: "/" },
-      () => resolve(),
-    );
-  });
+  // As the uid, but never ptrace-able by its processes (session-user-helper.ts). The top directories themselves stay
+  // (their parents are root's), for root to remove next.
+  const { status, stderr } = await runAsSessionUser({ user, script: REMOVE_CONTENTS, args: dirs });
+  if (status !== 0)
+    throw new Error(`could not remove the session's files as uid ${user.uid}: ${stderr || `status ${status}`}`);
   for (const dir of dirs) await rmdir(dir);
 }

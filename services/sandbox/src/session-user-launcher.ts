@@ -93,15 +93,17 @@ export function sessionUserLauncher(options: {
       assertRunnableBy(found, options.user);
       const launched = inner.launch({
         ...spec,
-        command: [
+        // The limit is set while root, before setpriv changes the uid: from its exec on, a process of the uid can
+        // ptrace it (session-user-helper.ts), and one that ran as the uid before its limit could fork past it. The
+        // kernel counts the processes of the uid each runs as, whenever the limit was set.
+        command: withProcessLimit(options.processLimit, [
           options.setprivPath,
           ...setprivUserArgs(options.user),
           "--pdeathsig",
           "SIGKILL",
           "--",
-          // After the change of uid: the kernel counts the session's uid's processes against the limit.
-          ...withProcessLimit(options.processLimit, spec.command),
-        ],
+          ...spec.command,
+        ]),
       });
       const { killAll } = options;
       if (killAll === undefined) return launched;

@@ -4,9 +4,9 @@
 // as that uid calls kill(-1, SIGKILL), and the kernel signals every process
 // of the uid in one pass that a fork cannot slip past (a process with a
 // pending SIGKILL cannot complete a fork).
-import { spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import type { SessionUidRange } from "./sandbox-config.js";
+import { runAsSessionUser } from "./session-user-helper.js";
 
 /** A session's uid and its gid (of the same number in this sandbox). */
 export interface SessionUser {
@@ -61,19 +61,17 @@ export async function killAllProcessesOf(user: SessionUser): Promise<Error | und
   }
 }
 
-function killOnce(user: SessionUser): Promise<Error | undefined> {
-  return new Promise((resolve) => {
-    // spawn's uid/gid drop root (supplementary groups cleared) before exec;
-    // the shell's builtin kill needs nothing else from the node.
-    const killer = spawn("/bin/sh", ["-c", "kill -9 -1"], {
-      uid: user.uid,
-      gid: user.gid,
-      env: {},
-      cwd: "/",
-      stdio: "ignore",
-    });
-    killer.once("error", (error) => resolve(error));
-    // A non-zero status only says there was nothing left to kill.
-    killer.once("exit", () => resolve(undefined));
-  });
+/** Every process of the uid but the helper itself; kill(2) fails only when there was none left to signal. */
+const KILL_ALL = "kill 'KILL', -1;";
+
+async function killOnce(user: SessionUser): Promise<Error | undefined> {
+  // As the uid, but never ptrace-able by its processes (session-user-helper.ts).
+  try {
+    const { status, stderr } = await runAsSessionUser({ user, script: KILL_ALL });
+    return status === 0
+      ? undefined
+      : new Error(`the killer of uid ${user.uid}'s processes failed (${stderr || `status ${status}`})`);
+  } catch (error) {
+    return error instanceof Error ? error : new Error(String(error));
+  }
 }

@@ -1,5 +1,6 @@
 // Programs the sandbox runs from the system's own folders, /usr/bin or /bin:
-// perl (the session keeper, the LLM forwarder inside bubblewrap; perl-base
+// perl (the session keeper, the LLM forwarder inside bubblewrap, the `user`
+// mode's helpers that work as a session's uid; perl-base
 // is essential on Debian), setpriv and prlimit (util-linux, essential too).
 // Looked up once per process.
 import { findCommand } from "@oz0/harness/host";
