@@ -68,7 +68,8 @@ async function killOnce(user: SessionUser): Promise<Error | undefined> {
   // As the uid, but never ptrace-able by its processes (session-user-helper.ts).
   try {
     const { status, stderr } = await runAsSessionUser({ user, script: KILL_ALL });
-    return status === 0
+    // Killed itself (status null) by another killer of the same uid running at once: the caller looks at what is left.
+    return status === 0 || status === null
       ? undefined
       : new Error(`the killer of uid ${user.uid}'s processes failed (${stderr || `status ${status}`})`);
   } catch (error) {
