@@ -60,6 +60,7 @@ import {
   type SessionPaths,
 } from "./session-directories.js";
 import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host";
+import { oomFirstLauncher } from "./session-oom-score.js";
 import { sessionUserLauncher } from "./session-user-launcher.js";
 import type { SessionUserLease } from "./session-user-pool.js";
 import { appendAnswered, SessionLogFile, writeSessionRecord, type SessionRecord } from "./session-record.js";
@@ -424,7 +425,13 @@ export class SandboxSession {
           : {}),
       });
     }
-    const host = this.#startHost({ launcher: launcher ?? processGroupLauncher(), env, request: harnessRequest });
+    // Under its keeper the harness gets its OOM score from the keeper, before its exec.
+    const started = launcher ?? processGroupLauncher();
+    const host = this.#startHost({
+      launcher: keep !== undefined ? started : oomFirstLauncher(started),
+      env,
+      request: harnessRequest,
+    });
     if (host.pid !== undefined) {
       if (keep !== undefined) {
         const startTime = processStartTime(host.pid);

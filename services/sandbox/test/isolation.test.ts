@@ -1,6 +1,6 @@
 // What a session can see and reach, in every isolation mode.
 import assert from "node:assert/strict";
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
 import os from "node:os";
@@ -34,6 +34,12 @@ const userModeSkip =
     : findSetpriv() === undefined
       ? "the user isolation mode needs setpriv"
       : false;
+/** Whether this process, the sandbox under test, holds CAP_SYS_RESOURCE (capability 24; not in a container's default set). */
+function holdsSysResource(): boolean {
+  const effective = /^CapEff:\s+([0-9a-f]+)$/m.exec(readFileSync("/proc/self/status", "utf8"))?.[1] ?? "0";
+  return ((BigInt(`0x${effective}`) >> 24n) & 1n) === 1n;
+}
+
 const STARTED_ISOLATION = { none: IsolationMode.NONE, user: IsolationMode.USER, bwrap: IsolationMode.BWRAP } as const;
 
 for (const mode of ["none", "user", "bwrap"] as const) {
@@ -114,8 +120,12 @@ for (const mode of ["none", "user", "bwrap"] as const) {
         reads: Record<string, string>;
         writes: Record<string, string>;
         capEff: string;
+        oomScoreAdj: string;
+        oomLowered: string;
       };
       assert.equal(dump.writes["hello.txt"], "ok", "the working directory is writable");
+      // The OOM killer takes a session's processes first, never the sandbox.
+      assert.equal(dump.oomScoreAdj, "1000");
       assert.doesNotMatch(JSON.stringify(dump.env), new RegExp(NEEDLE));
       assert.equal(dump.env.OZ0_INTERNAL_TOKEN, undefined);
       assert.equal(dump.env.ANTHROPIC_API_KEY, "session-token-1");
@@ -146,6 +156,8 @@ for (const mode of ["none", "user", "bwrap"] as const) {
           // Under a uid of its own, a file private to the sandbox's user is out of reach, and no capability is left.
           assert.equal(dump.reads[secretFile], "ERROR EACCES");
           assert.equal(dump.capEff, "0000000000000000");
+          // Written with CAP_SYS_RESOURCE, the score is also the floor the session cannot go below.
+          assert.equal(dump.oomLowered, holdsSysResource() ? "ERROR EACCES" : "ok");
         }
       }
     });
