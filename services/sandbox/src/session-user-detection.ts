@@ -5,6 +5,7 @@
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
+import { LINUX_SYSCALLS } from "@oz0/harness/host";
 import { findSetpriv } from "./parent-death-launcher.js";
 import type { SessionUidRange } from "./sandbox-config.js";
 import { closedToOtherUsers, setprivUserArgs } from "./session-user-launcher.js";
@@ -51,6 +52,14 @@ export async function detectSessionUsers(options: {
     };
   }
   // The sandbox kills a session uid's processes and removes its files through perl (session-user-helper.ts).
+  if (LINUX_SYSCALLS[process.arch] === undefined) {
+    return {
+      available: false,
+      setprivPath: setpriv,
+      warnings: [],
+      reason: `the sandbox's helpers that work as a session's uid know the syscall numbers of x86-64 and arm64, not ${process.arch}'s`,
+    };
+  }
   if (systemCommand("perl") === undefined) {
     return {
       available: false,

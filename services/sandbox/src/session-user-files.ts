@@ -14,15 +14,26 @@ import { runAsSessionUser } from "./session-user-helper.js";
 import type { SessionUser } from "./session-user-processes.js";
 
 /**
- * Empties each directory of @ARGV, keeping the directory itself: first every
- * directory of the tree made the uid's to enter and change (the uid owns them
- * all; links are never followed), then File::Path removes what is in it.
+ * Empties each directory of @ARGV, keeping the directory itself: each
+ * directory of the tree is made the uid's to enter and change (the uid owns
+ * them all), entered by name (so no path grows past PATH_MAX, however deep
+ * the tree), emptied, left and removed; links are removed, never followed.
+ * A swap meanwhile can only lead it to what the uid could remove itself.
  */
 const REMOVE_CONTENTS = String.raw`
-use File::Path ();
-sub open_up { my ($dir) = @_; chmod 0700, $dir; opendir(my $h, $dir) or return; for (readdir $h) { next if $_ eq "." || $_ eq ".."; lstat "$dir/$_"; open_up("$dir/$_") if -d _ } }
-for my $dir (@ARGV) { open_up($dir); File::Path::remove_tree($dir, { keep_root => 1, safe => 0, error => \my $errors }) }
+sub empty_here {
+  opendir(my $h, ".") or return; my @names = grep { $_ ne "." && $_ ne ".." } readdir $h; closedir $h;
+  for my $name (@names) {
+    lstat $name;
+    if (!-d _) { unlink $name; next }
+    chmod 0700, $name;
+    if (chdir $name) { empty_here(); chdir ".." or die "oz0 helper: cannot leave $name: $!\n" }
+    rmdir $name;
+  }
+}
+for my $dir (@ARGV) { chmod 0700, $dir; chdir $dir and empty_here(); chdir "/" }
 `;
+
 /** Makes `dir` and everything in it the user's (symlinks themselves, never their targets), and `dir` private to it. */
 export async function handOver(dir: string, user: SessionUser): Promise<void> {
   const walk = async (current: string): Promise<void> => {

@@ -12,22 +12,27 @@
 // waiting for it. perl-base is essential on Debian; the `user` mode requires
 // it (session-user-detection.ts).
 import { spawn } from "node:child_process";
+import { LINUX_SYSCALLS } from "@oz0/harness/host";
 import type { SessionUser } from "./session-user-processes.js";
 import { systemCommand } from "./system-command.js";
 
 /**
  * Drops root for good: the supplementary groups become the gid alone, then
- * the real, effective and saved gid and uid the session's. Refuses uid or
- * gid 0 (a mistake, never a session's).
+ * the real, effective and saved gid and uid the session's (perl's own `$<`
+ * and `$>` leave the saved uid root's, and POSIX.pm takes longer to load than
+ * the rest of the helper runs: the syscalls are made directly). Refuses uid
+ * or gid 0 (a mistake, never a session's). Arguments: setresgid's and
+ * setresuid's numbers, the uid, the gid.
  */
 const DROP_TO_USER = String.raw`
-use strict; use POSIX ();
-my ($uid, $gid) = splice(@ARGV, 0, 2);
+my ($setresgid, $setresuid, $uid, $gid) = splice(@ARGV, 0, 4);
 $uid =~ /^[1-9]\d*$/ && $gid =~ /^[1-9]\d*$/ or die "oz0 helper: not a session uid and gid: $uid $gid\n";
 $) = "$gid $gid";
-POSIX::setgid($gid) or die "oz0 helper: setgid($gid): $!\n";
-POSIX::setuid($uid) or die "oz0 helper: setuid($uid): $!\n";
-$< == $uid && $> == $uid && $( == $gid && $) eq "$gid $gid" or die "oz0 helper: still privileged after dropping to $uid\n";
+syscall($setresgid, $gid + 0, $gid + 0, $gid + 0) == 0 or die "oz0 helper: setresgid($gid): $!\n";
+syscall($setresuid, $uid + 0, $uid + 0, $uid + 0) == 0 or die "oz0 helper: setresuid($uid): $!\n";
+open(my $status, "<", "/proc/self/status") or die "oz0 helper: cannot read /proc/self/status: $!\n";
+my $seen = join("", grep { /^(Uid|Gid|Groups):/ } <$status>);
+$seen eq "Uid:\t$uid\t$uid\t$uid\t$uid\nGid:\t$gid\t$gid\t$gid\t$gid\nGroups:\t$gid \n" or die "oz0 helper: still privileged after dropping to $uid:\n$seen";
 `;
 
 export interface SessionUserHelperResult {
@@ -50,10 +55,21 @@ export function runAsSessionUser(options: {
   const perl = systemCommand("perl");
   if (perl === undefined)
     return Promise.reject(new Error("no perl in /usr/bin or /bin: install perl-base to use the user isolation mode"));
+  const syscalls = LINUX_SYSCALLS[process.arch];
+  if (syscalls === undefined)
+    return Promise.reject(new Error(`the user isolation mode knows no syscall numbers for ${process.arch}`));
   return new Promise((resolve, reject) => {
     const helper = spawn(
       perl,
-      ["-e", `${DROP_TO_USER}\n${options.script}`, String(user.uid), String(user.gid), ...(options.args ?? [])],
+      [
+        "-e",
+        `${DROP_TO_USER}\n${options.script}`,
+        String(syscalls.setresgid),
+        String(syscalls.setresuid),
+        String(user.uid),
+        String(user.gid),
+        ...(options.args ?? []),
+      ],
       { env: {}, cwd: "/", stdio: ["ignore", "ignore", "pipe"] },
     );
     const stderr: Buffer[] = [];

@@ -130,7 +130,7 @@ void describe("the sandbox's helpers that work as a session's uid", { skip }, ()
     const dir = path.join(scratch, "work");
     mkdirSync(dir);
     chownSync(dir, UID, UID);
-    // As the uid: an unreadable, unwritable subtree, a read-only file, links out to root's files.
+    // As the uid: an unreadable, unwritable subtree, a read-only file, links out to root's files, a very deep tree.
     const made = spawnSync(
       "/bin/sh",
       [
@@ -144,6 +144,17 @@ void describe("the sandbox's helpers that work as a session's uid", { skip }, ()
       { uid: UID, gid: UID, encoding: "utf8" },
     );
     assert.equal(made.status, 0, made.stderr);
+    // Deeper than PATH_MAX (4096 bytes) from the top: 300 levels of 20 characters.
+    const deep = spawnSync(
+      "perl",
+      [
+        "-e",
+        'chdir $ARGV[0] or die; for (1 .. 300) { mkdir "d" x 20 or die; chdir "d" x 20 or die } open(my $f, ">", "f") or die',
+        dir,
+      ],
+      { uid: UID, gid: UID, encoding: "utf8" },
+    );
+    assert.equal(deep.status, 0, deep.stderr);
     await removeAsUser([dir], user);
     assert.equal(existsSync(dir), false);
     assert.equal(readFileSync(path.join(outside, "keep"), "utf8"), "root's");

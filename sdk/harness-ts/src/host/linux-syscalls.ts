@@ -1,11 +1,19 @@
 // The Linux system calls the host's perl wrappers make through perl's
 // `syscall` builtin (Node calls neither, and no package here writes native
 // code): their numbers differ per architecture and are known here for
-// x86-64 and arm64, the one place both the subreaper wrapper and the
-// sandbox's landlock launcher read them.
+// x86-64 and arm64, the one place the subreaper wrapper and the sandbox's
+// landlock launcher and session-uid helpers read them.
 
-/** prctl(2)'s and close(2)'s syscall numbers by Node's `process.arch`. */
-export const LINUX_SYSCALLS: Partial<Record<NodeJS.Architecture, { prctl: number; close: number }>> = {
-  x64: { prctl: 157, close: 3 },
-  arm64: { prctl: 167, close: 57 },
+/** The syscall numbers of prctl(2), close(2), setresuid(2) and setresgid(2). */
+export interface LinuxSyscallNumbers {
+  prctl: number;
+  close: number;
+  setresuid: number;
+  setresgid: number;
+}
+
+/** The numbers by Node's `process.arch`. */
+export const LINUX_SYSCALLS: Partial<Record<NodeJS.Architecture, LinuxSyscallNumbers>> = {
+  x64: { prctl: 157, close: 3, setresuid: 117, setresgid: 119 },
+  arm64: { prctl: 167, close: 57, setresuid: 147, setresgid: 149 },
 };
