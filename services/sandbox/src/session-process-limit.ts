@@ -116,17 +116,18 @@ export function chooseSessionProcessLimit(options: {
     };
   if (prlimitPath === undefined)
     return { limit: undefined, reason: "prlimit (util-linux) not found in /usr/bin or /bin" };
-  // A process cannot raise its hard limit, and the session's wrapper is the sandbox's child.
+  // A process cannot raise its hard limit (without CAP_SYS_RESOURCE, which containers lack), and the session's
+  // wrapper is the sandbox's child.
   const max = Math.min(options.max, own.hard);
   const reason =
     max < options.max
       ? `lowered from ${options.max} to the sandbox's own hard limit on processes (ulimit -Hu)`
       : undefined;
-  // Under bubblewrap the sessions' processes are the sandbox user's too; in the user mode, the helpers the
-  // sandbox runs as a session's uid (killing its processes, removing its files) carry the sandbox's limit.
+  // Under bubblewrap the sessions' processes are the sandbox user's too. In the user mode they are other uids', and
+  // nothing runs as one under the sandbox's own limit (session-user-helper.ts).
   const needed = max * options.maxSessions + SANDBOX_HEADROOM;
   const warning =
-    own.soft < needed
+    options.isolation === "bwrap" && own.soft < needed
       ? `the sandbox's own limit on processes (ulimit -u, ${own.soft}) is below OZ0_SESSION_MAX_PROCESSES (${max}) x OZ0_MAX_SESSIONS (${options.maxSessions}) + ${SANDBOX_HEADROOM}: sessions at their limits can leave the sandbox unable to start processes; raise it or lower OZ0_SESSION_MAX_PROCESSES`
       : undefined;
   return {

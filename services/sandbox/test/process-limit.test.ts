@@ -135,6 +135,15 @@ void describe("which isolation modes can limit a session's processes", () => {
       own: { soft: LIMIT * 16 + 256, hard: Infinity },
     });
     assert.equal(roomy.warning, undefined);
+    // In the user mode the sessions' processes are other uids', not counted against the sandbox's own limit.
+    const apart = chooseSessionProcessLimit({
+      ...common,
+      isolation: "user",
+      initialRoot: true,
+      own: { soft: 30, hard: 30 },
+    });
+    assert.equal(apart.limit?.max, 30);
+    assert.equal(apart.warning, undefined);
   });
   void it("reads the sandbox's own limit and whether it is the initial namespace's root", () => {
     assert.deepEqual(
