@@ -84,13 +84,8 @@ async function tryBubblewrap(options: { bwrapPath?: string }): Promise<Bubblewra
     "--cap-drop",
     "ALL",
     "--clearenv",
-    ...systemBinds(DEFAULT_READ_ONLY_PATHS),
-    "--tmpfs",
-    "/tmp",
-    "--proc",
-    "/proc",
-    "--dev",
-    "/dev",
+    // The mounts every session has (the system paths, /tmp, /proc and its read-only parts, /dev).
+    ...planMounts({ binds: DEFAULT_READ_ONLY_PATHS.map((source) => ({ source, optional: true })), hidden: [] }).args,
     "--",
     truePath,
   ];
@@ -195,10 +190,6 @@ function pluginModules(pluginDir: string): string | undefined {
 export function initPidFromInfo(info: string): number | undefined {
   const match = /"child-pid"\s*:\s*(\d+)/.exec(info);
   return match?.[1] !== undefined ? Number(match[1]) : undefined;
-}
-
-function systemBinds(paths: readonly string[]): string[] {
-  return paths.flatMap((p) => ["--ro-bind-try", p, p]);
 }
 
 export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessLauncher {

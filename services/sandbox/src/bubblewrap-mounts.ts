@@ -25,7 +25,17 @@ export interface BindMount {
 
 type MountOp =
   | { kind: "bind"; source: string; realSource: string; dest: string; writable: boolean; optional: boolean }
-  | { kind: "tmpfs" | "proc" | "dev" | "hide-file"; dest: string };
+  | { kind: "tmpfs" | "proc" | "proc-read-only" | "dev" | "hide-file"; dest: string };
+
+/**
+ * The kernel's settings (sysctls), read-only inside. bwrap covers /proc/sys with a read-only bind only when it can
+ * write it, and the directory refuses writes even to root, so it is never covered; its files are writable by their
+ * owner, uid 0 of the node. A sandbox running as root runs its sessions as that uid (capabilities dropped), and a
+ * session could otherwise set any of them: `kernel.core_pattern` names a program the kernel runs as root, on the
+ * node, at the next crash. Bound from the node's /proc: a sysctl's value is that of the reader's namespaces either
+ * way.
+ */
+const PROC_READ_ONLY: readonly string[] = ["/proc/sys"];
 
 export interface MountPlan {
   /** bwrap's mount arguments, in order. */
@@ -65,6 +75,7 @@ export function planMounts(options: {
   const ops: MountOp[] = [
     { kind: "tmpfs", dest: "/tmp" },
     { kind: "proc", dest: "/proc" },
+    ...PROC_READ_ONLY.map((dest): MountOp => ({ kind: "proc-read-only", dest })),
     { kind: "dev", dest: "/dev" },
     ...options.binds.map((bind): MountOp => ({
       kind: "bind",
@@ -111,6 +122,8 @@ export function planMounts(options: {
         return [op.writable ? "--bind" : op.optional ? "--ro-bind-try" : "--ro-bind", op.source, op.dest];
       case "hide-file":
         return ["--ro-bind", "/dev/null", op.dest];
+      case "proc-read-only":
+        return ["--ro-bind-try", op.dest, op.dest];
       default:
         return [`--${op.kind}`, op.dest];
     }

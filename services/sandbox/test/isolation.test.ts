@@ -298,6 +298,18 @@ for (const mode of ["none", "user", "bwrap"] as const) {
       });
     }
 
+    // A sysctl's file is writable by its owner, uid 0 of the node: a session running as that uid (bubblewrap started
+    // by a root sandbox) could otherwise set kernel.core_pattern, a program the kernel runs as root at the next crash.
+    // The probe writes "x", which no integer setting takes (EINVAL), should this ever fail open.
+    if (mode !== "none")
+      void it("cannot change the kernel's settings (sysctls)", async () => {
+        const setting = "/proc/sys/kernel/printk_ratelimit";
+        const stream = await runToEnd(t.client, scenarioStart({ mode: "probe", write: [setting] }));
+        assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
+        const report = JSON.parse(stream.texts()[0] ?? "{}") as { writes: Record<string, string> };
+        assert.equal(report.writes[setting], mode === "bwrap" ? "ERROR EROFS" : "ERROR EACCES");
+      });
+
     // The sandbox (this process) holds the orchestrator's credential as it arrived on the last RunSession. With
     // isolation none the harness runs as its user, and where the kernel lets a process read another's memory
     // (here: no Yama, and as root) only a Landlock domain of the harness's own keeps it out. Landlock guards
