@@ -20,7 +20,9 @@ import { planMounts, isWithin, type BindMount, type MountPlan } from "./bubblewr
 import { findCommand, SYSTEM_PROGRAM_FOLDERS } from "@oz0/harness/host";
 import type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "@oz0/harness/host";
 import type { KeptChild } from "./session-keeper.js";
-import { withProcessLimitAndInit, type SessionProcessLimit } from "./session-process-limit.js";
+import { withProcessLimit, withProcessLimitAndInit, type SessionProcessLimit } from "./session-process-limit.js";
+import { closedToOtherUsers, setprivUserArgs } from "./session-user-launcher.js";
+import type { SessionUser } from "./session-user-processes.js";
 
 /** System paths bound read-only when they exist; /etc only in part, since it can hold secrets. */
 export const DEFAULT_READ_ONLY_PATHS: readonly string[] = [
@@ -76,27 +78,8 @@ async function tryBubblewrap(options: { bwrapPath?: string }): Promise<Bubblewra
       available: false,
       reason: `bwrap not found (looked at ${candidates.join(", ")}); install the bubblewrap package`,
     };
-  const truePath = ["/usr/bin/true", "/bin/true"].find((p) => existsSync(p)) ?? "true";
-  const args = [
-    "--unshare-all",
-    "--die-with-parent",
-    "--new-session",
-    "--cap-drop",
-    "ALL",
-    "--clearenv",
-    // The mounts every session has (the system paths, /tmp, /proc and its read-only parts, /dev).
-    ...planMounts({ binds: DEFAULT_READ_ONLY_PATHS.map((source) => ({ source, optional: true })), hidden: [] }).args,
-    "--",
-    truePath,
-  ];
-  const run = (argv: string[]): Promise<{ ok: boolean; output: string }> =>
-    new Promise((resolve) => {
-      execFile(bwrap, argv, { timeout: 10_000, env: {} }, (error, stdout, stderr) => {
-        resolve({ ok: error === null, output: `${stdout}${stderr}`.trim() });
-      });
-    });
-  const version = await run(["--version"]);
-  const trial = await run(args);
+  const version = await runBwrap(bwrap, ["--version"]);
+  const trial = await trySandbox({ bwrapPath: bwrap });
   if (!trial.ok)
     return {
       available: false,
@@ -104,6 +87,56 @@ async function tryBubblewrap(options: { bwrapPath?: string }): Promise<Bubblewra
       reason: `bwrap cannot create a sandbox on this host: ${trial.output || "it failed"}`,
     };
   return { available: true, path: bwrap, version: version.output };
+}
+
+function runBwrap(bwrapPath: string, args: readonly string[]): Promise<{ ok: boolean; output: string }> {
+  return new Promise((resolve) => {
+    execFile(bwrapPath, args, { timeout: 10_000, env: {} }, (error, stdout, stderr) => {
+      resolve({ ok: error === null, output: `${stdout}${stderr}`.trim() || (error?.message ?? "") });
+    });
+  });
+}
+
+/**
+ * Runs `true` in a sandbox with the namespaces and mounts every session has (the system paths, /tmp, /proc and its
+ * read-only parts, /dev); under `user`'s uid the way a root sandbox runs sessions under their own uids.
+ */
+export function trySandbox(options: {
+  bwrapPath: string;
+  user?: (SessionUser & { setprivPath: string }) | undefined;
+}): Promise<{ ok: boolean; output: string }> {
+  const truePath = ["/usr/bin/true", "/bin/true"].find((p) => existsSync(p)) ?? "true";
+  const { user } = options;
+  return runBwrap(options.bwrapPath, [
+    ...namespaceArgs(user !== undefined),
+    "--clearenv",
+    ...planMounts({ binds: DEFAULT_READ_ONLY_PATHS.map((source) => ({ source, optional: true })), hidden: [] }).args,
+    "--",
+    ...(user !== undefined ? [user.setprivPath, ...setprivUserArgs(user), "--"] : []),
+    truePath,
+  ]);
+}
+
+/**
+ * The namespaces and capabilities of a session: all of bwrap's namespaces and no capability; with `underOwnUid`
+ * (a root sandbox, setpriv dropping the session to its uid inside) no user namespace, which root needs none of to
+ * mount, and what setpriv needs to drop to the uid, its groups and an empty bounding set, gone with setpriv's exec;
+ * and to pass directories closed to root without capabilities: bwrap enters the working directory (--chdir), the
+ * session uid's and private to it, as root before setpriv runs.
+ */
+function namespaceArgs(underOwnUid: boolean): string[] {
+  return [
+    ...(underOwnUid
+      ? ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+      : ["--unshare-all"]),
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+    ...(underOwnUid
+      ? ["CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_READ_SEARCH"].flatMap((cap) => ["--cap-add", cap])
+      : []),
+  ];
 }
 
 export interface BubblewrapLauncherOptions {
@@ -128,6 +161,11 @@ export interface BubblewrapLauncherOptions {
   };
   /** At most this many processes and threads in the session at once (session-process-limit.ts). */
   processLimit?: SessionProcessLimit | undefined;
+  /**
+   * The session's own uid, for a sandbox running as root: bwrap then makes no user namespace (root needs none to
+   * mount), and setpriv drops the session to the uid before anything of it runs, so it is never uid 0 of the node.
+   */
+  user?: (SessionUser & { setprivPath: string }) | undefined;
   /** Starts bwrap; default `child_process.spawn`. The sandbox passes its keeper's, so the session outlives a restart of the sandbox. */
   spawn?: (file: string, args: readonly string[], options: SpawnOptions) => ChildProcess | KeptChild;
 }
@@ -163,6 +201,36 @@ function assertVisible(command: string, mounts: MountPlan): void {
     `the harness command ${command}${target !== command ? ` (${target})` : ""} is not visible inside the sandbox, where bubblewrap shows only the system paths, ` +
       "node, the plugin, the session's own directories and OZ0_SANDBOX_READ_ONLY_PATHS, never the sandbox root, its parent or OZ0_SANDBOX_HIDDEN_PATHS: " +
       "add the directory it is installed in (with its node_modules) to OZ0_SANDBOX_READ_ONLY_PATHS (':'-separated), outside the hidden ones",
+  );
+}
+
+/**
+ * A session under a uid of its own reads the bound folders as any other user of the node: a harness command or
+ * plugin folder it could not reach is refused here, naming the folder in the way, rather than as a harness that
+ * exited with EACCES. Only the folders inside the bind count: bubblewrap makes the ones above it, passable.
+ */
+function assertReachableBy(
+  file: string,
+  options: { execute: boolean; binds: readonly BindMount[]; uid: number },
+): void {
+  let target = file;
+  try {
+    target = realpathSync.native(file);
+  } catch {
+    // Unreadable link: the literal path decides.
+  }
+  const bind = options.binds
+    .filter((b) => isWithin(target, b.source))
+    .sort((a, b) => b.source.length - a.source.length)[0];
+  const closed = closedToOtherUsers(target, {
+    execute: options.execute,
+    ...(bind !== undefined ? { from: bind.source } : {}),
+  });
+  if (closed === undefined) return;
+  throw new Error(
+    `${file}${target !== file ? ` (${target})` : ""} cannot be reached by the session's own uid ${options.uid}: ` +
+      `${closed.path} (mode ${closed.mode.toString(8).padStart(4, "0")}) does not let other users through; ` +
+      "install the harness (and its plugin) where every user can read it (o+rx on its folders)",
   );
 }
 
@@ -227,21 +295,34 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
           ...spec.command,
         ];
       }
-      // Inside the session's own user namespace, where the kernel counts its processes apart; bwrap's init too
-      // (session-process-limit.ts).
-      command = withProcessLimitAndInit(options.processLimit, command);
+      const { user } = options;
+      if (user === undefined)
+        // Inside the session's own user namespace, where the kernel counts its processes apart; bwrap's init too
+        // (session-process-limit.ts).
+        command = withProcessLimitAndInit(options.processLimit, command);
+      else
+        // The limit set while root, then the session's uid, whose processes the kernel counts apart: nothing runs as
+        // the uid without the limit (bwrap's init stays root's, which the uid can neither ptrace nor signal).
+        command = withProcessLimit(options.processLimit, [
+          user.setprivPath,
+          ...setprivUserArgs(user),
+          "--",
+          ...command,
+        ]);
       const mounts = planMounts({
         binds,
         hidden: options.hiddenPaths,
         hiddenUnlessBound: [options.sandboxRoot, path.dirname(options.sandboxRoot)],
       });
       assertVisible(found, mounts);
+      if (user !== undefined) {
+        assertReachableBy(found, { execute: true, binds, uid: user.uid });
+        if (options.pluginDir !== "")
+          // Passable (o+x), as a folder is searched.
+          assertReachableBy(options.pluginDir, { execute: true, binds, uid: user.uid });
+      }
       const args = [
-        "--unshare-all",
-        "--die-with-parent",
-        "--new-session",
-        "--cap-drop",
-        "ALL",
+        ...namespaceArgs(user !== undefined),
         "--hostname",
         "oz0-sandbox",
         "--clearenv",

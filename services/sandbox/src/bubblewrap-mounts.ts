@@ -25,7 +25,7 @@ export interface BindMount {
 
 type MountOp =
   | { kind: "bind"; source: string; realSource: string; dest: string; writable: boolean; optional: boolean }
-  | { kind: "tmpfs" | "proc" | "proc-read-only" | "dev" | "hide-file"; dest: string };
+  | { kind: "tmpfs" | "proc" | "proc-read-only" | "dev" | "hide-file" | "dir"; dest: string };
 
 /**
  * The kernel's settings (sysctls), read-only inside. bwrap covers /proc/sys with a read-only bind only when it can
@@ -35,7 +35,7 @@ type MountOp =
  * node, at the next crash. Bound from the node's /proc: a sysctl's value is that of the reader's namespaces either
  * way.
  */
-const PROC_READ_ONLY: readonly string[] = ["/proc/sys"];
+export const PROC_READ_ONLY: readonly string[] = ["/proc/sys"];
 
 export interface MountPlan {
   /** bwrap's mount arguments, in order. */
@@ -111,6 +111,15 @@ export function planMounts(options: {
       ops.push({ kind: directory ? "tmpfs" : "hide-file", dest });
     }
   }
+  // The folders on the way to each mount that no mount makes, made 0755 first: bwrap makes them 0700, which a session
+  // dropped to a uid of its own (bubblewrap-launcher.ts) could not pass. Where one exists already (inside a bind),
+  // bwrap leaves it as it is.
+  const dests = new Set(ops.map((op) => op.dest));
+  const ways = new Set<string>();
+  for (const op of ops)
+    for (let dir = path.dirname(op.dest); dir !== path.dirname(dir); dir = path.dirname(dir))
+      if (!dests.has(dir)) ways.add(dir);
+  for (const dest of ways) ops.push({ kind: "dir", dest });
   // Array.prototype.sort is stable: on the same depth the order above holds.
   const sorted = ops
     .map((op, index) => ({ op, index }))

@@ -18,6 +18,7 @@ import {
   DEFAULT_PORT,
   DEFAULT_SESSION_UIDS,
   type SandboxConfig,
+  type SessionUidRange,
 } from "./sandbox-config.js";
 import { sandboxService } from "./sandbox-service.js";
 import { DEFAULT_MAX_STDERR_BYTES, DEFAULT_MAX_STDERR_WRITTEN_BYTES } from "./stderr-capture.js";
@@ -49,6 +50,7 @@ export type { ProcessLimitChoice, SessionProcessLimit } from "./session-process-
 export { startHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export type { RunningHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export { detectBubblewrap, DEFAULT_READ_ONLY_PATHS } from "./bubblewrap-launcher.js";
+export { PROC_READ_ONLY } from "./bubblewrap-mounts.js";
 export type { BubblewrapDetection } from "./bubblewrap-launcher.js";
 export { detectLandlock, walledCommand } from "./landlock-launcher.js";
 export type { Landlock } from "./landlock-launcher.js";
@@ -70,6 +72,8 @@ export interface RunningSandbox {
   readonly bubblewrap: BubblewrapDetection;
   /** How many processes a session may run at once, or why nothing limits them (OZ0_SESSION_MAX_PROCESSES). */
   readonly processLimit: ProcessLimitChoice;
+  /** The uids sessions run under, each its own (the user mode, and bubblewrap run by root); undefined: the sandbox's own. */
+  readonly sessionUids: SessionUidRange | undefined;
   /** What this node sends heartbeats as, when it has an orchestrator to send them to (OZ0_ORCHESTRATOR_URL). */
   readonly node: { id: string; advertiseUrl: string } | undefined;
   /** Stop taking sessions (readiness NOT_SERVING), cancel running ones with the grace, then close. */
@@ -95,7 +99,11 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   });
   const { bubblewrap } = isolation;
   const useBwrap = isolation.mode === "bwrap";
-  const users = isolation.mode === "user" ? new SessionUserPool({ range: uids, logger }) : undefined;
+  // The user mode's uids, and a root sandbox's bubblewrap sessions' (bubblewrap-launcher.ts).
+  const users =
+    isolation.mode === "user" || (useBwrap && isolation.sessionUsers.available)
+      ? new SessionUserPool({ range: uids, logger })
+      : undefined;
   const contained = chooseSessionContainment({
     isolation: isolation.mode,
     setting: config.containment ?? "auto",
@@ -111,6 +119,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     kernel: os.release(),
     own: ownProcessLimit(),
     maxSessions,
+    sessionUids: useBwrap && users !== undefined,
   });
   if (processes.warning !== undefined) logger.warn({ sessionProcesses: processes.limit?.max }, processes.warning);
   // The start-up line's `sessionProcesses`: the limit, or "unlimited" with the reason.
@@ -122,13 +131,14 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         }
       : { sessionProcesses: "unlimited", sessionProcessesReason: processes.reason };
   const walled: ReturnType<typeof detectLandlock> =
-    !useBwrap && users === undefined
+    isolation.mode === "none"
       ? detectLandlock()
       : { reason: "not needed: sessions run under bwrap or a uid of their own" };
   // What a killed previous run's sessions still run is killed before their directories are removed, so nothing changes them meanwhile.
   const killedLeftovers = ((await users?.killLeftovers()) ?? 0) + ((await containment?.removeLeftovers()) ?? 0);
   // The startup line the embedded stack reads: its `isolation` field is bwrap, user or none (with `reason`), always before "sandbox listening".
   // Its `containment` field names what ends everything a session started (pid-namespace, uid, cgroup, subreaper or environment).
+  const range = `${uids.base}-${uids.base + uids.count - 1}`;
   if (useBwrap)
     logger.info(
       {
@@ -137,11 +147,14 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         ...processFields,
         bwrap: bubblewrap.path,
         version: bubblewrap.version,
+        // Whose uid the sessions run as: each its own of the range, or the sandbox's (`own`, with the reason).
+        ...(users !== undefined
+          ? { sessionUids: range }
+          : { sessionUids: "own", sessionUidsReason: isolation.sessionUsers.reason }),
       },
       "sessions run under bubblewrap",
     );
   else if (users !== undefined) {
-    const range = `${uids.base}-${uids.base + uids.count - 1}`;
     logger.info(
       { isolation: "user", containment: contained.name, ...processFields, uids: range, reason: isolation.reason },
       "sessions run under unprivileged uids of their own (no network, PID or mount namespaces: see the sandbox README)",
@@ -163,13 +176,13 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   }
   // The harness runs as the sandbox's own user: a Landlock domain keeps the sandbox's memory and environment,
   // the orchestrator's credential in them, out of its reach (landlock-launcher.ts).
-  if (!useBwrap && users === undefined && walled.landlock === undefined)
+  if (isolation.mode === "none" && walled.landlock === undefined)
     logger.warn(
       { isolation: "none", landlock: false, landlockReason: walled.reason },
       "sessions can read the sandbox process's memory and environment where the kernel lets a process read its parent's (Yama's ptrace_scope 0, or as root), and the orchestrator's credential is in them: run untrusted agents under bubblewrap (see the sandbox README)",
     );
-  for (const warning of isolation.sessionUsers.warnings)
-    logger.warn({ uids: `${uids.base}-${uids.base + uids.count - 1}` }, warning);
+  for (const warning of users !== undefined ? isolation.sessionUsers.warnings : [])
+    logger.warn({ uids: range }, warning);
 
   const lifecycle =
     config.eventsUrl !== undefined
@@ -201,6 +214,10 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
             total: config.maxForwards ?? defaultTotalForwards(),
             idleTimeoutMs: config.forwardIdleTimeoutMs ?? DEFAULT_FORWARD_IDLE_TIMEOUT_MS,
           },
+          users:
+            users !== undefined
+              ? { pool: users, setprivPath: isolation.sessionUsers.setprivPath as string }
+              : undefined,
         }
       : users !== undefined
         ? { mode: "user", setprivPath: isolation.sessionUsers.setprivPath as string, users }
@@ -280,6 +297,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     isolationReason: isolation.reason,
     containment: contained.name,
     processLimit: processes,
+    sessionUids: users !== undefined ? uids : undefined,
     bubblewrap,
     node,
     close() {

@@ -18,8 +18,6 @@ export interface IsolationChoice {
   reason: string;
 }
 
-const NOT_TRIED = { available: false, warnings: [], reason: "not tried" };
-
 export async function chooseIsolation(options: {
   setting: IsolationSetting;
   /** The prepared sandbox root (its `sessions/` exists). */
@@ -47,8 +45,24 @@ export async function chooseIsolation(options: {
       `OZ0_ISOLATION=bwrap requires bubblewrap, which does not work here: ${bubblewrap.reason ?? "unknown reason"}`,
     );
   }
-  if (bubblewrap.available && bubblewrap.path !== undefined)
-    return { mode: "bwrap", bubblewrap, sessionUsers: NOT_TRIED, reason: "" };
+  if (bubblewrap.available && bubblewrap.path !== undefined) {
+    // As root, each session runs under a uid of its own: as uid 0 of the node it would own the kernel's files (see
+    // the README's Isolation) and have no limit on its processes.
+    const sessionUsers =
+      process.getuid?.() === 0
+        ? await detectSessionUsers({
+            root: options.root,
+            range: options.uids,
+            bwrapPath: bubblewrap.path,
+            ...(options.setprivPath !== undefined ? { setprivPath: options.setprivPath } : {}),
+          })
+        : {
+            available: false,
+            warnings: [],
+            reason: "the sandbox does not run as root: its sessions run as its own user",
+          };
+    return { mode: "bwrap", bubblewrap, sessionUsers, reason: "" };
+  }
   const sessionUsers = await detectSessionUsers({
     root: options.root,
     range: options.uids,

@@ -21,11 +21,12 @@
 // timeout apply to them.
 import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, rmSync } from "node:fs";
-import { open, type FileHandle } from "node:fs/promises";
+import { chmod, lchown, open, type FileHandle } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
 import type { Logger } from "@oz0/serving";
 import { invalidField } from "./sandbox-errors.js";
+import type { SessionUser } from "./session-user-processes.js";
 
 /** Inside the sandbox, forwarder ports count up from here (the namespace is empty, so any port is free). */
 const FIRST_INNER_PORT = 41_000;
@@ -257,8 +258,8 @@ function forwardingServer(
   });
 }
 
-/** Listens on `socketPath` (through an alias of its folder when too long, kept in `aliasedDirs`). */
-async function listenOn(server: net.Server, socketPath: string, aliasedDirs: FileHandle[]): Promise<void> {
+/** Listens on `socketPath` (through an alias of its folder when too long, kept in `aliasedDirs`); the path bound. */
+async function listenOn(server: net.Server, socketPath: string, aliasedDirs: FileHandle[]): Promise<string> {
   const where = await bindablePath(socketPath, aliasedDirs);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
@@ -267,6 +268,7 @@ async function listenOn(server: net.Server, socketPath: string, aliasedDirs: Fil
       resolve();
     });
   });
+  return where;
 }
 
 function innerUrlFor(forwards: readonly LlmForward[], url: string): string {
@@ -355,8 +357,13 @@ export async function startLlmForwarding(options: {
   forwards: LlmForward[];
   budget: ForwardBudget;
   sessionId: string;
+  /**
+   * The session's own uid (bubblewrap run by a root sandbox): its sockets are made its own to connect to, and their
+   * folder passable for it. Root's and private otherwise, where the session runs as the sandbox's user.
+   */
+  owner?: SessionUser;
 }): Promise<LlmForwarding> {
-  const { forwards, budget, sessionId } = options;
+  const { forwards, budget, sessionId, owner } = options;
   const servers: net.Server[] = [];
   const sockets = new Set<net.Socket>();
   const aliasedDirs: FileHandle[] = [];
@@ -365,7 +372,11 @@ export async function startLlmForwarding(options: {
     for (const forward of forwards) {
       const server = forwardingServer(forward.origin, { sockets, group, idleTimeoutMs: budget.limits.idleTimeoutMs });
       servers.push(server);
-      await listenOn(server, forward.socketPath, aliasedDirs);
+      const where = await listenOn(server, forward.socketPath, aliasedDirs);
+      if (owner !== undefined) {
+        await lchown(where, owner.uid, owner.gid);
+        await chmod(path.dirname(where), 0o711);
+      }
     }
   } catch (error) {
     await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));

@@ -62,7 +62,8 @@ import {
 import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host";
 import { oomFirstLauncher } from "./session-oom-score.js";
 import { sessionUserLauncher } from "./session-user-launcher.js";
-import type { SessionUserLease } from "./session-user-pool.js";
+import { keptHoldName, type SessionUserLease } from "./session-user-pool.js";
+import type { SessionUser } from "./session-user-processes.js";
 import { appendAnswered, SessionLogFile, writeSessionRecord, type SessionRecord } from "./session-record.js";
 import { adoptKeeper, extraFile, keeperSpawn, processStartTime, type SpareKeepers } from "./session-keeper.js";
 import { startSessionSpan, type SessionSpan } from "./tracing.js";
@@ -86,6 +87,11 @@ export type SessionIsolation =
       listeners: SharedLlmListeners | undefined;
       /** The node's count of forwarded connections, which the session's own sockets are capped in. */
       budget: ForwardBudget;
+      /**
+       * A sandbox running as root runs each session under a uid of its own (bubblewrap-launcher.ts), taken when it
+       * prepares its directories or takes the session over; undefined: sessions run as the sandbox's own user.
+       */
+      users?: { setprivPath: string; acquireUser: () => Promise<SessionUserLease> } | undefined;
     };
 
 /**
@@ -171,7 +177,7 @@ export class SandboxSession {
   readonly finished: Promise<void>;
   readonly #options: SandboxSessionOptions;
   #host: HostSession | undefined;
-  /** The session's uid in the `user` mode, once taken. */
+  /** The session's uid in the `user` mode, or under bubblewrap run by root, once taken. */
   #user: SessionUserLease | undefined;
   /** What ends the `none` mode's processes, also those that left the process group. */
   #container: SessionContainer | undefined;
@@ -319,6 +325,7 @@ export class SandboxSession {
     const { paths, start, isolation, logger } = this.#options;
     try {
       if (isolation.mode === "user") this.#user = await isolation.acquireUser();
+      if (isolation.mode === "bwrap" && isolation.users !== undefined) this.#user = await isolation.users.acquireUser();
       await createSessionDirectories(paths, stateSubdirectories(paths.stateDir), {
         internalDirs: this.#options.keep?.internalDirs,
       });
@@ -342,7 +349,7 @@ export class SandboxSession {
       // Only now: the attachments and the snapshot are the sandbox's, made before any process of the uid runs.
       if (this.#user !== undefined) await handOverSessionDirectories(paths, this.#user);
       if (isolation.mode === "bwrap" && isolation.forwards.length > 0)
-        this.#forwarding = await forwardingFor(isolation, this.id);
+        this.#forwarding = await forwardingFor(isolation, this.id, this.#user);
     } catch (error) {
       await this.#cleanup();
       throw error;
@@ -416,11 +423,22 @@ export class SandboxSession {
         pluginDir: start.pluginDir,
         writablePaths: [paths.workingDir, paths.stateDir],
         processLimit: this.#options.processLimit,
+        user:
+          isolation.users !== undefined && user !== undefined
+            ? { ...userIds(user), setprivPath: isolation.users.setprivPath }
+            : undefined,
         entry:
           isolation.forwards.length > 0 ? { command: isolation.entryCommand, forwards: isolation.forwards } : undefined,
         ...(keep !== undefined
           ? {
-              spawn: keeperSpawn({ dir: paths.internalDir, orphanMs: keep.orphanMs, spares: keep.spares }),
+              spawn: keeperSpawn({
+                dir: paths.internalDir,
+                orphanMs: keep.orphanMs,
+                spares: keep.spares,
+                // The session may outlive this sandbox: its keeper holds the uid meanwhile (session-user-pool.ts); the
+                // owner's keeper holds it for a session sharing its working directory, which ends first.
+                hold: user !== undefined && !paths.sharesWorkingDir ? keptHoldName(user.uid) : undefined,
+              }),
             }
           : {}),
       });
@@ -465,11 +483,12 @@ export class SandboxSession {
     const { record } = adopted;
     this.#record = record;
     this.#baseline = record.baseline;
+    if (isolation.users !== undefined) this.#user = await isolation.users.acquireUser();
     if (isolation.forwards.length > 0) {
       // The dead sandbox's sockets are still bound to their paths; the harness reaches the new ones there.
       if (isolation.listeners === undefined)
         for (const forward of isolation.forwards) rmSync(forward.socketPath, { force: true });
-      this.#forwarding = await forwardingFor(isolation, this.id);
+      this.#forwarding = await forwardingFor(isolation, this.id, this.#user);
     }
     let stderrBytes = 0;
     for (const entry of adopted.log) {
@@ -587,6 +606,7 @@ export class SandboxSession {
       ...(this.#options.isolation.mode === "bwrap" && this.#options.isolation.listeners !== undefined
         ? { sharedForwards: true }
         : {}),
+      ...(this.#options.isolation.mode === "bwrap" && this.#user !== undefined ? { uid: this.#user.uid } : {}),
     };
     try {
       writeSessionRecord(this.#record);
@@ -827,8 +847,9 @@ export class SandboxSession {
       // Sockets already gone.
     }
     // Once the harness ran, its uid owns what is in its directories and may still run (a session sharing them): removed as the uid.
-    // Before, everything there is root's and nothing of the uid runs.
-    const removeAs = this.#host !== undefined ? this.#user : undefined;
+    // Before, everything there is root's and nothing of the uid runs. Under bubblewrap nothing of the session runs by
+    // now (its PID namespace is gone, and the sessions sharing its directory with it), so root removes it.
+    const removeAs = this.#options.isolation.mode === "user" && this.#host !== undefined ? this.#user : undefined;
     try {
       await removeSessionDirectories(this.#options.paths, {
         ...(removeAs !== undefined ? { user: removeAs } : {}),
@@ -853,9 +874,18 @@ export class SandboxSession {
 function forwardingFor(
   isolation: Extract<SessionIsolation, { mode: "bwrap" }>,
   sessionId: string,
+  user: SessionUser | undefined,
 ): Promise<LlmForwarding> {
   const { listeners, forwards, budget } = isolation;
-  return listeners?.open(forwards) ?? startLlmForwarding({ forwards, budget, sessionId });
+  return (
+    listeners?.open(forwards) ??
+    startLlmForwarding({ forwards, budget, sessionId, ...(user !== undefined ? { owner: userIds(user) } : {}) })
+  );
+}
+
+/** A lease's ids alone, for what keeps them past the lease's release. */
+function userIds(user: SessionUser): SessionUser {
+  return { uid: user.uid, gid: user.gid };
 }
 
 /** The session's container; one that cannot be made refuses the session rather than run it uncontained. */

@@ -50,7 +50,10 @@ import { systemCommand } from "./system-command.js";
 
 /**
  * The keeper itself, as a Perl sub: `keep($dir, $owner, $orphan_ms, $extra,
- * $cwd, \%env, $in, @cmd)` never returns. `$owner` is the sandbox's pid, `$in`
+ * $hold, $cwd, \%env, $in, @cmd)` never returns. `$hold`, when not empty, is
+ * the abstract socket name the keeper binds for the session's life: the
+ * session's uid, held while the sandbox that took it may be gone
+ * (session-user-pool.ts: keptHoldName). `$owner` is the sandbox's pid, `$in`
  * the FIFO already open (or undef: it opens "$dir/stdin"), `$cwd` and `%env`
  * what the command runs with when the keeper did not inherit them (a spare
  * forked by the spawner, keeper-spawner.ts). The command's stdout and stderr
@@ -65,7 +68,11 @@ import { systemCommand } from "./system-command.js";
 export const KEEP_SUB = String.raw`
 use strict; use POSIX ();
 sub keep {
-my ($dir, $owner, $orphan_ms, $extra, $cwd, $env, $in, @cmd) = @_;
+my ($dir, $owner, $orphan_ms, $extra, $hold, $cwd, $env, $in, @cmd) = @_;
+# AF_UNIX and SOCK_STREAM are 1 on Linux's x86-64 and arm64 (Socket.pm costs more to load than the keeper to start); the fd is
+# close-on-exec, as every one perl opens past stderr.
+my $held;
+if ($hold ne "") { socket($held, 1, 1, 0) && bind($held, pack("S", 1) . "\0$hold") or do { print STDERR "oz0 keeper: cannot hold the session's uid ($hold): $!\n"; POSIX::_exit(125) } }
 $in or open($in, "+<", "$dir/stdin") or do { print STDERR "oz0 keeper: cannot open $dir/stdin: $!\n"; POSIX::_exit(125) };
 open(my $out, ">>", "$dir/stdout") or do { print STDERR "oz0 keeper: cannot open $dir/stdout: $!\n"; POSIX::_exit(125) };
 open(my $err, ">>", "$dir/stderr") or do { print STDERR "oz0 keeper: cannot open $dir/stderr: $!\n"; POSIX::_exit(125) };
@@ -145,8 +152,8 @@ POSIX::_exit($code);
 
 /** The keeper started on its own by the sandbox: its parent is its owner, and it inherited its cwd and environment. */
 const KEEPER = String.raw`${KEEP_SUB}
-my ($dir, $orphan_ms, $extra, @cmd) = @ARGV;
-keep($dir, getppid(), $orphan_ms, $extra, "", undef, undef, @cmd);
+my ($dir, $orphan_ms, $extra, $hold, @cmd) = @ARGV;
+keep($dir, getppid(), $orphan_ms, $extra, $hold, "", undef, undef, @cmd);
 `;
 
 /** The keeper's files in a session's internal directory. */
@@ -432,6 +439,8 @@ export interface SpareKeepers {
   take(options: {
     dir: string;
     orphanMs: number;
+    /** The abstract socket name the keeper holds for the session's life (see KEEP_SUB); none when absent or "". */
+    hold?: string | undefined;
     file: string;
     args: readonly string[];
     spawn: SpawnOptions;
@@ -449,10 +458,13 @@ export function keeperSpawn(options: {
   dir: string;
   orphanMs: number;
   spares?: SpareKeepers | undefined;
+  /** The abstract socket name the keeper holds for the session's life (session-user-pool.ts: keptHoldName). */
+  hold?: string | undefined;
 }): (file: string, args: readonly string[], options: SpawnOptions) => KeptChild {
   const { dir, orphanMs, spares } = options;
+  const hold = options.hold ?? "";
   return (file, args, spawnOptions) => {
-    const spare = spares?.take({ dir, orphanMs, file, args, spawn: spawnOptions });
+    const spare = spares?.take({ dir, orphanMs, hold, file, args, spawn: spawnOptions });
     if (spare !== undefined) return spare;
     const files = keeperFiles(dir);
     // A reused folder has its FIFO still.
@@ -460,12 +472,16 @@ export function keeperSpawn(options: {
       execFileSync("mkfifo", ["-m", "600", files.stdin]);
     const extra = extraStdioCount(spawnOptions);
     createKeeperOutputs(dir, extra);
-    const keeper: ChildProcess = spawn(perl(), ["-e", KEEPER, dir, String(orphanMs), String(extra), file, ...args], {
-      cwd: spawnOptions.cwd,
-      env: spawnOptions.env,
-      detached: true,
-      stdio: "ignore",
-    });
+    const keeper: ChildProcess = spawn(
+      perl(),
+      ["-e", KEEPER, dir, String(orphanMs), String(extra), hold, file, ...args],
+      {
+        cwd: spawnOptions.cwd,
+        env: spawnOptions.env,
+        detached: true,
+        stdio: "ignore",
+      },
+    );
     const kept = new KeptChild({ dir, pid: keeper.pid, from: { stdout: 0, stderr: 0 }, extra });
     keeper.on("error", (error) => kept.emit("error", error));
     keeper.on("exit", (code, signal) => kept.exited(code, signal));

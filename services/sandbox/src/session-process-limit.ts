@@ -17,8 +17,12 @@
 // prlimit ran, and a session can ptrace it (the same user in the same
 // namespace) and fork from it: the wrapper lowers its limit too, before the
 // harness starts.
-// The kernel exempts uid 0 of the initial user namespace (a sandbox running
-// as plain root under bubblewrap); before Linux 5.14 it counted a uid's
+// - under bubblewrap run by a root sandbox, a uid per session, as in the
+//   `user` mode, with no user namespace (bubblewrap-launcher.ts); prlimit
+//   runs as root inside, before setpriv drops to the uid, and bwrap's init
+//   stays root's, which the uid cannot ptrace.
+// The kernel exempts uid 0 of the initial user namespace (a root sandbox
+// whose sessions get no uid of their own); before Linux 5.14 it counted a uid's
 // processes across every namespace; and in the `none` mode every session
 // runs as the sandbox's own user, counted together: there nothing is set,
 // and the start-up line says why.
@@ -95,21 +99,25 @@ export function chooseSessionProcessLimit(options: {
   own: OwnProcessLimit;
   /** OZ0_MAX_SESSIONS. */
   maxSessions: number;
+  /** Under bubblewrap, each session runs under a uid of its own (a root sandbox: bubblewrap-launcher.ts). */
+  sessionUids?: boolean;
 }): ProcessLimitChoice {
   const { prlimitPath, own } = options;
+  // The sessions' processes are the sandbox user's, in a user namespace per session; else each session's uid's.
+  const inUserNamespaces = options.isolation === "bwrap" && options.sessionUids !== true;
   if (options.max === 0) return { limit: undefined, reason: "OZ0_SESSION_MAX_PROCESSES=0" };
   if (options.isolation === "none")
     return {
       limit: undefined,
       reason: "the none mode runs every session as the sandbox's own user, whose processes the kernel counts together",
     };
-  if (options.isolation === "bwrap" && options.initialRoot)
+  if (inUserNamespaces && options.initialRoot)
     return {
       limit: undefined,
       reason:
-        "the sandbox runs as root, whose processes the kernel does not limit: run it as an unprivileged user (as the Kubernetes manifests do)",
+        "the sandbox runs as root, whose processes the kernel does not limit, and its sessions as root too (no uid of their own: see the start-up line's sessionUidsReason): run it as an unprivileged user (as the Kubernetes manifests do)",
     };
-  if (options.isolation === "bwrap" && !countsPerUserNamespace(options.kernel))
+  if (inUserNamespaces && !countsPerUserNamespace(options.kernel))
     return {
       limit: undefined,
       reason: `Linux ${options.kernel} counts a user's processes across every user namespace (per namespace since 5.14): a limit would count every session's together`,
@@ -123,11 +131,11 @@ export function chooseSessionProcessLimit(options: {
     max < options.max
       ? `lowered from ${options.max} to the sandbox's own hard limit on processes (ulimit -Hu)`
       : undefined;
-  // Under bubblewrap the sessions' processes are the sandbox user's too. In the user mode they are other uids', and
-  // nothing runs as one under the sandbox's own limit (session-user-helper.ts).
+  // In user namespaces the sessions' processes are the sandbox user's too. Under uids of their own they are other
+  // uids', and nothing runs as one under the sandbox's own limit (session-user-helper.ts).
   const needed = max * options.maxSessions + SANDBOX_HEADROOM;
   const warning =
-    options.isolation === "bwrap" && own.soft < needed
+    inUserNamespaces && own.soft < needed
       ? `the sandbox's own limit on processes (ulimit -u, ${own.soft}) is below OZ0_SESSION_MAX_PROCESSES (${max}) x OZ0_MAX_SESSIONS (${options.maxSessions}) + ${SANDBOX_HEADROOM}: sessions at their limits can leave the sandbox unable to start processes; raise it or lower OZ0_SESSION_MAX_PROCESSES`
       : undefined;
   return {

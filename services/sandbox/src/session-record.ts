@@ -40,6 +40,8 @@ export interface SessionRecord {
   startTime: string;
   /** The session's LLM sockets are the node's shared ones (llm-forwarder.ts); records written before those were its own. */
   sharedForwards?: boolean;
+  /** The uid the session runs under (bubblewrap run by a root sandbox); absent: the sandbox's own. */
+  uid?: number;
 }
 
 /** The record as written: the messages as their JSON. */
@@ -77,6 +79,7 @@ export function writeSessionRecord(record: SessionRecord): void {
     baseline: record.baseline,
     startTime: record.startTime,
     ...(record.sharedForwards === true ? { sharedForwards: true } : {}),
+    ...(record.uid !== undefined ? { uid: record.uid } : {}),
   };
   const target = files(record.paths.internalDir).record;
   const bytes = Buffer.from(JSON.stringify(file));
@@ -108,6 +111,7 @@ export function readSessionRecord(internalDir: string): SessionRecord | undefine
     baseline: file.baseline,
     startTime: file.startTime,
     ...(file.sharedForwards === true ? { sharedForwards: true } : {}),
+    ...(Number.isSafeInteger(file.uid) ? { uid: file.uid } : {}),
   };
 }
 

@@ -53,6 +53,8 @@ export interface SessionRegistryOptions {
         entryCommand: readonly string[];
         /** The caps and idle timeout of the LLM forwards (llm-forwarder.ts). */
         forwardLimits: ForwardLimits;
+        /** A root sandbox's sessions each run under a uid of their own (bubblewrap-launcher.ts); else as the sandbox's user. */
+        users?: { pool: SessionUserPool; setprivPath: string } | undefined;
       };
   sessionPath: string;
   locale: string;
@@ -224,6 +226,7 @@ export class SessionRegistry {
           socketDir: record.paths.socketDir,
           request: record.request,
           sharedForwards: record.sharedForwards === true,
+          adopted: { uid: record.uid },
         });
         const session = this.#newSession({
           start: record.start,
@@ -406,25 +409,14 @@ export class SessionRegistry {
       request: StartSession["request"] & object;
       /** Its LLM sockets are the node's shared ones: a session taken over whose record says so (a previous version started it). */
       sharedForwards: boolean;
+      /** A session taken over, with the uid it runs under from its record (undefined: the sandbox's user). */
+      adopted?: { uid: number | undefined };
     },
   ): SessionIsolation {
     const isolation = this.#options.isolation;
     if (isolation.mode === "none") return isolation;
-    if (isolation.mode === "user") {
-      const { setprivPath, users } = isolation;
-      // A session working in another's directory runs under that one's uid: only it can work in a directory private to that uid.
-      if (shared !== undefined) {
-        const owner = shared.user;
-        if (owner === undefined)
-          throw new SandboxError(
-            "failed_precondition",
-            `start.share_working_dir_of: session ${shared.id} is still starting; retry once it has started`,
-          );
-        const lease = owner.share();
-        return { mode: "user", setprivPath, acquireUser: (): Promise<SessionUserLease> => Promise.resolve(lease) };
-      }
-      return { mode: "user", setprivPath, acquireUser: () => users.acquire() };
-    }
+    if (isolation.mode === "user")
+      return { mode: "user", setprivPath: isolation.setprivPath, acquireUser: userFor(shared, isolation.users) };
     const listeners = options.sharedForwards ? this.#listeners : undefined;
     const forwards = planLlmForwards({
       socketDir: options.socketDir,
@@ -436,7 +428,24 @@ export class SessionRegistry {
         { field: "the sandbox's trace relay", url: this.#options.traceRelay?.url ?? "" },
       ],
     });
-    return { ...isolation, sandboxRoot: this.#options.root, forwards, listeners, budget: this.#forwardBudget! };
+    const { users, ...bwrap } = isolation;
+    let sessionUsers: Extract<SessionIsolation, { mode: "bwrap" }>["users"];
+    const adoptedUid = options.adopted?.uid;
+    if (adoptedUid !== undefined) {
+      // Taken over, it runs under its uid still; a sandbox that no longer runs sessions under uids cannot own it.
+      if (users === undefined)
+        throw new Error(`the session runs under uid ${adoptedUid}, and this sandbox runs none under uids`);
+      sessionUsers = { setprivPath: users.setprivPath, acquireUser: () => users.pool.adopt(adoptedUid) };
+    } else if (users !== undefined && options.adopted === undefined)
+      sessionUsers = { setprivPath: users.setprivPath, acquireUser: userFor(shared, users.pool) };
+    return {
+      ...bwrap,
+      sandboxRoot: this.#options.root,
+      forwards,
+      listeners,
+      budget: this.#forwardBudget!,
+      users: sessionUsers,
+    };
   }
 
   /** The live session whose working directory start.share_working_dir_of names, checked: it runs on this node right now. */
@@ -544,4 +553,20 @@ export class SessionRegistry {
     this.#endedBytes.clear();
     this.#endedBytesTotal = 0;
   }
+}
+
+/**
+ * How a new session takes its uid: a session working in another's directory runs under that one's (only it can work
+ * in a directory private to that uid), any other takes one of the pool's.
+ */
+function userFor(shared: SandboxSession | undefined, pool: SessionUserPool): () => Promise<SessionUserLease> {
+  if (shared === undefined) return () => pool.acquire();
+  const owner = shared.user;
+  if (owner === undefined)
+    throw new SandboxError(
+      "failed_precondition",
+      `start.share_working_dir_of: session ${shared.id} is still starting; retry once it has started`,
+    );
+  const lease = owner.share();
+  return () => Promise.resolve(lease);
 }

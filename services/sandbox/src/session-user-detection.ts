@@ -6,6 +6,7 @@ import { execFile } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { LINUX_SYSCALLS } from "@oz0/harness/host";
+import { trySandbox } from "./bubblewrap-launcher.js";
 import { findSetpriv } from "./parent-death-launcher.js";
 import type { SessionUidRange } from "./sandbox-config.js";
 import { closedToOtherUsers, setprivUserArgs } from "./session-user-launcher.js";
@@ -29,11 +30,16 @@ function run(file: string, args: string[]): Promise<{ ok: boolean; output: strin
   });
 }
 
-/** `root` must exist with its `sessions/` (prepareRoot). */
+/**
+ * `root` must exist with its `sessions/` (prepareRoot). With `bwrapPath`, whether bubblewrap can run sessions under
+ * the range's uids (bubblewrap-launcher.ts): bwrap binds the session's directories as root, so the uids need not
+ * pass the way to the sandbox root.
+ */
 export async function detectSessionUsers(options: {
   root: string;
   range: SessionUidRange;
   setprivPath?: string;
+  bwrapPath?: string;
 }): Promise<SessionUsersDetection> {
   const uid = process.getuid?.();
   if (uid !== 0) {
@@ -71,7 +77,18 @@ export async function detectSessionUsers(options: {
   }
   const sessions = path.join(options.root, "sessions");
   const { base, count } = options.range;
+  const { bwrapPath } = options;
   for (const trialUid of new Set([base, base + count - 1])) {
+    if (bwrapPath !== undefined) {
+      const trial = await trySandbox({ bwrapPath, user: { uid: trialUid, gid: trialUid, setprivPath: setpriv } });
+      if (trial.ok) continue;
+      return {
+        available: false,
+        setprivPath: setpriv,
+        warnings: [],
+        reason: `bubblewrap cannot run a session under uid ${trialUid} here (${trial.output}); set OZ0_SANDBOX_UID_BASE and OZ0_SANDBOX_UID_COUNT to uids this host can use`,
+      };
+    }
     const trial = await run(setpriv, [
       ...setprivUserArgs({ uid: trialUid, gid: trialUid }),
       "--",

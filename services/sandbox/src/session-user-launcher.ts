@@ -32,10 +32,16 @@ export function setprivUserArgs(user: SessionUser): string[] {
  */
 export function closedToOtherUsers(
   file: string,
-  options: { execute: boolean },
+  options: {
+    execute: boolean;
+    /** The first directory to judge: those above it are not on the way (bubblewrap makes a bound folder's own, 0755). */
+    from?: string;
+  },
 ): { path: string; mode: number } | undefined {
   const ancestors: string[] = [];
+  const { from } = options;
   for (let dir = path.dirname(file); ; dir = path.dirname(dir)) {
+    if (from !== undefined && dir !== from && !dir.startsWith(`${from}/`)) break;
     ancestors.unshift(dir);
     if (dir === path.dirname(dir)) break;
   }

@@ -24,12 +24,29 @@ function holdName(uid: number): string {
   return `\0oz0-sandbox-session-uid-${uid}`;
 }
 
-/** Binds the uid's hold; undefined when another holder (this process or another) has it. */
-function tryHold(uid: number): Promise<net.Server | undefined> {
+/**
+ * The name a session's keeper binds while its session runs under `uid` (bubblewrap run under session uids,
+ * session-keeper.ts): the session outlives its sandbox, whose own hold dies with it, and no sandbox may hand the
+ * uid out (or kill its processes as leftovers) meanwhile. Without the leading NUL, which the keeper adds.
+ */
+export function keptHoldName(uid: number): string {
+  return `oz0-sandbox-session-uid-${uid}-kept`;
+}
+
+/** Whether a session's keeper holds `uid` (its session outlived the sandbox that started it). */
+async function keptByKeeper(uid: number): Promise<boolean> {
+  const server = await tryHold(uid, `\0${keptHoldName(uid)}`);
+  if (server === undefined) return true;
+  await closeHold(server);
+  return false;
+}
+
+/** Binds the uid's hold (or `name`); undefined when another holder (this process or another) has it. */
+function tryHold(uid: number, name = holdName(uid)): Promise<net.Server | undefined> {
   return new Promise((resolve) => {
     const server = net.createServer((socket) => socket.destroy());
     server.once("error", () => resolve(undefined));
-    server.listen(holdName(uid), () => {
+    server.listen(name, () => {
       // A hold must not keep the sandbox's event loop alive by itself.
       server.unref();
       resolve(server);
@@ -91,6 +108,10 @@ export class SessionUserLease implements SessionUser {
   }
 }
 
+/** How often, and how far apart, a taken-over session's uid is tried: another sandbox passing it over holds it for a bind and a close. */
+const ADOPT_ATTEMPTS = 10;
+const ADOPT_RETRY_MS = 20;
+
 export class SessionUserPool {
   readonly range: SessionUidRange;
   readonly #logger: Logger;
@@ -114,6 +135,10 @@ export class SessionUserPool {
       if (this.#held.has(uid)) continue;
       const server = await tryHold(uid);
       if (server === undefined) continue;
+      if (await keptByKeeper(uid)) {
+        await closeHold(server);
+        continue;
+      }
       this.#cursor = (this.#cursor + tried + 1) % count;
       this.#held.add(uid);
       const user = { uid, gid: uid };
@@ -127,6 +152,30 @@ export class SessionUserPool {
   }
 
   /**
+   * The uid of a session a previous run of the sandbox started, taken over with it (its keeper holds the uid
+   * meanwhile). Held again by this process; tried a few times, since another sandbox may hold it for the moment
+   * it takes to see the keeper's hold and pass it over.
+   */
+  async adopt(uid: number): Promise<SessionUserLease> {
+    const { base, count } = this.range;
+    if (!Number.isInteger(uid) || uid < base || uid >= base + count)
+      throw new SandboxError(
+        "failed_precondition",
+        `the session's uid ${uid} is not in this sandbox's session uid range ${base}-${base + count - 1} (OZ0_SANDBOX_UID_BASE, OZ0_SANDBOX_UID_COUNT changed since it started)`,
+      );
+    for (let attempt = 0; attempt < ADOPT_ATTEMPTS; attempt++) {
+      if (this.#held.has(uid)) break;
+      const server = await tryHold(uid);
+      if (server !== undefined) {
+        this.#held.add(uid);
+        return new SessionUserLease(new Holding({ uid, gid: uid }, server, this));
+      }
+      await new Promise((resolve) => setTimeout(resolve, ADOPT_RETRY_MS));
+    }
+    throw new SandboxError("failed_precondition", `the session's uid ${uid} is held by another session`);
+  }
+
+  /**
    * Kills the processes a previous sandbox left under uids of the range (it
    * was killed, and only the harnesses themselves died with it), except under
    * uids another live sandbox holds. Returns how many uids it cleared.
@@ -137,6 +186,10 @@ export class SessionUserPool {
       if (this.#held.has(uid)) continue;
       const server = await tryHold(uid);
       if (server === undefined) continue; // another sandbox's running session
+      if (await keptByKeeper(uid)) {
+        await closeHold(server); // a session that outlived its sandbox, under its keeper
+        continue;
+      }
       await this.killAll({ uid, gid: uid });
       await closeHold(server);
       cleared++;

@@ -37,7 +37,7 @@ void describe("bubblewrap mounts", () => {
     const out: string[] = [];
     for (let i = 0; i < args.length;) {
       const flag = args[i]!;
-      const n = flag === "--tmpfs" || flag === "--proc" || flag === "--dev" ? 1 : 2;
+      const n = flag === "--tmpfs" || flag === "--proc" || flag === "--dev" || flag === "--dir" ? 1 : 2;
       out.push([flag, ...args.slice(i + 1, i + 1 + n)].join(" "));
       i += 1 + n;
     }

@@ -12,6 +12,8 @@ let t: TestSandbox;
 let install: string;
 before(async () => {
   install = mkdtempSync(path.join(os.tmpdir(), "oz0-install-"));
+  // As an installation is (mkdtemp makes it 0700): every user may read it, a root sandbox's sessions' uids too.
+  chmodSync(install, 0o755);
   copyFileSync(path.join(FIXTURES, "scenario-harness.mjs"), path.join(install, "scenario-harness.mjs"));
   t = await startTestSandbox({ isolation: "bwrap", readOnlyPaths: [install] });
 });
@@ -56,6 +58,7 @@ void it("runs a plugin whose folder links its dependencies from elsewhere, as th
   // A plugin written outside any installation, beside its own node_modules; the orchestrator's copy of it links
   // node_modules to that folder (plugin-registry.ts), which no bound path holds.
   const source = mkdtempSync(path.join(os.tmpdir(), "oz0-js-plugin-"));
+  chmodSync(source, 0o755);
   try {
     const dep = path.join(source, "node_modules", "dep");
     mkdirSync(dep, { recursive: true });
@@ -75,5 +78,32 @@ void it("runs a plugin whose folder links its dependencies from elsewhere, as th
     assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
   } finally {
     rmSync(source, { recursive: true, force: true });
+  }
+});
+
+void it("refuses a harness its session's own uid could not read, naming the folder in the way", async (ctx) => {
+  if (t.sandbox.sessionUids === undefined) return ctx.skip("sessions run as the sandbox's own user here");
+  const closed = mkdtempSync(path.join(os.tmpdir(), "oz0-closed-install-"));
+  try {
+    copyFileSync(path.join(FIXTURES, "scenario-harness.mjs"), path.join(closed, "harness.mjs"));
+    chmodSync(path.join(closed, "harness.mjs"), 0o755);
+    const bound = await startTestSandbox({ isolation: "bwrap", readOnlyPaths: [closed] });
+    try {
+      const stream = await runToEnd(
+        bound.client,
+        scenarioStart({ mode: "complete" }, { command: [path.join(closed, "harness.mjs")], pluginDir: FIXTURES }),
+      );
+      assert.equal(stream.exited().status, SessionStatus.FAILED);
+      assert.match(
+        stream.exited().errorMessage,
+        new RegExp(
+          `cannot be reached by the session's own uid \\d+: ${closed} \\(mode 0700\\) does not let other users through`,
+        ),
+      );
+    } finally {
+      await bound.close();
+    }
+  } finally {
+    rmSync(closed, { recursive: true, force: true });
   }
 });

@@ -120,10 +120,21 @@ for (const mode of ["none", "user", "bwrap"] as const) {
         reads: Record<string, string>;
         writes: Record<string, string>;
         capEff: string;
+        capBnd: string;
+        uids: number[];
         oomScoreAdj: string;
         oomLowered: string;
       };
       assert.equal(dump.writes["hello.txt"], "ok", "the working directory is writable");
+      // Under a uid of its own where the sandbox is root (the user mode; bubblewrap too): never uid 0 of the node.
+      const range = t.sandbox.sessionUids;
+      assert.equal(range !== undefined, process.getuid?.() === 0 && mode !== "none");
+      if (range !== undefined) {
+        const [uid] = dump.uids;
+        assert(uid !== undefined && uid >= range.base && uid < range.base + range.count, `uids ${dump.uids.join(" ")}`);
+        assert.deepEqual(dump.uids, [uid, uid, uid, uid]);
+        assert.equal(dump.capBnd, "0000000000000000", "no capability can be gained back");
+      }
       // The OOM killer takes a session's processes first, never the sandbox.
       assert.equal(dump.oomScoreAdj, "1000");
       assert.doesNotMatch(JSON.stringify(dump.env), new RegExp(NEEDLE));
@@ -278,7 +289,11 @@ for (const mode of ["none", "user", "bwrap"] as const) {
           lists: Record<string, unknown>;
           writes: Record<string, string>;
         };
-        assert.deepEqual(report.lists["/run/oz0"], ["llm-0.sock"]);
+        // Under a uid of its own the folder is passable, not listable (root's, 0711); as the sandbox's user, its own.
+        assert.deepEqual(
+          report.lists["/run/oz0"],
+          t.sandbox.sessionUids !== undefined ? "ERROR EACCES" : ["llm-0.sock"],
+        );
         assert.deepEqual(report.writes, { "/run/oz0/planted": "ERROR EROFS" });
       });
     } else {

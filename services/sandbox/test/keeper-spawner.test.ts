@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
+import net from "node:net";
 import path from "node:path";
 import type { Readable } from "node:stream";
 import { after, it } from "node:test";
@@ -34,13 +35,14 @@ const exited = (child: KeptChild): Promise<[number | null, NodeJS.Signals | null
   new Promise((resolve) => child.once("exit", (code, signal) => resolve([code, signal])));
 
 /** Starts `script` under a keeper from one of the spawner's spares, waiting for one to be ready. */
-async function fromSpare(spawner: KeeperSpawner, name: string, script: string): Promise<KeptChild> {
+async function fromSpare(spawner: KeeperSpawner, name: string, script: string, hold?: string): Promise<KeptChild> {
   const dir = path.join(root, name);
   mkdirSync(dir, { recursive: true });
   for (;;) {
     const kept = spawner.take({
       dir,
       orphanMs: 60_000,
+      hold,
       file: "/bin/sh",
       args: ["-c", script],
       spawn: { cwd: root, env: { GREETING: "hello\nworld" }, stdio: ["pipe", "pipe", "pipe", "pipe"] },
@@ -185,4 +187,54 @@ void it("starts the keeper itself when no spare is ready", { skip }, async () =>
   await new Promise((resolve) => setImmediate(resolve));
   assert.equal(out(), "direct\n");
   assert.equal(info(), "fd\n");
+});
+
+/** Whether an abstract socket name is bound by anyone (the session-uid pool's test: it binds it, then lets go). */
+function bound(name: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.once("error", () => resolve(true));
+    server.listen(`\0${name}`, () => server.close(() => resolve(false)));
+  });
+}
+
+void it("holds the session's uid for the session's life, from a spare and when started itself", { skip }, async () => {
+  const spawner = new KeeperSpawner({
+    dir: path.join(root, "keepers-hold"),
+    spares: 1,
+    logger: recordingLogger().logger,
+  });
+  try {
+    const fromSpareName = `oz0-keeper-test-${process.pid}-spare`;
+    const spared = await fromSpare(spawner, "session-hold-1", 'read line; echo "$line"', fromSpareName);
+    const itselfName = `oz0-keeper-test-${process.pid}-itself`;
+    const dir = path.join(root, "session-hold-2");
+    mkdirSync(dir);
+    const itself = keeperSpawn({ dir, orphanMs: 60_000, spares: { take: () => undefined }, hold: itselfName })(
+      "/bin/sh",
+      ["-c", "read line; ls -l /proc/self/fd"],
+      { cwd: root, env: {}, stdio: ["pipe", "pipe", "pipe"] },
+    );
+    for (const [kept, name] of [
+      [spared, fromSpareName],
+      [itself, itselfName],
+    ] as const) {
+      // Bound before the command runs, which it reads its line from only then.
+      for (let waited = 0; !(await bound(name)); waited += 20) {
+        assert.ok(waited < 5_000, `${name} was never held`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      const out = collect(kept.stdout);
+      const ending = exited(kept);
+      kept.stdin.write("go\n");
+      kept.stdin.end();
+      assert.deepEqual(await ending, [0, null]);
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.equal(await bound(name), false, `${name} is let go with the session`);
+      // The command never holds the hold itself.
+      if (kept === itself) assert.doesNotMatch(out(), /socket:/);
+    }
+  } finally {
+    await spawner.close();
+  }
 });

@@ -51,6 +51,22 @@ async function processesStarted(stream: SessionStream): Promise<{ started: numbe
   return { started: Number(/^started (\d+) of/.exec(line)![1]), line };
 }
 
+/** A session with an LLM endpoint reaches it: the in-sandbox forwarder runs first, under the limit too. */
+async function assertModelReached(client: Client<typeof SandboxService>): Promise<void> {
+  const model = http.createServer((_request, response) => response.end("hello from the model"));
+  await new Promise<void>((resolve) => model.listen(0, "127.0.0.1", resolve));
+  try {
+    const anthropicBaseUrl = `http://127.0.0.1:${(model.address() as net.AddressInfo).port}/anthropic`;
+    const session = await runToEnd(
+      client,
+      scenarioStart({ mode: "llm" }, {}, { llm: { anthropicBaseUrl, token: "tok" } }),
+    );
+    assert.equal(session.exited().result?.text, "200 hello from the model");
+  } finally {
+    model.close();
+  }
+}
+
 /**
  * One session holds as many processes as it can get (far more than the
  * limit, if nothing stopped it); meanwhile another session starts all it
@@ -86,9 +102,14 @@ void describe("which isolation modes can limit a session's processes", () => {
     own: { soft: Infinity, hard: Infinity },
     maxSessions: 16,
   };
-  void it("limits them under bubblewrap as an unprivileged user, and in the user mode", () => {
+  void it("limits them under bubblewrap as an unprivileged user or under uids of their own, and in the user mode", () => {
     assert.equal(chooseSessionProcessLimit({ ...common, isolation: "bwrap", initialRoot: false }).limit?.max, LIMIT);
     assert.equal(chooseSessionProcessLimit({ ...common, isolation: "user", initialRoot: true }).limit?.max, LIMIT);
+    // A root sandbox's bubblewrap sessions under uids of their own count by uid, as the user mode's, on any kernel.
+    const own = { ...common, isolation: "bwrap" as const, initialRoot: true, sessionUids: true, kernel: "4.18.0" };
+    assert.equal(chooseSessionProcessLimit(own).limit?.max, LIMIT);
+    // Nor do they count against the sandbox's own limit.
+    assert.equal(chooseSessionProcessLimit({ ...own, own: { soft: 100, hard: 100 } }).warning, undefined);
   });
   void it("says why nothing limits them elsewhere", () => {
     const reason = (options: Partial<Parameters<typeof chooseSessionProcessLimit>[0]>): string => {
@@ -176,15 +197,24 @@ void describe("a session's processes in the user mode", { skip: rootWithSetpriv 
 
 void describe("a session's processes under bubblewrap", () => {
   if (asRoot) {
-    void it("are not limited when the sandbox runs as root, and the sandbox says so", async () => {
-      assert.equal(runsAsInitialRoot(), true);
-      const t = await startTestSandbox({ isolation: "bwrap", maxSessionProcesses: LIMIT });
-      try {
-        assert.equal(t.sandbox.processLimit.limit, undefined);
-        assert.match(t.sandbox.processLimit.reason ?? "", /runs as root/);
-      } finally {
-        await t.close();
-      }
+    // Each session under a uid of its own (bubblewrap-launcher.ts): root's own processes the kernel never limits.
+    void describe("with the sandbox running as root", { skip: rootWithSetpriv }, () => {
+      let t: TestSandbox;
+      before(async () => {
+        assert.equal(runsAsInitialRoot(), true);
+        t = await startTestSandbox({ isolation: "bwrap", maxSessionProcesses: LIMIT });
+      });
+      after(() => t.close());
+
+      void it("stop at the limit, counted apart from another session's", async () => {
+        assert.notEqual(t.sandbox.sessionUids, undefined, "sessions run under uids of their own");
+        assert.equal(t.sandbox.processLimit.limit?.max, LIMIT);
+        await assertLimitedApart(t.client);
+      });
+
+      void it("runs a session with an LLM endpoint, the in-sandbox forwarder first, under it", async () => {
+        await assertModelReached(t.client);
+      });
     });
 
     // As the Kubernetes manifests run it: the sandbox as an unprivileged user.
@@ -243,18 +273,7 @@ void describe("a session's processes under bubblewrap", () => {
       });
 
       void it("runs a session with an LLM endpoint, the in-sandbox forwarder first, under it", async () => {
-        const model = http.createServer((_request, response) => response.end("hello from the model"));
-        await new Promise<void>((resolve) => model.listen(0, "127.0.0.1", resolve));
-        try {
-          const anthropicBaseUrl = `http://127.0.0.1:${(model.address() as net.AddressInfo).port}/anthropic`;
-          const session = await runToEnd(
-            client,
-            scenarioStart({ mode: "llm" }, {}, { llm: { anthropicBaseUrl, token: "tok" } }),
-          );
-          assert.equal(session.exited().result?.text, "200 hello from the model");
-        } finally {
-          model.close();
-        }
+        await assertModelReached(client);
       });
 
       // The namespace's init was forked before the limit was set, and a session can ptrace it and fork from it.

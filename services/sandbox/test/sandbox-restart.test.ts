@@ -135,7 +135,11 @@ void test("a SIGKILLed sandbox's sessions run on, and the restarted sandbox take
     "every seq once, in order, across the restart",
   );
   const exited = resumed.exited();
-  assert.equal(exited.status, SessionStatus.COMPLETED, `${exited.errorCode}: ${exited.errorMessage}`);
+  assert.equal(
+    exited.status,
+    SessionStatus.COMPLETED,
+    `${exited.errorCode}: ${exited.errorMessage} ${exited.stderrTail}`,
+  );
   assert.equal(exited.result?.text, "allowed");
   assert.ok(
     resumed.texts().includes("model said hello from the model"),

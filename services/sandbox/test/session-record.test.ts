@@ -50,4 +50,14 @@ void describe("session record", () => {
       if (before === undefined) assert.equal(statSync(file).mode & 0o777, 0o600);
     });
   }
+
+  void it("keeps the uid the session runs under, and none for one run as the sandbox's user", (t) => {
+    const root = mkdtempSync(path.join(os.tmpdir(), "oz0-record-"));
+    t.after(() => rmSync(root, { recursive: true, force: true }));
+    const record = recordIn(root);
+    writeSessionRecord({ ...record, uid: 200_123 });
+    assert.equal(readSessionRecord(record.paths.internalDir)?.uid, 200_123);
+    writeSessionRecord(record);
+    assert.equal(readSessionRecord(record.paths.internalDir)?.uid, undefined);
+  });
 });

@@ -1,15 +1,16 @@
-// The user mode's uids: held host-wide (two sandboxes never hand out the
+// The uids sessions run under (the user mode, bubblewrap run by root): held host-wide (two sandboxes never hand out the
 // same uid), given back when the last session under one ends, and never
 // carrying a process from one holder to the next.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
+import net from "node:net";
 import { describe, it } from "node:test";
 import { createLogger } from "@oz0/serving";
 import { findSetpriv } from "../src/parent-death-launcher.js";
 import { SandboxError } from "../src/sandbox-errors.js";
 import { setprivUserArgs } from "../src/session-user-launcher.js";
-import { SessionUserPool } from "../src/session-user-pool.js";
+import { keptHoldName, SessionUserPool } from "../src/session-user-pool.js";
 
 const skip =
   process.getuid?.() !== 0 ? "needs root" : findSetpriv() === undefined ? "needs setpriv (util-linux)" : false;
@@ -111,5 +112,34 @@ void describe("session uids", { skip }, () => {
     assert.equal(processAlive(alive), true, "another sandbox's session was left alone");
     await running.release();
     await until(() => !processAlive(alive), "its own sandbox killed it when it gave the uid back");
+  });
+
+  void it("leaves a uid its session's keeper holds to it while no sandbox does, and lets the restarted one take it over", async () => {
+    // A session under bubblewrap outlived its sandbox: its keeper holds the uid (session-keeper.ts), nothing else.
+    const uid = BASE + 2;
+    const range = { base: uid, count: 1 };
+    const kept = net.createServer();
+    await new Promise<void>((resolve) => kept.listen(`\0${keptHoldName(uid)}`, resolve));
+    const session = processAs(uid);
+    try {
+      await until(() => runningAs(session, uid), "the session runs as its uid");
+      const another = new SessionUserPool({ range, logger });
+      assert.equal(await another.killLeftovers(), 0);
+      await assert.rejects(another.acquire(), (error: unknown) => error instanceof SandboxError);
+      assert.equal(processAlive(session), true, "another sandbox neither killed it nor handed its uid out");
+
+      const restarted = new SessionUserPool({ range, logger });
+      const lease = await restarted.adopt(uid);
+      assert.equal(lease.uid, uid);
+      await assert.rejects(restarted.adopt(uid), /held by another session/);
+      await assert.rejects(restarted.adopt(uid + 1), /not in this sandbox's session uid range/);
+      // The session ended: its keeper let go, and the sandbox gives the uid back.
+      await new Promise<void>((resolve) => kept.close(() => resolve()));
+      await lease.release();
+      await until(() => !processAlive(session), "what the uid still ran was killed when it was given back");
+    } finally {
+      kept.close();
+      if (processAlive(session)) process.kill(session, "SIGKILL");
+    }
   });
 });
