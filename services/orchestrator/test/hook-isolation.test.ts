@@ -41,6 +41,9 @@ const seen = {
   signalOrchestrator: tryRead(() => process.kill(${process.pid}, 0)),
   ownTmp: tryRead(() => writeFileSync(path.join(os.tmpdir(), "scratch"), "x")),
   outsideTmp: tryRead(() => writeFileSync(path.join(${JSON.stringify(home)}, "planted"), "x")),
+  capabilities: tryRead(() => /^CapEff:\\s*(\\w+)$/m.exec(readFileSync("/proc/self/status", "utf8"))[1]),
+  // "x", which no integer setting takes, should this ever fail open.
+  sysctl: tryRead(() => writeFileSync("/proc/sys/kernel/printk_ratelimit", "x")),
 };
 process.stdout.write(JSON.stringify({ decision: "deny", reason: JSON.stringify(seen) }));
 `,
@@ -94,6 +97,9 @@ void test("under bubblewrap a command hook reads its plugin's folder, and not th
   assert.equal(seen.ownFolder, "oz0-plugin.yaml,spy.mjs");
   assert.match(seen.signalOrchestrator!, /^unreadable: ESRCH$/, "no process of the host is in its pid namespace");
   assert.equal(seen.ownTmp, "undefined");
+  // Whoever runs the orchestrator, root included: no capability, and the kernel's settings read-only.
+  assert.equal(seen.capabilities, "0000000000000000");
+  assert.match(seen.sysctl!, /^unreadable: EROFS$/);
 });
 
 void test("in a Landlock domain (where bubblewrap cannot run) a command hook reads its plugin's folder, and not the data directory or the orchestrator's environment", async () => {
@@ -108,6 +114,7 @@ void test("in a Landlock domain (where bubblewrap cannot run) a command hook rea
   assert.equal(seen.ownFolder, "oz0-plugin.yaml,spy.mjs");
   assert.equal(seen.ownTmp, "undefined", "its TMPDIR is its own to write");
   assert.match(seen.outsideTmp!, /^unreadable: EACCES$/);
+  assert.match(seen.sysctl!, /^unreadable: EACCES$/, "the kernel's settings are outside the domain");
   assert.equal(existsSync(path.join(home, "planted")), false);
   // Scoped signals came with Landlock ABI 6 (Linux 6.12): the kernel here has it.
   assert.match(seen.signalOrchestrator!, /^unreadable: EPERM$/, "no signal leaves the domain");

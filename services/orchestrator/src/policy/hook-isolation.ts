@@ -16,7 +16,14 @@
 import { mkdtempSync, realpathSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { DEFAULT_READ_ONLY_PATHS, detectBubblewrap, detectLandlock, walledCommand, type Landlock } from "@oz0/sandbox";
+import {
+  DEFAULT_READ_ONLY_PATHS,
+  detectBubblewrap,
+  detectLandlock,
+  PROC_READ_ONLY,
+  walledCommand,
+  type Landlock,
+} from "@oz0/sandbox";
 import { isWithin } from "../path-within.js";
 
 /** How command hooks run; either way `dataDir`, the orchestrator's data directory (OZ0_HOME), is out of their reach. */
@@ -106,6 +113,11 @@ export function isolatedHook(
     command: [
       isolation.bwrapPath,
       "--die-with-parent",
+      // A user namespace of its own and no capability: bwrap run by root (the orchestrator as root) otherwise runs
+      // the hook as root with every capability, which could make a device node of the node's disk and mount it.
+      "--unshare-user",
+      "--cap-drop",
+      "ALL",
       "--unshare-pid",
       "--unshare-ipc",
       "--unshare-uts",
@@ -115,6 +127,8 @@ export function isolatedHook(
       "/dev",
       "--proc",
       "/proc",
+      // The kernel's settings, which root's uid, even with no capability, could change (@oz0/sandbox's bubblewrap-mounts.ts).
+      ...PROC_READ_ONLY.flatMap((p) => ["--ro-bind-try", p, p]),
       "--tmpfs",
       "/tmp",
       // Hidden, should a read-only path above hold it; then the plugin's own folder inside it, read-only.
