@@ -102,7 +102,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   // The user mode's uids, and a root sandbox's bubblewrap sessions' (bubblewrap-launcher.ts).
   const users =
     isolation.mode === "user" || (useBwrap && isolation.sessionUsers.available)
-      ? new SessionUserPool({ range: uids, logger })
+      ? new SessionUserPool({ range: uids, logger, contained: useBwrap })
       : undefined;
   const contained = chooseSessionContainment({
     isolation: isolation.mode,

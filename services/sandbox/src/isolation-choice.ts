@@ -5,6 +5,7 @@
 // by `auto` when nothing else works, or by a person who set it.
 import { detectBubblewrap, type BubblewrapDetection } from "./bubblewrap-launcher.js";
 import type { IsolationSetting, SessionUidRange } from "./sandbox-config.js";
+import { keeperAvailable } from "./session-keeper.js";
 import { detectSessionUsers, type SessionUsersDetection } from "./session-user-detection.js";
 
 /** How sessions are isolated, as logs, health and lifecycle events name it. */
@@ -48,19 +49,19 @@ export async function chooseIsolation(options: {
   if (bubblewrap.available && bubblewrap.path !== undefined) {
     // As root, each session runs under a uid of its own: as uid 0 of the node it would own the kernel's files (see
     // the README's Isolation) and have no limit on its processes.
+    // The sessions' keepers end what a uid still runs before a session starts under it (session-keeper.ts).
+    const unavailable = (reason: string): SessionUsersDetection => ({ available: false, warnings: [], reason });
     const sessionUsers =
-      process.getuid?.() === 0
-        ? await detectSessionUsers({
-            root: options.root,
-            range: options.uids,
-            bwrapPath: bubblewrap.path,
-            ...(options.setprivPath !== undefined ? { setprivPath: options.setprivPath } : {}),
-          })
-        : {
-            available: false,
-            warnings: [],
-            reason: "the sandbox does not run as root: its sessions run as its own user",
-          };
+      process.getuid?.() !== 0
+        ? unavailable("the sandbox does not run as root: its sessions run as its own user")
+        : !keeperAvailable()
+          ? unavailable("no perl or mkfifo for the sessions' keepers, which end what a uid ran before it is used")
+          : await detectSessionUsers({
+              root: options.root,
+              range: options.uids,
+              bwrapPath: bubblewrap.path,
+              ...(options.setprivPath !== undefined ? { setprivPath: options.setprivPath } : {}),
+            });
     return { mode: "bwrap", bubblewrap, sessionUsers, reason: "" };
   }
   const sessionUsers = await detectSessionUsers({

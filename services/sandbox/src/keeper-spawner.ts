@@ -28,6 +28,7 @@ import {
   createKeeperOutputs,
   extraStdioCount,
   followKeeperExit,
+  holdFields,
   keeperFiles,
   KEEP_SUB,
   KeptChild,
@@ -39,7 +40,7 @@ import {
 
 /**
  * The spawner's loop. Requests on stdin: "<length>\n<pid>\0<FIFO taken or
- * empty>\0<dir>\0<orphan ms>\0<extra>\0<hold or empty>\0<cwd>\0<env count>\0<NAME=value>...\0<file>\0<arg>...";
+ * empty>\0<dir>\0<orphan ms>\0<extra>\0<hold name or empty>\0<uid or empty>\0<cwd>\0<env count>\0<NAME=value>...\0<file>\0<arg>...";
  * reports on stdout: "spare <pid>" once a spare is ready, "fifo <name>" once a
  * FIFO is, "exit <pid> <code> <signal>" when a child (keeper or spare) ended.
  */
@@ -70,10 +71,10 @@ sub add_spare {
     my $len = $line + 0; my $msg = "";
     while (length($msg) < $len) { my $got = read($r, $msg, $len - length($msg), length($msg)); POSIX::_exit(0) unless $got }
     close $r;
-    my ($dir, $orphan_ms, $extra, $hold, $cwd, $envc, @rest) = split /\0/, $msg, -1;
+    my ($dir, $orphan_ms, $extra, $hold, $uid, $cwd, $envc, @rest) = split /\0/, $msg, -1;
     my %env = map { /\A([^=]*)=(.*)\z/s ? ($1, $2) : () } splice(@rest, 0, $envc);
     # The FIFO is in the session's folder by now (renamed there, or the reused folder's own).
-    keep($dir, $owner, $orphan_ms, $extra, $hold, $cwd, \%env, undef, @rest);
+    keep($dir, $owner, $orphan_ms, $extra, $hold, $uid, $cwd, \%env, undef, @rest);
   }
   close $r;
   $spare{$pid} = $w;
@@ -236,7 +237,17 @@ export class KeeperSpawner implements SpareKeepers {
     );
     const cwd = typeof spawnOptions.cwd === "string" ? spawnOptions.cwd : (spawnOptions.cwd?.pathname ?? "");
     const extra = extraStdioCount(spawnOptions);
-    const fields = [dir, String(orphanMs), String(extra), hold ?? "", cwd, String(env.length), ...env, file, ...args];
+    const fields = [
+      dir,
+      String(orphanMs),
+      String(extra),
+      ...holdFields(hold),
+      cwd,
+      String(env.length),
+      ...env,
+      file,
+      ...args,
+    ];
     // As child_process.spawn refuses them: a NUL would shift every later field.
     if (fields.some((field) => field.includes("\0")))
       throw new Error("a command, argument or environment entry contains a NUL byte");

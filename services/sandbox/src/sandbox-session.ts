@@ -437,7 +437,10 @@ export class SandboxSession {
                 spares: keep.spares,
                 // The session may outlive this sandbox: its keeper holds the uid meanwhile (session-user-pool.ts); the
                 // owner's keeper holds it for a session sharing its working directory, which ends first.
-                hold: user !== undefined && !paths.sharesWorkingDir ? keptHoldName(user.uid) : undefined,
+                hold:
+                  user !== undefined && !paths.sharesWorkingDir
+                    ? { uid: user.uid, name: keptHoldName(user.uid) }
+                    : undefined,
               }),
             }
           : {}),
@@ -750,8 +753,10 @@ export class SandboxSession {
       await this.#endSharers();
       // The sandbox (root) reads the working directory next: nothing of the
       // uid may still run there to swap a file for a link to a node file
-      // meanwhile. Sessions sharing the directory go too; it is removed next.
-      if (this.#user !== undefined && !paths.sharesWorkingDir) await this.#user.killAll();
+      // meanwhile. Sessions sharing the directory go too; it is removed next. Under bubblewrap the session's
+      // PID namespace went with its harness, and everything of its uid with it.
+      if (this.#user !== undefined && this.#options.isolation.mode === "user" && !paths.sharesWorkingDir)
+        await this.#user.killAll();
       // Everything the harness started ends with it, whatever process group or session it moved to.
       await this.#container?.end();
       try {

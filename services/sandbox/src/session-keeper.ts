@@ -50,10 +50,14 @@ import { systemCommand } from "./system-command.js";
 
 /**
  * The keeper itself, as a Perl sub: `keep($dir, $owner, $orphan_ms, $extra,
- * $hold, $cwd, \%env, $in, @cmd)` never returns. `$hold`, when not empty, is
- * the abstract socket name the keeper binds for the session's life: the
- * session's uid, held while the sandbox that took it may be gone
- * (session-user-pool.ts: keptHoldName). `$owner` is the sandbox's pid, `$in`
+ * $hold, $uid, $cwd, \%env, $in, @cmd)` never returns. `$hold`, when not
+ * empty, is the abstract socket name the keeper binds for the session's
+ * life: the session's uid `$uid`, held while the sandbox that took it may be
+ * gone (session-user-pool.ts: keptHoldName). Before it binds it, the keeper
+ * ends whatever the uid still runs (left by a sandbox of the node killed
+ * while its session ran in the `user` mode): a child drops to the uid
+ * without an exec (no process of the uid can ptrace it) and signals every
+ * process of the uid, none of which can act again. `$owner` is the sandbox's pid, `$in`
  * the FIFO already open (or undef: it opens "$dir/stdin"), `$cwd` and `%env`
  * what the command runs with when the keeper did not inherit them (a spare
  * forked by the spawner, keeper-spawner.ts). The command's stdout and stderr
@@ -68,7 +72,12 @@ import { systemCommand } from "./system-command.js";
 export const KEEP_SUB = String.raw`
 use strict; use POSIX ();
 sub keep {
-my ($dir, $owner, $orphan_ms, $extra, $hold, $cwd, $env, $in, @cmd) = @_;
+my ($dir, $owner, $orphan_ms, $extra, $hold, $uid, $cwd, $env, $in, @cmd) = @_;
+if ($uid ne "") {
+  my $killer = fork() // do { print STDERR "oz0 keeper: fork failed: $!\n"; POSIX::_exit(125) };
+  if ($killer == 0) { $) = "$uid $uid"; POSIX::setgid($uid) && POSIX::setuid($uid) && $< == $uid or POSIX::_exit(1); kill "KILL", -1; POSIX::_exit(0) }
+  waitpid($killer, 0); $? == 0 or do { print STDERR "oz0 keeper: cannot end what uid $uid still runs\n"; POSIX::_exit(125) };
+}
 # AF_UNIX and SOCK_STREAM are 1 on Linux's x86-64 and arm64 (Socket.pm costs more to load than the keeper to start); the fd is
 # close-on-exec, as every one perl opens past stderr.
 my $held;
@@ -152,8 +161,8 @@ POSIX::_exit($code);
 
 /** The keeper started on its own by the sandbox: its parent is its owner, and it inherited its cwd and environment. */
 const KEEPER = String.raw`${KEEP_SUB}
-my ($dir, $orphan_ms, $extra, $hold, @cmd) = @ARGV;
-keep($dir, getppid(), $orphan_ms, $extra, $hold, "", undef, undef, @cmd);
+my ($dir, $orphan_ms, $extra, $hold, $uid, @cmd) = @ARGV;
+keep($dir, getppid(), $orphan_ms, $extra, $hold, $uid, "", undef, undef, @cmd);
 `;
 
 /** The keeper's files in a session's internal directory. */
@@ -434,13 +443,24 @@ export function keeperAvailable(): boolean {
   }
 }
 
+/** A session's uid as its keeper holds it: the uid, and the abstract socket name it binds (session-user-pool.ts: keptHoldName). */
+export interface KeeperHold {
+  uid: number;
+  name: string;
+}
+
+/** The keeper's `$hold` and `$uid` arguments: both empty without a hold. */
+export function holdFields(hold: KeeperHold | undefined): [string, string] {
+  return hold === undefined ? ["", ""] : [hold.name, String(hold.uid)];
+}
+
 /** What starts a keeper without forking the sandbox: a spare from the spawner, or undefined when none is ready. */
 export interface SpareKeepers {
   take(options: {
     dir: string;
     orphanMs: number;
-    /** The abstract socket name the keeper holds for the session's life (see KEEP_SUB); none when absent or "". */
-    hold?: string | undefined;
+    /** The session's uid, which the keeper holds for the session's life (see KEEP_SUB); none when absent. */
+    hold?: KeeperHold | undefined;
     file: string;
     args: readonly string[];
     spawn: SpawnOptions;
@@ -458,11 +478,10 @@ export function keeperSpawn(options: {
   dir: string;
   orphanMs: number;
   spares?: SpareKeepers | undefined;
-  /** The abstract socket name the keeper holds for the session's life (session-user-pool.ts: keptHoldName). */
-  hold?: string | undefined;
+  /** The session's uid, which the keeper holds for the session's life, having ended what it still ran. */
+  hold?: KeeperHold | undefined;
 }): (file: string, args: readonly string[], options: SpawnOptions) => KeptChild {
-  const { dir, orphanMs, spares } = options;
-  const hold = options.hold ?? "";
+  const { dir, orphanMs, spares, hold } = options;
   return (file, args, spawnOptions) => {
     const spare = spares?.take({ dir, orphanMs, hold, file, args, spawn: spawnOptions });
     if (spare !== undefined) return spare;
@@ -474,7 +493,7 @@ export function keeperSpawn(options: {
     createKeeperOutputs(dir, extra);
     const keeper: ChildProcess = spawn(
       perl(),
-      ["-e", KEEPER, dir, String(orphanMs), String(extra), hold, file, ...args],
+      ["-e", KEEPER, dir, String(orphanMs), String(extra), ...holdFields(hold), file, ...args],
       {
         cwd: spawnOptions.cwd,
         env: spawnOptions.env,

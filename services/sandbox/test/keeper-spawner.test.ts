@@ -5,6 +5,7 @@
 // stdio entry's, its exit status reported); a keeper outlives the spawner, whose end is then read from the
 // exit file; unused spares go with the spawner.
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
 import net from "node:net";
@@ -12,7 +13,9 @@ import path from "node:path";
 import type { Readable } from "node:stream";
 import { after, it } from "node:test";
 import { KeeperSpawner } from "../src/keeper-spawner.js";
-import { keeperAvailable, keeperSpawn, type KeptChild } from "../src/session-keeper.js";
+import { keeperAvailable, keeperSpawn, type KeeperHold, type KeptChild } from "../src/session-keeper.js";
+import { findSetpriv } from "../src/parent-death-launcher.js";
+import { setprivUserArgs } from "../src/session-user-launcher.js";
 import { recordingLogger } from "./sandbox-test-kit.js";
 
 const root = mkdtempSync(path.join(os.tmpdir(), "oz0-keeper-spawner-"));
@@ -35,7 +38,7 @@ const exited = (child: KeptChild): Promise<[number | null, NodeJS.Signals | null
   new Promise((resolve) => child.once("exit", (code, signal) => resolve([code, signal])));
 
 /** Starts `script` under a keeper from one of the spawner's spares, waiting for one to be ready. */
-async function fromSpare(spawner: KeeperSpawner, name: string, script: string, hold?: string): Promise<KeptChild> {
+async function fromSpare(spawner: KeeperSpawner, name: string, script: string, hold?: KeeperHold): Promise<KeptChild> {
   const dir = path.join(root, name);
   mkdirSync(dir, { recursive: true });
   for (;;) {
@@ -198,43 +201,96 @@ function bound(name: string): Promise<boolean> {
   });
 }
 
-void it("holds the session's uid for the session's life, from a spare and when started itself", { skip }, async () => {
-  const spawner = new KeeperSpawner({
-    dir: path.join(root, "keepers-hold"),
-    spares: 1,
-    logger: recordingLogger().logger,
-  });
+/** Alive and not a zombie. */
+function alive(pid: number): boolean {
   try {
-    const fromSpareName = `oz0-keeper-test-${process.pid}-spare`;
-    const spared = await fromSpare(spawner, "session-hold-1", 'read line; echo "$line"', fromSpareName);
-    const itselfName = `oz0-keeper-test-${process.pid}-itself`;
-    const dir = path.join(root, "session-hold-2");
-    mkdirSync(dir);
-    const itself = keeperSpawn({ dir, orphanMs: 60_000, spares: { take: () => undefined }, hold: itselfName })(
-      "/bin/sh",
-      ["-c", "read line; ls -l /proc/self/fd"],
-      { cwd: root, env: {}, stdio: ["pipe", "pipe", "pipe"] },
-    );
-    for (const [kept, name] of [
-      [spared, fromSpareName],
-      [itself, itselfName],
-    ] as const) {
-      // Bound before the command runs, which it reads its line from only then.
-      for (let waited = 0; !(await bound(name)); waited += 20) {
-        assert.ok(waited < 5_000, `${name} was never held`);
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
-      const out = collect(kept.stdout);
-      const ending = exited(kept);
-      kept.stdin.write("go\n");
-      kept.stdin.end();
-      assert.deepEqual(await ending, [0, null]);
-      await new Promise((resolve) => setImmediate(resolve));
-      assert.equal(await bound(name), false, `${name} is let go with the session`);
-      // The command never holds the hold itself.
-      if (kept === itself) assert.doesNotMatch(out(), /socket:/);
-    }
-  } finally {
-    await spawner.close();
+    return !/^\d+ \(.*\) [ZX]/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
   }
-});
+}
+
+/** A process running as `uid`, as one left behind by a killed sandbox's session in the user mode would. */
+async function leftoverAs(uid: number): Promise<number> {
+  const child = spawn(findSetpriv()!, [...setprivUserArgs({ uid, gid: uid }), "--", "/bin/sleep", "600"], {
+    detached: true,
+    stdio: "ignore",
+  });
+  child.unref();
+  const pid = child.pid!;
+  for (
+    let waited = 0;
+    !new RegExp(`^Uid:\\s+${uid}\\s`, "m").test(readFileSync(`/proc/${pid}/status`, "utf8"));
+    waited += 10
+  ) {
+    assert.ok(waited < 5_000, "the leftover never ran as its uid");
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  return pid;
+}
+
+const asRootWithSetpriv =
+  skip || (process.getuid?.() !== 0 ? "needs root" : findSetpriv() === undefined ? "needs setpriv" : false);
+
+void it(
+  "ends what the session's uid still runs, then holds the uid for the session's life, from a spare and when started itself",
+  { skip: asRootWithSetpriv },
+  async () => {
+    const spawner = new KeeperSpawner({
+      dir: path.join(root, "keepers-hold"),
+      spares: 1,
+      logger: recordingLogger().logger,
+    });
+    // Uids of this test process's own (the session-uid pool's test uses a range of its own likewise).
+    const base = 3_500_000 + (process.pid % 100_000) * 2;
+    // What a failure leaves running is ended with the test, which would otherwise wait on it.
+    const leftovers: number[] = [];
+    const keepers: KeptChild[] = [];
+    try {
+      const fromSpareHold = { uid: base, name: `oz0-keeper-test-${process.pid}-spare` };
+      const fromSpareLeftover = await leftoverAs(fromSpareHold.uid);
+      leftovers.push(fromSpareLeftover);
+      const spared = await fromSpare(spawner, "session-hold-1", 'read line; echo "$line"', fromSpareHold);
+      keepers.push(spared);
+      const itselfHold = { uid: base + 1, name: `oz0-keeper-test-${process.pid}-itself` };
+      const itselfLeftover = await leftoverAs(itselfHold.uid);
+      leftovers.push(itselfLeftover);
+      const dir = path.join(root, "session-hold-2");
+      mkdirSync(dir);
+      const itself = keeperSpawn({ dir, orphanMs: 60_000, spares: { take: () => undefined }, hold: itselfHold })(
+        "/bin/sh",
+        ["-c", "read line; ls -l /proc/self/fd"],
+        { cwd: root, env: {}, stdio: ["pipe", "pipe", "pipe"] },
+      );
+      keepers.push(itself);
+      for (const [kept, { name }, leftover] of [
+        [spared, fromSpareHold, fromSpareLeftover],
+        [itself, itselfHold, itselfLeftover],
+      ] as const) {
+        // Bound before the command runs, which it reads its line from only then.
+        for (let waited = 0; !(await bound(name)); waited += 20) {
+          assert.ok(waited < 5_000, `${name} was never held`);
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+        // Killed before the hold was taken: gone, or a zombie its init has yet to reap.
+        for (let waited = 0; alive(leftover); waited += 10) {
+          assert.ok(waited < 5_000, "what the uid still ran was not ended");
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+        const out = collect(kept.stdout);
+        const ending = exited(kept);
+        kept.stdin.write("go\n");
+        kept.stdin.end();
+        assert.deepEqual(await ending, [0, null]);
+        await new Promise((resolve) => setImmediate(resolve));
+        assert.equal(await bound(name), false, `${name} is let go with the session`);
+        // The command never holds the hold itself.
+        if (kept === itself) assert.doesNotMatch(out(), /socket:/);
+      }
+    } finally {
+      for (const pid of leftovers) if (alive(pid)) process.kill(pid, "SIGKILL");
+      for (const kept of keepers) kept.stdin.end();
+      await spawner.close();
+    }
+  },
+);
