@@ -13,7 +13,7 @@
 // signals it has no handler for. So terminate() signals that group, and
 // kill() SIGKILLs bwrap and the init, which takes the namespace with it.
 import { execFile, spawn, type ChildProcess, type SpawnOptions } from "node:child_process";
-import { existsSync, lstatSync, realpathSync } from "node:fs";
+import { existsSync, lstatSync, readFileSync, realpathSync } from "node:fs";
 import path from "node:path";
 import type { Readable } from "node:stream";
 import { planMounts, isWithin, type BindMount, type MountPlan } from "./bubblewrap-mounts.js";
@@ -258,6 +258,15 @@ function pluginModules(pluginDir: string): string | undefined {
 export function initPidFromInfo(info: string): number | undefined {
   const match = /"child-pid"\s*:\s*(\d+)/.exec(info);
   return match?.[1] !== undefined ? Number(match[1]) : undefined;
+}
+
+/** The init's pid from the file a kept session's bwrap wrote its --info-fd to; undefined while it holds none. */
+export function initPidFromInfoFile(file: string): number | undefined {
+  try {
+    return initPidFromInfo(readFileSync(file, "utf8"));
+  } catch {
+    return undefined;
+  }
 }
 
 export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessLauncher {

@@ -154,6 +154,12 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
       },
       "sessions run under bubblewrap",
     );
+  // As root with no uid of their own, sessions are the node's uid 0, capabilities dropped: owners of what root owns.
+  if (useBwrap && users === undefined && process.getuid?.() === 0)
+    logger.warn(
+      { isolation: "bwrap", sessionUids: "own", sessionUidsReason: isolation.sessionUsers.reason },
+      "sessions run as the node's uid 0 under bubblewrap: they own what root owns among the paths bound in, and nothing limits their processes; give them uids of their own (see the sandbox README's Run by root)",
+    );
   else if (users !== undefined) {
     logger.info(
       { isolation: "user", containment: contained.name, ...processFields, uids: range, reason: isolation.reason },

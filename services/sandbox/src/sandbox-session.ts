@@ -2,7 +2,7 @@
 // its files, runs the harness through the host side of @oz0/harness with
 // the right launcher, logs every message with its seq, enforces the turn
 // limit, collects the artifacts and cleans up.
-import { readFileSync, rmSync } from "node:fs";
+import { rmSync } from "node:fs";
 import path from "node:path";
 import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate, timestampNow, type Timestamp } from "@bufbuild/protobuf/wkt";
@@ -35,7 +35,7 @@ import {
 } from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
 import { collectArtifacts, snapshotInitialState } from "./artifact-collector.js";
-import { bubblewrapLauncher, initPidFromInfo } from "./bubblewrap-launcher.js";
+import { bubblewrapLauncher, initPidFromInfoFile } from "./bubblewrap-launcher.js";
 import type { IsolationName } from "./isolation-choice.js";
 import { MAX_LINE_NESTING, nestingLimitLauncher } from "./line-nesting.js";
 import { landlockLauncher, type Landlock } from "./landlock-launcher.js";
@@ -267,6 +267,12 @@ export class SandboxSession {
   /** The session's working directory on the node. */
   get workingDir(): string {
     return this.#options.paths.workingDir;
+  }
+
+  /** Whether the session runs under a uid of its own (the `user` mode, bubblewrap run by root), taken or to be. */
+  get underOwnUid(): boolean {
+    const { isolation } = this.#options;
+    return isolation.mode === "user" || (isolation.mode === "bwrap" && isolation.users !== undefined);
   }
 
   /** The uid the session runs under (the `user` mode), for a session that shares its working directory. */
@@ -512,8 +518,7 @@ export class SandboxSession {
     });
     // bwrap's init, from the keeper's info file (read when needed: bwrap may not have written it yet); records
     // written before the keeper kept that file carry the pid themselves.
-    const initPidNow = (): number | undefined =>
-      record.initPid ?? initPidFromInfo(readTextOr(extraFile(paths.internalDir, 0)));
+    const initPidNow = (): number | undefined => record.initPid ?? initPidFromInfoFile(extraFile(paths.internalDir, 0));
     const signal = (pid: number, name: NodeJS.Signals): void => {
       try {
         process.kill(pid, name);
@@ -929,13 +934,4 @@ function failingExitAfterResult(outcome: SessionOutcome): { code: string; messag
     };
   }
   return undefined;
-}
-
-/** A file's text, or "" when it cannot be read. */
-function readTextOr(file: string): string {
-  try {
-    return readFileSync(file, "utf8");
-  } catch {
-    return "";
-  }
 }

@@ -508,6 +508,44 @@ export function keeperSpawn(options: {
   };
 }
 
+/**
+ * Ends a kept session no sandbox will own (its takeover was refused): SIGKILL to its keeper, when that pid is still
+ * the keeper (by its start time), ends bwrap (--die-with-parent), and with it the namespace's every process.
+ * Resolves once the keeper and the namespace's init are gone (or after `waitMs`), so nothing of the session still
+ * runs when its directories are removed.
+ */
+export async function endKeptSession(options: {
+  keeper: { pid: number; startTime: string };
+  initPid: number | undefined;
+  waitMs?: number;
+}): Promise<void> {
+  const { keeper, initPid } = options;
+  if (!runs(keeper.pid, keeper.startTime)) return;
+  try {
+    process.kill(keeper.pid, "SIGKILL");
+  } catch {
+    return; // gone meanwhile
+  }
+  const until = Date.now() + (options.waitMs ?? 5_000);
+  const initStart = initPid !== undefined ? processStartTime(initPid) : undefined;
+  while (Date.now() < until) {
+    const initRuns = initPid !== undefined && initStart !== undefined && runs(initPid, initStart);
+    if (!runs(keeper.pid, keeper.startTime) && !initRuns) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** Whether `pid` is the process that started at `startTime` and is not a zombie. */
+function runs(pid: number, startTime: string): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return fields[19] === startTime && fields[0] !== "Z" && fields[0] !== "X";
+  } catch {
+    return false;
+  }
+}
+
 /** The start time of `pid` in clock ticks since boot (/proc/<pid>/stat), telling a process from a later one with its pid. */
 export function processStartTime(pid: number): string | undefined {
   try {

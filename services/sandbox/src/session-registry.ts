@@ -15,7 +15,8 @@ import type { Logger } from "@oz0/serving";
 import { ForwardBudget, planLlmForwards, SharedLlmListeners, type ForwardLimits } from "./llm-forwarder.js";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
 import { SandboxSession, type SandboxSessionOptions, type SessionIsolation } from "./sandbox-session.js";
-import { keeperAvailable, processStartTime, readKeeperExit } from "./session-keeper.js";
+import { initPidFromInfoFile } from "./bubblewrap-launcher.js";
+import { endKeptSession, extraFile, keeperAvailable, processStartTime, readKeeperExit } from "./session-keeper.js";
 import { KeeperSpawner } from "./keeper-spawner.js";
 import { readAnswered, readLogMessages, readSessionRecord, type SessionRecord } from "./session-record.js";
 import {
@@ -226,7 +227,8 @@ export class SessionRegistry {
           socketDir: record.paths.socketDir,
           request: record.request,
           sharedForwards: record.sharedForwards === true,
-          adopted: { uid: record.uid },
+          // One that ended while no sandbox ran needs no uid: nothing of it runs, and the uid may be another's by now.
+          adopted: { uid: keeperRuns ? record.uid : undefined },
         });
         const session = this.#newSession({
           start: record.start,
@@ -240,7 +242,7 @@ export class SessionRegistry {
         this.#sessions.set(session.id, session);
         found.push({ session, record });
       } catch (error) {
-        this.#refuseTakeover(record, error);
+        await this.#refuseTakeover(record, error);
       }
     }
     // Each session working in another's directory is that one's again before any resumes: an owner whose
@@ -259,7 +261,7 @@ export class SessionRegistry {
         adopted.push(session.id);
       } catch (error) {
         resumed.get(session)?.reject(error);
-        this.#refuseTakeover(record, error);
+        await this.#refuseTakeover(record, error);
       }
     }
     if (adopted.length > 0)
@@ -270,12 +272,20 @@ export class SessionRegistry {
     return adopted;
   }
 
-  #refuseTakeover(record: SessionRecord, error: unknown): void {
+  /**
+   * A session no sandbox will own ends before its directories are removed (removeStaleSessions): left running, it
+   * could change them while root walks them.
+   */
+  async #refuseTakeover(record: SessionRecord, error: unknown): Promise<void> {
     this.#options.logger.warn(
       { err: error, sessionId: record.request.sessionId },
-      "could not take over a session the previous run of the sandbox left running; it is removed",
+      "could not take over a session the previous run of the sandbox left running; it is ended and removed",
     );
     if (this.#sessions.delete(record.request.sessionId)) this.#active--;
+    await endKeptSession({
+      keeper: record.keeper,
+      initPid: record.initPid ?? initPidFromInfoFile(extraFile(record.paths.internalDir, 0)),
+    });
   }
 
   /** Whether sessions run under keepers and survive a restart of the sandbox: under bubblewrap, where perl and mkfifo are there. */
@@ -436,7 +446,8 @@ export class SessionRegistry {
       if (users === undefined)
         throw new Error(`the session runs under uid ${adoptedUid}, and this sandbox runs none under uids`);
       sessionUsers = { setprivPath: users.setprivPath, acquireUser: () => users.pool.adopt(adoptedUid) };
-    } else if (users !== undefined && options.adopted === undefined)
+    } else if (users !== undefined && options.adopted === undefined && shared?.underOwnUid !== false)
+      // A session sharing the directory of one that runs as the sandbox's user (started by an earlier version) runs so too.
       sessionUsers = { setprivPath: users.setprivPath, acquireUser: userFor(shared, users.pool) };
     return {
       ...bwrap,

@@ -34,18 +34,23 @@ sub empty_here {
 for my $dir (@ARGV) { chmod 0700, $dir; chdir $dir and empty_here(); chdir "/" }
 `;
 
-/** Makes `dir` and everything in it the user's (symlinks themselves, never their targets), and `dir` private to it. */
+/**
+ * Makes `dir` and everything in it the user's (symlinks themselves, never their targets), and `dir` private to it.
+ * Children before their folder: a folder becomes the uid's only once all it holds is, so a process of the uid
+ * already running (left by a killed sandbox, before the session's keeper ends it) cannot swap an entry the walk
+ * has yet to reach for a link, and have root give it a node file.
+ */
 export async function handOver(dir: string, user: SessionUser): Promise<void> {
   const walk = async (current: string): Promise<void> => {
-    await lchown(current, user.uid, user.gid);
     for (const entry of await readdir(current, { withFileTypes: true })) {
       const child = path.join(current, entry.name);
       if (entry.isDirectory()) await walk(child);
       else await lchown(child, user.uid, user.gid);
     }
+    if (current === dir) await chmod(dir, 0o700);
+    await lchown(current, user.uid, user.gid);
   };
   await walk(dir);
-  await chmod(dir, 0o700);
 }
 
 /**

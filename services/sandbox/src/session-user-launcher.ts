@@ -41,7 +41,7 @@ export function closedToOtherUsers(
   const ancestors: string[] = [];
   const { from } = options;
   for (let dir = path.dirname(file); ; dir = path.dirname(dir)) {
-    if (from !== undefined && dir !== from && !dir.startsWith(`${from}/`)) break;
+    if (from !== undefined && from !== "/" && dir !== from && !dir.startsWith(`${from}/`)) break;
     ancestors.unshift(dir);
     if (dir === path.dirname(dir)) break;
   }

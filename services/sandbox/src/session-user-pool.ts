@@ -119,6 +119,8 @@ export class SessionUserPool {
   readonly #contained: boolean;
   /** Uids this process holds, so it skips them without asking the kernel. */
   readonly #held = new Set<number>();
+  /** The holdings of uids taken over with their sessions, for another session taken over under the same uid. */
+  readonly #adopted = new Map<number, Holding>();
   /** Where the next search starts: uids go round the range, so a freed one is the last to be reused. */
   #cursor: number;
 
@@ -167,9 +169,15 @@ export class SessionUserPool {
   /**
    * The uid of a session a previous run of the sandbox started, taken over with it (its keeper holds the uid
    * meanwhile). Held again by this process; tried a few times, since another sandbox may hold it for the moment
-   * it takes to see the keeper's hold and pass it over.
+   * it takes to see the keeper's hold and pass it over. A session taken over that works in another's directory
+   * runs under the same uid: its claim is another on the same holding.
    */
   async adopt(uid: number): Promise<SessionUserLease> {
+    const adopted = this.#adopted.get(uid);
+    if (adopted !== undefined && adopted.holders > 0) {
+      adopted.holders++;
+      return new SessionUserLease(adopted);
+    }
     const { base, count } = this.range;
     if (!Number.isInteger(uid) || uid < base || uid >= base + count)
       throw new SandboxError(
@@ -181,7 +189,9 @@ export class SessionUserPool {
       const server = await tryHold(uid);
       if (server !== undefined) {
         this.#held.add(uid);
-        return new SessionUserLease(new Holding({ uid, gid: uid }, server, this));
+        const holding = new Holding({ uid, gid: uid }, server, this);
+        this.#adopted.set(uid, holding);
+        return new SessionUserLease(holding);
       }
       await new Promise((resolve) => setTimeout(resolve, ADOPT_RETRY_MS));
     }
@@ -222,5 +232,6 @@ export class SessionUserPool {
     if (!this.#contained) await this.killAll(holding.user);
     await closeHold(holding.server);
     this.#held.delete(holding.user.uid);
+    if (this.#adopted.get(holding.user.uid) === holding) this.#adopted.delete(holding.user.uid);
   }
 }

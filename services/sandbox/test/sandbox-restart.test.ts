@@ -8,7 +8,7 @@
 // sessions end as their harnesses did.
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import http from "node:http";
 import type net from "node:net";
 import os from "node:os";
@@ -35,9 +35,10 @@ const logLines: string[] = [];
  * The first start takes a port of the kernel's choosing (a port chosen before
  * could be taken by another test in between), every later one the same.
  */
-async function startSandboxProcess(): Promise<ChildProcess> {
+async function startSandboxProcess(env: Record<string, string> = {}): Promise<ChildProcess> {
   const child = spawn(process.execPath, [MAIN], {
     env: {
+      ...env,
       PATH: process.env.PATH ?? "/usr/bin:/bin",
       OZ0_PORT: String(port),
       OZ0_SANDBOX_ROOT: root,
@@ -181,3 +182,52 @@ void test("a SIGKILLed sandbox's sessions run on, and the restarted sandbox take
     `${late.exited().errorCode}: ${late.exited().errorMessage}`,
   );
 });
+
+/** Alive and not a zombie. */
+function runs(pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) [ZX]/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+void test(
+  "a session the restarted sandbox cannot take over is ended before its directories are removed",
+  { skip: process.getuid?.() === 0 ? false : "sessions run under uids of their own only when the sandbox is root" },
+  async () => {
+    const stopped = new Promise((resolve) => sandbox?.once("exit", resolve));
+    sandbox?.kill("SIGTERM");
+    if (sandbox?.exitCode === null) await stopped;
+    sandbox = await startSandboxProcess();
+    const session = new SessionStream(client(), {
+      message: { case: "start", value: scenarioStart({ mode: "wait" }, {}, { sessionId: "ses_refused" }) },
+    });
+    await session.waitFor(isText("ready"), "the session to refuse after the restart");
+    const started = session.received[0]?.message;
+    assert(started?.case === "started");
+    const record = readdirSync(path.join(root, "internal"))
+      .map((name) => path.join(root, "internal", name, "session.json"))
+      .filter((file) => existsSync(file))
+      .map(
+        (file) => JSON.parse(readFileSync(file, "utf8")) as { request: { sessionId: string }; keeper: { pid: number } },
+      )
+      .find((r) => r.request.sessionId === "ses_refused");
+    assert(record !== undefined, "the session's record");
+
+    sandbox.kill("SIGKILL");
+    await new Promise((resolve) => sandbox!.once("exit", resolve));
+    session.drop();
+    await session.finished;
+    assert.equal(runs(record.keeper.pid), true, "the session ran on under its keeper");
+    // Its uid is outside the range the sandbox starts with now: it cannot take the session over.
+    logLines.length = 0;
+    sandbox = await startSandboxProcess({ OZ0_SANDBOX_UID_BASE: "300000" });
+    assert.ok(
+      logLines.some((line) => line.includes("could not take over a session") && line.includes("ses_refused")),
+      logLines.join("\n"),
+    );
+    assert.equal(runs(record.keeper.pid), false, "the refused session's keeper was ended");
+    assert.equal(existsSync(started.value.workingDir), false, "and then its directories removed");
+  },
+);

@@ -131,11 +131,20 @@ void describe("session uids", { skip }, () => {
       const restarted = new SessionUserPool({ range, logger });
       const lease = await restarted.adopt(uid);
       assert.equal(lease.uid, uid);
-      await assert.rejects(restarted.adopt(uid), /held by another session/);
+      // A session taken over with it that worked in its directory runs under the same uid: a second claim.
+      const sharer = await restarted.adopt(uid);
+      assert.equal(sharer.uid, uid);
+      await assert.rejects(
+        new SessionUserPool({ range, logger }).adopt(uid),
+        /held by another session/,
+        "a third sandbox cannot take it over too",
+      );
       await assert.rejects(restarted.adopt(uid + 1), /not in this sandbox's session uid range/);
-      // The session ended: its keeper let go, and the sandbox gives the uid back.
+      // The sessions ended: the keeper let go, and the sandbox gives the uid back with the last claim.
       await new Promise<void>((resolve) => kept.close(() => resolve()));
       await lease.release();
+      assert.equal(processAlive(session), true, "the uid is still the sharer's");
+      await sharer.release();
       await until(() => !processAlive(session), "what the uid still ran was killed when it was given back");
     } finally {
       kept.close();
