@@ -6,7 +6,17 @@
 // a plugin is refused at install; a link inside the plugin still works, from
 // a folder and from a git repository alike.
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
@@ -99,4 +109,39 @@ void test("installed again from another checkout, every copy of the plugin uses 
     path.join(checkouts[1]!.root, "node_modules"),
     path.join(checkouts[1]!.root, "node_modules"),
   ]);
+});
+
+void test("a plugin from a folder closed to other users is installed readable by every user, and so is a copy made before", async () => {
+  // A root sandbox runs each session under a uid of its own, which reads the plugin's copy as any other user does.
+  const dir = plugin("closed");
+  const script = path.join(dir, "harness.sh");
+  writeFileSync(script, "#!/bin/sh\n", { mode: 0o700 });
+  writeFileSync(path.join(dir, "notes.md"), "private\n", { mode: 0o600 });
+  for (const folder of [dir, path.join(dir, "prompts"), path.join(dir, "agents")]) chmodSync(folder, 0o700);
+  const modes = (root: string): Record<string, string> =>
+    Object.fromEntries(
+      ["", "prompts", "agents", "harness.sh", "notes.md", "prompts/p.md"].map((rel) => [
+        rel,
+        (statSync(path.join(root, rel)).mode & 0o777).toString(8),
+      ]),
+    );
+  const copyOf = (): string => {
+    const copies = path.join(home, "plugins", "closed");
+    return path.join(copies, readdirSync(copies)[0]!);
+  };
+  const open = {
+    "": "755",
+    prompts: "755",
+    agents: "755",
+    "harness.sh": "755",
+    "notes.md": "644",
+    "prompts/p.md": "644",
+  };
+  await registry.install({ source: dir });
+  assert.deepEqual(modes(copyOf()), open);
+  // A copy an earlier version installed kept its source's modes: installing the same plugin again opens it.
+  chmodSync(copyOf(), 0o700);
+  chmodSync(path.join(copyOf(), "notes.md"), 0o600);
+  await registry.install({ source: dir });
+  assert.deepEqual(modes(copyOf()), open);
 });

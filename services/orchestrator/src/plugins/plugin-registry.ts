@@ -6,6 +6,7 @@
 import { execFile } from "node:child_process";
 import { createHash, randomUUID } from "node:crypto";
 import {
+  chmodSync,
   cpSync,
   existsSync,
   lstatSync,
@@ -17,6 +18,7 @@ import {
   rmSync,
   statSync,
   symlinkSync,
+  type Stats,
 } from "node:fs";
 import path from "node:path";
 import { promisify } from "node:util";
@@ -71,6 +73,29 @@ function refuseEscapingLinks(root: string): void {
             `${path.relative(root, full)}: a symbolic link to ${target}, outside the plugin; a plugin's links must lead to files inside its folder`,
           );
       } else if (entry.isDirectory()) walk(full);
+    }
+  };
+  walk(root);
+}
+
+/**
+ * Makes a plugin's copy readable by every user (`chmod -R a+rX,go-w`, links left as they are): a sandbox running as
+ * root runs each session under a uid of its own, which reads the plugin's folder as any other user of the node
+ * does, and a copy of a folder made 0700 (mkdtemp, a umask of 077) would be refused. The data directory above it
+ * stays closed to other users of the node; no mode is part of the copy's hash.
+ */
+function openToSessions(root: string): void {
+  const open = (file: string, stats: Stats): void => {
+    const execute = stats.isDirectory() || (stats.mode & 0o100) !== 0 ? 0o111 : 0;
+    const mode = ((stats.mode & 0o7777) | 0o444 | execute) & ~0o022;
+    if (mode !== (stats.mode & 0o7777)) chmodSync(file, mode);
+  };
+  const walk = (dir: string): void => {
+    open(dir, lstatSync(dir));
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const full = path.join(dir, entry.name);
+      if (entry.isDirectory()) walk(full);
+      else if (entry.isFile()) open(full, lstatSync(full));
     }
   };
   walk(root);
@@ -205,6 +230,8 @@ export class PluginRegistry {
         rmSync(path.join(staging, ".git"), { recursive: true, force: true });
         renameSync(staging, finalDir);
       }
+      // Also a copy an earlier version installed, which kept its source's modes.
+      openToSessions(finalDir);
       // Every copy of this plugin uses the dependencies of the source installed last, the older ones too: an agent
       // version whose harness did not change keeps running its copy, and a stack binds its own installation's
       // node_modules into sessions, not the one another checkout installed that copy from (the demo, run from a
