@@ -81,27 +81,39 @@ void it("runs a plugin whose folder links its dependencies from elsewhere, as th
   }
 });
 
-void it("refuses a harness its session's own uid could not read, naming the folder in the way", async (ctx) => {
-  if (t.sandbox.sessionUids === undefined) return ctx.skip("sessions run as the sandbox's own user here");
+void it("refuses a harness its session's own uid could not read, naming the folder in the way; runs it for sessions of the sandbox's own user", async () => {
   const closed = mkdtempSync(path.join(os.tmpdir(), "oz0-closed-install-"));
   try {
     copyFileSync(path.join(FIXTURES, "scenario-harness.mjs"), path.join(closed, "harness.mjs"));
     chmodSync(path.join(closed, "harness.mjs"), 0o755);
-    const bound = await startTestSandbox({ isolation: "bwrap", readOnlyPaths: [closed] });
-    try {
-      const stream = await runToEnd(
-        bound.client,
-        scenarioStart({ mode: "complete" }, { command: [path.join(closed, "harness.mjs")], pluginDir: FIXTURES }),
-      );
-      assert.equal(stream.exited().status, SessionStatus.FAILED);
-      assert.match(
-        stream.exited().errorMessage,
-        new RegExp(
-          `cannot be reached by the session's own uid \\d+: ${closed} \\(mode 0700\\) does not let other users through`,
-        ),
-      );
-    } finally {
-      await bound.close();
+    // As root, sessions under uids of their own, then (no setpriv to drop with) as the sandbox's own user, which
+    // owns the folder; elsewhere both are the latter.
+    for (const setprivPath of [undefined, path.join(closed, "no-setpriv-here")]) {
+      const bound = await startTestSandbox({
+        isolation: "bwrap",
+        readOnlyPaths: [closed],
+        ...(setprivPath !== undefined ? { setprivPath } : {}),
+      });
+      try {
+        const stream = await runToEnd(
+          bound.client,
+          scenarioStart({ mode: "complete" }, { command: [path.join(closed, "harness.mjs")], pluginDir: FIXTURES }),
+        );
+        const { status, errorMessage } = stream.exited();
+        if (bound.sandbox.sessionUids === undefined) {
+          assert.equal(status, SessionStatus.COMPLETED, errorMessage);
+          continue;
+        }
+        assert.equal(status, SessionStatus.FAILED);
+        assert.match(
+          errorMessage,
+          new RegExp(
+            `cannot be reached by the session's own uid \\d+: ${closed} \\(mode 0700\\) does not let other users through`,
+          ),
+        );
+      } finally {
+        await bound.close();
+      }
     }
   } finally {
     rmSync(closed, { recursive: true, force: true });
