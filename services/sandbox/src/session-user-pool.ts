@@ -205,12 +205,14 @@ export class SessionUserPool {
    */
   async killLeftovers(): Promise<number> {
     let cleared = 0;
-    for (const uid of uidsWithProcesses(this.range)) {
+    for (const [uid, { inOwnPidNamespace }] of uidsWithProcesses(this.range)) {
       if (this.#held.has(uid)) continue;
       const server = await tryHold(uid);
       if (server === undefined) continue; // another sandbox's running session
-      if (await keptByKeeper(uid)) {
-        await closeHold(server); // a session that outlived its sandbox, under its keeper
+      // A session that outlived its sandbox, under its keeper: its processes are all in its own PID namespace. One of
+      // the uid's in this namespace is not a kept session's, whoever holds the name (a user-mode session can bind it).
+      if (!inOwnPidNamespace && (await keptByKeeper(uid))) {
+        await closeHold(server);
         continue;
       }
       await this.killAll({ uid, gid: uid });

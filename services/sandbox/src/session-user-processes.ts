@@ -14,15 +14,20 @@ export interface SessionUser {
   readonly gid: number;
 }
 
-/** The uids in the range whose processes are still alive (zombies aside), by real uid, read from /proc. */
-export function uidsWithProcesses(range: SessionUidRange): Set<number> {
-  const found = new Set<number>();
+/**
+ * The uids in the range whose processes are still alive (zombies aside), by real uid, read from /proc; each with
+ * whether one of them runs in this process's own PID namespace (not in a bubblewrap session's, below it).
+ */
+export function uidsWithProcesses(range: SessionUidRange): Map<number, { inOwnPidNamespace: boolean }> {
+  const found = new Map<number, { inOwnPidNamespace: boolean }>();
   let pids: string[];
   try {
     pids = readdirSync("/proc").filter((name) => /^\d+$/.test(name));
   } catch {
     return found;
   }
+  const depth = (status: string): number => /^NSpid:\s*(.*)$/m.exec(status)?.[1]?.split(/\s+/).length ?? 1;
+  const ownDepth = depth(readFileSync("/proc/self/status", "utf8"));
   for (const pid of pids) {
     let status: string;
     try {
@@ -32,7 +37,9 @@ export function uidsWithProcesses(range: SessionUidRange): Set<number> {
     }
     if (/^State:\s+[ZX]/m.test(status)) continue;
     const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? NaN);
-    if (uid >= range.base && uid < range.base + range.count) found.add(uid);
+    if (uid < range.base || uid >= range.base + range.count) continue;
+    const here = depth(status) === ownDepth;
+    found.set(uid, { inOwnPidNamespace: here || found.get(uid)?.inOwnPidNamespace === true });
   }
   return found;
 }

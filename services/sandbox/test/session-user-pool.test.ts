@@ -53,6 +53,26 @@ function processAs(uid: number): number {
   return child.pid!;
 }
 
+/** A process running as `uid` in a PID namespace of its own, as a kept bubblewrap session's do; its pid on the node. */
+async function inPidNamespaceAs(uid: number): Promise<number> {
+  const outer = spawn(
+    "unshare",
+    ["--pid", "--fork", findSetpriv()!, ...setprivUserArgs({ uid, gid: uid }), "--", "/bin/sleep", "600"],
+    {
+      detached: true,
+      stdio: "ignore",
+    },
+  );
+  outer.unref();
+  let inner: number | undefined;
+  await until(() => {
+    const children = readFileSync(`/proc/${outer.pid}/task/${outer.pid}/children`, "utf8").trim();
+    inner = children === "" ? undefined : Number(children.split(" ")[0]);
+    return inner !== undefined && runningAs(inner, uid);
+  }, "the session runs as its uid, in a PID namespace of its own");
+  return inner!;
+}
+
 void describe("session uids", { skip }, () => {
   void it("hands out each uid to one holder on the host at a time, and again once released", async () => {
     const range = { base: BASE, count: 2 };
@@ -114,15 +134,30 @@ void describe("session uids", { skip }, () => {
     await until(() => !processAlive(alive), "its own sandbox killed it when it gave the uid back");
   });
 
+  void it("kills a leftover of a uid that holds the uid's kept name itself: no kept session runs in the sandbox's PID namespace", async () => {
+    // A user-mode session can bind any abstract name, its own uid's kept one too, hoping to outlive its sandbox.
+    const uid = BASE + 3;
+    const kept = net.createServer();
+    await new Promise<void>((resolve) => kept.listen(`\0${keptHoldName(uid)}`, resolve));
+    const leftover = processAs(uid);
+    try {
+      await until(() => runningAs(leftover, uid), "the leftover runs as its uid");
+      assert.equal(await new SessionUserPool({ range: { base: uid, count: 1 }, logger }).killLeftovers(), 1);
+      await until(() => !processAlive(leftover), "the leftover was killed");
+    } finally {
+      kept.close();
+      if (processAlive(leftover)) process.kill(leftover, "SIGKILL");
+    }
+  });
+
   void it("leaves a uid its session's keeper holds to it while no sandbox does, and lets the restarted one take it over", async () => {
     // A session under bubblewrap outlived its sandbox: its keeper holds the uid (session-keeper.ts), nothing else.
     const uid = BASE + 2;
     const range = { base: uid, count: 1 };
     const kept = net.createServer();
     await new Promise<void>((resolve) => kept.listen(`\0${keptHoldName(uid)}`, resolve));
-    const session = processAs(uid);
+    const session = await inPidNamespaceAs(uid);
     try {
-      await until(() => runningAs(session, uid), "the session runs as its uid");
       const another = new SessionUserPool({ range, logger });
       assert.equal(await another.killLeftovers(), 0);
       await assert.rejects(another.acquire(), (error: unknown) => error instanceof SandboxError);
