@@ -14,6 +14,9 @@ import { HookStage } from "../src/policy/hook-stage.js";
 import type { PermissionQuestion } from "../src/policy/permission-policy.js";
 import type { AgentVersionRecord } from "../src/store/job-store.js";
 
+/** unshare's system call number. */
+const UNSHARE: Partial<Record<NodeJS.Architecture, number>> = { x64: 272, arm64: 97 };
+
 const OWNER_TOKEN = "oz0_owner_planted-token-for-the-hook-isolation-test";
 
 // A data directory as the orchestrator keeps it: the owner's credential, and installed plugins under it.
@@ -28,6 +31,7 @@ writeFileSync(path.join(pluginDir, "oz0-plugin.yaml"), JSON.stringify({ name: "s
 writeFileSync(
   path.join(pluginDir, "spy.mjs"),
   `
+import { execFileSync } from "node:child_process";
 import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -44,6 +48,8 @@ const seen = {
   capabilities: tryRead(() => /^CapEff:\\s*(\\w+)$/m.exec(readFileSync("/proc/self/status", "utf8"))[1]),
   // "x", which no integer setting takes, should this ever fail open.
   sysctl: tryRead(() => writeFileSync("/proc/sys/kernel/printk_ratelimit", "x")),
+  // unshare(CLONE_NEWUSER) by perl: "made", or the errno's number.
+  userNamespace: tryRead(() => execFileSync("perl", ["-e", 'print syscall(${UNSHARE[process.arch]}, 0x10000000) == 0 ? "made" : $! + 0']).toString()),
 };
 process.stdout.write(JSON.stringify({ decision: "deny", reason: JSON.stringify(seen) }));
 `,
@@ -100,6 +106,8 @@ void test("under bubblewrap a command hook reads its plugin's folder, and not th
   // Whoever runs the orchestrator, root included: no capability, and the kernel's settings read-only.
   assert.equal(seen.capabilities, "0000000000000000");
   assert.match(seen.sysctl!, /^unreadable: EROFS$/);
+  // The sandbox's seccomp filter for sessions: no user namespace of its own (bwrap --seccomp).
+  assert.equal(seen.userNamespace, String(os.constants.errno.EPERM));
 });
 
 void test("in a Landlock domain (where bubblewrap cannot run) a command hook reads its plugin's folder, and not the data directory or the orchestrator's environment", async () => {
@@ -128,6 +136,7 @@ void test("in a Landlock domain (where bubblewrap cannot run) a command hook rea
 void test("without isolation the same hook reads the owner's credential and the orchestrator's environment", async () => {
   const seen = await whatTheHookSaw(new HookStage());
   assert.equal(seen.credential, OWNER_TOKEN);
+  assert.equal(seen.userNamespace, "made", "the kernel here lets a process make a user namespace, unfiltered");
   assert.equal(seen.orchestratorEnv, "true");
   assert.equal(seen.signalOrchestrator, "true");
 });

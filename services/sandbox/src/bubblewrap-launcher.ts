@@ -12,8 +12,8 @@
 // that init's process group (bwrap --new-session), and the init ignores
 // signals it has no handler for. So terminate() signals that group, and
 // kill() SIGKILLs bwrap and the init, which takes the namespace with it.
-import { execFile, spawn, type ChildProcess, type SpawnOptions } from "node:child_process";
-import { existsSync, lstatSync, readFileSync, realpathSync } from "node:fs";
+import { spawn, type ChildProcess, type SpawnOptions, type StdioOptions } from "node:child_process";
+import { closeSync, existsSync, lstatSync, openSync, readFileSync, realpathSync } from "node:fs";
 import path from "node:path";
 import type { Readable } from "node:stream";
 import { planMounts, isWithin, type BindMount, type MountPlan } from "./bubblewrap-mounts.js";
@@ -23,6 +23,7 @@ import type { KeptChild } from "./session-keeper.js";
 import { withProcessLimit, withProcessLimitAndInit, type SessionProcessLimit } from "./session-process-limit.js";
 import { closedToOtherUsers, setprivUserArgs } from "./session-user-launcher.js";
 import type { SessionUser } from "./session-user-processes.js";
+import { sessionSyscallFilter } from "./syscall-filter.js";
 
 /** System paths bound read-only when they exist; /etc only in part, since it can hold secrets. */
 export const DEFAULT_READ_ONLY_PATHS: readonly string[] = [
@@ -49,6 +50,10 @@ export interface BubblewrapDetection {
   version?: string;
   /** Why it is not available, for logs and health. */
   reason?: string;
+  /** The seccomp filter's program sessions run under (syscall-filter.ts), when bwrap loaded it in the trial. */
+  syscallFilter?: string;
+  /** Why sessions run without the filter. */
+  syscallFilterReason?: string;
 }
 
 /** What each bwrap tried in this process found: the embedded stack's sandbox and orchestrator both ask. */
@@ -79,22 +84,64 @@ async function tryBubblewrap(options: { bwrapPath?: string }): Promise<Bubblewra
       reason: `bwrap not found (looked at ${candidates.join(", ")}); install the bubblewrap package`,
     };
   const version = await runBwrap(bwrap, ["--version"]);
-  const trial = await trySandbox({ bwrapPath: bwrap });
+  const filter = sessionSyscallFilter();
+  let trial = await trySandbox({ bwrapPath: bwrap, syscallFilter: filter.program });
+  let filterReason = filter.reason;
+  if (!trial.ok && filter.program !== undefined) {
+    // A kernel without seccomp filters (CONFIG_SECCOMP_FILTER) still gets bubblewrap's namespaces, said in the start-up line.
+    const unfiltered = await trySandbox({ bwrapPath: bwrap });
+    if (unfiltered.ok) filterReason = `bwrap could not load it: ${trial.output || "it failed"}`;
+    trial = unfiltered;
+  }
   if (!trial.ok)
     return {
       available: false,
       path: bwrap,
       reason: `bwrap cannot create a sandbox on this host: ${trial.output || "it failed"}`,
     };
-  return { available: true, path: bwrap, version: version.output };
+  return {
+    available: true,
+    path: bwrap,
+    version: version.output,
+    ...(filterReason === undefined ? { syscallFilter: filter.program } : { syscallFilterReason: filterReason }),
+  };
 }
 
-function runBwrap(bwrapPath: string, args: readonly string[]): Promise<{ ok: boolean; output: string }> {
+/** Runs bwrap to its end (10 s at most); `readFile` is its fd 3, for `--seccomp 3`. */
+function runBwrap(
+  bwrapPath: string,
+  args: readonly string[],
+  readFile?: string,
+): Promise<{ ok: boolean; output: string }> {
   return new Promise((resolve) => {
-    execFile(bwrapPath, args, { timeout: 10_000, env: {} }, (error, stdout, stderr) => {
-      resolve({ ok: error === null, output: `${stdout}${stderr}`.trim() || (error?.message ?? "") });
-    });
+    let output = "";
+    const child = spawnReading(
+      bwrapPath,
+      args,
+      { env: {}, timeout: 10_000, stdio: ["ignore", "pipe", "pipe"] },
+      readFile,
+    );
+    for (const stream of [child.stdout, child.stderr]) {
+      stream?.setEncoding("utf8");
+      stream?.on("data", (chunk: string) => (output += chunk));
+    }
+    child.on("error", (error) => resolve({ ok: false, output: error.message }));
+    child.on("close", (code, signal) =>
+      resolve({ ok: code === 0, output: output.trim() || (code === 0 ? "" : `exit ${code ?? signal}`) }),
+    );
   });
+}
+
+/** `spawn`, with `readFile` (when given) opened for reading as the stdio entry after `options.stdio`'s. */
+function spawnReading(file: string, args: readonly string[], options: SpawnOptions, readFile?: string): ChildProcess {
+  if (readFile === undefined) return spawn(file, args, options);
+  const fd = openSync(readFile, "r");
+  try {
+    return spawn(file, args, { ...options, stdio: [...(options.stdio as StdioOptions[]), fd] as StdioOptions });
+  } finally {
+    // The child has its own copy from the spawn on.
+    closeSync(fd);
+  }
 }
 
 /**
@@ -104,17 +151,24 @@ function runBwrap(bwrapPath: string, args: readonly string[]): Promise<{ ok: boo
 export function trySandbox(options: {
   bwrapPath: string;
   user?: (SessionUser & { setprivPath: string }) | undefined;
+  /** The seccomp filter's program, loaded as sessions load it. */
+  syscallFilter?: string | undefined;
 }): Promise<{ ok: boolean; output: string }> {
   const truePath = ["/usr/bin/true", "/bin/true"].find((p) => existsSync(p)) ?? "true";
-  const { user } = options;
-  return runBwrap(options.bwrapPath, [
-    ...namespaceArgs(user !== undefined),
-    "--clearenv",
-    ...planMounts({ binds: DEFAULT_READ_ONLY_PATHS.map((source) => ({ source, optional: true })), hidden: [] }).args,
-    "--",
-    ...(user !== undefined ? [user.setprivPath, ...setprivUserArgs(user), "--"] : []),
-    truePath,
-  ]);
+  const { user, syscallFilter } = options;
+  return runBwrap(
+    options.bwrapPath,
+    [
+      ...namespaceArgs(user !== undefined),
+      "--clearenv",
+      ...planMounts({ binds: DEFAULT_READ_ONLY_PATHS.map((source) => ({ source, optional: true })), hidden: [] }).args,
+      ...(syscallFilter !== undefined ? ["--seccomp", "3"] : []),
+      "--",
+      ...(user !== undefined ? [user.setprivPath, ...setprivUserArgs(user), "--"] : []),
+      truePath,
+    ],
+    syscallFilter,
+  );
 }
 
 /**
@@ -166,8 +220,13 @@ export interface BubblewrapLauncherOptions {
    * mount), and setpriv drops the session to the uid before anything of it runs, so it is never uid 0 of the node.
    */
   user?: (SessionUser & { setprivPath: string }) | undefined;
-  /** Starts bwrap; default `child_process.spawn`. The sandbox passes its keeper's, so the session outlives a restart of the sandbox. */
-  spawn?: (file: string, args: readonly string[], options: SpawnOptions) => ChildProcess | KeptChild;
+  /** The seccomp filter's program (syscall-filter.ts): bwrap loads it before the session's first command runs. */
+  syscallFilter?: string | undefined;
+  /**
+   * Starts bwrap; default `child_process.spawn`. The sandbox passes its keeper's, so the session outlives a restart of
+   * the sandbox. `readFile`, when given, is opened for reading as the stdio entry after `options.stdio`'s.
+   */
+  spawn?: (file: string, args: readonly string[], options: SpawnOptions, readFile?: string) => ChildProcess | KeptChild;
 }
 
 /** bwrap processes a launcher started that may still run; SIGKILLed when the sandbox process exits. */
@@ -338,14 +397,16 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
         ...Object.entries(spec.env).flatMap(([name, value]) => ["--setenv", name, value]),
         ...mounts.args,
       ];
+      // Fd 4 is the filter's program, which bwrap reads and closes before anything of the session runs.
+      if (options.syscallFilter !== undefined) args.push("--seccomp", "4");
       args.push("--chdir", spec.cwd, "--info-fd", "3", "--", ...command);
 
-      const child = (options.spawn ?? spawn)(options.bwrapPath, args, {
-        cwd: spec.cwd,
-        env: {},
-        detached: true,
-        stdio: ["pipe", "pipe", "pipe", "pipe"],
-      });
+      const child = (options.spawn ?? spawnReading)(
+        options.bwrapPath,
+        args,
+        { cwd: spec.cwd, env: {}, detached: true, stdio: ["pipe", "pipe", "pipe", "pipe"] },
+        options.syscallFilter,
+      );
       const bwrapPid = child.pid;
       if (bwrapPid !== undefined) {
         liveBwraps.add(bwrapPid);

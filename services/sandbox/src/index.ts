@@ -34,6 +34,7 @@ import {
 import { startTelemetryRelay } from "./telemetry-relay.js";
 import { SessionUserPool } from "./session-user-pool.js";
 import { systemCommand } from "./system-command.js";
+import { detectUserModeSyscallFilter, syscallFilterFields } from "./syscall-filter.js";
 import {
   chooseSessionProcessLimit,
   DEFAULT_SESSION_MAX_PROCESSES,
@@ -53,6 +54,7 @@ export { detectBubblewrap, DEFAULT_READ_ONLY_PATHS } from "./bubblewrap-launcher
 export { PROC_READ_ONLY } from "./bubblewrap-mounts.js";
 export type { BubblewrapDetection } from "./bubblewrap-launcher.js";
 export { detectLandlock, walledCommand } from "./landlock-launcher.js";
+export { sessionSyscallFilter } from "./syscall-filter.js";
 export type { Landlock } from "./landlock-launcher.js";
 export { buildSessionEnvironment, QUIET_HARNESS_ENV } from "@oz0/harness/host";
 
@@ -130,6 +132,15 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
           ...(processes.reason !== undefined ? { sessionProcessesReason: processes.reason } : {}),
         }
       : { sessionProcesses: "unlimited", sessionProcessesReason: processes.reason };
+  // The seccomp filter: bwrap's trial loaded it (or said why not); the `user` mode loads it with perl after setpriv.
+  const userModeFilter = users !== undefined && !useBwrap ? detectUserModeSyscallFilter() : undefined;
+  const filterFields = syscallFilterFields(
+    useBwrap
+      ? { program: bubblewrap.syscallFilter, reason: bubblewrap.syscallFilterReason }
+      : userModeFilter !== undefined
+        ? { program: userModeFilter.filter?.program, reason: userModeFilter.reason }
+        : { reason: "sessions run without OS isolation" },
+  );
   const walled: ReturnType<typeof detectLandlock> =
     isolation.mode === "none"
       ? detectLandlock()
@@ -139,12 +150,14 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   // The startup line the embedded stack reads: its `isolation` field is bwrap, user or none (with `reason`), always before "sandbox listening".
   // Its `containment` field names what ends everything a session started (pid-namespace, uid, cgroup, subreaper or environment).
   const range = `${uids.base}-${uids.base + uids.count - 1}`;
-  if (useBwrap)
+  // One line names the mode (the embedded stack takes the last line with an `isolation` field as the mode).
+  if (useBwrap) {
     logger.info(
       {
         isolation: "bwrap",
         containment: contained.name,
         ...processFields,
+        ...filterFields,
         bwrap: bubblewrap.path,
         version: bubblewrap.version,
         // Whose uid the sessions run as: each its own of the range, or the sandbox's (`own`, with the reason).
@@ -154,15 +167,22 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
       },
       "sessions run under bubblewrap",
     );
-  // As root with no uid of their own, sessions are the node's uid 0, capabilities dropped: owners of what root owns.
-  if (useBwrap && users === undefined && process.getuid?.() === 0)
-    logger.warn(
-      { isolation: "bwrap", sessionUids: "own", sessionUidsReason: isolation.sessionUsers.reason },
-      "sessions run as the node's uid 0 under bubblewrap: they own what root owns among the paths bound in, and nothing limits their processes; give them uids of their own (see the sandbox README's Run by root)",
-    );
-  else if (users !== undefined) {
+    // As root with no uid of their own, sessions are the node's uid 0, capabilities dropped: owners of what root owns.
+    if (users === undefined && process.getuid?.() === 0)
+      logger.warn(
+        { sessionUids: "own", sessionUidsReason: isolation.sessionUsers.reason },
+        "sessions run as the node's uid 0 under bubblewrap: they own what root owns among the paths bound in, and nothing limits their processes; give them uids of their own (see the sandbox README's Run by root)",
+      );
+  } else if (users !== undefined) {
     logger.info(
-      { isolation: "user", containment: contained.name, ...processFields, uids: range, reason: isolation.reason },
+      {
+        isolation: "user",
+        containment: contained.name,
+        ...processFields,
+        ...filterFields,
+        uids: range,
+        reason: isolation.reason,
+      },
       "sessions run under unprivileged uids of their own (no network, PID or mount namespaces: see the sandbox README)",
     );
   } else {
@@ -184,8 +204,13 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   // the orchestrator's credential in them, out of its reach (landlock-launcher.ts).
   if (isolation.mode === "none" && walled.landlock === undefined)
     logger.warn(
-      { isolation: "none", landlock: false, landlockReason: walled.reason },
+      { landlock: false, landlockReason: walled.reason },
       "sessions can read the sandbox process's memory and environment where the kernel lets a process read its parent's (Yama's ptrace_scope 0, or as root), and the orchestrator's credential is in them: run untrusted agents under bubblewrap (see the sandbox README)",
+    );
+  if (isolation.mode !== "none" && filterFields.syscallFilter === "off")
+    logger.warn(
+      { ...filterFields },
+      "sessions run without the seccomp filter: they can make user namespaces of their own and reach the kernel's keyrings, eBPF, userfaultfd and io_uring (see the sandbox README's System calls)",
     );
   for (const warning of users !== undefined ? isolation.sessionUsers.warnings : [])
     logger.warn({ uids: range }, warning);
@@ -212,6 +237,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
       ? {
           mode: "bwrap",
           bwrapPath: bubblewrap.path as string,
+          syscallFilter: bubblewrap.syscallFilter,
           readOnlyPaths: [...DEFAULT_READ_ONLY_PATHS, ...(config.readOnlyPaths ?? [])],
           hiddenPaths: config.hiddenPaths ?? [],
           entryCommand: sandboxEntryCommand(),
@@ -226,7 +252,12 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
               : undefined,
         }
       : users !== undefined
-        ? { mode: "user", setprivPath: isolation.sessionUsers.setprivPath as string, users }
+        ? {
+            mode: "user",
+            setprivPath: isolation.sessionUsers.setprivPath as string,
+            users,
+            syscallFilter: userModeFilter?.filter,
+          }
         : {
             mode: "none",
             setprivPath: findSetpriv(),

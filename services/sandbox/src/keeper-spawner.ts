@@ -40,7 +40,7 @@ import {
 
 /**
  * The spawner's loop. Requests on stdin: "<length>\n<pid>\0<FIFO taken or
- * empty>\0<dir>\0<orphan ms>\0<extra>\0<hold name or empty>\0<uid or empty>\0<cwd>\0<env count>\0<NAME=value>...\0<file>\0<arg>...";
+ * empty>\0<dir>\0<orphan ms>\0<extra>\0<file to read or empty>\0<hold name or empty>\0<uid or empty>\0<cwd>\0<env count>\0<NAME=value>...\0<file>\0<arg>...";
  * reports on stdout: "spare <pid>" once a spare is ready, "fifo <name>" once a
  * FIFO is, "exit <pid> <code> <signal>" when a child (keeper or spare) ended.
  */
@@ -71,10 +71,10 @@ sub add_spare {
     my $len = $line + 0; my $msg = "";
     while (length($msg) < $len) { my $got = read($r, $msg, $len - length($msg), length($msg)); POSIX::_exit(0) unless $got }
     close $r;
-    my ($dir, $orphan_ms, $extra, $hold, $uid, $cwd, $envc, @rest) = split /\0/, $msg, -1;
+    my ($dir, $orphan_ms, $extra, $read, $hold, $uid, $cwd, $envc, @rest) = split /\0/, $msg, -1;
     my %env = map { /\A([^=]*)=(.*)\z/s ? ($1, $2) : () } splice(@rest, 0, $envc);
     # The FIFO is in the session's folder by now (renamed there, or the reused folder's own).
-    keep($dir, $owner, $orphan_ms, $extra, $hold, $uid, $cwd, \%env, undef, @rest);
+    keep($dir, $owner, $orphan_ms, $extra, $read, $hold, $uid, $cwd, \%env, undef, @rest);
   }
   close $r;
   $spare{$pid} = $w;
@@ -231,7 +231,7 @@ export class KeeperSpawner implements SpareKeepers {
     const child = this.#process;
     const spare = this.#ready.shift();
     if (child === undefined || spare === undefined) return undefined;
-    const { dir, orphanMs, hold, file, args, spawn: spawnOptions } = options;
+    const { dir, orphanMs, hold, file, args, spawn: spawnOptions, readFile } = options;
     const env = Object.entries(spawnOptions.env ?? {}).flatMap(([name, value]) =>
       value === undefined ? [] : [`${name}=${value}`],
     );
@@ -241,6 +241,7 @@ export class KeeperSpawner implements SpareKeepers {
       dir,
       String(orphanMs),
       String(extra),
+      readFile ?? "",
       ...holdFields(hold),
       cwd,
       String(env.length),

@@ -68,16 +68,24 @@ import { appendAnswered, SessionLogFile, writeSessionRecord, type SessionRecord 
 import { adoptKeeper, extraFile, keeperSpawn, processStartTime, type SpareKeepers } from "./session-keeper.js";
 import { startSessionSpan, type SessionSpan } from "./tracing.js";
 import type { SessionProcessLimit } from "./session-process-limit.js";
+import type { UserModeSyscallFilter } from "./syscall-filter.js";
 
 /** How the session's harness is isolated, decided by the registry. */
 export type SessionIsolation =
   /** Everything the harness starts runs in a container of `containment`, ended with the session. */
   | { mode: "none"; setprivPath?: string; containment: Containment; landlock?: Landlock }
   /** The session's uid is taken when it prepares its directories (a new one, or the one of the session whose working directory it shares). */
-  | { mode: "user"; setprivPath: string; acquireUser: () => Promise<SessionUserLease> }
+  | {
+      mode: "user";
+      setprivPath: string;
+      acquireUser: () => Promise<SessionUserLease>;
+      syscallFilter?: UserModeSyscallFilter | undefined;
+    }
   | {
       mode: "bwrap";
       bwrapPath: string;
+      /** The seccomp filter's program bwrap loads (syscall-filter.ts). */
+      syscallFilter?: string | undefined;
       readOnlyPaths: readonly string[];
       hiddenPaths: readonly string[];
       sandboxRoot: string;
@@ -417,6 +425,7 @@ export class SandboxSession {
         user,
         ...(paths.sharesWorkingDir ? {} : { killAll: () => user.killAll() }),
         processLimit: this.#options.processLimit,
+        syscallFilter: isolation.syscallFilter,
       });
     }
     const keep = this.#options.keep;
@@ -429,6 +438,7 @@ export class SandboxSession {
         pluginDir: start.pluginDir,
         writablePaths: [paths.workingDir, paths.stateDir],
         processLimit: this.#options.processLimit,
+        syscallFilter: isolation.syscallFilter,
         user:
           isolation.users !== undefined && user !== undefined
             ? { ...userIds(user), setprivPath: isolation.users.setprivPath }

@@ -50,7 +50,7 @@ import { systemCommand } from "./system-command.js";
 
 /**
  * The keeper itself, as a Perl sub: `keep($dir, $owner, $orphan_ms, $extra,
- * $hold, $uid, $cwd, \%env, $in, @cmd)` never returns. `$hold`, when not
+ * $read, $hold, $uid, $cwd, \%env, $in, @cmd)` never returns. `$hold`, when not
  * empty, is the abstract socket name the keeper binds for the session's
  * life: the session's uid `$uid`, held while the sandbox that took it may be
  * gone (session-user-pool.ts: keptHoldName). Before it binds it, the keeper
@@ -66,13 +66,14 @@ import { systemCommand } from "./system-command.js";
  * "$dir/fd4", ... themselves (bwrap's --info-fd, which bwrap writes outside
  * the sandbox and never passes into it), appended to by the command. The
  * sandbox reads all of them as they grow: a spare cannot be handed a pipe of
- * the sandbox's. The keeper writes `exit` once the output pipes are copied to
+ * the sandbox's. `$read`, when not empty, is a file the command gets open for
+ * reading as the entry after those (bwrap's --seccomp program). The keeper writes `exit` once the output pipes are copied to
  * their ends, so the files are whole when the sandbox hears of the exit.
  */
 export const KEEP_SUB = String.raw`
 use strict; use POSIX ();
 sub keep {
-my ($dir, $owner, $orphan_ms, $extra, $hold, $uid, $cwd, $env, $in, @cmd) = @_;
+my ($dir, $owner, $orphan_ms, $extra, $read, $hold, $uid, $cwd, $env, $in, @cmd) = @_;
 if ($uid ne "") {
   my $killer = fork() // do { print STDERR "oz0 keeper: fork failed: $!\n"; POSIX::_exit(125) };
   if ($killer == 0) { $) = "$uid $uid"; POSIX::setgid($uid) && POSIX::setuid($uid) && $< == $uid or POSIX::_exit(1); kill "KILL", -1; POSIX::_exit(0) }
@@ -86,6 +87,7 @@ $in or open($in, "+<", "$dir/stdin") or do { print STDERR "oz0 keeper: cannot op
 open(my $out, ">>", "$dir/stdout") or do { print STDERR "oz0 keeper: cannot open $dir/stdout: $!\n"; POSIX::_exit(125) };
 open(my $err, ">>", "$dir/stderr") or do { print STDERR "oz0 keeper: cannot open $dir/stderr: $!\n"; POSIX::_exit(125) };
 my @extra = map { open(my $x, ">>", "$dir/fd$_") or do { print STDERR "oz0 keeper: cannot open $dir/fd$_: $!\n"; POSIX::_exit(125) }; $x } 3 .. 2 + $extra;
+if ($read ne "") { open(my $r, "<", $read) or do { print STDERR "oz0 keeper: cannot open $read: $!\n"; POSIX::_exit(125) }; push @extra, $r }
 pipe(my $harnessIn, my $toHarness) or do { print STDERR "oz0 keeper: pipe failed: $!\n"; POSIX::_exit(125) };
 pipe(my $fromOut, my $harnessOut) or do { print STDERR "oz0 keeper: pipe failed: $!\n"; POSIX::_exit(125) };
 pipe(my $fromErr, my $harnessErr) or do { print STDERR "oz0 keeper: pipe failed: $!\n"; POSIX::_exit(125) };
@@ -161,8 +163,8 @@ POSIX::_exit($code);
 
 /** The keeper started on its own by the sandbox: its parent is its owner, and it inherited its cwd and environment. */
 const KEEPER = String.raw`${KEEP_SUB}
-my ($dir, $orphan_ms, $extra, $hold, $uid, @cmd) = @ARGV;
-keep($dir, getppid(), $orphan_ms, $extra, $hold, $uid, "", undef, undef, @cmd);
+my ($dir, $orphan_ms, $extra, $read, $hold, $uid, @cmd) = @ARGV;
+keep($dir, getppid(), $orphan_ms, $extra, $read, $hold, $uid, "", undef, undef, @cmd);
 `;
 
 /** The keeper's files in a session's internal directory. */
@@ -464,13 +466,16 @@ export interface SpareKeepers {
     file: string;
     args: readonly string[];
     spawn: SpawnOptions;
+    /** A file the command reads at the stdio entry after the extras (bwrap's --seccomp program). */
+    readFile?: string | undefined;
   }): KeptChild | undefined;
 }
 
 /**
  * A `spawn` for a launcher: starts `file args` under a keeper whose files are
  * in `dir`. Extra stdio entries past the third (bwrap's --info-fd) are the
- * files fd3, ... in `dir`. With `spares` (keeper-spawner.ts) the keeper is
+ * files fd3, ... in `dir`; `readFile`, when given, is opened for reading as
+ * the entry after them. With `spares` (keeper-spawner.ts) the keeper is
  * one of its ready forks; only when none is ready does the sandbox fork one
  * itself (a fork of this large process, and a mkfifo, in the main thread).
  */
@@ -480,10 +485,10 @@ export function keeperSpawn(options: {
   spares?: SpareKeepers | undefined;
   /** The session's uid, which the keeper holds for the session's life, having ended what it still ran. */
   hold?: KeeperHold | undefined;
-}): (file: string, args: readonly string[], options: SpawnOptions) => KeptChild {
+}): (file: string, args: readonly string[], options: SpawnOptions, readFile?: string) => KeptChild {
   const { dir, orphanMs, spares, hold } = options;
-  return (file, args, spawnOptions) => {
-    const spare = spares?.take({ dir, orphanMs, hold, file, args, spawn: spawnOptions });
+  return (file, args, spawnOptions, readFile) => {
+    const spare = spares?.take({ dir, orphanMs, hold, file, args, spawn: spawnOptions, readFile });
     if (spare !== undefined) return spare;
     const files = keeperFiles(dir);
     // A reused folder has its FIFO still.
@@ -493,7 +498,7 @@ export function keeperSpawn(options: {
     createKeeperOutputs(dir, extra);
     const keeper: ChildProcess = spawn(
       perl(),
-      ["-e", KEEPER, dir, String(orphanMs), String(extra), ...holdFields(hold), file, ...args],
+      ["-e", KEEPER, dir, String(orphanMs), String(extra), readFile ?? "", ...holdFields(hold), file, ...args],
       {
         cwd: spawnOptions.cwd,
         env: spawnOptions.env,

@@ -30,6 +30,7 @@ import {
 } from "./session-directories.js";
 import type { SessionUserLease, SessionUserPool } from "./session-user-pool.js";
 import type { SessionProcessLimit } from "./session-process-limit.js";
+import type { UserModeSyscallFilter } from "./syscall-filter.js";
 
 /** Lifecycle hooks (the events publisher listens here). */
 export interface SessionLifecycleListener {
@@ -45,10 +46,12 @@ export interface SessionRegistryOptions {
   maxSessions: number;
   isolation:
     | { mode: "none"; setprivPath?: string; containment: Containment; landlock?: Landlock }
-    | { mode: "user"; setprivPath: string; users: SessionUserPool }
+    | { mode: "user"; setprivPath: string; users: SessionUserPool; syscallFilter?: UserModeSyscallFilter | undefined }
     | {
         mode: "bwrap";
         bwrapPath: string;
+        /** The seccomp filter's program bwrap loads for each session (syscall-filter.ts). */
+        syscallFilter?: string | undefined;
         readOnlyPaths: readonly string[];
         hiddenPaths: readonly string[];
         entryCommand: readonly string[];
@@ -426,7 +429,12 @@ export class SessionRegistry {
     const isolation = this.#options.isolation;
     if (isolation.mode === "none") return isolation;
     if (isolation.mode === "user")
-      return { mode: "user", setprivPath: isolation.setprivPath, acquireUser: userFor(shared, isolation.users) };
+      return {
+        mode: "user",
+        setprivPath: isolation.setprivPath,
+        acquireUser: userFor(shared, isolation.users),
+        syscallFilter: isolation.syscallFilter,
+      };
     const listeners = options.sharedForwards ? this.#listeners : undefined;
     const forwards = planLlmForwards({
       socketDir: options.socketDir,

@@ -12,6 +12,7 @@ import path from "node:path";
 import { findCommand, processGroupLauncher, type HarnessLauncher } from "@oz0/harness/host";
 import type { SessionUser } from "./session-user-processes.js";
 import { withProcessLimit, type SessionProcessLimit } from "./session-process-limit.js";
+import { filteredCommand, type UserModeSyscallFilter } from "./syscall-filter.js";
 
 /** setpriv's arguments that make the rest of the command run as `user`, unprivileged for good. */
 export function setprivUserArgs(user: SessionUser): string[] {
@@ -89,6 +90,8 @@ export function sessionUserLauncher(options: {
   killAll?: () => Promise<void>;
   /** At most this many processes and threads of the session's uid at once (session-process-limit.ts). */
   processLimit?: SessionProcessLimit | undefined;
+  /** The seccomp filter the harness runs under, loaded by perl once setpriv dropped to the uid (syscall-filter.ts). */
+  syscallFilter?: UserModeSyscallFilter | undefined;
 }): HarnessLauncher {
   const inner = processGroupLauncher();
   return {
@@ -102,14 +105,19 @@ export function sessionUserLauncher(options: {
         // The limit is set while root, before setpriv changes the uid: from its exec on, a process of the uid can
         // ptrace it (session-user-helper.ts), and one that ran as the uid before its limit could fork past it. The
         // kernel counts the processes of the uid each runs as, whenever the limit was set.
-        command: withProcessLimit(options.processLimit, [
-          options.setprivPath,
-          ...setprivUserArgs(options.user),
-          "--pdeathsig",
-          "SIGKILL",
-          "--",
-          ...spec.command,
-        ]),
+        // The filter is loaded while root too, which reads its program wherever the sandbox is installed (the uid may
+        // not pass the folders); it stays through setpriv and the harness's exec.
+        command: withProcessLimit(
+          options.processLimit,
+          filtered(options.syscallFilter, [
+            options.setprivPath,
+            ...setprivUserArgs(options.user),
+            "--pdeathsig",
+            "SIGKILL",
+            "--",
+            ...spec.command,
+          ]),
+        ),
       });
       const { killAll } = options;
       if (killAll === undefined) return launched;
@@ -122,4 +130,8 @@ export function sessionUserLauncher(options: {
       };
     },
   };
+}
+
+function filtered(filter: UserModeSyscallFilter | undefined, command: string[]): string[] {
+  return filter !== undefined ? filteredCommand({ ...filter, command }) : command;
 }

@@ -12,9 +12,11 @@ import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { findSetpriv } from "../src/parent-death-launcher.js";
+import { sessionSyscallFilter } from "../src/syscall-filter.js";
 import {
   FIXTURES,
   isText,
+  recordingLogger,
   runToEnd,
   scenarioStart,
   SessionStream,
@@ -39,6 +41,32 @@ function holdsSysResource(): boolean {
   const effective = /^CapEff:\s+([0-9a-f]+)$/m.exec(readFileSync("/proc/self/status", "utf8"))?.[1] ?? "0";
   return ((BigInt(`0x${effective}`) >> 24n) & 1n) === 1n;
 }
+
+/** [number, first argument] of the probe's system calls: CLONE_NEWUSER and CLONE_FILES for unshare; no call needs more. */
+const SYSCALL_NUMBERS: Partial<Record<NodeJS.Architecture, Record<string, [number, number]>>> = {
+  x64: {
+    unshareUser: [272, 0x10000000],
+    unshareFiles: [272, 0x400],
+    setns: [308, 0],
+    keyctl: [250, 0],
+    bpf: [321, 0],
+    perfEventOpen: [298, 0],
+    userfaultfd: [323, 0],
+    ioUringSetup: [425, 1],
+    clone3: [435, 0],
+  },
+  arm64: {
+    unshareUser: [97, 0x10000000],
+    unshareFiles: [97, 0x400],
+    setns: [268, 0],
+    keyctl: [219, 0],
+    bpf: [280, 0],
+    perfEventOpen: [241, 0],
+    userfaultfd: [282, 0],
+    ioUringSetup: [425, 1],
+    clone3: [435, 0],
+  },
+};
 
 const STARTED_ISOLATION = { none: IsolationMode.NONE, user: IsolationMode.USER, bwrap: IsolationMode.BWRAP } as const;
 
@@ -325,6 +353,32 @@ for (const mode of ["none", "user", "bwrap"] as const) {
         assert.equal(report.writes[setting], mode === "bwrap" ? "ERROR EROFS" : "ERROR EACCES");
       });
 
+    // The kernel's surface a session needs none of, refused by the seccomp filter (syscall-filter.ts): a user
+    // namespace of its own (where it would hold every capability over what it makes), the keyrings, eBPF,
+    // userfaultfd, io_uring; clone3 answers ENOSYS, on which libraries fall back to clone, which is checked.
+    // Unfiltered (isolation none), this kernel lets the same uid make a user namespace and answers the others
+    // otherwise (EFAULT and the like): the probe's arguments are ones only the filter refuses outright.
+    if (mode !== "none")
+      void it("cannot make a user namespace, nor reach the keyrings, eBPF, userfaultfd or io_uring (seccomp)", async () => {
+        const numbers = SYSCALL_NUMBERS[process.arch];
+        assert.ok(numbers, `no system call numbers for ${process.arch} in this test`);
+        const stream = await runToEnd(t.client, scenarioStart({ mode: "probe", syscalls: numbers }));
+        assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
+        const report = JSON.parse(stream.texts()[0] ?? "{}") as { syscalls: Record<string, string> };
+        assert.deepEqual(report.syscalls, {
+          unshareUser: "EPERM",
+          // Its own file table, no namespace: unshare itself is let through.
+          unshareFiles: "ok",
+          setns: "EPERM",
+          keyctl: "EPERM",
+          bpf: "EPERM",
+          perfEventOpen: "EPERM",
+          userfaultfd: "EPERM",
+          ioUringSetup: "EPERM",
+          clone3: "ENOSYS",
+        });
+      });
+
     // The sandbox (this process) holds the orchestrator's credential as it arrived on the last RunSession. With
     // isolation none the harness runs as its user, and where the kernel lets a process read another's memory
     // (here: no Yama, and as root) only a Landlock domain of the harness's own keeps it out. Landlock guards
@@ -349,6 +403,48 @@ for (const mode of ["none", "user", "bwrap"] as const) {
 }
 
 void describe("isolation setting", () => {
+  // The embedded stack takes the last start-up line with an `isolation` field as the mode (a second line once made a
+  // root sandbox's bubblewrap read as `user`, and an unprivileged one's as `none`, with oz0's "WITHOUT isolation").
+  void it("names the mode in one start-up line, with the seccomp filter its sessions run under", async () => {
+    const { startSandbox } = await import("../src/index.js");
+    const program = sessionSyscallFilter().program;
+    assert.ok(program !== undefined, `no filter program for ${process.arch}`);
+    const cases: { isolation: "bwrap" | "user" | "none"; setprivPath?: string }[] = [
+      { isolation: "bwrap" },
+      // Sessions as the sandbox's own user (no setpriv to drop with): a warning besides, naming no mode.
+      { isolation: "bwrap", setprivPath: "/no/such/setpriv" },
+      ...(userModeSkip === false ? [{ isolation: "user" as const }] : []),
+      { isolation: "none" },
+    ];
+    for (const setting of cases) {
+      const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-startup-"));
+      const { logger, lines } = recordingLogger();
+      const sandbox = await startSandbox({
+        auth: testCredentials.settingsFor("sandbox"),
+        port: 0,
+        root,
+        logger,
+        ...setting,
+      });
+      try {
+        const named = lines.filter((line) => "isolation" in line.fields);
+        assert.deepEqual(
+          named.map((line) => line.fields.isolation),
+          [setting.isolation],
+          JSON.stringify(setting),
+        );
+        assert.equal(
+          named[0]?.fields.syscallFilter,
+          setting.isolation === "none" ? undefined : path.basename(program),
+          JSON.stringify(setting),
+        );
+      } finally {
+        await sandbox.close();
+        rmSync(root, { recursive: true, force: true });
+      }
+    }
+  });
+
   void it("OZ0_ISOLATION=bwrap and =user refuse to start without what they need; auto falls back to user, then to none, and says why", async () => {
     const { startSandbox } = await import("../src/index.js");
     const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-nobwrap-"));

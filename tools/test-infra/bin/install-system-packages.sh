@@ -2,7 +2,9 @@
 # Debian packages the tests use: bubblewrap (session isolation), PostgreSQL
 # (the store at scale), git (plugin installs from repositories), setpriv
 # (util-linux: harnesses and embedded services die with their parent),
-# chromium (the console's browser tests drive it with playwright-core).
+# chromium (the console's browser tests drive it with playwright-core),
+# python3-seccomp (libseccomp: the sandbox's test writes the sessions' seccomp
+# filter again and compares it with the programs checked in).
 # Java 17 and Maven come with the machine; Kafka's jars are fetched by the
 # Kafka launcher through Maven and cached.
 set -euo pipefail
@@ -12,6 +14,7 @@ command -v git >/dev/null || need+=(git)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v chromium >/dev/null || need+=(chromium)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+/usr/bin/python3 -c "import seccomp" >/dev/null 2>&1 || need+=(python3-seccomp)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing the Debian packages the tests need: ${need[*]}" >&2

@@ -28,7 +28,14 @@ import { isWithin } from "../path-within.js";
 
 /** How command hooks run; either way `dataDir`, the orchestrator's data directory (OZ0_HOME), is out of their reach. */
 export type HookIsolation =
-  { kind: "bwrap"; bwrapPath: string; dataDir: string } | { kind: "landlock"; landlock: Landlock; dataDir: string };
+  | {
+      kind: "bwrap";
+      bwrapPath: string;
+      dataDir: string;
+      /** The sandbox's seccomp program for sessions (@oz0/sandbox's syscall-filter.ts), when bwrap loaded it. */
+      syscallFilter?: string | undefined;
+    }
+  | { kind: "landlock"; landlock: Landlock; dataDir: string };
 
 /**
  * OZ0_HOOK_ISOLATION: `auto` isolates under bubblewrap where it works, else
@@ -56,7 +63,8 @@ export async function chooseHookIsolation(options: {
   let bwrapReason: string | undefined;
   if (setting !== "landlock") {
     const found = await detectBubblewrap(options.bwrapPath !== undefined ? { bwrapPath: options.bwrapPath } : {});
-    if (found.available && found.path) return { isolation: { kind: "bwrap", bwrapPath: found.path, dataDir } };
+    if (found.available && found.path)
+      return { isolation: { kind: "bwrap", bwrapPath: found.path, dataDir, syscallFilter: found.syscallFilter } };
     bwrapReason = `bubblewrap cannot run here: ${found.reason ?? "not found"}`;
     if (setting === "bwrap")
       throw new Error(
@@ -86,6 +94,8 @@ function landlockFor(dataDir: string, perlPath?: string): { isolation?: HookIsol
 export interface IsolatedHook {
   command: string[];
   env: Record<string, string>;
+  /** A file the command reads at fd 3 (bwrap's --seccomp program), opened by whoever starts it. */
+  readFile?: string | undefined;
   /** Removes what the run made (a Landlock hook's temporary folder). */
   dispose(): void;
 }
@@ -139,10 +149,13 @@ export function isolatedHook(
       options.pluginDir,
       "--chdir",
       options.pluginDir,
+      // A session's filter (no user namespace, keyrings, eBPF or io_uring), read from fd 3 before the hook runs.
+      ...(isolation.syscallFilter !== undefined ? ["--seccomp", "3"] : []),
       "--",
       ...options.command,
     ],
     env: {},
+    readFile: isolation.syscallFilter,
     dispose: () => undefined,
   };
 }

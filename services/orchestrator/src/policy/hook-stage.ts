@@ -89,6 +89,7 @@ async function verdictOf(hook: SourcedHook, call: PreToolCall, isolation?: HookI
     return await runCommandHook({
       command: isolated?.command ?? resolved,
       env: isolated?.env ?? {},
+      ...(isolated?.readFile !== undefined ? { readFile: isolated.readFile } : {}),
       call,
       label: hook.label,
       cwd: hook.pluginDir,

@@ -1,0 +1,96 @@
+// The seccomp filter an isolated session runs under: no user namespace of its
+// own (the way in to many of the kernel's local privilege escalations, and
+// to capabilities over mounts and networks), no namespace joined, none of
+// the keyrings, eBPF, performance counters, userfaultfd or io_uring. What it
+// refuses, and why, is in syscall-filter/generate.py, which wrote the
+// programs beside it with libseccomp; they are checked in, so a node needs
+// neither Python nor libseccomp. Under bubblewrap, bwrap loads the program
+// (--seccomp) just before the session's first command; in the `user` mode a
+// few lines of perl load it after setpriv, then exec the harness. Perl as in
+// landlock-launcher.ts: Node cannot call prctl(2), and this package writes no
+// native code.
+import { spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { LINUX_SYSCALLS } from "@oz0/harness/host";
+import { systemCommand } from "./system-command.js";
+
+/** The filter's program for each architecture it was written for (the names generate.py gives them). */
+const PROGRAMS: Partial<Record<NodeJS.Architecture, string>> = { x64: "x86_64.bpf", arm64: "aarch64.bpf" };
+
+/** The program for this node, or why sessions run without one. */
+export type SyscallFilterChoice = { program: string; reason?: undefined } | { program?: undefined; reason: string };
+
+export function sessionSyscallFilter(arch: NodeJS.Architecture = process.arch): SyscallFilterChoice {
+  if (process.platform !== "linux") return { reason: `seccomp is Linux's (this is ${process.platform})` };
+  const name = PROGRAMS[arch];
+  if (name === undefined) return { reason: `no filter program for ${arch} (only x64 and arm64)` };
+  // Beside src/ and dist/ alike: the package's syscall-filter folder.
+  const program = fileURLToPath(new URL(`../syscall-filter/${name}`, import.meta.url));
+  if (!existsSync(program)) return { reason: `${program} is missing from the installed package` };
+  return { program };
+}
+
+/**
+ * Arguments: prctl's syscall number, the program's file, then the command. A
+ * filter can only be loaded under no_new_privs (set again: setpriv set it);
+ * `struct sock_fprog` is a count of 8-byte instructions and a pointer, at
+ * offset 8 on both 64-bit architectures.
+ */
+const ENTER_FILTER = String.raw`
+my $prctl = shift @ARGV;
+my $program = shift @ARGV;
+sub fail { print STDERR "oz0 syscall filter: $_[0]\n"; exit 125 }
+open(my $fh, "<:raw", $program) or fail("cannot read $program: $!");
+my $bpf = do { local $/; <$fh> };
+close $fh;
+length($bpf) > 0 && length($bpf) % 8 == 0 or fail("$program is not a filter program");
+syscall($prctl, 38, 1, 0, 0, 0) == 0 or fail("prctl(PR_SET_NO_NEW_PRIVS) failed: $!");
+syscall($prctl, 22, 2, pack("S x6 P", length($bpf) / 8, $bpf), 0, 0) == 0 or fail("prctl(PR_SET_SECCOMP) failed: $!");
+exec { $ARGV[0] } @ARGV;
+print STDERR "oz0 syscall filter: cannot run $ARGV[0]: $!\n";
+exit 127;
+`;
+
+/** What the `user` mode loads the filter with: a perl and the program. */
+export interface UserModeSyscallFilter {
+  perlPath: string;
+  program: string;
+}
+
+/** `command` run by perl after it loaded `program`: what it then runs, and all it starts, stay under the filter. */
+export function filteredCommand(options: UserModeSyscallFilter & { command: readonly string[] }): string[] {
+  const syscalls = LINUX_SYSCALLS[process.arch];
+  if (syscalls === undefined) throw new Error(`prctl's syscall number is not known for ${process.arch}`);
+  return [options.perlPath, "-e", ENTER_FILTER, String(syscalls.prctl), options.program, ...options.command];
+}
+
+/** The `user` mode's filter, tried once with a command that exits at once; or why its sessions run without one. */
+export function detectUserModeSyscallFilter():
+  { filter: UserModeSyscallFilter; reason?: undefined } | { filter?: undefined; reason: string } {
+  const { program, reason } = sessionSyscallFilter();
+  if (program === undefined) return { reason };
+  if (LINUX_SYSCALLS[process.arch] === undefined)
+    return { reason: `prctl's syscall number is not known for ${process.arch} (only x64 and arm64)` };
+  const perlPath = systemCommand("perl");
+  if (perlPath === undefined) return { reason: "no perl in /usr/bin or /bin (Debian's perl-base) to load it" };
+  const filter = { perlPath, program };
+  const [file, ...args] = filteredCommand({ ...filter, command: ["/bin/sh", "-c", "exit 7"] });
+  const trial = spawnSync(file!, args, { encoding: "utf8", stdio: ["ignore", "ignore", "pipe"] });
+  if (trial.status !== 7)
+    return {
+      reason: `a trial did not work (${trial.error?.message ?? (trial.stderr.trim() || `exit ${trial.status ?? trial.signal}`)}); the kernel needs seccomp filters (CONFIG_SECCOMP_FILTER)`,
+    };
+  return { filter };
+}
+
+/** The start-up line's fields: the program sessions run under, or `off` with the reason. */
+export function syscallFilterFields(choice: { program?: string | undefined; reason?: string | undefined }): {
+  syscallFilter: string;
+  syscallFilterReason?: string;
+} {
+  return choice.program !== undefined
+    ? { syscallFilter: path.basename(choice.program) }
+    : { syscallFilter: "off", syscallFilterReason: choice.reason ?? "unknown reason" };
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/python3
+# Writes the sessions' seccomp filter, one classic-BPF program per
+# architecture (x86_64.bpf, aarch64.bpf beside this file), with libseccomp
+# (Debian's python3-seccomp): `/usr/bin/python3 generate.py [DIR]`. The
+# programs are checked in, so a node needs neither; the sandbox's test
+# regenerates them and fails when they differ (syscall-filter.test.ts).
+#
+# What a session may not do, all reachable by an unprivileged process and
+# none needed to run a harness or the commands its tools run (Docker's
+# default profile refuses each of them too):
+# - make a user namespace (unshare, clone): inside one a process holds every
+#   capability over what it then creates (mounts, network, more namespaces),
+#   the way in to many of the kernel's local privilege escalations. clone3
+#   passes its flags in memory a filter cannot read, so it is refused with
+#   ENOSYS, on which glibc and others fall back to clone;
+# - join a namespace (setns);
+# - the kernel's keyrings (keyctl, add_key, request_key), eBPF (bpf),
+#   performance counters (perf_event_open), userfaultfd and io_uring: large
+#   attack surfaces with a long list of exploits and no use to a session
+#   that a plain system call does not serve (libuv and others fall back).
+#
+# Anything else is allowed. A system call of another architecture (a 32-bit
+# x86 program, x32) kills the process: its numbers are not the ones checked.
+import errno
+import os
+import sys
+
+import seccomp
+
+CLONE_NEWUSER = 0x10000000
+
+REFUSED = [
+    "setns",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+]
+
+ARCHITECTURES = {"x86_64": seccomp.Arch.X86_64, "aarch64": seccomp.Arch.AARCH64}
+
+
+def write_filter(arch, path):
+    f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
+    if not f.exist_arch(arch):
+        f.add_arch(arch)
+        f.remove_arch(seccomp.Arch.NATIVE)
+    f.set_attr(seccomp.Attr.ACT_BADARCH, seccomp.KILL_PROCESS)
+    refuse = seccomp.ERRNO(errno.EPERM)
+    new_user = seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)
+    f.add_rule(refuse, "unshare", new_user)
+    f.add_rule(refuse, "clone", new_user)
+    f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    for name in REFUSED:
+        f.add_rule(refuse, name)
+    with open(path, "wb") as out:
+        f.export_bpf(out)
+
+
+def main():
+    folder = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+    for name, arch in ARCHITECTURES.items():
+        write_filter(arch, os.path.join(folder, f"{name}.bpf"))
+
+
+main()
