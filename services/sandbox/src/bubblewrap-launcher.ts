@@ -21,7 +21,7 @@ import { findCommand, SYSTEM_PROGRAM_FOLDERS } from "@oz0/harness/host";
 import type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "@oz0/harness/host";
 import type { KeptChild } from "./session-keeper.js";
 import { withProcessLimit, withProcessLimitAndInit, type SessionProcessLimit } from "./session-process-limit.js";
-import { closedToOtherUsers, setprivUserArgs } from "./session-user-launcher.js";
+import { assertReachableBy, setprivUserArgs } from "./session-user-launcher.js";
 import type { SessionUser } from "./session-user-processes.js";
 import { sessionSyscallFilter } from "./syscall-filter.js";
 
@@ -263,34 +263,9 @@ function assertVisible(command: string, mounts: MountPlan): void {
   );
 }
 
-/**
- * A session under a uid of its own reads the bound folders as any other user of the node: a harness command or
- * plugin folder it could not reach is refused here, naming the folder in the way, rather than as a harness that
- * exited with EACCES. Only the folders inside the bind count: bubblewrap makes the ones above it, passable.
- */
-function assertReachableBy(
-  file: string,
-  options: { execute: boolean; binds: readonly BindMount[]; uid: number },
-): void {
-  let target = file;
-  try {
-    target = realpathSync.native(file);
-  } catch {
-    // Unreadable link: the literal path decides.
-  }
-  const bind = options.binds
-    .filter((b) => isWithin(target, b.source))
-    .sort((a, b) => b.source.length - a.source.length)[0];
-  const closed = closedToOtherUsers(target, {
-    execute: options.execute,
-    ...(bind !== undefined ? { from: bind.source } : {}),
-  });
-  if (closed === undefined) return;
-  throw new Error(
-    `${file}${target !== file ? ` (${target})` : ""} cannot be reached by the session's own uid ${options.uid}: ` +
-      `${closed.path} (mode ${closed.mode.toString(8).padStart(4, "0")}) does not let other users through; ` +
-      "install the harness (and its plugin) where every user can read it (o+rx on its folders)",
-  );
+/** The innermost bind that holds `file`: a session under a uid of its own passes the folders above it (bwrap's). */
+function innermostBind(binds: readonly BindMount[], file: string): string | undefined {
+  return binds.filter((b) => isWithin(file, b.source)).sort((a, b) => b.source.length - a.source.length)[0]?.source;
 }
 
 /**
@@ -384,10 +359,12 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
       });
       assertVisible(found, mounts);
       if (user !== undefined) {
-        assertReachableBy(found, { execute: true, binds, uid: user.uid });
+        // It reads the bound folders as any other user of the node.
+        const from = (file: string): string | undefined => innermostBind(binds, file);
+        assertReachableBy(found, { what: "the harness command", uid: user.uid, execute: true, from });
         if (options.pluginDir !== "")
           // Passable (o+x), as a folder is searched.
-          assertReachableBy(options.pluginDir, { execute: true, binds, uid: user.uid });
+          assertReachableBy(options.pluginDir, { what: "the plugin folder", uid: user.uid, execute: true, from });
       }
       const args = [
         ...namespaceArgs(user !== undefined),

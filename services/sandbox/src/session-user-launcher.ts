@@ -55,24 +55,31 @@ export function closedToOtherUsers(
 }
 
 /**
- * A command the session's uid could not run is refused before anything
- * starts, naming the directory in the way, rather than as a harness that
- * exited with setpriv's "Permission denied".
+ * A harness command or plugin folder the session's uid could not reach is
+ * refused before anything starts, naming the folder in the way, rather than
+ * as a harness that exited with EACCES (or setpriv's "Permission denied").
+ * The path as given and where its links lead are both walked; `from` gives,
+ * for each, the first folder that counts (under bubblewrap the bind's that
+ * holds it: bwrap makes the folders above a bound one passable), else `/`.
  */
-function assertRunnableBy(command: string, user: SessionUser): void {
-  let target = command;
+export function assertReachableBy(
+  file: string,
+  options: { what: string; uid: number; execute: boolean; from?: (path: string) => string | undefined },
+): void {
+  let target = file;
   try {
-    target = realpathSync(command);
+    target = realpathSync.native(file);
   } catch {
     // Unreadable link: the literal path decides.
   }
-  for (const file of new Set([command, target])) {
-    const closed = closedToOtherUsers(file, { execute: true });
+  for (const walked of new Set([file, target])) {
+    const from = options.from?.(walked);
+    const closed = closedToOtherUsers(walked, { execute: options.execute, ...(from !== undefined ? { from } : {}) });
     if (closed === undefined) continue;
     throw new Error(
-      `the harness command ${command}${target !== command ? ` (${target})` : ""} cannot be run by the session's own uid ${user.uid}: ` +
+      `${options.what} ${file}${target !== file ? ` (${target})` : ""} cannot be reached by the session's own uid ${options.uid}: ` +
         `${closed.path} (mode ${closed.mode.toString(8).padStart(4, "0")}) does not let other users through; ` +
-        "install the harness (and node) where every user can read and run it",
+        "install the harness, node and the plugin where every user can read them (o+rx on their folders)",
     );
   }
 }
@@ -99,7 +106,7 @@ export function sessionUserLauncher(options: {
       const found = findCommand(spec);
       // A command that cannot run is started as is, so the host reports spawn_failed rather than setpriv's exit code.
       if (found === undefined) return inner.launch(spec);
-      assertRunnableBy(found, options.user);
+      assertReachableBy(found, { what: "the harness command", uid: options.user.uid, execute: true });
       const launched = inner.launch({
         ...spec,
         // The limit is set while root, before setpriv changes the uid: from its exec on, a process of the uid can

@@ -86,14 +86,15 @@ void it("refuses a harness its session's own uid could not read, naming the fold
   try {
     copyFileSync(path.join(FIXTURES, "scenario-harness.mjs"), path.join(closed, "harness.mjs"));
     chmodSync(path.join(closed, "harness.mjs"), 0o755);
-    // As root, sessions under uids of their own, then (no setpriv to drop with) as the sandbox's own user, which
-    // owns the folder; elsewhere both are the latter.
-    for (const setprivPath of [undefined, path.join(closed, "no-setpriv-here")]) {
-      const bound = await startTestSandbox({
-        isolation: "bwrap",
-        readOnlyPaths: [closed],
-        ...(setprivPath !== undefined ? { setprivPath } : {}),
-      });
+    // As root, sessions under uids of their own (bubblewrap's and the user mode's), then (no setpriv to drop with)
+    // as the sandbox's own user, which owns the folder; elsewhere all are the latter.
+    const settings: { isolation: "bwrap" | "user"; setprivPath?: string }[] = [
+      { isolation: "bwrap" },
+      ...(process.getuid?.() === 0 ? [{ isolation: "user" as const }] : []),
+      { isolation: "bwrap", setprivPath: path.join(closed, "no-setpriv-here") },
+    ];
+    for (const setting of settings) {
+      const bound = await startTestSandbox({ readOnlyPaths: [closed], ...setting });
       try {
         const stream = await runToEnd(
           bound.client,
@@ -108,7 +109,7 @@ void it("refuses a harness its session's own uid could not read, naming the fold
         assert.match(
           errorMessage,
           new RegExp(
-            `cannot be reached by the session's own uid \\d+: ${closed} \\(mode 0700\\) does not let other users through`,
+            `the harness command ${closed}/harness.mjs cannot be reached by the session's own uid \\d+: ${closed} \\(mode 0700\\) does not let other users through`,
           ),
         );
       } finally {
