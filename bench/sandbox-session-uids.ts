@@ -11,19 +11,11 @@
 // ratios. Needs root and a bwrap that works.
 //
 //   node --import tsx bench/sandbox-session-uids.ts [--sessions 40] [--rounds 4] [--warmup 5]
-import { mkdtempSync, rmSync } from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
 import { startScriptedModel } from "@oz0/harness/testing";
-import { ProtocolVersion } from "@oz0/proto/oz0/harness/v1/harness_pb";
-import { SandboxService, SessionStatus, type RunSessionResponse } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
-import { startSandbox } from "@oz0/sandbox";
-import { testCredentials } from "@oz0/serving/testing";
 import { benchOptions } from "./bench-options.js";
-import { percentile, startReport } from "./bench-report.js";
+import { startReport } from "./bench-report.js";
+import { REPO, sessionRound, type SessionRoundResult } from "./sandbox-session-rounds.js";
 
 const {
   sessions: SESSIONS,
@@ -34,8 +26,6 @@ const {
   rounds: { type: "number", default: 4 },
   warmup: { type: "number", default: 5 },
 });
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
-const HARNESS = path.join(REPO, "sdk", "harness-ts", "bin", "oz0-fake-harness.js");
 
 const report = startReport("sandbox-session-uids");
 if (process.getuid?.() !== 0) {
@@ -51,70 +41,22 @@ const model = await startScriptedModel({
 type Kind = "uids" | "own";
 
 /** One sandbox of `kind`, `WARMUP` sessions unmeasured, then `SESSIONS` one at a time. */
-async function round(kind: Kind): Promise<{ cpuMs: number; p50Ms: number }> {
-  const root = mkdtempSync(path.join(os.tmpdir(), "oz0-bench-uids-"));
-  const sandbox = await startSandbox({
-    port: 0,
-    root,
-    isolation: "bwrap",
-    readOnlyPaths: [REPO],
-    auth: testCredentials.settingsFor("sandbox"),
-    ...(kind === "own" ? { setprivPath: path.join(root, "no-setpriv-here") } : {}),
+function round(kind: Kind): Promise<SessionRoundResult> {
+  return sessionRound({
+    sandbox: kind === "own" ? { setprivPath: path.join(REPO, "no-setpriv-here") } : {},
+    modelUrl: model.url,
+    sessions: SESSIONS,
+    warmup: WARMUP,
+    check(sandbox) {
+      if ((sandbox.sessionUids !== undefined) !== (kind === "uids"))
+        throw new Error(
+          `the sandbox for "${kind}" runs its sessions ${sandbox.sessionUids ? "under uids" : "as its own user"}`,
+        );
+    },
   });
-  try {
-    if ((sandbox.sessionUids !== undefined) !== (kind === "uids"))
-      throw new Error(
-        `the sandbox for "${kind}" runs its sessions ${sandbox.sessionUids ? "under uids" : "as its own user"}`,
-      );
-    const client = createClient(
-      SandboxService,
-      createGrpcTransport({ baseUrl: sandbox.url, interceptors: [testCredentials.caller] }),
-    );
-    const session = async (): Promise<number> => {
-      const started = performance.now();
-      async function* requests() {
-        yield {
-          message: {
-            case: "start" as const,
-            value: {
-              command: [process.execPath, HARNESS],
-              pluginDir: path.dirname(HARNESS),
-              request: {
-                protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
-                jobId: "bench",
-                input: "say hello",
-                model: { primary: "anthropic/scripted" },
-                llm: { anthropicBaseUrl: model.url, token: "bench-token" },
-              },
-            },
-          },
-        };
-      }
-      let last: RunSessionResponse | undefined;
-      for await (const message of client.runSession(requests())) last = message;
-      if (last?.message.case !== "exited" || last.message.value.status !== SessionStatus.COMPLETED)
-        throw new Error(`a session did not complete: ${JSON.stringify(last?.message.value)}`);
-      return performance.now() - started;
-    };
-    for (let i = 0; i < WARMUP; i++) await session();
-    const before = process.cpuUsage();
-    const times: number[] = [];
-    for (let i = 0; i < SESSIONS; i++) times.push(await session());
-    const used = process.cpuUsage(before);
-    return {
-      cpuMs: (used.user + used.system) / 1000 / SESSIONS,
-      p50Ms: percentile(
-        times.sort((a, b) => a - b),
-        0.5,
-      ),
-    };
-  } finally {
-    await sandbox.close();
-    rmSync(root, { recursive: true, force: true });
-  }
 }
 
-const results: Record<Kind, { cpuMs: number; p50Ms: number }[]> = { uids: [], own: [] };
+const results: Record<Kind, SessionRoundResult[]> = { uids: [], own: [] };
 try {
   for (let r = 0; r < ROUNDS; r++) {
     for (const kind of (r % 2 === 0 ? ["uids", "own"] : ["own", "uids"]) as Kind[]) {

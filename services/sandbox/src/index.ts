@@ -133,13 +133,16 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         }
       : { sessionProcesses: "unlimited", sessionProcessesReason: processes.reason };
   // The seccomp filter: bwrap's trial loaded it (or said why not); the `user` mode loads it with perl after setpriv.
-  const userModeFilter = users !== undefined && !useBwrap ? detectUserModeSyscallFilter() : undefined;
+  const filterOff = config.syscallFilter === false;
+  const userModeFilter = users !== undefined && !useBwrap && !filterOff ? detectUserModeSyscallFilter() : undefined;
   const filterFields = syscallFilterFields(
-    useBwrap
-      ? { program: bubblewrap.syscallFilter, reason: bubblewrap.syscallFilterReason }
-      : userModeFilter !== undefined
-        ? { program: userModeFilter.filter?.program, reason: userModeFilter.reason }
-        : { reason: "sessions run without OS isolation" },
+    isolation.mode === "none"
+      ? { reason: "sessions run without OS isolation" }
+      : filterOff
+        ? { reason: "OZ0_SESSION_SYSCALL_FILTER=off" }
+        : useBwrap
+          ? { program: bubblewrap.syscallFilter, reason: bubblewrap.syscallFilterReason }
+          : { program: userModeFilter?.filter?.program, reason: userModeFilter?.reason },
   );
   const walled: ReturnType<typeof detectLandlock> =
     isolation.mode === "none"
@@ -237,7 +240,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
       ? {
           mode: "bwrap",
           bwrapPath: bubblewrap.path as string,
-          syscallFilter: bubblewrap.syscallFilter,
+          syscallFilter: filterOff ? undefined : bubblewrap.syscallFilter,
           readOnlyPaths: [...DEFAULT_READ_ONLY_PATHS, ...(config.readOnlyPaths ?? [])],
           hiddenPaths: config.hiddenPaths ?? [],
           entryCommand: sandboxEntryCommand(),

@@ -57,6 +57,11 @@ export interface SandboxConfig {
    */
   containment?: ContainmentSetting;
   /**
+   * Whether sessions under bubblewrap and in the `user` mode run under the seccomp filter (OZ0_SESSION_SYSCALL_FILTER,
+   * `on` or `off`; default on): off for agents whose tools make user namespaces themselves (a browser's own sandbox).
+   */
+  syscallFilter?: boolean;
+  /**
    * How many processes and threads each session may run at once
    * (OZ0_SESSION_MAX_PROCESSES), where the isolation mode lets the kernel
    * count a session's apart: under bubblewrap when the sandbox is not root,
@@ -236,6 +241,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     }),
     isolation: envOneOf(env, "OZ0_ISOLATION", ISOLATION_SETTINGS) ?? "auto",
     containment: envOneOf(env, "OZ0_CONTAINMENT", CONTAINMENT_SETTINGS) ?? "auto",
+    syscallFilter: (envOneOf(env, "OZ0_SESSION_SYSCALL_FILTER", ["on", "off"]) ?? "on") === "on",
     eventsUrl: envUrl(env, "OZ0_EVENTS_URL"),
     cancelGraceMs: ms(env, "OZ0_CANCEL_GRACE_MS"),
     sessionOrphanMs: ms(env, "OZ0_SESSION_ORPHAN_MS"),
