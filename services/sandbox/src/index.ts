@@ -236,6 +236,8 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     // Every session's directories, and the hidden paths (OZ0_HOME among them: the suite's own data).
     attachmentsNeverFrom: [root, ...(config.hiddenPaths ?? [])],
     maxSessions,
+    minFreeDiskBytes: config.minFreeDiskBytes,
+    ...(config.diskCheckMs !== undefined ? { diskCheckMs: config.diskCheckMs } : {}),
     isolation: useBwrap
       ? {
           mode: "bwrap",

@@ -57,6 +57,13 @@ export interface SandboxConfig {
    */
   containment?: ContainmentSetting;
   /**
+   * Below this many free bytes on the sandbox root's filesystem no session starts, and the sessions filling it are
+   * stopped (OZ0_SANDBOX_MIN_FREE_BYTES; 0: no guard). Default 1 GiB, or a twentieth of the filesystem when less.
+   */
+  minFreeDiskBytes?: number;
+  /** Between checks of that free space (OZ0_SANDBOX_DISK_CHECK_MS). Default 1000. */
+  diskCheckMs?: number;
+  /**
    * Whether sessions under bubblewrap and in the `user` mode run under the seccomp filter (OZ0_SESSION_SYSCALL_FILTER,
    * `on` or `off`; default on): off for agents whose tools make user namespaces themselves (a browser's own sandbox).
    */
@@ -242,6 +249,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     isolation: envOneOf(env, "OZ0_ISOLATION", ISOLATION_SETTINGS) ?? "auto",
     containment: envOneOf(env, "OZ0_CONTAINMENT", CONTAINMENT_SETTINGS) ?? "auto",
     syscallFilter: (envOneOf(env, "OZ0_SESSION_SYSCALL_FILTER", ["on", "off"]) ?? "on") === "on",
+    minFreeDiskBytes: envInteger(env, "OZ0_SANDBOX_MIN_FREE_BYTES", { min: 0, unit: "bytes" }),
+    diskCheckMs: envInteger(env, "OZ0_SANDBOX_DISK_CHECK_MS", { min: 10, unit: "ms" }),
     eventsUrl: envUrl(env, "OZ0_EVENTS_URL"),
     cancelGraceMs: ms(env, "OZ0_CANCEL_GRACE_MS"),
     sessionOrphanMs: ms(env, "OZ0_SESSION_ORPHAN_MS"),

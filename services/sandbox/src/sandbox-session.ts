@@ -277,6 +277,16 @@ export class SandboxSession {
     return this.#options.paths.workingDir;
   }
 
+  /** The directories it writes to on the node: its working and state directories (session-disk-guard.ts). */
+  get directories(): readonly string[] {
+    return [this.#options.paths.workingDir, this.#options.paths.stateDir];
+  }
+
+  /** Stops it at once, as a flood of output is: it was filling the node's disk (session-disk-guard.ts). */
+  stopForDisk(message: string): void {
+    this.#breakLimit("disk_full", message, { kill: true });
+  }
+
   /** Whether the session runs under a uid of its own (the `user` mode, bubblewrap run by root), taken or to be. */
   get underOwnUid(): boolean {
     const { isolation } = this.#options;

@@ -31,6 +31,7 @@ import {
 import type { SessionUserLease, SessionUserPool } from "./session-user-pool.js";
 import type { SessionProcessLimit } from "./session-process-limit.js";
 import type { UserModeSyscallFilter } from "./syscall-filter.js";
+import { SessionDiskGuard } from "./session-disk-guard.js";
 
 /** Lifecycle hooks (the events publisher listens here). */
 export interface SessionLifecycleListener {
@@ -44,6 +45,10 @@ export interface SessionRegistryOptions {
   /** Paths a `node_path` attachment may never lead into or hold (session-directories.ts: copyAttachments). */
   attachmentsNeverFrom: readonly string[];
   maxSessions: number;
+  /** Below this many free bytes on the root's filesystem no session starts, and the ones filling it stop (session-disk-guard.ts); 0: no guard. */
+  minFreeDiskBytes: number | undefined;
+  /** Between the disk guard's checks; default 1000 ms. */
+  diskCheckMs?: number;
   isolation:
     | { mode: "none"; setprivPath?: string; containment: Containment; landlock?: Landlock }
     | { mode: "user"; setprivPath: string; users: SessionUserPool; syscallFilter?: UserModeSyscallFilter | undefined }
@@ -121,9 +126,18 @@ export class SessionRegistry {
   readonly #forwardBudget: ForwardBudget | undefined;
   /** The LLM origins' shared sockets, for the sessions taken over that a previous version started on them (llm-forwarder.ts). */
   readonly #listeners: SharedLlmListeners | undefined;
+  /** Keeps room on the sessions' disk (session-disk-guard.ts). */
+  readonly #diskGuard: SessionDiskGuard;
 
   constructor(options: SessionRegistryOptions) {
     this.#options = options;
+    this.#diskGuard = new SessionDiskGuard({
+      root: options.root,
+      minFreeBytes: options.minFreeDiskBytes,
+      ...(options.diskCheckMs !== undefined ? { intervalMs: options.diskCheckMs } : {}),
+      sessions: () => this.#sessions.values(),
+      logger: options.logger,
+    });
     if (this.#keeps)
       this.#spawner = new KeeperSpawner({
         dir: path.join(options.root, "keepers"),
@@ -170,6 +184,8 @@ export class SessionRegistry {
         `this node already runs ${this.#active} sessions, its limit (OZ0_MAX_SESSIONS=${this.#options.maxSessions}); start the session on another node or retry after one ends`,
       );
     }
+    const noRoom = await this.#diskGuard.refusal();
+    if (noRoom !== undefined) throw new SandboxError("resource_exhausted", noRoom);
     const shared = this.#sharedWorkingDir(start);
     const paths = resolveSessionPaths({
       root: this.#options.root,
@@ -561,6 +577,7 @@ export class SessionRegistry {
   /** Refuses new sessions, cancels the running ones with the grace, and waits for them to end. */
   async shutdown(): Promise<void> {
     this.#shuttingDown = true;
+    this.#diskGuard.close();
     const running = [...this.#sessions.values()];
     for (const session of running) session.cancel("the sandbox node is shutting down");
     await Promise.all(running.map((session) => session.finished));

@@ -1,0 +1,77 @@
+// A session filling the node's disk is stopped and the others run on; no session starts while the disk is below
+// its floor (session-disk-guard.ts). The floor is set just below the disk's free space at the start, so what the
+// filling session writes crosses it, whatever else the machine writes meanwhile: the guard stops the session that
+// holds the most, and the idle one holds next to nothing.
+import assert from "node:assert/strict";
+import { statfsSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { it } from "node:test";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { directoryBytes } from "../src/session-disk-guard.js";
+import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox } from "./sandbox-test-kit.js";
+
+const MIB = 1024 * 1024;
+
+// The user mode needs root; elsewhere the sessions run as the sandbox's user in both others.
+const MODES = process.getuid?.() === 0 ? (["bwrap", "user", "none"] as const) : (["bwrap", "none"] as const);
+
+for (const isolation of MODES)
+  // Bounded: without the guard the filling session writes its 512 MiB and waits for ever.
+  void it(`stops the session filling the disk (${isolation}), and the others run on`, { timeout: 60_000 }, async () => {
+    const disk = statfsSync(os.tmpdir());
+    const free = disk.bavail * disk.bsize;
+    assert.ok(free > 2048 * MIB, "the test needs 2 GiB free");
+    const t = await startTestSandbox({ isolation, minFreeDiskBytes: free - 96 * MIB, diskCheckMs: 50 });
+    try {
+      const idle = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
+      await idle.waitFor(isText("ready"), "the idle session ready");
+      const filler = await runToEnd(t.client, scenarioStart({ mode: "fill", mib: 512 }));
+      const exited = filler.exited();
+      assert.equal(exited.status, SessionStatus.FAILED);
+      assert.equal(exited.errorCode, "disk_full", exited.errorMessage);
+      assert.match(
+        exited.errorMessage,
+        /the node's disk fell below its floor of .* MiB free \(OZ0_SANDBOX_MIN_FREE_BYTES\)/,
+      );
+      assert.ok(!filler.texts().includes("filled"), "stopped before it wrote all it meant to");
+      // The idle session was not the cause: it still runs, and ends as asked.
+      idle.send({ message: { case: "cancel", value: {} } });
+      await idle.finished;
+      assert.equal(idle.exited().status, SessionStatus.CANCELLED, idle.exited().errorMessage);
+    } finally {
+      await t.close();
+    }
+  });
+
+void it("refuses every session while the disk is below its floor, saying why", async () => {
+  const disk = statfsSync(os.tmpdir());
+  // A floor above all the disk has free: as a node whose disk a session (or anything else) filled.
+  const t = await startTestSandbox({ minFreeDiskBytes: disk.bavail * disk.bsize + 1024 * MIB });
+  try {
+    const refused = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
+    const error = ConnectError.from(refused.error);
+    assert.equal(error.code, Code.ResourceExhausted, error.message);
+    assert.match(
+      error.rawMessage,
+      /^this node's disk has .* MiB free, below its floor of .* MiB \(OZ0_SANDBOX_MIN_FREE_BYTES\): no session starts until there is room/,
+    );
+  } finally {
+    await t.close();
+  }
+});
+
+void it("counts what a session's directories take on disk, each file once", async () => {
+  const { mkdtempSync, writeFileSync, linkSync, mkdirSync, rmSync } = await import("node:fs");
+  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-du-"));
+  try {
+    mkdirSync(path.join(dir, "sub"));
+    writeFileSync(path.join(dir, "sub", "a.bin"), Buffer.alloc(4 * MIB, 1));
+    linkSync(path.join(dir, "sub", "a.bin"), path.join(dir, "b.bin"));
+    const bytes = await directoryBytes([dir, path.join(dir, "sub"), path.join(dir, "missing")]);
+    assert.ok(bytes >= 4 * MIB && bytes < 5 * MIB, `${bytes} bytes`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
