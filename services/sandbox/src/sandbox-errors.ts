@@ -4,7 +4,7 @@
 export type SandboxErrorCode =
   /** The request is malformed; the message names the field. */
   | "invalid_argument"
-  /** The node runs as many sessions as it may. */
+  /** The node takes no session now: it runs as many as it may, or its disk is below its floor. */
   | "resource_exhausted"
   /** No such session (or its log is past retention). */
   | "not_found"

@@ -140,7 +140,7 @@ class SandboxChannel implements SessionChannel {
       if (this.#abort.signal.aborted) return;
       const err = ConnectError.from(error);
       if (err.code === Code.NotFound) throw new SessionNotFoundError(this.#sessionId);
-      if (err.code === Code.ResourceExhausted) throw new SandboxFullError(this.#url);
+      if (err.code === Code.ResourceExhausted) throw new SandboxFullError(this.#url, err.rawMessage);
       if (err.code === Code.Unauthenticated || err.code === Code.PermissionDenied)
         throw new SandboxRefusedError(this.#url, err.rawMessage);
       throw err;

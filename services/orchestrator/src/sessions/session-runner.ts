@@ -86,10 +86,13 @@ export class SessionNotFoundError extends Error {
   }
 }
 
-/** The sandbox node runs as many sessions as it may; try again when one ends. */
+/**
+ * The sandbox node takes no session now: it runs as many as it may (OZ0_MAX_SESSIONS), or its disk is below its floor
+ * (OZ0_SANDBOX_MIN_FREE_BYTES), as `reason` says; try another node, or again later.
+ */
 export class SandboxFullError extends Error {
-  constructor(url: string) {
-    super(`the sandbox at ${url} runs as many sessions as it may (OZ0_MAX_SESSIONS)`);
+  constructor(url: string, reason: string) {
+    super(`the sandbox at ${url} takes no session now: ${reason}`);
     this.name = "SandboxFullError";
   }
 }
