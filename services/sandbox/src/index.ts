@@ -237,6 +237,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     attachmentsNeverFrom: [root, ...(config.hiddenPaths ?? [])],
     maxSessions,
     minFreeDiskBytes: config.minFreeDiskBytes,
+    minFreeDiskFiles: config.minFreeDiskFiles,
     ...(config.diskCheckMs !== undefined ? { diskCheckMs: config.diskCheckMs } : {}),
     isolation: useBwrap
       ? {

@@ -61,6 +61,8 @@ export interface SandboxConfig {
    * stopped (OZ0_SANDBOX_MIN_FREE_BYTES; 0: no guard). Default 1 GiB, or a twentieth of the filesystem when less.
    */
   minFreeDiskBytes?: number;
+  /** The same for files, inodes (OZ0_SANDBOX_MIN_FREE_FILES). Default 100,000, or a twentieth of the filesystem's when less. */
+  minFreeDiskFiles?: number;
   /** Between checks of that free space (OZ0_SANDBOX_DISK_CHECK_MS). Default 1000. */
   diskCheckMs?: number;
   /**
@@ -250,6 +252,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     containment: envOneOf(env, "OZ0_CONTAINMENT", CONTAINMENT_SETTINGS) ?? "auto",
     syscallFilter: (envOneOf(env, "OZ0_SESSION_SYSCALL_FILTER", ["on", "off"]) ?? "on") === "on",
     minFreeDiskBytes: envInteger(env, "OZ0_SANDBOX_MIN_FREE_BYTES", { min: 0, unit: "bytes" }),
+    minFreeDiskFiles: envInteger(env, "OZ0_SANDBOX_MIN_FREE_FILES", { min: 0, unit: "files" }),
     diskCheckMs: envInteger(env, "OZ0_SANDBOX_DISK_CHECK_MS", { min: 10, unit: "ms" }),
     eventsUrl: envUrl(env, "OZ0_EVENTS_URL"),
     cancelGraceMs: ms(env, "OZ0_CANCEL_GRACE_MS"),

@@ -4,8 +4,8 @@
 // end would fill it, and with it the databases of the orchestrator, the LLM
 // proxy and the events service. The kernel keeps no count a session's uid
 // could be held to without filesystem support (project quotas, mounted so),
-// so the guard watches the filesystem's free space (statfs, once a second).
-// Below the floor (OZ0_SANDBOX_MIN_FREE_BYTES) no session starts, and the
+// so the guard watches the filesystem's free space and files (statfs, once a
+// second). Below a floor (OZ0_SANDBOX_MIN_FREE_BYTES, _FILES) no session starts, and the
 // sessions that fill it are stopped at once: at the first check below it the
 // one holding the most, then any that grew since the check before. Best
 // effort: what a session writes between two checks lands, which is what the
@@ -17,8 +17,16 @@ import type { Logger } from "pino";
 
 /** Default of OZ0_SANDBOX_MIN_FREE_BYTES: 1 GiB, or a twentieth of the filesystem when that is less. */
 export const DEFAULT_MIN_FREE_BYTES = 1024 * 1024 * 1024;
+/** Default of OZ0_SANDBOX_MIN_FREE_FILES: 100,000 inodes, or a twentieth of the filesystem's when that is less. */
+export const DEFAULT_MIN_FREE_FILES = 100_000;
 /** A session that grew by less between two checks is not what fills the disk (its state file, a log line). */
-const GROWTH_SLACK_BYTES = 1024 * 1024;
+const SLACK: Usage = { bytes: 1024 * 1024, files: 1000 };
+
+/** What a session's directories take, or what a filesystem has free: bytes, and files (inodes). */
+export interface Usage {
+  bytes: number;
+  files: number;
+}
 
 /** A session as the guard sees it. */
 export interface GuardedSession {
@@ -39,6 +47,8 @@ export interface SessionDiskGuardOptions {
    * that is less (a small disk is not held to a floor it could never keep).
    */
   minFreeBytes: number | undefined;
+  /** The same for files (inodes: a session making millions of empty files fills a disk too); undefined: DEFAULT_MIN_FREE_FILES or a twentieth. */
+  minFreeFiles?: number | undefined;
   /** Between checks. Default 1000 ms. */
   intervalMs?: number;
   sessions: () => Iterable<GuardedSession>;
@@ -51,48 +61,66 @@ export class SessionDiskGuard {
   /** The check made at construction: a start waits for it, so a node started on a full disk refuses its first session. */
   readonly #first: Promise<void>;
   #checking = false;
-  #free: number | undefined;
-  #floor: number;
-  /** Each running session's bytes at the last check below the floor; empty while there is room. */
-  readonly #measured = new Map<string, number>();
+  #free: Usage | undefined;
+  readonly #floor: Usage;
+  /** Each running session's usage at the last check below the floor; empty while there is room. */
+  readonly #measured = new Map<string, Usage>();
 
   constructor(options: SessionDiskGuardOptions) {
     this.#options = options;
-    this.#floor = options.minFreeBytes ?? DEFAULT_MIN_FREE_BYTES;
+    this.#floor = {
+      bytes: options.minFreeBytes ?? DEFAULT_MIN_FREE_BYTES,
+      files: options.minFreeFiles ?? DEFAULT_MIN_FREE_FILES,
+    };
     this.#first = this.check();
-    if (this.#floor <= 0) return;
+    if (this.#off) return;
     this.#timer = setInterval(() => void this.check(), options.intervalMs ?? 1000);
     this.#timer.unref();
   }
 
-  /** The floor in bytes (by default, once the filesystem's size is known, a twentieth of it when that is less). */
-  get floor(): number {
-    return this.#floor;
+  get #off(): boolean {
+    return this.#options.minFreeBytes === 0;
+  }
+
+  /** What falls short of the floor now, if anything: what the refusals and stops name. */
+  #shortfall(): string | undefined {
+    const free = this.#free;
+    if (free === undefined) return undefined;
+    if (free.bytes < this.#floor.bytes)
+      return `this node's disk has ${mebibytes(free.bytes)} free, below its floor of ${mebibytes(this.#floor.bytes)} (OZ0_SANDBOX_MIN_FREE_BYTES)`;
+    if (free.files < this.#floor.files)
+      return `this node's disk has room for ${free.files} more files, below its floor of ${this.#floor.files} (OZ0_SANDBOX_MIN_FREE_FILES)`;
+    return undefined;
   }
 
   /** Why no session may start now; undefined when there is room (or no guard). */
   async refusal(): Promise<string | undefined> {
     await this.#first;
-    if (this.#free === undefined || this.#free >= this.#floor) return undefined;
-    return `this node's disk has ${mebibytes(this.#free)} free, below its floor of ${mebibytes(this.#floor)} (OZ0_SANDBOX_MIN_FREE_BYTES): no session starts until there is room; start it on another node, or free the disk of ${this.#options.root}`;
+    const shortfall = this.#shortfall();
+    if (shortfall === undefined) return undefined;
+    return `${shortfall}: no session starts until there is room; start it on another node, or free the disk of ${this.#options.root}`;
   }
 
   /** One check (the timer's; also called by tests). Never throws: a filesystem it cannot read is logged. */
   async check(): Promise<void> {
-    if (this.#checking || this.#floor <= 0) return;
+    if (this.#checking || this.#off) return;
     this.#checking = true;
     try {
       const fs = await statfs(this.#options.root);
+      // Defaults shrink to a twentieth of a small filesystem; one that counts no inodes (btrfs says 0) has no file floor.
       if (this.#options.minFreeBytes === undefined)
-        this.#floor = Math.min(DEFAULT_MIN_FREE_BYTES, Math.floor((fs.blocks * fs.bsize) / 20));
-      const wasBelow = this.#free !== undefined && this.#free < this.#floor;
-      this.#free = fs.bavail * fs.bsize;
-      if (this.#free >= this.#floor) {
-        if (wasBelow) this.#options.logger.info({ freeBytes: this.#free }, "the node's disk has room again");
+        this.#floor.bytes = Math.min(DEFAULT_MIN_FREE_BYTES, Math.floor((fs.blocks * fs.bsize) / 20));
+      if (this.#options.minFreeFiles === undefined)
+        this.#floor.files = Math.min(DEFAULT_MIN_FREE_FILES, Math.floor(fs.files / 20));
+      const wasBelow = this.#shortfall() !== undefined;
+      this.#free = { bytes: fs.bavail * fs.bsize, files: fs.files === 0 ? Infinity : fs.ffree };
+      const shortfall = this.#shortfall();
+      if (shortfall === undefined) {
+        if (wasBelow) this.#options.logger.info({ free: this.#free }, "the node's disk has room again");
         this.#measured.clear();
         return;
       }
-      await this.#stopGrowing(wasBelow);
+      await this.#stopGrowing(shortfall, wasBelow);
     } catch (error) {
       this.#options.logger.warn(
         { err: error, root: this.#options.root },
@@ -103,31 +131,36 @@ export class SessionDiskGuard {
     }
   }
 
-  async #stopGrowing(wasBelow: boolean): Promise<void> {
+  async #stopGrowing(shortfall: string, wasBelow: boolean): Promise<void> {
     const running = [...this.#options.sessions()].filter((session) => session.running);
-    const sizes = new Map<GuardedSession, number>();
-    for (const session of running) sizes.set(session, await directoryBytes(session.directories));
+    const usages = new Map<GuardedSession, Usage>();
+    for (const session of running) usages.set(session, await directoryUsage(session.directories));
+    // What is short: what the sessions are compared by.
+    const short: keyof Usage = this.#free!.bytes < this.#floor.bytes ? "bytes" : "files";
     let stop: GuardedSession[];
     if (!wasBelow || this.#measured.size === 0) {
       // Just crossed: the one holding the most, when it holds more than the slack (else none of them is the cause).
-      const largest = [...sizes].sort((a, b) => b[1] - a[1])[0];
-      stop = largest !== undefined && largest[1] > GROWTH_SLACK_BYTES ? [largest[0]] : [];
+      const largest = [...usages].sort((a, b) => b[1][short] - a[1][short])[0];
+      stop = largest !== undefined && largest[1][short] > SLACK[short] ? [largest[0]] : [];
       this.#options.logger.warn(
-        { freeBytes: this.#free, floorBytes: this.#floor, root: this.#options.root },
+        { free: this.#free, floor: this.#floor, root: this.#options.root },
         "the node's disk is below its floor: no session starts, and the sessions that fill it are stopped",
       );
     } else {
-      stop = [...sizes]
-        .filter(([session, bytes]) => bytes - (this.#measured.get(session.id) ?? 0) > GROWTH_SLACK_BYTES)
+      stop = [...usages]
+        .filter(([session, usage]) => {
+          const before = this.#measured.get(session.id) ?? { bytes: 0, files: 0 };
+          return usage.bytes - before.bytes > SLACK.bytes || usage.files - before.files > SLACK.files;
+        })
         .map(([session]) => session);
     }
     this.#measured.clear();
-    for (const [session, bytes] of sizes) this.#measured.set(session.id, bytes);
+    for (const [session, usage] of usages) this.#measured.set(session.id, usage);
     for (const session of stop) {
-      const bytes = sizes.get(session) ?? 0;
-      this.#options.logger.warn({ sessionId: session.id, bytes }, "session stopped: it was filling the node's disk");
+      const usage = usages.get(session) ?? { bytes: 0, files: 0 };
+      this.#options.logger.warn({ sessionId: session.id, ...usage }, "session stopped: it was filling the node's disk");
       session.stopForDisk(
-        `the node's disk fell below its floor of ${mebibytes(this.#floor)} free (OZ0_SANDBOX_MIN_FREE_BYTES) while this session was writing to it (its directories hold ${mebibytes(bytes)}); the session was stopped`,
+        `${shortfall} while this session was writing to it (its directories hold ${mebibytes(usage.bytes)} in ${usage.files} files); the session was stopped`,
       );
     }
   }
@@ -141,10 +174,10 @@ function mebibytes(bytes: number): string {
   return `${(bytes / (1024 * 1024)).toFixed(1)} MiB`;
 }
 
-/** The disk the files beneath `directories` take (allocated blocks, each inode once); what cannot be read counts nothing. */
-export async function directoryBytes(directories: readonly string[]): Promise<number> {
+/** What the files beneath `directories` take: allocated blocks and inodes, each inode once; what cannot be read counts nothing. */
+export async function directoryUsage(directories: readonly string[]): Promise<Usage> {
   const seen = new Set<string>();
-  let total = 0;
+  let bytes = 0;
   const pending = [...directories];
   for (let dir = pending.pop(); dir !== undefined; dir = pending.pop()) {
     let entries;
@@ -160,12 +193,12 @@ export async function directoryBytes(directories: readonly string[]): Promise<nu
         const inode = `${stat.dev}:${stat.ino}`;
         if (seen.has(inode)) continue;
         seen.add(inode);
-        total += stat.blocks * 512;
+        bytes += stat.blocks * 512;
         if (entry.isDirectory()) pending.push(file);
       } catch {
         // Removed meanwhile.
       }
     }
   }
-  return total;
+  return { bytes, files: seen.size };
 }

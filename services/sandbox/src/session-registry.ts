@@ -47,6 +47,8 @@ export interface SessionRegistryOptions {
   maxSessions: number;
   /** Below this many free bytes on the root's filesystem no session starts, and the ones filling it stop (session-disk-guard.ts); 0: no guard. */
   minFreeDiskBytes: number | undefined;
+  /** The same for files (inodes). */
+  minFreeDiskFiles?: number | undefined;
   /** Between the disk guard's checks; default 1000 ms. */
   diskCheckMs?: number;
   isolation:
@@ -134,6 +136,7 @@ export class SessionRegistry {
     this.#diskGuard = new SessionDiskGuard({
       root: options.root,
       minFreeBytes: options.minFreeDiskBytes,
+      minFreeFiles: options.minFreeDiskFiles,
       ...(options.diskCheckMs !== undefined ? { intervalMs: options.diskCheckMs } : {}),
       sessions: () => this.#sessions.values(),
       logger: options.logger,

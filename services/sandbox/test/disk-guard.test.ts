@@ -9,7 +9,7 @@ import path from "node:path";
 import { it } from "node:test";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
-import { directoryBytes } from "../src/session-disk-guard.js";
+import { directoryUsage } from "../src/session-disk-guard.js";
 import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox } from "./sandbox-test-kit.js";
 
 const MIB = 1024 * 1024;
@@ -33,7 +33,7 @@ for (const isolation of MODES)
       assert.equal(exited.errorCode, "disk_full", exited.errorMessage);
       assert.match(
         exited.errorMessage,
-        /the node's disk fell below its floor of .* MiB free \(OZ0_SANDBOX_MIN_FREE_BYTES\)/,
+        /^this node's disk has .* MiB free, below its floor of .* MiB \(OZ0_SANDBOX_MIN_FREE_BYTES\) while this session was writing to it/,
       );
       assert.ok(!filler.texts().includes("filled"), "stopped before it wrote all it meant to");
       // The idle session was not the cause: it still runs, and ends as asked.
@@ -44,6 +44,27 @@ for (const isolation of MODES)
       await t.close();
     }
   });
+
+void it("stops a session making files without end (inodes), as one writing bytes", { timeout: 60_000 }, async () => {
+  const disk = statfsSync(os.tmpdir());
+  assert.ok(
+    disk.files > 0 && disk.ffree > 100_000,
+    "the test needs a filesystem that counts inodes, 100,000 of them free",
+  );
+  const t = await startTestSandbox({ isolation: "bwrap", minFreeDiskFiles: disk.ffree - 5000, diskCheckMs: 50 });
+  try {
+    const filler = await runToEnd(t.client, scenarioStart({ mode: "fill", files: 50_000 }));
+    const exited = filler.exited();
+    assert.equal(exited.errorCode, "disk_full", exited.errorMessage);
+    assert.match(
+      exited.errorMessage,
+      /^this node's disk has room for \d+ more files, below its floor of \d+ \(OZ0_SANDBOX_MIN_FREE_FILES\) while this session was writing to it \(its directories hold .* in \d+ files\)/,
+    );
+    assert.ok(!filler.texts().includes("filled"), "stopped before it made all it meant to");
+  } finally {
+    await t.close();
+  }
+});
 
 void it("refuses every session while the disk is below its floor, saying why", async () => {
   const disk = statfsSync(os.tmpdir());
@@ -69,8 +90,10 @@ void it("counts what a session's directories take on disk, each file once", asyn
     mkdirSync(path.join(dir, "sub"));
     writeFileSync(path.join(dir, "sub", "a.bin"), Buffer.alloc(4 * MIB, 1));
     linkSync(path.join(dir, "sub", "a.bin"), path.join(dir, "b.bin"));
-    const bytes = await directoryBytes([dir, path.join(dir, "sub"), path.join(dir, "missing")]);
+    const { bytes, files } = await directoryUsage([dir, path.join(dir, "sub"), path.join(dir, "missing")]);
     assert.ok(bytes >= 4 * MIB && bytes < 5 * MIB, `${bytes} bytes`);
+    // sub, and a.bin under its two names.
+    assert.equal(files, 2);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
