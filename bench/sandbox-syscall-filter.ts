@@ -96,7 +96,7 @@ try {
   for (let r = 0; r < ROUNDS; r++) {
     for (const variant of (r % 2 === 0 ? ["filter", "none"] : ["none", "filter"]) as Variant[]) {
       const result = await sessionRound({
-        sandbox: variant === "none" ? { syscallFilter: false } : {},
+        sandbox: variant === "none" ? { syscallFilter: "off" as const } : {},
         modelUrl: model.url,
         sessions: SESSIONS,
         warmup: WARMUP,

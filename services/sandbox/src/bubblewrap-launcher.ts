@@ -374,14 +374,16 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
         ...Object.entries(spec.env).flatMap(([name, value]) => ["--setenv", name, value]),
         ...mounts.args,
       ];
-      // Fd 4 is the filter's program, which bwrap reads and closes before anything of the session runs.
-      if (options.syscallFilter !== undefined) args.push("--seccomp", "4");
+      // stdin, stdout, stderr and the --info-fd; the filter's program comes next (spawnReading, the keeper), which
+      // bwrap reads and closes before anything of the session runs.
+      const stdio: "pipe"[] = ["pipe", "pipe", "pipe", "pipe"];
+      if (options.syscallFilter !== undefined) args.push("--seccomp", String(stdio.length));
       args.push("--chdir", spec.cwd, "--info-fd", "3", "--", ...command);
 
       const child = (options.spawn ?? spawnReading)(
         options.bwrapPath,
         args,
-        { cwd: spec.cwd, env: {}, detached: true, stdio: ["pipe", "pipe", "pipe", "pipe"] },
+        { cwd: spec.cwd, env: {}, detached: true, stdio },
         options.syscallFilter,
       );
       const bwrapPid = child.pid;

@@ -44,7 +44,13 @@ import {
 } from "./session-process-limit.js";
 
 export { configFromEnv, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, heartbeatSidecarConfigFromEnv } from "./sandbox-config.js";
-export type { HeartbeatSidecarConfig, IsolationSetting, SandboxConfig, SessionUidRange } from "./sandbox-config.js";
+export type {
+  HeartbeatSidecarConfig,
+  IsolationSetting,
+  SandboxConfig,
+  SessionUidRange,
+  SyscallFilterSetting,
+} from "./sandbox-config.js";
 export type { IsolationName } from "./isolation-choice.js";
 export type { ContainmentName } from "./containment-choice.js";
 export type { ProcessLimitChoice, SessionProcessLimit } from "./session-process-limit.js";
@@ -132,8 +138,9 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
           ...(processes.reason !== undefined ? { sessionProcessesReason: processes.reason } : {}),
         }
       : { sessionProcesses: "unlimited", sessionProcessesReason: processes.reason };
-  // The seccomp filter: bwrap's trial loaded it (or said why not); the `user` mode loads it with perl after setpriv.
-  const filterOff = config.syscallFilter === false;
+  // The seccomp filter: bwrap's trial loaded it (or said why not); the `user` mode loads it with perl, as root, before setpriv.
+  const filterSetting = config.syscallFilter ?? "auto";
+  const filterOff = filterSetting === "off";
   const userModeFilter = users !== undefined && !useBwrap && !filterOff ? detectUserModeSyscallFilter() : undefined;
   const filterFields = syscallFilterFields(
     isolation.mode === "none"
@@ -209,6 +216,11 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     logger.warn(
       { landlock: false, landlockReason: walled.reason },
       "sessions can read the sandbox process's memory and environment where the kernel lets a process read its parent's (Yama's ptrace_scope 0, or as root), and the orchestrator's credential is in them: run untrusted agents under bubblewrap (see the sandbox README)",
+    );
+  // A guard that was asked for is never dropped in silence.
+  if (filterSetting === "on" && filterFields.syscallFilter === "off")
+    throw new Error(
+      `OZ0_SESSION_SYSCALL_FILTER=on, but sessions would run without the seccomp filter: ${filterFields.syscallFilterReason}; run them under bubblewrap or in the user mode on a kernel with seccomp filters, or set OZ0_SESSION_SYSCALL_FILTER=auto`,
     );
   if (isolation.mode !== "none" && filterFields.syscallFilter === "off")
     logger.warn(

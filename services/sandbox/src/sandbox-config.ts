@@ -66,10 +66,11 @@ export interface SandboxConfig {
   /** Between checks of that free space (OZ0_SANDBOX_DISK_CHECK_MS). Default 1000. */
   diskCheckMs?: number;
   /**
-   * Whether sessions under bubblewrap and in the `user` mode run under the seccomp filter (OZ0_SESSION_SYSCALL_FILTER,
-   * `on` or `off`; default on): off for agents whose tools make user namespaces themselves (a browser's own sandbox).
+   * The seccomp filter of sessions under bubblewrap and in the `user` mode (OZ0_SESSION_SYSCALL_FILTER): `auto` loads
+   * it where it works and says why not where it does not; `on` refuses to start without it; `off` runs sessions
+   * without it, for agents whose tools make user namespaces themselves (a browser's own sandbox). Default auto.
    */
-  syscallFilter?: boolean;
+  syscallFilter?: SyscallFilterSetting;
   /**
    * How many processes and threads each session may run at once
    * (OZ0_SESSION_MAX_PROCESSES), where the isolation mode lets the kernel
@@ -211,6 +212,8 @@ export const DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 export const DEFAULT_HEARTBEAT_MS = 5_000;
 
 const ISOLATION_SETTINGS: readonly IsolationSetting[] = ["auto", "bwrap", "user", "none"];
+export type SyscallFilterSetting = "auto" | "on" | "off";
+const SYSCALL_FILTER_SETTINGS: readonly SyscallFilterSetting[] = ["auto", "on", "off"];
 const CONTAINMENT_SETTINGS: readonly ContainmentSetting[] = ["auto", ...CONTAINMENT_MECHANISMS];
 /** uid_t is 32 bits and -1 means "unchanged": a session's uid stays below it. */
 const UID_LIMIT = 0xffff_ffff;
@@ -250,7 +253,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     }),
     isolation: envOneOf(env, "OZ0_ISOLATION", ISOLATION_SETTINGS) ?? "auto",
     containment: envOneOf(env, "OZ0_CONTAINMENT", CONTAINMENT_SETTINGS) ?? "auto",
-    syscallFilter: (envOneOf(env, "OZ0_SESSION_SYSCALL_FILTER", ["on", "off"]) ?? "on") === "on",
+    syscallFilter: envOneOf(env, "OZ0_SESSION_SYSCALL_FILTER", SYSCALL_FILTER_SETTINGS) ?? "auto",
     minFreeDiskBytes: envInteger(env, "OZ0_SANDBOX_MIN_FREE_BYTES", { min: 0, unit: "bytes" }),
     minFreeDiskFiles: envInteger(env, "OZ0_SANDBOX_MIN_FREE_FILES", { min: 0, unit: "files" }),
     diskCheckMs: envInteger(env, "OZ0_SANDBOX_DISK_CHECK_MS", { min: 10, unit: "ms" }),

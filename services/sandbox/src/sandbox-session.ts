@@ -122,6 +122,8 @@ export interface SandboxSessionOptions {
   command: string[];
   paths: SessionPaths;
   isolation: SessionIsolation;
+  /** Whether the node's disk is below its floor (session-disk-guard.ts): an ending session then keeps no snapshot of its work. */
+  diskBelowFloor?: () => boolean;
   sessionPath: string;
   locale: string;
   /** The limit on the session's processes, where the isolation mode lets the kernel count them apart. */
@@ -277,9 +279,10 @@ export class SandboxSession {
     return this.#options.paths.workingDir;
   }
 
-  /** The directories it writes to on the node: its working and state directories (session-disk-guard.ts). */
+  /** The directories it writes to on the node: its working and state directories, and its internal one, with its harness's output (session-disk-guard.ts). */
   get directories(): readonly string[] {
-    return [this.#options.paths.workingDir, this.#options.paths.stateDir];
+    const { paths } = this.#options;
+    return [paths.workingDir, paths.stateDir, paths.internalDir];
   }
 
   /** Stops it at once, as a flood of output is: it was filling the node's disk (session-disk-guard.ts). */
@@ -687,6 +690,41 @@ export class SandboxSession {
     }
   }
 
+  /** The session's artifacts, as its log's `artifacts` entry; an error in their place when they cannot be collected. */
+  async #appendArtifacts(): Promise<void> {
+    const { paths } = this.#options;
+    // Collecting stages the whole working directory in a git repository beside it: a copy a full disk has no room for.
+    if (this.#limitBroken?.code === "disk_full" || this.#options.diskBelowFloor?.() === true) {
+      this.log.append({
+        case: "artifacts",
+        value: {
+          error:
+            "artifacts were not collected: the node's disk is below its floor (OZ0_SANDBOX_MIN_FREE_BYTES, _FILES), and collecting them copies the working directory",
+        },
+      });
+      return;
+    }
+    try {
+      const artifacts = await collectArtifacts({
+        gitDir: paths.gitDir,
+        workingDir: paths.workingDir,
+        artifactPaths: this.#options.start.artifactPaths,
+        maxBytes: this.#options.maxArtifactBytes,
+        baseline: this.#baseline,
+      });
+      this.log.append({ case: "artifacts", value: artifacts });
+      this.#artifactBytes =
+        Buffer.byteLength(artifacts.patch ?? "") +
+        (artifacts.files ?? []).reduce((sum, file) => sum + (file.content?.byteLength ?? 0), 0);
+    } catch (collectError) {
+      this.#options.logger.warn({ err: collectError, sessionId: this.id }, "collecting artifacts failed");
+      this.log.append({
+        case: "artifacts",
+        value: { error: `collecting artifacts failed: ${(collectError as Error).message}` },
+      });
+    }
+  }
+
   /**
    * Stops a session that broke a limit of the node. `kill`: at once, with no
    * grace, for a flood of output (a harness that ignored SIGTERM went on
@@ -784,25 +822,7 @@ export class SandboxSession {
         await this.#user.killAll();
       // Everything the harness started ends with it, whatever process group or session it moved to.
       await this.#container?.end();
-      try {
-        const artifacts = await collectArtifacts({
-          gitDir: paths.gitDir,
-          workingDir: paths.workingDir,
-          artifactPaths: this.#options.start.artifactPaths,
-          maxBytes: this.#options.maxArtifactBytes,
-          baseline: this.#baseline,
-        });
-        this.log.append({ case: "artifacts", value: artifacts });
-        this.#artifactBytes =
-          Buffer.byteLength(artifacts.patch ?? "") +
-          (artifacts.files ?? []).reduce((sum, file) => sum + (file.content?.byteLength ?? 0), 0);
-      } catch (collectError) {
-        this.#options.logger.warn({ err: collectError, sessionId: this.id }, "collecting artifacts failed");
-        this.log.append({
-          case: "artifacts",
-          value: { error: `collecting artifacts failed: ${(collectError as Error).message}` },
-        });
-      }
+      await this.#appendArtifacts();
       await this.#release();
       this.#end(status, {
         how:

@@ -4,23 +4,33 @@
 // end would fill it, and with it the databases of the orchestrator, the LLM
 // proxy and the events service. The kernel keeps no count a session's uid
 // could be held to without filesystem support (project quotas, mounted so),
-// so the guard watches the filesystem's free space and files (statfs, once a
-// second). Below a floor (OZ0_SANDBOX_MIN_FREE_BYTES, _FILES) no session starts, and the
-// sessions that fill it are stopped at once: at the first check below it the
-// one holding the most, then any that grew since the check before. Best
-// effort: what a session writes between two checks lands, which is what the
-// floor is for; a filesystem of the sessions' own (a volume for the sandbox
-// root) is the bound no session can pass.
-import { lstat, opendir, statfs } from "node:fs/promises";
-import path from "node:path";
+// so the guard watches the filesystem's free bytes and files (statfs, once a
+// second) against two floors (OZ0_SANDBOX_MIN_FREE_BYTES, _FILES):
+//
+// - within twice a floor, it measures what each running session's
+//   directories hold (GNU du, which walks without following links and stays
+//   on the filesystem), the first measure of each being its baseline;
+// - below a floor no session starts, and the session that grew the most since
+//   its baseline is stopped at once, with any that grew since the check
+//   before: a session that did not grow is never stopped, however much it
+//   holds.
+//
+// Best effort: what a session writes between two checks lands, which is what
+// the floor is for, and what a session writes where its directories do not
+// show it (a file deleted while open) is not seen; a filesystem of the
+// sessions' own is the bound no session can pass.
+import { execFile } from "node:child_process";
+import { statfs } from "node:fs/promises";
 import type { Logger } from "pino";
 
 /** Default of OZ0_SANDBOX_MIN_FREE_BYTES: 1 GiB, or a twentieth of the filesystem when that is less. */
 export const DEFAULT_MIN_FREE_BYTES = 1024 * 1024 * 1024;
 /** Default of OZ0_SANDBOX_MIN_FREE_FILES: 100,000 inodes, or a twentieth of the filesystem's when that is less. */
 export const DEFAULT_MIN_FREE_FILES = 100_000;
-/** A session that grew by less between two checks is not what fills the disk (its state file, a log line). */
+/** A session that grew by less is not what fills the disk (its state file, a log line). */
 const SLACK: Usage = { bytes: 1024 * 1024, files: 1000 };
+/** At most this long for one measure of one session: a tree du cannot walk in it is left out of that check. */
+const MEASURE_TIMEOUT_MS = 10_000;
 
 /** What a session's directories take, or what a filesystem has free: bytes, and files (inodes). */
 export interface Usage {
@@ -32,7 +42,7 @@ export interface Usage {
 export interface GuardedSession {
   readonly id: string;
   readonly running: boolean;
-  /** The directories it writes to on the node. */
+  /** The directories it writes to on the node, its harness's output files among them. */
   readonly directories: readonly string[];
   /** Stops it at once, saying why. */
   stopForDisk(message: string): void;
@@ -43,8 +53,8 @@ export interface SessionDiskGuardOptions {
   root: string;
   /**
    * Below this many free bytes (statfs's bavail, what an unprivileged user may still write), no session starts and
-   * the growing ones stop; 0: no guard; undefined: DEFAULT_MIN_FREE_BYTES, or a twentieth of the filesystem when
-   * that is less (a small disk is not held to a floor it could never keep).
+   * the growing ones stop; 0: no guard at all (files neither); undefined: DEFAULT_MIN_FREE_BYTES, or a twentieth of
+   * the filesystem when that is less (a small disk is not held to a floor it could never keep).
    */
   minFreeBytes: number | undefined;
   /** The same for files (inodes: a session making millions of empty files fills a disk too); undefined: DEFAULT_MIN_FREE_FILES or a twentieth. */
@@ -61,10 +71,14 @@ export class SessionDiskGuard {
   /** The check made at construction: a start waits for it, so a node started on a full disk refuses its first session. */
   readonly #first: Promise<void>;
   #checking = false;
+  /** What statfs said last; undefined before, and after a statfs that failed (no refusal on a guess). */
   #free: Usage | undefined;
   readonly #floor: Usage;
-  /** Each running session's usage at the last check below the floor; empty while there is room. */
-  readonly #measured = new Map<string, Usage>();
+  /** Each running session's first measure within twice the floor; emptied once there is room again. */
+  readonly #baseline = new Map<string, Usage>();
+  /** Each running session's measure at the check before. */
+  readonly #previous = new Map<string, Usage>();
+  #warned = false;
 
   constructor(options: SessionDiskGuardOptions) {
     this.#options = options;
@@ -82,13 +96,18 @@ export class SessionDiskGuard {
     return this.#options.minFreeBytes === 0;
   }
 
-  /** What falls short of the floor now, if anything: what the refusals and stops name. */
-  #shortfall(): string | undefined {
+  /** Whether the disk is below a floor now: sessions ending meanwhile keep no snapshot of their work (sandbox-session.ts). */
+  get belowFloor(): boolean {
+    return this.#shortfall(1) !== undefined;
+  }
+
+  /** What falls short of the floors times `times`, if anything, as the refusals and stops name it. */
+  #shortfall(times: number): string | undefined {
     const free = this.#free;
     if (free === undefined) return undefined;
-    if (free.bytes < this.#floor.bytes)
+    if (free.bytes < this.#floor.bytes * times)
       return `this node's disk has ${mebibytes(free.bytes)} free, below its floor of ${mebibytes(this.#floor.bytes)} (OZ0_SANDBOX_MIN_FREE_BYTES)`;
-    if (free.files < this.#floor.files)
+    if (free.files < this.#floor.files * times)
       return `this node's disk has room for ${free.files} more files, below its floor of ${this.#floor.files} (OZ0_SANDBOX_MIN_FREE_FILES)`;
     return undefined;
   }
@@ -96,32 +115,19 @@ export class SessionDiskGuard {
   /** Why no session may start now; undefined when there is room (or no guard). */
   async refusal(): Promise<string | undefined> {
     await this.#first;
-    const shortfall = this.#shortfall();
+    const shortfall = this.#shortfall(1);
     if (shortfall === undefined) return undefined;
     return `${shortfall}: no session starts until there is room; start it on another node, or free the disk of ${this.#options.root}`;
   }
 
-  /** One check (the timer's; also called by tests). Never throws: a filesystem it cannot read is logged. */
+  /** One check (the timer's). Never throws: a filesystem it cannot read is logged, and refuses nothing. */
   async check(): Promise<void> {
     if (this.#checking || this.#off) return;
     this.#checking = true;
     try {
-      const fs = await statfs(this.#options.root);
-      // Defaults shrink to a twentieth of a small filesystem; one that counts no inodes (btrfs says 0) has no file floor.
-      if (this.#options.minFreeBytes === undefined)
-        this.#floor.bytes = Math.min(DEFAULT_MIN_FREE_BYTES, Math.floor((fs.blocks * fs.bsize) / 20));
-      if (this.#options.minFreeFiles === undefined)
-        this.#floor.files = Math.min(DEFAULT_MIN_FREE_FILES, Math.floor(fs.files / 20));
-      const wasBelow = this.#shortfall() !== undefined;
-      this.#free = { bytes: fs.bavail * fs.bsize, files: fs.files === 0 ? Infinity : fs.ffree };
-      const shortfall = this.#shortfall();
-      if (shortfall === undefined) {
-        if (wasBelow) this.#options.logger.info({ free: this.#free }, "the node's disk has room again");
-        this.#measured.clear();
-        return;
-      }
-      await this.#stopGrowing(shortfall, wasBelow);
+      await this.#check();
     } catch (error) {
+      this.#free = undefined;
       this.#options.logger.warn(
         { err: error, root: this.#options.root },
         "cannot read the free space of the sessions' disk",
@@ -131,37 +137,63 @@ export class SessionDiskGuard {
     }
   }
 
-  async #stopGrowing(shortfall: string, wasBelow: boolean): Promise<void> {
+  async #check(): Promise<void> {
+    const fs = await statfs(this.#options.root);
+    // Defaults shrink to a twentieth of a small filesystem; one that counts no inodes (btrfs says 0) has no file floor.
+    if (this.#options.minFreeBytes === undefined)
+      this.#floor.bytes = Math.min(DEFAULT_MIN_FREE_BYTES, Math.floor((fs.blocks * fs.bsize) / 20));
+    if (this.#options.minFreeFiles === undefined)
+      this.#floor.files = Math.min(DEFAULT_MIN_FREE_FILES, Math.floor(fs.files / 20));
+    this.#free = { bytes: fs.bavail * fs.bsize, files: fs.files === 0 ? Infinity : fs.ffree };
+    if (this.#shortfall(2) === undefined) {
+      if (this.#warned) this.#options.logger.info({ free: this.#free }, "the node's disk has room again");
+      this.#warned = false;
+      this.#baseline.clear();
+      this.#previous.clear();
+      return;
+    }
+    // Within twice a floor: what each session holds, against its baseline.
     const running = [...this.#options.sessions()].filter((session) => session.running);
-    const usages = new Map<GuardedSession, Usage>();
-    for (const session of running) usages.set(session, await directoryUsage(session.directories));
-    // What is short: what the sessions are compared by.
-    const short: keyof Usage = this.#free!.bytes < this.#floor.bytes ? "bytes" : "files";
-    let stop: GuardedSession[];
-    if (!wasBelow || this.#measured.size === 0) {
-      // Just crossed: the one holding the most, when it holds more than the slack (else none of them is the cause).
-      const largest = [...usages].sort((a, b) => b[1][short] - a[1][short])[0];
-      stop = largest !== undefined && largest[1][short] > SLACK[short] ? [largest[0]] : [];
+    const growth = new Map<GuardedSession, { sinceBaseline: Usage; sincePrevious: Usage; now: Usage }>();
+    for (const session of running) {
+      const now = await directoryUsage(session.directories);
+      if (now === undefined) continue;
+      if (!this.#baseline.has(session.id)) this.#baseline.set(session.id, now);
+      const baseline = this.#baseline.get(session.id)!;
+      const previous = this.#previous.get(session.id) ?? now;
+      this.#previous.set(session.id, now);
+      growth.set(session, { sinceBaseline: minus(now, baseline), sincePrevious: minus(now, previous), now });
+    }
+    const ids = new Set(running.map((session) => session.id));
+    for (const id of [...this.#baseline.keys()]) if (!ids.has(id)) this.#baseline.delete(id);
+    for (const id of [...this.#previous.keys()]) if (!ids.has(id)) this.#previous.delete(id);
+
+    const shortfall = this.#shortfall(1);
+    if (shortfall === undefined) return;
+    if (!this.#warned)
       this.#options.logger.warn(
         { free: this.#free, floor: this.#floor, root: this.#options.root },
         "the node's disk is below its floor: no session starts, and the sessions that fill it are stopped",
       );
-    } else {
-      stop = [...usages]
-        .filter(([session, usage]) => {
-          const before = this.#measured.get(session.id) ?? { bytes: 0, files: 0 };
-          return usage.bytes - before.bytes > SLACK.bytes || usage.files - before.files > SLACK.files;
-        })
-        .map(([session]) => session);
-    }
-    this.#measured.clear();
-    for (const [session, usage] of usages) this.#measured.set(session.id, usage);
+    this.#warned = true;
+    // What is short is what the sessions are compared by.
+    const short: keyof Usage = this.#free!.bytes < this.#floor.bytes ? "bytes" : "files";
+    const grew = (usage: Usage): boolean => usage.bytes > SLACK.bytes || usage.files > SLACK.files;
+    const most = [...growth]
+      .filter(([, g]) => grew(g.sinceBaseline))
+      .sort((a, b) => b[1].sinceBaseline[short] - a[1].sinceBaseline[short])[0]?.[0];
+    const stop = new Set([...growth].filter(([, g]) => grew(g.sincePrevious)).map(([session]) => session));
+    if (most !== undefined) stop.add(most);
     for (const session of stop) {
-      const usage = usages.get(session) ?? { bytes: 0, files: 0 };
-      this.#options.logger.warn({ sessionId: session.id, ...usage }, "session stopped: it was filling the node's disk");
-      session.stopForDisk(
-        `${shortfall} while this session was writing to it (its directories hold ${mebibytes(usage.bytes)} in ${usage.files} files); the session was stopped`,
-      );
+      const { now } = growth.get(session)!;
+      this.#options.logger.warn({ sessionId: session.id, ...now }, "session stopped: it was filling the node's disk");
+      try {
+        session.stopForDisk(
+          `${shortfall} while this session was writing to it (its directories hold ${mebibytes(now.bytes)} in ${now.files} files); the session was stopped`,
+        );
+      } catch (error) {
+        this.#options.logger.error({ err: error, sessionId: session.id }, "could not stop a session filling the disk");
+      }
     }
   }
 
@@ -170,35 +202,39 @@ export class SessionDiskGuard {
   }
 }
 
+function minus(a: Usage, b: Usage): Usage {
+  return { bytes: a.bytes - b.bytes, files: a.files - b.files };
+}
+
 function mebibytes(bytes: number): string {
   return `${(bytes / (1024 * 1024)).toFixed(1)} MiB`;
 }
 
-/** What the files beneath `directories` take: allocated blocks and inodes, each inode once; what cannot be read counts nothing. */
-export async function directoryUsage(directories: readonly string[]): Promise<Usage> {
-  const seen = new Set<string>();
-  let bytes = 0;
-  const pending = [...directories];
-  for (let dir = pending.pop(); dir !== undefined; dir = pending.pop()) {
-    let entries;
-    try {
-      entries = await opendir(dir);
-    } catch {
-      continue; // gone, or closed to the sandbox: nothing to count
-    }
-    for await (const entry of entries) {
-      const file = path.join(dir, entry.name);
-      try {
-        const stat = await lstat(file);
-        const inode = `${stat.dev}:${stat.ino}`;
-        if (seen.has(inode)) continue;
-        seen.add(inode);
-        bytes += stat.blocks * 512;
-        if (entry.isDirectory()) pending.push(file);
-      } catch {
-        // Removed meanwhile.
-      }
-    }
-  }
-  return { bytes, files: seen.size };
+/**
+ * What the files beneath `directories` take on the disk (allocated bytes, and inodes, each once), by GNU du: it
+ * walks relative to open folders without following links (a session swapping a folder for a link mid-walk leads
+ * it nowhere), any depth, and stays on the filesystem (-x). Undefined when du failed to give a total in time;
+ * folders it cannot read (gone, or closed to the sandbox) count what it could see.
+ */
+export async function directoryUsage(directories: readonly string[]): Promise<Usage | undefined> {
+  const [bytes, files] = await Promise.all([
+    duTotal(["-s", "-x", "-B1", "--total", "--", ...directories]),
+    duTotal(["-s", "-x", "--inodes", "--total", "--", ...directories]),
+  ]);
+  return bytes !== undefined && files !== undefined ? { bytes, files } : undefined;
+}
+
+function duTotal(args: readonly string[]): Promise<number | undefined> {
+  return new Promise((resolve) => {
+    execFile(
+      "du",
+      args,
+      { timeout: MEASURE_TIMEOUT_MS, killSignal: "SIGKILL", env: { PATH: "/usr/bin:/bin", LC_ALL: "C" } },
+      (error, stdout) => {
+        // An unreadable folder makes du exit 1 with its total still printed; a kill by the timeout prints none.
+        const total = /^(\d+)\ttotal$/m.exec(stdout)?.[1];
+        resolve(total !== undefined && (error === null || error.code === 1) ? Number(total) : undefined);
+      },
+    );
+  });
 }

@@ -175,6 +175,9 @@ export class SessionRegistry {
     if (this.#shuttingDown)
       throw new SandboxError("unavailable", "this sandbox node is shutting down; start the session on another node");
     const { request, command } = this.#validate(start);
+    // Before the checks below and the count they guard, all in one turn: a start waits here for the disk's first check.
+    const noRoom = await this.#diskGuard.refusal();
+    if (noRoom !== undefined) throw new SandboxError("resource_exhausted", noRoom);
     if (this.#sessions.has(request.sessionId)) {
       throw new SandboxError(
         "already_exists",
@@ -187,8 +190,6 @@ export class SessionRegistry {
         `this node already runs ${this.#active} sessions, its limit (OZ0_MAX_SESSIONS=${this.#options.maxSessions}); start the session on another node or retry after one ends`,
       );
     }
-    const noRoom = await this.#diskGuard.refusal();
-    if (noRoom !== undefined) throw new SandboxError("resource_exhausted", noRoom);
     const shared = this.#sharedWorkingDir(start);
     const paths = resolveSessionPaths({
       root: this.#options.root,
@@ -324,6 +325,7 @@ export class SessionRegistry {
     const listener = this.#options.listener;
     return new SandboxSession({
       ...options,
+      diskBelowFloor: () => this.#diskGuard.belowFloor,
       ...(this.#keeps
         ? {
             keep: {

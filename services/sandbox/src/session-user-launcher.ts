@@ -97,7 +97,7 @@ export function sessionUserLauncher(options: {
   killAll?: () => Promise<void>;
   /** At most this many processes and threads of the session's uid at once (session-process-limit.ts). */
   processLimit?: SessionProcessLimit | undefined;
-  /** The seccomp filter the harness runs under, loaded by perl once setpriv dropped to the uid (syscall-filter.ts). */
+  /** The seccomp filter the harness runs under, loaded by perl as root just before setpriv drops to the uid (syscall-filter.ts). */
   syscallFilter?: UserModeSyscallFilter | undefined;
 }): HarnessLauncher {
   const inner = processGroupLauncher();

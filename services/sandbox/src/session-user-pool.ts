@@ -113,6 +113,8 @@ const ADOPT_ATTEMPTS = 10;
 const ADOPT_RETRY_MS = 20;
 
 export class SessionUserPool {
+  /** The kills under way, by uid. */
+  readonly #killing = new Map<number, Promise<void>>();
   readonly range: SessionUidRange;
   readonly #logger: Logger;
   /** Sessions under these uids run in PID namespaces of their own (bubblewrap), which end all they started. */
@@ -222,11 +224,26 @@ export class SessionUserPool {
     return cleared;
   }
 
-  /** @internal */
-  async killAll(user: SessionUser): Promise<void> {
-    const error = await killAllProcessesOf(user);
-    if (error !== undefined)
-      this.#logger.error({ err: error, uid: user.uid }, "could not kill the processes of a session uid");
+  /**
+   * @internal A call while one for the uid is under way shares it: the host's kill after the harness exited and the
+   * session's own before it removes its files as the uid (session-user-files.ts) otherwise both run a killer, and
+   * the later one could end the remover.
+   */
+  killAll(user: SessionUser): Promise<void> {
+    let killing = this.#killing.get(user.uid);
+    if (killing === undefined) {
+      killing = (async () => {
+        try {
+          const error = await killAllProcessesOf(user);
+          if (error !== undefined)
+            this.#logger.error({ err: error, uid: user.uid }, "could not kill the processes of a session uid");
+        } finally {
+          this.#killing.delete(user.uid);
+        }
+      })();
+      this.#killing.set(user.uid, killing);
+    }
+    return killing;
   }
 
   /** @internal Called by the last lease of a holding. */

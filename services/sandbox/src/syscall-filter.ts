@@ -6,7 +6,8 @@
 // programs beside it with libseccomp; they are checked in, so a node needs
 // neither Python nor libseccomp. Under bubblewrap, bwrap loads the program
 // (--seccomp) just before the session's first command; in the `user` mode a
-// few lines of perl load it after setpriv, then exec the harness. Perl as in
+// few lines of perl load it as root, then exec setpriv, which drops to the
+// session's uid and execs the harness: the filter stays through both. Perl as in
 // landlock-launcher.ts: Node cannot call prctl(2), and this package writes no
 // native code.
 import { spawnSync } from "node:child_process";

@@ -3,6 +3,7 @@
 // filling session writes crosses it, whatever else the machine writes meanwhile: the guard stops the session that
 // holds the most, and the idle one holds next to nothing.
 import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
 import { statfsSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -10,7 +11,14 @@ import { it } from "node:test";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { directoryUsage } from "../src/session-disk-guard.js";
-import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox } from "./sandbox-test-kit.js";
+import {
+  isText,
+  recordingLogger,
+  runToEnd,
+  scenarioStart,
+  SessionStream,
+  startTestSandbox,
+} from "./sandbox-test-kit.js";
 
 const MIB = 1024 * 1024;
 
@@ -36,6 +44,10 @@ for (const isolation of MODES)
         /^this node's disk has .* MiB free, below its floor of .* MiB \(OZ0_SANDBOX_MIN_FREE_BYTES\) while this session was writing to it/,
       );
       assert.ok(!filler.texts().includes("filled"), "stopped before it wrote all it meant to");
+      // Collecting would copy the working directory into a git repository, onto the full disk.
+      const artifacts = filler.received.find((m) => m.message.case === "artifacts")?.message;
+      assert.equal(artifacts?.case, "artifacts");
+      assert.match(artifacts.value.error, /^artifacts were not collected: the node's disk is below its floor/);
       // The idle session was not the cause: it still runs, and ends as asked.
       idle.send({ message: { case: "cancel", value: {} } });
       await idle.finished;
@@ -83,6 +95,42 @@ void it("refuses every session while the disk is below its floor, saying why", a
   }
 });
 
+void it("stops the session that grew, not the one that holds the most", async () => {
+  const { mkdtempSync, writeFileSync, mkdirSync, rmSync } = await import("node:fs");
+  const { SessionDiskGuard } = await import("../src/session-disk-guard.js");
+  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-guard-"));
+  const stopped: string[] = [];
+  const session = (id: string) => {
+    mkdirSync(path.join(dir, id));
+    return { id, running: true, directories: [path.join(dir, id)], stopForDisk: () => void stopped.push(id) };
+  };
+  try {
+    const holder = session("holder");
+    const writer = session("writer");
+    // Written before the guard's first measure: its baseline, however large.
+    writeFileSync(path.join(dir, "holder", "old.bin"), randomBytes(96 * MIB));
+    const disk = statfsSync(dir);
+    const guard = new SessionDiskGuard({
+      root: dir,
+      minFreeBytes: disk.bavail * disk.bsize - 48 * MIB,
+      minFreeFiles: 1,
+      sessions: () => [holder, writer],
+      logger: recordingLogger().logger,
+    });
+    try {
+      assert.equal(await guard.refusal(), undefined, "above the floor at first");
+      writeFileSync(path.join(dir, "writer", "new.bin"), randomBytes(64 * MIB));
+      await guard.check();
+      assert.deepEqual(stopped, ["writer"]);
+      assert.match((await guard.refusal()) ?? "", /below its floor/);
+    } finally {
+      guard.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 void it("counts what a session's directories take on disk, each file once", async () => {
   const { mkdtempSync, writeFileSync, linkSync, mkdirSync, rmSync } = await import("node:fs");
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-du-"));
@@ -90,10 +138,11 @@ void it("counts what a session's directories take on disk, each file once", asyn
     mkdirSync(path.join(dir, "sub"));
     writeFileSync(path.join(dir, "sub", "a.bin"), Buffer.alloc(4 * MIB, 1));
     linkSync(path.join(dir, "sub", "a.bin"), path.join(dir, "b.bin"));
-    const { bytes, files } = await directoryUsage([dir, path.join(dir, "sub"), path.join(dir, "missing")]);
-    assert.ok(bytes >= 4 * MIB && bytes < 5 * MIB, `${bytes} bytes`);
-    // sub, and a.bin under its two names.
-    assert.equal(files, 2);
+    const usage = await directoryUsage([dir, path.join(dir, "sub"), path.join(dir, "missing")]);
+    assert.ok(usage !== undefined, "du gave a total, a missing folder besides");
+    assert.ok(usage.bytes >= 4 * MIB && usage.bytes < 5 * MIB, `${usage.bytes} bytes`);
+    // The folder, sub, and a.bin under its two names.
+    assert.equal(usage.files, 3);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

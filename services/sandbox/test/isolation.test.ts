@@ -405,13 +405,34 @@ for (const mode of ["none", "user", "bwrap"] as const) {
 void describe("isolation setting", () => {
   // The embedded stack takes the last start-up line with an `isolation` field as the mode (a second line once made a
   // root sandbox's bubblewrap read as `user`, and an unprivileged one's as `none`, with oz0's "WITHOUT isolation").
+  void it("OZ0_SESSION_SYSCALL_FILTER=on refuses to start where sessions would run without the filter", async () => {
+    const { startSandbox } = await import("../src/index.js");
+    const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-filter-on-"));
+    try {
+      await assert.rejects(
+        startSandbox({
+          auth: testCredentials.settingsFor("sandbox"),
+          port: 0,
+          root,
+          isolation: "none",
+          syscallFilter: "on",
+          logger: recordingLogger().logger,
+        }),
+        /^Error: OZ0_SESSION_SYSCALL_FILTER=on, but sessions would run without the seccomp filter: sessions run without OS isolation; /,
+      );
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+
   void it("names the mode in one start-up line, with the seccomp filter its sessions run under", async () => {
     const { startSandbox } = await import("../src/index.js");
     const program = sessionSyscallFilter().program;
     assert.ok(program !== undefined, `no filter program for ${process.arch}`);
-    const cases: { isolation: "bwrap" | "user" | "none"; setprivPath?: string; syscallFilter?: boolean }[] = [
+    const cases: { isolation: "bwrap" | "user" | "none"; setprivPath?: string; syscallFilter?: "on" | "off" }[] = [
       { isolation: "bwrap" },
-      { isolation: "bwrap", syscallFilter: false },
+      { isolation: "bwrap", syscallFilter: "off" },
+      { isolation: "bwrap", syscallFilter: "on" },
       // Sessions as the sandbox's own user (no setpriv to drop with): a warning besides, naming no mode.
       { isolation: "bwrap", setprivPath: "/no/such/setpriv" },
       ...(userModeSkip === false ? [{ isolation: "user" as const }] : []),
@@ -436,7 +457,7 @@ void describe("isolation setting", () => {
         );
         assert.equal(
           named[0]?.fields.syscallFilter,
-          setting.isolation === "none" ? undefined : setting.syscallFilter === false ? "off" : path.basename(program),
+          setting.isolation === "none" ? undefined : setting.syscallFilter === "off" ? "off" : path.basename(program),
           JSON.stringify(setting),
         );
       } finally {
