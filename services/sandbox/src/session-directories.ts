@@ -12,7 +12,7 @@
 // isolation mode) passes through them to its directories but cannot list
 // which other sessions there are; `internal/` is root's alone (0700).
 import { randomUUID } from "node:crypto";
-import { chmod, cp, lstat, mkdir, readdir, realpath, rm, rmdir, unlink, writeFile } from "node:fs/promises";
+import { chmod, cp, lstat, mkdir, readdir, realpath, rmdir, unlink, writeFile } from "node:fs/promises";
 import {
   closeSync,
   constants as fs,
@@ -30,6 +30,7 @@ import path from "node:path";
 import type { Attachment } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
 import { handOver, removeAsUser } from "./session-user-files.js";
+import { removeSessionTree } from "./tree-removal.js";
 import type { SessionUser } from "./session-user-processes.js";
 
 const SESSION_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
@@ -288,7 +289,7 @@ export async function removeSessionDirectories(
     if (dir === paths.stateDir && options.stateSubdirectories !== undefined)
       await Promise.all(options.stateSubdirectories.map((sub) => rmdir(sub).catch(() => undefined)));
     if (await removeDirectory(dir, budget)) continue;
-    await rm(dir, { recursive: true, force: true, maxRetries: 2 }).catch((error: unknown) => problems.push(error));
+    await removeSessionTree(dir).catch((error: unknown) => problems.push(error));
   }
   if (user !== undefined) await removeAsUser(ownedByUser, user).catch((error: unknown) => problems.push(error));
   // The default parent of work/ and state/, once empty; rmdir leaves it if a requested directory sits in it.
@@ -537,7 +538,7 @@ export async function removeStaleSessions(root: string, options: { keep?: Readon
     const dir = path.join(root, name);
     for (const entry of await readdir(dir)) {
       if (options.keep?.has(entry)) continue;
-      await rm(path.join(dir, entry), { recursive: true, force: true, maxRetries: 2 });
+      await removeSessionTree(path.join(dir, entry));
       if (name === "internal") removedStale++;
     }
   }

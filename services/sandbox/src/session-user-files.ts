@@ -11,28 +11,8 @@
 import { chmod, lchown, readdir, rmdir } from "node:fs/promises";
 import path from "node:path";
 import { runAsSessionUser } from "./session-user-helper.js";
+import { REMOVE_CONTENTS } from "./tree-removal.js";
 import type { SessionUser } from "./session-user-processes.js";
-
-/**
- * Empties each directory of @ARGV, keeping the directory itself: each
- * directory of the tree is made the uid's to enter and change (the uid owns
- * them all), entered by name (so no path grows past PATH_MAX, however deep
- * the tree), emptied, left and removed; links are removed, never followed.
- * A swap meanwhile can only lead it to what the uid could remove itself.
- */
-const REMOVE_CONTENTS = String.raw`
-sub empty_here {
-  opendir(my $h, ".") or return; my @names = grep { $_ ne "." && $_ ne ".." } readdir $h; closedir $h;
-  for my $name (@names) {
-    lstat $name;
-    if (!-d _) { unlink $name; next }
-    chmod 0700, $name;
-    if (chdir $name) { empty_here(); chdir ".." or die "oz0 helper: cannot leave $name: $!\n" }
-    rmdir $name;
-  }
-}
-for my $dir (@ARGV) { chmod 0700, $dir; chdir $dir and empty_here(); chdir "/" }
-`;
 
 /**
  * Makes `dir` and everything in it the user's (symlinks themselves, never their targets), and `dir` private to it.

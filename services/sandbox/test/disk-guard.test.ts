@@ -131,6 +131,49 @@ void it("stops the session that grew, not the one that holds the most", async ()
   }
 });
 
+// What the guard counts is given back when a session ends: its directories go, however deep the tree it left.
+void it("removes a session's tree deeper than PATH_MAX when it ends", async () => {
+  const { existsSync, readdirSync } = await import("node:fs");
+  const t = await startTestSandbox({ isolation: "none" });
+  try {
+    const stream = await runToEnd(t.client, scenarioStart({ mode: "deep" }));
+    assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
+    const sessions = path.join(t.root, "sessions");
+    assert.deepEqual(existsSync(sessions) ? readdirSync(sessions) : [], [], "nothing of the session is left");
+  } finally {
+    await t.close();
+  }
+});
+
+void it("starts over a previous run's leftover tree deeper than PATH_MAX, and removes it", async () => {
+  const { mkdtempSync, mkdirSync, writeFileSync, readdirSync, rmSync } = await import("node:fs");
+  const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-stale-"));
+  try {
+    // As a killed run leaves it: a session's folder with what its harness made.
+    const deep = path.join(root, "sessions", "stale-session", "work");
+    mkdirSync(deep, { recursive: true });
+    const start = process.cwd();
+    process.chdir(deep);
+    try {
+      for (let i = 0; i < 300; i++) {
+        mkdirSync("a-folder-name-twenty");
+        process.chdir("a-folder-name-twenty");
+      }
+      writeFileSync("bottom.bin", "left behind");
+    } finally {
+      process.chdir(start);
+    }
+    const t = await startTestSandbox({ root });
+    try {
+      assert.deepEqual(readdirSync(path.join(root, "sessions")), []);
+    } finally {
+      await t.close();
+    }
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+});
+
 void it("counts what a session's directories take on disk, each file once", async () => {
   const { mkdtempSync, writeFileSync, linkSync, mkdirSync, rmSync } = await import("node:fs");
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-du-"));
