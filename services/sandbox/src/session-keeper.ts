@@ -101,6 +101,8 @@ if ($harness == 0) {
   # Through fds no file holds, so placing one at 3 + i never closes another still to be placed.
   POSIX::dup2(fileno($extra[$_]), 100 + $_) for 0 .. $#extra;
   for (0 .. $#extra) { POSIX::dup2(100 + $_, 3 + $_); POSIX::close(100 + $_) }
+  # A descriptor the keeper inherited open past exec (leaked by whatever started the sandbox) never reaches the session.
+  if (opendir(my $fds, "/proc/self/fd")) { my @open = grep { /^\d+$/ && $_ > 2 + @extra } readdir $fds; closedir $fds; POSIX::close($_) for @open }
   exec { $cmd[0] } @cmd; print STDERR "oz0 keeper: cannot run $cmd[0]: $!\n"; POSIX::_exit(127);
 }
 close $harnessIn; close $harnessOut; close $harnessErr; close $_ for @extra;

@@ -34,13 +34,14 @@ export function sessionSyscallFilter(arch: NodeJS.Architecture = process.arch): 
 }
 
 /**
- * Arguments: prctl's syscall number, the program's file, then the command. A
+ * Arguments: prctl's and close's syscall numbers, the program's file, then the command. A
  * filter can only be loaded under no_new_privs (set again: setpriv set it);
  * `struct sock_fprog` is a count of 8-byte instructions and a pointer, at
  * offset 8 on both 64-bit architectures.
  */
 const ENTER_FILTER = String.raw`
 my $prctl = shift @ARGV;
+my $close = shift @ARGV;
 my $program = shift @ARGV;
 sub fail { print STDERR "oz0 syscall filter: $_[0]\n"; exit 125 }
 open(my $fh, "<:raw", $program) or fail("cannot read $program: $!");
@@ -49,6 +50,8 @@ close $fh;
 length($bpf) > 0 && length($bpf) % 8 == 0 or fail("$program is not a filter program");
 syscall($prctl, 38, 1, 0, 0, 0) == 0 or fail("prctl(PR_SET_NO_NEW_PRIVS) failed: $!");
 syscall($prctl, 22, 2, pack("S x6 P", length($bpf) / 8, $bpf), 0, 0) == 0 or fail("prctl(PR_SET_SECCOMP) failed: $!");
+# A descriptor inherited open past exec (leaked by whatever started the sandbox) never reaches the session.
+if (opendir(my $fds, "/proc/self/fd")) { my @open = grep { /^\d+$/ && $_ > 2 } readdir $fds; closedir $fds; syscall($close, $_ + 0) for @open }
 exec { $ARGV[0] } @ARGV;
 print STDERR "oz0 syscall filter: cannot run $ARGV[0]: $!\n";
 exit 127;
@@ -64,7 +67,15 @@ export interface UserModeSyscallFilter {
 export function filteredCommand(options: UserModeSyscallFilter & { command: readonly string[] }): string[] {
   const syscalls = LINUX_SYSCALLS[process.arch];
   if (syscalls === undefined) throw new Error(`prctl's syscall number is not known for ${process.arch}`);
-  return [options.perlPath, "-e", ENTER_FILTER, String(syscalls.prctl), options.program, ...options.command];
+  return [
+    options.perlPath,
+    "-e",
+    ENTER_FILTER,
+    String(syscalls.prctl),
+    String(syscalls.close),
+    options.program,
+    ...options.command,
+  ];
 }
 
 /** The `user` mode's filter, tried once with a command that exits at once; or why its sessions run without one. */

@@ -1,6 +1,6 @@
 // Shared by the sandbox tests: a real sandbox on loopback, a gRPC client,
 // and a RunSession stream the test drives message by message.
-import type { ChildProcess } from "node:child_process";
+import { spawn, type ChildProcess, type IOType } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -54,6 +54,22 @@ export async function startTestSandbox(config: SandboxConfig = {}): Promise<Test
       rmSync(root, { recursive: true, force: true });
     },
   };
+}
+
+const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist", "main.js");
+
+/**
+ * The sandbox as deployed (`dist/main.js`), with the test credentials, a port of the kernel's choosing and `env`
+ * (OZ0_SANDBOX_ROOT, OZ0_ISOLATION, ...); its stderr piped for {@link listeningUrl}, `extraStdio` from its fd 3 on.
+ */
+export function spawnSandboxMain(
+  env: Record<string, string>,
+  options: { extraStdio?: (IOType | number)[] } = {},
+): ChildProcess {
+  return spawn(process.execPath, [MAIN], {
+    env: { PATH: process.env.PATH ?? "", ...testCredentials.envFor("sandbox"), OZ0_PORT: "0", ...env },
+    stdio: ["ignore", "ignore", "pipe", ...(options.extraStdio ?? [])],
+  });
 }
 
 /**

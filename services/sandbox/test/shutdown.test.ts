@@ -1,22 +1,19 @@
 // The real process: SIGTERM stops taking sessions (readiness NOT_SERVING),
 // cancels the running ones with the grace, and exits.
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import readline from "node:readline";
-import { fileURLToPath } from "node:url";
 import { it } from "node:test";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Health, HealthCheckResponse_ServingStatus } from "@oz0/proto/grpc/health/v1/health_pb";
 import { SandboxService, SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
-import { isText, runToEnd, scenarioStart, SessionStream } from "./sandbox-test-kit.js";
+import { isText, runToEnd, scenarioStart, SessionStream, spawnSandboxMain } from "./sandbox-test-kit.js";
 import { testCredentials } from "@oz0/serving/testing";
-
-const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist", "main.js");
 
 /** Alive and not a zombie (a killed orphan stays a zombie until some init reaps it). */
 function processAlive(pid: number): boolean {
@@ -55,17 +52,11 @@ for (const isolation of ["none", "user", "bwrap"] as const) {
     { skip: isolation === "user" ? userModeSkip : false },
     async () => {
       const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-kill-"));
-      const child = spawn(process.execPath, [MAIN], {
-        env: {
-          PATH: process.env.PATH ?? "",
-          ...testCredentials.envFor("sandbox"),
-          OZ0_PORT: "0",
-          OZ0_SANDBOX_ROOT: root,
-          OZ0_ISOLATION: isolation,
-          OZ0_LOG_LEVEL: "info",
-          OZ0_SESSION_ORPHAN_MS: "1500",
-        },
-        stdio: ["ignore", "ignore", "pipe"],
+      const child = spawnSandboxMain({
+        OZ0_SANDBOX_ROOT: root,
+        OZ0_ISOLATION: isolation,
+        OZ0_LOG_LEVEL: "info",
+        OZ0_SESSION_ORPHAN_MS: "1500",
       });
       const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));
       try {
@@ -103,7 +94,7 @@ for (const isolation of ["none", "user", "bwrap"] as const) {
   );
 }
 
-function listeningUrl(child: ReturnType<typeof spawn>): Promise<string> {
+function listeningUrl(child: ReturnType<typeof spawnSandboxMain>): Promise<string> {
   return new Promise<string>((resolve, reject) => {
     if (child.stderr === null) return reject(new Error("no stderr"));
     const lines = readline.createInterface({ input: child.stderr });
@@ -117,17 +108,11 @@ function listeningUrl(child: ReturnType<typeof spawn>): Promise<string> {
 
 void it("SIGTERM: readiness goes NOT_SERVING, new sessions are refused, running ones are cancelled with the grace, the process exits 0", async () => {
   const root = mkdtempSync(path.join(os.tmpdir(), "oz0-sandbox-main-"));
-  const child = spawn(process.execPath, [MAIN], {
-    env: {
-      PATH: process.env.PATH ?? "",
-      ...testCredentials.envFor("sandbox"),
-      OZ0_PORT: "0",
-      OZ0_SANDBOX_ROOT: root,
-      OZ0_ISOLATION: "none",
-      OZ0_CANCEL_GRACE_MS: "3000",
-      OZ0_LOG_LEVEL: "info",
-    },
-    stdio: ["ignore", "ignore", "pipe"],
+  const child = spawnSandboxMain({
+    OZ0_SANDBOX_ROOT: root,
+    OZ0_ISOLATION: "none",
+    OZ0_CANCEL_GRACE_MS: "3000",
+    OZ0_LOG_LEVEL: "info",
   });
   const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
   try {
