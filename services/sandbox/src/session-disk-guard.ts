@@ -21,7 +21,7 @@
 // sessions' own is the bound no session can pass.
 import { execFile } from "node:child_process";
 import { statfs } from "node:fs/promises";
-import type { Logger } from "pino";
+import type { Logger } from "@oz0/serving";
 
 /** Default of OZ0_SANDBOX_MIN_FREE_BYTES: 1 GiB, or a twentieth of the filesystem when that is less. */
 export const DEFAULT_MIN_FREE_BYTES = 1024 * 1024 * 1024;
