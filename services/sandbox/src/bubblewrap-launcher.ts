@@ -133,7 +133,12 @@ function runBwrap(
 }
 
 /** `spawn`, with `readFile` (when given) opened for reading as the stdio entry after `options.stdio`'s. */
-function spawnReading(file: string, args: readonly string[], options: SpawnOptions, readFile?: string): ChildProcess {
+export function spawnReading(
+  file: string,
+  args: readonly string[],
+  options: SpawnOptions,
+  readFile?: string,
+): ChildProcess {
   if (readFile === undefined) return spawn(file, args, options);
   const fd = openSync(readFile, "r");
   try {

@@ -56,7 +56,7 @@ export type { ContainmentName } from "./containment-choice.js";
 export type { ProcessLimitChoice, SessionProcessLimit } from "./session-process-limit.js";
 export { startHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export type { RunningHeartbeatSidecar } from "./heartbeat-sidecar.js";
-export { detectBubblewrap, DEFAULT_READ_ONLY_PATHS } from "./bubblewrap-launcher.js";
+export { detectBubblewrap, DEFAULT_READ_ONLY_PATHS, spawnReading } from "./bubblewrap-launcher.js";
 export { PROC_READ_ONLY } from "./bubblewrap-mounts.js";
 export type { BubblewrapDetection } from "./bubblewrap-launcher.js";
 export { detectLandlock, walledCommand } from "./landlock-launcher.js";

@@ -3,9 +3,9 @@
 // "reason", "input" }`. Every way a hook can fail (cannot start, exits
 // non-zero, prints something else, does not answer in time) DENIES the call:
 // a broken guard must never open the door.
-import { spawn, type ChildProcessByStdio } from "node:child_process";
-import { closeSync, openSync } from "node:fs";
+import type { ChildProcessByStdio } from "node:child_process";
 import type { Readable, Writable } from "node:stream";
+import { spawnReading } from "@oz0/sandbox";
 import type { JsonObject } from "../store/job-store.js";
 import { clippedHarnessText } from "./harness-text.js";
 import type { HookVerdict, PreToolCall } from "./hook-rules.js";
@@ -26,7 +26,7 @@ export interface RunCommandHookOptions {
   cwd: string;
   /** Added to the little a hook gets of the orchestrator's environment (PATH and HOME): its isolation's (TMPDIR). */
   env?: Record<string, string>;
-  /** A file the hook's command reads at fd 3 (its isolation's seccomp program). */
+  /** A file the hook's command reads at fd 3, after its stdio (its isolation's seccomp program). */
   readFile?: string;
 }
 
@@ -82,26 +82,24 @@ export function runCommandHook(options: RunCommandHookOptions): Promise<HookVerd
       resolve(verdict);
     };
     const [program, ...args] = options.command;
-    let readFd: number;
-    try {
-      readFd = options.readFile !== undefined ? openSync(options.readFile, "r") : -1;
-    } catch (error) {
-      // Before the timer is set: resolved here rather than through finish().
-      resolve(deny(`${label} could not start (${(error as Error).message}); the call is denied`));
-      return;
-    }
     let child: ChildProcessByStdio<Writable, Readable, Readable>;
     try {
       // Its own process group, so a timeout also ends whatever the hook started.
-      child = spawn(program!, args, {
-        cwd: options.cwd,
-        stdio: readFd >= 0 ? ["pipe", "pipe", "pipe", readFd] : ["pipe", "pipe", "pipe"],
-        detached: true,
-        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/", ...options.env },
-      }) as ChildProcessByStdio<Writable, Readable, Readable>;
-    } finally {
-      // The child has its own copy from the spawn on.
-      if (readFd >= 0) closeSync(readFd);
+      child = spawnReading(
+        program!,
+        args,
+        {
+          cwd: options.cwd,
+          stdio: ["pipe", "pipe", "pipe"],
+          detached: true,
+          env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/", ...options.env },
+        },
+        options.readFile,
+      ) as ChildProcessByStdio<Writable, Readable, Readable>;
+    } catch (error) {
+      // The file could not be opened; before the timer is set, so resolved here rather than through finish().
+      resolve(deny(`${label} could not start (${(error as Error).message}); the call is denied`));
+      return;
     }
     const killGroup = (): void => {
       try {
