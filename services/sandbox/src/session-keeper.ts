@@ -544,20 +544,21 @@ export async function endKeptSession(options: {
 
 /** Whether `pid` is the process that started at `startTime` and is not a zombie. */
 function runs(pid: number, startTime: string): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return fields[19] === startTime && fields[0] !== "Z" && fields[0] !== "X";
-  } catch {
-    return false;
-  }
+  const stat = processStat(pid);
+  return stat?.startTime === startTime && stat.state !== "Z" && stat.state !== "X";
 }
 
 /** The start time of `pid` in clock ticks since boot (/proc/<pid>/stat), telling a process from a later one with its pid. */
 export function processStartTime(pid: number): string | undefined {
+  return processStat(pid)?.startTime;
+}
+
+/** `pid`'s state letter and start time from /proc/<pid>/stat (the fields after the command, which may hold spaces). */
+function processStat(pid: number): { state: string | undefined; startTime: string | undefined } | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return { state: fields[0], startTime: fields[19] };
   } catch {
     return undefined;
   }
