@@ -34,7 +34,7 @@ import {
 import { startTelemetryRelay } from "./telemetry-relay.js";
 import { SessionUserPool } from "./session-user-pool.js";
 import { systemCommand } from "./system-command.js";
-import { detectUserModeSyscallFilter, syscallFilterFields } from "./syscall-filter.js";
+import { chooseSyscallFilter } from "./syscall-filter.js";
 import {
   chooseSessionProcessLimit,
   DEFAULT_SESSION_MAX_PROCESSES,
@@ -139,18 +139,12 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         }
       : { sessionProcesses: "unlimited", sessionProcessesReason: processes.reason };
   // The seccomp filter: bwrap's trial loaded it (or said why not); the `user` mode loads it with perl, as root, before setpriv.
-  const filterSetting = config.syscallFilter ?? "auto";
-  const filterOff = filterSetting === "off";
-  const userModeFilter = users !== undefined && !useBwrap && !filterOff ? detectUserModeSyscallFilter() : undefined;
-  const filterFields = syscallFilterFields(
-    isolation.mode === "none"
-      ? { reason: "sessions run without OS isolation" }
-      : filterOff
-        ? { reason: "OZ0_SESSION_SYSCALL_FILTER=off" }
-        : useBwrap
-          ? { program: bubblewrap.syscallFilter, reason: bubblewrap.syscallFilterReason }
-          : { program: userModeFilter?.filter?.program, reason: userModeFilter?.reason },
-  );
+  const filter = chooseSyscallFilter({
+    setting: config.syscallFilter ?? "auto",
+    mode: isolation.mode,
+    bubblewrap,
+  });
+  const filterFields = filter.fields;
   const walled: ReturnType<typeof detectLandlock> =
     isolation.mode === "none"
       ? detectLandlock()
@@ -217,11 +211,6 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
       { landlock: false, landlockReason: walled.reason },
       "sessions can read the sandbox process's memory and environment where the kernel lets a process read its parent's (Yama's ptrace_scope 0, or as root), and the orchestrator's credential is in them: run untrusted agents under bubblewrap (see the sandbox README)",
     );
-  // A guard that was asked for is never dropped in silence.
-  if (filterSetting === "on" && filterFields.syscallFilter === "off")
-    throw new Error(
-      `OZ0_SESSION_SYSCALL_FILTER=on, but sessions would run without the seccomp filter: ${filterFields.syscallFilterReason}; run them under bubblewrap or in the user mode on a kernel with seccomp filters, or set OZ0_SESSION_SYSCALL_FILTER=auto`,
-    );
   if (isolation.mode !== "none" && filterFields.syscallFilter === "off")
     logger.warn(
       { ...filterFields },
@@ -255,7 +244,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
       ? {
           mode: "bwrap",
           bwrapPath: bubblewrap.path as string,
-          syscallFilter: filterOff ? undefined : bubblewrap.syscallFilter,
+          syscallFilter: filter.bwrap,
           readOnlyPaths: [...DEFAULT_READ_ONLY_PATHS, ...(config.readOnlyPaths ?? [])],
           hiddenPaths: config.hiddenPaths ?? [],
           entryCommand: sandboxEntryCommand(),
@@ -274,7 +263,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
             mode: "user",
             setprivPath: isolation.sessionUsers.setprivPath as string,
             users,
-            syscallFilter: userModeFilter?.filter,
+            syscallFilter: filter.user,
           }
         : {
             mode: "none",

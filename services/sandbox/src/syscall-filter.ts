@@ -15,6 +15,8 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { LINUX_SYSCALLS } from "@oz0/harness/host";
+import type { IsolationName } from "./isolation-choice.js";
+import type { SyscallFilterSetting } from "./sandbox-config.js";
 import { systemCommand } from "./system-command.js";
 
 /** The filter's program for each architecture it was written for (the names generate.py gives them). */
@@ -35,7 +37,7 @@ export function sessionSyscallFilter(arch: NodeJS.Architecture = process.arch): 
 
 /**
  * Arguments: prctl's and close's syscall numbers, the program's file, then the command. A
- * filter can only be loaded under no_new_privs (set again: setpriv set it);
+ * filter is loaded under no_new_privs, set first (setpriv, which runs next, sets it too);
  * `struct sock_fprog` is a count of 8-byte instructions and a pointer, at
  * offset 8 on both 64-bit architectures.
  */
@@ -95,6 +97,42 @@ export function detectUserModeSyscallFilter():
       reason: `a trial did not work (${trial.error?.message ?? (trial.stderr.trim() || `exit ${trial.status ?? trial.signal}`)}); the kernel needs seccomp filters (CONFIG_SECCOMP_FILTER)`,
     };
   return { filter };
+}
+
+/**
+ * The filter the sessions of `mode` run under, from `setting` (OZ0_SESSION_SYSCALL_FILTER) and what works here:
+ * bwrap's program (its trial loaded it, or `bwrapReason` says why not), the `user` mode's (tried once, with perl),
+ * none in the `none` mode; with the start-up line's fields. `on` throws where there is none: a guard that was asked
+ * for is never dropped in silence.
+ */
+export function chooseSyscallFilter(options: {
+  setting: SyscallFilterSetting;
+  mode: IsolationName;
+  bubblewrap: { syscallFilter?: string | undefined; syscallFilterReason?: string | undefined };
+}): { bwrap?: string; user?: UserModeSyscallFilter; fields: ReturnType<typeof syscallFilterFields> } {
+  const { setting, mode, bubblewrap } = options;
+  let chosen: { bwrap?: string; user?: UserModeSyscallFilter; reason?: string | undefined };
+  if (mode === "none") chosen = { reason: "sessions run without OS isolation" };
+  else if (setting === "off") chosen = { reason: "OZ0_SESSION_SYSCALL_FILTER=off" };
+  else if (mode === "bwrap")
+    chosen =
+      bubblewrap.syscallFilter !== undefined
+        ? { bwrap: bubblewrap.syscallFilter }
+        : { reason: bubblewrap.syscallFilterReason };
+  else {
+    const found = detectUserModeSyscallFilter();
+    chosen = found.filter !== undefined ? { user: found.filter } : { reason: found.reason };
+  }
+  const fields = syscallFilterFields({ program: chosen.bwrap ?? chosen.user?.program, reason: chosen.reason });
+  if (setting === "on" && fields.syscallFilter === "off")
+    throw new Error(
+      `OZ0_SESSION_SYSCALL_FILTER=on, but sessions would run without the seccomp filter: ${fields.syscallFilterReason}; run them under bubblewrap or in the user mode on a kernel with seccomp filters, or set OZ0_SESSION_SYSCALL_FILTER=auto`,
+    );
+  return {
+    ...(chosen.bwrap !== undefined ? { bwrap: chosen.bwrap } : {}),
+    ...(chosen.user !== undefined ? { user: chosen.user } : {}),
+    fields,
+  };
 }
 
 /** The start-up line's fields: the program sessions run under, or `off` with the reason. */

@@ -11,10 +11,11 @@ import { systemCommand } from "./system-command.js";
 
 /**
  * Empties each directory of @ARGV, keeping the directory itself: each
- * directory of the tree is made the uid's to enter and change (the uid owns
- * them all), entered by name (so no path grows past PATH_MAX, however deep
- * the tree), emptied, left and removed; links are removed, never followed.
- * A swap meanwhile can only lead it to what the uid could remove itself.
+ * directory of the tree is made enterable and changeable by whoever runs it
+ * (its owner: the session's uid, or the sandbox's own user), entered by name
+ * (so no path grows past PATH_MAX, however deep the tree), emptied, left and
+ * removed; links are removed, never followed. Run as the uid, a swap
+ * meanwhile can only lead it to what the uid could remove itself.
  */
 export const REMOVE_CONTENTS = String.raw`
 sub empty_here {
